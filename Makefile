@@ -1,0 +1,36 @@
+# dtrain: `make` builds into build/, `make demo` installs what is missing and
+# runs the main job, `make test` runs the suite. CMake does the real work.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps demo test test-sanitize bench-mpi clean
+
+all: $(BUILD)/Makefile
+	cmake --build $(BUILD) -j$(JOBS)
+
+$(BUILD)/Makefile:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+deps:
+	@scripts/install-deps.sh
+
+demo: deps all
+	$(BUILD)/dtrain bench comm --nproc 2 --sizes 8,4K,64K,1M,16M,64M --reps 5 --baseline mpi
+
+test: deps all
+	cd $(BUILD) && ctest --output-on-failure
+
+# The suite under AddressSanitizer + UndefinedBehaviorSanitizer, then ThreadSanitizer.
+test-sanitize: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=address && cmake --build build-asan -j$(JOBS)
+	cd build-asan && ctest --output-on-failure
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=thread && cmake --build build-tsan -j$(JOBS)
+	cd build-tsan && ctest --output-on-failure
+
+# dtrain against Open MPI and MPICH, same invocation each.
+bench-mpi: all
+	bench/compare_mpi.sh
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan

@@ -1,0 +1,74 @@
+/* dtrain base layer: status codes and error messages, logging, timing,
+ * aligned allocation, dtypes and their conversions, size parsing.
+ * Everything here is independent of ranks and models. */
+#ifndef DTRAIN_BASE_H
+#define DTRAIN_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Functions that can fail return dt_status; 0 is success and the message of
+ * the most recent failure on this thread is in dt_last_error(). */
+typedef enum {
+    DT_OK = 0,
+    DT_ERR_ARG,      /* bad argument from the caller */
+    DT_ERR_NOMEM,    /* allocation failed */
+    DT_ERR_SYS,      /* a system call failed */
+    DT_ERR_PEER,     /* a peer rank died, left or aborted */
+    DT_ERR_MISMATCH, /* ranks called different collectives */
+    DT_ERR_IO,       /* file or format problem */
+    DT_ERR_UNSUPPORTED
+} dt_status;
+
+const char *dt_last_error(void);
+const char *dt_status_name(dt_status s);
+/* Records a message for dt_last_error() and returns s, so callers can write
+ * `return dt_error(DT_ERR_ARG, "...", ...)`. */
+dt_status dt_error(dt_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Logging: messages carry a "[rank r]" prefix once dt_log_set_rank is called. */
+typedef enum { DT_LOG_ERROR = 0, DT_LOG_WARN, DT_LOG_INFO, DT_LOG_DEBUG } dt_log_level;
+void dt_log_set_rank(int rank);
+void dt_log_set_level(dt_log_level level);
+void dt_log(dt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Monotonic wall clock in seconds, and this process's CPU time. */
+double dt_time_now(void);
+double dt_time_cpu(void);
+
+/* 64-byte aligned allocation (cache line; AVX-512 friendly). */
+void *dt_alloc_aligned(size_t bytes);
+void dt_free_aligned(void *p);
+
+/* Element types. bf16 and f16 are stored as uint16_t and computed in f32. */
+typedef enum { DT_F32 = 0, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64, DT_DTYPE_COUNT } dt_dtype;
+size_t dt_dtype_size(dt_dtype t);
+const char *dt_dtype_name(dt_dtype t);
+dt_status dt_dtype_parse(const char *s, dt_dtype *out);
+
+static inline float dt_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = { (uint32_t)h << 16 };
+    return v.f;
+}
+static inline uint16_t dt_f32_to_bf16(float f) {
+    union { float f; uint32_t u; } v = { f };
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40); /* quiet NaN */
+    uint32_t rounding = 0x7fffu + ((v.u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)((v.u + rounding) >> 16);
+}
+float dt_f16_to_f32(uint16_t h);
+uint16_t dt_f32_to_f16(float f);
+
+/* "64", "4K", "1M", "2G" (powers of 1024) -> bytes. */
+dt_status dt_parse_size(const char *s, size_t *out);
+/* Formats bytes as "8B", "64KiB", "1MiB" into buf. */
+const char *dt_format_size(size_t bytes, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,39 @@
+/* dtrain bench layer: benchmarks that print the machine, the settings, the
+ * baseline and the ratio, in the manner of OSU and nccl-tests. */
+#ifndef DTRAIN_BENCH_H
+#define DTRAIN_BENCH_H
+
+#include "dtrain/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    dt_coll coll;
+    dt_algo algo;
+    dt_dtype dtype;
+    dt_op op;
+    int nproc;
+    size_t sizes[64];
+    int nsizes;
+    int arena;        /* 1: buffers from dt_comm_alloc; 0: private malloc */
+    int json;         /* one JSON object per line instead of a table */
+    int reps;         /* timed repetitions per size (median reported) */
+    int warmup;       /* warm-up repetitions */
+    double rep_seconds; /* target duration of one repetition */
+    const char *baseline; /* NULL, "mpi" (the MPI dtrain was built with) or "mpich" */
+    int rounds;       /* dtrain/baseline alternations */
+    int calibrate;    /* measure the cost-model parameters and save them */
+} dt_bench_comm_opts;
+
+void dt_bench_comm_defaults(dt_bench_comm_opts *o);
+/* Runs the benchmark; launches o->nproc local ranks itself unless already
+ * inside a job. argv is the command line, re-executed for the ranks.
+ * Returns a process exit code. */
+int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

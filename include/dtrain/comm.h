@@ -1,0 +1,130 @@
+/* dtrain comm layer: communicators, transports (self, shm, mpi), collective
+ * algorithms, algorithm selection, nonblocking requests.
+ *
+ * One API whatever the transport. Ranks on one machine talk through one
+ * shared-memory segment; ranks on different machines through MPI. Buffers
+ * from dt_comm_alloc live in that segment, so collectives on them are
+ * zero-copy: peers read and write them directly. */
+#ifndef DTRAIN_COMM_H
+#define DTRAIN_COMM_H
+
+#include "dtrain/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_comm dt_comm;
+typedef struct dt_request dt_request;
+
+typedef enum { DT_SUM = 0, DT_AVG, DT_MAX, DT_MIN, DT_PROD, DT_OP_COUNT } dt_op;
+
+typedef enum {
+    DT_COLL_ALLREDUCE = 0, DT_COLL_REDUCE_SCATTER, DT_COLL_ALLGATHER, DT_COLL_BROADCAST,
+    DT_COLL_REDUCE, DT_COLL_ALLTOALL, DT_COLL_GATHER, DT_COLL_SCATTER, DT_COLL_BARRIER,
+    DT_COLL_SENDRECV, DT_COLL_COUNT
+} dt_coll;
+
+typedef enum {
+    DT_ALGO_AUTO = 0,
+    DT_ALGO_SHM_DIRECT,   /* each rank works straight on its peers' mapped buffers */
+    DT_ALGO_RING,         /* reduce-scatter + allgather around a ring */
+    DT_ALGO_TREE,         /* binomial tree */
+    DT_ALGO_RD,           /* recursive doubling */
+    DT_ALGO_RABENSEIFNER, /* recursive halving reduce-scatter + doubling allgather */
+    DT_ALGO_BRUCK,        /* Bruck allgather / alltoall */
+    DT_ALGO_PAIRWISE,     /* pairwise exchange (alltoall), linear (gather/scatter) */
+    DT_ALGO_HIER,         /* intra-node shm, inter-node MPI, intra-node shm */
+    DT_ALGO_COUNT
+} dt_algo;
+
+const char *dt_op_name(dt_op op);
+const char *dt_coll_name(dt_coll c);
+const char *dt_algo_name(dt_algo a);
+dt_status dt_op_parse(const char *s, dt_op *out);
+dt_status dt_coll_parse(const char *s, dt_coll *out);
+dt_status dt_algo_parse(const char *s, dt_algo *out);
+
+/* The world communicator from the environment: a `dtrain launch` child, an
+ * mpirun/srun rank, or a lone process (size 1). */
+dt_status dt_comm_init(dt_comm **world);
+dt_status dt_comm_destroy(dt_comm *comm);
+/* Collective over comm: ranks with the same color form a new communicator,
+ * ordered by (key, old rank). color < 0 gives *out = NULL. */
+dt_status dt_comm_split(dt_comm *comm, int color, int key, dt_comm **out);
+
+int dt_comm_rank(const dt_comm *comm);
+int dt_comm_size(const dt_comm *comm);
+int dt_comm_local_rank(const dt_comm *comm);
+int dt_comm_local_size(const dt_comm *comm);
+int dt_comm_node(const dt_comm *comm);
+int dt_comm_nodes(const dt_comm *comm);
+/* "self", "shm", "mpi" or "shm+mpi". */
+const char *dt_comm_transport(const dt_comm *comm);
+
+/* Shared arena: memory that peers on this machine can read and write. It is
+ * pre-faulted. Collectives on arena buffers skip the copy into shared memory. */
+dt_status dt_comm_alloc(dt_comm *comm, size_t bytes, void **out);
+void dt_comm_free(dt_comm *comm, void *p);
+
+/* Force an algorithm for one collective (DT_ALGO_AUTO restores the cost
+ * model). The environment variable DTRAIN_ALGO=<algo> forces all of them,
+ * DTRAIN_ALGO_<COLL>=<algo> (e.g. DTRAIN_ALGO_ALLREDUCE=ring) one. */
+dt_status dt_comm_set_algo(dt_comm *comm, dt_coll coll, dt_algo algo);
+/* The algorithm auto would run for this collective and size in bytes. */
+dt_algo dt_comm_choose_algo(dt_comm *comm, dt_coll coll, size_t bytes);
+
+/* Blocking collectives. Counts are in elements. sendbuf == recvbuf is allowed
+ * where the shapes agree (allreduce; reduce at the root). Results are
+ * bit-identical on every rank and every run for a given algorithm. */
+dt_status dt_comm_allreduce(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                            dt_dtype dtype, dt_op op);
+/* sendbuf holds size*recvcount elements; rank r gets block r, reduced. */
+dt_status dt_comm_reduce_scatter(dt_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                 dt_dtype dtype, dt_op op);
+/* recvbuf holds size*sendcount elements, block r from rank r. */
+dt_status dt_comm_allgather(dt_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                            dt_dtype dtype);
+dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype dtype, int root);
+dt_status dt_comm_reduce(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                         dt_dtype dtype, dt_op op, int root);
+/* sendbuf and recvbuf hold size*count elements; block j goes to rank j. */
+dt_status dt_comm_alltoall(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                           dt_dtype dtype);
+dt_status dt_comm_gather(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                         dt_dtype dtype, int root);
+dt_status dt_comm_scatter(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                          dt_dtype dtype, int root);
+dt_status dt_comm_barrier(dt_comm *c);
+/* Point to point. Messages between a pair arrive in order. A send may block
+ * until the receiver takes it, as MPI_Send may. */
+dt_status dt_comm_send(dt_comm *c, const void *buf, size_t count, dt_dtype dtype, int peer);
+dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype dtype, int peer);
+dt_status dt_comm_sendrecv(dt_comm *c, const void *sendbuf, size_t sendcount, int dest,
+                           void *recvbuf, size_t recvcount, int source, dt_dtype dtype);
+
+/* Nonblocking collectives, run by a background progress thread in the order
+ * they were issued; buffers must stay untouched until the request completes.
+ * A blocking collective issued while requests are pending runs after them. */
+dt_status dt_comm_iallreduce(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                             dt_dtype dtype, dt_op op, dt_request **req);
+dt_status dt_comm_ireduce_scatter(dt_comm *c, const void *sendbuf, void *recvbuf,
+                                  size_t recvcount, dt_dtype dtype, dt_op op, dt_request **req);
+dt_status dt_comm_iallgather(dt_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                             dt_dtype dtype, dt_request **req);
+dt_status dt_comm_ibroadcast(dt_comm *c, void *buf, size_t count, dt_dtype dtype, int root,
+                             dt_request **req);
+/* Waits for the request, frees it and returns its status. */
+dt_status dt_wait(dt_request *req);
+/* *done = 1 once complete; the request must still be passed to dt_wait. */
+dt_status dt_test(dt_request *req, int *done);
+
+/* Local launch: fork n copies of argv[0..] wired over shared memory, watch
+ * them, and return the job's exit code (0 when every rank exited 0). A rank
+ * that dies makes the others fail within a second; the launcher names it. */
+int dt_comm_launch(int n, char *const argv[]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

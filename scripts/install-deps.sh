@@ -1,0 +1,18 @@
+#!/bin/sh
+# Installs the Debian packages dtrain needs, only those that are missing.
+# Usage: scripts/install-deps.sh [extra packages...]
+set -e
+need="build-essential cmake pkg-config libcjson-dev libopenmpi-dev openmpi-bin $*"
+missing=""
+for p in $need; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+    echo "dtrain: missing packages:$missing (run as root, or install them with apt-get)" >&2
+    exit 1
+fi
+echo "dtrain: installing$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends $missing >/dev/null

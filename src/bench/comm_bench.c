@@ -1,0 +1,445 @@
+/* dtrain bench comm: latency and bandwidth of one collective over a sweep of
+ * sizes, in the manner of OSU and nccl-tests, optionally against the MPI
+ * library's own collective measured in the same invocation.
+ *
+ * "size" is nccl-tests' size: the whole buffer (allreduce, broadcast, reduce)
+ * or the gathered total (allgather, reduce_scatter, alltoall, gather,
+ * scatter). busbw = algbw x 2(p-1)/p for allreduce, (p-1)/p for the
+ * gather/scatter family, 1 for broadcast and reduce. Every size is checked
+ * against the expected result before it is timed. */
+#include "dtrain/bench.h"
+#include "../comm/comm_internal.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+void dt_bench_comm_defaults(dt_bench_comm_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->coll = DT_COLL_ALLREDUCE;
+    o->algo = DT_ALGO_AUTO;
+    o->dtype = DT_F32;
+    o->op = DT_SUM;
+    o->nproc = 2;
+    for (size_t s = 8; s <= (256u << 20); s *= 4) o->sizes[o->nsizes++] = s;
+    o->arena = 1;
+    o->reps = 7;
+    o->warmup = 2;
+    o->rep_seconds = 0.05;
+    o->rounds = 1;
+}
+
+static double bus_factor(dt_coll c, int p) {
+    switch (c) {
+    case DT_COLL_ALLREDUCE: return 2.0 * (p - 1) / p;
+    case DT_COLL_BROADCAST: case DT_COLL_REDUCE: return 1.0;
+    case DT_COLL_BARRIER: return 0.0;
+    default: return (double)(p - 1) / p;
+    }
+}
+
+/* Elements per rank-block for a nccl-tests size. */
+static size_t count_for(dt_coll c, size_t bytes, size_t es, int p) {
+    size_t n = bytes / es;
+    switch (c) {
+    case DT_COLL_ALLREDUCE: case DT_COLL_BROADCAST: case DT_COLL_REDUCE: return n;
+    case DT_COLL_BARRIER: return 0;
+    default: return n / (size_t)p;
+    }
+}
+
+/* ---- deterministic inputs and the results they must give ---- */
+
+/* Small integers: sums, products, max and min are exact in every dtype. */
+static double input_value(int rank, size_t i) { return (double)((rank + 1) + (int)(i % 5)); }
+
+static void store(void *buf, size_t i, dt_dtype t, double v) {
+    switch (t) {
+    case DT_F32: ((float *)buf)[i] = (float)v; break;
+    case DT_F64: ((double *)buf)[i] = v; break;
+    case DT_BF16: ((uint16_t *)buf)[i] = dt_f32_to_bf16((float)v); break;
+    case DT_F16: ((uint16_t *)buf)[i] = dt_f32_to_f16((float)v); break;
+    case DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case DT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    default: break;
+    }
+}
+
+static double load(const void *buf, size_t i, dt_dtype t) {
+    switch (t) {
+    case DT_F32: return ((const float *)buf)[i];
+    case DT_F64: return ((const double *)buf)[i];
+    case DT_BF16: return dt_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case DT_F16: return dt_f16_to_f32(((const uint16_t *)buf)[i]);
+    case DT_I32: return ((const int32_t *)buf)[i];
+    case DT_I64: return (double)((const int64_t *)buf)[i];
+    default: return 0;
+    }
+}
+
+static double reduced(int p, size_t i, dt_op op) {
+    double acc = input_value(0, i);
+    for (int r = 1; r < p; r++) {
+        double v = input_value(r, i);
+        acc = op == DT_MAX ? fmax(acc, v) : op == DT_MIN ? fmin(acc, v) : op == DT_PROD ? acc * v : acc + v;
+    }
+    return op == DT_AVG ? acc / p : acc;
+}
+
+typedef struct {
+    dt_coll coll;
+    dt_dtype t;
+    dt_op op;
+    int p, rank, root;
+    size_t count, send_n, recv_n;
+    void *send, *recv;
+} bench_case;
+
+static void fill(bench_case *b) {
+    for (size_t i = 0; i < b->send_n; i++) store(b->send, i, b->t, input_value(b->rank, i));
+    if (b->coll == DT_COLL_BROADCAST)
+        for (size_t i = 0; i < b->recv_n; i++) store(b->recv, i, b->t, b->rank == b->root ? input_value(b->root, i) : -1);
+}
+
+/* Returns the first index whose value is wrong, or SIZE_MAX. */
+static size_t verify(const bench_case *b, double *got, double *want) {
+    size_t n = b->count;
+    for (size_t i = 0; i < b->recv_n; i++) {
+        double w;
+        switch (b->coll) {
+        case DT_COLL_ALLREDUCE: w = reduced(b->p, i, b->op); break;
+        case DT_COLL_REDUCE: if (b->rank != b->root) return SIZE_MAX; w = reduced(b->p, i, b->op); break;
+        case DT_COLL_REDUCE_SCATTER: w = reduced(b->p, (size_t)b->rank * n + i, b->op); break;
+        case DT_COLL_BROADCAST: w = input_value(b->root, i); break;
+        case DT_COLL_ALLGATHER: w = input_value((int)(i / n), i % n); break;
+        case DT_COLL_GATHER: if (b->rank != b->root) return SIZE_MAX; w = input_value((int)(i / n), i % n); break;
+        case DT_COLL_ALLTOALL: w = input_value((int)(i / n), (size_t)b->rank * n + i % n); break;
+        case DT_COLL_SCATTER: w = input_value(b->root, (size_t)b->rank * n + i); break;
+        default: return SIZE_MAX;
+        }
+        if (b->t == DT_I32 || b->t == DT_I64) w = trunc(w);
+        else if (b->t == DT_BF16) w = dt_bf16_to_f32(dt_f32_to_bf16((float)w));
+        else if (b->t == DT_F16) w = dt_f16_to_f32(dt_f32_to_f16((float)w));
+        else if (b->t == DT_F32) w = (float)w;
+        double g = load(b->recv, i, b->t);
+        if (g != w) { *got = g; *want = w; return i; }
+    }
+    return SIZE_MAX;
+}
+
+static dt_status run_once(dt_comm *w, bench_case *b) {
+    switch (b->coll) {
+    case DT_COLL_ALLREDUCE: return dt_comm_allreduce(w, b->send, b->recv, b->count, b->t, b->op);
+    case DT_COLL_REDUCE_SCATTER: return dt_comm_reduce_scatter(w, b->send, b->recv, b->count, b->t, b->op);
+    case DT_COLL_ALLGATHER: return dt_comm_allgather(w, b->send, b->recv, b->count, b->t);
+    case DT_COLL_BROADCAST: return dt_comm_broadcast(w, b->recv, b->count, b->t, b->root);
+    case DT_COLL_REDUCE: return dt_comm_reduce(w, b->send, b->recv, b->count, b->t, b->op, b->root);
+    case DT_COLL_ALLTOALL: return dt_comm_alltoall(w, b->send, b->recv, b->count, b->t);
+    case DT_COLL_GATHER: return dt_comm_gather(w, b->send, b->recv, b->count, b->t, b->root);
+    case DT_COLL_SCATTER: return dt_comm_scatter(w, b->send, b->recv, b->count, b->t, b->root);
+    case DT_COLL_BARRIER: return dt_comm_barrier(w);
+    default: return dt_error(DT_ERR_ARG, "cannot benchmark %s", dt_coll_name(b->coll));
+    }
+}
+
+static void *buf_alloc(dt_comm *w, size_t bytes, int arena) {
+    void *p = NULL;
+    if (arena) {
+        if (dt_comm_alloc(w, bytes, &p)) return NULL;
+    } else {
+        p = dt_alloc_aligned(bytes);
+        if (p) memset(p, 0, bytes);
+    }
+    return p;
+}
+
+static void buf_free(dt_comm *w, void *p, int arena) {
+    if (arena) dt_comm_free(w, p);
+    else dt_free_aligned(p);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Seconds per call (max over ranks) of `iters` calls. */
+static dt_status timed(dt_comm *w, bench_case *b, long iters, double *sec) {
+    dt_status st = dt_comm_barrier(w);
+    double t0 = dt_time_now();
+    for (long k = 0; k < iters && !st; k++) st = run_once(w, b);
+    double t = (dt_time_now() - t0) / (double)iters;
+    if (!st) st = dt_comm_allreduce(w, &t, sec, 1, DT_F64, DT_MAX);
+    return st;
+}
+
+typedef struct { size_t bytes; double med, lo, hi; long iters; char algo[32]; int nproc; } bench_row;
+
+static dt_status bench_size(dt_comm *w, const dt_bench_comm_opts *o, size_t bytes, bench_row *row) {
+    int p = dt_comm_size(w), r = dt_comm_rank(w);
+    size_t es = dt_dtype_size(o->dtype);
+    bench_case b = { o->coll, o->dtype, o->op, p, r, 0, count_for(o->coll, bytes, es, p), 0, 0, NULL, NULL };
+    switch (o->coll) {
+    case DT_COLL_ALLREDUCE: case DT_COLL_REDUCE: b.send_n = b.recv_n = b.count; break;
+    case DT_COLL_BROADCAST: b.send_n = 0; b.recv_n = b.count; break;
+    case DT_COLL_REDUCE_SCATTER: case DT_COLL_SCATTER: b.send_n = b.count * (size_t)p; b.recv_n = b.count; break;
+    case DT_COLL_ALLGATHER: case DT_COLL_GATHER: b.send_n = b.count; b.recv_n = b.count * (size_t)p; break;
+    case DT_COLL_ALLTOALL: b.send_n = b.recv_n = b.count * (size_t)p; break;
+    default: break;
+    }
+    b.send = buf_alloc(w, b.send_n * es + 64, o->arena);
+    b.recv = buf_alloc(w, b.recv_n * es + 64, o->arena);
+    if (!b.send || !b.recv) return dt_error(DT_ERR_NOMEM, "bench: cannot allocate %zu bytes", bytes);
+    fill(&b);
+    dt_status st = run_once(w, &b);
+    double got = 0, want = 0;
+    size_t bad = st ? SIZE_MAX : verify(&b, &got, &want);
+    int32_t badflag = bad != SIZE_MAX, anybad = 0;
+    if (!st) st = dt_comm_allreduce(w, &badflag, &anybad, 1, DT_I32, DT_MAX);
+    if (!st && anybad) {
+        if (badflag)
+            st = dt_error(DT_ERR_ARG, "bench: %s of %zu bytes gave a wrong result on rank %d at element %zu: got %g, expected %g",
+                          dt_coll_name(o->coll), bytes, r, bad, got, want);
+        else st = dt_error(DT_ERR_ARG, "bench: %s of %zu bytes gave a wrong result on another rank", dt_coll_name(o->coll), bytes);
+    }
+    /* Calibrate the repetition length on a warmed-up call. */
+    double t1 = 0;
+    if (!st) st = timed(w, &b, 1, &t1);
+    long iters = t1 > 0 ? (long)(o->rep_seconds / t1) : 1000;
+    if (iters < 1) iters = 1;
+    if (iters > 100000) iters = 100000;
+    int64_t it = iters;
+    if (!st) st = dt_comm_broadcast(w, &it, 1, DT_I64, 0);
+    double times[64];
+    int reps = o->reps < 64 ? o->reps : 64;
+    for (int k = 0; k < o->warmup && !st; k++) st = timed(w, &b, it, &times[0]);
+    for (int k = 0; k < reps && !st; k++) st = timed(w, &b, it, &times[k]);
+    if (!st) {
+        qsort(times, (size_t)reps, sizeof times[0], cmp_double);
+        row->bytes = bytes;
+        row->med = times[reps / 2];
+        row->lo = times[0];
+        row->hi = times[reps - 1];
+        row->iters = it;
+        row->nproc = p;
+        size_t total = b.count * es * (o->coll == DT_COLL_ALLREDUCE || o->coll == DT_COLL_BROADCAST || o->coll == DT_COLL_REDUCE ? 1 : (size_t)p);
+        snprintf(row->algo, sizeof row->algo, "%s", dt_algo_name(dt_comm_choose_algo(w, o->coll, total)));
+    }
+    buf_free(w, b.send, o->arena);
+    buf_free(w, b.recv, o->arena);
+    return st;
+}
+
+static void print_json_row(FILE *f, const dt_bench_comm_opts *o, const bench_row *row, const char *buffers) {
+    double algbw = row->bytes / row->med / 1e9;
+    fprintf(f, "{\"op\":\"%s\",\"algo\":\"%s\",\"nproc\":%d,\"bytes\":%zu,\"avg_us\":%.3f,\"algbw_gbs\":%.3f,"
+               "\"busbw_gbs\":%.3f,\"buffers\":\"%s\",\"min_us\":%.3f,\"max_us\":%.3f,\"iters\":%ld,\"dtype\":\"%s\"}\n",
+            dt_coll_name(o->coll), row->algo, row->nproc, row->bytes, row->med * 1e6, algbw,
+            algbw * bus_factor(o->coll, row->nproc), buffers, row->lo * 1e6, row->hi * 1e6, row->iters, dt_dtype_name(o->dtype));
+    fflush(f);
+}
+
+/* The part every rank runs. */
+static int bench_ranks(const dt_bench_comm_opts *o) {
+    dt_comm *w;
+    if (dt_comm_init(&w)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (o->algo != DT_ALGO_AUTO && dt_comm_set_algo(w, o->coll, o->algo)) {
+        dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+        dt_comm_destroy(w);
+        return 2;
+    }
+    FILE *out = NULL;
+    const char *path = getenv("DTRAIN_BENCH_OUT");
+    if (dt_comm_rank(w) == 0) out = path ? fopen(path, "w") : stdout;
+    int rc = 0;
+    size_t es = dt_dtype_size(o->dtype);
+    for (int i = 0; i < o->nsizes; i++) {
+        if (o->coll != DT_COLL_BARRIER && count_for(o->coll, o->sizes[i], es, dt_comm_size(w)) == 0) continue;
+        bench_row row;
+        if (bench_size(w, o, o->sizes[i], &row)) {
+            dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+            rc = 1;
+            break;
+        }
+        if (out) print_json_row(out, o, &row, o->arena ? "arena" : "private");
+        if (o->coll == DT_COLL_BARRIER) break;
+    }
+    if (out && out != stdout) fclose(out);
+    dt_comm_destroy(w);
+    return rc;
+}
+
+/* ---- the parent: launch, baseline, table ---- */
+
+typedef struct { size_t bytes; double us, busbw, lo, hi; char algo[32]; } result;
+
+static int read_results(const char *path, result *res, int max) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, f)) {
+        cJSON *j = cJSON_Parse(line);
+        if (!j) continue;
+        cJSON *b = cJSON_GetObjectItem(j, "bytes"), *us = cJSON_GetObjectItem(j, "avg_us"),
+              *bw = cJSON_GetObjectItem(j, "busbw_gbs"), *al = cJSON_GetObjectItem(j, "algo"),
+              *lo = cJSON_GetObjectItem(j, "min_us"), *hi = cJSON_GetObjectItem(j, "max_us");
+        if (cJSON_IsNumber(b) && cJSON_IsNumber(us) && cJSON_IsNumber(bw)) {
+            res[n].bytes = (size_t)b->valuedouble;
+            res[n].us = us->valuedouble;
+            res[n].busbw = bw->valuedouble;
+            res[n].lo = cJSON_IsNumber(lo) ? lo->valuedouble : us->valuedouble;
+            res[n].hi = cJSON_IsNumber(hi) ? hi->valuedouble : us->valuedouble;
+            snprintf(res[n].algo, sizeof res[n].algo, "%s", cJSON_IsString(al) ? al->valuestring : "?");
+            n++;
+        }
+        cJSON_Delete(j);
+    }
+    fclose(f);
+    return n;
+}
+
+static const char *exe_dir(char *buf, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+    if (n <= 0) return ".";
+    buf[n] = 0;
+    char *slash = strrchr(buf, '/');
+    if (slash) *slash = 0;
+    return buf;
+}
+
+static int run_baseline(const dt_bench_comm_opts *o, const char *outpath) {
+    char dir[PATH_MAX], cmd[8192], sizes[2048] = "";
+    exe_dir(dir, sizeof dir);
+    bool mpich = strcmp(o->baseline, "mpich") == 0;
+    const char *bin = mpich ? "mpi_coll_bench_mpich" : "mpi_coll_bench";
+    for (int i = 0; i < o->nsizes; i++)
+        snprintf(sizes + strlen(sizes), sizeof sizes - strlen(sizes), "%s%zu", i ? "," : "", o->sizes[i]);
+    char binpath[PATH_MAX + 64];
+    snprintf(binpath, sizeof binpath, "%s/bench/%s", dir, bin);
+    if (access(binpath, X_OK) != 0) {
+        dt_log(DT_LOG_ERROR, "bench: baseline program %s is missing (was dtrain built with %s installed?)", binpath,
+               mpich ? "MPICH (mpicc.mpich)" : "an MPI library");
+        return 1;
+    }
+    snprintf(cmd, sizeof cmd,
+             "%s -np %d %s %s --op %s --dtype %s --redop %s --sizes %s --reps %d --warmup %d --seconds %g > %s",
+             mpich ? "mpirun.mpich" : "mpirun", o->nproc,
+             mpich ? "" : "--oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none",
+             binpath, dt_coll_name(o->coll), dt_dtype_name(o->dtype), dt_op_name(o->op), sizes, o->reps, o->warmup,
+             o->rep_seconds, outpath);
+    int rc = system(cmd);
+    if (rc != 0) dt_log(DT_LOG_ERROR, "bench: baseline command failed (%d): %s", rc, cmd);
+    return rc != 0;
+}
+
+static void print_machine(const dt_bench_comm_opts *o) {
+    struct utsname u;
+    uname(&u);
+    char model[256] = "unknown cpu";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "model name", 10)) {
+                char *c = strchr(line, ':');
+                if (c) { snprintf(model, sizeof model, "%s", c + 2); model[strcspn(model, "\n")] = 0; }
+                break;
+            }
+        fclose(f);
+    }
+    printf("# dtrain bench comm: %s, %s %s, %ld cores, %s\n", model, u.sysname, u.release,
+           sysconf(_SC_NPROCESSORS_ONLN), o->nproc > sysconf(_SC_NPROCESSORS_ONLN) ? "OVERSUBSCRIBED" : "not oversubscribed");
+    printf("# %s %s %s, %d ranks, %s buffers, algo %s, median of %d reps (after %d warm-up) of ~%.0f ms each, %d round(s)\n",
+           dt_coll_name(o->coll), dt_dtype_name(o->dtype), dt_op_name(o->op), o->nproc, o->arena ? "arena" : "private",
+           dt_algo_name(o->algo), o->reps, o->warmup, o->rep_seconds * 1e3, o->rounds);
+}
+
+static double median_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv) {
+    bool in_job = getenv("DTRAIN_SHM_FD") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+    if (in_job || (o->nproc == 1 && !o->baseline && !getenv("DTRAIN_BENCH_TABLE"))) return bench_ranks(o);
+
+    enum { MAXR = 16, MAXS = 64 };
+    static result dt_res[MAXR][MAXS], mpi_res[MAXR][MAXS];
+    int ndt[MAXR] = { 0 }, nmpi[MAXR] = { 0 };
+    int rounds = o->rounds < 1 ? 1 : o->rounds > MAXR ? MAXR : o->rounds;
+    char path[] = "/tmp/dtrain-bench-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) { dt_log(DT_LOG_ERROR, "bench: cannot create a temporary file: %s", strerror(errno)); return 1; }
+    close(fd);
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) { dt_log(DT_LOG_ERROR, "bench: cannot find my own executable"); unlink(path); return 1; }
+    self[n] = 0;
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    args[0] = self;
+    for (int i = 1; i < argc; i++) args[i] = argv[i];
+    int rc = 0;
+    for (int r = 0; r < rounds && !rc; r++) {
+        setenv("DTRAIN_BENCH_OUT", path, 1);
+        rc = dt_comm_launch(o->nproc, args);
+        unsetenv("DTRAIN_BENCH_OUT");
+        ndt[r] = read_results(path, dt_res[r], MAXS);
+        if (!rc && o->baseline) {
+            rc = run_baseline(o, path);
+            nmpi[r] = read_results(path, mpi_res[r], MAXS);
+        }
+    }
+    unlink(path);
+    free(args);
+    if (rc) return rc;
+
+    if (!o->json) print_machine(o);
+    if (!o->json) {
+        printf("%10s %-13s %11s %21s %9s %9s", "bytes", "algo", "avg_us", "min-max_us", "algbw", "busbw");
+        if (o->baseline) printf(" | %11s %9s %9s %9s", o->baseline, "busbw", "lat_x", "bw_x");
+        printf("\n");
+    }
+    for (int i = 0; i < ndt[0]; i++) {
+        double us[MAXR], bw[MAXR], mus[MAXR], mbw[MAXR];
+        double lo = INFINITY, hi = 0;
+        int nm = 0;
+        for (int r = 0; r < rounds; r++) {
+            us[r] = dt_res[r][i].us;
+            bw[r] = dt_res[r][i].busbw;
+            lo = fmin(lo, dt_res[r][i].lo);
+            hi = fmax(hi, dt_res[r][i].hi);
+            for (int k = 0; k < nmpi[r]; k++)
+                if (mpi_res[r][k].bytes == dt_res[0][i].bytes) { mus[nm] = mpi_res[r][k].us; mbw[nm] = mpi_res[r][k].busbw; nm++; }
+        }
+        double u = median_of(us, rounds), b = median_of(bw, rounds);
+        size_t bytes = dt_res[0][i].bytes;
+        if (o->json) {
+            printf("{\"op\":\"%s\",\"algo\":\"%s\",\"nproc\":%d,\"bytes\":%zu,\"avg_us\":%.3f,\"algbw_gbs\":%.3f,"
+                   "\"busbw_gbs\":%.3f,\"buffers\":\"%s\"",
+                   dt_coll_name(o->coll), dt_res[0][i].algo, o->nproc, bytes, u, bytes / u / 1e3, b, o->arena ? "arena" : "private");
+            if (nm) printf(",\"baseline\":\"%s\",\"baseline_avg_us\":%.3f,\"baseline_busbw_gbs\":%.3f", o->baseline,
+                           median_of(mus, nm), median_of(mbw, nm));
+            printf("}\n");
+            continue;
+        }
+        char sz[32], range[48];
+        snprintf(range, sizeof range, "%.2f-%.2f", lo, hi);
+        printf("%10s %-13s %11.2f %21s %9.2f %9.2f", dt_format_size(bytes, sz, sizeof sz), dt_res[0][i].algo, u, range,
+               bytes / u / 1e3, b);
+        if (nm) {
+            double mu = median_of(mus, nm), mb = median_of(mbw, nm);
+            printf(" | %11.2f %9.2f %8.2fx %8.2fx", mu, mb, mu / u, mb > 0 ? b / mb : 0.0);
+        }
+        printf("\n");
+    }
+    if (!o->json && o->baseline)
+        printf("# lat_x = %s time / dtrain time, bw_x = dtrain busbw / %s busbw (above 1: dtrain is faster)\n", o->baseline, o->baseline);
+    return 0;
+}

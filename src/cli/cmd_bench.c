@@ -1,0 +1,86 @@
+/* dtrain bench comm [FLAGS] */
+#include "cli.h"
+#include "dtrain/bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtrain bench comm [FLAGS]\n"
+            "  --op COLL          allreduce (default), reduce_scatter, allgather, broadcast, reduce,\n"
+            "                     alltoall, gather, scatter, barrier\n"
+            "  --algo ALGO        auto (default), shm_direct, ring, tree, rd, rabenseifner, bruck,\n"
+            "                     pairwise, hier\n"
+            "  --nproc N          local ranks (default 2)\n"
+            "  --sizes LIST       e.g. 8,1M,64M (default 8B to 256MiB by x4); nccl-tests sizes\n"
+            "  --buffers KIND     arena (default: dt_comm_alloc, zero-copy) or private (malloc)\n"
+            "  --dtype T          f32 (default), f64, bf16, f16, i32, i64\n"
+            "  --redop OP         sum (default), avg, max, min, prod\n"
+            "  --reps N           timed repetitions per size, median reported (default 7)\n"
+            "  --warmup N         warm-up repetitions (default 2)\n"
+            "  --seconds S        length of one repetition (default 0.05)\n"
+            "  --baseline LIB     also time the MPI library's collective in the same invocation:\n"
+            "                     mpi (the one dtrain was built with, Open MPI) or mpich\n"
+            "  --rounds N         alternate dtrain and baseline N times, median of rounds (default 1)\n"
+            "  --json             one JSON object per line\n");
+}
+
+int dt_cli_bench(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "comm") != 0) {
+        if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) { usage(stdout); return 0; }
+        dt_log(DT_LOG_ERROR, "bench: expected 'comm' (the only benchmark so far)");
+        return 2;
+    }
+    dt_bench_comm_opts o;
+    dt_bench_comm_defaults(&o);
+    for (int i = 2; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        dt_status st = DT_OK;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(f, "--json")) { o.json = 1; continue; }
+        if (!v) { dt_log(DT_LOG_ERROR, "bench comm: %s needs a value", f); return 2; }
+        i++;
+        if (!strcmp(f, "--op")) st = dt_coll_parse(v, &o.coll);
+        else if (!strcmp(f, "--algo")) st = dt_algo_parse(v, &o.algo);
+        else if (!strcmp(f, "--dtype")) st = dt_dtype_parse(v, &o.dtype);
+        else if (!strcmp(f, "--redop")) st = dt_op_parse(v, &o.op);
+        else if (!strcmp(f, "--nproc") || !strcmp(f, "--reps") || !strcmp(f, "--warmup") || !strcmp(f, "--rounds")) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || n < (strcmp(f, "--warmup") ? 1 : 0) || n > 4096) {
+                dt_log(DT_LOG_ERROR, "bench comm: %s %s is not a valid count", f, v);
+                return 2;
+            }
+            if (!strcmp(f, "--nproc")) o.nproc = (int)n;
+            else if (!strcmp(f, "--reps")) o.reps = (int)n;
+            else if (!strcmp(f, "--warmup")) o.warmup = (int)n;
+            else o.rounds = (int)n;
+        } else if (!strcmp(f, "--seconds")) {
+            char *end;
+            o.rep_seconds = strtod(v, &end);
+            if (*end || !(o.rep_seconds > 0 && o.rep_seconds < 60)) { dt_log(DT_LOG_ERROR, "bench comm: bad --seconds %s", v); return 2; }
+        } else if (!strcmp(f, "--buffers")) {
+            if (!strcmp(v, "arena")) o.arena = 1;
+            else if (!strcmp(v, "private")) o.arena = 0;
+            else { dt_log(DT_LOG_ERROR, "bench comm: --buffers expects arena or private, got '%s'", v); return 2; }
+        } else if (!strcmp(f, "--baseline")) {
+            if (strcmp(v, "mpi") && strcmp(v, "mpich")) { dt_log(DT_LOG_ERROR, "bench comm: --baseline expects mpi or mpich, got '%s'", v); return 2; }
+            o.baseline = v;
+        } else if (!strcmp(f, "--sizes")) {
+            char buf[4096];
+            snprintf(buf, sizeof buf, "%s", v);
+            o.nsizes = 0;
+            for (char *tok = strtok(buf, ","); tok && !st; tok = strtok(NULL, ",")) {
+                if (o.nsizes == 64) { dt_log(DT_LOG_ERROR, "bench comm: at most 64 sizes"); return 2; }
+                st = dt_parse_size(tok, &o.sizes[o.nsizes++]);
+            }
+        } else {
+            dt_log(DT_LOG_ERROR, "bench comm: unknown flag '%s' (see --help)", f);
+            return 2;
+        }
+        if (st) { dt_log(DT_LOG_ERROR, "bench comm: %s", dt_last_error()); return 2; }
+    }
+    return dt_bench_comm(&o, argc, argv);
+}

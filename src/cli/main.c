@@ -1,0 +1,31 @@
+/* dtrain: the command. Each subcommand parses its own flags and calls the
+ * library; nothing here decides anything else. */
+#include "cli.h"
+#include "dtrain/base.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtrain COMMAND [ARGS]\n"
+            "\n"
+            "commands:\n"
+            "  launch -n N [--] PROGRAM [ARGS]  run N local ranks of PROGRAM over shared memory\n"
+            "  bench comm [FLAGS]               collective latency and bandwidth (see dtrain bench comm --help)\n"
+            "  help                             this text\n"
+            "\n"
+            "Under mpirun/srun, programs built on dtrain use MPI between machines and\n"
+            "shared memory inside each.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return 2; }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "launch")) return dt_cli_launch(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return dt_cli_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return 0; }
+    dt_log(DT_LOG_ERROR, "unknown command '%s'", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,194 @@
+/* shm-direct: every collective on one machine, working straight on the
+ * peers' buffers in the shared segment.
+ *
+ * Pull (allgather, broadcast, alltoall, gather, scatter, reduce_scatter, and
+ * small reductions): each rank builds its own output from all inputs.
+ * Push (large allreduce and reduce): rank r reduces slice r of the inputs in
+ * rank order and writes it into every output, so each element is summed once,
+ * the same way on every rank and every run, and each rank moves 2n bytes.
+ *
+ * Inputs reach peers in one of three ways, chosen the same on every rank:
+ *  - inline: up to DT_CELL_INLINE bytes travel inside the arrival cell; no
+ *    barrier after the call (cells are double-buffered);
+ *  - zero-copy: buffers from dt_comm_alloc are read and written in place;
+ *    one barrier at the end, so nobody reuses a buffer that a peer still reads;
+ *  - staged: private buffers are copied through per-rank scratch in chunks of
+ *    DT_SCRATCH_BYTES, two barriers per chunk.
+ *
+ * cost (p ranks, n bytes): α·(1 + barriers) + n·β_mem (push: 2n per rank;
+ * staged adds 2n) + n·γ; auto picks it whenever all ranks share a machine. */
+#include "../comm_internal.h"
+
+#include <string.h>
+
+static size_t input_bytes(const coll_args *a, int p, int j) {
+    size_t b = a->count * dt_dtype_size(a->dtype);
+    switch (a->coll) {
+    case DT_COLL_REDUCE_SCATTER: case DT_COLL_ALLTOALL: return b * (size_t)p;
+    case DT_COLL_BROADCAST: return j == a->root ? b : 0;
+    case DT_COLL_SCATTER: return j == a->root ? b * (size_t)p : 0;
+    case DT_COLL_BARRIER: return 0;
+    default: return b;
+    }
+}
+
+static const void *my_input(const coll_args *a, int rank) {
+    if (a->coll == DT_COLL_BROADCAST) return rank == a->root ? a->recvbuf : NULL;
+    if (a->coll == DT_COLL_SCATTER && rank != a->root) return NULL;
+    return a->sendbuf;
+}
+
+static bool uses_push(const coll_args *a) {
+    return a->coll == DT_COLL_ALLREDUCE || a->coll == DT_COLL_REDUCE;
+}
+
+/* Pull: write this rank's part of the output that depends on bytes [lo,hi)
+ * of every rank's input; in[j] points at byte lo of rank j's input. */
+static void consume(dt_comm *c, const coll_args *a, const uint8_t *const *in, size_t lo, size_t hi) {
+    int p = c->size, r = c->rank;
+    size_t es = dt_dtype_size(a->dtype), B = a->count * es;
+    uint8_t *out = a->recvbuf;
+    switch (a->coll) {
+    case DT_COLL_ALLREDUCE:
+    case DT_COLL_REDUCE:
+        if (a->coll == DT_COLL_REDUCE && r != a->root) return;
+        dt_reduce_many(out + lo, (const void *const *)in, p, (hi - lo) / es, a->dtype, a->op);
+        dt_reduce_finish(out + lo, (hi - lo) / es, a->dtype, a->op, p);
+        return;
+    case DT_COLL_REDUCE_SCATTER: {
+        size_t x0 = lo > r * B ? lo : r * B, x1 = hi < (r + 1) * B ? hi : (r + 1) * B;
+        if (x0 >= x1) return;
+        const void *srcs[DT_MAX_LOCAL];
+        for (int j = 0; j < p; j++) srcs[j] = in[j] + (x0 - lo);
+        dt_reduce_many(out + (x0 - r * B), srcs, p, (x1 - x0) / es, a->dtype, a->op);
+        dt_reduce_finish(out + (x0 - r * B), (x1 - x0) / es, a->dtype, a->op, p);
+        return;
+    }
+    case DT_COLL_ALLGATHER:
+        for (int j = 0; j < p; j++) memmove(out + (size_t)j * B + lo, in[j], hi - lo);
+        return;
+    case DT_COLL_GATHER:
+        if (r == a->root)
+            for (int j = 0; j < p; j++) memmove(out + (size_t)j * B + lo, in[j], hi - lo);
+        return;
+    case DT_COLL_BROADCAST:
+        if (r != a->root) memcpy(out + lo, in[a->root], hi - lo);
+        return;
+    case DT_COLL_ALLTOALL:
+    case DT_COLL_SCATTER: {
+        size_t x0 = lo > r * B ? lo : r * B, x1 = hi < (r + 1) * B ? hi : (r + 1) * B;
+        if (x0 >= x1) return;
+        if (a->coll == DT_COLL_SCATTER) { memmove(out + (x0 - r * B), in[a->root] + (x0 - lo), x1 - x0); return; }
+        for (int j = 0; j < p; j++) memmove(out + (size_t)j * B + (x0 - r * B), in[j] + (x0 - lo), x1 - x0);
+        return;
+    }
+    default: return;
+    }
+}
+
+/* Push: reduce elements [e0,e1) (this rank's slice) from in[] and store the
+ * result into every non-NULL out[]. */
+static void push_slice(const coll_args *a, int p, uint8_t *const *in, uint8_t *const *out, size_t e0, size_t e1) {
+    size_t es = dt_dtype_size(a->dtype);
+    _Alignas(64) uint8_t acc[16384];
+    size_t blk = sizeof acc / es;
+    const void *srcs[DT_MAX_LOCAL];
+    for (size_t e = e0; e < e1; e += blk) {
+        size_t m = e1 - e < blk ? e1 - e : blk;
+        for (int j = 0; j < p; j++) srcs[j] = in[j] + e * es;
+        dt_reduce_many(acc, srcs, p, m, a->dtype, a->op);
+        dt_reduce_finish(acc, m, a->dtype, a->op, p);
+        for (int j = 0; j < p; j++)
+            if (out[j]) memcpy(out[j] + e * es, acc, m * es);
+    }
+}
+
+static uint64_t seg_off(dt_comm *c, const void *p, size_t bytes) {
+    if (!p || !bytes || !dt_segment_contains(c->seg, p, bytes)) return 0;
+    return (uint64_t)((const char *)p - c->seg->base);
+}
+
+static dt_status run_staged(dt_comm *c, const coll_args *a, size_t maxin) {
+    int p = c->size, r = c->rank;
+    size_t es = dt_dtype_size(a->dtype);
+    const uint8_t *mine = my_input(a, r);
+    size_t myin = input_bytes(a, p, r);
+    uint8_t *scr[DT_MAX_LOCAL];
+    for (int j = 0; j < p; j++) scr[j] = c->scratch + (size_t)j * DT_SCRATCH_BYTES;
+    if (uses_push(a)) {
+        size_t chunk = DT_SCRATCH_BYTES / es;
+        bool all = a->coll == DT_COLL_ALLREDUCE;
+        uint8_t *out[DT_MAX_LOCAL];
+        for (int j = 0; j < p; j++) out[j] = (all || j == a->root) ? scr[j] : NULL;
+        for (size_t e = 0; e < a->count; e += chunk) {
+            size_t m = a->count - e < chunk ? a->count - e : chunk;
+            memcpy(scr[r], mine + e * es, m * es);
+            dt_status st = dt_group_step(c);
+            if (st) return st;
+            push_slice(a, p, scr, out, dt_block_start(m, p, r), dt_block_start(m, p, r) + dt_block_count(m, p, r));
+            if ((st = dt_group_step(c))) return st;
+            if (out[r]) memcpy((uint8_t *)a->recvbuf + e * es, scr[r], m * es);
+        }
+        return DT_OK;
+    }
+    const uint8_t *in[DT_MAX_LOCAL];
+    for (size_t lo = 0; lo < maxin; lo += DT_SCRATCH_BYTES) {
+        size_t hi = maxin - lo < DT_SCRATCH_BYTES ? maxin : lo + DT_SCRATCH_BYTES;
+        if (myin > lo) memcpy(scr[r], mine + lo, (myin < hi ? myin : hi) - lo);
+        dt_status st = dt_group_step(c);
+        if (st) return st;
+        for (int j = 0; j < p; j++) in[j] = scr[j];
+        consume(c, a, in, lo, hi);
+        if ((st = dt_group_step(c))) return st;
+    }
+    return DT_OK;
+}
+
+dt_status dt_shm_direct_run(dt_comm *c, const coll_args *a) {
+    int p = c->size, r = c->rank;
+    if (c->local_size != p)
+        return dt_error(DT_ERR_UNSUPPORTED, "shm_direct needs every rank on one machine (%d of %d are here)", c->local_size, p);
+    size_t es = dt_dtype_size(a->dtype);
+    size_t maxin = 0;
+    for (int j = 0; j < p; j++) {
+        size_t b = input_bytes(a, p, j);
+        if (b > maxin) maxin = b;
+    }
+    const uint8_t *mine = my_input(a, r);
+    size_t myin = input_bytes(a, p, r);
+    size_t outb = a->coll == DT_COLL_ALLREDUCE || (a->coll == DT_COLL_REDUCE && r == a->root) ? a->count * es : 0;
+    bool small = maxin <= DT_CELL_INLINE;
+    dt_cell_publish(c, small ? mine : NULL, small ? myin : 0, seg_off(c, mine, myin), seg_off(c, a->recvbuf, outb));
+    dt_status st = dt_cell_wait_all(c);
+    if (st || maxin == 0) return st;
+
+    const uint8_t *in[DT_MAX_LOCAL];
+    if (small) {
+        for (int j = 0; j < p; j++) in[j] = dt_cell_of(c, j)->data;
+        consume(c, a, in, 0, maxin);
+        return DT_OK;
+    }
+    /* Zero-copy when every buffer that peers must touch is in the segment. */
+    bool zc = true;
+    for (int j = 0; j < p && zc; j++) {
+        shm_cell *cell = dt_cell_of(c, j);
+        uint64_t so = atomic_load_explicit(&cell->off[0], memory_order_relaxed);
+        uint64_t ro = atomic_load_explicit(&cell->off[1], memory_order_relaxed);
+        if (input_bytes(a, p, j) && !so) zc = false;
+        if (uses_push(a) && (a->coll == DT_COLL_ALLREDUCE || j == a->root) && !ro) zc = false;
+        in[j] = so ? (const uint8_t *)dt_segment_ptr(c->seg, so) : NULL;
+    }
+    if (!zc) return run_staged(c, a, maxin);
+    if (uses_push(a)) {
+        uint8_t *out[DT_MAX_LOCAL];
+        for (int j = 0; j < p; j++) {
+            uint64_t ro = atomic_load_explicit(&dt_cell_of(c, j)->off[1], memory_order_relaxed);
+            out[j] = (a->coll == DT_COLL_ALLREDUCE || j == a->root) ? dt_segment_ptr(c->seg, ro) : NULL;
+        }
+        size_t e0 = dt_block_start(a->count, p, r);
+        push_slice(a, p, (uint8_t *const *)in, out, e0, e0 + dt_block_count(a->count, p, r));
+    } else {
+        consume(c, a, in, 0, maxin);
+    }
+    return dt_group_step(c);
+}

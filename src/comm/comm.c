@@ -1,0 +1,428 @@
+/* The communicator: where it comes from (launcher, MPI, alone), how it
+ * splits, its shared arena, and the checked entry of every collective. */
+#include "comm_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static bool env_int(const char *name, long *out) {
+    const char *e = getenv(name);
+    if (!e || !*e) return false;
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (*end) return false;
+    *out = v;
+    return true;
+}
+
+static dt_status comm_alloc_tables(dt_comm *c) {
+    c->node_of = calloc((size_t)c->size, sizeof(int));
+    c->local_index = calloc((size_t)c->size, sizeof(int));
+    c->local_members = calloc((size_t)c->local_size, sizeof(int));
+    c->proc_of = calloc((size_t)c->local_size, sizeof(int));
+    c->peer_seen = calloc((size_t)c->local_size, sizeof(uint32_t));
+    if (!c->node_of || !c->local_index || !c->local_members || !c->proc_of || !c->peer_seen)
+        return dt_error(DT_ERR_NOMEM, "communicator: out of memory for %d ranks", c->size);
+    return DT_OK;
+}
+
+static void comm_free(dt_comm *c) {
+    if (!c) return;
+    free(c->node_of);
+    free(c->local_index);
+    free(c->local_members);
+    free(c->proc_of);
+    free(c->peer_seen);
+    for (int k = 0; k < 2; k++) dt_free_aligned(c->work[k]);
+    free(c);
+}
+
+static void apply_env_algos(dt_comm *c) {
+    const char *all = getenv("DTRAIN_ALGO");
+    for (int k = 0; k < DT_COLL_COUNT; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "DTRAIN_ALGO_%s", dt_coll_name((dt_coll)k));
+        for (char *q = name; *q; q++) if (*q >= 'a' && *q <= 'z') *q = (char)(*q - 32);
+        const char *e = getenv(name);
+        if (!e) e = all;
+        dt_algo a;
+        if (e && (dt_algo_parse(e, &a) || dt_comm_set_algo(c, (dt_coll)k, a)) && getenv(name))
+            dt_log(DT_LOG_WARN, "%s=%s: %s; using auto", name, e, dt_last_error());
+    }
+}
+
+static dt_comm *comm_new(int rank, int size, int local_rank, int local_size) {
+    dt_comm *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->rank = rank;
+    c->size = size;
+    c->local_rank = local_rank;
+    c->local_size = local_size;
+    c->nodes = 1;
+    c->oversubscribed = local_size > sysconf(_SC_NPROCESSORS_ONLN);
+    return c;
+}
+
+/* A child of `dtrain launch`: the segment fd and the world's control block
+ * offset come in the environment. */
+static dt_status init_launched(long fd, dt_comm **out) {
+    long rank, size, off;
+    if (!env_int("DTRAIN_RANK", &rank) || !env_int("DTRAIN_WORLD_SIZE", &size) || !env_int("DTRAIN_GROUP_OFF", &off) ||
+        size < 1 || size > DT_MAX_LOCAL || rank < 0 || rank >= size)
+        return dt_error(DT_ERR_ARG, "DTRAIN_SHM_FD is set but DTRAIN_RANK/DTRAIN_WORLD_SIZE/DTRAIN_GROUP_OFF are missing or "
+                        "out of range: was this process started by `dtrain launch`?");
+    dt_comm *c = comm_new((int)rank, (int)size, (int)rank, (int)size);
+    if (!c) return dt_error(DT_ERR_NOMEM, "communicator: out of memory");
+    dt_status st = comm_alloc_tables(c);
+    if (!st) st = dt_segment_attach((int)fd, &c->seg);
+    if (st) { comm_free(c); return st; }
+    if (c->seg->hdr->nprocs != size) {
+        st = dt_error(DT_ERR_ARG, "segment was made for %d ranks but DTRAIN_WORLD_SIZE is %ld", c->seg->hdr->nprocs, size);
+        dt_segment_release(c->seg);
+        comm_free(c);
+        return st;
+    }
+    for (int i = 0; i < c->size; i++) {
+        c->local_index[i] = i;
+        c->local_members[i] = i;
+        c->proc_of[i] = i;
+    }
+    seg_proc *me = &c->seg->hdr->proc[rank];
+    atomic_store(&me->world_rank, (int32_t)rank);
+    atomic_store(&me->pid, (int32_t)getpid());
+    atomic_store(&me->state, PROC_ALIVE);
+    if ((st = dt_group_attach(c, (uint64_t)off))) {
+        dt_segment_release(c->seg);
+        comm_free(c);
+        return st;
+    }
+    c->transport = "shm";
+    *out = c;
+    return DT_OK;
+}
+
+#ifdef DT_HAVE_MPI
+dt_status dt_mpi_init_world(dt_comm **out);   /* mpi_transport.c */
+bool dt_mpi_launched(void);
+#endif
+
+dt_status dt_comm_init(dt_comm **world) {
+    if (!world) return dt_error(DT_ERR_ARG, "dt_comm_init: world is NULL");
+    *world = NULL;
+    long fd;
+    dt_status st;
+    if (env_int("DTRAIN_SHM_FD", &fd)) {
+        st = init_launched(fd, world);
+    }
+#ifdef DT_HAVE_MPI
+    else if (dt_mpi_launched()) {
+        st = dt_mpi_init_world(world);
+    }
+#endif
+    else {
+        dt_comm *c = comm_new(0, 1, 0, 1);
+        if (!c || comm_alloc_tables(c)) { comm_free(c); return dt_error(DT_ERR_NOMEM, "communicator: out of memory"); }
+        c->transport = "self";
+        *world = c;
+        st = DT_OK;
+    }
+    if (st) return st;
+    apply_env_algos(*world);
+    dt_log_set_rank((*world)->size > 1 ? (*world)->rank : -1);
+    return DT_OK;
+}
+
+void dt_mpi_comm_free(dt_comm *c);
+
+dt_status dt_comm_destroy(dt_comm *c) {
+    if (!c) return DT_OK;
+    dt_progress_destroy(c);
+    if (c->seg && !c->parent_world) {
+        /* The world: tell peers we left on purpose, so a wait on us fails fast. */
+        atomic_store(&c->seg->hdr->proc[c->proc_of[c->local_rank]].state, PROC_FINALIZED);
+    }
+#ifdef DT_HAVE_MPI
+    dt_mpi_comm_free(c);
+#endif
+    if (c->seg) dt_segment_release(c->seg);
+    comm_free(c);
+    return DT_OK;
+}
+
+int dt_comm_rank(const dt_comm *c) { return c ? c->rank : -1; }
+int dt_comm_size(const dt_comm *c) { return c ? c->size : 0; }
+int dt_comm_local_rank(const dt_comm *c) { return c ? c->local_rank : -1; }
+int dt_comm_local_size(const dt_comm *c) { return c ? c->local_size : 0; }
+int dt_comm_node(const dt_comm *c) { return c ? c->node : -1; }
+int dt_comm_nodes(const dt_comm *c) { return c ? c->nodes : 0; }
+const char *dt_comm_transport(const dt_comm *c) { return c ? c->transport : "none"; }
+
+void *dt_comm_work(dt_comm *c, int k, size_t bytes) {
+    if (bytes == 0) bytes = 64; /* callers treat NULL as out of memory */
+    if (bytes <= c->work_bytes[k]) return c->work[k];
+    size_t want = bytes + bytes / 4;
+    void *p = dt_alloc_aligned(want);
+    if (!p) return NULL;
+    memset(p, 0, want); /* pre-fault now, not inside a timed collective later */
+    dt_free_aligned(c->work[k]);
+    c->work[k] = p;
+    c->work_bytes[k] = want;
+    return p;
+}
+
+/* ---- shared arena ---- */
+
+#define ARENA_HDR 64 /* size of the block, kept in front of it */
+
+dt_status dt_comm_alloc(dt_comm *c, size_t bytes, void **out) {
+    if (!c || !out) return dt_error(DT_ERR_ARG, "dt_comm_alloc: NULL argument");
+    *out = NULL;
+    if (bytes > SIZE_MAX - 2 * ARENA_HDR) return dt_error(DT_ERR_ARG, "dt_comm_alloc: %zu bytes overflows", bytes);
+    uint8_t *p;
+    if (c->seg) {
+        uint64_t off;
+        dt_status st = dt_segment_alloc(c->seg, bytes + ARENA_HDR, &off);
+        if (st) return st;
+        p = dt_segment_ptr(c->seg, off);
+    } else {
+        p = dt_alloc_aligned(bytes + ARENA_HDR);
+        if (!p) return dt_error(DT_ERR_NOMEM, "dt_comm_alloc: out of memory for %zu bytes", bytes);
+    }
+    memset(p, 0, bytes + ARENA_HDR); /* pre-fault: collectives never touch fresh pages */
+    *(size_t *)p = bytes;
+    *out = p + ARENA_HDR;
+    return DT_OK;
+}
+
+void dt_comm_free(dt_comm *c, void *ptr) {
+    if (!c || !ptr) return;
+    uint8_t *p = (uint8_t *)ptr - ARENA_HDR;
+    if (c->seg && dt_segment_contains(c->seg, p, ARENA_HDR))
+        dt_segment_free(c->seg, (uint64_t)(p - (uint8_t *)c->seg->base), *(size_t *)p + ARENA_HDR);
+    else
+        dt_free_aligned(p);
+}
+
+/* ---- algorithm choice ---- */
+
+dt_status dt_comm_set_algo(dt_comm *c, dt_coll coll, dt_algo algo) {
+    if (!c || (unsigned)coll >= DT_COLL_COUNT || (unsigned)algo >= DT_ALGO_COUNT)
+        return dt_error(DT_ERR_ARG, "dt_comm_set_algo: bad collective %d or algorithm %d", (int)coll, (int)algo);
+    if (algo != DT_ALGO_AUTO && !dt_algo_lookup(algo, coll))
+        return dt_error(DT_ERR_ARG, "algorithm %s does not implement %s", dt_algo_name(algo), dt_coll_name(coll));
+    if (algo == DT_ALGO_SHM_DIRECT && c->size > 1 && (c->local_size != c->size || !c->slots))
+        return dt_error(DT_ERR_ARG, "algorithm shm_direct needs every rank on one machine (%d of %d are)", c->local_size, c->size);
+    if (algo == DT_ALGO_HIER && (!c->node_comm || !c->cross_comm))
+        return dt_error(DT_ERR_ARG, "algorithm hier needs a communicator over several machines with equal ranks on each");
+    c->forced[coll] = algo;
+    return DT_OK;
+}
+
+dt_algo dt_comm_choose_algo(dt_comm *c, dt_coll coll, size_t bytes) {
+    if (c->forced[coll] != DT_ALGO_AUTO) return c->forced[coll];
+    return dt_select_algo(c, coll, bytes);
+}
+
+algo_fn dt_algo_lookup(dt_algo algo, dt_coll coll) {
+    switch (algo) {
+    case DT_ALGO_SHM_DIRECT: return coll == DT_COLL_SENDRECV ? NULL : dt_shm_direct_run;
+    case DT_ALGO_RING:
+        return coll == DT_COLL_ALLREDUCE || coll == DT_COLL_REDUCE_SCATTER || coll == DT_COLL_ALLGATHER ? dt_ring_run : NULL;
+    case DT_ALGO_TREE:
+        return coll == DT_COLL_ALLREDUCE || coll == DT_COLL_BROADCAST || coll == DT_COLL_REDUCE || coll == DT_COLL_GATHER ||
+               coll == DT_COLL_SCATTER || coll == DT_COLL_BARRIER ? dt_tree_run : NULL;
+    case DT_ALGO_RD:
+        return coll == DT_COLL_ALLREDUCE || coll == DT_COLL_ALLGATHER || coll == DT_COLL_BARRIER ? dt_rd_run : NULL;
+    case DT_ALGO_RABENSEIFNER: return coll == DT_COLL_ALLREDUCE ? dt_rabenseifner_run : NULL;
+    case DT_ALGO_BRUCK: return coll == DT_COLL_ALLGATHER ? dt_bruck_run : NULL;
+    case DT_ALGO_PAIRWISE:
+        return coll == DT_COLL_ALLTOALL || coll == DT_COLL_GATHER || coll == DT_COLL_SCATTER ||
+               coll == DT_COLL_REDUCE_SCATTER ? dt_pairwise_run : NULL;
+    case DT_ALGO_HIER: return coll == DT_COLL_ALLREDUCE ? dt_hier_run : NULL;
+    default: return NULL;
+    }
+}
+
+/* ---- execution ---- */
+
+static void run_alone(const coll_args *a) {
+    size_t es = dt_dtype_size(a->dtype), b = a->count * es;
+    switch (a->coll) {
+    case DT_COLL_BROADCAST: case DT_COLL_BARRIER: break;
+    default:
+        if (a->recvbuf != a->sendbuf && b) memmove(a->recvbuf, a->sendbuf, b);
+        break;
+    }
+}
+
+dt_status dt_coll_execute(dt_comm *c, const coll_args *a, dt_algo algo) {
+    c->seq++;
+    c->cur = (call_desc){ .coll = a->coll, .dtype = a->dtype, .op = a->op, .algo = algo,
+                          .root = a->root, .count = a->count, .seq = c->seq };
+    if (c->size == 1) { run_alone(a); return DT_OK; }
+    dt_status st = dt_shm_check_abort(c);
+    if (st) return st;
+    algo_fn fn = dt_algo_lookup(algo, a->coll);
+    if (!fn) return dt_error(DT_ERR_ARG, "algorithm %s does not implement %s", dt_algo_name(algo), dt_coll_name(a->coll));
+    /* Generic algorithms still publish what they run, so a mismatch is caught
+     * by whichever rank waits. */
+    if (algo != DT_ALGO_SHM_DIRECT && c->slots) dt_cell_publish(c, NULL, 0, 0, 0);
+    st = fn(c, a);
+    if (st) {
+        /* A rank that fails inside a collective takes the job down with it:
+         * its peers are somewhere in the same collective and must not hang. */
+        char d[256], msg[1024];
+        dt_desc_format(&c->cur, d, sizeof d);
+        snprintf(msg, sizeof msg, "rank %d failed in %s: %s", c->rank, d, dt_last_error());
+        if (c->seg && !dt_segment_abort_message(c->seg)) dt_segment_abort(c->seg, "%s", msg);
+#ifdef DT_HAVE_MPI
+        dt_mpi_fail(c, strstr(dt_last_error(), "rank ") == dt_last_error() ? dt_last_error() : msg);
+#endif
+    }
+    return st;
+}
+
+static dt_status check_common(dt_comm *c, const char *what, size_t count, dt_dtype t, size_t mult) {
+    if (!c) return dt_error(DT_ERR_ARG, "%s: communicator is NULL", what);
+    if ((unsigned)t >= DT_DTYPE_COUNT) return dt_error(DT_ERR_ARG, "%s: unknown dtype %d", what, (int)t);
+    size_t es = dt_dtype_size(t);
+    if (mult && count > SIZE_MAX / es / mult)
+        return dt_error(DT_ERR_ARG, "%s: count %zu x %zu elements of %s overflows", what, count, mult, dt_dtype_name(t));
+    return DT_OK;
+}
+
+#define CHECK(expr) do { dt_status st_ = (expr); if (st_) return st_; } while (0)
+
+static dt_status run(dt_comm *c, coll_args *a) {
+    CHECK(dt_progress_drain(c));
+    size_t es = dt_dtype_size(a->dtype);
+    size_t bytes = a->count * es;
+    if (a->coll == DT_COLL_ALLGATHER || a->coll == DT_COLL_ALLTOALL || a->coll == DT_COLL_REDUCE_SCATTER)
+        bytes *= (size_t)c->size;
+    return dt_coll_execute(c, a, dt_comm_choose_algo(c, a->coll, bytes));
+}
+
+static dt_status check_op(const char *what, dt_op op) {
+    if ((unsigned)op >= DT_OP_COUNT) return dt_error(DT_ERR_ARG, "%s: unknown op %d", what, (int)op);
+    return DT_OK;
+}
+
+static dt_status check_root(dt_comm *c, const char *what, int root) {
+    if (root < 0 || root >= c->size) return dt_error(DT_ERR_ARG, "%s: root %d is not a rank of this communicator (size %d)", what, root, c->size);
+    return DT_OK;
+}
+
+static dt_status check_buf(const char *what, const char *name, const void *p, size_t count) {
+    if (count && !p) return dt_error(DT_ERR_ARG, "%s: %s is NULL with count %zu", what, name, count);
+    return DT_OK;
+}
+
+dt_status dt_comm_allreduce(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_op op) {
+    CHECK(check_common(c, "allreduce", count, t, 1));
+    CHECK(check_op("allreduce", op));
+    CHECK(check_buf("allreduce", "sendbuf", s, count));
+    CHECK(check_buf("allreduce", "recvbuf", r, count));
+    coll_args a = { DT_COLL_ALLREDUCE, s, r, count, t, op, 0 };
+    return run(c, &a);
+}
+
+dt_status dt_comm_reduce_scatter(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_op op) {
+    CHECK(check_common(c, "reduce_scatter", count, t, (size_t)c->size));
+    CHECK(check_op("reduce_scatter", op));
+    CHECK(check_buf("reduce_scatter", "sendbuf", s, count));
+    CHECK(check_buf("reduce_scatter", "recvbuf", r, count));
+    coll_args a = { DT_COLL_REDUCE_SCATTER, s, r, count, t, op, 0 };
+    return run(c, &a);
+}
+
+dt_status dt_comm_allgather(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t) {
+    CHECK(check_common(c, "allgather", count, t, (size_t)c->size));
+    CHECK(check_buf("allgather", "sendbuf", s, count));
+    CHECK(check_buf("allgather", "recvbuf", r, count));
+    coll_args a = { DT_COLL_ALLGATHER, s, r, count, t, DT_SUM, 0 };
+    return run(c, &a);
+}
+
+dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root) {
+    CHECK(check_common(c, "broadcast", count, t, 1));
+    CHECK(check_root(c, "broadcast", root));
+    CHECK(check_buf("broadcast", "buf", buf, count));
+    coll_args a = { DT_COLL_BROADCAST, buf, buf, count, t, DT_SUM, root };
+    return run(c, &a);
+}
+
+dt_status dt_comm_reduce(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_op op, int root) {
+    CHECK(check_common(c, "reduce", count, t, 1));
+    CHECK(check_op("reduce", op));
+    CHECK(check_root(c, "reduce", root));
+    CHECK(check_buf("reduce", "sendbuf", s, count));
+    if (c->rank == root) CHECK(check_buf("reduce", "recvbuf at the root", r, count));
+    coll_args a = { DT_COLL_REDUCE, s, r, count, t, op, root };
+    return run(c, &a);
+}
+
+dt_status dt_comm_alltoall(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t) {
+    CHECK(check_common(c, "alltoall", count, t, (size_t)c->size));
+    CHECK(check_buf("alltoall", "sendbuf", s, count));
+    CHECK(check_buf("alltoall", "recvbuf", r, count));
+    coll_args a = { DT_COLL_ALLTOALL, s, r, count, t, DT_SUM, 0 };
+    return run(c, &a);
+}
+
+dt_status dt_comm_gather(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, int root) {
+    CHECK(check_common(c, "gather", count, t, (size_t)c->size));
+    CHECK(check_root(c, "gather", root));
+    CHECK(check_buf("gather", "sendbuf", s, count));
+    if (c->rank == root) CHECK(check_buf("gather", "recvbuf at the root", r, count));
+    coll_args a = { DT_COLL_GATHER, s, r, count, t, DT_SUM, root };
+    return run(c, &a);
+}
+
+dt_status dt_comm_scatter(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, int root) {
+    CHECK(check_common(c, "scatter", count, t, (size_t)c->size));
+    CHECK(check_root(c, "scatter", root));
+    if (c->rank == root) CHECK(check_buf("scatter", "sendbuf at the root", s, count));
+    CHECK(check_buf("scatter", "recvbuf", r, count));
+    coll_args a = { DT_COLL_SCATTER, s, r, count, t, DT_SUM, root };
+    return run(c, &a);
+}
+
+dt_status dt_comm_barrier(dt_comm *c) {
+    CHECK(check_common(c, "barrier", 0, DT_F32, 1));
+    coll_args a = { DT_COLL_BARRIER, NULL, NULL, 0, DT_F32, DT_SUM, 0 };
+    return run(c, &a);
+}
+
+/* Point to point uses the sendrecv descriptor with count 0, so that both
+ * sides agree whatever their sizes; sizes are checked chunk by chunk. */
+dt_status dt_comm_sendrecv(dt_comm *c, const void *sbuf, size_t scount, int dest, void *rbuf, size_t rcount, int source,
+                           dt_dtype t) {
+    CHECK(check_common(c, "sendrecv", scount > rcount ? scount : rcount, t, 1));
+    if ((dest >= c->size) || (source >= c->size) || (dest < 0 && source < 0))
+        return dt_error(DT_ERR_ARG, "sendrecv: peers %d and %d are not ranks of this communicator (size %d)", dest, source, c->size);
+    if (dest < 0) scount = 0;
+    if (source < 0) rcount = 0;
+    CHECK(check_buf("sendrecv", "sendbuf", sbuf, scount));
+    CHECK(check_buf("sendrecv", "recvbuf", rbuf, rcount));
+    CHECK(dt_progress_drain(c));
+    size_t es = dt_dtype_size(t);
+    /* P2p does not advance the collective sequence: the chunks carry seq 0. */
+    uint64_t saved = c->seq;
+    call_desc saved_cur = c->cur;
+    c->seq = 0;
+    c->cur = (call_desc){ .coll = DT_COLL_SENDRECV, .dtype = t, .count = scount };
+    dt_status st = dt_p2p_exchange(c, dest, sbuf, scount * es, source, rbuf, rcount * es, t, -1);
+    c->seq = saved;
+    c->cur = saved_cur;
+    return st;
+}
+
+dt_status dt_comm_send(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer) {
+    return dt_comm_sendrecv(c, buf, count, peer, NULL, 0, -1, t);
+}
+
+dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer) {
+    return dt_comm_sendrecv(c, NULL, 0, -1, buf, count, peer, t);
+}

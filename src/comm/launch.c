@@ -1,0 +1,137 @@
+/* dtrain launch: fork n local ranks wired over one shared segment, watch
+ * them, and end the job cleanly however a rank ends.
+ *
+ * The segment is a memfd inherited across exec (its fd number travels in
+ * DTRAIN_SHM_FD), so it has no name anywhere and vanishes with the last
+ * process. Children die with the launcher (PR_SET_PDEATHSIG). When a rank
+ * fails, the launcher marks the segment aborted, naming it; ranks waiting in
+ * a collective see that within milliseconds and exit with the message; any
+ * still running after a grace period are killed. */
+#include "comm_internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define GRACE_SECONDS 0.5
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) { got_signal = sig; }
+
+static void describe(int status, char *buf, size_t cap) {
+    if (WIFSIGNALED(status))
+        snprintf(buf, cap, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
+}
+
+int dt_comm_launch(int n, char *const argv[]) {
+    if (n < 1 || n > DT_MAX_LOCAL) {
+        dt_log(DT_LOG_ERROR, "launch: -n %d is out of range (1..%d ranks on one machine)", n, DT_MAX_LOCAL);
+        return 2;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n > cores) dt_log(DT_LOG_WARN, "launch: %d ranks on %ld cores: oversubscribed, ranks will yield while waiting", n, cores);
+    dt_segment *seg;
+    if (dt_segment_create(0, n, &seg)) { dt_log(DT_LOG_ERROR, "launch: %s", dt_last_error()); return 1; }
+    /* The world's control block, made here so every rank only attaches. */
+    dt_comm tmp = { .size = n, .local_size = n, .seg = seg };
+    uint64_t off;
+    if (dt_group_create(&tmp, &off)) { dt_log(DT_LOG_ERROR, "launch: %s", dt_last_error()); dt_segment_release(seg); return 1; }
+    char buf[64];
+    snprintf(buf, sizeof buf, "%d", seg->fd);
+    setenv("DTRAIN_SHM_FD", buf, 1);
+    snprintf(buf, sizeof buf, "%d", n);
+    setenv("DTRAIN_WORLD_SIZE", buf, 1);
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)off);
+    setenv("DTRAIN_GROUP_OFF", buf, 1);
+
+    struct sigaction sa = { 0 };
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+
+    pid_t *pids = calloc((size_t)n, sizeof(pid_t));
+    int *status = calloc((size_t)n, sizeof(int));
+    if (!pids || !status) { dt_log(DT_LOG_ERROR, "launch: out of memory"); return 1; }
+    pid_t self = getpid();
+    int alive = 0;
+    for (int r = 0; r < n; r++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            dt_log(DT_LOG_ERROR, "launch: fork of rank %d failed: %s", r, strerror(errno));
+            dt_segment_abort(seg, "the launcher could not start rank %d", r);
+            break;
+        }
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != self) _exit(1); /* the launcher died before we got here */
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            signal(SIGHUP, SIG_DFL);
+            snprintf(buf, sizeof buf, "%d", r);
+            setenv("DTRAIN_RANK", buf, 1);
+            execvp(argv[0], argv);
+            dt_log(DT_LOG_ERROR, "launch: cannot run '%s': %s", argv[0], strerror(errno));
+            _exit(127);
+        }
+        pids[r] = pid;
+        atomic_store(&seg->hdr->proc[r].pid, (int32_t)pid);
+        atomic_store(&seg->hdr->proc[r].world_rank, r);
+        alive++;
+    }
+    int code = alive == n ? 0 : 1, first_bad = -1;
+    double deadline = 0;
+    bool forwarded = false;
+    while (alive > 0) {
+        int st;
+        pid_t pid = waitpid(-1, &st, deadline > 0 || got_signal ? WNOHANG : 0);
+        if (pid < 0 && errno == EINTR) pid = 0;
+        if (pid < 0) break;
+        if (got_signal && !forwarded) {
+            forwarded = true;
+            dt_segment_abort(seg, "the launcher got signal %d (%s)", (int)got_signal, strsignal(got_signal));
+            for (int r = 0; r < n; r++) if (pids[r] > 0) kill(pids[r], got_signal);
+            if (deadline == 0) deadline = dt_time_now() + GRACE_SECONDS;
+            if (!code) code = 128 + got_signal;
+        }
+        if (pid > 0) {
+            int r = 0;
+            while (r < n && pids[r] != pid) r++;
+            if (r == n) continue;
+            pids[r] = -pids[r];
+            status[r] = st;
+            alive--;
+            bool bad = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+            if (bad && first_bad < 0 && !forwarded) {
+                first_bad = r;
+                char what[128];
+                describe(st, what, sizeof what);
+                dt_segment_abort(seg, "rank %d (pid %d) %s", r, (int)pid, what);
+                dt_log(DT_LOG_ERROR, "launch: rank %d (pid %d) %s; stopping the job", r, (int)pid, what);
+                code = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+                deadline = dt_time_now() + GRACE_SECONDS;
+            }
+            continue;
+        }
+        if (deadline > 0 && dt_time_now() > deadline) {
+            for (int r = 0; r < n; r++)
+                if (pids[r] > 0) {
+                    dt_log(DT_LOG_ERROR, "launch: rank %d (pid %d) still running after %.1f s; killing it", r, (int)pids[r], GRACE_SECONDS);
+                    kill(pids[r], SIGKILL);
+                }
+            deadline = dt_time_now() + 10; /* reap what is left */
+        }
+        if (deadline > 0) usleep(2000);
+    }
+    free(pids);
+    free(status);
+    dt_segment_release(seg);
+    return code;
+}

@@ -1,0 +1,320 @@
+/* The MPI transport: world creation under mpirun/srun, point-to-point with
+ * ranks on other machines, and failure notices between machines.
+ *
+ * Ranks on one machine (MPI_COMM_TYPE_SHARED, or DTRAIN_FAKE_NODES=k to cut
+ * one machine into k pseudo-nodes for testing) share a memfd segment: the
+ * first creates it, the others open /proc/<pid>/fd/<n>, so it never has a
+ * name. Between machines messages go through MPI, tagged with the
+ * collective and its sequence number, so a mismatch is caught on receipt.
+ * A rank that fails sends its message to every rank on a separate
+ * communicator; every MPI wait polls for such a notice, so no rank hangs. */
+#include "comm_internal.h"
+
+#include <fcntl.h>
+#include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ABORT_TAG 1
+#define MSG_CHUNK (1u << 30) /* MPI counts are int */
+_Static_assert(sizeof(MPI_Request) <= sizeof(uint64_t), "dt_mpi_xfer stores MPI_Request in 8 bytes");
+
+typedef struct {
+    MPI_Comm comm;       /* collectives and p2p of this dt_comm */
+    MPI_Comm notice;     /* failure notices (world only; sub-comms share the world's) */
+    MPI_Request notice_req;
+    char notice_buf[1024];
+    bool own_notice;
+} mpi_part;
+
+static bool mpi_started_here;
+static mpi_part *world_part;
+
+bool dt_mpi_launched(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMI_RANK") || getenv("PMIX_RANK") ||
+           (getenv("SLURM_PROCID") && getenv("SLURM_NTASKS") && getenv("DTRAIN_USE_MPI"));
+}
+
+static dt_status mpi_err(int rc, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return dt_error(DT_ERR_SYS, "MPI: %s failed: %s", what, msg);
+}
+
+/* Has another rank told us the job failed? */
+static const char *notice_check(void) {
+    if (!world_part) return NULL;
+    int flag = 0;
+    MPI_Status s;
+    MPI_Test(&world_part->notice_req, &flag, &s);
+    if (!flag) return NULL;
+    world_part->notice_buf[sizeof world_part->notice_buf - 1] = 0;
+    /* Keep it readable by later checks. */
+    world_part->notice_req = MPI_REQUEST_NULL;
+    return world_part->notice_buf;
+}
+
+static void notice_send(const char *msg) {
+    if (!world_part) return;
+    int p;
+    MPI_Comm_size(world_part->notice, &p);
+    int me;
+    MPI_Comm_rank(world_part->notice, &me);
+    for (int j = 0; j < p; j++) {
+        if (j == me) continue;
+        MPI_Request r;
+        MPI_Isend(msg, (int)strlen(msg) + 1, MPI_CHAR, j, ABORT_TAG, world_part->notice, &r);
+        MPI_Request_free(&r);
+    }
+}
+
+static const char *notice_text(void) {
+    static bool seen;
+    if (!world_part) return NULL;
+    if (seen) return world_part->notice_buf;
+    if (world_part->notice_req == MPI_REQUEST_NULL || notice_check()) { seen = true; return world_part->notice_buf; }
+    return NULL;
+}
+
+/* Called when a collective fails on this rank: tell the other machines. */
+void dt_mpi_fail(dt_comm *c, const char *msg) {
+    if (c->mpi && !notice_text()) notice_send(msg);
+}
+
+dt_status dt_mpi_check_abort(dt_comm *c) {
+    const char *m = notice_text();
+    if (!m) return DT_OK;
+    char d[256];
+    dt_desc_format(&c->cur, d, sizeof d);
+    return dt_error(DT_ERR_PEER, "%s [rank %d was in %s]", m, c->rank, d);
+}
+
+static int tag_of(const dt_comm *c) { return 2 + (int)(((c->seq & 0x3ff) << 4) | (c->cur.coll & 0xf)); }
+
+/* Waits for MPI requests, also progressing nothing else; fails on a notice
+ * or a local abort. */
+static dt_status mpi_wait_all(dt_comm *c, int n, MPI_Request *reqs, MPI_Status *sts) {
+    for (unsigned spins = 0;; spins++) {
+        int flag = 0;
+        int rc = MPI_Testall(n, reqs, &flag, sts);
+        if (rc != MPI_SUCCESS) return mpi_err(rc, "message completion");
+        if (flag) return DT_OK;
+        if ((spins & 255) == 255) {
+            dt_status st = dt_mpi_check_abort(c);
+            if (!st && c->seg) st = dt_shm_check_abort(c);
+            if (st) return st;
+            sched_yield();
+        }
+    }
+}
+
+/* Posts the remote halves of an exchange; dt_mpi_finish completes them
+ * after the caller has done the shared-memory halves. */
+dt_status dt_mpi_start(dt_comm *c, int speer, const void *sbuf, size_t sbytes, int rpeer, void *rbuf, size_t rbytes,
+                       dt_dtype dtype, int op, dt_mpi_xfer *x) {
+    mpi_part *m = c->mpi;
+    memset(x, 0, sizeof *x);
+    if (!m) return dt_error(DT_ERR_UNSUPPORTED, "a peer is on another machine but this communicator has no MPI part");
+    x->rbuf = rbuf;
+    x->rbytes = rbytes;
+    x->rpeer = rpeer;
+    x->dtype = dtype;
+    x->op = op;
+    x->tag = tag_of(c);
+    if (rbytes && op >= 0) {
+        x->tmp = dt_comm_work(c, 1, rbytes);
+        if (!x->tmp) return dt_error(DT_ERR_NOMEM, "MPI receive: no memory for %zu bytes", rbytes);
+    }
+    uint8_t *dst = x->tmp ? x->tmp : rbuf;
+    MPI_Request *reqs = (MPI_Request *)x->reqs;
+    for (size_t o = 0; o < rbytes && x->n < DT_MPI_MAXREQ / 2; o += MSG_CHUNK) {
+        size_t len = rbytes - o < MSG_CHUNK ? rbytes - o : MSG_CHUNK;
+        /* Any tag: a message of another collective is received and reported, not left waiting. */
+        MPI_Irecv(dst + o, (int)len, MPI_BYTE, rpeer, MPI_ANY_TAG, m->comm, &reqs[x->n++]);
+    }
+    x->nrecv = x->n;
+    for (size_t o = 0; o < sbytes && x->n < DT_MPI_MAXREQ; o += MSG_CHUNK) {
+        size_t len = sbytes - o < MSG_CHUNK ? sbytes - o : MSG_CHUNK;
+        MPI_Isend((const uint8_t *)sbuf + o, (int)len, MPI_BYTE, speer, x->tag, m->comm, &reqs[x->n++]);
+    }
+    return DT_OK;
+}
+
+dt_status dt_mpi_finish(dt_comm *c, dt_mpi_xfer *x) {
+    if (!x->n) return DT_OK;
+    MPI_Status sts[DT_MPI_MAXREQ];
+    dt_status st = mpi_wait_all(c, x->n, (MPI_Request *)x->reqs, sts);
+    char mine[200];
+    if (st == DT_ERR_SYS && strstr(dt_last_error(), "truncat")) {
+        dt_desc_format(&c->cur, mine, sizeof mine);
+        return dt_error(DT_ERR_MISMATCH, "collective mismatch: rank %d in %s received more than the %zu bytes it expected from rank %d",
+                        c->rank, mine, x->rbytes, x->rpeer);
+    }
+    if (st) return st;
+    for (int k = 0; k < x->nrecv; k++) {
+        int cnt = 0;
+        MPI_Get_count(&sts[k], MPI_BYTE, &cnt);
+        size_t rest = x->rbytes - (size_t)k * MSG_CHUNK, want = rest < MSG_CHUNK ? rest : MSG_CHUNK;
+        if (sts[k].MPI_TAG != x->tag || (size_t)cnt != want) {
+            dt_desc_format(&c->cur, mine, sizeof mine);
+            int their = sts[k].MPI_TAG - 2;
+            return dt_error(DT_ERR_MISMATCH, "collective mismatch: rank %d in %s expected %zu bytes from rank %d, which sent %d bytes for %s #%d (mod 1024)",
+                            c->rank, mine, want, x->rpeer, cnt, dt_coll_name((dt_coll)(their & 0xf)), their >> 4);
+        }
+    }
+    if (x->tmp) dt_reduce_into(x->rbuf, x->tmp, x->rbytes / dt_dtype_size(x->dtype), x->dtype, (dt_op)x->op);
+    return DT_OK;
+}
+
+static dt_status open_peer_fd(int pid, int fd, int *out) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, fd);
+    int f = open(path, O_RDWR | O_CLOEXEC);
+    if (f < 0) return dt_error(DT_ERR_SYS, "cannot open the shared segment of local rank 0 (%s)", path);
+    *out = f;
+    return DT_OK;
+}
+
+dt_status dt_mpi_init_world(dt_comm **out) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided;
+        MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+        mpi_started_here = true;
+    }
+    mpi_part *m = calloc(1, sizeof *m);
+    if (!m) return dt_error(DT_ERR_NOMEM, "MPI world: out of memory");
+    MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
+    MPI_Comm_dup(MPI_COMM_WORLD, &m->notice);
+    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    m->own_notice = true;
+    MPI_Irecv(m->notice_buf, sizeof m->notice_buf, MPI_CHAR, MPI_ANY_SOURCE, ABORT_TAG, m->notice, &m->notice_req);
+    world_part = m;
+    int rank, size;
+    MPI_Comm_rank(m->comm, &rank);
+    MPI_Comm_size(m->comm, &size);
+
+    MPI_Comm node;
+    const char *fake = getenv("DTRAIN_FAKE_NODES");
+    int k = fake ? atoi(fake) : 0;
+    if (k > 1 && k <= size) MPI_Comm_split(m->comm, (int)((long)rank * k / size), rank, &node);
+    else MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    int lr, ls;
+    MPI_Comm_rank(node, &lr);
+    MPI_Comm_size(node, &ls);
+    MPI_Comm leaders;
+    MPI_Comm_split(m->comm, lr == 0 ? 0 : MPI_UNDEFINED, rank, &leaders);
+    int node_id = 0, nodes = 0;
+    if (lr == 0) {
+        MPI_Comm_rank(leaders, &node_id);
+        MPI_Comm_size(leaders, &nodes);
+        MPI_Comm_free(&leaders);
+    }
+    MPI_Bcast(&node_id, 1, MPI_INT, 0, node);
+    MPI_Bcast(&nodes, 1, MPI_INT, 0, node);
+
+    dt_comm *c = calloc(1, sizeof *c);
+    if (!c) return dt_error(DT_ERR_NOMEM, "MPI world: out of memory");
+    c->rank = rank;
+    c->size = size;
+    c->local_rank = lr;
+    c->local_size = ls;
+    c->node = node_id;
+    c->nodes = nodes;
+    c->mpi = m;
+    c->oversubscribed = ls > sysconf(_SC_NPROCESSORS_ONLN);
+    c->node_of = calloc((size_t)size, sizeof(int));
+    c->local_index = calloc((size_t)size, sizeof(int));
+    c->local_members = calloc((size_t)ls, sizeof(int));
+    c->proc_of = calloc((size_t)ls, sizeof(int));
+    c->peer_seen = calloc((size_t)ls, sizeof(uint32_t));
+    MPI_Allgather(&node_id, 1, MPI_INT, c->node_of, 1, MPI_INT, m->comm);
+    int li = 0;
+    for (int j = 0; j < size; j++) {
+        if (c->node_of[j] == node_id) { c->local_members[li] = j; c->local_index[j] = li++; }
+        else c->local_index[j] = -1;
+    }
+    for (int j = 0; j < ls; j++) c->proc_of[j] = j;
+
+    dt_status st = DT_OK;
+    if (ls > 1) {
+        /* The node's first rank makes the segment and the world's control block. */
+        long long info[3] = { 0, 0, 0 }; /* pid, fd, group offset */
+        if (lr == 0) {
+            st = dt_segment_create(0, ls, &c->seg);
+            uint64_t off = 0;
+            if (!st) st = dt_group_create(c, &off);
+            if (!st) { info[0] = getpid(); info[1] = c->seg->fd; info[2] = (long long)off; }
+        }
+        MPI_Bcast(info, 3, MPI_LONG_LONG, 0, node);
+        if (lr != 0 && info[0] == 0) st = dt_error(DT_ERR_SYS, "local rank 0 could not create the shared segment");
+        if (!st && lr != 0) {
+            int fd = -1;
+            st = open_peer_fd((int)info[0], (int)info[1], &fd);
+            if (!st) st = dt_segment_attach(fd, &c->seg);
+            if (!st) st = dt_group_attach(c, (uint64_t)info[2]);
+        }
+        if (!st) {
+            seg_proc *me = &c->seg->hdr->proc[lr];
+            atomic_store(&me->world_rank, rank);
+            atomic_store(&me->pid, (int32_t)getpid());
+            atomic_store(&me->state, PROC_ALIVE);
+        }
+        int ok = st == DT_OK, all_ok = 0;
+        MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, m->comm);
+        if (!st && !all_ok) st = dt_error(DT_ERR_SYS, "another rank could not map its node's shared segment");
+    }
+    MPI_Comm_free(&node);
+    c->transport = nodes > 1 ? (ls > 1 ? "shm+mpi" : "mpi") : "shm";
+    if (st) return st;
+    *out = c;
+    /* Hierarchical algorithms need the same number of ranks on every machine. */
+    int mn = ls, mx = ls;
+    MPI_Allreduce(&ls, &mn, 1, MPI_INT, MPI_MIN, m->comm);
+    MPI_Allreduce(&ls, &mx, 1, MPI_INT, MPI_MAX, m->comm);
+    if (nodes > 1 && mn == mx && ls > 1) {
+        st = dt_comm_split(c, node_id, rank, &c->node_comm);
+        if (!st) st = dt_comm_split(c, lr, rank, &c->cross_comm);
+    }
+    return st;
+}
+
+dt_status dt_mpi_split(dt_comm *parent, int color, int key, dt_comm *child) {
+    mpi_part *pm = parent->mpi;
+    if (!pm) return DT_OK;
+    MPI_Comm nc;
+    int rc = MPI_Comm_split(pm->comm, color < 0 ? MPI_UNDEFINED : color, key, &nc);
+    if (rc != MPI_SUCCESS) return mpi_err(rc, "MPI_Comm_split");
+    if (!child) return DT_OK;
+    mpi_part *m = calloc(1, sizeof *m);
+    if (!m) { MPI_Comm_free(&nc); return dt_error(DT_ERR_NOMEM, "split: out of memory"); }
+    m->comm = nc;
+    MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
+    child->mpi = m;
+    if (child->nodes > 1) child->transport = child->local_size > 1 ? "shm+mpi" : "mpi";
+    return DT_OK;
+}
+
+void dt_mpi_comm_free(dt_comm *c) {
+    mpi_part *m = c->mpi;
+    if (!m) return;
+    if (c->node_comm) { dt_comm_destroy(c->node_comm); c->node_comm = NULL; }
+    if (c->cross_comm) { dt_comm_destroy(c->cross_comm); c->cross_comm = NULL; }
+    if (m->own_notice) {
+        /* Everyone leaves together, so no notice is in flight. */
+        MPI_Barrier(m->comm);
+        if (m->notice_req != MPI_REQUEST_NULL) { MPI_Cancel(&m->notice_req); MPI_Request_free(&m->notice_req); }
+        MPI_Comm_free(&m->notice);
+        world_part = NULL;
+    }
+    bool world = m->own_notice;
+    MPI_Comm_free(&m->comm);
+    free(m);
+    c->mpi = NULL;
+    if (world && mpi_started_here) { int fin = 0; MPI_Finalized(&fin); if (!fin) MPI_Finalize(); }
+}

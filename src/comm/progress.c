@@ -1,0 +1,174 @@
+/* Nonblocking collectives: a background thread per communicator runs queued
+ * requests in the order they were issued, so the caller computes while
+ * communication proceeds (DDP starts a bucket's allreduce the moment backward
+ * has written it). Only one thread ever runs collectives on a communicator
+ * at a time: blocking calls first drain the queue. */
+#include "comm_internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dt_request {
+    dt_comm *c;
+    coll_args a;
+    dt_algo algo;
+    bool done;
+    dt_status st;
+    char err[1024];
+    dt_request *next;
+};
+
+struct dt_progress {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work, finished;
+    dt_request *head, *tail;
+    int pending; /* queued or running */
+    bool stop;
+};
+
+static void *progress_main(void *arg) {
+    dt_comm *c = arg;
+    dt_progress *pg = c->progress;
+    pthread_mutex_lock(&pg->mu);
+    for (;;) {
+        while (!pg->head && !pg->stop) pthread_cond_wait(&pg->work, &pg->mu);
+        if (!pg->head) break;
+        dt_request *r = pg->head;
+        pg->head = r->next;
+        if (!pg->head) pg->tail = NULL;
+        pthread_mutex_unlock(&pg->mu);
+        dt_status st = dt_coll_execute(c, &r->a, r->algo);
+        pthread_mutex_lock(&pg->mu);
+        r->st = st;
+        if (st) strncpy(r->err, dt_last_error(), sizeof r->err - 1);
+        r->done = true;
+        pg->pending--;
+        pthread_cond_broadcast(&pg->finished);
+    }
+    pthread_mutex_unlock(&pg->mu);
+    return NULL;
+}
+
+static dt_status progress_start(dt_comm *c) {
+    if (c->progress) return DT_OK;
+    dt_progress *pg = calloc(1, sizeof *pg);
+    if (!pg) return dt_error(DT_ERR_NOMEM, "progress thread: out of memory");
+    pthread_mutex_init(&pg->mu, NULL);
+    pthread_cond_init(&pg->work, NULL);
+    pthread_cond_init(&pg->finished, NULL);
+    c->progress = pg;
+    if (pthread_create(&pg->thread, NULL, progress_main, c) != 0) {
+        c->progress = NULL;
+        free(pg);
+        return dt_error(DT_ERR_SYS, "cannot start the progress thread");
+    }
+    return DT_OK;
+}
+
+dt_status dt_progress_drain(dt_comm *c) {
+    dt_progress *pg = c->progress;
+    if (!pg) return DT_OK;
+    pthread_mutex_lock(&pg->mu);
+    while (pg->pending) pthread_cond_wait(&pg->finished, &pg->mu);
+    pthread_mutex_unlock(&pg->mu);
+    return DT_OK;
+}
+
+void dt_progress_destroy(dt_comm *c) {
+    dt_progress *pg = c->progress;
+    if (!pg) return;
+    pthread_mutex_lock(&pg->mu);
+    pg->stop = true;
+    pthread_cond_broadcast(&pg->work);
+    pthread_mutex_unlock(&pg->mu);
+    pthread_join(pg->thread, NULL);
+    pthread_mutex_destroy(&pg->mu);
+    pthread_cond_destroy(&pg->work);
+    pthread_cond_destroy(&pg->finished);
+    free(pg);
+    c->progress = NULL;
+}
+
+static dt_status submit(dt_comm *c, const coll_args *a, size_t bytes, dt_request **out) {
+    if (!out) return dt_error(DT_ERR_ARG, "%s: request pointer is NULL", dt_coll_name(a->coll));
+    *out = NULL;
+    dt_status st = progress_start(c);
+    if (st) return st;
+    dt_request *r = calloc(1, sizeof *r);
+    if (!r) return dt_error(DT_ERR_NOMEM, "%s: out of memory for the request", dt_coll_name(a->coll));
+    r->c = c;
+    r->a = *a;
+    r->algo = dt_comm_choose_algo(c, a->coll, bytes);
+    dt_progress *pg = c->progress;
+    pthread_mutex_lock(&pg->mu);
+    if (pg->tail) pg->tail->next = r;
+    else pg->head = r;
+    pg->tail = r;
+    pg->pending++;
+    pthread_cond_signal(&pg->work);
+    pthread_mutex_unlock(&pg->mu);
+    *out = r;
+    return DT_OK;
+}
+
+dt_status dt_test(dt_request *r, int *done) {
+    if (!r || !done) return dt_error(DT_ERR_ARG, "dt_test: NULL argument");
+    dt_progress *pg = r->c->progress;
+    pthread_mutex_lock(&pg->mu);
+    *done = r->done;
+    pthread_mutex_unlock(&pg->mu);
+    return DT_OK;
+}
+
+dt_status dt_wait(dt_request *r) {
+    if (!r) return dt_error(DT_ERR_ARG, "dt_wait: request is NULL");
+    dt_progress *pg = r->c->progress;
+    pthread_mutex_lock(&pg->mu);
+    while (!r->done) pthread_cond_wait(&pg->finished, &pg->mu);
+    pthread_mutex_unlock(&pg->mu);
+    dt_status st = r->st;
+    if (st) dt_error(st, "%s", r->err);
+    free(r);
+    return st;
+}
+
+/* Checked when issued, so a bad argument fails at the call, not at dt_wait. */
+static dt_status check(dt_comm *c, const char *what, const void *s, const void *r, size_t count, dt_dtype t, int op) {
+    if (!c) return dt_error(DT_ERR_ARG, "%s: communicator is NULL", what);
+    if ((unsigned)t >= DT_DTYPE_COUNT) return dt_error(DT_ERR_ARG, "%s: unknown dtype %d", what, (int)t);
+    if (op >= 0 && (unsigned)op >= DT_OP_COUNT) return dt_error(DT_ERR_ARG, "%s: unknown op %d", what, op);
+    if (count > SIZE_MAX / dt_dtype_size(t) / (size_t)c->size) return dt_error(DT_ERR_ARG, "%s: count %zu overflows", what, count);
+    if (count && (!s || !r)) return dt_error(DT_ERR_ARG, "%s: NULL buffer with count %zu", what, count);
+    return DT_OK;
+}
+
+dt_status dt_comm_iallreduce(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_op op, dt_request **req) {
+    dt_status st = check(c, "iallreduce", s, r, count, t, (int)op);
+    if (st) return st;
+    coll_args a = { DT_COLL_ALLREDUCE, s, r, count, t, op, 0 };
+    return submit(c, &a, count * dt_dtype_size(t), req);
+}
+
+dt_status dt_comm_ireduce_scatter(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_op op, dt_request **req) {
+    dt_status st = check(c, "ireduce_scatter", s, r, count, t, (int)op);
+    if (st) return st;
+    coll_args a = { DT_COLL_REDUCE_SCATTER, s, r, count, t, op, 0 };
+    return submit(c, &a, count * dt_dtype_size(t) * (size_t)c->size, req);
+}
+
+dt_status dt_comm_iallgather(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_request **req) {
+    dt_status st = check(c, "iallgather", s, r, count, t, -1);
+    if (st) return st;
+    coll_args a = { DT_COLL_ALLGATHER, s, r, count, t, DT_SUM, 0 };
+    return submit(c, &a, count * dt_dtype_size(t) * (size_t)c->size, req);
+}
+
+dt_status dt_comm_ibroadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root, dt_request **req) {
+    dt_status st = check(c, "ibroadcast", buf, buf, count, t, -1);
+    if (st) return st;
+    if (root < 0 || root >= c->size) return dt_error(DT_ERR_ARG, "ibroadcast: root %d is not a rank (size %d)", root, c->size);
+    coll_args a = { DT_COLL_BROADCAST, buf, buf, count, t, DT_SUM, root };
+    return submit(c, &a, count * dt_dtype_size(t), req);
+}

@@ -1,0 +1,129 @@
+/* Element-wise reductions for every dtype and op. Plain loops that the
+ * compiler vectorises; bf16 and f16 are widened to f32, and dt_reduce_many
+ * keeps the running value in f32 across all sources before rounding once. */
+#include "comm_internal.h"
+
+#include <string.h>
+
+#define BLOCK 512 /* f32 staging block for half types: stays in L1 */
+
+#define DEFINE_PAIR(NAME, T)                                                                  \
+    static void NAME(T *restrict dst, const T *a, const T *b, size_t n, dt_op op) {           \
+        switch (op) {                                                                         \
+        case DT_MAX: for (size_t i = 0; i < n; i++) dst[i] = a[i] > b[i] ? a[i] : b[i]; break; \
+        case DT_MIN: for (size_t i = 0; i < n; i++) dst[i] = a[i] < b[i] ? a[i] : b[i]; break; \
+        case DT_PROD: for (size_t i = 0; i < n; i++) dst[i] = a[i] * b[i]; break;             \
+        default: for (size_t i = 0; i < n; i++) dst[i] = a[i] + b[i]; break;                  \
+        }                                                                                     \
+    }
+/* dst may equal a (in place); restrict on dst alone would then be a lie, so
+ * the in-place case goes through the _into variants below. */
+DEFINE_PAIR(pair_f32, float)
+DEFINE_PAIR(pair_f64, double)
+DEFINE_PAIR(pair_i32, int32_t)
+DEFINE_PAIR(pair_i64, int64_t)
+
+#define DEFINE_INTO(NAME, T)                                                                  \
+    static void NAME(T *restrict dst, const T *restrict src, size_t n, dt_op op) {            \
+        switch (op) {                                                                         \
+        case DT_MAX: for (size_t i = 0; i < n; i++) dst[i] = dst[i] > src[i] ? dst[i] : src[i]; break; \
+        case DT_MIN: for (size_t i = 0; i < n; i++) dst[i] = dst[i] < src[i] ? dst[i] : src[i]; break; \
+        case DT_PROD: for (size_t i = 0; i < n; i++) dst[i] *= src[i]; break;                 \
+        default: for (size_t i = 0; i < n; i++) dst[i] += src[i]; break;                      \
+        }                                                                                     \
+    }
+DEFINE_INTO(into_f32, float)
+DEFINE_INTO(into_f64, double)
+DEFINE_INTO(into_i32, int32_t)
+DEFINE_INTO(into_i64, int64_t)
+
+static inline float half_to_f32(uint16_t h, dt_dtype t) { return t == DT_BF16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h); }
+static inline uint16_t f32_to_half(float f, dt_dtype t) { return t == DT_BF16 ? dt_f32_to_bf16(f) : dt_f32_to_f16(f); }
+
+static void widen(float *out, const uint16_t *in, size_t n, dt_dtype t) {
+    for (size_t i = 0; i < n; i++) out[i] = half_to_f32(in[i], t);
+}
+static void narrow(uint16_t *out, const float *in, size_t n, dt_dtype t) {
+    for (size_t i = 0; i < n; i++) out[i] = f32_to_half(in[i], t);
+}
+
+void dt_reduce_into(void *dst, const void *src, size_t n, dt_dtype t, dt_op op) {
+    switch (t) {
+    case DT_F32: into_f32(dst, src, n, op); break;
+    case DT_F64: into_f64(dst, src, n, op); break;
+    case DT_I32: into_i32(dst, src, n, op); break;
+    case DT_I64: into_i64(dst, src, n, op); break;
+    case DT_BF16: case DT_F16: {
+        float a[BLOCK], b[BLOCK];
+        for (size_t i = 0; i < n; i += BLOCK) {
+            size_t m = n - i < BLOCK ? n - i : BLOCK;
+            widen(a, (uint16_t *)dst + i, m, t);
+            widen(b, (const uint16_t *)src + i, m, t);
+            into_f32(a, b, m, op);
+            narrow((uint16_t *)dst + i, a, m, t);
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+void dt_reduce_pair(void *dst, const void *a, const void *b, size_t n, dt_dtype t, dt_op op) {
+    /* Every op here is commutative bit for bit, so aliasing either input is fine. */
+    if (dst == a) { dt_reduce_into(dst, b, n, t, op); return; }
+    if (dst == b) { dt_reduce_into(dst, a, n, t, op); return; }
+    switch (t) {
+    case DT_F32: pair_f32(dst, a, b, n, op); break;
+    case DT_F64: pair_f64(dst, a, b, n, op); break;
+    case DT_I32: pair_i32(dst, a, b, n, op); break;
+    case DT_I64: pair_i64(dst, a, b, n, op); break;
+    default: {
+        const void *srcs[2] = { a, b };
+        dt_reduce_many(dst, srcs, 2, n, t, op);
+        break;
+    }
+    }
+}
+
+/* dst may alias srcs[0] or srcs[1], not a later source. */
+void dt_reduce_many(void *dst, const void *const *srcs, int nsrc, size_t n, dt_dtype t, dt_op op) {
+    size_t es = dt_dtype_size(t);
+    if (nsrc == 1) { if (dst != srcs[0]) memmove(dst, srcs[0], n * es); return; }
+    if (t != DT_BF16 && t != DT_F16) {
+        /* Block-wise so the partial result stays in cache across sources. */
+        size_t blk = 16384 / es;
+        for (size_t i = 0; i < n; i += blk) {
+            size_t m = n - i < blk ? n - i : blk;
+            char *d = (char *)dst + i * es;
+            dt_reduce_pair(d, (const char *)srcs[0] + i * es, (const char *)srcs[1] + i * es, m, t, op);
+            for (int k = 2; k < nsrc; k++) dt_reduce_into(d, (const char *)srcs[k] + i * es, m, t, op);
+        }
+        return;
+    }
+    float acc[BLOCK], tmp[BLOCK];
+    for (size_t i = 0; i < n; i += BLOCK) {
+        size_t m = n - i < BLOCK ? n - i : BLOCK;
+        widen(acc, (const uint16_t *)srcs[0] + i, m, t);
+        for (int k = 1; k < nsrc; k++) {
+            widen(tmp, (const uint16_t *)srcs[k] + i, m, t);
+            into_f32(acc, tmp, m, op);
+        }
+        narrow((uint16_t *)dst + i, acc, m, t);
+    }
+}
+
+void dt_reduce_finish(void *buf, size_t n, dt_dtype t, dt_op op, int nranks) {
+    if (op != DT_AVG || nranks == 1) return;
+    switch (t) {
+    case DT_F32: { float *p = buf; for (size_t i = 0; i < n; i++) p[i] /= (float)nranks; break; }
+    case DT_F64: { double *p = buf; for (size_t i = 0; i < n; i++) p[i] /= (double)nranks; break; }
+    case DT_I32: { int32_t *p = buf; for (size_t i = 0; i < n; i++) p[i] /= nranks; break; }
+    case DT_I64: { int64_t *p = buf; for (size_t i = 0; i < n; i++) p[i] /= nranks; break; }
+    case DT_BF16: case DT_F16: {
+        uint16_t *p = buf;
+        for (size_t i = 0; i < n; i++) p[i] = f32_to_half(half_to_f32(p[i], t) / (float)nranks, t);
+        break;
+    }
+    default: break;
+    }
+}

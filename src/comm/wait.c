@@ -1,0 +1,86 @@
+/* Waiting for peers on one machine.
+ *
+ * Spin first (a peer on another core answers in ~100 ns), then yield (a peer
+ * that shares our core needs the CPU), then sleep on a futex doorbell that
+ * whoever may unblock us rings. Sleeps time out every few milliseconds to
+ * look for dead, departed or mismatched peers, so no wait can hang. */
+#include "comm_internal.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SPIN_SECONDS 50e-6
+#define YIELD_SECONDS 1e-3
+#define SLEEP_NS 5000000 /* 5 ms between health checks while asleep */
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
+    return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void dt_shm_notify(dt_comm *c, int local_peer) {
+    shm_slot *s = &c->slots[local_peer];
+    /* Pairs with the sleeper's store to sleeping and re-check: one of the two
+     * sides sees the other (both are seq_cst). */
+    if (atomic_load(&s->sleeping)) {
+        atomic_fetch_add(&s->ring, 1);
+        futex(&s->ring, FUTEX_WAKE, 1, NULL);
+    }
+}
+
+dt_status dt_shm_check_abort(dt_comm *c) {
+#ifdef DT_HAVE_MPI
+    if (c->mpi) {
+        dt_status st = dt_mpi_check_abort(c);
+        if (st) return st;
+    }
+#endif
+    const char *msg = c->seg ? dt_segment_abort_message(c->seg) : NULL;
+    if (!msg) return DT_OK;
+    char d[256];
+    dt_desc_format(&c->cur, d, sizeof d);
+    return dt_error(DT_ERR_PEER, "%s [rank %d was in %s]", msg, c->rank, d);
+}
+
+dt_status dt_shm_wait(dt_comm *c, wait_cond cond, void *arg, int waiting_for) {
+    if (cond(arg)) return DT_OK;
+    double spin = c->oversubscribed ? 2e-6 : SPIN_SECONDS;
+    double t0 = dt_time_now(), t = t0;
+    for (unsigned i = 1;; i++) {
+        if (cond(arg)) return DT_OK;
+        if (t - t0 < spin) {
+            cpu_relax();
+            if ((i & 63) == 0) t = dt_time_now();
+            continue;
+        }
+        if (t - t0 < spin + YIELD_SECONDS) {
+            sched_yield();
+            t = dt_time_now();
+            continue;
+        }
+        break;
+    }
+    shm_slot *me = &c->slots[c->local_rank];
+    struct timespec ts = { 0, SLEEP_NS };
+    for (;;) {
+        atomic_store(&me->sleeping, 1);
+        uint32_t r = atomic_load(&me->ring);
+        if (cond(arg)) { atomic_store(&me->sleeping, 0); return DT_OK; }
+        futex(&me->ring, FUTEX_WAIT, r, &ts);
+        atomic_store(&me->sleeping, 0);
+        if (cond(arg)) return DT_OK;
+        dt_status st = dt_group_check_peers(c, waiting_for);
+        if (st) return st;
+    }
+}

@@ -1,0 +1,47 @@
+/* Base layer: dtype conversions against exact values, size parsing, errors. */
+#include "dtrain/base.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int passed, failed;
+#define EXPECT(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+int main(void) {
+    /* bf16: round to nearest even, exact for 8-bit mantissas. */
+    EXPECT(dt_f32_to_bf16(1.0f) == 0x3f80, "bf16(1) = %04x", dt_f32_to_bf16(1.0f));
+    EXPECT(dt_bf16_to_f32(0xc0a0) == -5.0f, "bf16 c0a0 = %g", dt_bf16_to_f32(0xc0a0));
+    EXPECT(dt_bf16_to_f32(dt_f32_to_bf16(1.00390625f)) == 1.0f, "tie rounds to even");
+    EXPECT(dt_bf16_to_f32(dt_f32_to_bf16(1.01171875f)) == 1.015625f, "tie rounds up to even");
+    EXPECT(isnan(dt_bf16_to_f32(dt_f32_to_bf16(NAN))), "bf16 keeps NaN");
+    /* f16: every integer up to 2048 is exact; limits; subnormals. */
+    int bad = -1;
+    for (int i = -2048; i <= 2048 && bad < 0; i++) if (dt_f16_to_f32(dt_f32_to_f16((float)i)) != (float)i) bad = i;
+    EXPECT(bad < 0, "f16 round trip of %d", bad);
+    EXPECT(dt_f32_to_f16(65504.0f) == 0x7bff, "f16 max = %04x", dt_f32_to_f16(65504.0f));
+    EXPECT(dt_f32_to_f16(1e6f) == 0x7c00, "f16 overflow -> inf");
+    EXPECT(dt_f16_to_f32(0x0001) == ldexpf(1.0f, -24), "f16 smallest subnormal = %g", dt_f16_to_f32(0x0001));
+    EXPECT(dt_f32_to_f16(ldexpf(1.0f, -24)) == 0x0001, "f32 2^-24 -> f16 %04x", dt_f32_to_f16(ldexpf(1.0f, -24)));
+    EXPECT(dt_f32_to_f16(ldexpf(3.0f, -26)) == 0x0001, "subnormal rounding");
+    EXPECT(dt_f16_to_f32(dt_f32_to_f16(0.1f)) == 0.0999755859375f, "f16(0.1) = %.12g", dt_f16_to_f32(dt_f32_to_f16(0.1f)));
+    /* Every f16 value survives f16 -> f32 -> f16. */
+    bad = -1;
+    for (int h = 0; h < 0x10000 && bad < 0; h++) {
+        float f = dt_f16_to_f32((uint16_t)h);
+        if (!isnan(f) && dt_f32_to_f16(f) != h) bad = h;
+    }
+    EXPECT(bad < 0, "f16 %04x does not round-trip", bad);
+    size_t s = 0;
+    EXPECT(dt_parse_size("64K", &s) == DT_OK && s == 65536, "64K = %zu", s);
+    EXPECT(dt_parse_size("1M", &s) == DT_OK && s == 1048576, "1M = %zu", s);
+    EXPECT(dt_parse_size("2GiB", &s) == DT_OK && s == (2ull << 30), "2GiB = %zu", s);
+    EXPECT(dt_parse_size("8", &s) == DT_OK && s == 8, "8 = %zu", s);
+    EXPECT(dt_parse_size("12Q", &s) == DT_ERR_ARG && strstr(dt_last_error(), "12Q"), "bad size names the input: %s", dt_last_error());
+    EXPECT(dt_parse_size("99999999999999999999G", &s) != DT_OK, "overflow rejected");
+    dt_dtype t;
+    EXPECT(dt_dtype_parse("bf16", &t) == DT_OK && t == DT_BF16, "parse bf16");
+    EXPECT(dt_dtype_parse("f8", &t) == DT_ERR_ARG, "unknown dtype rejected");
+    printf("base: %d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

@@ -1,0 +1,318 @@
+/* Every collective x every algorithm that implements it x every dtype x
+ * every op, counts 0, 1, primes and large (crossing channel chunks and
+ * staging chunks), private and arena buffers, against a sequential
+ * reduction computed locally. Run under `dtrain launch -n N` for N = 1..8.
+ *
+ * Inputs are small integers, so every correct reduction order gives exactly
+ * the same bits and the comparison can be exact. A second part checks that
+ * random floats give bit-identical results on every rank and every run. */
+#include "dtrain/comm.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+static dt_comm *world;
+
+#define FAIL(...) do { failed++; fprintf(stderr, "rank %d: FAIL ", dt_comm_rank(world)); fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } while (0)
+
+static double value(int rank, size_t i, dt_op op) {
+    if (op == DT_PROD) return (double)(1 + ((rank + i) % 3 == 0));      /* 1 or 2: products stay exact */
+    return (double)((int)((rank * 7 + i * 3) % 11) - 5);               /* -5..5 */
+}
+
+static void put(void *b, size_t i, dt_dtype t, double v) {
+    switch (t) {
+    case DT_F32: ((float *)b)[i] = (float)v; break;
+    case DT_F64: ((double *)b)[i] = v; break;
+    case DT_BF16: ((uint16_t *)b)[i] = dt_f32_to_bf16((float)v); break;
+    case DT_F16: ((uint16_t *)b)[i] = dt_f32_to_f16((float)v); break;
+    case DT_I32: ((int32_t *)b)[i] = (int32_t)v; break;
+    case DT_I64: ((int64_t *)b)[i] = (int64_t)v; break;
+    default: break;
+    }
+}
+
+static double get(const void *b, size_t i, dt_dtype t) {
+    switch (t) {
+    case DT_F32: return ((const float *)b)[i];
+    case DT_F64: return ((const double *)b)[i];
+    case DT_BF16: return dt_bf16_to_f32(((const uint16_t *)b)[i]);
+    case DT_F16: return dt_f16_to_f32(((const uint16_t *)b)[i]);
+    case DT_I32: return ((const int32_t *)b)[i];
+    case DT_I64: return (double)((const int64_t *)b)[i];
+    default: return NAN;
+    }
+}
+
+/* The sequential reference, rounded the way the dtype stores it. */
+static double expect_reduced(int p, size_t i, dt_dtype t, dt_op op) {
+    double acc = value(0, i, op);
+    for (int r = 1; r < p; r++) {
+        double v = value(r, i, op);
+        acc = op == DT_MAX ? fmax(acc, v) : op == DT_MIN ? fmin(acc, v) : op == DT_PROD ? acc * v : acc + v;
+    }
+    if (op == DT_AVG) {
+        if (t == DT_I32 || t == DT_I64) acc = (double)((long long)acc / p);
+        else if (t == DT_F64) acc = acc / p;
+        else acc = (double)((float)acc / (float)p);
+    }
+    if (t == DT_BF16) acc = dt_bf16_to_f32(dt_f32_to_bf16((float)acc));
+    if (t == DT_F16) acc = dt_f16_to_f32(dt_f32_to_f16((float)acc));
+    return acc;
+}
+
+typedef struct { void *p; int arena; } buf;
+
+static buf make(size_t bytes, int arena) {
+    buf b = { NULL, arena };
+    if (arena) { if (dt_comm_alloc(world, bytes + 64, &b.p)) b.p = NULL; }
+    else b.p = malloc(bytes + 64);
+    if (b.p) memset(b.p, 0xAB, bytes + 64);
+    return b;
+}
+static void drop(buf b) { if (b.arena) dt_comm_free(world, b.p); else free(b.p); }
+
+static const char *tag(dt_coll c, dt_algo a, dt_dtype t, dt_op op, size_t n, int arena, int root) {
+    static char s[200];
+    snprintf(s, sizeof s, "%s algo=%s %s %s count=%zu %s root=%d p=%d", dt_coll_name(c), dt_algo_name(a), dt_dtype_name(t),
+             dt_op_name(op), n, arena ? "arena" : "private", root, dt_comm_size(world));
+    return s;
+}
+
+/* One collective call, checked. */
+static void check_one(dt_coll coll, dt_algo algo, dt_dtype t, dt_op op, size_t n, int arena, int root) {
+    int p = dt_comm_size(world), r = dt_comm_rank(world);
+    size_t es = dt_dtype_size(t);
+    size_t sn = n, rn = n;
+    if (coll == DT_COLL_REDUCE_SCATTER || coll == DT_COLL_SCATTER || coll == DT_COLL_ALLTOALL) sn = n * (size_t)p;
+    if (coll == DT_COLL_ALLGATHER || coll == DT_COLL_GATHER || coll == DT_COLL_ALLTOALL) rn = n * (size_t)p;
+    buf s = make(sn * es, arena), d = make(rn * es, arena);
+    if (!s.p || !d.p) { FAIL("out of memory for %s", tag(coll, algo, t, op, n, arena, root)); return; }
+    for (size_t i = 0; i < sn; i++) put(s.p, i, t, value(r, i, op));
+    if (coll == DT_COLL_BROADCAST)
+        for (size_t i = 0; i < rn; i++) put(d.p, i, t, r == root ? value(root, i, op) : 99);
+    if (dt_comm_set_algo(world, coll, algo)) { FAIL("%s: set_algo: %s", tag(coll, algo, t, op, n, arena, root), dt_last_error()); return; }
+    dt_status st;
+    switch (coll) {
+    case DT_COLL_ALLREDUCE: st = dt_comm_allreduce(world, s.p, d.p, n, t, op); break;
+    case DT_COLL_REDUCE_SCATTER: st = dt_comm_reduce_scatter(world, s.p, d.p, n, t, op); break;
+    case DT_COLL_ALLGATHER: st = dt_comm_allgather(world, s.p, d.p, n, t); break;
+    case DT_COLL_BROADCAST: st = dt_comm_broadcast(world, d.p, n, t, root); break;
+    case DT_COLL_REDUCE: st = dt_comm_reduce(world, s.p, d.p, n, t, op, root); break;
+    case DT_COLL_ALLTOALL: st = dt_comm_alltoall(world, s.p, d.p, n, t); break;
+    case DT_COLL_GATHER: st = dt_comm_gather(world, s.p, d.p, n, t, root); break;
+    case DT_COLL_SCATTER: st = dt_comm_scatter(world, s.p, d.p, n, t, root); break;
+    default: st = dt_comm_barrier(world); break;
+    }
+    if (st) {
+        FAIL("%s: %s", tag(coll, algo, t, op, n, arena, root), dt_last_error());
+        fprintf(stderr, "cannot continue after a failed collective\n");
+        exit(1);
+    }
+    bool check = !((coll == DT_COLL_REDUCE || coll == DT_COLL_GATHER) && r != root);
+    size_t bad = SIZE_MAX;
+    double want = 0, got = 0;
+    for (size_t i = 0; check && i < rn && bad == SIZE_MAX; i++) {
+        switch (coll) {
+        case DT_COLL_ALLREDUCE: case DT_COLL_REDUCE: want = expect_reduced(p, i, t, op); break;
+        case DT_COLL_REDUCE_SCATTER: want = expect_reduced(p, (size_t)r * n + i, t, op); break;
+        case DT_COLL_BROADCAST: want = value(root, i, op); break;
+        case DT_COLL_ALLGATHER: case DT_COLL_GATHER: want = value((int)(i / n), i % n, op); break;
+        case DT_COLL_ALLTOALL: want = value((int)(i / n), (size_t)r * n + i % n, op); break;
+        case DT_COLL_SCATTER: want = value(root, (size_t)r * n + i, op); break;
+        default: break;
+        }
+        got = get(d.p, i, t);
+        if (got != want) bad = i;
+    }
+    /* Nothing may be written past the end of the output. */
+    if (check && bad == SIZE_MAX && ((unsigned char *)d.p)[rn * es] != 0xAB) { bad = rn; got = -1; want = 0xAB; }
+    if (bad != SIZE_MAX) FAIL("%s: element %zu is %g, expected %g", tag(coll, algo, t, op, n, arena, root), bad, got, want);
+    else passed++;
+    drop(s);
+    drop(d);
+}
+
+static const dt_coll colls[] = { DT_COLL_ALLREDUCE, DT_COLL_REDUCE_SCATTER, DT_COLL_ALLGATHER, DT_COLL_BROADCAST,
+                                 DT_COLL_REDUCE, DT_COLL_ALLTOALL, DT_COLL_GATHER, DT_COLL_SCATTER, DT_COLL_BARRIER };
+
+static bool implements(dt_algo a, dt_coll c) {
+    /* Ask the library: set_algo refuses an algorithm that lacks the collective. */
+    dt_status st = dt_comm_set_algo(world, c, a);
+    dt_comm_set_algo(world, c, DT_ALGO_AUTO);
+    return st == DT_OK;
+}
+
+static void matrix(void) {
+    int p = dt_comm_size(world);
+    const size_t small[] = { 0, 1, 2, 7, 13, 97, 1021 };
+    for (size_t ci = 0; ci < sizeof colls / sizeof colls[0]; ci++) {
+        dt_coll c = colls[ci];
+        bool reduces = c == DT_COLL_ALLREDUCE || c == DT_COLL_REDUCE || c == DT_COLL_REDUCE_SCATTER;
+        bool rooted = c == DT_COLL_BROADCAST || c == DT_COLL_REDUCE || c == DT_COLL_GATHER || c == DT_COLL_SCATTER;
+        for (int a = DT_ALGO_SHM_DIRECT; a < DT_ALGO_COUNT; a++) {
+            if (!implements((dt_algo)a, c)) continue;
+            if (c == DT_COLL_BARRIER) { check_one(c, (dt_algo)a, DT_F32, DT_SUM, 0, 0, 0); continue; }
+            for (int t = 0; t < DT_DTYPE_COUNT; t++)
+                for (int op = 0; op < (reduces ? DT_OP_COUNT : 1); op++)
+                    for (size_t k = 0; k < sizeof small / sizeof small[0]; k++)
+                        for (int arena = 0; arena < 2; arena++)
+                            check_one(c, (dt_algo)a, (dt_dtype)t, (dt_op)op, small[k], arena, rooted ? (int)((k + 1) % p) : 0);
+            /* Large: past the 64 KiB channel chunks and the 4 MiB staging chunks. */
+            size_t big = c == DT_COLL_ALLREDUCE || c == DT_COLL_REDUCE || c == DT_COLL_BROADCAST ? (9u << 20) / 8 + 3 : (5u << 20) / 4 / (size_t)p + 5;
+            for (int arena = 0; arena < 2; arena++) {
+                check_one(c, (dt_algo)a, DT_F32, DT_SUM, big, arena, rooted ? p - 1 : 0);
+                if (reduces) check_one(c, (dt_algo)a, DT_BF16, DT_AVG, big / 3, arena, 0);
+            }
+        }
+    }
+    for (int k = 0; k < DT_COLL_COUNT; k++) dt_comm_set_algo(world, (dt_coll)k, DT_ALGO_AUTO);
+}
+
+/* Random floats: every rank must hold the same bits, and a second run too. */
+static void determinism(void) {
+    int p = dt_comm_size(world), r = dt_comm_rank(world);
+    size_t n = 300007;
+    float *in = malloc(n * sizeof *in), *o1 = malloc(n * sizeof *o1), *o2 = malloc(n * sizeof *o2), *o0 = malloc(n * sizeof *o0);
+    unsigned s = 12345u + (unsigned)r * 7919u;
+    for (size_t i = 0; i < n; i++) { s = s * 1103515245u + 12345u; in[i] = ((float)(s >> 8) / (float)(1u << 24) - 0.5f) * 1e3f; }
+    for (int a = DT_ALGO_SHM_DIRECT; a < DT_ALGO_COUNT; a++) {
+        if (!implements((dt_algo)a, DT_COLL_ALLREDUCE)) continue;
+        dt_comm_set_algo(world, DT_COLL_ALLREDUCE, (dt_algo)a);
+        if (dt_comm_allreduce(world, in, o1, n, DT_F32, DT_SUM) || dt_comm_allreduce(world, in, o2, n, DT_F32, DT_SUM)) {
+            FAIL("determinism %s: %s", dt_algo_name((dt_algo)a), dt_last_error());
+            exit(1);
+        }
+        memcpy(o0, o1, n * sizeof *o0);
+        dt_comm_set_algo(world, DT_COLL_BROADCAST, DT_ALGO_AUTO);
+        if (dt_comm_broadcast(world, o0, n, DT_F32, 0)) { FAIL("broadcast: %s", dt_last_error()); exit(1); }
+        if (memcmp(o1, o2, n * sizeof *o1)) FAIL("allreduce %s with p=%d: two runs differ", dt_algo_name((dt_algo)a), p);
+        else if (memcmp(o1, o0, n * sizeof *o1)) FAIL("allreduce %s with p=%d: rank %d differs from rank 0", dt_algo_name((dt_algo)a), p, r);
+        else passed++;
+        /* Within float rounding of a double-precision reference. */
+        double maxerr = 0;
+        for (size_t i = 0; i < n; i += 97) {
+            double ref = 0;
+            for (int q = 0; q < p; q++) {
+                unsigned sq = 12345u + (unsigned)q * 7919u;
+                float v = 0;
+                for (size_t k = 0; k <= i; k++) { sq = sq * 1103515245u + 12345u; if (k == i) v = ((float)(sq >> 8) / (float)(1u << 24) - 0.5f) * 1e3f; }
+                ref += v;
+                (void)v;
+            }
+            double e = fabs(o1[i] - ref);
+            if (e > maxerr) maxerr = e;
+            if (i > 3000) break; /* the reference regenerates the stream: keep it short */
+        }
+        if (maxerr > 1e-3 * p) FAIL("allreduce %s: error %g against the f64 sequential sum", dt_algo_name((dt_algo)a), maxerr);
+        else passed++;
+    }
+    dt_comm_set_algo(world, DT_COLL_ALLREDUCE, DT_ALGO_AUTO);
+    free(in); free(o1); free(o2); free(o0);
+}
+
+static void split_and_p2p(void) {
+    int p = dt_comm_size(world), r = dt_comm_rank(world);
+    dt_comm *half = NULL, *none = NULL;
+    if (dt_comm_split(world, r % 2, -r, &half)) { FAIL("split: %s", dt_last_error()); exit(1); }
+    int hs = (p + 1 - r % 2) / 2;
+    if (dt_comm_size(half) != hs) FAIL("split by parity: size %d, expected %d", dt_comm_size(half), hs);
+    /* key -r reverses the order */
+    int want_rank = hs - 1 - r / 2;
+    if (dt_comm_rank(half) != want_rank) FAIL("split by parity: rank %d, expected %d", dt_comm_rank(half), want_rank);
+    int64_t v = r, sum = 0, want = 0;
+    for (int q = r % 2; q < p; q += 2) want += q;
+    if (dt_comm_allreduce(half, &v, &sum, 1, DT_I64, DT_SUM)) FAIL("allreduce on a split: %s", dt_last_error());
+    else if (sum != want) FAIL("allreduce on a split of parity %d: %lld, expected %lld", r % 2, (long long)sum, (long long)want);
+    else passed++;
+    if (dt_comm_split(world, r == 0 ? 0 : -1, 0, &none)) FAIL("split with color -1: %s", dt_last_error());
+    else if ((r == 0) != (none != NULL)) FAIL("split with color -1 on rank %d gave %p", r, (void *)none);
+    else passed++;
+    dt_comm_destroy(none);
+    dt_comm_destroy(half);
+    /* A ring of sendrecv, large enough to need several channel chunks. */
+    size_t n = 200003;
+    int32_t *out = malloc(n * 4), *in = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) out[i] = (int32_t)(r * 1000003 + (int)i);
+    if (dt_comm_sendrecv(world, out, n, (r + 1) % p, in, n, (r - 1 + p) % p, DT_I32)) FAIL("sendrecv: %s", dt_last_error());
+    else {
+        int from = (r - 1 + p) % p;
+        size_t bad = SIZE_MAX;
+        for (size_t i = 0; i < n && bad == SIZE_MAX; i++) if (in[i] != (int32_t)(from * 1000003 + (int)i)) bad = i;
+        if (bad != SIZE_MAX) FAIL("sendrecv: element %zu is %d", bad, in[bad]);
+        else passed++;
+    }
+    free(out);
+    free(in);
+}
+
+static void nonblocking(void) {
+    int p = dt_comm_size(world), r = dt_comm_rank(world);
+    enum { K = 6 };
+    size_t n = 50000;
+    float *b[K];
+    dt_request *q[K];
+    for (int k = 0; k < K; k++) {
+        b[k] = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) b[k][i] = (float)(r + k);
+        if (dt_comm_iallreduce(world, b[k], b[k], n, DT_F32, DT_SUM, &q[k])) { FAIL("iallreduce: %s", dt_last_error()); exit(1); }
+    }
+    /* A blocking call issued meanwhile runs after the queued ones. */
+    int32_t one = 1, tot = 0;
+    if (dt_comm_allreduce(world, &one, &tot, 1, DT_I32, DT_SUM) || tot != p) FAIL("blocking allreduce between nonblocking ones: %d", tot);
+    for (int k = K - 1; k >= 0; k--) {
+        if (dt_wait(q[k])) FAIL("wait: %s", dt_last_error());
+        float want = (float)(p * (p - 1) / 2 + p * k);
+        if (b[k][0] != want || b[k][n - 1] != want) FAIL("iallreduce %d: %g, expected %g", k, b[k][0], want);
+        else passed++;
+        free(b[k]);
+    }
+    int done = 0;
+    dt_request *rq;
+    int64_t x = r;
+    if (dt_comm_ibroadcast(world, &x, 1, DT_I64, p - 1, &rq) == DT_OK) {
+        while (!done) dt_test(rq, &done);
+        dt_wait(rq);
+        if (x != p - 1) FAIL("ibroadcast: %lld", (long long)x); else passed++;
+    }
+}
+
+static void bad_arguments(void) {
+    float x = 0;
+    struct { dt_status st; const char *what; } cases[] = {
+        { dt_comm_allreduce(world, NULL, &x, 1, DT_F32, DT_SUM), "NULL sendbuf" },
+        { dt_comm_allreduce(world, &x, &x, 1, (dt_dtype)42, DT_SUM), "unknown dtype" },
+        { dt_comm_allreduce(world, &x, &x, 1, DT_F32, (dt_op)42), "unknown op" },
+        { dt_comm_allreduce(world, &x, &x, SIZE_MAX / 2, DT_F32, DT_SUM), "count overflow" },
+        { dt_comm_broadcast(world, &x, 1, DT_F32, dt_comm_size(world)), "root out of range" },
+        { dt_comm_allgather(world, &x, &x, SIZE_MAX / 3, DT_F64), "allgather count overflow" },
+        { dt_comm_set_algo(world, DT_COLL_BROADCAST, DT_ALGO_RING), "ring broadcast" },
+        { dt_comm_split(world, 0, 0, NULL), "split to NULL" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].st == DT_OK) FAIL("bad argument accepted: %s", cases[i].what);
+        else if (strlen(dt_last_error()) < 10) FAIL("bad argument %s: message too short", cases[i].what);
+        else passed++;
+    }
+}
+
+int main(void) {
+    if (dt_comm_init(&world)) { fprintf(stderr, "init: %s\n", dt_last_error()); return 1; }
+    matrix();
+    determinism();
+    split_and_p2p();
+    nonblocking();
+    bad_arguments();
+    int32_t f = failed, fsum = 0, ps = passed, psum = 0;
+    if (dt_comm_allreduce(world, &f, &fsum, 1, DT_I32, DT_SUM) || dt_comm_allreduce(world, &ps, &psum, 1, DT_I32, DT_SUM)) {
+        fprintf(stderr, "rank %d: final tally failed: %s\n", dt_comm_rank(world), dt_last_error());
+        return 1;
+    }
+    if (dt_comm_rank(world) == 0) printf("collectives on %d ranks: %d passed, %d failed\n", dt_comm_size(world), psum, fsum);
+    dt_comm_destroy(world);
+    return fsum ? 1 : 0;
+}
