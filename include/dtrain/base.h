@@ -46,7 +46,10 @@ void dt_free_aligned(void *p);
 
 /* Element types. bf16 and f16 are stored as uint16_t and computed in f32. */
 typedef enum { DT_F32 = 0, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64, DT_DTYPE_COUNT } dt_dtype;
-size_t dt_dtype_size(dt_dtype t);
+static inline size_t dt_dtype_size(dt_dtype t) {
+    static const unsigned char sizes[DT_DTYPE_COUNT] = { 4, 8, 2, 2, 4, 8 };
+    return (unsigned)t < DT_DTYPE_COUNT ? sizes[t] : 0;
+}
 const char *dt_dtype_name(dt_dtype t);
 dt_status dt_dtype_parse(const char *s, dt_dtype *out);
 

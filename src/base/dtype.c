@@ -9,7 +9,6 @@ static const struct { const char *name; size_t size; } dtypes[DT_DTYPE_COUNT] = 
     [DT_F16] = { "f16", 2 }, [DT_I32] = { "i32", 4 }, [DT_I64] = { "i64", 8 },
 };
 
-size_t dt_dtype_size(dt_dtype t) { return (unsigned)t < DT_DTYPE_COUNT ? dtypes[t].size : 0; }
 const char *dt_dtype_name(dt_dtype t) { return (unsigned)t < DT_DTYPE_COUNT ? dtypes[t].name : "?"; }
 
 dt_status dt_dtype_parse(const char *s, dt_dtype *out) {

@@ -27,15 +27,17 @@ static void usage(FILE *f) {
             "  --json             one JSON object per line\n");
 }
 
+/* argv is the whole command line ("dtrain bench comm ..."): the benchmark
+ * re-executes it for each rank. */
 int dt_cli_bench(int argc, char **argv) {
-    if (argc < 2 || strcmp(argv[1], "comm") != 0) {
-        if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) { usage(stdout); return 0; }
+    if (argc < 3 || strcmp(argv[2], "comm") != 0) {
+        if (argc >= 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"))) { usage(stdout); return 0; }
         dt_log(DT_LOG_ERROR, "bench: expected 'comm' (the only benchmark so far)");
         return 2;
     }
     dt_bench_comm_opts o;
     dt_bench_comm_defaults(&o);
-    for (int i = 2; i < argc; i++) {
+    for (int i = 3; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         dt_status st = DT_OK;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return 0; }

@@ -23,7 +23,7 @@ int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "launch")) return dt_cli_launch(argc - 1, argv + 1);
-    if (!strcmp(cmd, "bench")) return dt_cli_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return dt_cli_bench(argc, argv);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return 0; }
     dt_log(DT_LOG_ERROR, "unknown command '%s'", cmd);
     usage(stderr);

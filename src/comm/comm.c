@@ -222,7 +222,12 @@ dt_status dt_comm_set_algo(dt_comm *c, dt_coll coll, dt_algo algo) {
 
 dt_algo dt_comm_choose_algo(dt_comm *c, dt_coll coll, size_t bytes) {
     if (c->forced[coll] != DT_ALGO_AUTO) return c->forced[coll];
-    return dt_select_algo(c, coll, bytes);
+    /* The cost model is evaluated once per power-of-two size class: every
+     * rank gets the same answer, and small calls do not pay for it. */
+    int bucket = bytes ? 64 - __builtin_clzll((unsigned long long)bytes) : 0;
+    uint8_t *slot = &c->choice[coll][bucket];
+    if (!*slot) *slot = (uint8_t)dt_select_algo(c, coll, bytes ? (size_t)1 << (bucket - 1) : 0);
+    return (dt_algo)*slot;
 }
 
 algo_fn dt_algo_lookup(dt_algo algo, dt_coll coll) {
@@ -262,8 +267,9 @@ dt_status dt_coll_execute(dt_comm *c, const coll_args *a, dt_algo algo) {
     c->cur = (call_desc){ .coll = a->coll, .dtype = a->dtype, .op = a->op, .algo = algo,
                           .root = a->root, .count = a->count, .seq = c->seq };
     if (c->size == 1) { run_alone(a); return DT_OK; }
-    dt_status st = dt_shm_check_abort(c);
-    if (st) return st;
+    /* No abort check here: every wait checks on its slow path, and the fast
+     * path must stay a handful of loads and stores. */
+    dt_status st;
     algo_fn fn = dt_algo_lookup(algo, a->coll);
     if (!fn) return dt_error(DT_ERR_ARG, "algorithm %s does not implement %s", dt_algo_name(algo), dt_coll_name(a->coll));
     /* Generic algorithms still publish what they run, so a mismatch is caught
@@ -287,8 +293,8 @@ dt_status dt_coll_execute(dt_comm *c, const coll_args *a, dt_algo algo) {
 static dt_status check_common(dt_comm *c, const char *what, size_t count, dt_dtype t, size_t mult) {
     if (!c) return dt_error(DT_ERR_ARG, "%s: communicator is NULL", what);
     if ((unsigned)t >= DT_DTYPE_COUNT) return dt_error(DT_ERR_ARG, "%s: unknown dtype %d", what, (int)t);
-    size_t es = dt_dtype_size(t);
-    if (mult && count > SIZE_MAX / es / mult)
+    size_t es = dt_dtype_size(t), total;
+    if (__builtin_mul_overflow(count, es * mult, &total) || total > (SIZE_MAX >> 2))
         return dt_error(DT_ERR_ARG, "%s: count %zu x %zu elements of %s overflows", what, count, mult, dt_dtype_name(t));
     return DT_OK;
 }

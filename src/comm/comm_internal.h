@@ -143,6 +143,7 @@ struct dt_comm {
     dt_comm *cross_comm; /* the members with my local rank on every machine */
     const char *transport;
     dt_algo forced[DT_COLL_COUNT];
+    uint8_t choice[DT_COLL_COUNT][65]; /* auto's pick by bit length of the size, 0 = not yet asked */
     dt_progress *progress;
     dt_comm *parent_world; /* the world comm owns the segment reference */
 };
@@ -205,6 +206,10 @@ void dt_reduce_into(void *dst, const void *src, size_t n, dt_dtype t, dt_op op);
 void dt_reduce_pair(void *dst, const void *a, const void *b, size_t n, dt_dtype t, dt_op op);
 /* dst[i] = reduce over k of srcs[k][i], in order k = 0..nsrc-1, accumulating bf16/f16 in f32. */
 void dt_reduce_many(void *dst, const void *const *srcs, int nsrc, size_t n, dt_dtype t, dt_op op);
+/* d0[i] = d1[i] = a[i] op b[i] in one pass; false when (t, op) has no such
+ * kernel (half types, avg), and nothing was written. Outputs may alias inputs
+ * element for element. */
+bool dt_reduce_pair_to2(void *d0, void *d1, const void *a, const void *b, size_t n, dt_dtype t, dt_op op);
 /* For DT_AVG divides by nranks; other ops: nothing. */
 void dt_reduce_finish(void *buf, size_t n, dt_dtype t, dt_op op, int nranks);
 

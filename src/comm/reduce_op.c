@@ -7,8 +7,16 @@
 
 #define BLOCK 512 /* f32 staging block for half types: stays in L1 */
 
+/* The loops below are compiled twice, for AVX2 and for the baseline, and
+ * the loader picks one per machine. */
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define MULTIVERSION
+#endif
+
 #define DEFINE_PAIR(NAME, T)                                                                  \
-    static void NAME(T *restrict dst, const T *a, const T *b, size_t n, dt_op op) {           \
+    MULTIVERSION static void NAME(T *restrict dst, const T *a, const T *b, size_t n, dt_op op) {           \
         switch (op) {                                                                         \
         case DT_MAX: for (size_t i = 0; i < n; i++) dst[i] = a[i] > b[i] ? a[i] : b[i]; break; \
         case DT_MIN: for (size_t i = 0; i < n; i++) dst[i] = a[i] < b[i] ? a[i] : b[i]; break; \
@@ -24,7 +32,7 @@ DEFINE_PAIR(pair_i32, int32_t)
 DEFINE_PAIR(pair_i64, int64_t)
 
 #define DEFINE_INTO(NAME, T)                                                                  \
-    static void NAME(T *restrict dst, const T *restrict src, size_t n, dt_op op) {            \
+    MULTIVERSION static void NAME(T *restrict dst, const T *restrict src, size_t n, dt_op op) {            \
         switch (op) {                                                                         \
         case DT_MAX: for (size_t i = 0; i < n; i++) dst[i] = dst[i] > src[i] ? dst[i] : src[i]; break; \
         case DT_MIN: for (size_t i = 0; i < n; i++) dst[i] = dst[i] < src[i] ? dst[i] : src[i]; break; \
@@ -36,6 +44,32 @@ DEFINE_INTO(into_f32, float)
 DEFINE_INTO(into_f64, double)
 DEFINE_INTO(into_i32, int32_t)
 DEFINE_INTO(into_i64, int64_t)
+
+/* Two ranks' push: both outputs from one pass over both inputs. */
+#define DEFINE_PAIR2(NAME, T)                                                                 \
+    MULTIVERSION static void NAME(T *d0, T *d1, const T *a, const T *b, size_t n, dt_op op) { \
+        switch (op) {                                                                         \
+        case DT_MAX: for (size_t i = 0; i < n; i++) { T v = a[i] > b[i] ? a[i] : b[i]; d0[i] = v; d1[i] = v; } break; \
+        case DT_MIN: for (size_t i = 0; i < n; i++) { T v = a[i] < b[i] ? a[i] : b[i]; d0[i] = v; d1[i] = v; } break; \
+        case DT_PROD: for (size_t i = 0; i < n; i++) { T v = a[i] * b[i]; d0[i] = v; d1[i] = v; } break; \
+        default: for (size_t i = 0; i < n; i++) { T v = a[i] + b[i]; d0[i] = v; d1[i] = v; } break; \
+        }                                                                                     \
+    }
+DEFINE_PAIR2(pair2_f32, float)
+DEFINE_PAIR2(pair2_f64, double)
+DEFINE_PAIR2(pair2_i32, int32_t)
+DEFINE_PAIR2(pair2_i64, int64_t)
+
+bool dt_reduce_pair_to2(void *d0, void *d1, const void *a, const void *b, size_t n, dt_dtype t, dt_op op) {
+    if (op == DT_AVG) return false;
+    switch (t) {
+    case DT_F32: pair2_f32(d0, d1, a, b, n, op); return true;
+    case DT_F64: pair2_f64(d0, d1, a, b, n, op); return true;
+    case DT_I32: pair2_i32(d0, d1, a, b, n, op); return true;
+    case DT_I64: pair2_i64(d0, d1, a, b, n, op); return true;
+    default: return false;
+    }
+}
 
 static inline float half_to_f32(uint16_t h, dt_dtype t) { return t == DT_BF16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h); }
 static inline uint16_t f32_to_half(float f, dt_dtype t) { return t == DT_BF16 ? dt_f32_to_bf16(f) : dt_f32_to_f16(f); }

@@ -20,6 +20,37 @@
 #include "../comm_internal.h"
 
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+/* Outputs at least this large do not fit in cache next to the inputs: write
+ * them with non-temporal stores, which skip the read-for-ownership and so
+ * cut the DRAM traffic of a push from 3n to 2n per rank. */
+#define STREAM_BYTES (8u << 20)
+
+static void copy_out(uint8_t *dst, const uint8_t *src, size_t bytes, bool stream) {
+#if defined(__x86_64__)
+    if (stream) {
+        size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+        if (head > bytes) head = bytes;
+        memcpy(dst, src, head);
+        size_t i = head;
+        for (; i + 64 <= bytes; i += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(src + i)), b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32)), d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+            _mm_stream_si128((__m128i *)(dst + i), a);
+            _mm_stream_si128((__m128i *)(dst + i + 16), b);
+            _mm_stream_si128((__m128i *)(dst + i + 32), c);
+            _mm_stream_si128((__m128i *)(dst + i + 48), d);
+        }
+        memcpy(dst + i, src + i, bytes - i);
+        return;
+    }
+#endif
+    (void)stream;
+    memcpy(dst, src, bytes);
+}
 
 static size_t input_bytes(const coll_args *a, int p, int j) {
     size_t b = a->count * dt_dtype_size(a->dtype);
@@ -90,6 +121,10 @@ static void consume(dt_comm *c, const coll_args *a, const uint8_t *const *in, si
  * result into every non-NULL out[]. */
 static void push_slice(const coll_args *a, int p, uint8_t *const *in, uint8_t *const *out, size_t e0, size_t e1) {
     size_t es = dt_dtype_size(a->dtype);
+    bool stream = a->count * es >= STREAM_BYTES;
+    if (p == 2 && !stream && out[0] && out[1] &&
+        dt_reduce_pair_to2(out[0] + e0 * es, out[1] + e0 * es, in[0] + e0 * es, in[1] + e0 * es, e1 - e0, a->dtype, a->op))
+        return;
     _Alignas(64) uint8_t acc[16384];
     size_t blk = sizeof acc / es;
     const void *srcs[DT_MAX_LOCAL];
@@ -99,8 +134,11 @@ static void push_slice(const coll_args *a, int p, uint8_t *const *in, uint8_t *c
         dt_reduce_many(acc, srcs, p, m, a->dtype, a->op);
         dt_reduce_finish(acc, m, a->dtype, a->op, p);
         for (int j = 0; j < p; j++)
-            if (out[j]) memcpy(out[j] + e * es, acc, m * es);
+            if (out[j]) copy_out(out[j] + e * es, acc, m * es, stream);
     }
+#if defined(__x86_64__)
+    if (stream) _mm_sfence(); /* streamed stores must land before the barrier says done */
+#endif
 }
 
 static uint64_t seg_off(dt_comm *c, const void *p, size_t bytes) {
