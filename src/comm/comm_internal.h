@@ -33,6 +33,7 @@ typedef struct {
     _Atomic uint64_t heap_top;
     _Atomic int32_t abort_state; /* 0 none, 1 being written, 2 message ready */
     int32_t nprocs;
+    int32_t launcher_pid;        /* dtrain launch, which reports how a rank died; 0 under MPI */
     char abort_msg[1024];
     seg_proc proc[DT_MAX_LOCAL];
 } seg_header;
@@ -100,7 +101,9 @@ typedef struct {
     uint8_t pad0[60];
     _Atomic uint32_t tail;      /* chunks consumed by the receiver */
     uint8_t pad1[60];
-    struct { uint64_t seq; uint32_t coll; uint32_t bytes; } hdr[DT_CHAN_SLOTS];
+    /* seq and collective of the sender, this chunk's bytes and the whole
+     * message's, so a receiver expecting another message notices at once */
+    struct { uint64_t seq; uint64_t total; uint32_t coll; uint32_t bytes; } hdr[DT_CHAN_SLOTS];
     uint8_t data[DT_CHAN_SLOTS][DT_CHAN_CHUNK];
 } __attribute__((aligned(64))) shm_chan;
 

@@ -43,6 +43,7 @@ int dt_comm_launch(int n, char *const argv[]) {
     dt_comm tmp = { .size = n, .local_size = n, .seg = seg };
     uint64_t off;
     if (dt_group_create(&tmp, &off)) { dt_log(DT_LOG_ERROR, "launch: %s", dt_last_error()); dt_segment_release(seg); return 1; }
+    seg->hdr->launcher_pid = (int32_t)getpid();
     char buf[64];
     snprintf(buf, sizeof buf, "%d", seg->fd);
     setenv("DTRAIN_SHM_FD", buf, 1);

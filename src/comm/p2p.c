@@ -34,13 +34,13 @@ static bool can_progress(void *p) {
     return false;
 }
 
-static dt_status chunk_mismatch(dt_comm *c, int from, uint64_t seq, uint32_t coll, uint32_t bytes, size_t expect) {
+static dt_status chunk_mismatch(dt_comm *c, int from, uint64_t seq, uint32_t coll, uint64_t total, size_t expect) {
     char mine[200];
     dt_desc_format(&c->cur, mine, sizeof mine);
     int wr = atomic_load(&c->seg->hdr->proc[c->proc_of[from]].world_rank);
     dt_segment_abort(c->seg,
-                     "collective mismatch: rank %d in %s expected %zu bytes from rank %d, which sent %u bytes for %s #%llu",
-                     c->rank, mine, expect, wr, bytes, dt_coll_name((dt_coll)coll), (unsigned long long)seq);
+                     "collective mismatch: rank %d in %s expected a %zu-byte message from rank %d, which sent %llu bytes for %s #%llu",
+                     c->rank, mine, expect, wr, (unsigned long long)total, dt_coll_name((dt_coll)coll), (unsigned long long)seq);
     return dt_error(DT_ERR_MISMATCH, "%s", dt_segment_abort_message(c->seg));
 }
 
@@ -84,6 +84,7 @@ dt_status dt_p2p_exchange(dt_comm *c, int speer, const void *sbuf, size_t sbytes
                 x.out->hdr[s].seq = c->seq;
                 x.out->hdr[s].coll = c->cur.coll;
                 x.out->hdr[s].bytes = (uint32_t)len;
+                x.out->hdr[s].total = sbytes;
                 atomic_store(&x.out->head, h + 1);
                 dt_shm_notify(c, sl);
                 sent += len;
@@ -95,8 +96,9 @@ dt_status dt_p2p_exchange(dt_comm *c, int speer, const void *sbuf, size_t sbytes
             if (atomic_load_explicit(&x.in->head, memory_order_acquire) != t) {
                 unsigned s = t % DT_CHAN_SLOTS;
                 size_t len = rbytes - got < DT_CHAN_CHUNK ? rbytes - got : DT_CHAN_CHUNK;
-                if (x.in->hdr[s].seq != c->seq || x.in->hdr[s].coll != c->cur.coll || x.in->hdr[s].bytes != len)
-                    return chunk_mismatch(c, rl, x.in->hdr[s].seq, x.in->hdr[s].coll, x.in->hdr[s].bytes, rbytes - got);
+                if (x.in->hdr[s].seq != c->seq || x.in->hdr[s].coll != c->cur.coll || x.in->hdr[s].bytes != len ||
+                    x.in->hdr[s].total != rbytes)
+                    return chunk_mismatch(c, rl, x.in->hdr[s].seq, x.in->hdr[s].coll, x.in->hdr[s].total, rbytes);
                 if (op >= 0) dt_reduce_into((char *)rbuf + got, x.in->data[s], len / es, dtype, (dt_op)op);
                 else memcpy((char *)rbuf + got, x.in->data[s], len);
                 atomic_store(&x.in->tail, t + 1);

@@ -10,8 +10,10 @@
  * the collective in between, i.e. has finished reading it. */
 #include "comm_internal.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define GROUP_MAGIC 0x67727075ull
 
@@ -243,6 +245,11 @@ dt_status dt_group_check_peers(dt_comm *c, int waiting_for) {
         seg_proc *pr = &c->seg->hdr->proc[p];
         int wr = atomic_load(&pr->world_rank);
         if (dt_segment_proc_dead(c->seg, p)) {
+            /* The launcher knows how it died (signal, exit status): give it a
+             * moment to say so before saying less ourselves. */
+            int lp = c->seg->hdr->launcher_pid;
+            for (int k = 0; k < 100 && lp > 0 && !dt_segment_abort_message(c->seg) && kill(lp, 0) == 0; k++) usleep(1000);
+            if (dt_segment_abort_message(c->seg)) return dt_shm_check_abort(c);
             dt_segment_abort(c->seg, "rank %d (pid %d) died%s", wr, (int)atomic_load(&pr->pid),
                              j == waiting_for ? " while a peer waited for it" : "");
             return dt_shm_check_abort(c);

@@ -1,0 +1,84 @@
+#!/bin/bash
+# Faults and bad behaviour: a killed rank, a rank that exits early, mismatched
+# collectives, a killed launcher. Checks that every surviving rank fails with
+# a message naming the culprit within a second, that the launcher exits
+# non-zero naming it, and that nothing is left in /dev/shm or running.
+# usage: faults.sh DTRAIN TEST_FAULTS
+set -u
+DTRAIN=$1
+PROG=$2
+passed=0
+failed=0
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+ok() { passed=$((passed + 1)); }
+shm_before=$(ls /dev/shm | wc -l)
+
+# run NPROC MODE -> sets out, err, rc
+run() {
+    local n=$1 mode=$2
+    out=$(timeout 20 "$DTRAIN" launch -n "$n" -- "$PROG" "$mode" 2>/tmp/faults.err.$$)
+    rc=$?
+    err=$(cat /tmp/faults.err.$$)
+    rm -f /tmp/faults.err.$$
+}
+
+# Every surviving rank (0..n-2) reports within 1 s, and the message holds all the words.
+check_survivors() {
+    local n=$1 what=$2; shift 2
+    for ((r = 0; r < n - 1; r++)); do
+        line=$(echo "$out" | grep "^rank $r: error after")
+        if [ -z "$line" ]; then fail "$what: rank $r reported no error (stdout: $out; stderr: $err)"; continue; fi
+        t=$(echo "$line" | sed 's/.*error after \([0-9.]*\) s.*/\1/')
+        if awk "BEGIN{exit !($t < 1.0)}"; then ok; else fail "$what: rank $r took $t s to notice"; fi
+        for word in "$@"; do
+            if echo "$line" | grep -q -- "$word"; then ok; else fail "$what: rank $r's message lacks '$word': $line"; fi
+        done
+    done
+}
+
+for n in 2 4; do
+    last=$((n - 1))
+    run $n kill
+    [ $rc -ne 0 ] && ok || fail "kill n=$n: launcher exited 0"
+    echo "$err" | grep -q "rank $last (pid [0-9]*) was killed by signal 9" && ok || fail "kill n=$n: launcher did not name rank $last: $err"
+    check_survivors $n "kill n=$n" "rank $last" "killed by signal 9" "allreduce #"
+
+    run $n exit
+    [ $rc -ne 0 ] && ok || fail "exit n=$n: launcher exited 0"
+    check_survivors $n "exit n=$n" "rank $last" "allreduce #"
+
+    run $n mismatch-op
+    [ $rc -ne 0 ] && ok || fail "mismatch-op n=$n: launcher exited 0"
+    check_survivors $n "mismatch-op n=$n" "mismatch" "allreduce" "broadcast"
+    echo "$out" | grep -q "^rank $last: error after.*mismatch.*allreduce.*broadcast\|^rank $last: error after.*mismatch.*broadcast.*allreduce" && ok ||
+        fail "mismatch-op n=$n: the mismatching rank $last did not report both calls: $out"
+
+    run $n mismatch-size
+    check_survivors $n "mismatch-size n=$n" "mismatch" "262144 x f32" "524288 x f32"
+
+    run $n mismatch-ring
+    check_survivors $n "mismatch-ring n=$n" "mismatch" "ring"
+done
+
+# kill -9 of the launcher: the ranks go with it, nothing is left.
+"$DTRAIN" launch -n 3 -- "$PROG" hang 2>/dev/null &
+lpid=$!
+sleep 0.5
+kids=$(pgrep -P $lpid | tr '\n' ' ')
+kill -9 $lpid
+{ wait $lpid; } 2>/dev/null
+sleep 0.3
+left=0
+for k in $kids; do
+    # a zombie is dead, whether or not anyone has reaped it yet
+    state=$(awk '{print $3}' /proc/$k/stat 2>/dev/null)
+    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ] && left=$((left + 1))
+done
+[ -n "$kids" ] && ok || fail "launcher kill: no ranks were running"
+[ $left -eq 0 ] && ok || fail "launcher kill: $left ranks still running after the launcher died"
+for k in $kids; do kill -9 "$k" 2>/dev/null; done
+
+shm_after=$(ls /dev/shm | wc -l)
+[ "$shm_before" = "$shm_after" ] && ok || fail "/dev/shm had $shm_before entries before and $shm_after after"
+echo "faults: $passed passed, $failed failed"
+[ $failed -eq 0 ]
