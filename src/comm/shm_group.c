@@ -130,9 +130,10 @@ void dt_cell_publish(dt_comm *c, const void *data, size_t bytes, uint64_t soff, 
     }
     uint64_t w[3];
     desc_pack(&c->cur, w);
+    /* Seqlock writer: the odd marker first; release on each descriptor word
+     * keeps it from being seen before the marker. */
     atomic_store_explicit(&cell->arrive, published(c->seq) - 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    for (int k = 0; k < 3; k++) atomic_store_explicit(&cell->desc[k], w[k], memory_order_relaxed);
+    for (int k = 0; k < 3; k++) atomic_store_explicit(&cell->desc[k], w[k], memory_order_release);
     atomic_store_explicit(&cell->off[0], soff, memory_order_relaxed);
     atomic_store_explicit(&cell->off[1], roff, memory_order_relaxed);
     if (bytes) memcpy(cell->data, data, bytes);
@@ -158,8 +159,8 @@ static bool read_desc(dt_comm *c, int j, call_desc *d) {
     uint32_t a1 = atomic_load_explicit(&cell->arrive, memory_order_acquire);
     if (a1 != published(c->seq)) return false;
     uint64_t w[3];
-    for (int k = 0; k < 3; k++) w[k] = atomic_load_explicit(&cell->desc[k], memory_order_relaxed);
-    atomic_thread_fence(memory_order_acquire);
+    /* acquire on each word keeps the re-read of arrive after them */
+    for (int k = 0; k < 3; k++) w[k] = atomic_load_explicit(&cell->desc[k], memory_order_acquire);
     if (atomic_load_explicit(&cell->arrive, memory_order_relaxed) != a1) return false;
     desc_unpack(w, d);
     return true;
