@@ -162,7 +162,7 @@ static void matrix(void) {
                     for (size_t k = 0; k < sizeof small / sizeof small[0]; k++)
                         for (int arena = 0; arena < 2; arena++)
                             check_one(c, (dt_algo)a, (dt_dtype)t, (dt_op)op, small[k], arena, rooted ? (int)((k + 1) % p) : 0);
-            /* Large: past the 64 KiB channel chunks and the 4 MiB staging chunks. */
+            /* Large: past the 64 KiB channel chunks and the 256 KiB staging chunks. */
             size_t big = c == DT_COLL_ALLREDUCE || c == DT_COLL_REDUCE || c == DT_COLL_BROADCAST ? (9u << 20) / 8 + 3 : (5u << 20) / 4 / (size_t)p + 5;
             for (int arena = 0; arena < 2; arena++) {
                 check_one(c, (dt_algo)a, DT_F32, DT_SUM, big, arena, rooted ? p - 1 : 0);

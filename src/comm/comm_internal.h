@@ -14,7 +14,7 @@
 #define DT_CELL_INLINE 4048    /* bytes carried inside a cell: small messages never leave it */
 #define DT_CHAN_SLOTS 4        /* p2p channel: chunks in flight per ordered pair */
 #define DT_CHAN_CHUNK (64 << 10)
-#define DT_SCRATCH_BYTES (4u << 20) /* per-rank staging for private buffers */
+#define DT_SCRATCH_BYTES (256u << 10) /* per-rank staging for private buffers: a chunk fits L2 on both sides */
 
 /* ---- shared segment (one per machine, memfd-backed, never named in /dev/shm) ---- */
 

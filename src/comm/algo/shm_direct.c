@@ -119,9 +119,9 @@ static void consume(dt_comm *c, const coll_args *a, const uint8_t *const *in, si
 
 /* Push: reduce elements [e0,e1) (this rank's slice) from in[] and store the
  * result into every non-NULL out[]. */
-static void push_slice(const coll_args *a, int p, uint8_t *const *in, uint8_t *const *out, size_t e0, size_t e1) {
+static void push_slice(const coll_args *a, int p, uint8_t *const *in, uint8_t *const *out, size_t e0, size_t e1,
+                       bool stream) {
     size_t es = dt_dtype_size(a->dtype);
-    bool stream = a->count * es >= STREAM_BYTES;
     if (p == 2 && !stream && out[0] && out[1] &&
         dt_reduce_pair_to2(out[0] + e0 * es, out[1] + e0 * es, in[0] + e0 * es, in[1] + e0 * es, e1 - e0, a->dtype, a->op))
         return;
@@ -153,6 +153,7 @@ static dt_status run_staged(dt_comm *c, const coll_args *a, size_t maxin) {
     size_t myin = input_bytes(a, p, r);
     uint8_t *scr[DT_MAX_LOCAL];
     for (int j = 0; j < p; j++) scr[j] = c->scratch + (size_t)j * DT_SCRATCH_BYTES;
+    bool stream = a->count * es >= STREAM_BYTES;
     if (uses_push(a)) {
         size_t chunk = DT_SCRATCH_BYTES / es;
         bool all = a->coll == DT_COLL_ALLREDUCE;
@@ -163,10 +164,13 @@ static dt_status run_staged(dt_comm *c, const coll_args *a, size_t maxin) {
             memcpy(scr[r], mine + e * es, m * es);
             dt_status st = dt_group_step(c);
             if (st) return st;
-            push_slice(a, p, scr, out, dt_block_start(m, p, r), dt_block_start(m, p, r) + dt_block_count(m, p, r));
+            push_slice(a, p, scr, out, dt_block_start(m, p, r), dt_block_start(m, p, r) + dt_block_count(m, p, r), false);
             if ((st = dt_group_step(c))) return st;
-            if (out[r]) memcpy((uint8_t *)a->recvbuf + e * es, scr[r], m * es);
+            if (out[r]) copy_out((uint8_t *)a->recvbuf + e * es, scr[r], m * es, stream);
         }
+#if defined(__x86_64__)
+        if (stream) _mm_sfence();
+#endif
         return DT_OK;
     }
     const uint8_t *in[DT_MAX_LOCAL];
@@ -224,7 +228,7 @@ dt_status dt_shm_direct_run(dt_comm *c, const coll_args *a) {
             out[j] = (a->coll == DT_COLL_ALLREDUCE || j == a->root) ? dt_segment_ptr(c->seg, ro) : NULL;
         }
         size_t e0 = dt_block_start(a->count, p, r);
-        push_slice(a, p, (uint8_t *const *)in, out, e0, e0 + dt_block_count(a->count, p, r));
+        push_slice(a, p, (uint8_t *const *)in, out, e0, e0 + dt_block_count(a->count, p, r), a->count * es >= STREAM_BYTES);
     } else {
         consume(c, a, in, 0, maxin);
     }
