@@ -169,17 +169,36 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Seconds per call (max over ranks) of `iters` calls. */
-static dt_status timed(dt_comm *w, bench_case *b, long iters, double *sec) {
+/* Machine-wide CPU seconds spent busy, plus time the hypervisor stole. */
+static double machine_busy(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return 0;
+    unsigned long long v[10] = { 0 };
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], &v[7], &v[8], &v[9]);
+    fclose(f);
+    if (n < 8) return 0;
+    /* user nice system [idle iowait] irq softirq steal */
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Seconds per call (max over ranks) of `iters` calls, and whether others
+ * used more than a tenth of a core meanwhile (then the figure is suspect). */
+static dt_status timed(dt_comm *w, bench_case *b, long iters, double *sec, bool *disturbed) {
     dt_status st = dt_comm_barrier(w);
-    double t0 = dt_time_now();
+    double busy0 = machine_busy(), cpu0 = dt_time_cpu(), t0 = dt_time_now();
     for (long k = 0; k < iters && !st; k++) st = run_once(w, b);
-    double t = (dt_time_now() - t0) / (double)iters;
+    double el = dt_time_now() - t0, t = el / (double)iters, cpu = dt_time_cpu() - cpu0, ours = 0;
     if (!st) st = dt_comm_allreduce(w, &t, sec, 1, DT_F64, DT_MAX);
+    if (!st) st = dt_comm_allreduce(w, &cpu, &ours, 1, DT_F64, DT_SUM);
+    double others = machine_busy() - busy0 - ours;
+    int32_t d = others > 0.1 * el + 0.02 /* /proc/stat ticks are 10 ms */, any = d;
+    if (!st) st = dt_comm_allreduce(w, &d, &any, 1, DT_I32, DT_MAX);
+    if (disturbed) *disturbed = any;
     return st;
 }
 
-typedef struct { size_t bytes; double med, lo, hi; long iters; char algo[32]; int nproc; } bench_row;
+typedef struct { size_t bytes; double med, lo, hi; long iters; char algo[32]; int nproc, disturbed; } bench_row;
 
 static dt_status bench_size(dt_comm *w, const dt_bench_comm_opts *o, size_t bytes, bench_row *row) {
     int p = dt_comm_size(w), r = dt_comm_rank(w);
@@ -210,7 +229,7 @@ static dt_status bench_size(dt_comm *w, const dt_bench_comm_opts *o, size_t byte
     }
     /* Calibrate the repetition length on a warmed-up call. */
     double t1 = 0;
-    if (!st) st = timed(w, &b, 1, &t1);
+    if (!st) st = timed(w, &b, 1, &t1, NULL);
     long iters = t1 > 0 ? (long)(o->rep_seconds / t1) : 1000;
     if (iters < 1) iters = 1;
     if (iters > 100000) iters = 100000;
@@ -218,8 +237,17 @@ static dt_status bench_size(dt_comm *w, const dt_bench_comm_opts *o, size_t byte
     if (!st) st = dt_comm_broadcast(w, &it, 1, DT_I64, 0);
     double times[64];
     int reps = o->reps < 64 ? o->reps : 64;
-    for (int k = 0; k < o->warmup && !st; k++) st = timed(w, &b, it, &times[0]);
-    for (int k = 0; k < reps && !st; k++) st = timed(w, &b, it, &times[k]);
+    for (int k = 0; k < o->warmup && !st; k++) st = timed(w, &b, it, &times[0], NULL);
+    /* A repetition during which others used the machine is discarded and
+     * retried, up to reps more times; the count is reported. */
+    int discarded = 0;
+    for (int k = 0; k < reps && !st;) {
+        bool dist = false;
+        st = timed(w, &b, it, &times[k], &dist);
+        if (dist && discarded < reps) { discarded++; usleep(20000); continue; }
+        k++;
+    }
+    row->disturbed = discarded;
     if (!st) {
         qsort(times, (size_t)reps, sizeof times[0], cmp_double);
         row->bytes = bytes;
@@ -239,16 +267,129 @@ static dt_status bench_size(dt_comm *w, const dt_bench_comm_opts *o, size_t byte
 static void print_json_row(FILE *f, const dt_bench_comm_opts *o, const bench_row *row, const char *buffers) {
     double algbw = row->bytes / row->med / 1e9;
     fprintf(f, "{\"op\":\"%s\",\"algo\":\"%s\",\"nproc\":%d,\"bytes\":%zu,\"avg_us\":%.3f,\"algbw_gbs\":%.3f,"
-               "\"busbw_gbs\":%.3f,\"buffers\":\"%s\",\"min_us\":%.3f,\"max_us\":%.3f,\"iters\":%ld,\"dtype\":\"%s\"}\n",
+               "\"busbw_gbs\":%.3f,\"buffers\":\"%s\",\"min_us\":%.3f,\"max_us\":%.3f,\"iters\":%ld,\"dtype\":\"%s\","
+               "\"disturbed_reps\":%d}\n",
             dt_coll_name(o->coll), row->algo, row->nproc, row->bytes, row->med * 1e6, algbw,
-            algbw * bus_factor(o->coll, row->nproc), buffers, row->lo * 1e6, row->hi * 1e6, row->iters, dt_dtype_name(o->dtype));
+            algbw * bus_factor(o->coll, row->nproc), buffers, row->lo * 1e6, row->hi * 1e6, row->iters, dt_dtype_name(o->dtype),
+            row->disturbed);
     fflush(f);
+}
+
+/* ---- calibration: the cost model's parameters, measured here ---- */
+
+/* Median seconds of one call of fn, over reps repetitions of iters calls. */
+typedef dt_status (*timed_fn)(dt_comm *w, void *arg);
+static double median_time(dt_comm *w, timed_fn fn, void *arg, int iters, int reps) {
+    double t[15];
+    if (reps > 15) reps = 15;
+    for (int k = -1; k < reps; k++) {
+        dt_comm_barrier(w);
+        double t0 = dt_time_now();
+        for (int i = 0; i < iters; i++) fn(w, arg);
+        double dt = (dt_time_now() - t0) / iters, mx = dt;
+        dt_comm_allreduce(w, &dt, &mx, 1, DT_F64, DT_MAX);
+        if (k >= 0) t[k] = mx;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+    return t[reps / 2];
+}
+
+typedef struct { void *buf; size_t n; } vec_arg;
+static dt_status do_allreduce(dt_comm *w, void *a) {
+    vec_arg *v = a;
+    return dt_comm_allreduce(w, v->buf, v->buf, v->n, DT_F32, DT_SUM);
+}
+/* Ranks 0 and 1 exchange n floats; the others wait at the barrier. */
+static dt_status do_pingpong(dt_comm *w, void *a) {
+    vec_arg *v = a;
+    int r = dt_comm_rank(w);
+    if (r > 1) return DT_OK;
+    return dt_comm_sendrecv(w, v->buf, v->n, 1 - r, (float *)v->buf + v->n, v->n, 1 - r, DT_F32);
+}
+
+static int calibrate(dt_comm *w) {
+    int p = dt_comm_size(w), r = dt_comm_rank(w);
+    if (p < 2) { dt_log(DT_LOG_ERROR, "calibrate: needs at least 2 ranks (--nproc)"); return 2; }
+    dt_cost_params k = *dt_cost_params_current();
+    size_t big = 16u << 20, n = big / 4;
+    vec_arg v = { NULL, 0 };
+    if (dt_comm_alloc(w, 2 * big, &v.buf)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    /* gamma: one rank folding a cache-resident vector into another */
+    float *x = dt_alloc_aligned(1u << 20), *y = dt_alloc_aligned(1u << 20);
+    memset(x, 0, 1u << 20);
+    memset(y, 0, 1u << 20);
+    double t0 = dt_time_now();
+    for (int i = 0; i < 200; i++) dt_reduce_into(x, y, (1u << 20) / 4, DT_F32, DT_SUM);
+    k.gamma = (dt_time_now() - t0) / 200 / (1u << 20);
+    dt_free_aligned(x);
+    dt_free_aligned(y);
+    dt_comm_allreduce(w, &k.gamma, &k.gamma, 1, DT_F64, DT_MAX);
+    /* shm_direct: a barrier's worth of latency, then memory traffic per byte */
+    dt_comm_set_algo(w, DT_COLL_ALLREDUCE, DT_ALGO_SHM_DIRECT);
+    v.n = 2;
+    k.direct_alpha = median_time(w, do_allreduce, &v, 20000, 7);
+    v.n = n;
+    double t = median_time(w, do_allreduce, &v, 5, 5);
+    k.direct_beta = (t - 2 * k.direct_alpha - (double)big * k.gamma / p) / (2.0 * big);
+    if (k.direct_beta <= 0) k.direct_beta = t / (2.0 * big);
+    /* channels: ranks 0 and 1 exchange at once (a ring step), so one call is α + bytes·β */
+    v.n = 2;
+    double small = median_time(w, do_pingpong, &v, 20000, 7);
+    v.n = n / 2;
+    double large = median_time(w, do_pingpong, &v, 5, 5);
+    k.p2p_alpha = small;
+    k.p2p_beta = (large - small) / (double)(n / 2 * 4);
+    if (k.p2p_beta <= 0) k.p2p_beta = large / (double)(n / 2 * 4);
+    dt_comm_set_algo(w, DT_COLL_ALLREDUCE, DT_ALGO_AUTO);
+    dt_comm_free(w, v.buf);
+    int rc = 0;
+    if (r == 0) {
+        char path[4096];
+        dt_cost_params_path(path, sizeof path);
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash) { *slash = 0; char cmd[4200]; snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir); if (system(cmd)) {} }
+        if (dt_cost_params_save(path, &k)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); rc = 1; }
+        printf("# calibration on %d ranks, written to %s\n", p, path);
+        printf("p2p (shm channels): alpha %.3f us, beta %.3f GB/s\n", k.p2p_alpha * 1e6, 1e-9 / k.p2p_beta);
+        printf("shm_direct:         alpha %.3f us, beta %.3f GB/s of memory traffic\n", k.direct_alpha * 1e6, 1e-9 / k.direct_beta);
+        printf("reduction:          gamma %.3f GB/s\n", 1e-9 / k.gamma);
+        printf("mpi (not measured here; defaults): alpha %.3f us, beta %.3f GB/s\n", k.mpi_alpha * 1e6, 1e-9 / k.mpi_beta);
+    }
+    dt_cost_params_set(&k);
+    /* What auto now picks, and what each algorithm is predicted to cost. */
+    if (r == 0) {
+        printf("\n# predicted allreduce time (us) on this communicator (%d ranks, %s); * = auto's choice\n", p, dt_comm_transport(w));
+        printf("%10s", "bytes");
+        for (int a = DT_ALGO_SHM_DIRECT; a < DT_ALGO_COUNT; a++)
+            if (dt_algo_lookup((dt_algo)a, DT_COLL_ALLREDUCE)) printf(" %13s", dt_algo_name((dt_algo)a));
+        printf("\n");
+        for (size_t b = 8; b <= (256u << 20); b *= 4) {
+            char sz[32];
+            printf("%10s", dt_format_size(b, sz, sizeof sz));
+            dt_algo best = dt_select_algo(w, DT_COLL_ALLREDUCE, b);
+            for (int a = DT_ALGO_SHM_DIRECT; a < DT_ALGO_COUNT; a++) {
+                if (!dt_algo_lookup((dt_algo)a, DT_COLL_ALLREDUCE)) continue;
+                double c = dt_cost_predict(w, (dt_algo)a, DT_COLL_ALLREDUCE, b);
+                if (c == INFINITY) printf(" %13s", "-");
+                else printf(" %12.2f%s", c * 1e6, a == (int)best ? "*" : " ");
+            }
+            printf("\n");
+        }
+    }
+    return rc;
 }
 
 /* The part every rank runs. */
 static int bench_ranks(const dt_bench_comm_opts *o) {
     dt_comm *w;
     if (dt_comm_init(&w)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (o->calibrate) {
+        int rc = calibrate(w);
+        dt_comm_destroy(w);
+        return rc;
+    }
     if (o->algo != DT_ALGO_AUTO && dt_comm_set_algo(w, o->coll, o->algo)) {
         dt_log(DT_LOG_ERROR, "%s", dt_last_error());
         dt_comm_destroy(w);
@@ -277,7 +418,7 @@ static int bench_ranks(const dt_bench_comm_opts *o) {
 
 /* ---- the parent: launch, baseline, table ---- */
 
-typedef struct { size_t bytes; double us, busbw, lo, hi; char algo[32]; } result;
+typedef struct { size_t bytes; double us, busbw, lo, hi; char algo[32]; int disturbed; } result;
 
 static int read_results(const char *path, result *res, int max) {
     FILE *f = fopen(path, "r");
@@ -297,6 +438,8 @@ static int read_results(const char *path, result *res, int max) {
             res[n].lo = cJSON_IsNumber(lo) ? lo->valuedouble : us->valuedouble;
             res[n].hi = cJSON_IsNumber(hi) ? hi->valuedouble : us->valuedouble;
             snprintf(res[n].algo, sizeof res[n].algo, "%s", cJSON_IsString(al) ? al->valuestring : "?");
+            cJSON *d = cJSON_GetObjectItem(j, "disturbed_reps");
+            res[n].disturbed = cJSON_IsNumber(d) ? d->valueint : 0;
             n++;
         }
         cJSON_Delete(j);
@@ -368,7 +511,15 @@ static double median_of(double *v, int n) {
 
 int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv) {
     bool in_job = getenv("DTRAIN_SHM_FD") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-    if (in_job || (o->nproc == 1 && !o->baseline && !getenv("DTRAIN_BENCH_TABLE"))) return bench_ranks(o);
+    if (in_job || (o->nproc == 1 && !o->baseline)) return bench_ranks(o);
+    if (o->calibrate) {
+        char self[PATH_MAX];
+        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (len <= 0) return 1;
+        self[len] = 0;
+        argv[0] = self;
+        return dt_comm_launch(o->nproc, argv);
+    }
 
     enum { MAXR = 16, MAXS = 64 };
     static result dt_res[MAXR][MAXS], mpi_res[MAXR][MAXS];
@@ -402,18 +553,19 @@ int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv) {
 
     if (!o->json) print_machine(o);
     if (!o->json) {
-        printf("%10s %-13s %11s %21s %9s %9s", "bytes", "algo", "avg_us", "min-max_us", "algbw", "busbw");
+        printf("%10s %-13s %11s %21s %9s %9s %4s", "bytes", "algo", "avg_us", "min-max_us", "algbw", "busbw", "dist");
         if (o->baseline) printf(" | %11s %9s %9s %9s", o->baseline, "busbw", "lat_x", "bw_x");
         printf("\n");
     }
     for (int i = 0; i < ndt[0]; i++) {
         double us[MAXR], bw[MAXR], mus[MAXR], mbw[MAXR];
         double lo = INFINITY, hi = 0;
-        int nm = 0;
+        int nm = 0, dist = 0;
         for (int r = 0; r < rounds; r++) {
             us[r] = dt_res[r][i].us;
             bw[r] = dt_res[r][i].busbw;
             lo = fmin(lo, dt_res[r][i].lo);
+            dist += dt_res[r][i].disturbed;
             hi = fmax(hi, dt_res[r][i].hi);
             for (int k = 0; k < nmpi[r]; k++)
                 if (mpi_res[r][k].bytes == dt_res[0][i].bytes) { mus[nm] = mpi_res[r][k].us; mbw[nm] = mpi_res[r][k].busbw; nm++; }
@@ -431,15 +583,19 @@ int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv) {
         }
         char sz[32], range[48];
         snprintf(range, sizeof range, "%.2f-%.2f", lo, hi);
-        printf("%10s %-13s %11.2f %21s %9.2f %9.2f", dt_format_size(bytes, sz, sizeof sz), dt_res[0][i].algo, u, range,
-               bytes / u / 1e3, b);
+        printf("%10s %-13s %11.2f %21s %9.2f %9.2f %4d", dt_format_size(bytes, sz, sizeof sz), dt_res[0][i].algo, u, range,
+               bytes / u / 1e3, b, dist);
         if (nm) {
             double mu = median_of(mus, nm), mb = median_of(mbw, nm);
             printf(" | %11.2f %9.2f %8.2fx %8.2fx", mu, mb, mu / u, mb > 0 ? b / mb : 0.0);
         }
         printf("\n");
     }
-    if (!o->json && o->baseline)
-        printf("# lat_x = %s time / dtrain time, bw_x = dtrain busbw / %s busbw (above 1: dtrain is faster)\n", o->baseline, o->baseline);
+    if (!o->json) {
+        printf("# dist = dtrain repetitions discarded and retried because other work used > 10%% of a core meanwhile\n");
+        if (o->baseline)
+            printf("# lat_x = %s time / dtrain time, bw_x = dtrain busbw / %s busbw (above 1: dtrain is faster)\n",
+                   o->baseline, o->baseline);
+    }
     return 0;
 }

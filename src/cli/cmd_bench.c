@@ -24,7 +24,11 @@ static void usage(FILE *f) {
             "  --baseline LIB     also time the MPI library's collective in the same invocation:\n"
             "                     mpi (the one dtrain was built with, Open MPI) or mpich\n"
             "  --rounds N         alternate dtrain and baseline N times, median of rounds (default 1)\n"
-            "  --json             one JSON object per line\n");
+            "  --json             one JSON object per line\n"
+            "  --calibrate        measure the cost model's parameters (alpha, beta, gamma) on this\n"
+            "                     machine, save them where algo=auto reads them\n"
+            "                     ($DTRAIN_CALIBRATION or ~/.cache/dtrain/comm-calibration.txt),\n"
+            "                     and print what auto then picks by size\n");
 }
 
 /* argv is the whole command line ("dtrain bench comm ..."): the benchmark
@@ -42,6 +46,7 @@ int dt_cli_bench(int argc, char **argv) {
         dt_status st = DT_OK;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(f, "--json")) { o.json = 1; continue; }
+        else if (!strcmp(f, "--calibrate")) { o.calibrate = 1; continue; }
         if (!v) { dt_log(DT_LOG_ERROR, "bench comm: %s needs a value", f); return 2; }
         i++;
         if (!strcmp(f, "--op")) st = dt_coll_parse(v, &o.coll);
