@@ -3,10 +3,14 @@
 # collectives, a killed launcher. Checks that every surviving rank fails with
 # a message naming the culprit within a second, that the launcher exits
 # non-zero naming it, and that nothing is left in /dev/shm or running.
-# usage: faults.sh DTRAIN TEST_FAULTS
+# usage: faults.sh DTRAIN TEST_FAULTS [MPIEXEC]
+# With MPIEXEC, the same under mpirun with the ranks cut into two pseudo-nodes
+# (so the news crosses MPI); mpirun ends the job at the first exit, so there
+# it is enough that a rank on the other pseudo-node reports in time.
 set -u
 DTRAIN=$1
 PROG=$2
+MPIEXEC=${3:-}
 passed=0
 failed=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
@@ -77,6 +81,21 @@ done
 [ -n "$kids" ] && ok || fail "launcher kill: no ranks were running"
 [ $left -eq 0 ] && ok || fail "launcher kill: $left ranks still running after the launcher died"
 for k in $kids; do kill -9 "$k" 2>/dev/null; done
+
+if [ -n "$MPIEXEC" ]; then
+    for mode in kill mismatch-op; do
+        out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader DTRAIN_FAKE_NODES=2 \
+              timeout 30 "$MPIEXEC" --oversubscribe -np 4 "$PROG" $mode 2>/dev/null)
+        rc=$?
+        [ $rc -ne 0 ] && ok || fail "mpi $mode: mpirun exited 0"
+        # ranks 0 and 1 are on the other pseudo-node from rank 3
+        line=$(echo "$out" | grep -E "^rank [01]: error after" | head -1)
+        if [ -z "$line" ]; then fail "mpi $mode: no rank on the other pseudo-node reported: $out"; continue; fi
+        t=$(echo "$line" | sed 's/.*error after \([0-9.]*\) s.*/\1/')
+        awk "BEGIN{exit !($t < 1.0)}" && ok || fail "mpi $mode: took $t s: $line"
+        echo "$line" | grep -q "rank 3" && ok || fail "mpi $mode: rank 3 not named: $line"
+    done
+fi
 
 shm_after=$(ls /dev/shm | wc -l)
 [ "$shm_before" = "$shm_after" ] && ok || fail "/dev/shm had $shm_before entries before and $shm_after after"

@@ -57,6 +57,7 @@ static dt_comm *comm_new(int rank, int size, int local_rank, int local_size) {
     dt_comm *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->rank = rank;
+    c->world_rank = rank;
     c->size = size;
     c->local_rank = local_rank;
     c->local_size = local_size;
@@ -281,10 +282,11 @@ dt_status dt_coll_execute(dt_comm *c, const coll_args *a, dt_algo algo) {
          * its peers are somewhere in the same collective and must not hang. */
         char d[256], msg[1024];
         dt_desc_format(&c->cur, d, sizeof d);
-        snprintf(msg, sizeof msg, "rank %d failed in %s: %s", c->rank, d, dt_last_error());
+        snprintf(msg, sizeof msg, "rank %d failed in %s: %s", c->world_rank, d, dt_last_error());
         if (c->seg && !dt_segment_abort_message(c->seg)) dt_segment_abort(c->seg, "%s", msg);
 #ifdef DT_HAVE_MPI
-        dt_mpi_fail(c, strstr(dt_last_error(), "rank ") == dt_last_error() ? dt_last_error() : msg);
+        /* Other machines get the first cause, without this rank's context. */
+        dt_mpi_fail(c, c->seg ? dt_segment_abort_message(c->seg) : msg);
 #endif
     }
     return st;

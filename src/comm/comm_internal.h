@@ -120,6 +120,7 @@ typedef struct dt_progress dt_progress;
 
 struct dt_comm {
     int rank, size;
+    int world_rank;      /* for messages: ranks are named as the user knows them */
     int node, nodes;
     int local_rank, local_size;
     int *node_of;        /* [size] */

@@ -90,7 +90,7 @@ dt_status dt_mpi_check_abort(dt_comm *c) {
     if (!m) return DT_OK;
     char d[256];
     dt_desc_format(&c->cur, d, sizeof d);
-    return dt_error(DT_ERR_PEER, "%s [rank %d was in %s]", m, c->rank, d);
+    return dt_error(DT_ERR_PEER, "%s [rank %d was in %s]", m, c->world_rank, d);
 }
 
 static int tag_of(const dt_comm *c) { return 2 + (int)(((c->seq & 0x3ff) << 4) | (c->cur.coll & 0xf)); }
@@ -152,7 +152,7 @@ dt_status dt_mpi_finish(dt_comm *c, dt_mpi_xfer *x) {
     if (st == DT_ERR_SYS && strstr(dt_last_error(), "truncat")) {
         dt_desc_format(&c->cur, mine, sizeof mine);
         return dt_error(DT_ERR_MISMATCH, "collective mismatch: rank %d in %s received more than the %zu bytes it expected from rank %d",
-                        c->rank, mine, x->rbytes, x->rpeer);
+                        c->world_rank, mine, x->rbytes, x->rpeer);
     }
     if (st) return st;
     for (int k = 0; k < x->nrecv; k++) {
@@ -163,7 +163,7 @@ dt_status dt_mpi_finish(dt_comm *c, dt_mpi_xfer *x) {
             dt_desc_format(&c->cur, mine, sizeof mine);
             int their = sts[k].MPI_TAG - 2;
             return dt_error(DT_ERR_MISMATCH, "collective mismatch: rank %d in %s expected %zu bytes from rank %d, which sent %d bytes for %s #%d (mod 1024)",
-                            c->rank, mine, want, x->rpeer, cnt, dt_coll_name((dt_coll)(their & 0xf)), their >> 4);
+                            c->world_rank, mine, want, x->rpeer, cnt, dt_coll_name((dt_coll)(their & 0xf)), their >> 4);
         }
     }
     if (x->tmp) dt_reduce_into(x->rbuf, x->tmp, x->rbytes / dt_dtype_size(x->dtype), x->dtype, (dt_op)x->op);
@@ -221,6 +221,7 @@ dt_status dt_mpi_init_world(dt_comm **out) {
     dt_comm *c = calloc(1, sizeof *c);
     if (!c) return dt_error(DT_ERR_NOMEM, "MPI world: out of memory");
     c->rank = rank;
+    c->world_rank = rank;
     c->size = size;
     c->local_rank = lr;
     c->local_size = ls;

@@ -40,7 +40,7 @@ static dt_status chunk_mismatch(dt_comm *c, int from, uint64_t seq, uint32_t col
     int wr = atomic_load(&c->seg->hdr->proc[c->proc_of[from]].world_rank);
     dt_segment_abort(c->seg,
                      "collective mismatch: rank %d in %s expected a %zu-byte message from rank %d, which sent %llu bytes for %s #%llu",
-                     c->rank, mine, expect, wr, (unsigned long long)total, dt_coll_name((dt_coll)coll), (unsigned long long)seq);
+                     c->world_rank, mine, expect, wr, (unsigned long long)total, dt_coll_name((dt_coll)coll), (unsigned long long)seq);
     return dt_error(DT_ERR_MISMATCH, "%s", dt_segment_abort_message(c->seg));
 }
 

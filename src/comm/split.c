@@ -44,6 +44,7 @@ dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out) {
         if (!nc) st = dt_error(DT_ERR_NOMEM, "dt_comm_split: out of memory");
         else {
             nc->rank = me;
+            nc->world_rank = c->world_rank;
             nc->size = n;
             nc->local_size = nlocal;
             nc->node_of = calloc((size_t)n, sizeof(int));

@@ -50,7 +50,7 @@ dt_status dt_shm_check_abort(dt_comm *c) {
     if (!msg) return DT_OK;
     char d[256];
     dt_desc_format(&c->cur, d, sizeof d);
-    return dt_error(DT_ERR_PEER, "%s [rank %d was in %s]", msg, c->rank, d);
+    return dt_error(DT_ERR_PEER, "%s [rank %d was in %s]", msg, c->world_rank, d);
 }
 
 dt_status dt_shm_wait(dt_comm *c, wait_cond cond, void *arg, int waiting_for) {
