@@ -168,6 +168,11 @@ static void matrix(void) {
                 check_one(c, (dt_algo)a, DT_F32, DT_SUM, big, arena, rooted ? p - 1 : 0);
                 if (reduces) check_one(c, (dt_algo)a, DT_BF16, DT_AVG, big / 3, arena, 0);
             }
+            /* Past the 8 MiB streaming threshold, odd count: unaligned heads and tails. */
+            if (a == DT_ALGO_SHM_DIRECT && (c == DT_COLL_ALLREDUCE || c == DT_COLL_REDUCE)) {
+                check_one(c, (dt_algo)a, DT_F32, DT_SUM, (8u << 20) / 4 + 5, 1, p - 1);
+                check_one(c, (dt_algo)a, DT_F64, DT_MAX, (8u << 20) / 8 + 3, 1, 0);
+            }
         }
     }
     for (int k = 0; k < DT_COLL_COUNT; k++) dt_comm_set_algo(world, (dt_coll)k, DT_ALGO_AUTO);

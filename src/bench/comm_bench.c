@@ -474,7 +474,7 @@ static int run_baseline(const dt_bench_comm_opts *o, const char *outpath) {
     snprintf(cmd, sizeof cmd,
              "%s -np %d %s %s --op %s --dtype %s --redop %s --sizes %s --reps %d --warmup %d --seconds %g > %s",
              mpich ? "mpirun.mpich" : "mpirun", o->nproc,
-             mpich ? "" : "--oversubscribe --allow-run-as-root --mca btl_vader_single_copy_mechanism none",
+             mpich ? "" : "--oversubscribe --allow-run-as-root",
              binpath, dt_coll_name(o->coll), dt_dtype_name(o->dtype), dt_op_name(o->op), sizes, o->reps, o->warmup,
              o->rep_seconds, outpath);
     int rc = system(cmd);
