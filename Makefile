@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps demo test test-sanitize bench-mpi clean
+.PHONY: all deps demo test test-sanitize test-mpich bench-mpi clean
 
 all: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j$(JOBS)
@@ -28,9 +28,15 @@ test-sanitize: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=thread && cmake --build build-tsan -j$(JOBS)
 	cd build-tsan && ctest --output-on-failure
 
+# The suite with dtrain built against MPICH instead of Open MPI.
+test-mpich: deps
+	@scripts/install-deps.sh mpich libmpich-dev
+	cmake -S . -B build-mpich -DMPI_C_COMPILER=mpicc.mpich -DMPIEXEC_EXECUTABLE=/usr/bin/mpirun.mpich && cmake --build build-mpich -j$(JOBS)
+	cd build-mpich && ctest --output-on-failure
+
 # dtrain against Open MPI and MPICH, same invocation each.
 bench-mpi: all
 	bench/compare_mpi.sh
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan build-mpich

@@ -294,17 +294,18 @@ static double median_time(dt_comm *w, timed_fn fn, void *arg, int iters, int rep
     return t[reps / 2];
 }
 
-typedef struct { void *buf; size_t n; } vec_arg;
+typedef struct { void *buf; size_t n; int a, b; } vec_arg;
 static dt_status do_allreduce(dt_comm *w, void *a) {
     vec_arg *v = a;
     return dt_comm_allreduce(w, v->buf, v->buf, v->n, DT_F32, DT_SUM);
 }
-/* Ranks 0 and 1 exchange n floats; the others wait at the barrier. */
-static dt_status do_pingpong(dt_comm *w, void *a) {
-    vec_arg *v = a;
+/* Ranks a and b exchange n floats at once; the others wait at the barrier. */
+static dt_status do_pingpong(dt_comm *w, void *arg) {
+    vec_arg *v = arg;
     int r = dt_comm_rank(w);
-    if (r > 1) return DT_OK;
-    return dt_comm_sendrecv(w, v->buf, v->n, 1 - r, (float *)v->buf + v->n, v->n, 1 - r, DT_F32);
+    if (r != v->a && r != v->b) return DT_OK;
+    int peer = r == v->a ? v->b : v->a;
+    return dt_comm_sendrecv(w, v->buf, v->n, peer, (float *)v->buf + v->n, v->n, peer, DT_F32);
 }
 
 static int calibrate(dt_comm *w) {
@@ -312,8 +313,26 @@ static int calibrate(dt_comm *w) {
     if (p < 2) { dt_log(DT_LOG_ERROR, "calibrate: needs at least 2 ranks (--nproc)"); return 2; }
     dt_cost_params k = *dt_cost_params_current();
     size_t big = 16u << 20, n = big / 4;
-    vec_arg v = { NULL, 0 };
+    vec_arg v = { NULL, 0, 0, 1 };
     if (dt_comm_alloc(w, 2 * big, &v.buf)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (dt_comm_nodes(w) > 1) {
+        /* Across machines only MPI's α and β can be seen: rank 0 and the
+         * first rank of another machine exchange; shm values stay as they are
+         * (calibrate those with one rank per core on one machine). */
+        int32_t node = dt_comm_node(w), *nodes = calloc((size_t)p, sizeof *nodes);
+        dt_comm_allgather(w, &node, nodes, 1, DT_I32);
+        v.b = 1;
+        while (v.b < p && nodes[v.b] == nodes[0]) v.b++;
+        free(nodes);
+        v.n = 2;
+        double small = median_time(w, do_pingpong, &v, 5000, 7);
+        v.n = n / 2;
+        double large = median_time(w, do_pingpong, &v, 5, 5);
+        k.mpi_alpha = small;
+        k.mpi_beta = (large - small) / (double)(n / 2 * 4);
+        if (k.mpi_beta <= 0) k.mpi_beta = large / (double)(n / 2 * 4);
+        goto save;
+    }
     /* gamma: one rank folding a cache-resident vector into another */
     float *x = dt_alloc_aligned(1u << 20), *y = dt_alloc_aligned(1u << 20);
     memset(x, 0, 1u << 20);
@@ -341,6 +360,7 @@ static int calibrate(dt_comm *w) {
     k.p2p_beta = (large - small) / (double)(n / 2 * 4);
     if (k.p2p_beta <= 0) k.p2p_beta = large / (double)(n / 2 * 4);
     dt_comm_set_algo(w, DT_COLL_ALLREDUCE, DT_ALGO_AUTO);
+save:
     dt_comm_free(w, v.buf);
     int rc = 0;
     if (r == 0) {
@@ -355,7 +375,9 @@ static int calibrate(dt_comm *w) {
         printf("p2p (shm channels): alpha %.3f us, beta %.3f GB/s\n", k.p2p_alpha * 1e6, 1e-9 / k.p2p_beta);
         printf("shm_direct:         alpha %.3f us, beta %.3f GB/s of memory traffic\n", k.direct_alpha * 1e6, 1e-9 / k.direct_beta);
         printf("reduction:          gamma %.3f GB/s\n", 1e-9 / k.gamma);
-        printf("mpi (not measured here; defaults): alpha %.3f us, beta %.3f GB/s\n", k.mpi_alpha * 1e6, 1e-9 / k.mpi_beta);
+        printf("mpi (%s):    alpha %.3f us, beta %.3f GB/s\n", dt_comm_nodes(w) > 1 ? "measured" : "kept, needs several machines",
+               k.mpi_alpha * 1e6, 1e-9 / k.mpi_beta);
+        if (dt_comm_nodes(w) > 1) printf("(shm and reduction values kept from the file: calibrate them on one machine)\n");
     }
     dt_cost_params_set(&k);
     /* What auto now picks, and what each algorithm is predicted to cost. */
