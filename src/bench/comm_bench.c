@@ -27,7 +27,9 @@ void dt_bench_comm_defaults(dt_bench_comm_opts *o) {
     o->dtype = DT_F32;
     o->op = DT_SUM;
     o->nproc = 2;
-    for (size_t s = 8; s <= (256u << 20); s *= 4) o->sizes[o->nsizes++] = s;
+    /* 8 B, then 16 B x 4^k: lands on 1 KiB, 1 MiB, 64 MiB and 256 MiB */
+    o->sizes[o->nsizes++] = 8;
+    for (size_t s = 16; s <= (256u << 20); s *= 4) o->sizes[o->nsizes++] = s;
     o->arena = 1;
     o->reps = 7;
     o->warmup = 2;

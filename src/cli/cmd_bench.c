@@ -14,7 +14,7 @@ static void usage(FILE *f) {
             "  --algo ALGO        auto (default), shm_direct, ring, tree, rd, rabenseifner, bruck,\n"
             "                     pairwise, hier\n"
             "  --nproc N          local ranks (default 2)\n"
-            "  --sizes LIST       e.g. 8,1M,64M (default 8B to 256MiB by x4); nccl-tests sizes\n"
+            "  --sizes LIST       e.g. 8,1M,64M (default 8B, then 16B to 256MiB by x4); nccl-tests sizes\n"
             "  --buffers KIND     arena (default: dt_comm_alloc, zero-copy) or private (malloc)\n"
             "  --dtype T          f32 (default), f64, bf16, f16, i32, i64\n"
             "  --redop OP         sum (default), avg, max, min, prod\n"
