@@ -1,0 +1,61 @@
+/* dtrain kernels: CPU compute for one process, forward and backward. No
+ * knowledge of ranks. Outputs first, then inputs, then sizes; kernels cannot
+ * fail (shapes are validated once, where they are decided). Backward kernels
+ * accumulate (+=) into their gradient outputs. B batch, T time, C channels,
+ * OC output channels, NH heads, V vocabulary, Vp padded vocabulary. */
+#ifndef DTRAIN_KERNELS_H
+#define DTRAIN_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out[BT, OC] = inp[BT, C] @ w[OC, C]^T + bias[OC] (bias may be NULL). */
+void dt_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int BT, int C, int OC);
+/* dinp += dout @ w; dw += dout^T @ inp; dbias += column sums of dout (dbias may be NULL). */
+void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                        int BT, int C, int OC);
+
+/* Token + position embedding: out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]. */
+void dt_embedding_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
+void dt_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C);
+
+/* LayerNorm over C with eps 1e-5; mean and rstd are kept for backward. */
+void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
+void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, int N, int C);
+
+/* GELU, tanh approximation (GPT-2's). */
+void dt_gelu_forward(float *out, const float *inp, size_t n);
+void dt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* out = a + b. */
+void dt_residual_forward(float *out, const float *a, const float *b, size_t n);
+/* da += dout, db += dout. */
+void dt_residual_backward(float *da, float *db, const float *dout, size_t n);
+
+/* Causal multi-head attention on qkv[B,T,3C] (q, k, v concatenated along
+ * channels) into out[B,T,C]; att[B,NH,T,T] keeps the softmax for backward. */
+void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+/* dqkv += gradient. */
+void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH);
+
+/* Softmax cross-entropy on logits[BT, Vp] over the first V columns.
+ * Writes losses[BT] and returns their mean; then overwrites logits with
+ * d(mean loss)/d(logits) (zero in the padded columns) scaled by dscale, so the
+ * B x T x V probabilities are never stored beside the logits. */
+float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale);
+/* Forward only: losses and their mean; logits unchanged. */
+float dt_crossentropy_forward(float *losses, const float *logits, const int32_t *targets, int BT, int V, int Vp);
+
+/* Threads for OpenMP loops and BLAS together; 0 = all cores. */
+void dt_kernels_set_threads(int n);
+int dt_kernels_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,60 @@
+/* dtrain model layer: GPT-2 family networks built from kernels, with all
+ * parameters in one flat allocation (llm.c's tensor order) and gradients in
+ * a second, so that any contiguous slice can go to an optimizer. */
+#ifndef DTRAIN_MODEL_H
+#define DTRAIN_MODEL_H
+
+#include "dtrain/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int max_seq_len;       /* T max (positions) */
+    int vocab_size;        /* V */
+    int padded_vocab_size; /* Vp >= V; rows V..Vp-1 of wte are zero */
+    int num_layers;        /* L */
+    int num_heads;         /* NH */
+    int channels;          /* C */
+} dt_gpt2_config;
+
+#define DT_GPT2_NTENSORS 16
+
+typedef struct dt_gpt2 dt_gpt2;
+
+/* "d6", "124M", "350M", "774M", "1558M". */
+dt_status dt_gpt2_preset(const char *name, dt_gpt2_config *out);
+/* Checks a config (positive sizes, C divisible by NH, V <= Vp). */
+dt_status dt_gpt2_config_check(const dt_gpt2_config *cfg, const char *where);
+
+dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out);
+void dt_gpt2_destroy(dt_gpt2 *m);
+/* GPT-2's initialisation (HF): weights N(0, 0.02), residual projections
+ * scaled by 1/sqrt(2L), biases 0, LayerNorm weights 1, padded rows 0. */
+void dt_gpt2_init_random(dt_gpt2 *m, uint64_t seed);
+
+const dt_gpt2_config *dt_gpt2_get_config(const dt_gpt2 *m);
+size_t dt_gpt2_num_params(const dt_gpt2 *m);
+float *dt_gpt2_params(dt_gpt2 *m);
+float *dt_gpt2_grads(dt_gpt2 *m);
+/* Tensor i (0..15) of the flat store: llm.c's name, offset and element count. */
+void dt_gpt2_tensor(const dt_gpt2 *m, int i, const char **name, size_t *offset, size_t *count);
+
+/* Forward over inputs[B*T] (token ids < V, T <= max_seq_len). With targets,
+ * *loss gets the mean cross-entropy (else it is left alone). Activations
+ * are sized on first use and grown when B*T grows. */
+dt_status dt_gpt2_forward(dt_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
+/* Logits [B, T, Vp] of the last forward (before backward). */
+const float *dt_gpt2_logits(const dt_gpt2 *m);
+/* Backward of the last forward with targets: adds d(mean loss) to the
+ * gradients, scaled by grad_scale (1/accumulation steps, say). */
+dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale);
+void dt_gpt2_zero_grad(dt_gpt2 *m);
+/* Bytes held: parameters, gradients, activations. */
+size_t dt_gpt2_memory(const dt_gpt2 *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,55 @@
+/* dtrain optim layer: SGD (momentum, Nesterov), AdamW (PyTorch semantics),
+ * LAMB and LARS (per-tensor trust ratios), over a flat f32 slice, so that a
+ * ZeRO shard is just a shorter slice; gradient clipping; learning-rate
+ * schedules. */
+#ifndef DTRAIN_OPTIM_H
+#define DTRAIN_OPTIM_H
+
+#include "dtrain/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DT_OPT_SGD = 0, DT_OPT_ADAMW, DT_OPT_LAMB, DT_OPT_LARS } dt_optim_kind;
+
+typedef struct {
+    dt_optim_kind kind;
+    float beta1, beta2, eps;  /* AdamW, LAMB: 0.9, 0.999, 1e-8 */
+    float weight_decay;       /* 0 */
+    float momentum;           /* SGD, LARS: 0 */
+    int nesterov;             /* SGD */
+    float trust_coef;         /* LARS: 0.001 */
+} dt_optim_config;
+
+/* A tensor within the slice, for the per-tensor trust ratios of LAMB and LARS. */
+typedef struct { size_t offset, count; } dt_tensor_span;
+
+typedef struct dt_optim dt_optim;
+
+void dt_optim_defaults(dt_optim_kind kind, dt_optim_config *out);
+dt_status dt_optim_parse_kind(const char *s, dt_optim_kind *out);
+const char *dt_optim_kind_name(dt_optim_kind k);
+/* Optimizer over n parameters; spans (may be NULL for SGD/AdamW) cover the slice. */
+dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_span *spans, int nspans, dt_optim **out);
+void dt_optim_destroy(dt_optim *o);
+/* One update of params[0..n) from grads at learning rate lr. */
+void dt_optim_step(dt_optim *o, float *params, const float *grads, float lr);
+/* Bytes of optimizer state. */
+size_t dt_optim_state_bytes(const dt_optim *o);
+
+/* Global L2 norm of g[0..n) (accumulated in double). */
+double dt_grad_norm(const float *g, size_t n);
+/* Scales g so that its norm is at most max_norm (PyTorch's clip_grad_norm_:
+ * factor max_norm / (norm + 1e-6) when below 1). Returns the norm before. */
+double dt_grad_clip(float *g, size_t n, double norm, float max_norm);
+
+typedef enum { DT_SCHED_CONSTANT = 0, DT_SCHED_COSINE } dt_schedule_kind;
+/* Learning rate at step (0-based): constant, or linear warm-up over warmup
+ * steps then cosine decay to lr_min at total steps. */
+float dt_lr_at(dt_schedule_kind kind, float lr, float lr_min, int warmup, int total, int step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Reference fixtures for dtrain's GPT-2, computed by PyTorch (the oracle).
+
+Writes, into tests/fixtures/:
+  gpt2_tiny.bin      the weights of a small random GPT-2 in llm.c's format
+                     (int32 header[256] = {20240326, 3, maxT, V, L, NH, C, Vp},
+                     then f32 parameters in llm.c's order)
+  gpt2_tiny_ref.bin  int32 header[256] = {20261122, 1, B, T, steps, optimizers},
+                     int32 inputs[B*T], int32 targets[B*T], f32 logits[B*T*Vp],
+                     f32 loss, f32 grads[num_params] (same order as the weights),
+                     f32 losses[optimizers][steps]: the loss before each of
+                     `steps` updates on the same batch with AdamW, SGD, LAMB, LARS
+                     (hyperparameters below; tests/test_gpt2.c uses the same).
+
+Run with Debian's python3-torch (or torch from PyPI):  /usr/bin/python3 scripts/make_fixtures.py
+"""
+import math
+import os
+import struct
+
+import torch
+import torch.nn.functional as F
+
+MAXT, V, VP, L, NH, C = 32, 101, 128, 2, 4, 32
+B, T = 2, 16
+STEPS = 10
+OPTIMIZERS = {
+    "adamw": dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01),
+    "sgd": dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01),
+    "lamb": dict(lr=0.01, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01),
+    "lars": dict(lr=0.1, momentum=0.9, weight_decay=0.01, trust_coef=0.02),
+}
+
+NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+         "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+
+
+def init_params(gen):
+    def normal(*shape, std=0.02):
+        return torch.randn(*shape, generator=gen) * std
+    proj = 0.02 / math.sqrt(2 * L)
+    wte = normal(VP, C)
+    wte[V:] = 0
+    p = [wte, normal(MAXT, C),
+         1 + 0.1 * normal(L, C, std=1), 0.1 * normal(L, C, std=1),   # LayerNorm away from 1/0 to test them
+         normal(L, 3 * C, C), 0.1 * normal(L, 3 * C, std=1),
+         normal(L, C, C, std=proj), 0.1 * normal(L, C, std=1),
+         1 + 0.1 * normal(L, C, std=1), 0.1 * normal(L, C, std=1),
+         normal(L, 4 * C, C), 0.1 * normal(L, 4 * C, std=1),
+         normal(L, C, 4 * C, std=proj), 0.1 * normal(L, C, std=1),
+         1 + 0.1 * normal(C, std=1), 0.1 * normal(C, std=1)]
+    return [t.float().requires_grad_(True) for t in p]
+
+
+def forward(p, idx, tgt):
+    wte, wpe, ln1w, ln1b, qkvw, qkvb, apw, apb, ln2w, ln2b, fcw, fcb, fpw, fpb, lnfw, lnfb = p
+    hs = C // NH
+    x = wte[idx] + wpe[:T]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for l in range(L):
+        h = F.layer_norm(x, (C,), ln1w[l], ln1b[l], 1e-5)
+        qkv = h @ qkvw[l].T + qkvb[l]
+        q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=2))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ apw[l].T + apb[l]
+        h = F.layer_norm(x, (C,), ln2w[l], ln2b[l], 1e-5)
+        h = F.gelu(h @ fcw[l].T + fcb[l], approximate="tanh")
+        x = x + h @ fpw[l].T + fpb[l]
+    x = F.layer_norm(x, (C,), lnfw, lnfb, 1e-5)
+    logits = x @ wte.T
+    loss = F.cross_entropy(logits[..., :V].reshape(-1, V), tgt.reshape(-1))
+    return logits, loss
+
+
+class Lamb:
+    """LAMB (You et al. 2019) with per-tensor trust ratio |w| / |u|."""
+    def __init__(self, params, lr, betas, eps, weight_decay):
+        self.p, self.lr, self.b1, self.b2, self.eps, self.wd = params, lr, betas[0], betas[1], eps, weight_decay
+        self.m = [torch.zeros_like(t) for t in params]
+        self.v = [torch.zeros_like(t) for t in params]
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self):
+        self.t += 1
+        bc1, bc2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
+        for w, m, v in zip(self.p, self.m, self.v):
+            g = w.grad
+            m.mul_(self.b1).add_(g, alpha=1 - self.b1)
+            v.mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
+            u = (m / bc1) / ((v / bc2).sqrt() + self.eps) + self.wd * w
+            wn, un = w.norm().item(), u.norm().item()
+            trust = wn / un if wn > 0 and un > 0 else 1.0
+            w.sub_(self.lr * trust * u)
+
+    def zero_grad(self):
+        for w in self.p:
+            w.grad = None
+
+
+class Lars:
+    """LARS (You et al. 2017): local lr = eta |w| / (|g| + wd |w|), with momentum."""
+    def __init__(self, params, lr, momentum, weight_decay, trust_coef):
+        self.p, self.lr, self.mom, self.wd, self.eta = params, lr, momentum, weight_decay, trust_coef
+        self.buf = [torch.zeros_like(t) for t in params]
+
+    @torch.no_grad()
+    def step(self):
+        for w, b in zip(self.p, self.buf):
+            g = w.grad
+            wn, gn = w.norm().item(), g.norm().item()
+            local = self.eta * wn / (gn + self.wd * wn) if wn > 0 and gn > 0 else 1.0
+            b.mul_(self.mom).add_(self.lr * local * (g + self.wd * w))
+            w.sub_(b)
+
+    def zero_grad(self):
+        for w in self.p:
+            w.grad = None
+
+
+def main():
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(20261122)
+    params = init_params(gen)
+    idx = torch.randint(0, V, (B, T), generator=gen)
+    tgt = torch.randint(0, V, (B, T), generator=gen)
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
+    os.makedirs(out, exist_ok=True)
+
+    with open(os.path.join(out, "gpt2_tiny.bin"), "wb") as f:
+        f.write(struct.pack("256i", *([20240326, 3, MAXT, V, L, NH, C, VP] + [0] * 248)))
+        for t in params:
+            f.write(t.detach().contiguous().numpy().astype("<f4").tobytes())
+
+    logits, loss = forward(params, idx, tgt)
+    loss.backward()
+    grads = [t.grad.detach().clone() for t in params]
+
+    losses = []
+    for name, hp in OPTIMIZERS.items():
+        p = [t.detach().clone().requires_grad_(True) for t in params]
+        if name == "adamw":
+            opt = torch.optim.AdamW(p, **hp)
+        elif name == "sgd":
+            opt = torch.optim.SGD(p, **hp)
+        elif name == "lamb":
+            opt = Lamb(p, **hp)
+        else:
+            opt = Lars(p, **hp)
+        curve = []
+        for _ in range(STEPS):
+            opt.zero_grad()
+            _, l = forward(p, idx, tgt)
+            curve.append(l.item())
+            l.backward()
+            opt.step()
+        losses.append(curve)
+        print(f"{name}: {curve[0]:.6f} -> {curve[-1]:.6f}")
+
+    with open(os.path.join(out, "gpt2_tiny_ref.bin"), "wb") as f:
+        f.write(struct.pack("256i", *([20261122, 1, B, T, STEPS, len(OPTIMIZERS)] + [0] * 250)))
+        f.write(idx.numpy().astype("<i4").tobytes())
+        f.write(tgt.numpy().astype("<i4").tobytes())
+        f.write(logits.detach().numpy().astype("<f4").tobytes())
+        f.write(struct.pack("<f", loss.item()))
+        for g in grads:
+            f.write(g.numpy().astype("<f4").tobytes())
+        for curve in losses:
+            f.write(struct.pack(f"<{STEPS}f", *curve))
+    print(f"loss {loss.item():.6f}; wrote {out}/gpt2_tiny.bin and gpt2_tiny_ref.bin")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+/* llm.c's model file: int32 header[256] = { 20240326, version, maxT, V, L,
+ * NH, C, Vp, 0... }, then every parameter in llm.c's order, f32 (version 3)
+ * or bf16 (version 5). */
+#include "dtrain/io.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define LLMC_MAGIC 20240326
+
+static dt_status read_header(const char *path, FILE *f, int32_t h[256], dt_gpt2_config *cfg) {
+    if (fread(h, sizeof(int32_t), 256, f) != 256)
+        return dt_error(DT_ERR_IO, "%s: truncated header (%zu bytes needed)", path, 256 * sizeof(int32_t));
+    if (h[0] != LLMC_MAGIC)
+        return dt_error(DT_ERR_IO, "%s: bad magic %d at offset 0 (expected %d: not an llm.c model file)", path, h[0], LLMC_MAGIC);
+    if (h[1] != 3 && h[1] != 5)
+        return dt_error(DT_ERR_IO, "%s: version %d at offset 4 is not supported (3 = f32, 5 = bf16)", path, h[1]);
+    *cfg = (dt_gpt2_config){ h[2], h[3], h[7] ? h[7] : h[3], h[4], h[5], h[6] };
+    return dt_gpt2_config_check(cfg, path);
+}
+
+dt_status dt_llmc_read_config(const char *path, dt_gpt2_config *cfg) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int32_t h[256];
+    dt_status st = read_header(path, f, h, cfg);
+    fclose(f);
+    return st;
+}
+
+dt_status dt_llmc_load_into(const char *path, dt_gpt2 *m) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int32_t h[256];
+    dt_gpt2_config cfg;
+    dt_status st = read_header(path, f, h, &cfg);
+    const dt_gpt2_config *mc = dt_gpt2_get_config(m);
+    if (!st && memcmp(&cfg, mc, sizeof cfg) != 0)
+        st = dt_error(DT_ERR_IO, "%s: the file's shape (T %d, V %d, Vp %d, L %d, NH %d, C %d) differs from the model's "
+                      "(T %d, V %d, Vp %d, L %d, NH %d, C %d)", path, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size,
+                      cfg.num_layers, cfg.num_heads, cfg.channels, mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size,
+                      mc->num_layers, mc->num_heads, mc->channels);
+    size_t n = dt_gpt2_num_params(m), es = h[1] == 3 ? 4 : 2;
+    struct stat sb;
+    if (!st && fstat(fileno(f), &sb) == 0 && (size_t)sb.st_size != 1024 + n * es)
+        st = dt_error(DT_ERR_IO, "%s: %lld bytes, but the header's shape needs %zu (%s)", path, (long long)sb.st_size,
+                      1024 + n * es, (size_t)sb.st_size < 1024 + n * es ? "truncated" : "trailing bytes");
+    float *p = dt_gpt2_params(m);
+    if (!st && es == 4 && fread(p, 4, n, f) != n) st = dt_error(DT_ERR_IO, "%s: truncated parameters", path);
+    if (!st && es == 2) {
+        uint16_t *b = malloc(n * 2);
+        if (!b) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
+        else if (fread(b, 2, n, f) != n) st = dt_error(DT_ERR_IO, "%s: truncated parameters", path);
+        else for (size_t i = 0; i < n; i++) p[i] = dt_bf16_to_f32(b[i]);
+        free(b);
+    }
+    fclose(f);
+    return st;
+}
+
+dt_status dt_llmc_load(const char *path, dt_gpt2 **out) {
+    *out = NULL;
+    dt_gpt2_config cfg;
+    dt_status st = dt_llmc_read_config(path, &cfg);
+    dt_gpt2 *m = NULL;
+    if (!st) st = dt_gpt2_create(&cfg, &m);
+    if (!st) st = dt_llmc_load_into(path, m);
+    if (st) { dt_gpt2_destroy(m); return st; }
+    *out = m;
+    return DT_OK;
+}
+
+dt_status dt_llmc_save(const char *path, dt_gpt2 *m) {
+    const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    int32_t h[256] = { LLMC_MAGIC, 3, c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels,
+                       c->padded_vocab_size };
+    const void *parts[2] = { h, dt_gpt2_params(m) };
+    size_t sizes[2] = { sizeof h, dt_gpt2_num_params(m) * sizeof(float) };
+    return dt_file_write_atomic(path, parts, sizes, 2);
+}

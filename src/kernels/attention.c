@@ -1,0 +1,79 @@
+/* Causal multi-head self-attention: softmax(q k^T / sqrt(hs)) v per head,
+ * position t attending to positions 0..t. The softmax rows are kept in
+ * att[B,NH,T,T] for backward. */
+#include "dtrain/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t C3 = (size_t)C * 3;
+    #pragma omp parallel for collapse(3) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < NH; h++) {
+                const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                float mx = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                    float s = 0;
+                    for (int i = 0; i < hs; i++) s += q[i] * k[i];
+                    s *= scale;
+                    a[t2] = s;
+                    if (s > mx) mx = s;
+                }
+                float sum = 0;
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - mx); sum += a[t2]; }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+                float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+                memset(o, 0, sizeof(float) * (size_t)hs);
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+                }
+            }
+}
+
+void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t C3 = (size_t)C * 3;
+    /* One (b, h) per iteration: key and value gradients of a head gather
+     * contributions from every later query, so heads are the unit of work. */
+    #pragma omp parallel
+    {
+        float *datt = malloc(sizeof(float) * (size_t)T);
+        #pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int t = 0; t < T; t++) {
+                    const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                    const float *dy = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
+                    const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                    float *dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
+                    /* through out = att v */
+                    float dot = 0;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                        float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                        float d = 0;
+                        for (int i = 0; i < hs; i++) { d += dy[i] * v[i]; dv[i] += a[t2] * dy[i]; }
+                        datt[t2] = d;
+                        dot += a[t2] * d;
+                    }
+                    /* through the softmax, then the scaled dot products */
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        float dpre = a[t2] * (datt[t2] - dot) * scale;
+                        const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                        float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                        for (int i = 0; i < hs; i++) { dq[i] += dpre * k[i]; dk[i] += dpre * q[i]; }
+                    }
+                }
+        free(datt);
+    }
+}

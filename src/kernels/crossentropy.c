@@ -1,0 +1,41 @@
+/* Softmax cross-entropy over the first V of Vp logits per position, fused
+ * with its gradient: the probabilities are recomputed in place of the
+ * logits instead of being stored beside them. */
+#include "dtrain/kernels.h"
+
+#include <math.h>
+
+static float row_loss(const float *l, int target, int V, float *mx_out, float *sum_out) {
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++) if (l[v] > mx) mx = l[v];
+    float sum = 0;
+    for (int v = 0; v < V; v++) sum += expf(l[v] - mx);
+    *mx_out = mx;
+    *sum_out = sum;
+    return logf(sum) + mx - l[target];
+}
+
+float dt_crossentropy_forward(float *losses, const float *logits, const int32_t *targets, int BT, int V, int Vp) {
+    double total = 0;
+    #pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int i = 0; i < BT; i++) {
+        float mx, sum;
+        losses[i] = row_loss(logits + (size_t)i * Vp, targets[i], V, &mx, &sum);
+        total += losses[i];
+    }
+    return (float)(total / BT);
+}
+
+float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale) {
+    double total = 0;
+    #pragma omp parallel for reduction(+ : total) schedule(static)
+    for (int i = 0; i < BT; i++) {
+        float *l = logits + (size_t)i * Vp, mx, sum;
+        losses[i] = row_loss(l, targets[i], V, &mx, &sum);
+        total += losses[i];
+        float inv = 1.0f / sum;
+        for (int v = 0; v < V; v++) l[v] = (expf(l[v] - mx) * inv - (v == targets[i] ? 1.0f : 0.0f)) * dscale;
+        for (int v = V; v < Vp; v++) l[v] = 0.0f;
+    }
+    return (float)(total / BT);
+}

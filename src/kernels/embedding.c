@@ -1,0 +1,22 @@
+/* Token and position embeddings. */
+#include "dtrain/kernels.h"
+
+void dt_embedding_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float *o = out + ((size_t)b * T + t) * C;
+            const float *we = wte + (size_t)tok[b * T + t] * C, *pe = wpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+        }
+}
+
+void dt_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C) {
+    /* Serial: two positions may carry the same token. */
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            float *we = dwte + (size_t)tok[b * T + t] * C, *pe = dwpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) { we[c] += d[c]; pe[c] += d[c]; }
+        }
+}

@@ -1,0 +1,34 @@
+/* Element-wise layers: GELU (tanh approximation, as GPT-2) and the residual add. */
+#include "dtrain/kernels.h"
+
+#include <math.h>
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+void dt_gelu_forward(float *out, const float *inp, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
+
+void dt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x);
+        float t = tanhf(u), sech2 = 1.0f - t * t;
+        float grad = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += grad * dout[i];
+    }
+}
+
+void dt_residual_forward(float *out, const float *a, const float *b, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void dt_residual_backward(float *da, float *db, const float *dout, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) { da[i] += dout[i]; db[i] += dout[i]; }
+}

@@ -1,0 +1,193 @@
+/* The optimizers. Each update reads the gradient once and writes the
+ * parameter once; LAMB and LARS first measure every tensor's norms, since
+ * their step size per tensor depends on them. Formulas follow PyTorch where
+ * PyTorch has the optimizer (SGD, AdamW) and the papers otherwise; the
+ * reference in scripts/make_fixtures.py writes the same ones out in torch. */
+#include "dtrain/optim.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dt_optim {
+    dt_optim_config cfg;
+    size_t n;
+    float *m, *v;         /* first and second moments, or the momentum buffer */
+    dt_tensor_span *spans;
+    int nspans;
+    long t;               /* steps taken */
+};
+
+static const char *kind_names[] = { "sgd", "adamw", "lamb", "lars" };
+
+const char *dt_optim_kind_name(dt_optim_kind k) { return (unsigned)k < 4 ? kind_names[k] : "?"; }
+
+dt_status dt_optim_parse_kind(const char *s, dt_optim_kind *out) {
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, kind_names[i])) { *out = (dt_optim_kind)i; return DT_OK; }
+    return dt_error(DT_ERR_ARG, "unknown optimizer '%s' (expected sgd, adamw, lamb or lars)", s);
+}
+
+void dt_optim_defaults(dt_optim_kind kind, dt_optim_config *o) {
+    *o = (dt_optim_config){ kind, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f, 0, 0.001f };
+}
+
+dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_span *spans, int nspans, dt_optim **out) {
+    *out = NULL;
+    if ((unsigned)cfg->kind > DT_OPT_LARS) return dt_error(DT_ERR_ARG, "optimizer: unknown kind %d", (int)cfg->kind);
+    if (!(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1))
+        return dt_error(DT_ERR_ARG, "optimizer: betas (%g, %g) must be in [0, 1)", cfg->beta1, cfg->beta2);
+    if (!(cfg->eps > 0)) return dt_error(DT_ERR_ARG, "optimizer: eps %g must be positive", cfg->eps);
+    if (!(cfg->weight_decay >= 0)) return dt_error(DT_ERR_ARG, "optimizer: weight decay %g must be >= 0", cfg->weight_decay);
+    if (!(cfg->momentum >= 0 && cfg->momentum < 1)) return dt_error(DT_ERR_ARG, "optimizer: momentum %g must be in [0, 1)", cfg->momentum);
+    if (cfg->nesterov && cfg->momentum == 0) return dt_error(DT_ERR_ARG, "optimizer: Nesterov needs a momentum");
+    dt_optim *o = calloc(1, sizeof *o);
+    if (!o) return dt_error(DT_ERR_NOMEM, "optimizer: out of memory");
+    o->cfg = *cfg;
+    o->n = n;
+    bool adam = cfg->kind == DT_OPT_ADAMW || cfg->kind == DT_OPT_LAMB;
+    o->m = dt_alloc_aligned(n * sizeof(float));
+    o->v = adam ? dt_alloc_aligned(n * sizeof(float)) : NULL;
+    if (!o->m || (adam && !o->v)) { dt_optim_destroy(o); return dt_error(DT_ERR_NOMEM, "optimizer: no memory for its state"); }
+    memset(o->m, 0, n * sizeof(float));
+    if (o->v) memset(o->v, 0, n * sizeof(float));
+    if (cfg->kind == DT_OPT_LAMB || cfg->kind == DT_OPT_LARS) {
+        if (!spans || nspans < 1) {
+            /* one tensor: the whole slice */
+            o->spans = malloc(sizeof *o->spans);
+            o->spans[0] = (dt_tensor_span){ 0, n };
+            o->nspans = 1;
+        } else {
+            o->spans = malloc(sizeof *o->spans * (size_t)nspans);
+            memcpy(o->spans, spans, sizeof *spans * (size_t)nspans);
+            o->nspans = nspans;
+        }
+    }
+    *out = o;
+    return DT_OK;
+}
+
+void dt_optim_destroy(dt_optim *o) {
+    if (!o) return;
+    dt_free_aligned(o->m);
+    dt_free_aligned(o->v);
+    free(o->spans);
+    free(o);
+}
+
+size_t dt_optim_state_bytes(const dt_optim *o) { return o->n * sizeof(float) * (o->v ? 2 : 1); }
+
+static double norm2(const float *x, size_t n) {
+    double s = 0;
+    #pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return sqrt(s);
+}
+
+double dt_grad_norm(const float *g, size_t n) { return norm2(g, n); }
+
+double dt_grad_clip(float *g, size_t n, double norm, float max_norm) {
+    if (max_norm > 0) {
+        double f = max_norm / (norm + 1e-6);
+        if (f < 1) {
+            float ff = (float)f;
+            #pragma omp parallel for schedule(static)
+            for (size_t i = 0; i < n; i++) g[i] *= ff;
+        }
+    }
+    return norm;
+}
+
+static void adamw(dt_optim *o, float *p, const float *g, float lr) {
+    const dt_optim_config *c = &o->cfg;
+    float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->t);
+    float step = lr / bc1, sbc2 = sqrtf(bc2), decay = 1.0f - lr * c->weight_decay;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < o->n; i++) {
+        /* torch: p *= 1 - lr wd; m, v updated; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps) */
+        float m = c->beta1 * o->m[i] + (1.0f - c->beta1) * g[i];
+        float v = c->beta2 * o->v[i] + (1.0f - c->beta2) * g[i] * g[i];
+        o->m[i] = m;
+        o->v[i] = v;
+        p[i] = p[i] * decay - step * m / (sqrtf(v) / sbc2 + c->eps);
+    }
+}
+
+static void sgd(dt_optim *o, float *p, const float *g, float lr) {
+    const dt_optim_config *c = &o->cfg;
+    bool first = o->t == 1;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < o->n; i++) {
+        float d = g[i] + c->weight_decay * p[i];
+        if (c->momentum > 0) {
+            /* torch: the buffer starts as the first gradient (no dampening) */
+            float b = first ? d : c->momentum * o->m[i] + d;
+            o->m[i] = b;
+            d = c->nesterov ? d + c->momentum * b : b;
+        }
+        p[i] -= lr * d;
+    }
+}
+
+static void lamb(dt_optim *o, float *p, const float *g, float lr) {
+    const dt_optim_config *c = &o->cfg;
+    float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->t);
+    for (int s = 0; s < o->nspans; s++) {
+        size_t a = o->spans[s].offset, n = o->spans[s].count;
+        /* u = m^ / (sqrt(v^) + eps) + wd p, kept in v's place until the norms are known */
+        double un = 0;
+        #pragma omp parallel for reduction(+ : un) schedule(static)
+        for (size_t i = a; i < a + n; i++) {
+            float m = c->beta1 * o->m[i] + (1.0f - c->beta1) * g[i];
+            float v = c->beta2 * o->v[i] + (1.0f - c->beta2) * g[i] * g[i];
+            o->m[i] = m;
+            o->v[i] = v;
+            float u = (m / bc1) / (sqrtf(v / bc2) + c->eps) + c->weight_decay * p[i];
+            un += (double)u * u;
+        }
+        double wn = norm2(p + a, n);
+        un = sqrt(un);
+        float trust = wn > 0 && un > 0 ? (float)(wn / un) : 1.0f;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = a; i < a + n; i++) {
+            float u = (o->m[i] / bc1) / (sqrtf(o->v[i] / bc2) + c->eps) + c->weight_decay * p[i];
+            p[i] -= lr * trust * u;
+        }
+    }
+}
+
+static void lars(dt_optim *o, float *p, const float *g, float lr) {
+    const dt_optim_config *c = &o->cfg;
+    for (int s = 0; s < o->nspans; s++) {
+        size_t a = o->spans[s].offset, n = o->spans[s].count;
+        double wn = norm2(p + a, n), gn = norm2(g + a, n);
+        float local = wn > 0 && gn > 0 ? (float)(c->trust_coef * wn / (gn + c->weight_decay * wn)) : 1.0f;
+        #pragma omp parallel for schedule(static)
+        for (size_t i = a; i < a + n; i++) {
+            float d = g[i] + c->weight_decay * p[i];
+            float b = c->momentum * o->m[i] + lr * local * d;
+            o->m[i] = b;
+            p[i] -= b;
+        }
+    }
+}
+
+void dt_optim_step(dt_optim *o, float *params, const float *grads, float lr) {
+    o->t++;
+    switch (o->cfg.kind) {
+    case DT_OPT_ADAMW: adamw(o, params, grads, lr); break;
+    case DT_OPT_SGD: sgd(o, params, grads, lr); break;
+    case DT_OPT_LAMB: lamb(o, params, grads, lr); break;
+    case DT_OPT_LARS: lars(o, params, grads, lr); break;
+    }
+}
+
+float dt_lr_at(dt_schedule_kind kind, float lr, float lr_min, int warmup, int total, int step) {
+    if (kind == DT_SCHED_CONSTANT) return lr;
+    if (step < warmup) return lr * (float)(step + 1) / (float)warmup;
+    if (total <= warmup) return lr;
+    double progress = (double)(step - warmup) / (double)(total - warmup);
+    if (progress > 1) progress = 1;
+    return lr_min + (float)(0.5 * (1.0 + cos(M_PI * progress))) * (lr - lr_min);
+}

@@ -1,0 +1,123 @@
+/* GPT-2 against PyTorch (fixtures from scripts/make_fixtures.py): logits,
+ * loss (1e-5 relative), every parameter gradient (1e-4 of the tensor's
+ * largest reference value), 10-step loss curves of AdamW, SGD, LAMB and LARS
+ * (1e-4 relative); and llm.c checkpoint round trips, bit for bit.
+ * usage: test_gpt2 FIXTURE_DIR */
+#include "dtrain/io.h"
+#include "dtrain/kernels.h"
+#include "dtrain/model.h"
+#include "dtrain/optim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int passed, failed;
+#define EXPECT(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL: "); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+/* The hyperparameters of scripts/make_fixtures.py. */
+static void optimizer_for(int k, dt_optim_config *c, float *lr) {
+    static const dt_optim_kind kinds[4] = { DT_OPT_ADAMW, DT_OPT_SGD, DT_OPT_LAMB, DT_OPT_LARS };
+    dt_optim_defaults(kinds[k], c);
+    c->weight_decay = 0.01f;
+    switch (k) {
+    case 0: *lr = 1e-3f; break;
+    case 1: *lr = 0.05f; c->momentum = 0.9f; c->nesterov = 1; break;
+    case 2: *lr = 0.01f; c->eps = 1e-6f; break;
+    default: *lr = 0.1f; c->momentum = 0.9f; c->trust_coef = 0.02f; break;
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { printf("usage: test_gpt2 FIXTURE_DIR\n"); return 2; }
+    dt_kernels_set_threads(1);
+    char path[4096], ref[4096];
+    snprintf(path, sizeof path, "%s/gpt2_tiny.bin", argv[1]);
+    snprintf(ref, sizeof ref, "%s/gpt2_tiny_ref.bin", argv[1]);
+    dt_gpt2 *m;
+    if (dt_llmc_load(path, &m)) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+    const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    size_t np = dt_gpt2_num_params(m);
+
+    FILE *f = fopen(ref, "rb");
+    int32_t h[256];
+    if (!f || fread(h, 4, 256, f) != 256 || h[0] != 20261122) { printf("FAIL: cannot read %s\n", ref); return 1; }
+    int B = h[2], T = h[3], steps = h[4], nopt = h[5];
+    size_t BT = (size_t)B * T, nl = BT * (size_t)c->padded_vocab_size;
+    int32_t *in = malloc(BT * 4), *tg = malloc(BT * 4);
+    float *logits = malloc(nl * 4), *grads = malloc(np * 4), *curves = malloc(sizeof(float) * (size_t)(steps * nopt)), loss_ref;
+    size_t ok = fread(in, 4, BT, f) + fread(tg, 4, BT, f) + fread(logits, 4, nl, f) + fread(&loss_ref, 4, 1, f) +
+                fread(grads, 4, np, f) + fread(curves, 4, (size_t)(steps * nopt), f);
+    fclose(f);
+    if (ok != 2 * BT + nl + 1 + np + (size_t)(steps * nopt)) { printf("FAIL: %s is truncated\n", ref); return 1; }
+
+    float loss = 0;
+    if (dt_gpt2_forward(m, in, tg, B, T, &loss)) { printf("FAIL: forward: %s\n", dt_last_error()); return 1; }
+    double lmax = 0, lref = 0;
+    for (size_t i = 0; i < nl; i++) {
+        lmax = fmax(lmax, fabs(dt_gpt2_logits(m)[i] - logits[i]));
+        lref = fmax(lref, fabs(logits[i]));
+    }
+    EXPECT(lmax / lref < 1e-5, "logits differ by %.3g of their largest value", lmax / lref);
+    double lrel = fabs(loss - loss_ref) / fabs(loss_ref);
+    EXPECT(lrel < 1e-5, "loss %.8f vs torch %.8f (relative %.3g)", loss, loss_ref, lrel);
+    printf("loss %.7f (torch %.7f), relative difference %.2g; logits %.2g\n", loss, loss_ref, lrel, lmax / lref);
+
+    dt_gpt2_zero_grad(m);
+    if (dt_gpt2_backward(m, 1.0f)) { printf("FAIL: backward: %s\n", dt_last_error()); return 1; }
+    double worst = 0;
+    for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
+        const char *name;
+        size_t off, cnt;
+        dt_gpt2_tensor(m, i, &name, &off, &cnt);
+        double dmax = 0, rmax = 0;
+        for (size_t j = off; j < off + cnt; j++) {
+            dmax = fmax(dmax, fabs(dt_gpt2_grads(m)[j] - grads[j]));
+            rmax = fmax(rmax, fabs(grads[j]));
+        }
+        double rel = rmax > 0 ? dmax / rmax : dmax;
+        worst = fmax(worst, rel);
+        EXPECT(rel < 1e-4, "gradient of %s differs by %.3g of its largest value (%.3g)", name, rel, rmax);
+    }
+    printf("gradients: worst tensor differs by %.2g of its largest value\n", worst);
+
+    /* 10 optimizer steps on the same batch, from the same weights. */
+    dt_tensor_span spans[DT_GPT2_NTENSORS];
+    for (int i = 0; i < DT_GPT2_NTENSORS; i++) dt_gpt2_tensor(m, i, NULL, &spans[i].offset, &spans[i].count);
+    for (int k = 0; k < nopt; k++) {
+        dt_optim_config oc;
+        float lr;
+        optimizer_for(k, &oc, &lr);
+        if (dt_llmc_load_into(path, m)) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+        dt_optim *o;
+        if (dt_optim_create(&oc, np, spans, DT_GPT2_NTENSORS, &o)) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+        double cw = 0;
+        for (int s = 0; s < steps; s++) {
+            dt_gpt2_forward(m, in, tg, B, T, &loss);
+            double rel = fabs(loss - curves[k * steps + s]) / fabs(curves[k * steps + s]);
+            cw = fmax(cw, rel);
+            dt_gpt2_zero_grad(m);
+            dt_gpt2_backward(m, 1.0f);
+            dt_optim_step(o, dt_gpt2_params(m), dt_gpt2_grads(m), lr);
+        }
+        EXPECT(cw < 1e-4, "%s: 10-step losses differ from torch by up to %.3g relative", dt_optim_kind_name(oc.kind), cw);
+        printf("%s: %d-step losses %.5f -> %.5f, worst relative difference %.2g\n", dt_optim_kind_name(oc.kind), steps,
+               curves[k * steps], curves[k * steps + steps - 1], cw);
+        dt_optim_destroy(o);
+    }
+
+    /* Round trip: save, load, same bits. */
+    snprintf(path, sizeof path, "/tmp/dtrain-test-gpt2-%d.bin", (int)getpid());
+    dt_gpt2 *m2 = NULL;
+    EXPECT(dt_llmc_save(path, m) == DT_OK, "save: %s", dt_last_error());
+    EXPECT(dt_llmc_load(path, &m2) == DT_OK, "load: %s", dt_last_error());
+    EXPECT(m2 && !memcmp(dt_gpt2_params(m), dt_gpt2_params(m2), np * 4), "llm.c round trip is not bit-exact");
+    remove(path);
+    dt_gpt2_destroy(m2);
+    dt_gpt2_destroy(m);
+    free(in); free(tg); free(logits); free(grads); free(curves);
+    printf("gpt2: %d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
