@@ -13,6 +13,8 @@ static void usage(FILE *f) {
             "commands:\n"
             "  launch -n N [--] PROGRAM [ARGS]  run N local ranks of PROGRAM over shared memory\n"
             "  bench comm [FLAGS]               collective latency and bandwidth (see dtrain bench comm --help)\n"
+            "  train --data FILE [FLAGS]        train a GPT-2 on one process (see dtrain train --help)\n"
+            "  tokenize --bytes IN OUT          text to a token file\n"
             "  help                             this text\n"
             "\n"
             "Under mpirun/srun, programs built on dtrain use MPI between machines and\n"
@@ -24,6 +26,8 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "launch")) return dt_cli_launch(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return dt_cli_bench(argc, argv);
+    if (!strcmp(cmd, "train")) return dt_cli_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return dt_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return 0; }
     dt_log(DT_LOG_ERROR, "unknown command '%s'", cmd);
     usage(stderr);

@@ -1,0 +1,39 @@
+/* dtrain data layer: token files in llm.c's format and the loader that cuts
+ * them into batches, in order (as llm.c) or shuffled, with each rank of a
+ * data-parallel job taking its own slice of every global batch. */
+#ifndef DTRAIN_DATA_H
+#define DTRAIN_DATA_H
+
+#include "dtrain/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_tokens dt_tokens;
+
+/* int32 header[256] = { 20240520, 1, ntokens } + uint16 tokens, or
+ * { 20240801, 7, ntokens } + uint32 tokens. */
+dt_status dt_tokens_open(const char *path, dt_tokens **out);
+void dt_tokens_close(dt_tokens *t);
+size_t dt_tokens_count(const dt_tokens *t);
+uint32_t dt_tokens_get(const dt_tokens *t, size_t i);
+/* Fails naming the file and the first token >= vocab and its offset. */
+dt_status dt_tokens_check_vocab(const dt_tokens *t, int vocab);
+/* Writes a token file: uint16 (version 1) when every id fits, else uint32 (version 7). */
+dt_status dt_tokens_write(const char *path, const uint32_t *tokens, size_t n);
+
+typedef struct dt_loader dt_loader;
+/* Batches of B x T (+1 for the targets) for rank `rank` of `nranks`.
+ * seed 0 reads batches in file order, wrapping at the end; otherwise the
+ * order of global batches is shuffled each epoch. */
+dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nranks, uint64_t seed, dt_loader **out);
+void dt_loader_destroy(dt_loader *l);
+void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets);
+void dt_loader_reset(dt_loader *l);
+size_t dt_loader_batches(const dt_loader *l); /* global batches per epoch */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

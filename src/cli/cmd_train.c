@@ -1,0 +1,145 @@
+/* dtrain train [FLAGS] and dtrain tokenize: flag parsing only. */
+#include "cli.h"
+#include "dtrain/data.h"
+#include "dtrain/train.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtrain train --data FILE [FLAGS]\n"
+            "  --model M          preset d6 (default), 124M, 350M, 774M, 1558M, or an llm.c model file\n"
+            "  --layers/--heads/--channels/--vocab/--max-seq N   shape overrides (any shape)\n"
+            "  --data FILE        training tokens (llm.c format)\n"
+            "  --val-data FILE    validation tokens; --eval-every N steps, --eval-batches N (8)\n"
+            "  --batch B (4)  --seq T (64)  --steps N (10)  --grad-accum K (1)\n"
+            "  --optimizer sgd|adamw|lamb|lars (adamw)  --lr X (3e-4)  --betas B1,B2 (0.9,0.999)\n"
+            "  --eps X (1e-8)  --weight-decay X (0)  --momentum X (0)  --nesterov  --trust-coef X (0.001)\n"
+            "  --grad-clip X      clip the global gradient norm (0 = off, the default)\n"
+            "  --schedule constant|cosine (constant)  --warmup N (0)  --lr-min X (0)\n"
+            "  --shuffle SEED     shuffle batch order (default: file order, as llm.c)\n"
+            "  --save FILE        llm.c model file at the end (written atomically)\n"
+            "  --metrics FILE     one JSON line per step\n"
+            "  --threads N        total threads for BLAS and OpenMP (0 = all cores, the default)\n"
+            "  --seed N (1337)    initialisation\n");
+}
+
+static int bad(const char *flag, const char *v) {
+    dt_log(DT_LOG_ERROR, "train: %s %s is not valid (see dtrain train --help)", flag, v ? v : "(missing)");
+    return 2;
+}
+
+static int num(const char *s, double lo, double hi, double *out) {
+    if (!s) return 0;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end || errno || !(v >= lo && v <= hi)) return 0;
+    *out = v;
+    return 1;
+}
+
+int dt_cli_train(int argc, char **argv) {
+    dt_train_config c;
+    dt_train_defaults(&c);
+    dt_optim_kind kind = DT_OPT_ADAMW;
+    double betas[2] = { 0.9, 0.999 }, eps = 1e-8, wd = 0, mom = 0, trust = 0.001;
+    int nesterov = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double x;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(f, "--nesterov")) { nesterov = 1; continue; }
+        if (!strcmp(f, "--quiet")) { c.quiet = 1; continue; }
+        i++;
+        if (!strcmp(f, "--model") && v) c.model = v;
+        else if (!strcmp(f, "--data") && v) c.data = v;
+        else if (!strcmp(f, "--val-data") && v) c.val_data = v;
+        else if (!strcmp(f, "--save") && v) c.save = v;
+        else if (!strcmp(f, "--metrics") && v) c.metrics = v;
+        else if (!strcmp(f, "--optimizer") && v) { if (dt_optim_parse_kind(v, &kind)) return bad(f, v); }
+        else if (!strcmp(f, "--schedule") && v) {
+            if (!strcmp(v, "constant")) c.schedule = DT_SCHED_CONSTANT;
+            else if (!strcmp(v, "cosine")) c.schedule = DT_SCHED_COSINE;
+            else return bad(f, v);
+        } else if (!strcmp(f, "--betas") && v) {
+            if (sscanf(v, "%lf,%lf", &betas[0], &betas[1]) != 2 || !(betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1))
+                return bad(f, v);
+        } else if (!num(v, 0, 1e9, &x)) return bad(f, v);
+        else if (!strcmp(f, "--batch") && x >= 1) c.batch = (int)x;
+        else if (!strcmp(f, "--seq") && x >= 1) c.seq = (int)x;
+        else if (!strcmp(f, "--steps") && x >= 1) c.steps = (int)x;
+        else if (!strcmp(f, "--grad-accum") && x >= 1) c.grad_accum = (int)x;
+        else if (!strcmp(f, "--eval-every")) c.eval_every = (int)x;
+        else if (!strcmp(f, "--eval-batches") && x >= 1) c.eval_batches = (int)x;
+        else if (!strcmp(f, "--threads")) c.threads = (int)x;
+        else if (!strcmp(f, "--seed")) c.seed = (uint64_t)x;
+        else if (!strcmp(f, "--shuffle") && x >= 1) c.shuffle_seed = (uint64_t)x;
+        else if (!strcmp(f, "--lr") && x > 0 && x < 10) c.lr = (float)x;
+        else if (!strcmp(f, "--lr-min") && x < 10) c.lr_min = (float)x;
+        else if (!strcmp(f, "--warmup")) c.warmup = (int)x;
+        else if (!strcmp(f, "--grad-clip")) c.grad_clip = (float)x;
+        else if (!strcmp(f, "--eps") && x > 0 && x < 1) eps = x;
+        else if (!strcmp(f, "--weight-decay") && x < 10) wd = x;
+        else if (!strcmp(f, "--momentum") && x < 1) mom = x;
+        else if (!strcmp(f, "--trust-coef") && x > 0) trust = x;
+        else if (!strcmp(f, "--layers") && x >= 1) c.shape.num_layers = (int)x;
+        else if (!strcmp(f, "--heads") && x >= 1) c.shape.num_heads = (int)x;
+        else if (!strcmp(f, "--channels") && x >= 1) c.shape.channels = (int)x;
+        else if (!strcmp(f, "--vocab") && x >= 1) c.shape.vocab_size = (int)x;
+        else if (!strcmp(f, "--max-seq") && x >= 1) c.shape.max_seq_len = (int)x;
+        else return bad(f, v);
+    }
+    dt_optim_defaults(kind, &c.opt);
+    c.opt.beta1 = (float)betas[0];
+    c.opt.beta2 = (float)betas[1];
+    c.opt.eps = (float)eps;
+    c.opt.weight_decay = (float)wd;
+    c.opt.momentum = (float)mom;
+    c.opt.nesterov = nesterov;
+    c.opt.trust_coef = (float)trust;
+    return dt_train_run(&c);
+}
+
+/* dtrain tokenize --bytes IN OUT [--val OUT2 --val-fraction F] */
+int dt_cli_tokenize(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *val = NULL;
+    double frac = 0.1;
+    int bytes = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bytes")) bytes = 1;
+        else if (!strcmp(argv[i], "--val") && i + 1 < argc) val = argv[++i];
+        else if (!strcmp(argv[i], "--val-fraction") && i + 1 < argc) { if (!num(argv[++i], 0, 0.9, &frac)) return bad("--val-fraction", argv[i]); }
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: dtrain tokenize --bytes INPUT.txt OUTPUT.bin [--val VAL.bin --val-fraction 0.1]\n"
+                   "Byte-level tokens (vocabulary 256); the last fraction of the text goes to --val.\n");
+            return 0;
+        } else if (!in) in = argv[i];
+        else if (!out) out = argv[i];
+        else return bad("tokenize", argv[i]);
+    }
+    if (!bytes || !in || !out) { dt_log(DT_LOG_ERROR, "tokenize: expected --bytes INPUT OUTPUT (GPT-2 BPE is not built yet)"); return 2; }
+    FILE *f = fopen(in, "rb");
+    if (!f) { dt_log(DT_LOG_ERROR, "tokenize: %s: %s", in, strerror(errno)); return 1; }
+    size_t cap = 1 << 20, n = 0;
+    uint32_t *tok = malloc(cap * 4);
+    int ch;
+    while (tok && (ch = fgetc(f)) != EOF) {
+        if (n == cap) tok = realloc(tok, (cap *= 2) * 4);
+        if (tok) tok[n++] = (uint32_t)ch;
+    }
+    fclose(f);
+    if (!tok) { dt_log(DT_LOG_ERROR, "tokenize: out of memory"); return 1; }
+    size_t nval = val ? (size_t)(n * frac) : 0;
+    dt_status st = dt_tokens_write(out, tok, n - nval);
+    if (!st && val) st = dt_tokens_write(val, tok + n - nval, nval);
+    free(tok);
+    if (st) { dt_log(DT_LOG_ERROR, "tokenize: %s", dt_last_error()); return 1; }
+    printf("%zu tokens -> %s", n - nval, out);
+    if (val) printf(", %zu -> %s", nval, val);
+    printf("\n");
+    return 0;
+}

@@ -1,0 +1,81 @@
+/* Batches from a token file. Global batch i of a job with N ranks spans
+ * tokens [i*N*B*T, (i+1)*N*B*T + 1); rank r takes its B*T (+1) slice of it,
+ * as llm.c's loader does, so N ranks with batch B see what one rank with
+ * batch N*B would. Batches wrap at the end of the file. */
+#include "dtrain/data.h"
+
+#include <stdlib.h>
+
+struct dt_loader {
+    const dt_tokens *t;
+    int B, T, rank, nranks;
+    size_t nbatches, next;
+    uint64_t seed, epoch;
+    size_t *order; /* shuffled batch order, NULL when in file order */
+};
+
+dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nranks, uint64_t seed, dt_loader **out) {
+    *out = NULL;
+    size_t per = (size_t)B * T * (size_t)nranks;
+    if (B < 1 || T < 1 || nranks < 1 || rank < 0 || rank >= nranks)
+        return dt_error(DT_ERR_ARG, "loader: bad batch %d x %d for rank %d of %d", B, T, rank, nranks);
+    if (dt_tokens_count(t) < per + 1)
+        return dt_error(DT_ERR_ARG, "loader: %zu tokens are fewer than one global batch needs (%d ranks x %d x %d + 1 = %zu)",
+                        dt_tokens_count(t), nranks, B, T, per + 1);
+    dt_loader *l = calloc(1, sizeof *l);
+    if (!l) return dt_error(DT_ERR_NOMEM, "loader: out of memory");
+    *l = (dt_loader){ t, B, T, rank, nranks, (dt_tokens_count(t) - 1) / per, 0, seed, 0, NULL };
+    if (seed) {
+        l->order = malloc(sizeof(size_t) * l->nbatches);
+        if (!l->order) { free(l); return dt_error(DT_ERR_NOMEM, "loader: out of memory"); }
+    }
+    dt_loader_reset(l);
+    *out = l;
+    return DT_OK;
+}
+
+void dt_loader_destroy(dt_loader *l) {
+    if (!l) return;
+    free(l->order);
+    free(l);
+}
+
+static uint64_t mix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void shuffle(dt_loader *l) {
+    uint64_t s = l->seed * 1000003u + l->epoch;
+    for (size_t i = 0; i < l->nbatches; i++) l->order[i] = i;
+    for (size_t i = l->nbatches; i > 1; i--) {
+        size_t j = mix(&s) % i, tmp = l->order[i - 1];
+        l->order[i - 1] = l->order[j];
+        l->order[j] = tmp;
+    }
+}
+
+void dt_loader_reset(dt_loader *l) {
+    l->next = 0;
+    l->epoch = 0;
+    if (l->order) shuffle(l);
+}
+
+size_t dt_loader_batches(const dt_loader *l) { return l->nbatches; }
+
+void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
+    if (l->next == l->nbatches) {
+        l->next = 0;
+        l->epoch++;
+        if (l->order) shuffle(l);
+    }
+    size_t b = l->order ? l->order[l->next] : l->next;
+    l->next++;
+    size_t bt = (size_t)l->B * l->T, start = (b * (size_t)l->nranks + (size_t)l->rank) * bt;
+    for (size_t i = 0; i < bt; i++) {
+        inputs[i] = (int32_t)dt_tokens_get(l->t, start + i);
+        targets[i] = (int32_t)dt_tokens_get(l->t, start + i + 1);
+    }
+}
