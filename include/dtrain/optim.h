@@ -33,8 +33,10 @@ const char *dt_optim_kind_name(dt_optim_kind k);
 /* Optimizer over n parameters; spans (may be NULL for SGD/AdamW) cover the slice. */
 dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_span *spans, int nspans, dt_optim **out);
 void dt_optim_destroy(dt_optim *o);
-/* One update of params[0..n) from grads at learning rate lr. */
-void dt_optim_step(dt_optim *o, float *params, const float *grads, float lr);
+/* One update of params[0..n) from grads at learning rate lr. With
+ * zero_grads the gradients are zeroed in the same pass (saves one trip
+ * through memory per step). */
+void dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zero_grads);
 /* Bytes of optimizer state. */
 size_t dt_optim_state_bytes(const dt_optim *o);
 

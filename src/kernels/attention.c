@@ -21,6 +21,7 @@ void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
                     float s = 0;
+                    #pragma omp simd reduction(+ : s)
                     for (int i = 0; i < hs; i++) s += q[i] * k[i];
                     s *= scale;
                     a[t2] = s;
@@ -34,6 +35,7 @@ void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T
                 memset(o, 0, sizeof(float) * (size_t)hs);
                 for (int t2 = 0; t2 <= t; t2++) {
                     const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                    #pragma omp simd
                     for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
                 }
             }
@@ -62,6 +64,7 @@ void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, con
                         const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
                         float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
                         float d = 0;
+                        #pragma omp simd reduction(+ : d)
                         for (int i = 0; i < hs; i++) { d += dy[i] * v[i]; dv[i] += a[t2] * dy[i]; }
                         datt[t2] = d;
                         dot += a[t2] * d;
@@ -71,6 +74,7 @@ void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, con
                         float dpre = a[t2] * (datt[t2] - dot) * scale;
                         const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
                         float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
+                        #pragma omp simd
                         for (int i = 0; i < hs; i++) { dq[i] += dpre * k[i]; dk[i] += dpre * q[i]; }
                     }
                 }

@@ -2,14 +2,17 @@
  * with its gradient: the probabilities are recomputed in place of the
  * logits instead of being stored beside them. */
 #include "dtrain/kernels.h"
+#include "vexp.h"
 
 #include <math.h>
 
 static float row_loss(const float *l, int target, int V, float *mx_out, float *sum_out) {
     float mx = -INFINITY;
-    for (int v = 0; v < V; v++) if (l[v] > mx) mx = l[v];
+    #pragma omp simd reduction(max : mx)
+    for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
     float sum = 0;
-    for (int v = 0; v < V; v++) sum += expf(l[v] - mx);
+    #pragma omp simd reduction(+ : sum)
+    for (int v = 0; v < V; v++) sum += dt_vexpf(l[v] - mx);
     *mx_out = mx;
     *sum_out = sum;
     return logf(sum) + mx - l[target];
@@ -34,7 +37,9 @@ float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets
         losses[i] = row_loss(l, targets[i], V, &mx, &sum);
         total += losses[i];
         float inv = 1.0f / sum;
-        for (int v = 0; v < V; v++) l[v] = (expf(l[v] - mx) * inv - (v == targets[i] ? 1.0f : 0.0f)) * dscale;
+        #pragma omp simd
+        for (int v = 0; v < V; v++) l[v] = dt_vexpf(l[v] - mx) * inv * dscale;
+        l[targets[i]] -= dscale;
         for (int v = V; v < Vp; v++) l[v] = 0.0f;
     }
     return (float)(total / BT);

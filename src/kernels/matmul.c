@@ -4,6 +4,9 @@
 #include "dtrain/kernels.h"
 
 #include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 void dt_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int BT, int C, int OC) {
     if (bias) {
@@ -20,11 +23,20 @@ void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
     if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (dbias) {
-        #pragma omp parallel for schedule(static)
-        for (int o = 0; o < OC; o++) {
-            float s = 0;
-            for (int i = 0; i < BT; i++) s += dout[(size_t)i * OC + o];
-            dbias[o] += s;
+        /* Row by row, so each pass over dout is contiguous; columns split between threads. */
+        #pragma omp parallel
+        {
+            int nt = 1, t = 0;
+#ifdef _OPENMP
+            nt = omp_get_num_threads();
+            t = omp_get_thread_num();
+#endif
+            int o0 = (int)((long)OC * t / nt), o1 = (int)((long)OC * (t + 1) / nt);
+            for (int i = 0; i < BT; i++) {
+                const float *row = dout + (size_t)i * OC;
+                #pragma omp simd
+                for (int o = o0; o < o1; o++) dbias[o] += row[o];
+            }
         }
     }
 }

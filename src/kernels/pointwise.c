@@ -1,23 +1,24 @@
 /* Element-wise layers: GELU (tanh approximation, as GPT-2) and the residual add. */
 #include "dtrain/kernels.h"
+#include "vexp.h"
 
 #include <math.h>
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
 void dt_gelu_forward(float *out, const float *inp, size_t n) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+        out[i] = 0.5f * x * (1.0f + dt_vtanhf(GELU_K * (x + 0.044715f * x * x * x)));
     }
 }
 
 void dt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i], u = GELU_K * (x + 0.044715f * x * x * x);
-        float t = tanhf(u), sech2 = 1.0f - t * t;
+        float t = dt_vtanhf(u), sech2 = 1.0f - t * t;
         float grad = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] += grad * dout[i];
     }

@@ -80,7 +80,7 @@ size_t dt_optim_state_bytes(const dt_optim *o) { return o->n * sizeof(float) * (
 
 static double norm2(const float *x, size_t n) {
     double s = 0;
-    #pragma omp parallel for reduction(+ : s) schedule(static)
+    #pragma omp parallel for simd reduction(+ : s) schedule(static)
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     return sqrt(s);
 }
@@ -99,7 +99,7 @@ double dt_grad_clip(float *g, size_t n, double norm, float max_norm) {
     return norm;
 }
 
-static void adamw(dt_optim *o, float *p, const float *g, float lr) {
+static void adamw(dt_optim *o, float *p, float *g, float lr, int zero) {
     const dt_optim_config *c = &o->cfg;
     float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->t);
     float step = lr / bc1, sbc2 = sqrtf(bc2), decay = 1.0f - lr * c->weight_decay;
@@ -111,10 +111,11 @@ static void adamw(dt_optim *o, float *p, const float *g, float lr) {
         o->m[i] = m;
         o->v[i] = v;
         p[i] = p[i] * decay - step * m / (sqrtf(v) / sbc2 + c->eps);
+        if (zero) g[i] = 0;
     }
 }
 
-static void sgd(dt_optim *o, float *p, const float *g, float lr) {
+static void sgd(dt_optim *o, float *p, float *g, float lr, int zero) {
     const dt_optim_config *c = &o->cfg;
     bool first = o->t == 1;
     #pragma omp parallel for schedule(static)
@@ -127,10 +128,11 @@ static void sgd(dt_optim *o, float *p, const float *g, float lr) {
             d = c->nesterov ? d + c->momentum * b : b;
         }
         p[i] -= lr * d;
+        if (zero) g[i] = 0;
     }
 }
 
-static void lamb(dt_optim *o, float *p, const float *g, float lr) {
+static void lamb(dt_optim *o, float *p, float *g, float lr, int zero) {
     const dt_optim_config *c = &o->cfg;
     float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->t);
     for (int s = 0; s < o->nspans; s++) {
@@ -153,11 +155,12 @@ static void lamb(dt_optim *o, float *p, const float *g, float lr) {
         for (size_t i = a; i < a + n; i++) {
             float u = (o->m[i] / bc1) / (sqrtf(o->v[i] / bc2) + c->eps) + c->weight_decay * p[i];
             p[i] -= lr * trust * u;
+            if (zero) g[i] = 0;
         }
     }
 }
 
-static void lars(dt_optim *o, float *p, const float *g, float lr) {
+static void lars(dt_optim *o, float *p, float *g, float lr, int zero) {
     const dt_optim_config *c = &o->cfg;
     for (int s = 0; s < o->nspans; s++) {
         size_t a = o->spans[s].offset, n = o->spans[s].count;
@@ -169,17 +172,18 @@ static void lars(dt_optim *o, float *p, const float *g, float lr) {
             float b = c->momentum * o->m[i] + lr * local * d;
             o->m[i] = b;
             p[i] -= b;
+            if (zero) g[i] = 0;
         }
     }
 }
 
-void dt_optim_step(dt_optim *o, float *params, const float *grads, float lr) {
+void dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zero_grads) {
     o->t++;
     switch (o->cfg.kind) {
-    case DT_OPT_ADAMW: adamw(o, params, grads, lr); break;
-    case DT_OPT_SGD: sgd(o, params, grads, lr); break;
-    case DT_OPT_LAMB: lamb(o, params, grads, lr); break;
-    case DT_OPT_LARS: lars(o, params, grads, lr); break;
+    case DT_OPT_ADAMW: adamw(o, params, grads, lr, zero_grads); break;
+    case DT_OPT_SGD: sgd(o, params, grads, lr, zero_grads); break;
+    case DT_OPT_LAMB: lamb(o, params, grads, lr, zero_grads); break;
+    case DT_OPT_LARS: lars(o, params, grads, lr, zero_grads); break;
     }
 }
 

@@ -116,27 +116,33 @@ int dt_train_run(const dt_train_config *c) {
     double t_start = dt_time_now();
     float val_loss = -1;
     for (int step = 0; step < c->steps; step++) {
-        double t0 = dt_time_now();
-        dt_gpt2_zero_grad(m);
-        double loss_sum = 0;
+        double t0 = dt_time_now(); /* gradients start at zero: the optimizer zeroes them as it goes */
+        double loss_sum = 0, fwd = 0, bwd = 0;
         for (int k = 0; k < c->grad_accum; k++) {
             float loss = 0;
             dt_loader_next(tl, in, tg);
+            double ta = dt_time_now();
             dt_gpt2_forward(m, in, tg, c->batch, c->seq, &loss);
+            double tb = dt_time_now();
             dt_gpt2_backward(m, 1.0f / c->grad_accum);
+            fwd += tb - ta;
+            bwd += dt_time_now() - tb;
             loss_sum += loss;
         }
+        double to = dt_time_now();
         float loss = (float)(loss_sum / c->grad_accum);
         double norm = dt_grad_norm(dt_gpt2_grads(m), np);
         dt_grad_clip(dt_gpt2_grads(m), np, norm, c->grad_clip);
         float lr = dt_lr_at(c->schedule, c->lr, c->lr_min, c->warmup, c->steps, step);
-        dt_optim_step(opt, dt_gpt2_params(m), dt_gpt2_grads(m), lr);
+        dt_optim_step(opt, dt_gpt2_params(m), dt_gpt2_grads(m), lr, 1);
+        double opt_ms = (dt_time_now() - to) * 1e3;
         double ms = (dt_time_now() - t0) * 1e3, tps = BT * c->grad_accum / (ms / 1e3);
         bool eval = vl && c->eval_every > 0 && ((step + 1) % c->eval_every == 0 || step + 1 == c->steps);
         if (eval) val_loss = evaluate(m, vl, c->eval_batches, c->batch, c->seq, in, tg);
         if (metrics) {
-            fprintf(metrics, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"ms\":%.3f,\"tok_per_s\":%.1f", step + 1,
-                    loss, lr, norm, ms, tps);
+            fprintf(metrics, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"ms\":%.3f,\"tok_per_s\":%.1f,"
+                    "\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f", step + 1, loss, lr, norm, ms, tps,
+                    fwd * 1e3, bwd * 1e3, opt_ms);
             if (eval) fprintf(metrics, ",\"val_loss\":%.6f", val_loss);
             fprintf(metrics, "}\n");
             fflush(metrics);
