@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "dtrain/bench.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,12 +32,47 @@ static void usage(FILE *f) {
             "                     and print what auto then picks by size\n");
 }
 
+static int bench_train(int argc, char **argv) {
+    dt_bench_train_opts o;
+    dt_bench_train_defaults(&o);
+    for (int i = 3; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            printf("usage: dtrain bench train [--model 124M] [--batch 4] [--seq 64] [--steps 10] [--warmup 2]\n"
+                   "                          [--threads 1] [--rounds 1] [--baseline torch] [--json]\n");
+            return 0;
+        }
+        if (!strcmp(f, "--json")) { o.json = 1; continue; }
+        if (!v) { dt_log(DT_LOG_ERROR, "bench train: %s needs a value", f); return 2; }
+        i++;
+        char *end;
+        long n = strtol(v, &end, 10);
+        bool isnum = *end == 0 && n >= 0 && n < 100000;
+        if (!strcmp(f, "--model")) o.model = v;
+        else if (!strcmp(f, "--baseline") && !strcmp(v, "torch")) o.baseline = v;
+        else if (isnum && n >= 1 && !strcmp(f, "--batch")) o.batch = (int)n;
+        else if (isnum && n >= 1 && !strcmp(f, "--seq")) o.seq = (int)n;
+        else if (isnum && n >= 1 && !strcmp(f, "--steps")) o.steps = (int)n;
+        else if (isnum && !strcmp(f, "--warmup")) o.warmup = (int)n;
+        else if (isnum && !strcmp(f, "--threads")) o.threads = (int)n;
+        else if (isnum && n >= 1 && !strcmp(f, "--rounds")) o.rounds = (int)n;
+        else { dt_log(DT_LOG_ERROR, "bench train: %s %s is not valid (see --help)", f, v); return 2; }
+    }
+    return dt_bench_train(&o);
+}
+
 /* argv is the whole command line ("dtrain bench comm ..."): the benchmark
  * re-executes it for each rank. */
 int dt_cli_bench(int argc, char **argv) {
+    if (argc >= 3 && !strcmp(argv[2], "train")) return bench_train(argc, argv);
+    if (argc >= 3 && !strcmp(argv[2], "gemm")) {
+        int threads = argc >= 5 && !strcmp(argv[3], "--threads") ? atoi(argv[4]) : 1;
+        printf("sgemm 2048^3 on %d thread(s): %.1f GFLOP/s\n", threads, dt_bench_gemm(threads));
+        return 0;
+    }
     if (argc < 3 || strcmp(argv[2], "comm") != 0) {
         if (argc >= 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"))) { usage(stdout); return 0; }
-        dt_log(DT_LOG_ERROR, "bench: expected 'comm' (the only benchmark so far)");
+        dt_log(DT_LOG_ERROR, "bench: expected comm, train or gemm");
         return 2;
     }
     dt_bench_comm_opts o;

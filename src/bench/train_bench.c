@@ -1,0 +1,183 @@
+/* dtrain bench train: synthetic GPT-2 training throughput in the manner of
+ * the Horovod synthetic benchmark ("Iter #k: N tok/s"), as model GFLOP/s
+ * and as a fraction of the sgemm rate measured on the spot, optionally
+ * against PyTorch training the same architecture from the same weights
+ * (bench/torch_gpt2.py), alternating in the same invocation.
+ * Model FLOPs per token: 6 N (N = parameters used in matmuls: all but the
+ * position table) + 12 L T C for attention. */
+#include "dtrain/bench.h"
+#include "dtrain/io.h"
+#include "dtrain/kernels.h"
+#include "dtrain/model.h"
+#include "dtrain/optim.h"
+#include "dtrain/train.h"
+
+#include <cblas.h>
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double dt_bench_gemm(int threads) {
+    dt_kernels_set_threads(threads);
+    int n = 2048;
+    float *a = dt_alloc_aligned((size_t)n * n * 4), *b = dt_alloc_aligned((size_t)n * n * 4), *c = dt_alloc_aligned((size_t)n * n * 4);
+    for (size_t i = 0; i < (size_t)n * n; i++) { a[i] = 1e-3f * (float)(i % 7); b[i] = 1e-3f * (float)(i % 5); c[i] = 0; }
+    double t[5];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+    for (int k = 0; k < 5; k++) {
+        double t0 = dt_time_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        t[k] = 2.0 * n * n * (double)n / (dt_time_now() - t0) / 1e9;
+    }
+    dt_free_aligned(a);
+    dt_free_aligned(b);
+    dt_free_aligned(c);
+    return median(t, 5);
+}
+
+void dt_bench_train_defaults(dt_bench_train_opts *o) {
+    *o = (dt_bench_train_opts){ "124M", 4, 64, 10, 2, 1, 1, NULL, 0 };
+}
+
+/* Median ms per step of dtrain on the model. */
+static int run_dtrain(dt_gpt2 *m, const dt_bench_train_opts *o, int round, double *ms_out, double *loss_out) {
+    const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    size_t BT = (size_t)o->batch * o->seq, np = dt_gpt2_num_params(m);
+    int32_t *in = malloc(BT * 4), *tg = malloc(BT * 4);
+    uint64_t s = 1;
+    for (size_t i = 0; i < BT; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        in[i] = (int32_t)((s >> 33) % (uint64_t)c->vocab_size);
+        tg[i] = (int32_t)((s >> 13) % (uint64_t)c->vocab_size);
+    }
+    dt_optim_config oc;
+    dt_optim_defaults(DT_OPT_ADAMW, &oc);
+    dt_optim *opt;
+    if (dt_optim_create(&oc, np, NULL, 0, &opt)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    double *t = malloc(sizeof(double) * (size_t)o->steps);
+    float loss = 0;
+    dt_gpt2_zero_grad(m);
+    for (int k = 0; k < o->warmup + o->steps; k++) {
+        double t0 = dt_time_now();
+        dt_gpt2_forward(m, in, tg, o->batch, o->seq, &loss);
+        dt_gpt2_backward(m, 1.0f);
+        dt_optim_step(opt, dt_gpt2_params(m), dt_gpt2_grads(m), 3e-4f, 1);
+        double ms = (dt_time_now() - t0) * 1e3;
+        if (k >= o->warmup) {
+            t[k - o->warmup] = ms;
+            if (!o->json) printf("Iter #%d: %.1f tok/s (%.1f ms) [dtrain, round %d]\n", k - o->warmup, BT / (ms / 1e3), ms, round + 1);
+        }
+    }
+    *ms_out = median(t, o->steps);
+    *loss_out = loss;
+    free(t);
+    free(in);
+    free(tg);
+    dt_optim_destroy(opt);
+    return 0;
+}
+
+static int run_torch(const dt_bench_train_opts *o, const char *weights, int round, double *ms_out) {
+    char self[PATH_MAX], cmd[PATH_MAX * 2 + 256];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return 1;
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = 0;
+    /* build/dtrain -> bench/torch_gpt2.py in the source tree next to build/ */
+    snprintf(cmd, sizeof cmd,
+             "script=%s/../bench/torch_gpt2.py; [ -f \"$script\" ] || script=bench/torch_gpt2.py; "
+             /* Debian's torch calls the system OpenBLAS, which ignores torch.set_num_threads:
+              * give both the same budget, or the baseline oversubscribes itself. */
+             "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d "
+             "/usr/bin/python3 \"$script\" --weights %s --batch %d --seq %d --steps %d --warmup %d --threads %d",
+             self, o->threads, o->threads, weights, o->batch, o->seq, o->steps, o->warmup, o->threads);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 1;
+    char line[512];
+    double *t = malloc(sizeof(double) * (size_t)o->steps);
+    int k = 0;
+    while (fgets(line, sizeof line, p) && k < o->steps) {
+        cJSON *j = cJSON_Parse(line);
+        cJSON *ms = j ? cJSON_GetObjectItem(j, "ms") : NULL;
+        if (cJSON_IsNumber(ms)) {
+            t[k] = ms->valuedouble;
+            if (!o->json) printf("Iter #%d: %.1f tok/s (%.1f ms) [torch, round %d]\n", k,
+                                 (double)o->batch * o->seq / (t[k] / 1e3), t[k], round + 1);
+            k++;
+        }
+        cJSON_Delete(j);
+    }
+    int rc = pclose(p);
+    if (rc != 0 || k < o->steps) {
+        dt_log(DT_LOG_ERROR, "bench train: the PyTorch baseline failed (exit %d, %d steps): is python3-torch installed?", rc, k);
+        free(t);
+        return 1;
+    }
+    *ms_out = median(t, o->steps);
+    free(t);
+    return 0;
+}
+
+int dt_bench_train(const dt_bench_train_opts *o) {
+    dt_gpt2_config cfg;
+    dt_gpt2 *m = NULL;
+    if (dt_gpt2_preset(o->model, &cfg) || dt_gpt2_create(&cfg, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    dt_gpt2_init_random(m, 1337);
+    char weights[] = "/tmp/dtrain-bench-weights-XXXXXX";
+    if (o->baseline) {
+        int fd = mkstemp(weights);
+        if (fd < 0 || dt_llmc_save(weights, m)) { dt_log(DT_LOG_ERROR, "bench train: cannot write the shared weights"); return 1; }
+        close(fd);
+    }
+    double gemm = dt_bench_gemm(o->threads);
+    dt_kernels_set_threads(o->threads);
+    size_t wpe;
+    dt_gpt2_tensor(m, 1, NULL, NULL, &wpe);
+    double n_mm = (double)(dt_gpt2_num_params(m) - wpe);
+    double flops = (6.0 * n_mm + 12.0 * cfg.num_layers * (double)o->seq * cfg.channels) * o->batch * o->seq;
+    if (!o->json)
+        printf("# dtrain bench train: GPT-2 %s, batch %d x seq %d, AdamW, %d thread(s) (BLAS and OpenMP together); "
+               "sgemm rate %.1f GFLOP/s; %.1f GFLOP per step\n", o->model, o->batch, o->seq, o->threads, gemm, flops / 1e9);
+    int rounds = o->rounds < 1 ? 1 : o->rounds > 16 ? 16 : o->rounds, rc = 0;
+    double dms[16], tms[16], loss = 0;
+    for (int r = 0; r < rounds && !rc; r++) {
+        /* same weights every round */
+        if (r > 0 && o->baseline) dt_llmc_load_into(weights, m);
+        rc = run_dtrain(m, o, r, &dms[r], &loss);
+        if (!rc && o->baseline) rc = run_torch(o, weights, r, &tms[r]);
+    }
+    if (o->baseline) unlink(weights);
+    if (rc) { dt_gpt2_destroy(m); return rc; }
+    double d = median(dms, rounds), tok = o->batch * o->seq / (d / 1e3), gf = flops / (d / 1e3) / 1e9;
+    if (o->json) {
+        printf("{\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"threads\":%d,\"ms\":%.2f,\"tok_per_s\":%.1f,\"gflops\":%.2f,"
+               "\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.3f", o->model, o->batch, o->seq, o->threads, d, tok, gf, gemm, gf / gemm);
+        if (o->baseline) printf(",\"torch_ms\":%.2f,\"speedup\":%.3f", median(tms, rounds), median(tms, rounds) / d);
+        printf("}\n");
+    } else {
+        printf("dtrain: %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate (peak memory %.0f MiB)\n", d, tok,
+               gf, 100 * gf / gemm, dt_peak_memory() / 1048576.0);
+        if (o->baseline) {
+            double t = median(tms, rounds);
+            printf("torch:  %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate\n", t,
+                   o->batch * o->seq / (t / 1e3), flops / (t / 1e3) / 1e9, 100 * flops / (t / 1e3) / 1e9 / gemm);
+            printf("dtrain is %.2fx PyTorch (medians of %d rounds of %d steps, alternating)\n", t / d, rounds, o->steps);
+        }
+    }
+    dt_gpt2_destroy(m);
+    return 0;
+}
