@@ -13,8 +13,12 @@
 static int passed, failed;
 static unsigned rng = 12345;
 static float urand(void) { rng = rng * 1664525u + 1013904223u; return (float)(rng >> 8) / (float)(1u << 24) * 2.0f - 1.0f; }
-static float *rnd(size_t n, float scale) { float *p = malloc(n * 4); for (size_t i = 0; i < n; i++) p[i] = urand() * scale; return p; }
-static float *zeros(size_t n) { return calloc(n, 4); }
+/* Every buffer of the test, freed at the end. */
+static void *owned[64];
+static int nowned;
+static float *keep(float *p) { owned[nowned++] = p; return p; }
+static float *rnd(size_t n, float scale) { float *p = keep(malloc(n * 4)); for (size_t i = 0; i < n; i++) p[i] = urand() * scale; return p; }
+static float *zeros(size_t n) { return keep(calloc(n, 4)); }
 
 typedef double (*objective)(void *ctx);
 
@@ -97,7 +101,7 @@ int main(void) {
         int32_t tg[BT];
         for (int i = 0; i < BT; i++) tg[i] = (i * 3) % V;
         ce_ctx c = { rnd(BT * VP, 3), zeros(BT), tg };
-        float *g = malloc(BT * VP * 4);
+        float *g = keep(malloc(BT * VP * 4));
         memcpy(g, c.logits, BT * VP * 4);
         dt_crossentropy_fused(g, c.losses, tg, BT, V, VP, 1.0f / BT);
         check("crossentropy d/dlogits", ce_J, &c, c.logits, g, BT * VP);
@@ -113,6 +117,7 @@ int main(void) {
         check("embedding d/dwte", em_J, &c, c.wte, dwte, 4 * C);
         check("embedding d/dwpe", em_J, &c, c.wpe, dwpe, T * C);
     }
+    for (int i = 0; i < nowned; i++) free(owned[i]);
     printf("kernels: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

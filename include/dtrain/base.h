@@ -66,6 +66,12 @@ static inline uint16_t dt_f32_to_bf16(float f) {
 float dt_f16_to_f32(uint16_t h);
 uint16_t dt_f32_to_f16(float f);
 
+/* splitmix64: a small, fast, seedable generator that gives the same stream on
+ * every machine (initialisation, shuffling, synthetic data). */
+uint64_t dt_rng_next(uint64_t *state);
+/* Standard normal (Box-Muller) from the same stream. */
+float dt_rng_normal(uint64_t *state);
+
 /* "64", "4K", "1M", "2G" (powers of 1024) -> bytes. */
 dt_status dt_parse_size(const char *s, size_t *out);
 /* Formats bytes as "8B", "64KiB", "1MiB" into buf. */

@@ -310,6 +310,18 @@ static dt_status do_pingpong(dt_comm *w, void *arg) {
     return dt_comm_sendrecv(w, v->buf, v->n, peer, (float *)v->buf + v->n, v->n, peer, DT_F32);
 }
 
+/* Ranks v->a and v->b exchange at once (a ring step), so one call costs
+ * α + bytes·β: α from 8 bytes, β from `large` floats. */
+static void measure_exchange(dt_comm *w, vec_arg *v, size_t large, int small_iters, double *alpha, double *beta) {
+    v->n = 2;
+    double small = median_time(w, do_pingpong, v, small_iters, 7);
+    v->n = large;
+    double big = median_time(w, do_pingpong, v, 5, 5);
+    *alpha = small;
+    *beta = (big - small) / (double)(large * 4);
+    if (*beta <= 0) *beta = big / (double)(large * 4);
+}
+
 static int calibrate(dt_comm *w) {
     int p = dt_comm_size(w), r = dt_comm_rank(w);
     if (p < 2) { dt_log(DT_LOG_ERROR, "calibrate: needs at least 2 ranks (--nproc)"); return 2; }
@@ -326,13 +338,7 @@ static int calibrate(dt_comm *w) {
         v.b = 1;
         while (v.b < p && nodes[v.b] == nodes[0]) v.b++;
         free(nodes);
-        v.n = 2;
-        double small = median_time(w, do_pingpong, &v, 5000, 7);
-        v.n = n / 2;
-        double large = median_time(w, do_pingpong, &v, 5, 5);
-        k.mpi_alpha = small;
-        k.mpi_beta = (large - small) / (double)(n / 2 * 4);
-        if (k.mpi_beta <= 0) k.mpi_beta = large / (double)(n / 2 * 4);
+        measure_exchange(w, &v, n / 2, 5000, &k.mpi_alpha, &k.mpi_beta);
         goto save;
     }
     /* gamma: one rank folding a cache-resident vector into another */
@@ -353,14 +359,7 @@ static int calibrate(dt_comm *w) {
     double t = median_time(w, do_allreduce, &v, 5, 5);
     k.direct_beta = (t - 2 * k.direct_alpha - (double)big * k.gamma / p) / (2.0 * big);
     if (k.direct_beta <= 0) k.direct_beta = t / (2.0 * big);
-    /* channels: ranks 0 and 1 exchange at once (a ring step), so one call is α + bytes·β */
-    v.n = 2;
-    double small = median_time(w, do_pingpong, &v, 20000, 7);
-    v.n = n / 2;
-    double large = median_time(w, do_pingpong, &v, 5, 5);
-    k.p2p_alpha = small;
-    k.p2p_beta = (large - small) / (double)(n / 2 * 4);
-    if (k.p2p_beta <= 0) k.p2p_beta = large / (double)(n / 2 * 4);
+    measure_exchange(w, &v, n / 2, 20000, &k.p2p_alpha, &k.p2p_beta);
     dt_comm_set_algo(w, DT_COLL_ALLREDUCE, DT_ALGO_AUTO);
 save:
     dt_comm_free(w, v.buf);

@@ -40,18 +40,11 @@ void dt_loader_destroy(dt_loader *l) {
     free(l);
 }
 
-static uint64_t mix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void shuffle(dt_loader *l) {
     uint64_t s = l->seed * 1000003u + l->epoch;
     for (size_t i = 0; i < l->nbatches; i++) l->order[i] = i;
     for (size_t i = l->nbatches; i > 1; i--) {
-        size_t j = mix(&s) % i, tmp = l->order[i - 1];
+        size_t j = dt_rng_next(&s) % i, tmp = l->order[i - 1];
         l->order[i - 1] = l->order[j];
         l->order[j] = tmp;
     }

@@ -109,18 +109,6 @@ void dt_gpt2_destroy(dt_gpt2 *m) {
     free(m);
 }
 
-/* splitmix64 + Box-Muller: a normal stream that is the same on every machine. */
-static uint64_t next_u64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static float normal(uint64_t *s) {
-    double u1 = ((next_u64(s) >> 11) + 1.0) / 9007199254740993.0, u2 = (next_u64(s) >> 11) / 9007199254740992.0;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
 void dt_gpt2_init_random(dt_gpt2 *m, uint64_t seed) {
     uint64_t s = seed;
     float proj = 0.02f / sqrtf(2.0f * m->cfg.num_layers);
@@ -129,7 +117,7 @@ void dt_gpt2_init_random(dt_gpt2 *m, uint64_t seed) {
         bool ln_w = i == LN1W || i == LN2W || i == LNFW;
         bool bias = i == QKVB || i == ATTPROJB || i == LN1B || i == LN2B || i == FCB || i == FCPROJB || i == LNFB;
         float std = (i == ATTPROJW || i == FCPROJW) ? proj : 0.02f;
-        for (size_t j = 0; j < m->sizes[i]; j++) p[j] = ln_w ? 1.0f : bias ? 0.0f : std * normal(&s);
+        for (size_t j = 0; j < m->sizes[i]; j++) p[j] = ln_w ? 1.0f : bias ? 0.0f : std * dt_rng_normal(&s);
     }
     /* padded vocabulary rows stay zero */
     size_t C = (size_t)m->cfg.channels;

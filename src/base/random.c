@@ -1,0 +1,17 @@
+/* Deterministic random numbers: splitmix64, and normals from it. */
+#include "dtrain/base.h"
+
+#include <math.h>
+
+uint64_t dt_rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+float dt_rng_normal(uint64_t *s) {
+    double u1 = ((dt_rng_next(s) >> 11) + 1.0) / 9007199254740993.0;
+    double u2 = (dt_rng_next(s) >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
