@@ -3,6 +3,7 @@
 #include "dtrain/data.h"
 #include "dtrain/io.h"
 #include "dtrain/model.h"
+#include "dtrain/train.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -121,6 +122,42 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "ls %s | grep -c tmp > /dev/null", dir);
     if (system(cmd) != 0) { passed++; printf("ok   no temporary file left behind\n"); }
     else { failed++; printf("FAIL a temporary file was left in %s\n", dir); }
+
+    /* DeepSpeed-style config: values land, bad values and bad JSON fail naming what */
+    snprintf(other, sizeof other, "%s/ds.json", dir);
+    const char *good_json = "{\"train_micro_batch_size_per_gpu\": 6, \"gradient_accumulation_steps\": 3, "
+                            "\"optimizer\": {\"type\": \"LAMB\", \"params\": {\"lr\": 0.002, \"betas\": [0.8, 0.99]}}, "
+                            "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 7, \"total_num_steps\": 70}}, "
+                            "\"gradient_clipping\": 0.5, \"unknown_key\": 1}";
+    write_bytes(other, good_json, strlen(good_json));
+    dt_train_config tc;
+    dt_train_defaults(&tc);
+    dt_status cst = dt_train_config_load(other, &tc);
+    if (!cst && tc.batch == 6 && tc.grad_accum == 3 && tc.opt.kind == DT_OPT_LAMB && tc.lr == 0.002f && tc.opt.beta1 == 0.8f &&
+        tc.opt.beta2 == 0.99f && tc.schedule == DT_SCHED_COSINE && tc.warmup == 7 && tc.steps == 70 && tc.grad_clip == 0.5f) {
+        passed++;
+        printf("ok   config values land where they belong\n");
+    } else { failed++; printf("FAIL config: %s (batch %d accum %d lr %g)\n", cst ? dt_last_error() : "values differ", tc.batch, tc.grad_accum, tc.lr); }
+    const char *bad_json = "{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9, 1.5]}}}";
+    write_bytes(other, bad_json, strlen(bad_json));
+    expect_error("config value out of range", dt_train_config_load(other, &tc), "ds.json", "optimizer.params.betas");
+    write_bytes(other, "{\"steps\": -3}", 13);
+    expect_error("config negative steps", dt_train_config_load(other, &tc), "\"steps\"", NULL);
+    write_bytes(other, "{\"steps\": 3,", 12);
+    expect_error("config not JSON", dt_train_config_load(other, &tc), "not valid JSON", "byte");
+
+    /* plot: a metrics file becomes an SVG with the curve; a bad line is named */
+    snprintf(other, sizeof other, "%s/m.jsonl", dir);
+    const char *metrics = "{\"step\":1,\"loss\":5.0}\n{\"step\":2,\"loss\":4.0,\"val_loss\":4.5}\n";
+    write_bytes(other, metrics, strlen(metrics));
+    snprintf(path, sizeof path, "%s/loss.svg", dir);
+    size_t sn = 0;
+    char *svg = dt_plot_losses(other, path) == DT_OK ? slurp(path, &sn) : NULL;
+    if (svg && strstr(svg, "<polyline") && strstr(svg, "<circle")) { passed++; printf("ok   plot draws the curve and the validation point\n"); }
+    else { failed++; printf("FAIL plot: %s\n", svg ? "no curve" : dt_last_error()); }
+    free(svg);
+    write_bytes(other, "{\"step\":1,\"loss\":5.0}\n{\"oops\":1}\n", 34);
+    expect_error("plot on a bad metrics line", dt_plot_losses(other, path), "m.jsonl", "line 2");
 
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

@@ -29,6 +29,22 @@ void dt_train_defaults(dt_train_config *c);
 /* Runs the training described by c; prints progress; returns a process exit code. */
 int dt_train_run(const dt_train_config *c);
 
+/* Sampling from a trained model: the prompt's tokens, then `count` tokens
+ * drawn at `temperature` from the top_k most likely (0 = all); each new
+ * token goes to emit(token, ctx) as soon as it is drawn. */
+typedef void (*dt_emit_fn)(int token, void *ctx);
+dt_status dt_generate(dt_gpt2 *m, const int32_t *prompt, int nprompt, int count, float temperature, int top_k,
+                      uint64_t seed, dt_emit_fn emit, void *ctx);
+
+/* Reads a DeepSpeed-style JSON config (a subset: train_micro_batch_size_per_gpu,
+ * gradient_accumulation_steps, optimizer {type, params}, scheduler {type,
+ * params}, gradient_clipping, steps) into c. Unknown keys warn; bad values fail
+ * naming the key. */
+dt_status dt_train_config_load(const char *path, dt_train_config *c);
+
+/* Draws the loss (and validation loss) of a metrics file as an SVG. */
+dt_status dt_plot_losses(const char *metrics_path, const char *svg_path);
+
 /* Peak resident memory of this process, in bytes (VmHWM). */
 size_t dt_peak_memory(void);
 

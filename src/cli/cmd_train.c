@@ -1,6 +1,7 @@
 /* dtrain train [FLAGS] and dtrain tokenize: flag parsing only. */
 #include "cli.h"
 #include "dtrain/data.h"
+#include "dtrain/io.h"
 #include "dtrain/train.h"
 
 #include <errno.h>
@@ -24,7 +25,10 @@ static void usage(FILE *f) {
             "  --save FILE        llm.c model file at the end (written atomically)\n"
             "  --metrics FILE     one JSON line per step\n"
             "  --threads N        total threads for BLAS and OpenMP (0 = all cores, the default)\n"
-            "  --seed N (1337)    initialisation\n");
+            "  --seed N (1337)    initialisation\n"
+            "  --config FILE      DeepSpeed-style JSON (train_micro_batch_size_per_gpu, gradient_accumulation_steps,\n"
+            "                     optimizer {type, params}, scheduler {type, params}, gradient_clipping, steps);\n"
+            "                     flags override it\n");
 }
 
 static int bad(const char *flag, const char *v) {
@@ -45,9 +49,16 @@ static int num(const char *s, double lo, double hi, double *out) {
 int dt_cli_train(int argc, char **argv) {
     dt_train_config c;
     dt_train_defaults(&c);
-    dt_optim_kind kind = DT_OPT_ADAMW;
-    double betas[2] = { 0.9, 0.999 }, eps = 1e-8, wd = 0, mom = 0, trust = 0.001;
-    int nesterov = 0;
+    /* The config file first, so that flags override it. */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--config") && dt_train_config_load(argv[i + 1], &c)) {
+            dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+            return 2;
+        }
+    dt_optim_kind kind = c.opt.kind;
+    double betas[2] = { c.opt.beta1, c.opt.beta2 }, eps = c.opt.eps, wd = c.opt.weight_decay, mom = c.opt.momentum,
+           trust = c.opt.trust_coef;
+    int nesterov = c.opt.nesterov;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
@@ -55,6 +66,7 @@ int dt_cli_train(int argc, char **argv) {
         if (!strcmp(f, "--nesterov")) { nesterov = 1; continue; }
         if (!strcmp(f, "--quiet")) { c.quiet = 1; continue; }
         i++;
+        if (!strcmp(f, "--config") && v) continue; /* read above */
         if (!strcmp(f, "--model") && v) c.model = v;
         else if (!strcmp(f, "--data") && v) c.data = v;
         else if (!strcmp(f, "--val-data") && v) c.val_data = v;
@@ -141,5 +153,69 @@ int dt_cli_tokenize(int argc, char **argv) {
     printf("%zu tokens -> %s", n - nval, out);
     if (val) printf(", %zu -> %s", nval, val);
     printf("\n");
+    return 0;
+}
+
+static void emit_byte(int token, void *ctx) {
+    (void)ctx;
+    if (token < 256) putchar(token);
+    else printf("<%d>", token);
+    fflush(stdout);
+}
+
+static void emit_id(int token, void *ctx) {
+    (void)ctx;
+    printf("%d ", token);
+    fflush(stdout);
+}
+
+/* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] */
+int dt_cli_generate(int argc, char **argv) {
+    const char *model = NULL, *prompt = NULL;
+    double count = 200, temp = 0.8, topk = 40, seed = 42;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            printf("usage: dtrain generate --model FILE --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
+                   "Byte-level models (vocabulary 256) print text; others print token ids (GPT-2 BPE is not built yet).\n");
+            return 0;
+        }
+        i++;
+        if (!strcmp(f, "--model") && v) model = v;
+        else if (!strcmp(f, "--prompt") && v) prompt = v;
+        else if (!strcmp(f, "--tokens") && num(v, 1, 1e6, &count)) {}
+        else if (!strcmp(f, "--temperature") && num(v, 0, 100, &temp)) {}
+        else if (!strcmp(f, "--top-k") && num(v, 0, 1e7, &topk)) {}
+        else if (!strcmp(f, "--seed") && num(v, 0, 1e18, &seed)) {}
+        else return bad(f, v);
+    }
+    if (!model || !prompt) { dt_log(DT_LOG_ERROR, "generate: --model FILE and --prompt TEXT are required"); return 2; }
+    dt_gpt2 *m;
+    if (dt_llmc_load(model, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    int V = dt_gpt2_get_config(m)->vocab_size;
+    if (V < 256) { dt_log(DT_LOG_ERROR, "generate: %s has a vocabulary of %d; byte prompts need 256", model, V); dt_gpt2_destroy(m); return 2; }
+    int n = (int)strlen(prompt);
+    int32_t *p = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) p[i] = (unsigned char)prompt[i];
+    printf("%s", prompt);
+    dt_status st = dt_generate(m, p, n, (int)count, (float)temp, (int)topk, (uint64_t)seed, V == 256 ? emit_byte : emit_id, NULL);
+    printf("\n");
+    free(p);
+    dt_gpt2_destroy(m);
+    if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    return 0;
+}
+
+/* dtrain plot METRICS.jsonl -o loss.svg */
+int dt_cli_plot(int argc, char **argv) {
+    const char *in = NULL, *out = "loss.svg";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { printf("usage: dtrain plot METRICS.jsonl [-o loss.svg]\n"); return 0; }
+        else in = argv[i];
+    }
+    if (!in) { dt_log(DT_LOG_ERROR, "plot: which metrics file? (dtrain plot METRICS.jsonl -o loss.svg)"); return 2; }
+    if (dt_plot_losses(in, out)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    printf("wrote %s\n", out);
     return 0;
 }

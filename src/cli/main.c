@@ -15,6 +15,8 @@ static void usage(FILE *f) {
             "  bench comm [FLAGS]               collective latency and bandwidth (see dtrain bench comm --help)\n"
             "  train --data FILE [FLAGS]        train a GPT-2 on one process (see dtrain train --help)\n"
             "  tokenize --bytes IN OUT          text to a token file\n"
+            "  generate --model F --prompt T    sample text from a trained model\n"
+            "  plot METRICS.jsonl -o loss.svg   draw the loss curve\n"
             "  help                             this text\n"
             "\n"
             "Under mpirun/srun, programs built on dtrain use MPI between machines and\n"
@@ -28,6 +30,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return dt_cli_bench(argc, argv);
     if (!strcmp(cmd, "train")) return dt_cli_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return dt_cli_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate")) return dt_cli_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plot")) return dt_cli_plot(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return 0; }
     dt_log(DT_LOG_ERROR, "unknown command '%s'", cmd);
     usage(stderr);

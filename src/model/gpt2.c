@@ -180,6 +180,12 @@ static dt_status size_activations(dt_gpt2 *m, int B, int T) {
     return DT_OK;
 }
 
+dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T) {
+    if (B < 1 || T < 1 || T > m->cfg.max_seq_len)
+        return dt_error(DT_ERR_ARG, "reserve: B=%d T=%d (T must be 1..%d)", B, T, m->cfg.max_seq_len);
+    return size_activations(m, B, T);
+}
+
 #define P(i) (m->params + m->offsets[i])
 #define G(i) (m->grads + m->offsets[i])
 #define ACT(i) (m->acts + m->act_off[i])

@@ -111,7 +111,8 @@ int dt_train_run(const dt_train_config *c) {
     if (!c->quiet)
         printf("model %s: %d layers, %d heads, %d channels, vocab %d (padded %d), %.2fM parameters; "
                "batch %d x %d x %d accumulation, %s, %d threads\n",
-               c->model, mc->num_layers, mc->num_heads, mc->channels, mc->vocab_size, mc->padded_vocab_size, np / 1e6,
+               c->shape.num_layers || c->shape.channels || c->shape.vocab_size || c->shape.num_heads ? "custom" : c->model,
+               mc->num_layers, mc->num_heads, mc->channels, mc->vocab_size, mc->padded_vocab_size, np / 1e6,
                c->batch, c->seq, c->grad_accum, dt_optim_kind_name(c->opt.kind), dt_kernels_threads());
     double t_start = dt_time_now();
     float val_loss = -1;
