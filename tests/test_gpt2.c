@@ -83,6 +83,18 @@ int main(int argc, char **argv) {
     }
     printf("gradients: worst tensor differs by %.2g of its largest value\n", worst);
 
+    /* Activation checkpointing gives the same loss and gradients, bit for bit. */
+    float *g0 = malloc(np * 4);
+    memcpy(g0, dt_gpt2_grads(m), np * 4);
+    dt_gpt2_set_recompute(m, 1);
+    float loss_rc = 0;
+    dt_gpt2_zero_grad(m);
+    dt_gpt2_forward(m, in, tg, B, T, &loss_rc);
+    dt_gpt2_backward(m, 1.0f);
+    EXPECT(loss_rc == loss && !memcmp(g0, dt_gpt2_grads(m), np * 4), "recompute changes the loss or the gradients");
+    dt_gpt2_set_recompute(m, 0);
+    free(g0);
+
     /* 10 optimizer steps on the same batch, from the same weights. */
     dt_tensor_span spans[DT_GPT2_NTENSORS];
     for (int i = 0; i < DT_GPT2_NTENSORS; i++) dt_gpt2_tensor(m, i, NULL, &spans[i].offset, &spans[i].count);

@@ -45,6 +45,10 @@ void dt_gpt2_tensor(const dt_gpt2 *m, int i, const char **name, size_t *offset, 
  * *loss gets the mean cross-entropy (else it is left alone). Activations
  * are sized on first use and grown when B*T grows. */
 dt_status dt_gpt2_forward(dt_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
+/* Activation checkpointing: keep only each block's input and recompute the
+ * block's activations during backward (one extra forward, L-1 fewer layers
+ * of activations). Set before training; the results are the same bits. */
+dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on);
 /* Sizes the activations for up to B x T, so later calls need not grow them. */
 dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T);
 /* Logits [B, T, Vp] of the last forward (before backward). */

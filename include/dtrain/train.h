@@ -23,6 +23,7 @@ typedef struct {
     int warmup;
     const char *save, *metrics;
     int quiet;
+    int recompute;            /* activation checkpointing */
 } dt_train_config;
 
 void dt_train_defaults(dt_train_config *c);

@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "  --metrics FILE     one JSON line per step\n"
             "  --threads N        total threads for BLAS and OpenMP (0 = all cores, the default)\n"
             "  --seed N (1337)    initialisation\n"
+            "  --recompute        activation checkpointing: recompute each block in backward (less memory)\n"
             "  --config FILE      DeepSpeed-style JSON (train_micro_batch_size_per_gpu, gradient_accumulation_steps,\n"
             "                     optimizer {type, params}, scheduler {type, params}, gradient_clipping, steps);\n"
             "                     flags override it\n");
@@ -65,6 +66,7 @@ int dt_cli_train(int argc, char **argv) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return 0; }
         if (!strcmp(f, "--nesterov")) { nesterov = 1; continue; }
         if (!strcmp(f, "--quiet")) { c.quiet = 1; continue; }
+        if (!strcmp(f, "--recompute")) { c.recompute = 1; continue; }
         i++;
         if (!strcmp(f, "--config") && v) continue; /* read above */
         if (!strcmp(f, "--model") && v) c.model = v;

@@ -34,6 +34,7 @@ struct dt_gpt2 {
     size_t bt_capacity, btt_capacity; /* B*T and B*T*T the activations are sized for */
     int32_t *inputs, *targets;
     bool have_targets;
+    bool recompute;           /* keep one layer of activations; redo each layer's forward in backward */
     float loss;
 };
 
@@ -141,13 +142,16 @@ void dt_gpt2_tensor(const dt_gpt2 *m, int i, const char **name, size_t *offset, 
 static dt_status size_activations(dt_gpt2 *m, int B, int T) {
     size_t BT = (size_t)B * T;
     if (m->acts && BT <= m->bt_capacity && BT * (size_t)T <= m->btt_capacity) return DT_OK;
-    size_t C = (size_t)m->cfg.channels, L = (size_t)m->cfg.num_layers, NH = (size_t)m->cfg.num_heads;
+    size_t C = (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
     size_t Vp = (size_t)m->cfg.padded_vocab_size;
+    /* Per-layer activations: all L layers, or one when recomputing; the
+     * residual stream between layers (A_RES3) is always kept. */
+    size_t L = m->recompute ? 1 : (size_t)m->cfg.num_layers, Lres = (size_t)m->cfg.num_layers;
     size_t s[A_COUNT] = {
         [A_ENCODED] = BT * C, [A_LN1] = L * BT * C, [A_LN1_MEAN] = L * BT, [A_LN1_RSTD] = L * BT,
         [A_QKV] = L * BT * 3 * C, [A_ATTY] = L * BT * C, [A_ATT] = L * NH * BT * (size_t)T, [A_RES2] = L * BT * C,
         [A_LN2] = L * BT * C, [A_LN2_MEAN] = L * BT, [A_LN2_RSTD] = L * BT, [A_FCH] = L * BT * 4 * C,
-        [A_FCH_GELU] = L * BT * 4 * C, [A_RES3] = L * BT * C, [A_LNF] = BT * C, [A_LNF_MEAN] = BT, [A_LNF_RSTD] = BT,
+        [A_FCH_GELU] = L * BT * 4 * C, [A_RES3] = Lres * BT * C, [A_LNF] = BT * C, [A_LNF_MEAN] = BT, [A_LNF_RSTD] = BT,
         [A_LOGITS] = BT * Vp, [A_LOSSES] = BT, [A_TMP] = BT * C, [A_DRES] = BT * C, [A_DLN] = BT * C,
         [A_DQKV] = BT * 3 * C, [A_DATTY] = BT * C, [A_DFCH] = BT * 4 * C, [A_DFCH_GELU] = BT * 4 * C,
     };
@@ -190,6 +194,40 @@ dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T) {
 #define G(i) (m->grads + m->offsets[i])
 #define ACT(i) (m->acts + m->act_off[i])
 
+/* Block l on residual (its input): writes the layer's activations into slot
+ * l (slot 0 when recomputing) and its output into A_RES3[l]. */
+static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
+    const dt_gpt2_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads;
+    size_t BT = (size_t)B * T, BTC = BT * (size_t)C, cc = (size_t)C * C, k = m->recompute ? 0 : (size_t)l;
+    float *ln1 = ACT(A_LN1) + k * BTC, *qkv = ACT(A_QKV) + k * BTC * 3, *atty = ACT(A_ATTY) + k * BTC;
+    float *att = ACT(A_ATT) + k * NH * BT * T, *res2 = ACT(A_RES2) + k * BTC, *ln2 = ACT(A_LN2) + k * BTC;
+    float *fch = ACT(A_FCH) + k * BTC * 4, *fchg = ACT(A_FCH_GELU) + k * BTC * 4, *res3 = ACT(A_RES3) + (size_t)l * BTC;
+    dt_layernorm_forward(ln1, ACT(A_LN1_MEAN) + k * BT, ACT(A_LN1_RSTD) + k * BT, residual, P(LN1W) + l * C,
+                         P(LN1B) + l * C, (int)BT, C);
+    dt_matmul_forward(qkv, ln1, P(QKVW) + l * 3 * cc, P(QKVB) + l * 3 * C, (int)BT, C, 3 * C);
+    dt_attention_forward(atty, att, qkv, B, T, C, NH);
+    dt_matmul_forward(ACT(A_TMP), atty, P(ATTPROJW) + l * cc, P(ATTPROJB) + l * C, (int)BT, C, C);
+    dt_residual_forward(res2, residual, ACT(A_TMP), BTC);
+    dt_layernorm_forward(ln2, ACT(A_LN2_MEAN) + k * BT, ACT(A_LN2_RSTD) + k * BT, res2, P(LN2W) + l * C,
+                         P(LN2B) + l * C, (int)BT, C);
+    dt_matmul_forward(fch, ln2, P(FCW) + l * 4 * cc, P(FCB) + l * 4 * C, (int)BT, C, 4 * C);
+    dt_gelu_forward(fchg, fch, BTC * 4);
+    dt_matmul_forward(ACT(A_TMP), fchg, P(FCPROJW) + l * 4 * cc, P(FCPROJB) + l * C, (int)BT, 4 * C, C);
+    dt_residual_forward(res3, res2, ACT(A_TMP), BTC);
+}
+
+dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on) {
+    if (m->acts && m->recompute != (on != 0)) {
+        /* the activation layout changes: size it again on the next forward */
+        dt_free_aligned(m->acts);
+        m->acts = NULL;
+        m->bt_capacity = m->btt_capacity = 0;
+    }
+    m->recompute = on != 0;
+    return DT_OK;
+}
+
 dt_status dt_gpt2_forward(dt_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
     const dt_gpt2_config *c = &m->cfg;
     if (B < 1 || T < 1 || T > c->max_seq_len)
@@ -211,28 +249,13 @@ dt_status dt_gpt2_forward(dt_gpt2 *m, const int32_t *inputs, const int32_t *targ
     m->have_targets = targets != NULL;
     if (targets) memcpy(m->targets, targets, BT * sizeof(int32_t));
 
-    int C = c->channels, L = c->num_layers, NH = c->num_heads, Vp = c->padded_vocab_size;
+    int C = c->channels, L = c->num_layers, Vp = c->padded_vocab_size;
     size_t BTC = BT * (size_t)C;
     dt_embedding_forward(ACT(A_ENCODED), inputs, P(WTE), P(WPE), B, T, C);
     const float *residual = ACT(A_ENCODED);
     for (int l = 0; l < L; l++) {
-        float *ln1 = ACT(A_LN1) + l * BTC, *qkv = ACT(A_QKV) + l * BTC * 3, *atty = ACT(A_ATTY) + l * BTC;
-        float *att = ACT(A_ATT) + (size_t)l * NH * BT * T, *res2 = ACT(A_RES2) + l * BTC, *ln2 = ACT(A_LN2) + l * BTC;
-        float *fch = ACT(A_FCH) + l * BTC * 4, *fchg = ACT(A_FCH_GELU) + l * BTC * 4, *res3 = ACT(A_RES3) + l * BTC;
-        size_t cc = (size_t)C * C;
-        dt_layernorm_forward(ln1, ACT(A_LN1_MEAN) + l * BT, ACT(A_LN1_RSTD) + l * BT, residual, P(LN1W) + l * C,
-                             P(LN1B) + l * C, (int)BT, C);
-        dt_matmul_forward(qkv, ln1, P(QKVW) + l * 3 * cc, P(QKVB) + l * 3 * C, (int)BT, C, 3 * C);
-        dt_attention_forward(atty, att, qkv, B, T, C, NH);
-        dt_matmul_forward(ACT(A_TMP), atty, P(ATTPROJW) + l * cc, P(ATTPROJB) + l * C, (int)BT, C, C);
-        dt_residual_forward(res2, residual, ACT(A_TMP), BTC);
-        dt_layernorm_forward(ln2, ACT(A_LN2_MEAN) + l * BT, ACT(A_LN2_RSTD) + l * BT, res2, P(LN2W) + l * C,
-                             P(LN2B) + l * C, (int)BT, C);
-        dt_matmul_forward(fch, ln2, P(FCW) + l * 4 * cc, P(FCB) + l * 4 * C, (int)BT, C, 4 * C);
-        dt_gelu_forward(fchg, fch, BTC * 4);
-        dt_matmul_forward(ACT(A_TMP), fchg, P(FCPROJW) + l * 4 * cc, P(FCPROJB) + l * C, (int)BT, 4 * C, C);
-        dt_residual_forward(res3, res2, ACT(A_TMP), BTC);
-        residual = res3;
+        layer_forward(m, l, residual);
+        residual = ACT(A_RES3) + (size_t)l * BTC;
     }
     dt_layernorm_forward(ACT(A_LNF), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), residual, P(LNFW), P(LNFB), (int)BT, C);
     dt_matmul_forward(ACT(A_LOGITS), ACT(A_LNF), P(WTE), NULL, (int)BT, C, Vp);
@@ -261,9 +284,13 @@ dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) {
     dt_layernorm_backward(dres, G(LNFW), G(LNFB), dln, res_last, P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), (int)BT, C);
     for (int l = L - 1; l >= 0; l--) {
         const float *res_in = l == 0 ? ACT(A_ENCODED) : ACT(A_RES3) + (size_t)(l - 1) * BTC;
-        float *ln1 = ACT(A_LN1) + l * BTC, *qkv = ACT(A_QKV) + l * BTC * 3, *atty = ACT(A_ATTY) + l * BTC;
-        float *att = ACT(A_ATT) + (size_t)l * NH * BT * T, *res2 = ACT(A_RES2) + l * BTC, *ln2 = ACT(A_LN2) + l * BTC;
-        float *fch = ACT(A_FCH) + l * BTC * 4, *fchg = ACT(A_FCH_GELU) + l * BTC * 4;
+        size_t k = m->recompute ? 0 : (size_t)l;
+        /* Recompute: this layer's activations again, from its kept input
+         * (A_RES3[l] is rewritten with the same values). */
+        if (m->recompute) layer_forward(m, l, res_in);
+        float *ln1 = ACT(A_LN1) + k * BTC, *qkv = ACT(A_QKV) + k * BTC * 3, *atty = ACT(A_ATTY) + k * BTC;
+        float *att = ACT(A_ATT) + k * NH * BT * T, *res2 = ACT(A_RES2) + k * BTC, *ln2 = ACT(A_LN2) + k * BTC;
+        float *fch = ACT(A_FCH) + k * BTC * 4, *fchg = ACT(A_FCH_GELU) + k * BTC * 4;
         float *dfchg = ACT(A_DFCH_GELU), *dfch = ACT(A_DFCH), *datty = ACT(A_DATTY), *dqkv = ACT(A_DQKV);
         /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); dres carries d res3 = d res2 (pass-through) */
         memset(dfchg, 0, BTC * 4 * sizeof(float));
@@ -273,7 +300,7 @@ dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) {
         memset(dln, 0, BTC * sizeof(float));
         dt_matmul_backward(dln, G(FCW) + l * 4 * cc, G(FCB) + l * 4 * C, dfch, ln2, P(FCW) + l * 4 * cc, (int)BT, C, 4 * C);
         dt_layernorm_backward(dres, G(LN2W) + l * C, G(LN2B) + l * C, dln, res2, P(LN2W) + l * C,
-                              ACT(A_LN2_MEAN) + l * BT, ACT(A_LN2_RSTD) + l * BT, (int)BT, C);
+                              ACT(A_LN2_MEAN) + k * BT, ACT(A_LN2_RSTD) + k * BT, (int)BT, C);
         /* attention: res2 = res_in + attproj(attn(qkv(ln1(res_in)))) */
         memset(datty, 0, BTC * sizeof(float));
         dt_matmul_backward(datty, G(ATTPROJW) + l * cc, G(ATTPROJB) + l * C, dres, atty, P(ATTPROJW) + l * cc, (int)BT, C, C);
@@ -282,7 +309,7 @@ dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) {
         memset(dln, 0, BTC * sizeof(float));
         dt_matmul_backward(dln, G(QKVW) + l * 3 * cc, G(QKVB) + l * 3 * C, dqkv, ln1, P(QKVW) + l * 3 * cc, (int)BT, C, 3 * C);
         dt_layernorm_backward(dres, G(LN1W) + l * C, G(LN1B) + l * C, dln, res_in, P(LN1W) + l * C,
-                              ACT(A_LN1_MEAN) + l * BT, ACT(A_LN1_RSTD) + l * BT, (int)BT, C);
+                              ACT(A_LN1_MEAN) + k * BT, ACT(A_LN1_RSTD) + k * BT, (int)BT, C);
     }
     dt_embedding_backward(G(WTE), G(WPE), dres, m->inputs, B, T, C);
     return DT_OK;

@@ -60,6 +60,7 @@ static dt_status build_model(const dt_train_config *c, dt_gpt2 **out) {
     if (c->seq > cfg.max_seq_len)
         return dt_error(DT_ERR_ARG, "--seq %d is longer than the model's %d positions", c->seq, cfg.max_seq_len);
     if ((st = dt_gpt2_create(&cfg, out))) return st;
+    dt_gpt2_set_recompute(*out, c->recompute);
     if (from_file) st = dt_llmc_load_into(c->model, *out);
     else dt_gpt2_init_random(*out, c->seed);
     if (st) { dt_gpt2_destroy(*out); *out = NULL; }
@@ -168,8 +169,9 @@ int dt_train_run(const dt_train_config *c) {
         if (!c->quiet) printf("saved %s\n", c->save);
     }
     if (!c->quiet) {
-        printf("peak memory %.1f MiB (model %.1f MiB: parameters, gradients, activations; optimizer state %.1f MiB)\n",
-               dt_peak_memory() / 1048576.0, dt_gpt2_memory(m) / 1048576.0, dt_optim_state_bytes(opt) / 1048576.0);
+        printf("peak memory %.1f MiB (model %.1f MiB: parameters, gradients, activations%s; optimizer state %.1f MiB)\n",
+               dt_peak_memory() / 1048576.0, dt_gpt2_memory(m) / 1048576.0, c->recompute ? " with --recompute" : "",
+               dt_optim_state_bytes(opt) / 1048576.0);
     }
     rc = 0;
 out:
