@@ -5,6 +5,10 @@ Writes, into tests/fixtures/:
   gpt2_tiny.bin      the weights of a small random GPT-2 in llm.c's format
                      (int32 header[256] = {20240326, 3, maxT, V, L, NH, C, Vp},
                      then f32 parameters in llm.c's order)
+  gpt2_tiny.safetensors  the same weights with Hugging Face GPT-2 names and
+                     layouts (Conv1D weights stored (in, out), wte with V rows,
+                     metadata n_head), written here by hand from the format's spec
+  gpt2_tiny_bf16.bin the same weights as an llm.c version-5 (bf16) file
   gpt2_tiny_ref.bin  int32 header[256] = {20261122, 1, B, T, steps, optimizers},
                      int32 inputs[B*T], int32 targets[B*T], f32 logits[B*T*Vp],
                      f32 loss, f32 grads[num_params] (same order as the weights),
@@ -14,9 +18,12 @@ Writes, into tests/fixtures/:
 
 Run with Debian's python3-torch (or torch from PyPI):  /usr/bin/python3 scripts/make_fixtures.py
 """
+import json
 import math
 import os
 import struct
+
+import numpy as np
 
 import torch
 import torch.nn.functional as F
@@ -120,6 +127,43 @@ class Lars:
             w.grad = None
 
 
+def to_bf16(a):
+    """f32 -> bf16 bits, round to nearest even (as dtrain and torch do)."""
+    u = np.ascontiguousarray(a, dtype="<f4").view("<u4").astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")
+
+
+HF = ["wte.weight", "wpe.weight", "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+      "mlp.c_proj.weight", "mlp.c_proj.bias", "ln_f.weight", "ln_f.bias"]
+TRANSPOSED = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}
+
+
+def write_safetensors(path, params):
+    tensors = {}
+    for i, (name, t) in enumerate(zip(HF, params)):
+        a = t.detach().numpy()
+        if i == 0:
+            a = a[:V]                                   # HF keeps V rows, no padding
+        if 2 <= i < 14:
+            for l in range(L):
+                x = a[l].T if name in TRANSPOSED else a[l]
+                tensors[f"h.{l}.{name}"] = np.ascontiguousarray(x, dtype="<f4")
+        else:
+            tensors[name] = np.ascontiguousarray(a, dtype="<f4")
+    tensors["lm_head.weight"] = tensors["wte.weight"]  # tied; readers ignore it
+    header, blobs, pos = {"__metadata__": {"format": "pt", "n_head": str(NH)}}, [], 0
+    for name, a in tensors.items():
+        b = a.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [pos, pos + len(b)]}
+        blobs.append(b)
+        pos += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
 def main():
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(20261122)
@@ -133,6 +177,12 @@ def main():
         f.write(struct.pack("256i", *([20240326, 3, MAXT, V, L, NH, C, VP] + [0] * 248)))
         for t in params:
             f.write(t.detach().contiguous().numpy().astype("<f4").tobytes())
+
+    write_safetensors(os.path.join(out, "gpt2_tiny.safetensors"), params)
+    with open(os.path.join(out, "gpt2_tiny_bf16.bin"), "wb") as f:
+        f.write(struct.pack("256i", *([20240326, 5, MAXT, V, L, NH, C, VP] + [0] * 248)))
+        for t in params:
+            f.write(to_bf16(t.detach().numpy()).tobytes())
 
     logits, loss = forward(params, idx, tgt)
     loss.backward()

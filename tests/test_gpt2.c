@@ -121,6 +121,41 @@ int main(int argc, char **argv) {
         dt_optim_destroy(o);
     }
 
+    /* The same weights written by PyTorch's side in HF layout, and as llm.c bf16. */
+    dt_gpt2 *hf = NULL, *b16 = NULL, *w32 = NULL;
+    snprintf(path, sizeof path, "%s/gpt2_tiny.bin", argv[1]);
+    dt_llmc_load(path, &w32);
+    snprintf(path, sizeof path, "%s/gpt2_tiny.safetensors", argv[1]);
+    EXPECT(dt_model_load(path, 0, &hf) == DT_OK, "HF safetensors: %s", dt_last_error());
+    EXPECT(hf && !memcmp(dt_gpt2_get_config(hf), dt_gpt2_get_config(w32), sizeof(dt_gpt2_config)) &&
+           !memcmp(dt_gpt2_params(hf), dt_gpt2_params(w32), np * 4), "HF safetensors weights differ from the llm.c file's");
+    snprintf(path, sizeof path, "%s/gpt2_tiny_bf16.bin", argv[1]);
+    EXPECT(dt_llmc_load(path, &b16) == DT_OK, "llm.c bf16: %s", dt_last_error());
+    int bf_ok = b16 != NULL;
+    for (size_t i = 0; bf_ok && i < np; i++)
+        bf_ok = dt_gpt2_params(b16)[i] == dt_bf16_to_f32(dt_f32_to_bf16(dt_gpt2_params(w32)[i]));
+    EXPECT(bf_ok, "llm.c version-5 (bf16) weights are not the bf16 rounding of the f32 ones");
+    /* our safetensors: f32 bit-exact, bf16 and f16 the roundings */
+    static const dt_dtype kinds[3] = { DT_F32, DT_BF16, DT_F16 };
+    for (int k = 0; k < 3; k++) {
+        dt_gpt2 *back = NULL;
+        snprintf(path, sizeof path, "/tmp/dtrain-test-st-%d.safetensors", (int)getpid());
+        EXPECT(dt_safetensors_save(path, w32, kinds[k]) == DT_OK, "safetensors save %s: %s", dt_dtype_name(kinds[k]), dt_last_error());
+        EXPECT(dt_model_load(path, 0, &back) == DT_OK, "safetensors load %s: %s", dt_dtype_name(kinds[k]), dt_last_error());
+        int same = back != NULL;
+        for (size_t i = 0; same && i < np; i++) {
+            float v = dt_gpt2_params(w32)[i];
+            float want = kinds[k] == DT_F32 ? v : kinds[k] == DT_BF16 ? dt_bf16_to_f32(dt_f32_to_bf16(v)) : dt_f16_to_f32(dt_f32_to_f16(v));
+            same = memcmp(&dt_gpt2_params(back)[i], &want, 4) == 0;
+        }
+        EXPECT(same, "safetensors %s round trip is not exact", dt_dtype_name(kinds[k]));
+        remove(path);
+        dt_gpt2_destroy(back);
+    }
+    dt_gpt2_destroy(hf);
+    dt_gpt2_destroy(b16);
+    dt_gpt2_destroy(w32);
+
     /* Round trip: save, load, same bits. */
     snprintf(path, sizeof path, "/tmp/dtrain-test-gpt2-%d.bin", (int)getpid());
     dt_gpt2 *m2 = NULL;

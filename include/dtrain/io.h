@@ -18,6 +18,20 @@ dt_status dt_llmc_load(const char *path, dt_gpt2 **out);
 dt_status dt_llmc_load_into(const char *path, dt_gpt2 *m);
 dt_status dt_llmc_save(const char *path, dt_gpt2 *m);
 
+/* safetensors with Hugging Face GPT-2 names (wte.weight, h.0.attn.c_attn.weight,
+ * ...; an optional "transformer." prefix is accepted, lm_head.weight and the
+ * attention mask buffers are ignored). Conv1D weights are stored (in, out) as
+ * HF does; wte has V rows. F32, BF16 and F16 are read. The head count is not
+ * in the tensors: it comes from heads (> 0), else the file's metadata
+ * ("n_head", which dt_safetensors_save writes), else a config.json beside it. */
+dt_status dt_safetensors_load(const char *path, int heads, dt_gpt2 **out);
+dt_status dt_safetensors_load_into(const char *path, dt_gpt2 *m);
+/* dtype: DT_F32, DT_BF16 or DT_F16. */
+dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype);
+/* A model file of either kind, told apart by its first bytes. */
+dt_status dt_model_load(const char *path, int heads, dt_gpt2 **out);
+int dt_model_file_is_safetensors(const char *path);
+
 /* Writes bytes to path atomically: path.tmp, fsync, rename. */
 dt_status dt_file_write_atomic(const char *path, const void *const *parts, const size_t *sizes, int nparts);
 

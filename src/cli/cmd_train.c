@@ -12,7 +12,8 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrain train --data FILE [FLAGS]\n"
-            "  --model M          preset d6 (default), 124M, 350M, 774M, 1558M, or an llm.c model file\n"
+            "  --model M          preset d6 (default), 124M, 350M, 774M, 1558M, or a model file\n"
+            "                     (llm.c .bin, f32 or bf16; or HF GPT-2 .safetensors, f32/bf16/f16)\n"
             "  --layers/--heads/--channels/--vocab/--max-seq N   shape overrides (any shape)\n"
             "  --data FILE        training tokens (llm.c format)\n"
             "  --val-data FILE    validation tokens; --eval-every N steps, --eval-batches N (8)\n"
@@ -22,7 +23,8 @@ static void usage(FILE *f) {
             "  --grad-clip X      clip the global gradient norm (0 = off, the default)\n"
             "  --schedule constant|cosine (constant)  --warmup N (0)  --lr-min X (0)\n"
             "  --shuffle SEED     shuffle batch order (default: file order, as llm.c)\n"
-            "  --save FILE        llm.c model file at the end (written atomically)\n"
+            "  --save FILE        model file at the end, written atomically: FILE.safetensors in HF\n"
+            "                     layout, anything else in llm.c's format\n"
             "  --metrics FILE     one JSON line per step\n"
             "  --threads N        total threads for BLAS and OpenMP (0 = all cores, the default)\n"
             "  --seed N (1337)    initialisation\n"
@@ -193,7 +195,7 @@ int dt_cli_generate(int argc, char **argv) {
     }
     if (!model || !prompt) { dt_log(DT_LOG_ERROR, "generate: --model FILE and --prompt TEXT are required"); return 2; }
     dt_gpt2 *m;
-    if (dt_llmc_load(model, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (dt_model_load(model, 0, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     int V = dt_gpt2_get_config(m)->vocab_size;
     if (V < 256) { dt_log(DT_LOG_ERROR, "generate: %s has a vocabulary of %d; byte prompts need 256", model, V); dt_gpt2_destroy(m); return 2; }
     int n = (int)strlen(prompt);

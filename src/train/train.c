@@ -42,29 +42,45 @@ static dt_status build_model(const dt_train_config *c, dt_gpt2 **out) {
     dt_gpt2_config cfg;
     dt_status st;
     bool from_file = access(c->model, R_OK) == 0;
-    if (from_file) st = dt_llmc_read_config(c->model, &cfg);
-    else st = dt_gpt2_preset(c->model, &cfg);
-    if (st) return st;
     /* shape flags override a preset; for a file they must agree with it */
     const dt_gpt2_config *o = &c->shape;
-    int *f[6] = { &cfg.max_seq_len, &cfg.vocab_size, &cfg.padded_vocab_size, &cfg.num_layers, &cfg.num_heads, &cfg.channels };
     const int v[6] = { o->max_seq_len, o->vocab_size, o->padded_vocab_size, o->num_layers, o->num_heads, o->channels };
     static const char *names[6] = { "--max-seq", "--vocab", "--padded-vocab", "--layers", "--heads", "--channels" };
+    if (from_file) {
+        if ((st = dt_model_load(c->model, o->num_heads, out))) return st;
+        cfg = *dt_gpt2_get_config(*out);
+    } else if ((st = dt_gpt2_preset(c->model, &cfg))) {
+        return st;
+    }
+    int *f[6] = { &cfg.max_seq_len, &cfg.vocab_size, &cfg.padded_vocab_size, &cfg.num_layers, &cfg.num_heads, &cfg.channels };
     for (int i = 0; i < 6; i++) {
         if (!v[i]) continue;
-        if (from_file && *f[i] != v[i])
+        if (from_file && *f[i] != v[i]) {
+            dt_gpt2_destroy(*out);
+            *out = NULL;
             return dt_error(DT_ERR_ARG, "%s: the file says %d but %s says %d", c->model, *f[i], names[i], v[i]);
+        }
         *f[i] = v[i];
     }
-    if (o->vocab_size && !o->padded_vocab_size) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
-    if (c->seq > cfg.max_seq_len)
+    if (!from_file && o->vocab_size && !o->padded_vocab_size) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
+    if (c->seq > cfg.max_seq_len) {
+        dt_gpt2_destroy(*out);
+        *out = NULL;
         return dt_error(DT_ERR_ARG, "--seq %d is longer than the model's %d positions", c->seq, cfg.max_seq_len);
-    if ((st = dt_gpt2_create(&cfg, out))) return st;
+    }
+    if (!from_file) {
+        if ((st = dt_gpt2_create(&cfg, out))) return st;
+        dt_gpt2_init_random(*out, c->seed);
+    }
     dt_gpt2_set_recompute(*out, c->recompute);
-    if (from_file) st = dt_llmc_load_into(c->model, *out);
-    else dt_gpt2_init_random(*out, c->seed);
-    if (st) { dt_gpt2_destroy(*out); *out = NULL; }
-    return st;
+    return DT_OK;
+}
+
+/* .safetensors (HF layout, f32) or llm.c by the file name. */
+static dt_status save_model(const char *path, dt_gpt2 *m) {
+    size_t n = strlen(path);
+    if (n > 12 && !strcmp(path + n - 12, ".safetensors")) return dt_safetensors_save(path, m, DT_F32);
+    return dt_llmc_save(path, m);
 }
 
 static float evaluate(dt_gpt2 *m, dt_loader *l, int batches, int B, int T, int32_t *in, int32_t *tg) {
@@ -165,7 +181,7 @@ int dt_train_run(const dt_train_config *c) {
     free(in);
     free(tg);
     if (c->save) {
-        if (dt_llmc_save(c->save, m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+        if (save_model(c->save, m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
         if (!c->quiet) printf("saved %s\n", c->save);
     }
     if (!c->quiet) {

@@ -1,0 +1,278 @@
+/* safetensors: u64 little-endian header length N, N bytes of JSON
+ * {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
+ * then the data. Read and written here with Hugging Face GPT-2 names and
+ * layouts; the JSON goes through cJSON. */
+#include "dtrain/io.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Our tensor i, per layer or not, and HF's name and whether HF stores it transposed. */
+static const struct { const char *hf; int per_layer, transposed; } hf_names[DT_GPT2_NTENSORS] = {
+    { "wte.weight", 0, 0 }, { "wpe.weight", 0, 0 }, { "ln_1.weight", 1, 0 }, { "ln_1.bias", 1, 0 },
+    { "attn.c_attn.weight", 1, 1 }, { "attn.c_attn.bias", 1, 0 }, { "attn.c_proj.weight", 1, 1 }, { "attn.c_proj.bias", 1, 0 },
+    { "ln_2.weight", 1, 0 }, { "ln_2.bias", 1, 0 }, { "mlp.c_fc.weight", 1, 1 }, { "mlp.c_fc.bias", 1, 0 },
+    { "mlp.c_proj.weight", 1, 1 }, { "mlp.c_proj.bias", 1, 0 }, { "ln_f.weight", 0, 0 }, { "ln_f.bias", 0, 0 },
+};
+
+typedef struct {
+    char *buf;          /* the whole file */
+    size_t size, data;  /* data section offset */
+    cJSON *hdr;
+    const char *path;
+} st_file;
+
+static dt_status st_open(const char *path, st_file *f) {
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    f->buf = n > 0 ? malloc((size_t)n + 1) : NULL;
+    size_t got = f->buf ? fread(f->buf, 1, (size_t)n, fp) : 0;
+    fclose(fp);
+    if (!f->buf || got != (size_t)n) { free(f->buf); return dt_error(DT_ERR_IO, "%s: cannot read", path); }
+    f->size = (size_t)n;
+    uint64_t hl = 0;
+    if (f->size < 8) { free(f->buf); return dt_error(DT_ERR_IO, "%s: truncated (no header length)", path); }
+    memcpy(&hl, f->buf, 8);
+    if (hl > f->size - 8) { free(f->buf); return dt_error(DT_ERR_IO, "%s: header length %llu at offset 0 exceeds the file", path, (unsigned long long)hl); }
+    char save = f->buf[8 + hl];
+    f->buf[8 + hl] = 0;
+    f->hdr = cJSON_Parse(f->buf + 8);
+    f->buf[8 + hl] = save;
+    if (!f->hdr) { free(f->buf); return dt_error(DT_ERR_IO, "%s: the JSON header (bytes 8..%llu) does not parse", path, (unsigned long long)(8 + hl)); }
+    f->data = 8 + hl;
+    return DT_OK;
+}
+
+static void st_close(st_file *f) {
+    cJSON_Delete(f->hdr);
+    free(f->buf);
+}
+
+/* Finds name (with or without the "transformer." prefix). */
+static const cJSON *st_find(st_file *f, const char *name) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(f->hdr, name);
+    if (t) return t;
+    char pre[256];
+    snprintf(pre, sizeof pre, "transformer.%s", name);
+    return cJSON_GetObjectItemCaseSensitive(f->hdr, pre);
+}
+
+/* Reads tensor `name` of shape [d0, d1] (d1 = 0 for 1-D) into out[d0*d1], transposing when asked. */
+static dt_status st_read(st_file *f, const char *name, int d0, int d1, int transpose, float *out, int rows_avail) {
+    const cJSON *t = st_find(f, name);
+    if (!t) return dt_error(DT_ERR_IO, "%s: tensor \"%s\" is missing", f->path, name);
+    const cJSON *dt = cJSON_GetObjectItem(t, "dtype"), *sh = cJSON_GetObjectItem(t, "shape"), *of = cJSON_GetObjectItem(t, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2)
+        return dt_error(DT_ERR_IO, "%s: tensor \"%s\" lacks dtype, shape or data_offsets", f->path, name);
+    size_t es = !strcmp(dt->valuestring, "F32") ? 4 : (!strcmp(dt->valuestring, "BF16") || !strcmp(dt->valuestring, "F16")) ? 2 : 0;
+    if (!es) return dt_error(DT_ERR_IO, "%s: tensor \"%s\" has dtype %s (F32, BF16 or F16 expected)", f->path, name, dt->valuestring);
+    int want_dims = d1 ? 2 : 1, s0 = cJSON_GetArraySize(sh) > 0 ? cJSON_GetArrayItem(sh, 0)->valueint : -1;
+    int s1 = cJSON_GetArraySize(sh) > 1 ? cJSON_GetArrayItem(sh, 1)->valueint : 0;
+    int e0 = transpose ? d1 : d0, e1 = transpose ? d0 : d1;
+    if (cJSON_GetArraySize(sh) != want_dims || (rows_avail ? s0 > e0 : s0 != e0) || s1 != e1)
+        return dt_error(DT_ERR_IO, "%s: tensor \"%s\" has shape [%d%s%d], the model needs [%d%s%d]", f->path, name, s0,
+                        want_dims > 1 ? ", " : "", want_dims > 1 ? s1 : 0, e0, want_dims > 1 ? ", " : "", want_dims > 1 ? e1 : 0);
+    double b = cJSON_GetArrayItem(of, 0)->valuedouble, e = cJSON_GetArrayItem(of, 1)->valuedouble;
+    size_t n = (size_t)s0 * (size_t)(d1 ? s1 : 1);
+    if (b < 0 || e < b || (size_t)(e - b) != n * es || f->data + (size_t)e > f->size)
+        return dt_error(DT_ERR_IO, "%s: tensor \"%s\": data_offsets [%.0f, %.0f] do not match its %zu bytes or the file", f->path, name, b, e, n * es);
+    const unsigned char *src = (const unsigned char *)f->buf + f->data + (size_t)b;
+    int cols = d1 ? s1 : 1;
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        if (es == 4) memcpy(&v, src + 4 * i, 4);
+        else {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            v = dt->valuestring[0] == 'B' ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
+        }
+        size_t r = i / (size_t)cols, c = i % (size_t)cols;
+        out[transpose ? c * (size_t)d1 + r : i] = v;
+    }
+    return DT_OK;
+}
+
+static int heads_from(st_file *f, const char *path) {
+    const cJSON *md = cJSON_GetObjectItem(f->hdr, "__metadata__"), *nh = md ? cJSON_GetObjectItem(md, "n_head") : NULL;
+    if (cJSON_IsString(nh)) return atoi(nh->valuestring);
+    /* HF layout: config.json next to model.safetensors */
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg, "%s", path);
+    char *slash = strrchr(cfg, '/');
+    snprintf(slash ? slash + 1 : cfg, sizeof cfg - (size_t)(slash ? slash + 1 - cfg : 0), "config.json");
+    FILE *fp = fopen(cfg, "rb");
+    if (!fp) return 0;
+    char text[65536];
+    size_t n = fread(text, 1, sizeof text - 1, fp);
+    fclose(fp);
+    text[n] = 0;
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *h = j ? cJSON_GetObjectItem(j, "n_head") : NULL;
+    int r = cJSON_IsNumber(h) ? h->valueint : 0;
+    cJSON_Delete(j);
+    return r;
+}
+
+static dt_status load_all(st_file *f, dt_gpt2 *m) {
+    const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    int C = c->channels, L = c->num_layers;
+    int dims[DT_GPT2_NTENSORS][2] = { { c->padded_vocab_size, C }, { c->max_seq_len, C }, { C, 0 }, { C, 0 }, { 3 * C, C },
+                                      { 3 * C, 0 }, { C, C }, { C, 0 }, { C, 0 }, { C, 0 }, { 4 * C, C }, { 4 * C, 0 },
+                                      { C, 4 * C }, { C, 0 }, { C, 0 }, { C, 0 } };
+    float *p = dt_gpt2_params(m);
+    memset(p, 0, dt_gpt2_num_params(m) * sizeof(float)); /* padded vocabulary rows */
+    for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
+        size_t off, cnt;
+        dt_gpt2_tensor(m, i, NULL, &off, &cnt);
+        int layers = hf_names[i].per_layer ? L : 1;
+        size_t per = cnt / (size_t)layers;
+        for (int l = 0; l < layers; l++) {
+            char name[128];
+            if (hf_names[i].per_layer) snprintf(name, sizeof name, "h.%d.%s", l, hf_names[i].hf);
+            else snprintf(name, sizeof name, "%s", hf_names[i].hf);
+            int d0 = i == 0 ? c->vocab_size : dims[i][0];
+            dt_status st = st_read(f, name, d0, dims[i][1], hf_names[i].transposed, p + off + (size_t)l * per, 0);
+            if (st) return st;
+        }
+    }
+    return DT_OK;
+}
+
+dt_status dt_safetensors_load_into(const char *path, dt_gpt2 *m) {
+    st_file f;
+    dt_status st = st_open(path, &f);
+    if (st) return st;
+    st = load_all(&f, m);
+    st_close(&f);
+    return st;
+}
+
+dt_status dt_safetensors_load(const char *path, int heads, dt_gpt2 **out) {
+    *out = NULL;
+    st_file f;
+    dt_status st = st_open(path, &f);
+    if (st) return st;
+    const cJSON *wte = st_find(&f, "wte.weight"), *wpe = st_find(&f, "wpe.weight");
+    const cJSON *ws = wte ? cJSON_GetObjectItem(wte, "shape") : NULL, *ps = wpe ? cJSON_GetObjectItem(wpe, "shape") : NULL;
+    if (!cJSON_IsArray(ws) || cJSON_GetArraySize(ws) != 2 || !cJSON_IsArray(ps) || cJSON_GetArraySize(ps) != 2) {
+        st_close(&f);
+        return dt_error(DT_ERR_IO, "%s: no 2-D wte.weight and wpe.weight: not a GPT-2 safetensors file", path);
+    }
+    int L = 0;
+    char name[64];
+    for (;; L++) {
+        snprintf(name, sizeof name, "h.%d.ln_1.weight", L);
+        if (!st_find(&f, name)) break;
+    }
+    if (heads <= 0) heads = heads_from(&f, path);
+    if (heads <= 0) {
+        st_close(&f);
+        return dt_error(DT_ERR_ARG, "%s: the head count is neither in the file's metadata nor in a config.json beside it (give --heads)", path);
+    }
+    int V = cJSON_GetArrayItem(ws, 0)->valueint, C = cJSON_GetArrayItem(ws, 1)->valueint;
+    dt_gpt2_config cfg = { cJSON_GetArrayItem(ps, 0)->valueint, V, (V + 127) / 128 * 128, L, heads, C };
+    if (V == 50257) cfg.padded_vocab_size = 50304; /* llm.c's padding for GPT-2 */
+    dt_gpt2 *m = NULL;
+    st = dt_gpt2_create(&cfg, &m);
+    if (!st) st = load_all(&f, m);
+    st_close(&f);
+    if (st) { dt_gpt2_destroy(m); return st; }
+    *out = m;
+    return DT_OK;
+}
+
+dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
+    if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
+        return dt_error(DT_ERR_ARG, "%s: safetensors can be written as f32, bf16 or f16, not %s", path, dt_dtype_name(dtype));
+    const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    int C = c->channels, L = c->num_layers;
+    size_t es = dt_dtype_size(dtype), total = 0;
+    const char *dn = dtype == DT_F32 ? "F32" : dtype == DT_BF16 ? "BF16" : "F16";
+    cJSON *hdr = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(hdr, "__metadata__");
+    char nh[32];
+    snprintf(nh, sizeof nh, "%d", c->num_heads);
+    cJSON_AddStringToObject(md, "format", "pt");
+    cJSON_AddStringToObject(md, "n_head", nh);
+    int dims[DT_GPT2_NTENSORS][2] = { { c->vocab_size, C }, { c->max_seq_len, C }, { C, 0 }, { C, 0 }, { 3 * C, C },
+                                      { 3 * C, 0 }, { C, C }, { C, 0 }, { C, 0 }, { C, 0 }, { 4 * C, C }, { 4 * C, 0 },
+                                      { C, 4 * C }, { C, 0 }, { C, 0 }, { C, 0 } };
+    /* first pass: names, shapes, offsets */
+    for (int i = 0; i < DT_GPT2_NTENSORS; i++)
+        for (int l = 0; l < (hf_names[i].per_layer ? L : 1); l++) {
+            char name[128];
+            if (hf_names[i].per_layer) snprintf(name, sizeof name, "h.%d.%s", l, hf_names[i].hf);
+            else snprintf(name, sizeof name, "%s", hf_names[i].hf);
+            int d0 = dims[i][0], d1 = dims[i][1];
+            size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+            cJSON *t = cJSON_AddObjectToObject(hdr, name);
+            cJSON_AddStringToObject(t, "dtype", dn);
+            int shape[2] = { hf_names[i].transposed ? d1 : d0, hf_names[i].transposed ? d0 : d1 };
+            cJSON_AddItemToObject(t, "shape", cJSON_CreateIntArray(shape, d1 ? 2 : 1));
+            double offs[2] = { (double)total, (double)(total + n * es) };
+            cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
+            total += n * es;
+        }
+    char *json = cJSON_PrintUnformatted(hdr);
+    cJSON_Delete(hdr);
+    size_t jl = strlen(json), padded = (jl + 7) & ~(size_t)7; /* data starts 8-byte aligned */
+    char *head = malloc(8 + padded);
+    unsigned char *data = malloc(total ? total : 1);
+    if (!head || !data || !json) { free(head); free(data); free(json); return dt_error(DT_ERR_NOMEM, "%s: out of memory", path); }
+    uint64_t hl = padded;
+    memcpy(head, &hl, 8);
+    memcpy(head + 8, json, jl);
+    memset(head + 8 + jl, ' ', padded - jl);
+    free(json);
+    size_t pos = 0;
+    const float *p = dt_gpt2_params(m);
+    for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
+        size_t off, cnt;
+        dt_gpt2_tensor(m, i, NULL, &off, &cnt);
+        int layers = hf_names[i].per_layer ? L : 1;
+        size_t per = cnt / (size_t)layers;
+        for (int l = 0; l < layers; l++) {
+            int d0 = dims[i][0], d1 = dims[i][1] ? dims[i][1] : 1;
+            const float *src = p + off + (size_t)l * per;
+            for (int r = 0; r < (hf_names[i].transposed ? d1 : d0); r++)
+                for (int q = 0; q < (hf_names[i].transposed ? d0 : d1); q++) {
+                    /* element (r, q) of the stored shape */
+                    float v = hf_names[i].transposed ? src[(size_t)q * d1 + r] : src[(size_t)r * d1 + q];
+                    if (dtype == DT_F32) memcpy(data + pos, &v, 4);
+                    else {
+                        uint16_t h = dtype == DT_BF16 ? dt_f32_to_bf16(v) : dt_f32_to_f16(v);
+                        memcpy(data + pos, &h, 2);
+                    }
+                    pos += es;
+                }
+        }
+    }
+    const void *parts[2] = { head, data };
+    size_t sizes[2] = { 8 + padded, total };
+    dt_status st = dt_file_write_atomic(path, parts, sizes, 2);
+    free(head);
+    free(data);
+    return st;
+}
+
+int dt_model_file_is_safetensors(const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return 0;
+    unsigned char b[9] = { 0 };
+    size_t n = fread(b, 1, 9, fp);
+    fclose(fp);
+    /* llm.c files start with the int32 magic 20240326; safetensors with a length then '{' */
+    return n == 9 && b[8] == '{';
+}
+
+dt_status dt_model_load(const char *path, int heads, dt_gpt2 **out) {
+    if (dt_model_file_is_safetensors(path)) return dt_safetensors_load(path, heads, out);
+    return dt_llmc_load(path, out);
+}
