@@ -23,6 +23,18 @@ dt_status dt_tokens_check_vocab(const dt_tokens *t, int vocab);
 /* Writes a token file: uint16 (version 1) when every id fits, else uint32 (version 7). */
 dt_status dt_tokens_write(const char *path, const uint32_t *tokens, size_t n);
 
+/* GPT-2 byte-level BPE from the encoder.json + vocab.bpe pair it is
+ * distributed as. Pre-tokenisation follows GPT-2's pattern; letters beyond
+ * ASCII are classified by a small table (exact for ASCII text). */
+typedef struct dt_bpe dt_bpe;
+dt_status dt_bpe_load(const char *encoder_json, const char *vocab_bpe, dt_bpe **out);
+void dt_bpe_destroy(dt_bpe *b);
+int dt_bpe_vocab_size(const dt_bpe *b);
+/* Appends the ids of text[0..len) to *ids (grown with realloc; *n updated). */
+dt_status dt_bpe_encode(dt_bpe *b, const char *text, size_t len, uint32_t **ids, size_t *n, size_t *cap);
+/* The bytes of token id (NULL if out of range), and their count. */
+const char *dt_bpe_token_bytes(const dt_bpe *b, uint32_t id, size_t *len);
+
 typedef struct dt_loader dt_loader;
 /* Batches of B x T (+1 for the targets) for rank `rank` of `nranks`.
  * seed 0 reads batches in file order, wrapping at the end; otherwise the

@@ -120,37 +120,57 @@ int dt_cli_train(int argc, char **argv) {
     return dt_train_run(&c);
 }
 
-/* dtrain tokenize --bytes IN OUT [--val OUT2 --val-fraction F] */
+/* dtrain tokenize (--bytes | --bpe ENCODER.json VOCAB.bpe) IN OUT [--val OUT2 --val-fraction F] */
 int dt_cli_tokenize(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *val = NULL;
+    const char *in = NULL, *out = NULL, *val = NULL, *enc = NULL, *merges = NULL;
     double frac = 0.1;
     int bytes = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bytes")) bytes = 1;
+        else if (!strcmp(argv[i], "--bpe") && i + 2 < argc) { enc = argv[++i]; merges = argv[++i]; }
         else if (!strcmp(argv[i], "--val") && i + 1 < argc) val = argv[++i];
         else if (!strcmp(argv[i], "--val-fraction") && i + 1 < argc) { if (!num(argv[++i], 0, 0.9, &frac)) return bad("--val-fraction", argv[i]); }
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: dtrain tokenize --bytes INPUT.txt OUTPUT.bin [--val VAL.bin --val-fraction 0.1]\n"
-                   "Byte-level tokens (vocabulary 256); the last fraction of the text goes to --val.\n");
+            printf("usage: dtrain tokenize (--bytes | --bpe ENCODER.json VOCAB.bpe) INPUT.txt OUTPUT.bin\n"
+                   "                       [--val VAL.bin --val-fraction 0.1]\n"
+                   "Byte-level tokens (vocabulary 256) or GPT-2 BPE (the encoder.json + vocab.bpe pair GPT-2's\n"
+                   "tokenizer is distributed as); the last fraction of the text goes to --val.\n");
             return 0;
         } else if (!in) in = argv[i];
         else if (!out) out = argv[i];
         else return bad("tokenize", argv[i]);
     }
-    if (!bytes || !in || !out) { dt_log(DT_LOG_ERROR, "tokenize: expected --bytes INPUT OUTPUT (GPT-2 BPE is not built yet)"); return 2; }
+    if (bytes == (enc != NULL) || !in || !out) {
+        dt_log(DT_LOG_ERROR, "tokenize: expected --bytes or --bpe ENCODER.json VOCAB.bpe, then INPUT and OUTPUT");
+        return 2;
+    }
     FILE *f = fopen(in, "rb");
     if (!f) { dt_log(DT_LOG_ERROR, "tokenize: %s: %s", in, strerror(errno)); return 1; }
-    size_t cap = 1 << 20, n = 0;
-    uint32_t *tok = malloc(cap * 4);
-    int ch;
-    while (tok && (ch = fgetc(f)) != EOF) {
-        if (n == cap) tok = realloc(tok, (cap *= 2) * 4);
-        if (tok) tok[n++] = (uint32_t)ch;
-    }
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)len + 1);
+    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) { fclose(f); free(text); dt_log(DT_LOG_ERROR, "tokenize: cannot read %s", in); return 1; }
     fclose(f);
-    if (!tok) { dt_log(DT_LOG_ERROR, "tokenize: out of memory"); return 1; }
+    uint32_t *tok = NULL;
+    size_t n = 0, cap = 0;
+    dt_status st = DT_OK;
+    if (bytes) {
+        tok = malloc(((size_t)len + 1) * 4);
+        for (long i = 0; tok && i < len; i++) tok[n++] = (unsigned char)text[i];
+        if (!tok) st = dt_error(DT_ERR_NOMEM, "tokenize: out of memory");
+    } else {
+        dt_bpe *b;
+        st = dt_bpe_load(enc, merges, &b);
+        if (!st) {
+            st = dt_bpe_encode(b, text, (size_t)len, &tok, &n, &cap);
+            if (!st) printf("GPT-2 BPE, vocabulary %d: ", dt_bpe_vocab_size(b));
+            dt_bpe_destroy(b);
+        }
+    }
+    free(text);
     size_t nval = val ? (size_t)(n * frac) : 0;
-    dt_status st = dt_tokens_write(out, tok, n - nval);
+    if (!st) st = dt_tokens_write(out, tok, n - nval);
     if (!st && val) st = dt_tokens_write(val, tok + n - nval, nval);
     free(tok);
     if (st) { dt_log(DT_LOG_ERROR, "tokenize: %s", dt_last_error()); return 1; }
@@ -168,22 +188,27 @@ static void emit_byte(int token, void *ctx) {
 }
 
 static void emit_id(int token, void *ctx) {
-    (void)ctx;
-    printf("%d ", token);
+    dt_bpe *b = ctx;
+    size_t len;
+    const char *t = b ? dt_bpe_token_bytes(b, (uint32_t)token, &len) : NULL;
+    if (t) fwrite(t, 1, len, stdout);
+    else printf("<%d>", token);
     fflush(stdout);
 }
 
 /* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] */
 int dt_cli_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL;
+    const char *model = NULL, *prompt = NULL, *enc = NULL, *merges = NULL;
     double count = 200, temp = 0.8, topk = 40, seed = 42;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain generate --model FILE --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
-                   "Byte-level models (vocabulary 256) print text; others print token ids (GPT-2 BPE is not built yet).\n");
+                   "                       [--bpe ENCODER.json VOCAB.bpe]\n"
+                   "Byte-level models (vocabulary 256) read and print bytes; with --bpe, GPT-2 BPE.\n");
             return 0;
         }
+        if (!strcmp(f, "--bpe") && i + 2 < argc) { enc = argv[i + 1]; merges = argv[i + 2]; i += 2; continue; }
         i++;
         if (!strcmp(f, "--model") && v) model = v;
         else if (!strcmp(f, "--prompt") && v) prompt = v;
@@ -197,14 +222,35 @@ int dt_cli_generate(int argc, char **argv) {
     dt_gpt2 *m;
     if (dt_model_load(model, 0, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     int V = dt_gpt2_get_config(m)->vocab_size;
-    if (V < 256) { dt_log(DT_LOG_ERROR, "generate: %s has a vocabulary of %d; byte prompts need 256", model, V); dt_gpt2_destroy(m); return 2; }
-    int n = (int)strlen(prompt);
-    int32_t *p = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-    for (int i = 0; i < n; i++) p[i] = (unsigned char)prompt[i];
-    printf("%s", prompt);
-    dt_status st = dt_generate(m, p, n, (int)count, (float)temp, (int)topk, (uint64_t)seed, V == 256 ? emit_byte : emit_id, NULL);
-    printf("\n");
+    dt_bpe *b = NULL;
+    int32_t *p = NULL;
+    int n = 0;
+    dt_status st = DT_OK;
+    if (enc) {
+        uint32_t *ids = NULL;
+        size_t nid = 0, cap = 0;
+        st = dt_bpe_load(enc, merges, &b);
+        if (!st && dt_bpe_vocab_size(b) > V)
+            st = dt_error(DT_ERR_ARG, "generate: the tokenizer has %d tokens, the model only %d", dt_bpe_vocab_size(b), V);
+        if (!st) st = dt_bpe_encode(b, prompt, strlen(prompt), &ids, &nid, &cap);
+        p = malloc(sizeof(int32_t) * (nid ? nid : 1));
+        for (size_t i = 0; p && i < nid; i++) p[i] = (int32_t)ids[i];
+        n = (int)nid;
+        free(ids);
+    } else if (V < 256) {
+        st = dt_error(DT_ERR_ARG, "generate: %s has a vocabulary of %d; byte prompts need 256 (or give --bpe)", model, V);
+    } else {
+        n = (int)strlen(prompt);
+        p = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+        for (int i = 0; i < n; i++) p[i] = (unsigned char)prompt[i];
+    }
+    if (!st) {
+        printf("%s", prompt);
+        st = dt_generate(m, p, n, (int)count, (float)temp, (int)topk, (uint64_t)seed, b || V != 256 ? emit_id : emit_byte, b);
+        printf("\n");
+    }
     free(p);
+    dt_bpe_destroy(b);
     dt_gpt2_destroy(m);
     if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     return 0;
