@@ -83,6 +83,35 @@ int main(int argc, char **argv) {
     }
     printf("gradients: worst tensor differs by %.2g of its largest value\n", worst);
 
+    /* Blockwise attention (alone and with recompute): within the same tolerances of torch. */
+    for (int rc = 0; rc < 2; rc++) {
+        dt_gpt2_set_attention(m, DT_ATTN_BLOCKWISE);
+        dt_gpt2_set_recompute(m, rc);
+        float lb = 0;
+        dt_gpt2_zero_grad(m);
+        dt_gpt2_forward(m, in, tg, B, T, &lb);
+        dt_gpt2_backward(m, 1.0f);
+        double wb = 0;
+        for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
+            size_t off, cnt;
+            dt_gpt2_tensor(m, i, NULL, &off, &cnt);
+            double dmax = 0, rmax = 0;
+            for (size_t j = off; j < off + cnt; j++) {
+                dmax = fmax(dmax, fabs(dt_gpt2_grads(m)[j] - grads[j]));
+                rmax = fmax(rmax, fabs(grads[j]));
+            }
+            wb = fmax(wb, rmax > 0 ? dmax / rmax : dmax);
+        }
+        double lr = fabs(lb - loss_ref) / fabs(loss_ref);
+        EXPECT(lr < 1e-5 && wb < 1e-4, "blockwise attention%s: loss %.3g, gradients %.3g from torch", rc ? " + recompute" : "", lr, wb);
+        printf("blockwise attention%s: loss %.2g, worst gradient %.2g from torch\n", rc ? " + recompute" : "", lr, wb);
+    }
+    dt_gpt2_set_attention(m, DT_ATTN_FULL);
+    dt_gpt2_set_recompute(m, 0);
+    dt_gpt2_zero_grad(m);
+    dt_gpt2_forward(m, in, tg, B, T, &loss);
+    dt_gpt2_backward(m, 1.0f);
+
     /* Activation checkpointing gives the same loss and gradients, bit for bit. */
     float *g0 = malloc(np * 4);
     memcpy(g0, dt_gpt2_grads(m), np * 4);

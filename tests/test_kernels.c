@@ -59,6 +59,9 @@ static double gelu_J(void *p) { pw_ctx *c = p; dt_gelu_forward(c->out, c->inp, c
 typedef struct { float *qkv, *out, *att, *r; } at_ctx;
 static double at_J(void *p) { at_ctx *c = p; dt_attention_forward(c->out, c->att, c->qkv, B, T, C, NH); return dot(c->out, c->r, B * T * C); }
 
+typedef struct { float *qkv, *out, *lse, *r; } bw_ctx;
+static double bw_J(void *p) { bw_ctx *c = p; dt_attention_forward_lse(c->out, c->lse, c->qkv, B, T, C, NH); return dot(c->out, c->r, B * T * C); }
+
 typedef struct { float *logits, *losses; int32_t *tg; } ce_ctx;
 static double ce_J(void *p) { ce_ctx *c = p; return dt_crossentropy_forward(c->losses, c->logits, c->tg, BT, V, VP); }
 
@@ -96,6 +99,20 @@ int main(void) {
         float *dq = zeros(B * T * 3 * C);
         dt_attention_backward(dq, c.r, c.qkv, c.att, B, T, C, NH);
         check("attention d/dqkv", at_J, &c, c.qkv, dq, B * T * 3 * C);
+    }
+    {
+        /* blockwise attention: same outputs as the full form, and its own backward checked */
+        bw_ctx c = { rnd(B * T * 3 * C, 1), zeros(B * T * C), zeros(B * NH * T), rnd(B * T * C, 1) };
+        float *full = zeros(B * T * C), *att = zeros(B * NH * T * T);
+        bw_J(&c);
+        dt_attention_forward(full, att, c.qkv, B, T, C, NH);
+        double md = 0;
+        for (int i = 0; i < B * T * C; i++) md = fmax(md, fabs(full[i] - c.out[i]));
+        if (md < 1e-5) passed++; else { failed++; printf("FAIL: blockwise attention differs from full by %g\n", md); }
+        printf("%-28s max difference %.2e\n", "attention blockwise vs full", md);
+        float *dq = zeros(B * T * 3 * C);
+        dt_attention_backward_lse(dq, c.r, c.out, c.qkv, c.lse, B, T, C, NH);
+        check("attention blockwise d/dqkv", bw_J, &c, c.qkv, dq, B * T * 3 * C);
     }
     {
         int32_t tg[BT];

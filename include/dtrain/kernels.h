@@ -43,6 +43,12 @@ void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T
 /* dqkv += gradient. */
 void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH);
 
+/* The same attention without the T x T rows: forward keeps only each row's
+ * log-sum-exp lse[B,NH,T]; backward recomputes the probabilities from it. */
+void dt_attention_forward_lse(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+void dt_attention_backward_lse(float *dqkv, const float *dout, const float *out, const float *qkv, const float *lse,
+                               int B, int T, int C, int NH);
+
 /* Softmax cross-entropy on logits[BT, Vp] over the first V columns.
  * Writes losses[BT] and returns their mean; then overwrites logits with
  * d(mean loss)/d(logits) (zero in the padded columns) scaled by dscale, so the

@@ -49,6 +49,11 @@ dt_status dt_gpt2_forward(dt_gpt2 *m, const int32_t *inputs, const int32_t *targ
  * block's activations during backward (one extra forward, L-1 fewer layers
  * of activations). Set before training; the results are the same bits. */
 dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on);
+/* Attention memory: DT_ATTN_AUTO keeps the T x T softmax rows for short
+ * sequences and goes blockwise (only a log-sum-exp per row) from T >= 256;
+ * the other two force one form. */
+typedef enum { DT_ATTN_AUTO = 0, DT_ATTN_FULL, DT_ATTN_BLOCKWISE } dt_attn_mode;
+void dt_gpt2_set_attention(dt_gpt2 *m, dt_attn_mode mode);
 /* Sizes the activations for up to B x T, so later calls need not grow them. */
 dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T);
 /* Logits [B, T, Vp] of the last forward (before backward). */

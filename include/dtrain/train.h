@@ -24,6 +24,7 @@ typedef struct {
     const char *save, *metrics;
     int quiet;
     int recompute;            /* activation checkpointing */
+    int attention;            /* dt_attn_mode */
 } dt_train_config;
 
 void dt_train_defaults(dt_train_config *c);

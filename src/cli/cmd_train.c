@@ -29,6 +29,7 @@ static void usage(FILE *f) {
             "  --threads N        total threads for BLAS and OpenMP (0 = all cores, the default)\n"
             "  --seed N (1337)    initialisation\n"
             "  --recompute        activation checkpointing: recompute each block in backward (less memory)\n"
+            "  --attention MODE   auto (default: blockwise from T >= 256), full (keep T x T rows), blockwise\n"
             "  --config FILE      DeepSpeed-style JSON (train_micro_batch_size_per_gpu, gradient_accumulation_steps,\n"
             "                     optimizer {type, params}, scheduler {type, params}, gradient_clipping, steps);\n"
             "                     flags override it\n");
@@ -77,7 +78,12 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--save") && v) c.save = v;
         else if (!strcmp(f, "--metrics") && v) c.metrics = v;
         else if (!strcmp(f, "--optimizer") && v) { if (dt_optim_parse_kind(v, &kind)) return bad(f, v); }
-        else if (!strcmp(f, "--schedule") && v) {
+        else if (!strcmp(f, "--attention") && v) {
+            if (!strcmp(v, "auto")) c.attention = 0;
+            else if (!strcmp(v, "full")) c.attention = 1;
+            else if (!strcmp(v, "blockwise")) c.attention = 2;
+            else return bad(f, v);
+        } else if (!strcmp(f, "--schedule") && v) {
             if (!strcmp(v, "constant")) c.schedule = DT_SCHED_CONSTANT;
             else if (!strcmp(v, "cosine")) c.schedule = DT_SCHED_COSINE;
             else return bad(f, v);

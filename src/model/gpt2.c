@@ -31,10 +31,13 @@ struct dt_gpt2 {
     float *acts;
     size_t act_sizes[A_COUNT], act_off[A_COUNT], nacts;
     int B, T;                 /* of the last forward */
-    size_t bt_capacity, btt_capacity; /* B*T and B*T*T the activations are sized for */
+    size_t bt_capacity;       /* B*T the activations are sized for */
     int32_t *inputs, *targets;
     bool have_targets;
     bool recompute;           /* keep one layer of activations; redo each layer's forward in backward */
+    dt_attn_mode attn;
+    bool blockwise;           /* of the last forward */
+    size_t att_capacity;      /* floats in A_ATT */
     float loss;
 };
 
@@ -139,9 +142,15 @@ void dt_gpt2_tensor(const dt_gpt2 *m, int i, const char **name, size_t *offset, 
 
 /* Per-layer strides follow the current B and T, so a smaller batch fits in
  * what a larger one allocated as long as B*T and B*T*T (attention) fit. */
+static bool use_blockwise(const dt_gpt2 *m, int T) {
+    return m->attn == DT_ATTN_BLOCKWISE || (m->attn == DT_ATTN_AUTO && T >= 256);
+}
+
 static dt_status size_activations(dt_gpt2 *m, int B, int T) {
     size_t BT = (size_t)B * T;
-    if (m->acts && BT <= m->bt_capacity && BT * (size_t)T <= m->btt_capacity) return DT_OK;
+    size_t att_per_layer = (size_t)m->cfg.num_heads * BT * (use_blockwise(m, T) ? 1 : (size_t)T);
+    size_t att_need = att_per_layer * (m->recompute ? 1 : (size_t)m->cfg.num_layers);
+    if (m->acts && BT <= m->bt_capacity && att_need <= m->att_capacity) return DT_OK;
     size_t C = (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
     size_t Vp = (size_t)m->cfg.padded_vocab_size;
     /* Per-layer activations: all L layers, or one when recomputing; the
@@ -149,7 +158,8 @@ static dt_status size_activations(dt_gpt2 *m, int B, int T) {
     size_t L = m->recompute ? 1 : (size_t)m->cfg.num_layers, Lres = (size_t)m->cfg.num_layers;
     size_t s[A_COUNT] = {
         [A_ENCODED] = BT * C, [A_LN1] = L * BT * C, [A_LN1_MEAN] = L * BT, [A_LN1_RSTD] = L * BT,
-        [A_QKV] = L * BT * 3 * C, [A_ATTY] = L * BT * C, [A_ATT] = L * NH * BT * (size_t)T, [A_RES2] = L * BT * C,
+        [A_QKV] = L * BT * 3 * C, [A_ATTY] = L * BT * C, [A_ATT] = L * NH * BT * (use_blockwise(m, T) ? 1 : (size_t)T),
+        [A_RES2] = L * BT * C,
         [A_LN2] = L * BT * C, [A_LN2_MEAN] = L * BT, [A_LN2_RSTD] = L * BT, [A_FCH] = L * BT * 4 * C,
         [A_FCH_GELU] = L * BT * 4 * C, [A_RES3] = Lres * BT * C, [A_LNF] = BT * C, [A_LNF_MEAN] = BT, [A_LNF_RSTD] = BT,
         [A_LOGITS] = BT * Vp, [A_LOSSES] = BT, [A_TMP] = BT * C, [A_DRES] = BT * C, [A_DLN] = BT * C,
@@ -180,7 +190,7 @@ static dt_status size_activations(dt_gpt2 *m, int B, int T) {
     m->targets = tg;
     m->nacts = total;
     m->bt_capacity = BT;
-    m->btt_capacity = BT * (size_t)T;
+    m->att_capacity = s[A_ATT];
     return DT_OK;
 }
 
@@ -201,12 +211,13 @@ static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads;
     size_t BT = (size_t)B * T, BTC = BT * (size_t)C, cc = (size_t)C * C, k = m->recompute ? 0 : (size_t)l;
     float *ln1 = ACT(A_LN1) + k * BTC, *qkv = ACT(A_QKV) + k * BTC * 3, *atty = ACT(A_ATTY) + k * BTC;
-    float *att = ACT(A_ATT) + k * NH * BT * T, *res2 = ACT(A_RES2) + k * BTC, *ln2 = ACT(A_LN2) + k * BTC;
+    float *att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)T), *res2 = ACT(A_RES2) + k * BTC, *ln2 = ACT(A_LN2) + k * BTC;
     float *fch = ACT(A_FCH) + k * BTC * 4, *fchg = ACT(A_FCH_GELU) + k * BTC * 4, *res3 = ACT(A_RES3) + (size_t)l * BTC;
     dt_layernorm_forward(ln1, ACT(A_LN1_MEAN) + k * BT, ACT(A_LN1_RSTD) + k * BT, residual, P(LN1W) + l * C,
                          P(LN1B) + l * C, (int)BT, C);
     dt_matmul_forward(qkv, ln1, P(QKVW) + l * 3 * cc, P(QKVB) + l * 3 * C, (int)BT, C, 3 * C);
-    dt_attention_forward(atty, att, qkv, B, T, C, NH);
+    if (m->blockwise) dt_attention_forward_lse(atty, att, qkv, B, T, C, NH);
+    else dt_attention_forward(atty, att, qkv, B, T, C, NH);
     dt_matmul_forward(ACT(A_TMP), atty, P(ATTPROJW) + l * cc, P(ATTPROJB) + l * C, (int)BT, C, C);
     dt_residual_forward(res2, residual, ACT(A_TMP), BTC);
     dt_layernorm_forward(ln2, ACT(A_LN2_MEAN) + k * BT, ACT(A_LN2_RSTD) + k * BT, res2, P(LN2W) + l * C,
@@ -217,12 +228,14 @@ static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
     dt_residual_forward(res3, res2, ACT(A_TMP), BTC);
 }
 
+void dt_gpt2_set_attention(dt_gpt2 *m, dt_attn_mode mode) { m->attn = mode; }
+
 dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on) {
     if (m->acts && m->recompute != (on != 0)) {
         /* the activation layout changes: size it again on the next forward */
         dt_free_aligned(m->acts);
         m->acts = NULL;
-        m->bt_capacity = m->btt_capacity = 0;
+        m->bt_capacity = m->att_capacity = 0;
     }
     m->recompute = on != 0;
     return DT_OK;
@@ -245,6 +258,7 @@ dt_status dt_gpt2_forward(dt_gpt2 *m, const int32_t *inputs, const int32_t *targ
     if (st) return st;
     m->B = B;
     m->T = T;
+    m->blockwise = use_blockwise(m, T);
     memcpy(m->inputs, inputs, BT * sizeof(int32_t));
     m->have_targets = targets != NULL;
     if (targets) memcpy(m->targets, targets, BT * sizeof(int32_t));
@@ -289,8 +303,8 @@ dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) {
          * (A_RES3[l] is rewritten with the same values). */
         if (m->recompute) layer_forward(m, l, res_in);
         float *ln1 = ACT(A_LN1) + k * BTC, *qkv = ACT(A_QKV) + k * BTC * 3, *atty = ACT(A_ATTY) + k * BTC;
-        float *att = ACT(A_ATT) + k * NH * BT * T, *res2 = ACT(A_RES2) + k * BTC, *ln2 = ACT(A_LN2) + k * BTC;
-        float *fch = ACT(A_FCH) + k * BTC * 4, *fchg = ACT(A_FCH_GELU) + k * BTC * 4;
+        float *att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)T), *res2 = ACT(A_RES2) + k * BTC;
+        float *ln2 = ACT(A_LN2) + k * BTC, *fch = ACT(A_FCH) + k * BTC * 4, *fchg = ACT(A_FCH_GELU) + k * BTC * 4;
         float *dfchg = ACT(A_DFCH_GELU), *dfch = ACT(A_DFCH), *datty = ACT(A_DATTY), *dqkv = ACT(A_DQKV);
         /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); dres carries d res3 = d res2 (pass-through) */
         memset(dfchg, 0, BTC * 4 * sizeof(float));
@@ -305,7 +319,8 @@ dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) {
         memset(datty, 0, BTC * sizeof(float));
         dt_matmul_backward(datty, G(ATTPROJW) + l * cc, G(ATTPROJB) + l * C, dres, atty, P(ATTPROJW) + l * cc, (int)BT, C, C);
         memset(dqkv, 0, BTC * 3 * sizeof(float));
-        dt_attention_backward(dqkv, datty, qkv, att, B, T, C, NH);
+        if (m->blockwise) dt_attention_backward_lse(dqkv, datty, atty, qkv, att, B, T, C, NH);
+        else dt_attention_backward(dqkv, datty, qkv, att, B, T, C, NH);
         memset(dln, 0, BTC * sizeof(float));
         dt_matmul_backward(dln, G(QKVW) + l * 3 * cc, G(QKVB) + l * 3 * C, dqkv, ln1, P(QKVW) + l * 3 * cc, (int)BT, C, 3 * C);
         dt_layernorm_backward(dres, G(LN1W) + l * C, G(LN1B) + l * C, dln, res_in, P(LN1W) + l * C,

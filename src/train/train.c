@@ -73,6 +73,7 @@ static dt_status build_model(const dt_train_config *c, dt_gpt2 **out) {
         dt_gpt2_init_random(*out, c->seed);
     }
     dt_gpt2_set_recompute(*out, c->recompute);
+    dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);
     return DT_OK;
 }
 
