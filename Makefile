@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps demo test test-sanitize test-mpich bench-mpi clean
+.PHONY: all deps demo test test-sanitize test-mpich test-blis bench-mpi clean
 
 all: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j$(JOBS)
@@ -34,9 +34,15 @@ test-mpich: deps
 	cmake -S . -B build-mpich -DMPI_C_COMPILER=mpicc.mpich -DMPIEXEC_EXECUTABLE=/usr/bin/mpirun.mpich && cmake --build build-mpich -j$(JOBS)
 	cd build-mpich && ctest --output-on-failure
 
+# The suite with BLIS instead of OpenBLAS (-DDT_BLAS=blis).
+test-blis: deps
+	@scripts/install-deps.sh libblis-openmp-dev
+	cmake -S . -B build-blis -DDT_BLAS=blis && cmake --build build-blis -j$(JOBS)
+	cd build-blis && ctest --output-on-failure
+
 # dtrain against Open MPI and MPICH, same invocation each.
 bench-mpi: all
 	bench/compare_mpi.sh
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-mpich
+	rm -rf $(BUILD) build-asan build-tsan build-mpich build-blis

@@ -162,6 +162,11 @@ int dt_bench_train(const dt_bench_train_opts *o) {
     }
     if (o->baseline) unlink(weights);
     if (rc) { dt_gpt2_destroy(m); return rc; }
+    /* The ceiling is the better of two measurements, before and after: a
+     * disturbed sgemm sample must not flatter the fraction. */
+    double gemm2 = dt_bench_gemm(o->threads);
+    if (gemm2 > gemm) gemm = gemm2;
+    dt_kernels_set_threads(o->threads);
     double d = median(dms, rounds), tok = o->batch * o->seq / (d / 1e3), gf = flops / (d / 1e3) / 1e9;
     if (o->json) {
         printf("{\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"threads\":%d,\"ms\":%.2f,\"tok_per_s\":%.1f,\"gflops\":%.2f,"
@@ -169,8 +174,8 @@ int dt_bench_train(const dt_bench_train_opts *o) {
         if (o->baseline) printf(",\"torch_ms\":%.2f,\"speedup\":%.3f", median(tms, rounds), median(tms, rounds) / d);
         printf("}\n");
     } else {
-        printf("dtrain: %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate (peak memory %.0f MiB)\n", d, tok,
-               gf, 100 * gf / gemm, dt_peak_memory() / 1048576.0);
+        printf("dtrain: %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate (%.1f GFLOP/s, best of "
+               "before and after; peak memory %.0f MiB)\n", d, tok, gf, 100 * gf / gemm, gemm, dt_peak_memory() / 1048576.0);
         if (o->baseline) {
             double t = median(tms, rounds);
             printf("torch:  %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate\n", t,

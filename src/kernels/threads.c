@@ -7,7 +7,13 @@
 #include <omp.h>
 #endif
 
-void openblas_set_num_threads(int n); /* OpenBLAS; BLIS builds provide a shim */
+#ifdef DT_BLAS_BLIS
+void bli_thread_set_num_threads(long n);
+#define set_blas_threads(n) bli_thread_set_num_threads(n)
+#else
+void openblas_set_num_threads(int n);
+#define set_blas_threads(n) openblas_set_num_threads(n)
+#endif
 
 static int threads = 1;
 
@@ -17,7 +23,7 @@ void dt_kernels_set_threads(int n) {
 #ifdef _OPENMP
     omp_set_num_threads(n);
 #endif
-    openblas_set_num_threads(n);
+    set_blas_threads(n);
 }
 
 int dt_kernels_threads(void) { return threads; }
