@@ -54,6 +54,15 @@ dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on);
  * the other two force one form. */
 typedef enum { DT_ATTN_AUTO = 0, DT_ATTN_FULL, DT_ATTN_BLOCKWISE } dt_attn_mode;
 void dt_gpt2_set_attention(dt_gpt2 *m, dt_attn_mode mode);
+/* Backward calls hook(unit, ctx) as each group of gradients is final:
+ * unit L for the final LayerNorm, then each block L-1 .. 0, then -1 for the
+ * embeddings (wte also collects the LM head's gradient, so it is final only
+ * at the very end). Data parallelism starts a bucket's allreduce from here. */
+typedef void (*dt_grad_hook)(int unit, void *ctx);
+void dt_gpt2_set_grad_hook(dt_gpt2 *m, dt_grad_hook hook, void *ctx);
+/* Gradients in caller-provided storage of dt_gpt2_num_params floats (a
+ * shared arena, say), which the model does not free; NULL goes back to its own. */
+void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads);
 /* Sizes the activations for up to B x T, so later calls need not grow them. */
 dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T);
 /* Logits [B, T, Vp] of the last forward (before backward). */

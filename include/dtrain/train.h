@@ -25,6 +25,10 @@ typedef struct {
     int quiet;
     int recompute;            /* activation checkpointing */
     int attention;            /* dt_attn_mode */
+    int nproc;                /* local ranks to launch (data parallelism); 1 = this process */
+    double bucket_mb;         /* DDP bucket cap (the first bucket is 1 MiB) */
+    int argc;                 /* the command line, re-executed for each rank */
+    char **argv;
 } dt_train_config;
 
 void dt_train_defaults(dt_train_config *c);

@@ -26,7 +26,9 @@ static void usage(FILE *f) {
             "  --save FILE        model file at the end, written atomically: FILE.safetensors in HF\n"
             "                     layout, anything else in llm.c's format\n"
             "  --metrics FILE     one JSON line per step\n"
-            "  --threads N        total threads for BLAS and OpenMP (0 = all cores, the default)\n"
+            "  --threads N        threads per rank for BLAS and OpenMP (0 = all cores, the default)\n"
+            "  --nproc N          data parallelism over N local ranks (1); under mpirun/srun, the job's ranks\n"
+            "  --bucket-mb X      DDP gradient bucket cap in MiB (25; the first bucket is 1 MiB)\n"
             "  --seed N (1337)    initialisation\n"
             "  --recompute        activation checkpointing: recompute each block in backward (less memory)\n"
             "  --attention MODE   auto (default: blockwise from T >= 256), full (keep T x T rows), blockwise\n"
@@ -98,6 +100,8 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--eval-every")) c.eval_every = (int)x;
         else if (!strcmp(f, "--eval-batches") && x >= 1) c.eval_batches = (int)x;
         else if (!strcmp(f, "--threads")) c.threads = (int)x;
+        else if (!strcmp(f, "--nproc") && x >= 1 && x <= 256) c.nproc = (int)x;
+        else if (!strcmp(f, "--bucket-mb") && x > 0) c.bucket_mb = x;
         else if (!strcmp(f, "--seed")) c.seed = (uint64_t)x;
         else if (!strcmp(f, "--shuffle") && x >= 1) c.shuffle_seed = (uint64_t)x;
         else if (!strcmp(f, "--lr") && x > 0 && x < 10) c.lr = (float)x;
@@ -123,6 +127,9 @@ int dt_cli_train(int argc, char **argv) {
     c.opt.momentum = (float)mom;
     c.opt.nesterov = nesterov;
     c.opt.trust_coef = (float)trust;
+    /* the whole command line ("dtrain train ..."), re-run once per rank by --nproc */
+    c.argc = argc + 1;
+    c.argv = argv - 1;
     return dt_train_run(&c);
 }
 

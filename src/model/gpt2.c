@@ -27,7 +27,9 @@ enum {
 struct dt_gpt2 {
     dt_gpt2_config cfg;
     size_t sizes[DT_GPT2_NTENSORS], offsets[DT_GPT2_NTENSORS], nparams;
-    float *params, *grads;
+    float *params, *grads, *own_grads;
+    dt_grad_hook hook;
+    void *hook_ctx;
     float *acts;
     size_t act_sizes[A_COUNT], act_off[A_COUNT], nacts;
     int B, T;                 /* of the last forward */
@@ -90,7 +92,7 @@ dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out) {
     m->cfg = *cfg;
     layout(m);
     m->params = dt_alloc_aligned(m->nparams * sizeof(float));
-    m->grads = dt_alloc_aligned(m->nparams * sizeof(float));
+    m->grads = m->own_grads = dt_alloc_aligned(m->nparams * sizeof(float));
     if (!m->params || !m->grads) {
         dt_gpt2_destroy(m);
         char sz[32];
@@ -106,7 +108,7 @@ dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out) {
 void dt_gpt2_destroy(dt_gpt2 *m) {
     if (!m) return;
     dt_free_aligned(m->params);
-    dt_free_aligned(m->grads);
+    dt_free_aligned(m->own_grads);
     dt_free_aligned(m->acts);
     free(m->inputs);
     free(m->targets);
@@ -230,6 +232,17 @@ static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
 
 void dt_gpt2_set_attention(dt_gpt2 *m, dt_attn_mode mode) { m->attn = mode; }
 
+void dt_gpt2_set_grad_hook(dt_gpt2 *m, dt_grad_hook hook, void *ctx) {
+    m->hook = hook;
+    m->hook_ctx = ctx;
+}
+
+void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads) {
+    float *g = grads ? grads : m->own_grads;
+    if (g != m->grads) memcpy(g, m->grads, m->nparams * sizeof(float));
+    m->grads = g;
+}
+
 dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on) {
     if (m->acts && m->recompute != (on != 0)) {
         /* the activation layout changes: size it again on the next forward */
@@ -296,6 +309,7 @@ dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) {
     memset(dres, 0, BTC * sizeof(float));
     const float *res_last = L > 0 ? ACT(A_RES3) + (size_t)(L - 1) * BTC : ACT(A_ENCODED);
     dt_layernorm_backward(dres, G(LNFW), G(LNFB), dln, res_last, P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), (int)BT, C);
+    if (m->hook) m->hook(L, m->hook_ctx);
     for (int l = L - 1; l >= 0; l--) {
         const float *res_in = l == 0 ? ACT(A_ENCODED) : ACT(A_RES3) + (size_t)(l - 1) * BTC;
         size_t k = m->recompute ? 0 : (size_t)l;
@@ -325,8 +339,10 @@ dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) {
         dt_matmul_backward(dln, G(QKVW) + l * 3 * cc, G(QKVB) + l * 3 * C, dqkv, ln1, P(QKVW) + l * 3 * cc, (int)BT, C, 3 * C);
         dt_layernorm_backward(dres, G(LN1W) + l * C, G(LN1B) + l * C, dln, res_in, P(LN1W) + l * C,
                               ACT(A_LN1_MEAN) + k * BT, ACT(A_LN1_RSTD) + k * BT, (int)BT, C);
+        if (m->hook) m->hook(l, m->hook_ctx);
     }
     dt_embedding_backward(G(WTE), G(WPE), dres, m->inputs, B, T, C);
+    if (m->hook) m->hook(-1, m->hook_ctx);
     return DT_OK;
 }
 

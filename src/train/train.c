@@ -7,6 +7,9 @@
 #include "dtrain/data.h"
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
+#include "dtrain/parallel.h"
+
+#include <limits.h>
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -23,6 +26,8 @@ void dt_train_defaults(dt_train_config *c) {
     c->grad_accum = 1;
     c->eval_batches = 8;
     c->seed = 1337;
+    c->nproc = 1;
+    c->bucket_mb = 25;
     dt_optim_defaults(DT_OPT_ADAMW, &c->opt);
     c->lr = 3e-4f;
 }
@@ -84,7 +89,7 @@ static dt_status save_model(const char *path, dt_gpt2 *m) {
     return dt_llmc_save(path, m);
 }
 
-static float evaluate(dt_gpt2 *m, dt_loader *l, int batches, int B, int T, int32_t *in, int32_t *tg) {
+static float evaluate(dt_comm *w, dt_gpt2 *m, dt_loader *l, int batches, int B, int T, int32_t *in, int32_t *tg) {
     double sum = 0;
     dt_loader_reset(l);
     for (int i = 0; i < batches; i++) {
@@ -93,11 +98,64 @@ static float evaluate(dt_gpt2 *m, dt_loader *l, int batches, int B, int T, int32
         dt_gpt2_forward(m, in, tg, B, T, &loss);
         sum += loss;
     }
-    return (float)(sum / batches);
+    float mean = (float)(sum / batches), all = mean;
+    if (w) dt_comm_allreduce(w, &mean, &all, 1, DT_F32, DT_AVG);
+    return all;
 }
 
-int dt_train_run(const dt_train_config *c) {
+/* What every rank must agree on, compared against rank 0's. */
+typedef struct {
+    dt_gpt2_config model;
+    int32_t batch, seq, steps, grad_accum, optimizer, eval_every;
+    int64_t train_tokens, val_tokens;
+    float lr;
+} job_shape;
+
+static dt_status check_same(dt_comm *w, const job_shape *mine) {
+    int p = dt_comm_size(w);
+    job_shape *all = malloc(sizeof *all * (size_t)p);
+    if (!all) return dt_error(DT_ERR_NOMEM, "out of memory");
+    _Static_assert(sizeof(job_shape) % 4 == 0, "job_shape travels as int32 words");
+    dt_status st = dt_comm_allgather(w, mine, all, sizeof *mine / 4, DT_I32);
+    for (int r = 1; !st && r < p; r++) {
+        const job_shape *a = &all[0], *b = &all[r];
+        if (memcmp(&a->model, &b->model, sizeof a->model))
+            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 has a model with %d layers, %d channels, vocab %d; rank %d has %d layers, "
+                          "%d channels, vocab %d", a->model.num_layers, a->model.channels, a->model.vocab_size, r,
+                          b->model.num_layers, b->model.channels, b->model.vocab_size);
+        else if (a->batch != b->batch || a->seq != b->seq || a->grad_accum != b->grad_accum)
+            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 has batch %d x %d x %d, rank %d has %d x %d x %d", a->batch, a->seq,
+                          a->grad_accum, r, b->batch, b->seq, b->grad_accum);
+        else if (a->train_tokens != b->train_tokens || a->val_tokens != b->val_tokens)
+            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 reads %lld training tokens, rank %d reads %lld (different data files?)",
+                          (long long)a->train_tokens, r, (long long)b->train_tokens);
+        else if (a->steps != b->steps || a->optimizer != b->optimizer || a->lr != b->lr || a->eval_every != b->eval_every)
+            st = dt_error(DT_ERR_ARG, "ranks differ in steps, optimizer, learning rate or evaluation (rank 0 vs rank %d)", r);
+    }
+    free(all);
+    return st;
+}
+
+int dt_train_run(const dt_train_config *c0) {
+    bool in_job = getenv("DTRAIN_SHM_FD") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+    if (c0->nproc > 1 && !in_job) {
+        /* Data parallel on this machine: the same command line, once per rank. */
+        if (!c0->argv) { dt_log(DT_LOG_ERROR, "train: --nproc needs the command line to re-run"); return 2; }
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0) { dt_log(DT_LOG_ERROR, "train: cannot find my own executable"); return 1; }
+        self[n] = 0;
+        c0->argv[0] = self;
+        return dt_comm_launch(c0->nproc, c0->argv);
+    }
+    dt_comm *w = NULL;
+    if (in_job && dt_comm_init(&w)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    int rank = w ? dt_comm_rank(w) : 0, nranks = w ? dt_comm_size(w) : 1;
+    dt_train_config cc = *c0;
+    const dt_train_config *c = &cc;
+    if (rank != 0) { cc.quiet = 1; cc.metrics = NULL; cc.save = NULL; } /* one voice */
     dt_kernels_set_threads(c->threads);
+    dt_ddp *ddp = NULL;
     dt_gpt2 *m = NULL;
     dt_tokens *train = NULL, *val = NULL;
     dt_loader *tl = NULL, *vl = NULL;
@@ -109,12 +167,23 @@ int dt_train_run(const dt_train_config *c) {
     if (!st) st = dt_tokens_open(c->data, &train);
     const dt_gpt2_config *mc = m ? dt_gpt2_get_config(m) : NULL;
     if (!st) st = dt_tokens_check_vocab(train, mc->vocab_size);
-    if (!st) st = dt_loader_create(train, c->batch, c->seq, 0, 1, c->shuffle_seed, &tl);
+    if (!st) st = dt_loader_create(train, c->batch, c->seq, rank, nranks, c->shuffle_seed, &tl);
     if (!st && c->val_data) {
         st = dt_tokens_open(c->val_data, &val);
         if (!st) st = dt_tokens_check_vocab(val, mc->vocab_size);
-        if (!st) st = dt_loader_create(val, c->batch, c->seq, 0, 1, 0, &vl);
+        if (!st) st = dt_loader_create(val, c->batch, c->seq, rank, nranks, 0, &vl);
     }
+    if (w && !st) {
+        job_shape js;
+        memset(&js, 0, sizeof js);
+        js.model = *mc;
+        js.batch = c->batch; js.seq = c->seq; js.steps = c->steps; js.grad_accum = c->grad_accum;
+        js.optimizer = (int32_t)c->opt.kind; js.eval_every = c->eval_every; js.lr = c->lr;
+        js.train_tokens = (int64_t)dt_tokens_count(train);
+        js.val_tokens = val ? (int64_t)dt_tokens_count(val) : 0;
+        st = check_same(w, &js);
+    }
+    if (w && !st && nranks > 1) st = dt_ddp_create(w, m, 1u << 20, (size_t)(c->bucket_mb * 1048576.0), &ddp);
     size_t np = m ? dt_gpt2_num_params(m) : 0;
     dt_tensor_span spans[DT_GPT2_NTENSORS];
     for (int i = 0; m && i < DT_GPT2_NTENSORS; i++) dt_gpt2_tensor(m, i, NULL, &spans[i].offset, &spans[i].count);
@@ -128,10 +197,10 @@ int dt_train_run(const dt_train_config *c) {
     bool tty = isatty(STDOUT_FILENO) && !c->quiet;
     if (!c->quiet)
         printf("model %s: %d layers, %d heads, %d channels, vocab %d (padded %d), %.2fM parameters; "
-               "batch %d x %d x %d accumulation, %s, %d threads\n",
+               "batch %d x %d x %d accumulation x %d ranks, %s, %d threads per rank\n",
                c->shape.num_layers || c->shape.channels || c->shape.vocab_size || c->shape.num_heads ? "custom" : c->model,
                mc->num_layers, mc->num_heads, mc->channels, mc->vocab_size, mc->padded_vocab_size, np / 1e6,
-               c->batch, c->seq, c->grad_accum, dt_optim_kind_name(c->opt.kind), dt_kernels_threads());
+               c->batch, c->seq, c->grad_accum, nranks, dt_optim_kind_name(c->opt.kind), dt_kernels_threads());
     double t_start = dt_time_now();
     float val_loss = -1;
     for (int step = 0; step < c->steps; step++) {
@@ -140,6 +209,7 @@ int dt_train_run(const dt_train_config *c) {
         for (int k = 0; k < c->grad_accum; k++) {
             float loss = 0;
             dt_loader_next(tl, in, tg);
+            if (ddp) dt_ddp_begin(ddp, k == c->grad_accum - 1); /* only the last micro-step synchronises */
             double ta = dt_time_now();
             dt_gpt2_forward(m, in, tg, c->batch, c->seq, &loss);
             double tb = dt_time_now();
@@ -148,20 +218,28 @@ int dt_train_run(const dt_train_config *c) {
             bwd += dt_time_now() - tb;
             loss_sum += loss;
         }
+        double exposed = 0;
+        if (ddp && dt_ddp_finish(ddp, &exposed)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
         double to = dt_time_now();
         float loss = (float)(loss_sum / c->grad_accum);
+        /* the loss one rank with the global batch would see */
+        if (w && nranks > 1 && dt_comm_allreduce(w, &loss, &loss, 1, DT_F32, DT_AVG)) {
+            dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+            goto out;
+        }
         double norm = dt_grad_norm(dt_gpt2_grads(m), np);
         dt_grad_clip(dt_gpt2_grads(m), np, norm, c->grad_clip);
         float lr = dt_lr_at(c->schedule, c->lr, c->lr_min, c->warmup, c->steps, step);
         dt_optim_step(opt, dt_gpt2_params(m), dt_gpt2_grads(m), lr, 1);
         double opt_ms = (dt_time_now() - to) * 1e3;
-        double ms = (dt_time_now() - t0) * 1e3, tps = BT * c->grad_accum / (ms / 1e3);
+        double ms = (dt_time_now() - t0) * 1e3, tps = BT * c->grad_accum * nranks / (ms / 1e3);
         bool eval = vl && c->eval_every > 0 && ((step + 1) % c->eval_every == 0 || step + 1 == c->steps);
-        if (eval) val_loss = evaluate(m, vl, c->eval_batches, c->batch, c->seq, in, tg);
+        if (eval) val_loss = evaluate(nranks > 1 ? w : NULL, m, vl, c->eval_batches, c->batch, c->seq, in, tg);
         if (metrics) {
             fprintf(metrics, "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"ms\":%.3f,\"tok_per_s\":%.1f,"
-                    "\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f", step + 1, loss, lr, norm, ms, tps,
-                    fwd * 1e3, bwd * 1e3, opt_ms);
+                    "\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f,\"compute_ms\":%.3f,"
+                    "\"comm_exposed_ms\":%.3f", step + 1, loss, lr, norm, ms, tps,
+                    fwd * 1e3, bwd * 1e3, opt_ms, (fwd + bwd) * 1e3 + opt_ms, exposed);
             if (eval) fprintf(metrics, ",\"val_loss\":%.6f", val_loss);
             fprintf(metrics, "}\n");
             fflush(metrics);
@@ -193,11 +271,13 @@ int dt_train_run(const dt_train_config *c) {
     rc = 0;
 out:
     if (metrics) fclose(metrics);
+    dt_ddp_destroy(ddp);
     dt_optim_destroy(opt);
     dt_loader_destroy(tl);
     dt_loader_destroy(vl);
     dt_tokens_close(train);
     dt_tokens_close(val);
     dt_gpt2_destroy(m);
+    dt_comm_destroy(w);
     return rc;
 }

@@ -1,0 +1,32 @@
+/* dtrain parallel layer: data parallelism (DDP) first. */
+#ifndef DTRAIN_PARALLEL_H
+#define DTRAIN_PARALLEL_H
+
+#include "dtrain/comm.h"
+#include "dtrain/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_ddp dt_ddp;
+
+/* Moves the model's gradients into the communicator's shared arena (so
+ * every allreduce is zero-copy), groups them into buckets in the order
+ * backward produces them (the first bucket_first bytes, then up to
+ * bucket_bytes each), and hooks backward so that each bucket's nonblocking
+ * allreduce (average) starts the moment its last gradient is written. */
+dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out);
+void dt_ddp_destroy(dt_ddp *d);
+/* Before a micro-step's backward: sync 0 for the gradient-accumulation
+ * micro-steps that do not synchronise, 1 for the last. */
+void dt_ddp_begin(dt_ddp *d, int sync);
+/* Waits for the step's allreduces; *exposed_ms gets the time spent waiting
+ * (communication that backward did not hide). */
+dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms);
+int dt_ddp_buckets(const dt_ddp *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
