@@ -213,6 +213,20 @@ static int char_class(const unsigned char *s, size_t left, int *len) {
     return n == 1 ? K_OTHER : K_LETTER;
 }
 
+/* Whitespace: all of it, but the last character is left to a word that
+ * follows (GPT-2's \s+(?!\S) before \s+). */
+static size_t whitespace_run(const unsigned char *s, size_t left) {
+    size_t j = 0;
+    int len;
+    while (j < left && char_class(s + j, left - j, &len) == K_SPACE) j += (size_t)len;
+    if (j < left && j > 1) {
+        size_t last = j - 1;
+        while (last > 0 && (s[last] & 0xC0) == 0x80) last--;
+        return last;
+    }
+    return j;
+}
+
 /* Length of the piece starting at s. */
 static size_t next_piece(const unsigned char *s, size_t left) {
     if (s[0] == '\'' && left >= 2) {
@@ -225,30 +239,12 @@ static size_t next_piece(const unsigned char *s, size_t left) {
     size_t i = s[0] == ' ' && left > 1 ? 1 : 0;
     int len, k = char_class(s + i, left - i, &len);
     if (k != K_SPACE || i == 0) {
-        if (k == K_SPACE) {
-            /* whitespace: all of it, but leave the last one to a following word */
-            size_t j = 0;
-            while (j < left && char_class(s + j, left - j, &len) == K_SPACE) j += (size_t)len;
-            if (j < left && j > 1) {
-                size_t last = j - 1;
-                while (last > 0 && (s[last] & 0xC0) == 0x80) last--;
-                return last;
-            }
-            return j;
-        }
+        if (k == K_SPACE) return whitespace_run(s, left);
         size_t j = i;
         while (j < left && char_class(s + j, left - j, &len) == k) j += (size_t)len;
         return j;
     }
-    /* a space followed by whitespace: whitespace rule from s */
-    size_t j = 0;
-    while (j < left && char_class(s + j, left - j, &len) == K_SPACE) j += (size_t)len;
-    if (j < left && j > 1) {
-        size_t last = j - 1;
-        while (last > 0 && (s[last] & 0xC0) == 0x80) last--;
-        return last;
-    }
-    return j;
+    return whitespace_run(s, left); /* a space followed by whitespace */
 }
 
 /* ---- merging ---- */

@@ -121,12 +121,21 @@ static int heads_from(st_file *f, const char *path) {
     return r;
 }
 
+/* Per-layer shape of each tensor as [rows, cols] (cols 0: a vector); wte
+ * has V rows in the file (HF keeps no padding). */
+static void tensor_dims(const dt_gpt2_config *c, int dims[DT_GPT2_NTENSORS][2]) {
+    int C = c->channels;
+    const int d[DT_GPT2_NTENSORS][2] = { { c->vocab_size, C }, { c->max_seq_len, C }, { C, 0 }, { C, 0 }, { 3 * C, C },
+                                         { 3 * C, 0 }, { C, C }, { C, 0 }, { C, 0 }, { C, 0 }, { 4 * C, C }, { 4 * C, 0 },
+                                         { C, 4 * C }, { C, 0 }, { C, 0 }, { C, 0 } };
+    memcpy(dims, d, sizeof d);
+}
+
 static dt_status load_all(st_file *f, dt_gpt2 *m) {
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
-    int C = c->channels, L = c->num_layers;
-    int dims[DT_GPT2_NTENSORS][2] = { { c->padded_vocab_size, C }, { c->max_seq_len, C }, { C, 0 }, { C, 0 }, { 3 * C, C },
-                                      { 3 * C, 0 }, { C, C }, { C, 0 }, { C, 0 }, { C, 0 }, { 4 * C, C }, { 4 * C, 0 },
-                                      { C, 4 * C }, { C, 0 }, { C, 0 }, { C, 0 } };
+    int L = c->num_layers;
+    int dims[DT_GPT2_NTENSORS][2];
+    tensor_dims(c, dims);
     float *p = dt_gpt2_params(m);
     memset(p, 0, dt_gpt2_num_params(m) * sizeof(float)); /* padded vocabulary rows */
     for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
@@ -138,8 +147,7 @@ static dt_status load_all(st_file *f, dt_gpt2 *m) {
             char name[128];
             if (hf_names[i].per_layer) snprintf(name, sizeof name, "h.%d.%s", l, hf_names[i].hf);
             else snprintf(name, sizeof name, "%s", hf_names[i].hf);
-            int d0 = i == 0 ? c->vocab_size : dims[i][0];
-            dt_status st = st_read(f, name, d0, dims[i][1], hf_names[i].transposed, p + off + (size_t)l * per, 0);
+            dt_status st = st_read(f, name, dims[i][0], dims[i][1], hf_names[i].transposed, p + off + (size_t)l * per, 0);
             if (st) return st;
         }
     }
@@ -193,7 +201,7 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
         return dt_error(DT_ERR_ARG, "%s: safetensors can be written as f32, bf16 or f16, not %s", path, dt_dtype_name(dtype));
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
-    int C = c->channels, L = c->num_layers;
+    int L = c->num_layers;
     size_t es = dt_dtype_size(dtype), total = 0;
     const char *dn = dtype == DT_F32 ? "F32" : dtype == DT_BF16 ? "BF16" : "F16";
     cJSON *hdr = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(hdr, "__metadata__");
@@ -201,9 +209,8 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     snprintf(nh, sizeof nh, "%d", c->num_heads);
     cJSON_AddStringToObject(md, "format", "pt");
     cJSON_AddStringToObject(md, "n_head", nh);
-    int dims[DT_GPT2_NTENSORS][2] = { { c->vocab_size, C }, { c->max_seq_len, C }, { C, 0 }, { C, 0 }, { 3 * C, C },
-                                      { 3 * C, 0 }, { C, C }, { C, 0 }, { C, 0 }, { C, 0 }, { 4 * C, C }, { 4 * C, 0 },
-                                      { C, 4 * C }, { C, 0 }, { C, 0 }, { C, 0 } };
+    int dims[DT_GPT2_NTENSORS][2];
+    tensor_dims(c, dims);
     /* first pass: names, shapes, offsets */
     for (int i = 0; i < DT_GPT2_NTENSORS; i++)
         for (int l = 0; l < (hf_names[i].per_layer ? L : 1); l++) {
