@@ -59,9 +59,8 @@ static int run_dtrain(dt_gpt2 *m, const dt_bench_train_opts *o, int round, doubl
     int32_t *in = malloc(BT * 4), *tg = malloc(BT * 4);
     uint64_t s = 1;
     for (size_t i = 0; i < BT; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        in[i] = (int32_t)((s >> 33) % (uint64_t)c->vocab_size);
-        tg[i] = (int32_t)((s >> 13) % (uint64_t)c->vocab_size);
+        in[i] = (int32_t)(dt_rng_next(&s) % (uint64_t)c->vocab_size);
+        tg[i] = (int32_t)(dt_rng_next(&s) % (uint64_t)c->vocab_size);
     }
     dt_optim_config oc;
     dt_optim_defaults(DT_OPT_ADAMW, &oc);

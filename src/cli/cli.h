@@ -2,6 +2,11 @@
 #ifndef DT_CLI_H
 #define DT_CLI_H
 
+/* A flag's value that is not valid: says so, returns exit code 2. */
+int dt_cli_bad(const char *flag, const char *v);
+/* Parses s as a number in [lo, hi]; 0 when it is not one. */
+int dt_cli_number(const char *s, double lo, double hi, double *out);
+
 int dt_cli_launch(int argc, char **argv);
 int dt_cli_bench(int argc, char **argv);
 int dt_cli_train(int argc, char **argv);

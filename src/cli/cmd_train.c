@@ -1,4 +1,4 @@
-/* dtrain train [FLAGS] and dtrain tokenize: flag parsing only. */
+/* dtrain train [FLAGS]: flag parsing only. */
 #include "cli.h"
 #include "dtrain/data.h"
 #include "dtrain/io.h"
@@ -37,21 +37,6 @@ static void usage(FILE *f) {
             "                     flags override it\n");
 }
 
-static int bad(const char *flag, const char *v) {
-    dt_log(DT_LOG_ERROR, "train: %s %s is not valid (see dtrain train --help)", flag, v ? v : "(missing)");
-    return 2;
-}
-
-static int num(const char *s, double lo, double hi, double *out) {
-    if (!s) return 0;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (*end || errno || !(v >= lo && v <= hi)) return 0;
-    *out = v;
-    return 1;
-}
-
 int dt_cli_train(int argc, char **argv) {
     dt_train_config c;
     dt_train_defaults(&c);
@@ -79,20 +64,20 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--val-data") && v) c.val_data = v;
         else if (!strcmp(f, "--save") && v) c.save = v;
         else if (!strcmp(f, "--metrics") && v) c.metrics = v;
-        else if (!strcmp(f, "--optimizer") && v) { if (dt_optim_parse_kind(v, &kind)) return bad(f, v); }
+        else if (!strcmp(f, "--optimizer") && v) { if (dt_optim_parse_kind(v, &kind)) return dt_cli_bad(f, v); }
         else if (!strcmp(f, "--attention") && v) {
             if (!strcmp(v, "auto")) c.attention = 0;
             else if (!strcmp(v, "full")) c.attention = 1;
             else if (!strcmp(v, "blockwise")) c.attention = 2;
-            else return bad(f, v);
+            else return dt_cli_bad(f, v);
         } else if (!strcmp(f, "--schedule") && v) {
             if (!strcmp(v, "constant")) c.schedule = DT_SCHED_CONSTANT;
             else if (!strcmp(v, "cosine")) c.schedule = DT_SCHED_COSINE;
-            else return bad(f, v);
+            else return dt_cli_bad(f, v);
         } else if (!strcmp(f, "--betas") && v) {
             if (sscanf(v, "%lf,%lf", &betas[0], &betas[1]) != 2 || !(betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1))
-                return bad(f, v);
-        } else if (!num(v, 0, 1e9, &x)) return bad(f, v);
+                return dt_cli_bad(f, v);
+        } else if (!dt_cli_number(v, 0, 1e9, &x)) return dt_cli_bad(f, v);
         else if (!strcmp(f, "--batch") && x >= 1) c.batch = (int)x;
         else if (!strcmp(f, "--seq") && x >= 1) c.seq = (int)x;
         else if (!strcmp(f, "--steps") && x >= 1) c.steps = (int)x;
@@ -117,7 +102,7 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--channels") && x >= 1) c.shape.channels = (int)x;
         else if (!strcmp(f, "--vocab") && x >= 1) c.shape.vocab_size = (int)x;
         else if (!strcmp(f, "--max-seq") && x >= 1) c.shape.max_seq_len = (int)x;
-        else return bad(f, v);
+        else return dt_cli_bad(f, v);
     }
     dt_optim_defaults(kind, &c.opt);
     c.opt.beta1 = (float)betas[0];
@@ -131,154 +116,4 @@ int dt_cli_train(int argc, char **argv) {
     c.argc = argc + 1;
     c.argv = argv - 1;
     return dt_train_run(&c);
-}
-
-/* dtrain tokenize (--bytes | --bpe ENCODER.json VOCAB.bpe) IN OUT [--val OUT2 --val-fraction F] */
-int dt_cli_tokenize(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *val = NULL, *enc = NULL, *merges = NULL;
-    double frac = 0.1;
-    int bytes = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--bytes")) bytes = 1;
-        else if (!strcmp(argv[i], "--bpe") && i + 2 < argc) { enc = argv[++i]; merges = argv[++i]; }
-        else if (!strcmp(argv[i], "--val") && i + 1 < argc) val = argv[++i];
-        else if (!strcmp(argv[i], "--val-fraction") && i + 1 < argc) { if (!num(argv[++i], 0, 0.9, &frac)) return bad("--val-fraction", argv[i]); }
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: dtrain tokenize (--bytes | --bpe ENCODER.json VOCAB.bpe) INPUT.txt OUTPUT.bin\n"
-                   "                       [--val VAL.bin --val-fraction 0.1]\n"
-                   "Byte-level tokens (vocabulary 256) or GPT-2 BPE (the encoder.json + vocab.bpe pair GPT-2's\n"
-                   "tokenizer is distributed as); the last fraction of the text goes to --val.\n");
-            return 0;
-        } else if (!in) in = argv[i];
-        else if (!out) out = argv[i];
-        else return bad("tokenize", argv[i]);
-    }
-    if (bytes == (enc != NULL) || !in || !out) {
-        dt_log(DT_LOG_ERROR, "tokenize: expected --bytes or --bpe ENCODER.json VOCAB.bpe, then INPUT and OUTPUT");
-        return 2;
-    }
-    FILE *f = fopen(in, "rb");
-    if (!f) { dt_log(DT_LOG_ERROR, "tokenize: %s: %s", in, strerror(errno)); return 1; }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)len + 1);
-    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) { fclose(f); free(text); dt_log(DT_LOG_ERROR, "tokenize: cannot read %s", in); return 1; }
-    fclose(f);
-    uint32_t *tok = NULL;
-    size_t n = 0, cap = 0;
-    dt_status st = DT_OK;
-    if (bytes) {
-        tok = malloc(((size_t)len + 1) * 4);
-        for (long i = 0; tok && i < len; i++) tok[n++] = (unsigned char)text[i];
-        if (!tok) st = dt_error(DT_ERR_NOMEM, "tokenize: out of memory");
-    } else {
-        dt_bpe *b;
-        st = dt_bpe_load(enc, merges, &b);
-        if (!st) {
-            st = dt_bpe_encode(b, text, (size_t)len, &tok, &n, &cap);
-            if (!st) printf("GPT-2 BPE, vocabulary %d: ", dt_bpe_vocab_size(b));
-            dt_bpe_destroy(b);
-        }
-    }
-    free(text);
-    size_t nval = val ? (size_t)(n * frac) : 0;
-    if (!st) st = dt_tokens_write(out, tok, n - nval);
-    if (!st && val) st = dt_tokens_write(val, tok + n - nval, nval);
-    free(tok);
-    if (st) { dt_log(DT_LOG_ERROR, "tokenize: %s", dt_last_error()); return 1; }
-    printf("%zu tokens -> %s", n - nval, out);
-    if (val) printf(", %zu -> %s", nval, val);
-    printf("\n");
-    return 0;
-}
-
-static void emit_byte(int token, void *ctx) {
-    (void)ctx;
-    if (token < 256) putchar(token);
-    else printf("<%d>", token);
-    fflush(stdout);
-}
-
-static void emit_id(int token, void *ctx) {
-    dt_bpe *b = ctx;
-    size_t len;
-    const char *t = b ? dt_bpe_token_bytes(b, (uint32_t)token, &len) : NULL;
-    if (t) fwrite(t, 1, len, stdout);
-    else printf("<%d>", token);
-    fflush(stdout);
-}
-
-/* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] */
-int dt_cli_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *enc = NULL, *merges = NULL;
-    double count = 200, temp = 0.8, topk = 40, seed = 42;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            printf("usage: dtrain generate --model FILE --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
-                   "                       [--bpe ENCODER.json VOCAB.bpe]\n"
-                   "Byte-level models (vocabulary 256) read and print bytes; with --bpe, GPT-2 BPE.\n");
-            return 0;
-        }
-        if (!strcmp(f, "--bpe") && i + 2 < argc) { enc = argv[i + 1]; merges = argv[i + 2]; i += 2; continue; }
-        i++;
-        if (!strcmp(f, "--model") && v) model = v;
-        else if (!strcmp(f, "--prompt") && v) prompt = v;
-        else if (!strcmp(f, "--tokens") && num(v, 1, 1e6, &count)) {}
-        else if (!strcmp(f, "--temperature") && num(v, 0, 100, &temp)) {}
-        else if (!strcmp(f, "--top-k") && num(v, 0, 1e7, &topk)) {}
-        else if (!strcmp(f, "--seed") && num(v, 0, 1e18, &seed)) {}
-        else return bad(f, v);
-    }
-    if (!model || !prompt) { dt_log(DT_LOG_ERROR, "generate: --model FILE and --prompt TEXT are required"); return 2; }
-    dt_gpt2 *m;
-    if (dt_model_load(model, 0, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
-    int V = dt_gpt2_get_config(m)->vocab_size;
-    dt_bpe *b = NULL;
-    int32_t *p = NULL;
-    int n = 0;
-    dt_status st = DT_OK;
-    if (enc) {
-        uint32_t *ids = NULL;
-        size_t nid = 0, cap = 0;
-        st = dt_bpe_load(enc, merges, &b);
-        if (!st && dt_bpe_vocab_size(b) > V)
-            st = dt_error(DT_ERR_ARG, "generate: the tokenizer has %d tokens, the model only %d", dt_bpe_vocab_size(b), V);
-        if (!st) st = dt_bpe_encode(b, prompt, strlen(prompt), &ids, &nid, &cap);
-        p = malloc(sizeof(int32_t) * (nid ? nid : 1));
-        for (size_t i = 0; p && i < nid; i++) p[i] = (int32_t)ids[i];
-        n = (int)nid;
-        free(ids);
-    } else if (V < 256) {
-        st = dt_error(DT_ERR_ARG, "generate: %s has a vocabulary of %d; byte prompts need 256 (or give --bpe)", model, V);
-    } else {
-        n = (int)strlen(prompt);
-        p = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-        for (int i = 0; i < n; i++) p[i] = (unsigned char)prompt[i];
-    }
-    if (!st) {
-        printf("%s", prompt);
-        st = dt_generate(m, p, n, (int)count, (float)temp, (int)topk, (uint64_t)seed, b || V != 256 ? emit_id : emit_byte, b);
-        printf("\n");
-    }
-    free(p);
-    dt_bpe_destroy(b);
-    dt_gpt2_destroy(m);
-    if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
-    return 0;
-}
-
-/* dtrain plot METRICS.jsonl -o loss.svg */
-int dt_cli_plot(int argc, char **argv) {
-    const char *in = NULL, *out = "loss.svg";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { printf("usage: dtrain plot METRICS.jsonl [-o loss.svg]\n"); return 0; }
-        else in = argv[i];
-    }
-    if (!in) { dt_log(DT_LOG_ERROR, "plot: which metrics file? (dtrain plot METRICS.jsonl -o loss.svg)"); return 2; }
-    if (dt_plot_losses(in, out)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
-    printf("wrote %s\n", out);
-    return 0;
 }

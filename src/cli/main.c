@@ -3,8 +3,27 @@
 #include "cli.h"
 #include "dtrain/base.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Flag helpers shared by the subcommands. */
+int dt_cli_bad(const char *flag, const char *v) {
+    dt_log(DT_LOG_ERROR, "%s %s is not valid (see --help)", flag, v ? v : "(missing)");
+    return 2;
+}
+
+int dt_cli_number(const char *s, double lo, double hi, double *out) {
+    if (!s) return 0;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end || errno || !(v >= lo && v <= hi)) return 0;
+    *out = v;
+    return 1;
+}
+
 
 static void usage(FILE *f) {
     fprintf(f,

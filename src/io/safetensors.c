@@ -18,6 +18,12 @@ static const struct { const char *hf; int per_layer, transposed; } hf_names[DT_G
     { "mlp.c_proj.weight", 1, 1 }, { "mlp.c_proj.bias", 1, 0 }, { "ln_f.weight", 0, 0 }, { "ln_f.bias", 0, 0 },
 };
 
+/* HF's name of tensor i, layer l ("h.3.attn.c_attn.weight", "wte.weight"). */
+static void hf_name(int i, int l, char *buf, size_t cap) {
+    if (hf_names[i].per_layer) snprintf(buf, cap, "h.%d.%s", l, hf_names[i].hf);
+    else snprintf(buf, cap, "%s", hf_names[i].hf);
+}
+
 typedef struct {
     char *buf;          /* the whole file */
     size_t size, data;  /* data section offset */
@@ -66,7 +72,7 @@ static const cJSON *st_find(st_file *f, const char *name) {
 }
 
 /* Reads tensor `name` of shape [d0, d1] (d1 = 0 for 1-D) into out[d0*d1], transposing when asked. */
-static dt_status st_read(st_file *f, const char *name, int d0, int d1, int transpose, float *out, int rows_avail) {
+static dt_status st_read(st_file *f, const char *name, int d0, int d1, int transpose, float *out) {
     const cJSON *t = st_find(f, name);
     if (!t) return dt_error(DT_ERR_IO, "%s: tensor \"%s\" is missing", f->path, name);
     const cJSON *dt = cJSON_GetObjectItem(t, "dtype"), *sh = cJSON_GetObjectItem(t, "shape"), *of = cJSON_GetObjectItem(t, "data_offsets");
@@ -77,7 +83,7 @@ static dt_status st_read(st_file *f, const char *name, int d0, int d1, int trans
     int want_dims = d1 ? 2 : 1, s0 = cJSON_GetArraySize(sh) > 0 ? cJSON_GetArrayItem(sh, 0)->valueint : -1;
     int s1 = cJSON_GetArraySize(sh) > 1 ? cJSON_GetArrayItem(sh, 1)->valueint : 0;
     int e0 = transpose ? d1 : d0, e1 = transpose ? d0 : d1;
-    if (cJSON_GetArraySize(sh) != want_dims || (rows_avail ? s0 > e0 : s0 != e0) || s1 != e1)
+    if (cJSON_GetArraySize(sh) != want_dims || s0 != e0 || s1 != e1)
         return dt_error(DT_ERR_IO, "%s: tensor \"%s\" has shape [%d%s%d], the model needs [%d%s%d]", f->path, name, s0,
                         want_dims > 1 ? ", " : "", want_dims > 1 ? s1 : 0, e0, want_dims > 1 ? ", " : "", want_dims > 1 ? e1 : 0);
     double b = cJSON_GetArrayItem(of, 0)->valuedouble, e = cJSON_GetArrayItem(of, 1)->valuedouble;
@@ -145,9 +151,8 @@ static dt_status load_all(st_file *f, dt_gpt2 *m) {
         size_t per = cnt / (size_t)layers;
         for (int l = 0; l < layers; l++) {
             char name[128];
-            if (hf_names[i].per_layer) snprintf(name, sizeof name, "h.%d.%s", l, hf_names[i].hf);
-            else snprintf(name, sizeof name, "%s", hf_names[i].hf);
-            dt_status st = st_read(f, name, dims[i][0], dims[i][1], hf_names[i].transposed, p + off + (size_t)l * per, 0);
+            hf_name(i, l, name, sizeof name);
+            dt_status st = st_read(f, name, dims[i][0], dims[i][1], hf_names[i].transposed, p + off + (size_t)l * per);
             if (st) return st;
         }
     }
@@ -215,8 +220,7 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     for (int i = 0; i < DT_GPT2_NTENSORS; i++)
         for (int l = 0; l < (hf_names[i].per_layer ? L : 1); l++) {
             char name[128];
-            if (hf_names[i].per_layer) snprintf(name, sizeof name, "h.%d.%s", l, hf_names[i].hf);
-            else snprintf(name, sizeof name, "%s", hf_names[i].hf);
+            hf_name(i, l, name, sizeof name);
             int d0 = dims[i][0], d1 = dims[i][1];
             size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
             cJSON *t = cJSON_AddObjectToObject(hdr, name);

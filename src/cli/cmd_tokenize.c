@@ -1,0 +1,70 @@
+/* dtrain tokenize: flag parsing only. */
+#include "cli.h"
+#include "dtrain/data.h"
+#include "dtrain/io.h"
+#include "dtrain/train.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* dtrain tokenize (--bytes | --bpe ENCODER.json VOCAB.bpe) IN OUT [--val OUT2 --val-fraction F] */
+int dt_cli_tokenize(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *val = NULL, *enc = NULL, *merges = NULL;
+    double frac = 0.1;
+    int bytes = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bytes")) bytes = 1;
+        else if (!strcmp(argv[i], "--bpe") && i + 2 < argc) { enc = argv[++i]; merges = argv[++i]; }
+        else if (!strcmp(argv[i], "--val") && i + 1 < argc) val = argv[++i];
+        else if (!strcmp(argv[i], "--val-fraction") && i + 1 < argc) { if (!dt_cli_number(argv[++i], 0, 0.9, &frac)) return dt_cli_bad("--val-fraction", argv[i]); }
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: dtrain tokenize (--bytes | --bpe ENCODER.json VOCAB.bpe) INPUT.txt OUTPUT.bin\n"
+                   "                       [--val VAL.bin --val-fraction 0.1]\n"
+                   "Byte-level tokens (vocabulary 256) or GPT-2 BPE (the encoder.json + vocab.bpe pair GPT-2's\n"
+                   "tokenizer is distributed as); the last fraction of the text goes to --val.\n");
+            return 0;
+        } else if (!in) in = argv[i];
+        else if (!out) out = argv[i];
+        else return dt_cli_bad("tokenize", argv[i]);
+    }
+    if (bytes == (enc != NULL) || !in || !out) {
+        dt_log(DT_LOG_ERROR, "tokenize: expected --bytes or --bpe ENCODER.json VOCAB.bpe, then INPUT and OUTPUT");
+        return 2;
+    }
+    FILE *f = fopen(in, "rb");
+    if (!f) { dt_log(DT_LOG_ERROR, "tokenize: %s: %s", in, strerror(errno)); return 1; }
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)len + 1);
+    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) { fclose(f); free(text); dt_log(DT_LOG_ERROR, "tokenize: cannot read %s", in); return 1; }
+    fclose(f);
+    uint32_t *tok = NULL;
+    size_t n = 0, cap = 0;
+    dt_status st = DT_OK;
+    if (bytes) {
+        tok = malloc(((size_t)len + 1) * 4);
+        for (long i = 0; tok && i < len; i++) tok[n++] = (unsigned char)text[i];
+        if (!tok) st = dt_error(DT_ERR_NOMEM, "tokenize: out of memory");
+    } else {
+        dt_bpe *b;
+        st = dt_bpe_load(enc, merges, &b);
+        if (!st) {
+            st = dt_bpe_encode(b, text, (size_t)len, &tok, &n, &cap);
+            if (!st) printf("GPT-2 BPE, vocabulary %d: ", dt_bpe_vocab_size(b));
+            dt_bpe_destroy(b);
+        }
+    }
+    free(text);
+    size_t nval = val ? (size_t)(n * frac) : 0;
+    if (!st) st = dt_tokens_write(out, tok, n - nval);
+    if (!st && val) st = dt_tokens_write(val, tok + n - nval, nval);
+    free(tok);
+    if (st) { dt_log(DT_LOG_ERROR, "tokenize: %s", dt_last_error()); return 1; }
+    printf("%zu tokens -> %s", n - nval, out);
+    if (val) printf(", %zu -> %s", nval, val);
+    printf("\n");
+    return 0;
+}
