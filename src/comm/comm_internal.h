@@ -156,6 +156,9 @@ struct dt_comm {
 
 typedef bool (*wait_cond)(void *arg);
 dt_status dt_shm_wait(dt_comm *c, wait_cond cond, void *arg, int waiting_for);
+/* Set on progress threads: their waits sleep at once instead of spinning,
+ * because the core they would spin on belongs to the caller's compute. */
+extern _Thread_local bool dt_wait_sleeps_at_once;
 void dt_shm_notify(dt_comm *c, int local_peer);
 /* The error for an aborted job, with this rank's current collective appended. */
 dt_status dt_shm_check_abort(dt_comm *c);

@@ -31,6 +31,7 @@ struct dt_progress {
 static void *progress_main(void *arg) {
     dt_comm *c = arg;
     dt_progress *pg = c->progress;
+    dt_wait_sleeps_at_once = true;
     pthread_mutex_lock(&pg->mu);
     for (;;) {
         while (!pg->head && !pg->stop) pthread_cond_wait(&pg->work, &pg->mu);
