@@ -55,11 +55,20 @@ dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on);
 typedef enum { DT_ATTN_AUTO = 0, DT_ATTN_FULL, DT_ATTN_BLOCKWISE } dt_attn_mode;
 void dt_gpt2_set_attention(dt_gpt2 *m, dt_attn_mode mode);
 /* Backward calls hook(unit, ctx) as each group of gradients is final:
- * unit L for the final LayerNorm, then each block L-1 .. 0, then -1 for the
- * embeddings (wte also collects the LM head's gradient, so it is final only
- * at the very end). Data parallelism starts a bucket's allreduce from here. */
+ * unit L+1 for wte's LM-head part (the classifier is the first thing
+ * backward does), unit L for the final LayerNorm, then each block L-1 .. 0,
+ * then -1 for the embeddings. wte also collects the embedding's rows at the
+ * very end, unless they are deferred (below). Data parallelism starts a
+ * bucket's allreduce from here. */
 typedef void (*dt_grad_hook)(int unit, void *ctx);
 void dt_gpt2_set_grad_hook(dt_gpt2 *m, dt_grad_hook hook, void *ctx);
+/* With on, backward leaves the embedding's rows out of wte's gradient: the
+ * caller adds them from dt_gpt2_input_grad (data parallelism averages wte
+ * early and exchanges only these B x T rows at the end). */
+void dt_gpt2_set_defer_wte_rows(dt_gpt2 *m, int on);
+/* After backward: d loss / d (token + position embedding), [B*T, C], and the
+ * tokens of the micro-batch (*ntokens = B*T). */
+const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *ntokens);
 /* Gradients in caller-provided storage of dt_gpt2_num_params floats (a
  * shared arena, say), which the model does not free; NULL goes back to its own. */
 void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads);

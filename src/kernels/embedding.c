@@ -12,11 +12,18 @@ void dt_embedding_forward(float *out, const int32_t *tok, const float *wte, cons
 }
 
 void dt_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C) {
-    /* Serial: two positions may carry the same token. */
+    /* Serial: two positions may carry the same token. Either table may be
+     * NULL (data parallelism adds wte's rows itself, after its allreduce). */
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float *d = dout + ((size_t)b * T + t) * C;
-            float *we = dwte + (size_t)tok[b * T + t] * C, *pe = dwpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) { we[c] += d[c]; pe[c] += d[c]; }
+            if (dwte) {
+                float *we = dwte + (size_t)tok[b * T + t] * C;
+                for (int c = 0; c < C; c++) we[c] += d[c];
+            }
+            if (dwpe) {
+                float *pe = dwpe + (size_t)t * C;
+                for (int c = 0; c < C; c++) pe[c] += d[c];
+            }
         }
 }

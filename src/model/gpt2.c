@@ -30,6 +30,7 @@ struct dt_gpt2 {
     float *params, *grads, *own_grads;
     dt_grad_hook hook;
     void *hook_ctx;
+    int defer_wte_rows;
     float *acts;
     size_t act_sizes[A_COUNT], act_off[A_COUNT], nacts;
     int B, T;                 /* of the last forward */
@@ -237,6 +238,14 @@ void dt_gpt2_set_grad_hook(dt_gpt2 *m, dt_grad_hook hook, void *ctx) {
     m->hook_ctx = ctx;
 }
 
+void dt_gpt2_set_defer_wte_rows(dt_gpt2 *m, int on) { m->defer_wte_rows = on; }
+
+const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *ntokens) {
+    if (tokens) *tokens = m->inputs;
+    if (ntokens) *ntokens = m->B * m->T;
+    return m->acts ? m->acts + m->act_off[A_DRES] : NULL;
+}
+
 void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads) {
     float *g = grads ? grads : m->own_grads;
     if (g != m->grads) memcpy(g, m->grads, m->nparams * sizeof(float));
@@ -306,6 +315,7 @@ dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) {
     float *dres = ACT(A_DRES), *dln = ACT(A_DLN);
     memset(dln, 0, BTC * sizeof(float));
     dt_matmul_backward(dln, G(WTE), NULL, dlogits, ACT(A_LNF), P(WTE), (int)BT, C, Vp);
+    if (m->hook) m->hook(L + 1, m->hook_ctx);
     memset(dres, 0, BTC * sizeof(float));
     const float *res_last = L > 0 ? ACT(A_RES3) + (size_t)(L - 1) * BTC : ACT(A_ENCODED);
     dt_layernorm_backward(dres, G(LNFW), G(LNFB), dln, res_last, P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), (int)BT, C);
@@ -341,7 +351,7 @@ dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) {
                               ACT(A_LN1_MEAN) + k * BT, ACT(A_LN1_RSTD) + k * BT, (int)BT, C);
         if (m->hook) m->hook(l, m->hook_ctx);
     }
-    dt_embedding_backward(G(WTE), G(WPE), dres, m->inputs, B, T, C);
+    dt_embedding_backward(m->defer_wte_rows ? NULL : G(WTE), G(WPE), dres, m->inputs, B, T, C);
     if (m->hook) m->hook(-1, m->hook_ctx);
     return DT_OK;
 }

@@ -3,12 +3,20 @@
  * before the optimizer, so every rank takes the same step.
  *
  * The gradients live in the shared arena (zero-copy allreduce). Backward
- * produces them unit by unit (final LayerNorm, blocks L-1..0, embeddings);
- * units are grouped into buckets, small first so communication starts early,
- * then up to a cap. In llm.c's flat order a block's gradients are spread over
+ * produces them unit by unit (wte's LM-head part, final LayerNorm, blocks
+ * L-1..0, wpe); units are grouped into buckets, small first so communication
+ * starts early, then up to a cap. In llm.c's flat order a block's gradients are spread over
  * 12 tensors, so a bucket is a list of ranges, each allreduced in place. The
  * moment backward reports a bucket's last unit, its allreduces go to the
- * communicator's progress thread and run while backward continues. */
+ * communicator's progress thread and run while backward continues.
+ *
+ * wte is the largest tensor (a third of GPT-2 124M) and would be final only
+ * after the very last kernel of backward, leaving its allreduce exposed.
+ * Its gradient has two parts: the LM head's (dense, known first) and the
+ * embedding's (only the B*T rows of this micro-batch's tokens). So the model
+ * leaves the rows out, wte is averaged as soon as the LM head is done, and at
+ * the end the ranks exchange their B*T rows and tokens (an allgather, ~1% of
+ * wte's size) and add everyone's rows / N, in rank order, on every rank. */
 #include "dtrain/parallel.h"
 
 #include <stdbool.h>
@@ -33,20 +41,78 @@ struct dt_ddp {
     int nreqs, reqcap;
     int sync;
     dt_status err;
+    float *rows;         /* arena: per rank, ntok x C row gradients then ntok tokens; then this rank's to send */
+    size_t rows_cap;     /* floats per rank */
+    int ntok;            /* tokens of the micro-batch whose rows are in flight */
 };
 
-/* Ranges of gradient unit u (L: final LayerNorm; 0..L-1: block; -1: embeddings). */
+/* Ranges of gradient unit u (L+1: wte; L: final LayerNorm; 0..L-1: block; -1: wpe). */
 static int unit_ranges(const dt_gpt2 *m, int u, range *out) {
     int L = dt_gpt2_get_config(m)->num_layers, n = 0;
     for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
         size_t off, cnt;
         dt_gpt2_tensor(m, i, NULL, &off, &cnt);
         bool per_layer = i >= 2 && i < 14;
-        if (u == L && (i == 14 || i == 15)) out[n++] = (range){ off, cnt };
-        else if (u == -1 && (i == 0 || i == 1)) out[n++] = (range){ off, cnt };
+        if (u == L + 1 && i == 0) out[n++] = (range){ off, cnt };
+        else if (u == L && (i == 14 || i == 15)) out[n++] = (range){ off, cnt };
+        else if (u == -1 && i == 1) out[n++] = (range){ off, cnt };
         else if (u >= 0 && u < L && per_layer) out[n++] = (range){ off + (size_t)u * (cnt / L), cnt / L };
     }
     return n;
+}
+
+static dt_request **next_request(dt_ddp *d) {
+    if (d->nreqs == d->reqcap) {
+        int cap = d->reqcap ? d->reqcap * 2 : 256;
+        dt_request **r = realloc(d->reqs, sizeof *r * (size_t)cap);
+        if (!r) return NULL;
+        d->reqs = r;
+        d->reqcap = cap;
+    }
+    return &d->reqs[d->nreqs];
+}
+
+/* Unit -1: this rank's embedding rows and tokens go to every rank. */
+static dt_status send_rows(dt_ddp *d) {
+    const int32_t *tok;
+    int n;
+    const float *dx = dt_gpt2_input_grad(d->m, &tok, &n);
+    int C = dt_gpt2_get_config(d->m)->channels, p = dt_comm_size(d->c);
+    size_t per = (size_t)n * C + (size_t)n;
+    if (per > d->rows_cap) {
+        dt_comm_free(d->c, d->rows);
+        d->rows = NULL;
+        d->rows_cap = 0;
+        dt_status st = dt_comm_alloc(d->c, per * (size_t)(p + 1) * sizeof(float), (void **)&d->rows);
+        if (st) return st;
+        d->rows_cap = per;
+    }
+    float *mine = d->rows + (size_t)p * per;
+    memcpy(mine, dx, (size_t)n * C * sizeof(float));
+    memcpy(mine + (size_t)n * C, tok, (size_t)n * sizeof(int32_t));
+    d->ntok = n;
+    dt_request **r = next_request(d);
+    if (!r) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+    dt_status st = dt_comm_iallgather(d->c, mine, d->rows, per, DT_F32, r);
+    if (!st) d->nreqs++;
+    return st;
+}
+
+/* After every request: wte (averaged) += sum over ranks of their rows / N. */
+static void add_rows(dt_ddp *d) {
+    int C = dt_gpt2_get_config(d->m)->channels, p = dt_comm_size(d->c), n = d->ntok;
+    size_t per = (size_t)n * C + (size_t)n;
+    float *wte = d->grads, inv = 1.0f / (float)p;
+    for (int r = 0; r < p; r++) {
+        const float *dx = d->rows + (size_t)r * per;
+        const int32_t *tok = (const int32_t *)(dx + (size_t)n * C);
+        for (int i = 0; i < n; i++) {
+            float *w = wte + (size_t)tok[i] * C;
+            const float *g = dx + (size_t)i * C;
+            for (int c = 0; c < C; c++) w[c] += g[c] * inv;
+        }
+    }
+    d->ntok = 0;
 }
 
 static void on_grads(int unit, void *ctx) {
@@ -55,16 +121,15 @@ static void on_grads(int unit, void *ctx) {
     for (int k = 0; k < d->nb; k++) {
         if (d->b[k].last_unit != unit) continue;
         for (int r = 0; r < d->b[k].nranges; r++) {
-            if (d->nreqs == d->reqcap) {
-                d->reqcap = d->reqcap ? d->reqcap * 2 : 256;
-                d->reqs = realloc(d->reqs, sizeof *d->reqs * (size_t)d->reqcap);
-            }
+            dt_request **req = next_request(d);
+            if (!req) { d->err = dt_error(DT_ERR_NOMEM, "ddp: out of memory"); return; }
             float *p = d->grads + d->b[k].ranges[r].off;
-            dt_status st = dt_comm_iallreduce(d->c, p, p, d->b[k].ranges[r].count, DT_F32, DT_AVG, &d->reqs[d->nreqs]);
+            dt_status st = dt_comm_iallreduce(d->c, p, p, d->b[k].ranges[r].count, DT_F32, DT_AVG, req);
             if (st) { d->err = st; return; }
             d->nreqs++;
         }
     }
+    if (unit == -1) d->err = send_rows(d);
 }
 
 dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out) {
@@ -78,12 +143,12 @@ dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t buck
     if (st) { free(d); return st; }
     dt_gpt2_set_grad_storage(m, d->grads);
     int L = dt_gpt2_get_config(m)->num_layers;
-    d->b = calloc((size_t)L + 2, sizeof *d->b);
-    /* units in backward order: L, L-1, ..., 0, -1 */
+    d->b = calloc((size_t)L + 3, sizeof *d->b);
+    /* units in backward order: L+1, L, L-1, ..., 0, -1 */
     range tmp[DT_GPT2_NTENSORS];
     size_t have = 0, cap = bucket_first;
     bucket *cur = NULL;
-    for (int u = L; u >= -1; u--) {
+    for (int u = L + 1; u >= -1; u--) {
         int nr = unit_ranges(m, u, tmp);
         if (!cur) { cur = &d->b[d->nb++]; have = 0; }
         cur->ranges = realloc(cur->ranges, sizeof(range) * (size_t)(cur->nranges + nr));
@@ -92,7 +157,7 @@ dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t buck
         if (have >= cap) { cur = NULL; cap = bucket_bytes; }
     }
     dt_gpt2_set_grad_hook(m, on_grads, d);
-    d->sync = 1;
+    dt_ddp_begin(d, 1);
     *out = d;
     return DT_OK;
 }
@@ -100,7 +165,9 @@ dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t buck
 void dt_ddp_destroy(dt_ddp *d) {
     if (!d) return;
     dt_gpt2_set_grad_hook(d->m, NULL, NULL);
+    dt_gpt2_set_defer_wte_rows(d->m, 0);
     dt_gpt2_set_grad_storage(d->m, NULL);
+    dt_comm_free(d->c, d->rows);
     for (int k = 0; k < d->nb; k++) free(d->b[k].ranges);
     free(d->b);
     free(d->reqs);
@@ -108,7 +175,11 @@ void dt_ddp_destroy(dt_ddp *d) {
     free(d);
 }
 
-void dt_ddp_begin(dt_ddp *d, int sync) { d->sync = sync; }
+void dt_ddp_begin(dt_ddp *d, int sync) {
+    d->sync = sync;
+    /* micro-steps that do not synchronise accumulate the rows as usual */
+    dt_gpt2_set_defer_wte_rows(d->m, sync);
+}
 
 dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms) {
     double t0 = dt_time_now();
@@ -117,7 +188,9 @@ dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms) {
         dt_status s = dt_wait(d->reqs[i]);
         if (!st) st = s;
     }
+    if (!st && d->ntok) add_rows(d);
     d->nreqs = 0;
+    d->ntok = 0;
     d->err = DT_OK;
     if (exposed_ms) *exposed_ms = (dt_time_now() - t0) * 1e3;
     return st;
