@@ -41,11 +41,17 @@ typedef struct {
     int batch, seq, steps, warmup, threads, rounds;
     const char *baseline;  /* NULL or "torch" */
     int json;
+    int nprocs[16];        /* data-parallel mode: rank counts to compare (0 entries: one process, in-line) */
+    int nnprocs;
 } dt_bench_train_opts;
 
 void dt_bench_train_defaults(dt_bench_train_opts *o);
-/* Synthetic training throughput; returns a process exit code. */
+/* Synthetic training throughput; returns a process exit code. With nprocs,
+ * runs `dtrain train --nproc N` (and PyTorch DDP over gloo for the torch
+ * baseline) for each N and reports per-worker and total tok/s, scaling and
+ * exposed communication. */
 int dt_bench_train(const dt_bench_train_opts *o);
+int dt_bench_train_ddp(const dt_bench_train_opts *o);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
  * gather/scatter family, 1 for broadcast and reduce. Every size is checked
  * against the expected result before it is timed. */
 #include "dtrain/bench.h"
+#include "measure.h"
 #include "../comm/comm_internal.h"
 
 #include <cjson/cJSON.h>
@@ -166,10 +167,6 @@ static void buf_free(dt_comm *w, void *p, int arena) {
     else dt_free_aligned(p);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* Machine-wide CPU seconds spent busy, plus time the hypervisor stole. */
 static double machine_busy(void) {
@@ -251,9 +248,8 @@ static dt_status bench_size(dt_comm *w, const dt_bench_comm_opts *o, size_t byte
     }
     row->disturbed = discarded;
     if (!st) {
-        qsort(times, (size_t)reps, sizeof times[0], cmp_double);
         row->bytes = bytes;
-        row->med = times[reps / 2];
+        row->med = dt_bench_median(times, reps); /* sorts */
         row->lo = times[0];
         row->hi = times[reps - 1];
         row->iters = it;
@@ -292,8 +288,7 @@ static double median_time(dt_comm *w, timed_fn fn, void *arg, int iters, int rep
         dt_comm_allreduce(w, &dt, &mx, 1, DT_F64, DT_MAX);
         if (k >= 0) t[k] = mx;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-    return t[reps / 2];
+    return dt_bench_median(t, reps);
 }
 
 typedef struct { void *buf; size_t n; int a, b; } vec_arg;
@@ -471,18 +466,9 @@ static int read_results(const char *path, result *res, int max) {
     return n;
 }
 
-static const char *exe_dir(char *buf, size_t cap) {
-    ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
-    if (n <= 0) return ".";
-    buf[n] = 0;
-    char *slash = strrchr(buf, '/');
-    if (slash) *slash = 0;
-    return buf;
-}
-
 static int run_baseline(const dt_bench_comm_opts *o, const char *outpath) {
     char dir[PATH_MAX], cmd[8192], sizes[2048] = "";
-    exe_dir(dir, sizeof dir);
+    if (dt_bench_self_dir(dir, sizeof dir)) strcpy(dir, ".");
     bool mpich = strcmp(o->baseline, "mpich") == 0;
     const char *bin = mpich ? "mpi_coll_bench_mpich" : "mpi_coll_bench";
     for (int i = 0; i < o->nsizes; i++)
@@ -527,10 +513,6 @@ static void print_machine(const dt_bench_comm_opts *o) {
            dt_algo_name(o->algo), o->reps, o->warmup, o->rep_seconds * 1e3, o->rounds);
 }
 
-static double median_of(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv) {
     bool in_job = getenv("DTRAIN_SHM_FD") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
@@ -593,14 +575,14 @@ int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv) {
             for (int k = 0; k < nmpi[r]; k++)
                 if (mpi_res[r][k].bytes == dt_res[0][i].bytes) { mus[nm] = mpi_res[r][k].us; mbw[nm] = mpi_res[r][k].busbw; nm++; }
         }
-        double u = median_of(us, rounds), b = median_of(bw, rounds);
+        double u = dt_bench_median(us, rounds), b = dt_bench_median(bw, rounds);
         size_t bytes = dt_res[0][i].bytes;
         if (o->json) {
             printf("{\"op\":\"%s\",\"algo\":\"%s\",\"nproc\":%d,\"bytes\":%zu,\"avg_us\":%.3f,\"algbw_gbs\":%.3f,"
                    "\"busbw_gbs\":%.3f,\"buffers\":\"%s\"",
                    dt_coll_name(o->coll), dt_res[0][i].algo, o->nproc, bytes, u, bytes / u / 1e3, b, o->arena ? "arena" : "private");
             if (nm) printf(",\"baseline\":\"%s\",\"baseline_avg_us\":%.3f,\"baseline_busbw_gbs\":%.3f", o->baseline,
-                           median_of(mus, nm), median_of(mbw, nm));
+                           dt_bench_median(mus, nm), dt_bench_median(mbw, nm));
             printf("}\n");
             continue;
         }
@@ -609,7 +591,7 @@ int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv) {
         printf("%10s %-13s %11.2f %21s %9.2f %9.2f %4d", dt_format_size(bytes, sz, sizeof sz), dt_res[0][i].algo, u, range,
                bytes / u / 1e3, b, dist);
         if (nm) {
-            double mu = median_of(mus, nm), mb = median_of(mbw, nm);
+            double mu = dt_bench_median(mus, nm), mb = dt_bench_median(mbw, nm);
             printf(" | %11.2f %9.2f %8.2fx %8.2fx", mu, mb, mu / u, mb > 0 ? b / mb : 0.0);
         }
         printf("\n");

@@ -6,6 +6,7 @@
  * Model FLOPs per token: 6 N (N = parameters used in matmuls: all but the
  * position table) + 12 L T C for attention. */
 #include "dtrain/bench.h"
+#include "measure.h"
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
 #include "dtrain/model.h"
@@ -19,16 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double dt_bench_gemm(int threads) {
     dt_kernels_set_threads(threads);
@@ -45,11 +36,11 @@ double dt_bench_gemm(int threads) {
     dt_free_aligned(a);
     dt_free_aligned(b);
     dt_free_aligned(c);
-    return median(t, 5);
+    return dt_bench_median(t, 5);
 }
 
 void dt_bench_train_defaults(dt_bench_train_opts *o) {
-    *o = (dt_bench_train_opts){ "124M", 4, 64, 10, 2, 1, 1, NULL, 0 };
+    *o = (dt_bench_train_opts){ .model = "124M", .batch = 4, .seq = 64, .steps = 10, .warmup = 2, .threads = 1, .rounds = 1 };
 }
 
 /* Median ms per step of dtrain on the model. */
@@ -80,7 +71,7 @@ static int run_dtrain(dt_gpt2 *m, const dt_bench_train_opts *o, int round, doubl
             if (!o->json) printf("Iter #%d: %.1f tok/s (%.1f ms) [dtrain, round %d]\n", k - o->warmup, BT / (ms / 1e3), ms, round + 1);
         }
     }
-    *ms_out = median(t, o->steps);
+    *ms_out = dt_bench_median(t, o->steps);
     *loss_out = loss;
     free(t);
     free(in);
@@ -91,11 +82,7 @@ static int run_dtrain(dt_gpt2 *m, const dt_bench_train_opts *o, int round, doubl
 
 static int run_torch(const dt_bench_train_opts *o, const char *weights, int round, double *ms_out) {
     char self[PATH_MAX], cmd[PATH_MAX * 2 + 256];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return 1;
-    self[n] = 0;
-    char *slash = strrchr(self, '/');
-    if (slash) *slash = 0;
+    if (dt_bench_self_dir(self, sizeof self)) return 1;
     /* build/dtrain -> bench/torch_gpt2.py in the source tree next to build/ */
     snprintf(cmd, sizeof cmd,
              "script=%s/../bench/torch_gpt2.py; [ -f \"$script\" ] || script=bench/torch_gpt2.py; "
@@ -126,12 +113,13 @@ static int run_torch(const dt_bench_train_opts *o, const char *weights, int roun
         free(t);
         return 1;
     }
-    *ms_out = median(t, o->steps);
+    *ms_out = dt_bench_median(t, o->steps);
     free(t);
     return 0;
 }
 
 int dt_bench_train(const dt_bench_train_opts *o) {
+    if (o->nnprocs) return dt_bench_train_ddp(o);
     dt_gpt2_config cfg;
     dt_gpt2 *m = NULL;
     if (dt_gpt2_preset(o->model, &cfg) || dt_gpt2_create(&cfg, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
@@ -166,17 +154,17 @@ int dt_bench_train(const dt_bench_train_opts *o) {
     double gemm2 = dt_bench_gemm(o->threads);
     if (gemm2 > gemm) gemm = gemm2;
     dt_kernels_set_threads(o->threads);
-    double d = median(dms, rounds), tok = o->batch * o->seq / (d / 1e3), gf = flops / (d / 1e3) / 1e9;
+    double d = dt_bench_median(dms, rounds), tok = o->batch * o->seq / (d / 1e3), gf = flops / (d / 1e3) / 1e9;
     if (o->json) {
         printf("{\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"threads\":%d,\"ms\":%.2f,\"tok_per_s\":%.1f,\"gflops\":%.2f,"
                "\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.3f", o->model, o->batch, o->seq, o->threads, d, tok, gf, gemm, gf / gemm);
-        if (o->baseline) printf(",\"torch_ms\":%.2f,\"speedup\":%.3f", median(tms, rounds), median(tms, rounds) / d);
+        if (o->baseline) printf(",\"torch_ms\":%.2f,\"speedup\":%.3f", dt_bench_median(tms, rounds), dt_bench_median(tms, rounds) / d);
         printf("}\n");
     } else {
         printf("dtrain: %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate (%.1f GFLOP/s, best of "
                "before and after; peak memory %.0f MiB)\n", d, tok, gf, 100 * gf / gemm, gemm, dt_peak_memory() / 1048576.0);
         if (o->baseline) {
-            double t = median(tms, rounds);
+            double t = dt_bench_median(tms, rounds);
             printf("torch:  %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate\n", t,
                    o->batch * o->seq / (t / 1e3), flops / (t / 1e3) / 1e9, 100 * flops / (t / 1e3) / 1e9 / gemm);
             printf("dtrain is %.2fx PyTorch (medians of %d rounds of %d steps, alternating)\n", t / d, rounds, o->steps);

@@ -39,7 +39,9 @@ static int bench_train(int argc, char **argv) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain bench train [--model 124M] [--batch 4] [--seq 64] [--steps 10] [--warmup 2]\n"
-                   "                          [--threads 1] [--rounds 1] [--baseline torch] [--json]\n");
+                   "                          [--threads 1] [--rounds 1] [--baseline torch] [--json]\n"
+                   "                          [--nproc 1,2,4]  data parallel: dtrain train --nproc N for each N\n"
+                   "                          (threads per rank), against PyTorch DDP over gloo with --baseline torch\n");
             return 0;
         }
         if (!strcmp(f, "--json")) { o.json = 1; continue; }
@@ -48,6 +50,20 @@ static int bench_train(int argc, char **argv) {
         char *end;
         long n = strtol(v, &end, 10);
         bool isnum = *end == 0 && n >= 0 && n < 100000;
+        if (!strcmp(f, "--nproc")) {
+            o.nnprocs = 0;
+            for (const char *q = v; *q;) {
+                char *e;
+                long k = strtol(q, &e, 10);
+                if (e == q || k < 1 || k > 256 || o.nnprocs == 16 || (*e && *e != ',')) {
+                    dt_log(DT_LOG_ERROR, "bench train: --nproc %s: expected a list like 1,2,4 (1..256, at most 16)", v);
+                    return 2;
+                }
+                o.nprocs[o.nnprocs++] = (int)k;
+                q = *e ? e + 1 : e;
+            }
+            continue;
+        }
         if (!strcmp(f, "--model")) o.model = v;
         else if (!strcmp(f, "--baseline") && !strcmp(v, "torch")) o.baseline = v;
         else if (isnum && n >= 1 && !strcmp(f, "--batch")) o.batch = (int)n;

@@ -152,7 +152,14 @@ dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t buck
         int nr = unit_ranges(m, u, tmp);
         if (!cur) { cur = &d->b[d->nb++]; have = 0; }
         cur->ranges = realloc(cur->ranges, sizeof(range) * (size_t)(cur->nranges + nr));
-        for (int r = 0; r < nr; r++) { cur->ranges[cur->nranges++] = tmp[r]; have += tmp[r].count * sizeof(float); }
+        for (int r = 0; r < nr; r++) {
+            have += tmp[r].count * sizeof(float);
+            /* block l's slice of a tensor ends where block l+1's begins: one range */
+            int j = 0;
+            while (j < cur->nranges && tmp[r].off + tmp[r].count != cur->ranges[j].off) j++;
+            if (j < cur->nranges) { cur->ranges[j].off = tmp[r].off; cur->ranges[j].count += tmp[r].count; }
+            else cur->ranges[cur->nranges++] = tmp[r];
+        }
         cur->last_unit = u;
         if (have >= cap) { cur = NULL; cap = bucket_bytes; }
     }

@@ -1,0 +1,13 @@
+/* What the benchmarks share: medians, and where this executable lives (the
+ * baselines' scripts and programs are found next to it). */
+#ifndef DTRAIN_BENCH_MEASURE_H
+#define DTRAIN_BENCH_MEASURE_H
+
+#include <stddef.h>
+
+/* Median of n values (sorts v). */
+double dt_bench_median(double *v, int n);
+/* The directory of this executable (build/), without a trailing slash; 0 on success. */
+int dt_bench_self_dir(char *out, size_t cap);
+
+#endif
