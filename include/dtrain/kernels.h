@@ -32,6 +32,10 @@ void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 void dt_gelu_forward(float *out, const float *inp, size_t n);
 void dt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 
+/* ReLU: out = max(x, 0); dinp += dout where inp > 0. */
+void dt_relu_forward(float *out, const float *inp, size_t n);
+void dt_relu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
 /* out = a + b. */
 void dt_residual_forward(float *out, const float *a, const float *b, size_t n);
 /* da += dout, db += dout. */

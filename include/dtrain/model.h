@@ -83,6 +83,31 @@ void dt_gpt2_zero_grad(dt_gpt2 *m);
 /* Bytes held: parameters, gradients, activations. */
 size_t dt_gpt2_memory(const dt_gpt2 *m);
 
+/* ---- MLP (image classification): Linear layers, ReLU between them,
+ * softmax cross-entropy; flat parameters, each layer weight [out, in] then
+ * bias [out] (nn.Linear's layout). ---- */
+typedef struct dt_mlp dt_mlp;
+/* sizes[0] inputs, sizes[nsizes-1] classes (2 <= nsizes <= 17). */
+dt_status dt_mlp_create(const int *sizes, int nsizes, dt_mlp **out);
+void dt_mlp_destroy(dt_mlp *m);
+/* nn.Linear's default initialisation: uniform in +-1/sqrt(fan_in). */
+void dt_mlp_init_random(dt_mlp *m, uint64_t seed);
+int dt_mlp_num_layers(const dt_mlp *m);
+size_t dt_mlp_num_params(const dt_mlp *m);
+float *dt_mlp_params(dt_mlp *m);
+float *dt_mlp_grads(dt_mlp *m);
+void dt_mlp_layer(const dt_mlp *m, int layer, size_t *w_off, size_t *b_off, int *in, int *out);
+/* x[B, sizes[0]] (kept by pointer until backward); with labels, *loss gets the
+ * mean cross-entropy and *correct (if not NULL) the number of right argmaxes. */
+dt_status dt_mlp_forward(dt_mlp *m, const float *x, const int32_t *labels, int B, float *loss, int *correct);
+const float *dt_mlp_logits(const dt_mlp *m);
+/* Adds grad_scale * d(mean loss) to the gradients; calls the hook with each
+ * layer's index (last to first) as that layer's gradients are final. */
+dt_status dt_mlp_backward(dt_mlp *m, float grad_scale);
+void dt_mlp_zero_grad(dt_mlp *m);
+void dt_mlp_set_grad_hook(dt_mlp *m, dt_grad_hook hook, void *ctx);
+void dt_mlp_set_grad_storage(dt_mlp *m, float *grads);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,15 @@ typedef struct dt_ddp dt_ddp;
  * bucket_bytes each), and hooks backward so that each bucket's nonblocking
  * allreduce (average) starts the moment its last gradient is written. */
 dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out);
+/* Any model: nparams gradients in the arena (dt_ddp_grads: the model must
+ * use them as its gradient store), and the ranges of it that each backward
+ * unit finalises, in the order backward produces them. The model's backward
+ * calls dt_ddp_grad_hook(unit, ddp) as each unit is done. */
+typedef struct { int unit; size_t off, count; } dt_grad_range;
+dt_status dt_ddp_create_ranges(dt_comm *c, size_t nparams, const dt_grad_range *ranges, int nranges, size_t bucket_first,
+                               size_t bucket_bytes, dt_ddp **out);
+float *dt_ddp_grads(dt_ddp *d);
+void dt_ddp_grad_hook(int unit, void *ddp);
 void dt_ddp_destroy(dt_ddp *d);
 /* Before a micro-step's backward: sync 0 for the gradient-accumulation
  * micro-steps that do not synchronise, 1 for the last. */

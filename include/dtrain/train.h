@@ -4,6 +4,7 @@
 #define DTRAIN_TRAIN_H
 
 #include "dtrain/model.h"
+#include "dtrain/comm.h"
 #include "dtrain/optim.h"
 
 #ifdef __cplusplus
@@ -26,6 +27,7 @@ typedef struct {
     int recompute;            /* activation checkpointing */
     int attention;            /* dt_attn_mode */
     int nproc;                /* local ranks to launch (data parallelism); 1 = this process */
+    int epochs;               /* image classification (--model mlp) trains in epochs */
     double bucket_mb;         /* DDP bucket cap (the first bucket is 1 MiB) */
     int argc;                 /* the command line, re-executed for each rank */
     char **argv;
@@ -34,6 +36,11 @@ typedef struct {
 void dt_train_defaults(dt_train_config *c);
 /* Runs the training described by c; prints progress; returns a process exit code. */
 int dt_train_run(const dt_train_config *c);
+
+/* Image classification: --model mlp[:H1,H2,...] on the IDX image set in
+ * c->data (a directory; Fashion-MNIST's by default), over the job's ranks
+ * (w may be NULL); returns a process exit code. */
+int dt_classify_run(const dt_train_config *c, dt_comm *w);
 
 /* Sampling from a trained model: the prompt's tokens, then `count` tokens
  * drawn at `temperature` from the top_k most likely (0 = all); each new

@@ -13,7 +13,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrain train --data FILE [FLAGS]\n"
             "  --model M          preset d6 (default), 124M, 350M, 774M, 1558M, or a model file\n"
-            "                     (llm.c .bin, f32 or bf16; or HF GPT-2 .safetensors, f32/bf16/f16)\n"
+            "                     (llm.c .bin, f32 or bf16; or HF GPT-2 .safetensors, f32/bf16/f16);\n"
+            "                     mlp or mlp:H1,H2,..: image classification (hidden sizes; 256,128 by default) on\n"
+            "                     --data DIR with MNIST-style IDX files (default /usr/share/datasets/fashion-mnist),\n"
+            "                     --epochs N (5); test accuracy and img/s per worker and in total each epoch\n"
             "  --layers/--heads/--channels/--vocab/--max-seq N   shape overrides (any shape)\n"
             "  --data FILE        training tokens (llm.c format)\n"
             "  --val-data FILE    validation tokens; --eval-every N steps, --eval-batches N (8)\n"
@@ -81,6 +84,7 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--batch") && x >= 1) c.batch = (int)x;
         else if (!strcmp(f, "--seq") && x >= 1) c.seq = (int)x;
         else if (!strcmp(f, "--steps") && x >= 1) c.steps = (int)x;
+        else if (!strcmp(f, "--epochs") && x >= 1) c.epochs = (int)x;
         else if (!strcmp(f, "--grad-accum") && x >= 1) c.grad_accum = (int)x;
         else if (!strcmp(f, "--eval-every")) c.eval_every = (int)x;
         else if (!strcmp(f, "--eval-batches") && x >= 1) c.eval_batches = (int)x;

@@ -156,9 +156,11 @@ struct dt_comm {
 
 typedef bool (*wait_cond)(void *arg);
 dt_status dt_shm_wait(dt_comm *c, wait_cond cond, void *arg, int waiting_for);
-/* Set on progress threads: their waits sleep at once instead of spinning,
- * because the core they would spin on belongs to the caller's compute. */
-extern _Thread_local bool dt_wait_sleeps_at_once;
+/* Set on progress threads to their owner's count of threads blocked in
+ * dt_wait: while it is 0 the owner computes, and a progress thread's waits
+ * sleep at once rather than spin on the core that compute needs; while the
+ * owner is blocked anyway they spin first, as blocking calls do. */
+extern _Thread_local _Atomic int *dt_wait_owner_blocked;
 void dt_shm_notify(dt_comm *c, int local_peer);
 /* The error for an aborted job, with this rank's current collective appended. */
 dt_status dt_shm_check_abort(dt_comm *c);

@@ -53,10 +53,10 @@ dt_status dt_shm_check_abort(dt_comm *c) {
     return dt_error(DT_ERR_PEER, "%s [rank %d was in %s]", msg, c->world_rank, d);
 }
 
-_Thread_local bool dt_wait_sleeps_at_once;
+_Thread_local _Atomic int *dt_wait_owner_blocked;
 
 dt_status dt_shm_wait(dt_comm *c, wait_cond cond, void *arg, int waiting_for) {
-    if (dt_wait_sleeps_at_once) goto sleep;
+    if (dt_wait_owner_blocked && !atomic_load(dt_wait_owner_blocked)) goto sleep;
     /* A peer on another core is usually a few hundred nanoseconds away: poll
      * tight first, before paying for the clock or for pause's delay. */
     /* Oversubscribed, the peer we wait for may need this very core: yield at once. */

@@ -14,6 +14,16 @@ void dt_gelu_forward(float *out, const float *inp, size_t n) {
     }
 }
 
+void dt_relu_forward(float *out, const float *inp, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0 ? inp[i] : 0;
+}
+
+void dt_relu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) dinp[i] += inp[i] > 0 ? dout[i] : 0;
+}
+
 void dt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {

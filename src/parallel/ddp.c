@@ -33,10 +33,12 @@ typedef struct {
 
 struct dt_ddp {
     dt_comm *c;
-    dt_gpt2 *m;
+    dt_gpt2 *m;          /* NULL for models that bring their own ranges */
     float *grads;        /* arena */
     bucket *b;
     int nb;
+    range *all;          /* every bucket's ranges, bucket after bucket */
+    int nall;
     dt_request **reqs;
     int nreqs, reqcap;
     int sync;
@@ -129,53 +131,76 @@ static void on_grads(int unit, void *ctx) {
             d->nreqs++;
         }
     }
-    if (unit == -1) d->err = send_rows(d);
+    if (unit == -1 && d->m) d->err = send_rows(d);
 }
+
+dt_status dt_ddp_create_ranges(dt_comm *c, size_t nparams, const dt_grad_range *r, int nr, size_t bucket_first,
+                               size_t bucket_bytes, dt_ddp **out) {
+    *out = NULL;
+    dt_ddp *d = calloc(1, sizeof *d);
+    bucket *b = calloc((size_t)nr + 1, sizeof *b);
+    range *all = calloc((size_t)nr + 1, sizeof *all);
+    if (!d || !b || !all) { free(d); free(b); free(all); return dt_error(DT_ERR_NOMEM, "ddp: out of memory"); }
+    d->c = c;
+    d->b = b;
+    d->all = all;
+    d->sync = 1;
+    dt_status st = dt_comm_alloc(c, nparams * sizeof(float), (void **)&d->grads);
+    if (st) { dt_ddp_destroy(d); return st; }
+    /* Buckets close at a unit boundary once they hold their cap. Each
+     * bucket's ranges are a run of `all`; block l's slice of a tensor ends
+     * where block l+1's begins, so those merge into one range. */
+    size_t have = 0, cap = bucket_first;
+    bucket *cur = NULL;
+    for (int i = 0; i < nr; i++) {
+        if (!cur) { cur = &d->b[d->nb++]; cur->ranges = all + d->nall; have = 0; }
+        have += r[i].count * sizeof(float);
+        int j = 0;
+        while (j < cur->nranges && r[i].off + r[i].count != cur->ranges[j].off) j++;
+        if (j < cur->nranges) { cur->ranges[j].off = r[i].off; cur->ranges[j].count += r[i].count; }
+        else { cur->ranges[cur->nranges++] = (range){ r[i].off, r[i].count }; d->nall++; }
+        cur->last_unit = r[i].unit;
+        bool unit_ends = i + 1 == nr || r[i + 1].unit != r[i].unit;
+        if (unit_ends && have >= cap) { cur = NULL; cap = bucket_bytes; }
+    }
+    *out = d;
+    return DT_OK;
+}
+
+float *dt_ddp_grads(dt_ddp *d) { return d->grads; }
+
+void dt_ddp_grad_hook(int unit, void *ddp) { on_grads(unit, ddp); }
 
 dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out) {
     *out = NULL;
-    dt_ddp *d = calloc(1, sizeof *d);
-    if (!d) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
-    d->c = c;
-    d->m = m;
-    size_t n = dt_gpt2_num_params(m);
-    dt_status st = dt_comm_alloc(c, n * sizeof(float), (void **)&d->grads);
-    if (st) { free(d); return st; }
-    dt_gpt2_set_grad_storage(m, d->grads);
-    int L = dt_gpt2_get_config(m)->num_layers;
-    d->b = calloc((size_t)L + 3, sizeof *d->b);
-    /* units in backward order: L+1, L, L-1, ..., 0, -1 */
+    int L = dt_gpt2_get_config(m)->num_layers, nr = 0;
+    dt_grad_range *r = calloc((size_t)(L + 3) * DT_GPT2_NTENSORS, sizeof *r);
+    if (!r) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
     range tmp[DT_GPT2_NTENSORS];
-    size_t have = 0, cap = bucket_first;
-    bucket *cur = NULL;
-    for (int u = L + 1; u >= -1; u--) {
-        int nr = unit_ranges(m, u, tmp);
-        if (!cur) { cur = &d->b[d->nb++]; have = 0; }
-        cur->ranges = realloc(cur->ranges, sizeof(range) * (size_t)(cur->nranges + nr));
-        for (int r = 0; r < nr; r++) {
-            have += tmp[r].count * sizeof(float);
-            /* block l's slice of a tensor ends where block l+1's begins: one range */
-            int j = 0;
-            while (j < cur->nranges && tmp[r].off + tmp[r].count != cur->ranges[j].off) j++;
-            if (j < cur->nranges) { cur->ranges[j].off = tmp[r].off; cur->ranges[j].count += tmp[r].count; }
-            else cur->ranges[cur->nranges++] = tmp[r];
-        }
-        cur->last_unit = u;
-        if (have >= cap) { cur = NULL; cap = bucket_bytes; }
+    for (int u = L + 1; u >= -1; u--) { /* backward's order */
+        int n = unit_ranges(m, u, tmp);
+        for (int k = 0; k < n; k++) r[nr++] = (dt_grad_range){ u, tmp[k].off, tmp[k].count };
     }
+    dt_status st = dt_ddp_create_ranges(c, dt_gpt2_num_params(m), r, nr, bucket_first, bucket_bytes, out);
+    free(r);
+    if (st) return st;
+    dt_ddp *d = *out;
+    d->m = m;
+    dt_gpt2_set_grad_storage(m, d->grads);
     dt_gpt2_set_grad_hook(m, on_grads, d);
     dt_ddp_begin(d, 1);
-    *out = d;
     return DT_OK;
 }
 
 void dt_ddp_destroy(dt_ddp *d) {
     if (!d) return;
-    dt_gpt2_set_grad_hook(d->m, NULL, NULL);
-    dt_gpt2_set_defer_wte_rows(d->m, 0);
-    dt_gpt2_set_grad_storage(d->m, NULL);
+    if (d->m) {
+        dt_gpt2_set_grad_hook(d->m, NULL, NULL);
+        dt_gpt2_set_defer_wte_rows(d->m, 0);
+        dt_gpt2_set_grad_storage(d->m, NULL);
+    }
     dt_comm_free(d->c, d->rows);
-    for (int k = 0; k < d->nb; k++) free(d->b[k].ranges);
+    free(d->all);
     free(d->b);
     free(d->reqs);
     dt_comm_free(d->c, d->grads);
@@ -185,7 +210,7 @@ void dt_ddp_destroy(dt_ddp *d) {
 void dt_ddp_begin(dt_ddp *d, int sync) {
     d->sync = sync;
     /* micro-steps that do not synchronise accumulate the rows as usual */
-    dt_gpt2_set_defer_wte_rows(d->m, sync);
+    if (d->m) dt_gpt2_set_defer_wte_rows(d->m, sync);
 }
 
 dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms) {

@@ -28,6 +28,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->seed = 1337;
     c->nproc = 1;
     c->bucket_mb = 25;
+    c->epochs = 5;
     dt_optim_defaults(DT_OPT_ADAMW, &c->opt);
     c->lr = 3e-4f;
 }
@@ -150,6 +151,12 @@ int dt_train_run(const dt_train_config *c0) {
     }
     dt_comm *w = NULL;
     if (in_job && dt_comm_init(&w)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (!strncmp(c0->model, "mlp", 3)) {
+        dt_kernels_set_threads(c0->threads);
+        int rc = dt_classify_run(c0, w);
+        dt_comm_destroy(w);
+        return rc;
+    }
     int rank = w ? dt_comm_rank(w) : 0, nranks = w ? dt_comm_size(w) : 1;
     dt_train_config cc = *c0;
     const dt_train_config *c = &cc;

@@ -1,0 +1,201 @@
+/* A multilayer perceptron for image classification: Linear layers with ReLU
+ * between them and softmax cross-entropy on the last. Parameters in one
+ * flat store (layer by layer: weight [out, in] then bias [out], PyTorch's
+ * nn.Linear layout), gradients in a second, as for GPT-2, so that the same
+ * optimizers and data parallelism apply. */
+#include "dtrain/kernels.h"
+#include "dtrain/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LAYERS 16
+
+struct dt_mlp {
+    int n;                      /* Linear layers */
+    int size[MAX_LAYERS + 1];   /* size[0] inputs .. size[n] classes */
+    size_t woff[MAX_LAYERS], boff[MAX_LAYERS], nparams;
+    float *params, *grads, *own_grads;
+    float *acts;                /* per layer: pre-activation [B, out], then ReLU output [B, out] */
+    size_t act_off[MAX_LAYERS][2], nacts;
+    float *dbuf[3];             /* d input of layers (alternating), d pre-activation */
+    float *losses;
+    const float *x;             /* the last forward's inputs (not copied) */
+    int32_t *labels;
+    int B, cap_B;
+    dt_grad_hook hook;
+    void *hook_ctx;
+};
+
+dt_status dt_mlp_create(const int *sizes, int nsizes, dt_mlp **out) {
+    *out = NULL;
+    if (nsizes < 2 || nsizes > MAX_LAYERS + 1) return dt_error(DT_ERR_ARG, "mlp: %d sizes (expected 2..%d)", nsizes, MAX_LAYERS + 1);
+    for (int i = 0; i < nsizes; i++)
+        if (sizes[i] < 1 || sizes[i] > (1 << 20)) return dt_error(DT_ERR_ARG, "mlp: layer size %d is out of range", sizes[i]);
+    dt_mlp *m = calloc(1, sizeof *m);
+    if (!m) return dt_error(DT_ERR_NOMEM, "mlp: out of memory");
+    m->n = nsizes - 1;
+    memcpy(m->size, sizes, sizeof(int) * (size_t)nsizes);
+    for (int l = 0; l < m->n; l++) {
+        m->woff[l] = m->nparams;
+        m->nparams += (size_t)sizes[l + 1] * sizes[l];
+        m->boff[l] = m->nparams;
+        m->nparams += (size_t)sizes[l + 1];
+    }
+    m->params = dt_alloc_aligned(m->nparams * sizeof(float));
+    m->own_grads = m->grads = dt_alloc_aligned(m->nparams * sizeof(float));
+    if (!m->params || !m->grads) { dt_mlp_destroy(m); return dt_error(DT_ERR_NOMEM, "mlp: out of memory"); }
+    memset(m->params, 0, m->nparams * sizeof(float));
+    memset(m->grads, 0, m->nparams * sizeof(float));
+    *out = m;
+    return DT_OK;
+}
+
+static void free_acts(dt_mlp *m) {
+    dt_free_aligned(m->acts);
+    dt_free_aligned(m->dbuf[0]);
+    dt_free_aligned(m->dbuf[1]);
+    dt_free_aligned(m->dbuf[2]);
+    free(m->losses);
+    free(m->labels);
+    m->acts = m->dbuf[0] = m->dbuf[1] = m->dbuf[2] = m->losses = NULL;
+    m->labels = NULL;
+}
+
+void dt_mlp_destroy(dt_mlp *m) {
+    if (!m) return;
+    free_acts(m);
+    dt_free_aligned(m->params);
+    dt_free_aligned(m->own_grads);
+    free(m);
+}
+
+/* nn.Linear's default: weight and bias uniform in +-1/sqrt(fan_in). */
+void dt_mlp_init_random(dt_mlp *m, uint64_t seed) {
+    uint64_t s = seed ? seed : 1;
+    for (int l = 0; l < m->n; l++) {
+        float bound = 1.0f / sqrtf((float)m->size[l]);
+        size_t nw = (size_t)m->size[l + 1] * m->size[l];
+        for (size_t i = 0; i < nw + (size_t)m->size[l + 1]; i++) {
+            float u = (float)((dt_rng_next(&s) >> 40) * (1.0 / 16777216.0)); /* [0, 1) */
+            m->params[m->woff[l] + i] = (2 * u - 1) * bound; /* bias follows weight in the store */
+        }
+    }
+}
+
+int dt_mlp_num_layers(const dt_mlp *m) { return m->n; }
+size_t dt_mlp_num_params(const dt_mlp *m) { return m->nparams; }
+float *dt_mlp_params(dt_mlp *m) { return m->params; }
+float *dt_mlp_grads(dt_mlp *m) { return m->grads; }
+
+void dt_mlp_layer(const dt_mlp *m, int l, size_t *w_off, size_t *b_off, int *in, int *out) {
+    if (w_off) *w_off = m->woff[l];
+    if (b_off) *b_off = m->boff[l];
+    if (in) *in = m->size[l];
+    if (out) *out = m->size[l + 1];
+}
+
+void dt_mlp_set_grad_storage(dt_mlp *m, float *grads) {
+    float *g = grads ? grads : m->own_grads;
+    if (g != m->grads) memcpy(g, m->grads, m->nparams * sizeof(float));
+    m->grads = g;
+}
+
+void dt_mlp_set_grad_hook(dt_mlp *m, dt_grad_hook hook, void *ctx) {
+    m->hook = hook;
+    m->hook_ctx = ctx;
+}
+
+static dt_status reserve(dt_mlp *m, int B) {
+    if (B <= m->cap_B) return DT_OK;
+    free_acts(m);
+    size_t widest = 0;
+    m->nacts = 0;
+    for (int l = 0; l < m->n; l++) {
+        size_t o = (size_t)B * m->size[l + 1];
+        m->act_off[l][0] = m->nacts;
+        m->act_off[l][1] = m->nacts + o;
+        m->nacts += 2 * o;
+        if ((size_t)m->size[l + 1] > widest) widest = (size_t)m->size[l + 1];
+        if ((size_t)m->size[l] > widest) widest = (size_t)m->size[l];
+    }
+    m->acts = dt_alloc_aligned(m->nacts * sizeof(float));
+    m->dbuf[0] = dt_alloc_aligned((size_t)B * widest * sizeof(float));
+    m->dbuf[1] = dt_alloc_aligned((size_t)B * widest * sizeof(float));
+    m->dbuf[2] = dt_alloc_aligned((size_t)B * widest * sizeof(float));
+    m->losses = malloc((size_t)B * sizeof(float));
+    m->labels = malloc((size_t)B * sizeof(int32_t));
+    if (!m->acts || !m->dbuf[0] || !m->dbuf[1] || !m->dbuf[2] || !m->losses || !m->labels) {
+        free_acts(m);
+        m->cap_B = 0;
+        return dt_error(DT_ERR_NOMEM, "mlp: out of memory for a batch of %d", B);
+    }
+    m->cap_B = B;
+    return DT_OK;
+}
+
+dt_status dt_mlp_forward(dt_mlp *m, const float *x, const int32_t *labels, int B, float *loss, int *correct) {
+    if (B < 1) return dt_error(DT_ERR_ARG, "mlp: batch %d", B);
+    dt_status st = reserve(m, B);
+    if (st) return st;
+    int K = m->size[m->n];
+    if (labels)
+        for (int i = 0; i < B; i++)
+            if (labels[i] < 0 || labels[i] >= K) return dt_error(DT_ERR_ARG, "mlp: label %d of sample %d is not in 0..%d", labels[i], i, K - 1);
+    m->x = x;
+    m->B = B;
+    const float *in = x;
+    for (int l = 0; l < m->n; l++) {
+        float *pre = m->acts + m->act_off[l][0], *post = m->acts + m->act_off[l][1];
+        dt_matmul_forward(pre, in, m->params + m->woff[l], m->params + m->boff[l], B, m->size[l], m->size[l + 1]);
+        if (l + 1 < m->n) dt_relu_forward(post, pre, (size_t)B * m->size[l + 1]);
+        in = post;
+    }
+    const float *logits = m->acts + m->act_off[m->n - 1][0];
+    if (correct) {
+        int c = 0;
+        for (int i = 0; labels && i < B; i++) {
+            const float *r = logits + (size_t)i * K;
+            int best = 0;
+            for (int k = 1; k < K; k++) if (r[k] > r[best]) best = k;
+            c += best == labels[i];
+        }
+        *correct = c;
+    }
+    if (labels) {
+        memcpy(m->labels, labels, (size_t)B * sizeof(int32_t));
+        float mean = dt_crossentropy_forward(m->losses, logits, labels, B, K, K);
+        if (loss) *loss = mean;
+    }
+    return DT_OK;
+}
+
+const float *dt_mlp_logits(const dt_mlp *m) { return m->acts ? m->acts + m->act_off[m->n - 1][0] : NULL; }
+
+dt_status dt_mlp_backward(dt_mlp *m, float grad_scale) {
+    if (!m->acts || !m->B) return dt_error(DT_ERR_ARG, "mlp backward: needs a forward with labels first");
+    int B = m->B, K = m->size[m->n];
+    float *logits = m->acts + m->act_off[m->n - 1][0];
+    /* d(mean loss)/d logits, in place of the logits */
+    dt_crossentropy_fused(logits, m->losses, m->labels, B, K, K, grad_scale / (float)B);
+    const float *dout = logits;
+    for (int l = m->n - 1; l >= 0; l--) {
+        const float *in = l ? m->acts + m->act_off[l - 1][1] : m->x;
+        float *din = l ? m->dbuf[l & 1] : NULL;
+        if (din) memset(din, 0, (size_t)B * m->size[l] * sizeof(float));
+        dt_matmul_backward(din, m->grads + m->woff[l], m->grads + m->boff[l], dout, in, m->params + m->woff[l], B,
+                           m->size[l], m->size[l + 1]);
+        if (m->hook) m->hook(l, m->hook_ctx);
+        if (!l) break;
+        /* through the ReLU in front of this layer (the next din goes to the other buffer) */
+        float *dpre = m->dbuf[2];
+        memset(dpre, 0, (size_t)B * m->size[l] * sizeof(float));
+        dt_relu_backward(dpre, m->acts + m->act_off[l - 1][0], din, (size_t)B * m->size[l]);
+        dout = dpre;
+    }
+    m->B = 0; /* the logits are now their gradient */
+    return DT_OK;
+}
+
+void dt_mlp_zero_grad(dt_mlp *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
