@@ -9,6 +9,11 @@ Writes, into tests/fixtures/:
                      layouts (Conv1D weights stored (in, out), wte with V rows,
                      metadata n_head), written here by hand from the format's spec
   gpt2_tiny_bf16.bin the same weights as an llm.c version-5 (bf16) file
+  mlp_tiny_ref.bin   the MLP (Linear-ReLU-Linear-ReLU-Linear, cross-entropy):
+                     int32 header[8] = {20261123, 4, sizes[4], B}, f32 parameters
+                     (per layer weight [out, in] then bias), f32 x[B*sizes[0]],
+                     int32 labels[B], f32 logits[B*classes], f32 loss,
+                     f32 grads[num_params], f32 losses[10] of 10 AdamW steps
   gpt2_tiny_ref.bin  int32 header[256] = {20261122, 1, B, T, steps, optimizers},
                      int32 inputs[B*T], int32 targets[B*T], f32 logits[B*T*Vp],
                      f32 loss, f32 grads[num_params] (same order as the weights),
@@ -220,6 +225,54 @@ def main():
         for curve in losses:
             f.write(struct.pack(f"<{STEPS}f", *curve))
     print(f"loss {loss.item():.6f}; wrote {out}/gpt2_tiny.bin and gpt2_tiny_ref.bin")
+    write_mlp(out)
+
+
+MLP_SIZES, MLP_B = [20, 16, 12, 5], 8
+
+
+def write_mlp(out):
+    gen = torch.Generator().manual_seed(20261123)
+    layers = []
+    for i, o in zip(MLP_SIZES[:-1], MLP_SIZES[1:]):
+        bound = 1 / math.sqrt(i)
+        w = ((torch.rand(o, i, generator=gen) * 2 - 1) * bound).requires_grad_(True)
+        b = ((torch.rand(o, generator=gen) * 2 - 1) * bound).requires_grad_(True)
+        layers += [w, b]
+    x = torch.randn(MLP_B, MLP_SIZES[0], generator=gen)
+    y = torch.randint(0, MLP_SIZES[-1], (MLP_B,), generator=gen)
+
+    def fwd(p):
+        h = x
+        for k in range(0, len(p), 2):
+            h = F.linear(h, p[k], p[k + 1])
+            if k + 2 < len(p):
+                h = F.relu(h)
+        return h, F.cross_entropy(h, y)
+
+    logits, loss = fwd(layers)
+    loss.backward()
+    p = [t.detach().clone().requires_grad_(True) for t in layers]
+    opt = torch.optim.AdamW(p, lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    curve = []
+    for _ in range(10):
+        opt.zero_grad()
+        _, l = fwd(p)
+        curve.append(l.item())
+        l.backward()
+        opt.step()
+    with open(os.path.join(out, "mlp_tiny_ref.bin"), "wb") as f:
+        f.write(struct.pack("8i", 20261123, len(MLP_SIZES), *MLP_SIZES, MLP_B, 0))
+        for t in layers:
+            f.write(t.detach().numpy().astype("<f4").tobytes())
+        f.write(x.numpy().astype("<f4").tobytes())
+        f.write(y.numpy().astype("<i4").tobytes())
+        f.write(logits.detach().numpy().astype("<f4").tobytes())
+        f.write(struct.pack("<f", loss.item()))
+        for t in layers:
+            f.write(t.grad.numpy().astype("<f4").tobytes())
+        f.write(struct.pack("<10f", *curve))
+    print(f"mlp: loss {loss.item():.6f}, AdamW {curve[0]:.6f} -> {curve[-1]:.6f}; wrote {out}/mlp_tiny_ref.bin")
 
 
 if __name__ == "__main__":

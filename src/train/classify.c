@@ -132,7 +132,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
         }
     }
     if (!st) st = dt_optim_create(&c->opt, np, spans, 2 * L, &opt);
-    if (!st && c->metrics && !quiet && !(metrics = fopen(c->metrics, "w")))
+    if (!st && c->metrics && rank == 0 && !(metrics = fopen(c->metrics, "w")))
         st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
     x = malloc((size_t)B * tr.dim * sizeof(float));
     y = malloc((size_t)B * sizeof(int32_t));
