@@ -10,6 +10,8 @@
 
 #include "dtrain/base.h"
 
+#include <stdbool.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -59,6 +61,12 @@ int dt_comm_local_rank(const dt_comm *comm);
 int dt_comm_local_size(const dt_comm *comm);
 int dt_comm_node(const dt_comm *comm);
 int dt_comm_nodes(const dt_comm *comm);
+/* True (with the reason in msg) once the job is failing: a rank on this
+ * machine died or exited without dt_comm_destroy, or the job was aborted.
+ * Reads shared state only, so a watchdog thread may call it while the
+ * owner runs collectives (dtrain train stops within a second this way even
+ * in the middle of a long backward). */
+bool dt_comm_failed(dt_comm *comm, char *msg, size_t cap);
 /* "self", "shm", "mpi" or "shm+mpi". */
 const char *dt_comm_transport(const dt_comm *comm);
 

@@ -23,6 +23,7 @@ typedef struct {
     dt_schedule_kind schedule;
     int warmup;
     const char *save, *metrics;
+    int save_every;           /* also save every N steps (0: only at the end) */
     int quiet;
     int recompute;            /* activation checkpointing */
     int attention;            /* dt_attn_mode */
@@ -41,6 +42,15 @@ int dt_train_run(const dt_train_config *c);
  * c->data (a directory; Fashion-MNIST's by default), over the job's ranks
  * (w may be NULL); returns a process exit code. */
 int dt_classify_run(const dt_train_config *c, dt_comm *w);
+
+/* Watches the job from a thread of its own: once another rank dies or the
+ * job is aborted, logs why and ends this rank within ~20 ms, after any
+ * checkpoint being written under dt_watchdog_hold(wd, 1) is finished.
+ * NULL (and nothing started) for a single-rank job. */
+typedef struct dt_watchdog dt_watchdog;
+dt_status dt_watchdog_start(dt_comm *w, dt_watchdog **out);
+void dt_watchdog_hold(dt_watchdog *wd, int on);
+void dt_watchdog_stop(dt_watchdog *wd);
 
 /* Sampling from a trained model: the prompt's tokens, then `count` tokens
  * drawn at `temperature` from the top_k most likely (0 = all); each new

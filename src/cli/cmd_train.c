@@ -27,7 +27,7 @@ static void usage(FILE *f) {
             "  --schedule constant|cosine (constant)  --warmup N (0)  --lr-min X (0)\n"
             "  --shuffle SEED     shuffle batch order (default: file order, as llm.c)\n"
             "  --save FILE        model file at the end, written atomically: FILE.safetensors in HF\n"
-            "                     layout, anything else in llm.c's format\n"
+            "                     layout, anything else in llm.c's format; --save-every N: also every N steps\n"
             "  --metrics FILE     one JSON line per step\n"
             "  --threads N        threads per rank for BLAS and OpenMP (0 = all cores, the default)\n"
             "  --nproc N          data parallelism over N local ranks (1); under mpirun/srun, the job's ranks\n"
@@ -85,6 +85,7 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--seq") && x >= 1) c.seq = (int)x;
         else if (!strcmp(f, "--steps") && x >= 1) c.steps = (int)x;
         else if (!strcmp(f, "--epochs") && x >= 1) c.epochs = (int)x;
+        else if (!strcmp(f, "--save-every")) c.save_every = (int)x;
         else if (!strcmp(f, "--grad-accum") && x >= 1) c.grad_accum = (int)x;
         else if (!strcmp(f, "--eval-every")) c.eval_every = (int)x;
         else if (!strcmp(f, "--eval-batches") && x >= 1) c.eval_batches = (int)x;

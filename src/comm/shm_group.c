@@ -265,3 +265,18 @@ dt_status dt_group_check_peers(dt_comm *c, int waiting_for) {
     }
     return DT_OK;
 }
+
+bool dt_comm_failed(dt_comm *c, char *msg, size_t cap) {
+    if (!c || !c->seg) return false;
+    const char *m = dt_segment_abort_message(c->seg);
+    if (m) { snprintf(msg, cap, "%s", m); return true; }
+    for (int j = 0; j < c->local_size; j++) {
+        int p = c->proc_of[j];
+        seg_proc *pr = &c->seg->hdr->proc[p];
+        if (j != c->local_rank && dt_segment_proc_dead(c->seg, p) && atomic_load(&pr->state) != PROC_FINALIZED) {
+            snprintf(msg, cap, "rank %d (pid %d) died", atomic_load(&pr->world_rank), (int)atomic_load(&pr->pid));
+            return true;
+        }
+    }
+    return false;
+}

@@ -78,6 +78,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
     dt_images tr = { 0 }, te = { 0 };
     dt_mlp *m = NULL;
     dt_ddp *ddp = NULL;
+    dt_watchdog *wd = NULL;
     dt_optim *opt = NULL;
     FILE *metrics = NULL;
     float *x = NULL;
@@ -132,6 +133,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
         }
     }
     if (!st) st = dt_optim_create(&c->opt, np, spans, 2 * L, &opt);
+    if (!st) st = dt_watchdog_start(p > 1 ? w : NULL, &wd);
     if (!st && c->metrics && rank == 0 && !(metrics = fopen(c->metrics, "w")))
         st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
     x = malloc((size_t)B * tr.dim * sizeof(float));
@@ -198,6 +200,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
     free(ips);
     rc = 0;
 out:
+    dt_watchdog_stop(wd);
     if (metrics) fclose(metrics);
     if (m) dt_mlp_set_grad_hook(m, NULL, NULL);
     if (m) dt_mlp_set_grad_storage(m, NULL);

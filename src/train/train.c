@@ -163,6 +163,7 @@ int dt_train_run(const dt_train_config *c0) {
     if (rank != 0) { cc.quiet = 1; cc.metrics = NULL; cc.save = NULL; } /* one voice */
     dt_kernels_set_threads(c->threads);
     dt_ddp *ddp = NULL;
+    dt_watchdog *wd = NULL;
     dt_gpt2 *m = NULL;
     dt_tokens *train = NULL, *val = NULL;
     dt_loader *tl = NULL, *vl = NULL;
@@ -202,6 +203,7 @@ int dt_train_run(const dt_train_config *c0) {
     size_t BT = (size_t)c->batch * c->seq;
     int32_t *in = malloc(BT * 4), *tg = malloc(BT * 4);
     bool tty = isatty(STDOUT_FILENO) && !c->quiet;
+    if (!st && (st = dt_watchdog_start(nranks > 1 ? w : NULL, &wd))) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
     if (!c->quiet)
         printf("model %s: %d layers, %d heads, %d channels, vocab %d (padded %d), %.2fM parameters; "
                "batch %d x %d x %d accumulation x %d ranks, %s, %d threads per rank\n",
@@ -251,6 +253,13 @@ int dt_train_run(const dt_train_config *c0) {
             fprintf(metrics, "}\n");
             fflush(metrics);
         }
+        /* a checkpoint every save_every steps, atomically: a crash leaves the last one whole */
+        if (c->save && c->save_every > 0 && (step + 1) % c->save_every == 0 && step + 1 < c->steps) {
+            dt_watchdog_hold(wd, 1);
+            dt_status ss = save_model(c->save, m);
+            dt_watchdog_hold(wd, 0);
+            if (ss) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+        }
         if (!c->quiet) {
             double eta = (dt_time_now() - t_start) / (step + 1) * (c->steps - step - 1);
             int width = 24, done = (int)((double)(step + 1) / c->steps * width);
@@ -267,7 +276,10 @@ int dt_train_run(const dt_train_config *c0) {
     free(in);
     free(tg);
     if (c->save) {
-        if (save_model(c->save, m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+        dt_watchdog_hold(wd, 1);
+        dt_status ss = save_model(c->save, m);
+        dt_watchdog_hold(wd, 0);
+        if (ss) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
         if (!c->quiet) printf("saved %s\n", c->save);
     }
     if (!c->quiet) {
@@ -277,6 +289,7 @@ int dt_train_run(const dt_train_config *c0) {
     }
     rc = 0;
 out:
+    dt_watchdog_stop(wd);
     if (metrics) fclose(metrics);
     dt_ddp_destroy(ddp);
     dt_optim_destroy(opt);
