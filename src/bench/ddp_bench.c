@@ -66,14 +66,12 @@ static int run_dtrain(const dt_bench_train_opts *o, int nproc, const char *self,
     return rc ? 1 : 0;
 }
 
-static int run_torch(const dt_bench_train_opts *o, int nproc, const char *self, const char *weights, double *ms) {
+static int run_torch(const dt_bench_train_opts *o, int nproc, const char *weights, double *ms) {
     char cmd[PATH_MAX * 3];
-    /* Debian's torch calls the system OpenBLAS, which ignores torch.set_num_threads. */
-    snprintf(cmd, sizeof cmd,
-             "script=%s/../bench/torch_ddp.py; [ -f \"$script\" ] || script=bench/torch_ddp.py; "
-             "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d /usr/bin/python3 \"$script\" --nproc %d --weights %s "
-             "--batch %d --seq %d --steps %d --warmup %d --threads %d",
-             self, o->threads, o->threads, nproc, weights, o->batch, o->seq, o->steps, o->warmup, o->threads);
+    if (dt_bench_python_cmd(cmd, sizeof cmd, "torch_ddp.py", o->threads)) return 1;
+    size_t len = strlen(cmd);
+    snprintf(cmd + len, sizeof cmd - len, "--nproc %d --weights %s --batch %d --seq %d --steps %d --warmup %d --threads %d",
+             nproc, weights, o->batch, o->seq, o->steps, o->warmup, o->threads);
     FILE *p = popen(cmd, "r");
     if (!p) return 1;
     *ms = median_key(p, "ms", 0, o->steps);
@@ -123,7 +121,7 @@ int dt_bench_train_ddp(const dt_bench_train_opts *o) {
         for (int i = 0; i < nn && !rc; i++) {
             int n = o->nprocs[i];
             rc = run_dtrain(o, n, self, weights, data, &dms[i][r], &dex[i][r]);
-            if (!rc && o->baseline) rc = run_torch(o, n, self, weights, &tms[i][r]);
+            if (!rc && o->baseline) rc = run_torch(o, n, weights, &tms[i][r]);
             if (!rc && !o->json) {
                 printf("round %d, %d rank(s): dtrain %.1f ms/step, %.1f tok/s total", r + 1, n, dms[i][r],
                        (double)n * o->batch * o->seq / (dms[i][r] / 1e3));

@@ -1,6 +1,8 @@
-/* Medians and the executable's directory, for every benchmark. */
+/* Medians, the executable's directory and the baselines' command lines, for every benchmark. */
 #include "measure.h"
 
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,4 +25,17 @@ int dt_bench_self_dir(char *out, size_t cap) {
     char *slash = strrchr(out, '/');
     if (slash) *slash = 0;
     return 0;
+}
+
+int dt_bench_python_cmd(char *out, size_t cap, const char *script, int threads) {
+    char self[PATH_MAX];
+    if (dt_bench_self_dir(self, sizeof self)) return 1;
+    /* build/dtrain -> bench/SCRIPT in the source tree next to build/. Debian's
+     * torch calls the system OpenBLAS, which ignores torch.set_num_threads:
+     * give both the same budget, or the baseline oversubscribes itself. */
+    int n = snprintf(out, cap,
+                     "script=%s/../bench/%s; [ -f \"$script\" ] || script=bench/%s; "
+                     "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d /usr/bin/python3 \"$script\" ",
+                     self, script, script, threads, threads);
+    return n < 0 || (size_t)n >= cap;
 }

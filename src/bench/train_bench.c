@@ -81,16 +81,11 @@ static int run_dtrain(dt_gpt2 *m, const dt_bench_train_opts *o, int round, doubl
 }
 
 static int run_torch(const dt_bench_train_opts *o, const char *weights, int round, double *ms_out) {
-    char self[PATH_MAX], cmd[PATH_MAX * 2 + 256];
-    if (dt_bench_self_dir(self, sizeof self)) return 1;
-    /* build/dtrain -> bench/torch_gpt2.py in the source tree next to build/ */
-    snprintf(cmd, sizeof cmd,
-             "script=%s/../bench/torch_gpt2.py; [ -f \"$script\" ] || script=bench/torch_gpt2.py; "
-             /* Debian's torch calls the system OpenBLAS, which ignores torch.set_num_threads:
-              * give both the same budget, or the baseline oversubscribes itself. */
-             "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d "
-             "/usr/bin/python3 \"$script\" --weights %s --batch %d --seq %d --steps %d --warmup %d --threads %d",
-             self, o->threads, o->threads, weights, o->batch, o->seq, o->steps, o->warmup, o->threads);
+    char cmd[PATH_MAX * 2 + 256];
+    if (dt_bench_python_cmd(cmd, sizeof cmd, "torch_gpt2.py", o->threads)) return 1;
+    size_t len = strlen(cmd);
+    snprintf(cmd + len, sizeof cmd - len, "--weights %s --batch %d --seq %d --steps %d --warmup %d --threads %d", weights,
+             o->batch, o->seq, o->steps, o->warmup, o->threads);
     FILE *p = popen(cmd, "r");
     if (!p) return 1;
     char line[512];

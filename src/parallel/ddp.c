@@ -18,6 +18,7 @@
  * the end the ranks exchange their B*T rows and tokens (an allgather, ~1% of
  * wte's size) and add everyone's rows / N, in rank order, on every rank. */
 #include "dtrain/parallel.h"
+#include "dtrain/kernels.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -49,16 +50,16 @@ struct dt_ddp {
 };
 
 /* Ranges of gradient unit u (L+1: wte; L: final LayerNorm; 0..L-1: block; -1: wpe). */
-static int unit_ranges(const dt_gpt2 *m, int u, range *out) {
+static int unit_ranges(const dt_gpt2 *m, int u, dt_grad_range *out) {
     int L = dt_gpt2_get_config(m)->num_layers, n = 0;
     for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
         size_t off, cnt;
         dt_gpt2_tensor(m, i, NULL, &off, &cnt);
         bool per_layer = i >= 2 && i < 14;
-        if (u == L + 1 && i == 0) out[n++] = (range){ off, cnt };
-        else if (u == L && (i == 14 || i == 15)) out[n++] = (range){ off, cnt };
-        else if (u == -1 && i == 1) out[n++] = (range){ off, cnt };
-        else if (u >= 0 && u < L && per_layer) out[n++] = (range){ off + (size_t)u * (cnt / L), cnt / L };
+        if (u == L + 1 && i == 0) out[n++] = (dt_grad_range){ u, off, cnt };
+        else if (u == L && (i == 14 || i == 15)) out[n++] = (dt_grad_range){ u, off, cnt };
+        else if (u == -1 && i == 1) out[n++] = (dt_grad_range){ u, off, cnt };
+        else if (u >= 0 && u < L && per_layer) out[n++] = (dt_grad_range){ u, off + (size_t)u * (cnt / L), cnt / L };
     }
     return n;
 }
@@ -74,7 +75,8 @@ static dt_request **next_request(dt_ddp *d) {
     return &d->reqs[d->nreqs];
 }
 
-/* Unit -1: this rank's embedding rows and tokens go to every rank. */
+/* Unit -1: this rank's embedding rows, already divided by N, and its tokens
+ * go to every rank. */
 static dt_status send_rows(dt_ddp *d) {
     const int32_t *tok;
     int n;
@@ -89,8 +91,8 @@ static dt_status send_rows(dt_ddp *d) {
         if (st) return st;
         d->rows_cap = per;
     }
-    float *mine = d->rows + (size_t)p * per;
-    memcpy(mine, dx, (size_t)n * C * sizeof(float));
+    float *mine = d->rows + (size_t)p * per, inv = 1.0f / (float)p;
+    for (size_t i = 0; i < (size_t)n * C; i++) mine[i] = dx[i] * inv;
     memcpy(mine + (size_t)n * C, tok, (size_t)n * sizeof(int32_t));
     d->ntok = n;
     dt_request **r = next_request(d);
@@ -100,24 +102,19 @@ static dt_status send_rows(dt_ddp *d) {
     return st;
 }
 
-/* After every request: wte (averaged) += sum over ranks of their rows / N. */
+/* After every request: wte (averaged) += every rank's rows, in rank order
+ * (wte is tensor 0, at offset 0 of the store). */
 static void add_rows(dt_ddp *d) {
     int C = dt_gpt2_get_config(d->m)->channels, p = dt_comm_size(d->c), n = d->ntok;
     size_t per = (size_t)n * C + (size_t)n;
-    float *wte = d->grads, inv = 1.0f / (float)p;
     for (int r = 0; r < p; r++) {
         const float *dx = d->rows + (size_t)r * per;
-        const int32_t *tok = (const int32_t *)(dx + (size_t)n * C);
-        for (int i = 0; i < n; i++) {
-            float *w = wte + (size_t)tok[i] * C;
-            const float *g = dx + (size_t)i * C;
-            for (int c = 0; c < C; c++) w[c] += g[c] * inv;
-        }
+        dt_embedding_backward(d->grads, NULL, dx, (const int32_t *)(dx + (size_t)n * C), 1, n, C);
     }
     d->ntok = 0;
 }
 
-static void on_grads(int unit, void *ctx) {
+void dt_ddp_grad_hook(int unit, void *ctx) {
     dt_ddp *d = ctx;
     if (!d->sync || d->err) return;
     for (int k = 0; k < d->nb; k++) {
@@ -169,25 +166,20 @@ dt_status dt_ddp_create_ranges(dt_comm *c, size_t nparams, const dt_grad_range *
 
 float *dt_ddp_grads(dt_ddp *d) { return d->grads; }
 
-void dt_ddp_grad_hook(int unit, void *ddp) { on_grads(unit, ddp); }
 
 dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out) {
     *out = NULL;
     int L = dt_gpt2_get_config(m)->num_layers, nr = 0;
     dt_grad_range *r = calloc((size_t)(L + 3) * DT_GPT2_NTENSORS, sizeof *r);
     if (!r) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
-    range tmp[DT_GPT2_NTENSORS];
-    for (int u = L + 1; u >= -1; u--) { /* backward's order */
-        int n = unit_ranges(m, u, tmp);
-        for (int k = 0; k < n; k++) r[nr++] = (dt_grad_range){ u, tmp[k].off, tmp[k].count };
-    }
+    for (int u = L + 1; u >= -1; u--) nr += unit_ranges(m, u, r + nr); /* backward's order */
     dt_status st = dt_ddp_create_ranges(c, dt_gpt2_num_params(m), r, nr, bucket_first, bucket_bytes, out);
     free(r);
     if (st) return st;
     dt_ddp *d = *out;
     d->m = m;
     dt_gpt2_set_grad_storage(m, d->grads);
-    dt_gpt2_set_grad_hook(m, on_grads, d);
+    dt_gpt2_set_grad_hook(m, dt_ddp_grad_hook, d);
     dt_ddp_begin(d, 1);
     return DT_OK;
 }

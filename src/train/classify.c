@@ -64,6 +64,24 @@ static double test_accuracy(dt_comm *w, dt_mlp *m, const dt_images *t, int B, fl
     return all[0] / all[1];
 }
 
+/* Every rank must train the same thing on the same data: each compares
+ * every rank with rank 0 (one allgather), so all fail together. */
+static dt_status check_same(dt_comm *w, const dt_images *tr, const dt_images *te, int B, int epochs, size_t np) {
+    enum { K = 6 };
+    static const char *what[K] = { "training images", "test images", "pixels per image", "batch", "epochs", "parameters" };
+    int p = dt_comm_size(w);
+    int64_t mine[K] = { tr->n, te->n, tr->dim, B, epochs, (int64_t)np }, *all = malloc(sizeof mine * (size_t)p);
+    if (!all) return dt_error(DT_ERR_NOMEM, "out of memory");
+    dt_status st = dt_comm_allgather(w, mine, all, K, DT_I64);
+    for (int r = 1; !st && r < p; r++)
+        for (int i = 0; !st && i < K; i++)
+            if (all[(size_t)r * K + i] != all[i])
+                st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 has %lld %s, rank %d has %lld", (long long)all[i], what[i], r,
+                              (long long)all[(size_t)r * K + i]);
+    free(all);
+    return st;
+}
+
 static void mean_sd(const double *v, int n, double *mean, double *sd) {
     double s = 0, q = 0;
     for (int i = 0; i < n; i++) s += v[i];
@@ -95,21 +113,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
         sizes[ns++] = tr.classes > te.classes ? tr.classes : te.classes;
         st = dt_mlp_create(sizes, ns, &m);
     }
-    if (!st && w) {
-        /* every rank must train the same thing on the same data */
-        int64_t mine[6] = { tr.n, te.n, tr.dim, B, c->epochs, (int64_t)dt_mlp_num_params(m) }, r0[6];
-        memcpy(r0, mine, sizeof r0);
-        st = dt_comm_broadcast(w, r0, 6, DT_I64, 0);
-        static const char *what[6] = { "training images", "test images", "pixels per image", "batch", "epochs", "parameters" };
-        for (int i = 0; !st && i < 6; i++)
-            if (r0[i] != mine[i])
-                st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 has %lld %s, rank %d has %lld", (long long)r0[i], what[i], rank,
-                              (long long)mine[i]);
-        /* a rank that failed its own check must not leave rank 0 waiting: agree on the outcome */
-        int32_t bad = st != DT_OK, any = 0;
-        dt_status s2 = dt_comm_allreduce(w, &bad, &any, 1, DT_I32, DT_MAX);
-        if (!st && (s2 || any)) st = s2 ? s2 : dt_error(DT_ERR_ARG, "another rank's data or settings differ (see its message)");
-    }
+    if (!st && w) st = check_same(w, &tr, &te, B, c->epochs, dt_mlp_num_params(m));
     if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
     dt_mlp_init_random(m, c->seed);
     int L = dt_mlp_num_layers(m);

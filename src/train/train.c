@@ -84,10 +84,13 @@ static dt_status build_model(const dt_train_config *c, dt_gpt2 **out) {
 }
 
 /* .safetensors (HF layout, f32) or llm.c by the file name. */
-static dt_status save_model(const char *path, dt_gpt2 *m) {
+/* The watchdog waits for the file to be whole before it may end the rank. */
+static dt_status save_model(const char *path, dt_gpt2 *m, dt_watchdog *wd) {
     size_t n = strlen(path);
-    if (n > 12 && !strcmp(path + n - 12, ".safetensors")) return dt_safetensors_save(path, m, DT_F32);
-    return dt_llmc_save(path, m);
+    dt_watchdog_hold(wd, 1);
+    dt_status st = n > 12 && !strcmp(path + n - 12, ".safetensors") ? dt_safetensors_save(path, m, DT_F32) : dt_llmc_save(path, m);
+    dt_watchdog_hold(wd, 0);
+    return st;
 }
 
 static float evaluate(dt_comm *w, dt_gpt2 *m, dt_loader *l, int batches, int B, int T, int32_t *in, int32_t *tg) {
@@ -254,11 +257,10 @@ int dt_train_run(const dt_train_config *c0) {
             fflush(metrics);
         }
         /* a checkpoint every save_every steps, atomically: a crash leaves the last one whole */
-        if (c->save && c->save_every > 0 && (step + 1) % c->save_every == 0 && step + 1 < c->steps) {
-            dt_watchdog_hold(wd, 1);
-            dt_status ss = save_model(c->save, m);
-            dt_watchdog_hold(wd, 0);
-            if (ss) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+        if (c->save && c->save_every > 0 && (step + 1) % c->save_every == 0 && step + 1 < c->steps &&
+            save_model(c->save, m, wd)) {
+            dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+            goto out;
         }
         if (!c->quiet) {
             double eta = (dt_time_now() - t_start) / (step + 1) * (c->steps - step - 1);
@@ -276,10 +278,7 @@ int dt_train_run(const dt_train_config *c0) {
     free(in);
     free(tg);
     if (c->save) {
-        dt_watchdog_hold(wd, 1);
-        dt_status ss = save_model(c->save, m);
-        dt_watchdog_hold(wd, 0);
-        if (ss) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+        if (save_model(c->save, m, wd)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
         if (!c->quiet) printf("saved %s\n", c->save);
     }
     if (!c->quiet) {
