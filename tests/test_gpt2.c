@@ -1,7 +1,8 @@
 /* GPT-2 against PyTorch (fixtures from scripts/make_fixtures.py): logits,
  * loss (1e-5 relative), every parameter gradient (1e-4 of the tensor's
  * largest reference value), 10-step loss curves of AdamW, SGD, LAMB and LARS
- * (1e-4 relative); and llm.c checkpoint round trips, bit for bit.
+ * (1e-4 relative), SGD and AdamW updated in pieces as DDP does (bit for
+ * bit); and llm.c checkpoint round trips, bit for bit.
  * usage: test_gpt2 FIXTURE_DIR */
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
@@ -28,6 +29,52 @@ static void optimizer_for(int k, dt_optim_config *c, float *lr) {
     case 2: *lr = 0.01f; c->eps = 1e-6f; break;
     default: *lr = 0.1f; c->momentum = 0.9f; c->trust_coef = 0.02f; break;
     }
+}
+
+/* The elementwise optimizers updated in pieces (as DDP does inside
+ * backward: uneven ranges, last first) take exactly dt_optim_step's steps,
+ * and the sums of squares they return make the gradient norm. */
+static void check_pieces(dt_gpt2 *m, const char *path, const dt_optim_config *oc, float lr, const int32_t *in,
+                         const int32_t *tg, int B, int T) {
+    size_t np = dt_gpt2_num_params(m);
+    float *whole = malloc(np * sizeof(float));
+    double worst_norm = 0;
+    for (int pass = 0; pass < 2 && whole; pass++) {
+        dt_optim *o = NULL;
+        float loss;
+        if (dt_llmc_load_into(path, m) || dt_optim_create(oc, np, NULL, 0, &o)) { EXPECT(0, "%s", dt_last_error()); break; }
+        dt_gpt2_zero_grad(m);
+        for (int s = 0; s < 3; s++) {
+            dt_gpt2_forward(m, in, tg, B, T, &loss);
+            dt_gpt2_backward(m, 1.0f);
+            double want = dt_grad_norm(dt_gpt2_grads(m), np), got;
+            if (pass == 0) {
+                got = dt_optim_step(o, dt_gpt2_params(m), dt_gpt2_grads(m), lr, 1);
+            } else {
+                dt_optim_begin(o);
+                double ss = 0;
+                for (size_t end = np, n = 1; end > 0; n = n * 7 + 3) {
+                    size_t len = n < end ? n : end;
+                    ss += dt_optim_update(o, dt_gpt2_params(m), dt_gpt2_grads(m), lr, end - len, len, 1);
+                    end -= len;
+                }
+                got = sqrt(ss);
+            }
+            worst_norm = fmax(worst_norm, fabs(got - want) / want);
+        }
+        if (pass == 0) memcpy(whole, dt_gpt2_params(m), np * sizeof(float));
+        else EXPECT(!memcmp(whole, dt_gpt2_params(m), np * sizeof(float)), "%s in pieces differs from one step",
+                    dt_optim_kind_name(oc->kind));
+        int zeroed = 1;
+        for (size_t i = 0; i < np; i++) zeroed &= dt_gpt2_grads(m)[i] == 0;
+        EXPECT(zeroed, "%s: gradients not zeroed (pass %d)", dt_optim_kind_name(oc->kind), pass);
+        dt_optim_destroy(o);
+    }
+    EXPECT(worst_norm < 1e-6, "%s: the norm from the update differs from dt_grad_norm by %.3g", dt_optim_kind_name(oc->kind),
+           worst_norm);
+    printf("%s in pieces: the same parameters as one step; norm from the pass within %.2g\n", dt_optim_kind_name(oc->kind),
+           worst_norm);
+    free(whole);
 }
 
 int main(int argc, char **argv) {
@@ -148,6 +195,7 @@ int main(int argc, char **argv) {
         printf("%s: %d-step losses %.5f -> %.5f, worst relative difference %.2g\n", dt_optim_kind_name(oc.kind), steps,
                curves[k * steps], curves[k * steps + steps - 1], cw);
         dt_optim_destroy(o);
+        if (oc.kind == DT_OPT_SGD || oc.kind == DT_OPT_ADAMW) check_pieces(m, path, &oc, lr, in, tg, B, T);
     }
 
     /* The same weights written by PyTorch's side in HF layout, and as llm.c bf16. */

@@ -35,8 +35,18 @@ dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_
 void dt_optim_destroy(dt_optim *o);
 /* One update of params[0..n) from grads at learning rate lr. With
  * zero_grads the gradients are zeroed in the same pass (saves one trip
- * through memory per step). */
-void dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zero_grads);
+ * through memory per step). Returns the L2 norm of the gradients it read,
+ * summed in the same pass. */
+double dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zero_grads);
+/* The same step in pieces, for the elementwise optimizers (SGD, AdamW), so
+ * that parts of the model can be updated as soon as their gradients are
+ * final: dt_optim_begin starts a step, then dt_optim_update covers
+ * [off, off+n) of the slice (params and grads point at the slice's start);
+ * every element once per step, in any order, gives exactly dt_optim_step's
+ * result. Returns the sum of squares of the gradients it read. */
+int dt_optim_elementwise(const dt_optim *o);
+void dt_optim_begin(dt_optim *o);
+double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_t off, size_t n, int zero_grads);
 /* Bytes of optimizer state. */
 size_t dt_optim_state_bytes(const dt_optim *o);
 

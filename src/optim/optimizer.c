@@ -99,48 +99,89 @@ double dt_grad_clip(float *g, size_t n, double norm, float max_norm) {
     return norm;
 }
 
-static void adamw(dt_optim *o, float *p, float *g, float lr, int zero) {
-    const dt_optim_config *c = &o->cfg;
-    float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->t);
-    float step = lr / bc1, sbc2 = sqrtf(bc2), decay = 1.0f - lr * c->weight_decay;
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < o->n; i++) {
+/* The elementwise updates (SGD, AdamW) go through [a, b) of the slice in
+ * chunks of CHUNK elements, and return the sum of squares of the gradients
+ * they read: the norm comes free with the pass. Each chunk's gradients are
+ * zeroed after its loop, while they are still in cache: a conditional store
+ * inside the loop kept GCC from vectorising it (4x slower). */
+enum { CHUNK = 8192 };
+
+typedef struct {
+    float b1, b2, eps, step, sbc2, decay; /* AdamW */
+    float lr, mu, wd;                     /* SGD */
+    bool first, nesterov;
+} coef;
+
+typedef double (*chunk_fn)(const coef *k, float *restrict p, const float *restrict g, float *restrict m,
+                           float *restrict v, size_t n);
+
+static double adamw_chunk(const coef *k, float *restrict p, const float *restrict g, float *restrict mo,
+                          float *restrict vo, size_t n) {
+    float b1 = k->b1, b2 = k->b2, eps = k->eps, step = k->step, sbc2 = k->sbc2, decay = k->decay;
+    double ss = 0;
+    #pragma omp simd reduction(+ : ss)
+    for (size_t i = 0; i < n; i++) {
         /* torch: p *= 1 - lr wd; m, v updated; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps) */
-        float m = c->beta1 * o->m[i] + (1.0f - c->beta1) * g[i];
-        float v = c->beta2 * o->v[i] + (1.0f - c->beta2) * g[i] * g[i];
-        o->m[i] = m;
-        o->v[i] = v;
-        p[i] = p[i] * decay - step * m / (sqrtf(v) / sbc2 + c->eps);
-        if (zero) g[i] = 0;
+        float gi = g[i];
+        ss += (double)gi * gi;
+        float m = b1 * mo[i] + (1.0f - b1) * gi;
+        float v = b2 * vo[i] + (1.0f - b2) * gi * gi;
+        mo[i] = m;
+        vo[i] = v;
+        p[i] = p[i] * decay - step * m / (sqrtf(v) / sbc2 + eps);
     }
+    return ss;
 }
 
-static void sgd(dt_optim *o, float *p, float *g, float lr, int zero) {
-    const dt_optim_config *c = &o->cfg;
-    bool first = o->t == 1;
-    #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < o->n; i++) {
-        float d = g[i] + c->weight_decay * p[i];
-        if (c->momentum > 0) {
+static double sgd_chunk(const coef *k, float *restrict p, const float *restrict g, float *restrict buf,
+                        float *restrict unused, size_t n) {
+    (void)unused;
+    float lr = k->lr, mu = k->mu, wd = k->wd;
+    bool first = k->first, nesterov = k->nesterov;
+    double ss = 0;
+    #pragma omp simd reduction(+ : ss)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        ss += (double)gi * gi;
+        float d = gi + wd * p[i];
+        if (mu > 0) {
             /* torch: the buffer starts as the first gradient (no dampening) */
-            float b = first ? d : c->momentum * o->m[i] + d;
-            o->m[i] = b;
-            d = c->nesterov ? d + c->momentum * b : b;
+            float m = first ? d : mu * buf[i] + d;
+            buf[i] = m;
+            d = nesterov ? d + mu * m : m;
         }
         p[i] -= lr * d;
-        if (zero) g[i] = 0;
     }
+    return ss;
 }
 
-static void lamb(dt_optim *o, float *p, float *g, float lr, int zero) {
+static double elementwise(dt_optim *o, float *p, float *g, float lr, size_t a, size_t b, int zero) {
     const dt_optim_config *c = &o->cfg;
     float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->t);
+    coef k = { c->beta1, c->beta2, c->eps, lr / bc1, sqrtf(bc2), 1.0f - lr * c->weight_decay,
+               lr, c->momentum, c->weight_decay, o->t == 1, c->nesterov != 0 };
+    chunk_fn f = c->kind == DT_OPT_ADAMW ? adamw_chunk : sgd_chunk;
+    double ss = 0;
+    #pragma omp parallel for reduction(+ : ss) schedule(static)
+    for (size_t s = a; s < b; s += CHUNK) {
+        size_t n = b - s < CHUNK ? b - s : CHUNK;
+        ss += f(&k, p + s, g + s, o->m + s, o->v ? o->v + s : NULL, n);
+        if (zero) memset(g + s, 0, n * sizeof *g);
+    }
+    return ss;
+}
+
+static double lamb(dt_optim *o, float *p, float *g, float lr, int zero) {
+    const dt_optim_config *c = &o->cfg;
+    float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->t);
+    double ss = 0;
     for (int s = 0; s < o->nspans; s++) {
         size_t a = o->spans[s].offset, n = o->spans[s].count;
         /* u = m^ / (sqrt(v^) + eps) + wd p, kept in v's place until the norms are known */
         double un = 0;
-        #pragma omp parallel for reduction(+ : un) schedule(static)
+        #pragma omp parallel for reduction(+ : un, ss) schedule(static)
         for (size_t i = a; i < a + n; i++) {
+            ss += (double)g[i] * g[i];
             float m = c->beta1 * o->m[i] + (1.0f - c->beta1) * g[i];
             float v = c->beta2 * o->v[i] + (1.0f - c->beta2) * g[i] * g[i];
             o->m[i] = m;
@@ -158,13 +199,16 @@ static void lamb(dt_optim *o, float *p, float *g, float lr, int zero) {
             if (zero) g[i] = 0;
         }
     }
+    return ss;
 }
 
-static void lars(dt_optim *o, float *p, float *g, float lr, int zero) {
+static double lars(dt_optim *o, float *p, float *g, float lr, int zero) {
     const dt_optim_config *c = &o->cfg;
+    double ss = 0;
     for (int s = 0; s < o->nspans; s++) {
         size_t a = o->spans[s].offset, n = o->spans[s].count;
         double wn = norm2(p + a, n), gn = norm2(g + a, n);
+        ss += gn * gn;
         float local = wn > 0 && gn > 0 ? (float)(c->trust_coef * wn / (gn + c->weight_decay * wn)) : 1.0f;
         #pragma omp parallel for schedule(static)
         for (size_t i = a; i < a + n; i++) {
@@ -175,16 +219,27 @@ static void lars(dt_optim *o, float *p, float *g, float lr, int zero) {
             if (zero) g[i] = 0;
         }
     }
+    return ss;
 }
 
-void dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zero_grads) {
+double dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zero_grads) {
     o->t++;
+    double ss = 0;
     switch (o->cfg.kind) {
-    case DT_OPT_ADAMW: adamw(o, params, grads, lr, zero_grads); break;
-    case DT_OPT_SGD: sgd(o, params, grads, lr, zero_grads); break;
-    case DT_OPT_LAMB: lamb(o, params, grads, lr, zero_grads); break;
-    case DT_OPT_LARS: lars(o, params, grads, lr, zero_grads); break;
+    case DT_OPT_ADAMW: case DT_OPT_SGD: ss = elementwise(o, params, grads, lr, 0, o->n, zero_grads); break;
+    case DT_OPT_LAMB: ss = lamb(o, params, grads, lr, zero_grads); break;
+    case DT_OPT_LARS: ss = lars(o, params, grads, lr, zero_grads); break;
     }
+    return sqrt(ss);
+}
+
+int dt_optim_elementwise(const dt_optim *o) { return o->cfg.kind == DT_OPT_SGD || o->cfg.kind == DT_OPT_ADAMW; }
+
+void dt_optim_begin(dt_optim *o) { o->t++; }
+
+double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_t off, size_t n, int zero_grads) {
+    if (off > o->n || n > o->n - off || !dt_optim_elementwise(o)) return 0;
+    return elementwise(o, params, grads, lr, off, off + n, zero_grads);
 }
 
 float dt_lr_at(dt_schedule_kind kind, float lr, float lr_min, int warmup, int total, int step) {
