@@ -43,6 +43,7 @@ typedef struct {
     int json;
     int nprocs[16];        /* data-parallel mode: rank counts to compare (0 entries: one process, in-line) */
     int nnprocs;
+    const char *train_flags; /* data-parallel mode: more flags for dtrain train (NULL: none) */
 } dt_bench_train_opts;
 
 void dt_bench_train_defaults(dt_bench_train_opts *o);

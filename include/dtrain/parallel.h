@@ -4,6 +4,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/model.h"
+#include "dtrain/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -13,8 +14,8 @@ typedef struct dt_ddp dt_ddp;
 
 /* Moves the model's gradients into the communicator's shared arena (so
  * every allreduce is zero-copy), groups them into buckets in the order
- * backward produces them (the first bucket_first bytes, then up to
- * bucket_bytes each), and hooks backward so that each bucket's nonblocking
+ * backward produces them (the first bucket_first bytes, or bucket_bytes if
+ * smaller, then up to bucket_bytes each), and hooks backward so that each bucket's nonblocking
  * allreduce (average) starts the moment its last gradient is written. */
 dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out);
 /* Any model: nparams gradients in the arena (dt_ddp_grads: the model must
@@ -27,13 +28,26 @@ dt_status dt_ddp_create_ranges(dt_comm *c, size_t nparams, const dt_grad_range *
 float *dt_ddp_grads(dt_ddp *d);
 void dt_ddp_grad_hook(int unit, void *ddp);
 void dt_ddp_destroy(dt_ddp *d);
+/* The optimizer in backward: with an elementwise optimizer (SGD, AdamW;
+ * dt_optim_elementwise), each bucket is updated (params, gradients zeroed)
+ * as soon as its allreduce is done, ranks taking turns at unit boundaries,
+ * instead of by a dt_optim_step after finish. NULL turns it off. The
+ * results are exactly dt_optim_step's. Not for gradient clipping, which
+ * needs the global norm before any update. */
+dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params);
 /* Before a micro-step's backward: sync 0 for the gradient-accumulation
- * micro-steps that do not synchronise, 1 for the last. */
-void dt_ddp_begin(dt_ddp *d, int sync);
-/* Waits for the step's allreduces; *exposed_ms gets the time spent waiting
- * (communication that backward did not hide). */
-dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms);
+ * micro-steps that do not synchronise, 1 for the last; lr: the step's
+ * learning rate, for the optimizer in backward. */
+void dt_ddp_begin(dt_ddp *d, int sync, float lr);
+/* Waits for the step's allreduces (and with the optimizer in backward,
+ * finishes the update); *exposed_ms gets the time spent waiting
+ * (communication that backward did not hide); *grad_norm the L2 norm of the
+ * averaged gradients when the optimizer ran in backward, else -1. */
+dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm);
 int dt_ddp_buckets(const dt_ddp *d);
+/* The share of the parameters that the last step updated inside backward
+ * (0 without the optimizer in backward). */
+double dt_ddp_updated_in_backward(const dt_ddp *d);
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,7 @@ typedef struct {
     int nproc;                /* local ranks to launch (data parallelism); 1 = this process */
     int epochs;               /* image classification (--model mlp) trains in epochs */
     double bucket_mb;         /* DDP bucket cap (the first bucket is 1 MiB) */
+    int step_at_end;          /* DDP: the optimizer after backward, not bucket by bucket inside it */
     int argc;                 /* the command line, re-executed for each rank */
     char **argv;
 } dt_train_config;

@@ -31,6 +31,8 @@ static void usage(FILE *f) {
             "  --metrics FILE     one JSON line per step\n"
             "  --threads N        threads per rank for BLAS and OpenMP (0 = all cores, the default)\n"
             "  --nproc N          data parallelism over N local ranks (1); under mpirun/srun, the job's ranks\n"
+            "  --step-at-end      DDP: run the optimizer after backward; by default SGD and AdamW without\n"
+            "                     --grad-clip update each bucket inside backward once its allreduce is done\n"
             "  --bucket-mb X      DDP gradient bucket cap in MiB (25; the first bucket is 1 MiB)\n"
             "  --seed N (1337)    initialisation\n"
             "  --recompute        activation checkpointing: recompute each block in backward (less memory)\n"
@@ -60,6 +62,7 @@ int dt_cli_train(int argc, char **argv) {
         if (!strcmp(f, "--nesterov")) { nesterov = 1; continue; }
         if (!strcmp(f, "--quiet")) { c.quiet = 1; continue; }
         if (!strcmp(f, "--recompute")) { c.recompute = 1; continue; }
+        if (!strcmp(f, "--step-at-end")) { c.step_at_end = 1; continue; }
         i++;
         if (!strcmp(f, "--config") && v) continue; /* read above */
         if (!strcmp(f, "--model") && v) c.model = v;

@@ -5,21 +5,34 @@
  * The gradients live in the shared arena (zero-copy allreduce). Backward
  * produces them unit by unit (wte's LM-head part, final LayerNorm, blocks
  * L-1..0, wpe); units are grouped into buckets, small first so communication
- * starts early, then up to a cap. In llm.c's flat order a block's gradients are spread over
- * 12 tensors, so a bucket is a list of ranges, each allreduced in place. The
- * moment backward reports a bucket's last unit, its allreduces go to the
- * communicator's progress thread and run while backward continues.
+ * starts early, then up to a cap. In llm.c's flat order a block's gradients
+ * are spread over 12 tensors, so a bucket is a list of ranges, each
+ * allreduced in place. The moment backward reports a bucket's last unit, its
+ * allreduces go to the communicator's progress thread and run while
+ * backward continues.
  *
  * wte is the largest tensor (a third of GPT-2 124M) and would be final only
  * after the very last kernel of backward, leaving its allreduce exposed.
  * Its gradient has two parts: the LM head's (dense, known first) and the
  * embedding's (only the B*T rows of this micro-batch's tokens). So the model
- * leaves the rows out, wte is averaged as soon as the LM head is done, and at
- * the end the ranks exchange their B*T rows and tokens (an allgather, ~1% of
- * wte's size) and add everyone's rows / N, in rank order, on every rank. */
+ * leaves the rows out, wte is averaged as soon as the LM head is done, the
+ * ranks exchange their tokens meanwhile, and at the end their B*T rows (an
+ * allgather, ~1% of wte's size); every rank adds everyone's rows / N, in
+ * rank order.
+ *
+ * The optimizer in backward (dt_ddp_set_optimizer; elementwise optimizers
+ * only): each bucket is updated as soon as its allreduce is done, from
+ * inside backward, instead of all of them after it. The update is
+ * memory-bound and the ranks run in step, so updating everything at the end
+ * has every core stream memory at once, each slowed by the others (on a
+ * 2-core VM: 40 ms alone, 52 ms side by side, for d6). Inside backward the
+ * ranks take turns, one unit boundary each, so one rank's update runs while
+ * the others compute. wte's rows that wait for the embedding's part are
+ * updated last. */
 #include "dtrain/parallel.h"
 #include "dtrain/kernels.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,23 +43,41 @@ typedef struct {
     int last_unit;       /* issue when backward reports this unit */
     range *ranges;
     int nranges;
+    int req0, nreq;      /* this step's requests, in dt_ddp.reqs */
 } bucket;
 
 struct dt_ddp {
     dt_comm *c;
     dt_gpt2 *m;          /* NULL for models that bring their own ranges */
     float *grads;        /* arena */
+    size_t nparams;
     bucket *b;
     int nb;
     range *all;          /* every bucket's ranges, bucket after bucket */
     int nall;
-    dt_request **reqs;
+    dt_request **reqs;   /* a waited request becomes NULL */
     int nreqs, reqcap;
     int sync;
     dt_status err;
-    float *rows;         /* arena: per rank, ntok x C row gradients then ntok tokens; then this rank's to send */
+    int issued;          /* buckets issued this step (they issue in order) */
+    /* GPT-2's deferred embedding rows */
+    int32_t *toks;       /* arena: every rank's tokens, then this rank's to send */
+    size_t toks_cap;
+    dt_request *tok_req;
+    int ntok;            /* tokens per rank this step; 0: none in flight */
+    float *rows;         /* arena: per rank, ntok x C row gradients; then this rank's to send */
     size_t rows_cap;     /* floats per rank */
-    int ntok;            /* tokens of the micro-batch whose rows are in flight */
+    /* the optimizer in backward */
+    dt_optim *opt;
+    float *params, lr;
+    int stepped;         /* buckets updated this step (in order) */
+    int turn;            /* unit boundaries seen this step */
+    uint8_t *touched;    /* per wte row: some rank's token, so updated after the rows are in */
+    size_t wte_n;        /* wte's elements, which start the store (0: no deferred rows) */
+    double sumsq;        /* of the gradients updated this step */
+    size_t done_n;       /* elements updated this step */
+    size_t early_n;      /* of which inside backward */
+    double last_early;   /* early_n / nparams of the last step */
 };
 
 /* Ranges of gradient unit u (L+1: wte; L: final LayerNorm; 0..L-1: block; -1: wpe). */
@@ -75,29 +106,43 @@ static dt_request **next_request(dt_ddp *d) {
     return &d->reqs[d->nreqs];
 }
 
-/* Unit -1: this rank's embedding rows, already divided by N, and its tokens
- * go to every rank. */
-static dt_status send_rows(dt_ddp *d) {
+/* An arena buffer of at least need elements of size sz (kept between steps). */
+static dt_status arena_reserve(dt_ddp *d, void **buf, size_t *cap, size_t need, size_t sz) {
+    if (need <= *cap) return DT_OK;
+    dt_comm_free(d->c, *buf);
+    *buf = NULL;
+    *cap = 0;
+    dt_status st = dt_comm_alloc(d->c, need * sz, buf);
+    if (!st) *cap = need;
+    return st;
+}
+
+/* Unit L+1: this rank's tokens go to every rank; they say which wte rows
+ * wait for the embedding's part. */
+static dt_status send_tokens(dt_ddp *d) {
     const int32_t *tok;
-    int n;
-    const float *dx = dt_gpt2_input_grad(d->m, &tok, &n);
-    int C = dt_gpt2_get_config(d->m)->channels, p = dt_comm_size(d->c);
-    size_t per = (size_t)n * C + (size_t)n;
-    if (per > d->rows_cap) {
-        dt_comm_free(d->c, d->rows);
-        d->rows = NULL;
-        d->rows_cap = 0;
-        dt_status st = dt_comm_alloc(d->c, per * (size_t)(p + 1) * sizeof(float), (void **)&d->rows);
-        if (st) return st;
-        d->rows_cap = per;
-    }
-    float *mine = d->rows + (size_t)p * per, inv = 1.0f / (float)p;
-    for (size_t i = 0; i < (size_t)n * C; i++) mine[i] = dx[i] * inv;
-    memcpy(mine + (size_t)n * C, tok, (size_t)n * sizeof(int32_t));
+    int n, p = dt_comm_size(d->c);
+    dt_gpt2_input_grad(d->m, &tok, &n);
+    dt_status st = arena_reserve(d, (void **)&d->toks, &d->toks_cap, (size_t)n * (size_t)(p + 1), sizeof(int32_t));
+    if (st) return st;
+    int32_t *mine = d->toks + (size_t)n * p;
+    memcpy(mine, tok, (size_t)n * sizeof *tok);
     d->ntok = n;
+    return dt_comm_iallgather(d->c, mine, d->toks, (size_t)n, DT_I32, &d->tok_req);
+}
+
+/* Unit -1: this rank's embedding rows, already divided by N, go to every rank. */
+static dt_status send_rows(dt_ddp *d) {
+    int n, C = dt_gpt2_get_config(d->m)->channels, p = dt_comm_size(d->c);
+    const float *dx = dt_gpt2_input_grad(d->m, NULL, &n);
+    size_t per = (size_t)n * C;
+    dt_status st = arena_reserve(d, (void **)&d->rows, &d->rows_cap, per * (size_t)(p + 1), sizeof(float));
+    if (st) return st;
+    float *mine = d->rows + (size_t)p * per, inv = 1.0f / (float)p;
+    for (size_t i = 0; i < per; i++) mine[i] = dx[i] * inv;
     dt_request **r = next_request(d);
     if (!r) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
-    dt_status st = dt_comm_iallgather(d->c, mine, d->rows, per, DT_F32, r);
+    st = dt_comm_iallgather(d->c, mine, d->rows, per, DT_F32, r);
     if (!st) d->nreqs++;
     return st;
 }
@@ -106,12 +151,72 @@ static dt_status send_rows(dt_ddp *d) {
  * (wte is tensor 0, at offset 0 of the store). */
 static void add_rows(dt_ddp *d) {
     int C = dt_gpt2_get_config(d->m)->channels, p = dt_comm_size(d->c), n = d->ntok;
-    size_t per = (size_t)n * C + (size_t)n;
-    for (int r = 0; r < p; r++) {
-        const float *dx = d->rows + (size_t)r * per;
-        dt_embedding_backward(d->grads, NULL, dx, (const int32_t *)(dx + (size_t)n * C), 1, n, C);
+    for (int r = 0; r < p; r++)
+        dt_embedding_backward(d->grads, NULL, d->rows + (size_t)r * n * C, d->toks + (size_t)r * n, 1, n, C);
+}
+
+/* Waits for *r unless already waited for, adding the time to *waited. */
+static dt_status wait_req(dt_request **r, double *waited) {
+    if (!*r) return DT_OK;
+    double t = dt_time_now();
+    dt_status st = dt_wait(*r);
+    *waited += dt_time_now() - t;
+    *r = NULL;
+    return st;
+}
+
+/* Done (or, with wait, waited for): the request is released. */
+static dt_status ready(dt_request **r, bool wait, double *waited, bool *done) {
+    *done = true;
+    if (!*r) return DT_OK;
+    if (!wait) {
+        int ok = 0;
+        dt_status st = dt_test(*r, &ok);
+        if (st) return st;
+        if (!ok) { *done = false; return DT_OK; }
     }
-    d->ntok = 0;
+    return wait_req(r, waited);
+}
+
+static void update(dt_ddp *d, size_t off, size_t n) {
+    d->sumsq += dt_optim_update(d->opt, d->params, d->grads, d->lr, off, n, 1);
+    d->done_n += n;
+}
+
+/* Updates [off, off+n), leaving out wte rows that some rank's tokens touch. */
+static void update_range(dt_ddp *d, size_t off, size_t n) {
+    size_t end = off + n, C = d->wte_n ? (size_t)dt_gpt2_get_config(d->m)->channels : 1;
+    while (off < end && off < d->wte_n) {
+        size_t row = off / C, stop = end < d->wte_n ? end : d->wte_n;
+        if (d->touched[row]) { off = (row + 1) * C < stop ? (row + 1) * C : stop; continue; }
+        size_t e = off;
+        while (e < stop && !d->touched[e / C]) e = (e / C + 1) * C < stop ? (e / C + 1) * C : stop;
+        update(d, off, e - off);
+        off = e;
+    }
+    if (off < end) update(d, off, end - off);
+}
+
+/* Updates the issued buckets in order, as far as their allreduces are done
+ * (with wait: all of them, waiting). */
+static dt_status step_buckets(dt_ddp *d, bool wait, double *waited) {
+    while (d->stepped < d->issued) {
+        bucket *k = &d->b[d->stepped];
+        bool done = true;
+        for (int i = 0; i < k->nreq && done; i++) {
+            dt_status st = ready(&d->reqs[k->req0 + i], wait, waited, &done);
+            if (st) return st;
+        }
+        if (done && d->tok_req && d->wte_n) {
+            dt_status st = ready(&d->tok_req, wait, waited, &done);
+            if (st) return st;
+            for (int i = 0; done && i < d->ntok * dt_comm_size(d->c); i++) d->touched[d->toks[i]] = 1;
+        }
+        if (!done) return DT_OK;
+        for (int r = 0; r < k->nranges; r++) update_range(d, k->ranges[r].off, k->ranges[r].count);
+        d->stepped++;
+    }
+    return DT_OK;
 }
 
 void dt_ddp_grad_hook(int unit, void *ctx) {
@@ -119,6 +224,7 @@ void dt_ddp_grad_hook(int unit, void *ctx) {
     if (!d->sync || d->err) return;
     for (int k = 0; k < d->nb; k++) {
         if (d->b[k].last_unit != unit) continue;
+        d->b[k].req0 = d->nreqs;
         for (int r = 0; r < d->b[k].nranges; r++) {
             dt_request **req = next_request(d);
             if (!req) { d->err = dt_error(DT_ERR_NOMEM, "ddp: out of memory"); return; }
@@ -127,8 +233,17 @@ void dt_ddp_grad_hook(int unit, void *ctx) {
             if (st) { d->err = st; return; }
             d->nreqs++;
         }
+        d->b[k].nreq = d->nreqs - d->b[k].req0;
+        d->issued = k + 1;
     }
-    if (unit == -1 && d->m) d->err = send_rows(d);
+    if (d->m && unit == dt_gpt2_get_config(d->m)->num_layers + 1) d->err = send_tokens(d);
+    if (d->m && unit == -1 && !d->err) d->err = send_rows(d);
+    /* one rank's turn per unit boundary */
+    double waited = 0;
+    if (d->opt && !d->err && d->turn++ % dt_comm_size(d->c) == dt_comm_rank(d->c)) {
+        d->err = step_buckets(d, false, &waited);
+        d->early_n = d->done_n;
+    }
 }
 
 dt_status dt_ddp_create_ranges(dt_comm *c, size_t nparams, const dt_grad_range *r, int nr, size_t bucket_first,
@@ -139,6 +254,7 @@ dt_status dt_ddp_create_ranges(dt_comm *c, size_t nparams, const dt_grad_range *
     range *all = calloc((size_t)nr + 1, sizeof *all);
     if (!d || !b || !all) { free(d); free(b); free(all); return dt_error(DT_ERR_NOMEM, "ddp: out of memory"); }
     d->c = c;
+    d->nparams = nparams;
     d->b = b;
     d->all = all;
     d->sync = 1;
@@ -147,7 +263,7 @@ dt_status dt_ddp_create_ranges(dt_comm *c, size_t nparams, const dt_grad_range *
     /* Buckets close at a unit boundary once they hold their cap. Each
      * bucket's ranges are a run of `all`; block l's slice of a tensor ends
      * where block l+1's begins, so those merge into one range. */
-    size_t have = 0, cap = bucket_first;
+    size_t have = 0, cap = bucket_first < bucket_bytes ? bucket_first : bucket_bytes;
     bucket *cur = NULL;
     for (int i = 0; i < nr; i++) {
         if (!cur) { cur = &d->b[d->nb++]; cur->ranges = all + d->nall; have = 0; }
@@ -166,7 +282,6 @@ dt_status dt_ddp_create_ranges(dt_comm *c, size_t nparams, const dt_grad_range *
 
 float *dt_ddp_grads(dt_ddp *d) { return d->grads; }
 
-
 dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out) {
     *out = NULL;
     int L = dt_gpt2_get_config(m)->num_layers, nr = 0;
@@ -180,7 +295,25 @@ dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t buck
     d->m = m;
     dt_gpt2_set_grad_storage(m, d->grads);
     dt_gpt2_set_grad_hook(m, dt_ddp_grad_hook, d);
-    dt_ddp_begin(d, 1);
+    dt_ddp_begin(d, 1, 0);
+    return DT_OK;
+}
+
+dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params) {
+    if (o && !dt_optim_elementwise(o)) return dt_error(DT_ERR_ARG, "ddp: only SGD and AdamW can update inside backward");
+    size_t covered = 0;
+    for (int i = 0; i < d->nall; i++) covered += d->all[i].count;
+    if (o && covered != d->nparams)
+        return dt_error(DT_ERR_ARG, "ddp: the gradient ranges cover %zu of %zu parameters", covered, d->nparams);
+    if (o && d->m && !d->touched) {
+        size_t off, cnt;
+        dt_gpt2_tensor(d->m, 0, NULL, &off, &cnt);
+        d->touched = calloc((size_t)dt_gpt2_get_config(d->m)->padded_vocab_size, 1);
+        if (!d->touched) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+        d->wte_n = cnt;
+    }
+    d->opt = o;
+    d->params = params;
     return DT_OK;
 }
 
@@ -192,6 +325,8 @@ void dt_ddp_destroy(dt_ddp *d) {
         dt_gpt2_set_grad_storage(d->m, NULL);
     }
     dt_comm_free(d->c, d->rows);
+    dt_comm_free(d->c, d->toks);
+    free(d->touched);
     free(d->all);
     free(d->b);
     free(d->reqs);
@@ -199,25 +334,45 @@ void dt_ddp_destroy(dt_ddp *d) {
     free(d);
 }
 
-void dt_ddp_begin(dt_ddp *d, int sync) {
+void dt_ddp_begin(dt_ddp *d, int sync, float lr) {
     d->sync = sync;
+    d->lr = lr;
+    if (sync && d->opt) dt_optim_begin(d->opt);
     /* micro-steps that do not synchronise accumulate the rows as usual */
     if (d->m) dt_gpt2_set_defer_wte_rows(d->m, sync);
 }
 
-dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms) {
-    double t0 = dt_time_now();
+dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm) {
+    double waited = 0;
     dt_status st = d->err;
+    if (d->opt && !st) st = step_buckets(d, true, &waited);
     for (int i = 0; i < d->nreqs; i++) {
-        dt_status s = dt_wait(d->reqs[i]);
+        dt_status s = wait_req(&d->reqs[i], &waited);
         if (!st) st = s;
     }
+    dt_status s = wait_req(&d->tok_req, &waited);
+    if (!st) st = s;
     if (!st && d->ntok) add_rows(d);
-    d->nreqs = 0;
-    d->ntok = 0;
+    if (!st && d->opt && d->wte_n) {
+        /* the rows that waited for the embedding's part, each once */
+        int C = dt_gpt2_get_config(d->m)->channels;
+        for (int i = 0; i < d->ntok * dt_comm_size(d->c); i++) {
+            int32_t t = d->toks[i];
+            if (d->touched[t]) { update(d, (size_t)t * C, (size_t)C); d->touched[t] = 0; }
+        }
+    }
+    if (!st && d->opt && d->done_n != d->nparams)
+        st = dt_error(DT_ERR_ARG, "ddp: the optimizer updated %zu of %zu parameters", d->done_n, d->nparams);
+    if (grad_norm) *grad_norm = d->opt ? sqrt(d->sumsq) : -1;
+    d->last_early = d->opt ? (double)d->early_n / (double)d->nparams : 0;
+    d->nreqs = d->ntok = d->issued = d->stepped = d->turn = 0;
+    d->sumsq = 0;
+    d->done_n = d->early_n = 0;
     d->err = DT_OK;
-    if (exposed_ms) *exposed_ms = (dt_time_now() - t0) * 1e3;
+    if (exposed_ms) *exposed_ms = waited * 1e3;
     return st;
 }
 
 int dt_ddp_buckets(const dt_ddp *d) { return d->nb; }
+
+double dt_ddp_updated_in_backward(const dt_ddp *d) { return d->last_early; }

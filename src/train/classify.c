@@ -137,6 +137,8 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
         }
     }
     if (!st) st = dt_optim_create(&c->opt, np, spans, 2 * L, &opt);
+    if (!st && ddp && !c->step_at_end && dt_optim_elementwise(opt) && !(c->grad_clip > 0))
+        st = dt_ddp_set_optimizer(ddp, opt, dt_mlp_params(m));
     if (!st) st = dt_watchdog_start(p > 1 ? w : NULL, &wd);
     if (!st && c->metrics && rank == 0 && !(metrics = fopen(c->metrics, "w")))
         st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
@@ -166,16 +168,18 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
                 y[i] = tr.y[idx[i]];
             }
             float loss = 0;
-            double exposed = 0;
-            if (ddp) dt_ddp_begin(ddp, 1);
+            double exposed = 0, norm = -1;
+            float lr = dt_lr_at(c->schedule, c->lr, c->lr_min, c->warmup, steps * epochs, e * steps + s);
+            if (ddp) dt_ddp_begin(ddp, 1, lr);
             st = dt_mlp_forward(m, x, y, B, &loss, NULL);
             if (!st) st = dt_mlp_backward(m, 1.0f);
-            if (!st && ddp) st = dt_ddp_finish(ddp, &exposed);
+            if (!st && ddp) st = dt_ddp_finish(ddp, &exposed, &norm);
             if (!st && w && p > 1) st = dt_comm_allreduce(w, &loss, &loss, 1, DT_F32, DT_AVG);
             if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); free(ips); goto out; }
-            dt_grad_clip(dt_mlp_grads(m), np, c->grad_clip > 0 ? dt_grad_norm(dt_mlp_grads(m), np) : 0, c->grad_clip);
-            dt_optim_step(opt, dt_mlp_params(m), dt_mlp_grads(m), dt_lr_at(c->schedule, c->lr, c->lr_min, c->warmup,
-                                                                                steps * epochs, e * steps + s), 1);
+            if (norm < 0) { /* the optimizer did not run inside backward */
+                dt_grad_clip(dt_mlp_grads(m), np, c->grad_clip > 0 ? dt_grad_norm(dt_mlp_grads(m), np) : 0, c->grad_clip);
+                dt_optim_step(opt, dt_mlp_params(m), dt_mlp_grads(m), lr, 1);
+            }
             loss_sum += loss;
             exposed_sum += exposed;
         }
