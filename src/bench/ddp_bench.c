@@ -3,8 +3,10 @@
  * tokens, and reads the per-step times and exposed communication from its
  * metrics file; with --baseline torch, PyTorch DDP over gloo
  * (bench/torch_ddp.py) runs the same model from the same weights, one after
- * the other in each round. Reported as the Horovod synthetic benchmark does:
- * tok/s per worker and in total, and scaling against the smallest N. */
+ * the other in each round; and N independent 1-rank runs side by side, the
+ * ceiling that shared memory bandwidth and caches leave N processes on this
+ * machine. Reported as the Horovod synthetic benchmark does: tok/s per
+ * worker and in total, and scaling against the smallest N. */
 #include "dtrain/bench.h"
 #include "dtrain/data.h"
 #include "dtrain/io.h"
@@ -13,6 +15,7 @@
 
 #include <cjson/cJSON.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,49 +23,72 @@
 
 enum { MAXR = 16, MAXN = 16 };
 
-/* Median over JSON lines of `key` after `skip` lines; -1 when fewer than want. */
-static double median_key(FILE *f, const char *key, int skip, int want) {
+/* Appends the values of `key` after `skip` JSON lines to v[*n..cap). */
+static void collect(FILE *f, const char *key, int skip, double *v, int *n, int cap) {
     char line[4096];
-    double v[4096];
-    int n = 0, seen = 0;
+    int seen = 0;
     while (fgets(line, sizeof line, f)) {
         cJSON *j = cJSON_Parse(line);
         cJSON *x = j ? cJSON_GetObjectItem(j, key) : NULL;
-        if (cJSON_IsNumber(x) && seen++ >= skip && n < 4096) v[n++] = x->valuedouble;
+        if (cJSON_IsNumber(x) && seen++ >= skip && *n < cap) v[(*n)++] = x->valuedouble;
         cJSON_Delete(j);
     }
+}
+
+/* Median over JSON lines of `key` after `skip` lines; -1 when fewer than want. */
+static double median_key(FILE *f, const char *key, int skip, int want) {
+    double v[4096];
+    int n = 0;
+    collect(f, key, skip, v, &n, 4096);
     return n < want ? -1 : dt_bench_median(v, n);
 }
 
-/* dtrain train --nproc N; median ms per step and exposed ms. */
-static int run_dtrain(const dt_bench_train_opts *o, int nproc, const char *self, const char *weights, const char *data,
-                      double *ms, double *exposed) {
-    char metrics[] = "/tmp/dtrain-bench-metrics-XXXXXX", errs[] = "/tmp/dtrain-bench-stderr-XXXXXX";
-    int fm = mkstemp(metrics), fe = mkstemp(errs);
-    if (fm < 0 || fe < 0) { dt_log(DT_LOG_ERROR, "bench train: cannot create temporary files"); return 1; }
-    close(fm);
-    close(fe);
-    char cmd[PATH_MAX * 4];
-    snprintf(cmd, sizeof cmd,
-             "%s/dtrain train --nproc %d --model %s --data %s --batch %d --seq %d --steps %d --threads %d "
-             "--metrics %s --quiet > /dev/null 2> %s",
-             self, nproc, weights, data, o->batch, o->seq, o->warmup + o->steps, o->threads, metrics, errs);
-    int rc = system(cmd);
-    FILE *f = fopen(metrics, "r");
-    *ms = f ? median_key(f, "ms", o->warmup, o->steps) : -1;
-    if (f) rewind(f);
-    *exposed = f ? median_key(f, "comm_exposed_ms", o->warmup, o->steps) : -1;
-    if (f) fclose(f);
+/* dtrain train --nproc N, or with indep N independent `dtrain train` runs
+ * side by side (no communication: what the machine allows N processes);
+ * median ms per step (over every run's steps) and exposed ms. */
+static int run_dtrain(const dt_bench_train_opts *o, int nproc, bool indep, const char *self, const char *weights,
+                      const char *data, double *ms, double *exposed) {
+    char dir[] = "/tmp/dtrain-bench-XXXXXX";
+    if (!mkdtemp(dir)) { dt_log(DT_LOG_ERROR, "bench train: cannot create a temporary directory"); return 1; }
+    int runs = indep ? nproc : 1;
+    char cmd[PATH_MAX * 4 * 16 + 256];
+    size_t len = 0;
+    for (int r = 0; r < runs; r++)
+        len += (size_t)snprintf(cmd + len, sizeof cmd - len,
+                                "%s/dtrain train --nproc %d --model %s --data %s --batch %d --seq %d --steps %d --threads %d "
+                                "--metrics %s/metrics.%d --quiet %s > /dev/null 2>> %s/stderr & p%d=$!; ",
+                                self, indep ? 1 : nproc, weights, data, o->batch, o->seq, o->warmup + o->steps, o->threads,
+                                dir, r, o->train_flags ? o->train_flags : "", dir, r);
+    for (int r = 0; r < runs && len < sizeof cmd; r++)
+        len += (size_t)snprintf(cmd + len, sizeof cmd - len, "%swait $p%d", r ? " && " : "", r);
+    int rc = len < sizeof cmd ? system(cmd) : 1;
+    double v[4096], e[4096];
+    int nv = 0, ne = 0;
+    char path[PATH_MAX];
+    for (int r = 0; r < runs; r++) {
+        snprintf(path, sizeof path, "%s/metrics.%d", dir, r);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        collect(f, "ms", o->warmup, v, &nv, 4096);
+        rewind(f);
+        collect(f, "comm_exposed_ms", o->warmup, e, &ne, 4096);
+        fclose(f);
+        unlink(path);
+    }
+    *ms = nv >= o->steps * runs ? dt_bench_median(v, nv) : -1;
+    *exposed = ne ? dt_bench_median(e, ne) : 0;
+    snprintf(path, sizeof path, "%s/stderr", dir);
     if (rc != 0 || *ms < 0) {
-        dt_log(DT_LOG_ERROR, "bench train: dtrain train --nproc %d failed (exit status %d); its messages:", nproc, rc);
-        FILE *e = fopen(errs, "r");
+        dt_log(DT_LOG_ERROR, "bench train: dtrain train --nproc %d%s failed (exit status %d); its messages:", indep ? 1 : nproc,
+               indep ? " (independent runs)" : "", rc);
+        FILE *f = fopen(path, "r");
         char line[1024];
-        while (e && fgets(line, sizeof line, e)) fputs(line, stderr);
-        if (e) fclose(e);
+        while (f && fgets(line, sizeof line, f)) fputs(line, stderr);
+        if (f) fclose(f);
         rc = 1;
     }
-    unlink(metrics);
-    unlink(errs);
+    unlink(path);
+    rmdir(dir);
     return rc ? 1 : 0;
 }
 
@@ -111,7 +137,7 @@ int dt_bench_train_ddp(const dt_bench_train_opts *o) {
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int rounds = o->rounds < 1 ? 1 : o->rounds > MAXR ? MAXR : o->rounds, nn = o->nnprocs > MAXN ? MAXN : o->nnprocs;
-    double dms[MAXN][MAXR], dex[MAXN][MAXR], tms[MAXN][MAXR];
+    double dms[MAXN][MAXR], dex[MAXN][MAXR], tms[MAXN][MAXR], ims[MAXN][MAXR], unused;
     if (!o->json)
         printf("# dtrain bench train: data parallel GPT-2 %s, batch %d x seq %d per rank, AdamW, %d thread(s) per rank, "
                "%ld cores; dtrain train --nproc N%s; medians of %d steps after %d warm-up, %d round(s)\n",
@@ -120,11 +146,14 @@ int dt_bench_train_ddp(const dt_bench_train_opts *o) {
     for (int r = 0; r < rounds && !rc; r++)
         for (int i = 0; i < nn && !rc; i++) {
             int n = o->nprocs[i];
-            rc = run_dtrain(o, n, self, weights, data, &dms[i][r], &dex[i][r]);
+            rc = run_dtrain(o, n, false, self, weights, data, &dms[i][r], &dex[i][r]);
+            ims[i][r] = dms[i][r];
+            if (!rc && n > 1) rc = run_dtrain(o, n, true, self, weights, data, &ims[i][r], &unused);
             if (!rc && o->baseline) rc = run_torch(o, n, weights, &tms[i][r]);
             if (!rc && !o->json) {
                 printf("round %d, %d rank(s): dtrain %.1f ms/step, %.1f tok/s total", r + 1, n, dms[i][r],
                        (double)n * o->batch * o->seq / (dms[i][r] / 1e3));
+                if (n > 1) printf("; %d independent runs %.1f ms/step", n, ims[i][r]);
                 if (o->baseline) printf("; torch %.1f ms/step, %.1f tok/s total", tms[i][r],
                                         (double)n * o->batch * o->seq / (tms[i][r] / 1e3));
                 printf("\n");
@@ -137,9 +166,9 @@ int dt_bench_train_ddp(const dt_bench_train_opts *o) {
 
     double tok1 = 0, ttok1 = 0;
     if (!o->json) {
-        printf("%5s | %9s %12s %12s %8s %8s | %9s %12s %8s | %s\n", "ranks", "ms/step", "tok/s/worker", "tok/s total",
-               "scaling", "exposed", o->baseline ? "torch ms" : "", o->baseline ? "torch tok/s" : "",
-               o->baseline ? "scaling" : "", o->baseline ? "dtrain/torch" : "");
+        printf("%5s | %9s %12s %12s %8s %8s | %9s %8s %8s | %9s %12s %8s | %s\n", "ranks", "ms/step", "tok/s/worker",
+               "tok/s total", "scaling", "exposed", "indep ms", "scaling", "of it", o->baseline ? "torch ms" : "",
+               o->baseline ? "torch tok/s" : "", o->baseline ? "scaling" : "", o->baseline ? "dtrain/torch" : "");
     }
     for (int i = 0; i < nn; i++) {
         int n = o->nprocs[i];
@@ -147,23 +176,28 @@ int dt_bench_train_ddp(const dt_bench_train_opts *o) {
         double per = o->batch * o->seq / (ms / 1e3), tot = per * n;
         if (i == 0) tok1 = tot / n;
         double scale = tot / tok1; /* against the first N's per-worker rate */
+        double im = dt_bench_median(ims[i], rounds), iscale = n * (o->batch * o->seq / (im / 1e3)) / tok1;
         double tm = o->baseline ? dt_bench_median(tms[i], rounds) : 0, ttot = o->baseline ? n * o->batch * o->seq / (tm / 1e3) : 0;
         if (i == 0) ttok1 = ttot / n;
         if (o->json) {
             printf("{\"model\":\"%s\",\"nproc\":%d,\"threads\":%d,\"ms\":%.2f,\"tok_per_s_worker\":%.1f,\"tok_per_s\":%.1f,"
-                   "\"scaling\":%.3f,\"efficiency\":%.3f,\"comm_exposed_ms\":%.2f",
-                   o->model, n, o->threads, ms, per, tot, scale, scale / n, ex);
+                   "\"scaling\":%.3f,\"efficiency\":%.3f,\"comm_exposed_ms\":%.2f,\"independent_ms\":%.2f,"
+                   "\"independent_scaling\":%.3f",
+                   o->model, n, o->threads, ms, per, tot, scale, scale / n, ex, im, iscale);
             if (o->baseline) printf(",\"torch_ms\":%.2f,\"torch_tok_per_s\":%.1f,\"torch_scaling\":%.3f", tm, ttot, ttot / ttok1);
             printf("}\n");
         } else {
-            printf("%5d | %9.1f %12.1f %12.1f %7.2fx %7.1f%% |", n, ms, per, tot, scale, 100 * ex / ms);
+            printf("%5d | %9.1f %12.1f %12.1f %7.2fx %7.1f%% | %9.1f %7.2fx %7.1f%% |", n, ms, per, tot, scale, 100 * ex / ms,
+                   im, iscale, 100 * scale / iscale);
             if (o->baseline) printf(" %9.1f %12.1f %7.2fx | %.2fx", tm, ttot, ttot / ttok1, tm / ms);
             printf("\n");
         }
     }
     if (!o->json)
         printf("scaling: total tok/s over the per-worker tok/s of the first row (%d rank%s; efficiency = scaling / ranks); "
-               "exposed: communication not hidden behind compute, %% of the step%s\n", o->nprocs[0], o->nprocs[0] > 1 ? "s" : "",
+               "exposed: communication not hidden behind compute, %% of the step; indep: N independent 1-rank runs side "
+               "by side, no communication (what this machine gives N processes), and dtrain's scaling as a share of "
+               "theirs%s\n", o->nprocs[0], o->nprocs[0] > 1 ? "s" : "",
                cores < maxn ? "; more ranks than cores run oversubscribed" : "");
     return 0;
 }

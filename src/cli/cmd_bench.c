@@ -41,7 +41,9 @@ static int bench_train(int argc, char **argv) {
             printf("usage: dtrain bench train [--model 124M] [--batch 4] [--seq 64] [--steps 10] [--warmup 2]\n"
                    "                          [--threads 1] [--rounds 1] [--baseline torch] [--json]\n"
                    "                          [--nproc 1,2,4]  data parallel: dtrain train --nproc N for each N\n"
-                   "                          (threads per rank), against PyTorch DDP over gloo with --baseline torch\n");
+                   "                          (threads per rank), against PyTorch DDP over gloo with --baseline torch,\n"
+                   "                          and against N independent 1-rank runs side by side (the machine's ceiling)\n"
+                   "                          [--train-flags \"--step-at-end\"]  more flags for dtrain train\n");
             return 0;
         }
         if (!strcmp(f, "--json")) { o.json = 1; continue; }
@@ -65,6 +67,7 @@ static int bench_train(int argc, char **argv) {
             continue;
         }
         if (!strcmp(f, "--model")) o.model = v;
+        else if (!strcmp(f, "--train-flags")) o.train_flags = v;
         else if (!strcmp(f, "--baseline") && !strcmp(v, "torch")) o.baseline = v;
         else if (isnum && n >= 1 && !strcmp(f, "--batch")) o.batch = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--seq")) o.seq = (int)n;
