@@ -50,6 +50,10 @@ double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_
 /* Bytes of optimizer state. */
 size_t dt_optim_state_bytes(const dt_optim *o);
 
+/* The trainer's step: with max_norm > 0 the gradients are first clipped to
+ * it (dt_grad_norm, dt_grad_clip), else the norm comes from the update's own
+ * pass. Returns the norm before clipping. */
+double dt_optim_step_clipped(dt_optim *o, float *params, float *grads, float lr, float max_norm);
 /* Global L2 norm of g[0..n) (accumulated in double). */
 double dt_grad_norm(const float *g, size_t n);
 /* Scales g so that its norm is at most max_norm (PyTorch's clip_grad_norm_:

@@ -233,6 +233,13 @@ double dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zer
     return sqrt(ss);
 }
 
+double dt_optim_step_clipped(dt_optim *o, float *params, float *grads, float lr, float max_norm) {
+    if (!(max_norm > 0)) return dt_optim_step(o, params, grads, lr, 1);
+    double norm = dt_grad_clip(grads, o->n, dt_grad_norm(grads, o->n), max_norm);
+    dt_optim_step(o, params, grads, lr, 1);
+    return norm;
+}
+
 int dt_optim_elementwise(const dt_optim *o) { return o->cfg.kind == DT_OPT_SGD || o->cfg.kind == DT_OPT_ADAMW; }
 
 void dt_optim_begin(dt_optim *o) { o->t++; }

@@ -176,10 +176,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
             if (!st && ddp) st = dt_ddp_finish(ddp, &exposed, &norm);
             if (!st && w && p > 1) st = dt_comm_allreduce(w, &loss, &loss, 1, DT_F32, DT_AVG);
             if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); free(ips); goto out; }
-            if (norm < 0) { /* the optimizer did not run inside backward */
-                dt_grad_clip(dt_mlp_grads(m), np, c->grad_clip > 0 ? dt_grad_norm(dt_mlp_grads(m), np) : 0, c->grad_clip);
-                dt_optim_step(opt, dt_mlp_params(m), dt_mlp_grads(m), lr, 1);
-            }
+            if (norm < 0) dt_optim_step_clipped(opt, dt_mlp_params(m), dt_mlp_grads(m), lr, c->grad_clip); /* not inside backward */
             loss_sum += loss;
             exposed_sum += exposed;
         }

@@ -242,13 +242,7 @@ int dt_train_run(const dt_train_config *c0) {
             dt_log(DT_LOG_ERROR, "%s", dt_last_error());
             goto out;
         }
-        if (norm < 0 && c->grad_clip > 0) {
-            norm = dt_grad_norm(dt_gpt2_grads(m), np);
-            dt_grad_clip(dt_gpt2_grads(m), np, norm, c->grad_clip);
-            dt_optim_step(opt, dt_gpt2_params(m), dt_gpt2_grads(m), lr, 1);
-        } else if (norm < 0) {
-            norm = dt_optim_step(opt, dt_gpt2_params(m), dt_gpt2_grads(m), lr, 1);
-        }
+        if (norm < 0) norm = dt_optim_step_clipped(opt, dt_gpt2_params(m), dt_gpt2_grads(m), lr, c->grad_clip);
         double opt_ms = (dt_time_now() - to) * 1e3 - exposed;
         double ms = (dt_time_now() - t0) * 1e3, tps = BT * c->grad_accum * nranks / (ms / 1e3);
         bool eval = vl && c->eval_every > 0 && ((step + 1) % c->eval_every == 0 || step + 1 == c->steps);
