@@ -172,6 +172,7 @@ static void matrix(void) {
             if (a == DT_ALGO_SHM_DIRECT && (c == DT_COLL_ALLREDUCE || c == DT_COLL_REDUCE)) {
                 check_one(c, (dt_algo)a, DT_F32, DT_SUM, (8u << 20) / 4 + 5, 1, p - 1);
                 check_one(c, (dt_algo)a, DT_F64, DT_MAX, (8u << 20) / 8 + 3, 1, 0);
+                check_one(c, (dt_algo)a, DT_F32, DT_AVG, (8u << 20) / 4 + 5, 1, 0); /* DDP's gradients */
             }
         }
     }

@@ -45,13 +45,15 @@ DEFINE_INTO(into_f64, double)
 DEFINE_INTO(into_i32, int32_t)
 DEFINE_INTO(into_i64, int64_t)
 
-/* Two ranks' push: both outputs from one pass over both inputs. */
+/* Two ranks' push: both outputs from one pass over both inputs. The average
+ * is the sum halved, as dt_reduce_finish would give it. */
 #define DEFINE_PAIR2(NAME, T)                                                                 \
     MULTIVERSION static void NAME(T *d0, T *d1, const T *a, const T *b, size_t n, dt_op op) { \
         switch (op) {                                                                         \
         case DT_MAX: for (size_t i = 0; i < n; i++) { T v = a[i] > b[i] ? a[i] : b[i]; d0[i] = v; d1[i] = v; } break; \
         case DT_MIN: for (size_t i = 0; i < n; i++) { T v = a[i] < b[i] ? a[i] : b[i]; d0[i] = v; d1[i] = v; } break; \
         case DT_PROD: for (size_t i = 0; i < n; i++) { T v = a[i] * b[i]; d0[i] = v; d1[i] = v; } break; \
+        case DT_AVG: for (size_t i = 0; i < n; i++) { T v = (T)((a[i] + b[i]) / 2); d0[i] = v; d1[i] = v; } break; \
         default: for (size_t i = 0; i < n; i++) { T v = a[i] + b[i]; d0[i] = v; d1[i] = v; } break; \
         }                                                                                     \
     }
@@ -61,7 +63,6 @@ DEFINE_PAIR2(pair2_i32, int32_t)
 DEFINE_PAIR2(pair2_i64, int64_t)
 
 bool dt_reduce_pair_to2(void *d0, void *d1, const void *a, const void *b, size_t n, dt_dtype t, dt_op op) {
-    if (op == DT_AVG) return false;
     switch (t) {
     case DT_F32: pair2_f32(d0, d1, a, b, n, op); return true;
     case DT_F64: pair2_f64(d0, d1, a, b, n, op); return true;

@@ -117,27 +117,30 @@ static void consume(dt_comm *c, const coll_args *a, const uint8_t *const *in, si
     }
 }
 
-/* Two ranks, f32 sum, outputs too big for cache: one pass that reads both
- * inputs and streams both outputs, keeping four memory streams busy at once.
- * False when the outputs' alignments differ (then the general path runs). */
-static bool push_two_f32_stream(float *o0, float *o1, const float *a, const float *b, size_t n) {
+/* Two ranks, f32 sum or average, outputs too big for cache: one pass that
+ * reads both inputs and streams both outputs, keeping four memory streams
+ * busy at once. The average is (a+b)*0.5, which equals dt_reduce_finish's
+ * (a+b)/2 bit for bit (halving is exact), so DDP's gradients take this path
+ * too. False when the outputs' alignments differ (then the general path runs). */
+static bool push_two_f32_stream(float *o0, float *o1, const float *a, const float *b, size_t n, float scale) {
 #if defined(__x86_64__)
     if (((uintptr_t)o0 & 15) != ((uintptr_t)o1 & 15) || ((uintptr_t)o0 & 3)) return false;
     size_t i = 0;
-    for (; i < n && ((uintptr_t)(o0 + i) & 15); i++) o0[i] = o1[i] = a[i] + b[i];
+    for (; i < n && ((uintptr_t)(o0 + i) & 15); i++) o0[i] = o1[i] = (a[i] + b[i]) * scale;
+    __m128 s = _mm_set1_ps(scale);
     for (; i + 8 <= n; i += 8) {
-        __m128 x0 = _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i));
-        __m128 x1 = _mm_add_ps(_mm_loadu_ps(a + i + 4), _mm_loadu_ps(b + i + 4));
+        __m128 x0 = _mm_mul_ps(_mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)), s);
+        __m128 x1 = _mm_mul_ps(_mm_add_ps(_mm_loadu_ps(a + i + 4), _mm_loadu_ps(b + i + 4)), s);
         _mm_stream_ps(o0 + i, x0);
         _mm_stream_ps(o1 + i, x0);
         _mm_stream_ps(o0 + i + 4, x1);
         _mm_stream_ps(o1 + i + 4, x1);
     }
-    for (; i < n; i++) o0[i] = o1[i] = a[i] + b[i];
+    for (; i < n; i++) o0[i] = o1[i] = (a[i] + b[i]) * scale;
     _mm_sfence();
     return true;
 #else
-    (void)o0; (void)o1; (void)a; (void)b; (void)n;
+    (void)o0; (void)o1; (void)a; (void)b; (void)n; (void)scale;
     return false;
 #endif
 }
@@ -150,8 +153,9 @@ static void push_slice(const coll_args *a, int p, uint8_t *const *in, uint8_t *c
     if (p == 2 && !stream && out[0] && out[1] &&
         dt_reduce_pair_to2(out[0] + e0 * es, out[1] + e0 * es, in[0] + e0 * es, in[1] + e0 * es, e1 - e0, a->dtype, a->op))
         return;
-    if (p == 2 && stream && out[0] && out[1] && a->dtype == DT_F32 && a->op == DT_SUM &&
-        push_two_f32_stream((float *)out[0] + e0, (float *)out[1] + e0, (const float *)in[0] + e0, (const float *)in[1] + e0, e1 - e0))
+    if (p == 2 && stream && out[0] && out[1] && a->dtype == DT_F32 && (a->op == DT_SUM || a->op == DT_AVG) &&
+        push_two_f32_stream((float *)out[0] + e0, (float *)out[1] + e0, (const float *)in[0] + e0, (const float *)in[1] + e0, e1 - e0,
+                            a->op == DT_AVG ? 0.5f : 1.0f))
         return;
     _Alignas(64) uint8_t acc[16384];
     size_t blk = sizeof acc / es;
