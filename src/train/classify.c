@@ -101,6 +101,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
     FILE *metrics = NULL;
     float *x = NULL;
     int32_t *y = NULL;
+    double *ips = NULL; /* img/s per worker, per epoch */
     int *perm = NULL, rc = 1, sizes[17], ns = 0;
     dt_status st = parse_hidden(c->model, sizes, &ns);
     if (!st) st = dt_images_load(dir, "train", &tr);
@@ -145,7 +146,8 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
     x = malloc((size_t)B * tr.dim * sizeof(float));
     y = malloc((size_t)B * sizeof(int32_t));
     perm = malloc((size_t)tr.n * sizeof(int));
-    if (!st && (!x || !y || !perm)) st = dt_error(DT_ERR_NOMEM, "out of memory");
+    ips = calloc(c->epochs > 0 ? (size_t)c->epochs : 1, sizeof *ips);
+    if (!st && (!x || !y || !perm || !ips)) st = dt_error(DT_ERR_NOMEM, "out of memory");
     if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
 
     int steps = tr.n / G, epochs = c->epochs;
@@ -156,7 +158,6 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
                "%d thread(s) per rank\n", np, dir, tr.n, te.n, B, p, steps, dt_optim_kind_name(c->opt.kind), c->lr, dt_kernels_threads());
         fflush(stdout);
     }
-    double *ips = calloc((size_t)epochs, sizeof *ips);
     double acc = 0;
     for (int e = 0; e < epochs; e++) {
         shuffle(perm, tr.n, c->shuffle_seed + (uint64_t)e + 1);
@@ -175,7 +176,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
             if (!st) st = dt_mlp_backward(m, 1.0f);
             if (!st && ddp) st = dt_ddp_finish(ddp, &exposed, &norm);
             if (!st && w && p > 1) st = dt_comm_allreduce(w, &loss, &loss, 1, DT_F32, DT_AVG);
-            if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); free(ips); goto out; }
+            if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
             if (norm < 0) dt_optim_step_clipped(opt, dt_mlp_params(m), dt_mlp_grads(m), lr, c->grad_clip); /* not inside backward */
             loss_sum += loss;
             exposed_sum += exposed;
@@ -183,7 +184,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
         double secs = dt_time_now() - t0;
         ips[e] = (double)steps * B / secs;
         acc = test_accuracy(p > 1 ? w : NULL, m, &te, B, x, y);
-        if (acc < 0) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); free(ips); goto out; }
+        if (acc < 0) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
         if (!quiet) {
             printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f img/s per worker, %.0f img/s total (%d worker%s), "
                    "exposed communication %.1f%%\n", e + 1, epochs, loss_sum / steps, 100 * acc, ips[e], ips[e] * p, p,
@@ -202,7 +203,6 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
         printf("img/s per worker: %.1f +-%.1f\ntotal img/s on %d worker%s: %.1f +-%.1f\nfinal test accuracy: %.2f%%\n", mean, sd, p,
                p > 1 ? "s" : "", mean * p, sd * p, 100 * acc);
     }
-    free(ips);
     rc = 0;
 out:
     dt_watchdog_stop(wd);
@@ -217,5 +217,6 @@ out:
     free(x);
     free(y);
     free(perm);
+    free(ips);
     return rc;
 }
