@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps demo test test-sanitize test-mpich test-blis bench-mpi clean
+.PHONY: all deps demo test test-sanitize test-mpich test-blis bench-mpi fuzz clean
 
 all: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j$(JOBS)
@@ -42,9 +42,27 @@ test-blis: deps
 	cmake -S . -B build-blis -DDT_BLAS=blis && cmake --build build-blis -j$(JOBS)
 	cd build-blis && ctest --output-on-failure
 
+# Coverage-guided fuzzing of every file format and parser (clang's libFuzzer,
+# ASan+UBSan), FUZZ_SECONDS per harness (FUZZ_RUNS=N to stop after N inputs);
+# the corpus grows in build-fuzz/corpus/, crashes land in build-fuzz/crashes/.
+FUZZ_SECONDS ?= 120
+FUZZ_RUNS ?= -1
+FUZZ_HARNESSES ?= llmc tokens safetensors idx bpe config metrics
+fuzz: deps
+	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=fuzz -DDT_WITH_MPI=OFF
+	cmake --build build-fuzz -j$(JOBS)
+	@mkdir -p build-fuzz/crashes
+	@for h in $(FUZZ_HARNESSES); do \
+	  mkdir -p build-fuzz/corpus/$$h; \
+	  echo "== fuzz_$$h: $(FUZZ_SECONDS) s"; \
+	  build-fuzz/tests/fuzz/fuzz_$$h build-fuzz/corpus/$$h tests/fuzz/corpus/$$h -max_len=65536 -rss_limit_mb=2048 \
+	    -timeout=10 -max_total_time=$(FUZZ_SECONDS) -runs=$(FUZZ_RUNS) -print_final_stats=1 \
+	    -artifact_prefix=build-fuzz/crashes/$$h- 2>&1 | grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|==|SUMMARY|#[0-9]+ +DONE)" || exit 1; \
+	done
+
 # dtrain against Open MPI and MPICH, same invocation each.
 bench-mpi: all
 	bench/compare_mpi.sh
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-mpich build-blis
+	rm -rf $(BUILD) build-asan build-tsan build-mpich build-blis build-fuzz

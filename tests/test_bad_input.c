@@ -133,11 +133,11 @@ int main(void) {
     dt_train_config tc;
     dt_train_defaults(&tc);
     dt_status cst = dt_train_config_load(other, &tc);
-    if (!cst && tc.batch == 6 && tc.grad_accum == 3 && tc.opt.kind == DT_OPT_LAMB && tc.lr == 0.002f && tc.opt.beta1 == 0.8f &&
-        tc.opt.beta2 == 0.99f && tc.schedule == DT_SCHED_COSINE && tc.warmup == 7 && tc.steps == 70 && tc.grad_clip == 0.5f) {
+    if (!cst && tc.batch == 6 && tc.grad_accum == 3 && tc.opt.kind == DT_OPT_LAMB && tc.sched.lr == 0.002f && tc.opt.beta1 == 0.8f &&
+        tc.opt.beta2 == 0.99f && tc.sched.kind == DT_SCHED_DS_WARMUP_COSINE && tc.sched.warmup == 7 && tc.sched.total == 70 && tc.steps == 70 && tc.grad_clip == 0.5f) {
         passed++;
         printf("ok   config values land where they belong\n");
-    } else { failed++; printf("FAIL config: %s (batch %d accum %d lr %g)\n", cst ? dt_last_error() : "values differ", tc.batch, tc.grad_accum, tc.lr); }
+    } else { failed++; printf("FAIL config: %s (batch %d accum %d lr %g)\n", cst ? dt_last_error() : "values differ", tc.batch, tc.grad_accum, tc.sched.lr); }
     const char *bad_json = "{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"betas\": [0.9, 1.5]}}}";
     write_bytes(other, bad_json, strlen(bad_json));
     expect_error("config value out of range", dt_train_config_load(other, &tc), "ds.json", "optimizer.params.betas");
@@ -152,12 +152,12 @@ int main(void) {
     write_bytes(other, metrics, strlen(metrics));
     snprintf(path, sizeof path, "%s/loss.svg", dir);
     size_t sn = 0;
-    char *svg = dt_plot_losses(other, path) == DT_OK ? slurp(path, &sn) : NULL;
+    char *svg = dt_plot_losses(other, path, 0) == DT_OK ? slurp(path, &sn) : NULL;
     if (svg && strstr(svg, "<polyline") && strstr(svg, "<circle")) { passed++; printf("ok   plot draws the curve and the validation point\n"); }
     else { failed++; printf("FAIL plot: %s\n", svg ? "no curve" : dt_last_error()); }
     free(svg);
     write_bytes(other, "{\"step\":1,\"loss\":5.0}\n{\"oops\":1}\n", 34);
-    expect_error("plot on a bad metrics line", dt_plot_losses(other, path), "m.jsonl", "line 2");
+    expect_error("plot on a bad metrics line", dt_plot_losses(other, path, 0), "m.jsonl", "line 2");
 
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

@@ -47,6 +47,14 @@ dt_status dt_op_parse(const char *s, dt_op *out);
 dt_status dt_coll_parse(const char *s, dt_coll *out);
 dt_status dt_algo_parse(const char *s, dt_algo *out);
 
+/* How this process was started, from its environment: the one answer that
+ * dt_comm_init, `dtrain train --nproc` and the benchmarks all go by. Fails,
+ * saying what to change, for a job whose ranks could never find each other:
+ * srun with several tasks but no PMI (each task would train alone), or an
+ * MPI launch of a build without MPI. */
+typedef enum { DT_LAUNCH_NONE = 0, DT_LAUNCH_LOCAL, DT_LAUNCH_MPI } dt_launch_kind;
+dt_status dt_comm_detect_launch(dt_launch_kind *kind);
+
 /* The world communicator from the environment: a `dtrain launch` child, an
  * mpirun/srun rank, or a lone process (size 1). */
 dt_status dt_comm_init(dt_comm **world);

@@ -27,6 +27,8 @@ dt_status dt_tokens_write(const char *path, const uint32_t *tokens, size_t n);
  * distributed as. Pre-tokenisation follows GPT-2's pattern; letters beyond
  * ASCII are classified by a small table (exact for ASCII text). */
 typedef struct dt_bpe dt_bpe;
+/* Token ids at or above this are refused (GPT-2 has 50257). */
+#define DT_BPE_MAX_VOCAB (1 << 24)
 dt_status dt_bpe_load(const char *encoder_json, const char *vocab_bpe, dt_bpe **out);
 void dt_bpe_destroy(dt_bpe *b);
 int dt_bpe_vocab_size(const dt_bpe *b);

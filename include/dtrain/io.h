@@ -32,8 +32,12 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype);
 dt_status dt_model_load(const char *path, int heads, dt_gpt2 **out);
 int dt_model_file_is_safetensors(const char *path);
 
-/* Writes bytes to path atomically: path.tmp, fsync, rename. */
+/* Writes bytes to path atomically: path.tmp.PID, fsync, rename; temporaries
+ * that killed saves left beside path are removed first. */
 dt_status dt_file_write_atomic(const char *path, const void *const *parts, const size_t *sizes, int nparts);
+/* Whether path can be written (creates and removes a temporary beside it):
+ * checked at start-up so that a long run does not learn it at the end. */
+dt_status dt_file_check_writable(const char *path);
 
 #ifdef __cplusplus
 }

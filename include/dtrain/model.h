@@ -28,6 +28,9 @@ dt_status dt_gpt2_preset(const char *name, dt_gpt2_config *out);
 /* Checks a config (positive sizes, C divisible by NH, V <= Vp). */
 dt_status dt_gpt2_config_check(const dt_gpt2_config *cfg, const char *where);
 
+/* Parameters a (checked) config holds, without building it: loaders compare
+ * it with the file's size before allocating anything. */
+size_t dt_gpt2_config_num_params(const dt_gpt2_config *cfg);
 dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out);
 void dt_gpt2_destroy(dt_gpt2 *m);
 /* GPT-2's initialisation (HF): weights N(0, 0.02), residual projections

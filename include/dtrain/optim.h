@@ -60,10 +60,32 @@ double dt_grad_norm(const float *g, size_t n);
  * factor max_norm / (norm + 1e-6) when below 1). Returns the norm before. */
 double dt_grad_clip(float *g, size_t n, double norm, float max_norm);
 
-typedef enum { DT_SCHED_CONSTANT = 0, DT_SCHED_COSINE } dt_schedule_kind;
-/* Learning rate at step (0-based): constant, or linear warm-up over warmup
- * steps then cosine decay to lr_min at total steps. */
-float dt_lr_at(dt_schedule_kind kind, float lr, float lr_min, int warmup, int total, int step);
+/* Learning-rate schedules. Ours: constant or cosine, each after a linear
+ * warm-up of `warmup` steps from lr/warmup to lr (cosine then decays to
+ * lr_min at `total`). DeepSpeed's, with its formulas (step s is its
+ * last_batch_iteration s, warm-up at least 2 steps, "log" warm-up by default):
+ *   WarmupLR        lr_min + (lr - lr_min) * g, g = ln(s+1)/ln(warmup) (log)
+ *                   or s/warmup (linear) during warm-up, then 1
+ *   WarmupDecayLR   the same warm-up, then g = max(0, (total - s) / (total - warmup))
+ *   WarmupCosineLR  lr * r: r = warmup_min_ratio + (1 - warmup_min_ratio) * g during
+ *                   warm-up, then max(0, cos_min_ratio + (1 - cos_min_ratio) *
+ *                   (1 + cos(pi * (s - warmup + 1) / (total - warmup))) / 2) */
+typedef enum {
+    DT_SCHED_CONSTANT = 0, DT_SCHED_COSINE, DT_SCHED_DS_WARMUP, DT_SCHED_DS_WARMUP_DECAY, DT_SCHED_DS_WARMUP_COSINE
+} dt_schedule_kind;
+typedef struct {
+    dt_schedule_kind kind;
+    float lr;            /* peak rate (DeepSpeed's warmup_max_lr, or the optimizer's lr) */
+    float lr_min;        /* cosine's end; DeepSpeed's warmup_min_lr */
+    int warmup;          /* steps */
+    int total;           /* steps the decay reaches its end at; 0: the run's length */
+    int linear_warmup;   /* DeepSpeed's warmup_type "linear" (its default is "log") */
+    float warmup_min_ratio, cos_min_ratio; /* WarmupCosineLR (defaults 0 and 0.0001) */
+} dt_schedule;
+void dt_schedule_defaults(dt_schedule *s);
+/* Learning rate at step (0-based) of a run of run_steps steps. */
+float dt_lr_at(const dt_schedule *s, int run_steps, int step);
+const char *dt_schedule_name(dt_schedule_kind k);
 
 #ifdef __cplusplus
 }

@@ -19,9 +19,9 @@ typedef struct {
     uint64_t seed;            /* initialisation */
     uint64_t shuffle_seed;    /* 0: batches in file order */
     dt_optim_config opt;
-    float lr, lr_min, grad_clip;
-    dt_schedule_kind schedule;
-    int warmup;
+    dt_schedule sched;        /* learning rate and its schedule */
+    float grad_clip;
+    int train_batch_size;     /* DeepSpeed's rule, checked once the ranks are known (0: not given) */
     const char *save, *metrics;
     int save_every;           /* also save every N steps (0: only at the end) */
     int quiet;
@@ -31,6 +31,7 @@ typedef struct {
     int epochs;               /* image classification (--model mlp) trains in epochs */
     double bucket_mb;         /* DDP bucket cap (the first bucket is 1 MiB) */
     int step_at_end;          /* DDP: the optimizer after backward, not bucket by bucket inside it */
+    int skip_nonfinite;       /* a step whose loss or gradient norm is not finite is skipped (else the run stops) */
     int argc;                 /* the command line, re-executed for each rank */
     char **argv;
 } dt_train_config;
@@ -53,6 +54,12 @@ dt_status dt_watchdog_start(dt_comm *w, dt_watchdog **out);
 void dt_watchdog_hold(dt_watchdog *wd, int on);
 void dt_watchdog_stop(dt_watchdog *wd);
 
+/* SIGINT/SIGTERM ask the loop to stop after the current step (a second
+ * signal ends the process at once); dt_train_interrupted gives the signal
+ * caught, 0 if none. */
+void dt_train_catch_signals(void);
+int dt_train_interrupted(void);
+
 /* Sampling from a trained model: the prompt's tokens, then `count` tokens
  * drawn at `temperature` from the top_k most likely (0 = all); each new
  * token goes to emit(token, ctx) as soon as it is drawn. */
@@ -66,8 +73,11 @@ dt_status dt_generate(dt_gpt2 *m, const int32_t *prompt, int nprompt, int count,
  * naming the key. */
 dt_status dt_train_config_load(const char *path, dt_train_config *c);
 
-/* Draws the loss (and validation loss) of a metrics file as an SVG. */
-dt_status dt_plot_losses(const char *metrics_path, const char *svg_path);
+/* Draws the loss (and validation loss) of a metrics file as an SVG, the y
+ * axis linear or (log_y) logarithmic; null losses leave gaps. */
+dt_status dt_plot_losses(const char *metrics_path, const char *svg_path, int log_y);
+/* The same document in memory (*svg to be freed). */
+dt_status dt_plot_svg(const char *metrics_path, int log_y, char **svg, size_t *len);
 
 /* Peak resident memory of this process, in bytes (VmHWM). */
 size_t dt_peak_memory(void);

@@ -446,9 +446,9 @@ static int read_results(const char *path, result *res, int max) {
     while (n < max && fgets(line, sizeof line, f)) {
         cJSON *j = cJSON_Parse(line);
         if (!j) continue;
-        cJSON *b = cJSON_GetObjectItem(j, "bytes"), *us = cJSON_GetObjectItem(j, "avg_us"),
-              *bw = cJSON_GetObjectItem(j, "busbw_gbs"), *al = cJSON_GetObjectItem(j, "algo"),
-              *lo = cJSON_GetObjectItem(j, "min_us"), *hi = cJSON_GetObjectItem(j, "max_us");
+        cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "bytes"), *us = cJSON_GetObjectItemCaseSensitive(j, "avg_us"),
+              *bw = cJSON_GetObjectItemCaseSensitive(j, "busbw_gbs"), *al = cJSON_GetObjectItemCaseSensitive(j, "algo"),
+              *lo = cJSON_GetObjectItemCaseSensitive(j, "min_us"), *hi = cJSON_GetObjectItemCaseSensitive(j, "max_us");
         if (cJSON_IsNumber(b) && cJSON_IsNumber(us) && cJSON_IsNumber(bw)) {
             res[n].bytes = (size_t)b->valuedouble;
             res[n].us = us->valuedouble;
@@ -456,7 +456,7 @@ static int read_results(const char *path, result *res, int max) {
             res[n].lo = cJSON_IsNumber(lo) ? lo->valuedouble : us->valuedouble;
             res[n].hi = cJSON_IsNumber(hi) ? hi->valuedouble : us->valuedouble;
             snprintf(res[n].algo, sizeof res[n].algo, "%s", cJSON_IsString(al) ? al->valuestring : "?");
-            cJSON *d = cJSON_GetObjectItem(j, "disturbed_reps");
+            cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "disturbed_reps");
             res[n].disturbed = cJSON_IsNumber(d) ? d->valueint : 0;
             n++;
         }
@@ -515,7 +515,9 @@ static void print_machine(const dt_bench_comm_opts *o) {
 
 
 int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv) {
-    bool in_job = getenv("DTRAIN_SHM_FD") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+    dt_launch_kind kind;
+    if (dt_comm_detect_launch(&kind)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
+    bool in_job = kind != DT_LAUNCH_NONE;
     if (in_job || (o->nproc == 1 && !o->baseline)) return bench_ranks(o);
     if (o->calibrate) {
         char self[PATH_MAX];

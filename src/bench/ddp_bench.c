@@ -29,7 +29,7 @@ static void collect(FILE *f, const char *key, int skip, double *v, int *n, int c
     int seen = 0;
     while (fgets(line, sizeof line, f)) {
         cJSON *j = cJSON_Parse(line);
-        cJSON *x = j ? cJSON_GetObjectItem(j, key) : NULL;
+        cJSON *x = j ? cJSON_GetObjectItemCaseSensitive(j, key) : NULL;
         if (cJSON_IsNumber(x) && seen++ >= skip && *n < cap) v[(*n)++] = x->valuedouble;
         cJSON_Delete(j);
     }

@@ -93,7 +93,7 @@ static int run_torch(const dt_bench_train_opts *o, const char *weights, int roun
     int k = 0;
     while (fgets(line, sizeof line, p) && k < o->steps) {
         cJSON *j = cJSON_Parse(line);
-        cJSON *ms = j ? cJSON_GetObjectItem(j, "ms") : NULL;
+        cJSON *ms = j ? cJSON_GetObjectItemCaseSensitive(j, "ms") : NULL;
         if (cJSON_IsNumber(ms)) {
             t[k] = ms->valuedouble;
             if (!o->json) printf("Iter #%d: %.1f tok/s (%.1f ms) [torch, round %d]\n", k,

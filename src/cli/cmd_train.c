@@ -77,8 +77,8 @@ int dt_cli_train(int argc, char **argv) {
             else if (!strcmp(v, "blockwise")) c.attention = 2;
             else return dt_cli_bad(f, v);
         } else if (!strcmp(f, "--schedule") && v) {
-            if (!strcmp(v, "constant")) c.schedule = DT_SCHED_CONSTANT;
-            else if (!strcmp(v, "cosine")) c.schedule = DT_SCHED_COSINE;
+            if (!strcmp(v, "constant")) c.sched.kind = DT_SCHED_CONSTANT;
+            else if (!strcmp(v, "cosine")) c.sched.kind = DT_SCHED_COSINE;
             else return dt_cli_bad(f, v);
         } else if (!strcmp(f, "--betas") && v) {
             if (sscanf(v, "%lf,%lf", &betas[0], &betas[1]) != 2 || !(betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1))
@@ -97,9 +97,9 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--bucket-mb") && x > 0) c.bucket_mb = x;
         else if (!strcmp(f, "--seed")) c.seed = (uint64_t)x;
         else if (!strcmp(f, "--shuffle") && x >= 1) c.shuffle_seed = (uint64_t)x;
-        else if (!strcmp(f, "--lr") && x > 0 && x < 10) c.lr = (float)x;
-        else if (!strcmp(f, "--lr-min") && x < 10) c.lr_min = (float)x;
-        else if (!strcmp(f, "--warmup")) c.warmup = (int)x;
+        else if (!strcmp(f, "--lr") && x > 0 && x < 10) c.sched.lr = (float)x;
+        else if (!strcmp(f, "--lr-min") && x < 10) c.sched.lr_min = (float)x;
+        else if (!strcmp(f, "--warmup")) c.sched.warmup = (int)x;
         else if (!strcmp(f, "--grad-clip")) c.grad_clip = (float)x;
         else if (!strcmp(f, "--eps") && x > 0 && x < 1) eps = x;
         else if (!strcmp(f, "--weight-decay") && x < 10) wd = x;

@@ -106,19 +106,44 @@ static dt_status init_launched(long fd, dt_comm **out) {
 
 #ifdef DT_HAVE_MPI
 dt_status dt_mpi_init_world(dt_comm **out);   /* mpi_transport.c */
-bool dt_mpi_launched(void);
+dt_status dt_mpi_launch_check(bool pmix);
 #endif
+
+dt_status dt_comm_detect_launch(dt_launch_kind *kind) {
+    long v;
+    *kind = DT_LAUNCH_NONE;
+    if (env_int("DTRAIN_SHM_FD", &v)) { *kind = DT_LAUNCH_LOCAL; return DT_OK; }
+    bool pmix = getenv("PMIX_RANK"), pmi = getenv("PMI_SIZE") || getenv("PMI_RANK"), ompi = getenv("OMPI_COMM_WORLD_SIZE");
+    if (pmix || pmi || ompi || getenv("DTRAIN_USE_MPI")) {
+#ifdef DT_HAVE_MPI
+        *kind = DT_LAUNCH_MPI;
+        return dt_mpi_launch_check(pmix || ompi);
+#else
+        (void)pmix; (void)pmi; (void)ompi;
+        return dt_error(DT_ERR_ARG, "started by mpirun/srun, but this dtrain was built without MPI: install libopenmpi-dev and "
+                        "rebuild (or run one machine with dtrain train --nproc N)");
+#endif
+    }
+    /* srun without --mpi (a site without MpiDefault): every task would be a
+     * world of one, writing the same files */
+    if (env_int("SLURM_NTASKS", &v) && v > 1 && getenv("SLURM_PROCID"))
+        return dt_error(DT_ERR_ARG, "srun started %ld tasks but gave them no PMI, so each would train alone: add --mpi=pmix "
+                        "to srun (or MpiDefault=pmix in slurm.conf), or run one task with --nproc N", v);
+    return DT_OK;
+}
 
 dt_status dt_comm_init(dt_comm **world) {
     if (!world) return dt_error(DT_ERR_ARG, "dt_comm_init: world is NULL");
     *world = NULL;
     long fd;
-    dt_status st;
-    if (env_int("DTRAIN_SHM_FD", &fd)) {
+    dt_launch_kind kind;
+    dt_status st = dt_comm_detect_launch(&kind);
+    if (st) return st;
+    if (kind == DT_LAUNCH_LOCAL && env_int("DTRAIN_SHM_FD", &fd)) {
         st = init_launched(fd, world);
     }
 #ifdef DT_HAVE_MPI
-    else if (dt_mpi_launched()) {
+    else if (kind == DT_LAUNCH_MPI) {
         st = dt_mpi_init_world(world);
     }
 #endif

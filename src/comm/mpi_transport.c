@@ -33,9 +33,17 @@ typedef struct {
 static bool mpi_started_here;
 static mpi_part *world_part;
 
-bool dt_mpi_launched(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMI_RANK") || getenv("PMIX_RANK") ||
-           (getenv("SLURM_PROCID") && getenv("SLURM_NTASKS") && getenv("DTRAIN_USE_MPI"));
+/* Open MPI as Debian builds it speaks PMIx only: srun --mpi=pmi2 would abort
+ * inside MPI_Init with a message about PMI support, so say what to change. */
+dt_status dt_mpi_launch_check(bool pmix) {
+#ifdef OMPI_MAJOR_VERSION
+    if (!pmix && getenv("SLURM_PROCID"))
+        return dt_error(DT_ERR_ARG, "srun gave this task PMI-1/PMI-2 (--mpi=pmi2), which this Open MPI cannot use: "
+                        "run srun --mpi=pmix");
+#else
+    (void)pmix;
+#endif
+    return DT_OK;
 }
 
 static dt_status mpi_err(int rc, const char *what) {

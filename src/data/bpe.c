@@ -92,12 +92,14 @@ static void byte_table(dt_bpe *b) {
     }
 }
 
-/* Decodes one token string (the mapped characters) back to raw bytes. */
+/* Decodes one token string (the mapped characters) back to raw bytes; a
+ * character outside the mapping (or a lead byte the string ends after) is
+ * dropped, never read past. */
 static size_t unmap(const dt_bpe *b, const char *s, char *out) {
     size_t n = 0;
     while (*s) {
         unsigned cp;
-        int k = ((unsigned char)*s < 0x80) ? 1 : 2;
+        int k = ((unsigned char)*s < 0x80 || !s[1]) ? 1 : 2;
         cp = k == 1 ? (unsigned char)*s : (((unsigned char)s[0] & 0x1F) << 6) | ((unsigned char)s[1] & 0x3F);
         for (int c = 0; c < 256; c++) {
             char tmp[3];
@@ -122,10 +124,9 @@ void dt_bpe_destroy(dt_bpe *b) {
 static char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
+    long sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
     fseek(f, 0, SEEK_SET);
-    char *p = malloc((size_t)sz + 1);
+    char *p = sz >= 0 ? malloc((size_t)sz + 1) : NULL;
     if (p && fread(p, 1, (size_t)sz, f) != (size_t)sz) { free(p); p = NULL; }
     fclose(f);
     if (p) { p[sz] = 0; *n = (size_t)sz; }
@@ -141,20 +142,32 @@ dt_status dt_bpe_load(const char *encoder_json, const char *vocab_bpe, dt_bpe **
     free(text);
     if (!cJSON_IsObject(j)) { cJSON_Delete(j); return dt_error(DT_ERR_IO, "%s: not a JSON object of token -> id", encoder_json); }
     dt_bpe *b = calloc(1, sizeof *b);
+    if (!b) { cJSON_Delete(j); return dt_error(DT_ERR_NOMEM, "bpe: out of memory"); }
     byte_table(b);
     int maxid = -1;
     dt_status st = DT_OK;
+    /* ids index a table: they must be whole numbers below a bound that keeps it small */
     for (cJSON *it = j->child; it && !st; it = it->next) {
-        if (!cJSON_IsNumber(it) || it->valueint < 0) st = dt_error(DT_ERR_IO, "%s: token \"%s\" has no id", encoder_json, it->string);
+        if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0 && it->valuedouble < DT_BPE_MAX_VOCAB) ||
+            it->valuedouble != (double)it->valueint)
+            st = dt_error(DT_ERR_IO, "%s: token \"%s\" needs a whole-number id from 0 to %d", encoder_json, it->string,
+                          DT_BPE_MAX_VOCAB - 1);
         else if (map_put(&b->vocab, it->string, strlen(it->string), it->valueint)) st = dt_error(DT_ERR_NOMEM, "bpe: out of memory");
         else if (it->valueint > maxid) maxid = it->valueint;
     }
     if (!st) {
         b->nvocab = maxid + 1;
-        b->token_bytes = calloc((size_t)b->nvocab, sizeof(char *));
-        b->token_len = calloc((size_t)b->nvocab, sizeof(size_t));
-        for (cJSON *it = j->child; it; it = it->next) {
+        b->token_bytes = calloc((size_t)b->nvocab + 1, sizeof(char *));
+        b->token_len = calloc((size_t)b->nvocab + 1, sizeof(size_t));
+        if (!b->token_bytes || !b->token_len) st = dt_error(DT_ERR_NOMEM, "bpe: out of memory for %d tokens", b->nvocab);
+        for (cJSON *it = j->child; it && !st; it = it->next) {
+            if (b->token_bytes[it->valueint]) {
+                st = dt_error(DT_ERR_IO, "%s: id %d is given to two tokens (\"%s\" is the second)", encoder_json, it->valueint,
+                              it->string);
+                break;
+            }
             char *raw = malloc(strlen(it->string) + 1);
+            if (!raw) { st = dt_error(DT_ERR_NOMEM, "bpe: out of memory"); break; }
             b->token_len[it->valueint] = unmap(b, it->string, raw);
             b->token_bytes[it->valueint] = raw;
         }
@@ -248,6 +261,15 @@ static size_t next_piece(const unsigned char *s, size_t left) {
 }
 
 /* ---- merging ---- */
+/* Grows *p to n elements of size es; 0 (and *p untouched) when memory is out. */
+static int grow(void **p, size_t *cap, size_t n, size_t es) {
+    void *g = realloc(*p, n * es);
+    if (!g) return 0;
+    *p = g;
+    *cap = n;
+    return 1;
+}
+
 dt_status dt_bpe_encode(dt_bpe *b, const char *text, size_t len, uint32_t **ids, size_t *n, size_t *cap) {
     const unsigned char *s = (const unsigned char *)text;
     size_t pos = 0;
@@ -256,14 +278,17 @@ dt_status dt_bpe_encode(dt_bpe *b, const char *text, size_t len, uint32_t **ids,
     size_t *start = malloc(sym_cap * sizeof *start), *end = malloc(sym_cap * sizeof *end);
     char *buf = malloc(64), *key = malloc(128);
     size_t buf_cap = 64, key_cap = 128;
-    dt_status st = DT_OK;
+    dt_status st = start && end && buf && key ? DT_OK : dt_error(DT_ERR_NOMEM, "bpe: out of memory");
     while (pos < len && !st) {
         size_t plen = next_piece(s + pos, len - pos);
         if (plen == 0) plen = 1;
         /* the piece as mapped characters, one symbol per byte */
-        if (plen * 2 + 1 > buf_cap) { buf_cap = plen * 2 + 1; buf = realloc(buf, buf_cap); }
-        if (plen > sym_cap) { sym_cap = plen; start = realloc(start, sym_cap * sizeof *start); end = realloc(end, sym_cap * sizeof *end); }
-        if (plen * 4 + 2 > key_cap) { key_cap = plen * 4 + 2; key = realloc(key, key_cap); }
+        if (plen * 2 + 1 > buf_cap && !grow((void **)&buf, &buf_cap, plen * 2 + 1, 1)) break;
+        if (plen > sym_cap) {
+            size_t c2 = sym_cap;
+            if (!grow((void **)&start, &sym_cap, plen, sizeof *start) || !grow((void **)&end, &c2, plen, sizeof *end)) break;
+        }
+        if (plen * 4 + 2 > key_cap && !grow((void **)&key, &key_cap, plen * 4 + 2, 1)) break;
         size_t bl = 0, ns = 0;
         for (size_t i = 0; i < plen; i++) {
             unsigned char c = s[pos + i];
@@ -308,5 +333,6 @@ dt_status dt_bpe_encode(dt_bpe *b, const char *text, size_t len, uint32_t **ids,
     free(end);
     free(buf);
     free(key);
+    if (!st && pos < len) st = dt_error(DT_ERR_NOMEM, "bpe: out of memory for a piece at byte offset %zu", pos);
     return st;
 }

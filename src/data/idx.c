@@ -30,14 +30,25 @@ dt_status dt_idx_load(const char *path, dt_idx *out) {
             uint32_t d = be32(h + 4 + 4 * i);
             if (d == 0 || d > (1u << 28)) st = dt_error(DT_ERR_IO, "%s: dimension %d is %u", path, i, d);
             out->dims[i] = (int)d;
-            count *= d;
+            /* checked before multiplying: three dimensions of 2^28 would wrap */
+            if (!st && count > ((size_t)1 << 34) / d)
+                st = dt_error(DT_ERR_IO, "%s: dimensions multiply past 16 GiB of data (dimension %d is %u)", path, i, d);
+            if (!st) count *= d;
         }
-        if (!st && count > ((size_t)1 << 34)) st = dt_error(DT_ERR_IO, "%s: %zu bytes of data is implausible", path, count);
     }
-    if (!st && !(out->data = malloc(count))) st = dt_error(DT_ERR_NOMEM, "%s: out of memory for %zu bytes", path, count);
-    size_t got = 0;
+    /* the buffer grows with the data that really arrives: a compressed file's
+     * header can claim gigabytes that are not there */
+    size_t got = 0, cap = 0;
     while (!st && got < count) {
-        unsigned chunk = count - got > (1u << 30) ? 1u << 30 : (unsigned)(count - got);
+        if (got == cap) {
+            size_t want = cap ? (cap * 2 < count ? cap * 2 : count) : (count < (1u << 20) ? count : 1u << 20);
+            uint8_t *g = realloc(out->data, want);
+            if (!g) { st = dt_error(DT_ERR_NOMEM, "%s: out of memory for %zu bytes", path, want); break; }
+            out->data = g;
+            cap = want;
+        }
+        size_t left = cap - got;
+        unsigned chunk = left > (1u << 30) ? 1u << 30 : (unsigned)left;
         int n = gzread(f, out->data + got, chunk);
         if (n <= 0) {
             int zerr;

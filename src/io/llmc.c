@@ -22,11 +22,26 @@ static dt_status read_header(const char *path, FILE *f, int32_t h[256], dt_gpt2_
     return dt_gpt2_config_check(cfg, path);
 }
 
+/* The file's size must be the header plus the parameters its shape needs. */
+static dt_status check_size(const char *path, FILE *f, const int32_t h[256], const dt_gpt2_config *cfg) {
+    size_t need = 1024 + dt_gpt2_config_num_params(cfg) * (h[1] == 3 ? 4 : 2);
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0) return dt_error(DT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    if ((size_t)sb.st_size != need)
+        return dt_error(DT_ERR_IO, "%s: %lld bytes, but the header's shape (L %d, C %d, Vp %d, T %d) needs %zu (%s)", path,
+                        (long long)sb.st_size, cfg->num_layers, cfg->channels, cfg->padded_vocab_size, cfg->max_seq_len, need,
+                        (size_t)sb.st_size < need ? "truncated" : "trailing bytes");
+    return DT_OK;
+}
+
+/* Reads the header and checks the file's size against it, so that a header
+ * claiming a huge shape fails before anything is allocated. */
 dt_status dt_llmc_read_config(const char *path, dt_gpt2_config *cfg) {
     FILE *f = fopen(path, "rb");
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     int32_t h[256];
     dt_status st = read_header(path, f, h, cfg);
+    if (!st) st = check_size(path, f, h, cfg);
     fclose(f);
     return st;
 }
@@ -44,10 +59,7 @@ dt_status dt_llmc_load_into(const char *path, dt_gpt2 *m) {
                       cfg.num_layers, cfg.num_heads, cfg.channels, mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size,
                       mc->num_layers, mc->num_heads, mc->channels);
     size_t n = dt_gpt2_num_params(m), es = h[1] == 3 ? 4 : 2;
-    struct stat sb;
-    if (!st && fstat(fileno(f), &sb) == 0 && (size_t)sb.st_size != 1024 + n * es)
-        st = dt_error(DT_ERR_IO, "%s: %lld bytes, but the header's shape needs %zu (%s)", path, (long long)sb.st_size,
-                      1024 + n * es, (size_t)sb.st_size < 1024 + n * es ? "truncated" : "trailing bytes");
+    if (!st) st = check_size(path, f, h, &cfg);
     float *p = dt_gpt2_params(m);
     if (!st && es == 4 && fread(p, 4, n, f) != n) st = dt_error(DT_ERR_IO, "%s: truncated parameters", path);
     if (!st && es == 2) {

@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,54 +29,87 @@ typedef struct {
     char *buf;          /* the whole file */
     size_t size, data;  /* data section offset */
     cJSON *hdr;
+    const cJSON **keys; /* the header's entries sorted by name: lookups in log time, not a scan each */
+    int nkeys;
     const char *path;
 } st_file;
+
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+static void st_close(st_file *f) {
+    cJSON_Delete(f->hdr);
+    free(f->keys);
+    free(f->buf);
+    f->hdr = NULL;
+    f->keys = NULL;
+    f->buf = NULL;
+}
 
 static dt_status st_open(const char *path, st_file *f) {
     memset(f, 0, sizeof *f);
     f->path = path;
     FILE *fp = fopen(path, "rb");
     if (!fp) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
+    long n = fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
     fseek(fp, 0, SEEK_SET);
-    f->buf = n > 0 ? malloc((size_t)n + 1) : NULL;
+    f->buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
     size_t got = f->buf ? fread(f->buf, 1, (size_t)n, fp) : 0;
     fclose(fp);
-    if (!f->buf || got != (size_t)n) { free(f->buf); return dt_error(DT_ERR_IO, "%s: cannot read", path); }
+    if (!f->buf || got != (size_t)n) { st_close(f); return dt_error(DT_ERR_IO, "%s: cannot read", path); }
     f->size = (size_t)n;
     uint64_t hl = 0;
-    if (f->size < 8) { free(f->buf); return dt_error(DT_ERR_IO, "%s: truncated (no header length)", path); }
+    if (f->size < 8) { st_close(f); return dt_error(DT_ERR_IO, "%s: truncated (no header length)", path); }
     memcpy(&hl, f->buf, 8);
-    if (hl > f->size - 8) { free(f->buf); return dt_error(DT_ERR_IO, "%s: header length %llu at offset 0 exceeds the file", path, (unsigned long long)hl); }
+    if (hl > f->size - 8) { st_close(f); return dt_error(DT_ERR_IO, "%s: header length %llu at offset 0 exceeds the file", path, (unsigned long long)hl); }
     char save = f->buf[8 + hl];
     f->buf[8 + hl] = 0;
     f->hdr = cJSON_Parse(f->buf + 8);
     f->buf[8 + hl] = save;
-    if (!f->hdr) { free(f->buf); return dt_error(DT_ERR_IO, "%s: the JSON header (bytes 8..%llu) does not parse", path, (unsigned long long)(8 + hl)); }
+    if (!cJSON_IsObject(f->hdr)) {
+        st_close(f);
+        return dt_error(DT_ERR_IO, "%s: the header (bytes 8..%llu) is not a JSON object", path, (unsigned long long)(8 + hl));
+    }
     f->data = 8 + hl;
+    for (const cJSON *it = f->hdr->child; it; it = it->next) f->nkeys++;
+    f->keys = malloc(sizeof *f->keys * (size_t)(f->nkeys ? f->nkeys : 1));
+    if (!f->keys) { st_close(f); return dt_error(DT_ERR_NOMEM, "%s: out of memory for %d header entries", path, f->nkeys); }
+    int k = 0;
+    for (const cJSON *it = f->hdr->child; it; it = it->next) f->keys[k++] = it;
+    qsort(f->keys, (size_t)f->nkeys, sizeof *f->keys, by_name);
     return DT_OK;
 }
 
-static void st_close(st_file *f) {
-    cJSON_Delete(f->hdr);
-    free(f->buf);
+static const cJSON *st_lookup(const st_file *f, const char *name) {
+    cJSON probe = { .string = (char *)name };
+    const cJSON *p = &probe, *const *hit = bsearch(&p, f->keys, (size_t)f->nkeys, sizeof *f->keys, by_name);
+    return hit ? *hit : NULL;
 }
 
 /* Finds name (with or without the "transformer." prefix). */
 static const cJSON *st_find(st_file *f, const char *name) {
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(f->hdr, name);
+    const cJSON *t = st_lookup(f, name);
     if (t) return t;
     char pre[256];
     snprintf(pre, sizeof pre, "transformer.%s", name);
-    return cJSON_GetObjectItemCaseSensitive(f->hdr, pre);
+    return st_lookup(f, pre);
+}
+
+/* A data offset: a whole number within the data section (a double near
+ * 2^64 would wrap when converted). */
+static int offset_ok(const cJSON *v, size_t limit, size_t *out) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || v->valuedouble > (double)limit || v->valuedouble != floor(v->valuedouble))
+        return 0;
+    *out = (size_t)v->valuedouble;
+    return *out <= limit;
 }
 
 /* Reads tensor `name` of shape [d0, d1] (d1 = 0 for 1-D) into out[d0*d1], transposing when asked. */
 static dt_status st_read(st_file *f, const char *name, int d0, int d1, int transpose, float *out) {
     const cJSON *t = st_find(f, name);
     if (!t) return dt_error(DT_ERR_IO, "%s: tensor \"%s\" is missing", f->path, name);
-    const cJSON *dt = cJSON_GetObjectItem(t, "dtype"), *sh = cJSON_GetObjectItem(t, "shape"), *of = cJSON_GetObjectItem(t, "data_offsets");
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype"), *sh = cJSON_GetObjectItemCaseSensitive(t, "shape"), *of = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
     if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2)
         return dt_error(DT_ERR_IO, "%s: tensor \"%s\" lacks dtype, shape or data_offsets", f->path, name);
     size_t es = !strcmp(dt->valuestring, "F32") ? 4 : (!strcmp(dt->valuestring, "BF16") || !strcmp(dt->valuestring, "F16")) ? 2 : 0;
@@ -86,11 +120,12 @@ static dt_status st_read(st_file *f, const char *name, int d0, int d1, int trans
     if (cJSON_GetArraySize(sh) != want_dims || s0 != e0 || s1 != e1)
         return dt_error(DT_ERR_IO, "%s: tensor \"%s\" has shape [%d%s%d], the model needs [%d%s%d]", f->path, name, s0,
                         want_dims > 1 ? ", " : "", want_dims > 1 ? s1 : 0, e0, want_dims > 1 ? ", " : "", want_dims > 1 ? e1 : 0);
-    double b = cJSON_GetArrayItem(of, 0)->valuedouble, e = cJSON_GetArrayItem(of, 1)->valuedouble;
-    size_t n = (size_t)s0 * (size_t)(d1 ? s1 : 1);
-    if (b < 0 || e < b || (size_t)(e - b) != n * es || f->data + (size_t)e > f->size)
-        return dt_error(DT_ERR_IO, "%s: tensor \"%s\": data_offsets [%.0f, %.0f] do not match its %zu bytes or the file", f->path, name, b, e, n * es);
-    const unsigned char *src = (const unsigned char *)f->buf + f->data + (size_t)b;
+    size_t n = (size_t)s0 * (size_t)(d1 ? s1 : 1), b, e;
+    const cJSON *ob = cJSON_GetArrayItem(of, 0), *oe = cJSON_GetArrayItem(of, 1);
+    if (!offset_ok(ob, f->size - f->data, &b) || !offset_ok(oe, f->size - f->data, &e) || e < b || e - b != n * es)
+        return dt_error(DT_ERR_IO, "%s: tensor \"%s\": data_offsets [%.17g, %.17g] do not match its %zu bytes or the file's "
+                        "%zu data bytes", f->path, name, ob->valuedouble, oe->valuedouble, n * es, f->size - f->data);
+    const unsigned char *src = (const unsigned char *)f->buf + f->data + b;
     int cols = d1 ? s1 : 1;
     for (size_t i = 0; i < n; i++) {
         float v;
@@ -107,8 +142,12 @@ static dt_status st_read(st_file *f, const char *name, int d0, int d1, int trans
 }
 
 static int heads_from(st_file *f, const char *path) {
-    const cJSON *md = cJSON_GetObjectItem(f->hdr, "__metadata__"), *nh = md ? cJSON_GetObjectItem(md, "n_head") : NULL;
-    if (cJSON_IsString(nh)) return atoi(nh->valuestring);
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(f->hdr, "__metadata__"), *nh = md ? cJSON_GetObjectItemCaseSensitive(md, "n_head") : NULL;
+    if (cJSON_IsString(nh)) {
+        char *end;
+        long v = strtol(nh->valuestring, &end, 10);
+        return *end || v < 1 || v > 65536 ? 0 : (int)v;
+    }
     /* HF layout: config.json next to model.safetensors */
     char cfg[4096];
     snprintf(cfg, sizeof cfg, "%s", path);
@@ -121,7 +160,7 @@ static int heads_from(st_file *f, const char *path) {
     fclose(fp);
     text[n] = 0;
     cJSON *j = cJSON_Parse(text);
-    const cJSON *h = j ? cJSON_GetObjectItem(j, "n_head") : NULL;
+    const cJSON *h = j ? cJSON_GetObjectItemCaseSensitive(j, "n_head") : NULL;
     int r = cJSON_IsNumber(h) ? h->valueint : 0;
     cJSON_Delete(j);
     return r;
@@ -174,14 +213,15 @@ dt_status dt_safetensors_load(const char *path, int heads, dt_gpt2 **out) {
     dt_status st = st_open(path, &f);
     if (st) return st;
     const cJSON *wte = st_find(&f, "wte.weight"), *wpe = st_find(&f, "wpe.weight");
-    const cJSON *ws = wte ? cJSON_GetObjectItem(wte, "shape") : NULL, *ps = wpe ? cJSON_GetObjectItem(wpe, "shape") : NULL;
+    const cJSON *ws = wte ? cJSON_GetObjectItemCaseSensitive(wte, "shape") : NULL, *ps = wpe ? cJSON_GetObjectItemCaseSensitive(wpe, "shape") : NULL;
     if (!cJSON_IsArray(ws) || cJSON_GetArraySize(ws) != 2 || !cJSON_IsArray(ps) || cJSON_GetArraySize(ps) != 2) {
         st_close(&f);
         return dt_error(DT_ERR_IO, "%s: no 2-D wte.weight and wpe.weight: not a GPT-2 safetensors file", path);
     }
+    /* the layer count: h.0 .. h.(L-1) all present (sorted lookups, so a file with many keys stays fast) */
     int L = 0;
     char name[64];
-    for (;; L++) {
+    for (; L < f.nkeys; L++) {
         snprintf(name, sizeof name, "h.%d.ln_1.weight", L);
         if (!st_find(&f, name)) break;
     }
@@ -191,10 +231,22 @@ dt_status dt_safetensors_load(const char *path, int heads, dt_gpt2 **out) {
         return dt_error(DT_ERR_ARG, "%s: the head count is neither in the file's metadata nor in a config.json beside it (give --heads)", path);
     }
     int V = cJSON_GetArrayItem(ws, 0)->valueint, C = cJSON_GetArrayItem(ws, 1)->valueint;
+    if (V < 1 || V > (1 << 30)) {
+        st_close(&f);
+        return dt_error(DT_ERR_IO, "%s: wte.weight has %d rows (1 to 2^30 expected)", path, V);
+    }
     dt_gpt2_config cfg = { cJSON_GetArrayItem(ps, 0)->valueint, V, (V + 127) / 128 * 128, L, heads, C };
     if (V == 50257) cfg.padded_vocab_size = 50304; /* llm.c's padding for GPT-2 */
+    /* every tensor is in the file at 2 bytes per value or more: a shape that
+     * needs more than the file holds fails before the model is allocated */
+    if (!(st = dt_gpt2_config_check(&cfg, path))) {
+        size_t need = (dt_gpt2_config_num_params(&cfg) - (size_t)(cfg.padded_vocab_size - cfg.vocab_size) * (size_t)C) * 2;
+        if (need > f.size - f.data)
+            st = dt_error(DT_ERR_IO, "%s: wte.weight and wpe.weight say %d layers of %d channels, vocab %d, %d positions: "
+                          "at least %zu data bytes, but the file has %zu", path, L, C, V, cfg.max_seq_len, need, f.size - f.data);
+    }
     dt_gpt2 *m = NULL;
-    st = dt_gpt2_create(&cfg, &m);
+    if (!st) st = dt_gpt2_create(&cfg, &m);
     if (!st) st = load_all(&f, m);
     st_close(&f);
     if (st) { dt_gpt2_destroy(m); return st; }

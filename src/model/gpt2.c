@@ -66,21 +66,36 @@ dt_status dt_gpt2_config_check(const dt_gpt2_config *c, const char *where) {
     if (c->padded_vocab_size < c->vocab_size)
         return dt_error(DT_ERR_ARG, "%s: padded vocabulary %d is smaller than the vocabulary %d", where, c->padded_vocab_size,
                         c->vocab_size);
-    if ((double)c->padded_vocab_size * c->channels > 1e10 || (double)c->num_layers * c->channels * c->channels > 1e11)
-        return dt_error(DT_ERR_ARG, "%s: model too large", where);
+    /* bounds that keep every size computation far from overflowing */
+    if ((double)c->padded_vocab_size * c->channels > 1e10 || (double)c->max_seq_len * c->channels > 1e10 ||
+        (double)c->num_layers * c->channels * c->channels > 1e11)
+        return dt_error(DT_ERR_ARG, "%s: model too large (L %d, C %d, Vp %d, T %d: over 10^11 parameters)", where,
+                        c->num_layers, c->channels, c->padded_vocab_size, c->max_seq_len);
     return DT_OK;
 }
 
+/* Element counts of the 16 tensors in llm.c's order. */
+static void tensor_sizes(const dt_gpt2_config *c, size_t s[DT_GPT2_NTENSORS]) {
+    size_t Vp = (size_t)c->padded_vocab_size, C = (size_t)c->channels, L = (size_t)c->num_layers;
+    size_t T = (size_t)c->max_seq_len;
+    const size_t v[DT_GPT2_NTENSORS] = { Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
+                                         L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C };
+    memcpy(s, v, sizeof v);
+}
+
+size_t dt_gpt2_config_num_params(const dt_gpt2_config *c) {
+    size_t s[DT_GPT2_NTENSORS], n = 0;
+    tensor_sizes(c, s);
+    for (int i = 0; i < DT_GPT2_NTENSORS; i++) n += s[i];
+    return n;
+}
+
 static void layout(dt_gpt2 *m) {
-    size_t Vp = (size_t)m->cfg.padded_vocab_size, C = (size_t)m->cfg.channels, L = (size_t)m->cfg.num_layers;
-    size_t T = (size_t)m->cfg.max_seq_len;
-    size_t s[DT_GPT2_NTENSORS] = { Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
-                                   L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C };
+    tensor_sizes(&m->cfg, m->sizes);
     m->nparams = 0;
     for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
-        m->sizes[i] = s[i];
         m->offsets[i] = m->nparams;
-        m->nparams += s[i];
+        m->nparams += m->sizes[i];
     }
 }
 
@@ -95,10 +110,10 @@ dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out) {
     m->params = dt_alloc_aligned(m->nparams * sizeof(float));
     m->grads = m->own_grads = dt_alloc_aligned(m->nparams * sizeof(float));
     if (!m->params || !m->grads) {
-        dt_gpt2_destroy(m);
         char sz[32];
-        return dt_error(DT_ERR_NOMEM, "model: cannot allocate %s of parameters and gradients",
-                        dt_format_size(2 * m->nparams * sizeof(float), sz, sizeof sz));
+        dt_format_size(2 * m->nparams * sizeof(float), sz, sizeof sz);
+        dt_gpt2_destroy(m);
+        return dt_error(DT_ERR_NOMEM, "model: cannot allocate %s of parameters and gradients", sz);
     }
     memset(m->params, 0, m->nparams * sizeof(float));
     memset(m->grads, 0, m->nparams * sizeof(float));

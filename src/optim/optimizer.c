@@ -249,11 +249,50 @@ double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_
     return elementwise(o, params, grads, lr, off, off + n, zero_grads);
 }
 
-float dt_lr_at(dt_schedule_kind kind, float lr, float lr_min, int warmup, int total, int step) {
-    if (kind == DT_SCHED_CONSTANT) return lr;
-    if (step < warmup) return lr * (float)(step + 1) / (float)warmup;
-    if (total <= warmup) return lr;
-    double progress = (double)(step - warmup) / (double)(total - warmup);
-    if (progress > 1) progress = 1;
-    return lr_min + (float)(0.5 * (1.0 + cos(M_PI * progress))) * (lr - lr_min);
+void dt_schedule_defaults(dt_schedule *s) {
+    memset(s, 0, sizeof *s);
+    s->lr = 3e-4f;
+    s->cos_min_ratio = 1e-4f;
+}
+
+const char *dt_schedule_name(dt_schedule_kind k) {
+    static const char *names[] = { "constant", "cosine", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR" };
+    return k >= DT_SCHED_CONSTANT && k <= DT_SCHED_DS_WARMUP_COSINE ? names[k] : "?";
+}
+
+/* DeepSpeed's warm-up fraction at iteration s (warm-up of at least 2 steps). */
+static double ds_gamma(const dt_schedule *c, int s, int warmup) {
+    return c->linear_warmup ? (double)s / warmup : log((double)s + 1) / log((double)warmup);
+}
+
+float dt_lr_at(const dt_schedule *c, int run_steps, int step) {
+    int total = c->total > 0 ? c->total : run_steps;
+    int ds_warmup = c->warmup > 2 ? c->warmup : 2;
+    switch (c->kind) {
+    case DT_SCHED_CONSTANT:
+    case DT_SCHED_COSINE: {
+        if (step < c->warmup) return c->lr * (float)(step + 1) / (float)c->warmup;
+        if (c->kind == DT_SCHED_CONSTANT || total <= c->warmup) return c->lr;
+        double progress = (double)(step - c->warmup) / (double)(total - c->warmup);
+        if (progress > 1) progress = 1;
+        return c->lr_min + (float)(0.5 * (1.0 + cos(M_PI * progress))) * (c->lr - c->lr_min);
+    }
+    case DT_SCHED_DS_WARMUP:
+    case DT_SCHED_DS_WARMUP_DECAY: {
+        double g = step < ds_warmup ? ds_gamma(c, step, ds_warmup)
+                 : c->kind == DT_SCHED_DS_WARMUP ? 1.0
+                 : fmax(0.0, (double)(total - step) / fmax(1.0, (double)(total - ds_warmup)));
+        return (float)(c->lr_min + (c->lr - c->lr_min) * g);
+    }
+    case DT_SCHED_DS_WARMUP_COSINE: {
+        double r;
+        if (step < ds_warmup) r = c->warmup_min_ratio + (1.0 - c->warmup_min_ratio) * ds_gamma(c, step, ds_warmup);
+        else {
+            double span = total - ds_warmup > 0 ? total - ds_warmup : 1;
+            r = fmax(0.0, c->cos_min_ratio + (1.0 - c->cos_min_ratio) * (1 + cos(M_PI * (step - ds_warmup + 1) / span)) / 2);
+        }
+        return (float)(c->lr * r);
+    }
+    }
+    return c->lr;
 }

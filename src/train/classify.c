@@ -155,7 +155,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
         printf("mlp");
         for (int i = 0; i < ns; i++) printf("%s%d", i ? "-" : " ", sizes[i]);
         printf(" (%zu parameters) on %s: %d training / %d test images; batch %d x %d ranks, %d steps per epoch, %s lr %g, "
-               "%d thread(s) per rank\n", np, dir, tr.n, te.n, B, p, steps, dt_optim_kind_name(c->opt.kind), c->lr, dt_kernels_threads());
+               "%d thread(s) per rank\n", np, dir, tr.n, te.n, B, p, steps, dt_optim_kind_name(c->opt.kind), c->sched.lr, dt_kernels_threads());
         fflush(stdout);
     }
     double acc = 0;
@@ -170,7 +170,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
             }
             float loss = 0;
             double exposed = 0, norm = -1;
-            float lr = dt_lr_at(c->schedule, c->lr, c->lr_min, c->warmup, steps * epochs, e * steps + s);
+            float lr = dt_lr_at(&c->sched, steps * epochs, e * steps + s);
             if (ddp) dt_ddp_begin(ddp, 1, lr);
             st = dt_mlp_forward(m, x, y, B, &loss, NULL);
             if (!st) st = dt_mlp_backward(m, 1.0f);

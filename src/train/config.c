@@ -9,7 +9,7 @@
 #include <string.h>
 
 static dt_status number(const char *path, const cJSON *o, const char *key, double lo, double hi, double *out) {
-    const cJSON *v = cJSON_GetObjectItem(o, key);
+    const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
     if (!v) return DT_OK;
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
         return dt_error(DT_ERR_ARG, "%s: \"%s\" must be a number in [%g, %g]", path, key, lo, hi);
@@ -25,13 +25,117 @@ static void warn_unknown(const char *path, const char *where, const cJSON *o, co
     }
 }
 
+/* The value of key in o when it is an object (or absent); anything else is an error naming it. */
+static dt_status object(const char *path, const cJSON *o, const char *key, const cJSON **out) {
+    *out = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (*out && !cJSON_IsObject(*out)) return dt_error(DT_ERR_ARG, "%s: \"%s\" must be a JSON object", path, key);
+    return DT_OK;
+}
+
+static dt_status read_optimizer(const char *path, const cJSON *opt, dt_train_config *c) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(opt, "type"), *p;
+    static const char *top[] = { "type", "params", NULL };
+    warn_unknown(path, "optimizer.", opt, top);
+    dt_status st = object(path, opt, "params", &p);
+    if (st) return st;
+    dt_optim_kind kind;
+    char lower[32] = "";
+    if (cJSON_IsString(type)) {
+        snprintf(lower, sizeof lower, "%s", type->valuestring);
+        for (char *q = lower; *q; q++) *q = (char)(*q >= 'A' && *q <= 'Z' ? *q + 32 : *q);
+        if (!strcmp(lower, "adam")) strcpy(lower, "adamw"); /* DeepSpeed's Adam with weight decay is AdamW */
+    }
+    if (!cJSON_IsString(type) || dt_optim_parse_kind(lower, &kind))
+        return dt_error(DT_ERR_ARG, "%s: \"optimizer.type\" must be one of AdamW, Adam, SGD, LAMB, LARS", path);
+    dt_optim_config keep = c->opt;
+    dt_optim_defaults(kind, &c->opt);
+    c->opt.weight_decay = keep.weight_decay;
+    if (!p) return DT_OK;
+    static const char *known[] = { "lr", "betas", "eps", "weight_decay", "momentum", "nesterov", "trust_coef", NULL };
+    warn_unknown(path, "optimizer.params.", p, known);
+    double x;
+    if (!st && (x = -1, st = number(path, p, "lr", 1e-12, 10, &x), !st) && x > 0) c->sched.lr = (float)x;
+    if (!st && (x = -1, st = number(path, p, "eps", 1e-30, 1, &x), !st) && x > 0) c->opt.eps = (float)x;
+    if (!st && (x = -1, st = number(path, p, "weight_decay", 0, 10, &x), !st) && x >= 0) c->opt.weight_decay = (float)x;
+    if (!st && (x = -1, st = number(path, p, "momentum", 0, 0.999999, &x), !st) && x >= 0) c->opt.momentum = (float)x;
+    if (!st && (x = -1, st = number(path, p, "trust_coef", 1e-9, 10, &x), !st) && x > 0) c->opt.trust_coef = (float)x;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(p, "betas"), *nest = cJSON_GetObjectItemCaseSensitive(p, "nesterov");
+    if (!st && b) {
+        const cJSON *b0 = cJSON_GetArrayItem(b, 0), *b1 = cJSON_GetArrayItem(b, 1);
+        if (!cJSON_IsArray(b) || cJSON_GetArraySize(b) != 2 || !cJSON_IsNumber(b0) || !cJSON_IsNumber(b1) ||
+            !(b0->valuedouble >= 0 && b0->valuedouble < 1 && b1->valuedouble >= 0 && b1->valuedouble < 1))
+            st = dt_error(DT_ERR_ARG, "%s: \"optimizer.params.betas\" must be two numbers in [0, 1)", path);
+        else {
+            c->opt.beta1 = (float)b0->valuedouble;
+            c->opt.beta2 = (float)b1->valuedouble;
+        }
+    }
+    if (!st && nest) {
+        if (!cJSON_IsBool(nest)) st = dt_error(DT_ERR_ARG, "%s: \"optimizer.params.nesterov\" must be true or false", path);
+        else c->opt.nesterov = cJSON_IsTrue(nest);
+    }
+    return st;
+}
+
+/* DeepSpeed's WarmupLR, WarmupDecayLR and WarmupCosineLR with their own
+ * parameters and defaults (dt_lr_at has the formulas). */
+static dt_status read_scheduler(const char *path, const cJSON *sch, dt_train_config *c) {
+    static const struct { const char *name; dt_schedule_kind kind; } kinds[] = {
+        { "WarmupLR", DT_SCHED_DS_WARMUP }, { "WarmupDecayLR", DT_SCHED_DS_WARMUP_DECAY },
+        { "WarmupCosineLR", DT_SCHED_DS_WARMUP_COSINE },
+    };
+    static const char *top[] = { "type", "params", NULL };
+    warn_unknown(path, "scheduler.", sch, top);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(sch, "type"), *p;
+    dt_status st = object(path, sch, "params", &p);
+    if (st) return st;
+    int k = -1;
+    for (int i = 0; i < 3 && cJSON_IsString(type); i++)
+        if (!strcmp(type->valuestring, kinds[i].name)) k = i;
+    if (k < 0) return dt_error(DT_ERR_ARG, "%s: \"scheduler.type\" must be WarmupLR, WarmupDecayLR or WarmupCosineLR", path);
+    dt_schedule *s = &c->sched;
+    s->kind = kinds[k].kind;
+    /* DeepSpeed's defaults */
+    s->warmup = 1000;
+    s->linear_warmup = 0;
+    s->lr_min = 0;
+    s->warmup_min_ratio = 0;
+    s->cos_min_ratio = 1e-4f;
+    if (s->kind != DT_SCHED_DS_WARMUP_COSINE) s->lr = 1e-3f;
+    static const char *known[3][6] = {
+        { "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", NULL },
+        { "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps", NULL },
+        { "warmup_min_ratio", "warmup_num_steps", "warmup_type", "total_num_steps", "cos_min_ratio", NULL },
+    };
+    if (p) warn_unknown(path, "scheduler.params.", p, known[k]);
+    double x;
+    if (!st && (x = -1, st = number(path, p, "warmup_num_steps", 0, 1e9, &x), !st) && x >= 0) s->warmup = (int)x;
+    if (!st && (x = -1, st = number(path, p, "total_num_steps", 1, 1e9, &x), !st) && x > 0) s->total = (int)x;
+    if (!st && s->kind != DT_SCHED_DS_WARMUP_COSINE) {
+        if ((x = -1, st = number(path, p, "warmup_max_lr", 0, 10, &x), !st) && x >= 0) s->lr = (float)x;
+        if (!st && (x = -1, st = number(path, p, "warmup_min_lr", 0, 10, &x), !st) && x >= 0) s->lr_min = (float)x;
+    }
+    if (!st && s->kind == DT_SCHED_DS_WARMUP_COSINE) {
+        if ((x = -1, st = number(path, p, "warmup_min_ratio", 0, 1, &x), !st) && x >= 0) s->warmup_min_ratio = (float)x;
+        if (!st && (x = -1, st = number(path, p, "cos_min_ratio", 0, 1, &x), !st) && x >= 0) s->cos_min_ratio = (float)x;
+    }
+    const cJSON *wt = p ? cJSON_GetObjectItemCaseSensitive(p, "warmup_type") : NULL;
+    if (!st && wt) {
+        if (!cJSON_IsString(wt) || (strcmp(wt->valuestring, "log") && strcmp(wt->valuestring, "linear")))
+            st = dt_error(DT_ERR_ARG, "%s: \"scheduler.params.warmup_type\" must be \"log\" or \"linear\"", path);
+        else s->linear_warmup = !strcmp(wt->valuestring, "linear");
+    }
+    if (!st && s->kind != DT_SCHED_DS_WARMUP && !s->total)
+        st = dt_error(DT_ERR_ARG, "%s: %s needs \"scheduler.params.total_num_steps\"", path, kinds[k].name);
+    return st;
+}
+
 dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     FILE *f = fopen(path, "rb");
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
     fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
+    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
     size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
     fclose(f);
     if (!text || got != (size_t)n) { free(text); return dt_error(DT_ERR_IO, "%s: cannot read", path); }
@@ -43,6 +147,11 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
         free(text);
         return dt_error(DT_ERR_IO, "%s: not valid JSON (near byte %ld)", path, off);
     }
+    free(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return dt_error(DT_ERR_ARG, "%s: the top level must be a JSON object ({\"train_micro_batch_size_per_gpu\": ...})", path);
+    }
     static const char *top[] = { "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
                                  "gradient_clipping", "steps", "train_batch_size", NULL };
     warn_unknown(path, "", root, top);
@@ -50,65 +159,16 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     dt_status st = DT_OK;
     if (!st && (x = -1, st = number(path, root, "train_micro_batch_size_per_gpu", 1, 1e6, &x), !st) && x > 0) c->batch = (int)x;
     if (!st && (x = -1, st = number(path, root, "gradient_accumulation_steps", 1, 1e6, &x), !st) && x > 0) c->grad_accum = (int)x;
+    if (!st && (x = -1, st = number(path, root, "train_batch_size", 1, 1e9, &x), !st) && x > 0) c->train_batch_size = (int)x;
     if (!st && (x = -1, st = number(path, root, "gradient_clipping", 0, 1e9, &x), !st) && x >= 0) c->grad_clip = (float)x;
     if (!st && (x = -1, st = number(path, root, "steps", 1, 1e9, &x), !st) && x > 0) c->steps = (int)x;
-    const cJSON *opt = cJSON_GetObjectItem(root, "optimizer");
-    if (!st && opt) {
-        const cJSON *type = cJSON_GetObjectItem(opt, "type"), *p = cJSON_GetObjectItem(opt, "params");
-        dt_optim_kind kind;
-        char lower[32] = "";
-        if (cJSON_IsString(type)) {
-            snprintf(lower, sizeof lower, "%s", type->valuestring);
-            for (char *q = lower; *q; q++) *q = (char)(*q >= 'A' && *q <= 'Z' ? *q + 32 : *q);
-            if (!strcmp(lower, "adam")) strcpy(lower, "adamw"); /* DeepSpeed's Adam with weight decay is AdamW */
-        }
-        if (!cJSON_IsString(type) || dt_optim_parse_kind(lower, &kind))
-            st = dt_error(DT_ERR_ARG, "%s: \"optimizer.type\" must be one of AdamW, Adam, SGD, LAMB, LARS", path);
-        if (!st) {
-            dt_optim_config keep = c->opt;
-            dt_optim_defaults(kind, &c->opt);
-            c->opt.weight_decay = keep.weight_decay;
-        }
-        if (!st && p) {
-            static const char *known[] = { "lr", "betas", "eps", "weight_decay", "momentum", "nesterov", "trust_coef", NULL };
-            warn_unknown(path, "optimizer.params.", p, known);
-            if (!st && (x = -1, st = number(path, p, "lr", 1e-12, 10, &x), !st) && x > 0) c->lr = (float)x;
-            if (!st && (x = -1, st = number(path, p, "eps", 1e-30, 1, &x), !st) && x > 0) c->opt.eps = (float)x;
-            if (!st && (x = -1, st = number(path, p, "weight_decay", 0, 10, &x), !st) && x >= 0) c->opt.weight_decay = (float)x;
-            if (!st && (x = -1, st = number(path, p, "momentum", 0, 0.999999, &x), !st) && x >= 0) c->opt.momentum = (float)x;
-            if (!st && (x = -1, st = number(path, p, "trust_coef", 1e-9, 10, &x), !st) && x > 0) c->opt.trust_coef = (float)x;
-            const cJSON *b = cJSON_GetObjectItem(p, "betas"), *nest = cJSON_GetObjectItem(p, "nesterov");
-            if (!st && b) {
-                if (!cJSON_IsArray(b) || cJSON_GetArraySize(b) != 2 || !cJSON_IsNumber(cJSON_GetArrayItem(b, 0)) ||
-                    !cJSON_IsNumber(cJSON_GetArrayItem(b, 1)) || !(cJSON_GetArrayItem(b, 0)->valuedouble >= 0 &&
-                    cJSON_GetArrayItem(b, 0)->valuedouble < 1 && cJSON_GetArrayItem(b, 1)->valuedouble >= 0 &&
-                    cJSON_GetArrayItem(b, 1)->valuedouble < 1))
-                    st = dt_error(DT_ERR_ARG, "%s: \"optimizer.params.betas\" must be two numbers in [0, 1)", path);
-                else {
-                    c->opt.beta1 = (float)cJSON_GetArrayItem(b, 0)->valuedouble;
-                    c->opt.beta2 = (float)cJSON_GetArrayItem(b, 1)->valuedouble;
-                }
-            }
-            if (!st && nest) c->opt.nesterov = cJSON_IsTrue(nest);
-        }
-    }
-    const cJSON *sch = cJSON_GetObjectItem(root, "scheduler");
-    if (!st && sch) {
-        const cJSON *type = cJSON_GetObjectItem(sch, "type"), *p = cJSON_GetObjectItem(sch, "params");
-        if (!cJSON_IsString(type) || (strcmp(type->valuestring, "WarmupCosineLR") && strcmp(type->valuestring, "WarmupDecayLR") &&
-                                      strcmp(type->valuestring, "WarmupLR")))
-            st = dt_error(DT_ERR_ARG, "%s: \"scheduler.type\" must be WarmupLR, WarmupDecayLR or WarmupCosineLR", path);
-        else c->schedule = strcmp(type->valuestring, "WarmupLR") ? DT_SCHED_COSINE : DT_SCHED_CONSTANT;
-        if (!st && p) {
-            static const char *known[] = { "warmup_num_steps", "total_num_steps", "warmup_max_lr", "warmup_min_lr", "cos_min_ratio", NULL };
-            warn_unknown(path, "scheduler.params.", p, known);
-            if (!st && (x = -1, st = number(path, p, "warmup_num_steps", 0, 1e9, &x), !st) && x >= 0) c->warmup = (int)x;
-            if (!st && (x = -1, st = number(path, p, "total_num_steps", 1, 1e9, &x), !st) && x > 0) c->steps = (int)x;
-            if (!st && (x = -1, st = number(path, p, "warmup_max_lr", 1e-12, 10, &x), !st) && x > 0) c->lr = (float)x;
-            if (!st && (x = -1, st = number(path, p, "warmup_min_lr", 0, 10, &x), !st) && x >= 0) c->lr_min = (float)x;
-        }
-    }
+    const cJSON *opt = NULL, *sch = NULL;
+    if (!st) st = object(path, root, "optimizer", &opt);
+    if (!st) st = object(path, root, "scheduler", &sch);
+    if (!st && opt) st = read_optimizer(path, opt, c);
+    if (!st && sch) st = read_scheduler(path, sch, c);
+    /* the schedule's length is the run's unless "steps" says otherwise */
+    if (!st && c->sched.total > 0 && !cJSON_GetObjectItemCaseSensitive(root, "steps")) c->steps = c->sched.total;
     cJSON_Delete(root);
-    free(text);
     return st;
 }

@@ -1,79 +1,164 @@
 /* dtrain plot: the loss curve of a metrics file (one JSON object per step)
  * as a small self-contained SVG: training loss as a line, validation loss as
- * dots, steps along x, loss along y with gridlines. */
+ * dots, steps along x, loss in nats along y (linear or log) with gridlines at
+ * round values. Steps whose loss is null (not finite) leave a gap. */
 #include "dtrain/io.h"
 #include "dtrain/train.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct { double step, loss, val; } point;
 
-dt_status dt_plot_losses(const char *in, const char *out) {
+static double num_or_nan(const cJSON *v) { return cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : NAN; }
+
+static dt_status read_points(const char *in, point **out, size_t *count) {
     FILE *f = fopen(in, "r");
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", in, strerror(errno));
     size_t cap = 1024, n = 0;
     point *pts = malloc(cap * sizeof *pts);
-    char line[4096];
+    char *line = NULL;
+    size_t lcap = 0;
     int lineno = 0;
-    dt_status st = DT_OK;
-    while (!st && fgets(line, sizeof line, f)) {
+    dt_status st = pts ? DT_OK : dt_error(DT_ERR_NOMEM, "%s: out of memory", in);
+    while (!st && getline(&line, &lcap, f) > 0) {
         lineno++;
         cJSON *j = cJSON_Parse(line);
-        cJSON *s = j ? cJSON_GetObjectItem(j, "step") : NULL, *l = j ? cJSON_GetObjectItem(j, "loss") : NULL;
-        cJSON *v = j ? cJSON_GetObjectItem(j, "val_loss") : NULL;
-        if (!cJSON_IsNumber(s) || !cJSON_IsNumber(l)) st = dt_error(DT_ERR_IO, "%s: line %d has no numeric step and loss", in, lineno);
+        cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step"), *l = cJSON_GetObjectItemCaseSensitive(j, "loss");
+        if (!cJSON_IsNumber(s) || !isfinite(s->valuedouble) || !(cJSON_IsNumber(l) || cJSON_IsNull(l)))
+            st = dt_error(DT_ERR_IO, "%s: line %d has no numeric step and loss (or null loss)", in, lineno);
         else {
-            if (n == cap) pts = realloc(pts, (cap *= 2) * sizeof *pts);
-            pts[n++] = (point){ s->valuedouble, l->valuedouble, cJSON_IsNumber(v) ? v->valuedouble : NAN };
+            if (n == cap) {
+                point *g = realloc(pts, (cap *= 2) * sizeof *pts);
+                if (!g) st = dt_error(DT_ERR_NOMEM, "%s: out of memory at line %d", in, lineno);
+                else pts = g;
+            }
+            if (!st) pts[n++] = (point){ s->valuedouble, num_or_nan(l), num_or_nan(cJSON_GetObjectItemCaseSensitive(j, "val_loss")) };
         }
         cJSON_Delete(j);
     }
+    free(line);
     fclose(f);
     if (!st && n == 0) st = dt_error(DT_ERR_IO, "%s: no steps to plot", in);
     if (st) { free(pts); return st; }
+    *out = pts;
+    *count = n;
+    return DT_OK;
+}
+
+/* A round tick spacing (1, 2 or 5 times a power of ten) giving about `want` ticks over span. */
+static double tick_step(double span, int want) {
+    double raw = span / want, p = pow(10, floor(log10(raw))), m = raw / p;
+    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
+}
+
+typedef struct { char *buf; size_t len, cap; } text;
+
+static void out(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out(text *t, const char *fmt, ...) {
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if (t->buf && t->len + (size_t)n < t->cap) { t->len += (size_t)n; return; }
+        size_t cap = (t->cap + (size_t)n + 1) * 2;
+        char *g = realloc(t->buf, cap);
+        if (!g) return; /* the caller sees a short document as out of memory */
+        t->buf = g;
+        t->cap = cap;
+    }
+}
+
+dt_status dt_plot_svg(const char *in, int log_y, char **svg, size_t *len) {
+    point *pts = NULL;
+    size_t n = 0;
+    dt_status st = read_points(in, &pts, &n);
+    if (st) return st;
     double x0 = pts[0].step, x1 = pts[n - 1].step, y0 = INFINITY, y1 = -INFINITY;
     for (size_t i = 0; i < n; i++) {
-        y0 = fmin(y0, pts[i].loss); y1 = fmax(y1, pts[i].loss);
-        if (!isnan(pts[i].val)) { y0 = fmin(y0, pts[i].val); y1 = fmax(y1, pts[i].val); }
+        x0 = fmin(x0, pts[i].step); x1 = fmax(x1, pts[i].step);
+        for (int k = 0; k < 2; k++) {
+            double v = k ? pts[i].val : pts[i].loss;
+            if (isnan(v) || (log_y && v <= 0)) continue;
+            y0 = fmin(y0, v); y1 = fmax(y1, v);
+        }
     }
+    if (!(y0 <= y1)) { y0 = log_y ? 1 : 0; y1 = y0 + 1; }
     if (x1 <= x0) x1 = x0 + 1;
-    if (y1 <= y0) y1 = y0 + 1;
-    double pad = (y1 - y0) * 0.05;
-    y0 -= pad;
-    y1 += pad;
-    const double W = 720, H = 420, L = 60, R = 20, Tp = 30, B = 45;
-    size_t bufcap = 64 * n + 8192, len = 0;
-    char *svg = malloc(bufcap);
-#define OUT(...) len += (size_t)snprintf(svg + len, bufcap - len, __VA_ARGS__)
+    double (*tf)(double) = log_y ? log10 : NULL;
+#define TY(v) (tf ? tf(v) : (v))
+    double ty0 = TY(y0), ty1 = TY(y1);
+    if (ty1 - ty0 < 1e-9) { ty0 -= 0.5; ty1 += 0.5; }
+    double pad = (ty1 - ty0) * 0.05;
+    ty0 -= pad;
+    ty1 += pad;
+    const double W = 720, H = 420, L = 70, R = 20, Tp = 30, B = 45;
+    text t = { 0 };
 #define X(v) (L + ((v) - x0) / (x1 - x0) * (W - L - R))
-#define Y(v) (Tp + (y1 - (v)) / (y1 - y0) * (H - Tp - B))
-    OUT("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
-    OUT("<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    for (int k = 0; k <= 5; k++) {
-        double yv = y0 + (y1 - y0) * k / 5, xv = x0 + (x1 - x0) * k / 5;
-        OUT("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>", L, Y(yv), W - R, Y(yv));
-        OUT("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.3g</text>\n", L - 6, Y(yv) + 4, yv);
-        OUT("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", X(xv), H - B + 18, xv);
+#define Y(v) (Tp + (ty1 - TY(v)) / (ty1 - ty0) * (H - Tp - B))
+    out(&t, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    out(&t, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    /* y gridlines at round values: 1-2-5 steps, or each power of ten (and 2x, 5x) on a log axis */
+    if (log_y) {
+        for (double d = pow(10, floor(ty0)); d <= pow(10, ceil(ty1)); d *= 10)
+            for (int m = 1; m <= 5; m += (m == 1 ? 1 : 3)) {
+                double yv = d * m;
+                if (TY(yv) < ty0 || TY(yv) > ty1) continue;
+                out(&t, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>", L, Y(yv), W - R, Y(yv));
+                out(&t, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, Y(yv) + 4, yv);
+            }
+    } else {
+        double dy = tick_step(ty1 - ty0, 6);
+        for (double yv = ceil(ty0 / dy) * dy; yv <= ty1 + dy * 1e-9; yv += dy) {
+            out(&t, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>", L, Y(yv), W - R, Y(yv));
+            out(&t, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, Y(yv) + 4, fabs(yv) < dy * 1e-6 ? 0 : yv);
+        }
     }
-    OUT("<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"");
-    for (size_t i = 0; i < n; i++) OUT("%.1f,%.1f ", X(pts[i].step), Y(pts[i].loss));
-    OUT("\"/>\n");
+    double dx = tick_step(x1 - x0, 6);
+    for (double xv = ceil(x0 / dx) * dx; xv <= x1 + dx * 1e-9; xv += dx)
+        out(&t, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", X(xv), H - B + 18, xv);
+    /* the training curve, broken where a loss was not finite */
+    bool open = false;
+    for (size_t i = 0; i < n; i++) {
+        bool ok = !isnan(pts[i].loss) && !(log_y && pts[i].loss <= 0);
+        if (ok && !open) { out(&t, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\""); open = true; }
+        if (ok) out(&t, "%.1f,%.1f ", X(pts[i].step), Y(pts[i].loss));
+        if (open && (!ok || i + 1 == n)) { out(&t, "\"/>\n"); open = false; }
+    }
     for (size_t i = 0; i < n; i++)
-        if (!isnan(pts[i].val)) OUT("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"#d62728\"/>\n", X(pts[i].step), Y(pts[i].val));
-    OUT("<text x=\"%.1f\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">loss (blue: training, red: validation)</text>\n", W / 2);
-    OUT("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n</svg>\n", W / 2, H - 8);
-#undef OUT
+        if (!isnan(pts[i].val) && !(log_y && pts[i].val <= 0))
+            out(&t, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"#d62728\"/>\n", X(pts[i].step), Y(pts[i].val));
+    out(&t, "<text x=\"%.1f\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">blue: training loss, red: validation loss</text>\n", W / 2);
+    out(&t, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n", W / 2, H - 8);
+    out(&t, "<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 16 %.1f)\">loss (nats per token%s)</text>\n",
+        (H - B + Tp) / 2, (H - B + Tp) / 2, log_y ? ", log scale" : "");
+    out(&t, "</svg>\n");
 #undef X
 #undef Y
+#undef TY
+    free(pts);
+    if (!t.buf || !strstr(t.buf, "</svg>")) { free(t.buf); return dt_error(DT_ERR_NOMEM, "%s: out of memory drawing the plot", in); }
+    *svg = t.buf;
+    *len = t.len;
+    return DT_OK;
+}
+
+dt_status dt_plot_losses(const char *metrics_path, const char *svg_path, int log_y) {
+    char *svg;
+    size_t len;
+    dt_status st = dt_plot_svg(metrics_path, log_y, &svg, &len);
+    if (st) return st;
     const void *parts[1] = { svg };
     size_t sizes[1] = { len };
-    st = dt_file_write_atomic(out, parts, sizes, 1);
+    st = dt_file_write_atomic(svg_path, parts, sizes, 1);
     free(svg);
-    free(pts);
     return st;
 }
