@@ -16,6 +16,9 @@ typedef struct dt_tokens dt_tokens;
  * { 20240801, 7, ntokens } + uint32 tokens. */
 dt_status dt_tokens_open(const char *path, dt_tokens **out);
 void dt_tokens_close(dt_tokens *t);
+/* The file it was read from, and its largest token. */
+const char *dt_tokens_path(const dt_tokens *t);
+uint32_t dt_tokens_max(const dt_tokens *t);
 size_t dt_tokens_count(const dt_tokens *t);
 uint32_t dt_tokens_get(const dt_tokens *t, size_t i);
 /* Fails naming the file and the first token >= vocab and its offset. */

@@ -4,6 +4,11 @@
 
 /* A flag's value that is not valid: says so, returns exit code 2. */
 int dt_cli_bad(const char *flag, const char *v);
+/* A command's flags and what each takes, for error messages. */
+typedef struct { const char *name, *value; } dt_cli_flag;
+/* flag was not accepted: a known flag gets "expected <value>", an unknown one
+ * the nearest known name ("did you mean --steps?"). Returns exit code 2. */
+int dt_cli_flag_error(const char *cmd, const dt_cli_flag *flags, const char *flag, const char *v);
 /* Parses s as a number in [lo, hi]; 0 when it is not one. */
 int dt_cli_number(const char *s, double lo, double hi, double *out);
 

@@ -85,7 +85,14 @@ static int bench_train(int argc, char **argv) {
 int dt_cli_bench(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[2], "train")) return bench_train(argc, argv);
     if (argc >= 3 && !strcmp(argv[2], "gemm")) {
-        int threads = argc >= 5 && !strcmp(argv[3], "--threads") ? atoi(argv[4]) : 1;
+        double t = 1;
+        if (argc >= 4 && (!strcmp(argv[3], "-h") || !strcmp(argv[3], "--help"))) {
+            printf("usage: dtrain bench gemm [--threads N]\n  sgemm 2048^3 through BLAS: the machine's matmul ceiling in GFLOP/s\n");
+            return 0;
+        }
+        if (argc >= 4 && (argc != 5 || strcmp(argv[3], "--threads") || !dt_cli_number(argv[4], 1, 1024, &t)))
+            return dt_cli_bad(argv[3], argc >= 5 ? argv[4] : NULL);
+        int threads = (int)t;
         printf("sgemm 2048^3 on %d thread(s): %.1f GFLOP/s\n", threads, dt_bench_gemm(threads));
         return 0;
     }

@@ -73,6 +73,9 @@ int dt_cli_generate(int argc, char **argv) {
         p = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
         for (int i = 0; i < n; i++) p[i] = (unsigned char)prompt[i];
     }
+    if (!st && !b && V != 256)
+        dt_log(DT_LOG_WARN, "generate: %s has a vocabulary of %d, not 256: tokens print as <id> (for GPT-2 tokens give "
+               "--bpe ENCODER.json VOCAB.bpe; a byte-level model is trained with --vocab 256)", model, V);
     if (!st) {
         printf("%s", prompt);
         st = dt_generate(m, p, n, (int)count, (float)temp, (int)topk, (uint64_t)seed, b || V != 256 ? emit_id : emit_byte, b);

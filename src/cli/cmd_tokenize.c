@@ -25,20 +25,23 @@ int dt_cli_tokenize(int argc, char **argv) {
                    "Byte-level tokens (vocabulary 256) or GPT-2 BPE (the encoder.json + vocab.bpe pair GPT-2's\n"
                    "tokenizer is distributed as); the last fraction of the text goes to --val.\n");
             return 0;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            dt_log(DT_LOG_ERROR, "tokenize: unknown flag %s (expected --bytes, --bpe, --val, --val-fraction)", argv[i]);
+            return 2;
         } else if (!in) in = argv[i];
         else if (!out) out = argv[i];
         else return dt_cli_bad("tokenize", argv[i]);
     }
+    if (frac != 0.1 && !val) dt_log(DT_LOG_WARN, "tokenize: --val-fraction does nothing without --val FILE");
     if (bytes == (enc != NULL) || !in || !out) {
         dt_log(DT_LOG_ERROR, "tokenize: expected --bytes or --bpe ENCODER.json VOCAB.bpe, then INPUT and OUTPUT");
         return 2;
     }
     FILE *f = fopen(in, "rb");
     if (!f) { dt_log(DT_LOG_ERROR, "tokenize: %s: %s", in, strerror(errno)); return 1; }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
     fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)len + 1);
+    char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
     if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) { fclose(f); free(text); dt_log(DT_LOG_ERROR, "tokenize: cannot read %s", in); return 1; }
     fclose(f);
     uint32_t *tok = NULL;

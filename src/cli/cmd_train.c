@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 static void usage(FILE *f) {
@@ -24,13 +26,19 @@ static void usage(FILE *f) {
             "  --optimizer sgd|adamw|lamb|lars (adamw)  --lr X (3e-4)  --betas B1,B2 (0.9,0.999)\n"
             "  --eps X (1e-8)  --weight-decay X (0)  --momentum X (0)  --nesterov  --trust-coef X (0.001)\n"
             "  --grad-clip X      clip the global gradient norm (0 = off, the default)\n"
-            "  --schedule constant|cosine (constant)  --warmup N (0)  --lr-min X (0)\n"
+            "  --schedule constant|cosine (constant)  --warmup N (0: linear warm-up with either)  --lr-min X (0)\n"
+            "                     (--config gives DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR)\n"
+            "  --on-nonfinite stop|skip   a step whose loss or gradient norm is NaN/inf stops the run (default,\n"
+            "                     nothing saved) or is skipped (no update; the optimizer then runs after backward)\n"
             "  --shuffle SEED     shuffle batch order (default: file order, as llm.c)\n"
-            "  --save FILE        model file at the end, written atomically: FILE.safetensors in HF\n"
+            "  --save FILE        model file at the end (and on SIGINT/SIGTERM), written atomically: FILE.safetensors in HF\n"
             "                     layout, anything else in llm.c's format; --save-every N: also every N steps\n"
             "  --metrics FILE     one JSON line per step\n"
-            "  --threads N        threads per rank for BLAS and OpenMP (0 = all cores, the default)\n"
-            "  --nproc N          data parallelism over N local ranks (1); under mpirun/srun, the job's ranks\n"
+            "  --threads N        threads per rank for BLAS and OpenMP (0, the default: the cores this rank may use,\n"
+            "                     shared with the other ranks on the machine)\n"
+            "  --nproc N          data parallelism over N local ranks (1); under mpirun/srun --mpi=pmix the job's\n"
+            "                     ranks are used and --nproc is refused\n"
+            "  --quiet            no progress output\n"
             "  --step-at-end      DDP: run the optimizer after backward; by default SGD and AdamW without\n"
             "                     --grad-clip update each bucket inside backward once its allreduce is done\n"
             "  --bucket-mb X      DDP gradient bucket cap in MiB (25; the first bucket is 1 MiB)\n"
@@ -41,6 +49,33 @@ static void usage(FILE *f) {
             "                     optimizer {type, params}, scheduler {type, params}, gradient_clipping, steps);\n"
             "                     flags override it\n");
 }
+
+/* Every flag and what it takes: the help's facts for error messages. */
+static const dt_cli_flag flags[] = {
+    { "--model", "a preset (d6, 124M, 350M, 774M, 1558M), a model file, or mlp[:H1,H2,..]" },
+    { "--data", "a token file (or, for mlp, a directory of IDX files)" }, { "--val-data", "a token file" },
+    { "--save", "a file path" }, { "--metrics", "a file path" }, { "--config", "a JSON file" },
+    { "--optimizer", "sgd, adamw, lamb or lars" }, { "--attention", "auto, full or blockwise" },
+    { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
+    { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
+    { "--steps", "a whole number from 1 to 1e9" }, { "--epochs", "a whole number from 1 to 1e6" },
+    { "--save-every", "a whole number of steps, 0 (off) to 1e9" }, { "--grad-accum", "a whole number from 1 to 1e6" },
+    { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--eval-batches", "a whole number from 1 to 1e6" },
+    { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
+    { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
+    { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
+    { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
+    { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },
+    { "--eps", "a number above 0 and below 1" }, { "--weight-decay", "a number from 0 to below 10" },
+    { "--momentum", "a number from 0 to below 1" }, { "--trust-coef", "a number above 0 and at most 1e9" },
+    { "--layers", "a whole number from 1 to 1e5" }, { "--heads", "a whole number from 1 to 1e5" },
+    { "--channels", "a whole number from 1 to 1e6" }, { "--vocab", "a whole number from 1 to 2^30" },
+    { "--max-seq", "a whole number from 1 to 1e7" },
+    { "--nesterov", "" }, { "--quiet", "" }, { "--recompute", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
+};
+
+/* A numeric flag: where it goes and its range (whole numbers only where int). */
+typedef struct { const char *name; double lo, hi; int whole; void *out; char kind; } num_flag; /* kind: i int, f float, d double, u u64 */
 
 int dt_cli_train(int argc, char **argv) {
     dt_train_config c;
@@ -55,62 +90,61 @@ int dt_cli_train(int argc, char **argv) {
     double betas[2] = { c.opt.beta1, c.opt.beta2 }, eps = c.opt.eps, wd = c.opt.weight_decay, mom = c.opt.momentum,
            trust = c.opt.trust_coef;
     int nesterov = c.opt.nesterov;
+    const num_flag nums[] = {
+        { "--batch", 1, 1e6, 1, &c.batch, 'i' }, { "--seq", 1, 1e6, 1, &c.seq, 'i' }, { "--steps", 1, 1e9, 1, &c.steps, 'i' },
+        { "--epochs", 1, 1e6, 1, &c.epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c.save_every, 'i' },
+        { "--grad-accum", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--eval-every", 0, 1e9, 1, &c.eval_every, 'i' },
+        { "--eval-batches", 1, 1e6, 1, &c.eval_batches, 'i' }, { "--threads", 0, 1024, 1, &c.threads, 'i' },
+        { "--nproc", 1, 256, 1, &c.nproc, 'i' }, { "--bucket-mb", 1e-6, 1e6, 0, &c.bucket_mb, 'd' },
+        { "--seed", 0, 1e18, 1, &c.seed, 'u' }, { "--shuffle", 1, 1e18, 1, &c.shuffle_seed, 'u' },
+        { "--lr", 1e-30, 9.999999, 0, &c.sched.lr, 'f' }, { "--lr-min", 0, 9.999999, 0, &c.sched.lr_min, 'f' },
+        { "--warmup", 0, 1e9, 1, &c.sched.warmup, 'i' }, { "--grad-clip", 0, 1e9, 0, &c.grad_clip, 'f' },
+        { "--eps", 1e-30, 0.999999, 0, &eps, 'd' }, { "--weight-decay", 0, 9.999999, 0, &wd, 'd' },
+        { "--momentum", 0, 0.999999, 0, &mom, 'd' }, { "--trust-coef", 1e-30, 1e9, 0, &trust, 'd' },
+        { "--layers", 1, 1e5, 1, &c.shape.num_layers, 'i' }, { "--heads", 1, 1e5, 1, &c.shape.num_heads, 'i' },
+        { "--channels", 1, 1e6, 1, &c.shape.channels, 'i' }, { "--vocab", 1, 1 << 30, 1, &c.shape.vocab_size, 'i' },
+        { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' },
+    };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double x;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return 0; }
         if (!strcmp(f, "--nesterov")) { nesterov = 1; continue; }
         if (!strcmp(f, "--quiet")) { c.quiet = 1; continue; }
         if (!strcmp(f, "--recompute")) { c.recompute = 1; continue; }
         if (!strcmp(f, "--step-at-end")) { c.step_at_end = 1; continue; }
         i++;
-        if (!strcmp(f, "--config") && v) continue; /* read above */
-        if (!strcmp(f, "--model") && v) c.model = v;
-        else if (!strcmp(f, "--data") && v) c.data = v;
-        else if (!strcmp(f, "--val-data") && v) c.val_data = v;
-        else if (!strcmp(f, "--save") && v) c.save = v;
-        else if (!strcmp(f, "--metrics") && v) c.metrics = v;
-        else if (!strcmp(f, "--optimizer") && v) { if (dt_optim_parse_kind(v, &kind)) return dt_cli_bad(f, v); }
-        else if (!strcmp(f, "--attention") && v) {
-            if (!strcmp(v, "auto")) c.attention = 0;
-            else if (!strcmp(v, "full")) c.attention = 1;
-            else if (!strcmp(v, "blockwise")) c.attention = 2;
-            else return dt_cli_bad(f, v);
-        } else if (!strcmp(f, "--schedule") && v) {
-            if (!strcmp(v, "constant")) c.sched.kind = DT_SCHED_CONSTANT;
-            else if (!strcmp(v, "cosine")) c.sched.kind = DT_SCHED_COSINE;
-            else return dt_cli_bad(f, v);
-        } else if (!strcmp(f, "--betas") && v) {
-            if (sscanf(v, "%lf,%lf", &betas[0], &betas[1]) != 2 || !(betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1))
-                return dt_cli_bad(f, v);
-        } else if (!dt_cli_number(v, 0, 1e9, &x)) return dt_cli_bad(f, v);
-        else if (!strcmp(f, "--batch") && x >= 1) c.batch = (int)x;
-        else if (!strcmp(f, "--seq") && x >= 1) c.seq = (int)x;
-        else if (!strcmp(f, "--steps") && x >= 1) c.steps = (int)x;
-        else if (!strcmp(f, "--epochs") && x >= 1) c.epochs = (int)x;
-        else if (!strcmp(f, "--save-every")) c.save_every = (int)x;
-        else if (!strcmp(f, "--grad-accum") && x >= 1) c.grad_accum = (int)x;
-        else if (!strcmp(f, "--eval-every")) c.eval_every = (int)x;
-        else if (!strcmp(f, "--eval-batches") && x >= 1) c.eval_batches = (int)x;
-        else if (!strcmp(f, "--threads")) c.threads = (int)x;
-        else if (!strcmp(f, "--nproc") && x >= 1 && x <= 256) c.nproc = (int)x;
-        else if (!strcmp(f, "--bucket-mb") && x > 0) c.bucket_mb = x;
-        else if (!strcmp(f, "--seed")) c.seed = (uint64_t)x;
-        else if (!strcmp(f, "--shuffle") && x >= 1) c.shuffle_seed = (uint64_t)x;
-        else if (!strcmp(f, "--lr") && x > 0 && x < 10) c.sched.lr = (float)x;
-        else if (!strcmp(f, "--lr-min") && x < 10) c.sched.lr_min = (float)x;
-        else if (!strcmp(f, "--warmup")) c.sched.warmup = (int)x;
-        else if (!strcmp(f, "--grad-clip")) c.grad_clip = (float)x;
-        else if (!strcmp(f, "--eps") && x > 0 && x < 1) eps = x;
-        else if (!strcmp(f, "--weight-decay") && x < 10) wd = x;
-        else if (!strcmp(f, "--momentum") && x < 1) mom = x;
-        else if (!strcmp(f, "--trust-coef") && x > 0) trust = x;
-        else if (!strcmp(f, "--layers") && x >= 1) c.shape.num_layers = (int)x;
-        else if (!strcmp(f, "--heads") && x >= 1) c.shape.num_heads = (int)x;
-        else if (!strcmp(f, "--channels") && x >= 1) c.shape.channels = (int)x;
-        else if (!strcmp(f, "--vocab") && x >= 1) c.shape.vocab_size = (int)x;
-        else if (!strcmp(f, "--max-seq") && x >= 1) c.shape.max_seq_len = (int)x;
-        else return dt_cli_bad(f, v);
+        const num_flag *nf = NULL;
+        for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++)
+            if (!strcmp(f, nums[k].name)) nf = &nums[k];
+        double x;
+        bool ok = v != NULL;
+        if (!ok) {}
+        else if (nf) {
+            ok = dt_cli_number(v, nf->lo, nf->hi, &x) && (!nf->whole || x == (double)(int64_t)x);
+            if (ok && nf->kind == 'i') *(int *)nf->out = (int)x;
+            if (ok && nf->kind == 'f') *(float *)nf->out = (float)x;
+            if (ok && nf->kind == 'd') *(double *)nf->out = x;
+            if (ok && nf->kind == 'u') *(uint64_t *)nf->out = (uint64_t)x;
+        } else if (!strcmp(f, "--config")) {} /* read above */
+        else if (!strcmp(f, "--model")) c.model = v;
+        else if (!strcmp(f, "--data")) c.data = v;
+        else if (!strcmp(f, "--val-data")) c.val_data = v;
+        else if (!strcmp(f, "--save")) c.save = v;
+        else if (!strcmp(f, "--metrics")) c.metrics = v;
+        else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &kind);
+        else if (!strcmp(f, "--attention")) {
+            ok = !strcmp(v, "auto") || !strcmp(v, "full") || !strcmp(v, "blockwise");
+            c.attention = !strcmp(v, "full") ? 1 : !strcmp(v, "blockwise") ? 2 : 0;
+        } else if (!strcmp(f, "--schedule")) {
+            ok = !strcmp(v, "constant") || !strcmp(v, "cosine");
+            c.sched.kind = !strcmp(v, "cosine") ? DT_SCHED_COSINE : DT_SCHED_CONSTANT;
+        } else if (!strcmp(f, "--on-nonfinite")) {
+            ok = !strcmp(v, "stop") || !strcmp(v, "skip");
+            c.skip_nonfinite = !strcmp(v, "skip");
+        } else if (!strcmp(f, "--betas"))
+            ok = sscanf(v, "%lf,%lf", &betas[0], &betas[1]) == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1;
+        else ok = false;
+        if (!ok) return dt_cli_flag_error("train", flags, f, v);
     }
     dt_optim_defaults(kind, &c.opt);
     c.opt.beta1 = (float)betas[0];

@@ -14,6 +14,43 @@ int dt_cli_bad(const char *flag, const char *v) {
     return 2;
 }
 
+/* Edit distance (insertions, deletions, substitutions, adjacent swaps), for "did you mean". */
+static int distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 62 || m > 62) return 99;
+    int d[64][64];
+    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++)
+        for (size_t j = 1; j <= m; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best) best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[n][m];
+}
+
+int dt_cli_flag_error(const char *cmd, const dt_cli_flag *flags, const char *flag, const char *v) {
+    for (const dt_cli_flag *f = flags; f->name; f++)
+        if (!strcmp(f->name, flag)) {
+            if (!v) dt_log(DT_LOG_ERROR, "%s: %s needs a value: %s", cmd, flag, f->value);
+            else dt_log(DT_LOG_ERROR, "%s: %s %s is not valid: expected %s", cmd, flag, v, f->value);
+            return 2;
+        }
+    const char *best = NULL;
+    int bd = 99;
+    for (const dt_cli_flag *f = flags; f->name; f++) {
+        int d = distance(flag, f->name);
+        if (d < bd) { bd = d; best = f->name; }
+    }
+    if (best && bd <= 2 + (int)strlen(flag) / 8)
+        dt_log(DT_LOG_ERROR, "%s: unknown flag %s (did you mean %s?)", cmd, flag, best);
+    else dt_log(DT_LOG_ERROR, "%s: unknown flag %s (see dtrain %s --help)", cmd, flag, cmd);
+    return 2;
+}
+
 int dt_cli_number(const char *s, double lo, double hi, double *out) {
     if (!s) return 0;
     char *end;
@@ -27,19 +64,23 @@ int dt_cli_number(const char *s, double lo, double hi, double *out) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dtrain COMMAND [ARGS]\n"
+            "usage: dtrain COMMAND [ARGS]   (dtrain COMMAND --help for each command's flags)\n"
             "\n"
             "commands:\n"
-            "  launch -n N [--] PROGRAM [ARGS]  run N local ranks of PROGRAM over shared memory\n"
-            "  bench comm [FLAGS]               collective latency and bandwidth (see dtrain bench comm --help)\n"
-            "  train --data FILE [FLAGS]        train a GPT-2 on one process (see dtrain train --help)\n"
-            "  tokenize --bytes IN OUT          text to a token file\n"
-            "  generate --model F --prompt T    sample text from a trained model\n"
-            "  plot METRICS.jsonl -o loss.svg   draw the loss curve\n"
-            "  help                             this text\n"
+            "  train --data FILE [FLAGS]           train GPT-2 (or --model mlp on images); --nproc N local ranks\n"
+            "  tokenize --bytes IN OUT             text to a token file, one token per byte\n"
+            "  tokenize --bpe ENC VOCAB IN OUT     text to a token file with GPT-2's BPE (encoder.json, vocab.bpe)\n"
+            "  generate --model F --prompt T       sample text from a trained model\n"
+            "  plot METRICS.jsonl -o loss.svg      draw the loss curve (--log: log scale)\n"
+            "  launch -n N [--] PROGRAM [ARGS]     run N local ranks of PROGRAM over shared memory\n"
+            "  bench comm [FLAGS]                  collective latency and bandwidth, against MPI (--baseline mpi)\n"
+            "  bench train [FLAGS]                 training throughput, against PyTorch (--baseline torch); --nproc 1,2,4\n"
+            "  bench gemm [THREADS]                the BLAS sgemm ceiling\n"
+            "  help, --help                        this text\n"
+            "  --version                           the version\n"
             "\n"
-            "Under mpirun/srun, programs built on dtrain use MPI between machines and\n"
-            "shared memory inside each.\n");
+            "Under mpirun/srun (srun --mpi=pmix), programs built on dtrain use MPI between\n"
+            "machines and shared memory inside each.\n");
 }
 
 int main(int argc, char **argv) {
@@ -52,6 +93,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return dt_cli_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "plot")) return dt_cli_plot(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return 0; }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) { printf("dtrain %s\n", DT_VERSION); return 0; }
     dt_log(DT_LOG_ERROR, "unknown command '%s'", cmd);
     usage(stderr);
     return 2;

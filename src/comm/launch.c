@@ -20,8 +20,8 @@
 
 #define GRACE_SECONDS 0.5
 
-static volatile sig_atomic_t got_signal;
-static void on_signal(int sig) { got_signal = sig; }
+static volatile sig_atomic_t got_signal, signals;
+static void on_signal(int sig) { got_signal = sig; signals++; }
 
 static void describe(int status, char *buf, size_t cap) {
     if (WIFSIGNALED(status))
@@ -71,6 +71,10 @@ int dt_comm_launch(int n, char *const argv[]) {
             break;
         }
         if (pid == 0) {
+            /* the ranks form one process group of their own: the launcher alone
+             * takes the terminal's Ctrl-C and passes it on once, and ending the
+             * group ends whatever the ranks started too */
+            setpgid(0, r == 0 ? 0 : pids[0]);
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != self) _exit(1); /* the launcher died before we got here */
             signal(SIGINT, SIG_DFL);
@@ -82,12 +86,14 @@ int dt_comm_launch(int n, char *const argv[]) {
             dt_log(DT_LOG_ERROR, "launch: cannot run '%s': %s", argv[0], strerror(errno));
             _exit(127);
         }
+        setpgid(pid, r == 0 ? pid : pids[0]); /* also here: whichever of the two runs first */
         pids[r] = pid;
         atomic_store(&seg->hdr->proc[r].pid, (int32_t)pid);
         atomic_store(&seg->hdr->proc[r].world_rank, r);
         alive++;
     }
-    int code = alive == n ? 0 : 1, first_bad = -1;
+    int code = alive == n ? 0 : 1, first_bad = -1, handled = 0;
+    pid_t group = pids[0] > 0 ? pids[0] : 0;
     double deadline = 0;
     bool forwarded = false;
     while (alive > 0) {
@@ -95,12 +101,18 @@ int dt_comm_launch(int n, char *const argv[]) {
         pid_t pid = waitpid(-1, &st, deadline > 0 || got_signal ? WNOHANG : 0);
         if (pid < 0 && errno == EINTR) pid = 0;
         if (pid < 0) break;
-        if (got_signal && !forwarded) {
+        if (signals > handled && handled == 0) {
+            /* the first signal goes to the ranks, which may finish a step and save */
+            handled = 1;
             forwarded = true;
-            dt_segment_abort(seg, "the launcher got signal %d (%s)", (int)got_signal, strsignal(got_signal));
-            for (int r = 0; r < n; r++) if (pids[r] > 0) kill(pids[r], got_signal);
-            if (deadline == 0) deadline = dt_time_now() + GRACE_SECONDS;
+            if (group) kill(-group, got_signal);
             if (!code) code = 128 + got_signal;
+        } else if (signals > handled) {
+            /* a second one: stop now */
+            handled = (int)signals;
+            dt_segment_abort(seg, "the launcher got signal %d (%s) twice", (int)got_signal, strsignal(got_signal));
+            if (group) kill(-group, got_signal);
+            if (deadline == 0) deadline = dt_time_now() + GRACE_SECONDS;
         }
         if (pid > 0) {
             int r = 0;
@@ -127,10 +139,13 @@ int dt_comm_launch(int n, char *const argv[]) {
                     dt_log(DT_LOG_ERROR, "launch: rank %d (pid %d) still running after %.1f s; killing it", r, (int)pids[r], GRACE_SECONDS);
                     kill(pids[r], SIGKILL);
                 }
+            if (group) kill(-group, SIGKILL); /* and what the ranks started */
             deadline = dt_time_now() + 10; /* reap what is left */
         }
-        if (deadline > 0) usleep(2000);
+        if (deadline > 0 || got_signal) usleep(2000);
     }
+    /* a failed job leaves nothing behind: processes the ranks started die with it */
+    if (code && group) kill(-group, SIGKILL);
     free(pids);
     free(status);
     dt_segment_release(seg);

@@ -20,8 +20,8 @@ dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nrank
     if (B < 1 || T < 1 || nranks < 1 || rank < 0 || rank >= nranks)
         return dt_error(DT_ERR_ARG, "loader: bad batch %d x %d for rank %d of %d", B, T, rank, nranks);
     if (dt_tokens_count(t) < per + 1)
-        return dt_error(DT_ERR_ARG, "loader: %zu tokens are fewer than one global batch needs (%d ranks x %d x %d + 1 = %zu)",
-                        dt_tokens_count(t), nranks, B, T, per + 1);
+        return dt_error(DT_ERR_ARG, "%s: %zu tokens are fewer than one global batch needs (%d ranks x %d x %d + 1 = %zu)",
+                        dt_tokens_path(t), dt_tokens_count(t), nranks, B, T, per + 1);
     dt_loader *l = calloc(1, sizeof *l);
     if (!l) return dt_error(DT_ERR_NOMEM, "loader: out of memory");
     *l = (dt_loader){ t, B, T, rank, nranks, (dt_tokens_count(t) - 1) / per, 0, seed, 0, NULL };

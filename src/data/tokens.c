@@ -59,6 +59,16 @@ void dt_tokens_close(dt_tokens *t) {
 }
 
 size_t dt_tokens_count(const dt_tokens *t) { return t->n; }
+const char *dt_tokens_path(const dt_tokens *t) { return t->path; }
+
+uint32_t dt_tokens_max(const dt_tokens *t) {
+    uint32_t m = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        uint32_t v = dt_tokens_get(t, i);
+        if (v > m) m = v;
+    }
+    return m;
+}
 
 uint32_t dt_tokens_get(const dt_tokens *t, size_t i) {
     return t->wide ? ((const uint32_t *)t->data)[i] : ((const uint16_t *)t->data)[i];

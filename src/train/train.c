@@ -59,8 +59,10 @@ static dt_status build_model(const dt_train_config *c, dt_gpt2 **out) {
     if (from_file) {
         if ((st = dt_model_load(c->model, o->num_heads, out))) return st;
         cfg = *dt_gpt2_get_config(*out);
-    } else if ((st = dt_gpt2_preset(c->model, &cfg))) {
-        return st;
+    } else if (dt_gpt2_preset(c->model, &cfg)) {
+        return dt_error(DT_ERR_ARG, "--model %s: %s", c->model,
+                        strchr(c->model, '/') || strchr(c->model, '.') ? "no such file (nor a preset: d6, 124M, 350M, 774M, 1558M, mlp)"
+                                                                       : "not a preset (d6, 124M, 350M, 774M, 1558M, mlp) nor a file");
     }
     int *f[6] = { &cfg.max_seq_len, &cfg.vocab_size, &cfg.padded_vocab_size, &cfg.num_layers, &cfg.num_heads, &cfg.channels };
     for (int i = 0; i < 6; i++) {
@@ -262,6 +264,9 @@ int dt_train_run(const dt_train_config *c0) {
     if (!st) st = dt_tokens_open(c->data, &train);
     const dt_gpt2_config *mc = m ? dt_gpt2_get_config(m) : NULL;
     if (!st) st = dt_tokens_check_vocab(train, mc->vocab_size);
+    if (!st && rank == 0 && mc->vocab_size > 256 && dt_tokens_max(train) < 256)
+        dt_log(DT_LOG_WARN, "%s: every token is below 256 (byte-level data?) but the model's vocabulary is %d: "
+               "--vocab 256 makes a smaller, faster model whose samples print as text", c->data, mc->vocab_size);
     if (!st) st = dt_loader_create(train, c->batch, c->seq, rank, nranks, c->shuffle_seed, &tl);
     if (!st && c->val_data) {
         st = dt_tokens_open(c->val_data, &val);

@@ -1,0 +1,104 @@
+#!/bin/bash
+# The training command under bad settings and bad luck: a diverging run stops
+# naming the step (or skips it), metrics stay JSON, a --save path that cannot
+# be written is refused before training, killed saves' temporaries are
+# cleaned, SIGTERM/SIGINT finish the step and save (one process and two
+# ranks), flags and launches that would do nothing or the wrong thing are
+# refused with the fix.
+# usage: train_hardening.sh DTRAIN
+set -u
+DTRAIN=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+passed=0
+failed=0
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+ok() { echo "ok   $*"; passed=$((passed + 1)); }
+# expect NAME CODE PATTERN -- command: the exit code and a line of stderr matching PATTERN
+expect() {
+    local name=$1 code=$2 pat=$3
+    shift 4
+    "$@" > "$dir/out" 2> "$dir/err"
+    local rc=$?
+    if [ $rc -eq "$code" ] && grep -qE -- "$pat" "$dir/err"; then ok "$name: $(grep -E -- "$pat" "$dir/err" | head -1)"
+    else fail "$name: exit $rc (want $code), stderr: $(head -c 400 "$dir/err")"; fi
+}
+head -c 100000 /usr/share/common-licenses/GPL-3 > "$dir/text"
+"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" --val "$dir/val.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+model=(--layers 1 --channels 32 --heads 2 --vocab 256 --max-seq 32 --seq 32 --batch 2 --threads 1 --data "$dir/train.bin")
+
+# A model whose final LayerNorm bias is NaN: every loss is NaN.
+"$DTRAIN" train "${model[@]}" --steps 1 --save "$dir/good.bin" > /dev/null 2>&1 || fail "making a model"
+python3 - "$dir/good.bin" "$dir/nan.bin" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[-4:] = struct.pack("<f", float("nan"))  # the last parameter: ln_f.bias[C-1]
+open(sys.argv[2], "wb").write(b)
+PY
+expect "NaN loss stops the run" 1 "step 1: the loss is NaN; stopping without saving" -- \
+    "$DTRAIN" train "${model[@]}" --model "$dir/nan.bin" --steps 5 --save "$dir/out.bin" --metrics "$dir/m.jsonl"
+[ -e "$dir/out.bin" ] && fail "a NaN model was saved" || ok "nothing saved after the NaN"
+grep -q '"loss":null' "$dir/m.jsonl" && python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$dir/m.jsonl" \
+    && ok "metrics record the NaN as null and stay JSON" || fail "metrics: $(cat "$dir/m.jsonl")"
+"$DTRAIN" plot "$dir/m.jsonl" -o "$dir/m.svg" > /dev/null 2>&1 && ok "plot accepts a null loss" || fail "plot refused null"
+expect "--on-nonfinite skip skips and goes on" 0 "step 3: the loss is not finite; step skipped" -- \
+    "$DTRAIN" train "${model[@]}" --model "$dir/nan.bin" --steps 3 --on-nonfinite skip --metrics "$dir/m2.jsonl"
+[ "$(grep -c '"skipped":true' "$dir/m2.jsonl")" = 3 ] && ok "three steps marked skipped" || fail "skipped: $(cat "$dir/m2.jsonl")"
+
+# --save that cannot be written: refused before any step
+expect "unwritable --save refused at start-up" 2 "cannot be written" -- \
+    "$DTRAIN" train "${model[@]}" --steps 1000000 --save "$dir/no/such/dir/m.bin"
+# a stale temporary of a killed save is removed by the next save
+touch "$dir/ck.bin.tmp.999999999"
+"$DTRAIN" train "${model[@]}" --steps 2 --save "$dir/ck.bin" > /dev/null 2>&1
+[ ! -e "$dir/ck.bin.tmp.999999999" ] && [ -s "$dir/ck.bin" ] && ok "stale temporary removed by the next save" \
+    || fail "stale temporary left: $(ls "$dir")"
+
+# SIGTERM / SIGINT: the step is finished, the model saved, exit 128 + signal
+for how in "1 TERM 143" "2 INT 130"; do
+    set -- $how
+    np=$1 sig=$2 want=$3
+    rm -f "$dir/sig.bin"
+    "$DTRAIN" train "${model[@]}" --nproc "$np" --steps 1000000 --save "$dir/sig.bin" > "$dir/out" 2> "$dir/err" &
+    pid=$!
+    for ((i = 0; i < 100; i++)); do grep -q "^step 3/" "$dir/out" && break; sleep 0.1; done
+    kill -$sig $pid
+    wait $pid
+    rc=$?
+    if [ $rc -eq "$want" ] && grep -q "stopped by signal" "$dir/err" && [ -s "$dir/sig.bin" ] &&
+        "$DTRAIN" train "${model[@]}" --model "$dir/sig.bin" --steps 1 > /dev/null 2>&1; then
+        ok "SIG$sig to $np rank(s): exit $rc, $(grep -o 'stopped by signal.*' "$dir/err" | head -1), checkpoint loads"
+    else fail "SIG$sig to $np rank(s): exit $rc (want $want), $(tail -c 300 "$dir/err")"; fi
+done
+
+# --val-data alone evaluates at the end
+"$DTRAIN" train "${model[@]}" --steps 3 --val-data "$dir/val.bin" --metrics "$dir/v.jsonl" > /dev/null 2>&1
+tail -1 "$dir/v.jsonl" | grep -q '"val_loss"' && ok "--val-data alone evaluates at the end" || fail "no val_loss: $(tail -1 "$dir/v.jsonl")"
+expect "--save-every without --save warns" 0 "--save-every 2 does nothing without --save" -- \
+    "$DTRAIN" train "${model[@]}" --steps 1 --save-every 2
+
+# flags
+expect "misspelt flag" 2 "unknown flag --stpes \(did you mean --steps\?\)" -- "$DTRAIN" train --stpes 5
+expect "value out of range" 2 "--batch 0 is not valid: expected a whole number from 1" -- "$DTRAIN" train --batch 0
+expect "a path that is not a file nor a preset" 1 "--model nope.bin: no such file" -- "$DTRAIN" train --model nope.bin --data x
+"$DTRAIN" --version | grep -qE '^dtrain [0-9]+\.[0-9]+' && ok "--version" || fail "--version"
+for sub in "bench train" "bench gemm" "tokenize --bpe"; do
+    "$DTRAIN" --help | grep -q "$sub" && ok "help lists $sub" || fail "help lacks $sub"
+done
+
+# configs: DeepSpeed's batch rule, objects where objects belong
+echo '{"train_batch_size": 5, "train_micro_batch_size_per_gpu": 2}' > "$dir/tbs.json"
+expect "train_batch_size rule" 2 "train_batch_size 5 must equal micro-batch 2 x gradient accumulation 1 x 1" -- \
+    "$DTRAIN" train "${model[@]}" --config "$dir/tbs.json"
+echo '[1, 2]' > "$dir/arr.json"
+expect "config that is not an object" 2 "top level must be a JSON object" -- "$DTRAIN" train "${model[@]}" --config "$dir/arr.json"
+echo '{"optimizer": {"type": "AdamW", "params": 3}}' > "$dir/p.json"
+expect "optimizer.params not an object" 2 '"params" must be a JSON object' -- "$DTRAIN" train "${model[@]}" --config "$dir/p.json"
+
+# launches that would go wrong
+expect "srun without PMI" 2 "add --mpi=pmix" -- env SLURM_NTASKS=2 SLURM_PROCID=0 "$DTRAIN" train "${model[@]}" --steps 1
+expect "--nproc inside an MPI job" 2 "--nproc 2 inside an mpirun/srun job" -- \
+    env OMPI_COMM_WORLD_SIZE=2 "$DTRAIN" train "${model[@]}" --steps 1 --nproc 2
+
+echo "train hardening: $passed passed, $failed failed"
+[ $failed -eq 0 ]
