@@ -5,6 +5,7 @@
 #include "dtrain/model.h"
 #include "dtrain/train.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +159,116 @@ int main(void) {
     free(svg);
     write_bytes(other, "{\"step\":1,\"loss\":5.0}\n{\"oops\":1}\n", 34);
     expect_error("plot on a bad metrics line", dt_plot_losses(other, path, 0), "m.jsonl", "line 2");
+
+    /* ---- hostile files found by fuzzing and by hand: each must fail cleanly ---- */
+    /* IDX: three dimensions of 2^28 multiply past 2^64 (the count used to wrap to a tiny number) */
+    snprintf(other, sizeof other, "%s/huge.idx", dir);
+    const uint8_t idx[16 + 8] = { 0, 0, 8, 3, 0x10, 0, 0, 0, 0x10, 0, 0, 0, 0x10, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8 };
+    write_bytes(other, idx, sizeof idx);
+    dt_idx ix;
+    expect_error("IDX dimensions past 2^64", dt_idx_load(other, &ix), "huge.idx", "dimensions multiply past");
+    /* an IDX header claiming 4 GiB with 8 bytes of data: refused after reading what is there, not after allocating it */
+    const uint8_t idx2[16 + 8] = { 0, 0, 8, 3, 0, 0, 0x40, 0, 0, 0, 0x1, 0, 0, 0, 0x1, 0, 1, 2, 3, 4, 5, 6, 7, 8 };
+    write_bytes(other, idx2, sizeof idx2);
+    expect_error("IDX claiming more data than it has", dt_idx_load(other, &ix), "huge.idx", "the data ends after 8 of");
+
+    /* llm.c header claiming a huge shape in a 1 KB file: refused by its size before anything is allocated */
+    int32_t hdr[256] = { 20240326, 3, 1024, 50257, 48, 25, 1600, 50304 };
+    snprintf(other, sizeof other, "%s/huge.bin", dir);
+    write_bytes(other, hdr, sizeof hdr);
+    expect_error("llm.c header with a huge shape", dt_llmc_load(other, &loaded), "huge.bin", "truncated");
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    /* a model too large to allocate: a clear error (it used to read the freed model for the message) */
+    struct rlimit as_old, as_lim;
+    getrlimit(RLIMIT_AS, &as_old);
+    as_lim = as_old;
+    as_lim.rlim_cur = (rlim_t)2 << 30;
+    setrlimit(RLIMIT_AS, &as_lim);
+    dt_gpt2_config big = { 1024, 50257, 50304, 48, 25, 1600 };
+    dt_gpt2 *bm = NULL;
+    expect_error("model too large to allocate", dt_gpt2_create(&big, &bm), "cannot allocate", "of parameters and gradients");
+    setrlimit(RLIMIT_AS, &as_old);
+#endif
+
+    /* safetensors: offsets near 2^64 (the double -> size_t conversion wrapped past the bounds check) and an end
+     * offset one tensor too long */
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
+    dt_safetensors_save(path, m, DT_F32);
+    size_t sn0;
+    char *st0 = slurp(path, &sn0);
+    uint64_t hl;
+    memcpy(&hl, st0, 8);
+    const char *edits[2][2] = { { "\"data_offsets\":[0,", "\"data_offsets\":[18446744073709550000," },
+                                { "\"data_offsets\":[0,", "\"data_offsets\":[4," } };
+    const char *why[2] = { "safetensors offsets near 2^64", "safetensors end offset past the tensor" };
+    for (int e = 0; e < 2; e++) {
+        char *json = malloc(hl + 64), *at;
+        memcpy(json, st0 + 8, hl);
+        json[hl] = 0;
+        if (!(at = strstr(json, edits[e][0]))) { failed++; printf("FAIL no data_offsets in the saved header\n"); free(json); continue; }
+        char *edited = malloc(hl + 64);
+        snprintf(edited, hl + 64, "%.*s%s%s", (int)(at - json), json, edits[e][1], at + strlen(edits[e][0]));
+        uint64_t nl = strlen(edited);
+        snprintf(other, sizeof other, "%s/bad%d.safetensors", dir, e);
+        FILE *f = fopen(other, "wb");
+        fwrite(&nl, 8, 1, f);
+        fwrite(edited, 1, nl, f);
+        fwrite(st0 + 8 + hl, 1, sn0 - 8 - hl, f);
+        fclose(f);
+        expect_error(why[e], dt_safetensors_load(other, 0, &loaded), "data_offsets", "do not match");
+        free(json);
+        free(edited);
+    }
+    free(st0);
+
+    /* encoder.json: a key ending in a lone UTF-8 lead byte loads without reading past it; ids that do not fit fail */
+    snprintf(other, sizeof other, "%s/enc.json", dir);
+    snprintf(path, sizeof path, "%s/vocab.bpe", dir);
+    write_bytes(path, "#version: 0.2\na b\n", 18);
+    const char *encs[3] = { "{\"a\": 0, \"b\": 1, \"x\xc3\": 2}", "{\"a\": 2147483647}", "{\"a\": 1e18}" };
+    dt_bpe *bpe = NULL;
+    write_bytes(other, encs[0], strlen(encs[0]));
+    if (dt_bpe_load(other, path, &bpe) == DT_OK && dt_bpe_vocab_size(bpe) == 3) { passed++; printf("ok   encoder.json key ending in a lead byte\n"); }
+    else { failed++; printf("FAIL encoder.json key ending in a lead byte: %s\n", dt_last_error()); }
+    dt_bpe_destroy(bpe);
+    for (int e = 1; e < 3; e++) {
+        write_bytes(other, encs[e], strlen(encs[e]));
+        expect_error(e == 1 ? "encoder.json id 2^31-1" : "encoder.json id 1e18", dt_bpe_load(other, path, &bpe), "enc.json", "whole-number id");
+    }
+
+    /* configs whose parts are not objects (strcmp on NULL before) */
+    snprintf(other, sizeof other, "%s/c.json", dir);
+    const char *cfgs[3][2] = { { "[1]", "top level" }, { "{\"optimizer\": {\"type\": \"SGD\", \"params\": [1]}}", "\"params\"" },
+                               { "{\"scheduler\": {\"type\": \"WarmupLR\", \"params\": \"x\"}}", "\"params\"" } };
+    for (int e = 0; e < 3; e++) {
+        write_bytes(other, cfgs[e][0], strlen(cfgs[e][0]));
+        dt_train_defaults(&tc);
+        expect_error("config part not an object", dt_train_config_load(other, &tc), cfgs[e][1], "object");
+    }
+    /* keys are case-sensitive: "STEPS" is unknown (warned) and not applied */
+    write_bytes(other, "{\"STEPS\": 77}", 13);
+    dt_train_defaults(&tc);
+    if (!dt_train_config_load(other, &tc) && tc.steps != 77) { passed++; printf("ok   config keys are case-sensitive\n"); }
+    else { failed++; printf("FAIL \"STEPS\" was applied as steps\n"); }
+
+    /* DeepSpeed's schedules with DeepSpeed's formulas (values from its lr_schedules.py definitions) */
+    dt_schedule sc;
+    dt_schedule_defaults(&sc);
+    sc.kind = DT_SCHED_DS_WARMUP_DECAY; sc.lr = 1e-3f; sc.lr_min = 0; sc.warmup = 10; sc.total = 100; sc.linear_warmup = 1;
+    float got1 = dt_lr_at(&sc, 100, 5), got2 = dt_lr_at(&sc, 100, 55), got3 = dt_lr_at(&sc, 100, 100);
+    sc.kind = DT_SCHED_DS_WARMUP; sc.linear_warmup = 0;
+    float got4 = dt_lr_at(&sc, 100, 4), got5 = dt_lr_at(&sc, 100, 50);
+    sc.kind = DT_SCHED_DS_WARMUP_COSINE; sc.linear_warmup = 1; sc.cos_min_ratio = 0.1f; sc.warmup_min_ratio = 0;
+    float got6 = dt_lr_at(&sc, 100, 54); /* (1 + cos(pi * 45/90)) / 2 = 0.5 -> 0.1 + 0.9 * 0.5 */
+    sc.kind = DT_SCHED_CONSTANT; sc.warmup = 4;
+    float got7 = dt_lr_at(&sc, 100, 1), got8 = dt_lr_at(&sc, 100, 9);
+    float want[8] = { 5e-4f, 5e-4f, 0, (float)(1e-3 * log(5) / log(10)), 1e-3f, 1e-3f * 0.55f, 5e-4f, 1e-3f };
+    float gotv[8] = { got1, got2, got3, got4, got5, got6, got7, got8 };
+    int wrong = -1;
+    for (int k = 0; k < 8; k++) if (fabsf(gotv[k] - want[k]) > 1e-9f + 1e-6f * want[k]) wrong = k;
+    if (wrong < 0) { passed++; printf("ok   DeepSpeed WarmupLR/WarmupDecayLR/WarmupCosineLR and warm-up with constant\n"); }
+    else { failed++; printf("FAIL schedule value %d: got %g, want %g\n", wrong, gotv[wrong], want[wrong]); }
 
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd)) {}

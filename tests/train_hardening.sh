@@ -5,9 +5,10 @@
 # cleaned, SIGTERM/SIGINT finish the step and save (one process and two
 # ranks), flags and launches that would do nothing or the wrong thing are
 # refused with the fix.
-# usage: train_hardening.sh DTRAIN
+# usage: train_hardening.sh DTRAIN [MPIRUN]
 set -u
 DTRAIN=$1
+MPIRUN=${2:-}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 passed=0
@@ -70,6 +71,37 @@ for how in "1 TERM 143" "2 INT 130"; do
         ok "SIG$sig to $np rank(s): exit $rc, $(grep -o 'stopped by signal.*' "$dir/err" | head -1), checkpoint loads"
     else fail "SIG$sig to $np rank(s): exit $rc (want $want), $(tail -c 300 "$dir/err")"; fi
 done
+
+# A rank stopped by SIGSTOP: the other names it (rank, pid, state, step) within 5 s; locally and under mpirun
+stopped_rank_test() {
+    local how=$1
+    shift
+    "$@" > "$dir/out" 2> "$dir/err" &
+    local job=$!
+    for ((i = 0; i < 200; i++)); do grep -q "^step 5/" "$dir/out" && break; sleep 0.05; done
+    local victim=""
+    for p in $(pgrep -f "train.*--steps 999999"); do
+        grep -qzE '^(DTRAIN_RANK|OMPI_COMM_WORLD_RANK)=1$' /proc/$p/environ 2>/dev/null && victim=$p
+    done
+    [ -n "$victim" ] || { fail "$how: no rank 1 found"; kill -9 $job; wait $job; return; }
+    local t0=$(date +%s.%N)
+    kill -STOP $victim
+    for ((i = 0; i < 100; i++)); do grep -q "has been stopped" "$dir/err" && break; sleep 0.1; done
+    local t1=$(date +%s.%N)
+    kill -CONT $victim 2>/dev/null
+    wait $job
+    local rc=$?
+    local secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
+    if [ $rc -ne 0 ] && grep -q "rank 1 (pid $victim) has been stopped for .* (state T: SIGSTOP, Ctrl-Z or a debugger), at step" "$dir/err" &&
+        awk -v s="$secs" 'BEGIN { exit !(s < 5) }'; then
+        ok "$how: rank 1 stopped, reported after ${secs} s: $(grep -o 'rank 1 (pid [0-9]*) has been stopped.*' "$dir/err" | head -1)"
+    else fail "$how: exit $rc after ${secs} s: $(tail -c 400 "$dir/err")"; fi
+}
+stopped_rank_test "SIGSTOP, 2 local ranks" "$DTRAIN" train "${model[@]}" --nproc 2 --steps 999999
+if [ -n "${MPIRUN:-}" ]; then
+    stopped_rank_test "SIGSTOP, 2 ranks under mpirun" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        OMPI_MCA_btl=self,vader "$MPIRUN" -np 2 "$DTRAIN" train "${model[@]}" --steps 999999
+fi
 
 # --val-data alone evaluates at the end
 "$DTRAIN" train "${model[@]}" --steps 3 --val-data "$dir/val.bin" --metrics "$dir/v.jsonl" > /dev/null 2>&1

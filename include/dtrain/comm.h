@@ -75,6 +75,10 @@ int dt_comm_nodes(const dt_comm *comm);
  * owner runs collectives (dtrain train stops within a second this way even
  * in the middle of a long backward). */
 bool dt_comm_failed(dt_comm *comm, char *msg, size_t cap);
+/* What this rank is doing (a training step), shown by peers that report it
+ * as stopped: a rank on this machine stopped for 3 s (SIGSTOP, Ctrl-Z, a
+ * debugger) also makes dt_comm_failed true, and aborts the job naming it. */
+void dt_comm_set_progress(dt_comm *comm, int64_t step);
 /* "self", "shm", "mpi" or "shm+mpi". */
 const char *dt_comm_transport(const dt_comm *comm);
 

@@ -17,13 +17,14 @@ static bool env_int(const char *name, long *out) {
     return true;
 }
 
-static dt_status comm_alloc_tables(dt_comm *c) {
+dt_status dt_comm_alloc_tables(dt_comm *c) {
     c->node_of = calloc((size_t)c->size, sizeof(int));
     c->local_index = calloc((size_t)c->size, sizeof(int));
     c->local_members = calloc((size_t)c->local_size, sizeof(int));
     c->proc_of = calloc((size_t)c->local_size, sizeof(int));
     c->peer_seen = calloc((size_t)c->local_size, sizeof(uint32_t));
-    if (!c->node_of || !c->local_index || !c->local_members || !c->proc_of || !c->peer_seen)
+    c->peer_stopped = calloc((size_t)c->local_size, sizeof(double));
+    if (!c->node_of || !c->local_index || !c->local_members || !c->proc_of || !c->peer_seen || !c->peer_stopped)
         return dt_error(DT_ERR_NOMEM, "communicator: out of memory for %d ranks", c->size);
     return DT_OK;
 }
@@ -35,6 +36,7 @@ static void comm_free(dt_comm *c) {
     free(c->local_members);
     free(c->proc_of);
     free(c->peer_seen);
+    free(c->peer_stopped);
     for (int k = 0; k < 2; k++) dt_free_aligned(c->work[k]);
     free(c);
 }
@@ -76,7 +78,7 @@ static dt_status init_launched(long fd, dt_comm **out) {
                         "out of range: was this process started by `dtrain launch`?");
     dt_comm *c = comm_new((int)rank, (int)size, (int)rank, (int)size);
     if (!c) return dt_error(DT_ERR_NOMEM, "communicator: out of memory");
-    dt_status st = comm_alloc_tables(c);
+    dt_status st = dt_comm_alloc_tables(c);
     if (!st) st = dt_segment_attach((int)fd, &c->seg);
     if (st) { comm_free(c); return st; }
     if (c->seg->hdr->nprocs != size) {
@@ -149,7 +151,7 @@ dt_status dt_comm_init(dt_comm **world) {
 #endif
     else {
         dt_comm *c = comm_new(0, 1, 0, 1);
-        if (!c || comm_alloc_tables(c)) { comm_free(c); return dt_error(DT_ERR_NOMEM, "communicator: out of memory"); }
+        if (!c || dt_comm_alloc_tables(c)) { comm_free(c); return dt_error(DT_ERR_NOMEM, "communicator: out of memory"); }
         c->transport = "self";
         *world = c;
         st = DT_OK;

@@ -24,7 +24,9 @@ typedef struct {
     _Atomic int32_t pid;
     _Atomic int32_t state;
     _Atomic int32_t world_rank;
-    int32_t pad[13];
+    int32_t pad1;
+    _Atomic int64_t progress;    /* what the rank last reported doing (dtrain train: its step) */
+    int32_t pad[10];
 } seg_proc;
 
 typedef struct {
@@ -63,6 +65,10 @@ void dt_segment_abort(dt_segment *s, const char *fmt, ...) __attribute__((format
 const char *dt_segment_abort_message(dt_segment *s); /* NULL when not aborted */
 /* Is the process behind proc slot i gone (exited, killed, zombie)? */
 bool dt_segment_proc_dead(dt_segment *s, int i);
+/* The process's state letter from /proc (R, S, D, T stopped, t traced, Z...), 0 if unknown. */
+char dt_segment_proc_state(dt_segment *s, int i);
+/* The process's state letter from /proc (R, S, D, T stopped, t traced, Z...), 0 if unknown. */
+char dt_segment_proc_state(dt_segment *s, int i);
 
 /* ---- per-communicator control block in the segment ---- */
 
@@ -134,6 +140,7 @@ struct dt_comm {
     uint64_t chan_base;  /* segment offset of channel [0][0] */
     uint8_t *scratch;    /* [local_size][DT_SCRATCH_BYTES] */
     uint32_t *peer_seen; /* [local_size] last seq (low 32 bits) at which each peer was seen arrived */
+    double *peer_stopped; /* [local_size] when dt_comm_failed first saw each peer stopped (0: not stopped) */
     uint32_t step;       /* internal barriers passed by this rank */
 
     uint64_t seq;        /* collectives issued on this comm, this one included while running */
@@ -177,6 +184,8 @@ shm_cell *dt_cell_of(dt_comm *c, int local_peer);
 /* Barrier among the local members, inside a collective (after dt_cell_wait_all). */
 dt_status dt_group_step(dt_comm *c);
 /* Called by waits that take long: reports a peer whose published call differs. */
+/* The per-rank tables of a communicator whose size and local_size are set. */
+dt_status dt_comm_alloc_tables(dt_comm *c);
 dt_status dt_group_check_peers(dt_comm *c, int waiting_for);
 void dt_desc_format(const call_desc *d, char *buf, size_t cap);
 

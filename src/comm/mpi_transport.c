@@ -237,11 +237,7 @@ dt_status dt_mpi_init_world(dt_comm **out) {
     c->nodes = nodes;
     c->mpi = m;
     c->oversubscribed = ls > sysconf(_SC_NPROCESSORS_ONLN);
-    c->node_of = calloc((size_t)size, sizeof(int));
-    c->local_index = calloc((size_t)size, sizeof(int));
-    c->local_members = calloc((size_t)ls, sizeof(int));
-    c->proc_of = calloc((size_t)ls, sizeof(int));
-    c->peer_seen = calloc((size_t)ls, sizeof(uint32_t));
+    if (dt_comm_alloc_tables(c)) { free(c); return dt_error(DT_ERR_NOMEM, "MPI world: out of memory"); }
     MPI_Allgather(&node_id, 1, MPI_INT, c->node_of, 1, MPI_INT, m->comm);
     int li = 0;
     for (int j = 0; j < size; j++) {

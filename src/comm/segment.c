@@ -116,6 +116,21 @@ const char *dt_segment_abort_message(dt_segment *s) {
     return st == 2 ? s->hdr->abort_msg : "job aborted";
 }
 
+char dt_segment_proc_state(dt_segment *s, int i) {
+    pid_t pid = atomic_load(&s->hdr->proc[i].pid);
+    char path[64], buf[256];
+    if (pid <= 0) return 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' ? rp[2] : 0;
+}
+
 bool dt_segment_proc_dead(dt_segment *s, int i) {
     pid_t pid = atomic_load(&s->hdr->proc[i].pid);
     if (pid <= 0) return false;

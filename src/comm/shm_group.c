@@ -266,6 +266,10 @@ dt_status dt_group_check_peers(dt_comm *c, int waiting_for) {
     return DT_OK;
 }
 
+/* A peer stopped this long (SIGSTOP, Ctrl-Z, a debugger) stops the job: its
+ * peers would otherwise wait for it forever at 0% CPU. */
+#define STOPPED_SECONDS 3.0
+
 bool dt_comm_failed(dt_comm *c, char *msg, size_t cap) {
     if (!c || !c->seg) return false;
     const char *m = dt_segment_abort_message(c->seg);
@@ -273,10 +277,26 @@ bool dt_comm_failed(dt_comm *c, char *msg, size_t cap) {
     for (int j = 0; j < c->local_size; j++) {
         int p = c->proc_of[j];
         seg_proc *pr = &c->seg->hdr->proc[p];
-        if (j != c->local_rank && dt_segment_proc_dead(c->seg, p) && atomic_load(&pr->state) != PROC_FINALIZED) {
+        if (j == c->local_rank || atomic_load(&pr->state) == PROC_FINALIZED) continue;
+        if (dt_segment_proc_dead(c->seg, p)) {
             snprintf(msg, cap, "rank %d (pid %d) died", atomic_load(&pr->world_rank), (int)atomic_load(&pr->pid));
+            return true;
+        }
+        char state = dt_segment_proc_state(c->seg, p);
+        if (state != 'T' && state != 't') { c->peer_stopped[j] = 0; continue; }
+        double now = dt_time_now();
+        if (c->peer_stopped[j] == 0) c->peer_stopped[j] = now;
+        else if (now - c->peer_stopped[j] >= STOPPED_SECONDS) {
+            dt_segment_abort(c->seg, "rank %d (pid %d) has been stopped for %.0f s (state %c: SIGSTOP, Ctrl-Z or a debugger), "
+                             "at step %lld", atomic_load(&pr->world_rank), (int)atomic_load(&pr->pid), now - c->peer_stopped[j],
+                             state, (long long)atomic_load(&pr->progress));
+            snprintf(msg, cap, "%s", dt_segment_abort_message(c->seg));
             return true;
         }
     }
     return false;
+}
+
+void dt_comm_set_progress(dt_comm *c, int64_t step) {
+    if (c && c->seg) atomic_store(&c->seg->hdr->proc[c->proc_of[c->local_rank]].progress, step);
 }

@@ -47,13 +47,7 @@ dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out) {
             nc->world_rank = c->world_rank;
             nc->size = n;
             nc->local_size = nlocal;
-            nc->node_of = calloc((size_t)n, sizeof(int));
-            nc->local_index = calloc((size_t)n, sizeof(int));
-            nc->local_members = calloc((size_t)nlocal, sizeof(int));
-            nc->proc_of = calloc((size_t)nlocal, sizeof(int));
-            nc->peer_seen = calloc((size_t)nlocal, sizeof(uint32_t));
-            if (!nc->node_of || !nc->local_index || !nc->local_members || !nc->proc_of || !nc->peer_seen)
-                st = dt_error(DT_ERR_NOMEM, "dt_comm_split: out of memory");
+            st = dt_comm_alloc_tables(nc);
         }
         if (!st) {
             int li = 0;

@@ -315,6 +315,7 @@ int dt_train_run(const dt_train_config *c0) {
         double t0 = dt_time_now(); /* gradients start at zero: the optimizer zeroes them as it goes */
         double loss_sum = 0, fwd = 0, bwd = 0;
         float lr = dt_lr_at(&c->sched, c->steps, step);
+        dt_comm_set_progress(w, step + 1);
         for (int k = 0; k < c->grad_accum && !st; k++) {
             float loss = 0;
             dt_loader_next(tl, in, tg);
