@@ -57,7 +57,9 @@ fuzz: deps
 	  echo "== fuzz_$$h: $(FUZZ_SECONDS) s"; \
 	  build-fuzz/tests/fuzz/fuzz_$$h build-fuzz/corpus/$$h tests/fuzz/corpus/$$h -max_len=65536 -rss_limit_mb=2048 \
 	    -timeout=10 -max_total_time=$(FUZZ_SECONDS) -runs=$(FUZZ_RUNS) -print_final_stats=1 \
-	    -artifact_prefix=build-fuzz/crashes/$$h- 2>&1 | grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|==|SUMMARY|#[0-9]+ +DONE)" || exit 1; \
+	    -artifact_prefix=build-fuzz/crashes/$$h- > build-fuzz/fuzz_$$h.log 2>&1; rc=$$?; \
+	  grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==|SUMMARY)" build-fuzz/fuzz_$$h.log; \
+	  [ $$rc -eq 0 ] || { echo "fuzz_$$h failed (exit $$rc): build-fuzz/fuzz_$$h.log, input in build-fuzz/crashes/"; exit 1; }; \
 	done
 
 # dtrain against Open MPI and MPICH, same invocation each.

@@ -89,6 +89,8 @@ stopped_rank_test() {
     for ((i = 0; i < 100; i++)); do grep -q "has been stopped" "$dir/err" && break; sleep 0.1; done
     local t1=$(date +%s.%N)
     kill -CONT $victim 2>/dev/null
+    # not reported: the job would train on; end it so the test fails instead of hanging
+    grep -q "has been stopped" "$dir/err" || { sleep 1; kill -9 $job $(pgrep -f "train.*--steps 999999") 2>/dev/null; }
     wait $job
     local rc=$?
     local secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')

@@ -108,7 +108,7 @@ dt_status dt_plot_svg(const char *in, int log_y, char **svg, size_t *len) {
     out(&t, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     /* y gridlines at round values: 1-2-5 steps, or each power of ten (and 2x, 5x) on a log axis */
     if (log_y) {
-        for (double d = pow(10, floor(ty0)); d <= pow(10, ceil(ty1)); d *= 10)
+        for (double d = pow(10, floor(ty0)), e = 0; d <= pow(10, ceil(ty1)) && e < 40; d *= 10, e++)
             for (int m = 1; m <= 5; m += (m == 1 ? 1 : 3)) {
                 double yv = d * m;
                 if (TY(yv) < ty0 || TY(yv) > ty1) continue;
@@ -116,15 +116,18 @@ dt_status dt_plot_svg(const char *in, int log_y, char **svg, size_t *len) {
                 out(&t, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, Y(yv) + 4, yv);
             }
     } else {
-        double dy = tick_step(ty1 - ty0, 6);
-        for (double yv = ceil(ty0 / dy) * dy; yv <= ty1 + dy * 1e-9; yv += dy) {
+        /* ticks counted in whole steps: adding a step far smaller than the values
+         * (steps near 1e16) would never move the loop */
+        double dy = tick_step(ty1 - ty0, 6), k0 = ceil(ty0 / dy);
+        for (int k = 0; k <= 20 && (k0 + k) * dy <= ty1 + dy * 1e-9; k++) {
+            double yv = (k0 + k) * dy;
             out(&t, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>", L, Y(yv), W - R, Y(yv));
             out(&t, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, Y(yv) + 4, fabs(yv) < dy * 1e-6 ? 0 : yv);
         }
     }
-    double dx = tick_step(x1 - x0, 6);
-    for (double xv = ceil(x0 / dx) * dx; xv <= x1 + dx * 1e-9; xv += dx)
-        out(&t, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", X(xv), H - B + 18, xv);
+    double dx = tick_step(x1 - x0, 6), kx = ceil(x0 / dx);
+    for (int k = 0; k <= 20 && (kx + k) * dx <= x1 + dx * 1e-9; k++)
+        out(&t, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", X((kx + k) * dx), H - B + 18, (kx + k) * dx);
     /* the training curve, broken where a loss was not finite */
     bool open = false;
     for (size_t i = 0; i < n; i++) {
