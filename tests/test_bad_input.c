@@ -199,16 +199,21 @@ int main(void) {
     char *st0 = slurp(path, &sn0);
     uint64_t hl;
     memcpy(&hl, st0, 8);
-    const char *edits[2][2] = { { "\"data_offsets\":[0,", "\"data_offsets\":[18446744073709550000," },
-                                { "\"data_offsets\":[0,", "\"data_offsets\":[4," } };
-    const char *why[2] = { "safetensors offsets near 2^64", "safetensors end offset past the tensor" };
+    /* h.0.mlp.c_fc.weight is 16 x 64 f32 = 4096 bytes, the spacing of doubles just below 2^64: [2^64 - 4096, 2^64]
+     * has the right length and used to wrap past the end check */
+    const char *edits[2][2] = { { "h.0.mlp.c_fc.weight", "[18446744073709547520,18446744073709551616]" },
+                                { "wte.weight", "[27396,30596]" } }; /* 4 bytes past the data section */
+    const char *why[2] = { "safetensors offsets near 2^64", "safetensors end offset past the file" };
     for (int e = 0; e < 2; e++) {
-        char *json = malloc(hl + 64), *at;
+        char *json = malloc(hl + 64), *at, *open_, *close_;
         memcpy(json, st0 + 8, hl);
         json[hl] = 0;
-        if (!(at = strstr(json, edits[e][0]))) { failed++; printf("FAIL no data_offsets in the saved header\n"); free(json); continue; }
-        char *edited = malloc(hl + 64);
-        snprintf(edited, hl + 64, "%.*s%s%s", (int)(at - json), json, edits[e][1], at + strlen(edits[e][0]));
+        if (!(at = strstr(json, edits[e][0])) || !(open_ = strstr(at, "\"data_offsets\":[")) || !(close_ = strchr(open_, ']'))) {
+            failed++; printf("FAIL no data_offsets for %s in the saved header\n", edits[e][0]); free(json); continue;
+        }
+        open_ += strlen("\"data_offsets\":");
+        char *edited = malloc(hl + 128);
+        snprintf(edited, hl + 128, "%.*s%s%s", (int)(open_ - json), json, edits[e][1], close_ + 1);
         uint64_t nl = strlen(edited);
         snprintf(other, sizeof other, "%s/bad%d.safetensors", dir, e);
         FILE *f = fopen(other, "wb");
