@@ -14,6 +14,9 @@ Writes, into tests/fixtures/:
                      (per layer weight [out, in] then bias), f32 x[B*sizes[0]],
                      int32 labels[B], f32 logits[B*classes], f32 loss,
                      f32 grads[num_params], f32 losses[10] of 10 AdamW steps
+  gpt2_tiny_clip_ref.bin  int32 {steps, 0}, then per step f32 loss and the
+                     gradient norm before clipping, of AdamW (the hyperparameters
+                     below) with torch.nn.utils.clip_grad_norm_ at CLIP
   gpt2_tiny_ref.bin  int32 header[256] = {20261122, 1, B, T, steps, optimizers},
                      int32 inputs[B*T], int32 targets[B*T], f32 logits[B*T*Vp],
                      f32 loss, f32 grads[num_params] (same order as the weights),
@@ -42,6 +45,8 @@ OPTIMIZERS = {
     "lamb": dict(lr=0.01, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01),
     "lars": dict(lr=0.1, momentum=0.9, weight_decay=0.01, trust_coef=0.02),
 }
+
+CLIP = 0.5  # gradient clipping for gpt2_tiny_clip_ref.bin (the norms here are 0.76-0.88: it clips every step)
 
 NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
          "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
@@ -225,7 +230,26 @@ def main():
         for curve in losses:
             f.write(struct.pack(f"<{STEPS}f", *curve))
     print(f"loss {loss.item():.6f}; wrote {out}/gpt2_tiny.bin and gpt2_tiny_ref.bin")
+    write_clipped(out, params, idx, tgt)
     write_mlp(out)
+
+
+def write_clipped(out, params, idx, tgt):
+    """AdamW with torch.nn.utils.clip_grad_norm_ at CLIP: per step the loss and
+    the norm before clipping (the clip is active at every step)."""
+    p = [t.detach().clone().requires_grad_(True) for t in params]
+    opt = torch.optim.AdamW(p, **OPTIMIZERS["adamw"])
+    rows = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        _, l = forward(p, idx, tgt)
+        l.backward()
+        norm = torch.nn.utils.clip_grad_norm_(p, CLIP)
+        rows += [l.item(), norm.item()]
+        opt.step()
+    with open(os.path.join(out, "gpt2_tiny_clip_ref.bin"), "wb") as f:
+        f.write(struct.pack(f"<2i{2 * STEPS}f", STEPS, 0, *rows))
+    print(f"adamw clipped at {CLIP}: loss {rows[0]:.6f} -> {rows[-2]:.6f}, norm {rows[1]:.4f} -> {rows[-1]:.4f}")
 
 
 MLP_SIZES, MLP_B = [20, 16, 12, 5], 8

@@ -1,8 +1,13 @@
 /* GPT-2 against PyTorch (fixtures from scripts/make_fixtures.py): logits,
- * loss (1e-5 relative), every parameter gradient (1e-4 of the tensor's
- * largest reference value), 10-step loss curves of AdamW, SGD, LAMB and LARS
- * (1e-4 relative), SGD and AdamW updated in pieces as DDP does (bit for
- * bit); and llm.c checkpoint round trips, bit for bit.
+ * loss, every parameter gradient, 10-step loss curves of AdamW, SGD, LAMB and
+ * LARS, SGD and AdamW updated in pieces as DDP does (bit for bit); and llm.c
+ * checkpoint round trips, bit for bit.
+ *
+ * Tolerances sit about 10x above what float32 gives here (observed on Zen 3:
+ * loss 1e-7 relative, logits 2.2e-7 and gradients 3.9e-7 of their largest
+ * value, blockwise 4.7e-7, curves 1.3e-7) so that a different CPU's kernels
+ * pass, and below what a real bug does: a dropped AdamW weight decay
+ * (0.01) moves the 10-step curve by 9.7e-6.
  * usage: test_gpt2 FIXTURE_DIR */
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
@@ -107,9 +112,9 @@ int main(int argc, char **argv) {
         lmax = fmax(lmax, fabs(dt_gpt2_logits(m)[i] - logits[i]));
         lref = fmax(lref, fabs(logits[i]));
     }
-    EXPECT(lmax / lref < 1e-5, "logits differ by %.3g of their largest value", lmax / lref);
+    EXPECT(lmax / lref < 3e-6, "logits differ by %.3g of their largest value", lmax / lref);
     double lrel = fabs(loss - loss_ref) / fabs(loss_ref);
-    EXPECT(lrel < 1e-5, "loss %.8f vs torch %.8f (relative %.3g)", loss, loss_ref, lrel);
+    EXPECT(lrel < 1e-6, "loss %.8f vs torch %.8f (relative %.3g)", loss, loss_ref, lrel);
     printf("loss %.7f (torch %.7f), relative difference %.2g; logits %.2g\n", loss, loss_ref, lrel, lmax / lref);
 
     dt_gpt2_zero_grad(m);
@@ -126,7 +131,7 @@ int main(int argc, char **argv) {
         }
         double rel = rmax > 0 ? dmax / rmax : dmax;
         worst = fmax(worst, rel);
-        EXPECT(rel < 1e-4, "gradient of %s differs by %.3g of its largest value (%.3g)", name, rel, rmax);
+        EXPECT(rel < 5e-6, "gradient of %s differs by %.3g of its largest value (%.3g)", name, rel, rmax);
     }
     printf("gradients: worst tensor differs by %.2g of its largest value\n", worst);
 
@@ -150,7 +155,7 @@ int main(int argc, char **argv) {
             wb = fmax(wb, rmax > 0 ? dmax / rmax : dmax);
         }
         double lr = fabs(lb - loss_ref) / fabs(loss_ref);
-        EXPECT(lr < 1e-5 && wb < 1e-4, "blockwise attention%s: loss %.3g, gradients %.3g from torch", rc ? " + recompute" : "", lr, wb);
+        EXPECT(lr < 1e-6 && wb < 5e-6, "blockwise attention%s: loss %.3g, gradients %.3g from torch", rc ? " + recompute" : "", lr, wb);
         printf("blockwise attention%s: loss %.2g, worst gradient %.2g from torch\n", rc ? " + recompute" : "", lr, wb);
     }
     dt_gpt2_set_attention(m, DT_ATTN_FULL);
@@ -191,12 +196,43 @@ int main(int argc, char **argv) {
             /* the optimizer zeroes the gradients for the next step, as the trainer relies on */
             dt_optim_step(o, dt_gpt2_params(m), dt_gpt2_grads(m), lr, 1);
         }
-        EXPECT(cw < 1e-4, "%s: 10-step losses differ from torch by up to %.3g relative", dt_optim_kind_name(oc.kind), cw);
+        EXPECT(cw < 2e-6, "%s: 10-step losses differ from torch by up to %.3g relative", dt_optim_kind_name(oc.kind), cw);
         printf("%s: %d-step losses %.5f -> %.5f, worst relative difference %.2g\n", dt_optim_kind_name(oc.kind), steps,
                curves[k * steps], curves[k * steps + steps - 1], cw);
         dt_optim_destroy(o);
         if (oc.kind == DT_OPT_SGD || oc.kind == DT_OPT_ADAMW) check_pieces(m, path, &oc, lr, in, tg, B, T);
     }
+
+    /* Clipping against torch.nn.utils.clip_grad_norm_ (AdamW, max norm 0.5, active at every step): the
+     * norm before clipping and the loss curve, not only DDP against one process running the same code. */
+    char cpath[4096];
+    snprintf(cpath, sizeof cpath, "%s/gpt2_tiny_clip_ref.bin", argv[1]);
+    FILE *cf = fopen(cpath, "rb");
+    int32_t ch[2] = { 0, 0 };
+    float rows[64];
+    if (!cf || fread(ch, 4, 2, cf) != 2 || ch[0] > 32 || fread(rows, 8, (size_t)ch[0], cf) != (size_t)ch[0]) {
+        EXPECT(0, "%s: cannot read the clipping fixture", cpath);
+    } else {
+        dt_optim_config oc;
+        float lr;
+        optimizer_for(0, &oc, &lr);
+        dt_optim *o = NULL;
+        double wl = 0, wn = 0;
+        if (dt_llmc_load_into(path, m) || dt_optim_create(&oc, np, spans, DT_GPT2_NTENSORS, &o)) EXPECT(0, "%s", dt_last_error());
+        dt_gpt2_zero_grad(m);
+        for (int s = 0; o && s < ch[0]; s++) {
+            dt_gpt2_forward(m, in, tg, B, T, &loss);
+            dt_gpt2_backward(m, 1.0f);
+            double norm = dt_optim_step_clipped(o, dt_gpt2_params(m), dt_gpt2_grads(m), lr, 0.5f);
+            wl = fmax(wl, fabs(loss - rows[2 * s]) / rows[2 * s]);
+            wn = fmax(wn, fabs(norm - rows[2 * s + 1]) / rows[2 * s + 1]);
+        }
+        EXPECT(wl < 2e-6 && wn < 5e-6, "clipped AdamW: losses differ from torch by %.3g, norms by %.3g (relative)", wl, wn);
+        printf("adamw clipped at 0.5: %d-step losses %.5f -> %.5f (torch's norms %.4f -> %.4f), worst relative difference "
+               "%.2g in the loss, %.2g in the norm\n", ch[0], rows[0], rows[2 * ch[0] - 2], rows[1], rows[2 * ch[0] - 1], wl, wn);
+        dt_optim_destroy(o);
+    }
+    if (cf) fclose(cf);
 
     /* The same weights written by PyTorch's side in HF layout, and as llm.c bf16. */
     dt_gpt2 *hf = NULL, *b16 = NULL, *w32 = NULL;
