@@ -15,7 +15,7 @@ Writes, into tests/fixtures/:
                      int32 labels[B], f32 logits[B*classes], f32 loss,
                      f32 grads[num_params], f32 losses[10] of 10 AdamW steps
   gpt2_tiny_clip_ref.bin  int32 {steps, 0}, then per step f32 loss and the
-                     gradient norm before clipping, of AdamW (the hyperparameters
+                     gradient norm before clipping, of SGD (the hyperparameters
                      below) with torch.nn.utils.clip_grad_norm_ at CLIP
   gpt2_tiny_ref.bin  int32 header[256] = {20261122, 1, B, T, steps, optimizers},
                      int32 inputs[B*T], int32 targets[B*T], f32 logits[B*T*Vp],
@@ -235,10 +235,11 @@ def main():
 
 
 def write_clipped(out, params, idx, tgt):
-    """AdamW with torch.nn.utils.clip_grad_norm_ at CLIP: per step the loss and
-    the norm before clipping (the clip is active at every step)."""
+    """SGD (momentum, Nesterov; a scale-sensitive optimizer, unlike Adam, so a
+    wrong clip factor shows) with torch.nn.utils.clip_grad_norm_ at CLIP: per
+    step the loss and the norm before clipping (it clips at every step)."""
     p = [t.detach().clone().requires_grad_(True) for t in params]
-    opt = torch.optim.AdamW(p, **OPTIMIZERS["adamw"])
+    opt = torch.optim.SGD(p, **OPTIMIZERS["sgd"])
     rows = []
     for _ in range(STEPS):
         opt.zero_grad()
@@ -249,7 +250,7 @@ def write_clipped(out, params, idx, tgt):
         opt.step()
     with open(os.path.join(out, "gpt2_tiny_clip_ref.bin"), "wb") as f:
         f.write(struct.pack(f"<2i{2 * STEPS}f", STEPS, 0, *rows))
-    print(f"adamw clipped at {CLIP}: loss {rows[0]:.6f} -> {rows[-2]:.6f}, norm {rows[1]:.4f} -> {rows[-1]:.4f}")
+    print(f"sgd clipped at {CLIP}: loss {rows[0]:.6f} -> {rows[-2]:.6f}, norm {rows[1]:.4f} -> {rows[-1]:.4f}")
 
 
 MLP_SIZES, MLP_B = [20, 16, 12, 5], 8
