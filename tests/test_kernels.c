@@ -14,7 +14,7 @@ static int passed, failed;
 static unsigned rng = 12345;
 static float urand(void) { rng = rng * 1664525u + 1013904223u; return (float)(rng >> 8) / (float)(1u << 24) * 2.0f - 1.0f; }
 /* Every buffer of the test, freed at the end. */
-static void *owned[64];
+static void *owned[128];
 static int nowned;
 static float *keep(float *p) { owned[nowned++] = p; return p; }
 static float *rnd(size_t n, float scale) { float *p = keep(malloc(n * 4)); for (size_t i = 0; i < n; i++) p[i] = urand() * scale; return p; }
@@ -67,6 +67,76 @@ static double ce_J(void *p) { ce_ctx *c = p; return dt_crossentropy_forward(c->l
 
 typedef struct { float *wte, *wpe, *out, *r; int32_t *tok; } em_ctx;
 static double em_J(void *p) { em_ctx *c = p; dt_embedding_forward(c->out, c->tok, c->wte, c->wpe, B, T, C); return dot(c->out, c->r, B * T * C); }
+
+/* Largest |a - b| over n, relative to the largest |b|. */
+static double rel_diff(const float *a, const float *b, size_t n) {
+    double d = 0, m = 1e-30;
+    for (size_t i = 0; i < n; i++) { d = fmax(d, fabs((double)a[i] - b[i])); m = fmax(m, fabs((double)b[i])); }
+    return d / m;
+}
+
+static void expect_close(const char *what, double rel, double tol) {
+    if (rel <= tol) passed++;
+    else { failed++; printf("FAIL: %s: relative difference %.3g (tolerance %.1g)\n", what, rel, tol); }
+    printf("%-44s relative difference %.2e\n", what, rel);
+}
+
+/* Blockwise attention against the full form at T = 150: two whole blocks of
+ * 64 keys and a partial third, where the online softmax's rescaling between
+ * blocks and the last block's bounds both matter (T = 3 is one block). */
+static void blockwise_over_several_blocks(void) {
+    enum { BB = 1, TT = 150, CC = 8, HH = 2 };
+    float *qkv = rnd(BB * TT * 3 * CC, 2), *r = rnd(BB * TT * CC, 1);
+    float *full = zeros(BB * TT * CC), *att = zeros(BB * HH * TT * TT), *blk = zeros(BB * TT * CC), *lse = zeros(BB * HH * TT);
+    float *dfull = zeros(BB * TT * 3 * CC), *dblk = zeros(BB * TT * 3 * CC);
+    dt_attention_forward(full, att, qkv, BB, TT, CC, HH);
+    dt_attention_forward_lse(blk, lse, qkv, BB, TT, CC, HH);
+    dt_attention_backward(dfull, r, qkv, att, BB, TT, CC, HH);
+    dt_attention_backward_lse(dblk, r, blk, qkv, lse, BB, TT, CC, HH);
+    /* float32 noise here is ~1e-7; a dropped rescale moves outputs by ~1e-1 */
+    expect_close("blockwise vs full attention, T=150 forward", rel_diff(blk, full, BB * TT * CC), 1e-5);
+    expect_close("blockwise vs full attention, T=150 backward", rel_diff(dblk, dfull, BB * TT * 3 * CC), 1e-5);
+}
+
+/* Every kernel on 1 thread and on 3, at sizes that no thread count divides:
+ * the same results (a split that drops the remainder rows or columns leaves
+ * them zero). Tolerance: BLAS may add in another order on more threads. */
+static void threads_give_the_same_results(void) {
+    enum { N = 37, CC = 19, OO = 23, BB = 1, TT = 37, HH = 1, VV = 29, VVP = 32 };
+    float *inp = rnd(N * CC, 1), *w = rnd(OO * CC, 1), *bias = rnd(OO, 1), *dout = rnd(N * OO, 1), *lw = rnd(CC, 1);
+    float *qkv = rnd(BB * TT * 3 * CC, 1), *datt = rnd(BB * TT * CC, 1), *logits = rnd(N * VVP, 2);
+    int32_t tg[N];
+    for (int i = 0; i < N; i++) tg[i] = (i * 7) % VV;
+    float *out[2][12];
+    for (int k = 0; k < 2; k++) {
+        dt_kernels_set_threads(k ? 3 : 1);
+        float **o = out[k];
+        o[0] = zeros(N * OO); dt_matmul_forward(o[0], inp, w, bias, N, CC, OO);
+        o[1] = zeros(N * CC); o[2] = zeros(OO * CC); o[3] = zeros(OO);
+        dt_matmul_backward(o[1], o[2], o[3], dout, inp, w, N, CC, OO);
+        o[4] = zeros(N * CC); float *mean = zeros(N), *rstd = zeros(N);
+        dt_layernorm_forward(o[4], mean, rstd, inp, lw, bias, N, CC);
+        o[5] = zeros(N * CC); o[6] = zeros(CC); o[7] = zeros(CC);
+        dt_layernorm_backward(o[5], o[6], o[7], inp, inp, lw, mean, rstd, N, CC);
+        o[8] = zeros(N * CC); dt_gelu_forward(o[8], inp, N * CC);
+        o[9] = zeros(BB * TT * CC); float *att = zeros(BB * HH * TT * TT);
+        dt_attention_forward(o[9], att, qkv, BB, TT, CC, HH);
+        o[10] = zeros(BB * TT * 3 * CC); dt_attention_backward(o[10], datt, qkv, att, BB, TT, CC, HH);
+        o[11] = keep(malloc(N * VVP * 4)); memcpy(o[11], logits, N * VVP * 4);
+        float *losses = zeros(N);
+        dt_crossentropy_fused(o[11], losses, tg, N, VV, VVP, 1.0f / N);
+    }
+    dt_kernels_set_threads(1);
+    static const char *names[12] = { "matmul forward", "matmul d/dinp", "matmul d/dw", "matmul d/dbias", "layernorm forward",
+                                     "layernorm d/dinp", "layernorm d/dw", "layernorm d/db", "gelu forward", "attention forward",
+                                     "attention d/dqkv", "crossentropy d/dlogits" };
+    const size_t sizes[12] = { N * OO, N * CC, OO * CC, OO, N * CC, N * CC, CC, CC, N * CC, BB * TT * CC, BB * TT * 3 * CC, N * VVP };
+    for (int i = 0; i < 12; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s, 3 threads vs 1", names[i]);
+        expect_close(what, rel_diff(out[1][i], out[0][i], sizes[i]), 1e-5);
+    }
+}
 
 int main(void) {
     dt_kernels_set_threads(1);
@@ -134,6 +204,8 @@ int main(void) {
         check("embedding d/dwte", em_J, &c, c.wte, dwte, 4 * C);
         check("embedding d/dwpe", em_J, &c, c.wpe, dwpe, T * C);
     }
+    blockwise_over_several_blocks();
+    threads_give_the_same_results();
     for (int i = 0; i < nowned; i++) free(owned[i]);
     printf("kernels: %d passed, %d failed\n", passed, failed);
     return failed != 0;
