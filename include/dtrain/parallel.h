@@ -48,6 +48,10 @@ int dt_ddp_buckets(const dt_ddp *d);
 /* The share of the parameters that the last step updated inside backward
  * (0 without the optimizer in backward). */
 double dt_ddp_updated_in_backward(const dt_ddp *d);
+/* Data parallelism keeps every replica's weights identical: a hash of p[0..n)
+ * compared across the ranks of c (one allgather). Fails naming the first rank
+ * that differs; *hash gets this rank's. */
+dt_status dt_ddp_check_replicas(dt_comm *c, const float *p, size_t n, uint64_t *hash);
 
 #ifdef __cplusplus
 }

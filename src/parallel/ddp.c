@@ -72,6 +72,8 @@ struct dt_ddp {
     float *params, lr;
     int stepped;         /* buckets updated this step (in order) */
     int turn;            /* unit boundaries seen this step */
+    bool wait_in_backward; /* DTRAIN_DDP_WAIT_IN_BACKWARD=1 (tests): a turn waits for the issued buckets,
+                            * so how much is updated inside backward no longer depends on timing */
     uint8_t *touched;    /* per wte row: some rank's token, so updated after the rows are in */
     size_t wte_n;        /* wte's elements, which start the store (0: no deferred rows) */
     double sumsq;        /* of the gradients updated this step */
@@ -241,7 +243,7 @@ void dt_ddp_grad_hook(int unit, void *ctx) {
     /* one rank's turn per unit boundary */
     double waited = 0;
     if (d->opt && !d->err && d->turn++ % dt_comm_size(d->c) == dt_comm_rank(d->c)) {
-        d->err = step_buckets(d, false, &waited);
+        d->err = step_buckets(d, d->wait_in_backward, &waited);
         d->early_n = d->done_n;
     }
 }
@@ -250,6 +252,7 @@ dt_status dt_ddp_create_ranges(dt_comm *c, size_t nparams, const dt_grad_range *
                                size_t bucket_bytes, dt_ddp **out) {
     *out = NULL;
     dt_ddp *d = calloc(1, sizeof *d);
+    if (d) d->wait_in_backward = getenv("DTRAIN_DDP_WAIT_IN_BACKWARD") && atoi(getenv("DTRAIN_DDP_WAIT_IN_BACKWARD")) > 0;
     bucket *b = calloc((size_t)nr + 1, sizeof *b);
     range *all = calloc((size_t)nr + 1, sizeof *all);
     if (!d || !b || !all) { free(d); free(b); free(all); return dt_error(DT_ERR_NOMEM, "ddp: out of memory"); }
@@ -376,3 +379,21 @@ dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm) {
 int dt_ddp_buckets(const dt_ddp *d) { return d->nb; }
 
 double dt_ddp_updated_in_backward(const dt_ddp *d) { return d->last_early; }
+
+dt_status dt_ddp_check_replicas(dt_comm *c, const float *p, size_t n, uint64_t *hash) {
+    /* word-wise FNV-1a: ~1 ns per parameter, once per run */
+    uint64_t h = 1469598103934665603ull;
+    const uint32_t *w = (const uint32_t *)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ w[i]) * 1099511628211ull;
+    *hash = h;
+    int np = dt_comm_size(c);
+    uint64_t *all = malloc(sizeof *all * (size_t)np);
+    if (!all) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+    dt_status st = dt_comm_allgather(c, &h, all, 1, DT_I64);
+    for (int r = 1; !st && r < np; r++)
+        if (all[r] != all[0])
+            st = dt_error(DT_ERR_PEER, "the ranks' weights differ after training (rank 0 hashes to %016llx, rank %d to %016llx): "
+                          "data parallelism should keep them identical", (unsigned long long)all[0], r, (unsigned long long)all[r]);
+    free(all);
+    return st;
+}

@@ -197,6 +197,9 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
             fflush(metrics);
         }
     }
+    uint64_t hash;
+    if (ddp && (st = dt_ddp_check_replicas(w, dt_mlp_params(m), np, &hash))) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+    if (ddp && !quiet) printf("weights identical on all %d ranks (hash %016llx)\n", p, (unsigned long long)hash);
     if (!quiet) {
         double mean, sd;
         mean_sd(ips, epochs, &mean, &sd);

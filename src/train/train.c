@@ -385,6 +385,9 @@ int dt_train_run(const dt_train_config *c0) {
         if (!c->quiet) progress(tty, step, c->steps, loss, lr, norm, ms, tps, dt_time_now() - t_start, eval ? val_loss : NAN);
     }
     if (tty) printf("\n");
+    uint64_t hash;
+    if (ddp && (st = dt_ddp_check_replicas(w, dt_gpt2_params(m), np, &hash))) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+    if (ddp && !c->quiet) printf("weights identical on all %d ranks (hash %016llx)\n", nranks, (unsigned long long)hash);
     if (stop_signal && rank == 0)
         dt_log(DT_LOG_WARN, "stopped by signal %d (%s) after step %d of %d%s", stop_signal, strsignal(stop_signal), step,
                c->steps, c->save ? "; saving" : " (nothing saved: no --save)");
