@@ -2,7 +2,7 @@
 # Faults and bad behaviour: a killed rank, a rank that exits early, mismatched
 # collectives, a killed launcher. Checks that every surviving rank fails with
 # a message naming the culprit within a second, that the launcher exits
-# non-zero naming it, and that nothing is left in /dev/shm or running.
+# non-zero naming it, and that nothing is left running.
 # usage: faults.sh DTRAIN TEST_FAULTS [MPIEXEC]
 # With MPIEXEC, the same under mpirun with the ranks cut into two pseudo-nodes
 # (so the news crosses MPI); mpirun ends the job at the first exit, so there
@@ -15,7 +15,6 @@ passed=0
 failed=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 ok() { passed=$((passed + 1)); }
-shm_before=$(ls /dev/shm | wc -l)
 
 # run NPROC MODE -> sets out, err, rc
 run() {
@@ -97,7 +96,7 @@ if [ -n "$MPIEXEC" ]; then
     done
 fi
 
-shm_after=$(ls /dev/shm | wc -l)
-[ "$shm_before" = "$shm_after" ] && ok || fail "/dev/shm had $shm_before entries before and $shm_after after"
+# (/dev/shm is not counted here: other jobs and MPI libraries write there; that dtrain's segment is an
+# unnamed memfd is checked on a live rank in train_faults.sh)
 echo "faults: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -31,6 +31,9 @@ if [ -z "$victim" ]; then
     fail "rank 1 of the launcher (pid $launcher) not found"
     kill $launcher
 else
+    # the shared segment is a memfd: it has no name in /dev/shm, so nothing can be left there however the job ends
+    grep -q "/memfd:dtrain" /proc/$victim/maps && ! grep -q " /dev/shm/" /proc/$victim/maps &&
+        ok "the rank maps its segment from a memfd, nothing from /dev/shm" || fail "rank maps: $(grep -E 'memfd|shm' /proc/$victim/maps | head -3)"
     t0=$(date +%s.%N)
     kill -9 "$victim"
     wait $launcher
