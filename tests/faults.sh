@@ -61,6 +61,12 @@ for n in 2 4; do
 
     run $n mismatch-ring
     check_survivors $n "mismatch-ring n=$n" "mismatch" "ring"
+
+    # alive but never joining (a busy loop): named with its state once the stall timeout has passed twice
+    run $n stall
+    [ $rc -ne 0 ] && ok || fail "stall n=$n: launcher exited 0"
+    check_survivors $n "stall n=$n" "rank $last (pid" "running (state R)" "made no progress"
+    echo "$err" | grep -q "has waited 0.3[0-9]* s in allreduce.*for rank $last" && ok || fail "stall n=$n: no warning before the stop: $err"
 done
 
 # kill -9 of the launcher: the ranks go with it, nothing is left.

@@ -44,6 +44,13 @@ int main(int argc, char **argv) {
         dt_comm_set_algo(w, DT_COLL_ALLREDUCE, DT_ALGO_RING);
         t_act = dt_time_now();
         st = dt_comm_allreduce(w, buf, buf, r == bad ? n / 2 : n, DT_F32, DT_SUM);
+    } else if (!strcmp(mode, "stall")) {
+        /* The last rank computes (a busy loop) for 5 s before it joins; with a stall timeout of 0.3 s the
+         * others warn at 0.3 s and stop the job at 0.6 s, naming it as running. */
+        dt_comm_set_stall_timeout(w, 0.3);
+        t_act = dt_time_now();
+        if (r == bad) { volatile double x = 0; while (dt_time_now() < t_act + 5) x += 1; }
+        st = dt_comm_allreduce(w, buf, buf, n, DT_F32, DT_SUM);
     } else if (!strcmp(mode, "hang")) {
         /* For the launcher-kill test: wait in a collective that rank 0 never joins. */
         if (r != 0) st = dt_comm_allreduce(w, buf, buf, n, DT_F32, DT_SUM);

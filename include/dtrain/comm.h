@@ -79,6 +79,13 @@ bool dt_comm_failed(dt_comm *comm, char *msg, size_t cap);
  * as stopped: a rank on this machine stopped for 3 s (SIGSTOP, Ctrl-Z, a
  * debugger) also makes dt_comm_failed true, and aborts the job naming it. */
 void dt_comm_set_progress(dt_comm *comm, int64_t step);
+/* A rank on this machine that waits this long for one peer that is alive
+ * but does not join (stuck in a loop, deadlocked, in a call another rank
+ * never makes) logs a warning naming the peer, its state and its step; at
+ * twice this the job stops with that message. 0 turns it off. Sub-
+ * communicators split later inherit it. */
+#define DT_STALL_TIMEOUT_DEFAULT 300.0
+void dt_comm_set_stall_timeout(dt_comm *comm, double seconds);
 /* "self", "shm", "mpi" or "shm+mpi". */
 const char *dt_comm_transport(const dt_comm *comm);
 

@@ -31,6 +31,7 @@ typedef struct {
     int epochs;               /* image classification (--model mlp) trains in epochs */
     double bucket_mb;         /* DDP bucket cap (the first bucket is 1 MiB) */
     int step_at_end;          /* DDP: the optimizer after backward, not bucket by bucket inside it */
+    double stall_timeout;     /* seconds a rank may wait for a live peer that never joins (warn; 2x: stop); 0 off */
     int skip_nonfinite;       /* a step whose loss or gradient norm is not finite is skipped (else the run stops) */
     int argc;                 /* the command line, re-executed for each rank */
     char **argv;

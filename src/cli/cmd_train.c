@@ -39,6 +39,9 @@ static void usage(FILE *f) {
             "  --nproc N          data parallelism over N local ranks (1); under mpirun/srun --mpi=pmix the job's\n"
             "                     ranks are used and --nproc is refused\n"
             "  --quiet            no progress output\n"
+            "  --stall-timeout S  a rank waiting S seconds for a live peer that never joins warns, naming it\n"
+            "                     (state, step); at 2 x S the job stops (300; 0 = off). A peer stopped (SIGSTOP,\n"
+            "                     Ctrl-Z) for 3 s stops the job at once\n"
             "  --step-at-end      DDP: run the optimizer after backward; by default SGD and AdamW without\n"
             "                     --grad-clip update each bucket inside backward once its allreduce is done\n"
             "  --bucket-mb X      DDP gradient bucket cap in MiB (25; the first bucket is 1 MiB)\n"
@@ -70,7 +73,7 @@ static const dt_cli_flag flags[] = {
     { "--momentum", "a number from 0 to below 1" }, { "--trust-coef", "a number above 0 and at most 1e9" },
     { "--layers", "a whole number from 1 to 1e5" }, { "--heads", "a whole number from 1 to 1e5" },
     { "--channels", "a whole number from 1 to 1e6" }, { "--vocab", "a whole number from 1 to 2^30" },
-    { "--max-seq", "a whole number from 1 to 1e7" },
+    { "--max-seq", "a whole number from 1 to 1e7" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" },
     { "--nesterov", "" }, { "--quiet", "" }, { "--recompute", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
 };
 
@@ -103,7 +106,7 @@ int dt_cli_train(int argc, char **argv) {
         { "--momentum", 0, 0.999999, 0, &mom, 'd' }, { "--trust-coef", 1e-30, 1e9, 0, &trust, 'd' },
         { "--layers", 1, 1e5, 1, &c.shape.num_layers, 'i' }, { "--heads", 1, 1e5, 1, &c.shape.num_heads, 'i' },
         { "--channels", 1, 1e6, 1, &c.shape.channels, 'i' }, { "--vocab", 1, 1 << 30, 1, &c.shape.vocab_size, 'i' },
-        { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' },
+        { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
     };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -17,7 +17,12 @@ static bool env_int(const char *name, long *out) {
     return true;
 }
 
+void dt_comm_set_stall_timeout(dt_comm *c, double seconds) {
+    if (c) c->stall_timeout = seconds > 0 ? seconds : 0;
+}
+
 dt_status dt_comm_alloc_tables(dt_comm *c) {
+    c->stall_timeout = DT_STALL_TIMEOUT_DEFAULT;
     c->node_of = calloc((size_t)c->size, sizeof(int));
     c->local_index = calloc((size_t)c->size, sizeof(int));
     c->local_members = calloc((size_t)c->local_size, sizeof(int));

@@ -146,6 +146,7 @@ struct dt_comm {
     uint64_t seq;        /* collectives issued on this comm, this one included while running */
     call_desc cur;       /* the collective now running */
     bool oversubscribed;
+    double stall_timeout; /* seconds a wait on one peer may last before it is reported (then 2x: the job stops); 0: never */
 
     void *work[2];       /* private scratch of the generic algorithms, kept between calls */
     size_t work_bytes[2];
@@ -186,6 +187,8 @@ dt_status dt_group_step(dt_comm *c);
 /* Called by waits that take long: reports a peer whose published call differs. */
 /* The per-rank tables of a communicator whose size and local_size are set. */
 dt_status dt_comm_alloc_tables(dt_comm *c);
+/* "rank 1 (pid 123): running (state R), at step 12" for local peer j. */
+void dt_group_describe_peer(dt_comm *c, int j, char *buf, size_t cap);
 dt_status dt_group_check_peers(dt_comm *c, int waiting_for);
 void dt_desc_format(const call_desc *d, char *buf, size_t cap);
 

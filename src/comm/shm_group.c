@@ -266,6 +266,19 @@ dt_status dt_group_check_peers(dt_comm *c, int waiting_for) {
     return DT_OK;
 }
 
+void dt_group_describe_peer(dt_comm *c, int j, char *buf, size_t cap) {
+    int p = c->proc_of[j];
+    seg_proc *pr = &c->seg->hdr->proc[p];
+    char st = dt_segment_proc_state(c->seg, p);
+    const char *what = st == 'R' ? "running" : st == 'S' ? "sleeping" : st == 'D' ? "in uninterruptible I/O"
+                     : st == 'T' || st == 't' ? "stopped" : "in an unknown state";
+    long long step = (long long)atomic_load(&pr->progress);
+    char at[48] = "";
+    if (step > 0) snprintf(at, sizeof at, ", at step %lld", step);
+    snprintf(buf, cap, "rank %d (pid %d): %s (state %c)%s", atomic_load(&pr->world_rank), (int)atomic_load(&pr->pid), what,
+             st ? st : '?', at);
+}
+
 /* A peer stopped this long (SIGSTOP, Ctrl-Z, a debugger) stops the job: its
  * peers would otherwise wait for it forever at 0% CPU. */
 #define STOPPED_SECONDS 3.0

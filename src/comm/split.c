@@ -69,6 +69,7 @@ dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out) {
             nc->node = c->node;
             nc->seg = c->seg;
             nc->oversubscribed = c->oversubscribed;
+            nc->stall_timeout = c->stall_timeout;
             nc->transport = c->transport;
             nc->parent_world = c->parent_world ? c->parent_world : c;
             memcpy(nc->forced, c->forced, sizeof nc->forced);

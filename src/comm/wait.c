@@ -55,15 +55,37 @@ dt_status dt_shm_check_abort(dt_comm *c) {
 
 _Thread_local _Atomic int *dt_wait_owner_blocked;
 
+/* A peer that is alive but has not come for stall_timeout: said once, and at
+ * twice that the job is stopped, naming it (its state tells a busy loop from
+ * a deadlock or a stop). */
+static dt_status check_stall(dt_comm *c, int j, double waited, bool *warned) {
+    if (c->stall_timeout <= 0 || j < 0 || j >= c->local_size || waited < c->stall_timeout) return DT_OK;
+    char who[160], d[256];
+    dt_group_describe_peer(c, j, who, sizeof who);
+    dt_desc_format(&c->cur, d, sizeof d);
+    int me = atomic_load(&c->seg->hdr->proc[c->proc_of[c->local_rank]].world_rank);
+    if (waited < 2 * c->stall_timeout) {
+        if (!*warned) dt_log(DT_LOG_WARN, "rank %d has waited %.3g s in %s for %s; the job stops at %.3g s (--stall-timeout)", me,
+                             waited, d, who, 2 * c->stall_timeout);
+        *warned = true;
+        return DT_OK;
+    }
+    dt_segment_abort(c->seg, "%s has made no progress for %.3g s while rank %d waited for it in %s (stuck in a loop, "
+                     "deadlocked, or in a call the others never make?)", who, waited, me, d);
+    return dt_shm_check_abort(c);
+}
+
 dt_status dt_shm_wait(dt_comm *c, wait_cond cond, void *arg, int waiting_for) {
+    double t0 = 0;
+    bool warned = false;
     if (dt_wait_owner_blocked && !atomic_load(dt_wait_owner_blocked)) goto sleep;
     /* A peer on another core is usually a few hundred nanoseconds away: poll
      * tight first, before paying for the clock or for pause's delay. */
     /* Oversubscribed, the peer we wait for may need this very core: yield at once. */
     for (int i = 0; i < (c->oversubscribed ? 1 : 200); i++)
         if (cond(arg)) return DT_OK;
-    double spin = c->oversubscribed ? 0 : SPIN_SECONDS;
-    double t0 = dt_time_now(), t = t0;
+    double spin = c->oversubscribed ? 0 : SPIN_SECONDS, t;
+    t0 = t = dt_time_now();
     for (unsigned i = 1;; i++) {
         if (cond(arg)) return DT_OK;
         if (t - t0 < spin) {
@@ -79,6 +101,7 @@ dt_status dt_shm_wait(dt_comm *c, wait_cond cond, void *arg, int waiting_for) {
         break;
     }
 sleep:;
+    if (t0 == 0) t0 = dt_time_now();
     shm_slot *me = &c->slots[c->local_rank];
     struct timespec ts = { 0, SLEEP_NS };
     for (;;) {
@@ -89,6 +112,7 @@ sleep:;
         atomic_store(&me->sleeping, 0);
         if (cond(arg)) return DT_OK;
         dt_status st = dt_group_check_peers(c, waiting_for);
+        if (!st) st = check_stall(c, waiting_for, dt_time_now() - t0, &warned);
         if (st) return st;
     }
 }

@@ -33,6 +33,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->nproc = 1;
     c->bucket_mb = 25;
     c->epochs = 5;
+    c->stall_timeout = DT_STALL_TIMEOUT_DEFAULT;
     dt_optim_defaults(DT_OPT_ADAMW, &c->opt);
     dt_schedule_defaults(&c->sched);
 }
@@ -233,6 +234,7 @@ int dt_train_run(const dt_train_config *c0) {
     }
     dt_comm *w = NULL;
     if (in_job && dt_comm_init(&w)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    dt_comm_set_stall_timeout(w, c0->stall_timeout);
     if (!strncmp(c0->model, "mlp", 3)) {
         dt_kernels_set_threads(c0->threads > 0 ? c0->threads : default_threads(w));
         int rc = dt_classify_run(c0, w);
