@@ -143,7 +143,8 @@ static const dt_coll colls[] = { DT_COLL_ALLREDUCE, DT_COLL_REDUCE_SCATTER, DT_C
 /* The algorithms each collective must offer, written here rather than asked
  * of the library: an algorithm that set_algo stops accepting is a failure,
  * not a quiet skip. shm_direct needs every rank on one machine; hier several
- * machines with the same number of ranks on each. */
+ * machines with the same number of ranks on each, more than one (with one it
+ * would be plain MPI). Only on the world: split communicators have no hier. */
 #define A(x) (1u << DT_ALGO_##x)
 static const unsigned offered[DT_COLL_COUNT] = {
     [DT_COLL_ALLREDUCE] = A(SHM_DIRECT) | A(RING) | A(TREE) | A(RD) | A(RABENSEIFNER) | A(HIER),
@@ -162,7 +163,7 @@ static bool implements(dt_algo a, dt_coll c) {
     int p = dt_comm_size(world), nodes = dt_comm_nodes(world), local = dt_comm_local_size(world);
     bool want = offered[c] & (1u << a);
     if (a == DT_ALGO_SHM_DIRECT && p > 1 && local != p) want = false;
-    if (a == DT_ALGO_HIER && !(nodes > 1 && p % nodes == 0 && local == p / nodes)) want = false;
+    if (a == DT_ALGO_HIER && !(nodes > 1 && p % nodes == 0 && local == p / nodes && local > 1)) want = false;
     dt_status st = dt_comm_set_algo(world, c, a);
     dt_comm_set_algo(world, c, DT_ALGO_AUTO);
     if (want && st) FAIL("%s must offer %s, but set_algo refuses it: %s", dt_coll_name(c), dt_algo_name(a), dt_last_error());
