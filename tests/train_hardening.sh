@@ -78,7 +78,7 @@ stopped_rank_test() {
     shift
     "$@" > "$dir/out" 2> "$dir/err" &
     local job=$!
-    for ((i = 0; i < 200; i++)); do grep -q "^step 5/" "$dir/out" && break; sleep 0.05; done
+    for ((i = 0; i < 600; i++)); do grep -q "^step 5/" "$dir/out" && break; sleep 0.05; done
     local victim=""
     for p in $(pgrep -f "train.*--steps 999999"); do
         grep -qzE '^(DTRAIN_RANK|OMPI_COMM_WORLD_RANK)=1$' /proc/$p/environ 2>/dev/null && victim=$p
@@ -111,6 +111,29 @@ tail -1 "$dir/v.jsonl" | grep -q '"val_loss"' && ok "--val-data alone evaluates 
 expect "--save-every without --save warns" 0 "--save-every 2 does nothing without --save" -- \
     "$DTRAIN" train "${model[@]}" --steps 1 --save-every 2
 
+# --threads 0 (the default): each of 2 local ranks gets half the cores this process may use
+want=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
+threadless=(--layers 1 --channels 32 --heads 2 --vocab 256 --max-seq 32 --seq 32 --batch 2 --data "$dir/train.bin")
+"$DTRAIN" train "${threadless[@]}" --nproc 2 --steps 1 > "$dir/out" 2> "$dir/err"
+grep -q "x 2 ranks, adamw, $want threads per rank" "$dir/out" && ok "--threads 0 with 2 ranks on $(nproc) cores: $want per rank" ||
+    fail "--threads 0: $(head -2 "$dir/out") $(head -c 300 "$dir/err")"
+
+# under mpirun, a rank killed by signal 9 is named by dtrain (the watchdog reads the machine's shared segment)
+if [ -n "$MPIRUN" ]; then
+    env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "$MPIRUN" -np 2 \
+        "$DTRAIN" train "${model[@]}" --steps 999999 > "$dir/out" 2> "$dir/err" &
+    job=$!
+    for ((i = 0; i < 600; i++)); do grep -q "^step 5/" "$dir/out" && break; sleep 0.05; done
+    victim=""
+    for p in $(pgrep -f "train.*--steps 999999"); do
+        grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p
+    done
+    [ -n "$victim" ] && kill -9 $victim
+    wait $job
+    grep -q "rank 0: stopping: rank 1 (pid $victim) died" "$dir/err" && ok "mpirun, rank 1 killed: $(grep -o 'rank 0: stopping.*' "$dir/err" | head -1)" ||
+        fail "mpirun, rank 1 killed: $(head -c 400 "$dir/err")"
+fi
+
 # flags
 expect "misspelt flag" 2 "unknown flag --stpes \(did you mean --steps\?\)" -- "$DTRAIN" train --stpes 5
 expect "value out of range" 2 "--batch 0 is not valid: expected a whole number from 1" -- "$DTRAIN" train --batch 0
@@ -131,6 +154,8 @@ expect "optimizer.params not an object" 2 '"params" must be a JSON object' -- "$
 
 # launches that would go wrong
 expect "srun without PMI" 2 "add --mpi=pmix" -- env SLURM_NTASKS=2 SLURM_PROCID=0 "$DTRAIN" train "${model[@]}" --steps 1
+expect "srun --mpi=pmi2 with a PMIx-only Open MPI" 2 "run srun --mpi=pmix" -- \
+    env SLURM_NTASKS=2 SLURM_PROCID=0 PMI_SIZE=2 PMI_RANK=0 "$DTRAIN" train "${model[@]}" --steps 1
 expect "--nproc inside an MPI job" 2 "--nproc 2 inside an mpirun/srun job" -- \
     env OMPI_COMM_WORLD_SIZE=2 "$DTRAIN" train "${model[@]}" --steps 1 --nproc 2
 
