@@ -1,15 +1,19 @@
 /* exp for f32 that the compiler can vectorise (libm's expf is a call per
  * element): 2^k * p(r) with k = round(x / ln 2), r = x - k ln 2 in two
  * parts, p a degree-6 polynomial; within ~2 ulp of expf over the range a
- * softmax or GELU uses. Inputs below -87 give 0, above 88 give +inf. */
+ * softmax or GELU uses. Inputs below -87 give e^-87, above 88 give e^88;
+ * NaN gives NaN, so a diverging run's loss shows it. */
 #ifndef DT_VEXP_H
 #define DT_VEXP_H
 
 #include <stdint.h>
 #include <string.h>
 
-static inline float dt_vexpf(float x) {
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+static inline float dt_vexpf(float x0) {
+    /* clamped so that NaN lands inside the range too (k then stays a small
+     * integer, whose conversion and shift are defined); NaN is returned as is */
+    float x = x0 > -87.0f ? x0 : -87.0f;
+    x = x < 88.0f ? x : 88.0f;
     float k = __builtin_rintf(x * 1.44269504088896341f); /* rint: one instruction, unlike round */
     float r = x - k * 0.693145751953125f;  /* ln 2, high part */
     r = r - k * 1.428606765330187e-06f;    /* ln 2, low part */
@@ -19,10 +23,10 @@ static inline float dt_vexpf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)k + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)k + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return x0 != x0 ? x0 : p * scale;
 }
 
 /* tanh(u) = 1 - 2 / (exp(2u) + 1), exact enough for GELU. */
