@@ -79,6 +79,11 @@ bool dt_comm_failed(dt_comm *comm, char *msg, size_t cap);
  * as stopped: a rank on this machine stopped for 3 s (SIGSTOP, Ctrl-Z, a
  * debugger) also makes dt_comm_failed true, and aborts the job naming it. */
 void dt_comm_set_progress(dt_comm *comm, int64_t step);
+/* Across machines, dt_comm_failed also exchanges heartbeats (each rank with
+ * the next): a rank silent for 4 s (stopped, or its machine gone) fails the
+ * job naming it. A rank whose watcher stops calls this first, so that its
+ * silence is not taken for a failure. */
+void dt_comm_watch_end(dt_comm *comm);
 /* A rank on this machine that waits this long for one peer that is alive
  * but does not join (stuck in a loop, deadlocked, in a call another rank
  * never makes) logs a warning naming the peer, its state and its step; at

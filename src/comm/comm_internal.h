@@ -218,6 +218,8 @@ dt_status dt_mpi_start(dt_comm *c, int speer, const void *sbuf, size_t sbytes, i
 dt_status dt_mpi_finish(dt_comm *c, dt_mpi_xfer *x);
 dt_status dt_mpi_check_abort(dt_comm *c);
 void dt_mpi_fail(dt_comm *c, const char *msg);
+bool dt_mpi_heartbeat(dt_comm *c, char *msg, size_t cap);
+void dt_mpi_watch_end(dt_comm *c);
 
 /* ---- reductions (reduce_op.c) ---- */
 

@@ -31,6 +31,7 @@ typedef struct {
 } mpi_part;
 
 static bool mpi_started_here;
+static int thread_level;
 static mpi_part *world_part;
 
 /* Open MPI as Debian builds it speaks PMIx only: srun --mpi=pmi2 would abort
@@ -86,6 +87,77 @@ static const char *notice_text(void) {
     if (seen) return world_part->notice_buf;
     if (world_part->notice_req == MPI_REQUEST_NULL || notice_check()) { seen = true; return world_part->notice_buf; }
     return NULL;
+}
+
+/* Heartbeats between machines, for a rank that stops without dying (SIGSTOP,
+ * a debugger, a frozen machine): nothing on its machine may be left to see
+ * it, and its peers would wait in MPI forever. Each rank's watchdog sends a
+ * byte to its successor in the world every HB_PERIOD and expects one from its
+ * predecessor; HB_SILENT seconds of silence fail the job naming the
+ * predecessor. A rank that ends normally says goodbye ('b') first. Only the
+ * watchdog thread touches this state (dt_mpi_watch_end runs after it is
+ * joined). */
+#define HB_TAG 2
+#define HB_PERIOD 0.5
+#define HB_SILENT 4.0
+static struct {
+    MPI_Request send, recv;
+    char out, in;
+    double last_in, last_out;
+    bool started, pred_left, ended;
+} hb;
+
+bool dt_mpi_heartbeat(dt_comm *c, char *msg, size_t cap) {
+    /* the watchdog is a thread of its own: MPI must allow calls from any thread */
+    if (!world_part || c->mpi != world_part || c->nodes < 2 || hb.ended || thread_level < MPI_THREAD_MULTIPLE) return false;
+    MPI_Comm nc = world_part->notice;
+    int p, me;
+    MPI_Comm_size(nc, &p);
+    MPI_Comm_rank(nc, &me);
+    int pred = (me + p - 1) % p, succ = (me + 1) % p;
+    double now = dt_time_now();
+    if (!hb.started) {
+        hb.started = true;
+        hb.last_in = now;
+        hb.send = MPI_REQUEST_NULL;
+        MPI_Irecv(&hb.in, 1, MPI_CHAR, pred, HB_TAG, nc, &hb.recv);
+    }
+    if (now - hb.last_out >= HB_PERIOD) {
+        int sent = 1;
+        if (hb.send != MPI_REQUEST_NULL) MPI_Test(&hb.send, &sent, MPI_STATUS_IGNORE);
+        if (sent) {
+            hb.out = 'h';
+            MPI_Isend(&hb.out, 1, MPI_CHAR, succ, HB_TAG, nc, &hb.send);
+            hb.last_out = now;
+        }
+    }
+    for (int got = 1; got && !hb.pred_left;) {
+        MPI_Test(&hb.recv, &got, MPI_STATUS_IGNORE);
+        if (!got) break;
+        hb.last_in = now;
+        if (hb.in == 'b') hb.pred_left = true;
+        else MPI_Irecv(&hb.in, 1, MPI_CHAR, pred, HB_TAG, nc, &hb.recv);
+    }
+    if (hb.pred_left || now - hb.last_in <= HB_SILENT) return false;
+    snprintf(msg, cap, "rank %d has sent no heartbeat for %.1f s (stopped by SIGSTOP or a debugger, or its machine is "
+             "unreachable); rank %d stops the job", pred, now - hb.last_in, me);
+    notice_send(msg);
+    return true;
+}
+
+void dt_mpi_watch_end(dt_comm *c) {
+    if (!hb.started || hb.ended || !world_part || c->mpi != world_part) return;
+    hb.ended = true;
+    int p, me;
+    MPI_Comm_size(world_part->notice, &p);
+    MPI_Comm_rank(world_part->notice, &me);
+    if (hb.send != MPI_REQUEST_NULL) MPI_Wait(&hb.send, MPI_STATUS_IGNORE);
+    hb.out = 'b';
+    MPI_Send(&hb.out, 1, MPI_CHAR, (me + 1) % p, HB_TAG, world_part->notice);
+    if (!hb.pred_left) {
+        MPI_Cancel(&hb.recv);
+        MPI_Request_free(&hb.recv);
+    }
 }
 
 /* Called when a collective fails on this rank: tell the other machines. */
@@ -191,15 +263,15 @@ dt_status dt_mpi_init_world(dt_comm **out) {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
-        int provided;
-        MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+        MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &thread_level);
         mpi_started_here = true;
-    }
+    } else MPI_Query_thread(&thread_level);
     mpi_part *m = calloc(1, sizeof *m);
     if (!m) return dt_error(DT_ERR_NOMEM, "MPI world: out of memory");
     MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
     MPI_Comm_dup(MPI_COMM_WORLD, &m->notice);
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(m->notice, MPI_ERRORS_RETURN); /* a notice or heartbeat to a rank that is gone is no reason to abort */
     m->own_notice = true;
     MPI_Irecv(m->notice_buf, sizeof m->notice_buf, MPI_CHAR, MPI_ANY_SOURCE, ABORT_TAG, m->notice, &m->notice_req);
     world_part = m;

@@ -284,6 +284,12 @@ void dt_group_describe_peer(dt_comm *c, int j, char *buf, size_t cap) {
 #define STOPPED_SECONDS 3.0
 
 bool dt_comm_failed(dt_comm *c, char *msg, size_t cap) {
+#ifdef DT_HAVE_MPI
+    if (c && c->mpi && dt_mpi_heartbeat(c, msg, cap)) {
+        if (c->seg) dt_segment_abort(c->seg, "%s", msg);
+        return true;
+    }
+#endif
     if (!c || !c->seg) return false;
     const char *m = dt_segment_abort_message(c->seg);
     if (m) { snprintf(msg, cap, "%s", m); return true; }
@@ -308,6 +314,14 @@ bool dt_comm_failed(dt_comm *c, char *msg, size_t cap) {
         }
     }
     return false;
+}
+
+void dt_comm_watch_end(dt_comm *c) {
+#ifdef DT_HAVE_MPI
+    if (c && c->mpi) dt_mpi_watch_end(c);
+#else
+    (void)c;
+#endif
 }
 
 void dt_comm_set_progress(dt_comm *c, int64_t step) {

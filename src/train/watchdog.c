@@ -51,5 +51,6 @@ void dt_watchdog_stop(dt_watchdog *wd) {
     if (!wd) return;
     atomic_store(&wd->stop, 1);
     pthread_join(wd->thread, NULL);
+    dt_comm_watch_end(wd->w);
     free(wd);
 }
