@@ -205,7 +205,13 @@ int main(void) {
         check("embedding d/dwpe", em_J, &c, c.wpe, dwpe, T * C);
     }
     blockwise_over_several_blocks();
+#ifndef __SANITIZE_THREAD__
     threads_give_the_same_results();
+#else
+    /* libgomp is not built with ThreadSanitizer, so the barriers between its parallel regions are invisible
+     * to it and every multi-threaded kernel reports races; the normal and ASan builds run this comparison */
+    printf("kernels on 3 threads vs 1: not run under ThreadSanitizer (uninstrumented libgomp)\n");
+#endif
     for (int i = 0; i < nowned; i++) free(owned[i]);
     printf("kernels: %d passed, %d failed\n", passed, failed);
     return failed != 0;
