@@ -101,7 +101,7 @@ static void blockwise_over_several_blocks(void) {
 /* Every kernel on 1 thread and on 3, at sizes that no thread count divides:
  * the same results (a split that drops the remainder rows or columns leaves
  * them zero). Tolerance: BLAS may add in another order on more threads. */
-static void threads_give_the_same_results(void) {
+static __attribute__((unused)) void threads_give_the_same_results(void) {
     enum { N = 37, CC = 19, OO = 23, BB = 1, TT = 37, HH = 1, VV = 29, VVP = 32 };
     float *inp = rnd(N * CC, 1), *w = rnd(OO * CC, 1), *bias = rnd(OO, 1), *dout = rnd(N * OO, 1), *lw = rnd(CC, 1);
     float *qkv = rnd(BB * TT * 3 * CC, 1), *datt = rnd(BB * TT * CC, 1), *logits = rnd(N * VVP, 2);
