@@ -109,7 +109,8 @@ dt_status dt_plot_svg(const char *in, int log_y, char **svg, size_t *len) {
     /* y gridlines at round values: 1-2-5 steps, or each power of ten (and 2x, 5x) on a log axis */
     if (log_y) {
         for (double d = pow(10, floor(ty0)), e = 0; d <= pow(10, ceil(ty1)) && e < 40; d *= 10, e++)
-            for (int m = 1; m <= 5; m += (m == 1 ? 1 : 3)) {
+            /* 1, 2, 5 per decade; every digit when the axis spans less than a decade */
+            for (int m = 1; m <= (ty1 - ty0 < 1 ? 9 : 5); m += ty1 - ty0 < 1 ? 1 : (m == 1 ? 1 : 3)) {
                 double yv = d * m;
                 if (TY(yv) < ty0 || TY(yv) > ty1) continue;
                 out(&t, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>", L, Y(yv), W - R, Y(yv));
