@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
          * others warn at 0.3 s and stop the job at 0.6 s, naming it as running. */
         dt_comm_set_stall_timeout(w, 0.3);
         t_act = dt_time_now();
-        if (r == bad) { volatile double x = 0; while (dt_time_now() < t_act + 5) x += 1; }
+        if (r == bad) { volatile double x = 0; while (dt_time_now() < t_act + 5) x += 1; (void)x; }
         st = dt_comm_allreduce(w, buf, buf, n, DT_F32, DT_SUM);
     } else if (!strcmp(mode, "hang")) {
         /* For the launcher-kill test: wait in a collective that rank 0 never joins. */
