@@ -177,7 +177,12 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
             if (!st && ddp) st = dt_ddp_finish(ddp, &exposed, &norm);
             if (!st && w && p > 1) st = dt_comm_allreduce(w, &loss, &loss, 1, DT_F32, DT_AVG);
             if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
-            if (norm < 0) dt_optim_step_clipped(opt, dt_mlp_params(m), dt_mlp_grads(m), lr, c->grad_clip); /* not inside backward */
+            if (norm < 0) norm = dt_optim_step_clipped(opt, dt_mlp_params(m), dt_mlp_grads(m), lr, c->grad_clip); /* not inside backward */
+            /* a diverged run stops here, naming the step (GPT-2's trainer can also skip: --on-nonfinite) */
+            if (!isfinite(loss) || !isfinite(norm)) {
+                dt_log(DT_LOG_ERROR, "epoch %d, step %d: the %s is not finite; stopping", e + 1, s + 1, isfinite(loss) ? "gradient norm" : "loss");
+                goto out;
+            }
             loss_sum += loss;
             exposed_sum += exposed;
         }
