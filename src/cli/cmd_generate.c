@@ -25,6 +25,13 @@ static void emit_id(int token, void *ctx) {
     fflush(stdout);
 }
 
+static const dt_cli_flag flags[] = {
+    { "--model", "a model file" }, { "--prompt", "a text" }, { "--tokens", "a whole number from 1 to 1e6" },
+    { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 1e7" },
+    { "--seed", "a whole number from 0 to 1e18" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--help", "" },
+    { NULL, NULL },
+};
+
 /* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] */
 int dt_cli_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *enc = NULL, *merges = NULL;
@@ -37,7 +44,10 @@ int dt_cli_generate(int argc, char **argv) {
                    "Byte-level models (vocabulary 256) read and print bytes; with --bpe, GPT-2 BPE.\n");
             return 0;
         }
-        if (!strcmp(f, "--bpe") && i + 2 < argc) { enc = argv[i + 1]; merges = argv[i + 2]; i += 2; continue; }
+        if (!strcmp(f, "--bpe")) {
+            if (i + 2 >= argc) return dt_cli_flag_error("generate", flags, f, NULL);
+            enc = argv[i + 1]; merges = argv[i + 2]; i += 2; continue;
+        }
         i++;
         if (!strcmp(f, "--model") && v) model = v;
         else if (!strcmp(f, "--prompt") && v) prompt = v;
@@ -45,7 +55,7 @@ int dt_cli_generate(int argc, char **argv) {
         else if (!strcmp(f, "--temperature") && dt_cli_number(v, 0, 100, &temp)) {}
         else if (!strcmp(f, "--top-k") && dt_cli_number(v, 0, 1e7, &topk)) {}
         else if (!strcmp(f, "--seed") && dt_cli_number(v, 0, 1e18, &seed)) {}
-        else return dt_cli_bad(f, v);
+        else return dt_cli_flag_error("generate", flags, f, v);
     }
     if (!model || !prompt) { dt_log(DT_LOG_ERROR, "generate: --model FILE and --prompt TEXT are required"); return 2; }
     dt_gpt2 *m;
