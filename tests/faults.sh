@@ -88,7 +88,7 @@ done
 for k in $kids; do kill -9 "$k" 2>/dev/null; done
 
 if [ -n "$MPIEXEC" ]; then
-    for mode in kill mismatch-op; do
+    for mode in kill mismatch-op stall; do
         out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader DTRAIN_FAKE_NODES=2 \
               timeout 30 "$MPIEXEC" --oversubscribe -np 4 "$PROG" $mode 2>/dev/null)
         rc=$?

@@ -87,8 +87,10 @@ void dt_comm_watch_end(dt_comm *comm);
 /* A rank on this machine that waits this long for one peer that is alive
  * but does not join (stuck in a loop, deadlocked, in a call another rank
  * never makes) logs a warning naming the peer, its state and its step; at
- * twice this the job stops with that message. 0 turns it off. Sub-
- * communicators split later inherit it. */
+ * twice this the job stops with that message; a wait on a peer on another
+ * machine warns the same way and stops the job at three times this (the
+ * peer's own machine names a stuck rank first, with its state). 0 turns it
+ * off. Communicators split later inherit it. */
 #define DT_STALL_TIMEOUT_DEFAULT 300.0
 void dt_comm_set_stall_timeout(dt_comm *comm, double seconds);
 /* "self", "shm", "mpi" or "shm+mpi". */

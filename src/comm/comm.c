@@ -18,7 +18,11 @@ static bool env_int(const char *name, long *out) {
 }
 
 void dt_comm_set_stall_timeout(dt_comm *c, double seconds) {
-    if (c) c->stall_timeout = seconds > 0 ? seconds : 0;
+    if (!c) return;
+    c->stall_timeout = seconds > 0 ? seconds : 0;
+    /* the hierarchical algorithms' communicators, made at start-up, wait on its behalf */
+    dt_comm_set_stall_timeout(c->node_comm, seconds);
+    dt_comm_set_stall_timeout(c->cross_comm, seconds);
 }
 
 dt_status dt_comm_alloc_tables(dt_comm *c) {

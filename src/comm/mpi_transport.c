@@ -177,7 +177,33 @@ static int tag_of(const dt_comm *c) { return 2 + (int)(((c->seq & 0x3ff) << 4) |
 
 /* Waits for MPI requests, also progressing nothing else; fails on a notice
  * or a local abort. */
-static dt_status mpi_wait_all(dt_comm *c, int n, MPI_Request *reqs, MPI_Status *sts) {
+/* A peer on another machine that has not sent its part for the stall
+ * timeout: warned once, and at three times that the job stops naming it. Its
+ * heartbeat still comes (or the watchdog would have stopped the job), so it
+ * is alive: stuck in a loop, deadlocked, or in a call the others never make.
+ * The peer may itself be waiting for a stuck rank on its own machine; that
+ * machine names the real culprit at 2x (with its state), so this wait gives
+ * it the first word and speaks only at 3x. */
+static dt_status mpi_stall(dt_comm *c, int peer, double waited, bool *warned) {
+    if (c->stall_timeout <= 0 || peer < 0 || waited < c->stall_timeout) return DT_OK;
+    char d[256], msg[640];
+    dt_desc_format(&c->cur, d, sizeof d);
+    snprintf(msg, sizeof msg, "rank %d (on another machine, alive: its heartbeat comes) has sent nothing for %.3g s while rank "
+             "%d waited for it in %s (stuck in a loop, deadlocked, or in a call the others never make?)", peer, waited,
+             c->world_rank, d);
+    if (waited < 3 * c->stall_timeout) {
+        if (!*warned) dt_log(DT_LOG_WARN, "%s; the job stops at %.3g s (--stall-timeout)", msg, 3 * c->stall_timeout);
+        *warned = true;
+        return DT_OK;
+    }
+    dt_mpi_fail(c, msg);
+    if (c->seg) dt_segment_abort(c->seg, "%s", msg);
+    return dt_error(DT_ERR_PEER, "%s", msg);
+}
+
+static dt_status mpi_wait_all(dt_comm *c, int n, MPI_Request *reqs, MPI_Status *sts, int peer) {
+    double t0 = 0;
+    bool warned = false;
     for (unsigned spins = 0;; spins++) {
         int flag = 0;
         int rc = MPI_Testall(n, reqs, &flag, sts);
@@ -186,6 +212,9 @@ static dt_status mpi_wait_all(dt_comm *c, int n, MPI_Request *reqs, MPI_Status *
         if ((spins & 255) == 255) {
             dt_status st = dt_mpi_check_abort(c);
             if (!st && c->seg) st = dt_shm_check_abort(c);
+            double now = dt_time_now();
+            if (t0 == 0) t0 = now;
+            if (!st) st = mpi_stall(c, peer, now - t0, &warned);
             if (st) return st;
             sched_yield();
         }
@@ -227,7 +256,7 @@ dt_status dt_mpi_start(dt_comm *c, int speer, const void *sbuf, size_t sbytes, i
 dt_status dt_mpi_finish(dt_comm *c, dt_mpi_xfer *x) {
     if (!x->n) return DT_OK;
     MPI_Status sts[DT_MPI_MAXREQ];
-    dt_status st = mpi_wait_all(c, x->n, (MPI_Request *)x->reqs, sts);
+    dt_status st = mpi_wait_all(c, x->n, (MPI_Request *)x->reqs, sts, x->nrecv ? x->rpeer : -1);
     char mine[200];
     if (st == DT_ERR_SYS && strstr(dt_last_error(), "truncat")) {
         dt_desc_format(&c->cur, mine, sizeof mine);
