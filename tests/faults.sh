@@ -100,6 +100,13 @@ if [ -n "$MPIEXEC" ]; then
         awk "BEGIN{exit !($t < 1.0)}" && ok || fail "mpi $mode: took $t s: $line"
         echo "$line" | grep -q "rank 3" && ok || fail "mpi $mode: rank 3 not named: $line"
     done
+    # one rank per pseudo-machine: nobody shares the busy rank's machine, so the MPI wait names it (at 3 x 0.3 s)
+    out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader DTRAIN_FAKE_NODES=2 \
+          timeout 30 "$MPIEXEC" --oversubscribe -np 2 "$PROG" stall 2>/dev/null)
+    line=$(echo "$out" | grep -E "^rank 0: error after" | head -1)
+    t=$(echo "$line" | sed 's/.*error after \([0-9.]*\) s.*/\1/')
+    echo "$line" | grep -q "rank 1 (on another machine, alive: its heartbeat comes) has sent nothing" &&
+        awk "BEGIN{exit !(${t:-9} < 2.0)}" && ok || fail "mpi stall, 1 rank per machine: $out"
 fi
 
 # (/dev/shm is not counted here: other jobs and MPI libraries write there; that dtrain's segment is an
