@@ -142,6 +142,9 @@ fi
 expect "misspelt flag" 2 "unknown flag --stpes \(did you mean --steps\?\)" -- "$DTRAIN" train --stpes 5
 expect "value out of range" 2 "--batch 0 is not valid: expected a whole number from 1" -- "$DTRAIN" train --batch 0
 expect "a path that is not a file nor a preset" 1 "--model nope.bin: no such file" -- "$DTRAIN" train --model nope.bin --data x
+expect "misspelt bench comm flag" 2 "bench comm: unknown flag --siezs \(did you mean --sizes\?\)" -- "$DTRAIN" bench comm --siezs 8
+expect "misspelt tokenize flag" 2 "tokenize: unknown flag --byts \(did you mean --bytes\?\)" -- "$DTRAIN" tokenize --byts a b
+expect "generate value out of range" 2 "generate: --tokens 0 is not valid: expected a whole number from 1" -- "$DTRAIN" generate --tokens 0
 "$DTRAIN" --version | grep -qE '^dtrain [0-9]+\.[0-9]+' && ok "--version" || fail "--version"
 for sub in "bench train" "bench gemm" "tokenize --bpe"; do
     "$DTRAIN" --help | grep -q "$sub" && ok "help lists $sub" || fail "help lacks $sub"

@@ -2,8 +2,6 @@
 #ifndef DT_CLI_H
 #define DT_CLI_H
 
-/* A flag's value that is not valid: says so, returns exit code 2. */
-int dt_cli_bad(const char *flag, const char *v);
 /* A command's flags and what each takes, for error messages. */
 typedef struct { const char *name, *value; } dt_cli_flag;
 /* flag was not accepted: a known flag gets "expected <value>", an unknown one

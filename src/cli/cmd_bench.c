@@ -7,6 +7,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The flags of bench comm and bench train and what each takes, for error messages. */
+static const dt_cli_flag comm_flags[] = {
+    { "--op", "a collective (allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall, gather, scatter, barrier)" },
+    { "--algo", "auto or an algorithm (shm_direct, ring, tree, rd, rabenseifner, bruck, pairwise, hier)" },
+    { "--dtype", "f32, f64, bf16, f16, i32 or i64" }, { "--redop", "sum, avg, max, min or prod" },
+    { "--nproc", "a whole number from 1 to 4096" }, { "--reps", "a whole number from 1 to 4096" },
+    { "--warmup", "a whole number from 0 to 4096" }, { "--rounds", "a whole number from 1 to 4096" },
+    { "--seconds", "a number above 0 and below 60" }, { "--buffers", "arena or private" }, { "--baseline", "mpi or mpich" },
+    { "--sizes", "a list of sizes like 8,1M,64M" }, { "--json", "" }, { "--calibrate", "" }, { "--help", "" }, { NULL, NULL },
+};
+static const dt_cli_flag train_flags[] = {
+    { "--model", "a preset (d6, 124M, ...)" }, { "--batch", "a whole number from 1 to 99999" },
+    { "--seq", "a whole number from 1 to 99999" }, { "--steps", "a whole number from 1 to 99999" },
+    { "--warmup", "a whole number from 0 to 99999" }, { "--threads", "a whole number from 0 to 99999" },
+    { "--rounds", "a whole number from 1 to 99999" }, { "--baseline", "torch" }, { "--nproc", "a list like 1,2,4" },
+    { "--train-flags", "flags for dtrain train, in one argument" }, { "--json", "" }, { "--help", "" }, { NULL, NULL },
+};
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrain bench comm [FLAGS]\n"
@@ -47,7 +65,7 @@ static int bench_train(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(f, "--json")) { o.json = 1; continue; }
-        if (!v) { dt_log(DT_LOG_ERROR, "bench train: %s needs a value", f); return 2; }
+        if (!v) return dt_cli_flag_error("bench train", train_flags, f, NULL);
         i++;
         char *end;
         long n = strtol(v, &end, 10);
@@ -75,7 +93,7 @@ static int bench_train(int argc, char **argv) {
         else if (isnum && !strcmp(f, "--warmup")) o.warmup = (int)n;
         else if (isnum && !strcmp(f, "--threads")) o.threads = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--rounds")) o.rounds = (int)n;
-        else { dt_log(DT_LOG_ERROR, "bench train: %s %s is not valid (see --help)", f, v); return 2; }
+        else return dt_cli_flag_error("bench train", train_flags, f, v);
     }
     return dt_bench_train(&o);
 }
@@ -90,8 +108,11 @@ int dt_cli_bench(int argc, char **argv) {
             printf("usage: dtrain bench gemm [--threads N]\n  sgemm 2048^3 through BLAS: the machine's matmul ceiling in GFLOP/s\n");
             return 0;
         }
-        if (argc >= 4 && (argc != 5 || strcmp(argv[3], "--threads") || !dt_cli_number(argv[4], 1, 1024, &t)))
-            return dt_cli_bad(argv[3], argc >= 5 ? argv[4] : NULL);
+        if (argc >= 4 && (argc != 5 || strcmp(argv[3], "--threads") || !dt_cli_number(argv[4], 1, 1024, &t))) {
+            dt_log(DT_LOG_ERROR, "bench gemm: expected --threads N (1 to 1024), got %s%s%s", argv[3], argc >= 5 ? " " : "",
+                   argc >= 5 ? argv[4] : "");
+            return 2;
+        }
         int threads = (int)t;
         printf("sgemm 2048^3 on %d thread(s): %.1f GFLOP/s\n", threads, dt_bench_gemm(threads));
         return 0;
@@ -109,7 +130,7 @@ int dt_cli_bench(int argc, char **argv) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(f, "--json")) { o.json = 1; continue; }
         else if (!strcmp(f, "--calibrate")) { o.calibrate = 1; continue; }
-        if (!v) { dt_log(DT_LOG_ERROR, "bench comm: %s needs a value", f); return 2; }
+        if (!v) return dt_cli_flag_error("bench comm", comm_flags, f, NULL);
         i++;
         if (!strcmp(f, "--op")) st = dt_coll_parse(v, &o.coll);
         else if (!strcmp(f, "--algo")) st = dt_algo_parse(v, &o.algo);
@@ -145,10 +166,7 @@ int dt_cli_bench(int argc, char **argv) {
                 if (o.nsizes == 64) { dt_log(DT_LOG_ERROR, "bench comm: at most 64 sizes"); return 2; }
                 st = dt_parse_size(tok, &o.sizes[o.nsizes++]);
             }
-        } else {
-            dt_log(DT_LOG_ERROR, "bench comm: unknown flag '%s' (see --help)", f);
-            return 2;
-        }
+        } else return dt_cli_flag_error("bench comm", comm_flags, f, v);
         if (st) { dt_log(DT_LOG_ERROR, "bench comm: %s", dt_last_error()); return 2; }
     }
     return dt_bench_comm(&o, argc, argv);

@@ -18,7 +18,12 @@ int dt_cli_tokenize(int argc, char **argv) {
         if (!strcmp(argv[i], "--bytes")) bytes = 1;
         else if (!strcmp(argv[i], "--bpe") && i + 2 < argc) { enc = argv[++i]; merges = argv[++i]; }
         else if (!strcmp(argv[i], "--val") && i + 1 < argc) val = argv[++i];
-        else if (!strcmp(argv[i], "--val-fraction") && i + 1 < argc) { if (!dt_cli_number(argv[++i], 0, 0.9, &frac)) return dt_cli_bad("--val-fraction", argv[i]); }
+        else if (!strcmp(argv[i], "--val-fraction") && i + 1 < argc) {
+            if (!dt_cli_number(argv[++i], 0, 0.9, &frac)) {
+                dt_log(DT_LOG_ERROR, "tokenize: --val-fraction %s is not valid: expected a number from 0 to 0.9", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: dtrain tokenize (--bytes | --bpe ENCODER.json VOCAB.bpe) INPUT.txt OUTPUT.bin\n"
                    "                       [--val VAL.bin --val-fraction 0.1]\n"
@@ -26,11 +31,15 @@ int dt_cli_tokenize(int argc, char **argv) {
                    "tokenizer is distributed as); the last fraction of the text goes to --val.\n");
             return 0;
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            dt_log(DT_LOG_ERROR, "tokenize: unknown flag %s (expected --bytes, --bpe, --val, --val-fraction)", argv[i]);
-            return 2;
+            static const dt_cli_flag flags[] = { { "--bytes", "" }, { "--bpe", "ENCODER.json VOCAB.bpe" }, { "--val", "a file" },
+                                                 { "--val-fraction", "a number from 0 to 0.9" }, { "--help", "" }, { NULL, NULL } };
+            return dt_cli_flag_error("tokenize", flags, argv[i], i + 1 < argc ? argv[i + 1] : NULL);
         } else if (!in) in = argv[i];
         else if (!out) out = argv[i];
-        else return dt_cli_bad("tokenize", argv[i]);
+        else {
+            dt_log(DT_LOG_ERROR, "tokenize: unexpected argument '%s' (INPUT and OUTPUT are %s and %s)", argv[i], in, out);
+            return 2;
+        }
     }
     if (frac != 0.1 && !val) dt_log(DT_LOG_WARN, "tokenize: --val-fraction does nothing without --val FILE");
     if (bytes == (enc != NULL) || !in || !out) {

@@ -9,10 +9,6 @@
 #include <string.h>
 
 /* Flag helpers shared by the subcommands. */
-int dt_cli_bad(const char *flag, const char *v) {
-    dt_log(DT_LOG_ERROR, "%s %s is not valid (see --help)", flag, v ? v : "(missing)");
-    return 2;
-}
 
 /* Edit distance (insertions, deletions, substitutions, adjacent swaps), for "did you mean". */
 static int distance(const char *a, const char *b) {
