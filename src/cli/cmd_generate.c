@@ -83,6 +83,7 @@ int dt_cli_generate(int argc, char **argv) {
         p = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
         for (int i = 0; i < n; i++) p[i] = (unsigned char)prompt[i];
     }
+    if (!st && !p) st = dt_error(DT_ERR_NOMEM, "generate: out of memory for the prompt");
     if (!st && !b && V != 256)
         dt_log(DT_LOG_WARN, "generate: %s has a vocabulary of %d, not 256: tokens print as <id> (for GPT-2 tokens give "
                "--bpe ENCODER.json VOCAB.bpe; a byte-level model is trained with --vocab 256)", model, V);

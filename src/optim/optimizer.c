@@ -53,16 +53,13 @@ dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_
     memset(o->m, 0, n * sizeof(float));
     if (o->v) memset(o->v, 0, n * sizeof(float));
     if (cfg->kind == DT_OPT_LAMB || cfg->kind == DT_OPT_LARS) {
-        if (!spans || nspans < 1) {
-            /* one tensor: the whole slice */
-            o->spans = malloc(sizeof *o->spans);
-            o->spans[0] = (dt_tensor_span){ 0, n };
-            o->nspans = 1;
-        } else {
-            o->spans = malloc(sizeof *o->spans * (size_t)nspans);
-            memcpy(o->spans, spans, sizeof *spans * (size_t)nspans);
-            o->nspans = nspans;
-        }
+        /* no spans: one tensor, the whole slice */
+        dt_tensor_span whole = { 0, n };
+        if (!spans || nspans < 1) { spans = &whole; nspans = 1; }
+        o->spans = malloc(sizeof *o->spans * (size_t)nspans);
+        if (!o->spans) { dt_optim_destroy(o); return dt_error(DT_ERR_NOMEM, "optimizer: out of memory"); }
+        memcpy(o->spans, spans, sizeof *spans * (size_t)nspans);
+        o->nspans = nspans;
     }
     *out = o;
     return DT_OK;
