@@ -159,6 +159,13 @@ expect "config that is not an object" 2 "top level must be a JSON object" -- "$D
 echo '{"optimizer": {"type": "AdamW", "params": 3}}' > "$dir/p.json"
 expect "optimizer.params not an object" 2 '"params" must be a JSON object' -- "$DTRAIN" train "${model[@]}" --config "$dir/p.json"
 
+# the mesh: --dp x --tp x --pp must be the job's ranks, refused before any work; --tp/--pp are not built yet
+expect "--dp that does not fit" 2 "--dp 4 x --tp 1 x --pp 1 = 4, but the job has 2 ranks" -- \
+    "$DTRAIN" train "${model[@]}" --nproc 2 --dp 4 --steps 1
+expect "--tp not built yet" 2 "tensor and pipeline parallelism are not built yet" -- "$DTRAIN" train "${model[@]}" --nproc 2 --tp 2 --steps 1
+expect "--tp that does not divide" 2 "--tp 3 x --pp 1 = 3 does not divide the job's 2 ranks" -- \
+    "$DTRAIN" train "${model[@]}" --nproc 2 --tp 3 --steps 1
+
 # launches that would go wrong
 expect "srun without PMI" 2 "add --mpi=pmix" -- env SLURM_NTASKS=2 SLURM_PROCID=0 "$DTRAIN" train "${model[@]}" --steps 1
 expect "srun --mpi=pmi2 with a PMIx-only Open MPI" 2 "run srun --mpi=pmix" -- \

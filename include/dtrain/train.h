@@ -28,6 +28,7 @@ typedef struct {
     int recompute;            /* activation checkpointing */
     int attention;            /* dt_attn_mode */
     int nproc;                /* local ranks to launch (data parallelism); 1 = this process */
+    int dp, tp, pp;           /* the mesh (0: dp = the ranks left over by tp x pp, tp = pp = 1) */
     int epochs;               /* image classification (--model mlp) trains in epochs */
     double bucket_mb;         /* DDP bucket cap (the first bucket is 1 MiB) */
     int step_at_end;          /* DDP: the optimizer after backward, not bucket by bucket inside it */

@@ -38,6 +38,8 @@ static void usage(FILE *f) {
             "                     shared with the other ranks on the machine)\n"
             "  --nproc N          data parallelism over N local ranks (1); under mpirun/srun --mpi=pmix the job's\n"
             "                     ranks are used and --nproc is refused\n"
+            "  --dp N --tp N --pp N   the mesh: data x tensor x pipeline parallel ranks, whose product is the job's\n"
+            "                     ranks (dp: what tp x pp leave; tp and pp: 1, the others are not built yet)\n"
             "  --quiet            no progress output\n"
             "  --stall-timeout S  a rank waiting S seconds for a live peer that never joins warns, naming it\n"
             "                     (state, step); at 2 x S the job stops (300; 0 = off). A peer stopped (SIGSTOP,\n"
@@ -65,7 +67,8 @@ static const dt_cli_flag flags[] = {
     { "--save-every", "a whole number of steps, 0 (off) to 1e9" }, { "--grad-accum", "a whole number from 1 to 1e6" },
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
-    { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
+    { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
+    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
     { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
     { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },
@@ -98,7 +101,8 @@ int dt_cli_train(int argc, char **argv) {
         { "--epochs", 1, 1e6, 1, &c.epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c.save_every, 'i' },
         { "--grad-accum", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--eval-every", 0, 1e9, 1, &c.eval_every, 'i' },
         { "--eval-batches", 1, 1e6, 1, &c.eval_batches, 'i' }, { "--threads", 0, 1024, 1, &c.threads, 'i' },
-        { "--nproc", 1, 256, 1, &c.nproc, 'i' }, { "--bucket-mb", 1e-6, 1e6, 0, &c.bucket_mb, 'd' },
+        { "--nproc", 1, 256, 1, &c.nproc, 'i' }, { "--dp", 1, 65536, 1, &c.dp, 'i' }, { "--tp", 1, 65536, 1, &c.tp, 'i' },
+        { "--pp", 1, 65536, 1, &c.pp, 'i' }, { "--bucket-mb", 1e-6, 1e6, 0, &c.bucket_mb, 'd' },
         { "--seed", 0, 1e18, 1, &c.seed, 'u' }, { "--shuffle", 1, 1e18, 1, &c.shuffle_seed, 'u' },
         { "--lr", 1e-30, 9.999999, 0, &c.sched.lr, 'f' }, { "--lr-min", 0, 9.999999, 0, &c.sched.lr_min, 'f' },
         { "--warmup", 0, 1e9, 1, &c.sched.warmup, 'i' }, { "--grad-clip", 0, 1e9, 0, &c.grad_clip, 'f' },

@@ -213,6 +213,20 @@ static void progress(bool tty, int step, int steps, float loss, float lr, double
     fflush(stdout);
 }
 
+/* --dp x --tp x --pp must be the job's ranks; only data parallelism exists so far. */
+static dt_status check_mesh(const dt_train_config *c, int nranks) {
+    int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, dp = c->dp ? c->dp : (nranks % (tp * pp) ? 0 : nranks / (tp * pp));
+    if (!c->dp && !dp)
+        return dt_error(DT_ERR_ARG, "--tp %d x --pp %d = %d does not divide the job's %d rank%s", tp, pp, tp * pp, nranks,
+                        nranks == 1 ? "" : "s");
+    if ((long)dp * tp * pp != nranks)
+        return dt_error(DT_ERR_ARG, "--dp %d x --tp %d x --pp %d = %ld, but the job has %d rank%s", dp, tp, pp, (long)dp * tp * pp,
+                        nranks, nranks == 1 ? "" : "s");
+    if (tp > 1 || pp > 1)
+        return dt_error(DT_ERR_UNSUPPORTED, "--tp %d --pp %d: tensor and pipeline parallelism are not built yet (--tp 1 --pp 1)", tp, pp);
+    return DT_OK;
+}
+
 int dt_train_run(const dt_train_config *c0) {
     dt_launch_kind kind;
     if (dt_comm_detect_launch(&kind)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
@@ -222,6 +236,7 @@ int dt_train_run(const dt_train_config *c0) {
                "mpirun -np / srun -n the count)", c0->nproc);
         return 2;
     }
+    if (!in_job && check_mesh(c0, c0->nproc)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
     if (c0->nproc > 1 && !in_job) {
         /* Data parallel on this machine: the same command line, once per rank. */
         if (!c0->argv) { dt_log(DT_LOG_ERROR, "train: --nproc needs the command line to re-run"); return 2; }
@@ -235,6 +250,11 @@ int dt_train_run(const dt_train_config *c0) {
     dt_comm *w = NULL;
     if (in_job && dt_comm_init(&w)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     dt_comm_set_stall_timeout(w, c0->stall_timeout);
+    if (w && check_mesh(c0, dt_comm_size(w))) {
+        dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+        dt_comm_destroy(w);
+        return 2;
+    }
     if (!strncmp(c0->model, "mlp", 3)) {
         dt_kernels_set_threads(c0->threads > 0 ? c0->threads : default_threads(w));
         int rc = dt_classify_run(c0, w);

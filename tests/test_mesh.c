@@ -1,0 +1,57 @@
+/* The DP x TP x PP mesh, for every factorisation of the world size: each
+ * rank's coordinates follow world rank = (pp * DP + dp) * TP + tp, and the
+ * communicator along each axis holds exactly the ranks that differ only in
+ * that coordinate, in its order (checked by gathering their world ranks);
+ * a layout that does not multiply to the world size is refused.
+ * Runs under dtrain launch -n N (and mpirun). */
+#include "dtrain/parallel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+#define CHECK(cond, ...) do { if (cond) passed++; else { failed++; printf("rank %d: FAIL ", r); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+int main(void) {
+    dt_comm *w;
+    if (dt_comm_init(&w)) { fprintf(stderr, "init: %s\n", dt_last_error()); return 1; }
+    int p = dt_comm_size(w), r = dt_comm_rank(w), layouts = 0;
+    for (int tp = 1; tp <= p; tp++)
+        for (int pp = 1; pp <= p; pp++) {
+            if (p % (tp * pp)) continue;
+            int dp = p / (tp * pp), size[DT_MESH_DIMS] = { [DT_MESH_DP] = dp, [DT_MESH_TP] = tp, [DT_MESH_PP] = pp };
+            dt_mesh *m;
+            if (dt_mesh_create(w, dp, tp, pp, &m)) { CHECK(0, "mesh %dx%dx%d: %s", dp, tp, pp, dt_last_error()); continue; }
+            layouts++;
+            int want[DT_MESH_DIMS] = { [DT_MESH_DP] = r / tp % dp, [DT_MESH_TP] = r % tp, [DT_MESH_PP] = r / (tp * dp) };
+            for (int d = 0; d < DT_MESH_DIMS; d++) {
+                dt_comm *c = dt_mesh_comm(m, (dt_mesh_dim)d);
+                CHECK(dt_mesh_size(m, (dt_mesh_dim)d) == size[d] && dt_mesh_coord(m, (dt_mesh_dim)d) == want[d],
+                      "mesh %dx%dx%d axis %d: size %d coord %d, expected %d and %d", dp, tp, pp, d, dt_mesh_size(m, (dt_mesh_dim)d),
+                      dt_mesh_coord(m, (dt_mesh_dim)d), size[d], want[d]);
+                CHECK(dt_comm_size(c) == size[d] && dt_comm_rank(c) == want[d], "mesh %dx%dx%d axis %d: comm rank %d of %d", dp, tp,
+                      pp, d, dt_comm_rank(c), dt_comm_size(c));
+                /* the members, in order: this rank's coordinates with axis d set to 0, 1, ... */
+                int32_t me = r, got[256];
+                if (dt_comm_allgather(c, &me, got, 1, DT_I32)) { CHECK(0, "allgather: %s", dt_last_error()); continue; }
+                for (int k = 0; k < size[d]; k++) {
+                    int co[DT_MESH_DIMS];
+                    memcpy(co, want, sizeof co);
+                    co[d] = k;
+                    int expect = (co[DT_MESH_PP] * dp + co[DT_MESH_DP]) * tp + co[DT_MESH_TP];
+                    CHECK(got[k] == expect, "mesh %dx%dx%d axis %d: member %d is world rank %d, expected %d", dp, tp, pp, d, k,
+                          got[k], expect);
+                }
+            }
+            dt_mesh_destroy(m);
+        }
+    dt_mesh *bad = NULL;
+    dt_status st = dt_mesh_create(w, p + 1, 1, 1, &bad);
+    CHECK(st && strstr(dt_last_error(), "but the job has") && !bad, "a mesh of %d ranks on %d was not refused", p + 1, p);
+    int all[2] = { passed, failed }, sum[2];
+    dt_comm_allreduce(w, all, sum, 2, DT_I32, DT_SUM);
+    if (r == 0) printf("mesh on %d ranks, %d layouts: %d passed, %d failed\n", p, layouts, sum[0], sum[1]);
+    dt_comm_destroy(w);
+    return failed != 0;
+}
