@@ -6,12 +6,7 @@
 # usage: train_faults.sh DTRAIN
 set -u
 DTRAIN=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-passed=0
-failed=0
-fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
-ok() { echo "ok   $*"; passed=$((passed + 1)); }
+. "$(dirname "$0")/checks.sh"
 head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 "$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
 model=(--layers 2 --channels 64 --heads 4 --vocab 256 --max-seq 64 --seq 64 --threads 1)

@@ -9,12 +9,7 @@
 set -u
 DTRAIN=$1
 MPIRUN=${2:-}
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-passed=0
-failed=0
-fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
-ok() { echo "ok   $*"; passed=$((passed + 1)); }
+. "$(dirname "$0")/checks.sh"
 # expect NAME CODE PATTERN -- command: the exit code and a line of stderr matching PATTERN
 expect() {
     local name=$1 code=$2 pat=$3

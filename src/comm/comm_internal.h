@@ -65,9 +65,9 @@ void dt_segment_abort(dt_segment *s, const char *fmt, ...) __attribute__((format
 const char *dt_segment_abort_message(dt_segment *s); /* NULL when not aborted */
 /* Is the process behind proc slot i gone (exited, killed, zombie)? */
 bool dt_segment_proc_dead(dt_segment *s, int i);
-/* The process's state letter from /proc (R, S, D, T stopped, t traced, Z...), 0 if unknown. */
+/* The process's state letter from /proc (R, S, D, T stopped, t traced, Z zombie, X gone), 0 if unknown. */
 char dt_segment_proc_state(dt_segment *s, int i);
-/* The process's state letter from /proc (R, S, D, T stopped, t traced, Z...), 0 if unknown. */
+/* The process's state letter from /proc (R, S, D, T stopped, t traced, Z zombie, X gone), 0 if unknown. */
 char dt_segment_proc_state(dt_segment *s, int i);
 
 /* ---- per-communicator control block in the segment ---- */

@@ -122,7 +122,7 @@ char dt_segment_proc_state(dt_segment *s, int i) {
     if (pid <= 0) return 0;
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
+    if (fd < 0) return errno == ENOENT ? 'X' : 0; /* gone: reaped */
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0) return 0;
@@ -136,14 +136,6 @@ bool dt_segment_proc_dead(dt_segment *s, int i) {
     if (pid <= 0) return false;
     if (kill(pid, 0) != 0 && errno == ESRCH) return true;
     /* A killed process stays a zombie until its parent reaps it. */
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return false;
-    buf[n] = 0;
-    const char *rp = strrchr(buf, ')');
-    return rp && (rp[2] == 'Z' || rp[2] == 'X');
+    char st = dt_segment_proc_state(s, i);
+    return st == 'Z' || st == 'X';
 }

@@ -271,7 +271,7 @@ void dt_group_describe_peer(dt_comm *c, int j, char *buf, size_t cap) {
     seg_proc *pr = &c->seg->hdr->proc[p];
     char st = dt_segment_proc_state(c->seg, p);
     const char *what = st == 'R' ? "running" : st == 'S' ? "sleeping" : st == 'D' ? "in uninterruptible I/O"
-                     : st == 'T' || st == 't' ? "stopped" : "in an unknown state";
+                     : st == 'T' || st == 't' ? "stopped" : st == 'Z' || st == 'X' ? "dead" : "in an unknown state";
     long long step = (long long)atomic_load(&pr->progress);
     char at[48] = "";
     if (step > 0) snprintf(at, sizeof at, ", at step %lld", step);
