@@ -91,6 +91,17 @@ def forward(p, idx, tgt):
     return logits, loss
 
 
+def per_layer(ts):
+    """Each layer's slice of the per-layer tensors (indices 2..13, stacked
+    [L, ...] here) as a tensor of its own, as a model with one parameter per
+    layer (Hugging Face's, dtrain's tensor table) has them: the trust ratios
+    of LAMB and LARS are per tensor."""
+    out = []
+    for i, t in enumerate(ts):
+        out.extend([t[l] for l in range(L)] if 2 <= i < 14 else [t])
+    return out
+
+
 class Lamb:
     """LAMB (You et al. 2019) with per-tensor trust ratio |w| / |u|."""
     def __init__(self, params, lr, betas, eps, weight_decay):
@@ -103,8 +114,8 @@ class Lamb:
     def step(self):
         self.t += 1
         bc1, bc2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
-        for w, m, v in zip(self.p, self.m, self.v):
-            g = w.grad
+        grads = per_layer([w.grad for w in self.p])
+        for w, g, m, v in zip(per_layer(self.p), grads, per_layer(self.m), per_layer(self.v)):
             m.mul_(self.b1).add_(g, alpha=1 - self.b1)
             v.mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
             u = (m / bc1) / ((v / bc2).sqrt() + self.eps) + self.wd * w
@@ -125,8 +136,8 @@ class Lars:
 
     @torch.no_grad()
     def step(self):
-        for w, b in zip(self.p, self.buf):
-            g = w.grad
+        grads = per_layer([w.grad for w in self.p])
+        for w, g, b in zip(per_layer(self.p), grads, per_layer(self.buf)):
             wn, gn = w.norm().item(), g.norm().item()
             local = self.eta * wn / (gn + self.wd * wn) if wn > 0 and gn > 0 else 1.0
             b.mul_(self.mom).add_(self.lr * local * (g + self.wd * w))

@@ -69,6 +69,11 @@ uint16_t dt_f32_to_f16(float f);
 /* splitmix64: a small, fast, seedable generator that gives the same stream on
  * every machine (initialisation, shuffling, synthetic data). */
 uint64_t dt_rng_next(uint64_t *state);
+
+/* FNV-1a over 32-bit words, continuing from h (DT_HASH_INIT to start): the
+ * fingerprint of parameter stores and checkpoint files (~1 ns per word). */
+#define DT_HASH_INIT 1469598103934665603ull
+uint64_t dt_hash_words(uint64_t h, const void *words, size_t n);
 /* Standard normal (Box-Muller) from the same stream. */
 float dt_rng_normal(uint64_t *state);
 

@@ -49,6 +49,10 @@ void dt_loader_destroy(dt_loader *l);
 void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets);
 void dt_loader_reset(dt_loader *l);
 size_t dt_loader_batches(const dt_loader *l); /* global batches per epoch */
+/* Where the loader is, for checkpoints: the pass over the file (it reshuffles
+ * each one) and the next global batch of it; seek goes back there. */
+void dt_loader_position(const dt_loader *l, uint64_t *epoch, size_t *next);
+dt_status dt_loader_seek(dt_loader *l, uint64_t epoch, size_t next);
 
 /* IDX files (MNIST's format), gzip-compressed or plain: unsigned bytes
  * with 1 to 3 dimensions. */

@@ -1,6 +1,9 @@
-/* dtrain model layer: GPT-2 family networks built from kernels, with all
- * parameters in one flat allocation (llm.c's tensor order) and gradients in
- * a second, so that any contiguous slice can go to an optimizer. */
+/* dtrain model layer: GPT-2 family networks and MLPs built from kernels.
+ * Every model describes its parameters in a tensor table and keeps them in
+ * one flat allocation, unit by unit in forward order (a unit: the
+ * embeddings, one block, the final layer norm), gradients in a second of the
+ * same layout; so a unit, a run of units (a pipeline stage, a bucket) or any
+ * slice (a ZeRO shard) is one contiguous range. */
 #ifndef DTRAIN_MODEL_H
 #define DTRAIN_MODEL_H
 
@@ -19,7 +22,56 @@ typedef struct {
     int channels;          /* C */
 } dt_gpt2_config;
 
-#define DT_GPT2_NTENSORS 16
+/* How tensor parallelism splits a tensor (Megatron): a column-parallel
+ * Linear splits its outputs (weight rows, bias), a row-parallel one its
+ * inputs (weight columns; the bias stays whole); the embedding splits the
+ * vocabulary; the rest is replicated. */
+typedef enum { DT_SPLIT_NONE = 0, DT_SPLIT_COLUMN, DT_SPLIT_ROW, DT_SPLIT_VOCAB } dt_tp_split;
+
+/* One parameter tensor: the table is the one place that sizes, offsets,
+ * checkpoint names, gradient ranges, shards and stages come from. */
+typedef struct {
+    char name[48];          /* ours: "wte", "h.3.qkvw", "lnfw"; the MLP's "layer.0.weight" */
+    char hf[64];            /* Hugging Face's (PyTorch's state_dict) name: "h.3.attn.c_attn.weight" */
+    const char *llmc;       /* llm.c's tensor this is (a layer of): "qkvw"; NULL if not GPT-2 */
+    int llmc_index, layer;  /* llm.c's file order: tensor index 0..15, then layer (0 if not per layer) */
+    int unit;               /* the unit holding it */
+    int grad_unit;          /* the unit after whose backward its gradient is final (a tied weight's earlier) */
+    int ndim, shape[2];     /* as stored: weights [out, in], wte [Vp, C] */
+    size_t offset, count;   /* in the flat store */
+    dt_tp_split split;
+    int input_rows;         /* an embedding: backward adds to only the rows of the input's tokens */
+} dt_tensor_info;
+
+typedef void (*dt_grad_hook)(int unit, void *ctx);
+
+/* Any model as the engine and the parallel strategies see it: the table,
+ * the flat stores and the hooks. Models fill one in (dt_gpt2_model,
+ * dt_mlp_model); NULL callbacks are features the model does not have. */
+typedef struct {
+    void *self;
+    const char *kind;                  /* "gpt2", "mlp" */
+    const dt_tensor_info *tensors;
+    int ntensors, nunits;              /* units 0..nunits-1 in forward order; backward reports them in reverse */
+    size_t nparams;
+    float *(*params)(void *self);
+    float *(*grads)(void *self);
+    /* gradients in caller storage of nparams floats (a shared arena); NULL: the model's own */
+    void (*set_grad_storage)(void *self, float *grads);
+    /* backward calls hook(unit, ctx) once each unit's gradients are final */
+    void (*set_grad_hook)(void *self, dt_grad_hook hook, void *ctx);
+    /* the input_rows tensor: with on, backward leaves those rows out, and after
+     * backward input_grad gives d loss / d row [n, row width] and the n tokens */
+    void (*defer_input_rows)(void *self, int on);
+    const float *(*input_grad)(const void *self, const int32_t **tokens, int *n);
+} dt_model;
+
+/* The table's tensor called name, or NULL. */
+const dt_tensor_info *dt_model_find(const dt_model *m, const char *name);
+/* Parameters in units [a, b), which are contiguous: *off, *count. */
+void dt_model_unit_range(const dt_model *m, int a, int b, size_t *off, size_t *count);
+
+#define DT_GPT2_NTENSORS 16 /* llm.c's tensors (each per-layer one is L entries of the table) */
 
 typedef struct dt_gpt2 dt_gpt2;
 
@@ -41,8 +93,13 @@ const dt_gpt2_config *dt_gpt2_get_config(const dt_gpt2 *m);
 size_t dt_gpt2_num_params(const dt_gpt2 *m);
 float *dt_gpt2_params(dt_gpt2 *m);
 float *dt_gpt2_grads(dt_gpt2 *m);
-/* Tensor i (0..15) of the flat store: llm.c's name, offset and element count. */
-void dt_gpt2_tensor(const dt_gpt2 *m, int i, const char **name, size_t *offset, size_t *count);
+/* The tensor table: wte, wpe (unit 0); per block ln1w, ln1b, qkvw, qkvb,
+ * attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb (units 1..L);
+ * lnfw, lnfb (unit L+1). The LM head is wte (tied). */
+const dt_tensor_info *dt_gpt2_tensors(const dt_gpt2 *m, int *n);
+/* The entry for llm.c's tensor i (0..15), layer l (0 when not per layer). */
+const dt_tensor_info *dt_gpt2_llmc_tensor(const dt_gpt2 *m, int i, int l);
+void dt_gpt2_model(dt_gpt2 *m, dt_model *out);
 
 /* Forward over inputs[B*T] (token ids < V, T <= max_seq_len). With targets,
  * *loss gets the mean cross-entropy (else it is left alone). Activations
@@ -57,13 +114,11 @@ dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on);
  * the other two force one form. */
 typedef enum { DT_ATTN_AUTO = 0, DT_ATTN_FULL, DT_ATTN_BLOCKWISE } dt_attn_mode;
 void dt_gpt2_set_attention(dt_gpt2 *m, dt_attn_mode mode);
-/* Backward calls hook(unit, ctx) as each group of gradients is final:
- * unit L+1 for wte's LM-head part (the classifier is the first thing
- * backward does), unit L for the final LayerNorm, then each block L-1 .. 0,
- * then -1 for the embeddings. wte also collects the embedding's rows at the
- * very end, unless they are deferred (below). Data parallelism starts a
- * bucket's allreduce from here. */
-typedef void (*dt_grad_hook)(int unit, void *ctx);
+/* Backward calls hook(unit, ctx) as each unit's gradients are final: unit
+ * L+1 (the LM head and final LayerNorm: lnfw, lnfb, and wte's head part),
+ * then each block L .. 1, then 0 for the embeddings (wpe, and wte's rows of
+ * the input tokens, unless those are deferred: below). Data parallelism
+ * starts a bucket's allreduce from here. */
 void dt_gpt2_set_grad_hook(dt_gpt2 *m, dt_grad_hook hook, void *ctx);
 /* With on, backward leaves the embedding's rows out of wte's gradient: the
  * caller adds them from dt_gpt2_input_grad (data parallelism averages wte
@@ -110,6 +165,10 @@ dt_status dt_mlp_backward(dt_mlp *m, float grad_scale);
 void dt_mlp_zero_grad(dt_mlp *m);
 void dt_mlp_set_grad_hook(dt_mlp *m, dt_grad_hook hook, void *ctx);
 void dt_mlp_set_grad_storage(dt_mlp *m, float *grads);
+/* The table: layer.L.weight, layer.L.bias per Linear (unit L); column- then
+ * row-parallel in turns, as Megatron pairs its Linears. */
+const dt_tensor_info *dt_mlp_tensors(const dt_mlp *m, int *n);
+void dt_mlp_model(dt_mlp *m, dt_model *out);
 
 #ifdef __cplusplus
 }

@@ -47,6 +47,12 @@ double dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zer
 int dt_optim_elementwise(const dt_optim *o);
 void dt_optim_begin(dt_optim *o);
 double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_t off, size_t n, int zero_grads);
+/* The state, for checkpoints: the steps taken, and the buffers of n floats
+ * (0: the first moment or momentum; 1: the second moment, or NULL). */
+long dt_optim_steps(const dt_optim *o);
+void dt_optim_set_steps(dt_optim *o, long t);
+float *dt_optim_buffer(dt_optim *o, int i);
+size_t dt_optim_size(const dt_optim *o);
 /* Bytes of optimizer state. */
 size_t dt_optim_state_bytes(const dt_optim *o);
 

@@ -26,19 +26,13 @@ typedef struct dt_ddp dt_ddp;
 
 /* Moves the model's gradients into the communicator's shared arena (so
  * every allreduce is zero-copy), groups them into buckets in the order
- * backward produces them (the first bucket_first bytes, or bucket_bytes if
- * smaller, then up to bucket_bytes each), and hooks backward so that each bucket's nonblocking
- * allreduce (average) starts the moment its last gradient is written. */
-dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out);
-/* Any model: nparams gradients in the arena (dt_ddp_grads: the model must
- * use them as its gradient store), and the ranges of it that each backward
- * unit finalises, in the order backward produces them. The model's backward
- * calls dt_ddp_grad_hook(unit, ddp) as each unit is done. */
-typedef struct { int unit; size_t off, count; } dt_grad_range;
-dt_status dt_ddp_create_ranges(dt_comm *c, size_t nparams, const dt_grad_range *ranges, int nranges, size_t bucket_first,
-                               size_t bucket_bytes, dt_ddp **out);
-float *dt_ddp_grads(dt_ddp *d);
-void dt_ddp_grad_hook(int unit, void *ddp);
+ * backward produces them (the table's grad_unit; the first bucket_first
+ * bytes, or bucket_bytes if smaller, then up to bucket_bytes each), and
+ * hooks backward so that each bucket's nonblocking allreduce (average)
+ * starts the moment its last gradient is written. A table tensor marked
+ * input_rows is averaged early without its input rows, which are exchanged
+ * at the end (the model must offer defer_input_rows and input_grad). */
+dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out);
 void dt_ddp_destroy(dt_ddp *d);
 /* The optimizer in backward: with an elementwise optimizer (SGD, AdamW;
  * dt_optim_elementwise), each bucket is updated (params, gradients zeroed)

@@ -6,6 +6,8 @@
 #include "dtrain/model.h"
 #include "dtrain/comm.h"
 #include "dtrain/optim.h"
+#include "dtrain/engine.h"
+#include "dtrain/data.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,8 +24,11 @@ typedef struct {
     dt_schedule sched;        /* learning rate and its schedule */
     float grad_clip;
     int train_batch_size;     /* DeepSpeed's rule, checked once the ranks are known (0: not given) */
-    const char *save, *metrics;
+    const char *save, *metrics; /* --save DIR: full-state checkpoints; FILE.bin / FILE.safetensors: weights only */
+    const char *resume;       /* a checkpoint directory to continue from */
+    const char *strategy;     /* the parallel strategy by name (NULL: ddp over several ranks) */
     int save_every;           /* also save every N steps (0: only at the end) */
+    int stop_after;           /* end this process after N steps, saving as at the end (0: run to steps) */
     int quiet;
     int recompute;            /* activation checkpointing */
     int attention;            /* dt_attn_mode */
@@ -41,6 +46,31 @@ typedef struct {
 void dt_train_defaults(dt_train_config *c);
 /* Runs the training described by c; prints progress; returns a process exit code. */
 int dt_train_run(const dt_train_config *c);
+
+/* Full-state checkpoints (checkpoint.c): DIR/latest names DIR/step-N/ with
+ * manifest.json, params.f32 and optim.f32; see the file for the format. */
+typedef struct {
+    int step;                 /* optimizer steps done */
+    uint64_t epoch;           /* the data loader: pass over the file, */
+    size_t next;              /* next global batch of it, */
+    size_t tokens_per_batch;  /* tokens per global batch (ranks x batch x seq), */
+    size_t data_tokens;       /* tokens in the training file */
+} dt_checkpoint_position;
+/* Whether --save names a checkpoint directory (not FILE.bin / FILE.safetensors). */
+int dt_checkpoint_is_dir(const char *save);
+/* Creates dir if needed and checks that it can be written (at start-up). */
+dt_status dt_checkpoint_check_dir(const char *dir);
+/* Rank 0 writes the state (every data-parallel rank holds the same). */
+dt_status dt_checkpoint_save(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *m, dt_engine *e,
+                             const dt_checkpoint_position *pos);
+/* Collective over w (may be NULL): rank 0 reads dir's latest checkpoint,
+ * checks it against this run (model shape, optimizer: a clear error naming
+ * the field; damaged or partial files: naming the file), and every rank
+ * gets the parameters, optimizer state and position. */
+dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_config *c, dt_gpt2 *m, dt_engine *e,
+                               dt_checkpoint_position *pos);
+/* Puts the loader where the checkpoint's was (converting between layouts where the data order allows). */
+dt_status dt_checkpoint_seek(const dt_checkpoint_position *pos, dt_loader *l, size_t tokens_per_batch, int shuffled);
 
 /* Image classification: --model mlp[:H1,H2,...] on the IDX image set in
  * c->data (a directory; Fashion-MNIST's by default), over the job's ranks

@@ -127,8 +127,7 @@ int dt_bench_train(const dt_bench_train_opts *o) {
     }
     double gemm = dt_bench_gemm(o->threads);
     dt_kernels_set_threads(o->threads);
-    size_t wpe;
-    dt_gpt2_tensor(m, 1, NULL, NULL, &wpe);
+    size_t wpe = dt_gpt2_llmc_tensor(m, 1, 0)->count;
     double n_mm = (double)(dt_gpt2_num_params(m) - wpe);
     double flops = (6.0 * n_mm + 12.0 * cfg.num_layers * (double)o->seq * cfg.channels) * o->batch * o->seq;
     if (!o->json)

@@ -31,8 +31,14 @@ static void usage(FILE *f) {
             "  --on-nonfinite stop|skip   a step whose loss or gradient norm is NaN/inf stops the run (default,\n"
             "                     nothing saved) or is skipped (no update; the optimizer then runs after backward)\n"
             "  --shuffle SEED     shuffle batch order (default: file order, as llm.c)\n"
-            "  --save FILE        model file at the end (and on SIGINT/SIGTERM), written atomically: FILE.safetensors in HF\n"
-            "                     layout, anything else in llm.c's format; --save-every N: also every N steps\n"
+            "  --save DIR         a full-state checkpoint at the end (and on SIGINT/SIGTERM; --save-every N: also every\n"
+            "                     N steps): parameters, optimizer state, step, data position, settings, written\n"
+            "                     atomically into DIR/step-N (DIR/latest names the newest; older ones are removed)\n"
+            "  --save FILE.bin | FILE.safetensors   the weights only: llm.c's format, or HF's layout\n"
+            "  --resume DIR       go on from DIR's latest checkpoint to --steps (same model and optimizer; a\n"
+            "                     checkpoint of N ranks resumes on any number with the same global batch)\n"
+            "  --stop-after N     end after N steps of this run, saving as at the end (a run cut into pieces)\n"
+            "  --strategy NAME    the parallel strategy: single (one process) or ddp (the default over several ranks)\n"
             "  --metrics FILE     one JSON line per step\n"
             "  --threads N        threads per rank for BLAS and OpenMP (0, the default: the cores this rank may use,\n"
             "                     shared with the other ranks on the machine)\n"
@@ -59,12 +65,13 @@ static void usage(FILE *f) {
 static const dt_cli_flag flags[] = {
     { "--model", "a preset (d6, 124M, 350M, 774M, 1558M), a model file, or mlp[:H1,H2,..]" },
     { "--data", "a token file (or, for mlp, a directory of IDX files)" }, { "--val-data", "a token file" },
-    { "--save", "a file path" }, { "--metrics", "a file path" }, { "--config", "a JSON file" },
+    { "--save", "a directory, or FILE.bin / FILE.safetensors" }, { "--resume", "a checkpoint directory" },
+    { "--strategy", "single or ddp" }, { "--metrics", "a file path" }, { "--config", "a JSON file" },
     { "--optimizer", "sgd, adamw, lamb or lars" }, { "--attention", "auto, full or blockwise" },
     { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
     { "--steps", "a whole number from 1 to 1e9" }, { "--epochs", "a whole number from 1 to 1e6" },
-    { "--save-every", "a whole number of steps, 0 (off) to 1e9" }, { "--grad-accum", "a whole number from 1 to 1e6" },
+    { "--save-every", "a whole number of steps, 0 (off) to 1e9" }, { "--stop-after", "a whole number of steps, 0 (off) to 1e9" }, { "--grad-accum", "a whole number from 1 to 1e6" },
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
@@ -99,6 +106,7 @@ int dt_cli_train(int argc, char **argv) {
     const num_flag nums[] = {
         { "--batch", 1, 1e6, 1, &c.batch, 'i' }, { "--seq", 1, 1e6, 1, &c.seq, 'i' }, { "--steps", 1, 1e9, 1, &c.steps, 'i' },
         { "--epochs", 1, 1e6, 1, &c.epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c.save_every, 'i' },
+        { "--stop-after", 0, 1e9, 1, &c.stop_after, 'i' },
         { "--grad-accum", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--eval-every", 0, 1e9, 1, &c.eval_every, 'i' },
         { "--eval-batches", 1, 1e6, 1, &c.eval_batches, 'i' }, { "--threads", 0, 1024, 1, &c.threads, 'i' },
         { "--nproc", 1, 256, 1, &c.nproc, 'i' }, { "--dp", 1, 65536, 1, &c.dp, 'i' }, { "--tp", 1, 65536, 1, &c.tp, 'i' },
@@ -137,6 +145,8 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--data")) c.data = v;
         else if (!strcmp(f, "--val-data")) c.val_data = v;
         else if (!strcmp(f, "--save")) c.save = v;
+        else if (!strcmp(f, "--resume")) c.resume = v;
+        else if (!strcmp(f, "--strategy")) ok = dt_strategy_find(v) != NULL, c.strategy = v;
         else if (!strcmp(f, "--metrics")) c.metrics = v;
         else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &kind);
         else if (!strcmp(f, "--attention")) {

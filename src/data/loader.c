@@ -72,3 +72,17 @@ void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
         targets[i] = (int32_t)dt_tokens_get(l->t, start + i + 1);
     }
 }
+
+void dt_loader_position(const dt_loader *l, uint64_t *epoch, size_t *next) {
+    *epoch = l->epoch;
+    *next = l->next;
+}
+
+dt_status dt_loader_seek(dt_loader *l, uint64_t epoch, size_t next) {
+    if (next > l->nbatches)
+        return dt_error(DT_ERR_ARG, "%s: batch %zu of an epoch of %zu batches", dt_tokens_path(l->t), next, l->nbatches);
+    l->epoch = epoch;
+    l->next = next;
+    if (l->order) shuffle(l);
+    return DT_OK;
+}

@@ -1,6 +1,8 @@
 /* llm.c's model file: int32 header[256] = { 20240326, version, maxT, V, L,
- * NH, C, Vp, 0... }, then every parameter in llm.c's order, f32 (version 3)
- * or bf16 (version 5). */
+ * NH, C, Vp, 0... }, then every parameter in llm.c's order (tensor-major:
+ * wte, wpe, every layer's ln1w, every layer's ln1b, ...), f32 (version 3)
+ * or bf16 (version 5). The model's store is unit-major; each piece is read
+ * into or written from its place in the table, bit for bit. */
 #include "dtrain/io.h"
 
 #include <errno.h>
@@ -61,14 +63,18 @@ dt_status dt_llmc_load_into(const char *path, dt_gpt2 *m) {
     size_t n = dt_gpt2_num_params(m), es = h[1] == 3 ? 4 : 2;
     if (!st) st = check_size(path, f, h, &cfg);
     float *p = dt_gpt2_params(m);
-    if (!st && es == 4 && fread(p, 4, n, f) != n) st = dt_error(DT_ERR_IO, "%s: truncated parameters", path);
-    if (!st && es == 2) {
-        uint16_t *b = malloc(n * 2);
-        if (!b) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
-        else if (fread(b, 2, n, f) != n) st = dt_error(DT_ERR_IO, "%s: truncated parameters", path);
-        else for (size_t i = 0; i < n; i++) p[i] = dt_bf16_to_f32(b[i]);
-        free(b);
-    }
+    uint16_t *b = NULL;
+    if (!st && es == 2 && !(b = malloc(n * 2))) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
+    /* file order: tensor i, then layer l */
+    for (int i = 0; !st && i < DT_GPT2_NTENSORS; i++)
+        for (int l = 0; !st && l < (i >= 2 && i < 14 ? cfg.num_layers : 1); l++) {
+            const dt_tensor_info *t = dt_gpt2_llmc_tensor(m, i, l);
+            if ((es == 4 ? fread(p + t->offset, 4, t->count, f) : fread(b + t->offset, 2, t->count, f)) != t->count)
+                st = dt_error(DT_ERR_IO, "%s: truncated parameters (in %s)", path, t->name);
+        }
+    if (!st && es == 2)
+        for (size_t i = 0; i < n; i++) p[i] = dt_bf16_to_f32(b[i]);
+    free(b);
     fclose(f);
     return st;
 }
@@ -89,7 +95,23 @@ dt_status dt_llmc_save(const char *path, dt_gpt2 *m) {
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
     int32_t h[256] = { LLMC_MAGIC, 3, c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels,
                        c->padded_vocab_size };
-    const void *parts[2] = { h, dt_gpt2_params(m) };
-    size_t sizes[2] = { sizeof h, dt_gpt2_num_params(m) * sizeof(float) };
-    return dt_file_write_atomic(path, parts, sizes, 2);
+    /* the header, then each table entry in llm.c's order, straight from the store */
+    int n;
+    dt_gpt2_tensors(m, &n);
+    const void **parts = malloc(sizeof *parts * (size_t)(n + 1));
+    size_t *sizes = malloc(sizeof *sizes * (size_t)(n + 1));
+    if (!parts || !sizes) { free(parts); free(sizes); return dt_error(DT_ERR_NOMEM, "%s: out of memory", path); }
+    parts[0] = h;
+    sizes[0] = sizeof h;
+    int k = 1;
+    for (int i = 0; i < DT_GPT2_NTENSORS; i++)
+        for (int l = 0; l < (i >= 2 && i < 14 ? c->num_layers : 1); l++) {
+            const dt_tensor_info *t = dt_gpt2_llmc_tensor(m, i, l);
+            parts[k] = dt_gpt2_params(m) + t->offset;
+            sizes[k++] = t->count * sizeof(float);
+        }
+    dt_status st = dt_file_write_atomic(path, parts, sizes, k);
+    free(parts);
+    free(sizes);
+    return st;
 }

@@ -11,19 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Our tensor i, per layer or not, and HF's name and whether HF stores it transposed. */
-static const struct { const char *hf; int per_layer, transposed; } hf_names[DT_GPT2_NTENSORS] = {
-    { "wte.weight", 0, 0 }, { "wpe.weight", 0, 0 }, { "ln_1.weight", 1, 0 }, { "ln_1.bias", 1, 0 },
-    { "attn.c_attn.weight", 1, 1 }, { "attn.c_attn.bias", 1, 0 }, { "attn.c_proj.weight", 1, 1 }, { "attn.c_proj.bias", 1, 0 },
-    { "ln_2.weight", 1, 0 }, { "ln_2.bias", 1, 0 }, { "mlp.c_fc.weight", 1, 1 }, { "mlp.c_fc.bias", 1, 0 },
-    { "mlp.c_proj.weight", 1, 1 }, { "mlp.c_proj.bias", 1, 0 }, { "ln_f.weight", 0, 0 }, { "ln_f.bias", 0, 0 },
+/* llm.c's tensor i: per layer or not, and whether HF stores it transposed
+ * (its Conv1D keeps weights as (in, out)); names come from the tensor table. */
+static const struct { int per_layer, transposed; } hf_kind[DT_GPT2_NTENSORS] = {
+    { 0, 0 }, { 0, 0 }, { 1, 0 }, { 1, 0 }, { 1, 1 }, { 1, 0 }, { 1, 1 }, { 1, 0 },
+    { 1, 0 }, { 1, 0 }, { 1, 1 }, { 1, 0 }, { 1, 1 }, { 1, 0 }, { 0, 0 }, { 0, 0 },
 };
-
-/* HF's name of tensor i, layer l ("h.3.attn.c_attn.weight", "wte.weight"). */
-static void hf_name(int i, int l, char *buf, size_t cap) {
-    if (hf_names[i].per_layer) snprintf(buf, cap, "h.%d.%s", l, hf_names[i].hf);
-    else snprintf(buf, cap, "%s", hf_names[i].hf);
-}
 
 typedef struct {
     char *buf;          /* the whole file */
@@ -183,18 +176,12 @@ static dt_status load_all(st_file *f, dt_gpt2 *m) {
     tensor_dims(c, dims);
     float *p = dt_gpt2_params(m);
     memset(p, 0, dt_gpt2_num_params(m) * sizeof(float)); /* padded vocabulary rows */
-    for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
-        size_t off, cnt;
-        dt_gpt2_tensor(m, i, NULL, &off, &cnt);
-        int layers = hf_names[i].per_layer ? L : 1;
-        size_t per = cnt / (size_t)layers;
-        for (int l = 0; l < layers; l++) {
-            char name[128];
-            hf_name(i, l, name, sizeof name);
-            dt_status st = st_read(f, name, dims[i][0], dims[i][1], hf_names[i].transposed, p + off + (size_t)l * per);
+    for (int i = 0; i < DT_GPT2_NTENSORS; i++)
+        for (int l = 0; l < (hf_kind[i].per_layer ? L : 1); l++) {
+            const dt_tensor_info *t = dt_gpt2_llmc_tensor(m, i, l);
+            dt_status st = st_read(f, t->hf, dims[i][0], dims[i][1], hf_kind[i].transposed, p + t->offset);
             if (st) return st;
         }
-    }
     return DT_OK;
 }
 
@@ -270,14 +257,13 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     tensor_dims(c, dims);
     /* first pass: names, shapes, offsets */
     for (int i = 0; i < DT_GPT2_NTENSORS; i++)
-        for (int l = 0; l < (hf_names[i].per_layer ? L : 1); l++) {
-            char name[128];
-            hf_name(i, l, name, sizeof name);
+        for (int l = 0; l < (hf_kind[i].per_layer ? L : 1); l++) {
+            const char *name = dt_gpt2_llmc_tensor(m, i, l)->hf;
             int d0 = dims[i][0], d1 = dims[i][1];
             size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
             cJSON *t = cJSON_AddObjectToObject(hdr, name);
             cJSON_AddStringToObject(t, "dtype", dn);
-            int shape[2] = { hf_names[i].transposed ? d1 : d0, hf_names[i].transposed ? d0 : d1 };
+            int shape[2] = { hf_kind[i].transposed ? d1 : d0, hf_kind[i].transposed ? d0 : d1 };
             cJSON_AddItemToObject(t, "shape", cJSON_CreateIntArray(shape, d1 ? 2 : 1));
             double offs[2] = { (double)total, (double)(total + n * es) };
             cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
@@ -297,17 +283,14 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     size_t pos = 0;
     const float *p = dt_gpt2_params(m);
     for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
-        size_t off, cnt;
-        dt_gpt2_tensor(m, i, NULL, &off, &cnt);
-        int layers = hf_names[i].per_layer ? L : 1;
-        size_t per = cnt / (size_t)layers;
-        for (int l = 0; l < layers; l++) {
+        int tr = hf_kind[i].transposed;
+        for (int l = 0; l < (hf_kind[i].per_layer ? L : 1); l++) {
             int d0 = dims[i][0], d1 = dims[i][1] ? dims[i][1] : 1;
-            const float *src = p + off + (size_t)l * per;
-            for (int r = 0; r < (hf_names[i].transposed ? d1 : d0); r++)
-                for (int q = 0; q < (hf_names[i].transposed ? d0 : d1); q++) {
+            const float *src = p + dt_gpt2_llmc_tensor(m, i, l)->offset;
+            for (int r = 0; r < (tr ? d1 : d0); r++)
+                for (int q = 0; q < (tr ? d0 : d1); q++) {
                     /* element (r, q) of the stored shape */
-                    float v = hf_names[i].transposed ? src[(size_t)q * d1 + r] : src[(size_t)r * d1 + q];
+                    float v = tr ? src[(size_t)q * d1 + r] : src[(size_t)r * d1 + q];
                     if (dtype == DT_F32) memcpy(data + pos, &v, 4);
                     else {
                         uint16_t h = dtype == DT_BF16 ? dt_f32_to_bf16(v) : dt_f32_to_f16(v);

@@ -1,20 +1,33 @@
 /* GPT-2: token + position embeddings, L pre-LayerNorm blocks (fused qkv,
  * causal attention, projection; MLP 4C with GELU), final LayerNorm, LM head
- * tied to the token embedding. Parameters and gradients are flat arrays in
- * llm.c's order; activations one allocation sized for B*T. */
+ * tied to the token embedding. Parameters and gradients are flat arrays,
+ * unit by unit (embeddings, block 0 .. L-1, final LayerNorm) as the tensor
+ * table lays them out; llm.c's tensor-major order exists only in src/io/.
+ * Activations are one allocation sized for B*T. */
 #include "dtrain/model.h"
 #include "dtrain/kernels.h"
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *tensor_names[DT_GPT2_NTENSORS] = {
-    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb",
+/* llm.c's 16 tensors (its names and order), with HF's names and how tensor
+ * parallelism splits each (Megatron: qkv and fc column-parallel, the two
+ * projections row-parallel, the embedding by vocabulary). */
+static const struct { const char *llmc, *hf; dt_tp_split split; } tensor_kinds[DT_GPT2_NTENSORS] = {
+    { "wte", "wte.weight", DT_SPLIT_VOCAB }, { "wpe", "wpe.weight", DT_SPLIT_NONE },
+    { "ln1w", "ln_1.weight", DT_SPLIT_NONE }, { "ln1b", "ln_1.bias", DT_SPLIT_NONE },
+    { "qkvw", "attn.c_attn.weight", DT_SPLIT_COLUMN }, { "qkvb", "attn.c_attn.bias", DT_SPLIT_COLUMN },
+    { "attprojw", "attn.c_proj.weight", DT_SPLIT_ROW }, { "attprojb", "attn.c_proj.bias", DT_SPLIT_NONE },
+    { "ln2w", "ln_2.weight", DT_SPLIT_NONE }, { "ln2b", "ln_2.bias", DT_SPLIT_NONE },
+    { "fcw", "mlp.c_fc.weight", DT_SPLIT_COLUMN }, { "fcb", "mlp.c_fc.bias", DT_SPLIT_COLUMN },
+    { "fcprojw", "mlp.c_proj.weight", DT_SPLIT_ROW }, { "fcprojb", "mlp.c_proj.bias", DT_SPLIT_NONE },
+    { "lnfw", "ln_f.weight", DT_SPLIT_NONE }, { "lnfb", "ln_f.bias", DT_SPLIT_NONE },
 };
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
+#define PER_BLOCK 12 /* ln1w .. fcprojb */
 
 /* Activations kept from forward for backward, per layer where it says L. */
 enum {
@@ -26,7 +39,9 @@ enum {
 
 struct dt_gpt2 {
     dt_gpt2_config cfg;
-    size_t sizes[DT_GPT2_NTENSORS], offsets[DT_GPT2_NTENSORS], nparams;
+    dt_tensor_info *tab;      /* 2 + 12 L + 2 entries, in store order */
+    int ntab;
+    size_t nparams;
     float *params, *grads, *own_grads;
     dt_grad_hook hook;
     void *hook_ctx;
@@ -74,29 +89,59 @@ dt_status dt_gpt2_config_check(const dt_gpt2_config *c, const char *where) {
     return DT_OK;
 }
 
-/* Element counts of the 16 tensors in llm.c's order. */
-static void tensor_sizes(const dt_gpt2_config *c, size_t s[DT_GPT2_NTENSORS]) {
-    size_t Vp = (size_t)c->padded_vocab_size, C = (size_t)c->channels, L = (size_t)c->num_layers;
-    size_t T = (size_t)c->max_seq_len;
-    const size_t v[DT_GPT2_NTENSORS] = { Vp * C, T * C, L * C, L * C, L * 3 * C * C, L * 3 * C, L * C * C, L * C,
-                                         L * C, L * C, L * 4 * C * C, L * 4 * C, L * C * 4 * C, L * C, C, C };
-    memcpy(s, v, sizeof v);
+/* Shape [rows, cols] (cols 0: a vector) of llm.c's tensor i, for one layer. */
+static void tensor_shape(const dt_gpt2_config *c, int i, int shape[2]) {
+    int C = c->channels;
+    static const int mult[DT_GPT2_NTENSORS][2] = { { 0, 1 }, { 0, 1 }, { 1, 0 }, { 1, 0 }, { 3, 1 }, { 3, 0 }, { 1, 1 }, { 1, 0 },
+                                                   { 1, 0 }, { 1, 0 }, { 4, 1 }, { 4, 0 }, { 1, 4 }, { 1, 0 }, { 1, 0 }, { 1, 0 } };
+    shape[0] = i == WTE ? c->padded_vocab_size : i == WPE ? c->max_seq_len : mult[i][0] * C;
+    shape[1] = mult[i][1] * C;
 }
 
 size_t dt_gpt2_config_num_params(const dt_gpt2_config *c) {
-    size_t s[DT_GPT2_NTENSORS], n = 0;
-    tensor_sizes(c, s);
-    for (int i = 0; i < DT_GPT2_NTENSORS; i++) n += s[i];
+    size_t n = 0;
+    for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
+        int s[2];
+        tensor_shape(c, i, s);
+        bool per_layer = i >= LN1W && i <= FCPROJB;
+        n += (size_t)s[0] * (size_t)(s[1] ? s[1] : 1) * (per_layer ? (size_t)c->num_layers : 1);
+    }
     return n;
 }
 
-static void layout(dt_gpt2 *m) {
-    tensor_sizes(&m->cfg, m->sizes);
+/* The table in store order: unit 0 (wte, wpe), block units 1..L, unit L+1 (lnfw, lnfb). */
+static dt_status layout(dt_gpt2 *m) {
+    int L = m->cfg.num_layers;
+    m->ntab = 2 + PER_BLOCK * L + 2;
+    m->tab = calloc((size_t)m->ntab, sizeof *m->tab);
+    if (!m->tab) return dt_error(DT_ERR_NOMEM, "model: out of memory");
     m->nparams = 0;
-    for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
-        m->offsets[i] = m->nparams;
-        m->nparams += m->sizes[i];
+    for (int k = 0; k < m->ntab; k++) {
+        int i = k < 2 ? k : k >= m->ntab - 2 ? LNFW + (k - (m->ntab - 2)) : LN1W + (k - 2) % PER_BLOCK;
+        int l = k < 2 || k >= m->ntab - 2 ? 0 : (k - 2) / PER_BLOCK;
+        bool per_layer = i >= LN1W && i <= FCPROJB;
+        dt_tensor_info *t = &m->tab[k];
+        t->llmc = tensor_kinds[i].llmc;
+        t->llmc_index = i;
+        t->layer = l;
+        t->unit = per_layer ? l + 1 : i <= WPE ? 0 : L + 1;
+        t->grad_unit = i == WTE ? L + 1 : t->unit; /* the head's part of wte is final first */
+        t->input_rows = i == WTE;
+        t->split = tensor_kinds[i].split;
+        tensor_shape(&m->cfg, i, t->shape);
+        t->ndim = t->shape[1] ? 2 : 1;
+        t->count = (size_t)t->shape[0] * (size_t)(t->shape[1] ? t->shape[1] : 1);
+        t->offset = m->nparams;
+        m->nparams += t->count;
+        if (per_layer) {
+            snprintf(t->name, sizeof t->name, "h.%d.%s", l, t->llmc);
+            snprintf(t->hf, sizeof t->hf, "h.%d.%s", l, tensor_kinds[i].hf);
+        } else {
+            snprintf(t->name, sizeof t->name, "%s", t->llmc);
+            snprintf(t->hf, sizeof t->hf, "%s", tensor_kinds[i].hf);
+        }
     }
+    return DT_OK;
 }
 
 dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out) {
@@ -106,7 +151,7 @@ dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out) {
     dt_gpt2 *m = calloc(1, sizeof *m);
     if (!m) return dt_error(DT_ERR_NOMEM, "model: out of memory");
     m->cfg = *cfg;
-    layout(m);
+    if ((st = layout(m))) { free(m); return st; }
     m->params = dt_alloc_aligned(m->nparams * sizeof(float));
     m->grads = m->own_grads = dt_alloc_aligned(m->nparams * sizeof(float));
     if (!m->params || !m->grads) {
@@ -123,6 +168,7 @@ dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out) {
 
 void dt_gpt2_destroy(dt_gpt2 *m) {
     if (!m) return;
+    free(m->tab);
     dt_free_aligned(m->params);
     dt_free_aligned(m->own_grads);
     dt_free_aligned(m->acts);
@@ -134,16 +180,20 @@ void dt_gpt2_destroy(dt_gpt2 *m) {
 void dt_gpt2_init_random(dt_gpt2 *m, uint64_t seed) {
     uint64_t s = seed;
     float proj = 0.02f / sqrtf(2.0f * m->cfg.num_layers);
+    /* in llm.c's order, so that a seed gives the same weights whatever the store's layout */
     for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
-        float *p = m->params + m->offsets[i];
         bool ln_w = i == LN1W || i == LN2W || i == LNFW;
         bool bias = i == QKVB || i == ATTPROJB || i == LN1B || i == LN2B || i == FCB || i == FCPROJB || i == LNFB;
         float std = (i == ATTPROJW || i == FCPROJW) ? proj : 0.02f;
-        for (size_t j = 0; j < m->sizes[i]; j++) p[j] = ln_w ? 1.0f : bias ? 0.0f : std * dt_rng_normal(&s);
+        for (int l = 0; l < (i >= LN1W && i <= FCPROJB ? m->cfg.num_layers : 1); l++) {
+            const dt_tensor_info *t = dt_gpt2_llmc_tensor(m, i, l);
+            float *p = m->params + t->offset;
+            for (size_t j = 0; j < t->count; j++) p[j] = ln_w ? 1.0f : bias ? 0.0f : std * dt_rng_normal(&s);
+        }
     }
     /* padded vocabulary rows stay zero */
     size_t C = (size_t)m->cfg.channels;
-    memset(m->params + m->offsets[WTE] + (size_t)m->cfg.vocab_size * C, 0,
+    memset(m->params + m->tab[0].offset + (size_t)m->cfg.vocab_size * C, 0,
            (size_t)(m->cfg.padded_vocab_size - m->cfg.vocab_size) * C * sizeof(float));
 }
 
@@ -152,10 +202,15 @@ size_t dt_gpt2_num_params(const dt_gpt2 *m) { return m->nparams; }
 float *dt_gpt2_params(dt_gpt2 *m) { return m->params; }
 float *dt_gpt2_grads(dt_gpt2 *m) { return m->grads; }
 
-void dt_gpt2_tensor(const dt_gpt2 *m, int i, const char **name, size_t *offset, size_t *count) {
-    if (name) *name = tensor_names[i];
-    if (offset) *offset = m->offsets[i];
-    if (count) *count = m->sizes[i];
+const dt_tensor_info *dt_gpt2_tensors(const dt_gpt2 *m, int *n) {
+    if (n) *n = m->ntab;
+    return m->tab;
+}
+
+const dt_tensor_info *dt_gpt2_llmc_tensor(const dt_gpt2 *m, int i, int l) {
+    if (i <= WPE) return &m->tab[i];
+    if (i >= LNFW) return &m->tab[m->ntab - 2 + (i - LNFW)];
+    return &m->tab[2 + l * PER_BLOCK + (i - LN1W)];
 }
 
 /* Per-layer strides follow the current B and T, so a smaller batch fits in
@@ -218,8 +273,14 @@ dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T) {
     return size_activations(m, B, T);
 }
 
-#define P(i) (m->params + m->offsets[i])
-#define G(i) (m->grads + m->offsets[i])
+/* Tensor i (llm.c's index) of block l, in the parameters and the gradients;
+ * P and G for the tensors outside the blocks. */
+#define BLOCK_OFF(l, i) (m->tab[2 + (l) * PER_BLOCK + (i) - LN1W].offset)
+#define PL(l, i) (m->params + BLOCK_OFF(l, i))
+#define GL(l, i) (m->grads + BLOCK_OFF(l, i))
+#define TAB_OFF(i) ((i) <= WPE ? m->tab[i].offset : m->tab[m->ntab - 2 + (i) - LNFW].offset)
+#define P(i) (m->params + TAB_OFF(i))
+#define G(i) (m->grads + TAB_OFF(i))
 #define ACT(i) (m->acts + m->act_off[i])
 
 /* Block l on residual (its input): writes the layer's activations into slot
@@ -227,22 +288,22 @@ dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T) {
 static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
     const dt_gpt2_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads;
-    size_t BT = (size_t)B * T, BTC = BT * (size_t)C, cc = (size_t)C * C, k = m->recompute ? 0 : (size_t)l;
+    size_t BT = (size_t)B * T, BTC = BT * (size_t)C, k = m->recompute ? 0 : (size_t)l;
     float *ln1 = ACT(A_LN1) + k * BTC, *qkv = ACT(A_QKV) + k * BTC * 3, *atty = ACT(A_ATTY) + k * BTC;
     float *att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)T), *res2 = ACT(A_RES2) + k * BTC, *ln2 = ACT(A_LN2) + k * BTC;
     float *fch = ACT(A_FCH) + k * BTC * 4, *fchg = ACT(A_FCH_GELU) + k * BTC * 4, *res3 = ACT(A_RES3) + (size_t)l * BTC;
-    dt_layernorm_forward(ln1, ACT(A_LN1_MEAN) + k * BT, ACT(A_LN1_RSTD) + k * BT, residual, P(LN1W) + l * C,
-                         P(LN1B) + l * C, (int)BT, C);
-    dt_matmul_forward(qkv, ln1, P(QKVW) + l * 3 * cc, P(QKVB) + l * 3 * C, (int)BT, C, 3 * C);
+    dt_layernorm_forward(ln1, ACT(A_LN1_MEAN) + k * BT, ACT(A_LN1_RSTD) + k * BT, residual, PL(l, LN1W),
+                         PL(l, LN1B), (int)BT, C);
+    dt_matmul_forward(qkv, ln1, PL(l, QKVW), PL(l, QKVB), (int)BT, C, 3 * C);
     if (m->blockwise) dt_attention_forward_lse(atty, att, qkv, B, T, C, NH);
     else dt_attention_forward(atty, att, qkv, B, T, C, NH);
-    dt_matmul_forward(ACT(A_TMP), atty, P(ATTPROJW) + l * cc, P(ATTPROJB) + l * C, (int)BT, C, C);
+    dt_matmul_forward(ACT(A_TMP), atty, PL(l, ATTPROJW), PL(l, ATTPROJB), (int)BT, C, C);
     dt_residual_forward(res2, residual, ACT(A_TMP), BTC);
-    dt_layernorm_forward(ln2, ACT(A_LN2_MEAN) + k * BT, ACT(A_LN2_RSTD) + k * BT, res2, P(LN2W) + l * C,
-                         P(LN2B) + l * C, (int)BT, C);
-    dt_matmul_forward(fch, ln2, P(FCW) + l * 4 * cc, P(FCB) + l * 4 * C, (int)BT, C, 4 * C);
+    dt_layernorm_forward(ln2, ACT(A_LN2_MEAN) + k * BT, ACT(A_LN2_RSTD) + k * BT, res2, PL(l, LN2W),
+                         PL(l, LN2B), (int)BT, C);
+    dt_matmul_forward(fch, ln2, PL(l, FCW), PL(l, FCB), (int)BT, C, 4 * C);
     dt_gelu_forward(fchg, fch, BTC * 4);
-    dt_matmul_forward(ACT(A_TMP), fchg, P(FCPROJW) + l * 4 * cc, P(FCPROJB) + l * C, (int)BT, 4 * C, C);
+    dt_matmul_forward(ACT(A_TMP), fchg, PL(l, FCPROJW), PL(l, FCPROJB), (int)BT, 4 * C, C);
     dt_residual_forward(res3, res2, ACT(A_TMP), BTC);
 }
 
@@ -324,17 +385,16 @@ dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) {
     m->have_targets = false; /* the logits are about to become their gradient */
     const dt_gpt2_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, L = c->num_layers, NH = c->num_heads, Vp = c->padded_vocab_size;
-    size_t BT = (size_t)B * T, BTC = BT * (size_t)C, cc = (size_t)C * C;
+    size_t BT = (size_t)B * T, BTC = BT * (size_t)C;
     float *dlogits = ACT(A_LOGITS);
     dt_crossentropy_fused(dlogits, ACT(A_LOSSES), m->targets, (int)BT, c->vocab_size, Vp, grad_scale / (float)BT);
     float *dres = ACT(A_DRES), *dln = ACT(A_DLN);
     memset(dln, 0, BTC * sizeof(float));
     dt_matmul_backward(dln, G(WTE), NULL, dlogits, ACT(A_LNF), P(WTE), (int)BT, C, Vp);
-    if (m->hook) m->hook(L + 1, m->hook_ctx);
     memset(dres, 0, BTC * sizeof(float));
     const float *res_last = L > 0 ? ACT(A_RES3) + (size_t)(L - 1) * BTC : ACT(A_ENCODED);
     dt_layernorm_backward(dres, G(LNFW), G(LNFB), dln, res_last, P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), (int)BT, C);
-    if (m->hook) m->hook(L, m->hook_ctx);
+    if (m->hook) m->hook(L + 1, m->hook_ctx);
     for (int l = L - 1; l >= 0; l--) {
         const float *res_in = l == 0 ? ACT(A_ENCODED) : ACT(A_RES3) + (size_t)(l - 1) * BTC;
         size_t k = m->recompute ? 0 : (size_t)l;
@@ -347,30 +407,43 @@ dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) {
         float *dfchg = ACT(A_DFCH_GELU), *dfch = ACT(A_DFCH), *datty = ACT(A_DATTY), *dqkv = ACT(A_DQKV);
         /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); dres carries d res3 = d res2 (pass-through) */
         memset(dfchg, 0, BTC * 4 * sizeof(float));
-        dt_matmul_backward(dfchg, G(FCPROJW) + l * 4 * cc, G(FCPROJB) + l * C, dres, fchg, P(FCPROJW) + l * 4 * cc, (int)BT, 4 * C, C);
+        dt_matmul_backward(dfchg, GL(l, FCPROJW), GL(l, FCPROJB), dres, fchg, PL(l, FCPROJW), (int)BT, 4 * C, C);
         memset(dfch, 0, BTC * 4 * sizeof(float));
         dt_gelu_backward(dfch, fch, dfchg, BTC * 4);
         memset(dln, 0, BTC * sizeof(float));
-        dt_matmul_backward(dln, G(FCW) + l * 4 * cc, G(FCB) + l * 4 * C, dfch, ln2, P(FCW) + l * 4 * cc, (int)BT, C, 4 * C);
-        dt_layernorm_backward(dres, G(LN2W) + l * C, G(LN2B) + l * C, dln, res2, P(LN2W) + l * C,
+        dt_matmul_backward(dln, GL(l, FCW), GL(l, FCB), dfch, ln2, PL(l, FCW), (int)BT, C, 4 * C);
+        dt_layernorm_backward(dres, GL(l, LN2W), GL(l, LN2B), dln, res2, PL(l, LN2W),
                               ACT(A_LN2_MEAN) + k * BT, ACT(A_LN2_RSTD) + k * BT, (int)BT, C);
         /* attention: res2 = res_in + attproj(attn(qkv(ln1(res_in)))) */
         memset(datty, 0, BTC * sizeof(float));
-        dt_matmul_backward(datty, G(ATTPROJW) + l * cc, G(ATTPROJB) + l * C, dres, atty, P(ATTPROJW) + l * cc, (int)BT, C, C);
+        dt_matmul_backward(datty, GL(l, ATTPROJW), GL(l, ATTPROJB), dres, atty, PL(l, ATTPROJW), (int)BT, C, C);
         memset(dqkv, 0, BTC * 3 * sizeof(float));
         if (m->blockwise) dt_attention_backward_lse(dqkv, datty, atty, qkv, att, B, T, C, NH);
         else dt_attention_backward(dqkv, datty, qkv, att, B, T, C, NH);
         memset(dln, 0, BTC * sizeof(float));
-        dt_matmul_backward(dln, G(QKVW) + l * 3 * cc, G(QKVB) + l * 3 * C, dqkv, ln1, P(QKVW) + l * 3 * cc, (int)BT, C, 3 * C);
-        dt_layernorm_backward(dres, G(LN1W) + l * C, G(LN1B) + l * C, dln, res_in, P(LN1W) + l * C,
+        dt_matmul_backward(dln, GL(l, QKVW), GL(l, QKVB), dqkv, ln1, PL(l, QKVW), (int)BT, C, 3 * C);
+        dt_layernorm_backward(dres, GL(l, LN1W), GL(l, LN1B), dln, res_in, PL(l, LN1W),
                               ACT(A_LN1_MEAN) + k * BT, ACT(A_LN1_RSTD) + k * BT, (int)BT, C);
-        if (m->hook) m->hook(l, m->hook_ctx);
+        if (m->hook) m->hook(l + 1, m->hook_ctx);
     }
     dt_embedding_backward(m->defer_wte_rows ? NULL : G(WTE), G(WPE), dres, m->inputs, B, T, C);
-    if (m->hook) m->hook(-1, m->hook_ctx);
+    if (m->hook) m->hook(0, m->hook_ctx);
     return DT_OK;
 }
 
 void dt_gpt2_zero_grad(dt_gpt2 *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
 
 size_t dt_gpt2_memory(const dt_gpt2 *m) { return (2 * m->nparams + m->nacts) * sizeof(float); }
+
+/* The generic view (dt_model) over GPT-2's own functions. */
+static float *v_params(void *m) { return dt_gpt2_params(m); }
+static float *v_grads(void *m) { return dt_gpt2_grads(m); }
+static void v_storage(void *m, float *g) { dt_gpt2_set_grad_storage(m, g); }
+static void v_hook(void *m, dt_grad_hook h, void *ctx) { dt_gpt2_set_grad_hook(m, h, ctx); }
+static void v_defer(void *m, int on) { dt_gpt2_set_defer_wte_rows(m, on); }
+static const float *v_input_grad(const void *m, const int32_t **tok, int *n) { return dt_gpt2_input_grad(m, tok, n); }
+
+void dt_gpt2_model(dt_gpt2 *m, dt_model *out) {
+    *out = (dt_model){ m, "gpt2", m->tab, m->ntab, m->cfg.num_layers + 2, m->nparams, v_params, v_grads, v_storage, v_hook,
+                       v_defer, v_input_grad };
+}

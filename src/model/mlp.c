@@ -7,6 +7,7 @@
 #include "dtrain/model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@ struct dt_mlp {
     int n;                      /* Linear layers */
     int size[MAX_LAYERS + 1];   /* size[0] inputs .. size[n] classes */
     size_t woff[MAX_LAYERS], boff[MAX_LAYERS], nparams;
+    dt_tensor_info tab[2 * MAX_LAYERS]; /* per layer: weight, bias */
     float *params, *grads, *own_grads;
     float *acts;                /* per layer: pre-activation [B, out], then ReLU output [B, out] */
     size_t act_off[MAX_LAYERS][2], nacts;
@@ -42,6 +44,19 @@ dt_status dt_mlp_create(const int *sizes, int nsizes, dt_mlp **out) {
         m->nparams += (size_t)sizes[l + 1] * sizes[l];
         m->boff[l] = m->nparams;
         m->nparams += (size_t)sizes[l + 1];
+        for (int b = 0; b < 2; b++) {
+            dt_tensor_info *t = &m->tab[2 * l + b];
+            snprintf(t->name, sizeof t->name, "layer.%d.%s", l, b ? "bias" : "weight");
+            snprintf(t->hf, sizeof t->hf, "%d.%s", 2 * l, b ? "bias" : "weight"); /* nn.Sequential(Linear, ReLU, ...) */
+            t->unit = t->grad_unit = l;
+            t->ndim = b ? 1 : 2;
+            t->shape[0] = sizes[l + 1];
+            t->shape[1] = b ? 0 : sizes[l];
+            t->offset = b ? m->boff[l] : m->woff[l];
+            t->count = b ? (size_t)sizes[l + 1] : (size_t)sizes[l + 1] * sizes[l];
+            /* Megatron's pairing: column-parallel, then row-parallel (whose bias is whole) */
+            t->split = l % 2 == 0 ? DT_SPLIT_COLUMN : b ? DT_SPLIT_NONE : DT_SPLIT_ROW;
+        }
     }
     m->params = dt_alloc_aligned(m->nparams * sizeof(float));
     m->own_grads = m->grads = dt_alloc_aligned(m->nparams * sizeof(float));
@@ -199,3 +214,17 @@ dt_status dt_mlp_backward(dt_mlp *m, float grad_scale) {
 }
 
 void dt_mlp_zero_grad(dt_mlp *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
+
+const dt_tensor_info *dt_mlp_tensors(const dt_mlp *m, int *n) {
+    if (n) *n = 2 * m->n;
+    return m->tab;
+}
+
+static float *v_params(void *m) { return dt_mlp_params(m); }
+static float *v_grads(void *m) { return dt_mlp_grads(m); }
+static void v_storage(void *m, float *g) { dt_mlp_set_grad_storage(m, g); }
+static void v_hook(void *m, dt_grad_hook h, void *ctx) { dt_mlp_set_grad_hook(m, h, ctx); }
+
+void dt_mlp_model(dt_mlp *m, dt_model *out) {
+    *out = (dt_model){ m, "mlp", m->tab, 2 * m->n, m->n, m->nparams, v_params, v_grads, v_storage, v_hook, NULL, NULL };
+}

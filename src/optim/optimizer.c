@@ -73,6 +73,11 @@ void dt_optim_destroy(dt_optim *o) {
     free(o);
 }
 
+long dt_optim_steps(const dt_optim *o) { return o->t; }
+void dt_optim_set_steps(dt_optim *o, long t) { o->t = t; }
+float *dt_optim_buffer(dt_optim *o, int i) { return i == 0 ? o->m : i == 1 ? o->v : NULL; }
+size_t dt_optim_size(const dt_optim *o) { return o->n; }
+
 size_t dt_optim_state_bytes(const dt_optim *o) { return o->n * sizeof(float) * (o->v ? 2 : 1); }
 
 static double norm2(const float *x, size_t n) {

@@ -3,22 +3,22 @@
  * before the optimizer, so every rank takes the same step.
  *
  * The gradients live in the shared arena (zero-copy allreduce). Backward
- * produces them unit by unit (wte's LM-head part, final LayerNorm, blocks
- * L-1..0, wpe); units are grouped into buckets, small first so communication
- * starts early, then up to a cap. In llm.c's flat order a block's gradients
- * are spread over 12 tensors, so a bucket is a list of ranges, each
- * allreduced in place. The moment backward reports a bucket's last unit, its
- * allreduces go to the communicator's progress thread and run while
- * backward continues.
+ * produces them unit by unit, last unit first, as the model's tensor table
+ * says (each tensor's grad_unit); units are grouped into buckets, small
+ * first so communication starts early, then up to a cap. The store is
+ * unit-major, so a bucket of consecutive units is one range (a tied weight
+ * final early adds a second), allreduced in place. The moment backward
+ * reports a bucket's last unit, its allreduces go to the communicator's
+ * progress thread and run while backward continues.
  *
- * wte is the largest tensor (a third of GPT-2 124M) and would be final only
- * after the very last kernel of backward, leaving its allreduce exposed.
- * Its gradient has two parts: the LM head's (dense, known first) and the
- * embedding's (only the B*T rows of this micro-batch's tokens). So the model
- * leaves the rows out, wte is averaged as soon as the LM head is done, the
- * ranks exchange their tokens meanwhile, and at the end their B*T rows (an
- * allgather, ~1% of wte's size); every rank adds everyone's rows / N, in
- * rank order.
+ * A tied embedding (the table's input_rows tensor: GPT-2's wte, a third of
+ * 124M) would be final only after the very last kernel of backward, leaving
+ * its allreduce exposed. Its gradient has two parts: the LM head's (dense,
+ * final at its grad_unit) and the embedding's (only the B*T rows of this
+ * micro-batch's tokens). So the model leaves the rows out, the tensor is
+ * averaged as soon as the head is done, the ranks exchange their tokens
+ * meanwhile, and at the end their B*T rows (an allgather, ~1% of wte's
+ * size); every rank adds everyone's rows / N, in rank order.
  *
  * The optimizer in backward (dt_ddp_set_optimizer; elementwise optimizers
  * only): each bucket is updated as soon as its allreduce is done, from
@@ -27,9 +27,10 @@
  * has every core stream memory at once, each slowed by the others (on a
  * 2-core VM: 40 ms alone, 52 ms side by side, for d6). Inside backward the
  * ranks take turns, one unit boundary each, so one rank's update runs while
- * the others compute. wte's rows that wait for the embedding's part are
- * updated last. */
+ * the others compute. The embedding's rows that wait for their input part
+ * are updated last. */
 #include "dtrain/parallel.h"
+#include "dtrain/engine.h"
 #include "dtrain/kernels.h"
 
 #include <math.h>
@@ -48,7 +49,8 @@ typedef struct {
 
 struct dt_ddp {
     dt_comm *c;
-    dt_gpt2 *m;          /* NULL for models that bring their own ranges */
+    dt_model m;
+    const dt_tensor_info *emb; /* the deferred input_rows tensor, or NULL */
     float *grads;        /* arena */
     size_t nparams;
     bucket *b;
@@ -60,7 +62,7 @@ struct dt_ddp {
     int sync;
     dt_status err;
     int issued;          /* buckets issued this step (they issue in order) */
-    /* GPT-2's deferred embedding rows */
+    /* the embedding's deferred rows */
     int32_t *toks;       /* arena: every rank's tokens, then this rank's to send */
     size_t toks_cap;
     dt_request *tok_req;
@@ -74,27 +76,21 @@ struct dt_ddp {
     int turn;            /* unit boundaries seen this step */
     bool wait_in_backward; /* DTRAIN_DDP_WAIT_IN_BACKWARD=1 (tests): a turn waits for the issued buckets,
                             * so how much is updated inside backward no longer depends on timing */
-    uint8_t *touched;    /* per wte row: some rank's token, so updated after the rows are in */
-    size_t wte_n;        /* wte's elements, which start the store (0: no deferred rows) */
+    uint8_t *touched;    /* per embedding row: some rank's token, so updated after the rows are in */
     double sumsq;        /* of the gradients updated this step */
     size_t done_n;       /* elements updated this step */
     size_t early_n;      /* of which inside backward */
     double last_early;   /* early_n / nparams of the last step */
+    bool hooked;         /* the model's gradients and hook are ours */
 };
 
-/* Ranges of gradient unit u (L+1: wte; L: final LayerNorm; 0..L-1: block; -1: wpe). */
-static int unit_ranges(const dt_gpt2 *m, int u, dt_grad_range *out) {
-    int L = dt_gpt2_get_config(m)->num_layers, n = 0;
-    for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
-        size_t off, cnt;
-        dt_gpt2_tensor(m, i, NULL, &off, &cnt);
-        bool per_layer = i >= 2 && i < 14;
-        if (u == L + 1 && i == 0) out[n++] = (dt_grad_range){ u, off, cnt };
-        else if (u == L && (i == 14 || i == 15)) out[n++] = (dt_grad_range){ u, off, cnt };
-        else if (u == -1 && i == 1) out[n++] = (dt_grad_range){ u, off, cnt };
-        else if (u >= 0 && u < L && per_layer) out[n++] = (dt_grad_range){ u, off + (size_t)u * (cnt / L), cnt / L };
-    }
-    return n;
+/* The table's tensors as gradient ranges in the order backward finalises
+ * them: by grad_unit, last first, and within a unit from the end of the
+ * store down, so that neighbours merge into one range. */
+static int by_backward_order(const void *a, const void *b) {
+    const dt_tensor_info *x = a, *y = b;
+    if (x->grad_unit != y->grad_unit) return x->grad_unit > y->grad_unit ? -1 : 1;
+    return x->offset > y->offset ? -1 : x->offset < y->offset;
 }
 
 static dt_request **next_request(dt_ddp *d) {
@@ -119,12 +115,12 @@ static dt_status arena_reserve(dt_ddp *d, void **buf, size_t *cap, size_t need, 
     return st;
 }
 
-/* Unit L+1: this rank's tokens go to every rank; they say which wte rows
- * wait for the embedding's part. */
+/* The embedding's grad_unit (its head part is final): this rank's tokens go
+ * to every rank; they say which rows wait for the input's part. */
 static dt_status send_tokens(dt_ddp *d) {
     const int32_t *tok;
     int n, p = dt_comm_size(d->c);
-    dt_gpt2_input_grad(d->m, &tok, &n);
+    d->m.input_grad(d->m.self, &tok, &n);
     dt_status st = arena_reserve(d, (void **)&d->toks, &d->toks_cap, (size_t)n * (size_t)(p + 1), sizeof(int32_t));
     if (st) return st;
     int32_t *mine = d->toks + (size_t)n * p;
@@ -133,10 +129,10 @@ static dt_status send_tokens(dt_ddp *d) {
     return dt_comm_iallgather(d->c, mine, d->toks, (size_t)n, DT_I32, &d->tok_req);
 }
 
-/* Unit -1: this rank's embedding rows, already divided by N, go to every rank. */
+/* The embedding's unit: this rank's rows, already divided by N, go to every rank. */
 static dt_status send_rows(dt_ddp *d) {
-    int n, C = dt_gpt2_get_config(d->m)->channels, p = dt_comm_size(d->c);
-    const float *dx = dt_gpt2_input_grad(d->m, NULL, &n);
+    int n, C = d->emb->shape[1], p = dt_comm_size(d->c);
+    const float *dx = d->m.input_grad(d->m.self, NULL, &n);
     size_t per = (size_t)n * C;
     dt_status st = arena_reserve(d, (void **)&d->rows, &d->rows_cap, per * (size_t)(p + 1), sizeof(float));
     if (st) return st;
@@ -149,12 +145,11 @@ static dt_status send_rows(dt_ddp *d) {
     return st;
 }
 
-/* After every request: wte (averaged) += every rank's rows, in rank order
- * (wte is tensor 0, at offset 0 of the store). */
+/* After every request: the embedding (averaged) += every rank's rows, in rank order. */
 static void add_rows(dt_ddp *d) {
-    int C = dt_gpt2_get_config(d->m)->channels, p = dt_comm_size(d->c), n = d->ntok;
+    int C = d->emb->shape[1], p = dt_comm_size(d->c), n = d->ntok;
     for (int r = 0; r < p; r++)
-        dt_embedding_backward(d->grads, NULL, d->rows + (size_t)r * n * C, d->toks + (size_t)r * n, 1, n, C);
+        dt_embedding_backward(d->grads + d->emb->offset, NULL, d->rows + (size_t)r * n * C, d->toks + (size_t)r * n, 1, n, C);
 }
 
 /* Waits for *r unless already waited for, adding the time to *waited. */
@@ -185,14 +180,20 @@ static void update(dt_ddp *d, size_t off, size_t n) {
     d->done_n += n;
 }
 
-/* Updates [off, off+n), leaving out wte rows that some rank's tokens touch. */
+/* Updates [off, off+n), leaving out the embedding rows that some rank's tokens touch. */
 static void update_range(dt_ddp *d, size_t off, size_t n) {
-    size_t end = off + n, C = d->wte_n ? (size_t)dt_gpt2_get_config(d->m)->channels : 1;
-    while (off < end && off < d->wte_n) {
-        size_t row = off / C, stop = end < d->wte_n ? end : d->wte_n;
-        if (d->touched[row]) { off = (row + 1) * C < stop ? (row + 1) * C : stop; continue; }
+    size_t end = off + n;
+    size_t e0 = d->touched ? d->emb->offset : 0, e1 = d->touched ? e0 + d->emb->count : 0, C = d->touched ? (size_t)d->emb->shape[1] : 1;
+    if (off < e0) {
+        size_t stop = end < e0 ? end : e0;
+        update(d, off, stop - off);
+        off = stop;
+    }
+    while (off < end && off < e1) {
+        size_t row = (off - e0) / C, stop = end < e1 ? end : e1, next = e0 + (row + 1) * C;
+        if (d->touched[row]) { off = next < stop ? next : stop; continue; }
         size_t e = off;
-        while (e < stop && !d->touched[e / C]) e = (e / C + 1) * C < stop ? (e / C + 1) * C : stop;
+        while (e < stop && !d->touched[(e - e0) / C]) e = e0 + ((e - e0) / C + 1) * C < stop ? e0 + ((e - e0) / C + 1) * C : stop;
         update(d, off, e - off);
         off = e;
     }
@@ -209,7 +210,7 @@ static dt_status step_buckets(dt_ddp *d, bool wait, double *waited) {
             dt_status st = ready(&d->reqs[k->req0 + i], wait, waited, &done);
             if (st) return st;
         }
-        if (done && d->tok_req && d->wte_n) {
+        if (done && d->tok_req && d->touched) {
             dt_status st = ready(&d->tok_req, wait, waited, &done);
             if (st) return st;
             for (int i = 0; done && i < d->ntok * dt_comm_size(d->c); i++) d->touched[d->toks[i]] = 1;
@@ -221,7 +222,7 @@ static dt_status step_buckets(dt_ddp *d, bool wait, double *waited) {
     return DT_OK;
 }
 
-void dt_ddp_grad_hook(int unit, void *ctx) {
+static void grad_hook(int unit, void *ctx) {
     dt_ddp *d = ctx;
     if (!d->sync || d->err) return;
     for (int k = 0; k < d->nb; k++) {
@@ -238,8 +239,8 @@ void dt_ddp_grad_hook(int unit, void *ctx) {
         d->b[k].nreq = d->nreqs - d->b[k].req0;
         d->issued = k + 1;
     }
-    if (d->m && unit == dt_gpt2_get_config(d->m)->num_layers + 1) d->err = send_tokens(d);
-    if (d->m && unit == -1 && !d->err) d->err = send_rows(d);
+    if (d->emb && unit == d->emb->grad_unit) d->err = send_tokens(d);
+    if (d->emb && unit == d->emb->unit && !d->err) d->err = send_rows(d);
     /* one rank's turn per unit boundary */
     double waited = 0;
     if (d->opt && !d->err && d->turn++ % dt_comm_size(d->c) == dt_comm_rank(d->c)) {
@@ -248,57 +249,53 @@ void dt_ddp_grad_hook(int unit, void *ctx) {
     }
 }
 
-dt_status dt_ddp_create_ranges(dt_comm *c, size_t nparams, const dt_grad_range *r, int nr, size_t bucket_first,
-                               size_t bucket_bytes, dt_ddp **out) {
+/* Buckets close at a unit boundary once they hold their cap. Each bucket's
+ * ranges are a run of `all`; a range that ends where the bucket's previous
+ * one begins merges with it (the store is walked downwards). */
+static void make_buckets(dt_ddp *d, const dt_tensor_info *r, int nr, size_t bucket_first, size_t bucket_bytes) {
+    size_t have = 0, cap = bucket_first < bucket_bytes ? bucket_first : bucket_bytes;
+    bucket *cur = NULL;
+    for (int i = 0; i < nr; i++) {
+        if (!cur) { cur = &d->b[d->nb++]; cur->ranges = d->all + d->nall; have = 0; }
+        have += r[i].count * sizeof(float);
+        int j = 0;
+        while (j < cur->nranges && r[i].offset + r[i].count != cur->ranges[j].off) j++;
+        if (j < cur->nranges) { cur->ranges[j].off = r[i].offset; cur->ranges[j].count += r[i].count; }
+        else { cur->ranges[cur->nranges++] = (range){ r[i].offset, r[i].count }; d->nall++; }
+        cur->last_unit = r[i].grad_unit;
+        bool unit_ends = i + 1 == nr || r[i + 1].grad_unit != r[i].grad_unit;
+        if (unit_ends && have >= cap) { cur = NULL; cap = bucket_bytes; }
+    }
+}
+
+dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out) {
     *out = NULL;
+    int nr = m->ntensors;
     dt_ddp *d = calloc(1, sizeof *d);
     if (d) d->wait_in_backward = getenv("DTRAIN_DDP_WAIT_IN_BACKWARD") && atoi(getenv("DTRAIN_DDP_WAIT_IN_BACKWARD")) > 0;
     bucket *b = calloc((size_t)nr + 1, sizeof *b);
     range *all = calloc((size_t)nr + 1, sizeof *all);
-    if (!d || !b || !all) { free(d); free(b); free(all); return dt_error(DT_ERR_NOMEM, "ddp: out of memory"); }
+    dt_tensor_info *r = malloc(sizeof *r * (size_t)(nr + 1));
+    if (!d || !b || !all || !r) { free(d); free(b); free(all); free(r); return dt_error(DT_ERR_NOMEM, "ddp: out of memory"); }
     d->c = c;
-    d->nparams = nparams;
+    d->m = *m;
+    d->nparams = m->nparams;
     d->b = b;
     d->all = all;
     d->sync = 1;
-    dt_status st = dt_comm_alloc(c, nparams * sizeof(float), (void **)&d->grads);
-    if (st) { dt_ddp_destroy(d); return st; }
-    /* Buckets close at a unit boundary once they hold their cap. Each
-     * bucket's ranges are a run of `all`; block l's slice of a tensor ends
-     * where block l+1's begins, so those merge into one range. */
-    size_t have = 0, cap = bucket_first < bucket_bytes ? bucket_first : bucket_bytes;
-    bucket *cur = NULL;
-    for (int i = 0; i < nr; i++) {
-        if (!cur) { cur = &d->b[d->nb++]; cur->ranges = all + d->nall; have = 0; }
-        have += r[i].count * sizeof(float);
-        int j = 0;
-        while (j < cur->nranges && r[i].off + r[i].count != cur->ranges[j].off) j++;
-        if (j < cur->nranges) { cur->ranges[j].off = r[i].off; cur->ranges[j].count += r[i].count; }
-        else { cur->ranges[cur->nranges++] = (range){ r[i].off, r[i].count }; d->nall++; }
-        cur->last_unit = r[i].unit;
-        bool unit_ends = i + 1 == nr || r[i + 1].unit != r[i].unit;
-        if (unit_ends && have >= cap) { cur = NULL; cap = bucket_bytes; }
-    }
-    *out = d;
-    return DT_OK;
-}
-
-float *dt_ddp_grads(dt_ddp *d) { return d->grads; }
-
-dt_status dt_ddp_create(dt_comm *c, dt_gpt2 *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out) {
-    *out = NULL;
-    int L = dt_gpt2_get_config(m)->num_layers, nr = 0;
-    dt_grad_range *r = calloc((size_t)(L + 3) * DT_GPT2_NTENSORS, sizeof *r);
-    if (!r) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
-    for (int u = L + 1; u >= -1; u--) nr += unit_ranges(m, u, r + nr); /* backward's order */
-    dt_status st = dt_ddp_create_ranges(c, dt_gpt2_num_params(m), r, nr, bucket_first, bucket_bytes, out);
+    for (int i = 0; i < nr; i++)
+        if (m->tensors[i].input_rows && m->defer_input_rows && m->input_grad) d->emb = &m->tensors[i];
+    memcpy(r, m->tensors, sizeof *r * (size_t)nr);
+    qsort(r, (size_t)nr, sizeof *r, by_backward_order);
+    make_buckets(d, r, nr, bucket_first, bucket_bytes);
     free(r);
-    if (st) return st;
-    dt_ddp *d = *out;
-    d->m = m;
-    dt_gpt2_set_grad_storage(m, d->grads);
-    dt_gpt2_set_grad_hook(m, dt_ddp_grad_hook, d);
+    dt_status st = dt_comm_alloc(c, d->nparams * sizeof(float), (void **)&d->grads);
+    if (st) { dt_ddp_destroy(d); return st; }
+    m->set_grad_storage(m->self, d->grads);
+    m->set_grad_hook(m->self, grad_hook, d);
+    d->hooked = true;
     dt_ddp_begin(d, 1, 0);
+    *out = d;
     return DT_OK;
 }
 
@@ -308,12 +305,9 @@ dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params) {
     for (int i = 0; i < d->nall; i++) covered += d->all[i].count;
     if (o && covered != d->nparams)
         return dt_error(DT_ERR_ARG, "ddp: the gradient ranges cover %zu of %zu parameters", covered, d->nparams);
-    if (o && d->m && !d->touched) {
-        size_t off, cnt;
-        dt_gpt2_tensor(d->m, 0, NULL, &off, &cnt);
-        d->touched = calloc((size_t)dt_gpt2_get_config(d->m)->padded_vocab_size, 1);
+    if (o && d->emb && !d->touched) {
+        d->touched = calloc((size_t)d->emb->shape[0], 1);
         if (!d->touched) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
-        d->wte_n = cnt;
     }
     d->opt = o;
     d->params = params;
@@ -322,10 +316,10 @@ dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params) {
 
 void dt_ddp_destroy(dt_ddp *d) {
     if (!d) return;
-    if (d->m) {
-        dt_gpt2_set_grad_hook(d->m, NULL, NULL);
-        dt_gpt2_set_defer_wte_rows(d->m, 0);
-        dt_gpt2_set_grad_storage(d->m, NULL);
+    if (d->hooked) {
+        d->m.set_grad_hook(d->m.self, NULL, NULL);
+        if (d->emb) d->m.defer_input_rows(d->m.self, 0);
+        d->m.set_grad_storage(d->m.self, NULL);
     }
     dt_comm_free(d->c, d->rows);
     dt_comm_free(d->c, d->toks);
@@ -342,7 +336,7 @@ void dt_ddp_begin(dt_ddp *d, int sync, float lr) {
     d->lr = lr;
     if (sync && d->opt) dt_optim_begin(d->opt);
     /* micro-steps that do not synchronise accumulate the rows as usual */
-    if (d->m) dt_gpt2_set_defer_wte_rows(d->m, sync);
+    if (d->emb) d->m.defer_input_rows(d->m.self, sync);
 }
 
 dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm) {
@@ -356,12 +350,12 @@ dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm) {
     dt_status s = wait_req(&d->tok_req, &waited);
     if (!st) st = s;
     if (!st && d->ntok) add_rows(d);
-    if (!st && d->opt && d->wte_n) {
+    if (!st && d->opt && d->touched) {
         /* the rows that waited for the embedding's part, each once */
-        int C = dt_gpt2_get_config(d->m)->channels;
+        size_t C = (size_t)d->emb->shape[1];
         for (int i = 0; i < d->ntok * dt_comm_size(d->c); i++) {
             int32_t t = d->toks[i];
-            if (d->touched[t]) { update(d, (size_t)t * C, (size_t)C); d->touched[t] = 0; }
+            if (d->touched[t]) { update(d, d->emb->offset + (size_t)t * C, C); d->touched[t] = 0; }
         }
     }
     if (!st && d->opt && d->done_n != d->nparams)
@@ -381,10 +375,7 @@ int dt_ddp_buckets(const dt_ddp *d) { return d->nb; }
 double dt_ddp_updated_in_backward(const dt_ddp *d) { return d->last_early; }
 
 dt_status dt_ddp_check_replicas(dt_comm *c, const float *p, size_t n, uint64_t *hash) {
-    /* word-wise FNV-1a: ~1 ns per parameter, once per run */
-    uint64_t h = 1469598103934665603ull;
-    const uint32_t *w = (const uint32_t *)p;
-    for (size_t i = 0; i < n; i++) h = (h ^ w[i]) * 1099511628211ull;
+    uint64_t h = dt_hash_words(DT_HASH_INIT, p, n);
     *hash = h;
     int np = dt_comm_size(c);
     uint64_t *all = malloc(sizeof *all * (size_t)np);
@@ -397,3 +388,57 @@ dt_status dt_ddp_check_replicas(dt_comm *c, const float *p, size_t n, uint64_t *
     free(all);
     return st;
 }
+
+/* ---- DDP as the engine's strategy ---- */
+
+typedef struct {
+    dt_ddp *d;
+    const dt_engine_config *c;
+} strategy;
+
+static dt_status s_create(dt_engine *e, void **state, size_t *off, size_t *n) {
+    (void)off; (void)n; /* every rank updates every parameter */
+    const dt_engine_config *c = dt_engine_get_config(e);
+    if (!c->comm) return dt_error(DT_ERR_ARG, "ddp: needs the job's ranks");
+    strategy *s = calloc(1, sizeof *s);
+    if (!s) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+    s->c = c;
+    dt_status st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, &s->d);
+    if (st) { free(s); return st; }
+    *state = s;
+    return DT_OK;
+}
+
+static void s_destroy(void *state) {
+    strategy *s = state;
+    dt_ddp_destroy(s->d);
+    free(s);
+}
+
+/* The update bucket by bucket inside backward, unless clipping or skipping
+ * needs the whole norm before anything is updated. */
+static dt_status s_attach(void *state, dt_optim *o) {
+    strategy *s = state;
+    if (s->c->step_at_end || s->c->skip_nonfinite || s->c->grad_clip > 0 || !dt_optim_elementwise(o)) return DT_OK;
+    return dt_ddp_set_optimizer(s->d, o, s->c->model.params(s->c->model.self));
+}
+
+static void s_begin(void *state, int sync, float lr) { dt_ddp_begin(((strategy *)state)->d, sync, lr); }
+
+static dt_status s_finish(void *state, dt_sync_result *r) {
+    strategy *s = state;
+    dt_status st = dt_ddp_finish(s->d, &r->exposed_ms, &r->norm);
+    r->updated = s->d->opt != NULL;
+    r->updated_in_backward = dt_ddp_updated_in_backward(s->d);
+    return st;
+}
+
+static dt_status s_check(void *state, uint64_t *hash) {
+    strategy *s = state;
+    return dt_ddp_check_replicas(s->c->comm, s->c->model.params(s->c->model.self), s->c->model.nparams, hash);
+}
+
+const dt_strategy dt_strategy_ddp = {
+    .name = "ddp", .create = s_create, .destroy = s_destroy, .attach = s_attach, .begin = s_begin,
+    .finish = s_finish, .check_replicas = s_check,
+};

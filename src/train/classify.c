@@ -1,16 +1,17 @@
 /* Image classification training (dtrain train --model mlp): an MLP on an
  * IDX image set (Fashion-MNIST from Debian's dataset-fashion-mnist by
- * default), data parallel over the job's ranks exactly as GPT-2 is: the
- * gradients live in DDP's arena and each layer's bucket is averaged as
- * backward finishes it. A distributed sampler gives every rank its own part
- * of each global batch: one permutation per epoch (the same on every rank),
- * global batch k = permutation[k*G .. (k+1)*G), rank r takes the r-th B of
- * it, so N ranks of batch B see what one rank of batch N*B sees. Throughput
+ * default), driven by the same engine as GPT-2, so under the same parallel
+ * strategies (data parallelism: each layer's bucket averaged as backward
+ * finishes it). A distributed sampler gives every rank its own part of each
+ * global batch: one permutation per epoch (the same on every rank), global
+ * batch k = permutation[k*G .. (k+1)*G), micro-batch j of it takes the j-th
+ * N*B, and rank r the r-th B of that, so N ranks of batch B see what one
+ * rank of batch N*B sees. Throughput
  * is reported as the Horovod benchmark does: images/s per worker and in
  * total. */
 #include "dtrain/data.h"
 #include "dtrain/kernels.h"
-#include "dtrain/parallel.h"
+#include "dtrain/engine.h"
 #include "dtrain/train.h"
 
 #include <math.h>
@@ -90,141 +91,143 @@ static void mean_sd(const double *v, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
-int dt_classify_run(const dt_train_config *c, dt_comm *w) {
-    int rank = w ? dt_comm_rank(w) : 0, p = w ? dt_comm_size(w) : 1, quiet = c->quiet || rank != 0;
-    const char *dir = c->data ? c->data : DEFAULT_DIR;
-    dt_images tr = { 0 }, te = { 0 };
-    dt_mlp *m = NULL;
-    dt_ddp *ddp = NULL;
-    dt_watchdog *wd = NULL;
-    dt_optim *opt = NULL;
-    FILE *metrics = NULL;
-    float *x = NULL;
-    int32_t *y = NULL;
-    double *ips = NULL; /* img/s per worker, per epoch */
-    int *perm = NULL, rc = 1, sizes[17], ns = 0;
-    dt_status st = parse_hidden(c->model, sizes, &ns);
-    if (!st) st = dt_images_load(dir, "train", &tr);
-    if (!st) st = dt_images_load(dir, "t10k", &te);
-    if (!st && te.dim != tr.dim) st = dt_error(DT_ERR_IO, "%s: test images have %d pixels, training images %d", dir, te.dim, tr.dim);
-    int B = c->batch, G = B * p;
-    if (!st && G > tr.n) st = dt_error(DT_ERR_ARG, "global batch %d x %d ranks is larger than the %d training images", B, p, tr.n);
-    if (!st) {
-        sizes[0] = tr.dim;
-        sizes[ns++] = tr.classes > te.classes ? tr.classes : te.classes;
-        st = dt_mlp_create(sizes, ns, &m);
-    }
-    if (!st && w) st = check_same(w, &tr, &te, B, c->epochs, dt_mlp_num_params(m));
-    if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
-    dt_mlp_init_random(m, c->seed);
-    int L = dt_mlp_num_layers(m);
-    dt_grad_range ranges[32];
-    dt_tensor_span spans[32];
-    for (int l = L - 1, k = 0; l >= 0; l--, k += 2) {
-        size_t wo, bo;
-        int in, outn;
-        dt_mlp_layer(m, l, &wo, &bo, &in, &outn);
-        ranges[k] = (dt_grad_range){ l, wo, (size_t)in * outn };
-        ranges[k + 1] = (dt_grad_range){ l, bo, (size_t)outn };
-        spans[k] = (dt_tensor_span){ wo, (size_t)in * outn };
-        spans[k + 1] = (dt_tensor_span){ bo, (size_t)outn };
-    }
-    size_t np = dt_mlp_num_params(m);
-    if (w && p > 1) {
-        st = dt_ddp_create_ranges(w, np, ranges, 2 * L, 1u << 20, (size_t)(c->bucket_mb * 1048576.0), &ddp);
-        if (!st) {
-            dt_mlp_set_grad_storage(m, dt_ddp_grads(ddp));
-            dt_mlp_set_grad_hook(m, dt_ddp_grad_hook, ddp);
-        }
-    }
-    if (!st) st = dt_optim_create(&c->opt, np, spans, 2 * L, &opt);
-    if (!st && ddp && !c->step_at_end && dt_optim_elementwise(opt) && !(c->grad_clip > 0))
-        st = dt_ddp_set_optimizer(ddp, opt, dt_mlp_params(m));
-    if (!st) st = dt_watchdog_start(p > 1 ? w : NULL, &wd);
-    if (!st && c->metrics && rank == 0 && !(metrics = fopen(c->metrics, "w")))
-        st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
-    x = malloc((size_t)B * tr.dim * sizeof(float));
-    y = malloc((size_t)B * sizeof(int32_t));
-    perm = malloc((size_t)tr.n * sizeof(int));
-    ips = calloc(c->epochs > 0 ? (size_t)c->epochs : 1, sizeof *ips);
-    if (!st && (!x || !y || !perm || !ips)) st = dt_error(DT_ERR_NOMEM, "out of memory");
-    if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+typedef struct {
+    const dt_train_config *c;
+    dt_comm *w;
+    int rank, p, quiet, B, G;  /* G: images per step over all ranks and micro-batches */
+    dt_images tr, te;
+    dt_mlp *m;
+    dt_engine *e;
+    dt_watchdog *wd;
+    FILE *metrics;
+    float *x;
+    int32_t *y;
+    int *perm, sizes[17], ns;
+    double *ips;               /* img/s per worker, per epoch */
+    int step;                  /* of the epoch, for micro */
+} cls_run;
 
-    int steps = tr.n / G, epochs = c->epochs;
-    if (!quiet) {
-        printf("mlp");
-        for (int i = 0; i < ns; i++) printf("%s%d", i ? "-" : " ", sizes[i]);
-        printf(" (%zu parameters) on %s: %d training / %d test images; batch %d x %d ranks, %d steps per epoch, %s lr %g, "
-               "%d thread(s) per rank\n", np, dir, tr.n, te.n, B, p, steps, dt_optim_kind_name(c->opt.kind), c->sched.lr, dt_kernels_threads());
+static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
+    cls_run *r = ctx;
+    const int *idx = r->perm + (size_t)r->step * r->G + ((size_t)k * r->p + (size_t)r->rank) * r->B;
+    for (int i = 0; i < r->B; i++) {
+        memcpy(r->x + (size_t)i * r->tr.dim, r->tr.x + (size_t)idx[i] * r->tr.dim, (size_t)r->tr.dim * sizeof(float));
+        r->y[i] = r->tr.y[idx[i]];
+    }
+    dt_status st = dt_mlp_forward(r->m, r->x, r->y, r->B, loss, NULL);
+    return st ? st : dt_mlp_backward(r->m, grad_scale);
+}
+
+static dt_status setup(cls_run *r) {
+    const dt_train_config *c = r->c;
+    const char *dir = c->data ? c->data : DEFAULT_DIR;
+    dt_status st = parse_hidden(c->model, r->sizes, &r->ns);
+    if (!st) st = dt_images_load(dir, "train", &r->tr);
+    if (!st) st = dt_images_load(dir, "t10k", &r->te);
+    if (!st && r->te.dim != r->tr.dim) st = dt_error(DT_ERR_IO, "%s: test images have %d pixels, training images %d", dir, r->te.dim, r->tr.dim);
+    r->B = c->batch;
+    r->G = c->batch * r->p * c->grad_accum;
+    if (!st && r->G > r->tr.n)
+        st = dt_error(DT_ERR_ARG, "global batch %d x %d ranks x %d accumulation is larger than the %d training images", r->B, r->p,
+                      c->grad_accum, r->tr.n);
+    if (!st) {
+        r->sizes[0] = r->tr.dim;
+        r->sizes[r->ns++] = r->tr.classes > r->te.classes ? r->tr.classes : r->te.classes;
+        st = dt_mlp_create(r->sizes, r->ns, &r->m);
+    }
+    if (!st && r->w) st = check_same(r->w, &r->tr, &r->te, r->B, c->epochs, dt_mlp_num_params(r->m));
+    if (st) return st;
+    dt_mlp_init_random(r->m, c->seed);
+    dt_engine_config ec = { .comm = r->p > 1 ? r->w : NULL, .strategy = c->strategy, .opt = c->opt, .grad_clip = c->grad_clip,
+                            .skip_nonfinite = 0, .step_at_end = c->step_at_end, .bucket_first = 1u << 20,
+                            .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0) };
+    dt_mlp_model(r->m, &ec.model);
+    st = dt_engine_create(&ec, &r->e);
+    if (!st) st = dt_watchdog_start(r->p > 1 ? r->w : NULL, &r->wd);
+    if (!st && c->metrics && r->rank == 0 && !(r->metrics = fopen(c->metrics, "w")))
+        st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
+    r->x = malloc((size_t)r->B * r->tr.dim * sizeof(float));
+    r->y = malloc((size_t)r->B * sizeof(int32_t));
+    r->perm = malloc((size_t)r->tr.n * sizeof(int));
+    r->ips = calloc(c->epochs > 0 ? (size_t)c->epochs : 1, sizeof *r->ips);
+    if (!st && (!r->x || !r->y || !r->perm || !r->ips)) st = dt_error(DT_ERR_NOMEM, "out of memory");
+    if (st || r->quiet) return st;
+    printf("mlp");
+    for (int i = 0; i < r->ns; i++) printf("%s%d", i ? "-" : " ", r->sizes[i]);
+    printf(" (%zu parameters) on %s: %d training / %d test images; batch %d x %d ranks, %d steps per epoch, %s lr %g, "
+           "%d thread(s) per rank\n", dt_mlp_num_params(r->m), dir, r->tr.n, r->te.n, r->B, r->p, r->tr.n / r->G,
+           dt_optim_kind_name(c->opt.kind), c->sched.lr, dt_kernels_threads());
+    fflush(stdout);
+    return DT_OK;
+}
+
+/* One epoch; *acc gets the test accuracy after it. Returns the exit code (0: go on). */
+static int epoch(cls_run *r, int e, double *acc) {
+    const dt_train_config *c = r->c;
+    int steps = r->tr.n / r->G;
+    shuffle(r->perm, r->tr.n, c->shuffle_seed + (uint64_t)e + 1);
+    double t0 = dt_time_now(), loss_sum = 0, exposed_sum = 0;
+    for (r->step = 0; r->step < steps; r->step++) {
+        dt_step_result s;
+        float lr = dt_lr_at(&c->sched, steps * c->epochs, e * steps + r->step);
+        if (dt_engine_step(r->e, c->grad_accum, lr, micro, r, 0, &s)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+        /* a diverged run stops here, naming the step (GPT-2's trainer can also skip: --on-nonfinite) */
+        if (!isfinite(s.loss) || !isfinite(s.norm)) {
+            dt_log(DT_LOG_ERROR, "epoch %d, step %d: the %s is not finite; stopping", e + 1, r->step + 1,
+                   isfinite(s.loss) ? "gradient norm" : "loss");
+            return 1;
+        }
+        loss_sum += s.loss;
+        exposed_sum += s.exposed_ms;
+    }
+    double secs = dt_time_now() - t0;
+    r->ips[e] = (double)steps * r->B * c->grad_accum / secs;
+    *acc = test_accuracy(r->p > 1 ? r->w : NULL, r->m, &r->te, r->B, r->x, r->y);
+    if (*acc < 0) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (!r->quiet) {
+        printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f img/s per worker, %.0f img/s total (%d worker%s), "
+               "exposed communication %.1f%%\n", e + 1, c->epochs, loss_sum / steps, 100 * *acc, r->ips[e], r->ips[e] * r->p, r->p,
+               r->p > 1 ? "s" : "", 100 * exposed_sum / 1e3 / secs);
         fflush(stdout);
     }
-    double acc = 0;
-    for (int e = 0; e < epochs; e++) {
-        shuffle(perm, tr.n, c->shuffle_seed + (uint64_t)e + 1);
-        double t0 = dt_time_now(), loss_sum = 0, exposed_sum = 0;
-        for (int s = 0; s < steps; s++) {
-            const int *idx = perm + (size_t)s * G + (size_t)rank * B;
-            for (int i = 0; i < B; i++) {
-                memcpy(x + (size_t)i * tr.dim, tr.x + (size_t)idx[i] * tr.dim, (size_t)tr.dim * sizeof(float));
-                y[i] = tr.y[idx[i]];
-            }
-            float loss = 0;
-            double exposed = 0, norm = -1;
-            float lr = dt_lr_at(&c->sched, steps * epochs, e * steps + s);
-            if (ddp) dt_ddp_begin(ddp, 1, lr);
-            st = dt_mlp_forward(m, x, y, B, &loss, NULL);
-            if (!st) st = dt_mlp_backward(m, 1.0f);
-            if (!st && ddp) st = dt_ddp_finish(ddp, &exposed, &norm);
-            if (!st && w && p > 1) st = dt_comm_allreduce(w, &loss, &loss, 1, DT_F32, DT_AVG);
-            if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
-            if (norm < 0) norm = dt_optim_step_clipped(opt, dt_mlp_params(m), dt_mlp_grads(m), lr, c->grad_clip); /* not inside backward */
-            /* a diverged run stops here, naming the step (GPT-2's trainer can also skip: --on-nonfinite) */
-            if (!isfinite(loss) || !isfinite(norm)) {
-                dt_log(DT_LOG_ERROR, "epoch %d, step %d: the %s is not finite; stopping", e + 1, s + 1, isfinite(loss) ? "gradient norm" : "loss");
-                goto out;
-            }
-            loss_sum += loss;
-            exposed_sum += exposed;
-        }
-        double secs = dt_time_now() - t0;
-        ips[e] = (double)steps * B / secs;
-        acc = test_accuracy(p > 1 ? w : NULL, m, &te, B, x, y);
-        if (acc < 0) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
-        if (!quiet) {
-            printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f img/s per worker, %.0f img/s total (%d worker%s), "
-                   "exposed communication %.1f%%\n", e + 1, epochs, loss_sum / steps, 100 * acc, ips[e], ips[e] * p, p,
-                   p > 1 ? "s" : "", 100 * exposed_sum / 1e3 / secs);
-            fflush(stdout);
-        }
-        if (metrics) {
-            fprintf(metrics, "{\"epoch\":%d,\"loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,\"img_per_s\":%.1f,"
-                    "\"comm_exposed_ms\":%.3f}\n", e + 1, loss_sum / steps, acc, ips[e], ips[e] * p, exposed_sum);
-            fflush(metrics);
-        }
+    if (r->metrics) {
+        fprintf(r->metrics, "{\"epoch\":%d,\"loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,\"img_per_s\":%.1f,"
+                "\"comm_exposed_ms\":%.3f}\n", e + 1, loss_sum / steps, *acc, r->ips[e], r->ips[e] * r->p, exposed_sum);
+        fflush(r->metrics);
     }
+    return 0;
+}
+
+int dt_classify_run(const dt_train_config *c, dt_comm *w) {
+    cls_run r = { .c = c, .w = w, .rank = w ? dt_comm_rank(w) : 0, .p = w ? dt_comm_size(w) : 1 };
+    r.quiet = c->quiet || r.rank != 0;
+    int rc = 1;
+    double acc = 0;
+    if (setup(&r)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+    for (int e = 0; e < c->epochs; e++)
+        if ((rc = epoch(&r, e, &acc))) goto out;
+    rc = 1;
     uint64_t hash;
-    if (ddp && (st = dt_ddp_check_replicas(w, dt_mlp_params(m), np, &hash))) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
-    if (ddp && !quiet) printf("weights identical on all %d ranks (hash %016llx)\n", p, (unsigned long long)hash);
-    if (!quiet) {
+    int checked;
+    if (dt_engine_check_replicas(r.e, &checked, &hash)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+    if (checked && !r.quiet) printf("weights identical on all %d ranks (hash %016llx)\n", r.p, (unsigned long long)hash);
+    if (!r.quiet) {
         double mean, sd;
-        mean_sd(ips, epochs, &mean, &sd);
-        printf("img/s per worker: %.1f +-%.1f\ntotal img/s on %d worker%s: %.1f +-%.1f\nfinal test accuracy: %.2f%%\n", mean, sd, p,
-               p > 1 ? "s" : "", mean * p, sd * p, 100 * acc);
+        mean_sd(r.ips, c->epochs, &mean, &sd);
+        printf("img/s per worker: %.1f +-%.1f\ntotal img/s on %d worker%s: %.1f +-%.1f\nfinal test accuracy: %.2f%%\n", mean, sd,
+               r.p, r.p > 1 ? "s" : "", mean * r.p, sd * r.p, 100 * acc);
     }
     rc = 0;
 out:
-    dt_watchdog_stop(wd);
-    if (metrics) fclose(metrics);
-    if (m) dt_mlp_set_grad_hook(m, NULL, NULL);
-    if (m) dt_mlp_set_grad_storage(m, NULL);
-    dt_ddp_destroy(ddp);
-    dt_optim_destroy(opt);
-    dt_mlp_destroy(m);
-    dt_images_free(&tr);
-    dt_images_free(&te);
-    free(x);
-    free(y);
-    free(perm);
-    free(ips);
+    dt_watchdog_stop(r.wd);
+    if (r.metrics) fclose(r.metrics);
+    dt_engine_destroy(r.e);
+    dt_mlp_destroy(r.m);
+    dt_images_free(&r.tr);
+    dt_images_free(&r.te);
+    free(r.x);
+    free(r.y);
+    free(r.perm);
+    free(r.ips);
     return rc;
 }

@@ -1,13 +1,14 @@
-/* The training loop: for each step, grad_accum micro-batches of forward and
- * backward, global gradient norm and clipping, the learning-rate schedule,
- * one optimizer update; progress on the terminal, one JSON line per step in
- * the metrics file, validation every eval_every steps, an atomic save at
- * the end. */
+/* GPT-2's trainer: builds the model, the data and the engine (which runs
+ * each step under the parallel strategy), then loops over the steps with
+ * the learning-rate schedule, progress on the terminal, one JSON line per
+ * step in the metrics file, validation every eval_every steps, and atomic
+ * checkpoints (full state into a directory, or weights into a file). */
 #include "dtrain/train.h"
 #include "dtrain/data.h"
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
 #include "dtrain/parallel.h"
+#include "dtrain/engine.h"
 
 #include <limits.h>
 #include <math.h>
@@ -90,15 +91,6 @@ static dt_status build_model(const dt_train_config *c, dt_gpt2 **out) {
     return DT_OK;
 }
 
-/* .safetensors (HF layout, f32) or llm.c by the file name. */
-/* The watchdog waits for the file to be whole before it may end the rank. */
-static dt_status save_model(const char *path, dt_gpt2 *m, dt_watchdog *wd) {
-    size_t n = strlen(path);
-    dt_watchdog_hold(wd, 1);
-    dt_status st = n > 12 && !strcmp(path + n - 12, ".safetensors") ? dt_safetensors_save(path, m, DT_F32) : dt_llmc_save(path, m);
-    dt_watchdog_hold(wd, 0);
-    return st;
-}
 
 static dt_status evaluate(dt_comm *w, dt_gpt2 *m, dt_loader *l, int batches, int B, int T, int32_t *in, int32_t *tg,
                           float *out) {
@@ -135,7 +127,7 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
                c->steps);
     /* skipping a step needs the norm before any update, so the update waits for the end of backward */
     if (c->skip_nonfinite) c->step_at_end = 1;
-    if (c->save) return dt_file_check_writable(c->save);
+    if (c->save) return dt_checkpoint_is_dir(c->save) ? dt_checkpoint_check_dir(c->save) : dt_file_check_writable(c->save);
     return DT_OK;
 }
 
@@ -227,214 +219,287 @@ static dt_status check_mesh(const dt_train_config *c, int nranks) {
     return DT_OK;
 }
 
-int dt_train_run(const dt_train_config *c0) {
-    dt_launch_kind kind;
-    if (dt_comm_detect_launch(&kind)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
-    bool in_job = kind != DT_LAUNCH_NONE;
-    if (c0->nproc > 1 && kind == DT_LAUNCH_MPI) {
-        dt_log(DT_LOG_ERROR, "--nproc %d inside an mpirun/srun job: the job's ranks are the ranks (drop --nproc, or give "
-               "mpirun -np / srun -n the count)", c0->nproc);
-        return 2;
-    }
-    if (!in_job && check_mesh(c0, c0->nproc)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
-    if (c0->nproc > 1 && !in_job) {
-        /* Data parallel on this machine: the same command line, once per rank. */
-        if (!c0->argv) { dt_log(DT_LOG_ERROR, "train: --nproc needs the command line to re-run"); return 2; }
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n <= 0) { dt_log(DT_LOG_ERROR, "train: cannot find my own executable"); return 1; }
-        self[n] = 0;
-        c0->argv[0] = self;
-        return dt_comm_launch(c0->nproc, c0->argv);
-    }
-    dt_comm *w = NULL;
-    if (in_job && dt_comm_init(&w)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
-    dt_comm_set_stall_timeout(w, c0->stall_timeout);
-    if (w && check_mesh(c0, dt_comm_size(w))) {
-        dt_log(DT_LOG_ERROR, "%s", dt_last_error());
-        dt_comm_destroy(w);
-        return 2;
-    }
-    if (!strncmp(c0->model, "mlp", 3)) {
-        dt_kernels_set_threads(c0->threads > 0 ? c0->threads : default_threads(w));
-        int rc = dt_classify_run(c0, w);
-        dt_comm_destroy(w);
-        return rc;
-    }
-    int rank = w ? dt_comm_rank(w) : 0, nranks = w ? dt_comm_size(w) : 1;
-    dt_train_config cc = *c0;
-    const dt_train_config *c = &cc;
-    if (cc.threads <= 0) cc.threads = default_threads(w);
-    if (rank != 0) { cc.quiet = 1; cc.metrics = NULL; cc.save = NULL; } /* one voice */
-    if (check_settings(&cc, nranks)) {
-        dt_log(DT_LOG_ERROR, "%s", dt_last_error());
-        dt_comm_destroy(w);
-        return 2;
-    }
-    dt_kernels_set_threads(c->threads);
-    dt_ddp *ddp = NULL;
-    dt_watchdog *wd = NULL;
-    dt_gpt2 *m = NULL;
-    dt_tokens *train = NULL, *val = NULL;
-    dt_loader *tl = NULL, *vl = NULL;
-    dt_optim *opt = NULL;
-    FILE *metrics = NULL;
-    int32_t *in = NULL, *tg = NULL;
-    int rc = 1;
-    dt_status st = build_model(c, &m);
-    if (!st && !c->data) st = dt_error(DT_ERR_ARG, "--data FILE is required (a token file: see dtrain tokenize)");
-    if (!st) st = dt_tokens_open(c->data, &train);
-    const dt_gpt2_config *mc = m ? dt_gpt2_get_config(m) : NULL;
-    if (!st) st = dt_tokens_check_vocab(train, mc->vocab_size);
-    if (!st && rank == 0 && mc->vocab_size > 256 && dt_tokens_max(train) < 256)
+/* Everything a run holds; torn down in one place. */
+typedef struct {
+    dt_train_config c;        /* this rank's copy (only rank 0 prints, saves, writes metrics) */
+    dt_comm *w;
+    int rank, nranks;
+    bool tty;
+    dt_gpt2 *m;
+    dt_tokens *train, *val;
+    dt_loader *tl, *vl;
+    dt_engine *e;
+    dt_watchdog *wd;
+    FILE *metrics;
+    int32_t *in, *tg;
+    double fwd, bwd;          /* this step's forward and backward seconds */
+    int first_step;           /* 0, or where a resumed run goes on from */
+} run;
+
+/* One micro-batch for the engine: the next batch, forward, backward. */
+static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
+    run *r = ctx;
+    (void)k;
+    dt_loader_next(r->tl, r->in, r->tg);
+    double ta = dt_time_now();
+    dt_status st = dt_gpt2_forward(r->m, r->in, r->tg, r->c.batch, r->c.seq, loss);
+    double tb = dt_time_now();
+    if (!st) st = dt_gpt2_backward(r->m, grad_scale);
+    r->fwd += tb - ta;
+    r->bwd += dt_time_now() - tb;
+    return st;
+}
+
+static dt_status open_data(run *r) {
+    const dt_train_config *c = &r->c;
+    const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
+    if (!c->data) return dt_error(DT_ERR_ARG, "--data FILE is required (a token file: see dtrain tokenize)");
+    dt_status st = dt_tokens_open(c->data, &r->train);
+    if (!st) st = dt_tokens_check_vocab(r->train, mc->vocab_size);
+    if (!st && r->rank == 0 && mc->vocab_size > 256 && dt_tokens_max(r->train) < 256)
         dt_log(DT_LOG_WARN, "%s: every token is below 256 (byte-level data?) but the model's vocabulary is %d: "
                "--vocab 256 makes a smaller, faster model whose samples print as text", c->data, mc->vocab_size);
-    if (!st) st = dt_loader_create(train, c->batch, c->seq, rank, nranks, c->shuffle_seed, &tl);
+    if (!st) st = dt_loader_create(r->train, c->batch, c->seq, r->rank, r->nranks, c->shuffle_seed, &r->tl);
     if (!st && c->val_data) {
-        st = dt_tokens_open(c->val_data, &val);
-        if (!st) st = dt_tokens_check_vocab(val, mc->vocab_size);
-        if (!st) st = dt_loader_create(val, c->batch, c->seq, rank, nranks, 0, &vl);
+        st = dt_tokens_open(c->val_data, &r->val);
+        if (!st) st = dt_tokens_check_vocab(r->val, mc->vocab_size);
+        if (!st) st = dt_loader_create(r->val, c->batch, c->seq, r->rank, r->nranks, 0, &r->vl);
     }
-    if (w && !st) {
+    if (r->w && !st) {
         job_shape js;
         memset(&js, 0, sizeof js);
         js.model = *mc;
         js.batch = c->batch; js.seq = c->seq; js.steps = c->steps; js.grad_accum = c->grad_accum;
         js.optimizer = (int32_t)c->opt.kind; js.eval_every = c->eval_every; js.lr = c->sched.lr;
-        js.train_tokens = (int64_t)dt_tokens_count(train);
-        js.val_tokens = val ? (int64_t)dt_tokens_count(val) : 0;
-        st = check_same(w, &js);
+        js.train_tokens = (int64_t)dt_tokens_count(r->train);
+        js.val_tokens = r->val ? (int64_t)dt_tokens_count(r->val) : 0;
+        st = check_same(r->w, &js);
     }
-    if (w && !st && nranks > 1) st = dt_ddp_create(w, m, 1u << 20, (size_t)(c->bucket_mb * 1048576.0), &ddp);
-    size_t np = m ? dt_gpt2_num_params(m) : 0;
-    dt_tensor_span spans[DT_GPT2_NTENSORS];
-    for (int i = 0; m && i < DT_GPT2_NTENSORS; i++) dt_gpt2_tensor(m, i, NULL, &spans[i].offset, &spans[i].count);
-    if (!st) st = dt_optim_create(&c->opt, np, spans, DT_GPT2_NTENSORS, &opt);
-    /* bucket by bucket inside backward, unless clipping needs the whole norm first */
-    if (!st && ddp && !c->step_at_end && dt_optim_elementwise(opt) && !(c->grad_clip > 0))
-        st = dt_ddp_set_optimizer(ddp, opt, dt_gpt2_params(m));
-    if (!st && c->metrics && !(metrics = fopen(c->metrics, "w")))
-        st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
-    if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+    return st;
+}
 
+/* The engine over the model, and where a resumed run goes on from. */
+static dt_status make_engine(run *r) {
+    const dt_train_config *c = &r->c;
+    dt_engine_config ec = { .comm = r->nranks > 1 ? r->w : NULL, .strategy = c->strategy, .opt = c->opt,
+                            .grad_clip = c->grad_clip, .skip_nonfinite = c->skip_nonfinite, .step_at_end = c->step_at_end,
+                            .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0) };
+    dt_gpt2_model(r->m, &ec.model);
+    dt_status st = dt_engine_create(&ec, &r->e);
+    if (st || !c->resume) return st;
+    dt_checkpoint_position pos;
+    if ((st = dt_checkpoint_resume(c->resume, r->nranks > 1 ? r->w : NULL, c, r->m, r->e, &pos))) return st;
+    if (pos.step >= c->steps)
+        return dt_error(DT_ERR_ARG, "--resume %s: the checkpoint is at step %d, and --steps is %d: nothing left to train", c->resume,
+                        pos.step, c->steps);
+    if (pos.data_tokens != dt_tokens_count(r->train))
+        dt_log(DT_LOG_WARN, "--resume %s: saved reading %zu training tokens, --data has %zu", c->resume, pos.data_tokens,
+               dt_tokens_count(r->train));
+    r->first_step = pos.step;
+    return dt_checkpoint_seek(&pos, r->tl, (size_t)c->batch * c->seq * r->nranks, c->shuffle_seed != 0);
+}
+
+static dt_status setup(run *r) {
+    dt_train_config *c = &r->c;
+    dt_status st = build_model(c, &r->m);
+    if (!st) st = open_data(r);
+    if (!st) st = make_engine(r);
+    if (!st && c->metrics && !(r->metrics = fopen(c->metrics, r->first_step ? "a" : "w")))
+        st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
     size_t BT = (size_t)c->batch * c->seq;
-    in = malloc(BT * 4);
-    tg = malloc(BT * 4);
-    if (!in || !tg) { dt_log(DT_LOG_ERROR, "out of memory for a batch of %zu tokens", BT); goto out; }
-    bool tty = isatty(STDOUT_FILENO) && !c->quiet && kind != DT_LAUNCH_MPI;
-    if (!st && (st = dt_watchdog_start(nranks > 1 ? w : NULL, &wd))) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
-    if (!c->quiet)
-        printf("model %s: %d layers, %d heads, %d channels, vocab %d (padded %d), %.2fM parameters; "
-               "batch %d x %d x %d accumulation x %d ranks, %s, %d threads per rank\n",
-               c->shape.num_layers || c->shape.channels || c->shape.vocab_size || c->shape.num_heads ? "custom" : c->model,
-               mc->num_layers, mc->num_heads, mc->channels, mc->vocab_size, mc->padded_vocab_size, np / 1e6,
-               c->batch, c->seq, c->grad_accum, nranks, dt_optim_kind_name(c->opt.kind), dt_kernels_threads());
-    double t_start = dt_time_now();
-    float val_loss = -1;
-    int step = 0, stop_signal = 0;
-    dt_train_catch_signals();
-    for (; step < c->steps && !stop_signal; step++) {
-        double t0 = dt_time_now(); /* gradients start at zero: the optimizer zeroes them as it goes */
-        double loss_sum = 0, fwd = 0, bwd = 0;
-        float lr = dt_lr_at(&c->sched, c->steps, step);
-        dt_comm_set_progress(w, step + 1);
-        for (int k = 0; k < c->grad_accum && !st; k++) {
-            float loss = 0;
-            dt_loader_next(tl, in, tg);
-            if (ddp) dt_ddp_begin(ddp, k == c->grad_accum - 1, lr); /* only the last micro-step synchronises */
-            double ta = dt_time_now();
-            st = dt_gpt2_forward(m, in, tg, c->batch, c->seq, &loss);
-            double tb = dt_time_now();
-            if (!st) st = dt_gpt2_backward(m, 1.0f / c->grad_accum);
-            fwd += tb - ta;
-            bwd += dt_time_now() - tb;
-            loss_sum += loss;
-        }
-        double exposed = 0, norm = -1, to = dt_time_now();
-        if (!st && ddp) st = dt_ddp_finish(ddp, &exposed, &norm);
-        /* the loss one rank with the global batch would see, and whether any rank was asked to stop: one allreduce */
-        float agree[2] = { (float)(loss_sum / c->grad_accum), (float)dt_train_interrupted() };
-        if (!st && w && nranks > 1) st = dt_comm_allreduce(w, agree, agree, 2, DT_F32, DT_SUM);
-        if (st) { dt_log(DT_LOG_ERROR, "step %d: %s", step + 1, dt_last_error()); goto out; }
-        float loss = nranks > 1 ? agree[0] / nranks : agree[0];
-        stop_signal = agree[1] > 0 ? (dt_train_interrupted() ? dt_train_interrupted() : SIGTERM) : 0;
-        bool skipped = false;
-        if (norm < 0) {
-            float *g = dt_gpt2_grads(m);
-            if (c->skip_nonfinite) norm = dt_grad_norm(g, np); /* before the update: it may have to be skipped */
-            if (c->skip_nonfinite && !(isfinite(loss) && isfinite(norm))) {
-                memset(g, 0, np * sizeof *g);
-                skipped = true;
-            } else norm = dt_optim_step_clipped(opt, dt_gpt2_params(m), g, lr, c->grad_clip);
-        }
-        double opt_ms = (dt_time_now() - to) * 1e3 - exposed;
-        double ms = (dt_time_now() - t0) * 1e3, tps = BT * c->grad_accum * nranks / (ms / 1e3);
-        bool finite = isfinite(loss) && isfinite(norm);
-        /* --val-data alone evaluates at the end */
-        bool eval = vl && finite && ((c->eval_every > 0 && (step + 1) % c->eval_every == 0) || step + 1 == c->steps);
-        if (eval && (st = evaluate(nranks > 1 ? w : NULL, m, vl, c->eval_batches, c->batch, c->seq, in, tg, &val_loss))) {
-            dt_log(DT_LOG_ERROR, "step %d, evaluation: %s", step + 1, dt_last_error());
-            goto out;
-        }
-        if (metrics) {
-            fprintf(metrics, "{\"step\":%d", step + 1);
-            json_num(metrics, "loss", "%.6f", loss);
-            fprintf(metrics, ",\"lr\":%.6g", lr);
-            json_num(metrics, "grad_norm", "%.6f", norm);
-            fprintf(metrics, ",\"ms\":%.3f,\"tok_per_s\":%.1f,\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f,"
-                    "\"compute_ms\":%.3f,\"comm_exposed_ms\":%.3f", ms, tps, fwd * 1e3, bwd * 1e3, opt_ms,
-                    (fwd + bwd) * 1e3 + opt_ms, exposed);
-            /* the share of the update done inside backward (the rest is in optimizer_ms) */
-            if (ddp) fprintf(metrics, ",\"updated_in_backward\":%.3f", dt_ddp_updated_in_backward(ddp));
-            if (eval) json_num(metrics, "val_loss", "%.6f", val_loss);
-            if (skipped) fprintf(metrics, ",\"skipped\":true");
-            fprintf(metrics, "}\n");
-            fflush(metrics);
-        }
-        if (!finite && !c->skip_nonfinite) {
-            dt_log(DT_LOG_ERROR, "step %d: the %s is %s; stopping without saving (the last checkpoint, if any, is kept; "
-                   "--on-nonfinite skip skips such steps instead)", step + 1, isfinite(loss) ? "gradient norm" : "loss",
-                   isnan(isfinite(loss) ? norm : loss) ? "NaN" : "infinite");
-            goto out;
-        }
-        if (skipped) dt_log(DT_LOG_WARN, "step %d: the %s is not finite; step skipped", step + 1, isfinite(loss) ? "gradient norm" : "loss");
-        /* a checkpoint every save_every steps, atomically: a crash leaves the last one whole */
-        if (c->save && c->save_every > 0 && (step + 1) % c->save_every == 0 && step + 1 < c->steps && !stop_signal &&
-            save_model(c->save, m, wd)) {
-            dt_log(DT_LOG_ERROR, "%s", dt_last_error());
-            goto out;
-        }
-        if (!c->quiet) progress(tty, step, c->steps, loss, lr, norm, ms, tps, dt_time_now() - t_start, eval ? val_loss : NAN);
+    if (!st && (!(r->in = malloc(BT * 4)) || !(r->tg = malloc(BT * 4))))
+        st = dt_error(DT_ERR_NOMEM, "out of memory for a batch of %zu tokens", BT);
+    if (!st) st = dt_watchdog_start(r->nranks > 1 ? r->w : NULL, &r->wd);
+    if (st || c->quiet) return st;
+    const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
+    printf("model %s: %d layers, %d heads, %d channels, vocab %d (padded %d), %.2fM parameters; "
+           "batch %d x %d x %d accumulation x %d ranks, %s, %s, %d threads per rank\n",
+           c->shape.num_layers || c->shape.channels || c->shape.vocab_size || c->shape.num_heads ? "custom" : c->model,
+           mc->num_layers, mc->num_heads, mc->channels, mc->vocab_size, mc->padded_vocab_size, dt_gpt2_num_params(r->m) / 1e6,
+           c->batch, c->seq, c->grad_accum, r->nranks, dt_engine_strategy_name(r->e), dt_optim_kind_name(c->opt.kind),
+           dt_kernels_threads());
+    if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
+    return DT_OK;
+}
+
+/* Weights to FILE.bin / FILE.safetensors, or the full state to a directory;
+ * the watchdog waits for it to be whole before it may end the rank. */
+static dt_status save(run *r, int steps_done) {
+    const char *path = r->c.save;
+    size_t n = strlen(path);
+    dt_watchdog_hold(r->wd, 1);
+    dt_status st;
+    if (dt_checkpoint_is_dir(path)) {
+        dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->nranks, dt_tokens_count(r->train) };
+        dt_loader_position(r->tl, &pos.epoch, &pos.next);
+        st = dt_checkpoint_save(path, &r->c, r->nranks, r->m, r->e, &pos);
+    } else {
+        st = n > 12 && !strcmp(path + n - 12, ".safetensors") ? dt_safetensors_save(path, r->m, DT_F32) : dt_llmc_save(path, r->m);
     }
-    if (tty) printf("\n");
+    dt_watchdog_hold(r->wd, 0);
+    return st;
+}
+
+static void write_metrics(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val) {
+    FILE *f = r->metrics;
+    fprintf(f, "{\"step\":%d", step + 1);
+    json_num(f, "loss", "%.6f", s->loss);
+    fprintf(f, ",\"lr\":%.6g", lr);
+    json_num(f, "grad_norm", "%.6f", s->norm);
+    fprintf(f, ",\"ms\":%.3f,\"tok_per_s\":%.1f,\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f,"
+            "\"compute_ms\":%.3f,\"comm_exposed_ms\":%.3f", ms, tps, r->fwd * 1e3, r->bwd * 1e3, s->update_ms,
+            (r->fwd + r->bwd) * 1e3 + s->update_ms, s->exposed_ms);
+    /* the share of the update done inside backward (the rest is in optimizer_ms) */
+    if (r->nranks > 1) fprintf(f, ",\"updated_in_backward\":%.3f", s->updated_in_backward);
+    if (eval) json_num(f, "val_loss", "%.6f", val);
+    if (s->skipped) fprintf(f, ",\"skipped\":true");
+    fprintf(f, "}\n");
+    fflush(f);
+}
+
+/* After a step: evaluation, metrics, the non-finite rule, periodic saves,
+ * progress. Returns 0 to go on, else the exit code. */
+static int after_step(run *r, int step, float lr, const dt_step_result *s, double ms, double t_start) {
+    const dt_train_config *c = &r->c;
+    double tps = (double)c->batch * c->seq * c->grad_accum * r->nranks / (ms / 1e3);
+    bool finite = isfinite(s->loss) && isfinite(s->norm);
+    /* --val-data alone evaluates at the end */
+    bool eval = r->vl && finite && ((c->eval_every > 0 && (step + 1) % c->eval_every == 0) || step + 1 == c->steps);
+    float val = NAN;
+    if (eval && evaluate(r->nranks > 1 ? r->w : NULL, r->m, r->vl, c->eval_batches, c->batch, c->seq, r->in, r->tg, &val)) {
+        dt_log(DT_LOG_ERROR, "step %d, evaluation: %s", step + 1, dt_last_error());
+        return 1;
+    }
+    if (r->metrics) write_metrics(r, step, lr, s, ms, tps, eval, val);
+    if (!finite && !c->skip_nonfinite) {
+        dt_log(DT_LOG_ERROR, "step %d: the %s is %s; stopping without saving (the last checkpoint, if any, is kept; "
+               "--on-nonfinite skip skips such steps instead)", step + 1, isfinite(s->loss) ? "gradient norm" : "loss",
+               isnan(isfinite(s->loss) ? s->norm : s->loss) ? "NaN" : "infinite");
+        return 1;
+    }
+    if (s->skipped) dt_log(DT_LOG_WARN, "step %d: the %s is not finite; step skipped", step + 1, isfinite(s->loss) ? "gradient norm" : "loss");
+    /* a checkpoint every save_every steps, atomically: a crash leaves the last one whole */
+    if (c->save && c->save_every > 0 && (step + 1) % c->save_every == 0 && step + 1 < c->steps && !s->stop && save(r, step + 1)) {
+        dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+        return 1;
+    }
+    if (!c->quiet) progress(r->tty, step, c->steps, s->loss, lr, s->norm, ms, tps, dt_time_now() - t_start, eval ? val : NAN);
+    return 0;
+}
+
+/* The end of a run: the replicas agree, the final save, the memory report. */
+static int finish(run *r, int steps_done, int stop_signal) {
+    const dt_train_config *c = &r->c;
+    if (r->tty) printf("\n");
     uint64_t hash;
-    if (ddp && (st = dt_ddp_check_replicas(w, dt_gpt2_params(m), np, &hash))) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
-    if (ddp && !c->quiet) printf("weights identical on all %d ranks (hash %016llx)\n", nranks, (unsigned long long)hash);
-    if (stop_signal && rank == 0)
-        dt_log(DT_LOG_WARN, "stopped by signal %d (%s) after step %d of %d%s", stop_signal, strsignal(stop_signal), step,
+    int checked;
+    if (dt_engine_check_replicas(r->e, &checked, &hash)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (checked && !c->quiet) printf("weights identical on all %d ranks (hash %016llx)\n", r->nranks, (unsigned long long)hash);
+    if (!stop_signal && steps_done < c->steps && !c->quiet)
+        printf("stopped after %d steps (--stop-after); --resume %s goes on\n", c->stop_after, c->save ? c->save : "(no --save)");
+    if (stop_signal && r->rank == 0)
+        dt_log(DT_LOG_WARN, "stopped by signal %d (%s) after step %d of %d%s", stop_signal, strsignal(stop_signal), steps_done,
                c->steps, c->save ? "; saving" : " (nothing saved: no --save)");
     if (c->save) {
-        if (save_model(c->save, m, wd)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
-        if (!c->quiet) printf("saved %s (step %d)\n", c->save, step);
+        if (save(r, steps_done)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+        if (!c->quiet) printf("saved %s (step %d)\n", c->save, steps_done);
     }
-    if (!c->quiet) {
+    if (!c->quiet)
         printf("peak memory %.1f MiB (model %.1f MiB: parameters, gradients, activations%s; optimizer state %.1f MiB)\n",
-               dt_peak_memory() / 1048576.0, dt_gpt2_memory(m) / 1048576.0, c->recompute ? " with --recompute" : "",
-               dt_optim_state_bytes(opt) / 1048576.0);
+               dt_peak_memory() / 1048576.0, dt_gpt2_memory(r->m) / 1048576.0, c->recompute ? " with --recompute" : "",
+               dt_optim_state_bytes(dt_engine_optim(r->e)) / 1048576.0);
+    return stop_signal ? 128 + stop_signal : 0;
+}
+
+/* The loop: one engine step per iteration, everything else in after_step. */
+static int train_loop(run *r) {
+    const dt_train_config *c = &r->c;
+    double t_start = dt_time_now();
+    int step = r->first_step, stop_signal = 0;
+    dt_train_catch_signals();
+    for (; step < c->steps && !stop_signal; step++) {
+        double t0 = dt_time_now();
+        float lr = dt_lr_at(&c->sched, c->steps, step);
+        dt_step_result s;
+        r->fwd = r->bwd = 0;
+        dt_comm_set_progress(r->w, step + 1);
+        if (dt_engine_step(r->e, c->grad_accum, lr, micro, r, dt_train_interrupted(), &s)) {
+            dt_log(DT_LOG_ERROR, "step %d: %s", step + 1, dt_last_error());
+            return 1;
+        }
+        /* every rank stops after the step any rank was asked to */
+        if (s.stop) stop_signal = dt_train_interrupted() ? dt_train_interrupted() : SIGTERM;
+        int rc = after_step(r, step, lr, &s, (dt_time_now() - t0) * 1e3, t_start);
+        if (rc) return rc;
+        if (c->stop_after && step + 1 - r->first_step == c->stop_after && step + 1 < c->steps) {
+            step++;
+            break;
+        }
     }
-    rc = stop_signal ? 128 + stop_signal : 0;
-out:
-    dt_watchdog_stop(wd);
-    if (metrics) fclose(metrics);
-    dt_ddp_destroy(ddp);
-    dt_optim_destroy(opt);
-    dt_loader_destroy(tl);
-    dt_loader_destroy(vl);
-    dt_tokens_close(train);
-    dt_tokens_close(val);
-    dt_gpt2_destroy(m);
+    return finish(r, step, stop_signal);
+}
+
+static void teardown(run *r) {
+    dt_watchdog_stop(r->wd);
+    if (r->metrics) fclose(r->metrics);
+    dt_engine_destroy(r->e);
+    dt_loader_destroy(r->tl);
+    dt_loader_destroy(r->vl);
+    dt_tokens_close(r->train);
+    dt_tokens_close(r->val);
+    dt_gpt2_destroy(r->m);
+    free(r->in);
+    free(r->tg);
+}
+
+/* --nproc N on one machine: the same command line once per rank. */
+static int launch_ranks(const dt_train_config *c) {
+    if (!c->argv) { dt_log(DT_LOG_ERROR, "train: --nproc needs the command line to re-run"); return 2; }
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) { dt_log(DT_LOG_ERROR, "train: cannot find my own executable"); return 1; }
+    self[n] = 0;
+    c->argv[0] = self;
+    return dt_comm_launch(c->nproc, c->argv);
+}
+
+static int fail(int rc) {
+    dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+    return rc;
+}
+
+static int run_rank(const dt_train_config *c0, dt_comm *w, dt_launch_kind kind) {
+    if (w && check_mesh(c0, dt_comm_size(w))) return fail(2);
+    if (!strncmp(c0->model, "mlp", 3)) {
+        dt_kernels_set_threads(c0->threads > 0 ? c0->threads : default_threads(w));
+        return dt_classify_run(c0, w);
+    }
+    run r = { .c = *c0, .w = w, .rank = w ? dt_comm_rank(w) : 0, .nranks = w ? dt_comm_size(w) : 1 };
+    if (r.c.threads <= 0) r.c.threads = default_threads(w);
+    if (r.rank != 0) { r.c.quiet = 1; r.c.metrics = NULL; r.c.save = NULL; } /* one voice */
+    if (check_settings(&r.c, r.nranks)) return fail(2);
+    dt_kernels_set_threads(r.c.threads);
+    r.tty = isatty(STDOUT_FILENO) && !r.c.quiet && kind != DT_LAUNCH_MPI;
+    int rc = setup(&r) ? fail(1) : train_loop(&r);
+    teardown(&r);
+    return rc;
+}
+
+int dt_train_run(const dt_train_config *c) {
+    dt_launch_kind kind;
+    if (dt_comm_detect_launch(&kind)) return fail(2);
+    bool in_job = kind != DT_LAUNCH_NONE;
+    if (c->nproc > 1 && kind == DT_LAUNCH_MPI) {
+        dt_log(DT_LOG_ERROR, "--nproc %d inside an mpirun/srun job: the job's ranks are the ranks (drop --nproc, or give "
+               "mpirun -np / srun -n the count)", c->nproc);
+        return 2;
+    }
+    if (!in_job && check_mesh(c, c->nproc)) return fail(2);
+    if (c->nproc > 1 && !in_job) return launch_ranks(c);
+    dt_comm *w = NULL;
+    if (in_job && dt_comm_init(&w)) return fail(1);
+    dt_comm_set_stall_timeout(w, c->stall_timeout);
+    int rc = run_rank(c, w, kind);
     dt_comm_destroy(w);
-    free(in);
-    free(tg);
     return rc;
 }

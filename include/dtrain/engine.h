@@ -1,0 +1,99 @@
+/* dtrain engine: one optimizer step of any model under any parallel
+ * strategy. The engine runs the micro-batches (gradient accumulation), has
+ * the strategy synchronise the gradients, agrees on the loss across the
+ * ranks, clips, and updates this rank's share of the parameters. A strategy
+ * (data parallelism, ZeRO, ...) is a table of callbacks (dt_strategy) that
+ * the engine calls at those points; see docs/architecture.md, "How to add a
+ * parallel strategy". */
+#ifndef DTRAIN_ENGINE_H
+#define DTRAIN_ENGINE_H
+
+#include "dtrain/comm.h"
+#include "dtrain/model.h"
+#include "dtrain/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_engine dt_engine;
+
+/* What a strategy reports once a step's gradients are complete. */
+typedef struct {
+    double exposed_ms;          /* communication backward did not hide */
+    int updated;                /* the update already happened (inside backward) */
+    double norm;                /* then: the gradient norm it saw */
+    double updated_in_backward; /* the share of the parameters updated inside backward (metrics) */
+} dt_sync_result;
+
+/* A parallel strategy. Every callback but create may be NULL (nothing to do). */
+typedef struct {
+    const char *name;
+    /* Takes over what it needs of the engine's model (gradient storage,
+     * backward's hook) and says which slice [*off, *off + *n) of the flat
+     * store this rank's optimizer owns (everything, unless it shards). */
+    dt_status (*create)(dt_engine *e, void **state, size_t *off, size_t *n);
+    void (*destroy)(void *state);
+    /* The optimizer over that slice now exists (a strategy may update inside backward). */
+    dt_status (*attach)(void *state, dt_optim *o);
+    /* Before each micro-batch; sync: it is the step's last (the one to synchronise). */
+    void (*begin)(void *state, int sync, float lr);
+    /* After the last backward: this rank's slice holds the global average gradient. */
+    dt_status (*finish)(void *state, dt_sync_result *r);
+    /* The sum of squares of this rank's slice -> of the whole gradient (a sharded
+     * strategy allreduces it); NULL: the slice is the whole gradient. */
+    dt_status (*reduce_sumsq)(void *state, double *ss);
+    /* After the update of this rank's slice (a sharded strategy gathers the parameters). */
+    dt_status (*after_update)(void *state);
+    /* At the end of a run: *hash of the parameters, checked equal across the
+     * replicas that must agree (fails naming the first that differs). */
+    dt_status (*check_replicas)(void *state, uint64_t *hash);
+} dt_strategy;
+
+/* The registered strategies (engine.c lists them); NULL if no such name. */
+const dt_strategy *dt_strategy_find(const char *name);
+extern const dt_strategy dt_strategy_single, dt_strategy_ddp;
+
+typedef struct {
+    dt_model model;
+    dt_comm *comm;              /* the data-parallel ranks; NULL: this process alone */
+    const char *strategy;       /* NULL: "ddp" over several ranks, "single" otherwise */
+    dt_optim_config opt;
+    float grad_clip;            /* max gradient norm (0: off) */
+    int skip_nonfinite;         /* a step whose loss or norm is not finite changes nothing */
+    int step_at_end;            /* no update inside backward */
+    size_t bucket_first, bucket_bytes; /* gradient buckets (data parallelism) */
+} dt_engine_config;
+
+dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out);
+void dt_engine_destroy(dt_engine *e);
+
+/* One micro-batch: load it, forward, backward scaled by grad_scale; *loss gets its mean loss. */
+typedef dt_status (*dt_micro_fn)(void *ctx, int micro, float grad_scale, float *loss);
+
+typedef struct {
+    float loss;                 /* mean over the global batch */
+    double norm;                /* gradient norm before clipping */
+    double exposed_ms, update_ms;
+    double updated_in_backward;
+    int skipped;                /* not finite, and skip_nonfinite */
+    int stop;                   /* some rank passed stop != 0 */
+} dt_step_result;
+
+/* One optimizer step of accum micro-batches at learning rate lr. stop: this
+ * rank wants the run to end (a signal); every rank learns it in r->stop, in
+ * the same allreduce as the loss. */
+dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, void *ctx, int stop, dt_step_result *r);
+
+const dt_engine_config *dt_engine_get_config(const dt_engine *e);
+const char *dt_engine_strategy_name(const dt_engine *e);
+dt_optim *dt_engine_optim(dt_engine *e);
+/* The slice of the store this rank's optimizer owns. */
+void dt_engine_share(const dt_engine *e, size_t *off, size_t *n);
+/* Replicas that must hold the same weights do (*checked 0 when the strategy has none). */
+dt_status dt_engine_check_replicas(dt_engine *e, int *checked, uint64_t *hash);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

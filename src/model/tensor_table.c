@@ -1,0 +1,24 @@
+/* Queries over a model's tensor table, whatever the model. */
+#include "dtrain/model.h"
+
+#include <string.h>
+
+const dt_tensor_info *dt_model_find(const dt_model *m, const char *name) {
+    for (int i = 0; i < m->ntensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+
+/* The store is unit-major, so units [a, b) are one range: from the first
+ * tensor of unit a to the end of the last tensor of unit b-1. */
+void dt_model_unit_range(const dt_model *m, int a, int b, size_t *off, size_t *count) {
+    size_t lo = m->nparams, hi = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        if (t->unit < a || t->unit >= b) continue;
+        if (t->offset < lo) lo = t->offset;
+        if (t->offset + t->count > hi) hi = t->offset + t->count;
+    }
+    *off = lo < hi ? lo : 0;
+    *count = lo < hi ? hi - lo : 0;
+}

@@ -1,0 +1,406 @@
+/* Full-state checkpoints: everything a run needs to go on as if it had never
+ * stopped.
+ *
+ *   DIR/latest                 "step-00000010": the newest whole checkpoint
+ *   DIR/step-00000010/
+ *       manifest.json          format, step, model shape, optimizer, schedule,
+ *                              settings, data position, shuffling state, the
+ *                              tensor table, and each file's size and hash
+ *       params.f32             the parameters, the model's unit-major store
+ *       optim.f32              the optimizer's buffers over the same store
+ *                              (first moment / momentum, then second moment)
+ *
+ * A save writes a temporary directory (DIR/.tmp-step-N.PID), syncs it,
+ * renames it into place, and only then points `latest` at it (itself an
+ * atomic rename) and removes the older steps: a crash at any moment leaves
+ * `latest` naming a whole checkpoint. The training has no randomness but the
+ * data order, which is a function of the shuffle seed and the epoch; both
+ * are saved. Every rank of a data-parallel run holds the same state, so rank
+ * 0 writes it and, on resume, reads it and broadcasts it. */
+#include "dtrain/train.h"
+#include "dtrain/data.h"
+#include "dtrain/io.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FORMAT "dtrain-checkpoint"
+#define VERSION 1
+
+int dt_checkpoint_is_dir(const char *save) {
+    size_t n = strlen(save);
+    return !(n > 4 && !strcmp(save + n - 4, ".bin")) && !(n > 12 && !strcmp(save + n - 12, ".safetensors"));
+}
+
+static void fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) { fsync(fd); close(fd); }
+}
+
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char p[8192];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* Older steps, and temporaries of saves whose process is gone. */
+static void remove_others(const char *dir, const char *keep) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char p[8192];
+    for (struct dirent *e; (e = readdir(d));) {
+        bool old = !strncmp(e->d_name, "step-", 5) && strcmp(e->d_name, keep);
+        const char *dot = !strncmp(e->d_name, ".tmp-step-", 10) ? strrchr(e->d_name, '.') : NULL;
+        long pid = dot ? strtol(dot + 1, NULL, 10) : 0;
+        bool stale = pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+        if (!old && !stale) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        remove_tree(p);
+    }
+    closedir(d);
+}
+
+dt_status dt_checkpoint_check_dir(const char *dir) {
+    struct stat sb;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return dt_error(DT_ERR_ARG, "--save %s: exists and is not a directory (a checkpoint is a directory; "
+                        "a weights file ends in .bin or .safetensors)", dir);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return dt_error(DT_ERR_IO, "--save %s: cannot create the directory: %s", dir, strerror(errno));
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/latest", dir);
+    return dt_file_check_writable(probe);
+}
+
+static cJSON *manifest(const dt_train_config *c, int nranks, const char *strategy, const dt_model *m, dt_optim *o,
+                       const dt_checkpoint_position *pos, const dt_gpt2_config *g, const uint64_t hashes[2],
+                       const size_t bytes[2]) {
+    cJSON *j = cJSON_CreateObject(), *x;
+    cJSON_AddStringToObject(j, "format", FORMAT);
+    cJSON_AddNumberToObject(j, "version", VERSION);
+    cJSON_AddNumberToObject(j, "step", pos->step);
+    x = cJSON_AddObjectToObject(j, "model");
+    cJSON_AddStringToObject(x, "kind", m->kind);
+    const int shape[6] = { g->max_seq_len, g->vocab_size, g->padded_vocab_size, g->num_layers, g->num_heads, g->channels };
+    static const char *const names[6] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels" };
+    for (int i = 0; i < 6; i++) cJSON_AddNumberToObject(x, names[i], shape[i]);
+    cJSON_AddNumberToObject(x, "parameters", (double)m->nparams);
+    x = cJSON_AddObjectToObject(j, "optimizer");
+    cJSON_AddStringToObject(x, "kind", dt_optim_kind_name(c->opt.kind));
+    cJSON_AddNumberToObject(x, "steps", (double)dt_optim_steps(o));
+    cJSON_AddNumberToObject(x, "buffers", dt_optim_buffer(o, 1) ? 2 : 1);
+    cJSON_AddNumberToObject(x, "beta1", c->opt.beta1);
+    cJSON_AddNumberToObject(x, "beta2", c->opt.beta2);
+    cJSON_AddNumberToObject(x, "eps", c->opt.eps);
+    cJSON_AddNumberToObject(x, "weight_decay", c->opt.weight_decay);
+    cJSON_AddNumberToObject(x, "momentum", c->opt.momentum);
+    cJSON_AddBoolToObject(x, "nesterov", c->opt.nesterov);
+    x = cJSON_AddObjectToObject(j, "schedule");
+    cJSON_AddStringToObject(x, "kind", dt_schedule_name(c->sched.kind));
+    cJSON_AddNumberToObject(x, "lr", c->sched.lr);
+    cJSON_AddNumberToObject(x, "lr_min", c->sched.lr_min);
+    cJSON_AddNumberToObject(x, "warmup", c->sched.warmup);
+    cJSON_AddNumberToObject(x, "total", c->sched.total ? c->sched.total : c->steps);
+    x = cJSON_AddObjectToObject(j, "settings");
+    cJSON_AddNumberToObject(x, "steps", c->steps);
+    cJSON_AddNumberToObject(x, "batch", c->batch);
+    cJSON_AddNumberToObject(x, "seq", c->seq);
+    cJSON_AddNumberToObject(x, "grad_accum", c->grad_accum);
+    cJSON_AddNumberToObject(x, "ranks", nranks);
+    cJSON_AddStringToObject(x, "strategy", strategy);
+    cJSON_AddNumberToObject(x, "grad_clip", c->grad_clip);
+    cJSON_AddNumberToObject(x, "seed", (double)c->seed);
+    x = cJSON_AddObjectToObject(j, "data");
+    cJSON_AddStringToObject(x, "path", c->data ? c->data : "");
+    cJSON_AddNumberToObject(x, "tokens", (double)pos->data_tokens);
+    cJSON_AddNumberToObject(x, "tokens_per_batch", (double)pos->tokens_per_batch);
+    cJSON_AddNumberToObject(x, "epoch", (double)pos->epoch);
+    cJSON_AddNumberToObject(x, "next_batch", (double)pos->next);
+    x = cJSON_AddObjectToObject(j, "rng");
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->shuffle_seed); /* 64 bits: not a JSON double */
+    cJSON_AddStringToObject(x, "shuffle_seed", seed);
+    cJSON_AddNumberToObject(x, "shuffle_epoch", (double)pos->epoch);
+    x = cJSON_AddObjectToObject(j, "files");
+    static const char *const files[2] = { "params.f32", "optim.f32" };
+    for (int i = 0; i < 2; i++) {
+        cJSON *f = cJSON_AddObjectToObject(x, files[i]);
+        char h[24];
+        snprintf(h, sizeof h, "%016llx", (unsigned long long)hashes[i]);
+        cJSON_AddNumberToObject(f, "bytes", (double)bytes[i]);
+        cJSON_AddStringToObject(f, "fnv1a64", h);
+    }
+    x = cJSON_AddArrayToObject(j, "tensors");
+    for (int i = 0; i < m->ntensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", t->name);
+        cJSON_AddStringToObject(e, "hf", t->hf);
+        cJSON_AddNumberToObject(e, "unit", t->unit);
+        cJSON_AddNumberToObject(e, "offset", (double)t->offset);
+        cJSON_AddItemToObject(e, "shape", cJSON_CreateIntArray(t->shape, t->ndim));
+        cJSON_AddItemToArray(x, e);
+    }
+    return j;
+}
+
+dt_status dt_checkpoint_save(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
+                             const dt_checkpoint_position *pos) {
+    dt_model m;
+    dt_gpt2_model(g, &m);
+    dt_optim *o = dt_engine_optim(e);
+    size_t off, n;
+    dt_engine_share(e, &off, &n);
+    if (off != 0 || n != m.nparams)
+        return dt_error(DT_ERR_UNSUPPORTED, "checkpoint: strategy %s shards the optimizer; gathering it is not built yet",
+                        dt_engine_strategy_name(e));
+    char tmp[4096], final[4096], path[4200], name[32];
+    snprintf(name, sizeof name, "step-%08d", pos->step);
+    if (snprintf(tmp, sizeof tmp, "%s/.tmp-%s.%d", dir, name, (int)getpid()) >= (int)sizeof tmp)
+        return dt_error(DT_ERR_ARG, "%s: path too long", dir);
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    remove_tree(tmp);
+    if (mkdir(tmp, 0755) != 0) return dt_error(DT_ERR_IO, "%s: cannot create %s: %s", dir, tmp, strerror(errno));
+    const float *p = m.params(m.self), *b0 = dt_optim_buffer(o, 0), *b1 = dt_optim_buffer(o, 1);
+    uint64_t hashes[2] = { dt_hash_words(DT_HASH_INIT, p, n), dt_hash_words(DT_HASH_INIT, b0, n) };
+    if (b1) hashes[1] = dt_hash_words(hashes[1], b1, n);
+    size_t bytes[2] = { n * sizeof(float), n * sizeof(float) * (b1 ? 2 : 1) };
+    const void *pp[1] = { p }, *op[2] = { b0, b1 };
+    snprintf(path, sizeof path, "%s/params.f32", tmp);
+    dt_status st = dt_file_write_atomic(path, pp, &bytes[0], 1);
+    size_t osz[2] = { n * sizeof(float), n * sizeof(float) };
+    snprintf(path, sizeof path, "%s/optim.f32", tmp);
+    if (!st) st = dt_file_write_atomic(path, op, osz, b1 ? 2 : 1);
+    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), &m, o, pos, dt_gpt2_get_config(g), hashes, bytes);
+    char *text = j ? cJSON_Print(j) : NULL;
+    cJSON_Delete(j);
+    size_t tl = text ? strlen(text) : 0;
+    const void *tp[1] = { text };
+    snprintf(path, sizeof path, "%s/manifest.json", tmp);
+    if (!st) st = text ? dt_file_write_atomic(path, tp, &tl, 1) : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    free(text);
+    if (!st) {
+        fsync_dir(tmp);
+        remove_tree(final); /* the same step saved again (a resumed run) */
+        if (rename(tmp, final) != 0) st = dt_error(DT_ERR_IO, "%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
+    }
+    if (st) { remove_tree(tmp); return st; }
+    fsync_dir(dir);
+    char latest[4200], line[40];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(line, sizeof line, "%s\n", name);
+    size_t ll = strlen(line);
+    const void *lp[1] = { line };
+    if ((st = dt_file_write_atomic(latest, lp, &ll, 1))) return st;
+    fsync_dir(dir);
+    remove_others(dir, name);
+    return DT_OK;
+}
+
+/* A small text file, whole (the manifest, latest). */
+static dt_status read_text(const char *path, char **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s (not a whole checkpoint)", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || sb.st_size > (64 << 20)) {
+        fclose(f);
+        return dt_error(DT_ERR_IO, "%s: unreadable or over 64 MiB", path);
+    }
+    char *t = malloc((size_t)sb.st_size + 1);
+    size_t got = t ? fread(t, 1, (size_t)sb.st_size, f) : 0;
+    fclose(f);
+    if (!t || got != (size_t)sb.st_size) { free(t); return dt_error(DT_ERR_IO, "%s: cannot read", path); }
+    t[got] = 0;
+    *out = t;
+    return DT_OK;
+}
+
+/* manifest[section][key] as a number, or an error naming it. */
+static dt_status number(const cJSON *j, const char *section, const char *key, const char *path, double *v) {
+    const cJSON *s = section ? cJSON_GetObjectItemCaseSensitive(j, section) : j;
+    const cJSON *x = cJSON_IsObject(s) ? cJSON_GetObjectItemCaseSensitive(s, key) : NULL;
+    if (!cJSON_IsNumber(x))
+        return dt_error(DT_ERR_IO, "%s: %s%s%s is missing or not a number", path, section ? section : "", section ? "." : "", key);
+    *v = x->valuedouble;
+    return DT_OK;
+}
+
+static const char *string(const cJSON *j, const char *section, const char *key) {
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, section);
+    const cJSON *x = cJSON_IsObject(s) ? cJSON_GetObjectItemCaseSensitive(s, key) : NULL;
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+/* The checkpoint must be of this run's model and optimizer. */
+static dt_status check_shape(const cJSON *j, const char *path, const dt_train_config *c, const dt_gpt2_config *g,
+                             const dt_optim *o) {
+    const char *fmt = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "format")) ? cJSON_GetObjectItemCaseSensitive(j, "format")->valuestring : "";
+    double v = 0;
+    if (strcmp(fmt, FORMAT)) return dt_error(DT_ERR_IO, "%s: format is '%s', not '%s'", path, fmt, FORMAT);
+    dt_status st = number(j, NULL, "version", path, &v);
+    if (!st && v != VERSION) return dt_error(DT_ERR_IO, "%s: version %g (this dtrain reads %d)", path, v, VERSION);
+    const char *kind = string(j, "model", "kind");
+    if (!st && (!kind || strcmp(kind, "gpt2")))
+        return dt_error(DT_ERR_ARG, "%s: model.kind is '%s', this run trains gpt2", path, kind ? kind : "(missing)");
+    const int shape[6] = { g->max_seq_len, g->vocab_size, g->padded_vocab_size, g->num_layers, g->num_heads, g->channels };
+    static const char *const names[6] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels" };
+    for (int i = 0; !st && i < 6; i++)
+        if (!(st = number(j, "model", names[i], path, &v)) && v != shape[i])
+            return dt_error(DT_ERR_ARG, "%s: model.%s is %g, this run's model has %d", path, names[i], v, shape[i]);
+    const char *ok = string(j, "optimizer", "kind"), *mine = dt_optim_kind_name(c->opt.kind);
+    if (!st && (!ok || strcmp(ok, mine)))
+        return dt_error(DT_ERR_ARG, "%s: optimizer.kind is '%s', this run uses %s (--optimizer)", path, ok ? ok : "(missing)", mine);
+    if (!st && !(st = number(j, "optimizer", "buffers", path, &v)) && v != (dt_optim_buffer((dt_optim *)o, 1) ? 2 : 1))
+        return dt_error(DT_ERR_IO, "%s: optimizer.buffers is %g, %s keeps %d", path, v, mine, dt_optim_buffer((dt_optim *)o, 1) ? 2 : 1);
+    return st;
+}
+
+/* Reads file (of the manifest's size and hash) into the n-float buffers bufs[0..nb). */
+static dt_status read_floats(const char *dir, const cJSON *j, const char *file, float *const *bufs, int nb, size_t n) {
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "files"), *f = cJSON_IsObject(fs) ? cJSON_GetObjectItemCaseSensitive(fs, file) : NULL;
+    const cJSON *b = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "bytes") : NULL;
+    const cJSON *h = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "fnv1a64") : NULL;
+    if (!cJSON_IsNumber(b) || !cJSON_IsString(h)) return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s is missing its bytes or hash", dir, file);
+    size_t want = n * sizeof(float) * (size_t)nb;
+    if (b->valuedouble != (double)want)
+        return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s has %.0f bytes, this run's model needs %zu", dir, file, b->valuedouble, want);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return dt_error(DT_ERR_IO, "%s: missing (%s): not a whole checkpoint", path, strerror(errno));
+    if ((size_t)sb.st_size != want)
+        return dt_error(DT_ERR_IO, "%s: %lld bytes, the manifest says %zu (truncated or damaged)", path, (long long)sb.st_size, want);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    uint64_t hash = DT_HASH_INIT;
+    dt_status st = DT_OK;
+    for (int i = 0; i < nb && !st; i++) {
+        if (fread(bufs[i], sizeof(float), n, fp) != n) st = dt_error(DT_ERR_IO, "%s: short read", path);
+        else hash = dt_hash_words(hash, bufs[i], n);
+    }
+    fclose(fp);
+    char hex[24];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+    if (!st && strcmp(hex, h->valuestring))
+        st = dt_error(DT_ERR_IO, "%s: its contents hash to %s, the manifest says %s (damaged)", path, hex, h->valuestring);
+    return st;
+}
+
+/* Settings that may change on resume, but change the run: said. */
+static void warn_changes(const cJSON *j, const char *path, const dt_train_config *c, int nranks) {
+    static const char *const keys[4] = { "batch", "seq", "grad_accum", "ranks" };
+    const int mine[4] = { c->batch, c->seq, c->grad_accum, nranks };
+    double v = 0;
+    int global_then = 1;
+    for (int i = 0; i < 4; i++) {
+        if (number(j, "settings", keys[i], path, &v)) continue;
+        if (i != 1) global_then *= (int)v;
+        if (i == 1 && v != mine[1]) dt_log(DT_LOG_WARN, "%s: saved with --seq %g, resumed with %d", path, v, mine[1]);
+    }
+    if (global_then != c->batch * c->grad_accum * nranks)
+        dt_log(DT_LOG_WARN, "%s: the global batch was %d sequences, now %d: the run is not the one that was saved", path,
+               global_then, c->batch * c->grad_accum * nranks);
+    if (!number(j, "schedule", "lr", path, &v) && (float)v != c->sched.lr)
+        dt_log(DT_LOG_WARN, "%s: saved with --lr %g, resumed with %g", path, v, c->sched.lr);
+    const char *seed = string(j, "rng", "shuffle_seed");
+    char mine_seed[32];
+    snprintf(mine_seed, sizeof mine_seed, "%llu", (unsigned long long)c->shuffle_seed);
+    if (seed && strcmp(seed, mine_seed))
+        dt_log(DT_LOG_WARN, "%s: saved with shuffle seed %s, resumed with %s: the data order changes", path, seed, mine_seed);
+}
+
+/* Rank 0's part of a resume: the latest checkpoint of dir into the model and optimizer. */
+static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
+                                 dt_checkpoint_position *pos) {
+    char path[4200], sub[4400], mpath[4500], *text = NULL;
+    snprintf(path, sizeof path, "%s/latest", dir);
+    dt_status st = read_text(path, &text);
+    if (st) return st;
+    text[strcspn(text, "\n")] = 0;
+    if (strncmp(text, "step-", 5) || strchr(text, '/') || strlen(text) > 20) {
+        st = dt_error(DT_ERR_IO, "%s: names '%.40s', not a step-N directory", path, text);
+        free(text);
+        return st;
+    }
+    snprintf(sub, sizeof sub, "%s/%s", dir, text);
+    free(text);
+    snprintf(mpath, sizeof mpath, "%s/manifest.json", sub);
+    if ((st = read_text(mpath, &text))) return st;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(j)) { cJSON_Delete(j); return dt_error(DT_ERR_IO, "%s: not a JSON object (damaged)", mpath); }
+    dt_optim *o = dt_engine_optim(e);
+    double step = 0, osteps = 0, v[4] = { 0 };
+    size_t n = dt_gpt2_num_params(g);
+    st = check_shape(j, mpath, c, dt_gpt2_get_config(g), o);
+    if (!st) st = number(j, NULL, "step", mpath, &step);
+    if (!st) st = number(j, "optimizer", "steps", mpath, &osteps);
+    static const char *const dk[4] = { "tokens", "tokens_per_batch", "epoch", "next_batch" };
+    for (int i = 0; i < 4 && !st; i++) st = number(j, "data", dk[i], mpath, &v[i]);
+    if (!st && !(step >= 0 && step <= 1e9)) st = dt_error(DT_ERR_IO, "%s: step %g is not a step count", mpath, step);
+    float *pbuf[1] = { dt_gpt2_params(g) }, *obuf[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
+    if (!st) st = read_floats(sub, j, "params.f32", pbuf, 1, n);
+    if (!st) st = read_floats(sub, j, "optim.f32", obuf, obuf[1] ? 2 : 1, n);
+    if (!st) {
+        warn_changes(j, mpath, c, nranks);
+        dt_optim_set_steps(o, (long)osteps);
+        *pos = (dt_checkpoint_position){ (int)step, (uint64_t)v[2], (size_t)v[3], (size_t)v[1], (size_t)v[0] };
+    }
+    cJSON_Delete(j);
+    return st;
+}
+
+dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_config *c, dt_gpt2 *g, dt_engine *e,
+                               dt_checkpoint_position *pos) {
+    int rank = w ? dt_comm_rank(w) : 0, nranks = w ? dt_comm_size(w) : 1;
+    dt_status st = rank == 0 ? read_checkpoint(dir, c, nranks, g, e, pos) : DT_OK;
+    if (nranks == 1) return st;
+    /* every rank learns whether rank 0 could, then gets what it read */
+    int32_t ok = st == DT_OK;
+    dt_status bs = dt_comm_broadcast(w, &ok, 1, DT_I32, 0);
+    if (bs) return bs;
+    if (!ok) return rank == 0 ? st : dt_error(DT_ERR_IO, "rank 0 could not resume from %s (its message says why)", dir);
+    dt_optim *o = dt_engine_optim(e);
+    size_t n = dt_gpt2_num_params(g);
+    int64_t meta[6] = { pos->step, (int64_t)pos->epoch, (int64_t)pos->next, (int64_t)pos->tokens_per_batch,
+                        (int64_t)pos->data_tokens, dt_optim_steps(o) };
+    st = dt_comm_broadcast(w, meta, 6, DT_I64, 0);
+    if (!st) st = dt_comm_broadcast(w, dt_gpt2_params(g), n, DT_F32, 0);
+    for (int i = 0; i < 2 && !st; i++)
+        if (dt_optim_buffer(o, i)) st = dt_comm_broadcast(w, dt_optim_buffer(o, i), n, DT_F32, 0);
+    if (st) return st;
+    *pos = (dt_checkpoint_position){ (int)meta[0], (uint64_t)meta[1], (size_t)meta[2], (size_t)meta[3], (size_t)meta[4] };
+    dt_optim_set_steps(o, (long)meta[5]);
+    return DT_OK;
+}
+
+/* The loader where the checkpoint's was. The same tokens per global batch:
+ * the same place. Otherwise (say 2 ranks of batch 4 saved, 1 process of
+ * batch 4 with 2 accumulation steps resumes), the place in tokens, which
+ * in file order within the first pass converts exactly. */
+dt_status dt_checkpoint_seek(const dt_checkpoint_position *pos, dt_loader *l, size_t tokens_per_batch, int shuffled) {
+    if (pos->tokens_per_batch == tokens_per_batch) return dt_loader_seek(l, pos->epoch, pos->next);
+    size_t tokens = pos->next * pos->tokens_per_batch;
+    if (shuffled || pos->epoch != 0 || tokens % tokens_per_batch)
+        return dt_error(DT_ERR_ARG, "--resume: the checkpoint read %zu tokens per global batch, this run reads %zu; its place in "
+                        "the data (epoch %llu, batch %zu%s) has no equivalent here (keep ranks x --batch x --seq as saved)",
+                        pos->tokens_per_batch, tokens_per_batch, (unsigned long long)pos->epoch, pos->next,
+                        shuffled ? ", shuffled" : "");
+    return dt_loader_seek(l, 0, tokens / tokens_per_batch);
+}

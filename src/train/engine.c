@@ -1,0 +1,164 @@
+/* The engine: one optimizer step, whatever the model and the parallel
+ * strategy.
+ *
+ *   for each micro-batch:  strategy.begin -> micro (forward, backward: the
+ *                          model calls the strategy's hook per unit)
+ *   strategy.finish        gradients averaged (maybe already applied)
+ *   allreduce {loss, stop} every rank learns the global loss and any stop
+ *   norm, clip, update     on this rank's slice; strategy.after_update
+ *
+ * The single-process strategy is the trivial one: it owns everything and
+ * has nothing to synchronise. */
+#include "dtrain/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+const dt_strategy dt_strategy_single = { .name = "single" };
+
+/* The registry: a new strategy is one line here (and its extern in engine.h). */
+static const dt_strategy *const strategies[] = { &dt_strategy_single, &dt_strategy_ddp };
+
+const dt_strategy *dt_strategy_find(const char *name) {
+    for (size_t i = 0; i < sizeof strategies / sizeof strategies[0]; i++)
+        if (!strcmp(strategies[i]->name, name)) return strategies[i];
+    return NULL;
+}
+
+struct dt_engine {
+    dt_engine_config cfg;
+    const dt_strategy *s;
+    void *state;
+    dt_optim *opt;
+    size_t off, n;   /* this rank's slice */
+};
+
+static dt_status choose(const dt_engine_config *c, const dt_strategy **out) {
+    int ranks = c->comm ? dt_comm_size(c->comm) : 1;
+    const char *name = c->strategy ? c->strategy : ranks > 1 ? "ddp" : "single";
+    *out = dt_strategy_find(name);
+    if (!*out) return dt_error(DT_ERR_ARG, "no parallel strategy called '%s' (single, ddp)", name);
+    if (!strcmp(name, "single") && ranks > 1)
+        return dt_error(DT_ERR_ARG, "strategy single runs one process, but the job has %d ranks", ranks);
+    return DT_OK;
+}
+
+/* LAMB and LARS take per-tensor trust ratios: the table's tensors inside the slice. */
+static dt_status make_optimizer(dt_engine *e) {
+    const dt_model *m = &e->cfg.model;
+    dt_tensor_span *spans = malloc(sizeof *spans * (size_t)(m->ntensors + 1));
+    if (!spans) return dt_error(DT_ERR_NOMEM, "engine: out of memory");
+    int k = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        if (t->offset >= e->off && t->offset + t->count <= e->off + e->n)
+            spans[k++] = (dt_tensor_span){ t->offset - e->off, t->count };
+    }
+    dt_status st = dt_optim_create(&e->cfg.opt, e->n, spans, k, &e->opt);
+    free(spans);
+    return st;
+}
+
+dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
+    *out = NULL;
+    dt_engine *e = calloc(1, sizeof *e);
+    if (!e) return dt_error(DT_ERR_NOMEM, "engine: out of memory");
+    e->cfg = *c;
+    e->off = 0;
+    e->n = c->model.nparams;
+    dt_status st = choose(c, &e->s);
+    if (!st && e->s->create) st = e->s->create(e, &e->state, &e->off, &e->n);
+    if (!st) st = make_optimizer(e);
+    if (!st && e->s->attach) st = e->s->attach(e->state, e->opt);
+    if (st) { dt_engine_destroy(e); return st; }
+    *out = e;
+    return DT_OK;
+}
+
+void dt_engine_destroy(dt_engine *e) {
+    if (!e) return;
+    if (e->s && e->s->destroy && e->state) e->s->destroy(e->state);
+    dt_optim_destroy(e->opt);
+    free(e);
+}
+
+/* The global norm of the gradient: this rank's slice, reduced by the strategy when sharded. */
+static dt_status global_norm(dt_engine *e, const float *g, double *norm) {
+    if (!e->s->reduce_sumsq) { *norm = dt_grad_norm(g, e->n); return DT_OK; }
+    double n = dt_grad_norm(g, e->n), ss = n * n;
+    dt_status st = e->s->reduce_sumsq(e->state, &ss);
+    *norm = sqrt(ss);
+    return st;
+}
+
+/* The update on this rank's slice, after clipping; a non-finite step is
+ * skipped (its gradients zeroed) when the run asks for it. */
+static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
+    const dt_engine_config *c = &e->cfg;
+    float *p = c->model.params(c->model.self) + e->off, *g = c->model.grads(c->model.self) + e->off;
+    dt_status st = DT_OK;
+    if (c->skip_nonfinite || (e->s->reduce_sumsq && c->grad_clip > 0)) {
+        /* the norm first: it may stop the update */
+        if ((st = global_norm(e, g, &r->norm))) return st;
+        if (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm))) {
+            memset(g, 0, e->n * sizeof *g);
+            r->skipped = 1;
+            return DT_OK;
+        }
+        dt_grad_clip(g, e->n, r->norm, c->grad_clip);
+        dt_optim_step(e->opt, p, g, lr, 1);
+    } else if (e->s->reduce_sumsq) {
+        /* the norm comes from the update's own pass, summed over the slices */
+        double n = dt_optim_step(e->opt, p, g, lr, 1), ss = n * n;
+        st = e->s->reduce_sumsq(e->state, &ss);
+        r->norm = sqrt(ss);
+    } else {
+        r->norm = dt_optim_step_clipped(e->opt, p, g, lr, c->grad_clip);
+    }
+    if (!st && e->s->after_update) st = e->s->after_update(e->state);
+    return st;
+}
+
+dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, void *ctx, int stop, dt_step_result *r) {
+    memset(r, 0, sizeof *r);
+    double loss_sum = 0;
+    dt_status st = DT_OK;
+    for (int k = 0; k < accum && !st; k++) {
+        float loss = 0;
+        if (e->s->begin) e->s->begin(e->state, k == accum - 1, lr); /* only the last micro-batch synchronises */
+        st = micro(ctx, k, 1.0f / accum, &loss);
+        loss_sum += loss;
+    }
+    double t0 = dt_time_now();
+    dt_sync_result sr = { 0, 0, -1, 0 };
+    if (!st && e->s->finish) st = e->s->finish(e->state, &sr);
+    /* the loss one rank with the global batch would see, and whether any rank is stopping: one allreduce */
+    int ranks = e->cfg.comm ? dt_comm_size(e->cfg.comm) : 1;
+    float agree[2] = { (float)(loss_sum / accum), (float)stop };
+    if (!st && ranks > 1) st = dt_comm_allreduce(e->cfg.comm, agree, agree, 2, DT_F32, DT_SUM);
+    if (st) return st;
+    r->loss = ranks > 1 ? agree[0] / ranks : agree[0];
+    r->stop = agree[1] > 0;
+    r->exposed_ms = sr.exposed_ms;
+    r->updated_in_backward = sr.updated_in_backward;
+    if (sr.updated) r->norm = sr.norm;
+    else st = update(e, lr, r);
+    r->update_ms = (dt_time_now() - t0) * 1e3 - r->exposed_ms;
+    return st;
+}
+
+const dt_engine_config *dt_engine_get_config(const dt_engine *e) { return &e->cfg; }
+const char *dt_engine_strategy_name(const dt_engine *e) { return e->s->name; }
+dt_optim *dt_engine_optim(dt_engine *e) { return e->opt; }
+
+void dt_engine_share(const dt_engine *e, size_t *off, size_t *n) {
+    *off = e->off;
+    *n = e->n;
+}
+
+dt_status dt_engine_check_replicas(dt_engine *e, int *checked, uint64_t *hash) {
+    *checked = e->s->check_replicas != NULL;
+    *hash = 0;
+    return e->s->check_replicas ? e->s->check_replicas(e->state, hash) : DT_OK;
+}
