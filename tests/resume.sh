@@ -148,7 +148,7 @@ refuse "latest naming a missing step" "step-00000007/manifest.json: cannot open"
 restore
 "$DTRAIN" train "${model[@]}" --batch 4 --resume "$dir/nowhere" > /dev/null 2> "$dir/err"
 grep -q "nowhere/latest: cannot open" "$dir/err" && ok "no such checkpoint: $(head -1 "$dir/err")" || fail "no such checkpoint: $(head -2 "$dir/err")"
-"$DTRAIN" train "${model[@]}" --batch 4 --save "$dir/train.bin" > /dev/null 2> "$dir/err"
+"$DTRAIN" train "${model[@]}" --batch 4 --save "$dir/text" > /dev/null 2> "$dir/err"
 grep -q "exists and is not a directory" "$dir/err" && ok "--save onto a file: $(head -1 "$dir/err")" || fail "--save onto a file: $(head -2 "$dir/err")"
 echo "resume: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -311,6 +311,60 @@ static void nonblocking(void) {
     }
 }
 
+/* Uneven shards (rank r holds 2r+1 elements, one rank none when p > 2):
+ * allgatherv and reduce_scatterv against the sequential result. */
+static void per_rank_counts(void) {
+    int p = dt_comm_size(world), r = dt_comm_rank(world);
+    size_t counts[16], total = 0, at = 0;
+    for (int q = 0; q < p; q++) {
+        counts[q] = q == 1 && p > 2 ? 0 : (size_t)(2 * q + 1) * 1000;
+        total += counts[q];
+    }
+    for (int q = 0; q < r; q++) at += counts[q];
+    double *mine = malloc((counts[r] + 1) * 8), *all = malloc(total * 8), *full = malloc(total * 8), *part = malloc((counts[r] + 1) * 8);
+    for (size_t i = 0; i < counts[r]; i++) mine[i] = r * 1e6 + (double)i;
+    for (size_t i = 0; i < total; i++) full[i] = (double)(r + 1) * (double)(i % 977);
+    if (dt_comm_allgatherv(world, mine, all, counts, DT_F64)) FAIL("allgatherv: %s", dt_last_error());
+    else {
+        size_t bad = SIZE_MAX, k = 0;
+        for (int q = 0; q < p; q++)
+            for (size_t i = 0; i < counts[q]; i++, k++) if (all[k] != q * 1e6 + (double)i && bad == SIZE_MAX) bad = k;
+        if (bad != SIZE_MAX) FAIL("allgatherv: element %zu is %g", bad, all[bad]); else passed++;
+    }
+    if (dt_comm_reduce_scatterv(world, full, part, counts, DT_F64, DT_SUM)) FAIL("reduce_scatterv: %s", dt_last_error());
+    else {
+        size_t bad = SIZE_MAX;
+        for (size_t i = 0; i < counts[r]; i++)
+            if (part[i] != (double)p * (p + 1) / 2 * (double)((at + i) % 977) && bad == SIZE_MAX) bad = i;
+        if (bad != SIZE_MAX) FAIL("reduce_scatterv: element %zu is %g", bad, part[bad]); else passed++;
+    }
+    free(mine); free(all); free(full); free(part);
+}
+
+/* Nonblocking point to point: a ring exchange of messages far larger than
+ * a channel (both halves of one isendrecv progress together), then a pair
+ * of isend/irecv to the same neighbours, waited for together. */
+static void nonblocking_p2p(void) {
+    int p = dt_comm_size(world), r = dt_comm_rank(world), next = (r + 1) % p, prev = (r - 1 + p) % p;
+    size_t n = 1 << 20;
+    int32_t *out = malloc(n * 4), *in = malloc(n * 4), *in2 = malloc(64);
+    for (size_t i = 0; i < n; i++) out[i] = (int32_t)(r * 7919 + (int)i);
+    dt_request *q[3] = { NULL, NULL, NULL };
+    int32_t token = r * 11;
+    if (dt_comm_isendrecv(world, out, n, next, in, n, prev, DT_I32, &q[0])) FAIL("isendrecv: %s", dt_last_error());
+    /* small ones fit the channel, so posted separately they cannot block each other */
+    if (dt_comm_isend(world, &token, 1, DT_I32, next, &q[1]) || dt_comm_irecv(world, in2, 1, DT_I32, prev, &q[2]))
+        FAIL("isend/irecv: %s", dt_last_error());
+    if (dt_waitall(q, 3)) FAIL("waitall: %s", dt_last_error());
+    else {
+        size_t bad = SIZE_MAX;
+        for (size_t i = 0; i < n && bad == SIZE_MAX; i++) if (in[i] != (int32_t)(prev * 7919 + (int)i)) bad = i;
+        if (bad != SIZE_MAX || in2[0] != prev * 11 || q[0] || q[1] || q[2]) FAIL("nonblocking p2p: element %zu, token %d", bad, in2[0]);
+        else passed++;
+    }
+    free(out); free(in); free(in2);
+}
+
 static void bad_arguments(void) {
     float x = 0;
     struct { dt_status st; const char *what; } cases[] = {
@@ -322,6 +376,8 @@ static void bad_arguments(void) {
         { dt_comm_allgather(world, &x, &x, SIZE_MAX / 3, DT_F64), "allgather count overflow" },
         { dt_comm_set_algo(world, DT_COLL_BROADCAST, DT_ALGO_RING), "ring broadcast" },
         { dt_comm_split(world, 0, 0, NULL), "split to NULL" },
+        { dt_comm_allgatherv(world, &x, &x, NULL, DT_F32), "allgatherv without counts" },
+        { dt_comm_isendrecv(world, &x, 1, -1, &x, 1, -1, DT_F32, &(dt_request *){ NULL }), "isendrecv with no peer" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (cases[i].st == DT_OK) FAIL("bad argument accepted: %s", cases[i].what);
@@ -336,6 +392,8 @@ int main(void) {
     determinism();
     split_and_p2p();
     nonblocking();
+    if (dt_comm_size(world) <= 16) per_rank_counts();
+    nonblocking_p2p();
     bad_arguments();
     int32_t f = failed, fsum = 0, ps = passed, psum = 0;
     if (dt_comm_allreduce(world, &f, &fsum, 1, DT_I32, DT_SUM) || dt_comm_allreduce(world, &ps, &psum, 1, DT_I32, DT_SUM)) {

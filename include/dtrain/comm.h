@@ -120,6 +120,12 @@ dt_status dt_comm_reduce_scatter(dt_comm *c, const void *sendbuf, void *recvbuf,
 dt_status dt_comm_allgather(dt_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
                             dt_dtype dtype);
 dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype dtype, int root);
+/* Per-rank counts (shards that do not divide evenly): rank r contributes
+ * counts[r] elements (allgatherv) or gets block r of counts[r] elements, the
+ * blocks laid out one after another in rank order (reduce_scatterv). */
+dt_status dt_comm_allgatherv(dt_comm *c, const void *sendbuf, void *recvbuf, const size_t *counts, dt_dtype dtype);
+dt_status dt_comm_reduce_scatterv(dt_comm *c, const void *sendbuf, void *recvbuf, const size_t *counts, dt_dtype dtype,
+                                  dt_op op);
 dt_status dt_comm_reduce(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count,
                          dt_dtype dtype, dt_op op, int root);
 /* sendbuf and recvbuf hold size*count elements; block j goes to rank j. */
@@ -148,8 +154,20 @@ dt_status dt_comm_iallgather(dt_comm *c, const void *sendbuf, void *recvbuf, siz
                              dt_dtype dtype, dt_request **req);
 dt_status dt_comm_ibroadcast(dt_comm *c, void *buf, size_t count, dt_dtype dtype, int root,
                              dt_request **req);
+/* Point to point without blocking (pipeline stages): the send half and the
+ * receive half of one isendrecv progress together, so two ranks exchanging
+ * with each other (or a ring of them) never deadlock however large the
+ * messages; requests issued separately run one after another, in order,
+ * like every nonblocking call on a communicator. dest or source < 0: that
+ * half is absent (isend, irecv). */
+dt_status dt_comm_isendrecv(dt_comm *c, const void *sendbuf, size_t sendcount, int dest, void *recvbuf, size_t recvcount,
+                            int source, dt_dtype dtype, dt_request **req);
+dt_status dt_comm_isend(dt_comm *c, const void *buf, size_t count, dt_dtype dtype, int peer, dt_request **req);
+dt_status dt_comm_irecv(dt_comm *c, void *buf, size_t count, dt_dtype dtype, int peer, dt_request **req);
 /* Waits for the request, frees it and returns its status. */
 dt_status dt_wait(dt_request *req);
+/* Waits for every non-NULL request (each set to NULL); the first failure's status. */
+dt_status dt_waitall(dt_request **reqs, int n);
 /* *done = 1 once complete; the request must still be passed to dt_wait. */
 dt_status dt_test(dt_request *req, int *done);
 

@@ -368,7 +368,7 @@ dt_status dt_comm_allreduce(dt_comm *c, const void *s, void *r, size_t count, dt
     CHECK(check_op("allreduce", op));
     CHECK(check_buf("allreduce", "sendbuf", s, count));
     CHECK(check_buf("allreduce", "recvbuf", r, count));
-    coll_args a = { DT_COLL_ALLREDUCE, s, r, count, t, op, 0 };
+    coll_args a = { DT_COLL_ALLREDUCE, s, r, count, t, op, 0, 0, -1 };
     return run(c, &a);
 }
 
@@ -377,7 +377,7 @@ dt_status dt_comm_reduce_scatter(dt_comm *c, const void *s, void *r, size_t coun
     CHECK(check_op("reduce_scatter", op));
     CHECK(check_buf("reduce_scatter", "sendbuf", s, count));
     CHECK(check_buf("reduce_scatter", "recvbuf", r, count));
-    coll_args a = { DT_COLL_REDUCE_SCATTER, s, r, count, t, op, 0 };
+    coll_args a = { DT_COLL_REDUCE_SCATTER, s, r, count, t, op, 0, 0, -1 };
     return run(c, &a);
 }
 
@@ -385,7 +385,7 @@ dt_status dt_comm_allgather(dt_comm *c, const void *s, void *r, size_t count, dt
     CHECK(check_common(c, "allgather", count, t, (size_t)c->size));
     CHECK(check_buf("allgather", "sendbuf", s, count));
     CHECK(check_buf("allgather", "recvbuf", r, count));
-    coll_args a = { DT_COLL_ALLGATHER, s, r, count, t, DT_SUM, 0 };
+    coll_args a = { DT_COLL_ALLGATHER, s, r, count, t, DT_SUM, 0, 0, -1 };
     return run(c, &a);
 }
 
@@ -393,7 +393,7 @@ dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int
     CHECK(check_common(c, "broadcast", count, t, 1));
     CHECK(check_root(c, "broadcast", root));
     CHECK(check_buf("broadcast", "buf", buf, count));
-    coll_args a = { DT_COLL_BROADCAST, buf, buf, count, t, DT_SUM, root };
+    coll_args a = { DT_COLL_BROADCAST, buf, buf, count, t, DT_SUM, root, 0, -1 };
     return run(c, &a);
 }
 
@@ -403,7 +403,7 @@ dt_status dt_comm_reduce(dt_comm *c, const void *s, void *r, size_t count, dt_dt
     CHECK(check_root(c, "reduce", root));
     CHECK(check_buf("reduce", "sendbuf", s, count));
     if (c->rank == root) CHECK(check_buf("reduce", "recvbuf at the root", r, count));
-    coll_args a = { DT_COLL_REDUCE, s, r, count, t, op, root };
+    coll_args a = { DT_COLL_REDUCE, s, r, count, t, op, root, 0, -1 };
     return run(c, &a);
 }
 
@@ -411,7 +411,7 @@ dt_status dt_comm_alltoall(dt_comm *c, const void *s, void *r, size_t count, dt_
     CHECK(check_common(c, "alltoall", count, t, (size_t)c->size));
     CHECK(check_buf("alltoall", "sendbuf", s, count));
     CHECK(check_buf("alltoall", "recvbuf", r, count));
-    coll_args a = { DT_COLL_ALLTOALL, s, r, count, t, DT_SUM, 0 };
+    coll_args a = { DT_COLL_ALLTOALL, s, r, count, t, DT_SUM, 0, 0, -1 };
     return run(c, &a);
 }
 
@@ -420,7 +420,7 @@ dt_status dt_comm_gather(dt_comm *c, const void *s, void *r, size_t count, dt_dt
     CHECK(check_root(c, "gather", root));
     CHECK(check_buf("gather", "sendbuf", s, count));
     if (c->rank == root) CHECK(check_buf("gather", "recvbuf at the root", r, count));
-    coll_args a = { DT_COLL_GATHER, s, r, count, t, DT_SUM, root };
+    coll_args a = { DT_COLL_GATHER, s, r, count, t, DT_SUM, root, 0, -1 };
     return run(c, &a);
 }
 
@@ -429,13 +429,13 @@ dt_status dt_comm_scatter(dt_comm *c, const void *s, void *r, size_t count, dt_d
     CHECK(check_root(c, "scatter", root));
     if (c->rank == root) CHECK(check_buf("scatter", "sendbuf at the root", s, count));
     CHECK(check_buf("scatter", "recvbuf", r, count));
-    coll_args a = { DT_COLL_SCATTER, s, r, count, t, DT_SUM, root };
+    coll_args a = { DT_COLL_SCATTER, s, r, count, t, DT_SUM, root, 0, -1 };
     return run(c, &a);
 }
 
 dt_status dt_comm_barrier(dt_comm *c) {
     CHECK(check_common(c, "barrier", 0, DT_F32, 1));
-    coll_args a = { DT_COLL_BARRIER, NULL, NULL, 0, DT_F32, DT_SUM, 0 };
+    coll_args a = { DT_COLL_BARRIER, NULL, NULL, 0, DT_F32, DT_SUM, 0, 0, -1 };
     return run(c, &a);
 }
 
@@ -451,15 +451,82 @@ dt_status dt_comm_sendrecv(dt_comm *c, const void *sbuf, size_t scount, int dest
     CHECK(check_buf("sendrecv", "sendbuf", sbuf, scount));
     CHECK(check_buf("sendrecv", "recvbuf", rbuf, rcount));
     CHECK(dt_progress_drain(c));
-    size_t es = dt_dtype_size(t);
+    coll_args a = { DT_COLL_SENDRECV, sbuf, rbuf, scount, t, DT_SUM, dest, rcount, source };
+    return dt_p2p_run(c, &a);
+}
+
+dt_status dt_p2p_run(dt_comm *c, const coll_args *a) {
+    size_t es = dt_dtype_size(a->dtype);
     /* P2p does not advance the collective sequence: the chunks carry seq 0. */
     uint64_t saved = c->seq;
     call_desc saved_cur = c->cur;
     c->seq = 0;
-    c->cur = (call_desc){ .coll = DT_COLL_SENDRECV, .dtype = t, .count = scount };
-    dt_status st = dt_p2p_exchange(c, dest, sbuf, scount * es, source, rbuf, rcount * es, t, -1);
+    c->cur = (call_desc){ .coll = DT_COLL_SENDRECV, .dtype = a->dtype, .count = a->count };
+    dt_status st = dt_p2p_exchange(c, a->root, a->sendbuf, a->count * es, a->source, a->recvbuf, a->rcount * es, a->dtype, -1);
     c->seq = saved;
     c->cur = saved_cur;
+    return st;
+}
+
+/* Per-rank counts: padded to the largest block, so the fast equal-block
+ * collectives carry them (the padding costs (max - count) elements per rank;
+ * ZeRO's shards differ by at most one). Equal counts take no copy. */
+static dt_status v_counts(dt_comm *c, const char *what, const size_t *counts, size_t *max, size_t *total, bool *equal) {
+    if (!counts) return dt_error(DT_ERR_ARG, "%s: counts is NULL", what);
+    *max = *total = 0;
+    *equal = true;
+    for (int r = 0; r < c->size; r++) {
+        if (counts[r] > *max) *max = counts[r];
+        if (counts[r] != counts[0]) *equal = false;
+        *total += counts[r];
+    }
+    return DT_OK;
+}
+
+dt_status dt_comm_allgatherv(dt_comm *c, const void *sbuf, void *rbuf, const size_t *counts, dt_dtype t) {
+    size_t max = 0, total = 0;
+    bool equal = true;
+    CHECK(check_common(c, "allgatherv", 0, t, 1));
+    CHECK(v_counts(c, "allgatherv", counts, &max, &total, &equal));
+    CHECK(check_common(c, "allgatherv", max, t, (size_t)c->size));
+    if (equal) return dt_comm_allgather(c, sbuf, rbuf, counts[0], t);
+    size_t es = dt_dtype_size(t);
+    char *tmp = malloc(max * es * (size_t)c->size + es), *mine = malloc(max * es + es);
+    dt_status st = tmp && mine ? DT_OK : dt_error(DT_ERR_NOMEM, "allgatherv: out of memory");
+    if (!st) {
+        memcpy(mine, sbuf, counts[c->rank] * es);
+        st = dt_comm_allgather(c, mine, tmp, max, t);
+    }
+    size_t at = 0;
+    for (int r = 0; !st && r < c->size; r++) {
+        memcpy((char *)rbuf + at * es, tmp + (size_t)r * max * es, counts[r] * es);
+        at += counts[r];
+    }
+    free(tmp);
+    free(mine);
+    return st;
+}
+
+dt_status dt_comm_reduce_scatterv(dt_comm *c, const void *sbuf, void *rbuf, const size_t *counts, dt_dtype t, dt_op op) {
+    size_t max = 0, total = 0;
+    bool equal = true;
+    CHECK(check_common(c, "reduce_scatterv", 0, t, 1));
+    CHECK(check_op("reduce_scatterv", op));
+    CHECK(v_counts(c, "reduce_scatterv", counts, &max, &total, &equal));
+    CHECK(check_common(c, "reduce_scatterv", max, t, (size_t)c->size));
+    if (equal) return dt_comm_reduce_scatter(c, sbuf, rbuf, counts[0], t, op);
+    size_t es = dt_dtype_size(t);
+    char *tmp = calloc(max * (size_t)c->size + 1, es), *mine = malloc(max * es + es);
+    dt_status st = tmp && mine ? DT_OK : dt_error(DT_ERR_NOMEM, "reduce_scatterv: out of memory");
+    size_t at = 0;
+    for (int r = 0; !st && r < c->size; r++) {
+        memcpy(tmp + (size_t)r * max * es, (const char *)sbuf + at * es, counts[r] * es);
+        at += counts[r];
+    }
+    if (!st) st = dt_comm_reduce_scatter(c, tmp, mine, max, t, op);
+    if (!st) memcpy(rbuf, mine, counts[c->rank] * es);
+    free(tmp);
+    free(mine);
     return st;
 }
 

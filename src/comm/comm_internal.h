@@ -245,7 +245,9 @@ typedef struct {
     size_t count;     /* per-collective meaning, as in the public API */
     dt_dtype dtype;
     dt_op op;
-    int root;
+    int root;         /* sendrecv: the destination */
+    size_t rcount;    /* sendrecv: elements to receive, */
+    int source;       /* from this rank */
 } coll_args;
 
 typedef dt_status (*algo_fn)(dt_comm *c, const coll_args *a);
@@ -289,6 +291,8 @@ dt_algo dt_select_algo(dt_comm *c, dt_coll coll, size_t bytes);
 /* ---- the collective entry used by blocking calls and the progress thread ---- */
 dt_status dt_coll_execute(dt_comm *c, const coll_args *a, dt_algo algo);
 dt_status dt_progress_drain(dt_comm *c); /* wait until no request is pending */
+/* A checked sendrecv on the calling thread (the progress thread runs isendrecv with it). */
+dt_status dt_p2p_run(dt_comm *c, const coll_args *a);
 void dt_progress_destroy(dt_comm *c);
 
 #endif

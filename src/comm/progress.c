@@ -41,7 +41,7 @@ static void *progress_main(void *arg) {
         pg->head = r->next;
         if (!pg->head) pg->tail = NULL;
         pthread_mutex_unlock(&pg->mu);
-        dt_status st = dt_coll_execute(c, &r->a, r->algo);
+        dt_status st = r->a.coll == DT_COLL_SENDRECV ? dt_p2p_run(c, &r->a) : dt_coll_execute(c, &r->a, r->algo);
         pthread_mutex_lock(&pg->mu);
         r->st = st;
         if (st) strncpy(r->err, dt_last_error(), sizeof r->err - 1);
@@ -142,6 +142,17 @@ dt_status dt_wait(dt_request *r) {
     return st;
 }
 
+dt_status dt_waitall(dt_request **reqs, int n) {
+    dt_status first = DT_OK;
+    for (int i = 0; i < n; i++) {
+        if (!reqs[i]) continue;
+        dt_status st = dt_wait(reqs[i]);
+        reqs[i] = NULL;
+        if (st && !first) first = st;
+    }
+    return first;
+}
+
 /* Checked when issued, so a bad argument fails at the call, not at dt_wait. */
 static dt_status check(dt_comm *c, const char *what, const void *s, const void *r, size_t count, dt_dtype t, int op) {
     if (!c) return dt_error(DT_ERR_ARG, "%s: communicator is NULL", what);
@@ -155,21 +166,21 @@ static dt_status check(dt_comm *c, const char *what, const void *s, const void *
 dt_status dt_comm_iallreduce(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_op op, dt_request **req) {
     dt_status st = check(c, "iallreduce", s, r, count, t, (int)op);
     if (st) return st;
-    coll_args a = { DT_COLL_ALLREDUCE, s, r, count, t, op, 0 };
+    coll_args a = { DT_COLL_ALLREDUCE, s, r, count, t, op, 0, 0, -1 };
     return submit(c, &a, count * dt_dtype_size(t), req);
 }
 
 dt_status dt_comm_ireduce_scatter(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_op op, dt_request **req) {
     dt_status st = check(c, "ireduce_scatter", s, r, count, t, (int)op);
     if (st) return st;
-    coll_args a = { DT_COLL_REDUCE_SCATTER, s, r, count, t, op, 0 };
+    coll_args a = { DT_COLL_REDUCE_SCATTER, s, r, count, t, op, 0, 0, -1 };
     return submit(c, &a, count * dt_dtype_size(t) * (size_t)c->size, req);
 }
 
 dt_status dt_comm_iallgather(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_request **req) {
     dt_status st = check(c, "iallgather", s, r, count, t, -1);
     if (st) return st;
-    coll_args a = { DT_COLL_ALLGATHER, s, r, count, t, DT_SUM, 0 };
+    coll_args a = { DT_COLL_ALLGATHER, s, r, count, t, DT_SUM, 0, 0, -1 };
     return submit(c, &a, count * dt_dtype_size(t) * (size_t)c->size, req);
 }
 
@@ -177,6 +188,27 @@ dt_status dt_comm_ibroadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, in
     dt_status st = check(c, "ibroadcast", buf, buf, count, t, -1);
     if (st) return st;
     if (root < 0 || root >= c->size) return dt_error(DT_ERR_ARG, "ibroadcast: root %d is not a rank (size %d)", root, c->size);
-    coll_args a = { DT_COLL_BROADCAST, buf, buf, count, t, DT_SUM, root };
+    coll_args a = { DT_COLL_BROADCAST, buf, buf, count, t, DT_SUM, root, 0, -1 };
     return submit(c, &a, count * dt_dtype_size(t), req);
+}
+
+dt_status dt_comm_isendrecv(dt_comm *c, const void *s, size_t scount, int dest, void *r, size_t rcount, int source, dt_dtype t,
+                            dt_request **req) {
+    dt_status st = check(c, "isendrecv", s ? s : r, r ? r : s, 0, t, -1);
+    if (st) return st;
+    if (dest >= c->size || source >= c->size || (dest < 0 && source < 0))
+        return dt_error(DT_ERR_ARG, "isendrecv: peers %d and %d are not ranks of this communicator (size %d)", dest, source, c->size);
+    if (dest < 0) scount = 0;
+    if (source < 0) rcount = 0;
+    if ((scount && !s) || (rcount && !r)) return dt_error(DT_ERR_ARG, "isendrecv: NULL buffer with a count");
+    coll_args a = { DT_COLL_SENDRECV, s, r, scount, t, DT_SUM, dest, rcount, source };
+    return submit(c, &a, (scount > rcount ? scount : rcount) * dt_dtype_size(t), req);
+}
+
+dt_status dt_comm_isend(dt_comm *c, const void *buf, size_t count, dt_dtype t, int peer, dt_request **req) {
+    return dt_comm_isendrecv(c, buf, count, peer, NULL, 0, -1, t, req);
+}
+
+dt_status dt_comm_irecv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, dt_request **req) {
+    return dt_comm_isendrecv(c, NULL, 0, -1, buf, count, peer, t, req);
 }
