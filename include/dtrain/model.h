@@ -60,6 +60,8 @@ typedef struct {
     void (*set_grad_storage)(void *self, float *grads);
     /* backward calls hook(unit, ctx) once each unit's gradients are final */
     void (*set_grad_hook)(void *self, dt_grad_hook hook, void *ctx);
+    /* hooks before each unit's forward and before its backward (to gather sharded parameters) */
+    void (*set_unit_hooks)(void *self, dt_grad_hook before_forward, dt_grad_hook before_backward, void *ctx);
     /* the input_rows tensor: with on, backward leaves those rows out, and after
      * backward input_grad gives d loss / d row [n, row width] and the n tokens */
     void (*defer_input_rows)(void *self, int on);
@@ -84,6 +86,14 @@ dt_status dt_gpt2_config_check(const dt_gpt2_config *cfg, const char *where);
  * it with the file's size before allocating anything. */
 size_t dt_gpt2_config_num_params(const dt_gpt2_config *cfg);
 dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out);
+/* A model holding only units [a, b) of 0..L+1 (0: wte and wpe; 1..L: the
+ * blocks; L+1: the final LayerNorm and the head): a pipeline stage. One that
+ * holds the head but not unit 0 keeps its own copy of the tied wte in unit
+ * L+1 (the same name; a pipeline keeps the two copies equal). */
+dt_status dt_gpt2_create_units(const dt_gpt2_config *cfg, int a, int b, dt_gpt2 **out);
+void dt_gpt2_units(const dt_gpt2 *m, int *a, int *b);
+/* Fails, naming what needs it, unless the model holds every unit (files hold whole models). */
+dt_status dt_gpt2_check_whole(const dt_gpt2 *m, const char *what);
 void dt_gpt2_destroy(dt_gpt2 *m);
 /* GPT-2's initialisation (HF): weights N(0, 0.02), residual projections
  * scaled by 1/sqrt(2L), biases 0, LayerNorm weights 1, padded rows 0. */
@@ -105,6 +115,24 @@ void dt_gpt2_model(dt_gpt2 *m, dt_model *out);
  * *loss gets the mean cross-entropy (else it is left alone). Activations
  * are sized on first use and grown when B*T grows. */
 dt_status dt_gpt2_forward(dt_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
+/* Forward over units [a, b) of those held: from the tokens (a == 0) or from
+ * x, the residual stream [B, T, C] entering unit a; targets (and the loss)
+ * only when the range ends with the head (b == L+2). A range that ends
+ * before the head leaves its output in dt_gpt2_output. Ranges of one model
+ * chain: passing dt_gpt2_output as x copies nothing. */
+dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens, const float *x, const int32_t *targets,
+                                int B, int T, float *loss);
+/* The residual stream [B, T, C] after the last forward's range (NULL if it ran the head). */
+const float *dt_gpt2_output(const dt_gpt2 *m);
+/* Backward over the last forward's range: from the loss (scaled by
+ * grad_scale) when it ran the head, else from dout = d(its output)
+ * [B, T, C]. A range that started after unit 0 leaves d(its input) in
+ * dt_gpt2_input_grad. */
+dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale);
+/* Before each unit's forward and each unit's backward: before_forward(unit,
+ * ctx), before_backward(unit, ctx) (a sharded strategy gathers the unit's
+ * parameters there; NULL: none). */
+void dt_gpt2_set_unit_hooks(dt_gpt2 *m, dt_grad_hook before_forward, dt_grad_hook before_backward, void *ctx);
 /* Activation checkpointing: keep only each block's input and recompute the
  * block's activations during backward (one extra forward, L-1 fewer layers
  * of activations). Set before training; the results are the same bits. */
@@ -124,7 +152,8 @@ void dt_gpt2_set_grad_hook(dt_gpt2 *m, dt_grad_hook hook, void *ctx);
  * caller adds them from dt_gpt2_input_grad (data parallelism averages wte
  * early and exchanges only these B x T rows at the end). */
 void dt_gpt2_set_defer_wte_rows(dt_gpt2 *m, int on);
-/* After backward: d loss / d (token + position embedding), [B*T, C], and the
+/* After backward: d loss / d (token + position embedding), [B*T, C] (or,
+ * for a range that started after unit 0, d loss / d its input), and the
  * tokens of the micro-batch (*ntokens = B*T). */
 const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *ntokens);
 /* Gradients in caller-provided storage of dt_gpt2_num_params floats (a

@@ -53,7 +53,8 @@ dt_status dt_llmc_load_into(const char *path, dt_gpt2 *m) {
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     int32_t h[256];
     dt_gpt2_config cfg;
-    dt_status st = read_header(path, f, h, &cfg);
+    dt_status st = dt_gpt2_check_whole(m, path);
+    if (!st) st = read_header(path, f, h, &cfg);
     const dt_gpt2_config *mc = dt_gpt2_get_config(m);
     if (!st && memcmp(&cfg, mc, sizeof cfg) != 0)
         st = dt_error(DT_ERR_IO, "%s: the file's shape (T %d, V %d, Vp %d, L %d, NH %d, C %d) differs from the model's "
@@ -92,6 +93,8 @@ dt_status dt_llmc_load(const char *path, dt_gpt2 **out) {
 }
 
 dt_status dt_llmc_save(const char *path, dt_gpt2 *m) {
+    dt_status st = dt_gpt2_check_whole(m, path);
+    if (st) return st;
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
     int32_t h[256] = { LLMC_MAGIC, 3, c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels,
                        c->padded_vocab_size };
@@ -110,7 +113,7 @@ dt_status dt_llmc_save(const char *path, dt_gpt2 *m) {
             parts[k] = dt_gpt2_params(m) + t->offset;
             sizes[k++] = t->count * sizeof(float);
         }
-    dt_status st = dt_file_write_atomic(path, parts, sizes, k);
+    st = dt_file_write_atomic(path, parts, sizes, k);
     free(parts);
     free(sizes);
     return st;

@@ -187,7 +187,8 @@ static dt_status load_all(st_file *f, dt_gpt2 *m) {
 
 dt_status dt_safetensors_load_into(const char *path, dt_gpt2 *m) {
     st_file f;
-    dt_status st = st_open(path, &f);
+    dt_status st = dt_gpt2_check_whole(m, path);
+    if (!st) st = st_open(path, &f);
     if (st) return st;
     st = load_all(&f, m);
     st_close(&f);
@@ -242,6 +243,7 @@ dt_status dt_safetensors_load(const char *path, int heads, dt_gpt2 **out) {
 }
 
 dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
+    if (dt_gpt2_check_whole(m, path)) return DT_ERR_ARG;
     if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
         return dt_error(DT_ERR_ARG, "%s: safetensors can be written as f32, bf16 or f16, not %s", path, dt_dtype_name(dtype));
     const dt_gpt2_config *c = dt_gpt2_get_config(m);

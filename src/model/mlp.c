@@ -226,5 +226,5 @@ static void v_storage(void *m, float *g) { dt_mlp_set_grad_storage(m, g); }
 static void v_hook(void *m, dt_grad_hook h, void *ctx) { dt_mlp_set_grad_hook(m, h, ctx); }
 
 void dt_mlp_model(dt_mlp *m, dt_model *out) {
-    *out = (dt_model){ m, "mlp", m->tab, 2 * m->n, m->n, m->nparams, v_params, v_grads, v_storage, v_hook, NULL, NULL };
+    *out = (dt_model){ m, "mlp", m->tab, 2 * m->n, m->n, m->nparams, v_params, v_grads, v_storage, v_hook, NULL, NULL, NULL };
 }

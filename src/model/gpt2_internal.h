@@ -1,0 +1,61 @@
+/* GPT-2's insides, shared by gpt2.c (shape, tensor table, creation) and
+ * gpt2_run.c (activations, forward and backward over ranges of units). */
+#ifndef DTRAIN_GPT2_INTERNAL_H
+#define DTRAIN_GPT2_INTERNAL_H
+
+#include "dtrain/model.h"
+
+#include <stdbool.h>
+
+/* llm.c's 16 tensors, in its order. */
+enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
+#define PER_BLOCK 12 /* ln1w .. fcprojb */
+
+/* Activations kept from forward for backward, per held block where it says L. */
+enum {
+    A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_MEAN, A_LN2_RSTD,
+    A_FCH, A_FCH_GELU, A_RES3, A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_LOSSES,
+    /* scratch, not per layer */
+    A_TMP, A_DRES, A_DLN, A_DQKV, A_DATTY, A_DFCH, A_DFCH_GELU, A_COUNT
+};
+
+/* Units: 0 the embeddings (wte, wpe), 1..L the blocks 0..L-1, L+1 the final
+ * LayerNorm and the LM head. A model holds units [ua, ub); one that holds the
+ * head but not the embeddings keeps its own copy of the tied wte there. */
+struct dt_gpt2 {
+    dt_gpt2_config cfg;
+    int ua, ub;               /* units held */
+    int l0, nl;               /* blocks held: l0 .. l0+nl-1 */
+    int i_wte, i_wpe, i_lnf, i_blk; /* table indices of wte, wpe, lnfw, block l0's ln1w (-1: not held) */
+    dt_tensor_info *tab;      /* the held tensors, in store order */
+    int ntab;
+    size_t nparams;
+    float *params, *grads, *own_grads;
+    dt_grad_hook hook, before_fwd, before_bwd;
+    void *hook_ctx, *unit_ctx;
+    int defer_wte_rows;
+    float *acts;
+    size_t act_sizes[A_COUNT], act_off[A_COUNT], nacts;
+    int B, T;                 /* of the last forward */
+    int run_a, run_b;         /* its units */
+    size_t bt_capacity;       /* B*T the activations are sized for */
+    int32_t *inputs, *targets;
+    bool have_targets;
+    bool recompute;           /* keep one layer of activations; redo each layer's forward in backward */
+    dt_attn_mode attn;
+    bool blockwise;           /* of the last forward */
+    size_t att_capacity;      /* floats in A_ATT */
+    float loss;
+};
+
+/* Tensor i (llm.c's index) of block l, in the parameters and the gradients;
+ * P and G for the tensors outside the blocks; ACT for an activation. */
+#define BLOCK_OFF(l, i) (m->tab[m->i_blk + ((l) - m->l0) * PER_BLOCK + (i) - LN1W].offset)
+#define PL(l, i) (m->params + BLOCK_OFF(l, i))
+#define GL(l, i) (m->grads + BLOCK_OFF(l, i))
+#define TAB_OFF(i) (m->tab[(i) == WTE ? m->i_wte : (i) == WPE ? m->i_wpe : m->i_lnf + (i) - LNFW].offset)
+#define P(i) (m->params + TAB_OFF(i))
+#define G(i) (m->grads + TAB_OFF(i))
+#define ACT(i) (m->acts + m->act_off[i])
+
+#endif

@@ -1,0 +1,257 @@
+/* Running GPT-2 (gpt2.c holds its shape): forward and backward over a range
+ * of the units the model holds, with the activations in and out at the
+ * range's edges: the embedding only on a range that starts at unit 0, the
+ * head and the loss only on one that ends with unit L+1. Hooks run before
+ * each unit's forward and backward and after each unit's backward. The
+ * whole model's forward and backward are the range of all its units. */
+#include "gpt2_internal.h"
+#include "dtrain/kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-layer strides follow the current B and T, so a smaller batch fits in
+ * what a larger one allocated as long as B*T and B*T*T (attention) fit. */
+static bool use_blockwise(const dt_gpt2 *m, int T) {
+    return m->attn == DT_ATTN_BLOCKWISE || (m->attn == DT_ATTN_AUTO && T >= 256);
+}
+
+static dt_status size_activations(dt_gpt2 *m, int B, int T) {
+    size_t BT = (size_t)B * T;
+    size_t att_per_layer = (size_t)m->cfg.num_heads * BT * (use_blockwise(m, T) ? 1 : (size_t)T);
+    size_t att_need = att_per_layer * (m->recompute ? 1 : (size_t)m->nl);
+    if (m->acts && BT <= m->bt_capacity && att_need <= m->att_capacity) return DT_OK;
+    size_t C = (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
+    size_t Vp = (size_t)m->cfg.padded_vocab_size;
+    /* Per-layer activations: every held block's, or one when recomputing; the
+     * residual stream between blocks (A_RES3) is always kept; the head's only
+     * where the head is held. */
+    size_t L = m->recompute ? 1 : (size_t)m->nl, Lres = (size_t)m->nl, H = m->ub == m->cfg.num_layers + 2;
+    size_t s[A_COUNT] = {
+        [A_ENCODED] = BT * C, [A_LN1] = L * BT * C, [A_LN1_MEAN] = L * BT, [A_LN1_RSTD] = L * BT,
+        [A_QKV] = L * BT * 3 * C, [A_ATTY] = L * BT * C, [A_ATT] = L * NH * BT * (use_blockwise(m, T) ? 1 : (size_t)T),
+        [A_RES2] = L * BT * C,
+        [A_LN2] = L * BT * C, [A_LN2_MEAN] = L * BT, [A_LN2_RSTD] = L * BT, [A_FCH] = L * BT * 4 * C,
+        [A_FCH_GELU] = L * BT * 4 * C, [A_RES3] = Lres * BT * C, [A_LNF] = H * BT * C, [A_LNF_MEAN] = H * BT,
+        [A_LNF_RSTD] = H * BT, [A_LOGITS] = H * BT * Vp, [A_LOSSES] = H * BT, [A_TMP] = BT * C, [A_DRES] = BT * C, [A_DLN] = BT * C,
+        [A_DQKV] = BT * 3 * C, [A_DATTY] = BT * C, [A_DFCH] = BT * 4 * C, [A_DFCH_GELU] = BT * 4 * C,
+    };
+    size_t total = 0;
+    for (int i = 0; i < A_COUNT; i++) {
+        m->act_sizes[i] = s[i];
+        m->act_off[i] = total;
+        total += (s[i] + 15) & ~(size_t)15; /* 64-byte aligned starts */
+    }
+    float *a = dt_alloc_aligned(total * sizeof(float));
+    int32_t *in = malloc(BT * sizeof(int32_t)), *tg = malloc(BT * sizeof(int32_t));
+    if (!a || !in || !tg) {
+        dt_free_aligned(a);
+        free(in);
+        free(tg);
+        char sz[32];
+        return dt_error(DT_ERR_NOMEM, "model: cannot allocate %s of activations for B=%d T=%d",
+                        dt_format_size(total * sizeof(float), sz, sizeof sz), B, T);
+    }
+    memset(a, 0, total * sizeof(float));
+    dt_free_aligned(m->acts);
+    free(m->inputs);
+    free(m->targets);
+    m->acts = a;
+    m->inputs = in;
+    m->targets = tg;
+    m->nacts = total;
+    m->bt_capacity = BT;
+    m->att_capacity = s[A_ATT];
+    return DT_OK;
+}
+
+dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T) {
+    if (B < 1 || T < 1 || T > m->cfg.max_seq_len)
+        return dt_error(DT_ERR_ARG, "reserve: B=%d T=%d (T must be 1..%d)", B, T, m->cfg.max_seq_len);
+    return size_activations(m, B, T);
+}
+
+/* The residual stream entering block l (l0 .. l0+nl; l0+nl: after the last
+ * held block): the range's input, or the previous block's output. */
+static float *res_in(dt_gpt2 *m, int l) {
+    size_t BTC = (size_t)m->B * m->T * (size_t)m->cfg.channels;
+    return l == m->l0 ? ACT(A_ENCODED) : ACT(A_RES3) + (size_t)(l - 1 - m->l0) * BTC;
+}
+
+/* Block l on residual (its input): writes the block's activations into its
+ * slot (slot 0 when recomputing) and its output into A_RES3. */
+static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
+    const dt_gpt2_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads;
+    size_t BT = (size_t)B * T, BTC = BT * (size_t)C, k = m->recompute ? 0 : (size_t)(l - m->l0);
+    float *ln1 = ACT(A_LN1) + k * BTC, *qkv = ACT(A_QKV) + k * BTC * 3, *atty = ACT(A_ATTY) + k * BTC;
+    float *att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)T), *res2 = ACT(A_RES2) + k * BTC, *ln2 = ACT(A_LN2) + k * BTC;
+    float *fch = ACT(A_FCH) + k * BTC * 4, *fchg = ACT(A_FCH_GELU) + k * BTC * 4, *res3 = ACT(A_RES3) + (size_t)(l - m->l0) * BTC;
+    dt_layernorm_forward(ln1, ACT(A_LN1_MEAN) + k * BT, ACT(A_LN1_RSTD) + k * BT, residual, PL(l, LN1W),
+                         PL(l, LN1B), (int)BT, C);
+    dt_matmul_forward(qkv, ln1, PL(l, QKVW), PL(l, QKVB), (int)BT, C, 3 * C);
+    if (m->blockwise) dt_attention_forward_lse(atty, att, qkv, B, T, C, NH);
+    else dt_attention_forward(atty, att, qkv, B, T, C, NH);
+    dt_matmul_forward(ACT(A_TMP), atty, PL(l, ATTPROJW), PL(l, ATTPROJB), (int)BT, C, C);
+    dt_residual_forward(res2, residual, ACT(A_TMP), BTC);
+    dt_layernorm_forward(ln2, ACT(A_LN2_MEAN) + k * BT, ACT(A_LN2_RSTD) + k * BT, res2, PL(l, LN2W),
+                         PL(l, LN2B), (int)BT, C);
+    dt_matmul_forward(fch, ln2, PL(l, FCW), PL(l, FCB), (int)BT, C, 4 * C);
+    dt_gelu_forward(fchg, fch, BTC * 4);
+    dt_matmul_forward(ACT(A_TMP), fchg, PL(l, FCPROJW), PL(l, FCPROJB), (int)BT, 4 * C, C);
+    dt_residual_forward(res3, res2, ACT(A_TMP), BTC);
+}
+
+const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *ntokens) {
+    if (tokens) *tokens = m->inputs;
+    if (ntokens) *ntokens = m->B * m->T;
+    return m->acts ? m->acts + m->act_off[A_DRES] : NULL;
+}
+
+#define BEFORE_FWD(u) do { if (m->before_fwd) m->before_fwd(u, m->unit_ctx); } while (0)
+#define BEFORE_BWD(u) do { if (m->before_bwd) m->before_bwd(u, m->unit_ctx); } while (0)
+#define AFTER_BWD(u) do { if (m->hook) m->hook(u, m->hook_ctx); } while (0)
+
+static dt_status check_range(const dt_gpt2 *m, int a, int b, const int32_t *tokens, const float *x, const int32_t *targets,
+                             int B, int T) {
+    const dt_gpt2_config *c = &m->cfg;
+    if (a < m->ua || b > m->ub || a >= b)
+        return dt_error(DT_ERR_ARG, "forward: units [%d, %d) are not a range of the model's [%d, %d)", a, b, m->ua, m->ub);
+    if (B < 1 || T < 1 || T > c->max_seq_len)
+        return dt_error(DT_ERR_ARG, "forward: B=%d T=%d (T must be 1..%d)", B, T, c->max_seq_len);
+    if (a == 0 && !tokens) return dt_error(DT_ERR_ARG, "forward: a range from unit 0 needs the tokens");
+    if (a > 0 && !x) return dt_error(DT_ERR_ARG, "forward: a range from unit %d needs its input activations", a);
+    size_t BT = (size_t)B * T;
+    for (size_t i = 0; i < BT; i++) {
+        if (a == 0 && (tokens[i] < 0 || tokens[i] >= c->vocab_size))
+            return dt_error(DT_ERR_ARG, "forward: input token %d at position %zu is outside the vocabulary (0..%d)",
+                            tokens[i], i, c->vocab_size - 1);
+        if (targets && (targets[i] < 0 || targets[i] >= c->vocab_size))
+            return dt_error(DT_ERR_ARG, "forward: target token %d at position %zu is outside the vocabulary (0..%d)",
+                            targets[i], i, c->vocab_size - 1);
+    }
+    return DT_OK;
+}
+
+dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens, const float *x, const int32_t *targets,
+                                int B, int T, float *loss) {
+    const dt_gpt2_config *c = &m->cfg;
+    int L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size;
+    if (b < L + 2) targets = NULL; /* no loss before the head */
+    dt_status st = check_range(m, a, b, tokens, x, targets, B, T);
+    if (!st) st = size_activations(m, B, T);
+    if (st) return st;
+    size_t BT = (size_t)B * T, BTC = BT * (size_t)C;
+    m->B = B;
+    m->T = T;
+    m->run_a = a;
+    m->run_b = b;
+    m->blockwise = use_blockwise(m, T);
+    m->have_targets = targets != NULL || b < L + 2; /* what backward needs */
+    if (a == 0) memcpy(m->inputs, tokens, BT * sizeof(int32_t));
+    if (targets) memcpy(m->targets, targets, BT * sizeof(int32_t));
+    if (a == 0) {
+        BEFORE_FWD(0);
+        dt_embedding_forward(ACT(A_ENCODED), tokens, P(WTE), P(WPE), B, T, C);
+    } else if (x != res_in(m, a - 1)) {
+        memcpy(res_in(m, a - 1), x, BTC * sizeof(float));
+    }
+    int last = b - 1 < L ? b - 1 : L; /* blocks [first, last) */
+    for (int l = a > 0 ? a - 1 : 0; l < last; l++) {
+        BEFORE_FWD(l + 1);
+        layer_forward(m, l, res_in(m, l));
+    }
+    if (b < L + 2) return DT_OK;
+    BEFORE_FWD(L + 1);
+    dt_layernorm_forward(ACT(A_LNF), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), res_in(m, L), P(LNFW), P(LNFB), (int)BT, C);
+    dt_matmul_forward(ACT(A_LOGITS), ACT(A_LNF), P(WTE), NULL, (int)BT, C, Vp);
+    if (targets) {
+        m->loss = dt_crossentropy_forward(ACT(A_LOSSES), ACT(A_LOGITS), targets, (int)BT, c->vocab_size, Vp);
+        if (loss) *loss = m->loss;
+    }
+    return DT_OK;
+}
+
+dt_status dt_gpt2_forward(dt_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
+    if (m->ua != 0 || m->ub != m->cfg.num_layers + 2)
+        return dt_error(DT_ERR_ARG, "forward: the model holds units [%d, %d) only (dt_gpt2_forward_units runs a range)", m->ua, m->ub);
+    return dt_gpt2_forward_units(m, 0, m->ub, inputs, NULL, targets, B, T, loss);
+}
+
+const float *dt_gpt2_logits(const dt_gpt2 *m) { return m->acts ? m->acts + m->act_off[A_LOGITS] : NULL; }
+
+const float *dt_gpt2_output(const dt_gpt2 *m) {
+    if (!m->acts || m->run_b > m->cfg.num_layers + 1) return NULL;
+    return res_in((dt_gpt2 *)m, m->run_b - 1);
+}
+
+/* The head's backward (loss, LM head, final LayerNorm) into A_DRES. */
+static void head_backward(dt_gpt2 *m, float grad_scale) {
+    const dt_gpt2_config *c = &m->cfg;
+    int C = c->channels, L = c->num_layers, Vp = c->padded_vocab_size;
+    size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)C;
+    float *dlogits = ACT(A_LOGITS), *dres = ACT(A_DRES), *dln = ACT(A_DLN);
+    BEFORE_BWD(L + 1);
+    dt_crossentropy_fused(dlogits, ACT(A_LOSSES), m->targets, (int)BT, c->vocab_size, Vp, grad_scale / (float)BT);
+    memset(dln, 0, BTC * sizeof(float));
+    dt_matmul_backward(dln, G(WTE), NULL, dlogits, ACT(A_LNF), P(WTE), (int)BT, C, Vp);
+    memset(dres, 0, BTC * sizeof(float));
+    dt_layernorm_backward(dres, G(LNFW), G(LNFB), dln, res_in(m, L), P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), (int)BT, C);
+    AFTER_BWD(L + 1);
+}
+
+/* Block l's backward: A_DRES holds d(its output) and gets d(its input). */
+static void layer_backward(dt_gpt2 *m, int l) {
+    const dt_gpt2_config *c = &m->cfg;
+    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads;
+    size_t BT = (size_t)B * T, BTC = BT * (size_t)C, k = m->recompute ? 0 : (size_t)(l - m->l0);
+    const float *res_in_l = res_in(m, l);
+    BEFORE_BWD(l + 1);
+    /* Recompute: this layer's activations again, from its kept input
+     * (its output is rewritten with the same values). */
+    if (m->recompute) layer_forward(m, l, res_in_l);
+    float *ln1 = ACT(A_LN1) + k * BTC, *qkv = ACT(A_QKV) + k * BTC * 3, *atty = ACT(A_ATTY) + k * BTC;
+    float *att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)T), *res2 = ACT(A_RES2) + k * BTC;
+    float *ln2 = ACT(A_LN2) + k * BTC, *fch = ACT(A_FCH) + k * BTC * 4, *fchg = ACT(A_FCH_GELU) + k * BTC * 4;
+    float *dres = ACT(A_DRES), *dln = ACT(A_DLN);
+    float *dfchg = ACT(A_DFCH_GELU), *dfch = ACT(A_DFCH), *datty = ACT(A_DATTY), *dqkv = ACT(A_DQKV);
+    /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); dres carries d res3 = d res2 (pass-through) */
+    memset(dfchg, 0, BTC * 4 * sizeof(float));
+    dt_matmul_backward(dfchg, GL(l, FCPROJW), GL(l, FCPROJB), dres, fchg, PL(l, FCPROJW), (int)BT, 4 * C, C);
+    memset(dfch, 0, BTC * 4 * sizeof(float));
+    dt_gelu_backward(dfch, fch, dfchg, BTC * 4);
+    memset(dln, 0, BTC * sizeof(float));
+    dt_matmul_backward(dln, GL(l, FCW), GL(l, FCB), dfch, ln2, PL(l, FCW), (int)BT, C, 4 * C);
+    dt_layernorm_backward(dres, GL(l, LN2W), GL(l, LN2B), dln, res2, PL(l, LN2W), ACT(A_LN2_MEAN) + k * BT,
+                          ACT(A_LN2_RSTD) + k * BT, (int)BT, C);
+    /* attention: res2 = res_in + attproj(attn(qkv(ln1(res_in)))) */
+    memset(datty, 0, BTC * sizeof(float));
+    dt_matmul_backward(datty, GL(l, ATTPROJW), GL(l, ATTPROJB), dres, atty, PL(l, ATTPROJW), (int)BT, C, C);
+    memset(dqkv, 0, BTC * 3 * sizeof(float));
+    if (m->blockwise) dt_attention_backward_lse(dqkv, datty, atty, qkv, att, B, T, C, NH);
+    else dt_attention_backward(dqkv, datty, qkv, att, B, T, C, NH);
+    memset(dln, 0, BTC * sizeof(float));
+    dt_matmul_backward(dln, GL(l, QKVW), GL(l, QKVB), dqkv, ln1, PL(l, QKVW), (int)BT, C, 3 * C);
+    dt_layernorm_backward(dres, GL(l, LN1W), GL(l, LN1B), dln, res_in_l, PL(l, LN1W), ACT(A_LN1_MEAN) + k * BT,
+                          ACT(A_LN1_RSTD) + k * BT, (int)BT, C);
+    AFTER_BWD(l + 1);
+}
+
+dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale) {
+    int L = m->cfg.num_layers, a = m->run_a, b = m->run_b;
+    if (!m->acts || !m->have_targets) return dt_error(DT_ERR_ARG, "backward: needs a forward (with targets, if it ran the head) first");
+    if (b < L + 2 && !dout) return dt_error(DT_ERR_ARG, "backward: units [%d, %d) end before the head: d(output) is needed", a, b);
+    m->have_targets = false; /* the logits are about to become their gradient */
+    size_t BTC = (size_t)m->B * m->T * (size_t)m->cfg.channels;
+    if (b == L + 2) head_backward(m, grad_scale);
+    else memcpy(ACT(A_DRES), dout, BTC * sizeof(float));
+    int last = b - 1 < L ? b - 1 : L;
+    for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) layer_backward(m, l);
+    if (a > 0) return DT_OK; /* A_DRES: d(the range's input), for dt_gpt2_input_grad */
+    BEFORE_BWD(0);
+    dt_embedding_backward(m->defer_wte_rows ? NULL : G(WTE), G(WPE), ACT(A_DRES), m->inputs, m->B, m->T, m->cfg.channels);
+    AFTER_BWD(0);
+    return DT_OK;
+}
+
+dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) { return dt_gpt2_backward_units(m, NULL, grad_scale); }

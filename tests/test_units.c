@@ -1,0 +1,140 @@
+/* GPT-2 in ranges of units, as pipeline stages will run it: three models
+ * holding units [0,2), [2,3) and [3,5) of a 3-block GPT-2, initialised from
+ * the same seed, chained forward (activations out of one, into the next)
+ * and backward (d output in, d input out), give the whole model's loss and
+ * logits and every gradient bit for bit; wte, whose head part lives in the
+ * last stage's copy and whose embedding rows in the first stage's, sums to
+ * the whole model's within float rounding. The hooks before each unit's
+ * forward and backward and after its backward come in order. */
+#include "dtrain/io.h"
+#include "dtrain/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+#define EXPECT(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL: "); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+static char events[256];
+static size_t nev;
+static void note(char kind, int unit) {
+    if (nev + 3 < sizeof events) nev += (size_t)snprintf(events + nev, sizeof events - nev, "%c%d ", kind, unit);
+}
+static void before_fwd(int u, void *ctx) { (void)ctx; note('F', u); }
+static void before_bwd(int u, void *ctx) { (void)ctx; note('B', u); }
+static void after_bwd(int u, void *ctx) { (void)ctx; note('A', u); }
+
+/* The tensor called name in model m: its parameters or gradients. */
+static const float *find(dt_gpt2 *m, const char *name, int grads, size_t *count) {
+    dt_model v;
+    dt_gpt2_model(m, &v);
+    const dt_tensor_info *t = dt_model_find(&v, name);
+    if (!t) return NULL;
+    *count = t->count;
+    return (grads ? dt_gpt2_grads(m) : dt_gpt2_params(m)) + t->offset;
+}
+
+int main(void) {
+    const dt_gpt2_config cfg = { 16, 64, 64, 3, 4, 32 };
+    enum { B = 2, T = 16, S = 3 };
+    const int cut[S + 1] = { 0, 2, 3, 5 };
+    dt_gpt2 *whole = NULL, *st[S] = { NULL };
+    if (dt_gpt2_create(&cfg, &whole)) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+    for (int s = 0; s < S; s++)
+        if (dt_gpt2_create_units(&cfg, cut[s], cut[s + 1], &st[s])) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+    dt_gpt2_init_random(whole, 7);
+    for (int s = 0; s < S; s++) dt_gpt2_init_random(st[s], 7);
+
+    /* the stages hold exactly their units' tensors, with the whole model's values */
+    int nw, held = 0, same = 1;
+    const dt_tensor_info *tw = dt_gpt2_tensors(whole, &nw);
+    for (int s = 0; s < S; s++) {
+        int n;
+        const dt_tensor_info *t = dt_gpt2_tensors(st[s], &n);
+        held += n;
+        for (int i = 0; i < n; i++) {
+            size_t cw = 0;
+            const float *pw = find(whole, t[i].name, 0, &cw);
+            same &= pw && cw == t[i].count && !memcmp(pw, dt_gpt2_params(st[s]) + t[i].offset, cw * sizeof(float));
+        }
+    }
+    EXPECT(held == nw + 1 && same, "the stages hold %d tensors (the whole model %d, plus wte's copy), values %s", held, nw,
+           same ? "equal" : "differ");
+    EXPECT(dt_gpt2_num_params(st[1]) == 12 * 32 * 32 + 13 * 32, /* 12 C^2 + 13 C */
+           "the middle stage holds one block's parameters, not %zu", dt_gpt2_num_params(st[1]));
+
+    int32_t in[B * T], tg[B * T];
+    uint64_t r = 3;
+    for (int i = 0; i < B * T; i++) { in[i] = (int32_t)(dt_rng_next(&r) % 64); tg[i] = (int32_t)(dt_rng_next(&r) % 64); }
+    float lw = 0, ls = 0;
+    dt_gpt2_set_unit_hooks(whole, before_fwd, before_bwd, NULL);
+    dt_gpt2_set_grad_hook(whole, after_bwd, NULL);
+    size_t nl = (size_t)B * T * 64;
+    float *logits = malloc(nl * sizeof(float));
+    if (dt_gpt2_forward(whole, in, tg, B, T, &lw)) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+    memcpy(logits, dt_gpt2_logits(whole), nl * sizeof(float)); /* backward turns them into their gradient */
+    if (dt_gpt2_backward(whole, 1.0f)) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+    EXPECT(!strcmp(events, "F0 F1 F2 F3 F4 B4 A4 B3 A3 B2 A2 B1 A1 B0 A0 "), "hooks in the wrong order: %s", events);
+
+    /* the pipeline: forward stage by stage, backward in reverse */
+    const float *x = NULL;
+    for (int s = 0; s < S; s++) {
+        if (dt_gpt2_forward_units(st[s], cut[s], cut[s + 1], in, x, tg, B, T, &ls)) { printf("FAIL: stage %d: %s\n", s, dt_last_error()); return 1; }
+        x = dt_gpt2_output(st[s]);
+    }
+    EXPECT(ls == lw && !memcmp(dt_gpt2_logits(st[S - 1]), logits, nl * sizeof(float)),
+           "stages' loss %.9g vs the whole model's %.9g", ls, lw);
+    const float *dout = NULL;
+    for (int s = S - 1; s >= 0; s--) {
+        if (dt_gpt2_backward_units(st[s], dout, 1.0f)) { printf("FAIL: stage %d backward: %s\n", s, dt_last_error()); return 1; }
+        dout = dt_gpt2_input_grad(st[s], NULL, NULL);
+    }
+    int exact = 1;
+    double wte_rel = 0;
+    for (int i = 0; i < nw; i++) {
+        size_t cw = 0, c0 = 0, c2 = 0;
+        const float *gw = find(whole, tw[i].name, 1, &cw);
+        if (!strcmp(tw[i].name, "wte")) {
+            const float *g0 = find(st[0], "wte", 1, &c0), *g2 = find(st[2], "wte", 1, &c2);
+            double dmax = 0, rmax = 0;
+            for (size_t j = 0; j < cw; j++) {
+                dmax = fmax(dmax, fabs((double)g0[j] + g2[j] - gw[j]));
+                rmax = fmax(rmax, fabs(gw[j]));
+            }
+            wte_rel = dmax / rmax;
+            continue;
+        }
+        for (int s = 0; s < S; s++) {
+            size_t c = 0;
+            const float *g = find(st[s], tw[i].name, 1, &c);
+            if (g) exact &= c == cw && !memcmp(g, gw, cw * sizeof(float));
+        }
+    }
+    EXPECT(exact, "a stage's gradient differs from the whole model's");
+    EXPECT(wte_rel < 1e-6, "wte: first stage's rows + last stage's head part differ from the whole model's by %.3g", wte_rel);
+    printf("3 stages: loss %.7f (whole model %.7f); gradients bit for bit: %s; wte's two parts sum to it within %.2g\n", ls, lw,
+           exact ? "yes" : "no", wte_rel);
+
+    /* one model in two ranges, the second taking the first's output in place */
+    float l2 = 0;
+    if (dt_gpt2_forward_units(whole, 0, 2, in, NULL, NULL, B, T, NULL) ||
+        dt_gpt2_forward_units(whole, 2, 5, NULL, dt_gpt2_output(whole), tg, B, T, &l2))
+        EXPECT(0, "ranges of one model: %s", dt_last_error());
+    else EXPECT(l2 == lw, "ranges of one model: loss %.9g, whole %.9g", l2, lw);
+
+    /* a stage is not a whole model */
+    EXPECT(dt_gpt2_forward(st[1], in, tg, B, T, &ls) != DT_OK && strstr(dt_last_error(), "units [2, 3)"),
+           "forward on a stage: %s", dt_last_error());
+    EXPECT(dt_llmc_save("/tmp/dtrain-stage.bin", st[1]) != DT_OK && strstr(dt_last_error(), "not the whole model"),
+           "saving a stage as an llm.c file: %s", dt_last_error());
+    EXPECT(dt_gpt2_forward_units(st[1], 2, 3, in, NULL, NULL, B, T, NULL) != DT_OK && strstr(dt_last_error(), "input activations"),
+           "a middle range without its input: %s", dt_last_error());
+    EXPECT(dt_gpt2_create_units(&cfg, 3, 3, &st[0]) != DT_OK, "an empty range of units was accepted");
+    printf("units: %d passed, %d failed\n", passed, failed);
+    free(logits);
+    dt_gpt2_destroy(whole);
+    for (int s = 0; s < S; s++) dt_gpt2_destroy(st[s]);
+    return failed ? 1 : 0;
+}
