@@ -47,7 +47,7 @@ test-blis: deps
 # the corpus grows in build-fuzz/corpus/, crashes land in build-fuzz/crashes/.
 FUZZ_SECONDS ?= 120
 FUZZ_RUNS ?= -1
-FUZZ_HARNESSES ?= llmc tokens safetensors idx bpe config metrics
+FUZZ_HARNESSES ?= llmc tokens safetensors idx bpe config metrics ckpt
 fuzz: deps
 	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=fuzz -DDT_WITH_MPI=OFF
 	cmake --build build-fuzz -j$(JOBS)

@@ -76,3 +76,29 @@ put("config", "cosine.json", json.dumps({
 
 put("metrics", "run.jsonl", b'{"step":1,"loss":5.5,"lr":0.001}\n{"step":2,"loss":null,"grad_norm":null}\n'
     b'{"step":3,"loss":4.25,"val_loss":4.5}\n')
+
+# a checkpoint manifest of tests/fuzz/fuzz_ckpt.c's model (T 4, V 16, L 1, NH 2, C 8, AdamW), whose
+# parameter and optimizer files hold zeros: the hashes are those of zeros, so a seed passes every check
+def fnv_zeros(words):
+    h = 1469598103934665603
+    for _ in range(words):
+        h = (h * 1099511628211) % (1 << 64)
+    return "%016x" % h
+
+T, V, L, NH, C = 4, 16, 1, 2, 8
+n = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+tensors = [{"name": "wte", "hf": "wte.weight", "unit": 0, "offset": 0, "shape": [V, C]}]
+put("ckpt", "manifest.json", json.dumps({
+    "format": "dtrain-checkpoint", "version": 1, "step": 1,
+    "model": {"kind": "gpt2", "max_seq_len": T, "vocab_size": V, "padded_vocab_size": V, "num_layers": L,
+              "num_heads": NH, "channels": C, "parameters": n},
+    "optimizer": {"kind": "adamw", "steps": 1, "buffers": 2, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+                  "weight_decay": 0, "momentum": 0, "nesterov": False},
+    "schedule": {"kind": "constant", "lr": 0.0003, "lr_min": 0, "warmup": 0, "total": 10},
+    "settings": {"steps": 10, "batch": 4, "seq": 64, "grad_accum": 1, "ranks": 1, "strategy": "single",
+                 "grad_clip": 0, "seed": 1337},
+    "data": {"path": "train.bin", "tokens": 1000, "tokens_per_batch": 256, "epoch": 0, "next_batch": 1},
+    "rng": {"shuffle_seed": "0", "shuffle_epoch": 0},
+    "files": {"params.f32": {"bytes": 4 * n, "fnv1a64": fnv_zeros(n)},
+              "optim.f32": {"bytes": 8 * n, "fnv1a64": fnv_zeros(2 * n)}},
+    "tensors": tensors}, indent=1).encode())

@@ -223,7 +223,9 @@ static dt_status check_mesh(const dt_train_config *c, int nranks) {
 typedef struct {
     dt_train_config c;        /* this rank's copy (only rank 0 prints, saves, writes metrics) */
     dt_comm *w;
+    dt_mesh *mesh;            /* the world as DP x TP x PP (several ranks) */
     int rank, nranks;
+    int dp_rank, dp_size;     /* this rank's place among the data-parallel ranks: which slice of each batch it reads */
     bool tty;
     dt_gpt2 *m;
     dt_tokens *train, *val;
@@ -259,11 +261,11 @@ static dt_status open_data(run *r) {
     if (!st && r->rank == 0 && mc->vocab_size > 256 && dt_tokens_max(r->train) < 256)
         dt_log(DT_LOG_WARN, "%s: every token is below 256 (byte-level data?) but the model's vocabulary is %d: "
                "--vocab 256 makes a smaller, faster model whose samples print as text", c->data, mc->vocab_size);
-    if (!st) st = dt_loader_create(r->train, c->batch, c->seq, r->rank, r->nranks, c->shuffle_seed, &r->tl);
+    if (!st) st = dt_loader_create(r->train, c->batch, c->seq, r->dp_rank, r->dp_size, c->shuffle_seed, &r->tl);
     if (!st && c->val_data) {
         st = dt_tokens_open(c->val_data, &r->val);
         if (!st) st = dt_tokens_check_vocab(r->val, mc->vocab_size);
-        if (!st) st = dt_loader_create(r->val, c->batch, c->seq, r->rank, r->nranks, 0, &r->vl);
+        if (!st) st = dt_loader_create(r->val, c->batch, c->seq, r->dp_rank, r->dp_size, 0, &r->vl);
     }
     if (r->w && !st) {
         job_shape js;
@@ -281,7 +283,7 @@ static dt_status open_data(run *r) {
 /* The engine over the model, and where a resumed run goes on from. */
 static dt_status make_engine(run *r) {
     const dt_train_config *c = &r->c;
-    dt_engine_config ec = { .comm = r->nranks > 1 ? r->w : NULL, .strategy = c->strategy, .opt = c->opt,
+    dt_engine_config ec = { .comm = r->mesh ? dt_mesh_comm(r->mesh, DT_MESH_DP) : NULL, .strategy = c->strategy, .opt = c->opt,
                             .grad_clip = c->grad_clip, .skip_nonfinite = c->skip_nonfinite, .step_at_end = c->step_at_end,
                             .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0) };
     dt_gpt2_model(r->m, &ec.model);
@@ -296,12 +298,20 @@ static dt_status make_engine(run *r) {
         dt_log(DT_LOG_WARN, "--resume %s: saved reading %zu training tokens, --data has %zu", c->resume, pos.data_tokens,
                dt_tokens_count(r->train));
     r->first_step = pos.step;
-    return dt_checkpoint_seek(&pos, r->tl, (size_t)c->batch * c->seq * r->nranks, c->shuffle_seed != 0);
+    return dt_checkpoint_seek(&pos, r->tl, (size_t)c->batch * c->seq * r->dp_size, c->shuffle_seed != 0);
 }
 
 static dt_status setup(run *r) {
     dt_train_config *c = &r->c;
-    dt_status st = build_model(c, &r->m);
+    dt_status st = DT_OK;
+    if (r->nranks > 1) {
+        /* check_mesh has vetted the layout; dp 0 means the ranks tp x pp leave */
+        int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1;
+        st = dt_mesh_create(r->w, c->dp ? c->dp : r->nranks / (tp * pp), tp, pp, &r->mesh);
+    }
+    r->dp_rank = r->mesh ? dt_mesh_coord(r->mesh, DT_MESH_DP) : 0;
+    r->dp_size = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_DP) : 1;
+    if (!st) st = build_model(c, &r->m);
     if (!st) st = open_data(r);
     if (!st) st = make_engine(r);
     if (!st && c->metrics && !(r->metrics = fopen(c->metrics, r->first_step ? "a" : "w")))
@@ -330,7 +340,7 @@ static dt_status save(run *r, int steps_done) {
     dt_watchdog_hold(r->wd, 1);
     dt_status st;
     if (dt_checkpoint_is_dir(path)) {
-        dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->nranks, dt_tokens_count(r->train) };
+        dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->dp_size, dt_tokens_count(r->train) };
         dt_loader_position(r->tl, &pos.epoch, &pos.next);
         st = dt_checkpoint_save(path, &r->c, r->nranks, r->m, r->e, &pos);
     } else {
@@ -443,6 +453,7 @@ static void teardown(run *r) {
     dt_watchdog_stop(r->wd);
     if (r->metrics) fclose(r->metrics);
     dt_engine_destroy(r->e);
+    dt_mesh_destroy(r->mesh);
     dt_loader_destroy(r->tl);
     dt_loader_destroy(r->vl);
     dt_tokens_close(r->train);
