@@ -241,6 +241,14 @@ static dt_status number(const cJSON *j, const char *section, const char *key, co
     return DT_OK;
 }
 
+/* A count: a whole number from 0 to max (a damaged manifest must not overflow a conversion). */
+static dt_status count(const cJSON *j, const char *section, const char *key, const char *path, double max, double *v) {
+    dt_status st = number(j, section, key, path, v);
+    if (!st && !(*v >= 0 && *v <= max && *v == (double)(uint64_t)*v))
+        st = dt_error(DT_ERR_IO, "%s: %s.%s is %g, not a whole number from 0 to %g", path, section ? section : "", key, *v, max);
+    return st;
+}
+
 static const char *string(const cJSON *j, const char *section, const char *key) {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, section);
     const cJSON *x = cJSON_IsObject(s) ? cJSON_GetObjectItemCaseSensitive(s, key) : NULL;
@@ -306,15 +314,14 @@ static dt_status read_floats(const char *dir, const cJSON *j, const char *file, 
 static void warn_changes(const cJSON *j, const char *path, const dt_train_config *c, int nranks) {
     static const char *const keys[4] = { "batch", "seq", "grad_accum", "ranks" };
     const int mine[4] = { c->batch, c->seq, c->grad_accum, nranks };
-    double v = 0;
-    int global_then = 1;
+    double v = 0, global_then = 1;
     for (int i = 0; i < 4; i++) {
         if (number(j, "settings", keys[i], path, &v)) continue;
-        if (i != 1) global_then *= (int)v;
+        if (i != 1) global_then *= v;
         if (i == 1 && v != mine[1]) dt_log(DT_LOG_WARN, "%s: saved with --seq %g, resumed with %d", path, v, mine[1]);
     }
-    if (global_then != c->batch * c->grad_accum * nranks)
-        dt_log(DT_LOG_WARN, "%s: the global batch was %d sequences, now %d: the run is not the one that was saved", path,
+    if (global_then != (double)c->batch * c->grad_accum * nranks)
+        dt_log(DT_LOG_WARN, "%s: the global batch was %g sequences, now %d: the run is not the one that was saved", path,
                global_then, c->batch * c->grad_accum * nranks);
     if (!number(j, "schedule", "lr", path, &v) && (float)v != c->sched.lr)
         dt_log(DT_LOG_WARN, "%s: saved with --lr %g, resumed with %g", path, v, c->sched.lr);
@@ -349,11 +356,11 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
     double step = 0, osteps = 0, v[4] = { 0 };
     size_t n = dt_gpt2_num_params(g);
     st = check_shape(j, mpath, c, dt_gpt2_get_config(g), o);
-    if (!st) st = number(j, NULL, "step", mpath, &step);
-    if (!st) st = number(j, "optimizer", "steps", mpath, &osteps);
+    if (!st) st = count(j, NULL, "step", mpath, 1e9, &step);
+    if (!st) st = count(j, "optimizer", "steps", mpath, 1e12, &osteps);
     static const char *const dk[4] = { "tokens", "tokens_per_batch", "epoch", "next_batch" };
-    for (int i = 0; i < 4 && !st; i++) st = number(j, "data", dk[i], mpath, &v[i]);
-    if (!st && !(step >= 0 && step <= 1e9)) st = dt_error(DT_ERR_IO, "%s: step %g is not a step count", mpath, step);
+    for (int i = 0; i < 4 && !st; i++) st = count(j, "data", dk[i], mpath, 1e15, &v[i]);
+    if (!st && v[1] < 1) st = dt_error(DT_ERR_IO, "%s: data.tokens_per_batch is 0", mpath);
     float *pbuf[1] = { dt_gpt2_params(g) }, *obuf[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
     if (!st) st = read_floats(sub, j, "params.f32", pbuf, 1, n);
     if (!st) st = read_floats(sub, j, "optim.f32", obuf, obuf[1] ? 2 : 1, n);
@@ -396,8 +403,9 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
  * in file order within the first pass converts exactly. */
 dt_status dt_checkpoint_seek(const dt_checkpoint_position *pos, dt_loader *l, size_t tokens_per_batch, int shuffled) {
     if (pos->tokens_per_batch == tokens_per_batch) return dt_loader_seek(l, pos->epoch, pos->next);
-    size_t tokens = pos->next * pos->tokens_per_batch;
-    if (shuffled || pos->epoch != 0 || tokens % tokens_per_batch)
+    size_t tokens = 0;
+    bool over = __builtin_mul_overflow(pos->next, pos->tokens_per_batch, &tokens);
+    if (over || shuffled || pos->epoch != 0 || tokens % tokens_per_batch)
         return dt_error(DT_ERR_ARG, "--resume: the checkpoint read %zu tokens per global batch, this run reads %zu; its place in "
                         "the data (epoch %llu, batch %zu%s) has no equivalent here (keep ranks x --batch x --seq as saved)",
                         pos->tokens_per_batch, tokens_per_batch, (unsigned long long)pos->epoch, pos->next,
