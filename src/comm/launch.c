@@ -98,7 +98,9 @@ int dt_comm_launch(int n, char *const argv[]) {
     bool forwarded = false;
     while (alive > 0) {
         int st;
-        pid_t pid = waitpid(-1, &st, deadline > 0 || got_signal ? WNOHANG : 0);
+        /* never blocking: a signal that lands between the check below and a
+         * blocking waitpid would not interrupt it and would never be passed on */
+        pid_t pid = waitpid(-1, &st, WNOHANG);
         if (pid < 0 && errno == EINTR) pid = 0;
         if (pid < 0) break;
         if (signals > handled && handled == 0) {
@@ -142,7 +144,7 @@ int dt_comm_launch(int n, char *const argv[]) {
             if (group) kill(-group, SIGKILL); /* and what the ranks started */
             deadline = dt_time_now() + 10; /* reap what is left */
         }
-        if (deadline > 0 || got_signal) usleep(2000);
+        usleep(deadline > 0 || got_signal ? 2000 : 5000);
     }
     /* a failed job leaves nothing behind: processes the ranks started die with it */
     if (code && group) kill(-group, SIGKILL);

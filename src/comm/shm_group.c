@@ -245,6 +245,10 @@ dt_status dt_group_check_peers(dt_comm *c, int waiting_for) {
         int p = c->proc_of[j];
         seg_proc *pr = &c->seg->hdr->proc[p];
         int wr = atomic_load(&pr->world_rank);
+        /* A peer that has left (and maybe exited) after doing its part of the
+         * last collective is no error while we wait for another: if this
+         * collective still needs it, the wait for it says so. */
+        if (atomic_load(&pr->state) == PROC_FINALIZED && j != waiting_for) continue;
         if (dt_segment_proc_dead(c->seg, p)) {
             /* The launcher knows how it died (signal, exit status): give it a
              * moment to say so before saying less ourselves. */
