@@ -180,9 +180,9 @@ static int default_threads(dt_comm *w) {
 /* Progress: one line per step where stdout is not a terminal of our own
  * (a file, a pipe, or mpirun's pty, whose \r-joined lines would make one
  * huge log line); on a terminal one line redrawn in place, fitted to its width. */
-static void progress(bool tty, int step, int steps, float loss, float lr, double norm, double ms, double tps, double elapsed,
-                     float val) {
-    int eta = (int)(elapsed / (step + 1) * (steps - step - 1));
+static void progress(bool tty, int first, int step, int steps, float loss, float lr, double norm, double ms, double tps,
+                     double elapsed, float val) {
+    int eta = (int)(elapsed / (step + 1 - first) * (steps - step - 1)); /* from this process's pace (a resumed run started at first) */
     char line[256];
     int n = snprintf(line, sizeof line, "step %d/%d loss %.4f lr %.2e norm %.3f %.0f ms %.0f tok/s ETA %dm%02ds", step + 1, steps,
                      loss, lr, norm, ms, tps, eta / 60, eta % 60);
@@ -393,7 +393,7 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
         dt_log(DT_LOG_ERROR, "%s", dt_last_error());
         return 1;
     }
-    if (!c->quiet) progress(r->tty, step, c->steps, s->loss, lr, s->norm, ms, tps, dt_time_now() - t_start, eval ? val : NAN);
+    if (!c->quiet) progress(r->tty, r->first_step, step, c->steps, s->loss, lr, s->norm, ms, tps, dt_time_now() - t_start, eval ? val : NAN);
     return 0;
 }
 
