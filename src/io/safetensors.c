@@ -159,21 +159,21 @@ static int heads_from(st_file *f, const char *path) {
     return r;
 }
 
-/* Per-layer shape of each tensor as [rows, cols] (cols 0: a vector); wte
- * has V rows in the file (HF keeps no padding). */
-static void tensor_dims(const dt_gpt2_config *c, int dims[DT_GPT2_NTENSORS][2]) {
-    int C = c->channels;
-    const int d[DT_GPT2_NTENSORS][2] = { { c->vocab_size, C }, { c->max_seq_len, C }, { C, 0 }, { C, 0 }, { 3 * C, C },
-                                         { 3 * C, 0 }, { C, C }, { C, 0 }, { C, 0 }, { C, 0 }, { 4 * C, C }, { 4 * C, 0 },
-                                         { C, 4 * C }, { C, 0 }, { C, 0 }, { C, 0 } };
-    memcpy(dims, d, sizeof d);
+/* Each tensor's shape as the file has it: the table's [rows, cols] (cols 0:
+ * a vector), but wte with V rows (HF keeps no padding). */
+static void tensor_dims(const dt_gpt2 *m, int dims[DT_GPT2_NTENSORS][2]) {
+    for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
+        const dt_tensor_info *t = dt_gpt2_llmc_tensor(m, i, 0);
+        dims[i][0] = i == 0 ? dt_gpt2_get_config(m)->vocab_size : t->shape[0];
+        dims[i][1] = t->shape[1];
+    }
 }
 
 static dt_status load_all(st_file *f, dt_gpt2 *m) {
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
     int L = c->num_layers;
     int dims[DT_GPT2_NTENSORS][2];
-    tensor_dims(c, dims);
+    tensor_dims(m, dims);
     float *p = dt_gpt2_params(m);
     memset(p, 0, dt_gpt2_num_params(m) * sizeof(float)); /* padded vocabulary rows */
     for (int i = 0; i < DT_GPT2_NTENSORS; i++)
@@ -256,7 +256,7 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     cJSON_AddStringToObject(md, "format", "pt");
     cJSON_AddStringToObject(md, "n_head", nh);
     int dims[DT_GPT2_NTENSORS][2];
-    tensor_dims(c, dims);
+    tensor_dims(m, dims);
     /* first pass: names, shapes, offsets */
     for (int i = 0; i < DT_GPT2_NTENSORS; i++)
         for (int l = 0; l < (hf_kind[i].per_layer ? L : 1); l++) {
