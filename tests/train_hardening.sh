@@ -73,7 +73,7 @@ stopped_rank_test() {
     shift
     "$@" > "$dir/out" 2> "$dir/err" &
     local job=$!
-    for ((i = 0; i < 600; i++)); do grep -q "^step 5/" "$dir/out" && break; sleep 0.05; done
+    for ((i = 0; i < 1200; i++)); do grep -q "^step 5/" "$dir/out" && break; sleep 0.05; done # up to 60 s: slow under TSan + mpirun
     local victim=""
     for p in $(pgrep -f "train.*--steps 999999"); do
         grep -qzE '^(DTRAIN_RANK|OMPI_COMM_WORLD_RANK)=1$' /proc/$p/environ 2>/dev/null && victim=$p
@@ -121,7 +121,7 @@ if [ -n "$MPIRUN" ]; then
     env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "$MPIRUN" -np 2 \
         "$DTRAIN" train "${model[@]}" --steps 999999 > "$dir/out" 2> "$dir/err" &
     job=$!
-    for ((i = 0; i < 600; i++)); do grep -q "^step 5/" "$dir/out" && break; sleep 0.05; done
+    for ((i = 0; i < 1200; i++)); do grep -q "^step 5/" "$dir/out" && break; sleep 0.05; done # up to 60 s: slow under TSan + mpirun
     victim=""
     for p in $(pgrep -f "train.*--steps 999999"); do
         grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p
