@@ -325,6 +325,10 @@ static void warn_changes(const cJSON *j, const char *path, const dt_train_config
                global_then, c->batch * c->grad_accum * nranks);
     if (!number(j, "schedule", "lr", path, &v) && (float)v != c->sched.lr)
         dt_log(DT_LOG_WARN, "%s: saved with --lr %g, resumed with %g", path, v, c->sched.lr);
+    int total = c->sched.total ? c->sched.total : c->steps;
+    if (c->sched.kind != DT_SCHED_CONSTANT && !number(j, "schedule", "total", path, &v) && v != total)
+        dt_log(DT_LOG_WARN, "%s: the %s schedule ran over %g steps, now over %d: the learning rate from here differs", path,
+               dt_schedule_name(c->sched.kind), v, total);
     const char *seed = string(j, "rng", "shuffle_seed");
     char mine_seed[32];
     snprintf(mine_seed, sizeof mine_seed, "%llu", (unsigned long long)c->shuffle_seed);
