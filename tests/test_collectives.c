@@ -311,13 +311,14 @@ static void nonblocking(void) {
     }
 }
 
-/* Uneven shards (rank r holds 2r+1 elements, one rank none when p > 2):
+/* Uneven shards (rank 0 holds 9000 elements, rank r > 0 (2r+1) x 1000, rank 1 none when p > 2):
  * allgatherv and reduce_scatterv against the sequential result. */
 static void per_rank_counts(void) {
     int p = dt_comm_size(world), r = dt_comm_rank(world);
     size_t counts[16], total = 0, at = 0;
     for (int q = 0; q < p; q++) {
-        counts[q] = q == 1 && p > 2 ? 0 : (size_t)(2 * q + 1) * 1000;
+        /* the largest block first, so that a block placed at r * max instead of after its predecessors shows */
+        counts[q] = q == 1 && p > 2 ? 0 : q == 0 ? 9000 : (size_t)(2 * q + 1) * 1000;
         total += counts[q];
     }
     for (int q = 0; q < r; q++) at += counts[q];
