@@ -107,6 +107,8 @@ float *dt_gpt2_grads(dt_gpt2 *m);
  * attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb (units 1..L);
  * lnfw, lnfb (unit L+1). The LM head is wte (tied). */
 const dt_tensor_info *dt_gpt2_tensors(const dt_gpt2 *m, int *n);
+/* How many layers llm.c's tensor i has: L for the per-block ones, else 1. */
+int dt_gpt2_llmc_layers(const dt_gpt2 *m, int i);
 /* The entry for llm.c's tensor i (0..15), layer l (0 when not per layer). */
 const dt_tensor_info *dt_gpt2_llmc_tensor(const dt_gpt2 *m, int i, int l);
 void dt_gpt2_model(dt_gpt2 *m, dt_model *out);

@@ -68,7 +68,7 @@ dt_status dt_llmc_load_into(const char *path, dt_gpt2 *m) {
     if (!st && es == 2 && !(b = malloc(n * 2))) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
     /* file order: tensor i, then layer l */
     for (int i = 0; !st && i < DT_GPT2_NTENSORS; i++)
-        for (int l = 0; !st && l < (i >= 2 && i < 14 ? cfg.num_layers : 1); l++) {
+        for (int l = 0; !st && l < dt_gpt2_llmc_layers(m, i); l++) {
             const dt_tensor_info *t = dt_gpt2_llmc_tensor(m, i, l);
             if ((es == 4 ? fread(p + t->offset, 4, t->count, f) : fread(b + t->offset, 2, t->count, f)) != t->count)
                 st = dt_error(DT_ERR_IO, "%s: truncated parameters (in %s)", path, t->name);
@@ -108,7 +108,7 @@ dt_status dt_llmc_save(const char *path, dt_gpt2 *m) {
     sizes[0] = sizeof h;
     int k = 1;
     for (int i = 0; i < DT_GPT2_NTENSORS; i++)
-        for (int l = 0; l < (i >= 2 && i < 14 ? c->num_layers : 1); l++) {
+        for (int l = 0; l < dt_gpt2_llmc_layers(m, i); l++) {
             const dt_tensor_info *t = dt_gpt2_llmc_tensor(m, i, l);
             parts[k] = dt_gpt2_params(m) + t->offset;
             sizes[k++] = t->count * sizeof(float);

@@ -11,12 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* llm.c's tensor i: per layer or not, and whether HF stores it transposed
- * (its Conv1D keeps weights as (in, out)); names come from the tensor table. */
-static const struct { int per_layer, transposed; } hf_kind[DT_GPT2_NTENSORS] = {
-    { 0, 0 }, { 0, 0 }, { 1, 0 }, { 1, 0 }, { 1, 1 }, { 1, 0 }, { 1, 1 }, { 1, 0 },
-    { 1, 0 }, { 1, 0 }, { 1, 1 }, { 1, 0 }, { 1, 1 }, { 1, 0 }, { 0, 0 }, { 0, 0 },
-};
+/* Whether HF stores llm.c's tensor i transposed (its Conv1D keeps weights
+ * as (in, out)); names, shapes and layers come from the tensor table. */
+static const int hf_transposed[DT_GPT2_NTENSORS] = { 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0 };
 
 typedef struct {
     char *buf;          /* the whole file */
@@ -170,16 +167,14 @@ static void tensor_dims(const dt_gpt2 *m, int dims[DT_GPT2_NTENSORS][2]) {
 }
 
 static dt_status load_all(st_file *f, dt_gpt2 *m) {
-    const dt_gpt2_config *c = dt_gpt2_get_config(m);
-    int L = c->num_layers;
     int dims[DT_GPT2_NTENSORS][2];
     tensor_dims(m, dims);
     float *p = dt_gpt2_params(m);
     memset(p, 0, dt_gpt2_num_params(m) * sizeof(float)); /* padded vocabulary rows */
     for (int i = 0; i < DT_GPT2_NTENSORS; i++)
-        for (int l = 0; l < (hf_kind[i].per_layer ? L : 1); l++) {
+        for (int l = 0; l < dt_gpt2_llmc_layers(m, i); l++) {
             const dt_tensor_info *t = dt_gpt2_llmc_tensor(m, i, l);
-            dt_status st = st_read(f, t->hf, dims[i][0], dims[i][1], hf_kind[i].transposed, p + t->offset);
+            dt_status st = st_read(f, t->hf, dims[i][0], dims[i][1], hf_transposed[i], p + t->offset);
             if (st) return st;
         }
     return DT_OK;
@@ -247,7 +242,6 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
         return dt_error(DT_ERR_ARG, "%s: safetensors can be written as f32, bf16 or f16, not %s", path, dt_dtype_name(dtype));
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
-    int L = c->num_layers;
     size_t es = dt_dtype_size(dtype), total = 0;
     const char *dn = dtype == DT_F32 ? "F32" : dtype == DT_BF16 ? "BF16" : "F16";
     cJSON *hdr = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(hdr, "__metadata__");
@@ -259,13 +253,13 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     tensor_dims(m, dims);
     /* first pass: names, shapes, offsets */
     for (int i = 0; i < DT_GPT2_NTENSORS; i++)
-        for (int l = 0; l < (hf_kind[i].per_layer ? L : 1); l++) {
+        for (int l = 0; l < dt_gpt2_llmc_layers(m, i); l++) {
             const char *name = dt_gpt2_llmc_tensor(m, i, l)->hf;
             int d0 = dims[i][0], d1 = dims[i][1];
             size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
             cJSON *t = cJSON_AddObjectToObject(hdr, name);
             cJSON_AddStringToObject(t, "dtype", dn);
-            int shape[2] = { hf_kind[i].transposed ? d1 : d0, hf_kind[i].transposed ? d0 : d1 };
+            int shape[2] = { hf_transposed[i] ? d1 : d0, hf_transposed[i] ? d0 : d1 };
             cJSON_AddItemToObject(t, "shape", cJSON_CreateIntArray(shape, d1 ? 2 : 1));
             double offs[2] = { (double)total, (double)(total + n * es) };
             cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
@@ -285,8 +279,8 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     size_t pos = 0;
     const float *p = dt_gpt2_params(m);
     for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
-        int tr = hf_kind[i].transposed;
-        for (int l = 0; l < (hf_kind[i].per_layer ? L : 1); l++) {
+        int tr = hf_transposed[i];
+        for (int l = 0; l < dt_gpt2_llmc_layers(m, i); l++) {
             int d0 = dims[i][0], d1 = dims[i][1] ? dims[i][1] : 1;
             const float *src = p + dt_gpt2_llmc_tensor(m, i, l)->offset;
             for (int r = 0; r < (tr ? d1 : d0); r++)

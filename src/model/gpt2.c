@@ -186,7 +186,7 @@ void dt_gpt2_init_random(dt_gpt2 *m, uint64_t seed) {
         int shape[2];
         tensor_shape(&m->cfg, i, shape);
         size_t count = (size_t)shape[0] * (size_t)(shape[1] ? shape[1] : 1);
-        for (int l = 0; l < (i >= LN1W && i <= FCPROJB ? m->cfg.num_layers : 1); l++) {
+        for (int l = 0; l < dt_gpt2_llmc_layers(m, i); l++) {
             const dt_tensor_info *t = dt_gpt2_llmc_tensor(m, i, l);
             float *p = t ? m->params + t->offset : NULL;
             for (size_t j = 0; j < count; j++) {
@@ -223,6 +223,8 @@ const dt_tensor_info *dt_gpt2_tensors(const dt_gpt2 *m, int *n) {
     if (n) *n = m->ntab;
     return m->tab;
 }
+
+int dt_gpt2_llmc_layers(const dt_gpt2 *m, int i) { return i >= LN1W && i <= FCPROJB ? m->cfg.num_layers : 1; }
 
 const dt_tensor_info *dt_gpt2_llmc_tensor(const dt_gpt2 *m, int i, int l) {
     if (i == WTE) return m->i_wte >= 0 ? &m->tab[m->i_wte] : NULL;

@@ -98,8 +98,8 @@ static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
     const dt_engine_config *c = &e->cfg;
     float *p = c->model.params(c->model.self) + e->off, *g = c->model.grads(c->model.self) + e->off;
     dt_status st = DT_OK;
-    if (c->skip_nonfinite || (e->s->reduce_sumsq && c->grad_clip > 0)) {
-        /* the norm first: it may stop the update */
+    if (c->skip_nonfinite || e->s->reduce_sumsq) {
+        /* the global norm first: it may stop the update, and a sharded slice's own pass could not give it */
         if ((st = global_norm(e, g, &r->norm))) return st;
         if (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm))) {
             memset(g, 0, e->n * sizeof *g);
@@ -108,11 +108,6 @@ static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
         }
         dt_grad_clip(g, e->n, r->norm, c->grad_clip);
         dt_optim_step(e->opt, p, g, lr, 1);
-    } else if (e->s->reduce_sumsq) {
-        /* the norm comes from the update's own pass, summed over the slices */
-        double n = dt_optim_step(e->opt, p, g, lr, 1), ss = n * n;
-        st = e->s->reduce_sumsq(e->state, &ss);
-        r->norm = sqrt(ss);
     } else {
         r->norm = dt_optim_step_clipped(e->opt, p, g, lr, c->grad_clip);
     }
