@@ -20,11 +20,14 @@ demo: deps all
 	@scripts/install-deps.sh bible-kjv dataset-fashion-mnist
 	scripts/demo.sh $(BUILD)
 
+# the report test renders a page in headless Chromium
 test: deps all
+	@scripts/install-deps.sh chromium
 	cd $(BUILD) && ctest --output-on-failure
 
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer, then ThreadSanitizer.
 test-sanitize: deps
+	@scripts/install-deps.sh chromium
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=address && cmake --build build-asan -j$(JOBS)
 	cd build-asan && ctest --output-on-failure
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=thread && cmake --build build-tsan -j$(JOBS)

@@ -40,6 +40,41 @@ void dt_log(dt_log_level level, const char *fmt, ...) __attribute__((format(prin
 double dt_time_now(void);
 double dt_time_cpu(void);
 
+/* The trace recorder (obs writes what it holds as Chrome trace-event JSON).
+ * Off, a trace point is one relaxed load and a branch; on, a begin or end is
+ * appended under a mutex (a few hundred events per step). Events go on
+ * tracks, which a trace shows as threads: a thread's own track unless named
+ * (the progress thread's is communication). Names are copied (31 chars). */
+typedef enum { DT_TRACK_COMPUTE = 0, DT_TRACK_COMM, DT_TRACK_DATA, DT_TRACK_IO, DT_TRACK_COUNT } dt_track;
+#define DT_TRACK_SELF (-1)
+typedef struct {
+    double ts;        /* dt_time_now() seconds */
+    char ph;          /* 'B' begin, 'E' end */
+    signed char track;
+    char name[32];
+    char args[94];    /* JSON members without braces ("bytes":64,"algo":"ring"), or "" */
+} dt_trace_event;
+extern int dt_trace_active; /* read with dt_trace_on() */
+static inline int dt_trace_on(void) { return __atomic_load_n(&dt_trace_active, __ATOMIC_RELAXED); }
+/* Records (while on) and keeps at most max_events (0: 1M); off by default. */
+void dt_trace_enable(int on);
+void dt_trace_set_thread_track(int track);
+void dt_trace_begin(int track, const char *name, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
+void dt_trace_end(int track);
+/* The events so far (in order of recording) and how many did not fit;
+ * valid until dt_trace_clear. */
+const dt_trace_event *dt_trace_events(size_t *n, size_t *dropped);
+void dt_trace_clear(void);
+/* The call sites: nothing is evaluated while tracing is off. */
+#define DT_TRACE_BEGIN(track, ...) do { if (dt_trace_on()) dt_trace_begin((track), __VA_ARGS__); } while (0)
+#define DT_TRACE_END(track) do { if (dt_trace_on()) dt_trace_end(track); } while (0)
+
+/* I/O counters of this process: bytes and seconds spent reading training
+ * data and writing (or reading) checkpoints, summed since the start. */
+typedef enum { DT_IO_DATA_READ = 0, DT_IO_CKPT_WRITE, DT_IO_CKPT_READ, DT_IO_COUNT } dt_io_kind;
+void dt_io_count(dt_io_kind kind, size_t bytes, double seconds);
+void dt_io_get(dt_io_kind kind, uint64_t *bytes, double *seconds);
+
 /* 64-byte aligned allocation (cache line; AVX-512 friendly). */
 void *dt_alloc_aligned(size_t bytes);
 void dt_free_aligned(void *p);

@@ -33,9 +33,6 @@ void dt_bench_comm_defaults(dt_bench_comm_opts *o);
  * Returns a process exit code. */
 int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv);
 
-/* sgemm rate in GFLOP/s on `threads` threads (2048^3, median of 5). */
-double dt_bench_gemm(int threads);
-
 typedef struct {
     const char *model;     /* preset */
     int batch, seq, steps, warmup, threads, rounds;

@@ -35,6 +35,8 @@ int dt_model_file_is_safetensors(const char *path);
 /* Writes bytes to path atomically: path.tmp.PID, fsync, rename; temporaries
  * that killed saves left beside path are removed first. */
 dt_status dt_file_write_atomic(const char *path, const void *const *parts, const size_t *sizes, int nparts);
+/* A whole text file (NUL-terminated; *len without it may be NULL), at most max_bytes. */
+dt_status dt_file_read_text(const char *path, size_t max_bytes, char **out, size_t *len);
 /* Whether path can be written (creates and removes a temporary beside it):
  * checked at start-up so that a long run does not learn it at the end. */
 dt_status dt_file_check_writable(const char *path);

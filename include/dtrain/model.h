@@ -85,6 +85,13 @@ dt_status dt_gpt2_config_check(const dt_gpt2_config *cfg, const char *where);
 /* Parameters a (checked) config holds, without building it: loaders compare
  * it with the file's size before allocating anything. */
 size_t dt_gpt2_config_num_params(const dt_gpt2_config *cfg);
+/* Model FLOPs of one training step (forward and backward, recomputation not
+ * counted) per token at sequence length T: 6 N + 12 L T C, where N is the
+ * parameters that take part in matmuls (all but the position table; the head
+ * is the tied wte over the padded vocabulary) and 12 L T C is attention's
+ * QK^T and AV over the full T x T (PaLM, appendix B; the causal kernel does
+ * about half of that). Layernorm, GELU, softmax and the loss are left out. */
+double dt_gpt2_flops_per_token(const dt_gpt2_config *cfg, int T);
 dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out);
 /* A model holding only units [a, b) of 0..L+1 (0: wte and wpe; 1..L: the
  * blocks; L+1: the final LayerNorm and the head): a pipeline stage. One that

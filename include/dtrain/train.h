@@ -26,6 +26,9 @@ typedef struct {
     int train_batch_size;     /* DeepSpeed's rule, checked once the ranks are known (0: not given) */
     const char *save, *metrics; /* --save DIR: full-state checkpoints; FILE.bin / FILE.safetensors: weights only */
     const char *resume;       /* a checkpoint directory to continue from */
+    const char *trace;        /* Chrome trace-event JSON of steps [trace_first, trace_last] (1-based) */
+    int trace_first, trace_last;
+    const char *report;       /* a run directory: metrics, run.json, trace and report.html go there */
     const char *strategy;     /* the parallel strategy by name (NULL: ddp over several ranks) */
     int save_every;           /* also save every N steps (0: only at the end) */
     int stop_after;           /* end this process after N steps, saving as at the end (0: run to steps) */
@@ -110,6 +113,19 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c);
 dt_status dt_plot_losses(const char *metrics_path, const char *svg_path, int log_y);
 /* The same document in memory (*svg to be freed). */
 dt_status dt_plot_svg(const char *metrics_path, int log_y, char **svg, size_t *len);
+
+/* What run.json records besides the config (see run_record.c). */
+#define DT_RUN_IO_FIELDS 6   /* per rank: data read bytes, s; checkpoint write bytes, s; read bytes, s */
+typedef struct {
+    dt_gpt2_config model;
+    size_t params;
+    int nranks, steps_done;
+    const char *strategy, *metrics, *trace, *peak_source;
+    double peak_gflops, flops_per_step, wall_s;
+    double memory[5];         /* bytes: parameters, gradients, activations, optimizer state, peak RSS (rank 0) */
+    const double *io;         /* nranks x DT_RUN_IO_FIELDS */
+} dt_run_record;
+dt_status dt_run_record_write(const char *path, const dt_train_config *c, const dt_run_record *r);
 
 /* Peak resident memory of this process, in bytes (VmHWM). */
 size_t dt_peak_memory(void);

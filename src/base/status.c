@@ -4,16 +4,21 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char last_error[1024];
 
 const char *dt_last_error(void) { return last_error[0] ? last_error : "no error"; }
 
+/* Formatted aside first, so that a message may wrap the previous one
+ * (dt_error(st, "%s: %s", path, dt_last_error())). */
 dt_status dt_error(dt_status s, const char *fmt, ...) {
+    char msg[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
     return s;
 }
 

@@ -3,13 +3,13 @@
  * and as a fraction of the sgemm rate measured on the spot, optionally
  * against PyTorch training the same architecture from the same weights
  * (bench/torch_gpt2.py), alternating in the same invocation.
- * Model FLOPs per token: 6 N (N = parameters used in matmuls: all but the
- * position table) + 12 L T C for attention. */
+ * Model FLOPs per token: dt_gpt2_flops_per_token (6 N + 12 L T C). */
 #include "dtrain/bench.h"
 #include "measure.h"
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
 #include "dtrain/model.h"
+#include "dtrain/obs.h"
 #include "dtrain/optim.h"
 #include "dtrain/train.h"
 
@@ -20,24 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-double dt_bench_gemm(int threads) {
-    dt_kernels_set_threads(threads);
-    int n = 2048;
-    float *a = dt_alloc_aligned((size_t)n * n * 4), *b = dt_alloc_aligned((size_t)n * n * 4), *c = dt_alloc_aligned((size_t)n * n * 4);
-    for (size_t i = 0; i < (size_t)n * n; i++) { a[i] = 1e-3f * (float)(i % 7); b[i] = 1e-3f * (float)(i % 5); c[i] = 0; }
-    double t[5];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-    for (int k = 0; k < 5; k++) {
-        double t0 = dt_time_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        t[k] = 2.0 * n * n * (double)n / (dt_time_now() - t0) / 1e9;
-    }
-    dt_free_aligned(a);
-    dt_free_aligned(b);
-    dt_free_aligned(c);
-    return dt_bench_median(t, 5);
-}
 
 void dt_bench_train_defaults(dt_bench_train_opts *o) {
     *o = (dt_bench_train_opts){ .model = "124M", .batch = 4, .seq = 64, .steps = 10, .warmup = 2, .threads = 1, .rounds = 1 };
@@ -125,11 +107,9 @@ int dt_bench_train(const dt_bench_train_opts *o) {
         if (fd < 0 || dt_llmc_save(weights, m)) { dt_log(DT_LOG_ERROR, "bench train: cannot write the shared weights"); return 1; }
         close(fd);
     }
-    double gemm = dt_bench_gemm(o->threads);
+    double gemm = dt_peak_measure(o->threads);
     dt_kernels_set_threads(o->threads);
-    size_t wpe = dt_gpt2_llmc_tensor(m, 1, 0)->count;
-    double n_mm = (double)(dt_gpt2_num_params(m) - wpe);
-    double flops = (6.0 * n_mm + 12.0 * cfg.num_layers * (double)o->seq * cfg.channels) * o->batch * o->seq;
+    double flops = dt_gpt2_flops_per_token(&cfg, o->seq) * o->batch * o->seq;
     if (!o->json)
         printf("# dtrain bench train: GPT-2 %s, batch %d x seq %d, AdamW, %d thread(s) (BLAS and OpenMP together); "
                "sgemm rate %.1f GFLOP/s; %.1f GFLOP per step\n", o->model, o->batch, o->seq, o->threads, gemm, flops / 1e9);
@@ -145,7 +125,7 @@ int dt_bench_train(const dt_bench_train_opts *o) {
     if (rc) { dt_gpt2_destroy(m); return rc; }
     /* The ceiling is the better of two measurements, before and after: a
      * disturbed sgemm sample must not flatter the fraction. */
-    double gemm2 = dt_bench_gemm(o->threads);
+    double gemm2 = dt_peak_measure(o->threads);
     if (gemm2 > gemm) gemm = gemm2;
     dt_kernels_set_threads(o->threads);
     double d = dt_bench_median(dms, rounds), tok = o->batch * o->seq / (d / 1e3), gf = flops / (d / 1e3) / 1e9;

@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "dtrain/data.h"
 #include "dtrain/io.h"
+#include "dtrain/obs.h"
 #include "dtrain/train.h"
 
 #include <errno.h>
@@ -39,7 +40,11 @@ static void usage(FILE *f) {
             "                     checkpoint of N ranks resumes on any number with the same global batch)\n"
             "  --stop-after N     end after N steps of this run, saving as at the end (a run cut into pieces)\n"
             "  --strategy NAME    the parallel strategy: single (one process) or ddp (the default over several ranks)\n"
-            "  --metrics FILE     one JSON line per step\n"
+            "  --metrics FILE     one JSON line per step (loss, lr, norm, time per phase, tok/s, MFU, I/O)\n"
+            "  --trace FILE.json  a Chrome trace (Perfetto, chrome://tracing) of --trace-steps A:B (1:10): every rank,\n"
+            "                     each unit's forward and backward, collectives, waits, optimizer, data, checkpoints\n"
+            "  --report DIR       the run into DIR: metrics.jsonl, run.json, trace.json (steps 2:4 unless --trace)\n"
+            "                     and report.html, one self-contained page (see dtrain report)\n"
             "  --threads N        threads per rank for BLAS and OpenMP (0, the default: the cores this rank may use,\n"
             "                     shared with the other ranks on the machine)\n"
             "  --nproc N          data parallelism over N local ranks (1); under mpirun/srun --mpi=pmix the job's\n"
@@ -66,7 +71,9 @@ static const dt_cli_flag flags[] = {
     { "--model", "a preset (d6, 124M, 350M, 774M, 1558M), a model file, or mlp[:H1,H2,..]" },
     { "--data", "a token file (or, for mlp, a directory of IDX files)" }, { "--val-data", "a token file" },
     { "--save", "a directory, or FILE.bin / FILE.safetensors" }, { "--resume", "a checkpoint directory" },
-    { "--strategy", "single or ddp" }, { "--metrics", "a file path" }, { "--config", "a JSON file" },
+    { "--strategy", "single or ddp" }, { "--metrics", "a file path" },
+    { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
+    { "--report", "a directory" }, { "--config", "a JSON file" },
     { "--optimizer", "sgd, adamw, lamb or lars" }, { "--attention", "auto, full or blockwise" },
     { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
@@ -148,6 +155,9 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--resume")) c.resume = v;
         else if (!strcmp(f, "--strategy")) ok = dt_strategy_find(v) != NULL, c.strategy = v;
         else if (!strcmp(f, "--metrics")) c.metrics = v;
+        else if (!strcmp(f, "--trace")) c.trace = v;
+        else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c.trace_first, &c.trace_last);
+        else if (!strcmp(f, "--report")) c.report = v;
         else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &kind);
         else if (!strcmp(f, "--attention")) {
             ok = !strcmp(v, "auto") || !strcmp(v, "full") || !strcmp(v, "blockwise");

@@ -299,11 +299,27 @@ static void run_alone(const coll_args *a) {
     }
 }
 
+static dt_status coll_run(dt_comm *c, const coll_args *a, dt_algo algo);
+
+/* Every collective, blocking or from the progress thread, runs here (and
+ * shows in the trace on the communication track). */
 dt_status dt_coll_execute(dt_comm *c, const coll_args *a, dt_algo algo) {
     c->seq++;
     c->cur = (call_desc){ .coll = a->coll, .dtype = a->dtype, .op = a->op, .algo = algo,
                           .root = a->root, .count = a->count, .seq = c->seq };
     if (c->size == 1) { run_alone(a); return DT_OK; }
+    if (dt_trace_on()) {
+        size_t bytes = a->count * dt_dtype_size(a->dtype);
+        if (a->coll == DT_COLL_ALLGATHER || a->coll == DT_COLL_ALLTOALL || a->coll == DT_COLL_REDUCE_SCATTER) bytes *= (size_t)c->size;
+        dt_trace_begin(DT_TRACK_COMM, dt_coll_name(a->coll), "\"algo\":\"%s\",\"bytes\":%zu,\"ranks\":%d,\"seq\":%llu",
+                       dt_algo_name(algo), bytes, c->size, (unsigned long long)c->seq);
+    }
+    dt_status st = coll_run(c, a, algo);
+    DT_TRACE_END(DT_TRACK_COMM);
+    return st;
+}
+
+static dt_status coll_run(dt_comm *c, const coll_args *a, dt_algo algo) {
     /* No abort check here: every wait checks on its slow path, and the fast
      * path must stay a handful of loads and stores. */
     dt_status st;
@@ -462,7 +478,11 @@ dt_status dt_p2p_run(dt_comm *c, const coll_args *a) {
     call_desc saved_cur = c->cur;
     c->seq = 0;
     c->cur = (call_desc){ .coll = DT_COLL_SENDRECV, .dtype = a->dtype, .count = a->count };
+    DT_TRACE_BEGIN(DT_TRACK_COMM, a->root >= 0 && a->source >= 0 ? "sendrecv" : a->root >= 0 ? "send" : "recv",
+                   "\"to\":%d,\"from\":%d,\"bytes_sent\":%zu,\"bytes_received\":%zu", a->root, a->source, a->count * es,
+                   a->rcount * es);
     dt_status st = dt_p2p_exchange(c, a->root, a->sendbuf, a->count * es, a->source, a->recvbuf, a->rcount * es, a->dtype, -1);
+    DT_TRACE_END(DT_TRACK_COMM);
     c->seq = saved;
     c->cur = saved_cur;
     return st;

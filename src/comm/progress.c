@@ -33,6 +33,7 @@ static void *progress_main(void *arg) {
     dt_comm *c = arg;
     dt_progress *pg = c->progress;
     dt_wait_owner_blocked = &pg->blocked;
+    dt_trace_set_thread_track(DT_TRACK_COMM);
     pthread_mutex_lock(&pg->mu);
     for (;;) {
         while (!pg->head && !pg->stop) pthread_cond_wait(&pg->work, &pg->mu);
@@ -128,6 +129,8 @@ dt_status dt_wait(dt_request *r) {
     if (!r) return dt_error(DT_ERR_ARG, "dt_wait: request is NULL");
     dt_progress *pg = r->c->progress;
     atomic_fetch_add(&pg->blocked, 1);
+    /* what the caller waits for is communication it could not hide: the trace's exposed time */
+    DT_TRACE_BEGIN(DT_TRACK_SELF, "wait", "\"for\":\"%s\"", dt_coll_name(r->a.coll));
     /* A request about to finish is common (the last bucket): look for a
      * while before paying for a sleep and a wake-up. */
     double t0 = dt_time_now();
@@ -136,6 +139,7 @@ dt_status dt_wait(dt_request *r) {
     while (!r->done) pthread_cond_wait(&pg->finished, &pg->mu);
     pthread_mutex_unlock(&pg->mu);
     atomic_fetch_sub(&pg->blocked, 1);
+    DT_TRACE_END(DT_TRACK_SELF);
     dt_status st = r->st;
     if (st) dt_error(st, "%s", r->err);
     free(r);

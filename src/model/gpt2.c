@@ -76,6 +76,11 @@ size_t dt_gpt2_config_num_params(const dt_gpt2_config *c) {
     return n;
 }
 
+double dt_gpt2_flops_per_token(const dt_gpt2_config *c, int T) {
+    double n_mm = (double)dt_gpt2_config_num_params(c) - (double)c->max_seq_len * c->channels;
+    return 6.0 * n_mm + 12.0 * c->num_layers * (double)T * c->channels;
+}
+
 
 /* Appends llm.c's tensor i (layer l) to the table as part of unit `unit`; its index. */
 static int add(dt_gpt2 *m, int i, int l, int unit) {

@@ -7,6 +7,7 @@
 #include "gpt2_internal.h"
 #include "dtrain/kernels.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,6 +113,17 @@ const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *n
 #define BEFORE_BWD(u) do { if (m->before_bwd) m->before_bwd(u, m->unit_ctx); } while (0)
 #define AFTER_BWD(u) do { if (m->hook) m->hook(u, m->hook_ctx); } while (0)
 
+/* The trace shows each unit's forward and backward on the compute track. */
+static void trace_unit(const dt_gpt2 *m, const char *pass, int u) {
+    if (!dt_trace_on()) return;
+    char name[32];
+    if (u == 0) snprintf(name, sizeof name, "%s embedding", pass);
+    else if (u <= m->cfg.num_layers) snprintf(name, sizeof name, "%s block %d", pass, u - 1);
+    else snprintf(name, sizeof name, "%s head", pass);
+    dt_trace_begin(DT_TRACK_SELF, name, "\"unit\":%d", u);
+}
+#define UNIT_END() DT_TRACE_END(DT_TRACK_SELF)
+
 static dt_status check_range(const dt_gpt2 *m, int a, int b, const int32_t *tokens, const float *x, const int32_t *targets,
                              int B, int T) {
     const dt_gpt2_config *c = &m->cfg;
@@ -152,23 +164,29 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     if (targets) memcpy(m->targets, targets, BT * sizeof(int32_t));
     if (a == 0) {
         BEFORE_FWD(0);
+        trace_unit(m, "forward", 0);
         dt_embedding_forward(ACT(A_ENCODED), tokens, P(WTE), P(WPE), B, T, C);
+        UNIT_END();
     } else if (x != res_in(m, a - 1)) {
         memcpy(res_in(m, a - 1), x, BTC * sizeof(float));
     }
     int last = b - 1 < L ? b - 1 : L; /* blocks [first, last) */
     for (int l = a > 0 ? a - 1 : 0; l < last; l++) {
         BEFORE_FWD(l + 1);
+        trace_unit(m, "forward", l + 1);
         layer_forward(m, l, res_in(m, l));
+        UNIT_END();
     }
     if (b < L + 2) return DT_OK;
     BEFORE_FWD(L + 1);
+    trace_unit(m, "forward", L + 1);
     dt_layernorm_forward(ACT(A_LNF), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), res_in(m, L), P(LNFW), P(LNFB), (int)BT, C);
     dt_matmul_forward(ACT(A_LOGITS), ACT(A_LNF), P(WTE), NULL, (int)BT, C, Vp);
     if (targets) {
         m->loss = dt_crossentropy_forward(ACT(A_LOSSES), ACT(A_LOGITS), targets, (int)BT, c->vocab_size, Vp);
         if (loss) *loss = m->loss;
     }
+    UNIT_END();
     return DT_OK;
 }
 
@@ -192,11 +210,13 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
     size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)C;
     float *dlogits = ACT(A_LOGITS), *dres = ACT(A_DRES), *dln = ACT(A_DLN);
     BEFORE_BWD(L + 1);
+    trace_unit(m, "backward", L + 1);
     dt_crossentropy_fused(dlogits, ACT(A_LOSSES), m->targets, (int)BT, c->vocab_size, Vp, grad_scale / (float)BT);
     memset(dln, 0, BTC * sizeof(float));
     dt_matmul_backward(dln, G(WTE), NULL, dlogits, ACT(A_LNF), P(WTE), (int)BT, C, Vp);
     memset(dres, 0, BTC * sizeof(float));
     dt_layernorm_backward(dres, G(LNFW), G(LNFB), dln, res_in(m, L), P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), (int)BT, C);
+    UNIT_END();
     AFTER_BWD(L + 1);
 }
 
@@ -207,6 +227,7 @@ static void layer_backward(dt_gpt2 *m, int l) {
     size_t BT = (size_t)B * T, BTC = BT * (size_t)C, k = m->recompute ? 0 : (size_t)(l - m->l0);
     const float *res_in_l = res_in(m, l);
     BEFORE_BWD(l + 1);
+    trace_unit(m, "backward", l + 1);
     /* Recompute: this layer's activations again, from its kept input
      * (its output is rewritten with the same values). */
     if (m->recompute) layer_forward(m, l, res_in_l);
@@ -234,6 +255,7 @@ static void layer_backward(dt_gpt2 *m, int l) {
     dt_matmul_backward(dln, GL(l, QKVW), GL(l, QKVB), dqkv, ln1, PL(l, QKVW), (int)BT, C, 3 * C);
     dt_layernorm_backward(dres, GL(l, LN1W), GL(l, LN1B), dln, res_in_l, PL(l, LN1W), ACT(A_LN1_MEAN) + k * BT,
                           ACT(A_LN1_RSTD) + k * BT, (int)BT, C);
+    UNIT_END();
     AFTER_BWD(l + 1);
 }
 
@@ -249,7 +271,9 @@ dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) layer_backward(m, l);
     if (a > 0) return DT_OK; /* A_DRES: d(the range's input), for dt_gpt2_input_grad */
     BEFORE_BWD(0);
+    trace_unit(m, "backward", 0);
     dt_embedding_backward(m->defer_wte_rows ? NULL : G(WTE), G(WPE), ACT(A_DRES), m->inputs, m->B, m->T, m->cfg.channels);
+    UNIT_END();
     AFTER_BWD(0);
     return DT_OK;
 }

@@ -216,7 +216,9 @@ static dt_status step_buckets(dt_ddp *d, bool wait, double *waited) {
             for (int i = 0; done && i < d->ntok * dt_comm_size(d->c); i++) d->touched[d->toks[i]] = 1;
         }
         if (!done) return DT_OK;
+        DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "optimizer", "\"bucket\":%d", d->stepped);
         for (int r = 0; r < k->nranges; r++) update_range(d, k->ranges[r].off, k->ranges[r].count);
+        DT_TRACE_END(DT_TRACK_COMPUTE);
         d->stepped++;
     }
     return DT_OK;
@@ -353,10 +355,12 @@ dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm) {
     if (!st && d->opt && d->touched) {
         /* the rows that waited for the embedding's part, each once */
         size_t C = (size_t)d->emb->shape[1];
+        DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "optimizer", "\"embedding_rows\":true");
         for (int i = 0; i < d->ntok * dt_comm_size(d->c); i++) {
             int32_t t = d->toks[i];
             if (d->touched[t]) { update(d, d->emb->offset + (size_t)t * C, C); d->touched[t] = 0; }
         }
+        DT_TRACE_END(DT_TRACK_COMPUTE);
     }
     if (!st && d->opt && d->done_n != d->nparams)
         st = dt_error(DT_ERR_ARG, "ddp: the optimizer updated %zu of %zu parameters", d->done_n, d->nparams);

@@ -159,8 +159,24 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     return j;
 }
 
+static dt_status save_files(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
+                             const dt_checkpoint_position *pos, size_t *written);
+
+/* The write is the run's checkpoint I/O: counted (bytes, seconds) and traced. */
 dt_status dt_checkpoint_save(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
                              const dt_checkpoint_position *pos) {
+    double t0 = dt_time_now();
+    size_t written = 0;
+    DT_TRACE_BEGIN(DT_TRACK_IO, "checkpoint write", "\"step\":%d,\"files\":4,\"bytes\":%zu", pos->step,
+                   dt_gpt2_num_params(g) * sizeof(float) + dt_optim_state_bytes(dt_engine_optim(e)));
+    dt_status st = save_files(dir, c, nranks, g, e, pos, &written);
+    DT_TRACE_END(DT_TRACK_IO);
+    if (!st) dt_io_count(DT_IO_CKPT_WRITE, written, dt_time_now() - t0);
+    return st;
+}
+
+static dt_status save_files(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
+                            const dt_checkpoint_position *pos, size_t *written) {
     dt_model m;
     dt_gpt2_model(g, &m);
     dt_optim *o = dt_engine_optim(e);
@@ -209,26 +225,14 @@ dt_status dt_checkpoint_save(const char *dir, const dt_train_config *c, int nran
     if ((st = dt_file_write_atomic(latest, lp, &ll, 1))) return st;
     fsync_dir(dir);
     remove_others(dir, name);
+    *written = bytes[0] + bytes[1] + tl + ll;
     return DT_OK;
 }
 
 /* A small text file, whole (the manifest, latest). */
 static dt_status read_text(const char *path, char **out) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s (not a whole checkpoint)", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || sb.st_size > (64 << 20)) {
-        fclose(f);
-        return dt_error(DT_ERR_IO, "%s: unreadable or over 64 MiB", path);
-    }
-    char *t = malloc((size_t)sb.st_size + 1);
-    size_t got = t ? fread(t, 1, (size_t)sb.st_size, f) : 0;
-    fclose(f);
-    if (!t || got != (size_t)sb.st_size) { free(t); return dt_error(DT_ERR_IO, "%s: cannot read", path); }
-    t[got] = 0;
-    *out = t;
-    return DT_OK;
+    dt_status st = dt_file_read_text(path, 64 << 20, out, NULL);
+    return st ? dt_error(st, "%s (not a whole checkpoint)", dt_last_error()) : DT_OK;
 }
 
 /* manifest[section][key] as a number, or an error naming it. */
@@ -380,7 +384,13 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
 dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_config *c, dt_gpt2 *g, dt_engine *e,
                                dt_checkpoint_position *pos) {
     int rank = w ? dt_comm_rank(w) : 0, nranks = w ? dt_comm_size(w) : 1;
+    double t0 = dt_time_now();
+    DT_TRACE_BEGIN(DT_TRACK_IO, "checkpoint read", "\"rank0_reads\":true");
     dt_status st = rank == 0 ? read_checkpoint(dir, c, nranks, g, e, pos) : DT_OK;
+    DT_TRACE_END(DT_TRACK_IO);
+    if (rank == 0 && !st)
+        dt_io_count(DT_IO_CKPT_READ, dt_gpt2_num_params(g) * sizeof(float) + dt_optim_state_bytes(dt_engine_optim(e)),
+                    dt_time_now() - t0);
     if (nranks == 1) return st;
     /* every rank learns whether rank 0 could, then gets what it read */
     int32_t ok = st == DT_OK;

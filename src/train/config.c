@@ -1,6 +1,7 @@
 /* --config: the subset of DeepSpeed's JSON config that a single-process GPT-2
  * run uses. Flags given on the command line override the file. */
 #include "dtrain/train.h"
+#include "dtrain/obs.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -130,6 +131,21 @@ static dt_status read_scheduler(const char *path, const cJSON *sch, dt_train_con
     return st;
 }
 
+/* "trace": "FILE.json", "trace_steps": "A:B" (as --trace, --trace-steps). */
+static dt_status read_trace(const char *path, const cJSON *root, dt_train_config *c) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "trace"), *s = cJSON_GetObjectItemCaseSensitive(root, "trace_steps");
+    if (t && (!cJSON_IsString(t) || !*t->valuestring))
+        return dt_error(DT_ERR_ARG, "%s: \"trace\" must be a file path (\"trace.json\")", path);
+    if (s && (!cJSON_IsString(s) || dt_trace_parse_steps(s->valuestring, &c->trace_first, &c->trace_last)))
+        return dt_error(DT_ERR_ARG, "%s: \"trace_steps\" must be \"A:B\", the first and last step to trace (1 <= A <= B)", path);
+    /* the path outlives the parsed document (one config per process) */
+    static char kept[4096];
+    if (t && snprintf(kept, sizeof kept, "%s", t->valuestring) >= (int)sizeof kept)
+        return dt_error(DT_ERR_ARG, "%s: \"trace\" is longer than %zu characters", path, sizeof kept - 1);
+    if (t) c->trace = kept;
+    return DT_OK;
+}
+
 dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     FILE *f = fopen(path, "rb");
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -153,7 +169,7 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
         return dt_error(DT_ERR_ARG, "%s: the top level must be a JSON object ({\"train_micro_batch_size_per_gpu\": ...})", path);
     }
     static const char *top[] = { "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
-                                 "gradient_clipping", "steps", "train_batch_size", NULL };
+                                 "gradient_clipping", "steps", "train_batch_size", "trace", "trace_steps", NULL };
     warn_unknown(path, "", root, top);
     double x;
     dt_status st = DT_OK;
@@ -162,6 +178,7 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     if (!st && (x = -1, st = number(path, root, "train_batch_size", 1, 1e9, &x), !st) && x > 0) c->train_batch_size = (int)x;
     if (!st && (x = -1, st = number(path, root, "gradient_clipping", 0, 1e9, &x), !st) && x >= 0) c->grad_clip = (float)x;
     if (!st && (x = -1, st = number(path, root, "steps", 1, 1e9, &x), !st) && x > 0) c->steps = (int)x;
+    if (!st) st = read_trace(path, root, c);
     const cJSON *opt = NULL, *sch = NULL;
     if (!st) st = object(path, root, "optimizer", &opt);
     if (!st) st = object(path, root, "scheduler", &sch);

@@ -127,7 +127,9 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     }
     double t0 = dt_time_now();
     dt_sync_result sr = { 0, 0, -1, 0 };
+    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "finish gradients", "\"strategy\":\"%s\"", e->s->name);
     if (!st && e->s->finish) st = e->s->finish(e->state, &sr);
+    DT_TRACE_END(DT_TRACK_COMPUTE);
     /* the loss one rank with the global batch would see, and whether any rank is stopping: one allreduce */
     int ranks = e->cfg.comm ? dt_comm_size(e->cfg.comm) : 1;
     float agree[2] = { (float)(loss_sum / accum), (float)stop };
@@ -138,7 +140,11 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     r->exposed_ms = sr.exposed_ms;
     r->updated_in_backward = sr.updated_in_backward;
     if (sr.updated) r->norm = sr.norm;
-    else st = update(e, lr, r);
+    else {
+        DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "optimizer", "\"parameters\":%zu", e->n);
+        st = update(e, lr, r);
+        DT_TRACE_END(DT_TRACK_COMPUTE);
+    }
     r->update_ms = (dt_time_now() - t0) * 1e3 - r->exposed_ms;
     return st;
 }

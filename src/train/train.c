@@ -9,7 +9,9 @@
 #include "dtrain/kernels.h"
 #include "dtrain/parallel.h"
 #include "dtrain/engine.h"
+#include "dtrain/obs.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 
@@ -20,6 +22,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void dt_train_defaults(dt_train_config *c) {
@@ -95,14 +98,16 @@ static dt_status build_model(const dt_train_config *c, dt_gpt2 **out) {
 static dt_status evaluate(dt_comm *w, dt_gpt2 *m, dt_loader *l, int batches, int B, int T, int32_t *in, int32_t *tg,
                           float *out) {
     double sum = 0;
+    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "evaluation", "\"batches\":%d", batches);
     dt_loader_reset(l);
     for (int i = 0; i < batches; i++) {
         float loss = 0;
         dt_loader_next(l, in, tg);
         dt_status st = dt_gpt2_forward(m, in, tg, B, T, &loss);
-        if (st) return st;
+        if (st) { DT_TRACE_END(DT_TRACK_COMPUTE); return st; }
         sum += loss;
     }
+    DT_TRACE_END(DT_TRACK_COMPUTE);
     float mean = (float)(sum / batches);
     *out = mean;
     return w ? dt_comm_allreduce(w, &mean, out, 1, DT_F32, DT_AVG) : DT_OK;
@@ -120,7 +125,7 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
     if (c->train_batch_size && c->train_batch_size != c->batch * c->grad_accum * nranks)
         return dt_error(DT_ERR_ARG, "train_batch_size %d must equal micro-batch %d x gradient accumulation %d x %d data-parallel "
                         "ranks = %d", c->train_batch_size, c->batch, c->grad_accum, nranks, c->batch * c->grad_accum * nranks);
-    if (c->save_every && !c->save) dt_log(DT_LOG_WARN, "--save-every %d does nothing without --save FILE", c->save_every);
+    if (c->save_every && !c->save && !c->quiet) dt_log(DT_LOG_WARN, "--save-every %d does nothing without --save FILE", c->save_every);
     if (c->eval_every && !c->val_data) dt_log(DT_LOG_WARN, "--eval-every %d does nothing without --val-data FILE", c->eval_every);
     if (c->sched.warmup >= c->steps && c->sched.kind <= DT_SCHED_COSINE)
         dt_log(DT_LOG_WARN, "--warmup %d is not shorter than the %d steps: the learning rate never reaches --lr", c->sched.warmup,
@@ -181,11 +186,12 @@ static int default_threads(dt_comm *w) {
  * (a file, a pipe, or mpirun's pty, whose \r-joined lines would make one
  * huge log line); on a terminal one line redrawn in place, fitted to its width. */
 static void progress(bool tty, int first, int step, int steps, float loss, float lr, double norm, double ms, double tps,
-                     double elapsed, float val) {
+                     double mfu, double elapsed, float val) {
     int eta = (int)(elapsed / (step + 1 - first) * (steps - step - 1)); /* from this process's pace (a resumed run started at first) */
-    char line[256];
-    int n = snprintf(line, sizeof line, "step %d/%d loss %.4f lr %.2e norm %.3f %.0f ms %.0f tok/s ETA %dm%02ds", step + 1, steps,
-                     loss, lr, norm, ms, tps, eta / 60, eta % 60);
+    char line[256], m[32] = "";
+    if (mfu > 0) snprintf(m, sizeof m, " MFU %.1f%%", 100 * mfu);
+    int n = snprintf(line, sizeof line, "step %d/%d loss %.4f lr %.2e norm %.3f %.0f ms %.0f tok/s%s ETA %dm%02ds", step + 1, steps,
+                     loss, lr, norm, ms, tps, m, eta / 60, eta % 60);
     if (!tty) printf("%s\n", line);
     else {
         struct winsize ws;
@@ -234,16 +240,26 @@ typedef struct {
     dt_watchdog *wd;
     FILE *metrics;
     int32_t *in, *tg;
-    double fwd, bwd;          /* this step's forward and backward seconds */
+    double fwd, bwd, data;    /* this step's forward, backward and batch-loading seconds */
     int first_step;           /* 0, or where a resumed run goes on from */
+    dt_trace_file *trace;
+    double flops_per_step;    /* model FLOPs of one step, all ranks (dt_gpt2_flops_per_token) */
+    double peak_gflops;       /* the run's peak: per-thread sgemm x threads x ranks (0: unknown) */
+    const char *peak_source;
+    double t_start;
+    char metrics_path[4096], trace_path[4096]; /* under --report DIR unless given */
 } run;
 
 /* One micro-batch for the engine: the next batch, forward, backward. */
 static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
     run *r = ctx;
     (void)k;
+    double t0 = dt_time_now();
+    DT_TRACE_BEGIN(DT_TRACK_DATA, "next batch", "\"tokens\":%d", r->c.batch * r->c.seq);
     dt_loader_next(r->tl, r->in, r->tg);
+    DT_TRACE_END(DT_TRACK_DATA);
     double ta = dt_time_now();
+    r->data += ta - t0;
     dt_status st = dt_gpt2_forward(r->m, r->in, r->tg, r->c.batch, r->c.seq, loss);
     double tb = dt_time_now();
     if (!st) st = dt_gpt2_backward(r->m, grad_scale);
@@ -301,6 +317,16 @@ static dt_status make_engine(run *r) {
     return dt_checkpoint_seek(&pos, r->tl, (size_t)c->batch * c->seq * r->dp_size, c->shuffle_seed != 0);
 }
 
+/* The model FLOPs of a step and the run's peak, for MFU (rank 0 reports them). */
+static void find_peak(run *r) {
+    const dt_train_config *c = &r->c;
+    r->flops_per_step = dt_gpt2_flops_per_token(dt_gpt2_get_config(r->m), c->seq) * c->batch * c->seq * c->grad_accum * r->dp_size;
+    double per_thread;
+    if (r->rank != 0 || (c->quiet && !c->metrics)) return;
+    if (dt_peak_per_thread(&per_thread, &r->peak_source)) { dt_log(DT_LOG_WARN, "no MFU: %s", dt_last_error()); return; }
+    r->peak_gflops = per_thread * c->threads * r->nranks;
+}
+
 static dt_status setup(run *r) {
     dt_train_config *c = &r->c;
     dt_status st = DT_OK;
@@ -311,6 +337,9 @@ static dt_status setup(run *r) {
     }
     r->dp_rank = r->mesh ? dt_mesh_coord(r->mesh, DT_MESH_DP) : 0;
     r->dp_size = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_DP) : 1;
+    /* traced from here when the window starts at step 1: the data and checkpoint reads too */
+    if (!st && c->trace) st = dt_trace_file_create(c->trace, r->nranks > 1 ? r->w : NULL, c->trace_first, c->trace_last, &r->trace);
+    dt_trace_file_step(r->trace, 1);
     if (!st) st = build_model(c, &r->m);
     if (!st) st = open_data(r);
     if (!st) st = make_engine(r);
@@ -320,6 +349,7 @@ static dt_status setup(run *r) {
     if (!st && (!(r->in = malloc(BT * 4)) || !(r->tg = malloc(BT * 4))))
         st = dt_error(DT_ERR_NOMEM, "out of memory for a batch of %zu tokens", BT);
     if (!st) st = dt_watchdog_start(r->nranks > 1 ? r->w : NULL, &r->wd);
+    if (!st) find_peak(r);
     if (st || c->quiet) return st;
     const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
     printf("model %s: %d layers, %d heads, %d channels, vocab %d (padded %d), %.2fM parameters; "
@@ -329,6 +359,10 @@ static dt_status setup(run *r) {
            c->batch, c->seq, c->grad_accum, r->nranks, dt_engine_strategy_name(r->e), dt_optim_kind_name(c->opt.kind),
            dt_kernels_threads());
     if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
+    if (r->peak_gflops > 0)
+        printf("MFU against %.1f GFLOP/s (%d threads x %.1f GFLOP/s sgemm per thread, %s); %.3f GFLOP per step\n",
+               r->peak_gflops, c->threads * r->nranks, r->peak_gflops / (c->threads * r->nranks), r->peak_source,
+               r->flops_per_step / 1e9);
     return DT_OK;
 }
 
@@ -357,8 +391,18 @@ static void write_metrics(run *r, int step, float lr, const dt_step_result *s, d
     fprintf(f, ",\"lr\":%.6g", lr);
     json_num(f, "grad_norm", "%.6f", s->norm);
     fprintf(f, ",\"ms\":%.3f,\"tok_per_s\":%.1f,\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f,"
-            "\"compute_ms\":%.3f,\"comm_exposed_ms\":%.3f", ms, tps, r->fwd * 1e3, r->bwd * 1e3, s->update_ms,
-            (r->fwd + r->bwd) * 1e3 + s->update_ms, s->exposed_ms);
+            "\"compute_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"data_ms\":%.3f", ms, tps, r->fwd * 1e3, r->bwd * 1e3, s->update_ms,
+            (r->fwd + r->bwd) * 1e3 + s->update_ms, s->exposed_ms, r->data * 1e3);
+    double gflops = r->flops_per_step / (ms / 1e3) / 1e9;
+    fprintf(f, ",\"model_gflops\":%.2f", gflops);
+    if (r->peak_gflops > 0) fprintf(f, ",\"mfu\":%.4f", gflops / r->peak_gflops);
+    /* this rank's I/O so far (each rank's totals are in run.json) */
+    uint64_t b[2];
+    double t[2];
+    dt_io_get(DT_IO_DATA_READ, &b[0], &t[0]);
+    dt_io_get(DT_IO_CKPT_WRITE, &b[1], &t[1]);
+    fprintf(f, ",\"data_read_bytes\":%llu,\"data_read_ms\":%.3f,\"ckpt_write_bytes\":%llu,\"ckpt_write_ms\":%.3f",
+            (unsigned long long)b[0], t[0] * 1e3, (unsigned long long)b[1], t[1] * 1e3);
     /* the share of the update done inside backward (the rest is in optimizer_ms) */
     if (r->nranks > 1) fprintf(f, ",\"updated_in_backward\":%.3f", s->updated_in_backward);
     if (eval) json_num(f, "val_loss", "%.6f", val);
@@ -393,8 +437,60 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
         dt_log(DT_LOG_ERROR, "%s", dt_last_error());
         return 1;
     }
-    if (!c->quiet) progress(r->tty, r->first_step, step, c->steps, s->loss, lr, s->norm, ms, tps, dt_time_now() - t_start, eval ? val : NAN);
+    double mfu = r->peak_gflops > 0 ? r->flops_per_step / (ms / 1e3) / 1e9 / r->peak_gflops : 0;
+    if (!c->quiet)
+        progress(r->tty, r->first_step, step, c->steps, s->loss, lr, s->norm, ms, tps, mfu, dt_time_now() - t_start, eval ? val : NAN);
     return 0;
+}
+
+/* Every rank's I/O counters, on every rank (collective). */
+static dt_status gather_io(run *r, double *all) {
+    double mine[DT_RUN_IO_FIELDS];
+    for (int k = 0; k < 3; k++) {
+        uint64_t b;
+        dt_io_get((dt_io_kind)k, &b, &mine[2 * k + 1]);
+        mine[2 * k] = (double)b;
+    }
+    if (r->nranks == 1) { memcpy(all, mine, sizeof mine); return DT_OK; }
+    return dt_comm_allgather(r->w, mine, all, DT_RUN_IO_FIELDS, DT_F64);
+}
+
+/* run.json and report.html into --report DIR (rank 0). */
+static void write_report(run *r, int steps_done, const double *io) {
+    const dt_train_config *c = &r->c;
+    size_t np = dt_gpt2_num_params(r->m);
+    dt_run_record rec = { .model = *dt_gpt2_get_config(r->m), .params = np, .nranks = r->nranks, .steps_done = steps_done,
+                          .strategy = dt_engine_strategy_name(r->e), .metrics = c->metrics, .trace = c->trace,
+                          .peak_source = r->peak_source, .peak_gflops = r->peak_gflops, .flops_per_step = r->flops_per_step,
+                          .wall_s = dt_time_now() - r->t_start, .io = io };
+    double pb = (double)np * sizeof(float);
+    double mem[5] = { pb, pb, (double)dt_gpt2_memory(r->m) - 2 * pb, (double)dt_optim_state_bytes(dt_engine_optim(r->e)),
+                      (double)dt_peak_memory() };
+    memcpy(rec.memory, mem, sizeof mem);
+    char path[4200], html[4200];
+    snprintf(path, sizeof path, "%s/run.json", c->report);
+    snprintf(html, sizeof html, "%s/report.html", c->report);
+    if (dt_run_record_write(path, c, &rec) || dt_report_write(c->report, html))
+        dt_log(DT_LOG_WARN, "the report was not written (the training is done and saved): %s", dt_last_error());
+    else if (!c->quiet) printf("report: %s\n", html);
+}
+
+/* After the last step: the trace, every rank's I/O, the report. A failure
+ * here warns: the training itself is done. */
+static void observe_end(run *r, int steps_done) {
+    const dt_train_config *c = &r->c;
+    if (r->trace && dt_trace_file_write(r->trace)) dt_log(DT_LOG_WARN, "the trace was not written: %s", dt_last_error());
+    else if (r->trace && r->rank == 0 && !c->quiet) printf("trace: %s (steps %d to %d)\n", c->trace, c->trace_first, c->trace_last);
+    double *io = calloc((size_t)r->nranks * DT_RUN_IO_FIELDS, sizeof *io);
+    if (!io || gather_io(r, io)) { dt_log(DT_LOG_WARN, "I/O counters: %s", io ? dt_last_error() : "out of memory"); free(io); return; }
+    if (r->rank == 0 && !c->quiet)
+        for (int k = 0; k < r->nranks; k++) {
+            const double *v = io + (size_t)k * DT_RUN_IO_FIELDS;
+            printf("I/O rank %d: read %.2f MiB of tokens in %.1f ms, wrote %.2f MiB of checkpoints in %.1f ms\n", k, v[0] / 1048576.0,
+                   v[1] * 1e3, v[2] / 1048576.0, v[3] * 1e3);
+        }
+    if (r->rank == 0 && c->report) write_report(r, steps_done, io);
+    free(io);
 }
 
 /* The end of a run: the replicas agree, the final save, the memory report. */
@@ -418,22 +514,27 @@ static int finish(run *r, int steps_done, int stop_signal) {
         printf("peak memory %.1f MiB (model %.1f MiB: parameters, gradients, activations%s; optimizer state %.1f MiB)\n",
                dt_peak_memory() / 1048576.0, dt_gpt2_memory(r->m) / 1048576.0, c->recompute ? " with --recompute" : "",
                dt_optim_state_bytes(dt_engine_optim(r->e)) / 1048576.0);
+    observe_end(r, steps_done);
     return stop_signal ? 128 + stop_signal : 0;
 }
 
 /* The loop: one engine step per iteration, everything else in after_step. */
 static int train_loop(run *r) {
     const dt_train_config *c = &r->c;
-    double t_start = dt_time_now();
+    double t_start = r->t_start = dt_time_now();
     int step = r->first_step, stop_signal = 0;
     dt_train_catch_signals();
     for (; step < c->steps && !stop_signal; step++) {
         double t0 = dt_time_now();
         float lr = dt_lr_at(&c->sched, c->steps, step);
         dt_step_result s;
-        r->fwd = r->bwd = 0;
+        r->fwd = r->bwd = r->data = 0;
         dt_comm_set_progress(r->w, step + 1);
-        if (dt_engine_step(r->e, c->grad_accum, lr, micro, r, dt_train_interrupted(), &s)) {
+        dt_trace_file_step(r->trace, step + 1);
+        DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "step", "\"step\":%d", step + 1);
+        dt_status st = dt_engine_step(r->e, c->grad_accum, lr, micro, r, dt_train_interrupted(), &s);
+        DT_TRACE_END(DT_TRACK_COMPUTE);
+        if (st) {
             dt_log(DT_LOG_ERROR, "step %d: %s", step + 1, dt_last_error());
             return 1;
         }
@@ -451,6 +552,7 @@ static int train_loop(run *r) {
 
 static void teardown(run *r) {
     dt_watchdog_stop(r->wd);
+    dt_trace_file_destroy(r->trace);
     if (r->metrics) fclose(r->metrics);
     dt_engine_destroy(r->e);
     dt_mesh_destroy(r->mesh);
@@ -479,6 +581,31 @@ static int fail(int rc) {
     return rc;
 }
 
+/* --report DIR: the metrics and a trace of a few steps go there unless
+ * named elsewhere; --trace alone records steps 1 to 10 unless told. */
+static dt_status observers(run *r) {
+    dt_train_config *c = &r->c;
+    if (c->report) {
+        if (mkdir(c->report, 0755) != 0 && errno != EEXIST)
+            return dt_error(DT_ERR_IO, "--report %s: cannot create the directory: %s", c->report, strerror(errno));
+        if (!c->metrics) {
+            snprintf(r->metrics_path, sizeof r->metrics_path, "%s/metrics.jsonl", c->report);
+            c->metrics = r->metrics_path;
+        }
+        if (!c->trace) {
+            snprintf(r->trace_path, sizeof r->trace_path, "%s/trace.json", c->report);
+            c->trace = r->trace_path;
+            /* step 1 is the warm-up: a few steady ones show the overlap */
+            if (!c->trace_first) c->trace_first = c->steps > 1 ? 2 : 1, c->trace_last = c->steps > 3 ? 4 : c->steps;
+        }
+        char probe[4200];
+        snprintf(probe, sizeof probe, "%s/report.html", c->report);
+        if (r->rank == 0 && dt_file_check_writable(probe)) return dt_error(DT_ERR_IO, "--report %s: %s", c->report, dt_last_error());
+    }
+    if (c->trace && !c->trace_first) c->trace_first = 1, c->trace_last = 10;
+    return DT_OK;
+}
+
 static int run_rank(const dt_train_config *c0, dt_comm *w, dt_launch_kind kind) {
     if (w && check_mesh(c0, dt_comm_size(w))) return fail(2);
     if (!strncmp(c0->model, "mlp", 3)) {
@@ -487,6 +614,7 @@ static int run_rank(const dt_train_config *c0, dt_comm *w, dt_launch_kind kind) 
     }
     run r = { .c = *c0, .w = w, .rank = w ? dt_comm_rank(w) : 0, .nranks = w ? dt_comm_size(w) : 1 };
     if (r.c.threads <= 0) r.c.threads = default_threads(w);
+    if (observers(&r)) return fail(2);
     if (r.rank != 0) { r.c.quiet = 1; r.c.metrics = NULL; r.c.save = NULL; } /* one voice */
     if (check_settings(&r.c, r.nranks)) return fail(2);
     dt_kernels_set_threads(r.c.threads);
@@ -506,7 +634,13 @@ int dt_train_run(const dt_train_config *c) {
         return 2;
     }
     if (!in_job && check_mesh(c, c->nproc)) return fail(2);
-    if (c->nproc > 1 && !in_job) return launch_ranks(c);
+    if (c->nproc > 1 && !in_job) {
+        /* the peak for MFU, measured (once per machine) before the ranks share the cores */
+        double g;
+        const char *src;
+        if (!c->quiet || c->metrics || c->report) (void)dt_peak_per_thread(&g, &src);
+        return launch_ranks(c);
+    }
     dt_comm *w = NULL;
     if (in_job && dt_comm_init(&w)) return fail(1);
     dt_comm_set_stall_timeout(w, c->stall_timeout);

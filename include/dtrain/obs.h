@@ -1,0 +1,44 @@
+/* dtrain obs layer: seeing a run. The trace file (Chrome trace-event JSON of
+ * what base's recorder holds, every rank in one file), the machine's peak
+ * for MFU, and the HTML report of a run directory. */
+#ifndef DTRAIN_OBS_H
+#define DTRAIN_OBS_H
+
+#include "dtrain/base.h"
+#include "dtrain/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A trace of steps [first, last] (1-based, inclusive) into path. Collective
+ * over w (NULL: one process): aligns the ranks' clocks to rank 0's and has
+ * rank 0 check that path can be written. */
+typedef struct dt_trace_file dt_trace_file;
+dt_status dt_trace_file_create(const char *path, dt_comm *w, int first, int last, dt_trace_file **out);
+/* At the start of each step: records while step is in the window. */
+void dt_trace_file_step(dt_trace_file *t, int step);
+/* Collective: every rank's events to rank 0, which writes the file
+ * (one process per rank, one thread per track). */
+dt_status dt_trace_file_write(dt_trace_file *t);
+void dt_trace_file_destroy(dt_trace_file *t);
+/* "A:B" -> first, last (1 <= A <= B). */
+dt_status dt_trace_parse_steps(const char *s, int *first, int *last);
+
+/* sgemm (2048^3, through BLAS) on `threads` threads: GFLOP/s, median of 5. */
+double dt_peak_measure(int threads);
+/* The machine's matmul peak per thread, for MFU: $DTRAIN_PEAK_GFLOPS if set,
+ * else the cache (~/.cache/dtrain/peak.json, kept per CPU model), else
+ * measured now on one thread and cached. *source says which. */
+dt_status dt_peak_per_thread(double *gflops, const char **source);
+/* Stores a measurement in the cache (dtrain bench gemm). */
+dt_status dt_peak_save(double gflops_one_thread);
+
+/* An HTML page of the run in dir (metrics.jsonl, and run.json, trace.json,
+ * scaling.json where present): self-contained (Chart.js inlined), offline. */
+dt_status dt_report_write(const char *dir, const char *html_path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

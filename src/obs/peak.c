@@ -1,0 +1,128 @@
+/* The machine's matmul peak, the denominator of MFU: sgemm through the BLAS
+ * dtrain uses, measured once per machine and kept in
+ * ${XDG_CACHE_HOME:-~/.cache}/dtrain/peak.json with the CPU's model name (a
+ * cache from another CPU is measured again). Per thread, since a run's peak
+ * is the threads it uses times this (ranks x threads; the usual convention,
+ * although two cores sharing memory give a little less than twice one). */
+#include "dtrain/obs.h"
+#include "dtrain/kernels.h"
+#include "dtrain/io.h"
+
+#include <cblas.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double dt_peak_measure(int threads) {
+    dt_kernels_set_threads(threads);
+    int n = 2048;
+    float *a = dt_alloc_aligned((size_t)n * n * 4), *b = dt_alloc_aligned((size_t)n * n * 4), *c = dt_alloc_aligned((size_t)n * n * 4);
+    if (!a || !b || !c) { dt_free_aligned(a); dt_free_aligned(b); dt_free_aligned(c); return 0; }
+    for (size_t i = 0; i < (size_t)n * n; i++) { a[i] = 1e-3f * (float)(i % 7); b[i] = 1e-3f * (float)(i % 5); c[i] = 0; }
+    double t[5];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n); /* warm-up: pages, threads */
+    for (int k = 0; k < 5; k++) {
+        double t0 = dt_time_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        t[k] = 2.0 * n * n * (double)n / (dt_time_now() - t0) / 1e9;
+    }
+    dt_free_aligned(a);
+    dt_free_aligned(b);
+    dt_free_aligned(c);
+    qsort(t, 5, sizeof t[0], cmp_double);
+    return t[2];
+}
+
+static void cpu_model(char *out, size_t cap) {
+    snprintf(out, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon) continue;
+        colon += 1 + (colon[1] == ' ');
+        colon[strcspn(colon, "\n")] = 0;
+        snprintf(out, cap, "%s", colon);
+        break;
+    }
+    fclose(f);
+}
+
+static int cache_path(char *out, size_t cap, int make_dir) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[4096];
+    if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/dtrain", xdg);
+    else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/dtrain", home);
+    else return -1;
+    if (make_dir) {
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%.*s", (int)(strrchr(dir, '/') - dir), dir);
+        mkdir(parent, 0755);
+        if (mkdir(dir, 0755) && errno != EEXIST) return -1;
+    }
+    return snprintf(out, cap, "%s/peak.json", dir) >= (int)cap ? -1 : 0;
+}
+
+static double cached(void) {
+    char path[4200], cpu[256];
+    if (cache_path(path, sizeof path, 0)) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cpu"), *g = cJSON_GetObjectItemCaseSensitive(j, "sgemm_gflops_per_thread");
+    cpu_model(cpu, sizeof cpu);
+    double v = cJSON_IsString(c) && !strcmp(c->valuestring, cpu) && cJSON_IsNumber(g) && g->valuedouble > 0 && g->valuedouble < 1e6
+                   ? g->valuedouble : 0;
+    cJSON_Delete(j);
+    return v;
+}
+
+dt_status dt_peak_save(double gflops) {
+    char path[4200], cpu[256], json[1024];
+    if (cache_path(path, sizeof path, 1)) return dt_error(DT_ERR_IO, "peak cache: no HOME or XDG_CACHE_HOME to keep it in");
+    cpu_model(cpu, sizeof cpu);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "cpu", cpu);
+    cJSON_AddNumberToObject(j, "sgemm_gflops_per_thread", gflops);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!s) return dt_error(DT_ERR_NOMEM, "peak cache: out of memory");
+    snprintf(json, sizeof json, "%s\n", s);
+    free(s);
+    const void *parts[1] = { json };
+    size_t sizes[1] = { strlen(json) };
+    return dt_file_write_atomic(path, parts, sizes, 1);
+}
+
+dt_status dt_peak_per_thread(double *gflops, const char **source) {
+    const char *env = getenv("DTRAIN_PEAK_GFLOPS");
+    if (env && *env) {
+        char *end;
+        double v = strtod(env, &end);
+        if (*end || !(v > 0 && v < 1e6)) return dt_error(DT_ERR_ARG, "DTRAIN_PEAK_GFLOPS=%s: expected GFLOP/s per thread (> 0)", env);
+        *gflops = v;
+        *source = "DTRAIN_PEAK_GFLOPS";
+        return DT_OK;
+    }
+    if ((*gflops = cached()) > 0) { *source = "cached (~/.cache/dtrain/peak.json)"; return DT_OK; }
+    int threads = dt_kernels_threads();
+    *gflops = dt_peak_measure(1);
+    dt_kernels_set_threads(threads);
+    *source = "measured now (sgemm, 1 thread)";
+    if (*gflops <= 0) return dt_error(DT_ERR_NOMEM, "peak: out of memory for the sgemm measurement");
+    if (dt_peak_save(*gflops)) dt_log(DT_LOG_WARN, "peak: not cached (%s)", dt_last_error());
+    return DT_OK;
+}

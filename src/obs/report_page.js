@@ -1,0 +1,222 @@
+// The report page: draws RUN, METRICS, INTERVALS and SCALING (embedded by
+// report.c) with Chart.js. Each chart says in #render-status how many points
+// it drew, which the headless-browser test reads; errors go to #errors.
+"use strict";
+const errors = document.getElementById("errors");
+function fail(msg) {
+  errors.textContent += msg + "\n";
+  document.getElementById("render-status").textContent = "error";
+}
+window.addEventListener("error", (e) => fail("error: " + e.message));
+const consoleError = console.error;
+console.error = (...a) => { fail("console.error: " + a.join(" ")); consoleError(...a); };
+
+const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+const drawn = {};
+Chart.defaults.animation = false;
+Chart.defaults.maintainAspectRatio = false;
+Chart.defaults.font.size = 12;
+
+function el(tag, attrs, text) {
+  const e = document.createElement(tag);
+  for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function section(title, note, wide) {
+  const s = el("section", wide ? { class: "wide" } : {});
+  s.appendChild(el("h2", {}, title));
+  if (note) s.appendChild(el("p", { class: "note" }, note));
+  document.getElementById("page").appendChild(s);
+  return s;
+}
+function canvasIn(s, id, tall) {
+  const box = el("div", { class: tall ? "chart tall" : "chart" });
+  const c = el("canvas", { id: id });
+  box.appendChild(c);
+  s.appendChild(box);
+  return c;
+}
+function fmtBytes(b) {
+  if (b >= 1 << 30) return (b / (1 << 30)).toFixed(2) + " GiB";
+  if (b >= 1 << 20) return (b / (1 << 20)).toFixed(1) + " MiB";
+  if (b >= 1 << 10) return (b / (1 << 10)).toFixed(1) + " KiB";
+  return b + " B";
+}
+
+// Drag across a chart to zoom its x axis; double-click to reset.
+function zoomable(chart) {
+  const c = chart.canvas;
+  let x0 = null;
+  c.addEventListener("mousedown", (e) => { x0 = e.offsetX; });
+  c.addEventListener("mouseup", (e) => {
+    if (x0 === null || Math.abs(e.offsetX - x0) < 5) { x0 = null; return; }
+    const s = chart.scales.x, a = s.getValueForPixel(Math.min(x0, e.offsetX)), b = s.getValueForPixel(Math.max(x0, e.offsetX));
+    chart.options.scales.x.min = a;
+    chart.options.scales.x.max = b;
+    chart.update();
+    x0 = null;
+  });
+  c.addEventListener("dblclick", () => {
+    delete chart.options.scales.x.min;
+    delete chart.options.scales.x.max;
+    chart.update();
+  });
+  return chart;
+}
+
+function series(key, scale) {
+  const pts = [];
+  for (const m of METRICS) if (typeof m[key] === "number") pts.push({ x: m.step, y: m[key] * (scale || 1) });
+  return pts;
+}
+function lineChart(id, s, sets, yTitles) {
+  const datasets = sets.filter((d) => d.data.length > 0).map((d, i) => ({
+    label: d.label, data: d.data, yAxisID: d.axis || "y", borderColor: COLORS[d.color !== undefined ? d.color : i],
+    backgroundColor: COLORS[d.color !== undefined ? d.color : i], borderWidth: 1.5, pointRadius: d.points ? 3 : 0,
+    showLine: !d.points, tension: 0,
+  }));
+  const scales = { x: { type: "linear", title: { display: true, text: "step" } },
+                   y: { title: { display: true, text: yTitles[0] } } };
+  if (sets[0].fromZero) scales.y.suggestedMin = 0;
+  if (yTitles[1]) scales.y2 = { position: "right", title: { display: true, text: yTitles[1] }, grid: { drawOnChartArea: false } };
+  const ch = new Chart(canvasIn(s, id), { type: "line", data: { datasets: datasets },
+    options: { parsing: false, interaction: { mode: "nearest", axis: "x", intersect: false }, scales: scales } });
+  drawn[id] = datasets.reduce((n, d) => n + d.data.length, 0);
+  return zoomable(ch);
+}
+
+function settings() {
+  const s = section("Run", RUN ? null : "run.json was not found: only the metrics are known");
+  const t = el("table");
+  const add = (k, v) => { const r = el("tr"); r.appendChild(el("th", {}, k)); r.appendChild(el("td", {}, String(v))); t.appendChild(r); };
+  const last = METRICS[METRICS.length - 1];
+  if (RUN) {
+    document.getElementById("command").textContent = RUN.command;
+    const g = RUN.settings;
+    add("model", g.model + ": " + g.layers + " layers, " + g.heads + " heads, " + g.channels + " channels, vocab " + g.vocab + ", " +
+        (g.parameters / 1e6).toFixed(2) + "M parameters");
+    add("batch", g.batch + " x " + g.seq + " tokens x " + g.grad_accum + " accumulation x " + g.ranks + " ranks");
+    add("strategy", g.strategy + " over " + g.ranks + " rank(s), " + g.threads_per_rank + " thread(s) each");
+    add("optimizer", g.optimizer + ", lr " + Number(g.lr.toPrecision(4)) + " (" + g.schedule + ", warm-up " + g.warmup + ")" +
+        (g.grad_clip > 0 ? ", clip " + g.grad_clip : ""));
+    add("steps", g.steps_done + " of " + g.steps + " in " + RUN.wall_s.toFixed(1) + " s");
+    add("machine", RUN.machine.cpu + "; peak " + RUN.machine.peak_gflops.toFixed(1) + " GFLOP/s (" + RUN.machine.peak_source + ")");
+    add("model FLOPs", (RUN.flops_per_step / 1e9).toFixed(3) + " GFLOP per step (6N + 12LTC per token)");
+    add("data", g.data);
+  }
+  add("last step", "step " + last.step + ", loss " + last.loss + (last.mfu !== undefined ? ", MFU " + (100 * last.mfu).toFixed(1) + "%" : ""));
+  s.appendChild(t);
+}
+
+// Averages of each phase over groups of steps, so a long run stays readable.
+function phases() {
+  const keys = [["forward_ms", "forward"], ["backward_ms", "backward"], ["optimizer_ms", "optimizer"],
+                ["comm_exposed_ms", "exposed communication"], ["data_ms", "data"]];
+  const group = Math.max(1, Math.ceil(METRICS.length / 200)), labels = [], sums = keys.map(() => []);
+  for (let i = 0; i < METRICS.length; i += group) {
+    const part = METRICS.slice(i, i + group);
+    labels.push(part.length > 1 ? part[0].step + "-" + part[part.length - 1].step : String(part[0].step));
+    keys.forEach(([k], j) => sums[j].push(part.reduce((a, m) => a + (m[k] || 0), 0) / part.length));
+  }
+  const s = section("Time per phase (ms per step)", group > 1 ? "each bar averages " + group + " steps" : null);
+  const datasets = keys.map(([, name], j) => ({ label: name, data: sums[j], backgroundColor: COLORS[j] }));
+  new Chart(canvasIn(s, "chart-phases"), { type: "bar", data: { labels: labels, datasets: datasets },
+    options: { scales: { x: { stacked: true, title: { display: true, text: "step" } }, y: { stacked: true, title: { display: true, text: "ms" } } } } });
+  drawn["chart-phases"] = labels.length * keys.length;
+}
+
+function memory() {
+  if (!RUN || !RUN.memory_bytes) return;
+  const m = RUN.memory_bytes, cats = ["parameters", "gradients", "activations", "optimizer"];
+  const known = cats.reduce((a, k) => a + m[k], 0), other = Math.max(0, m.peak_rss - known);
+  const s = section("Memory (rank 0)", "peak resident " + fmtBytes(m.peak_rss) + "; other: the rest of the process (buffers, libraries)");
+  const labels = cats.concat(["other"]), vals = cats.map((k) => m[k] / 1048576).concat([other / 1048576]);
+  new Chart(canvasIn(s, "chart-memory"), { type: "bar", data: { labels: labels,
+    datasets: [{ label: "MiB", data: vals, backgroundColor: labels.map((_, i) => COLORS[i]) }] },
+    options: { indexAxis: "y", plugins: { legend: { display: false } }, scales: { x: { title: { display: true, text: "MiB" } } } } });
+  drawn["chart-memory"] = vals.length;
+}
+
+function io() {
+  if (!RUN || !RUN.io) return;
+  const s = section("I/O per rank");
+  const t = el("table"), h = el("tr");
+  ["rank", "tokens read", "time", "checkpoints written", "time"].forEach((k) => h.appendChild(el("th", {}, k)));
+  t.appendChild(h);
+  for (const r of RUN.io) {
+    const tr = el("tr");
+    [r.rank, fmtBytes(r.data_read_bytes), (r.data_read_s * 1e3).toFixed(1) + " ms", fmtBytes(r.ckpt_write_bytes),
+     (r.ckpt_write_s * 1e3).toFixed(1) + " ms"].forEach((v) => tr.appendChild(el("td", { class: "num" }, String(v))));
+    t.appendChild(tr);
+  }
+  s.appendChild(t);
+}
+
+// Each rank's tracks as rows, each event a bar from its start to its end.
+function timeline() {
+  if (!INTERVALS || INTERVALS.length === 0) return;
+  const tracks = ["compute", "communication", "data", "checkpoint I/O"];
+  const kinds = [["forward", /^forward/], ["backward", /^backward/], ["optimizer", /^optimizer/], ["wait (exposed)", /^wait/],
+                 ["collective", /^(allreduce|allgather|reduce|broadcast|barrier|alltoall|gather|scatter|send|recv|sendrecv)/],
+                 ["data", /batch|token/], ["checkpoint", /checkpoint/], ["evaluation", /^evaluation/]];
+  const rows = [], sets = kinds.map(([name], i) => ({ label: name, data: [], backgroundColor: COLORS[i], borderColor: COLORS[i],
+                                                         borderWidth: 0, minBarLength: 2, barPercentage: 0.8, categoryPercentage: 1, grouped: false,
+                                                         order: name === "evaluation" ? 1 : 0 }));
+  let t0 = Infinity;
+  for (const iv of INTERVALS) t0 = Math.min(t0, iv[2]);
+  for (const iv of INTERVALS) {
+    const k = kinds.findIndex(([, re]) => re.test(iv[4]));
+    if (k < 0) continue; // "step" and "finish gradients" contain the others
+    const row = "rank " + iv[0] + " " + tracks[iv[1]];
+    if (!rows.includes(row)) rows.push(row);
+    sets[k].data.push({ x: [iv[2] - t0, iv[3] - t0], y: row, name: iv[4], args: iv[5] });
+  }
+  rows.sort((a, b) => a.localeCompare(b, "en", { numeric: true }));
+  const ranks = new Set(INTERVALS.map((iv) => iv[0])).size;
+  const s = section("Timeline (" + ranks + " rank" + (ranks > 1 ? "s" : "") + ")",
+                    "from the trace: drag to zoom, double-click to reset, hover for names, bytes and algorithms", true);
+  const ch = new Chart(canvasIn(s, "chart-timeline", true), { type: "bar",
+    data: { labels: rows, datasets: sets.filter((d) => d.data.length > 0) },
+    options: { indexAxis: "y", parsing: { xAxisKey: "x", yAxisKey: "y" },
+      scales: { x: { type: "linear", title: { display: true, text: "ms since the first traced event" } }, y: { type: "category" } },
+      plugins: { tooltip: { callbacks: { label: (c) => { const d = c.raw; return d.name + ": " + (d.x[1] - d.x[0]).toFixed(3) + " ms " + d.args; } } } } } });
+  drawn["chart-timeline"] = sets.reduce((n, d) => n + d.data.length, 0);
+  zoomable(ch);
+}
+
+function scaling() {
+  if (!SCALING || !SCALING.length) return;
+  const s = section("Scaling (dtrain bench train)", "total tok/s against ideal (ranks x one rank's) and the PyTorch DDP baseline, same run");
+  const one = SCALING.find((r) => r.nproc === 1) || SCALING[0], base = one.tok_per_s / one.nproc;
+  const sets = [{ label: "dtrain", data: SCALING.map((r) => ({ x: r.nproc, y: r.tok_per_s })) },
+                { label: "ideal", data: SCALING.map((r) => ({ x: r.nproc, y: base * r.nproc })) }];
+  if (SCALING.some((r) => typeof r.torch_tok_per_s === "number"))
+    sets.push({ label: "PyTorch DDP", data: SCALING.filter((r) => typeof r.torch_tok_per_s === "number").map((r) => ({ x: r.nproc, y: r.torch_tok_per_s })) });
+  const datasets = sets.map((d, i) => ({ label: d.label, data: d.data, borderColor: COLORS[i], backgroundColor: COLORS[i], pointRadius: 4 }));
+  new Chart(canvasIn(s, "chart-scaling"), { type: "line", data: { datasets: datasets },
+    options: { parsing: false, scales: { x: { type: "linear", title: { display: true, text: "ranks" } }, y: { title: { display: true, text: "tok/s (all ranks)" } } } } });
+  drawn["chart-scaling"] = datasets.reduce((n, d) => n + d.data.length, 0);
+}
+
+try {
+  settings();
+  lineChart("chart-loss", section("Loss"), [{ label: "training loss", data: series("loss") },
+                                            { label: "validation loss", data: series("val_loss"), points: true }], ["nats per token"]);
+  lineChart("chart-lr", section("Learning rate and gradient norm"), [{ label: "learning rate", data: series("lr"), fromZero: true },
+            { label: "gradient norm", data: series("grad_norm"), axis: "y2" }], ["learning rate", "gradient norm"]);
+  lineChart("chart-throughput", section("Throughput and MFU"), [{ label: "tok/s (all ranks)", data: series("tok_per_s") },
+            { label: "MFU %", data: series("mfu", 100), axis: "y2" }], ["tok/s", "MFU %"]);
+  phases();
+  memory();
+  timeline();
+  scaling();
+  io();
+  const status = document.getElementById("render-status");
+  if (status.textContent !== "error") {
+    status.textContent = "ok";
+    status.setAttribute("data-charts", JSON.stringify(drawn));
+  }
+} catch (e) {
+  fail("error: " + e.message);
+}

@@ -1,0 +1,97 @@
+/* run.json: what a report needs to know about a run besides its metrics:
+ * the command line, the settings, the model, the machine and its peak, the
+ * memory by category, and every rank's I/O. Written by rank 0 at the end. */
+#include "dtrain/train.h"
+#include "dtrain/io.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void cpu_model(char *out, size_t cap) {
+    snprintf(out, cap, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon) continue;
+        colon += 1 + (colon[1] == ' ');
+        colon[strcspn(colon, "\n")] = 0;
+        snprintf(out, cap, "%s", colon);
+        break;
+    }
+    fclose(f);
+}
+
+static void add_settings(cJSON *j, const dt_train_config *c, const dt_run_record *r) {
+    cJSON *s = cJSON_AddObjectToObject(j, "settings");
+    const dt_gpt2_config *o = &c->shape;
+    cJSON_AddStringToObject(s, "model", o->num_layers || o->channels || o->vocab_size || o->num_heads ? "custom" : c->model);
+    cJSON_AddNumberToObject(s, "layers", r->model.num_layers);
+    cJSON_AddNumberToObject(s, "heads", r->model.num_heads);
+    cJSON_AddNumberToObject(s, "channels", r->model.channels);
+    cJSON_AddNumberToObject(s, "vocab", r->model.vocab_size);
+    cJSON_AddNumberToObject(s, "parameters", (double)r->params);
+    cJSON_AddNumberToObject(s, "batch", c->batch);
+    cJSON_AddNumberToObject(s, "seq", c->seq);
+    cJSON_AddNumberToObject(s, "grad_accum", c->grad_accum);
+    cJSON_AddNumberToObject(s, "ranks", r->nranks);
+    cJSON_AddNumberToObject(s, "threads_per_rank", c->threads);
+    cJSON_AddStringToObject(s, "strategy", r->strategy);
+    cJSON_AddStringToObject(s, "optimizer", dt_optim_kind_name(c->opt.kind));
+    cJSON_AddNumberToObject(s, "lr", c->sched.lr);
+    cJSON_AddStringToObject(s, "schedule", dt_schedule_name(c->sched.kind));
+    cJSON_AddNumberToObject(s, "warmup", c->sched.warmup);
+    cJSON_AddNumberToObject(s, "grad_clip", c->grad_clip);
+    cJSON_AddNumberToObject(s, "steps", c->steps);
+    cJSON_AddNumberToObject(s, "steps_done", r->steps_done);
+    cJSON_AddStringToObject(s, "data", c->data ? c->data : "");
+    cJSON_AddBoolToObject(s, "recompute", c->recompute != 0);
+}
+
+dt_status dt_run_record_write(const char *path, const dt_train_config *c, const dt_run_record *r) {
+    cJSON *j = cJSON_CreateObject();
+    char cmd[8192] = "", cpu[256];
+    for (int i = 0; c->argv && i < c->argc && c->argv[i]; i++) {
+        size_t n = strlen(cmd);
+        snprintf(cmd + n, sizeof cmd - n, "%s%s", i ? " " : "", i == 0 ? "dtrain" : c->argv[i]);
+    }
+    cJSON_AddStringToObject(j, "command", cmd);
+    add_settings(j, c, r);
+    cpu_model(cpu, sizeof cpu);
+    cJSON *m = cJSON_AddObjectToObject(j, "machine");
+    cJSON_AddStringToObject(m, "cpu", cpu);
+    cJSON_AddNumberToObject(m, "peak_gflops", r->peak_gflops);
+    cJSON_AddStringToObject(m, "peak_source", r->peak_source ? r->peak_source : "none");
+    cJSON_AddNumberToObject(j, "flops_per_step", r->flops_per_step);
+    cJSON_AddNumberToObject(j, "wall_s", r->wall_s);
+    cJSON *mem = cJSON_AddObjectToObject(j, "memory_bytes");
+    static const char *const mem_names[] = { "parameters", "gradients", "activations", "optimizer", "peak_rss" };
+    for (int i = 0; i < 5; i++) cJSON_AddNumberToObject(mem, mem_names[i], r->memory[i]);
+    cJSON *io = cJSON_AddArrayToObject(j, "io");
+    for (int k = 0; k < r->nranks; k++) {
+        const double *v = r->io + (size_t)k * DT_RUN_IO_FIELDS;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rank", k);
+        cJSON_AddNumberToObject(e, "data_read_bytes", v[0]);
+        cJSON_AddNumberToObject(e, "data_read_s", v[1]);
+        cJSON_AddNumberToObject(e, "ckpt_write_bytes", v[2]);
+        cJSON_AddNumberToObject(e, "ckpt_write_s", v[3]);
+        cJSON_AddNumberToObject(e, "ckpt_read_bytes", v[4]);
+        cJSON_AddNumberToObject(e, "ckpt_read_s", v[5]);
+        cJSON_AddItemToArray(io, e);
+    }
+    cJSON_AddStringToObject(j, "metrics", r->metrics ? r->metrics : "");
+    cJSON_AddStringToObject(j, "trace", r->trace ? r->trace : "");
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) return dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
+    size_t n = strlen(text);
+    const void *parts[2] = { text, "\n" };
+    size_t sizes[2] = { n, 1 };
+    dt_status st = dt_file_write_atomic(path, parts, sizes, 2);
+    free(text);
+    return st;
+}

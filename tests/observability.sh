@@ -1,0 +1,98 @@
+#!/bin/bash
+# Seeing a run: a 2-rank DDP run with --report writes metrics (MFU, data time,
+# I/O), a trace that a trace-event checker accepts (begins have ends, times
+# per rank monotonic, bucket allreduces overlapping backward, exposed
+# communication as in the metrics), and a report that headless Chromium
+# renders without errors with every chart holding data. Bad paths give clear
+# errors; a report that cannot be written only warns.
+# usage: observability.sh DTRAIN CHECK_TRACE
+set -u
+DTRAIN=$1
+CHECK=$2
+. "$(dirname "$0")/checks.sh"
+head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
+"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" --val "$dir/val.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+# large enough (1.7 MB of gradients) for several DDP buckets after the first 1 MiB one
+model=(--layers 2 --channels 128 --heads 4 --vocab 256 --max-seq 32 --seq 32 --batch 8 --threads 1 --data "$dir/train.bin"
+       --val-data "$dir/val.bin" --eval-every 5 --eval-batches 2 --bucket-mb 0.25)
+# the peak for MFU comes from the cache or is measured once; a fixed one keeps the test quick
+export DTRAIN_PEAK_GFLOPS=50
+
+run="$dir/run"
+if "$DTRAIN" train --nproc 2 "${model[@]}" --steps 10 --report "$run" --save "$run/ck" > "$dir/out" 2> "$dir/err"; then
+    ok "2-rank run with --report: $(grep -E '^report:' "$dir/out")"
+else fail "2-rank run with --report: $(tail -3 "$dir/err")"; fi
+for f in metrics.jsonl run.json trace.json report.html; do [ -s "$run/$f" ] || fail "$run/$f was not written"; done
+grep -q 'MFU [0-9.]*%' "$dir/out" && ok "the progress line shows MFU: $(grep -m1 -o 'MFU [0-9.]*%' "$dir/out")" || fail "no MFU in: $(tail -2 "$dir/out")"
+last=$(tail -1 "$run/metrics.jsonl")
+for k in mfu model_gflops data_ms data_read_bytes ckpt_write_bytes comm_exposed_ms; do
+    echo "$last" | grep -q "\"$k\":" || fail "metrics lack $k: $last"
+done
+echo "$last" | grep -q '"data_read_bytes":0,' && fail "no token bytes counted: $last" || ok "metrics carry MFU, data time and I/O"
+grep -q '"ckpt_write_bytes":[[:space:]]*[1-9]' "$run/run.json" && ok "run.json has every rank's I/O, rank 0's checkpoint bytes counted" \
+    || fail "run.json I/O: $(grep -A3 '"io"' "$run/run.json")"
+
+# the trace: a checker's reading of it
+if "$CHECK" "$run/trace.json" "$run/metrics.jsonl" > "$dir/check" 2>&1; then ok "trace: $(tr '\n' ';' < "$dir/check")"
+else fail "trace: $(cat "$dir/check")"; fi
+grep -q '"name":"checkpoint write"' "$run/trace.json" && fail "the trace holds a checkpoint write outside steps 2-4" || true
+grep -q '"algo":"' "$run/trace.json" && grep -q '"bytes":' "$run/trace.json" && ok "collectives carry algorithm and bytes" \
+    || fail "collectives without algorithm or bytes"
+
+# the page, rendered by a browser
+browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+if [ -z "$browser" ]; then
+    fail "no headless browser: install Debian's chromium (make test does: scripts/install-deps.sh chromium)"
+else
+    render() { # the DOM after the page's scripts ran
+        HOME="$dir" timeout 120 "$browser" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --virtual-time-budget=10000 \
+            --dump-dom "file://$1" 2> "$dir/browser.err"
+    }
+    dom=$(render "$run/report.html")
+    status=$(echo "$dom" | grep -o '<span id="render-status"[^>]*>[^<]*</span>')
+    errs=$(echo "$dom" | grep -o '<pre id="errors">[^<]*</pre>')
+    if echo "$status" | grep -q '>ok</span>' && [ "$errs" = '<pre id="errors"></pre>' ]; then ok "the report renders without errors"
+    else fail "the report: status '$status', errors '$errs', browser: $(grep -i -m3 'console\|error' "$dir/browser.err")"; fi
+    charts=$(echo "$status" | grep -o 'data-charts="[^"]*"' | sed 's/&quot;/"/g')
+    for id in chart-loss chart-lr chart-throughput chart-phases chart-memory chart-timeline; do
+        n=$(echo "$charts" | grep -o "\"$id\":[0-9]*" | cut -d: -f2)
+        [ "${n:-0}" -gt 0 ] && ok "$id drawn with $n points" || fail "$id: no data ($charts)"
+    done
+    echo "$dom" | grep -q 'rank 1 communication' || echo "$dom" | grep -q 'Timeline (2 ranks)' && ok "the timeline shows both ranks" \
+        || fail "the timeline does not name 2 ranks"
+    # a page that breaks is caught: a planted error must show
+    sed 's/drawn\["chart-memory"\] = vals.length;/drawn["chart-memory"] = vals.length; undefinedFunction();/' "$run/report.html" > "$dir/broken.html"
+    render "$dir/broken.html" | grep -q '<span id="render-status"[^>]*>error</span>' && ok "a script error in the page is reported" \
+        || fail "a planted script error went unseen"
+fi
+grep -q '<script src=\|<link [^>]*href=.http\|@import\|url(http' "$run/report.html" && fail "the report loads something from outside" \
+    || ok "the report is self-contained ($(wc -c < "$run/report.html") bytes)"
+
+# dtrain report on its own, and its bad input
+"$DTRAIN" report "$run" -o "$dir/again.html" > /dev/null 2>&1 && [ -s "$dir/again.html" ] && ok "dtrain report RUN_DIR -o FILE" \
+    || fail "dtrain report RUN_DIR"
+mkdir -p "$dir/empty"
+"$DTRAIN" report "$dir/empty" > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -eq 1 ] && grep -q 'no metrics there' "$dir/err" && ok "report on a directory without metrics: $(head -1 "$dir/err")" \
+    || fail "report on an empty directory: exit $rc, $(cat "$dir/err")"
+"$DTRAIN" report "$dir/nowhere" > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -eq 2 ] && grep -q 'not a directory' "$dir/err" && ok "report on a missing directory: $(head -1 "$dir/err")" || fail "report on a missing directory: exit $rc"
+echo '{"step":1,"loss":2}' > "$dir/empty/metrics.jsonl"; echo 'not json' >> "$dir/empty/metrics.jsonl"
+"$DTRAIN" report "$dir/empty" > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -eq 1 ] && grep -q 'line 2 is not a metrics record' "$dir/err" && ok "a damaged metrics line is named: $(head -1 "$dir/err")" \
+    || fail "damaged metrics: exit $rc, $(cat "$dir/err")"
+
+# --trace where nothing can be written: refused before training
+"$DTRAIN" train "${model[@]}" --steps 2 --trace /nonexistent/dir/t.json > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -ne 0 ] && grep -q -- '--trace: /nonexistent/dir/t.json: cannot be written' "$dir/err" && ok "an unwritable --trace: $(head -1 "$dir/err")" \
+    || fail "unwritable --trace: exit $rc, $(cat "$dir/err")"
+"$DTRAIN" train "${model[@]}" --steps 2 --trace-steps 3:1 > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -eq 2 ] && grep -q 'trace-steps' "$dir/err" && ok "--trace-steps 3:1 refused: $(head -1 "$dir/err")" || fail "--trace-steps 3:1: exit $rc"
+# a report that cannot be written at the end warns; the training and its save stand
+DTRAIN_CHARTJS=/nonexistent/chart.js "$DTRAIN" train "${model[@]}" --steps 3 --report "$dir/r2" --save "$dir/r2.bin" > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -eq 0 ] && [ -s "$dir/r2.bin" ] && grep -q 'the report was not written' "$dir/err" \
+    && ok "an unwritable report warns, the run exits 0 and saves: $(grep -m1 'report was not' "$dir/err")" \
+    || fail "unwritable report: exit $rc, $(cat "$dir/err")"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
