@@ -41,6 +41,7 @@ typedef struct {
     int nprocs[16];        /* data-parallel mode: rank counts to compare (0 entries: one process, in-line) */
     int nnprocs;
     const char *train_flags; /* data-parallel mode: more flags for dtrain train (NULL: none) */
+    const char *report;      /* data-parallel mode: a run directory for dtrain report, with scaling.json */
 } dt_bench_train_opts;
 
 void dt_bench_train_defaults(dt_bench_train_opts *o);

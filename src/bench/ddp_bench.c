@@ -11,6 +11,7 @@
 #include "dtrain/data.h"
 #include "dtrain/io.h"
 #include "dtrain/model.h"
+#include "dtrain/obs.h"
 #include "measure.h"
 
 #include <cjson/cJSON.h>
@@ -92,6 +93,35 @@ static int run_dtrain(const dt_bench_train_opts *o, int nproc, bool indep, const
     return rc ? 1 : 0;
 }
 
+/* --report DIR: one more run of the largest N writing its run directory
+ * (metrics, trace, run.json) there; the scaling joins it in scaling.json. */
+static int report_run(const dt_bench_train_opts *o, int nproc, const char *self, const char *weights, const char *data) {
+    char cmd[PATH_MAX * 5];
+    snprintf(cmd, sizeof cmd, "%s/dtrain train --nproc %d --model %s --data %s --batch %d --seq %d --steps %d --threads %d "
+             "--report '%s' --quiet %s > /dev/null", self, nproc, weights, data, o->batch, o->seq, o->warmup + o->steps, o->threads,
+             o->report, o->train_flags ? o->train_flags : "");
+    if (strchr(o->report, '\'') || system(cmd) != 0) {
+        dt_log(DT_LOG_ERROR, "bench train: the report's run (dtrain train --nproc %d --report %s) failed", nproc, o->report);
+        return 1;
+    }
+    return 0;
+}
+
+static int write_scaling(const dt_bench_train_opts *o, cJSON *records) {
+    char path[PATH_MAX + 32], html[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/scaling.json", o->report);
+    snprintf(html, sizeof html, "%s/report.html", o->report);
+    char *text = cJSON_Print(records);
+    const void *parts[1] = { text };
+    size_t len = text ? strlen(text) : 0;
+    dt_status st = text ? dt_file_write_atomic(path, parts, &len, 1) : dt_error(DT_ERR_NOMEM, "out of memory");
+    free(text);
+    if (!st) st = dt_report_write(o->report, html);
+    if (st) { dt_log(DT_LOG_ERROR, "bench train: %s", dt_last_error()); return 1; }
+    printf("report: %s (with the scaling chart)\n", html);
+    return 0;
+}
+
 static int run_torch(const dt_bench_train_opts *o, int nproc, const char *weights, double *ms) {
     char cmd[PATH_MAX * 3];
     if (dt_bench_python_cmd(cmd, sizeof cmd, "torch_ddp.py", o->threads)) return 1;
@@ -160,10 +190,11 @@ int dt_bench_train_ddp(const dt_bench_train_opts *o) {
                 fflush(stdout);
             }
         }
+    if (rc) { unlink(weights); unlink(data); return rc; }
+    if (o->report && (rc = report_run(o, maxn, self, weights, data))) { unlink(weights); unlink(data); return rc; }
     unlink(weights);
     unlink(data);
-    if (rc) return rc;
-
+    cJSON *records = cJSON_CreateArray();
     double tok1 = 0, ttok1 = 0;
     if (!o->json) {
         printf("%5s | %9s %12s %12s %8s %8s | %9s %8s %8s | %9s %12s %8s | %s\n", "ranks", "ms/step", "tok/s/worker",
@@ -179,13 +210,17 @@ int dt_bench_train_ddp(const dt_bench_train_opts *o) {
         double im = dt_bench_median(ims[i], rounds), iscale = n * (o->batch * o->seq / (im / 1e3)) / tok1;
         double tm = o->baseline ? dt_bench_median(tms[i], rounds) : 0, ttot = o->baseline ? n * o->batch * o->seq / (tm / 1e3) : 0;
         if (i == 0) ttok1 = ttot / n;
+        char rec[1024];
+        int k = snprintf(rec, sizeof rec, "{\"model\":\"%s\",\"nproc\":%d,\"threads\":%d,\"ms\":%.2f,\"tok_per_s_worker\":%.1f,"
+                         "\"tok_per_s\":%.1f,\"scaling\":%.3f,\"efficiency\":%.3f,\"comm_exposed_ms\":%.2f,\"independent_ms\":%.2f,"
+                         "\"independent_scaling\":%.3f", o->model, n, o->threads, ms, per, tot, scale, scale / n, ex, im, iscale);
+        if (o->baseline)
+            snprintf(rec + k, sizeof rec - (size_t)k, ",\"torch_ms\":%.2f,\"torch_tok_per_s\":%.1f,\"torch_scaling\":%.3f}", tm, ttot,
+                     ttot / ttok1);
+        else snprintf(rec + k, sizeof rec - (size_t)k, "}");
+        cJSON_AddItemToArray(records, cJSON_Parse(rec));
         if (o->json) {
-            printf("{\"model\":\"%s\",\"nproc\":%d,\"threads\":%d,\"ms\":%.2f,\"tok_per_s_worker\":%.1f,\"tok_per_s\":%.1f,"
-                   "\"scaling\":%.3f,\"efficiency\":%.3f,\"comm_exposed_ms\":%.2f,\"independent_ms\":%.2f,"
-                   "\"independent_scaling\":%.3f",
-                   o->model, n, o->threads, ms, per, tot, scale, scale / n, ex, im, iscale);
-            if (o->baseline) printf(",\"torch_ms\":%.2f,\"torch_tok_per_s\":%.1f,\"torch_scaling\":%.3f", tm, ttot, ttot / ttok1);
-            printf("}\n");
+            printf("%s\n", rec);
         } else {
             printf("%5d | %9.1f %12.1f %12.1f %7.2fx %7.1f%% | %9.1f %7.2fx %7.1f%% |", n, ms, per, tot, scale, 100 * ex / ms,
                    im, iscale, 100 * scale / iscale);
@@ -199,5 +234,7 @@ int dt_bench_train_ddp(const dt_bench_train_opts *o) {
                "by side, no communication (what this machine gives N processes), and dtrain's scaling as a share of "
                "theirs%s\n", o->nprocs[0], o->nprocs[0] > 1 ? "s" : "",
                cores < maxn ? "; more ranks than cores run oversubscribed" : "");
-    return 0;
+    rc = o->report ? write_scaling(o, records) : 0;
+    cJSON_Delete(records);
+    return rc;
 }

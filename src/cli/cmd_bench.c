@@ -23,7 +23,7 @@ static const dt_cli_flag train_flags[] = {
     { "--seq", "a whole number from 1 to 99999" }, { "--steps", "a whole number from 1 to 99999" },
     { "--warmup", "a whole number from 0 to 99999" }, { "--threads", "a whole number from 0 to 99999" },
     { "--rounds", "a whole number from 1 to 99999" }, { "--baseline", "torch" }, { "--nproc", "a list like 1,2,4" },
-    { "--train-flags", "flags for dtrain train, in one argument" }, { "--json", "" }, { "--help", "" }, { NULL, NULL },
+    { "--train-flags", "flags for dtrain train, in one argument" }, { "--report", "a directory" }, { "--json", "" }, { "--help", "" }, { NULL, NULL },
 };
 
 static void usage(FILE *f) {
@@ -62,7 +62,9 @@ static int bench_train(int argc, char **argv) {
                    "                          [--nproc 1,2,4]  data parallel: dtrain train --nproc N for each N\n"
                    "                          (threads per rank), against PyTorch DDP over gloo with --baseline torch,\n"
                    "                          and against N independent 1-rank runs side by side (the machine's ceiling)\n"
-                   "                          [--train-flags \"--step-at-end\"]  more flags for dtrain train\n");
+                   "                          [--train-flags \"--step-at-end\"]  more flags for dtrain train\n"
+                   "                          [--report DIR]  with --nproc: a run of the largest N into DIR and its\n"
+                   "                          report with the scaling chart (DIR/report.html)\n");
             return 0;
         }
         if (!strcmp(f, "--json")) { o.json = 1; continue; }
@@ -87,6 +89,7 @@ static int bench_train(int argc, char **argv) {
         }
         if (!strcmp(f, "--model")) o.model = v;
         else if (!strcmp(f, "--train-flags")) o.train_flags = v;
+        else if (!strcmp(f, "--report")) o.report = v;
         else if (!strcmp(f, "--baseline") && !strcmp(v, "torch")) o.baseline = v;
         else if (isnum && n >= 1 && !strcmp(f, "--batch")) o.batch = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--seq")) o.seq = (int)n;
@@ -95,6 +98,10 @@ static int bench_train(int argc, char **argv) {
         else if (isnum && !strcmp(f, "--threads")) o.threads = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--rounds")) o.rounds = (int)n;
         else return dt_cli_flag_error("bench train", train_flags, f, v);
+    }
+    if (o.report && !o.nnprocs) {
+        dt_log(DT_LOG_ERROR, "bench train: --report DIR charts the scaling of --nproc 1,2,4 (give --nproc)");
+        return 2;
     }
     return dt_bench_train(&o);
 }

@@ -195,7 +195,7 @@ function scaling() {
     sets.push({ label: "PyTorch DDP", data: SCALING.filter((r) => typeof r.torch_tok_per_s === "number").map((r) => ({ x: r.nproc, y: r.torch_tok_per_s })) });
   const datasets = sets.map((d, i) => ({ label: d.label, data: d.data, borderColor: COLORS[i], backgroundColor: COLORS[i], pointRadius: 4 }));
   new Chart(canvasIn(s, "chart-scaling"), { type: "line", data: { datasets: datasets },
-    options: { parsing: false, scales: { x: { type: "linear", title: { display: true, text: "ranks" } }, y: { title: { display: true, text: "tok/s (all ranks)" } } } } });
+    options: { parsing: false, scales: { x: { type: "linear", ticks: { stepSize: 1 }, title: { display: true, text: "ranks" } }, y: { title: { display: true, text: "tok/s (all ranks)" } } } } });
   drawn["chart-scaling"] = datasets.reduce((n, d) => n + d.data.length, 0);
 }
 
