@@ -82,6 +82,19 @@ echo '{"step":1,"loss":2}' > "$dir/empty/metrics.jsonl"; echo 'not json' >> "$di
 [ $rc -eq 1 ] && grep -q 'line 2 is not a metrics record' "$dir/err" && ok "a damaged metrics line is named: $(head -1 "$dir/err")" \
     || fail "damaged metrics: exit $rc, $(cat "$dir/err")"
 
+# damaged companions of the metrics: named, or (a stray end) ignored
+cp "$run/metrics.jsonl" "$dir/empty/metrics.jsonl"
+echo '{"traceEvents":[{"ph":"E",' > "$dir/empty/trace.json"
+"$DTRAIN" report "$dir/empty" > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -eq 1 ] && grep -q 'trace.json: not valid JSON' "$dir/err" && ok "a damaged trace.json is named: $(head -1 "$dir/err")" \
+    || fail "damaged trace: exit $rc, $(cat "$dir/err")"
+echo '{"traceEvents":[{"ph":"E","pid":0,"tid":1,"ts":5},{"ph":"B","pid":99999,"tid":-3,"ts":"x"},7]}' > "$dir/empty/trace.json"
+"$DTRAIN" report "$dir/empty" > /dev/null 2> "$dir/err" && ok "a trace with stray and malformed events still gives a page" \
+    || fail "stray trace events: $(cat "$dir/err")"
+echo '[1,2' > "$dir/empty/run.json"
+"$DTRAIN" report "$dir/empty" > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -eq 1 ] && grep -q 'run.json: not valid JSON' "$dir/err" && ok "a damaged run.json is named: $(head -1 "$dir/err")" || fail "damaged run.json: exit $rc"
+
 # --trace where nothing can be written: refused before training
 "$DTRAIN" train "${model[@]}" --steps 2 --trace /nonexistent/dir/t.json > /dev/null 2> "$dir/err"; rc=$?
 [ $rc -ne 0 ] && grep -q -- '--trace: /nonexistent/dir/t.json: cannot be written' "$dir/err" && ok "an unwritable --trace: $(head -1 "$dir/err")" \

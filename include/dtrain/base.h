@@ -75,6 +75,9 @@ typedef enum { DT_IO_DATA_READ = 0, DT_IO_CKPT_WRITE, DT_IO_CKPT_READ, DT_IO_COU
 void dt_io_count(dt_io_kind kind, size_t bytes, double seconds);
 void dt_io_get(dt_io_kind kind, uint64_t *bytes, double *seconds);
 
+/* /proc/cpuinfo's model name into out ("unknown CPU" if none); returns out. */
+const char *dt_cpu_model(char *out, size_t cap);
+
 /* 64-byte aligned allocation (cache line; AVX-512 friendly). */
 void *dt_alloc_aligned(size_t bytes);
 void dt_free_aligned(void *p);

@@ -494,18 +494,8 @@ static int run_baseline(const dt_bench_comm_opts *o, const char *outpath) {
 static void print_machine(const dt_bench_comm_opts *o) {
     struct utsname u;
     uname(&u);
-    char model[256] = "unknown cpu";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "model name", 10)) {
-                char *c = strchr(line, ':');
-                if (c) { snprintf(model, sizeof model, "%s", c + 2); model[strcspn(model, "\n")] = 0; }
-                break;
-            }
-        fclose(f);
-    }
+    char model[256];
+    dt_cpu_model(model, sizeof model);
     printf("# dtrain bench comm: %s, %s %s, %ld cores, %s\n", model, u.sysname, u.release,
            sysconf(_SC_NPROCESSORS_ONLN), o->nproc > sysconf(_SC_NPROCESSORS_ONLN) ? "OVERSUBSCRIBED" : "not oversubscribed");
     printf("# %s %s %s, %d ranks, %s buffers, algo %s, median of %d reps (after %d warm-up) of ~%.0f ms each, %d round(s)\n",

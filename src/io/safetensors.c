@@ -143,13 +143,10 @@ static int heads_from(st_file *f, const char *path) {
     snprintf(cfg, sizeof cfg, "%s", path);
     char *slash = strrchr(cfg, '/');
     snprintf(slash ? slash + 1 : cfg, sizeof cfg - (size_t)(slash ? slash + 1 - cfg : 0), "config.json");
-    FILE *fp = fopen(cfg, "rb");
-    if (!fp) return 0;
-    char text[65536];
-    size_t n = fread(text, 1, sizeof text - 1, fp);
-    fclose(fp);
-    text[n] = 0;
+    char *text;
+    if (dt_file_read_text(cfg, 1 << 20, &text, NULL)) return 0;
     cJSON *j = cJSON_Parse(text);
+    free(text);
     const cJSON *h = j ? cJSON_GetObjectItemCaseSensitive(j, "n_head") : NULL;
     int r = cJSON_IsNumber(h) ? h->valueint : 0;
     cJSON_Delete(j);

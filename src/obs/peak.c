@@ -41,22 +41,6 @@ double dt_peak_measure(int threads) {
     return t[2];
 }
 
-static void cpu_model(char *out, size_t cap) {
-    snprintf(out, cap, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) || !colon) continue;
-        colon += 1 + (colon[1] == ' ');
-        colon[strcspn(colon, "\n")] = 0;
-        snprintf(out, cap, "%s", colon);
-        break;
-    }
-    fclose(f);
-}
-
 static int cache_path(char *out, size_t cap, int make_dir) {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     char dir[4096];
@@ -75,15 +59,12 @@ static int cache_path(char *out, size_t cap, int make_dir) {
 static double cached(void) {
     char path[4200], cpu[256];
     if (cache_path(path, sizeof path, 0)) return 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
+    char *buf;
+    if (dt_file_read_text(path, 1 << 16, &buf, NULL)) return 0; /* none yet */
     cJSON *j = cJSON_Parse(buf);
+    free(buf);
     cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cpu"), *g = cJSON_GetObjectItemCaseSensitive(j, "sgemm_gflops_per_thread");
-    cpu_model(cpu, sizeof cpu);
+    dt_cpu_model(cpu, sizeof cpu);
     double v = cJSON_IsString(c) && !strcmp(c->valuestring, cpu) && cJSON_IsNumber(g) && g->valuedouble > 0 && g->valuedouble < 1e6
                    ? g->valuedouble : 0;
     cJSON_Delete(j);
@@ -93,7 +74,7 @@ static double cached(void) {
 dt_status dt_peak_save(double gflops) {
     char path[4200], cpu[256], json[1024];
     if (cache_path(path, sizeof path, 1)) return dt_error(DT_ERR_IO, "peak cache: no HOME or XDG_CACHE_HOME to keep it in");
-    cpu_model(cpu, sizeof cpu);
+    dt_cpu_model(cpu, sizeof cpu);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "cpu", cpu);
     cJSON_AddNumberToObject(j, "sgemm_gflops_per_thread", gflops);

@@ -157,6 +157,8 @@ static dt_status gather_data(const char *dir, report_data *d) {
     snprintf(path, sizeof path, "%s/run.json", dir);
     dt_status st = read_json(path, &d->run);
     if (st) return st;
+    if (d->run && !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(d->run, "settings")))
+        return dt_error(DT_ERR_IO, "%s: not a dtrain run record (no \"settings\" object)", path);
     locate(dir, d->run, "metrics", "metrics.jsonl", path, sizeof path);
     if (access(path, R_OK) != 0)
         return dt_error(DT_ERR_IO, "%s: no metrics there (%s): a run directory is what dtrain train --report DIR writes, "

@@ -199,24 +199,23 @@ function scaling() {
   drawn["chart-scaling"] = datasets.reduce((n, d) => n + d.data.length, 0);
 }
 
-try {
-  settings();
-  lineChart("chart-loss", section("Loss"), [{ label: "training loss", data: series("loss") },
-                                            { label: "validation loss", data: series("val_loss"), points: true }], ["nats per token"]);
-  lineChart("chart-lr", section("Learning rate and gradient norm"), [{ label: "learning rate", data: series("lr"), fromZero: true },
-            { label: "gradient norm", data: series("grad_norm"), axis: "y2" }], ["learning rate", "gradient norm"]);
-  lineChart("chart-throughput", section("Throughput and MFU"), [{ label: "tok/s (all ranks)", data: series("tok_per_s") },
-            { label: "MFU %", data: series("mfu", 100), axis: "y2" }], ["tok/s", "MFU %"]);
-  phases();
-  memory();
-  timeline();
-  scaling();
-  io();
-  const status = document.getElementById("render-status");
-  if (status.textContent !== "error") {
-    status.textContent = "ok";
-    status.setAttribute("data-charts", JSON.stringify(drawn));
-  }
-} catch (e) {
-  fail("error: " + e.message);
+// Each part on its own: one that fails (say, a run.json from another
+// version) is named in #errors and the others still draw.
+const parts = [
+  settings,
+  () => lineChart("chart-loss", section("Loss"), [{ label: "training loss", data: series("loss") },
+                  { label: "validation loss", data: series("val_loss"), points: true }], ["nats per token"]),
+  () => lineChart("chart-lr", section("Learning rate and gradient norm"), [{ label: "learning rate", data: series("lr"), fromZero: true },
+                  { label: "gradient norm", data: series("grad_norm"), axis: "y2" }], ["learning rate", "gradient norm"]),
+  () => lineChart("chart-throughput", section("Throughput and MFU"), [{ label: "tok/s (all ranks)", data: series("tok_per_s") },
+                  { label: "MFU %", data: series("mfu", 100), axis: "y2" }], ["tok/s", "MFU %"]),
+  phases, memory, timeline, scaling, io,
+];
+for (const part of parts) {
+  try { part(); } catch (e) { fail("error in " + (part.name || "a chart") + ": " + e.message); }
+}
+const status = document.getElementById("render-status");
+if (status.textContent !== "error") {
+  status.textContent = "ok";
+  status.setAttribute("data-charts", JSON.stringify(drawn));
 }

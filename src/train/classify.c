@@ -121,8 +121,9 @@ static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
 static dt_status setup(cls_run *r) {
     const dt_train_config *c = r->c;
     const char *dir = c->data ? c->data : DEFAULT_DIR;
-    if (c->save || c->resume) /* said, not silently skipped */
-        return dt_error(DT_ERR_UNSUPPORTED, "--model mlp: %s is not built for the MLP yet (GPT-2 only)", c->save ? "--save" : "--resume");
+    if (c->save || c->resume || c->trace || c->report) /* said, not silently skipped */
+        return dt_error(DT_ERR_UNSUPPORTED, "--model mlp: %s is not built for the MLP yet (GPT-2 only)",
+                        c->save ? "--save" : c->resume ? "--resume" : c->trace ? "--trace" : "--report");
     dt_status st = parse_hidden(c->model, r->sizes, &r->ns);
     if (!st) st = dt_images_load(dir, "train", &r->tr);
     if (!st) st = dt_images_load(dir, "t10k", &r->te);

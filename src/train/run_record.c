@@ -9,22 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void cpu_model(char *out, size_t cap) {
-    snprintf(out, cap, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) || !colon) continue;
-        colon += 1 + (colon[1] == ' ');
-        colon[strcspn(colon, "\n")] = 0;
-        snprintf(out, cap, "%s", colon);
-        break;
-    }
-    fclose(f);
-}
-
 static void add_settings(cJSON *j, const dt_train_config *c, const dt_run_record *r) {
     cJSON *s = cJSON_AddObjectToObject(j, "settings");
     const dt_gpt2_config *o = &c->shape;
@@ -60,7 +44,7 @@ dt_status dt_run_record_write(const char *path, const dt_train_config *c, const 
     }
     cJSON_AddStringToObject(j, "command", cmd);
     add_settings(j, c, r);
-    cpu_model(cpu, sizeof cpu);
+    dt_cpu_model(cpu, sizeof cpu);
     cJSON *m = cJSON_AddObjectToObject(j, "machine");
     cJSON_AddStringToObject(m, "cpu", cpu);
     cJSON_AddNumberToObject(m, "peak_gflops", r->peak_gflops);
