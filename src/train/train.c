@@ -360,9 +360,9 @@ static dt_status setup(run *r) {
            dt_kernels_threads());
     if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
     if (r->peak_gflops > 0)
-        printf("MFU against %.1f GFLOP/s (%d threads x %.1f GFLOP/s sgemm per thread, %s); %.3f GFLOP per step\n",
-               r->peak_gflops, c->threads * r->nranks, r->peak_gflops / (c->threads * r->nranks), r->peak_source,
-               r->flops_per_step / 1e9);
+        printf("MFU against %.1f GFLOP/s (%d thread%s x %.1f GFLOP/s sgemm per thread, %s); %.3f GFLOP per step\n",
+               r->peak_gflops, c->threads * r->nranks, c->threads * r->nranks > 1 ? "s" : "",
+               r->peak_gflops / (c->threads * r->nranks), r->peak_source, r->flops_per_step / 1e9);
     return DT_OK;
 }
 
