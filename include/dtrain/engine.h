@@ -52,7 +52,7 @@ typedef struct {
 
 /* The registered strategies (engine.c lists them); NULL if no such name. */
 const dt_strategy *dt_strategy_find(const char *name);
-extern const dt_strategy dt_strategy_single, dt_strategy_ddp;
+extern const dt_strategy dt_strategy_single, dt_strategy_ddp, dt_strategy_zero1;
 
 typedef struct {
     dt_model model;

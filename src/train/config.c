@@ -146,6 +146,24 @@ static dt_status read_trace(const char *path, const cJSON *root, dt_train_config
     return DT_OK;
 }
 
+/* "zero_optimization": {"stage": 1} (stage 0: data parallelism). DeepSpeed's
+ * other keys tune its own buffers: accepted, and named as ignored. */
+static dt_status read_zero(const char *path, const cJSON *root, dt_train_config *c) {
+    const cJSON *z = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
+    if (!z) return DT_OK;
+    if (!cJSON_IsObject(z)) return dt_error(DT_ERR_ARG, "%s: \"zero_optimization\" must be an object ({\"stage\": 1})", path);
+    static const char *known[] = { "stage", NULL };
+    warn_unknown(path, "zero_optimization.", z, known);
+    double stage = -1;
+    dt_status st = number(path, z, "stage", 0, 3, &stage);
+    if (st) return st;
+    if (stage != (double)(int)stage) return dt_error(DT_ERR_ARG, "%s: zero_optimization.stage must be 0, 1, 2 or 3", path);
+    if (stage == 2 || stage == 3)
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: zero_optimization.stage %d is not built yet (stage 1 is)", path, (int)stage);
+    if (stage == 1) c->strategy = "zero1";
+    return DT_OK;
+}
+
 dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     FILE *f = fopen(path, "rb");
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -169,7 +187,7 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
         return dt_error(DT_ERR_ARG, "%s: the top level must be a JSON object ({\"train_micro_batch_size_per_gpu\": ...})", path);
     }
     static const char *top[] = { "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
-                                 "gradient_clipping", "steps", "train_batch_size", "trace", "trace_steps", NULL };
+                                 "gradient_clipping", "steps", "train_batch_size", "trace", "trace_steps", "zero_optimization", NULL };
     warn_unknown(path, "", root, top);
     double x;
     dt_status st = DT_OK;
@@ -179,6 +197,7 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     if (!st && (x = -1, st = number(path, root, "gradient_clipping", 0, 1e9, &x), !st) && x >= 0) c->grad_clip = (float)x;
     if (!st && (x = -1, st = number(path, root, "steps", 1, 1e9, &x), !st) && x > 0) c->steps = (int)x;
     if (!st) st = read_trace(path, root, c);
+    if (!st) st = read_zero(path, root, c);
     const cJSON *opt = NULL, *sch = NULL;
     if (!st) st = object(path, root, "optimizer", &opt);
     if (!st) st = object(path, root, "scheduler", &sch);

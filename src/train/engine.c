@@ -18,7 +18,7 @@
 const dt_strategy dt_strategy_single = { .name = "single" };
 
 /* The registry: a new strategy is one line here (and its extern in engine.h). */
-static const dt_strategy *const strategies[] = { &dt_strategy_single, &dt_strategy_ddp };
+static const dt_strategy *const strategies[] = { &dt_strategy_single, &dt_strategy_ddp, &dt_strategy_zero1 };
 
 const dt_strategy *dt_strategy_find(const char *name) {
     for (size_t i = 0; i < sizeof strategies / sizeof strategies[0]; i++)
@@ -38,7 +38,7 @@ static dt_status choose(const dt_engine_config *c, const dt_strategy **out) {
     int ranks = c->comm ? dt_comm_size(c->comm) : 1;
     const char *name = c->strategy ? c->strategy : ranks > 1 ? "ddp" : "single";
     *out = dt_strategy_find(name);
-    if (!*out) return dt_error(DT_ERR_ARG, "no parallel strategy called '%s' (single, ddp)", name);
+    if (!*out) return dt_error(DT_ERR_ARG, "no parallel strategy called '%s' (single, ddp, zero1)", name);
     if (!strcmp(name, "single") && ranks > 1)
         return dt_error(DT_ERR_ARG, "strategy single runs one process, but the job has %d ranks", ranks);
     return DT_OK;
@@ -102,7 +102,8 @@ static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
         /* the global norm first: it may stop the update, and a sharded slice's own pass could not give it */
         if ((st = global_norm(e, g, &r->norm))) return st;
         if (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm))) {
-            memset(g, 0, e->n * sizeof *g);
+            /* the whole gradient: a sharded strategy's other shards too */
+            memset(c->model.grads(c->model.self), 0, c->model.nparams * sizeof *g);
             r->skipped = 1;
             return DT_OK;
         }

@@ -132,6 +132,12 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
                c->steps);
     /* skipping a step needs the norm before any update, so the update waits for the end of backward */
     if (c->skip_nonfinite) c->step_at_end = 1;
+    /* said before training, not found at the final save */
+    bool sharded = c->strategy && !strcmp(c->strategy, "zero1");
+    if (sharded && ((c->save && dt_checkpoint_is_dir(c->save)) || c->resume))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s %s with --zero 1: checkpoints of a sharded optimizer are not built yet "
+                        "(--save FILE.bin or FILE.safetensors saves the weights)", c->resume ? "--resume" : "--save",
+                        c->resume ? c->resume : c->save);
     if (c->save) return dt_checkpoint_is_dir(c->save) ? dt_checkpoint_check_dir(c->save) : dt_file_check_writable(c->save);
     return DT_OK;
 }
@@ -500,7 +506,7 @@ static int finish(run *r, int steps_done, int stop_signal) {
     uint64_t hash;
     int checked;
     if (dt_engine_check_replicas(r->e, &checked, &hash)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
-    if (checked && !c->quiet) printf("weights identical on all %d ranks (hash %016llx)\n", r->nranks, (unsigned long long)hash);
+    if (checked && r->nranks > 1 && !c->quiet) printf("weights identical on all %d ranks (hash %016llx)\n", r->nranks, (unsigned long long)hash);
     if (!stop_signal && steps_done < c->steps && !c->quiet)
         printf("stopped after %d steps (--stop-after); --resume %s goes on\n", c->stop_after, c->save ? c->save : "(no --save)");
     if (stop_signal && r->rank == 0)

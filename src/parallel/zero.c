@@ -1,0 +1,109 @@
+/* ZeRO (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+ * Trillion Parameter Models", 2020) as strategies of the engine.
+ *
+ * Stage 1, built here: the optimizer state is sharded. The flat store is cut
+ * into one contiguous shard per rank (sizes differ by at most one element,
+ * so any number of ranks works). The gradients are averaged as DDP averages
+ * them, bucket by bucket with allreduces overlapped with backward
+ * (dt_ddp); then each rank updates only its shard, with only its shard of
+ * the optimizer state (Adam: 8 bytes per parameter / N instead of 8), and
+ * the ranks allgather the updated parameters, so every rank again holds the
+ * whole model for the next forward. The global gradient norm (clipping) is
+ * the sum of the shards' squares, allreduced.
+ *
+ * Model states per rank for fp32 Adam: 4 (parameters) + 4 (gradients) +
+ * 8/N (optimizer) bytes per parameter; DDP holds 16.
+ *
+ * Not yet: stages 2 and 3, LAMB and LARS (their trust ratios need norms of
+ * whole tensors that a shard may cut), checkpoints of a sharded optimizer. */
+#include "dtrain/parallel.h"
+#include "dtrain/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const dt_engine_config *c;
+    dt_ddp *d;           /* the gradients' averaging */
+    size_t *counts;      /* each rank's shard */
+    size_t off, n;       /* this rank's */
+    float *mine;         /* the updated shard, sent to the allgather */
+} zero;
+
+/* Shard r of n elements over p ranks: the first n % p shards one longer. */
+static void shard(size_t n, int p, int r, size_t *off, size_t *count) {
+    size_t base = n / (size_t)p, extra = n % (size_t)p, k = (size_t)r;
+    *count = base + (k < extra);
+    *off = k * base + (k < extra ? k : extra);
+}
+
+static void z_destroy(void *state) {
+    zero *z = state;
+    if (!z) return;
+    dt_ddp_destroy(z->d);
+    free(z->counts);
+    free(z->mine);
+    free(z);
+}
+
+static dt_status z1_create(dt_engine *e, void **state, size_t *off, size_t *n) {
+    const dt_engine_config *c = dt_engine_get_config(e);
+    if (!c->comm) return DT_OK; /* one process: its shard is everything (state NULL) */
+    if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS)
+        return dt_error(DT_ERR_UNSUPPORTED, "--zero 1 with %s: its per-tensor trust ratios need whole-tensor norms across shards, "
+                        "which are not built yet (sgd and adamw are)", dt_optim_kind_name(c->opt.kind));
+    int p = dt_comm_size(c->comm), rank = dt_comm_rank(c->comm);
+    zero *z = calloc(1, sizeof *z);
+    if (!z || !(z->counts = malloc(sizeof *z->counts * (size_t)p))) { free(z); return dt_error(DT_ERR_NOMEM, "zero1: out of memory"); }
+    z->c = c;
+    size_t o;
+    for (int r = 0; r < p; r++) shard(c->model.nparams, p, r, &o, &z->counts[r]);
+    shard(c->model.nparams, p, rank, &z->off, &z->n);
+    dt_status st = (z->mine = malloc(sizeof *z->mine * (z->n ? z->n : 1))) ? DT_OK : dt_error(DT_ERR_NOMEM, "zero1: out of memory");
+    if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, &z->d);
+    if (st) { z_destroy(z); return st; }
+    *off = z->off;
+    *n = z->n;
+    *state = z;
+    return DT_OK;
+}
+
+static void z_begin(void *state, int sync, float lr) {
+    if (state) dt_ddp_begin(((zero *)state)->d, sync, lr);
+}
+
+static dt_status z_finish(void *state, dt_sync_result *r) {
+    zero *z = state;
+    r->updated = 0; /* the engine updates this rank's shard */
+    return z ? dt_ddp_finish(z->d, &r->exposed_ms, NULL) : DT_OK;
+}
+
+static dt_status z_sumsq(void *state, double *ss) {
+    zero *z = state;
+    return z ? dt_comm_allreduce(z->c->comm, ss, ss, 1, DT_F64, DT_SUM) : DT_OK;
+}
+
+/* Every rank gets every shard's new parameters; the gradients outside this
+ * rank's shard (which its optimizer did not zero) are cleared for the next step. */
+static dt_status z_after_update(void *state) {
+    zero *z = state;
+    if (!z) return DT_OK;
+    const dt_model *m = &z->c->model;
+    float *p = m->params(m->self), *g = m->grads(m->self);
+    memcpy(z->mine, p + z->off, z->n * sizeof *p);
+    memset(g, 0, z->off * sizeof *g);
+    memset(g + z->off + z->n, 0, (m->nparams - z->off - z->n) * sizeof *g);
+    return dt_comm_allgatherv(z->c->comm, z->mine, p, z->counts, DT_F32);
+}
+
+static dt_status z_check(void *state, uint64_t *hash) {
+    zero *z = state;
+    if (!z) return DT_OK;
+    const dt_model *m = &z->c->model;
+    return dt_ddp_check_replicas(z->c->comm, m->params(m->self), m->nparams, hash);
+}
+
+const dt_strategy dt_strategy_zero1 = {
+    .name = "zero1", .create = z1_create, .destroy = z_destroy, .begin = z_begin, .finish = z_finish,
+    .reduce_sumsq = z_sumsq, .after_update = z_after_update, .check_replicas = z_check,
+};

@@ -1,0 +1,97 @@
+#!/bin/bash
+# ZeRO stage 1 gives the losses of one process with the global batch, over
+# 20 steps within 1e-5 relative: 2 ranks x batch 2 and 4 x 1 against 1 x 4,
+# 3 ranks x 1 (shards of unequal size) against 1 x 3; AdamW, SGD with
+# momentum, clipping (the global norm across shards), gradient accumulation;
+# the MLP; under mpirun with 2 pseudo-nodes. Each rank's optimizer state is
+# its shard's (half of DDP's on 2 ranks). What is not built yet is refused
+# before training: LAMB/LARS, sharded checkpoints.
+# usage: zero_equivalence.sh DTRAIN [MPIEXEC]
+set -u
+DTRAIN=$1
+MPIEXEC=${2:-}
+. "$(dirname "$0")/checks.sh"
+head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
+"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+common=(--data "$dir/train.bin" --layers 2 --channels 64 --heads 4 --vocab 256 --max-seq 64 --seq 64 --steps 20
+        --lr 1e-3 --threads 1 --quiet)
+losses() { grep -o '"loss":[0-9.e+-]*' "$1" | cut -d: -f2; }
+compare() { # what file reference [steps]
+    local n=${4:-20} worst
+    worst=$(paste <(losses "$3") <(losses "$2") |
+            awk -v want="$n" 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=want) print "missing"; else print w}')
+    if [ "$worst" != missing ] && awk "BEGIN{exit !($worst <= 1e-5)}"; then ok "$1: worst relative loss difference $worst over $n"
+    else fail "$1: worst relative loss difference $worst"; fi
+}
+run() { # name flags... : a run whose metrics go to $dir/name.jsonl
+    local name=$1
+    shift
+    "$DTRAIN" train "${common[@]}" "$@" --metrics "$dir/$name.jsonl" 2> "$dir/$name.err" || fail "$name: $(tail -2 "$dir/$name.err")"
+}
+run ref --batch 4
+run ref3 --batch 3
+run z2 --nproc 2 --batch 2 --zero 1 && compare "zero1, 2 ranks x batch 2" "$dir/z2.jsonl" "$dir/ref.jsonl"
+run z3 --nproc 3 --batch 1 --zero 1 && compare "zero1, 3 ranks x batch 1 (unequal shards)" "$dir/z3.jsonl" "$dir/ref3.jsonl"
+run z4 --nproc 4 --batch 1 --zero 1 && compare "zero1, 4 ranks x batch 1" "$dir/z4.jsonl" "$dir/ref.jsonl"
+sgd=(--optimizer sgd --momentum 0.9 --lr 0.05)
+run sgd1 "${sgd[@]}" --batch 4
+run sgd2 "${sgd[@]}" --nproc 2 --batch 2 --zero 1 && compare "zero1 SGD momentum, 2 ranks" "$dir/sgd2.jsonl" "$dir/sgd1.jsonl"
+run clip1 --grad-clip 0.5 --batch 4
+run clip3 --grad-clip 0.5 --nproc 3 --batch 1 --grad-accum 1 --zero 1 --steps 20 2> /dev/null
+run clip1b --grad-clip 0.5 --batch 3
+compare "zero1 clipped at 0.5 (the global norm over 3 shards)" "$dir/clip3.jsonl" "$dir/clip1b.jsonl"
+grep -q '"grad_norm":0.4\|"grad_norm":0.5\|"grad_norm":[1-9]' "$dir/clip1b.jsonl" && ok "the clipped runs' norms reach the clip" \
+    || fail "the clipping runs never clip: $(grep -o '"grad_norm":[0-9.]*' "$dir/clip1b.jsonl" | head -3)"
+run acc --nproc 2 --batch 1 --grad-accum 2 --zero 1 && compare "zero1, 2 ranks x batch 1 x 2 accumulation" "$dir/acc.jsonl" "$dir/ref.jsonl"
+
+# the optimizer state per rank: its shard's
+loud=()
+for a in "${common[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+state() { grep -o 'optimizer state [0-9.]* MiB' "$1" | grep -o '[0-9.]*'; }
+"$DTRAIN" train "${loud[@]}" --nproc 2 --batch 2 --steps 2 > "$dir/ddp.out" 2>&1
+"$DTRAIN" train "${loud[@]}" --nproc 2 --batch 2 --steps 2 --zero 1 > "$dir/z.out" 2>&1
+d=$(state "$dir/ddp.out"); z=$(state "$dir/z.out")
+awk "BEGIN{exit !(${z:-0} > 0 && ${d:-0} > 0 && (${z:-0} * 2 - ${d:-0}) ^ 2 < 0.01)}" \
+    && ok "optimizer state per rank: DDP $d MiB, zero1 on 2 ranks $z MiB" || fail "optimizer state: DDP '$d', zero1 '$z'"
+grep -q "weights identical on all 2 ranks" "$dir/z.out" && ok "zero1: $(grep -o 'weights identical.*' "$dir/z.out")" \
+    || fail "zero1 replica check: $(tail -3 "$dir/z.out")"
+
+# the MLP on the same engine
+mkdir "$dir/img"
+idx() {
+    local f=$1 nd=$2 n=$3
+    { printf "\x00\x00\x08\x0$nd"; printf "\x00\x00\x$(printf %02x $((n >> 8)))\x$(printf %02x $((n & 255)))"
+      [ "$nd" = 3 ] && printf "\x00\x00\x00\x08\x00\x00\x00\x08"; cat; } > "$dir/img/$f"
+}
+tail -c 70000 /usr/share/common-licenses/GPL-3 > "$dir/bytes"
+head -c 32768 "$dir/bytes" | idx train-images-idx3-ubyte.gz 3 512
+head -c 8192 "$dir/bytes" | idx t10k-images-idx3-ubyte.gz 3 128
+labels() { for b in $(tail -c "$1" "$dir/bytes" | od -An -v -tu1); do printf "\x0$((b % 10))"; done; }
+labels 512 | idx train-labels-idx1-ubyte.gz 1 512
+labels 128 | idx t10k-labels-idx1-ubyte.gz 1 128
+mlp=(--model mlp:32 --data "$dir/img" --epochs 3 --lr 1e-3 --threads 1 --quiet)
+"$DTRAIN" train "${mlp[@]}" --batch 32 --metrics "$dir/mlp1.jsonl" &&
+"$DTRAIN" train "${mlp[@]}" --nproc 2 --batch 16 --zero 1 --metrics "$dir/mlp2.jsonl" &&
+    compare "zero1 MLP, 2 ranks x batch 16" "$dir/mlp2.jsonl" "$dir/mlp1.jsonl" 3 || fail "MLP runs"
+
+if [ -n "$MPIEXEC" ]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \
+        "$MPIEXEC" --oversubscribe -np 2 "$DTRAIN" train "${common[@]}" --batch 2 --zero 1 --metrics "$dir/mpi.jsonl" 2> "$dir/mpi.err" &&
+        compare "zero1 under mpirun, 2 ranks on 2 pseudo-nodes" "$dir/mpi.jsonl" "$dir/ref.jsonl" || fail "mpirun: $(tail -3 "$dir/mpi.err")"
+fi
+
+# not built yet: said before any training
+refuse() { # what pattern flags...
+    local what=$1 pat=$2
+    shift 2
+    "$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --steps 2 --zero 1 "$@" > /dev/null 2> "$dir/err"; local rc=$?
+    [ $rc -ne 0 ] && grep -q -- "$pat" "$dir/err" && ok "$what refused: $(grep -m1 -- "$pat" "$dir/err")" || fail "$what: exit $rc, $(cat "$dir/err")"
+}
+refuse "LAMB" "trust ratios need whole-tensor norms" --optimizer lamb
+refuse "a checkpoint directory" "checkpoints of a sharded optimizer are not built yet" --save "$dir/ck"
+"$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --steps 2 --zero 2 > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -eq 2 ] && grep -q -- '--zero 2 is not valid' "$dir/err" && ok "--zero 2 refused: $(head -1 "$dir/err")" || fail "--zero 2: exit $rc, $(cat "$dir/err")"
+"$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --steps 2 --zero 1 --save "$dir/w.bin" > /dev/null 2>&1 && [ -s "$dir/w.bin" ] \
+    && ok "zero1 saves the weights (--save FILE.bin)" || fail "zero1 --save FILE.bin"
+echo "zero: $passed passed, $failed failed"
+[ $failed -eq 0 ]
