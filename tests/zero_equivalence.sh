@@ -6,10 +6,11 @@
 # the MLP; under mpirun with 2 pseudo-nodes. Each rank's optimizer state is
 # its shard's (half of DDP's on 2 ranks). What is not built yet is refused
 # before training: LAMB/LARS, sharded checkpoints.
-# usage: zero_equivalence.sh DTRAIN [MPIEXEC]
+# usage: zero_equivalence.sh DTRAIN PSEUDO_NODES [MPIEXEC]
 set -u
 DTRAIN=$1
-MPIEXEC=${2:-}
+NODES=$2
+MPIEXEC=${3:-}
 . "$(dirname "$0")/checks.sh"
 head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 "$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
@@ -75,9 +76,9 @@ mlp=(--model mlp:32 --data "$dir/img" --epochs 3 --lr 1e-3 --threads 1 --quiet)
     compare "zero1 MLP, 2 ranks x batch 16" "$dir/mlp2.jsonl" "$dir/mlp1.jsonl" 3 || fail "MLP runs"
 
 if [ -n "$MPIEXEC" ]; then
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=$NODES \
         "$MPIEXEC" --oversubscribe -np 2 "$DTRAIN" train "${common[@]}" --batch 2 --zero 1 --metrics "$dir/mpi.jsonl" 2> "$dir/mpi.err" &&
-        compare "zero1 under mpirun, 2 ranks on 2 pseudo-nodes" "$dir/mpi.jsonl" "$dir/ref.jsonl" || fail "mpirun: $(tail -3 "$dir/mpi.err")"
+        compare "zero1 under mpirun, 2 ranks on $NODES pseudo-node(s)" "$dir/mpi.jsonl" "$dir/ref.jsonl" || fail "mpirun: $(tail -3 "$dir/mpi.err")"
 fi
 
 # not built yet: said before any training
