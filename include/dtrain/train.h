@@ -63,8 +63,10 @@ typedef struct {
 int dt_checkpoint_is_dir(const char *save);
 /* Creates dir if needed and checks that it can be written (at start-up). */
 dt_status dt_checkpoint_check_dir(const char *dir);
-/* Rank 0 writes the state (every data-parallel rank holds the same). */
-dt_status dt_checkpoint_save(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *m, dt_engine *e,
+/* Rank 0 writes the state (every data-parallel rank holds the same); when
+ * the engine shards the optimizer, every rank of w (the data-parallel ranks)
+ * calls it and writes its own slice (w NULL otherwise). */
+dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, dt_gpt2 *m, dt_engine *e,
                              const dt_checkpoint_position *pos);
 /* Collective over w (may be NULL): rank 0 reads dir's latest checkpoint,
  * checks it against this run (model shape, optimizer: a clear error naming

@@ -16,7 +16,16 @@
  * `latest` naming a whole checkpoint. The training has no randomness but the
  * data order, which is a function of the shuffle seed and the epoch; both
  * are saved. Every rank of a data-parallel run holds the same state, so rank
- * 0 writes it and, on resume, reads it and broadcasts it. */
+ * 0 writes it and, on resume, reads it and broadcasts it.
+ *
+ * A strategy that shards the optimizer (ZeRO) writes the same files without
+ * gathering anything: rank 0 makes the temporary directory and writes the
+ * parameters (whole on every rank after a step), every rank writes its slice
+ * of optim.f32 in place (pwrite at its offset), the ranks exchange their
+ * slices' hashes, and rank 0 writes the manifest, which lists the pieces,
+ * last. So the directory (on a filesystem every rank sees) reads back on any
+ * layout: a sharded run reads its own slice of optim.f32, any other run the
+ * whole. */
 #include "dtrain/train.h"
 #include "dtrain/data.h"
 #include "dtrain/io.h"
@@ -33,7 +42,7 @@
 #include <unistd.h>
 
 #define FORMAT "dtrain-checkpoint"
-#define VERSION 1
+#define VERSION 2 /* 2: optim.f32 hashed in pieces (one per rank of a sharded save); 1 is read too */
 
 int dt_checkpoint_is_dir(const char *save) {
     size_t n = strlen(save);
@@ -87,9 +96,13 @@ dt_status dt_checkpoint_check_dir(const char *dir) {
     return dt_file_check_writable(probe);
 }
 
+/* One rank's slice of optim.f32: [off, off + count) of each buffer, and
+ * the hash of those ranges, buffer after buffer. */
+typedef struct { uint64_t off, count, hash; } piece;
+
 static cJSON *manifest(const dt_train_config *c, int nranks, const char *strategy, const dt_model *m, dt_optim *o,
                        const dt_checkpoint_position *pos, const dt_gpt2_config *g, const uint64_t hashes[2],
-                       const size_t bytes[2]) {
+                       const size_t bytes[2], const piece *pieces, int npieces) {
     cJSON *j = cJSON_CreateObject(), *x;
     cJSON_AddStringToObject(j, "format", FORMAT);
     cJSON_AddNumberToObject(j, "version", VERSION);
@@ -143,7 +156,19 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
         char h[24];
         snprintf(h, sizeof h, "%016llx", (unsigned long long)hashes[i]);
         cJSON_AddNumberToObject(f, "bytes", (double)bytes[i]);
-        cJSON_AddStringToObject(f, "fnv1a64", h);
+        if (i == 0 || npieces == 0) {
+            cJSON_AddStringToObject(f, "fnv1a64", h);
+            continue;
+        }
+        cJSON *ps = cJSON_AddArrayToObject(f, "pieces");
+        for (int k = 0; k < npieces; k++) {
+            cJSON *e = cJSON_CreateObject();
+            snprintf(h, sizeof h, "%016llx", (unsigned long long)pieces[k].hash);
+            cJSON_AddNumberToObject(e, "offset", (double)pieces[k].off);
+            cJSON_AddNumberToObject(e, "count", (double)pieces[k].count);
+            cJSON_AddStringToObject(e, "fnv1a64", h);
+            cJSON_AddItemToArray(ps, e);
+        }
     }
     x = cJSON_AddArrayToObject(j, "tensors");
     for (int i = 0; i < m->ntensors; i++) {
@@ -159,63 +184,81 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     return j;
 }
 
-static dt_status save_files(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
-                             const dt_checkpoint_position *pos, size_t *written);
+static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
+                            const dt_checkpoint_position *pos, size_t *written);
 
 /* The write is the run's checkpoint I/O: counted (bytes, seconds) and traced. */
-dt_status dt_checkpoint_save(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
+dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
                              const dt_checkpoint_position *pos) {
     double t0 = dt_time_now();
     size_t written = 0;
     DT_TRACE_BEGIN(DT_TRACK_IO, "checkpoint write", "\"step\":%d,\"files\":4,\"bytes\":%zu", pos->step,
                    dt_gpt2_num_params(g) * sizeof(float) + dt_optim_state_bytes(dt_engine_optim(e)));
-    dt_status st = save_files(dir, c, nranks, g, e, pos, &written);
+    dt_status st = save_files(dir, w, c, nranks, g, e, pos, &written);
     DT_TRACE_END(DT_TRACK_IO);
     if (!st) dt_io_count(DT_IO_CKPT_WRITE, written, dt_time_now() - t0);
     return st;
 }
 
-static dt_status save_files(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
-                            const dt_checkpoint_position *pos, size_t *written) {
+/* Rank 0's status, on every rank of w (a failure there stops them all). */
+static dt_status agree(dt_comm *w, dt_status st, const char *what) {
+    if (!w || dt_comm_size(w) == 1) return st;
+    int32_t code = (int32_t)st;
+    dt_status bs = dt_comm_broadcast(w, &code, 1, DT_I32, 0);
+    if (bs) return bs;
+    if (dt_comm_rank(w) == 0 || !code) return st;
+    return dt_error((dt_status)code, "rank 0 could not %s (its message says why)", what);
+}
+
+/* This rank's slice of each optimizer buffer, written in place into the
+ * shared optim.f32 (buffer b starts at b * nparams floats). */
+static dt_status write_slice(const char *path, const float *const *bufs, int nb, size_t off, size_t n, size_t nparams) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    dt_status st = DT_OK;
+    for (int b = 0; b < nb && !st; b++) {
+        const char *q = (const char *)bufs[b];
+        size_t left = n * sizeof(float);
+        off_t at = (off_t)(((size_t)b * nparams + off) * sizeof(float));
+        while (left && !st) {
+            ssize_t k = pwrite(fd, q, left, at);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) st = dt_error(DT_ERR_IO, "%s: write failed: %s (the previous checkpoint is untouched)", path, strerror(errno));
+            else { q += k; left -= (size_t)k; at += k; }
+        }
+    }
+    if (fsync(fd) != 0 && !st) st = dt_error(DT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    close(fd);
+    return st;
+}
+
+/* Rank 0, once every slice is on disk: the manifest, last, then the
+ * directory renamed into place and `latest` moved to it. */
+static dt_status commit(const char *dir, const char *tmp, const char *name, const dt_train_config *c, int nranks, dt_gpt2 *g,
+                        dt_engine *e, const dt_checkpoint_position *pos, uint64_t phash, const piece *pieces, int np,
+                        size_t *written) {
     dt_model m;
     dt_gpt2_model(g, &m);
     dt_optim *o = dt_engine_optim(e);
-    size_t off, n;
-    dt_engine_share(e, &off, &n);
-    if (off != 0 || n != m.nparams)
-        return dt_error(DT_ERR_UNSUPPORTED, "checkpoint: strategy %s shards the optimizer; gathering it is not built yet",
-                        dt_engine_strategy_name(e));
-    char tmp[4096], final[4096], path[4200], name[32];
-    snprintf(name, sizeof name, "step-%08d", pos->step);
-    if (snprintf(tmp, sizeof tmp, "%s/.tmp-%s.%d", dir, name, (int)getpid()) >= (int)sizeof tmp)
-        return dt_error(DT_ERR_ARG, "%s: path too long", dir);
-    snprintf(final, sizeof final, "%s/%s", dir, name);
-    remove_tree(tmp);
-    if (mkdir(tmp, 0755) != 0) return dt_error(DT_ERR_IO, "%s: cannot create %s: %s", dir, tmp, strerror(errno));
-    const float *p = m.params(m.self), *b0 = dt_optim_buffer(o, 0), *b1 = dt_optim_buffer(o, 1);
-    uint64_t hashes[2] = { dt_hash_words(DT_HASH_INIT, p, n), dt_hash_words(DT_HASH_INIT, b0, n) };
-    if (b1) hashes[1] = dt_hash_words(hashes[1], b1, n);
-    size_t bytes[2] = { n * sizeof(float), n * sizeof(float) * (b1 ? 2 : 1) };
-    const void *pp[1] = { p }, *op[2] = { b0, b1 };
-    snprintf(path, sizeof path, "%s/params.f32", tmp);
-    dt_status st = dt_file_write_atomic(path, pp, &bytes[0], 1);
-    size_t osz[2] = { n * sizeof(float), n * sizeof(float) };
-    snprintf(path, sizeof path, "%s/optim.f32", tmp);
-    if (!st) st = dt_file_write_atomic(path, op, osz, b1 ? 2 : 1);
-    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), &m, o, pos, dt_gpt2_get_config(g), hashes, bytes);
+    int nb = dt_optim_buffer(o, 1) ? 2 : 1;
+    char path[4200], final[4200];
+    uint64_t hashes[2] = { phash, 0 };
+    size_t bytes[2] = { m.nparams * sizeof(float), m.nparams * sizeof(float) * (size_t)nb };
+    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), &m, o, pos, dt_gpt2_get_config(g), hashes, bytes, pieces, np);
     char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     size_t tl = text ? strlen(text) : 0;
     const void *tp[1] = { text };
     snprintf(path, sizeof path, "%s/manifest.json", tmp);
-    if (!st) st = text ? dt_file_write_atomic(path, tp, &tl, 1) : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    dt_status st = text ? dt_file_write_atomic(path, tp, &tl, 1) : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
     free(text);
+    snprintf(final, sizeof final, "%s/%s", dir, name);
     if (!st) {
         fsync_dir(tmp);
         remove_tree(final); /* the same step saved again (a resumed run) */
         if (rename(tmp, final) != 0) st = dt_error(DT_ERR_IO, "%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
     }
-    if (st) { remove_tree(tmp); return st; }
+    if (st) return st;
     fsync_dir(dir);
     char latest[4200], line[40];
     snprintf(latest, sizeof latest, "%s/latest", dir);
@@ -227,6 +270,65 @@ static dt_status save_files(const char *dir, const dt_train_config *c, int nrank
     remove_others(dir, name);
     *written = bytes[0] + bytes[1] + tl + ll;
     return DT_OK;
+}
+
+/* w: the ranks that share a sharded optimizer (each writes its slice), or
+ * NULL (rank 0 alone writes everything: one slice, the whole store). */
+static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
+                            const dt_checkpoint_position *pos, size_t *written) {
+    dt_model m;
+    dt_gpt2_model(g, &m);
+    dt_optim *o = dt_engine_optim(e);
+    size_t off, n;
+    dt_engine_share(e, &off, &n);
+    if ((off != 0 || n != m.nparams) && !w)
+        return dt_error(DT_ERR_ARG, "checkpoint: strategy %s shards the optimizer: all its ranks save together",
+                        dt_engine_strategy_name(e));
+    int rank = w ? dt_comm_rank(w) : 0, p = w ? dt_comm_size(w) : 1;
+    int64_t pid = getpid();
+    dt_status st = w ? dt_comm_broadcast(w, &pid, 1, DT_I64, 0) : DT_OK; /* one temporary directory: rank 0's */
+    if (st) return st;
+    char tmp[4096], path[4200], name[32];
+    snprintf(name, sizeof name, "step-%08d", pos->step);
+    if (snprintf(tmp, sizeof tmp, "%s/.tmp-%s.%lld", dir, name, (long long)pid) >= (int)sizeof tmp)
+        st = dt_error(DT_ERR_ARG, "%s: path too long", dir);
+    if (rank == 0 && !st) {
+        remove_tree(tmp);
+        if (mkdir(tmp, 0755) != 0) st = dt_error(DT_ERR_IO, "%s: cannot create %s: %s", dir, tmp, strerror(errno));
+    }
+    if ((st = agree(w, st, "create the checkpoint's directory"))) return st;
+    const float *P = m.params(m.self), *bufs[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
+    int nb = bufs[1] ? 2 : 1;
+    uint64_t phash = 0, h = dt_hash_words(DT_HASH_INIT, bufs[0], n);
+    if (nb == 2) h = dt_hash_words(h, bufs[1], n);
+    if (rank == 0) {
+        size_t pb = m.nparams * sizeof(float);
+        const void *pp[1] = { P };
+        phash = dt_hash_words(DT_HASH_INIT, P, m.nparams);
+        snprintf(path, sizeof path, "%s/params.f32", tmp);
+        st = dt_file_write_atomic(path, pp, &pb, 1);
+    }
+    snprintf(path, sizeof path, "%s/optim.f32", tmp);
+    if (!st) st = write_slice(path, bufs, nb, off, n, m.nparams);
+    /* every rank's slice, and whether it is on disk: the manifest needs the one, the commit the other */
+    piece *all = calloc((size_t)p, sizeof *all);
+    uint64_t mine[4] = { st != DT_OK, off, n, h }, *got = malloc(sizeof *got * 4 * (size_t)p);
+    dt_status gs = all && got ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    if (!gs && w) gs = dt_comm_allgather(w, mine, got, 4, DT_I64);
+    else if (!gs) memcpy(got, mine, sizeof mine);
+    int failed = -1;
+    for (int r = 0; !gs && r < p; r++) {
+        if (got[4 * r] && failed < 0) failed = r;
+        all[r] = (piece){ got[4 * r + 1], got[4 * r + 2], got[4 * r + 3] };
+    }
+    if (!st && !gs && failed >= 0) st = dt_error(DT_ERR_IO, "checkpoint: rank %d could not write its part (its message says why)", failed);
+    if (!st) st = gs;
+    if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, g, e, pos, phash, all, p, written);
+    if (rank == 0 && st) remove_tree(tmp);
+    if (rank != 0) *written = n * sizeof(float) * (size_t)nb;
+    free(all);
+    free(got);
+    return agree(w, st, "commit the checkpoint");
 }
 
 /* A small text file, whole (the manifest, latest). */
@@ -266,7 +368,7 @@ static dt_status check_shape(const cJSON *j, const char *path, const dt_train_co
     double v = 0;
     if (strcmp(fmt, FORMAT)) return dt_error(DT_ERR_IO, "%s: format is '%s', not '%s'", path, fmt, FORMAT);
     dt_status st = number(j, NULL, "version", path, &v);
-    if (!st && v != VERSION) return dt_error(DT_ERR_IO, "%s: version %g (this dtrain reads %d)", path, v, VERSION);
+    if (!st && v != VERSION && v != 1) return dt_error(DT_ERR_IO, "%s: version %g (this dtrain reads 1 and %d)", path, v, VERSION);
     const char *kind = string(j, "model", "kind");
     if (!st && (!kind || strcmp(kind, "gpt2")))
         return dt_error(DT_ERR_ARG, "%s: model.kind is '%s', this run trains gpt2", path, kind ? kind : "(missing)");
@@ -311,6 +413,86 @@ static dt_status read_floats(const char *dir, const cJSON *j, const char *file, 
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
     if (!st && strcmp(hex, h->valuestring))
         st = dt_error(DT_ERR_IO, "%s: its contents hash to %s, the manifest says %s (damaged)", path, hex, h->valuestring);
+    return st;
+}
+
+/* optim.f32 against the manifest: its size, and the hash of each piece (a
+ * sharded save's slices, which must tile the store) or of the whole file,
+ * read a chunk at a time (the file may be larger than this rank's memory
+ * for it). */
+static dt_status verify_optim(const char *dir, const cJSON *j, int nb, size_t nparams) {
+    char path[8192];
+    snprintf(path, sizeof path, "%s/optim.f32", dir);
+    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "files"), *f = cJSON_IsObject(fs) ? cJSON_GetObjectItemCaseSensitive(fs, "optim.f32") : NULL;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(f, "bytes"), *whole = cJSON_GetObjectItemCaseSensitive(f, "fnv1a64");
+    const cJSON *pieces = cJSON_GetObjectItemCaseSensitive(f, "pieces");
+    size_t want = nparams * sizeof(float) * (size_t)nb;
+    if (!cJSON_IsNumber(b) || (!cJSON_IsString(whole) && !cJSON_IsArray(pieces)))
+        return dt_error(DT_ERR_IO, "%s/manifest.json: files.optim.f32 is missing its bytes or hashes", dir);
+    if (b->valuedouble != (double)want)
+        return dt_error(DT_ERR_IO, "%s/manifest.json: files.optim.f32 has %.0f bytes, this run's model needs %zu", dir, b->valuedouble, want);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return dt_error(DT_ERR_IO, "%s: missing (%s): not a whole checkpoint", path, strerror(errno));
+    if ((size_t)sb.st_size != want)
+        return dt_error(DT_ERR_IO, "%s: %lld bytes, the manifest says %zu (truncated or damaged)", path, (long long)sb.st_size, want);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    enum { CHUNK = 1 << 18 };
+    float *buf = malloc(CHUNK * sizeof(float));
+    dt_status st = buf ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    int np = cJSON_IsArray(pieces) ? cJSON_GetArraySize(pieces) : 1;
+    size_t next = 0; /* pieces tile [0, nparams) in order */
+    for (int k = 0; k < np && !st; k++) {
+        const cJSON *pc = cJSON_IsArray(pieces) ? cJSON_GetArrayItem(pieces, k) : NULL;
+        double o = 0, cnt = (double)nparams;
+        const cJSON *h = pc ? cJSON_GetObjectItemCaseSensitive(pc, "fnv1a64") : whole;
+        if (pc && ((st = count(pc, NULL, "offset", path, 1e15, &o)) || (st = count(pc, NULL, "count", path, 1e15, &cnt)))) break;
+        if ((size_t)o != next || (size_t)o + (size_t)cnt > nparams || !cJSON_IsString(h)) {
+            st = dt_error(DT_ERR_IO, "%s/manifest.json: optim.f32 piece %d (offset %.0f, %.0f floats) does not follow the pieces before "
+                          "it within the %zu parameters, or has no hash", dir, k, o, cnt, nparams);
+            break;
+        }
+        next = (size_t)o + (size_t)cnt;
+        uint64_t hash = DT_HASH_INIT;
+        for (int bi = 0; bi < nb && !st; bi++)
+            for (size_t at = 0; at < (size_t)cnt && !st; at += CHUNK) {
+                size_t m = (size_t)cnt - at < CHUNK ? (size_t)cnt - at : CHUNK, bytes = m * sizeof(float);
+                off_t pos = (off_t)(((size_t)bi * nparams + (size_t)o + at) * sizeof(float));
+                if (pread(fd, buf, bytes, pos) != (ssize_t)bytes) st = dt_error(DT_ERR_IO, "%s: short read", path);
+                else hash = dt_hash_words(hash, buf, m);
+            }
+        char hex[24];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+        if (!st && strcmp(hex, h->valuestring))
+            st = dt_error(DT_ERR_IO, "%s: floats [%.0f, %.0f) hash to %s, the manifest says %s (damaged, or a piece from another run)",
+                          path, o, o + cnt, hex, h->valuestring);
+    }
+    if (!st && next != nparams)
+        st = dt_error(DT_ERR_IO, "%s/manifest.json: optim.f32's pieces cover %zu of the %zu parameters", dir, next, nparams);
+    free(buf);
+    close(fd);
+    return st;
+}
+
+/* [off, off + n) of each buffer of a verified optim.f32. */
+static dt_status read_optim_slice(const char *dir, float *const *bufs, int nb, size_t nparams, size_t off, size_t n) {
+    char path[8192];
+    snprintf(path, sizeof path, "%s/optim.f32", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    dt_status st = DT_OK;
+    for (int b = 0; b < nb && !st; b++) {
+        char *q = (char *)bufs[b];
+        size_t left = n * sizeof(float);
+        off_t at = (off_t)(((size_t)b * nparams + off) * sizeof(float));
+        while (left && !st) {
+            ssize_t k = pread(fd, q, left, at);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) st = dt_error(DT_ERR_IO, "%s: short read at byte %lld", path, (long long)at);
+            else { q += k; left -= (size_t)k; at += k; }
+        }
+    }
+    close(fd);
     return st;
 }
 
@@ -370,8 +552,11 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
     for (int i = 0; i < 4 && !st; i++) st = count(j, "data", dk[i], mpath, 1e15, &v[i]);
     if (!st && v[1] < 1) st = dt_error(DT_ERR_IO, "%s: data.tokens_per_batch is 0", mpath);
     float *pbuf[1] = { dt_gpt2_params(g) }, *obuf[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
+    size_t off, share;
+    dt_engine_share(e, &off, &share);
     if (!st) st = read_floats(sub, j, "params.f32", pbuf, 1, n);
-    if (!st) st = read_floats(sub, j, "optim.f32", obuf, obuf[1] ? 2 : 1, n);
+    if (!st) st = verify_optim(sub, j, obuf[1] ? 2 : 1, n);
+    if (!st) st = read_optim_slice(sub, obuf, obuf[1] ? 2 : 1, n, off, share);
     if (!st) {
         warn_changes(j, mpath, c, nranks);
         dt_optim_set_steps(o, (long)osteps);
@@ -398,13 +583,21 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
     if (bs) return bs;
     if (!ok) return rank == 0 ? st : dt_error(DT_ERR_IO, "rank 0 could not resume from %s (its message says why)", dir);
     dt_optim *o = dt_engine_optim(e);
-    size_t n = dt_gpt2_num_params(g);
+    size_t n = dt_gpt2_num_params(g), off, share;
+    dt_engine_share(e, &off, &share);
     int64_t meta[6] = { pos->step, (int64_t)pos->epoch, (int64_t)pos->next, (int64_t)pos->tokens_per_batch,
                         (int64_t)pos->data_tokens, dt_optim_steps(o) };
     st = dt_comm_broadcast(w, meta, 6, DT_I64, 0);
     if (!st) st = dt_comm_broadcast(w, dt_gpt2_params(g), n, DT_F32, 0);
-    for (int i = 0; i < 2 && !st; i++)
-        if (dt_optim_buffer(o, i)) st = dt_comm_broadcast(w, dt_optim_buffer(o, i), n, DT_F32, 0);
+    float *obuf[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
+    if (share != n && rank != 0 && !st) {
+        /* a sharded optimizer: each rank reads its own slice of the file rank 0 has checked */
+        char sub[4200];
+        snprintf(sub, sizeof sub, "%s/step-%08d", dir, (int)meta[0]);
+        st = read_optim_slice(sub, obuf, obuf[1] ? 2 : 1, n, off, share);
+    }
+    for (int i = 0; i < 2 && !st && share == n; i++)
+        if (obuf[i]) st = dt_comm_broadcast(w, obuf[i], n, DT_F32, 0);
     if (st) return st;
     *pos = (dt_checkpoint_position){ (int)meta[0], (uint64_t)meta[1], (size_t)meta[2], (size_t)meta[3], (size_t)meta[4] };
     dt_optim_set_steps(o, (long)meta[5]);

@@ -132,12 +132,6 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
                c->steps);
     /* skipping a step needs the norm before any update, so the update waits for the end of backward */
     if (c->skip_nonfinite) c->step_at_end = 1;
-    /* said before training, not found at the final save */
-    bool sharded = c->strategy && !strcmp(c->strategy, "zero1");
-    if (sharded && ((c->save && dt_checkpoint_is_dir(c->save)) || c->resume))
-        return dt_error(DT_ERR_UNSUPPORTED, "%s %s with --zero 1: checkpoints of a sharded optimizer are not built yet "
-                        "(--save FILE.bin or FILE.safetensors saves the weights)", c->resume ? "--resume" : "--save",
-                        c->resume ? c->resume : c->save);
     if (c->save) return dt_checkpoint_is_dir(c->save) ? dt_checkpoint_check_dir(c->save) : dt_file_check_writable(c->save);
     return DT_OK;
 }
@@ -372,6 +366,13 @@ static dt_status setup(run *r) {
     return DT_OK;
 }
 
+/* Whether the engine's strategy shards the optimizer: then every rank saves its slice. */
+static bool sharded(const run *r) {
+    size_t off, n;
+    dt_engine_share(r->e, &off, &n);
+    return off != 0 || n != dt_gpt2_num_params(r->m);
+}
+
 /* Weights to FILE.bin / FILE.safetensors, or the full state to a directory;
  * the watchdog waits for it to be whole before it may end the rank. */
 static dt_status save(run *r, int steps_done) {
@@ -379,12 +380,19 @@ static dt_status save(run *r, int steps_done) {
     size_t n = strlen(path);
     dt_watchdog_hold(r->wd, 1);
     dt_status st;
-    if (dt_checkpoint_is_dir(path)) {
+    if (r->rank != 0 && !(dt_checkpoint_is_dir(path) && sharded(r))) {
+        st = DT_OK; /* rank 0 writes what every rank holds */
+    } else if (dt_checkpoint_is_dir(path)) {
         dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->dp_size, dt_tokens_count(r->train) };
         dt_loader_position(r->tl, &pos.epoch, &pos.next);
-        st = dt_checkpoint_save(path, &r->c, r->nranks, r->m, r->e, &pos);
+        st = dt_checkpoint_save(path, sharded(r) ? dt_engine_get_config(r->e)->comm : NULL, &r->c, r->nranks, r->m, r->e, &pos);
     } else {
+        double t0 = dt_time_now();
+        DT_TRACE_BEGIN(DT_TRACK_IO, "weights write", "\"step\":%d,\"files\":1", steps_done);
         st = n > 12 && !strcmp(path + n - 12, ".safetensors") ? dt_safetensors_save(path, r->m, DT_F32) : dt_llmc_save(path, r->m);
+        DT_TRACE_END(DT_TRACK_IO);
+        struct stat sb;
+        if (!st && stat(path, &sb) == 0) dt_io_count(DT_IO_CKPT_WRITE, (size_t)sb.st_size, dt_time_now() - t0);
     }
     dt_watchdog_hold(r->wd, 0);
     return st;
@@ -621,7 +629,8 @@ static int run_rank(const dt_train_config *c0, dt_comm *w, dt_launch_kind kind) 
     run r = { .c = *c0, .w = w, .rank = w ? dt_comm_rank(w) : 0, .nranks = w ? dt_comm_size(w) : 1 };
     if (r.c.threads <= 0) r.c.threads = default_threads(w);
     if (observers(&r)) return fail(2);
-    if (r.rank != 0) { r.c.quiet = 1; r.c.metrics = NULL; r.c.save = NULL; } /* one voice */
+    /* one voice; save stays: a sharded optimizer is saved by every rank (save() says who writes) */
+    if (r.rank != 0) { r.c.quiet = 1; r.c.metrics = NULL; }
     if (check_settings(&r.c, r.nranks)) return fail(2);
     dt_kernels_set_threads(r.c.threads);
     r.tty = isatty(STDOUT_FILENO) && !r.c.quiet && kind != DT_LAUNCH_MPI;
