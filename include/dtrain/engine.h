@@ -40,9 +40,11 @@ typedef struct {
     void (*begin)(void *state, int sync, float lr);
     /* After the last backward: this rank's slice holds the global average gradient. */
     dt_status (*finish)(void *state, dt_sync_result *r);
-    /* The sum of squares of this rank's slice -> of the whole gradient (a sharded
-     * strategy allreduces it); NULL: the slice is the whole gradient. */
-    dt_status (*reduce_sumsq)(void *state, double *ss);
+    /* Sums v[0..n) over the ranks whose slices make up the model (a sharded
+     * strategy allreduces): the gradient's sum of squares for its global
+     * norm, and LAMB/LARS's per-tensor sums of squares for their trust
+     * ratios (a shard may cut a tensor). NULL: the slice is the whole model. */
+    dt_status (*reduce_sum)(void *state, double *v, size_t n);
     /* After the update of this rank's slice (a sharded strategy gathers the parameters). */
     dt_status (*after_update)(void *state);
     /* At the end of a run: *hash of the parameters, checked equal across the

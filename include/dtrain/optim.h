@@ -22,8 +22,10 @@ typedef struct {
     float trust_coef;         /* LARS: 0.001 */
 } dt_optim_config;
 
-/* A tensor within the slice, for the per-tensor trust ratios of LAMB and LARS. */
-typedef struct { size_t offset, count; } dt_tensor_span;
+/* A tensor, or the piece of one, within the slice, for the per-tensor trust
+ * ratios of LAMB and LARS; tensor numbers the whole tensor (pieces of one
+ * tensor held by several ranks share it). */
+typedef struct { size_t offset, count; int tensor; } dt_tensor_span;
 
 typedef struct dt_optim dt_optim;
 
@@ -47,6 +49,16 @@ double dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zer
 int dt_optim_elementwise(const dt_optim *o);
 void dt_optim_begin(dt_optim *o);
 double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_t off, size_t n, int zero_grads);
+/* LAMB and LARS in two halves, for a slice whose tensors are cut between
+ * ranks (ZeRO): dt_optim_norms does the step up to the trust ratios and puts
+ * each tensor's sums of squares from this slice in sums[0..dt_optim_nsums)
+ * (zeroed first); the caller adds them over the ranks; dt_optim_apply ends
+ * the step with the whole tensors' norms. dt_optim_step is the two with
+ * nothing between. nsums is 0 for the elementwise optimizers. Returns the
+ * gradients' sum of squares in this slice. */
+size_t dt_optim_nsums(const dt_optim *o);
+double dt_optim_norms(dt_optim *o, float *params, float *grads, double *sums);
+void dt_optim_apply(dt_optim *o, float *params, float *grads, float lr, const double *sums, int zero_grads);
 /* The state, for checkpoints: the steps taken, and the buffers of n floats
  * (0: the first moment or momentum; 1: the second moment, or NULL). */
 long dt_optim_steps(const dt_optim *o);

@@ -41,7 +41,7 @@ static void usage(FILE *f) {
             "  --stop-after N     end after N steps of this run, saving as at the end (a run cut into pieces)\n"
             "  --strategy NAME    the parallel strategy: single (one process), ddp (the default over several ranks), zero1\n"
             "  --zero 1           ZeRO stage 1: the optimizer state sharded over the data-parallel ranks (= --strategy zero1;\n"
-            "                     sgd and adamw; stages 2 and 3 are not built yet)\n"
+            "                     every optimizer; sharded checkpoints; stages 2 and 3 are not built yet)\n"
             "  --metrics FILE     one JSON line per step (loss, lr, norm, time per phase, tok/s, MFU, I/O)\n"
             "  --trace FILE.json  a Chrome trace (Perfetto, chrome://tracing) of --trace-steps A:B (1:10): every rank,\n"
             "                     each unit's forward and backward, collectives, waits, optimizer, data, checkpoints\n"

@@ -15,7 +15,8 @@ struct dt_optim {
     size_t n;
     float *m, *v;         /* first and second moments, or the momentum buffer */
     dt_tensor_span *spans;
-    int nspans;
+    int nspans, ntensors; /* pieces of tensors 0..ntensors-1 (LAMB, LARS) */
+    double *sums;         /* 2 per tensor: its sums of squares (dt_optim_step's own) */
     long t;               /* steps taken */
 };
 
@@ -54,12 +55,24 @@ dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_
     if (o->v) memset(o->v, 0, n * sizeof(float));
     if (cfg->kind == DT_OPT_LAMB || cfg->kind == DT_OPT_LARS) {
         /* no spans: one tensor, the whole slice */
-        dt_tensor_span whole = { 0, n };
+        dt_tensor_span whole = { 0, n, 0 };
         if (!spans || nspans < 1) { spans = &whole; nspans = 1; }
         o->spans = malloc(sizeof *o->spans * (size_t)nspans);
         if (!o->spans) { dt_optim_destroy(o); return dt_error(DT_ERR_NOMEM, "optimizer: out of memory"); }
         memcpy(o->spans, spans, sizeof *spans * (size_t)nspans);
         o->nspans = nspans;
+        for (int i = 0; i < nspans; i++) {
+            if (spans[i].tensor < 0 || spans[i].offset + spans[i].count > n) {
+                dt_optim_destroy(o);
+                return dt_error(DT_ERR_ARG, "optimizer: span %d (tensor %d, [%zu, +%zu)) is outside the slice of %zu", i, spans[i].tensor,
+                                spans[i].offset, spans[i].count, n);
+            }
+            if (spans[i].tensor + 1 > o->ntensors) o->ntensors = spans[i].tensor + 1;
+        }
+        if (!(o->sums = malloc(sizeof *o->sums * 2 * (size_t)o->ntensors))) {
+            dt_optim_destroy(o);
+            return dt_error(DT_ERR_NOMEM, "optimizer: out of memory");
+        }
     }
     *out = o;
     return DT_OK;
@@ -70,6 +83,7 @@ void dt_optim_destroy(dt_optim *o) {
     dt_free_aligned(o->m);
     dt_free_aligned(o->v);
     free(o->spans);
+    free(o->sums);
     free(o);
 }
 
@@ -173,13 +187,14 @@ static double elementwise(dt_optim *o, float *p, float *g, float lr, size_t a, s
     return ss;
 }
 
-static double lamb(dt_optim *o, float *p, float *g, float lr, int zero) {
+/* LAMB's first half: the moments, and per tensor |u|^2 (u = m^ / (sqrt(v^) +
+ * eps) + wd p) and |p|^2 into sums[2t], sums[2t+1]. */
+static double lamb_norms(dt_optim *o, float *p, float *g, double *sums) {
     const dt_optim_config *c = &o->cfg;
     float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->t);
     double ss = 0;
     for (int s = 0; s < o->nspans; s++) {
         size_t a = o->spans[s].offset, n = o->spans[s].count;
-        /* u = m^ / (sqrt(v^) + eps) + wd p, kept in v's place until the norms are known */
         double un = 0;
         #pragma omp parallel for reduction(+ : un, ss) schedule(static)
         for (size_t i = a; i < a + n; i++) {
@@ -192,7 +207,19 @@ static double lamb(dt_optim *o, float *p, float *g, float lr, int zero) {
             un += (double)u * u;
         }
         double wn = norm2(p + a, n);
-        un = sqrt(un);
+        sums[2 * o->spans[s].tensor] += un;
+        sums[2 * o->spans[s].tensor + 1] += wn * wn;
+    }
+    return ss;
+}
+
+/* LAMB's second half: p -= lr * (|p| / |u|) * u, the norms the whole tensor's. */
+static void lamb_apply(dt_optim *o, float *p, float *g, float lr, const double *sums, int zero) {
+    const dt_optim_config *c = &o->cfg;
+    float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->t);
+    for (int s = 0; s < o->nspans; s++) {
+        size_t a = o->spans[s].offset, n = o->spans[s].count;
+        double un = sqrt(sums[2 * o->spans[s].tensor]), wn = sqrt(sums[2 * o->spans[s].tensor + 1]);
         float trust = wn > 0 && un > 0 ? (float)(wn / un) : 1.0f;
         #pragma omp parallel for schedule(static)
         for (size_t i = a; i < a + n; i++) {
@@ -201,16 +228,26 @@ static double lamb(dt_optim *o, float *p, float *g, float lr, int zero) {
             if (zero) g[i] = 0;
         }
     }
-    return ss;
 }
 
-static double lars(dt_optim *o, float *p, float *g, float lr, int zero) {
-    const dt_optim_config *c = &o->cfg;
+/* LARS's first half: per tensor |p|^2 and |g|^2. */
+static double lars_norms(dt_optim *o, float *p, float *g, double *sums) {
     double ss = 0;
     for (int s = 0; s < o->nspans; s++) {
         size_t a = o->spans[s].offset, n = o->spans[s].count;
         double wn = norm2(p + a, n), gn = norm2(g + a, n);
         ss += gn * gn;
+        sums[2 * o->spans[s].tensor] += wn * wn;
+        sums[2 * o->spans[s].tensor + 1] += gn * gn;
+    }
+    return ss;
+}
+
+static void lars_apply(dt_optim *o, float *p, float *g, float lr, const double *sums, int zero) {
+    const dt_optim_config *c = &o->cfg;
+    for (int s = 0; s < o->nspans; s++) {
+        size_t a = o->spans[s].offset, n = o->spans[s].count;
+        double wn = sqrt(sums[2 * o->spans[s].tensor]), gn = sqrt(sums[2 * o->spans[s].tensor + 1]);
         float local = wn > 0 && gn > 0 ? (float)(c->trust_coef * wn / (gn + c->weight_decay * wn)) : 1.0f;
         #pragma omp parallel for schedule(static)
         for (size_t i = a; i < a + n; i++) {
@@ -221,18 +258,29 @@ static double lars(dt_optim *o, float *p, float *g, float lr, int zero) {
             if (zero) g[i] = 0;
         }
     }
-    return ss;
+}
+
+size_t dt_optim_nsums(const dt_optim *o) { return o->sums ? 2 * (size_t)o->ntensors : 0; }
+
+double dt_optim_norms(dt_optim *o, float *params, float *grads, double *sums) {
+    o->t++;
+    memset(sums, 0, dt_optim_nsums(o) * sizeof *sums);
+    return o->cfg.kind == DT_OPT_LAMB ? lamb_norms(o, params, grads, sums) : lars_norms(o, params, grads, sums);
+}
+
+void dt_optim_apply(dt_optim *o, float *params, float *grads, float lr, const double *sums, int zero_grads) {
+    if (o->cfg.kind == DT_OPT_LAMB) lamb_apply(o, params, grads, lr, sums, zero_grads);
+    else lars_apply(o, params, grads, lr, sums, zero_grads);
 }
 
 double dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zero_grads) {
-    o->t++;
-    double ss = 0;
-    switch (o->cfg.kind) {
-    case DT_OPT_ADAMW: case DT_OPT_SGD: ss = elementwise(o, params, grads, lr, 0, o->n, zero_grads); break;
-    case DT_OPT_LAMB: ss = lamb(o, params, grads, lr, zero_grads); break;
-    case DT_OPT_LARS: ss = lars(o, params, grads, lr, zero_grads); break;
+    if (o->sums) { /* LAMB, LARS: the slice holds whole tensors */
+        double ss = dt_optim_norms(o, params, grads, o->sums);
+        dt_optim_apply(o, params, grads, lr, o->sums, zero_grads);
+        return sqrt(ss);
     }
-    return sqrt(ss);
+    o->t++;
+    return sqrt(elementwise(o, params, grads, lr, 0, o->n, zero_grads));
 }
 
 double dt_optim_step_clipped(dt_optim *o, float *params, float *grads, float lr, float max_norm) {

@@ -9,13 +9,14 @@
  * the optimizer state (Adam: 8 bytes per parameter / N instead of 8), and
  * the ranks allgather the updated parameters, so every rank again holds the
  * whole model for the next forward. The global gradient norm (clipping) is
- * the sum of the shards' squares, allreduced.
+ * the sum of the shards' squares, allreduced; so are LAMB's and LARS's
+ * per-tensor sums of squares, since a shard boundary may cut a tensor and
+ * its trust ratio must come from the whole tensor's norms.
  *
  * Model states per rank for fp32 Adam: 4 (parameters) + 4 (gradients) +
  * 8/N (optimizer) bytes per parameter; DDP holds 16.
  *
- * Not yet: stages 2 and 3, LAMB and LARS (their trust ratios need norms of
- * whole tensors that a shard may cut), checkpoints of a sharded optimizer. */
+ * Not yet: stages 2 and 3. */
 #include "dtrain/parallel.h"
 #include "dtrain/engine.h"
 
@@ -49,9 +50,6 @@ static void z_destroy(void *state) {
 static dt_status z1_create(dt_engine *e, void **state, size_t *off, size_t *n) {
     const dt_engine_config *c = dt_engine_get_config(e);
     if (!c->comm) return DT_OK; /* one process: its shard is everything (state NULL) */
-    if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS)
-        return dt_error(DT_ERR_UNSUPPORTED, "--zero 1 with %s: its per-tensor trust ratios need whole-tensor norms across shards, "
-                        "which are not built yet (sgd and adamw are)", dt_optim_kind_name(c->opt.kind));
     int p = dt_comm_size(c->comm), rank = dt_comm_rank(c->comm);
     zero *z = calloc(1, sizeof *z);
     if (!z || !(z->counts = malloc(sizeof *z->counts * (size_t)p))) { free(z); return dt_error(DT_ERR_NOMEM, "zero1: out of memory"); }
@@ -78,9 +76,9 @@ static dt_status z_finish(void *state, dt_sync_result *r) {
     return z ? dt_ddp_finish(z->d, &r->exposed_ms, NULL) : DT_OK;
 }
 
-static dt_status z_sumsq(void *state, double *ss) {
+static dt_status z_sum(void *state, double *v, size_t n) {
     zero *z = state;
-    return z ? dt_comm_allreduce(z->c->comm, ss, ss, 1, DT_F64, DT_SUM) : DT_OK;
+    return z ? dt_comm_allreduce(z->c->comm, v, v, n, DT_F64, DT_SUM) : DT_OK;
 }
 
 /* Every rank gets every shard's new parameters; the gradients outside this
@@ -105,5 +103,5 @@ static dt_status z_check(void *state, uint64_t *hash) {
 
 const dt_strategy dt_strategy_zero1 = {
     .name = "zero1", .create = z1_create, .destroy = z_destroy, .begin = z_begin, .finish = z_finish,
-    .reduce_sumsq = z_sumsq, .after_update = z_after_update, .check_replicas = z_check,
+    .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
 };

@@ -32,6 +32,7 @@ struct dt_engine {
     void *state;
     dt_optim *opt;
     size_t off, n;   /* this rank's slice */
+    double *sums;    /* LAMB/LARS's per-tensor sums, added over the ranks */
 };
 
 static dt_status choose(const dt_engine_config *c, const dt_strategy **out) {
@@ -51,12 +52,16 @@ static dt_status make_optimizer(dt_engine *e) {
     if (!spans) return dt_error(DT_ERR_NOMEM, "engine: out of memory");
     int k = 0;
     for (int i = 0; i < m->ntensors; i++) {
+        /* the part of each tensor inside the slice (a shard may cut one; its pieces share the number i) */
         const dt_tensor_info *t = &m->tensors[i];
-        if (t->offset >= e->off && t->offset + t->count <= e->off + e->n)
-            spans[k++] = (dt_tensor_span){ t->offset - e->off, t->count };
+        size_t a = t->offset > e->off ? t->offset : e->off, b = t->offset + t->count < e->off + e->n ? t->offset + t->count : e->off + e->n;
+        /* every tensor, even one with no piece here (count 0): the ranks then agree on the number of sums */
+        spans[k++] = a < b ? (dt_tensor_span){ a - e->off, b - a, i } : (dt_tensor_span){ 0, 0, i };
     }
     dt_status st = dt_optim_create(&e->cfg.opt, e->n, spans, k, &e->opt);
     free(spans);
+    size_t ns = st ? 0 : dt_optim_nsums(e->opt);
+    if (ns && !(e->sums = malloc(ns * sizeof *e->sums))) st = dt_error(DT_ERR_NOMEM, "engine: out of memory");
     return st;
 }
 
@@ -80,14 +85,15 @@ void dt_engine_destroy(dt_engine *e) {
     if (!e) return;
     if (e->s && e->s->destroy && e->state) e->s->destroy(e->state);
     dt_optim_destroy(e->opt);
+    free(e->sums);
     free(e);
 }
 
 /* The global norm of the gradient: this rank's slice, reduced by the strategy when sharded. */
 static dt_status global_norm(dt_engine *e, const float *g, double *norm) {
-    if (!e->s->reduce_sumsq) { *norm = dt_grad_norm(g, e->n); return DT_OK; }
+    if (!e->s->reduce_sum) { *norm = dt_grad_norm(g, e->n); return DT_OK; }
     double n = dt_grad_norm(g, e->n), ss = n * n;
-    dt_status st = e->s->reduce_sumsq(e->state, &ss);
+    dt_status st = e->s->reduce_sum(e->state, &ss, 1);
     *norm = sqrt(ss);
     return st;
 }
@@ -98,7 +104,7 @@ static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
     const dt_engine_config *c = &e->cfg;
     float *p = c->model.params(c->model.self) + e->off, *g = c->model.grads(c->model.self) + e->off;
     dt_status st = DT_OK;
-    if (c->skip_nonfinite || e->s->reduce_sumsq) {
+    if (c->skip_nonfinite || e->s->reduce_sum) {
         /* the global norm first: it may stop the update, and a sharded slice's own pass could not give it */
         if ((st = global_norm(e, g, &r->norm))) return st;
         if (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm))) {
@@ -108,7 +114,14 @@ static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
             return DT_OK;
         }
         dt_grad_clip(g, e->n, r->norm, c->grad_clip);
-        dt_optim_step(e->opt, p, g, lr, 1);
+        if (e->s->reduce_sum && e->sums) {
+            /* LAMB/LARS over a shard: the trust ratios from whole tensors' norms */
+            dt_optim_norms(e->opt, p, g, e->sums);
+            if ((st = e->s->reduce_sum(e->state, e->sums, dt_optim_nsums(e->opt)))) return st;
+            dt_optim_apply(e->opt, p, g, lr, e->sums, 1);
+        } else {
+            dt_optim_step(e->opt, p, g, lr, 1);
+        }
     } else {
         r->norm = dt_optim_step_clipped(e->opt, p, g, lr, c->grad_clip);
     }
