@@ -35,6 +35,14 @@ run ref3 --batch 3
 run z2 --nproc 2 --batch 2 --zero 1 && compare "zero1, 2 ranks x batch 2" "$dir/z2.jsonl" "$dir/ref.jsonl"
 run z3 --nproc 3 --batch 1 --zero 1 && compare "zero1, 3 ranks x batch 1 (unequal shards)" "$dir/z3.jsonl" "$dir/ref3.jsonl"
 run z4 --nproc 4 --batch 1 --zero 1 && compare "zero1, 4 ranks x batch 1" "$dir/z4.jsonl" "$dir/ref.jsonl"
+# the shard updated inside backward (the default, as DDP) and after it: the same bits
+DTRAIN_DDP_WAIT_IN_BACKWARD=1 run early --nproc 2 --batch 2 --zero 1 --bucket-mb 0.016
+run late --nproc 2 --batch 2 --zero 1 --bucket-mb 0.016 --step-at-end
+[ -s "$dir/early.jsonl" ] && [ "$(losses "$dir/early.jsonl")" = "$(losses "$dir/late.jsonl")" ] \
+    && ok "zero1: the shard updated inside backward gives the losses of the update after it, exactly" || fail "zero1 inside/after backward differ"
+early=$(grep -o '"updated_in_backward":[0-9.]*' "$dir/early.jsonl" | cut -d: -f2 | sort -n | head -1)
+awk "BEGIN{exit !(${early:-0} >= 0.5)}" && ok "zero1: at least $early of each shard updated inside backward" \
+    || fail "zero1: at most ${early:-none} of the shard updated inside backward"
 sgd=(--optimizer sgd --momentum 0.9 --lr 0.05)
 run sgd1 "${sgd[@]}" --batch 4
 run sgd2 "${sgd[@]}" --nproc 2 --batch 2 --zero 1 && compare "zero1 SGD momentum, 2 ranks" "$dir/sgd2.jsonl" "$dir/sgd1.jsonl"

@@ -39,8 +39,10 @@ void dt_ddp_destroy(dt_ddp *d);
  * as soon as its allreduce is done, ranks taking turns at unit boundaries,
  * instead of by a dt_optim_step after finish. NULL turns it off. The
  * results are exactly dt_optim_step's. Not for gradient clipping, which
- * needs the global norm before any update. */
-dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params);
+ * needs the global norm before any update. o covers [off, off+n) of the
+ * store (everything for DDP; this rank's shard for ZeRO-1, which then
+ * updates only that part of each bucket). */
+dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off, size_t n);
 /* Before a micro-step's backward: sync 0 for the gradient-accumulation
  * micro-steps that do not synchronise, 1 for the last; lr: the step's
  * learning rate, for the optimizer in backward. */
@@ -48,7 +50,8 @@ void dt_ddp_begin(dt_ddp *d, int sync, float lr);
 /* Waits for the step's allreduces (and with the optimizer in backward,
  * finishes the update); *exposed_ms gets the time spent waiting
  * (communication that backward did not hide); *grad_norm the L2 norm of the
- * averaged gradients when the optimizer ran in backward, else -1. */
+ * averaged gradients in the optimizer's window when it ran in backward,
+ * else -1. */
 dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm);
 int dt_ddp_buckets(const dt_ddp *d);
 /* The share of the parameters that the last step updated inside backward

@@ -72,6 +72,7 @@ struct dt_ddp {
     /* the optimizer in backward */
     dt_optim *opt;
     float *params, lr;
+    size_t w0, w1;       /* the optimizer's window of the store: everything, or a ZeRO shard */
     int stepped;         /* buckets updated this step (in order) */
     int turn;            /* unit boundaries seen this step */
     bool wait_in_backward; /* DTRAIN_DDP_WAIT_IN_BACKWARD=1 (tests): a turn waits for the issued buckets,
@@ -175,9 +176,12 @@ static dt_status ready(dt_request **r, bool wait, double *waited, bool *done) {
     return wait_req(r, waited);
 }
 
+/* The part of [off, off+n) in the optimizer's window (a ZeRO rank updates its shard only). */
 static void update(dt_ddp *d, size_t off, size_t n) {
-    d->sumsq += dt_optim_update(d->opt, d->params, d->grads, d->lr, off, n, 1);
-    d->done_n += n;
+    size_t a = off > d->w0 ? off : d->w0, b = off + n < d->w1 ? off + n : d->w1;
+    if (a >= b) return;
+    d->sumsq += dt_optim_update(d->opt, d->params + d->w0, d->grads + d->w0, d->lr, a - d->w0, b - a, 1);
+    d->done_n += b - a;
 }
 
 /* Updates [off, off+n), leaving out the embedding rows that some rank's tokens touch. */
@@ -301,7 +305,10 @@ dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size
     return DT_OK;
 }
 
-dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params) {
+dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off, size_t n) {
+    if (off + n > d->nparams) return dt_error(DT_ERR_ARG, "ddp: optimizer window [%zu, +%zu) outside %zu parameters", off, n, d->nparams);
+    d->w0 = off;
+    d->w1 = off + n;
     if (o && !dt_optim_elementwise(o)) return dt_error(DT_ERR_ARG, "ddp: only SGD and AdamW can update inside backward");
     size_t covered = 0;
     for (int i = 0; i < d->nall; i++) covered += d->all[i].count;
@@ -362,10 +369,10 @@ dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm) {
         }
         DT_TRACE_END(DT_TRACK_COMPUTE);
     }
-    if (!st && d->opt && d->done_n != d->nparams)
-        st = dt_error(DT_ERR_ARG, "ddp: the optimizer updated %zu of %zu parameters", d->done_n, d->nparams);
+    if (!st && d->opt && d->done_n != d->w1 - d->w0)
+        st = dt_error(DT_ERR_ARG, "ddp: the optimizer updated %zu of %zu parameters", d->done_n, d->w1 - d->w0);
     if (grad_norm) *grad_norm = d->opt ? sqrt(d->sumsq) : -1;
-    d->last_early = d->opt ? (double)d->early_n / (double)d->nparams : 0;
+    d->last_early = d->opt && d->w1 > d->w0 ? (double)d->early_n / (double)(d->w1 - d->w0) : 0;
     d->nreqs = d->ntok = d->issued = d->stepped = d->turn = 0;
     d->sumsq = 0;
     d->done_n = d->early_n = 0;
@@ -424,7 +431,7 @@ static void s_destroy(void *state) {
 static dt_status s_attach(void *state, dt_optim *o) {
     strategy *s = state;
     if (s->c->step_at_end || s->c->skip_nonfinite || s->c->grad_clip > 0 || !dt_optim_elementwise(o)) return DT_OK;
-    return dt_ddp_set_optimizer(s->d, o, s->c->model.params(s->c->model.self));
+    return dt_ddp_set_optimizer(s->d, o, s->c->model.params(s->c->model.self), 0, s->c->model.nparams);
 }
 
 static void s_begin(void *state, int sync, float lr) { dt_ddp_begin(((strategy *)state)->d, sync, lr); }

@@ -5,10 +5,11 @@
  * into one contiguous shard per rank (sizes differ by at most one element,
  * so any number of ranks works). The gradients are averaged as DDP averages
  * them, bucket by bucket with allreduces overlapped with backward
- * (dt_ddp); then each rank updates only its shard, with only its shard of
- * the optimizer state (Adam: 8 bytes per parameter / N instead of 8), and
- * the ranks allgather the updated parameters, so every rank again holds the
- * whole model for the next forward. The global gradient norm (clipping) is
+ * (dt_ddp); each rank updates only its shard, with only its shard of the
+ * optimizer state (Adam: 8 bytes per parameter / N instead of 8): like DDP,
+ * inside backward bucket by bucket where it can (SGD, AdamW, no clipping),
+ * else after it. Then the ranks allgather the updated parameters, so every
+ * rank again holds the whole model for the next forward. The global gradient norm (clipping) is
  * the sum of the shards' squares, allreduced; so are LAMB's and LARS's
  * per-tensor sums of squares, since a shard boundary may cut a tensor and
  * its trust ratio must come from the whole tensor's norms.
@@ -20,6 +21,7 @@
 #include "dtrain/parallel.h"
 #include "dtrain/engine.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +31,7 @@ typedef struct {
     size_t *counts;      /* each rank's shard */
     size_t off, n;       /* this rank's */
     float *mine;         /* the updated shard, sent to the allgather */
+    int in_backward;     /* the shard updated bucket by bucket inside backward */
 } zero;
 
 /* Shard r of n elements over p ranks: the first n % p shards one longer. */
@@ -66,14 +69,36 @@ static dt_status z1_create(dt_engine *e, void **state, size_t *off, size_t *n) {
     return DT_OK;
 }
 
+/* As DDP: with an elementwise optimizer and nothing that needs the global
+ * norm first, each bucket's part of this rank's shard is updated inside
+ * backward as soon as its allreduce is done (half the update on 2 ranks,
+ * and overlapped); otherwise the engine updates the shard after backward. */
+static dt_status z_attach(void *state, dt_optim *o) {
+    zero *z = state;
+    const dt_engine_config *c = z ? z->c : NULL;
+    if (!z || c->step_at_end || c->skip_nonfinite || c->grad_clip > 0 || !dt_optim_elementwise(o)) return DT_OK;
+    z->in_backward = 1;
+    return dt_ddp_set_optimizer(z->d, o, c->model.params(c->model.self), z->off, z->n);
+}
+
 static void z_begin(void *state, int sync, float lr) {
     if (state) dt_ddp_begin(((zero *)state)->d, sync, lr);
 }
 
+static dt_status gather_params(zero *z);
+
 static dt_status z_finish(void *state, dt_sync_result *r) {
     zero *z = state;
-    r->updated = 0; /* the engine updates this rank's shard */
-    return z ? dt_ddp_finish(z->d, &r->exposed_ms, NULL) : DT_OK;
+    if (!z) return DT_OK;
+    double norm = 0;
+    dt_status st = dt_ddp_finish(z->d, &r->exposed_ms, &norm);
+    r->updated = z->in_backward; /* else the engine updates this rank's shard */
+    if (st || !z->in_backward) return st;
+    r->updated_in_backward = dt_ddp_updated_in_backward(z->d);
+    double ss = norm * norm; /* this shard's: the global norm is the shards' sum */
+    if ((st = dt_comm_allreduce(z->c->comm, &ss, &ss, 1, DT_F64, DT_SUM))) return st;
+    r->norm = sqrt(ss);
+    return gather_params(z);
 }
 
 static dt_status z_sum(void *state, double *v, size_t n) {
@@ -83,9 +108,9 @@ static dt_status z_sum(void *state, double *v, size_t n) {
 
 /* Every rank gets every shard's new parameters; the gradients outside this
  * rank's shard (which its optimizer did not zero) are cleared for the next step. */
-static dt_status z_after_update(void *state) {
-    zero *z = state;
-    if (!z) return DT_OK;
+static dt_status z_after_update(void *state) { return state ? gather_params(state) : DT_OK; }
+
+static dt_status gather_params(zero *z) {
     const dt_model *m = &z->c->model;
     float *p = m->params(m->self), *g = m->grads(m->self);
     memcpy(z->mine, p + z->off, z->n * sizeof *p);
@@ -102,6 +127,6 @@ static dt_status z_check(void *state, uint64_t *hash) {
 }
 
 const dt_strategy dt_strategy_zero1 = {
-    .name = "zero1", .create = z1_create, .destroy = z_destroy, .begin = z_begin, .finish = z_finish,
+    .name = "zero1", .create = z1_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
 };
