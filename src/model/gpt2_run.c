@@ -17,20 +17,18 @@ static bool use_blockwise(const dt_gpt2 *m, int T) {
     return m->attn == DT_ATTN_BLOCKWISE || (m->attn == DT_ATTN_AUTO && T >= 256);
 }
 
-static dt_status size_activations(dt_gpt2 *m, int B, int T) {
-    size_t BT = (size_t)B * T;
-    size_t att_per_layer = (size_t)m->cfg.num_heads * BT * (use_blockwise(m, T) ? 1 : (size_t)T);
-    size_t att_need = att_per_layer * (m->recompute ? 1 : (size_t)m->nl);
-    if (m->acts && BT <= m->bt_capacity && att_need <= m->att_capacity) return DT_OK;
-    size_t C = (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
-    size_t Vp = (size_t)m->cfg.padded_vocab_size;
+/* Each activation's floats for nl held blocks (head: whether the head is
+ * held); the total with 64-byte aligned starts. */
+static size_t activation_sizes(const dt_gpt2_config *c, size_t nl, bool head, bool recompute, bool blockwise, int B, int T,
+                               size_t s[A_COUNT]) {
+    size_t BT = (size_t)B * T, C = (size_t)c->channels, NH = (size_t)c->num_heads, Vp = (size_t)c->padded_vocab_size;
     /* Per-layer activations: every held block's, or one when recomputing; the
      * residual stream between blocks (A_RES3) is always kept; the head's only
      * where the head is held. */
-    size_t L = m->recompute ? 1 : (size_t)m->nl, Lres = (size_t)m->nl, H = m->ub == m->cfg.num_layers + 2;
-    size_t s[A_COUNT] = {
+    size_t L = recompute ? 1 : nl, Lres = nl, H = head;
+    const size_t v[A_COUNT] = {
         [A_ENCODED] = BT * C, [A_LN1] = L * BT * C, [A_LN1_MEAN] = L * BT, [A_LN1_RSTD] = L * BT,
-        [A_QKV] = L * BT * 3 * C, [A_ATTY] = L * BT * C, [A_ATT] = L * NH * BT * (use_blockwise(m, T) ? 1 : (size_t)T),
+        [A_QKV] = L * BT * 3 * C, [A_ATTY] = L * BT * C, [A_ATT] = L * NH * BT * (blockwise ? 1 : (size_t)T),
         [A_RES2] = L * BT * C,
         [A_LN2] = L * BT * C, [A_LN2_MEAN] = L * BT, [A_LN2_RSTD] = L * BT, [A_FCH] = L * BT * 4 * C,
         [A_FCH_GELU] = L * BT * 4 * C, [A_RES3] = Lres * BT * C, [A_LNF] = H * BT * C, [A_LNF_MEAN] = H * BT,
@@ -39,9 +37,31 @@ static dt_status size_activations(dt_gpt2 *m, int B, int T) {
     };
     size_t total = 0;
     for (int i = 0; i < A_COUNT; i++) {
+        s[i] = v[i];
+        total += (v[i] + 15) & ~(size_t)15;
+    }
+    return total;
+}
+
+size_t dt_gpt2_activation_bytes(const dt_gpt2_config *c, int B, int T, int recompute, int attention) {
+    size_t s[A_COUNT];
+    bool blockwise = attention == DT_ATTN_BLOCKWISE || (attention == DT_ATTN_AUTO && T >= 256);
+    return activation_sizes(c, (size_t)c->num_layers, true, recompute, blockwise, B, T, s) * sizeof(float) +
+           2 * (size_t)B * T * sizeof(int32_t);
+}
+
+static dt_status size_activations(dt_gpt2 *m, int B, int T) {
+    size_t BT = (size_t)B * T;
+    size_t att_per_layer = (size_t)m->cfg.num_heads * BT * (use_blockwise(m, T) ? 1 : (size_t)T);
+    size_t att_need = att_per_layer * (m->recompute ? 1 : (size_t)m->nl);
+    if (m->acts && BT <= m->bt_capacity && att_need <= m->att_capacity) return DT_OK;
+    size_t s[A_COUNT];
+    size_t total = activation_sizes(&m->cfg, (size_t)m->nl, m->ub == m->cfg.num_layers + 2, m->recompute, use_blockwise(m, T), B, T, s);
+    size_t at = 0;
+    for (int i = 0; i < A_COUNT; i++) {
         m->act_sizes[i] = s[i];
-        m->act_off[i] = total;
-        total += (s[i] + 15) & ~(size_t)15; /* 64-byte aligned starts */
+        m->act_off[i] = at;
+        at += (s[i] + 15) & ~(size_t)15; /* 64-byte aligned starts */
     }
     float *a = dt_alloc_aligned(total * sizeof(float));
     int32_t *in = malloc(BT * sizeof(int32_t)), *tg = malloc(BT * sizeof(int32_t));

@@ -10,6 +10,7 @@
 #include "dtrain/parallel.h"
 #include "dtrain/engine.h"
 #include "dtrain/obs.h"
+#include "dtrain/plan.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -52,48 +53,6 @@ size_t dt_peak_memory(void) {
     fclose(f);
     return kb * 1024;
 }
-
-static dt_status build_model(const dt_train_config *c, dt_gpt2 **out) {
-    dt_gpt2_config cfg;
-    dt_status st;
-    bool from_file = access(c->model, R_OK) == 0;
-    /* shape flags override a preset; for a file they must agree with it */
-    const dt_gpt2_config *o = &c->shape;
-    const int v[6] = { o->max_seq_len, o->vocab_size, o->padded_vocab_size, o->num_layers, o->num_heads, o->channels };
-    static const char *names[6] = { "--max-seq", "--vocab", "--padded-vocab", "--layers", "--heads", "--channels" };
-    if (from_file) {
-        if ((st = dt_model_load(c->model, o->num_heads, out))) return st;
-        cfg = *dt_gpt2_get_config(*out);
-    } else if (dt_gpt2_preset(c->model, &cfg)) {
-        return dt_error(DT_ERR_ARG, "--model %s: %s", c->model,
-                        strchr(c->model, '/') || strchr(c->model, '.') ? "no such file (nor a preset: d6, 124M, 350M, 774M, 1558M, mlp)"
-                                                                       : "not a preset (d6, 124M, 350M, 774M, 1558M, mlp) nor a file");
-    }
-    int *f[6] = { &cfg.max_seq_len, &cfg.vocab_size, &cfg.padded_vocab_size, &cfg.num_layers, &cfg.num_heads, &cfg.channels };
-    for (int i = 0; i < 6; i++) {
-        if (!v[i]) continue;
-        if (from_file && *f[i] != v[i]) {
-            dt_gpt2_destroy(*out);
-            *out = NULL;
-            return dt_error(DT_ERR_ARG, "%s: the file says %d but %s says %d", c->model, *f[i], names[i], v[i]);
-        }
-        *f[i] = v[i];
-    }
-    if (!from_file && o->vocab_size && !o->padded_vocab_size) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
-    if (c->seq > cfg.max_seq_len) {
-        dt_gpt2_destroy(*out);
-        *out = NULL;
-        return dt_error(DT_ERR_ARG, "--seq %d is longer than the model's %d positions", c->seq, cfg.max_seq_len);
-    }
-    if (!from_file) {
-        if ((st = dt_gpt2_create(&cfg, out))) return st;
-        dt_gpt2_init_random(*out, c->seed);
-    }
-    dt_gpt2_set_recompute(*out, c->recompute);
-    dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);
-    return DT_OK;
-}
-
 
 static dt_status evaluate(dt_comm *w, dt_gpt2 *m, dt_loader *l, int batches, int B, int T, int32_t *in, int32_t *tg,
                           float *out) {
@@ -268,6 +227,72 @@ static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
     return st;
 }
 
+/* The job's memory before it is allocated: refused, with the stages that
+ * would fit, when this machine's ranks would not fit in it. */
+static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
+    const dt_train_config *c = &r->c;
+    struct stat sb;
+    size_t data = 0;
+    if (c->data && stat(c->data, &sb) == 0) data += (size_t)sb.st_size;
+    if (c->val_data && stat(c->val_data, &sb) == 0) data += (size_t)sb.st_size;
+    dt_plan_job job = { .model = *cfg, .batch = c->batch, .seq = c->seq, .recompute = c->recompute, .attention = c->attention,
+                        .opt = c->opt, .dp = r->dp_size, .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
+                        .stage = c->strategy && !strcmp(c->strategy, "zero1"), .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
+                        .data_bytes = data };
+    return dt_plan_check_memory(&job, 1);
+}
+
+static dt_status check_memory(const run *r, const dt_gpt2_config *cfg);
+
+static dt_status build_model(const run *r, dt_gpt2 **out) {
+    const dt_train_config *c = &r->c;
+    dt_gpt2_config cfg;
+    dt_status st;
+    bool from_file = access(c->model, R_OK) == 0;
+    /* shape flags override a preset; for a file they must agree with it */
+    const dt_gpt2_config *o = &c->shape;
+    const int v[6] = { o->max_seq_len, o->vocab_size, o->padded_vocab_size, o->num_layers, o->num_heads, o->channels };
+    static const char *names[6] = { "--max-seq", "--vocab", "--padded-vocab", "--layers", "--heads", "--channels" };
+    if (from_file) {
+        if ((st = dt_model_load(c->model, o->num_heads, out))) return st;
+        cfg = *dt_gpt2_get_config(*out);
+    } else if (dt_gpt2_preset(c->model, &cfg)) {
+        return dt_error(DT_ERR_ARG, "--model %s: %s", c->model,
+                        strchr(c->model, '/') || strchr(c->model, '.') ? "no such file (nor a preset: d6, 124M, 350M, 774M, 1558M, mlp)"
+                                                                       : "not a preset (d6, 124M, 350M, 774M, 1558M, mlp) nor a file");
+    }
+    int *f[6] = { &cfg.max_seq_len, &cfg.vocab_size, &cfg.padded_vocab_size, &cfg.num_layers, &cfg.num_heads, &cfg.channels };
+    for (int i = 0; i < 6; i++) {
+        if (!v[i]) continue;
+        if (from_file && *f[i] != v[i]) {
+            dt_gpt2_destroy(*out);
+            *out = NULL;
+            return dt_error(DT_ERR_ARG, "%s: the file says %d but %s says %d", c->model, *f[i], names[i], v[i]);
+        }
+        *f[i] = v[i];
+    }
+    if (!from_file && o->vocab_size && !o->padded_vocab_size) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
+    if (c->seq > cfg.max_seq_len) {
+        dt_gpt2_destroy(*out);
+        *out = NULL;
+        return dt_error(DT_ERR_ARG, "--seq %d is longer than the model's %d positions", c->seq, cfg.max_seq_len);
+    }
+    /* before the optimizer and the activations (and, for a preset, the model) are allocated */
+    if ((st = check_memory(r, &cfg))) {
+        dt_gpt2_destroy(*out);
+        *out = NULL;
+        return st;
+    }
+    if (!from_file) {
+        if ((st = dt_gpt2_create(&cfg, out))) return st;
+        dt_gpt2_init_random(*out, c->seed);
+    }
+    dt_gpt2_set_recompute(*out, c->recompute);
+    dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);
+    return DT_OK;
+}
+
+
 static dt_status open_data(run *r) {
     const dt_train_config *c = &r->c;
     const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
@@ -340,7 +365,7 @@ static dt_status setup(run *r) {
     /* traced from here when the window starts at step 1: the data and checkpoint reads too */
     if (!st && c->trace) st = dt_trace_file_create(c->trace, r->nranks > 1 ? r->w : NULL, c->trace_first, c->trace_last, &r->trace);
     dt_trace_file_step(r->trace, 1);
-    if (!st) st = build_model(c, &r->m);
+    if (!st) st = build_model(r, &r->m);
     if (!st) st = open_data(r);
     if (!st) st = make_engine(r);
     if (!st && c->metrics && !(r->metrics = fopen(c->metrics, r->first_step ? "a" : "w")))

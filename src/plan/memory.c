@@ -1,0 +1,80 @@
+/* Memory before a run: ZeRO's accounting of model states (parameters P,
+ * gradients G, optimizer state O; a stage splits O, then G, then P over the
+ * N data-parallel ranks) plus activations, communication buffers and the
+ * token files, per rank and per machine, against what the machine has. */
+#include "dtrain/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Floats of optimizer state per parameter (dt_optim_create's buffers). */
+static const char *stage_name(int stage, int dp) {
+    static const char *const names[4] = { "ddp", "--zero 1", "--zero 2", "--zero 3" };
+    return dp <= 1 && stage == 0 ? "this run" : names[stage & 3];
+}
+
+static int optim_floats(const dt_optim_config *o) {
+    return o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB ? 2 : 1;
+}
+
+void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
+    double psi = (double)dt_gpt2_config_num_params(&j->model), n = j->dp > 0 ? j->dp : 1, f = 4;
+    memset(m, 0, sizeof *m);
+    m->params = f * psi / (j->stage >= 3 ? n : 1);
+    m->grads = j->stage >= 2 ? f * psi / n + (double)j->bucket_bytes : f * psi;
+    m->optim = f * optim_floats(&j->opt) * psi / (j->stage >= 1 ? n : 1);
+    /* DDP: the tied embedding's rows of every rank (C floats per token) and the tokens;
+     * ZeRO-1: the shard staged for the parameters' allgather */
+    double BT = (double)j->batch * j->seq, C = j->model.channels;
+    m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && n > 1 ? f * psi / n : 0);
+    m->acts = (double)dt_gpt2_activation_bytes(&j->model, j->batch, j->seq, j->recompute, j->attention);
+    m->data = (double)j->data_bytes;
+    m->per_rank = m->params + m->grads + m->optim + m->comm + m->acts + m->data;
+    m->per_machine = m->per_rank * (j->local_ranks > 0 ? j->local_ranks : 1);
+}
+
+size_t dt_plan_available_memory(void) {
+    /* a debugging switch: pretend the machine has this much (tests of the refusal) */
+    const char *env = getenv("DTRAIN_MEMORY_AVAILABLE");
+    size_t forced;
+    if (env && *env && !dt_parse_size(env, &forced)) return forced;
+    size_t kb = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    size_t avail = kb * 1024;
+    /* a container's limit (cgroup v2), if it is the lower */
+    f = fopen("/sys/fs/cgroup/memory.max", "r");
+    unsigned long long lim;
+    if (f && fscanf(f, "%llu", &lim) == 1 && lim > 0 && lim < avail) avail = (size_t)lim;
+    if (f) fclose(f);
+    return avail;
+}
+
+dt_status dt_plan_check_memory(const dt_plan_job *job, int stage_built) {
+    dt_plan_memory m;
+    dt_plan_memory_estimate(job, &m);
+    double avail = (double)dt_plan_available_memory();
+    if (avail <= 0 || m.per_machine <= avail) return DT_OK;
+    char others[512] = "";
+    size_t len = 0;
+    for (int s = 0; s <= 3 && job->dp > 1; s++) {
+        if (s == job->stage) continue;
+        dt_plan_job alt = *job;
+        alt.stage = s;
+        dt_plan_memory a;
+        dt_plan_memory_estimate(&alt, &a);
+        len += (size_t)snprintf(others + len, sizeof others - len, "; %s needs %.1f GB%s%s", stage_name(s, job->dp),
+                                a.per_machine / 1e9, a.per_machine <= avail ? " (fits" : " (does not fit",
+                                s > stage_built ? ", not built yet)" : ")");
+        if (len >= sizeof others) break;
+    }
+    return dt_error(DT_ERR_ARG, "%s needs %.1f GB on this machine (%d rank%s x %.1f GB: parameters %.1f, gradients %.1f, optimizer %.1f, "
+                    "activations %.1f, buffers %.1f, tokens %.1f), %.1f GB available%s",
+                    stage_name(job->stage, job->dp), m.per_machine / 1e9,
+                    job->local_ranks, job->local_ranks == 1 ? "" : "s", m.per_rank / 1e9, m.params / 1e9, m.grads / 1e9, m.optim / 1e9,
+                    m.acts / 1e9, m.comm / 1e9, m.data / 1e9, avail / 1e9, others);
+}
