@@ -50,6 +50,8 @@ typedef struct {
     /* At the end of a run: *hash of the parameters, checked equal across the
      * replicas that must agree (fails naming the first that differs). */
     dt_status (*check_replicas)(void *state, uint64_t *hash);
+    /* Bytes of communication buffers it holds (memory accounting). */
+    size_t (*buffer_bytes)(void *state);
 } dt_strategy;
 
 /* The registered strategies (engine.c lists them); NULL if no such name. */
@@ -92,6 +94,8 @@ const char *dt_engine_strategy_name(const dt_engine *e);
 dt_optim *dt_engine_optim(dt_engine *e);
 /* The slice of the store this rank's optimizer owns. */
 void dt_engine_share(const dt_engine *e, size_t *off, size_t *n);
+/* The strategy's communication buffers, in bytes. */
+size_t dt_engine_buffer_bytes(const dt_engine *e);
 /* Replicas that must hold the same weights do (*checked 0 when the strategy has none). */
 dt_status dt_engine_check_replicas(dt_engine *e, int *checked, uint64_t *hash);
 

@@ -54,6 +54,8 @@ void dt_ddp_begin(dt_ddp *d, int sync, float lr);
  * else -1. */
 dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm);
 int dt_ddp_buckets(const dt_ddp *d);
+/* The communication buffers it holds beside the gradients (the embedding's rows, the tokens). */
+size_t dt_ddp_buffer_bytes(const dt_ddp *d);
 /* The share of the parameters that the last step updated inside backward
  * (0 without the optimizer in backward). */
 double dt_ddp_updated_in_backward(const dt_ddp *d);

@@ -117,7 +117,9 @@ dt_status dt_plot_losses(const char *metrics_path, const char *svg_path, int log
 dt_status dt_plot_svg(const char *metrics_path, int log_y, char **svg, size_t *len);
 
 /* What run.json records besides the config (see run_record.c). */
-#define DT_RUN_IO_FIELDS 6   /* per rank: data read bytes, s; checkpoint write bytes, s; read bytes, s */
+/* Per rank: data read bytes, s; checkpoint write bytes, s; read bytes, s; then bytes of parameters,
+ * gradients, optimizer state, communication buffers, activations, and the peak resident size. */
+#define DT_RUN_RANK_FIELDS 12
 typedef struct {
     dt_gpt2_config model;
     size_t params;
@@ -125,7 +127,7 @@ typedef struct {
     const char *strategy, *metrics, *trace, *peak_source;
     double peak_gflops, flops_per_step, wall_s;
     double memory[5];         /* bytes: parameters, gradients, activations, optimizer state, peak RSS (rank 0) */
-    const double *io;         /* nranks x DT_RUN_IO_FIELDS */
+    const double *ranks;      /* nranks x DT_RUN_RANK_FIELDS */
 } dt_run_record;
 dt_status dt_run_record_write(const char *path, const dt_train_config *c, const dt_run_record *r);
 

@@ -383,6 +383,8 @@ dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm) {
 
 int dt_ddp_buckets(const dt_ddp *d) { return d->nb; }
 
+size_t dt_ddp_buffer_bytes(const dt_ddp *d) { return d->rows_cap * sizeof(float) + d->toks_cap * sizeof(int32_t); }
+
 double dt_ddp_updated_in_backward(const dt_ddp *d) { return d->last_early; }
 
 dt_status dt_ddp_check_replicas(dt_comm *c, const float *p, size_t n, uint64_t *hash) {
@@ -449,7 +451,9 @@ static dt_status s_check(void *state, uint64_t *hash) {
     return dt_ddp_check_replicas(s->c->comm, s->c->model.params(s->c->model.self), s->c->model.nparams, hash);
 }
 
+static size_t s_buffers(void *state) { return dt_ddp_buffer_bytes(((strategy *)state)->d); }
+
 const dt_strategy dt_strategy_ddp = {
     .name = "ddp", .create = s_create, .destroy = s_destroy, .attach = s_attach, .begin = s_begin,
-    .finish = s_finish, .check_replicas = s_check,
+    .finish = s_finish, .check_replicas = s_check, .buffer_bytes = s_buffers,
 };

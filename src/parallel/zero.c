@@ -126,7 +126,13 @@ static dt_status z_check(void *state, uint64_t *hash) {
     return dt_ddp_check_replicas(z->c->comm, m->params(m->self), m->nparams, hash);
 }
 
+static size_t z_buffers(void *state) {
+    zero *z = state;
+    return z ? dt_ddp_buffer_bytes(z->d) + z->n * sizeof *z->mine : 0;
+}
+
 const dt_strategy dt_strategy_zero1 = {
     .name = "zero1", .create = z1_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
+    .buffer_bytes = z_buffers,
 };

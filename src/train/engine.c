@@ -172,6 +172,8 @@ void dt_engine_share(const dt_engine *e, size_t *off, size_t *n) {
     *n = e->n;
 }
 
+size_t dt_engine_buffer_bytes(const dt_engine *e) { return e->s->buffer_bytes ? e->s->buffer_bytes(e->state) : 0; }
+
 dt_status dt_engine_check_replicas(dt_engine *e, int *checked, uint64_t *hash) {
     *checked = e->s->check_replicas != NULL;
     *hash = 0;

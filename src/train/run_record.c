@@ -56,7 +56,7 @@ dt_status dt_run_record_write(const char *path, const dt_train_config *c, const 
     for (int i = 0; i < 5; i++) cJSON_AddNumberToObject(mem, mem_names[i], r->memory[i]);
     cJSON *io = cJSON_AddArrayToObject(j, "io");
     for (int k = 0; k < r->nranks; k++) {
-        const double *v = r->io + (size_t)k * DT_RUN_IO_FIELDS;
+        const double *v = r->ranks + (size_t)k * DT_RUN_RANK_FIELDS;
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "rank", k);
         cJSON_AddNumberToObject(e, "data_read_bytes", v[0]);
@@ -66,6 +66,15 @@ dt_status dt_run_record_write(const char *path, const dt_train_config *c, const 
         cJSON_AddNumberToObject(e, "ckpt_read_bytes", v[4]);
         cJSON_AddNumberToObject(e, "ckpt_read_s", v[5]);
         cJSON_AddItemToArray(io, e);
+    }
+    cJSON *mr = cJSON_AddArrayToObject(j, "memory_per_rank");
+    static const char *const mem_keys[6] = { "parameters", "gradients", "optimizer", "buffers", "activations", "peak_rss" };
+    for (int k = 0; k < r->nranks; k++) {
+        const double *v = r->ranks + (size_t)k * DT_RUN_RANK_FIELDS + 6;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rank", k);
+        for (int i = 0; i < 6; i++) cJSON_AddNumberToObject(e, mem_keys[i], v[i]);
+        cJSON_AddItemToArray(mr, e);
     }
     cJSON_AddStringToObject(j, "metrics", r->metrics ? r->metrics : "");
     cJSON_AddStringToObject(j, "trace", r->trace ? r->trace : "");

@@ -482,26 +482,30 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
     return 0;
 }
 
-/* Every rank's I/O counters, on every rank (collective). */
-static dt_status gather_io(run *r, double *all) {
-    double mine[DT_RUN_IO_FIELDS];
+/* Every rank's I/O counters and memory, on every rank (collective). */
+static dt_status gather_ranks(run *r, double *all) {
+    double mine[DT_RUN_RANK_FIELDS];
     for (int k = 0; k < 3; k++) {
         uint64_t b;
         dt_io_get((dt_io_kind)k, &b, &mine[2 * k + 1]);
         mine[2 * k] = (double)b;
     }
+    double pb = (double)dt_gpt2_num_params(r->m) * sizeof(float);
+    const double mem[6] = { pb, pb, (double)dt_optim_state_bytes(dt_engine_optim(r->e)), (double)dt_engine_buffer_bytes(r->e),
+                            (double)dt_gpt2_memory(r->m) - 2 * pb, (double)dt_peak_memory() };
+    memcpy(mine + 6, mem, sizeof mem);
     if (r->nranks == 1) { memcpy(all, mine, sizeof mine); return DT_OK; }
-    return dt_comm_allgather(r->w, mine, all, DT_RUN_IO_FIELDS, DT_F64);
+    return dt_comm_allgather(r->w, mine, all, DT_RUN_RANK_FIELDS, DT_F64);
 }
 
 /* run.json and report.html into --report DIR (rank 0). */
-static void write_report(run *r, int steps_done, const double *io) {
+static void write_report(run *r, int steps_done, const double *ranks) {
     const dt_train_config *c = &r->c;
     size_t np = dt_gpt2_num_params(r->m);
     dt_run_record rec = { .model = *dt_gpt2_get_config(r->m), .params = np, .nranks = r->nranks, .steps_done = steps_done,
                           .strategy = dt_engine_strategy_name(r->e), .metrics = c->metrics, .trace = c->trace,
                           .peak_source = r->peak_source, .peak_gflops = r->peak_gflops, .flops_per_step = r->flops_per_step,
-                          .wall_s = dt_time_now() - r->t_start, .io = io };
+                          .wall_s = dt_time_now() - r->t_start, .ranks = ranks };
     double pb = (double)np * sizeof(float);
     double mem[5] = { pb, pb, (double)dt_gpt2_memory(r->m) - 2 * pb, (double)dt_optim_state_bytes(dt_engine_optim(r->e)),
                       (double)dt_peak_memory() };
@@ -520,16 +524,22 @@ static void observe_end(run *r, int steps_done) {
     const dt_train_config *c = &r->c;
     if (r->trace && dt_trace_file_write(r->trace)) dt_log(DT_LOG_WARN, "the trace was not written: %s", dt_last_error());
     else if (r->trace && r->rank == 0 && !c->quiet) printf("trace: %s (steps %d to %d)\n", c->trace, c->trace_first, c->trace_last);
-    double *io = calloc((size_t)r->nranks * DT_RUN_IO_FIELDS, sizeof *io);
-    if (!io || gather_io(r, io)) { dt_log(DT_LOG_WARN, "I/O counters: %s", io ? dt_last_error() : "out of memory"); free(io); return; }
-    if (r->rank == 0 && !c->quiet)
+    double *all = calloc((size_t)r->nranks * DT_RUN_RANK_FIELDS, sizeof *all);
+    if (!all || gather_ranks(r, all)) { dt_log(DT_LOG_WARN, "per-rank figures: %s", all ? dt_last_error() : "out of memory"); free(all); return; }
+    if (r->rank == 0 && !c->quiet) {
+        printf("memory per rank (MiB): parameters, gradients, optimizer state, communication buffers, activations; peak resident\n");
         for (int k = 0; k < r->nranks; k++) {
-            const double *v = io + (size_t)k * DT_RUN_IO_FIELDS;
+            const double *v = all + (size_t)k * DT_RUN_RANK_FIELDS, M = 1048576.0;
+            printf("  rank %d: %.1f, %.1f, %.1f, %.1f, %.1f; peak %.1f\n", k, v[6] / M, v[7] / M, v[8] / M, v[9] / M, v[10] / M, v[11] / M);
+        }
+        for (int k = 0; k < r->nranks; k++) {
+            const double *v = all + (size_t)k * DT_RUN_RANK_FIELDS;
             printf("I/O rank %d: read %.2f MiB of tokens in %.1f ms, wrote %.2f MiB of checkpoints in %.1f ms\n", k, v[0] / 1048576.0,
                    v[1] * 1e3, v[2] / 1048576.0, v[3] * 1e3);
         }
-    if (r->rank == 0 && c->report) write_report(r, steps_done, io);
-    free(io);
+    }
+    if (r->rank == 0 && c->report) write_report(r, steps_done, all);
+    free(all);
 }
 
 /* The end of a run: the replicas agree, the final save, the memory report. */
