@@ -35,6 +35,10 @@ run ref3 --batch 3
 run z2 --nproc 2 --batch 2 --zero 1 && compare "zero1, 2 ranks x batch 2" "$dir/z2.jsonl" "$dir/ref.jsonl"
 run z3 --nproc 3 --batch 1 --zero 1 && compare "zero1, 3 ranks x batch 1 (unequal shards)" "$dir/z3.jsonl" "$dir/ref3.jsonl"
 run z4 --nproc 4 --batch 1 --zero 1 && compare "zero1, 4 ranks x batch 1" "$dir/z4.jsonl" "$dir/ref.jsonl"
+# shards larger than the parameters' allgather piece (4M floats): 10.7M parameters, 2 pieces per shard
+big=(--layers 6 --channels 384 --heads 6 --steps 3)
+run big1 "${big[@]}" --batch 4
+run big2 "${big[@]}" --nproc 2 --batch 2 --zero 1 && compare "zero1 on 10.7M parameters (shards gathered in pieces)" "$dir/big2.jsonl" "$dir/big1.jsonl" 3
 # the shard updated inside backward (the default, as DDP) and after it: the same bits
 DTRAIN_DDP_WAIT_IN_BACKWARD=1 run early --nproc 2 --batch 2 --zero 1 --bucket-mb 0.016
 run late --nproc 2 --batch 2 --zero 1 --bucket-mb 0.016 --step-at-end

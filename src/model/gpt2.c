@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* llm.c's 16 tensors (its names and order), with HF's names and how tensor
  * parallelism splits each (Megatron: qkv and fc column-parallel, the two
@@ -254,9 +256,38 @@ void dt_gpt2_set_unit_hooks(dt_gpt2 *m, dt_grad_hook before_forward, dt_grad_hoo
 
 void dt_gpt2_set_defer_wte_rows(dt_gpt2 *m, int on) { m->defer_wte_rows = on; }
 
+/* Hands the pages of [p, p + bytes) back to the system: the whole pages
+ * inside it read as zeros if touched again; the bytes in the partial pages
+ * at its ends are zeroed, so that all of it reads as zeros. */
+static void release_pages(void *p, size_t bytes) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), s = (uintptr_t)p, e = s + bytes, a = (s + page - 1) & ~(page - 1),
+              b = e & ~(page - 1);
+    if (b <= a) { memset(p, 0, bytes); return; }
+    memset(p, 0, a - s);
+    memset((void *)b, 0, e - b);
+    madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* Copies src to dst, a page-sized block at a time, skipping the blocks of
+ * src that are all zeros when dst reads as zeros there (released pages):
+ * gradients handed back between steps are zeros, and copying them would
+ * touch 4 bytes per parameter of memory that nothing needs. */
+static void copy_nonzero(float *dst, const float *src, size_t n, int dst_zero) {
+    enum { BLOCK = 1024 };
+    for (size_t i = 0; i < n; i += BLOCK) {
+        size_t k = n - i < BLOCK ? n - i : BLOCK, j = 0;
+        if (dst_zero)
+            while (j < k && src[i + j] == 0.0f && !signbit(src[i + j])) j++;
+        if (j < k) memcpy(dst + i, src + i, k * sizeof *dst);
+    }
+}
+
 void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads) {
     float *g = grads ? grads : m->own_grads;
-    if (g != m->grads) memcpy(g, m->grads, m->nparams * sizeof(float));
+    if (g != m->grads) copy_nonzero(g, m->grads, m->nparams, g == m->own_grads && m->own_released);
+    m->own_released = g != m->own_grads;
+    /* the model's own gradients, unused while elsewhere: their memory goes back (4 bytes per parameter) */
+    if (g != m->own_grads) release_pages(m->own_grads, m->nparams * sizeof(float));
     m->grads = g;
 }
 

@@ -25,12 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { CHUNK = 1 << 22 }; /* floats per rank per allgather of the parameters (16 MiB) */
+
 typedef struct {
     const dt_engine_config *c;
     dt_ddp *d;           /* the gradients' averaging */
     size_t *counts;      /* each rank's shard */
     size_t off, n;       /* this rank's */
-    float *mine;         /* the updated shard, sent to the allgather */
+    float *mine, *all;   /* a piece of the updated shard, and every rank's piece, for the allgather */
     int in_backward;     /* the shard updated bucket by bucket inside backward */
 } zero;
 
@@ -47,6 +49,7 @@ static void z_destroy(void *state) {
     dt_ddp_destroy(z->d);
     free(z->counts);
     free(z->mine);
+    free(z->all);
     free(z);
 }
 
@@ -60,7 +63,9 @@ static dt_status z1_create(dt_engine *e, void **state, size_t *off, size_t *n) {
     size_t o;
     for (int r = 0; r < p; r++) shard(c->model.nparams, p, r, &o, &z->counts[r]);
     shard(c->model.nparams, p, rank, &z->off, &z->n);
-    dt_status st = (z->mine = malloc(sizeof *z->mine * (z->n ? z->n : 1))) ? DT_OK : dt_error(DT_ERR_NOMEM, "zero1: out of memory");
+    z->mine = malloc(sizeof *z->mine * CHUNK);
+    z->all = malloc(sizeof *z->all * CHUNK * (size_t)p);
+    dt_status st = z->mine && z->all ? DT_OK : dt_error(DT_ERR_NOMEM, "zero1: out of memory");
     if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, &z->d);
     if (st) { z_destroy(z); return st; }
     *off = z->off;
@@ -113,10 +118,27 @@ static dt_status z_after_update(void *state) { return state ? gather_params(stat
 static dt_status gather_params(zero *z) {
     const dt_model *m = &z->c->model;
     float *p = m->params(m->self), *g = m->grads(m->self);
-    memcpy(z->mine, p + z->off, z->n * sizeof *p);
     memset(g, 0, z->off * sizeof *g);
     memset(g + z->off + z->n, 0, (m->nparams - z->off - z->n) * sizeof *g);
-    return dt_comm_allgatherv(z->c->comm, z->mine, p, z->counts, DT_F32);
+    /* in pieces of CHUNK floats of every shard at a time, through two small
+     * buffers (a whole shard's staging would cost 4/N bytes per parameter) */
+    int np = dt_comm_size(z->c->comm);
+    size_t most = 0, counts[np];
+    for (int r = 0; r < np; r++) most = z->counts[r] > most ? z->counts[r] : most;
+    dt_status st = DT_OK;
+    for (size_t at = 0; at < most && !st; at += CHUNK) {
+        size_t o = 0, mine = z->n > at ? (z->n - at < CHUNK ? z->n - at : CHUNK) : 0;
+        for (int r = 0; r < np; r++) counts[r] = z->counts[r] > at ? (z->counts[r] - at < CHUNK ? z->counts[r] - at : CHUNK) : 0;
+        memcpy(z->mine, p + z->off + at, mine * sizeof *p);
+        if ((st = dt_comm_allgatherv(z->c->comm, z->mine, z->all, counts, DT_F32))) break;
+        for (int r = 0; r < np; r++) {
+            size_t start = 0;
+            shard(m->nparams, np, r, &start, &(size_t){ 0 });
+            memcpy(p + start + at, z->all + o, counts[r] * sizeof *p);
+            o += counts[r];
+        }
+    }
+    return st;
 }
 
 static dt_status z_check(void *state, uint64_t *hash) {
@@ -128,7 +150,7 @@ static dt_status z_check(void *state, uint64_t *hash) {
 
 static size_t z_buffers(void *state) {
     zero *z = state;
-    return z ? dt_ddp_buffer_bytes(z->d) + z->n * sizeof *z->mine : 0;
+    return z ? dt_ddp_buffer_bytes(z->d) + (size_t)CHUNK * sizeof(float) * (size_t)(dt_comm_size(z->c->comm) + 1) : 0;
 }
 
 const dt_strategy dt_strategy_zero1 = {

@@ -25,9 +25,9 @@ void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
     m->grads = j->stage >= 2 ? f * psi / n + (double)j->bucket_bytes : f * psi;
     m->optim = f * optim_floats(&j->opt) * psi / (j->stage >= 1 ? n : 1);
     /* DDP: the tied embedding's rows of every rank (C floats per token) and the tokens;
-     * ZeRO-1: the shard staged for the parameters' allgather */
+     * ZeRO: the parameters' allgather staged 4M floats per rank at a time */
     double BT = (double)j->batch * j->seq, C = j->model.channels;
-    m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && n > 1 ? f * psi / n : 0);
+    m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && n > 1 ? f * (n + 1) * (1 << 22) : 0);
     m->acts = (double)dt_gpt2_activation_bytes(&j->model, j->batch, j->seq, j->recompute, j->attention);
     m->data = (double)j->data_bytes;
     m->per_rank = m->params + m->grads + m->optim + m->comm + m->acts + m->data;
