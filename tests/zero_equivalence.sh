@@ -129,6 +129,13 @@ truncate -s 1000 "$dir/bad/step-00000020/optim.f32"
 [ $rc -ne 0 ] && grep -q 'optim.f32: 1000 bytes' "$dir/err" && ok "a short optim.f32 is refused: $(grep -m1 'optim.f32' "$dir/err")" \
     || fail "short optim.f32: exit $rc, $(cat "$dir/err")"
 
+# a job that would not fit this machine is refused before it allocates, naming the stages that would
+DTRAIN_MEMORY_AVAILABLE=1M "$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --steps 2 > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -ne 0 ] && grep -q 'ddp needs [0-9.]* [MG]B on this machine (2 ranks x .*available; --zero 1 needs .*; --zero 3 needs' "$dir/err" \
+    && ok "too big for the machine: $(grep -m1 'needs' "$dir/err" | cut -c1-200)" || fail "memory refusal: exit $rc, $(head -2 "$dir/err")"
+DTRAIN_MEMORY_AVAILABLE=64M "$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --steps 2 --zero 1 > /dev/null 2> "$dir/err" \
+    && ok "the same job with 64 MB available runs" || fail "a job that fits was refused: $(head -2 "$dir/err")"
+
 # not built yet: said before any training
 refuse() { # what pattern flags...
     local what=$1 pat=$2

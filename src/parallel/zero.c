@@ -33,6 +33,7 @@ typedef struct {
     size_t *counts;      /* each rank's shard */
     size_t off, n;       /* this rank's */
     float *mine, *all;   /* a piece of the updated shard, and every rank's piece, for the allgather */
+    size_t piece;        /* floats per rank per allgather: CHUNK, or the largest shard if smaller */
     int in_backward;     /* the shard updated bucket by bucket inside backward */
 } zero;
 
@@ -63,8 +64,10 @@ static dt_status z1_create(dt_engine *e, void **state, size_t *off, size_t *n) {
     size_t o;
     for (int r = 0; r < p; r++) shard(c->model.nparams, p, r, &o, &z->counts[r]);
     shard(c->model.nparams, p, rank, &z->off, &z->n);
-    z->mine = malloc(sizeof *z->mine * CHUNK);
-    z->all = malloc(sizeof *z->all * CHUNK * (size_t)p);
+    for (int r = 0; r < p; r++) z->piece = z->counts[r] > z->piece ? z->counts[r] : z->piece;
+    if (z->piece > CHUNK) z->piece = CHUNK;
+    z->mine = malloc(sizeof *z->mine * (z->piece + 1));
+    z->all = malloc(sizeof *z->all * (z->piece + 1) * (size_t)p);
     dt_status st = z->mine && z->all ? DT_OK : dt_error(DT_ERR_NOMEM, "zero1: out of memory");
     if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, &z->d);
     if (st) { z_destroy(z); return st; }
@@ -126,9 +129,10 @@ static dt_status gather_params(zero *z) {
     size_t most = 0, counts[np];
     for (int r = 0; r < np; r++) most = z->counts[r] > most ? z->counts[r] : most;
     dt_status st = DT_OK;
-    for (size_t at = 0; at < most && !st; at += CHUNK) {
-        size_t o = 0, mine = z->n > at ? (z->n - at < CHUNK ? z->n - at : CHUNK) : 0;
-        for (int r = 0; r < np; r++) counts[r] = z->counts[r] > at ? (z->counts[r] - at < CHUNK ? z->counts[r] - at : CHUNK) : 0;
+    size_t K = z->piece;
+    for (size_t at = 0; at < most && !st; at += K) {
+        size_t o = 0, mine = z->n > at ? (z->n - at < K ? z->n - at : K) : 0;
+        for (int r = 0; r < np; r++) counts[r] = z->counts[r] > at ? (z->counts[r] - at < K ? z->counts[r] - at : K) : 0;
         memcpy(z->mine, p + z->off + at, mine * sizeof *p);
         if ((st = dt_comm_allgatherv(z->c->comm, z->mine, z->all, counts, DT_F32))) break;
         for (int r = 0; r < np; r++) {
@@ -150,7 +154,7 @@ static dt_status z_check(void *state, uint64_t *hash) {
 
 static size_t z_buffers(void *state) {
     zero *z = state;
-    return z ? dt_ddp_buffer_bytes(z->d) + (size_t)CHUNK * sizeof(float) * (size_t)(dt_comm_size(z->c->comm) + 1) : 0;
+    return z ? dt_ddp_buffer_bytes(z->d) + (z->piece + 1) * sizeof(float) * (size_t)(dt_comm_size(z->c->comm) + 1) : 0;
 }
 
 const dt_strategy dt_strategy_zero1 = {

@@ -27,7 +27,8 @@ void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
     /* DDP: the tied embedding's rows of every rank (C floats per token) and the tokens;
      * ZeRO: the parameters' allgather staged 4M floats per rank at a time */
     double BT = (double)j->batch * j->seq, C = j->model.channels;
-    m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && n > 1 ? f * (n + 1) * (1 << 22) : 0);
+    double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
+    m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && n > 1 ? f * (n + 1) * piece : 0);
     m->acts = (double)dt_gpt2_activation_bytes(&j->model, j->batch, j->seq, j->recompute, j->attention);
     m->data = (double)j->data_bytes;
     m->per_rank = m->params + m->grads + m->optim + m->comm + m->acts + m->data;
@@ -54,6 +55,13 @@ size_t dt_plan_available_memory(void) {
     return avail;
 }
 
+/* "26.5 GB", or "12 MB" below a gigabyte. */
+static const char *fmt(double bytes, char *buf, size_t cap) {
+    if (bytes >= 1e9) snprintf(buf, cap, "%.1f GB", bytes / 1e9);
+    else snprintf(buf, cap, "%.0f MB", bytes / 1e6);
+    return buf;
+}
+
 dt_status dt_plan_check_memory(const dt_plan_job *job, int stage_built) {
     dt_plan_memory m;
     dt_plan_memory_estimate(job, &m);
@@ -67,14 +75,16 @@ dt_status dt_plan_check_memory(const dt_plan_job *job, int stage_built) {
         alt.stage = s;
         dt_plan_memory a;
         dt_plan_memory_estimate(&alt, &a);
-        len += (size_t)snprintf(others + len, sizeof others - len, "; %s needs %.1f GB%s%s", stage_name(s, job->dp),
-                                a.per_machine / 1e9, a.per_machine <= avail ? " (fits" : " (does not fit",
+        char a1[32];
+        len += (size_t)snprintf(others + len, sizeof others - len, "; %s needs %s%s%s", stage_name(s, job->dp),
+                                fmt(a.per_machine, a1, sizeof a1), a.per_machine <= avail ? " (fits" : " (does not fit",
                                 s > stage_built ? ", not built yet)" : ")");
         if (len >= sizeof others) break;
     }
-    return dt_error(DT_ERR_ARG, "%s needs %.1f GB on this machine (%d rank%s x %.1f GB: parameters %.1f, gradients %.1f, optimizer %.1f, "
-                    "activations %.1f, buffers %.1f, tokens %.1f), %.1f GB available%s",
-                    stage_name(job->stage, job->dp), m.per_machine / 1e9,
-                    job->local_ranks, job->local_ranks == 1 ? "" : "s", m.per_rank / 1e9, m.params / 1e9, m.grads / 1e9, m.optim / 1e9,
-                    m.acts / 1e9, m.comm / 1e9, m.data / 1e9, avail / 1e9, others);
+    char b[7][32];
+    return dt_error(DT_ERR_ARG, "%s needs %s on this machine (%d rank%s x %s: parameters %s, gradients %s, optimizer %s, "
+                    "activations %s, buffers %s, tokens %s), %s available%s",
+                    stage_name(job->stage, job->dp), fmt(m.per_machine, b[0], 32), job->local_ranks, job->local_ranks == 1 ? "" : "s",
+                    fmt(m.per_rank, b[1], 32), fmt(m.params, b[2], 32), fmt(m.grads, b[3], 32), fmt(m.optim, b[4], 32),
+                    fmt(m.acts, b[5], 32), fmt(m.comm, b[6], 32), fmt(m.data, (char[32]){ 0 }, 32), fmt(avail, (char[32]){ 0 }, 32), others);
 }
