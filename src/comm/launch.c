@@ -30,6 +30,22 @@ static void describe(int status, char *buf, size_t cap) {
         snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
 }
 
+/* Reaps every rank that has ended by now; the first of them a signal ended, or -1. */
+static int reap_killed(pid_t *pids, int *status, int n, int *alive) {
+    int killed = -1, st;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+        for (int r = 0; r < n; r++) {
+            if (pids[r] != pid) continue;
+            pids[r] = -pid;
+            status[r] = st;
+            (*alive)--;
+            if (WIFSIGNALED(st) && killed < 0) killed = r;
+        }
+    }
+    return killed;
+}
+
 int dt_comm_launch(int n, char *const argv[]) {
     if (n < 1 || n > DT_MAX_LOCAL) {
         dt_log(DT_LOG_ERROR, "launch: -n %d is out of range (1..%d ranks on one machine)", n, DT_MAX_LOCAL);
@@ -124,6 +140,12 @@ int dt_comm_launch(int n, char *const argv[]) {
             status[r] = st;
             alive--;
             bool bad = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+            if (bad && first_bad < 0 && !forwarded && !WIFSIGNALED(st)) {
+                /* a rank that stops because a peer was killed can be reaped before
+                 * the peer: blame a rank that a signal ended, if one already has */
+                int k = reap_killed(pids, status, n, &alive);
+                if (k >= 0) { r = k; pid = -pids[k]; st = status[k]; }
+            }
             if (bad && first_bad < 0 && !forwarded) {
                 first_bad = r;
                 char what[128];
