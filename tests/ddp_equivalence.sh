@@ -68,18 +68,8 @@ if [ "$(nproc)" -lt 4 ] && ! grep -q oversubscribed "$dir/np4.err"; then
 fi
 
 # The MLP on 512 + 128 images of 8 x 8 pixels, labels 0..9, from the same text.
-mkdir "$dir/img"
-idx() { # file magic-dims count [rows cols] < bytes
-    local f=$1 nd=$2 n=$3
-    { printf "\x00\x00\x08\x0$nd"; printf "\x00\x00\x$(printf %02x $((n >> 8)))\x$(printf %02x $((n & 255)))"
-      [ "$nd" = 3 ] && printf "\x00\x00\x00\x08\x00\x00\x00\x08"; cat; } > "$dir/img/$f"
-}
-tail -c 70000 /usr/share/common-licenses/GPL-3 > "$dir/bytes"
-head -c 32768 "$dir/bytes" | idx train-images-idx3-ubyte.gz 3 512
-head -c 8192 "$dir/bytes" | idx t10k-images-idx3-ubyte.gz 3 128
-labels() { for b in $(tail -c "$1" "$dir/bytes" | od -An -v -tu1); do printf "\x0$((b % 10))"; done; }
-labels 512 | idx train-labels-idx1-ubyte.gz 1 512
-labels 128 | idx t10k-labels-idx1-ubyte.gz 1 128
+. "$(dirname "$0")/tiny_images.sh"
+tiny_images "$dir/img"
 mlp=(--model mlp:32 --data "$dir/img" --epochs 3 --lr 1e-3 --threads 1 --quiet)
 "$DTRAIN" train "${mlp[@]}" --batch 32 --metrics "$dir/mlp1.jsonl" || { echo "FAIL: single-process MLP run"; exit 1; }
 "$DTRAIN" train "${mlp[@]}" --nproc 2 --batch 16 --metrics "$dir/mlp2.jsonl" &&
