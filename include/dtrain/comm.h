@@ -54,6 +54,11 @@ dt_status dt_algo_parse(const char *s, dt_algo *out);
  * MPI launch of a build without MPI. */
 typedef enum { DT_LAUNCH_NONE = 0, DT_LAUNCH_LOCAL, DT_LAUNCH_MPI } dt_launch_kind;
 dt_status dt_comm_detect_launch(dt_launch_kind *kind);
+/* Whether this process speaks for the job about what every rank would say
+ * alike (warnings on the command line and config), from the environment
+ * before dt_comm_init: not a rank of `dtrain launch`/--nproc (the launcher
+ * has said it), and rank 0 of an mpirun/srun job. */
+int dt_comm_first_voice(void);
 
 /* The world communicator from the environment: a `dtrain launch` child, an
  * mpirun/srun rank, or a lone process (size 1). */

@@ -102,12 +102,14 @@ typedef struct { const char *name; double lo, hi; int whole; void *out; char kin
 int dt_cli_train(int argc, char **argv) {
     dt_train_config c;
     dt_train_defaults(&c);
-    /* The config file first, so that flags override it. */
+    /* The config file first, so that flags override it; its warnings said once per job. */
+    if (!dt_comm_first_voice()) dt_log_set_level(DT_LOG_ERROR);
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--config") && dt_train_config_load(argv[i + 1], &c)) {
             dt_log(DT_LOG_ERROR, "%s", dt_last_error());
             return 2;
         }
+    dt_log_set_level(DT_LOG_INFO);
     dt_optim_kind kind = c.opt.kind;
     double betas[2] = { c.opt.beta1, c.opt.beta2 }, eps = c.opt.eps, wd = c.opt.weight_decay, mom = c.opt.momentum,
            trust = c.opt.trust_coef;

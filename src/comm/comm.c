@@ -120,6 +120,15 @@ dt_status dt_mpi_init_world(dt_comm **out);   /* mpi_transport.c */
 dt_status dt_mpi_launch_check(bool pmix);
 #endif
 
+int dt_comm_first_voice(void) {
+    long v;
+    if (getenv("DTRAIN_SHM_FD")) return 0;
+    static const char *const ranks[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID" };
+    for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++)
+        if (env_int(ranks[i], &v)) return v == 0;
+    return 1;
+}
+
 dt_status dt_comm_detect_launch(dt_launch_kind *kind) {
     long v;
     *kind = DT_LAUNCH_NONE;
