@@ -108,6 +108,15 @@ run c3 --batch 4 --save "$dir/chain" --resume "$dir/chain" --stop-after 5
 run c4 --nproc 2 --batch 2 --save "$dir/chain" --resume "$dir/chain"
 cat "$dir/c1.jsonl" "$dir/c2.jsonl" "$dir/c3.jsonl" "$dir/c4.jsonl" > "$dir/chain.jsonl"
 compare "zero1 x4 -> zero1 x2 -> 1 process -> ddp x2, 5 steps each" "$dir/chain.jsonl" "$dir/ref.jsonl"
+# dtrain ckpt info / export on a sharded checkpoint
+"$DTRAIN" ckpt info "$dir/one" > "$dir/info" 2>&1 && grep -q 'step 20, saved by 2 ranks under zero1' "$dir/info" && grep -q 'piece 1 (rank 1' "$dir/info" \
+    && ok "ckpt info: $(head -1 "$dir/info" | sed 's|.*/||')" || fail "ckpt info: $(head -3 "$dir/info")"
+"$DTRAIN" ckpt export "$dir/one" "$dir/one.safetensors" > /dev/null 2>&1 && "$DTRAIN" ckpt export "$dir/one" "$dir/one.bin" > /dev/null 2>&1 \
+    && "$DTRAIN" train --model "$dir/one.safetensors" --data "$dir/train.bin" --seq 64 --steps 1 --threads 1 --quiet \
+    && cmp -s <(tail -c +1025 "$dir/one.bin" | head -c 16384) <(head -c 16384 "$dir/one/step-00000020/params.f32") \
+    && ok "ckpt export: a safetensors file that trains, and an llm.c file whose wte is params.f32's" || fail "ckpt export"
+"$DTRAIN" ckpt info "$dir/nowhere" > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -eq 1 ] && grep -q 'nowhere/latest: cannot open' "$dir/err" && ok "ckpt info on a missing directory: exit 1, named" || fail "ckpt info nowhere: $rc"
 # a damaged piece is named
 cp -r "$dir/one" "$dir/bad"
 printf '\x01' | dd of="$dir/bad/step-00000020/optim.f32" bs=1 seek=100 conv=notrunc 2> /dev/null

@@ -9,6 +9,8 @@
 #include "dtrain/engine.h"
 #include "dtrain/data.h"
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -74,6 +76,11 @@ dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config 
  * gets the parameters, optimizer state and position. */
 dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_config *c, dt_gpt2 *m, dt_engine *e,
                                dt_checkpoint_position *pos);
+/* The latest checkpoint's weights as a model of its shape (*step: its step):
+ * dtrain ckpt export. */
+dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step);
+/* What the latest checkpoint of dir holds, as text (dtrain ckpt info). */
+dt_status dt_checkpoint_describe(const char *dir, FILE *out);
 /* Puts the loader where the checkpoint's was (converting between layouts where the data order allows). */
 dt_status dt_checkpoint_seek(const dt_checkpoint_position *pos, dt_loader *l, size_t tokens_per_batch, int shuffled);
 

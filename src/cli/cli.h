@@ -17,5 +17,6 @@ int dt_cli_tokenize(int argc, char **argv);
 int dt_cli_generate(int argc, char **argv);
 int dt_cli_plot(int argc, char **argv);
 int dt_cli_report(int argc, char **argv);
+int dt_cli_ckpt(int argc, char **argv);
 
 #endif

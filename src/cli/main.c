@@ -69,6 +69,7 @@ static void usage(FILE *f) {
             "  generate --model F --prompt T       sample text from a trained model\n"
             "  plot METRICS.jsonl -o loss.svg      draw the loss curve (--log: log scale)\n"
             "  report RUN_DIR -o report.html       one HTML page of a run (charts, timeline; see train --report)\n"
+            "  ckpt info DIR | export DIR FILE     what a checkpoint holds; its weights as .safetensors or .bin\n"
             "  launch -n N [--] PROGRAM [ARGS]     run N local ranks of PROGRAM over shared memory\n"
             "  bench comm [FLAGS]                  collective latency and bandwidth, against MPI (--baseline mpi)\n"
             "  bench train [FLAGS]                 training throughput, against PyTorch (--baseline torch); --nproc 1,2,4\n"
@@ -90,6 +91,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return dt_cli_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "plot")) return dt_cli_plot(argc - 1, argv + 1);
     if (!strcmp(cmd, "report")) return dt_cli_report(argc - 1, argv + 1);
+    if (!strcmp(cmd, "ckpt")) return dt_cli_ckpt(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return 0; }
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) { printf("dtrain %s\n", DT_VERSION); return 0; }
     dt_log(DT_LOG_ERROR, "unknown command '%s'", cmd);

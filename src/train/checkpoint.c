@@ -523,9 +523,10 @@ static void warn_changes(const cJSON *j, const char *path, const dt_train_config
 }
 
 /* Rank 0's part of a resume: the latest checkpoint of dir into the model and optimizer. */
-static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
-                                 dt_checkpoint_position *pos) {
-    char path[4200], sub[4400], mpath[4500], *text = NULL;
+/* dir's latest checkpoint: its directory (sub) and its manifest, parsed. */
+static dt_status open_latest(const char *dir, char sub[4400], char mpath[4500], cJSON **out) {
+    char path[4200], *text = NULL;
+    *out = NULL;
     snprintf(path, sizeof path, "%s/latest", dir);
     dt_status st = read_text(path, &text);
     if (st) return st;
@@ -535,13 +536,96 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
         free(text);
         return st;
     }
-    snprintf(sub, sizeof sub, "%s/%s", dir, text);
+    snprintf(sub, 4400, "%s/%s", dir, text);
     free(text);
-    snprintf(mpath, sizeof mpath, "%s/manifest.json", sub);
+    snprintf(mpath, 4500, "%s/manifest.json", sub);
     if ((st = read_text(mpath, &text))) return st;
     cJSON *j = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(j)) { cJSON_Delete(j); return dt_error(DT_ERR_IO, "%s: not a JSON object (damaged)", mpath); }
+    *out = j;
+    return DT_OK;
+}
+
+/* The manifest's model shape, checked. */
+static dt_status manifest_shape(const cJSON *j, const char *mpath, dt_gpt2_config *g) {
+    static const char *const names[6] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels" };
+    int *f[6] = { &g->max_seq_len, &g->vocab_size, &g->padded_vocab_size, &g->num_layers, &g->num_heads, &g->channels };
+    const char *kind = string(j, "model", "kind");
+    if (!kind || strcmp(kind, "gpt2")) return dt_error(DT_ERR_IO, "%s: model.kind is '%s', not gpt2", mpath, kind ? kind : "(missing)");
+    for (int i = 0; i < 6; i++) {
+        double v = 0;
+        dt_status st = count(j, "model", names[i], mpath, 1 << 30, &v);
+        if (st) return st;
+        *f[i] = (int)v;
+    }
+    return dt_gpt2_config_check(g, mpath);
+}
+
+dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step) {
+    char sub[4400], mpath[4500];
+    cJSON *j;
+    *out = NULL;
+    dt_status st = open_latest(dir, sub, mpath, &j);
+    if (st) return st;
+    dt_gpt2_config g;
+    double v = 0;
+    if (!(st = manifest_shape(j, mpath, &g)) && !(st = count(j, NULL, "step", mpath, 1e9, &v)) && !(st = dt_gpt2_create(&g, out))) {
+        float *p[1] = { dt_gpt2_params(*out) };
+        st = read_floats(sub, j, "params.f32", p, 1, dt_gpt2_num_params(*out));
+        if (st) { dt_gpt2_destroy(*out); *out = NULL; }
+    }
+    if (step) *step = (int)v;
+    cJSON_Delete(j);
+    return st;
+}
+
+dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
+    char sub[4400], mpath[4500];
+    cJSON *j;
+    dt_status st = open_latest(dir, sub, mpath, &j);
+    if (st) return st;
+    dt_gpt2_config g;
+    double step = 0, ranks = 0, np = 0;
+    if (!(st = manifest_shape(j, mpath, &g)) && !(st = count(j, NULL, "step", mpath, 1e9, &step)) &&
+        !(st = count(j, "settings", "ranks", mpath, 1e9, &ranks)) && !(st = count(j, "model", "parameters", mpath, 1e15, &np))) {
+        const char *strategy = string(j, "settings", "strategy"), *opt = string(j, "optimizer", "kind");
+        const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
+        fprintf(f, "%s: format %d, step %.0f, saved by %.0f rank%s under %s\n", sub, cJSON_IsNumber(ver) ? ver->valueint : 0, step,
+                ranks, ranks == 1 ? "" : "s", strategy ? strategy : "?");
+        fprintf(f, "model: gpt2, %d layers, %d heads, %d channels, vocab %d (padded %d), %d positions, %.0f parameters\n",
+                g.num_layers, g.num_heads, g.channels, g.vocab_size, g.padded_vocab_size, g.max_seq_len, np);
+        fprintf(f, "optimizer: %s\n", opt ? opt : "?");
+        const cJSON *pieces = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "files"),
+                                                                                                "optim.f32"), "pieces");
+        int n = cJSON_IsArray(pieces) ? cJSON_GetArraySize(pieces) : 0;
+        fprintf(f, "optim.f32: %s\n", n > 1 ? "sharded" : "whole");
+        for (int k = 0; k < n; k++) {
+            const cJSON *pc = cJSON_GetArrayItem(pieces, k);
+            const cJSON *o = cJSON_GetObjectItemCaseSensitive(pc, "offset"), *c = cJSON_GetObjectItemCaseSensitive(pc, "count");
+            if (cJSON_IsNumber(o) && cJSON_IsNumber(c))
+                fprintf(f, "  piece %d (rank %d's slice): parameters [%.0f, %.0f)\n", k, k, o->valuedouble, o->valuedouble + c->valuedouble);
+        }
+        const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "tensors"), *t;
+        fprintf(f, "tensors: %d\n", cJSON_GetArraySize(ts));
+        cJSON_ArrayForEach(t, ts) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name"), *off = cJSON_GetObjectItemCaseSensitive(t, "offset");
+            char *shape = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(t, "shape"));
+            fprintf(f, "  %-24s %-14s at %.0f\n", cJSON_IsString(name) ? name->valuestring : "?", shape ? shape : "?",
+                    cJSON_IsNumber(off) ? off->valuedouble : -1.0);
+            free(shape);
+        }
+    }
+    cJSON_Delete(j);
+    return st;
+}
+
+static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
+                                 dt_checkpoint_position *pos) {
+    char sub[4400], mpath[4500];
+    cJSON *j;
+    dt_status st = open_latest(dir, sub, mpath, &j);
+    if (st) return st;
     dt_optim *o = dt_engine_optim(e);
     double step = 0, osteps = 0, v[4] = { 0 };
     size_t n = dt_gpt2_num_params(g);
