@@ -101,6 +101,7 @@ typedef struct {
     int32_t batch, seq, steps, grad_accum, optimizer, eval_every;
     int64_t train_tokens, val_tokens;
     float lr;
+    char strategy[16];        /* the parallel strategy's name (ddp, zero1) */
 } job_shape;
 
 static dt_status check_same(dt_comm *w, const job_shape *mine) {
@@ -121,6 +122,9 @@ static dt_status check_same(dt_comm *w, const job_shape *mine) {
         else if (a->train_tokens != b->train_tokens || a->val_tokens != b->val_tokens)
             st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 reads %lld training tokens, rank %d reads %lld (different data files?)",
                           (long long)a->train_tokens, r, (long long)b->train_tokens);
+        else if (strncmp(a->strategy, b->strategy, sizeof a->strategy))
+            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 runs strategy %.15s, rank %d runs %.15s (--zero / --strategy)", a->strategy, r,
+                          b->strategy);
         else if (a->steps != b->steps || a->optimizer != b->optimizer || a->lr != b->lr || a->eval_every != b->eval_every)
             st = dt_error(DT_ERR_ARG, "ranks differ in steps, optimizer, learning rate or evaluation (rank 0 vs rank %d)", r);
     }
@@ -316,6 +320,7 @@ static dt_status open_data(run *r) {
         js.optimizer = (int32_t)c->opt.kind; js.eval_every = c->eval_every; js.lr = c->sched.lr;
         js.train_tokens = (int64_t)dt_tokens_count(r->train);
         js.val_tokens = r->val ? (int64_t)dt_tokens_count(r->val) : 0;
+        snprintf(js.strategy, sizeof js.strategy, "%s", c->strategy ? c->strategy : "ddp");
         st = check_same(r->w, &js);
     }
     return st;
