@@ -3,8 +3,11 @@
  *   - valid JSON with a traceEvents array; every event has ph, pid, ts
  *   - on each (rank, track) every begin has its end, nested (no partial overlaps)
  *   - times per rank never go backwards in file order
- *   - at least one bucket allreduce on the communication track overlaps a
- *     backward unit on the same rank's compute track (the overlap DDP is for)
+ *   - at least one bucket allreduce on the communication track starts while
+ *     its rank's backward pass is running: after the step's first backward
+ *     unit began and before its last one ended (the overlap DDP is for; the
+ *     test runs with DTRAIN_DDP_WAIT_IN_BACKWARD=1, so this does not depend
+ *     on how the machine schedules the progress thread)
  *   - rank 0's waits (exposed communication) over the traced steps agree with
  *     the metrics' comm_exposed_ms for those steps within 5% (or 0.05 ms)
  * Prints what it found; exits 1 naming the first problem. */
@@ -80,17 +83,25 @@ int main(int argc, char **argv) {
         for (int t = 0; t < TRACKS; t++)
             if (depth[r][t]) FAIL("rank %d track %d: %d begins without their ends", r, t, depth[r][t]);
     printf("%d events, %d intervals, steps %d to %d\n", events, niv, first_step, last_step);
-    /* overlap: a bucket allreduce while a backward unit computes on the same rank */
+    /* overlap: a bucket allreduce started inside its rank's backward pass (within one step) */
     int overlaps = 0, allreduces = 0;
     for (int i = 0; i < niv; i++) {
         if (iv[i].track != 1 || strcmp(iv[i].name, "allreduce")) continue;
         allreduces++;
-        for (int j = 0; j < niv; j++)
-            if (iv[j].rank == iv[i].rank && iv[j].track == 0 && !strncmp(iv[j].name, "backward", 8) && iv[j].b < iv[i].e &&
-                iv[i].b < iv[j].e) { overlaps++; break; }
+        for (int s = 0; s < niv; s++) {
+            if (iv[s].rank != iv[i].rank || iv[s].track != 0 || strcmp(iv[s].name, "step") || iv[i].b < iv[s].b || iv[i].b > iv[s].e) continue;
+            double first = 1e300, last = -1e300;
+            for (int j = 0; j < niv; j++)
+                if (iv[j].rank == iv[i].rank && iv[j].track == 0 && !strncmp(iv[j].name, "backward", 8) && iv[j].b >= iv[s].b &&
+                    iv[j].e <= iv[s].e) {
+                    if (iv[j].b < first) first = iv[j].b;
+                    if (iv[j].e > last) last = iv[j].e;
+                }
+            if (iv[i].b >= first && iv[i].b <= last) overlaps++;
+        }
     }
-    printf("%d allreduces, %d of them overlap a backward unit\n", allreduces, overlaps);
-    if (overlaps == 0) FAIL("no allreduce overlaps backward");
+    printf("%d allreduces, %d of them started during backward\n", allreduces, overlaps);
+    if (overlaps == 0) FAIL("no allreduce started during backward");
     /* exposed communication: rank 0's waits against the metrics */
     double waits = 0;
     for (int i = 0; i < niv; i++)

@@ -79,6 +79,7 @@ struct dt_ddp {
                             * so how much is updated inside backward no longer depends on timing */
     uint8_t *touched;    /* per embedding row: some rank's token, so updated after the rows are in */
     double sumsq;        /* of the gradients updated this step */
+    double waited_in_backward; /* seconds this step's turns inside backward waited */
     size_t done_n;       /* elements updated this step */
     size_t early_n;      /* of which inside backward */
     double last_early;   /* early_n / nparams of the last step */
@@ -248,9 +249,9 @@ static void grad_hook(int unit, void *ctx) {
     if (d->emb && unit == d->emb->grad_unit) d->err = send_tokens(d);
     if (d->emb && unit == d->emb->unit && !d->err) d->err = send_rows(d);
     /* one rank's turn per unit boundary */
-    double waited = 0;
     if (d->opt && !d->err && d->turn++ % dt_comm_size(d->c) == dt_comm_rank(d->c)) {
-        d->err = step_buckets(d, d->wait_in_backward, &waited);
+        /* a wait here (DTRAIN_DDP_WAIT_IN_BACKWARD) is exposed communication too */
+        d->err = step_buckets(d, d->wait_in_backward, &d->waited_in_backward);
         d->early_n = d->done_n;
     }
 }
@@ -349,7 +350,8 @@ void dt_ddp_begin(dt_ddp *d, int sync, float lr) {
 }
 
 dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm) {
-    double waited = 0;
+    double waited = d->waited_in_backward;
+    d->waited_in_backward = 0;
     dt_status st = d->err;
     if (d->opt && !st) st = step_buckets(d, true, &waited);
     for (int i = 0; i < d->nreqs; i++) {
