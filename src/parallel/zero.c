@@ -30,7 +30,7 @@ enum { CHUNK = 1 << 22 }; /* floats per rank per allgather of the parameters (16
 typedef struct {
     const dt_engine_config *c;
     dt_ddp *d;           /* the gradients' averaging */
-    size_t *counts;      /* each rank's shard */
+    size_t *counts, *offs; /* each rank's shard */
     size_t off, n;       /* this rank's */
     float *mine, *all;   /* a piece of the updated shard, and every rank's piece, for the allgather */
     size_t piece;        /* floats per rank per allgather: CHUNK, or the largest shard if smaller */
@@ -49,6 +49,7 @@ static void z_destroy(void *state) {
     if (!z) return;
     dt_ddp_destroy(z->d);
     free(z->counts);
+    free(z->offs);
     free(z->mine);
     free(z->all);
     free(z);
@@ -59,10 +60,13 @@ static dt_status z1_create(dt_engine *e, void **state, size_t *off, size_t *n) {
     if (!c->comm) return DT_OK; /* one process: its shard is everything (state NULL) */
     int p = dt_comm_size(c->comm), rank = dt_comm_rank(c->comm);
     zero *z = calloc(1, sizeof *z);
-    if (!z || !(z->counts = malloc(sizeof *z->counts * (size_t)p))) { free(z); return dt_error(DT_ERR_NOMEM, "zero1: out of memory"); }
+    if (!z || !(z->counts = malloc(sizeof *z->counts * (size_t)p)) || !(z->offs = malloc(sizeof *z->offs * (size_t)p))) {
+        if (z) free(z->counts);
+        free(z);
+        return dt_error(DT_ERR_NOMEM, "zero1: out of memory");
+    }
     z->c = c;
-    size_t o;
-    for (int r = 0; r < p; r++) shard(c->model.nparams, p, r, &o, &z->counts[r]);
+    for (int r = 0; r < p; r++) shard(c->model.nparams, p, r, &z->offs[r], &z->counts[r]);
     shard(c->model.nparams, p, rank, &z->off, &z->n);
     for (int r = 0; r < p; r++) z->piece = z->counts[r] > z->piece ? z->counts[r] : z->piece;
     if (z->piece > CHUNK) z->piece = CHUNK;
@@ -136,9 +140,7 @@ static dt_status gather_params(zero *z) {
         memcpy(z->mine, p + z->off + at, mine * sizeof *p);
         if ((st = dt_comm_allgatherv(z->c->comm, z->mine, z->all, counts, DT_F32))) break;
         for (int r = 0; r < np; r++) {
-            size_t start = 0;
-            shard(m->nparams, np, r, &start, &(size_t){ 0 });
-            memcpy(p + start + at, z->all + o, counts[r] * sizeof *p);
+            memcpy(p + z->offs[r] + at, z->all + o, counts[r] * sizeof *p);
             o += counts[r];
         }
     }
