@@ -81,6 +81,14 @@ const char *dt_cpu_model(char *out, size_t cap);
 /* 64-byte aligned allocation (cache line; AVX-512 friendly). */
 void *dt_alloc_aligned(size_t bytes);
 void dt_free_aligned(void *p);
+/* Private memory that is not needed for a while (a gradient or parameter
+ * shard's neighbours under ZeRO): the whole pages of [p, p + bytes) go back
+ * to the system and read as zeros when touched again; the bytes of the
+ * partial pages at its ends are zeroed, so all of it reads as zeros. */
+void dt_mem_release(void *p, size_t bytes);
+/* The bytes of [p, p + bytes) that the system holds in memory now (mincore;
+ * shared pages count where this process maps them), at most bytes. */
+size_t dt_mem_resident(const void *p, size_t bytes);
 
 /* Element types. bf16 and f16 are stored as uint16_t and computed in f32. */
 typedef enum { DT_F32 = 0, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64, DT_DTYPE_COUNT } dt_dtype;

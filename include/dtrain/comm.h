@@ -105,6 +105,10 @@ const char *dt_comm_transport(const dt_comm *comm);
  * pre-faulted. Collectives on arena buffers skip the copy into shared memory. */
 dt_status dt_comm_alloc(dt_comm *comm, size_t bytes, void **out);
 void dt_comm_free(dt_comm *comm, void *p);
+/* [p, p + bytes) of an arena buffer (or any private memory) reads as zeros
+ * and its whole pages go back to the system until touched again (ZeRO
+ * keeps only its shard of a gradient resident). */
+void dt_comm_release(dt_comm *comm, void *p, size_t bytes);
 
 /* Force an algorithm for one collective (DT_ALGO_AUTO restores the cost
  * model). The environment variable DTRAIN_ALGO=<algo> forces all of them,
@@ -157,6 +161,9 @@ dt_status dt_comm_ireduce_scatter(dt_comm *c, const void *sendbuf, void *recvbuf
                                   size_t recvcount, dt_dtype dtype, dt_op op, dt_request **req);
 dt_status dt_comm_iallgather(dt_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
                              dt_dtype dtype, dt_request **req);
+/* recvbuf matters at the root only (it may be sendbuf there). */
+dt_status dt_comm_ireduce(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count, dt_dtype dtype, dt_op op,
+                          int root, dt_request **req);
 dt_status dt_comm_ibroadcast(dt_comm *c, void *buf, size_t count, dt_dtype dtype, int root,
                              dt_request **req);
 /* Point to point without blocking (pipeline stages): the send half and the

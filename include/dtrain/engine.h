@@ -52,11 +52,17 @@ typedef struct {
     dt_status (*check_replicas)(void *state, uint64_t *hash);
     /* Bytes of communication buffers it holds (memory accounting). */
     size_t (*buffer_bytes)(void *state);
+    /* Bytes of parameters and gradients this rank holds, where it shards
+     * them (each starts at the whole store's; left alone: whole). */
+    void (*held)(void *state, size_t *params, size_t *grads);
+    /* on: the whole model in the store (it shards the parameters: a save
+     * reads them all); off: back to what a step needs. */
+    dt_status (*materialize)(void *state, int on);
 } dt_strategy;
 
 /* The registered strategies (engine.c lists them); NULL if no such name. */
 const dt_strategy *dt_strategy_find(const char *name);
-extern const dt_strategy dt_strategy_single, dt_strategy_ddp, dt_strategy_zero1;
+extern const dt_strategy dt_strategy_single, dt_strategy_ddp, dt_strategy_zero1, dt_strategy_zero2, dt_strategy_zero3;
 
 typedef struct {
     dt_model model;
@@ -96,6 +102,12 @@ dt_optim *dt_engine_optim(dt_engine *e);
 void dt_engine_share(const dt_engine *e, size_t *off, size_t *n);
 /* The strategy's communication buffers, in bytes. */
 size_t dt_engine_buffer_bytes(const dt_engine *e);
+/* Bytes of parameters and gradients this rank holds (ZeRO-2 and 3 shard them). */
+void dt_engine_held(const dt_engine *e, size_t *params, size_t *grads);
+/* Collective: on, the whole model in the store, whatever the strategy
+ * shards (ZeRO-3), for reading all the parameters outside a step (a save);
+ * off gives the memory back (the next step would anyway). */
+dt_status dt_engine_materialize(dt_engine *e, int on);
 /* Replicas that must hold the same weights do (*checked 0 when the strategy has none). */
 dt_status dt_engine_check_replicas(dt_engine *e, int *checked, uint64_t *hash);
 

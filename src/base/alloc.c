@@ -3,6 +3,9 @@
 #include "dtrain/base.h"
 
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 void *dt_alloc_aligned(size_t bytes) {
     void *p = NULL;
@@ -13,3 +16,25 @@ void *dt_alloc_aligned(size_t bytes) {
 }
 
 void dt_free_aligned(void *p) { free(p); }
+
+void dt_mem_release(void *p, size_t bytes) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), s = (uintptr_t)p, e = s + bytes, a = (s + page - 1) & ~(page - 1),
+              b = e & ~(page - 1);
+    if (!bytes) return;
+    if (b <= a) { memset(p, 0, bytes); return; }
+    memset(p, 0, a - s);
+    memset((void *)b, 0, e - b);
+    madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+size_t dt_mem_resident(const void *p, size_t bytes) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), s = (uintptr_t)p & ~(page - 1), e = ((uintptr_t)p + bytes + page - 1) & ~(page - 1);
+    if (!bytes) return 0;
+    size_t n = (e - s) / page, got = 0;
+    unsigned char *v = malloc(n);
+    if (!v || mincore((void *)s, e - s, v) != 0) { free(v); return bytes; } /* unknown: count it all */
+    for (size_t i = 0; i < n; i++) got += v[i] & 1;
+    free(v);
+    /* the partial pages at the ends count whole: what the system holds for the range */
+    return got * page < bytes ? got * page : bytes;
+}

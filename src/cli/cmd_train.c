@@ -39,9 +39,11 @@ static void usage(FILE *f) {
             "  --resume DIR       go on from DIR's latest checkpoint to --steps (same model and optimizer; a\n"
             "                     checkpoint of N ranks resumes on any number with the same global batch)\n"
             "  --stop-after N     end after N steps of this run, saving as at the end (a run cut into pieces)\n"
-            "  --strategy NAME    the parallel strategy: single (one process), ddp (the default over several ranks), zero1\n"
-            "  --zero 1           ZeRO stage 1: the optimizer state sharded over the data-parallel ranks (= --strategy zero1;\n"
-            "                     every optimizer; sharded checkpoints; stages 2 and 3 are not built yet)\n"
+            "  --strategy NAME    the parallel strategy: single (one process), ddp (the default over several ranks),\n"
+            "                     zero1, zero2, zero3\n"
+            "  --zero 1|2|3       ZeRO over the data-parallel ranks (= --strategy zeroN): 1 shards the optimizer state,\n"
+            "                     2 the gradients too, 3 the parameters too (gathered unit by unit); every optimizer;\n"
+            "                     sharded checkpoints that resume on any layout\n"
             "  --metrics FILE     one JSON line per step (loss, lr, norm, time per phase, tok/s, MFU, I/O)\n"
             "  --trace FILE.json  a Chrome trace (Perfetto, chrome://tracing) of --trace-steps A:B (1:10): every rank,\n"
             "                     each unit's forward and backward, collectives, waits, optimizer, data, checkpoints\n"
@@ -73,7 +75,7 @@ static const dt_cli_flag flags[] = {
     { "--model", "a preset (d6, 124M, 350M, 774M, 1558M), a model file, or mlp[:H1,H2,..]" },
     { "--data", "a token file (or, for mlp, a directory of IDX files)" }, { "--val-data", "a token file" },
     { "--save", "a directory, or FILE.bin / FILE.safetensors" }, { "--resume", "a checkpoint directory" },
-    { "--strategy", "single, ddp or zero1" }, { "--zero", "1 (stages 2 and 3 are not built yet)" }, { "--metrics", "a file path" },
+    { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
     { "--optimizer", "sgd, adamw, lamb or lars" }, { "--attention", "auto, full or blockwise" },
@@ -159,7 +161,11 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--resume")) c.resume = v;
         else if (!strcmp(f, "--strategy")) ok = dt_strategy_find(v) != NULL, c.strategy = v;
         else if (!strcmp(f, "--metrics")) c.metrics = v;
-        else if (!strcmp(f, "--zero")) ok = !strcmp(v, "1"), c.strategy = "zero1";
+        else if (!strcmp(f, "--zero")) {
+            static const char *const z[4] = { NULL, "zero1", "zero2", "zero3" };
+            ok = strlen(v) == 1 && v[0] >= '1' && v[0] <= '3';
+            c.strategy = ok ? z[v[0] - '0'] : NULL;
+        }
         else if (!strcmp(f, "--trace")) c.trace = v;
         else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c.trace_first, &c.trace_last);
         else if (!strcmp(f, "--report")) c.report = v;

@@ -181,6 +181,15 @@ dt_status dt_comm_ireduce_scatter(dt_comm *c, const void *s, void *r, size_t cou
     return submit(c, &a, count * dt_dtype_size(t) * (size_t)c->size, req);
 }
 
+dt_status dt_comm_ireduce(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_op op, int root, dt_request **req) {
+    dt_status st = check(c, "ireduce", s, r ? r : s, count, t, (int)op);
+    if (st) return st;
+    if (root < 0 || root >= c->size) return dt_error(DT_ERR_ARG, "ireduce: root %d is not a rank (size %d)", root, c->size);
+    if (count && c->rank == root && !r) return dt_error(DT_ERR_ARG, "ireduce: NULL recvbuf at the root");
+    coll_args a = { DT_COLL_REDUCE, s, r, count, t, op, root, 0, -1 };
+    return submit(c, &a, count * dt_dtype_size(t), req);
+}
+
 dt_status dt_comm_iallgather(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_request **req) {
     dt_status st = check(c, "iallgather", s, r, count, t, -1);
     if (st) return st;

@@ -256,18 +256,6 @@ void dt_gpt2_set_unit_hooks(dt_gpt2 *m, dt_grad_hook before_forward, dt_grad_hoo
 
 void dt_gpt2_set_defer_wte_rows(dt_gpt2 *m, int on) { m->defer_wte_rows = on; }
 
-/* Hands the pages of [p, p + bytes) back to the system: the whole pages
- * inside it read as zeros if touched again; the bytes in the partial pages
- * at its ends are zeroed, so that all of it reads as zeros. */
-static void release_pages(void *p, size_t bytes) {
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), s = (uintptr_t)p, e = s + bytes, a = (s + page - 1) & ~(page - 1),
-              b = e & ~(page - 1);
-    if (b <= a) { memset(p, 0, bytes); return; }
-    memset(p, 0, a - s);
-    memset((void *)b, 0, e - b);
-    madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
 /* Copies src to dst, a page-sized block at a time, skipping the blocks of
  * src that are all zeros when dst reads as zeros there (released pages):
  * gradients handed back between steps are zeros, and copying them would
@@ -287,7 +275,7 @@ void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads) {
     if (g != m->grads) copy_nonzero(g, m->grads, m->nparams, g == m->own_grads && m->own_released);
     m->own_released = g != m->own_grads;
     /* the model's own gradients, unused while elsewhere: their memory goes back (4 bytes per parameter) */
-    if (g != m->own_grads) release_pages(m->own_grads, m->nparams * sizeof(float));
+    if (g != m->own_grads) dt_mem_release(m->own_grads, m->nparams * sizeof(float));
     m->grads = g;
 }
 

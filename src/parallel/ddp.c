@@ -84,6 +84,10 @@ struct dt_ddp {
     size_t early_n;      /* of which inside backward */
     double last_early;   /* early_n / nparams of the last step */
     bool hooked;         /* the model's gradients and hook are ours */
+    /* ZeRO-2/3 (dt_ddp_set_shards): each rank keeps only its shard */
+    const size_t *shard_off, *shard_cnt; /* every rank's shard; NULL: allreduce, every rank keeps everything */
+    size_t s0, s1;       /* this rank's shard */
+    int retired;         /* buckets whose other shards' parts went back to the system this step */
 };
 
 /* The table's tensors as gradient ranges in the order backward finalises
@@ -229,25 +233,71 @@ static dt_status step_buckets(dt_ddp *d, bool wait, double *waited) {
     return DT_OK;
 }
 
+/* A bucket's range, averaged: allreduced (every rank gets it all), or with
+ * shards reduced to each owner, a piece per shard it crosses. */
+static dt_status reduce_range(dt_ddp *d, size_t off, size_t n) {
+    int p = dt_comm_size(d->c);
+    for (int r = 0; r < (d->shard_off ? p : 1); r++) {
+        size_t a = off, b = off + n;
+        if (d->shard_off) {
+            a = off > d->shard_off[r] ? off : d->shard_off[r];
+            b = off + n < d->shard_off[r] + d->shard_cnt[r] ? off + n : d->shard_off[r] + d->shard_cnt[r];
+            if (a >= b) continue;
+        }
+        dt_request **req = next_request(d);
+        if (!req) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+        float *g = d->grads + a;
+        dt_status st = d->shard_off ? dt_comm_ireduce(d->c, g, g, b - a, DT_F32, DT_AVG, r, req)
+                                    : dt_comm_iallreduce(d->c, g, g, b - a, DT_F32, DT_AVG, req);
+        if (st) return st;
+        d->nreqs++;
+    }
+    return DT_OK;
+}
+
+/* [off, off + n) outside this rank's shard goes back to the system (reads as zeros). */
+static void release_others(dt_ddp *d, size_t off, size_t n) {
+    size_t end = off + n;
+    if (off < d->s0) dt_comm_release(d->c, d->grads + off, ((end < d->s0 ? end : d->s0) - off) * sizeof(float));
+    if (end > d->s1) {
+        size_t a = off > d->s1 ? off : d->s1;
+        dt_comm_release(d->c, d->grads + a, (end - a) * sizeof(float));
+    }
+}
+
+/* With shards: each bucket whose reductions are done gives back the other
+ * shards' parts, so that a rank holds its shard and the buckets in flight. */
+static dt_status retire(dt_ddp *d) {
+    double ignored = 0;
+    while (d->shard_off && d->retired < d->issued) {
+        bucket *k = &d->b[d->retired];
+        bool done = true;
+        for (int i = 0; i < k->nreq && done; i++) {
+            dt_status st = ready(&d->reqs[k->req0 + i], false, &ignored, &done);
+            if (st) return st;
+        }
+        if (!done) return DT_OK;
+        for (int r = 0; r < k->nranges; r++) release_others(d, k->ranges[r].off, k->ranges[r].count);
+        d->retired++;
+    }
+    return DT_OK;
+}
+
+
 static void grad_hook(int unit, void *ctx) {
     dt_ddp *d = ctx;
     if (!d->sync || d->err) return;
     for (int k = 0; k < d->nb; k++) {
         if (d->b[k].last_unit != unit) continue;
         d->b[k].req0 = d->nreqs;
-        for (int r = 0; r < d->b[k].nranges; r++) {
-            dt_request **req = next_request(d);
-            if (!req) { d->err = dt_error(DT_ERR_NOMEM, "ddp: out of memory"); return; }
-            float *p = d->grads + d->b[k].ranges[r].off;
-            dt_status st = dt_comm_iallreduce(d->c, p, p, d->b[k].ranges[r].count, DT_F32, DT_AVG, req);
-            if (st) { d->err = st; return; }
-            d->nreqs++;
-        }
+        for (int r = 0; r < d->b[k].nranges && !d->err; r++) d->err = reduce_range(d, d->b[k].ranges[r].off, d->b[k].ranges[r].count);
+        if (d->err) return;
         d->b[k].nreq = d->nreqs - d->b[k].req0;
         d->issued = k + 1;
     }
     if (d->emb && unit == d->emb->grad_unit) d->err = send_tokens(d);
     if (d->emb && unit == d->emb->unit && !d->err) d->err = send_rows(d);
+    if (!d->err) d->err = retire(d);
     /* one rank's turn per unit boundary */
     if (d->opt && !d->err && d->turn++ % dt_comm_size(d->c) == dt_comm_rank(d->c)) {
         /* a wait here (DTRAIN_DDP_WAIT_IN_BACKWARD) is exposed communication too */
@@ -324,6 +374,22 @@ dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off
     return DT_OK;
 }
 
+dt_status dt_ddp_set_shards(dt_ddp *d, const size_t *offs, const size_t *counts) {
+    int p = dt_comm_size(d->c), me = dt_comm_rank(d->c);
+    size_t next = 0;
+    for (int r = 0; r < p; r++) {
+        if (offs[r] != next) return dt_error(DT_ERR_ARG, "ddp: shard %d starts at %zu, not %zu: shards must tile the store in rank order", r, offs[r], next);
+        next += counts[r];
+    }
+    if (next != d->nparams) return dt_error(DT_ERR_ARG, "ddp: the shards cover %zu of %zu parameters", next, d->nparams);
+    d->shard_off = offs;
+    d->shard_cnt = counts;
+    d->s0 = offs[me];
+    d->s1 = offs[me] + counts[me];
+    release_others(d, 0, d->nparams); /* the arena came pre-faulted */
+    return DT_OK;
+}
+
 void dt_ddp_destroy(dt_ddp *d) {
     if (!d) return;
     if (d->hooked) {
@@ -371,11 +437,15 @@ dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm) {
         }
         DT_TRACE_END(DT_TRACK_COMPUTE);
     }
+    if (d->shard_off) {
+        /* everything outside the shard, the exchanged embedding rows included */
+        release_others(d, 0, d->nparams);
+    }
     if (!st && d->opt && d->done_n != d->w1 - d->w0)
         st = dt_error(DT_ERR_ARG, "ddp: the optimizer updated %zu of %zu parameters", d->done_n, d->w1 - d->w0);
     if (grad_norm) *grad_norm = d->opt ? sqrt(d->sumsq) : -1;
     d->last_early = d->opt && d->w1 > d->w0 ? (double)d->early_n / (double)(d->w1 - d->w0) : 0;
-    d->nreqs = d->ntok = d->issued = d->stepped = d->turn = 0;
+    d->nreqs = d->ntok = d->issued = d->stepped = d->turn = d->retired = 0;
     d->sumsq = 0;
     d->done_n = d->early_n = 0;
     d->err = DT_OK;

@@ -1,7 +1,7 @@
 /* ZeRO (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
  * Trillion Parameter Models", 2020) as strategies of the engine.
  *
- * Stage 1, built here: the optimizer state is sharded. The flat store is cut
+ * Stage 1: the optimizer state is sharded. The flat store is cut
  * into one contiguous shard per rank (sizes differ by at most one element,
  * so any number of ranks works). The gradients are averaged as DDP averages
  * them, bucket by bucket with allreduces overlapped with backward
@@ -17,7 +17,28 @@
  * Model states per rank for fp32 Adam: 4 (parameters) + 4 (gradients) +
  * 8/N (optimizer) bytes per parameter; DDP holds 16.
  *
- * Not yet: stages 2 and 3. */
+ * Stage 2: the gradients are sharded too. Each bucket is reduced to the
+ * owners of the shards it crosses (dt_ddp_set_shards) instead of
+ * allreduced, and once done, the rest of it goes back to the system: a rank
+ * holds its shard of the gradient and the buckets in flight, 4/N bytes per
+ * parameter instead of 4. The updated parameters are gathered as in stage 1.
+ *
+ * Stage 3: the parameters are sharded too. A rank's store keeps its own
+ * shard; every other tensor is gathered (a broadcast from each owner of a
+ * piece of it, into place) just before the unit that reads it runs forward,
+ * and again before its backward, the next unit's gathers issued meanwhile
+ * (prefetch), and it goes back to the system as soon as neither this unit
+ * nor the next reads it. Forward of unit u reads u's tensors and those whose
+ * gradient is final at u (GPT-2's head reads the tied wte); backward of u
+ * reads those whose gradient is final at u (an embedding's backward reads
+ * none of its values, so wte is not gathered again for unit 0, when its
+ * owner may already be updating it inside backward). A model without unit
+ * hooks (the MLP) gathers everything before a step's first forward. Gradients
+ * as in stage 2; after the update nothing is gathered: the next forward does
+ * it. Model states: 16/N bytes per parameter plus the units in flight.
+ *
+ * The three stages give the losses of DDP and of one process up to the
+ * rounding of the reductions (tests/zero_equivalence.sh). */
 #include "dtrain/parallel.h"
 #include "dtrain/engine.h"
 
@@ -26,15 +47,25 @@
 #include <string.h>
 
 enum { CHUNK = 1 << 22 }; /* floats per rank per allgather of the parameters (16 MiB) */
+enum { ABSENT = 0, IN_FLIGHT, RESIDENT }; /* stage 3: a tensor's other shards' pieces on this rank */
 
 typedef struct {
     const dt_engine_config *c;
+    int stage;
     dt_ddp *d;           /* the gradients' averaging */
     size_t *counts, *offs; /* each rank's shard */
     size_t off, n;       /* this rank's */
-    float *mine, *all;   /* a piece of the updated shard, and every rank's piece, for the allgather */
+    float *mine, *all;   /* stages 1, 2: a piece of the updated shard, and every rank's piece, for the allgather */
     size_t piece;        /* floats per rank per allgather: CHUNK, or the largest shard if smaller */
     int in_backward;     /* the shard updated bucket by bucket inside backward */
+    /* stage 3 */
+    float *P;            /* the store: this rank's shard, and the tensors gathered for now */
+    int nt;
+    uint8_t *state, *keep; /* per tensor: ABSENT, IN_FLIGHT, RESIDENT; this visit's wish */
+    dt_request **req;    /* per tensor, one per rank (a piece each) */
+    size_t held, held_max; /* floats of other shards resident now, and at most */
+    int whole;           /* no unit hooks: everything gathered for the step */
+    dt_status err;       /* from a hook, reported at finish */
 } zero;
 
 /* Shard r of n elements over p ranks: the first n % p shards one longer. */
@@ -47,15 +78,27 @@ static void shard(size_t n, int p, int r, size_t *off, size_t *count) {
 static void z_destroy(void *state) {
     zero *z = state;
     if (!z) return;
+    if (z->req) {
+        /* gathers in flight must end before their buffers go */
+        for (int t = 0; t < z->nt; t++) (void)dt_waitall(z->req + (size_t)t * (size_t)dt_comm_size(z->c->comm), dt_comm_size(z->c->comm));
+        if (z->c->model.set_unit_hooks) z->c->model.set_unit_hooks(z->c->model.self, NULL, NULL, NULL);
+    }
     dt_ddp_destroy(z->d);
     free(z->counts);
     free(z->offs);
     free(z->mine);
     free(z->all);
+    free(z->state);
+    free(z->keep);
+    free(z->req);
     free(z);
 }
 
-static dt_status z1_create(dt_engine *e, void **state, size_t *off, size_t *n) {
+static void before_forward(int unit, void *ctx);
+static void before_backward(int unit, void *ctx);
+static size_t others(const zero *z, int t);
+
+static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, size_t *n) {
     const dt_engine_config *c = dt_engine_get_config(e);
     if (!c->comm) return DT_OK; /* one process: its shard is everything (state NULL) */
     int p = dt_comm_size(c->comm), rank = dt_comm_rank(c->comm);
@@ -63,17 +106,34 @@ static dt_status z1_create(dt_engine *e, void **state, size_t *off, size_t *n) {
     if (!z || !(z->counts = malloc(sizeof *z->counts * (size_t)p)) || !(z->offs = malloc(sizeof *z->offs * (size_t)p))) {
         if (z) free(z->counts);
         free(z);
-        return dt_error(DT_ERR_NOMEM, "zero1: out of memory");
+        return dt_error(DT_ERR_NOMEM, "zero%d: out of memory", stage);
     }
     z->c = c;
+    z->stage = stage;
     for (int r = 0; r < p; r++) shard(c->model.nparams, p, r, &z->offs[r], &z->counts[r]);
     shard(c->model.nparams, p, rank, &z->off, &z->n);
-    for (int r = 0; r < p; r++) z->piece = z->counts[r] > z->piece ? z->counts[r] : z->piece;
-    if (z->piece > CHUNK) z->piece = CHUNK;
-    z->mine = malloc(sizeof *z->mine * (z->piece + 1));
-    z->all = malloc(sizeof *z->all * (z->piece + 1) * (size_t)p);
-    dt_status st = z->mine && z->all ? DT_OK : dt_error(DT_ERR_NOMEM, "zero1: out of memory");
+    dt_status st = DT_OK;
+    if (stage < 3) {
+        for (int r = 0; r < p; r++) z->piece = z->counts[r] > z->piece ? z->counts[r] : z->piece;
+        if (z->piece > CHUNK) z->piece = CHUNK;
+        z->mine = malloc(sizeof *z->mine * (z->piece + 1));
+        z->all = malloc(sizeof *z->all * (z->piece + 1) * (size_t)p);
+        if (!z->mine || !z->all) st = dt_error(DT_ERR_NOMEM, "zero%d: out of memory", stage);
+    } else {
+        z->P = c->model.params(c->model.self);
+        z->nt = c->model.ntensors;
+        /* every tensor is whole on every rank until the first unit's gathers (the model was built or loaded whole) */
+        z->state = malloc((size_t)z->nt + 1);
+        z->keep = calloc((size_t)z->nt + 1, 1);
+        z->req = calloc((size_t)z->nt * (size_t)p + 1, sizeof *z->req);
+        if (!z->state || !z->keep || !z->req) st = dt_error(DT_ERR_NOMEM, "zero3: out of memory");
+        else memset(z->state, RESIDENT, (size_t)z->nt + 1);
+        for (int t = 0; t < z->nt; t++) z->held += z->state ? others(z, t) : 0;
+        z->whole = !c->model.set_unit_hooks;
+    }
     if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, &z->d);
+    if (!st && stage >= 2) st = dt_ddp_set_shards(z->d, z->offs, z->counts);
+    if (!st && stage == 3 && !z->whole) c->model.set_unit_hooks(c->model.self, before_forward, before_backward, z);
     if (st) { z_destroy(z); return st; }
     *off = z->off;
     *n = z->n;
@@ -81,9 +141,123 @@ static dt_status z1_create(dt_engine *e, void **state, size_t *off, size_t *n) {
     return DT_OK;
 }
 
+static dt_status z1_create(dt_engine *e, void **state, size_t *off, size_t *n) { return z_create(e, 1, state, off, n); }
+static dt_status z2_create(dt_engine *e, void **state, size_t *off, size_t *n) { return z_create(e, 2, state, off, n); }
+static dt_status z3_create(dt_engine *e, void **state, size_t *off, size_t *n) { return z_create(e, 3, state, off, n); }
+
+/* ---- stage 3: the parameters' pieces on demand ---- */
+
+/* The piece of tensor t in rank r's shard: [*a, *b). */
+static void piece_of(const zero *z, int t, int r, size_t *a, size_t *b) {
+    const dt_tensor_info *x = &z->c->model.tensors[t];
+    size_t s0 = z->offs[r], s1 = s0 + z->counts[r];
+    *a = x->offset > s0 ? x->offset : s0;
+    *b = x->offset + x->count < s1 ? x->offset + x->count : s1;
+    if (*a > *b) *a = *b;
+}
+
+/* Floats of tensor t in other ranks' shards. */
+static size_t others(const zero *z, int t) {
+    size_t a, b;
+    piece_of(z, t, dt_comm_rank(z->c->comm), &a, &b);
+    return z->c->model.tensors[t].count - (b - a);
+}
+
+/* Every rank issues the same broadcasts in the same order: each owner of a piece sends it into place. */
+static dt_status gather_start(zero *z, int t) {
+    if (z->state[t] != ABSENT) return DT_OK;
+    int p = dt_comm_size(z->c->comm);
+    for (int r = 0; r < p; r++) {
+        size_t a, b;
+        piece_of(z, t, r, &a, &b);
+        if (a == b) continue;
+        dt_status st = dt_comm_ibroadcast(z->c->comm, z->P + a, b - a, DT_F32, r, &z->req[(size_t)t * (size_t)p + (size_t)r]);
+        if (st) return st;
+    }
+    z->state[t] = IN_FLIGHT;
+    z->held += others(z, t);
+    /* the most gathered at once during the steps (the whole model the first unit finds at the start does not count) */
+    if (z->held > z->held_max) z->held_max = z->held;
+    return DT_OK;
+}
+
+static dt_status gather_wait(zero *z, int t) {
+    if (z->state[t] != IN_FLIGHT) return DT_OK;
+    int p = dt_comm_size(z->c->comm);
+    z->state[t] = RESIDENT;
+    return dt_waitall(z->req + (size_t)t * (size_t)p, p);
+}
+
+/* The other shards' pieces of t go back to the system. */
+static dt_status release(zero *z, int t) {
+    if (z->state[t] == ABSENT) return DT_OK;
+    dt_status st = gather_wait(z, t);
+    int p = dt_comm_size(z->c->comm), me = dt_comm_rank(z->c->comm);
+    for (int r = 0; r < p; r++) {
+        size_t a, b;
+        piece_of(z, t, r, &a, &b);
+        if (r != me && a < b) dt_mem_release(z->P + a, (b - a) * sizeof(float));
+    }
+    z->held -= others(z, t);
+    z->state[t] = ABSENT;
+    return st;
+}
+
+/* Whether unit u's forward (backward) reads tensor t. */
+static int reads(const dt_tensor_info *t, int backward, int u) {
+    return t->grad_unit == u || (!backward && t->unit == u);
+}
+
+/* Before unit u runs: what it reads is gathered (waited for), what the next
+ * unit reads is issued, everything else of other ranks goes back. */
+static dt_status visit(zero *z, int backward, int u) {
+    const dt_model *m = &z->c->model;
+    int last = m->nunits - 1, nb = backward || u == last, nu = backward ? u - 1 : u == last ? u : u + 1;
+    for (int t = 0; t < z->nt; t++)
+        z->keep[t] = reads(&m->tensors[t], backward, u) ? 2 : nu >= 0 && reads(&m->tensors[t], nb, nu) ? 1 : 0;
+    dt_status st = DT_OK;
+    for (int t = 0; t < z->nt && !st; t++)
+        if (!z->keep[t]) st = release(z, t);
+    for (int want = 2; want >= 1 && !st; want--)
+        for (int t = 0; t < z->nt && !st; t++)
+            if (z->keep[t] == want) st = gather_start(z, t);
+    for (int t = 0; t < z->nt && !st; t++)
+        if (z->keep[t] == 2) st = gather_wait(z, t);
+    return st;
+}
+
+static void hook(zero *z, int backward, int unit) {
+    if (z->err) return;
+    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "gather parameters", "\"unit\":%d,\"backward\":%d", unit, backward);
+    z->err = visit(z, backward, unit);
+    DT_TRACE_END(DT_TRACK_COMPUTE);
+}
+
+static void before_forward(int unit, void *ctx) { hook(ctx, 0, unit); }
+static void before_backward(int unit, void *ctx) { hook(ctx, 1, unit); }
+
+/* Every tensor whole on this rank (a model without unit hooks, a save). */
+static dt_status gather_everything(zero *z) {
+    dt_status st = DT_OK;
+    for (int t = 0; t < z->nt && !st; t++) st = gather_start(z, t);
+    for (int t = 0; t < z->nt && !st; t++) st = gather_wait(z, t);
+    return st;
+}
+
+static dt_status release_everything(zero *z) {
+    dt_status st = DT_OK;
+    for (int t = 0; t < z->nt; t++) {
+        dt_status s = release(z, t);
+        if (!st) st = s;
+    }
+    return st;
+}
+
+/* ---- every stage ---- */
+
 /* As DDP: with an elementwise optimizer and nothing that needs the global
  * norm first, each bucket's part of this rank's shard is updated inside
- * backward as soon as its allreduce is done (half the update on 2 ranks,
+ * backward as soon as its reduction is done (half the update on 2 ranks,
  * and overlapped); otherwise the engine updates the shard after backward. */
 static dt_status z_attach(void *state, dt_optim *o) {
     zero *z = state;
@@ -94,23 +268,28 @@ static dt_status z_attach(void *state, dt_optim *o) {
 }
 
 static void z_begin(void *state, int sync, float lr) {
-    if (state) dt_ddp_begin(((zero *)state)->d, sync, lr);
+    zero *z = state;
+    if (!z) return;
+    if (z->stage == 3 && z->whole && !z->err) z->err = gather_everything(z);
+    dt_ddp_begin(z->d, sync, lr);
 }
 
-static dt_status gather_params(zero *z);
+static dt_status z_after_update(void *state);
 
 static dt_status z_finish(void *state, dt_sync_result *r) {
     zero *z = state;
     if (!z) return DT_OK;
     double norm = 0;
     dt_status st = dt_ddp_finish(z->d, &r->exposed_ms, &norm);
+    if (!st && z->err) st = z->err;
+    z->err = DT_OK;
     r->updated = z->in_backward; /* else the engine updates this rank's shard */
     if (st || !z->in_backward) return st;
     r->updated_in_backward = dt_ddp_updated_in_backward(z->d);
     double ss = norm * norm; /* this shard's: the global norm is the shards' sum */
     if ((st = dt_comm_allreduce(z->c->comm, &ss, &ss, 1, DT_F64, DT_SUM))) return st;
     r->norm = sqrt(ss);
-    return gather_params(z);
+    return z_after_update(z);
 }
 
 static dt_status z_sum(void *state, double *v, size_t n) {
@@ -118,15 +297,24 @@ static dt_status z_sum(void *state, double *v, size_t n) {
     return z ? dt_comm_allreduce(z->c->comm, v, v, n, DT_F64, DT_SUM) : DT_OK;
 }
 
-/* Every rank gets every shard's new parameters; the gradients outside this
- * rank's shard (which its optimizer did not zero) are cleared for the next step. */
-static dt_status z_after_update(void *state) { return state ? gather_params(state) : DT_OK; }
+static dt_status gather_params(zero *z);
+
+/* Stages 1 and 2: every rank gets every shard's new parameters. Stage 3:
+ * what this rank holds of other shards is out of date; it goes back. */
+static dt_status z_after_update(void *state) {
+    zero *z = state;
+    if (!z) return DT_OK;
+    return z->stage == 3 ? release_everything(z) : gather_params(z);
+}
 
 static dt_status gather_params(zero *z) {
     const dt_model *m = &z->c->model;
     float *p = m->params(m->self), *g = m->grads(m->self);
-    memset(g, 0, z->off * sizeof *g);
-    memset(g + z->off + z->n, 0, (m->nparams - z->off - z->n) * sizeof *g);
+    if (z->stage == 1) {
+        /* the gradients outside this rank's shard, which its optimizer did not zero (stage 2 gave them back) */
+        memset(g, 0, z->off * sizeof *g);
+        memset(g + z->off + z->n, 0, (m->nparams - z->off - z->n) * sizeof *g);
+    }
     /* in pieces of CHUNK floats of every shard at a time, through two small
      * buffers (a whole shard's staging would cost 4/N bytes per parameter) */
     int np = dt_comm_size(z->c->comm);
@@ -156,11 +344,45 @@ static dt_status z_check(void *state, uint64_t *hash) {
 
 static size_t z_buffers(void *state) {
     zero *z = state;
-    return z ? dt_ddp_buffer_bytes(z->d) + (z->piece + 1) * sizeof(float) * (size_t)(dt_comm_size(z->c->comm) + 1) : 0;
+    if (!z) return 0;
+    size_t staging = z->stage < 3 ? (z->piece + 1) * sizeof(float) * (size_t)(dt_comm_size(z->c->comm) + 1) : 0;
+    /* stage 3: the other shards' tensors gathered at once, at most */
+    return dt_ddp_buffer_bytes(z->d) + staging + z->held_max * sizeof(float);
+}
+
+/* What this rank holds of the stores it shards, measured: the pages the
+ * system keeps for them (between steps: the shard, and the edges of the
+ * pages it shares with its neighbours). */
+static void z_held(void *state, size_t *params, size_t *grads) {
+    zero *z = state;
+    if (!z) return;
+    const dt_model *m = &z->c->model;
+    if (z->stage >= 2) *grads = dt_mem_resident(m->grads(m->self), m->nparams * sizeof(float));
+    if (z->stage == 3) *params = dt_mem_resident(z->P, m->nparams * sizeof(float));
+}
+
+/* Stage 3: the whole model on every rank (on), or back to this rank's shard. */
+static dt_status z_materialize(void *state, int on) {
+    zero *z = state;
+    if (!z || z->stage != 3) return DT_OK;
+    return on ? gather_everything(z) : release_everything(z);
 }
 
 const dt_strategy dt_strategy_zero1 = {
     .name = "zero1", .create = z1_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
-    .buffer_bytes = z_buffers,
+    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize,
+};
+
+const dt_strategy dt_strategy_zero2 = {
+    .name = "zero2", .create = z2_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
+    .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
+    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize,
+};
+
+/* No replicas to compare: each rank holds a different shard of the parameters. */
+const dt_strategy dt_strategy_zero3 = {
+    .name = "zero3", .create = z3_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
+    .reduce_sum = z_sum, .after_update = z_after_update,
+    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize,
 };

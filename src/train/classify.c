@@ -185,7 +185,9 @@ static int epoch(cls_run *r, int e, double *acc) {
     }
     double secs = dt_time_now() - t0;
     r->ips[e] = (double)steps * r->B * c->grad_accum / secs;
-    *acc = test_accuracy(r->p > 1 ? r->w : NULL, r->m, &r->te, r->B, r->x, r->y);
+    /* ZeRO-3 holds a shard of the weights between steps: the whole model for the test */
+    *acc = dt_engine_materialize(r->e, 1) ? -1 : test_accuracy(r->p > 1 ? r->w : NULL, r->m, &r->te, r->B, r->x, r->y);
+    if (*acc >= 0 && dt_engine_materialize(r->e, 0)) *acc = -1;
     if (*acc < 0) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     if (!r->quiet) {
         printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f img/s per worker, %.0f img/s total (%d worker%s), "

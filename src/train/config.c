@@ -146,21 +146,34 @@ static dt_status read_trace(const char *path, const cJSON *root, dt_train_config
     return DT_OK;
 }
 
-/* "zero_optimization": {"stage": 1} (stage 0: data parallelism). DeepSpeed's
- * other keys tune its own buffers: accepted, and named as ignored. */
+/* "zero_optimization": {"stage": 0..3, "reduce_bucket_size": elements}
+ * (stage 0: data parallelism). DeepSpeed's keys that tune its own buffers
+ * are accepted and named as ignored: dtrain always overlaps, gathers the
+ * parameters in 4M-float pieces (stages 1, 2) and one tensor at a time,
+ * prefetching the next unit's (stage 3). */
 static dt_status read_zero(const char *path, const cJSON *root, dt_train_config *c) {
     const cJSON *z = cJSON_GetObjectItemCaseSensitive(root, "zero_optimization");
     if (!z) return DT_OK;
     if (!cJSON_IsObject(z)) return dt_error(DT_ERR_ARG, "%s: \"zero_optimization\" must be an object ({\"stage\": 1})", path);
-    static const char *known[] = { "stage", NULL };
+    static const char *known[] = { "stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "stage3_prefetch_bucket_size",
+                                   "stage3_param_persistence_threshold", "contiguous_gradients", "reduce_scatter", "allgather_partitions",
+                                   "stage3_max_live_parameters", "stage3_max_reuse_distance", NULL };
     warn_unknown(path, "zero_optimization.", z, known);
-    double stage = -1;
+    for (int k = 2; known[k]; k++)
+        if (cJSON_GetObjectItemCaseSensitive(z, known[k]))
+            dt_log(DT_LOG_WARN, "%s: zero_optimization.%s is accepted and ignored (dtrain overlaps every reduction, and gathers "
+                   "the parameters in its own pieces: one tensor at a time under stage 3, the next unit's ahead)", path, known[k]);
+    double stage = -1, bucket = 0;
     dt_status st = number(path, z, "stage", 0, 3, &stage);
     if (st) return st;
     if (stage != (double)(int)stage) return dt_error(DT_ERR_ARG, "%s: zero_optimization.stage must be 0, 1, 2 or 3", path);
-    if (stage == 2 || stage == 3)
-        return dt_error(DT_ERR_UNSUPPORTED, "%s: zero_optimization.stage %d is not built yet (stage 1 is)", path, (int)stage);
-    if (stage == 1) c->strategy = "zero1";
+    static const char *const names[4] = { NULL, "zero1", "zero2", "zero3" };
+    if (stage >= 1) c->strategy = names[(int)stage];
+    if (cJSON_GetObjectItemCaseSensitive(z, "reduce_bucket_size")) {
+        /* DeepSpeed counts elements; dtrain's buckets are in MiB of f32 */
+        if ((st = number(path, z, "reduce_bucket_size", 1, 1e12, &bucket))) return st;
+        c->bucket_mb = bucket * 4 / 1048576.0;
+    }
     return DT_OK;
 }
 

@@ -18,7 +18,8 @@
 const dt_strategy dt_strategy_single = { .name = "single" };
 
 /* The registry: a new strategy is one line here (and its extern in engine.h). */
-static const dt_strategy *const strategies[] = { &dt_strategy_single, &dt_strategy_ddp, &dt_strategy_zero1 };
+static const dt_strategy *const strategies[] = { &dt_strategy_single, &dt_strategy_ddp, &dt_strategy_zero1, &dt_strategy_zero2,
+                                                  &dt_strategy_zero3 };
 
 const dt_strategy *dt_strategy_find(const char *name) {
     for (size_t i = 0; i < sizeof strategies / sizeof strategies[0]; i++)
@@ -39,7 +40,7 @@ static dt_status choose(const dt_engine_config *c, const dt_strategy **out) {
     int ranks = c->comm ? dt_comm_size(c->comm) : 1;
     const char *name = c->strategy ? c->strategy : ranks > 1 ? "ddp" : "single";
     *out = dt_strategy_find(name);
-    if (!*out) return dt_error(DT_ERR_ARG, "no parallel strategy called '%s' (single, ddp, zero1)", name);
+    if (!*out) return dt_error(DT_ERR_ARG, "no parallel strategy called '%s' (single, ddp, zero1, zero2, zero3)", name);
     if (!strcmp(name, "single") && ranks > 1)
         return dt_error(DT_ERR_ARG, "strategy single runs one process, but the job has %d ranks", ranks);
     return DT_OK;
@@ -173,6 +174,13 @@ void dt_engine_share(const dt_engine *e, size_t *off, size_t *n) {
 }
 
 size_t dt_engine_buffer_bytes(const dt_engine *e) { return e->s->buffer_bytes ? e->s->buffer_bytes(e->state) : 0; }
+
+void dt_engine_held(const dt_engine *e, size_t *params, size_t *grads) {
+    *params = *grads = e->cfg.model.nparams * sizeof(float);
+    if (e->s->held) e->s->held(e->state, params, grads);
+}
+
+dt_status dt_engine_materialize(dt_engine *e, int on) { return e->s->materialize ? e->s->materialize(e->state, on) : DT_OK; }
 
 dt_status dt_engine_check_replicas(dt_engine *e, int *checked, uint64_t *hash) {
     *checked = e->s->check_replicas != NULL;

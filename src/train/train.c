@@ -101,7 +101,7 @@ typedef struct {
     int32_t batch, seq, steps, grad_accum, optimizer, eval_every;
     int64_t train_tokens, val_tokens;
     float lr;
-    char strategy[16];        /* the parallel strategy's name (ddp, zero1) */
+    char strategy[16];        /* the parallel strategy's name (ddp, zero1, ...) */
 } job_shape;
 
 static dt_status check_same(dt_comm *w, const job_shape *mine) {
@@ -241,9 +241,9 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
     if (c->val_data && stat(c->val_data, &sb) == 0) data += (size_t)sb.st_size;
     dt_plan_job job = { .model = *cfg, .batch = c->batch, .seq = c->seq, .recompute = c->recompute, .attention = c->attention,
                         .opt = c->opt, .dp = r->dp_size, .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
-                        .stage = c->strategy && !strcmp(c->strategy, "zero1"), .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
+                        .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                         .data_bytes = data };
-    return dt_plan_check_memory(&job, 1);
+    return dt_plan_check_memory(&job, 3);
 }
 
 static dt_status check_memory(const run *r, const dt_gpt2_config *cfg);
@@ -409,9 +409,10 @@ static dt_status save(run *r, int steps_done) {
     const char *path = r->c.save;
     size_t n = strlen(path);
     dt_watchdog_hold(r->wd, 1);
-    dt_status st;
-    if (r->rank != 0 && !(dt_checkpoint_is_dir(path) && sharded(r))) {
-        st = DT_OK; /* rank 0 writes what every rank holds */
+    /* ZeRO-3: every rank gathers the whole model for the save (collective) */
+    dt_status st = dt_engine_materialize(r->e, 1);
+    if (st || (r->rank != 0 && !(dt_checkpoint_is_dir(path) && sharded(r)))) {
+        /* rank 0 writes what every rank holds */
     } else if (dt_checkpoint_is_dir(path)) {
         dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->dp_size, dt_tokens_count(r->train) };
         dt_loader_position(r->tl, &pos.epoch, &pos.next);
@@ -424,8 +425,9 @@ static dt_status save(run *r, int steps_done) {
         struct stat sb;
         if (!st && stat(path, &sb) == 0) dt_io_count(DT_IO_CKPT_WRITE, (size_t)sb.st_size, dt_time_now() - t0);
     }
+    dt_status back = dt_engine_materialize(r->e, 0);
     dt_watchdog_hold(r->wd, 0);
-    return st;
+    return st ? st : back;
 }
 
 static void write_metrics(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val) {
@@ -496,7 +498,9 @@ static dt_status gather_ranks(run *r, double *all) {
         mine[2 * k] = (double)b;
     }
     double pb = (double)dt_gpt2_num_params(r->m) * sizeof(float);
-    const double mem[6] = { pb, pb, (double)dt_optim_state_bytes(dt_engine_optim(r->e)), (double)dt_engine_buffer_bytes(r->e),
+    size_t hp, hg;
+    dt_engine_held(r->e, &hp, &hg);
+    const double mem[6] = { (double)hp, (double)hg, (double)dt_optim_state_bytes(dt_engine_optim(r->e)), (double)dt_engine_buffer_bytes(r->e),
                             (double)dt_gpt2_memory(r->m) - 2 * pb, (double)dt_peak_memory() };
     memcpy(mine + 6, mem, sizeof mem);
     if (r->nranks == 1) { memcpy(all, mine, sizeof mine); return DT_OK; }
@@ -512,7 +516,9 @@ static void write_report(run *r, int steps_done, const double *ranks) {
                           .peak_source = r->peak_source, .peak_gflops = r->peak_gflops, .flops_per_step = r->flops_per_step,
                           .wall_s = dt_time_now() - r->t_start, .ranks = ranks };
     double pb = (double)np * sizeof(float);
-    double mem[5] = { pb, pb, (double)dt_gpt2_memory(r->m) - 2 * pb, (double)dt_optim_state_bytes(dt_engine_optim(r->e)),
+    size_t hp, hg;
+    dt_engine_held(r->e, &hp, &hg);
+    double mem[5] = { (double)hp, (double)hg, (double)dt_gpt2_memory(r->m) - 2 * pb, (double)dt_optim_state_bytes(dt_engine_optim(r->e)),
                       (double)dt_peak_memory() };
     memcpy(rec.memory, mem, sizeof mem);
     char path[4200], html[4200];
