@@ -80,6 +80,9 @@ int dt_comm_nodes(const dt_comm *comm);
  * owner runs collectives (dtrain train stops within a second this way even
  * in the middle of a long backward). */
 bool dt_comm_failed(dt_comm *comm, char *msg, size_t cap);
+/* The collective this process is in, or ran last ("in broadcast #12 (...)"),
+ * for a message about a failed job; safe from any thread. */
+void dt_comm_activity(char *buf, size_t cap);
 /* What this rank is doing (a training step), shown by peers that report it
  * as stopped: a rank on this machine stopped for 3 s (SIGSTOP, Ctrl-Z, a
  * debugger) also makes dt_comm_failed true, and aborts the job naming it. */

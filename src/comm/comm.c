@@ -321,6 +321,28 @@ static void run_alone(const coll_args *a) {
 
 static dt_status coll_run(dt_comm *c, const coll_args *a, dt_algo algo);
 
+/* The collective this process is in, for a watchdog that names it when the
+ * job fails: packed words, so a reader on another thread sees whole values. */
+static _Atomic uint64_t act_word, act_count; /* coll 8 | dtype 4 | op 4 | algo 4 | root 20 | inside 1 | seq 23 bits */
+
+static void activity(const call_desc *d, int inside) {
+    atomic_store(&act_count, d->count);
+    atomic_store(&act_word, (uint64_t)(d->coll & 0xff) | (uint64_t)(d->dtype & 0xf) << 8 | (uint64_t)(d->op & 0xf) << 12 |
+                            (uint64_t)(d->algo & 0xf) << 16 | (uint64_t)((uint32_t)d->root & 0xfffff) << 20 |
+                            (uint64_t)(inside != 0) << 40 | (d->seq & 0x7fffff) << 41);
+}
+
+void dt_comm_activity(char *buf, size_t cap) {
+    uint64_t w = atomic_load(&act_word);
+    if (!w) { snprintf(buf, cap, "before any collective"); return; }
+    call_desc d = { .coll = (uint32_t)(w & 0xff), .dtype = (uint32_t)(w >> 8 & 0xf), .op = (uint32_t)(w >> 12 & 0xf),
+                    .algo = (uint32_t)(w >> 16 & 0xf), .root = (int32_t)(w >> 20 & 0xfffff), .count = atomic_load(&act_count),
+                    .seq = w >> 41 };
+    char desc[256];
+    dt_desc_format(&d, desc, sizeof desc);
+    snprintf(buf, cap, "%s %s", w >> 40 & 1 ? "in" : "after", desc);
+}
+
 /* Every collective, blocking or from the progress thread, runs here (and
  * shows in the trace on the communication track). */
 dt_status dt_coll_execute(dt_comm *c, const coll_args *a, dt_algo algo) {
@@ -334,7 +356,9 @@ dt_status dt_coll_execute(dt_comm *c, const coll_args *a, dt_algo algo) {
         dt_trace_begin(DT_TRACK_COMM, dt_coll_name(a->coll), "\"algo\":\"%s\",\"bytes\":%zu,\"ranks\":%d,\"seq\":%llu",
                        dt_algo_name(algo), bytes, c->size, (unsigned long long)c->seq);
     }
+    activity(&c->cur, 1);
     dt_status st = coll_run(c, a, algo);
+    activity(&c->cur, 0);
     DT_TRACE_END(DT_TRACK_COMM);
     return st;
 }

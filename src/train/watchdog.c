@@ -20,12 +20,13 @@ struct dt_watchdog {
 
 static void *watch(void *arg) {
     dt_watchdog *wd = arg;
-    char msg[1024];
+    char msg[1024], act[320];
     while (!atomic_load(&wd->stop)) {
         usleep(20000);
         if (atomic_load(&wd->stop) || !dt_comm_failed(wd->w, msg, sizeof msg)) continue;
         while (atomic_load(&wd->hold)) usleep(1000);
-        dt_log(DT_LOG_ERROR, "rank %d: stopping: %s", dt_comm_rank(wd->w), msg);
+        dt_comm_activity(act, sizeof act);
+        dt_log(DT_LOG_ERROR, "rank %d: stopping %s: %s", dt_comm_rank(wd->w), act, msg);
         fflush(stdout);
         _exit(1);
     }
