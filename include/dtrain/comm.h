@@ -108,6 +108,11 @@ const char *dt_comm_transport(const dt_comm *comm);
  * pre-faulted. Collectives on arena buffers skip the copy into shared memory. */
 dt_status dt_comm_alloc(dt_comm *comm, size_t bytes, void **out);
 void dt_comm_free(dt_comm *comm, void *p);
+/* Collective: one buffer that every rank of comm maps (all of them on one
+ * machine), untouched (its pages come as they are written; never pre-faulted),
+ * alive as long as the shared segment. ZeRO's ranks keep one copy of the
+ * parameters in it, each rank writing its shard. */
+dt_status dt_comm_alloc_shared(dt_comm *comm, size_t bytes, void **out);
 /* [p, p + bytes) of an arena buffer (or any private memory) reads as zeros
  * and its whole pages go back to the system until touched again (ZeRO
  * keeps only its shard of a gradient resident). */

@@ -66,6 +66,11 @@ typedef struct {
      * backward input_grad gives d loss / d row [n, row width] and the n tokens */
     void (*defer_input_rows)(void *self, int on);
     const float *(*input_grad)(const void *self, const int32_t **tokens, int *n);
+    /* the parameters from now on in caller storage of nparams floats, which
+     * the caller has filled (ranks on one machine sharing one copy); the
+     * model's own buffer goes back to the system. NULL: back to its own,
+     * copied from the caller's. */
+    void (*set_param_storage)(void *self, float *params);
 } dt_model;
 
 /* The table's tensor called name, or NULL. */
@@ -171,6 +176,8 @@ const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *n
 /* Gradients in caller-provided storage of dt_gpt2_num_params floats (a
  * shared arena, say), which the model does not free; NULL goes back to its own. */
 void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads);
+/* Parameters in caller storage (see dt_model.set_param_storage). */
+void dt_gpt2_set_param_storage(dt_gpt2 *m, float *params);
 /* Sizes the activations for up to B x T, so later calls need not grow them. */
 dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T);
 /* Logits [B, T, Vp] of the last forward (before backward). */
@@ -206,6 +213,7 @@ dt_status dt_mlp_backward(dt_mlp *m, float grad_scale);
 void dt_mlp_zero_grad(dt_mlp *m);
 void dt_mlp_set_grad_hook(dt_mlp *m, dt_grad_hook hook, void *ctx);
 void dt_mlp_set_grad_storage(dt_mlp *m, float *grads);
+void dt_mlp_set_param_storage(dt_mlp *m, float *params);
 /* The table: layer.L.weight, layer.L.bias per Linear (unit L); column- then
  * row-parallel in turns, as Megatron pairs its Linears. */
 const dt_tensor_info *dt_mlp_tensors(const dt_mlp *m, int *n);

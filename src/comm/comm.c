@@ -251,6 +251,23 @@ void dt_comm_free(dt_comm *c, void *ptr) {
         dt_free_aligned(p);
 }
 
+dt_status dt_comm_alloc_shared(dt_comm *c, size_t bytes, void **out) {
+    if (!c || !out) return dt_error(DT_ERR_ARG, "dt_comm_alloc_shared: NULL argument");
+    *out = NULL;
+    if (!c->seg || c->local_size != c->size)
+        return dt_error(DT_ERR_ARG, "dt_comm_alloc_shared: needs every rank of the communicator on this machine's shared memory");
+    int64_t v[2] = { 0, 0 }; /* failed, offset: rank 0's allocation, for everyone */
+    if (c->rank == 0) {
+        uint64_t off = 0;
+        v[0] = dt_segment_alloc(c->seg, bytes, &off) != DT_OK;
+        v[1] = (int64_t)off;
+    }
+    dt_status st = dt_comm_broadcast(c, v, 2, DT_I64, 0);
+    if (!st && v[0]) st = dt_error(DT_ERR_NOMEM, "shared arena: no room for %zu bytes shared by the ranks (set DTRAIN_SHM_SIZE larger)", bytes);
+    if (!st) *out = dt_segment_ptr(c->seg, (uint64_t)v[1]);
+    return st;
+}
+
 void dt_comm_release(dt_comm *c, void *ptr, size_t bytes) {
     if (!bytes) return;
     if (!c || !c->seg || !dt_segment_contains(c->seg, ptr, bytes)) { dt_mem_release(ptr, bytes); return; }

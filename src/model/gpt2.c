@@ -152,7 +152,7 @@ dt_status dt_gpt2_create_units(const dt_gpt2_config *cfg, int a, int b, dt_gpt2 
     m->ua = a;
     m->ub = b;
     if ((st = layout(m))) { free(m); return st; }
-    m->params = dt_alloc_aligned(m->nparams * sizeof(float));
+    m->params = m->own_params = dt_alloc_aligned(m->nparams * sizeof(float));
     m->grads = m->own_grads = dt_alloc_aligned(m->nparams * sizeof(float));
     if (!m->params || !m->grads) {
         char sz[32];
@@ -173,7 +173,7 @@ dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out) {
 void dt_gpt2_destroy(dt_gpt2 *m) {
     if (!m) return;
     free(m->tab);
-    dt_free_aligned(m->params);
+    dt_free_aligned(m->own_params);
     dt_free_aligned(m->own_grads);
     dt_free_aligned(m->acts);
     free(m->inputs);
@@ -279,6 +279,14 @@ void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads) {
     m->grads = g;
 }
 
+void dt_gpt2_set_param_storage(dt_gpt2 *m, float *params) {
+    float *p = params ? params : m->own_params;
+    if (p == m->params) return;
+    if (!params) memcpy(p, m->params, m->nparams * sizeof(float));
+    else dt_mem_release(m->own_params, m->nparams * sizeof(float));
+    m->params = p;
+}
+
 dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on) {
     if (m->acts && m->recompute != (on != 0)) {
         /* the activation layout changes: size it again on the next forward */
@@ -301,9 +309,10 @@ static void v_storage(void *m, float *g) { dt_gpt2_set_grad_storage(m, g); }
 static void v_hook(void *m, dt_grad_hook h, void *ctx) { dt_gpt2_set_grad_hook(m, h, ctx); }
 static void v_unit_hooks(void *m, dt_grad_hook f, dt_grad_hook b, void *ctx) { dt_gpt2_set_unit_hooks(m, f, b, ctx); }
 static void v_defer(void *m, int on) { dt_gpt2_set_defer_wte_rows(m, on); }
+static void v_param_storage(void *m, float *p) { dt_gpt2_set_param_storage(m, p); }
 static const float *v_input_grad(const void *m, const int32_t **tok, int *n) { return dt_gpt2_input_grad(m, tok, n); }
 
 void dt_gpt2_model(dt_gpt2 *m, dt_model *out) {
     *out = (dt_model){ m, "gpt2", m->tab, m->ntab, m->cfg.num_layers + 2, m->nparams, v_params, v_grads, v_storage, v_hook,
-                       v_unit_hooks, m->i_wte >= 0 && m->tab[m->i_wte].input_rows ? v_defer : NULL, v_input_grad };
+                       v_unit_hooks, m->i_wte >= 0 && m->tab[m->i_wte].input_rows ? v_defer : NULL, v_input_grad, v_param_storage };
 }

@@ -30,7 +30,7 @@ struct dt_gpt2 {
     dt_tensor_info *tab;      /* the held tensors, in store order */
     int ntab;
     size_t nparams;
-    float *params, *grads, *own_grads;
+    float *params, *grads, *own_grads, *own_params;
     bool own_released;     /* own_grads' pages given back (they read as zeros) while the gradients live elsewhere */
     dt_grad_hook hook, before_fwd, before_bwd;
     void *hook_ctx, *unit_ctx;

@@ -18,7 +18,7 @@ struct dt_mlp {
     int size[MAX_LAYERS + 1];   /* size[0] inputs .. size[n] classes */
     size_t woff[MAX_LAYERS], boff[MAX_LAYERS], nparams;
     dt_tensor_info tab[2 * MAX_LAYERS]; /* per layer: weight, bias */
-    float *params, *grads, *own_grads;
+    float *params, *grads, *own_grads, *own_params;
     float *acts;                /* per layer: pre-activation [B, out], then ReLU output [B, out] */
     size_t act_off[MAX_LAYERS][2], nacts;
     float *dbuf[3];             /* d input of layers (alternating), d pre-activation */
@@ -58,7 +58,7 @@ dt_status dt_mlp_create(const int *sizes, int nsizes, dt_mlp **out) {
             t->split = l % 2 == 0 ? DT_SPLIT_COLUMN : b ? DT_SPLIT_NONE : DT_SPLIT_ROW;
         }
     }
-    m->params = dt_alloc_aligned(m->nparams * sizeof(float));
+    m->params = m->own_params = dt_alloc_aligned(m->nparams * sizeof(float));
     m->own_grads = m->grads = dt_alloc_aligned(m->nparams * sizeof(float));
     if (!m->params || !m->grads) { dt_mlp_destroy(m); return dt_error(DT_ERR_NOMEM, "mlp: out of memory"); }
     memset(m->params, 0, m->nparams * sizeof(float));
@@ -81,7 +81,7 @@ static void free_acts(dt_mlp *m) {
 void dt_mlp_destroy(dt_mlp *m) {
     if (!m) return;
     free_acts(m);
-    dt_free_aligned(m->params);
+    dt_free_aligned(m->own_params);
     dt_free_aligned(m->own_grads);
     free(m);
 }
@@ -115,6 +115,14 @@ void dt_mlp_set_grad_storage(dt_mlp *m, float *grads) {
     float *g = grads ? grads : m->own_grads;
     if (g != m->grads) memcpy(g, m->grads, m->nparams * sizeof(float));
     m->grads = g;
+}
+
+void dt_mlp_set_param_storage(dt_mlp *m, float *params) {
+    float *p = params ? params : m->own_params;
+    if (p == m->params) return;
+    if (!params) memcpy(p, m->params, m->nparams * sizeof(float));
+    else dt_mem_release(m->own_params, m->nparams * sizeof(float));
+    m->params = p;
 }
 
 void dt_mlp_set_grad_hook(dt_mlp *m, dt_grad_hook hook, void *ctx) {
@@ -224,7 +232,9 @@ static float *v_params(void *m) { return dt_mlp_params(m); }
 static float *v_grads(void *m) { return dt_mlp_grads(m); }
 static void v_storage(void *m, float *g) { dt_mlp_set_grad_storage(m, g); }
 static void v_hook(void *m, dt_grad_hook h, void *ctx) { dt_mlp_set_grad_hook(m, h, ctx); }
+static void v_param_storage(void *m, float *p) { dt_mlp_set_param_storage(m, p); }
 
 void dt_mlp_model(dt_mlp *m, dt_model *out) {
-    *out = (dt_model){ m, "mlp", m->tab, 2 * m->n, m->n, m->nparams, v_params, v_grads, v_storage, v_hook, NULL, NULL, NULL };
+    *out = (dt_model){ m, "mlp", m->tab, 2 * m->n, m->n, m->nparams, v_params, v_grads, v_storage, v_hook, NULL, NULL, NULL,
+                       v_param_storage };
 }

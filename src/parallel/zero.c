@@ -58,6 +58,7 @@ typedef struct {
     float *mine, *all;   /* stages 1, 2: a piece of the updated shard, and every rank's piece, for the allgather */
     size_t piece;        /* floats per rank per allgather: CHUNK, or the largest shard if smaller */
     int in_backward;     /* the shard updated bucket by bucket inside backward */
+    dt_optim *opt;       /* then: the optimizer it updates with */
     /* stage 3 */
     float *P;            /* the store: this rank's shard, and the tensors gathered for now */
     int nt;
@@ -65,6 +66,9 @@ typedef struct {
     dt_request **req;    /* per tensor, one per rank (a piece each) */
     size_t held, held_max; /* floats of other shards resident now, and at most */
     int whole;           /* no unit hooks: everything gathered for the step */
+    /* every rank on one machine: one copy of the parameters in the shared arena */
+    float *shared;
+    int share;           /* 0: each rank its own copy; 1: one shared copy from the first step; 2: in use */
     dt_status err;       /* from a hook, reported at finish */
 } zero;
 
@@ -113,7 +117,13 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
     for (int r = 0; r < p; r++) shard(c->model.nparams, p, r, &z->offs[r], &z->counts[r]);
     shard(c->model.nparams, p, rank, &z->off, &z->n);
     dt_status st = DT_OK;
-    if (stage < 3) {
+    const char *priv = getenv("DTRAIN_ZERO_PRIVATE_PARAMS");
+    z->share = p == dt_comm_local_size(c->comm) && strcmp(dt_comm_transport(c->comm), "self") && c->model.set_param_storage &&
+               !(priv && atoi(priv) > 0);
+    if (z->share) {
+        /* nothing to gather: each rank writes its shard of the one copy, the others read it there */
+        st = dt_comm_alloc_shared(c->comm, c->model.nparams * sizeof(float), (void **)&z->shared);
+    } else if (stage < 3) {
         for (int r = 0; r < p; r++) z->piece = z->counts[r] > z->piece ? z->counts[r] : z->piece;
         if (z->piece > CHUNK) z->piece = CHUNK;
         z->mine = malloc(sizeof *z->mine * (z->piece + 1));
@@ -133,7 +143,7 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
     }
     if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, &z->d);
     if (!st && stage >= 2) st = dt_ddp_set_shards(z->d, z->offs, z->counts);
-    if (!st && stage == 3 && !z->whole) c->model.set_unit_hooks(c->model.self, before_forward, before_backward, z);
+    if (!st && stage == 3 && !z->whole && !z->share) c->model.set_unit_hooks(c->model.self, before_forward, before_backward, z);
     if (st) { z_destroy(z); return st; }
     *off = z->off;
     *n = z->n;
@@ -264,13 +274,29 @@ static dt_status z_attach(void *state, dt_optim *o) {
     const dt_engine_config *c = z ? z->c : NULL;
     if (!z || c->step_at_end || c->skip_nonfinite || c->grad_clip > 0 || !dt_optim_elementwise(o)) return DT_OK;
     z->in_backward = 1;
+    z->opt = o;
     return dt_ddp_set_optimizer(z->d, o, c->model.params(c->model.self), z->off, z->n);
+}
+
+/* The first step moves the parameters into the one shared copy: each rank
+ * its shard (a resumed run has loaded them whole into its own by now). */
+static dt_status share_params(zero *z) {
+    const dt_model *m = &z->c->model;
+    memcpy(z->shared + z->off, m->params(m->self) + z->off, z->n * sizeof(float));
+    dt_status st = dt_comm_barrier(z->c->comm);
+    if (st) return st;
+    m->set_param_storage(m->self, z->shared);
+    z->P = z->shared;
+    z->share = 2;
+    /* the update inside backward writes there too */
+    return z->in_backward ? dt_ddp_set_optimizer(z->d, z->opt, z->shared, z->off, z->n) : DT_OK;
 }
 
 static void z_begin(void *state, int sync, float lr) {
     zero *z = state;
     if (!z) return;
-    if (z->stage == 3 && z->whole && !z->err) z->err = gather_everything(z);
+    if (z->share == 1 && !z->err) z->err = share_params(z);
+    if (z->stage == 3 && z->whole && !z->share && !z->err) z->err = gather_everything(z);
     dt_ddp_begin(z->d, sync, lr);
 }
 
@@ -304,6 +330,16 @@ static dt_status gather_params(zero *z);
 static dt_status z_after_update(void *state) {
     zero *z = state;
     if (!z) return DT_OK;
+    if (z->share == 2) {
+        /* the one copy: every shard is in place once every rank has written its own */
+        const dt_model *m = &z->c->model;
+        float *g = m->grads(m->self);
+        if (z->stage == 1) {
+            memset(g, 0, z->off * sizeof *g);
+            memset(g + z->off + z->n, 0, (m->nparams - z->off - z->n) * sizeof *g);
+        }
+        return dt_comm_barrier(z->c->comm);
+    }
     return z->stage == 3 ? release_everything(z) : gather_params(z);
 }
 
@@ -345,7 +381,7 @@ static dt_status z_check(void *state, uint64_t *hash) {
 static size_t z_buffers(void *state) {
     zero *z = state;
     if (!z) return 0;
-    size_t staging = z->stage < 3 ? (z->piece + 1) * sizeof(float) * (size_t)(dt_comm_size(z->c->comm) + 1) : 0;
+    size_t staging = z->mine ? (z->piece + 1) * sizeof(float) * (size_t)(dt_comm_size(z->c->comm) + 1) : 0;
     /* stage 3: the other shards' tensors gathered at once, at most */
     return dt_ddp_buffer_bytes(z->d) + staging + z->held_max * sizeof(float);
 }
@@ -358,13 +394,15 @@ static void z_held(void *state, size_t *params, size_t *grads) {
     if (!z) return;
     const dt_model *m = &z->c->model;
     if (z->stage >= 2) *grads = dt_mem_resident(m->grads(m->self), m->nparams * sizeof(float));
-    if (z->stage == 3) *params = dt_mem_resident(z->P, m->nparams * sizeof(float));
+    /* one shared copy: this rank's share of it is its shard */
+    if (z->share == 2) *params = dt_mem_resident(z->shared + z->off, z->n * sizeof(float));
+    else if (z->stage == 3) *params = dt_mem_resident(z->P, m->nparams * sizeof(float));
 }
 
 /* Stage 3: the whole model on every rank (on), or back to this rank's shard. */
 static dt_status z_materialize(void *state, int on) {
     zero *z = state;
-    if (!z || z->stage != 3) return DT_OK;
+    if (!z || z->stage != 3 || z->share) return DT_OK; /* the shared copy is whole */
     return on ? gather_everything(z) : release_everything(z);
 }
 
