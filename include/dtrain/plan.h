@@ -27,10 +27,12 @@ typedef struct {
     int stage;               /* 0: DDP; 1, 2, 3: ZeRO */
     size_t bucket_bytes;     /* stage 2: the gradient bucket in flight */
     size_t data_bytes;       /* token files each rank reads whole */
+    int shared_params;       /* ZeRO's ranks all on one machine share one copy of the parameters */
 } dt_plan_job;
 
 /* Bytes per rank and per machine (fp32 Adam: DDP 16 bytes per parameter;
- * stage 1: 8 + 8/N; 2: 4 + 12/N; 3: 16/N, plus what the rest needs). */
+ * stage 1: 8 + 8/N; 2: 4 + 12/N; 3: 16/N, plus what the rest needs; with
+ * shared_params, stages 1 and 2 hold 4/N of the parameters per rank). */
 void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *out);
 /* The memory this machine can give: MemAvailable, or the cgroup's limit if lower. */
 size_t dt_plan_available_memory(void);

@@ -21,14 +21,16 @@ static int optim_floats(const dt_optim_config *o) {
 void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
     double psi = (double)dt_gpt2_config_num_params(&j->model), n = j->dp > 0 ? j->dp : 1, f = 4;
     memset(m, 0, sizeof *m);
-    m->params = f * psi / (j->stage >= 3 ? n : 1);
+    /* on one machine ZeRO's ranks share one copy of the parameters (a rank's share: its shard) */
+    int shared = j->stage >= 1 && n > 1 && j->shared_params;
+    m->params = f * psi / (j->stage >= 3 || shared ? n : 1);
     m->grads = j->stage >= 2 ? f * psi / n + (double)j->bucket_bytes : f * psi;
     m->optim = f * optim_floats(&j->opt) * psi / (j->stage >= 1 ? n : 1);
     /* DDP: the tied embedding's rows of every rank (C floats per token) and the tokens;
      * ZeRO: the parameters' allgather staged 4M floats per rank at a time */
     double BT = (double)j->batch * j->seq, C = j->model.channels;
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
-    m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && n > 1 ? f * (n + 1) * piece : 0);
+    m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0);
     m->acts = (double)dt_gpt2_activation_bytes(&j->model, j->batch, j->seq, j->recompute, j->attention);
     m->data = (double)j->data_bytes;
     m->per_rank = m->params + m->grads + m->optim + m->comm + m->acts + m->data;
