@@ -36,7 +36,8 @@ int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv);
 typedef struct {
     const char *model;     /* preset */
     int batch, seq, steps, warmup, threads, rounds;
-    const char *baseline;  /* NULL or "torch" */
+    const char *baseline;  /* NULL, "torch" (PyTorch DDP); with zero: "fsdp", "deepspeed" or "all" */
+    int zero;              /* data-parallel mode: 1-3, compare that ZeRO stage with DDP and the baselines */
     int json;
     int nprocs[16];        /* data-parallel mode: rank counts to compare (0 entries: one process, in-line) */
     int nnprocs;
@@ -51,6 +52,7 @@ void dt_bench_train_defaults(dt_bench_train_opts *o);
  * exposed communication. */
 int dt_bench_train(const dt_bench_train_opts *o);
 int dt_bench_train_ddp(const dt_bench_train_opts *o);
+int dt_bench_train_zero(const dt_bench_train_opts *o);
 
 #ifdef __cplusplus
 }

@@ -47,8 +47,8 @@ static double median_key(FILE *f, const char *key, int skip, int want) {
 /* dtrain train --nproc N, or with indep N independent `dtrain train` runs
  * side by side (no communication: what the machine allows N processes);
  * median ms per step (over every run's steps) and exposed ms. */
-static int run_dtrain(const dt_bench_train_opts *o, int nproc, bool indep, const char *self, const char *weights,
-                      const char *data, double *ms, double *exposed) {
+int dt_bench_run_dtrain(const dt_bench_train_opts *o, int nproc, bool indep, const char *self, const char *weights,
+                        const char *data, double *ms, double *exposed) {
     char dir[] = "/tmp/dtrain-bench-XXXXXX";
     if (!mkdtemp(dir)) { dt_log(DT_LOG_ERROR, "bench train: cannot create a temporary directory"); return 1; }
     int runs = indep ? nproc : 1;
@@ -140,22 +140,15 @@ static int run_torch(const dt_bench_train_opts *o, int nproc, const char *weight
     return 0;
 }
 
-int dt_bench_train_ddp(const dt_bench_train_opts *o) {
-    char self[PATH_MAX];
-    if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
+int dt_bench_make_inputs(const dt_bench_train_opts *o, int maxn, char *weights, char *data) {
     dt_gpt2_config cfg;
     dt_gpt2 *m = NULL;
     if (dt_gpt2_preset(o->model, &cfg) || dt_gpt2_create(&cfg, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     dt_gpt2_init_random(m, 1337);
-    /* The same weights for dtrain and PyTorch, and random tokens enough for
-     * every rank of the largest run to read fresh batches. */
-    char weights[] = "/tmp/dtrain-bench-weights-XXXXXX", data[] = "/tmp/dtrain-bench-tokens-XXXXXX";
     int fw = mkstemp(weights), fd = mkstemp(data);
-    if (fw < 0 || fd < 0) { dt_log(DT_LOG_ERROR, "bench train: cannot create temporary files"); return 1; }
+    if (fw < 0 || fd < 0) { dt_log(DT_LOG_ERROR, "bench train: cannot create temporary files"); dt_gpt2_destroy(m); return 1; }
     close(fw);
     close(fd);
-    int maxn = 1;
-    for (int i = 0; i < o->nnprocs; i++) if (o->nprocs[i] > maxn) maxn = o->nprocs[i];
     size_t ntok = (size_t)maxn * o->batch * o->seq * (size_t)(o->warmup + o->steps) + 1;
     uint32_t *tok = malloc(ntok * sizeof *tok);
     uint64_t s = 1;
@@ -164,6 +157,17 @@ int dt_bench_train_ddp(const dt_bench_train_opts *o) {
     free(tok);
     dt_gpt2_destroy(m);
     if (rc) { dt_log(DT_LOG_ERROR, "bench train: %s", dt_last_error()); unlink(weights); unlink(data); return 1; }
+    return 0;
+}
+
+int dt_bench_train_ddp(const dt_bench_train_opts *o) {
+    char self[PATH_MAX];
+    if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
+    char weights[] = "/tmp/dtrain-bench-weights-XXXXXX", data[] = "/tmp/dtrain-bench-tokens-XXXXXX";
+    int maxn = 1;
+    for (int i = 0; i < o->nnprocs; i++) if (o->nprocs[i] > maxn) maxn = o->nprocs[i];
+    int rc = dt_bench_make_inputs(o, maxn, weights, data);
+    if (rc) return rc;
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int rounds = o->rounds < 1 ? 1 : o->rounds > MAXR ? MAXR : o->rounds, nn = o->nnprocs > MAXN ? MAXN : o->nnprocs;
@@ -176,9 +180,9 @@ int dt_bench_train_ddp(const dt_bench_train_opts *o) {
     for (int r = 0; r < rounds && !rc; r++)
         for (int i = 0; i < nn && !rc; i++) {
             int n = o->nprocs[i];
-            rc = run_dtrain(o, n, false, self, weights, data, &dms[i][r], &dex[i][r]);
+            rc = dt_bench_run_dtrain(o, n, false, self, weights, data, &dms[i][r], &dex[i][r]);
             ims[i][r] = dms[i][r];
-            if (!rc && n > 1) rc = run_dtrain(o, n, true, self, weights, data, &ims[i][r], &unused);
+            if (!rc && n > 1) rc = dt_bench_run_dtrain(o, n, true, self, weights, data, &ims[i][r], &unused);
             if (!rc && o->baseline) rc = run_torch(o, n, weights, &tms[i][r]);
             if (!rc && !o->json) {
                 printf("round %d, %d rank(s): dtrain %.1f ms/step, %.1f tok/s total", r + 1, n, dms[i][r],

@@ -39,3 +39,20 @@ int dt_bench_python_cmd(char *out, size_t cap, const char *script, int threads) 
                      self, script, script, threads, threads);
     return n < 0 || (size_t)n >= cap;
 }
+
+int dt_bench_venv_cmd(char *out, size_t cap, const char *script, int threads) {
+    char self[PATH_MAX], py[PATH_MAX + 64];
+    if (dt_bench_self_dir(self, sizeof self)) return 1;
+    const char *env = getenv("DTRAIN_VENV");
+    snprintf(py, sizeof py, "%s/bin/python", env && *env ? env : "");
+    if (!(env && *env)) snprintf(py, sizeof py, "%s/../.venv-baselines/bin/python", self);
+    if (access(py, X_OK) != 0) {
+        dt_log(DT_LOG_ERROR, "bench: the baselines' virtual environment is missing (%s): create it with "
+               "scripts/make-baselines-venv.sh (PyTorch 2.x and DeepSpeed from PyPI, about 5 GB), or point DTRAIN_VENV at one", py);
+        return 1;
+    }
+    int n = snprintf(out, cap,
+                     "script=%s/../bench/%s; [ -f \"$script\" ] || script=bench/%s; "
+                     "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d \"%s\" \"$script\" ", self, script, script, threads, threads, py);
+    return n < 0 || (size_t)n >= cap;
+}

@@ -3,6 +3,9 @@
 #ifndef DTRAIN_BENCH_MEASURE_H
 #define DTRAIN_BENCH_MEASURE_H
 
+#include "dtrain/bench.h"
+
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Median of n values (sorts v). */
@@ -14,5 +17,18 @@ int dt_bench_self_dir(char *out, size_t cap);
  * with threads threads, into out; the caller appends the script's flags.
  * 0 on success. */
 int dt_bench_python_cmd(char *out, size_t cap, const char *script, int threads);
+/* The same with the baselines' virtual environment ($DTRAIN_VENV, else
+ * .venv-baselines next to build/); 1, saying how to make it, when missing. */
+int dt_bench_venv_cmd(char *out, size_t cap, const char *script, int threads);
+
+/* The same weights (an llm.c file of the preset, seed 1337) for dtrain and
+ * the baselines, and random tokens enough for maxn ranks' steps, into
+ * mkstemp paths made from the templates weights and data. */
+int dt_bench_make_inputs(const dt_bench_train_opts *o, int maxn, char *weights, char *data);
+/* dtrain train --nproc N with o->train_flags (or, indep, N independent
+ * 1-rank runs side by side): median ms per step after the warm-up, and
+ * median exposed communication. */
+int dt_bench_run_dtrain(const dt_bench_train_opts *o, int nproc, bool indep, const char *self, const char *weights,
+                        const char *data, double *ms, double *exposed);
 
 #endif

@@ -96,6 +96,7 @@ static int run_torch(const dt_bench_train_opts *o, const char *weights, int roun
 }
 
 int dt_bench_train(const dt_bench_train_opts *o) {
+    if (o->zero) return dt_bench_train_zero(o);
     if (o->nnprocs) return dt_bench_train_ddp(o);
     dt_gpt2_config cfg;
     dt_gpt2 *m = NULL;

@@ -22,7 +22,8 @@ static const dt_cli_flag train_flags[] = {
     { "--model", "a preset (d6, 124M, ...)" }, { "--batch", "a whole number from 1 to 99999" },
     { "--seq", "a whole number from 1 to 99999" }, { "--steps", "a whole number from 1 to 99999" },
     { "--warmup", "a whole number from 0 to 99999" }, { "--threads", "a whole number from 0 to 99999" },
-    { "--rounds", "a whole number from 1 to 99999" }, { "--baseline", "torch" }, { "--nproc", "a list like 1,2,4" },
+    { "--rounds", "a whole number from 1 to 99999" }, { "--baseline", "torch, or with --zero: fsdp, deepspeed or all" }, { "--nproc", "a list like 1,2,4" },
+    { "--zero", "1, 2 or 3" },
     { "--train-flags", "flags for dtrain train, in one argument" }, { "--report", "a directory" }, { "--json", "" }, { "--help", "" }, { NULL, NULL },
 };
 
@@ -64,7 +65,10 @@ static int bench_train(int argc, char **argv) {
                    "                          and against N independent 1-rank runs side by side (the machine's ceiling)\n"
                    "                          [--train-flags \"--step-at-end\"]  more flags for dtrain train\n"
                    "                          [--report DIR]  with --nproc: a run of the largest N into DIR and its\n"
-                   "                          report with the scaling chart (DIR/report.html)\n");
+                   "                          report with the scaling chart (DIR/report.html)\n"
+                   "                          [--nproc 2 --zero 1|2|3 [--baseline fsdp|deepspeed|all]]  that ZeRO stage against\n"
+                   "                          dtrain's DDP and PyTorch's (ZeroRedundancyOptimizer, FSDP2) or DeepSpeed's at the\n"
+                   "                          stage (their virtual environment: scripts/make-baselines-venv.sh)\n");
             return 0;
         }
         if (!strcmp(f, "--json")) { o.json = 1; continue; }
@@ -90,7 +94,9 @@ static int bench_train(int argc, char **argv) {
         if (!strcmp(f, "--model")) o.model = v;
         else if (!strcmp(f, "--train-flags")) o.train_flags = v;
         else if (!strcmp(f, "--report")) o.report = v;
-        else if (!strcmp(f, "--baseline") && !strcmp(v, "torch")) o.baseline = v;
+        else if (!strcmp(f, "--baseline") && (!strcmp(v, "torch") || !strcmp(v, "fsdp") || !strcmp(v, "deepspeed") || !strcmp(v, "all")))
+            o.baseline = v;
+        else if (isnum && n >= 1 && n <= 3 && !strcmp(f, "--zero")) o.zero = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--batch")) o.batch = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--seq")) o.seq = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--steps")) o.steps = (int)n;
@@ -98,6 +104,14 @@ static int bench_train(int argc, char **argv) {
         else if (isnum && !strcmp(f, "--threads")) o.threads = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--rounds")) o.rounds = (int)n;
         else return dt_cli_flag_error("bench train", train_flags, f, v);
+    }
+    if (o.baseline && strcmp(o.baseline, "torch") && !o.zero) {
+        dt_log(DT_LOG_ERROR, "bench train: --baseline %s compares a ZeRO stage (give --zero 1, 2 or 3)", o.baseline);
+        return 2;
+    }
+    if (o.zero && o.baseline && !strcmp(o.baseline, "torch")) {
+        dt_log(DT_LOG_ERROR, "bench train: --zero %d compares with fsdp, deepspeed or all (dtrain's DDP runs anyway)", o.zero);
+        return 2;
     }
     if (o.report && !o.nnprocs) {
         dt_log(DT_LOG_ERROR, "bench train: --report DIR charts the scaling of --nproc 1,2,4 (give --nproc)");
