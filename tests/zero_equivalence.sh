@@ -141,21 +141,16 @@ fi
 
 # sharded checkpoints: each rank writes its slice of optim.f32; they resume on any layout.
 # The same layout: the state after 10 + 10 steps is byte for byte that of 20 in one go.
-run whole --nproc 2 --batch 2 --zero 1 --save "$dir/one"
-run half --nproc 2 --batch 2 --zero 1 --save "$dir/two" --stop-after 10
-run rest --nproc 2 --batch 2 --zero 1 --save "$dir/two" --resume "$dir/two"
-for f in params.f32 optim.f32; do
-    cmp -s "$dir/one/step-00000020/$f" "$dir/two/step-00000020/$f" && ok "zero1 resumed on its own layout: $f byte for byte" \
-        || fail "zero1 resume: $f differs"
+for z in 1 2 3; do
+    run whole$z --nproc 2 --batch 2 --zero $z --save "$dir/one$z"
+    run half$z --nproc 2 --batch 2 --zero $z --save "$dir/two$z" --stop-after 10
+    run rest$z --nproc 2 --batch 2 --zero $z --save "$dir/two$z" --resume "$dir/two$z"
+    for f in params.f32 optim.f32; do
+        cmp -s "$dir/one$z/step-00000020/$f" "$dir/two$z/step-00000020/$f" && ok "zero$z resumed on its own layout: $f byte for byte" \
+            || fail "zero$z resume: $f differs"
+    done
 done
-run whole3 --nproc 2 --batch 2 --zero 3 --save "$dir/one3"
-run half3 --nproc 2 --batch 2 --zero 3 --save "$dir/two3" --stop-after 10
-run rest3 --nproc 2 --batch 2 --zero 3 --save "$dir/two3" --resume "$dir/two3"
-for f in params.f32 optim.f32; do
-    cmp -s "$dir/one3/step-00000020/$f" "$dir/two3/step-00000020/$f" && ok "zero3 resumed on its own layout: $f byte for byte" \
-        || fail "zero3 resume: $f differs"
-done
-grep -q '"pieces"' "$dir/one/step-00000020/manifest.json" && ok "the manifest lists each rank's piece of optim.f32" || fail "no pieces in the manifest"
+grep -q '"pieces"' "$dir/one1/step-00000020/manifest.json" && ok "the manifest lists each rank's piece of optim.f32" || fail "no pieces in the manifest"
 # Another layout at each cut: zero3 on 4 ranks, zero1 on 2, one process, DDP on 2, against one process throughout
 run c1 --nproc 4 --batch 1 --zero 3 --save "$dir/chain" --stop-after 5
 run c2 --nproc 2 --batch 2 --zero 1 --save "$dir/chain" --resume "$dir/chain" --stop-after 5
@@ -168,16 +163,16 @@ run c6 --nproc 4 --batch 1 --zero 3 --save "$dir/chain2" --resume "$dir/chain2"
 cat "$dir/c5.jsonl" "$dir/c6.jsonl" > "$dir/chain2.jsonl"
 compare "zero2 x2 -> zero3 x4, 10 steps each (1e-6)" "$dir/chain2.jsonl" "$dir/ref.jsonl" 20 1e-6
 # dtrain ckpt info / export on a sharded checkpoint
-"$DTRAIN" ckpt info "$dir/one" > "$dir/info" 2>&1 && grep -q 'step 20, saved by 2 ranks under zero1' "$dir/info" && grep -q 'piece 1 (rank 1' "$dir/info" \
+"$DTRAIN" ckpt info "$dir/one1" > "$dir/info" 2>&1 && grep -q 'step 20, saved by 2 ranks under zero1' "$dir/info" && grep -q 'piece 1 (rank 1' "$dir/info" \
     && ok "ckpt info: $(head -1 "$dir/info" | sed 's|.*/||')" || fail "ckpt info: $(head -3 "$dir/info")"
-"$DTRAIN" ckpt export "$dir/one" "$dir/one.safetensors" > /dev/null 2>&1 && "$DTRAIN" ckpt export "$dir/one" "$dir/one.bin" > /dev/null 2>&1 \
-    && "$DTRAIN" train --model "$dir/one.safetensors" --data "$dir/train.bin" --seq 64 --steps 1 --threads 1 --quiet \
-    && cmp -s <(tail -c +1025 "$dir/one.bin" | head -c 16384) <(head -c 16384 "$dir/one/step-00000020/params.f32") \
+"$DTRAIN" ckpt export "$dir/one1" "$dir/one1.safetensors" > /dev/null 2>&1 && "$DTRAIN" ckpt export "$dir/one1" "$dir/one1.bin" > /dev/null 2>&1 \
+    && "$DTRAIN" train --model "$dir/one1.safetensors" --data "$dir/train.bin" --seq 64 --steps 1 --threads 1 --quiet \
+    && cmp -s <(tail -c +1025 "$dir/one1.bin" | head -c 16384) <(head -c 16384 "$dir/one1/step-00000020/params.f32") \
     && ok "ckpt export: a safetensors file that trains, and an llm.c file whose wte is params.f32's" || fail "ckpt export"
 "$DTRAIN" ckpt info "$dir/nowhere" > /dev/null 2> "$dir/err"; rc=$?
 [ $rc -eq 1 ] && grep -q 'nowhere/latest: cannot open' "$dir/err" && ok "ckpt info on a missing directory: exit 1, named" || fail "ckpt info nowhere: $rc"
 # a damaged piece is named
-cp -r "$dir/one" "$dir/bad"
+cp -r "$dir/one1" "$dir/bad"
 printf '\x01' | dd of="$dir/bad/step-00000020/optim.f32" bs=1 seek=100 conv=notrunc 2> /dev/null
 "$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --zero 1 --steps 30 --resume "$dir/bad" > /dev/null 2> "$dir/err"; rc=$?
 [ $rc -ne 0 ] && grep -q 'optim.f32: floats \[0, ' "$dir/err" && ok "a damaged piece is refused: $(grep -m1 'optim.f32' "$dir/err")" \
