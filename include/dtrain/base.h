@@ -81,6 +81,12 @@ const char *dt_cpu_model(char *out, size_t cap);
 /* 64-byte aligned allocation (cache line; AVX-512 friendly). */
 void *dt_alloc_aligned(size_t bytes);
 void dt_free_aligned(void *p);
+/* Zeroed, 64-byte aligned memory whose pages the system provides only as
+ * they are first written (a store that may never be touched whole: the
+ * model's own gradients, moved to the shared arena by data parallelism).
+ * Freed with dt_free_zeroed. */
+void *dt_alloc_zeroed(size_t bytes);
+void dt_free_zeroed(void *p);
 /* Private memory that is not needed for a while (a gradient or parameter
  * shard's neighbours under ZeRO): the whole pages of [p, p + bytes) go back
  * to the system and read as zeros when touched again; the bytes of the

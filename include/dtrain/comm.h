@@ -108,6 +108,9 @@ const char *dt_comm_transport(const dt_comm *comm);
  * pre-faulted. Collectives on arena buffers skip the copy into shared memory. */
 dt_status dt_comm_alloc(dt_comm *comm, size_t bytes, void **out);
 void dt_comm_free(dt_comm *comm, void *p);
+/* The same, zeroed but not pre-faulted: its pages come as they are first
+ * written (a ZeRO rank's gradient store, of which it keeps only a shard). */
+dt_status dt_comm_alloc_sparse(dt_comm *comm, size_t bytes, void **out);
 /* Collective: one buffer that every rank of comm maps (all of them on one
  * machine), untouched (its pages come as they are written; never pre-faulted),
  * alive as long as the shared segment. ZeRO's ranks keep one copy of the

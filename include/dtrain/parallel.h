@@ -31,18 +31,19 @@ typedef struct dt_ddp dt_ddp;
  * hooks backward so that each bucket's nonblocking allreduce (average)
  * starts the moment its last gradient is written. A table tensor marked
  * input_rows is averaged early without its input rows, which are exchanged
- * at the end (the model must offer defer_input_rows and input_grad). */
-dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out);
-void dt_ddp_destroy(dt_ddp *d);
-/* ZeRO-2/3: the store is cut into shards (rank r: [offs[r], offs[r] +
- * counts[r]), tiling it in rank order; the arrays must outlive d). Each
+ * at the end (the model must offer defer_input_rows and input_grad).
+ * ZeRO-2/3 pass shards (rank r: [shard_offs[r], + shard_counts[r]), tiling
+ * the store in rank order; the arrays must outlive d; NULL for DDP): each
  * bucket is then reduced to the owners of the shards it crosses instead of
  * allreduced, and once done, its other shards' parts go back to the system
  * (dt_comm_release): a rank holds only its shard of the averaged gradient
- * and the buckets in flight. Micro-steps that do not synchronise
- * (gradient accumulation) accumulate the whole gradient locally first, as
- * PyTorch's no_sync does. */
-dt_status dt_ddp_set_shards(dt_ddp *d, const size_t *offs, const size_t *counts);
+ * and the buckets in flight. Micro-steps that do not synchronise (gradient
+ * accumulation) add up the whole gradient locally first, as PyTorch's
+ * no_sync does. */
+dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size_t bucket_bytes, const size_t *shard_offs,
+                        const size_t *shard_counts, dt_ddp **out);
+void dt_ddp_destroy(dt_ddp *d);
+
 /* The optimizer in backward: with an elementwise optimizer (SGD, AdamW;
  * dt_optim_elementwise), each bucket is updated (params, gradients zeroed)
  * as soon as its allreduce is done, ranks taking turns at unit boundaries,

@@ -2,6 +2,7 @@
  * buffers from sharing a line. */
 #include "dtrain/base.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -37,4 +38,19 @@ size_t dt_mem_resident(const void *p, size_t bytes) {
     free(v);
     /* the partial pages at the ends count whole: what the system holds for the range */
     return got * page < bytes ? got * page : bytes;
+}
+
+/* A 64-byte header before the block keeps the mapping's length (and the block 64-byte aligned). */
+void *dt_alloc_zeroed(size_t bytes) {
+    if (bytes > SIZE_MAX - 64) return NULL;
+    void *m = mmap(NULL, bytes + 64, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    *(size_t *)m = bytes;
+    return (char *)m + 64;
+}
+
+void dt_free_zeroed(void *p) {
+    if (!p) return;
+    char *m = (char *)p - 64;
+    munmap(m, *(size_t *)m + 64);
 }

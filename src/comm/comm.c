@@ -222,7 +222,7 @@ void *dt_comm_work(dt_comm *c, int k, size_t bytes) {
 
 #define ARENA_HDR 64 /* size of the block, kept in front of it */
 
-dt_status dt_comm_alloc(dt_comm *c, size_t bytes, void **out) {
+static dt_status arena_alloc(dt_comm *c, size_t bytes, void **out, bool prefault) {
     if (!c || !out) return dt_error(DT_ERR_ARG, "dt_comm_alloc: NULL argument");
     *out = NULL;
     if (bytes > SIZE_MAX - 2 * ARENA_HDR) return dt_error(DT_ERR_ARG, "dt_comm_alloc: %zu bytes overflows", bytes);
@@ -235,12 +235,18 @@ dt_status dt_comm_alloc(dt_comm *c, size_t bytes, void **out) {
     } else {
         p = dt_alloc_aligned(bytes + ARENA_HDR);
         if (!p) return dt_error(DT_ERR_NOMEM, "dt_comm_alloc: out of memory for %zu bytes", bytes);
+        prefault = true; /* private memory is not zeroed */
     }
-    memset(p, 0, bytes + ARENA_HDR); /* pre-fault: collectives never touch fresh pages */
+    /* pre-fault: collectives never touch fresh pages (the segment's fresh range reads as zeros either way) */
+    if (prefault) memset(p, 0, bytes + ARENA_HDR);
     *(size_t *)p = bytes;
     *out = p + ARENA_HDR;
     return DT_OK;
 }
+
+dt_status dt_comm_alloc(dt_comm *c, size_t bytes, void **out) { return arena_alloc(c, bytes, out, true); }
+
+dt_status dt_comm_alloc_sparse(dt_comm *c, size_t bytes, void **out) { return arena_alloc(c, bytes, out, false); }
 
 void dt_comm_free(dt_comm *c, void *ptr) {
     if (!c || !ptr) return;

@@ -153,7 +153,7 @@ dt_status dt_gpt2_create_units(const dt_gpt2_config *cfg, int a, int b, dt_gpt2 
     m->ub = b;
     if ((st = layout(m))) { free(m); return st; }
     m->params = m->own_params = dt_alloc_aligned(m->nparams * sizeof(float));
-    m->grads = m->own_grads = dt_alloc_aligned(m->nparams * sizeof(float));
+    m->grads = m->own_grads = dt_alloc_zeroed(m->nparams * sizeof(float));
     if (!m->params || !m->grads) {
         char sz[32];
         dt_format_size(2 * m->nparams * sizeof(float), sz, sizeof sz);
@@ -161,7 +161,6 @@ dt_status dt_gpt2_create_units(const dt_gpt2_config *cfg, int a, int b, dt_gpt2 
         return dt_error(DT_ERR_NOMEM, "model: cannot allocate %s of parameters and gradients", sz);
     }
     memset(m->params, 0, m->nparams * sizeof(float));
-    memset(m->grads, 0, m->nparams * sizeof(float));
     *out = m;
     return DT_OK;
 }
@@ -174,7 +173,7 @@ void dt_gpt2_destroy(dt_gpt2 *m) {
     if (!m) return;
     free(m->tab);
     dt_free_aligned(m->own_params);
-    dt_free_aligned(m->own_grads);
+    dt_free_zeroed(m->own_grads);
     dt_free_aligned(m->acts);
     free(m->inputs);
     free(m->targets);

@@ -59,10 +59,9 @@ dt_status dt_mlp_create(const int *sizes, int nsizes, dt_mlp **out) {
         }
     }
     m->params = m->own_params = dt_alloc_aligned(m->nparams * sizeof(float));
-    m->own_grads = m->grads = dt_alloc_aligned(m->nparams * sizeof(float));
+    m->own_grads = m->grads = dt_alloc_zeroed(m->nparams * sizeof(float));
     if (!m->params || !m->grads) { dt_mlp_destroy(m); return dt_error(DT_ERR_NOMEM, "mlp: out of memory"); }
     memset(m->params, 0, m->nparams * sizeof(float));
-    memset(m->grads, 0, m->nparams * sizeof(float));
     *out = m;
     return DT_OK;
 }
@@ -82,7 +81,7 @@ void dt_mlp_destroy(dt_mlp *m) {
     if (!m) return;
     free_acts(m);
     dt_free_aligned(m->own_params);
-    dt_free_aligned(m->own_grads);
+    dt_free_zeroed(m->own_grads);
     free(m);
 }
 

@@ -84,7 +84,7 @@ struct dt_ddp {
     size_t early_n;      /* of which inside backward */
     double last_early;   /* early_n / nparams of the last step */
     bool hooked;         /* the model's gradients and hook are ours */
-    /* ZeRO-2/3 (dt_ddp_set_shards): each rank keeps only its shard */
+    /* ZeRO-2/3 (shards given to dt_ddp_create): each rank keeps only its shard */
     const size_t *shard_off, *shard_cnt; /* every rank's shard; NULL: allreduce, every rank keeps everything */
     size_t s0, s1;       /* this rank's shard */
     int retired;         /* buckets whose other shards' parts went back to the system this step */
@@ -325,7 +325,24 @@ static void make_buckets(dt_ddp *d, const dt_tensor_info *r, int nr, size_t buck
     }
 }
 
-dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size_t bucket_bytes, dt_ddp **out) {
+static dt_status set_shards(dt_ddp *d, const size_t *offs, const size_t *counts) {
+    int p = dt_comm_size(d->c), me = dt_comm_rank(d->c);
+    size_t next = 0;
+    for (int r = 0; r < p; r++) {
+        if (offs[r] != next) return dt_error(DT_ERR_ARG, "ddp: shard %d starts at %zu, not %zu: shards must tile the store in rank order", r, offs[r], next);
+        next += counts[r];
+    }
+    if (next != d->nparams) return dt_error(DT_ERR_ARG, "ddp: the shards cover %zu of %zu parameters", next, d->nparams);
+    d->shard_off = offs;
+    d->shard_cnt = counts;
+    d->s0 = offs[me];
+    d->s1 = offs[me] + counts[me];
+    release_others(d, 0, d->nparams); /* pre-faulted anyway where the arena is private memory */
+    return DT_OK;
+}
+
+dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size_t bucket_bytes, const size_t *shard_offs,
+                        const size_t *shard_counts, dt_ddp **out) {
     *out = NULL;
     int nr = m->ntensors;
     dt_ddp *d = calloc(1, sizeof *d);
@@ -346,7 +363,10 @@ dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size
     qsort(r, (size_t)nr, sizeof *r, by_backward_order);
     make_buckets(d, r, nr, bucket_first, bucket_bytes);
     free(r);
-    dt_status st = dt_comm_alloc(c, d->nparams * sizeof(float), (void **)&d->grads);
+    /* sharded: only the shard and the buckets in flight are ever resident, so no pre-faulting */
+    dt_status st = shard_offs ? dt_comm_alloc_sparse(c, d->nparams * sizeof(float), (void **)&d->grads)
+                              : dt_comm_alloc(c, d->nparams * sizeof(float), (void **)&d->grads);
+    if (!st && shard_offs) st = set_shards(d, shard_offs, shard_counts);
     if (st) { dt_ddp_destroy(d); return st; }
     m->set_grad_storage(m->self, d->grads);
     m->set_grad_hook(m->self, grad_hook, d);
@@ -371,22 +391,6 @@ dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off
     }
     d->opt = o;
     d->params = params;
-    return DT_OK;
-}
-
-dt_status dt_ddp_set_shards(dt_ddp *d, const size_t *offs, const size_t *counts) {
-    int p = dt_comm_size(d->c), me = dt_comm_rank(d->c);
-    size_t next = 0;
-    for (int r = 0; r < p; r++) {
-        if (offs[r] != next) return dt_error(DT_ERR_ARG, "ddp: shard %d starts at %zu, not %zu: shards must tile the store in rank order", r, offs[r], next);
-        next += counts[r];
-    }
-    if (next != d->nparams) return dt_error(DT_ERR_ARG, "ddp: the shards cover %zu of %zu parameters", next, d->nparams);
-    d->shard_off = offs;
-    d->shard_cnt = counts;
-    d->s0 = offs[me];
-    d->s1 = offs[me] + counts[me];
-    release_others(d, 0, d->nparams); /* the arena came pre-faulted */
     return DT_OK;
 }
 
@@ -488,7 +492,7 @@ static dt_status s_create(dt_engine *e, void **state, size_t *off, size_t *n) {
     strategy *s = calloc(1, sizeof *s);
     if (!s) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
     s->c = c;
-    dt_status st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, &s->d);
+    dt_status st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, NULL, NULL, &s->d);
     if (st) { free(s); return st; }
     *state = s;
     return DT_OK;

@@ -18,7 +18,7 @@
  * 8/N (optimizer) bytes per parameter; DDP holds 16.
  *
  * Stage 2: the gradients are sharded too. Each bucket is reduced to the
- * owners of the shards it crosses (dt_ddp_set_shards) instead of
+ * owners of the shards it crosses (the shards given to dt_ddp_create) instead of
  * allreduced, and once done, the rest of it goes back to the system: a rank
  * holds its shard of the gradient and the buckets in flight, 4/N bytes per
  * parameter instead of 4. The updated parameters are gathered as in stage 1.
@@ -141,8 +141,8 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
         for (int t = 0; t < z->nt; t++) z->held += z->state ? others(z, t) : 0;
         z->whole = !c->model.set_unit_hooks;
     }
-    if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, &z->d);
-    if (!st && stage >= 2) st = dt_ddp_set_shards(z->d, z->offs, z->counts);
+    if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, stage >= 2 ? z->offs : NULL,
+                                stage >= 2 ? z->counts : NULL, &z->d);
     if (!st && stage == 3 && !z->whole && !z->share) c->model.set_unit_hooks(c->model.self, before_forward, before_backward, z);
     if (st) { z_destroy(z); return st; }
     *off = z->off;
