@@ -247,6 +247,13 @@ timeout 60 "$DTRAIN" launch -n 2 -- bash -c "$DTRAIN train ${common[*]} --batch 
 "$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --steps 2 --zero 3 --save "$dir/w3.bin" > /dev/null 2>&1 &&
 "$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --steps 2 --save "$dir/wd.bin" > /dev/null 2>&1 && cmp -s "$dir/w3.bin" "$dir/wd.bin" \
     && ok "zero3 --save FILE.bin writes DDP's file byte for byte" || fail "zero3 --save FILE.bin differs from DDP's"
+# DeepSpeed's config: the stage, the bucket size in elements; the keys for its own buffers named as ignored
+printf '{"zero_optimization": {"stage": 3, "reduce_bucket_size": 20000, "overlap_comm": true, "stage3_prefetch_bucket_size": 1}}' > "$dir/ds.json"
+"$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --config "$dir/ds.json" --metrics "$dir/ds.jsonl" > /dev/null 2> "$dir/err" &&
+    compare "the config's zero_optimization.stage 3" "$dir/ds.jsonl" "$dir/ref.jsonl" || fail "config stage 3: $(cat "$dir/err")"
+[ "$(grep -c 'zero_optimization.overlap_comm is accepted and ignored\|zero_optimization.stage3_prefetch_bucket_size is accepted and ignored' "$dir/err")" = 2 ] \
+    && ! grep -q reduce_bucket_size "$dir/err" && ok "the config's ignored keys are named: $(grep -m1 -o 'zero_optimization.overlap_comm is accepted and ignored' "$dir/err")" \
+    || fail "ignored keys: $(cat "$dir/err")"
 "$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --steps 2 --zero 4 > /dev/null 2> "$dir/err"; rc=$?
 [ $rc -eq 2 ] && grep -q -- '--zero' "$dir/err" && ok "--zero 4 refused: $(head -1 "$dir/err")" || fail "--zero 4: exit $rc, $(cat "$dir/err")"
 echo "zero: $passed passed, $failed failed"
