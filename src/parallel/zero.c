@@ -37,6 +37,16 @@
  * as in stage 2; after the update nothing is gathered: the next forward does
  * it. Model states: 16/N bytes per parameter plus the units in flight.
  *
+ * One machine: when every rank is local, they keep one copy of the
+ * parameters in the shared arena instead (moved there at the first step,
+ * each rank copying its shard). Each rank updates its shard in place and
+ * after_update is a barrier: nothing is gathered at any stage, and the
+ * machine holds the parameters once. The update inside backward may write
+ * a bucket's part as soon as its reduction is done, since a reduction ends
+ * only after every rank's backward of those units, and backward reads a
+ * tensor only at its gradient's unit. DTRAIN_ZERO_PRIVATE_PARAMS=1 keeps a
+ * copy per rank, as ranks on several machines do (the tests use it).
+ *
  * The three stages give the losses of DDP and of one process up to the
  * rounding of the reductions (tests/zero_equivalence.sh). */
 #include "dtrain/parallel.h"
