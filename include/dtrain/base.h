@@ -92,6 +92,10 @@ void dt_free_zeroed(void *p);
  * to the system and read as zeros when touched again; the bytes of the
  * partial pages at its ends are zeroed, so all of it reads as zeros. */
 void dt_mem_release(void *p, size_t bytes);
+/* Its first half: zeroes the bytes of [p, p + bytes) outside whole pages and
+ * returns the first whole page, *whole getting their length (0 and NULL if
+ * none; all of it is zeroed then): the caller gives those pages back its way. */
+void *dt_mem_zero_edges(void *p, size_t bytes, size_t *whole);
 /* The bytes of [p, p + bytes) that the system holds in memory now (mincore;
  * shared pages count where this process maps them), at most bytes. */
 size_t dt_mem_resident(const void *p, size_t bytes);

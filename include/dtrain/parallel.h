@@ -22,6 +22,11 @@ int dt_mesh_size(const dt_mesh *m, dt_mesh_dim d);
 int dt_mesh_coord(const dt_mesh *m, dt_mesh_dim d);
 dt_comm *dt_mesh_comm(const dt_mesh *m, dt_mesh_dim d);
 
+/* Whether ZeRO's ranks of the data-parallel communicator dp keep one
+ * shared copy of the parameters (zero.c): all of them on one machine, over
+ * its shared memory, unless DTRAIN_ZERO_PRIVATE_PARAMS=1 gives each its own. */
+int dt_zero_shares_params(dt_comm *dp);
+
 typedef struct dt_ddp dt_ddp;
 
 /* Moves the model's gradients into the communicator's shared arena (so

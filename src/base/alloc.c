@@ -18,14 +18,21 @@ void *dt_alloc_aligned(size_t bytes) {
 
 void dt_free_aligned(void *p) { free(p); }
 
-void dt_mem_release(void *p, size_t bytes) {
+void *dt_mem_zero_edges(void *p, size_t bytes, size_t *whole) {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), s = (uintptr_t)p, e = s + bytes, a = (s + page - 1) & ~(page - 1),
               b = e & ~(page - 1);
-    if (!bytes) return;
-    if (b <= a) { memset(p, 0, bytes); return; }
+    *whole = 0;
+    if (b <= a) { memset(p, 0, bytes); return NULL; }
     memset(p, 0, a - s);
     memset((void *)b, 0, e - b);
-    madvise((void *)a, b - a, MADV_DONTNEED);
+    *whole = b - a;
+    return (void *)a;
+}
+
+void dt_mem_release(void *p, size_t bytes) {
+    size_t whole;
+    void *a = dt_mem_zero_edges(p, bytes, &whole);
+    if (whole) madvise(a, whole, MADV_DONTNEED);
 }
 
 size_t dt_mem_resident(const void *p, size_t bytes) {

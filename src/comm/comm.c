@@ -278,11 +278,9 @@ void dt_comm_release(dt_comm *c, void *ptr, size_t bytes) {
     if (!bytes) return;
     if (!c || !c->seg || !dt_segment_contains(c->seg, ptr, bytes)) { dt_mem_release(ptr, bytes); return; }
     /* shared pages stay in the segment's file unless punched out of it */
-    uintptr_t s = (uintptr_t)ptr, e = s + bytes, a = (s + 4095) & ~(uintptr_t)4095, b = e & ~(uintptr_t)4095;
-    if (b <= a) { memset(ptr, 0, bytes); return; }
-    memset(ptr, 0, a - s);
-    memset((void *)b, 0, e - b);
-    dt_segment_free(c->seg, (uint64_t)((char *)a - c->seg->base), b - a);
+    size_t whole;
+    char *a = dt_mem_zero_edges(ptr, bytes, &whole);
+    if (whole) dt_segment_free(c->seg, (uint64_t)(a - c->seg->base), whole);
 }
 
 /* ---- algorithm choice ---- */

@@ -127,9 +127,7 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
     for (int r = 0; r < p; r++) shard(c->model.nparams, p, r, &z->offs[r], &z->counts[r]);
     shard(c->model.nparams, p, rank, &z->off, &z->n);
     dt_status st = DT_OK;
-    const char *priv = getenv("DTRAIN_ZERO_PRIVATE_PARAMS");
-    z->share = p == dt_comm_local_size(c->comm) && strcmp(dt_comm_transport(c->comm), "self") && c->model.set_param_storage &&
-               !(priv && atoi(priv) > 0);
+    z->share = dt_zero_shares_params(c->comm) && c->model.set_param_storage;
     if (z->share) {
         /* nothing to gather: each rank writes its shard of the one copy, the others read it there */
         st = dt_comm_alloc_shared(c->comm, c->model.nparams * sizeof(float), (void **)&z->shared);
@@ -148,7 +146,7 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
         z->req = calloc((size_t)z->nt * (size_t)p + 1, sizeof *z->req);
         if (!z->state || !z->keep || !z->req) st = dt_error(DT_ERR_NOMEM, "zero3: out of memory");
         else memset(z->state, RESIDENT, (size_t)z->nt + 1);
-        for (int t = 0; t < z->nt; t++) z->held += z->state ? others(z, t) : 0;
+        for (int t = 0; t < z->nt && !st; t++) z->held += others(z, t);
         z->whole = !c->model.set_unit_hooks;
     }
     if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, stage >= 2 ? z->offs : NULL,
@@ -159,6 +157,12 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
     *n = z->n;
     *state = z;
     return DT_OK;
+}
+
+int dt_zero_shares_params(dt_comm *dp) {
+    const char *priv = getenv("DTRAIN_ZERO_PRIVATE_PARAMS");
+    return dp && dt_comm_size(dp) > 1 && dt_comm_local_size(dp) == dt_comm_size(dp) && strcmp(dt_comm_transport(dp), "self") &&
+           !(priv && atoi(priv) > 0);
 }
 
 static dt_status z1_create(dt_engine *e, void **state, size_t *off, size_t *n) { return z_create(e, 1, state, off, n); }
@@ -335,32 +339,29 @@ static dt_status z_sum(void *state, double *v, size_t n) {
 
 static dt_status gather_params(zero *z);
 
+/* Stage 1: the gradients outside this rank's shard, which its optimizer did
+ * not zero (stages 2 and 3 gave them back already). */
+static void clear_other_grads(zero *z) {
+    const dt_model *m = &z->c->model;
+    float *g = m->grads(m->self);
+    memset(g, 0, z->off * sizeof *g);
+    memset(g + z->off + z->n, 0, (m->nparams - z->off - z->n) * sizeof *g);
+}
+
 /* Stages 1 and 2: every rank gets every shard's new parameters. Stage 3:
  * what this rank holds of other shards is out of date; it goes back. */
 static dt_status z_after_update(void *state) {
     zero *z = state;
     if (!z) return DT_OK;
-    if (z->share == 2) {
-        /* the one copy: every shard is in place once every rank has written its own */
-        const dt_model *m = &z->c->model;
-        float *g = m->grads(m->self);
-        if (z->stage == 1) {
-            memset(g, 0, z->off * sizeof *g);
-            memset(g + z->off + z->n, 0, (m->nparams - z->off - z->n) * sizeof *g);
-        }
-        return dt_comm_barrier(z->c->comm);
-    }
+    if (z->stage == 1) clear_other_grads(z);
+    /* the one copy: every shard is in place once every rank has written its own */
+    if (z->share == 2) return dt_comm_barrier(z->c->comm);
     return z->stage == 3 ? release_everything(z) : gather_params(z);
 }
 
 static dt_status gather_params(zero *z) {
     const dt_model *m = &z->c->model;
-    float *p = m->params(m->self), *g = m->grads(m->self);
-    if (z->stage == 1) {
-        /* the gradients outside this rank's shard, which its optimizer did not zero (stage 2 gave them back) */
-        memset(g, 0, z->off * sizeof *g);
-        memset(g + z->off + z->n, 0, (m->nparams - z->off - z->n) * sizeof *g);
-    }
+    float *p = m->params(m->self);
     /* in pieces of CHUNK floats of every shard at a time, through two small
      * buffers (a whole shard's staging would cost 4/N bytes per parameter) */
     int np = dt_comm_size(z->c->comm);

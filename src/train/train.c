@@ -243,9 +243,7 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
                         .opt = c->opt, .dp = r->dp_size, .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
                         .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                         .data_bytes = data,
-                        /* zero.c's rule: every data-parallel rank on this machine, none asking for its own copy */
-                        .shared_params = r->w && dt_comm_local_size(r->w) == r->dp_size && r->dp_size == r->nranks &&
-                                         !(getenv("DTRAIN_ZERO_PRIVATE_PARAMS") && atoi(getenv("DTRAIN_ZERO_PRIVATE_PARAMS")) > 0) };
+                        .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_comm(r->mesh, DT_MESH_DP)) };
     return dt_plan_check_memory(&job, 3);
 }
 
