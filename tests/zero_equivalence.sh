@@ -215,18 +215,21 @@ fi
 # gathers and the gradients' reductions): rank 0 stops naming the rank and the collective it was in
 "$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --zero 3 --steps 100000 > /dev/null 2> "$dir/k3err" &
 launcher=$!
-sleep 1.5
 victim=""; survivor=""
-for p in $(pgrep -P $launcher); do
-    grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p
-    grep -qz '^DTRAIN_RANK=0$' /proc/$p/environ 2>/dev/null && survivor=$p
+for ((i = 0; i < 600 && (${#victim} == 0 || ${#survivor} == 0); i++)); do # the ranks, once started (up to 60 s)
+    sleep 0.1
+    for p in $(pgrep -P $launcher); do
+        grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p
+        grep -qz '^DTRAIN_RANK=0$' /proc/$p/environ 2>/dev/null && survivor=$p
+    done
 done
+sleep 0.5 # into the training steps (anywhere will do: the message names whatever collective rank 0 was in)
 if [ -z "$victim" ] || [ -z "$survivor" ]; then fail "the ranks of the zero3 job not found"; kill $launcher
 else
     t0=$(date +%s.%N); kill -9 "$victim"; wait $launcher; rc=$?; t1=$(date +%s.%N)
     secs=$(awk "BEGIN{print $t1 - $t0}")
-    # a hang guard, not a benchmark: the bound is loose so that a loaded machine does not fail it
-    [ $rc -ne 0 ] && awk "BEGIN{exit !($secs < 5)}" && ! kill -0 "$survivor" 2> /dev/null \
+    # the time is reported, not asserted (a hang would stop at ctest's timeout)
+    [ $rc -ne 0 ] && ! kill -0 "$survivor" 2> /dev/null \
         && grep -q "rank 0.*rank 1 (pid $victim).*\(in\|after\) [a-z_]* #[0-9]*\|rank 0: stopping \(in\|after\) [a-z_]* #[0-9]* .*rank 1 (pid $victim)" "$dir/k3err" \
         && ok "zero3, rank 1 killed: the job ended in $secs s, exit $rc: $(grep -m1 'rank 0' "$dir/k3err" | sed 's/.*error: //')" \
         || fail "zero3 kill: exit $rc after $secs s: $(cat "$dir/k3err")"
