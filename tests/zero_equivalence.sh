@@ -121,6 +121,21 @@ for mode in shared own; do
     done
 done
 
+# Stages 2 and 3 lend each bucket's pages outside the shard from a small pool instead of faulting in
+# fresh ones every step: the same bits as without it (DTRAIN_ZERO_NO_POOL=1), with small buckets that
+# wrap around the pool; and the pool is there, counted with the communication buffers
+buffers() { grep -o "rank $2: [0-9.]*, [0-9.]*, [0-9.]*, [0-9.]*" "$1" | sed 's/.*, //'; } # file rank -> MiB
+for z in 2 3; do
+    run pool$z --nproc 3 --batch 1 --zero $z --bucket-mb 0.016
+    DTRAIN_ZERO_NO_POOL=1 run nopool$z --nproc 3 --batch 1 --zero $z --bucket-mb 0.016
+    [ -s "$dir/pool$z.jsonl" ] && [ "$(losses "$dir/pool$z.jsonl")" = "$(losses "$dir/nopool$z.jsonl")" ] \
+        && ok "zero$z: buckets in the pool's pages give the losses of fresh pages, exactly" || fail "zero$z: pooled and fresh pages differ"
+    DTRAIN_ZERO_NO_POOL=1 "$DTRAIN" train "${loud[@]}" "${big[@]}" --steps 2 --nproc 2 --batch 2 --zero $z > "$dir/nopool$z.out" 2>&1
+    b1=$(buffers "$dir/big$z.out" 1); b0=$(buffers "$dir/nopool$z.out" 1)
+    awk "BEGIN{exit !(${b1:-0} > ${b0:-0} + 1)}" && ok "zero$z rank 1's buffers: $b1 MiB with the pool, $b0 MiB without" \
+        || fail "zero$z: buffers '$b1' MiB with the pool, '$b0' without"
+done
+
 # the MLP on the same engine
 . "$(dirname "$0")/tiny_images.sh"
 tiny_images "$dir/img"

@@ -120,6 +120,16 @@ dt_status dt_comm_alloc_shared(dt_comm *comm, size_t bytes, void **out);
  * and its whole pages go back to the system until touched again (ZeRO
  * keeps only its shard of a gradient resident). */
 void dt_comm_release(dt_comm *comm, void *p, size_t bytes);
+/* The whole pages [at, at + bytes) of an arena buffer show the arena's pages
+ * at `from` instead of their own: writes through `at` land there (a ZeRO
+ * rank's gradient buckets borrow a small pool's pages instead of faulting in
+ * fresh ones every step). The pages are mapped now. `from` == `at` gives the
+ * range its own pages back, unmapped (they may be holes). Other ranks, and
+ * collectives, see only the arena's own layout: pass them `from`'s address.
+ * Both page-aligned; DT_ERR_ARG where either is not in the shared arena. */
+dt_status dt_comm_map_pages(dt_comm *comm, void *at, const void *from, size_t bytes);
+/* Whether [p, p + bytes) is in the shared arena (dt_comm_map_pages can remap it). */
+int dt_comm_in_arena(const dt_comm *comm, const void *p, size_t bytes);
 
 /* Force an algorithm for one collective (DT_ALGO_AUTO restores the cost
  * model). The environment variable DTRAIN_ALGO=<algo> forces all of them,

@@ -21,6 +21,7 @@ typedef struct dt_engine dt_engine;
 /* What a strategy reports once a step's gradients are complete. */
 typedef struct {
     double exposed_ms;          /* communication backward did not hide */
+    double exposed_in_backward_ms; /* of which waited for inside backward (counted in its time) */
     int updated;                /* the update already happened (inside backward) */
     double norm;                /* then: the gradient norm it saw */
     double updated_in_backward; /* the share of the parameters updated inside backward (metrics) */
@@ -85,6 +86,7 @@ typedef struct {
     float loss;                 /* mean over the global batch */
     double norm;                /* gradient norm before clipping */
     double exposed_ms, update_ms;
+    double exposed_in_backward_ms; /* of exposed_ms, inside backward */
     double updated_in_backward;
     int skipped;                /* not finite, and skip_nonfinite */
     int stop;                   /* some rank passed stop != 0 */

@@ -3,6 +3,7 @@
 #define DTRAIN_PARALLEL_H
 
 #include "dtrain/comm.h"
+#include "dtrain/engine.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 
@@ -63,11 +64,12 @@ dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off
  * learning rate, for the optimizer in backward. */
 void dt_ddp_begin(dt_ddp *d, int sync, float lr);
 /* Waits for the step's allreduces (and with the optimizer in backward,
- * finishes the update); *exposed_ms gets the time spent waiting
- * (communication that backward did not hide); *grad_norm the L2 norm of the
+ * finishes the update); r->exposed_ms gets the time spent waiting
+ * (communication that backward did not hide), of which
+ * r->exposed_in_backward_ms inside backward; r->norm the L2 norm of the
  * averaged gradients in the optimizer's window when it ran in backward,
  * else -1. */
-dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm);
+dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r);
 int dt_ddp_buckets(const dt_ddp *d);
 /* The communication buffers it holds beside the gradients (the embedding's rows, the tokens). */
 size_t dt_ddp_buffer_bytes(const dt_ddp *d);

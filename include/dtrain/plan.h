@@ -25,7 +25,7 @@ typedef struct {
     int dp;                  /* data-parallel ranks */
     int local_ranks;         /* ranks on one machine */
     int stage;               /* 0: DDP; 1, 2, 3: ZeRO */
-    size_t bucket_bytes;     /* stage 2: the gradient bucket in flight */
+    size_t bucket_bytes;     /* stages 2, 3: a gradient bucket (the pool holds two in flight) */
     size_t data_bytes;       /* token files each rank reads whole */
     int shared_params;       /* ZeRO's ranks all on one machine share one copy of the parameters */
 } dt_plan_job;

@@ -2,9 +2,11 @@
  * splits, its shared arena, and the checked entry of every collective. */
 #include "comm_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static bool env_int(const char *name, long *out) {
@@ -282,6 +284,22 @@ void dt_comm_release(dt_comm *c, void *ptr, size_t bytes) {
     char *a = dt_mem_zero_edges(ptr, bytes, &whole);
     if (whole) dt_segment_free(c->seg, (uint64_t)(a - c->seg->base), whole);
 }
+
+dt_status dt_comm_map_pages(dt_comm *c, void *at, const void *from, size_t bytes) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (!bytes) return DT_OK;
+    if (!c || !c->seg || !dt_segment_contains(c->seg, at, bytes) || !dt_segment_contains(c->seg, from, bytes))
+        return dt_error(DT_ERR_ARG, "dt_comm_map_pages: the ranges are not in the shared arena");
+    if (((uintptr_t)at | (uintptr_t)from | bytes) & (page - 1))
+        return dt_error(DT_ERR_ARG, "dt_comm_map_pages: %p, %p, %zu bytes are not whole pages", at, from, bytes);
+    int flags = MAP_SHARED | MAP_FIXED | MAP_NORESERVE | (at != from ? MAP_POPULATE : 0);
+    off_t off = (off_t)((const char *)from - c->seg->base);
+    if (mmap(at, bytes, PROT_READ | PROT_WRITE, flags, c->seg->fd, off) == MAP_FAILED)
+        return dt_error(DT_ERR_SYS, "dt_comm_map_pages: mapping %zu bytes failed: %s", bytes, strerror(errno));
+    return DT_OK;
+}
+
+int dt_comm_in_arena(const dt_comm *c, const void *p, size_t bytes) { return c && dt_segment_contains(c->seg, p, bytes); }
 
 /* ---- algorithm choice ---- */
 

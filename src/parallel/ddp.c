@@ -35,16 +35,25 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct { size_t off, count; } range;
+
+/* Whole pages of a bucket outside this rank's shard: in a pooled step they
+ * show the pool's pages at the bucket's span + skip. */
+typedef struct { char *at; size_t bytes, skip; } borrow;
 
 typedef struct {
     int last_unit;       /* issue when backward reports this unit */
     range *ranges;
     int nranges;
     int req0, nreq;      /* this step's requests, in dt_ddp.reqs */
+    borrow *runs;        /* ZeRO-2/3: its whole pages outside the shard */
+    int nruns;
+    size_t need, span;   /* their bytes; where in the pool they are this step */
 } bucket;
 
 struct dt_ddp {
@@ -88,6 +97,16 @@ struct dt_ddp {
     const size_t *shard_off, *shard_cnt; /* every rank's shard; NULL: allreduce, every rank keeps everything */
     size_t s0, s1;       /* this rank's shard */
     int retired;         /* buckets whose other shards' parts went back to the system this step */
+    /* With the store in the shared arena, a step's buckets borrow the pages of
+     * a small pool for their parts outside the shard, instead of faulting in
+     * fresh pages and punching them out again (5 us a page against 0.8) */
+    bool split;          /* every rank pools (same page phase): reductions are cut at page edges */
+    bool pooled;         /* this step pools: it synchronises and nothing was accumulated outside the shard */
+    bool accumulated;    /* a micro-step of this step did not synchronise */
+    char *pool, *pool_raw; /* arena, page-aligned; NULL where no bucket has a whole page outside the shard */
+    size_t pool_bytes, head; /* the ring; its next free byte */
+    int mapped;          /* buckets lent pages this step, in order */
+    borrow *borrows;     /* every bucket's runs */
 };
 
 /* The table's tensors as gradient ranges in the order backward finalises
@@ -233,24 +252,67 @@ static dt_status step_buckets(dt_ddp *d, bool wait, double *waited) {
     return DT_OK;
 }
 
+/* ---- the bucket pool's pages (ZeRO-2/3) ---- */
+
+static size_t page_bytes(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+/* The store's first page edge at or after element i, and the last at or before it (as elements). */
+static size_t edge_up(const dt_ddp *d, size_t i) {
+    size_t pg = page_bytes(), a = (uintptr_t)(d->grads + i) % pg;
+    return i + (a ? (pg - a) / sizeof(float) : 0);
+}
+static size_t edge_down(const dt_ddp *d, size_t i) {
+    size_t back = ((uintptr_t)(d->grads + i) % page_bytes()) / sizeof(float);
+    return back <= i ? i - back : 0; /* none in the store: 0, below any edge_up */
+}
+
+/* The whole pages of [a, b) as a run of bucket k. */
+static void add_run(dt_ddp *d, bucket *k, size_t a, size_t b) {
+    if (a >= b) return;
+    a = edge_up(d, a);
+    b = edge_down(d, b);
+    if (a >= b) return;
+    k->runs[k->nruns++] = (borrow){ (char *)(d->grads + a), (b - a) * sizeof(float), k->need };
+    k->need += (b - a) * sizeof(float);
+}
+
+/* Where element i of bucket k is this step: the pool's page it borrows, or its own. */
+static float *where(dt_ddp *d, const bucket *k, size_t i) {
+    char *a = (char *)(d->grads + i);
+    for (int r = 0; d->pooled && r < k->nruns; r++)
+        if (a >= k->runs[r].at && a < k->runs[r].at + k->runs[r].bytes)
+            return (float *)(d->pool + k->span + k->runs[r].skip + (a - k->runs[r].at));
+    return d->grads + i;
+}
+
 /* A bucket's range, averaged: allreduced (every rank gets it all), or with
  * shards reduced to each owner, a piece per shard it crosses. */
-static dt_status reduce_range(dt_ddp *d, size_t off, size_t n) {
+static dt_status reduce_piece(dt_ddp *d, const bucket *k, size_t a, size_t b, int root) {
+    if (a >= b) return DT_OK;
+    dt_request **req = next_request(d);
+    if (!req) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+    float *g = where(d, k, a);
+    dt_status st = root >= 0 ? dt_comm_ireduce(d->c, g, g, b - a, DT_F32, DT_AVG, root, req)
+                             : dt_comm_iallreduce(d->c, g, g, b - a, DT_F32, DT_AVG, req);
+    if (!st) d->nreqs++;
+    return st;
+}
+
+static dt_status reduce_range(dt_ddp *d, const bucket *k, size_t off, size_t n) {
     int p = dt_comm_size(d->c);
-    for (int r = 0; r < (d->shard_off ? p : 1); r++) {
-        size_t a = off, b = off + n;
-        if (d->shard_off) {
-            a = off > d->shard_off[r] ? off : d->shard_off[r];
-            b = off + n < d->shard_off[r] + d->shard_cnt[r] ? off + n : d->shard_off[r] + d->shard_cnt[r];
-            if (a >= b) continue;
-        }
-        dt_request **req = next_request(d);
-        if (!req) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
-        float *g = d->grads + a;
-        dt_status st = d->shard_off ? dt_comm_ireduce(d->c, g, g, b - a, DT_F32, DT_AVG, r, req)
-                                    : dt_comm_iallreduce(d->c, g, g, b - a, DT_F32, DT_AVG, req);
+    if (!d->shard_off) return reduce_piece(d, k, off, off + n, -1);
+    for (int r = 0; r < p; r++) {
+        size_t a = off > d->shard_off[r] ? off : d->shard_off[r];
+        size_t b = off + n < d->shard_off[r] + d->shard_cnt[r] ? off + n : d->shard_off[r] + d->shard_cnt[r];
+        if (a >= b) continue;
+        /* pooled: cut where a page may change hands (the same edges on every rank) */
+        size_t pa = d->pooled ? edge_up(d, a) : b, pb = d->pooled ? edge_down(d, b) : b;
+        if (pa > b) pa = b;
+        if (pb < pa) pb = pa;
+        dt_status st = reduce_piece(d, k, a, pa, r);
+        if (!st) st = reduce_piece(d, k, pa, pb, r);
+        if (!st) st = reduce_piece(d, k, pb, b, r);
         if (st) return st;
-        d->nreqs++;
     }
     return DT_OK;
 }
@@ -265,22 +327,99 @@ static void release_others(dt_ddp *d, size_t off, size_t n) {
     }
 }
 
-/* With shards: each bucket whose reductions are done gives back the other
- * shards' parts, so that a rank holds its shard and the buckets in flight. */
-static dt_status retire(dt_ddp *d) {
-    double ignored = 0;
-    while (d->shard_off && d->retired < d->issued) {
+/* With shards: each bucket whose reductions are done (with wait: up to
+ * bucket upto, waiting) gives back the other shards' parts, so that a rank
+ * holds its shard and the buckets in flight. A pooled bucket's pages go back
+ * to the pool. */
+static dt_status retire(dt_ddp *d, int upto, bool wait) {
+    while (d->shard_off && d->retired < upto) {
         bucket *k = &d->b[d->retired];
         bool done = true;
         for (int i = 0; i < k->nreq && done; i++) {
-            dt_status st = ready(&d->reqs[k->req0 + i], false, &ignored, &done);
+            dt_status st = ready(&d->reqs[k->req0 + i], wait, &d->waited_in_backward, &done);
             if (st) return st;
         }
         if (!done) return DT_OK;
-        for (int r = 0; r < k->nranges; r++) release_others(d, k->ranges[r].off, k->ranges[r].count);
+        for (int r = 0; r < k->nranges && !d->pooled; r++) release_others(d, k->ranges[r].off, k->ranges[r].count);
         d->retired++;
     }
     return DT_OK;
+}
+
+/* ---- the bucket pool (ZeRO-2/3) ---- */
+
+/* Every bucket's runs, and a pool for any two consecutive buckets' (the one
+ * in flight and the one backward writes). Only where every rank's store is
+ * in the arena at the same page phase: the reductions are then cut at the
+ * same page edges on every rank. */
+static dt_status make_pool(dt_ddp *d) {
+    int p = dt_comm_size(d->c);
+    int64_t mine = dt_comm_in_arena(d->c, d->grads, d->nparams * sizeof(float)) ? (int64_t)((uintptr_t)d->grads % page_bytes()) : -1;
+    int64_t *all = malloc(sizeof *all * (size_t)p);
+    if (!all) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+    dt_status st = dt_comm_allgather(d->c, &mine, all, 1, DT_I64);
+    bool same = !st;
+    for (int r = 0; same && r < p; r++) same = all[r] >= 0 && all[r] == all[0];
+    free(all);
+    if (!same || getenv("DTRAIN_ZERO_NO_POOL")) return st;
+    d->borrows = calloc((size_t)d->nall * 2 + 1, sizeof *d->borrows);
+    if (!d->borrows) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+    borrow *next = d->borrows;
+    for (int j = 0; j < d->nb; j++) {
+        bucket *k = &d->b[j];
+        k->runs = next;
+        for (int r = 0; r < k->nranges; r++) {
+            size_t a = k->ranges[r].off, b = a + k->ranges[r].count;
+            add_run(d, k, a, b < d->s0 ? b : d->s0);
+            add_run(d, k, a > d->s1 ? a : d->s1, b);
+        }
+        next += k->nruns;
+    }
+    int w = getenv("DTRAIN_POOL_W") ? atoi(getenv("DTRAIN_POOL_W")) : 2;
+    for (int j = 0; j < d->nb; j++) {
+        size_t sum = 0;
+        for (int i = j; i < j + w && i < d->nb; i++) sum += d->b[i].need;
+        if (sum > d->pool_bytes) d->pool_bytes = sum;
+    }
+    d->split = true;
+    if (!d->pool_bytes) return DT_OK;
+    /* never pre-faulted: a page comes when first lent, and stays */
+    if ((st = dt_comm_alloc_sparse(d->c, d->pool_bytes + page_bytes(), (void **)&d->pool_raw))) return st;
+    d->pool = (char *)(((uintptr_t)d->pool_raw + page_bytes() - 1) & ~(uintptr_t)(page_bytes() - 1));
+    return DT_OK;
+}
+
+/* Bucket k's runs borrow the pool's pages, zeroed, after older buckets
+ * whose pages they would take are done (waiting for them if need be). */
+static dt_status lend(dt_ddp *d, int k) {
+    bucket *b = &d->b[k];
+    size_t at = d->head + b->need <= d->pool_bytes ? d->head : 0;
+    for (int j = d->retired; j < k; j++) {
+        const bucket *o = &d->b[j];
+        if (o->need && o->span < at + b->need && at < o->span + o->need) {
+            dt_status st = retire(d, j + 1, true);
+            if (st) return st;
+        }
+    }
+    for (int r = 0; r < b->nruns; r++) {
+        dt_status st = dt_comm_map_pages(d->c, b->runs[r].at, d->pool + at + b->runs[r].skip, b->runs[r].bytes);
+        if (st) return st;
+        memset(b->runs[r].at, 0, b->runs[r].bytes); /* backward adds to them */
+    }
+    b->span = at;
+    d->head = at + b->need;
+    d->mapped = k + 1;
+    return DT_OK;
+}
+
+/* The store's pages outside the shard are its own again (holes, mostly). */
+static dt_status give_back(dt_ddp *d) {
+    size_t a = edge_up(d, 0), b = edge_down(d, d->s0), c = edge_up(d, d->s1), e = edge_down(d, d->nparams);
+    dt_status st = a < b ? dt_comm_map_pages(d->c, d->grads + a, d->grads + a, (b - a) * sizeof(float)) : DT_OK;
+    if (!st && c < e) st = dt_comm_map_pages(d->c, d->grads + c, d->grads + c, (e - c) * sizeof(float));
+    d->mapped = 0;
+    d->head = 0;
+    return st;
 }
 
 
@@ -290,14 +429,16 @@ static void grad_hook(int unit, void *ctx) {
     for (int k = 0; k < d->nb; k++) {
         if (d->b[k].last_unit != unit) continue;
         d->b[k].req0 = d->nreqs;
-        for (int r = 0; r < d->b[k].nranges && !d->err; r++) d->err = reduce_range(d, d->b[k].ranges[r].off, d->b[k].ranges[r].count);
+        for (int r = 0; r < d->b[k].nranges && !d->err; r++) d->err = reduce_range(d, &d->b[k], d->b[k].ranges[r].off, d->b[k].ranges[r].count);
         if (d->err) return;
         d->b[k].nreq = d->nreqs - d->b[k].req0;
         d->issued = k + 1;
     }
     if (d->emb && unit == d->emb->grad_unit) d->err = send_tokens(d);
     if (d->emb && unit == d->emb->unit && !d->err) d->err = send_rows(d);
-    if (!d->err) d->err = retire(d);
+    if (!d->err) d->err = retire(d, d->issued, false);
+    /* the next bucket's pages, before backward writes them */
+    if (d->pooled && !d->err && d->mapped == d->issued && d->issued < d->nb) d->err = lend(d, d->issued);
     /* one rank's turn per unit boundary */
     if (d->opt && !d->err && d->turn++ % dt_comm_size(d->c) == dt_comm_rank(d->c)) {
         /* a wait here (DTRAIN_DDP_WAIT_IN_BACKWARD) is exposed communication too */
@@ -338,7 +479,7 @@ static dt_status set_shards(dt_ddp *d, const size_t *offs, const size_t *counts)
     d->s0 = offs[me];
     d->s1 = offs[me] + counts[me];
     release_others(d, 0, d->nparams); /* pre-faulted anyway where the arena is private memory */
-    return DT_OK;
+    return make_pool(d);
 }
 
 dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size_t bucket_bytes, const size_t *shard_offs,
@@ -396,6 +537,7 @@ dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off
 
 void dt_ddp_destroy(dt_ddp *d) {
     if (!d) return;
+    if (d->mapped) give_back(d); /* before the store goes: its addresses must not show the pool */
     if (d->hooked) {
         d->m.set_grad_hook(d->m.self, NULL, NULL);
         if (d->emb) d->m.defer_input_rows(d->m.self, 0);
@@ -408,6 +550,8 @@ void dt_ddp_destroy(dt_ddp *d) {
     free(d->b);
     free(d->reqs);
     dt_comm_free(d->c, d->grads);
+    dt_comm_free(d->c, d->pool_raw);
+    free(d->borrows);
     free(d);
 }
 
@@ -417,10 +561,19 @@ void dt_ddp_begin(dt_ddp *d, int sync, float lr) {
     if (sync && d->opt) dt_optim_begin(d->opt);
     /* micro-steps that do not synchronise accumulate the rows as usual */
     if (d->emb) d->m.defer_input_rows(d->m.self, sync);
+    if (d->split) {
+        /* what a micro-step accumulates stays in the store's own pages */
+        if (!sync) d->accumulated = true;
+        bool pool = sync && !d->accumulated;
+        if (!pool && d->mapped && !d->err) d->err = give_back(d);
+        d->pooled = pool;
+        if (pool && !d->mapped && d->nb && !d->err) d->err = lend(d, 0);
+    }
 }
 
-dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm) {
+dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
     double waited = d->waited_in_backward;
+    r->exposed_in_backward_ms = waited * 1e3;
     d->waited_in_backward = 0;
     dt_status st = d->err;
     if (d->opt && !st) st = step_buckets(d, true, &waited);
@@ -443,23 +596,28 @@ dt_status dt_ddp_finish(dt_ddp *d, double *exposed_ms, double *grad_norm) {
     }
     if (d->shard_off) {
         /* everything outside the shard, the exchanged embedding rows included */
+        if (d->mapped) {
+            dt_status s2 = give_back(d);
+            if (!st) st = s2;
+        }
         release_others(d, 0, d->nparams);
+        d->accumulated = d->pooled = false;
     }
     if (!st && d->opt && d->done_n != d->w1 - d->w0)
         st = dt_error(DT_ERR_ARG, "ddp: the optimizer updated %zu of %zu parameters", d->done_n, d->w1 - d->w0);
-    if (grad_norm) *grad_norm = d->opt ? sqrt(d->sumsq) : -1;
+    r->norm = d->opt ? sqrt(d->sumsq) : -1;
     d->last_early = d->opt && d->w1 > d->w0 ? (double)d->early_n / (double)(d->w1 - d->w0) : 0;
     d->nreqs = d->ntok = d->issued = d->stepped = d->turn = d->retired = 0;
     d->sumsq = 0;
     d->done_n = d->early_n = 0;
     d->err = DT_OK;
-    if (exposed_ms) *exposed_ms = waited * 1e3;
+    r->exposed_ms = waited * 1e3;
     return st;
 }
 
 int dt_ddp_buckets(const dt_ddp *d) { return d->nb; }
 
-size_t dt_ddp_buffer_bytes(const dt_ddp *d) { return d->rows_cap * sizeof(float) + d->toks_cap * sizeof(int32_t); }
+size_t dt_ddp_buffer_bytes(const dt_ddp *d) { return d->rows_cap * sizeof(float) + d->toks_cap * sizeof(int32_t) + d->pool_bytes; }
 
 double dt_ddp_updated_in_backward(const dt_ddp *d) { return d->last_early; }
 
@@ -516,7 +674,7 @@ static void s_begin(void *state, int sync, float lr) { dt_ddp_begin(((strategy *
 
 static dt_status s_finish(void *state, dt_sync_result *r) {
     strategy *s = state;
-    dt_status st = dt_ddp_finish(s->d, &r->exposed_ms, &r->norm);
+    dt_status st = dt_ddp_finish(s->d, r);
     r->updated = s->d->opt != NULL;
     r->updated_in_backward = dt_ddp_updated_in_backward(s->d);
     return st;

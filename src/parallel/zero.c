@@ -320,7 +320,8 @@ static dt_status z_finish(void *state, dt_sync_result *r) {
     zero *z = state;
     if (!z) return DT_OK;
     double norm = 0;
-    dt_status st = dt_ddp_finish(z->d, &r->exposed_ms, &norm);
+    dt_status st = dt_ddp_finish(z->d, r);
+    norm = r->norm;
     if (!st && z->err) st = z->err;
     z->err = DT_OK;
     r->updated = z->in_backward; /* else the engine updates this rank's shard */

@@ -24,13 +24,16 @@ void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
     /* on one machine ZeRO's ranks share one copy of the parameters (a rank's share: its shard) */
     int shared = j->stage >= 1 && n > 1 && j->shared_params;
     m->params = f * psi / (j->stage >= 3 || shared ? n : 1);
-    m->grads = j->stage >= 2 ? f * psi / n + (double)j->bucket_bytes : f * psi;
+    m->grads = j->stage >= 2 ? f * psi / n : f * psi;
     m->optim = f * optim_floats(&j->opt) * psi / (j->stage >= 1 ? n : 1);
     /* DDP: the tied embedding's rows of every rank (C floats per token) and the tokens;
-     * ZeRO: the parameters' allgather staged 4M floats per rank at a time */
+     * ZeRO: the parameters' allgather staged 4M floats per rank at a time; stages 2
+     * and 3, the pool of pages for two buckets in flight, at most the head's
+     * (the tied embedding) and the next */
     double BT = (double)j->batch * j->seq, C = j->model.channels;
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
-    m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0);
+    m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
+              (j->stage >= 2 && n > 1 ? f * (double)j->model.padded_vocab_size * C + (double)j->bucket_bytes : 0);
     m->acts = (double)dt_gpt2_activation_bytes(&j->model, j->batch, j->seq, j->recompute, j->attention);
     m->data = (double)j->data_bytes;
     m->per_rank = m->params + m->grads + m->optim + m->comm + m->acts + m->data;

@@ -439,7 +439,7 @@ static void write_metrics(run *r, int step, float lr, const dt_step_result *s, d
     json_num(f, "grad_norm", "%.6f", s->norm);
     fprintf(f, ",\"ms\":%.3f,\"tok_per_s\":%.1f,\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f,"
             "\"compute_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"data_ms\":%.3f", ms, tps, r->fwd * 1e3, r->bwd * 1e3, s->update_ms,
-            (r->fwd + r->bwd) * 1e3 + s->update_ms, s->exposed_ms, r->data * 1e3);
+            (r->fwd + r->bwd) * 1e3 - s->exposed_in_backward_ms + s->update_ms, s->exposed_ms, r->data * 1e3);
     double gflops = r->flops_per_step / (ms / 1e3) / 1e9;
     fprintf(f, ",\"model_gflops\":%.2f", gflops);
     if (r->peak_gflops > 0) fprintf(f, ",\"mfu\":%.4f", gflops / r->peak_gflops);
