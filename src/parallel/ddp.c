@@ -375,11 +375,9 @@ static dt_status make_pool(dt_ddp *d) {
         }
         next += k->nruns;
     }
-    int w = getenv("DTRAIN_POOL_W") ? atoi(getenv("DTRAIN_POOL_W")) : 2;
     for (int j = 0; j < d->nb; j++) {
-        size_t sum = 0;
-        for (int i = j; i < j + w && i < d->nb; i++) sum += d->b[i].need;
-        if (sum > d->pool_bytes) d->pool_bytes = sum;
+        size_t pair = d->b[j].need + (j + 1 < d->nb ? d->b[j + 1].need : 0);
+        if (pair > d->pool_bytes) d->pool_bytes = pair;
     }
     d->split = true;
     if (!d->pool_bytes) return DT_OK;
