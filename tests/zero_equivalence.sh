@@ -177,6 +177,31 @@ run c5 --nproc 2 --batch 2 --zero 2 --save "$dir/chain2" --stop-after 10
 run c6 --nproc 4 --batch 1 --zero 3 --save "$dir/chain2" --resume "$dir/chain2"
 cat "$dir/c5.jsonl" "$dir/c6.jsonl" > "$dir/chain2.jsonl"
 compare "zero2 x2 -> zero3 x4, 10 steps each (1e-6)" "$dir/chain2.jsonl" "$dir/ref.jsonl" 20 1e-6
+# ZeRO-3 with a copy per rank (ranks on several machines) holds only its slice of the parameters
+# between steps: each rank writes its slice of params.f32 too, nothing gathered; the same layout
+# resumes byte for byte, one process continues the trajectory, and a damaged slice is named
+p3=(--nproc 3 --batch 1 --zero 3)
+DTRAIN_ZERO_PRIVATE_PARAMS=1 run pwhole "${p3[@]}" --save "$dir/pone"
+DTRAIN_ZERO_PRIVATE_PARAMS=1 run phalf "${p3[@]}" --save "$dir/ptwo" --stop-after 10
+DTRAIN_ZERO_PRIVATE_PARAMS=1 run prest "${p3[@]}" --save "$dir/ptwo" --resume "$dir/ptwo"
+for f in params.f32 optim.f32; do
+    cmp -s "$dir/pone/step-00000020/$f" "$dir/ptwo/step-00000020/$f" && ok "zero3, own copies, resumed on its own layout: $f byte for byte" \
+        || fail "zero3 own copies resume: $f differs"
+done
+"$DTRAIN" ckpt info "$dir/ptwo" > "$dir/pinfo" 2>&1
+grep -q 'params.f32: sharded' "$dir/pinfo" && [ "$(grep -c '"fnv1a64"' "$dir/ptwo/step-00000020/manifest.json")" = 6 ] \
+    && ok "zero3, own copies: the manifest hashes each rank's slice of params.f32 and optim.f32 (6 pieces)" \
+    || fail "zero3 own copies manifest: $(grep -A2 params.f32 "$dir/pinfo")"
+run pone1 --batch 3 --resume "$dir/ptwo" --save "$dir/ptwo" --steps 30
+cat "$dir/prest.jsonl" "$dir/pone1.jsonl" | tail -n 20 > "$dir/pchain.jsonl"
+run pref --batch 3 --steps 30
+tail -n 20 "$dir/pref.jsonl" > "$dir/pref20.jsonl"
+compare "zero3 own copies x3 -> 1 process, 10 steps each (1e-6)" "$dir/pchain.jsonl" "$dir/pref20.jsonl" 20 1e-6
+cp -r "$dir/pone" "$dir/pbad"
+printf '\x01' | dd of="$dir/pbad/step-00000020/params.f32" bs=1 seek=200000 conv=notrunc 2> /dev/null
+"$DTRAIN" train "${common[@]}" --batch 3 --steps 30 --resume "$dir/pbad" > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -ne 0 ] && grep -q 'params.f32: floats \[40192, 80384)' "$dir/err" && ok "a damaged slice of params.f32 is named: $(grep -m1 'params.f32' "$dir/err")" \
+    || fail "damaged params slice: exit $rc, $(cat "$dir/err")"
 # dtrain ckpt info / export on a sharded checkpoint
 "$DTRAIN" ckpt info "$dir/one1" > "$dir/info" 2>&1 && grep -q 'step 20, saved by 2 ranks under zero1' "$dir/info" && grep -q 'piece 1 (rank 1' "$dir/info" \
     && ok "ckpt info: $(head -1 "$dir/info" | sed 's|.*/||')" || fail "ckpt info: $(head -3 "$dir/info")"

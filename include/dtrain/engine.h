@@ -59,6 +59,9 @@ typedef struct {
     /* on: the whole model in the store (it shards the parameters: a save
      * reads them all); off: back to what a step needs. */
     dt_status (*materialize)(void *state, int on);
+    /* Whether between steps this rank holds only its slice of the parameters
+     * (a sharded checkpoint then saves them in pieces, as the optimizer's). */
+    int (*params_sharded)(void *state);
 } dt_strategy;
 
 /* The registered strategies (engine.c lists them); NULL if no such name. */
@@ -110,6 +113,8 @@ void dt_engine_held(const dt_engine *e, size_t *params, size_t *grads);
  * shards (ZeRO-3), for reading all the parameters outside a step (a save);
  * off gives the memory back (the next step would anyway). */
 dt_status dt_engine_materialize(dt_engine *e, int on);
+/* Whether this rank holds only its slice [off, off + n) of the parameters between steps. */
+int dt_engine_params_sharded(const dt_engine *e);
 /* Replicas that must hold the same weights do (*checked 0 when the strategy has none). */
 dt_status dt_engine_check_replicas(dt_engine *e, int *checked, uint64_t *hash);
 

@@ -418,6 +418,12 @@ static dt_status z_materialize(void *state, int on) {
     return on ? gather_everything(z) : release_everything(z);
 }
 
+/* Stage 3 with a copy per rank: the other shards are not kept between steps. */
+static int z_params_sharded(void *state) {
+    zero *z = state;
+    return z && z->stage == 3 && !z->share;
+}
+
 const dt_strategy dt_strategy_zero1 = {
     .name = "zero1", .create = z1_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
@@ -434,5 +440,5 @@ const dt_strategy dt_strategy_zero2 = {
 const dt_strategy dt_strategy_zero3 = {
     .name = "zero3", .create = z3_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update,
-    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize,
+    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .params_sharded = z_params_sharded,
 };

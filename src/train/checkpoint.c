@@ -42,7 +42,7 @@
 #include <unistd.h>
 
 #define FORMAT "dtrain-checkpoint"
-#define VERSION 2 /* 2: optim.f32 hashed in pieces (one per rank of a sharded save); 1 is read too */
+#define VERSION 3 /* 2: optim.f32 hashed in pieces (one per rank of a sharded save); 3: params.f32 too (ZeRO-3); 1, 2 are read too */
 
 int dt_checkpoint_is_dir(const char *save) {
     size_t n = strlen(save);
@@ -97,12 +97,13 @@ dt_status dt_checkpoint_check_dir(const char *dir) {
 }
 
 /* One rank's slice of optim.f32: [off, off + count) of each buffer, and
- * the hash of those ranges, buffer after buffer. */
-typedef struct { uint64_t off, count, hash; } piece;
+ * the hash of those ranges, buffer after buffer; phash: of its slice of
+ * params.f32, where the parameters are sharded too. */
+typedef struct { uint64_t off, count, hash, phash; } piece;
 
 static cJSON *manifest(const dt_train_config *c, int nranks, const char *strategy, const dt_model *m, dt_optim *o,
                        const dt_checkpoint_position *pos, const dt_gpt2_config *g, const uint64_t hashes[2],
-                       const size_t bytes[2], const piece *pieces, int npieces) {
+                       const size_t bytes[2], const piece *pieces, int npieces, bool params_pieces) {
     cJSON *j = cJSON_CreateObject(), *x;
     cJSON_AddStringToObject(j, "format", FORMAT);
     cJSON_AddNumberToObject(j, "version", VERSION);
@@ -156,14 +157,14 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
         char h[24];
         snprintf(h, sizeof h, "%016llx", (unsigned long long)hashes[i]);
         cJSON_AddNumberToObject(f, "bytes", (double)bytes[i]);
-        if (i == 0 || npieces == 0) {
+        if ((i == 0 && !params_pieces) || npieces == 0) {
             cJSON_AddStringToObject(f, "fnv1a64", h);
             continue;
         }
         cJSON *ps = cJSON_AddArrayToObject(f, "pieces");
         for (int k = 0; k < npieces; k++) {
             cJSON *e = cJSON_CreateObject();
-            snprintf(h, sizeof h, "%016llx", (unsigned long long)pieces[k].hash);
+            snprintf(h, sizeof h, "%016llx", (unsigned long long)(i == 0 ? pieces[k].phash : pieces[k].hash));
             cJSON_AddNumberToObject(e, "offset", (double)pieces[k].off);
             cJSON_AddNumberToObject(e, "count", (double)pieces[k].count);
             cJSON_AddStringToObject(e, "fnv1a64", h);
@@ -236,7 +237,7 @@ static dt_status write_slice(const char *path, const float *const *bufs, int nb,
  * directory renamed into place and `latest` moved to it. */
 static dt_status commit(const char *dir, const char *tmp, const char *name, const dt_train_config *c, int nranks, dt_gpt2 *g,
                         dt_engine *e, const dt_checkpoint_position *pos, uint64_t phash, const piece *pieces, int np,
-                        size_t *written) {
+                        bool params_pieces, size_t *written) {
     dt_model m;
     dt_gpt2_model(g, &m);
     dt_optim *o = dt_engine_optim(e);
@@ -244,7 +245,7 @@ static dt_status commit(const char *dir, const char *tmp, const char *name, cons
     char path[4200], final[4200];
     uint64_t hashes[2] = { phash, 0 };
     size_t bytes[2] = { m.nparams * sizeof(float), m.nparams * sizeof(float) * (size_t)nb };
-    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), &m, o, pos, dt_gpt2_get_config(g), hashes, bytes, pieces, np);
+    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), &m, o, pos, dt_gpt2_get_config(g), hashes, bytes, pieces, np, params_pieces);
     char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     size_t tl = text ? strlen(text) : 0;
@@ -268,7 +269,7 @@ static dt_status commit(const char *dir, const char *tmp, const char *name, cons
     if ((st = dt_file_write_atomic(latest, lp, &ll, 1))) return st;
     fsync_dir(dir);
     remove_others(dir, name);
-    *written = bytes[0] + bytes[1] + tl + ll;
+    *written = tl + ll;
     return DT_OK;
 }
 
@@ -299,9 +300,16 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     if ((st = agree(w, st, "create the checkpoint's directory"))) return st;
     const float *P = m.params(m.self), *bufs[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
     int nb = bufs[1] ? 2 : 1;
-    uint64_t phash = 0, h = dt_hash_words(DT_HASH_INIT, bufs[0], n);
+    uint64_t phash = 0, hp = 0, h = dt_hash_words(DT_HASH_INIT, bufs[0], n);
     if (nb == 2) h = dt_hash_words(h, bufs[1], n);
-    if (rank == 0) {
+    /* ZeRO-3 with a copy per rank: each holds only its slice of the parameters, and writes it */
+    bool ps = w && dt_engine_params_sharded(e);
+    if (ps) {
+        const float *slice[1] = { P + off };
+        hp = dt_hash_words(DT_HASH_INIT, P + off, n);
+        snprintf(path, sizeof path, "%s/params.f32", tmp);
+        st = write_slice(path, slice, 1, off, n, m.nparams);
+    } else if (rank == 0) {
         size_t pb = m.nparams * sizeof(float);
         const void *pp[1] = { P };
         phash = dt_hash_words(DT_HASH_INIT, P, m.nparams);
@@ -312,20 +320,22 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     if (!st) st = write_slice(path, bufs, nb, off, n, m.nparams);
     /* every rank's slice, and whether it is on disk: the manifest needs the one, the commit the other */
     piece *all = calloc((size_t)p, sizeof *all);
-    uint64_t mine[4] = { st != DT_OK, off, n, h }, *got = malloc(sizeof *got * 4 * (size_t)p);
+    uint64_t mine[5] = { st != DT_OK, off, n, h, hp }, *got = malloc(sizeof *got * 5 * (size_t)p);
     dt_status gs = all && got ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
-    if (!gs && w) gs = dt_comm_allgather(w, mine, got, 4, DT_I64);
+    if (!gs && w) gs = dt_comm_allgather(w, mine, got, 5, DT_I64);
     else if (!gs) memcpy(got, mine, sizeof mine);
     int failed = -1;
     for (int r = 0; !gs && r < p; r++) {
-        if (got[4 * r] && failed < 0) failed = r;
-        all[r] = (piece){ got[4 * r + 1], got[4 * r + 2], got[4 * r + 3] };
+        if (got[5 * r] && failed < 0) failed = r;
+        all[r] = (piece){ got[5 * r + 1], got[5 * r + 2], got[5 * r + 3], got[5 * r + 4] };
     }
     if (!st && !gs && failed >= 0) st = dt_error(DT_ERR_IO, "checkpoint: rank %d could not write its part (its message says why)", failed);
     if (!st) st = gs;
-    if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, g, e, pos, phash, all, p, written);
+    *written = 0;
+    if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, g, e, pos, phash, all, p, ps, written);
     if (rank == 0 && st) remove_tree(tmp);
-    if (rank != 0) *written = n * sizeof(float) * (size_t)nb;
+    /* this rank's own bytes: its slices, and rank 0 the whole parameters unless they are in slices */
+    *written += n * sizeof(float) * (size_t)(nb + ps) + (!ps && rank == 0 ? m.nparams * sizeof(float) : 0);
     free(all);
     free(got);
     return agree(w, st, "commit the checkpoint");
@@ -368,7 +378,7 @@ static dt_status check_shape(const cJSON *j, const char *path, const dt_train_co
     double v = 0;
     if (strcmp(fmt, FORMAT)) return dt_error(DT_ERR_IO, "%s: format is '%s', not '%s'", path, fmt, FORMAT);
     dt_status st = number(j, NULL, "version", path, &v);
-    if (!st && v != VERSION && v != 1) return dt_error(DT_ERR_IO, "%s: version %g (this dtrain reads 1 and %d)", path, v, VERSION);
+    if (!st && (v < 1 || v > VERSION || v != (int)v)) return dt_error(DT_ERR_IO, "%s: version %g (this dtrain reads 1 to %d)", path, v, VERSION);
     const char *kind = string(j, "model", "kind");
     if (!st && (!kind || strcmp(kind, "gpt2")))
         return dt_error(DT_ERR_ARG, "%s: model.kind is '%s', this run trains gpt2", path, kind ? kind : "(missing)");
@@ -385,52 +395,21 @@ static dt_status check_shape(const cJSON *j, const char *path, const dt_train_co
     return st;
 }
 
-/* Reads file (of the manifest's size and hash) into the n-float buffers bufs[0..nb). */
-static dt_status read_floats(const char *dir, const cJSON *j, const char *file, float *const *bufs, int nb, size_t n) {
+/* A file of nb stores against the manifest: its size, and the hash of each
+ * piece (a sharded save's slices, which must tile the store) or of the
+ * whole file, read a chunk at a time (the file may be larger than this
+ * rank's memory for it). */
+static dt_status verify_file(const char *dir, const cJSON *j, const char *file, int nb, size_t nparams) {
     char path[8192];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "files"), *f = cJSON_IsObject(fs) ? cJSON_GetObjectItemCaseSensitive(fs, file) : NULL;
-    const cJSON *b = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "bytes") : NULL;
-    const cJSON *h = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "fnv1a64") : NULL;
-    if (!cJSON_IsNumber(b) || !cJSON_IsString(h)) return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s is missing its bytes or hash", dir, file);
-    size_t want = n * sizeof(float) * (size_t)nb;
-    if (b->valuedouble != (double)want)
-        return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s has %.0f bytes, this run's model needs %zu", dir, file, b->valuedouble, want);
-    struct stat sb;
-    if (stat(path, &sb) != 0) return dt_error(DT_ERR_IO, "%s: missing (%s): not a whole checkpoint", path, strerror(errno));
-    if ((size_t)sb.st_size != want)
-        return dt_error(DT_ERR_IO, "%s: %lld bytes, the manifest says %zu (truncated or damaged)", path, (long long)sb.st_size, want);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    uint64_t hash = DT_HASH_INIT;
-    dt_status st = DT_OK;
-    for (int i = 0; i < nb && !st; i++) {
-        if (fread(bufs[i], sizeof(float), n, fp) != n) st = dt_error(DT_ERR_IO, "%s: short read", path);
-        else hash = dt_hash_words(hash, bufs[i], n);
-    }
-    fclose(fp);
-    char hex[24];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
-    if (!st && strcmp(hex, h->valuestring))
-        st = dt_error(DT_ERR_IO, "%s: its contents hash to %s, the manifest says %s (damaged)", path, hex, h->valuestring);
-    return st;
-}
-
-/* optim.f32 against the manifest: its size, and the hash of each piece (a
- * sharded save's slices, which must tile the store) or of the whole file,
- * read a chunk at a time (the file may be larger than this rank's memory
- * for it). */
-static dt_status verify_optim(const char *dir, const cJSON *j, int nb, size_t nparams) {
-    char path[8192];
-    snprintf(path, sizeof path, "%s/optim.f32", dir);
-    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "files"), *f = cJSON_IsObject(fs) ? cJSON_GetObjectItemCaseSensitive(fs, "optim.f32") : NULL;
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(f, "bytes"), *whole = cJSON_GetObjectItemCaseSensitive(f, "fnv1a64");
     const cJSON *pieces = cJSON_GetObjectItemCaseSensitive(f, "pieces");
     size_t want = nparams * sizeof(float) * (size_t)nb;
     if (!cJSON_IsNumber(b) || (!cJSON_IsString(whole) && !cJSON_IsArray(pieces)))
-        return dt_error(DT_ERR_IO, "%s/manifest.json: files.optim.f32 is missing its bytes or hashes", dir);
+        return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s is missing its bytes or hashes", dir, file);
     if (b->valuedouble != (double)want)
-        return dt_error(DT_ERR_IO, "%s/manifest.json: files.optim.f32 has %.0f bytes, this run's model needs %zu", dir, b->valuedouble, want);
+        return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s has %.0f bytes, this run's model needs %zu", dir, file, b->valuedouble, want);
     struct stat sb;
     if (stat(path, &sb) != 0) return dt_error(DT_ERR_IO, "%s: missing (%s): not a whole checkpoint", path, strerror(errno));
     if ((size_t)sb.st_size != want)
@@ -448,8 +427,8 @@ static dt_status verify_optim(const char *dir, const cJSON *j, int nb, size_t np
         const cJSON *h = pc ? cJSON_GetObjectItemCaseSensitive(pc, "fnv1a64") : whole;
         if (pc && ((st = count(pc, NULL, "offset", path, 1e15, &o)) || (st = count(pc, NULL, "count", path, 1e15, &cnt)))) break;
         if ((size_t)o != next || (size_t)o + (size_t)cnt > nparams || !cJSON_IsString(h)) {
-            st = dt_error(DT_ERR_IO, "%s/manifest.json: optim.f32 piece %d (offset %.0f, %.0f floats) does not follow the pieces before "
-                          "it within the %zu parameters, or has no hash", dir, k, o, cnt, nparams);
+            st = dt_error(DT_ERR_IO, "%s/manifest.json: %s piece %d (offset %.0f, %.0f floats) does not follow the pieces before "
+                          "it within the %zu parameters, or has no hash", dir, file, k, o, cnt, nparams);
             break;
         }
         next = (size_t)o + (size_t)cnt;
@@ -468,9 +447,47 @@ static dt_status verify_optim(const char *dir, const cJSON *j, int nb, size_t np
                           path, o, o + cnt, hex, h->valuestring);
     }
     if (!st && next != nparams)
-        st = dt_error(DT_ERR_IO, "%s/manifest.json: optim.f32's pieces cover %zu of the %zu parameters", dir, next, nparams);
+        st = dt_error(DT_ERR_IO, "%s/manifest.json: %s's pieces cover %zu of the %zu parameters", dir, file, next, nparams);
     free(buf);
     close(fd);
+    return st;
+}
+
+/* Reads file (of the manifest's size and hash, or hashes of its pieces: a
+ * ZeRO-3 save's params.f32) into the n-float buffers bufs[0..nb). */
+static dt_status read_floats(const char *dir, const cJSON *j, const char *file, float *const *bufs, int nb, size_t n) {
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "files"), *f = cJSON_IsObject(fs) ? cJSON_GetObjectItemCaseSensitive(fs, file) : NULL;
+    const cJSON *b = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "bytes") : NULL;
+    const cJSON *h = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "fnv1a64") : NULL;
+    bool pieces = cJSON_IsObject(f) && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(f, "pieces"));
+    if (pieces) {
+        dt_status st = verify_file(dir, j, file, nb, n);
+        if (st) return st;
+    } else if (!cJSON_IsNumber(b) || !cJSON_IsString(h)) {
+        return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s is missing its bytes or hash", dir, file);
+    }
+    size_t want = n * sizeof(float) * (size_t)nb;
+    if (b->valuedouble != (double)want)
+        return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s has %.0f bytes, this run's model needs %zu", dir, file, b->valuedouble, want);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return dt_error(DT_ERR_IO, "%s: missing (%s): not a whole checkpoint", path, strerror(errno));
+    if ((size_t)sb.st_size != want)
+        return dt_error(DT_ERR_IO, "%s: %lld bytes, the manifest says %zu (truncated or damaged)", path, (long long)sb.st_size, want);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    uint64_t hash = DT_HASH_INIT;
+    dt_status st = DT_OK;
+    for (int i = 0; i < nb && !st; i++) {
+        if (fread(bufs[i], sizeof(float), n, fp) != n) st = dt_error(DT_ERR_IO, "%s: short read", path);
+        else hash = dt_hash_words(hash, bufs[i], n);
+    }
+    fclose(fp);
+    char hex[24];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
+    if (!st && !pieces && strcmp(hex, h->valuestring))
+        st = dt_error(DT_ERR_IO, "%s: its contents hash to %s, the manifest says %s (damaged)", path, hex, h->valuestring);
     return st;
 }
 
@@ -596,8 +613,10 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
         fprintf(f, "model: gpt2, %d layers, %d heads, %d channels, vocab %d (padded %d), %d positions, %.0f parameters\n",
                 g.num_layers, g.num_heads, g.channels, g.vocab_size, g.padded_vocab_size, g.max_seq_len, np);
         fprintf(f, "optimizer: %s\n", opt ? opt : "?");
-        const cJSON *pieces = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "files"),
-                                                                                                "optim.f32"), "pieces");
+        const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
+        const cJSON *pp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(files, "params.f32"), "pieces");
+        fprintf(f, "params.f32: %s\n", cJSON_IsArray(pp) && cJSON_GetArraySize(pp) > 1 ? "sharded (each rank wrote its slice, as below)" : "whole");
+        const cJSON *pieces = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(files, "optim.f32"), "pieces");
         int n = cJSON_IsArray(pieces) ? cJSON_GetArraySize(pieces) : 0;
         fprintf(f, "optim.f32: %s\n", n > 1 ? "sharded" : "whole");
         for (int k = 0; k < n; k++) {
@@ -639,7 +658,7 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
     size_t off, share;
     dt_engine_share(e, &off, &share);
     if (!st) st = read_floats(sub, j, "params.f32", pbuf, 1, n);
-    if (!st) st = verify_optim(sub, j, obuf[1] ? 2 : 1, n);
+    if (!st) st = verify_file(sub, j, "optim.f32", obuf[1] ? 2 : 1, n);
     if (!st) st = read_optim_slice(sub, obuf, obuf[1] ? 2 : 1, n, off, share);
     if (!st) {
         warn_changes(j, mpath, c, nranks);

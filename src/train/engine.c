@@ -182,6 +182,7 @@ void dt_engine_held(const dt_engine *e, size_t *params, size_t *grads) {
 }
 
 dt_status dt_engine_materialize(dt_engine *e, int on) { return e->s->materialize ? e->s->materialize(e->state, on) : DT_OK; }
+int dt_engine_params_sharded(const dt_engine *e) { return e->s->params_sharded ? e->s->params_sharded(e->state) : 0; }
 
 dt_status dt_engine_check_replicas(dt_engine *e, int *checked, uint64_t *hash) {
     *checked = e->s->check_replicas != NULL;

@@ -410,9 +410,12 @@ static dt_status save(run *r, int steps_done) {
     const char *path = r->c.save;
     size_t n = strlen(path);
     dt_watchdog_hold(r->wd, 1);
-    /* ZeRO-3: every rank gathers the whole model for the save (collective) */
-    dt_status st = dt_engine_materialize(r->e, 1);
-    if (st || (r->rank != 0 && !(dt_checkpoint_is_dir(path) && sharded(r)))) {
+    /* a sharded strategy's checkpoint: every rank writes its slices (ZeRO-3's
+     * parameters too); a weights file: ZeRO-3's ranks gather the whole model
+     * for rank 0 (collective) */
+    bool slices = dt_checkpoint_is_dir(path) && sharded(r);
+    dt_status st = slices ? DT_OK : dt_engine_materialize(r->e, 1);
+    if (st || (r->rank != 0 && !slices)) {
         /* rank 0 writes what every rank holds */
     } else if (dt_checkpoint_is_dir(path)) {
         dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->dp_size, dt_tokens_count(r->train) };
@@ -426,7 +429,7 @@ static dt_status save(run *r, int steps_done) {
         struct stat sb;
         if (!st && stat(path, &sb) == 0) dt_io_count(DT_IO_CKPT_WRITE, (size_t)sb.st_size, dt_time_now() - t0);
     }
-    dt_status back = dt_engine_materialize(r->e, 0);
+    dt_status back = slices ? DT_OK : dt_engine_materialize(r->e, 0);
     dt_watchdog_hold(r->wd, 0);
     return st ? st : back;
 }
