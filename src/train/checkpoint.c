@@ -395,6 +395,17 @@ static dt_status check_shape(const cJSON *j, const char *path, const dt_train_co
     return st;
 }
 
+/* file's size in the manifest (bytes) and on disk (path) are the want this run needs. */
+static dt_status check_size(const char *dir, const char *file, const char *path, double bytes, size_t want) {
+    if (bytes != (double)want)
+        return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s has %.0f bytes, this run's model needs %zu", dir, file, bytes, want);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return dt_error(DT_ERR_IO, "%s: missing (%s): not a whole checkpoint", path, strerror(errno));
+    if ((size_t)sb.st_size != want)
+        return dt_error(DT_ERR_IO, "%s: %lld bytes, the manifest says %zu (truncated or damaged)", path, (long long)sb.st_size, want);
+    return DT_OK;
+}
+
 /* A file of nb stores against the manifest: its size, and the hash of each
  * piece (a sharded save's slices, which must tile the store) or of the
  * whole file, read a chunk at a time (the file may be larger than this
@@ -408,12 +419,8 @@ static dt_status verify_file(const char *dir, const cJSON *j, const char *file, 
     size_t want = nparams * sizeof(float) * (size_t)nb;
     if (!cJSON_IsNumber(b) || (!cJSON_IsString(whole) && !cJSON_IsArray(pieces)))
         return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s is missing its bytes or hashes", dir, file);
-    if (b->valuedouble != (double)want)
-        return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s has %.0f bytes, this run's model needs %zu", dir, file, b->valuedouble, want);
-    struct stat sb;
-    if (stat(path, &sb) != 0) return dt_error(DT_ERR_IO, "%s: missing (%s): not a whole checkpoint", path, strerror(errno));
-    if ((size_t)sb.st_size != want)
-        return dt_error(DT_ERR_IO, "%s: %lld bytes, the manifest says %zu (truncated or damaged)", path, (long long)sb.st_size, want);
+    dt_status sz = check_size(dir, file, path, b->valuedouble, want);
+    if (sz) return sz;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     enum { CHUNK = 1 << 18 };
@@ -469,12 +476,8 @@ static dt_status read_floats(const char *dir, const cJSON *j, const char *file, 
         return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s is missing its bytes or hash", dir, file);
     }
     size_t want = n * sizeof(float) * (size_t)nb;
-    if (b->valuedouble != (double)want)
-        return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s has %.0f bytes, this run's model needs %zu", dir, file, b->valuedouble, want);
-    struct stat sb;
-    if (stat(path, &sb) != 0) return dt_error(DT_ERR_IO, "%s: missing (%s): not a whole checkpoint", path, strerror(errno));
-    if ((size_t)sb.st_size != want)
-        return dt_error(DT_ERR_IO, "%s: %lld bytes, the manifest says %zu (truncated or damaged)", path, (long long)sb.st_size, want);
+    dt_status sz = check_size(dir, file, path, b->valuedouble, want);
+    if (sz) return sz;
     FILE *fp = fopen(path, "rb");
     if (!fp) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     uint64_t hash = DT_HASH_INIT;
