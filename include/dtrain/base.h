@@ -21,7 +21,8 @@ typedef enum {
     DT_ERR_PEER,     /* a peer rank died, left or aborted */
     DT_ERR_MISMATCH, /* ranks called different collectives */
     DT_ERR_IO,       /* file or format problem */
-    DT_ERR_UNSUPPORTED
+    DT_ERR_UNSUPPORTED,
+    DT_ERR_NUMERIC   /* the numbers went non-finite where nothing can recover */
 } dt_status;
 
 const char *dt_last_error(void);

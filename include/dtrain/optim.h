@@ -105,6 +105,36 @@ void dt_schedule_defaults(dt_schedule *s);
 float dt_lr_at(const dt_schedule *s, int run_steps, int step);
 const char *dt_schedule_name(dt_schedule_kind k);
 
+/* Loss scaling (fp16), with DeepSpeed's semantics and defaults (its
+ * DynamicLossScaler and config's fp16 section): loss_scale 0 is dynamic from
+ * 2^initial_scale_power. */
+typedef struct {
+    double scale;               /* the static scale, or the dynamic one's start: 65536 */
+    int dynamic;                /* 1 */
+    int window;                 /* loss_scale_window: clean steps in a row that double it, 1000 */
+    int hysteresis;             /* overflows absorbed before one halves it, 2 */
+    double min_scale;           /* min_loss_scale: 1 */
+    int consecutive_hysteresis; /* 0: a doubling refills the hysteresis; 1: every clean step does */
+} dt_loss_scale_config;
+
+/* The scaler's state: all of it goes into checkpoints. */
+typedef struct {
+    double scale;
+    int64_t iter, last_overflow; /* steps seen; the last that overflowed (-1: none) */
+    int hysteresis;              /* overflows it may still absorb */
+} dt_loss_scale;
+
+void dt_loss_scale_defaults(dt_loss_scale_config *c);
+/* A configuration out of range: an error naming the key (where: its source). */
+dt_status dt_loss_scale_check(const dt_loss_scale_config *c, const char *where);
+void dt_loss_scale_init(dt_loss_scale *s, const dt_loss_scale_config *c);
+/* After a step: overflow (its gradients had an inf or a NaN) means the step
+ * is skipped and the scale may halve; msg gets DeepSpeed's words for it
+ * ("OVERFLOW! Skipping step. Attempted loss scale: 65536, reducing to
+ * 32768"), empty for a clean step. An overflow at the minimum scale is
+ * DT_ERR_NUMERIC naming the step: the run must stop. */
+dt_status dt_loss_scale_update(dt_loss_scale *s, const dt_loss_scale_config *c, int overflow, char *msg, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,6 +32,7 @@ const char *dt_status_name(dt_status s) {
     case DT_ERR_MISMATCH: return "collective mismatch";
     case DT_ERR_IO: return "i/o error";
     case DT_ERR_UNSUPPORTED: return "unsupported";
+    case DT_ERR_NUMERIC: return "numeric";
     }
     return "unknown status";
 }
