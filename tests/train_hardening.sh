@@ -154,6 +154,22 @@ expect "config that is not an object" 2 "top level must be a JSON object" -- "$D
 echo '{"optimizer": {"type": "AdamW", "params": 3}}' > "$dir/p.json"
 expect "optimizer.params not an object" 2 '"params" must be a JSON object' -- "$DTRAIN" train "${model[@]}" --config "$dir/p.json"
 
+# DeepSpeed's fp16 / bf16 sections: checked with its defaults; enabling either is refused while dtrain trains in fp32 only
+echo '{"fp16": {"enabled": true, "loss_scale": 0}}' > "$dir/fp16.json"
+expect "fp16 enabled" 2 '"fp16.enabled" is true, but dtrain trains in fp32 only' -- "$DTRAIN" train "${model[@]}" --config "$dir/fp16.json"
+echo '{"bf16": {"enabled": true}}' > "$dir/bf16.json"
+expect "bf16 enabled" 2 '"bf16.enabled" is true' -- "$DTRAIN" train "${model[@]}" --config "$dir/bf16.json"
+echo '{"fp16": {"enabled": false, "hysteresis": 0}}' > "$dir/hy.json"
+expect "fp16.hysteresis 0" 2 '"hysteresis" must be a number in \[1, ' -- "$DTRAIN" train "${model[@]}" --config "$dir/hy.json"
+echo '{"fp16": {"enabled": false, "initial_scale_power": 8, "min_loss_scale": 1024}}' > "$dir/min.json"
+expect "fp16.min_loss_scale above the start" 2 'fp16.min_loss_scale 1024 is not in \(0, the initial scale 256\]' -- \
+    "$DTRAIN" train "${model[@]}" --config "$dir/min.json"
+echo '{"fp16": {"enabled": "yes"}}' > "$dir/yes.json"
+expect "fp16.enabled not a boolean" 2 '"fp16.enabled" must be true or false' -- "$DTRAIN" train "${model[@]}" --config "$dir/yes.json"
+echo '{"fp16": {"enabled": false, "loss_scale_window": 500}, "bf16": {"enabled": false}}' > "$dir/off.json"
+"$DTRAIN" train "${model[@]}" --config "$dir/off.json" --steps 2 --quiet 2> "$dir/err" && ! grep -q fp16 "$dir/err" \
+    && ok "fp16 and bf16 sections disabled: trains in fp32, nothing to warn about" || fail "disabled fp16/bf16 config: $(cat "$dir/err")"
+
 # the mesh: --dp x --tp x --pp must be the job's ranks, refused before any work; --tp/--pp are not built yet
 expect "--dp that does not fit" 2 "--dp 4 x --tp 1 x --pp 1 = 4, but the job has 2 ranks" -- \
     "$DTRAIN" train "${model[@]}" --nproc 2 --dp 4 --steps 1

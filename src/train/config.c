@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +178,51 @@ static dt_status read_zero(const char *path, const cJSON *root, dt_train_config 
     return DT_OK;
 }
 
+/* "fp16": {"enabled", "loss_scale" (0: dynamic), "initial_scale_power",
+ * "loss_scale_window", "hysteresis", "min_loss_scale",
+ * "consecutive_hysteresis"} and "bf16": {"enabled"}, with DeepSpeed's
+ * defaults. The loss scaler is checked here; training in fp16 or bf16 is
+ * not in dtrain yet, so a config that enables either is refused rather than
+ * trained in fp32 behind a warning. */
+static dt_status read_precision(const char *path, const cJSON *root, dt_train_config *c) {
+    static const char *const sections[2] = { "fp16", "bf16" };
+    for (int i = 0; i < 2; i++) {
+        const cJSON *s;
+        dt_status st = object(path, root, sections[i], &s);
+        if (st || !s) { if (st) return st; continue; }
+        static const char *known16[] = { "enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+                                         "min_loss_scale", "consecutive_hysteresis", NULL };
+        static const char *knownbf[] = { "enabled", NULL };
+        warn_unknown(path, i ? "bf16." : "fp16.", s, i ? knownbf : known16);
+        const cJSON *on = cJSON_GetObjectItemCaseSensitive(s, "enabled");
+        if (on && !cJSON_IsBool(on)) return dt_error(DT_ERR_ARG, "%s: \"%s.enabled\" must be true or false", path, sections[i]);
+        if (i == 0) {
+            dt_loss_scale_config *l = &c->loss_scale;
+            double v = -1, power = 16;
+            if ((st = number(path, s, "loss_scale", 0, 0x1p100, &v))) return st;
+            if ((st = number(path, s, "initial_scale_power", 0, 100, &power))) return st;
+            l->dynamic = v <= 0;
+            l->scale = v > 0 ? v : ldexp(1.0, (int)power);
+            if (power != (int)power) return dt_error(DT_ERR_ARG, "%s: \"fp16.initial_scale_power\" must be a whole number", path);
+            v = l->window;
+            if ((st = number(path, s, "loss_scale_window", 1, 1e9, &v))) return st;
+            l->window = (int)v;
+            v = l->hysteresis;
+            if ((st = number(path, s, "hysteresis", 1, 1e9, &v))) return st;
+            l->hysteresis = (int)v;
+            if ((st = number(path, s, "min_loss_scale", 0x1p-100, 0x1p100, &l->min_scale))) return st;
+            const cJSON *ch = cJSON_GetObjectItemCaseSensitive(s, "consecutive_hysteresis");
+            if (ch && !cJSON_IsBool(ch)) return dt_error(DT_ERR_ARG, "%s: \"fp16.consecutive_hysteresis\" must be true or false", path);
+            l->consecutive_hysteresis = cJSON_IsTrue(ch);
+            if ((st = dt_loss_scale_check(l, path))) return st;
+        }
+        if (cJSON_IsTrue(on))
+            return dt_error(DT_ERR_UNSUPPORTED, "%s: \"%s.enabled\" is true, but dtrain trains in fp32 only for now; set it to false "
+                            "(or remove the section) to train in fp32", path, sections[i]);
+    }
+    return DT_OK;
+}
+
 dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     FILE *f = fopen(path, "rb");
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -200,7 +246,8 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
         return dt_error(DT_ERR_ARG, "%s: the top level must be a JSON object ({\"train_micro_batch_size_per_gpu\": ...})", path);
     }
     static const char *top[] = { "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
-                                 "gradient_clipping", "steps", "train_batch_size", "trace", "trace_steps", "zero_optimization", NULL };
+                                 "gradient_clipping", "steps", "train_batch_size", "trace", "trace_steps", "zero_optimization",
+                                 "fp16", "bf16", NULL };
     warn_unknown(path, "", root, top);
     double x;
     dt_status st = DT_OK;
@@ -211,6 +258,7 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     if (!st && (x = -1, st = number(path, root, "steps", 1, 1e9, &x), !st) && x > 0) c->steps = (int)x;
     if (!st) st = read_trace(path, root, c);
     if (!st) st = read_zero(path, root, c);
+    if (!st) st = read_precision(path, root, c);
     const cJSON *opt = NULL, *sch = NULL;
     if (!st) st = object(path, root, "optimizer", &opt);
     if (!st) st = object(path, root, "scheduler", &sch);
