@@ -285,8 +285,7 @@ static float *where(dt_ddp *d, const bucket *k, size_t i) {
     return d->grads + i;
 }
 
-/* A bucket's range, averaged: allreduced (every rank gets it all), or with
- * shards reduced to each owner, a piece per shard it crosses. */
+/* [a, b) of bucket k averaged: allreduced, or (root >= 0) reduced to root. */
 static dt_status reduce_piece(dt_ddp *d, const bucket *k, size_t a, size_t b, int root) {
     if (a >= b) return DT_OK;
     dt_request **req = next_request(d);
@@ -298,6 +297,8 @@ static dt_status reduce_piece(dt_ddp *d, const bucket *k, size_t a, size_t b, in
     return st;
 }
 
+/* A bucket's range, averaged: allreduced (every rank gets it all), or with
+ * shards reduced to each owner, a piece per shard it crosses. */
 static dt_status reduce_range(dt_ddp *d, const bucket *k, size_t off, size_t n) {
     int p = dt_comm_size(d->c);
     if (!d->shard_off) return reduce_piece(d, k, off, off + n, -1);
