@@ -160,7 +160,7 @@ expect "fp16 enabled" 2 '"fp16.enabled" is true, but dtrain trains in fp32 only'
 echo '{"bf16": {"enabled": true}}' > "$dir/bf16.json"
 expect "bf16 enabled" 2 '"bf16.enabled" is true' -- "$DTRAIN" train "${model[@]}" --config "$dir/bf16.json"
 echo '{"fp16": {"enabled": false, "hysteresis": 0}}' > "$dir/hy.json"
-expect "fp16.hysteresis 0" 2 '"hysteresis" must be a number in \[1, ' -- "$DTRAIN" train "${model[@]}" --config "$dir/hy.json"
+expect "fp16.hysteresis 0" 2 '"fp16.hysteresis" must be a number in \[1, ' -- "$DTRAIN" train "${model[@]}" --config "$dir/hy.json"
 echo '{"fp16": {"enabled": false, "initial_scale_power": 8, "min_loss_scale": 1024}}' > "$dir/min.json"
 expect "fp16.min_loss_scale above the start" 2 'fp16.min_loss_scale 1024 is not in \(0, the initial scale 256\]' -- \
     "$DTRAIN" train "${model[@]}" --config "$dir/min.json"

@@ -10,11 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* key of o, a number in [lo, hi], into *out (left alone when absent). The
+ * error names the key with its object's ("fp16.hysteresis"). */
 static dt_status number(const char *path, const cJSON *o, const char *key, double lo, double hi, double *out) {
     const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
     if (!v) return DT_OK;
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
-        return dt_error(DT_ERR_ARG, "%s: \"%s\" must be a number in [%g, %g]", path, key, lo, hi);
+        return dt_error(DT_ERR_ARG, "%s: \"%s%s%s\" must be a number in [%g, %g]", path, o->string ? o->string : "", o->string ? "." : "",
+                        key, lo, hi);
     *out = v->valuedouble;
     return DT_OK;
 }
