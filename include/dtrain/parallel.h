@@ -41,9 +41,10 @@ typedef struct dt_ddp dt_ddp;
  * ZeRO-2/3 pass shards (rank r: [shard_offs[r], + shard_counts[r]), tiling
  * the store in rank order; the arrays must outlive d; NULL for DDP): each
  * bucket is then reduced to the owners of the shards it crosses instead of
- * allreduced, and once done, its other shards' parts go back to the system
- * (dt_comm_release): a rank holds only its shard of the averaged gradient
- * and the buckets in flight. Micro-steps that do not synchronise (gradient
+ * allreduced, and once done, its other shards' parts go back (to a pool of
+ * pages for two buckets where the store is in the shared arena, else to the
+ * system): a rank holds only its shard of the averaged gradient and the
+ * buckets in flight. Micro-steps that do not synchronise (gradient
  * accumulation) add up the whole gradient locally first, as PyTorch's
  * no_sync does. */
 dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size_t bucket_bytes, const size_t *shard_offs,
@@ -71,7 +72,7 @@ void dt_ddp_begin(dt_ddp *d, int sync, float lr);
  * else -1. */
 dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r);
 int dt_ddp_buckets(const dt_ddp *d);
-/* The communication buffers it holds beside the gradients (the embedding's rows, the tokens). */
+/* The communication buffers it holds beside the gradients (the embedding's rows, the tokens, ZeRO's bucket pool). */
 size_t dt_ddp_buffer_bytes(const dt_ddp *d);
 /* The share of the parameters that the last step updated inside backward
  * (0 without the optimizer in backward). */

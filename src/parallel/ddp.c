@@ -96,7 +96,7 @@ struct dt_ddp {
     /* ZeRO-2/3 (shards given to dt_ddp_create): each rank keeps only its shard */
     const size_t *shard_off, *shard_cnt; /* every rank's shard; NULL: allreduce, every rank keeps everything */
     size_t s0, s1;       /* this rank's shard */
-    int retired;         /* buckets whose other shards' parts went back to the system this step */
+    int retired;         /* buckets whose other shards' parts went back (to the pool, or the system) this step */
     /* With the store in the shared arena, a step's buckets borrow the pages of
      * a small pool for their parts outside the shard, instead of faulting in
      * fresh pages and punching them out again (5 us a page against 0.8) */

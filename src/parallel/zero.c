@@ -319,15 +319,13 @@ static dt_status z_after_update(void *state);
 static dt_status z_finish(void *state, dt_sync_result *r) {
     zero *z = state;
     if (!z) return DT_OK;
-    double norm = 0;
     dt_status st = dt_ddp_finish(z->d, r);
-    norm = r->norm;
     if (!st && z->err) st = z->err;
     z->err = DT_OK;
     r->updated = z->in_backward; /* else the engine updates this rank's shard */
     if (st || !z->in_backward) return st;
     r->updated_in_backward = dt_ddp_updated_in_backward(z->d);
-    double ss = norm * norm; /* this shard's: the global norm is the shards' sum */
+    double ss = r->norm * r->norm; /* this shard's: the global norm is the shards' sum */
     if ((st = dt_comm_allreduce(z->c->comm, &ss, &ss, 1, DT_F64, DT_SUM))) return st;
     r->norm = sqrt(ss);
     return z_after_update(z);

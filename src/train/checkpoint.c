@@ -409,8 +409,9 @@ static dt_status check_size(const char *dir, const char *file, const char *path,
 /* A file of nb stores against the manifest: its size, and the hash of each
  * piece (a sharded save's slices, which must tile the store) or of the
  * whole file, read a chunk at a time (the file may be larger than this
- * rank's memory for it). */
-static dt_status verify_file(const char *dir, const cJSON *j, const char *file, int nb, size_t nparams) {
+ * rank's memory for it), or with into, read into the nb buffers of nparams
+ * floats as it is checked. */
+static dt_status verify_file(const char *dir, const cJSON *j, const char *file, int nb, size_t nparams, float *const *into) {
     char path[8192];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "files"), *f = cJSON_IsObject(fs) ? cJSON_GetObjectItemCaseSensitive(fs, file) : NULL;
@@ -424,8 +425,8 @@ static dt_status verify_file(const char *dir, const cJSON *j, const char *file, 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     enum { CHUNK = 1 << 18 };
-    float *buf = malloc(CHUNK * sizeof(float));
-    dt_status st = buf ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    float *buf = into ? NULL : malloc(CHUNK * sizeof(float));
+    dt_status st = buf || into ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
     int np = cJSON_IsArray(pieces) ? cJSON_GetArraySize(pieces) : 1;
     size_t next = 0; /* pieces tile [0, nparams) in order */
     for (int k = 0; k < np && !st; k++) {
@@ -444,8 +445,9 @@ static dt_status verify_file(const char *dir, const cJSON *j, const char *file, 
             for (size_t at = 0; at < (size_t)cnt && !st; at += CHUNK) {
                 size_t m = (size_t)cnt - at < CHUNK ? (size_t)cnt - at : CHUNK, bytes = m * sizeof(float);
                 off_t pos = (off_t)(((size_t)bi * nparams + (size_t)o + at) * sizeof(float));
-                if (pread(fd, buf, bytes, pos) != (ssize_t)bytes) st = dt_error(DT_ERR_IO, "%s: short read", path);
-                else hash = dt_hash_words(hash, buf, m);
+                float *dst = into ? into[bi] + (size_t)o + at : buf;
+                if (pread(fd, dst, bytes, pos) != (ssize_t)bytes) st = dt_error(DT_ERR_IO, "%s: short read", path);
+                else hash = dt_hash_words(hash, dst, m);
             }
         char hex[24];
         snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
@@ -461,20 +463,17 @@ static dt_status verify_file(const char *dir, const cJSON *j, const char *file, 
 }
 
 /* Reads file (of the manifest's size and hash, or hashes of its pieces: a
- * ZeRO-3 save's params.f32) into the n-float buffers bufs[0..nb). */
+ * ZeRO-3 save's params.f32) into the n-float buffers bufs[0..nb), once. */
 static dt_status read_floats(const char *dir, const cJSON *j, const char *file, float *const *bufs, int nb, size_t n) {
     char path[8192];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "files"), *f = cJSON_IsObject(fs) ? cJSON_GetObjectItemCaseSensitive(fs, file) : NULL;
     const cJSON *b = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "bytes") : NULL;
     const cJSON *h = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "fnv1a64") : NULL;
-    bool pieces = cJSON_IsObject(f) && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(f, "pieces"));
-    if (pieces) {
-        dt_status st = verify_file(dir, j, file, nb, n);
-        if (st) return st;
-    } else if (!cJSON_IsNumber(b) || !cJSON_IsString(h)) {
+    /* in pieces: each checked as it is read */
+    if (cJSON_IsObject(f) && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(f, "pieces"))) return verify_file(dir, j, file, nb, n, bufs);
+    if (!cJSON_IsNumber(b) || !cJSON_IsString(h))
         return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s is missing its bytes or hash", dir, file);
-    }
     size_t want = n * sizeof(float) * (size_t)nb;
     dt_status sz = check_size(dir, file, path, b->valuedouble, want);
     if (sz) return sz;
@@ -489,7 +488,7 @@ static dt_status read_floats(const char *dir, const cJSON *j, const char *file, 
     fclose(fp);
     char hex[24];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)hash);
-    if (!st && !pieces && strcmp(hex, h->valuestring))
+    if (!st && strcmp(hex, h->valuestring))
         st = dt_error(DT_ERR_IO, "%s: its contents hash to %s, the manifest says %s (damaged)", path, hex, h->valuestring);
     return st;
 }
@@ -661,7 +660,7 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
     size_t off, share;
     dt_engine_share(e, &off, &share);
     if (!st) st = read_floats(sub, j, "params.f32", pbuf, 1, n);
-    if (!st) st = verify_file(sub, j, "optim.f32", obuf[1] ? 2 : 1, n);
+    if (!st) st = verify_file(sub, j, "optim.f32", obuf[1] ? 2 : 1, n, NULL);
     if (!st) st = read_optim_slice(sub, obuf, obuf[1] ? 2 : 1, n, off, share);
     if (!st) {
         warn_changes(j, mpath, c, nranks);

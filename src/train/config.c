@@ -187,12 +187,13 @@ static dt_status read_zero(const char *path, const cJSON *root, dt_train_config 
  * defaults. The loss scaler is checked here; training in fp16 or bf16 is
  * not in dtrain yet, so a config that enables either is refused rather than
  * trained in fp32 behind a warning. */
-static dt_status read_precision(const char *path, const cJSON *root, dt_train_config *c) {
+static dt_status read_precision(const char *path, const cJSON *root) {
     static const char *const sections[2] = { "fp16", "bf16" };
     for (int i = 0; i < 2; i++) {
         const cJSON *s;
         dt_status st = object(path, root, sections[i], &s);
-        if (st || !s) { if (st) return st; continue; }
+        if (st) return st;
+        if (!s) continue;
         static const char *known16[] = { "enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
                                          "min_loss_scale", "consecutive_hysteresis", NULL };
         static const char *knownbf[] = { "enabled", NULL };
@@ -200,13 +201,15 @@ static dt_status read_precision(const char *path, const cJSON *root, dt_train_co
         const cJSON *on = cJSON_GetObjectItemCaseSensitive(s, "enabled");
         if (on && !cJSON_IsBool(on)) return dt_error(DT_ERR_ARG, "%s: \"%s.enabled\" must be true or false", path, sections[i]);
         if (i == 0) {
-            dt_loss_scale_config *l = &c->loss_scale;
+            /* checked now, used once fp16 training exists */
+            dt_loss_scale_config lc, *l = &lc;
+            dt_loss_scale_defaults(l);
             double v = -1, power = 16;
             if ((st = number(path, s, "loss_scale", 0, 0x1p100, &v))) return st;
             if ((st = number(path, s, "initial_scale_power", 0, 100, &power))) return st;
+            if (power != (int)power) return dt_error(DT_ERR_ARG, "%s: \"fp16.initial_scale_power\" must be a whole number", path);
             l->dynamic = v <= 0;
             l->scale = v > 0 ? v : ldexp(1.0, (int)power);
-            if (power != (int)power) return dt_error(DT_ERR_ARG, "%s: \"fp16.initial_scale_power\" must be a whole number", path);
             v = l->window;
             if ((st = number(path, s, "loss_scale_window", 1, 1e9, &v))) return st;
             l->window = (int)v;
@@ -261,7 +264,7 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     if (!st && (x = -1, st = number(path, root, "steps", 1, 1e9, &x), !st) && x > 0) c->steps = (int)x;
     if (!st) st = read_trace(path, root, c);
     if (!st) st = read_zero(path, root, c);
-    if (!st) st = read_precision(path, root, c);
+    if (!st) st = read_precision(path, root);
     const cJSON *opt = NULL, *sch = NULL;
     if (!st) st = object(path, root, "optimizer", &opt);
     if (!st) st = object(path, root, "scheduler", &sch);

@@ -41,7 +41,6 @@ void dt_train_defaults(dt_train_config *c) {
     c->stall_timeout = DT_STALL_TIMEOUT_DEFAULT;
     dt_optim_defaults(DT_OPT_ADAMW, &c->opt);
     dt_schedule_defaults(&c->sched);
-    dt_loss_scale_defaults(&c->loss_scale);
 }
 
 size_t dt_peak_memory(void) {
