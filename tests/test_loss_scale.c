@@ -48,8 +48,8 @@ static void replay(const char *path) {
         } else if (in_seq && sscanf(line, "raise %d", &k) == 1) {
             dt_status st = dt_loss_scale_update(&s, &c, 1, msg, sizeof msg);
             char want[32];
-            snprintf(want, sizeof want, "(step %d)", k);
-            EXPECT(st == DT_ERR_NUMERIC && strstr(dt_last_error(), want), "sequence %d: DeepSpeed stopped at step %d, dtrain: %s", seqs, k,
+            snprintf(want, sizeof want, "step %d: ", k);
+            EXPECT(st == DT_ERR_NUMERIC && !strncmp(dt_last_error(), want, strlen(want)), "sequence %d: DeepSpeed stopped at step %d, dtrain: %s", seqs, k,
                    st ? dt_last_error() : "went on");
             raises++;
             in_seq = 0;

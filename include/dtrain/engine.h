@@ -77,6 +77,13 @@ typedef struct {
     int skip_nonfinite;         /* a step whose loss or norm is not finite changes nothing */
     int step_at_end;            /* no update inside backward */
     size_t bucket_first, bucket_bytes; /* gradient buckets (data parallelism) */
+    /* Loss scaling (fp16), NULL: none. Backward gets the loss times the
+     * scale; the step's global norm says whether the gradients overflowed:
+     * then it is skipped (gradients zeroed, scale lowered), else they are
+     * divided by the scale (folded into clipping) before the update. No
+     * update can happen inside backward, before that check: the engine turns
+     * step_at_end on. */
+    const dt_loss_scale_config *loss_scale;
 } dt_engine_config;
 
 dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out);
@@ -91,7 +98,8 @@ typedef struct {
     double exposed_ms, update_ms;
     double exposed_in_backward_ms; /* of exposed_ms, inside backward */
     double updated_in_backward;
-    int skipped;                /* not finite, and skip_nonfinite */
+    int skipped;                /* not finite, and skip_nonfinite; or the loss scale overflowed */
+    double loss_scale;          /* the scale this step's backward used (1 without scaling) */
     int stop;                   /* some rank passed stop != 0 */
 } dt_step_result;
 
@@ -103,6 +111,8 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
 const dt_engine_config *dt_engine_get_config(const dt_engine *e);
 const char *dt_engine_strategy_name(const dt_engine *e);
 dt_optim *dt_engine_optim(dt_engine *e);
+/* The loss scaler's state (NULL without scaling): checkpoints save and restore it. */
+dt_loss_scale *dt_engine_loss_scale(dt_engine *e);
 /* The slice of the store this rank's optimizer owns. */
 void dt_engine_share(const dt_engine *e, size_t *off, size_t *n);
 /* The strategy's communication buffers, in bytes. */

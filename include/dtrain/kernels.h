@@ -6,6 +6,8 @@
 #ifndef DTRAIN_KERNELS_H
 #define DTRAIN_KERNELS_H
 
+#include "dtrain/base.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +20,26 @@ void dt_matmul_forward(float *out, const float *inp, const float *w, const float
 /* dinp += dout @ w; dw += dout^T @ inp; dbias += column sums of dout (dbias may be NULL). */
 void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                         int BT, int C, int OC);
+
+/* Mixed precision (torch.autocast's linear): w and bias hold 16-bit values
+ * of type t (DT_BF16 or DT_F16), inp f32 values that t can hold; out =
+ * round_t(inp @ w^T + bias), the products summed in f32. work: scratch of
+ * 2 * DT_MATMUL_LP_WORK floats (the weights are widened a chunk at a time). */
+#define DT_MATMUL_LP_WORK (1 << 20)
+void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,
+                          dt_dtype t, float *work);
+/* dout is first rounded to t in place (autocast hands a 16-bit linear a
+ * 16-bit gradient); dinp = round_t(dinp + dout @ w) (start it at zero);
+ * dw += round_t(dout^T @ inp); dbias += round_t(column sums of dout). */
+void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *w, int BT,
+                           int C, int OC, dt_dtype t, float *work);
+
+/* 16-bit storage (t: DT_BF16 or DT_F16, round to nearest even; f16 overflows
+ * to inf): pack f32 into 16 bits, widen back, or round f32 values in place
+ * to what t holds (DT_F32: unchanged). */
+void dt_lp_pack(uint16_t *dst, const float *src, size_t n, dt_dtype t);
+void dt_lp_unpack(float *dst, const uint16_t *src, size_t n, dt_dtype t);
+void dt_lp_round(float *x, size_t n, dt_dtype t);
 
 /* Token + position embedding: out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]. */
 void dt_embedding_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);

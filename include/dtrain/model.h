@@ -99,7 +99,7 @@ size_t dt_gpt2_config_num_params(const dt_gpt2_config *cfg);
 double dt_gpt2_flops_per_token(const dt_gpt2_config *cfg, int T);
 /* The activations (and the batch's tokens) a whole model allocates for B x T
  * (attention: dt_attn_mode), without building it: for estimates before a run. */
-size_t dt_gpt2_activation_bytes(const dt_gpt2_config *cfg, int B, int T, int recompute, int attention);
+size_t dt_gpt2_activation_bytes(const dt_gpt2_config *cfg, int B, int T, int recompute, int attention, dt_dtype precision);
 dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out);
 /* A model holding only units [a, b) of 0..L+1 (0: wte and wpe; 1..L: the
  * blocks; L+1: the final LayerNorm and the head): a pipeline stage. One that
@@ -186,8 +186,20 @@ const float *dt_gpt2_logits(const dt_gpt2 *m);
  * gradients, scaled by grad_scale (1/accumulation steps, say). */
 dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale);
 void dt_gpt2_zero_grad(dt_gpt2 *m);
-/* Bytes held: parameters, gradients, activations. */
+/* Bytes held: parameters (and their 16-bit copy), gradients, activations. */
 size_t dt_gpt2_memory(const dt_gpt2 *m);
+/* Bytes of activations (and mixed precision's scratch). */
+size_t dt_gpt2_activation_memory(const dt_gpt2 *m);
+/* Mixed precision, set before the first forward: DT_F32 (the default), or
+ * DT_BF16 / DT_F16 as torch.autocast does it on top of f32 parameters and
+ * gradients: the Linears (the LM head too) multiply 16-bit copies of their
+ * inputs and weights with f32 sums and return 16-bit outputs; their input
+ * and weight gradients are 16-bit values; attention and GELU take and give
+ * 16-bit values and compute in f32; the embeddings, LayerNorms, residual
+ * stream and loss stay f32. The blocks' 16-bit activations are kept in 16
+ * bits (about half the memory). */
+dt_status dt_gpt2_set_precision(dt_gpt2 *m, dt_dtype t);
+dt_dtype dt_gpt2_precision(const dt_gpt2 *m);
 
 /* ---- MLP (image classification): Linear layers, ReLU between them,
  * softmax cross-entropy; flat parameters, each layer weight [out, in] then

@@ -77,6 +77,8 @@ double dt_grad_norm(const float *g, size_t n);
 /* Scales g so that its norm is at most max_norm (PyTorch's clip_grad_norm_:
  * factor max_norm / (norm + 1e-6) when below 1). Returns the norm before. */
 double dt_grad_clip(float *g, size_t n, double norm, float max_norm);
+/* g *= f (unscaling and clipping in one pass). */
+void dt_grad_scale(float *g, size_t n, float f);
 
 /* Learning-rate schedules. Ours: constant or cosine, each after a linear
  * warm-up of `warmup` steps from lr/warmup to lr (cosine then decays to

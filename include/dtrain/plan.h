@@ -28,6 +28,7 @@ typedef struct {
     size_t bucket_bytes;     /* stages 2, 3: a gradient bucket (the pool holds two in flight) */
     size_t data_bytes;       /* token files each rank reads whole */
     int shared_params;       /* ZeRO's ranks all on one machine share one copy of the parameters */
+    dt_dtype precision;      /* DT_F32; mixed precision adds the parameters' 16-bit copy, halves the blocks' activations */
 } dt_plan_job;
 
 /* Bytes per rank and per machine (fp32 Adam: DDP 16 bytes per parameter;

@@ -44,6 +44,8 @@ typedef struct {
     int step_at_end;          /* DDP: the optimizer after backward, not bucket by bucket inside it */
     double stall_timeout;     /* seconds a rank may wait for a live peer that never joins (warn; 2x: stop); 0 off */
     int skip_nonfinite;       /* a step whose loss or gradient norm is not finite is skipped (else the run stops) */
+    dt_dtype precision;       /* DT_F32, or mixed precision: DT_BF16, DT_F16 (dt_gpt2_set_precision) */
+    dt_loss_scale_config loss_scale; /* fp16's (DeepSpeed's fp16 section; its defaults) */
     int argc;                 /* the command line, re-executed for each rank */
     char **argv;
 } dt_train_config;

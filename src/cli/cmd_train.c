@@ -65,8 +65,13 @@ static void usage(FILE *f) {
             "  --seed N (1337)    initialisation\n"
             "  --recompute        activation checkpointing: recompute each block in backward (less memory)\n"
             "  --attention MODE   auto (default: blockwise from T >= 256), full (keep T x T rows), blockwise\n"
+            "  --precision P      fp32 (default), bf16 or fp16: mixed precision as torch.autocast (16-bit\n"
+            "                     Linears and activations, f32 master weights and optimizer); fp16 scales the\n"
+            "                     loss (DeepSpeed's dynamic scaler; the config's fp16 section sets it) and skips\n"
+            "                     a step whose gradients overflow\n"
             "  --config FILE      DeepSpeed-style JSON (train_micro_batch_size_per_gpu, gradient_accumulation_steps,\n"
-            "                     optimizer {type, params}, scheduler {type, params}, gradient_clipping, steps);\n"
+            "                     optimizer {type, params}, scheduler {type, params}, gradient_clipping, steps,\n"
+            "                     fp16, bf16);\n"
             "                     flags override it\n");
 }
 
@@ -78,7 +83,7 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
-    { "--optimizer", "sgd, adamw, lamb or lars" }, { "--attention", "auto, full or blockwise" },
+    { "--optimizer", "sgd, adamw, lamb or lars" }, { "--precision", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
     { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
     { "--steps", "a whole number from 1 to 1e9" }, { "--epochs", "a whole number from 1 to 1e6" },
@@ -170,6 +175,10 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c.trace_first, &c.trace_last);
         else if (!strcmp(f, "--report")) c.report = v;
         else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &kind);
+        else if (!strcmp(f, "--precision")) {
+            ok = !strcmp(v, "fp32") || !strcmp(v, "bf16") || !strcmp(v, "fp16");
+            c.precision = !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "fp16") ? DT_F16 : DT_F32;
+        }
         else if (!strcmp(f, "--attention")) {
             ok = !strcmp(v, "auto") || !strcmp(v, "full") || !strcmp(v, "blockwise");
             c.attention = !strcmp(v, "full") ? 1 : !strcmp(v, "blockwise") ? 2 : 0;

@@ -40,3 +40,61 @@ void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
         }
     }
 }
+
+/* Mixed precision. The weights come as 16-bit values and are widened one
+ * chunk of output rows at a time into work (exactly: every bf16 or f16 value
+ * is an f32), so sgemm multiplies 16-bit values and sums in f32, which is
+ * what a 16-bit GEMM with f32 accumulation computes. The results are rounded
+ * to 16 bits where autocast's linear returns 16-bit tensors. */
+static int lp_rows(int C) { return C >= DT_MATMUL_LP_WORK ? 1 : DT_MATMUL_LP_WORK / C; }
+
+void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,
+                          dt_dtype t, float *work) {
+    if (bias) {
+        dt_lp_unpack(work, bias, (size_t)OC, t);
+        #pragma omp parallel for schedule(static)
+        for (int i = 0; i < BT; i++)
+            for (int o = 0; o < OC; o++) out[(size_t)i * OC + o] = work[o];
+    }
+    int R = lp_rows(C);
+    for (int o0 = 0; o0 < OC; o0 += R) {
+        int r = OC - o0 < R ? OC - o0 : R;
+        dt_lp_unpack(work, w + (size_t)o0 * C, (size_t)r * C, t);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, r, C, 1.0f, inp, C, work, C, bias ? 1.0f : 0.0f, out + o0, OC);
+    }
+    dt_lp_round(out, (size_t)BT * OC, t);
+}
+
+void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *w, int BT,
+                           int C, int OC, dt_dtype t, float *work) {
+    /* autocast hands a 16-bit linear a 16-bit output gradient */
+    dt_lp_round(dout, (size_t)BT * OC, t);
+    int R = lp_rows(C);
+    float *wf = work, *dwc = work + DT_MATMUL_LP_WORK;
+    for (int o0 = 0; o0 < OC; o0 += R) {
+        int r = OC - o0 < R ? OC - o0 : R;
+        size_t rc = (size_t)r * C;
+        if (dinp) {
+            dt_lp_unpack(wf, w + (size_t)o0 * C, rc, t);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, r, 1.0f, dout + o0, OC, wf, C, 1.0f, dinp, C);
+        }
+        /* this use's weight gradient is a 16-bit tensor; the f32 store sums the uses */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, BT, 1.0f, dout + o0, OC, inp, C, 0.0f, dwc, C);
+        dt_lp_round(dwc, rc, t);
+        float *d = dw + (size_t)o0 * C;
+        #pragma omp parallel for simd schedule(static) if (rc > 65536)
+        for (size_t i = 0; i < rc; i++) d[i] += dwc[i];
+    }
+    if (dinp) dt_lp_round(dinp, (size_t)BT * C, t);
+    if (dbias) {
+        float *sum = wf;
+        for (int o = 0; o < OC; o++) sum[o] = 0;
+        for (int i = 0; i < BT; i++) {
+            const float *row = dout + (size_t)i * OC;
+            #pragma omp simd
+            for (int o = 0; o < OC; o++) sum[o] += row[o];
+        }
+        dt_lp_round(sum, (size_t)OC, t);
+        for (int o = 0; o < OC; o++) dbias[o] += sum[o];
+    }
+}

@@ -6,6 +6,7 @@
  * of a range of its units (a pipeline stage), initialisation. Running it is
  * gpt2_run.c. */
 #include "gpt2_internal.h"
+#include "dtrain/kernels.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -175,6 +176,9 @@ void dt_gpt2_destroy(dt_gpt2 *m) {
     dt_free_aligned(m->own_params);
     dt_free_zeroed(m->own_grads);
     dt_free_aligned(m->acts);
+    dt_free_aligned(m->acts_lp);
+    dt_free_aligned(m->params_lp);
+    dt_free_aligned(m->lp_work);
     free(m->inputs);
     free(m->targets);
     free(m);
@@ -299,7 +303,38 @@ dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on) {
 
 void dt_gpt2_zero_grad(dt_gpt2 *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
 
-size_t dt_gpt2_memory(const dt_gpt2 *m) { return (2 * m->nparams + m->nacts) * sizeof(float); }
+size_t dt_gpt2_activation_memory(const dt_gpt2 *m) {
+    return m->nacts * sizeof(float) + m->lp_capacity * sizeof(uint16_t) + (m->lp_work ? 2 * (size_t)DT_MATMUL_LP_WORK * sizeof(float) : 0);
+}
+
+size_t dt_gpt2_memory(const dt_gpt2 *m) {
+    return 2 * m->nparams * sizeof(float) + (m->params_lp ? m->nparams * sizeof(uint16_t) : 0) + dt_gpt2_activation_memory(m);
+}
+
+dt_status dt_gpt2_set_precision(dt_gpt2 *m, dt_dtype t) {
+    if (t != DT_F32 && t != DT_BF16 && t != DT_F16)
+        return dt_error(DT_ERR_ARG, "model: precision %s is not one of f32, bf16, f16", dt_dtype_name(t));
+    if (m->acts) return dt_error(DT_ERR_ARG, "model: the precision is set before the first forward");
+    dt_free_aligned(m->params_lp);
+    dt_free_aligned(m->lp_work);
+    m->params_lp = NULL;
+    m->lp_work = NULL;
+    m->prec = t;
+    if (t == DT_F32) return DT_OK;
+    m->params_lp = dt_alloc_aligned(m->nparams * sizeof(uint16_t));
+    m->lp_work = dt_alloc_aligned(2 * (size_t)DT_MATMUL_LP_WORK * sizeof(float));
+    if (!m->params_lp || !m->lp_work) {
+        dt_free_aligned(m->params_lp);
+        dt_free_aligned(m->lp_work);
+        m->params_lp = NULL;
+        m->lp_work = NULL;
+        m->prec = DT_F32;
+        return dt_error(DT_ERR_NOMEM, "model: cannot allocate the %s copy of %zu parameters", dt_dtype_name(t), m->nparams);
+    }
+    return DT_OK;
+}
+
+dt_dtype dt_gpt2_precision(const dt_gpt2 *m) { return m->prec; }
 
 /* The generic view (dt_model) over GPT-2's own functions. */
 static float *v_params(void *m) { return dt_gpt2_params(m); }

@@ -47,6 +47,15 @@ struct dt_gpt2 {
     bool blockwise;           /* of the last forward */
     size_t att_capacity;      /* floats in A_ATT */
     float loss;
+    /* Mixed precision (dt_gpt2_set_precision): prec DT_BF16 or DT_F16; the
+     * parameters' 16-bit copy (each unit's refreshed at its forward), the
+     * 16-bit matmuls' scratch, and, unless recomputing, every block's 16-bit
+     * activations packed (lp_layer values a block) while only one block's
+     * are kept in f32 to compute with. */
+    dt_dtype prec;
+    uint16_t *params_lp, *acts_lp;
+    float *lp_work;
+    size_t lp_layer, lp_capacity;
 };
 
 /* Tensor i (llm.c's index) of block l, in the parameters and the gradients;
@@ -58,5 +67,8 @@ struct dt_gpt2 {
 #define P(i) (m->params + TAB_OFF(i))
 #define G(i) (m->grads + TAB_OFF(i))
 #define ACT(i) (m->acts + m->act_off[i])
+/* The 16-bit copies of the parameters (mixed precision). */
+#define PLL(l, i) (m->params_lp + BLOCK_OFF(l, i))
+#define PLP(i) (m->params_lp + TAB_OFF(i))
 
 #endif

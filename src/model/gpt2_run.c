@@ -18,20 +18,22 @@ static bool use_blockwise(const dt_gpt2 *m, int T) {
 }
 
 /* Each activation's floats for nl held blocks (head: whether the head is
- * held); the total with 64-byte aligned starts. */
-static size_t activation_sizes(const dt_gpt2_config *c, size_t nl, bool head, bool recompute, bool blockwise, int B, int T,
-                               size_t s[A_COUNT]) {
+ * held); the total with 64-byte aligned starts. With lp (mixed precision,
+ * not recomputing) the blocks' 16-bit activations have one block's f32 slot
+ * to compute in and *lp_total 16-bit values (lp_per_layer a block) to keep. */
+static size_t activation_sizes(const dt_gpt2_config *c, size_t nl, bool head, bool recompute, bool lp, bool blockwise,
+                               int B, int T, size_t s[A_COUNT], size_t *lp_per_layer, size_t *lp_total) {
     size_t BT = (size_t)B * T, C = (size_t)c->channels, NH = (size_t)c->num_heads, Vp = (size_t)c->padded_vocab_size;
     /* Per-layer activations: every held block's, or one when recomputing; the
      * residual stream between blocks (A_RES3) is always kept; the head's only
-     * where the head is held. */
-    size_t L = recompute ? 1 : nl, Lres = nl, H = head;
+     * where the head is held. Lw: the slots of the 16-bit ones. */
+    size_t L = recompute ? 1 : nl, Lres = nl, H = head, Lw = recompute || lp ? 1 : nl;
     const size_t v[A_COUNT] = {
-        [A_ENCODED] = BT * C, [A_LN1] = L * BT * C, [A_LN1_MEAN] = L * BT, [A_LN1_RSTD] = L * BT,
-        [A_QKV] = L * BT * 3 * C, [A_ATTY] = L * BT * C, [A_ATT] = L * NH * BT * (blockwise ? 1 : (size_t)T),
+        [A_ENCODED] = BT * C, [A_LN1] = Lw * BT * C, [A_LN1_MEAN] = L * BT, [A_LN1_RSTD] = L * BT,
+        [A_QKV] = Lw * BT * 3 * C, [A_ATTY] = Lw * BT * C, [A_ATT] = L * NH * BT * (blockwise ? 1 : (size_t)T),
         [A_RES2] = L * BT * C,
-        [A_LN2] = L * BT * C, [A_LN2_MEAN] = L * BT, [A_LN2_RSTD] = L * BT, [A_FCH] = L * BT * 4 * C,
-        [A_FCH_GELU] = L * BT * 4 * C, [A_RES3] = Lres * BT * C, [A_LNF] = H * BT * C, [A_LNF_MEAN] = H * BT,
+        [A_LN2] = Lw * BT * C, [A_LN2_MEAN] = L * BT, [A_LN2_RSTD] = L * BT, [A_FCH] = Lw * BT * 4 * C,
+        [A_FCH_GELU] = Lw * BT * 4 * C, [A_RES3] = Lres * BT * C, [A_LNF] = H * BT * C, [A_LNF_MEAN] = H * BT,
         [A_LNF_RSTD] = H * BT, [A_LOGITS] = H * BT * Vp, [A_LOSSES] = H * BT, [A_TMP] = BT * C, [A_DRES] = BT * C, [A_DLN] = BT * C,
         [A_DQKV] = BT * 3 * C, [A_DATTY] = BT * C, [A_DFCH] = BT * 4 * C, [A_DFCH_GELU] = BT * 4 * C,
     };
@@ -40,14 +42,16 @@ static size_t activation_sizes(const dt_gpt2_config *c, size_t nl, bool head, bo
         s[i] = v[i];
         total += (v[i] + 15) & ~(size_t)15;
     }
+    *lp_per_layer = lp && !recompute ? BT * 14 * C : 0; /* ln1, qkv, atty, ln2, fch, fch_gelu */
+    *lp_total = *lp_per_layer * nl;
     return total;
 }
 
-size_t dt_gpt2_activation_bytes(const dt_gpt2_config *c, int B, int T, int recompute, int attention) {
-    size_t s[A_COUNT];
-    bool blockwise = attention == DT_ATTN_BLOCKWISE || (attention == DT_ATTN_AUTO && T >= 256);
-    return activation_sizes(c, (size_t)c->num_layers, true, recompute, blockwise, B, T, s) * sizeof(float) +
-           2 * (size_t)B * T * sizeof(int32_t);
+size_t dt_gpt2_activation_bytes(const dt_gpt2_config *c, int B, int T, int recompute, int attention, dt_dtype precision) {
+    size_t s[A_COUNT], per, lp;
+    bool blockwise = attention == DT_ATTN_BLOCKWISE || (attention == DT_ATTN_AUTO && T >= 256), low = precision != DT_F32;
+    return activation_sizes(c, (size_t)c->num_layers, true, recompute, low, blockwise, B, T, s, &per, &lp) * sizeof(float) +
+           lp * sizeof(uint16_t) + (low ? 2 * (size_t)DT_MATMUL_LP_WORK * sizeof(float) : 0) + 2 * (size_t)B * T * sizeof(int32_t);
 }
 
 static dt_status size_activations(dt_gpt2 *m, int B, int T) {
@@ -55,8 +59,9 @@ static dt_status size_activations(dt_gpt2 *m, int B, int T) {
     size_t att_per_layer = (size_t)m->cfg.num_heads * BT * (use_blockwise(m, T) ? 1 : (size_t)T);
     size_t att_need = att_per_layer * (m->recompute ? 1 : (size_t)m->nl);
     if (m->acts && BT <= m->bt_capacity && att_need <= m->att_capacity) return DT_OK;
-    size_t s[A_COUNT];
-    size_t total = activation_sizes(&m->cfg, (size_t)m->nl, m->ub == m->cfg.num_layers + 2, m->recompute, use_blockwise(m, T), B, T, s);
+    size_t s[A_COUNT], per, lp;
+    size_t total = activation_sizes(&m->cfg, (size_t)m->nl, m->ub == m->cfg.num_layers + 2, m->recompute, m->prec != DT_F32,
+                                    use_blockwise(m, T), B, T, s, &per, &lp);
     size_t at = 0;
     for (int i = 0; i < A_COUNT; i++) {
         m->act_sizes[i] = s[i];
@@ -64,9 +69,11 @@ static dt_status size_activations(dt_gpt2 *m, int B, int T) {
         at += (s[i] + 15) & ~(size_t)15; /* 64-byte aligned starts */
     }
     float *a = dt_alloc_aligned(total * sizeof(float));
+    uint16_t *alp = lp ? dt_alloc_aligned(lp * sizeof(uint16_t)) : NULL;
     int32_t *in = malloc(BT * sizeof(int32_t)), *tg = malloc(BT * sizeof(int32_t));
-    if (!a || !in || !tg) {
+    if (!a || !in || !tg || (lp && !alp)) {
         dt_free_aligned(a);
+        dt_free_aligned(alp);
         free(in);
         free(tg);
         char sz[32];
@@ -75,6 +82,10 @@ static dt_status size_activations(dt_gpt2 *m, int B, int T) {
     }
     memset(a, 0, total * sizeof(float));
     dt_free_aligned(m->acts);
+    dt_free_aligned(m->acts_lp);
+    m->acts_lp = alp;
+    m->lp_layer = per;
+    m->lp_capacity = lp;
     free(m->inputs);
     free(m->targets);
     m->acts = a;
@@ -99,28 +110,90 @@ static float *res_in(dt_gpt2 *m, int l) {
     return l == m->l0 ? ACT(A_ENCODED) : ACT(A_RES3) + (size_t)(l - 1 - m->l0) * BTC;
 }
 
+/* Block l's activations: the slots of the f32 ones (k: l's, or 0 when
+ * recomputing) and of the 16-bit ones (w: also 0 when they are packed). */
+typedef struct { float *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fchg, *ln1m, *ln1r, *ln2m, *ln2r; } block_acts;
+
+static block_acts acts_of(dt_gpt2 *m, int l) {
+    size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
+    size_t k = m->recompute ? 0 : (size_t)(l - m->l0), w = m->lp_layer ? 0 : k;
+    return (block_acts){ .ln1 = ACT(A_LN1) + w * BTC, .qkv = ACT(A_QKV) + w * BTC * 3, .atty = ACT(A_ATTY) + w * BTC,
+                         .att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)m->T), .res2 = ACT(A_RES2) + k * BTC,
+                         .ln2 = ACT(A_LN2) + w * BTC, .fch = ACT(A_FCH) + w * BTC * 4, .fchg = ACT(A_FCH_GELU) + w * BTC * 4,
+                         .ln1m = ACT(A_LN1_MEAN) + k * BT, .ln1r = ACT(A_LN1_RSTD) + k * BT,
+                         .ln2m = ACT(A_LN2_MEAN) + k * BT, .ln2r = ACT(A_LN2_RSTD) + k * BT };
+}
+
+/* Mixed precision keeps block l's 16-bit activations packed between its
+ * forward and its backward; pack (after forward) or unpack (before backward). */
+static void pack_block(dt_gpt2 *m, int l, bool pack) {
+    if (!m->lp_layer) return;
+    block_acts a = acts_of(m, l);
+    size_t BTC = (size_t)m->B * m->T * (size_t)m->cfg.channels;
+    float *part[6] = { a.ln1, a.qkv, a.atty, a.ln2, a.fch, a.fchg };
+    size_t len[6] = { BTC, 3 * BTC, BTC, BTC, 4 * BTC, 4 * BTC };
+    uint16_t *at = m->acts_lp + (size_t)(l - m->l0) * m->lp_layer;
+    for (int i = 0; i < 6; at += len[i], i++) {
+        if (pack) dt_lp_pack(at, part[i], len[i], m->prec);
+        else dt_lp_unpack(part[i], at, len[i], m->prec);
+    }
+}
+
+/* out = inp @ w^T + b for a Linear of the model: f32, or autocast's 16-bit
+ * form from the parameters' 16-bit copy (wi, bi: their indices in block l,
+ * or l < 0 for the head's tied wte, which has no bias). */
+static void linear_forward(dt_gpt2 *m, float *out, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
+    if (m->prec == DT_F32) {
+        dt_matmul_forward(out, inp, l < 0 ? P(WTE) : PL(l, wi), l < 0 ? NULL : PL(l, bi), BT, C, OC);
+        return;
+    }
+    dt_matmul_forward_lp(out, inp, l < 0 ? PLP(WTE) : PLL(l, wi), l < 0 ? NULL : PLL(l, bi), BT, C, OC, m->prec, m->lp_work);
+}
+
+/* Its backward; dout may be overwritten (rounded) under mixed precision. */
+static void linear_backward(dt_gpt2 *m, float *dinp, float *dout, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
+    if (m->prec == DT_F32) {
+        dt_matmul_backward(dinp, l < 0 ? G(WTE) : GL(l, wi), l < 0 ? NULL : GL(l, bi), dout, inp, l < 0 ? P(WTE) : PL(l, wi),
+                           BT, C, OC);
+        return;
+    }
+    dt_matmul_backward_lp(dinp, l < 0 ? G(WTE) : GL(l, wi), l < 0 ? NULL : GL(l, bi), dout, inp, l < 0 ? PLP(WTE) : PLL(l, wi),
+                          BT, C, OC, m->prec, m->lp_work);
+}
+
 /* Block l on residual (its input): writes the block's activations into its
- * slot (slot 0 when recomputing) and its output into A_RES3. */
+ * slots and its output into A_RES3. Under mixed precision the LayerNorms'
+ * outputs, attention's and GELU's are rounded to 16 bits (autocast casts
+ * them for the next Linear, or computes them in 16 bits). */
 static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
     const dt_gpt2_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads;
-    size_t BT = (size_t)B * T, BTC = BT * (size_t)C, k = m->recompute ? 0 : (size_t)(l - m->l0);
-    float *ln1 = ACT(A_LN1) + k * BTC, *qkv = ACT(A_QKV) + k * BTC * 3, *atty = ACT(A_ATTY) + k * BTC;
-    float *att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)T), *res2 = ACT(A_RES2) + k * BTC, *ln2 = ACT(A_LN2) + k * BTC;
-    float *fch = ACT(A_FCH) + k * BTC * 4, *fchg = ACT(A_FCH_GELU) + k * BTC * 4, *res3 = ACT(A_RES3) + (size_t)(l - m->l0) * BTC;
-    dt_layernorm_forward(ln1, ACT(A_LN1_MEAN) + k * BT, ACT(A_LN1_RSTD) + k * BT, residual, PL(l, LN1W),
-                         PL(l, LN1B), (int)BT, C);
-    dt_matmul_forward(qkv, ln1, PL(l, QKVW), PL(l, QKVB), (int)BT, C, 3 * C);
-    if (m->blockwise) dt_attention_forward_lse(atty, att, qkv, B, T, C, NH);
-    else dt_attention_forward(atty, att, qkv, B, T, C, NH);
-    dt_matmul_forward(ACT(A_TMP), atty, PL(l, ATTPROJW), PL(l, ATTPROJB), (int)BT, C, C);
-    dt_residual_forward(res2, residual, ACT(A_TMP), BTC);
-    dt_layernorm_forward(ln2, ACT(A_LN2_MEAN) + k * BT, ACT(A_LN2_RSTD) + k * BT, res2, PL(l, LN2W),
-                         PL(l, LN2B), (int)BT, C);
-    dt_matmul_forward(fch, ln2, PL(l, FCW), PL(l, FCB), (int)BT, C, 4 * C);
-    dt_gelu_forward(fchg, fch, BTC * 4);
-    dt_matmul_forward(ACT(A_TMP), fchg, PL(l, FCPROJW), PL(l, FCPROJB), (int)BT, 4 * C, C);
-    dt_residual_forward(res3, res2, ACT(A_TMP), BTC);
+    size_t BT = (size_t)B * T, BTC = BT * (size_t)C;
+    block_acts a = acts_of(m, l);
+    float *res3 = ACT(A_RES3) + (size_t)(l - m->l0) * BTC;
+    dt_layernorm_forward(a.ln1, a.ln1m, a.ln1r, residual, PL(l, LN1W), PL(l, LN1B), (int)BT, C);
+    dt_lp_round(a.ln1, BTC, m->prec);
+    linear_forward(m, a.qkv, a.ln1, l, QKVW, QKVB, (int)BT, C, 3 * C);
+    if (m->blockwise) dt_attention_forward_lse(a.atty, a.att, a.qkv, B, T, C, NH);
+    else dt_attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+    dt_lp_round(a.atty, BTC, m->prec);
+    linear_forward(m, ACT(A_TMP), a.atty, l, ATTPROJW, ATTPROJB, (int)BT, C, C);
+    dt_residual_forward(a.res2, residual, ACT(A_TMP), BTC);
+    dt_layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, PL(l, LN2W), PL(l, LN2B), (int)BT, C);
+    dt_lp_round(a.ln2, BTC, m->prec);
+    linear_forward(m, a.fch, a.ln2, l, FCW, FCB, (int)BT, C, 4 * C);
+    dt_gelu_forward(a.fchg, a.fch, BTC * 4);
+    dt_lp_round(a.fchg, BTC * 4, m->prec);
+    linear_forward(m, ACT(A_TMP), a.fchg, l, FCPROJW, FCPROJB, (int)BT, 4 * C, C);
+    dt_residual_forward(res3, a.res2, ACT(A_TMP), BTC);
+}
+
+/* Mixed precision: unit u's parameters into their 16-bit copy, before its
+ * forward (after the strategy's hook, which may have just gathered them). */
+static void cast_unit(dt_gpt2 *m, int u) {
+    if (m->prec == DT_F32) return;
+    for (int i = 0; i < m->ntab; i++)
+        if (m->tab[i].unit == u) dt_lp_pack(m->params_lp + m->tab[i].offset, m->params + m->tab[i].offset, m->tab[i].count, m->prec);
 }
 
 const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *ntokens) {
@@ -129,7 +202,7 @@ const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *n
     return m->acts ? m->acts + m->act_off[A_DRES] : NULL;
 }
 
-#define BEFORE_FWD(u) do { if (m->before_fwd) m->before_fwd(u, m->unit_ctx); } while (0)
+#define BEFORE_FWD(u) do { if (m->before_fwd) m->before_fwd(u, m->unit_ctx); cast_unit(m, u); } while (0)
 #define BEFORE_BWD(u) do { if (m->before_bwd) m->before_bwd(u, m->unit_ctx); } while (0)
 #define AFTER_BWD(u) do { if (m->hook) m->hook(u, m->hook_ctx); } while (0)
 
@@ -195,13 +268,15 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
         BEFORE_FWD(l + 1);
         trace_unit(m, "forward", l + 1);
         layer_forward(m, l, res_in(m, l));
+        pack_block(m, l, true);
         UNIT_END();
     }
     if (b < L + 2) return DT_OK;
     BEFORE_FWD(L + 1);
     trace_unit(m, "forward", L + 1);
     dt_layernorm_forward(ACT(A_LNF), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), res_in(m, L), P(LNFW), P(LNFB), (int)BT, C);
-    dt_matmul_forward(ACT(A_LOGITS), ACT(A_LNF), P(WTE), NULL, (int)BT, C, Vp);
+    dt_lp_round(ACT(A_LNF), BTC, m->prec);
+    linear_forward(m, ACT(A_LOGITS), ACT(A_LNF), -1, WTE, 0, (int)BT, C, Vp);
     if (targets) {
         m->loss = dt_crossentropy_forward(ACT(A_LOSSES), ACT(A_LOGITS), targets, (int)BT, c->vocab_size, Vp);
         if (loss) *loss = m->loss;
@@ -233,7 +308,7 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
     trace_unit(m, "backward", L + 1);
     dt_crossentropy_fused(dlogits, ACT(A_LOSSES), m->targets, (int)BT, c->vocab_size, Vp, grad_scale / (float)BT);
     memset(dln, 0, BTC * sizeof(float));
-    dt_matmul_backward(dln, G(WTE), NULL, dlogits, ACT(A_LNF), P(WTE), (int)BT, C, Vp);
+    linear_backward(m, dln, dlogits, ACT(A_LNF), -1, WTE, 0, (int)BT, C, Vp);
     memset(dres, 0, BTC * sizeof(float));
     dt_layernorm_backward(dres, G(LNFW), G(LNFB), dln, res_in(m, L), P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), (int)BT, C);
     UNIT_END();
@@ -244,37 +319,39 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
 static void layer_backward(dt_gpt2 *m, int l) {
     const dt_gpt2_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads;
-    size_t BT = (size_t)B * T, BTC = BT * (size_t)C, k = m->recompute ? 0 : (size_t)(l - m->l0);
+    size_t BT = (size_t)B * T, BTC = BT * (size_t)C;
     const float *res_in_l = res_in(m, l);
     BEFORE_BWD(l + 1);
     trace_unit(m, "backward", l + 1);
     /* Recompute: this layer's activations again, from its kept input
-     * (its output is rewritten with the same values). */
+     * (its output is rewritten with the same values); else widen its packed
+     * 16-bit ones (mixed precision) */
     if (m->recompute) layer_forward(m, l, res_in_l);
-    float *ln1 = ACT(A_LN1) + k * BTC, *qkv = ACT(A_QKV) + k * BTC * 3, *atty = ACT(A_ATTY) + k * BTC;
-    float *att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)T), *res2 = ACT(A_RES2) + k * BTC;
-    float *ln2 = ACT(A_LN2) + k * BTC, *fch = ACT(A_FCH) + k * BTC * 4, *fchg = ACT(A_FCH_GELU) + k * BTC * 4;
-    float *dres = ACT(A_DRES), *dln = ACT(A_DLN);
+    else pack_block(m, l, false);
+    block_acts a = acts_of(m, l);
+    float *dres = ACT(A_DRES), *dln = ACT(A_DLN), *tmp = ACT(A_TMP);
     float *dfchg = ACT(A_DFCH_GELU), *dfch = ACT(A_DFCH), *datty = ACT(A_DATTY), *dqkv = ACT(A_DQKV);
+    /* mixed precision rounds a Linear's output gradient, and dres goes on down the residual stream whole */
+    const float *dproj = dres;
+    if (m->prec != DT_F32) { memcpy(tmp, dres, BTC * sizeof(float)); dproj = tmp; }
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); dres carries d res3 = d res2 (pass-through) */
     memset(dfchg, 0, BTC * 4 * sizeof(float));
-    dt_matmul_backward(dfchg, GL(l, FCPROJW), GL(l, FCPROJB), dres, fchg, PL(l, FCPROJW), (int)BT, 4 * C, C);
+    linear_backward(m, dfchg, (float *)dproj, a.fchg, l, FCPROJW, FCPROJB, (int)BT, 4 * C, C);
     memset(dfch, 0, BTC * 4 * sizeof(float));
-    dt_gelu_backward(dfch, fch, dfchg, BTC * 4);
+    dt_gelu_backward(dfch, a.fch, dfchg, BTC * 4);
     memset(dln, 0, BTC * sizeof(float));
-    dt_matmul_backward(dln, GL(l, FCW), GL(l, FCB), dfch, ln2, PL(l, FCW), (int)BT, C, 4 * C);
-    dt_layernorm_backward(dres, GL(l, LN2W), GL(l, LN2B), dln, res2, PL(l, LN2W), ACT(A_LN2_MEAN) + k * BT,
-                          ACT(A_LN2_RSTD) + k * BT, (int)BT, C);
+    linear_backward(m, dln, dfch, a.ln2, l, FCW, FCB, (int)BT, C, 4 * C);
+    dt_layernorm_backward(dres, GL(l, LN2W), GL(l, LN2B), dln, a.res2, PL(l, LN2W), a.ln2m, a.ln2r, (int)BT, C);
     /* attention: res2 = res_in + attproj(attn(qkv(ln1(res_in)))) */
+    if (m->prec != DT_F32) memcpy(tmp, dres, BTC * sizeof(float));
     memset(datty, 0, BTC * sizeof(float));
-    dt_matmul_backward(datty, GL(l, ATTPROJW), GL(l, ATTPROJB), dres, atty, PL(l, ATTPROJW), (int)BT, C, C);
+    linear_backward(m, datty, (float *)dproj, a.atty, l, ATTPROJW, ATTPROJB, (int)BT, C, C);
     memset(dqkv, 0, BTC * 3 * sizeof(float));
-    if (m->blockwise) dt_attention_backward_lse(dqkv, datty, atty, qkv, att, B, T, C, NH);
-    else dt_attention_backward(dqkv, datty, qkv, att, B, T, C, NH);
+    if (m->blockwise) dt_attention_backward_lse(dqkv, datty, a.atty, a.qkv, a.att, B, T, C, NH);
+    else dt_attention_backward(dqkv, datty, a.qkv, a.att, B, T, C, NH);
     memset(dln, 0, BTC * sizeof(float));
-    dt_matmul_backward(dln, GL(l, QKVW), GL(l, QKVB), dqkv, ln1, PL(l, QKVW), (int)BT, C, 3 * C);
-    dt_layernorm_backward(dres, GL(l, LN1W), GL(l, LN1B), dln, res_in_l, PL(l, LN1W), ACT(A_LN1_MEAN) + k * BT,
-                          ACT(A_LN1_RSTD) + k * BT, (int)BT, C);
+    linear_backward(m, dln, dqkv, a.ln1, l, QKVW, QKVB, (int)BT, C, 3 * C);
+    dt_layernorm_backward(dres, GL(l, LN1W), GL(l, LN1B), dln, res_in_l, PL(l, LN1W), a.ln1m, a.ln1r, (int)BT, C);
     UNIT_END();
     AFTER_BWD(l + 1);
 }

@@ -45,9 +45,9 @@ dt_status dt_loss_scale_update(dt_loss_scale *s, const dt_loss_scale_config *c, 
     if (overflow) {
         if (c->hysteresis == 1 || s->hysteresis == 1) {
             if (s->scale <= c->min_scale)
-                return dt_error(DT_ERR_NUMERIC, "the gradients overflowed at the minimum loss scale %g (step %lld): not an fp16 "
+                return dt_error(DT_ERR_NUMERIC, "step %lld: the gradients overflowed at the minimum loss scale %g: not an fp16 "
                                 "overflow but non-finite values (a NaN in the data, or a diverged model); stopping",
-                                s->scale, (long long)s->iter + 1);
+                                (long long)s->iter + 1, s->scale);
             double next = fmax(s->scale / 2, c->min_scale);
             if (msg) snprintf(msg, cap, "OVERFLOW! Skipping step. Attempted loss scale: %.0f, reducing to %.0f", s->scale, next);
             s->scale = next;

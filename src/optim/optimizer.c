@@ -103,14 +103,15 @@ static double norm2(const float *x, size_t n) {
 
 double dt_grad_norm(const float *g, size_t n) { return norm2(g, n); }
 
+void dt_grad_scale(float *g, size_t n, float f) {
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] *= f;
+}
+
 double dt_grad_clip(float *g, size_t n, double norm, float max_norm) {
     if (max_norm > 0) {
         double f = max_norm / (norm + 1e-6);
-        if (f < 1) {
-            float ff = (float)f;
-            #pragma omp parallel for schedule(static)
-            for (size_t i = 0; i < n; i++) g[i] *= ff;
-        }
+        if (f < 1) dt_grad_scale(g, n, (float)f);
     }
     return norm;
 }

@@ -24,6 +24,8 @@ void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
     /* on one machine ZeRO's ranks share one copy of the parameters (a rank's share: its shard) */
     int shared = j->stage >= 1 && n > 1 && j->shared_params;
     m->params = f * psi / (j->stage >= 3 || shared ? n : 1);
+    /* mixed precision: every rank's 16-bit copy of the whole model (not sharded yet) */
+    if (j->precision != DT_F32) m->params += 2 * psi;
     m->grads = j->stage >= 2 ? f * psi / n : f * psi;
     m->optim = f * optim_floats(&j->opt) * psi / (j->stage >= 1 ? n : 1);
     /* DDP: the tied embedding's rows of every rank (C floats per token) and the tokens;
@@ -34,7 +36,7 @@ void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
     m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
               (j->stage >= 2 && n > 1 ? f * (double)j->model.padded_vocab_size * C + (double)j->bucket_bytes : 0);
-    m->acts = (double)dt_gpt2_activation_bytes(&j->model, j->batch, j->seq, j->recompute, j->attention);
+    m->acts = (double)dt_gpt2_activation_bytes(&j->model, j->batch, j->seq, j->recompute, j->attention, j->precision);
     m->data = (double)j->data_bytes;
     m->per_rank = m->params + m->grads + m->optim + m->comm + m->acts + m->data;
     m->per_machine = m->per_rank * (j->local_ranks > 0 ? j->local_ranks : 1);

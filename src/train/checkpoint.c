@@ -34,6 +34,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,7 +103,7 @@ dt_status dt_checkpoint_check_dir(const char *dir) {
 typedef struct { uint64_t off, count, hash, phash; } piece;
 
 static cJSON *manifest(const dt_train_config *c, int nranks, const char *strategy, const dt_model *m, dt_optim *o,
-                       const dt_checkpoint_position *pos, const dt_gpt2_config *g, const uint64_t hashes[2],
+                       const dt_loss_scale *ls, const dt_checkpoint_position *pos, const dt_gpt2_config *g, const uint64_t hashes[2],
                        const size_t bytes[2], const piece *pieces, int npieces, bool params_pieces) {
     cJSON *j = cJSON_CreateObject(), *x;
     cJSON_AddStringToObject(j, "format", FORMAT);
@@ -139,6 +140,15 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddStringToObject(x, "strategy", strategy);
     cJSON_AddNumberToObject(x, "grad_clip", c->grad_clip);
     cJSON_AddNumberToObject(x, "seed", (double)c->seed);
+    cJSON_AddStringToObject(x, "precision", c->precision == DT_BF16 ? "bf16" : c->precision == DT_F16 ? "fp16" : "fp32");
+    if (ls) {
+        /* the loss scaler's whole state: a resumed fp16 run scales, skips and grows as the uninterrupted one */
+        x = cJSON_AddObjectToObject(j, "loss_scaler");
+        cJSON_AddNumberToObject(x, "scale", ls->scale);
+        cJSON_AddNumberToObject(x, "iter", (double)ls->iter);
+        cJSON_AddNumberToObject(x, "last_overflow", (double)ls->last_overflow);
+        cJSON_AddNumberToObject(x, "hysteresis", ls->hysteresis);
+    }
     x = cJSON_AddObjectToObject(j, "data");
     cJSON_AddStringToObject(x, "path", c->data ? c->data : "");
     cJSON_AddNumberToObject(x, "tokens", (double)pos->data_tokens);
@@ -245,7 +255,7 @@ static dt_status commit(const char *dir, const char *tmp, const char *name, cons
     char path[4200], final[4200];
     uint64_t hashes[2] = { phash, 0 };
     size_t bytes[2] = { m.nparams * sizeof(float), m.nparams * sizeof(float) * (size_t)nb };
-    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), &m, o, pos, dt_gpt2_get_config(g), hashes, bytes, pieces, np, params_pieces);
+    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), &m, o, dt_engine_loss_scale(e), pos, dt_gpt2_get_config(g), hashes, bytes, pieces, np, params_pieces);
     char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     size_t tl = text ? strlen(text) : 0;
@@ -541,6 +551,27 @@ static void warn_changes(const cJSON *j, const char *path, const dt_train_config
         dt_log(DT_LOG_WARN, "%s: saved with shuffle seed %s, resumed with %s: the data order changes", path, seed, mine_seed);
 }
 
+/* The loss scaler's state, where this run scales (ls) and the checkpoint has
+ * one; a checkpoint of a run that did not scale leaves the scaler at its start. */
+static dt_status read_loss_scale(const cJSON *j, const char *path, dt_loss_scale *ls) {
+    if (!ls) return DT_OK;
+    if (!cJSON_GetObjectItemCaseSensitive(j, "loss_scaler")) {
+        dt_log(DT_LOG_WARN, "%s: saved without a loss scaler (not fp16): the scale starts at %g", path, ls->scale);
+        return DT_OK;
+    }
+    double v[4];
+    dt_status st = number(j, "loss_scaler", "scale", path, &v[0]);
+    if (!st) st = count(j, "loss_scaler", "iter", path, 1e15, &v[1]);
+    if (!st) st = number(j, "loss_scaler", "last_overflow", path, &v[2]);
+    if (!st) st = count(j, "loss_scaler", "hysteresis", path, 1e9, &v[3]);
+    if (!st && !(v[0] > 0 && isfinite(v[0])))
+        st = dt_error(DT_ERR_IO, "%s: loss_scaler.scale is %g, not a positive number", path, v[0]);
+    if (!st && !(v[2] >= -1 && v[2] < v[1] + 1 && v[2] == (double)(int64_t)v[2]))
+        st = dt_error(DT_ERR_IO, "%s: loss_scaler.last_overflow is %g, not a step from -1 to %g", path, v[2], v[1] - 1);
+    if (!st) *ls = (dt_loss_scale){ .scale = v[0], .iter = (int64_t)v[1], .last_overflow = (int64_t)v[2], .hysteresis = (int)v[3] };
+    return st;
+}
+
 /* Rank 0's part of a resume: the latest checkpoint of dir into the model and optimizer. */
 /* dir's latest checkpoint: its directory (sub) and its manifest, parsed. */
 static dt_status open_latest(const char *dir, char sub[4400], char mpath[4500], cJSON **out) {
@@ -662,6 +693,7 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
     if (!st) st = read_floats(sub, j, "params.f32", pbuf, 1, n);
     if (!st) st = verify_file(sub, j, "optim.f32", obuf[1] ? 2 : 1, n, NULL);
     if (!st) st = read_optim_slice(sub, obuf, obuf[1] ? 2 : 1, n, off, share);
+    if (!st) st = read_loss_scale(j, mpath, dt_engine_loss_scale(e));
     if (!st) {
         warn_changes(j, mpath, c, nranks);
         dt_optim_set_steps(o, (long)osteps);
@@ -703,6 +735,12 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
     }
     for (int i = 0; i < 2 && !st && share == n; i++)
         if (obuf[i]) st = dt_comm_broadcast(w, obuf[i], n, DT_F32, 0);
+    dt_loss_scale *ls = dt_engine_loss_scale(e);
+    if (ls && !st) {
+        double lv[4] = { ls->scale, (double)ls->iter, (double)ls->last_overflow, ls->hysteresis };
+        st = dt_comm_broadcast(w, lv, 4, DT_F64, 0);
+        *ls = (dt_loss_scale){ .scale = lv[0], .iter = (int64_t)lv[1], .last_overflow = (int64_t)lv[2], .hysteresis = (int)lv[3] };
+    }
     if (st) return st;
     *pos = (dt_checkpoint_position){ (int)meta[0], (uint64_t)meta[1], (size_t)meta[2], (size_t)meta[3], (size_t)meta[4] };
     dt_optim_set_steps(o, (long)meta[5]);

@@ -125,6 +125,9 @@ static dt_status setup(cls_run *r) {
         return dt_error(DT_ERR_UNSUPPORTED, "--model mlp: %s is not built for the MLP yet (GPT-2 only)",
                         c->save ? "--save" : c->resume ? "--resume" : c->trace ? "--trace" : "--report");
     dt_status st = parse_hidden(c->model, r->sizes, &r->ns);
+    if (!st && c->precision != DT_F32)
+        st = dt_error(DT_ERR_UNSUPPORTED, "--precision %s: the MLP trains in fp32 only (mixed precision is built for GPT-2)",
+                      c->precision == DT_BF16 ? "bf16" : "fp16");
     if (!st) st = dt_images_load(dir, "train", &r->tr);
     if (!st) st = dt_images_load(dir, "t10k", &r->te);
     if (!st && r->te.dim != r->tr.dim) st = dt_error(DT_ERR_IO, "%s: test images have %d pixels, training images %d", dir, r->te.dim, r->tr.dim);

@@ -184,11 +184,11 @@ static dt_status read_zero(const char *path, const cJSON *root, dt_train_config 
 /* "fp16": {"enabled", "loss_scale" (0: dynamic), "initial_scale_power",
  * "loss_scale_window", "hysteresis", "min_loss_scale",
  * "consecutive_hysteresis"} and "bf16": {"enabled"}, with DeepSpeed's
- * defaults. The loss scaler is checked here; training in fp16 or bf16 is
- * not in dtrain yet, so a config that enables either is refused rather than
- * trained in fp32 behind a warning. */
-static dt_status read_precision(const char *path, const cJSON *root) {
+ * defaults: enabling one sets the precision (flags given after --config
+ * override it), and the fp16 section's scaler is checked whether enabled or not. */
+static dt_status read_precision(const char *path, const cJSON *root, dt_train_config *c) {
     static const char *const sections[2] = { "fp16", "bf16" };
+    int enabled[2] = { 0, 0 };
     for (int i = 0; i < 2; i++) {
         const cJSON *s;
         dt_status st = object(path, root, sections[i], &s);
@@ -200,9 +200,9 @@ static dt_status read_precision(const char *path, const cJSON *root) {
         warn_unknown(path, i ? "bf16." : "fp16.", s, i ? knownbf : known16);
         const cJSON *on = cJSON_GetObjectItemCaseSensitive(s, "enabled");
         if (on && !cJSON_IsBool(on)) return dt_error(DT_ERR_ARG, "%s: \"%s.enabled\" must be true or false", path, sections[i]);
+        enabled[i] = cJSON_IsTrue(on);
         if (i == 0) {
-            /* checked now, used once fp16 training exists */
-            dt_loss_scale_config lc, *l = &lc;
+            dt_loss_scale_config *l = &c->loss_scale;
             dt_loss_scale_defaults(l);
             double v = -1, power = 16;
             if ((st = number(path, s, "loss_scale", 0, 0x1p100, &v))) return st;
@@ -222,10 +222,11 @@ static dt_status read_precision(const char *path, const cJSON *root) {
             l->consecutive_hysteresis = cJSON_IsTrue(ch);
             if ((st = dt_loss_scale_check(l, path))) return st;
         }
-        if (cJSON_IsTrue(on))
-            return dt_error(DT_ERR_UNSUPPORTED, "%s: \"%s.enabled\" is true, but dtrain trains in fp32 only for now; set it to false "
-                            "(or remove the section) to train in fp32", path, sections[i]);
     }
+    if (enabled[0] && enabled[1])
+        return dt_error(DT_ERR_ARG, "%s: \"fp16.enabled\" and \"bf16.enabled\" are both true; choose one", path);
+    if (enabled[0]) c->precision = DT_F16;
+    if (enabled[1]) c->precision = DT_BF16;
     return DT_OK;
 }
 
@@ -264,7 +265,7 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     if (!st && (x = -1, st = number(path, root, "steps", 1, 1e9, &x), !st) && x > 0) c->steps = (int)x;
     if (!st) st = read_trace(path, root, c);
     if (!st) st = read_zero(path, root, c);
-    if (!st) st = read_precision(path, root);
+    if (!st) st = read_precision(path, root, c);
     const cJSON *opt = NULL, *sch = NULL;
     if (!st) st = object(path, root, "optimizer", &opt);
     if (!st) st = object(path, root, "scheduler", &sch);

@@ -6,6 +6,7 @@
  *   strategy.finish        gradients averaged (maybe already applied)
  *   allreduce {loss, stop} every rank learns the global loss and any stop
  *   norm, clip, update     on this rank's slice; strategy.after_update
+ *                          (with loss scaling: an overflow skips the update)
  *
  * The single-process strategy is the trivial one: it owns everything and
  * has nothing to synchronise. */
@@ -34,6 +35,9 @@ struct dt_engine {
     dt_optim *opt;
     size_t off, n;   /* this rank's slice */
     double *sums;    /* LAMB/LARS's per-tensor sums, added over the ranks */
+    dt_loss_scale_config lsc;
+    dt_loss_scale ls;
+    int scaling;
 };
 
 static dt_status choose(const dt_engine_config *c, const dt_strategy **out) {
@@ -74,6 +78,15 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
     e->off = 0;
     e->n = c->model.nparams;
     dt_status st = choose(c, &e->s);
+    if (!st && c->loss_scale) {
+        e->scaling = 1;
+        e->lsc = *c->loss_scale;
+        e->cfg.loss_scale = &e->lsc;
+        /* the overflow check needs every gradient before any update: none inside backward */
+        e->cfg.step_at_end = 1;
+        st = dt_loss_scale_check(&e->lsc, "engine");
+        dt_loss_scale_init(&e->ls, &e->lsc);
+    }
     if (!st && e->s->create) st = e->s->create(e, &e->state, &e->off, &e->n);
     if (!st) st = make_optimizer(e);
     if (!st && e->s->attach) st = e->s->attach(e->state, e->opt);
@@ -99,22 +112,47 @@ static dt_status global_norm(dt_engine *e, const float *g, double *norm) {
     return st;
 }
 
+/* Loss scaling after the global norm of the scaled gradients: an overflow
+ * (inf or NaN anywhere: every rank sees the same norm) skips the step, which
+ * the scaler may answer by halving the scale (or, at its floor, by ending
+ * the run); else the gradients are divided by the scale and clipped in one
+ * pass. *skip: the step changes nothing. */
+static dt_status unscale(dt_engine *e, float *g, dt_step_result *r, int *skip) {
+    double S = e->ls.scale;
+    int overflow = !isfinite(r->norm);
+    char msg[200];
+    dt_status st = dt_loss_scale_update(&e->ls, &e->lsc, overflow, msg, sizeof msg);
+    if (st) return st;
+    /* DeepSpeed's words, with the rank ("OVERFLOW! Rank 0 Skipping step. ...") */
+    if (msg[0]) dt_log(DT_LOG_WARN, "OVERFLOW! Rank %d %s", e->cfg.comm ? dt_comm_rank(e->cfg.comm) : 0, msg + strlen("OVERFLOW! "));
+    *skip = overflow;
+    if (overflow) return DT_OK;
+    r->norm /= S;
+    double f = 1.0 / S;
+    if (e->cfg.grad_clip > 0 && e->cfg.grad_clip / (r->norm + 1e-6) < 1) f *= e->cfg.grad_clip / (r->norm + 1e-6);
+    if (f != 1.0) dt_grad_scale(g, e->n, (float)f);
+    return DT_OK;
+}
+
 /* The update on this rank's slice, after clipping; a non-finite step is
- * skipped (its gradients zeroed) when the run asks for it. */
+ * skipped (its gradients zeroed) when the run asks for it, or when the loss
+ * scale overflowed. */
 static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
     const dt_engine_config *c = &e->cfg;
     float *p = c->model.params(c->model.self) + e->off, *g = c->model.grads(c->model.self) + e->off;
     dt_status st = DT_OK;
-    if (c->skip_nonfinite || e->s->reduce_sum) {
+    if (c->skip_nonfinite || e->s->reduce_sum || e->scaling) {
         /* the global norm first: it may stop the update, and a sharded slice's own pass could not give it */
         if ((st = global_norm(e, g, &r->norm))) return st;
-        if (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm))) {
+        int skip = 0;
+        if (e->scaling && (st = unscale(e, g, r, &skip))) return st;
+        if (skip || (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm)))) {
             /* the whole gradient: a sharded strategy's other shards too */
             memset(c->model.grads(c->model.self), 0, c->model.nparams * sizeof *g);
             r->skipped = 1;
             return DT_OK;
         }
-        dt_grad_clip(g, e->n, r->norm, c->grad_clip);
+        if (!e->scaling) dt_grad_clip(g, e->n, r->norm, c->grad_clip);
         if (e->s->reduce_sum && e->sums) {
             /* LAMB/LARS over a shard: the trust ratios from whole tensors' norms */
             dt_optim_norms(e->opt, p, g, e->sums);
@@ -134,10 +172,11 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     memset(r, 0, sizeof *r);
     double loss_sum = 0;
     dt_status st = DT_OK;
+    r->loss_scale = e->scaling ? e->ls.scale : 1;
     for (int k = 0; k < accum && !st; k++) {
         float loss = 0;
         if (e->s->begin) e->s->begin(e->state, k == accum - 1, lr); /* only the last micro-batch synchronises */
-        st = micro(ctx, k, 1.0f / accum, &loss);
+        st = micro(ctx, k, (float)(r->loss_scale / accum), &loss);
         loss_sum += loss;
     }
     double t0 = dt_time_now();
@@ -168,6 +207,7 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
 const dt_engine_config *dt_engine_get_config(const dt_engine *e) { return &e->cfg; }
 const char *dt_engine_strategy_name(const dt_engine *e) { return e->s->name; }
 dt_optim *dt_engine_optim(dt_engine *e) { return e->opt; }
+dt_loss_scale *dt_engine_loss_scale(dt_engine *e) { return e->scaling ? &e->ls : NULL; }
 
 void dt_engine_share(const dt_engine *e, size_t *off, size_t *n) {
     *off = e->off;

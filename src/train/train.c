@@ -41,6 +41,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->stall_timeout = DT_STALL_TIMEOUT_DEFAULT;
     dt_optim_defaults(DT_OPT_ADAMW, &c->opt);
     dt_schedule_defaults(&c->sched);
+    dt_loss_scale_defaults(&c->loss_scale);
 }
 
 size_t dt_peak_memory(void) {
@@ -102,6 +103,7 @@ typedef struct {
     int64_t train_tokens, val_tokens;
     float lr;
     char strategy[16];        /* the parallel strategy's name (ddp, zero1, ...) */
+    int32_t precision;        /* dt_dtype */
 } job_shape;
 
 static dt_status check_same(dt_comm *w, const job_shape *mine) {
@@ -122,6 +124,9 @@ static dt_status check_same(dt_comm *w, const job_shape *mine) {
         else if (a->train_tokens != b->train_tokens || a->val_tokens != b->val_tokens)
             st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 reads %lld training tokens, rank %d reads %lld (different data files?)",
                           (long long)a->train_tokens, r, (long long)b->train_tokens);
+        else if (a->precision != b->precision)
+            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 trains in %s, rank %d in %s (--precision)", dt_dtype_name(a->precision), r,
+                          dt_dtype_name(b->precision));
         else if (strncmp(a->strategy, b->strategy, sizeof a->strategy))
             st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 runs strategy %.15s, rank %d runs %.15s (--zero / --strategy)", a->strategy, r,
                           b->strategy);
@@ -243,7 +248,8 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
                         .opt = c->opt, .dp = r->dp_size, .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
                         .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                         .data_bytes = data,
-                        .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_comm(r->mesh, DT_MESH_DP)) };
+                        .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_comm(r->mesh, DT_MESH_DP)),
+                        .precision = c->precision };
     return dt_plan_check_memory(&job, 3);
 }
 
@@ -294,7 +300,7 @@ static dt_status build_model(const run *r, dt_gpt2 **out) {
     }
     dt_gpt2_set_recompute(*out, c->recompute);
     dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);
-    return DT_OK;
+    return dt_gpt2_set_precision(*out, c->precision);
 }
 
 
@@ -322,6 +328,7 @@ static dt_status open_data(run *r) {
         js.train_tokens = (int64_t)dt_tokens_count(r->train);
         js.val_tokens = r->val ? (int64_t)dt_tokens_count(r->val) : 0;
         snprintf(js.strategy, sizeof js.strategy, "%s", c->strategy ? c->strategy : "ddp");
+        js.precision = (int32_t)c->precision;
         st = check_same(r->w, &js);
     }
     return st;
@@ -332,7 +339,8 @@ static dt_status make_engine(run *r) {
     const dt_train_config *c = &r->c;
     dt_engine_config ec = { .comm = r->mesh ? dt_mesh_comm(r->mesh, DT_MESH_DP) : NULL, .strategy = c->strategy, .opt = c->opt,
                             .grad_clip = c->grad_clip, .skip_nonfinite = c->skip_nonfinite, .step_at_end = c->step_at_end,
-                            .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0) };
+                            .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
+                            .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL };
     dt_gpt2_model(r->m, &ec.model);
     dt_status st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
@@ -457,6 +465,7 @@ static void write_metrics(run *r, int step, float lr, const dt_step_result *s, d
     if (r->nranks > 1) fprintf(f, ",\"updated_in_backward\":%.3f", s->updated_in_backward);
     if (eval) json_num(f, "val_loss", "%.6f", val);
     if (s->skipped) fprintf(f, ",\"skipped\":true");
+    if (dt_engine_loss_scale(r->e)) fprintf(f, ",\"loss_scale\":%.17g", s->loss_scale);
     fprintf(f, "}\n");
     fflush(f);
 }
@@ -466,7 +475,9 @@ static void write_metrics(run *r, int step, float lr, const dt_step_result *s, d
 static int after_step(run *r, int step, float lr, const dt_step_result *s, double ms, double t_start) {
     const dt_train_config *c = &r->c;
     double tps = (double)c->batch * c->seq * c->grad_accum * r->nranks / (ms / 1e3);
-    bool finite = isfinite(s->loss) && isfinite(s->norm);
+    /* a step skipped by the loss scaler (its gradients overflowed) was meant to be, and said so */
+    bool scaled_skip = s->skipped && dt_engine_loss_scale(r->e);
+    bool finite = (isfinite(s->loss) && isfinite(s->norm)) || scaled_skip;
     /* --val-data alone evaluates at the end */
     bool eval = r->vl && finite && ((c->eval_every > 0 && (step + 1) % c->eval_every == 0) || step + 1 == c->steps);
     float val = NAN;
@@ -481,7 +492,7 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
                isnan(isfinite(s->loss) ? s->norm : s->loss) ? "NaN" : "infinite");
         return 1;
     }
-    if (s->skipped) dt_log(DT_LOG_WARN, "step %d: the %s is not finite; step skipped", step + 1, isfinite(s->loss) ? "gradient norm" : "loss");
+    if (s->skipped && !scaled_skip) dt_log(DT_LOG_WARN, "step %d: the %s is not finite; step skipped", step + 1, isfinite(s->loss) ? "gradient norm" : "loss");
     /* a checkpoint every save_every steps, atomically: a crash leaves the last one whole */
     if (c->save && c->save_every > 0 && (step + 1) % c->save_every == 0 && step + 1 < c->steps && !s->stop && save(r, step + 1)) {
         dt_log(DT_LOG_ERROR, "%s", dt_last_error());
@@ -493,6 +504,12 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
     return 0;
 }
 
+/* Bytes of parameters (with mixed precision's 16-bit copy) and gradients this rank holds. */
+static void held(const run *r, size_t *params, size_t *grads) {
+    dt_engine_held(r->e, params, grads);
+    if (dt_gpt2_precision(r->m) != DT_F32) *params += dt_gpt2_num_params(r->m) * sizeof(uint16_t);
+}
+
 /* Every rank's I/O counters and memory, on every rank (collective). */
 static dt_status gather_ranks(run *r, double *all) {
     double mine[DT_RUN_RANK_FIELDS];
@@ -501,11 +518,10 @@ static dt_status gather_ranks(run *r, double *all) {
         dt_io_get((dt_io_kind)k, &b, &mine[2 * k + 1]);
         mine[2 * k] = (double)b;
     }
-    double pb = (double)dt_gpt2_num_params(r->m) * sizeof(float);
     size_t hp, hg;
-    dt_engine_held(r->e, &hp, &hg);
+    held(r, &hp, &hg);
     const double mem[6] = { (double)hp, (double)hg, (double)dt_optim_state_bytes(dt_engine_optim(r->e)), (double)dt_engine_buffer_bytes(r->e),
-                            (double)dt_gpt2_memory(r->m) - 2 * pb, (double)dt_peak_memory() };
+                            (double)dt_gpt2_activation_memory(r->m), (double)dt_peak_memory() };
     memcpy(mine + 6, mem, sizeof mem);
     if (r->nranks == 1) { memcpy(all, mine, sizeof mine); return DT_OK; }
     return dt_comm_allgather(r->w, mine, all, DT_RUN_RANK_FIELDS, DT_F64);
@@ -519,10 +535,9 @@ static void write_report(run *r, int steps_done, const double *ranks) {
                           .strategy = dt_engine_strategy_name(r->e), .metrics = c->metrics, .trace = c->trace,
                           .peak_source = r->peak_source, .peak_gflops = r->peak_gflops, .flops_per_step = r->flops_per_step,
                           .wall_s = dt_time_now() - r->t_start, .ranks = ranks };
-    double pb = (double)np * sizeof(float);
     size_t hp, hg;
-    dt_engine_held(r->e, &hp, &hg);
-    double mem[5] = { (double)hp, (double)hg, (double)dt_gpt2_memory(r->m) - 2 * pb, (double)dt_optim_state_bytes(dt_engine_optim(r->e)),
+    held(r, &hp, &hg);
+    double mem[5] = { (double)hp, (double)hg, (double)dt_gpt2_activation_memory(r->m), (double)dt_optim_state_bytes(dt_engine_optim(r->e)),
                       (double)dt_peak_memory() };
     memcpy(rec.memory, mem, sizeof mem);
     char path[4200], html[4200];
@@ -599,7 +614,9 @@ static int train_loop(run *r) {
         dt_status st = dt_engine_step(r->e, c->grad_accum, lr, micro, r, dt_train_interrupted(), &s);
         DT_TRACE_END(DT_TRACK_COMPUTE);
         if (st) {
-            dt_log(DT_LOG_ERROR, "step %d: %s", step + 1, dt_last_error());
+            /* an error that names its step already (the loss scaler's) is said as it is */
+            if (!strncmp(dt_last_error(), "step ", 5)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+            else dt_log(DT_LOG_ERROR, "step %d: %s", step + 1, dt_last_error());
             return 1;
         }
         /* every rank stops after the step any rank was asked to */

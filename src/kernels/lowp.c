@@ -1,0 +1,69 @@
+/* Low-precision storage (bf16, f16) for mixed-precision training: packing
+ * f32 values into 16 bits and back, and rounding f32 values in place to what
+ * 16 bits can hold. Compute stays in f32: a value that went through a
+ * 16-bit tensor is an f32 holding a 16-bit value, so f32 arithmetic on it is
+ * exactly what a 16-bit kernel with f32 accumulation does. */
+#include "dtrain/kernels.h"
+
+#if defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+/* bf16: round to nearest even on the top 16 bits (NaN stays NaN); written
+ * without a branch so the loops vectorise. */
+static inline uint32_t bf16_bits(uint32_t u) {
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    return nan ? (u | 0x00400000u) & 0xffff0000u : r;
+}
+
+static inline float f32_of(uint32_t u) {
+    union { uint32_t u; float f; } v = { u };
+    return v.f;
+}
+static inline uint32_t bits_of(float f) {
+    union { float f; uint32_t u; } v = { f };
+    return v.u;
+}
+
+void dt_lp_pack(uint16_t *dst, const float *src, size_t n, dt_dtype t) {
+    size_t i = 0;
+    if (t == DT_BF16) {
+        #pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (size_t j = 0; j < n; j++) dst[j] = (uint16_t)(bf16_bits(bits_of(src[j])) >> 16);
+        return;
+    }
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+    for (; i < n; i++) dst[i] = dt_f32_to_f16(src[i]);
+}
+
+void dt_lp_unpack(float *dst, const uint16_t *src, size_t n, dt_dtype t) {
+    size_t i = 0;
+    if (t == DT_BF16) {
+        #pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (size_t j = 0; j < n; j++) dst[j] = f32_of((uint32_t)src[j] << 16);
+        return;
+    }
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+#endif
+    for (; i < n; i++) dst[i] = dt_f16_to_f32(src[i]);
+}
+
+void dt_lp_round(float *x, size_t n, dt_dtype t) {
+    if (t == DT_BF16) {
+        #pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (size_t j = 0; j < n; j++) x[j] = f32_of(bf16_bits(bits_of(x[j])));
+        return;
+    }
+    if (t != DT_F16) return;
+    size_t i = 0;
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+#endif
+    for (; i < n; i++) x[i] = dt_f16_to_f32(dt_f32_to_f16(x[i]));
+}
