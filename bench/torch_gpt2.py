@@ -2,7 +2,10 @@
 """PyTorch baseline for `dtrain bench train --baseline torch`: the same GPT-2,
 from the same weights (an llm.c model file), on the same synthetic batch,
 AdamW, timed per step. Prints one JSON line per timed step:
-{"step", "ms", "loss"}. Debian's python3-torch or torch from PyPI."""
+{"step", "ms", "loss"}. --autocast bf16|fp16 runs forward under
+torch.autocast("cpu", dtype) on the f32 weights (mixed precision, the
+baseline of `dtrain bench train --precision`). Debian's python3-torch or torch
+from PyPI."""
 import argparse
 import json
 import math
@@ -63,7 +66,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--autocast", choices=["bf16", "fp16"])
     a = ap.parse_args()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.autocast)
     torch.set_num_threads(a.threads)
     cfg, params = load(a.weights)
     g = torch.Generator().manual_seed(1)
@@ -74,7 +79,8 @@ def main():
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = forward(cfg, params, idx, tgt)
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = forward(cfg, params, idx, tgt)
         loss.backward()
         opt.step()
         ms = (time.perf_counter() - t0) * 1e3

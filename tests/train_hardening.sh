@@ -154,11 +154,20 @@ expect "config that is not an object" 2 "top level must be a JSON object" -- "$D
 echo '{"optimizer": {"type": "AdamW", "params": 3}}' > "$dir/p.json"
 expect "optimizer.params not an object" 2 '"params" must be a JSON object' -- "$DTRAIN" train "${model[@]}" --config "$dir/p.json"
 
-# DeepSpeed's fp16 / bf16 sections: checked with its defaults; enabling either is refused while dtrain trains in fp32 only
-echo '{"fp16": {"enabled": true, "loss_scale": 0}}' > "$dir/fp16.json"
-expect "fp16 enabled" 2 '"fp16.enabled" is true, but dtrain trains in fp32 only' -- "$DTRAIN" train "${model[@]}" --config "$dir/fp16.json"
+# DeepSpeed's fp16 / bf16 sections: checked with its defaults; enabling one trains in it (a flag after overrides it)
+echo '{"fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 10}}' > "$dir/fp16.json"
 echo '{"bf16": {"enabled": true}}' > "$dir/bf16.json"
-expect "bf16 enabled" 2 '"bf16.enabled" is true' -- "$DTRAIN" train "${model[@]}" --config "$dir/bf16.json"
+for how in "fp16.json:fp16" "bf16.json:bf16" "bf16.json --precision fp32:fp32"; do
+    cfg=${how%%:*} want=${how##*:}
+    rm -rf "$dir/pc"
+    "$DTRAIN" train "${model[@]}" --config "$dir"/$cfg --steps 2 --save "$dir/pc" --quiet 2> "$dir/err"
+    grep -q "\"precision\":[[:space:]]*\"$want\"" "$dir/pc"/step-*/manifest.json \
+        && ok "config $cfg trains in $want (the checkpoint says so)" || fail "config $cfg: $(cat "$dir/err")"
+done
+rm -rf "$dir/pc"
+"$DTRAIN" train "${model[@]}" --config "$dir/fp16.json" --steps 2 --save "$dir/pc" --quiet 2> /dev/null
+grep -q '"scale":[[:space:]]*1024' "$dir/pc"/step-*/manifest.json && ok "fp16's scaler state (2^10) is in the checkpoint" \
+    || fail "no loss_scaler in $(cat "$dir/pc"/step-*/manifest.json)"
 echo '{"fp16": {"enabled": false, "hysteresis": 0}}' > "$dir/hy.json"
 expect "fp16.hysteresis 0" 2 '"fp16.hysteresis" must be a number in \[1, ' -- "$DTRAIN" train "${model[@]}" --config "$dir/hy.json"
 echo '{"fp16": {"enabled": false, "initial_scale_power": 8, "min_loss_scale": 1024}}' > "$dir/min.json"

@@ -43,6 +43,8 @@ typedef struct {
     int nnprocs;
     const char *train_flags; /* data-parallel mode: more flags for dtrain train (NULL: none) */
     const char *report;      /* data-parallel mode: a run directory for dtrain report, with scaling.json */
+    dt_dtype precision;      /* one process: DT_BF16 / DT_F16 times that mixed precision against fp32, alternating
+                              * (and PyTorch under autocast of that type); DT_F32: fp32 alone */
 } dt_bench_train_opts;
 
 void dt_bench_train_defaults(dt_bench_train_opts *o);

@@ -40,6 +40,8 @@ void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, float *dout, co
 void dt_lp_pack(uint16_t *dst, const float *src, size_t n, dt_dtype t);
 void dt_lp_unpack(float *dst, const uint16_t *src, size_t n, dt_dtype t);
 void dt_lp_round(float *x, size_t n, dt_dtype t);
+/* dst += src rounded to t. */
+void dt_lp_round_add(float *dst, const float *src, size_t n, dt_dtype t);
 
 /* Token + position embedding: out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]. */
 void dt_embedding_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);

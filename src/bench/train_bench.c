@@ -25,6 +25,8 @@ void dt_bench_train_defaults(dt_bench_train_opts *o) {
     *o = (dt_bench_train_opts){ .model = "124M", .batch = 4, .seq = 64, .steps = 10, .warmup = 2, .threads = 1, .rounds = 1 };
 }
 
+static const char *prec_name(dt_dtype t) { return t == DT_BF16 ? "bf16" : t == DT_F16 ? "fp16" : "fp32"; }
+
 /* Median ms per step of dtrain on the model. */
 static int run_dtrain(dt_gpt2 *m, const dt_bench_train_opts *o, int round, double *ms_out, double *loss_out) {
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
@@ -50,7 +52,9 @@ static int run_dtrain(dt_gpt2 *m, const dt_bench_train_opts *o, int round, doubl
         double ms = (dt_time_now() - t0) * 1e3;
         if (k >= o->warmup) {
             t[k - o->warmup] = ms;
-            if (!o->json) printf("Iter #%d: %.1f tok/s (%.1f ms) [dtrain, round %d]\n", k - o->warmup, BT / (ms / 1e3), ms, round + 1);
+            if (!o->json)
+                printf("Iter #%d: %.1f tok/s (%.1f ms) [dtrain %s, round %d]\n", k - o->warmup, BT / (ms / 1e3), ms,
+                       prec_name(dt_gpt2_precision(m)), round + 1);
         }
     }
     *ms_out = dt_bench_median(t, o->steps);
@@ -66,8 +70,9 @@ static int run_torch(const dt_bench_train_opts *o, const char *weights, int roun
     char cmd[PATH_MAX * 2 + 256];
     if (dt_bench_python_cmd(cmd, sizeof cmd, "torch_gpt2.py", o->threads)) return 1;
     size_t len = strlen(cmd);
-    snprintf(cmd + len, sizeof cmd - len, "--weights %s --batch %d --seq %d --steps %d --warmup %d --threads %d", weights,
-             o->batch, o->seq, o->steps, o->warmup, o->threads);
+    snprintf(cmd + len, sizeof cmd - len, "--weights %s --batch %d --seq %d --steps %d --warmup %d --threads %d%s", weights,
+             o->batch, o->seq, o->steps, o->warmup, o->threads,
+             o->precision == DT_BF16 ? " --autocast bf16" : o->precision == DT_F16 ? " --autocast fp16" : "");
     FILE *p = popen(cmd, "r");
     if (!p) return 1;
     char line[512];
@@ -78,8 +83,9 @@ static int run_torch(const dt_bench_train_opts *o, const char *weights, int roun
         cJSON *ms = j ? cJSON_GetObjectItemCaseSensitive(j, "ms") : NULL;
         if (cJSON_IsNumber(ms)) {
             t[k] = ms->valuedouble;
-            if (!o->json) printf("Iter #%d: %.1f tok/s (%.1f ms) [torch, round %d]\n", k,
-                                 (double)o->batch * o->seq / (t[k] / 1e3), t[k], round + 1);
+            if (!o->json)
+                printf("Iter #%d: %.1f tok/s (%.1f ms) [torch%s, round %d]\n", k, (double)o->batch * o->seq / (t[k] / 1e3), t[k],
+                       o->precision ? " autocast" : "", round + 1);
             k++;
         }
         cJSON_Delete(j);
@@ -115,13 +121,32 @@ int dt_bench_train(const dt_bench_train_opts *o) {
         printf("# dtrain bench train: GPT-2 %s, batch %d x seq %d, AdamW, %d thread(s) (BLAS and OpenMP together); "
                "sgemm rate %.1f GFLOP/s; %.1f GFLOP per step\n", o->model, o->batch, o->seq, o->threads, gemm, flops / 1e9);
     int rounds = o->rounds < 1 ? 1 : o->rounds > 16 ? 16 : o->rounds, rc = 0;
-    double dms[16], tms[16], loss = 0;
+    double dms[16], lms[16], tms[16], loss = 0;
+    /* mixed precision: a second model from the same weights, timed after the fp32 one in every round */
+    dt_gpt2 *lp = NULL;
+    size_t np = dt_gpt2_num_params(m);
+    float *init = o->precision != DT_F32 ? malloc(np * sizeof(float)) : NULL;
+    if (o->precision != DT_F32) {
+        if (!init || dt_gpt2_create(&cfg, &lp) || dt_gpt2_set_precision(lp, o->precision)) {
+            dt_log(DT_LOG_ERROR, "bench train: %s", init ? dt_last_error() : "out of memory");
+            rc = 1;
+        } else {
+            memcpy(init, dt_gpt2_params(m), np * sizeof(float));
+        }
+    }
     for (int r = 0; r < rounds && !rc; r++) {
         /* same weights every round */
         if (r > 0 && o->baseline) dt_llmc_load_into(weights, m);
+        if (r > 0 && init) memcpy(dt_gpt2_params(m), init, np * sizeof(float));
         rc = run_dtrain(m, o, r, &dms[r], &loss);
+        if (!rc && lp) {
+            memcpy(dt_gpt2_params(lp), init, np * sizeof(float));
+            rc = run_dtrain(lp, o, r, &lms[r], &loss);
+        }
         if (!rc && o->baseline) rc = run_torch(o, weights, r, &tms[r]);
     }
+    free(init);
+    dt_gpt2_destroy(lp);
     if (o->baseline) unlink(weights);
     if (rc) { dt_gpt2_destroy(m); return rc; }
     /* The ceiling is the better of two measurements, before and after: a
@@ -133,12 +158,28 @@ int dt_bench_train(const dt_bench_train_opts *o) {
     if (o->json) {
         printf("{\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"threads\":%d,\"ms\":%.2f,\"tok_per_s\":%.1f,\"gflops\":%.2f,"
                "\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.3f", o->model, o->batch, o->seq, o->threads, d, tok, gf, gemm, gf / gemm);
-        if (o->baseline) printf(",\"torch_ms\":%.2f,\"speedup\":%.3f", dt_bench_median(tms, rounds), dt_bench_median(tms, rounds) / d);
+        if (o->precision != DT_F32) {
+            double l = dt_bench_median(lms, rounds);
+            printf(",\"precision\":\"%s\",\"lp_ms\":%.2f,\"lp_speedup_over_fp32\":%.3f", prec_name(o->precision), l, d / l);
+            if (o->baseline) printf(",\"torch_autocast_ms\":%.2f,\"lp_speedup_over_torch\":%.3f", dt_bench_median(tms, rounds),
+                                    dt_bench_median(tms, rounds) / l);
+        } else if (o->baseline) {
+            printf(",\"torch_ms\":%.2f,\"speedup\":%.3f", dt_bench_median(tms, rounds), dt_bench_median(tms, rounds) / d);
+        }
         printf("}\n");
     } else {
         printf("dtrain: %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate (%.1f GFLOP/s, best of "
                "before and after; peak memory %.0f MiB)\n", d, tok, gf, 100 * gf / gemm, gemm, dt_peak_memory() / 1048576.0);
-        if (o->baseline) {
+        if (o->precision != DT_F32) {
+            double l = dt_bench_median(lms, rounds);
+            printf("dtrain %s: %.1f ms/step, %.1f tok/s: %.2fx fp32's step rate (medians of %d rounds, alternating)\n",
+                   prec_name(o->precision), l, o->batch * o->seq / (l / 1e3), d / l, rounds);
+            if (o->baseline) {
+                double t = dt_bench_median(tms, rounds);
+                printf("torch autocast %s: %.1f ms/step; dtrain %s is %.2fx PyTorch's %s step\n", prec_name(o->precision), t,
+                       prec_name(o->precision), t / l, prec_name(o->precision));
+            }
+        } else if (o->baseline) {
             double t = dt_bench_median(tms, rounds);
             printf("torch:  %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate\n", t,
                    o->batch * o->seq / (t / 1e3), flops / (t / 1e3) / 1e9, 100 * flops / (t / 1e3) / 1e9 / gemm);

@@ -22,7 +22,7 @@ static const dt_cli_flag train_flags[] = {
     { "--model", "a preset (d6, 124M, ...)" }, { "--batch", "a whole number from 1 to 99999" },
     { "--seq", "a whole number from 1 to 99999" }, { "--steps", "a whole number from 1 to 99999" },
     { "--warmup", "a whole number from 0 to 99999" }, { "--threads", "a whole number from 0 to 99999" },
-    { "--rounds", "a whole number from 1 to 99999" }, { "--baseline", "torch, or with --zero: fsdp, deepspeed or all" }, { "--nproc", "a list like 1,2,4" },
+    { "--rounds", "a whole number from 1 to 99999" }, { "--baseline", "torch, or with --zero: fsdp, deepspeed or all" }, { "--precision", "fp32, bf16 or fp16" }, { "--nproc", "a list like 1,2,4" },
     { "--zero", "1, 2 or 3" },
     { "--train-flags", "flags for dtrain train, in one argument" }, { "--report", "a directory" }, { "--json", "" }, { "--help", "" }, { NULL, NULL },
 };
@@ -60,6 +60,8 @@ static int bench_train(int argc, char **argv) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain bench train [--model 124M] [--batch 4] [--seq 64] [--steps 10] [--warmup 2]\n"
                    "                          [--threads 1] [--rounds 1] [--baseline torch] [--json]\n"
+                   "                          [--precision bf16|fp16]  one process: that mixed precision against fp32,\n"
+                   "                          alternating (and PyTorch under torch.autocast of that type)\n"
                    "                          [--nproc 1,2,4]  data parallel: dtrain train --nproc N for each N\n"
                    "                          (threads per rank), against PyTorch DDP over gloo with --baseline torch,\n"
                    "                          and against N independent 1-rank runs side by side (the machine's ceiling)\n"
@@ -94,6 +96,8 @@ static int bench_train(int argc, char **argv) {
         if (!strcmp(f, "--model")) o.model = v;
         else if (!strcmp(f, "--train-flags")) o.train_flags = v;
         else if (!strcmp(f, "--report")) o.report = v;
+        else if (!strcmp(f, "--precision") && (!strcmp(v, "bf16") || !strcmp(v, "fp16") || !strcmp(v, "fp32")))
+            o.precision = !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "fp16") ? DT_F16 : DT_F32;
         else if (!strcmp(f, "--baseline") && (!strcmp(v, "torch") || !strcmp(v, "fsdp") || !strcmp(v, "deepspeed") || !strcmp(v, "all")))
             o.baseline = v;
         else if (isnum && n >= 1 && n <= 3 && !strcmp(f, "--zero")) o.zero = (int)n;
@@ -111,6 +115,11 @@ static int bench_train(int argc, char **argv) {
     }
     if (o.zero && o.baseline && !strcmp(o.baseline, "torch")) {
         dt_log(DT_LOG_ERROR, "bench train: --zero %d compares with fsdp, deepspeed or all (dtrain's DDP runs anyway)", o.zero);
+        return 2;
+    }
+    if (o.precision != DT_F32 && (o.nnprocs || o.zero)) {
+        dt_log(DT_LOG_ERROR, "bench train: --precision compares one process's fp32 and mixed-precision steps; for ranks give "
+               "--train-flags \"--precision bf16\"");
         return 2;
     }
     if (o.report && !o.nnprocs) {

@@ -67,3 +67,19 @@ void dt_lp_round(float *x, size_t n, dt_dtype t) {
 #endif
     for (; i < n; i++) x[i] = dt_f16_to_f32(dt_f32_to_f16(x[i]));
 }
+
+void dt_lp_round_add(float *dst, const float *src, size_t n, dt_dtype t) {
+    if (t == DT_BF16) {
+        #pragma omp parallel for simd schedule(static) if (n > 65536)
+        for (size_t j = 0; j < n; j++) dst[j] += f32_of(bf16_bits(bits_of(src[j])));
+        return;
+    }
+    size_t i = 0;
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8) {
+        __m256 r = _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+        _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), r));
+    }
+#endif
+    for (; i < n; i++) dst[i] += t == DT_F16 ? dt_f16_to_f32(dt_f32_to_f16(src[i])) : src[i];
+}

@@ -80,10 +80,7 @@ void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, float *dout, co
         }
         /* this use's weight gradient is a 16-bit tensor; the f32 store sums the uses */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, BT, 1.0f, dout + o0, OC, inp, C, 0.0f, dwc, C);
-        dt_lp_round(dwc, rc, t);
-        float *d = dw + (size_t)o0 * C;
-        #pragma omp parallel for simd schedule(static) if (rc > 65536)
-        for (size_t i = 0; i < rc; i++) d[i] += dwc[i];
+        dt_lp_round_add(dw + (size_t)o0 * C, dwc, rc, t);
     }
     if (dinp) dt_lp_round(dinp, (size_t)BT * C, t);
     if (dbias) {

@@ -1,0 +1,135 @@
+/* 16-bit storage and the mixed-precision Linear: packing and rounding
+ * against the scalar conversions of base (special values, ties, f16's
+ * overflow and subnormals), and dt_matmul_*_lp against a double-precision
+ * reference of autocast's linear: 16-bit inputs and weights, sums in f32 (or
+ * better), 16-bit outputs and gradients; the weights widened in several
+ * chunks of rows. */
+#include "dtrain/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+#define EXPECT(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL: "); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+static unsigned rng = 777;
+static float urand(void) { rng = rng * 1664525u + 1013904223u; return (float)(rng >> 8) / (float)(1u << 24) * 2.0f - 1.0f; }
+
+static float scalar_round(float x, dt_dtype t) { return t == DT_BF16 ? dt_bf16_to_f32(dt_f32_to_bf16(x)) : dt_f16_to_f32(dt_f32_to_f16(x)); }
+static int same(float a, float b) { return (isnan(a) && isnan(b)) || memcmp(&a, &b, 4) == 0; }
+
+static void conversions(dt_dtype t) {
+    const char *tn = t == DT_BF16 ? "bf16" : "f16";
+    enum { N = 4099 }; /* not a multiple of the vector width */
+    float *x = malloc(N * 4), *y = malloc(N * 4), *z = malloc(N * 4);
+    uint16_t *h = malloc(N * 2);
+    const float special[] = { 0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65520.0f, 1e6f, -1e6f, 6e-8f, 3e-8f, 1e-40f,
+                              1.0f + 1.0f / 256, 1.0f + 3.0f / 512, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 3.4e38f, 5.9604645e-08f };
+    int ns = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < N; i++) x[i] = i < ns ? special[i] : urand() * powf(2.0f, (float)(i % 60 - 40));
+    dt_lp_pack(h, x, N, t);
+    dt_lp_unpack(y, h, N, t);
+    memcpy(z, x, N * 4);
+    dt_lp_round(z, N, t);
+    int bad_pack = 0, bad_round = 0;
+    for (int i = 0; i < N; i++) {
+        uint16_t want = t == DT_BF16 ? dt_f32_to_bf16(x[i]) : dt_f32_to_f16(x[i]);
+        if (!(h[i] == want || (isnan(x[i]) && isnan(y[i])))) { if (bad_pack++ < 3) printf("%s pack %g: %04x, want %04x\n", tn, x[i], h[i], want); }
+        if (!same(z[i], scalar_round(x[i], t)) || !same(z[i], y[i])) { if (bad_round++ < 3) printf("%s round %g: %g\n", tn, x[i], z[i]); }
+    }
+    EXPECT(!bad_pack, "%s: %d of %d values packed unlike dt_f32_to_%s", tn, bad_pack, N, tn);
+    EXPECT(!bad_round, "%s: %d of %d values rounded unlike pack + unpack", tn, bad_round, N);
+    if (t == DT_F16) EXPECT(isinf(z[6]) && z[5] == 65504.0f && isinf(z[7]), "f16: 65504 stays, 65520 and 1e6 overflow to inf (%g %g %g)",
+                            z[5], z[6], z[7]);
+    /* round-and-add */
+    for (int i = 0; i < N; i++) y[i] = 1.0f;
+    dt_lp_round_add(y, x + ns, N - ns, t);
+    int bad_add = 0;
+    for (int i = 0; i < N - ns; i++) bad_add += !same(y[i], 1.0f + scalar_round(x[ns + i], t));
+    EXPECT(!bad_add, "%s: round_add differs from 1 + round(x) at %d places", tn, bad_add);
+    printf("%s: %d values packed, widened and rounded as the scalar conversions\n", tn, N);
+    free(x), free(y), free(z), free(h);
+}
+
+/* autocast's linear in double from 16-bit values: the reference */
+static void linear_lp(dt_dtype t) {
+    const char *tn = t == DT_BF16 ? "bf16" : "f16";
+    /* C = 4096: 256 rows a chunk, so OC = 600 takes three chunks */
+    enum { BT = 6, C = 4096, OC = 600 };
+    float *inp = malloc(sizeof(float) * BT * C), *wf = malloc(sizeof(float) * OC * C), *bf = malloc(sizeof(float) * OC);
+    uint16_t *w = malloc(2 * (size_t)OC * C), *b = malloc(2 * OC);
+    float *out = malloc(sizeof(float) * BT * OC), *dout = malloc(sizeof(float) * BT * OC), *dout0 = malloc(sizeof(float) * BT * OC);
+    float *dinp = calloc((size_t)BT * C, 4), *dw = calloc((size_t)OC * C, 4), *db = calloc(OC, 4);
+    float *work = malloc(sizeof(float) * 2 * DT_MATMUL_LP_WORK);
+    float s = t == DT_F16 ? 0.05f : 1.0f; /* keep f16's sums in range */
+    for (size_t i = 0; i < (size_t)BT * C; i++) inp[i] = scalar_round(urand() * s, t);
+    for (size_t i = 0; i < (size_t)OC * C; i++) wf[i] = urand() * s;
+    for (int i = 0; i < OC; i++) bf[i] = urand();
+    for (size_t i = 0; i < (size_t)BT * OC; i++) dout0[i] = dout[i] = urand() * 1e-2f;
+    dt_lp_pack(w, wf, (size_t)OC * C, t);
+    dt_lp_pack(b, bf, OC, t);
+    dt_lp_unpack(wf, w, (size_t)OC * C, t);
+    dt_lp_unpack(bf, b, OC, t);
+    dt_matmul_forward_lp(out, inp, w, b, BT, C, OC, t, work);
+    double worst = 0;
+    int not16 = 0;
+    for (int i = 0; i < BT; i++)
+        for (int o = 0; o < OC; o++) {
+            double ref = bf[o];
+            for (int k = 0; k < C; k++) ref += (double)inp[i * C + k] * wf[(size_t)o * C + k];
+            float got = out[i * OC + o];
+            not16 += !same(got, scalar_round(got, t));
+            double e = fabs(got - ref) / (fabs(ref) + 1e-3);
+            if (e > worst) worst = e;
+        }
+    double ulp = t == DT_BF16 ? 1.0 / 128 : 1.0 / 1024; /* one unit in the last place, relative */
+    /* f16's subnormals (below 2^-14) are spaced 2^-24 apart: rounding there costs up to 2^-25 absolute */
+    double floor16 = t == DT_F16 ? 0x1p-25 : 0;
+    EXPECT(not16 == 0, "%s forward: %d outputs are not %s values", tn, not16, tn);
+    EXPECT(worst <= ulp, "%s forward: worst relative error %.3g against the double reference (one ulp %.3g)", tn, worst, ulp);
+    printf("%s linear forward (%d chunks of rows): worst relative error %.2g, one %s ulp %.2g\n", tn, (OC + 255) / 256, worst, tn, ulp);
+
+    dt_matmul_backward_lp(dinp, dw, db, dout, inp, w, BT, C, OC, t, work);
+    int dout16 = 0, di16 = 0, dw16 = 0;
+    double wi = 0, ww = 0, wb = 0;
+    for (size_t i = 0; i < (size_t)BT * OC; i++) dout16 += !same(dout[i], scalar_round(dout0[i], t));
+    for (int i = 0; i < BT; i++)
+        for (int k = 0; k < C; k += 7) {
+            double ref = 0;
+            for (int o = 0; o < OC; o++) ref += (double)dout[i * OC + o] * wf[(size_t)o * C + k];
+            float got = dinp[i * C + k];
+            di16 += !same(got, scalar_round(got, t));
+            wi = fmax(wi, fmax(0, fabs(got - ref) - floor16) / (fabs(ref) + 1e-9));
+        }
+    for (int o = 0; o < OC; o += 5)
+        for (int k = 0; k < C; k += 11) {
+            double ref = 0;
+            for (int i = 0; i < BT; i++) ref += (double)dout[i * OC + o] * inp[i * C + k];
+            float got = dw[(size_t)o * C + k];
+            dw16 += !same(got, scalar_round(got, t));
+            ww = fmax(ww, fmax(0, fabs(got - ref) - floor16) / (fabs(ref) + 1e-9));
+        }
+    for (int o = 0; o < OC; o++) {
+        double ref = 0;
+        for (int i = 0; i < BT; i++) ref += dout[i * OC + o];
+        wb = fmax(wb, fmax(0, fabs(db[o] - ref) - floor16) / (fabs(ref) + 1e-9));
+    }
+    EXPECT(dout16 == 0, "%s backward: dout not rounded in place at %d places", tn, dout16);
+    EXPECT(di16 == 0 && dw16 == 0, "%s backward: %d input and %d weight gradients are not %s values", tn, di16, dw16, tn);
+    EXPECT(wi <= ulp && ww <= ulp && wb <= ulp, "%s backward: worst relative errors dinp %.3g dw %.3g dbias %.3g (one ulp %.3g)", tn,
+           wi, ww, wb, ulp);
+    printf("%s linear backward: worst relative errors dinp %.2g, dw %.2g, dbias %.2g\n", tn, wi, ww, wb);
+    free(inp), free(wf), free(bf), free(w), free(b), free(out), free(dout), free(dout0), free(dinp), free(dw), free(db), free(work);
+}
+
+int main(void) {
+    dt_kernels_set_threads(1);
+    conversions(DT_BF16);
+    conversions(DT_F16);
+    linear_lp(DT_BF16);
+    linear_lp(DT_F16);
+    printf("lowp: %d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
