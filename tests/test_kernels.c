@@ -124,7 +124,7 @@ static __attribute__((unused)) void threads_give_the_same_results(void) {
         o[10] = zeros(BB * TT * 3 * CC); dt_attention_backward(o[10], datt, qkv, att, BB, TT, CC, HH);
         o[11] = keep(malloc(N * VVP * 4)); memcpy(o[11], logits, N * VVP * 4);
         float *losses = zeros(N);
-        dt_crossentropy_fused(o[11], losses, tg, N, VV, VVP, 1.0f / N);
+        dt_crossentropy_fused(o[11], losses, tg, N, VV, VVP, 1.0f / N, DT_F32);
     }
     dt_kernels_set_threads(1);
     static const char *names[12] = { "matmul forward", "matmul d/dinp", "matmul d/dw", "matmul d/dbias", "layernorm forward",
@@ -190,7 +190,7 @@ int main(void) {
         ce_ctx c = { rnd(BT * VP, 3), zeros(BT), tg };
         float *g = keep(malloc(BT * VP * 4));
         memcpy(g, c.logits, BT * VP * 4);
-        dt_crossentropy_fused(g, c.losses, tg, BT, V, VP, 1.0f / BT);
+        dt_crossentropy_fused(g, c.losses, tg, BT, V, VP, 1.0f / BT, DT_F32);
         check("crossentropy d/dlogits", ce_J, &c, c.logits, g, BT * VP);
         int pad_zero = 1;
         for (int i = 0; i < BT; i++) for (int v = V; v < VP; v++) pad_zero &= g[i * VP + v] == 0.0f;

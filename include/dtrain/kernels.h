@@ -24,15 +24,15 @@ void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
 /* Mixed precision (torch.autocast's linear): w and bias hold 16-bit values
  * of type t (DT_BF16 or DT_F16), inp f32 values that t can hold; out =
  * round_t(inp @ w^T + bias), the products summed in f32. work: scratch of
- * 2 * DT_MATMUL_LP_WORK floats (the weights are widened a chunk at a time). */
-#define DT_MATMUL_LP_WORK (1 << 20)
+ * work_floats >= 2 * max(C, OC) floats (the weights are widened a chunk of
+ * rows at a time, half of it each; 2 * OC * C: all at once). */
 void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,
-                          dt_dtype t, float *work);
-/* dout is first rounded to t in place (autocast hands a 16-bit linear a
- * 16-bit gradient); dinp = round_t(dinp + dout @ w) (start it at zero);
- * dw += round_t(dout^T @ inp); dbias += round_t(column sums of dout). */
-void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *w, int BT,
-                           int C, int OC, dt_dtype t, float *work);
+                          dt_dtype t, float *work, size_t work_floats);
+/* dout holds values of t (autocast hands a 16-bit linear a 16-bit output
+ * gradient: round it first); dinp = round_t(dinp + dout @ w) (start it at
+ * zero); dw += round_t(dout^T @ inp); dbias += round_t(column sums of dout). */
+void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const uint16_t *w, int BT,
+                           int C, int OC, dt_dtype t, float *work, size_t work_floats);
 
 /* 16-bit storage (t: DT_BF16 or DT_F16, round to nearest even; f16 overflows
  * to inf): pack f32 into 16 bits, widen back, or round f32 values in place
@@ -80,8 +80,9 @@ void dt_attention_backward_lse(float *dqkv, const float *dout, const float *out,
 /* Softmax cross-entropy on logits[BT, Vp] over the first V columns.
  * Writes losses[BT] and returns their mean; then overwrites logits with
  * d(mean loss)/d(logits) (zero in the padded columns) scaled by dscale, so the
- * B x T x V probabilities are never stored beside the logits. */
-float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale);
+ * B x T x V probabilities are never stored beside the logits; rounded to t
+ * (DT_BF16, DT_F16: the 16-bit gradient a mixed-precision head takes; DT_F32: as is). */
+float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale, dt_dtype t);
 /* Forward only: losses and their mean; logits unchanged. */
 float dt_crossentropy_forward(float *losses, const float *logits, const int32_t *targets, int BT, int V, int Vp);
 

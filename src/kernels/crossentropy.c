@@ -29,7 +29,7 @@ float dt_crossentropy_forward(float *losses, const float *logits, const int32_t 
     return (float)(total / BT);
 }
 
-float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale) {
+float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale, dt_dtype t) {
     double total = 0;
     #pragma omp parallel for reduction(+ : total) schedule(static)
     for (int i = 0; i < BT; i++) {
@@ -41,6 +41,7 @@ float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets
         for (int v = 0; v < V; v++) l[v] = dt_vexpf(l[v] - mx) * inv * dscale;
         l[targets[i]] -= dscale;
         for (int v = V; v < Vp; v++) l[v] = 0.0f;
+        dt_lp_round(l, (size_t)V, t); /* while the row is in cache */
     }
     return (float)(total / BT);
 }

@@ -55,7 +55,7 @@ struct dt_gpt2 {
     dt_dtype prec;
     uint16_t *params_lp, *acts_lp;
     float *lp_work;
-    size_t lp_layer, lp_capacity;
+    size_t lp_work_floats, lp_layer, lp_capacity;
 };
 
 /* Tensor i (llm.c's index) of block l, in the parameters and the gradients;
@@ -67,6 +67,8 @@ struct dt_gpt2 {
 #define P(i) (m->params + TAB_OFF(i))
 #define G(i) (m->grads + TAB_OFF(i))
 #define ACT(i) (m->acts + m->act_off[i])
+/* Floats of scratch the 16-bit Linears get: two chunks of widened weights. */
+size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head);
 /* The 16-bit copies of the parameters (mixed precision). */
 #define PLL(l, i) (m->params_lp + BLOCK_OFF(l, i))
 #define PLP(i) (m->params_lp + TAB_OFF(i))

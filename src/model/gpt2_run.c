@@ -51,7 +51,7 @@ size_t dt_gpt2_activation_bytes(const dt_gpt2_config *c, int B, int T, int recom
     size_t s[A_COUNT], per, lp;
     bool blockwise = attention == DT_ATTN_BLOCKWISE || (attention == DT_ATTN_AUTO && T >= 256), low = precision != DT_F32;
     return activation_sizes(c, (size_t)c->num_layers, true, recompute, low, blockwise, B, T, s, &per, &lp) * sizeof(float) +
-           lp * sizeof(uint16_t) + (low ? 2 * (size_t)DT_MATMUL_LP_WORK * sizeof(float) : 0) + 2 * (size_t)B * T * sizeof(int32_t);
+           lp * sizeof(uint16_t) + (low ? dt_gpt2_lp_work_floats(c, true) * sizeof(float) : 0) + 2 * (size_t)B * T * sizeof(int32_t);
 }
 
 static dt_status size_activations(dt_gpt2 *m, int B, int T) {
@@ -147,18 +147,20 @@ static void linear_forward(dt_gpt2 *m, float *out, const float *inp, int l, int 
         dt_matmul_forward(out, inp, l < 0 ? P(WTE) : PL(l, wi), l < 0 ? NULL : PL(l, bi), BT, C, OC);
         return;
     }
-    dt_matmul_forward_lp(out, inp, l < 0 ? PLP(WTE) : PLL(l, wi), l < 0 ? NULL : PLL(l, bi), BT, C, OC, m->prec, m->lp_work);
+    dt_matmul_forward_lp(out, inp, l < 0 ? PLP(WTE) : PLL(l, wi), l < 0 ? NULL : PLL(l, bi), BT, C, OC, m->prec, m->lp_work, m->lp_work_floats);
 }
 
-/* Its backward; dout may be overwritten (rounded) under mixed precision. */
+/* Its backward; under mixed precision a block's dout is rounded to 16 bits
+ * in place (the head's, by the cross-entropy that wrote it). */
 static void linear_backward(dt_gpt2 *m, float *dinp, float *dout, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
     if (m->prec == DT_F32) {
         dt_matmul_backward(dinp, l < 0 ? G(WTE) : GL(l, wi), l < 0 ? NULL : GL(l, bi), dout, inp, l < 0 ? P(WTE) : PL(l, wi),
                            BT, C, OC);
         return;
     }
+    if (l >= 0) dt_lp_round(dout, (size_t)BT * OC, m->prec);
     dt_matmul_backward_lp(dinp, l < 0 ? G(WTE) : GL(l, wi), l < 0 ? NULL : GL(l, bi), dout, inp, l < 0 ? PLP(WTE) : PLL(l, wi),
-                          BT, C, OC, m->prec, m->lp_work);
+                          BT, C, OC, m->prec, m->lp_work, m->lp_work_floats);
 }
 
 /* Block l on residual (its input): writes the block's activations into its
@@ -306,7 +308,7 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
     float *dlogits = ACT(A_LOGITS), *dres = ACT(A_DRES), *dln = ACT(A_DLN);
     BEFORE_BWD(L + 1);
     trace_unit(m, "backward", L + 1);
-    dt_crossentropy_fused(dlogits, ACT(A_LOSSES), m->targets, (int)BT, c->vocab_size, Vp, grad_scale / (float)BT);
+    dt_crossentropy_fused(dlogits, ACT(A_LOSSES), m->targets, (int)BT, c->vocab_size, Vp, grad_scale / (float)BT, m->prec);
     memset(dln, 0, BTC * sizeof(float));
     linear_backward(m, dln, dlogits, ACT(A_LNF), -1, WTE, 0, (int)BT, C, Vp);
     memset(dres, 0, BTC * sizeof(float));

@@ -200,7 +200,7 @@ dt_status dt_mlp_backward(dt_mlp *m, float grad_scale) {
     int B = m->B, K = m->size[m->n];
     float *logits = m->acts + m->act_off[m->n - 1][0];
     /* d(mean loss)/d logits, in place of the logits */
-    dt_crossentropy_fused(logits, m->losses, m->labels, B, K, K, grad_scale / (float)B);
+    dt_crossentropy_fused(logits, m->losses, m->labels, B, K, K, grad_scale / (float)B, DT_F32);
     const float *dout = logits;
     for (int l = m->n - 1; l >= 0; l--) {
         const float *in = l ? m->acts + m->act_off[l - 1][1] : m->x;
