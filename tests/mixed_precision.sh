@@ -37,8 +37,12 @@ while read -r word name _ L _ C _ NH _ V _ T0 _ B _ T _ S _ LR _ WD _ SEED; do
     w=$(worst "$ref16" "$(losses "$dir/$name.bf16.jsonl")" "$S")
     within "$w" 1e-2 && ok "$name bf16 vs torch.autocast bf16: worst relative loss difference $w over $S steps" \
         || fail "$name bf16 vs torch.autocast: $w"
+    # the same weights and batches: step 1 agrees to f32 rounding; later steps drift apart by summation order
+    # (6.6e-7 worst on d6 here in Release; 3e-4 in a Debug build, whose kernels sum in another order)
+    w1=$(worst "${ref32%% *}" "$(losses "$dir/$name.fp32.jsonl" | head -1)" 1)
     w=$(worst "$ref32" "$(losses "$dir/$name.fp32.jsonl")" "$S")
-    within "$w" 1e-4 && ok "$name fp32 vs torch fp32 (same weights and batches): worst $w" || fail "$name fp32 vs torch fp32: $w"
+    within "$w1" 1e-6 && within "$w" 1e-3 && ok "$name fp32 vs torch fp32 (same weights and batches): step 1 $w1, worst $w" \
+        || fail "$name fp32 vs torch fp32: step 1 $w1, worst $w"
 done < "$FIX/autocast_ref.txt"
 
 # 2. bf16 against dtrain's fp32 over 200 steps of text (clipped at 1, as GPT-2 trains: unclipped, this model

@@ -68,7 +68,7 @@ static void usage(FILE *f) {
             "  --precision P      fp32 (default), bf16 or fp16: mixed precision as torch.autocast (16-bit\n"
             "                     Linears and activations, f32 master weights and optimizer); fp16 scales the\n"
             "                     loss (DeepSpeed's dynamic scaler; the config's fp16 section sets it) and skips\n"
-            "                     a step whose gradients overflow\n"
+            "                     a step whose gradients overflow (so the optimizer runs after backward, never inside)\n"
             "  --config FILE      DeepSpeed-style JSON (train_micro_batch_size_per_gpu, gradient_accumulation_steps,\n"
             "                     optimizer {type, params}, scheduler {type, params}, gradient_clipping, steps,\n"
             "                     fp16, bf16);\n"
