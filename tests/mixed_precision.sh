@@ -103,6 +103,9 @@ pick() { grep -o '"loss":[0-9.]*\|"loss_scale":[0-9.]*\|skipped' "$@" | tr '\n' 
     && ok "fp16 resumed at step 12 (scale $(grep -o '"scale":[[:space:]]*[0-9.e+]*' "$dir/half/step-00000012/manifest.json" 2>/dev/null | head -1)): losses, scales, skips and final weights identical" \
     || fail "fp16 resume differs: $(pick "$dir/full.jsonl") | $(cat "$dir/a.jsonl" "$dir/b.jsonl" | pick)"
 
+"$DTRAIN" ckpt info "$dir/half" | grep -q '^precision: fp16 (loss scale [0-9]* after 24 steps)$' \
+    && ok "ckpt info: $("$DTRAIN" ckpt info "$dir/half" | grep '^precision')" || fail "ckpt info: $("$DTRAIN" ckpt info "$dir/half" | head -5)"
+
 # 6. A NaN is not an overflow: the scale reaches its floor and the run stops naming the step
 "$DTRAIN" train "${small[@]}" --steps 1 --save "$dir/good.bin" > /dev/null 2>&1
 python3 - "$dir/good.bin" "$dir/nan.bin" <<'PY'

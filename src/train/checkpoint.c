@@ -646,6 +646,13 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
         fprintf(f, "model: gpt2, %d layers, %d heads, %d channels, vocab %d (padded %d), %d positions, %.0f parameters\n",
                 g.num_layers, g.num_heads, g.channels, g.vocab_size, g.padded_vocab_size, g.max_seq_len, np);
         fprintf(f, "optimizer: %s\n", opt ? opt : "?");
+        /* older checkpoints have no precision: they trained in fp32 */
+        const char *prec = string(j, "settings", "precision");
+        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(j, "loss_scaler");
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(ls, "scale"), *it = cJSON_GetObjectItemCaseSensitive(ls, "iter");
+        fprintf(f, "precision: %s", prec ? prec : "fp32");
+        if (cJSON_IsNumber(sc) && cJSON_IsNumber(it)) fprintf(f, " (loss scale %g after %.0f steps)", sc->valuedouble, it->valuedouble);
+        fprintf(f, "\n");
         const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
         const cJSON *pp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(files, "params.f32"), "pieces");
         fprintf(f, "params.f32: %s\n", cJSON_IsArray(pp) && cJSON_GetArraySize(pp) > 1 ? "sharded (each rank wrote its slice, as below)" : "whole");
