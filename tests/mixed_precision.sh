@@ -74,6 +74,21 @@ for p in bf16 fp16; do
     done
 done
 
+# 3b. 16-bit gradients on the wire (--grad-comm): half the bytes in every allreduce, the average rounded once
+for g in fp32 bf16; do
+    "$DTRAIN" train "${small[@]}" --steps 20 --lr 1e-3 --precision bf16 --batch 2 --nproc 2 --grad-comm $g \
+        --metrics "$dir/wire.$g.jsonl" --trace "$dir/wire.$g.json" --trace-steps 2:2 2> "$dir/err" || fail "--grad-comm $g: $(cat "$dir/err")"
+done
+bytes() { python3 -c "import json,sys; print(sum(e['args']['bytes'] for e in json.load(open(sys.argv[1]))['traceEvents'] if e.get('name') == 'allreduce' and e.get('ph') == 'B' and e.get('pid') == 0 and e['args'].get('bytes', 0) > 1024))" "$1"; }
+b32=$(bytes "$dir/wire.fp32.json") b16=$(bytes "$dir/wire.bf16.json")
+[ -n "$b32" ] && [ "$b32" -gt 0 ] && [ "$((2 * b16))" = "$b32" ] && ok "--grad-comm bf16: the gradients' allreduces move $b16 bytes a step, half of fp32's $b32" \
+    || fail "allreduce bytes: fp32 $b32, bf16 $b16"
+w=$(worst "$(losses "$dir/one.bf16.jsonl")" "$(losses "$dir/wire.bf16.jsonl")" 20)
+within "$w" 1e-3 && ok "--grad-comm bf16 vs one bf16 process: worst relative loss difference $w" || fail "--grad-comm bf16: $w"
+"$DTRAIN" train "${small[@]}" --steps 2 --batch 2 --nproc 2 --zero 2 --grad-comm bf16 > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -eq 2 ] && grep -q 'ZeRO-2 and 3 reduce their gradients in f32' "$dir/err" && ok "--grad-comm bf16 --zero 2 refused" \
+    || fail "--grad-comm with zero2: exit $rc, $(cat "$dir/err")"
+
 # 4. fp16 that overflows: a scale of 2^24 halves down on every rank alike, in DeepSpeed's words
 echo '{"fp16": {"enabled": true, "initial_scale_power": 24, "loss_scale_window": 4}}' > "$dir/f16.json"
 "$DTRAIN" train "${small[@]}" --config "$dir/f16.json" --steps 24 --lr 1e-3 --batch 2 --nproc 2 --metrics "$dir/ov.jsonl" \

@@ -84,6 +84,7 @@ typedef struct {
      * update can happen inside backward, before that check: the engine turns
      * step_at_end on. */
     const dt_loss_scale_config *loss_scale;
+    dt_dtype grad_comm;         /* the gradients' type on the wire (DT_F32: as computed; DT_BF16, DT_F16: ddp halves the bytes) */
 } dt_engine_config;
 
 dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out);

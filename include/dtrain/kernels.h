@@ -40,6 +40,9 @@ void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *do
 void dt_lp_pack(uint16_t *dst, const float *src, size_t n, dt_dtype t);
 void dt_lp_unpack(float *dst, const uint16_t *src, size_t n, dt_dtype t);
 void dt_lp_round(float *x, size_t n, dt_dtype t);
+/* x[0..n) in 16 bits in the first 2n bytes of x, and back. */
+void dt_lp_narrow_inplace(float *x, size_t n, dt_dtype t);
+void dt_lp_widen_inplace(float *x, size_t n, dt_dtype t);
 /* dst += src rounded to t. */
 void dt_lp_round_add(float *dst, const float *src, size_t n, dt_dtype t);
 

@@ -60,6 +60,11 @@ void dt_ddp_destroy(dt_ddp *d);
  * store (everything for DDP; this rank's shard for ZeRO-1, which then
  * updates only that part of each bucket). */
 dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off, size_t n);
+/* The gradients' type in the allreduce: DT_F32 (the default), or DT_BF16 /
+ * DT_F16 (half the bytes; each bucket is narrowed in place before its
+ * allreduce, which sums in f32 and rounds the average once, and widened
+ * after). Without shards only. */
+dt_status dt_ddp_set_wire(dt_ddp *d, dt_dtype t);
 /* Before a micro-step's backward: sync 0 for the gradient-accumulation
  * micro-steps that do not synchronise, 1 for the last; lr: the step's
  * learning rate, for the optimizer in backward. */

@@ -69,6 +69,9 @@ static void usage(FILE *f) {
             "                     Linears and activations, f32 master weights and optimizer); fp16 scales the\n"
             "                     loss (DeepSpeed's dynamic scaler; the config's fp16 section sets it) and skips\n"
             "                     a step whose gradients overflow (so the optimizer runs after backward, never inside)\n"
+            "  --grad-comm P      fp32 (default), bf16 or fp16: the gradients' type in DDP's (and ZeRO-1's) allreduce:\n"
+            "                     half the bytes, summed in f32, the average rounded once (PyTorch DDP's bf16\n"
+            "                     compression hook, DeepSpeed's communication_data_type)\n"
             "  --config FILE      DeepSpeed-style JSON (train_micro_batch_size_per_gpu, gradient_accumulation_steps,\n"
             "                     optimizer {type, params}, scheduler {type, params}, gradient_clipping, steps,\n"
             "                     fp16, bf16);\n"
@@ -83,7 +86,7 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
-    { "--optimizer", "sgd, adamw, lamb or lars" }, { "--precision", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
+    { "--optimizer", "sgd, adamw, lamb or lars" }, { "--precision", "fp32, bf16 or fp16" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
     { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
     { "--steps", "a whole number from 1 to 1e9" }, { "--epochs", "a whole number from 1 to 1e6" },
@@ -175,7 +178,10 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c.trace_first, &c.trace_last);
         else if (!strcmp(f, "--report")) c.report = v;
         else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &kind);
-        else if (!strcmp(f, "--precision")) {
+        else if (!strcmp(f, "--grad-comm")) {
+            ok = !strcmp(v, "fp32") || !strcmp(v, "bf16") || !strcmp(v, "fp16");
+            c.grad_comm = !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "fp16") ? DT_F16 : DT_F32;
+        } else if (!strcmp(f, "--precision")) {
             ok = !strcmp(v, "fp32") || !strcmp(v, "bf16") || !strcmp(v, "fp16");
             c.precision = !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "fp16") ? DT_F16 : DT_F32;
         }

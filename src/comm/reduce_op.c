@@ -62,7 +62,25 @@ DEFINE_PAIR2(pair2_f64, double)
 DEFINE_PAIR2(pair2_i32, int32_t)
 DEFINE_PAIR2(pair2_i64, int64_t)
 
+/* bf16 sum or average of two ranks in f32, rounded once (to nearest even;
+ * a NaN stays a NaN), without branches so that it vectorises: the halving
+ * of the average commutes with the rounding. */
+MULTIVERSION static void pair2_bf16(uint16_t *d0, uint16_t *d1, const uint16_t *a, const uint16_t *b, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) {
+        union { uint32_t u; float f; } x = { (uint32_t)a[i] << 16 }, y = { (uint32_t)b[i] << 16 }, v;
+        v.f = (x.f + y.f) * scale;
+        uint32_t r = (v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16, nan = (v.u & 0x7fffffffu) > 0x7f800000u;
+        uint16_t h = (uint16_t)(nan ? (v.u >> 16) | 0x40u : r);
+        d0[i] = h;
+        d1[i] = h;
+    }
+}
+
 bool dt_reduce_pair_to2(void *d0, void *d1, const void *a, const void *b, size_t n, dt_dtype t, dt_op op) {
+    if (t == DT_BF16 && (op == DT_SUM || op == DT_AVG)) {
+        pair2_bf16(d0, d1, a, b, n, op == DT_AVG ? 0.5f : 1.0f);
+        return true;
+    }
     switch (t) {
     case DT_F32: pair2_f32(d0, d1, a, b, n, op); return true;
     case DT_F64: pair2_f64(d0, d1, a, b, n, op); return true;

@@ -5,6 +5,8 @@
  * exactly what a 16-bit kernel with f32 accumulation does. */
 #include "dtrain/kernels.h"
 
+#include <string.h>
+
 #if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -82,4 +84,28 @@ void dt_lp_round_add(float *dst, const float *src, size_t n, dt_dtype t) {
     }
 #endif
     for (; i < n; i++) dst[i] += t == DT_F16 ? dt_f16_to_f32(dt_f32_to_f16(src[i])) : src[i];
+}
+
+/* In place, so a buffer that others address (the shared arena) keeps its
+ * place: element i goes to bytes [2i, 2i+2), which hold only elements at or
+ * before i, already read when walking up; widening walks down for the same
+ * reason. Sequential on purpose (threads would overrun each other). */
+void dt_lp_narrow_inplace(float *x, size_t n, dt_dtype t) {
+    unsigned char *b = (unsigned char *)x; /* byte copies: the two views of x alias */
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, b + 4 * i, 4);
+        uint16_t h = t == DT_BF16 ? (uint16_t)(bf16_bits(bits_of(v)) >> 16) : dt_f32_to_f16(v);
+        memcpy(b + 2 * i, &h, 2);
+    }
+}
+
+void dt_lp_widen_inplace(float *x, size_t n, dt_dtype t) {
+    unsigned char *b = (unsigned char *)x;
+    for (size_t i = n; i-- > 0;) {
+        uint16_t h;
+        memcpy(&h, b + 2 * i, 2);
+        float v = t == DT_BF16 ? f32_of((uint32_t)h << 16) : dt_f16_to_f32(h);
+        memcpy(b + 4 * i, &v, 4);
+    }
 }

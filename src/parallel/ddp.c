@@ -67,7 +67,9 @@ struct dt_ddp {
     range *all;          /* every bucket's ranges, bucket after bucket */
     int nall;
     dt_request **reqs;   /* a waited request becomes NULL */
+    range *narrowed;     /* per request: the gradients it reduces in 16 bits (count 0: none), widened once done */
     int nreqs, reqcap;
+    dt_dtype wire;       /* the gradients' type in the allreduce (dt_ddp_set_wire) */
     int sync;
     dt_status err;
     int issued;          /* buckets issued this step (they issue in order) */
@@ -122,10 +124,13 @@ static dt_request **next_request(dt_ddp *d) {
     if (d->nreqs == d->reqcap) {
         int cap = d->reqcap ? d->reqcap * 2 : 256;
         dt_request **r = realloc(d->reqs, sizeof *r * (size_t)cap);
-        if (!r) return NULL;
-        d->reqs = r;
+        if (r) d->reqs = r;
+        range *w = r ? realloc(d->narrowed, sizeof *w * (size_t)cap) : NULL;
+        if (!w) return NULL;
+        d->narrowed = w;
         d->reqcap = cap;
     }
+    d->narrowed[d->nreqs] = (range){ 0, 0 };
     return &d->reqs[d->nreqs];
 }
 
@@ -200,6 +205,17 @@ static dt_status ready(dt_request **r, bool wait, double *waited, bool *done) {
     return wait_req(r, waited);
 }
 
+/* Request i done (or waited for, with wait): its gradients back in f32 if
+ * they travelled in 16 bits. */
+static dt_status settle(dt_ddp *d, int i, bool wait, double *waited, bool *done) {
+    dt_status st = ready(&d->reqs[i], wait, waited, done);
+    if (!st && *done && d->narrowed[i].count) {
+        dt_lp_widen_inplace(d->grads + d->narrowed[i].off, d->narrowed[i].count, d->wire);
+        d->narrowed[i].count = 0;
+    }
+    return st;
+}
+
 /* The part of [off, off+n) in the optimizer's window (a ZeRO rank updates its shard only). */
 static void update(dt_ddp *d, size_t off, size_t n) {
     size_t a = off > d->w0 ? off : d->w0, b = off + n < d->w1 ? off + n : d->w1;
@@ -235,7 +251,7 @@ static dt_status step_buckets(dt_ddp *d, bool wait, double *waited) {
         bucket *k = &d->b[d->stepped];
         bool done = true;
         for (int i = 0; i < k->nreq && done; i++) {
-            dt_status st = ready(&d->reqs[k->req0 + i], wait, waited, &done);
+            dt_status st = settle(d, k->req0 + i, wait, waited, &done);
             if (st) return st;
         }
         if (done && d->tok_req && d->touched) {
@@ -291,8 +307,13 @@ static dt_status reduce_piece(dt_ddp *d, const bucket *k, size_t a, size_t b, in
     dt_request **req = next_request(d);
     if (!req) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
     float *g = where(d, k, a);
+    if (d->wire != DT_F32 && root < 0) {
+        /* in 16 bits, in place: the first half of the range's bytes (widened back once done) */
+        dt_lp_narrow_inplace(g, b - a, d->wire);
+        d->narrowed[d->nreqs] = (range){ a, b - a };
+    }
     dt_status st = root >= 0 ? dt_comm_ireduce(d->c, g, g, b - a, DT_F32, DT_AVG, root, req)
-                             : dt_comm_iallreduce(d->c, g, g, b - a, DT_F32, DT_AVG, req);
+                             : dt_comm_iallreduce(d->c, g, g, b - a, d->wire, DT_AVG, req);
     if (!st) d->nreqs++;
     return st;
 }
@@ -516,6 +537,16 @@ dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size
     return DT_OK;
 }
 
+dt_status dt_ddp_set_wire(dt_ddp *d, dt_dtype t) {
+    if (t != DT_F32 && t != DT_BF16 && t != DT_F16)
+        return dt_error(DT_ERR_ARG, "ddp: gradients travel as fp32, bf16 or fp16, not %s", dt_dtype_name(t));
+    if (t != DT_F32 && d->shard_off)
+        return dt_error(DT_ERR_UNSUPPORTED, "--grad-comm %s: ZeRO reduces its gradients in f32 for now (16-bit gradients travel "
+                        "under ddp)", t == DT_BF16 ? "bf16" : "fp16");
+    d->wire = t;
+    return DT_OK;
+}
+
 dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off, size_t n) {
     if (off + n > d->nparams) return dt_error(DT_ERR_ARG, "ddp: optimizer window [%zu, +%zu) outside %zu parameters", off, n, d->nparams);
     d->w0 = off;
@@ -548,6 +579,7 @@ void dt_ddp_destroy(dt_ddp *d) {
     free(d->all);
     free(d->b);
     free(d->reqs);
+    free(d->narrowed);
     dt_comm_free(d->c, d->grads);
     dt_comm_free(d->c, d->pool_raw);
     free(d->borrows);
@@ -577,7 +609,8 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
     dt_status st = d->err;
     if (d->opt && !st) st = step_buckets(d, true, &waited);
     for (int i = 0; i < d->nreqs; i++) {
-        dt_status s = wait_req(&d->reqs[i], &waited);
+        bool done;
+        dt_status s = settle(d, i, true, &waited, &done);
         if (!st) st = s;
     }
     dt_status s = wait_req(&d->tok_req, &waited);
@@ -650,6 +683,7 @@ static dt_status s_create(dt_engine *e, void **state, size_t *off, size_t *n) {
     if (!s) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
     s->c = c;
     dt_status st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, NULL, NULL, &s->d);
+    if (!st && (st = dt_ddp_set_wire(s->d, c->grad_comm))) dt_ddp_destroy(s->d);
     if (st) { free(s); return st; }
     *state = s;
     return DT_OK;

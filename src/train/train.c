@@ -90,6 +90,11 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
     if (c->sched.warmup >= c->steps && c->sched.kind <= DT_SCHED_COSINE)
         dt_log(DT_LOG_WARN, "--warmup %d is not shorter than the %d steps: the learning rate never reaches --lr", c->sched.warmup,
                c->steps);
+    if (c->grad_comm != DT_F32 && c->strategy && (!strcmp(c->strategy, "zero2") || !strcmp(c->strategy, "zero3")))
+        return dt_error(DT_ERR_ARG, "--grad-comm %s with --zero %c: ZeRO-2 and 3 reduce their gradients in f32 for now "
+                        "(16-bit gradients travel under ddp and zero1)", dt_dtype_name(c->grad_comm), c->strategy[4]);
+    if (c->grad_comm != DT_F32 && nranks == 1 && !c->quiet)
+        dt_log(DT_LOG_WARN, "--grad-comm %s does nothing on one rank", dt_dtype_name(c->grad_comm));
     /* skipping a step needs the norm before any update, so the update waits for the end of backward */
     if (c->skip_nonfinite) c->step_at_end = 1;
     if (c->save) return dt_checkpoint_is_dir(c->save) ? dt_checkpoint_check_dir(c->save) : dt_file_check_writable(c->save);
@@ -340,7 +345,7 @@ static dt_status make_engine(run *r) {
     dt_engine_config ec = { .comm = r->mesh ? dt_mesh_comm(r->mesh, DT_MESH_DP) : NULL, .strategy = c->strategy, .opt = c->opt,
                             .grad_clip = c->grad_clip, .skip_nonfinite = c->skip_nonfinite, .step_at_end = c->step_at_end,
                             .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
-                            .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL };
+                            .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL, .grad_comm = c->grad_comm };
     dt_gpt2_model(r->m, &ec.model);
     dt_status st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
