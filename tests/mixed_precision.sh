@@ -85,6 +85,10 @@ b32=$(bytes "$dir/wire.fp32.json") b16=$(bytes "$dir/wire.bf16.json")
     || fail "allreduce bytes: fp32 $b32, bf16 $b16"
 w=$(worst "$(losses "$dir/one.bf16.jsonl")" "$(losses "$dir/wire.bf16.jsonl")" 20)
 within "$w" 1e-3 && ok "--grad-comm bf16 vs one bf16 process: worst relative loss difference $w" || fail "--grad-comm bf16: $w"
+"$DTRAIN" train "${small[@]}" --steps 20 --lr 1e-3 --precision bf16 --batch 2 --nproc 2 --zero 1 --grad-comm bf16 \
+    --metrics "$dir/wire1.jsonl" 2> /dev/null
+[ "$(losses "$dir/wire1.jsonl")" = "$(losses "$dir/wire.bf16.jsonl")" ] && ok "--grad-comm bf16 under zero1: ddp's losses, digit for digit" \
+    || fail "zero1 --grad-comm bf16 differs from ddp's"
 "$DTRAIN" train "${small[@]}" --steps 2 --batch 2 --nproc 2 --zero 2 --grad-comm bf16 > /dev/null 2> "$dir/err"; rc=$?
 [ $rc -eq 2 ] && grep -q 'ZeRO-2 and 3 reduce their gradients in f32' "$dir/err" && ok "--grad-comm bf16 --zero 2 refused" \
     || fail "--grad-comm with zero2: exit $rc, $(cat "$dir/err")"
