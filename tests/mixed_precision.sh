@@ -110,6 +110,12 @@ grep -q 'reducing to 16777216\|reducing to 8388608' "$dir/ov.err" && grep -q '"l
 grep -o '"loss_scale":[0-9]*' "$dir/ov.jsonl" | cut -d: -f2 | awk 'NR>1 && $1==2*p {d=1} {p=$1} END{exit !d}' \
     && ok "the scale doubles after loss_scale_window clean steps" || fail "no doubling: $(grep -o '"loss_scale":[0-9]*' "$dir/ov.jsonl" | tr '\n' ' ')"
 
+# a static scale (loss_scale > 0) never moves
+echo '{"fp16": {"enabled": true, "loss_scale": 128}}' > "$dir/static.json"
+"$DTRAIN" train "${small[@]}" --config "$dir/static.json" --steps 5 --lr 1e-3 --metrics "$dir/static.jsonl" 2> /dev/null
+[ "$(grep -o '"loss_scale":[0-9]*' "$dir/static.jsonl" | sort -u)" = '"loss_scale":128' ] && [ "$(grep -c loss_scale "$dir/static.jsonl")" = 5 ] \
+    && ok "a static loss scale of 128 stays 128" || fail "static scale: $(grep -o '"loss_scale":[0-9]*' "$dir/static.jsonl" | tr '\n' ' ')"
+
 # 5. Resumed fp16 runs are the uninterrupted one, scaler included
 "$DTRAIN" train "${small[@]}" --config "$dir/f16.json" --steps 24 --lr 1e-3 --save "$dir/full" --metrics "$dir/full.jsonl" 2> /dev/null
 "$DTRAIN" train "${small[@]}" --config "$dir/f16.json" --steps 24 --lr 1e-3 --save "$dir/half" --stop-after 12 \
