@@ -98,7 +98,8 @@ size_t dt_gpt2_config_num_params(const dt_gpt2_config *cfg);
  * about half of that). Layernorm, GELU, softmax and the loss are left out. */
 double dt_gpt2_flops_per_token(const dt_gpt2_config *cfg, int T);
 /* The activations (and the batch's tokens) a whole model allocates for B x T
- * (attention: dt_attn_mode), without building it: for estimates before a run. */
+ * (attention: dt_attn_mode; precision: dt_gpt2_set_precision's, with its
+ * packed 16-bit blocks and scratch), without building it: for estimates before a run. */
 size_t dt_gpt2_activation_bytes(const dt_gpt2_config *cfg, int B, int T, int recompute, int attention, dt_dtype precision);
 dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out);
 /* A model holding only units [a, b) of 0..L+1 (0: wte and wpe; 1..L: the
