@@ -133,6 +133,15 @@ pick() { grep -o '"loss":[0-9.]*\|"loss_scale":[0-9.]*\|skipped' "$@" | tr '\n' 
     && ok "fp16 resumed at step 12 (scale $(grep -o '"scale":[[:space:]]*[0-9.e+]*' "$dir/half/step-00000012/manifest.json" 2>/dev/null | head -1)): losses, scales, skips and final weights identical" \
     || fail "fp16 resume differs: $(pick "$dir/full.jsonl") | $(cat "$dir/a.jsonl" "$dir/b.jsonl" | pick)"
 
+# the same on 2 ranks: rank 0 reads the scaler and the other ranks get it
+"$DTRAIN" train "${small[@]}" --config "$dir/f16.json" --steps 24 --lr 1e-3 --batch 2 --nproc 2 --metrics "$dir/full2.jsonl" 2> /dev/null
+"$DTRAIN" train "${small[@]}" --config "$dir/f16.json" --steps 24 --lr 1e-3 --batch 2 --nproc 2 --save "$dir/half2" --stop-after 12 \
+    --metrics "$dir/a2.jsonl" 2> /dev/null
+"$DTRAIN" train "${small[@]}" --config "$dir/f16.json" --steps 24 --lr 1e-3 --batch 2 --nproc 2 --resume "$dir/half2" \
+    --metrics "$dir/b2.jsonl" 2> "$dir/b2.err"
+[ "$(pick "$dir/full2.jsonl")" = "$(cat "$dir/a2.jsonl" "$dir/b2.jsonl" | pick)" ] && [ "$(grep -c OVERFLOW "$dir/b2.err")" -ge 2 ] \
+    && ok "fp16 on 2 ranks resumed at step 12: losses, scales and skips identical (both ranks skip after the resume too)" \
+    || fail "2-rank fp16 resume differs: $(pick "$dir/full2.jsonl") | $(cat "$dir/a2.jsonl" "$dir/b2.jsonl" | pick)"
 "$DTRAIN" ckpt info "$dir/half" | grep -q '^precision: fp16 (loss scale [0-9]* after 24 steps)$' \
     && ok "ckpt info: $("$DTRAIN" ckpt info "$dir/half" | grep '^precision')" || fail "ckpt info: $("$DTRAIN" ckpt info "$dir/half" | head -5)"
 
