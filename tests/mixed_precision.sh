@@ -130,7 +130,7 @@ echo '{"fp16": {"enabled": true, "loss_scale": 128}}' > "$dir/static.json"
 pick() { grep -o '"loss":[0-9.]*\|"loss_scale":[0-9.]*\|skipped' "$@" | tr '\n' ' '; }
 [ "$(pick "$dir/full.jsonl")" = "$(cat "$dir/a.jsonl" "$dir/b.jsonl" | pick)" ] \
     && cmp -s "$dir/full/latest" "$dir/half/latest" && cmp -s "$dir/full/$(cat "$dir/full/latest")/params.f32" "$dir/half/$(cat "$dir/half/latest")/params.f32" \
-    && ok "fp16 resumed at step 12 (scale $(grep -o '"scale":[[:space:]]*[0-9.e+]*' "$dir/half/step-00000012/manifest.json" 2>/dev/null | head -1)): losses, scales, skips and final weights identical" \
+    && ok "fp16 resumed at step 12: losses, scales, skips and final weights identical (at 24: $(grep -o '"scale":[[:space:]]*[0-9.e+]*' "$dir/half/$(cat "$dir/half/latest")/manifest.json" | tr -d '[:space:]'))" \
     || fail "fp16 resume differs: $(pick "$dir/full.jsonl") | $(cat "$dir/a.jsonl" "$dir/b.jsonl" | pick)"
 
 # the same on 2 ranks: rank 0 reads the scaler and the other ranks get it
