@@ -114,11 +114,12 @@ static inline float dt_bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v = { (uint32_t)h << 16 };
     return v.f;
 }
+/* Round to nearest even (a NaN stays a quiet NaN); without a branch, so
+ * that loops over arrays vectorise. */
 static inline uint16_t dt_f32_to_bf16(float f) {
     union { float f; uint32_t u; } v = { f };
-    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40); /* quiet NaN */
-    uint32_t rounding = 0x7fffu + ((v.u >> 16) & 1u); /* round to nearest even */
-    return (uint16_t)((v.u + rounding) >> 16);
+    uint32_t rounded = (v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16, nan = (v.u & 0x7fffffffu) > 0x7f800000u;
+    return (uint16_t)(nan ? (v.u >> 16) | 0x40u : rounded);
 }
 float dt_f16_to_f32(uint16_t h);
 uint16_t dt_f32_to_f16(float f);

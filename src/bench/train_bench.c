@@ -122,22 +122,22 @@ int dt_bench_train(const dt_bench_train_opts *o) {
                "sgemm rate %.1f GFLOP/s; %.1f GFLOP per step\n", o->model, o->batch, o->seq, o->threads, gemm, flops / 1e9);
     int rounds = o->rounds < 1 ? 1 : o->rounds > 16 ? 16 : o->rounds, rc = 0;
     double dms[16], lms[16], tms[16], loss = 0;
-    /* mixed precision: a second model from the same weights, timed after the fp32 one in every round */
+    /* the same weights every round, and for mixed precision's second model, timed after the fp32 one */
     dt_gpt2 *lp = NULL;
     size_t np = dt_gpt2_num_params(m);
-    float *init = o->precision != DT_F32 ? malloc(np * sizeof(float)) : NULL;
-    if (o->precision != DT_F32) {
-        if (!init || dt_gpt2_create(&cfg, &lp) || dt_gpt2_set_precision(lp, o->precision)) {
-            dt_log(DT_LOG_ERROR, "bench train: %s", init ? dt_last_error() : "out of memory");
-            rc = 1;
-        } else {
-            memcpy(init, dt_gpt2_params(m), np * sizeof(float));
-        }
+    float *init = malloc(np * sizeof(float));
+    if (!init) {
+        dt_log(DT_LOG_ERROR, "bench train: out of memory");
+        rc = 1;
+    } else {
+        memcpy(init, dt_gpt2_params(m), np * sizeof(float));
+    }
+    if (!rc && o->precision != DT_F32 && (dt_gpt2_create(&cfg, &lp) || dt_gpt2_set_precision(lp, o->precision))) {
+        dt_log(DT_LOG_ERROR, "bench train: %s", dt_last_error());
+        rc = 1;
     }
     for (int r = 0; r < rounds && !rc; r++) {
-        /* same weights every round */
-        if (r > 0 && o->baseline) dt_llmc_load_into(weights, m);
-        if (r > 0 && init) memcpy(dt_gpt2_params(m), init, np * sizeof(float));
+        if (r > 0) memcpy(dt_gpt2_params(m), init, np * sizeof(float));
         rc = run_dtrain(m, o, r, &dms[r], &loss);
         if (!rc && lp) {
             memcpy(dt_gpt2_params(lp), init, np * sizeof(float));

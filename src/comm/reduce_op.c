@@ -62,15 +62,11 @@ DEFINE_PAIR2(pair2_f64, double)
 DEFINE_PAIR2(pair2_i32, int32_t)
 DEFINE_PAIR2(pair2_i64, int64_t)
 
-/* bf16 sum or average of two ranks in f32, rounded once (to nearest even;
- * a NaN stays a NaN), without branches so that it vectorises: the halving
- * of the average commutes with the rounding. */
+/* bf16 sum or average of two ranks in f32, rounded once (the halving of the
+ * average commutes with the rounding). */
 MULTIVERSION static void pair2_bf16(uint16_t *d0, uint16_t *d1, const uint16_t *a, const uint16_t *b, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) {
-        union { uint32_t u; float f; } x = { (uint32_t)a[i] << 16 }, y = { (uint32_t)b[i] << 16 }, v;
-        v.f = (x.f + y.f) * scale;
-        uint32_t r = (v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16, nan = (v.u & 0x7fffffffu) > 0x7f800000u;
-        uint16_t h = (uint16_t)(nan ? (v.u >> 16) | 0x40u : r);
+        uint16_t h = dt_f32_to_bf16((dt_bf16_to_f32(a[i]) + dt_bf16_to_f32(b[i])) * scale);
         d0[i] = h;
         d1[i] = h;
     }

@@ -11,28 +11,14 @@
 #include <immintrin.h>
 #endif
 
-/* bf16: round to nearest even on the top 16 bits (NaN stays NaN); written
- * without a branch so the loops vectorise. */
-static inline uint32_t bf16_bits(uint32_t u) {
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-    return nan ? (u | 0x00400000u) & 0xffff0000u : r;
-}
-
-static inline float f32_of(uint32_t u) {
-    union { uint32_t u; float f; } v = { u };
-    return v.f;
-}
-static inline uint32_t bits_of(float f) {
-    union { float f; uint32_t u; } v = { f };
-    return v.u;
-}
+/* bf16 values rounded in f32 (dt_f32_to_bf16 rounds to nearest even). */
+static inline float bf16_round(float x) { return dt_bf16_to_f32(dt_f32_to_bf16(x)); }
 
 void dt_lp_pack(uint16_t *dst, const float *src, size_t n, dt_dtype t) {
     size_t i = 0;
     if (t == DT_BF16) {
         #pragma omp parallel for simd schedule(static) if (n > 65536)
-        for (size_t j = 0; j < n; j++) dst[j] = (uint16_t)(bf16_bits(bits_of(src[j])) >> 16);
+        for (size_t j = 0; j < n; j++) dst[j] = dt_f32_to_bf16(src[j]);
         return;
     }
 #ifdef __F16C__
@@ -46,7 +32,7 @@ void dt_lp_unpack(float *dst, const uint16_t *src, size_t n, dt_dtype t) {
     size_t i = 0;
     if (t == DT_BF16) {
         #pragma omp parallel for simd schedule(static) if (n > 65536)
-        for (size_t j = 0; j < n; j++) dst[j] = f32_of((uint32_t)src[j] << 16);
+        for (size_t j = 0; j < n; j++) dst[j] = dt_bf16_to_f32(src[j]);
         return;
     }
 #ifdef __F16C__
@@ -58,7 +44,7 @@ void dt_lp_unpack(float *dst, const uint16_t *src, size_t n, dt_dtype t) {
 void dt_lp_round(float *x, size_t n, dt_dtype t) {
     if (t == DT_BF16) {
         #pragma omp parallel for simd schedule(static) if (n > 65536)
-        for (size_t j = 0; j < n; j++) x[j] = f32_of(bf16_bits(bits_of(x[j])));
+        for (size_t j = 0; j < n; j++) x[j] = bf16_round(x[j]);
         return;
     }
     if (t != DT_F16) return;
@@ -73,7 +59,7 @@ void dt_lp_round(float *x, size_t n, dt_dtype t) {
 void dt_lp_round_add(float *dst, const float *src, size_t n, dt_dtype t) {
     if (t == DT_BF16) {
         #pragma omp parallel for simd schedule(static) if (n > 65536)
-        for (size_t j = 0; j < n; j++) dst[j] += f32_of(bf16_bits(bits_of(src[j])));
+        for (size_t j = 0; j < n; j++) dst[j] += bf16_round(src[j]);
         return;
     }
     size_t i = 0;
@@ -95,7 +81,7 @@ void dt_lp_narrow_inplace(float *x, size_t n, dt_dtype t) {
     for (size_t i = 0; i < n; i++) {
         float v;
         memcpy(&v, b + 4 * i, 4);
-        uint16_t h = t == DT_BF16 ? (uint16_t)(bf16_bits(bits_of(v)) >> 16) : dt_f32_to_f16(v);
+        uint16_t h = t == DT_BF16 ? dt_f32_to_bf16(v) : dt_f32_to_f16(v);
         memcpy(b + 2 * i, &h, 2);
     }
 }
@@ -105,7 +91,7 @@ void dt_lp_widen_inplace(float *x, size_t n, dt_dtype t) {
     for (size_t i = n; i-- > 0;) {
         uint16_t h;
         memcpy(&h, b + 2 * i, 2);
-        float v = t == DT_BF16 ? f32_of((uint32_t)h << 16) : dt_f16_to_f32(h);
+        float v = t == DT_BF16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
         memcpy(b + 4 * i, &v, 4);
     }
 }

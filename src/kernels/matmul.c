@@ -4,6 +4,7 @@
 #include "dtrain/kernels.h"
 
 #include <cblas.h>
+#include <limits.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -44,11 +45,14 @@ void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
 /* Mixed precision. The weights come as 16-bit values and are widened one
  * chunk of output rows at a time (as many as half of work holds: sgemm over
  * chunks narrower than a few thousand columns lost a third of its speed on
- * the LM head here, so the model gives room for 8192 rows) into work (exactly: every bf16 or f16 value
- * is an f32), so sgemm multiplies 16-bit values and sums in f32, which is
+ * the LM head here, so the model gives room for 8192 rows) into work
+ * (exactly: every bf16 or f16 value is an f32), so sgemm multiplies 16-bit values and sums in f32, which is
  * what a 16-bit GEMM with f32 accumulation computes. The results are rounded
  * to 16 bits where autocast's linear returns 16-bit tensors. */
-static int lp_rows(int C, size_t half) { return half / (size_t)C < 1 ? 1 : half / (size_t)C > 1u << 30 ? 1 << 30 : (int)(half / (size_t)C); }
+static int lp_rows(int C, size_t half) {
+    size_t r = half / (size_t)C;
+    return r < 1 ? 1 : r > INT_MAX ? INT_MAX : (int)r;
+}
 
 void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,
                           dt_dtype t, float *work, size_t work_floats) {
@@ -64,11 +68,8 @@ void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const
         dt_lp_unpack(work, w + (size_t)o0 * C, (size_t)r * C, t);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, r, C, 1.0f, inp, C, work, C, bias ? 1.0f : 0.0f, out + o0, OC);
         /* each chunk's columns while they are still in cache (the LM head's logits are the largest tensor) */
-        if (r == OC) dt_lp_round(out, (size_t)BT * OC, t);
-        else {
-            #pragma omp parallel for schedule(static)
-            for (int i = 0; i < BT; i++) dt_lp_round(out + (size_t)i * OC + o0, (size_t)r, t);
-        }
+        #pragma omp parallel for schedule(static)
+        for (int i = 0; i < BT; i++) dt_lp_round(out + (size_t)i * OC + o0, (size_t)r, t);
     }
 }
 

@@ -69,8 +69,6 @@ struct dt_gpt2 {
 #define ACT(i) (m->acts + m->act_off[i])
 /* Floats of scratch the 16-bit Linears get: two chunks of widened weights. */
 size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head);
-/* The 16-bit copies of the parameters (mixed precision). */
-#define PLL(l, i) (m->params_lp + BLOCK_OFF(l, i))
-#define PLP(i) (m->params_lp + TAB_OFF(i))
+
 
 #endif

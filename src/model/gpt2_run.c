@@ -7,6 +7,7 @@
 #include "gpt2_internal.h"
 #include "dtrain/kernels.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,28 +140,38 @@ static void pack_block(dt_gpt2 *m, int l, bool pack) {
     }
 }
 
+/* Where a Linear's weight and bias are in the stores: wi, bi its tensors in
+ * block l, or l < 0 for the head's tied wte (no bias: *bo is SIZE_MAX). */
+static void linear_at(const dt_gpt2 *m, int l, int wi, int bi, size_t *wo, size_t *bo) {
+    *wo = l < 0 ? TAB_OFF(WTE) : BLOCK_OFF(l, wi);
+    *bo = l < 0 ? SIZE_MAX : BLOCK_OFF(l, bi);
+}
+
 /* out = inp @ w^T + b for a Linear of the model: f32, or autocast's 16-bit
- * form from the parameters' 16-bit copy (wi, bi: their indices in block l,
- * or l < 0 for the head's tied wte, which has no bias). */
+ * form from the parameters' 16-bit copy. */
 static void linear_forward(dt_gpt2 *m, float *out, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
-    if (m->prec == DT_F32) {
-        dt_matmul_forward(out, inp, l < 0 ? P(WTE) : PL(l, wi), l < 0 ? NULL : PL(l, bi), BT, C, OC);
-        return;
-    }
-    dt_matmul_forward_lp(out, inp, l < 0 ? PLP(WTE) : PLL(l, wi), l < 0 ? NULL : PLL(l, bi), BT, C, OC, m->prec, m->lp_work, m->lp_work_floats);
+    size_t wo, bo;
+    linear_at(m, l, wi, bi, &wo, &bo);
+    bool bias = bo != SIZE_MAX;
+    if (m->prec == DT_F32)
+        dt_matmul_forward(out, inp, m->params + wo, bias ? m->params + bo : NULL, BT, C, OC);
+    else
+        dt_matmul_forward_lp(out, inp, m->params_lp + wo, bias ? m->params_lp + bo : NULL, BT, C, OC, m->prec, m->lp_work,
+                             m->lp_work_floats);
 }
 
 /* Its backward; under mixed precision a block's dout is rounded to 16 bits
  * in place (the head's, by the cross-entropy that wrote it). */
 static void linear_backward(dt_gpt2 *m, float *dinp, float *dout, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
+    size_t wo, bo;
+    linear_at(m, l, wi, bi, &wo, &bo);
+    float *db = bo != SIZE_MAX ? m->grads + bo : NULL;
     if (m->prec == DT_F32) {
-        dt_matmul_backward(dinp, l < 0 ? G(WTE) : GL(l, wi), l < 0 ? NULL : GL(l, bi), dout, inp, l < 0 ? P(WTE) : PL(l, wi),
-                           BT, C, OC);
+        dt_matmul_backward(dinp, m->grads + wo, db, dout, inp, m->params + wo, BT, C, OC);
         return;
     }
     if (l >= 0) dt_lp_round(dout, (size_t)BT * OC, m->prec);
-    dt_matmul_backward_lp(dinp, l < 0 ? G(WTE) : GL(l, wi), l < 0 ? NULL : GL(l, bi), dout, inp, l < 0 ? PLP(WTE) : PLL(l, wi),
-                          BT, C, OC, m->prec, m->lp_work, m->lp_work_floats);
+    dt_matmul_backward_lp(dinp, m->grads + wo, db, dout, inp, m->params_lp + wo, BT, C, OC, m->prec, m->lp_work, m->lp_work_floats);
 }
 
 /* Block l on residual (its input): writes the block's activations into its
