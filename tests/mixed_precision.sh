@@ -98,6 +98,18 @@ within "$w" 1e-3 && ok "--grad-comm bf16 vs one bf16 process: worst relative los
 [ $rc -eq 2 ] && grep -q 'ZeRO-2 and 3 reduce their gradients in f32' "$dir/err" && ok "--grad-comm bf16 --zero 2 refused" \
     || fail "--grad-comm with zero2: exit $rc, $(cat "$dir/err")"
 
+# 3c. Memory: what forward keeps for backward is 16-bit under bf16 (each block's activations, its input and res2
+# included, and the logits), so it is about half of fp32's; sizes, not timings
+kept() { grep -o 'kept from forward for backward (rank 0): [0-9.]*' "$1" | awk '{print $NF}'; }
+for p in fp32 bf16; do
+    "$DTRAIN" train --layers 6 --channels 64 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 16 --attention blockwise \
+        --data "$dir/train.bin" --threads 1 --steps 1 --precision $p > "$dir/mem.$p.out" 2> "$dir/err" || fail "memory $p: $(cat "$dir/err")"
+done
+k32=$(kept "$dir/mem.fp32.out") k16=$(kept "$dir/mem.bf16.out")
+[ -n "$k32" ] && [ -n "$k16" ] && awk "BEGIN{exit !($k16 <= 0.55 * $k32 && $k16 > 0)}" \
+    && ok "activations kept for backward: bf16 $k16 MiB, fp32 $k32 MiB ($(awk "BEGIN{printf \"%.3f\", $k16 / $k32}")x)" \
+    || fail "activations kept for backward: bf16 '$k16' vs fp32 '$k32' MiB (want <= 0.55x)"
+
 # 4. fp16 that overflows: a scale of 2^24 halves down on every rank alike, in DeepSpeed's words
 echo '{"fp16": {"enabled": true, "initial_scale_power": 24, "loss_scale_window": 4}}' > "$dir/f16.json"
 "$DTRAIN" train "${small[@]}" --config "$dir/f16.json" --steps 24 --lr 1e-3 --batch 2 --nproc 2 --metrics "$dir/ov.jsonl" \

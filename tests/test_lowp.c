@@ -139,6 +139,55 @@ static void crossentropy_lp(dt_dtype t) {
     free(a), free(b);
 }
 
+/* The LM head with 16-bit logits (dt_matmul_*_lp16, chunks of weight rows
+ * and of tokens) against the f32-output linear above, and the cross-entropy
+ * on 16-bit logits against the f32 one's rounded gradient. */
+static void head_lp16(dt_dtype t) {
+    const char *tn = t == DT_BF16 ? "bf16" : "f16";
+    /* 64 rows a chunk, 16 tokens a block: 10 chunks of rows, 3 blocks of tokens */
+    enum { BT = 40, C = 16, OC = 600, V = 590 };
+    size_t nwork = 3 * 64 * (size_t)C, big = 2 * (size_t)OC * C;
+    float *inp = malloc(sizeof(float) * BT * C), *wf = malloc(sizeof(float) * OC * C), *ref = malloc(sizeof(float) * BT * OC);
+    float *got = malloc(sizeof(float) * BT * OC), *work = malloc(sizeof(float) * (big > nwork ? big : nwork));
+    float *di = calloc((size_t)BT * C, 4), *dw = calloc((size_t)OC * C, 4), *di16 = calloc((size_t)BT * C, 4), *dw16 = calloc((size_t)OC * C, 4);
+    uint16_t *w = malloc(2 * (size_t)OC * C), *out = malloc(2 * (size_t)BT * OC);
+    float la[BT], lb[BT];
+    int32_t tg[BT];
+    for (size_t i = 0; i < (size_t)BT * C; i++) inp[i] = scalar_round(urand(), t);
+    for (size_t i = 0; i < (size_t)OC * C; i++) wf[i] = urand();
+    for (int i = 0; i < BT; i++) tg[i] = (i * 37) % V;
+    dt_lp_pack(w, wf, (size_t)OC * C, t);
+    dt_matmul_forward_lp(ref, inp, w, NULL, BT, C, OC, t, work, big);
+    dt_matmul_forward_lp16(out, inp, w, BT, C, OC, t, work, nwork);
+    dt_lp_unpack(got, out, (size_t)BT * OC, t);
+    /* the same products summed in f32 by sgemm calls of other shapes: an f32 ulp may tip a 16-bit rounding */
+    int differ = 0;
+    double wf16 = 0, ulp = t == DT_BF16 ? 1.0 / 128 : 1.0 / 1024;
+    for (int i = 0; i < BT * OC; i++) {
+        differ += !same(got[i], ref[i]);
+        wf16 = fmax(wf16, fabs(got[i] - ref[i]) / (fabs(ref[i]) + 1e-6));
+    }
+    EXPECT(wf16 <= ulp, "%s head forward: 16-bit logits %.3g from the f32-output linear's (one ulp %.3g)", tn, wf16, ulp);
+    dt_lp_pack(out, ref, (size_t)BT * OC, t); /* the cross-entropy's input: the same logits for both */
+    float ma = dt_crossentropy_fused(ref, la, tg, BT, V, OC, 0.5f, t);
+    float mb = dt_crossentropy_fused_lp(out, lb, tg, BT, V, OC, 0.5f, t, work, nwork);
+    dt_lp_unpack(got, out, (size_t)BT * OC, t);
+    differ = ma != mb;
+    for (int i = 0; i < BT; i++) differ += la[i] != lb[i];
+    for (int i = 0; i < BT * OC; i++) differ += !same(got[i], ref[i]);
+    EXPECT(!differ, "%s cross-entropy on 16-bit logits: %d losses or gradients differ from the f32 one's", tn, differ);
+    dt_matmul_backward_lp(di, dw, NULL, ref, inp, w, BT, C, OC, t, work, big);
+    dt_matmul_backward_lp16(di16, dw16, out, inp, w, BT, C, OC, t, work, nwork);
+    /* the weight gradient is summed over 3 blocks of tokens, not at once: f32 order, then the same rounding */
+    double wi = 0, ww = 0;
+    for (int i = 0; i < BT * C; i++) wi = fmax(wi, fabs(di16[i] - di[i]) / (fabs(di[i]) + 1e-6));
+    for (int i = 0; i < OC * C; i++) ww = fmax(ww, fabs(dw16[i] - dw[i]) / (fabs(dw[i]) + 1e-6));
+    EXPECT(wi <= ulp && ww <= ulp, "%s head backward from 16-bit logits: dinp %.3g, dw %.3g from the f32 path's (one ulp %.3g)", tn, wi, ww, ulp);
+    printf("%s head with 16-bit logits: %d of %d logits one ulp from the f32-output path's; loss and its gradient identical; "
+           "backward within %.2g (dinp) %.2g (dw)\n", tn, differ, BT * OC, wi, ww);
+    free(inp), free(wf), free(ref), free(got), free(work), free(di), free(dw), free(di16), free(dw16), free(w), free(out);
+}
+
 int main(void) {
     dt_kernels_set_threads(1);
     conversions(DT_BF16);
@@ -147,6 +196,8 @@ int main(void) {
     linear_lp(DT_F16);
     crossentropy_lp(DT_BF16);
     crossentropy_lp(DT_F16);
+    head_lp16(DT_BF16);
+    head_lp16(DT_F16);
     printf("lowp: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

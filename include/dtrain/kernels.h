@@ -34,6 +34,17 @@ void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const
 void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const uint16_t *w, int BT,
                            int C, int OC, dt_dtype t, float *work, size_t work_floats);
 
+/* The LM head with 16-bit output (no bias): out[BT, OC] holds values of t.
+ * work_floats >= 3 * C (a third each for a chunk of widened weight rows, of
+ * the chunk's weight gradient and of a block of f32 outputs or output
+ * gradients), so nothing of BT x OC is ever f32. Backward reads the
+ * 16-bit dout the same way; dinp = round_t(dinp + dout @ w), dw +=
+ * round_t(dout^T @ inp). */
+void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work,
+                            size_t work_floats);
+void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const float *inp, const uint16_t *w, int BT, int C,
+                             int OC, dt_dtype t, float *work, size_t work_floats);
+
 /* 16-bit storage (t: DT_BF16 or DT_F16, round to nearest even; f16 overflows
  * to inf): pack f32 into 16 bits, widen back, or round f32 values in place
  * to what t holds (DT_F32: unchanged). */
@@ -88,6 +99,14 @@ void dt_attention_backward_lse(float *dqkv, const float *dout, const float *out,
 float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale, dt_dtype t);
 /* Forward only: losses and their mean; logits unchanged. */
 float dt_crossentropy_forward(float *losses, const float *logits, const int32_t *targets, int BT, int V, int Vp);
+
+/* The same on 16-bit logits (values of t, DT_BF16 or DT_F16), computed in
+ * f32; the fused one leaves the gradient rounded to t in place. work: Vp
+ * floats per thread (at least Vp). */
+float dt_crossentropy_fused_lp(uint16_t *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale,
+                               dt_dtype t, float *work, size_t work_floats);
+float dt_crossentropy_forward_lp(float *losses, const uint16_t *logits, const int32_t *targets, int BT, int V, int Vp, dt_dtype t,
+                                 float *work, size_t work_floats);
 
 /* Threads for OpenMP loops and BLAS together; 0 = all cores. */
 void dt_kernels_set_threads(int n);

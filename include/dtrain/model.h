@@ -181,7 +181,8 @@ void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads);
 void dt_gpt2_set_param_storage(dt_gpt2 *m, float *params);
 /* Sizes the activations for up to B x T, so later calls need not grow them. */
 dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T);
-/* Logits [B, T, Vp] of the last forward (before backward). */
+/* Logits [B, T, Vp] of the last forward (before backward); NULL under mixed
+ * precision, which keeps them in 16 bits. */
 const float *dt_gpt2_logits(const dt_gpt2 *m);
 /* Backward of the last forward with targets: adds d(mean loss) to the
  * gradients, scaled by grad_scale (1/accumulation steps, say). */
@@ -191,6 +192,9 @@ void dt_gpt2_zero_grad(dt_gpt2 *m);
 size_t dt_gpt2_memory(const dt_gpt2 *m);
 /* Bytes of activations (and mixed precision's scratch). */
 size_t dt_gpt2_activation_memory(const dt_gpt2 *m);
+/* Of those, the bytes kept from forward for backward (the rest: one block's
+ * working set, the gradients in flight, the 16-bit matmuls' scratch). */
+size_t dt_gpt2_activation_kept(const dt_gpt2 *m);
 /* Mixed precision, set before the first forward: DT_F32 (the default), or
  * DT_BF16 / DT_F16 as torch.autocast does it on top of f32 parameters and
  * gradients: the Linears (the LM head too) multiply 16-bit copies of their

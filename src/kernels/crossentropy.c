@@ -5,6 +5,10 @@
 #include "vexp.h"
 
 #include <math.h>
+#include <stdbool.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static float row_loss(const float *l, int target, int V, float *mx_out, float *sum_out) {
     float mx = -INFINITY;
@@ -29,6 +33,15 @@ float dt_crossentropy_forward(float *losses, const float *logits, const int32_t 
     return (float)(total / BT);
 }
 
+/* Row i's gradient in place of its logits (mx, sum from row_loss). */
+static void row_grad(float *l, int target, int V, int Vp, float mx, float sum, float dscale) {
+    float inv = 1.0f / sum;
+    #pragma omp simd
+    for (int v = 0; v < V; v++) l[v] = dt_vexpf(l[v] - mx) * inv * dscale;
+    l[target] -= dscale;
+    for (int v = V; v < Vp; v++) l[v] = 0.0f;
+}
+
 float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale, dt_dtype t) {
     double total = 0;
     #pragma omp parallel for reduction(+ : total) schedule(static)
@@ -36,12 +49,48 @@ float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets
         float *l = logits + (size_t)i * Vp, mx, sum;
         losses[i] = row_loss(l, targets[i], V, &mx, &sum);
         total += losses[i];
-        float inv = 1.0f / sum;
-        #pragma omp simd
-        for (int v = 0; v < V; v++) l[v] = dt_vexpf(l[v] - mx) * inv * dscale;
-        l[targets[i]] -= dscale;
-        for (int v = V; v < Vp; v++) l[v] = 0.0f;
+        row_grad(l, targets[i], V, Vp, mx, sum, dscale);
         dt_lp_round(l, (size_t)V, t); /* while the row is in cache */
     }
     return (float)(total / BT);
+}
+
+/* 16-bit logits: each thread widens a row into its Vp floats of work (as
+ * many threads as work has rows for), computes in f32 and, for the
+ * gradient, narrows the row back in place. */
+static float lp_rows_loss(uint16_t *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale,
+                          dt_dtype t, float *work, size_t work_floats, bool grad) {
+    int nt = dt_kernels_threads();
+    if ((size_t)nt * Vp > work_floats) nt = (int)(work_floats / (size_t)Vp);
+    if (nt < 1) nt = 1; /* the caller gives at least one row */
+    double total = 0;
+    #pragma omp parallel num_threads(nt) reduction(+ : total)
+    {
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        float *row = work + (size_t)me * Vp, mx, sum;
+        #pragma omp for schedule(static)
+        for (int i = 0; i < BT; i++) {
+            uint16_t *l = logits + (size_t)i * Vp;
+            dt_lp_unpack(row, l, (size_t)Vp, t);
+            losses[i] = row_loss(row, targets[i], V, &mx, &sum);
+            total += losses[i];
+            if (!grad) continue;
+            row_grad(row, targets[i], V, Vp, mx, sum, dscale);
+            dt_lp_pack(l, row, (size_t)Vp, t);
+        }
+    }
+    return (float)(total / BT);
+}
+
+float dt_crossentropy_forward_lp(float *losses, const uint16_t *logits, const int32_t *targets, int BT, int V, int Vp, dt_dtype t,
+                                 float *work, size_t work_floats) {
+    return lp_rows_loss((uint16_t *)logits, losses, targets, BT, V, Vp, 0, t, work, work_floats, false);
+}
+
+float dt_crossentropy_fused_lp(uint16_t *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale,
+                               dt_dtype t, float *work, size_t work_floats) {
+    return lp_rows_loss(logits, losses, targets, BT, V, Vp, dscale, t, work, work_floats, true);
 }

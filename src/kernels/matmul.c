@@ -101,3 +101,48 @@ void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *do
         for (int o = 0; o < OC; o++) dbias[o] += sum[o];
     }
 }
+
+/* The head's 16-bit logits: weight rows widened a chunk at a time (a third
+ * of work), and the outputs of that chunk computed for a block of tokens
+ * at a time into the second third, then narrowed into out; backward widens
+ * a block of dout into the last third and sums the chunk's weight gradient
+ * over the token blocks in the second before rounding it once, as the
+ * whole use's gradient. */
+void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work,
+                            size_t work_floats) {
+    size_t part = work_floats / 3;
+    float *wf = work, *oc = work + part;
+    int R = lp_rows(C, part);
+    for (int o0 = 0; o0 < OC; o0 += R) {
+        int r = OC - o0 < R ? OC - o0 : R, tb = lp_rows(r, part);
+        dt_lp_unpack(wf, w + (size_t)o0 * C, (size_t)r * C, t);
+        for (int t0 = 0; t0 < BT; t0 += tb) {
+            int n = BT - t0 < tb ? BT - t0 : tb;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r, C, 1.0f, inp + (size_t)t0 * C, C, wf, C, 0.0f, oc, r);
+            #pragma omp parallel for schedule(static)
+            for (int i = 0; i < n; i++) dt_lp_pack(out + (size_t)(t0 + i) * OC + o0, oc + (size_t)i * r, (size_t)r, t);
+        }
+    }
+}
+
+void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const float *inp, const uint16_t *w, int BT, int C,
+                             int OC, dt_dtype t, float *work, size_t work_floats) {
+    size_t part = work_floats / 3;
+    float *wf = work, *dwc = work + part, *dc = work + 2 * part;
+    int R = lp_rows(C, part);
+    for (int o0 = 0; o0 < OC; o0 += R) {
+        int r = OC - o0 < R ? OC - o0 : R, tb = lp_rows(r, part);
+        if (dinp) dt_lp_unpack(wf, w + (size_t)o0 * C, (size_t)r * C, t);
+        for (int t0 = 0; t0 < BT; t0 += tb) {
+            int n = BT - t0 < tb ? BT - t0 : tb;
+            #pragma omp parallel for schedule(static)
+            for (int i = 0; i < n; i++) dt_lp_unpack(dc + (size_t)i * r, dout + (size_t)(t0 + i) * OC + o0, (size_t)r, t);
+            if (dinp)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, r, 1.0f, dc, r, wf, C, 1.0f, dinp + (size_t)t0 * C, C);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, n, 1.0f, dc, r, inp + (size_t)t0 * C, C, t0 ? 1.0f : 0.0f,
+                        dwc, C);
+        }
+        dt_lp_round_add(dw + (size_t)o0 * C, dwc, (size_t)r * C, t);
+    }
+    if (dinp) dt_lp_round(dinp, (size_t)BT * C, t);
+}

@@ -312,11 +312,11 @@ size_t dt_gpt2_memory(const dt_gpt2 *m) {
 }
 
 size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head) {
-    /* a block's largest weight whole; the head's 8192 rows at a time (sgemm's
-     * speed holds from there: 1.13x one piece's time on d6's head, for a
-     * sixth of the memory) */
+    /* a block's largest weight whole, twice; the head's 8192 rows at a time
+     * (sgemm's speed holds from there: 1.13x one piece's time on d6's head,
+     * for a sixth of the memory), three times (dt_matmul_*_lp16) */
     size_t C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size, rows = head ? (Vp < 8192 ? Vp : 8192) : 0;
-    return 2 * (rows * C > 4 * C * C ? rows * C : 4 * C * C);
+    return 3 * rows * C > 8 * C * C ? 3 * rows * C : 8 * C * C;
 }
 
 dt_status dt_gpt2_set_precision(dt_gpt2 *m, dt_dtype t) {

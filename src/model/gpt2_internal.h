@@ -11,10 +11,11 @@
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, LNFW, LNFB };
 #define PER_BLOCK 12 /* ln1w .. fcprojb */
 
-/* Activations kept from forward for backward, per held block where it says L. */
+/* Activations kept from forward for backward, per held block where it says L.
+ * A_RES1: a block's input widened for its backward (packed mixed precision only). */
 enum {
     A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_MEAN, A_LN2_RSTD,
-    A_FCH, A_FCH_GELU, A_RES3, A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_LOSSES,
+    A_FCH, A_FCH_GELU, A_RES3, A_RES1, A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_LOSSES,
     /* scratch, not per layer */
     A_TMP, A_DRES, A_DLN, A_DQKV, A_DATTY, A_DFCH, A_DFCH_GELU, A_COUNT
 };
@@ -49,9 +50,11 @@ struct dt_gpt2 {
     float loss;
     /* Mixed precision (dt_gpt2_set_precision): prec DT_BF16 or DT_F16; the
      * parameters' 16-bit copy (each unit's refreshed at its forward), the
-     * 16-bit matmuls' scratch, and, unless recomputing, every block's 16-bit
-     * activations packed (lp_layer values a block) while only one block's
-     * are kept in f32 to compute with. */
+     * 16-bit matmuls' scratch, and, unless recomputing, every block's
+     * activations packed in 16 bits (lp_layer values a block: its input and
+     * res2 rounded too, for the LayerNorms' backward) while only one block's
+     * are kept in f32 to compute with and the residual stream alternates
+     * between two f32 slots. */
     dt_dtype prec;
     uint16_t *params_lp, *acts_lp;
     float *lp_work;
@@ -67,7 +70,7 @@ struct dt_gpt2 {
 #define P(i) (m->params + TAB_OFF(i))
 #define G(i) (m->grads + TAB_OFF(i))
 #define ACT(i) (m->acts + m->act_off[i])
-/* Floats of scratch the 16-bit Linears get: two chunks of widened weights. */
+/* Floats of scratch the 16-bit Linears get (dt_matmul_*_lp, *_lp16). */
 size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head);
 
 

@@ -28,14 +28,15 @@ static size_t activation_sizes(const dt_gpt2_config *c, size_t nl, bool head, bo
     /* Per-layer activations: every held block's, or one when recomputing; the
      * residual stream between blocks (A_RES3) is always kept; the head's only
      * where the head is held. Lw: the slots of the 16-bit ones. */
-    size_t L = recompute ? 1 : nl, Lres = nl, H = head, Lw = recompute || lp ? 1 : nl;
+    bool pack = lp && !recompute;
+    size_t L = recompute ? 1 : nl, Lres = pack ? (nl < 2 ? nl : 2) : nl, H = head, Lw = recompute || lp ? 1 : nl;
     const size_t v[A_COUNT] = {
         [A_ENCODED] = BT * C, [A_LN1] = Lw * BT * C, [A_LN1_MEAN] = L * BT, [A_LN1_RSTD] = L * BT,
         [A_QKV] = Lw * BT * 3 * C, [A_ATTY] = Lw * BT * C, [A_ATT] = L * NH * BT * (blockwise ? 1 : (size_t)T),
-        [A_RES2] = L * BT * C,
+        [A_RES2] = Lw * BT * C,
         [A_LN2] = Lw * BT * C, [A_LN2_MEAN] = L * BT, [A_LN2_RSTD] = L * BT, [A_FCH] = Lw * BT * 4 * C,
-        [A_FCH_GELU] = Lw * BT * 4 * C, [A_RES3] = Lres * BT * C, [A_LNF] = H * BT * C, [A_LNF_MEAN] = H * BT,
-        [A_LNF_RSTD] = H * BT, [A_LOGITS] = H * BT * Vp, [A_LOSSES] = H * BT, [A_TMP] = BT * C, [A_DRES] = BT * C, [A_DLN] = BT * C,
+        [A_FCH_GELU] = Lw * BT * 4 * C, [A_RES3] = Lres * BT * C, [A_RES1] = pack * BT * C, [A_LNF] = H * BT * C, [A_LNF_MEAN] = H * BT,
+        [A_LNF_RSTD] = H * BT, [A_LOGITS] = H * (lp ? (BT * Vp + 1) / 2 : BT * Vp), /* 16-bit under mixed precision */ [A_LOSSES] = H * BT, [A_TMP] = BT * C, [A_DRES] = BT * C, [A_DLN] = BT * C,
         [A_DQKV] = BT * 3 * C, [A_DATTY] = BT * C, [A_DFCH] = BT * 4 * C, [A_DFCH_GELU] = BT * 4 * C,
     };
     size_t total = 0;
@@ -43,7 +44,7 @@ static size_t activation_sizes(const dt_gpt2_config *c, size_t nl, bool head, bo
         s[i] = v[i];
         total += (v[i] + 15) & ~(size_t)15;
     }
-    *lp_per_layer = lp && !recompute ? BT * 14 * C : 0; /* ln1, qkv, atty, ln2, fch, fch_gelu */
+    *lp_per_layer = pack ? BT * 16 * C : 0; /* ln1, qkv, atty, ln2, fch, fch_gelu, the input, res2 */
     *lp_total = *lp_per_layer * nl;
     return total;
 }
@@ -53,6 +54,20 @@ size_t dt_gpt2_activation_bytes(const dt_gpt2_config *c, int B, int T, int recom
     bool blockwise = attention == DT_ATTN_BLOCKWISE || (attention == DT_ATTN_AUTO && T >= 256), low = precision != DT_F32;
     return activation_sizes(c, (size_t)c->num_layers, true, recompute, low, blockwise, B, T, s, &per, &lp) * sizeof(float) +
            lp * sizeof(uint16_t) + (low ? dt_gpt2_lp_work_floats(c, true) * sizeof(float) : 0) + 2 * (size_t)B * T * sizeof(int32_t);
+}
+
+size_t dt_gpt2_activation_kept(const dt_gpt2 *m) {
+    if (!m->acts) return 0;
+    /* the residual stream and the head's; each block's statistics and attention rows unless recomputing; each block's
+     * activations themselves where they are neither recomputed nor packed */
+    static const int stream[] = { A_ENCODED, A_RES3, A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_LOSSES };
+    static const int stats[] = { A_LN1_MEAN, A_LN1_RSTD, A_ATT, A_LN2_MEAN, A_LN2_RSTD };
+    static const int wide[] = { A_LN1, A_QKV, A_ATTY, A_RES2, A_LN2, A_FCH, A_FCH_GELU };
+    size_t f = 0;
+    for (size_t i = 0; i < sizeof stream / sizeof *stream; i++) f += m->act_sizes[stream[i]];
+    for (size_t i = 0; !m->recompute && i < sizeof stats / sizeof *stats; i++) f += m->act_sizes[stats[i]];
+    for (size_t i = 0; !m->recompute && !m->lp_layer && i < sizeof wide / sizeof *wide; i++) f += m->act_sizes[wide[i]];
+    return f * sizeof(float) + m->lp_capacity * sizeof(uint16_t);
 }
 
 static dt_status size_activations(dt_gpt2 *m, int B, int T) {
@@ -104,12 +119,16 @@ dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T) {
     return size_activations(m, B, T);
 }
 
+/* Block l's output: its own slot, or one of two that alternate when the
+ * blocks' activations are packed (each block keeps its input in the pack). */
+static float *res_out(dt_gpt2 *m, int l) {
+    size_t BTC = (size_t)m->B * m->T * (size_t)m->cfg.channels, k = (size_t)(l - m->l0);
+    return ACT(A_RES3) + (m->lp_layer ? k % 2 : k) * BTC;
+}
+
 /* The residual stream entering block l (l0 .. l0+nl; l0+nl: after the last
  * held block): the range's input, or the previous block's output. */
-static float *res_in(dt_gpt2 *m, int l) {
-    size_t BTC = (size_t)m->B * m->T * (size_t)m->cfg.channels;
-    return l == m->l0 ? ACT(A_ENCODED) : ACT(A_RES3) + (size_t)(l - 1 - m->l0) * BTC;
-}
+static float *res_in(dt_gpt2 *m, int l) { return l == m->l0 ? ACT(A_ENCODED) : res_out(m, l - 1); }
 
 /* Block l's activations: the slots of the f32 ones (k: l's, or 0 when
  * recomputing) and of the 16-bit ones (w: also 0 when they are packed). */
@@ -119,22 +138,25 @@ static block_acts acts_of(dt_gpt2 *m, int l) {
     size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
     size_t k = m->recompute ? 0 : (size_t)(l - m->l0), w = m->lp_layer ? 0 : k;
     return (block_acts){ .ln1 = ACT(A_LN1) + w * BTC, .qkv = ACT(A_QKV) + w * BTC * 3, .atty = ACT(A_ATTY) + w * BTC,
-                         .att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)m->T), .res2 = ACT(A_RES2) + k * BTC,
+                         .att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)m->T), .res2 = ACT(A_RES2) + w * BTC,
                          .ln2 = ACT(A_LN2) + w * BTC, .fch = ACT(A_FCH) + w * BTC * 4, .fchg = ACT(A_FCH_GELU) + w * BTC * 4,
                          .ln1m = ACT(A_LN1_MEAN) + k * BT, .ln1r = ACT(A_LN1_RSTD) + k * BT,
                          .ln2m = ACT(A_LN2_MEAN) + k * BT, .ln2r = ACT(A_LN2_RSTD) + k * BT };
 }
 
-/* Mixed precision keeps block l's 16-bit activations packed between its
- * forward and its backward; pack (after forward) or unpack (before backward). */
+/* Mixed precision keeps block l's activations packed in 16 bits between
+ * its forward and its backward; pack (after forward) or unpack (before
+ * backward). The block's input and res2 are rounded on the way (the
+ * LayerNorms' backward reads them; their forward had them whole), and the
+ * input comes back in A_RES1. */
 static void pack_block(dt_gpt2 *m, int l, bool pack) {
     if (!m->lp_layer) return;
     block_acts a = acts_of(m, l);
     size_t BTC = (size_t)m->B * m->T * (size_t)m->cfg.channels;
-    float *part[6] = { a.ln1, a.qkv, a.atty, a.ln2, a.fch, a.fchg };
-    size_t len[6] = { BTC, 3 * BTC, BTC, BTC, 4 * BTC, 4 * BTC };
+    float *part[8] = { a.ln1, a.qkv, a.atty, a.ln2, a.fch, a.fchg, pack ? res_in(m, l) : ACT(A_RES1), a.res2 };
+    size_t len[8] = { BTC, 3 * BTC, BTC, BTC, 4 * BTC, 4 * BTC, BTC, BTC };
     uint16_t *at = m->acts_lp + (size_t)(l - m->l0) * m->lp_layer;
-    for (int i = 0; i < 6; at += len[i], i++) {
+    for (int i = 0; i < 8; at += len[i], i++) {
         if (pack) dt_lp_pack(at, part[i], len[i], m->prec);
         else dt_lp_unpack(part[i], at, len[i], m->prec);
     }
@@ -174,6 +196,9 @@ static void linear_backward(dt_gpt2 *m, float *dinp, float *dout, const float *i
     dt_matmul_backward_lp(dinp, m->grads + wo, db, dout, inp, m->params_lp + wo, BT, C, OC, m->prec, m->lp_work, m->lp_work_floats);
 }
 
+/* Mixed precision keeps the logits (and then their gradient) in 16 bits. */
+#define LOGITS16(m) ((uint16_t *)ACT(A_LOGITS))
+
 /* Block l on residual (its input): writes the block's activations into its
  * slots and its output into A_RES3. Under mixed precision the LayerNorms'
  * outputs, attention's and GELU's are rounded to 16 bits (autocast casts
@@ -183,7 +208,7 @@ static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads;
     size_t BT = (size_t)B * T, BTC = BT * (size_t)C;
     block_acts a = acts_of(m, l);
-    float *res3 = ACT(A_RES3) + (size_t)(l - m->l0) * BTC;
+    float *res3 = res_out(m, l);
     dt_layernorm_forward(a.ln1, a.ln1m, a.ln1r, residual, PL(l, LN1W), PL(l, LN1B), (int)BT, C);
     dt_lp_round(a.ln1, BTC, m->prec);
     linear_forward(m, a.qkv, a.ln1, l, QKVW, QKVB, (int)BT, C, 3 * C);
@@ -289,9 +314,13 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     trace_unit(m, "forward", L + 1);
     dt_layernorm_forward(ACT(A_LNF), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), res_in(m, L), P(LNFW), P(LNFB), (int)BT, C);
     dt_lp_round(ACT(A_LNF), BTC, m->prec);
-    linear_forward(m, ACT(A_LOGITS), ACT(A_LNF), -1, WTE, 0, (int)BT, C, Vp);
+    if (m->prec == DT_F32) linear_forward(m, ACT(A_LOGITS), ACT(A_LNF), -1, WTE, 0, (int)BT, C, Vp);
+    else dt_matmul_forward_lp16(LOGITS16(m), ACT(A_LNF), m->params_lp + TAB_OFF(WTE), (int)BT, C, Vp, m->prec, m->lp_work,
+                                m->lp_work_floats);
     if (targets) {
-        m->loss = dt_crossentropy_forward(ACT(A_LOSSES), ACT(A_LOGITS), targets, (int)BT, c->vocab_size, Vp);
+        if (m->prec == DT_F32) m->loss = dt_crossentropy_forward(ACT(A_LOSSES), ACT(A_LOGITS), targets, (int)BT, c->vocab_size, Vp);
+        else m->loss = dt_crossentropy_forward_lp(ACT(A_LOSSES), LOGITS16(m), targets, (int)BT, c->vocab_size, Vp, m->prec,
+                                                  m->lp_work, m->lp_work_floats);
         if (loss) *loss = m->loss;
     }
     UNIT_END();
@@ -304,7 +333,7 @@ dt_status dt_gpt2_forward(dt_gpt2 *m, const int32_t *inputs, const int32_t *targ
     return dt_gpt2_forward_units(m, 0, m->ub, inputs, NULL, targets, B, T, loss);
 }
 
-const float *dt_gpt2_logits(const dt_gpt2 *m) { return m->acts ? m->acts + m->act_off[A_LOGITS] : NULL; }
+const float *dt_gpt2_logits(const dt_gpt2 *m) { return m->acts && m->prec == DT_F32 ? m->acts + m->act_off[A_LOGITS] : NULL; }
 
 const float *dt_gpt2_output(const dt_gpt2 *m) {
     if (!m->acts || m->run_b > m->cfg.num_layers + 1) return NULL;
@@ -319,9 +348,17 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
     float *dlogits = ACT(A_LOGITS), *dres = ACT(A_DRES), *dln = ACT(A_DLN);
     BEFORE_BWD(L + 1);
     trace_unit(m, "backward", L + 1);
-    dt_crossentropy_fused(dlogits, ACT(A_LOSSES), m->targets, (int)BT, c->vocab_size, Vp, grad_scale / (float)BT, m->prec);
+    float dscale = grad_scale / (float)BT;
     memset(dln, 0, BTC * sizeof(float));
-    linear_backward(m, dln, dlogits, ACT(A_LNF), -1, WTE, 0, (int)BT, C, Vp);
+    if (m->prec == DT_F32) {
+        dt_crossentropy_fused(dlogits, ACT(A_LOSSES), m->targets, (int)BT, c->vocab_size, Vp, dscale, DT_F32);
+        linear_backward(m, dln, dlogits, ACT(A_LNF), -1, WTE, 0, (int)BT, C, Vp);
+    } else {
+        dt_crossentropy_fused_lp(LOGITS16(m), ACT(A_LOSSES), m->targets, (int)BT, c->vocab_size, Vp, dscale, m->prec, m->lp_work,
+                                 m->lp_work_floats);
+        dt_matmul_backward_lp16(dln, m->grads + TAB_OFF(WTE), LOGITS16(m), ACT(A_LNF), m->params_lp + TAB_OFF(WTE), (int)BT, C, Vp,
+                                m->prec, m->lp_work, m->lp_work_floats);
+    }
     memset(dres, 0, BTC * sizeof(float));
     dt_layernorm_backward(dres, G(LNFW), G(LNFB), dln, res_in(m, L), P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), (int)BT, C);
     UNIT_END();
@@ -333,7 +370,7 @@ static void layer_backward(dt_gpt2 *m, int l) {
     const dt_gpt2_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, NH = c->num_heads;
     size_t BT = (size_t)B * T, BTC = BT * (size_t)C;
-    const float *res_in_l = res_in(m, l);
+    const float *res_in_l = m->lp_layer ? ACT(A_RES1) : res_in(m, l);
     BEFORE_BWD(l + 1);
     trace_unit(m, "backward", l + 1);
     /* Recompute: this layer's activations again, from its kept input

@@ -567,6 +567,8 @@ static void observe_end(run *r, int steps_done) {
             const double *v = all + (size_t)k * DT_RUN_RANK_FIELDS, M = 1048576.0;
             printf("  rank %d: %.1f, %.1f, %.1f, %.1f, %.1f; peak %.1f\n", k, v[6] / M, v[7] / M, v[8] / M, v[9] / M, v[10] / M, v[11] / M);
         }
+        printf("activations kept from forward for backward (rank 0): %.1f MiB; the rest of them is one block's working set, "
+               "the gradients in flight and scratch\n", dt_gpt2_activation_kept(r->m) / 1048576.0);
         for (int k = 0; k < r->nranks; k++) {
             const double *v = all + (size_t)k * DT_RUN_RANK_FIELDS;
             printf("I/O rank %d: read %.2f MiB of tokens in %.1f ms, wrote %.2f MiB of checkpoints in %.1f ms\n", k, v[0] / 1048576.0,
