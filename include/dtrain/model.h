@@ -195,6 +195,9 @@ size_t dt_gpt2_activation_memory(const dt_gpt2 *m);
 /* Of those, the bytes kept from forward for backward (the rest: one block's
  * working set, the gradients in flight, the 16-bit matmuls' scratch). */
 size_t dt_gpt2_activation_kept(const dt_gpt2 *m);
+/* Bytes of the parameters' 16-bit copy held: the whole copy, or with unit
+ * hooks (made unit by unit as they run) the most held at once. */
+size_t dt_gpt2_lp_params_bytes(const dt_gpt2 *m);
 /* Mixed precision, set before the first forward: DT_F32 (the default), or
  * DT_BF16 / DT_F16 as torch.autocast does it on top of f32 parameters and
  * gradients: the Linears (the LM head too) multiply 16-bit copies of their

@@ -179,6 +179,7 @@ void dt_gpt2_destroy(dt_gpt2 *m) {
     dt_free_aligned(m->acts_lp);
     dt_free_aligned(m->params_lp);
     dt_free_aligned(m->lp_work);
+    free(m->lp_cast);
     free(m->inputs);
     free(m->targets);
     free(m);
@@ -255,6 +256,7 @@ void dt_gpt2_set_unit_hooks(dt_gpt2 *m, dt_grad_hook before_forward, dt_grad_hoo
     m->before_fwd = before_forward;
     m->before_bwd = before_backward;
     m->unit_ctx = ctx;
+    m->lp_held_max = 0; /* the 16-bit copy is made unit by unit from now (or whole again) */
 }
 
 void dt_gpt2_set_defer_wte_rows(dt_gpt2 *m, int on) { m->defer_wte_rows = on; }
@@ -308,7 +310,12 @@ size_t dt_gpt2_activation_memory(const dt_gpt2 *m) {
 }
 
 size_t dt_gpt2_memory(const dt_gpt2 *m) {
-    return 2 * m->nparams * sizeof(float) + (m->params_lp ? m->nparams * sizeof(uint16_t) : 0) + dt_gpt2_activation_memory(m);
+    return 2 * m->nparams * sizeof(float) + dt_gpt2_lp_params_bytes(m) + dt_gpt2_activation_memory(m);
+}
+
+size_t dt_gpt2_lp_params_bytes(const dt_gpt2 *m) {
+    if (!m->params_lp) return 0;
+    return (m->before_fwd ? m->lp_held_max : m->nparams) * sizeof(uint16_t);
 }
 
 size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head) {
@@ -330,13 +337,17 @@ dt_status dt_gpt2_set_precision(dt_gpt2 *m, dt_dtype t) {
     m->prec = t;
     if (t == DT_F32) return DT_OK;
     m->params_lp = dt_alloc_aligned(m->nparams * sizeof(uint16_t));
+    free(m->lp_cast);
+    m->lp_cast = calloc((size_t)m->ntab, 1);
     m->lp_work_floats = dt_gpt2_lp_work_floats(&m->cfg, m->ub == m->cfg.num_layers + 2);
     m->lp_work = dt_alloc_aligned(m->lp_work_floats * sizeof(float));
-    if (!m->params_lp || !m->lp_work) {
+    if (!m->params_lp || !m->lp_work || !m->lp_cast) {
         dt_free_aligned(m->params_lp);
         dt_free_aligned(m->lp_work);
+        free(m->lp_cast);
         m->params_lp = NULL;
         m->lp_work = NULL;
+        m->lp_cast = NULL;
         m->prec = DT_F32;
         return dt_error(DT_ERR_NOMEM, "model: cannot allocate the %s copy of %zu parameters", dt_dtype_name(t), m->nparams);
     }

@@ -57,6 +57,10 @@ struct dt_gpt2 {
      * between two f32 slots. */
     dt_dtype prec;
     uint16_t *params_lp, *acts_lp;
+    /* with unit hooks the 16-bit copy exists only while a unit runs: which
+     * tensors are cast now (lp_cast), their values, and the most at once */
+    uint8_t *lp_cast;
+    size_t lp_held, lp_held_max;
     float *lp_work;
     size_t lp_work_floats, lp_layer, lp_capacity;
 };

@@ -226,12 +226,35 @@ static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
     dt_residual_forward(res3, a.res2, ACT(A_TMP), BTC);
 }
 
-/* Mixed precision: unit u's parameters into their 16-bit copy, before its
- * forward (after the strategy's hook, which may have just gathered them). */
-static void cast_unit(dt_gpt2 *m, int u) {
-    if (m->prec == DT_F32) return;
-    for (int i = 0; i < m->ntab; i++)
-        if (m->tab[i].unit == u) dt_lp_pack(m->params_lp + m->tab[i].offset, m->params + m->tab[i].offset, m->tab[i].count, m->prec);
+/* Mixed precision: the 16-bit copy of what unit u reads, just before it
+ * runs (after the strategy's hook, which may have just gathered it). As a
+ * whole copy: each unit's own tensors at its forward, kept for backward.
+ * With unit hooks (ZeRO-3 gathers each unit's parameters as it runs), the
+ * copy is made as each unit's forward or backward starts, of what that reads
+ * (the head reads the tied wte; the embedding reads f32), and lp_drop gives
+ * it back after, so no rank holds the whole 16-bit model. */
+static void lp_cast(dt_gpt2 *m, int u, bool backward) {
+    bool per_run = m->before_fwd != NULL;
+    if (m->prec == DT_F32 || (backward && !per_run) || (per_run && u == 0)) return;
+    for (int i = 0; i < m->ntab; i++) {
+        const dt_tensor_info *t = &m->tab[i];
+        if (per_run ? t->grad_unit != u && (backward || t->unit != u) : t->unit != u) continue;
+        dt_lp_pack(m->params_lp + t->offset, m->params + t->offset, t->count, m->prec);
+        if (per_run && !m->lp_cast[i]) {
+            m->lp_cast[i] = 1;
+            m->lp_held += t->count;
+        }
+    }
+    if (m->lp_held > m->lp_held_max) m->lp_held_max = m->lp_held;
+}
+
+static void lp_drop(dt_gpt2 *m) {
+    for (int i = 0; m->lp_held && i < m->ntab; i++)
+        if (m->lp_cast[i]) {
+            dt_mem_release(m->params_lp + m->tab[i].offset, m->tab[i].count * sizeof(uint16_t));
+            m->lp_cast[i] = 0;
+        }
+    m->lp_held = 0;
 }
 
 const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *ntokens) {
@@ -240,9 +263,10 @@ const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *n
     return m->acts ? m->acts + m->act_off[A_DRES] : NULL;
 }
 
-#define BEFORE_FWD(u) do { if (m->before_fwd) m->before_fwd(u, m->unit_ctx); cast_unit(m, u); } while (0)
-#define BEFORE_BWD(u) do { if (m->before_bwd) m->before_bwd(u, m->unit_ctx); } while (0)
-#define AFTER_BWD(u) do { if (m->hook) m->hook(u, m->hook_ctx); } while (0)
+#define BEFORE_FWD(u) do { if (m->before_fwd) m->before_fwd(u, m->unit_ctx); lp_cast(m, u, false); } while (0)
+#define BEFORE_BWD(u) do { if (m->before_bwd) m->before_bwd(u, m->unit_ctx); lp_cast(m, u, true); } while (0)
+#define AFTER_FWD(u) lp_drop(m)
+#define AFTER_BWD(u) do { lp_drop(m); if (m->hook) m->hook(u, m->hook_ctx); } while (0)
 
 /* The trace shows each unit's forward and backward on the compute track. */
 static void trace_unit(const dt_gpt2 *m, const char *pass, int u) {
@@ -308,6 +332,7 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
         layer_forward(m, l, res_in(m, l));
         pack_block(m, l, true);
         UNIT_END();
+        AFTER_FWD(l + 1);
     }
     if (b < L + 2) return DT_OK;
     BEFORE_FWD(L + 1);
@@ -324,6 +349,7 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
         if (loss) *loss = m->loss;
     }
     UNIT_END();
+    AFTER_FWD(L + 1);
     return DT_OK;
 }
 

@@ -512,7 +512,7 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
 /* Bytes of parameters (with mixed precision's 16-bit copy) and gradients this rank holds. */
 static void held(const run *r, size_t *params, size_t *grads) {
     dt_engine_held(r->e, params, grads);
-    if (dt_gpt2_precision(r->m) != DT_F32) *params += dt_gpt2_num_params(r->m) * sizeof(uint16_t);
+    *params += dt_gpt2_lp_params_bytes(r->m);
 }
 
 /* Every rank's I/O counters and memory, on every rank (collective). */
