@@ -108,6 +108,46 @@ float dt_crossentropy_fused_lp(uint16_t *logits, float *losses, const int32_t *t
 float dt_crossentropy_forward_lp(float *losses, const uint16_t *logits, const int32_t *targets, int BT, int V, int Vp, dt_dtype t,
                                  float *work, size_t work_floats);
 
+/* Image layers, NCHW. A 2-D convolution (torch.nn.Conv2d, groups 1):
+ * weights [OC, C, KH, KW], OH = (H + 2 pad - KH) / stride + 1. */
+typedef struct { int N, C, H, W, OC, KH, KW, stride, pad, OH, OW; } dt_conv_shape;
+dt_conv_shape dt_conv_make(int N, int C, int H, int W, int OC, int K, int stride, int pad);
+/* Scratch for one image's columns (C KH KW x OH OW floats; 0 for a 1x1
+ * convolution with stride 1 and no padding). */
+size_t dt_conv2d_work_floats(const dt_conv_shape *s);
+void dt_conv2d_forward(float *out, const float *inp, const float *w, const float *bias, const dt_conv_shape *s, float *work);
+/* dinp (may be NULL), dw, dbias (may be NULL) += gradients. */
+void dt_conv2d_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                        const dt_conv_shape *s, float *work);
+
+/* BatchNorm2d over [N, C, HW] in steps, so synchronised BatchNorm can sum
+ * across ranks between them: per-channel sums of x and x^2 (written);
+ * mean and rstd from sums over count values (biased variance, eps), and
+ * the running averages updated with momentum (unbiased variance; run_mean
+ * NULL: not updated); or mean and rstd from the running ones (evaluation);
+ * out = (x - mean) rstd w + b. */
+void dt_batchnorm_sums(double *sum, double *sumsq, const float *inp, int N, int C, int HW);
+void dt_batchnorm_stats(float *mean, float *rstd, float *run_mean, float *run_var, const double *sum, const double *sumsq,
+                        double count, int C, float momentum, float eps);
+void dt_batchnorm_eval_stats(float *mean, float *rstd, const float *run_mean, const float *run_var, int C, float eps);
+void dt_batchnorm_forward(float *out, const float *inp, const float *mean, const float *rstd, const float *w, const float *b,
+                          int N, int C, int HW);
+/* Backward: per-channel sdy = sum of dout and sdyx = sum of dout * xhat
+ * (written; they are also d bias and d weight); then dinp += its gradient
+ * from the sums over all count values. */
+void dt_batchnorm_backward_sums(double *sdy, double *sdyx, const float *dout, const float *inp, const float *mean,
+                                const float *rstd, int N, int C, int HW);
+void dt_batchnorm_backward(float *dinp, const float *dout, const float *inp, const float *mean, const float *rstd, const float *w,
+                           const double *sdy, const double *sdyx, double count, int N, int C, int HW);
+
+/* Max pooling of NC planes with a K x K window (pad <= K / 2, so every
+ * window holds a pixel); idx keeps each output's pixel for backward.
+ * Global average pooling: one value per plane. Backwards accumulate. */
+void dt_maxpool2d_forward(float *out, int32_t *idx, const float *inp, int NC, int H, int W, int K, int stride, int pad);
+void dt_maxpool2d_backward(float *dinp, const float *dout, const int32_t *idx, int NC, int H, int W, int OH, int OW);
+void dt_avgpool_global_forward(float *out, const float *inp, int NC, int HW);
+void dt_avgpool_global_backward(float *dinp, const float *dout, int NC, int HW);
+
 /* Threads for OpenMP loops and BLAS together; 0 = all cores. */
 void dt_kernels_set_threads(int n);
 int dt_kernels_threads(void);
