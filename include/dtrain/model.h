@@ -9,6 +9,8 @@
 
 #include "dtrain/base.h"
 
+#include <stdbool.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -37,7 +39,7 @@ typedef struct {
     int llmc_index, layer;  /* llm.c's file order: tensor index 0..15, then layer (0 if not per layer) */
     int unit;               /* the unit holding it */
     int grad_unit;          /* the unit after whose backward its gradient is final (a tied weight's earlier) */
-    int ndim, shape[2];     /* as stored: weights [out, in], wte [Vp, C] */
+    int ndim, shape[4];     /* as stored: weights [out, in], wte [Vp, C], convolutions [OC, C, KH, KW] */
     size_t offset, count;   /* in the flat store */
     dt_tp_split split;
     int input_rows;         /* an embedding: backward adds to only the rows of the input's tokens */
@@ -238,6 +240,49 @@ void dt_mlp_set_param_storage(dt_mlp *m, float *params);
  * row-parallel in turns, as Megatron pairs its Linears. */
 const dt_tensor_info *dt_mlp_tensors(const dt_mlp *m, int *n);
 void dt_mlp_model(dt_mlp *m, dt_model *out);
+
+/* ResNets (resnet.c): torchvision's resnet18, resnet34, resnet50 (same
+ * layer names, shapes and order as its state dict; BatchNorm's running
+ * averages are buffers beside the parameters) and "resnet:small" for 28x28
+ * images (a 3x3 stem, three stages of two basic blocks, 16/32/64
+ * channels). Images NCHW. Units: the stem, each block, the head. */
+typedef struct { int depth; /* 18, 34, 50; 0: small */ int channels, height, width, classes; } dt_resnet_config;
+typedef struct dt_resnet dt_resnet;
+/* Synchronised BatchNorm: sums[0..n) replaced by their sum over the ranks. */
+typedef dt_status (*dt_bn_reduce)(double *sums, size_t n, void *ctx);
+
+dt_status dt_resnet_config_parse(const char *spec, int channels, int height, int width, int classes, dt_resnet_config *out);
+dt_status dt_resnet_create(const dt_resnet_config *cfg, dt_resnet **out);
+void dt_resnet_destroy(dt_resnet *m);
+/* torchvision's initialisation (kaiming normal convolutions, BatchNorm 1
+ * and 0, nn.Linear's head) from dtrain's generator; running mean 0, variance 1. */
+void dt_resnet_init_random(dt_resnet *m, uint64_t seed);
+const dt_resnet_config *dt_resnet_get_config(const dt_resnet *m);
+size_t dt_resnet_num_params(const dt_resnet *m);
+float *dt_resnet_params(dt_resnet *m);
+float *dt_resnet_grads(dt_resnet *m);
+const dt_tensor_info *dt_resnet_tensors(const dt_resnet *m, int *n);
+/* The running averages: per BatchNorm i (in forward order) its name, its
+ * channels C and the offset of its running mean (C floats, then the
+ * running variance) in the buffers. */
+float *dt_resnet_buffers(dt_resnet *m, size_t *n);
+int dt_resnet_num_batchnorms(const dt_resnet *m);
+const char *dt_resnet_batchnorm_name(const dt_resnet *m, int i, int *channels, size_t *buffer_offset);
+/* x [B, channels, height, width]; train: BatchNorm on the batch's
+ * statistics (updating the running averages), else on the running ones.
+ * With labels: *loss the mean cross-entropy and *correct the top-1 hits. */
+dt_status dt_resnet_forward(dt_resnet *m, const float *x, const int32_t *labels, int B, bool train, float *loss, int *correct);
+const float *dt_resnet_logits(const dt_resnet *m);
+/* Adds grad_scale * d(mean loss) to the gradients; calls the hook with each
+ * unit as its gradients are final (last unit first). */
+dt_status dt_resnet_backward(dt_resnet *m, float grad_scale);
+void dt_resnet_zero_grad(dt_resnet *m);
+void dt_resnet_set_grad_hook(dt_resnet *m, dt_grad_hook hook, void *ctx);
+/* With fn, BatchNorm's sums (forward's and backward's) go through it: synchronised BatchNorm. */
+void dt_resnet_set_bn_reduce(dt_resnet *m, dt_bn_reduce fn, void *ctx);
+void dt_resnet_set_grad_storage(dt_resnet *m, float *grads);
+void dt_resnet_set_param_storage(dt_resnet *m, float *params);
+void dt_resnet_model(dt_resnet *m, dt_model *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""Reference values for dtrain's ResNets, computed by torchvision (the
+oracle): resnet18 (10 classes, 4 RGB images of 64x64) and dtrain's small ResNet
+for 28x28 images (built from torchvision's BasicBlock: a 3x3 stem, three
+stages of two blocks, 16/32/64 channels), both from the weights
+dt_resnet_init_random gives (its splitmix64 draws reproduced here in
+torchvision's parameter order), on a random batch:
+
+- the first random batch on which PyTorch's own f32 gives its f64
+  gradients (within 3e-5) and step losses (2e-5): near a ReLU's or a max
+  pool's edge, f32 rounding decides where a gradient goes;
+- one training forward and backward: logits, loss, BatchNorm running
+  averages after it, every parameter's sum (the initialisation), and the
+  gradients: whole for the small model; for resnet18 each tensor's largest
+  magnitude and 32 evenly spaced entries (its 11.7M gradients would make a
+  47 MB fixture);
+- 10 steps of SGD with momentum 0.9 (lr 0.05; resnet18 0.005) on the same
+  batch: the losses.
+
+Writes tests/fixtures/resnet_ref.bin in test_image_kernels' format ("DTFX",
+then named f32 arrays). Needs Debian's python3-torch and python3-torchvision:
+  /usr/bin/python3 scripts/make_resnet_fixture.py
+"""
+import os
+import struct
+
+import numpy as np
+import torch
+import torchvision
+from torchvision.models.resnet import BasicBlock
+
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+SEED = 1234
+torch.set_num_threads(1)
+
+
+def splitmix(seed, first, n):
+    """Outputs first .. first+n-1 of dtrain's dt_rng_next from seed."""
+    with np.errstate(over="ignore"):
+        k = np.arange(first + 1, first + n + 1, dtype=np.uint64)
+        z = np.uint64(seed) + k * GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def init(model, seed):
+    """dt_resnet_init_random: convolutions N(0, 2/(OC KH KW)) (two draws a
+    normal, Box-Muller's cosine); BatchNorm 1 and 0 (no draws); the head
+    uniform in +-1/sqrt(in) (one draw a value), weight then bias."""
+    at = 0
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            n = p.numel()
+            if p.dim() == 4:
+                z = splitmix(seed, at, 2 * n)
+                at += 2 * n
+                u1 = ((z[0::2] >> np.uint64(11)).astype(np.float64) + 1.0) / 9007199254740993.0
+                u2 = (z[1::2] >> np.uint64(11)).astype(np.float64) / 9007199254740992.0
+                v = (np.sqrt(-2.0 * np.log(u1)) * np.cos(6.283185307179586 * u2)).astype(np.float32)
+                sd = np.sqrt(np.float32(2) / np.float32(p.shape[0] * p.shape[2] * p.shape[3]), dtype=np.float32)
+                p.copy_(torch.from_numpy((v * sd).reshape(p.shape)))
+            elif name.startswith("fc."):
+                z = splitmix(seed, at, n)
+                at += n
+                u = ((z >> np.uint64(40)).astype(np.float64) * (1.0 / 16777216.0)).astype(np.float32)
+                bound = np.float32(1) / np.sqrt(np.float32(model.fc.weight.shape[1]), dtype=np.float32)
+                p.copy_(torch.from_numpy(((np.float32(2) * u - np.float32(1)) * bound).reshape(p.shape)))
+            else:
+                p.fill_(0.0 if name.endswith(".bias") else 1.0)
+
+
+def small_resnet():
+    """dtrain's resnet:small in torchvision's parts and names."""
+    m = torchvision.models.ResNet(BasicBlock, [2, 2, 2, 2], num_classes=10)
+    m.conv1 = torch.nn.Conv2d(1, 16, 3, 1, 1, bias=False)
+    m.bn1 = torch.nn.BatchNorm2d(16)
+    m.maxpool = torch.nn.Identity()
+    m.inplanes = 16
+    m.layer1 = m._make_layer(BasicBlock, 16, 2)
+    m.layer2 = m._make_layer(BasicBlock, 32, 2, stride=2)
+    m.layer3 = m._make_layer(BasicBlock, 64, 2, stride=2)
+    m.layer4 = torch.nn.Identity()
+    m.fc = torch.nn.Linear(64, 10)
+    return m
+
+
+records = []
+
+
+def put(name, t):
+    records.append((name, torch.as_tensor(t).detach().float().contiguous()))
+
+
+def train_steps(model, x, y, lr, dtype):
+    """The 10 SGD-momentum losses from the initialisation, in dtype."""
+    init(model, SEED)
+    model = model.to(dtype)
+    for b in model.modules():
+        if isinstance(b, torch.nn.BatchNorm2d):
+            b.reset_running_stats()
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    losses = []
+    for _ in range(10):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x.to(dtype)), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return model.float(), losses
+
+
+def gradients(model, x, y, dtype):
+    init(model, SEED)
+    model = model.to(dtype)
+    model.train()
+    logits = model(x.to(dtype))
+    loss = torch.nn.functional.cross_entropy(logits, y)
+    loss.backward()
+    return model, logits, loss, [p.grad.double().reshape(-1) for p in model.parameters()]
+
+
+def conditioned(make, x, y, lr):
+    """Whether f32 gives f64's gradients and losses: a batch near a ReLU's or a
+    max pool's edge makes f32 rounding flip which way a gradient goes (seen:
+    4.8e-3 between PyTorch's own f32 and f64), and no f32 implementation
+    could then be held to 1e-4."""
+    g32 = gradients(make(), x, y, torch.float32)[3]
+    g64 = gradients(make(), x, y, torch.float64)[3]
+    wg = max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(g32, g64))
+    l32 = train_steps(make(), x, y, lr, torch.float32)[1]
+    l64 = train_steps(make(), x, y, lr, torch.float64)[1]
+    wl = max(abs(a - b) / abs(b) for a, b in zip(l32, l64))
+    return wg, wl
+
+
+def case(tag, make, shape, y, whole_grads, lr):
+    """The first batch of shape whose f32 results are f64's (gradients within
+    3e-5 of their largest, losses within 2e-5)."""
+    for attempt in range(20):
+        x = torch.randn(*shape)
+        wg, wl = conditioned(make, x, y, lr)
+        print("%s: batch %d: PyTorch f32 vs f64: gradients %.2g, 10 losses %.2g" % (tag, attempt, wg, wl))
+        if wg < 3e-5 and wl < 2e-5:
+            break
+    else:
+        raise SystemExit("%s: no well-conditioned batch in 20 draws" % tag)
+    model, logits, loss, grads = gradients(make(), x, y, torch.float32)
+    put(tag + ".x", x)
+    put(tag + ".y", y.float())
+    init(model, SEED)
+    put(tag + ".psum", torch.tensor([p.double().sum().item() for p in model.parameters()]))
+    put(tag + ".logits", logits)
+    put(tag + ".loss", loss.reshape(1))
+    if whole_grads:
+        put(tag + ".grads", torch.cat(grads).float())
+    else:
+        rows = []
+        for g in grads:
+            idx = [i * g.numel() // 32 for i in range(32)]
+            rows.append(torch.cat([g.abs().max().reshape(1), g[idx]]).float())
+        put(tag + ".gsample", torch.stack(rows))
+    put(tag + ".running", torch.cat([torch.cat([b.running_mean, b.running_var]) for b in model.modules()
+                                     if isinstance(b, torch.nn.BatchNorm2d)]))
+    put(tag + ".steps", torch.tensor(train_steps(make(), x, y, lr, torch.float32)[1]))
+
+
+torch.manual_seed(5)
+case("small", small_resnet, (4, 1, 28, 28), torch.tensor([3, 1, 4, 1]), True, 0.05)
+# resnet18 learns 4 images within 3 steps at 0.05; at 0.005 its losses stay where a relative comparison means something
+case("r18", lambda: torchvision.models.resnet18(num_classes=10), (4, 3, 64, 64), torch.tensor([7, 2, 9, 0]), False, 0.005)
+
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "resnet_ref.bin")
+with open(out, "wb") as f:
+    f.write(b"DTFX")
+    for name, t in records:
+        f.write(struct.pack("<I", len(name)) + name.encode())
+        f.write(struct.pack("<I", t.dim()) + struct.pack("<%dI" % t.dim(), *t.shape))
+        f.write(t.numpy().astype("<f4").tobytes())
+print("wrote %s: %d arrays (torch %s, torchvision %s)" % (out, len(records), torch.__version__, torchvision.__version__))

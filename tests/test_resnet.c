@@ -1,0 +1,195 @@
+/* The ResNets against torchvision (tests/fixtures/resnet_ref.bin, from
+ * scripts/make_resnet_fixture.py): dtrain's small ResNet and resnet18 from
+ * the same initialisation (each tensor's sum), one training step's logits
+ * and loss (1e-5), every gradient (1e-4 of its tensor's largest; resnet18:
+ * each tensor's largest and 32 entries), the BatchNorm running averages
+ * after it, and 10 steps of SGD with momentum (losses within 1e-4). Then the
+ * errors a user meets: a model spec that is not one, images too small. */
+#include "dtrain/model.h"
+#include "dtrain/optim.h"
+#include "dtrain/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+#define EXPECT(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL: "); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+enum { MAX_ARRAYS = 64 };
+static struct { char name[32]; size_t n; float *v; } arr[MAX_ARRAYS];
+static int narr;
+
+static int load(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char magic[4];
+    if (!f || fread(magic, 1, 4, f) != 4 || memcmp(magic, "DTFX", 4)) { if (f) fclose(f); return -1; }
+    uint32_t len;
+    while (narr < MAX_ARRAYS && fread(&len, 4, 1, f) == 1) {
+        uint32_t nd, d;
+        size_t n = 1;
+        if (len >= sizeof arr[0].name || fread(arr[narr].name, 1, len, f) != len || fread(&nd, 4, 1, f) != 1) break;
+        arr[narr].name[len] = 0;
+        for (uint32_t i = 0; i < nd; i++) {
+            if (fread(&d, 4, 1, f) != 1) { fclose(f); return -1; }
+            n *= d;
+        }
+        arr[narr].n = n;
+        arr[narr].v = malloc(n * sizeof(float));
+        if (!arr[narr].v || fread(arr[narr].v, sizeof(float), n, f) != n) { fclose(f); return -1; }
+        narr++;
+    }
+    fclose(f);
+    return 0;
+}
+
+static const float *get(const char *tag, const char *what, size_t *n) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.%s", tag, what);
+    for (int i = 0; i < narr; i++)
+        if (!strcmp(arr[i].name, name)) { if (n) *n = arr[i].n; return arr[i].v; }
+    printf("FAIL: the fixture has no %s\n", name);
+    exit(1);
+}
+
+static double maxabs(const float *v, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(v[i]));
+    return m;
+}
+
+static void one_case(const char *tag, const char *spec, int C, int H, int W, int B, float lr) {
+    dt_resnet_config cfg;
+    dt_resnet *m = NULL;
+    if (dt_resnet_config_parse(spec, C, H, W, 10, &cfg) || dt_resnet_create(&cfg, &m)) {
+        printf("FAIL: %s: %s\n", spec, dt_last_error());
+        failed++;
+        return;
+    }
+    int nt;
+    const dt_tensor_info *tab = dt_resnet_tensors(m, &nt);
+    size_t np;
+    const float *psum = get(tag, "psum", &np);
+    EXPECT((int)np == nt, "%s: %d tensors, torchvision has %zu", spec, nt, np);
+    if ((int)np != nt) { dt_resnet_destroy(m); return; }
+    dt_resnet_init_random(m, 1234);
+    float *p = dt_resnet_params(m);
+    double worst = 0;
+    for (int t = 0; t < nt; t++) {
+        double s = 0;
+        for (size_t i = 0; i < tab[t].count; i++) s += p[tab[t].offset + i];
+        worst = fmax(worst, fabs(s - psum[t]) / (fabs(psum[t]) + 1));
+    }
+    EXPECT(worst < 1e-4, "%s: the initialisation differs from the fixture's (worst tensor sum %.3g)", spec, worst);
+
+    const float *x = get(tag, "x", NULL), *yf = get(tag, "y", NULL);
+    int32_t y[64];
+    for (int i = 0; i < B; i++) y[i] = (int32_t)yf[i];
+    float loss = 0;
+    dt_resnet_zero_grad(m);
+    dt_status st = dt_resnet_forward(m, x, y, B, true, &loss, NULL);
+    EXPECT(!st, "%s forward: %s", spec, dt_last_error());
+    size_t nl;
+    const float *ref = get(tag, "logits", &nl), *lg = dt_resnet_logits(m);
+    double e = 0;
+    for (size_t i = 0; i < nl; i++) e = fmax(e, fabs(lg[i] - ref[i]));
+    e /= maxabs(ref, nl);
+    double le = fabs(loss - get(tag, "loss", NULL)[0]) / fabs(get(tag, "loss", NULL)[0]);
+    EXPECT(e <= 1e-5 && le <= 1e-5, "%s: logits %.3g, loss %.3g from torchvision's (relative)", spec, e, le);
+    printf("%s: logits within %.2g of torchvision's, loss %.2g\n", spec, e, le);
+    st = dt_resnet_backward(m, 1.0f);
+    EXPECT(!st, "%s backward: %s", spec, dt_last_error());
+    const float *g = dt_resnet_grads(m);
+    double gw = 0;
+    int gbad = 0;
+    if (!strcmp(tag, "small")) {
+        const float *gr = get(tag, "grads", NULL);
+        for (int t = 0; t < nt; t++) {
+            const float *a = g + tab[t].offset, *r = gr + tab[t].offset;
+            double mx = maxabs(r, tab[t].count), d = 0;
+            for (size_t i = 0; i < tab[t].count; i++) d = fmax(d, fabs(a[i] - r[i]));
+            gw = fmax(gw, d / mx);
+            if (d > 1e-4 * mx) { gbad++; printf("  %s: %.3g of its largest\n", tab[t].name, d / mx); }
+        }
+    } else {
+        const float *gs = get(tag, "gsample", NULL);
+        for (int t = 0; t < nt; t++) {
+            const float *row = gs + (size_t)t * 33, *a = g + tab[t].offset;
+            double mx = row[0], d = fabs(maxabs(a, tab[t].count) - mx);
+            for (int k = 0; k < 32; k++) d = fmax(d, fabs(a[k * tab[t].count / 32] - row[1 + k]));
+            gw = fmax(gw, d / mx);
+            if (d > 1e-4 * mx) { gbad++; printf("  %s: %.3g of its largest\n", tab[t].name, d / mx); }
+        }
+    }
+    EXPECT(!gbad, "%s: %d tensors' gradients differ by more than 1e-4 of their largest", spec, gbad);
+    printf("%s: gradients of all %d tensors within %.2g of their largest\n", spec, nt, gw);
+    /* each BatchNorm's running mean and variance, against the largest of each (a mean near 0 is f32 noise) */
+    size_t nb, nr;
+    const float *buf = dt_resnet_buffers(m, &nb), *run = get(tag, "running", &nr);
+    e = 0;
+    for (int i = 0; i < dt_resnet_num_batchnorms(m) && nb == nr; i++) {
+        int Cb;
+        size_t at;
+        dt_resnet_batchnorm_name(m, i, &Cb, &at);
+        for (int part = 0; part < 2; part++) {
+            const float *a = buf + at + (size_t)part * Cb, *r = run + at + (size_t)part * Cb;
+            double d = 0;
+            for (int c = 0; c < Cb; c++) d = fmax(d, fabs(a[c] - r[c]));
+            e = fmax(e, d / maxabs(r, (size_t)Cb));
+        }
+    }
+    EXPECT(nb == nr && e <= 1e-5, "%s: running averages (%zu of %zu) %.3g from torchvision's", spec, nb, nr, e);
+    printf("%s: the running averages of all %d BatchNorms within %.2g of their largest\n", spec, dt_resnet_num_batchnorms(m), e);
+
+    /* 10 steps of SGD with momentum from the start again */
+    dt_resnet_init_random(m, 1234);
+    dt_resnet_zero_grad(m);
+    dt_optim_config oc;
+    dt_optim_defaults(DT_OPT_SGD, &oc);
+    oc.momentum = 0.9f;
+    dt_optim *o = NULL;
+    st = dt_optim_create(&oc, dt_resnet_num_params(m), NULL, 0, &o);
+    const float *steps = get(tag, "steps", NULL);
+    double sw = 0;
+    for (int s = 0; s < 10 && !st; s++) {
+        st = dt_resnet_forward(m, x, y, B, true, &loss, NULL);
+        if (!st) st = dt_resnet_backward(m, 1.0f);
+        if (!st) dt_optim_step(o, dt_resnet_params(m), dt_resnet_grads(m), lr, 1);
+        sw = fmax(sw, fabs(loss - steps[s]) / fabs(steps[s]));
+    }
+    EXPECT(!st && sw <= 1e-4, "%s: 10 SGD-momentum steps' losses %.3g from torchvision's (%s)", spec, sw, st ? dt_last_error() : "ran");
+    printf("%s: 10 SGD steps, losses within %.2g (last %.6f, torchvision %.6f)\n", spec, sw, loss, steps[9]);
+    dt_optim_destroy(o);
+    dt_resnet_destroy(m);
+}
+
+static void bad_input(void) {
+    dt_resnet_config c;
+    EXPECT(dt_resnet_config_parse("resnet101", 3, 224, 224, 10, &c) && strstr(dt_last_error(), "resnet101"),
+           "an unknown depth is refused by name: %s", dt_last_error());
+    EXPECT(dt_resnet_config_parse("resnet50", 3, 16, 16, 10, &c) && strstr(dt_last_error(), "16x16"),
+           "images too small for resnet50 are refused with their size: %s", dt_last_error());
+    dt_resnet *m = NULL;
+    EXPECT(!dt_resnet_config_parse("resnet:small", 1, 28, 28, 10, &c) && !dt_resnet_create(&c, &m), "the small one builds");
+    int32_t y[1] = { 10 };
+    float x[28 * 28] = { 0 };
+    EXPECT(m && dt_resnet_forward(m, x, y, 1, true, NULL, NULL) && strstr(dt_last_error(), "label 10"),
+           "a label outside the classes is refused: %s", dt_last_error());
+    EXPECT(m && dt_resnet_backward(m, 1.0f), "backward without a forward is refused");
+    dt_resnet_destroy(m);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fprintf(stderr, "usage: test_resnet FIXTURES_DIR\n"); return 2; }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/resnet_ref.bin", argv[1]);
+    if (load(path)) { printf("FAIL: cannot read %s\n", path); return 1; }
+    dt_kernels_set_threads(2);
+    one_case("small", "resnet:small", 1, 28, 28, 4, 0.05f);
+    one_case("r18", "resnet18", 3, 64, 64, 4, 0.005f);
+    bad_input();
+    for (int i = 0; i < narr; i++) free(arr[i].v);
+    printf("resnet: %d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
