@@ -1,6 +1,6 @@
 /* The image layers against PyTorch (tests/fixtures/image_kernels_ref.bin,
  * from scripts/make_image_kernels_fixture.py): Conv2d forward and backward
- * in five shapes (3x3, the 7x7 stride-2 stem, 1x1 with and without
+ * in five shapes, on one thread and on two (3x3, the 7x7 stride-2 stem, 1x1 with and without
  * stride, 3x3 stride 2), BatchNorm2d in training (output, the three
  * gradients, the running averages) and evaluation, max pooling with ties,
  * global average pooling. Each result within 1e-5 of the largest value of
@@ -148,9 +148,13 @@ int main(int argc, char **argv) {
     char path[4096];
     snprintf(path, sizeof path, "%s/image_kernels_ref.bin", argv[1]);
     if (load(path)) { printf("FAIL: cannot read %s\n", path); return 1; }
-    dt_kernels_set_threads(2); /* the parallel loops too (channels, planes, receptive-field rows) */
+    /* one thread: images one by one; two: a thread per image (and the parallel loops over planes) */
     const char *convs[] = { "c3", "c7", "c1s2", "c1", "c3s2" };
-    for (int i = 0; i < 5; i++) conv_case(convs[i]);
+    for (int th = 1; th <= 2; th++) {
+        dt_kernels_set_threads(th);
+        printf("%d thread%s:\n", th, th > 1 ? "s" : "");
+        for (int i = 0; i < 5; i++) conv_case(convs[i]);
+    }
     batchnorm_case();
     pool_cases();
     for (int i = 0; i < narr; i++) free(arr[i].v);

@@ -112,8 +112,10 @@ float dt_crossentropy_forward_lp(float *losses, const uint16_t *logits, const in
  * weights [OC, C, KH, KW], OH = (H + 2 pad - KH) / stride + 1. */
 typedef struct { int N, C, H, W, OC, KH, KW, stride, pad, OH, OW; } dt_conv_shape;
 dt_conv_shape dt_conv_make(int N, int C, int H, int W, int OC, int K, int stride, int pad);
-/* Scratch for one image's columns (C KH KW x OH OW floats; 0 for a 1x1
- * convolution with stride 1 and no padding). */
+/* Scratch for the kernels' threads (dt_kernels_threads: keep it until the
+ * call): each thread's columns of an image (C KH KW x OH OW floats; none
+ * for a 1x1 convolution with stride 1 and no padding) and, but the first,
+ * its own weight and bias gradients. */
 size_t dt_conv2d_work_floats(const dt_conv_shape *s);
 void dt_conv2d_forward(float *out, const float *inp, const float *w, const float *bias, const dt_conv_shape *s, float *work);
 /* dinp (may be NULL), dw, dbias (may be NULL) += gradients. */

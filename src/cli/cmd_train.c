@@ -19,7 +19,9 @@ static void usage(FILE *f) {
             "                     (llm.c .bin, f32 or bf16; or HF GPT-2 .safetensors, f32/bf16/f16);\n"
             "                     mlp or mlp:H1,H2,..: image classification (hidden sizes; 256,128 by default) on\n"
             "                     --data DIR with MNIST-style IDX files (default /usr/share/datasets/fashion-mnist),\n"
-            "                     --epochs N (5); test accuracy and img/s per worker and in total each epoch\n"
+            "                     --epochs N (5); test accuracy and img/s per worker and in total each epoch;\n"
+            "                     resnet:small (28x28 images), resnet18, resnet34, resnet50 (torchvision's) on the\n"
+            "                     same images, --sync-bn: BatchNorm's statistics over every rank's batch\n"
             "  --layers/--heads/--channels/--vocab/--max-seq N   shape overrides (any shape)\n"
             "  --data FILE        training tokens (llm.c format)\n"
             "  --val-data FILE    validation tokens; --eval-every N steps, --eval-batches N (8)\n"
@@ -80,8 +82,8 @@ static void usage(FILE *f) {
 
 /* Every flag and what it takes: the help's facts for error messages. */
 static const dt_cli_flag flags[] = {
-    { "--model", "a preset (d6, 124M, 350M, 774M, 1558M), a model file, or mlp[:H1,H2,..]" },
-    { "--data", "a token file (or, for mlp, a directory of IDX files)" }, { "--val-data", "a token file" },
+    { "--model", "a preset (d6, 124M, 350M, 774M, 1558M), a model file, mlp[:H1,H2,..], resnet:small, resnet18, resnet34 or resnet50" },
+    { "--data", "a token file (or, for mlp and resnets, a directory of IDX files)" }, { "--val-data", "a token file" },
     { "--save", "a directory, or FILE.bin / FILE.safetensors" }, { "--resume", "a checkpoint directory" },
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
@@ -148,6 +150,7 @@ int dt_cli_train(int argc, char **argv) {
         if (!strcmp(f, "--quiet")) { c.quiet = 1; continue; }
         if (!strcmp(f, "--recompute")) { c.recompute = 1; continue; }
         if (!strcmp(f, "--step-at-end")) { c.step_at_end = 1; continue; }
+        if (!strcmp(f, "--sync-bn")) { c.sync_bn = 1; continue; }
         i++;
         const num_flag *nf = NULL;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++)

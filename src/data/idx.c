@@ -94,10 +94,13 @@ dt_status dt_images_load(const char *dir, const char *prefix, dt_images *out) {
         if (lb.data[i] + 1 > classes) classes = lb.data[i] + 1;
     }
     for (size_t i = 0; !st && i < n * dim; i++) out->x[i] = im.data[i] * (1.0f / 255.0f);
+    int rows = st ? 0 : im.dims[1], cols = st ? 0 : im.dims[2];
     dt_idx_free(&im);
     dt_idx_free(&lb);
     if (st) { dt_images_free(out); return st; }
     out->n = (int)n;
+    out->rows = rows;
+    out->cols = cols;
     out->dim = (int)dim;
     out->classes = classes;
     return DT_OK;

@@ -1,20 +1,24 @@
-/* Image classification training (dtrain train --model mlp): an MLP on an
- * IDX image set (Fashion-MNIST from Debian's dataset-fashion-mnist by
- * default), driven by the same engine as GPT-2, so under the same parallel
+/* Image classification training (dtrain train --model mlp | resnet...): an
+ * MLP or a ResNet on an IDX image set (Fashion-MNIST from Debian's
+ * dataset-fashion-mnist by default), driven by the same engine as GPT-2, so under the same parallel
  * strategies (data parallelism: each layer's bucket averaged as backward
  * finishes it). A distributed sampler gives every rank its own part of each
  * global batch: one permutation per epoch (the same on every rank), global
  * batch k = permutation[k*G .. (k+1)*G), micro-batch j of it takes the j-th
  * N*B, and rank r the r-th B of that, so N ranks of batch B see what one
- * rank of batch N*B sees. Throughput
- * is reported as the Horovod benchmark does: images/s per worker and in
- * total. */
+ * rank of batch N*B sees. A ResNet's BatchNorm normalises each rank's
+ * batch by its own statistics, or with --sync-bn by the statistics of every
+ * rank's batch (torch.nn.SyncBatchNorm); before each evaluation every rank
+ * takes rank 0's running averages, as PyTorch DDP's broadcast_buffers does
+ * before each forward. Throughput is reported as the Horovod benchmark
+ * does: images/s per worker and in total. */
 #include "dtrain/data.h"
 #include "dtrain/kernels.h"
 #include "dtrain/engine.h"
 #include "dtrain/train.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,8 +51,27 @@ static void shuffle(int *perm, int n, uint64_t seed) {
     }
 }
 
+/* The model being trained, the MLP or a ResNet, behind one face. */
+typedef struct {
+    dt_mlp *mlp;
+    dt_resnet *resnet;
+} classifier;
+
+static dt_status cls_forward(classifier *m, const float *x, const int32_t *y, int B, bool train, float *loss, int *correct) {
+    return m->mlp ? dt_mlp_forward(m->mlp, x, y, B, loss, correct) : dt_resnet_forward(m->resnet, x, y, B, train, loss, correct);
+}
+
+static dt_status cls_backward(classifier *m, float scale) {
+    return m->mlp ? dt_mlp_backward(m->mlp, scale) : dt_resnet_backward(m->resnet, scale);
+}
+
+static size_t cls_params(const classifier *m) { return m->mlp ? dt_mlp_num_params(m->mlp) : dt_resnet_num_params(m->resnet); }
+
+/* Synchronised BatchNorm: the sums over every rank's batch. */
+static dt_status sum_over_ranks(double *sums, size_t n, void *w) { return dt_comm_allreduce(w, sums, sums, n, DT_F64, DT_SUM); }
+
 /* Accuracy over the test set, each rank on its share, summed. */
-static double test_accuracy(dt_comm *w, dt_mlp *m, const dt_images *t, int B, float *x, int32_t *y) {
+static double test_accuracy(dt_comm *w, classifier *m, const dt_images *t, int B, float *x, int32_t *y) {
     int rank = w ? dt_comm_rank(w) : 0, p = w ? dt_comm_size(w) : 1;
     int lo = (int)((long)t->n * rank / p), hi = (int)((long)t->n * (rank + 1) / p);
     double c[2] = { 0, 0 }, all[2];
@@ -56,7 +79,7 @@ static double test_accuracy(dt_comm *w, dt_mlp *m, const dt_images *t, int B, fl
         int b = hi - i < B ? hi - i : B, correct = 0;
         memcpy(x, t->x + (size_t)i * t->dim, (size_t)b * t->dim * sizeof(float));
         memcpy(y, t->y + i, (size_t)b * sizeof(int32_t));
-        if (dt_mlp_forward(m, x, y, b, NULL, &correct)) return -1;
+        if (cls_forward(m, x, y, b, false, NULL, &correct)) return -1;
         c[0] += correct;
         c[1] += b;
     }
@@ -96,7 +119,7 @@ typedef struct {
     dt_comm *w;
     int rank, p, quiet, B, G;  /* G: images per step over all ranks and micro-batches */
     dt_images tr, te;
-    dt_mlp *m;
+    classifier m;
     dt_engine *e;
     dt_watchdog *wd;
     FILE *metrics;
@@ -114,19 +137,21 @@ static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
         memcpy(r->x + (size_t)i * r->tr.dim, r->tr.x + (size_t)idx[i] * r->tr.dim, (size_t)r->tr.dim * sizeof(float));
         r->y[i] = r->tr.y[idx[i]];
     }
-    dt_status st = dt_mlp_forward(r->m, r->x, r->y, r->B, loss, NULL);
-    return st ? st : dt_mlp_backward(r->m, grad_scale);
+    dt_status st = cls_forward(&r->m, r->x, r->y, r->B, true, loss, NULL);
+    return st ? st : cls_backward(&r->m, grad_scale);
 }
 
 static dt_status setup(cls_run *r) {
     const dt_train_config *c = r->c;
     const char *dir = c->data ? c->data : DEFAULT_DIR;
+    bool mlp = !strncmp(c->model, "mlp", 3);
     if (c->save || c->resume || c->trace || c->report) /* said, not silently skipped */
-        return dt_error(DT_ERR_UNSUPPORTED, "--model mlp: %s is not built for the MLP yet (GPT-2 only)",
+        return dt_error(DT_ERR_UNSUPPORTED, "--model %s: %s is not built for image models yet (GPT-2 only)", c->model,
                         c->save ? "--save" : c->resume ? "--resume" : c->trace ? "--trace" : "--report");
-    dt_status st = parse_hidden(c->model, r->sizes, &r->ns);
+    if (c->sync_bn && mlp) return dt_error(DT_ERR_ARG, "--sync-bn: the MLP has no BatchNorm (a ResNet has)");
+    dt_status st = mlp ? parse_hidden(c->model, r->sizes, &r->ns) : DT_OK;
     if (!st && c->precision != DT_F32)
-        st = dt_error(DT_ERR_UNSUPPORTED, "--precision %s: the MLP trains in fp32 only (mixed precision is built for GPT-2)",
+        st = dt_error(DT_ERR_UNSUPPORTED, "--precision %s: image models train in fp32 only (mixed precision is built for GPT-2)",
                       c->precision == DT_BF16 ? "bf16" : "fp16");
     if (!st) st = dt_images_load(dir, "train", &r->tr);
     if (!st) st = dt_images_load(dir, "t10k", &r->te);
@@ -136,18 +161,27 @@ static dt_status setup(cls_run *r) {
     if (!st && r->G > r->tr.n)
         st = dt_error(DT_ERR_ARG, "global batch %d x %d ranks x %d accumulation is larger than the %d training images", r->B, r->p,
                       c->grad_accum, r->tr.n);
-    if (!st) {
+    int classes = r->tr.classes > r->te.classes ? r->tr.classes : r->te.classes;
+    if (!st && mlp) {
         r->sizes[0] = r->tr.dim;
-        r->sizes[r->ns++] = r->tr.classes > r->te.classes ? r->tr.classes : r->te.classes;
-        st = dt_mlp_create(r->sizes, r->ns, &r->m);
+        r->sizes[r->ns++] = classes;
+        st = dt_mlp_create(r->sizes, r->ns, &r->m.mlp);
+    } else if (!st) {
+        dt_resnet_config rc;
+        st = dt_resnet_config_parse(c->model, 1, r->tr.rows, r->tr.cols, classes, &rc);
+        if (st) st = dt_error(DT_ERR_ARG, "%s (the images in %s are 1 x %d x %d)", dt_last_error(), dir, r->tr.rows, r->tr.cols);
+        if (!st) st = dt_resnet_create(&rc, &r->m.resnet);
     }
-    if (!st && r->w) st = check_same(r->w, &r->tr, &r->te, r->B, c->epochs, dt_mlp_num_params(r->m));
+    if (!st && r->w) st = check_same(r->w, &r->tr, &r->te, r->B, c->epochs, cls_params(&r->m));
     if (st) return st;
-    dt_mlp_init_random(r->m, c->seed);
+    if (mlp) dt_mlp_init_random(r->m.mlp, c->seed);
+    else dt_resnet_init_random(r->m.resnet, c->seed);
+    if (c->sync_bn && r->p > 1) dt_resnet_set_bn_reduce(r->m.resnet, sum_over_ranks, r->w);
     dt_engine_config ec = { .comm = r->p > 1 ? r->w : NULL, .strategy = c->strategy, .opt = c->opt, .grad_clip = c->grad_clip,
                             .skip_nonfinite = 0, .step_at_end = c->step_at_end, .bucket_first = 1u << 20,
                             .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0) };
-    dt_mlp_model(r->m, &ec.model);
+    if (mlp) dt_mlp_model(r->m.mlp, &ec.model);
+    else dt_resnet_model(r->m.resnet, &ec.model);
     st = dt_engine_create(&ec, &r->e);
     if (!st) st = dt_watchdog_start(r->p > 1 ? r->w : NULL, &r->wd);
     if (!st && c->metrics && r->rank == 0 && !(r->metrics = fopen(c->metrics, "w")))
@@ -158,13 +192,22 @@ static dt_status setup(cls_run *r) {
     r->ips = calloc(c->epochs > 0 ? (size_t)c->epochs : 1, sizeof *r->ips);
     if (!st && (!r->x || !r->y || !r->perm || !r->ips)) st = dt_error(DT_ERR_NOMEM, "out of memory");
     if (st || r->quiet) return st;
-    printf("mlp");
-    for (int i = 0; i < r->ns; i++) printf("%s%d", i ? "-" : " ", r->sizes[i]);
-    printf(" (%zu parameters) on %s: %d training / %d test images; batch %d x %d ranks, %d steps per epoch, %s lr %g, "
-           "%d thread(s) per rank\n", dt_mlp_num_params(r->m), dir, r->tr.n, r->te.n, r->B, r->p, r->tr.n / r->G,
-           dt_optim_kind_name(c->opt.kind), c->sched.lr, dt_kernels_threads());
+    printf("%s", mlp ? "mlp" : c->model);
+    for (int i = 0; mlp && i < r->ns; i++) printf("%s%d", i ? "-" : " ", r->sizes[i]);
+    printf(" (%zu parameters%s) on %s: %d training / %d test images; batch %d x %d ranks, %d steps per epoch, %s lr %g, "
+           "%d thread(s) per rank\n", cls_params(&r->m), mlp ? "" : c->sync_bn && r->p > 1 ? ", synchronised BatchNorm" : ", BatchNorm per rank",
+           dir, r->tr.n, r->te.n, r->B, r->p, r->tr.n / r->G, dt_optim_kind_name(c->opt.kind), c->sched.lr, dt_kernels_threads());
     fflush(stdout);
     return DT_OK;
+}
+
+/* Every rank evaluates with rank 0's BatchNorm running averages (they
+ * differ between ranks unless BatchNorm is synchronised). */
+static dt_status share_running(cls_run *r) {
+    size_t n;
+    if (!r->m.resnet || r->p < 2) return DT_OK;
+    float *b = dt_resnet_buffers(r->m.resnet, &n);
+    return dt_comm_broadcast(r->w, b, n, DT_F32, 0);
 }
 
 /* One epoch; *acc gets the test accuracy after it. Returns the exit code (0: go on). */
@@ -189,7 +232,7 @@ static int epoch(cls_run *r, int e, double *acc) {
     double secs = dt_time_now() - t0;
     r->ips[e] = (double)steps * r->B * c->grad_accum / secs;
     /* ZeRO-3 holds a shard of the weights between steps: the whole model for the test */
-    *acc = dt_engine_materialize(r->e, 1) ? -1 : test_accuracy(r->p > 1 ? r->w : NULL, r->m, &r->te, r->B, r->x, r->y);
+    *acc = dt_engine_materialize(r->e, 1) || share_running(r) ? -1 : test_accuracy(r->p > 1 ? r->w : NULL, &r->m, &r->te, r->B, r->x, r->y);
     if (*acc >= 0 && dt_engine_materialize(r->e, 0)) *acc = -1;
     if (*acc < 0) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     if (!r->quiet) {
@@ -230,7 +273,8 @@ out:
     dt_watchdog_stop(r.wd);
     if (r.metrics) fclose(r.metrics);
     dt_engine_destroy(r.e);
-    dt_mlp_destroy(r.m);
+    dt_mlp_destroy(r.m.mlp);
+    dt_resnet_destroy(r.m.resnet);
     dt_images_free(&r.tr);
     dt_images_free(&r.te);
     free(r.x);

@@ -82,6 +82,7 @@ static void json_num(FILE *f, const char *key, const char *fmt, double v) {
 
 /* Settings that would do nothing, or contradict each other: said before any work. */
 static dt_status check_settings(dt_train_config *c, int nranks) {
+    if (c->sync_bn) return dt_error(DT_ERR_ARG, "--sync-bn: GPT-2 has no BatchNorm (the ResNets have: --model resnet:small, resnet18, ...)");
     if (c->train_batch_size && c->train_batch_size != c->batch * c->grad_accum * nranks)
         return dt_error(DT_ERR_ARG, "train_batch_size %d must equal micro-batch %d x gradient accumulation %d x %d data-parallel "
                         "ranks = %d", c->train_batch_size, c->batch, c->grad_accum, nranks, c->batch * c->grad_accum * nranks);
@@ -696,7 +697,7 @@ static dt_status observers(run *r) {
 
 static int run_rank(const dt_train_config *c0, dt_comm *w, dt_launch_kind kind) {
     if (w && check_mesh(c0, dt_comm_size(w))) return fail(2);
-    if (!strncmp(c0->model, "mlp", 3)) {
+    if (!strncmp(c0->model, "mlp", 3) || !strncmp(c0->model, "resnet", 6)) {
         dt_kernels_set_threads(c0->threads > 0 ? c0->threads : default_threads(w));
         return dt_classify_run(c0, w);
     }
