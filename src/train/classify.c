@@ -228,6 +228,8 @@ static int epoch(cls_run *r, int e, double *acc) {
         }
         loss_sum += s.loss;
         exposed_sum += s.exposed_ms;
+        if (r->metrics) fprintf(r->metrics, "{\"epoch\":%d,\"step\":%d,\"loss\":%.6f,\"lr\":%g,\"grad_norm\":%.6f}\n", e + 1,
+                                e * steps + r->step + 1, s.loss, lr, s.norm);
     }
     double secs = dt_time_now() - t0;
     r->ips[e] = (double)steps * r->B * c->grad_accum / secs;
@@ -242,7 +244,7 @@ static int epoch(cls_run *r, int e, double *acc) {
         fflush(stdout);
     }
     if (r->metrics) {
-        fprintf(r->metrics, "{\"epoch\":%d,\"loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,\"img_per_s\":%.1f,"
+        fprintf(r->metrics, "{\"epoch\":%d,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,\"img_per_s\":%.1f,"
                 "\"comm_exposed_ms\":%.3f}\n", e + 1, loss_sum / steps, *acc, r->ips[e], r->ips[e] * r->p, exposed_sum);
         fflush(r->metrics);
     }

@@ -1,0 +1,68 @@
+#!/bin/bash
+# The small ResNet trained by dtrain train on tiny images (8 x 8, from the
+# GPL's text): with --sync-bn, 2 ranks with batch 4 compute what one process
+# with batch 8 computes (BatchNorm's statistics over the same 8 images):
+# with the weights held still (lr 1e-30), every one of 64 batches' loss
+# (forward: the statistics) and gradient norm (backward: the sums of the
+# output gradient) within 1e-5, and the same test accuracy (the running
+# averages); trained, the first 3 steps within 1e-5. Not more steps: batch-8
+# BatchNorm training is chaotic here, as in PyTorch (its own f32 and f64
+# runs of this ResNet on Fashion-MNIST part by 6e-6 at step 8 and 6e-4 at
+# step 12; dtrain's 1- and 2-thread runs part likewise), so a summation
+# order alone moves later losses by more than 1e-5. Without --sync-bn
+# each rank normalises by its own 4 images and the losses differ. Bad
+# settings are named.
+# usage: resnet_training.sh DTRAIN
+set -u
+DTRAIN=$1
+. "$(dirname "$0")/checks.sh"
+. "$(dirname "$0")/tiny_images.sh"
+tiny_images "$dir/img"
+col() { grep '"step"' "$1" | grep -o "\"$2\":[0-9.e+-]*" | cut -d: -f2; }
+# worst FILE FILE N KEY: the largest relative difference of KEY over the first N steps ("missing" if fewer)
+worst() {
+    paste <(col "$1" "$4" | head -"$3") <(col "$2" "$4" | head -"$3") |
+        awk -v want="$3" 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=want) print "missing"; else print w}'
+}
+within() { [ "$1" != missing ] && awk "BEGIN{exit !($1 <= $2)}"; }
+rn=(--model resnet:small --data "$dir/img" --epochs 1 --optimizer sgd --momentum 0.9 --threads 1 --quiet)
+
+# 1. synchronised BatchNorm: 2 ranks x 4 = one process x 8
+for lr in 1e-30 0.005; do
+    "$DTRAIN" train "${rn[@]}" --lr $lr --batch 8 --metrics "$dir/one.$lr.jsonl" 2> "$dir/err" || fail "one process: $(cat "$dir/err")"
+    "$DTRAIN" train "${rn[@]}" --lr $lr --batch 4 --nproc 2 --sync-bn --metrics "$dir/sync.$lr.jsonl" 2> "$dir/err" \
+        || fail "--sync-bn: $(cat "$dir/err")"
+done
+wl=$(worst "$dir/one.1e-30.jsonl" "$dir/sync.1e-30.jsonl" 64 loss) wg=$(worst "$dir/one.1e-30.jsonl" "$dir/sync.1e-30.jsonl" 64 grad_norm)
+within "$wl" 1e-5 && within "$wg" 1e-5 \
+    && ok "--sync-bn, 2 ranks x 4 vs one process x 8, 64 batches on still weights: losses within $wl, gradient norms $wg" \
+    || fail "--sync-bn vs one process on still weights: losses $wl, gradient norms $wg"
+acc() { grep -o '"test_accuracy":[0-9.]*' "$1" | cut -d: -f2; }
+a1=$(acc "$dir/one.1e-30.jsonl") a2=$(acc "$dir/sync.1e-30.jsonl")
+[ -n "$a1" ] && [ "$a1" = "$a2" ] && ok "--sync-bn: the same running averages, the same test accuracy as one process ($a2)" \
+    || fail "--sync-bn test accuracy '$a2' vs one process '$a1'"
+w=$(worst "$dir/one.0.005.jsonl" "$dir/sync.0.005.jsonl" 3 loss)
+within "$w" 1e-5 && ok "--sync-bn trained (SGD, momentum 0.9, lr 0.005): the first 3 steps' losses within $w" \
+    || fail "--sync-bn trained: $w over 3 steps"
+
+# 2. per-rank BatchNorm (the default) normalises 4 images, not 8: not the one process's losses
+"$DTRAIN" train "${rn[@]}" --lr 1e-30 --batch 4 --nproc 2 --metrics "$dir/local.jsonl" 2> "$dir/err" || fail "per-rank BatchNorm: $(cat "$dir/err")"
+w=$(worst "$dir/one.1e-30.jsonl" "$dir/local.jsonl" 64 loss)
+[ "$w" != missing ] && awk "BEGIN{exit !($w > 1e-3)}" && ok "per-rank BatchNorm differs from one process x 8 ($w), as it should" \
+    || fail "per-rank BatchNorm gave the one process's losses ($w): is BatchNorm synchronised by default?"
+
+# 3. bad settings, named
+expect_error() { # what, pattern, args...
+    local what=$1 pat=$2
+    shift 2
+    "$DTRAIN" train "$@" > /dev/null 2> "$dir/err"
+    local rc=$?
+    [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q -- "$pat" "$dir/err" && ok "$what: $(head -c 160 "$dir/err")" \
+        || fail "$what: rc $rc, $(cat "$dir/err")"
+}
+expect_error "resnet18 on 8x8 images" "8x8" --model resnet18 --data "$dir/img" --epochs 1 --quiet
+expect_error "an unknown ResNet" "resnet101" --model resnet101 --data "$dir/img" --epochs 1 --quiet
+expect_error "--sync-bn with the MLP" "no BatchNorm" --model mlp --data "$dir/img" --epochs 1 --sync-bn --quiet
+expect_error "--sync-bn with GPT-2" "no BatchNorm" --data "$dir/img/train-images-idx3-ubyte.gz" --sync-bn --quiet
+echo "resnet training: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
