@@ -34,7 +34,7 @@ void dt_bench_comm_defaults(dt_bench_comm_opts *o);
 int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv);
 
 typedef struct {
-    const char *model;     /* preset */
+    const char *model;     /* GPT-2 preset, or an image model (resnet:small, resnet18, resnet34, resnet50) */
     int batch, seq, steps, warmup, threads, rounds;
     const char *baseline;  /* NULL, "torch" (PyTorch DDP); with zero: "fsdp", "deepspeed" or "all" */
     int zero;              /* data-parallel mode: 1-3, compare that ZeRO stage with DDP and the baselines */
@@ -55,6 +55,9 @@ void dt_bench_train_defaults(dt_bench_train_opts *o);
 int dt_bench_train(const dt_bench_train_opts *o);
 int dt_bench_train_ddp(const dt_bench_train_opts *o);
 int dt_bench_train_zero(const dt_bench_train_opts *o);
+/* --model resnet...: Horovod's synthetic benchmark (img/s per worker, mean +- 1.96 sd, and in total) for each
+ * --nproc N, against torchvision's model under PyTorch 2.x and Debian's PyTorch with --baseline torch. */
+int dt_bench_train_images(const dt_bench_train_opts *o);
 
 #ifdef __cplusplus
 }

@@ -60,9 +60,9 @@ typedef struct { uint8_t *data; int ndim; int dims[3]; size_t count; } dt_idx;
 dt_status dt_idx_load(const char *path, dt_idx *out);
 void dt_idx_free(dt_idx *x);
 
-/* An image classification set: n images of dim = rows x cols pixels (one
- * channel) scaled to [0, 1], labels 0..classes-1. */
-typedef struct { float *x; int32_t *y; int n, dim, rows, cols, classes; } dt_images;
+/* An image classification set: n images of dim = channels x rows x cols
+ * values (IDX files: one channel, scaled to [0, 1]), labels 0..classes-1. */
+typedef struct { float *x; int32_t *y; int n, dim, channels, rows, cols, classes; } dt_images;
 /* DIR/PREFIX-images-idx3-ubyte.gz and DIR/PREFIX-labels-idx1-ubyte.gz
  * (PREFIX train or t10k, as MNIST and Fashion-MNIST name them). */
 dt_status dt_images_load(const char *dir, const char *prefix, dt_images *out);

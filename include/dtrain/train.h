@@ -41,6 +41,7 @@ typedef struct {
     int dp, tp, pp;           /* the mesh (0: dp = the ranks left over by tp x pp, tp = pp = 1) */
     int epochs;               /* image classification (--model mlp, resnet...) trains in epochs */
     int sync_bn;              /* ResNets: BatchNorm's statistics over every rank's batch (torch.nn.SyncBatchNorm) */
+    int synthetic;            /* image models: --steps on one random batch (Horovod's synthetic benchmark), no data */
     double bucket_mb;         /* DDP bucket cap (the first bucket is 1 MiB) */
     int step_at_end;          /* DDP: the optimizer after backward, not bucket by bucket inside it */
     double stall_timeout;     /* seconds a rank may wait for a live peer that never joins (warn; 2x: stop); 0 off */

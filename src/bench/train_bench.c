@@ -102,6 +102,7 @@ static int run_torch(const dt_bench_train_opts *o, const char *weights, int roun
 }
 
 int dt_bench_train(const dt_bench_train_opts *o) {
+    if (!strncmp(o->model, "resnet", 6)) return dt_bench_train_images(o);
     if (o->zero) return dt_bench_train_zero(o);
     if (o->nnprocs) return dt_bench_train_ddp(o);
     dt_gpt2_config cfg;

@@ -24,7 +24,7 @@ static const dt_cli_flag train_flags[] = {
     { "--warmup", "a whole number from 0 to 99999" }, { "--threads", "a whole number from 0 to 99999" },
     { "--rounds", "a whole number from 1 to 99999" }, { "--baseline", "torch, or with --zero: fsdp, deepspeed or all" }, { "--precision", "fp32, bf16 or fp16" }, { "--nproc", "a list like 1,2,4" },
     { "--zero", "1, 2 or 3" },
-    { "--train-flags", "flags for dtrain train, in one argument" }, { "--report", "a directory" }, { "--json", "" }, { "--help", "" }, { NULL, NULL },
+    { "--train-flags", "flags for dtrain train, in one argument" }, { "--synthetic", "" }, { "--report", "a directory" }, { "--json", "" }, { "--help", "" }, { NULL, NULL },
 };
 
 static void usage(FILE *f) {
@@ -55,6 +55,7 @@ static void usage(FILE *f) {
 static int bench_train(int argc, char **argv) {
     dt_bench_train_opts o;
     dt_bench_train_defaults(&o);
+    bool synthetic = false, batch_given = false;
     for (int i = 3; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
@@ -70,10 +71,15 @@ static int bench_train(int argc, char **argv) {
                    "                          report with the scaling chart (DIR/report.html)\n"
                    "                          [--nproc 2 --zero 1|2|3 [--baseline fsdp|deepspeed|all]]  that ZeRO stage against\n"
                    "                          dtrain's DDP and PyTorch's (ZeroRedundancyOptimizer, FSDP2) or DeepSpeed's at the\n"
-                   "                          stage (their virtual environment: scripts/make-baselines-venv.sh)\n");
+                   "                          stage (their virtual environment: scripts/make-baselines-venv.sh)\n"
+                   "                          [--model resnet50|resnet18|resnet34|resnet:small --synthetic [--nproc 1,2]]\n"
+                   "                          Horovod's synthetic benchmark: img/sec per worker (mean +- 1.96 sd) and in total,\n"
+                   "                          --steps iterations of --batch images per worker (default 64); --baseline torch:\n"
+                   "                          torchvision's model under PyTorch 2.x (the virtual environment) and Debian's PyTorch\n");
             return 0;
         }
         if (!strcmp(f, "--json")) { o.json = 1; continue; }
+        if (!strcmp(f, "--synthetic")) { synthetic = true; continue; }
         if (!v) return dt_cli_flag_error("bench train", train_flags, f, NULL);
         i++;
         char *end;
@@ -101,7 +107,7 @@ static int bench_train(int argc, char **argv) {
         else if (!strcmp(f, "--baseline") && (!strcmp(v, "torch") || !strcmp(v, "fsdp") || !strcmp(v, "deepspeed") || !strcmp(v, "all")))
             o.baseline = v;
         else if (isnum && n >= 1 && n <= 3 && !strcmp(f, "--zero")) o.zero = (int)n;
-        else if (isnum && n >= 1 && !strcmp(f, "--batch")) o.batch = (int)n;
+        else if (isnum && n >= 1 && !strcmp(f, "--batch")) o.batch = (int)n, batch_given = true;
         else if (isnum && n >= 1 && !strcmp(f, "--seq")) o.seq = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--steps")) o.steps = (int)n;
         else if (isnum && !strcmp(f, "--warmup")) o.warmup = (int)n;
@@ -109,6 +115,18 @@ static int bench_train(int argc, char **argv) {
         else if (isnum && n >= 1 && !strcmp(f, "--rounds")) o.rounds = (int)n;
         else return dt_cli_flag_error("bench train", train_flags, f, v);
     }
+    bool image = !strncmp(o.model, "resnet", 6);
+    if (image != synthetic) {
+        dt_log(DT_LOG_ERROR, "bench train: %s", image ? "an image model is benchmarked on synthetic images: give --synthetic"
+                                                       : "--synthetic benchmarks an image model (--model resnet50, resnet18, ...)");
+        return 2;
+    }
+    if (image && (o.zero || o.precision != DT_F32 || o.report || (o.baseline && strcmp(o.baseline, "torch")))) {
+        dt_log(DT_LOG_ERROR, "bench train: --model %s --synthetic takes --nproc, --batch, --steps, --warmup, --threads, --rounds, "
+               "--baseline torch and --train-flags", o.model);
+        return 2;
+    }
+    if (image && !batch_given) o.batch = 64; /* Horovod's default */
     if (o.baseline && strcmp(o.baseline, "torch") && !o.zero) {
         dt_log(DT_LOG_ERROR, "bench train: --baseline %s compares a ZeRO stage (give --zero 1, 2 or 3)", o.baseline);
         return 2;

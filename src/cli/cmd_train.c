@@ -21,7 +21,9 @@ static void usage(FILE *f) {
             "                     --data DIR with MNIST-style IDX files (default /usr/share/datasets/fashion-mnist),\n"
             "                     --epochs N (5); test accuracy and img/s per worker and in total each epoch;\n"
             "                     resnet:small (28x28 images), resnet18, resnet34, resnet50 (torchvision's) on the\n"
-            "                     same images, --sync-bn: BatchNorm's statistics over every rank's batch\n"
+            "                     same images, --sync-bn: BatchNorm's statistics over every rank's batch;\n"
+            "                     --synthetic: --steps on one random batch (3x224x224; 1x28x28 for resnet:small),\n"
+            "                     img/s per iteration as Horovod's synthetic benchmark prints them\n"
             "  --layers/--heads/--channels/--vocab/--max-seq N   shape overrides (any shape)\n"
             "  --data FILE        training tokens (llm.c format)\n"
             "  --val-data FILE    validation tokens; --eval-every N steps, --eval-batches N (8)\n"
@@ -151,6 +153,7 @@ int dt_cli_train(int argc, char **argv) {
         if (!strcmp(f, "--recompute")) { c.recompute = 1; continue; }
         if (!strcmp(f, "--step-at-end")) { c.step_at_end = 1; continue; }
         if (!strcmp(f, "--sync-bn")) { c.sync_bn = 1; continue; }
+        if (!strcmp(f, "--synthetic")) { c.synthetic = 1; continue; }
         i++;
         const num_flag *nf = NULL;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++)

@@ -99,6 +99,7 @@ dt_status dt_images_load(const char *dir, const char *prefix, dt_images *out) {
     dt_idx_free(&lb);
     if (st) { dt_images_free(out); return st; }
     out->n = (int)n;
+    out->channels = 1;
     out->rows = rows;
     out->cols = cols;
     out->dim = (int)dim;

@@ -141,6 +141,29 @@ static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
     return st ? st : cls_backward(&r->m, grad_scale);
 }
 
+/* One global batch of random images (N(0, 1), as Horovod's benchmark draws
+ * them) and labels, the same on every rank: ImageNet's shape and 1000
+ * classes for torchvision's ResNets, Fashion-MNIST's for the small one and
+ * the MLP. */
+static dt_status synthetic_images(cls_run *r, bool mlp) {
+    bool small = mlp || !strcmp(r->c->model, "resnet:small");
+    dt_images *t = &r->tr;
+    t->channels = small ? 1 : 3;
+    t->rows = t->cols = small ? 28 : 224;
+    t->classes = small ? 10 : 1000;
+    t->dim = t->channels * t->rows * t->cols;
+    t->n = r->c->batch * r->p * r->c->grad_accum;
+    t->x = malloc((size_t)t->n * t->dim * sizeof(float));
+    t->y = malloc((size_t)t->n * sizeof(int32_t));
+    if (!t->x || !t->y) return dt_error(DT_ERR_NOMEM, "--synthetic: out of memory for %d images of %d values", t->n, t->dim);
+    uint64_t s = r->c->seed + 17;
+    for (size_t i = 0; i < (size_t)t->n * t->dim; i++) t->x[i] = dt_rng_normal(&s);
+    for (int i = 0; i < t->n; i++) t->y[i] = (int32_t)(dt_rng_next(&s) % (uint64_t)t->classes);
+    r->te = *t; /* no test set: the checks compare the training set's shape with itself */
+    r->te.x = NULL, r->te.y = NULL;
+    return DT_OK;
+}
+
 static dt_status setup(cls_run *r) {
     const dt_train_config *c = r->c;
     const char *dir = c->data ? c->data : DEFAULT_DIR;
@@ -153,8 +176,9 @@ static dt_status setup(cls_run *r) {
     if (!st && c->precision != DT_F32)
         st = dt_error(DT_ERR_UNSUPPORTED, "--precision %s: image models train in fp32 only (mixed precision is built for GPT-2)",
                       c->precision == DT_BF16 ? "bf16" : "fp16");
-    if (!st) st = dt_images_load(dir, "train", &r->tr);
-    if (!st) st = dt_images_load(dir, "t10k", &r->te);
+    if (!st && c->synthetic) st = synthetic_images(r, mlp);
+    if (!st && !c->synthetic) st = dt_images_load(dir, "train", &r->tr);
+    if (!st && !c->synthetic) st = dt_images_load(dir, "t10k", &r->te);
     if (!st && r->te.dim != r->tr.dim) st = dt_error(DT_ERR_IO, "%s: test images have %d pixels, training images %d", dir, r->te.dim, r->tr.dim);
     r->B = c->batch;
     r->G = c->batch * r->p * c->grad_accum;
@@ -168,8 +192,9 @@ static dt_status setup(cls_run *r) {
         st = dt_mlp_create(r->sizes, r->ns, &r->m.mlp);
     } else if (!st) {
         dt_resnet_config rc;
-        st = dt_resnet_config_parse(c->model, 1, r->tr.rows, r->tr.cols, classes, &rc);
-        if (st) st = dt_error(DT_ERR_ARG, "%s (the images in %s are 1 x %d x %d)", dt_last_error(), dir, r->tr.rows, r->tr.cols);
+        st = dt_resnet_config_parse(c->model, r->tr.channels, r->tr.rows, r->tr.cols, classes, &rc);
+        if (st) st = dt_error(DT_ERR_ARG, "%s (the images in %s are %d x %d x %d)", dt_last_error(), c->synthetic ? "--synthetic" : dir,
+                              r->tr.channels, r->tr.rows, r->tr.cols);
         if (!st) st = dt_resnet_create(&rc, &r->m.resnet);
     }
     if (!st && r->w) st = check_same(r->w, &r->tr, &r->te, r->B, c->epochs, cls_params(&r->m));
@@ -194,9 +219,15 @@ static dt_status setup(cls_run *r) {
     if (st || r->quiet) return st;
     printf("%s", mlp ? "mlp" : c->model);
     for (int i = 0; mlp && i < r->ns; i++) printf("%s%d", i ? "-" : " ", r->sizes[i]);
-    printf(" (%zu parameters%s) on %s: %d training / %d test images; batch %d x %d ranks, %d steps per epoch, %s lr %g, "
-           "%d thread(s) per rank\n", cls_params(&r->m), mlp ? "" : c->sync_bn && r->p > 1 ? ", synchronised BatchNorm" : ", BatchNorm per rank",
-           dir, r->tr.n, r->te.n, r->B, r->p, r->tr.n / r->G, dt_optim_kind_name(c->opt.kind), c->sched.lr, dt_kernels_threads());
+    if (c->synthetic)
+        printf(" (%zu parameters%s): synthetic %dx%dx%d images, batch %d per worker, %d worker%s, %d steps, %s lr %g, "
+               "%d thread(s) per worker\n", cls_params(&r->m), mlp ? "" : c->sync_bn && r->p > 1 ? ", synchronised BatchNorm" : "",
+               r->tr.channels, r->tr.rows, r->tr.cols, r->B, r->p, r->p > 1 ? "s" : "", c->steps, dt_optim_kind_name(c->opt.kind),
+               c->sched.lr, dt_kernels_threads());
+    else
+        printf(" (%zu parameters%s) on %s: %d training / %d test images; batch %d x %d ranks, %d steps per epoch, %s lr %g, "
+               "%d thread(s) per rank\n", cls_params(&r->m), mlp ? "" : c->sync_bn && r->p > 1 ? ", synchronised BatchNorm" : ", BatchNorm per rank",
+               dir, r->tr.n, r->te.n, r->B, r->p, r->tr.n / r->G, dt_optim_kind_name(c->opt.kind), c->sched.lr, dt_kernels_threads());
     fflush(stdout);
     return DT_OK;
 }
@@ -251,12 +282,47 @@ static int epoch(cls_run *r, int e, double *acc) {
     return 0;
 }
 
+/* --synthetic: --steps steps on the one batch, each timed; img/s per worker
+ * per step printed and in the metrics, as Horovod's synthetic benchmark
+ * prints its iterations. Returns the exit code. */
+static int synthetic_steps(cls_run *r) {
+    const dt_train_config *c = r->c;
+    r->step = 0;
+    for (int i = 0; i < r->tr.n; i++) r->perm[i] = i;
+    double *ips = calloc((size_t)c->steps, sizeof *ips);
+    if (!ips) { dt_log(DT_LOG_ERROR, "out of memory"); return 1; }
+    for (int k = 0; k < c->steps; k++) {
+        dt_step_result s;
+        double t0 = dt_time_now();
+        if (dt_engine_step(r->e, c->grad_accum, c->sched.lr, micro, r, 0, &s)) {
+            dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+            free(ips);
+            return 1;
+        }
+        double ms = (dt_time_now() - t0) * 1e3;
+        ips[k] = (double)r->B * c->grad_accum / (ms / 1e3);
+        if (!r->quiet) printf("Iter #%d: %.1f img/sec per worker (loss %.4f)\n", k, ips[k], s.loss);
+        if (r->metrics)
+            fprintf(r->metrics, "{\"step\":%d,\"loss\":%.6f,\"ms\":%.3f,\"img_per_s_worker\":%.2f,\"img_per_s\":%.2f,\"comm_exposed_ms\":%.3f}\n",
+                    k + 1, s.loss, ms, ips[k], ips[k] * r->p, s.exposed_ms);
+    }
+    if (!r->quiet) {
+        double mean, sd;
+        mean_sd(ips, c->steps, &mean, &sd);
+        printf("Img/sec per worker: %.1f +-%.1f\nTotal img/sec on %d worker%s: %.1f +-%.1f\n", mean, 1.96 * sd, r->p, r->p > 1 ? "s" : "",
+               mean * r->p, 1.96 * sd * r->p);
+    }
+    free(ips);
+    return 0;
+}
+
 int dt_classify_run(const dt_train_config *c, dt_comm *w) {
     cls_run r = { .c = c, .w = w, .rank = w ? dt_comm_rank(w) : 0, .p = w ? dt_comm_size(w) : 1 };
     r.quiet = c->quiet || r.rank != 0;
     int rc = 1;
     double acc = 0;
     if (setup(&r)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+    if (c->synthetic) { rc = synthetic_steps(&r); goto out; }
     for (int e = 0; e < c->epochs; e++)
         if ((rc = epoch(&r, e, &acc))) goto out;
     rc = 1;

@@ -1,0 +1,145 @@
+/* dtrain bench train --model resnet50 --synthetic: Horovod's
+ * pytorch_synthetic_benchmark.py in dtrain's terms. For each worker count N
+ * it runs `dtrain train --model M --synthetic --nproc N` (one random batch
+ * per worker, SGD lr 0.01) and, with --baseline torch, bench/torch_resnet.py
+ * (torchvision's model under PyTorch DDP over gloo) with PyTorch 2.x from the
+ * baselines' virtual environment and with Debian's PyTorch, one after the
+ * other in each round. Every timed iteration's img/s per worker is kept;
+ * reported as Horovod reports it: img/sec per worker, mean +- 1.96
+ * standard deviations, and total img/sec on N workers; then the ratio to
+ * PyTorch and the scaling from the first N. */
+#include "dtrain/bench.h"
+#include "measure.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { MAXV = 4096, SYSTEMS = 3 };
+static const char *system_name[SYSTEMS] = { "dtrain", "PyTorch 2.x (PyPI, oneDNN)", "PyTorch (Debian python3-torch)" };
+
+typedef struct { double v[MAXV]; int n; } samples;
+
+/* The img_per_s_worker of each JSON line after skip lines. */
+static void collect(FILE *f, int skip, samples *s) {
+    char line[4096];
+    for (int seen = 0; fgets(line, sizeof line, f);) {
+        cJSON *j = cJSON_Parse(line);
+        cJSON *x = j ? cJSON_GetObjectItemCaseSensitive(j, "img_per_s_worker") : NULL;
+        if (cJSON_IsNumber(x) && seen++ >= skip && s->n < MAXV) s->v[s->n++] = x->valuedouble;
+        cJSON_Delete(j);
+    }
+}
+
+static int run_dtrain(const dt_bench_train_opts *o, int n, const char *self, samples *s) {
+    char dir[] = "/tmp/dtrain-bench-XXXXXX", cmd[PATH_MAX * 3], path[PATH_MAX];
+    if (!mkdtemp(dir)) { dt_log(DT_LOG_ERROR, "bench train: cannot create a temporary directory"); return 1; }
+    snprintf(path, sizeof path, "%s/metrics", dir);
+    snprintf(cmd, sizeof cmd, "%s/dtrain train --model %s --synthetic --nproc %d --batch %d --steps %d --threads %d --optimizer sgd "
+             "--lr 0.01 --metrics %s --quiet %s > /dev/null 2> %s/stderr", self, o->model, n, o->batch, o->warmup + o->steps,
+             o->threads, path, o->train_flags ? o->train_flags : "", dir);
+    int rc = system(cmd), before = s->n;
+    FILE *f = fopen(path, "r");
+    if (f) collect(f, o->warmup, s), fclose(f);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/stderr", dir);
+    if (rc != 0 || s->n - before < o->steps) {
+        dt_log(DT_LOG_ERROR, "bench train: dtrain train --model %s --synthetic --nproc %d failed (exit status %d); its messages:",
+               o->model, n, rc);
+        FILE *e = fopen(path, "r");
+        char line[1024];
+        while (e && fgets(line, sizeof line, e)) fputs(line, stderr);
+        if (e) fclose(e);
+        rc = 1;
+    }
+    unlink(path);
+    rmdir(dir);
+    return rc ? 1 : 0;
+}
+
+/* which: 1 PyTorch 2.x from the virtual environment, 2 Debian's. */
+static int run_torch(const dt_bench_train_opts *o, int n, int which, samples *s) {
+    char cmd[PATH_MAX * 3];
+    if (which == 1 ? dt_bench_venv_cmd(cmd, sizeof cmd, "torch_resnet.py", o->threads)
+                   : dt_bench_python_cmd(cmd, sizeof cmd, "torch_resnet.py", o->threads))
+        return 1;
+    size_t len = strlen(cmd);
+    snprintf(cmd + len, sizeof cmd - len, "--model %s --nproc %d --batch %d --iters %d --warmup %d --threads %d", o->model, n,
+             o->batch, o->steps, o->warmup, o->threads);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 1;
+    int before = s->n;
+    collect(p, 0, s);
+    int rc = pclose(p);
+    if (rc != 0 || s->n - before < o->steps) {
+        dt_log(DT_LOG_ERROR, "bench train: %s failed with %d worker(s) (exit %d): %s", system_name[which], n, rc,
+               which == 2 ? "Debian's needs python3-torch and python3-torchvision" : "scripts/make-baselines-venv.sh installs it");
+        return 1;
+    }
+    return 0;
+}
+
+static void mean_sd(const samples *s, double *mean, double *sd) {
+    double a = 0, q = 0;
+    for (int i = 0; i < s->n; i++) a += s->v[i];
+    *mean = s->n ? a / s->n : 0;
+    for (int i = 0; i < s->n; i++) q += (s->v[i] - *mean) * (s->v[i] - *mean);
+    *sd = s->n > 1 ? sqrt(q / (s->n - 1)) : 0;
+}
+
+int dt_bench_train_images(const dt_bench_train_opts *o) {
+    char self[PATH_MAX], cpu[128];
+    if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
+    int one[1] = { 1 }, nn = o->nnprocs ? o->nnprocs : 1;
+    const int *np = o->nnprocs ? o->nprocs : one;
+    int rounds = o->rounds < 1 ? 1 : o->rounds > 16 ? 16 : o->rounds, systems = o->baseline ? SYSTEMS : 1, rc = 0;
+    static samples s[16][SYSTEMS];
+    memset(s, 0, sizeof s);
+    const char *shape = strcmp(o->model, "resnet:small") ? "3x224x224" : "1x28x28";
+    if (!o->json)
+        printf("# dtrain bench train: %s, synthetic %s images, batch %d per worker, SGD lr 0.01, %d thread(s) per worker, "
+               "%ld cores (%s); %d timed iterations after %d warm-up, %d round(s)%s\n", o->model, shape, o->batch, o->threads,
+               sysconf(_SC_NPROCESSORS_ONLN), dt_cpu_model(cpu, sizeof cpu), o->steps, o->warmup, rounds,
+               o->baseline ? "; dtrain, PyTorch 2.x and Debian's PyTorch (DDP over gloo) alternating" : "");
+    for (int r = 0; r < rounds && !rc; r++)
+        for (int i = 0; i < nn && !rc; i++)
+            for (int k = 0; k < systems && !rc; k++) {
+                int before = s[i][k].n;
+                rc = k == 0 ? run_dtrain(o, np[i], self, &s[i][k]) : run_torch(o, np[i], k, &s[i][k]);
+                if (rc || o->json) continue;
+                for (int j = before; j < s[i][k].n; j++)
+                    printf("Iter #%d: %.2f img/sec per worker [%s, %d worker%s, round %d]\n", j - before, s[i][k].v[j], system_name[k],
+                           np[i], np[i] > 1 ? "s" : "", r + 1);
+                fflush(stdout);
+            }
+    if (rc) return rc;
+    double first[SYSTEMS] = { 0 };
+    for (int i = 0; i < nn; i++) {
+        double mean[SYSTEMS], sd[SYSTEMS];
+        for (int k = 0; k < systems; k++) {
+            mean_sd(&s[i][k], &mean[k], &sd[k]);
+            if (i == 0) first[k] = mean[k];
+        }
+        if (o->json) {
+            printf("{\"model\":\"%s\",\"nproc\":%d,\"threads\":%d,\"batch\":%d,\"img_per_s_worker\":%.3f,\"ci95\":%.3f,\"img_per_s\":%.3f",
+                   o->model, np[i], o->threads, o->batch, mean[0], 1.96 * sd[0], mean[0] * np[i]);
+            if (systems > 1)
+                printf(",\"torch2_img_per_s_worker\":%.3f,\"torch2_ci95\":%.3f,\"debian_torch_img_per_s_worker\":%.3f,"
+                       "\"debian_torch_ci95\":%.3f", mean[1], 1.96 * sd[1], mean[2], 1.96 * sd[2]);
+            printf("}\n");
+            continue;
+        }
+        for (int k = 0; k < systems; k++)
+            printf("== %s, %d worker%s x %d thread(s):\nImg/sec per worker: %.2f +-%.2f\nTotal img/sec on %d worker%s: %.2f +-%.2f"
+                   "  (scaling from %d: %.2fx)\n", system_name[k], np[i], np[i] > 1 ? "s" : "", o->threads, mean[k], 1.96 * sd[k],
+                   np[i], np[i] > 1 ? "s" : "", mean[k] * np[i], 1.96 * sd[k] * np[i], np[0], mean[k] * np[i] / (first[k] * np[0]));
+        if (systems > 1)
+            printf("dtrain / PyTorch 2.x: %.2fx; dtrain / Debian's PyTorch: %.2fx (img/s per worker, %d worker%s)\n", mean[0] / mean[1],
+                   mean[0] / mean[2], np[i], np[i] > 1 ? "s" : "");
+    }
+    return 0;
+}
