@@ -11,9 +11,12 @@ tests/test_image_kernels.c reads it. Debian's python3-torch (1.13) is enough:
   /usr/bin/python3 scripts/make_image_kernels_fixture.py
 """
 import os
-import struct
+import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_arrays import write  # noqa: E402
 
 torch.manual_seed(1234)
 torch.set_num_threads(1)
@@ -21,7 +24,7 @@ records = []
 
 
 def put(name, t):
-    records.append((name, t.detach().double().float().contiguous()))
+    records.append((name, t.detach().float()))
 
 
 def conv_case(name, N, C, H, W, OC, K, stride, pad, bias):
@@ -101,10 +104,5 @@ put("ap.dy", dy)
 put("ap.dx", x.grad)
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "image_kernels_ref.bin")
-with open(out, "wb") as f:
-    f.write(b"DTFX")
-    for name, t in records:
-        f.write(struct.pack("<I", len(name)) + name.encode())
-        f.write(struct.pack("<I", t.dim()) + struct.pack("<%dI" % t.dim(), *t.shape))
-        f.write(t.numpy().astype("<f4").tobytes())
+write(out, records)
 print("wrote %s: %d arrays (torch %s)" % (out, len(records), torch.__version__))

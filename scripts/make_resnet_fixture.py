@@ -22,26 +22,21 @@ then named f32 arrays). Needs Debian's python3-torch and python3-torchvision:
   /usr/bin/python3 scripts/make_resnet_fixture.py
 """
 import os
-import struct
+import sys
 
 import numpy as np
 import torch
 import torchvision
-from torchvision.models.resnet import BasicBlock
 
-GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "bench"))
+from dtrain_random import splitmix  # noqa: E402
+from fixture_arrays import write  # noqa: E402
+from torch_resnet import build  # noqa: E402  (dtrain's resnet:small in torchvision's parts)
+
 SEED = 1234
 torch.set_num_threads(1)
-
-
-def splitmix(seed, first, n):
-    """Outputs first .. first+n-1 of dtrain's dt_rng_next from seed."""
-    with np.errstate(over="ignore"):
-        k = np.arange(first + 1, first + n + 1, dtype=np.uint64)
-        z = np.uint64(seed) + k * GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
 
 
 def init(model, seed):
@@ -71,25 +66,14 @@ def init(model, seed):
 
 
 def small_resnet():
-    """dtrain's resnet:small in torchvision's parts and names."""
-    m = torchvision.models.ResNet(BasicBlock, [2, 2, 2, 2], num_classes=10)
-    m.conv1 = torch.nn.Conv2d(1, 16, 3, 1, 1, bias=False)
-    m.bn1 = torch.nn.BatchNorm2d(16)
-    m.maxpool = torch.nn.Identity()
-    m.inplanes = 16
-    m.layer1 = m._make_layer(BasicBlock, 16, 2)
-    m.layer2 = m._make_layer(BasicBlock, 32, 2, stride=2)
-    m.layer3 = m._make_layer(BasicBlock, 64, 2, stride=2)
-    m.layer4 = torch.nn.Identity()
-    m.fc = torch.nn.Linear(64, 10)
-    return m
+    return build("resnet:small")
 
 
 records = []
 
 
 def put(name, t):
-    records.append((name, torch.as_tensor(t).detach().float().contiguous()))
+    records.append((name, torch.as_tensor(t).detach().float()))
 
 
 def train_steps(model, x, y, lr, dtype):
@@ -170,11 +154,6 @@ case("small", small_resnet, (4, 1, 28, 28), torch.tensor([3, 1, 4, 1]), True, 0.
 # resnet18 learns 4 images within 3 steps at 0.05; at 0.005 its losses stay where a relative comparison means something
 case("r18", lambda: torchvision.models.resnet18(num_classes=10), (4, 3, 64, 64), torch.tensor([7, 2, 9, 0]), False, 0.005)
 
-out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "resnet_ref.bin")
-with open(out, "wb") as f:
-    f.write(b"DTFX")
-    for name, t in records:
-        f.write(struct.pack("<I", len(name)) + name.encode())
-        f.write(struct.pack("<I", t.dim()) + struct.pack("<%dI" % t.dim(), *t.shape))
-        f.write(t.numpy().astype("<f4").tobytes())
+out = os.path.join(HERE, "..", "tests", "fixtures", "resnet_ref.bin")
+write(out, records)
 print("wrote %s: %d arrays (torch %s, torchvision %s)" % (out, len(records), torch.__version__, torchvision.__version__))

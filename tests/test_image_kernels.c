@@ -12,42 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixture_arrays.h"
+
 static int passed, failed;
 #define EXPECT(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL: "); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
-enum { MAX_ARRAYS = 128 };
-static struct { char name[32]; size_t n; float *v; } arr[MAX_ARRAYS];
-static int narr;
-
-static int load(const char *path) {
-    FILE *f = fopen(path, "rb");
-    char magic[4];
-    if (!f || fread(magic, 1, 4, f) != 4 || memcmp(magic, "DTFX", 4)) { if (f) fclose(f); return -1; }
-    uint32_t len;
-    while (narr < MAX_ARRAYS && fread(&len, 4, 1, f) == 1) {
-        uint32_t nd, d;
-        size_t n = 1;
-        if (len >= sizeof arr[0].name || fread(arr[narr].name, 1, len, f) != len || fread(&nd, 4, 1, f) != 1) break;
-        arr[narr].name[len] = 0;
-        for (uint32_t i = 0; i < nd; i++) {
-            if (fread(&d, 4, 1, f) != 1) { fclose(f); return -1; }
-            n *= d;
-        }
-        arr[narr].n = n;
-        arr[narr].v = malloc(n * sizeof(float));
-        if (!arr[narr].v || fread(arr[narr].v, sizeof(float), n, f) != n) { fclose(f); return -1; }
-        narr++;
-    }
-    fclose(f);
-    return 0;
-}
-
-static const float *get(const char *name, size_t *n) {
-    for (int i = 0; i < narr; i++)
-        if (!strcmp(arr[i].name, name)) { if (n) *n = arr[i].n; return arr[i].v; }
-    printf("FAIL: the fixture has no %s\n", name);
-    exit(1);
-}
+#define get fx_get
 
 /* max |got - ref| over max |ref| */
 static double rel(const float *got, const float *ref, size_t n) {
@@ -147,7 +117,7 @@ int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: test_image_kernels FIXTURES_DIR\n"); return 2; }
     char path[4096];
     snprintf(path, sizeof path, "%s/image_kernels_ref.bin", argv[1]);
-    if (load(path)) { printf("FAIL: cannot read %s\n", path); return 1; }
+    if (fx_load(path)) { printf("FAIL: cannot read %s\n", path); return 1; }
     /* one thread: images one by one; two: a thread per image (and the parallel loops over planes) */
     const char *convs[] = { "c3", "c7", "c1s2", "c1", "c3s2" };
     for (int th = 1; th <= 2; th++) {
@@ -157,7 +127,7 @@ int main(int argc, char **argv) {
     }
     batchnorm_case();
     pool_cases();
-    for (int i = 0; i < narr; i++) free(arr[i].v);
+    fx_free();
     printf("image kernels: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

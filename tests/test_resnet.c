@@ -14,43 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixture_arrays.h"
+
 static int passed, failed;
 #define EXPECT(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL: "); printf(__VA_ARGS__); printf("\n"); } } while (0)
-
-enum { MAX_ARRAYS = 64 };
-static struct { char name[32]; size_t n; float *v; } arr[MAX_ARRAYS];
-static int narr;
-
-static int load(const char *path) {
-    FILE *f = fopen(path, "rb");
-    char magic[4];
-    if (!f || fread(magic, 1, 4, f) != 4 || memcmp(magic, "DTFX", 4)) { if (f) fclose(f); return -1; }
-    uint32_t len;
-    while (narr < MAX_ARRAYS && fread(&len, 4, 1, f) == 1) {
-        uint32_t nd, d;
-        size_t n = 1;
-        if (len >= sizeof arr[0].name || fread(arr[narr].name, 1, len, f) != len || fread(&nd, 4, 1, f) != 1) break;
-        arr[narr].name[len] = 0;
-        for (uint32_t i = 0; i < nd; i++) {
-            if (fread(&d, 4, 1, f) != 1) { fclose(f); return -1; }
-            n *= d;
-        }
-        arr[narr].n = n;
-        arr[narr].v = malloc(n * sizeof(float));
-        if (!arr[narr].v || fread(arr[narr].v, sizeof(float), n, f) != n) { fclose(f); return -1; }
-        narr++;
-    }
-    fclose(f);
-    return 0;
-}
 
 static const float *get(const char *tag, const char *what, size_t *n) {
     char name[64];
     snprintf(name, sizeof name, "%s.%s", tag, what);
-    for (int i = 0; i < narr; i++)
-        if (!strcmp(arr[i].name, name)) { if (n) *n = arr[i].n; return arr[i].v; }
-    printf("FAIL: the fixture has no %s\n", name);
-    exit(1);
+    return fx_get(name, n);
 }
 
 static double maxabs(const float *v, size_t n) {
@@ -184,12 +156,12 @@ int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: test_resnet FIXTURES_DIR\n"); return 2; }
     char path[4096];
     snprintf(path, sizeof path, "%s/resnet_ref.bin", argv[1]);
-    if (load(path)) { printf("FAIL: cannot read %s\n", path); return 1; }
+    if (fx_load(path)) { printf("FAIL: cannot read %s\n", path); return 1; }
     dt_kernels_set_threads(2);
     one_case("small", "resnet:small", 1, 28, 28, 4, 0.05f);
     one_case("r18", "resnet18", 3, 64, 64, 4, 0.005f);
     bad_input();
-    for (int i = 0; i < narr; i++) free(arr[i].v);
+    fx_free();
     printf("resnet: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -79,6 +79,12 @@ typedef struct {
 const dt_tensor_info *dt_model_find(const dt_model *m, const char *name);
 /* Parameters in units [a, b), which are contiguous: *off, *count. */
 void dt_model_unit_range(const dt_model *m, int a, int b, size_t *off, size_t *count);
+/* set_param_storage for a model whose own buffer is own: the n parameters
+ * from now on at to (filled by the caller; own's pages go back), or back in
+ * own (NULL: copied from now). Returns where they are. */
+float *dt_model_param_storage(float *own, float *now, float *to, size_t n);
+/* set_grad_storage's: the gradients so far copied to to (NULL: own). */
+float *dt_model_grad_storage(float *own, float *now, float *to, size_t n);
 
 #define DT_GPT2_NTENSORS 16 /* llm.c's tensors (each per-layer one is L entries of the table) */
 

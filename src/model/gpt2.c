@@ -285,11 +285,7 @@ void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads) {
 }
 
 void dt_gpt2_set_param_storage(dt_gpt2 *m, float *params) {
-    float *p = params ? params : m->own_params;
-    if (p == m->params) return;
-    if (!params) memcpy(p, m->params, m->nparams * sizeof(float));
-    else dt_mem_release(m->own_params, m->nparams * sizeof(float));
-    m->params = p;
+    m->params = dt_model_param_storage(m->own_params, m->params, params, m->nparams);
 }
 
 dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on) {

@@ -111,17 +111,11 @@ void dt_mlp_layer(const dt_mlp *m, int l, size_t *w_off, size_t *b_off, int *in,
 }
 
 void dt_mlp_set_grad_storage(dt_mlp *m, float *grads) {
-    float *g = grads ? grads : m->own_grads;
-    if (g != m->grads) memcpy(g, m->grads, m->nparams * sizeof(float));
-    m->grads = g;
+    m->grads = dt_model_grad_storage(m->own_grads, m->grads, grads, m->nparams);
 }
 
 void dt_mlp_set_param_storage(dt_mlp *m, float *params) {
-    float *p = params ? params : m->own_params;
-    if (p == m->params) return;
-    if (!params) memcpy(p, m->params, m->nparams * sizeof(float));
-    else dt_mem_release(m->own_params, m->nparams * sizeof(float));
-    m->params = p;
+    m->params = dt_model_param_storage(m->own_params, m->params, params, m->nparams);
 }
 
 void dt_mlp_set_grad_hook(dt_mlp *m, dt_grad_hook hook, void *ctx) {

@@ -505,17 +505,11 @@ void dt_resnet_set_grad_hook(dt_resnet *m, dt_grad_hook hook, void *ctx) {
 }
 
 void dt_resnet_set_grad_storage(dt_resnet *m, float *grads) {
-    float *g = grads ? grads : m->own_grads;
-    if (g != m->grads) memcpy(g, m->grads, m->nparams * sizeof(float));
-    m->grads = g;
+    m->grads = dt_model_grad_storage(m->own_grads, m->grads, grads, m->nparams);
 }
 
 void dt_resnet_set_param_storage(dt_resnet *m, float *params) {
-    float *p = params ? params : m->own_params;
-    if (p == m->params) return;
-    if (!params) memcpy(p, m->params, m->nparams * sizeof(float));
-    else dt_mem_release(m->own_params, m->nparams * sizeof(float));
-    m->params = p;
+    m->params = dt_model_param_storage(m->own_params, m->params, params, m->nparams);
 }
 
 static float *v_params(void *m) { return dt_resnet_params(m); }

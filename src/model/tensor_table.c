@@ -1,4 +1,4 @@
-/* Queries over a model's tensor table, whatever the model. */
+/* Queries over a model's tensor table, and the moves of its stores, whatever the model. */
 #include "dtrain/model.h"
 
 #include <string.h>
@@ -21,4 +21,18 @@ void dt_model_unit_range(const dt_model *m, int a, int b, size_t *off, size_t *c
     }
     *off = lo < hi ? lo : 0;
     *count = lo < hi ? hi - lo : 0;
+}
+
+float *dt_model_param_storage(float *own, float *now, float *to, size_t n) {
+    float *p = to ? to : own;
+    if (p == now) return now;
+    if (!to) memcpy(p, now, n * sizeof(float));
+    else dt_mem_release(own, n * sizeof(float));
+    return p;
+}
+
+float *dt_model_grad_storage(float *own, float *now, float *to, size_t n) {
+    float *g = to ? to : own;
+    if (g != now) memcpy(g, now, n * sizeof(float));
+    return g;
 }
