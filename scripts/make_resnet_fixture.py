@@ -15,13 +15,19 @@ torchvision's parameter order), on a random batch:
   magnitude and 32 evenly spaced entries (its 11.7M gradients would make a
   47 MB fixture);
 - 10 steps of SGD with momentum 0.9 (lr 0.05; resnet18 0.005) on the same
-  batch: the losses.
+  batch: the losses;
+- the small ResNet trained 10 steps as a torchvision state dict in
+  safetensors (resnet_small.safetensors) with its logits in evaluation and
+  training mode, and two files dtrain must refuse (a misshaped and a
+  missing tensor).
 
 Writes tests/fixtures/resnet_ref.bin in test_image_kernels' format ("DTFX",
 then named f32 arrays). Needs Debian's python3-torch and python3-torchvision:
   /usr/bin/python3 scripts/make_resnet_fixture.py
 """
+import json
 import os
+import struct
 import sys
 
 import numpy as np
@@ -153,6 +159,38 @@ torch.manual_seed(5)
 case("small", small_resnet, (4, 1, 28, 28), torch.tensor([3, 1, 4, 1]), True, 0.05)
 # resnet18 learns 4 images within 3 steps at 0.05; at 0.005 its losses stay where a relative comparison means something
 case("r18", lambda: torchvision.models.resnet18(num_classes=10), (4, 3, 64, 64), torch.tensor([7, 2, 9, 0]), False, 0.005)
+
+def save_safetensors(path, tensors):
+    """A state dict as safetensors (the format, written by hand: no package needed)."""
+    header, data = {}, b""
+    for name, t in tensors.items():
+        b = t.detach().float().contiguous().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [len(data), len(data) + len(b)]}
+        data += b
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+# A torchvision state dict for dtrain to load: the small ResNet after its 10 steps (trained weights, running
+# averages away from 0 and 1), with its logits on the small batch in evaluation and in training mode; and two
+# files that must be refused: conv1.weight misshaped, and bn1.weight missing.
+torch.manual_seed(6)
+m = small_resnet()
+init(m, SEED)
+x = torch.randn(4, 1, 28, 28)
+model, _ = train_steps(m, x, torch.tensor([3, 1, 4, 1]), 0.05, torch.float32)
+sd = {k: v for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+fixtures = os.path.join(HERE, "..", "tests", "fixtures")
+save_safetensors(os.path.join(fixtures, "resnet_small.safetensors"), sd)
+model.eval()
+put("sd.x", x)
+put("sd.eval_logits", model(x))
+model.train()
+put("sd.train_logits", model(x))
+save_safetensors(os.path.join(fixtures, "resnet_small_misshaped.safetensors"), {"conv1.weight": torch.zeros(16, 1, 5, 5)})
+save_safetensors(os.path.join(fixtures, "resnet_small_missing.safetensors"), {"conv1.weight": sd["conv1.weight"]})
 
 out = os.path.join(HERE, "..", "tests", "fixtures", "resnet_ref.bin")
 write(out, records)

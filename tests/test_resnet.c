@@ -3,8 +3,11 @@
  * the same initialisation (each tensor's sum), one training step's logits
  * and loss (1e-5), every gradient (1e-4 of its tensor's largest; resnet18:
  * each tensor's largest and 32 entries), the BatchNorm running averages
- * after it, and 10 steps of SGD with momentum (losses within 1e-4). Then the
- * errors a user meets: a model spec that is not one, images too small. */
+ * after it, and 10 steps of SGD with momentum (losses within 1e-4); a
+ * torchvision state dict in safetensors loads and gives torchvision's
+ * logits. Then the errors a user meets: a state dict with a misshaped or a
+ * missing tensor, a model spec that is not one, images too small. */
+#include "dtrain/io.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 #include "dtrain/kernels.h"
@@ -136,6 +139,38 @@ static void one_case(const char *tag, const char *spec, int C, int H, int W, int
     dt_resnet_destroy(m);
 }
 
+/* A torchvision state dict (safetensors) loads: the trained small ResNet's
+ * logits in evaluation (running averages) and training mode; a misshaped
+ * and a missing tensor are refused by name. */
+static void state_dict(const char *dir) {
+    dt_resnet_config cfg;
+    dt_resnet *m = NULL;
+    char path[4096];
+    if (dt_resnet_config_parse("resnet:small", 1, 28, 28, 10, &cfg) || dt_resnet_create(&cfg, &m)) { failed++; return; }
+    snprintf(path, sizeof path, "%s/resnet_small.safetensors", dir);
+    dt_status st = dt_safetensors_load_resnet(path, m);
+    EXPECT(!st, "the torchvision state dict loads: %s", st ? dt_last_error() : "");
+    size_t n;
+    const float *x = get("sd", "x", NULL);
+    for (int train = 0; train < 2 && !st; train++) {
+        const float *ref = get("sd", train ? "train_logits" : "eval_logits", &n);
+        st = dt_resnet_forward(m, x, NULL, 4, train, NULL, NULL);
+        const float *lg = dt_resnet_logits(m);
+        double e = 0;
+        for (size_t i = 0; !st && i < n; i++) e = fmax(e, fabs(lg[i] - ref[i]));
+        e /= maxabs(ref, n);
+        EXPECT(!st && e <= 1e-5, "loaded state dict, %s mode: logits %.3g from torchvision's", train ? "training" : "evaluation", e);
+        printf("resnet:small from a torchvision state dict: %s-mode logits within %.2g\n", train ? "training" : "evaluation", e);
+    }
+    snprintf(path, sizeof path, "%s/resnet_small_misshaped.safetensors", dir);
+    EXPECT(dt_safetensors_load_resnet(path, m) && strstr(dt_last_error(), "conv1.weight") && strstr(dt_last_error(), "[16, 1, 5, 5]") &&
+           strstr(dt_last_error(), "[16, 1, 3, 3]"), "a misshaped tensor is refused with both shapes: %s", dt_last_error());
+    snprintf(path, sizeof path, "%s/resnet_small_missing.safetensors", dir);
+    EXPECT(dt_safetensors_load_resnet(path, m) && strstr(dt_last_error(), "bn1.weight") && strstr(dt_last_error(), "missing"),
+           "a missing tensor is refused by name: %s", dt_last_error());
+    dt_resnet_destroy(m);
+}
+
 static void bad_input(void) {
     dt_resnet_config c;
     EXPECT(dt_resnet_config_parse("resnet101", 3, 224, 224, 10, &c) && strstr(dt_last_error(), "resnet101"),
@@ -160,6 +195,7 @@ int main(int argc, char **argv) {
     dt_kernels_set_threads(2);
     one_case("small", "resnet:small", 1, 28, 28, 4, 0.05f);
     one_case("r18", "resnet18", 3, 64, 64, 4, 0.005f);
+    state_dict(argv[1]);
     bad_input();
     fx_free();
     printf("resnet: %d passed, %d failed\n", passed, failed);

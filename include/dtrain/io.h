@@ -28,6 +28,11 @@ dt_status dt_safetensors_load(const char *path, int heads, dt_gpt2 **out);
 dt_status dt_safetensors_load_into(const char *path, dt_gpt2 *m);
 /* dtype: DT_F32, DT_BF16 or DT_F16. */
 dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype);
+/* A torchvision ResNet's state dict as safetensors (torchvision's names;
+ * parameters and the BatchNorm running averages) into m, which has the
+ * architecture: a missing tensor or one of another shape is an error
+ * naming it and both shapes. F32, BF16 and F16 are read. */
+dt_status dt_safetensors_load_resnet(const char *path, dt_resnet *m);
 /* A model file of either kind, told apart by its first bytes. */
 dt_status dt_model_load(const char *path, int heads, dt_gpt2 **out);
 int dt_model_file_is_safetensors(const char *path);

@@ -95,8 +95,15 @@ static int offset_ok(const cJSON *v, size_t limit, size_t *out) {
     return *out <= limit;
 }
 
-/* Reads tensor `name` of shape [d0, d1] (d1 = 0 for 1-D) into out[d0*d1], transposing when asked. */
-static dt_status st_read(st_file *f, const char *name, int d0, int d1, int transpose, float *out) {
+static void shape_text(char *out, size_t cap, int ndim, const int *d) {
+    size_t k = (size_t)snprintf(out, cap, "[");
+    for (int i = 0; i < ndim && k < cap; i++) k += (size_t)snprintf(out + k, cap - k, "%s%d", i ? ", " : "", d[i]);
+    if (k < cap) snprintf(out + k, cap - k, "]");
+}
+
+/* Reads tensor `name` of shape dims[0..ndim) into out; a 2-D one
+ * transposed when asked (the file then has [dims[1], dims[0]]). */
+static dt_status st_read(st_file *f, const char *name, int ndim, const int *dims, int transpose, float *out) {
     const cJSON *t = st_find(f, name);
     if (!t) return dt_error(DT_ERR_IO, "%s: tensor \"%s\" is missing", f->path, name);
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype"), *sh = cJSON_GetObjectItemCaseSensitive(t, "shape"), *of = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
@@ -104,19 +111,28 @@ static dt_status st_read(st_file *f, const char *name, int d0, int d1, int trans
         return dt_error(DT_ERR_IO, "%s: tensor \"%s\" lacks dtype, shape or data_offsets", f->path, name);
     size_t es = !strcmp(dt->valuestring, "F32") ? 4 : (!strcmp(dt->valuestring, "BF16") || !strcmp(dt->valuestring, "F16")) ? 2 : 0;
     if (!es) return dt_error(DT_ERR_IO, "%s: tensor \"%s\" has dtype %s (F32, BF16 or F16 expected)", f->path, name, dt->valuestring);
-    int want_dims = d1 ? 2 : 1, s0 = cJSON_GetArraySize(sh) > 0 ? cJSON_GetArrayItem(sh, 0)->valueint : -1;
-    int s1 = cJSON_GetArraySize(sh) > 1 ? cJSON_GetArrayItem(sh, 1)->valueint : 0;
-    int e0 = transpose ? d1 : d0, e1 = transpose ? d0 : d1;
-    if (cJSON_GetArraySize(sh) != want_dims || s0 != e0 || s1 != e1)
-        return dt_error(DT_ERR_IO, "%s: tensor \"%s\" has shape [%d%s%d], the model needs [%d%s%d]", f->path, name, s0,
-                        want_dims > 1 ? ", " : "", want_dims > 1 ? s1 : 0, e0, want_dims > 1 ? ", " : "", want_dims > 1 ? e1 : 0);
-    size_t n = (size_t)s0 * (size_t)(d1 ? s1 : 1), b, e;
+    int want[4], got[8], ng = cJSON_GetArraySize(sh), same = ng == ndim;
+    for (int i = 0; i < ndim; i++) want[i] = dims[i];
+    if (transpose && ndim == 2) want[0] = dims[1], want[1] = dims[0];
+    for (int i = 0; i < ng && i < 8; i++) {
+        const cJSON *d = cJSON_GetArrayItem(sh, i);
+        got[i] = cJSON_IsNumber(d) ? d->valueint : -1;
+        if (i < ndim && got[i] != want[i]) same = 0;
+    }
+    if (!same) {
+        char a[96], b[96];
+        shape_text(a, sizeof a, ng < 8 ? ng : 8, got);
+        shape_text(b, sizeof b, ndim, want);
+        return dt_error(DT_ERR_IO, "%s: tensor \"%s\" has shape %s, the model needs %s", f->path, name, a, b);
+    }
+    size_t n = 1, b, e;
+    for (int i = 0; i < ndim; i++) n *= (size_t)want[i];
     const cJSON *ob = cJSON_GetArrayItem(of, 0), *oe = cJSON_GetArrayItem(of, 1);
     if (!offset_ok(ob, f->size - f->data, &b) || !offset_ok(oe, f->size - f->data, &e) || e < b || e - b != n * es)
         return dt_error(DT_ERR_IO, "%s: tensor \"%s\": data_offsets [%.17g, %.17g] do not match its %zu bytes or the file's "
                         "%zu data bytes", f->path, name, ob->valuedouble, oe->valuedouble, n * es, f->size - f->data);
     const unsigned char *src = (const unsigned char *)f->buf + f->data + b;
-    int cols = d1 ? s1 : 1;
+    size_t cols = transpose && ndim == 2 ? (size_t)want[1] : 1;
     for (size_t i = 0; i < n; i++) {
         float v;
         if (es == 4) memcpy(&v, src + 4 * i, 4);
@@ -125,8 +141,7 @@ static dt_status st_read(st_file *f, const char *name, int d0, int d1, int trans
             memcpy(&h, src + 2 * i, 2);
             v = dt->valuestring[0] == 'B' ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
         }
-        size_t r = i / (size_t)cols, c = i % (size_t)cols;
-        out[transpose ? c * (size_t)d1 + r : i] = v;
+        out[transpose && ndim == 2 ? i % cols * (size_t)dims[1] + i / cols : i] = v;
     }
     return DT_OK;
 }
@@ -171,7 +186,7 @@ static dt_status load_all(st_file *f, dt_gpt2 *m) {
     for (int i = 0; i < DT_GPT2_NTENSORS; i++)
         for (int l = 0; l < dt_gpt2_llmc_layers(m, i); l++) {
             const dt_tensor_info *t = dt_gpt2_llmc_tensor(m, i, l);
-            dt_status st = st_read(f, t->hf, dims[i][0], dims[i][1], hf_transposed[i], p + t->offset);
+            dt_status st = st_read(f, t->hf, dims[i][1] ? 2 : 1, dims[i], hf_transposed[i], p + t->offset);
             if (st) return st;
         }
     return DT_OK;
@@ -314,4 +329,27 @@ int dt_model_file_is_safetensors(const char *path) {
 dt_status dt_model_load(const char *path, int heads, dt_gpt2 **out) {
     if (dt_model_file_is_safetensors(path)) return dt_safetensors_load(path, heads, out);
     return dt_llmc_load(path, out);
+}
+
+dt_status dt_safetensors_load_resnet(const char *path, dt_resnet *m) {
+    st_file f;
+    dt_status st = st_open(path, &f);
+    if (st) return st;
+    int nt;
+    const dt_tensor_info *tab = dt_resnet_tensors(m, &nt);
+    float *p = dt_resnet_params(m), *buf = dt_resnet_buffers(m, NULL);
+    for (int i = 0; i < nt && !st; i++) st = st_read(&f, tab[i].hf, tab[i].ndim, tab[i].shape, 0, p + tab[i].offset);
+    /* the running averages (num_batches_tracked, which momentum makes unused, is not read) */
+    for (int i = 0; i < dt_resnet_num_batchnorms(m) && !st; i++) {
+        int C;
+        size_t at;
+        const char *bn = dt_resnet_batchnorm_name(m, i, &C, &at);
+        char name[96];
+        snprintf(name, sizeof name, "%s.running_mean", bn);
+        st = st_read(&f, name, 1, &C, 0, buf + at);
+        snprintf(name, sizeof name, "%s.running_var", bn);
+        if (!st) st = st_read(&f, name, 1, &C, 0, buf + at + C);
+    }
+    st_close(&f);
+    return st;
 }
