@@ -133,6 +133,8 @@ uint64_t dt_rng_next(uint64_t *state);
 #define DT_HASH_INIT 1469598103934665603ull
 uint64_t dt_hash_words(uint64_t h, const void *words, size_t n);
 /* Standard normal (Box-Muller) from the same stream. */
+/* Uniform in [0, 1) from one draw: its top 24 bits. */
+float dt_rng_uniform(uint64_t *state);
 float dt_rng_normal(uint64_t *state);
 
 /* "64", "4K", "1M", "2G" (powers of 1024) -> bytes. */

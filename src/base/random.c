@@ -10,6 +10,8 @@ uint64_t dt_rng_next(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
+float dt_rng_uniform(uint64_t *s) { return (float)((dt_rng_next(s) >> 40) * (1.0 / 16777216.0)); }
+
 float dt_rng_normal(uint64_t *s) {
     double u1 = ((dt_rng_next(s) >> 11) + 1.0) / 9007199254740993.0;
     double u2 = (dt_rng_next(s) >> 11) / 9007199254740992.0;

@@ -92,7 +92,7 @@ void dt_mlp_init_random(dt_mlp *m, uint64_t seed) {
         float bound = 1.0f / sqrtf((float)m->size[l]);
         size_t nw = (size_t)m->size[l + 1] * m->size[l];
         for (size_t i = 0; i < nw + (size_t)m->size[l + 1]; i++) {
-            float u = (float)((dt_rng_next(&s) >> 40) * (1.0 / 16777216.0)); /* [0, 1) */
+            float u = dt_rng_uniform(&s);
             m->params[m->woff[l] + i] = (2 * u - 1) * bound; /* bias follows weight in the store */
         }
     }

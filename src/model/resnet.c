@@ -292,7 +292,7 @@ void dt_resnet_init_random(dt_resnet *m, uint64_t seed) {
             for (size_t k = 0; k < t->count; k++) p[k] = dt_rng_normal(&s) * sd;
         } else if (is_fc) {
             float bound = 1.0f / sqrtf((float)m->tab[is_bias ? i - 1 : i].shape[1]);
-            for (size_t k = 0; k < t->count; k++) p[k] = (2.0f * (float)((dt_rng_next(&s) >> 40) * (1.0 / 16777216.0)) - 1.0f) * bound;
+            for (size_t k = 0; k < t->count; k++) p[k] = (2.0f * dt_rng_uniform(&s) - 1.0f) * bound;
         } else {
             for (size_t k = 0; k < t->count; k++) p[k] = is_bias ? 0.0f : 1.0f;
         }
