@@ -61,7 +61,7 @@ expect_error() { # what, pattern, args...
         || fail "$what: rc $rc, $(cat "$dir/err")"
 }
 expect_error "resnet18 on 8x8 images" "8x8" --model resnet18 --data "$dir/img" --epochs 1 --quiet
-expect_error "an unknown ResNet" "resnet101" --model resnet101 --data "$dir/img" --epochs 1 --quiet
+expect_error "an unknown ResNet" "resnet101" --model resnet101 --data "$dir/no-such-dir" --epochs 1 --quiet  # named before any data is read
 expect_error "--sync-bn with the MLP" "no BatchNorm" --model mlp --data "$dir/img" --epochs 1 --sync-bn --quiet
 expect_error "--sync-bn with GPT-2" "no BatchNorm" --data "$dir/img/train-images-idx3-ubyte.gz" --sync-bn --quiet
 echo "resnet training: $passed passed, $failed failed"

@@ -172,7 +172,8 @@ static dt_status setup(cls_run *r) {
         return dt_error(DT_ERR_UNSUPPORTED, "--model %s: %s is not built for image models yet (GPT-2 only)", c->model,
                         c->save ? "--save" : c->resume ? "--resume" : c->trace ? "--trace" : "--report");
     if (c->sync_bn && mlp) return dt_error(DT_ERR_ARG, "--sync-bn: the MLP has no BatchNorm (a ResNet has)");
-    dt_status st = mlp ? parse_hidden(c->model, r->sizes, &r->ns) : DT_OK;
+    dt_resnet_config named; /* the name checked before any data is read */
+    dt_status st = mlp ? parse_hidden(c->model, r->sizes, &r->ns) : dt_resnet_config_parse(c->model, 1, 224, 224, 10, &named);
     if (!st && c->precision != DT_F32)
         st = dt_error(DT_ERR_UNSUPPORTED, "--precision %s: image models train in fp32 only (mixed precision is built for GPT-2)",
                       c->precision == DT_BF16 ? "bf16" : "fp16");

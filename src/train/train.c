@@ -276,8 +276,8 @@ static dt_status build_model(const run *r, dt_gpt2 **out) {
         cfg = *dt_gpt2_get_config(*out);
     } else if (dt_gpt2_preset(c->model, &cfg)) {
         return dt_error(DT_ERR_ARG, "--model %s: %s", c->model,
-                        strchr(c->model, '/') || strchr(c->model, '.') ? "no such file (nor a preset: d6, 124M, 350M, 774M, 1558M, mlp)"
-                                                                       : "not a preset (d6, 124M, 350M, 774M, 1558M, mlp) nor a file");
+                        strchr(c->model, '/') || strchr(c->model, '.') ? "no such file (nor a preset: d6, 124M, 350M, 774M, 1558M, mlp, resnet:small, resnet18, resnet34, resnet50)"
+                                                                       : "not a preset (d6, 124M, 350M, 774M, 1558M, mlp, resnet:small, resnet18, resnet34, resnet50) nor a file");
     }
     int *f[6] = { &cfg.max_seq_len, &cfg.vocab_size, &cfg.padded_vocab_size, &cfg.num_layers, &cfg.num_heads, &cfg.channels };
     for (int i = 0; i < 6; i++) {
