@@ -51,6 +51,15 @@ w=$(worst "$dir/one.1e-30.jsonl" "$dir/local.jsonl" 64 loss)
 [ "$w" != missing ] && awk "BEGIN{exit !($w > 1e-3)}" && ok "per-rank BatchNorm differs from one process x 8 ($w), as it should" \
     || fail "per-rank BatchNorm gave the one process's losses ($w): is BatchNorm synchronised by default?"
 
+# 2b. --init: the trained small ResNet's torchvision state dict (tests/fixtures) starts the run: on still weights its
+# losses are not the random initialisation's; a state dict with a misshaped tensor is refused naming it
+fix=$(cd "$(dirname "$0")" && pwd)/fixtures
+"$DTRAIN" train "${rn[@]}" --lr 1e-30 --batch 8 --init "$fix/resnet_small.safetensors" --metrics "$dir/init.jsonl" 2> "$dir/err" \
+    || fail "--init: $(cat "$dir/err")"
+w=$(worst "$dir/one.1e-30.jsonl" "$dir/init.jsonl" 64 loss)
+[ "$w" != missing ] && awk "BEGIN{exit !($w > 1e-2)}" && ok "--init loads the state dict: its losses differ from the random start's ($w)" \
+    || fail "--init gave the random start's losses ($w)"
+
 # 3. bad settings, named
 expect_error() { # what, pattern, args...
     local what=$1 pat=$2
@@ -63,6 +72,9 @@ expect_error() { # what, pattern, args...
 expect_error "resnet18 on 8x8 images" "8x8" --model resnet18 --data "$dir/img" --epochs 1 --quiet
 expect_error "an unknown ResNet" "resnet101" --model resnet101 --data "$dir/no-such-dir" --epochs 1 --quiet  # named before any data is read
 expect_error "--sync-bn with the MLP" "no BatchNorm" --model mlp --data "$dir/img" --epochs 1 --sync-bn --quiet
+expect_error "--init with a misshaped tensor" "conv1.weight" --model resnet:small --data "$dir/img" --epochs 1 --quiet \
+    --init "$fix/resnet_small_misshaped.safetensors"
+expect_error "--init with the MLP" "the MLP starts" --model mlp --data "$dir/img" --epochs 1 --quiet --init "$fix/resnet_small.safetensors"
 expect_error "--sync-bn with GPT-2" "no BatchNorm" --data "$dir/img/train-images-idx3-ubyte.gz" --sync-bn --quiet
 echo "resnet training: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

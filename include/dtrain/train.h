@@ -17,6 +17,7 @@ extern "C" {
 
 typedef struct {
     const char *model;        /* preset (d6, 124M, ...) or an llm.c model file */
+    const char *init;         /* image models: start from this torchvision state dict (safetensors) */
     dt_gpt2_config shape;     /* overrides from flags; 0 = from the preset or file */
     const char *data, *val_data;
     int batch, seq, steps, grad_accum, eval_every, eval_batches, threads;

@@ -23,7 +23,8 @@ static void usage(FILE *f) {
             "                     resnet:small (28x28 images), resnet18, resnet34, resnet50 (torchvision's) on the\n"
             "                     same images, --sync-bn: BatchNorm's statistics over every rank's batch;\n"
             "                     --synthetic: --steps on one random batch (3x224x224; 1x28x28 for resnet:small),\n"
-            "                     img/s per iteration as Horovod's synthetic benchmark prints them\n"
+            "                     img/s per iteration as Horovod's synthetic benchmark prints them; --init FILE:\n"
+            "                     start from a torchvision state dict in safetensors (weights and running averages)\n"
             "  --layers/--heads/--channels/--vocab/--max-seq N   shape overrides (any shape)\n"
             "  --data FILE        training tokens (llm.c format)\n"
             "  --val-data FILE    validation tokens; --eval-every N steps, --eval-batches N (8)\n"
@@ -86,7 +87,7 @@ static void usage(FILE *f) {
 static const dt_cli_flag flags[] = {
     { "--model", "a preset (d6, 124M, 350M, 774M, 1558M), a model file, mlp[:H1,H2,..], resnet:small, resnet18, resnet34 or resnet50" },
     { "--data", "a token file (or, for mlp and resnets, a directory of IDX files)" }, { "--val-data", "a token file" },
-    { "--save", "a directory, or FILE.bin / FILE.safetensors" }, { "--resume", "a checkpoint directory" },
+    { "--save", "a directory, or FILE.bin / FILE.safetensors" }, { "--init", "a torchvision state dict (FILE.safetensors)" }, { "--resume", "a checkpoint directory" },
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
@@ -169,6 +170,7 @@ int dt_cli_train(int argc, char **argv) {
             if (ok && nf->kind == 'u') *(uint64_t *)nf->out = (uint64_t)x;
         } else if (!strcmp(f, "--config")) {} /* read above */
         else if (!strcmp(f, "--model")) c.model = v;
+        else if (!strcmp(f, "--init")) c.init = v;
         else if (!strcmp(f, "--data")) c.data = v;
         else if (!strcmp(f, "--val-data")) c.val_data = v;
         else if (!strcmp(f, "--save")) c.save = v;

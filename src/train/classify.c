@@ -15,6 +15,7 @@
 #include "dtrain/data.h"
 #include "dtrain/kernels.h"
 #include "dtrain/engine.h"
+#include "dtrain/io.h"
 #include "dtrain/train.h"
 
 #include <math.h>
@@ -200,8 +201,10 @@ static dt_status setup(cls_run *r) {
     }
     if (!st && r->w) st = check_same(r->w, &r->tr, &r->te, r->B, c->epochs, cls_params(&r->m));
     if (st) return st;
+    if (mlp && c->init) return dt_error(DT_ERR_ARG, "--init %s: the MLP starts from its own initialisation (a ResNet loads a state dict)", c->init);
     if (mlp) dt_mlp_init_random(r->m.mlp, c->seed);
     else dt_resnet_init_random(r->m.resnet, c->seed);
+    if (c->init && (st = dt_safetensors_load_resnet(c->init, r->m.resnet))) return st;
     if (c->sync_bn && r->p > 1) dt_resnet_set_bn_reduce(r->m.resnet, sum_over_ranks, r->w);
     dt_engine_config ec = { .comm = r->p > 1 ? r->w : NULL, .strategy = c->strategy, .opt = c->opt, .grad_clip = c->grad_clip,
                             .skip_nonfinite = 0, .step_at_end = c->step_at_end, .bucket_first = 1u << 20,

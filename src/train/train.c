@@ -84,6 +84,7 @@ static void json_num(FILE *f, const char *key, const char *fmt, double v) {
 static dt_status check_settings(dt_train_config *c, int nranks) {
     if (c->sync_bn) return dt_error(DT_ERR_ARG, "--sync-bn: GPT-2 has no BatchNorm (the ResNets have: --model resnet:small, resnet18, ...)");
     if (c->synthetic) return dt_error(DT_ERR_ARG, "--synthetic: image models only (GPT-2's synthetic throughput: dtrain bench train)");
+    if (c->init) return dt_error(DT_ERR_ARG, "--init %s: a ResNet's starting weights (GPT-2 starts from a file with --model FILE)", c->init);
     if (c->train_batch_size && c->train_batch_size != c->batch * c->grad_accum * nranks)
         return dt_error(DT_ERR_ARG, "train_batch_size %d must equal micro-batch %d x gradient accumulation %d x %d data-parallel "
                         "ranks = %d", c->train_batch_size, c->batch, c->grad_accum, nranks, c->batch * c->grad_accum * nranks);
