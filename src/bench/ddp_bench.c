@@ -24,23 +24,11 @@
 
 enum { MAXR = 16, MAXN = 16 };
 
-/* Appends the values of `key` after `skip` JSON lines to v[*n..cap). */
-static void collect(FILE *f, const char *key, int skip, double *v, int *n, int cap) {
-    char line[4096];
-    int seen = 0;
-    while (fgets(line, sizeof line, f)) {
-        cJSON *j = cJSON_Parse(line);
-        cJSON *x = j ? cJSON_GetObjectItemCaseSensitive(j, key) : NULL;
-        if (cJSON_IsNumber(x) && seen++ >= skip && *n < cap) v[(*n)++] = x->valuedouble;
-        cJSON_Delete(j);
-    }
-}
-
 /* Median over JSON lines of `key` after `skip` lines; -1 when fewer than want. */
 static double median_key(FILE *f, const char *key, int skip, int want) {
     double v[4096];
     int n = 0;
-    collect(f, key, skip, v, &n, 4096);
+    dt_bench_collect(f, key, skip, v, &n, 4096);
     return n < want ? -1 : dt_bench_median(v, n);
 }
 
@@ -70,9 +58,9 @@ int dt_bench_run_dtrain(const dt_bench_train_opts *o, int nproc, bool indep, con
         snprintf(path, sizeof path, "%s/metrics.%d", dir, r);
         FILE *f = fopen(path, "r");
         if (!f) continue;
-        collect(f, "ms", o->warmup, v, &nv, 4096);
+        dt_bench_collect(f, "ms", o->warmup, v, &nv, 4096);
         rewind(f);
-        collect(f, "comm_exposed_ms", o->warmup, e, &ne, 4096);
+        dt_bench_collect(f, "comm_exposed_ms", o->warmup, e, &ne, 4096);
         fclose(f);
         unlink(path);
     }
@@ -82,10 +70,7 @@ int dt_bench_run_dtrain(const dt_bench_train_opts *o, int nproc, bool indep, con
     if (rc != 0 || *ms < 0) {
         dt_log(DT_LOG_ERROR, "bench train: dtrain train --nproc %d%s failed (exit status %d); its messages:", indep ? 1 : nproc,
                indep ? " (independent runs)" : "", rc);
-        FILE *f = fopen(path, "r");
-        char line[1024];
-        while (f && fgets(line, sizeof line, f)) fputs(line, stderr);
-        if (f) fclose(f);
+        dt_bench_print_file(path);
         rc = 1;
     }
     unlink(path);

@@ -11,7 +11,6 @@
 #include "dtrain/bench.h"
 #include "measure.h"
 
-#include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,17 +23,6 @@ static const char *system_name[SYSTEMS] = { "dtrain", "PyTorch 2.x (PyPI, oneDNN
 
 typedef struct { double v[MAXV]; int n; } samples;
 
-/* The img_per_s_worker of each JSON line after skip lines. */
-static void collect(FILE *f, int skip, samples *s) {
-    char line[4096];
-    for (int seen = 0; fgets(line, sizeof line, f);) {
-        cJSON *j = cJSON_Parse(line);
-        cJSON *x = j ? cJSON_GetObjectItemCaseSensitive(j, "img_per_s_worker") : NULL;
-        if (cJSON_IsNumber(x) && seen++ >= skip && s->n < MAXV) s->v[s->n++] = x->valuedouble;
-        cJSON_Delete(j);
-    }
-}
-
 static int run_dtrain(const dt_bench_train_opts *o, int n, const char *self, samples *s) {
     char dir[] = "/tmp/dtrain-bench-XXXXXX", cmd[PATH_MAX * 3], path[PATH_MAX];
     if (!mkdtemp(dir)) { dt_log(DT_LOG_ERROR, "bench train: cannot create a temporary directory"); return 1; }
@@ -44,16 +32,13 @@ static int run_dtrain(const dt_bench_train_opts *o, int n, const char *self, sam
              o->threads, path, o->train_flags ? o->train_flags : "", dir);
     int rc = system(cmd), before = s->n;
     FILE *f = fopen(path, "r");
-    if (f) collect(f, o->warmup, s), fclose(f);
+    if (f) dt_bench_collect(f, "img_per_s_worker", o->warmup, s->v, &s->n, MAXV), fclose(f);
     unlink(path);
     snprintf(path, sizeof path, "%s/stderr", dir);
     if (rc != 0 || s->n - before < o->steps) {
         dt_log(DT_LOG_ERROR, "bench train: dtrain train --model %s --synthetic --nproc %d failed (exit status %d); its messages:",
                o->model, n, rc);
-        FILE *e = fopen(path, "r");
-        char line[1024];
-        while (e && fgets(line, sizeof line, e)) fputs(line, stderr);
-        if (e) fclose(e);
+        dt_bench_print_file(path);
         rc = 1;
     }
     unlink(path);
@@ -73,7 +58,7 @@ static int run_torch(const dt_bench_train_opts *o, int n, int which, samples *s)
     FILE *p = popen(cmd, "r");
     if (!p) return 1;
     int before = s->n;
-    collect(p, 0, s);
+    dt_bench_collect(p, "img_per_s_worker", 0, s->v, &s->n, MAXV);
     int rc = pclose(p);
     if (rc != 0 || s->n - before < o->steps) {
         dt_log(DT_LOG_ERROR, "bench train: %s failed with %d worker(s) (exit %d): %s", system_name[which], n, rc,

@@ -1,6 +1,7 @@
 /* Medians, the executable's directory and the baselines' command lines, for every benchmark. */
 #include "measure.h"
 
+#include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,4 +56,22 @@ int dt_bench_venv_cmd(char *out, size_t cap, const char *script, int threads) {
                      "script=%s/../bench/%s; [ -f \"$script\" ] || script=bench/%s; "
                      "OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d \"%s\" \"$script\" ", self, script, script, threads, threads, py);
     return n < 0 || (size_t)n >= cap;
+}
+
+void dt_bench_collect(FILE *f, const char *key, int skip, double *v, int *n, int cap) {
+    char line[4096];
+    int seen = 0;
+    while (fgets(line, sizeof line, f)) {
+        cJSON *j = cJSON_Parse(line);
+        cJSON *x = j ? cJSON_GetObjectItemCaseSensitive(j, key) : NULL;
+        if (cJSON_IsNumber(x) && seen++ >= skip && *n < cap) v[(*n)++] = x->valuedouble;
+        cJSON_Delete(j);
+    }
+}
+
+void dt_bench_print_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) fputs(line, stderr);
+    if (f) fclose(f);
 }

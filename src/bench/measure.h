@@ -7,9 +7,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* Median of n values (sorts v). */
 double dt_bench_median(double *v, int n);
+/* Appends the values of key in the JSON lines of f, after skip of them, to v[*n..cap). */
+void dt_bench_collect(FILE *f, const char *key, int skip, double *v, int *n, int cap);
+/* A failed run's messages (the file at path) onto stderr. */
+void dt_bench_print_file(const char *path);
 /* The directory of this executable (build/), without a trailing slash; 0 on success. */
 int dt_bench_self_dir(char *out, size_t cap);
 
