@@ -5,7 +5,7 @@
  * each tensor's largest and 32 entries), the BatchNorm running averages
  * after it, and 10 steps of SGD with momentum (losses within 1e-4); a
  * torchvision state dict in safetensors loads and gives torchvision's
- * logits. Then the errors a user meets: a state dict with a misshaped or a
+ * logits; backward's gradient buffers are shared. Then the errors a user meets: a state dict with a misshaped or a
  * missing tensor, a model spec that is not one, images too small. */
 #include "dtrain/io.h"
 #include "dtrain/model.h"
@@ -187,6 +187,25 @@ static void bad_input(void) {
     dt_resnet_destroy(m);
 }
 
+/* Backward's gradient buffers are shared by slots whose lives do not
+ * overlap (their correctness is the gradients' above): for resnet50 at
+ * 224x224 they must come to a small part of the activations kept, where
+ * one per activation would be as large. */
+static void memory(void) {
+    dt_resnet_config c;
+    dt_resnet *m = NULL;
+    if (dt_resnet_config_parse("resnet50", 3, 224, 224, 1000, &c) || dt_resnet_create(&c, &m)) {
+        EXPECT(0, "resnet50: %s", dt_last_error());
+        return;
+    }
+    size_t kept, grads, work;
+    dt_resnet_batch_bytes(m, 1, &kept, &grads, &work);
+    printf("resnet50, one 224x224 image: %.1f MiB kept for backward, %.1f MiB of gradient buffers, %.1f MiB of scratch\n",
+           kept / 1048576.0, grads / 1048576.0, work / 1048576.0);
+    EXPECT(grads * 5 < kept, "resnet50's gradient buffers (%zu bytes) are not shared: kept %zu", grads, kept);
+    dt_resnet_destroy(m);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: test_resnet FIXTURES_DIR [small|all] [THREADS]\n"); return 2; }
     char path[4096];
@@ -199,6 +218,7 @@ int main(int argc, char **argv) {
     if (argc < 3 || strcmp(argv[2], "small")) one_case("r18", "resnet18", 3, 64, 64, 4, 0.005f);
     state_dict(argv[1]);
     bad_input();
+    memory();
     fx_free();
     printf("resnet: %d passed, %d failed\n", passed, failed);
     return failed != 0;

@@ -73,6 +73,8 @@ void dt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
 /* ReLU: out = max(x, 0); dinp += dout where inp > 0. */
 void dt_relu_forward(float *out, const float *inp, size_t n);
 void dt_relu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* After an in-place ReLU (out written over its input): d = 0 where out is 0. */
+void dt_relu_backward_inplace(float *d, const float *out, size_t n);
 
 /* out = a + b. */
 void dt_residual_forward(float *out, const float *a, const float *b, size_t n);

@@ -268,6 +268,10 @@ size_t dt_resnet_num_params(const dt_resnet *m);
 float *dt_resnet_params(dt_resnet *m);
 float *dt_resnet_grads(dt_resnet *m);
 const dt_tensor_info *dt_resnet_tensors(const dt_resnet *m, int *n);
+/* Memory for a batch of B: the activations kept from forward for backward
+ * (and max pooling's indices), the gradient buffers backward shares among
+ * them, the convolutions' scratch. */
+void dt_resnet_batch_bytes(const dt_resnet *m, int B, size_t *kept, size_t *grads, size_t *work);
 /* The running averages: per BatchNorm i (in forward order) its name, its
  * channels C and the offset of its running mean (C floats, then the
  * running variance) in the buffers. */

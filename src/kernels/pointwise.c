@@ -24,6 +24,11 @@ void dt_relu_backward(float *dinp, const float *inp, const float *dout, size_t n
     for (size_t i = 0; i < n; i++) dinp[i] += inp[i] > 0 ? dout[i] : 0;
 }
 
+void dt_relu_backward_inplace(float *d, const float *out, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) d[i] = out[i] > 0 ? d[i] : 0;
+}
+
 void dt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {

@@ -10,7 +10,14 @@
  * gradients of what it read. Units for the engine: the stem, each block,
  * the head; a unit's gradients are final once backward has gone through
  * its first operation. BatchNorm's running averages are buffers beside the
- * parameters (not trained, not averaged as gradients). */
+ * parameters (not trained, not averaged as gradients).
+ *
+ * Memory, as torchvision's modules use it: ReLU and the residual add write
+ * over their input (BatchNorm's backward reads its input, not its output,
+ * and ReLU's backward needs only where its output is 0), so a block keeps
+ * each convolution's output and each BatchNorm's. A gradient slot lives
+ * only from its first reader in backward to the op that wrote the slot;
+ * slots whose lives do not overlap share a buffer (`plan_grads`). */
 #include "dtrain/kernels.h"
 #include "dtrain/model.h"
 
@@ -52,6 +59,12 @@ struct dt_resnet {
     /* per batch */
     int B, cap_B;
     float *act[MAX_OPS + 1], *dact[MAX_OPS + 1];
+    /* gradient buffers: slot s's is dbuf[grad_buf[s]] (-1: the images, none),
+     * needed from backward's op grad_born[s] (nops: the loss) down to grad_dies[s] */
+    int grad_buf[MAX_OPS + 1], grad_born[MAX_OPS + 1], grad_dies[MAX_OPS + 1];
+    size_t dbuf_floats[MAX_OPS + 1]; /* per image */
+    float *dbuf[MAX_OPS + 1];
+    int ndbuf;
     float *work, *losses;
     size_t nwork;
     int32_t *labels;
@@ -118,17 +131,55 @@ static int bn(dt_resnet *m, const char *name, int in, int unit) {
     return o->out = new_slot(m, C, m->slot[in].H, m->slot[in].W);
 }
 
+/* In place: every ReLU here follows a BatchNorm or an add, whose output nothing else reads. */
 static int relu(dt_resnet *m, int in, int unit) {
-    op *o = add_op(m, OP_RELU, in, unit);
-    shape s = m->slot[in];
-    return o->out = new_slot(m, s.C, s.H, s.W);
+    return add_op(m, OP_RELU, in, unit)->out = in;
 }
 
+/* In place, into a (a BatchNorm's output), as torchvision's `out += identity`. */
 static int add(dt_resnet *m, int a, int b, int unit) {
     op *o = add_op(m, OP_ADD, a, unit);
     o->in2 = b;
-    shape s = m->slot[a];
-    return o->out = new_slot(m, s.C, s.H, s.W);
+    return o->out = a;
+}
+
+/* Which slots' gradients can share a buffer. Backward goes from the loss
+ * (step nops) down to op 0; op i adds into the gradients of what it reads
+ * and reads its output's. So slot s's gradient is needed from the highest
+ * op that reads s down to the lowest that writes it (in-place ops write a
+ * slot more than once). Buffers are handed out at birth (best fit among the
+ * free ones, else the largest free one grown, else a new one) and freed
+ * after the step the slot dies at, once that op has read it. */
+static void plan_grads(dt_resnet *m) {
+    int last = m->nslots - 1, owner[MAX_OPS + 1];
+    for (int s = 0; s < m->nslots; s++) m->grad_born[s] = -1, m->grad_dies[s] = m->nops, m->grad_buf[s] = -1;
+    for (int i = 0; i < m->nops; i++) {
+        op *o = &m->ops[i];
+        if (o->in > 0 && m->grad_born[o->in] < i) m->grad_born[o->in] = i;
+        if (o->in2 > 0 && m->grad_born[o->in2] < i) m->grad_born[o->in2] = i;
+        if (m->grad_dies[o->out] > i) m->grad_dies[o->out] = i;
+    }
+    m->grad_born[last] = m->nops;
+    m->ndbuf = 0;
+    for (int t = m->nops; t >= 0; t--) {
+        for (int s = 1; s < m->nslots; s++) {
+            if (m->grad_born[s] != t) continue;
+            size_t need = (size_t)m->slot[s].C * m->slot[s].H * m->slot[s].W;
+            int best = -1, largest = -1;
+            for (int k = 0; k < m->ndbuf; k++) {
+                if (owner[k] >= 0) continue;
+                if (m->dbuf_floats[k] >= need && (best < 0 || m->dbuf_floats[k] < m->dbuf_floats[best])) best = k;
+                if (largest < 0 || m->dbuf_floats[k] > m->dbuf_floats[largest]) largest = k;
+            }
+            if (best < 0) best = largest;
+            if (best < 0) best = m->ndbuf++, m->dbuf_floats[best] = 0;
+            if (m->dbuf_floats[best] < need) m->dbuf_floats[best] = need;
+            owner[best] = s;
+            m->grad_buf[s] = best;
+        }
+        for (int s = 1; s < m->nslots; s++)
+            if (m->grad_born[s] >= 0 && m->grad_dies[s] == t) owner[m->grad_buf[s]] = -1;
+    }
 }
 
 /* torchvision's BasicBlock: conv3x3-bn-relu-conv3x3-bn, + identity (or
@@ -234,6 +285,7 @@ dt_status dt_resnet_create(const dt_resnet_config *cfg, dt_resnet **out) {
     add_tensor(m, "fc.bias", unit, 1, cfg->classes, 0, 0, 0);
     fc->out = new_slot(m, cfg->classes, 1, 1);
     m->nunits = unit + 1;
+    plan_grads(m);
     m->params = m->own_params = dt_alloc_aligned(m->nparams * sizeof(float));
     m->grads = m->own_grads = dt_alloc_zeroed(m->nparams * sizeof(float));
     m->buffers = calloc(m->nbuffers + 1, sizeof(float));
@@ -256,9 +308,9 @@ dt_status dt_resnet_create(const dt_resnet_config *cfg, dt_resnet **out) {
 static void free_batch(dt_resnet *m) {
     for (int i = 0; i < m->nslots; i++) {
         dt_free_aligned(m->act[i]);
-        dt_free_aligned(m->dact[i]);
         m->act[i] = m->dact[i] = NULL;
     }
+    for (int k = 0; k < m->ndbuf; k++) dt_free_aligned(m->dbuf[k]), m->dbuf[k] = NULL;
     for (int i = 0; i < m->nops; i++) free(m->ops[i].idx), m->ops[i].idx = NULL;
     dt_free_aligned(m->work);
     free(m->losses);
@@ -314,20 +366,13 @@ static dt_status reserve(dt_resnet *m, int B) {
     if (B <= m->cap_B) return DT_OK;
     free_batch(m);
     bool ok = true;
-    for (int i = 0; i < m->nslots && ok; i++) {
-        size_t n = slot_floats(m, i, B) * sizeof(float);
-        ok = (m->act[i] = dt_alloc_aligned(n)) && (m->dact[i] = dt_alloc_aligned(n));
-    }
-    m->nwork = 1;
-    for (int i = 0; i < m->nops && ok; i++) {
-        op *o = &m->ops[i];
-        if (o->kind == OP_MAXPOOL) ok = (o->idx = malloc(slot_floats(m, o->out, B) * sizeof(int32_t))) != NULL;
-        if (o->kind != OP_CONV) continue;
-        shape s = m->slot[o->in];
-        dt_conv_shape cs = dt_conv_make(1, s.C, s.H, s.W, o->OC, o->K, o->stride, o->pad);
-        size_t w = dt_conv2d_work_floats(&cs);
-        if (w > m->nwork) m->nwork = w;
-    }
+    for (int i = 0; i < m->nslots && ok; i++) ok = (m->act[i] = dt_alloc_aligned(slot_floats(m, i, B) * sizeof(float))) != NULL;
+    for (int k = 0; k < m->ndbuf && ok; k++) ok = (m->dbuf[k] = dt_alloc_aligned(m->dbuf_floats[k] * (size_t)B * sizeof(float))) != NULL;
+    for (int i = 1; i < m->nslots && ok; i++) m->dact[i] = m->grad_buf[i] >= 0 ? m->dbuf[m->grad_buf[i]] : NULL;
+    for (int i = 0; i < m->nops && ok; i++)
+        if (m->ops[i].kind == OP_MAXPOOL) ok = (m->ops[i].idx = malloc(slot_floats(m, m->ops[i].out, B) * sizeof(int32_t))) != NULL;
+    dt_resnet_batch_bytes(m, B, NULL, NULL, &m->nwork);
+    m->nwork /= sizeof(float);
     if (ok) ok = (m->work = dt_alloc_aligned(m->nwork * sizeof(float))) && (m->losses = malloc(sizeof(float) * (size_t)B)) &&
                  (m->labels = malloc(sizeof(int32_t) * (size_t)B));
     if (!ok) {
@@ -426,11 +471,12 @@ dt_status dt_resnet_backward(dt_resnet *m, float grad_scale) {
     if (!m->have_labels || !m->train) return dt_error(DT_ERR_ARG, "resnet backward: needs a training forward with labels first");
     m->have_labels = false; /* the logits become their gradient */
     int B = m->B, K = m->cfg.classes, last = m->nslots - 1;
-    for (int i = 0; i < m->nslots; i++) memset(m->dact[i], 0, slot_floats(m, i, B) * sizeof(float));
     memcpy(m->dact[last], m->act[last], slot_floats(m, last, B) * sizeof(float));
     dt_crossentropy_fused(m->dact[last], m->losses, m->labels, B, K, K, grad_scale / (float)B, DT_F32);
     for (int i = m->nops - 1; i >= 0; i--) {
         op *o = &m->ops[i];
+        for (int k = 1; k < last; k++) /* gradients first added into at this op */
+            if (m->grad_born[k] == i) memset(m->dact[k], 0, slot_floats(m, k, B) * sizeof(float));
         shape s = m->slot[o->in];
         float *in = m->act[o->in], *din = o->in ? m->dact[o->in] : NULL, *dout = m->dact[o->out];
         size_t n = slot_floats(m, o->out, B);
@@ -453,9 +499,11 @@ dt_status dt_resnet_backward(dt_resnet *m, float grad_scale) {
             dt_batchnorm_backward(din, dout, in, o->mean, o->rstd, P(m, o->tensor), sums, sums + s.C, sums[2 * s.C], B, s.C, s.H * s.W);
             break;
         }
-        case OP_RELU: dt_relu_backward(din, in, dout, n); break;
+        case OP_RELU: dt_relu_backward_inplace(dout, in, n); break; /* in is the output */
         case OP_MAXPOOL: dt_maxpool2d_backward(din, dout, o->idx, B * s.C, s.H, s.W, m->slot[o->out].H, m->slot[o->out].W); break;
-        case OP_ADD: dt_residual_backward(din, m->dact[o->in2], dout, n); break;
+        case OP_ADD: /* in place: a's gradient is dout itself; b's += dout */
+            dt_residual_forward(m->dact[o->in2], m->dact[o->in2], dout, n);
+            break;
         case OP_AVGPOOL: dt_avgpool_global_backward(din, dout, B * s.C, s.H * s.W); break;
         case OP_FC: dt_matmul_backward(din, G(m, o->tensor), G(m, o->tensor + 1), dout, in, P(m, o->tensor), B, s.C, o->OC); break;
         }
@@ -471,6 +519,28 @@ size_t dt_resnet_num_params(const dt_resnet *m) { return m->nparams; }
 float *dt_resnet_params(dt_resnet *m) { return m->params; }
 float *dt_resnet_grads(dt_resnet *m) { return m->grads; }
 void dt_resnet_zero_grad(dt_resnet *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
+
+void dt_resnet_batch_bytes(const dt_resnet *m, int B, size_t *kept, size_t *grads, size_t *work) {
+    size_t k = 0, g = 0;
+    for (int i = 0; i < m->nslots; i++) k += slot_floats(m, i, B) * sizeof(float);
+    for (int i = 0; i < m->nops; i++)
+        if (m->ops[i].kind == OP_MAXPOOL) k += slot_floats(m, m->ops[i].out, B) * sizeof(int32_t);
+    for (int i = 0; i < m->ndbuf; i++) g += m->dbuf_floats[i] * (size_t)B * sizeof(float);
+    if (kept) *kept = k;
+    if (grads) *grads = g;
+    if (work) {
+        size_t w = 1;
+        for (int i = 0; i < m->nops; i++) {
+            const op *o = &m->ops[i];
+            if (o->kind != OP_CONV) continue;
+            shape s = m->slot[o->in];
+            dt_conv_shape cs = dt_conv_make(1, s.C, s.H, s.W, o->OC, o->K, o->stride, o->pad);
+            size_t n = dt_conv2d_work_floats(&cs);
+            if (n > w) w = n;
+        }
+        *work = w * sizeof(float);
+    }
+}
 
 const dt_tensor_info *dt_resnet_tensors(const dt_resnet *m, int *n) {
     if (n) *n = m->ntab;

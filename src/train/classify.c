@@ -232,6 +232,12 @@ static dt_status setup(cls_run *r) {
         printf(" (%zu parameters%s) on %s: %d training / %d test images; batch %d x %d ranks, %d steps per epoch, %s lr %g, "
                "%d thread(s) per rank\n", cls_params(&r->m), mlp ? "" : c->sync_bn && r->p > 1 ? ", synchronised BatchNorm" : ", BatchNorm per rank",
                dir, r->tr.n, r->te.n, r->B, r->p, r->tr.n / r->G, dt_optim_kind_name(c->opt.kind), c->sched.lr, dt_kernels_threads());
+    if (r->m.resnet) {
+        size_t kept, grads, work;
+        dt_resnet_batch_bytes(r->m.resnet, r->B, &kept, &grads, &work);
+        printf("memory for a batch of %d per rank: activations kept for backward %.1f MiB, gradient buffers %.1f MiB, "
+               "convolution scratch %.1f MiB\n", r->B, kept / 1048576.0, grads / 1048576.0, work / 1048576.0);
+    }
     fflush(stdout);
     return DT_OK;
 }
