@@ -60,6 +60,17 @@ w=$(worst "$dir/one.1e-30.jsonl" "$dir/init.jsonl" 64 loss)
 [ "$w" != missing ] && awk "BEGIN{exit !($w > 1e-2)}" && ok "--init loads the state dict: its losses differ from the random start's ($w)" \
     || fail "--init gave the random start's losses ($w)"
 
+# 2c. the Horovod-style benchmark: its lines for 1 and 2 workers and the 2 independent runs beside them (the format
+# only: no figure is asserted)
+"$DTRAIN" bench train --model resnet:small --synthetic --nproc 1,2 --batch 8 --steps 2 --warmup 1 --threads 1 > "$dir/bench" 2> "$dir/err"
+rc=$?
+num='[0-9][0-9.]* +-[0-9][0-9.]*'
+[ $rc -eq 0 ] && [ "$(grep -c "^Img/sec per worker: $num\$" "$dir/bench")" -eq 3 ] && grep -q "^Total img/sec on 2 workers: $num" "$dir/bench" \
+    && grep -q "^== dtrain, independent 1-worker runs side by side, 2 workers" "$dir/bench" \
+    && grep -q "of the independent runs' (the machine's ceiling for 2 workers)" "$dir/bench" \
+    && ok "bench train --synthetic: Horovod's lines for 1 and 2 workers and for 2 independent runs" \
+    || fail "bench train --synthetic: rc $rc, $(cat "$dir/bench" "$dir/err")"
+
 # 3. bad settings, named
 expect_error() { # what, pattern, args...
     local what=$1 pat=$2

@@ -7,7 +7,10 @@
  * other in each round. Every timed iteration's img/s per worker is kept;
  * reported as Horovod reports it: img/sec per worker, mean +- 1.96
  * standard deviations, and total img/sec on N workers; then the ratio to
- * PyTorch and the scaling from the first N. */
+ * PyTorch and the scaling from the first N. For N > 1, N independent
+ * 1-worker runs side by side too (no communication): the scaling the
+ * machine's shared caches and memory bandwidth leave N processes, the
+ * ceiling for data parallelism. */
 #include "dtrain/bench.h"
 #include "measure.h"
 
@@ -18,26 +21,37 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { MAXV = 4096, SYSTEMS = 3 };
-static const char *system_name[SYSTEMS] = { "dtrain", "PyTorch 2.x (PyPI, oneDNN)", "PyTorch (Debian python3-torch)" };
+enum { MAXV = 4096, SYSTEMS = 4, INDEP = 3 };
+static const char *system_name[SYSTEMS] = { "dtrain", "PyTorch 2.x (PyPI, oneDNN)", "PyTorch (Debian python3-torch)",
+                                            "dtrain, independent 1-worker runs side by side" };
 
 typedef struct { double v[MAXV]; int n; } samples;
 
-static int run_dtrain(const dt_bench_train_opts *o, int n, const char *self, samples *s) {
-    char dir[] = "/tmp/dtrain-bench-XXXXXX", cmd[PATH_MAX * 3], path[PATH_MAX];
+/* dtrain train --nproc n, or (indep) n independent --nproc 1 runs at once. */
+static int run_dtrain(const dt_bench_train_opts *o, int n, bool indep, const char *self, samples *s) {
+    char dir[] = "/tmp/dtrain-bench-XXXXXX", cmd[PATH_MAX * 3 * 16], path[PATH_MAX];
     if (!mkdtemp(dir)) { dt_log(DT_LOG_ERROR, "bench train: cannot create a temporary directory"); return 1; }
-    snprintf(path, sizeof path, "%s/metrics", dir);
-    snprintf(cmd, sizeof cmd, "%s/dtrain train --model %s --synthetic --nproc %d --batch %d --steps %d --threads %d --optimizer sgd "
-             "--lr 0.01 --metrics %s --quiet %s > /dev/null 2> %s/stderr", self, o->model, n, o->batch, o->warmup + o->steps,
-             o->threads, path, o->train_flags ? o->train_flags : "", dir);
-    int rc = system(cmd), before = s->n;
-    FILE *f = fopen(path, "r");
-    if (f) dt_bench_collect(f, "img_per_s_worker", o->warmup, s->v, &s->n, MAXV), fclose(f);
-    unlink(path);
+    int runs = indep ? n : 1, before = s->n;
+    size_t len = 0;
+    for (int r = 0; r < runs; r++)
+        len += (size_t)snprintf(cmd + len, sizeof cmd - len,
+                                "%s/dtrain train --model %s --synthetic --nproc %d --batch %d --steps %d --threads %d --optimizer sgd "
+                                "--lr 0.01 --metrics %s/metrics.%d --quiet %s > /dev/null 2>> %s/stderr & p%d=$!; ",
+                                self, o->model, indep ? 1 : n, o->batch, o->warmup + o->steps, o->threads, dir, r,
+                                o->train_flags ? o->train_flags : "", dir, r);
+    for (int r = 0; r < runs && len < sizeof cmd; r++)
+        len += (size_t)snprintf(cmd + len, sizeof cmd - len, "%swait $p%d", r ? " && " : "", r);
+    int rc = len < sizeof cmd ? system(cmd) : 1;
+    for (int r = 0; r < runs; r++) {
+        snprintf(path, sizeof path, "%s/metrics.%d", dir, r);
+        FILE *f = fopen(path, "r");
+        if (f) dt_bench_collect(f, "img_per_s_worker", o->warmup, s->v, &s->n, MAXV), fclose(f);
+        unlink(path);
+    }
     snprintf(path, sizeof path, "%s/stderr", dir);
-    if (rc != 0 || s->n - before < o->steps) {
-        dt_log(DT_LOG_ERROR, "bench train: dtrain train --model %s --synthetic --nproc %d failed (exit status %d); its messages:",
-               o->model, n, rc);
+    if (rc != 0 || s->n - before < o->steps * runs) {
+        dt_log(DT_LOG_ERROR, "bench train: dtrain train --model %s --synthetic --nproc %d%s failed (exit status %d); its messages:",
+               o->model, indep ? 1 : n, indep ? " (independent runs)" : "", rc);
         dt_bench_print_file(path);
         rc = 1;
     }
@@ -81,7 +95,7 @@ int dt_bench_train_images(const dt_bench_train_opts *o) {
     if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
     int one[1] = { 1 }, nn = o->nnprocs ? o->nnprocs : 1;
     const int *np = o->nnprocs ? o->nprocs : one;
-    int rounds = o->rounds < 1 ? 1 : o->rounds > 16 ? 16 : o->rounds, systems = o->baseline ? SYSTEMS : 1, rc = 0;
+    int rounds = o->rounds < 1 ? 1 : o->rounds > 16 ? 16 : o->rounds, rc = 0;
     static samples s[16][SYSTEMS];
     memset(s, 0, sizeof s);
     const char *shape = strcmp(o->model, "resnet:small") ? "3x224x224" : "1x28x28";
@@ -92,9 +106,11 @@ int dt_bench_train_images(const dt_bench_train_opts *o) {
                o->baseline ? "; dtrain, PyTorch 2.x and Debian's PyTorch (DDP over gloo) alternating" : "");
     for (int r = 0; r < rounds && !rc; r++)
         for (int i = 0; i < nn && !rc; i++)
-            for (int k = 0; k < systems && !rc; k++) {
+            for (int k = 0; k < SYSTEMS && !rc; k++) {
+                if ((k == 1 || k == 2) && !o->baseline) continue;
+                if (k == INDEP && np[i] == 1) continue;
                 int before = s[i][k].n;
-                rc = k == 0 ? run_dtrain(o, np[i], self, &s[i][k]) : run_torch(o, np[i], k, &s[i][k]);
+                rc = k == 0 || k == INDEP ? run_dtrain(o, np[i], k == INDEP, self, &s[i][k]) : run_torch(o, np[i], k, &s[i][k]);
                 if (rc || o->json) continue;
                 for (int j = before; j < s[i][k].n; j++)
                     printf("Iter #%d: %.2f img/sec per worker [%s, %d worker%s, round %d]\n", j - before, s[i][k].v[j], system_name[k],
@@ -105,24 +121,31 @@ int dt_bench_train_images(const dt_bench_train_opts *o) {
     double first[SYSTEMS] = { 0 };
     for (int i = 0; i < nn; i++) {
         double mean[SYSTEMS], sd[SYSTEMS];
-        for (int k = 0; k < systems; k++) {
+        for (int k = 0; k < SYSTEMS; k++) {
             mean_sd(&s[i][k], &mean[k], &sd[k]);
             if (i == 0) first[k] = mean[k];
         }
+        first[INDEP] = first[0]; /* the ceiling's scaling is against dtrain's own first N */
         if (o->json) {
             printf("{\"model\":\"%s\",\"nproc\":%d,\"threads\":%d,\"batch\":%d,\"img_per_s_worker\":%.3f,\"ci95\":%.3f,\"img_per_s\":%.3f",
                    o->model, np[i], o->threads, o->batch, mean[0], 1.96 * sd[0], mean[0] * np[i]);
-            if (systems > 1)
+            if (o->baseline)
                 printf(",\"torch2_img_per_s_worker\":%.3f,\"torch2_ci95\":%.3f,\"debian_torch_img_per_s_worker\":%.3f,"
                        "\"debian_torch_ci95\":%.3f", mean[1], 1.96 * sd[1], mean[2], 1.96 * sd[2]);
+            if (s[i][INDEP].n)
+                printf(",\"independent_img_per_s_worker\":%.3f,\"independent_ci95\":%.3f", mean[INDEP], 1.96 * sd[INDEP]);
             printf("}\n");
             continue;
         }
-        for (int k = 0; k < systems; k++)
-            printf("== %s, %d worker%s x %d thread(s):\nImg/sec per worker: %.2f +-%.2f\nTotal img/sec on %d worker%s: %.2f +-%.2f"
-                   "  (scaling from %d: %.2fx)\n", system_name[k], np[i], np[i] > 1 ? "s" : "", o->threads, mean[k], 1.96 * sd[k],
-                   np[i], np[i] > 1 ? "s" : "", mean[k] * np[i], 1.96 * sd[k] * np[i], np[0], mean[k] * np[i] / (first[k] * np[0]));
-        if (systems > 1)
+        for (int k = 0; k < SYSTEMS; k++)
+            if (s[i][k].n)
+                printf("== %s, %d worker%s x %d thread(s):\nImg/sec per worker: %.2f +-%.2f\nTotal img/sec on %d worker%s: %.2f +-%.2f"
+                       "  (scaling from %d: %.2fx)\n", system_name[k], np[i], np[i] > 1 ? "s" : "", o->threads, mean[k], 1.96 * sd[k],
+                       np[i], np[i] > 1 ? "s" : "", mean[k] * np[i], 1.96 * sd[k] * np[i], np[0], mean[k] * np[i] / (first[k] * np[0]));
+        if (s[i][INDEP].n)
+            printf("dtrain's scaling is %.1f%% of the independent runs' (the machine's ceiling for %d workers)\n",
+                   100 * mean[0] / mean[INDEP], np[i]);
+        if (o->baseline)
             printf("dtrain / PyTorch 2.x: %.2fx; dtrain / Debian's PyTorch: %.2fx (img/s per worker, %d worker%s)\n", mean[0] / mean[1],
                    mean[0] / mean[2], np[i], np[i] > 1 ? "s" : "");
     }
