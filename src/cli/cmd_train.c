@@ -74,7 +74,7 @@ static void usage(FILE *f) {
             "                     Linears and activations, f32 master weights and optimizer); fp16 scales the\n"
             "                     loss (DeepSpeed's dynamic scaler; the config's fp16 section sets it) and skips\n"
             "                     a step whose gradients overflow (so the optimizer runs after backward, never inside)\n"
-            "  --grad-comm P      fp32 (default), bf16 or fp16: the gradients' type in DDP's (and ZeRO-1's) allreduce:\n"
+            "  --grad-comm P      fp32 (default), bf16 or fp16: the gradients' type in DDP's and ZeRO's reductions:\n"
             "                     half the bytes, summed in f32, the average rounded once (PyTorch DDP's bf16\n"
             "                     compression hook, DeepSpeed's communication_data_type)\n"
             "  --config FILE      DeepSpeed-style JSON (train_micro_batch_size_per_gpu, gradient_accumulation_steps,\n"

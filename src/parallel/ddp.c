@@ -307,12 +307,13 @@ static dt_status reduce_piece(dt_ddp *d, const bucket *k, size_t a, size_t b, in
     dt_request **req = next_request(d);
     if (!req) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
     float *g = where(d, k, a);
-    if (d->wire != DT_F32 && root < 0) {
-        /* in 16 bits, in place: the first half of the range's bytes (widened back once done) */
+    if (d->wire != DT_F32) {
+        /* in 16 bits, in place: the first half of the piece's bytes (contiguous, in the pool too); widened back
+         * once done where the average lands here (a reduction to another rank leaves nothing to keep) */
         dt_lp_narrow_inplace(g, b - a, d->wire);
-        d->narrowed[d->nreqs] = (range){ a, b - a };
+        if (root < 0 || root == dt_comm_rank(d->c)) d->narrowed[d->nreqs] = (range){ a, b - a };
     }
-    dt_status st = root >= 0 ? dt_comm_ireduce(d->c, g, g, b - a, DT_F32, DT_AVG, root, req)
+    dt_status st = root >= 0 ? dt_comm_ireduce(d->c, g, g, b - a, d->wire, DT_AVG, root, req)
                              : dt_comm_iallreduce(d->c, g, g, b - a, d->wire, DT_AVG, req);
     if (!st) d->nreqs++;
     return st;
@@ -540,9 +541,6 @@ dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size
 dt_status dt_ddp_set_wire(dt_ddp *d, dt_dtype t) {
     if (t != DT_F32 && t != DT_BF16 && t != DT_F16)
         return dt_error(DT_ERR_ARG, "ddp: gradients travel as fp32, bf16 or fp16, not %s", dt_dtype_name(t));
-    if (t != DT_F32 && d->shard_off)
-        return dt_error(DT_ERR_UNSUPPORTED, "--grad-comm %s: ZeRO reduces its gradients in f32 for now (16-bit gradients travel "
-                        "under ddp)", t == DT_BF16 ? "bf16" : "fp16");
     d->wire = t;
     return DT_OK;
 }

@@ -151,7 +151,7 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
     }
     if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, stage >= 2 ? z->offs : NULL,
                                 stage >= 2 ? z->counts : NULL, &z->d);
-    if (!st) st = dt_ddp_set_wire(z->d, c->grad_comm); /* stage 1 allreduces like ddp; 2 and 3 refuse 16 bits for now */
+    if (!st) st = dt_ddp_set_wire(z->d, c->grad_comm); /* stage 1 allreduces like ddp; 2 and 3 reduce to each shard's owner in 16 bits */
     if (!st && stage == 3 && !z->whole && !z->share) c->model.set_unit_hooks(c->model.self, before_forward, before_backward, z);
     if (st) { z_destroy(z); return st; }
     *off = z->off;

@@ -93,9 +93,6 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
     if (c->sched.warmup >= c->steps && c->sched.kind <= DT_SCHED_COSINE)
         dt_log(DT_LOG_WARN, "--warmup %d is not shorter than the %d steps: the learning rate never reaches --lr", c->sched.warmup,
                c->steps);
-    if (c->grad_comm != DT_F32 && c->strategy && (!strcmp(c->strategy, "zero2") || !strcmp(c->strategy, "zero3")))
-        return dt_error(DT_ERR_ARG, "--grad-comm %s with --zero %c: ZeRO-2 and 3 reduce their gradients in f32 for now "
-                        "(16-bit gradients travel under ddp and zero1)", dt_dtype_name(c->grad_comm), c->strategy[4]);
     if (c->grad_comm != DT_F32 && nranks == 1 && !c->quiet)
         dt_log(DT_LOG_WARN, "--grad-comm %s does nothing on one rank", dt_dtype_name(c->grad_comm));
     /* skipping a step needs the norm before any update, so the update waits for the end of backward */
