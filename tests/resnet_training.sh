@@ -10,7 +10,8 @@
 # runs of this ResNet on Fashion-MNIST part by 6e-6 at step 8 and 6e-4 at
 # step 12; dtrain's 1- and 2-thread runs part likewise), so a summation
 # order alone moves later losses by more than 1e-5. Without --sync-bn
-# each rank normalises by its own 4 images and the losses differ. Bad
+# each rank normalises by its own 4 images and the losses differ. A run
+# cut and resumed from its checkpoint is the uninterrupted run. Bad
 # settings are named.
 # usage: resnet_training.sh DTRAIN
 set -u
@@ -59,6 +60,52 @@ fix=$(cd "$(dirname "$0")" && pwd)/fixtures
 w=$(worst "$dir/one.1e-30.jsonl" "$dir/init.jsonl" 64 loss)
 [ "$w" != missing ] && awk "BEGIN{exit !($w > 1e-2)}" && ok "--init loads the state dict: its losses differ from the random start's ($w)" \
     || fail "--init gave the random start's losses ($w)"
+
+# 2d. checkpoints: a run cut by --stop-after and resumed takes the uninterrupted run's steps (loss, lr and gradient norm
+# of every step, to the printed digits) and its test accuracy after each epoch; in one process across an epoch's end
+# (cosine schedule) and on 2 ranks with ZeRO-1's optimizer in slices; BatchNorm's running averages are saved beside
+# the parameters (damaged, they are named); a checkpoint of another model kind or batch is refused naming what differs
+steplines() { grep -h '"step"' "$@"; }
+accs() { grep -ho '"test_accuracy":[0-9.]*' "$@"; }
+ck=(--model resnet:small --data "$dir/img" --epochs 2 --threads 1 --quiet)
+for layout in "one --batch 8 --optimizer sgd --momentum 0.9 --lr 0.005 --schedule cosine --warmup 5|70" \
+              "zero1 --batch 4 --nproc 2 --strategy zero1 --optimizer adamw --lr 0.002|40"; do
+    set -- ${layout%|*}
+    name=$1 cut=${layout#*|}
+    shift
+    rm -rf "$dir/ck"
+    "$DTRAIN" train "${ck[@]}" "$@" --metrics "$dir/ck.u.jsonl" 2> "$dir/err" || fail "$name uninterrupted: $(cat "$dir/err")"
+    "$DTRAIN" train "${ck[@]}" "$@" --save "$dir/ck" --stop-after "$cut" --metrics "$dir/ck.1.jsonl" 2> "$dir/err" \
+        || fail "$name cut at $cut: $(cat "$dir/err")"
+    "$DTRAIN" train "${ck[@]}" "$@" --resume "$dir/ck" --metrics "$dir/ck.2.jsonl" 2> "$dir/err" || fail "$name resumed: $(cat "$dir/err")"
+    n=$(steplines "$dir/ck.u.jsonl" | wc -l)
+    [ "$n" -gt "$cut" ] && [ "$(steplines "$dir/ck.u.jsonl")" = "$(steplines "$dir/ck.1.jsonl" "$dir/ck.2.jsonl")" ] \
+        && [ "$(accs "$dir/ck.u.jsonl")" = "$(accs "$dir/ck.1.jsonl" "$dir/ck.2.jsonl")" ] \
+        && ok "checkpoint ($name): cut at step $cut of $n and resumed, every step and epoch's accuracy as the uninterrupted run's" \
+        || fail "checkpoint ($name): the resumed run differs from the uninterrupted one"
+done
+last=$(cat "$dir/ck/latest")
+"$DTRAIN" ckpt info "$dir/ck" > "$dir/info" 2>&1 && grep -q "model: resnet, depth 0, image_channels 1, image_height 8" "$dir/info" \
+    && ok "ckpt info names the ResNet: $(grep '^model' "$dir/info")" || fail "ckpt info: $(cat "$dir/info")"
+expect_resume_error() { # what, pattern, args...
+    local what=$1 pat=$2
+    shift 2
+    "$DTRAIN" train "$@" > /dev/null 2> "$dir/err"
+    local rc=$?
+    [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q -- "$pat" "$dir/err" && ok "$what: $(head -c 200 "$dir/err")" \
+        || fail "$what: rc $rc, $(cat "$dir/err")"
+}
+head -c 20000 /usr/share/common-licenses/GPL-3 > "$dir/text"
+"$DTRAIN" tokenize --bytes "$dir/text" "$dir/tokens.bin" > /dev/null
+expect_resume_error "a ResNet checkpoint resumed by GPT-2's trainer" "model.kind is 'resnet', this run trains gpt2" \
+    --data "$dir/tokens.bin" --layers 1 --channels 32 --heads 2 --vocab 256 --max-seq 16 --seq 16 --resume "$dir/ck" --quiet
+expect_resume_error "a ResNet checkpoint resumed with another global batch" "2 per step" \
+    "${ck[@]}" --batch 2 --optimizer adamw --resume "$dir/ck"
+cp "$dir/ck/$last/buffers.f32" "$dir/buffers.bak"
+printf '\x7f' | dd of="$dir/ck/$last/buffers.f32" bs=1 seek=12 conv=notrunc 2> /dev/null
+expect_resume_error "damaged BatchNorm running averages" "buffers.f32: its contents hash" \
+    "${ck[@]}" --epochs 3 --batch 4 --nproc 2 --strategy zero1 --optimizer adamw --lr 0.002 --resume "$dir/ck"
+expect_resume_error "--save with the MLP" "checkpoints are built for the ResNets" --model mlp --data "$dir/img" --epochs 1 --save "$dir/ck2"
 
 # 2c. the Horovod-style benchmark: its lines for 1 and 2 workers and the 2 independent runs beside them (the format
 # only: no figure is asserted)

@@ -64,9 +64,23 @@ typedef struct {
     int step;                 /* optimizer steps done */
     uint64_t epoch;           /* the data loader: pass over the file, */
     size_t next;              /* next global batch of it, */
-    size_t tokens_per_batch;  /* tokens per global batch (ranks x batch x seq), */
-    size_t data_tokens;       /* tokens in the training file */
+    size_t tokens_per_batch;  /* tokens per global batch (ranks x batch x seq; an image model: images), */
+    size_t data_tokens;       /* tokens in the training file (an image model: training images) */
 } dt_checkpoint_position;
+/* What a checkpoint holds of a model and checks on resume: its table and
+ * stores, its kind's shape as named integers (GPT-2: max_seq_len, vocab
+ * size, ...; a ResNet: depth, image channels, height, width, classes), and
+ * state beside the parameters (BatchNorm's running averages: buffers.f32). */
+typedef struct {
+    dt_model m;
+    int nshape;
+    const char *shape_names[8];
+    int shape[8];
+    float *buffers;
+    size_t nbuffers;
+} dt_checkpoint_model;
+void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out);
+void dt_checkpoint_resnet(dt_resnet *m, dt_checkpoint_model *out);
 /* Whether --save names a checkpoint directory (not FILE.bin / FILE.safetensors). */
 int dt_checkpoint_is_dir(const char *save);
 /* Creates dir if needed and checks that it can be written (at start-up). */
@@ -74,13 +88,13 @@ dt_status dt_checkpoint_check_dir(const char *dir);
 /* Rank 0 writes the state (every data-parallel rank holds the same); when
  * the engine shards the optimizer, every rank of w (the data-parallel ranks)
  * calls it and writes its own slice (w NULL otherwise). */
-dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, dt_gpt2 *m, dt_engine *e,
-                             const dt_checkpoint_position *pos);
+dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm,
+                             dt_engine *e, const dt_checkpoint_position *pos);
 /* Collective over w (may be NULL): rank 0 reads dir's latest checkpoint,
  * checks it against this run (model shape, optimizer: a clear error naming
  * the field; damaged or partial files: naming the file), and every rank
  * gets the parameters, optimizer state and position. */
-dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_config *c, dt_gpt2 *m, dt_engine *e,
+dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_config *c, const dt_checkpoint_model *cm, dt_engine *e,
                                dt_checkpoint_position *pos);
 /* The latest checkpoint's weights as a model of its shape (*step: its step):
  * dtrain ckpt export. */

@@ -9,6 +9,8 @@
  *       params.f32             the parameters, the model's unit-major store
  *       optim.f32              the optimizer's buffers over the same store
  *                              (first moment / momentum, then second moment)
+ *       buffers.f32            state beside the parameters, where the model
+ *                              has some (a ResNet's BatchNorm running averages)
  *
  * A save writes a temporary directory (DIR/.tmp-step-N.PID), syncs it,
  * renames it into place, and only then points `latest` at it (itself an
@@ -25,7 +27,10 @@
  * slices' hashes, and rank 0 writes the manifest, which lists the pieces,
  * last. So the directory (on a filesystem every rank sees) reads back on any
  * layout: a sharded run reads its own slice of optim.f32, any other run the
- * whole. */
+ * whole.
+ *
+ * The model is described by dt_checkpoint_model: GPT-2 and the ResNets
+ * save the same files, the manifest naming the kind and its shape. */
 #include "dtrain/train.h"
 #include "dtrain/data.h"
 #include "dtrain/io.h"
@@ -102,19 +107,42 @@ dt_status dt_checkpoint_check_dir(const char *dir) {
  * params.f32, where the parameters are sharded too. */
 typedef struct { uint64_t off, count, hash, phash; } piece;
 
-static cJSON *manifest(const dt_train_config *c, int nranks, const char *strategy, const dt_model *m, dt_optim *o,
-                       const dt_loss_scale *ls, const dt_checkpoint_position *pos, const dt_gpt2_config *g, const uint64_t hashes[2],
-                       const size_t bytes[2], const piece *pieces, int npieces, bool params_pieces) {
+static const char *const gpt2_shape[6] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels" };
+
+void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out) {
+    memset(out, 0, sizeof *out);
+    dt_gpt2_model(g, &out->m);
+    const dt_gpt2_config *c = dt_gpt2_get_config(g);
+    const int v[6] = { c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers, c->num_heads, c->channels };
+    out->nshape = 6;
+    for (int i = 0; i < 6; i++) out->shape_names[i] = gpt2_shape[i], out->shape[i] = v[i];
+}
+
+void dt_checkpoint_resnet(dt_resnet *r, dt_checkpoint_model *out) {
+    static const char *const names[5] = { "depth", "image_channels", "image_height", "image_width", "classes" };
+    memset(out, 0, sizeof *out);
+    dt_resnet_model(r, &out->m);
+    const dt_resnet_config *c = dt_resnet_get_config(r);
+    const int v[5] = { c->depth, c->channels, c->height, c->width, c->classes };
+    out->nshape = 5;
+    for (int i = 0; i < 5; i++) out->shape_names[i] = names[i], out->shape[i] = v[i];
+    out->buffers = dt_resnet_buffers(r, &out->nbuffers);
+}
+
+/* hashes, bytes: params.f32, optim.f32, buffers.f32 (where the model has buffers) */
+static cJSON *manifest(const dt_train_config *c, int nranks, const char *strategy, const dt_checkpoint_model *cm, dt_optim *o,
+                       const dt_loss_scale *ls, const dt_checkpoint_position *pos, const uint64_t hashes[3],
+                       const size_t bytes[3], const piece *pieces, int npieces, bool params_pieces) {
+    const dt_model *m = &cm->m;
     cJSON *j = cJSON_CreateObject(), *x;
     cJSON_AddStringToObject(j, "format", FORMAT);
     cJSON_AddNumberToObject(j, "version", VERSION);
     cJSON_AddNumberToObject(j, "step", pos->step);
     x = cJSON_AddObjectToObject(j, "model");
     cJSON_AddStringToObject(x, "kind", m->kind);
-    const int shape[6] = { g->max_seq_len, g->vocab_size, g->padded_vocab_size, g->num_layers, g->num_heads, g->channels };
-    static const char *const names[6] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels" };
-    for (int i = 0; i < 6; i++) cJSON_AddNumberToObject(x, names[i], shape[i]);
+    for (int i = 0; i < cm->nshape; i++) cJSON_AddNumberToObject(x, cm->shape_names[i], cm->shape[i]);
     cJSON_AddNumberToObject(x, "parameters", (double)m->nparams);
+    if (cm->nbuffers) cJSON_AddNumberToObject(x, "buffers", (double)cm->nbuffers);
     x = cJSON_AddObjectToObject(j, "optimizer");
     cJSON_AddStringToObject(x, "kind", dt_optim_kind_name(c->opt.kind));
     cJSON_AddNumberToObject(x, "steps", (double)dt_optim_steps(o));
@@ -161,13 +189,13 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddStringToObject(x, "shuffle_seed", seed);
     cJSON_AddNumberToObject(x, "shuffle_epoch", (double)pos->epoch);
     x = cJSON_AddObjectToObject(j, "files");
-    static const char *const files[2] = { "params.f32", "optim.f32" };
-    for (int i = 0; i < 2; i++) {
+    static const char *const files[3] = { "params.f32", "optim.f32", "buffers.f32" };
+    for (int i = 0; i < (cm->nbuffers ? 3 : 2); i++) {
         cJSON *f = cJSON_AddObjectToObject(x, files[i]);
         char h[24];
         snprintf(h, sizeof h, "%016llx", (unsigned long long)hashes[i]);
         cJSON_AddNumberToObject(f, "bytes", (double)bytes[i]);
-        if ((i == 0 && !params_pieces) || npieces == 0) {
+        if ((i == 0 && !params_pieces) || i == 2 || npieces == 0) {
             cJSON_AddStringToObject(f, "fnv1a64", h);
             continue;
         }
@@ -195,17 +223,17 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     return j;
 }
 
-static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
-                            const dt_checkpoint_position *pos, size_t *written);
+static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm,
+                            dt_engine *e, const dt_checkpoint_position *pos, size_t *written);
 
 /* The write is the run's checkpoint I/O: counted (bytes, seconds) and traced. */
-dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
-                             const dt_checkpoint_position *pos) {
+dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm,
+                             dt_engine *e, const dt_checkpoint_position *pos) {
     double t0 = dt_time_now();
     size_t written = 0;
-    DT_TRACE_BEGIN(DT_TRACK_IO, "checkpoint write", "\"step\":%d,\"files\":4,\"bytes\":%zu", pos->step,
-                   dt_gpt2_num_params(g) * sizeof(float) + dt_optim_state_bytes(dt_engine_optim(e)));
-    dt_status st = save_files(dir, w, c, nranks, g, e, pos, &written);
+    DT_TRACE_BEGIN(DT_TRACK_IO, "checkpoint write", "\"step\":%d,\"files\":%d,\"bytes\":%zu", pos->step, cm->nbuffers ? 5 : 4,
+                   (cm->m.nparams + cm->nbuffers) * sizeof(float) + dt_optim_state_bytes(dt_engine_optim(e)));
+    dt_status st = save_files(dir, w, c, nranks, cm, e, pos, &written);
     DT_TRACE_END(DT_TRACK_IO);
     if (!st) dt_io_count(DT_IO_CKPT_WRITE, written, dt_time_now() - t0);
     return st;
@@ -245,17 +273,15 @@ static dt_status write_slice(const char *path, const float *const *bufs, int nb,
 
 /* Rank 0, once every slice is on disk: the manifest, last, then the
  * directory renamed into place and `latest` moved to it. */
-static dt_status commit(const char *dir, const char *tmp, const char *name, const dt_train_config *c, int nranks, dt_gpt2 *g,
-                        dt_engine *e, const dt_checkpoint_position *pos, uint64_t phash, const piece *pieces, int np,
-                        bool params_pieces, size_t *written) {
-    dt_model m;
-    dt_gpt2_model(g, &m);
+static dt_status commit(const char *dir, const char *tmp, const char *name, const dt_train_config *c, int nranks,
+                        const dt_checkpoint_model *cm, dt_engine *e, const dt_checkpoint_position *pos, uint64_t phash, uint64_t bhash,
+                        const piece *pieces, int np, bool params_pieces, size_t *written) {
     dt_optim *o = dt_engine_optim(e);
     int nb = dt_optim_buffer(o, 1) ? 2 : 1;
     char path[4200], final[4200];
-    uint64_t hashes[2] = { phash, 0 };
-    size_t bytes[2] = { m.nparams * sizeof(float), m.nparams * sizeof(float) * (size_t)nb };
-    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), &m, o, dt_engine_loss_scale(e), pos, dt_gpt2_get_config(g), hashes, bytes, pieces, np, params_pieces);
+    uint64_t hashes[3] = { phash, 0, bhash };
+    size_t bytes[3] = { cm->m.nparams * sizeof(float), cm->m.nparams * sizeof(float) * (size_t)nb, cm->nbuffers * sizeof(float) };
+    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), cm, o, dt_engine_loss_scale(e), pos, hashes, bytes, pieces, np, params_pieces);
     char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     size_t tl = text ? strlen(text) : 0;
@@ -285,10 +311,9 @@ static dt_status commit(const char *dir, const char *tmp, const char *name, cons
 
 /* w: the ranks that share a sharded optimizer (each writes its slice), or
  * NULL (rank 0 alone writes everything: one slice, the whole store). */
-static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
-                            const dt_checkpoint_position *pos, size_t *written) {
-    dt_model m;
-    dt_gpt2_model(g, &m);
+static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm,
+                            dt_engine *e, const dt_checkpoint_position *pos, size_t *written) {
+    dt_model m = cm->m;
     dt_optim *o = dt_engine_optim(e);
     size_t off, n;
     dt_engine_share(e, &off, &n);
@@ -310,7 +335,7 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     if ((st = agree(w, st, "create the checkpoint's directory"))) return st;
     const float *P = m.params(m.self), *bufs[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
     int nb = bufs[1] ? 2 : 1;
-    uint64_t phash = 0, hp = 0, h = dt_hash_words(DT_HASH_INIT, bufs[0], n);
+    uint64_t phash = 0, bhash = 0, hp = 0, h = dt_hash_words(DT_HASH_INIT, bufs[0], n);
     if (nb == 2) h = dt_hash_words(h, bufs[1], n);
     /* ZeRO-3 with a copy per rank: each holds only its slice of the parameters, and writes it */
     bool ps = w && dt_engine_params_sharded(e);
@@ -325,6 +350,14 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
         phash = dt_hash_words(DT_HASH_INIT, P, m.nparams);
         snprintf(path, sizeof path, "%s/params.f32", tmp);
         st = dt_file_write_atomic(path, pp, &pb, 1);
+    }
+    if (rank == 0 && cm->nbuffers && !st) {
+        /* every rank's buffers are rank 0's before each evaluation; rank 0's are saved */
+        size_t bb = cm->nbuffers * sizeof(float);
+        const void *bp[1] = { cm->buffers };
+        bhash = dt_hash_words(DT_HASH_INIT, cm->buffers, cm->nbuffers);
+        snprintf(path, sizeof path, "%s/buffers.f32", tmp);
+        st = dt_file_write_atomic(path, bp, &bb, 1);
     }
     snprintf(path, sizeof path, "%s/optim.f32", tmp);
     if (!st) st = write_slice(path, bufs, nb, off, n, m.nparams);
@@ -342,10 +375,10 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     if (!st && !gs && failed >= 0) st = dt_error(DT_ERR_IO, "checkpoint: rank %d could not write its part (its message says why)", failed);
     if (!st) st = gs;
     *written = 0;
-    if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, g, e, pos, phash, all, p, ps, written);
+    if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, cm, e, pos, phash, bhash, all, p, ps, written);
     if (rank == 0 && st) remove_tree(tmp);
     /* this rank's own bytes: its slices, and rank 0 the whole parameters unless they are in slices */
-    *written += n * sizeof(float) * (size_t)(nb + ps) + (!ps && rank == 0 ? m.nparams * sizeof(float) : 0);
+    *written += n * sizeof(float) * (size_t)(nb + ps) + (rank == 0 ? ((ps ? 0 : m.nparams) + cm->nbuffers) * sizeof(float) : 0);
     free(all);
     free(got);
     return agree(w, st, "commit the checkpoint");
@@ -382,7 +415,7 @@ static const char *string(const cJSON *j, const char *section, const char *key) 
 }
 
 /* The checkpoint must be of this run's model and optimizer. */
-static dt_status check_shape(const cJSON *j, const char *path, const dt_train_config *c, const dt_gpt2_config *g,
+static dt_status check_shape(const cJSON *j, const char *path, const dt_train_config *c, const dt_checkpoint_model *cm,
                              const dt_optim *o) {
     const char *fmt = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "format")) ? cJSON_GetObjectItemCaseSensitive(j, "format")->valuestring : "";
     double v = 0;
@@ -390,13 +423,11 @@ static dt_status check_shape(const cJSON *j, const char *path, const dt_train_co
     dt_status st = number(j, NULL, "version", path, &v);
     if (!st && (v < 1 || v > VERSION || v != (int)v)) return dt_error(DT_ERR_IO, "%s: version %g (this dtrain reads 1 to %d)", path, v, VERSION);
     const char *kind = string(j, "model", "kind");
-    if (!st && (!kind || strcmp(kind, "gpt2")))
-        return dt_error(DT_ERR_ARG, "%s: model.kind is '%s', this run trains gpt2", path, kind ? kind : "(missing)");
-    const int shape[6] = { g->max_seq_len, g->vocab_size, g->padded_vocab_size, g->num_layers, g->num_heads, g->channels };
-    static const char *const names[6] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels" };
-    for (int i = 0; !st && i < 6; i++)
-        if (!(st = number(j, "model", names[i], path, &v)) && v != shape[i])
-            return dt_error(DT_ERR_ARG, "%s: model.%s is %g, this run's model has %d", path, names[i], v, shape[i]);
+    if (!st && (!kind || strcmp(kind, cm->m.kind)))
+        return dt_error(DT_ERR_ARG, "%s: model.kind is '%s', this run trains %s", path, kind ? kind : "(missing)", cm->m.kind);
+    for (int i = 0; !st && i < cm->nshape; i++)
+        if (!(st = number(j, "model", cm->shape_names[i], path, &v)) && v != cm->shape[i])
+            return dt_error(DT_ERR_ARG, "%s: model.%s is %g, this run's model has %d", path, cm->shape_names[i], v, cm->shape[i]);
     const char *ok = string(j, "optimizer", "kind"), *mine = dt_optim_kind_name(c->opt.kind);
     if (!st && (!ok || strcmp(ok, mine)))
         return dt_error(DT_ERR_ARG, "%s: optimizer.kind is '%s', this run uses %s (--optimizer)", path, ok ? ok : "(missing)", mine);
@@ -536,7 +567,7 @@ static void warn_changes(const cJSON *j, const char *path, const dt_train_config
         if (i == 1 && v != mine[1]) dt_log(DT_LOG_WARN, "%s: saved with --seq %g, resumed with %d", path, v, mine[1]);
     }
     if (global_then != (double)c->batch * c->grad_accum * nranks)
-        dt_log(DT_LOG_WARN, "%s: the global batch was %g sequences, now %d: the run is not the one that was saved", path,
+        dt_log(DT_LOG_WARN, "%s: the global batch was %g samples, now %d: the run is not the one that was saved", path,
                global_then, c->batch * c->grad_accum * nranks);
     if (!number(j, "schedule", "lr", path, &v) && (float)v != c->sched.lr)
         dt_log(DT_LOG_WARN, "%s: saved with --lr %g, resumed with %g", path, v, c->sched.lr);
@@ -599,7 +630,7 @@ static dt_status open_latest(const char *dir, char sub[4400], char mpath[4500], 
 
 /* The manifest's model shape, checked. */
 static dt_status manifest_shape(const cJSON *j, const char *mpath, dt_gpt2_config *g) {
-    static const char *const names[6] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels" };
+    const char *const *names = gpt2_shape;
     int *f[6] = { &g->max_seq_len, &g->vocab_size, &g->padded_vocab_size, &g->num_layers, &g->num_heads, &g->channels };
     const char *kind = string(j, "model", "kind");
     if (!kind || strcmp(kind, "gpt2")) return dt_error(DT_ERR_IO, "%s: model.kind is '%s', not gpt2", mpath, kind ? kind : "(missing)");
@@ -637,14 +668,26 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
     if (st) return st;
     dt_gpt2_config g;
     double step = 0, ranks = 0, np = 0;
-    if (!(st = manifest_shape(j, mpath, &g)) && !(st = count(j, NULL, "step", mpath, 1e9, &step)) &&
+    const char *kind = string(j, "model", "kind");
+    bool gpt2 = kind && !strcmp(kind, "gpt2");
+    if (!(st = gpt2 ? manifest_shape(j, mpath, &g) : kind ? DT_OK : dt_error(DT_ERR_IO, "%s: model.kind is missing", mpath)) &&
+        !(st = count(j, NULL, "step", mpath, 1e9, &step)) &&
         !(st = count(j, "settings", "ranks", mpath, 1e9, &ranks)) && !(st = count(j, "model", "parameters", mpath, 1e15, &np))) {
         const char *strategy = string(j, "settings", "strategy"), *opt = string(j, "optimizer", "kind");
         const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
         fprintf(f, "%s: format %d, step %.0f, saved by %.0f rank%s under %s\n", sub, cJSON_IsNumber(ver) ? ver->valueint : 0, step,
                 ranks, ranks == 1 ? "" : "s", strategy ? strategy : "?");
-        fprintf(f, "model: gpt2, %d layers, %d heads, %d channels, vocab %d (padded %d), %d positions, %.0f parameters\n",
-                g.num_layers, g.num_heads, g.channels, g.vocab_size, g.padded_vocab_size, g.max_seq_len, np);
+        if (gpt2) {
+            fprintf(f, "model: gpt2, %d layers, %d heads, %d channels, vocab %d (padded %d), %d positions, %.0f parameters\n",
+                    g.num_layers, g.num_heads, g.channels, g.vocab_size, g.padded_vocab_size, g.max_seq_len, np);
+        } else {
+            /* another kind: its shape as the manifest names it */
+            const cJSON *x;
+            fprintf(f, "model: %s", kind);
+            cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(j, "model"))
+                if (cJSON_IsNumber(x) && strcmp(x->string, "parameters")) fprintf(f, ", %s %.0f", x->string, x->valuedouble);
+            fprintf(f, ", %.0f parameters\n", np);
+        }
         fprintf(f, "optimizer: %s\n", opt ? opt : "?");
         /* older checkpoints have no precision: they trained in fp32 */
         const char *prec = string(j, "settings", "precision");
@@ -679,7 +722,7 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
     return st;
 }
 
-static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int nranks, dt_gpt2 *g, dt_engine *e,
+static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm, dt_engine *e,
                                  dt_checkpoint_position *pos) {
     char sub[4400], mpath[4500];
     cJSON *j;
@@ -687,17 +730,18 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
     if (st) return st;
     dt_optim *o = dt_engine_optim(e);
     double step = 0, osteps = 0, v[4] = { 0 };
-    size_t n = dt_gpt2_num_params(g);
-    st = check_shape(j, mpath, c, dt_gpt2_get_config(g), o);
+    size_t n = cm->m.nparams;
+    st = check_shape(j, mpath, c, cm, o);
     if (!st) st = count(j, NULL, "step", mpath, 1e9, &step);
     if (!st) st = count(j, "optimizer", "steps", mpath, 1e12, &osteps);
     static const char *const dk[4] = { "tokens", "tokens_per_batch", "epoch", "next_batch" };
     for (int i = 0; i < 4 && !st; i++) st = count(j, "data", dk[i], mpath, 1e15, &v[i]);
     if (!st && v[1] < 1) st = dt_error(DT_ERR_IO, "%s: data.tokens_per_batch is 0", mpath);
-    float *pbuf[1] = { dt_gpt2_params(g) }, *obuf[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
+    float *pbuf[1] = { cm->m.params(cm->m.self) }, *bbuf[1] = { cm->buffers }, *obuf[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
     size_t off, share;
     dt_engine_share(e, &off, &share);
     if (!st) st = read_floats(sub, j, "params.f32", pbuf, 1, n);
+    if (!st && cm->nbuffers) st = read_floats(sub, j, "buffers.f32", bbuf, 1, cm->nbuffers);
     if (!st) st = verify_file(sub, j, "optim.f32", obuf[1] ? 2 : 1, n, NULL);
     if (!st) st = read_optim_slice(sub, obuf, obuf[1] ? 2 : 1, n, off, share);
     if (!st) st = read_loss_scale(j, mpath, dt_engine_loss_scale(e));
@@ -710,15 +754,15 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
     return st;
 }
 
-dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_config *c, dt_gpt2 *g, dt_engine *e,
+dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_config *c, const dt_checkpoint_model *cm, dt_engine *e,
                                dt_checkpoint_position *pos) {
     int rank = w ? dt_comm_rank(w) : 0, nranks = w ? dt_comm_size(w) : 1;
     double t0 = dt_time_now();
     DT_TRACE_BEGIN(DT_TRACK_IO, "checkpoint read", "\"rank0_reads\":true");
-    dt_status st = rank == 0 ? read_checkpoint(dir, c, nranks, g, e, pos) : DT_OK;
+    dt_status st = rank == 0 ? read_checkpoint(dir, c, nranks, cm, e, pos) : DT_OK;
     DT_TRACE_END(DT_TRACK_IO);
     if (rank == 0 && !st)
-        dt_io_count(DT_IO_CKPT_READ, dt_gpt2_num_params(g) * sizeof(float) + dt_optim_state_bytes(dt_engine_optim(e)),
+        dt_io_count(DT_IO_CKPT_READ, (cm->m.nparams + cm->nbuffers) * sizeof(float) + dt_optim_state_bytes(dt_engine_optim(e)),
                     dt_time_now() - t0);
     if (nranks == 1) return st;
     /* every rank learns whether rank 0 could, then gets what it read */
@@ -727,12 +771,13 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
     if (bs) return bs;
     if (!ok) return rank == 0 ? st : dt_error(DT_ERR_IO, "rank 0 could not resume from %s (its message says why)", dir);
     dt_optim *o = dt_engine_optim(e);
-    size_t n = dt_gpt2_num_params(g), off, share;
+    size_t n = cm->m.nparams, off, share;
     dt_engine_share(e, &off, &share);
     int64_t meta[6] = { pos->step, (int64_t)pos->epoch, (int64_t)pos->next, (int64_t)pos->tokens_per_batch,
                         (int64_t)pos->data_tokens, dt_optim_steps(o) };
     st = dt_comm_broadcast(w, meta, 6, DT_I64, 0);
-    if (!st) st = dt_comm_broadcast(w, dt_gpt2_params(g), n, DT_F32, 0);
+    if (!st) st = dt_comm_broadcast(w, cm->m.params(cm->m.self), n, DT_F32, 0);
+    if (!st && cm->nbuffers) st = dt_comm_broadcast(w, cm->buffers, cm->nbuffers, DT_F32, 0);
     float *obuf[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
     if (share != n && rank != 0 && !st) {
         /* a sharded optimizer: each rank reads its own slice of the file rank 0 has checked */

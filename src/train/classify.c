@@ -11,7 +11,14 @@
  * rank's batch (torch.nn.SyncBatchNorm); before each evaluation every rank
  * takes rank 0's running averages, as PyTorch DDP's broadcast_buffers does
  * before each forward. Throughput is reported as the Horovod benchmark
- * does: images/s per worker and in total. */
+ * does: images/s per worker and in total.
+ *
+ * A ResNet's run saves full-state checkpoints as GPT-2's does (--save DIR,
+ * --save-every, --stop-after, SIGINT/SIGTERM; checkpoint.c), with the
+ * BatchNorm running averages beside the parameters; its place is the
+ * global step, whose epoch and batch follow from the images per step, and
+ * each epoch's order from the shuffle seed, so a resumed run takes the
+ * uninterrupted one's steps. */
 #include "dtrain/data.h"
 #include "dtrain/kernels.h"
 #include "dtrain/engine.h"
@@ -19,6 +26,7 @@
 #include "dtrain/train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +137,9 @@ typedef struct {
     int *perm, sizes[17], ns;
     double *ips;               /* img/s per worker, per epoch */
     int step;                  /* of the epoch, for micro */
+    int first;                 /* global steps done before this process (--resume) */
+    int stopped;               /* --stop-after reached (0), or the signal that stopped the run */
+    bool stop;                 /* the run ends before its last epoch's end */
 } cls_run;
 
 static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
@@ -165,13 +176,67 @@ static dt_status synthetic_images(cls_run *r, bool mlp) {
     return DT_OK;
 }
 
+static int steps_per_epoch(const cls_run *r) { return r->tr.n / r->G; }
+
+/* Where --resume goes on from: the checkpoint's global step, on the same
+ * images in the same global batches. */
+static dt_status resume(cls_run *r) {
+    const dt_train_config *c = r->c;
+    dt_checkpoint_model cm;
+    dt_checkpoint_position pos;
+    dt_checkpoint_resnet(r->m.resnet, &cm);
+    dt_status st = dt_checkpoint_resume(c->resume, r->p > 1 ? r->w : NULL, c, &cm, r->e, &pos);
+    if (st) return st;
+    if (pos.data_tokens != (size_t)r->tr.n || pos.tokens_per_batch != (size_t)r->G)
+        return dt_error(DT_ERR_ARG, "--resume %s: the checkpoint trained on %zu images, %zu per step; this run has %d, %d per step "
+                        "(keep the data and ranks x --batch x --grad-accum as saved)", c->resume, pos.data_tokens, pos.tokens_per_batch,
+                        r->tr.n, r->G);
+    int steps = steps_per_epoch(r);
+    if (pos.step >= steps * c->epochs)
+        return dt_error(DT_ERR_ARG, "--resume %s: the checkpoint is at step %d, the end of epoch %d of %d: nothing left to train",
+                        c->resume, pos.step, pos.step / steps, c->epochs);
+    r->first = pos.step;
+    return DT_OK;
+}
+
+/* The full state after `done` global steps (every rank calls it: a sharded
+ * optimizer writes its slices, ZeRO-3 gathers; the watchdog waits for it). */
+static dt_status save(cls_run *r, int done) {
+    int steps = steps_per_epoch(r);
+    dt_checkpoint_position pos = { done, (uint64_t)(done / steps), (size_t)(done % steps), (size_t)r->G, (size_t)r->tr.n };
+    dt_checkpoint_model cm;
+    dt_checkpoint_resnet(r->m.resnet, &cm);
+    size_t off, n;
+    dt_engine_share(r->e, &off, &n);
+    bool sharded = off != 0 || n != cm.m.nparams;
+    dt_watchdog_hold(r->wd, 1);
+    /* rank 0's running averages are the ones every rank evaluates with */
+    dt_status st = sharded ? DT_OK : dt_engine_materialize(r->e, 1);
+    if (!st && (sharded || r->rank == 0))
+        st = dt_checkpoint_save(r->c->save, sharded ? dt_engine_get_config(r->e)->comm : NULL, r->c, r->p, &cm, r->e, &pos);
+    dt_status back = sharded ? DT_OK : dt_engine_materialize(r->e, 0);
+    dt_watchdog_hold(r->wd, 0);
+    if (!st && !back && !r->quiet) printf("saved %s (step %d)\n", r->c->save, done);
+    return st ? st : back;
+}
+
 static dt_status setup(cls_run *r) {
     const dt_train_config *c = r->c;
     const char *dir = c->data ? c->data : DEFAULT_DIR;
     bool mlp = !strncmp(c->model, "mlp", 3);
-    if (c->save || c->resume || c->trace || c->report) /* said, not silently skipped */
+    if (c->trace || c->report) /* said, not silently skipped */
         return dt_error(DT_ERR_UNSUPPORTED, "--model %s: %s is not built for image models yet (GPT-2 only)", c->model,
-                        c->save ? "--save" : c->resume ? "--resume" : c->trace ? "--trace" : "--report");
+                        c->trace ? "--trace" : "--report");
+    if ((c->save || c->resume) && (mlp || c->synthetic))
+        return dt_error(DT_ERR_UNSUPPORTED, "--model %s: %s%s: checkpoints are built for the ResNets' training (and GPT-2's)", c->model,
+                        c->save ? "--save" : "--resume", c->synthetic ? " with --synthetic" : "");
+    if (c->save && !dt_checkpoint_is_dir(c->save))
+        return dt_error(DT_ERR_ARG, "--save %s: an image model saves checkpoints to a directory (.bin and .safetensors are "
+                        "GPT-2's weights files)", c->save);
+    if (c->save) {
+        dt_status cs = dt_checkpoint_check_dir(c->save);
+        if (cs) return cs;
+    }
     if (c->sync_bn && mlp) return dt_error(DT_ERR_ARG, "--sync-bn: the MLP has no BatchNorm (a ResNet has)");
     dt_resnet_config named; /* the name checked before any data is read */
     dt_status st = mlp ? parse_hidden(c->model, r->sizes, &r->ns) : dt_resnet_config_parse(c->model, 1, 224, 224, 10, &named);
@@ -212,6 +277,7 @@ static dt_status setup(cls_run *r) {
     if (mlp) dt_mlp_model(r->m.mlp, &ec.model);
     else dt_resnet_model(r->m.resnet, &ec.model);
     st = dt_engine_create(&ec, &r->e);
+    if (!st && c->resume) st = resume(r);
     if (!st) st = dt_watchdog_start(r->p > 1 ? r->w : NULL, &r->wd);
     if (!st && c->metrics && r->rank == 0 && !(r->metrics = fopen(c->metrics, "w")))
         st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
@@ -254,13 +320,17 @@ static dt_status share_running(cls_run *r) {
 /* One epoch; *acc gets the test accuracy after it. Returns the exit code (0: go on). */
 static int epoch(cls_run *r, int e, double *acc) {
     const dt_train_config *c = r->c;
-    int steps = r->tr.n / r->G;
+    int steps = steps_per_epoch(r), total = steps * c->epochs, first = r->first > e * steps ? r->first - e * steps : 0;
     shuffle(r->perm, r->tr.n, c->shuffle_seed + (uint64_t)e + 1);
     double t0 = dt_time_now(), loss_sum = 0, exposed_sum = 0;
-    for (r->step = 0; r->step < steps; r->step++) {
+    for (r->step = first; r->step < steps; r->step++) {
         dt_step_result s;
-        float lr = dt_lr_at(&c->sched, steps * c->epochs, e * steps + r->step);
-        if (dt_engine_step(r->e, c->grad_accum, lr, micro, r, 0, &s)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+        int done = e * steps + r->step + 1;
+        float lr = dt_lr_at(&c->sched, total, done - 1);
+        if (dt_engine_step(r->e, c->grad_accum, lr, micro, r, dt_train_interrupted(), &s)) {
+            dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+            return 1;
+        }
         /* a diverged run stops here, naming the step (GPT-2's trainer can also skip: --on-nonfinite) */
         if (!isfinite(s.loss) || !isfinite(s.norm)) {
             dt_log(DT_LOG_ERROR, "epoch %d, step %d: the %s is not finite; stopping", e + 1, r->step + 1,
@@ -270,26 +340,44 @@ static int epoch(cls_run *r, int e, double *acc) {
         loss_sum += s.loss;
         exposed_sum += s.exposed_ms;
         if (r->metrics) fprintf(r->metrics, "{\"epoch\":%d,\"step\":%d,\"loss\":%.6f,\"lr\":%g,\"grad_norm\":%.6f}\n", e + 1,
-                                e * steps + r->step + 1, s.loss, lr, s.norm);
+                                done, s.loss, lr, s.norm);
+        /* every rank stops after the step any rank was signalled in, saving first */
+        if (s.stop) r->stopped = dt_train_interrupted() ? dt_train_interrupted() : SIGTERM;
+        r->stop = s.stop || (c->stop_after && done - r->first == c->stop_after && done < total);
+        if (c->save && (r->stop || (c->save_every && done % c->save_every == 0 && done < total)) && save(r, done)) {
+            dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+            return 1;
+        }
+        if (r->stop) {
+            if (r->stopped && r->rank == 0)
+                dt_log(DT_LOG_WARN, "stopped by signal %d (%s) after step %d of %d%s", r->stopped, strsignal(r->stopped), done, total,
+                       c->save ? "; saved" : " (nothing saved: no --save)");
+            else if (!r->quiet)
+                printf("stopped after %d steps (--stop-after); --resume %s goes on\n", c->stop_after, c->save ? c->save : "(no --save)");
+            if (r->metrics) fflush(r->metrics);
+            if (r->step + 1 < steps) return r->stopped ? 128 + r->stopped : 0;
+            r->step++; /* at the epoch's end: evaluated, as the uninterrupted run does */
+            break;
+        }
     }
     double secs = dt_time_now() - t0;
-    r->ips[e] = (double)steps * r->B * c->grad_accum / secs;
+    r->ips[e] = (double)(steps - first) * r->B * c->grad_accum / secs;
     /* ZeRO-3 holds a shard of the weights between steps: the whole model for the test */
     *acc = dt_engine_materialize(r->e, 1) || share_running(r) ? -1 : test_accuracy(r->p > 1 ? r->w : NULL, &r->m, &r->te, r->B, r->x, r->y);
     if (*acc >= 0 && dt_engine_materialize(r->e, 0)) *acc = -1;
     if (*acc < 0) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     if (!r->quiet) {
         printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f img/s per worker, %.0f img/s total (%d worker%s), "
-               "exposed communication %.1f%%\n", e + 1, c->epochs, loss_sum / steps, 100 * *acc, r->ips[e], r->ips[e] * r->p, r->p,
+               "exposed communication %.1f%%\n", e + 1, c->epochs, loss_sum / (steps - first), 100 * *acc, r->ips[e], r->ips[e] * r->p, r->p,
                r->p > 1 ? "s" : "", 100 * exposed_sum / 1e3 / secs);
         fflush(stdout);
     }
     if (r->metrics) {
         fprintf(r->metrics, "{\"epoch\":%d,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,\"img_per_s\":%.1f,"
-                "\"comm_exposed_ms\":%.3f}\n", e + 1, loss_sum / steps, *acc, r->ips[e], r->ips[e] * r->p, exposed_sum);
+                "\"comm_exposed_ms\":%.3f}\n", e + 1, loss_sum / (steps - first), *acc, r->ips[e], r->ips[e] * r->p, exposed_sum);
         fflush(r->metrics);
     }
-    return 0;
+    return r->stop && r->stopped ? 128 + r->stopped : 0;
 }
 
 /* --synthetic: --steps steps on the one batch, each timed; img/s per worker
@@ -333,16 +421,19 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
     double acc = 0;
     if (setup(&r)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
     if (c->synthetic) { rc = synthetic_steps(&r); goto out; }
-    for (int e = 0; e < c->epochs; e++)
-        if ((rc = epoch(&r, e, &acc))) goto out;
+    dt_train_catch_signals();
+    for (int e = r.first / steps_per_epoch(&r); e < c->epochs; e++)
+        if ((rc = epoch(&r, e, &acc)) || r.stop) goto out;
     rc = 1;
     uint64_t hash;
     int checked;
     if (dt_engine_check_replicas(r.e, &checked, &hash)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
     if (checked && !r.quiet) printf("weights identical on all %d ranks (hash %016llx)\n", r.p, (unsigned long long)hash);
+    if (c->save && save(&r, steps_per_epoch(&r) * c->epochs)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
     if (!r.quiet) {
         double mean, sd;
-        mean_sd(r.ips, c->epochs, &mean, &sd);
+        int e0 = r.first / steps_per_epoch(&r); /* the epochs this process ran */
+        mean_sd(r.ips + e0, c->epochs - e0, &mean, &sd);
         printf("img/s per worker: %.1f +-%.1f\ntotal img/s on %d worker%s: %.1f +-%.1f\nfinal test accuracy: %.2f%%\n", mean, sd,
                r.p, r.p > 1 ? "s" : "", mean * r.p, sd * r.p, 100 * acc);
     }

@@ -350,7 +350,9 @@ static dt_status make_engine(run *r) {
     dt_status st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
     dt_checkpoint_position pos;
-    if ((st = dt_checkpoint_resume(c->resume, r->nranks > 1 ? r->w : NULL, c, r->m, r->e, &pos))) return st;
+    dt_checkpoint_model cm;
+    dt_checkpoint_gpt2(r->m, &cm);
+    if ((st = dt_checkpoint_resume(c->resume, r->nranks > 1 ? r->w : NULL, c, &cm, r->e, &pos))) return st;
     if (pos.step >= c->steps)
         return dt_error(DT_ERR_ARG, "--resume %s: the checkpoint is at step %d, and --steps is %d: nothing left to train", c->resume,
                         pos.step, c->steps);
@@ -433,7 +435,9 @@ static dt_status save(run *r, int steps_done) {
     } else if (dt_checkpoint_is_dir(path)) {
         dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->dp_size, dt_tokens_count(r->train) };
         dt_loader_position(r->tl, &pos.epoch, &pos.next);
-        st = dt_checkpoint_save(path, sharded(r) ? dt_engine_get_config(r->e)->comm : NULL, &r->c, r->nranks, r->m, r->e, &pos);
+        dt_checkpoint_model cm;
+        dt_checkpoint_gpt2(r->m, &cm);
+        st = dt_checkpoint_save(path, sharded(r) ? dt_engine_get_config(r->e)->comm : NULL, &r->c, r->nranks, &cm, r->e, &pos);
     } else {
         double t0 = dt_time_now();
         DT_TRACE_BEGIN(DT_TRACK_IO, "weights write", "\"step\":%d,\"files\":1", steps_done);

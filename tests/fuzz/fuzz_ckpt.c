@@ -63,7 +63,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     fwrite(data, 1, n, f);
     fclose(f);
     dt_checkpoint_position pos;
-    dt_status st = dt_checkpoint_resume(dir, NULL, &cfg, model, engine, &pos);
+    dt_checkpoint_model cm;
+    dt_checkpoint_gpt2(model, &cm);
+    dt_status st = dt_checkpoint_resume(dir, NULL, &cfg, &cm, engine, &pos);
     /* DTRAIN_FUZZ_VERBOSE=1: each input's outcome (the seed must resume) */
     if (getenv("DTRAIN_FUZZ_VERBOSE")) printf("%s\n", st ? dt_last_error() : "resumed");
     return 0;
