@@ -26,6 +26,15 @@ worst() {
         awk -v want="$3" 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=want) print "missing"; else print w}'
 }
 within() { [ "$1" != missing ] && awk "BEGIN{exit !($1 <= $2)}"; }
+# expect_error WHAT PATTERN ARGS...: dtrain train ARGS fails (not by a signal) with PATTERN in its message
+expect_error() {
+    local what=$1 pat=$2
+    shift 2
+    "$DTRAIN" train "$@" > /dev/null 2> "$dir/err"
+    local rc=$?
+    [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q -- "$pat" "$dir/err" && ok "$what: $(head -c 160 "$dir/err")" \
+        || fail "$what: rc $rc, $(cat "$dir/err")"
+}
 rn=(--model resnet:small --data "$dir/img" --epochs 1 --optimizer sgd --momentum 0.9 --threads 1 --quiet)
 
 # 1. synchronised BatchNorm: 2 ranks x 4 = one process x 8
@@ -105,25 +114,17 @@ first=$(grep -m1 -o '"step":[0-9]*' "$dir/sig.2.jsonl" | cut -d: -f2)
 last=$(cat "$dir/ck/latest")
 "$DTRAIN" ckpt info "$dir/ck" > "$dir/info" 2>&1 && grep -q "model: resnet, depth 0, image_channels 1, image_height 8" "$dir/info" \
     && ok "ckpt info names the ResNet: $(grep '^model' "$dir/info")" || fail "ckpt info: $(cat "$dir/info")"
-expect_resume_error() { # what, pattern, args...
-    local what=$1 pat=$2
-    shift 2
-    "$DTRAIN" train "$@" > /dev/null 2> "$dir/err"
-    local rc=$?
-    [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q -- "$pat" "$dir/err" && ok "$what: $(head -c 200 "$dir/err")" \
-        || fail "$what: rc $rc, $(cat "$dir/err")"
-}
 head -c 20000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 "$DTRAIN" tokenize --bytes "$dir/text" "$dir/tokens.bin" > /dev/null
-expect_resume_error "a ResNet checkpoint resumed by GPT-2's trainer" "model.kind is 'resnet', this run trains gpt2" \
+expect_error "a ResNet checkpoint resumed by GPT-2's trainer" "model.kind is 'resnet', this run trains gpt2" \
     --data "$dir/tokens.bin" --layers 1 --channels 32 --heads 2 --vocab 256 --max-seq 16 --seq 16 --resume "$dir/ck" --quiet
-expect_resume_error "a ResNet checkpoint resumed with another global batch" "2 per step" \
+expect_error "a ResNet checkpoint resumed with another global batch" "2 per step" \
     "${ck[@]}" --batch 2 --optimizer adamw --resume "$dir/ck"
 cp "$dir/ck/$last/buffers.f32" "$dir/buffers.bak"
 printf '\x7f' | dd of="$dir/ck/$last/buffers.f32" bs=1 seek=12 conv=notrunc 2> /dev/null
-expect_resume_error "damaged BatchNorm running averages" "buffers.f32: its contents hash" \
+expect_error "damaged BatchNorm running averages" "buffers.f32: its contents hash" \
     "${ck[@]}" --epochs 3 --batch 4 --nproc 2 --strategy zero1 --optimizer adamw --lr 0.002 --resume "$dir/ck"
-expect_resume_error "--save with the MLP" "checkpoints are built for the ResNets" --model mlp --data "$dir/img" --epochs 1 --save "$dir/ck2"
+expect_error "--save with the MLP" "checkpoints are built for the ResNets" --model mlp --data "$dir/img" --epochs 1 --save "$dir/ck2"
 
 # 2c. the Horovod-style benchmark: its lines for 1 and 2 workers and the 2 independent runs beside them (the format
 # only: no figure is asserted)
@@ -137,14 +138,6 @@ num='[0-9][0-9.]* +-[0-9][0-9.]*'
     || fail "bench train --synthetic: rc $rc, $(cat "$dir/bench" "$dir/err")"
 
 # 3. bad settings, named
-expect_error() { # what, pattern, args...
-    local what=$1 pat=$2
-    shift 2
-    "$DTRAIN" train "$@" > /dev/null 2> "$dir/err"
-    local rc=$?
-    [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q -- "$pat" "$dir/err" && ok "$what: $(head -c 160 "$dir/err")" \
-        || fail "$what: rc $rc, $(cat "$dir/err")"
-}
 expect_error "resnet18 on 8x8 images" "8x8" --model resnet18 --data "$dir/img" --epochs 1 --quiet
 expect_error "an unknown ResNet" "resnet101" --model resnet101 --data "$dir/no-such-dir" --epochs 1 --quiet  # named before any data is read
 expect_error "--sync-bn with the MLP" "no BatchNorm" --model mlp --data "$dir/img" --epochs 1 --sync-bn --quiet
