@@ -40,17 +40,13 @@ int dt_bench_run_dtrain(const dt_bench_train_opts *o, int nproc, bool indep, con
     char dir[] = "/tmp/dtrain-bench-XXXXXX";
     if (!mkdtemp(dir)) { dt_log(DT_LOG_ERROR, "bench train: cannot create a temporary directory"); return 1; }
     int runs = indep ? nproc : 1;
-    char cmd[PATH_MAX * 4 * 16 + 256];
-    size_t len = 0;
-    for (int r = 0; r < runs; r++)
-        len += (size_t)snprintf(cmd + len, sizeof cmd - len,
-                                "%s/dtrain train --nproc %d --model %s --data %s --batch %d --seq %d --steps %d --threads %d "
-                                "--metrics %s/metrics.%d --quiet %s > /dev/null 2>> %s/stderr & p%d=$!; ",
-                                self, indep ? 1 : nproc, weights, data, o->batch, o->seq, o->warmup + o->steps, o->threads,
-                                dir, r, o->train_flags ? o->train_flags : "", dir, r);
-    for (int r = 0; r < runs && len < sizeof cmd; r++)
-        len += (size_t)snprintf(cmd + len, sizeof cmd - len, "%swait $p%d", r ? " && " : "", r);
-    int rc = len < sizeof cmd ? system(cmd) : 1;
+    char cmd[PATH_MAX * 4 + 256];
+    snprintf(cmd, sizeof cmd,
+             "%s/dtrain train --nproc %d --model %s --data %s --batch %d --seq %d --steps %d --threads %d "
+             "--metrics %s/metrics.$r --quiet %s > /dev/null 2>> %s/stderr",
+             self, indep ? 1 : nproc, weights, data, o->batch, o->seq, o->warmup + o->steps, o->threads, dir,
+             o->train_flags ? o->train_flags : "", dir);
+    int rc = dt_bench_run_copies(cmd, runs);
     double v[4096], e[4096];
     int nv = 0, ne = 0;
     char path[PATH_MAX];

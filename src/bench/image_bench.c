@@ -29,19 +29,14 @@ typedef struct { double v[MAXV]; int n; } samples;
 
 /* dtrain train --nproc n, or (indep) n independent --nproc 1 runs at once. */
 static int run_dtrain(const dt_bench_train_opts *o, int n, bool indep, const char *self, samples *s) {
-    char dir[] = "/tmp/dtrain-bench-XXXXXX", cmd[PATH_MAX * 3 * 16], path[PATH_MAX];
+    char dir[] = "/tmp/dtrain-bench-XXXXXX", cmd[PATH_MAX * 3], path[PATH_MAX];
     if (!mkdtemp(dir)) { dt_log(DT_LOG_ERROR, "bench train: cannot create a temporary directory"); return 1; }
     int runs = indep ? n : 1, before = s->n;
-    size_t len = 0;
-    for (int r = 0; r < runs; r++)
-        len += (size_t)snprintf(cmd + len, sizeof cmd - len,
-                                "%s/dtrain train --model %s --synthetic --nproc %d --batch %d --steps %d --threads %d --optimizer sgd "
-                                "--lr 0.01 --metrics %s/metrics.%d --quiet %s > /dev/null 2>> %s/stderr & p%d=$!; ",
-                                self, o->model, indep ? 1 : n, o->batch, o->warmup + o->steps, o->threads, dir, r,
-                                o->train_flags ? o->train_flags : "", dir, r);
-    for (int r = 0; r < runs && len < sizeof cmd; r++)
-        len += (size_t)snprintf(cmd + len, sizeof cmd - len, "%swait $p%d", r ? " && " : "", r);
-    int rc = len < sizeof cmd ? system(cmd) : 1;
+    snprintf(cmd, sizeof cmd,
+             "%s/dtrain train --model %s --synthetic --nproc %d --batch %d --steps %d --threads %d --optimizer sgd "
+             "--lr 0.01 --metrics %s/metrics.$r --quiet %s > /dev/null 2>> %s/stderr",
+             self, o->model, indep ? 1 : n, o->batch, o->warmup + o->steps, o->threads, dir, o->train_flags ? o->train_flags : "", dir);
+    int rc = dt_bench_run_copies(cmd, runs);
     for (int r = 0; r < runs; r++) {
         snprintf(path, sizeof path, "%s/metrics.%d", dir, r);
         FILE *f = fopen(path, "r");

@@ -69,6 +69,18 @@ void dt_bench_collect(FILE *f, const char *key, int skip, double *v, int *n, int
     }
 }
 
+int dt_bench_run_copies(const char *cmd, int copies) {
+    size_t n = strlen(cmd) + 256;
+    char *sh = malloc(n);
+    if (!sh) return -1;
+    /* every copy's status, not only the last one's */
+    snprintf(sh, n, "pids=; r=0; while [ $r -lt %d ]; do %s & pids=\"$pids $!\"; r=$((r + 1)); done; "
+             "rc=0; for p in $pids; do wait $p || rc=1; done; exit $rc", copies, cmd);
+    int rc = system(sh);
+    free(sh);
+    return rc;
+}
+
 void dt_bench_print_file(const char *path) {
     FILE *f = fopen(path, "r");
     char line[1024];

@@ -13,6 +13,9 @@
 double dt_bench_median(double *v, int n);
 /* Appends the values of key in the JSON lines of f, after skip of them, to v[*n..cap). */
 void dt_bench_collect(FILE *f, const char *key, int skip, double *v, int *n, int cap);
+/* copies runs of the shell command cmd side by side (in it, $r is each
+ * copy's index: 0, 1, ...), waiting for all: 0 when every one exited 0. */
+int dt_bench_run_copies(const char *cmd, int copies);
 /* A failed run's messages (the file at path) onto stderr. */
 void dt_bench_print_file(const char *path);
 /* The directory of this executable (build/), without a trailing slash; 0 on success. */
