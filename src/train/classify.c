@@ -199,8 +199,10 @@ static dt_status resume(cls_run *r) {
     return DT_OK;
 }
 
-/* The full state after `done` global steps (every rank calls it: a sharded
- * optimizer writes its slices, ZeRO-3 gathers; the watchdog waits for it). */
+/* The full state after `done` global steps. Every rank calls it: under a
+ * sharded optimizer (ZeRO, whose parameters are then in slices too) every
+ * rank writes its slices, else rank 0 writes what all hold; the watchdog
+ * waits for it. */
 static dt_status save(cls_run *r, int done) {
     int steps = steps_per_epoch(r);
     dt_checkpoint_position pos = { done, (uint64_t)(done / steps), (size_t)(done % steps), (size_t)r->G, (size_t)r->tr.n };
@@ -211,13 +213,12 @@ static dt_status save(cls_run *r, int done) {
     bool sharded = off != 0 || n != cm.m.nparams;
     dt_watchdog_hold(r->wd, 1);
     /* rank 0's running averages are the ones every rank evaluates with */
-    dt_status st = sharded ? DT_OK : dt_engine_materialize(r->e, 1);
-    if (!st && (sharded || r->rank == 0))
-        st = dt_checkpoint_save(r->c->save, sharded ? dt_engine_get_config(r->e)->comm : NULL, r->c, r->p, &cm, r->e, &pos);
-    dt_status back = sharded ? DT_OK : dt_engine_materialize(r->e, 0);
+    dt_status st = sharded || r->rank == 0
+                       ? dt_checkpoint_save(r->c->save, sharded ? dt_engine_get_config(r->e)->comm : NULL, r->c, r->p, &cm, r->e, &pos)
+                       : DT_OK;
     dt_watchdog_hold(r->wd, 0);
-    if (!st && !back && !r->quiet) printf("saved %s (step %d)\n", r->c->save, done);
-    return st ? st : back;
+    if (!st && !r->quiet) printf("saved %s (step %d)\n", r->c->save, done);
+    return st;
 }
 
 static dt_status setup(cls_run *r) {
