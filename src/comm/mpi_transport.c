@@ -7,7 +7,11 @@
  * name. Between machines messages go through MPI, tagged with the
  * collective and its sequence number, so a mismatch is caught on receipt.
  * A rank that fails sends its message to every rank on a separate
- * communicator; every MPI wait polls for such a notice, so no rank hangs. */
+ * communicator; every MPI wait polls for such a notice, so no rank hangs.
+ * mpirun ends the whole job at the first rank's exit, so a rank that sent
+ * notices waits at exit (up to NOTICE_LINGER) for each receiver to
+ * acknowledge, which a receiver does at its own exit, after its message is
+ * out: otherwise the other machines are killed before they can say why. */
 #include "comm_internal.h"
 
 #include <fcntl.h>
@@ -19,6 +23,8 @@
 #include <unistd.h>
 
 #define ABORT_TAG 1
+#define ACK_TAG 3 /* heartbeats use 2 */
+#define NOTICE_LINGER 1.0
 #define MSG_CHUNK (1u << 30) /* MPI counts are int */
 _Static_assert(sizeof(MPI_Request) <= sizeof(uint64_t), "dt_mpi_xfer stores MPI_Request in 8 bytes");
 
@@ -28,6 +34,8 @@ typedef struct {
     MPI_Request notice_req;
     char notice_buf[1024];
     bool own_notice;
+    int notice_from;     /* who sent the notice received, or -1 */
+    int notified;        /* notices this rank sent, each to be acknowledged */
 } mpi_part;
 
 static bool mpi_started_here;
@@ -62,6 +70,7 @@ static const char *notice_check(void) {
     MPI_Test(&world_part->notice_req, &flag, &s);
     if (!flag) return NULL;
     world_part->notice_buf[sizeof world_part->notice_buf - 1] = 0;
+    world_part->notice_from = s.MPI_SOURCE;
     /* Keep it readable by later checks. */
     world_part->notice_req = MPI_REQUEST_NULL;
     return world_part->notice_buf;
@@ -78,6 +87,39 @@ static void notice_send(const char *msg) {
         MPI_Request r;
         MPI_Isend(msg, (int)strlen(msg) + 1, MPI_CHAR, j, ABORT_TAG, world_part->notice, &r);
         MPI_Request_free(&r);
+        world_part->notified++;
+    }
+}
+
+/* At exit (atexit): acknowledge the notice this rank received, then wait for
+ * the acknowledgements of the notices it sent. A receiver that is dead, or
+ * busy elsewhere, costs NOTICE_LINGER at most. A normal end has freed
+ * world_part, so this does nothing then. */
+static void notice_linger(void) {
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    mpi_part *m = world_part;
+    if (!up || down || !m) return;
+    char b = 'a';
+    double t0 = dt_time_now();
+    for (int acks = 0, acked = 0;;) {
+        if (m->notice_req != MPI_REQUEST_NULL) notice_check(); /* a notice that crossed ours */
+        if (!acked && m->notice_from >= 0) {
+            MPI_Request r;
+            MPI_Isend(&b, 1, MPI_CHAR, m->notice_from, ACK_TAG, m->notice, &r);
+            MPI_Request_free(&r);
+            acked = 1;
+        }
+        for (int got = 1; got;) {
+            MPI_Iprobe(MPI_ANY_SOURCE, ACK_TAG, m->notice, &got, MPI_STATUS_IGNORE);
+            if (got) { MPI_Recv(&b, 1, MPI_CHAR, MPI_ANY_SOURCE, ACK_TAG, m->notice, MPI_STATUS_IGNORE); acks++; }
+        }
+        /* The ack's send is eager; a little time lets it leave before the process does. */
+        if ((acks >= m->notified && (acked || m->notice_from < 0) && dt_time_now() - t0 > 0.01) ||
+            dt_time_now() - t0 > NOTICE_LINGER)
+            return;
+        usleep(1000);
     }
 }
 
@@ -302,6 +344,8 @@ dt_status dt_mpi_init_world(dt_comm **out) {
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(m->notice, MPI_ERRORS_RETURN); /* a notice or heartbeat to a rank that is gone is no reason to abort */
     m->own_notice = true;
+    m->notice_from = -1;
+    atexit(notice_linger);
     MPI_Irecv(m->notice_buf, sizeof m->notice_buf, MPI_CHAR, MPI_ANY_SOURCE, ABORT_TAG, m->notice, &m->notice_req);
     world_part = m;
     int rank, size;
