@@ -78,7 +78,7 @@ stopped_rank_test() {
     for p in $(pgrep -f "train.*--steps 999999"); do
         grep -qzE '^(DTRAIN_RANK|OMPI_COMM_WORLD_RANK)=1$' /proc/$p/environ 2>/dev/null && victim=$p
     done
-    [ -n "$victim" ] || { fail "$how: no rank 1 found"; kill -9 $job; wait $job; return; }
+    [ -n "$victim" ] || { fail "$how: no rank 1 found: $(tail -c 400 "$dir/out") $(tail -c 400 "$dir/err")"; kill -9 $job; wait $job; return; }
     local t0=$(date +%s.%N)
     kill -STOP $victim
     for ((i = 0; i < 100; i++)); do grep -qE "has been stopped|sent no heartbeat" "$dir/err" && break; sleep 0.1; done
