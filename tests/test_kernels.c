@@ -63,7 +63,7 @@ typedef struct { float *qkv, *out, *lse, *r; } bw_ctx;
 static double bw_J(void *p) { bw_ctx *c = p; dt_attention_forward_lse(c->out, c->lse, c->qkv, B, T, C, NH); return dot(c->out, c->r, B * T * C); }
 
 typedef struct { float *logits, *losses; int32_t *tg; } ce_ctx;
-static double ce_J(void *p) { ce_ctx *c = p; return dt_crossentropy_forward(c->losses, c->logits, c->tg, BT, V, VP); }
+static double ce_J(void *p) { ce_ctx *c = p; return dt_crossentropy_forward(c->losses, NULL, c->logits, c->tg, BT, V, VP); }
 
 typedef struct { float *wte, *wpe, *out, *r; int32_t *tok; } em_ctx;
 static double em_J(void *p) { em_ctx *c = p; dt_embedding_forward(c->out, c->tok, c->wte, c->wpe, B, T, C); return dot(c->out, c->r, B * T * C); }

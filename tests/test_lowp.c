@@ -128,15 +128,23 @@ static void linear_lp(dt_dtype t) {
 /* The head's gradient comes out of the cross-entropy rounded to 16 bits, as the f32 one rounded. */
 static void crossentropy_lp(dt_dtype t) {
     enum { BT = 5, V = 1000, Vp = 1024 };
-    float *a = malloc(sizeof(float) * BT * Vp), *b = malloc(sizeof(float) * BT * Vp), la[BT], lb[BT];
+    float *a = malloc(sizeof(float) * BT * Vp), *b = malloc(sizeof(float) * BT * Vp), *c = malloc(sizeof(float) * BT * Vp);
+    float la[BT], lb[BT], lc[BT], stats[2 * BT];
     int32_t tg[BT];
-    for (int i = 0; i < BT * Vp; i++) a[i] = b[i] = scalar_round(urand() * 4, t);
+    for (int i = 0; i < BT * Vp; i++) a[i] = b[i] = c[i] = scalar_round(urand() * 4, t);
     for (int i = 0; i < BT; i++) tg[i] = (i * 37) % V;
     float ma = dt_crossentropy_fused(a, la, tg, BT, V, Vp, 0.125f, DT_F32), mb = dt_crossentropy_fused(b, lb, tg, BT, V, Vp, 0.125f, t);
     int bad = ma != mb;
     for (int i = 0; i < BT * Vp; i++) bad += !same(b[i], scalar_round(a[i], t));
     EXPECT(!bad, "%s cross-entropy: %d gradients are not the f32 ones rounded", t == DT_BF16 ? "bf16" : "f16", bad);
-    free(a), free(b);
+    /* forward's statistics, then backward: the fused one's losses and gradients, bit for bit */
+    float mc = dt_crossentropy_forward(lc, stats, c, tg, BT, V, Vp);
+    dt_crossentropy_backward(c, stats, tg, BT, V, Vp, 0.125f);
+    bad = ma != mc;
+    for (int i = 0; i < BT; i++) bad += la[i] != lc[i];
+    for (int i = 0; i < BT * Vp; i++) bad += !same(c[i], a[i]);
+    EXPECT(!bad, "cross-entropy backward from forward's statistics: %d losses or gradients differ from the fused one's", bad);
+    free(a), free(b), free(c);
 }
 
 /* The LM head with 16-bit logits (dt_matmul_*_lp16, chunks of weight rows
@@ -151,7 +159,9 @@ static void head_lp16(dt_dtype t) {
     float *got = malloc(sizeof(float) * BT * OC), *work = malloc(sizeof(float) * (big > nwork ? big : nwork));
     float *di = calloc((size_t)BT * C, 4), *dw = calloc((size_t)OC * C, 4), *di16 = calloc((size_t)BT * C, 4), *dw16 = calloc((size_t)OC * C, 4);
     uint16_t *w = malloc(2 * (size_t)OC * C), *out = malloc(2 * (size_t)BT * OC);
-    float la[BT], lb[BT];
+    float la[BT], lb[BT], lc[BT], stats[2 * BT];
+    float *di_ce = calloc((size_t)BT * C, 4), *dw_ce = calloc((size_t)OC * C, 4);
+    uint16_t *logits = malloc(2 * (size_t)BT * OC);
     int32_t tg[BT];
     for (size_t i = 0; i < (size_t)BT * C; i++) inp[i] = scalar_round(urand(), t);
     for (size_t i = 0; i < (size_t)OC * C; i++) wf[i] = urand();
@@ -169,6 +179,8 @@ static void head_lp16(dt_dtype t) {
     }
     EXPECT(wf16 <= ulp, "%s head forward: 16-bit logits %.3g from the f32-output linear's (one ulp %.3g)", tn, wf16, ulp);
     dt_lp_pack(out, ref, (size_t)BT * OC, t); /* the cross-entropy's input: the same logits for both */
+    memcpy(logits, out, 2 * (size_t)BT * OC);
+    float mc = dt_crossentropy_forward_lp(lc, stats, logits, tg, BT, V, OC, t, work, nwork);
     float ma = dt_crossentropy_fused(ref, la, tg, BT, V, OC, 0.5f, t);
     float mb = dt_crossentropy_fused_lp(out, lb, tg, BT, V, OC, 0.5f, t, work, nwork);
     dt_lp_unpack(got, out, (size_t)BT * OC, t);
@@ -177,7 +189,16 @@ static void head_lp16(dt_dtype t) {
     for (int i = 0; i < BT * OC; i++) differ += !same(got[i], ref[i]);
     EXPECT(!differ, "%s cross-entropy on 16-bit logits: %d losses or gradients differ from the f32 one's", tn, differ);
     dt_matmul_backward_lp(di, dw, NULL, ref, inp, w, BT, C, OC, t, work, big);
-    dt_matmul_backward_lp16(di16, dw16, out, inp, w, BT, C, OC, t, work, nwork);
+    dt_matmul_backward_lp16(di16, dw16, out, NULL, inp, w, BT, C, OC, t, work, nwork);
+    /* the loss's gradient computed block by block as backward reads the logits: the same bits as the fused pass */
+    dt_ce_grad ce = { stats, tg, V, 0.5f };
+    dt_matmul_backward_lp16(di_ce, dw_ce, logits, &ce, inp, w, BT, C, OC, t, work, nwork);
+    int ce_differ = mc != mb;
+    for (int i = 0; i < BT; i++) ce_differ += lc[i] != lb[i];
+    for (int i = 0; i < BT * C; i++) ce_differ += !same(di_ce[i], di16[i]);
+    for (int i = 0; i < OC * C; i++) ce_differ += !same(dw_ce[i], dw16[i]);
+    EXPECT(!ce_differ, "%s head backward with the loss's gradient taken as read: %d losses or gradients differ from the fused pass's",
+           tn, ce_differ);
     /* the weight gradient is summed over 3 blocks of tokens, not at once: f32 order, then the same rounding */
     double wi = 0, ww = 0;
     for (int i = 0; i < BT * C; i++) wi = fmax(wi, fabs(di16[i] - di[i]) / (fabs(di[i]) + 1e-6));
@@ -186,6 +207,7 @@ static void head_lp16(dt_dtype t) {
     printf("%s head with 16-bit logits: %d of %d logits one ulp from the f32-output path's; loss and its gradient identical; "
            "backward within %.2g (dinp) %.2g (dw)\n", tn, differ, BT * OC, wi, ww);
     free(inp), free(wf), free(ref), free(got), free(work), free(di), free(dw), free(di16), free(dw16), free(w), free(out);
+    free(di_ce), free(dw_ce), free(logits);
 }
 
 int main(void) {

@@ -39,11 +39,14 @@ void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *do
  * the chunk's weight gradient and of a block of f32 outputs or output
  * gradients), so nothing of BT x OC is ever f32. Backward reads the
  * 16-bit dout the same way; dinp = round_t(dinp + dout @ w), dw +=
- * round_t(dout^T @ inp). */
+ * round_t(dout^T @ inp). With ce, dout holds the logits and each block's
+ * output gradient is the loss's, computed as it is read
+ * (dt_crossentropy_grad_lp). */
+typedef struct { const float *stats; const int32_t *targets; int V; float dscale; } dt_ce_grad;
 void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work,
                             size_t work_floats);
-void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const float *inp, const uint16_t *w, int BT, int C,
-                             int OC, dt_dtype t, float *work, size_t work_floats);
+void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const dt_ce_grad *ce, const float *inp,
+                             const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work, size_t work_floats);
 
 /* 16-bit storage (t: DT_BF16 or DT_F16, round to nearest even; f16 overflows
  * to inf): pack f32 into 16 bits, widen back, or round f32 values in place
@@ -99,16 +102,28 @@ void dt_attention_backward_lse(float *dqkv, const float *dout, const float *out,
  * B x T x V probabilities are never stored beside the logits; rounded to t
  * (DT_BF16, DT_F16: the 16-bit gradient a mixed-precision head takes; DT_F32: as is). */
 float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale, dt_dtype t);
-/* Forward only: losses and their mean; logits unchanged. */
-float dt_crossentropy_forward(float *losses, const float *logits, const int32_t *targets, int BT, int V, int Vp);
+/* Forward only: losses and their mean; logits unchanged. stats (2 floats a
+ * row, or NULL): each row's maximum and sum of exponentials, from which
+ * backward computes the gradient without a second pass over the row. */
+float dt_crossentropy_forward(float *losses, float *stats, const float *logits, const int32_t *targets, int BT, int V, int Vp);
+/* The gradient in place of the logits from forward's stats: the same values
+ * dt_crossentropy_fused writes (f32). */
+void dt_crossentropy_backward(float *logits, const float *stats, const int32_t *targets, int BT, int V, int Vp, float dscale);
 
 /* The same on 16-bit logits (values of t, DT_BF16 or DT_F16), computed in
  * f32; the fused one leaves the gradient rounded to t in place. work: Vp
  * floats per thread (at least Vp). */
 float dt_crossentropy_fused_lp(uint16_t *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale,
                                dt_dtype t, float *work, size_t work_floats);
-float dt_crossentropy_forward_lp(float *losses, const uint16_t *logits, const int32_t *targets, int BT, int V, int Vp, dt_dtype t,
-                                 float *work, size_t work_floats);
+float dt_crossentropy_forward_lp(float *losses, float *stats, const uint16_t *logits, const int32_t *targets, int BT, int V,
+                                 int Vp, dt_dtype t, float *work, size_t work_floats);
+/* The loss's gradient taken where it is used: from 16-bit logits and
+ * forward's stats, rows [row0, row0 + n) and columns [o0, o0 + r) into
+ * dst (n x r f32, rounded to t), the values dt_crossentropy_fused_lp would
+ * have left there; dt_matmul_backward_lp16 calls it block by block, so the
+ * head's gradient is never a pass of its own. */
+void dt_crossentropy_grad_lp(float *dst, const uint16_t *logits, int row0, int n, int Vp, int o0, int r, const dt_ce_grad *g,
+                             dt_dtype t);
 
 /* Image layers, NCHW. A 2-D convolution (torch.nn.Conv2d, groups 1):
  * weights [OC, C, KH, KW], OH = (H + 2 pad - KH) / stride + 1. */

@@ -22,12 +22,13 @@ static float row_loss(const float *l, int target, int V, float *mx_out, float *s
     return logf(sum) + mx - l[target];
 }
 
-float dt_crossentropy_forward(float *losses, const float *logits, const int32_t *targets, int BT, int V, int Vp) {
+float dt_crossentropy_forward(float *losses, float *stats, const float *logits, const int32_t *targets, int BT, int V, int Vp) {
     double total = 0;
     #pragma omp parallel for reduction(+ : total) schedule(static)
     for (int i = 0; i < BT; i++) {
         float mx, sum;
         losses[i] = row_loss(logits + (size_t)i * Vp, targets[i], V, &mx, &sum);
+        if (stats) stats[2 * i] = mx, stats[2 * i + 1] = sum;
         total += losses[i];
     }
     return (float)(total / BT);
@@ -55,11 +56,16 @@ float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets
     return (float)(total / BT);
 }
 
+void dt_crossentropy_backward(float *logits, const float *stats, const int32_t *targets, int BT, int V, int Vp, float dscale) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) row_grad(logits + (size_t)i * Vp, targets[i], V, Vp, stats[2 * i], stats[2 * i + 1], dscale);
+}
+
 /* 16-bit logits: each thread widens a row into its Vp floats of work (as
  * many threads as work has rows for), computes in f32 and, for the
  * gradient, narrows the row back in place. */
-static float lp_rows_loss(uint16_t *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale,
-                          dt_dtype t, float *work, size_t work_floats, bool grad) {
+static float lp_rows_loss(uint16_t *logits, float *losses, float *stats, const int32_t *targets, int BT, int V, int Vp,
+                          float dscale, dt_dtype t, float *work, size_t work_floats, bool grad) {
     int nt = dt_kernels_threads();
     if ((size_t)nt * Vp > work_floats) nt = (int)(work_floats / (size_t)Vp);
     if (nt < 1) nt = 1; /* the caller gives at least one row */
@@ -76,6 +82,7 @@ static float lp_rows_loss(uint16_t *logits, float *losses, const int32_t *target
             uint16_t *l = logits + (size_t)i * Vp;
             dt_lp_unpack(row, l, (size_t)Vp, t);
             losses[i] = row_loss(row, targets[i], V, &mx, &sum);
+            if (stats) stats[2 * i] = mx, stats[2 * i + 1] = sum;
             total += losses[i];
             if (!grad) continue;
             row_grad(row, targets[i], V, Vp, mx, sum, dscale);
@@ -85,12 +92,30 @@ static float lp_rows_loss(uint16_t *logits, float *losses, const int32_t *target
     return (float)(total / BT);
 }
 
-float dt_crossentropy_forward_lp(float *losses, const uint16_t *logits, const int32_t *targets, int BT, int V, int Vp, dt_dtype t,
-                                 float *work, size_t work_floats) {
-    return lp_rows_loss((uint16_t *)logits, losses, targets, BT, V, Vp, 0, t, work, work_floats, false);
+float dt_crossentropy_forward_lp(float *losses, float *stats, const uint16_t *logits, const int32_t *targets, int BT, int V,
+                                 int Vp, dt_dtype t, float *work, size_t work_floats) {
+    return lp_rows_loss((uint16_t *)logits, losses, stats, targets, BT, V, Vp, 0, t, work, work_floats, false);
 }
 
 float dt_crossentropy_fused_lp(uint16_t *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale,
                                dt_dtype t, float *work, size_t work_floats) {
-    return lp_rows_loss(logits, losses, targets, BT, V, Vp, dscale, t, work, work_floats, true);
+    return lp_rows_loss(logits, losses, NULL, targets, BT, V, Vp, dscale, t, work, work_floats, true);
+}
+
+/* row_grad's arithmetic, a block at a time: the same bits. */
+void dt_crossentropy_grad_lp(float *dst, const uint16_t *logits, int row0, int n, int Vp, int o0, int r, const dt_ce_grad *g,
+                             dt_dtype t) {
+    int vend = g->V - o0 < r ? (g->V - o0 > 0 ? g->V - o0 : 0) : r; /* columns of the chunk below V */
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        int row = row0 + i;
+        float *d = dst + (size_t)i * r, mx = g->stats[2 * row], inv = 1.0f / g->stats[2 * row + 1], ds = g->dscale;
+        dt_lp_unpack(d, logits + (size_t)row * Vp + o0, (size_t)r, t);
+        #pragma omp simd
+        for (int v = 0; v < vend; v++) d[v] = dt_vexpf(d[v] - mx) * inv * ds;
+        for (int v = vend; v < r; v++) d[v] = 0.0f;
+        int tg = g->targets[row] - o0;
+        if (tg >= 0 && tg < r) d[tg] -= ds;
+        dt_lp_round(d, (size_t)r, t);
+    }
 }

@@ -11,13 +11,15 @@
 #include <immintrin.h>
 #endif
 
-/* bf16 values rounded in f32 (dt_f32_to_bf16 rounds to nearest even). */
+/* bf16 values rounded in f32 (dt_f32_to_bf16 rounds to nearest even).
+ * The loops' if clauses name parallel: a bare if also turns simd off, and
+ * rows below the threshold then ran one element at a time. */
 static inline float bf16_round(float x) { return dt_bf16_to_f32(dt_f32_to_bf16(x)); }
 
 void dt_lp_pack(uint16_t *dst, const float *src, size_t n, dt_dtype t) {
     size_t i = 0;
     if (t == DT_BF16) {
-        #pragma omp parallel for simd schedule(static) if (n > 65536)
+        #pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
         for (size_t j = 0; j < n; j++) dst[j] = dt_f32_to_bf16(src[j]);
         return;
     }
@@ -31,7 +33,7 @@ void dt_lp_pack(uint16_t *dst, const float *src, size_t n, dt_dtype t) {
 void dt_lp_unpack(float *dst, const uint16_t *src, size_t n, dt_dtype t) {
     size_t i = 0;
     if (t == DT_BF16) {
-        #pragma omp parallel for simd schedule(static) if (n > 65536)
+        #pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
         for (size_t j = 0; j < n; j++) dst[j] = dt_bf16_to_f32(src[j]);
         return;
     }
@@ -43,7 +45,7 @@ void dt_lp_unpack(float *dst, const uint16_t *src, size_t n, dt_dtype t) {
 
 void dt_lp_round(float *x, size_t n, dt_dtype t) {
     if (t == DT_BF16) {
-        #pragma omp parallel for simd schedule(static) if (n > 65536)
+        #pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
         for (size_t j = 0; j < n; j++) x[j] = bf16_round(x[j]);
         return;
     }
@@ -58,7 +60,7 @@ void dt_lp_round(float *x, size_t n, dt_dtype t) {
 
 void dt_lp_round_add(float *dst, const float *src, size_t n, dt_dtype t) {
     if (t == DT_BF16) {
-        #pragma omp parallel for simd schedule(static) if (n > 65536)
+        #pragma omp parallel for simd schedule(static) if (parallel : n > 65536)
         for (size_t j = 0; j < n; j++) dst[j] += bf16_round(src[j]);
         return;
     }

@@ -125,8 +125,8 @@ void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, 
     }
 }
 
-void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const float *inp, const uint16_t *w, int BT, int C,
-                             int OC, dt_dtype t, float *work, size_t work_floats) {
+void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const dt_ce_grad *ce, const float *inp,
+                             const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work, size_t work_floats) {
     size_t part = work_floats / 3;
     float *wf = work, *dwc = work + part, *dc = work + 2 * part;
     int R = lp_rows(C, part);
@@ -135,8 +135,11 @@ void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const
         if (dinp) dt_lp_unpack(wf, w + (size_t)o0 * C, (size_t)r * C, t);
         for (int t0 = 0; t0 < BT; t0 += tb) {
             int n = BT - t0 < tb ? BT - t0 : tb;
-            #pragma omp parallel for schedule(static)
-            for (int i = 0; i < n; i++) dt_lp_unpack(dc + (size_t)i * r, dout + (size_t)(t0 + i) * OC + o0, (size_t)r, t);
+            if (ce) dt_crossentropy_grad_lp(dc, dout, t0, n, OC, o0, r, ce, t);
+            else {
+                #pragma omp parallel for schedule(static)
+                for (int i = 0; i < n; i++) dt_lp_unpack(dc + (size_t)i * r, dout + (size_t)(t0 + i) * OC + o0, (size_t)r, t);
+            }
             if (dinp)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, r, 1.0f, dc, r, wf, C, 1.0f, dinp + (size_t)t0 * C, C);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, n, 1.0f, dc, r, inp + (size_t)t0 * C, C, t0 ? 1.0f : 0.0f,

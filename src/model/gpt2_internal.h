@@ -12,10 +12,11 @@ enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FC
 #define PER_BLOCK 12 /* ln1w .. fcprojb */
 
 /* Activations kept from forward for backward, per held block where it says L.
- * A_RES1: a block's input widened for its backward (packed mixed precision only). */
+ * A_RES1: a block's input widened for its backward (packed mixed precision only).
+ * A_CE_STATS: each position's logit maximum and sum of exponentials, for the loss's backward. */
 enum {
     A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_MEAN, A_LN2_RSTD,
-    A_FCH, A_FCH_GELU, A_RES3, A_RES1, A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_LOSSES,
+    A_FCH, A_FCH_GELU, A_RES3, A_RES1, A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_LOSSES, A_CE_STATS,
     /* scratch, not per layer */
     A_TMP, A_DRES, A_DLN, A_DQKV, A_DATTY, A_DFCH, A_DFCH_GELU, A_COUNT
 };

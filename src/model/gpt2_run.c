@@ -36,7 +36,7 @@ static size_t activation_sizes(const dt_gpt2_config *c, size_t nl, bool head, bo
         [A_RES2] = Lw * BT * C,
         [A_LN2] = Lw * BT * C, [A_LN2_MEAN] = L * BT, [A_LN2_RSTD] = L * BT, [A_FCH] = Lw * BT * 4 * C,
         [A_FCH_GELU] = Lw * BT * 4 * C, [A_RES3] = Lres * BT * C, [A_RES1] = pack * BT * C, [A_LNF] = H * BT * C, [A_LNF_MEAN] = H * BT,
-        [A_LNF_RSTD] = H * BT, [A_LOGITS] = H * (lp ? (BT * Vp + 1) / 2 : BT * Vp), /* 16-bit under mixed precision */ [A_LOSSES] = H * BT, [A_TMP] = BT * C, [A_DRES] = BT * C, [A_DLN] = BT * C,
+        [A_LNF_RSTD] = H * BT, [A_LOGITS] = H * (lp ? (BT * Vp + 1) / 2 : BT * Vp), /* 16-bit under mixed precision */ [A_LOSSES] = H * BT, [A_CE_STATS] = H * 2 * BT, [A_TMP] = BT * C, [A_DRES] = BT * C, [A_DLN] = BT * C,
         [A_DQKV] = BT * 3 * C, [A_DATTY] = BT * C, [A_DFCH] = BT * 4 * C, [A_DFCH_GELU] = BT * 4 * C,
     };
     size_t total = 0;
@@ -60,7 +60,7 @@ size_t dt_gpt2_activation_kept(const dt_gpt2 *m) {
     if (!m->acts) return 0;
     /* the residual stream and the head's; each block's statistics and attention rows unless recomputing; each block's
      * activations themselves where they are neither recomputed nor packed */
-    static const int stream[] = { A_ENCODED, A_RES3, A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_LOSSES };
+    static const int stream[] = { A_ENCODED, A_RES3, A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_LOSSES, A_CE_STATS };
     static const int stats[] = { A_LN1_MEAN, A_LN1_RSTD, A_ATT, A_LN2_MEAN, A_LN2_RSTD };
     static const int wide[] = { A_LN1, A_QKV, A_ATTY, A_RES2, A_LN2, A_FCH, A_FCH_GELU };
     size_t f = 0;
@@ -343,9 +343,10 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     else dt_matmul_forward_lp16(LOGITS16(m), ACT(A_LNF), m->params_lp + TAB_OFF(WTE), (int)BT, C, Vp, m->prec, m->lp_work,
                                 m->lp_work_floats);
     if (targets) {
-        if (m->prec == DT_F32) m->loss = dt_crossentropy_forward(ACT(A_LOSSES), ACT(A_LOGITS), targets, (int)BT, c->vocab_size, Vp);
-        else m->loss = dt_crossentropy_forward_lp(ACT(A_LOSSES), LOGITS16(m), targets, (int)BT, c->vocab_size, Vp, m->prec,
-                                                  m->lp_work, m->lp_work_floats);
+        if (m->prec == DT_F32)
+            m->loss = dt_crossentropy_forward(ACT(A_LOSSES), ACT(A_CE_STATS), ACT(A_LOGITS), targets, (int)BT, c->vocab_size, Vp);
+        else m->loss = dt_crossentropy_forward_lp(ACT(A_LOSSES), ACT(A_CE_STATS), LOGITS16(m), targets, (int)BT, c->vocab_size, Vp,
+                                                  m->prec, m->lp_work, m->lp_work_floats);
         if (loss) *loss = m->loss;
     }
     UNIT_END();
@@ -376,14 +377,15 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
     trace_unit(m, "backward", L + 1);
     float dscale = grad_scale / (float)BT;
     memset(dln, 0, BTC * sizeof(float));
+    /* the loss's gradient from forward's statistics, without a second pass for them; in 16 bits it is
+     * computed a block at a time as the head's backward reads it */
     if (m->prec == DT_F32) {
-        dt_crossentropy_fused(dlogits, ACT(A_LOSSES), m->targets, (int)BT, c->vocab_size, Vp, dscale, DT_F32);
+        dt_crossentropy_backward(dlogits, ACT(A_CE_STATS), m->targets, (int)BT, c->vocab_size, Vp, dscale);
         linear_backward(m, dln, dlogits, ACT(A_LNF), -1, WTE, 0, (int)BT, C, Vp);
     } else {
-        dt_crossentropy_fused_lp(LOGITS16(m), ACT(A_LOSSES), m->targets, (int)BT, c->vocab_size, Vp, dscale, m->prec, m->lp_work,
-                                 m->lp_work_floats);
-        dt_matmul_backward_lp16(dln, m->grads + TAB_OFF(WTE), LOGITS16(m), ACT(A_LNF), m->params_lp + TAB_OFF(WTE), (int)BT, C, Vp,
-                                m->prec, m->lp_work, m->lp_work_floats);
+        dt_ce_grad ce = { ACT(A_CE_STATS), m->targets, c->vocab_size, dscale };
+        dt_matmul_backward_lp16(dln, m->grads + TAB_OFF(WTE), LOGITS16(m), &ce, ACT(A_LNF), m->params_lp + TAB_OFF(WTE), (int)BT, C,
+                                Vp, m->prec, m->lp_work, m->lp_work_floats);
     }
     memset(dres, 0, BTC * sizeof(float));
     dt_layernorm_backward(dres, G(LNFW), G(LNFB), dln, res_in(m, L), P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), (int)BT, C);

@@ -181,7 +181,7 @@ dt_status dt_mlp_forward(dt_mlp *m, const float *x, const int32_t *labels, int B
     }
     if (labels) {
         memcpy(m->labels, labels, (size_t)B * sizeof(int32_t));
-        float mean = dt_crossentropy_forward(m->losses, logits, labels, B, K, K);
+        float mean = dt_crossentropy_forward(m->losses, NULL, logits, labels, B, K, K);
         if (loss) *loss = mean;
     }
     return DT_OK;

@@ -459,7 +459,7 @@ dt_status dt_resnet_forward(dt_resnet *m, const float *x, const int32_t *labels,
     m->have_labels = labels != NULL;
     if (labels) {
         memcpy(m->labels, labels, sizeof(int32_t) * (size_t)B);
-        float mean = dt_crossentropy_forward(m->losses, logits, labels, B, K, K);
+        float mean = dt_crossentropy_forward(m->losses, NULL, logits, labels, B, K, K);
         if (loss) *loss = mean;
     }
     return DT_OK;
