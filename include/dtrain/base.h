@@ -4,6 +4,7 @@
 #ifndef DTRAIN_BASE_H
 #define DTRAIN_BASE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -78,6 +79,8 @@ void dt_io_get(dt_io_kind kind, uint64_t *bytes, double *seconds);
 
 /* /proc/cpuinfo's model name into out ("unknown CPU" if none); returns out. */
 const char *dt_cpu_model(char *out, size_t cap);
+/* Whether the CPU's flags in /proc/cpuinfo include flag (false if unreadable). */
+bool dt_cpu_has(const char *flag);
 
 /* 64-byte aligned allocation (cache line; AVX-512 friendly). */
 void *dt_alloc_aligned(size_t bytes);

@@ -21,3 +21,21 @@ const char *dt_cpu_model(char *out, size_t cap) {
     fclose(f);
     return out;
 }
+
+/* Whether /proc/cpuinfo's flags list flag (avx512_bf16, f16c, ...): what the
+ * kernel says this CPU can do, as the user would check it. */
+bool dt_cpu_has(const char *flag) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return false;
+    char line[4096];
+    bool found = false;
+    size_t n = strlen(flag);
+    while (!found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5)) continue;
+        for (char *p = strstr(line, flag); p && !found; p = strstr(p + 1, flag))
+            found = (p == line || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\n' || p[n] == 0);
+        break; /* the first processor's flags */
+    }
+    fclose(f);
+    return found;
+}

@@ -405,6 +405,15 @@ static dt_status setup(run *r) {
            c->batch, c->seq, c->grad_accum, r->nranks, dt_engine_strategy_name(r->e), dt_optim_kind_name(c->opt.kind),
            dt_kernels_threads());
     if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
+    /* what a 16-bit run gains on this CPU, so that nobody expects the speed of a bf16 GEMM that is not there */
+    if (c->precision != DT_F32)
+        printf("%s: activations and the parameters' working copy in 16 bits, master weights and gradients in f32; the "
+               "matmuls widen 16-bit values into f32 sgemm, because %s: expect fp32's speed or a little less, and half the "
+               "activation memory\n",
+               c->precision == DT_BF16 ? "bf16" : "fp16",
+               c->precision == DT_BF16 && dt_cpu_has("avx512_bf16") ? "no GEMM here uses this CPU's avx512_bf16 yet"
+               : c->precision == DT_BF16                           ? "this CPU has no bf16 arithmetic (no avx512_bf16)"
+                                                                   : "dtrain has no fp16 GEMM");
     if (r->peak_gflops > 0)
         printf("MFU against %.1f GFLOP/s (%d thread%s x %.1f GFLOP/s sgemm per thread, %s); %.3f GFLOP per step\n",
                r->peak_gflops, c->threads * r->nranks, c->threads * r->nranks > 1 ? "s" : "",
