@@ -42,6 +42,23 @@ int main(void) {
     dt_dtype t;
     EXPECT(dt_dtype_parse("bf16", &t) == DT_OK && t == DT_BF16, "parse bf16");
     EXPECT(dt_dtype_parse("f8", &t) == DT_ERR_ARG, "unknown dtype rejected");
+    /* CPU flags: whole words of the first flags line, not prefixes of them */
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[8192], first[64] = "";
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "flags", 5) && sscanf(strchr(line, ':') + 1, "%63s", first) == 1) break;
+    if (f) fclose(f);
+    if (first[0]) {
+        EXPECT(dt_cpu_has(first), "the CPU's first flag '%s' not found", first);
+        size_t n = strlen(first);
+        if (n > 1) {
+            first[n - 1] = 0; /* a prefix of a flag is no flag, unless it is a flag of its own too */
+            char word[80];
+            snprintf(word, sizeof word, " %s ", first);
+            if (!strstr(line, word)) EXPECT(!dt_cpu_has(first), "prefix '%s' of a flag taken for a flag", first);
+        }
+    }
+    EXPECT(!dt_cpu_has("no_such_flag"), "a flag no CPU has was found");
     printf("base: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -3,6 +3,7 @@
 #include "dtrain/base.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *dt_cpu_model(char *out, size_t cap) {
@@ -27,15 +28,16 @@ const char *dt_cpu_model(char *out, size_t cap) {
 bool dt_cpu_has(const char *flag) {
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return false;
-    char line[4096];
+    char *line = NULL; /* getline: a flags line has no length limit worth guessing */
+    size_t cap = 0, n = strlen(flag);
     bool found = false;
-    size_t n = strlen(flag);
-    while (!found && fgets(line, sizeof line, f)) {
+    while (getline(&line, &cap, f) > 0) {
         if (strncmp(line, "flags", 5)) continue;
         for (char *p = strstr(line, flag); p && !found; p = strstr(p + 1, flag))
             found = (p == line || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\n' || p[n] == 0);
         break; /* the first processor's flags */
     }
+    free(line);
     fclose(f);
     return found;
 }
