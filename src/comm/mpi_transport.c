@@ -116,9 +116,8 @@ static void notice_linger(void) {
             if (got) { MPI_Recv(&b, 1, MPI_CHAR, MPI_ANY_SOURCE, ACK_TAG, m->notice, MPI_STATUS_IGNORE); acks++; }
         }
         /* The ack's send is eager; a little time lets it leave before the process does. */
-        if ((acks >= m->notified && (acked || m->notice_from < 0) && dt_time_now() - t0 > 0.01) ||
-            dt_time_now() - t0 > NOTICE_LINGER)
-            return;
+        double waited = dt_time_now() - t0;
+        if ((acks >= m->notified && waited > 0.01) || waited > NOTICE_LINGER) return;
         usleep(1000);
     }
 }
