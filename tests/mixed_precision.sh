@@ -145,6 +145,55 @@ k32=$(kept "$dir/mem.fp32.out") k16=$(kept "$dir/mem.bf16.out")
     && ok "activations kept for backward: bf16 $k16 MiB, fp32 $k32 MiB ($(awk "BEGIN{printf \"%.3f\", $k16 / $k32}")x)" \
     || fail "activations kept for backward: bf16 '$k16' vs fp32 '$k32' MiB (want <= 0.55x)"
 
+# 3d. The 16-bit gradient store (--grad-store bf16): the averaged gradients are kept in bf16 until the update.
+# Every strategy gives the others' losses digit for digit, with the bucket pool or without it (each bucket's f32
+# pages punched out instead), and one process's within the bound of 3 (the rounding is --grad-comm's, plus one
+# more of the embedding's rows, added in f32 and rounded once)
+for s in ddp zero1 zero2 zero3; do
+    "$DTRAIN" train "${small[@]}" --steps 20 --lr 1e-3 --precision bf16 --batch 2 --nproc 2 --strategy $s --grad-store bf16 \
+        --metrics "$dir/gs.$s.jsonl" 2> "$dir/err" || fail "--grad-store bf16 $s: $(cat "$dir/err")"
+    [ "$s" = ddp ] || { [ "$(losses "$dir/gs.$s.jsonl")" = "$(losses "$dir/gs.ddp.jsonl")" ] \
+        && ok "--grad-store bf16 $s: ddp's 20 losses, digit for digit" || fail "--grad-store bf16 $s differs from ddp"; }
+done
+w=$(worst "$(losses "$dir/one.bf16.jsonl")" "$(losses "$dir/gs.ddp.jsonl")" 20)
+within "$w" 1e-4 && ok "--grad-store bf16 vs one bf16 process: worst relative loss difference $w" || fail "--grad-store bf16 vs one process: $w"
+w=$(worst "$(losses "$dir/wire.bf16.jsonl")" "$(losses "$dir/gs.ddp.jsonl")" 20)
+within "$w" 1e-4 && ok "--grad-store bf16 vs --grad-comm bf16 (f32 store): worst relative loss difference $w" || fail "--grad-store vs --grad-comm: $w"
+for s in ddp zero2; do
+    DTRAIN_ZERO_NO_POOL=1 "$DTRAIN" train "${small[@]}" --steps 20 --lr 1e-3 --precision bf16 --batch 2 --nproc 2 --strategy $s \
+        --grad-store bf16 --metrics "$dir/gsnp.$s.jsonl" 2> "$dir/err" || fail "--grad-store bf16 $s without the pool: $(cat "$dir/err")"
+    [ "$(losses "$dir/gsnp.$s.jsonl")" = "$(losses "$dir/gs.ddp.jsonl")" ] && ok "--grad-store bf16 $s without the bucket pool: the same losses" \
+        || fail "--grad-store bf16 $s without the pool differs"
+done
+# Model states on the mixed-precision formula (2 ranks, each rank's columns: parameters with the 16-bit copy,
+# gradients, optimizer state; measured from resident pages): DDP 16 bytes a parameter (2 + 2 + 12), ZeRO-2
+# 2 + 14/N, ZeRO-1 at most 4 + 12/N (it keeps only its shard's gradients, so stage 2's); an f32 store holds 4
+states() { awk '/^  rank 0:/ {gsub(/,/, ""); print $3, $4, $5}' "$1"; }
+psi() { grep -o '[0-9.]*M parameters' "$1" | awk '{print $1 * 1e6 / 1048576}'; }
+for s in ddp zero1 zero2; do
+    for g in fp32 bf16; do
+        [ $s != ddp ] && [ $g = fp32 ] && continue
+        "$DTRAIN" train --layers 6 --channels 256 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 2 --data "$dir/train.bin" \
+            --threads 1 --steps 2 --nproc 2 --strategy $s --precision bf16 --grad-store $g > "$dir/st.$s.$g.out" 2> "$dir/err" \
+            || fail "model states $s $g: $(cat "$dir/err")"
+    done
+done
+P=$(psi "$dir/st.ddp.bf16.out")
+read -r p g o <<< "$(states "$dir/st.ddp.fp32.out")"
+awk "BEGIN{exit !($g >= 3.9 * $P)}" && ok "an f32 store: ddp holds $g MiB of gradients, 4 bytes a parameter" || fail "f32 store: $g MiB of grads for $P Mi parameters"
+read -r p g o <<< "$(states "$dir/st.ddp.bf16.out")"
+awk "BEGIN{t = $p + $g + $o; exit !(t <= 16.8 * $P && t >= 15.2 * $P && $g <= 2.1 * $P)}" \
+    && ok "--grad-store bf16 ddp: $p + $g + $o MiB = $(awk "BEGIN{printf \"%.2f\", ($p + $g + $o) / $P}") bytes a parameter (16)" \
+    || fail "--grad-store bf16 ddp: $p + $g + $o MiB for $P Mi parameters (want 16 bytes each, gradients 2)"
+read -r p g o <<< "$(states "$dir/st.zero2.bf16.out")"
+awk "BEGIN{t = $p + $g + $o; exit !(t <= 9.45 * $P && t >= 8.55 * $P)}" \
+    && ok "--grad-store bf16 zero2: $p + $g + $o MiB = $(awk "BEGIN{printf \"%.2f\", ($p + $g + $o) / $P}") bytes a parameter (2 + 14/2 = 9)" \
+    || fail "--grad-store bf16 zero2: $p + $g + $o MiB for $P Mi parameters (want 9 bytes each)"
+read -r p g o <<< "$(states "$dir/st.zero1.bf16.out")"
+awk "BEGIN{t = $p + $g + $o; exit !(t <= 10.5 * $P)}" \
+    && ok "--grad-store bf16 zero1: $p + $g + $o MiB = $(awk "BEGIN{printf \"%.2f\", ($p + $g + $o) / $P}") bytes a parameter (at most 4 + 12/2 = 10)" \
+    || fail "--grad-store bf16 zero1: $p + $g + $o MiB for $P Mi parameters (want at most 10 bytes each)"
+
 # 4. fp16 that overflows: a scale of 2^24 halves down on every rank alike, in DeepSpeed's words
 echo '{"fp16": {"enabled": true, "initial_scale_power": 24, "loss_scale_window": 4}}' > "$dir/f16.json"
 "$DTRAIN" train "${small[@]}" --config "$dir/f16.json" --steps 24 --lr 1e-3 --batch 2 --nproc 2 --metrics "$dir/ov.jsonl" \
@@ -214,5 +263,23 @@ echo '{"fp16": {"enabled": true}, "bf16": {"enabled": true}}' > "$dir/both.json"
     || fail "both enabled: exit $rc, $(cat "$dir/err")"
 "$DTRAIN" train --model mlp --precision bf16 > /dev/null 2> "$dir/err"; rc=$?
 [ $rc -ne 0 ] && grep -q 'image models train in fp32 only' "$dir/err" && ok "--precision with the MLP refused" || fail "mlp bf16: exit $rc, $(cat "$dir/err")"
+for bad in "--precision fp32 --grad-store bf16|--grad-store bf16 needs --precision bf16" \
+           "--precision bf16 --grad-store bf16|--grad-store bf16: one process has no reduction" \
+           "--precision bf16 --grad-store bf16 --nproc 2 --optimizer lamb|--grad-store bf16 takes --optimizer sgd or adamw" \
+           "--precision bf16 --grad-store bf16 --nproc 2 --grad-comm fp16|--grad-comm fp16 with --grad-store bf16"; do
+    # shellcheck disable=SC2086
+    "$DTRAIN" train "${small[@]}" --steps 2 ${bad%%|*} > /dev/null 2> "$dir/err"; rc=$?
+    [ $rc -eq 2 ] && grep -q -- "${bad#*|}" "$dir/err" && ok "${bad%%|*}: refused ($(grep -m1 -o 'error: .*' "$dir/err" | head -c 90))" \
+        || fail "${bad%%|*}: exit $rc, $(cat "$dir/err")"
+done
+# DeepSpeed's data_types.grad_accum_dtype is --grad-store
+echo '{"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bf16"}}' > "$dir/gacc.json"
+"$DTRAIN" train "${small[@]:0:$((${#small[@]} - 1))}" --config "$dir/gacc.json" --steps 2 --nproc 2 > "$dir/gacc.out" 2> "$dir/err"
+grep -q 'averaged gradients in 16 bits (--grad-store)' "$dir/gacc.out" && ok "data_types.grad_accum_dtype bf16 keeps the gradients in bf16" \
+    || fail "data_types.grad_accum_dtype: $(cat "$dir/err" "$dir/gacc.out" | head -5)"
+echo '{"data_types": {"grad_accum_dtype": "fp8"}}' > "$dir/gacc.json"
+"$DTRAIN" train "${small[@]}" --config "$dir/gacc.json" --steps 2 > /dev/null 2> "$dir/err"; rc=$?
+[ $rc -eq 2 ] && grep -q '"data_types.grad_accum_dtype" must be' "$dir/err" && ok "grad_accum_dtype fp8 refused, naming the key" \
+    || fail "grad_accum_dtype fp8: exit $rc, $(cat "$dir/err")"
 echo "mixed precision: $passed passed, $failed failed"
 [ $failed -eq 0 ]

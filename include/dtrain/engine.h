@@ -62,6 +62,10 @@ typedef struct {
     /* Whether between steps this rank holds only its slice of the parameters
      * (a sharded checkpoint then saves them in pieces, as the optimizer's). */
     int (*params_sharded)(void *state);
+    /* The gradients of this rank's slice in 16 bits, their type in *t, when
+     * the strategy keeps them so (dt_engine_config.grad_store; the engine's
+     * update then reads and zeroes them there); NULL: f32, in the model's store. */
+    uint16_t *(*grads_lp)(void *state, dt_dtype *t);
 } dt_strategy;
 
 /* The registered strategies (engine.c lists them); NULL if no such name. */
@@ -85,6 +89,11 @@ typedef struct {
      * step_at_end on. */
     const dt_loss_scale_config *loss_scale;
     dt_dtype grad_comm;         /* the gradients' type on the wire (DT_F32: as computed; DT_BF16, DT_F16: ddp halves the bytes) */
+    /* DT_BF16, DT_F16: the averaged gradients are kept in 16 bits between
+     * their reduction and the update (data parallelism and ZeRO; they then
+     * travel in that type too, and the update waits for the end of
+     * backward); DT_F32: in the f32 store. */
+    dt_dtype grad_store;
 } dt_engine_config;
 
 dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out);

@@ -79,6 +79,13 @@ double dt_grad_norm(const float *g, size_t n);
 double dt_grad_clip(float *g, size_t n, double norm, float max_norm);
 /* g *= f (unscaling and clipping in one pass). */
 void dt_grad_scale(float *g, size_t n, float f);
+/* dt_grad_norm of 16-bit gradients (t: DT_BF16 or DT_F16). */
+double dt_grad_norm_lp(const uint16_t *g, size_t n, dt_dtype t);
+/* dt_optim_step from 16-bit gradients (SGD, AdamW; else NaN and nothing
+ * done): each chunk widened, times scale (unscaling and clipping), updated,
+ * and its gradients zeroed. The same floats as dt_grad_scale then
+ * dt_optim_step on the widened gradients. Returns the norm of the scaled gradients. */
+double dt_optim_step_lp(dt_optim *o, float *params, uint16_t *grads, dt_dtype t, float scale, float lr);
 
 /* Learning-rate schedules. Ours: constant or cosine, each after a linear
  * warm-up of `warmup` steps from lr/warmup to lr (cosine then decays to

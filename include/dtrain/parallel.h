@@ -65,6 +65,20 @@ dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off
  * allreduce, which sums in f32 and rounds the average once, and widened
  * after). Without shards only. */
 dt_status dt_ddp_set_wire(dt_ddp *d, dt_dtype t);
+/* The 16-bit gradient store (t: DT_BF16 or DT_F16; once, right after
+ * create, never with the optimizer in backward): the gradients travel in t
+ * (the wire), and once a bucket's reduction ends, the part of its average
+ * in [off, off+n) (the optimizer's window) is copied into a dense 16-bit
+ * array, dt_ddp_grad_store's, and its f32 pages go back to the pool: the
+ * f32 store holds only the buckets in flight (micro-steps that do not
+ * synchronise still add up in f32 pages). The optimizer reads the array
+ * after finish, and zeroes it. Model states: 2 bytes of gradient per
+ * parameter of the window instead of 4 of the whole model. */
+dt_status dt_ddp_set_grad_store(dt_ddp *d, dt_dtype t, size_t off, size_t n);
+/* The 16-bit store (window [off, off+n) of dt_ddp_set_grad_store), its type in *t; NULL if none. */
+uint16_t *dt_ddp_grad_store(dt_ddp *d, dt_dtype *t);
+/* Bytes of gradients resident on this rank: the f32 store's pages (measured) and the 16-bit store's. */
+size_t dt_ddp_grads_held(const dt_ddp *d);
 /* Before a micro-step's backward: sync 0 for the gradient-accumulation
  * micro-steps that do not synchronise, 1 for the last; lr: the step's
  * learning rate, for the optimizer in backward. */

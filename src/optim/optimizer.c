@@ -4,6 +4,7 @@
  * PyTorch has the optimizer (SGD, AdamW) and the papers otherwise; the
  * reference in scripts/make_fixtures.py writes the same ones out in torch. */
 #include "dtrain/optim.h"
+#include "dtrain/kernels.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -103,6 +104,23 @@ static double norm2(const float *x, size_t n) {
 
 double dt_grad_norm(const float *g, size_t n) { return norm2(g, n); }
 
+enum { CHUNK = 8192 }; /* floats per chunk of the passes below and of the elementwise updates */
+
+double dt_grad_norm_lp(const uint16_t *g, size_t n, dt_dtype t) {
+    double s = 0;
+    #pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t a = 0; a < n; a += CHUNK) {
+        float x[CHUNK];
+        size_t k = n - a < CHUNK ? n - a : CHUNK;
+        dt_lp_unpack(x, g + a, k, t);
+        double part = 0;
+        #pragma omp simd reduction(+ : part)
+        for (size_t i = 0; i < k; i++) part += (double)x[i] * x[i];
+        s += part;
+    }
+    return sqrt(s);
+}
+
 void dt_grad_scale(float *g, size_t n, float f) {
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) g[i] *= f;
@@ -121,8 +139,6 @@ double dt_grad_clip(float *g, size_t n, double norm, float max_norm) {
  * they read: the norm comes free with the pass. Each chunk's gradients are
  * zeroed after its loop, while they are still in cache: a conditional store
  * inside the loop kept GCC from vectorising it (4x slower). */
-enum { CHUNK = 8192 };
-
 typedef struct {
     float b1, b2, eps, step, sbc2, decay; /* AdamW */
     float lr, mu, wd;                     /* SGD */
@@ -172,12 +188,16 @@ static double sgd_chunk(const coef *k, float *restrict p, const float *restrict 
     return ss;
 }
 
-static double elementwise(dt_optim *o, float *p, float *g, float lr, size_t a, size_t b, int zero) {
+static coef coefs(const dt_optim *o, float lr) {
     const dt_optim_config *c = &o->cfg;
     float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->t);
-    coef k = { c->beta1, c->beta2, c->eps, lr / bc1, sqrtf(bc2), 1.0f - lr * c->weight_decay,
-               lr, c->momentum, c->weight_decay, o->t == 1, c->nesterov != 0 };
-    chunk_fn f = c->kind == DT_OPT_ADAMW ? adamw_chunk : sgd_chunk;
+    return (coef){ c->beta1, c->beta2, c->eps, lr / bc1, sqrtf(bc2), 1.0f - lr * c->weight_decay,
+                   lr, c->momentum, c->weight_decay, o->t == 1, c->nesterov != 0 };
+}
+
+static double elementwise(dt_optim *o, float *p, float *g, float lr, size_t a, size_t b, int zero) {
+    coef k = coefs(o, lr);
+    chunk_fn f = o->cfg.kind == DT_OPT_ADAMW ? adamw_chunk : sgd_chunk;
     double ss = 0;
     #pragma omp parallel for reduction(+ : ss) schedule(static)
     for (size_t s = a; s < b; s += CHUNK) {
@@ -289,6 +309,25 @@ double dt_optim_step_clipped(dt_optim *o, float *params, float *grads, float lr,
     double norm = dt_grad_clip(grads, o->n, dt_grad_norm(grads, o->n), max_norm);
     dt_optim_step(o, params, grads, lr, 1);
     return norm;
+}
+
+double dt_optim_step_lp(dt_optim *o, float *params, uint16_t *grads, dt_dtype t, float scale, float lr) {
+    if (!dt_optim_elementwise(o)) return NAN;
+    o->t++;
+    coef k = coefs(o, lr);
+    chunk_fn f = o->cfg.kind == DT_OPT_ADAMW ? adamw_chunk : sgd_chunk;
+    double ss = 0;
+    #pragma omp parallel for reduction(+ : ss) schedule(static)
+    for (size_t s = 0; s < o->n; s += CHUNK) {
+        float g[CHUNK];
+        size_t n = o->n - s < CHUNK ? o->n - s : CHUNK;
+        dt_lp_unpack(g, grads + s, n, t);
+        if (scale != 1.0f) /* as the f32 path scales its store before the update */
+            for (size_t i = 0; i < n; i++) g[i] *= scale;
+        ss += f(&k, params + s, g, o->m + s, o->v ? o->v + s : NULL, n);
+        memset(grads + s, 0, n * sizeof *grads);
+    }
+    return sqrt(ss);
 }
 
 int dt_optim_elementwise(const dt_optim *o) { return o->cfg.kind == DT_OPT_SGD || o->cfg.kind == DT_OPT_ADAMW; }

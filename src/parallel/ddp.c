@@ -41,6 +41,8 @@
 #include <unistd.h>
 
 typedef struct { size_t off, count; } range;
+/* A request's gradients reduced in 16 bits where its average lands: [off, +count) of the store, narrowed at g */
+typedef struct { size_t off, count; float *g; } narrow;
 
 /* Whole pages of a bucket outside this rank's shard: in a pooled step they
  * show the pool's pages at the bucket's span + skip. */
@@ -67,7 +69,7 @@ struct dt_ddp {
     range *all;          /* every bucket's ranges, bucket after bucket */
     int nall;
     dt_request **reqs;   /* a waited request becomes NULL */
-    range *narrowed;     /* per request: the gradients it reduces in 16 bits (count 0: none), widened once done */
+    narrow *narrowed;    /* per request: the gradients it reduces in 16 bits (count 0: none), widened once done */
     int nreqs, reqcap;
     dt_dtype wire;       /* the gradients' type in the allreduce (dt_ddp_set_wire) */
     int sync;
@@ -97,7 +99,7 @@ struct dt_ddp {
     bool hooked;         /* the model's gradients and hook are ours */
     /* ZeRO-2/3 (shards given to dt_ddp_create): each rank keeps only its shard */
     const size_t *shard_off, *shard_cnt; /* every rank's shard; NULL: allreduce, every rank keeps everything */
-    size_t s0, s1;       /* this rank's shard */
+    size_t s0, s1;       /* what the store keeps in its own pages: this rank's shard (nothing with a 16-bit store) */
     int retired;         /* buckets whose other shards' parts went back (to the pool, or the system) this step */
     /* With the store in the shared arena, a step's buckets borrow the pages of
      * a small pool for their parts outside the shard, instead of faulting in
@@ -109,6 +111,14 @@ struct dt_ddp {
     size_t pool_bytes, head; /* the ring; its next free byte */
     int mapped;          /* buckets lent pages this step, in order */
     borrow *borrows;     /* every bucket's runs */
+    /* The 16-bit gradient store (dt_ddp_set_grad_store): the averages of the
+     * optimizer's window [g0, g1), copied out of the f32 buckets as their
+     * reductions end; the f32 store holds only the buckets in flight */
+    uint16_t *g16;
+    size_t g0, g1;
+    int32_t *slot;       /* per embedding row: its place in acc, or -1 (the rows' add in 16 bits) */
+    float *acc;
+    size_t acc_cap;
 };
 
 /* The table's tensors as gradient ranges in the order backward finalises
@@ -125,12 +135,12 @@ static dt_request **next_request(dt_ddp *d) {
         int cap = d->reqcap ? d->reqcap * 2 : 256;
         dt_request **r = realloc(d->reqs, sizeof *r * (size_t)cap);
         if (r) d->reqs = r;
-        range *w = r ? realloc(d->narrowed, sizeof *w * (size_t)cap) : NULL;
+        narrow *w = r ? realloc(d->narrowed, sizeof *w * (size_t)cap) : NULL;
         if (!w) return NULL;
         d->narrowed = w;
         d->reqcap = cap;
     }
-    d->narrowed[d->nreqs] = (range){ 0, 0 };
+    d->narrowed[d->nreqs] = (narrow){ 0, 0, NULL };
     return &d->reqs[d->nreqs];
 }
 
@@ -182,6 +192,41 @@ static void add_rows(dt_ddp *d) {
         dt_embedding_backward(d->grads + d->emb->offset, NULL, d->rows + (size_t)r * n * C, d->toks + (size_t)r * n, 1, n, C);
 }
 
+/* With a 16-bit store: the same add, in f32, on the rows some rank's tokens
+ * touch, widened from the store (the part in its window) and rounded back
+ * once. */
+static dt_status add_rows_lp(dt_ddp *d) {
+    int C = d->emb->shape[1], V = d->emb->shape[0], p = dt_comm_size(d->c), n = d->ntok;
+    size_t all = (size_t)n * (size_t)p, need = all * ((size_t)C + 2), e0 = d->emb->offset;
+    if (!d->slot && (d->slot = malloc(sizeof *d->slot * (size_t)V))) memset(d->slot, 0xff, sizeof *d->slot * (size_t)V);
+    if (d->slot && need > d->acc_cap) {
+        free(d->acc);
+        d->acc_cap = (d->acc = malloc(need * sizeof *d->acc)) ? need : 0;
+    }
+    if (!d->slot || !d->acc) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+    int32_t *remap = (int32_t *)(d->acc + all * (size_t)C), *uniq = remap + all;
+    size_t rows = 0;
+    for (size_t i = 0; i < all; i++) {
+        int32_t t = d->toks[i];
+        if (d->slot[t] < 0) { d->slot[t] = (int32_t)rows; uniq[rows++] = t; }
+        remap[i] = d->slot[t];
+    }
+    for (size_t j = 0; j < rows; j++) {
+        size_t s = e0 + (size_t)uniq[j] * C, a = s > d->g0 ? s : d->g0, b = s + C < d->g1 ? s + C : d->g1;
+        float *x = d->acc + j * C;
+        memset(x, 0, (size_t)C * sizeof *x);
+        if (a < b) dt_lp_unpack(x + (a - s), d->g16 + (a - d->g0), b - a, d->wire);
+    }
+    for (int r = 0; r < p; r++)
+        dt_embedding_backward(d->acc, NULL, d->rows + (size_t)r * n * C, remap + (size_t)r * n, 1, n, C);
+    for (size_t j = 0; j < rows; j++) {
+        size_t s = e0 + (size_t)uniq[j] * C, a = s > d->g0 ? s : d->g0, b = s + C < d->g1 ? s + C : d->g1;
+        if (a < b) dt_lp_pack(d->g16 + (a - d->g0), d->acc + j * C + (a - s), b - a, d->wire);
+        d->slot[uniq[j]] = -1;
+    }
+    return DT_OK;
+}
+
 /* Waits for *r unless already waited for, adding the time to *waited. */
 static dt_status wait_req(dt_request **r, double *waited) {
     if (!*r) return DT_OK;
@@ -209,10 +254,16 @@ static dt_status ready(dt_request **r, bool wait, double *waited, bool *done) {
  * they travelled in 16 bits. */
 static dt_status settle(dt_ddp *d, int i, bool wait, double *waited, bool *done) {
     dt_status st = ready(&d->reqs[i], wait, waited, done);
-    if (!st && *done && d->narrowed[i].count) {
-        dt_lp_widen_inplace(d->grads + d->narrowed[i].off, d->narrowed[i].count, d->wire);
-        d->narrowed[i].count = 0;
+    narrow *w = &d->narrowed[i];
+    if (st || !*done || !w->count) return st;
+    if (d->g16) {
+        /* into the 16-bit store: the part in the optimizer's window, as it is */
+        size_t a = w->off > d->g0 ? w->off : d->g0, b = w->off + w->count < d->g1 ? w->off + w->count : d->g1;
+        if (a < b) memcpy(d->g16 + (a - d->g0), (uint16_t *)w->g + (a - w->off), (b - a) * sizeof(uint16_t));
+    } else {
+        dt_lp_widen_inplace(w->g, w->count, d->wire);
     }
+    w->count = 0;
     return st;
 }
 
@@ -311,7 +362,7 @@ static dt_status reduce_piece(dt_ddp *d, const bucket *k, size_t a, size_t b, in
         /* in 16 bits, in place: the first half of the piece's bytes (contiguous, in the pool too); widened back
          * once done where the average lands here (a reduction to another rank leaves nothing to keep) */
         dt_lp_narrow_inplace(g, b - a, d->wire);
-        if (root < 0 || root == dt_comm_rank(d->c)) d->narrowed[d->nreqs] = (range){ a, b - a };
+        if (root < 0 || root == dt_comm_rank(d->c)) d->narrowed[d->nreqs] = (narrow){ a, b - a, g };
     }
     dt_status st = root >= 0 ? dt_comm_ireduce(d->c, g, g, b - a, d->wire, DT_AVG, root, req)
                              : dt_comm_iallreduce(d->c, g, g, b - a, d->wire, DT_AVG, req);
@@ -323,19 +374,21 @@ static dt_status reduce_piece(dt_ddp *d, const bucket *k, size_t a, size_t b, in
  * shards reduced to each owner, a piece per shard it crosses. */
 static dt_status reduce_range(dt_ddp *d, const bucket *k, size_t off, size_t n) {
     int p = dt_comm_size(d->c);
-    if (!d->shard_off) return reduce_piece(d, k, off, off + n, -1);
+    if (!d->shard_off && !d->pooled) return reduce_piece(d, k, off, off + n, -1);
     for (int r = 0; r < p; r++) {
-        size_t a = off > d->shard_off[r] ? off : d->shard_off[r];
-        size_t b = off + n < d->shard_off[r] + d->shard_cnt[r] ? off + n : d->shard_off[r] + d->shard_cnt[r];
+        /* without shards (a 16-bit store, pooled): the whole range, allreduced */
+        size_t s0 = d->shard_off ? d->shard_off[r] : 0, s1 = d->shard_off ? s0 + d->shard_cnt[r] : d->nparams;
+        size_t a = off > s0 ? off : s0, b = off + n < s1 ? off + n : s1;
         if (a >= b) continue;
         /* pooled: cut where a page may change hands (the same edges on every rank) */
         size_t pa = d->pooled ? edge_up(d, a) : b, pb = d->pooled ? edge_down(d, b) : b;
         if (pa > b) pa = b;
         if (pb < pa) pb = pa;
-        dt_status st = reduce_piece(d, k, a, pa, r);
-        if (!st) st = reduce_piece(d, k, pa, pb, r);
-        if (!st) st = reduce_piece(d, k, pb, b, r);
-        if (st) return st;
+        int root = d->shard_off ? r : -1;
+        dt_status st = reduce_piece(d, k, a, pa, root);
+        if (!st) st = reduce_piece(d, k, pa, pb, root);
+        if (!st) st = reduce_piece(d, k, pb, b, root);
+        if (st || !d->shard_off) return st;
     }
     return DT_OK;
 }
@@ -355,11 +408,12 @@ static void release_others(dt_ddp *d, size_t off, size_t n) {
  * holds its shard and the buckets in flight. A pooled bucket's pages go back
  * to the pool. */
 static dt_status retire(dt_ddp *d, int upto, bool wait) {
-    while (d->shard_off && d->retired < upto) {
+    while ((d->shard_off || d->g16) && d->retired < upto) {
         bucket *k = &d->b[d->retired];
         bool done = true;
         for (int i = 0; i < k->nreq && done; i++) {
-            dt_status st = ready(&d->reqs[k->req0 + i], wait, &d->waited_in_backward, &done);
+            /* settled: a 16-bit store has its copy before the pages go */
+            dt_status st = settle(d, k->req0 + i, wait, &d->waited_in_backward, &done);
             if (st) return st;
         }
         if (!done) return DT_OK;
@@ -541,8 +595,48 @@ dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size
 dt_status dt_ddp_set_wire(dt_ddp *d, dt_dtype t) {
     if (t != DT_F32 && t != DT_BF16 && t != DT_F16)
         return dt_error(DT_ERR_ARG, "ddp: gradients travel as fp32, bf16 or fp16, not %s", dt_dtype_name(t));
+    if (d->g16 && t != d->wire)
+        return dt_error(DT_ERR_ARG, "ddp: gradients kept in %s travel in %s, not %s", dt_dtype_name(d->wire), dt_dtype_name(d->wire),
+                        dt_dtype_name(t));
     d->wire = t;
     return DT_OK;
+}
+
+dt_status dt_ddp_set_grad_store(dt_ddp *d, dt_dtype t, size_t off, size_t n) {
+    if (t != DT_BF16 && t != DT_F16) return dt_error(DT_ERR_ARG, "ddp: a 16-bit gradient store is bf16 or fp16, not %s", dt_dtype_name(t));
+    if (off + n > d->nparams) return dt_error(DT_ERR_ARG, "ddp: gradient window [%zu, +%zu) outside %zu parameters", off, n, d->nparams);
+    if (d->opt || d->g16) return dt_error(DT_ERR_ARG, "ddp: a 16-bit gradient store is set once, before any optimizer in backward");
+    if (!(d->g16 = calloc(n ? n : 1, sizeof *d->g16))) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+    d->g0 = off;
+    d->g1 = off + n;
+    d->wire = t;
+    /* the store keeps nothing in its own pages between steps: the pool lends
+     * every bucket its pages (the whole model's, not only the other shards') */
+    dt_status st = d->mapped ? give_back(d) : DT_OK;
+    d->s0 = d->s1 = 0;
+    d->split = false;
+    d->pool_bytes = d->head = 0;
+    dt_comm_free(d->c, d->pool_raw);
+    d->pool_raw = d->pool = NULL;
+    free(d->borrows);
+    d->borrows = NULL;
+    for (int k = 0; k < d->nb; k++) {
+        d->b[k].nruns = 0;
+        d->b[k].need = 0;
+    }
+    dt_comm_release(d->c, d->grads, d->nparams * sizeof(float));
+    if (!st) st = make_pool(d);
+    if (!st) dt_ddp_begin(d, 1, 0);
+    return st ? st : d->err;
+}
+
+uint16_t *dt_ddp_grad_store(dt_ddp *d, dt_dtype *t) {
+    *t = d->wire;
+    return d->g16;
+}
+
+size_t dt_ddp_grads_held(const dt_ddp *d) {
+    return dt_mem_resident(d->grads, d->nparams * sizeof(float)) + (d->g16 ? dt_mem_resident(d->g16, (d->g1 - d->g0) * sizeof *d->g16) : 0);
 }
 
 dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off, size_t n) {
@@ -550,6 +644,7 @@ dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off
     d->w0 = off;
     d->w1 = off + n;
     if (o && !dt_optim_elementwise(o)) return dt_error(DT_ERR_ARG, "ddp: only SGD and AdamW can update inside backward");
+    if (o && d->g16) return dt_error(DT_ERR_ARG, "ddp: with a 16-bit gradient store the update reads it after backward");
     size_t covered = 0;
     for (int i = 0; i < d->nall; i++) covered += d->all[i].count;
     if (o && covered != d->nparams)
@@ -581,6 +676,9 @@ void dt_ddp_destroy(dt_ddp *d) {
     dt_comm_free(d->c, d->grads);
     dt_comm_free(d->c, d->pool_raw);
     free(d->borrows);
+    free(d->g16);
+    free(d->slot);
+    free(d->acc);
     free(d);
 }
 
@@ -613,7 +711,10 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
     }
     dt_status s = wait_req(&d->tok_req, &waited);
     if (!st) st = s;
-    if (!st && d->ntok) add_rows(d);
+    if (!st && d->ntok) {
+        if (d->g16) st = add_rows_lp(d);
+        else add_rows(d);
+    }
     if (!st && d->opt && d->touched) {
         /* the rows that waited for the embedding's part, each once */
         size_t C = (size_t)d->emb->shape[1];
@@ -624,8 +725,8 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
         }
         DT_TRACE_END(DT_TRACK_COMPUTE);
     }
-    if (d->shard_off) {
-        /* everything outside the shard, the exchanged embedding rows included */
+    if (d->shard_off || d->g16) {
+        /* everything outside the shard (a 16-bit store: everything), the exchanged embedding rows included */
         if (d->mapped) {
             dt_status s2 = give_back(d);
             if (!st) st = s2;
@@ -681,7 +782,9 @@ static dt_status s_create(dt_engine *e, void **state, size_t *off, size_t *n) {
     if (!s) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
     s->c = c;
     dt_status st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, NULL, NULL, &s->d);
-    if (!st && (st = dt_ddp_set_wire(s->d, c->grad_comm))) dt_ddp_destroy(s->d);
+    if (!st) st = dt_ddp_set_wire(s->d, c->grad_comm);
+    if (!st && c->grad_store != DT_F32) st = dt_ddp_set_grad_store(s->d, c->grad_store, 0, c->model.nparams);
+    if (st) dt_ddp_destroy(s->d);
     if (st) { free(s); return st; }
     *state = s;
     return DT_OK;
@@ -718,7 +821,17 @@ static dt_status s_check(void *state, uint64_t *hash) {
 
 static size_t s_buffers(void *state) { return dt_ddp_buffer_bytes(((strategy *)state)->d); }
 
+static uint16_t *s_grads_lp(void *state, dt_dtype *t) { return dt_ddp_grad_store(((strategy *)state)->d, t); }
+
+/* A 16-bit store: what the ranks hold of the gradients, measured (else the whole f32 store, the engine's default). */
+static void s_held(void *state, size_t *params, size_t *grads) {
+    (void)params;
+    dt_dtype t;
+    strategy *s = state;
+    if (dt_ddp_grad_store(s->d, &t)) *grads = dt_ddp_grads_held(s->d);
+}
+
 const dt_strategy dt_strategy_ddp = {
     .name = "ddp", .create = s_create, .destroy = s_destroy, .attach = s_attach, .begin = s_begin,
-    .finish = s_finish, .check_replicas = s_check, .buffer_bytes = s_buffers,
+    .finish = s_finish, .check_replicas = s_check, .buffer_bytes = s_buffers, .held = s_held, .grads_lp = s_grads_lp,
 };

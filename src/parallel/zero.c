@@ -47,6 +47,10 @@
  * tensor only at its gradient's unit. DTRAIN_ZERO_PRIVATE_PARAMS=1 keeps a
  * copy per rank, as ranks on several machines do (the tests use it).
  *
+ * With a 16-bit gradient store (dt_engine_config.grad_store, mixed
+ * precision) every stage keeps only its shard's average, in 16 bits: 2/N
+ * bytes per parameter (dt_ddp_set_grad_store).
+ *
  * The three stages give the losses of DDP and of one process up to the
  * rounding of the reductions (tests/zero_equivalence.sh). */
 #include "dtrain/parallel.h"
@@ -152,6 +156,8 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
     if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, stage >= 2 ? z->offs : NULL,
                                 stage >= 2 ? z->counts : NULL, &z->d);
     if (!st) st = dt_ddp_set_wire(z->d, c->grad_comm); /* stage 1 allreduces like ddp; 2 and 3 reduce to each shard's owner in 16 bits */
+    /* a 16-bit gradient store holds the shard's average only, at every stage */
+    if (!st && c->grad_store != DT_F32) st = dt_ddp_set_grad_store(z->d, c->grad_store, z->off, z->n);
     if (!st && stage == 3 && !z->whole && !z->share) c->model.set_unit_hooks(c->model.self, before_forward, before_backward, z);
     if (st) { z_destroy(z); return st; }
     *off = z->off;
@@ -353,7 +359,8 @@ static void clear_other_grads(zero *z) {
 static dt_status z_after_update(void *state) {
     zero *z = state;
     if (!z) return DT_OK;
-    if (z->stage == 1) clear_other_grads(z);
+    dt_dtype t;
+    if (z->stage == 1 && !dt_ddp_grad_store(z->d, &t)) clear_other_grads(z);
     /* the one copy: every shard is in place once every rank has written its own */
     if (z->share == 2) return dt_comm_barrier(z->c->comm);
     return z->stage == 3 ? release_everything(z) : gather_params(z);
@@ -382,6 +389,11 @@ static dt_status gather_params(zero *z) {
     return st;
 }
 
+static uint16_t *z_grads_lp(void *state, dt_dtype *t) {
+    zero *z = state;
+    return z ? dt_ddp_grad_store(z->d, t) : NULL;
+}
+
 static dt_status z_check(void *state, uint64_t *hash) {
     zero *z = state;
     if (!z) return DT_OK;
@@ -404,7 +416,8 @@ static void z_held(void *state, size_t *params, size_t *grads) {
     zero *z = state;
     if (!z) return;
     const dt_model *m = &z->c->model;
-    if (z->stage >= 2) *grads = dt_mem_resident(m->grads(m->self), m->nparams * sizeof(float));
+    dt_dtype t;
+    if (z->stage >= 2 || dt_ddp_grad_store(z->d, &t)) *grads = dt_ddp_grads_held(z->d);
     /* one shared copy: this rank's share of it is its shard */
     if (z->share == 2) *params = dt_mem_resident(z->shared + z->off, z->n * sizeof(float));
     else if (z->stage == 3) *params = dt_mem_resident(z->P, m->nparams * sizeof(float));
@@ -426,18 +439,18 @@ static int z_params_sharded(void *state) {
 const dt_strategy dt_strategy_zero1 = {
     .name = "zero1", .create = z1_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
-    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize,
+    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp,
 };
 
 const dt_strategy dt_strategy_zero2 = {
     .name = "zero2", .create = z2_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
-    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize,
+    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp,
 };
 
 /* No replicas to compare: each rank holds a different shard of the parameters. */
 const dt_strategy dt_strategy_zero3 = {
     .name = "zero3", .create = z3_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update,
-    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .params_sharded = z_params_sharded,
+    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp, .params_sharded = z_params_sharded,
 };

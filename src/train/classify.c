@@ -244,6 +244,9 @@ static dt_status setup(cls_run *r) {
     if (!st && c->precision != DT_F32)
         st = dt_error(DT_ERR_UNSUPPORTED, "--precision %s: image models train in fp32 only (mixed precision is built for GPT-2)",
                       c->precision == DT_BF16 ? "bf16" : "fp16");
+    if (!st && c->grad_store != DT_F32)
+        st = dt_error(DT_ERR_UNSUPPORTED, "--grad-store %s: image models keep f32 gradients (16-bit ones come with GPT-2's --precision)",
+                      dt_dtype_name(c->grad_store));
     if (!st && c->synthetic) st = synthetic_images(r, mlp);
     if (!st && !c->synthetic) st = dt_images_load(dir, "train", &r->tr);
     if (!st && !c->synthetic) st = dt_images_load(dir, "t10k", &r->te);

@@ -230,6 +230,23 @@ static dt_status read_precision(const char *path, const cJSON *root, dt_train_co
     return DT_OK;
 }
 
+/* "data_types": {"grad_accum_dtype": "fp32" | "bf16" | "fp16"}: DeepSpeed's
+ * type for the gradients between backward and the update, our --grad-store. */
+static dt_status read_data_types(const char *path, const cJSON *root, dt_train_config *c) {
+    const cJSON *s;
+    dt_status st = object(path, root, "data_types", &s);
+    if (st || !s) return st;
+    static const char *known[] = { "grad_accum_dtype", NULL };
+    warn_unknown(path, "data_types.", s, known);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "grad_accum_dtype");
+    if (!t) return DT_OK;
+    const char *v = cJSON_IsString(t) ? t->valuestring : "";
+    if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16"))
+        return dt_error(DT_ERR_ARG, "%s: \"data_types.grad_accum_dtype\" must be \"fp32\", \"bf16\" or \"fp16\"", path);
+    c->grad_store = !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "fp16") ? DT_F16 : DT_F32;
+    return DT_OK;
+}
+
 dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     FILE *f = fopen(path, "rb");
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -254,7 +271,7 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     }
     static const char *top[] = { "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
                                  "gradient_clipping", "steps", "train_batch_size", "trace", "trace_steps", "zero_optimization",
-                                 "fp16", "bf16", NULL };
+                                 "fp16", "bf16", "data_types", NULL };
     warn_unknown(path, "", root, top);
     double x;
     dt_status st = DT_OK;
@@ -266,6 +283,7 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     if (!st) st = read_trace(path, root, c);
     if (!st) st = read_zero(path, root, c);
     if (!st) st = read_precision(path, root, c);
+    if (!st) st = read_data_types(path, root, c);
     const cJSON *opt = NULL, *sch = NULL;
     if (!st) st = object(path, root, "optimizer", &opt);
     if (!st) st = object(path, root, "scheduler", &sch);

@@ -87,6 +87,18 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
         st = dt_loss_scale_check(&e->lsc, "engine");
         dt_loss_scale_init(&e->ls, &e->lsc);
     }
+    if (!st && c->grad_store != DT_F32) {
+        /* read after backward, by an optimizer that takes them a chunk at a time */
+        e->cfg.step_at_end = 1;
+        if (!e->s->grads_lp) st = dt_error(DT_ERR_ARG, "gradients kept in %s need data parallelism (ddp, zero1, zero2 or zero3): "
+                                          "strategy %s keeps them in f32", dt_dtype_name(c->grad_store), e->s->name);
+        else if (c->opt.kind != DT_OPT_SGD && c->opt.kind != DT_OPT_ADAMW)
+            st = dt_error(DT_ERR_ARG, "gradients kept in %s take SGD or AdamW: %s needs whole f32 tensors for its trust ratios",
+                          dt_dtype_name(c->grad_store), dt_optim_kind_name(c->opt.kind));
+        else if (c->grad_comm != DT_F32 && c->grad_comm != c->grad_store)
+            st = dt_error(DT_ERR_ARG, "gradients kept in %s travel in %s, not %s", dt_dtype_name(c->grad_store),
+                          dt_dtype_name(c->grad_store), dt_dtype_name(c->grad_comm));
+    }
     if (!st && e->s->create) st = e->s->create(e, &e->state, &e->off, &e->n);
     if (!st) st = make_optimizer(e);
     if (!st && e->s->attach) st = e->s->attach(e->state, e->opt);
@@ -117,7 +129,7 @@ static dt_status global_norm(dt_engine *e, const float *g, double *norm) {
  * the scaler may answer by halving the scale (or, at its floor, by ending
  * the run); else the gradients are divided by the scale and clipped in one
  * pass. *skip: the step changes nothing. */
-static dt_status unscale(dt_engine *e, float *g, dt_step_result *r, int *skip) {
+static dt_status unscale(dt_engine *e, dt_step_result *r, int *skip, double *factor) {
     double S = e->ls.scale;
     int overflow = !isfinite(r->norm);
     char msg[200];
@@ -130,8 +142,31 @@ static dt_status unscale(dt_engine *e, float *g, dt_step_result *r, int *skip) {
     r->norm /= S;
     double f = 1.0 / S;
     if (e->cfg.grad_clip > 0 && e->cfg.grad_clip / (r->norm + 1e-6) < 1) f *= e->cfg.grad_clip / (r->norm + 1e-6);
-    if (f != 1.0) dt_grad_scale(g, e->n, (float)f);
+    *factor = f;
     return DT_OK;
+}
+
+/* The update from 16-bit gradients (the strategy's): the global norm first
+ * (the loss scale's overflow check, clipping, skipping), then one pass that
+ * widens a chunk, unscales and clips it (one factor) and updates. */
+static dt_status update_lp(dt_engine *e, float lr, dt_step_result *r, uint16_t *g, dt_dtype t) {
+    const dt_engine_config *c = &e->cfg;
+    float *p = c->model.params(c->model.self) + e->off;
+    double ss = dt_grad_norm_lp(g, e->n, t), f = 1;
+    ss *= ss;
+    dt_status st = e->s->reduce_sum ? e->s->reduce_sum(e->state, &ss, 1) : DT_OK;
+    if (st) return st;
+    r->norm = sqrt(ss);
+    int skip = 0;
+    if (e->scaling && (st = unscale(e, r, &skip, &f))) return st;
+    if (skip || (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm)))) {
+        memset(g, 0, e->n * sizeof *g); /* the f32 store holds nothing between steps */
+        r->skipped = 1;
+        return DT_OK;
+    }
+    if (!e->scaling && c->grad_clip > 0 && c->grad_clip / (r->norm + 1e-6) < 1) f = c->grad_clip / (r->norm + 1e-6);
+    dt_optim_step_lp(e->opt, p, g, t, (float)f, lr);
+    return e->s->after_update ? e->s->after_update(e->state) : DT_OK;
 }
 
 /* The update on this rank's slice, after clipping; a non-finite step is
@@ -139,13 +174,18 @@ static dt_status unscale(dt_engine *e, float *g, dt_step_result *r, int *skip) {
  * scale overflowed. */
 static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
     const dt_engine_config *c = &e->cfg;
+    dt_dtype t;
+    uint16_t *g16 = e->s->grads_lp ? e->s->grads_lp(e->state, &t) : NULL;
+    if (g16) return update_lp(e, lr, r, g16, t);
     float *p = c->model.params(c->model.self) + e->off, *g = c->model.grads(c->model.self) + e->off;
     dt_status st = DT_OK;
     if (c->skip_nonfinite || e->s->reduce_sum || e->scaling) {
         /* the global norm first: it may stop the update, and a sharded slice's own pass could not give it */
         if ((st = global_norm(e, g, &r->norm))) return st;
         int skip = 0;
-        if (e->scaling && (st = unscale(e, g, r, &skip))) return st;
+        double f = 1;
+        if (e->scaling && (st = unscale(e, r, &skip, &f))) return st;
+        if (f != 1.0) dt_grad_scale(g, e->n, (float)f);
         if (skip || (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm)))) {
             /* the whole gradient: a sharded strategy's other shards too */
             memset(c->model.grads(c->model.self), 0, c->model.nparams * sizeof *g);

@@ -80,6 +80,9 @@ static void json_num(FILE *f, const char *key, const char *fmt, double v) {
     else fputs("null", f);
 }
 
+/* A 16-bit type as the flags spell it. */
+static const char *flag_type(dt_dtype t) { return t == DT_BF16 ? "bf16" : t == DT_F16 ? "fp16" : "fp32"; }
+
 /* Settings that would do nothing, or contradict each other: said before any work. */
 static dt_status check_settings(dt_train_config *c, int nranks) {
     if (c->sync_bn) return dt_error(DT_ERR_ARG, "--sync-bn: GPT-2 has no BatchNorm (the ResNets have: --model resnet:small, resnet18, ...)");
@@ -93,6 +96,21 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
     if (c->sched.warmup >= c->steps && c->sched.kind <= DT_SCHED_COSINE)
         dt_log(DT_LOG_WARN, "--warmup %d is not shorter than the %d steps: the learning rate never reaches --lr", c->sched.warmup,
                c->steps);
+    if (c->grad_store != DT_F32) {
+        const char *gs = flag_type(c->grad_store);
+        if (c->grad_store != c->precision)
+            return dt_error(DT_ERR_ARG, "--grad-store %s needs --precision %s: the gradients are kept in the type the model computes in "
+                            "(--precision is %s)", gs, gs, flag_type(c->precision));
+        if (c->grad_comm != DT_F32 && c->grad_comm != c->grad_store)
+            return dt_error(DT_ERR_ARG, "--grad-comm %s with --grad-store %s: gradients kept in %s travel in %s", flag_type(c->grad_comm),
+                            gs, gs, gs);
+        if (nranks == 1)
+            return dt_error(DT_ERR_ARG, "--grad-store %s: one process has no reduction to keep in 16 bits (it keeps f32 gradients); "
+                            "it is for data parallelism and ZeRO (--nproc 2 or more)", gs);
+        if (c->opt.kind != DT_OPT_SGD && c->opt.kind != DT_OPT_ADAMW)
+            return dt_error(DT_ERR_ARG, "--grad-store %s takes --optimizer sgd or adamw: %s's trust ratios need whole f32 tensors", gs,
+                            dt_optim_kind_name(c->opt.kind));
+    }
     if (c->grad_comm != DT_F32 && nranks == 1 && !c->quiet)
         dt_log(DT_LOG_WARN, "--grad-comm %s does nothing on one rank", dt_dtype_name(c->grad_comm));
     /* skipping a step needs the norm before any update, so the update waits for the end of backward */
@@ -345,7 +363,8 @@ static dt_status make_engine(run *r) {
     dt_engine_config ec = { .comm = r->mesh ? dt_mesh_comm(r->mesh, DT_MESH_DP) : NULL, .strategy = c->strategy, .opt = c->opt,
                             .grad_clip = c->grad_clip, .skip_nonfinite = c->skip_nonfinite, .step_at_end = c->step_at_end,
                             .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
-                            .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL, .grad_comm = c->grad_comm };
+                            .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL, .grad_comm = c->grad_comm,
+                            .grad_store = c->grad_store };
     dt_gpt2_model(r->m, &ec.model);
     dt_status st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
@@ -407,10 +426,10 @@ static dt_status setup(run *r) {
     if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
     /* what a 16-bit run gains on this CPU, so that nobody expects the speed of a bf16 GEMM that is not there */
     if (c->precision != DT_F32)
-        printf("%s: activations and the parameters' working copy in 16 bits, master weights and gradients in f32; the "
-               "matmuls widen 16-bit values into f32 sgemm, because %s: expect fp32's speed or a little less, and half the "
+        printf("%s: activations and the parameters' working copy in 16 bits, master weights in f32, averaged gradients in %s; "
+               "the matmuls widen 16-bit values into f32 sgemm, because %s: expect fp32's speed or a little less, and half the "
                "activation memory\n",
-               c->precision == DT_BF16 ? "bf16" : "fp16",
+               c->precision == DT_BF16 ? "bf16" : "fp16", c->grad_store != DT_F32 ? "16 bits (--grad-store)" : "f32",
                c->precision == DT_BF16 && dt_cpu_has("avx512_bf16") ? "no GEMM here uses this CPU's avx512_bf16 yet"
                : c->precision == DT_BF16                           ? "this CPU has no bf16 arithmetic (no avx512_bf16)"
                                                                    : "dtrain has no fp16 GEMM");
