@@ -579,9 +579,9 @@ dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size
     qsort(r, (size_t)nr, sizeof *r, by_backward_order);
     make_buckets(d, r, nr, bucket_first, bucket_bytes);
     free(r);
-    /* sharded: only the shard and the buckets in flight are ever resident, so no pre-faulting */
-    dt_status st = shard_offs ? dt_comm_alloc_sparse(c, d->nparams * sizeof(float), (void **)&d->grads)
-                              : dt_comm_alloc(c, d->nparams * sizeof(float), (void **)&d->grads);
+    /* never pre-faulted: backward writes each page before any reduction reads it, and with shards or a 16-bit
+     * store (dt_ddp_set_grad_store) only some of them are ever resident */
+    dt_status st = dt_comm_alloc_sparse(c, d->nparams * sizeof(float), (void **)&d->grads);
     if (!st && shard_offs) st = set_shards(d, shard_offs, shard_counts);
     if (st) { dt_ddp_destroy(d); return st; }
     m->set_grad_storage(m->self, d->grads);
