@@ -69,7 +69,8 @@ struct dt_ddp {
     range *all;          /* every bucket's ranges, bucket after bucket */
     int nall;
     dt_request **reqs;   /* a waited request becomes NULL */
-    narrow *narrowed;    /* per request: the gradients it reduces in 16 bits (count 0: none), widened once done */
+    narrow *narrowed;    /* per request: the gradients it reduces in 16 bits (count 0: none), widened (or copied
+                          * into the 16-bit store) once done */
     int nreqs, reqcap;
     dt_dtype wire;       /* the gradients' type in the allreduce (dt_ddp_set_wire) */
     int sync;
@@ -251,7 +252,7 @@ static dt_status ready(dt_request **r, bool wait, double *waited, bool *done) {
 }
 
 /* Request i done (or waited for, with wait): its gradients back in f32 if
- * they travelled in 16 bits. */
+ * they travelled in 16 bits, or with a 16-bit store, copied there. */
 static dt_status settle(dt_ddp *d, int i, bool wait, double *waited, bool *done) {
     dt_status st = ready(&d->reqs[i], wait, waited, done);
     narrow *w = &d->narrowed[i];
