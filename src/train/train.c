@@ -104,9 +104,11 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
         if (c->grad_comm != DT_F32 && c->grad_comm != c->grad_store)
             return dt_error(DT_ERR_ARG, "--grad-comm %s with --grad-store %s: gradients kept in %s travel in %s", flag_type(c->grad_comm),
                             gs, gs, gs);
-        if (nranks == 1)
-            return dt_error(DT_ERR_ARG, "--grad-store %s: one process has no reduction to keep in 16 bits (it keeps f32 gradients); "
-                            "it is for data parallelism and ZeRO (--nproc 2 or more)", gs);
+        if (nranks == 1) {
+            /* as --grad-comm: a setting of the reductions, so one process (a benchmark's baseline, say) runs without it */
+            if (!c->quiet) dt_log(DT_LOG_WARN, "--grad-store %s does nothing on one rank: one process keeps f32 gradients (it has no reduction)", gs);
+            c->grad_store = DT_F32;
+        }
         if (c->opt.kind != DT_OPT_SGD && c->opt.kind != DT_OPT_ADAMW)
             return dt_error(DT_ERR_ARG, "--grad-store %s takes --optimizer sgd or adamw: %s's trust ratios need whole f32 tensors", gs,
                             dt_optim_kind_name(c->opt.kind));
