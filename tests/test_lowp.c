@@ -210,15 +210,68 @@ static void head_lp16(dt_dtype t) {
     free(di_ce), free(dw_ce), free(logits);
 }
 
+/* The bf16 GEMM (oneDNN, where the CPU has avx512_bf16): there exactly when
+ * it should be, and every transpose and accumulate case against a double
+ * reference (the products of bf16 values are exact in f32; only the order
+ * of the f32 sums differs). */
+static void gemm_bf16_cases(void) {
+    const char *e = getenv("DTRAIN_BF16_GEMM");
+    int cpu = dt_cpu_has("avx512_bf16"), built = dt_gemm_bf16_built(), off = e && !strcmp(e, "0");
+    EXPECT(dt_gemm_bf16_ready() == (cpu && built && !off), "bf16 GEMM ready %d: CPU avx512_bf16 %d, built with oneDNN %d, turned off %d",
+           dt_gemm_bf16_ready(), cpu, built, off);
+    if (!dt_gemm_bf16_ready()) {
+        printf("bf16 GEMM: none here (%s); the 16-bit matmuls widen into sgemm (checked above)\n",
+               !cpu ? "this CPU has no avx512_bf16" : !built ? "built without oneDNN" : "DTRAIN_BF16_GEMM=0");
+        return;
+    }
+    enum { M = 37, N = 53, K = 129 };
+    uint16_t *a = malloc(2 * M * K), *b = malloc(2 * K * N);
+    float *c = malloc(sizeof(float) * M * N), *c0 = malloc(sizeof(float) * M * N), *x = malloc(sizeof(float) * K * (M + N));
+    for (int i = 0; i < K * (M + N); i++) x[i] = urand();
+    dt_lp_pack(a, x, (size_t)M * K, DT_BF16);
+    dt_lp_pack(b, x + M * K, (size_t)K * N, DT_BF16);
+    for (int i = 0; i < M * N; i++) c0[i] = urand();
+    double worst = 0;
+    int done = 0;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int acc = 0; acc < 2; acc++) {
+                memcpy(c, c0, sizeof(float) * M * N);
+                /* the same arrays read as op(A) M x K and op(B) K x N */
+                int lda = ta ? M : K, ldb = tb ? K : N;
+                done += dt_gemm_bf16(ta, tb, M, N, K, a, lda, b, ldb, acc, c, N);
+                for (int i = 0; i < M; i++)
+                    for (int j = 0; j < N; j++) {
+                        double ref = acc ? c0[i * N + j] : 0, mag = fabs(ref);
+                        for (int k = 0; k < K; k++) {
+                            double p = (double)dt_bf16_to_f32(a[ta ? k * M + i : i * K + k]) * dt_bf16_to_f32(b[tb ? j * K + k : k * N + j]);
+                            ref += p;
+                            mag += fabs(p);
+                        }
+                        worst = fmax(worst, fabs(c[i * N + j] - ref) / mag);
+                    }
+            }
+    EXPECT(done == 8 && worst <= 1e-6, "bf16 GEMM: %d of 8 cases ran, worst error %.3g of the sum of |products|", done, worst);
+    printf("bf16 GEMM (oneDNN): all 8 transpose and accumulate cases within %.2g of the sum of |products|\n", worst);
+    free(a), free(b), free(c), free(c0), free(x);
+}
+
 int main(void) {
     dt_kernels_set_threads(1);
     conversions(DT_BF16);
     conversions(DT_F16);
-    linear_lp(DT_BF16);
+    gemm_bf16_cases();
+    /* bf16 through the bf16 GEMM where there is one, then through sgemm on widened weights */
+    for (int g = dt_gemm_bf16_ready(); g >= 0; g--) {
+        dt_gemm_bf16_enable(g);
+        printf("-- bf16 matmuls through %s\n", g ? "the bf16 GEMM" : "sgemm");
+        linear_lp(DT_BF16);
+        head_lp16(DT_BF16);
+    }
+    dt_gemm_bf16_enable(1);
     linear_lp(DT_F16);
     crossentropy_lp(DT_BF16);
     crossentropy_lp(DT_F16);
-    head_lp16(DT_BF16);
     head_lp16(DT_F16);
     printf("lowp: %d passed, %d failed\n", passed, failed);
     return failed != 0;

@@ -48,6 +48,22 @@ void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, 
 void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const dt_ce_grad *ce, const float *inp,
                              const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work, size_t work_floats);
 
+/* bf16 GEMM with f32 sums on CPUs that multiply bf16 (avx512_bf16; oneDNN's
+ * matmul, src/kernels/gemm_bf16.c): C[M,N] (= or, acc, +=) op(A)[M,K] @
+ * op(B)[K,N], A and B bf16 and row-major with leading dimensions lda, ldb
+ * (op: transposed when ta, tb). Returns 1 when done, 0 when this machine or
+ * build has none (dt_gemm_bf16_ready; DTRAIN_BF16_GEMM=0 turns it off): the
+ * caller then uses sgemm on widened values. dt_gemm_bf16_enable(0) turns it
+ * off, 1 back on where there is one (tests compare the two paths).
+ * dt_gemm_bf16_pack: x's rows x cols (leading dimension ld) in bf16 in
+ * scratch slot 0..2, kept until the slot's next pack (NULL: out of memory). */
+int dt_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb, int acc, float *C,
+                 int ldc);
+int dt_gemm_bf16_ready(void);
+int dt_gemm_bf16_built(void); /* compiled with oneDNN */
+void dt_gemm_bf16_enable(int on);
+uint16_t *dt_gemm_bf16_pack(int slot, const float *x, int rows, int cols, int ld);
+
 /* 16-bit storage (t: DT_BF16 or DT_F16, round to nearest even; f16 overflows
  * to inf): pack f32 into 16 bits, widen back, or round f32 values in place
  * to what t holds (DT_F32: unchanged). */

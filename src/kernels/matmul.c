@@ -1,6 +1,7 @@
 /* Matrix multiply through BLAS (OpenBLAS by default, BLIS at configure time):
  * the linear layers' forward and backward. Row-major, weights stored as
- * [OC, C] like torch.nn.Linear. */
+ * [OC, C] like torch.nn.Linear. bf16 ones through a bf16 GEMM where the CPU
+ * has one (gemm_bf16.c). */
 #include "dtrain/kernels.h"
 
 #include <cblas.h>
@@ -54,6 +55,14 @@ static int lp_rows(int C, size_t half) {
     return r < 1 ? 1 : r > INT_MAX ? INT_MAX : (int)r;
 }
 
+/* Where the CPU multiplies bf16 (dt_gemm_bf16), the bf16 matmuls need no
+ * widening: the weights are read as they are, the f32-held activations and
+ * output gradients are packed to bf16 once (slot), and each GEMM that the
+ * bf16 one cannot take falls back to sgemm on widened values. NULL: sgemm. */
+static const uint16_t *bf16_input(int slot, const float *x, int rows, int cols, dt_dtype t) {
+    return t == DT_BF16 && dt_gemm_bf16_ready() ? dt_gemm_bf16_pack(slot, x, rows, cols, cols) : NULL;
+}
+
 void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,
                           dt_dtype t, float *work, size_t work_floats) {
     if (bias) {
@@ -61,6 +70,11 @@ void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const
         #pragma omp parallel for schedule(static)
         for (int i = 0; i < BT; i++)
             for (int o = 0; o < OC; o++) out[(size_t)i * OC + o] = work[o];
+    }
+    const uint16_t *a16 = bf16_input(0, inp, BT, C, t);
+    if (a16 && dt_gemm_bf16(0, 1, BT, OC, C, a16, C, w, C, bias != NULL, out, OC)) {
+        dt_lp_round(out, (size_t)BT * OC, t);
+        return;
     }
     int R = lp_rows(C, work_floats / 2);
     for (int o0 = 0; o0 < OC; o0 += R) {
@@ -75,17 +89,20 @@ void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const
 
 void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const uint16_t *w, int BT,
                            int C, int OC, dt_dtype t, float *work, size_t work_floats) {
+    const uint16_t *d16 = bf16_input(0, dout, BT, OC, t), *a16 = d16 ? bf16_input(1, inp, BT, C, t) : NULL;
+    int dinp_done = dinp && a16 && dt_gemm_bf16(0, 0, BT, C, OC, d16, OC, w, C, 1, dinp, C);
     int R = lp_rows(C, work_floats / 2);
     float *wf = work, *dwc = work + work_floats / 2;
     for (int o0 = 0; o0 < OC; o0 += R) {
         int r = OC - o0 < R ? OC - o0 : R;
         size_t rc = (size_t)r * C;
-        if (dinp) {
+        if (dinp && !dinp_done) {
             dt_lp_unpack(wf, w + (size_t)o0 * C, rc, t);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, r, 1.0f, dout + o0, OC, wf, C, 1.0f, dinp, C);
         }
         /* this use's weight gradient is a 16-bit tensor; the f32 store sums the uses */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, BT, 1.0f, dout + o0, OC, inp, C, 0.0f, dwc, C);
+        if (!(a16 && dt_gemm_bf16(1, 0, r, C, BT, d16 + o0, OC, a16, C, 0, dwc, C)))
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, BT, 1.0f, dout + o0, OC, inp, C, 0.0f, dwc, C);
         dt_lp_round_add(dw + (size_t)o0 * C, dwc, rc, t);
     }
     if (dinp) dt_lp_round(dinp, (size_t)BT * C, t);
@@ -112,13 +129,16 @@ void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, 
                             size_t work_floats) {
     size_t part = work_floats / 3;
     float *wf = work, *oc = work + part;
+    const uint16_t *a16 = bf16_input(0, inp, BT, C, t);
     int R = lp_rows(C, part);
     for (int o0 = 0; o0 < OC; o0 += R) {
-        int r = OC - o0 < R ? OC - o0 : R, tb = lp_rows(r, part);
-        dt_lp_unpack(wf, w + (size_t)o0 * C, (size_t)r * C, t);
+        int r = OC - o0 < R ? OC - o0 : R, tb = lp_rows(r, part), widened = 0;
         for (int t0 = 0; t0 < BT; t0 += tb) {
             int n = BT - t0 < tb ? BT - t0 : tb;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r, C, 1.0f, inp + (size_t)t0 * C, C, wf, C, 0.0f, oc, r);
+            if (!(a16 && dt_gemm_bf16(0, 1, n, r, C, a16 + (size_t)t0 * C, C, w + (size_t)o0 * C, C, 0, oc, r))) {
+                if (!widened++) dt_lp_unpack(wf, w + (size_t)o0 * C, (size_t)r * C, t);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r, C, 1.0f, inp + (size_t)t0 * C, C, wf, C, 0.0f, oc, r);
+            }
             #pragma omp parallel for schedule(static)
             for (int i = 0; i < n; i++) dt_lp_pack(out + (size_t)(t0 + i) * OC + o0, oc + (size_t)i * r, (size_t)r, t);
         }
@@ -129,10 +149,10 @@ void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const
                              const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work, size_t work_floats) {
     size_t part = work_floats / 3;
     float *wf = work, *dwc = work + part, *dc = work + 2 * part;
+    const uint16_t *a16 = bf16_input(1, inp, BT, C, t);
     int R = lp_rows(C, part);
     for (int o0 = 0; o0 < OC; o0 += R) {
-        int r = OC - o0 < R ? OC - o0 : R, tb = lp_rows(r, part);
-        if (dinp) dt_lp_unpack(wf, w + (size_t)o0 * C, (size_t)r * C, t);
+        int r = OC - o0 < R ? OC - o0 : R, tb = lp_rows(r, part), widened = 0;
         for (int t0 = 0; t0 < BT; t0 += tb) {
             int n = BT - t0 < tb ? BT - t0 : tb;
             if (ce) dt_crossentropy_grad_lp(dc, dout, t0, n, OC, o0, r, ce, t);
@@ -140,10 +160,15 @@ void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const
                 #pragma omp parallel for schedule(static)
                 for (int i = 0; i < n; i++) dt_lp_unpack(dc + (size_t)i * r, dout + (size_t)(t0 + i) * OC + o0, (size_t)r, t);
             }
-            if (dinp)
+            /* the block's gradient holds bf16 values (rounded as autocast's linear receives it) */
+            const uint16_t *d16 = a16 ? bf16_input(2, dc, n, r, t) : NULL;
+            if (dinp && !(d16 && dt_gemm_bf16(0, 0, n, C, r, d16, r, w + (size_t)o0 * C, C, 1, dinp + (size_t)t0 * C, C))) {
+                if (!widened++) dt_lp_unpack(wf, w + (size_t)o0 * C, (size_t)r * C, t);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, r, 1.0f, dc, r, wf, C, 1.0f, dinp + (size_t)t0 * C, C);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, n, 1.0f, dc, r, inp + (size_t)t0 * C, C, t0 ? 1.0f : 0.0f,
-                        dwc, C);
+            }
+            if (!(d16 && dt_gemm_bf16(1, 0, r, C, n, d16, r, a16 + (size_t)t0 * C, C, t0 != 0, dwc, C)))
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, n, 1.0f, dc, r, inp + (size_t)t0 * C, C, t0 ? 1.0f : 0.0f,
+                            dwc, C);
         }
         dt_lp_round_add(dw + (size_t)o0 * C, dwc, (size_t)r * C, t);
     }
