@@ -170,7 +170,7 @@ done
 # 2 + 14/N, ZeRO-1 at most 4 + 12/N (it keeps only its shard's gradients, so stage 2's); an f32 store holds 4
 states() { awk '/^  rank 0:/ {gsub(/,/, ""); print $3, $4, $5}' "$1"; }
 psi() { grep -o '[0-9.]*M parameters' "$1" | awk '{print $1 * 1e6 / 1048576}'; }
-for s in ddp zero1 zero2; do
+for s in ddp zero1 zero2 zero3; do
     for g in fp32 bf16; do
         [ $s != ddp ] && [ $g = fp32 ] && continue
         "$DTRAIN" train --layers 6 --channels 256 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 2 --data "$dir/train.bin" \
@@ -193,6 +193,13 @@ read -r p g o <<< "$(states "$dir/st.zero1.bf16.out")"
 awk "BEGIN{t = $p + $g + $o; exit !(t <= 10.5 * $P)}" \
     && ok "--grad-store bf16 zero1: $p + $g + $o MiB = $(awk "BEGIN{printf \"%.2f\", ($p + $g + $o) / $P}") bytes a parameter (at most 4 + 12/2 = 10)" \
     || fail "--grad-store bf16 zero1: $p + $g + $o MiB for $P Mi parameters (want at most 10 bytes each)"
+
+# ZeRO-3 on one machine (one shared f32 copy) makes the 16-bit copy unit by unit too, so its parameters are the
+# f32 shard (4/2 bytes a parameter) and a unit's copy, not the whole 16-bit model (2 more)
+read -r p g o <<< "$(states "$dir/st.zero3.bf16.out")"
+awk "BEGIN{t = $p + $g + $o; exit !(t <= 8.4 * $P && $p <= 2.5 * $P)}" \
+    && ok "--grad-store bf16 zero3: $p + $g + $o MiB = $(awk "BEGIN{printf \"%.2f\", ($p + $g + $o) / $P}") bytes a parameter (at most 16/2 = 8; parameters $(awk "BEGIN{printf \"%.2f\", $p / $P}"): the shard and a unit's 16-bit copy)" \
+    || fail "--grad-store bf16 zero3: $p + $g + $o MiB for $P Mi parameters (want at most 8 bytes each, parameters at most 2.5)"
 
 # 4. fp16 that overflows: a scale of 2^24 halves down on every rank alike, in DeepSpeed's words
 echo '{"fp16": {"enabled": true, "initial_scale_power": 24, "loss_scale_window": 4}}' > "$dir/f16.json"

@@ -99,8 +99,8 @@ static void z_destroy(void *state) {
     if (z->req) {
         /* gathers in flight must end before their buffers go */
         for (int t = 0; t < z->nt; t++) (void)dt_waitall(z->req + (size_t)t * (size_t)dt_comm_size(z->c->comm), dt_comm_size(z->c->comm));
-        if (z->c->model.set_unit_hooks) z->c->model.set_unit_hooks(z->c->model.self, NULL, NULL, NULL);
     }
+    if (z->stage == 3 && !z->whole && z->c->model.set_unit_hooks) z->c->model.set_unit_hooks(z->c->model.self, NULL, NULL, NULL);
     dt_ddp_destroy(z->d);
     free(z->counts);
     free(z->offs);
@@ -114,6 +114,7 @@ static void z_destroy(void *state) {
 
 static void before_forward(int unit, void *ctx);
 static void before_backward(int unit, void *ctx);
+static void nothing_to_gather(int unit, void *ctx) { (void)unit, (void)ctx; }
 static size_t others(const zero *z, int t);
 
 static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, size_t *n) {
@@ -159,6 +160,9 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
     /* a 16-bit gradient store holds the shard's average only, at every stage */
     if (!st && c->grad_store != DT_F32) st = dt_ddp_set_grad_store(z->d, c->grad_store, z->off, z->n);
     if (!st && stage == 3 && !z->whole && !z->share) c->model.set_unit_hooks(c->model.self, before_forward, before_backward, z);
+    /* one shared copy has nothing to gather, but with unit hooks a mixed-precision model makes its 16-bit copy
+     * unit by unit too, so that no rank holds the whole 16-bit model (16/N bytes a parameter, as stage 3 is) */
+    if (!st && stage == 3 && z->share && c->model.set_unit_hooks) c->model.set_unit_hooks(c->model.self, nothing_to_gather, nothing_to_gather, z);
     if (st) { z_destroy(z); return st; }
     *off = z->off;
     *n = z->n;
