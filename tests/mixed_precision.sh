@@ -145,6 +145,14 @@ k32=$(kept "$dir/mem.fp32.out") k16=$(kept "$dir/mem.bf16.out")
     && ok "activations kept for backward: bf16 $k16 MiB, fp32 $k32 MiB ($(awk "BEGIN{printf \"%.3f\", $k16 / $k32}")x)" \
     || fail "activations kept for backward: bf16 '$k16' vs fp32 '$k32' MiB (want <= 0.55x)"
 
+# MFU's peak is the GEMM the run multiplies with: a bf16 run on a bf16 GEMM (twice sgemm's rate) against that
+# GEMM's rate, so it stays below 100% (against sgemm's, d6 read about 145%)
+"$DTRAIN" train --model d6 --data "$dir/train.bin" --batch 4 --seq 64 --steps 3 --threads 1 --precision bf16 \
+    --metrics "$dir/mfu.jsonl" > "$dir/mfu.out" 2> "$dir/err" || fail "d6 bf16 for MFU: $(cat "$dir/err")"
+m=$(grep -o '"mfu":[0-9.]*' "$dir/mfu.jsonl" | tail -1 | cut -d: -f2)
+[ -n "$m" ] && awk "BEGIN{exit !($m > 0 && $m <= 1)}" && ok "d6 bf16: MFU $m, $(grep -o 'MFU against [^;]*' "$dir/mfu.out")" \
+    || fail "d6 bf16 MFU '$m' ($(grep -o 'MFU against [^;]*' "$dir/mfu.out"))"
+
 # 3d. The 16-bit gradient store (--grad-store bf16): the averaged gradients are kept in bf16 until the update.
 # Every strategy gives the others' losses digit for digit, with the bucket pool or without it (each bucket's f32
 # pages punched out instead), and one process's within the bound of 3 (the rounding is --grad-comm's, plus one

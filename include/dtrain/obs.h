@@ -33,6 +33,10 @@ double dt_peak_measure(int threads);
 dt_status dt_peak_per_thread(double *gflops, const char **source);
 /* Stores a measurement in the cache (dtrain bench gemm). */
 dt_status dt_peak_save(double gflops_one_thread);
+/* The same for the bf16 GEMM (dt_gemm_bf16), the peak of bf16 runs that
+ * use it: measured on one thread (2048^3) and cached beside sgemm's. */
+double dt_peak_measure_bf16(int threads);
+dt_status dt_peak_bf16_per_thread(double *gflops, const char **source);
 
 /* An HTML page of the run in dir (metrics.jsonl, and run.json, trace.json,
  * scaling.json where present): self-contained (Chart.js inlined), offline. */

@@ -1,5 +1,6 @@
 /* The machine's matmul peak, the denominator of MFU: sgemm through the BLAS
- * dtrain uses, measured once per machine and kept in
+ * dtrain uses (and for bf16 runs on a CPU with a bf16 GEMM, that GEMM's
+ * rate), measured once per machine and kept in
  * ${XDG_CACHE_HOME:-~/.cache}/dtrain/peak.json with the CPU's model name (a
  * cache from another CPU is measured again). Per thread, since a run's peak
  * is the threads it uses times this (ranks x threads; the usual convention,
@@ -41,6 +42,28 @@ double dt_peak_measure(int threads) {
     return t[2];
 }
 
+double dt_peak_measure_bf16(int threads) {
+    if (!dt_gemm_bf16_ready()) return 0;
+    dt_kernels_set_threads(threads);
+    int n = 2048;
+    uint16_t *a = dt_alloc_aligned((size_t)n * n * 2), *b = dt_alloc_aligned((size_t)n * n * 2);
+    float *c = dt_alloc_aligned((size_t)n * n * 4);
+    double t[5] = { 0 };
+    if (a && b && c) {
+        for (size_t i = 0; i < (size_t)n * n; i++) { a[i] = dt_f32_to_bf16(1e-3f * (float)(i % 7)); b[i] = dt_f32_to_bf16(1e-3f * (float)(i % 5)); }
+        dt_gemm_bf16(0, 1, n, n, n, a, n, b, n, 0, c, n); /* warm-up, and the primitive made */
+        for (int k = 0; k < 5; k++) {
+            double t0 = dt_time_now();
+            t[k] = dt_gemm_bf16(0, 1, n, n, n, a, n, b, n, 0, c, n) ? 2.0 * n * n * (double)n / (dt_time_now() - t0) / 1e9 : 0;
+        }
+    }
+    dt_free_aligned(a);
+    dt_free_aligned(b);
+    dt_free_aligned(c);
+    qsort(t, 5, sizeof t[0], cmp_double);
+    return t[2];
+}
+
 static int cache_path(char *out, size_t cap, int make_dir) {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     char dir[4096];
@@ -56,14 +79,17 @@ static int cache_path(char *out, size_t cap, int make_dir) {
     return snprintf(out, cap, "%s/peak.json", dir) >= (int)cap ? -1 : 0;
 }
 
-static double cached(void) {
+#define SGEMM "sgemm_gflops_per_thread"
+#define BF16 "bf16_gemm_gflops_per_thread"
+
+static double cached(const char *key) {
     char path[4200], cpu[256];
     if (cache_path(path, sizeof path, 0)) return 0;
     char *buf;
     if (dt_file_read_text(path, 1 << 16, &buf, NULL)) return 0; /* none yet */
     cJSON *j = cJSON_Parse(buf);
     free(buf);
-    cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cpu"), *g = cJSON_GetObjectItemCaseSensitive(j, "sgemm_gflops_per_thread");
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cpu"), *g = cJSON_GetObjectItemCaseSensitive(j, key);
     dt_cpu_model(cpu, sizeof cpu);
     double v = cJSON_IsString(c) && !strcmp(c->valuestring, cpu) && cJSON_IsNumber(g) && g->valuedouble > 0 && g->valuedouble < 1e6
                    ? g->valuedouble : 0;
@@ -71,13 +97,17 @@ static double cached(void) {
     return v;
 }
 
-dt_status dt_peak_save(double gflops) {
+/* The cache with key set (the other rate kept where it is this CPU's). */
+static dt_status save(const char *key, double gflops) {
     char path[4200], cpu[256], json[1024];
     if (cache_path(path, sizeof path, 1)) return dt_error(DT_ERR_IO, "peak cache: no HOME or XDG_CACHE_HOME to keep it in");
     dt_cpu_model(cpu, sizeof cpu);
+    const char *other = strcmp(key, SGEMM) ? SGEMM : BF16;
+    double keep = cached(other);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "cpu", cpu);
-    cJSON_AddNumberToObject(j, "sgemm_gflops_per_thread", gflops);
+    cJSON_AddNumberToObject(j, key, gflops);
+    if (keep > 0) cJSON_AddNumberToObject(j, other, keep);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!s) return dt_error(DT_ERR_NOMEM, "peak cache: out of memory");
@@ -87,6 +117,8 @@ dt_status dt_peak_save(double gflops) {
     size_t sizes[1] = { strlen(json) };
     return dt_file_write_atomic(path, parts, sizes, 1);
 }
+
+dt_status dt_peak_save(double gflops) { return save(SGEMM, gflops); }
 
 dt_status dt_peak_per_thread(double *gflops, const char **source) {
     const char *env = getenv("DTRAIN_PEAK_GFLOPS");
@@ -98,12 +130,23 @@ dt_status dt_peak_per_thread(double *gflops, const char **source) {
         *source = "DTRAIN_PEAK_GFLOPS";
         return DT_OK;
     }
-    if ((*gflops = cached()) > 0) { *source = "cached (~/.cache/dtrain/peak.json)"; return DT_OK; }
+    if ((*gflops = cached(SGEMM)) > 0) { *source = "cached (~/.cache/dtrain/peak.json)"; return DT_OK; }
     int threads = dt_kernels_threads();
     *gflops = dt_peak_measure(1);
     dt_kernels_set_threads(threads);
     *source = "measured now (sgemm, 1 thread)";
     if (*gflops <= 0) return dt_error(DT_ERR_NOMEM, "peak: out of memory for the sgemm measurement");
     if (dt_peak_save(*gflops)) dt_log(DT_LOG_WARN, "peak: not cached (%s)", dt_last_error());
+    return DT_OK;
+}
+
+dt_status dt_peak_bf16_per_thread(double *gflops, const char **source) {
+    if ((*gflops = cached(BF16)) > 0) { *source = "cached (~/.cache/dtrain/peak.json)"; return DT_OK; }
+    int threads = dt_kernels_threads();
+    *gflops = dt_peak_measure_bf16(1);
+    dt_kernels_set_threads(threads);
+    *source = "measured now (bf16 GEMM, 1 thread)";
+    if (*gflops <= 0) return dt_error(DT_ERR_UNSUPPORTED, "peak: no bf16 GEMM on this machine, or out of memory for its measurement");
+    if (save(BF16, *gflops)) dt_log(DT_LOG_WARN, "peak: not cached (%s)", dt_last_error());
     return DT_OK;
 }

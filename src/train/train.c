@@ -239,6 +239,7 @@ typedef struct {
     double flops_per_step;    /* model FLOPs of one step, all ranks (dt_gpt2_flops_per_token) */
     double peak_gflops;       /* the run's peak: per-thread sgemm x threads x ranks (0: unknown) */
     const char *peak_source;
+    int peak_bf16;            /* the peak is the bf16 GEMM's */
     double t_start;
     char metrics_path[4096], trace_path[4096]; /* under --report DIR unless given */
 } run;
@@ -390,7 +391,12 @@ static void find_peak(run *r) {
     r->flops_per_step = dt_gpt2_flops_per_token(dt_gpt2_get_config(r->m), c->seq) * c->batch * c->seq * c->grad_accum * r->dp_size;
     double per_thread;
     if (r->rank != 0 || (c->quiet && !c->metrics)) return;
-    if (dt_peak_per_thread(&per_thread, &r->peak_source)) { dt_log(DT_LOG_WARN, "no MFU: %s", dt_last_error()); return; }
+    /* a bf16 run on the bf16 GEMM: MFU against that GEMM's rate, not sgemm's (which it beats) */
+    r->peak_bf16 = c->precision == DT_BF16 && dt_gemm_bf16_ready();
+    if ((r->peak_bf16 ? dt_peak_bf16_per_thread : dt_peak_per_thread)(&per_thread, &r->peak_source)) {
+        dt_log(DT_LOG_WARN, "no MFU: %s", dt_last_error());
+        return;
+    }
     r->peak_gflops = per_thread * c->threads * r->nranks;
 }
 
@@ -440,9 +446,9 @@ static dt_status setup(run *r) {
                : c->precision == DT_BF16                           ? "this CPU has no bf16 arithmetic (no avx512_bf16)"
                                                                    : "dtrain has no fp16 GEMM");
     if (r->peak_gflops > 0)
-        printf("MFU against %.1f GFLOP/s (%d thread%s x %.1f GFLOP/s sgemm per thread, %s); %.3f GFLOP per step\n",
+        printf("MFU against %.1f GFLOP/s (%d thread%s x %.1f GFLOP/s %s per thread, %s); %.3f GFLOP per step\n",
                r->peak_gflops, c->threads * r->nranks, c->threads * r->nranks > 1 ? "s" : "",
-               r->peak_gflops / (c->threads * r->nranks), r->peak_source, r->flops_per_step / 1e9);
+               r->peak_gflops / (c->threads * r->nranks), r->peak_bf16 ? "bf16 GEMM" : "sgemm", r->peak_source, r->flops_per_step / 1e9);
     return DT_OK;
 }
 
