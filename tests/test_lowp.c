@@ -49,6 +49,20 @@ static void conversions(dt_dtype t) {
     int bad_add = 0;
     for (int i = 0; i < N - ns; i++) bad_add += !same(y[i], 1.0f + scalar_round(x[ns + i], t));
     EXPECT(!bad_add, "%s: round_add differs from 1 + round(x) at %d places", tn, bad_add);
+    /* in place (blocks of 1024, the first overlapping itself): the packed values, then the widened ones */
+    enum { NI = 5000 };
+    float *ip = malloc(sizeof(float) * NI), *ref = malloc(sizeof(float) * NI);
+    uint16_t *packed = malloc(2 * NI);
+    for (int i = 0; i < NI; i++) ip[i] = urand() * 100.0f;
+    dt_lp_pack(packed, ip, NI, t);
+    dt_lp_unpack(ref, packed, NI, t);
+    dt_lp_narrow_inplace(ip, NI, t);
+    int bad_narrow = memcmp(ip, packed, 2 * NI) != 0;
+    dt_lp_widen_inplace(ip, NI, t);
+    int bad_widen = memcmp(ip, ref, sizeof(float) * NI) != 0;
+    EXPECT(!bad_narrow && !bad_widen, "%s: in place, narrowing %s and widening %s", tn, bad_narrow ? "differs from pack" : "ok",
+           bad_widen ? "differs from unpack" : "ok");
+    free(ip), free(ref), free(packed);
     printf("%s: %d values packed, widened and rounded as the scalar conversions\n", tn, N);
     free(x), free(y), free(z), free(h);
 }

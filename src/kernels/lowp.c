@@ -75,25 +75,30 @@ void dt_lp_round_add(float *dst, const float *src, size_t n, dt_dtype t) {
 }
 
 /* In place, so a buffer that others address (the shared arena) keeps its
- * place: element i goes to bytes [2i, 2i+2), which hold only elements at or
- * before i, already read when walking up; widening walks down for the same
- * reason. Sequential on purpose (threads would overrun each other). */
+ * place: element i goes to bytes [2i, 2i+2). A block of IP at a time through
+ * a small buffer (vectorised): a block's 16-bit values land below where the
+ * next block's f32 values start (2(i+k) <= 4i bytes once i >= k), so only
+ * the first block overlaps itself, and it is read whole before it is
+ * written. Widening walks down the same way. One thread: blocks in order. */
+enum { IP = 1024 };
+
 void dt_lp_narrow_inplace(float *x, size_t n, dt_dtype t) {
     unsigned char *b = (unsigned char *)x; /* byte copies: the two views of x alias */
-    for (size_t i = 0; i < n; i++) {
-        float v;
-        memcpy(&v, b + 4 * i, 4);
-        uint16_t h = t == DT_BF16 ? dt_f32_to_bf16(v) : dt_f32_to_f16(v);
-        memcpy(b + 2 * i, &h, 2);
+    uint16_t h[IP];
+    for (size_t i = 0; i < n; i += IP) {
+        size_t k = n - i < IP ? n - i : IP;
+        dt_lp_pack(h, x + i, k, t);
+        memcpy(b + 2 * i, h, 2 * k);
     }
 }
 
 void dt_lp_widen_inplace(float *x, size_t n, dt_dtype t) {
     unsigned char *b = (unsigned char *)x;
-    for (size_t i = n; i-- > 0;) {
-        uint16_t h;
-        memcpy(&h, b + 2 * i, 2);
-        float v = t == DT_BF16 ? dt_bf16_to_f32(h) : dt_f16_to_f32(h);
-        memcpy(b + 4 * i, &v, 4);
+    uint16_t h[IP];
+    for (size_t end = n; end > 0;) {
+        size_t i = end > IP ? end - IP : 0, k = end - i;
+        memcpy(h, b + 2 * i, 2 * k);
+        dt_lp_unpack(x + i, h, k, t);
+        end = i;
     }
 }
