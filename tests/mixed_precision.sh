@@ -173,6 +173,14 @@ for s in ddp zero2; do
     [ "$(losses "$dir/gsnp.$s.jsonl")" = "$(losses "$dir/gs.ddp.jsonl")" ] && ok "--grad-store bf16 $s without the bucket pool: the same losses" \
         || fail "--grad-store bf16 $s without the pool differs"
 done
+# a run resumed with the 16-bit store is the uninterrupted one (it holds nothing between steps)
+gs=(--steps 8 --lr 1e-3 --precision bf16 --batch 2 --nproc 2 --strategy zero2 --grad-store bf16)
+"$DTRAIN" train "${small[@]}" "${gs[@]}" --metrics "$dir/gsfull.jsonl" 2> /dev/null
+"$DTRAIN" train "${small[@]}" "${gs[@]}" --save "$dir/gsck" --stop-after 4 --metrics "$dir/gsa.jsonl" 2> /dev/null
+"$DTRAIN" train "${small[@]}" "${gs[@]}" --resume "$dir/gsck" --metrics "$dir/gsb.jsonl" 2> /dev/null
+[ -n "$(losses "$dir/gsfull.jsonl")" ] && [ "$(losses "$dir/gsfull.jsonl")" = "$(cat "$dir/gsa.jsonl" "$dir/gsb.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)" ] \
+    && ok "--grad-store bf16 zero2 resumed at step 4: the uninterrupted run's 8 losses" || fail "--grad-store resume differs"
+
 # Model states on the mixed-precision formula (2 ranks, each rank's columns: parameters with the 16-bit copy,
 # gradients, optimizer state; measured from resident pages): DDP 16 bytes a parameter (2 + 2 + 12), ZeRO-2
 # 2 + 14/N, ZeRO-1 at most 4 + 12/N (it keeps only its shard's gradients, so stage 2's); an f32 store holds 4
