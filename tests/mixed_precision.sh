@@ -100,6 +100,28 @@ p32=$(params_mib "$dir/z3mem.fp32.out") p16=$(params_mib "$dir/z3mem.bf16.out")
     && ok "zero3 bf16: the 16-bit copy held at most is $(awk "BEGIN{print $p16 - $p32}") MiB of the whole model's 9.2 (a block's 1.5)" \
     || fail "zero3 bf16 holds the 16-bit copy whole: parameters $p16 MiB against fp32's $p32"
 
+# 3a'. ZeRO-1 and 2 with each rank's own parameters keep the f32 master only in their shard: the 16-bit copy
+# is allgathered after each update, and the f32 values the model reads (LayerNorms, embedding tables) are
+# gathered from their owners as their unit runs, so the losses are ddp's, digit for digit
+for p in bf16 fp16; do
+    for z in 1 2; do
+        DTRAIN_ZERO_PRIVATE_PARAMS=1 "$DTRAIN" train "${small[@]}" --steps 20 --lr 1e-3 --precision $p --batch 2 --nproc 2 --zero $z \
+            --metrics "$dir/z${z}own.$p.jsonl" 2> "$dir/err" || fail "zero$z own parameters $p: $(cat "$dir/err")"
+        [ "$(losses "$dir/z${z}own.$p.jsonl")" = "$(losses "$dir/ddp.$p.jsonl")" ] \
+            && ok "$p zero$z with each rank's own parameters (f32 master in the shard only): ddp's 20 losses, digit for digit" \
+            || fail "$p zero$z with own parameters differs from ddp"
+    done
+done
+# resumed: each rank saved its slice of the parameters; the run goes on as the uninterrupted one
+own=(--steps 8 --lr 1e-3 --precision bf16 --batch 2 --nproc 2 --zero 2)
+DTRAIN_ZERO_PRIVATE_PARAMS=1 "$DTRAIN" train "${small[@]}" "${own[@]}" --save "$dir/ownfull" --metrics "$dir/ownfull.jsonl" 2> /dev/null
+DTRAIN_ZERO_PRIVATE_PARAMS=1 "$DTRAIN" train "${small[@]}" "${own[@]}" --save "$dir/ownhalf" --stop-after 4 --metrics "$dir/owna.jsonl" 2> /dev/null
+DTRAIN_ZERO_PRIVATE_PARAMS=1 "$DTRAIN" train "${small[@]}" "${own[@]}" --save "$dir/ownhalf" --resume "$dir/ownhalf" --metrics "$dir/ownb.jsonl" 2> /dev/null
+[ -n "$(losses "$dir/ownfull.jsonl")" ] && [ "$(losses "$dir/ownfull.jsonl")" = "$(cat "$dir/owna.jsonl" "$dir/ownb.jsonl" | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)" ] \
+    && cmp -s "$dir/ownfull/$(cat "$dir/ownfull/latest")/params.f32" "$dir/ownhalf/$(cat "$dir/ownhalf/latest")/params.f32" \
+    && ok "bf16 zero2 with own parameters resumed at step 4: the uninterrupted run's losses and final weights" \
+    || fail "bf16 zero2 with own parameters: the resumed run differs"
+
 # 3b. 16-bit gradients on the wire (--grad-comm): half the bytes in every allreduce, the average rounded once
 for g in fp32 bf16; do
     "$DTRAIN" train "${small[@]}" --steps 20 --lr 1e-3 --precision bf16 --batch 2 --nproc 2 --grad-comm $g \
@@ -209,6 +231,15 @@ read -r p g o <<< "$(states "$dir/st.zero1.bf16.out")"
 awk "BEGIN{t = $p + $g + $o; exit !(t <= 10.5 * $P)}" \
     && ok "--grad-store bf16 zero1: $p + $g + $o MiB = $(awk "BEGIN{printf \"%.2f\", ($p + $g + $o) / $P}") bytes a parameter (at most 4 + 12/2 = 10)" \
     || fail "--grad-store bf16 zero1: $p + $g + $o MiB for $P Mi parameters (want at most 10 bytes each)"
+
+# each rank's own parameters (as across machines): ZeRO-2's f32 master is its shard, so 2 + 14/2 again
+DTRAIN_ZERO_PRIVATE_PARAMS=1 "$DTRAIN" train --layers 6 --channels 256 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 2 \
+    --data "$dir/train.bin" --threads 1 --steps 2 --nproc 2 --zero 2 --precision bf16 --grad-store bf16 > "$dir/st.own2.out" 2> "$dir/err" \
+    || fail "model states zero2 own parameters: $(cat "$dir/err")"
+read -r p g o <<< "$(states "$dir/st.own2.out")"
+awk "BEGIN{t = $p + $g + $o; exit !(t <= 9.45 * $P && t >= 8.55 * $P)}" \
+    && ok "--grad-store bf16 zero2, each rank's own parameters: $p + $g + $o MiB = $(awk "BEGIN{printf \"%.2f\", ($p + $g + $o) / $P}") bytes a parameter (9)" \
+    || fail "--grad-store bf16 zero2 own parameters: $p + $g + $o MiB for $P Mi parameters (want 9 bytes each)"
 
 # ZeRO-3 on one machine (one shared f32 copy) makes the 16-bit copy unit by unit too, so its parameters are the
 # f32 shard (4/2 bytes a parameter) and a unit's copy, not the whole 16-bit model (2 more)

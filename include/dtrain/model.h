@@ -43,6 +43,7 @@ typedef struct {
     size_t offset, count;   /* in the flat store */
     dt_tp_split split;
     int input_rows;         /* an embedding: backward adds to only the rows of the input's tokens */
+    int f32_read;           /* mixed precision reads its f32 values: 1 in forward only (embedding tables), 2 in both passes (LayerNorms) */
 } dt_tensor_info;
 
 typedef void (*dt_grad_hook)(int unit, void *ctx);
@@ -73,6 +74,11 @@ typedef struct {
      * model's own buffer goes back to the system. NULL: back to its own,
      * copied from the caller's. */
     void (*set_param_storage)(void *self, float *params);
+    /* Mixed precision's 16-bit copy of the parameters (whole, nparams), its
+     * type in *t; NULL for an f32 model. caller_keeps 1: from now on the
+     * caller keeps it current (a strategy that holds only a shard of the f32
+     * master allgathers it) and the model no longer casts it; 0: back. */
+    uint16_t *(*lp_copy)(void *self, int caller_keeps, dt_dtype *t);
 } dt_model;
 
 /* The table's tensor called name, or NULL. */

@@ -99,6 +99,8 @@ static int add(dt_gpt2 *m, int i, int l, int unit) {
     t->grad_unit = i == WTE && m->ub == L + 2 ? L + 1 : unit;
     t->input_rows = i == WTE && unit == 0;
     t->split = tensor_kinds[i].split;
+    /* what mixed precision reads in f32: the embedding tables in forward, the LayerNorms in both passes */
+    t->f32_read = i == WTE || i == WPE ? 1 : i == LN1W || i == LN1B || i == LN2W || i == LN2B || i == LNFW || i == LNFB ? 2 : 0;
     tensor_shape(&m->cfg, i, t->shape);
     t->ndim = t->shape[1] ? 2 : 1;
     t->count = (size_t)t->shape[0] * (size_t)(t->shape[1] ? t->shape[1] : 1);
@@ -311,7 +313,7 @@ size_t dt_gpt2_memory(const dt_gpt2 *m) {
 
 size_t dt_gpt2_lp_params_bytes(const dt_gpt2 *m) {
     if (!m->params_lp) return 0;
-    return (m->before_fwd ? m->lp_held_max : m->nparams) * sizeof(uint16_t);
+    return (m->before_fwd && !m->lp_external ? m->lp_held_max : m->nparams) * sizeof(uint16_t);
 }
 
 size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head) {
@@ -366,8 +368,15 @@ static void v_unit_hooks(void *m, dt_grad_hook f, dt_grad_hook b, void *ctx) { d
 static void v_defer(void *m, int on) { dt_gpt2_set_defer_wte_rows(m, on); }
 static void v_param_storage(void *m, float *p) { dt_gpt2_set_param_storage(m, p); }
 static const float *v_input_grad(const void *m, const int32_t **tok, int *n) { return dt_gpt2_input_grad(m, tok, n); }
+static uint16_t *v_lp_copy(void *self, int caller_keeps, dt_dtype *t) {
+    dt_gpt2 *m = self;
+    *t = m->prec;
+    if (m->params_lp) m->lp_external = caller_keeps;
+    return m->params_lp;
+}
 
 void dt_gpt2_model(dt_gpt2 *m, dt_model *out) {
     *out = (dt_model){ m, "gpt2", m->tab, m->ntab, m->cfg.num_layers + 2, m->nparams, v_params, v_grads, v_storage, v_hook,
-                       v_unit_hooks, m->i_wte >= 0 && m->tab[m->i_wte].input_rows ? v_defer : NULL, v_input_grad, v_param_storage };
+                       v_unit_hooks, m->i_wte >= 0 && m->tab[m->i_wte].input_rows ? v_defer : NULL, v_input_grad, v_param_storage,
+                       v_lp_copy };
 }

@@ -62,6 +62,7 @@ struct dt_gpt2 {
      * tensors are cast now (lp_cast), their values, and the most at once */
     uint8_t *lp_cast;
     size_t lp_held, lp_held_max;
+    int lp_external;      /* the caller keeps params_lp current (a sharded f32 master): no cast here */
     float *lp_work;
     size_t lp_work_floats, lp_layer, lp_capacity;
 };

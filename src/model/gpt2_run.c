@@ -235,7 +235,7 @@ static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
  * it back after, so no rank holds the whole 16-bit model. */
 static void lp_cast(dt_gpt2 *m, int u, bool backward) {
     bool per_run = m->before_fwd != NULL;
-    if (m->prec == DT_F32 || (backward && !per_run) || (per_run && u == 0)) return;
+    if (m->prec == DT_F32 || m->lp_external || (backward && !per_run) || (per_run && u == 0)) return;
     for (int i = 0; i < m->ntab; i++) {
         const dt_tensor_info *t = &m->tab[i];
         if (per_run ? t->grad_unit != u && (backward || t->unit != u) : t->unit != u) continue;

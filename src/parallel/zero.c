@@ -55,6 +55,7 @@
  * rounding of the reductions (tests/zero_equivalence.sh). */
 #include "dtrain/parallel.h"
 #include "dtrain/engine.h"
+#include "dtrain/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -83,6 +84,11 @@ typedef struct {
     /* every rank on one machine: one copy of the parameters in the shared arena */
     float *shared;
     int share;           /* 0: each rank its own copy; 1: one shared copy from the first step; 2: in use */
+    /* stages 1, 2 with each rank's own parameters, mixed precision: the f32 master only in the shard, the
+     * whole 16-bit copy allgathered after each update (0: off; 1: from the first step; 2: in use) */
+    int lpx;
+    uint16_t *lp;
+    dt_dtype lpt;
     dt_status err;       /* from a hook, reported at finish */
 } zero;
 
@@ -100,7 +106,8 @@ static void z_destroy(void *state) {
         /* gathers in flight must end before their buffers go */
         for (int t = 0; t < z->nt; t++) (void)dt_waitall(z->req + (size_t)t * (size_t)dt_comm_size(z->c->comm), dt_comm_size(z->c->comm));
     }
-    if (z->stage == 3 && !z->whole && z->c->model.set_unit_hooks) z->c->model.set_unit_hooks(z->c->model.self, NULL, NULL, NULL);
+    /* (as stage 3's, the model's f32 store then holds this rank's shard: materialize first to use it whole) */
+    if (((z->stage == 3 && !z->whole) || z->lpx) && z->c->model.set_unit_hooks) z->c->model.set_unit_hooks(z->c->model.self, NULL, NULL, NULL);
     dt_ddp_destroy(z->d);
     free(z->counts);
     free(z->offs);
@@ -114,7 +121,28 @@ static void z_destroy(void *state) {
 
 static void before_forward(int unit, void *ctx);
 static void before_backward(int unit, void *ctx);
+static dt_status release(zero *z, int t);
+static dt_status gather_start(zero *z, int t);
+static dt_status gather_wait(zero *z, int t);
 static void nothing_to_gather(int unit, void *ctx) { (void)unit, (void)ctx; }
+static void f32_reads(int unit, void *ctx);
+static size_t others(const zero *z, int t);
+
+/* Stage 3's (and a sharded f32 master's) pieces of other shards, tensor by
+ * tensor: every tensor is whole on every rank until the first gathers (the
+ * model was built or loaded whole). */
+static dt_status pieces_create(zero *z) {
+    int p = dt_comm_size(z->c->comm);
+    z->P = z->c->model.params(z->c->model.self);
+    z->nt = z->c->model.ntensors;
+    z->state = malloc((size_t)z->nt + 1);
+    z->keep = calloc((size_t)z->nt + 1, 1);
+    z->req = calloc((size_t)z->nt * (size_t)p + 1, sizeof *z->req);
+    if (!z->state || !z->keep || !z->req) return dt_error(DT_ERR_NOMEM, "zero%d: out of memory", z->stage);
+    memset(z->state, RESIDENT, (size_t)z->nt + 1);
+    for (int t = 0; t < z->nt; t++) z->held += others(z, t);
+    return DT_OK;
+}
 static size_t others(const zero *z, int t);
 
 static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, size_t *n) {
@@ -142,16 +170,14 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
         z->mine = malloc(sizeof *z->mine * (z->piece + 1));
         z->all = malloc(sizeof *z->all * (z->piece + 1) * (size_t)p);
         if (!z->mine || !z->all) st = dt_error(DT_ERR_NOMEM, "zero%d: out of memory", stage);
+        dt_dtype t;
+        if (!st && c->model.lp_copy && c->model.set_unit_hooks && (z->lp = c->model.lp_copy(c->model.self, 0, &t))) {
+            z->lpx = 1;
+            z->lpt = t;
+            st = pieces_create(z);
+        }
     } else {
-        z->P = c->model.params(c->model.self);
-        z->nt = c->model.ntensors;
-        /* every tensor is whole on every rank until the first unit's gathers (the model was built or loaded whole) */
-        z->state = malloc((size_t)z->nt + 1);
-        z->keep = calloc((size_t)z->nt + 1, 1);
-        z->req = calloc((size_t)z->nt * (size_t)p + 1, sizeof *z->req);
-        if (!z->state || !z->keep || !z->req) st = dt_error(DT_ERR_NOMEM, "zero3: out of memory");
-        else memset(z->state, RESIDENT, (size_t)z->nt + 1);
-        for (int t = 0; t < z->nt && !st; t++) z->held += others(z, t);
+        st = pieces_create(z);
         z->whole = !c->model.set_unit_hooks;
     }
     if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, stage >= 2 ? z->offs : NULL,
@@ -160,6 +186,7 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
     /* a 16-bit gradient store holds the shard's average only, at every stage */
     if (!st && c->grad_store != DT_F32) st = dt_ddp_set_grad_store(z->d, c->grad_store, z->off, z->n);
     if (!st && stage == 3 && !z->whole && !z->share) c->model.set_unit_hooks(c->model.self, before_forward, before_backward, z);
+    if (!st && z->lpx) c->model.set_unit_hooks(c->model.self, f32_reads, nothing_to_gather, z);
     /* one shared copy has nothing to gather, but with unit hooks a mixed-precision model makes its 16-bit copy
      * unit by unit too, so that no rank holds the whole 16-bit model (16/N bytes a parameter, as stage 3 is) */
     if (!st && stage == 3 && z->share && c->model.set_unit_hooks) c->model.set_unit_hooks(c->model.self, nothing_to_gather, nothing_to_gather, z);
@@ -288,6 +315,63 @@ static dt_status release_everything(zero *z) {
     return st;
 }
 
+/* ---- stages 1, 2 with a sharded f32 master (mixed precision, each rank its own parameters) ---- */
+
+/* Before unit u's forward: the f32 values the model reads (its LayerNorms,
+ * the embedding tables) gathered from their owners; the tables, read in
+ * forward only, go back once the embedding has run. The LayerNorms stay
+ * until the update (their backward reads them too). */
+static void f32_reads(int unit, void *ctx) {
+    zero *z = ctx;
+    if (z->err || z->lpx != 2) return;
+    const dt_tensor_info *T = z->c->model.tensors;
+    for (int t = 0; t < z->nt && !z->err; t++)
+        if (T[t].f32_read && T[t].unit == unit) z->err = gather_start(z, t);
+    for (int t = 0; t < z->nt && !z->err; t++)
+        if (T[t].f32_read && T[t].unit == unit) z->err = gather_wait(z, t);
+    for (int t = 0; t < z->nt && !z->err; t++)
+        if (T[t].f32_read == 1 && T[t].unit < unit) z->err = release(z, t);
+}
+
+/* The first step: the 16-bit copy made from the whole f32 store (gathered
+ * first: a resumed run may hold only its slice), which from now on this
+ * strategy keeps current; then the other shards' f32 values go back. */
+static dt_status shard_master(zero *z) {
+    const dt_model *m = &z->c->model;
+    dt_status st = gather_everything(z);
+    if (st) return st;
+    dt_lp_pack(z->lp, z->P, m->nparams, z->lpt);
+    dt_dtype t;
+    m->lp_copy(m->self, 1, &t);
+    z->lpx = 2;
+    return release_everything(z);
+}
+
+/* After the update: this rank's shard in 16 bits to every rank (an
+ * allgather of half the bytes of stage 1/2's f32 one, in pieces through the
+ * same two small buffers), and what was gathered of other shards in f32
+ * goes back. */
+static dt_status gather_lp(zero *z) {
+    dt_lp_pack(z->lp + z->off, z->P + z->off, z->n, z->lpt);
+    int np = dt_comm_size(z->c->comm);
+    size_t most = 0, counts[np], K = z->piece;
+    for (int r = 0; r < np; r++) most = z->counts[r] > most ? z->counts[r] : most;
+    uint16_t *mine = (uint16_t *)z->mine, *all = (uint16_t *)z->all; /* floats' room: twice what 16 bits need */
+    dt_status st = DT_OK;
+    for (size_t at = 0; at < most && !st; at += K) {
+        size_t o = 0, k = z->n > at ? (z->n - at < K ? z->n - at : K) : 0;
+        for (int r = 0; r < np; r++) counts[r] = z->counts[r] > at ? (z->counts[r] - at < K ? z->counts[r] - at : K) : 0;
+        memcpy(mine, z->lp + z->off + at, k * sizeof *mine);
+        if ((st = dt_comm_allgatherv(z->c->comm, mine, all, counts, z->lpt))) break;
+        for (int r = 0; r < np; r++) {
+            memcpy(z->lp + z->offs[r] + at, all + o, counts[r] * sizeof *all);
+            o += counts[r];
+        }
+    }
+    dt_status s = release_everything(z);
+    return st ? st : s;
+}
+
 /* ---- every stage ---- */
 
 /* As DDP: with an elementwise optimizer and nothing that needs the global
@@ -322,6 +406,7 @@ static void z_begin(void *state, int sync, float lr) {
     if (!z) return;
     if (z->share == 1 && !z->err) z->err = share_params(z);
     if (z->stage == 3 && z->whole && !z->share && !z->err) z->err = gather_everything(z);
+    if (z->lpx == 1 && !z->err) z->err = shard_master(z);
     dt_ddp_begin(z->d, sync, lr);
 }
 
@@ -367,6 +452,7 @@ static dt_status z_after_update(void *state) {
     if (z->stage == 1 && !dt_ddp_grad_store(z->d, &t)) clear_other_grads(z);
     /* the one copy: every shard is in place once every rank has written its own */
     if (z->share == 2) return dt_comm_barrier(z->c->comm);
+    if (z->lpx == 2) return gather_lp(z);
     return z->stage == 3 ? release_everything(z) : gather_params(z);
 }
 
@@ -402,6 +488,12 @@ static dt_status z_check(void *state, uint64_t *hash) {
     zero *z = state;
     if (!z) return DT_OK;
     const dt_model *m = &z->c->model;
+    if (z->lpx == 2) {
+        /* the f32 master is sharded: the replicas' working copies must agree (as 32-bit words, an odd last value alone) */
+        uint32_t last = m->nparams % 2 ? z->lp[m->nparams - 1] : 0;
+        uint64_t h = dt_hash_words(dt_hash_words(DT_HASH_INIT, z->lp, m->nparams / 2), &last, 1);
+        return dt_ddp_check_replicas(z->c->comm, (const float *)&h, 2, hash);
+    }
     return dt_ddp_check_replicas(z->c->comm, m->params(m->self), m->nparams, hash);
 }
 
@@ -424,32 +516,32 @@ static void z_held(void *state, size_t *params, size_t *grads) {
     if (z->stage >= 2 || dt_ddp_grad_store(z->d, &t)) *grads = dt_ddp_grads_held(z->d);
     /* one shared copy: this rank's share of it is its shard */
     if (z->share == 2) *params = dt_mem_resident(z->shared + z->off, z->n * sizeof(float));
-    else if (z->stage == 3) *params = dt_mem_resident(z->P, m->nparams * sizeof(float));
+    else if (z->stage == 3 || z->lpx == 2) *params = dt_mem_resident(z->P, m->nparams * sizeof(float));
 }
 
 /* Stage 3: the whole model on every rank (on), or back to this rank's shard. */
 static dt_status z_materialize(void *state, int on) {
     zero *z = state;
-    if (!z || z->stage != 3 || z->share) return DT_OK; /* the shared copy is whole */
+    if (!z || (z->stage != 3 && z->lpx != 2) || z->share) return DT_OK; /* the shared copy is whole */
     return on ? gather_everything(z) : release_everything(z);
 }
 
 /* Stage 3 with a copy per rank: the other shards are not kept between steps. */
 static int z_params_sharded(void *state) {
     zero *z = state;
-    return z && z->stage == 3 && !z->share;
+    return z && (z->stage == 3 || z->lpx == 2) && !z->share;
 }
 
 const dt_strategy dt_strategy_zero1 = {
     .name = "zero1", .create = z1_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
-    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp,
+    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp, .params_sharded = z_params_sharded,
 };
 
 const dt_strategy dt_strategy_zero2 = {
     .name = "zero2", .create = z2_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
-    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp,
+    .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp, .params_sharded = z_params_sharded,
 };
 
 /* No replicas to compare: each rank holds a different shard of the parameters. */
