@@ -51,6 +51,13 @@
  * precision) every stage keeps only its shard's average, in 16 bits: 2/N
  * bytes per parameter (dt_ddp_set_grad_store).
  *
+ * Stages 1 and 2 with each rank's own parameters under mixed precision keep
+ * the f32 master only in the shard: the updated shard goes into the model's
+ * 16-bit copy, which is allgathered (2 bytes a parameter whole, 4/N of
+ * f32), and the few tensors the model reads in f32 (f32_read: LayerNorms,
+ * embedding tables) are gathered as their unit runs, with stage 3's
+ * machinery. Model states: 2 + 2 (or 2/N) + 12/N.
+ *
  * The three stages give the losses of DDP and of one process up to the
  * rounding of the reductions (tests/zero_equivalence.sh). */
 #include "dtrain/parallel.h"
