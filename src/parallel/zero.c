@@ -48,8 +48,8 @@
  * copy per rank, as ranks on several machines do (the tests use it).
  *
  * With a 16-bit gradient store (dt_engine_config.grad_store, mixed
- * precision) every stage keeps only its shard's average, in 16 bits: 2/N
- * bytes per parameter (dt_ddp_set_grad_store).
+ * precision) stages 2 and 3 keep only their shard's average, in 16 bits:
+ * 2/N bytes per parameter; stage 1 the whole average, 2 (dt_ddp_set_grad_store).
  *
  * Stages 1 and 2 with each rank's own parameters under mixed precision keep
  * the f32 master only in the shard: the updated shard goes into the model's
@@ -190,8 +190,10 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
     if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, stage >= 2 ? z->offs : NULL,
                                 stage >= 2 ? z->counts : NULL, &z->d);
     if (!st) st = dt_ddp_set_wire(z->d, c->grad_comm); /* stage 1 allreduces like ddp; 2 and 3 reduce to each shard's owner in 16 bits */
-    /* a 16-bit gradient store holds the shard's average only, at every stage */
-    if (!st && c->grad_store != DT_F32) st = dt_ddp_set_grad_store(z->d, c->grad_store, z->off, z->n);
+    /* a 16-bit gradient store: stage 1 keeps the whole averaged gradient (only the optimizer state is sharded,
+     * 2 + 2 + 12/N), stages 2 and 3 their shard's */
+    if (!st && c->grad_store != DT_F32)
+        st = dt_ddp_set_grad_store(z->d, c->grad_store, stage == 1 ? 0 : z->off, stage == 1 ? c->model.nparams : z->n);
     if (!st && stage == 3 && !z->whole && !z->share) c->model.set_unit_hooks(c->model.self, before_forward, before_backward, z);
     if (!st && z->lpx) c->model.set_unit_hooks(c->model.self, f32_reads, nothing_to_gather, z);
     /* one shared copy has nothing to gather, but with unit hooks a mixed-precision model makes its 16-bit copy
@@ -486,9 +488,11 @@ static dt_status gather_params(zero *z) {
     return st;
 }
 
+/* This rank's slice of the 16-bit store (stage 1's holds everything). */
 static uint16_t *z_grads_lp(void *state, dt_dtype *t) {
     zero *z = state;
-    return z ? dt_ddp_grad_store(z->d, t) : NULL;
+    uint16_t *g = z ? dt_ddp_grad_store(z->d, t) : NULL;
+    return g && z->stage == 1 ? g + z->off : g;
 }
 
 static dt_status z_check(void *state, uint64_t *hash) {
