@@ -55,14 +55,14 @@ void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const
  * build has none (dt_gemm_bf16_ready; DTRAIN_BF16_GEMM=0 turns it off): the
  * caller then uses sgemm on widened values. dt_gemm_bf16_enable(0) turns it
  * off, 1 back on where there is one (tests compare the two paths).
- * dt_gemm_bf16_pack: x's rows x cols (leading dimension ld) in bf16 in
- * scratch slot 0..2, kept until the slot's next pack (NULL: out of memory). */
+ * dt_gemm_bf16_pack: x[0..n) in bf16 in scratch slot 0..2, kept until the
+ * slot's next pack (NULL: out of memory). */
 int dt_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb, int acc, float *C,
                  int ldc);
 int dt_gemm_bf16_ready(void);
 int dt_gemm_bf16_built(void); /* compiled with oneDNN */
 void dt_gemm_bf16_enable(int on);
-uint16_t *dt_gemm_bf16_pack(int slot, const float *x, int rows, int cols, int ld);
+uint16_t *dt_gemm_bf16_pack(int slot, const float *x, size_t n);
 
 /* 16-bit storage (t: DT_BF16 or DT_F16, round to nearest even; f16 overflows
  * to inf): pack f32 into 16 bits, widen back, or round f32 values in place

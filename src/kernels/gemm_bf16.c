@@ -95,19 +95,14 @@ int dt_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
 static uint16_t *packed[3];
 static size_t packed_cap[3];
 
-uint16_t *dt_gemm_bf16_pack(int slot, const float *x, int rows, int cols, int ld) {
-    size_t need = (size_t)rows * (size_t)cols;
+uint16_t *dt_gemm_bf16_pack(int slot, const float *x, size_t need) {
     if (slot < 0 || slot > 2) return NULL;
     if (need > packed_cap[slot]) {
         free(packed[slot]);
         packed_cap[slot] = (packed[slot] = malloc(need * sizeof(uint16_t))) ? need : 0;
         if (!packed[slot]) return NULL;
     }
-    if (ld == cols) dt_lp_pack(packed[slot], x, need, DT_BF16);
-    else {
-        #pragma omp parallel for schedule(static)
-        for (int i = 0; i < rows; i++) dt_lp_pack(packed[slot] + (size_t)i * cols, x + (size_t)i * ld, (size_t)cols, DT_BF16);
-    }
+    dt_lp_pack(packed[slot], x, need, DT_BF16);
     return packed[slot];
 }
 
@@ -150,8 +145,8 @@ int dt_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
 }
 int dt_gemm_bf16_ready(void) { return 0; }
 int dt_gemm_bf16_built(void) { return 0; }
-uint16_t *dt_gemm_bf16_pack(int slot, const float *x, int rows, int cols, int ld) {
-    (void)slot, (void)x, (void)rows, (void)cols, (void)ld;
+uint16_t *dt_gemm_bf16_pack(int slot, const float *x, size_t n) {
+    (void)slot, (void)x, (void)n;
     return NULL;
 }
 void dt_gemm_bf16_enable(int on) { (void)on; }

@@ -60,7 +60,7 @@ static int lp_rows(int C, size_t half) {
  * output gradients are packed to bf16 once (slot), and each GEMM that the
  * bf16 one cannot take falls back to sgemm on widened values. NULL: sgemm. */
 static const uint16_t *bf16_input(int slot, const float *x, int rows, int cols, dt_dtype t) {
-    return t == DT_BF16 && dt_gemm_bf16_ready() ? dt_gemm_bf16_pack(slot, x, rows, cols, cols) : NULL;
+    return t == DT_BF16 && dt_gemm_bf16_ready() ? dt_gemm_bf16_pack(slot, x, (size_t)rows * (size_t)cols) : NULL;
 }
 
 void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,

@@ -12,6 +12,7 @@
 #include <cblas.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,21 @@ static dt_status save(const char *key, double gflops) {
 
 dt_status dt_peak_save(double gflops) { return save(SGEMM, gflops); }
 
+/* The cache's rate under key, else measure(1) now, cached. */
+static dt_status cached_or_measured(const char *key, double (*measure)(int), double *gflops, const char **source) {
+    if ((*gflops = cached(key)) > 0) { *source = "cached (~/.cache/dtrain/peak.json)"; return DT_OK; }
+    int threads = dt_kernels_threads();
+    *gflops = measure(1);
+    dt_kernels_set_threads(threads);
+    bool bf16 = !strcmp(key, BF16);
+    *source = bf16 ? "measured now (bf16 GEMM, 1 thread)" : "measured now (sgemm, 1 thread)";
+    if (*gflops <= 0)
+        return bf16 ? dt_error(DT_ERR_UNSUPPORTED, "peak: no bf16 GEMM on this machine, or out of memory for its measurement")
+                    : dt_error(DT_ERR_NOMEM, "peak: out of memory for the sgemm measurement");
+    if (save(key, *gflops)) dt_log(DT_LOG_WARN, "peak: not cached (%s)", dt_last_error());
+    return DT_OK;
+}
+
 dt_status dt_peak_per_thread(double *gflops, const char **source) {
     const char *env = getenv("DTRAIN_PEAK_GFLOPS");
     if (env && *env) {
@@ -130,23 +146,7 @@ dt_status dt_peak_per_thread(double *gflops, const char **source) {
         *source = "DTRAIN_PEAK_GFLOPS";
         return DT_OK;
     }
-    if ((*gflops = cached(SGEMM)) > 0) { *source = "cached (~/.cache/dtrain/peak.json)"; return DT_OK; }
-    int threads = dt_kernels_threads();
-    *gflops = dt_peak_measure(1);
-    dt_kernels_set_threads(threads);
-    *source = "measured now (sgemm, 1 thread)";
-    if (*gflops <= 0) return dt_error(DT_ERR_NOMEM, "peak: out of memory for the sgemm measurement");
-    if (dt_peak_save(*gflops)) dt_log(DT_LOG_WARN, "peak: not cached (%s)", dt_last_error());
-    return DT_OK;
+    return cached_or_measured(SGEMM, dt_peak_measure, gflops, source);
 }
 
-dt_status dt_peak_bf16_per_thread(double *gflops, const char **source) {
-    if ((*gflops = cached(BF16)) > 0) { *source = "cached (~/.cache/dtrain/peak.json)"; return DT_OK; }
-    int threads = dt_kernels_threads();
-    *gflops = dt_peak_measure_bf16(1);
-    dt_kernels_set_threads(threads);
-    *source = "measured now (bf16 GEMM, 1 thread)";
-    if (*gflops <= 0) return dt_error(DT_ERR_UNSUPPORTED, "peak: no bf16 GEMM on this machine, or out of memory for its measurement");
-    if (save(BF16, *gflops)) dt_log(DT_LOG_WARN, "peak: not cached (%s)", dt_last_error());
-    return DT_OK;
-}
+dt_status dt_peak_bf16_per_thread(double *gflops, const char **source) { return cached_or_measured(BF16, dt_peak_measure_bf16, gflops, source); }

@@ -132,6 +132,28 @@ static dt_status release(zero *z, int t);
 static dt_status gather_start(zero *z, int t);
 static dt_status gather_wait(zero *z, int t);
 static void nothing_to_gather(int unit, void *ctx) { (void)unit, (void)ctx; }
+
+/* Every rank's shard of store (elements of size bytes, type t) to every rank,
+ * in pieces of at most z->piece elements of every shard at a time through two
+ * small buffers (a whole shard's staging would cost 4/N bytes per parameter). */
+static dt_status allgather_shards(zero *z, void *store, size_t size, dt_dtype t) {
+    char *p = store, *mine = (char *)z->mine, *all = (char *)z->all; /* room for floats, the widest */
+    int np = dt_comm_size(z->c->comm);
+    size_t most = 0, counts[np], K = z->piece;
+    for (int r = 0; r < np; r++) most = z->counts[r] > most ? z->counts[r] : most;
+    dt_status st = DT_OK;
+    for (size_t at = 0; at < most && !st; at += K) {
+        size_t o = 0, k = z->n > at ? (z->n - at < K ? z->n - at : K) : 0;
+        for (int r = 0; r < np; r++) counts[r] = z->counts[r] > at ? (z->counts[r] - at < K ? z->counts[r] - at : K) : 0;
+        memcpy(mine, p + (z->off + at) * size, k * size);
+        if ((st = dt_comm_allgatherv(z->c->comm, mine, all, counts, t))) break;
+        for (int r = 0; r < np; r++) {
+            memcpy(p + (z->offs[r] + at) * size, all + o * size, counts[r] * size);
+            o += counts[r];
+        }
+    }
+    return st;
+}
 static void f32_reads(int unit, void *ctx);
 static size_t others(const zero *z, int t);
 
@@ -357,27 +379,11 @@ static dt_status shard_master(zero *z) {
 }
 
 /* After the update: this rank's shard in 16 bits to every rank (an
- * allgather of half the bytes of stage 1/2's f32 one, in pieces through the
- * same two small buffers), and what was gathered of other shards in f32
- * goes back. */
+ * allgather of half the bytes of stage 1/2's f32 one), and what was gathered
+ * of other shards in f32 goes back. */
 static dt_status gather_lp(zero *z) {
     dt_lp_pack(z->lp + z->off, z->P + z->off, z->n, z->lpt);
-    int np = dt_comm_size(z->c->comm);
-    size_t most = 0, counts[np], K = z->piece;
-    for (int r = 0; r < np; r++) most = z->counts[r] > most ? z->counts[r] : most;
-    uint16_t *mine = (uint16_t *)z->mine, *all = (uint16_t *)z->all; /* floats' room: twice what 16 bits need */
-    dt_status st = DT_OK;
-    for (size_t at = 0; at < most && !st; at += K) {
-        size_t o = 0, k = z->n > at ? (z->n - at < K ? z->n - at : K) : 0;
-        for (int r = 0; r < np; r++) counts[r] = z->counts[r] > at ? (z->counts[r] - at < K ? z->counts[r] - at : K) : 0;
-        memcpy(mine, z->lp + z->off + at, k * sizeof *mine);
-        if ((st = dt_comm_allgatherv(z->c->comm, mine, all, counts, z->lpt))) break;
-        for (int r = 0; r < np; r++) {
-            memcpy(z->lp + z->offs[r] + at, all + o, counts[r] * sizeof *all);
-            o += counts[r];
-        }
-    }
-    dt_status s = release_everything(z);
+    dt_status st = allgather_shards(z, z->lp, sizeof *z->lp, z->lpt), s = release_everything(z);
     return st ? st : s;
 }
 
@@ -467,25 +473,7 @@ static dt_status z_after_update(void *state) {
 
 static dt_status gather_params(zero *z) {
     const dt_model *m = &z->c->model;
-    float *p = m->params(m->self);
-    /* in pieces of CHUNK floats of every shard at a time, through two small
-     * buffers (a whole shard's staging would cost 4/N bytes per parameter) */
-    int np = dt_comm_size(z->c->comm);
-    size_t most = 0, counts[np];
-    for (int r = 0; r < np; r++) most = z->counts[r] > most ? z->counts[r] : most;
-    dt_status st = DT_OK;
-    size_t K = z->piece;
-    for (size_t at = 0; at < most && !st; at += K) {
-        size_t o = 0, mine = z->n > at ? (z->n - at < K ? z->n - at : K) : 0;
-        for (int r = 0; r < np; r++) counts[r] = z->counts[r] > at ? (z->counts[r] - at < K ? z->counts[r] - at : K) : 0;
-        memcpy(z->mine, p + z->off + at, mine * sizeof *p);
-        if ((st = dt_comm_allgatherv(z->c->comm, z->mine, z->all, counts, DT_F32))) break;
-        for (int r = 0; r < np; r++) {
-            memcpy(p + z->offs[r] + at, z->all + o, counts[r] * sizeof *p);
-            o += counts[r];
-        }
-    }
-    return st;
+    return allgather_shards(z, m->params(m->self), sizeof(float), DT_F32);
 }
 
 /* This rank's slice of the 16-bit store (stage 1's holds everything). */

@@ -433,18 +433,19 @@ static dt_status setup(run *r) {
            dt_kernels_threads());
     if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
     /* what a 16-bit run gains on this CPU, so that nobody expects the speed of a bf16 GEMM that is not there */
-    if (c->precision == DT_BF16 && dt_gemm_bf16_ready())
-        printf("bf16: activations and the parameters' working copy in 16 bits, master weights in f32, averaged gradients in %s; "
-               "the matmuls run on a bf16 GEMM (oneDNN, this CPU's avx512_bf16): about twice sgemm's rate, and half the "
-               "activation memory\n", c->grad_store != DT_F32 ? "16 bits (--grad-store)" : "f32");
-    else if (c->precision != DT_F32)
+    if (c->precision != DT_F32) {
+        char matmuls[256];
+        if (c->precision == DT_BF16 && dt_gemm_bf16_ready())
+            snprintf(matmuls, sizeof matmuls, "run on a bf16 GEMM (oneDNN, this CPU's avx512_bf16): about twice sgemm's rate");
+        else
+            snprintf(matmuls, sizeof matmuls, "widen 16-bit values into f32 sgemm, because %s: expect fp32's speed or a little less",
+                     c->precision == DT_BF16 && dt_cpu_has("avx512_bf16") ? "this build has no bf16 GEMM (oneDNN) or DTRAIN_BF16_GEMM=0"
+                     : c->precision == DT_BF16                           ? "this CPU has no bf16 arithmetic (no avx512_bf16)"
+                                                                         : "dtrain has no fp16 GEMM");
         printf("%s: activations and the parameters' working copy in 16 bits, master weights in f32, averaged gradients in %s; "
-               "the matmuls widen 16-bit values into f32 sgemm, because %s: expect fp32's speed or a little less, and half the "
-               "activation memory\n",
-               c->precision == DT_BF16 ? "bf16" : "fp16", c->grad_store != DT_F32 ? "16 bits (--grad-store)" : "f32",
-               c->precision == DT_BF16 && dt_cpu_has("avx512_bf16") ? "this build has no bf16 GEMM (oneDNN) or DTRAIN_BF16_GEMM=0"
-               : c->precision == DT_BF16                           ? "this CPU has no bf16 arithmetic (no avx512_bf16)"
-                                                                   : "dtrain has no fp16 GEMM");
+               "the matmuls %s, and half the activation memory\n", flag_type(c->precision),
+               c->grad_store != DT_F32 ? "16 bits (--grad-store)" : "f32", matmuls);
+    }
     if (r->peak_gflops > 0)
         printf("MFU against %.1f GFLOP/s (%d thread%s x %.1f GFLOP/s %s per thread, %s); %.3f GFLOP per step\n",
                r->peak_gflops, c->threads * r->nranks, c->threads * r->nranks > 1 ? "s" : "",
