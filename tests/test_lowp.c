@@ -20,6 +20,16 @@ static float urand(void) { rng = rng * 1664525u + 1013904223u; return (float)(rn
 static float scalar_round(float x, dt_dtype t) { return t == DT_BF16 ? dt_bf16_to_f32(dt_f32_to_bf16(x)) : dt_f16_to_f32(dt_f32_to_f16(x)); }
 static int same(float a, float b) { return (isnan(a) && isnan(b)) || memcmp(&a, &b, 4) == 0; }
 
+/* How many steps of the 16-bit grid lie between two values already on it:
+ * consecutive finite values of the same sign have consecutive bit patterns
+ * (subnormals included), so the steps are the patterns' distance. */
+static int grid_steps(float a, float b, dt_dtype t) {
+    uint16_t ha = t == DT_BF16 ? dt_f32_to_bf16(a) : dt_f32_to_f16(a), hb = t == DT_BF16 ? dt_f32_to_bf16(b) : dt_f32_to_f16(b);
+    if (scalar_round(a, t) != a || scalar_round(b, t) != b) return 1 << 20; /* off the grid: not a rounding apart */
+    if ((ha ^ hb) & 0x8000) return (ha & 0x7fff) + (hb & 0x7fff);          /* across zero */
+    return abs((int)(ha & 0x7fff) - (int)(hb & 0x7fff));
+}
+
 static void conversions(dt_dtype t) {
     const char *tn = t == DT_BF16 ? "bf16" : "f16";
     enum { N = 4099 }; /* not a multiple of the vector width */
@@ -213,13 +223,17 @@ static void head_lp16(dt_dtype t) {
     for (int i = 0; i < OC * C; i++) ce_differ += !same(dw_ce[i], dw16[i]);
     EXPECT(!ce_differ, "%s head backward with the loss's gradient taken as read: %d losses or gradients differ from the fused pass's",
            tn, ce_differ);
-    /* the weight gradient is summed over 3 blocks of tokens, not at once: f32 order, then the same rounding */
-    double wi = 0, ww = 0;
-    for (int i = 0; i < BT * C; i++) wi = fmax(wi, fabs(di16[i] - di[i]) / (fabs(di[i]) + 1e-6));
-    for (int i = 0; i < OC * C; i++) ww = fmax(ww, fabs(dw16[i] - dw[i]) / (fabs(dw[i]) + 1e-6));
-    EXPECT(wi <= ulp && ww <= ulp, "%s head backward from 16-bit logits: dinp %.3g, dw %.3g from the f32 path's (one ulp %.3g)", tn, wi, ww, ulp);
+    /* the weight gradient is summed over 3 blocks of tokens, not at once: another f32 order (it depends on the
+     * BLAS kernels, so on the CPU), then the same rounding. An f32 difference can tip that rounding by one step
+     * of the 16-bit grid at the value, never more. The step is measured on the grid itself: f16's small
+     * gradients here are subnormal, where a relative ulp understates the step (Zen 3's sgemm order showed it). */
+    int wi = 0, ww = 0, tipped = 0;
+    for (int i = 0; i < BT * C; i++) { int d = grid_steps(di16[i], di[i], t); wi = d > wi ? d : wi; tipped += d > 0; }
+    for (int i = 0; i < OC * C; i++) { int d = grid_steps(dw16[i], dw[i], t); ww = d > ww ? d : ww; tipped += d > 0; }
+    EXPECT(wi <= 1 && ww <= 1, "%s head backward from 16-bit logits: dinp %d, dw %d steps of the 16-bit grid from the f32 path's (at most 1)",
+           tn, wi, ww);
     printf("%s head with 16-bit logits: %d of %d logits one ulp from the f32-output path's; loss and its gradient identical; "
-           "backward within %.2g (dinp) %.2g (dw)\n", tn, differ, BT * OC, wi, ww);
+           "backward: %d of %d gradients one grid step apart, none more\n", tn, differ, BT * OC, tipped, BT * C + OC * C);
     free(inp), free(wf), free(ref), free(got), free(work), free(di), free(dw), free(di16), free(dw16), free(w), free(out);
     free(di_ce), free(dw_ce), free(logits);
 }
