@@ -113,7 +113,7 @@ expect "--save-every without --save warns" 0 "--save-every 2 does nothing withou
 want=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
 threadless=(--layers 1 --channels 32 --heads 2 --vocab 256 --max-seq 32 --seq 32 --batch 2 --data "$dir/train.bin")
 "$DTRAIN" train "${threadless[@]}" --nproc 2 --steps 1 > "$dir/out" 2> "$dir/err"
-grep -q "x 2 ranks, ddp, adamw, $want threads per rank" "$dir/out" && ok "--threads 0 with 2 ranks on $(nproc) cores: $want per rank" ||
+grep -qE "x 2 ranks, ddp, adamw, $want threads? per rank" "$dir/out" && ok "--threads 0 with 2 ranks on $(nproc) cores: $want per rank" ||
     fail "--threads 0: $(head -2 "$dir/out") $(head -c 300 "$dir/err")"
 
 # under mpirun, a rank killed by signal 9 is named by dtrain (the watchdog reads the machine's shared segment)

@@ -4,6 +4,7 @@
 #ifndef DTRAIN_BASE_H
 #define DTRAIN_BASE_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,6 +32,12 @@ const char *dt_status_name(dt_status s);
 /* Records a message for dt_last_error() and returns s, so callers can write
  * `return dt_error(DT_ERR_ARG, "...", ...)`. */
 dt_status dt_error(dt_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Classifies a stop signal as its handler receives it (SA_SIGINFO; async-
+ * signal-safe): 1 for the first request, 0 for a copy of it (another sender
+ * within a second: the terminal's Ctrl-C and a wrapper's copy of it), 2 for
+ * a second request (the same sender again, or a second or more later). */
+int dt_stop_request_classify(const siginfo_t *si);
 
 /* Logging: messages carry a "[rank r]" prefix once dt_log_set_rank is called. */
 typedef enum { DT_LOG_ERROR = 0, DT_LOG_WARN, DT_LOG_INFO, DT_LOG_DEBUG } dt_log_level;

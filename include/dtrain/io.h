@@ -33,7 +33,11 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype);
  * architecture: a missing tensor or one of another shape is an error
  * naming it and both shapes. F32, BF16 and F16 are read. */
 dt_status dt_safetensors_load_resnet(const char *path, dt_resnet *m);
-/* A model file of either kind, told apart by its first bytes. */
+/* A Hugging Face folder: dir/config.json (GPT2Config) and dir/model.safetensors
+ * (f32), which GPT2LMHeadModel.from_pretrained(dir) loads. */
+dt_status dt_hf_folder_save(const char *dir, dt_gpt2 *m);
+/* A model file of either kind, told apart by its first bytes, or an HF
+ * folder (its model.safetensors, the heads from its config.json). */
 dt_status dt_model_load(const char *path, int heads, dt_gpt2 **out);
 int dt_model_file_is_safetensors(const char *path);
 

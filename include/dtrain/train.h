@@ -36,6 +36,7 @@ typedef struct {
     int save_every;           /* also save every N steps (0: only at the end) */
     int stop_after;           /* end this process after N steps, saving as at the end (0: run to steps) */
     int quiet;
+    int overwrite;            /* --save may replace a checkpoint of another run */
     int recompute;            /* activation checkpointing */
     int attention;            /* dt_attn_mode */
     int nproc;                /* local ranks to launch (data parallelism); 1 = this process */
@@ -84,8 +85,13 @@ void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out);
 void dt_checkpoint_resnet(dt_resnet *m, dt_checkpoint_model *out);
 /* Whether --save names a checkpoint directory (not FILE.bin / FILE.safetensors). */
 int dt_checkpoint_is_dir(const char *save);
-/* Creates dir if needed and checks that it can be written (at start-up). */
-dt_status dt_checkpoint_check_dir(const char *dir);
+/* Creates dir if needed and checks that it can be written (at start-up).
+ * A dir holding another run's checkpoint is refused unless it is the one
+ * resumed from or overwrite is set. */
+dt_status dt_checkpoint_check_dir(const char *dir, const char *resume, int overwrite);
+/* A path given to flag (--save, ckpt export) whose extension says something
+ * dtrain does not write (model.pt) is refused; a directory has none. */
+dt_status dt_checkpoint_check_path(const char *path, const char *flag);
 /* Rank 0 writes the state (every data-parallel rank holds the same); when
  * the engine shards the optimizer, every rank of w (the data-parallel ranks)
  * calls it and writes its own slice (w NULL otherwise). */
@@ -98,8 +104,13 @@ dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config 
 dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_config *c, const dt_checkpoint_model *cm, dt_engine *e,
                                dt_checkpoint_position *pos);
 /* The latest checkpoint's weights as a model of its shape (*step: its step):
- * dtrain ckpt export. */
+ * dtrain ckpt export. dir may also be one step's folder (DIR/step-N). */
 dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step);
+/* Whether path is a checkpoint directory (DIR with latest, or DIR/step-N). */
+int dt_checkpoint_is_checkpoint(const char *path);
+/* A model from whatever path names: a checkpoint directory (its weights;
+ * *step its step), or a weights file or HF folder (dt_model_load; *step -1). */
+dt_status dt_checkpoint_load_weights(const char *path, int heads, dt_gpt2 **out, int *step);
 /* What the latest checkpoint of dir holds, as text (dtrain ckpt info). */
 dt_status dt_checkpoint_describe(const char *dir, FILE *out);
 /* Puts the loader where the checkpoint's was (converting between layouts where the data order allows). */

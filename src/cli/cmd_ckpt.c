@@ -7,30 +7,46 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dtrain ckpt info DIR                      what DIR's latest checkpoint holds: step, layout (the\n"
-               "                                                 strategy and ranks that saved it, each rank's piece), tensors\n"
-               "       dtrain ckpt export DIR model.safetensors  its weights as one file (HF GPT-2 layout; .bin: llm.c's)\n");
+    fprintf(f, "usage: dtrain ckpt info DIR                      what DIR's latest checkpoint (or DIR/step-N) holds: step,\n"
+               "                                                 layout (the strategy and ranks that saved it, each rank's\n"
+               "                                                 piece), tensors\n"
+               "       dtrain ckpt export DIR OUT                its weights: OUT.safetensors (HF GPT-2 names), OUT.bin\n"
+               "                                                 (llm.c's), or a folder OUT/ with config.json and\n"
+               "                                                 model.safetensors that GPT2LMHeadModel.from_pretrained loads\n");
+}
+
+/* What export writes, from OUT's name: 's' safetensors, 'b' llm.c, 'd' an HF folder, 0 refused. */
+static char export_kind(const char *out) {
+    size_t n = strlen(out);
+    if (n > 4 && !strcmp(out + n - 4, ".bin")) return 'b';
+    if (n > 12 && !strcmp(out + n - 12, ".safetensors")) return 's';
+    const char *base = strrchr(out, '/');
+    base = base ? base + 1 : out;
+    /* "OUT/", "OUT" or an existing directory: a folder; "out.pt" and the like: refused */
+    return !*base || !strrchr(base, '.') || dt_checkpoint_check_path(out, "ckpt export") == DT_OK ? 'd' : 0;
 }
 
 int dt_cli_ckpt(int argc, char **argv) {
-    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) { usage(stdout); return 0; }
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
     if (argc == 3 && !strcmp(argv[1], "info")) {
         if (dt_checkpoint_describe(argv[2], stdout)) { dt_log(DT_LOG_ERROR, "ckpt info: %s", dt_last_error()); return 1; }
         return 0;
     }
     if (argc == 4 && !strcmp(argv[1], "export")) {
         const char *out = argv[3];
-        size_t n = strlen(out);
+        char kind = export_kind(out);
+        if (!kind) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
         dt_gpt2 *m;
         int step;
         if (dt_checkpoint_load_model(argv[2], &m, &step)) { dt_log(DT_LOG_ERROR, "ckpt export: %s", dt_last_error()); return 1; }
-        dt_status st = n > 4 && !strcmp(out + n - 4, ".bin") ? dt_llmc_save(out, m) : dt_safetensors_save(out, m, DT_F32);
+        dt_status st = kind == 'b' ? dt_llmc_save(out, m) : kind == 's' ? dt_safetensors_save(out, m, DT_F32) : dt_hf_folder_save(out, m);
         dt_gpt2_destroy(m);
         if (st) { dt_log(DT_LOG_ERROR, "ckpt export: %s", dt_last_error()); return 1; }
-        printf("wrote %s (step %d of %s)\n", out, step, argv[2]);
+        printf("wrote %s%s (step %d of %s)\n", out, kind == 'd' ? " (config.json, model.safetensors)" : "", step, argv[2]);
         return 0;
     }
     usage(stderr);
-    dt_log(DT_LOG_ERROR, "ckpt: expected info DIR or export DIR FILE");
+    dt_log(DT_LOG_ERROR, "ckpt: expected info DIR or export DIR OUT");
     return 2;
 }

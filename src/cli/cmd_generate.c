@@ -26,7 +26,7 @@ static void emit_id(int token, void *ctx) {
 }
 
 static const dt_cli_flag flags[] = {
-    { "--model", "a model file" }, { "--prompt", "a text" }, { "--tokens", "a whole number from 1 to 1e6" },
+    { "--model", "a model file, an HF folder or a checkpoint directory" }, { "--prompt", "a text" }, { "--tokens", "a whole number from 1 to 1e6" },
     { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 1e7" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--help", "" },
     { NULL, NULL },
@@ -39,7 +39,7 @@ int dt_cli_generate(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            printf("usage: dtrain generate --model FILE --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
+            printf("usage: dtrain generate --model FILE|DIR --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
                    "                       [--bpe ENCODER.json VOCAB.bpe]\n"
                    "Byte-level models (vocabulary 256) read and print bytes; with --bpe, GPT-2 BPE.\n");
             return 0;
@@ -59,7 +59,7 @@ int dt_cli_generate(int argc, char **argv) {
     }
     if (!model || !prompt) { dt_log(DT_LOG_ERROR, "generate: --model FILE and --prompt TEXT are required"); return 2; }
     dt_gpt2 *m;
-    if (dt_model_load(model, 0, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (dt_checkpoint_load_weights(model, 0, &m, NULL)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     int V = dt_gpt2_get_config(m)->vocab_size;
     dt_bpe *b = NULL;
     int32_t *p = NULL;

@@ -70,6 +70,7 @@ int dt_cli_tokenize(int argc, char **argv) {
         }
     }
     free(text);
+    if (!st && n == 0) st = dt_error(DT_ERR_ARG, "%s is empty: no tokens to write (a token file needs at least one batch)", in);
     size_t nval = val ? (size_t)(n * frac) : 0;
     if (!st) st = dt_tokens_write(out, tok, n - nval);
     if (!st && val) st = dt_tokens_write(val, tok + n - nval, nval);

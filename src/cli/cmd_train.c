@@ -43,6 +43,7 @@ static void usage(FILE *f) {
             "                     N steps): parameters, optimizer state, step, data position, settings, written\n"
             "                     atomically into DIR/step-N (DIR/latest names the newest; older ones are removed)\n"
             "  --save FILE.bin | FILE.safetensors   the weights only: llm.c's format, or HF's layout\n"
+            "  --overwrite        --save may replace a checkpoint that another run left in DIR (refused otherwise)\n"
             "  --resume DIR       go on from DIR's latest checkpoint to --steps (same model and optimizer; a\n"
             "                     checkpoint of N ranks resumes on any number with the same global batch)\n"
             "  --stop-after N     end after N steps of this run, saving as at the end (a run cut into pieces)\n"
@@ -113,7 +114,7 @@ static const dt_cli_flag flags[] = {
     { "--layers", "a whole number from 1 to 1e5" }, { "--heads", "a whole number from 1 to 1e5" },
     { "--channels", "a whole number from 1 to 1e6" }, { "--vocab", "a whole number from 1 to 2^30" },
     { "--max-seq", "a whole number from 1 to 1e7" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" },
-    { "--nesterov", "" }, { "--quiet", "" }, { "--recompute", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
+    { "--nesterov", "" }, { "--quiet", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
 };
 
 /* A numeric flag: where it goes and its range (whole numbers only where int). */
@@ -156,6 +157,7 @@ int dt_cli_train(int argc, char **argv) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return 0; }
         if (!strcmp(f, "--nesterov")) { nesterov = 1; continue; }
         if (!strcmp(f, "--quiet")) { c.quiet = 1; continue; }
+        if (!strcmp(f, "--overwrite")) { c.overwrite = 1; continue; }
         if (!strcmp(f, "--recompute")) { c.recompute = 1; continue; }
         if (!strcmp(f, "--step-at-end")) { c.step_at_end = 1; continue; }
         if (!strcmp(f, "--sync-bn")) { c.sync_bn = 1; continue; }

@@ -81,8 +81,30 @@ static void usage(FILE *f) {
             "machines and shared memory inside each.\n");
 }
 
+/* "--flag=value" as "--flag value" (argparse's form, the one users type),
+ * up to a bare "--": what follows it is another program's. The array and
+ * its strings live as long as the process. */
+static char **split_equals(int *argc, char **argv) {
+    char **out = malloc(sizeof(char *) * (2 * (size_t)*argc + 1));
+    if (!out) return argv;
+    int n = 0, rest = 0;
+    for (int i = 0; i < *argc; i++) {
+        char *a = argv[i], *eq = strchr(a, '=');
+        rest |= !strcmp(a, "--");
+        if (rest || i == 0 || strncmp(a, "--", 2) || !eq || eq == a + 2) { out[n++] = a; continue; }
+        char *flag = strndup(a, (size_t)(eq - a));
+        if (!flag) { out[n++] = a; continue; }
+        out[n++] = flag;
+        out[n++] = eq + 1;
+    }
+    out[n] = NULL;
+    *argc = n;
+    return out;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
+    argv = split_equals(&argc, argv);
     const char *cmd = argv[1];
     if (!strcmp(cmd, "launch")) return dt_cli_launch(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return dt_cli_bench(argc, argv);

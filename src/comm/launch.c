@@ -21,7 +21,14 @@
 #define GRACE_SECONDS 0.5
 
 static volatile sig_atomic_t got_signal, signals;
-static void on_signal(int sig) { got_signal = sig; signals++; }
+/* signals counts requests: copies of one (the terminal's and a wrapper's) count once */
+static void on_signal(int sig, siginfo_t *si, void *ctx) {
+    (void)ctx;
+    int kind = dt_stop_request_classify(si);
+    got_signal = sig;
+    if (kind == 1 && signals == 0) signals = 1;
+    else if (kind == 2) signals++;
+}
 
 static void describe(int status, char *buf, size_t cap) {
     if (WIFSIGNALED(status))
@@ -69,7 +76,8 @@ int dt_comm_launch(int n, char *const argv[]) {
     setenv("DTRAIN_GROUP_OFF", buf, 1);
 
     struct sigaction sa = { 0 };
-    sa.sa_handler = on_signal;
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);

@@ -32,6 +32,10 @@ dt_status dt_tokens_open(const char *path, dt_tokens **out) {
 
 static dt_status tokens_read(const char *path, dt_tokens **out) {
     *out = NULL;
+    struct stat ds;
+    if (stat(path, &ds) == 0 && S_ISDIR(ds.st_mode))
+        return dt_error(DT_ERR_ARG, "%s is a directory: a token file is made by dtrain tokenize (--bytes IN OUT, or --bpe ENC VOCAB IN "
+                        "OUT); a directory of IDX files is --data for --model mlp or a resnet", path);
     FILE *f = fopen(path, "rb");
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     int32_t h[256];

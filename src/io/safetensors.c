@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Whether HF stores llm.c's tensor i transposed (its Conv1D keeps weights
  * as (in, out)); names, shapes and layers come from the tensor table. */
@@ -327,6 +329,16 @@ int dt_model_file_is_safetensors(const char *path) {
 }
 
 dt_status dt_model_load(const char *path, int heads, dt_gpt2 **out) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        /* an HF folder (save_pretrained, dtrain ckpt export DIR/): its model.safetensors, the heads from its config.json */
+        char inner[4200];
+        snprintf(inner, sizeof inner, "%s/model.safetensors", path);
+        if (access(inner, R_OK) == 0) return dt_safetensors_load(inner, heads, out);
+        *out = NULL;
+        return dt_error(DT_ERR_ARG, "%s is a directory without a model.safetensors: a model is a weights file (.bin, .safetensors), "
+                        "an HF folder holding model.safetensors, or a dtrain checkpoint directory", path);
+    }
     if (dt_model_file_is_safetensors(path)) return dt_safetensors_load(path, heads, out);
     return dt_llmc_load(path, out);
 }

@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,15 +91,60 @@ static void remove_others(const char *dir, const char *keep) {
     closedir(d);
 }
 
-dt_status dt_checkpoint_check_dir(const char *dir) {
+static dt_status open_latest(const char *dir, char sub[4400], char mpath[4500], cJSON **out);
+static dt_status count(const cJSON *j, const char *section, const char *key, const char *path, double max, double *v);
+
+/* A save path's extension, when it has one (".pt" of "runs/model.pt"). */
+static const char *extension(const char *path) {
+    const char *base = strrchr(path, '/'), *dot;
+    base = base ? base + 1 : path;
+    dot = strrchr(base, '.');
+    return dot && dot != base && dot[1] ? dot : NULL;
+}
+
+dt_status dt_checkpoint_check_path(const char *path, const char *flag) {
     struct stat sb;
+    const char *ext = extension(path);
+    /* the extensions of other formats' files: a directory named so is a mistake (a "run.v2" directory is fine) */
+    static const char *const files[] = { ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".gguf", ".ggml", ".onnx", ".npz", ".npy",
+                                         ".msgpack", ".json", ".txt", ".tar", ".zip", ".gz", ".model", ".st", NULL };
+    int other = 0;
+    for (int i = 0; ext && files[i]; i++) other |= !strcasecmp(ext, files[i]);
+    if (!other || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) return DT_OK;
+    return dt_error(DT_ERR_ARG, "%s %s: the name decides what is written: %s (a name without an extension), "
+                    "FILE.safetensors (HF's layout) or FILE.bin (llm.c's); dtrain writes no %s file", flag, path,
+                    strcmp(flag, "--save") ? "an HF folder" : "a checkpoint directory", ext);
+}
+
+/* Whether a and b name the same existing directory. */
+static int same_dir(const char *a, const char *b) {
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+dt_status dt_checkpoint_check_dir(const char *dir, const char *resume, int overwrite) {
+    struct stat sb;
+    dt_status st = dt_checkpoint_check_path(dir, "--save");
+    if (st) return st;
     if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
         return dt_error(DT_ERR_ARG, "--save %s: exists and is not a directory (a checkpoint is a directory; "
                         "a weights file ends in .bin or .safetensors)", dir);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return dt_error(DT_ERR_IO, "--save %s: cannot create the directory: %s", dir, strerror(errno));
     char probe[4096];
     snprintf(probe, sizeof probe, "%s/latest", dir);
+    /* another run's checkpoint is never replaced silently: a new run would remove it at its first save */
+    if (!overwrite && access(probe, F_OK) == 0 && !same_dir(dir, resume)) {
+        char sub[4400], mpath[4500];
+        cJSON *j = NULL;
+        double step = -1;
+        if (open_latest(dir, sub, mpath, &j) == DT_OK) count(j, NULL, "step", mpath, 1e9, &step);
+        cJSON_Delete(j);
+        char at[48] = "";
+        if (step >= 0) snprintf(at, sizeof at, " (step %.0f)", step);
+        return dt_error(DT_ERR_ARG, "--save %s already holds a checkpoint%s: --resume %s goes on from it; --overwrite replaces it "
+                        "with this run's; or name another --save directory", dir, at, dir);
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return dt_error(DT_ERR_IO, "--save %s: cannot create the directory: %s", dir, strerror(errno));
     return dt_file_check_writable(probe);
 }
 
@@ -608,9 +654,15 @@ static dt_status read_loss_scale(const cJSON *j, const char *path, dt_loss_scale
 static dt_status open_latest(const char *dir, char sub[4400], char mpath[4500], cJSON **out) {
     char path[4200], *text = NULL;
     *out = NULL;
+    dt_status st;
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if (access(path, F_OK) == 0) { /* one step's folder (DIR/step-N) */
+        snprintf(sub, 4400, "%s", dir);
+        snprintf(mpath, 4500, "%s", path);
+        goto manifest;
+    }
     snprintf(path, sizeof path, "%s/latest", dir);
-    dt_status st = read_text(path, &text);
-    if (st) return st;
+    if ((st = read_text(path, &text))) return st;
     text[strcspn(text, "\n")] = 0;
     if (strncmp(text, "step-", 5) || strchr(text, '/') || strlen(text) > 20) {
         st = dt_error(DT_ERR_IO, "%s: names '%.40s', not a step-N directory", path, text);
@@ -620,6 +672,7 @@ static dt_status open_latest(const char *dir, char sub[4400], char mpath[4500], 
     snprintf(sub, 4400, "%s/%s", dir, text);
     free(text);
     snprintf(mpath, 4500, "%s/manifest.json", sub);
+manifest:
     if ((st = read_text(mpath, &text))) return st;
     cJSON *j = cJSON_Parse(text);
     free(text);
@@ -641,6 +694,19 @@ static dt_status manifest_shape(const cJSON *j, const char *mpath, dt_gpt2_confi
         *f[i] = (int)v;
     }
     return dt_gpt2_config_check(g, mpath);
+}
+
+int dt_checkpoint_is_checkpoint(const char *path) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/latest", path);
+    if (access(p, F_OK) == 0) return 1;
+    snprintf(p, sizeof p, "%s/manifest.json", path);
+    return access(p, F_OK) == 0;
+}
+
+dt_status dt_checkpoint_load_weights(const char *path, int heads, dt_gpt2 **out, int *step) {
+    if (step) *step = -1;
+    return dt_checkpoint_is_checkpoint(path) ? dt_checkpoint_load_model(path, out, step) : dt_model_load(path, heads, out);
 }
 
 dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step) {

@@ -235,9 +235,12 @@ static dt_status setup(cls_run *r) {
         return dt_error(DT_ERR_ARG, "--save %s: an image model saves checkpoints to a directory (.bin and .safetensors are "
                         "GPT-2's weights files)", c->save);
     if (c->save) {
-        dt_status cs = dt_checkpoint_check_dir(c->save);
+        dt_status cs = dt_checkpoint_check_dir(c->save, c->resume, c->overwrite);
         if (cs) return cs;
     }
+    if (c->stop_after && !c->save)
+        return dt_error(DT_ERR_ARG, "--stop-after %d without --save: nothing would be kept to --resume from (give --save DIR)",
+                        c->stop_after);
     if (c->sync_bn && mlp) return dt_error(DT_ERR_ARG, "--sync-bn: the MLP has no BatchNorm (a ResNet has)");
     dt_resnet_config named; /* the name checked before any data is read */
     dt_status st = mlp ? parse_hidden(c->model, r->sizes, &r->ns) : dt_resnet_config_parse(c->model, 1, 224, 224, 10, &named);
@@ -299,9 +302,9 @@ static dt_status setup(cls_run *r) {
                r->tr.channels, r->tr.rows, r->tr.cols, r->B, r->p, r->p > 1 ? "s" : "", c->steps, dt_optim_kind_name(c->opt.kind),
                c->sched.lr, dt_kernels_threads());
     else
-        printf(" (%zu parameters%s) on %s: %d training / %d test images; batch %d x %d ranks, %d steps per epoch, %s lr %g, "
+        printf(" (%zu parameters%s) on %s: %d training / %d test images; batch %d x %d rank%s, %d steps per epoch, %s lr %g, "
                "%d thread(s) per rank\n", cls_params(&r->m), mlp ? "" : c->sync_bn && r->p > 1 ? ", synchronised BatchNorm" : ", BatchNorm per rank",
-               dir, r->tr.n, r->te.n, r->B, r->p, r->tr.n / r->G, dt_optim_kind_name(c->opt.kind), c->sched.lr, dt_kernels_threads());
+               dir, r->tr.n, r->te.n, r->B, r->p, r->p == 1 ? "" : "s", r->tr.n / r->G, dt_optim_kind_name(c->opt.kind), c->sched.lr, dt_kernels_threads());
     if (r->m.resnet) {
         size_t kept, grads, work;
         dt_resnet_batch_bytes(r->m.resnet, r->B, &kept, &grads, &work);

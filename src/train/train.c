@@ -37,7 +37,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->seed = 1337;
     c->nproc = 1;
     c->bucket_mb = 25;
-    c->epochs = 5;
+    c->epochs = 0; /* unset: image models train 5 (run_rank) */
     c->stall_timeout = DT_STALL_TIMEOUT_DEFAULT;
     dt_optim_defaults(DT_OPT_ADAMW, &c->opt);
     dt_schedule_defaults(&c->sched);
@@ -86,6 +86,11 @@ static const char *flag_type(dt_dtype t) { return t == DT_BF16 ? "bf16" : t == D
 /* Settings that would do nothing, or contradict each other: said before any work. */
 static dt_status check_settings(dt_train_config *c, int nranks) {
     if (c->sync_bn) return dt_error(DT_ERR_ARG, "--sync-bn: GPT-2 has no BatchNorm (the ResNets have: --model resnet:small, resnet18, ...)");
+    if (c->epochs) return dt_error(DT_ERR_ARG, "--epochs %d: GPT-2 trains for --steps N (each step reads the next batch of the token file, "
+                                   "wrapping around at its end); epochs are the image models'", c->epochs);
+    if (c->stop_after && !c->save)
+        return dt_error(DT_ERR_ARG, "--stop-after %d without --save: nothing would be kept to --resume from (give --save DIR)",
+                        c->stop_after);
     if (c->synthetic) return dt_error(DT_ERR_ARG, "--synthetic: image models only (GPT-2's synthetic throughput: dtrain bench train)");
     if (c->init) return dt_error(DT_ERR_ARG, "--init %s: a ResNet's starting weights (GPT-2 starts from a file with --model FILE)", c->init);
     if (c->train_batch_size && c->train_batch_size != c->batch * c->grad_accum * nranks)
@@ -117,7 +122,7 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
         dt_log(DT_LOG_WARN, "--grad-comm %s does nothing on one rank", dt_dtype_name(c->grad_comm));
     /* skipping a step needs the norm before any update, so the update waits for the end of backward */
     if (c->skip_nonfinite) c->step_at_end = 1;
-    if (c->save) return dt_checkpoint_is_dir(c->save) ? dt_checkpoint_check_dir(c->save) : dt_file_check_writable(c->save);
+    if (c->save) return dt_checkpoint_is_dir(c->save) ? dt_checkpoint_check_dir(c->save, c->resume, c->overwrite) : dt_file_check_writable(c->save);
     return DT_OK;
 }
 
@@ -286,12 +291,16 @@ static dt_status build_model(const run *r, dt_gpt2 **out) {
     dt_gpt2_config cfg;
     dt_status st;
     bool from_file = access(c->model, R_OK) == 0;
+    int ck_step = -1;
     /* shape flags override a preset; for a file they must agree with it */
     const dt_gpt2_config *o = &c->shape;
     const int v[6] = { o->max_seq_len, o->vocab_size, o->padded_vocab_size, o->num_layers, o->num_heads, o->channels };
     static const char *names[6] = { "--max-seq", "--vocab", "--padded-vocab", "--layers", "--heads", "--channels" };
     if (from_file) {
-        if ((st = dt_model_load(c->model, o->num_heads, out))) return st;
+        if ((st = dt_checkpoint_load_weights(c->model, o->num_heads, out, &ck_step))) return st;
+        if (ck_step >= 0 && !c->quiet && r->rank == 0)
+            printf("--model %s: the weights of its checkpoint at step %d, with a new optimizer (--resume %s goes on with its run)\n",
+                   c->model, ck_step, c->model);
         cfg = *dt_gpt2_get_config(*out);
     } else if (dt_gpt2_preset(c->model, &cfg)) {
         return dt_error(DT_ERR_ARG, "--model %s: %s", c->model,
@@ -344,6 +353,17 @@ static dt_status open_data(run *r) {
         st = dt_tokens_open(c->val_data, &r->val);
         if (!st) st = dt_tokens_check_vocab(r->val, mc->vocab_size);
         if (!st) st = dt_loader_create(r->val, c->batch, c->seq, r->dp_rank, r->dp_size, 0, &r->vl);
+        size_t nb = st ? 0 : dt_loader_batches(r->vl);
+        if (!st && nb < (size_t)c->eval_batches) {
+            /* more would read the same batches again and weigh them twice */
+            if (r->rank == 0 && !c->quiet)
+                dt_log(DT_LOG_WARN, "%s holds %zu batch%s of %d x %d tokens per rank: evaluating %zu, not --eval-batches %d", c->val_data,
+                       nb, nb == 1 ? "" : "es", c->batch, c->seq, nb, c->eval_batches);
+            r->c.eval_batches = (int)nb;
+        }
+        if (!st && nb == 0)
+            st = dt_error(DT_ERR_ARG, "--val-data %s: %zu tokens, fewer than one batch of %d x %d per rank x %d ranks", c->val_data,
+                          dt_tokens_count(r->val), c->batch, c->seq, r->dp_size);
     }
     if (r->w && !st) {
         job_shape js;
@@ -426,11 +446,11 @@ static dt_status setup(run *r) {
     if (st || c->quiet) return st;
     const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
     printf("model %s: %d layers, %d heads, %d channels, vocab %d (padded %d), %.2fM parameters; "
-           "batch %d x %d x %d accumulation x %d ranks, %s, %s, %d threads per rank\n",
+           "batch %d x %d x %d accumulation x %d rank%s, %s, %s, %d thread%s per rank\n",
            c->shape.num_layers || c->shape.channels || c->shape.vocab_size || c->shape.num_heads ? "custom" : c->model,
            mc->num_layers, mc->num_heads, mc->channels, mc->vocab_size, mc->padded_vocab_size, dt_gpt2_num_params(r->m) / 1e6,
-           c->batch, c->seq, c->grad_accum, r->nranks, dt_engine_strategy_name(r->e), dt_optim_kind_name(c->opt.kind),
-           dt_kernels_threads());
+           c->batch, c->seq, c->grad_accum, r->nranks, r->nranks == 1 ? "" : "s", dt_engine_strategy_name(r->e),
+           dt_optim_kind_name(c->opt.kind), dt_kernels_threads(), dt_kernels_threads() == 1 ? "" : "s");
     if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
     /* what a 16-bit run gains on this CPU, so that nobody expects the speed of a bf16 GEMM that is not there */
     if (c->precision != DT_F32) {
@@ -743,7 +763,9 @@ static int run_rank(const dt_train_config *c0, dt_comm *w, dt_launch_kind kind) 
     if (w && check_mesh(c0, dt_comm_size(w))) return fail(2);
     if (!strncmp(c0->model, "mlp", 3) || !strncmp(c0->model, "resnet", 6)) {
         dt_kernels_set_threads(c0->threads > 0 ? c0->threads : default_threads(w));
-        return dt_classify_run(c0, w);
+        dt_train_config ic = *c0;
+        if (!ic.epochs) ic.epochs = 5;
+        return dt_classify_run(&ic, w);
     }
     run r = { .c = *c0, .w = w, .rank = w ? dt_comm_rank(w) : 0, .nranks = w ? dt_comm_size(w) : 1 };
     if (r.c.threads <= 0) r.c.threads = default_threads(w);
@@ -765,6 +787,15 @@ int dt_train_run(const dt_train_config *c) {
     if (c->nproc > 1 && kind == DT_LAUNCH_MPI) {
         dt_log(DT_LOG_ERROR, "--nproc %d inside an mpirun/srun job: the job's ranks are the ranks (drop --nproc, or give "
                "mpirun -np / srun -n the count)", c->nproc);
+        return 2;
+    }
+    const char *ws = getenv("DTRAIN_WORLD_SIZE");
+    if (c->nproc > 1 && kind == DT_LAUNCH_LOCAL && ws && atoi(ws) != c->nproc) {
+        /* dtrain launch -n 2 -- dtrain train --nproc 4: the launch decides, so say which count wins */
+        const char *rank = getenv("DTRAIN_RANK");
+        if (!rank || !strcmp(rank, "0")) /* said once */
+            dt_log(DT_LOG_ERROR, "--nproc %d inside dtrain launch -n %s: the launch's ranks are the ranks (drop --nproc, or launch "
+                   "-n %d)", c->nproc, ws, c->nproc);
         return 2;
     }
     if (!in_job && check_mesh(c, c->nproc)) return fail(2);

@@ -1,0 +1,61 @@
+/* A Hugging Face model folder, as save_pretrained writes one: config.json
+ * (GPT2Config's fields) and model.safetensors, so that
+ * GPT2LMHeadModel.from_pretrained(folder) loads it with no config written
+ * by hand. dtrain's GPT-2 is HF's with tied embeddings, GELU's tanh form,
+ * LayerNorm eps 1e-5 and no dropout. */
+#include "dtrain/io.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static cJSON *gpt2_config(const dt_gpt2_config *c) {
+    cJSON *j = cJSON_CreateObject();
+    const char *arch[1] = { "GPT2LMHeadModel" };
+    cJSON_AddItemToObject(j, "architectures", cJSON_CreateStringArray(arch, 1));
+    cJSON_AddStringToObject(j, "model_type", "gpt2");
+    cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(j, "n_positions", c->max_seq_len);
+    cJSON_AddNumberToObject(j, "n_ctx", c->max_seq_len);
+    cJSON_AddNumberToObject(j, "n_embd", c->channels);
+    cJSON_AddNumberToObject(j, "n_layer", c->num_layers);
+    cJSON_AddNumberToObject(j, "n_head", c->num_heads);
+    cJSON_AddNullToObject(j, "n_inner"); /* 4 x n_embd */
+    cJSON_AddStringToObject(j, "activation_function", "gelu_new");
+    cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
+    cJSON_AddNumberToObject(j, "initializer_range", 0.02);
+    cJSON_AddNumberToObject(j, "resid_pdrop", 0);
+    cJSON_AddNumberToObject(j, "embd_pdrop", 0);
+    cJSON_AddNumberToObject(j, "attn_pdrop", 0);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
+    cJSON_AddBoolToObject(j, "scale_attn_weights", 1);
+    if (c->vocab_size == 50257) { /* GPT-2's tokenizer: <|endoftext|> */
+        cJSON_AddNumberToObject(j, "bos_token_id", 50256);
+        cJSON_AddNumberToObject(j, "eos_token_id", 50256);
+    }
+    cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    return j;
+}
+
+dt_status dt_hf_folder_save(const char *dir, dt_gpt2 *m) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_error(DT_ERR_IO, "%s: cannot create the folder: %s", dir, strerror(errno));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    dt_status st = dt_safetensors_save(path, m, DT_F32);
+    if (st) return st;
+    cJSON *j = gpt2_config(dt_gpt2_get_config(m));
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) return dt_error(DT_ERR_NOMEM, "%s: out of memory", dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    size_t n = strlen(text);
+    text[n] = '\n'; /* cJSON_Print leaves no newline; the NUL goes */
+    const void *parts[1] = { text };
+    size_t sizes[1] = { n + 1 };
+    st = dt_file_write_atomic(path, parts, sizes, 1);
+    free(text);
+    return st;
+}
