@@ -150,5 +150,36 @@ restore
 grep -q "nowhere/latest: cannot open" "$dir/err" && ok "no such checkpoint: $(head -1 "$dir/err")" || fail "no such checkpoint: $(head -2 "$dir/err")"
 "$DTRAIN" train "${model[@]}" --batch 4 --save "$dir/text" > /dev/null 2> "$dir/err"
 grep -q "exists and is not a directory" "$dir/err" && ok "--save onto a file: $(head -1 "$dir/err")" || fail "--save onto a file: $(head -2 "$dir/err")"
+
+# Another run's checkpoint is never replaced silently: refused naming its step, kept whole; --overwrite replaces it
+small=(--data "$dir/train.bin" --layers 1 --channels 32 --heads 2 --vocab 256 --max-seq 32 --seq 32 --batch 2 --threads 1 --quiet)
+rm -rf "$dir/keep"
+"$DTRAIN" train "${small[@]}" --steps 5 --save "$dir/keep" > /dev/null 2>&1
+sum=$(cat "$dir/keep/step-00000005/params.f32" | md5sum)
+"$DTRAIN" train "${small[@]}" --steps 3 --save "$dir/keep" > /dev/null 2> "$dir/err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "already holds a checkpoint (step 5): --resume .*keep goes on from it; --overwrite" "$dir/err" &&
+    [ "$(cat "$dir/keep/latest")" = step-00000005 ] && [ "$(md5sum < "$dir/keep/step-00000005/params.f32")" = "$sum" ]; then
+    ok "a new run onto another run's checkpoint: refused, exit 2, the checkpoint whole: $(head -c 120 "$dir/err")"
+else fail "a new run onto another run's checkpoint: exit $rc, latest $(cat "$dir/keep/latest"), $(head -c 300 "$dir/err")"; fi
+"$DTRAIN" train "${small[@]}" --steps 3 --save "$dir/keep" --overwrite > /dev/null 2>&1 && [ "$(cat "$dir/keep/latest")" = step-00000003 ] &&
+    ok "--overwrite replaces it (latest step-00000003)" || fail "--overwrite: latest $(cat "$dir/keep/latest")"
+"$DTRAIN" train "${small[@]}" --steps 6 --save "$dir/keep" --resume "$dir/keep" > /dev/null 2>&1 && [ "$(cat "$dir/keep/latest")" = step-00000006 ] &&
+    ok "--resume DIR --save DIR goes on in place" || fail "resume in place: latest $(cat "$dir/keep/latest")"
+for bad in model.pt weights.pth; do
+    "$DTRAIN" train "${small[@]}" --steps 1 --save "$dir/$bad" > /dev/null 2> "$dir/err"
+    rc=$?
+    [ $rc -eq 2 ] && [ ! -e "$dir/$bad" ] && grep -q "the name decides what is written" "$dir/err" && ok "--save $bad refused, nothing made" ||
+        fail "--save $bad: exit $rc, $(ls -d "$dir/$bad" 2>&1) $(head -c 200 "$dir/err")"
+done
+
+# A resumed run's metrics: the rows of the lost steps are removed, not repeated (steps 1..6 once each, in order)
+rm -rf "$dir/m1" "$dir/m2" "$dir/m.jsonl"
+"$DTRAIN" train "${small[@]}" --steps 3 --save "$dir/m1" --metrics "$dir/m.jsonl" > /dev/null 2>&1
+"$DTRAIN" train "${small[@]}" --steps 6 --resume "$dir/m1" --save "$dir/m2" --metrics "$dir/m.jsonl" > /dev/null 2>&1 # the work lost
+"$DTRAIN" train "${small[@]}" --steps 6 --resume "$dir/m1" --save "$dir/m1" --metrics "$dir/m.jsonl" > /dev/null 2>&1
+steps=$(grep -o '"step":[0-9]*' "$dir/m.jsonl" | cut -d: -f2 | tr '\n' ' ')
+[ "$steps" = "1 2 3 4 5 6 " ] && ok "metrics after a resume from step 3 over rows 4-6: steps $steps" || fail "metrics after resume: steps $steps"
+
 echo "resume: $passed passed, $failed failed"
 [ $failed -eq 0 ]

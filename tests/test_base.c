@@ -3,12 +3,28 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 static int passed, failed;
 #define EXPECT(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
+/* Stop requests: copies of one Ctrl-C (the terminal's and a wrapper's) are one; the same sender again is a second. */
+static void stop_requests(void) {
+    siginfo_t term = { .si_code = SI_KERNEL }, wrapper = { .si_code = SI_USER }, other = { .si_code = SI_USER };
+    wrapper.si_pid = 4242;
+    other.si_pid = 777;
+    int a = dt_stop_request_classify(&term), b = dt_stop_request_classify(&wrapper), c = dt_stop_request_classify(&other);
+    int d = dt_stop_request_classify(&term);
+    usleep(1100 * 1000);
+    int e = dt_stop_request_classify(&wrapper);
+    EXPECT(a == 1 && b == 0 && c == 0, "the first request and its copies from other senders: %d %d %d (want 1 0 0)", a, b, c);
+    EXPECT(d == 2, "the terminal again: %d (want 2, a second request)", d);
+    EXPECT(e == 2, "another sender more than a second later: %d (want 2)", e);
+}
+
 int main(void) {
+    stop_requests();
     /* bf16: round to nearest even, exact for 8-bit mantissas. */
     EXPECT(dt_f32_to_bf16(1.0f) == 0x3f80, "bf16(1) = %04x", dt_f32_to_bf16(1.0f));
     EXPECT(dt_bf16_to_f32(0xc0a0) == -5.0f, "bf16 c0a0 = %g", dt_bf16_to_f32(0xc0a0));

@@ -67,6 +67,20 @@ for how in "1 TERM 143" "2 INT 130"; do
     else fail "SIG$sig to $np rank(s): exit $rc (want $want), $(tail -c 300 "$dir/err")"; fi
 done
 
+# One Ctrl-C under a wrapper (timeout) reaches the launcher twice, the terminal's copy and timeout's: one request,
+# so the step is finished and saved. The terminal is played by a signal to the whole process group.
+rm -rf "$dir/wrapped"
+setsid timeout 300 "$DTRAIN" train "${model[@]}" --nproc 2 --steps 1000000 --save "$dir/wrapped" > "$dir/out" 2> "$dir/err" &
+pid=$!
+for ((i = 0; i < 100; i++)); do grep -q "^step 3/" "$dir/out" && break; sleep 0.1; done
+kill -INT -- -$pid
+wait $pid
+rc=$?
+if [ $rc -eq 130 ] && grep -q "stopped by signal" "$dir/err" && [ -s "$dir/wrapped/latest" ] && ! grep -q "twice" "$dir/err"; then
+    ok "Ctrl-C to timeout + 2 ranks (two copies): one request, exit $rc, saved $(cat "$dir/wrapped/latest")"
+else fail "Ctrl-C under timeout: exit $rc (want 130), $(ls "$dir/wrapped" 2>&1), $(tail -c 300 "$dir/err")"; fi
+# (two requests from one sender stopping at once: test_base checks the classification, free of timing)
+
 # A rank stopped by SIGSTOP: the other names it (rank, pid, state, step) within 5 s; locally and under mpirun
 stopped_rank_test() {
     local how=$1

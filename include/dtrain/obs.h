@@ -38,6 +38,9 @@ dt_status dt_peak_save(double gflops_one_thread);
 double dt_peak_measure_bf16(int threads);
 dt_status dt_peak_bf16_per_thread(double *gflops, const char **source);
 
+/* A resumed run's metrics file keeps only the rows up to last_step, the
+ * checkpoint's (*dropped: the rows removed; a missing file is fine). */
+dt_status dt_metrics_truncate(const char *path, int last_step, int *dropped);
 /* An HTML page of the run in dir (metrics.jsonl, and run.json, trace.json,
  * scaling.json where present): self-contained (Chart.js inlined), offline. */
 dt_status dt_report_write(const char *dir, const char *html_path);

@@ -436,6 +436,10 @@ static dt_status setup(run *r) {
     if (!st) st = build_model(r, &r->m);
     if (!st) st = open_data(r);
     if (!st) st = make_engine(r);
+    int dropped = 0;
+    if (!st && c->metrics && r->first_step && !(st = dt_metrics_truncate(c->metrics, r->first_step, &dropped)) && dropped && !c->quiet)
+        printf("%s: %d row%s after step %d removed (that work was lost and runs again)\n", c->metrics, dropped, dropped == 1 ? "" : "s",
+               r->first_step);
     if (!st && c->metrics && !(r->metrics = fopen(c->metrics, r->first_step ? "a" : "w")))
         st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
     size_t BT = (size_t)c->batch * c->seq;
