@@ -22,6 +22,7 @@ expect() {
 head -c 100000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 "$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" --val "$dir/val.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
 model=(--layers 1 --channels 32 --heads 2 --vocab 256 --max-seq 32 --seq 32 --batch 2 --threads 1 --data "$dir/train.bin")
+threadless=(--layers 1 --channels 32 --heads 2 --vocab 256 --max-seq 32 --seq 32 --batch 2 --data "$dir/train.bin")
 
 # A model whose final LayerNorm bias is NaN: every loss is NaN.
 "$DTRAIN" train "${model[@]}" --steps 1 --save "$dir/good.bin" > /dev/null 2>&1 || fail "making a model"
@@ -117,6 +118,48 @@ if [ -n "${MPIRUN:-}" ]; then
         OMPI_MCA_btl=self,vader "$MPIRUN" -np 2 "$DTRAIN" train "${model[@]}" --steps 999999
 fi
 
+# Settings that would be ignored or misread: refused, or done and said
+expect "--epochs on GPT-2 refused" 2 "--epochs 3: GPT-2 trains for --steps N" -- "$DTRAIN" train "${model[@]}" --epochs 3
+expect "--stop-after without --save refused" 2 "--stop-after 2 without --save: nothing would be kept" -- \
+    "$DTRAIN" train "${model[@]}" --steps 5 --stop-after 2
+expect "--nproc inside dtrain launch refused" 2 "--nproc 4 inside dtrain launch -n 2: the launch's ranks are the ranks" -- \
+    "$DTRAIN" launch -n 2 -- "$DTRAIN" train "${model[@]}" --nproc 4 --steps 1
+[ "$(grep -c "inside dtrain launch" "$dir/err")" = 1 ] && ok "... said once" || fail "said $(grep -c "inside dtrain launch" "$dir/err") times"
+expect "--eval-batches beyond the file: evaluates what is there, and says so" 0 "val.bin holds [0-9]+ batches of 2 x 32 tokens per rank: evaluating [0-9]+, not --eval-batches 100000" -- \
+    "$DTRAIN" train "${model[@]}" --steps 1 --val-data "$dir/val.bin" --eval-batches 100000
+: > "$dir/empty.txt"
+expect "an empty file is not tokenized" 1 "empty.txt is empty: no tokens" -- "$DTRAIN" tokenize --bytes "$dir/empty.txt" "$dir/empty.bin"
+[ ! -e "$dir/empty.bin" ] && ok "... and no token file written" || fail "an empty token file was written"
+expect "a directory as --data" 1 "is a directory: a token file is made by dtrain tokenize" -- "$DTRAIN" train "${model[@]}" --data "$dir" --steps 1
+"$DTRAIN" train "${model[@]}" --steps=2 --lr=1e-3 --metrics="$dir/eq.jsonl" > /dev/null 2>&1
+[ "$(grep -c '"lr":0.001' "$dir/eq.jsonl" 2> /dev/null)" = 2 ] && ok "--steps=2 --lr=1e-3 (argparse's form): 2 steps at lr 0.001" ||
+    fail "--flag=value: $(cat "$dir/eq.jsonl")"
+rm -rf "$dir/ck"
+"$DTRAIN" train "${model[@]}" --steps 2 --save "$dir/ck" > /dev/null 2>&1
+expect "ckpt export to .pt refused" 2 "dtrain writes no .pt file" -- "$DTRAIN" ckpt export "$dir/ck" "$dir/out.pt"
+"$DTRAIN" ckpt export "$dir/ck" "$dir/hf/" > /dev/null || fail "ckpt export to a folder: exit $?"
+python3 - "$dir/hf" <<'PY' && ok "... config.json (GPT2Config) and model.safetensors" || fail "the HF folder: $(ls "$dir/hf")"
+import json, sys
+c = json.load(open(sys.argv[1] + "/config.json"))
+assert c["model_type"] == "gpt2" and c["architectures"] == ["GPT2LMHeadModel"], c
+assert (c["n_layer"], c["n_head"], c["n_embd"], c["vocab_size"], c["n_positions"]) == (1, 2, 32, 256, 32), c
+assert open(sys.argv[1] + "/model.safetensors", "rb").read(9)[8:] == b"{"
+PY
+for m in "$dir/ck" "$dir/ck/step-00000002" "$dir/hf"; do
+    "$DTRAIN" generate --model "$m" --prompt "The " --tokens 8 --seed 1 > "$dir/gen.$(basename "$m")" 2> "$dir/err" ||
+        fail "generate --model $m: $(head -c 300 "$dir/err")"
+done
+cmp -s "$dir/gen.ck" "$dir/gen.hf" && cmp -s "$dir/gen.ck" "$dir/gen.step-00000002" &&
+    ok "generate reads a checkpoint directory, one step's folder and the exported HF folder alike" || fail "generate outputs differ"
+"$DTRAIN" ckpt info "$dir/ck/step-00000002" | grep -q "step 2" && ok "ckpt info reads one step's folder" || fail "ckpt info on a step folder"
+"$DTRAIN" ckpt export --help > /dev/null && ok "ckpt export --help exits 0" || fail "ckpt export --help: exit $?"
+
+# MFU's peak counts the cores there are: 4 ranks x 2 threads on a smaller machine is the machine's cores' worth
+cores=$(nproc); want=$(( cores < 8 ? cores : 8 ))
+"$DTRAIN" train "${threadless[@]}" --nproc 4 --threads 2 --steps 1 > "$dir/out" 2> "$dir/err"
+grep -qE "^MFU against [0-9.]+ GFLOP/s \($want threads? x" "$dir/out" && ok "MFU peak with 4 ranks x 2 threads on $cores cores: $want threads" ||
+    fail "MFU peak on $cores cores: $(grep MFU "$dir/out") $(head -c 300 "$dir/err")"
+
 # --val-data alone evaluates at the end
 "$DTRAIN" train "${model[@]}" --steps 3 --val-data "$dir/val.bin" --metrics "$dir/v.jsonl" > /dev/null 2>&1
 tail -1 "$dir/v.jsonl" | grep -q '"val_loss"' && ok "--val-data alone evaluates at the end" || fail "no val_loss: $(tail -1 "$dir/v.jsonl")"
@@ -125,7 +168,6 @@ expect "--save-every without --save warns" 0 "--save-every 2 does nothing withou
 
 # --threads 0 (the default): each of 2 local ranks gets half the cores this process may use
 want=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
-threadless=(--layers 1 --channels 32 --heads 2 --vocab 256 --max-seq 32 --seq 32 --batch 2 --data "$dir/train.bin")
 "$DTRAIN" train "${threadless[@]}" --nproc 2 --steps 1 > "$dir/out" 2> "$dir/err"
 grep -qE "x 2 ranks, ddp, adamw, $want threads? per rank" "$dir/out" && ok "--threads 0 with 2 ranks on $(nproc) cores: $want per rank" ||
     fail "--threads 0: $(head -2 "$dir/out") $(head -c 300 "$dir/err")"

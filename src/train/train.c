@@ -242,7 +242,8 @@ typedef struct {
     int first_step;           /* 0, or where a resumed run goes on from */
     dt_trace_file *trace;
     double flops_per_step;    /* model FLOPs of one step, all ranks (dt_gpt2_flops_per_token) */
-    double peak_gflops;       /* the run's peak: per-thread sgemm x threads x ranks (0: unknown) */
+    double peak_gflops;       /* the run's peak: per-thread sgemm x peak_threads (0: unknown) */
+    int peak_threads;         /* threads x ranks, at most the machines' cores */
     const char *peak_source;
     int peak_bf16;            /* the peak is the bf16 GEMM's */
     double t_start;
@@ -406,6 +407,17 @@ static dt_status make_engine(run *r) {
 }
 
 /* The model FLOPs of a step and the run's peak, for MFU (rank 0 reports them). */
+/* The threads the peak counts: those asked for, but no more than the cores
+ * of the machines the ranks run on (--nproc 4 --threads 2 on 2 cores can
+ * do what 2 cores do, not 8 threads' worth). */
+static int peak_threads(const run *r) {
+    int asked = r->c.threads * r->nranks;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int nodes = r->w && r->nranks > 1 ? dt_comm_nodes(r->w) : 1;
+    long have = cores > 0 ? cores * nodes : asked;
+    return asked < have ? asked : (int)have;
+}
+
 static void find_peak(run *r) {
     const dt_train_config *c = &r->c;
     r->flops_per_step = dt_gpt2_flops_per_token(dt_gpt2_get_config(r->m), c->seq) * c->batch * c->seq * c->grad_accum * r->dp_size;
@@ -417,7 +429,8 @@ static void find_peak(run *r) {
         dt_log(DT_LOG_WARN, "no MFU: %s", dt_last_error());
         return;
     }
-    r->peak_gflops = per_thread * c->threads * r->nranks;
+    r->peak_threads = peak_threads(r);
+    r->peak_gflops = per_thread * r->peak_threads;
 }
 
 static dt_status setup(run *r) {
@@ -471,9 +484,10 @@ static dt_status setup(run *r) {
                c->grad_store != DT_F32 ? "16 bits (--grad-store)" : "f32", matmuls);
     }
     if (r->peak_gflops > 0)
-        printf("MFU against %.1f GFLOP/s (%d thread%s x %.1f GFLOP/s %s per thread, %s); %.3f GFLOP per step\n",
-               r->peak_gflops, c->threads * r->nranks, c->threads * r->nranks > 1 ? "s" : "",
-               r->peak_gflops / (c->threads * r->nranks), r->peak_bf16 ? "bf16 GEMM" : "sgemm", r->peak_source, r->flops_per_step / 1e9);
+        printf("MFU against %.1f GFLOP/s (%d thread%s x %.1f GFLOP/s %s per thread, %s%s); %.3f GFLOP per step\n",
+               r->peak_gflops, r->peak_threads, r->peak_threads > 1 ? "s" : "", r->peak_gflops / r->peak_threads,
+               r->peak_bf16 ? "bf16 GEMM" : "sgemm", r->peak_source,
+               r->peak_threads < c->threads * r->nranks ? "; the cores there are, not the threads asked for" : "", r->flops_per_step / 1e9);
     return DT_OK;
 }
 
