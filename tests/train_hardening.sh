@@ -154,6 +154,29 @@ cmp -s "$dir/gen.ck" "$dir/gen.hf" && cmp -s "$dir/gen.ck" "$dir/gen.step-000000
 "$DTRAIN" ckpt info "$dir/ck/step-00000002" | grep -q "step 2" && ok "ckpt info reads one step's folder" || fail "ckpt info on a step folder"
 "$DTRAIN" ckpt export --help > /dev/null && ok "ckpt export --help exits 0" || fail "ckpt export --help: exit $?"
 
+# A DeepSpeed config as HF's integration writes it: "auto" named all at once, offload said to have nothing to move,
+# steps_per_print as --print-every, communication_data_type as --grad-comm, a bad value named by its whole key
+cat > "$dir/hf.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+ "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+ "bf16": {"enabled": "auto"}, "steps_per_print": 2, "wall_clock_breakdown": false, "communication_data_type": "fp32",
+ "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}}
+JSON
+"$DTRAIN" train "${model[@]}" --config "$dir/hf.json" --steps 4 --nproc 2 > "$dir/out" 2> "$dir/err"
+rc=$?
+autos=$(grep -c '"auto" (HF' "$dir/err")
+if [ $rc -eq 0 ] && [ "$autos" = 1 ] && grep -q "keeps the flag's value or dtrain's default for: train_micro_batch_size_per_gpu, gradient_accumulation_steps, gradient_clipping, bf16.enabled, optimizer.params.lr, optimizer.params.eps, optimizer.params.weight_decay, optimizer.params.betas" "$dir/err" &&
+    grep -q "offload_optimizer is ignored: offloading moves state from a GPU" "$dir/err" && [ "$(grep -c '^step ' "$dir/out")" = 2 ] &&
+    grep -q "^step 2/4" "$dir/out" && grep -q "^step 4/4" "$dir/out" && grep -q "zero1" "$dir/out"; then
+    ok "an HF-style DeepSpeed config: \"auto\" named once, offload said, steps_per_print 2 printed steps 2 and 4, zero1"
+else fail "HF-style config: exit $rc, $autos auto lines, $(grep -c '^step ' "$dir/out") step lines, $(head -c 600 "$dir/err")"; fi
+echo '{"optimizer": {"type": "AdamW", "params": {"lr": -1}}}' > "$dir/bad.json"
+expect "a bad value named by its whole key" 2 '"optimizer.params.lr" must be a number' -- "$DTRAIN" train "${model[@]}" --config "$dir/bad.json"
+echo '{"communication_data_type": "int8"}' > "$dir/bad.json"
+expect "communication_data_type checked" 2 '"communication_data_type" must be "fp32", "bf16" or "fp16"' -- "$DTRAIN" train "${model[@]}" --config "$dir/bad.json"
+expect "--strategy fsdp points to zero3" 2 "--strategy fsdp: dtrain's fully sharded data parallelism is zero3" -- "$DTRAIN" train "${model[@]}" --strategy fsdp
+expect "--sp is not built yet" 2 "--sp is not built yet" -- "$DTRAIN" train "${model[@]}" --sp
+
 # MFU's peak counts the cores there are: 4 ranks x 2 threads on a smaller machine is the machine's cores' worth
 cores=$(nproc); want=$(( cores < 8 ? cores : 8 ))
 "$DTRAIN" train "${threadless[@]}" --nproc 4 --threads 2 --steps 1 > "$dir/out" 2> "$dir/err"

@@ -37,6 +37,7 @@ typedef struct {
     int stop_after;           /* end this process after N steps, saving as at the end (0: run to steps) */
     int quiet;
     int overwrite;            /* --save may replace a checkpoint of another run */
+    int print_every;          /* a progress line every N steps where stdout is not a terminal (DeepSpeed's steps_per_print; 1) */
     int recompute;            /* activation checkpointing */
     int attention;            /* dt_attn_mode */
     int nproc;                /* local ranks to launch (data parallelism); 1 = this process */

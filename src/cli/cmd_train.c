@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -64,6 +65,8 @@ static void usage(FILE *f) {
             "  --dp N --tp N --pp N   the mesh: data x tensor x pipeline parallel ranks, whose product is the job's\n"
             "                     ranks (dp: what tp x pp leave; tp and pp: 1, the others are not built yet)\n"
             "  --quiet            no progress output\n"
+            "  --print-every N    a progress line every N steps where the output is not a terminal (1; DeepSpeed's\n"
+            "                     steps_per_print)\n"
             "  --stall-timeout S  a rank waiting S seconds for a live peer that never joins warns, naming it\n"
             "                     (state, step); at 2 x S the job stops (300; 0 = off). A peer stopped (SIGSTOP,\n"
             "                     Ctrl-Z) for 3 s stops the job at once\n"
@@ -85,8 +88,9 @@ static void usage(FILE *f) {
             "                     ZeRO's 2+2+12 anatomy); they travel in 16 bits and the update waits for backward's end\n"
             "  --config FILE      DeepSpeed-style JSON (train_micro_batch_size_per_gpu, gradient_accumulation_steps,\n"
             "                     optimizer {type, params}, scheduler {type, params}, gradient_clipping, steps,\n"
-            "                     fp16, bf16, data_types.grad_accum_dtype as --grad-store);\n"
-            "                     flags override it\n");
+            "                     zero_optimization.stage, fp16, bf16, data_types.grad_accum_dtype as --grad-store,\n"
+            "                     communication_data_type as --grad-comm, steps_per_print as --print-every); \"auto\"\n"
+            "                     values keep the flag's value or the default; flags override the file\n");
 }
 
 /* Every flag and what it takes: the help's facts for error messages. */
@@ -113,7 +117,7 @@ static const dt_cli_flag flags[] = {
     { "--momentum", "a number from 0 to below 1" }, { "--trust-coef", "a number above 0 and at most 1e9" },
     { "--layers", "a whole number from 1 to 1e5" }, { "--heads", "a whole number from 1 to 1e5" },
     { "--channels", "a whole number from 1 to 1e6" }, { "--vocab", "a whole number from 1 to 2^30" },
-    { "--max-seq", "a whole number from 1 to 1e7" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" },
+    { "--max-seq", "a whole number from 1 to 1e7" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
     { "--nesterov", "" }, { "--quiet", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
 };
 
@@ -150,7 +154,7 @@ int dt_cli_train(int argc, char **argv) {
         { "--momentum", 0, 0.999999, 0, &mom, 'd' }, { "--trust-coef", 1e-30, 1e9, 0, &trust, 'd' },
         { "--layers", 1, 1e5, 1, &c.shape.num_layers, 'i' }, { "--heads", 1, 1e5, 1, &c.shape.num_heads, 'i' },
         { "--channels", 1, 1e6, 1, &c.shape.channels, 'i' }, { "--vocab", 1, 1 << 30, 1, &c.shape.vocab_size, 'i' },
-        { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
+        { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
     };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -162,6 +166,13 @@ int dt_cli_train(int argc, char **argv) {
         if (!strcmp(f, "--step-at-end")) { c.step_at_end = 1; continue; }
         if (!strcmp(f, "--sync-bn")) { c.sync_bn = 1; continue; }
         if (!strcmp(f, "--synthetic")) { c.synthetic = 1; continue; }
+        static const char *const later[] = { "--sp", "--cp", "--cp-impl", "--pp-schedule", "--virtual-stages", "--micro-batches", NULL };
+        for (int k = 0; later[k]; k++)
+            if (!strcmp(f, later[k])) {
+                dt_log(DT_LOG_ERROR, "train: %s is not built yet: dtrain splits the data today (--nproc, --dp, --zero); sequence, "
+                       "context and pipeline parallelism are coming", f);
+                return 2;
+            }
         i++;
         const num_flag *nf = NULL;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++)
@@ -182,7 +193,14 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--val-data")) c.val_data = v;
         else if (!strcmp(f, "--save")) c.save = v;
         else if (!strcmp(f, "--resume")) c.resume = v;
-        else if (!strcmp(f, "--strategy")) ok = dt_strategy_find(v) != NULL, c.strategy = v;
+        else if (!strcmp(f, "--strategy")) {
+            ok = dt_strategy_find(v) != NULL, c.strategy = v;
+            if (!ok && !strncasecmp(v, "fsdp", 4)) {
+                dt_log(DT_LOG_ERROR, "train: --strategy %s: dtrain's fully sharded data parallelism is zero3 (parameters, gradients "
+                       "and optimizer state sharded: FSDP's FULL_SHARD); zero2 is SHARD_GRAD_OP", v);
+                return 2;
+            }
+        }
         else if (!strcmp(f, "--metrics")) c.metrics = v;
         else if (!strcmp(f, "--zero")) {
             static const char *const z[4] = { NULL, "zero1", "zero2", "zero3" };

@@ -105,6 +105,8 @@ static char **split_equals(int *argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     argv = split_equals(&argc, argv);
+    /* a line at a time into a pipe too (| tee, mpirun): the start lines show before step 1 */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     const char *cmd = argv[1];
     if (!strcmp(cmd, "launch")) return dt_cli_launch(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return dt_cli_bench(argc, argv);

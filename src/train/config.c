@@ -10,14 +10,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* key of o, a number in [lo, hi], into *out (left alone when absent). The
- * error names the key with its object's ("fp16.hysteresis"). */
-static dt_status number(const char *path, const cJSON *o, const char *key, double lo, double hi, double *out) {
+/* Keys whose value is "auto" (HF's DeepSpeed integration writes them): they
+ * keep the flag's value or dtrain's default, and are named all at once. */
+static char autos[1024];
+
+static void note_auto(const char *where, const char *key) {
+    size_t n = strlen(autos);
+    snprintf(autos + n, sizeof autos - n, "%s%s%s", n ? ", " : "", where, key);
+}
+
+static bool is_auto(const cJSON *v) { return cJSON_IsString(v) && !strcmp(v->valuestring, "auto"); }
+
+/* key of o, a number in [lo, hi], into *out (left alone when absent or
+ * "auto"). where is o's path ("optimizer.params."), so an error names the
+ * whole key ("optimizer.params.lr"). */
+static dt_status number(const char *path, const char *where, const cJSON *o, const char *key, double lo, double hi, double *out) {
     const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
     if (!v) return DT_OK;
+    if (is_auto(v)) { note_auto(where, key); return DT_OK; }
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= lo && v->valuedouble <= hi))
-        return dt_error(DT_ERR_ARG, "%s: \"%s%s%s\" must be a number in [%g, %g]", path, o->string ? o->string : "", o->string ? "." : "",
-                        key, lo, hi);
+        return dt_error(DT_ERR_ARG, "%s: \"%s%s\" must be a number in [%g, %g]", path, where, key, lo, hi);
     *out = v->valuedouble;
     return DT_OK;
 }
@@ -59,13 +71,14 @@ static dt_status read_optimizer(const char *path, const cJSON *opt, dt_train_con
     static const char *known[] = { "lr", "betas", "eps", "weight_decay", "momentum", "nesterov", "trust_coef", NULL };
     warn_unknown(path, "optimizer.params.", p, known);
     double x;
-    if (!st && (x = -1, st = number(path, p, "lr", 1e-12, 10, &x), !st) && x > 0) c->sched.lr = (float)x;
-    if (!st && (x = -1, st = number(path, p, "eps", 1e-30, 1, &x), !st) && x > 0) c->opt.eps = (float)x;
-    if (!st && (x = -1, st = number(path, p, "weight_decay", 0, 10, &x), !st) && x >= 0) c->opt.weight_decay = (float)x;
-    if (!st && (x = -1, st = number(path, p, "momentum", 0, 0.999999, &x), !st) && x >= 0) c->opt.momentum = (float)x;
-    if (!st && (x = -1, st = number(path, p, "trust_coef", 1e-9, 10, &x), !st) && x > 0) c->opt.trust_coef = (float)x;
+    if (!st && (x = -1, st = number(path, "optimizer.params.", p, "lr", 1e-12, 10, &x), !st) && x > 0) c->sched.lr = (float)x;
+    if (!st && (x = -1, st = number(path, "optimizer.params.", p, "eps", 1e-30, 1, &x), !st) && x > 0) c->opt.eps = (float)x;
+    if (!st && (x = -1, st = number(path, "optimizer.params.", p, "weight_decay", 0, 10, &x), !st) && x >= 0) c->opt.weight_decay = (float)x;
+    if (!st && (x = -1, st = number(path, "optimizer.params.", p, "momentum", 0, 0.999999, &x), !st) && x >= 0) c->opt.momentum = (float)x;
+    if (!st && (x = -1, st = number(path, "optimizer.params.", p, "trust_coef", 1e-9, 10, &x), !st) && x > 0) c->opt.trust_coef = (float)x;
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(p, "betas"), *nest = cJSON_GetObjectItemCaseSensitive(p, "nesterov");
-    if (!st && b) {
+    if (!st && is_auto(b)) note_auto("optimizer.params.", "betas");
+    else if (!st && b) {
         const cJSON *b0 = cJSON_GetArrayItem(b, 0), *b1 = cJSON_GetArrayItem(b, 1);
         if (!cJSON_IsArray(b) || cJSON_GetArraySize(b) != 2 || !cJSON_IsNumber(b0) || !cJSON_IsNumber(b1) ||
             !(b0->valuedouble >= 0 && b0->valuedouble < 1 && b1->valuedouble >= 0 && b1->valuedouble < 1))
@@ -114,15 +127,15 @@ static dt_status read_scheduler(const char *path, const cJSON *sch, dt_train_con
     };
     if (p) warn_unknown(path, "scheduler.params.", p, known[k]);
     double x;
-    if (!st && (x = -1, st = number(path, p, "warmup_num_steps", 0, 1e9, &x), !st) && x >= 0) s->warmup = (int)x;
-    if (!st && (x = -1, st = number(path, p, "total_num_steps", 1, 1e9, &x), !st) && x > 0) s->total = (int)x;
+    if (!st && (x = -1, st = number(path, "scheduler.params.", p, "warmup_num_steps", 0, 1e9, &x), !st) && x >= 0) s->warmup = (int)x;
+    if (!st && (x = -1, st = number(path, "scheduler.params.", p, "total_num_steps", 1, 1e9, &x), !st) && x > 0) s->total = (int)x;
     if (!st && s->kind != DT_SCHED_DS_WARMUP_COSINE) {
-        if ((x = -1, st = number(path, p, "warmup_max_lr", 0, 10, &x), !st) && x >= 0) s->lr = (float)x;
-        if (!st && (x = -1, st = number(path, p, "warmup_min_lr", 0, 10, &x), !st) && x >= 0) s->lr_min = (float)x;
+        if ((x = -1, st = number(path, "scheduler.params.", p, "warmup_max_lr", 0, 10, &x), !st) && x >= 0) s->lr = (float)x;
+        if (!st && (x = -1, st = number(path, "scheduler.params.", p, "warmup_min_lr", 0, 10, &x), !st) && x >= 0) s->lr_min = (float)x;
     }
     if (!st && s->kind == DT_SCHED_DS_WARMUP_COSINE) {
-        if ((x = -1, st = number(path, p, "warmup_min_ratio", 0, 1, &x), !st) && x >= 0) s->warmup_min_ratio = (float)x;
-        if (!st && (x = -1, st = number(path, p, "cos_min_ratio", 0, 1, &x), !st) && x >= 0) s->cos_min_ratio = (float)x;
+        if ((x = -1, st = number(path, "scheduler.params.", p, "warmup_min_ratio", 0, 1, &x), !st) && x >= 0) s->warmup_min_ratio = (float)x;
+        if (!st && (x = -1, st = number(path, "scheduler.params.", p, "cos_min_ratio", 0, 1, &x), !st) && x >= 0) s->cos_min_ratio = (float)x;
     }
     const cJSON *wt = p ? cJSON_GetObjectItemCaseSensitive(p, "warmup_type") : NULL;
     if (!st && wt) {
@@ -161,21 +174,32 @@ static dt_status read_zero(const char *path, const cJSON *root, dt_train_config 
     if (!cJSON_IsObject(z)) return dt_error(DT_ERR_ARG, "%s: \"zero_optimization\" must be an object ({\"stage\": 1})", path);
     static const char *known[] = { "stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "stage3_prefetch_bucket_size",
                                    "stage3_param_persistence_threshold", "contiguous_gradients", "reduce_scatter", "allgather_partitions",
-                                   "stage3_max_live_parameters", "stage3_max_reuse_distance", NULL };
-    warn_unknown(path, "zero_optimization.", z, known);
+                                   "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save",
+                                   "sub_group_size", "round_robin_gradients", NULL };
+    static const char *offload[] = { "offload_optimizer", "offload_param", "cpu_offload", NULL };
+    const char *known_all[32];
+    int nk = 0;
+    for (int k = 0; known[k]; k++) known_all[nk++] = known[k];
+    for (int k = 0; offload[k]; k++) known_all[nk++] = offload[k];
+    known_all[nk] = NULL;
+    warn_unknown(path, "zero_optimization.", z, known_all);
+    for (int k = 0; offload[k]; k++)
+        if (cJSON_GetObjectItemCaseSensitive(z, offload[k]))
+            dt_log(DT_LOG_WARN, "%s: zero_optimization.%s is ignored: offloading moves state from a GPU's memory to the CPU's, and "
+                   "dtrain's state is in the CPU's memory already", path, offload[k]);
     for (int k = 2; known[k]; k++)
         if (cJSON_GetObjectItemCaseSensitive(z, known[k]))
             dt_log(DT_LOG_WARN, "%s: zero_optimization.%s is accepted and ignored (dtrain overlaps every reduction, and gathers "
                    "the parameters in its own pieces: one tensor at a time under stage 3, the next unit's ahead)", path, known[k]);
     double stage = -1, bucket = 0;
-    dt_status st = number(path, z, "stage", 0, 3, &stage);
+    dt_status st = number(path, "zero_optimization.", z, "stage", 0, 3, &stage);
     if (st) return st;
     if (stage != (double)(int)stage) return dt_error(DT_ERR_ARG, "%s: zero_optimization.stage must be 0, 1, 2 or 3", path);
     static const char *const names[4] = { NULL, "zero1", "zero2", "zero3" };
     if (stage >= 1) c->strategy = names[(int)stage];
     if (cJSON_GetObjectItemCaseSensitive(z, "reduce_bucket_size")) {
         /* DeepSpeed counts elements; dtrain's buckets are in MiB of f32 */
-        if ((st = number(path, z, "reduce_bucket_size", 1, 1e12, &bucket))) return st;
+        if ((st = number(path, "zero_optimization.", z, "reduce_bucket_size", 1, 1e12, &bucket))) return st;
         c->bucket_mb = bucket * 4 / 1048576.0;
     }
     return DT_OK;
@@ -199,24 +223,25 @@ static dt_status read_precision(const char *path, const cJSON *root, dt_train_co
         static const char *knownbf[] = { "enabled", NULL };
         warn_unknown(path, i ? "bf16." : "fp16.", s, i ? knownbf : known16);
         const cJSON *on = cJSON_GetObjectItemCaseSensitive(s, "enabled");
+        if (is_auto(on)) note_auto(sections[i], ".enabled"), on = NULL; /* the --precision flag decides */
         if (on && !cJSON_IsBool(on)) return dt_error(DT_ERR_ARG, "%s: \"%s.enabled\" must be true or false", path, sections[i]);
         enabled[i] = cJSON_IsTrue(on);
         if (i == 0) {
             dt_loss_scale_config *l = &c->loss_scale;
             dt_loss_scale_defaults(l);
             double v = -1, power = 16;
-            if ((st = number(path, s, "loss_scale", 0, 0x1p100, &v))) return st;
-            if ((st = number(path, s, "initial_scale_power", 0, 100, &power))) return st;
+            if ((st = number(path, "fp16.", s, "loss_scale", 0, 0x1p100, &v))) return st;
+            if ((st = number(path, "fp16.", s, "initial_scale_power", 0, 100, &power))) return st;
             if (power != (int)power) return dt_error(DT_ERR_ARG, "%s: \"fp16.initial_scale_power\" must be a whole number", path);
             l->dynamic = v <= 0;
             l->scale = v > 0 ? v : ldexp(1.0, (int)power);
             v = l->window;
-            if ((st = number(path, s, "loss_scale_window", 1, 1e9, &v))) return st;
+            if ((st = number(path, "fp16.", s, "loss_scale_window", 1, 1e9, &v))) return st;
             l->window = (int)v;
             v = l->hysteresis;
-            if ((st = number(path, s, "hysteresis", 1, 1e9, &v))) return st;
+            if ((st = number(path, "fp16.", s, "hysteresis", 1, 1e9, &v))) return st;
             l->hysteresis = (int)v;
-            if ((st = number(path, s, "min_loss_scale", 0x1p-100, 0x1p100, &l->min_scale))) return st;
+            if ((st = number(path, "fp16.", s, "min_loss_scale", 0x1p-100, 0x1p100, &l->min_scale))) return st;
             const cJSON *ch = cJSON_GetObjectItemCaseSensitive(s, "consecutive_hysteresis");
             if (ch && !cJSON_IsBool(ch)) return dt_error(DT_ERR_ARG, "%s: \"fp16.consecutive_hysteresis\" must be true or false", path);
             l->consecutive_hysteresis = cJSON_IsTrue(ch);
@@ -247,6 +272,18 @@ static dt_status read_data_types(const char *path, const cJSON *root, dt_train_c
     return DT_OK;
 }
 
+/* "communication_data_type": "fp32" | "bf16" | "fp16": DeepSpeed's type for
+ * the gradients' reductions, our --grad-comm. */
+static dt_status read_comm_type(const char *path, const cJSON *root, dt_train_config *c) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "communication_data_type");
+    if (!t || is_auto(t)) return DT_OK;
+    const char *v = cJSON_IsString(t) ? t->valuestring : "";
+    if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16"))
+        return dt_error(DT_ERR_ARG, "%s: \"communication_data_type\" must be \"fp32\", \"bf16\" or \"fp16\"", path);
+    c->grad_comm = !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "fp16") ? DT_F16 : DT_F32;
+    return DT_OK;
+}
+
 dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     FILE *f = fopen(path, "rb");
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -271,15 +308,24 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     }
     static const char *top[] = { "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
                                  "gradient_clipping", "steps", "train_batch_size", "trace", "trace_steps", "zero_optimization",
-                                 "fp16", "bf16", "data_types", NULL };
+                                 "fp16", "bf16", "data_types", "communication_data_type", "wall_clock_breakdown", "steps_per_print",
+                                 NULL };
     warn_unknown(path, "", root, top);
+    autos[0] = 0;
     double x;
     dt_status st = DT_OK;
-    if (!st && (x = -1, st = number(path, root, "train_micro_batch_size_per_gpu", 1, 1e6, &x), !st) && x > 0) c->batch = (int)x;
-    if (!st && (x = -1, st = number(path, root, "gradient_accumulation_steps", 1, 1e6, &x), !st) && x > 0) c->grad_accum = (int)x;
-    if (!st && (x = -1, st = number(path, root, "train_batch_size", 1, 1e9, &x), !st) && x > 0) c->train_batch_size = (int)x;
-    if (!st && (x = -1, st = number(path, root, "gradient_clipping", 0, 1e9, &x), !st) && x >= 0) c->grad_clip = (float)x;
-    if (!st && (x = -1, st = number(path, root, "steps", 1, 1e9, &x), !st) && x > 0) c->steps = (int)x;
+    if (!st && (x = -1, st = number(path, "", root, "train_micro_batch_size_per_gpu", 1, 1e6, &x), !st) && x > 0) c->batch = (int)x;
+    if (!st && (x = -1, st = number(path, "", root, "gradient_accumulation_steps", 1, 1e6, &x), !st) && x > 0) c->grad_accum = (int)x;
+    if (!st && (x = -1, st = number(path, "", root, "train_batch_size", 1, 1e9, &x), !st) && x > 0) c->train_batch_size = (int)x;
+    if (!st && (x = -1, st = number(path, "", root, "gradient_clipping", 0, 1e9, &x), !st) && x >= 0) c->grad_clip = (float)x;
+    if (!st && (x = -1, st = number(path, "", root, "steps", 1, 1e9, &x), !st) && x > 0) c->steps = (int)x;
+    if (!st && (x = -1, st = number(path, "", root, "steps_per_print", 1, 1e9, &x), !st) && x > 0) c->print_every = (int)x;
+    if (!st) st = read_comm_type(path, root, c);
+    const cJSON *wcb = cJSON_GetObjectItemCaseSensitive(root, "wall_clock_breakdown");
+    if (!st && wcb && !cJSON_IsBool(wcb)) st = dt_error(DT_ERR_ARG, "%s: \"wall_clock_breakdown\" must be true or false", path);
+    if (!st && cJSON_IsTrue(wcb))
+        dt_log(DT_LOG_INFO, "%s: wall_clock_breakdown: dtrain times every step's forward, backward, optimizer, exposed communication "
+               "and data in --metrics FILE (and --report DIR draws them)", path);
     if (!st) st = read_trace(path, root, c);
     if (!st) st = read_zero(path, root, c);
     if (!st) st = read_precision(path, root, c);
@@ -291,6 +337,8 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c) {
     if (!st && sch) st = read_scheduler(path, sch, c);
     /* the schedule's length is the run's unless "steps" says otherwise */
     if (!st && c->sched.total > 0 && !cJSON_GetObjectItemCaseSensitive(root, "steps")) c->steps = c->sched.total;
+    if (!st && autos[0])
+        dt_log(DT_LOG_WARN, "%s: \"auto\" (HF's placeholder) keeps the flag's value or dtrain's default for: %s", path, autos);
     cJSON_Delete(root);
     return st;
 }

@@ -36,6 +36,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->eval_batches = 8;
     c->seed = 1337;
     c->nproc = 1;
+    c->print_every = 1;
     c->bucket_mb = 25;
     c->epochs = 0; /* unset: image models train 5 (run_rank) */
     c->stall_timeout = DT_STALL_TIMEOUT_DEFAULT;
@@ -182,21 +183,44 @@ static int default_threads(dt_comm *w) {
 
 /* Progress: one line per step where stdout is not a terminal of our own
  * (a file, a pipe, or mpirun's pty, whose \r-joined lines would make one
- * huge log line); on a terminal one line redrawn in place, fitted to its width. */
-static void progress(bool tty, int first, int step, int steps, float loss, float lr, double norm, double ms, double tps,
-                     double mfu, double elapsed, float val) {
+ * huge log line); on a terminal one line redrawn in place, fitted to its
+ * width by leaving out whole fields (the learning rate first, then the norm,
+ * MFU, the time per step), never cutting one. */
+static void progress(bool tty, int print_every, int first, int step, int steps, const dt_step_result *s, float lr, double ms,
+                     double tps, double mfu, double elapsed, float val) {
     int eta = (int)(elapsed / (step + 1 - first) * (steps - step - 1)); /* from this process's pace (a resumed run started at first) */
-    char line[256], m[32] = "";
-    if (mfu > 0) snprintf(m, sizeof m, " MFU %.1f%%", 100 * mfu);
-    int n = snprintf(line, sizeof line, "step %d/%d loss %.4f lr %.2e norm %.3f %.0f ms %.0f tok/s%s ETA %dm%02ds", step + 1, steps,
-                     loss, lr, norm, ms, tps, m, eta / 60, eta % 60);
-    if (!tty) printf("%s\n", line);
-    else {
-        struct winsize ws;
-        int cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
+    enum { STEP, LOSS, LR, NORM, MS, TPS, MFU, ETA, NF };
+    char f[NF][48];
+    snprintf(f[STEP], 48, "step %d/%d", step + 1, steps);
+    snprintf(f[LOSS], 48, "loss %.4f", s->loss);
+    snprintf(f[LR], 48, "lr %.2e", lr);
+    /* a skipped step's norm overflowed (fp16) or is NaN: say so, not "-nan" */
+    if (isfinite(s->norm)) snprintf(f[NORM], 48, "norm %.3f", s->norm);
+    else snprintf(f[NORM], 48, "norm %s%s", isnan(s->norm) ? "NaN" : "inf", s->skipped ? " (skipped)" : "");
+    snprintf(f[MS], 48, "%.0f ms", ms);
+    snprintf(f[TPS], 48, "%.0f tok/s", tps);
+    snprintf(f[MFU], 48, mfu > 0 ? "MFU %.1f%%" : "", 100 * mfu);
+    snprintf(f[ETA], 48, "ETA %dm%02ds", eta / 60, eta % 60);
+    int cols = 1 << 20;
+    struct winsize ws;
+    if (tty) cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
+    static const int drop_order[] = { LR, NORM, MFU, MS, TPS };
+    bool shown[NF];
+    for (int k = 0; k < NF; k++) shown[k] = f[k][0] != 0;
+    char line[512];
+    int n = 0;
+    for (int d = 0;; d++) {
+        n = 0;
+        for (int k = 0; k < NF; k++)
+            if (shown[k]) n += snprintf(line + n, sizeof line - (size_t)n, "%s%s", n ? " " : "", f[k]);
+        if (n <= cols - 1 || d == (int)(sizeof drop_order / sizeof drop_order[0])) break;
+        shown[drop_order[d]] = false;
+    }
+    if (!tty) {
+        if ((step + 1) % print_every == 0 || step + 1 == steps || !isnan(val)) printf("%s\n", line);
+    } else {
         int width = cols - 1 - n - 3, done;
         if (width > 24) width = 24;
-        if (n > cols - 1) line[cols > 1 ? cols - 1 : 0] = 0, n = cols - 1;
         char bar[32] = "";
         if (width >= 8) {
             done = (int)((double)(step + 1) / steps * width);
@@ -588,7 +612,7 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
     }
     double mfu = r->peak_gflops > 0 ? r->flops_per_step / (ms / 1e3) / 1e9 / r->peak_gflops : 0;
     if (!c->quiet)
-        progress(r->tty, r->first_step, step, c->steps, s->loss, lr, s->norm, ms, tps, mfu, dt_time_now() - t_start, eval ? val : NAN);
+        progress(r->tty, c->print_every, r->first_step, step, c->steps, s, lr, ms, tps, mfu, dt_time_now() - t_start, eval ? val : NAN);
     return 0;
 }
 
