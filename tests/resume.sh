@@ -181,5 +181,24 @@ rm -rf "$dir/m1" "$dir/m2" "$dir/m.jsonl"
 steps=$(grep -o '"step":[0-9]*' "$dir/m.jsonl" | cut -d: -f2 | tr '\n' ' ')
 [ "$steps" = "1 2 3 4 5 6 " ] && ok "metrics after a resume from step 3 over rows 4-6: steps $steps" || fail "metrics after resume: steps $steps"
 
+# --resume DIR alone goes on with the settings the checkpoint stores (data, shape, batch, optimizer, schedule, threads,
+# validation), from any directory, bit for bit; a flag given overrides and a change of meaning is named
+own=(--data "$dir/train.bin" --val-data "$dir/train.bin" --eval-every 4 --eval-batches 2 --layers 2 --channels 32 --heads 2
+     --vocab 256 --max-seq 32 --seq 16 --batch 3 --threads 1 --optimizer sgd --momentum 0.9 --lr 0.05 --schedule cosine --warmup 2
+     --shuffle 7 --steps 10 --quiet)
+rm -rf "$dir/whole" "$dir/cut" "$dir/w.jsonl" "$dir/c.jsonl"
+"$DTRAIN" train "${own[@]}" --save "$dir/whole" --metrics "$dir/w.jsonl" > /dev/null 2>&1
+"$DTRAIN" train "${own[@]}" --save "$dir/cut" --stop-after 5 --metrics "$dir/c.jsonl" > /dev/null 2>&1
+(cd / && "$DTRAIN" train --resume "$dir/cut" --metrics "$dir/c.jsonl" > "$dir/out" 2>&1)
+if [ "$(losses "$dir/w.jsonl")" = "$(losses "$dir/c.jsonl")" ] && [ "$(grep -c val_loss "$dir/c.jsonl")" = 3 ] &&
+    cmp -s "$dir/whole/step-00000010/params.f32" "$dir/cut/step-00000010/params.f32" &&
+    cmp -s "$dir/whole/step-00000010/optim.f32" "$dir/cut/step-00000010/optim.f32"; then
+    ok "--resume DIR alone, from another directory: the uninterrupted run's 10 losses, validations and state, byte for byte"
+else fail "--resume DIR alone: $(tail -3 "$dir/out")"; fi
+"$DTRAIN" train --resume "$dir/cut" --steps 12 --lr 0.01 > /dev/null 2> "$dir/err"
+grep -q "saved with --lr 0.05, resumed with 0.01" "$dir/err" && grep -q "schedule ran over 10 steps, now over 12" "$dir/err" &&
+    ok "a flag given overrides the stored one, and the change is named: $(head -1 "$dir/err" | cut -c1-100)" ||
+    fail "override named: $(head -c 400 "$dir/err")"
+
 echo "resume: $passed passed, $failed failed"
 [ $failed -eq 0 ]

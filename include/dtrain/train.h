@@ -107,6 +107,10 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
 /* The latest checkpoint's weights as a model of its shape (*step: its step):
  * dtrain ckpt export. dir may also be one step's folder (DIR/step-N). */
 dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step);
+/* The run's settings that dir's latest checkpoint stores, into c (before the
+ * flags, which override them): --resume DIR alone goes on as the run did,
+ * saving into dir unless --save says otherwise. */
+dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c);
 /* Whether path is a checkpoint directory (DIR with latest, or DIR/step-N). */
 int dt_checkpoint_is_checkpoint(const char *path);
 /* A model from whatever path names: a checkpoint directory (its weights;

@@ -45,8 +45,10 @@ static void usage(FILE *f) {
             "                     atomically into DIR/step-N (DIR/latest names the newest; older ones are removed)\n"
             "  --save FILE.bin | FILE.safetensors   the weights only: llm.c's format, or HF's layout\n"
             "  --overwrite        --save may replace a checkpoint that another run left in DIR (refused otherwise)\n"
-            "  --resume DIR       go on from DIR's latest checkpoint to --steps (same model and optimizer; a\n"
-            "                     checkpoint of N ranks resumes on any number with the same global batch)\n"
+            "  --resume DIR       go on from DIR's latest checkpoint with the settings it stores (data, model, batch,\n"
+            "                     optimizer, schedule, --steps; saving into DIR): flags given override them, and a\n"
+            "                     change that alters the run is named; a checkpoint of N ranks resumes on any number\n"
+            "                     with the same global batch\n"
             "  --stop-after N     end after N steps of this run, saving as at the end (a run cut into pieces)\n"
             "  --strategy NAME    the parallel strategy: single (one process), ddp (the default over several ranks),\n"
             "                     zero1, zero2, zero3\n"
@@ -127,8 +129,13 @@ typedef struct { const char *name; double lo, hi; int whole; void *out; char kin
 int dt_cli_train(int argc, char **argv) {
     dt_train_config c;
     dt_train_defaults(&c);
-    /* The config file first, so that flags override it; its warnings said once per job. */
+    /* A resumed run's own settings first, then the config file, then the flags over both; warnings said once per job. */
     if (!dt_comm_first_voice()) dt_log_set_level(DT_LOG_ERROR);
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--resume") && dt_checkpoint_read_settings(argv[i + 1], &c)) {
+            dt_log(DT_LOG_ERROR, "--resume %s: %s", argv[i + 1], dt_last_error());
+            return 2;
+        }
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--config") && dt_train_config_load(argv[i + 1], &c)) {
             dt_log(DT_LOG_ERROR, "%s", dt_last_error());

@@ -32,6 +32,7 @@
  * The model is described by dt_checkpoint_model: GPT-2 and the ResNets
  * save the same files, the manifest naming the kind and its shape. */
 #include "dtrain/train.h"
+#include "checkpoint_internal.h"
 #include "dtrain/data.h"
 #include "dtrain/io.h"
 
@@ -39,6 +40,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -91,8 +93,6 @@ static void remove_others(const char *dir, const char *keep) {
     closedir(d);
 }
 
-static dt_status open_latest(const char *dir, char sub[4400], char mpath[4500], cJSON **out);
-static dt_status count(const cJSON *j, const char *section, const char *key, const char *path, double max, double *v);
 
 /* A save path's extension, when it has one (".pt" of "runs/model.pt"). */
 static const char *extension(const char *path) {
@@ -136,7 +136,7 @@ dt_status dt_checkpoint_check_dir(const char *dir, const char *resume, int overw
         char sub[4400], mpath[4500];
         cJSON *j = NULL;
         double step = -1;
-        if (open_latest(dir, sub, mpath, &j) == DT_OK) count(j, NULL, "step", mpath, 1e9, &step);
+        if (dt_ckpt_open_latest(dir, sub, mpath, &j) == DT_OK) dt_ckpt_count(j, NULL, "step", mpath, 1e9, &step);
         cJSON_Delete(j);
         char at[48] = "";
         if (step >= 0) snprintf(at, sizeof at, " (step %.0f)", step);
@@ -205,6 +205,9 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddNumberToObject(x, "lr_min", c->sched.lr_min);
     cJSON_AddNumberToObject(x, "warmup", c->sched.warmup);
     cJSON_AddNumberToObject(x, "total", c->sched.total ? c->sched.total : c->steps);
+    cJSON_AddBoolToObject(x, "linear_warmup", c->sched.linear_warmup);
+    cJSON_AddNumberToObject(x, "warmup_min_ratio", c->sched.warmup_min_ratio);
+    cJSON_AddNumberToObject(x, "cos_min_ratio", c->sched.cos_min_ratio);
     x = cJSON_AddObjectToObject(j, "settings");
     cJSON_AddNumberToObject(x, "steps", c->steps);
     cJSON_AddNumberToObject(x, "batch", c->batch);
@@ -215,6 +218,17 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddNumberToObject(x, "grad_clip", c->grad_clip);
     cJSON_AddNumberToObject(x, "seed", (double)c->seed);
     cJSON_AddStringToObject(x, "precision", c->precision == DT_BF16 ? "bf16" : c->precision == DT_F16 ? "fp16" : "fp32");
+    /* the rest of what --resume DIR alone needs to go on as the run did (resume_settings.c) */
+    cJSON_AddStringToObject(x, "grad_store", dt_dtype_name(c->grad_store));
+    cJSON_AddStringToObject(x, "grad_comm", dt_dtype_name(c->grad_comm));
+    cJSON_AddNumberToObject(x, "threads", c->threads); /* BLAS's sums depend on it: the same count resumes bit for bit */
+    cJSON_AddNumberToObject(x, "eval_every", c->eval_every);
+    cJSON_AddNumberToObject(x, "eval_batches", c->eval_batches);
+    cJSON_AddBoolToObject(x, "recompute", c->recompute);
+    cJSON_AddNumberToObject(x, "attention", c->attention);
+    cJSON_AddBoolToObject(x, "skip_nonfinite", c->skip_nonfinite);
+    char where[PATH_MAX];
+    if (c->val_data) cJSON_AddStringToObject(x, "val_data", realpath(c->val_data, where) ? where : c->val_data);
     if (ls) {
         /* the loss scaler's whole state: a resumed fp16 run scales, skips and grows as the uninterrupted one */
         x = cJSON_AddObjectToObject(j, "loss_scaler");
@@ -224,7 +238,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
         cJSON_AddNumberToObject(x, "hysteresis", ls->hysteresis);
     }
     x = cJSON_AddObjectToObject(j, "data");
-    cJSON_AddStringToObject(x, "path", c->data ? c->data : "");
+    cJSON_AddStringToObject(x, "path", !c->data ? "" : realpath(c->data, where) ? where : c->data);
     cJSON_AddNumberToObject(x, "tokens", (double)pos->data_tokens);
     cJSON_AddNumberToObject(x, "tokens_per_batch", (double)pos->tokens_per_batch);
     cJSON_AddNumberToObject(x, "epoch", (double)pos->epoch);
@@ -437,7 +451,7 @@ static dt_status read_text(const char *path, char **out) {
 }
 
 /* manifest[section][key] as a number, or an error naming it. */
-static dt_status number(const cJSON *j, const char *section, const char *key, const char *path, double *v) {
+dt_status dt_ckpt_number(const cJSON *j, const char *section, const char *key, const char *path, double *v) {
     const cJSON *s = section ? cJSON_GetObjectItemCaseSensitive(j, section) : j;
     const cJSON *x = cJSON_IsObject(s) ? cJSON_GetObjectItemCaseSensitive(s, key) : NULL;
     if (!cJSON_IsNumber(x))
@@ -447,14 +461,14 @@ static dt_status number(const cJSON *j, const char *section, const char *key, co
 }
 
 /* A count: a whole number from 0 to max (a damaged manifest must not overflow a conversion). */
-static dt_status count(const cJSON *j, const char *section, const char *key, const char *path, double max, double *v) {
-    dt_status st = number(j, section, key, path, v);
+dt_status dt_ckpt_count(const cJSON *j, const char *section, const char *key, const char *path, double max, double *v) {
+    dt_status st = dt_ckpt_number(j, section, key, path, v);
     if (!st && !(*v >= 0 && *v <= max && *v == (double)(uint64_t)*v))
         st = dt_error(DT_ERR_IO, "%s: %s.%s is %g, not a whole number from 0 to %g", path, section ? section : "", key, *v, max);
     return st;
 }
 
-static const char *string(const cJSON *j, const char *section, const char *key) {
+const char *dt_ckpt_string(const cJSON *j, const char *section, const char *key) {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, section);
     const cJSON *x = cJSON_IsObject(s) ? cJSON_GetObjectItemCaseSensitive(s, key) : NULL;
     return cJSON_IsString(x) ? x->valuestring : NULL;
@@ -466,18 +480,18 @@ static dt_status check_shape(const cJSON *j, const char *path, const dt_train_co
     const char *fmt = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "format")) ? cJSON_GetObjectItemCaseSensitive(j, "format")->valuestring : "";
     double v = 0;
     if (strcmp(fmt, FORMAT)) return dt_error(DT_ERR_IO, "%s: format is '%s', not '%s'", path, fmt, FORMAT);
-    dt_status st = number(j, NULL, "version", path, &v);
+    dt_status st = dt_ckpt_number(j, NULL, "version", path, &v);
     if (!st && (v < 1 || v > VERSION || v != (int)v)) return dt_error(DT_ERR_IO, "%s: version %g (this dtrain reads 1 to %d)", path, v, VERSION);
-    const char *kind = string(j, "model", "kind");
+    const char *kind = dt_ckpt_string(j, "model", "kind");
     if (!st && (!kind || strcmp(kind, cm->m.kind)))
         return dt_error(DT_ERR_ARG, "%s: model.kind is '%s', this run trains %s", path, kind ? kind : "(missing)", cm->m.kind);
     for (int i = 0; !st && i < cm->nshape; i++)
-        if (!(st = number(j, "model", cm->shape_names[i], path, &v)) && v != cm->shape[i])
+        if (!(st = dt_ckpt_number(j, "model", cm->shape_names[i], path, &v)) && v != cm->shape[i])
             return dt_error(DT_ERR_ARG, "%s: model.%s is %g, this run's model has %d", path, cm->shape_names[i], v, cm->shape[i]);
-    const char *ok = string(j, "optimizer", "kind"), *mine = dt_optim_kind_name(c->opt.kind);
+    const char *ok = dt_ckpt_string(j, "optimizer", "kind"), *mine = dt_optim_kind_name(c->opt.kind);
     if (!st && (!ok || strcmp(ok, mine)))
         return dt_error(DT_ERR_ARG, "%s: optimizer.kind is '%s', this run uses %s (--optimizer)", path, ok ? ok : "(missing)", mine);
-    if (!st && !(st = number(j, "optimizer", "buffers", path, &v)) && v != (dt_optim_buffer((dt_optim *)o, 1) ? 2 : 1))
+    if (!st && !(st = dt_ckpt_number(j, "optimizer", "buffers", path, &v)) && v != (dt_optim_buffer((dt_optim *)o, 1) ? 2 : 1))
         return dt_error(DT_ERR_IO, "%s: optimizer.buffers is %g, %s keeps %d", path, v, mine, dt_optim_buffer((dt_optim *)o, 1) ? 2 : 1);
     return st;
 }
@@ -520,7 +534,7 @@ static dt_status verify_file(const char *dir, const cJSON *j, const char *file, 
         const cJSON *pc = cJSON_IsArray(pieces) ? cJSON_GetArrayItem(pieces, k) : NULL;
         double o = 0, cnt = (double)nparams;
         const cJSON *h = pc ? cJSON_GetObjectItemCaseSensitive(pc, "fnv1a64") : whole;
-        if (pc && ((st = count(pc, NULL, "offset", path, 1e15, &o)) || (st = count(pc, NULL, "count", path, 1e15, &cnt)))) break;
+        if (pc && ((st = dt_ckpt_count(pc, NULL, "offset", path, 1e15, &o)) || (st = dt_ckpt_count(pc, NULL, "count", path, 1e15, &cnt)))) break;
         if ((size_t)o != next || (size_t)o + (size_t)cnt > nparams || !cJSON_IsString(h)) {
             st = dt_error(DT_ERR_IO, "%s/manifest.json: %s piece %d (offset %.0f, %.0f floats) does not follow the pieces before "
                           "it within the %zu parameters, or has no hash", dir, file, k, o, cnt, nparams);
@@ -608,20 +622,20 @@ static void warn_changes(const cJSON *j, const char *path, const dt_train_config
     const int mine[4] = { c->batch, c->seq, c->grad_accum, nranks };
     double v = 0, global_then = 1;
     for (int i = 0; i < 4; i++) {
-        if (number(j, "settings", keys[i], path, &v)) continue;
+        if (dt_ckpt_number(j, "settings", keys[i], path, &v)) continue;
         if (i != 1) global_then *= v;
         if (i == 1 && v != mine[1]) dt_log(DT_LOG_WARN, "%s: saved with --seq %g, resumed with %d", path, v, mine[1]);
     }
     if (global_then != (double)c->batch * c->grad_accum * nranks)
         dt_log(DT_LOG_WARN, "%s: the global batch was %g samples, now %d: the run is not the one that was saved", path,
                global_then, c->batch * c->grad_accum * nranks);
-    if (!number(j, "schedule", "lr", path, &v) && (float)v != c->sched.lr)
+    if (!dt_ckpt_number(j, "schedule", "lr", path, &v) && (float)v != c->sched.lr)
         dt_log(DT_LOG_WARN, "%s: saved with --lr %g, resumed with %g", path, v, c->sched.lr);
     int total = c->sched.total ? c->sched.total : c->steps;
-    if (c->sched.kind != DT_SCHED_CONSTANT && !number(j, "schedule", "total", path, &v) && v != total)
+    if (c->sched.kind != DT_SCHED_CONSTANT && !dt_ckpt_number(j, "schedule", "total", path, &v) && v != total)
         dt_log(DT_LOG_WARN, "%s: the %s schedule ran over %g steps, now over %d: the learning rate from here differs", path,
                dt_schedule_name(c->sched.kind), v, total);
-    const char *seed = string(j, "rng", "shuffle_seed");
+    const char *seed = dt_ckpt_string(j, "rng", "shuffle_seed");
     char mine_seed[32];
     snprintf(mine_seed, sizeof mine_seed, "%llu", (unsigned long long)c->shuffle_seed);
     if (seed && strcmp(seed, mine_seed))
@@ -637,10 +651,10 @@ static dt_status read_loss_scale(const cJSON *j, const char *path, dt_loss_scale
         return DT_OK;
     }
     double v[4];
-    dt_status st = number(j, "loss_scaler", "scale", path, &v[0]);
-    if (!st) st = count(j, "loss_scaler", "iter", path, 1e15, &v[1]);
-    if (!st) st = number(j, "loss_scaler", "last_overflow", path, &v[2]);
-    if (!st) st = count(j, "loss_scaler", "hysteresis", path, 1e9, &v[3]);
+    dt_status st = dt_ckpt_number(j, "loss_scaler", "scale", path, &v[0]);
+    if (!st) st = dt_ckpt_count(j, "loss_scaler", "iter", path, 1e15, &v[1]);
+    if (!st) st = dt_ckpt_number(j, "loss_scaler", "last_overflow", path, &v[2]);
+    if (!st) st = dt_ckpt_count(j, "loss_scaler", "hysteresis", path, 1e9, &v[3]);
     if (!st && !(v[0] > 0 && isfinite(v[0])))
         st = dt_error(DT_ERR_IO, "%s: loss_scaler.scale is %g, not a positive number", path, v[0]);
     if (!st && !(v[2] >= -1 && v[2] < v[1] + 1 && v[2] == (double)(int64_t)v[2]))
@@ -651,7 +665,7 @@ static dt_status read_loss_scale(const cJSON *j, const char *path, dt_loss_scale
 
 /* Rank 0's part of a resume: the latest checkpoint of dir into the model and optimizer. */
 /* dir's latest checkpoint: its directory (sub) and its manifest, parsed. */
-static dt_status open_latest(const char *dir, char sub[4400], char mpath[4500], cJSON **out) {
+dt_status dt_ckpt_open_latest(const char *dir, char sub[4400], char mpath[4500], cJSON **out) {
     char path[4200], *text = NULL;
     *out = NULL;
     dt_status st;
@@ -685,11 +699,11 @@ manifest:
 static dt_status manifest_shape(const cJSON *j, const char *mpath, dt_gpt2_config *g) {
     const char *const *names = gpt2_shape;
     int *f[6] = { &g->max_seq_len, &g->vocab_size, &g->padded_vocab_size, &g->num_layers, &g->num_heads, &g->channels };
-    const char *kind = string(j, "model", "kind");
+    const char *kind = dt_ckpt_string(j, "model", "kind");
     if (!kind || strcmp(kind, "gpt2")) return dt_error(DT_ERR_IO, "%s: model.kind is '%s', not gpt2", mpath, kind ? kind : "(missing)");
     for (int i = 0; i < 6; i++) {
         double v = 0;
-        dt_status st = count(j, "model", names[i], mpath, 1 << 30, &v);
+        dt_status st = dt_ckpt_count(j, "model", names[i], mpath, 1 << 30, &v);
         if (st) return st;
         *f[i] = (int)v;
     }
@@ -713,11 +727,11 @@ dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step) {
     char sub[4400], mpath[4500];
     cJSON *j;
     *out = NULL;
-    dt_status st = open_latest(dir, sub, mpath, &j);
+    dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
     if (st) return st;
     dt_gpt2_config g;
     double v = 0;
-    if (!(st = manifest_shape(j, mpath, &g)) && !(st = count(j, NULL, "step", mpath, 1e9, &v)) && !(st = dt_gpt2_create(&g, out))) {
+    if (!(st = manifest_shape(j, mpath, &g)) && !(st = dt_ckpt_count(j, NULL, "step", mpath, 1e9, &v)) && !(st = dt_gpt2_create(&g, out))) {
         float *p[1] = { dt_gpt2_params(*out) };
         st = read_floats(sub, j, "params.f32", p, 1, dt_gpt2_num_params(*out));
         if (st) { dt_gpt2_destroy(*out); *out = NULL; }
@@ -730,16 +744,16 @@ dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step) {
 dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
     char sub[4400], mpath[4500];
     cJSON *j;
-    dt_status st = open_latest(dir, sub, mpath, &j);
+    dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
     if (st) return st;
     dt_gpt2_config g;
     double step = 0, ranks = 0, np = 0;
-    const char *kind = string(j, "model", "kind");
+    const char *kind = dt_ckpt_string(j, "model", "kind");
     bool gpt2 = kind && !strcmp(kind, "gpt2");
     if (!(st = gpt2 ? manifest_shape(j, mpath, &g) : kind ? DT_OK : dt_error(DT_ERR_IO, "%s: model.kind is missing", mpath)) &&
-        !(st = count(j, NULL, "step", mpath, 1e9, &step)) &&
-        !(st = count(j, "settings", "ranks", mpath, 1e9, &ranks)) && !(st = count(j, "model", "parameters", mpath, 1e15, &np))) {
-        const char *strategy = string(j, "settings", "strategy"), *opt = string(j, "optimizer", "kind");
+        !(st = dt_ckpt_count(j, NULL, "step", mpath, 1e9, &step)) &&
+        !(st = dt_ckpt_count(j, "settings", "ranks", mpath, 1e9, &ranks)) && !(st = dt_ckpt_count(j, "model", "parameters", mpath, 1e15, &np))) {
+        const char *strategy = dt_ckpt_string(j, "settings", "strategy"), *opt = dt_ckpt_string(j, "optimizer", "kind");
         const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
         fprintf(f, "%s: format %d, step %.0f, saved by %.0f rank%s under %s\n", sub, cJSON_IsNumber(ver) ? ver->valueint : 0, step,
                 ranks, ranks == 1 ? "" : "s", strategy ? strategy : "?");
@@ -756,7 +770,7 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
         }
         fprintf(f, "optimizer: %s\n", opt ? opt : "?");
         /* older checkpoints have no precision: they trained in fp32 */
-        const char *prec = string(j, "settings", "precision");
+        const char *prec = dt_ckpt_string(j, "settings", "precision");
         const cJSON *ls = cJSON_GetObjectItemCaseSensitive(j, "loss_scaler");
         const cJSON *sc = cJSON_GetObjectItemCaseSensitive(ls, "scale"), *it = cJSON_GetObjectItemCaseSensitive(ls, "iter");
         fprintf(f, "precision: %s", prec ? prec : "fp32");
@@ -792,16 +806,16 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
                                  dt_checkpoint_position *pos) {
     char sub[4400], mpath[4500];
     cJSON *j;
-    dt_status st = open_latest(dir, sub, mpath, &j);
+    dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
     if (st) return st;
     dt_optim *o = dt_engine_optim(e);
     double step = 0, osteps = 0, v[4] = { 0 };
     size_t n = cm->m.nparams;
     st = check_shape(j, mpath, c, cm, o);
-    if (!st) st = count(j, NULL, "step", mpath, 1e9, &step);
-    if (!st) st = count(j, "optimizer", "steps", mpath, 1e12, &osteps);
+    if (!st) st = dt_ckpt_count(j, NULL, "step", mpath, 1e9, &step);
+    if (!st) st = dt_ckpt_count(j, "optimizer", "steps", mpath, 1e12, &osteps);
     static const char *const dk[4] = { "tokens", "tokens_per_batch", "epoch", "next_batch" };
-    for (int i = 0; i < 4 && !st; i++) st = count(j, "data", dk[i], mpath, 1e15, &v[i]);
+    for (int i = 0; i < 4 && !st; i++) st = dt_ckpt_count(j, "data", dk[i], mpath, 1e15, &v[i]);
     if (!st && v[1] < 1) st = dt_error(DT_ERR_IO, "%s: data.tokens_per_batch is 0", mpath);
     float *pbuf[1] = { cm->m.params(cm->m.self) }, *bbuf[1] = { cm->buffers }, *obuf[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
     size_t off, share;

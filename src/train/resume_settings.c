@@ -1,0 +1,107 @@
+/* --resume DIR alone: the run goes on with the settings its checkpoint's
+ * manifest stores (data, shape, batch, optimizer, schedule, precision, ...),
+ * read before the flags so that a flag given explicitly overrides them; a
+ * change that alters the run is then named by the resume itself
+ * (checkpoint.c's warn_changes). Keys an older checkpoint lacks keep the
+ * defaults. */
+#include "dtrain/train.h"
+#include "checkpoint_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* manifest[section][key] into *out when present, as an int or float. */
+static void take_int(const cJSON *j, const char *section, const char *key, int *out) {
+    double v;
+    if (!dt_ckpt_number(j, section, key, "", &v)) *out = (int)v;
+}
+static void take_float(const cJSON *j, const char *section, const char *key, float *out) {
+    double v;
+    if (!dt_ckpt_number(j, section, key, "", &v)) *out = (float)v;
+}
+static void take_bool(const cJSON *j, const char *section, const char *key, int *out) {
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, section), *x = s ? cJSON_GetObjectItemCaseSensitive(s, key) : NULL;
+    if (cJSON_IsBool(x)) *out = cJSON_IsTrue(x);
+}
+/* A string that outlives the manifest (the config keeps pointers). */
+static const char *take_string(const cJSON *j, const char *section, const char *key, const char *keep) {
+    const char *v = dt_ckpt_string(j, section, key);
+    return v && *v ? strdup(v) : keep;
+}
+static void take_dtype(const cJSON *j, const char *key, dt_dtype *out) {
+    const char *v = dt_ckpt_string(j, "settings", key);
+    dt_dtype t;
+    if (v && !dt_dtype_parse(v, &t)) *out = t;
+}
+
+static void take_optimizer(const cJSON *j, dt_train_config *c) {
+    const char *kind = dt_ckpt_string(j, "optimizer", "kind");
+    dt_optim_kind k;
+    if (kind && !dt_optim_parse_kind(kind, &k)) {
+        dt_optim_defaults(k, &c->opt);
+        c->opt.kind = k;
+    }
+    take_float(j, "optimizer", "beta1", &c->opt.beta1);
+    take_float(j, "optimizer", "beta2", &c->opt.beta2);
+    take_float(j, "optimizer", "eps", &c->opt.eps);
+    take_float(j, "optimizer", "weight_decay", &c->opt.weight_decay);
+    take_float(j, "optimizer", "momentum", &c->opt.momentum);
+    take_bool(j, "optimizer", "nesterov", &c->opt.nesterov);
+}
+
+static void take_schedule(const cJSON *j, dt_train_config *c) {
+    const char *kind = dt_ckpt_string(j, "schedule", "kind");
+    for (int k = DT_SCHED_CONSTANT; kind && k <= DT_SCHED_DS_WARMUP_COSINE; k++)
+        if (!strcmp(kind, dt_schedule_name((dt_schedule_kind)k))) c->sched.kind = (dt_schedule_kind)k;
+    take_float(j, "schedule", "lr", &c->sched.lr);
+    take_float(j, "schedule", "lr_min", &c->sched.lr_min);
+    take_int(j, "schedule", "warmup", &c->sched.warmup);
+    /* a total equal to the run's steps is "the run's length": kept so, a longer --steps stretches it (and is named) */
+    double total, steps;
+    if (!dt_ckpt_number(j, "schedule", "total", "", &total) && !dt_ckpt_number(j, "settings", "steps", "", &steps) && total != steps)
+        c->sched.total = (int)total;
+    take_bool(j, "schedule", "linear_warmup", &c->sched.linear_warmup);
+    take_float(j, "schedule", "warmup_min_ratio", &c->sched.warmup_min_ratio);
+    take_float(j, "schedule", "cos_min_ratio", &c->sched.cos_min_ratio);
+}
+
+dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
+    char sub[4400], mpath[4500];
+    cJSON *j;
+    dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
+    if (st) return st;
+    const char *kind = dt_ckpt_string(j, "model", "kind");
+    if (kind && !strcmp(kind, "gpt2")) { /* an image model's name is not in its manifest: its flags say it */
+        take_int(j, "model", "num_layers", &c->shape.num_layers);
+        take_int(j, "model", "num_heads", &c->shape.num_heads);
+        take_int(j, "model", "channels", &c->shape.channels);
+        take_int(j, "model", "vocab_size", &c->shape.vocab_size);
+        take_int(j, "model", "max_seq_len", &c->shape.max_seq_len);
+        take_int(j, "settings", "seq", &c->seq);
+    }
+    c->data = take_string(j, "data", "path", c->data);
+    c->val_data = take_string(j, "settings", "val_data", c->val_data);
+    take_int(j, "settings", "steps", &c->steps);
+    take_int(j, "settings", "batch", &c->batch);
+    take_int(j, "settings", "grad_accum", &c->grad_accum);
+    take_float(j, "settings", "grad_clip", &c->grad_clip);
+    take_int(j, "settings", "threads", &c->threads);
+    take_int(j, "settings", "eval_every", &c->eval_every);
+    take_int(j, "settings", "eval_batches", &c->eval_batches);
+    take_bool(j, "settings", "recompute", &c->recompute);
+    take_int(j, "settings", "attention", &c->attention);
+    take_bool(j, "settings", "skip_nonfinite", &c->skip_nonfinite);
+    double v;
+    if (!dt_ckpt_number(j, "settings", "seed", "", &v)) c->seed = (uint64_t)v;
+    const char *shuffle = dt_ckpt_string(j, "rng", "shuffle_seed");
+    if (shuffle) c->shuffle_seed = strtoull(shuffle, NULL, 10);
+    const char *prec = dt_ckpt_string(j, "settings", "precision");
+    if (prec) c->precision = !strcmp(prec, "bf16") ? DT_BF16 : !strcmp(prec, "fp16") ? DT_F16 : DT_F32;
+    take_dtype(j, "grad_store", &c->grad_store);
+    take_dtype(j, "grad_comm", &c->grad_comm);
+    take_optimizer(j, c);
+    take_schedule(j, c);
+    if (!c->save) c->save = dir; /* it goes on saving where it was saved */
+    cJSON_Delete(j);
+    return DT_OK;
+}
