@@ -177,6 +177,15 @@ expect "communication_data_type checked" 2 '"communication_data_type" must be "f
 expect "--strategy fsdp points to zero3" 2 "--strategy fsdp: dtrain's fully sharded data parallelism is zero3" -- "$DTRAIN" train "${model[@]}" --strategy fsdp
 expect "--sp is not built yet" 2 "--sp is not built yet" -- "$DTRAIN" train "${model[@]}" --sp
 
+# An evaluation alone: dtrain eval (train --steps 0) of a checkpoint and of its exported folder give one loss, and change nothing
+"$DTRAIN" eval --model "$dir/ck" --data "$dir/val.bin" --batch 2 --seq 32 --threads 1 > "$dir/e1" 2> "$dir/err"; rc1=$?
+"$DTRAIN" train --model "$dir/hf" --val-data "$dir/val.bin" --steps 0 --batch 2 --seq 32 --threads 1 > "$dir/e2" 2>> "$dir/err"; rc2=$?
+l1=$(grep -o "^validation loss [0-9.]*" "$dir/e1"); l2=$(grep -o "^validation loss [0-9.]*" "$dir/e2")
+[ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ] && [ "$(cat "$dir/ck/latest")" = step-00000002 ] &&
+    ok "dtrain eval of a checkpoint = train --steps 0 of its HF folder: $l1" || fail "eval: $rc1 $rc2 '$l1' '$l2' $(head -c 300 "$dir/err")"
+expect "--steps 0 with --save refused" 2 "--steps 0 evaluates and changes nothing: --save" -- \
+    "$DTRAIN" train "${model[@]}" --steps 0 --save "$dir/nothing"
+
 # MFU's peak counts the cores there are: 4 ranks x 2 threads on a smaller machine is the machine's cores' worth
 cores=$(nproc); want=$(( cores < 8 ? cores : 8 ))
 "$DTRAIN" train "${threadless[@]}" --nproc 4 --threads 2 --steps 1 > "$dir/out" 2> "$dir/err"

@@ -31,7 +31,7 @@ static void usage(FILE *f) {
             "  --layers/--heads/--channels/--vocab/--max-seq N   shape overrides (any shape)\n"
             "  --data FILE        training tokens (llm.c format)\n"
             "  --val-data FILE    validation tokens; --eval-every N steps, --eval-batches N (8)\n"
-            "  --batch B (4)  --seq T (64)  --steps N (10)  --grad-accum K (1)\n"
+            "  --batch B (4)  --seq T (64)  --steps N (10; 0: evaluate only, as dtrain eval)  --grad-accum K (1)\n"
             "  --optimizer sgd|adamw|lamb|lars (adamw)  --lr X (3e-4)  --betas B1,B2 (0.9,0.999)\n"
             "  --eps X (1e-8)  --weight-decay X (0)  --momentum X (0)  --nesterov  --trust-coef X (0.001)\n"
             "  --grad-clip X      clip the global gradient norm (0 = off, the default)\n"
@@ -106,7 +106,7 @@ static const dt_cli_flag flags[] = {
     { "--optimizer", "sgd, adamw, lamb or lars" }, { "--precision", "fp32, bf16 or fp16" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--grad-store", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
     { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
-    { "--steps", "a whole number from 1 to 1e9" }, { "--epochs", "a whole number from 1 to 1e6" },
+    { "--steps", "a whole number from 0 (evaluate only) to 1e9" }, { "--epochs", "a whole number from 1 to 1e6" },
     { "--save-every", "a whole number of steps, 0 (off) to 1e9" }, { "--stop-after", "a whole number of steps, 0 (off) to 1e9" }, { "--grad-accum", "a whole number from 1 to 1e6" },
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
@@ -147,7 +147,7 @@ int dt_cli_train(int argc, char **argv) {
            trust = c.opt.trust_coef;
     int nesterov = c.opt.nesterov;
     const num_flag nums[] = {
-        { "--batch", 1, 1e6, 1, &c.batch, 'i' }, { "--seq", 1, 1e6, 1, &c.seq, 'i' }, { "--steps", 1, 1e9, 1, &c.steps, 'i' },
+        { "--batch", 1, 1e6, 1, &c.batch, 'i' }, { "--seq", 1, 1e6, 1, &c.seq, 'i' }, { "--steps", 0, 1e9, 1, &c.steps, 'i' },
         { "--epochs", 1, 1e6, 1, &c.epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c.save_every, 'i' },
         { "--stop-after", 0, 1e9, 1, &c.stop_after, 'i' },
         { "--grad-accum", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--eval-every", 0, 1e9, 1, &c.eval_every, 'i' },

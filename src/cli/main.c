@@ -66,6 +66,7 @@ static void usage(FILE *f) {
             "  train --data FILE [FLAGS]           train GPT-2 (or --model mlp on images); --nproc N local ranks\n"
             "  tokenize --bytes IN OUT             text to a token file, one token per byte\n"
             "  tokenize --bpe ENC VOCAB IN OUT     text to a token file with GPT-2's BPE (encoder.json, vocab.bpe)\n"
+            "  eval --model M --data FILE          the validation loss of a model, HF folder or checkpoint (train --steps 0)\n"
             "  generate --model F --prompt T       sample text from a trained model\n"
             "  plot METRICS.jsonl -o loss.svg      draw the loss curve (--log: log scale)\n"
             "  report RUN_DIR -o report.html       one HTML page of a run (charts, timeline; see train --report)\n"
@@ -111,6 +112,17 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "launch")) return dt_cli_launch(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return dt_cli_bench(argc, argv);
     if (!strcmp(cmd, "train")) return dt_cli_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval")) {
+        /* train --steps 0: the same flags, the same checks, the loss of --model on --data (or --val-data) */
+        char **a = malloc(sizeof(char *) * ((size_t)argc + 3));
+        if (!a) return 1;
+        memcpy(a, argv, sizeof(char *) * (size_t)argc);
+        a[1] = "train";
+        a[argc] = "--steps";
+        a[argc + 1] = "0";
+        a[argc + 2] = NULL;
+        return dt_cli_train(argc + 1, a + 1);
+    }
     if (!strcmp(cmd, "tokenize")) return dt_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return dt_cli_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "plot")) return dt_cli_plot(argc - 1, argv + 1);

@@ -87,6 +87,14 @@ static const char *flag_type(dt_dtype t) { return t == DT_BF16 ? "bf16" : t == D
 /* Settings that would do nothing, or contradict each other: said before any work. */
 static dt_status check_settings(dt_train_config *c, int nranks) {
     if (c->sync_bn) return dt_error(DT_ERR_ARG, "--sync-bn: GPT-2 has no BatchNorm (the ResNets have: --model resnet:small, resnet18, ...)");
+    if (c->steps == 0) { /* an evaluation: the validation loss of the model (a preset, file or checkpoint) */
+        if (!c->val_data && !c->data) return dt_error(DT_ERR_ARG, "--steps 0 evaluates: give the tokens to evaluate on (--val-data FILE)");
+        if (!c->val_data) c->val_data = c->data;
+        if (!c->data) c->data = c->val_data;
+        if (c->save || c->resume)
+            return dt_error(DT_ERR_ARG, "--steps 0 evaluates and changes nothing: %s has nothing to do (a checkpoint is evaluated "
+                            "with --model DIR)", c->save ? "--save" : "--resume");
+    }
     if (c->epochs) return dt_error(DT_ERR_ARG, "--epochs %d: GPT-2 trains for --steps N (each step reads the next batch of the token file, "
                                    "wrapping around at its end); epochs are the image models'", c->epochs);
     if (c->stop_after && !c->save)
@@ -99,7 +107,7 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
                         "ranks = %d", c->train_batch_size, c->batch, c->grad_accum, nranks, c->batch * c->grad_accum * nranks);
     if (c->save_every && !c->save && !c->quiet) dt_log(DT_LOG_WARN, "--save-every %d does nothing without --save FILE", c->save_every);
     if (c->eval_every && !c->val_data) dt_log(DT_LOG_WARN, "--eval-every %d does nothing without --val-data FILE", c->eval_every);
-    if (c->sched.warmup >= c->steps && c->sched.kind <= DT_SCHED_COSINE)
+    if (c->steps > 0 && !c->quiet && c->sched.warmup >= c->steps && c->sched.kind <= DT_SCHED_COSINE)
         dt_log(DT_LOG_WARN, "--warmup %d is not shorter than the %d steps: the learning rate never reaches --lr", c->sched.warmup,
                c->steps);
     if (c->grad_store != DT_F32) {
@@ -712,8 +720,25 @@ static int finish(run *r, int steps_done, int stop_signal) {
 }
 
 /* The loop: one engine step per iteration, everything else in after_step. */
+/* --steps 0: the model's validation loss, every rank's share averaged. */
+static int evaluate_only(run *r) {
+    const dt_train_config *c = &r->c;
+    float val;
+    double t0 = dt_time_now();
+    if (evaluate(r->nranks > 1 ? r->w : NULL, r->m, r->vl, c->eval_batches, c->batch, c->seq, r->in, r->tg, &val)) {
+        dt_log(DT_LOG_ERROR, "evaluation: %s", dt_last_error());
+        return 1;
+    }
+    if (r->rank == 0)
+        printf("validation loss %.4f (%s: %d batch%s of %d x %d tokens on each of %d rank%s, %.1f s)\n", val, c->val_data,
+               c->eval_batches, c->eval_batches == 1 ? "" : "es", c->batch, c->seq, r->dp_size, r->dp_size == 1 ? "" : "s",
+               dt_time_now() - t0);
+    return isfinite(val) ? 0 : 1;
+}
+
 static int train_loop(run *r) {
     const dt_train_config *c = &r->c;
+    if (c->steps == 0) return evaluate_only(r);
     double t_start = r->t_start = dt_time_now();
     int step = r->first_step, stop_signal = 0;
     dt_train_catch_signals();
