@@ -35,6 +35,9 @@ static cJSON *gpt2_config(const dt_gpt2_config *c) {
     if (c->vocab_size == 50257) { /* GPT-2's tokenizer: <|endoftext|> */
         cJSON_AddNumberToObject(j, "bos_token_id", 50256);
         cJSON_AddNumberToObject(j, "eos_token_id", 50256);
+    } else { /* GPT2Config's default (50256) lies outside another vocabulary */
+        cJSON_AddNullToObject(j, "bos_token_id");
+        cJSON_AddNullToObject(j, "eos_token_id");
     }
     cJSON_AddStringToObject(j, "torch_dtype", "float32");
     return j;
