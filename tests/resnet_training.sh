@@ -124,6 +124,11 @@ cp "$dir/ck/$last/buffers.f32" "$dir/buffers.bak"
 printf '\x7f' | dd of="$dir/ck/$last/buffers.f32" bs=1 seek=12 conv=notrunc 2> /dev/null
 expect_error "damaged BatchNorm running averages" "buffers.f32: its contents hash" \
     "${ck[@]}" --epochs 3 --batch 4 --nproc 2 --strategy zero1 --optimizer adamw --lr 0.002 --resume "$dir/ck"
+# progress for image models: step lines as GPT-2's, every --print-every steps (50 by default) and the last
+"$DTRAIN" train --model resnet:small --data "$dir/img" --epochs 2 --batch 16 --threads 1 --print-every 8 > "$dir/out" 2>&1
+lines=$(grep -cE "^epoch [12]/2 step [0-9]+/64 loss [0-9.]+ .* img/s ETA" "$dir/out")
+[ "$lines" = 8 ] && grep -q "^epoch 2/2 step 64/64" "$dir/out" && ok "resnet:small prints its progress: 8 step lines over 2 epochs of 32 steps" ||
+    fail "image progress: $lines step lines: $(head -5 "$dir/out")"
 expect_error "--save with the MLP" "checkpoints are built for the ResNets" --model mlp --data "$dir/img" --epochs 1 --save "$dir/ck2"
 
 # 2c. the Horovod-style benchmark: its lines for 1 and 2 workers and the 2 independent runs beside them (the format

@@ -24,6 +24,7 @@
 #include "dtrain/engine.h"
 #include "dtrain/io.h"
 #include "dtrain/train.h"
+#include "progress.h"
 
 #include <math.h>
 #include <signal.h>
@@ -31,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
 
@@ -127,6 +129,8 @@ typedef struct {
     const dt_train_config *c;
     dt_comm *w;
     int rank, p, quiet, B, G;  /* G: images per step over all ranks and micro-batches */
+    double t_start;            /* this process's start, for the progress line's ETA */
+    bool tty;                  /* rank 0's progress line redrawn in place (stdout is its terminal) */
     dt_images tr, te;
     classifier m;
     dt_engine *e;
@@ -330,9 +334,12 @@ static int epoch(cls_run *r, int e, double *acc) {
     int steps = steps_per_epoch(r), total = steps * c->epochs, first = r->first > e * steps ? r->first - e * steps : 0;
     shuffle(r->perm, r->tr.n, c->shuffle_seed + (uint64_t)e + 1);
     double t0 = dt_time_now(), loss_sum = 0, exposed_sum = 0;
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "epoch %d/%d", e + 1, c->epochs);
     for (r->step = first; r->step < steps; r->step++) {
         dt_step_result s;
         int done = e * steps + r->step + 1;
+        double ts = dt_time_now();
         float lr = dt_lr_at(&c->sched, total, done - 1);
         if (dt_engine_step(r->e, c->grad_accum, lr, micro, r, dt_train_interrupted(), &s)) {
             dt_log(DT_LOG_ERROR, "%s", dt_last_error());
@@ -346,6 +353,12 @@ static int epoch(cls_run *r, int e, double *acc) {
         }
         loss_sum += s.loss;
         exposed_sum += s.exposed_ms;
+        double ms = (dt_time_now() - ts) * 1e3;
+        if (!r->quiet)
+            dt_progress_print(r->tty, c->print_every ? c->print_every : 50,
+                              &(dt_progress){ .step = done - 1, .steps = total, .first = r->first, .loss = s.loss, .lr = lr,
+                                              .norm = s.norm, .ms = ms, .rate = r->G / (ms / 1e3), .unit = "img/s",
+                                              .elapsed = dt_time_now() - r->t_start, .prefix = prefix, .val = NAN });
         if (r->metrics) fprintf(r->metrics, "{\"epoch\":%d,\"step\":%d,\"loss\":%.6f,\"lr\":%g,\"grad_norm\":%.6f}\n", e + 1,
                                 done, s.loss, lr, s.norm);
         /* every rank stops after the step any rank was signalled in, saving first */
@@ -374,6 +387,7 @@ static int epoch(cls_run *r, int e, double *acc) {
     if (*acc >= 0 && dt_engine_materialize(r->e, 0)) *acc = -1;
     if (*acc < 0) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     if (!r->quiet) {
+        if (r->tty) printf("\n");
         printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f img/s per worker, %.0f img/s total (%d worker%s), "
                "exposed communication %.1f%%\n", e + 1, c->epochs, loss_sum / (steps - first), 100 * *acc, r->ips[e], r->ips[e] * r->p, r->p,
                r->p > 1 ? "s" : "", 100 * exposed_sum / 1e3 / secs);
@@ -424,6 +438,8 @@ static int synthetic_steps(cls_run *r) {
 int dt_classify_run(const dt_train_config *c, dt_comm *w) {
     cls_run r = { .c = c, .w = w, .rank = w ? dt_comm_rank(w) : 0, .p = w ? dt_comm_size(w) : 1 };
     r.quiet = c->quiet || r.rank != 0;
+    r.tty = !r.quiet && isatty(STDOUT_FILENO) && !getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_RANK");
+    r.t_start = dt_time_now();
     int rc = 1;
     double acc = 0;
     if (setup(&r)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }

@@ -4,6 +4,7 @@
  * step in the metrics file, validation every eval_every steps, and atomic
  * checkpoints (full state into a directory, or weights into a file). */
 #include "dtrain/train.h"
+#include "progress.h"
 #include "dtrain/data.h"
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
@@ -36,7 +37,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->eval_batches = 8;
     c->seed = 1337;
     c->nproc = 1;
-    c->print_every = 1;
+    c->print_every = 0; /* a line every step for GPT-2, every 50 for the image models (where steps are many and short) */
     c->bucket_mb = 25;
     c->epochs = 0; /* unset: image models train 5 (run_rank) */
     c->stall_timeout = DT_STALL_TIMEOUT_DEFAULT;
@@ -187,58 +188,6 @@ static int default_threads(dt_comm *w) {
     if (slurm && atoi(slurm) > 0 && atoi(slurm) < mine) return atoi(slurm);
     int sharing = w && mine >= online ? dt_comm_local_size(w) : 1;
     return mine / sharing > 0 ? mine / sharing : 1;
-}
-
-/* Progress: one line per step where stdout is not a terminal of our own
- * (a file, a pipe, or mpirun's pty, whose \r-joined lines would make one
- * huge log line); on a terminal one line redrawn in place, fitted to its
- * width by leaving out whole fields (the learning rate first, then the norm,
- * MFU, the time per step), never cutting one. */
-static void progress(bool tty, int print_every, int first, int step, int steps, const dt_step_result *s, float lr, double ms,
-                     double tps, double mfu, double elapsed, float val) {
-    int eta = (int)(elapsed / (step + 1 - first) * (steps - step - 1)); /* from this process's pace (a resumed run started at first) */
-    enum { STEP, LOSS, LR, NORM, MS, TPS, MFU, ETA, NF };
-    char f[NF][48];
-    snprintf(f[STEP], 48, "step %d/%d", step + 1, steps);
-    snprintf(f[LOSS], 48, "loss %.4f", s->loss);
-    snprintf(f[LR], 48, "lr %.2e", lr);
-    /* a skipped step's norm overflowed (fp16) or is NaN: say so, not "-nan" */
-    if (isfinite(s->norm)) snprintf(f[NORM], 48, "norm %.3f", s->norm);
-    else snprintf(f[NORM], 48, "norm %s%s", isnan(s->norm) ? "NaN" : "inf", s->skipped ? " (skipped)" : "");
-    snprintf(f[MS], 48, "%.0f ms", ms);
-    snprintf(f[TPS], 48, "%.0f tok/s", tps);
-    snprintf(f[MFU], 48, mfu > 0 ? "MFU %.1f%%" : "", 100 * mfu);
-    snprintf(f[ETA], 48, "ETA %dm%02ds", eta / 60, eta % 60);
-    int cols = 1 << 20;
-    struct winsize ws;
-    if (tty) cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
-    static const int drop_order[] = { LR, NORM, MFU, MS, TPS };
-    bool shown[NF];
-    for (int k = 0; k < NF; k++) shown[k] = f[k][0] != 0;
-    char line[512];
-    int n = 0;
-    for (int d = 0;; d++) {
-        n = 0;
-        for (int k = 0; k < NF; k++)
-            if (shown[k]) n += snprintf(line + n, sizeof line - (size_t)n, "%s%s", n ? " " : "", f[k]);
-        if (n <= cols - 1 || d == (int)(sizeof drop_order / sizeof drop_order[0])) break;
-        shown[drop_order[d]] = false;
-    }
-    if (!tty) {
-        if ((step + 1) % print_every == 0 || step + 1 == steps || !isnan(val)) printf("%s\n", line);
-    } else {
-        int width = cols - 1 - n - 3, done;
-        if (width > 24) width = 24;
-        char bar[32] = "";
-        if (width >= 8) {
-            done = (int)((double)(step + 1) / steps * width);
-            for (int i = 0; i < width; i++) bar[i] = i < done ? '#' : '.';
-            bar[width] = 0;
-        }
-        printf("\r%s%s%s%s\033[K", line, bar[0] ? " [" : "", bar, bar[0] ? "]" : "");
-    }
-    if (!isnan(val)) printf("%sval loss %.4f\n", tty ? "\n" : "", val);
-    fflush(stdout);
 }
 
 /* --dp x --tp x --pp must be the job's ranks; only data parallelism exists so far. */
@@ -620,7 +569,10 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
     }
     double mfu = r->peak_gflops > 0 ? r->flops_per_step / (ms / 1e3) / 1e9 / r->peak_gflops : 0;
     if (!c->quiet)
-        progress(r->tty, c->print_every, r->first_step, step, c->steps, s, lr, ms, tps, mfu, dt_time_now() - t_start, eval ? val : NAN);
+        dt_progress_print(r->tty, c->print_every ? c->print_every : 1,
+                          &(dt_progress){ .step = step, .steps = c->steps, .first = r->first_step, .loss = s->loss, .lr = lr,
+                                          .norm = s->norm, .skipped = s->skipped, .ms = ms, .rate = tps, .unit = "tok/s", .mfu = mfu,
+                                          .elapsed = dt_time_now() - t_start, .val = eval ? val : NAN });
     return 0;
 }
 

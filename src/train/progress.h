@@ -1,0 +1,24 @@
+/* The progress line of a training run (GPT-2's and the image models'). */
+#ifndef DT_TRAIN_PROGRESS_H
+#define DT_TRAIN_PROGRESS_H
+
+#include <stdbool.h>
+
+typedef struct {
+    int step, steps, first;  /* the step just done (0-based), the run's steps, the first this process ran */
+    float loss, lr;
+    double norm;
+    bool skipped;            /* no update: the norm overflowed (fp16) or was not finite */
+    double ms, rate;         /* the step's time; tokens or images a second */
+    const char *unit;        /* "tok/s", "img/s" */
+    double mfu;              /* 0: not shown */
+    double elapsed;          /* seconds since this process's first step */
+    const char *prefix;      /* before the fields ("epoch 2/5"), or NULL */
+    float val;               /* a validation loss to print after it (NAN: none) */
+} dt_progress;
+
+/* One line per print_every steps (and the last) where stdout is not our
+ * terminal; on a terminal one line redrawn in place, fitted to its width. */
+void dt_progress_print(bool tty, int print_every, const dt_progress *p);
+
+#endif
