@@ -74,7 +74,7 @@ dt_status dt_plan_check_memory(const dt_plan_job *job, int stage_built) {
     dt_plan_memory_estimate(job, &m);
     double avail = (double)dt_plan_available_memory();
     if (avail <= 0 || m.per_machine <= avail) return DT_OK;
-    char others[512] = "";
+    char others[1024] = "";
     size_t len = 0;
     for (int s = 0; s <= 3 && job->dp > 1; s++) {
         if (s == job->stage) continue;
@@ -87,6 +87,28 @@ dt_status dt_plan_check_memory(const dt_plan_job *job, int stage_built) {
                                 fmt(a.per_machine, a1, sizeof a1), a.per_machine <= avail ? " (fits" : " (does not fit",
                                 s > stage_built ? ", not built yet)" : ")");
         if (len >= sizeof others) break;
+    }
+    /* what the batch's activations can give back: the same global batch in smaller micro-batches, or recomputed blocks */
+    if (job->batch > 1 && len < sizeof others) {
+        dt_plan_job alt = *job;
+        dt_plan_memory a;
+        do {
+            alt.batch = (alt.batch + 1) / 2;
+            dt_plan_memory_estimate(&alt, &a);
+        } while (a.per_machine > avail && alt.batch > 1);
+        char a1[32];
+        len += (size_t)snprintf(others + len, sizeof others - len, "; --batch %d with %dx the --grad-accum (the same global batch) "
+                                "needs %s%s", alt.batch, (job->batch + alt.batch - 1) / alt.batch, fmt(a.per_machine, a1, sizeof a1),
+                                a.per_machine <= avail ? " (fits)" : " (does not fit)");
+    }
+    if (!job->recompute && len < sizeof others) {
+        dt_plan_job alt = *job;
+        dt_plan_memory a;
+        alt.recompute = 1;
+        dt_plan_memory_estimate(&alt, &a);
+        char a1[32];
+        len += (size_t)snprintf(others + len, sizeof others - len, "; --recompute needs %s%s", fmt(a.per_machine, a1, sizeof a1),
+                                a.per_machine <= avail ? " (fits)" : " (does not fit)");
     }
     char b[7][32];
     return dt_error(DT_ERR_ARG, "%s needs %s on this machine (%d rank%s x %s: parameters %s, gradients %s, optimizer %s, "

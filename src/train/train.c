@@ -251,6 +251,9 @@ static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
 
 /* The job's memory before it is allocated: refused, with the stages that
  * would fit, when this machine's ranks would not fit in it. */
+/* A refusal every rank makes alike (the memory check's), said by rank 0 alone. */
+static bool refused_alike;
+
 static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
     const dt_train_config *c = &r->c;
     struct stat sb;
@@ -263,7 +266,9 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
                         .data_bytes = data,
                         .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_comm(r->mesh, DT_MESH_DP)),
                         .precision = c->precision };
-    return dt_plan_check_memory(&job, 3);
+    dt_status st = dt_plan_check_memory(&job, 3);
+    refused_alike = st != DT_OK;
+    return st;
 }
 
 static dt_status check_memory(const run *r, const dt_gpt2_config *cfg);
@@ -794,7 +799,7 @@ static int run_rank(const dt_train_config *c0, dt_comm *w, dt_launch_kind kind) 
     if (check_settings(&r.c, r.nranks)) return fail(2);
     dt_kernels_set_threads(r.c.threads);
     r.tty = isatty(STDOUT_FILENO) && !r.c.quiet && kind != DT_LAUNCH_MPI;
-    int rc = setup(&r) ? fail(1) : train_loop(&r);
+    int rc = setup(&r) ? (r.rank != 0 && refused_alike ? 1 : fail(1)) : train_loop(&r);
     teardown(&r);
     return rc;
 }
