@@ -107,7 +107,19 @@ dt_status dt_plot_svg(const char *in, int log_y, char **svg, size_t *len) {
     out(&t, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
     out(&t, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     /* y gridlines at round values: 1-2-5 steps, or each power of ten (and 2x, 5x) on a log axis */
-    if (log_y) {
+    if (log_y && ty1 - ty0 < 1) {
+        /* less than a decade (losses from 11 down to 2.3): round values from a fine 1-2-5 grid, kept where they lie
+         * at least 24 px above the last one kept, from the bottom up: dense where the log axis stretches (low
+         * losses), sparse where it squeezes */
+        double v0 = pow(10, ty0), v1 = pow(10, ty1), dy = tick_step(v1 - v0, 30), k0 = ceil(v0 / dy), last = 1e30;
+        for (int k = 0; k <= 200 && (k0 + k) * dy <= v1 * (1 + 1e-9); k++) {
+            double yv = (k0 + k) * dy;
+            if (last - Y(yv) < 24) continue;
+            last = Y(yv);
+            out(&t, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>", L, Y(yv), W - R, Y(yv));
+            out(&t, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6, Y(yv) + 4, yv);
+        }
+    } else if (log_y) {
         for (double d = pow(10, floor(ty0)), e = 0; d <= pow(10, ceil(ty1)) && e < 40; d *= 10, e++)
             /* 1, 2, 5 per decade; every digit when the axis spans less than a decade */
             for (int m = 1; m <= (ty1 - ty0 < 1 ? 9 : 5); m += ty1 - ty0 < 1 ? 1 : (m == 1 ? 1 : 3)) {
@@ -140,7 +152,10 @@ dt_status dt_plot_svg(const char *in, int log_y, char **svg, size_t *len) {
     for (size_t i = 0; i < n; i++)
         if (!isnan(pts[i].val) && !(log_y && pts[i].val <= 0))
             out(&t, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"#d62728\"/>\n", X(pts[i].step), Y(pts[i].val));
-    out(&t, "<text x=\"%.1f\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">blue: training loss, red: validation loss</text>\n", W / 2);
+    bool has_val = false;
+    for (size_t i = 0; i < n; i++) has_val |= !isnan(pts[i].val);
+    out(&t, "<text x=\"%.1f\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">blue: training loss%s</text>\n", W / 2,
+        has_val ? ", red: validation loss" : "");
     out(&t, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n", W / 2, H - 8);
     out(&t, "<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 16 %.1f)\">loss (nats per token%s)</text>\n",
         (H - B + Tp) / 2, (H - B + Tp) / 2, log_y ? ", log scale" : "");
