@@ -62,6 +62,8 @@ else
         if [ "$id" = chart-timeline ]; then [ "${n:-0}" -ge "${want#*:}" ]; else [ "${n:-0}" = "${want#*:}" ]; fi \
             && ok "$id drawn with $n points" || fail "$id: ${n:-no} points, want ${want#*:} ($charts)"
     done
+    echo "$dom" | grep -q '<th>precision</th><td>fp32</td>' && echo "$status" | grep -q 'hidden' &&
+        ok "the Run card names the precision; the 'ok' status is hidden from readers" || fail "Run card precision or status: $status"
     echo "$dom" | grep -q 'rank 1 communication' || echo "$dom" | grep -q 'Timeline (2 ranks)' && ok "the timeline shows both ranks" \
         || fail "the timeline does not name 2 ranks"
     # a page that breaks is caught: a planted error must show
@@ -110,6 +112,16 @@ DTRAIN_CHARTJS=/nonexistent/chart.js "$DTRAIN" train "${model[@]}" --steps 3 --r
 [ $rc -eq 0 ] && [ -s "$dir/r2.bin" ] && grep -q 'the report was not written' "$dir/err" \
     && ok "an unwritable report warns, the run exits 0 and saves: $(grep -m1 'report was not' "$dir/err")" \
     || fail "unwritable report: exit $rc, $(cat "$dir/err")"
+
+# the loss plot: no validation, no "red: validation" in the legend; a log axis over less than a decade has ticks
+# below 3 where the losses end (2.3), not just the integers above
+python3 -c "
+import math
+for s in range(1, 201): print('{\"step\":%d,\"loss\":%.4f}' % (s, 2.3 + 8.7 * math.exp(-s / 20)))" > "$dir/plot.jsonl"
+"$DTRAIN" plot "$dir/plot.jsonl" -o "$dir/plot.svg" --log > /dev/null
+low=$(grep -o 'text-anchor="end">[0-9.]*<' "$dir/plot.svg" | grep -o '[0-9.]*' | awk '$1 < 3' | wc -l)
+! grep -q "validation" "$dir/plot.svg" && [ "$low" -ge 2 ] && ok "loss plot: the legend without validation; $low ticks below 3 on the log axis" ||
+    fail "plot: $(grep -o 'blue[^<]*' "$dir/plot.svg"), ticks $(grep -o 'text-anchor="end">[0-9.]*<' "$dir/plot.svg" | tr '\n' ' ')"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
