@@ -7,6 +7,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* A tokenizer file that is not UTF-8 is refused naming the place, as Python's json and HF's tokenizers refuse it. */
+static void not_utf8(const char *merges, int *passed, int *failed) {
+    static const struct { const char *json, *why, *want; } cases[] = {
+        { "{\"ab\xc3\": 0}", "a key ending in a lone lead byte", "not valid UTF-8 at byte 4 (line 1, column 5: byte 0xc3)" },
+        { "{\"a\": 0,\n\"\xc0\xaf\": 1}", "an overlong '/' on line 2", "line 2, column 2: byte 0xc0" },
+        { "{\"\xed\xa0\x80\": 0}", "an encoded surrogate", "byte 0xed" },
+        { "{\"\xe2\x82\xac\": 0, \"\xf0\x9f\x98\x80\": 1}", "a valid 3- and 4-byte character", NULL },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[] = "/tmp/test_bpe_XXXXXX";
+        int fd = mkstemp(path);
+        FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+        if (!f) { printf("FAIL: cannot write a temporary file\n"); (*failed)++; return; }
+        fputs(cases[i].json, f);
+        fclose(f);
+        dt_bpe *b = NULL;
+        dt_status st = dt_bpe_load(path, merges, &b);
+        int good = cases[i].want ? st != DT_OK && strstr(dt_last_error(), cases[i].want) != NULL : st == DT_OK;
+        if (good) (*passed)++;
+        else { (*failed)++; printf("FAIL %s: %s\n", cases[i].why, st ? dt_last_error() : "loaded"); }
+        dt_bpe_destroy(b);
+        unlink(path);
+    }
+}
 
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
@@ -51,6 +77,7 @@ int main(int argc, char **argv) {
     }
     cJSON_Delete(cases);
     dt_bpe_destroy(b);
+    not_utf8(merges, &passed, &failed);
     printf("bpe: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

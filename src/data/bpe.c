@@ -121,6 +121,39 @@ void dt_bpe_destroy(dt_bpe *b) {
     free(b);
 }
 
+/* The offset of the first byte of s[0, n) that does not begin a well-formed
+ * UTF-8 character (RFC 3629: no overlong forms, surrogates or code points
+ * past U+10FFFF; a lead byte the text ends after), or -1 when all are. */
+static long utf8_bad(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        int k = c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
+        if (k < 0 || i + (size_t)k >= n) return (long)i;
+        unsigned lo = 0x80, hi = 0xBF; /* the second byte's range */
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+        for (int j = 1; j <= k; j++)
+            if (s[i + j] < (j == 1 ? lo : 0x80) || s[i + j] > (j == 1 ? hi : 0xBF)) return (long)i;
+        i += (size_t)k + 1;
+    }
+    return -1;
+}
+
+/* path's text, refused (naming the line and column) where it is not UTF-8,
+ * as Python's json and HF's tokenizers refuse it. */
+static dt_status check_utf8(const char *path, const char *text, size_t n) {
+    long at = utf8_bad((const unsigned char *)text, n);
+    if (at < 0) return DT_OK;
+    int line = 1;
+    long col = at;
+    for (long i = 0; i < at; i++)
+        if (text[i] == '\n') line++, col = at - i - 1;
+    return dt_error(DT_ERR_IO, "%s: not valid UTF-8 at byte %ld (line %d, column %ld: byte 0x%02x)", path, at, line, col + 1,
+                    (unsigned char)text[at]);
+}
+
 static char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -138,6 +171,8 @@ dt_status dt_bpe_load(const char *encoder_json, const char *vocab_bpe, dt_bpe **
     size_t n;
     char *text = slurp(encoder_json, &n);
     if (!text) return dt_error(DT_ERR_IO, "%s: cannot read: %s", encoder_json, strerror(errno));
+    dt_status bad = check_utf8(encoder_json, text, n);
+    if (bad) { free(text); return bad; }
     cJSON *j = cJSON_Parse(text);
     free(text);
     if (!cJSON_IsObject(j)) { cJSON_Delete(j); return dt_error(DT_ERR_IO, "%s: not a JSON object of token -> id", encoder_json); }
@@ -152,6 +187,8 @@ dt_status dt_bpe_load(const char *encoder_json, const char *vocab_bpe, dt_bpe **
             it->valuedouble != (double)it->valueint)
             st = dt_error(DT_ERR_IO, "%s: token \"%s\" needs a whole-number id from 0 to %d", encoder_json, it->string,
                           DT_BPE_MAX_VOCAB - 1);
+        else if (utf8_bad((const unsigned char *)it->string, strlen(it->string)) >= 0) /* a \u escape of a lone surrogate */
+            st = dt_error(DT_ERR_IO, "%s: token with id %d is not valid UTF-8 once its escapes are read", encoder_json, it->valueint);
         else if (map_put(&b->vocab, it->string, strlen(it->string), it->valueint)) st = dt_error(DT_ERR_NOMEM, "bpe: out of memory");
         else if (it->valueint > maxid) maxid = it->valueint;
     }
@@ -175,6 +212,7 @@ dt_status dt_bpe_load(const char *encoder_json, const char *vocab_bpe, dt_bpe **
     cJSON_Delete(j);
     char *merges = st ? NULL : slurp(vocab_bpe, &n);
     if (!st && !merges) st = dt_error(DT_ERR_IO, "%s: cannot read: %s", vocab_bpe, strerror(errno));
+    if (!st) st = check_utf8(vocab_bpe, merges, n);
     int rank = 0, line = 0;
     for (char *p = merges, *e; !st && p && *p; p = e + (*e ? 1 : 0)) {
         e = strchr(p, '\n');
