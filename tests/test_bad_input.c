@@ -227,16 +227,17 @@ int main(void) {
     }
     free(st0);
 
-    /* encoder.json: a key ending in a lone UTF-8 lead byte loads without reading past it; ids that do not fit fail */
+    /* encoder.json: a key ending in a lone UTF-8 lead byte is refused naming the place (as Python's json and HF's
+     * tokenizers refuse it); ids that do not fit fail */
     snprintf(other, sizeof other, "%s/enc.json", dir);
     snprintf(path, sizeof path, "%s/vocab.bpe", dir);
     write_bytes(path, "#version: 0.2\na b\n", 18);
     const char *encs[3] = { "{\"a\": 0, \"b\": 1, \"x\xc3\": 2}", "{\"a\": 2147483647}", "{\"a\": 1e18}" };
     dt_bpe *bpe = NULL;
     write_bytes(other, encs[0], strlen(encs[0]));
-    if (dt_bpe_load(other, path, &bpe) == DT_OK && dt_bpe_vocab_size(bpe) == 3) { passed++; printf("ok   encoder.json key ending in a lead byte\n"); }
-    else { failed++; printf("FAIL encoder.json key ending in a lead byte: %s\n", dt_last_error()); }
+    expect_error("encoder.json key ending in a lead byte", dt_bpe_load(other, path, &bpe), "enc.json", "not valid UTF-8 at byte 19");
     dt_bpe_destroy(bpe);
+    bpe = NULL;
     for (int e = 1; e < 3; e++) {
         write_bytes(other, encs[e], strlen(encs[e]));
         expect_error(e == 1 ? "encoder.json id 2^31-1" : "encoder.json id 1e18", dt_bpe_load(other, path, &bpe), "enc.json", "whole-number id");
