@@ -49,6 +49,19 @@ int main(void) {
     dt_gpt2_init_random(whole, 7);
     for (int s = 0; s < S; s++) dt_gpt2_init_random(st[s], 7);
 
+    /* the initialisation made in pieces (as ranks make it, each a piece; threads split a piece the same way) is the
+     * whole one's */
+    {
+        dt_gpt2 *pieces = NULL;
+        size_t n = dt_gpt2_num_params(whole);
+        if (dt_gpt2_create(&cfg, &pieces)) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+        const size_t cuts[4] = { 0, 1000, n / 2 + 7, n };
+        for (int k = 0; k < 3; k++) dt_gpt2_init_random_range(pieces, 7, cuts[k], cuts[k + 1]);
+        EXPECT(!memcmp(dt_gpt2_params(pieces), dt_gpt2_params(whole), n * sizeof(float)),
+               "the initialisation made in 3 pieces differs from the whole one");
+        dt_gpt2_destroy(pieces);
+    }
+
     /* the stages hold exactly their units' tensors, with the whole model's values */
     int nw, held = 0, same = 1;
     const dt_tensor_info *tw = dt_gpt2_tensors(whole, &nw);

@@ -17,3 +17,11 @@ float dt_rng_normal(uint64_t *s) {
     double u2 = (dt_rng_next(s) >> 11) / 9007199254740992.0;
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
+
+/* splitmix64's state only adds a constant per draw, so the k-th normal
+ * (two draws each) of a stream is reachable without drawing those before:
+ * initialisation can run in parallel and in pieces, with the same values. */
+float dt_rng_normal_at(uint64_t seed, uint64_t k) {
+    uint64_t s = seed + 2 * k * 0x9e3779b97f4a7c15ull;
+    return dt_rng_normal(&s);
+}

@@ -187,11 +187,12 @@ void dt_gpt2_destroy(dt_gpt2 *m) {
     free(m);
 }
 
-void dt_gpt2_init_random(dt_gpt2 *m, uint64_t seed) {
-    uint64_t s = seed;
+void dt_gpt2_init_random_range(dt_gpt2 *m, uint64_t seed, size_t lo, size_t hi) {
     float proj = 0.02f / sqrtf(2.0f * m->cfg.num_layers);
+    uint64_t drawn = 0; /* normals drawn before this tensor: its values are the stream's next ones */
     /* every tensor of the whole model in llm.c's order, kept where held: a seed gives
-     * the same weights whatever the store's layout and whichever units are held */
+     * the same weights whatever the store's layout, whichever units are held and
+     * whichever piece of the store is made */
     for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
         bool ln_w = i == LN1W || i == LN2W || i == LNFW;
         bool bias = i == QKVB || i == ATTPROJB || i == LN1B || i == LN2B || i == FCB || i == FCPROJB || i == LNFB;
@@ -199,22 +200,27 @@ void dt_gpt2_init_random(dt_gpt2 *m, uint64_t seed) {
         int shape[2];
         tensor_shape(&m->cfg, i, shape);
         size_t count = (size_t)shape[0] * (size_t)(shape[1] ? shape[1] : 1);
-        for (int l = 0; l < dt_gpt2_llmc_layers(m, i); l++) {
+        for (int l = 0; l < dt_gpt2_llmc_layers(m, i); l++, drawn += ln_w || bias ? 0 : count) {
             const dt_tensor_info *t = dt_gpt2_llmc_tensor(m, i, l);
-            float *p = t ? m->params + t->offset : NULL;
-            for (size_t j = 0; j < count; j++) {
-                float v = ln_w ? 1.0f : bias ? 0.0f : std * dt_rng_normal(&s);
-                if (p) p[j] = v;
-            }
+            if (!t || t->offset >= hi || t->offset + count <= lo) continue;
+            float *p = m->params + t->offset;
+            size_t j0 = lo > t->offset ? lo - t->offset : 0, j1 = hi - t->offset < count ? hi - t->offset : count;
+            uint64_t first = drawn;
+            #pragma omp parallel for schedule(static)
+            for (size_t j = j0; j < j1; j++) p[j] = ln_w ? 1.0f : bias ? 0.0f : std * dt_rng_normal_at(seed, first + j);
         }
     }
     /* padded vocabulary rows stay zero */
     if (m->i_wte >= 0) {
-        size_t C = (size_t)m->cfg.channels;
-        memset(m->params + m->tab[m->i_wte].offset + (size_t)m->cfg.vocab_size * C, 0,
-               (size_t)(m->cfg.padded_vocab_size - m->cfg.vocab_size) * C * sizeof(float));
+        size_t C = (size_t)m->cfg.channels, a = m->tab[m->i_wte].offset + (size_t)m->cfg.vocab_size * C,
+               b = m->tab[m->i_wte].offset + (size_t)m->cfg.padded_vocab_size * C;
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        if (a < b) memset(m->params + a, 0, (b - a) * sizeof(float));
     }
 }
+
+void dt_gpt2_init_random(dt_gpt2 *m, uint64_t seed) { dt_gpt2_init_random_range(m, seed, 0, m->nparams); }
 
 const dt_gpt2_config *dt_gpt2_get_config(const dt_gpt2 *m) { return &m->cfg; }
 size_t dt_gpt2_num_params(const dt_gpt2 *m) { return m->nparams; }

@@ -49,11 +49,11 @@ dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_
     o->cfg = *cfg;
     o->n = n;
     bool adam = cfg->kind == DT_OPT_ADAMW || cfg->kind == DT_OPT_LAMB;
-    o->m = dt_alloc_aligned(n * sizeof(float));
-    o->v = adam ? dt_alloc_aligned(n * sizeof(float)) : NULL;
+    /* zero pages the first update faults in: nothing resident before then (a setup that still holds a
+     * transient copy of the parameters, ZeRO's before it shares them, does not add the state on top) */
+    o->m = dt_alloc_zeroed(n * sizeof(float));
+    o->v = adam ? dt_alloc_zeroed(n * sizeof(float)) : NULL;
     if (!o->m || (adam && !o->v)) { dt_optim_destroy(o); return dt_error(DT_ERR_NOMEM, "optimizer: no memory for its state"); }
-    memset(o->m, 0, n * sizeof(float));
-    if (o->v) memset(o->v, 0, n * sizeof(float));
     if (cfg->kind == DT_OPT_LAMB || cfg->kind == DT_OPT_LARS) {
         /* no spans: one tensor, the whole slice */
         dt_tensor_span whole = { 0, n, 0 };
@@ -81,8 +81,8 @@ dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_
 
 void dt_optim_destroy(dt_optim *o) {
     if (!o) return;
-    dt_free_aligned(o->m);
-    dt_free_aligned(o->v);
+    dt_free_zeroed(o->m);
+    dt_free_zeroed(o->v);
     free(o->spans);
     free(o->sums);
     free(o);

@@ -273,6 +273,21 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
 
 static dt_status check_memory(const run *r, const dt_gpt2_config *cfg);
 
+/* A new model's weights: each rank draws a piece of the same stream (the
+ * values do not depend on who draws them) and broadcasts it, so N ranks
+ * start N times sooner than each drawing the whole model. */
+static dt_status init_weights(const run *r, dt_gpt2 *m) {
+    size_t n = dt_gpt2_num_params(m);
+    int p = r->nranks > 1 ? r->nranks : 1;
+    dt_gpt2_init_random_range(m, r->c.seed, n * (size_t)r->rank / (size_t)p, n * (size_t)(r->rank + 1) / (size_t)p);
+    for (int q = 0; q < p && p > 1; q++) {
+        size_t lo = n * (size_t)q / (size_t)p, hi = n * (size_t)(q + 1) / (size_t)p;
+        dt_status st = dt_comm_broadcast(r->w, dt_gpt2_params(m) + lo, hi - lo, DT_F32, q);
+        if (st) return st;
+    }
+    return DT_OK;
+}
+
 static dt_status build_model(const run *r, dt_gpt2 **out) {
     const dt_train_config *c = &r->c;
     dt_gpt2_config cfg;
@@ -318,7 +333,7 @@ static dt_status build_model(const run *r, dt_gpt2 **out) {
     }
     if (!from_file) {
         if ((st = dt_gpt2_create(&cfg, out))) return st;
-        dt_gpt2_init_random(*out, c->seed);
+        if ((st = init_weights(r, *out))) return st;
     }
     dt_gpt2_set_recompute(*out, c->recompute);
     dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);
