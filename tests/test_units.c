@@ -9,6 +9,7 @@
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
 #include "dtrain/model.h"
+#include "dtrain/optim.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -48,6 +49,27 @@ int main(void) {
         if (dt_gpt2_create_units(&cfg, cut[s], cut[s + 1], &st[s])) { printf("FAIL: %s\n", dt_last_error()); return 1; }
     dt_gpt2_init_random(whole, 7);
     for (int s = 0; s < S; s++) dt_gpt2_init_random(st[s], 7);
+
+    /* memory that setup must not make resident: a new optimizer's state (zero pages until the first update) and
+     * the model's own gradients once a strategy's store replaces them (given back, and never copied) */
+    {
+        dt_optim_config oc;
+        dt_optim_defaults(DT_OPT_ADAMW, &oc);
+        dt_optim *o = NULL;
+        size_t n = 1 << 22;
+        if (dt_optim_create(&oc, n, NULL, 0, &o)) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+        size_t rm = dt_mem_resident(dt_optim_buffer(o, 0), n * 4), rv = dt_mem_resident(dt_optim_buffer(o, 1), n * 4);
+        /* one page at most: the allocation's header shares it */
+        EXPECT(rm <= 4096 && rv <= 4096, "a new AdamW's state is resident before any update: %zu and %zu of %zu bytes", rm, rv, n * 4);
+        dt_optim_destroy(o);
+        size_t np = dt_gpt2_num_params(whole);
+        float *store = dt_alloc_zeroed(np * sizeof(float));
+        dt_gpt2_set_grad_storage(whole, store);
+        dt_gpt2_set_grad_storage(whole, NULL);
+        size_t rs = dt_mem_resident(store, np * sizeof(float));
+        EXPECT(rs <= 4096, "handing the gradients' storage over and back read %zu bytes of the store into memory", rs);
+        dt_free_zeroed(store);
+    }
 
     /* the initialisation made in pieces (as ranks make it, each a piece; threads split a piece the same way) is the
      * whole one's */

@@ -269,27 +269,10 @@ void dt_gpt2_set_unit_hooks(dt_gpt2 *m, dt_grad_hook before_forward, dt_grad_hoo
 
 void dt_gpt2_set_defer_wte_rows(dt_gpt2 *m, int on) { m->defer_wte_rows = on; }
 
-/* Copies src to dst, a page-sized block at a time, skipping the blocks of
- * src that are all zeros when dst reads as zeros there (released pages):
- * gradients handed back between steps are zeros, and copying them would
- * touch 4 bytes per parameter of memory that nothing needs. */
-static void copy_nonzero(float *dst, const float *src, size_t n, int dst_zero) {
-    enum { BLOCK = 1024 };
-    for (size_t i = 0; i < n; i += BLOCK) {
-        size_t k = n - i < BLOCK ? n - i : BLOCK, j = 0;
-        if (dst_zero)
-            while (j < k && src[i + j] == 0.0f && !signbit(src[i + j])) j++;
-        if (j < k) memcpy(dst + i, src + i, k * sizeof *dst);
-    }
-}
-
 void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads) {
-    float *g = grads ? grads : m->own_grads;
-    if (g != m->grads) copy_nonzero(g, m->grads, m->nparams, g == m->own_grads && m->own_released);
-    m->own_released = g != m->own_grads;
+    m->grads = dt_model_grad_storage(m->own_grads, m->grads, grads, m->nparams);
     /* the model's own gradients, unused while elsewhere: their memory goes back (4 bytes per parameter) */
-    if (g != m->own_grads) dt_mem_release(m->own_grads, m->nparams * sizeof(float));
-    m->grads = g;
+    if (m->grads != m->own_grads) dt_mem_release(m->own_grads, m->nparams * sizeof(float));
 }
 
 void dt_gpt2_set_param_storage(dt_gpt2 *m, float *params) {

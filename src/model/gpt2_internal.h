@@ -33,7 +33,6 @@ struct dt_gpt2 {
     int ntab;
     size_t nparams;
     float *params, *grads, *own_grads, *own_params;
-    bool own_released;     /* own_grads' pages given back (they read as zeros) while the gradients live elsewhere */
     dt_grad_hook hook, before_fwd, before_bwd;
     void *hook_ctx, *unit_ctx;
     int defer_wte_rows;

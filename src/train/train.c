@@ -225,6 +225,7 @@ typedef struct {
     double flops_per_step;    /* model FLOPs of one step, all ranks (dt_gpt2_flops_per_token) */
     double peak_gflops;       /* the run's peak: per-thread sgemm x peak_threads (0: unknown) */
     int peak_threads;         /* threads x ranks, at most the machines' cores */
+    bool fresh;               /* the model starts from random weights, not a file */
     const char *peak_source;
     int peak_bf16;            /* the peak is the bf16 GEMM's */
     double t_start;
@@ -288,7 +289,7 @@ static dt_status init_weights(const run *r, dt_gpt2 *m) {
     return DT_OK;
 }
 
-static dt_status build_model(const run *r, dt_gpt2 **out) {
+static dt_status build_model(run *r, dt_gpt2 **out) {
     const dt_train_config *c = &r->c;
     dt_gpt2_config cfg;
     dt_status st;
@@ -333,7 +334,7 @@ static dt_status build_model(const run *r, dt_gpt2 **out) {
     }
     if (!from_file) {
         if ((st = dt_gpt2_create(&cfg, out))) return st;
-        if ((st = init_weights(r, *out))) return st;
+        r->fresh = true; /* drawn once the ranks have agreed on the job (open_data) */
     }
     dt_gpt2_set_recompute(*out, c->recompute);
     dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);
@@ -449,6 +450,7 @@ static dt_status setup(run *r) {
     dt_trace_file_step(r->trace, 1);
     if (!st) st = build_model(r, &r->m);
     if (!st) st = open_data(r);
+    if (!st && r->fresh) st = init_weights(r, r->m);
     if (!st) st = make_engine(r);
     int dropped = 0;
     if (!st && c->metrics && r->first_step && !(st = dt_metrics_truncate(c->metrics, r->first_step, &dropped)) && dropped && !c->quiet)
