@@ -126,17 +126,25 @@ static void one_case(const char *tag, const char *spec, int C, int H, int W, int
     dt_optim *o = NULL;
     st = dt_optim_create(&oc, dt_resnet_num_params(m), NULL, 0, &o);
     const float *steps = get(tag, "steps", NULL);
-    double sw = 0;
+    double sw = 0, early = 0;
     for (int s = 0; s < 10 && !st; s++) {
         st = dt_resnet_forward(m, x, y, B, true, &loss, NULL);
         if (!st) st = dt_resnet_backward(m, 1.0f);
         if (!st) dt_optim_step(o, dt_resnet_params(m), dt_resnet_grads(m), lr, 1);
         /* relative, with a floor of 0.1: the last losses are near 0.01, where summation order alone (AVX-512
          * BLAS kernels on Zen 4 against AVX2 ones) moves them by ~3e-6, 2e-4 of their size */
-        sw = fmax(sw, fabs(loss - steps[s]) / fmax(fabs(steps[s]), 0.1));
+        double d = fabs(loss - steps[s]) / fmax(fabs(steps[s]), 0.1);
+        sw = fmax(sw, d);
+        if (s < 4) early = fmax(early, d);
     }
-    EXPECT(!st && sw <= 1e-4, "%s: 10 SGD-momentum steps' losses %.3g from torchvision's (%s)", spec, sw, st ? dt_last_error() : "ran");
-    printf("%s: 10 SGD steps, losses within %.2g (last %.6f, torchvision %.6f)\n", spec, sw, loss, steps[9]);
+    /* The first 4 steps (3 updates: the gradients, momentum and the step itself) within 1e-4 on every BLAS
+     * kernel set tried. Later, the batch is being memorised and rounding differences grow by ~16x a step:
+     * resnet18's last losses differ by 4.4e-6 on FMA kernels (Zen 3's Haswell/Zen, Nehalem) but by 1.3e-3
+     * on OpenBLAS's non-FMA SandyBridge kernels, a correct f32 order too. No CI CPU runs those, but a
+     * bound must hold for any correct order: 1e-4 early, 3e-3 over all 10. */
+    EXPECT(!st && early <= 1e-4 && sw <= 3e-3, "%s: SGD-momentum steps' losses from torchvision's: %.3g over the first 4 (bound "
+           "1e-4), %.3g over 10 (bound 3e-3) (%s)", spec, early, sw, st ? dt_last_error() : "ran");
+    printf("%s: 10 SGD steps, losses within %.2g (first 4: %.2g; last %.6f, torchvision %.6f)\n", spec, sw, early, loss, steps[9]);
     dt_optim_destroy(o);
     dt_resnet_destroy(m);
 }
