@@ -186,6 +186,18 @@ l1=$(grep -o "^validation loss [0-9.]*" "$dir/e1"); l2=$(grep -o "^validation lo
 expect "--steps 0 with --save refused" 2 "--steps 0 evaluates and changes nothing: --save" -- \
     "$DTRAIN" train "${model[@]}" --steps 0 --save "$dir/nothing"
 
+# Exit codes: a usage error is 2 and --help is 0, for every command and subcommand
+bad=""
+for c in "train --bogus" "tokenize" "generate" "plot" "report" "ckpt" "ckpt info" "launch" "bench" "bench comm --bogus" \
+         "bench train --bogus" "eval --bogus" "nosuch"; do
+    "$DTRAIN" $c > /dev/null 2>&1; rc=$?; [ $rc = 2 ] || bad="$bad '$c' -> $rc;"
+done
+for c in "train --help" "tokenize --help" "generate --help" "plot --help" "report --help" "ckpt --help" "ckpt export --help" \
+         "launch --help" "bench --help" "bench comm --help" "bench train --help" "eval --help" "--help"; do
+    "$DTRAIN" $c > /dev/null 2>&1; rc=$?; [ $rc = 0 ] || bad="$bad '$c' -> $rc;"
+done
+[ -z "$bad" ] && ok "usage errors exit 2 and --help exits 0, every command" || fail "exit codes:$bad"
+
 # MFU's peak counts the cores there are: 4 ranks x 2 threads on a smaller machine is the machine's cores' worth
 cores=$(nproc); want=$(( cores < 8 ? cores : 8 ))
 "$DTRAIN" train "${threadless[@]}" --nproc 4 --threads 2 --steps 1 > "$dir/out" 2> "$dir/err"
