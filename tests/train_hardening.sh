@@ -186,6 +186,15 @@ l1=$(grep -o "^validation loss [0-9.]*" "$dir/e1"); l2=$(grep -o "^validation lo
 expect "--steps 0 with --save refused" 2 "--steps 0 evaluates and changes nothing: --save" -- \
     "$DTRAIN" train "${model[@]}" --steps 0 --save "$dir/nothing"
 
+# Output into a pipe is written a line at a time: the start lines arrive before the steps fill a buffer
+# (fully buffered, they would come with some 40 step lines at once)
+"$DTRAIN" train --model d6 --vocab 256 --data "$dir/train.bin" --batch 1 --seq 64 --threads 1 --steps 1000000 2>&1 | cat > "$dir/piped" &
+for ((i = 0; i < 300; i++)); do grep -q "^model " "$dir/piped" && break; sleep 0.1; done
+steps_then=$(grep -c "^step " "$dir/piped")
+pkill -f "steps 1000000" ; wait
+grep -q "^model " "$dir/piped" && [ "$steps_then" -lt 5 ] && ok "piped output: the start lines arrived with $steps_then step lines" ||
+    fail "piped output: $(head -c 200 "$dir/piped"), $steps_then step lines with the start lines"
+
 # Exit codes: a usage error is 2 and --help is 0, for every command and subcommand
 bad=""
 for c in "train --bogus" "tokenize" "generate" "plot" "report" "ckpt" "ckpt info" "launch" "bench" "bench comm --bogus" \

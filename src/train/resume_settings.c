@@ -3,7 +3,8 @@
  * read before the flags so that a flag given explicitly overrides them; a
  * change that alters the run is then named by the resume itself
  * (checkpoint.c's warn_changes). Keys an older checkpoint lacks keep the
- * defaults. */
+ * defaults. GPT-2 only: an image model's manifest does not name its model.
+ */
 #include "dtrain/train.h"
 #include "checkpoint_internal.h"
 
@@ -71,7 +72,11 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
     dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
     if (st) return st;
     const char *kind = dt_ckpt_string(j, "model", "kind");
-    if (kind && !strcmp(kind, "gpt2")) { /* an image model's name is not in its manifest: its flags say it */
+    if (!kind || strcmp(kind, "gpt2")) { /* an image model's name is not in its manifest: its flags say the run */
+        cJSON_Delete(j);
+        return DT_OK;
+    }
+    {
         take_int(j, "model", "num_layers", &c->shape.num_layers);
         take_int(j, "model", "num_heads", &c->shape.num_heads);
         take_int(j, "model", "channels", &c->shape.channels);
