@@ -146,6 +146,8 @@ uint64_t dt_hash_words(uint64_t h, const void *words, size_t n);
 /* Uniform in [0, 1) from one draw: its top 24 bits. */
 float dt_rng_uniform(uint64_t *state);
 float dt_rng_normal(uint64_t *state);
+/* The k-th (0-based) normal dt_rng_normal would give from state seed. */
+float dt_rng_normal_at(uint64_t seed, uint64_t k);
 
 /* "64", "4K", "1M", "2G" (powers of 1024) -> bytes. */
 dt_status dt_parse_size(const char *s, size_t *out);

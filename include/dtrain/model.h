@@ -89,7 +89,8 @@ void dt_model_unit_range(const dt_model *m, int a, int b, size_t *off, size_t *c
  * from now on at to (filled by the caller; own's pages go back), or back in
  * own (NULL: copied from now). Returns where they are. */
 float *dt_model_param_storage(float *own, float *now, float *to, size_t n);
-/* set_grad_storage's: the gradients so far copied to to (NULL: own). */
+/* set_grad_storage's: the gradients from now on at to (zero, the caller's),
+ * or back in own (NULL), zeroed; the gradients so far are not carried over. */
 float *dt_model_grad_storage(float *own, float *now, float *to, size_t n);
 
 #define DT_GPT2_NTENSORS 16 /* llm.c's tensors (each per-layer one is L entries of the table) */
@@ -128,6 +129,8 @@ void dt_gpt2_destroy(dt_gpt2 *m);
 /* GPT-2's initialisation (HF): weights N(0, 0.02), residual projections
  * scaled by 1/sqrt(2L), biases 0, LayerNorm weights 1, padded rows 0. */
 void dt_gpt2_init_random(dt_gpt2 *m, uint64_t seed);
+/* The same values for store elements [lo, hi) only (a rank's piece; threads share the work). */
+void dt_gpt2_init_random_range(dt_gpt2 *m, uint64_t seed, size_t lo, size_t hi);
 
 const dt_gpt2_config *dt_gpt2_get_config(const dt_gpt2 *m);
 size_t dt_gpt2_num_params(const dt_gpt2 *m);
