@@ -1,0 +1,47 @@
+#!/bin/bash
+# Collectives across two machines of the cluster rig (tests/cluster/rig.sh:
+# network namespaces on a switch, links shaped to RATE), dtrain against Open
+# MPI's own MPI_Allreduce between the same namespaces, alternating in one
+# invocation (ROUNDS rounds, medians): time, busbw, and busbw as a share of
+# the link's rate. Needs root; the rig is removed at the end whatever happens.
+# usage: bench/cluster_comm.sh [RATE (1gbit)] [RANKS_PER_MACHINE (1)] [ROUNDS (3)] [OP (allreduce)]
+set -euo pipefail
+rate=${1:-1gbit}
+ppn=${2:-1}
+rounds=${3:-3}
+op=${4:-allreduce}
+here=$(cd "$(dirname "$0")" && pwd)
+build=${BUILD:-$here/../build}
+. "$here/../tests/cluster/rig.sh"
+why=$(rig_unavailable)
+[ -z "$why" ] || { echo "bench/cluster_comm.sh: $why" >&2; exit 2; }
+rig_up 2 "$rate"
+sizes=8,1K,64K,1M,4M,16M,64M
+bytes=8,1024,65536,1048576,4194304,16777216,67108864
+out=$(mktemp)
+np=$((2 * ppn))
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; 2 machines (network namespaces) x $ppn rank(s), links shaped to $rate (tbf), $op f32 sum, $rounds rounds alternating, medians"
+for ((r = 1; r <= rounds; r++)); do
+    rig_mpirun -np $np --map-by ppr:$ppn:node "$build/dtrain" bench comm --op "$op" --sizes "$sizes" --json 2> /dev/null | sed 's/^/dtrain /' >> "$out"
+    rig_mpirun -np $np --map-by ppr:$ppn:node "$build/bench/mpi_coll_bench" --op "$op" --dtype f32 --redop sum --sizes "$bytes" \
+        --reps 7 --warmup 2 --seconds 0.05 2> /dev/null | sed 's/^/openmpi /' >> "$out"
+done
+python3 - "$out" "$rate" <<'PY'
+import json, re, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    who, js = line.split(" ", 1)
+    d = json.loads(js)
+    rows.setdefault((d["bytes"], who), []).append(d)
+m = re.match(r"([0-9.]+)([kmg]?)bit", sys.argv[2].lower())
+link = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)] / 8 / 1e9  # GB/s
+print(f"{'bytes':>10} {'dtrain algo':>11} {'us':>10} {'busbw GB/s':>10} {'of link':>8} | {'Open MPI us':>11} {'busbw GB/s':>10} {'of link':>8} | {'dtrain/OMPI busbw':>17}")
+for b in sorted({k[0] for k in rows}):
+    d, o = rows.get((b, "dtrain"), []), rows.get((b, "openmpi"), [])
+    if not d or not o:
+        continue
+    du, db = statistics.median(x["avg_us"] for x in d), statistics.median(x["busbw_gbs"] for x in d)
+    ou, ob = statistics.median(x["avg_us"] for x in o), statistics.median(x["busbw_gbs"] for x in o)
+    print(f"{b:>10} {d[0]['algo']:>11} {du:>10.1f} {db:>10.3f} {db / link:>7.0%} | {ou:>11.1f} {ob:>10.3f} {ob / link:>7.0%} | {db / ob if ob else 0:>16.2f}x")
+PY
+rm -f "$out"
