@@ -1,0 +1,45 @@
+#!/bin/bash
+# DDP across two machines of the cluster rig (tests/cluster/rig.sh) at each
+# link rate given: GPT-2 MODEL, 1 rank per machine, 1 thread, against one
+# process alone on the box, alternating; ms per step (median of the steps
+# after 2 warm-up), the exposed communication per step, and the scaling
+# (2 x one process's time / the 2-machine step's time). Needs root.
+# usage: bench/cluster_ddp.sh [MODEL (d6)] [STEPS (10)] [ROUNDS (3)] [RATES (10gbit 1gbit)]
+set -euo pipefail
+model=${1:-d6}
+steps=${2:-10}
+rounds=${3:-3}
+rates=${4:-10gbit 1gbit}
+here=$(cd "$(dirname "$0")" && pwd)
+build=${BUILD:-$here/../build}
+. "$here/../tests/cluster/rig.sh"
+why=$(rig_unavailable)
+[ -z "$why" ] || { echo "bench/cluster_ddp.sh: $why" >&2; exit 2; }
+work=$(mktemp -d)
+head -c 2000000 /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/GPL-2 /usr/share/common-licenses/Apache-2.0 > "$work/text" 2> /dev/null || true
+"$build/dtrain" tokenize --bytes "$work/text" "$work/train.bin" > /dev/null
+args=(--model "$model" --vocab 256 --data "$work/train.bin" --batch 4 --seq 64 --threads 1 --steps "$steps" --quiet)
+med() { python3 -c "
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][2:]
+print('%.1f %.1f' % (statistics.median(r['ms'] for r in rows), statistics.median(r['comm_exposed_ms'] for r in rows)))" "$1"; }
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; GPT-2 $model, batch 4 x 64 per rank, AdamW, 1 thread per rank; medians of steps 3-$steps, $rounds rounds alternating"
+printf "%8s %12s %14s %18s %9s\n" link "1 proc ms" "2 machines ms" "exposed comm ms" scaling
+for rate in $rates; do
+    rig_up 2 "$rate"
+    one=() two=() exp=()
+    for ((r = 1; r <= rounds; r++)); do
+        "$build/dtrain" train "${args[@]}" --metrics "$work/one.jsonl" > /dev/null 2>&1
+        rig_mpirun -np 2 --map-by node "$build/dtrain" train "${args[@]}" --metrics "$work/two.jsonl" > /dev/null 2>&1
+        read -r a _ <<< "$(med "$work/one.jsonl")"
+        read -r b e <<< "$(med "$work/two.jsonl")"
+        one+=("$a") two+=("$b") exp+=("$e")
+    done
+    rig_down
+    python3 - "$rate" "${one[*]}" "${two[*]}" "${exp[*]}" <<'PY'
+import statistics, sys
+one, two, exp = (statistics.median(map(float, s.split())) for s in sys.argv[2:5])
+print(f"{sys.argv[1]:>8} {one:>12.1f} {two:>14.1f} {exp:>11.1f} ({exp / two:.0%}) {2 * one / two:>8.2f}x")
+PY
+done
+rm -rf "$work"
