@@ -15,6 +15,7 @@ extern "C" {
 
 typedef struct {
     double params, grads, optim, comm, acts, data; /* bytes per rank */
+    double runtime;                                /* the process itself: code, libraries, start-up state */
     double per_rank, per_machine;                  /* sums; per_machine: x the ranks on one machine */
 } dt_plan_memory;
 
@@ -29,6 +30,7 @@ typedef struct {
     size_t data_bytes;       /* token files each rank reads whole */
     int shared_params;       /* ZeRO's ranks all on one machine share one copy of the parameters */
     dt_dtype precision;      /* DT_F32; mixed precision adds the parameters' 16-bit copy, halves the blocks' activations */
+    size_t process_bytes;    /* a rank's resident memory before the model (measured: code, libraries, the runtime) */
 } dt_plan_job;
 
 /* Bytes per rank and per machine (fp32 Adam: DDP 16 bytes per parameter;

@@ -38,7 +38,8 @@ void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
               (j->stage >= 2 && n > 1 ? f * (double)j->model.padded_vocab_size * C + (double)j->bucket_bytes : 0);
     m->acts = (double)dt_gpt2_activation_bytes(&j->model, j->batch, j->seq, j->recompute, j->attention, j->precision);
     m->data = (double)j->data_bytes;
-    m->per_rank = m->params + m->grads + m->optim + m->comm + m->acts + m->data;
+    m->runtime = (double)j->process_bytes;
+    m->per_rank = m->params + m->grads + m->optim + m->comm + m->acts + m->data + m->runtime;
     m->per_machine = m->per_rank * (j->local_ranks > 0 ? j->local_ranks : 1);
 }
 
@@ -112,8 +113,8 @@ dt_status dt_plan_check_memory(const dt_plan_job *job, int stage_built) {
     }
     char b[7][32];
     return dt_error(DT_ERR_ARG, "%s needs %s on this machine (%d rank%s x %s: parameters %s, gradients %s, optimizer %s, "
-                    "activations %s, buffers %s, tokens %s), %s available%s",
+                    "activations %s, buffers %s, tokens %s, the process %s), %s available%s",
                     stage_name(job->stage, job->dp), fmt(m.per_machine, b[0], 32), job->local_ranks, job->local_ranks == 1 ? "" : "s",
                     fmt(m.per_rank, b[1], 32), fmt(m.params, b[2], 32), fmt(m.grads, b[3], 32), fmt(m.optim, b[4], 32),
-                    fmt(m.acts, b[5], 32), fmt(m.comm, b[6], 32), fmt(m.data, (char[32]){ 0 }, 32), fmt(avail, (char[32]){ 0 }, 32), others);
+                    fmt(m.acts, b[5], 32), fmt(m.comm, b[6], 32), fmt(m.data, (char[32]){ 0 }, 32), fmt(m.runtime, (char[32]){ 0 }, 32), fmt(avail, (char[32]){ 0 }, 32), others);
 }

@@ -46,6 +46,18 @@ void dt_train_defaults(dt_train_config *c) {
     dt_loss_scale_defaults(&c->loss_scale);
 }
 
+/* This process's resident memory now (VmRSS). */
+static size_t resident_now(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %zu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024;
+}
+
 size_t dt_peak_memory(void) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return 0;
@@ -266,7 +278,7 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
                         .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                         .data_bytes = data,
                         .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_comm(r->mesh, DT_MESH_DP)),
-                        .precision = c->precision };
+                        .precision = c->precision, .process_bytes = resident_now() };
     dt_status st = dt_plan_check_memory(&job, 3);
     refused_alike = st != DT_OK;
     return st;
