@@ -3,7 +3,10 @@
 # link rate given: GPT-2 MODEL, 1 rank per machine, 1 thread, against one
 # process alone on the box, alternating; ms per step (median of the steps
 # after 2 warm-up), the exposed communication per step, and the scaling
-# (2 x one process's time / the 2-machine step's time). Needs root.
+# (2 x one process's time / the 2-machine step's time); PyTorch DDP over
+# gloo across the same machines from the same weights where the baselines'
+# virtual environment is (dtrain/PT: PyTorch's step time over dtrain's).
+# Needs root.
 # usage: bench/cluster_ddp.sh [MODEL (d6)] [STEPS (10)] [ROUNDS (3)] [RATES (10gbit 1gbit)]
 set -euo pipefail
 model=${1:-d6}
@@ -23,23 +26,43 @@ med() { python3 -c "
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]
 print('%.1f %.1f' % (statistics.median(r['ms'] for r in rows), statistics.median(r['comm_exposed_ms'] for r in rows)))" "$1"; }
+venv=${DTRAIN_VENV:-$here/../.venv-baselines}
+torch=""
+if [ -x "$venv/bin/python" ]; then # PyTorch DDP over gloo across the same machines, from the same weights
+    torch=$venv/bin/python
+    "$build/dtrain" train --model "$model" --vocab 256 --data "$work/train.bin" --steps 1 --lr 1e-30 --save "$work/w.bin" --quiet
+else
+    echo "# (no PyTorch baseline: scripts/make-baselines-venv.sh makes it)"
+fi
+torch_step() { # the median ms/step of PyTorch DDP, 1 rank on each machine
+    rig_exec 1 env GLOO_SOCKET_IFNAME=eth0 "$torch" "$here/torch_ddp.py" --weights "$work/w.bin" --nproc 2 --rank 0 \
+        --master "$RIG_NET.1:29533" --steps "$steps" --warmup 2 > "$work/torch.jsonl" 2> /dev/null &
+    rig_exec 2 env GLOO_SOCKET_IFNAME=eth0 "$torch" "$here/torch_ddp.py" --weights "$work/w.bin" --nproc 2 --rank 1 \
+        --master "$RIG_NET.1:29533" --steps "$steps" --warmup 2 > /dev/null 2>&1
+    wait
+    python3 -c "
+import json, statistics, sys
+print('%.1f' % statistics.median(json.loads(l)['ms'] for l in open(sys.argv[1])))" "$work/torch.jsonl"
+}
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; GPT-2 $model, batch 4 x 64 per rank, AdamW, 1 thread per rank; medians of steps 3-$steps, $rounds rounds alternating"
-printf "%8s %12s %14s %18s %9s\n" link "1 proc ms" "2 machines ms" "exposed comm ms" scaling
+printf "%8s %12s %14s %18s %9s %16s %10s\n" link "1 proc ms" "2 machines ms" "exposed comm ms" scaling "PyTorch DDP ms" "dtrain/PT"
 for rate in $rates; do
     rig_up 2 "$rate"
-    one=() two=() exp=()
+    one=() two=() exp=() pt=()
     for ((r = 1; r <= rounds; r++)); do
         "$build/dtrain" train "${args[@]}" --metrics "$work/one.jsonl" > /dev/null 2>&1
         rig_mpirun -np 2 --map-by node "$build/dtrain" train "${args[@]}" --metrics "$work/two.jsonl" > /dev/null 2>&1
         read -r a _ <<< "$(med "$work/one.jsonl")"
         read -r b e <<< "$(med "$work/two.jsonl")"
         one+=("$a") two+=("$b") exp+=("$e")
+        [ -n "$torch" ] && pt+=("$(torch_step)")
     done
     rig_down
-    python3 - "$rate" "${one[*]}" "${two[*]}" "${exp[*]}" <<'PY'
+    python3 - "$rate" "${one[*]}" "${two[*]}" "${exp[*]}" "${pt[*]:-0}" <<'PY'
 import statistics, sys
-one, two, exp = (statistics.median(map(float, s.split())) for s in sys.argv[2:5])
-print(f"{sys.argv[1]:>8} {one:>12.1f} {two:>14.1f} {exp:>11.1f} ({exp / two:.0%}) {2 * one / two:>8.2f}x")
+one, two, exp, pt = (statistics.median(map(float, s.split())) for s in sys.argv[2:6])
+print(f"{sys.argv[1]:>8} {one:>12.1f} {two:>14.1f} {exp:>11.1f} ({exp / two:.0%}) {2 * one / two:>8.2f}x {pt:>16.1f} "
+      f"{(pt / two if pt else 0):>9.2f}x")
 PY
 done
 rm -rf "$work"

@@ -2,7 +2,8 @@
 """PyTorch DDP baseline for `dtrain bench train --nproc N --baseline torch`:
 the GPT-2 of torch_gpt2.py, from the same llm.c weights, wrapped in
 DistributedDataParallel over gloo (default 25 MiB buckets), N local
-processes with --threads threads each, AdamW, each rank on its own random
+processes with --threads threads each (or, with --rank R --master ADDR:PORT,
+one rank of a job across machines), AdamW, each rank on its own random
 batch. Rank 0 prints one JSON line per timed step: {"step", "ms", "loss"}.
 Debian's python3-torch or torch from PyPI."""
 import argparse
@@ -40,9 +41,9 @@ class GPT2(torch.nn.Module):
         return forward(self.cfg, p, idx, tgt)
 
 
-def worker(rank, a, port):
+def worker(rank, a, addr):
     torch.set_num_threads(a.threads)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=a.nproc)
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}", rank=rank, world_size=a.nproc)
     cfg, params = load(a.weights)
     model = torch.nn.parallel.DistributedDataParallel(GPT2(cfg, params), bucket_cap_mb=25)
     g = torch.Generator().manual_seed(1 + rank)
@@ -70,11 +71,16 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    # one rank of a job across machines (bench/cluster_ddp.sh), started on each: this rank and rank 0's address
+    ap.add_argument("--rank", type=int, default=-1)
+    ap.add_argument("--master", default="")
     a = ap.parse_args()
+    if a.rank >= 0:
+        return worker(a.rank, a, a.master)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(worker, args=(a, port), nprocs=a.nproc, join=True)
+    mp.spawn(worker, args=(a, f"127.0.0.1:{port}"), nprocs=a.nproc, join=True)
 
 
 if __name__ == "__main__":
