@@ -122,7 +122,7 @@ finish_job() {
 }
 rig_down_jobs() { local i; for i in 1 2; do kill -9 $(ip netns pids "$RIG_PREFIX-$i") 2> /dev/null; done; }
 
-# a rank stopped (SIGSTOP) on machine 2: the heartbeat names it on machine 1 within 5 s
+# a rank stopped (SIGSTOP) on machine 2: the heartbeat (4 s) names it on machine 1 within 6 s, load allowing
 start_train
 victim=$(rank_pid 2)
 t0=$(date +%s.%N)
@@ -131,8 +131,8 @@ for ((i = 0; i < 100; i++)); do grep -q "rank 1 has sent no heartbeat" "$dir/job
 named=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 finish_job "$t0" 20
 kill -CONT "$victim" 2> /dev/null
-grep -qE "rank 1 has sent no heartbeat for [0-9.]+ s \(stopped by SIGSTOP" "$dir/job.err" && awk -v s="$named" 'BEGIN { exit !(s < 5) }' &&
-    awk -v s="$secs" 'BEGIN { exit !(s < 10) }' &&
+grep -qE "rank 1 has sent no heartbeat for [0-9.]+ s \(stopped by SIGSTOP" "$dir/job.err" && awk -v s="$named" 'BEGIN { exit !(s < 6) }' &&
+    awk -v s="$secs" 'BEGIN { exit !(s < 15) }' &&
     ok "a rank stopped on machine 2: named by machine 1's heartbeat after $named s, the ranks gone after $secs s" ||
     fail "stopped rank across machines (named after ${named} s, gone after ${secs} s): $(grep -i "rank" "$dir/job.err" | head -3)"
 
@@ -144,7 +144,7 @@ finish_job "$t0" 40
 ip -n "$RIG_PREFIX-2" link set eth0 up
 cat "$dir/job.err" $(find "$dir/ranks" -name stderr) > "$dir/cable.err" 2> /dev/null
 grep -qE "rank 0: .*rank 1 has sent no heartbeat" "$dir/cable.err" && grep -qE "rank 1: .*rank 0 has sent no heartbeat" "$dir/cable.err" &&
-    awk -v s="$secs" 'BEGIN { exit !(s < 10) }' &&
+    awk -v s="$secs" 'BEGIN { exit !(s < 15) }' &&
     ok "the cable pulled: both ranks gone in $secs s, each naming the other: $(grep -m1 -E "rank 1: " "$dir/cable.err" | cut -c1-160)" ||
     fail "pulled cable (ranks gone after ${secs} s): $(grep -E "rank [01]: " "$dir/cable.err" | head -4)"
 
