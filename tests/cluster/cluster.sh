@@ -136,7 +136,8 @@ grep -qE "rank 1 has sent no heartbeat for [0-9.]+ s \(stopped by SIGSTOP" "$dir
     ok "a rank stopped on machine 2: named by machine 1's heartbeat after $named s, the ranks gone after $secs s" ||
     fail "stopped rank across machines (named after ${named} s, gone after ${secs} s): $(grep -i "rank" "$dir/job.err" | head -3)"
 
-# the cable pulled in the middle of the run: every rank exits naming the unreachable peer within the stall timeout
+# the cable pulled in the middle of the run: every rank exits naming the unreachable peer (the heartbeat, 4 s; the
+# stall timeout, 300 s, is the backstop), within 10 s
 start_train
 t0=$(date +%s.%N)
 ip -n "$RIG_PREFIX-2" link set eth0 down
