@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps demo test test-sanitize test-mpich test-blis bench-mpi fuzz clean
+.PHONY: all deps demo test test-cluster test-sanitize test-mpich test-blis bench-mpi fuzz clean
 
 all: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j$(JOBS)
@@ -24,6 +24,16 @@ demo: deps all
 test: deps all
 	@scripts/install-deps.sh chromium
 	cd $(BUILD) && ctest --output-on-failure
+
+# Two machines for real (root): the rig's test, dtrain's collectives against Open MPI's and DDP against PyTorch's
+# across shaped links, and the cost model calibrated across machines (into $(BUILD)/cluster-calibration.txt).
+test-cluster: deps all
+	cd $(BUILD) && ctest -R cluster --output-on-failure
+	bench/cluster_comm.sh 1gbit 1 3
+	bench/cluster_comm.sh 10gbit 2 3
+	bench/cluster_ddp.sh d6 10 3
+	DTRAIN_CALIBRATION=$(abspath $(BUILD))/cluster-calibration.txt bash -c '. tests/cluster/rig.sh; rig_up 2 1gbit; \
+	  rig_mpirun -np 4 --map-by ppr:2:node -x DTRAIN_CALIBRATION $(abspath $(BUILD))/dtrain bench comm --calibrate'
 
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer, then ThreadSanitizer.
 test-sanitize: deps
