@@ -46,28 +46,22 @@ void dt_train_defaults(dt_train_config *c) {
     dt_loss_scale_defaults(&c->loss_scale);
 }
 
-/* This process's resident memory now (VmRSS). */
-static size_t resident_now(void) {
+/* A size from /proc/self/status ("VmRSS", "VmHWM"), in bytes; 0 if unknown. */
+static size_t status_bytes(const char *field) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return 0;
     char line[256];
-    size_t kb = 0;
+    size_t kb = 0, n = strlen(field);
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %zu kB", &kb) == 1) break;
+        if (!strncmp(line, field, n) && line[n] == ':' && sscanf(line + n + 1, "%zu", &kb) == 1) break;
     fclose(f);
     return kb * 1024;
 }
 
-size_t dt_peak_memory(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    size_t kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %zu kB", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024;
-}
+/* This process's resident memory now. */
+static size_t resident_now(void) { return status_bytes("VmRSS"); }
+
+size_t dt_peak_memory(void) { return status_bytes("VmHWM"); }
 
 static dt_status evaluate(dt_comm *w, dt_gpt2 *m, dt_loader *l, int batches, int B, int T, int32_t *in, int32_t *tg,
                           float *out) {
