@@ -83,19 +83,24 @@ static void usage(FILE *f) {
 }
 
 /* "--flag=value" as "--flag value" (argparse's form, the one users type),
- * up to a bare "--": what follows it is another program's. The array and
- * its strings live as long as the process. */
+ * up to a bare "--": what follows it is another program's. One allocation
+ * holds the new array and the flags' names (free it once). */
 static char **split_equals(int *argc, char **argv) {
-    char **out = malloc(sizeof(char *) * (2 * (size_t)*argc + 1));
-    if (!out) return argv;
+    size_t names = 0;
+    for (int i = 1; i < *argc; i++) names += strlen(argv[i]) + 1;
+    char **out = malloc(sizeof(char *) * (2 * (size_t)*argc + 1) + names);
+    if (!out) return NULL;
+    char *store = (char *)(out + 2 * (size_t)*argc + 1);
     int n = 0, rest = 0;
     for (int i = 0; i < *argc; i++) {
         char *a = argv[i], *eq = strchr(a, '=');
         rest |= !strcmp(a, "--");
         if (rest || i == 0 || strncmp(a, "--", 2) || !eq || eq == a + 2) { out[n++] = a; continue; }
-        char *flag = strndup(a, (size_t)(eq - a));
-        if (!flag) { out[n++] = a; continue; }
-        out[n++] = flag;
+        size_t len = (size_t)(eq - a);
+        memcpy(store, a, len);
+        store[len] = 0;
+        out[n++] = store;
+        store += len + 1;
         out[n++] = eq + 1;
     }
     out[n] = NULL;
@@ -103,26 +108,26 @@ static char **split_equals(int *argc, char **argv) {
     return out;
 }
 
-int main(int argc, char **argv) {
-    if (argc < 2) { usage(stderr); return 2; }
-    argv = split_equals(&argc, argv);
-    /* a line at a time into a pipe too (| tee, mpirun): the start lines show before step 1 */
-    setvbuf(stdout, NULL, _IOLBF, 0);
+/* train --steps 0: the same flags, the same checks, the loss of --model on --data (or --val-data). */
+static int eval_command(int argc, char **argv) {
+    char **a = malloc(sizeof(char *) * ((size_t)argc + 3));
+    if (!a) return 1;
+    memcpy(a, argv, sizeof(char *) * (size_t)argc);
+    a[1] = "train";
+    a[argc] = "--steps";
+    a[argc + 1] = "0";
+    a[argc + 2] = NULL;
+    int rc = dt_cli_train(argc + 1, a + 1);
+    free(a);
+    return rc;
+}
+
+static int dispatch(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "launch")) return dt_cli_launch(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return dt_cli_bench(argc, argv);
     if (!strcmp(cmd, "train")) return dt_cli_train(argc - 1, argv + 1);
-    if (!strcmp(cmd, "eval")) {
-        /* train --steps 0: the same flags, the same checks, the loss of --model on --data (or --val-data) */
-        char **a = malloc(sizeof(char *) * ((size_t)argc + 3));
-        if (!a) return 1;
-        memcpy(a, argv, sizeof(char *) * (size_t)argc);
-        a[1] = "train";
-        a[argc] = "--steps";
-        a[argc + 1] = "0";
-        a[argc + 2] = NULL;
-        return dt_cli_train(argc + 1, a + 1);
-    }
+    if (!strcmp(cmd, "eval")) return eval_command(argc, argv);
     if (!strcmp(cmd, "tokenize")) return dt_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return dt_cli_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "plot")) return dt_cli_plot(argc - 1, argv + 1);
@@ -133,4 +138,15 @@ int main(int argc, char **argv) {
     dt_log(DT_LOG_ERROR, "unknown command '%s'", cmd);
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return 2; }
+    char **split = split_equals(&argc, argv);
+    if (!split) { dt_log(DT_LOG_ERROR, "out of memory"); return 1; }
+    /* a line at a time into a pipe too (| tee, mpirun): the start lines show before step 1 */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int rc = dispatch(argc, split);
+    free(split);
+    return rc;
 }

@@ -8,6 +8,7 @@
 #include "dtrain/train.h"
 #include "checkpoint_internal.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,10 +25,13 @@ static void take_bool(const cJSON *j, const char *section, const char *key, int 
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, section), *x = s ? cJSON_GetObjectItemCaseSensitive(s, key) : NULL;
     if (cJSON_IsBool(x)) *out = cJSON_IsTrue(x);
 }
-/* A string that outlives the manifest (the config keeps pointers). */
-static const char *take_string(const cJSON *j, const char *section, const char *key, const char *keep) {
+/* A string that outlives the manifest (the config keeps pointers): kept in
+ * into, which lives as long as the process (one resume per process). */
+static const char *take_string(const cJSON *j, const char *section, const char *key, const char *keep, char *into, size_t cap) {
     const char *v = dt_ckpt_string(j, section, key);
-    return v && *v ? strdup(v) : keep;
+    if (!v || !*v || strlen(v) >= cap) return keep;
+    memcpy(into, v, strlen(v) + 1);
+    return into;
 }
 static void take_dtype(const cJSON *j, const char *key, dt_dtype *out) {
     const char *v = dt_ckpt_string(j, "settings", key);
@@ -84,8 +88,9 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
         take_int(j, "model", "max_seq_len", &c->shape.max_seq_len);
         take_int(j, "settings", "seq", &c->seq);
     }
-    c->data = take_string(j, "data", "path", c->data);
-    c->val_data = take_string(j, "settings", "val_data", c->val_data);
+    static char data[PATH_MAX], val[PATH_MAX];
+    c->data = take_string(j, "data", "path", c->data, data, sizeof data);
+    c->val_data = take_string(j, "settings", "val_data", c->val_data, val, sizeof val);
     take_int(j, "settings", "steps", &c->steps);
     take_int(j, "settings", "batch", &c->batch);
     take_int(j, "settings", "grad_accum", &c->grad_accum);
