@@ -146,7 +146,7 @@ assert (c["n_layer"], c["n_head"], c["n_embd"], c["vocab_size"], c["n_positions"
 assert open(sys.argv[1] + "/model.safetensors", "rb").read(9)[8:] == b"{"
 PY
 for m in "$dir/ck" "$dir/ck/step-00000002" "$dir/hf"; do
-    "$DTRAIN" generate --model "$m" --prompt "The " --tokens 8 --seed 1 > "$dir/gen.$(basename "$m")" 2> "$dir/err" ||
+    OMP_NUM_THREADS=1 "$DTRAIN" generate --model "$m" --prompt "The " --tokens 8 --seed 1 > "$dir/gen.$(basename "$m")" 2> "$dir/err" ||
         fail "generate --model $m: $(head -c 300 "$dir/err")"
 done
 cmp -s "$dir/gen.ck" "$dir/gen.hf" && cmp -s "$dir/gen.ck" "$dir/gen.step-00000002" &&
