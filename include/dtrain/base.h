@@ -119,6 +119,10 @@ static inline size_t dt_dtype_size(dt_dtype t) {
 }
 const char *dt_dtype_name(dt_dtype t);
 dt_status dt_dtype_parse(const char *s, dt_dtype *out);
+/* A training precision as the flags, configs and manifests spell it (DeepSpeed's
+ * words): "fp32", "bf16", "fp16"; parse refuses anything else (DT_ERR_ARG). */
+const char *dt_precision_name(dt_dtype t);
+dt_status dt_precision_parse(const char *s, dt_dtype *out);
 
 static inline float dt_bf16_to_f32(uint16_t h) {
     union { uint32_t u; float f; } v = { (uint32_t)h << 16 };

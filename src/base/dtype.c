@@ -55,3 +55,12 @@ uint16_t dt_f32_to_f16(float f) {
     if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) half++;
     return (uint16_t)(sign | half);
 }
+
+const char *dt_precision_name(dt_dtype t) { return t == DT_BF16 ? "bf16" : t == DT_F16 ? "fp16" : "fp32"; }
+
+dt_status dt_precision_parse(const char *s, dt_dtype *out) {
+    static const dt_dtype types[3] = { DT_F32, DT_BF16, DT_F16 };
+    for (int i = 0; s && i < 3; i++)
+        if (!strcmp(s, dt_precision_name(types[i]))) { *out = types[i]; return DT_OK; }
+    return dt_error(DT_ERR_ARG, "precision '%s': expected fp32, bf16 or fp16", s ? s : "");
+}

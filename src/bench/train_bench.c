@@ -25,7 +25,6 @@ void dt_bench_train_defaults(dt_bench_train_opts *o) {
     *o = (dt_bench_train_opts){ .model = "124M", .batch = 4, .seq = 64, .steps = 10, .warmup = 2, .threads = 1, .rounds = 1 };
 }
 
-static const char *prec_name(dt_dtype t) { return t == DT_BF16 ? "bf16" : t == DT_F16 ? "fp16" : "fp32"; }
 
 /* Median ms per step of dtrain on the model. */
 static int run_dtrain(dt_gpt2 *m, const dt_bench_train_opts *o, int round, double *ms_out, double *loss_out) {
@@ -54,7 +53,7 @@ static int run_dtrain(dt_gpt2 *m, const dt_bench_train_opts *o, int round, doubl
             t[k - o->warmup] = ms;
             if (!o->json)
                 printf("Iter #%d: %.1f tok/s (%.1f ms) [dtrain %s, round %d]\n", k - o->warmup, BT / (ms / 1e3), ms,
-                       prec_name(dt_gpt2_precision(m)), round + 1);
+                       dt_precision_name(dt_gpt2_precision(m)), round + 1);
         }
     }
     *ms_out = dt_bench_median(t, o->steps);
@@ -161,7 +160,7 @@ int dt_bench_train(const dt_bench_train_opts *o) {
                "\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.3f", o->model, o->batch, o->seq, o->threads, d, tok, gf, gemm, gf / gemm);
         if (o->precision != DT_F32) {
             double l = dt_bench_median(lms, rounds);
-            printf(",\"precision\":\"%s\",\"lp_ms\":%.2f,\"lp_speedup_over_fp32\":%.3f", prec_name(o->precision), l, d / l);
+            printf(",\"precision\":\"%s\",\"lp_ms\":%.2f,\"lp_speedup_over_fp32\":%.3f", dt_precision_name(o->precision), l, d / l);
             if (o->baseline) printf(",\"torch_autocast_ms\":%.2f,\"lp_speedup_over_torch\":%.3f", dt_bench_median(tms, rounds),
                                     dt_bench_median(tms, rounds) / l);
         } else if (o->baseline) {
@@ -174,11 +173,11 @@ int dt_bench_train(const dt_bench_train_opts *o) {
         if (o->precision != DT_F32) {
             double l = dt_bench_median(lms, rounds);
             printf("dtrain %s: %.1f ms/step, %.1f tok/s: %.2fx fp32's step rate (medians of %d rounds, alternating)\n",
-                   prec_name(o->precision), l, o->batch * o->seq / (l / 1e3), d / l, rounds);
+                   dt_precision_name(o->precision), l, o->batch * o->seq / (l / 1e3), d / l, rounds);
             if (o->baseline) {
                 double t = dt_bench_median(tms, rounds);
-                printf("torch autocast %s: %.1f ms/step; dtrain %s is %.2fx PyTorch's %s step\n", prec_name(o->precision), t,
-                       prec_name(o->precision), t / l, prec_name(o->precision));
+                printf("torch autocast %s: %.1f ms/step; dtrain %s is %.2fx PyTorch's %s step\n", dt_precision_name(o->precision), t,
+                       dt_precision_name(o->precision), t / l, dt_precision_name(o->precision));
             }
         } else if (o->baseline) {
             double t = dt_bench_median(tms, rounds);

@@ -219,11 +219,9 @@ int dt_cli_train(int argc, char **argv) {
         else if (!strcmp(f, "--report")) c.report = v;
         else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &kind);
         else if (!strcmp(f, "--grad-comm") || !strcmp(f, "--grad-store")) {
-            ok = !strcmp(v, "fp32") || !strcmp(v, "bf16") || !strcmp(v, "fp16");
-            *(!strcmp(f, "--grad-comm") ? &c.grad_comm : &c.grad_store) = !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "fp16") ? DT_F16 : DT_F32;
+            ok = !dt_precision_parse(v, !strcmp(f, "--grad-comm") ? &c.grad_comm : &c.grad_store);
         } else if (!strcmp(f, "--precision")) {
-            ok = !strcmp(v, "fp32") || !strcmp(v, "bf16") || !strcmp(v, "fp16");
-            c.precision = !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "fp16") ? DT_F16 : DT_F32;
+            ok = !dt_precision_parse(v, &c.precision);
         }
         else if (!strcmp(f, "--attention")) {
             ok = !strcmp(v, "auto") || !strcmp(v, "full") || !strcmp(v, "blockwise");

@@ -217,10 +217,10 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddStringToObject(x, "strategy", strategy);
     cJSON_AddNumberToObject(x, "grad_clip", c->grad_clip);
     cJSON_AddNumberToObject(x, "seed", (double)c->seed);
-    cJSON_AddStringToObject(x, "precision", c->precision == DT_BF16 ? "bf16" : c->precision == DT_F16 ? "fp16" : "fp32");
+    cJSON_AddStringToObject(x, "precision", dt_precision_name(c->precision));
     /* the rest of what --resume DIR alone needs to go on as the run did (resume_settings.c) */
-    cJSON_AddStringToObject(x, "grad_store", dt_dtype_name(c->grad_store));
-    cJSON_AddStringToObject(x, "grad_comm", dt_dtype_name(c->grad_comm));
+    cJSON_AddStringToObject(x, "grad_store", dt_precision_name(c->grad_store));
+    cJSON_AddStringToObject(x, "grad_comm", dt_precision_name(c->grad_comm));
     cJSON_AddNumberToObject(x, "threads", c->threads); /* BLAS's sums depend on it: the same count resumes bit for bit */
     cJSON_AddNumberToObject(x, "eval_every", c->eval_every);
     cJSON_AddNumberToObject(x, "eval_batches", c->eval_batches);

@@ -265,10 +265,8 @@ static dt_status read_data_types(const char *path, const cJSON *root, dt_train_c
     warn_unknown(path, "data_types.", s, known);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "grad_accum_dtype");
     if (!t) return DT_OK;
-    const char *v = cJSON_IsString(t) ? t->valuestring : "";
-    if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16"))
+    if (dt_precision_parse(cJSON_IsString(t) ? t->valuestring : "", &c->grad_store))
         return dt_error(DT_ERR_ARG, "%s: \"data_types.grad_accum_dtype\" must be \"fp32\", \"bf16\" or \"fp16\"", path);
-    c->grad_store = !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "fp16") ? DT_F16 : DT_F32;
     return DT_OK;
 }
 
@@ -277,10 +275,8 @@ static dt_status read_data_types(const char *path, const cJSON *root, dt_train_c
 static dt_status read_comm_type(const char *path, const cJSON *root, dt_train_config *c) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "communication_data_type");
     if (!t || is_auto(t)) return DT_OK;
-    const char *v = cJSON_IsString(t) ? t->valuestring : "";
-    if (strcmp(v, "fp32") && strcmp(v, "bf16") && strcmp(v, "fp16"))
+    if (dt_precision_parse(cJSON_IsString(t) ? t->valuestring : "", &c->grad_comm))
         return dt_error(DT_ERR_ARG, "%s: \"communication_data_type\" must be \"fp32\", \"bf16\" or \"fp16\"", path);
-    c->grad_comm = !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "fp16") ? DT_F16 : DT_F32;
     return DT_OK;
 }
 

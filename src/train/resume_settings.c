@@ -33,10 +33,10 @@ static const char *take_string(const cJSON *j, const char *section, const char *
     memcpy(into, v, strlen(v) + 1);
     return into;
 }
-static void take_dtype(const cJSON *j, const char *key, dt_dtype *out) {
+static void take_precision(const cJSON *j, const char *key, dt_dtype *out) {
     const char *v = dt_ckpt_string(j, "settings", key);
     dt_dtype t;
-    if (v && !dt_dtype_parse(v, &t)) *out = t;
+    if (v && !dt_precision_parse(v, &t)) *out = t;
 }
 
 static void take_optimizer(const cJSON *j, dt_train_config *c) {
@@ -105,10 +105,9 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
     if (!dt_ckpt_number(j, "settings", "seed", "", &v)) c->seed = (uint64_t)v;
     const char *shuffle = dt_ckpt_string(j, "rng", "shuffle_seed");
     if (shuffle) c->shuffle_seed = strtoull(shuffle, NULL, 10);
-    const char *prec = dt_ckpt_string(j, "settings", "precision");
-    if (prec) c->precision = !strcmp(prec, "bf16") ? DT_BF16 : !strcmp(prec, "fp16") ? DT_F16 : DT_F32;
-    take_dtype(j, "grad_store", &c->grad_store);
-    take_dtype(j, "grad_comm", &c->grad_comm);
+    take_precision(j, "precision", &c->precision);
+    take_precision(j, "grad_store", &c->grad_store);
+    take_precision(j, "grad_comm", &c->grad_comm);
     take_optimizer(j, c);
     take_schedule(j, c);
     if (!c->save) c->save = dir; /* it goes on saving where it was saved */

@@ -33,10 +33,9 @@ static void add_settings(cJSON *j, const dt_train_config *c, const dt_run_record
     cJSON_AddNumberToObject(s, "steps_done", r->steps_done);
     cJSON_AddStringToObject(s, "data", c->data ? c->data : "");
     cJSON_AddBoolToObject(s, "recompute", c->recompute != 0);
-    static const char *const types[] = { [DT_F32] = "fp32", [DT_BF16] = "bf16", [DT_F16] = "fp16" };
-    cJSON_AddStringToObject(s, "precision", types[c->precision] ? types[c->precision] : "?");
-    cJSON_AddStringToObject(s, "grad_comm", types[c->grad_comm] ? types[c->grad_comm] : "?");
-    cJSON_AddStringToObject(s, "grad_store", types[c->grad_store] ? types[c->grad_store] : "?");
+    cJSON_AddStringToObject(s, "precision", dt_precision_name(c->precision));
+    cJSON_AddStringToObject(s, "grad_comm", dt_precision_name(c->grad_comm));
+    cJSON_AddStringToObject(s, "grad_store", dt_precision_name(c->grad_store));
 }
 
 dt_status dt_run_record_write(const char *path, const dt_train_config *c, const dt_run_record *r) {

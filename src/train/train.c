@@ -88,8 +88,6 @@ static void json_num(FILE *f, const char *key, const char *fmt, double v) {
     else fputs("null", f);
 }
 
-/* A 16-bit type as the flags spell it. */
-static const char *flag_type(dt_dtype t) { return t == DT_BF16 ? "bf16" : t == DT_F16 ? "fp16" : "fp32"; }
 
 /* Settings that would do nothing, or contradict each other: said before any work. */
 static dt_status check_settings(dt_train_config *c, int nranks) {
@@ -118,12 +116,12 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
         dt_log(DT_LOG_WARN, "--warmup %d is not shorter than the %d steps: the learning rate never reaches --lr", c->sched.warmup,
                c->steps);
     if (c->grad_store != DT_F32) {
-        const char *gs = flag_type(c->grad_store);
+        const char *gs = dt_precision_name(c->grad_store);
         if (c->grad_store != c->precision)
             return dt_error(DT_ERR_ARG, "--grad-store %s needs --precision %s: the gradients are kept in the type the model computes in "
-                            "(--precision is %s)", gs, gs, flag_type(c->precision));
+                            "(--precision is %s)", gs, gs, dt_precision_name(c->precision));
         if (c->grad_comm != DT_F32 && c->grad_comm != c->grad_store)
-            return dt_error(DT_ERR_ARG, "--grad-comm %s with --grad-store %s: gradients kept in %s travel in %s", flag_type(c->grad_comm),
+            return dt_error(DT_ERR_ARG, "--grad-comm %s with --grad-store %s: gradients kept in %s travel in %s", dt_precision_name(c->grad_comm),
                             gs, gs, gs);
         if (nranks == 1) {
             /* as --grad-comm: a setting of the reductions, so one process (a benchmark's baseline, say) runs without it */
@@ -489,7 +487,7 @@ static dt_status setup(run *r) {
                      : c->precision == DT_BF16                           ? "this CPU has no bf16 arithmetic (no avx512_bf16)"
                                                                          : "dtrain has no fp16 GEMM");
         printf("%s: activations and the parameters' working copy in 16 bits, master weights in f32, averaged gradients in %s; "
-               "the matmuls %s, and half the activation memory\n", flag_type(c->precision),
+               "the matmuls %s, and half the activation memory\n", dt_precision_name(c->precision),
                c->grad_store != DT_F32 ? "16 bits (--grad-store)" : "f32", matmuls);
     }
     if (r->peak_gflops > 0)
