@@ -21,6 +21,7 @@ rig_unavailable() {
     command -v ip > /dev/null || { echo "the cluster rig needs ip (Debian's iproute2)"; return; }
     command -v unshare > /dev/null || { echo "the cluster rig needs unshare (util-linux)"; return; }
     command -v tc > /dev/null || { echo "the cluster rig needs tc (Debian's iproute2)"; return; }
+    command -v nft > /dev/null || { echo "the cluster rig needs nft (Debian's nftables) for a lossy link"; return; }
     ip netns add "${RIG_PREFIX}-probe" 2> /dev/null || { echo "network namespaces cannot be made here (ip netns add failed)"; return; }
     ip netns del "${RIG_PREFIX}-probe"
 }
@@ -81,6 +82,29 @@ rig_mpirun() {
         OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=eth0 OMPI_MCA_oob_tcp_if_include=eth0 \
         OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none \
         mpirun --hostfile "$RIG_HOSTFILE" "$@"
+}
+
+# The switch drops PER_MILLE of every 1000 TCP frames it forwards, at random, both directions (netem's loss is
+# not in every kernel; nftables' random numbers are). 0 lifts it. Frames are the veths' GSO frames, so a
+# drop loses a burst of segments: by bytes the same fraction, harsher on TCP than single-segment loss.
+rig_loss() {
+    local sw=$RIG_PREFIX-sw
+    ip netns exec "$sw" nft delete table bridge rig 2> /dev/null
+    [ "$1" = 0 ] && return
+    ip netns exec "$sw" nft -f - << NFT
+table bridge rig {
+    chain forward {
+        type filter hook forward priority 0;
+        meta l4proto tcp numgen random mod 1000 < $1 counter drop
+        counter
+    }
+}
+NFT
+}
+
+# "DROPPED SEEN": frames the switch dropped and frames it let through since rig_loss.
+rig_loss_counts() {
+    ip netns exec "$RIG_PREFIX-sw" nft list table bridge rig | grep -o 'packets [0-9]*' | awk '{printf "%s ", $2}'
 }
 
 rig_down() {
