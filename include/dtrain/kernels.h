@@ -79,6 +79,11 @@ void dt_lp_round_add(float *dst, const float *src, size_t n, dt_dtype t);
 /* Token + position embedding: out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]. */
 void dt_embedding_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
 void dt_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C);
+/* The vocabulary-parallel embedding's share: out[i,:] = wte[tok[i] - v0,:]
+ * for the tokens in [v0, v0 + rows) this rank holds, 0 for the rest (the
+ * group's sum is the whole lookup); and dwte's rows of those tokens += dout. */
+void dt_embedding_rows_forward(float *out, const int32_t *tok, const float *wte, int v0, int rows, int BT, int C);
+void dt_embedding_rows_backward(float *dwte, const float *dout, const int32_t *tok, int v0, int rows, int BT, int C);
 
 /* LayerNorm over C with eps 1e-5; mean and rstd are kept for backward. */
 void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
@@ -125,6 +130,17 @@ float dt_crossentropy_forward(float *losses, float *stats, const float *logits, 
 /* The gradient in place of the logits from forward's stats: the same values
  * dt_crossentropy_fused writes (f32). */
 void dt_crossentropy_backward(float *logits, const float *stats, const int32_t *targets, int BT, int V, int Vp, float dscale);
+/* The vocabulary-parallel cross-entropy's pieces (Megatron's), on this
+ * rank's columns [v0, v0 + Vp) of which the first V are real: each row's
+ * maximum (-inf when V is 0); each row's sum of exp(logit - mx[i]) into
+ * part[2i] and its target's logit into part[2i+1] (0 when another rank
+ * holds the target); summed over the group these are the whole row's. The
+ * gradient in place of the logits from the group's stats (max, sum). */
+void dt_crossentropy_rows_max(float *mx, const float *logits, int BT, int V, int Vp);
+void dt_crossentropy_rows_sum(float *part, const float *logits, const float *mx, const int32_t *targets, int v0, int BT, int V,
+                              int Vp);
+void dt_crossentropy_rows_backward(float *logits, const float *stats, const int32_t *targets, int v0, int BT, int V, int Vp,
+                                   float dscale);
 
 /* The same on 16-bit logits (values of t, DT_BF16 or DT_F16), computed in
  * f32; the fused one leaves the gradient rounded to t in place. work: Vp

@@ -30,8 +30,18 @@ typedef struct {
  * vocabulary; the rest is replicated. */
 typedef enum { DT_SPLIT_NONE = 0, DT_SPLIT_COLUMN, DT_SPLIT_ROW, DT_SPLIT_VOCAB } dt_tp_split;
 
+/* This rank's slice of a tensor a model-parallel part splits: along
+ * dimension dim of the global shape, count entries from offset, in pieces
+ * blocks stride apart (qkv's weight: one slice each of Q, K and V, stride C).
+ * A whole tensor: dim 0, offset 0, count = global shape[0], pieces 1. */
+typedef struct {
+    int dim, offset, count, pieces, stride;
+} dt_tensor_slice;
+
 /* One parameter tensor: the table is the one place that sizes, offsets,
- * checkpoint names, gradient ranges, shards and stages come from. */
+ * checkpoint names, gradient ranges, shards and stages come from. shape is
+ * what this rank stores; gshape and slice say where it sits in the global
+ * tensor (the same as shape unless a model-parallel part splits it). */
 typedef struct {
     char name[48];          /* ours: "wte", "h.3.qkvw", "lnfw"; the MLP's "layer.0.weight" */
     char hf[64];            /* Hugging Face's (PyTorch's state_dict) name: "h.3.attn.c_attn.weight" */
@@ -41,6 +51,8 @@ typedef struct {
     int grad_unit;          /* the unit after whose backward its gradient is final (a tied weight's earlier) */
     int ndim, shape[4];     /* as stored: weights [out, in], wte [Vp, C], convolutions [OC, C, KH, KW] */
     size_t offset, count;   /* in the flat store */
+    int gshape[4];          /* the global tensor's shape */
+    dt_tensor_slice slice;  /* this rank's part of it */
     dt_tp_split split;
     int input_rows;         /* an embedding: backward adds to only the rows of the input's tokens */
     int f32_read;           /* mixed precision reads its f32 values: 1 in forward only (embedding tables), 2 in both passes (LayerNorms) */
@@ -80,6 +92,13 @@ typedef struct {
      * master allgathers it) and the model no longer casts it; 0: back. */
     uint16_t *(*lp_copy)(void *self, int caller_keeps, dt_dtype *t);
 } dt_model;
+
+/* Element j of tensor t's local store: its index in the global tensor (row-major gshape). */
+size_t dt_tensor_global_index(const dt_tensor_info *t, size_t j);
+/* A tensor held whole: gshape = shape, the slice all of dimension 0 (models call it as they fill their tables). */
+void dt_tensor_set_whole(dt_tensor_info *t);
+/* Whether t is split among the ranks of a model-parallel group (its slice is not the whole). */
+bool dt_tensor_is_sliced(const dt_tensor_info *t);
 
 /* The table's tensor called name, or NULL. */
 const dt_tensor_info *dt_model_find(const dt_model *m, const char *name);
@@ -122,6 +141,31 @@ dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out);
  * holds the head but not unit 0 keeps its own copy of the tied wte in unit
  * L+1 (the same name; a pipeline keeps the two copies equal). */
 dt_status dt_gpt2_create_units(const dt_gpt2_config *cfg, int a, int b, dt_gpt2 **out);
+
+/* Tensor parallelism's collectives as the model calls them (parallel/
+ * tensor_parallel.c gives them over a communicator): sum (or, max != 0,
+ * the maximum) of n floats in place across the tensor-parallel group. The
+ * model layer stays free of communicators; its kernels free of both. */
+typedef struct {
+    void *ctx;
+    dt_status (*allreduce)(void *ctx, float *buf, size_t n, int max);
+} dt_tp_ops;
+
+/* What part of the model a rank builds: units [ua, ub) (a pipeline stage),
+ * and tensor-parallel rank tp_rank of tp_size (Megatron: qkv and fc
+ * column-parallel by heads and hidden units, the two projections
+ * row-parallel, the tied embedding and LM head by vocabulary rows,
+ * ceil(Vp / tp_size) a rank, the last rank the rest; the rest replicated).
+ * tp_size > 1 needs tp and heads divisible by tp_size. */
+typedef struct {
+    int ua, ub;
+    int tp_rank, tp_size;
+    const dt_tp_ops *tp;
+} dt_gpt2_part;
+/* The whole model as one part (no splitting). */
+dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg);
+dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *part, dt_gpt2 **out);
+const dt_gpt2_part *dt_gpt2_get_part(const dt_gpt2 *m);
 void dt_gpt2_units(const dt_gpt2 *m, int *a, int *b);
 /* Fails, naming what needs it, unless the model holds every unit (files hold whole models). */
 dt_status dt_gpt2_check_whole(const dt_gpt2 *m, const char *what);

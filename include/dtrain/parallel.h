@@ -23,6 +23,10 @@ int dt_mesh_size(const dt_mesh *m, dt_mesh_dim d);
 int dt_mesh_coord(const dt_mesh *m, dt_mesh_dim d);
 dt_comm *dt_mesh_comm(const dt_mesh *m, dt_mesh_dim d);
 
+/* Tensor parallelism's collectives over the TP communicator tp, for the
+ * model's part (dt_gpt2_part.tp); tp must outlive the model. */
+dt_tp_ops dt_tp_ops_over(dt_comm *tp);
+
 /* Whether ZeRO's ranks of the data-parallel communicator dp keep one
  * shared copy of the parameters (zero.c): all of them on one machine, over
  * its shared memory, unless DTRAIN_ZERO_PRIVATE_PARAMS=1 gives each its own. */

@@ -34,13 +34,46 @@ float dt_crossentropy_forward(float *losses, float *stats, const float *logits, 
     return (float)(total / BT);
 }
 
-/* Row i's gradient in place of its logits (mx, sum from row_loss). */
+/* Row i's gradient in place of its logits (mx, sum from row_loss); a
+ * target outside [0, V) is another rank's column. */
 static void row_grad(float *l, int target, int V, int Vp, float mx, float sum, float dscale) {
     float inv = 1.0f / sum;
     #pragma omp simd
     for (int v = 0; v < V; v++) l[v] = dt_vexpf(l[v] - mx) * inv * dscale;
-    l[target] -= dscale;
+    if (target >= 0 && target < V) l[target] -= dscale;
     for (int v = V; v < Vp; v++) l[v] = 0.0f;
+}
+
+void dt_crossentropy_rows_max(float *mx, const float *logits, int BT, int V, int Vp) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        const float *l = logits + (size_t)i * Vp;
+        float m = -INFINITY;
+        #pragma omp simd reduction(max : m)
+        for (int v = 0; v < V; v++) m = l[v] > m ? l[v] : m;
+        mx[i] = m;
+    }
+}
+
+void dt_crossentropy_rows_sum(float *part, const float *logits, const float *mx, const int32_t *targets, int v0, int BT, int V,
+                              int Vp) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        const float *l = logits + (size_t)i * Vp;
+        float sum = 0, m = mx[i];
+        #pragma omp simd reduction(+ : sum)
+        for (int v = 0; v < V; v++) sum += dt_vexpf(l[v] - m);
+        int t = targets[i] - v0;
+        part[2 * i] = sum;
+        part[2 * i + 1] = t >= 0 && t < V ? l[t] : 0.0f;
+    }
+}
+
+void dt_crossentropy_rows_backward(float *logits, const float *stats, const int32_t *targets, int v0, int BT, int V, int Vp,
+                                   float dscale) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++)
+        row_grad(logits + (size_t)i * Vp, targets[i] - v0, V, Vp, stats[2 * i], stats[2 * i + 1], dscale);
 }
 
 float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale, dt_dtype t) {

@@ -27,3 +27,25 @@ void dt_embedding_backward(float *dwte, float *dwpe, const float *dout, const in
             }
         }
 }
+
+void dt_embedding_rows_forward(float *out, const int32_t *tok, const float *wte, int v0, int rows, int BT, int C) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        float *o = out + (size_t)i * C;
+        int r = tok[i] - v0;
+        if (r < 0 || r >= rows) { for (int c = 0; c < C; c++) o[c] = 0.0f; continue; }
+        const float *we = wte + (size_t)r * C;
+        for (int c = 0; c < C; c++) o[c] = we[c];
+    }
+}
+
+void dt_embedding_rows_backward(float *dwte, const float *dout, const int32_t *tok, int v0, int rows, int BT, int C) {
+    /* serial, in position order, as dt_embedding_backward adds them */
+    for (int i = 0; i < BT; i++) {
+        int r = tok[i] - v0;
+        if (r < 0 || r >= rows) continue;
+        const float *d = dout + (size_t)i * C;
+        float *we = dwte + (size_t)r * C;
+        for (int c = 0; c < C; c++) we[c] += d[c];
+    }
+}

@@ -85,6 +85,31 @@ double dt_gpt2_flops_per_token(const dt_gpt2_config *c, int T) {
 }
 
 
+/* This rank's slice of a split tensor (t whole so far), from the part:
+ * column-parallel by output rows (qkv: the same heads' rows of each of Q, K
+ * and V), row-parallel by input columns, the embedding by vocabulary rows. */
+static void slice(const dt_gpt2 *m, dt_tensor_info *t) {
+    int r = m->part.tp_rank, C = m->cfg.channels;
+    switch (t->split) {
+    case DT_SPLIT_COLUMN:
+        if (t->llmc_index == QKVW || t->llmc_index == QKVB) t->slice = (dt_tensor_slice){ 0, r * m->Cl, m->Cl, 3, C };
+        else t->slice = (dt_tensor_slice){ 0, r * m->Fl, m->Fl, 1, m->Fl };
+        t->shape[0] = t->slice.count * t->slice.pieces;
+        break;
+    case DT_SPLIT_ROW: {
+        int in = t->gshape[1] / m->part.tp_size;
+        t->slice = (dt_tensor_slice){ 1, r * in, in, 1, in };
+        t->shape[1] = in;
+        break;
+    }
+    case DT_SPLIT_VOCAB:
+        t->slice = (dt_tensor_slice){ 0, m->v0, m->Vl, 1, m->Vl };
+        t->shape[0] = m->Vl;
+        break;
+    case DT_SPLIT_NONE: break;
+    }
+}
+
 /* Appends llm.c's tensor i (layer l) to the table as part of unit `unit`; its index. */
 static int add(dt_gpt2 *m, int i, int l, int unit) {
     int L = m->cfg.num_layers;
@@ -103,6 +128,8 @@ static int add(dt_gpt2 *m, int i, int l, int unit) {
     t->f32_read = i == WTE || i == WPE ? 1 : i == LN1W || i == LN1B || i == LN2W || i == LN2B || i == LNFW || i == LNFB ? 2 : 0;
     tensor_shape(&m->cfg, i, t->shape);
     t->ndim = t->shape[1] ? 2 : 1;
+    dt_tensor_set_whole(t);
+    if (m->part.tp_size > 1) slice(m, t);
     t->count = (size_t)t->shape[0] * (size_t)(t->shape[1] ? t->shape[1] : 1);
     t->offset = m->nparams;
     m->nparams += t->count;
@@ -143,17 +170,56 @@ static dt_status layout(dt_gpt2 *m) {
     return DT_OK;
 }
 
-dt_status dt_gpt2_create_units(const dt_gpt2_config *cfg, int a, int b, dt_gpt2 **out) {
-    *out = NULL;
-    dt_status st = dt_gpt2_config_check(cfg, "model");
-    if (st) return st;
+dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg) { return (dt_gpt2_part){ 0, cfg->num_layers + 2, 0, 1, NULL }; }
+
+static dt_status check_part(const dt_gpt2_config *cfg, const dt_gpt2_part *p) {
+    int a = p->ua, b = p->ub, t = p->tp_size;
     if (a < 0 || b > cfg->num_layers + 2 || a >= b)
         return dt_error(DT_ERR_ARG, "model: units [%d, %d) are not a range of 0..%d", a, b, cfg->num_layers + 1);
+    if (t < 1 || p->tp_rank < 0 || p->tp_rank >= t)
+        return dt_error(DT_ERR_ARG, "model: tensor-parallel rank %d of %d", p->tp_rank, t);
+    if (t > 1 && cfg->num_heads % t)
+        return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the %d attention heads", t, cfg->num_heads);
+    if (t > 1 && !p->tp) return dt_error(DT_ERR_ARG, "model: a tensor-parallel part needs its collectives (dt_tp_ops)");
+    if (t > cfg->padded_vocab_size)
+        return dt_error(DT_ERR_ARG, "model: --tp %d is more than the %d vocabulary rows", t, cfg->padded_vocab_size);
+    return DT_OK;
+}
+
+/* The part's widths (struct dt_gpt2's Cl .. Vv). */
+static void part_widths(dt_gpt2 *m) {
+    const dt_gpt2_config *c = &m->cfg;
+    int t = m->part.tp_size, r = m->part.tp_rank, rows = (c->padded_vocab_size + t - 1) / t;
+    m->Cl = c->channels / t;
+    m->NHl = c->num_heads / t;
+    m->Fl = 4 * c->channels / t;
+    m->v0 = r * rows < c->padded_vocab_size ? r * rows : c->padded_vocab_size;
+    m->Vl = c->padded_vocab_size - m->v0 < rows ? c->padded_vocab_size - m->v0 : rows;
+    int real = c->vocab_size - m->v0;
+    m->Vv = real < 0 ? 0 : real < m->Vl ? real : m->Vl;
+}
+
+dt_status dt_gpt2_create_units(const dt_gpt2_config *cfg, int a, int b, dt_gpt2 **out) {
+    dt_gpt2_part p = dt_gpt2_whole(cfg);
+    p.ua = a;
+    p.ub = b;
+    return dt_gpt2_create_part(cfg, &p, out);
+}
+
+const dt_gpt2_part *dt_gpt2_get_part(const dt_gpt2 *m) { return &m->part; }
+
+dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *part, dt_gpt2 **out) {
+    *out = NULL;
+    dt_status st = dt_gpt2_config_check(cfg, "model");
+    if (!st) st = check_part(cfg, part);
+    if (st) return st;
     dt_gpt2 *m = calloc(1, sizeof *m);
     if (!m) return dt_error(DT_ERR_NOMEM, "model: out of memory");
     m->cfg = *cfg;
-    m->ua = a;
-    m->ub = b;
+    m->part = *part;
+    m->ua = part->ua;
+    m->ub = part->ub;
+    part_widths(m);
     if ((st = layout(m))) { free(m); return st; }
     m->params = m->own_params = dt_alloc_aligned(m->nparams * sizeof(float));
     m->grads = m->own_grads = dt_alloc_zeroed(m->nparams * sizeof(float));
@@ -199,21 +265,23 @@ void dt_gpt2_init_random_range(dt_gpt2 *m, uint64_t seed, size_t lo, size_t hi) 
         float std = (i == ATTPROJW || i == FCPROJW) ? proj : 0.02f;
         int shape[2];
         tensor_shape(&m->cfg, i, shape);
-        size_t count = (size_t)shape[0] * (size_t)(shape[1] ? shape[1] : 1);
-        for (int l = 0; l < dt_gpt2_llmc_layers(m, i); l++, drawn += ln_w || bias ? 0 : count) {
+        size_t gcount = (size_t)shape[0] * (size_t)(shape[1] ? shape[1] : 1); /* the global tensor's draws */
+        for (int l = 0; l < dt_gpt2_llmc_layers(m, i); l++, drawn += ln_w || bias ? 0 : gcount) {
             const dt_tensor_info *t = dt_gpt2_llmc_tensor(m, i, l);
-            if (!t || t->offset >= hi || t->offset + count <= lo) continue;
+            if (!t || t->offset >= hi || t->offset + t->count <= lo) continue;
             float *p = m->params + t->offset;
-            size_t j0 = lo > t->offset ? lo - t->offset : 0, j1 = hi - t->offset < count ? hi - t->offset : count;
+            size_t j0 = lo > t->offset ? lo - t->offset : 0, j1 = hi - t->offset < t->count ? hi - t->offset : t->count;
             uint64_t first = drawn;
+            bool sliced = dt_tensor_is_sliced(t); /* a slice draws the global tensor's values at its places */
             #pragma omp parallel for schedule(static)
-            for (size_t j = j0; j < j1; j++) p[j] = ln_w ? 1.0f : bias ? 0.0f : std * dt_rng_normal_at(seed, first + j);
+            for (size_t j = j0; j < j1; j++)
+                p[j] = ln_w ? 1.0f : bias ? 0.0f : std * dt_rng_normal_at(seed, first + (sliced ? dt_tensor_global_index(t, j) : j));
         }
     }
-    /* padded vocabulary rows stay zero */
+    /* padded vocabulary rows stay zero (this rank's rows Vv..Vl) */
     if (m->i_wte >= 0) {
-        size_t C = (size_t)m->cfg.channels, a = m->tab[m->i_wte].offset + (size_t)m->cfg.vocab_size * C,
-               b = m->tab[m->i_wte].offset + (size_t)m->cfg.padded_vocab_size * C;
+        size_t C = (size_t)m->cfg.channels, a = m->tab[m->i_wte].offset + (size_t)m->Vv * C,
+               b = m->tab[m->i_wte].offset + (size_t)m->Vl * C;
         if (a < lo) a = lo;
         if (b > hi) b = hi;
         if (a < b) memset(m->params + a, 0, (b - a) * sizeof(float));
@@ -322,6 +390,9 @@ dt_status dt_gpt2_set_precision(dt_gpt2 *m, dt_dtype t) {
     if (t != DT_F32 && t != DT_BF16 && t != DT_F16)
         return dt_error(DT_ERR_ARG, "model: precision %s is not one of f32, bf16, f16", dt_dtype_name(t));
     if (m->acts) return dt_error(DT_ERR_ARG, "model: the precision is set before the first forward");
+    if (t != DT_F32 && m->part.tp_size > 1)
+        return dt_error(DT_ERR_UNSUPPORTED, "model: --precision %s with --tp %d is not built yet (tensor parallelism runs in fp32)",
+                        dt_precision_name(t), m->part.tp_size);
     dt_free_aligned(m->params_lp);
     dt_free_aligned(m->lp_work);
     m->params_lp = NULL;
@@ -366,6 +437,6 @@ static uint16_t *v_lp_copy(void *self, int caller_keeps, dt_dtype *t) {
 
 void dt_gpt2_model(dt_gpt2 *m, dt_model *out) {
     *out = (dt_model){ m, "gpt2", m->tab, m->ntab, m->cfg.num_layers + 2, m->nparams, v_params, v_grads, v_storage, v_hook,
-                       v_unit_hooks, m->i_wte >= 0 && m->tab[m->i_wte].input_rows ? v_defer : NULL, v_input_grad, v_param_storage,
+                       v_unit_hooks, m->i_wte >= 0 && m->tab[m->i_wte].input_rows && m->part.tp_size == 1 ? v_defer : NULL, v_input_grad, v_param_storage,
                        v_lp_copy };
 }

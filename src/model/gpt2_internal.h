@@ -26,6 +26,11 @@ enum {
  * head but not the embeddings keeps its own copy of the tied wte there. */
 struct dt_gpt2 {
     dt_gpt2_config cfg;
+    dt_gpt2_part part;        /* what this rank builds (gpt2_tp.c runs its collectives) */
+    /* this rank's widths: attention's C/tp channels in NH/tp heads, the MLP's 4C/tp hidden units,
+     * vocabulary rows [v0, v0 + Vl) of which Vv are real (below V); the whole model: C, NH, 4C, 0, Vp, V */
+    int Cl, NHl, Fl, v0, Vl, Vv;
+    dt_status tp_err;         /* the first failed collective of this pass (the pass runs on, the caller is told) */
     int ua, ub;               /* units held */
     int l0, nl;               /* blocks held: l0 .. l0+nl-1 */
     int i_wte, i_wpe, i_lnf, i_blk; /* table indices of wte, wpe, lnfw, block l0's ln1w (-1: not held) */
@@ -75,6 +80,15 @@ struct dt_gpt2 {
 #define P(i) (m->params + TAB_OFF(i))
 #define G(i) (m->grads + TAB_OFF(i))
 #define ACT(i) (m->acts + m->act_off[i])
+/* Tensor parallelism's conjugate operators on the residual stream (gpt2_tp.c):
+ * the sum of the group's partial results in place (a row-parallel Linear's
+ * output in forward, a column-parallel Linear's input gradient in backward),
+ * and the vocabulary-parallel embedding and cross-entropy. No-ops on one rank. */
+void dt_gpt2_tp_sum(dt_gpt2 *m, float *x, size_t n);
+void dt_gpt2_tp_embedding_forward(dt_gpt2 *m, float *out, const int32_t *tokens, int B, int T);
+void dt_gpt2_tp_embedding_backward(dt_gpt2 *m, float *dwte, float *dwpe, const float *dout, int B, int T);
+float dt_gpt2_tp_crossentropy_forward(dt_gpt2 *m, float *losses, float *stats, const float *logits, const int32_t *targets, int BT);
+void dt_gpt2_tp_crossentropy_backward(dt_gpt2 *m, float *dlogits, const float *stats, const int32_t *targets, int BT, float dscale);
 /* Floats of scratch the 16-bit Linears get (dt_matmul_*_lp, *_lp16). */
 size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head);
 

@@ -18,13 +18,26 @@ static bool use_blockwise(const dt_gpt2 *m, int T) {
     return m->attn == DT_ATTN_BLOCKWISE || (m->attn == DT_ATTN_AUTO && T >= 256);
 }
 
+/* A rank's widths (struct dt_gpt2's): the residual stream's C, attention's
+ * Cl channels in NH heads, the MLP's F hidden units, the head's V rows. */
+typedef struct { size_t C, Cl, NH, F, V; } widths;
+
+static widths whole_widths(const dt_gpt2_config *c) {
+    return (widths){ (size_t)c->channels, (size_t)c->channels, (size_t)c->num_heads, 4 * (size_t)c->channels,
+                     (size_t)c->padded_vocab_size };
+}
+
+static widths part_widths(const dt_gpt2 *m) {
+    return (widths){ (size_t)m->cfg.channels, (size_t)m->Cl, (size_t)m->NHl, (size_t)m->Fl, (size_t)m->Vl };
+}
+
 /* Each activation's floats for nl held blocks (head: whether the head is
  * held); the total with 64-byte aligned starts. With lp (mixed precision,
  * not recomputing) the blocks' 16-bit activations have one block's f32 slot
  * to compute in and *lp_total 16-bit values (lp_per_layer a block) to keep. */
-static size_t activation_sizes(const dt_gpt2_config *c, size_t nl, bool head, bool recompute, bool lp, bool blockwise,
+static size_t activation_sizes(widths w, size_t nl, bool head, bool recompute, bool lp, bool blockwise,
                                int B, int T, size_t s[A_COUNT], size_t *lp_per_layer, size_t *lp_total) {
-    size_t BT = (size_t)B * T, C = (size_t)c->channels, NH = (size_t)c->num_heads, Vp = (size_t)c->padded_vocab_size;
+    size_t BT = (size_t)B * T, C = w.C, Cl = w.Cl, NH = w.NH, F = w.F, Vp = w.V;
     /* Per-layer activations: every held block's, or one when recomputing; the
      * residual stream between blocks (A_RES3) is always kept; the head's only
      * where the head is held. Lw: the slots of the 16-bit ones. */
@@ -32,19 +45,19 @@ static size_t activation_sizes(const dt_gpt2_config *c, size_t nl, bool head, bo
     size_t L = recompute ? 1 : nl, Lres = pack ? (nl < 2 ? nl : 2) : nl, H = head, Lw = recompute || lp ? 1 : nl;
     const size_t v[A_COUNT] = {
         [A_ENCODED] = BT * C, [A_LN1] = Lw * BT * C, [A_LN1_MEAN] = L * BT, [A_LN1_RSTD] = L * BT,
-        [A_QKV] = Lw * BT * 3 * C, [A_ATTY] = Lw * BT * C, [A_ATT] = L * NH * BT * (blockwise ? 1 : (size_t)T),
+        [A_QKV] = Lw * BT * 3 * Cl, [A_ATTY] = Lw * BT * Cl, [A_ATT] = L * NH * BT * (blockwise ? 1 : (size_t)T),
         [A_RES2] = Lw * BT * C,
-        [A_LN2] = Lw * BT * C, [A_LN2_MEAN] = L * BT, [A_LN2_RSTD] = L * BT, [A_FCH] = Lw * BT * 4 * C,
-        [A_FCH_GELU] = Lw * BT * 4 * C, [A_RES3] = Lres * BT * C, [A_RES1] = pack * BT * C, [A_LNF] = H * BT * C, [A_LNF_MEAN] = H * BT,
+        [A_LN2] = Lw * BT * C, [A_LN2_MEAN] = L * BT, [A_LN2_RSTD] = L * BT, [A_FCH] = Lw * BT * F,
+        [A_FCH_GELU] = Lw * BT * F, [A_RES3] = Lres * BT * C, [A_RES1] = pack * BT * C, [A_LNF] = H * BT * C, [A_LNF_MEAN] = H * BT,
         [A_LNF_RSTD] = H * BT, [A_LOGITS] = H * (lp ? (BT * Vp + 1) / 2 : BT * Vp), /* 16-bit under mixed precision */ [A_LOSSES] = H * BT, [A_CE_STATS] = H * 2 * BT, [A_TMP] = BT * C, [A_DRES] = BT * C, [A_DLN] = BT * C,
-        [A_DQKV] = BT * 3 * C, [A_DATTY] = BT * C, [A_DFCH] = BT * 4 * C, [A_DFCH_GELU] = BT * 4 * C,
+        [A_DQKV] = BT * 3 * Cl, [A_DATTY] = BT * Cl, [A_DFCH] = BT * F, [A_DFCH_GELU] = BT * F,
     };
     size_t total = 0;
     for (int i = 0; i < A_COUNT; i++) {
         s[i] = v[i];
         total += (v[i] + 15) & ~(size_t)15;
     }
-    *lp_per_layer = pack ? BT * 16 * C : 0; /* ln1, qkv, atty, ln2, fch, fch_gelu, the input, res2 */
+    *lp_per_layer = pack ? BT * (4 * C + 4 * Cl + 2 * F) : 0; /* ln1, qkv, atty, ln2, fch, fch_gelu, the input, res2 */
     *lp_total = *lp_per_layer * nl;
     return total;
 }
@@ -52,7 +65,7 @@ static size_t activation_sizes(const dt_gpt2_config *c, size_t nl, bool head, bo
 size_t dt_gpt2_activation_bytes(const dt_gpt2_config *c, int B, int T, int recompute, int attention, dt_dtype precision) {
     size_t s[A_COUNT], per, lp;
     bool blockwise = attention == DT_ATTN_BLOCKWISE || (attention == DT_ATTN_AUTO && T >= 256), low = precision != DT_F32;
-    return activation_sizes(c, (size_t)c->num_layers, true, recompute, low, blockwise, B, T, s, &per, &lp) * sizeof(float) +
+    return activation_sizes(whole_widths(c), (size_t)c->num_layers, true, recompute, low, blockwise, B, T, s, &per, &lp) * sizeof(float) +
            lp * sizeof(uint16_t) + (low ? dt_gpt2_lp_work_floats(c, true) * sizeof(float) : 0) + 2 * (size_t)B * T * sizeof(int32_t);
 }
 
@@ -72,11 +85,11 @@ size_t dt_gpt2_activation_kept(const dt_gpt2 *m) {
 
 static dt_status size_activations(dt_gpt2 *m, int B, int T) {
     size_t BT = (size_t)B * T;
-    size_t att_per_layer = (size_t)m->cfg.num_heads * BT * (use_blockwise(m, T) ? 1 : (size_t)T);
+    size_t att_per_layer = (size_t)m->NHl * BT * (use_blockwise(m, T) ? 1 : (size_t)T);
     size_t att_need = att_per_layer * (m->recompute ? 1 : (size_t)m->nl);
     if (m->acts && BT <= m->bt_capacity && att_need <= m->att_capacity) return DT_OK;
     size_t s[A_COUNT], per, lp;
-    size_t total = activation_sizes(&m->cfg, (size_t)m->nl, m->ub == m->cfg.num_layers + 2, m->recompute, m->prec != DT_F32,
+    size_t total = activation_sizes(part_widths(m), (size_t)m->nl, m->ub == m->cfg.num_layers + 2, m->recompute, m->prec != DT_F32,
                                     use_blockwise(m, T), B, T, s, &per, &lp);
     size_t at = 0;
     for (int i = 0; i < A_COUNT; i++) {
@@ -135,11 +148,12 @@ static float *res_in(dt_gpt2 *m, int l) { return l == m->l0 ? ACT(A_ENCODED) : r
 typedef struct { float *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fchg, *ln1m, *ln1r, *ln2m, *ln2r; } block_acts;
 
 static block_acts acts_of(dt_gpt2 *m, int l) {
-    size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)m->cfg.channels, NH = (size_t)m->cfg.num_heads;
+    size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)m->cfg.channels, NH = (size_t)m->NHl, BTL = BT * (size_t)m->Cl,
+           BTF = BT * (size_t)m->Fl;
     size_t k = m->recompute ? 0 : (size_t)(l - m->l0), w = m->lp_layer ? 0 : k;
-    return (block_acts){ .ln1 = ACT(A_LN1) + w * BTC, .qkv = ACT(A_QKV) + w * BTC * 3, .atty = ACT(A_ATTY) + w * BTC,
+    return (block_acts){ .ln1 = ACT(A_LN1) + w * BTC, .qkv = ACT(A_QKV) + w * BTL * 3, .atty = ACT(A_ATTY) + w * BTL,
                          .att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)m->T), .res2 = ACT(A_RES2) + w * BTC,
-                         .ln2 = ACT(A_LN2) + w * BTC, .fch = ACT(A_FCH) + w * BTC * 4, .fchg = ACT(A_FCH_GELU) + w * BTC * 4,
+                         .ln2 = ACT(A_LN2) + w * BTC, .fch = ACT(A_FCH) + w * BTF, .fchg = ACT(A_FCH_GELU) + w * BTF,
                          .ln1m = ACT(A_LN1_MEAN) + k * BT, .ln1r = ACT(A_LN1_RSTD) + k * BT,
                          .ln2m = ACT(A_LN2_MEAN) + k * BT, .ln2r = ACT(A_LN2_RSTD) + k * BT };
 }
@@ -152,9 +166,9 @@ static block_acts acts_of(dt_gpt2 *m, int l) {
 static void pack_block(dt_gpt2 *m, int l, bool pack) {
     if (!m->lp_layer) return;
     block_acts a = acts_of(m, l);
-    size_t BTC = (size_t)m->B * m->T * (size_t)m->cfg.channels;
+    size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)m->cfg.channels, BTL = BT * (size_t)m->Cl, BTF = BT * (size_t)m->Fl;
     float *part[8] = { a.ln1, a.qkv, a.atty, a.ln2, a.fch, a.fchg, pack ? res_in(m, l) : ACT(A_RES1), a.res2 };
-    size_t len[8] = { BTC, 3 * BTC, BTC, BTC, 4 * BTC, 4 * BTC, BTC, BTC };
+    size_t len[8] = { BTC, 3 * BTL, BTL, BTC, BTF, BTF, BTC, BTC };
     uint16_t *at = m->acts_lp + (size_t)(l - m->l0) * m->lp_layer;
     for (int i = 0; i < 8; at += len[i], i++) {
         if (pack) dt_lp_pack(at, part[i], len[i], m->prec);
@@ -170,16 +184,20 @@ static void linear_at(const dt_gpt2 *m, int l, int wi, int bi, size_t *wo, size_
 }
 
 /* out = inp @ w^T + b for a Linear of the model: f32, or autocast's 16-bit
- * form from the parameters' 16-bit copy. */
+ * form from the parameters' 16-bit copy. A row-parallel Linear's outputs
+ * are partial sums: the group's sum is the output, the bias added once (by
+ * tensor-parallel rank 0). */
 static void linear_forward(dt_gpt2 *m, float *out, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
     size_t wo, bo;
     linear_at(m, l, wi, bi, &wo, &bo);
-    bool bias = bo != SIZE_MAX;
+    bool row_parallel = m->part.tp_size > 1 && (wi == ATTPROJW || wi == FCPROJW);
+    bool bias = bo != SIZE_MAX && (!row_parallel || m->part.tp_rank == 0);
     if (m->prec == DT_F32)
         dt_matmul_forward(out, inp, m->params + wo, bias ? m->params + bo : NULL, BT, C, OC);
     else
         dt_matmul_forward_lp(out, inp, m->params_lp + wo, bias ? m->params_lp + bo : NULL, BT, C, OC, m->prec, m->lp_work,
                              m->lp_work_floats);
+    if (row_parallel) dt_gpt2_tp_sum(m, out, (size_t)BT * OC);
 }
 
 /* Its backward; under mixed precision a block's dout is rounded to 16 bits
@@ -205,24 +223,24 @@ static void linear_backward(dt_gpt2 *m, float *dinp, float *dout, const float *i
  * them for the next Linear, or computes them in 16 bits). */
 static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
     const dt_gpt2_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads;
+    int B = m->B, T = m->T, C = c->channels, Cl = m->Cl, NH = m->NHl, F = m->Fl;
     size_t BT = (size_t)B * T, BTC = BT * (size_t)C;
     block_acts a = acts_of(m, l);
     float *res3 = res_out(m, l);
     dt_layernorm_forward(a.ln1, a.ln1m, a.ln1r, residual, PL(l, LN1W), PL(l, LN1B), (int)BT, C);
     dt_lp_round(a.ln1, BTC, m->prec);
-    linear_forward(m, a.qkv, a.ln1, l, QKVW, QKVB, (int)BT, C, 3 * C);
-    if (m->blockwise) dt_attention_forward_lse(a.atty, a.att, a.qkv, B, T, C, NH);
-    else dt_attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-    dt_lp_round(a.atty, BTC, m->prec);
-    linear_forward(m, ACT(A_TMP), a.atty, l, ATTPROJW, ATTPROJB, (int)BT, C, C);
+    linear_forward(m, a.qkv, a.ln1, l, QKVW, QKVB, (int)BT, C, 3 * Cl);
+    if (m->blockwise) dt_attention_forward_lse(a.atty, a.att, a.qkv, B, T, Cl, NH);
+    else dt_attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
+    dt_lp_round(a.atty, BT * (size_t)Cl, m->prec);
+    linear_forward(m, ACT(A_TMP), a.atty, l, ATTPROJW, ATTPROJB, (int)BT, Cl, C);
     dt_residual_forward(a.res2, residual, ACT(A_TMP), BTC);
     dt_layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, PL(l, LN2W), PL(l, LN2B), (int)BT, C);
     dt_lp_round(a.ln2, BTC, m->prec);
-    linear_forward(m, a.fch, a.ln2, l, FCW, FCB, (int)BT, C, 4 * C);
-    dt_gelu_forward(a.fchg, a.fch, BTC * 4);
-    dt_lp_round(a.fchg, BTC * 4, m->prec);
-    linear_forward(m, ACT(A_TMP), a.fchg, l, FCPROJW, FCPROJB, (int)BT, 4 * C, C);
+    linear_forward(m, a.fch, a.ln2, l, FCW, FCB, (int)BT, C, F);
+    dt_gelu_forward(a.fchg, a.fch, BT * (size_t)F);
+    dt_lp_round(a.fchg, BT * (size_t)F, m->prec);
+    linear_forward(m, ACT(A_TMP), a.fchg, l, FCPROJW, FCPROJB, (int)BT, F, C);
     dt_residual_forward(res3, a.res2, ACT(A_TMP), BTC);
 }
 
@@ -303,7 +321,8 @@ static dt_status check_range(const dt_gpt2 *m, int a, int b, const int32_t *toke
 dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens, const float *x, const int32_t *targets,
                                 int B, int T, float *loss) {
     const dt_gpt2_config *c = &m->cfg;
-    int L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size;
+    int L = c->num_layers, C = c->channels, Vp = m->Vl; /* this rank's vocabulary rows */
+    m->tp_err = DT_OK;
     if (b < L + 2) targets = NULL; /* no loss before the head */
     dt_status st = check_range(m, a, b, tokens, x, targets, B, T);
     if (!st) st = size_activations(m, B, T);
@@ -320,7 +339,7 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     if (a == 0) {
         BEFORE_FWD(0);
         trace_unit(m, "forward", 0);
-        dt_embedding_forward(ACT(A_ENCODED), tokens, P(WTE), P(WPE), B, T, C);
+        dt_gpt2_tp_embedding_forward(m, ACT(A_ENCODED), tokens, B, T);
         UNIT_END();
     } else if (x != res_in(m, a - 1)) {
         memcpy(res_in(m, a - 1), x, BTC * sizeof(float));
@@ -334,7 +353,7 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
         UNIT_END();
         AFTER_FWD(l + 1);
     }
-    if (b < L + 2) return DT_OK;
+    if (b < L + 2) return m->tp_err;
     BEFORE_FWD(L + 1);
     trace_unit(m, "forward", L + 1);
     dt_layernorm_forward(ACT(A_LNF), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), res_in(m, L), P(LNFW), P(LNFB), (int)BT, C);
@@ -344,14 +363,14 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
                                 m->lp_work_floats);
     if (targets) {
         if (m->prec == DT_F32)
-            m->loss = dt_crossentropy_forward(ACT(A_LOSSES), ACT(A_CE_STATS), ACT(A_LOGITS), targets, (int)BT, c->vocab_size, Vp);
+            m->loss = dt_gpt2_tp_crossentropy_forward(m, ACT(A_LOSSES), ACT(A_CE_STATS), ACT(A_LOGITS), targets, (int)BT);
         else m->loss = dt_crossentropy_forward_lp(ACT(A_LOSSES), ACT(A_CE_STATS), LOGITS16(m), targets, (int)BT, c->vocab_size, Vp,
                                                   m->prec, m->lp_work, m->lp_work_floats);
         if (loss) *loss = m->loss;
     }
     UNIT_END();
     AFTER_FWD(L + 1);
-    return DT_OK;
+    return m->tp_err;
 }
 
 dt_status dt_gpt2_forward(dt_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
@@ -370,7 +389,7 @@ const float *dt_gpt2_output(const dt_gpt2 *m) {
 /* The head's backward (loss, LM head, final LayerNorm) into A_DRES. */
 static void head_backward(dt_gpt2 *m, float grad_scale) {
     const dt_gpt2_config *c = &m->cfg;
-    int C = c->channels, L = c->num_layers, Vp = c->padded_vocab_size;
+    int C = c->channels, L = c->num_layers, Vp = m->Vl;
     size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)C;
     float *dlogits = ACT(A_LOGITS), *dres = ACT(A_DRES), *dln = ACT(A_DLN);
     BEFORE_BWD(L + 1);
@@ -380,13 +399,14 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
     /* the loss's gradient from forward's statistics, without a second pass for them; in 16 bits it is
      * computed a block at a time as the head's backward reads it */
     if (m->prec == DT_F32) {
-        dt_crossentropy_backward(dlogits, ACT(A_CE_STATS), m->targets, (int)BT, c->vocab_size, Vp, dscale);
+        dt_gpt2_tp_crossentropy_backward(m, dlogits, ACT(A_CE_STATS), m->targets, (int)BT, dscale);
         linear_backward(m, dln, dlogits, ACT(A_LNF), -1, WTE, 0, (int)BT, C, Vp);
     } else {
         dt_ce_grad ce = { ACT(A_CE_STATS), m->targets, c->vocab_size, dscale };
         dt_matmul_backward_lp16(dln, m->grads + TAB_OFF(WTE), LOGITS16(m), &ce, ACT(A_LNF), m->params_lp + TAB_OFF(WTE), (int)BT, C,
                                 Vp, m->prec, m->lp_work, m->lp_work_floats);
     }
+    dt_gpt2_tp_sum(m, dln, BTC); /* the head is column-parallel (by vocabulary) */
     memset(dres, 0, BTC * sizeof(float));
     dt_layernorm_backward(dres, G(LNFW), G(LNFB), dln, res_in(m, L), P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), (int)BT, C);
     UNIT_END();
@@ -396,8 +416,8 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
 /* Block l's backward: A_DRES holds d(its output) and gets d(its input). */
 static void layer_backward(dt_gpt2 *m, int l) {
     const dt_gpt2_config *c = &m->cfg;
-    int B = m->B, T = m->T, C = c->channels, NH = c->num_heads;
-    size_t BT = (size_t)B * T, BTC = BT * (size_t)C;
+    int B = m->B, T = m->T, C = c->channels, Cl = m->Cl, NH = m->NHl, F = m->Fl;
+    size_t BT = (size_t)B * T, BTC = BT * (size_t)C, BTF = BT * (size_t)F, BTL = BT * (size_t)Cl;
     const float *res_in_l = m->lp_layer ? ACT(A_RES1) : res_in(m, l);
     BEFORE_BWD(l + 1);
     trace_unit(m, "backward", l + 1);
@@ -413,22 +433,24 @@ static void layer_backward(dt_gpt2 *m, int l) {
     const float *dproj = dres;
     if (m->prec != DT_F32) { memcpy(tmp, dres, BTC * sizeof(float)); dproj = tmp; }
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); dres carries d res3 = d res2 (pass-through) */
-    memset(dfchg, 0, BTC * 4 * sizeof(float));
-    linear_backward(m, dfchg, (float *)dproj, a.fchg, l, FCPROJW, FCPROJB, (int)BT, 4 * C, C);
-    memset(dfch, 0, BTC * 4 * sizeof(float));
-    dt_gelu_backward(dfch, a.fch, dfchg, BTC * 4);
+    memset(dfchg, 0, BTF * sizeof(float));
+    linear_backward(m, dfchg, (float *)dproj, a.fchg, l, FCPROJW, FCPROJB, (int)BT, F, C);
+    memset(dfch, 0, BTF * sizeof(float));
+    dt_gelu_backward(dfch, a.fch, dfchg, BTF);
     memset(dln, 0, BTC * sizeof(float));
-    linear_backward(m, dln, dfch, a.ln2, l, FCW, FCB, (int)BT, C, 4 * C);
+    linear_backward(m, dln, dfch, a.ln2, l, FCW, FCB, (int)BT, C, F);
+    dt_gpt2_tp_sum(m, dln, BTC); /* fc is column-parallel: each rank's share of d(ln2) */
     dt_layernorm_backward(dres, GL(l, LN2W), GL(l, LN2B), dln, a.res2, PL(l, LN2W), a.ln2m, a.ln2r, (int)BT, C);
     /* attention: res2 = res_in + attproj(attn(qkv(ln1(res_in)))) */
     if (m->prec != DT_F32) memcpy(tmp, dres, BTC * sizeof(float));
-    memset(datty, 0, BTC * sizeof(float));
-    linear_backward(m, datty, (float *)dproj, a.atty, l, ATTPROJW, ATTPROJB, (int)BT, C, C);
-    memset(dqkv, 0, BTC * 3 * sizeof(float));
-    if (m->blockwise) dt_attention_backward_lse(dqkv, datty, a.atty, a.qkv, a.att, B, T, C, NH);
-    else dt_attention_backward(dqkv, datty, a.qkv, a.att, B, T, C, NH);
+    memset(datty, 0, BTL * sizeof(float));
+    linear_backward(m, datty, (float *)dproj, a.atty, l, ATTPROJW, ATTPROJB, (int)BT, Cl, C);
+    memset(dqkv, 0, BTL * 3 * sizeof(float));
+    if (m->blockwise) dt_attention_backward_lse(dqkv, datty, a.atty, a.qkv, a.att, B, T, Cl, NH);
+    else dt_attention_backward(dqkv, datty, a.qkv, a.att, B, T, Cl, NH);
     memset(dln, 0, BTC * sizeof(float));
-    linear_backward(m, dln, dqkv, a.ln1, l, QKVW, QKVB, (int)BT, C, 3 * C);
+    linear_backward(m, dln, dqkv, a.ln1, l, QKVW, QKVB, (int)BT, C, 3 * Cl);
+    dt_gpt2_tp_sum(m, dln, BTC); /* qkv is column-parallel */
     dt_layernorm_backward(dres, GL(l, LN1W), GL(l, LN1B), dln, res_in_l, PL(l, LN1W), a.ln1m, a.ln1r, (int)BT, C);
     UNIT_END();
     AFTER_BWD(l + 1);
@@ -439,18 +461,19 @@ dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale
     if (!m->acts || !m->have_targets) return dt_error(DT_ERR_ARG, "backward: needs a forward (with targets, if it ran the head) first");
     if (b < L + 2 && !dout) return dt_error(DT_ERR_ARG, "backward: units [%d, %d) end before the head: d(output) is needed", a, b);
     m->have_targets = false; /* the logits are about to become their gradient */
+    m->tp_err = DT_OK;
     size_t BTC = (size_t)m->B * m->T * (size_t)m->cfg.channels;
     if (b == L + 2) head_backward(m, grad_scale);
     else memcpy(ACT(A_DRES), dout, BTC * sizeof(float));
     int last = b - 1 < L ? b - 1 : L;
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) layer_backward(m, l);
-    if (a > 0) return DT_OK; /* A_DRES: d(the range's input), for dt_gpt2_input_grad */
+    if (a > 0) return m->tp_err; /* A_DRES: d(the range's input), for dt_gpt2_input_grad */
     BEFORE_BWD(0);
     trace_unit(m, "backward", 0);
-    dt_embedding_backward(m->defer_wte_rows ? NULL : G(WTE), G(WPE), ACT(A_DRES), m->inputs, m->B, m->T, m->cfg.channels);
+    dt_gpt2_tp_embedding_backward(m, m->defer_wte_rows ? NULL : G(WTE), G(WPE), ACT(A_DRES), m->B, m->T);
     UNIT_END();
     AFTER_BWD(0);
-    return DT_OK;
+    return m->tp_err;
 }
 
 dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) { return dt_gpt2_backward_units(m, NULL, grad_scale); }

@@ -56,6 +56,7 @@ dt_status dt_mlp_create(const int *sizes, int nsizes, dt_mlp **out) {
             t->count = b ? (size_t)sizes[l + 1] : (size_t)sizes[l + 1] * sizes[l];
             /* Megatron's pairing: column-parallel, then row-parallel (whose bias is whole) */
             t->split = l % 2 == 0 ? DT_SPLIT_COLUMN : b ? DT_SPLIT_NONE : DT_SPLIT_ROW;
+            dt_tensor_set_whole(t);
         }
     }
     m->params = m->own_params = dt_alloc_aligned(m->nparams * sizeof(float));

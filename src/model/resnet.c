@@ -92,6 +92,7 @@ static int add_tensor(dt_resnet *m, const char *name, int unit, int ndim, int s0
     int s[4] = { s0, s1, s2, s3 };
     t->count = 1;
     for (int i = 0; i < ndim; i++) t->shape[i] = s[i], t->count *= (size_t)s[i];
+    dt_tensor_set_whole(t);
     t->offset = m->nparams;
     m->nparams += t->count;
     return m->ntab++;

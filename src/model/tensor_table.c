@@ -3,6 +3,23 @@
 
 #include <string.h>
 
+size_t dt_tensor_global_index(const dt_tensor_info *t, size_t j) {
+    const dt_tensor_slice *s = &t->slice;
+    /* local coordinates of j, then the slice's dimension moved to the global position */
+    size_t inner = 1;
+    for (int d = s->dim + 1; d < t->ndim; d++) inner *= (size_t)t->shape[d];
+    size_t outer = j / (inner * (size_t)t->shape[s->dim]), k = j / inner % (size_t)t->shape[s->dim], in = j % inner;
+    size_t piece = k / (size_t)s->count, g = (size_t)s->offset + piece * (size_t)s->stride + k % (size_t)s->count;
+    return (outer * (size_t)t->gshape[s->dim] + g) * inner + in;
+}
+
+void dt_tensor_set_whole(dt_tensor_info *t) {
+    for (int d = 0; d < 4; d++) t->gshape[d] = d < t->ndim ? t->shape[d] : 0;
+    t->slice = (dt_tensor_slice){ 0, 0, t->shape[0], 1, t->shape[0] };
+}
+
+bool dt_tensor_is_sliced(const dt_tensor_info *t) { return t->slice.count * t->slice.pieces != t->gshape[t->slice.dim]; }
+
 const dt_tensor_info *dt_model_find(const dt_model *m, const char *name) {
     for (int i = 0; i < m->ntensors; i++)
         if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];

@@ -1,0 +1,12 @@
+/* Tensor parallelism's collectives as the model calls them (dt_tp_ops):
+ * allreduces over the mesh's TP communicator. Every rank of the group gets
+ * the same bits (the communicator's promise), which keeps the replicated
+ * tensors (LayerNorms, the row-parallel biases, wpe) identical without a
+ * broadcast. */
+#include "dtrain/parallel.h"
+
+static dt_status tp_allreduce(void *ctx, float *buf, size_t n, int max) {
+    return dt_comm_allreduce(ctx, buf, buf, n, DT_F32, max ? DT_MAX : DT_SUM);
+}
+
+dt_tp_ops dt_tp_ops_over(dt_comm *tp) { return (dt_tp_ops){ tp, tp_allreduce }; }
