@@ -75,6 +75,12 @@ extern const dt_strategy dt_strategy_single, dt_strategy_ddp, dt_strategy_zero1,
 typedef struct {
     dt_model model;
     dt_comm *comm;              /* the data-parallel ranks; NULL: this process alone */
+    /* The model-parallel ranks whose slices make up the split tensors (the
+     * tensor-parallel group); NULL: none. The engine's finalize step: the
+     * global norm counts each slice once and each replicated tensor once
+     * (their gradients are the same on every rank of the group), and the
+     * update waits for the end of backward (step_at_end), after the norm. */
+    dt_comm *mp_comm;
     const char *strategy;       /* NULL: "ddp" over several ranks, "single" otherwise */
     dt_optim_config opt;
     float grad_clip;            /* max gradient norm (0: off) */

@@ -78,6 +78,7 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
     e->off = 0;
     e->n = c->model.nparams;
     dt_status st = choose(c, &e->s);
+    if (c->mp_comm) e->cfg.step_at_end = 1; /* the norm counts the whole model's slices before any update */
     if (!st && c->loss_scale) {
         e->scaling = 1;
         e->lsc = *c->loss_scale;
@@ -115,8 +116,34 @@ void dt_engine_destroy(dt_engine *e) {
     free(e);
 }
 
+/* Sums of squares of the store's [off, off + n) (g its first value): ss[0]
+ * of the tensors split across the model-parallel group, ss[1] of the rest. */
+static void split_sumsq(const dt_model *m, const float *g, size_t off, size_t n, double ss[2]) {
+    ss[0] = ss[1] = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        size_t a = t->offset > off ? t->offset : off, b = t->offset + t->count < off + n ? t->offset + t->count : off + n;
+        if (a >= b) continue;
+        double x = dt_grad_norm(g + (a - off), b - a);
+        ss[dt_tensor_is_sliced(t) ? 0 : 1] += x * x;
+    }
+}
+
+/* With model parallelism: the slices' squares summed over the data-parallel
+ * shards and the model-parallel group, the replicated tensors' over the
+ * shards only (every rank of the group holds the same ones). */
+static dt_status model_parallel_norm(dt_engine *e, const float *g, double *norm) {
+    double ss[2];
+    split_sumsq(&e->cfg.model, g, e->off, e->n, ss);
+    dt_status st = e->s->reduce_sum ? e->s->reduce_sum(e->state, ss, 2) : DT_OK;
+    if (!st) st = dt_comm_allreduce(e->cfg.mp_comm, ss, ss, 1, DT_F64, DT_SUM);
+    *norm = sqrt(ss[0] + ss[1]);
+    return st;
+}
+
 /* The global norm of the gradient: this rank's slice, reduced by the strategy when sharded. */
 static dt_status global_norm(dt_engine *e, const float *g, double *norm) {
+    if (e->cfg.mp_comm) return model_parallel_norm(e, g, norm);
     if (!e->s->reduce_sum) { *norm = dt_grad_norm(g, e->n); return DT_OK; }
     double n = dt_grad_norm(g, e->n), ss = n * n;
     dt_status st = e->s->reduce_sum(e->state, &ss, 1);
@@ -179,7 +206,7 @@ static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
     if (g16) return update_lp(e, lr, r, g16, t);
     float *p = c->model.params(c->model.self) + e->off, *g = c->model.grads(c->model.self) + e->off;
     dt_status st = DT_OK;
-    if (c->skip_nonfinite || e->s->reduce_sum || e->scaling) {
+    if (c->skip_nonfinite || e->s->reduce_sum || e->scaling || c->mp_comm) {
         /* the global norm first: it may stop the update, and a sharded slice's own pass could not give it */
         if ((st = global_norm(e, g, &r->norm))) return st;
         int skip = 0;

@@ -194,7 +194,16 @@ static int default_threads(dt_comm *w) {
     return mine / sharing > 0 ? mine / sharing : 1;
 }
 
-/* --dp x --tp x --pp must be the job's ranks; only data parallelism exists so far. */
+/* What tensor parallelism does not run with yet, or NULL. */
+static const char *tp_lacks(const dt_train_config *c) {
+    if (c->save || c->resume) return c->save ? "--save (checkpoints of slices)" : "--resume (checkpoints of slices)";
+    if (access(c->model, R_OK) == 0) return "--model FILE (weights from a file)";
+    if (c->precision != DT_F32) return "--precision bf16/fp16";
+    if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
+    return NULL;
+}
+
+/* --dp x --tp x --pp must be the job's ranks; pipeline parallelism is not built yet. */
 static dt_status check_mesh(const dt_train_config *c, int nranks) {
     int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, dp = c->dp ? c->dp : (nranks % (tp * pp) ? 0 : nranks / (tp * pp));
     if (!c->dp && !dp)
@@ -203,8 +212,10 @@ static dt_status check_mesh(const dt_train_config *c, int nranks) {
     if ((long)dp * tp * pp != nranks)
         return dt_error(DT_ERR_ARG, "--dp %d x --tp %d x --pp %d = %ld, but the job has %d rank%s", dp, tp, pp, (long)dp * tp * pp,
                         nranks, nranks == 1 ? "" : "s");
-    if (tp > 1 || pp > 1)
-        return dt_error(DT_ERR_UNSUPPORTED, "--tp %d --pp %d: tensor and pipeline parallelism are not built yet (--tp 1 --pp 1)", tp, pp);
+    if (pp > 1) return dt_error(DT_ERR_UNSUPPORTED, "--pp %d: pipeline parallelism is not built yet (--pp 1)", pp);
+    if (tp > 1 && tp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--tp %d: not with %s yet", tp, tp_lacks(c));
+    if (tp > 1 && c->shape.num_heads && c->shape.num_heads % tp)
+        return dt_error(DT_ERR_ARG, "--tp %d does not divide the %d attention heads (--heads)", tp, c->shape.num_heads);
     return DT_OK;
 }
 
@@ -215,6 +226,7 @@ typedef struct {
     dt_mesh *mesh;            /* the world as DP x TP x PP (several ranks) */
     int rank, nranks;
     int dp_rank, dp_size;     /* this rank's place among the data-parallel ranks: which slice of each batch it reads */
+    dt_tp_ops tp_ops;         /* tensor parallelism's collectives, over the mesh's TP group */
     bool tty;
     dt_gpt2 *m;
     dt_tokens *train, *val;
@@ -282,12 +294,13 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg);
  * values do not depend on who draws them) and broadcasts it, so N ranks
  * start N times sooner than each drawing the whole model. */
 static dt_status init_weights(const run *r, dt_gpt2 *m) {
+    /* among the data-parallel ranks, which hold the same slices (all ranks without tensor parallelism) */
     size_t n = dt_gpt2_num_params(m);
-    int p = r->nranks > 1 ? r->nranks : 1;
-    dt_gpt2_init_random_range(m, r->c.seed, n * (size_t)r->rank / (size_t)p, n * (size_t)(r->rank + 1) / (size_t)p);
+    int p = r->dp_size, me = r->dp_rank;
+    dt_gpt2_init_random_range(m, r->c.seed, n * (size_t)me / (size_t)p, n * (size_t)(me + 1) / (size_t)p);
     for (int q = 0; q < p && p > 1; q++) {
         size_t lo = n * (size_t)q / (size_t)p, hi = n * (size_t)(q + 1) / (size_t)p;
-        dt_status st = dt_comm_broadcast(r->w, dt_gpt2_params(m) + lo, hi - lo, DT_F32, q);
+        dt_status st = dt_comm_broadcast(dt_mesh_comm(r->mesh, DT_MESH_DP), dt_gpt2_params(m) + lo, hi - lo, DT_F32, q);
         if (st) return st;
     }
     return DT_OK;
@@ -337,7 +350,14 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         return st;
     }
     if (!from_file) {
-        if ((st = dt_gpt2_create(&cfg, out))) return st;
+        dt_gpt2_part part = dt_gpt2_whole(&cfg);
+        if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1) {
+            r->tp_ops = dt_tp_ops_over(dt_mesh_comm(r->mesh, DT_MESH_TP));
+            part.tp_rank = dt_mesh_coord(r->mesh, DT_MESH_TP);
+            part.tp_size = dt_mesh_size(r->mesh, DT_MESH_TP);
+            part.tp = &r->tp_ops;
+        }
+        if ((st = dt_gpt2_create_part(&cfg, &part, out))) return st;
         r->fresh = true; /* drawn once the ranks have agreed on the job (open_data) */
     }
     dt_gpt2_set_recompute(*out, c->recompute);
@@ -394,7 +414,8 @@ static dt_status make_engine(run *r) {
                             .grad_clip = c->grad_clip, .skip_nonfinite = c->skip_nonfinite, .step_at_end = c->step_at_end,
                             .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                             .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL, .grad_comm = c->grad_comm,
-                            .grad_store = c->grad_store };
+                            .grad_store = c->grad_store,
+                            .mp_comm = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL };
     dt_gpt2_model(r->m, &ec.model);
     dt_status st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
@@ -439,6 +460,25 @@ static void find_peak(run *r) {
     r->peak_gflops = per_thread * r->peak_threads;
 }
 
+/* Where the mesh put each rank (rank -> dp, tp -> node), said by rank 0;
+ * a tensor-parallel group split across machines (its collectives every
+ * layer, over the network) is warned about. Collective. */
+static dt_status print_placement(run *r) {
+    int n = r->nranks, tp = dt_mesh_size(r->mesh, DT_MESH_TP);
+    int32_t mine = dt_comm_node(r->w), *node = malloc((size_t)n * sizeof *node);
+    if (!node) return dt_error(DT_ERR_NOMEM, "placement: out of memory");
+    dt_status st = dt_comm_allgather(r->w, &mine, node, 1, DT_I32);
+    if (st || r->rank != 0 || r->c.quiet) { free(node); return st; }
+    printf("mesh dp %d x tp %d (tp innermost): rank (dp, tp) node:", dt_mesh_size(r->mesh, DT_MESH_DP), tp);
+    for (int q = 0; q < n; q++) printf(" %d (%d, %d) %d%s", q, q / tp, q % tp, node[q], q + 1 < n ? "," : "\n");
+    for (int q = 0; q < n; q++)
+        if (node[q] != node[q - q % tp])
+            dt_log(DT_LOG_WARN, "tensor-parallel group of ranks %d..%d spans machines %d and %d: its collectives run every layer "
+                   "over the network", q - q % tp, q - q % tp + tp - 1, node[q - q % tp], node[q]);
+    free(node);
+    return DT_OK;
+}
+
 static dt_status setup(run *r) {
     dt_train_config *c = &r->c;
     dt_status st = DT_OK;
@@ -467,12 +507,13 @@ static dt_status setup(run *r) {
         st = dt_error(DT_ERR_NOMEM, "out of memory for a batch of %zu tokens", BT);
     if (!st) st = dt_watchdog_start(r->nranks > 1 ? r->w : NULL, &r->wd);
     if (!st) find_peak(r);
+    if (!st && r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1) st = print_placement(r);
     if (st || c->quiet) return st;
     const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
     printf("model %s: %d layers, %d heads, %d channels, vocab %d (padded %d), %.2fM parameters; "
            "batch %d x %d x %d accumulation x %d rank%s, %s, %s, %d thread%s per rank\n",
            c->shape.num_layers || c->shape.channels || c->shape.vocab_size || c->shape.num_heads ? "custom" : c->model,
-           mc->num_layers, mc->num_heads, mc->channels, mc->vocab_size, mc->padded_vocab_size, dt_gpt2_num_params(r->m) / 1e6,
+           mc->num_layers, mc->num_heads, mc->channels, mc->vocab_size, mc->padded_vocab_size, dt_gpt2_config_num_params(mc) / 1e6,
            c->batch, c->seq, c->grad_accum, r->nranks, r->nranks == 1 ? "" : "s", dt_engine_strategy_name(r->e),
            dt_optim_kind_name(c->opt.kind), dt_kernels_threads(), dt_kernels_threads() == 1 ? "" : "s");
     if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
@@ -679,7 +720,11 @@ static int finish(run *r, int steps_done, int stop_signal) {
     uint64_t hash;
     int checked;
     if (dt_engine_check_replicas(r->e, &checked, &hash)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
-    if (checked && r->nranks > 1 && !c->quiet) printf("weights identical on all %d ranks (hash %016llx)\n", r->nranks, (unsigned long long)hash);
+    if (checked && r->dp_size > 1 && !c->quiet) {
+        if (r->dp_size == r->nranks) printf("weights identical on all %d ranks (hash %016llx)\n", r->nranks, (unsigned long long)hash);
+        else printf("weights identical on the %d data-parallel ranks of each slice (rank 0's slice: hash %016llx)\n", r->dp_size,
+                    (unsigned long long)hash);
+    }
     if (!stop_signal && steps_done < c->steps && !c->quiet)
         printf("stopped after %d steps (--stop-after); --resume %s goes on\n", c->stop_after, c->save ? c->save : "(no --save)");
     if (stop_signal && r->rank == 0)

@@ -1,0 +1,113 @@
+#!/bin/bash
+# Tensor parallelism gives the losses (and gradient norms) of one process
+# with the global batch, over 20 AdamW steps, within 1e-6 relative: TP 2 and
+# TP 3 (6 heads), DP 2 x TP 2 on 4 ranks with DDP and with ZeRO-1, -2 and -3
+# on the DP axis, gradient accumulation, clipping (which needs the norm over
+# the slices), recomputation, GPT-2's vocabulary 50257 and a byte-level 257
+# (padded to 320: TP 3's last rank holds fewer rows), and DP 2 x TP 2 under
+# mpirun on 2 pseudo-nodes (the placement keeps each TP group on one node).
+# Bad layouts are refused before any work, naming the numbers.
+# usage: tp_equivalence.sh DTRAIN [MPIEXEC]
+set -u
+DTRAIN=$1
+MPIEXEC=${2:-}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+passed=0
+failed=0
+head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
+"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+common=(--data "$dir/train.bin" --layers 2 --channels 48 --heads 6 --max-seq 64 --seq 64 --steps 20 --lr 1e-3 --threads 1 --quiet)
+field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
+# worst relative difference of FIELD between two metrics files, or "missing"
+worst() {
+    paste <(field "$1" "$2") <(field "$1" "$3") |
+        awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
+}
+compare() { # WHAT REF FILE
+    local l n
+    l=$(worst loss "$2" "$3") n=$(worst grad_norm "$2" "$3")
+    if [ "$l" != missing ] && [ "$n" != missing ] && awk "BEGIN{exit !($l <= 1e-6 && $n <= 1e-5)}"; then
+        passed=$((passed + 1)); echo "ok   $1: worst relative difference over 20 steps: loss $l, gradient norm $n"
+    else
+        failed=$((failed + 1)); echo "FAIL $1: loss $l, norm $n"
+    fi
+}
+run() { # NAME ARGS...: one training run into $dir/NAME.jsonl
+    local name=$1
+    shift
+    "$DTRAIN" train "${common[@]}" "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
+        { echo "  ($name: $(grep -v oversubscribed "$dir/$name.out" | tail -2))"; }
+}
+
+for vocab in 256 50257; do
+    run ref --vocab $vocab --batch 4
+    run tp2 --vocab $vocab --batch 4 --nproc 2 --tp 2 && compare "V $vocab: TP 2" "$dir/ref.jsonl" "$dir/tp2.jsonl"
+    run tp3 --vocab $vocab --batch 4 --nproc 3 --tp 3 && compare "V $vocab: TP 3" "$dir/ref.jsonl" "$dir/tp3.jsonl"
+done
+run ref --vocab 257 --batch 4
+run tp3 --vocab 257 --batch 4 --nproc 3 --tp 3 && compare "V 257 (padded 320, uneven rows): TP 3" "$dir/ref.jsonl" "$dir/tp3.jsonl"
+
+run ref --vocab 256 --batch 4
+for s in ddp zero1 zero2 zero3; do
+    run dp2tp2 --vocab 256 --batch 2 --nproc 4 --tp 2 --strategy $s && compare "DP 2 x TP 2, $s" "$dir/ref.jsonl" "$dir/dp2tp2.jsonl"
+done
+run acc --vocab 256 --batch 2 --grad-accum 2 --nproc 2 --tp 2 && compare "TP 2, batch 2 x 2 accumulation" "$dir/ref.jsonl" "$dir/acc.jsonl"
+run recompute --vocab 256 --batch 4 --nproc 2 --tp 2 --recompute && compare "TP 2, recomputing" "$dir/ref.jsonl" "$dir/recompute.jsonl"
+run clip1 --vocab 256 --batch 4 --grad-clip 0.5
+run clip2 --vocab 256 --batch 2 --nproc 4 --tp 2 --strategy zero1 --grad-clip 0.5 &&
+    compare "DP 2 x TP 2, ZeRO-1, clipped at 0.5" "$dir/clip1.jsonl" "$dir/clip2.jsonl"
+
+if [ -n "$MPIEXEC" ]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \
+        "$MPIEXEC" --oversubscribe -np 4 "$DTRAIN" train "${common[@]:0:${#common[@]}-1}" --vocab 256 --batch 2 --tp 2 \
+        --metrics "$dir/mpi.jsonl" > "$dir/mpi.out" 2>&1
+    compare "mpirun, 2 pseudo-nodes, DP 2 x TP 2" "$dir/ref.jsonl" "$dir/mpi.jsonl"
+    place=$(grep -o "mesh dp 2 x tp 2.*" "$dir/mpi.out")
+    if [ "$place" = "mesh dp 2 x tp 2 (tp innermost): rank (dp, tp) node: 0 (0, 0) 0, 1 (0, 1) 0, 2 (1, 0) 1, 3 (1, 1) 1" ] &&
+        ! grep -q "spans machines" "$dir/mpi.out"; then
+        passed=$((passed + 1)); echo "ok   placement: $place"
+    else
+        failed=$((failed + 1)); echo "FAIL placement: '$place' $(grep spans "$dir/mpi.out")"
+    fi
+fi
+
+# bad layouts: refused before any work, naming the numbers
+refused() { # WHAT EXPECTED ARGS...
+    local what=$1 want=$2
+    shift 2
+    local out
+    out=$("$DTRAIN" train "${common[@]}" --vocab 256 --batch 2 "$@" 2>&1)
+    if [ $? -ne 0 ] && echo "$out" | grep -q -- "$want" && ! echo "$out" | grep -q "^step"; then
+        passed=$((passed + 1)); echo "ok   $what refused: $(echo "$out" | grep -- "$want" | head -1)"
+    else
+        failed=$((failed + 1)); echo "FAIL $what: $(echo "$out" | tail -2)"
+    fi
+}
+refused "--tp 4 over 6 heads" "--tp 4 does not divide the 6 attention heads" --nproc 4 --tp 4
+refused "--tp 3 on 4 ranks" "--tp 3 x --pp 1 = 3 does not divide the job's 4 ranks" --nproc 4 --tp 3
+refused "--dp 3 --tp 2 on 4 ranks" "--dp 3 x --tp 2 x --pp 1 = 6, but the job has 4 ranks" --nproc 4 --dp 3 --tp 2
+refused "--tp 2 with --save" "--tp 2: not with --save" --nproc 2 --tp 2 --save "$dir/x.bin"
+# a rank killed in the middle of a layer: the other names it and the collective it was in, within a second
+"$DTRAIN" train "${common[@]}" --vocab 256 --batch 4 --nproc 2 --tp 2 --steps 1000000 > /dev/null 2> "$dir/kill.err" &
+launcher=$!
+sleep 1.5
+victim=""
+for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && victim=$p; done
+if [ -z "$victim" ]; then
+    failed=$((failed + 1)); echo "FAIL rank 1 of the TP job not found"; kill $launcher
+else
+    t0=$(date +%s.%N)
+    kill -9 "$victim"
+    wait $launcher
+    secs=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
+    said=$(grep -m1 "rank 0\] error" "$dir/kill.err")
+    if awk "BEGIN{exit !($secs < 1.0)}" && echo "$said" | grep -q "rank 1 (pid $victim) \(was killed by signal 9\|died\)" &&
+        echo "$said" | grep -q "in allreduce #"; then
+        passed=$((passed + 1)); echo "ok   a TP rank killed: the job ended after $secs s; $said"
+    else
+        failed=$((failed + 1)); echo "FAIL killed TP rank: $secs s; $(cat "$dir/kill.err")"
+    fi
+fi
+echo "tp: $passed passed, $failed failed"
+[ $failed -eq 0 ]
