@@ -3,7 +3,8 @@
  * model from the same seed, the oracle. Checked, for vocabularies that do
  * and do not divide by N (one so small that a rank holds only padding rows
  * is not needed: GPT-2's 50257 and an odd byte-level 257 padded to 260):
- * - each rank's slices hold the whole model's values at their places;
+ * - each rank's slices hold the whole model's values at their places, and
+ *   its runs into the whole model's store (the checkpoints' layout) too;
  * - over 20 SGD steps on the same batches, the loss within 1e-6 relative
  *   of the whole model's, and each tensor's gradient (this rank's slice
  *   against the same elements of the whole's) within 1e-5 of the tensor's
@@ -42,6 +43,14 @@ static double slice_error(const float *part, const float *whole, const dt_tensor
     return big > 0 ? worst / big : worst;
 }
 
+typedef struct { const float *part, *whole; size_t bad, covered; } runs_check;
+
+static void check_run(size_t lo, size_t go, size_t n, void *ctx) {
+    runs_check *rc = ctx;
+    rc->bad += memcmp(rc->part + lo, rc->whole + go, n * sizeof(float)) != 0;
+    rc->covered += n;
+}
+
 static void sgd(float *p, const float *g, size_t n, float lr) {
     for (size_t i = 0; i < n; i++) p[i] -= lr * g[i];
 }
@@ -65,6 +74,13 @@ static void run(dt_comm *tpc, int V, int Vp, int recompute) {
     double init = 0;
     for (int i = 0; i < nt; i++) init = fmax(init, slice_error(dt_gpt2_params(m), dt_gpt2_params(whole), &tab[i], same(whole, &tab[i])));
     CHECK(init == 0, "V %d: a slice's initial values differ from the whole model's by %g", V, init);
+    /* the runs into the whole model's store (the checkpoints' layout) hold the same values and cover the part once */
+    dt_model view;
+    dt_gpt2_model(m, &view);
+    runs_check rc = { dt_gpt2_params(m), dt_gpt2_params(whole), 0, 0 };
+    dt_model_global_runs(&view, 0, view.nparams, check_run, &rc);
+    CHECK(rc.bad == 0 && rc.covered == view.nparams && dt_model_global_params(&view) == dt_gpt2_num_params(whole),
+          "V %d: global runs: %zu floats differ, %zu of %zu covered", V, rc.bad, rc.covered, view.nparams);
     CHECK(dt_gpt2_num_params(m) < dt_gpt2_num_params(whole), "V %d: the part holds %zu of %zu parameters", V,
           dt_gpt2_num_params(m), dt_gpt2_num_params(whole));
 

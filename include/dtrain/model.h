@@ -52,6 +52,7 @@ typedef struct {
     int ndim, shape[4];     /* as stored: weights [out, in], wte [Vp, C], convolutions [OC, C, KH, KW] */
     size_t offset, count;   /* in the flat store */
     int gshape[4];          /* the global tensor's shape */
+    size_t goffset;         /* where the global tensor starts in the whole model's store (checkpoints are in that layout) */
     dt_tensor_slice slice;  /* this rank's part of it */
     dt_tp_split split;
     int input_rows;         /* an embedding: backward adds to only the rows of the input's tokens */
@@ -91,12 +92,21 @@ typedef struct {
      * caller keeps it current (a strategy that holds only a shard of the f32
      * master allgathers it) and the model no longer casts it; 0: back. */
     uint16_t *(*lp_copy)(void *self, int caller_keeps, dt_dtype *t);
+    size_t global_params;              /* the whole model's parameters (0: nparams, nothing is split) */
 } dt_model;
 
 /* Element j of tensor t's local store: its index in the global tensor (row-major gshape). */
 size_t dt_tensor_global_index(const dt_tensor_info *t, size_t j);
-/* A tensor held whole: gshape = shape, the slice all of dimension 0 (models call it as they fill their tables). */
+/* A tensor held whole: gshape = shape, goffset = offset, the slice all of
+ * dimension 0 (models call it as they fill their tables, offset set). */
 void dt_tensor_set_whole(dt_tensor_info *t);
+/* The whole model's parameter count (the checkpoint files' layout). */
+size_t dt_model_global_params(const dt_model *m);
+/* This rank's store [off, off + count) as contiguous runs of the whole
+ * model's store: fn(local offset, global offset, floats, ctx) for each, in
+ * store order (a row-parallel weight's slice is one run per row). */
+void dt_model_global_runs(const dt_model *m, size_t off, size_t count, void (*fn)(size_t lo, size_t go, size_t n, void *ctx),
+                          void *ctx);
 /* Whether t is split among the ranks of a model-parallel group (its slice is not the whole). */
 bool dt_tensor_is_sliced(const dt_tensor_info *t);
 

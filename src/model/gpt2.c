@@ -85,6 +85,24 @@ double dt_gpt2_flops_per_token(const dt_gpt2_config *c, int T) {
 }
 
 
+/* Where llm.c's tensor i of layer l starts in the whole model's unit-major
+ * store: wte, wpe, the blocks' twelve each, lnfw, lnfb. */
+static size_t global_offset(const dt_gpt2_config *c, int i, int l) {
+    size_t at = 0, block = 0;
+    int s[2];
+    for (int k = LN1W; k <= FCPROJB; k++) tensor_shape(c, k, s), block += (size_t)s[0] * (size_t)(s[1] ? s[1] : 1);
+    if (i == WTE) return 0;
+    tensor_shape(c, WTE, s);
+    at += (size_t)s[0] * (size_t)s[1];
+    if (i == WPE) return at;
+    tensor_shape(c, WPE, s);
+    at += (size_t)s[0] * (size_t)s[1];
+    if (i >= LNFW) return at + block * (size_t)c->num_layers + (i == LNFB ? (size_t)c->channels : 0);
+    at += block * (size_t)l;
+    for (int k = LN1W; k < i; k++) tensor_shape(c, k, s), at += (size_t)s[0] * (size_t)(s[1] ? s[1] : 1);
+    return at;
+}
+
 /* This rank's slice of a split tensor (t whole so far), from the part:
  * column-parallel by output rows (qkv: the same heads' rows of each of Q, K
  * and V), row-parallel by input columns, the embedding by vocabulary rows. */
@@ -132,6 +150,7 @@ static int add(dt_gpt2 *m, int i, int l, int unit) {
     if (m->part.tp_size > 1) slice(m, t);
     t->count = (size_t)t->shape[0] * (size_t)(t->shape[1] ? t->shape[1] : 1);
     t->offset = m->nparams;
+    t->goffset = global_offset(&m->cfg, i, l);
     m->nparams += t->count;
     if (per_layer) {
         snprintf(t->name, sizeof t->name, "h.%d.%s", l, t->llmc);
@@ -438,5 +457,5 @@ static uint16_t *v_lp_copy(void *self, int caller_keeps, dt_dtype *t) {
 void dt_gpt2_model(dt_gpt2 *m, dt_model *out) {
     *out = (dt_model){ m, "gpt2", m->tab, m->ntab, m->cfg.num_layers + 2, m->nparams, v_params, v_grads, v_storage, v_hook,
                        v_unit_hooks, m->i_wte >= 0 && m->tab[m->i_wte].input_rows && m->part.tp_size == 1 ? v_defer : NULL, v_input_grad, v_param_storage,
-                       v_lp_copy };
+                       v_lp_copy, dt_gpt2_config_num_params(&m->cfg) };
 }

@@ -92,8 +92,8 @@ static int add_tensor(dt_resnet *m, const char *name, int unit, int ndim, int s0
     int s[4] = { s0, s1, s2, s3 };
     t->count = 1;
     for (int i = 0; i < ndim; i++) t->shape[i] = s[i], t->count *= (size_t)s[i];
-    dt_tensor_set_whole(t);
     t->offset = m->nparams;
+    dt_tensor_set_whole(t);
     m->nparams += t->count;
     return m->ntab++;
 }
@@ -591,5 +591,5 @@ static void v_param_storage(void *m, float *p) { dt_resnet_set_param_storage(m, 
 
 void dt_resnet_model(dt_resnet *m, dt_model *out) {
     *out = (dt_model){ m, "resnet", m->tab, m->ntab, m->nunits, m->nparams, v_params, v_grads, v_storage, v_hook, NULL, NULL,
-                       NULL, v_param_storage, NULL };
+                       NULL, v_param_storage, NULL, m->nparams };
 }

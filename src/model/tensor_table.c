@@ -16,6 +16,25 @@ size_t dt_tensor_global_index(const dt_tensor_info *t, size_t j) {
 void dt_tensor_set_whole(dt_tensor_info *t) {
     for (int d = 0; d < 4; d++) t->gshape[d] = d < t->ndim ? t->shape[d] : 0;
     t->slice = (dt_tensor_slice){ 0, 0, t->shape[0], 1, t->shape[0] };
+    t->goffset = t->offset;
+}
+
+size_t dt_model_global_params(const dt_model *m) { return m->global_params ? m->global_params : m->nparams; }
+
+void dt_model_global_runs(const dt_model *m, size_t off, size_t count, void (*fn)(size_t lo, size_t go, size_t n, void *ctx),
+                          void *ctx) {
+    for (int i = 0; i < m->ntensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        size_t a = t->offset > off ? t->offset : off, b = t->offset + t->count < off + count ? t->offset + t->count : off + count;
+        /* runs of the slice's dimension: consecutive local elements stay consecutive globally up to a run's end */
+        size_t run = (size_t)t->slice.count;
+        for (int d = t->slice.dim + 1; d < t->ndim; d++) run *= (size_t)t->shape[d];
+        for (size_t j = a - t->offset; a < b && j < b - t->offset;) {
+            size_t left = run - j % run, n = left < b - t->offset - j ? left : b - t->offset - j;
+            fn(t->offset + j, t->goffset + dt_tensor_global_index(t, j), n, ctx);
+            j += n;
+        }
+    }
 }
 
 bool dt_tensor_is_sliced(const dt_tensor_info *t) { return t->slice.count * t->slice.pieces != t->gshape[t->slice.dim]; }

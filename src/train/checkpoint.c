@@ -187,7 +187,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     x = cJSON_AddObjectToObject(j, "model");
     cJSON_AddStringToObject(x, "kind", m->kind);
     for (int i = 0; i < cm->nshape; i++) cJSON_AddNumberToObject(x, cm->shape_names[i], cm->shape[i]);
-    cJSON_AddNumberToObject(x, "parameters", (double)m->nparams);
+    cJSON_AddNumberToObject(x, "parameters", (double)dt_model_global_params(m));
     if (cm->nbuffers) cJSON_AddNumberToObject(x, "buffers", (double)cm->nbuffers);
     x = cJSON_AddObjectToObject(j, "optimizer");
     cJSON_AddStringToObject(x, "kind", dt_optim_kind_name(c->opt.kind));
@@ -214,6 +214,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddNumberToObject(x, "seq", c->seq);
     cJSON_AddNumberToObject(x, "grad_accum", c->grad_accum);
     cJSON_AddNumberToObject(x, "ranks", nranks);
+    cJSON_AddNumberToObject(x, "tp", c->tp > 1 ? c->tp : 1); /* ranks / tp read the global batch */
     cJSON_AddStringToObject(x, "strategy", strategy);
     cJSON_AddNumberToObject(x, "grad_clip", c->grad_clip);
     cJSON_AddNumberToObject(x, "seed", (double)c->seed);
@@ -276,8 +277,8 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
         cJSON_AddStringToObject(e, "name", t->name);
         cJSON_AddStringToObject(e, "hf", t->hf);
         cJSON_AddNumberToObject(e, "unit", t->unit);
-        cJSON_AddNumberToObject(e, "offset", (double)t->offset);
-        cJSON_AddItemToObject(e, "shape", cJSON_CreateIntArray(t->shape, t->ndim));
+        cJSON_AddNumberToObject(e, "offset", (double)t->goffset);
+        cJSON_AddItemToObject(e, "shape", cJSON_CreateIntArray(t->gshape, t->ndim));
         cJSON_AddItemToArray(x, e);
     }
     return j;
@@ -309,25 +310,68 @@ static dt_status agree(dt_comm *w, dt_status st, const char *what) {
     return dt_error((dt_status)code, "rank 0 could not %s (its message says why)", what);
 }
 
-/* This rank's slice of each optimizer buffer, written in place into the
- * shared optim.f32 (buffer b starts at b * nparams floats). */
-static dt_status write_slice(const char *path, const float *const *bufs, int nb, size_t off, size_t n, size_t nparams) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    dt_status st = DT_OK;
-    for (int b = 0; b < nb && !st; b++) {
-        const char *q = (const char *)bufs[b];
+/* Moving [off, off + n) of this rank's store, in each of nb buffers that
+ * hold just that range (from their first float), to or from a file in the
+ * whole model's layout (buffer b at b * G floats): the table's runs (a whole
+ * tensor each, or a tensor-parallel slice's rows). */
+typedef struct {
+    int fd, nb, write;
+    float *const *bufs;
+    size_t G, off;
+    const char *path;
+    dt_status st;
+} runs_io;
+
+static void run_io(size_t lo, size_t go, size_t n, void *ctx) {
+    runs_io *x = ctx;
+    for (int b = 0; b < x->nb && !x->st; b++) {
+        char *q = (char *)(x->bufs[b] + (lo - x->off));
         size_t left = n * sizeof(float);
-        off_t at = (off_t)(((size_t)b * nparams + off) * sizeof(float));
-        while (left && !st) {
-            ssize_t k = pwrite(fd, q, left, at);
+        off_t at = (off_t)(((size_t)b * x->G + go) * sizeof(float));
+        while (left && !x->st) {
+            ssize_t k = x->write ? pwrite(x->fd, q, left, at) : pread(x->fd, q, left, at);
             if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) st = dt_error(DT_ERR_IO, "%s: write failed: %s (the previous checkpoint is untouched)", path, strerror(errno));
+            if (k <= 0)
+                x->st = x->write ? dt_error(DT_ERR_IO, "%s: write failed: %s (the previous checkpoint is untouched)", x->path, strerror(errno))
+                                 : dt_error(DT_ERR_IO, "%s: short read at byte %lld", x->path, (long long)at);
             else { q += k; left -= (size_t)k; at += k; }
         }
     }
-    if (fsync(fd) != 0 && !st) st = dt_error(DT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+}
+
+static dt_status file_runs(const char *path, int write, const dt_model *m, float *const *bufs, int nb, size_t off, size_t n) {
+    int fd = write ? open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot %s: %s", path, write ? "create" : "open", strerror(errno));
+    runs_io x = { fd, nb, write, bufs, dt_model_global_params(m), off, path, DT_OK };
+    dt_model_global_runs(m, off, n, run_io, &x);
+    if (write && fsync(fd) != 0 && !x.st) x.st = dt_error(DT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
     close(fd);
+    return x.st;
+}
+
+/* This rank's slice of each buffer, written in place into the shared file. */
+static dt_status write_slice(const char *path, const dt_model *m, const float *const *bufs, int nb, size_t off, size_t n) {
+    return file_runs(path, 1, m, (float *const *)bufs, nb, off, n);
+}
+
+/* A file's floats [a, b) of each of its nb buffers of G, hashed as verify_file does a piece. */
+static dt_status hash_piece(const char *path, int nb, size_t G, size_t a, size_t b, uint64_t *out) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    enum { CHUNK = 1 << 18 };
+    float *buf = malloc(CHUNK * sizeof(float));
+    dt_status st = buf ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    uint64_t h = DT_HASH_INIT;
+    for (int bi = 0; bi < nb && !st; bi++)
+        for (size_t at = a; at < b && !st; at += CHUNK) {
+            size_t m = b - at < CHUNK ? b - at : CHUNK;
+            if (pread(fd, buf, m * sizeof(float), (off_t)(((size_t)bi * G + at) * sizeof(float))) != (ssize_t)(m * sizeof(float)))
+                st = dt_error(DT_ERR_IO, "%s: short read", path);
+            else h = dt_hash_words(h, buf, m);
+        }
+    free(buf);
+    close(fd);
+    *out = h;
     return st;
 }
 
@@ -340,7 +384,8 @@ static dt_status commit(const char *dir, const char *tmp, const char *name, cons
     int nb = dt_optim_buffer(o, 1) ? 2 : 1;
     char path[4200], final[4200];
     uint64_t hashes[3] = { phash, 0, bhash };
-    size_t bytes[3] = { cm->m.nparams * sizeof(float), cm->m.nparams * sizeof(float) * (size_t)nb, cm->nbuffers * sizeof(float) };
+    size_t G = dt_model_global_params(&cm->m);
+    size_t bytes[3] = { G * sizeof(float), G * sizeof(float) * (size_t)nb, cm->nbuffers * sizeof(float) };
     cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), cm, o, dt_engine_loss_scale(e), pos, hashes, bytes, pieces, np, params_pieces);
     char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
@@ -369,14 +414,36 @@ static dt_status commit(const char *dir, const char *tmp, const char *name, cons
     return DT_OK;
 }
 
+/* A tensor-parallel save: the files are the whole model's, each rank's
+ * slices written in place at their runs, so the ranks' writes interleave.
+ * Once all are on disk, each rank hashes a contiguous 1/p of each file
+ * (read back) for the manifest's pieces. */
+static dt_status hash_pieces(const char *tmp, dt_comm *w, int nb, size_t G, piece *mine) {
+    int r = dt_comm_rank(w), p = dt_comm_size(w);
+    char path[4200];
+    size_t a = G * (size_t)r / (size_t)p, b = G * (size_t)(r + 1) / (size_t)p;
+    *mine = (piece){ a, b - a, 0, 0 };
+    snprintf(path, sizeof path, "%s/params.f32", tmp);
+    dt_status st = hash_piece(path, 1, G, a, b, &mine->phash);
+    snprintf(path, sizeof path, "%s/optim.f32", tmp);
+    return st ? st : hash_piece(path, nb, G, a, b, &mine->hash);
+}
+
 /* w: the ranks that share a sharded optimizer (each writes its slice), or
- * NULL (rank 0 alone writes everything: one slice, the whole store). */
+ * NULL (rank 0 alone writes everything: one slice, the whole store); for a
+ * tensor-parallel model (its table's slices are not the whole model) every
+ * rank of the job, the data-parallel rank 0 of each slice writing it unless
+ * the optimizer (and with ZeRO-3 the parameters) are sharded. */
 static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm,
                             dt_engine *e, const dt_checkpoint_position *pos, size_t *written) {
     dt_model m = cm->m;
     dt_optim *o = dt_engine_optim(e);
-    size_t off, n;
+    size_t off, n, G = dt_model_global_params(&m);
     dt_engine_share(e, &off, &n);
+    bool sliced = G != m.nparams, sharded = off != 0 || n != m.nparams;
+    dt_comm *dp = dt_engine_get_config(e)->comm;
+    bool dp0 = !dp || dt_comm_rank(dp) == 0; /* writes what its data-parallel ranks all hold */
+    if (sliced && !w) return dt_error(DT_ERR_ARG, "checkpoint: a tensor-parallel model's ranks save together");
     if ((off != 0 || n != m.nparams) && !w)
         return dt_error(DT_ERR_ARG, "checkpoint: strategy %s shards the optimizer: all its ranks save together",
                         dt_engine_strategy_name(e));
@@ -399,12 +466,12 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     if (nb == 2) h = dt_hash_words(h, bufs[1], n);
     /* ZeRO-3 with a copy per rank: each holds only its slice of the parameters, and writes it */
     bool ps = w && dt_engine_params_sharded(e);
-    if (ps) {
-        const float *slice[1] = { P + off };
+    if (ps || (sliced && dp0)) {
+        const float *slice[1] = { ps ? P + off : P };
         hp = dt_hash_words(DT_HASH_INIT, P + off, n);
         snprintf(path, sizeof path, "%s/params.f32", tmp);
-        st = write_slice(path, slice, 1, off, n, m.nparams);
-    } else if (rank == 0) {
+        st = ps ? write_slice(path, &m, slice, 1, off, n) : write_slice(path, &m, slice, 1, 0, m.nparams);
+    } else if (rank == 0 && !sliced) {
         size_t pb = m.nparams * sizeof(float);
         const void *pp[1] = { P };
         phash = dt_hash_words(DT_HASH_INIT, P, m.nparams);
@@ -420,7 +487,7 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
         st = dt_file_write_atomic(path, bp, &bb, 1);
     }
     snprintf(path, sizeof path, "%s/optim.f32", tmp);
-    if (!st) st = write_slice(path, bufs, nb, off, n, m.nparams);
+    if (!st && (!sliced || sharded || dp0)) st = write_slice(path, &m, bufs, nb, off, n);
     /* every rank's slice, and whether it is on disk: the manifest needs the one, the commit the other */
     piece *all = calloc((size_t)p, sizeof *all);
     uint64_t mine[5] = { st != DT_OK, off, n, h, hp }, *got = malloc(sizeof *got * 5 * (size_t)p);
@@ -434,6 +501,18 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     }
     if (!st && !gs && failed >= 0) st = dt_error(DT_ERR_IO, "checkpoint: rank %d could not write its part (its message says why)", failed);
     if (!st) st = gs;
+    if (!st && sliced) { /* every write is on disk (the allgather above): the pieces' hashes, read back */
+        piece mp;
+        st = hash_pieces(tmp, w, nb, G, &mp);
+        uint64_t h5[5] = { st != DT_OK, mp.off, mp.count, mp.hash, mp.phash };
+        dt_status as = dt_comm_allgather(w, h5, got, 5, DT_I64);
+        for (int r = 0; !as && r < p; r++) {
+            if (got[5 * r] && !st) st = dt_error(DT_ERR_IO, "checkpoint: rank %d could not hash its piece (its message says why)", r);
+            all[r] = (piece){ got[5 * r + 1], got[5 * r + 2], got[5 * r + 3], got[5 * r + 4] };
+        }
+        if (!st) st = as;
+        ps = true; /* params.f32 in pieces too */
+    }
     *written = 0;
     if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, cm, e, pos, phash, bhash, all, p, ps, written);
     if (rank == 0 && st) remove_tree(tmp);
@@ -594,41 +673,31 @@ static dt_status read_floats(const char *dir, const cJSON *j, const char *file, 
     return st;
 }
 
-/* [off, off + n) of each buffer of a verified optim.f32. */
-static dt_status read_optim_slice(const char *dir, float *const *bufs, int nb, size_t nparams, size_t off, size_t n) {
+/* [off, off + n) of this rank's store from each buffer of a verified file
+ * (optim.f32, or a tensor-parallel rank's slices of params.f32). */
+static dt_status read_slice(const char *dir, const char *file, const dt_model *m, float *const *bufs, int nb, size_t off, size_t n) {
     char path[8192];
-    snprintf(path, sizeof path, "%s/optim.f32", dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    dt_status st = DT_OK;
-    for (int b = 0; b < nb && !st; b++) {
-        char *q = (char *)bufs[b];
-        size_t left = n * sizeof(float);
-        off_t at = (off_t)(((size_t)b * nparams + off) * sizeof(float));
-        while (left && !st) {
-            ssize_t k = pread(fd, q, left, at);
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) st = dt_error(DT_ERR_IO, "%s: short read at byte %lld", path, (long long)at);
-            else { q += k; left -= (size_t)k; at += k; }
-        }
-    }
-    close(fd);
-    return st;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    return file_runs(path, 0, m, bufs, nb, off, n);
 }
 
 /* Settings that may change on resume, but change the run: said. */
 static void warn_changes(const cJSON *j, const char *path, const dt_train_config *c, int nranks) {
     static const char *const keys[4] = { "batch", "seq", "grad_accum", "ranks" };
     const int mine[4] = { c->batch, c->seq, c->grad_accum, nranks };
-    double v = 0, global_then = 1;
+    double v = 0, global_then = 1, tp_then = 1;
     for (int i = 0; i < 4; i++) {
         if (dt_ckpt_number(j, "settings", keys[i], path, &v)) continue;
         if (i != 1) global_then *= v;
         if (i == 1 && v != mine[1]) dt_log(DT_LOG_WARN, "%s: saved with --seq %g, resumed with %d", path, v, mine[1]);
     }
-    if (global_then != (double)c->batch * c->grad_accum * nranks)
+    /* tensor-parallel ranks share their samples (a checkpoint without the key had none) */
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "settings"), *tpv = st ? cJSON_GetObjectItemCaseSensitive(st, "tp") : NULL;
+    if (cJSON_IsNumber(tpv) && tpv->valuedouble >= 1) tp_then = tpv->valuedouble;
+    int now = c->batch * c->grad_accum * nranks / (c->tp > 1 ? c->tp : 1);
+    if (global_then / tp_then != (double)now)
         dt_log(DT_LOG_WARN, "%s: the global batch was %g samples, now %d: the run is not the one that was saved", path,
-               global_then, c->batch * c->grad_accum * nranks);
+               global_then / tp_then, now);
     if (!dt_ckpt_number(j, "schedule", "lr", path, &v) && (float)v != c->sched.lr)
         dt_log(DT_LOG_WARN, "%s: saved with --lr %g, resumed with %g", path, v, c->sched.lr);
     int total = c->sched.total ? c->sched.total : c->steps;
@@ -755,8 +824,12 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
         !(st = dt_ckpt_count(j, "settings", "ranks", mpath, 1e9, &ranks)) && !(st = dt_ckpt_count(j, "model", "parameters", mpath, 1e15, &np))) {
         const char *strategy = dt_ckpt_string(j, "settings", "strategy"), *opt = dt_ckpt_string(j, "optimizer", "kind");
         const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
-        fprintf(f, "%s: format %d, step %.0f, saved by %.0f rank%s under %s\n", sub, cJSON_IsNumber(ver) ? ver->valueint : 0, step,
+        double tp = 1;
+        if (dt_ckpt_number(j, "settings", "tp", mpath, &tp)) tp = 1; /* older checkpoints: no tensor parallelism */
+        fprintf(f, "%s: format %d, step %.0f, saved by %.0f rank%s under %s", sub, cJSON_IsNumber(ver) ? ver->valueint : 0, step,
                 ranks, ranks == 1 ? "" : "s", strategy ? strategy : "?");
+        if (tp > 1) fprintf(f, " with tensor parallelism %.0f (each rank wrote its slices in place; any layout reads them)", tp);
+        fprintf(f, "\n");
         if (gpt2) {
             fprintf(f, "model: gpt2, %d layers, %d heads, %d channels, vocab %d (padded %d), %d positions, %.0f parameters\n",
                     g.num_layers, g.num_heads, g.channels, g.vocab_size, g.padded_vocab_size, g.max_seq_len, np);
@@ -778,7 +851,9 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
         fprintf(f, "\n");
         const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
         const cJSON *pp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(files, "params.f32"), "pieces");
-        fprintf(f, "params.f32: %s\n", cJSON_IsArray(pp) && cJSON_GetArraySize(pp) > 1 ? "sharded (each rank wrote its slice, as below)" : "whole");
+        fprintf(f, "params.f32: %s\n", !cJSON_IsArray(pp) || cJSON_GetArraySize(pp) < 2 ? "whole"
+                                       : tp > 1 ? "in pieces (the slices written in place, hashed by rank as below)"
+                                                : "sharded (each rank wrote its slice, as below)");
         const cJSON *pieces = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(files, "optim.f32"), "pieces");
         int n = cJSON_IsArray(pieces) ? cJSON_GetArraySize(pieces) : 0;
         fprintf(f, "optim.f32: %s\n", n > 1 ? "sharded" : "whole");
@@ -786,7 +861,8 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
             const cJSON *pc = cJSON_GetArrayItem(pieces, k);
             const cJSON *o = cJSON_GetObjectItemCaseSensitive(pc, "offset"), *c = cJSON_GetObjectItemCaseSensitive(pc, "count");
             if (cJSON_IsNumber(o) && cJSON_IsNumber(c))
-                fprintf(f, "  piece %d (rank %d's slice): parameters [%.0f, %.0f)\n", k, k, o->valuedouble, o->valuedouble + c->valuedouble);
+                fprintf(f, "  piece %d (rank %d's %s): parameters [%.0f, %.0f)\n", k, k, tp > 1 ? "hash" : "slice", o->valuedouble,
+                        o->valuedouble + c->valuedouble);
         }
         const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "tensors"), *t;
         fprintf(f, "tensors: %d\n", cJSON_GetArraySize(ts));
@@ -820,10 +896,16 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
     float *pbuf[1] = { cm->m.params(cm->m.self) }, *bbuf[1] = { cm->buffers }, *obuf[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
     size_t off, share;
     dt_engine_share(e, &off, &share);
-    if (!st) st = read_floats(sub, j, "params.f32", pbuf, 1, n);
+    size_t G = dt_model_global_params(&cm->m);
+    if (G == n) { /* the whole model: read as it is checked */
+        if (!st) st = read_floats(sub, j, "params.f32", pbuf, 1, n);
+    } else { /* tensor-parallel slices: checked whole, then this rank's runs read */
+        if (!st) st = verify_file(sub, j, "params.f32", 1, G, NULL);
+        if (!st) st = read_slice(sub, "params.f32", &cm->m, pbuf, 1, 0, n);
+    }
     if (!st && cm->nbuffers) st = read_floats(sub, j, "buffers.f32", bbuf, 1, cm->nbuffers);
-    if (!st) st = verify_file(sub, j, "optim.f32", obuf[1] ? 2 : 1, n, NULL);
-    if (!st) st = read_optim_slice(sub, obuf, obuf[1] ? 2 : 1, n, off, share);
+    if (!st) st = verify_file(sub, j, "optim.f32", obuf[1] ? 2 : 1, G, NULL);
+    if (!st) st = read_slice(sub, "optim.f32", &cm->m, obuf, obuf[1] ? 2 : 1, off, share);
     if (!st) st = read_loss_scale(j, mpath, dt_engine_loss_scale(e));
     if (!st) {
         warn_changes(j, mpath, c, nranks);
@@ -855,17 +937,18 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
     dt_engine_share(e, &off, &share);
     int64_t meta[6] = { pos->step, (int64_t)pos->epoch, (int64_t)pos->next, (int64_t)pos->tokens_per_batch,
                         (int64_t)pos->data_tokens, dt_optim_steps(o) };
+    bool sliced = dt_model_global_params(&cm->m) != n; /* tensor parallelism: every rank holds its own slices */
     st = dt_comm_broadcast(w, meta, 6, DT_I64, 0);
-    if (!st) st = dt_comm_broadcast(w, cm->m.params(cm->m.self), n, DT_F32, 0);
+    char sub[4200];
+    snprintf(sub, sizeof sub, "%s/step-%08d", dir, (int)meta[0]);
+    float *pbuf[1] = { cm->m.params(cm->m.self) };
+    if (!st && !sliced) st = dt_comm_broadcast(w, pbuf[0], n, DT_F32, 0);
+    else if (!st && rank != 0) st = read_slice(sub, "params.f32", &cm->m, pbuf, 1, 0, n);
     if (!st && cm->nbuffers) st = dt_comm_broadcast(w, cm->buffers, cm->nbuffers, DT_F32, 0);
     float *obuf[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
-    if (share != n && rank != 0 && !st) {
-        /* a sharded optimizer: each rank reads its own slice of the file rank 0 has checked */
-        char sub[4200];
-        snprintf(sub, sizeof sub, "%s/step-%08d", dir, (int)meta[0]);
-        st = read_optim_slice(sub, obuf, obuf[1] ? 2 : 1, n, off, share);
-    }
-    for (int i = 0; i < 2 && !st && share == n; i++)
+    if ((share != n || sliced) && rank != 0 && !st) /* each rank reads its own slice of the file rank 0 has checked */
+        st = read_slice(sub, "optim.f32", &cm->m, obuf, obuf[1] ? 2 : 1, off, share);
+    for (int i = 0; i < 2 && !st && share == n && !sliced; i++)
         if (obuf[i]) st = dt_comm_broadcast(w, obuf[i], n, DT_F32, 0);
     dt_loss_scale *ls = dt_engine_loss_scale(e);
     if (ls && !st) {

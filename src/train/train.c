@@ -196,7 +196,7 @@ static int default_threads(dt_comm *w) {
 
 /* What tensor parallelism does not run with yet, or NULL. */
 static const char *tp_lacks(const dt_train_config *c) {
-    if (c->save || c->resume) return c->save ? "--save (checkpoints of slices)" : "--resume (checkpoints of slices)";
+    if (c->save && !dt_checkpoint_is_dir(c->save)) return "--save FILE.bin/.safetensors (a checkpoint directory takes the slices)";
     if (access(c->model, R_OK) == 0) return "--model FILE (weights from a file)";
     if (c->precision != DT_F32) return "--precision bf16/fp16";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
@@ -555,7 +555,8 @@ static dt_status save(run *r, int steps_done) {
     /* a sharded strategy's checkpoint: every rank writes its slices (ZeRO-3's
      * parameters too); a weights file: ZeRO-3's ranks gather the whole model
      * for rank 0 (collective) */
-    bool slices = dt_checkpoint_is_dir(path) && sharded(r);
+    bool tp = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1;
+    bool slices = dt_checkpoint_is_dir(path) && (sharded(r) || tp);
     dt_status st = slices ? DT_OK : dt_engine_materialize(r->e, 1);
     if (st || (r->rank != 0 && !slices)) {
         /* rank 0 writes what every rank holds */
@@ -564,7 +565,7 @@ static dt_status save(run *r, int steps_done) {
         dt_loader_position(r->tl, &pos.epoch, &pos.next);
         dt_checkpoint_model cm;
         dt_checkpoint_gpt2(r->m, &cm);
-        st = dt_checkpoint_save(path, sharded(r) ? dt_engine_get_config(r->e)->comm : NULL, &r->c, r->nranks, &cm, r->e, &pos);
+        st = dt_checkpoint_save(path, tp ? r->w : sharded(r) ? dt_engine_get_config(r->e)->comm : NULL, &r->c, r->nranks, &cm, r->e, &pos);
     } else {
         double t0 = dt_time_now();
         DT_TRACE_BEGIN(DT_TRACK_IO, "weights write", "\"step\":%d,\"files\":1", steps_done);
