@@ -43,6 +43,8 @@ typedef struct {
     int nnprocs;
     const char *train_flags; /* data-parallel mode: more flags for dtrain train (NULL: none) */
     const char *report;      /* data-parallel mode: a run directory for dtrain report, with scaling.json */
+    int tp;                  /* tensor-parallel mode: N > 1 ranks against one process with N threads, N data-parallel ranks
+                              * and PyTorch's tensor parallelism (baseline "torch") */
     dt_dtype precision;      /* one process: DT_BF16 / DT_F16 times that mixed precision against fp32, alternating
                               * (and PyTorch under autocast of that type); DT_F32: fp32 alone */
 } dt_bench_train_opts;
@@ -54,6 +56,7 @@ void dt_bench_train_defaults(dt_bench_train_opts *o);
  * exposed communication. */
 int dt_bench_train(const dt_bench_train_opts *o);
 int dt_bench_train_ddp(const dt_bench_train_opts *o);
+int dt_bench_train_tp(const dt_bench_train_opts *o);
 int dt_bench_train_zero(const dt_bench_train_opts *o);
 /* --model resnet...: Horovod's synthetic benchmark (img/s per worker, mean +- 1.96 sd, and in total) for each
  * --nproc N, against torchvision's model under PyTorch 2.x and Debian's PyTorch with --baseline torch. */

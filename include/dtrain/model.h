@@ -176,6 +176,12 @@ typedef struct {
 dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg);
 dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *part, dt_gpt2 **out);
 const dt_gpt2_part *dt_gpt2_get_part(const dt_gpt2 *m);
+/* part's parameters from the whole model whole (the same config): each slice
+ * copied from its place (a file's weights given to a tensor-parallel rank). */
+dt_status dt_gpt2_copy_slices(const dt_gpt2 *whole, dt_gpt2 *part);
+/* Seconds spent in tensor parallelism's collectives since the last call
+ * (they block the pass: all of it is exposed communication). */
+double dt_gpt2_tp_comm_seconds(dt_gpt2 *m);
 void dt_gpt2_units(const dt_gpt2 *m, int *a, int *b);
 /* Fails, naming what needs it, unless the model holds every unit (files hold whole models). */
 dt_status dt_gpt2_check_whole(const dt_gpt2 *m, const char *what);

@@ -23,7 +23,7 @@ static const dt_cli_flag train_flags[] = {
     { "--seq", "a whole number from 1 to 99999" }, { "--steps", "a whole number from 1 to 99999" },
     { "--warmup", "a whole number from 0 to 99999" }, { "--threads", "a whole number from 0 to 99999" },
     { "--rounds", "a whole number from 1 to 99999" }, { "--baseline", "torch, or with --zero: fsdp, deepspeed or all" }, { "--precision", "fp32, bf16 or fp16" }, { "--nproc", "a list like 1,2,4" },
-    { "--zero", "1, 2 or 3" },
+    { "--zero", "1, 2 or 3" }, { "--tp", "a whole number of ranks from 2 to 256" },
     { "--train-flags", "flags for dtrain train, in one argument" }, { "--synthetic", "" }, { "--report", "a directory" }, { "--json", "" }, { "--help", "" }, { NULL, NULL },
 };
 
@@ -69,6 +69,9 @@ static int bench_train(int argc, char **argv) {
                    "                          [--train-flags \"--step-at-end\"]  more flags for dtrain train\n"
                    "                          [--report DIR]  with --nproc: a run of the largest N into DIR and its\n"
                    "                          report with the scaling chart (DIR/report.html)\n"
+                   "                          [--tp N [--baseline torch]]  tensor parallelism on N ranks against one process\n"
+                   "                          with N threads and N data-parallel ranks (batch / N each), alternating, and\n"
+                   "                          PyTorch's tensor parallelism (DTensor over gloo; the baselines' venv)\n"
                    "                          [--nproc 2 --zero 1|2|3 [--baseline fsdp|deepspeed|all]]  that ZeRO stage against\n"
                    "                          dtrain's DDP and PyTorch's (ZeroRedundancyOptimizer, FSDP2) or DeepSpeed's at the\n"
                    "                          stage (their virtual environment: scripts/make-baselines-venv.sh)\n"
@@ -107,6 +110,7 @@ static int bench_train(int argc, char **argv) {
         else if (!strcmp(f, "--baseline") && (!strcmp(v, "torch") || !strcmp(v, "fsdp") || !strcmp(v, "deepspeed") || !strcmp(v, "all")))
             o.baseline = v;
         else if (isnum && n >= 1 && n <= 3 && !strcmp(f, "--zero")) o.zero = (int)n;
+        else if (isnum && n >= 2 && n <= 256 && !strcmp(f, "--tp")) o.tp = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--batch")) o.batch = (int)n, batch_given = true;
         else if (isnum && n >= 1 && !strcmp(f, "--seq")) o.seq = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--steps")) o.steps = (int)n;
@@ -144,7 +148,12 @@ static int bench_train(int argc, char **argv) {
         dt_log(DT_LOG_ERROR, "bench train: --report DIR charts the scaling of --nproc 1,2,4 (give --nproc)");
         return 2;
     }
-    return dt_bench_train(&o);
+    if (o.tp && (image || o.zero || o.nnprocs || o.precision != DT_F32 || o.report || (o.baseline && strcmp(o.baseline, "torch")))) {
+        dt_log(DT_LOG_ERROR, "bench train: --tp N compares GPT-2 layouts on N cores; it takes --model, --batch, --seq, --steps, "
+               "--warmup, --rounds, --baseline torch and --train-flags");
+        return 2;
+    }
+    return o.tp ? dt_bench_train_tp(&o) : dt_bench_train(&o);
 }
 
 /* argv is the whole command line ("dtrain bench comm ..."): the benchmark

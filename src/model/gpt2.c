@@ -227,6 +227,22 @@ dt_status dt_gpt2_create_units(const dt_gpt2_config *cfg, int a, int b, dt_gpt2 
 
 const dt_gpt2_part *dt_gpt2_get_part(const dt_gpt2 *m) { return &m->part; }
 
+typedef struct { float *to; const float *from; } slice_copy;
+static void copy_run(size_t lo, size_t go, size_t n, void *ctx) {
+    slice_copy *x = ctx;
+    memcpy(x->to + lo, x->from + go, n * sizeof(float));
+}
+
+dt_status dt_gpt2_copy_slices(const dt_gpt2 *whole, dt_gpt2 *part) {
+    if (memcmp(&whole->cfg, &part->cfg, sizeof whole->cfg) || whole->ua != 0 || whole->ub != whole->cfg.num_layers + 2)
+        return dt_error(DT_ERR_ARG, "model: slices come from a whole model of the same shape");
+    dt_model view;
+    dt_gpt2_model(part, &view);
+    slice_copy x = { part->params, whole->params };
+    dt_model_global_runs(&view, 0, view.nparams, copy_run, &x);
+    return DT_OK;
+}
+
 dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *part, dt_gpt2 **out) {
     *out = NULL;
     dt_status st = dt_gpt2_config_check(cfg, "model");

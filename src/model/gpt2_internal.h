@@ -31,6 +31,7 @@ struct dt_gpt2 {
      * vocabulary rows [v0, v0 + Vl) of which Vv are real (below V); the whole model: C, NH, 4C, 0, Vp, V */
     int Cl, NHl, Fl, v0, Vl, Vv;
     dt_status tp_err;         /* the first failed collective of this pass (the pass runs on, the caller is told) */
+    double tp_seconds;        /* spent in tensor parallelism's collectives (dt_gpt2_tp_comm_seconds) */
     int ua, ub;               /* units held */
     int l0, nl;               /* blocks held: l0 .. l0+nl-1 */
     int i_wte, i_wpe, i_lnf, i_blk; /* table indices of wte, wpe, lnfw, block l0's ln1w (-1: not held) */

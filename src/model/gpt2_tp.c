@@ -18,14 +18,21 @@
 #include <math.h>
 #include <string.h>
 
-void dt_gpt2_tp_sum(dt_gpt2 *m, float *x, size_t n) {
+/* The group's sum or max in place, timed: every one is on the critical path. */
+static void tp_reduce(dt_gpt2 *m, float *x, size_t n, int max) {
     if (m->part.tp_size == 1 || m->tp_err) return;
-    m->tp_err = m->part.tp->allreduce(m->part.tp->ctx, x, n, 0);
+    double t0 = dt_time_now();
+    m->tp_err = m->part.tp->allreduce(m->part.tp->ctx, x, n, max);
+    m->tp_seconds += dt_time_now() - t0;
 }
 
-static void tp_max(dt_gpt2 *m, float *x, size_t n) {
-    if (m->part.tp_size == 1 || m->tp_err) return;
-    m->tp_err = m->part.tp->allreduce(m->part.tp->ctx, x, n, 1);
+void dt_gpt2_tp_sum(dt_gpt2 *m, float *x, size_t n) { tp_reduce(m, x, n, 0); }
+static void tp_max(dt_gpt2 *m, float *x, size_t n) { tp_reduce(m, x, n, 1); }
+
+double dt_gpt2_tp_comm_seconds(dt_gpt2 *m) {
+    double s = m->tp_seconds;
+    m->tp_seconds = 0;
+    return s;
 }
 
 /* The position table is added after the sum, so each value is the one sum

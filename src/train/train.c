@@ -197,7 +197,6 @@ static int default_threads(dt_comm *w) {
 /* What tensor parallelism does not run with yet, or NULL. */
 static const char *tp_lacks(const dt_train_config *c) {
     if (c->save && !dt_checkpoint_is_dir(c->save)) return "--save FILE.bin/.safetensors (a checkpoint directory takes the slices)";
-    if (access(c->model, R_OK) == 0) return "--model FILE (weights from a file)";
     if (c->precision != DT_F32) return "--precision bf16/fp16";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
     return NULL;
@@ -236,6 +235,7 @@ typedef struct {
     FILE *metrics;
     int32_t *in, *tg;
     double fwd, bwd, data;    /* this step's forward, backward and batch-loading seconds */
+    double tp_comm;           /* of forward and backward, in tensor parallelism's collectives */
     int first_step;           /* 0, or where a resumed run goes on from */
     dt_trace_file *trace;
     double flops_per_step;    /* model FLOPs of one step, all ranks (dt_gpt2_flops_per_token) */
@@ -263,6 +263,7 @@ static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
     if (!st) st = dt_gpt2_backward(r->m, grad_scale);
     r->fwd += tb - ta;
     r->bwd += dt_time_now() - tb;
+    r->tp_comm += dt_gpt2_tp_comm_seconds(r->m);
     return st;
 }
 
@@ -349,16 +350,22 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         *out = NULL;
         return st;
     }
+    dt_gpt2_part part = dt_gpt2_whole(&cfg);
+    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1) {
+        r->tp_ops = dt_tp_ops_over(dt_mesh_comm(r->mesh, DT_MESH_TP));
+        part.tp_rank = dt_mesh_coord(r->mesh, DT_MESH_TP);
+        part.tp_size = dt_mesh_size(r->mesh, DT_MESH_TP);
+        part.tp = &r->tp_ops;
+    }
     if (!from_file) {
-        dt_gpt2_part part = dt_gpt2_whole(&cfg);
-        if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1) {
-            r->tp_ops = dt_tp_ops_over(dt_mesh_comm(r->mesh, DT_MESH_TP));
-            part.tp_rank = dt_mesh_coord(r->mesh, DT_MESH_TP);
-            part.tp_size = dt_mesh_size(r->mesh, DT_MESH_TP);
-            part.tp = &r->tp_ops;
-        }
         if ((st = dt_gpt2_create_part(&cfg, &part, out))) return st;
         r->fresh = true; /* drawn once the ranks have agreed on the job (open_data) */
+    } else if (part.tp_size > 1) {
+        /* a file holds the whole model: each tensor-parallel rank keeps its slices of it */
+        dt_gpt2 *whole = *out;
+        if (!(st = dt_gpt2_create_part(&cfg, &part, out))) st = dt_gpt2_copy_slices(whole, *out);
+        dt_gpt2_destroy(whole);
+        if (st) return st;
     }
     dt_gpt2_set_recompute(*out, c->recompute);
     dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);
@@ -587,7 +594,9 @@ static void write_metrics(run *r, int step, float lr, const dt_step_result *s, d
     json_num(f, "grad_norm", "%.6f", s->norm);
     fprintf(f, ",\"ms\":%.3f,\"tok_per_s\":%.1f,\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f,"
             "\"compute_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"data_ms\":%.3f", ms, tps, r->fwd * 1e3, r->bwd * 1e3, s->update_ms,
-            (r->fwd + r->bwd) * 1e3 - s->exposed_in_backward_ms + s->update_ms, s->exposed_ms, r->data * 1e3);
+            (r->fwd + r->bwd - r->tp_comm) * 1e3 - s->exposed_in_backward_ms + s->update_ms, s->exposed_ms + r->tp_comm * 1e3,
+            r->data * 1e3);
+    if (r->tp_comm > 0) fprintf(f, ",\"tp_comm_ms\":%.3f", r->tp_comm * 1e3);
     double gflops = r->flops_per_step / (ms / 1e3) / 1e9;
     fprintf(f, ",\"model_gflops\":%.2f", gflops);
     if (r->peak_gflops > 0) fprintf(f, ",\"mfu\":%.4f", gflops / r->peak_gflops);
@@ -770,7 +779,7 @@ static int train_loop(run *r) {
         double t0 = dt_time_now();
         float lr = dt_lr_at(&c->sched, c->steps, step);
         dt_step_result s;
-        r->fwd = r->bwd = r->data = 0;
+        r->fwd = r->bwd = r->data = r->tp_comm = 0;
         dt_comm_set_progress(r->w, step + 1);
         dt_trace_file_step(r->trace, step + 1);
         DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "step", "\"step\":%d", step + 1);
