@@ -10,6 +10,7 @@
  *   against the same elements of the whole's) within 1e-5 of the tensor's
  *   largest gradient, with recomputation on and off;
  * - the padded vocabulary rows never get a gradient;
+ * - the same with sequence parallelism (T = 24: 2 and 3 divide it);
  * - heads that do not divide by N are refused, naming the numbers.
  * Runs under dtrain launch -n N. */
 #include "dtrain/parallel.h"
@@ -55,14 +56,15 @@ static void sgd(float *p, const float *g, size_t n, float lr) {
     for (size_t i = 0; i < n; i++) p[i] -= lr * g[i];
 }
 
-static void run(dt_comm *tpc, int V, int Vp, int recompute) {
-    int N = dt_comm_size(tpc), B = 2, T = 16, BT = B * T;
+static void run(dt_comm *tpc, int V, int Vp, int recompute, int sp) {
+    int N = dt_comm_size(tpc), B = 2, T = 24, BT = B * T;
     dt_gpt2_config cfg = { 32, V, Vp, 2, 6, 48 };
     dt_tp_ops ops = dt_tp_ops_over(tpc);
     dt_gpt2_part part = dt_gpt2_whole(&cfg);
     part.tp_rank = dt_comm_rank(tpc);
     part.tp_size = N;
     part.tp = &ops;
+    part.sp = sp;
     dt_gpt2 *whole, *m;
     if (dt_gpt2_create(&cfg, &whole) || dt_gpt2_create_part(&cfg, &part, &m)) { CHECK(0, "create: %s", dt_last_error()); return; }
     dt_gpt2_set_recompute(whole, recompute);
@@ -112,7 +114,7 @@ static void run(dt_comm *tpc, int V, int Vp, int recompute) {
         sgd(dt_gpt2_params(whole), dt_gpt2_grads(whole), dt_gpt2_num_params(whole), 0.05f);
         sgd(dt_gpt2_params(m), dt_gpt2_grads(m), dt_gpt2_num_params(m), 0.05f);
     }
-    const char *how = recompute ? ", recomputing" : "";
+    const char *how = recompute && sp ? ", sequence parallel, recomputing" : recompute ? ", recomputing" : sp ? ", sequence parallel" : "";
     CHECK(worst_loss <= 1e-6, "TP %d, V %d%s: loss differs from one process by %.3g relative", N, V, how, worst_loss);
     CHECK(worst_grad <= 1e-5, "TP %d, V %d%s: %s's gradient differs by %.3g of its largest", N, V, how, worst_name, worst_grad);
     CHECK(padded_touched == 0, "TP %d, V %d: %d padded vocabulary entries got a gradient", N, V, padded_touched);
@@ -130,13 +132,16 @@ int main(void) {
     if (dt_comm_init(&w)) { fprintf(stderr, "init: %s\n", dt_last_error()); return 1; }
     me = dt_comm_rank(w);
     dt_kernels_set_threads(1);
-    run(w, 257, 260, 0);
-    run(w, 257, 260, 1);
-    run(w, 50257, 50304, 0);
+    run(w, 257, 260, 0, 0);
+    run(w, 257, 260, 1, 0);
+    run(w, 50257, 50304, 0, 0);
+    run(w, 257, 260, 0, 1);
+    run(w, 257, 260, 1, 1);
+    run(w, 50257, 50304, 0, 1);
     /* heads that do not divide: refused before anything is built */
     dt_gpt2_config cfg = { 32, 257, 260, 2, 6, 48 };
     dt_tp_ops ops = dt_tp_ops_over(w);
-    dt_gpt2_part part = { 0, 4, 0, 4, &ops };
+    dt_gpt2_part part = { 0, 4, 0, 4, &ops, 0 };
     dt_gpt2 *bad = NULL;
     dt_status st = dt_gpt2_create_part(&cfg, &part, &bad);
     CHECK(st && !bad && strstr(dt_last_error(), "--tp 4 does not divide the 6 attention heads"), "tp 4 over 6 heads: %s",

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Tensor parallelism gives the losses (and gradient norms) of one process
 # with the global batch, over 20 AdamW steps, within 1e-6 relative: TP 2 and
-# TP 3 (6 heads), DP 2 x TP 2 on 4 ranks with DDP and with ZeRO-1, -2 and -3
+# TP 3 (6 heads), sequence parallelism, DP 2 x TP 2 on 4 ranks with DDP and with ZeRO-1, -2 and -3
 # on the DP axis, gradient accumulation, clipping (which needs the norm over
 # the slices), recomputation, GPT-2's vocabulary 50257 and a byte-level 257
 # (padded to 320: TP 3's last rank holds fewer rows), and DP 2 x TP 2 under
@@ -52,6 +52,9 @@ run ref --vocab 256 --batch 4
 for s in ddp zero1 zero2 zero3; do
     run dp2tp2 --vocab 256 --batch 2 --nproc 4 --tp 2 --strategy $s && compare "DP 2 x TP 2, $s" "$dir/ref.jsonl" "$dir/dp2tp2.jsonl"
 done
+run sp2 --vocab 256 --batch 4 --nproc 2 --tp 2 --sp && compare "TP 2, sequence parallel" "$dir/ref.jsonl" "$dir/sp2.jsonl"
+run sp4 --vocab 256 --batch 2 --nproc 4 --tp 2 --sp --strategy zero1 --recompute &&
+    compare "DP 2 x TP 2, sequence parallel, ZeRO-1, recomputing" "$dir/ref.jsonl" "$dir/sp4.jsonl"
 run acc --vocab 256 --batch 2 --grad-accum 2 --nproc 2 --tp 2 && compare "TP 2, batch 2 x 2 accumulation" "$dir/ref.jsonl" "$dir/acc.jsonl"
 run recompute --vocab 256 --batch 4 --nproc 2 --tp 2 --recompute && compare "TP 2, recomputing" "$dir/ref.jsonl" "$dir/recompute.jsonl"
 run clip1 --vocab 256 --batch 4 --grad-clip 0.5
@@ -125,6 +128,8 @@ refused() { # WHAT EXPECTED ARGS...
 refused "--tp 4 over 6 heads" "--tp 4 does not divide the 6 attention heads" --nproc 4 --tp 4
 refused "--tp 3 on 4 ranks" "--tp 3 x --pp 1 = 3 does not divide the job's 4 ranks" --nproc 4 --tp 3
 refused "--dp 3 --tp 2 on 4 ranks" "--dp 3 x --tp 2 x --pp 1 = 6, but the job has 4 ranks" --nproc 4 --dp 3 --tp 2
+refused "--sp with --seq 64 over 3 ranks" "--sp: --seq 64 does not split into --tp 3 parts" --nproc 3 --tp 3 --sp
+refused "--sp without --tp" "--sp splits the sequence over the tensor-parallel ranks" --sp
 refused "--tp 2 saving a weights file" "--tp 2: not with --save FILE.bin" --nproc 2 --tp 2 --save "$dir/x.bin"
 # a rank killed in the middle of a layer: the other names it and the collective it was in, within a second
 "$DTRAIN" train "${common[@]}" --vocab 256 --batch 4 --nproc 2 --tp 2 --steps 1000000 > /dev/null 2> "$dir/kill.err" &

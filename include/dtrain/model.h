@@ -159,6 +159,9 @@ dt_status dt_gpt2_create_units(const dt_gpt2_config *cfg, int a, int b, dt_gpt2 
 typedef struct {
     void *ctx;
     dt_status (*allreduce)(void *ctx, float *buf, size_t n, int max);
+    /* sequence parallelism's: all[n * tp] = every rank's n floats in rank order; mine[n] = rank r's block of the sum of all[n * tp] */
+    dt_status (*allgather)(void *ctx, const float *mine, float *all, size_t n);
+    dt_status (*reduce_scatter)(void *ctx, const float *all, float *mine, size_t n);
 } dt_tp_ops;
 
 /* What part of the model a rank builds: units [ua, ub) (a pipeline stage),
@@ -171,6 +174,10 @@ typedef struct {
     int ua, ub;
     int tp_rank, tp_size;
     const dt_tp_ops *tp;
+    /* sequence parallelism (Korthikanti et al. 2022) on the TP group: the
+     * LayerNorms and the residual stream hold B*T/tp rows; the sums become
+     * reduce-scatters and allgathers. Whole models only; T divisible by tp. */
+    int sp;
 } dt_gpt2_part;
 /* The whole model as one part (no splitting). */
 dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg);

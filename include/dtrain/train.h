@@ -39,6 +39,7 @@ typedef struct {
     int overwrite;            /* --save may replace a checkpoint of another run */
     int print_every;          /* a progress line every N steps where stdout is not a terminal (DeepSpeed's steps_per_print; 1) */
     int recompute;            /* activation checkpointing */
+    int sp;                   /* sequence parallelism on the tensor-parallel group */
     int attention;            /* dt_attn_mode */
     int nproc;                /* local ranks to launch (data parallelism); 1 = this process */
     int dp, tp, pp;           /* the mesh (0: dp = the ranks left over by tp x pp, tp = pp = 1) */

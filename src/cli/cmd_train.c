@@ -65,7 +65,10 @@ static void usage(FILE *f) {
             "  --nproc N          data parallelism over N local ranks (1); under mpirun/srun --mpi=pmix the job's\n"
             "                     ranks are used and --nproc is refused\n"
             "  --dp N --tp N --pp N   the mesh: data x tensor x pipeline parallel ranks, whose product is the job's\n"
-            "                     ranks (dp: what tp x pp leave; tp and pp: 1, the others are not built yet)\n"
+            "                     ranks (dp: what tp x pp leave; pp: 1, pipelines are not built yet). --tp N: each\n"
+            "                     rank holds 1/N of every block (Megatron: heads, MLP columns, vocabulary rows;\n"
+            "                     N consecutive ranks, one machine's); fp32; --sp: sequence parallelism on the TP\n"
+            "                     group (LayerNorms and the residual stream hold 1/N of the rows; --seq divisible by N)\n"
             "  --quiet            no progress output\n"
             "  --print-every N    a progress line every N steps where the output is not a terminal (1; DeepSpeed's\n"
             "                     steps_per_print)\n"
@@ -120,7 +123,7 @@ static const dt_cli_flag flags[] = {
     { "--layers", "a whole number from 1 to 1e5" }, { "--heads", "a whole number from 1 to 1e5" },
     { "--channels", "a whole number from 1 to 1e6" }, { "--vocab", "a whole number from 1 to 2^30" },
     { "--max-seq", "a whole number from 1 to 1e7" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
-    { "--nesterov", "" }, { "--quiet", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
+    { "--nesterov", "" }, { "--quiet", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--sp", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
 };
 
 /* A numeric flag: where it goes and its range (whole numbers only where int). */
@@ -170,14 +173,15 @@ int dt_cli_train(int argc, char **argv) {
         if (!strcmp(f, "--quiet")) { c.quiet = 1; continue; }
         if (!strcmp(f, "--overwrite")) { c.overwrite = 1; continue; }
         if (!strcmp(f, "--recompute")) { c.recompute = 1; continue; }
+        if (!strcmp(f, "--sp")) { c.sp = 1; continue; }
         if (!strcmp(f, "--step-at-end")) { c.step_at_end = 1; continue; }
         if (!strcmp(f, "--sync-bn")) { c.sync_bn = 1; continue; }
         if (!strcmp(f, "--synthetic")) { c.synthetic = 1; continue; }
-        static const char *const later[] = { "--sp", "--cp", "--cp-impl", "--pp-schedule", "--virtual-stages", "--micro-batches", NULL };
+        static const char *const later[] = { "--cp", "--cp-impl", "--pp-schedule", "--virtual-stages", "--micro-batches", NULL };
         for (int k = 0; later[k]; k++)
             if (!strcmp(f, later[k])) {
-                dt_log(DT_LOG_ERROR, "train: %s is not built yet: dtrain splits the data today (--nproc, --dp, --zero); sequence, "
-                       "context and pipeline parallelism are coming", f);
+                dt_log(DT_LOG_ERROR, "train: %s is not built yet: dtrain splits the data (--nproc, --dp, --zero) and the "
+                       "layers (--tp, --sp) today; context and pipeline parallelism are coming", f);
                 return 2;
             }
         i++;

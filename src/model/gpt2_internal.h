@@ -18,7 +18,9 @@ enum {
     A_ENCODED, A_LN1, A_LN1_MEAN, A_LN1_RSTD, A_QKV, A_ATTY, A_ATT, A_RES2, A_LN2, A_LN2_MEAN, A_LN2_RSTD,
     A_FCH, A_FCH_GELU, A_RES3, A_RES1, A_LNF, A_LNF_MEAN, A_LNF_RSTD, A_LOGITS, A_LOSSES, A_CE_STATS,
     /* scratch, not per layer */
-    A_TMP, A_DRES, A_DLN, A_DQKV, A_DATTY, A_DFCH, A_DFCH_GELU, A_COUNT
+    A_TMP, A_DRES, A_DLN, A_DQKV, A_DATTY, A_DFCH, A_DFCH_GELU,
+    /* sequence parallelism's: a gathered [B*T, C], a reduce-scattered [B*T/tp, C], a LayerNorm's gradient */
+    A_GATHER, A_RS, A_LNGRAD, A_COUNT
 };
 
 /* Units: 0 the embeddings (wte, wpe), 1..L the blocks 0..L-1, L+1 the final
@@ -86,6 +88,19 @@ struct dt_gpt2 {
  * output in forward, a column-parallel Linear's input gradient in backward),
  * and the vocabulary-parallel embedding and cross-entropy. No-ops on one rank. */
 void dt_gpt2_tp_sum(dt_gpt2 *m, float *x, size_t n);
+/* Sequence parallelism (dt_gpt2_part.sp): the residual stream, the
+ * LayerNorms and their outputs hold this rank's B*T/tp rows (contiguous:
+ * rows r*B*T/tp ..). Rows this rank holds; a local tensor of n floats
+ * gathered to all rows (or itself without SP); a row-parallel output's
+ * partial sums [all rows] summed (all rows, in place) or reduce-scattered
+ * (this rank's rows); a LayerNorm's backward whose weight gradient, over
+ * this rank's rows only, is summed over the group (Megatron's finalize for
+ * SP), added to dw, db. */
+size_t dt_gpt2_tp_rows(const dt_gpt2 *m);
+const float *dt_gpt2_tp_gather(dt_gpt2 *m, const float *local, size_t n);
+const float *dt_gpt2_tp_combine(dt_gpt2 *m, float *partial, size_t n);
+void dt_gpt2_tp_layernorm_backward(dt_gpt2 *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                   const float *w, const float *mean, const float *rstd, int C);
 void dt_gpt2_tp_embedding_forward(dt_gpt2 *m, float *out, const int32_t *tokens, int B, int T);
 void dt_gpt2_tp_embedding_backward(dt_gpt2 *m, float *dwte, float *dwpe, const float *dout, int B, int T);
 float dt_gpt2_tp_crossentropy_forward(dt_gpt2 *m, float *losses, float *stats, const float *logits, const int32_t *targets, int BT);

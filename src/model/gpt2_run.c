@@ -20,15 +20,16 @@ static bool use_blockwise(const dt_gpt2 *m, int T) {
 
 /* A rank's widths (struct dt_gpt2's): the residual stream's C, attention's
  * Cl channels in NH heads, the MLP's F hidden units, the head's V rows. */
-typedef struct { size_t C, Cl, NH, F, V; } widths;
+typedef struct { size_t C, Cl, NH, F, V, S; } widths; /* S: sequence parallelism's split of the rows (1: none) */
 
 static widths whole_widths(const dt_gpt2_config *c) {
     return (widths){ (size_t)c->channels, (size_t)c->channels, (size_t)c->num_heads, 4 * (size_t)c->channels,
-                     (size_t)c->padded_vocab_size };
+                     (size_t)c->padded_vocab_size, 1 };
 }
 
 static widths part_widths(const dt_gpt2 *m) {
-    return (widths){ (size_t)m->cfg.channels, (size_t)m->Cl, (size_t)m->NHl, (size_t)m->Fl, (size_t)m->Vl };
+    size_t S = m->part.sp && m->part.tp_size > 1 ? (size_t)m->part.tp_size : 1;
+    return (widths){ (size_t)m->cfg.channels, (size_t)m->Cl, (size_t)m->NHl, (size_t)m->Fl, (size_t)m->Vl, S };
 }
 
 /* Each activation's floats for nl held blocks (head: whether the head is
@@ -37,20 +38,21 @@ static widths part_widths(const dt_gpt2 *m) {
  * to compute in and *lp_total 16-bit values (lp_per_layer a block) to keep. */
 static size_t activation_sizes(widths w, size_t nl, bool head, bool recompute, bool lp, bool blockwise,
                                int B, int T, size_t s[A_COUNT], size_t *lp_per_layer, size_t *lp_total) {
-    size_t BT = (size_t)B * T, C = w.C, Cl = w.Cl, NH = w.NH, F = w.F, Vp = w.V;
+    size_t BT = (size_t)B * T, C = w.C, Cl = w.Cl, NH = w.NH, F = w.F, Vp = w.V, R = BT / w.S, sp = w.S > 1;
     /* Per-layer activations: every held block's, or one when recomputing; the
      * residual stream between blocks (A_RES3) is always kept; the head's only
      * where the head is held. Lw: the slots of the 16-bit ones. */
     bool pack = lp && !recompute;
     size_t L = recompute ? 1 : nl, Lres = pack ? (nl < 2 ? nl : 2) : nl, H = head, Lw = recompute || lp ? 1 : nl;
     const size_t v[A_COUNT] = {
-        [A_ENCODED] = BT * C, [A_LN1] = Lw * BT * C, [A_LN1_MEAN] = L * BT, [A_LN1_RSTD] = L * BT,
+        [A_ENCODED] = R * C, [A_LN1] = Lw * R * C, [A_LN1_MEAN] = L * R, [A_LN1_RSTD] = L * R,
         [A_QKV] = Lw * BT * 3 * Cl, [A_ATTY] = Lw * BT * Cl, [A_ATT] = L * NH * BT * (blockwise ? 1 : (size_t)T),
-        [A_RES2] = Lw * BT * C,
-        [A_LN2] = Lw * BT * C, [A_LN2_MEAN] = L * BT, [A_LN2_RSTD] = L * BT, [A_FCH] = Lw * BT * F,
-        [A_FCH_GELU] = Lw * BT * F, [A_RES3] = Lres * BT * C, [A_RES1] = pack * BT * C, [A_LNF] = H * BT * C, [A_LNF_MEAN] = H * BT,
-        [A_LNF_RSTD] = H * BT, [A_LOGITS] = H * (lp ? (BT * Vp + 1) / 2 : BT * Vp), /* 16-bit under mixed precision */ [A_LOSSES] = H * BT, [A_CE_STATS] = H * 2 * BT, [A_TMP] = BT * C, [A_DRES] = BT * C, [A_DLN] = BT * C,
+        [A_RES2] = Lw * R * C,
+        [A_LN2] = Lw * R * C, [A_LN2_MEAN] = L * R, [A_LN2_RSTD] = L * R, [A_FCH] = Lw * BT * F,
+        [A_FCH_GELU] = Lw * BT * F, [A_RES3] = Lres * R * C, [A_RES1] = pack * R * C, [A_LNF] = H * R * C, [A_LNF_MEAN] = H * R,
+        [A_LNF_RSTD] = H * R, [A_LOGITS] = H * (lp ? (BT * Vp + 1) / 2 : BT * Vp), /* 16-bit under mixed precision */ [A_LOSSES] = H * BT, [A_CE_STATS] = H * 2 * BT, [A_TMP] = BT * C, [A_DRES] = R * C, [A_DLN] = BT * C,
         [A_DQKV] = BT * 3 * Cl, [A_DATTY] = BT * Cl, [A_DFCH] = BT * F, [A_DFCH_GELU] = BT * F,
+        [A_GATHER] = sp * BT * C, [A_RS] = sp * R * C, [A_LNGRAD] = sp * 2 * C,
     };
     size_t total = 0;
     for (int i = 0; i < A_COUNT; i++) {
@@ -135,8 +137,8 @@ dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T) {
 /* Block l's output: its own slot, or one of two that alternate when the
  * blocks' activations are packed (each block keeps its input in the pack). */
 static float *res_out(dt_gpt2 *m, int l) {
-    size_t BTC = (size_t)m->B * m->T * (size_t)m->cfg.channels, k = (size_t)(l - m->l0);
-    return ACT(A_RES3) + (m->lp_layer ? k % 2 : k) * BTC;
+    size_t RC = dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels, k = (size_t)(l - m->l0);
+    return ACT(A_RES3) + (m->lp_layer ? k % 2 : k) * RC;
 }
 
 /* The residual stream entering block l (l0 .. l0+nl; l0+nl: after the last
@@ -148,14 +150,15 @@ static float *res_in(dt_gpt2 *m, int l) { return l == m->l0 ? ACT(A_ENCODED) : r
 typedef struct { float *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fchg, *ln1m, *ln1r, *ln2m, *ln2r; } block_acts;
 
 static block_acts acts_of(dt_gpt2 *m, int l) {
-    size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)m->cfg.channels, NH = (size_t)m->NHl, BTL = BT * (size_t)m->Cl,
-           BTF = BT * (size_t)m->Fl;
+    /* the residual stream's regions hold R rows (all of them without sequence parallelism), the rest all rows */
+    size_t BT = (size_t)m->B * m->T, R = dt_gpt2_tp_rows(m), RC = R * (size_t)m->cfg.channels, NH = (size_t)m->NHl,
+           BTL = BT * (size_t)m->Cl, BTF = BT * (size_t)m->Fl;
     size_t k = m->recompute ? 0 : (size_t)(l - m->l0), w = m->lp_layer ? 0 : k;
-    return (block_acts){ .ln1 = ACT(A_LN1) + w * BTC, .qkv = ACT(A_QKV) + w * BTL * 3, .atty = ACT(A_ATTY) + w * BTL,
-                         .att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)m->T), .res2 = ACT(A_RES2) + w * BTC,
-                         .ln2 = ACT(A_LN2) + w * BTC, .fch = ACT(A_FCH) + w * BTF, .fchg = ACT(A_FCH_GELU) + w * BTF,
-                         .ln1m = ACT(A_LN1_MEAN) + k * BT, .ln1r = ACT(A_LN1_RSTD) + k * BT,
-                         .ln2m = ACT(A_LN2_MEAN) + k * BT, .ln2r = ACT(A_LN2_RSTD) + k * BT };
+    return (block_acts){ .ln1 = ACT(A_LN1) + w * RC, .qkv = ACT(A_QKV) + w * BTL * 3, .atty = ACT(A_ATTY) + w * BTL,
+                         .att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)m->T), .res2 = ACT(A_RES2) + w * RC,
+                         .ln2 = ACT(A_LN2) + w * RC, .fch = ACT(A_FCH) + w * BTF, .fchg = ACT(A_FCH_GELU) + w * BTF,
+                         .ln1m = ACT(A_LN1_MEAN) + k * R, .ln1r = ACT(A_LN1_RSTD) + k * R,
+                         .ln2m = ACT(A_LN2_MEAN) + k * R, .ln2r = ACT(A_LN2_RSTD) + k * R };
 }
 
 /* Mixed precision keeps block l's activations packed in 16 bits between
@@ -185,8 +188,8 @@ static void linear_at(const dt_gpt2 *m, int l, int wi, int bi, size_t *wo, size_
 
 /* out = inp @ w^T + b for a Linear of the model: f32, or autocast's 16-bit
  * form from the parameters' 16-bit copy. A row-parallel Linear's outputs
- * are partial sums: the group's sum is the output, the bias added once (by
- * tensor-parallel rank 0). */
+ * are partial sums (the caller combines them: dt_gpt2_tp_combine), the bias
+ * in tensor-parallel rank 0's alone. */
 static void linear_forward(dt_gpt2 *m, float *out, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
     size_t wo, bo;
     linear_at(m, l, wi, bi, &wo, &bo);
@@ -197,7 +200,6 @@ static void linear_forward(dt_gpt2 *m, float *out, const float *inp, int l, int 
     else
         dt_matmul_forward_lp(out, inp, m->params_lp + wo, bias ? m->params_lp + bo : NULL, BT, C, OC, m->prec, m->lp_work,
                              m->lp_work_floats);
-    if (row_parallel) dt_gpt2_tp_sum(m, out, (size_t)BT * OC);
 }
 
 /* Its backward; under mixed precision a block's dout is rounded to 16 bits
@@ -224,24 +226,24 @@ static void linear_backward(dt_gpt2 *m, float *dinp, float *dout, const float *i
 static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
     const dt_gpt2_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, Cl = m->Cl, NH = m->NHl, F = m->Fl;
-    size_t BT = (size_t)B * T, BTC = BT * (size_t)C;
+    size_t BT = (size_t)B * T, R = dt_gpt2_tp_rows(m), RC = R * (size_t)C;
     block_acts a = acts_of(m, l);
     float *res3 = res_out(m, l);
-    dt_layernorm_forward(a.ln1, a.ln1m, a.ln1r, residual, PL(l, LN1W), PL(l, LN1B), (int)BT, C);
-    dt_lp_round(a.ln1, BTC, m->prec);
-    linear_forward(m, a.qkv, a.ln1, l, QKVW, QKVB, (int)BT, C, 3 * Cl);
+    dt_layernorm_forward(a.ln1, a.ln1m, a.ln1r, residual, PL(l, LN1W), PL(l, LN1B), (int)R, C);
+    dt_lp_round(a.ln1, RC, m->prec);
+    linear_forward(m, a.qkv, dt_gpt2_tp_gather(m, a.ln1, RC), l, QKVW, QKVB, (int)BT, C, 3 * Cl);
     if (m->blockwise) dt_attention_forward_lse(a.atty, a.att, a.qkv, B, T, Cl, NH);
     else dt_attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
     dt_lp_round(a.atty, BT * (size_t)Cl, m->prec);
     linear_forward(m, ACT(A_TMP), a.atty, l, ATTPROJW, ATTPROJB, (int)BT, Cl, C);
-    dt_residual_forward(a.res2, residual, ACT(A_TMP), BTC);
-    dt_layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, PL(l, LN2W), PL(l, LN2B), (int)BT, C);
-    dt_lp_round(a.ln2, BTC, m->prec);
-    linear_forward(m, a.fch, a.ln2, l, FCW, FCB, (int)BT, C, F);
+    dt_residual_forward(a.res2, residual, dt_gpt2_tp_combine(m, ACT(A_TMP), RC), RC);
+    dt_layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, PL(l, LN2W), PL(l, LN2B), (int)R, C);
+    dt_lp_round(a.ln2, RC, m->prec);
+    linear_forward(m, a.fch, dt_gpt2_tp_gather(m, a.ln2, RC), l, FCW, FCB, (int)BT, C, F);
     dt_gelu_forward(a.fchg, a.fch, BT * (size_t)F);
     dt_lp_round(a.fchg, BT * (size_t)F, m->prec);
     linear_forward(m, ACT(A_TMP), a.fchg, l, FCPROJW, FCPROJB, (int)BT, F, C);
-    dt_residual_forward(res3, a.res2, ACT(A_TMP), BTC);
+    dt_residual_forward(res3, a.res2, dt_gpt2_tp_combine(m, ACT(A_TMP), RC), RC);
 }
 
 /* Mixed precision: the 16-bit copy of what unit u reads, just before it
@@ -304,6 +306,9 @@ static dt_status check_range(const dt_gpt2 *m, int a, int b, const int32_t *toke
         return dt_error(DT_ERR_ARG, "forward: units [%d, %d) are not a range of the model's [%d, %d)", a, b, m->ua, m->ub);
     if (B < 1 || T < 1 || T > c->max_seq_len)
         return dt_error(DT_ERR_ARG, "forward: B=%d T=%d (T must be 1..%d)", B, T, c->max_seq_len);
+    if (m->part.sp && m->part.tp_size > 1 && T % m->part.tp_size)
+        return dt_error(DT_ERR_ARG, "forward: --sp splits the sequence of %d tokens into --tp %d parts: it does not divide", T,
+                        m->part.tp_size);
     if (a == 0 && !tokens) return dt_error(DT_ERR_ARG, "forward: a range from unit 0 needs the tokens");
     if (a > 0 && !x) return dt_error(DT_ERR_ARG, "forward: a range from unit %d needs its input activations", a);
     size_t BT = (size_t)B * T;
@@ -327,9 +332,10 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     dt_status st = check_range(m, a, b, tokens, x, targets, B, T);
     if (!st) st = size_activations(m, B, T);
     if (st) return st;
-    size_t BT = (size_t)B * T, BTC = BT * (size_t)C;
+    size_t BT = (size_t)B * T;
     m->B = B;
     m->T = T;
+    size_t R = dt_gpt2_tp_rows(m), RC = R * (size_t)C; /* the residual stream's rows here */
     m->run_a = a;
     m->run_b = b;
     m->blockwise = use_blockwise(m, T);
@@ -342,7 +348,7 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
         dt_gpt2_tp_embedding_forward(m, ACT(A_ENCODED), tokens, B, T);
         UNIT_END();
     } else if (x != res_in(m, a - 1)) {
-        memcpy(res_in(m, a - 1), x, BTC * sizeof(float));
+        memcpy(res_in(m, a - 1), x, RC * sizeof(float));
     }
     int last = b - 1 < L ? b - 1 : L; /* blocks [first, last) */
     for (int l = a > 0 ? a - 1 : 0; l < last; l++) {
@@ -356,9 +362,9 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     if (b < L + 2) return m->tp_err;
     BEFORE_FWD(L + 1);
     trace_unit(m, "forward", L + 1);
-    dt_layernorm_forward(ACT(A_LNF), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), res_in(m, L), P(LNFW), P(LNFB), (int)BT, C);
-    dt_lp_round(ACT(A_LNF), BTC, m->prec);
-    if (m->prec == DT_F32) linear_forward(m, ACT(A_LOGITS), ACT(A_LNF), -1, WTE, 0, (int)BT, C, Vp);
+    dt_layernorm_forward(ACT(A_LNF), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), res_in(m, L), P(LNFW), P(LNFB), (int)R, C);
+    dt_lp_round(ACT(A_LNF), RC, m->prec);
+    if (m->prec == DT_F32) linear_forward(m, ACT(A_LOGITS), dt_gpt2_tp_gather(m, ACT(A_LNF), RC), -1, WTE, 0, (int)BT, C, Vp);
     else dt_matmul_forward_lp16(LOGITS16(m), ACT(A_LNF), m->params_lp + TAB_OFF(WTE), (int)BT, C, Vp, m->prec, m->lp_work,
                                 m->lp_work_floats);
     if (targets) {
@@ -390,7 +396,7 @@ const float *dt_gpt2_output(const dt_gpt2 *m) {
 static void head_backward(dt_gpt2 *m, float grad_scale) {
     const dt_gpt2_config *c = &m->cfg;
     int C = c->channels, L = c->num_layers, Vp = m->Vl;
-    size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)C;
+    size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)C, RC = dt_gpt2_tp_rows(m) * (size_t)C;
     float *dlogits = ACT(A_LOGITS), *dres = ACT(A_DRES), *dln = ACT(A_DLN);
     BEFORE_BWD(L + 1);
     trace_unit(m, "backward", L + 1);
@@ -400,15 +406,15 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
      * computed a block at a time as the head's backward reads it */
     if (m->prec == DT_F32) {
         dt_gpt2_tp_crossentropy_backward(m, dlogits, ACT(A_CE_STATS), m->targets, (int)BT, dscale);
-        linear_backward(m, dln, dlogits, ACT(A_LNF), -1, WTE, 0, (int)BT, C, Vp);
+        linear_backward(m, dln, dlogits, dt_gpt2_tp_gather(m, ACT(A_LNF), RC), -1, WTE, 0, (int)BT, C, Vp);
     } else {
         dt_ce_grad ce = { ACT(A_CE_STATS), m->targets, c->vocab_size, dscale };
         dt_matmul_backward_lp16(dln, m->grads + TAB_OFF(WTE), LOGITS16(m), &ce, ACT(A_LNF), m->params_lp + TAB_OFF(WTE), (int)BT, C,
                                 Vp, m->prec, m->lp_work, m->lp_work_floats);
     }
-    dt_gpt2_tp_sum(m, dln, BTC); /* the head is column-parallel (by vocabulary) */
-    memset(dres, 0, BTC * sizeof(float));
-    dt_layernorm_backward(dres, G(LNFW), G(LNFB), dln, res_in(m, L), P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), (int)BT, C);
+    const float *dlnf = dt_gpt2_tp_combine(m, dln, RC); /* the head is column-parallel (by vocabulary) */
+    memset(dres, 0, RC * sizeof(float));
+    dt_gpt2_tp_layernorm_backward(m, dres, G(LNFW), G(LNFB), dlnf, res_in(m, L), P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), C);
     UNIT_END();
     AFTER_BWD(L + 1);
 }
@@ -418,6 +424,7 @@ static void layer_backward(dt_gpt2 *m, int l) {
     const dt_gpt2_config *c = &m->cfg;
     int B = m->B, T = m->T, C = c->channels, Cl = m->Cl, NH = m->NHl, F = m->Fl;
     size_t BT = (size_t)B * T, BTC = BT * (size_t)C, BTF = BT * (size_t)F, BTL = BT * (size_t)Cl;
+    size_t RC = dt_gpt2_tp_rows(m) * (size_t)C; /* the residual stream's floats here */
     const float *res_in_l = m->lp_layer ? ACT(A_RES1) : res_in(m, l);
     BEFORE_BWD(l + 1);
     trace_unit(m, "backward", l + 1);
@@ -430,28 +437,31 @@ static void layer_backward(dt_gpt2 *m, int l) {
     float *dres = ACT(A_DRES), *dln = ACT(A_DLN), *tmp = ACT(A_TMP);
     float *dfchg = ACT(A_DFCH_GELU), *dfch = ACT(A_DFCH), *datty = ACT(A_DATTY), *dqkv = ACT(A_DQKV);
     /* mixed precision rounds a Linear's output gradient, and dres goes on down the residual stream whole */
-    const float *dproj = dres;
-    if (m->prec != DT_F32) { memcpy(tmp, dres, BTC * sizeof(float)); dproj = tmp; }
+    /* a row-parallel Linear's output gradient: all rows (gathered under sequence parallelism) */
+    const float *dproj = dt_gpt2_tp_gather(m, dres, RC);
+    if (m->prec != DT_F32) { memcpy(tmp, dproj, BTC * sizeof(float)); dproj = tmp; }
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); dres carries d res3 = d res2 (pass-through) */
     memset(dfchg, 0, BTF * sizeof(float));
     linear_backward(m, dfchg, (float *)dproj, a.fchg, l, FCPROJW, FCPROJB, (int)BT, F, C);
     memset(dfch, 0, BTF * sizeof(float));
     dt_gelu_backward(dfch, a.fch, dfchg, BTF);
     memset(dln, 0, BTC * sizeof(float));
-    linear_backward(m, dln, dfch, a.ln2, l, FCW, FCB, (int)BT, C, F);
-    dt_gpt2_tp_sum(m, dln, BTC); /* fc is column-parallel: each rank's share of d(ln2) */
-    dt_layernorm_backward(dres, GL(l, LN2W), GL(l, LN2B), dln, a.res2, PL(l, LN2W), a.ln2m, a.ln2r, (int)BT, C);
+    linear_backward(m, dln, dfch, dt_gpt2_tp_gather(m, a.ln2, RC), l, FCW, FCB, (int)BT, C, F);
+    /* fc is column-parallel: each rank's share of d(ln2), summed (or reduce-scattered to this rank's rows) */
+    dt_gpt2_tp_layernorm_backward(m, dres, GL(l, LN2W), GL(l, LN2B), dt_gpt2_tp_combine(m, dln, RC), a.res2, PL(l, LN2W), a.ln2m,
+                                  a.ln2r, C);
     /* attention: res2 = res_in + attproj(attn(qkv(ln1(res_in)))) */
-    if (m->prec != DT_F32) memcpy(tmp, dres, BTC * sizeof(float));
+    dproj = dt_gpt2_tp_gather(m, dres, RC);
+    if (m->prec != DT_F32) { memcpy(tmp, dproj, BTC * sizeof(float)); dproj = tmp; }
     memset(datty, 0, BTL * sizeof(float));
     linear_backward(m, datty, (float *)dproj, a.atty, l, ATTPROJW, ATTPROJB, (int)BT, Cl, C);
     memset(dqkv, 0, BTL * 3 * sizeof(float));
     if (m->blockwise) dt_attention_backward_lse(dqkv, datty, a.atty, a.qkv, a.att, B, T, Cl, NH);
     else dt_attention_backward(dqkv, datty, a.qkv, a.att, B, T, Cl, NH);
     memset(dln, 0, BTC * sizeof(float));
-    linear_backward(m, dln, dqkv, a.ln1, l, QKVW, QKVB, (int)BT, C, 3 * Cl);
-    dt_gpt2_tp_sum(m, dln, BTC); /* qkv is column-parallel */
-    dt_layernorm_backward(dres, GL(l, LN1W), GL(l, LN1B), dln, res_in_l, PL(l, LN1W), a.ln1m, a.ln1r, (int)BT, C);
+    linear_backward(m, dln, dqkv, dt_gpt2_tp_gather(m, a.ln1, RC), l, QKVW, QKVB, (int)BT, C, 3 * Cl);
+    dt_gpt2_tp_layernorm_backward(m, dres, GL(l, LN1W), GL(l, LN1B), dt_gpt2_tp_combine(m, dln, RC), res_in_l, PL(l, LN1W), a.ln1m,
+                                  a.ln1r, C); /* qkv is column-parallel */
     UNIT_END();
     AFTER_BWD(l + 1);
 }
@@ -462,9 +472,9 @@ dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale
     if (b < L + 2 && !dout) return dt_error(DT_ERR_ARG, "backward: units [%d, %d) end before the head: d(output) is needed", a, b);
     m->have_targets = false; /* the logits are about to become their gradient */
     m->tp_err = DT_OK;
-    size_t BTC = (size_t)m->B * m->T * (size_t)m->cfg.channels;
+    size_t RC = dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels;
     if (b == L + 2) head_backward(m, grad_scale);
-    else memcpy(ACT(A_DRES), dout, BTC * sizeof(float));
+    else memcpy(ACT(A_DRES), dout, RC * sizeof(float));
     int last = b - 1 < L ? b - 1 : L;
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) layer_backward(m, l);
     if (a > 0) return m->tp_err; /* A_DRES: d(the range's input), for dt_gpt2_input_grad */

@@ -10,12 +10,18 @@
  *                                       target's logit    local softmax - onehot
  *
  * Megatron's f and g operators are the first two rows; they appear in
- * gpt2_run.c as dt_gpt2_tp_sum. On one rank every function here is the
- * plain kernel. */
+ * gpt2_run.c as dt_gpt2_tp_combine and dt_gpt2_tp_sum. With sequence
+ * parallelism (Korthikanti et al.) the regions between the Linears hold
+ * 1/tp of the rows: entering a column-parallel Linear is an allgather (its
+ * backward a reduce-scatter), leaving a row-parallel one a reduce-scatter
+ * (its backward an allgather), and a LayerNorm's weight gradient, from its
+ * rows only, is summed over the group. On one rank every function here is
+ * the plain kernel. */
 #include "gpt2_internal.h"
 #include "dtrain/kernels.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 /* The group's sum or max in place, timed: every one is on the critical path. */
@@ -27,6 +33,48 @@ static void tp_reduce(dt_gpt2 *m, float *x, size_t n, int max) {
 }
 
 void dt_gpt2_tp_sum(dt_gpt2 *m, float *x, size_t n) { tp_reduce(m, x, n, 0); }
+
+static bool sp(const dt_gpt2 *m) { return m->part.sp && m->part.tp_size > 1; }
+
+size_t dt_gpt2_tp_rows(const dt_gpt2 *m) { return (size_t)m->B * m->T / (sp(m) ? (size_t)m->part.tp_size : 1); }
+
+const float *dt_gpt2_tp_gather(dt_gpt2 *m, const float *local, size_t n) {
+    if (!sp(m)) return local;
+    float *all = m->acts + m->act_off[A_GATHER];
+    if (m->tp_err) return all;
+    double t0 = dt_time_now();
+    m->tp_err = m->part.tp->allgather(m->part.tp->ctx, local, all, n);
+    m->tp_seconds += dt_time_now() - t0;
+    return all;
+}
+
+const float *dt_gpt2_tp_combine(dt_gpt2 *m, float *partial, size_t n) {
+    if (!sp(m)) {
+        dt_gpt2_tp_sum(m, partial, n);
+        return partial;
+    }
+    float *mine = m->acts + m->act_off[A_RS];
+    if (m->tp_err) return mine;
+    double t0 = dt_time_now();
+    m->tp_err = m->part.tp->reduce_scatter(m->part.tp->ctx, partial, mine, n);
+    m->tp_seconds += dt_time_now() - t0;
+    return mine;
+}
+
+void dt_gpt2_tp_layernorm_backward(dt_gpt2 *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                   const float *w, const float *mean, const float *rstd, int C) {
+    int rows = (int)dt_gpt2_tp_rows(m);
+    if (!sp(m)) {
+        dt_layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+        return;
+    }
+    /* this micro-batch's part alone is summed (dw, db may hold earlier micro-batches') */
+    float *g = m->acts + m->act_off[A_LNGRAD];
+    memset(g, 0, 2 * (size_t)C * sizeof(float));
+    dt_layernorm_backward(dinp, g, g + C, dout, inp, w, mean, rstd, rows, C);
+    dt_gpt2_tp_sum(m, g, 2 * (size_t)C);
+    for (int i = 0; i < C; i++) dw[i] += g[i], db[i] += g[C + i];
+}
 static void tp_max(dt_gpt2 *m, float *x, size_t n) { tp_reduce(m, x, n, 1); }
 
 double dt_gpt2_tp_comm_seconds(dt_gpt2 *m) {
@@ -44,9 +92,12 @@ void dt_gpt2_tp_embedding_forward(dt_gpt2 *m, float *out, const int32_t *tokens,
         dt_embedding_forward(out, tokens, wte, wpe, B, T, C);
         return;
     }
-    dt_embedding_rows_forward(out, tokens, wte, m->v0, m->Vl, B * T, C);
-    dt_gpt2_tp_sum(m, out, (size_t)B * T * C);
-    for (int b = 0; b < B; b++) dt_residual_forward(out + (size_t)b * T * C, out + (size_t)b * T * C, wpe, (size_t)T * C);
+    float *rows = sp(m) ? m->acts + m->act_off[A_TMP] : out; /* every row's partial lookup */
+    dt_embedding_rows_forward(rows, tokens, wte, m->v0, m->Vl, B * T, C);
+    size_t R = dt_gpt2_tp_rows(m), r0 = R * (size_t)m->part.tp_rank * sp(m);
+    const float *sum = dt_gpt2_tp_combine(m, rows, R * (size_t)C);
+    for (size_t i = 0; i < R; i++) /* this rank's rows; row r0 + i is position (r0 + i) % T */
+        dt_residual_forward(out + i * (size_t)C, sum + i * (size_t)C, wpe + (r0 + i) % (size_t)T * (size_t)C, (size_t)C);
 }
 
 void dt_gpt2_tp_embedding_backward(dt_gpt2 *m, float *dwte, float *dwpe, const float *dout, int B, int T) {
@@ -55,8 +106,9 @@ void dt_gpt2_tp_embedding_backward(dt_gpt2 *m, float *dwte, float *dwpe, const f
         dt_embedding_backward(dwte, dwpe, dout, m->inputs, B, T, C);
         return;
     }
-    if (dwte) dt_embedding_rows_backward(dwte, dout, m->inputs, m->v0, m->Vl, B * T, C);
-    dt_embedding_backward(NULL, dwpe, dout, m->inputs, B, T, C);
+    const float *all = dt_gpt2_tp_gather(m, dout, dt_gpt2_tp_rows(m) * (size_t)C); /* every row's gradient */
+    if (dwte) dt_embedding_rows_backward(dwte, all, m->inputs, m->v0, m->Vl, B * T, C);
+    dt_embedding_backward(NULL, dwpe, all, m->inputs, B, T, C);
 }
 
 /* Never gathers the logits: two collectives of B*T and 2*B*T floats. The

@@ -9,4 +9,12 @@ static dt_status tp_allreduce(void *ctx, float *buf, size_t n, int max) {
     return dt_comm_allreduce(ctx, buf, buf, n, DT_F32, max ? DT_MAX : DT_SUM);
 }
 
-dt_tp_ops dt_tp_ops_over(dt_comm *tp) { return (dt_tp_ops){ tp, tp_allreduce }; }
+static dt_status tp_allgather(void *ctx, const float *mine, float *all, size_t n) {
+    return dt_comm_allgather(ctx, mine, all, n, DT_F32);
+}
+
+static dt_status tp_reduce_scatter(void *ctx, const float *all, float *mine, size_t n) {
+    return dt_comm_reduce_scatter(ctx, all, mine, n, DT_F32, DT_SUM);
+}
+
+dt_tp_ops dt_tp_ops_over(dt_comm *tp) { return (dt_tp_ops){ tp, tp_allreduce, tp_allgather, tp_reduce_scatter }; }

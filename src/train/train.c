@@ -213,6 +213,9 @@ static dt_status check_mesh(const dt_train_config *c, int nranks) {
                         nranks, nranks == 1 ? "" : "s");
     if (pp > 1) return dt_error(DT_ERR_UNSUPPORTED, "--pp %d: pipeline parallelism is not built yet (--pp 1)", pp);
     if (tp > 1 && tp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--tp %d: not with %s yet", tp, tp_lacks(c));
+    if (c->sp && tp < 2) return dt_error(DT_ERR_ARG, "--sp splits the sequence over the tensor-parallel ranks: give --tp N (N >= 2)");
+    if (tp > 1 && c->sp && c->seq % tp)
+        return dt_error(DT_ERR_ARG, "--sp: --seq %d does not split into --tp %d parts", c->seq, tp);
     if (tp > 1 && c->shape.num_heads && c->shape.num_heads % tp)
         return dt_error(DT_ERR_ARG, "--tp %d does not divide the %d attention heads (--heads)", tp, c->shape.num_heads);
     return DT_OK;
@@ -356,6 +359,7 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         part.tp_rank = dt_mesh_coord(r->mesh, DT_MESH_TP);
         part.tp_size = dt_mesh_size(r->mesh, DT_MESH_TP);
         part.tp = &r->tp_ops;
+        part.sp = c->sp;
     }
     if (!from_file) {
         if ((st = dt_gpt2_create_part(&cfg, &part, out))) return st;
