@@ -130,6 +130,7 @@ refused "--tp 3 on 4 ranks" "--tp 3 x --pp 1 = 3 does not divide the job's 4 ran
 refused "--dp 3 --tp 2 on 4 ranks" "--dp 3 x --tp 2 x --pp 1 = 6, but the job has 4 ranks" --nproc 4 --dp 3 --tp 2
 refused "--sp with --seq 64 over 3 ranks" "--sp: --seq 64 does not split into --tp 3 parts" --nproc 3 --tp 3 --sp
 refused "--sp without --tp" "--sp splits the sequence over the tensor-parallel ranks" --sp
+refused "--tp 2 on an image model" "--tp 2: not with an image model" --model mlp --nproc 2 --tp 2
 refused "--tp 2 saving a weights file" "--tp 2: not with --save FILE.bin" --nproc 2 --tp 2 --save "$dir/x.bin"
 # a rank killed in the middle of a layer: the other names it and the collective it was in, within a second
 "$DTRAIN" train "${common[@]}" --vocab 256 --batch 4 --nproc 2 --tp 2 --steps 1000000 > /dev/null 2> "$dir/kill.err" &

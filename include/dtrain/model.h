@@ -145,6 +145,12 @@ double dt_gpt2_flops_per_token(const dt_gpt2_config *cfg, int T);
  * (attention: dt_attn_mode; precision: dt_gpt2_set_precision's, with its
  * packed 16-bit blocks and scratch), without building it: for estimates before a run. */
 size_t dt_gpt2_activation_bytes(const dt_gpt2_config *cfg, int B, int T, int recompute, int attention, dt_dtype precision);
+/* The same for tensor-parallel rank 0 of tp (with sp, sequence parallel):
+ * what each rank of such a layout allocates. */
+size_t dt_gpt2_part_activation_bytes(const dt_gpt2_config *cfg, int tp, int sp, int B, int T, int recompute, int attention,
+                                     dt_dtype precision);
+/* Parameters tensor-parallel rank 0 of tp holds (the split tensors' 1/tp, the vocabulary's ceil(Vp/tp) rows, the rest whole). */
+size_t dt_gpt2_part_num_params(const dt_gpt2_config *cfg, int tp);
 dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out);
 /* A model holding only units [a, b) of 0..L+1 (0: wte and wpe; 1..L: the
  * blocks; L+1: the final LayerNorm and the head): a pipeline stage. One that

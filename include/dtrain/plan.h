@@ -24,6 +24,7 @@ typedef struct {
     int batch, seq, recompute, attention; /* attention: dt_attn_mode */
     dt_optim_config opt;
     int dp;                  /* data-parallel ranks */
+    int tp, sp;              /* tensor-parallel ranks (0, 1: none), sequence parallelism */
     int local_ranks;         /* ranks on one machine */
     int stage;               /* 0: DDP; 1, 2, 3: ZeRO */
     size_t bucket_bytes;     /* stages 2, 3: a gradient bucket (the pool holds two in flight) */

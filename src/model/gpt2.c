@@ -79,6 +79,13 @@ size_t dt_gpt2_config_num_params(const dt_gpt2_config *c) {
     return n;
 }
 
+size_t dt_gpt2_part_num_params(const dt_gpt2_config *c, int tp) {
+    size_t t = tp > 1 ? (size_t)tp : 1, C = (size_t)c->channels, L = (size_t)c->num_layers;
+    size_t split = L * (12 * C * C + 7 * C); /* qkv (w, b), attproj w, fc (w, b), fcproj w */
+    size_t vocab = ((size_t)c->padded_vocab_size + t - 1) / t * C;
+    return dt_gpt2_config_num_params(c) - split - (size_t)c->padded_vocab_size * C + split / t + vocab;
+}
+
 double dt_gpt2_flops_per_token(const dt_gpt2_config *c, int T) {
     double n_mm = (double)dt_gpt2_config_num_params(c) - (double)c->max_seq_len * c->channels;
     return 6.0 * n_mm + 12.0 * c->num_layers * (double)T * c->channels;

@@ -19,7 +19,8 @@ static int optim_floats(const dt_optim_config *o) {
 }
 
 void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
-    double psi = (double)dt_gpt2_config_num_params(&j->model), n = j->dp > 0 ? j->dp : 1, f = 4;
+    /* a tensor-parallel rank's share of the model: 1/tp of the split tensors and the replicated ones whole */
+    double psi = (double)dt_gpt2_part_num_params(&j->model, j->tp), n = j->dp > 0 ? j->dp : 1, f = 4;
     memset(m, 0, sizeof *m);
     /* on one machine ZeRO's ranks share one copy of the parameters (a rank's share: its shard) */
     int shared = j->stage >= 1 && n > 1 && j->shared_params;
@@ -36,7 +37,7 @@ void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
     m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
               (j->stage >= 2 && n > 1 ? f * (double)j->model.padded_vocab_size * C + (double)j->bucket_bytes : 0);
-    m->acts = (double)dt_gpt2_activation_bytes(&j->model, j->batch, j->seq, j->recompute, j->attention, j->precision);
+    m->acts = (double)dt_gpt2_part_activation_bytes(&j->model, j->tp, j->sp, j->batch, j->seq, j->recompute, j->attention, j->precision);
     m->data = (double)j->data_bytes;
     m->runtime = (double)j->process_bytes;
     m->per_rank = m->params + m->grads + m->optim + m->comm + m->acts + m->data + m->runtime;

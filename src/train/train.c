@@ -196,6 +196,7 @@ static int default_threads(dt_comm *w) {
 
 /* What tensor parallelism does not run with yet, or NULL. */
 static const char *tp_lacks(const dt_train_config *c) {
+    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
     if (c->save && !dt_checkpoint_is_dir(c->save)) return "--save FILE.bin/.safetensors (a checkpoint directory takes the slices)";
     if (c->precision != DT_F32) return "--precision bf16/fp16";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
@@ -282,7 +283,8 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
     if (c->data && stat(c->data, &sb) == 0) data += (size_t)sb.st_size;
     if (c->val_data && stat(c->val_data, &sb) == 0) data += (size_t)sb.st_size;
     dt_plan_job job = { .model = *cfg, .batch = c->batch, .seq = c->seq, .recompute = c->recompute, .attention = c->attention,
-                        .opt = c->opt, .dp = r->dp_size, .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
+                        .opt = c->opt, .dp = r->dp_size, .tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1, .sp = c->sp,
+                        .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
                         .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                         .data_bytes = data,
                         .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_comm(r->mesh, DT_MESH_DP)),
@@ -471,6 +473,15 @@ static void find_peak(run *r) {
     r->peak_gflops = per_thread * r->peak_threads;
 }
 
+/* ", N tensor-parallel ranks (sequence parallel)" or nothing. */
+static const char *tp_note(const run *r) {
+    static char note[80];
+    int tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1;
+    if (tp < 2) return "";
+    snprintf(note, sizeof note, " x %d tensor-parallel%s", tp, r->c.sp ? " (sequence parallel)" : "");
+    return note;
+}
+
 /* Where the mesh put each rank (rank -> dp, tp -> node), said by rank 0;
  * a tensor-parallel group split across machines (its collectives every
  * layer, over the network) is warned about. Collective. */
@@ -522,10 +533,10 @@ static dt_status setup(run *r) {
     if (st || c->quiet) return st;
     const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
     printf("model %s: %d layers, %d heads, %d channels, vocab %d (padded %d), %.2fM parameters; "
-           "batch %d x %d x %d accumulation x %d rank%s, %s, %s, %d thread%s per rank\n",
+           "batch %d x %d x %d accumulation x %d data-parallel rank%s%s, %s, %s, %d thread%s per rank\n",
            c->shape.num_layers || c->shape.channels || c->shape.vocab_size || c->shape.num_heads ? "custom" : c->model,
            mc->num_layers, mc->num_heads, mc->channels, mc->vocab_size, mc->padded_vocab_size, dt_gpt2_config_num_params(mc) / 1e6,
-           c->batch, c->seq, c->grad_accum, r->nranks, r->nranks == 1 ? "" : "s", dt_engine_strategy_name(r->e),
+           c->batch, c->seq, c->grad_accum, r->dp_size, r->dp_size == 1 ? "" : "s", tp_note(r), dt_engine_strategy_name(r->e),
            dt_optim_kind_name(c->opt.kind), dt_kernels_threads(), dt_kernels_threads() == 1 ? "" : "s");
     if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
     /* what a 16-bit run gains on this CPU, so that nobody expects the speed of a bf16 GEMM that is not there */
