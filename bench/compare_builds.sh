@@ -6,7 +6,8 @@
 # ms/step with min-max, and new/old.
 # Each DTRAIN must sit beside its own build (bench train runs the dtrain of
 # its directory). usage:
-#   bench/compare_builds.sh OLD_DTRAIN NEW_DTRAIN [MODEL (d6)] [ROUNDS (5)] [STEPS (6)] [NPROC (1,2)]
+#   bench/compare_builds.sh OLD_DTRAIN NEW_DTRAIN [MODEL (d6)] [ROUNDS (5)] [STEPS (6)] [NPROC (1,2)] [TRAIN_FLAGS]
+# (TRAIN_FLAGS: more flags for dtrain train, e.g. "--strategy zero2")
 set -euo pipefail
 old=$1
 new=$2
@@ -14,15 +15,16 @@ model=${3:-d6}
 rounds=${4:-5}
 steps=${5:-6}
 nproc=${6:-1,2}
+flags=${7:-}
 out=$(mktemp)
 trap 'rm -f "$out" "$out.run" "$out.err"' EXIT
-echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; GPT-2 $model, batch 4 x 64, AdamW, 1 thread per rank, ranks $nproc, $steps steps after 2 warm-up, $rounds rounds per build"
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; GPT-2 $model, batch 4 x 64, AdamW, 1 thread per rank, ranks $nproc${flags:+, $flags}, $steps steps after 2 warm-up, $rounds rounds per build"
 for r in $(seq 1 "$rounds"); do
     if [ $((r % 2)) = 1 ]; then order=(old new); else order=(new old); fi
     for b in "${order[@]}"; do
         bin=$old
         [ "$b" = new ] && bin=$new
-        if ! "$bin" bench train --model "$model" --nproc "$nproc" --steps "$steps" --warmup 2 --json > "$out.run" 2> "$out.err"; then
+        if ! "$bin" bench train --model "$model" --nproc "$nproc" --steps "$steps" --warmup 2 --json ${flags:+--train-flags "$flags"} > "$out.run" 2> "$out.err"; then
             echo "$bin bench train failed:" >&2
             cat "$out.err" >&2
             exit 1

@@ -175,7 +175,7 @@ expect "a bad value named by its whole key" 2 '"optimizer.params.lr" must be a n
 echo '{"communication_data_type": "int8"}' > "$dir/bad.json"
 expect "communication_data_type checked" 2 '"communication_data_type" must be "fp32", "bf16" or "fp16"' -- "$DTRAIN" train "${model[@]}" --config "$dir/bad.json"
 expect "--strategy fsdp points to zero3" 2 "--strategy fsdp: dtrain's fully sharded data parallelism is zero3" -- "$DTRAIN" train "${model[@]}" --strategy fsdp
-expect "--sp is not built yet" 2 "--sp is not built yet" -- "$DTRAIN" train "${model[@]}" --sp
+expect "--cp is not built yet" 2 "--cp is not built yet" -- "$DTRAIN" train "${model[@]}" --cp 2
 
 # An evaluation alone: dtrain eval (train --steps 0) of a checkpoint and of its exported folder give one loss, and change nothing
 "$DTRAIN" eval --model "$dir/ck" --data "$dir/val.bin" --batch 2 --seq 32 --threads 1 > "$dir/e1" 2> "$dir/err"; rc1=$?
@@ -222,7 +222,7 @@ expect "--save-every without --save warns" 0 "--save-every 2 does nothing withou
 # --threads 0 (the default): each of 2 local ranks gets half the cores this process may use
 want=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
 "$DTRAIN" train "${threadless[@]}" --nproc 2 --steps 1 > "$dir/out" 2> "$dir/err"
-grep -qE "x 2 ranks, ddp, adamw, $want threads? per rank" "$dir/out" && ok "--threads 0 with 2 ranks on $(nproc) cores: $want per rank" ||
+grep -qE "x 2 data-parallel ranks, ddp, adamw, $want threads? per rank" "$dir/out" && ok "--threads 0 with 2 ranks on $(nproc) cores: $want per rank" ||
     fail "--threads 0: $(head -2 "$dir/out") $(head -c 300 "$dir/err")"
 
 # under mpirun, a rank killed by signal 9 is named by dtrain (the watchdog reads the machine's shared segment)
