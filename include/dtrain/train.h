@@ -62,7 +62,7 @@ void dt_train_defaults(dt_train_config *c);
 /* Runs the training described by c; prints progress; returns a process exit code. */
 int dt_train_run(const dt_train_config *c);
 
-/* Full-state checkpoints (checkpoint.c): DIR/latest names DIR/step-N/ with
+/* Full-state checkpoints (checkpoint_write.c, _read.c, _describe.c): DIR/latest names DIR/step-N/ with
  * manifest.json, params.f32 and optim.f32; see the file for the format. */
 typedef struct {
     int step;                 /* optimizer steps done */

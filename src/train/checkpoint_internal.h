@@ -1,10 +1,23 @@
-/* What the checkpoint files share: reading a manifest (checkpoint.c holds
- * these; resume_settings.c reads the run's settings with them). */
+/* What the checkpoint files share (checkpoint_write.c, checkpoint_read.c,
+ * checkpoint_describe.c; resume_settings.c reads the run's settings with them). */
 #ifndef DT_CHECKPOINT_INTERNAL_H
 #define DT_CHECKPOINT_INTERNAL_H
 
 #include "dtrain/base.h"
+#include "dtrain/model.h"
 #include <cjson/cJSON.h>
+
+#define FORMAT "dtrain-checkpoint"
+#define VERSION 3 /* 2: optim.f32 hashed in pieces (one per rank of a sharded save); 3: params.f32 too (ZeRO-3); 1, 2 are read too */
+
+/* The manifest's names of GPT-2's shape, in dt_checkpoint_model's order. */
+extern const char *const dt_ckpt_gpt2_shape[6];
+/* [off, off + n) of this rank's store, in each of nb buffers holding just
+ * that range, written to (write 1) or read from a file in the whole
+ * model's layout (buffer b at b * global parameters): the table's runs. */
+dt_status dt_ckpt_file_runs(const char *path, int write, const dt_model *m, float *const *bufs, int nb, size_t off, size_t n);
+/* The manifest's GPT-2 shape, checked. */
+dt_status dt_ckpt_manifest_shape(const cJSON *j, const char *mpath, dt_gpt2_config *g);
 
 /* dir's latest checkpoint (or dir itself, one step's folder): its folder
  * (sub) and its manifest, parsed (*out: the caller deletes it). */

@@ -14,7 +14,7 @@
  * does: images/s per worker and in total.
  *
  * A ResNet's run saves full-state checkpoints as GPT-2's does (--save DIR,
- * --save-every, --stop-after, SIGINT/SIGTERM; checkpoint.c), with the
+ * --save-every, --stop-after, SIGINT/SIGTERM; checkpoint_write.c), with the
  * BatchNorm running averages beside the parameters; its place is the
  * global step, whose epoch and batch follow from the images per step, and
  * each epoch's order from the shuffle seed, so a resumed run takes the

@@ -2,7 +2,7 @@
  * manifest stores (data, shape, batch, optimizer, schedule, precision, ...),
  * read before the flags so that a flag given explicitly overrides them; a
  * change that alters the run is then named by the resume itself
- * (checkpoint.c's warn_changes). Keys an older checkpoint lacks keep the
+ * (checkpoint_read.c's warn_changes). Keys an older checkpoint lacks keep the
  * defaults. GPT-2 only: an image model's manifest does not name its model.
  */
 #include "dtrain/train.h"

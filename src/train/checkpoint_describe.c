@@ -1,0 +1,82 @@
+/* dtrain ckpt info: what a checkpoint holds, from its manifest (the format: checkpoint_write.c). */
+#include "dtrain/train.h"
+#include "checkpoint_internal.h"
+#include "dtrain/data.h"
+#include "dtrain/io.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
+    char sub[4400], mpath[4500];
+    cJSON *j;
+    dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
+    if (st) return st;
+    dt_gpt2_config g;
+    double step = 0, ranks = 0, np = 0;
+    const char *kind = dt_ckpt_string(j, "model", "kind");
+    bool gpt2 = kind && !strcmp(kind, "gpt2");
+    if (!(st = gpt2 ? dt_ckpt_manifest_shape(j, mpath, &g) : kind ? DT_OK : dt_error(DT_ERR_IO, "%s: model.kind is missing", mpath)) &&
+        !(st = dt_ckpt_count(j, NULL, "step", mpath, 1e9, &step)) &&
+        !(st = dt_ckpt_count(j, "settings", "ranks", mpath, 1e9, &ranks)) && !(st = dt_ckpt_count(j, "model", "parameters", mpath, 1e15, &np))) {
+        const char *strategy = dt_ckpt_string(j, "settings", "strategy"), *opt = dt_ckpt_string(j, "optimizer", "kind");
+        const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
+        double tp = 1;
+        if (dt_ckpt_number(j, "settings", "tp", mpath, &tp)) tp = 1; /* older checkpoints: no tensor parallelism */
+        fprintf(f, "%s: format %d, step %.0f, saved by %.0f rank%s under %s", sub, cJSON_IsNumber(ver) ? ver->valueint : 0, step,
+                ranks, ranks == 1 ? "" : "s", strategy ? strategy : "?");
+        if (tp > 1) fprintf(f, " with tensor parallelism %.0f (each rank wrote its slices in place; any layout reads them)", tp);
+        fprintf(f, "\n");
+        if (gpt2) {
+            fprintf(f, "model: gpt2, %d layers, %d heads, %d channels, vocab %d (padded %d), %d positions, %.0f parameters\n",
+                    g.num_layers, g.num_heads, g.channels, g.vocab_size, g.padded_vocab_size, g.max_seq_len, np);
+        } else {
+            /* another kind: its shape as the manifest names it */
+            const cJSON *x;
+            fprintf(f, "model: %s", kind);
+            cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(j, "model"))
+                if (cJSON_IsNumber(x) && strcmp(x->string, "parameters")) fprintf(f, ", %s %.0f", x->string, x->valuedouble);
+            fprintf(f, ", %.0f parameters\n", np);
+        }
+        fprintf(f, "optimizer: %s\n", opt ? opt : "?");
+        /* older checkpoints have no precision: they trained in fp32 */
+        const char *prec = dt_ckpt_string(j, "settings", "precision");
+        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(j, "loss_scaler");
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(ls, "scale"), *it = cJSON_GetObjectItemCaseSensitive(ls, "iter");
+        fprintf(f, "precision: %s", prec ? prec : "fp32");
+        if (cJSON_IsNumber(sc) && cJSON_IsNumber(it)) fprintf(f, " (loss scale %g after %.0f steps)", sc->valuedouble, it->valuedouble);
+        fprintf(f, "\n");
+        const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
+        const cJSON *pp = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(files, "params.f32"), "pieces");
+        fprintf(f, "params.f32: %s\n", !cJSON_IsArray(pp) || cJSON_GetArraySize(pp) < 2 ? "whole"
+                                       : tp > 1 ? "in pieces (the slices written in place, hashed by rank as below)"
+                                                : "sharded (each rank wrote its slice, as below)");
+        const cJSON *pieces = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(files, "optim.f32"), "pieces");
+        int n = cJSON_IsArray(pieces) ? cJSON_GetArraySize(pieces) : 0;
+        fprintf(f, "optim.f32: %s\n", n > 1 ? "sharded" : "whole");
+        for (int k = 0; k < n; k++) {
+            const cJSON *pc = cJSON_GetArrayItem(pieces, k);
+            const cJSON *o = cJSON_GetObjectItemCaseSensitive(pc, "offset"), *c = cJSON_GetObjectItemCaseSensitive(pc, "count");
+            if (cJSON_IsNumber(o) && cJSON_IsNumber(c))
+                fprintf(f, "  piece %d (rank %d's %s): parameters [%.0f, %.0f)\n", k, k, tp > 1 ? "hash" : "slice", o->valuedouble,
+                        o->valuedouble + c->valuedouble);
+        }
+        const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "tensors"), *t;
+        fprintf(f, "tensors: %d\n", cJSON_GetArraySize(ts));
+        cJSON_ArrayForEach(t, ts) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name"), *off = cJSON_GetObjectItemCaseSensitive(t, "offset");
+            char *shape = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(t, "shape"));
+            fprintf(f, "  %-24s %-14s at %.0f\n", cJSON_IsString(name) ? name->valuestring : "?", shape ? shape : "?",
+                    cJSON_IsNumber(off) ? off->valuedouble : -1.0);
+            free(shape);
+        }
+    }
+    cJSON_Delete(j);
+    return st;
+}

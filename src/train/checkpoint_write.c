@@ -1,0 +1,524 @@
+/* Full-state checkpoints: everything a run needs to go on as if it had never
+ * stopped.
+ *
+ *   DIR/latest                 "step-00000010": the newest whole checkpoint
+ *   DIR/step-00000010/
+ *       manifest.json          format, step, model shape, optimizer, schedule,
+ *                              settings, data position, shuffling state, the
+ *                              tensor table, and each file's size and hash
+ *       params.f32             the parameters, the model's unit-major store
+ *       optim.f32              the optimizer's buffers over the same store
+ *                              (first moment / momentum, then second moment)
+ *       buffers.f32            state beside the parameters, where the model
+ *                              has some (a ResNet's BatchNorm running averages)
+ *
+ * A save writes a temporary directory (DIR/.tmp-step-N.PID), syncs it,
+ * renames it into place, and only then points `latest` at it (itself an
+ * atomic rename) and removes the older steps: a crash at any moment leaves
+ * `latest` naming a whole checkpoint. The training has no randomness but the
+ * data order, which is a function of the shuffle seed and the epoch; both
+ * are saved. Every rank of a data-parallel run holds the same state, so rank
+ * 0 writes it and, on resume, reads it and broadcasts it.
+ *
+ * A strategy that shards the optimizer (ZeRO) writes the same files without
+ * gathering anything: rank 0 makes the temporary directory and writes the
+ * parameters (whole on every rank after a step), every rank writes its slice
+ * of optim.f32 in place (pwrite at its offset), the ranks exchange their
+ * slices' hashes, and rank 0 writes the manifest, which lists the pieces,
+ * last. So the directory (on a filesystem every rank sees) reads back on any
+ * layout: a sharded run reads its own slice of optim.f32, any other run the
+ * whole.
+ *
+ * The model is described by dt_checkpoint_model: GPT-2 and the ResNets
+ * save the same files, the manifest naming the kind and its shape.
+ *
+ * This file writes them (and checks save paths); checkpoint_read.c reads
+ * and resumes, checkpoint_describe.c prints what one holds (ckpt info). */
+#include "dtrain/train.h"
+#include "checkpoint_internal.h"
+#include "dtrain/data.h"
+#include "dtrain/io.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int dt_checkpoint_is_dir(const char *save) {
+    size_t n = strlen(save);
+    return !(n > 4 && !strcmp(save + n - 4, ".bin")) && !(n > 12 && !strcmp(save + n - 12, ".safetensors"));
+}
+
+static void fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) { fsync(fd); close(fd); }
+}
+
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char p[8192];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* Older steps, and temporaries of saves whose process is gone. */
+static void remove_others(const char *dir, const char *keep) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char p[8192];
+    for (struct dirent *e; (e = readdir(d));) {
+        bool old = !strncmp(e->d_name, "step-", 5) && strcmp(e->d_name, keep);
+        const char *dot = !strncmp(e->d_name, ".tmp-step-", 10) ? strrchr(e->d_name, '.') : NULL;
+        long pid = dot ? strtol(dot + 1, NULL, 10) : 0;
+        bool stale = pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+        if (!old && !stale) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        remove_tree(p);
+    }
+    closedir(d);
+}
+
+
+/* A save path's extension, when it has one (".pt" of "runs/model.pt"). */
+static const char *extension(const char *path) {
+    const char *base = strrchr(path, '/'), *dot;
+    base = base ? base + 1 : path;
+    dot = strrchr(base, '.');
+    return dot && dot != base && dot[1] ? dot : NULL;
+}
+
+dt_status dt_checkpoint_check_path(const char *path, const char *flag) {
+    struct stat sb;
+    const char *ext = extension(path);
+    /* the extensions of other formats' files: a directory named so is a mistake (a "run.v2" directory is fine) */
+    static const char *const files[] = { ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".gguf", ".ggml", ".onnx", ".npz", ".npy",
+                                         ".msgpack", ".json", ".txt", ".tar", ".zip", ".gz", ".model", ".st", NULL };
+    int other = 0;
+    for (int i = 0; ext && files[i]; i++) other |= !strcasecmp(ext, files[i]);
+    if (!other || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) return DT_OK;
+    return dt_error(DT_ERR_ARG, "%s %s: the name decides what is written: %s (a name without an extension), "
+                    "FILE.safetensors (HF's layout) or FILE.bin (llm.c's); dtrain writes no %s file", flag, path,
+                    strcmp(flag, "--save") ? "an HF folder" : "a checkpoint directory", ext);
+}
+
+/* Whether a and b name the same existing directory. */
+static int same_dir(const char *a, const char *b) {
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+dt_status dt_checkpoint_check_dir(const char *dir, const char *resume, int overwrite) {
+    struct stat sb;
+    dt_status st = dt_checkpoint_check_path(dir, "--save");
+    if (st) return st;
+    if (stat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return dt_error(DT_ERR_ARG, "--save %s: exists and is not a directory (a checkpoint is a directory; "
+                        "a weights file ends in .bin or .safetensors)", dir);
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/latest", dir);
+    /* another run's checkpoint is never replaced silently: a new run would remove it at its first save */
+    if (!overwrite && access(probe, F_OK) == 0 && !same_dir(dir, resume)) {
+        char sub[4400], mpath[4500];
+        cJSON *j = NULL;
+        double step = -1;
+        if (dt_ckpt_open_latest(dir, sub, mpath, &j) == DT_OK) dt_ckpt_count(j, NULL, "step", mpath, 1e9, &step);
+        cJSON_Delete(j);
+        char at[48] = "";
+        if (step >= 0) snprintf(at, sizeof at, " (step %.0f)", step);
+        return dt_error(DT_ERR_ARG, "--save %s already holds a checkpoint%s: --resume %s goes on from it; --overwrite replaces it "
+                        "with this run's; or name another --save directory", dir, at, dir);
+    }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return dt_error(DT_ERR_IO, "--save %s: cannot create the directory: %s", dir, strerror(errno));
+    return dt_file_check_writable(probe);
+}
+
+/* One rank's slice of optim.f32: [off, off + count) of each buffer, and
+ * the hash of those ranges, buffer after buffer; phash: of its slice of
+ * params.f32, where the parameters are sharded too. */
+typedef struct { uint64_t off, count, hash, phash; } piece;
+
+const char *const dt_ckpt_gpt2_shape[6] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels" };
+
+void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out) {
+    memset(out, 0, sizeof *out);
+    dt_gpt2_model(g, &out->m);
+    const dt_gpt2_config *c = dt_gpt2_get_config(g);
+    const int v[6] = { c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers, c->num_heads, c->channels };
+    out->nshape = 6;
+    for (int i = 0; i < 6; i++) out->shape_names[i] = dt_ckpt_gpt2_shape[i], out->shape[i] = v[i];
+}
+
+void dt_checkpoint_resnet(dt_resnet *r, dt_checkpoint_model *out) {
+    static const char *const names[5] = { "depth", "image_channels", "image_height", "image_width", "classes" };
+    memset(out, 0, sizeof *out);
+    dt_resnet_model(r, &out->m);
+    const dt_resnet_config *c = dt_resnet_get_config(r);
+    const int v[5] = { c->depth, c->channels, c->height, c->width, c->classes };
+    out->nshape = 5;
+    for (int i = 0; i < 5; i++) out->shape_names[i] = names[i], out->shape[i] = v[i];
+    out->buffers = dt_resnet_buffers(r, &out->nbuffers);
+}
+
+/* hashes, bytes: params.f32, optim.f32, buffers.f32 (where the model has buffers) */
+static cJSON *manifest(const dt_train_config *c, int nranks, const char *strategy, const dt_checkpoint_model *cm, dt_optim *o,
+                       const dt_loss_scale *ls, const dt_checkpoint_position *pos, const uint64_t hashes[3],
+                       const size_t bytes[3], const piece *pieces, int npieces, bool params_pieces) {
+    const dt_model *m = &cm->m;
+    cJSON *j = cJSON_CreateObject(), *x;
+    cJSON_AddStringToObject(j, "format", FORMAT);
+    cJSON_AddNumberToObject(j, "version", VERSION);
+    cJSON_AddNumberToObject(j, "step", pos->step);
+    x = cJSON_AddObjectToObject(j, "model");
+    cJSON_AddStringToObject(x, "kind", m->kind);
+    for (int i = 0; i < cm->nshape; i++) cJSON_AddNumberToObject(x, cm->shape_names[i], cm->shape[i]);
+    cJSON_AddNumberToObject(x, "parameters", (double)dt_model_global_params(m));
+    if (cm->nbuffers) cJSON_AddNumberToObject(x, "buffers", (double)cm->nbuffers);
+    x = cJSON_AddObjectToObject(j, "optimizer");
+    cJSON_AddStringToObject(x, "kind", dt_optim_kind_name(c->opt.kind));
+    cJSON_AddNumberToObject(x, "steps", (double)dt_optim_steps(o));
+    cJSON_AddNumberToObject(x, "buffers", dt_optim_buffer(o, 1) ? 2 : 1);
+    cJSON_AddNumberToObject(x, "beta1", c->opt.beta1);
+    cJSON_AddNumberToObject(x, "beta2", c->opt.beta2);
+    cJSON_AddNumberToObject(x, "eps", c->opt.eps);
+    cJSON_AddNumberToObject(x, "weight_decay", c->opt.weight_decay);
+    cJSON_AddNumberToObject(x, "momentum", c->opt.momentum);
+    cJSON_AddBoolToObject(x, "nesterov", c->opt.nesterov);
+    x = cJSON_AddObjectToObject(j, "schedule");
+    cJSON_AddStringToObject(x, "kind", dt_schedule_name(c->sched.kind));
+    cJSON_AddNumberToObject(x, "lr", c->sched.lr);
+    cJSON_AddNumberToObject(x, "lr_min", c->sched.lr_min);
+    cJSON_AddNumberToObject(x, "warmup", c->sched.warmup);
+    cJSON_AddNumberToObject(x, "total", c->sched.total ? c->sched.total : c->steps);
+    cJSON_AddBoolToObject(x, "linear_warmup", c->sched.linear_warmup);
+    cJSON_AddNumberToObject(x, "warmup_min_ratio", c->sched.warmup_min_ratio);
+    cJSON_AddNumberToObject(x, "cos_min_ratio", c->sched.cos_min_ratio);
+    x = cJSON_AddObjectToObject(j, "settings");
+    cJSON_AddNumberToObject(x, "steps", c->steps);
+    cJSON_AddNumberToObject(x, "batch", c->batch);
+    cJSON_AddNumberToObject(x, "seq", c->seq);
+    cJSON_AddNumberToObject(x, "grad_accum", c->grad_accum);
+    cJSON_AddNumberToObject(x, "ranks", nranks);
+    cJSON_AddNumberToObject(x, "tp", c->tp > 1 ? c->tp : 1); /* ranks / tp read the global batch */
+    cJSON_AddStringToObject(x, "strategy", strategy);
+    cJSON_AddNumberToObject(x, "grad_clip", c->grad_clip);
+    cJSON_AddNumberToObject(x, "seed", (double)c->seed);
+    cJSON_AddStringToObject(x, "precision", dt_precision_name(c->precision));
+    /* the rest of what --resume DIR alone needs to go on as the run did (resume_settings.c) */
+    cJSON_AddStringToObject(x, "grad_store", dt_precision_name(c->grad_store));
+    cJSON_AddStringToObject(x, "grad_comm", dt_precision_name(c->grad_comm));
+    cJSON_AddNumberToObject(x, "threads", c->threads); /* BLAS's sums depend on it: the same count resumes bit for bit */
+    cJSON_AddNumberToObject(x, "eval_every", c->eval_every);
+    cJSON_AddNumberToObject(x, "eval_batches", c->eval_batches);
+    cJSON_AddBoolToObject(x, "recompute", c->recompute);
+    cJSON_AddNumberToObject(x, "attention", c->attention);
+    cJSON_AddBoolToObject(x, "skip_nonfinite", c->skip_nonfinite);
+    char where[PATH_MAX];
+    if (c->val_data) cJSON_AddStringToObject(x, "val_data", realpath(c->val_data, where) ? where : c->val_data);
+    if (ls) {
+        /* the loss scaler's whole state: a resumed fp16 run scales, skips and grows as the uninterrupted one */
+        x = cJSON_AddObjectToObject(j, "loss_scaler");
+        cJSON_AddNumberToObject(x, "scale", ls->scale);
+        cJSON_AddNumberToObject(x, "iter", (double)ls->iter);
+        cJSON_AddNumberToObject(x, "last_overflow", (double)ls->last_overflow);
+        cJSON_AddNumberToObject(x, "hysteresis", ls->hysteresis);
+    }
+    x = cJSON_AddObjectToObject(j, "data");
+    cJSON_AddStringToObject(x, "path", !c->data ? "" : realpath(c->data, where) ? where : c->data);
+    cJSON_AddNumberToObject(x, "tokens", (double)pos->data_tokens);
+    cJSON_AddNumberToObject(x, "tokens_per_batch", (double)pos->tokens_per_batch);
+    cJSON_AddNumberToObject(x, "epoch", (double)pos->epoch);
+    cJSON_AddNumberToObject(x, "next_batch", (double)pos->next);
+    x = cJSON_AddObjectToObject(j, "rng");
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->shuffle_seed); /* 64 bits: not a JSON double */
+    cJSON_AddStringToObject(x, "shuffle_seed", seed);
+    cJSON_AddNumberToObject(x, "shuffle_epoch", (double)pos->epoch);
+    x = cJSON_AddObjectToObject(j, "files");
+    static const char *const files[3] = { "params.f32", "optim.f32", "buffers.f32" };
+    for (int i = 0; i < (cm->nbuffers ? 3 : 2); i++) {
+        cJSON *f = cJSON_AddObjectToObject(x, files[i]);
+        char h[24];
+        snprintf(h, sizeof h, "%016llx", (unsigned long long)hashes[i]);
+        cJSON_AddNumberToObject(f, "bytes", (double)bytes[i]);
+        if ((i == 0 && !params_pieces) || i == 2 || npieces == 0) {
+            cJSON_AddStringToObject(f, "fnv1a64", h);
+            continue;
+        }
+        cJSON *ps = cJSON_AddArrayToObject(f, "pieces");
+        for (int k = 0; k < npieces; k++) {
+            cJSON *e = cJSON_CreateObject();
+            snprintf(h, sizeof h, "%016llx", (unsigned long long)(i == 0 ? pieces[k].phash : pieces[k].hash));
+            cJSON_AddNumberToObject(e, "offset", (double)pieces[k].off);
+            cJSON_AddNumberToObject(e, "count", (double)pieces[k].count);
+            cJSON_AddStringToObject(e, "fnv1a64", h);
+            cJSON_AddItemToArray(ps, e);
+        }
+    }
+    x = cJSON_AddArrayToObject(j, "tensors");
+    for (int i = 0; i < m->ntensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", t->name);
+        cJSON_AddStringToObject(e, "hf", t->hf);
+        cJSON_AddNumberToObject(e, "unit", t->unit);
+        cJSON_AddNumberToObject(e, "offset", (double)t->goffset);
+        cJSON_AddItemToObject(e, "shape", cJSON_CreateIntArray(t->gshape, t->ndim));
+        cJSON_AddItemToArray(x, e);
+    }
+    return j;
+}
+
+static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm,
+                            dt_engine *e, const dt_checkpoint_position *pos, size_t *written);
+
+/* The write is the run's checkpoint I/O: counted (bytes, seconds) and traced. */
+dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm,
+                             dt_engine *e, const dt_checkpoint_position *pos) {
+    double t0 = dt_time_now();
+    size_t written = 0;
+    DT_TRACE_BEGIN(DT_TRACK_IO, "checkpoint write", "\"step\":%d,\"files\":%d,\"bytes\":%zu", pos->step, cm->nbuffers ? 5 : 4,
+                   (cm->m.nparams + cm->nbuffers) * sizeof(float) + dt_optim_state_bytes(dt_engine_optim(e)));
+    dt_status st = save_files(dir, w, c, nranks, cm, e, pos, &written);
+    DT_TRACE_END(DT_TRACK_IO);
+    if (!st) dt_io_count(DT_IO_CKPT_WRITE, written, dt_time_now() - t0);
+    return st;
+}
+
+/* Rank 0's status, on every rank of w (a failure there stops them all). */
+static dt_status agree(dt_comm *w, dt_status st, const char *what) {
+    if (!w || dt_comm_size(w) == 1) return st;
+    int32_t code = (int32_t)st;
+    dt_status bs = dt_comm_broadcast(w, &code, 1, DT_I32, 0);
+    if (bs) return bs;
+    if (dt_comm_rank(w) == 0 || !code) return st;
+    return dt_error((dt_status)code, "rank 0 could not %s (its message says why)", what);
+}
+
+/* Moving [off, off + n) of this rank's store, in each of nb buffers that
+ * hold just that range (from their first float), to or from a file in the
+ * whole model's layout (buffer b at b * G floats): the table's runs (a whole
+ * tensor each, or a tensor-parallel slice's rows). */
+typedef struct {
+    int fd, nb, write;
+    float *const *bufs;
+    size_t G, off;
+    const char *path;
+    dt_status st;
+} runs_io;
+
+static void run_io(size_t lo, size_t go, size_t n, void *ctx) {
+    runs_io *x = ctx;
+    for (int b = 0; b < x->nb && !x->st; b++) {
+        char *q = (char *)(x->bufs[b] + (lo - x->off));
+        size_t left = n * sizeof(float);
+        off_t at = (off_t)(((size_t)b * x->G + go) * sizeof(float));
+        while (left && !x->st) {
+            ssize_t k = x->write ? pwrite(x->fd, q, left, at) : pread(x->fd, q, left, at);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0)
+                x->st = x->write ? dt_error(DT_ERR_IO, "%s: write failed: %s (the previous checkpoint is untouched)", x->path, strerror(errno))
+                                 : dt_error(DT_ERR_IO, "%s: short read at byte %lld", x->path, (long long)at);
+            else { q += k; left -= (size_t)k; at += k; }
+        }
+    }
+}
+
+dt_status dt_ckpt_file_runs(const char *path, int write, const dt_model *m, float *const *bufs, int nb, size_t off, size_t n) {
+    int fd = write ? open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot %s: %s", path, write ? "create" : "open", strerror(errno));
+    runs_io x = { fd, nb, write, bufs, dt_model_global_params(m), off, path, DT_OK };
+    dt_model_global_runs(m, off, n, run_io, &x);
+    if (write && fsync(fd) != 0 && !x.st) x.st = dt_error(DT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    close(fd);
+    return x.st;
+}
+
+/* This rank's slice of each buffer, written in place into the shared file. */
+static dt_status write_slice(const char *path, const dt_model *m, const float *const *bufs, int nb, size_t off, size_t n) {
+    return dt_ckpt_file_runs(path, 1, m, (float *const *)bufs, nb, off, n);
+}
+
+/* A file's floats [a, b) of each of its nb buffers of G, hashed as verify_file does a piece. */
+static dt_status hash_piece(const char *path, int nb, size_t G, size_t a, size_t b, uint64_t *out) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    enum { CHUNK = 1 << 18 };
+    float *buf = malloc(CHUNK * sizeof(float));
+    dt_status st = buf ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    uint64_t h = DT_HASH_INIT;
+    for (int bi = 0; bi < nb && !st; bi++)
+        for (size_t at = a; at < b && !st; at += CHUNK) {
+            size_t m = b - at < CHUNK ? b - at : CHUNK;
+            if (pread(fd, buf, m * sizeof(float), (off_t)(((size_t)bi * G + at) * sizeof(float))) != (ssize_t)(m * sizeof(float)))
+                st = dt_error(DT_ERR_IO, "%s: short read", path);
+            else h = dt_hash_words(h, buf, m);
+        }
+    free(buf);
+    close(fd);
+    *out = h;
+    return st;
+}
+
+/* Rank 0, once every slice is on disk: the manifest, last, then the
+ * directory renamed into place and `latest` moved to it. */
+static dt_status commit(const char *dir, const char *tmp, const char *name, const dt_train_config *c, int nranks,
+                        const dt_checkpoint_model *cm, dt_engine *e, const dt_checkpoint_position *pos, uint64_t phash, uint64_t bhash,
+                        const piece *pieces, int np, bool params_pieces, size_t *written) {
+    dt_optim *o = dt_engine_optim(e);
+    int nb = dt_optim_buffer(o, 1) ? 2 : 1;
+    char path[4200], final[4200];
+    uint64_t hashes[3] = { phash, 0, bhash };
+    size_t G = dt_model_global_params(&cm->m);
+    size_t bytes[3] = { G * sizeof(float), G * sizeof(float) * (size_t)nb, cm->nbuffers * sizeof(float) };
+    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), cm, o, dt_engine_loss_scale(e), pos, hashes, bytes, pieces, np, params_pieces);
+    char *text = j ? cJSON_Print(j) : NULL;
+    cJSON_Delete(j);
+    size_t tl = text ? strlen(text) : 0;
+    const void *tp[1] = { text };
+    snprintf(path, sizeof path, "%s/manifest.json", tmp);
+    dt_status st = text ? dt_file_write_atomic(path, tp, &tl, 1) : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    free(text);
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    if (!st) {
+        fsync_dir(tmp);
+        remove_tree(final); /* the same step saved again (a resumed run) */
+        if (rename(tmp, final) != 0) st = dt_error(DT_ERR_IO, "%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
+    }
+    if (st) return st;
+    fsync_dir(dir);
+    char latest[4200], line[40];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(line, sizeof line, "%s\n", name);
+    size_t ll = strlen(line);
+    const void *lp[1] = { line };
+    if ((st = dt_file_write_atomic(latest, lp, &ll, 1))) return st;
+    fsync_dir(dir);
+    remove_others(dir, name);
+    *written = tl + ll;
+    return DT_OK;
+}
+
+/* A tensor-parallel save: the files are the whole model's, each rank's
+ * slices written in place at their runs, so the ranks' writes interleave.
+ * Once all are on disk, each rank hashes a contiguous 1/p of each file
+ * (read back) for the manifest's pieces. */
+static dt_status hash_pieces(const char *tmp, dt_comm *w, int nb, size_t G, piece *mine) {
+    int r = dt_comm_rank(w), p = dt_comm_size(w);
+    char path[4200];
+    size_t a = G * (size_t)r / (size_t)p, b = G * (size_t)(r + 1) / (size_t)p;
+    *mine = (piece){ a, b - a, 0, 0 };
+    snprintf(path, sizeof path, "%s/params.f32", tmp);
+    dt_status st = hash_piece(path, 1, G, a, b, &mine->phash);
+    snprintf(path, sizeof path, "%s/optim.f32", tmp);
+    return st ? st : hash_piece(path, nb, G, a, b, &mine->hash);
+}
+
+/* w: the ranks that share a sharded optimizer (each writes its slice), or
+ * NULL (rank 0 alone writes everything: one slice, the whole store); for a
+ * tensor-parallel model (its table's slices are not the whole model) every
+ * rank of the job, the data-parallel rank 0 of each slice writing it unless
+ * the optimizer (and with ZeRO-3 the parameters) are sharded. */
+static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm,
+                            dt_engine *e, const dt_checkpoint_position *pos, size_t *written) {
+    dt_model m = cm->m;
+    dt_optim *o = dt_engine_optim(e);
+    size_t off, n, G = dt_model_global_params(&m);
+    dt_engine_share(e, &off, &n);
+    bool sliced = G != m.nparams, sharded = off != 0 || n != m.nparams;
+    dt_comm *dp = dt_engine_get_config(e)->comm;
+    bool dp0 = !dp || dt_comm_rank(dp) == 0; /* writes what its data-parallel ranks all hold */
+    if (sliced && !w) return dt_error(DT_ERR_ARG, "checkpoint: a tensor-parallel model's ranks save together");
+    if ((off != 0 || n != m.nparams) && !w)
+        return dt_error(DT_ERR_ARG, "checkpoint: strategy %s shards the optimizer: all its ranks save together",
+                        dt_engine_strategy_name(e));
+    int rank = w ? dt_comm_rank(w) : 0, p = w ? dt_comm_size(w) : 1;
+    int64_t pid = getpid();
+    dt_status st = w ? dt_comm_broadcast(w, &pid, 1, DT_I64, 0) : DT_OK; /* one temporary directory: rank 0's */
+    if (st) return st;
+    char tmp[4096], path[4200], name[32];
+    snprintf(name, sizeof name, "step-%08d", pos->step);
+    if (snprintf(tmp, sizeof tmp, "%s/.tmp-%s.%lld", dir, name, (long long)pid) >= (int)sizeof tmp)
+        st = dt_error(DT_ERR_ARG, "%s: path too long", dir);
+    if (rank == 0 && !st) {
+        remove_tree(tmp);
+        if (mkdir(tmp, 0755) != 0) st = dt_error(DT_ERR_IO, "%s: cannot create %s: %s", dir, tmp, strerror(errno));
+    }
+    if ((st = agree(w, st, "create the checkpoint's directory"))) return st;
+    const float *P = m.params(m.self), *bufs[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
+    int nb = bufs[1] ? 2 : 1;
+    uint64_t phash = 0, bhash = 0, hp = 0, h = dt_hash_words(DT_HASH_INIT, bufs[0], n);
+    if (nb == 2) h = dt_hash_words(h, bufs[1], n);
+    /* ZeRO-3 with a copy per rank: each holds only its slice of the parameters, and writes it */
+    bool ps = w && dt_engine_params_sharded(e);
+    if (ps || (sliced && dp0)) {
+        const float *slice[1] = { ps ? P + off : P };
+        hp = dt_hash_words(DT_HASH_INIT, P + off, n);
+        snprintf(path, sizeof path, "%s/params.f32", tmp);
+        st = ps ? write_slice(path, &m, slice, 1, off, n) : write_slice(path, &m, slice, 1, 0, m.nparams);
+    } else if (rank == 0 && !sliced) {
+        size_t pb = m.nparams * sizeof(float);
+        const void *pp[1] = { P };
+        phash = dt_hash_words(DT_HASH_INIT, P, m.nparams);
+        snprintf(path, sizeof path, "%s/params.f32", tmp);
+        st = dt_file_write_atomic(path, pp, &pb, 1);
+    }
+    if (rank == 0 && cm->nbuffers && !st) {
+        /* every rank's buffers are rank 0's before each evaluation; rank 0's are saved */
+        size_t bb = cm->nbuffers * sizeof(float);
+        const void *bp[1] = { cm->buffers };
+        bhash = dt_hash_words(DT_HASH_INIT, cm->buffers, cm->nbuffers);
+        snprintf(path, sizeof path, "%s/buffers.f32", tmp);
+        st = dt_file_write_atomic(path, bp, &bb, 1);
+    }
+    snprintf(path, sizeof path, "%s/optim.f32", tmp);
+    if (!st && (!sliced || sharded || dp0)) st = write_slice(path, &m, bufs, nb, off, n);
+    /* every rank's slice, and whether it is on disk: the manifest needs the one, the commit the other */
+    piece *all = calloc((size_t)p, sizeof *all);
+    uint64_t mine[5] = { st != DT_OK, off, n, h, hp }, *got = malloc(sizeof *got * 5 * (size_t)p);
+    dt_status gs = all && got ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    if (!gs && w) gs = dt_comm_allgather(w, mine, got, 5, DT_I64);
+    else if (!gs) memcpy(got, mine, sizeof mine);
+    int failed = -1;
+    for (int r = 0; !gs && r < p; r++) {
+        if (got[5 * r] && failed < 0) failed = r;
+        all[r] = (piece){ got[5 * r + 1], got[5 * r + 2], got[5 * r + 3], got[5 * r + 4] };
+    }
+    if (!st && !gs && failed >= 0) st = dt_error(DT_ERR_IO, "checkpoint: rank %d could not write its part (its message says why)", failed);
+    if (!st) st = gs;
+    if (!st && sliced) { /* every write is on disk (the allgather above): the pieces' hashes, read back */
+        piece mp;
+        st = hash_pieces(tmp, w, nb, G, &mp);
+        uint64_t h5[5] = { st != DT_OK, mp.off, mp.count, mp.hash, mp.phash };
+        dt_status as = dt_comm_allgather(w, h5, got, 5, DT_I64);
+        for (int r = 0; !as && r < p; r++) {
+            if (got[5 * r] && !st) st = dt_error(DT_ERR_IO, "checkpoint: rank %d could not hash its piece (its message says why)", r);
+            all[r] = (piece){ got[5 * r + 1], got[5 * r + 2], got[5 * r + 3], got[5 * r + 4] };
+        }
+        if (!st) st = as;
+        ps = true; /* params.f32 in pieces too */
+    }
+    *written = 0;
+    if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, cm, e, pos, phash, bhash, all, p, ps, written);
+    if (rank == 0 && st) remove_tree(tmp);
+    /* this rank's own bytes: its slices, and rank 0 the whole parameters unless they are in slices */
+    *written += n * sizeof(float) * (size_t)(nb + ps) + (rank == 0 ? ((ps ? 0 : m.nparams) + cm->nbuffers) * sizeof(float) : 0);
+    free(all);
+    free(got);
+    return agree(w, st, "commit the checkpoint");
+}
