@@ -97,8 +97,10 @@ function settings() {
     add("model", g.model + ": " + g.layers + " layers, " + g.heads + " heads, " + g.channels + " channels, vocab " + g.vocab + ", " +
         (g.parameters / 1e6).toFixed(2) + "M parameters");
     const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
-    add("batch", g.batch + " x " + g.seq + " tokens x " + g.grad_accum + " accumulation x " + plural(g.ranks, "rank"));
-    add("strategy", g.strategy + " over " + plural(g.ranks, "rank") + ", " + plural(g.threads_per_rank, "thread") + " each");
+    const tp = g.tp || 1; // tensor-parallel ranks share their samples
+    add("batch", g.batch + " x " + g.seq + " tokens x " + g.grad_accum + " accumulation x " + plural(g.ranks / tp, "data-parallel rank"));
+    add("strategy", g.strategy + " over " + plural(g.ranks, "rank") + (tp > 1 ? " (tensor parallel " + tp + (g.sp ? ", sequence parallel" : "") + ")" : "") +
+        ", " + plural(g.threads_per_rank, "thread") + " each");
     if (g.precision !== undefined)
       add("precision", g.precision === "fp32" ? "fp32" : g.precision + " mixed precision (f32 master weights and optimizer)" +
           (g.grad_comm !== "fp32" ? ", gradients reduced in " + g.grad_comm : "") +

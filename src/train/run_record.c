@@ -22,6 +22,8 @@ static void add_settings(cJSON *j, const dt_train_config *c, const dt_run_record
     cJSON_AddNumberToObject(s, "seq", c->seq);
     cJSON_AddNumberToObject(s, "grad_accum", c->grad_accum);
     cJSON_AddNumberToObject(s, "ranks", r->nranks);
+    cJSON_AddNumberToObject(s, "tp", c->tp > 1 ? c->tp : 1); /* ranks / tp of them read different samples */
+    cJSON_AddBoolToObject(s, "sp", c->sp != 0);
     cJSON_AddNumberToObject(s, "threads_per_rank", c->threads);
     cJSON_AddStringToObject(s, "strategy", r->strategy);
     cJSON_AddStringToObject(s, "optimizer", dt_optim_kind_name(c->opt.kind));

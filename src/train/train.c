@@ -694,7 +694,7 @@ static dt_status gather_ranks(run *r, double *all) {
 /* run.json and report.html into --report DIR (rank 0). */
 static void write_report(run *r, int steps_done, const double *ranks) {
     const dt_train_config *c = &r->c;
-    size_t np = dt_gpt2_num_params(r->m);
+    size_t np = dt_gpt2_config_num_params(dt_gpt2_get_config(r->m)); /* the whole model's, under TP too */
     dt_run_record rec = { .model = *dt_gpt2_get_config(r->m), .params = np, .nranks = r->nranks, .steps_done = steps_done,
                           .strategy = dt_engine_strategy_name(r->e), .metrics = c->metrics, .trace = c->trace,
                           .peak_source = r->peak_source, .peak_gflops = r->peak_gflops, .flops_per_step = r->flops_per_step,
