@@ -27,6 +27,7 @@ static void note(char kind, int unit) {
 static void before_fwd(int u, void *ctx) { (void)ctx; note('F', u); }
 static void before_bwd(int u, void *ctx) { (void)ctx; note('B', u); }
 static void after_bwd(int u, void *ctx) { (void)ctx; note('A', u); }
+static void second_sub(int u, void *ctx) { (void)ctx; note('S', u); } /* a second subscriber to the gradient hook */
 
 /* The tensor called name in model m: its parameters or gradients. */
 static const float *find(dt_gpt2 *m, const char *name, int grads, size_t *count) {
@@ -170,6 +171,20 @@ int main(void) {
            "a middle range without its input: %s", dt_last_error());
     dt_gpt2 *empty = NULL;
     EXPECT(dt_gpt2_create_units(&cfg, 3, 3, &empty) != DT_OK && !empty, "an empty range of units was accepted");
+    /* hooks are lists: a second subscriber is called after the first, and unsubscribing one leaves the other */
+    int sub2;
+    dt_gpt2_set_grad_hook(whole, second_sub, &sub2);
+    nev = 0;
+    events[0] = 0;
+    if (dt_gpt2_forward(whole, in, tg, B, T, &lw) || dt_gpt2_backward(whole, 1.0f)) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+    EXPECT(!strcmp(events, "F0 F1 F2 F3 F4 B4 A4 S4 B3 A3 S3 B2 A2 S2 B1 A1 S1 B0 A0 S0 "), "two subscribers: %s", events);
+    dt_gpt2_set_grad_hook(whole, NULL, NULL); /* the first (its context NULL) leaves */
+    dt_gpt2_set_unit_hooks(whole, NULL, NULL, NULL);
+    nev = 0;
+    events[0] = 0;
+    if (dt_gpt2_forward(whole, in, tg, B, T, &lw) || dt_gpt2_backward(whole, 1.0f)) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+    EXPECT(!strcmp(events, "S4 S3 S2 S1 S0 "), "after unsubscribing the first: %s", events);
+    dt_gpt2_set_grad_hook(whole, NULL, &sub2);
     printf("units: %d passed, %d failed\n", passed, failed);
     free(logits);
     dt_gpt2_destroy(whole);

@@ -61,6 +61,22 @@ typedef struct {
 
 typedef void (*dt_grad_hook)(int unit, void *ctx);
 
+/* Subscribers to a model's hooks (hooks.c): each a pair of functions (the
+ * second may be unused) and its context, which names the subscriber. A
+ * data-parallel strategy and a model-parallel one can both subscribe;
+ * they are called in the order they subscribed. */
+#define DT_HOOKS_MAX 4
+typedef struct {
+    dt_grad_hook first[DT_HOOKS_MAX], second[DT_HOOKS_MAX];
+    void *ctx[DT_HOOKS_MAX];
+    int n;
+} dt_hook_list;
+/* first != NULL (or second): ctx subscribes, or changes its pair; both NULL:
+ * ctx unsubscribes. Fails only with more than DT_HOOKS_MAX subscribers. */
+dt_status dt_hook_list_set(dt_hook_list *l, dt_grad_hook first, dt_grad_hook second, void *ctx);
+/* Every subscriber's first (which 0) or second (1) function, with unit. */
+void dt_hook_list_call(const dt_hook_list *l, int which, int unit);
+
 /* Any model as the engine and the parallel strategies see it: the table,
  * the flat stores and the hooks. Models fill one in (dt_gpt2_model,
  * dt_mlp_model); NULL callbacks are features the model does not have. */
@@ -74,9 +90,10 @@ typedef struct {
     float *(*grads)(void *self);
     /* gradients in caller storage of nparams floats (a shared arena); NULL: the model's own */
     void (*set_grad_storage)(void *self, float *grads);
-    /* backward calls hook(unit, ctx) once each unit's gradients are final */
+    /* backward calls hook(unit, ctx) once each unit's gradients are final;
+     * hooks are lists: ctx subscribes (hook NULL: ctx unsubscribes) */
     void (*set_grad_hook)(void *self, dt_grad_hook hook, void *ctx);
-    /* hooks before each unit's forward and before its backward (to gather sharded parameters) */
+    /* hooks before each unit's forward and before its backward (to gather sharded parameters); a list as well */
     void (*set_unit_hooks)(void *self, dt_grad_hook before_forward, dt_grad_hook before_backward, void *ctx);
     /* the input_rows tensor: with on, backward leaves those rows out, and after
      * backward input_grad gives d loss / d row [n, row width] and the n tokens */

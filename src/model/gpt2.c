@@ -368,14 +368,11 @@ const dt_tensor_info *dt_gpt2_llmc_tensor(const dt_gpt2 *m, int i, int l) {
 void dt_gpt2_set_attention(dt_gpt2 *m, dt_attn_mode mode) { m->attn = mode; }
 
 void dt_gpt2_set_grad_hook(dt_gpt2 *m, dt_grad_hook hook, void *ctx) {
-    m->hook = hook;
-    m->hook_ctx = ctx;
+    if (dt_hook_list_set(&m->grad_hooks, hook, NULL, ctx)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
 }
 
 void dt_gpt2_set_unit_hooks(dt_gpt2 *m, dt_grad_hook before_forward, dt_grad_hook before_backward, void *ctx) {
-    m->before_fwd = before_forward;
-    m->before_bwd = before_backward;
-    m->unit_ctx = ctx;
+    if (dt_hook_list_set(&m->unit_hooks, before_forward, before_backward, ctx)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
     m->lp_held_max = 0; /* the 16-bit copy is made unit by unit from now (or whole again) */
 }
 
@@ -414,7 +411,7 @@ size_t dt_gpt2_memory(const dt_gpt2 *m) {
 
 size_t dt_gpt2_lp_params_bytes(const dt_gpt2 *m) {
     if (!m->params_lp) return 0;
-    return (m->before_fwd && !m->lp_external ? m->lp_held_max : m->nparams) * sizeof(uint16_t);
+    return (m->unit_hooks.n && !m->lp_external ? m->lp_held_max : m->nparams) * sizeof(uint16_t);
 }
 
 size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head) {

@@ -41,8 +41,8 @@ struct dt_gpt2 {
     int ntab;
     size_t nparams;
     float *params, *grads, *own_grads, *own_params;
-    dt_grad_hook hook, before_fwd, before_bwd;
-    void *hook_ctx, *unit_ctx;
+    dt_hook_list grad_hooks;  /* after each unit's backward */
+    dt_hook_list unit_hooks;  /* before each unit's forward (first) and backward (second) */
     int defer_wte_rows;
     float *acts;
     size_t act_sizes[A_COUNT], act_off[A_COUNT], nacts;

@@ -261,7 +261,7 @@ static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
  * (the head reads the tied wte; the embedding reads f32), and lp_drop gives
  * it back after, so no rank holds the whole 16-bit model. */
 static void lp_cast(dt_gpt2 *m, int u, bool backward) {
-    bool per_run = m->before_fwd != NULL;
+    bool per_run = m->unit_hooks.n > 0;
     if (m->prec == DT_F32 || m->lp_external || (backward && !per_run) || (per_run && u == 0)) return;
     for (int i = 0; i < m->ntab; i++) {
         const dt_tensor_info *t = &m->tab[i];
@@ -290,10 +290,10 @@ const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *n
     return m->acts ? m->acts + m->act_off[A_DRES] : NULL;
 }
 
-#define BEFORE_FWD(u) do { if (m->before_fwd) m->before_fwd(u, m->unit_ctx); lp_cast(m, u, false); } while (0)
-#define BEFORE_BWD(u) do { if (m->before_bwd) m->before_bwd(u, m->unit_ctx); lp_cast(m, u, true); } while (0)
+#define BEFORE_FWD(u) do { dt_hook_list_call(&m->unit_hooks, 0, u); lp_cast(m, u, false); } while (0)
+#define BEFORE_BWD(u) do { dt_hook_list_call(&m->unit_hooks, 1, u); lp_cast(m, u, true); } while (0)
 #define AFTER_FWD(u) lp_drop(m)
-#define AFTER_BWD(u) do { lp_drop(m); if (m->hook) m->hook(u, m->hook_ctx); } while (0)
+#define AFTER_BWD(u) do { lp_drop(m); dt_hook_list_call(&m->grad_hooks, 0, u); } while (0)
 
 /* The trace shows each unit's forward and backward on the compute track. */
 static void trace_unit(const dt_gpt2 *m, const char *pass, int u) {

@@ -26,8 +26,7 @@ struct dt_mlp {
     const float *x;             /* the last forward's inputs (not copied) */
     int32_t *labels;
     int B, cap_B;
-    dt_grad_hook hook;
-    void *hook_ctx;
+    dt_hook_list grad_hooks;
 };
 
 dt_status dt_mlp_create(const int *sizes, int nsizes, dt_mlp **out) {
@@ -120,8 +119,7 @@ void dt_mlp_set_param_storage(dt_mlp *m, float *params) {
 }
 
 void dt_mlp_set_grad_hook(dt_mlp *m, dt_grad_hook hook, void *ctx) {
-    m->hook = hook;
-    m->hook_ctx = ctx;
+    if (dt_hook_list_set(&m->grad_hooks, hook, NULL, ctx)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
 }
 
 static dt_status reserve(dt_mlp *m, int B) {
@@ -203,7 +201,7 @@ dt_status dt_mlp_backward(dt_mlp *m, float grad_scale) {
         if (din) memset(din, 0, (size_t)B * m->size[l] * sizeof(float));
         dt_matmul_backward(din, m->grads + m->woff[l], m->grads + m->boff[l], dout, in, m->params + m->woff[l], B,
                            m->size[l], m->size[l + 1]);
-        if (m->hook) m->hook(l, m->hook_ctx);
+        dt_hook_list_call(&m->grad_hooks, 0, l);
         if (!l) break;
         /* through the ReLU in front of this layer (the next din goes to the other buffer) */
         float *dpre = m->dbuf[2];

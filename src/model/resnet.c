@@ -69,8 +69,7 @@ struct dt_resnet {
     size_t nwork;
     int32_t *labels;
     bool train, have_labels;
-    dt_grad_hook hook;
-    void *hook_ctx;
+    dt_hook_list grad_hooks;
     dt_bn_reduce bn_reduce;
     void *bn_ctx;
 };
@@ -508,7 +507,7 @@ dt_status dt_resnet_backward(dt_resnet *m, float grad_scale) {
         case OP_AVGPOOL: dt_avgpool_global_backward(din, dout, B * s.C, s.H * s.W); break;
         case OP_FC: dt_matmul_backward(din, G(m, o->tensor), G(m, o->tensor + 1), dout, in, P(m, o->tensor), B, s.C, o->OC); break;
         }
-        if (m->hook && (i == 0 || m->ops[i - 1].unit != o->unit)) m->hook(o->unit, m->hook_ctx);
+        if (i == 0 || m->ops[i - 1].unit != o->unit) dt_hook_list_call(&m->grad_hooks, 0, o->unit);
     }
     return DT_OK;
 }
@@ -571,8 +570,7 @@ void dt_resnet_set_bn_reduce(dt_resnet *m, dt_bn_reduce fn, void *ctx) {
 }
 
 void dt_resnet_set_grad_hook(dt_resnet *m, dt_grad_hook hook, void *ctx) {
-    m->hook = hook;
-    m->hook_ctx = ctx;
+    if (dt_hook_list_set(&m->grad_hooks, hook, NULL, ctx)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
 }
 
 void dt_resnet_set_grad_storage(dt_resnet *m, float *grads) {

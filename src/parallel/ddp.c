@@ -663,7 +663,7 @@ void dt_ddp_destroy(dt_ddp *d) {
     if (!d) return;
     if (d->mapped) give_back(d); /* before the store goes: its addresses must not show the pool */
     if (d->hooked) {
-        d->m.set_grad_hook(d->m.self, NULL, NULL);
+        d->m.set_grad_hook(d->m.self, NULL, d);
         if (d->emb) d->m.defer_input_rows(d->m.self, 0);
         d->m.set_grad_storage(d->m.self, NULL);
     }

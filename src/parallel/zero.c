@@ -114,7 +114,7 @@ static void z_destroy(void *state) {
         for (int t = 0; t < z->nt; t++) (void)dt_waitall(z->req + (size_t)t * (size_t)dt_comm_size(z->c->comm), dt_comm_size(z->c->comm));
     }
     /* (as stage 3's, the model's f32 store then holds this rank's shard: materialize first to use it whole) */
-    if (((z->stage == 3 && !z->whole) || z->lpx) && z->c->model.set_unit_hooks) z->c->model.set_unit_hooks(z->c->model.self, NULL, NULL, NULL);
+    if (((z->stage == 3 && !z->whole) || z->lpx) && z->c->model.set_unit_hooks) z->c->model.set_unit_hooks(z->c->model.self, NULL, NULL, z);
     dt_ddp_destroy(z->d);
     free(z->counts);
     free(z->offs);
