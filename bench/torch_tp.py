@@ -28,22 +28,38 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_gpt2 import load  # noqa: E402
 
 
+class Attention(nn.Module):
+    def __init__(self, C, NH):
+        super().__init__()
+        self.q, self.k, self.v, self.c_proj = (nn.Linear(C, C) for _ in range(4))
+        self.hs = C // NH
+
+    def forward(self, h):
+        B, T = h.shape[0], h.shape[1]
+        # after a column split each rank holds n_heads / N whole heads: -1 finds how many
+        q, k, v = (m(h).view(B, T, -1, self.hs).transpose(1, 2) for m in (self.q, self.k, self.v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, C):
+        super().__init__()
+        self.c_fc, self.c_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+
+    def forward(self, h):
+        return self.c_proj(F.gelu(self.c_fc(h), approximate="tanh"))
+
+
 class Block(nn.Module):
     def __init__(self, C, NH):
         super().__init__()
         self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        self.q, self.k, self.v, self.c_proj = (nn.Linear(C, C) for _ in range(4))
-        self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-        self.n_heads, self.hs = NH, C // NH
+        self.attn, self.mlp = Attention(C, NH), MLP(C)
 
     def forward(self, x):
-        B, T, _ = x.shape
-        h = self.ln_1(x)
-        # after a column split each rank holds n_heads / N whole heads: -1 finds how many
-        q, k, v = (m(h).view(B, T, -1, self.hs).transpose(1, 2) for m in (self.q, self.k, self.v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
 
 
 class GPT2(nn.Module):
@@ -62,31 +78,43 @@ class GPT2(nn.Module):
             self.ln_f.weight.copy_(lnfw)
             self.ln_f.bias.copy_(lnfb)
             for l, b in enumerate(self.h):
-                for m, w, bias in ((b.ln_1, ln1w, ln1b), (b.ln_2, ln2w, ln2b), (b.c_proj, apw, apb), (b.c_fc, fcw, fcb),
-                                   (b.mlp_proj, fpw, fpb)):
+                for m, w, bias in ((b.ln_1, ln1w, ln1b), (b.ln_2, ln2w, ln2b), (b.attn.c_proj, apw, apb), (b.mlp.c_fc, fcw, fcb),
+                                   (b.mlp.c_proj, fpw, fpb)):
                     m.weight.copy_(w[l])
                     m.bias.copy_(bias[l])
-                for i, m in enumerate((b.q, b.k, b.v)):
+                for i, m in enumerate((b.attn.q, b.attn.k, b.attn.v)):
                     m.weight.copy_(qkvw[l][i * C:(i + 1) * C])
                     m.bias.copy_(qkvb[l][i * C:(i + 1) * C])
 
     def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx)
+        # sequence parallel: this rank's chunk of the positions (the embedding's output is sharded along them)
+        start = dist.get_rank() * x.shape[1] if x.shape[1] != idx.shape[1] else 0
+        x = x + self.wpe(torch.arange(start, start + x.shape[1]))
         for b in self.h:
             x = b(x)
         return self.lm_head(self.ln_f(x))
 
 
-def parallelize(model, mesh):
+def parallelize(model, mesh, sp):
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-    parallelize_module(model, mesh, {
-        "wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
-        "lm_head": ColwiseParallel(output_layouts=Shard(-1), use_local_output=False),
-    })
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+    seq = Shard(1) if sp else Replicate()
+    top = {"wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq),
+           "lm_head": ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1), use_local_output=False)}
+    if sp:
+        top["ln_f"] = SequenceParallel()
+    parallelize_module(model, mesh, top)
     for b in model.h:
-        parallelize_module(b, mesh, {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
-                                     "c_fc": ColwiseParallel(), "c_proj": RowwiseParallel(), "mlp_proj": RowwiseParallel()})
+        plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
+                "attn.c_proj": RowwiseParallel(output_layouts=seq), "mlp.c_fc": ColwiseParallel(),
+                "mlp.c_proj": RowwiseParallel(output_layouts=seq)}
+        if sp:  # Megatron-SP: the LayerNorms on sequence shards, gathered entering each sub-block
+            plan.update({"ln_1": SequenceParallel(), "ln_2": SequenceParallel(),
+                         "attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                         "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))})
+        parallelize_module(b, mesh, plan)
     return model
 
 
@@ -97,7 +125,7 @@ def worker(rank, a, addr):
     from torch.distributed.tensor.parallel import loss_parallel
     mesh = init_device_mesh("cpu", (a.nproc,))
     cfg, params = load(a.weights)
-    model = parallelize(GPT2(cfg, params), mesh)
+    model = parallelize(GPT2(cfg, params), mesh, a.sp)
     g = torch.Generator().manual_seed(1)
     idx = torch.randint(0, cfg[1], (a.batch, a.seq), generator=g)
     tgt = torch.randint(0, cfg[1], (a.batch, a.seq), generator=g)
@@ -126,6 +154,7 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--sp", action="store_true", help="sequence parallelism (SequenceParallel on the LayerNorms)")
     a = ap.parse_args()
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -45,6 +45,7 @@ typedef struct {
     const char *report;      /* data-parallel mode: a run directory for dtrain report, with scaling.json */
     int tp;                  /* tensor-parallel mode: N > 1 ranks against one process with N threads, N data-parallel ranks
                               * and PyTorch's tensor parallelism (baseline "torch") */
+    int sp;                  /* tensor-parallel mode: with sequence parallelism (dtrain's --sp, PyTorch's SequenceParallel) */
     dt_dtype precision;      /* one process: DT_BF16 / DT_F16 times that mixed precision against fp32, alternating
                               * (and PyTorch under autocast of that type); DT_F32: fp32 alone */
 } dt_bench_train_opts;

@@ -24,7 +24,7 @@ static const dt_cli_flag train_flags[] = {
     { "--warmup", "a whole number from 0 to 99999" }, { "--threads", "a whole number from 0 to 99999" },
     { "--rounds", "a whole number from 1 to 99999" }, { "--baseline", "torch, or with --zero: fsdp, deepspeed or all" }, { "--precision", "fp32, bf16 or fp16" }, { "--nproc", "a list like 1,2,4" },
     { "--zero", "1, 2 or 3" }, { "--tp", "a whole number of ranks from 2 to 256" },
-    { "--train-flags", "flags for dtrain train, in one argument" }, { "--synthetic", "" }, { "--report", "a directory" }, { "--json", "" }, { "--help", "" }, { NULL, NULL },
+    { "--train-flags", "flags for dtrain train, in one argument" }, { "--synthetic", "" }, { "--sp", "" }, { "--report", "a directory" }, { "--json", "" }, { "--help", "" }, { NULL, NULL },
 };
 
 static void usage(FILE *f) {
@@ -69,7 +69,7 @@ static int bench_train(int argc, char **argv) {
                    "                          [--train-flags \"--step-at-end\"]  more flags for dtrain train\n"
                    "                          [--report DIR]  with --nproc: a run of the largest N into DIR and its\n"
                    "                          report with the scaling chart (DIR/report.html)\n"
-                   "                          [--tp N [--baseline torch]]  tensor parallelism on N ranks against one process\n"
+                   "                          [--tp N [--sp] [--baseline torch]]  tensor (and sequence) parallelism on N ranks against one process\n"
                    "                          with N threads and N data-parallel ranks (batch / N each), alternating, and\n"
                    "                          PyTorch's tensor parallelism (DTensor over gloo; the baselines' venv)\n"
                    "                          [--nproc 2 --zero 1|2|3 [--baseline fsdp|deepspeed|all]]  that ZeRO stage against\n"
@@ -83,6 +83,7 @@ static int bench_train(int argc, char **argv) {
         }
         if (!strcmp(f, "--json")) { o.json = 1; continue; }
         if (!strcmp(f, "--synthetic")) { synthetic = true; continue; }
+        if (!strcmp(f, "--sp")) { o.sp = 1; continue; }
         if (!v) return dt_cli_flag_error("bench train", train_flags, f, NULL);
         i++;
         char *end;
@@ -146,6 +147,10 @@ static int bench_train(int argc, char **argv) {
     }
     if (o.report && !o.nnprocs) {
         dt_log(DT_LOG_ERROR, "bench train: --report DIR charts the scaling of --nproc 1,2,4 (give --nproc)");
+        return 2;
+    }
+    if (o.sp && !o.tp) {
+        dt_log(DT_LOG_ERROR, "bench train: --sp compares sequence parallelism: give --tp N");
         return 2;
     }
     if (o.tp && (image || o.zero || o.nnprocs || o.precision != DT_F32 || o.report || (o.baseline && strcmp(o.baseline, "torch")))) {
