@@ -200,7 +200,8 @@ static void linear_at(const dt_gpt2 *m, int l, int wi, int bi, size_t *wo, size_
 static void linear_forward(dt_gpt2 *m, float *out, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
     size_t wo, bo;
     linear_at(m, l, wi, bi, &wo, &bo);
-    bool row_parallel = m->part.tp_size > 1 && (wi == ATTPROJW || wi == FCPROJW);
+    /* the table says how the weight is split (the head's tied wte is split by vocabulary: column-like) */
+    bool row_parallel = m->part.tp_size > 1 && l >= 0 && m->tab[m->i_blk + (l - m->l0) * PER_BLOCK + wi - LN1W].split == DT_SPLIT_ROW;
     bool bias = bo != SIZE_MAX && (!row_parallel || m->part.tp_rank == 0);
     if (m->prec == DT_F32)
         dt_matmul_forward(out, inp, m->params + wo, bias ? m->params + bo : NULL, BT, C, OC);
