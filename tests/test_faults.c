@@ -4,6 +4,7 @@
  * where T is measured from the moment the misbehaviour happened (agreed
  * in advance through a broadcast). */
 #include "dtrain/comm.h"
+#include "dtrain/train.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +25,10 @@ int main(int argc, char **argv) {
     dt_status st;
     int bad = p - 1;
     if (!strcmp(mode, "kill") || !strcmp(mode, "exit")) {
+        /* As a training rank does: mpirun answers the death with SIGTERM to the rest (SIGKILL 1 s later), which
+         * asks to stop after the step, so the collective in hand still names who died (without this the
+         * report raced mpirun's SIGTERM and sometimes lost) */
+        dt_train_catch_signals();
         /* Tell everyone the moment (a little ahead) and act then. */
         double t = dt_time_now() + 0.2;
         dt_comm_broadcast(w, &t, 1, DT_F64, 0);
