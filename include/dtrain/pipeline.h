@@ -1,0 +1,76 @@
+/* dtrain pipeline parallelism: the schedules (pipeline_schedule.c) as
+ * explicit lists of actions per stage, and the runner that executes a
+ * stage's list on a model part (pipeline.c). */
+#ifndef DTRAIN_PIPELINE_H
+#define DTRAIN_PIPELINE_H
+
+#include "dtrain/comm.h"
+#include "dtrain/engine.h"
+#include "dtrain/model.h"
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DT_PP_GPIPE = 0, DT_PP_1F1B } dt_pp_kind;
+/* "gpipe", "1f1b"; -1 for a name that is not a schedule. */
+int dt_pp_kind_parse(const char *name);
+const char *dt_pp_kind_name(dt_pp_kind k);
+
+/* A message between neighbours: micro-batch m's activations (forward) or
+ * their gradient (backward), to or from stage peer. */
+typedef struct {
+    int peer;  /* -1: none */
+    int grad;  /* 0: activations, 1: their gradient */
+    int micro;
+} dt_pp_msg;
+
+/* One step of a stage's list: compute (F or B of micro-batch micro, in
+ * activation slot slot), or communication: a send, a receive, or both at
+ * once (they progress together: neighbours that exchange never wait on
+ * each other's order). */
+typedef enum { DT_PP_F = 0, DT_PP_B, DT_PP_COMM } dt_pp_op;
+typedef struct {
+    dt_pp_op op;
+    int micro, slot;       /* F, B */
+    int last;              /* B: the stage's last backward of the step (data parallelism synchronises there) */
+    dt_pp_msg send, recv;  /* COMM: peer -1 where a half is absent */
+} dt_pp_action;
+
+typedef struct {
+    dt_pp_kind kind;
+    int stages, micro;     /* p, m */
+    dt_pp_action **act;    /* per stage */
+    int *n;                /* actions per stage */
+    int *slots;            /* activation slots per stage: micro-batches in flight at most */
+} dt_pp_schedule;
+
+/* The schedule for p stages and m micro-batches: each stage's forwards and
+ * backwards in the kind's order (GPipe: all forwards, then all backwards;
+ * 1F1B: p-1-s forwards to warm up, then one forward and one backward in
+ * turn, then the rest of the backwards), each receive just before the
+ * computation that needs it, each send just after the one that made it, a
+ * send followed by a receive merged into one exchange; then checked by
+ * dt_pp_schedule_check. Backwards run in micro-batch order on every stage,
+ * so each gradient adds up in the order one process adds it. */
+dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int micro, dt_pp_schedule **out);
+void dt_pp_schedule_destroy(dt_pp_schedule *s);
+/* Runs every stage's list against the others with sends that wait for
+ * their receiver (the worst a transport may do): fails naming the stages
+ * and actions that would wait forever, or a message received as another
+ * (which micro-batch or direction). */
+dt_status dt_pp_schedule_check(const dt_pp_schedule *s);
+/* The lists as a table, one row per stage, one column per time unit of a
+ * simulated run where a forward takes 1 and a backward 2 (communication
+ * free): F3 a forward of micro-batch 3, B3 its backward, "." idle; then the
+ * bubble this gives each stage and theory's (p-1)/(m+p-1). */
+void dt_pp_schedule_print(const dt_pp_schedule *s, FILE *out);
+/* The idle fraction of that simulated run, over all stages. */
+double dt_pp_schedule_bubble(const dt_pp_schedule *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,275 @@
+/* Pipeline schedules as lists of actions per stage (see pipeline.h): built
+ * in two passes, the computations in the schedule's order, then the
+ * messages around them; a simulator that runs all the lists together
+ * proves them deadlock-free and gives the table and the bubble. */
+#include "dtrain/pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[] = { "gpipe", "1f1b" };
+
+int dt_pp_kind_parse(const char *name) {
+    for (int k = 0; k < (int)(sizeof kind_names / sizeof kind_names[0]); k++)
+        if (!strcmp(name, kind_names[k])) return k;
+    return -1;
+}
+
+const char *dt_pp_kind_name(dt_pp_kind k) { return kind_names[k]; }
+
+/* Stage s's computations in order: F then B of each micro-batch, as 2k and 2k+1 of a list of 2m. */
+static void compute_order(dt_pp_kind kind, int p, int m, int s, int *ops) {
+    int n = 0;
+    if (kind == DT_PP_GPIPE) {
+        for (int k = 0; k < m; k++) ops[n++] = 2 * k;
+        for (int k = 0; k < m; k++) ops[n++] = 2 * k + 1;
+        return;
+    }
+    int warm = p - 1 - s < m ? p - 1 - s : m, f = 0, b = 0;
+    while (f < warm) ops[n++] = 2 * f++;
+    while (f < m) { ops[n++] = 2 * f++; ops[n++] = 2 * b++ + 1; }
+    while (b < m) ops[n++] = 2 * b++ + 1;
+}
+
+static dt_pp_action comm(dt_pp_msg send, dt_pp_msg recv) { return (dt_pp_action){ .op = DT_PP_COMM, .send = send, .recv = recv }; }
+static const dt_pp_msg none = { -1, 0, 0 };
+
+/* Stage s's actions: a receive before each computation that needs one, a
+ * send after each that makes one, a send and the receive right after it
+ * merged. Slots: the lowest free one at F, freed by its B. */
+static int lower(const int *ops, int n, int p, int s, dt_pp_action *out, int *slots) {
+    int k = 0, used = 0, slot_of[n], busy[n];
+    memset(busy, 0, sizeof busy);
+    int last_b = -1;
+    for (int i = 0; i < n; i++)
+        if (ops[i] & 1) last_b = i;
+    for (int i = 0; i < n; i++) {
+        int micro = ops[i] / 2, bwd = ops[i] & 1;
+        int from = bwd ? (s + 1 < p ? s + 1 : -1) : s - 1, to = bwd ? s - 1 : (s + 1 < p ? s + 1 : -1);
+        if (from >= 0) {
+            dt_pp_msg r = { from, bwd, micro };
+            if (k > 0 && out[k - 1].op == DT_PP_COMM && out[k - 1].recv.peer < 0) out[k - 1].recv = r;
+            else out[k++] = comm(none, r);
+        }
+        dt_pp_action a = { .op = bwd ? DT_PP_B : DT_PP_F, .micro = micro, .last = i == last_b };
+        if (!bwd) {
+            int z = 0;
+            while (busy[z]) z++;
+            busy[z] = 1;
+            slot_of[micro] = z;
+            if (z + 1 > used) used = z + 1;
+        } else {
+            busy[slot_of[micro]] = 0;
+        }
+        a.slot = slot_of[micro];
+        out[k++] = a;
+        if (to >= 0) out[k++] = comm((dt_pp_msg){ to, bwd, micro }, none);
+    }
+    *slots = used;
+    return k;
+}
+
+void dt_pp_schedule_destroy(dt_pp_schedule *s) {
+    if (!s) return;
+    for (int i = 0; s->act && i < s->stages; i++) free(s->act[i]);
+    free(s->act);
+    free(s->n);
+    free(s->slots);
+    free(s);
+}
+
+dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int micro, dt_pp_schedule **out) {
+    *out = NULL;
+    if (stages < 1 || micro < 1) return dt_error(DT_ERR_ARG, "pipeline: %d stages and %d micro-batches (both must be >= 1)", stages, micro);
+    dt_pp_schedule *s = calloc(1, sizeof *s);
+    int *ops = malloc(sizeof *ops * 2 * (size_t)micro);
+    if (s) {
+        s->act = calloc((size_t)stages, sizeof *s->act);
+        s->n = calloc((size_t)stages, sizeof *s->n);
+        s->slots = calloc((size_t)stages, sizeof *s->slots);
+    }
+    if (!s || !ops || !s->act || !s->n || !s->slots) { free(ops); dt_pp_schedule_destroy(s); return dt_error(DT_ERR_NOMEM, "pipeline: out of memory"); }
+    s->kind = kind;
+    s->stages = stages;
+    s->micro = micro;
+    for (int st = 0; st < stages; st++) {
+        /* at most a receive, the computation and a send per computation */
+        if (!(s->act[st] = malloc(sizeof **s->act * 6 * (size_t)micro))) {
+            free(ops);
+            dt_pp_schedule_destroy(s);
+            return dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
+        }
+        compute_order(kind, stages, micro, st, ops);
+        s->n[st] = lower(ops, 2 * micro, stages, st, s->act[st], &s->slots[st]);
+    }
+    free(ops);
+    dt_status e = dt_pp_schedule_check(s);
+    if (e) { dt_pp_schedule_destroy(s); return e; }
+    *out = s;
+    return DT_OK;
+}
+
+/* ---- the simulator ---- */
+
+typedef struct {
+    int *at;              /* next action per stage */
+    double *clock;        /* when the stage is free */
+    double *posted;       /* when its communication at the head was posted (-1: not yet) */
+    double *done_s, *done_r; /* when its head's send / receive half matched (-1: not yet) */
+    double **start;       /* per stage, per action: when it started (computations) */
+} sim;
+
+static const char *msg_name(const dt_pp_msg *m, char *buf, size_t n) {
+    snprintf(buf, n, "%s of micro-batch %d", m->grad ? "the gradient" : "the activations", m->micro);
+    return buf;
+}
+
+/* Matches stage s's send half with its peer's receive half, if that is posted now. */
+static dt_status match_send(const dt_pp_schedule *s, sim *x, int st) {
+    const dt_pp_action *a = &s->act[st][x->at[st]];
+    int d = a->send.peer;
+    if (x->at[d] >= s->n[d] || x->posted[d] < 0 || x->done_r[d] >= 0) return DT_OK;
+    const dt_pp_action *b = &s->act[d][x->at[d]];
+    if (b->recv.peer != st) return DT_OK;
+    if (b->recv.grad != a->send.grad || b->recv.micro != a->send.micro) {
+        char m1[64], m2[64];
+        return dt_error(DT_ERR_ARG, "pipeline schedule: stage %d sends %s where stage %d receives %s", st,
+                        msg_name(&a->send, m1, sizeof m1), d, msg_name(&b->recv, m2, sizeof m2));
+    }
+    double t = x->posted[st] > x->posted[d] ? x->posted[st] : x->posted[d];
+    x->done_s[st] = x->done_r[d] = t;
+    return DT_OK;
+}
+
+static dt_status simulate(const dt_pp_schedule *s, double tf, double tb, sim *x) {
+    int p = s->stages, left = 0;
+    for (int i = 0; i < p; i++) { x->at[i] = 0; x->clock[i] = 0; x->posted[i] = x->done_s[i] = x->done_r[i] = -1; left += s->n[i]; }
+    while (left > 0) {
+        int moved = 0;
+        for (int st = 0; st < p; st++) {
+            while (x->at[st] < s->n[st]) {
+                const dt_pp_action *a = &s->act[st][x->at[st]];
+                if (a->op != DT_PP_COMM) {
+                    x->start[st][x->at[st]] = x->clock[st];
+                    x->clock[st] += a->op == DT_PP_F ? tf : tb;
+                } else {
+                    if (x->posted[st] < 0) x->posted[st] = x->clock[st];
+                    if (a->send.peer >= 0 && x->done_s[st] < 0) {
+                        dt_status e = match_send(s, x, st);
+                        if (e) return e;
+                    }
+                    /* a receive completes when its sender's send matches it */
+                    if (a->recv.peer >= 0 && x->done_r[st] < 0) {
+                        int q = a->recv.peer;
+                        if (x->at[q] < s->n[q] && s->act[q][x->at[q]].op == DT_PP_COMM && s->act[q][x->at[q]].send.peer == st &&
+                            x->posted[q] >= 0 && x->done_s[q] < 0) {
+                            dt_status e = match_send(s, x, q);
+                            if (e) return e;
+                        }
+                    }
+                    if ((a->send.peer >= 0 && x->done_s[st] < 0) || (a->recv.peer >= 0 && x->done_r[st] < 0)) break;
+                    double t = x->done_s[st] > x->done_r[st] ? x->done_s[st] : x->done_r[st];
+                    if (t > x->clock[st]) x->clock[st] = t;
+                    x->posted[st] = x->done_s[st] = x->done_r[st] = -1;
+                }
+                x->at[st]++;
+                left--;
+                moved = 1;
+            }
+        }
+        if (!moved) {
+            char where[256];
+            int k = 0;
+            for (int st = 0; st < p && k < (int)sizeof where - 40; st++)
+                if (x->at[st] < s->n[st]) {
+                    const dt_pp_action *a = &s->act[st][x->at[st]];
+                    char h[2][40] = { "", "" };
+                    if (a->send.peer >= 0) snprintf(h[0], sizeof h[0], "sending to %d", a->send.peer);
+                    if (a->recv.peer >= 0) snprintf(h[1], sizeof h[1], "receiving from %d", a->recv.peer);
+                    k += snprintf(where + k, sizeof where - (size_t)k, "%sstage %d at action %d (%s%s%s)", k ? ", " : "", st, x->at[st],
+                                  h[0], h[0][0] && h[1][0] ? " and " : "", h[1]);
+                }
+            return dt_error(DT_ERR_ARG, "pipeline schedule %s (p=%d, m=%d) deadlocks: %s", dt_pp_kind_name(s->kind), p, s->micro, where);
+        }
+    }
+    return DT_OK;
+}
+
+static dt_status with_sim(const dt_pp_schedule *s, double tf, double tb, dt_status (*fn)(const dt_pp_schedule *, sim *, void *),
+                          void *ctx) {
+    int p = s->stages;
+    sim x = { 0 };
+    x.at = calloc((size_t)p, sizeof *x.at);
+    x.clock = calloc((size_t)p, sizeof *x.clock);
+    x.posted = calloc((size_t)p, sizeof *x.posted);
+    x.done_s = calloc((size_t)p, sizeof *x.done_s);
+    x.done_r = calloc((size_t)p, sizeof *x.done_r);
+    x.start = calloc((size_t)p, sizeof *x.start);
+    dt_status e = x.at && x.clock && x.posted && x.done_s && x.done_r && x.start ? DT_OK : dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
+    for (int i = 0; i < p && !e; i++)
+        if (!(x.start[i] = calloc((size_t)s->n[i], sizeof **x.start))) e = dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
+    if (!e) e = simulate(s, tf, tb, &x);
+    if (!e && fn) e = fn(s, &x, ctx);
+    for (int i = 0; x.start && i < p; i++) free(x.start[i]);
+    free(x.start);
+    free(x.at);
+    free(x.clock);
+    free(x.posted);
+    free(x.done_s);
+    free(x.done_r);
+    return e;
+}
+
+dt_status dt_pp_schedule_check(const dt_pp_schedule *s) { return with_sim(s, 1, 2, NULL, NULL); }
+
+/* The idle share of the makespan, over all stages (every stage computes 3m units). */
+static double bubble_of(const dt_pp_schedule *s, const sim *x) {
+    double span = 0;
+    for (int i = 0; i < s->stages; i++)
+        if (x->clock[i] > span) span = x->clock[i];
+    return span > 0 ? 1 - 3.0 * s->micro / span : 0;
+}
+
+static dt_status get_bubble(const dt_pp_schedule *s, sim *x, void *ctx) {
+    *(double *)ctx = bubble_of(s, x);
+    return DT_OK;
+}
+
+double dt_pp_schedule_bubble(const dt_pp_schedule *s) {
+    double b = 0;
+    return with_sim(s, 1, 2, get_bubble, &b) ? -1 : b;
+}
+
+static dt_status print_table(const dt_pp_schedule *s, sim *x, void *ctx) {
+    FILE *out = ctx;
+    int span = 0;
+    for (int i = 0; i < s->stages; i++)
+        if ((int)x->clock[i] > span) span = (int)x->clock[i];
+    char cell[8];
+    for (int st = 0; st < s->stages; st++) {
+        fprintf(out, "stage %-2d|", st);
+        int t = 0;
+        for (int i = 0; i < s->n[st]; i++) {
+            const dt_pp_action *a = &s->act[st][i];
+            if (a->op == DT_PP_COMM) continue;
+            for (; t < (int)x->start[st][i]; t++) fprintf(out, "%4s", ".");
+            snprintf(cell, sizeof cell, "%c%d", a->op == DT_PP_F ? 'F' : 'B', a->micro);
+            int len = a->op == DT_PP_F ? 1 : 2;
+            fprintf(out, "%4s", cell);
+            for (int k = 1; k < len; k++) fprintf(out, "%4s", a->op == DT_PP_F ? "" : "~");
+            t += len;
+        }
+        for (; t < span; t++) fprintf(out, "%4s", ".");
+        fprintf(out, "| %d slot%s\n", s->slots[st], s->slots[st] == 1 ? "" : "s");
+    }
+    int p = s->stages, m = s->micro;
+    fprintf(out, "bubble %.3f (theory (p-1)/(m+p-1) = %.3f); a column is a forward's time, a backward takes two (B3 ~)\n",
+            bubble_of(s, x), (double)(p - 1) / (m + p - 1));
+    return DT_OK;
+}
+
+void dt_pp_schedule_print(const dt_pp_schedule *s, FILE *out) {
+    fprintf(out, "schedule %s: %d stages, %d micro-batches\n", dt_pp_kind_name(s->kind), s->stages, s->micro);
+    dt_status e = with_sim(s, 1, 2, print_table, out);
+    if (e) fprintf(out, "(cannot be printed: %s)\n", dt_last_error());
+}

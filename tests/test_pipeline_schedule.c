@@ -1,0 +1,95 @@
+/* The pipeline schedules as lists: for every p <= 8 and m <= 16, each
+ * schedule is built and runs deadlock-free in the simulator with sends that
+ * wait for their receiver; every stage computes F and B of each micro-batch
+ * once, its backwards in micro-batch order, a B after its own F; the
+ * activation slots are GPipe's m and 1F1B's min(p - s, m); the simulated
+ * bubble is theory's (p-1)/(m+p-1). A list with an exchange split into a
+ * send and then a receive is refused as a deadlock, one that receives the
+ * wrong micro-batch as a mismatch, naming both. */
+#include "dtrain/pipeline.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int passed, failed;
+#define EXPECT(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL: "); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+/* Every stage: m F, m B, B in micro order, each B after its F. */
+static int well_formed(const dt_pp_schedule *s, char *why, size_t n) {
+    for (int st = 0; st < s->stages; st++) {
+        int f = 0, b = 0, seen[64] = { 0 };
+        for (int i = 0; i < s->n[st]; i++) {
+            const dt_pp_action *a = &s->act[st][i];
+            if (a->op == DT_PP_F) { seen[a->micro] = 1; f++; }
+            if (a->op == DT_PP_B) {
+                if (a->micro != b || !seen[a->micro]) { snprintf(why, n, "stage %d: B%d at %d", st, a->micro, i); return 0; }
+                if (a->last != (b == s->micro - 1)) { snprintf(why, n, "stage %d: B%d's last flag", st, a->micro); return 0; }
+                b++;
+            }
+        }
+        if (f != s->micro || b != s->micro) { snprintf(why, n, "stage %d: %d F, %d B", st, f, b); return 0; }
+    }
+    return 1;
+}
+
+int main(void) {
+    int built = 0;
+    for (int kind = 0; kind < 2; kind++)
+        for (int p = 1; p <= 8; p++)
+            for (int m = 1; m <= 16; m++) {
+                dt_pp_schedule *s;
+                dt_status st = dt_pp_schedule_create(kind, p, m, &s);
+                if (st) { EXPECT(0, "%s p=%d m=%d: %s", dt_pp_kind_name(kind), p, m, dt_last_error()); continue; }
+                built++;
+                char why[128] = "";
+                EXPECT(well_formed(s, why, sizeof why), "%s p=%d m=%d: %s", dt_pp_kind_name(kind), p, m, why);
+                for (int k = 0; k < p; k++) {
+                    int want = kind == DT_PP_GPIPE ? m : (p - k < m ? p - k : m);
+                    EXPECT(s->slots[k] == want, "%s p=%d m=%d stage %d: %d slots, not %d", dt_pp_kind_name(kind), p, m, k, s->slots[k], want);
+                }
+                double b = dt_pp_schedule_bubble(s), theory = (double)(p - 1) / (m + p - 1);
+                EXPECT(fabs(b - theory) < 1e-12, "%s p=%d m=%d: bubble %.4f, theory %.4f", dt_pp_kind_name(kind), p, m, b, theory);
+                dt_pp_schedule_destroy(s);
+            }
+    printf("%d schedules built and checked\n", built);
+
+    /* exchanges split into a send and then a receive on both sides deadlock (one side alone still pairs with the
+     * other's exchange): 1F1B, p=2, m=2, "send a1 + receive g0" against "send g0 + receive a1" */
+    dt_pp_schedule *s;
+    if (!dt_pp_schedule_create(DT_PP_1F1B, 2, 2, &s)) {
+        dt_pp_schedule_print(s, stdout);
+        int split = 0;
+        for (int st = 0; st < 2; st++) {
+            dt_pp_action *a = s->act[st];
+            int i = 0;
+            while (i < s->n[st] && !(a[i].op == DT_PP_COMM && a[i].send.peer >= 0 && a[i].recv.peer >= 0)) i++;
+            if (i == s->n[st]) continue;
+            dt_pp_action both = a[i];
+            /* the list has room (6m actions): the rest one to the right */
+            memmove(&a[i + 2], &a[i + 1], sizeof *a * (size_t)(s->n[st] - i - 1));
+            a[i].recv.peer = -1;
+            a[i + 1] = both;
+            a[i + 1].send.peer = -1;
+            s->n[st]++;
+            split++;
+        }
+        EXPECT(split == 2, "1f1b p=2 m=2: %d exchanges found, not 2", split);
+        dt_status e = dt_pp_schedule_check(s);
+        EXPECT(e && strstr(dt_last_error(), "deadlocks"), "split exchanges: %s", e ? dt_last_error() : "accepted");
+        if (e) printf("refused as expected: %s\n", dt_last_error());
+        dt_pp_schedule_destroy(s);
+    }
+    /* a receive of the wrong micro-batch */
+    if (!dt_pp_schedule_create(DT_PP_GPIPE, 3, 2, &s)) {
+        for (int i = 0; i < s->n[1]; i++)
+            if (s->act[1][i].op == DT_PP_COMM && s->act[1][i].recv.peer == 0) { s->act[1][i].recv.micro = 1; break; }
+        dt_status e = dt_pp_schedule_check(s);
+        EXPECT(e && strstr(dt_last_error(), "stage 0 sends the activations of micro-batch 0 where stage 1 receives the activations of micro-batch 1"),
+               "a wrong micro-batch: %s", e ? dt_last_error() : "accepted");
+        dt_pp_schedule_destroy(s);
+    }
+    EXPECT(dt_pp_schedule_create(DT_PP_1F1B, 0, 4, &s) != DT_OK, "0 stages accepted");
+    printf("pipeline schedules: %d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
