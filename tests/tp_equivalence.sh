@@ -66,8 +66,8 @@ if [ -n "$MPIEXEC" ]; then
         "$MPIEXEC" --oversubscribe -np 4 "$DTRAIN" train "${common[@]:0:${#common[@]}-1}" --vocab 256 --batch 2 --tp 2 \
         --metrics "$dir/mpi.jsonl" > "$dir/mpi.out" 2>&1
     compare "mpirun, 2 pseudo-nodes, DP 2 x TP 2" "$dir/ref.jsonl" "$dir/mpi.jsonl"
-    place=$(grep -o "mesh dp 2 x tp 2.*" "$dir/mpi.out")
-    if [ "$place" = "mesh dp 2 x tp 2 (tp innermost): rank (dp, tp) node: 0 (0, 0) 0, 1 (0, 1) 0, 2 (1, 0) 1, 3 (1, 1) 1" ] &&
+    place=$(grep -o "mesh pp 1 x dp 2 x tp 2.*" "$dir/mpi.out")
+    if [ "$place" = "mesh pp 1 x dp 2 x tp 2 (tp innermost): rank (pp, dp, tp) node: 0 (0, 0, 0) 0, 1 (0, 0, 1) 0, 2 (0, 1, 0) 1, 3 (0, 1, 1) 1" ] &&
         ! grep -q "spans machines" "$dir/mpi.out"; then
         passed=$((passed + 1)); echo "ok   placement: $place"
     else

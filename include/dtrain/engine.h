@@ -17,6 +17,7 @@ extern "C" {
 #endif
 
 typedef struct dt_engine dt_engine;
+struct dt_micro_schedule;
 
 /* What a strategy reports once a step's gradients are complete. */
 typedef struct {
@@ -81,6 +82,14 @@ typedef struct {
      * (their gradients are the same on every rank of the group), and the
      * update waits for the end of backward (step_at_end), after the norm. */
     dt_comm *mp_comm;
+    /* This rank counts the tensors replicated across tensor parallelism in
+     * the norm (TP rank 0 of each group; the other ranks' copies are the same). */
+    int mp_counts_replicated;
+    /* The ranks that agree on the loss and on stopping: all of them when a
+     * pipeline has the loss on its last stage only (NULL: comm). */
+    dt_comm *loss_comm;
+    /* Who runs the micro-batches (a pipeline's schedule; NULL: the engine's loop). */
+    const struct dt_micro_schedule *schedule;
     const char *strategy;       /* NULL: "ddp" over several ranks, "single" otherwise */
     dt_optim_config opt;
     float grad_clip;            /* max gradient norm (0: off) */
@@ -105,6 +114,20 @@ typedef struct {
 dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out);
 void dt_engine_destroy(dt_engine *e);
 
+/* A schedule of the step's micro-batches other than the engine's loop (a
+ * pipeline's): run does the step's accum forwards and backwards, calling
+ * dt_engine_begin_micro before each computation; *loss_sum: the sum of the
+ * micro-batches' mean losses it computed, *nloss how many (0 on a pipeline
+ * stage without the head). after_update, if not NULL, runs after each
+ * update that changed the parameters (the tied embedding's copies made equal). */
+typedef struct dt_micro_schedule {
+    dt_status (*run)(void *ctx, dt_engine *e, int accum, float grad_scale, double *loss_sum, int *nloss);
+    dt_status (*after_update)(void *ctx);
+    void *ctx;
+} dt_micro_schedule;
+/* The strategy's begin: sync, the backward that follows is this rank's
+ * last of the step (data parallelism reduces during it). */
+void dt_engine_begin_micro(dt_engine *e, int sync);
 /* One micro-batch: load it, forward, backward scaled by grad_scale; *loss gets its mean loss. */
 typedef dt_status (*dt_micro_fn)(void *ctx, int micro, float grad_scale, float *loss);
 

@@ -57,6 +57,7 @@ typedef struct {
     dt_tp_split split;
     int input_rows;         /* an embedding: backward adds to only the rows of the input's tokens */
     int f32_read;           /* mixed precision reads its f32 values: 1 in forward only (embedding tables), 2 in both passes (LayerNorms) */
+    int tied_copy;          /* a pipeline's last stage's copy of the tied wte: the first stage owns it (the norm and checkpoints skip the copy) */
 } dt_tensor_info;
 
 typedef void (*dt_grad_hook)(int unit, void *ctx);
@@ -286,6 +287,13 @@ const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *n
 void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads);
 /* Parameters in caller storage (see dt_model.set_param_storage). */
 void dt_gpt2_set_param_storage(dt_gpt2 *m, float *params);
+/* Activation slots (a pipeline stage with several micro-batches in
+ * flight): n arenas, each sized on its first forward; dt_gpt2_use_slot(m, k)
+ * makes slot k the one forward and backward work in (a backward runs in
+ * the slot of its forward). Set before training; one slot by default. */
+dt_status dt_gpt2_set_slots(dt_gpt2 *m, int n);
+void dt_gpt2_use_slot(dt_gpt2 *m, int k);
+int dt_gpt2_num_slots(const dt_gpt2 *m);
 /* Sizes the activations for up to B x T, so later calls need not grow them. */
 dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T);
 /* Logits [B, T, Vp] of the last forward (before backward); NULL under mixed

@@ -70,6 +70,46 @@ void dt_pp_schedule_print(const dt_pp_schedule *s, FILE *out);
 /* The idle fraction of that simulated run, over all stages. */
 double dt_pp_schedule_bubble(const dt_pp_schedule *s);
 
+/* GPT-2's units 0..L+1 on p stages (pipeline_split.c): stage s holds
+ * [first[s], first[s+1]) (first has p+1 entries), contiguous, the
+ * costliest stage as cheap as a split can make it (a unit's cost: its
+ * forward FLOPs per token at sequence length T). Fails if p > L+2. */
+dt_status dt_pp_split_gpt2(const dt_gpt2_config *c, int T, int p, int *first);
+/* The cost of units [a, b) by the same measure. */
+double dt_pp_stage_cost(const dt_gpt2_config *c, int T, int a, int b);
+
+/* ---- the runner (pipeline.c): one stage of a pipeline over a GPT-2 part ---- */
+
+/* Micro-batch k's tokens and targets [B*T]: every stage asks for each in
+ * order (its loader stays with the others'); the first stage reads the
+ * tokens, the last the targets. */
+typedef dt_status (*dt_pp_batch_fn)(void *ctx, int micro, const int32_t **tokens, const int32_t **targets);
+typedef struct {
+    dt_comm *pp;            /* the stages of this pipeline, ranked by stage */
+    dt_gpt2 *model;         /* this stage's part: units [ua, ub) */
+    dt_pp_kind kind;
+    int micro, B, T;        /* micro-batches per step, each B x T */
+    dt_pp_batch_fn batch;
+    void *batch_ctx;
+} dt_pipeline_config;
+typedef struct dt_pipeline dt_pipeline;
+/* Builds the schedule, gives the model its activation slots and, where
+ * the first and last stages hold the tied wte's two copies, subscribes to
+ * its hooks: the last stage's head gradient of wte goes to the first stage
+ * (added before the first stage's last embedding backward, so data
+ * parallelism reduces the sum), and after each update the first stage's
+ * wte goes back to the last. Create it before the engine (its hooks then
+ * come before a data-parallel strategy's). Collective over pp. */
+dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out);
+void dt_pipeline_destroy(dt_pipeline *p);
+/* What the engine runs (dt_engine_config.schedule). */
+const dt_micro_schedule *dt_pipeline_schedule(dt_pipeline *p);
+const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p);
+/* The last step on this stage: seconds in forwards, backwards, and
+ * waiting for a neighbour (communication steps: the bubble and the
+ * transfers), and the whole schedule's. */
+void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *wait, double *total);
+
 #ifdef __cplusplus
 }
 #endif

@@ -43,6 +43,8 @@ typedef struct {
     int attention;            /* dt_attn_mode */
     int nproc;                /* local ranks to launch (data parallelism); 1 = this process */
     int dp, tp, pp;           /* the mesh (0: dp = the ranks left over by tp x pp, tp = pp = 1) */
+    int pp_schedule;          /* dt_pp_kind: 1f1b unless --pp-schedule */
+    int pp_print;             /* --pp-schedule-print */
     int epochs;               /* image classification (--model mlp, resnet...) trains in epochs */
     int sync_bn;              /* ResNets: BatchNorm's statistics over every rank's batch (torch.nn.SyncBatchNorm) */
     int synthetic;            /* image models: --steps on one random batch (Horovod's synthetic benchmark), no data */

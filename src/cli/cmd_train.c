@@ -4,6 +4,7 @@
 #include "dtrain/io.h"
 #include "dtrain/obs.h"
 #include "dtrain/train.h"
+#include "dtrain/pipeline.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -114,7 +115,7 @@ static const dt_cli_flag flags[] = {
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
-    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
+    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--pp-schedule", "gpipe or 1f1b" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
     { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
     { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },
@@ -123,7 +124,7 @@ static const dt_cli_flag flags[] = {
     { "--layers", "a whole number from 1 to 1e5" }, { "--heads", "a whole number from 1 to 1e5" },
     { "--channels", "a whole number from 1 to 1e6" }, { "--vocab", "a whole number from 1 to 2^30" },
     { "--max-seq", "a whole number from 1 to 1e7" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
-    { "--nesterov", "" }, { "--quiet", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--sp", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
+    { "--nesterov", "" }, { "--quiet", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--sp", "" }, { "--pp-schedule-print", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
 };
 
 /* A numeric flag: where it goes and its range (whole numbers only where int). */
@@ -174,14 +175,15 @@ int dt_cli_train(int argc, char **argv) {
         if (!strcmp(f, "--overwrite")) { c.overwrite = 1; continue; }
         if (!strcmp(f, "--recompute")) { c.recompute = 1; continue; }
         if (!strcmp(f, "--sp")) { c.sp = 1; continue; }
+        if (!strcmp(f, "--pp-schedule-print")) { c.pp_print = 1; continue; }
         if (!strcmp(f, "--step-at-end")) { c.step_at_end = 1; continue; }
         if (!strcmp(f, "--sync-bn")) { c.sync_bn = 1; continue; }
         if (!strcmp(f, "--synthetic")) { c.synthetic = 1; continue; }
-        static const char *const later[] = { "--cp", "--cp-impl", "--pp-schedule", "--virtual-stages", "--micro-batches", NULL };
+        static const char *const later[] = { "--cp", "--cp-impl", "--virtual-stages", "--micro-batches", NULL };
         for (int k = 0; later[k]; k++)
             if (!strcmp(f, later[k])) {
                 dt_log(DT_LOG_ERROR, "train: %s is not built yet: dtrain splits the data (--nproc, --dp, --zero) and the "
-                       "layers (--tp, --sp) today; context and pipeline parallelism are coming", f);
+                       "layers (--tp, --sp, --pp with gpipe and 1f1b) today; context parallelism and interleaved pipelines are coming", f);
                 return 2;
             }
         i++;
@@ -218,6 +220,7 @@ int dt_cli_train(int argc, char **argv) {
             ok = strlen(v) == 1 && v[0] >= '1' && v[0] <= '3';
             c.strategy = ok ? z[v[0] - '0'] : NULL;
         }
+        else if (!strcmp(f, "--pp-schedule")) ok = (c.pp_schedule = dt_pp_kind_parse(v)) >= 0;
         else if (!strcmp(f, "--trace")) c.trace = v;
         else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c.trace_first, &c.trace_last);
         else if (!strcmp(f, "--report")) c.report = v;

@@ -371,9 +371,35 @@ static void activity(const call_desc *d, int inside) {
                             (uint64_t)(inside != 0) << 40 | (d->seq & 0x7fffff) << 41);
 }
 
+/* A send and/or receive (point to point): its peers as the user knows them (world ranks where they share this
+ * machine's segment, else the communicator's), +1 so that 0 is none. */
+static _Atomic uint64_t act_peers;
+
+static int peer_name(const dt_comm *c, int peer) {
+    if (peer < 0) return -1;
+    int j = c->local_index ? c->local_index[peer] : -1;
+    return j >= 0 && c->seg ? atomic_load(&c->seg->hdr->proc[c->proc_of[j]].world_rank) : peer;
+}
+
+static void activity_p2p(const dt_comm *c, const coll_args *a, int inside) {
+    if (inside) atomic_store(&act_peers, (uint64_t)(uint32_t)(peer_name(c, a->root) + 1) | (uint64_t)(uint32_t)(peer_name(c, a->source) + 1) << 32);
+    activity(&c->cur, inside);
+}
+
+static void format_p2p(uint64_t w, char *buf, size_t cap) {
+    uint64_t peers = atomic_load(&act_peers);
+    int to = (int)(uint32_t)peers - 1, from = (int)(uint32_t)(peers >> 32) - 1;
+    char sz[32], half[2][48] = { "", "" };
+    dt_format_size(atomic_load(&act_count) * dt_dtype_size((dt_dtype)(w >> 8 & 0xf)), sz, sizeof sz);
+    if (to >= 0) snprintf(half[0], sizeof half[0], "a send to rank %d", to);
+    if (from >= 0) snprintf(half[1], sizeof half[1], "a receive from rank %d", from);
+    snprintf(buf, cap, "%s %s%s%s (%s)", w >> 40 & 1 ? "in" : "after", half[0], to >= 0 && from >= 0 ? " and " : "", half[1], sz);
+}
+
 void dt_comm_activity(char *buf, size_t cap) {
     uint64_t w = atomic_load(&act_word);
     if (!w) { snprintf(buf, cap, "before any collective"); return; }
+    if ((w & 0xff) == DT_COLL_SENDRECV) { format_p2p(w, buf, cap); return; }
     call_desc d = { .coll = (uint32_t)(w & 0xff), .dtype = (uint32_t)(w >> 8 & 0xf), .op = (uint32_t)(w >> 12 & 0xf),
                     .algo = (uint32_t)(w >> 16 & 0xf), .root = (int32_t)(w >> 20 & 0xfffff), .count = atomic_load(&act_count),
                     .seq = w >> 41 };
@@ -560,12 +586,14 @@ dt_status dt_p2p_run(dt_comm *c, const coll_args *a) {
     uint64_t saved = c->seq;
     call_desc saved_cur = c->cur;
     c->seq = 0;
-    c->cur = (call_desc){ .coll = DT_COLL_SENDRECV, .dtype = a->dtype, .count = a->count };
+    c->cur = (call_desc){ .coll = DT_COLL_SENDRECV, .dtype = a->dtype, .count = a->count > a->rcount ? a->count : a->rcount };
+    activity_p2p(c, a, 1);
     DT_TRACE_BEGIN(DT_TRACK_COMM, a->root >= 0 && a->source >= 0 ? "sendrecv" : a->root >= 0 ? "send" : "recv",
                    "\"to\":%d,\"from\":%d,\"bytes_sent\":%zu,\"bytes_received\":%zu", a->root, a->source, a->count * es,
                    a->rcount * es);
     dt_status st = dt_p2p_exchange(c, a->root, a->sendbuf, a->count * es, a->source, a->recvbuf, a->rcount * es, a->dtype, -1);
     DT_TRACE_END(DT_TRACK_COMM);
+    activity_p2p(c, a, 0);
     c->seq = saved;
     c->cur = saved_cur;
     return st;

@@ -191,7 +191,10 @@ static dt_status layout(dt_gpt2 *m) {
     if (m->ub == L + 2) {
         m->i_lnf = add(m, LNFW, 0, L + 1);
         add(m, LNFB, 0, L + 1);
-        if (m->ua > 0) m->i_wte = add(m, WTE, 0, L + 1); /* the head's copy of the tied embedding */
+        if (m->ua > 0) {
+            m->i_wte = add(m, WTE, 0, L + 1); /* the head's copy of the tied embedding */
+            m->tab[m->i_wte].tied_copy = 1;
+        }
     }
     return DT_OK;
 }
@@ -294,6 +297,7 @@ void dt_gpt2_destroy(dt_gpt2 *m) {
     free(m->lp_cast);
     free(m->inputs);
     free(m->targets);
+    dt_gpt2_free_slots(m);
     free(m);
 }
 
@@ -389,6 +393,7 @@ void dt_gpt2_set_param_storage(dt_gpt2 *m, float *params) {
 }
 
 dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on) {
+    if (m->recompute != (on != 0)) dt_gpt2_drop_slots(m); /* the others' layout changes too */
     if (m->acts && m->recompute != (on != 0)) {
         /* the activation layout changes: size it again on the next forward */
         dt_free_aligned(m->acts);
@@ -402,7 +407,8 @@ dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on) {
 void dt_gpt2_zero_grad(dt_gpt2 *m) { memset(m->grads, 0, m->nparams * sizeof(float)); }
 
 size_t dt_gpt2_activation_memory(const dt_gpt2 *m) {
-    return m->nacts * sizeof(float) + m->lp_capacity * sizeof(uint16_t) + (m->lp_work ? m->lp_work_floats * sizeof(float) : 0);
+    return m->nacts * sizeof(float) + m->lp_capacity * sizeof(uint16_t) + (m->lp_work ? m->lp_work_floats * sizeof(float) : 0) +
+           dt_gpt2_slots_bytes(m);
 }
 
 size_t dt_gpt2_memory(const dt_gpt2 *m) {

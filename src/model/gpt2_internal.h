@@ -23,6 +23,21 @@ enum {
     A_GATHER, A_RS, A_LNGRAD, A_COUNT
 };
 
+/* One micro-batch in flight (a pipeline's activation slot, gpt2_slots.c):
+ * the activations and what a forward leaves for its backward. The model
+ * works in one slot at a time; its fields below are that slot's. */
+typedef struct {
+    float *acts;
+    size_t act_sizes[A_COUNT], act_off[A_COUNT], nacts;
+    int B, T, run_a, run_b;
+    size_t bt_capacity, att_capacity;
+    int32_t *inputs, *targets;
+    bool have_targets, blockwise;
+    float loss;
+    uint16_t *acts_lp;
+    size_t lp_layer, lp_capacity;
+} gpt2_slot;
+
 /* Units: 0 the embeddings (wte, wpe), 1..L the blocks 0..L-1, L+1 the final
  * LayerNorm and the LM head. A model holds units [ua, ub); one that holds the
  * head but not the embeddings keeps its own copy of the tied wte there. */
@@ -65,6 +80,8 @@ struct dt_gpt2 {
      * between two f32 slots. */
     dt_dtype prec;
     uint16_t *params_lp, *acts_lp;
+    gpt2_slot *slots;     /* dt_gpt2_set_slots's (NULL: one, in the fields above); slots[slot] is stale while in use */
+    int nslots, slot;
     /* with unit hooks the 16-bit copy exists only while a unit runs: which
      * tensors are cast now (lp_cast), their values, and the most at once */
     uint8_t *lp_cast;
@@ -105,6 +122,11 @@ void dt_gpt2_tp_embedding_forward(dt_gpt2 *m, float *out, const int32_t *tokens,
 void dt_gpt2_tp_embedding_backward(dt_gpt2 *m, float *dwte, float *dwpe, const float *dout, int B, int T);
 float dt_gpt2_tp_crossentropy_forward(dt_gpt2 *m, float *losses, float *stats, const float *logits, const int32_t *targets, int BT);
 void dt_gpt2_tp_crossentropy_backward(dt_gpt2 *m, float *dlogits, const float *stats, const int32_t *targets, int BT, float dscale);
+/* The other slots' memory (gpt2_slots.c): freed (destroy), dropped to be
+ * sized again (their layout changed), and counted. */
+void dt_gpt2_free_slots(dt_gpt2 *m);
+void dt_gpt2_drop_slots(dt_gpt2 *m);
+size_t dt_gpt2_slots_bytes(const dt_gpt2 *m);
 /* Floats of scratch the 16-bit Linears get (dt_matmul_*_lp, *_lp16). */
 size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head);
 

@@ -38,6 +38,7 @@ struct dt_engine {
     dt_loss_scale_config lsc;
     dt_loss_scale ls;
     int scaling;
+    float lr;        /* this step's (dt_engine_begin_micro passes it on) */
 };
 
 static dt_status choose(const dt_engine_config *c, const dt_strategy **out) {
@@ -78,7 +79,8 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
     e->off = 0;
     e->n = c->model.nparams;
     dt_status st = choose(c, &e->s);
-    if (c->mp_comm) e->cfg.step_at_end = 1; /* the norm counts the whole model's slices before any update */
+    /* the norm counts the whole model's slices before any update; a pipeline's tied embedding is summed first */
+    if (c->mp_comm || c->schedule) e->cfg.step_at_end = 1;
     if (!st && c->loss_scale) {
         e->scaling = 1;
         e->lsc = *c->loss_scale;
@@ -116,28 +118,30 @@ void dt_engine_destroy(dt_engine *e) {
     free(e);
 }
 
-/* Sums of squares of the store's [off, off + n) (g its first value): ss[0]
- * of the tensors split across the model-parallel group, ss[1] of the rest. */
-static void split_sumsq(const dt_model *m, const float *g, size_t off, size_t n, double ss[2]) {
-    ss[0] = ss[1] = 0;
+/* The sum of squares of the store's [off, off + n) (g its first value)
+ * that this rank counts in a model-parallel norm: the split tensors' (each
+ * rank its own slice), the replicated ones' if it counts them, never a tied
+ * copy's (its gradient is summed into the owner's). */
+static double counted_sumsq(const dt_model *m, const float *g, size_t off, size_t n, int replicated) {
+    double ss = 0;
     for (int i = 0; i < m->ntensors; i++) {
         const dt_tensor_info *t = &m->tensors[i];
         size_t a = t->offset > off ? t->offset : off, b = t->offset + t->count < off + n ? t->offset + t->count : off + n;
-        if (a >= b) continue;
+        if (a >= b || t->tied_copy || (!replicated && !dt_tensor_is_sliced(t))) continue;
         double x = dt_grad_norm(g + (a - off), b - a);
-        ss[dt_tensor_is_sliced(t) ? 0 : 1] += x * x;
+        ss += x * x;
     }
+    return ss;
 }
 
-/* With model parallelism: the slices' squares summed over the data-parallel
- * shards and the model-parallel group, the replicated tensors' over the
- * shards only (every rank of the group holds the same ones). */
+/* With model parallelism: each rank's counted squares summed over the
+ * data-parallel shards and the model-parallel group (tensor-parallel ranks
+ * and pipeline stages). */
 static dt_status model_parallel_norm(dt_engine *e, const float *g, double *norm) {
-    double ss[2];
-    split_sumsq(&e->cfg.model, g, e->off, e->n, ss);
-    dt_status st = e->s->reduce_sum ? e->s->reduce_sum(e->state, ss, 2) : DT_OK;
-    if (!st) st = dt_comm_allreduce(e->cfg.mp_comm, ss, ss, 1, DT_F64, DT_SUM);
-    *norm = sqrt(ss[0] + ss[1]);
+    double ss = counted_sumsq(&e->cfg.model, g, e->off, e->n, e->cfg.mp_counts_replicated);
+    dt_status st = e->s->reduce_sum ? e->s->reduce_sum(e->state, &ss, 1) : DT_OK;
+    if (!st) st = dt_comm_allreduce(e->cfg.mp_comm, &ss, &ss, 1, DT_F64, DT_SUM);
+    *norm = sqrt(ss);
     return st;
 }
 
@@ -240,9 +244,12 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     double loss_sum = 0;
     dt_status st = DT_OK;
     r->loss_scale = e->scaling ? e->ls.scale : 1;
-    for (int k = 0; k < accum && !st; k++) {
+    int nloss = accum;
+    e->lr = lr;
+    if (e->cfg.schedule) st = e->cfg.schedule->run(e->cfg.schedule->ctx, e, accum, (float)(r->loss_scale / accum), &loss_sum, &nloss);
+    for (int k = 0; k < accum && !st && !e->cfg.schedule; k++) {
         float loss = 0;
-        if (e->s->begin) e->s->begin(e->state, k == accum - 1, lr); /* only the last micro-batch synchronises */
+        dt_engine_begin_micro(e, k == accum - 1); /* only the last micro-batch synchronises */
         st = micro(ctx, k, (float)(r->loss_scale / accum), &loss);
         loss_sum += loss;
     }
@@ -251,13 +258,14 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "finish gradients", "\"strategy\":\"%s\"", e->s->name);
     if (!st && e->s->finish) st = e->s->finish(e->state, &sr);
     DT_TRACE_END(DT_TRACK_COMPUTE);
-    /* the loss one rank with the global batch would see, and whether any rank is stopping: one allreduce */
-    int ranks = e->cfg.comm ? dt_comm_size(e->cfg.comm) : 1;
-    float agree[2] = { (float)(loss_sum / accum), (float)stop };
-    if (!st && ranks > 1) st = dt_comm_allreduce(e->cfg.comm, agree, agree, 2, DT_F32, DT_SUM);
+    /* the loss one rank with the global batch would see (the mean over the ranks that computed one), and whether
+     * any rank is stopping: one allreduce */
+    dt_comm *lc = e->cfg.loss_comm ? e->cfg.loss_comm : e->cfg.comm;
+    float agree[3] = { nloss ? (float)(loss_sum / accum) : 0, nloss ? 1 : 0, (float)stop };
+    if (!st && lc && dt_comm_size(lc) > 1) st = dt_comm_allreduce(lc, agree, agree, 3, DT_F32, DT_SUM);
     if (st) return st;
-    r->loss = ranks > 1 ? agree[0] / ranks : agree[0];
-    r->stop = agree[1] > 0;
+    r->loss = agree[1] > 1 ? agree[0] / agree[1] : agree[0];
+    r->stop = agree[2] > 0;
     r->exposed_ms = sr.exposed_ms;
     r->exposed_in_backward_ms = sr.exposed_in_backward_ms;
     r->updated_in_backward = sr.updated_in_backward;
@@ -267,8 +275,13 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
         st = update(e, lr, r);
         DT_TRACE_END(DT_TRACK_COMPUTE);
     }
+    if (!st && !r->skipped && e->cfg.schedule && e->cfg.schedule->after_update) st = e->cfg.schedule->after_update(e->cfg.schedule->ctx);
     r->update_ms = (dt_time_now() - t0) * 1e3 - (r->exposed_ms - r->exposed_in_backward_ms);
     return st;
+}
+
+void dt_engine_begin_micro(dt_engine *e, int sync) {
+    if (e->s->begin) e->s->begin(e->state, sync, e->lr);
 }
 
 const dt_engine_config *dt_engine_get_config(const dt_engine *e) { return &e->cfg; }

@@ -12,6 +12,7 @@
 #include "dtrain/engine.h"
 #include "dtrain/obs.h"
 #include "dtrain/plan.h"
+#include "dtrain/pipeline.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -41,6 +42,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->bucket_mb = 25;
     c->epochs = 0; /* unset: image models train 5 (run_rank) */
     c->stall_timeout = DT_STALL_TIMEOUT_DEFAULT;
+    c->pp_schedule = 1; /* DT_PP_1F1B */
     dt_optim_defaults(DT_OPT_ADAMW, &c->opt);
     dt_schedule_defaults(&c->sched);
     dt_loss_scale_defaults(&c->loss_scale);
@@ -204,7 +206,19 @@ static const char *tp_lacks(const dt_train_config *c) {
     return NULL;
 }
 
-/* --dp x --tp x --pp must be the job's ranks; pipeline parallelism is not built yet. */
+/* What pipeline parallelism does not take yet (NULL: none of it). */
+static const char *pp_lacks(const dt_train_config *c) {
+    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
+    if (c->save || c->resume) return "--save or --resume (checkpoints of stages)";
+    if (c->val_data) return "--val-data (evaluation through the stages)";
+    if (c->precision != DT_F32) return "--precision bf16/fp16";
+    if (c->grad_store != DT_F32) return "--grad-store bf16/fp16";
+    if (c->strategy && !strcmp(c->strategy, "zero3")) return "ZeRO-3 (the tied embedding's copy is sent whole after the update)";
+    if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS";
+    return NULL;
+}
+
+/* --dp x --tp x --pp must be the job's ranks. */
 static dt_status check_mesh(const dt_train_config *c, int nranks) {
     int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, dp = c->dp ? c->dp : (nranks % (tp * pp) ? 0 : nranks / (tp * pp));
     if (!c->dp && !dp)
@@ -213,7 +227,7 @@ static dt_status check_mesh(const dt_train_config *c, int nranks) {
     if ((long)dp * tp * pp != nranks)
         return dt_error(DT_ERR_ARG, "--dp %d x --tp %d x --pp %d = %ld, but the job has %d rank%s", dp, tp, pp, (long)dp * tp * pp,
                         nranks, nranks == 1 ? "" : "s");
-    if (pp > 1) return dt_error(DT_ERR_UNSUPPORTED, "--pp %d: pipeline parallelism is not built yet (--pp 1)", pp);
+    if (pp > 1 && pp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--pp %d: not with %s yet", pp, pp_lacks(c));
     if (tp > 1 && tp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--tp %d: not with %s yet", tp, tp_lacks(c));
     if (c->sp && tp < 2) return dt_error(DT_ERR_ARG, "--sp splits the sequence over the tensor-parallel ranks: give --tp N (N >= 2)");
     if (tp > 1 && c->sp && c->seq % tp)
@@ -231,6 +245,10 @@ typedef struct {
     int rank, nranks;
     int dp_rank, dp_size;     /* this rank's place among the data-parallel ranks: which slice of each batch it reads */
     dt_tp_ops tp_ops;         /* tensor parallelism's collectives, over the mesh's TP group */
+    dt_comm *mp;              /* the model-parallel group (the TP x PP ranks of one data-parallel rank), with --pp */
+    int stage_units[2];       /* this pipeline stage's units [a, b) */
+    dt_pipeline *pipe;        /* with --pp: the stage's runner, which the engine's step runs */
+    double bubble;            /* the last step's idle share, the mean over the stages */
     bool tty;
     dt_gpt2 *m;
     dt_tokens *train, *val;
@@ -270,6 +288,18 @@ static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
     r->bwd += dt_time_now() - tb;
     r->tp_comm += dt_gpt2_tp_comm_seconds(r->m);
     return st;
+}
+
+/* A pipeline stage's micro-batch k: the next batch (every stage reads each, in order). */
+static dt_status pp_batch(void *ctx, int k, const int32_t **in, const int32_t **tg) {
+    run *r = ctx;
+    (void)k;
+    double t0 = dt_time_now();
+    dt_loader_next(r->tl, r->in, r->tg);
+    r->data += dt_time_now() - t0;
+    *in = r->in;
+    *tg = r->tg;
+    return DT_OK;
 }
 
 /* The job's memory before it is allocated: refused, with the stages that
@@ -357,6 +387,12 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         return st;
     }
     dt_gpt2_part part = dt_gpt2_whole(&cfg);
+    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
+        int pp = dt_mesh_size(r->mesh, DT_MESH_PP), s = dt_mesh_coord(r->mesh, DT_MESH_PP), first[pp + 1];
+        if ((st = dt_pp_split_gpt2(&cfg, c->seq, pp, first))) { dt_gpt2_destroy(*out); *out = NULL; return st; }
+        part.ua = r->stage_units[0] = first[s];
+        part.ub = r->stage_units[1] = first[s + 1];
+    }
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1) {
         r->tp_ops = dt_tp_ops_over(dt_mesh_comm(r->mesh, DT_MESH_TP));
         part.tp_rank = dt_mesh_coord(r->mesh, DT_MESH_TP);
@@ -367,8 +403,8 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     if (!from_file) {
         if ((st = dt_gpt2_create_part(&cfg, &part, out))) return st;
         r->fresh = true; /* drawn once the ranks have agreed on the job (open_data) */
-    } else if (part.tp_size > 1) {
-        /* a file holds the whole model: each tensor-parallel rank keeps its slices of it */
+    } else if (part.tp_size > 1 || part.ua > 0 || part.ub < cfg.num_layers + 2) {
+        /* a file holds the whole model: each tensor-parallel rank or pipeline stage keeps its part of it */
         dt_gpt2 *whole = *out;
         if (!(st = dt_gpt2_create_part(&cfg, &part, out))) st = dt_gpt2_copy_slices(whole, *out);
         dt_gpt2_destroy(whole);
@@ -429,9 +465,20 @@ static dt_status make_engine(run *r) {
                             .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                             .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL, .grad_comm = c->grad_comm,
                             .grad_store = c->grad_store,
-                            .mp_comm = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL };
+                            .mp_comm = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL,
+                            .mp_counts_replicated = !r->mesh || dt_mesh_coord(r->mesh, DT_MESH_TP) == 0 };
     dt_gpt2_model(r->m, &ec.model);
-    dt_status st = dt_engine_create(&ec, &r->e);
+    dt_status st = DT_OK;
+    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
+        /* the pipeline before the engine: its hooks come before a data-parallel strategy's */
+        dt_pipeline_config pc = { dt_mesh_comm(r->mesh, DT_MESH_PP), r->m, (dt_pp_kind)c->pp_schedule, c->grad_accum, c->batch, c->seq,
+                                  pp_batch, r };
+        if ((st = dt_pipeline_create(&pc, &r->pipe))) return st;
+        ec.schedule = dt_pipeline_schedule(r->pipe);
+        ec.loss_comm = r->w;
+        ec.mp_comm = r->mp;
+    }
+    st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
     dt_checkpoint_position pos;
     dt_checkpoint_model cm;
@@ -474,12 +521,14 @@ static void find_peak(run *r) {
     r->peak_gflops = per_thread * r->peak_threads;
 }
 
-/* ", N tensor-parallel ranks (sequence parallel)" or nothing. */
+/* ", x N tensor-parallel (sequence parallel) x P pipeline stages" or nothing. */
 static const char *tp_note(const run *r) {
     static char note[80];
     int tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1;
-    if (tp < 2) return "";
-    snprintf(note, sizeof note, " x %d tensor-parallel%s", tp, r->c.sp ? " (sequence parallel)" : "");
+    int pp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_PP) : 1, k = 0;
+    note[0] = 0;
+    if (tp > 1) k = snprintf(note, sizeof note, " x %d tensor-parallel%s", tp, r->c.sp ? " (sequence parallel)" : "");
+    if (pp > 1) snprintf(note + k, sizeof note - (size_t)k, " x %d pipeline stages", pp);
     return note;
 }
 
@@ -492,14 +541,30 @@ static dt_status print_placement(run *r) {
     if (!node) return dt_error(DT_ERR_NOMEM, "placement: out of memory");
     dt_status st = dt_comm_allgather(r->w, &mine, node, 1, DT_I32);
     if (st || r->rank != 0 || r->c.quiet) { free(node); return st; }
-    printf("mesh dp %d x tp %d (tp innermost): rank (dp, tp) node:", dt_mesh_size(r->mesh, DT_MESH_DP), tp);
-    for (int q = 0; q < n; q++) printf(" %d (%d, %d) %d%s", q, q / tp, q % tp, node[q], q + 1 < n ? "," : "\n");
+    int dp = dt_mesh_size(r->mesh, DT_MESH_DP);
+    printf("mesh pp %d x dp %d x tp %d (tp innermost): rank (pp, dp, tp) node:", dt_mesh_size(r->mesh, DT_MESH_PP), dp, tp);
+    for (int q = 0; q < n; q++) printf(" %d (%d, %d, %d) %d%s", q, q / (tp * dp), q / tp % dp, q % tp, node[q], q + 1 < n ? "," : "\n");
     for (int q = 0; q < n; q++)
         if (node[q] != node[q - q % tp])
             dt_log(DT_LOG_WARN, "tensor-parallel group of ranks %d..%d spans machines %d and %d: its collectives run every layer "
                    "over the network", q - q % tp, q - q % tp + tp - 1, node[q - q % tp], node[q]);
     free(node);
     return DT_OK;
+}
+
+/* The pipeline's split of the units, its cost balance and its schedule (rank 0). */
+static void print_stages(const run *r) {
+    const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
+    int pp = dt_mesh_size(r->mesh, DT_MESH_PP), first[pp + 1], L = mc->num_layers;
+    if (dt_pp_split_gpt2(mc, r->c.seq, pp, first)) return;
+    double total = dt_pp_stage_cost(mc, r->c.seq, 0, L + 2);
+    const dt_pp_schedule *s = dt_pipeline_actions(r->pipe);
+    printf("pipeline %s, %d stages, %d micro-batches of %d x %d a step; units by cost (embedding 0, blocks 1..%d, head %d):",
+           dt_pp_kind_name(s->kind), pp, s->micro, r->c.batch, r->c.seq, L, L + 1);
+    for (int k = 0; k < pp; k++)
+        printf(" stage %d [%d, %d) %.1f%%%s", k, first[k], first[k + 1], 100 * dt_pp_stage_cost(mc, r->c.seq, first[k], first[k + 1]) / total,
+               k + 1 < pp ? "," : "\n");
+    if (r->c.pp_print) dt_pp_schedule_print(s, stdout);
 }
 
 static dt_status setup(run *r) {
@@ -510,6 +575,8 @@ static dt_status setup(run *r) {
         int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1;
         st = dt_mesh_create(r->w, c->dp ? c->dp : r->nranks / (tp * pp), tp, pp, &r->mesh);
     }
+    /* with a pipeline, the ranks of one data-parallel rank's model (its TP x PP ranks): the norm's and the loss's group */
+    if (!st && r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) st = dt_comm_split(r->w, dt_mesh_coord(r->mesh, DT_MESH_DP), r->rank, &r->mp);
     r->dp_rank = r->mesh ? dt_mesh_coord(r->mesh, DT_MESH_DP) : 0;
     r->dp_size = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_DP) : 1;
     /* traced from here when the window starts at step 1: the data and checkpoint reads too */
@@ -530,7 +597,8 @@ static dt_status setup(run *r) {
         st = dt_error(DT_ERR_NOMEM, "out of memory for a batch of %zu tokens", BT);
     if (!st) st = dt_watchdog_start(r->nranks > 1 ? r->w : NULL, &r->wd);
     if (!st) find_peak(r);
-    if (!st && r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1) st = print_placement(r);
+    if (!st && r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || r->pipe)) st = print_placement(r);
+    if (!st && r->pipe && r->rank == 0 && !c->quiet) print_stages(r);
     if (st || c->quiet) return st;
     const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
     printf("model %s: %d layers, %d heads, %d channels, vocab %d (padded %d), %.2fM parameters; "
@@ -613,6 +681,7 @@ static void write_metrics(run *r, int step, float lr, const dt_step_result *s, d
             (r->fwd + r->bwd - r->tp_comm) * 1e3 - s->exposed_in_backward_ms + s->update_ms, s->exposed_ms + r->tp_comm * 1e3,
             r->data * 1e3);
     if (r->tp_comm > 0) fprintf(f, ",\"tp_comm_ms\":%.3f", r->tp_comm * 1e3);
+    if (r->pipe) fprintf(f, ",\"bubble\":%.4f", r->bubble);
     double gflops = r->flops_per_step / (ms / 1e3) / 1e9;
     fprintf(f, ",\"model_gflops\":%.2f", gflops);
     if (r->peak_gflops > 0) fprintf(f, ",\"mfu\":%.4f", gflops / r->peak_gflops);
@@ -636,7 +705,7 @@ static void write_metrics(run *r, int step, float lr, const dt_step_result *s, d
  * progress. Returns 0 to go on, else the exit code. */
 static int after_step(run *r, int step, float lr, const dt_step_result *s, double ms, double t_start) {
     const dt_train_config *c = &r->c;
-    double tps = (double)c->batch * c->seq * c->grad_accum * r->nranks / (ms / 1e3);
+    double tps = (double)c->batch * c->seq * c->grad_accum * r->dp_size / (ms / 1e3); /* the global batch's tokens */
     /* a step skipped by the loss scaler (its gradients overflowed) was meant to be, and said so */
     bool scaled_skip = s->skipped && dt_engine_loss_scale(r->e);
     bool finite = (isfinite(s->loss) && isfinite(s->norm)) || scaled_skip;
@@ -768,6 +837,19 @@ static int finish(run *r, int steps_done, int stop_signal) {
     return stop_signal ? 128 + stop_signal : 0;
 }
 
+/* A pipeline step's forward and backward seconds (this stage's), and its
+ * bubble: the share of the schedule each stage spent waiting for a
+ * neighbour, the mean over the stages (collective over them). */
+static dt_status pipeline_times(run *r) {
+    double wait, total;
+    dt_pipeline_times(r->pipe, &r->fwd, &r->bwd, &wait, &total);
+    r->bubble = total > 0 ? wait / total : 0;
+    dt_comm *pp = dt_mesh_comm(r->mesh, DT_MESH_PP);
+    dt_status st = dt_comm_allreduce(pp, &r->bubble, &r->bubble, 1, DT_F64, DT_SUM);
+    r->bubble /= dt_comm_size(pp);
+    return st;
+}
+
 /* The loop: one engine step per iteration, everything else in after_step. */
 /* --steps 0: the model's validation loss, every rank's share averaged. */
 static int evaluate_only(run *r) {
@@ -801,6 +883,7 @@ static int train_loop(run *r) {
         DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "step", "\"step\":%d", step + 1);
         dt_status st = dt_engine_step(r->e, c->grad_accum, lr, micro, r, dt_train_interrupted(), &s);
         DT_TRACE_END(DT_TRACK_COMPUTE);
+        if (!st && r->pipe) st = pipeline_times(r);
         if (st) {
             /* an error that names its step already (the loss scaler's) is said as it is */
             if (!strncmp(dt_last_error(), "step ", 5)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
@@ -824,6 +907,8 @@ static void teardown(run *r) {
     dt_trace_file_destroy(r->trace);
     if (r->metrics) fclose(r->metrics);
     dt_engine_destroy(r->e);
+    dt_pipeline_destroy(r->pipe);
+    dt_comm_destroy(r->mp);
     dt_mesh_destroy(r->mesh);
     dt_loader_destroy(r->tl);
     dt_loader_destroy(r->vl);

@@ -1,0 +1,217 @@
+/* One pipeline stage: runs its list of actions (pipeline_schedule.c) on its
+ * GPT-2 part, each micro-batch in its activation slot, activations and
+ * their gradients to and from the neighbours with blocking sends and
+ * receives, a send and a receive in one step together (dt_comm_isendrecv).
+ * The tied embedding's two copies (first and last stage) are kept as one
+ * process has them: the head's gradient goes to the first stage, which
+ * owns wte; the updated values come back. */
+#include "dtrain/pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct dt_pipeline {
+    dt_pipeline_config c;
+    dt_pp_schedule *s;
+    dt_micro_schedule ms;
+    int stage, p, L, ua, ub;
+    size_t stream;              /* floats of the residual stream between stages (B*T*C, /tp under SP) */
+    float *xin, *dout;          /* the received activations / gradient, until the computation copies them */
+    /* the tied embedding: first and last stage over tied (NULL: one stage holds both, or neither) */
+    dt_comm *tied;
+    float *wte_send, *wte_recv; /* the head's gradient of wte on its way (last stage), on arrival (first) */
+    size_t wte_off, wte_n;
+    dt_request *wte_req;
+    int last_b;                 /* inside the stage's last backward of the step */
+    dt_status hook_err;
+    double fwd, bwd, wait, total;
+};
+
+/* Last stage, the head's backward done: its wte gradient leaves for the first stage (a copy: data parallelism is
+ * about to reduce the store in place). */
+static void after_backward(int unit, void *ctx) {
+    dt_pipeline *p = ctx;
+    if (!p->last_b || unit != p->L + 1 || p->hook_err) return;
+    memcpy(p->wte_send, dt_gpt2_grads(p->c.model) + p->wte_off, p->wte_n * sizeof(float));
+    p->hook_err = dt_comm_isend(p->tied, p->wte_send, p->wte_n, DT_F32, 0, &p->wte_req);
+}
+
+/* First stage, before the embedding's last backward: the head's part added (to zeros with one micro-batch: the
+ * sum one process makes, in its order). */
+static void before_backward(int unit, void *ctx) {
+    dt_pipeline *p = ctx;
+    if (!p->last_b || unit != 0 || p->hook_err) return;
+    p->hook_err = dt_comm_recv(p->tied, p->wte_recv, p->wte_n, DT_F32, 1);
+    float *g = dt_gpt2_grads(p->c.model) + p->wte_off;
+    for (size_t i = 0; i < p->wte_n && !p->hook_err; i++) g[i] += p->wte_recv[i];
+}
+
+static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
+    const dt_gpt2 *m = p->c.model;
+    const float *out = NULL;
+    if (a->send.peer >= 0) {
+        const int32_t *tok;
+        int n;
+        out = a->send.grad ? dt_gpt2_input_grad(m, &tok, &n) : dt_gpt2_output(m);
+        if (!out) return dt_error(DT_ERR_ARG, "pipeline stage %d: nothing to send to stage %d", p->stage, a->send.peer);
+    }
+    float *in = a->recv.peer < 0 ? NULL : a->recv.grad ? p->dout : p->xin;
+    double t0 = dt_time_now();
+    DT_TRACE_BEGIN(DT_TRACK_COMM, "pipeline", "\"send\":%d,\"recv\":%d", a->send.peer, a->recv.peer);
+    dt_status st;
+    if (out && in) {
+        dt_request *req;
+        st = dt_comm_isendrecv(p->c.pp, out, p->stream, a->send.peer, in, p->stream, a->recv.peer, DT_F32, &req);
+        if (!st) st = dt_wait(req);
+    } else if (out) {
+        st = dt_comm_send(p->c.pp, out, p->stream, DT_F32, a->send.peer);
+    } else {
+        st = dt_comm_recv(p->c.pp, in, p->stream, DT_F32, a->recv.peer);
+    }
+    DT_TRACE_END(DT_TRACK_COMM);
+    p->wait += dt_time_now() - t0;
+    if (st) {
+        char what[192] = "";
+        if (a->send.peer >= 0) snprintf(what, sizeof what, "sending micro-batch %d's %s to stage %d", a->send.micro,
+                                        a->send.grad ? "gradient" : "activations", a->send.peer);
+        if (a->recv.peer >= 0) snprintf(what + strlen(what), sizeof what - strlen(what), "%sreceiving micro-batch %d's %s from stage %d",
+                                        what[0] ? " and " : "", a->recv.micro, a->recv.grad ? "gradient" : "activations", a->recv.peer);
+        return dt_error(st, "pipeline stage %d, %s: %s", p->stage, what, dt_last_error());
+    }
+    return DT_OK;
+}
+
+static dt_status forward(dt_pipeline *p, const dt_pp_action *a, double *loss_sum, int *nloss) {
+    const int32_t *tok = NULL, *tg = NULL;
+    dt_status st = p->c.batch(p->c.batch_ctx, a->micro, &tok, &tg);
+    if (st) return st;
+    float loss = 0;
+    double t0 = dt_time_now();
+    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "F", "\"micro\":%d", a->micro);
+    dt_gpt2_use_slot(p->c.model, a->slot);
+    st = dt_gpt2_forward_units(p->c.model, p->ua, p->ub, tok, p->ua > 0 ? p->xin : NULL, tg, p->c.B, p->c.T, &loss);
+    DT_TRACE_END(DT_TRACK_COMPUTE);
+    p->fwd += dt_time_now() - t0;
+    if (p->ub == p->L + 2) { *loss_sum += loss; ++*nloss; }
+    return st;
+}
+
+static dt_status backward(dt_pipeline *p, const dt_pp_action *a, float grad_scale) {
+    double t0 = dt_time_now();
+    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "B", "\"micro\":%d", a->micro);
+    dt_gpt2_use_slot(p->c.model, a->slot);
+    p->last_b = a->last;
+    dt_status st = dt_gpt2_backward_units(p->c.model, p->ub < p->L + 2 ? p->dout : NULL, grad_scale);
+    p->last_b = 0;
+    DT_TRACE_END(DT_TRACK_COMPUTE);
+    p->bwd += dt_time_now() - t0;
+    if (!st && p->hook_err) st = p->hook_err;
+    p->hook_err = DT_OK;
+    return st;
+}
+
+static dt_status run(void *ctx, dt_engine *e, int accum, float grad_scale, double *loss_sum, int *nloss) {
+    dt_pipeline *p = ctx;
+    if (accum != p->c.micro)
+        return dt_error(DT_ERR_ARG, "pipeline: built for %d micro-batches a step, asked to run %d", p->c.micro, accum);
+    double t0 = dt_time_now();
+    p->fwd = p->bwd = p->wait = 0;
+    *loss_sum = 0;
+    *nloss = 0;
+    dt_status st = DT_OK;
+    for (int i = 0; i < p->s->n[p->stage] && !st; i++) {
+        const dt_pp_action *a = &p->s->act[p->stage][i];
+        if (a->op != DT_PP_COMM) dt_engine_begin_micro(e, a->op == DT_PP_B && a->last);
+        st = a->op == DT_PP_COMM ? exchange(p, a) : a->op == DT_PP_F ? forward(p, a, loss_sum, nloss) : backward(p, a, grad_scale);
+    }
+    /* the head's gradient of wte has arrived once the first stage's last backward is through */
+    if (p->wte_req) {
+        double tw = dt_time_now();
+        dt_status s2 = dt_wait(p->wte_req);
+        p->wte_req = NULL;
+        p->wait += dt_time_now() - tw;
+        if (!st && s2) st = dt_error(s2, "pipeline stage %d, sending wte's head gradient to stage 0: %s", p->stage, dt_last_error());
+    }
+    p->total = dt_time_now() - t0;
+    return st;
+}
+
+/* After the update: the owner's wte to the last stage's copy. */
+static dt_status after_update(void *ctx) {
+    dt_pipeline *p = ctx;
+    if (!p->tied) return DT_OK;
+    float *w = dt_gpt2_params(p->c.model) + p->wte_off;
+    dt_status st = p->stage == 0 ? dt_comm_send(p->tied, w, p->wte_n, DT_F32, 1) : dt_comm_recv(p->tied, w, p->wte_n, DT_F32, 0);
+    if (st) return dt_error(st, "pipeline stage %d, %s wte %s stage %d: %s", p->stage, p->stage ? "receiving" : "sending",
+                            p->stage ? "from" : "to", p->stage ? 0 : p->p - 1, dt_last_error());
+    return DT_OK;
+}
+
+static dt_status tie(dt_pipeline *p) {
+    /* collective over the stages: the first and last form the tied pair */
+    int in = p->p > 1 && (p->stage == 0 || p->stage == p->p - 1);
+    dt_comm *c;
+    dt_status st = dt_comm_split(p->c.pp, in ? 0 : 1, p->stage, &c);
+    if (st) return st;
+    if (!in) { dt_comm_destroy(c); return DT_OK; }
+    p->tied = c;
+    dt_model v;
+    dt_gpt2_model(p->c.model, &v);
+    const dt_tensor_info *t = dt_model_find(&v, "wte");
+    if (!t) return dt_error(DT_ERR_ARG, "pipeline stage %d holds no wte", p->stage);
+    p->wte_off = t->offset;
+    p->wte_n = t->count;
+    float **buf = p->stage == 0 ? &p->wte_recv : &p->wte_send;
+    if (!(*buf = malloc(p->wte_n * sizeof(float)))) return dt_error(DT_ERR_NOMEM, "pipeline: out of memory for wte's gradient");
+    if (p->stage == 0) dt_gpt2_set_unit_hooks(p->c.model, NULL, before_backward, p);
+    else dt_gpt2_set_grad_hook(p->c.model, after_backward, p);
+    return DT_OK;
+}
+
+dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
+    *out = NULL;
+    dt_pipeline *p = calloc(1, sizeof *p);
+    if (!p) return dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
+    p->c = *c;
+    p->stage = dt_comm_rank(c->pp);
+    p->p = dt_comm_size(c->pp);
+    p->L = dt_gpt2_get_config(c->model)->num_layers;
+    dt_gpt2_units(c->model, &p->ua, &p->ub);
+    const dt_gpt2_part *part = dt_gpt2_get_part(c->model);
+    p->stream = (size_t)c->B * c->T * (size_t)dt_gpt2_get_config(c->model)->channels / (part->sp ? (size_t)part->tp_size : 1);
+    p->ms = (dt_micro_schedule){ run, after_update, p };
+    dt_status st = dt_pp_schedule_create(c->kind, p->p, c->micro, &p->s);
+    if (!st) st = dt_gpt2_set_slots(c->model, p->s->slots[p->stage]);
+    if (!st) {
+        p->xin = malloc(p->stream * sizeof(float));
+        p->dout = malloc(p->stream * sizeof(float));
+        if (!p->xin || !p->dout) st = dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
+    }
+    if (!st) st = tie(p);
+    if (st) { dt_pipeline_destroy(p); return st; }
+    *out = p;
+    return DT_OK;
+}
+
+void dt_pipeline_destroy(dt_pipeline *p) {
+    if (!p) return;
+    if (p->wte_req) dt_wait(p->wte_req);
+    if (p->tied) {
+        if (p->stage == 0) dt_gpt2_set_unit_hooks(p->c.model, NULL, NULL, p);
+        else dt_gpt2_set_grad_hook(p->c.model, NULL, p);
+        dt_comm_destroy(p->tied);
+    }
+    dt_pp_schedule_destroy(p->s);
+    free(p->xin);
+    free(p->dout);
+    free(p->wte_send);
+    free(p->wte_recv);
+    free(p);
+}
+
+const dt_micro_schedule *dt_pipeline_schedule(dt_pipeline *p) { return &p->ms; }
+const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p) { return p->s; }
+
+void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *wait, double *total) {
+    *fwd = p->fwd, *bwd = p->bwd, *wait = p->wait, *total = p->total;
+}

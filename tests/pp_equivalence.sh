@@ -1,0 +1,126 @@
+#!/bin/bash
+# Pipeline parallelism gives the losses (and gradient norms) of one process
+# with the global batch over 20 AdamW steps: GPipe and 1F1B on p = 2, 3 and 4
+# stages with m = 1, p and 2p micro-batches, identical to the printed digits
+# (a pipeline adds every gradient in one process's order; only the tied
+# embedding's two parts are summed in another, which m = 1 keeps exact);
+# DP 2 x PP 2 with DDP, ZeRO-1 and ZeRO-2, TP 2 x PP 2, DP 2 x TP 2 x PP 2 (8
+# ranks), clipping and recomputation, within 1e-6 relative; under mpirun on
+# 2 pseudo-nodes with the placement printed. The bubble is in the metrics.
+# Bad layouts are refused before any work; a killed stage is named by the
+# others within a second, with the send or receive they were in.
+# usage: pp_equivalence.sh DTRAIN [MPIEXEC]
+set -u
+DTRAIN=$1
+MPIEXEC=${2:-}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+passed=0
+failed=0
+head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
+"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+common=(--data "$dir/train.bin" --layers 4 --channels 48 --heads 6 --vocab 256 --max-seq 32 --seq 32 --steps 20 --lr 1e-3 --threads 1
+        --quiet)
+field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
+worst() { # worst relative difference of FIELD between two metrics files, or "missing"
+    paste <(field "$1" "$2") <(field "$1" "$3") |
+        awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
+}
+ok() { passed=$((passed + 1)); echo "ok   $*"; }
+bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+same() { # WHAT REF FILE: every loss and norm the same digits
+    if [ "$(field loss "$2" | wc -l)" = 20 ] && [ "$(field loss "$2")" = "$(field loss "$3")" ] &&
+        [ "$(field grad_norm "$2")" = "$(field grad_norm "$3")" ]; then
+        ok "$1: the 20 losses and gradient norms of one process, digit for digit (last loss $(field loss "$3" | tail -1))"
+    else bad "$1: $(field loss "$3" | tail -1) vs $(field loss "$2" | tail -1)"; fi
+}
+close() { # WHAT REF FILE: within 1e-6 (loss) and 1e-5 (norm)
+    local l n
+    l=$(worst loss "$2" "$3") n=$(worst grad_norm "$2" "$3")
+    if [ "$l" != missing ] && [ "$n" != missing ] && awk "BEGIN{exit !($l <= 1e-6 && $n <= 1e-5)}"; then
+        ok "$1: worst relative difference over 20 steps: loss $l, gradient norm $n"
+    else bad "$1: loss $l, norm $n"; fi
+}
+run() { # NAME ARGS...: one training run into $dir/NAME.jsonl
+    local name=$1
+    shift
+    "$DTRAIN" train "${common[@]}" "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
+        { echo "  ($name: $(grep -v oversubscribed "$dir/$name.out" | tail -2))"; return 1; }
+}
+
+for m in 1 2 3 4 6 8; do run ref$m --batch 2 --grad-accum $m; done
+for p in 2 3 4; do
+    for m in 1 $p $((2 * p)); do
+        for s in gpipe 1f1b; do
+            run pp --batch 2 --grad-accum $m --nproc $p --pp $p --pp-schedule $s &&
+                if [ $m = 1 ]; then same "$s p=$p m=$m" "$dir/ref$m.jsonl" "$dir/pp.jsonl"
+                else close "$s p=$p m=$m" "$dir/ref$m.jsonl" "$dir/pp.jsonl"; fi
+        done
+    done
+done
+# the bubble: in every step's metrics, between 0 and 1
+b=$(field bubble "$dir/pp.jsonl" | tail -1)
+awk "BEGIN{exit !(\"$b\" + 0 > 0 && \"$b\" + 0 < 1)}" && [ "$(field bubble "$dir/pp.jsonl" | wc -l)" = 20 ] &&
+    ok "the bubble in each step's metrics (1f1b p=4 m=8, last step: $b)" || bad "bubble: '$b'"
+
+run ref --batch 4 --grad-accum 2
+for s in ddp zero1 zero2; do
+    run dp2pp2 --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy $s && close "DP 2 x PP 2, $s" "$dir/ref.jsonl" "$dir/dp2pp2.jsonl"
+done
+run tp2pp2 --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 && close "TP 2 x PP 2" "$dir/ref.jsonl" "$dir/tp2pp2.jsonl"
+run dp2tp2pp2 --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 &&
+    close "DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/dp2tp2pp2.jsonl"
+run clip1 --batch 4 --grad-accum 2 --grad-clip 0.5
+run clip2 --batch 4 --grad-accum 2 --grad-clip 0.5 --nproc 3 --pp 3 --recompute &&
+    close "PP 3, clipped at 0.5, recomputing" "$dir/clip1.jsonl" "$dir/clip2.jsonl"
+
+if [ -n "$MPIEXEC" ]; then
+    # 3D under mpirun on 2 pseudo-nodes: the TP pairs stay on a node
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \
+        "$MPIEXEC" --oversubscribe -np 8 "$DTRAIN" train "${common[@]:0:${#common[@]}-1}" --batch 2 --grad-accum 2 --pp 2 --tp 2 \
+        --strategy ddp --metrics "$dir/mpi.jsonl" > "$dir/mpi.out" 2>&1
+    close "mpirun, 2 pseudo-nodes, DP 2 x TP 2 x PP 2" "$dir/ref.jsonl" "$dir/mpi.jsonl"
+    place=$(grep -o "mesh pp 2 x dp 2 x tp 2.*" "$dir/mpi.out")
+    [ -n "$place" ] && ! grep -q "spans machines" "$dir/mpi.out" && ok "placement: $place" || bad "placement: '$place' $(grep spans "$dir/mpi.out")"
+fi
+
+# bad layouts: refused before any work, naming the numbers
+refused() { # WHAT EXPECTED ARGS...
+    local what=$1 want=$2
+    shift 2
+    local out
+    out=$("$DTRAIN" train "${common[@]}" --batch 2 "$@" 2>&1)
+    if [ $? -ne 0 ] && echo "$out" | grep -q -- "$want" && ! echo "$out" | grep -q "^step"; then ok "$what refused: $(echo "$out" | grep -- "$want" | head -1)"
+    else bad "$what: $(echo "$out" | tail -2)"; fi
+}
+refused "--pp 7 over 6 units" "--pp 7: more stages than the model's 6 units" --nproc 7 --pp 7
+refused "--pp 3 on 4 ranks" "--tp 1 x --pp 3 = 3 does not divide the job's 4 ranks" --nproc 4 --pp 3
+refused "an unknown schedule" "--pp-schedule" --nproc 2 --pp 2 --pp-schedule zigzag
+refused "--virtual-stages" "--virtual-stages is not built yet" --nproc 2 --pp 2 --virtual-stages 2
+refused "--pp 2 with ZeRO-3" "--pp 2: not with ZeRO-3" --nproc 2 --pp 2 --strategy zero3
+refused "--pp 2 with bf16" "--pp 2: not with --precision bf16" --nproc 2 --pp 2 --precision bf16
+
+# a stage killed mid-schedule: the others name it, and what they were sending or receiving, within a second
+# (wide enough that the stages spend their time in the schedule, not in the step's small allreduces)
+"$DTRAIN" train "${common[@]}" --channels 192 --batch 4 --grad-accum 4 --nproc 3 --pp 3 --steps 1000000 > /dev/null 2> "$dir/kill.err" &
+launcher=$!
+sleep 1.5
+victim=""
+for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && victim=$p; done
+if [ -z "$victim" ]; then
+    bad "stage 1 of the pipeline not found"; kill $launcher
+else
+    t0=$(date +%s.%N)
+    kill -9 "$victim"
+    wait $launcher
+    secs=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
+    said0=$(grep -m1 "rank 0\] error" "$dir/kill.err") said2=$(grep -m1 "rank 2\] error" "$dir/kill.err")
+    if awk "BEGIN{exit !($secs < 1.0)}" && echo "$said0$said2" | grep -q "rank 1 (pid $victim) \(was killed by signal 9\|died\)" &&
+        echo "$said0 $said2" | grep -q "pipeline stage [02], \(sending\|receiving\) micro-batch\|stopping \(in\|after\) a \(send\|receive\)"; then
+        ok "a stage killed: the job ended after $secs s; ${said0:-$said2}"
+    else
+        bad "killed stage: $secs s; $(cat "$dir/kill.err")"
+    fi
+fi
+echo "pp: $passed passed, $failed failed"
+[ $failed -eq 0 ]
