@@ -1,7 +1,7 @@
 /* One pipeline stage: runs its list of actions (pipeline_schedule.c) on its
  * GPT-2 part, each micro-batch in its activation slot, activations and
  * their gradients to and from the neighbours with blocking sends and
- * receives, a send and a receive in one step together (dt_comm_isendrecv).
+ * receives, a send and a receive in one step together (dt_comm_sendrecv).
  * The tied embedding's two copies (first and last stage) are kept as one
  * process has them: the head's gradient goes to the first stage, which
  * owns wte; the updated values come back. */
@@ -60,9 +60,8 @@ static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
     DT_TRACE_BEGIN(DT_TRACK_COMM, "pipeline", "\"send\":%d,\"recv\":%d", a->send.peer, a->recv.peer);
     dt_status st;
     if (out && in) {
-        dt_request *req;
-        st = dt_comm_isendrecv(p->c.pp, out, p->stream, a->send.peer, in, p->stream, a->recv.peer, DT_F32, &req);
-        if (!st) st = dt_wait(req);
+        /* on this thread: a progress thread's wait beside this one's would spin on the core the next stage computes on */
+        st = dt_comm_sendrecv(p->c.pp, out, p->stream, a->send.peer, in, p->stream, a->recv.peer, DT_F32);
     } else if (out) {
         st = dt_comm_send(p->c.pp, out, p->stream, DT_F32, a->send.peer);
     } else {

@@ -838,14 +838,17 @@ static int finish(run *r, int steps_done, int stop_signal) {
 }
 
 /* A pipeline step's forward and backward seconds (this stage's), and its
- * bubble: the share of the schedule each stage spent waiting for a
- * neighbour, the mean over the stages (collective over them). */
+ * bubble: the share of the schedule's span (the longest stage's, from the
+ * step's start) that a stage did not compute, waiting for a neighbour or
+ * for the transfer itself: theory's (p-1)/(m+p-1) when stages are balanced
+ * and communication is free; the mean over the stages (collective). */
 static dt_status pipeline_times(run *r) {
     double wait, total;
     dt_pipeline_times(r->pipe, &r->fwd, &r->bwd, &wait, &total);
-    r->bubble = total > 0 ? wait / total : 0;
     dt_comm *pp = dt_mesh_comm(r->mesh, DT_MESH_PP);
-    dt_status st = dt_comm_allreduce(pp, &r->bubble, &r->bubble, 1, DT_F64, DT_SUM);
+    dt_status st = dt_comm_allreduce(pp, &total, &total, 1, DT_F64, DT_MAX);
+    r->bubble = total > 0 ? 1 - (r->fwd + r->bwd) / total : 0;
+    if (!st) st = dt_comm_allreduce(pp, &r->bubble, &r->bubble, 1, DT_F64, DT_SUM);
     r->bubble /= dt_comm_size(pp);
     return st;
 }

@@ -1,0 +1,35 @@
+#!/bin/bash
+# Pipeline parallelism's bubble and activation memory, measured against
+# theory on a model whose 2 stages are balanced (8 blocks of C 256, a
+# 256-token vocabulary: stage 0 the embedding and 4 blocks, stage 1 four
+# blocks and a head of ~9% of a block), 2 ranks on 2 cores, 1 thread each.
+# - bubble: each step's "bubble" (the share of the schedule's span a stage
+#   did not compute, the mean over stages), the median of steps 3..8,
+#   against (p-1)/(m+p-1), for GPipe and 1F1B at m = 1, 2, 4, 8;
+# - memory: activations per stage (the run's own report: every slot's
+#   arena), GPipe (m micro-batches alive) against 1F1B (at most p - s).
+# More stages than cores cannot be measured here: an idle stage's core goes
+# to another stage and the compute times stretch (p = 3, 4 are checked in
+# the simulator against theory: tests/test_pipeline_schedule.c).
+# usage: bench/pp_bubble.sh [DTRAIN (build/dtrain)]
+set -euo pipefail
+DTRAIN=${1:-$(dirname "$0")/../build/dtrain}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+head -c 300000 /usr/share/common-licenses/GPL-3 > "$dir/text"
+"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null
+median() { sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+field() { grep -o "\"$1\":[0-9.]*" "$2" | tail -6 | cut -d: -f2 | median; }
+act() { grep "  rank $1:" "$2" | sed 's/.*: [0-9.]*, [0-9.]*, [0-9.]*, [0-9.]*, \([0-9.]*\);.*/\1/'; }
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; 8 x C 256, T 128, micro-batch 4"
+printf "%-6s %3s | %8s %8s %7s | %9s | %14s %14s\n" schedule m bubble theory "rel" "step ms" "stage 0 acts" "stage 1 acts"
+for m in 1 2 4 8; do
+    for s in gpipe 1f1b; do
+        "$DTRAIN" train --data "$dir/train.bin" --layers 8 --channels 256 --heads 4 --vocab 256 --max-seq 128 --seq 128 --batch 4 \
+            --grad-accum $m --threads 1 --nproc 2 --pp 2 --pp-schedule $s --steps 8 --metrics "$dir/m.jsonl" > "$dir/out" 2>&1
+        b=$(field bubble "$dir/m.jsonl") ms=$(field ms "$dir/m.jsonl")
+        th=$(awk -v m=$m 'BEGIN{print 1/(m+1)}')
+        printf "%-6s %3d | %8.4f %8.4f %6.1f%% | %9.1f | %10s MiB %10s MiB\n" $s $m "$b" "$th" "$(awk -v b="$b" -v t="$th" 'BEGIN{print 100*(b-t)/t}')" \
+            "$ms" "$(act 0 "$dir/out")" "$(act 1 "$dir/out")"
+    done
+done
