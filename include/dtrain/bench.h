@@ -46,11 +46,16 @@ typedef struct {
     int tp;                  /* tensor-parallel mode: N > 1 ranks against one process with N threads, N data-parallel ranks
                               * and PyTorch's tensor parallelism (baseline "torch") */
     int sp;                  /* tensor-parallel mode: with sequence parallelism (dtrain's --sp, PyTorch's SequenceParallel) */
+    int pp;                  /* pipeline mode: N > 1 stages (GPipe and 1F1B) against one process with N threads, N
+                              * data-parallel ranks and PyTorch's pipelining (baseline "torch") */
+    int micro;               /* pipeline mode: micro-batches of --batch per step (the global batch: batch x micro) */
     dt_dtype precision;      /* one process: DT_BF16 / DT_F16 times that mixed precision against fp32, alternating
                               * (and PyTorch under autocast of that type); DT_F32: fp32 alone */
 } dt_bench_train_opts;
 
 void dt_bench_train_defaults(dt_bench_train_opts *o);
+/* dtrain bench train --pp N (pp_bench.c). */
+int dt_bench_train_pp(const dt_bench_train_opts *o);
 /* Synthetic training throughput; returns a process exit code. With nprocs,
  * runs `dtrain train --nproc N` (and PyTorch DDP over gloo for the torch
  * baseline) for each N and reports per-worker and total tok/s, scaling and

@@ -23,7 +23,8 @@ static const dt_cli_flag train_flags[] = {
     { "--seq", "a whole number from 1 to 99999" }, { "--steps", "a whole number from 1 to 99999" },
     { "--warmup", "a whole number from 0 to 99999" }, { "--threads", "a whole number from 0 to 99999" },
     { "--rounds", "a whole number from 1 to 99999" }, { "--baseline", "torch, or with --zero: fsdp, deepspeed or all" }, { "--precision", "fp32, bf16 or fp16" }, { "--nproc", "a list like 1,2,4" },
-    { "--zero", "1, 2 or 3" }, { "--tp", "a whole number of ranks from 2 to 256" },
+    { "--zero", "1, 2 or 3" }, { "--tp", "a whole number of ranks from 2 to 256" }, { "--pp", "a whole number of stages from 2 to 256" },
+    { "--micro-batches", "a whole number from 1 to 1e6" },
     { "--train-flags", "flags for dtrain train, in one argument" }, { "--synthetic", "" }, { "--sp", "" }, { "--report", "a directory" }, { "--json", "" }, { "--help", "" }, { NULL, NULL },
 };
 
@@ -72,6 +73,9 @@ static int bench_train(int argc, char **argv) {
                    "                          [--tp N [--sp] [--baseline torch]]  tensor (and sequence) parallelism on N ranks against one process\n"
                    "                          with N threads and N data-parallel ranks (batch / N each), alternating, and\n"
                    "                          PyTorch's tensor parallelism (DTensor over gloo; the baselines' venv)\n"
+                   "                          [--pp N [--micro-batches M] [--baseline torch]]  pipeline parallelism, GPipe and 1F1B,\n"
+                   "                          on N stages (M micro-batches of --batch a step, 2N by default) against one process with N\n"
+                   "                          threads and N data-parallel ranks, and PyTorch's pipelining (the baselines' venv)\n"
                    "                          [--nproc 2 --zero 1|2|3 [--baseline fsdp|deepspeed|all]]  that ZeRO stage against\n"
                    "                          dtrain's DDP and PyTorch's (ZeroRedundancyOptimizer, FSDP2) or DeepSpeed's at the\n"
                    "                          stage (their virtual environment: scripts/make-baselines-venv.sh)\n"
@@ -112,6 +116,8 @@ static int bench_train(int argc, char **argv) {
             o.baseline = v;
         else if (isnum && n >= 1 && n <= 3 && !strcmp(f, "--zero")) o.zero = (int)n;
         else if (isnum && n >= 2 && n <= 256 && !strcmp(f, "--tp")) o.tp = (int)n;
+        else if (isnum && n >= 2 && n <= 256 && !strcmp(f, "--pp")) o.pp = (int)n;
+        else if (isnum && n >= 1 && n <= 1e6 && !strcmp(f, "--micro-batches")) o.micro = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--batch")) o.batch = (int)n, batch_given = true;
         else if (isnum && n >= 1 && !strcmp(f, "--seq")) o.seq = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--steps")) o.steps = (int)n;
@@ -158,7 +164,12 @@ static int bench_train(int argc, char **argv) {
                "--warmup, --rounds, --baseline torch and --train-flags");
         return 2;
     }
-    return o.tp ? dt_bench_train_tp(&o) : dt_bench_train(&o);
+    if (o.pp && (o.tp || image || o.zero || o.nnprocs || o.precision != DT_F32 || o.report || (o.baseline && strcmp(o.baseline, "torch")))) {
+        dt_log(DT_LOG_ERROR, "bench train: --pp N compares GPT-2 layouts on N cores; it takes --model, --batch, --micro-batches, --seq, "
+               "--steps, --warmup, --rounds, --baseline torch and --train-flags");
+        return 2;
+    }
+    return o.pp ? dt_bench_train_pp(&o) : o.tp ? dt_bench_train_tp(&o) : dt_bench_train(&o);
 }
 
 /* argv is the whole command line ("dtrain bench comm ..."): the benchmark

@@ -1,0 +1,112 @@
+/* dtrain bench train --pp N: pipeline parallelism on N stages (GPipe and
+ * 1F1B) against the two other ways to put N cores on one global batch of
+ * M micro-batches: one process with N threads, and N data-parallel ranks;
+ * with --baseline torch, PyTorch's torch.distributed.pipelining
+ * (bench/torch_pp.py: ScheduleGPipe and Schedule1F1B over gloo, cut at
+ * dtrain's split, from the baselines' virtual environment) on the same
+ * model and batch. The runs alternate within each round; medians of the
+ * steps after warm-up, then over the rounds. */
+#include "dtrain/bench.h"
+#include "dtrain/base.h"
+#include "dtrain/pipeline.h"
+#include "measure.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { MAXR = 16, OURS = 4, KINDS = 6 };
+static const char *const names[KINDS] = { "one process", "data parallel", "PP gpipe", "PP 1f1b", "PyTorch gpipe", "PyTorch 1f1b" };
+
+static int run_torch_pp(const dt_bench_train_opts *o, const char *weights, const char *split, const char *sched, double *ms) {
+    char cmd[PATH_MAX * 3];
+    if (dt_bench_venv_cmd(cmd, sizeof cmd, "torch_pp.py", 1)) return 1;
+    size_t len = strlen(cmd);
+    snprintf(cmd + len, sizeof cmd - len, "--nproc %d --weights %s --split %s --schedule %s --micro %d --batch %d --seq %d --steps %d "
+             "--warmup %d --threads 1 2>/dev/null", o->pp, weights, split, sched, o->micro, o->batch, o->seq, o->steps, o->warmup);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 1;
+    double v[4096];
+    int n = 0;
+    dt_bench_collect(p, "ms", 0, v, &n, 4096);
+    int rc = pclose(p);
+    *ms = n >= o->steps ? dt_bench_median(v, n) : -1;
+    if (rc != 0 || *ms < 0) {
+        dt_log(DT_LOG_ERROR, "bench train: PyTorch's pipelining (bench/torch_pp.py, %s) failed on %d stages (exit %d)", sched, o->pp, rc);
+        return 1;
+    }
+    return 0;
+}
+
+/* dtrain layout k: its options and rank count. The data-parallel ranks
+ * split the micro-batches (or, when M does not divide, each micro-batch). */
+static int layout(const dt_bench_train_opts *o, int k, dt_bench_train_opts *out, char *flags, size_t cap) {
+    *out = *o;
+    out->threads = 1;
+    out->train_flags = flags;
+    const char *more = o->train_flags ? o->train_flags : "";
+    int accum = o->micro;
+    if (k == 0) out->threads = o->pp;
+    if (k == 1 && o->micro % o->pp == 0) accum = o->micro / o->pp;
+    if (k == 1 && o->micro % o->pp) out->batch = o->batch / o->pp;
+    if (k <= 1) snprintf(flags, cap, "--grad-accum %d %s", accum, more);
+    else snprintf(flags, cap, "--grad-accum %d --pp %d --pp-schedule %s %s", accum, o->pp, k == 2 ? "gpipe" : "1f1b", more);
+    return k == 0 ? 1 : o->pp;
+}
+
+int dt_bench_train_pp(const dt_bench_train_opts *o) {
+    dt_bench_train_opts opt = *o;
+    if (opt.micro < 1) opt.micro = 2 * o->pp;
+    o = &opt;
+    dt_gpt2_config cfg;
+    int first[257];
+    if (dt_gpt2_preset(o->model, &cfg) || dt_pp_split_gpt2(&cfg, o->seq, o->pp, first)) {
+        dt_log(DT_LOG_ERROR, "bench train --pp %d: %s", o->pp, dt_last_error());
+        return 2;
+    }
+    if (o->micro % o->pp && o->batch % o->pp) {
+        dt_log(DT_LOG_ERROR, "bench train: neither --micro-batches %d nor --batch %d splits into %d data-parallel ranks (the comparison "
+               "needs one of them to)", o->micro, o->batch, o->pp);
+        return 2;
+    }
+    char split[1024] = "";
+    for (int s = 0, k = 0; s < o->pp; s++) k += snprintf(split + k, sizeof split - (size_t)k, "%s%d", s ? "," : "", first[s]);
+    char self[PATH_MAX], weights[] = "/tmp/dtrain-bench-weights-XXXXXX", data[] = "/tmp/dtrain-bench-tokens-XXXXXX";
+    if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
+    int rc = dt_bench_make_inputs(o, o->pp * o->micro, weights, data), rounds = o->rounds < 1 ? 1 : o->rounds > MAXR ? MAXR : o->rounds;
+    if (rc) return rc;
+    int kinds = o->baseline ? KINDS : OURS;
+    double ms[KINDS][MAXR], ex[KINDS][MAXR];
+    if (!o->json)
+        printf("# dtrain bench train --pp %d: GPT-2 %s, global batch %d micro-batches of %d x %d, AdamW, %ld cores; one process with %d "
+               "threads, %d data-parallel ranks, %d pipeline stages (units from %s; 1 thread each)%s; medians of %d steps after %d "
+               "warm-up, %d round(s)\n", o->pp, o->model, o->micro, o->batch, o->seq, sysconf(_SC_NPROCESSORS_ONLN), o->pp, o->pp, o->pp,
+               split, o->baseline ? ", PyTorch's pipelining" : "", o->steps, o->warmup, rounds);
+    for (int r = 0; r < rounds && !rc; r++)
+        for (int i = 0; i < kinds && !rc; i++) {
+            int k = r % 2 ? kinds - 1 - i : i; /* alternate the order: a drifting machine slows each alike */
+            ex[k][r] = 0;
+            if (k >= OURS) { rc = run_torch_pp(o, weights, split, k == OURS ? "gpipe" : "1f1b", &ms[k][r]); continue; }
+            dt_bench_train_opts lo;
+            char flags[512];
+            int n = layout(o, k, &lo, flags, sizeof flags);
+            rc = dt_bench_run_dtrain(&lo, n, false, self, weights, data, &ms[k][r], &ex[k][r]);
+        }
+    unlink(weights);
+    unlink(data);
+    if (rc) return rc;
+    double one = dt_bench_median(ms[0], rounds), tok = (double)o->batch * o->micro * o->seq;
+    if (!o->json) printf("%-16s %9s %10s %14s\n", "layout", "ms/step", "tok/s", "vs one process");
+    for (int k = 0; k < kinds; k++) {
+        double m = dt_bench_median(ms[k], rounds);
+        if (o->json)
+            printf("{\"model\":\"%s\",\"pp\":%d,\"layout\":\"%s\",\"micro_batches\":%d,\"batch\":%d,\"seq\":%d,\"ms\":%.2f,\"tok_per_s\":%.1f,"
+                   "\"vs_one_process\":%.3f}\n", o->model, o->pp, names[k], o->micro, o->batch, o->seq, m, tok / (m / 1e3), one / m);
+        else printf("%-16s %9.1f %10.1f %13.2fx\n", names[k], m, tok / (m / 1e3), one / m);
+    }
+    if (!o->json && o->baseline)
+        printf("dtrain over PyTorch (tok/s): gpipe %.2fx, 1f1b %.2fx\n", dt_bench_median(ms[OURS], rounds) / dt_bench_median(ms[2], rounds),
+               dt_bench_median(ms[OURS + 1], rounds) / dt_bench_median(ms[3], rounds));
+    return 0;
+}
