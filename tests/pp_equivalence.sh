@@ -74,6 +74,33 @@ run clip1 --batch 4 --grad-accum 2 --grad-clip 0.5
 run clip2 --batch 4 --grad-accum 2 --grad-clip 0.5 --nproc 3 --pp 3 --recompute &&
     close "PP 3, clipped at 0.5, recomputing" "$dir/clip1.jsonl" "$dir/clip2.jsonl"
 
+# evaluation through the stages: the validation losses of one process (steps 10 and 20)
+run vref --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3
+run vpp --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3 --nproc 3 --pp 3
+v1=$(field val_loss "$dir/vref.jsonl" | tr '\n' ' ') v2=$(field val_loss "$dir/vpp.jsonl" | tr '\n' ' ')
+[ -n "$v1" ] && [ "$(echo $v1 | wc -w)" = 2 ] && awk -v a="$v1" -v b="$v2" 'BEGIN{split(a,x," "); split(b,y," ");
+    for(i=1;i<=2;i++){d=(x[i]-y[i])/x[i]; if(d<0)d=-d; if(!(d<=1e-6)) exit 1}}' &&
+    ok "evaluation through 3 stages: validation losses $v2(one process: $v1)" || bad "evaluation: '$v2' against '$v1'"
+
+# checkpoints: each stage writes its units into the whole model's files, and any layout goes on from any other's:
+# PP 2 -> DP 2 -> one process -> PP 4, 5 steps each (--resume keeps the saved --grad-accum unless told), give one
+# process's 20 losses; a 3D layout (DP 2 x TP 2 x PP 2,
+# ZeRO-1) saved at step 10 goes on as TP 2 x PP 2
+ck="$dir/ck"
+mkdir -p "$ck"
+run c1 --batch 2 --grad-accum 2 --nproc 2 --pp 2 --steps 5 --save "$ck/a" &&
+run c2 --batch 2 --grad-accum 1 --nproc 2 --steps 10 --resume "$ck/a" --save "$ck/b" &&
+run c3 --batch 4 --grad-accum 1 --steps 15 --resume "$ck/b" --save "$ck/c" &&
+run c4 --batch 2 --grad-accum 2 --nproc 4 --pp 4 --steps 20 --resume "$ck/c" --save "$ck/d"
+cat "$dir"/c[1-4].jsonl > "$dir/chain.jsonl"
+close "resharded PP 2 -> DP 2 -> 1 process -> PP 4 (global batch 4 each)" "$dir/ref2.jsonl" "$dir/chain.jsonl"
+info=$("$DTRAIN" ckpt info "$ck/a" 2>&1 | head -1)
+echo "$info" | grep -q "with 2 pipeline stages" && ok "ckpt info: $info" || bad "ckpt info: $info"
+run z1 --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --steps 10 --save "$ck/e" &&
+run z2 --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --steps 20 --resume "$ck/e"
+cat "$dir/z1.jsonl" "$dir/z2.jsonl" > "$dir/chain2.jsonl"
+close "DP 2 x TP 2 x PP 2 ZeRO-1 saved, TP 2 x PP 2 resumed" "$dir/ref.jsonl" "$dir/chain2.jsonl"
+
 if [ -n "$MPIEXEC" ]; then
     # 3D under mpirun on 2 pseudo-nodes: the TP pairs stay on a node
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \
@@ -99,6 +126,7 @@ refused "an unknown schedule" "--pp-schedule" --nproc 2 --pp 2 --pp-schedule zig
 refused "--virtual-stages" "--virtual-stages is not built yet" --nproc 2 --pp 2 --virtual-stages 2
 refused "--pp 2 with ZeRO-3" "--pp 2: not with ZeRO-3" --nproc 2 --pp 2 --strategy zero3
 refused "--pp 2 with bf16" "--pp 2: not with --precision bf16" --nproc 2 --pp 2 --precision bf16
+refused "--pp 2 saving a weights file" "--pp 2: not with --save FILE.bin" --nproc 2 --pp 2 --save "$dir/x.bin"
 
 # a stage killed mid-schedule: the others name it, and what they were sending or receiving, within a second
 # (wide enough that the stages spend their time in the schedule, not in the step's small allreduces)

@@ -102,6 +102,10 @@ typedef struct dt_pipeline dt_pipeline;
  * come before a data-parallel strategy's). Collective over pp. */
 dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out);
 void dt_pipeline_destroy(dt_pipeline *p);
+/* Forward only (evaluation): n batches from batch(ctx, k, ...) through the
+ * stages in order; the last stage sums their mean losses (*loss_sum, *nloss;
+ * 0 elsewhere). Collective over the stages. */
+dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, void *ctx, double *loss_sum, int *nloss);
 /* What the engine runs (dt_engine_config.schedule). */
 const dt_micro_schedule *dt_pipeline_schedule(dt_pipeline *p);
 const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p);

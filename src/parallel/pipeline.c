@@ -135,6 +135,24 @@ static dt_status run(void *ctx, dt_engine *e, int accum, float grad_scale, doubl
     return st;
 }
 
+dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, void *ctx, double *loss_sum, int *nloss) {
+    *loss_sum = 0;
+    *nloss = 0;
+    dt_gpt2_use_slot(p->c.model, 0);
+    dt_status st = DT_OK;
+    for (int k = 0; k < n && !st; k++) {
+        const int32_t *tok = NULL, *tg = NULL;
+        float loss = 0;
+        /* a chain: each stage receives micro-batch k, runs it and passes it on (no cycle: no deadlock) */
+        if (!(st = batch(ctx, k, &tok, &tg)) && p->ua > 0) st = dt_comm_recv(p->c.pp, p->xin, p->stream, DT_F32, p->stage - 1);
+        if (!st) st = dt_gpt2_forward_units(p->c.model, p->ua, p->ub, tok, p->ua > 0 ? p->xin : NULL, tg, p->c.B, p->c.T, &loss);
+        if (!st && p->ub < p->L + 2) st = dt_comm_send(p->c.pp, dt_gpt2_output(p->c.model), p->stream, DT_F32, p->stage + 1);
+        if (!st && p->ub == p->L + 2) { *loss_sum += loss; ++*nloss; }
+    }
+    if (st) return dt_error(st, "pipeline stage %d, forward only: %s", p->stage, dt_last_error());
+    return DT_OK;
+}
+
 /* After the update: the owner's wte to the last stage's copy. */
 static dt_status after_update(void *ctx) {
     dt_pipeline *p = ctx;

@@ -27,11 +27,14 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
         !(st = dt_ckpt_count(j, "settings", "ranks", mpath, 1e9, &ranks)) && !(st = dt_ckpt_count(j, "model", "parameters", mpath, 1e15, &np))) {
         const char *strategy = dt_ckpt_string(j, "settings", "strategy"), *opt = dt_ckpt_string(j, "optimizer", "kind");
         const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
-        double tp = 1;
+        double tp = 1, stages = 1;
         if (dt_ckpt_number(j, "settings", "tp", mpath, &tp)) tp = 1; /* older checkpoints: no tensor parallelism */
+        if (dt_ckpt_number(j, "settings", "pp", mpath, &stages)) stages = 1;
         fprintf(f, "%s: format %d, step %.0f, saved by %.0f rank%s under %s", sub, cJSON_IsNumber(ver) ? ver->valueint : 0, step,
                 ranks, ranks == 1 ? "" : "s", strategy ? strategy : "?");
-        if (tp > 1) fprintf(f, " with tensor parallelism %.0f (each rank wrote its slices in place; any layout reads them)", tp);
+        if (tp > 1) fprintf(f, " with tensor parallelism %.0f", tp);
+        if (stages > 1) fprintf(f, "%s %.0f pipeline stages", tp > 1 ? " and" : " with", stages);
+        if (tp > 1 || stages > 1) fprintf(f, " (each rank wrote its slices in place; any layout reads them)");
         fprintf(f, "\n");
         if (gpt2) {
             fprintf(f, "model: gpt2, %d layers, %d heads, %d channels, vocab %d (padded %d), %d positions, %.0f parameters\n",

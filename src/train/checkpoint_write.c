@@ -214,7 +214,8 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddNumberToObject(x, "seq", c->seq);
     cJSON_AddNumberToObject(x, "grad_accum", c->grad_accum);
     cJSON_AddNumberToObject(x, "ranks", nranks);
-    cJSON_AddNumberToObject(x, "tp", c->tp > 1 ? c->tp : 1); /* ranks / tp read the global batch */
+    cJSON_AddNumberToObject(x, "tp", c->tp > 1 ? c->tp : 1); /* ranks / (tp x pp) read the global batch */
+    cJSON_AddNumberToObject(x, "pp", c->pp > 1 ? c->pp : 1);
     cJSON_AddStringToObject(x, "strategy", strategy);
     cJSON_AddNumberToObject(x, "grad_clip", c->grad_clip);
     cJSON_AddNumberToObject(x, "seed", (double)c->seed);
@@ -320,10 +321,13 @@ typedef struct {
     size_t G, off;
     const char *path;
     dt_status st;
+    size_t tied0, tied1;   /* the store's tied copy, not written */
 } runs_io;
 
 static void run_io(size_t lo, size_t go, size_t n, void *ctx) {
     runs_io *x = ctx;
+    /* a pipeline's last stage holds a copy of the tied wte: the first stage writes it (the copy's optimizer state is not wte's) */
+    if (x->write && lo >= x->tied0 && lo < x->tied1) return;
     for (int b = 0; b < x->nb && !x->st; b++) {
         char *q = (char *)(x->bufs[b] + (lo - x->off));
         size_t left = n * sizeof(float);
@@ -342,7 +346,9 @@ static void run_io(size_t lo, size_t go, size_t n, void *ctx) {
 dt_status dt_ckpt_file_runs(const char *path, int write, const dt_model *m, float *const *bufs, int nb, size_t off, size_t n) {
     int fd = write ? open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot %s: %s", path, write ? "create" : "open", strerror(errno));
-    runs_io x = { fd, nb, write, bufs, dt_model_global_params(m), off, path, DT_OK };
+    runs_io x = { fd, nb, write, bufs, dt_model_global_params(m), off, path, DT_OK, 0, 0 };
+    for (int i = 0; i < m->ntensors; i++)
+        if (m->tensors[i].tied_copy) x.tied0 = m->tensors[i].offset, x.tied1 = m->tensors[i].offset + m->tensors[i].count;
     dt_model_global_runs(m, off, n, run_io, &x);
     if (write && fsync(fd) != 0 && !x.st) x.st = dt_error(DT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
     close(fd);
@@ -443,7 +449,7 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     bool sliced = G != m.nparams, sharded = off != 0 || n != m.nparams;
     dt_comm *dp = dt_engine_get_config(e)->comm;
     bool dp0 = !dp || dt_comm_rank(dp) == 0; /* writes what its data-parallel ranks all hold */
-    if (sliced && !w) return dt_error(DT_ERR_ARG, "checkpoint: a tensor-parallel model's ranks save together");
+    if (sliced && !w) return dt_error(DT_ERR_ARG, "checkpoint: a tensor- or pipeline-parallel model's ranks save together");
     if ((off != 0 || n != m.nparams) && !w)
         return dt_error(DT_ERR_ARG, "checkpoint: strategy %s shards the optimizer: all its ranks save together",
                         dt_engine_strategy_name(e));

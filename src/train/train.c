@@ -65,24 +65,6 @@ static size_t resident_now(void) { return status_bytes("VmRSS"); }
 
 size_t dt_peak_memory(void) { return status_bytes("VmHWM"); }
 
-static dt_status evaluate(dt_comm *w, dt_gpt2 *m, dt_loader *l, int batches, int B, int T, int32_t *in, int32_t *tg,
-                          float *out) {
-    double sum = 0;
-    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "evaluation", "\"batches\":%d", batches);
-    dt_loader_reset(l);
-    for (int i = 0; i < batches; i++) {
-        float loss = 0;
-        dt_loader_next(l, in, tg);
-        dt_status st = dt_gpt2_forward(m, in, tg, B, T, &loss);
-        if (st) { DT_TRACE_END(DT_TRACK_COMPUTE); return st; }
-        sum += loss;
-    }
-    DT_TRACE_END(DT_TRACK_COMPUTE);
-    float mean = (float)(sum / batches);
-    *out = mean;
-    return w ? dt_comm_allreduce(w, &mean, out, 1, DT_F32, DT_AVG) : DT_OK;
-}
-
 /* A JSON number, or null when it is not finite (JSON has no NaN). */
 static void json_num(FILE *f, const char *key, const char *fmt, double v) {
     fprintf(f, ",\"%s\":", key);
@@ -209,8 +191,7 @@ static const char *tp_lacks(const dt_train_config *c) {
 /* What pipeline parallelism does not take yet (NULL: none of it). */
 static const char *pp_lacks(const dt_train_config *c) {
     if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
-    if (c->save || c->resume) return "--save or --resume (checkpoints of stages)";
-    if (c->val_data) return "--val-data (evaluation through the stages)";
+    if (c->save && !dt_checkpoint_is_dir(c->save)) return "--save FILE.bin/.safetensors (a checkpoint directory takes the stages)";
     if (c->precision != DT_F32) return "--precision bf16/fp16";
     if (c->grad_store != DT_F32) return "--grad-store bf16/fp16";
     if (c->strategy && !strcmp(c->strategy, "zero3")) return "ZeRO-3 (the tied embedding's copy is sent whole after the update)";
@@ -301,6 +282,41 @@ static dt_status pp_batch(void *ctx, int k, const int32_t **in, const int32_t **
     *tg = r->tg;
     return DT_OK;
 }
+
+static dt_status eval_batch(void *ctx, int k, const int32_t **in, const int32_t **tg) {
+    run *r = ctx;
+    (void)k;
+    dt_loader_next(r->vl, r->in, r->tg);
+    *in = r->in;
+    *tg = r->tg;
+    return DT_OK;
+}
+
+/* The validation loss: eval_batches batches on every data-parallel rank
+ * (through the stages with a pipeline), the mean over them (collective). */
+static dt_status evaluate(run *r, float *out) {
+    const dt_train_config *c = &r->c;
+    double sum = 0;
+    int n = 0;
+    dt_status st = DT_OK;
+    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "evaluation", "\"batches\":%d", c->eval_batches);
+    dt_loader_reset(r->vl);
+    if (r->pipe) st = dt_pipeline_forward_only(r->pipe, c->eval_batches, eval_batch, r, &sum, &n);
+    for (int i = 0; i < c->eval_batches && !st && !r->pipe; i++, n++) {
+        float loss = 0;
+        dt_loader_next(r->vl, r->in, r->tg);
+        st = dt_gpt2_forward(r->m, r->in, r->tg, c->batch, c->seq, &loss);
+        sum += loss;
+    }
+    DT_TRACE_END(DT_TRACK_COMPUTE);
+    if (st) return st;
+    /* the mean over the ranks that computed losses (a pipeline's last stages; every rank otherwise) */
+    float v[2] = { n ? (float)(sum / n) : 0, n ? 1 : 0 };
+    if (r->nranks > 1 && (st = dt_comm_allreduce(r->w, v, v, 2, DT_F32, DT_SUM))) return st;
+    *out = v[1] > 1 ? v[0] / v[1] : v[0];
+    return DT_OK;
+}
+
 
 /* The job's memory before it is allocated: refused, with the stages that
  * would fit, when this machine's ranks would not fit in it. */
@@ -646,7 +662,7 @@ static dt_status save(run *r, int steps_done) {
     /* a sharded strategy's checkpoint: every rank writes its slices (ZeRO-3's
      * parameters too); a weights file: ZeRO-3's ranks gather the whole model
      * for rank 0 (collective) */
-    bool tp = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1;
+    bool tp = r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_PP) > 1); /* the model in parts */
     bool slices = dt_checkpoint_is_dir(path) && (sharded(r) || tp);
     dt_status st = slices ? DT_OK : dt_engine_materialize(r->e, 1);
     if (st || (r->rank != 0 && !slices)) {
@@ -712,7 +728,7 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
     /* --val-data alone evaluates at the end */
     bool eval = r->vl && finite && ((c->eval_every > 0 && (step + 1) % c->eval_every == 0) || step + 1 == c->steps);
     float val = NAN;
-    if (eval && evaluate(r->nranks > 1 ? r->w : NULL, r->m, r->vl, c->eval_batches, c->batch, c->seq, r->in, r->tg, &val)) {
+    if (eval && evaluate(r, &val)) {
         dt_log(DT_LOG_ERROR, "step %d, evaluation: %s", step + 1, dt_last_error());
         return 1;
     }
@@ -859,7 +875,7 @@ static int evaluate_only(run *r) {
     const dt_train_config *c = &r->c;
     float val;
     double t0 = dt_time_now();
-    if (evaluate(r->nranks > 1 ? r->w : NULL, r->m, r->vl, c->eval_batches, c->batch, c->seq, r->in, r->tg, &val)) {
+    if (evaluate(r, &val)) {
         dt_log(DT_LOG_ERROR, "evaluation: %s", dt_last_error());
         return 1;
     }
