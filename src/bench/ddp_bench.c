@@ -25,13 +25,6 @@
 enum { MAXR = 16, MAXN = 16 };
 
 /* Median over JSON lines of `key` after `skip` lines; -1 when fewer than want. */
-static double median_key(FILE *f, const char *key, int skip, int want) {
-    double v[4096];
-    int n = 0;
-    dt_bench_collect(f, key, skip, v, &n, 4096);
-    return n < want ? -1 : dt_bench_median(v, n);
-}
-
 /* dtrain train --nproc N, or with indep N independent `dtrain train` runs
  * side by side (no communication: what the machine allows N processes);
  * median ms per step (over every run's steps) and exposed ms. */
@@ -111,7 +104,7 @@ static int run_torch(const dt_bench_train_opts *o, int nproc, const char *weight
              nproc, weights, o->batch, o->seq, o->steps, o->warmup, o->threads);
     FILE *p = popen(cmd, "r");
     if (!p) return 1;
-    *ms = median_key(p, "ms", 0, o->steps);
+    *ms = dt_bench_median_key(p, "ms", 0, o->steps);
     int rc = pclose(p);
     if (rc != 0 || *ms < 0) {
         dt_log(DT_LOG_ERROR, "bench train: the PyTorch DDP baseline failed with %d ranks (exit %d): is python3-torch installed?",

@@ -87,3 +87,10 @@ void dt_bench_print_file(const char *path) {
     while (f && fgets(line, sizeof line, f)) fputs(line, stderr);
     if (f) fclose(f);
 }
+
+double dt_bench_median_key(FILE *f, const char *key, int skip, int want) {
+    double v[4096];
+    int n = 0;
+    dt_bench_collect(f, key, skip, v, &n, 4096);
+    return n < want ? -1 : dt_bench_median(v, n);
+}

@@ -13,6 +13,8 @@
 double dt_bench_median(double *v, int n);
 /* Appends the values of key in the JSON lines of f, after skip of them, to v[*n..cap). */
 void dt_bench_collect(FILE *f, const char *key, int skip, double *v, int *n, int cap);
+/* The median of key's values in the JSON lines of f after skip of them; -1 if fewer than want. */
+double dt_bench_median_key(FILE *f, const char *key, int skip, int want);
 /* copies runs of the shell command cmd side by side (in it, $r is each
  * copy's index: 0, 1, ...), waiting for all: 0 when every one exited 0. */
 int dt_bench_run_copies(const char *cmd, int copies);

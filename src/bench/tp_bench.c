@@ -27,11 +27,8 @@ static int run_torch_tp(const dt_bench_train_opts *o, const char *weights, doubl
              o->tp, weights, o->batch, o->seq, o->steps, o->warmup, o->sp ? " --sp" : "");
     FILE *p = popen(cmd, "r");
     if (!p) return 1;
-    double v[4096];
-    int n = 0;
-    dt_bench_collect(p, "ms", 0, v, &n, 4096);
+    *ms = dt_bench_median_key(p, "ms", 0, o->steps);
     int rc = pclose(p);
-    *ms = n >= o->steps ? dt_bench_median(v, n) : -1;
     if (rc != 0 || *ms < 0) {
         dt_log(DT_LOG_ERROR, "bench train: PyTorch's tensor parallelism (bench/torch_tp.py) failed on %d ranks (exit %d)", o->tp, rc);
         return 1;
