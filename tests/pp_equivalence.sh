@@ -5,7 +5,9 @@
 # (a pipeline adds every gradient in one process's order; only the tied
 # embedding's two parts are summed in another, which m = 1 keeps exact);
 # DP 2 x PP 2 with DDP, ZeRO-1 and ZeRO-2, TP 2 x PP 2, DP 2 x TP 2 x PP 2 (8
-# ranks), clipping and recomputation, within 1e-6 relative; under mpirun on
+# ranks), clipping and recomputation, within 1e-6 relative; bf16 and fp16 (m = 1 to
+# the digit, m = 4 within 1e-4); evaluation through the stages; checkpoints
+# resharded across layouts; under mpirun on
 # 2 pseudo-nodes with the placement printed. The bubble is in the metrics.
 # Bad layouts are refused before any work; a killed stage is named by the
 # others within a second, with the send or receive they were in.
@@ -74,6 +76,24 @@ run clip1 --batch 4 --grad-accum 2 --grad-clip 0.5
 run clip2 --batch 4 --grad-accum 2 --grad-clip 0.5 --nproc 3 --pp 3 --recompute &&
     close "PP 3, clipped at 0.5, recomputing" "$dir/clip1.jsonl" "$dir/clip2.jsonl"
 
+# mixed precision: one micro-batch gives one process's digits; with 4, the tied embedding's two parts, summed in
+# another order in f32, round differently into bf16/fp16 weights later: within 1e-4 (loss) and 1e-3 (norm)
+close_lp() { # WHAT REF FILE
+    local l n
+    l=$(worst loss "$2" "$3") n=$(worst grad_norm "$2" "$3")
+    if [ "$l" != missing ] && [ "$n" != missing ] && awk "BEGIN{exit !($l <= 1e-4 && $n <= 1e-3)}"; then
+        ok "$1: worst relative difference over 20 steps: loss $l, gradient norm $n"
+    else bad "$1: loss $l, norm $n"; fi
+}
+for prec in bf16 fp16; do
+    run lpref1 --batch 2 --precision $prec && run lppp1 --batch 2 --precision $prec --nproc 2 --pp 2 &&
+        same "$prec, 1f1b p=2 m=1" "$dir/lpref1.jsonl" "$dir/lppp1.jsonl"
+    run lpref4 --batch 2 --grad-accum 4 --precision $prec && run lppp4 --batch 2 --grad-accum 4 --precision $prec --nproc 3 --pp 3 &&
+        close_lp "$prec, 1f1b p=3 m=4" "$dir/lpref4.jsonl" "$dir/lppp4.jsonl"
+done
+run lpref --batch 4 --grad-accum 2 --precision bf16 && run lpdp --batch 2 --grad-accum 2 --precision bf16 --nproc 4 --pp 2 --strategy zero1 &&
+    close_lp "bf16, DP 2 x PP 2, ZeRO-1 (DP 2 alone differs from one process by ~5e-5 as well)" "$dir/lpref.jsonl" "$dir/lpdp.jsonl"
+
 # evaluation through the stages: the validation losses of one process (steps 10 and 20)
 run vref --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3
 run vpp --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3 --nproc 3 --pp 3
@@ -125,7 +145,7 @@ refused "--pp 3 on 4 ranks" "--tp 1 x --pp 3 = 3 does not divide the job's 4 ran
 refused "an unknown schedule" "--pp-schedule" --nproc 2 --pp 2 --pp-schedule zigzag
 refused "--virtual-stages" "--virtual-stages is not built yet" --nproc 2 --pp 2 --virtual-stages 2
 refused "--pp 2 with ZeRO-3" "--pp 2: not with ZeRO-3" --nproc 2 --pp 2 --strategy zero3
-refused "--pp 2 with bf16" "--pp 2: not with --precision bf16" --nproc 2 --pp 2 --precision bf16
+refused "--pp 2 with 16-bit gradient storage" "--pp 2: not with --grad-store bf16" --nproc 2 --pp 2 --precision bf16 --grad-store bf16
 refused "--pp 2 saving a weights file" "--pp 2: not with --save FILE.bin" --nproc 2 --pp 2 --save "$dir/x.bin"
 
 # a stage killed mid-schedule: the others name it, and what they were sending or receiving, within a second
