@@ -32,7 +32,10 @@ struct dt_pipeline {
 static void after_backward(int unit, void *ctx) {
     dt_pipeline *p = ctx;
     if (!p->last_b || unit != p->L + 1 || p->hook_err) return;
-    memcpy(p->wte_send, dt_gpt2_grads(p->c.model) + p->wte_off, p->wte_n * sizeof(float));
+    float *g = dt_gpt2_grads(p->c.model) + p->wte_off;
+    memcpy(p->wte_send, g, p->wte_n * sizeof(float));
+    /* the copy's gradient has left: zero for the next step (an optimizer that leaves the copy out does not zero it) */
+    memset(g, 0, p->wte_n * sizeof(float));
     p->hook_err = dt_comm_isend(p->tied, p->wte_send, p->wte_n, DT_F32, 0, &p->wte_req);
 }
 

@@ -71,6 +71,17 @@ static dt_status make_optimizer(dt_engine *e) {
     return st;
 }
 
+/* A pipeline's last stage ends its store with its copy of the tied wte,
+ * whose values the first stage sends after each update: an optimizer that
+ * owns the whole store leaves it out (no state, no update for it). A
+ * sharded one keeps its shards tiling the store (it updates the copy,
+ * which is then overwritten). */
+static void trim_tied_copy(dt_engine *e) {
+    const dt_model *m = &e->cfg.model;
+    const dt_tensor_info *t = m->ntensors ? &m->tensors[m->ntensors - 1] : NULL;
+    if (t && t->tied_copy && e->off == 0 && e->n == m->nparams && t->offset + t->count == m->nparams) e->n = t->offset;
+}
+
 dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
     *out = NULL;
     dt_engine *e = calloc(1, sizeof *e);
@@ -103,6 +114,7 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
                           dt_dtype_name(c->grad_store), dt_dtype_name(c->grad_comm));
     }
     if (!st && e->s->create) st = e->s->create(e, &e->state, &e->off, &e->n);
+    if (!st) trim_tied_copy(e);
     if (!st) st = make_optimizer(e);
     if (!st && e->s->attach) st = e->s->attach(e->state, e->opt);
     if (st) { dt_engine_destroy(e); return st; }
