@@ -129,6 +129,15 @@ if [ -n "$MPIEXEC" ]; then
     close "mpirun, 2 pseudo-nodes, DP 2 x TP 2 x PP 2" "$dir/ref.jsonl" "$dir/mpi.jsonl"
     place=$(grep -o "mesh pp 2 x dp 2 x tp 2.*" "$dir/mpi.out")
     [ -n "$place" ] && ! grep -q "spans machines" "$dir/mpi.out" && ok "placement: $place" || bad "placement: '$place' $(grep spans "$dir/mpi.out")"
+    # the memory check counts a stage's share: with one rank per (pseudo-)machine and 70 MB each, 2 stages fit where 2
+    # data-parallel ranks (the whole model each, ~82 MB) are refused
+    big=(--data "$dir/train.bin" --layers 4 --channels 256 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 2 --threads 1 --steps 2 --quiet)
+    mem() { OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \
+            DTRAIN_MEMORY_AVAILABLE=70M "$MPIEXEC" --oversubscribe -np 2 "$DTRAIN" train "${big[@]}" "$@" 2>&1; }
+    dpout=$(mem --pp 1) ppout=$(mem --pp 2)
+    echo "$dpout" | grep -q "ddp needs .* MB on this machine" && ! echo "$ppout" | grep -q "needs .* MB on this machine" &&
+        ok "memory check per stage: 2 stages run in 70 MB a machine, DP 2 refused ($(echo "$dpout" | grep -o 'ddp needs [0-9]* MB'))" ||
+        bad "memory check with --pp: DP: $(echo "$dpout" | grep -m1 error | cut -c1-160); PP: $(echo "$ppout" | grep -m1 error | cut -c1-160)"
 fi
 
 # bad layouts: refused before any work, naming the numbers

@@ -51,6 +51,18 @@ int main(void) {
     dt_gpt2_init_random(whole, 7);
     for (int s = 0; s < S; s++) dt_gpt2_init_random(st[s], 7);
 
+    /* what a stage holds without building it (the memory plan's count): every range of units, as built */
+    for (int a = 0; a < 5; a++)
+        for (int b = a + 1; b <= 5; b++) {
+            dt_gpt2 *u = NULL;
+            if (dt_gpt2_create_units(&cfg, a, b, &u)) { EXPECT(0, "units [%d, %d): %s", a, b, dt_last_error()); continue; }
+            EXPECT(dt_gpt2_units_num_params(&cfg, a, b, 1) == dt_gpt2_num_params(u), "units [%d, %d): counted %zu parameters, built %zu",
+                   a, b, dt_gpt2_units_num_params(&cfg, a, b, 1), dt_gpt2_num_params(u));
+            dt_gpt2_destroy(u);
+        }
+    EXPECT(dt_gpt2_units_num_params(&cfg, 0, 5, 2) == dt_gpt2_part_num_params(&cfg, 2), "the whole model at tp 2: %zu, not %zu",
+           dt_gpt2_units_num_params(&cfg, 0, 5, 2), dt_gpt2_part_num_params(&cfg, 2));
+
     /* memory that setup must not make resident: a new optimizer's state (zero pages until the first update) and
      * the model's own gradients once a strategy's store replaces them (given back, and never copied) */
     {

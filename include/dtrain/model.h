@@ -167,6 +167,20 @@ size_t dt_gpt2_activation_bytes(const dt_gpt2_config *cfg, int B, int T, int rec
  * what each rank of such a layout allocates. */
 size_t dt_gpt2_part_activation_bytes(const dt_gpt2_config *cfg, int tp, int sp, int B, int T, int recompute, int attention,
                                      dt_dtype precision);
+/* GPT-2's units 0..L+1 on p stages (gpt2_split.c): stage s holds
+ * [first[s], first[s+1]) (first has p+1 entries), contiguous, the
+ * costliest stage as cheap as a split can make it (a unit's cost: its
+ * forward FLOPs per token at sequence length T). Fails if p > L+2. */
+dt_status dt_gpt2_split_stages(const dt_gpt2_config *c, int T, int p, int *first);
+/* The cost of units [a, b) by the same measure. */
+double dt_gpt2_units_cost(const dt_gpt2_config *c, int T, int a, int b);
+
+/* Parameters a pipeline stage holding units [a, b) stores as tensor-parallel
+ * rank 0 of tp (a last stage without unit 0: its copy of wte too). */
+size_t dt_gpt2_units_num_params(const dt_gpt2_config *cfg, int a, int b, int tp);
+/* The activations such a stage allocates per micro-batch in flight (one slot). */
+size_t dt_gpt2_units_activation_bytes(const dt_gpt2_config *cfg, int a, int b, int tp, int sp, int B, int T, int recompute,
+                                      int attention, dt_dtype precision);
 /* Parameters tensor-parallel rank 0 of tp holds (the split tensors' 1/tp, the vocabulary's ceil(Vp/tp) rows, the rest whole). */
 size_t dt_gpt2_part_num_params(const dt_gpt2_config *cfg, int tp);
 dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out);

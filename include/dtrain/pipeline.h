@@ -70,14 +70,6 @@ void dt_pp_schedule_print(const dt_pp_schedule *s, FILE *out);
 /* The idle fraction of that simulated run, over all stages. */
 double dt_pp_schedule_bubble(const dt_pp_schedule *s);
 
-/* GPT-2's units 0..L+1 on p stages (pipeline_split.c): stage s holds
- * [first[s], first[s+1]) (first has p+1 entries), contiguous, the
- * costliest stage as cheap as a split can make it (a unit's cost: its
- * forward FLOPs per token at sequence length T). Fails if p > L+2. */
-dt_status dt_pp_split_gpt2(const dt_gpt2_config *c, int T, int p, int *first);
-/* The cost of units [a, b) by the same measure. */
-double dt_pp_stage_cost(const dt_gpt2_config *c, int T, int a, int b);
-
 /* ---- the runner (pipeline.c): one stage of a pipeline over a GPT-2 part ---- */
 
 /* Micro-batch k's tokens and targets [B*T]: every stage asks for each in

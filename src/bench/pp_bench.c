@@ -58,7 +58,7 @@ int dt_bench_train_pp(const dt_bench_train_opts *o) {
     o = &opt;
     dt_gpt2_config cfg;
     int first[257];
-    if (dt_gpt2_preset(o->model, &cfg) || dt_pp_split_gpt2(&cfg, o->seq, o->pp, first)) {
+    if (dt_gpt2_preset(o->model, &cfg) || dt_gpt2_split_stages(&cfg, o->seq, o->pp, first)) {
         dt_log(DT_LOG_ERROR, "bench train --pp %d: %s", o->pp, dt_last_error());
         return 2;
     }

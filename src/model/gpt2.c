@@ -86,6 +86,18 @@ size_t dt_gpt2_part_num_params(const dt_gpt2_config *c, int tp) {
     return dt_gpt2_config_num_params(c) - split - (size_t)c->padded_vocab_size * C + split / t + vocab;
 }
 
+size_t dt_gpt2_units_num_params(const dt_gpt2_config *c, int a, int b, int tp) {
+    size_t t = tp > 1 ? (size_t)tp : 1, C = (size_t)c->channels, L = (size_t)c->num_layers;
+    size_t wte = ((size_t)c->padded_vocab_size + t - 1) / t * C, n = 0;
+    /* a block: qkv (w, b), attproj w, fc (w, b), fcproj w split by tp; two LayerNorms and two biases (6 C) whole */
+    size_t block = (12 * C * C + 7 * C) / t + 6 * C;
+    int first = a > 1 ? a : 1, last = b - 1 < (int)L ? b - 1 : (int)L; /* blocks: units [first, last] */
+    if (a == 0) n += wte + (size_t)c->max_seq_len * C;
+    if (last >= first) n += (size_t)(last - first + 1) * block;
+    if (b == (int)L + 2) n += 2 * C + (a > 0 ? wte : 0);
+    return n;
+}
+
 double dt_gpt2_flops_per_token(const dt_gpt2_config *c, int T) {
     double n_mm = (double)dt_gpt2_config_num_params(c) - (double)c->max_seq_len * c->channels;
     return 6.0 * n_mm + 12.0 * c->num_layers * (double)T * c->channels;

@@ -18,9 +18,9 @@ static int optim_floats(const dt_optim_config *o) {
     return o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB ? 2 : 1;
 }
 
-void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
-    /* a tensor-parallel rank's share of the model: 1/tp of the split tensors and the replicated ones whole */
-    double psi = (double)dt_gpt2_part_num_params(&j->model, j->tp), n = j->dp > 0 ? j->dp : 1, f = 4;
+/* One rank holding psi parameters and acts bytes of activations. */
+static void estimate_rank(const dt_plan_job *j, double psi, double acts, dt_plan_memory *m) {
+    double n = j->dp > 0 ? j->dp : 1, f = 4;
     memset(m, 0, sizeof *m);
     /* on one machine ZeRO's ranks share one copy of the parameters (a rank's share: its shard) */
     int shared = j->stage >= 1 && n > 1 && j->shared_params;
@@ -37,11 +37,29 @@ void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
     m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
               (j->stage >= 2 && n > 1 ? f * (double)j->model.padded_vocab_size * C + (double)j->bucket_bytes : 0);
-    m->acts = (double)dt_gpt2_part_activation_bytes(&j->model, j->tp, j->sp, j->batch, j->seq, j->recompute, j->attention, j->precision);
+    m->acts = acts;
     m->data = (double)j->data_bytes;
     m->runtime = (double)j->process_bytes;
     m->per_rank = m->params + m->grads + m->optim + m->comm + m->acts + m->data + m->runtime;
     m->per_machine = m->per_rank * (j->local_ranks > 0 ? j->local_ranks : 1);
+}
+
+void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
+    const dt_gpt2_config *c = &j->model;
+    int p = j->pp > 1 ? j->pp : 1, first[p + 1], ok = p > 1 && !dt_gpt2_split_stages(c, j->seq, p, first);
+    if (!ok) { first[0] = 0, first[1] = c->num_layers + 2, p = 1; }
+    /* each stage's rank (a tensor-parallel rank's share: 1/tp of the split tensors, the replicated ones whole), the
+     * activations of each micro-batch in flight; the largest counts for every rank (conservative) */
+    memset(m, 0, sizeof *m);
+    for (int s = 0; s < p; s++) {
+        int slots = p == 1 ? 1 : j->gpipe ? j->micro : p - s < j->micro ? p - s : j->micro;
+        double psi = (double)dt_gpt2_units_num_params(c, first[s], first[s + 1], j->tp);
+        double acts = (double)dt_gpt2_units_activation_bytes(c, first[s], first[s + 1], j->tp, j->sp, j->batch, j->seq, j->recompute,
+                                                             j->attention, j->precision) * (slots > 0 ? slots : 1);
+        dt_plan_memory one;
+        estimate_rank(j, psi, acts, &one);
+        if (one.per_rank > m->per_rank) *m = one;
+    }
 }
 
 size_t dt_plan_available_memory(void) {

@@ -330,6 +330,7 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
     if (c->val_data && stat(c->val_data, &sb) == 0) data += (size_t)sb.st_size;
     dt_plan_job job = { .model = *cfg, .batch = c->batch, .seq = c->seq, .recompute = c->recompute, .attention = c->attention,
                         .opt = c->opt, .dp = r->dp_size, .tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1, .sp = c->sp,
+                        .pp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_PP) : 1, .micro = c->grad_accum, .gpipe = c->pp_schedule == DT_PP_GPIPE,
                         .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
                         .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                         .data_bytes = data,
@@ -404,7 +405,7 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     dt_gpt2_part part = dt_gpt2_whole(&cfg);
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
         int pp = dt_mesh_size(r->mesh, DT_MESH_PP), s = dt_mesh_coord(r->mesh, DT_MESH_PP), first[pp + 1];
-        if ((st = dt_pp_split_gpt2(&cfg, c->seq, pp, first))) { dt_gpt2_destroy(*out); *out = NULL; return st; }
+        if ((st = dt_gpt2_split_stages(&cfg, c->seq, pp, first))) { dt_gpt2_destroy(*out); *out = NULL; return st; }
         part.ua = r->stage_units[0] = first[s];
         part.ub = r->stage_units[1] = first[s + 1];
     }
@@ -571,13 +572,13 @@ static dt_status print_placement(run *r) {
 static void print_stages(const run *r) {
     const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
     int pp = dt_mesh_size(r->mesh, DT_MESH_PP), first[pp + 1], L = mc->num_layers;
-    if (dt_pp_split_gpt2(mc, r->c.seq, pp, first)) return;
-    double total = dt_pp_stage_cost(mc, r->c.seq, 0, L + 2);
+    if (dt_gpt2_split_stages(mc, r->c.seq, pp, first)) return;
+    double total = dt_gpt2_units_cost(mc, r->c.seq, 0, L + 2);
     const dt_pp_schedule *s = dt_pipeline_actions(r->pipe);
     printf("pipeline %s, %d stages, %d micro-batches of %d x %d a step; units by cost (embedding 0, blocks 1..%d, head %d):",
            dt_pp_kind_name(s->kind), pp, s->micro, r->c.batch, r->c.seq, L, L + 1);
     for (int k = 0; k < pp; k++)
-        printf(" stage %d [%d, %d) %.1f%%%s", k, first[k], first[k + 1], 100 * dt_pp_stage_cost(mc, r->c.seq, first[k], first[k + 1]) / total,
+        printf(" stage %d [%d, %d) %.1f%%%s", k, first[k], first[k + 1], 100 * dt_gpt2_units_cost(mc, r->c.seq, first[k], first[k + 1]) / total,
                k + 1 < pp ? "," : "\n");
     if (r->c.pp_print) dt_pp_schedule_print(s, stdout);
 }

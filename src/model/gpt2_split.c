@@ -1,11 +1,12 @@
-/* Where a GPT-2's units go on p pipeline stages: contiguous runs (the
+/* Where a GPT-2's units go on p pipeline stages (the model layer: the
+ * memory plan splits as the runtime does): contiguous runs (the
  * embedding on the first stage, the head on the last), balanced by cost:
  * the split whose costliest stage is the cheapest, found by dynamic
  * programming over (units, stages). A unit's cost is its forward's FLOPs
  * per token (backward is about twice each unit's, so the ratios hold):
  * a block 24 C^2 in its Linears plus 2 T C in causal attention, the head
  * 2 C Vp, the embedding C (a lookup: small, not nothing). */
-#include "dtrain/pipeline.h"
+#include "dtrain/model.h"
 
 #include <float.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@ static double unit_cost(const dt_gpt2_config *c, int T, int u) {
     return 2 * C * c->padded_vocab_size;
 }
 
-dt_status dt_pp_split_gpt2(const dt_gpt2_config *c, int T, int p, int *first) {
+dt_status dt_gpt2_split_stages(const dt_gpt2_config *c, int T, int p, int *first) {
     int n = c->num_layers + 2;
     if (p < 1 || p > n)
         return dt_error(DT_ERR_ARG, "--pp %d: more stages than the model's %d units (the embedding, %d blocks, the head)", p, n,
@@ -50,7 +51,7 @@ dt_status dt_pp_split_gpt2(const dt_gpt2_config *c, int T, int p, int *first) {
     return DT_OK;
 }
 
-double dt_pp_stage_cost(const dt_gpt2_config *c, int T, int a, int b) {
+double dt_gpt2_units_cost(const dt_gpt2_config *c, int T, int a, int b) {
     double s = 0;
     for (int u = a; u < b; u++) s += unit_cost(c, T, u);
     return s;
