@@ -134,6 +134,16 @@ if [ -n "$MPIEXEC" ]; then
     big=(--data "$dir/train.bin" --layers 4 --channels 256 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 2 --threads 1 --steps 2 --quiet)
     mem() { OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \
             DTRAIN_MEMORY_AVAILABLE=70M "$MPIEXEC" --oversubscribe -np 2 "$DTRAIN" train "${big[@]}" "$@" 2>&1; }
+    # ranks started with different schedules or micro-batch counts (MPMD): refused at start-up, naming both
+    mpmd() { OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 timeout 60 \
+             "$MPIEXEC" --oversubscribe -np 1 "$DTRAIN" train "${common[@]}" --batch 2 --pp 2 $1 : -np 1 "$DTRAIN" train "${common[@]}" \
+             --batch 2 --pp 2 $2 2>&1; }
+    out=$(mpmd "--pp-schedule gpipe" "--pp-schedule 1f1b")
+    echo "$out" | grep -q "rank 0 runs the gpipe pipeline schedule, rank 1 1f1b" && ! echo "$out" | grep -q '"loss"' &&
+        ok "different schedules refused: $(echo "$out" | grep -m1 'ranks differ')" || bad "different schedules: $(echo "$out" | tail -2)"
+    out=$(mpmd "--grad-accum 2" "--grad-accum 4")
+    echo "$out" | grep -q "rank 0 has batch 2 x 32 x 2, rank 1 has 2 x 32 x 4" &&
+        ok "different micro-batch counts refused: $(echo "$out" | grep -m1 'ranks differ')" || bad "different micro-batch counts: $(echo "$out" | tail -2)"
     dpout=$(mem --pp 1) ppout=$(mem --pp 2)
     echo "$dpout" | grep -q "ddp needs .* MB on this machine" && ! echo "$ppout" | grep -q "needs .* MB on this machine" &&
         ok "memory check per stage: 2 stages run in 70 MB a machine, DP 2 refused ($(echo "$dpout" | grep -o 'ddp needs [0-9]* MB'))" ||

@@ -132,6 +132,7 @@ typedef struct {
     float lr;
     char strategy[16];        /* the parallel strategy's name (ddp, zero1, ...) */
     int32_t precision;        /* dt_dtype */
+    int32_t mesh[3], pp_schedule; /* dp, tp, pp as laid out; the pipeline's schedule (dt_pp_kind) */
 } job_shape;
 
 static dt_status check_same(dt_comm *w, const job_shape *mine) {
@@ -158,6 +159,12 @@ static dt_status check_same(dt_comm *w, const job_shape *mine) {
         else if (strncmp(a->strategy, b->strategy, sizeof a->strategy))
             st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 runs strategy %.15s, rank %d runs %.15s (--zero / --strategy)", a->strategy, r,
                           b->strategy);
+        else if (memcmp(a->mesh, b->mesh, sizeof a->mesh))
+            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 lays the job out as dp %d x tp %d x pp %d, rank %d as %d x %d x %d", a->mesh[0],
+                          a->mesh[1], a->mesh[2], r, b->mesh[0], b->mesh[1], b->mesh[2]);
+        else if (a->mesh[2] > 1 && a->pp_schedule != b->pp_schedule)
+            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 runs the %s pipeline schedule, rank %d %s (--pp-schedule)",
+                          dt_pp_kind_name(a->pp_schedule), r, dt_pp_kind_name(b->pp_schedule));
         else if (a->steps != b->steps || a->optimizer != b->optimizer || a->lr != b->lr || a->eval_every != b->eval_every)
             st = dt_error(DT_ERR_ARG, "ranks differ in steps, optimizer, learning rate or evaluation (rank 0 vs rank %d)", r);
     }
@@ -468,6 +475,8 @@ static dt_status open_data(run *r) {
         js.val_tokens = r->val ? (int64_t)dt_tokens_count(r->val) : 0;
         snprintf(js.strategy, sizeof js.strategy, "%s", c->strategy ? c->strategy : "ddp");
         js.precision = (int32_t)c->precision;
+        for (int k = 0; k < 3 && r->mesh; k++) js.mesh[k] = dt_mesh_size(r->mesh, (dt_mesh_dim)(k == 0 ? DT_MESH_DP : k == 1 ? DT_MESH_TP : DT_MESH_PP));
+        js.pp_schedule = c->pp_schedule;
         st = check_same(r->w, &js);
     }
     return st;
