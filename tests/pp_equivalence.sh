@@ -66,9 +66,12 @@ awk "BEGIN{exit !(\"$b\" + 0 > 0 && \"$b\" + 0 < 1)}" && [ "$(field bubble "$dir
     ok "the bubble in each step's metrics (1f1b p=4 m=8, last step: $b)" || bad "bubble: '$b'"
 
 run ref --batch 4 --grad-accum 2
-for s in ddp zero1 zero2; do
+for s in ddp zero1 zero2 zero3; do
     run dp2pp2 --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy $s && close "DP 2 x PP 2, $s" "$dir/ref.jsonl" "$dir/dp2pp2.jsonl"
 done
+# ZeRO-3 with a copy of the parameters per rank (between steps each holds its shard; the tied wte is gathered to be sent)
+DTRAIN_ZERO_PRIVATE_PARAMS=1 run z3p --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero3 &&
+    close "DP 2 x TP 2 x PP 2, ZeRO-3 with private parameters" "$dir/ref.jsonl" "$dir/z3p.jsonl"
 run tp2pp2 --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 && close "TP 2 x PP 2" "$dir/ref.jsonl" "$dir/tp2pp2.jsonl"
 run dp2tp2pp2 --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 &&
     close "DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/dp2tp2pp2.jsonl"
@@ -120,6 +123,10 @@ run z1 --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --steps
 run z2 --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --steps 20 --resume "$ck/e"
 cat "$dir/z1.jsonl" "$dir/z2.jsonl" > "$dir/chain2.jsonl"
 close "DP 2 x TP 2 x PP 2 ZeRO-1 saved, TP 2 x PP 2 resumed" "$dir/ref.jsonl" "$dir/chain2.jsonl"
+run z3a --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy zero3 --steps 10 --save "$ck/g" &&
+run z3b --batch 4 --grad-accum 2 --steps 20 --resume "$ck/g" --save "$ck/h"
+cat "$dir/z3a.jsonl" "$dir/z3b.jsonl" > "$dir/chain3.jsonl"
+close "DP 2 x PP 2 ZeRO-3 saved, one process resumed" "$dir/ref.jsonl" "$dir/chain3.jsonl"
 
 if [ -n "$MPIEXEC" ]; then
     # 3D under mpirun on 2 pseudo-nodes: the TP pairs stay on a node
@@ -163,7 +170,6 @@ refused "--pp 7 over 6 units" "--pp 7: more stages than the model's 6 units" --n
 refused "--pp 3 on 4 ranks" "--tp 1 x --pp 3 = 3 does not divide the job's 4 ranks" --nproc 4 --pp 3
 refused "an unknown schedule" "--pp-schedule" --nproc 2 --pp 2 --pp-schedule zigzag
 refused "--virtual-stages" "--virtual-stages is not built yet" --nproc 2 --pp 2 --virtual-stages 2
-refused "--pp 2 with ZeRO-3" "--pp 2: not with ZeRO-3" --nproc 2 --pp 2 --strategy zero3
 refused "--pp 2 with 16-bit gradient storage" "--pp 2: not with --grad-store bf16" --nproc 2 --pp 2 --precision bf16 --grad-store bf16
 refused "--pp 2 saving a weights file" "--pp 2: not with --save FILE.bin" --nproc 2 --pp 2 --save "$dir/x.bin"
 

@@ -122,7 +122,7 @@ void dt_engine_destroy(dt_engine *e);
  * update that changed the parameters (the tied embedding's copies made equal). */
 typedef struct dt_micro_schedule {
     dt_status (*run)(void *ctx, dt_engine *e, int accum, float grad_scale, double *loss_sum, int *nloss);
-    dt_status (*after_update)(void *ctx);
+    dt_status (*after_update)(void *ctx, dt_engine *e);
     void *ctx;
 } dt_micro_schedule;
 /* The strategy's begin: sync, the backward that follows is this rank's

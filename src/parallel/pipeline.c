@@ -156,15 +156,20 @@ dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, 
     return DT_OK;
 }
 
-/* After the update: the owner's wte to the last stage's copy. */
-static dt_status after_update(void *ctx) {
+/* After the update: the owner's wte to the last stage's copy. A strategy
+ * that keeps only its shard between steps (ZeRO-3 with a copy per rank)
+ * has the whole store for the exchange (collective over the stage's
+ * data-parallel ranks, which all come here). */
+static dt_status after_update(void *ctx, dt_engine *e) {
     dt_pipeline *p = ctx;
     if (!p->tied) return DT_OK;
+    int sharded = dt_engine_params_sharded(e);
+    dt_status st = sharded ? dt_engine_materialize(e, 1) : DT_OK;
     float *w = dt_gpt2_params(p->c.model) + p->wte_off;
-    dt_status st = p->stage == 0 ? dt_comm_send(p->tied, w, p->wte_n, DT_F32, 1) : dt_comm_recv(p->tied, w, p->wte_n, DT_F32, 0);
+    if (!st) st = p->stage == 0 ? dt_comm_send(p->tied, w, p->wte_n, DT_F32, 1) : dt_comm_recv(p->tied, w, p->wte_n, DT_F32, 0);
     if (st) return dt_error(st, "pipeline stage %d, %s wte %s stage %d: %s", p->stage, p->stage ? "receiving" : "sending",
                             p->stage ? "from" : "to", p->stage ? 0 : p->p - 1, dt_last_error());
-    return DT_OK;
+    return sharded ? dt_engine_materialize(e, 0) : DT_OK;
 }
 
 static dt_status tie(dt_pipeline *p) {

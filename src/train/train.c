@@ -200,7 +200,6 @@ static const char *pp_lacks(const dt_train_config *c) {
     if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
     if (c->save && !dt_checkpoint_is_dir(c->save)) return "--save FILE.bin/.safetensors (a checkpoint directory takes the stages)";
     if (c->grad_store != DT_F32) return "--grad-store bf16/fp16";
-    if (c->strategy && !strcmp(c->strategy, "zero3")) return "ZeRO-3 (the tied embedding's copy is sent whole after the update)";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS";
     return NULL;
 }
