@@ -60,6 +60,7 @@ for p in 2 3 4; do
         done
     done
 done
+run mb --batch 2 --micro-batches 2 --nproc 2 --pp 2 && close "--micro-batches 2 (DeepSpeed's count, --grad-accum's alias)" "$dir/ref2.jsonl" "$dir/mb.jsonl"
 # the bubble: in every step's metrics, between 0 and 1
 b=$(field bubble "$dir/pp.jsonl" | tail -1)
 awk "BEGIN{exit !(\"$b\" + 0 > 0 && \"$b\" + 0 < 1)}" && [ "$(field bubble "$dir/pp.jsonl" | wc -l)" = 20 ] &&

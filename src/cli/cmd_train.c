@@ -71,7 +71,8 @@ static void usage(FILE *f) {
             "                     N consecutive ranks, one machine's); fp32; --sp: sequence parallelism on the TP\n"
             "                     group (LayerNorms and the residual stream hold 1/N of the rows; --seq divisible by N).\n"
             "                     --pp N: N pipeline stages, each a contiguous run of units balanced by cost (the\n"
-            "                     split printed), --grad-accum M micro-batches of --batch per step through them\n"
+            "                     split printed), --grad-accum M (or --micro-batches M) micro-batches of --batch\n"
+            "                     per step through them\n"
             "  --pp-schedule S    1f1b (default; at most N micro-batches in flight per stage) or gpipe (all M\n"
             "                     forwards first)\n"
             "  --pp-schedule-print  each stage's list of actions as a table, at start\n"
@@ -116,7 +117,7 @@ static const dt_cli_flag flags[] = {
     { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
     { "--steps", "a whole number from 0 (evaluate only) to 1e9" }, { "--epochs", "a whole number from 1 to 1e6" },
-    { "--save-every", "a whole number of steps, 0 (off) to 1e9" }, { "--stop-after", "a whole number of steps, 0 (off) to 1e9" }, { "--grad-accum", "a whole number from 1 to 1e6" },
+    { "--save-every", "a whole number of steps, 0 (off) to 1e9" }, { "--stop-after", "a whole number of steps, 0 (off) to 1e9" }, { "--grad-accum", "a whole number from 1 to 1e6" }, { "--micro-batches", "a whole number from 1 to 1e6 (--grad-accum)" },
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
@@ -159,7 +160,7 @@ int dt_cli_train(int argc, char **argv) {
         { "--batch", 1, 1e6, 1, &c.batch, 'i' }, { "--seq", 1, 1e6, 1, &c.seq, 'i' }, { "--steps", 0, 1e9, 1, &c.steps, 'i' },
         { "--epochs", 1, 1e6, 1, &c.epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c.save_every, 'i' },
         { "--stop-after", 0, 1e9, 1, &c.stop_after, 'i' },
-        { "--grad-accum", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--eval-every", 0, 1e9, 1, &c.eval_every, 'i' },
+        { "--grad-accum", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--micro-batches", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--eval-every", 0, 1e9, 1, &c.eval_every, 'i' },
         { "--eval-batches", 1, 1e6, 1, &c.eval_batches, 'i' }, { "--threads", 0, 1024, 1, &c.threads, 'i' },
         { "--nproc", 1, 256, 1, &c.nproc, 'i' }, { "--dp", 1, 65536, 1, &c.dp, 'i' }, { "--tp", 1, 65536, 1, &c.tp, 'i' },
         { "--pp", 1, 65536, 1, &c.pp, 'i' }, { "--bucket-mb", 1e-6, 1e6, 0, &c.bucket_mb, 'd' },
@@ -184,7 +185,7 @@ int dt_cli_train(int argc, char **argv) {
         if (!strcmp(f, "--step-at-end")) { c.step_at_end = 1; continue; }
         if (!strcmp(f, "--sync-bn")) { c.sync_bn = 1; continue; }
         if (!strcmp(f, "--synthetic")) { c.synthetic = 1; continue; }
-        static const char *const later[] = { "--cp", "--cp-impl", "--virtual-stages", "--micro-batches", NULL };
+        static const char *const later[] = { "--cp", "--cp-impl", "--virtual-stages", NULL };
         for (int k = 0; later[k]; k++)
             if (!strcmp(f, later[k])) {
                 dt_log(DT_LOG_ERROR, "train: %s is not built yet: dtrain splits the data (--nproc, --dp, --zero) and the "
