@@ -97,10 +97,11 @@ function settings() {
     add("model", g.model + ": " + g.layers + " layers, " + g.heads + " heads, " + g.channels + " channels, vocab " + g.vocab + ", " +
         (g.parameters / 1e6).toFixed(2) + "M parameters");
     const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
-    const tp = g.tp || 1; // tensor-parallel ranks share their samples
-    add("batch", g.batch + " x " + g.seq + " tokens x " + g.grad_accum + " accumulation x " + plural(g.ranks / tp, "data-parallel rank"));
+    const tp = g.tp || 1, pp = g.pp || 1; // tensor-parallel ranks and pipeline stages share their samples
+    add("batch", g.batch + " x " + g.seq + " tokens x " + g.grad_accum + (pp > 1 ? " micro-batches" : " accumulation") + " x " +
+        plural(g.ranks / (tp * pp), "data-parallel rank"));
     add("strategy", g.strategy + " over " + plural(g.ranks, "rank") + (tp > 1 ? " (tensor parallel " + tp + (g.sp ? ", sequence parallel" : "") + ")" : "") +
-        ", " + plural(g.threads_per_rank, "thread") + " each");
+        (pp > 1 ? " (" + pp + " pipeline stages, " + g.pp_schedule + ")" : "") + ", " + plural(g.threads_per_rank, "thread") + " each");
     if (g.precision !== undefined)
       add("precision", g.precision === "fp32" ? "fp32" : g.precision + " mixed precision (f32 master weights and optimizer)" +
           (g.grad_comm !== "fp32" ? ", gradients reduced in " + g.grad_comm : "") +

@@ -2,6 +2,7 @@
  * the command line, the settings, the model, the machine and its peak, the
  * memory by category, and every rank's I/O. Written by rank 0 at the end. */
 #include "dtrain/train.h"
+#include "dtrain/pipeline.h"
 #include "dtrain/io.h"
 
 #include <cjson/cJSON.h>
@@ -24,6 +25,8 @@ static void add_settings(cJSON *j, const dt_train_config *c, const dt_run_record
     cJSON_AddNumberToObject(s, "ranks", r->nranks);
     cJSON_AddNumberToObject(s, "tp", c->tp > 1 ? c->tp : 1); /* ranks / tp of them read different samples */
     cJSON_AddBoolToObject(s, "sp", c->sp != 0);
+    cJSON_AddNumberToObject(s, "pp", c->pp > 1 ? c->pp : 1);
+    cJSON_AddStringToObject(s, "pp_schedule", dt_pp_kind_name((dt_pp_kind)c->pp_schedule));
     cJSON_AddNumberToObject(s, "threads_per_rank", c->threads);
     cJSON_AddStringToObject(s, "strategy", r->strategy);
     cJSON_AddStringToObject(s, "optimizer", dt_optim_kind_name(c->opt.kind));
