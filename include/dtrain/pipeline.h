@@ -101,10 +101,14 @@ dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, 
 /* What the engine runs (dt_engine_config.schedule). */
 const dt_micro_schedule *dt_pipeline_schedule(dt_pipeline *p);
 const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p);
-/* The last step on this stage: seconds in forwards, backwards, and
- * waiting for a neighbour (communication steps: the bubble and the
- * transfers), and the whole schedule's. */
-void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *wait, double *total);
+/* The last step on this stage: seconds in forwards and backwards. */
+void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd);
+/* The last step's bubble: the share of the schedule's span (the longest
+ * stage's, from the step's start) that the stages did not compute (waiting
+ * for a neighbour, or the transfer itself), the mean over them: theory's
+ * (p-1)/(m+p-1) when stages are balanced and communication is free.
+ * Collective over the stages. */
+dt_status dt_pipeline_bubble(dt_pipeline *p, double *bubble);
 
 #ifdef __cplusplus
 }

@@ -24,7 +24,7 @@ struct dt_pipeline {
     dt_request *wte_req;
     int last_b;                 /* inside the stage's last backward of the step */
     dt_status hook_err;
-    double fwd, bwd, wait, total;
+    double fwd, bwd, total;     /* the last step: seconds in forwards, backwards, the whole schedule */
 };
 
 /* Last stage, the head's backward done: its wte gradient leaves for the first stage (a copy: data parallelism is
@@ -59,7 +59,6 @@ static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
         if (!out) return dt_error(DT_ERR_ARG, "pipeline stage %d: nothing to send to stage %d", p->stage, a->send.peer);
     }
     float *in = a->recv.peer < 0 ? NULL : a->recv.grad ? p->dout : p->xin;
-    double t0 = dt_time_now();
     DT_TRACE_BEGIN(DT_TRACK_COMM, "pipeline", "\"send\":%d,\"recv\":%d", a->send.peer, a->recv.peer);
     dt_status st;
     if (out && in) {
@@ -71,7 +70,6 @@ static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
         st = dt_comm_recv(p->c.pp, in, p->stream, DT_F32, a->recv.peer);
     }
     DT_TRACE_END(DT_TRACK_COMM);
-    p->wait += dt_time_now() - t0;
     if (st) {
         char what[192] = "";
         if (a->send.peer >= 0) snprintf(what, sizeof what, "sending micro-batch %d's %s to stage %d", a->send.micro,
@@ -117,7 +115,7 @@ static dt_status run(void *ctx, dt_engine *e, int accum, float grad_scale, doubl
     if (accum != p->c.micro)
         return dt_error(DT_ERR_ARG, "pipeline: built for %d micro-batches a step, asked to run %d", p->c.micro, accum);
     double t0 = dt_time_now();
-    p->fwd = p->bwd = p->wait = 0;
+    p->fwd = p->bwd = 0;
     *loss_sum = 0;
     *nloss = 0;
     dt_status st = DT_OK;
@@ -128,10 +126,8 @@ static dt_status run(void *ctx, dt_engine *e, int accum, float grad_scale, doubl
     }
     /* the head's gradient of wte has arrived once the first stage's last backward is through */
     if (p->wte_req) {
-        double tw = dt_time_now();
         dt_status s2 = dt_wait(p->wte_req);
         p->wte_req = NULL;
-        p->wait += dt_time_now() - tw;
         if (!st && s2) st = dt_error(s2, "pipeline stage %d, sending wte's head gradient to stage 0: %s", p->stage, dt_last_error());
     }
     p->total = dt_time_now() - t0;
@@ -237,6 +233,18 @@ void dt_pipeline_destroy(dt_pipeline *p) {
 const dt_micro_schedule *dt_pipeline_schedule(dt_pipeline *p) { return &p->ms; }
 const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p) { return p->s; }
 
-void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *wait, double *total) {
-    *fwd = p->fwd, *bwd = p->bwd, *wait = p->wait, *total = p->total;
+void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd) { *fwd = p->fwd, *bwd = p->bwd; }
+
+dt_status dt_pipeline_bubble(dt_pipeline *p, double *bubble) {
+    double mine[2] = { p->fwd + p->bwd, p->total }, *all = malloc(sizeof *all * 2 * (size_t)p->p);
+    if (!all) return dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
+    dt_status st = dt_comm_allgather(p->c.pp, mine, all, 2, DT_F64);
+    double busy = 0, span = 0;
+    for (int s = 0; s < p->p && !st; s++) {
+        busy += all[2 * s];
+        if (all[2 * s + 1] > span) span = all[2 * s + 1];
+    }
+    free(all);
+    *bubble = st || span <= 0 ? 0 : 1 - busy / (span * p->p);
+    return st;
 }

@@ -38,8 +38,9 @@ static const dt_pp_msg none = { -1, 0, 0 };
  * send after each that makes one, a send and the receive right after it
  * merged. Slots: the lowest free one at F, freed by its B. */
 static int lower(const int *ops, int n, int p, int s, dt_pp_action *out, int *slots) {
-    int k = 0, used = 0, slot_of[n], busy[n];
-    memset(busy, 0, sizeof busy);
+    /* on the heap: n = 2m, and --grad-accum may be large */
+    int k = 0, used = 0, *slot_of = malloc(sizeof *slot_of * (size_t)n), *busy = calloc((size_t)n, sizeof *busy);
+    if (!slot_of || !busy) { free(slot_of); free(busy); return -1; }
     int last_b = -1;
     for (int i = 0; i < n; i++)
         if (ops[i] & 1) last_b = i;
@@ -66,6 +67,8 @@ static int lower(const int *ops, int n, int p, int s, dt_pp_action *out, int *sl
         if (to >= 0) out[k++] = comm((dt_pp_msg){ to, bwd, micro }, none);
     }
     *slots = used;
+    free(slot_of);
+    free(busy);
     return k;
 }
 
@@ -101,6 +104,7 @@ dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int micro, dt_pp_sc
         }
         compute_order(kind, stages, micro, st, ops);
         s->n[st] = lower(ops, 2 * micro, stages, st, s->act[st], &s->slots[st]);
+        if (s->n[st] < 0) { free(ops); dt_pp_schedule_destroy(s); return dt_error(DT_ERR_NOMEM, "pipeline: out of memory"); }
     }
     free(ops);
     dt_status e = dt_pp_schedule_check(s);

@@ -257,35 +257,34 @@ typedef struct {
     char metrics_path[4096], trace_path[4096]; /* under --report DIR unless given */
 } run;
 
-/* One micro-batch for the engine: the next batch, forward, backward. */
-static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
+/* The next training batch into r->in, r->tg (micro-batch k: every
+ * pipeline stage reads each, in order, so the loaders stay together). */
+static dt_status next_batch(void *ctx, int k, const int32_t **in, const int32_t **tg) {
     run *r = ctx;
     (void)k;
     double t0 = dt_time_now();
     DT_TRACE_BEGIN(DT_TRACK_DATA, "next batch", "\"tokens\":%d", r->c.batch * r->c.seq);
     dt_loader_next(r->tl, r->in, r->tg);
     DT_TRACE_END(DT_TRACK_DATA);
+    r->data += dt_time_now() - t0;
+    *in = r->in;
+    *tg = r->tg;
+    return DT_OK;
+}
+
+/* One micro-batch for the engine: the next batch, forward, backward. */
+static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
+    run *r = ctx;
+    const int32_t *in, *tg;
+    next_batch(r, k, &in, &tg);
     double ta = dt_time_now();
-    r->data += ta - t0;
-    dt_status st = dt_gpt2_forward(r->m, r->in, r->tg, r->c.batch, r->c.seq, loss);
+    dt_status st = dt_gpt2_forward(r->m, in, tg, r->c.batch, r->c.seq, loss);
     double tb = dt_time_now();
     if (!st) st = dt_gpt2_backward(r->m, grad_scale);
     r->fwd += tb - ta;
     r->bwd += dt_time_now() - tb;
     r->tp_comm += dt_gpt2_tp_comm_seconds(r->m);
     return st;
-}
-
-/* A pipeline stage's micro-batch k: the next batch (every stage reads each, in order). */
-static dt_status pp_batch(void *ctx, int k, const int32_t **in, const int32_t **tg) {
-    run *r = ctx;
-    (void)k;
-    double t0 = dt_time_now();
-    dt_loader_next(r->tl, r->in, r->tg);
-    r->data += dt_time_now() - t0;
-    *in = r->in;
-    *tg = r->tg;
-    return DT_OK;
 }
 
 static dt_status eval_batch(void *ctx, int k, const int32_t **in, const int32_t **tg) {
@@ -496,7 +495,7 @@ static dt_status make_engine(run *r) {
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
         /* the pipeline before the engine: its hooks come before a data-parallel strategy's */
         dt_pipeline_config pc = { dt_mesh_comm(r->mesh, DT_MESH_PP), r->m, (dt_pp_kind)c->pp_schedule, c->grad_accum, c->batch, c->seq,
-                                  pp_batch, r };
+                                  next_batch, r };
         if ((st = dt_pipeline_create(&pc, &r->pipe))) return st;
         ec.schedule = dt_pipeline_schedule(r->pipe);
         ec.loss_comm = r->w;
@@ -861,20 +860,11 @@ static int finish(run *r, int steps_done, int stop_signal) {
     return stop_signal ? 128 + stop_signal : 0;
 }
 
-/* A pipeline step's forward and backward seconds (this stage's), and its
- * bubble: the share of the schedule's span (the longest stage's, from the
- * step's start) that a stage did not compute, waiting for a neighbour or
- * for the transfer itself: theory's (p-1)/(m+p-1) when stages are balanced
- * and communication is free; the mean over the stages (collective). */
+/* A pipeline step's forward and backward seconds (this stage's) and its
+ * bubble (collective over the stages). */
 static dt_status pipeline_times(run *r) {
-    double wait, total;
-    dt_pipeline_times(r->pipe, &r->fwd, &r->bwd, &wait, &total);
-    dt_comm *pp = dt_mesh_comm(r->mesh, DT_MESH_PP);
-    dt_status st = dt_comm_allreduce(pp, &total, &total, 1, DT_F64, DT_MAX);
-    r->bubble = total > 0 ? 1 - (r->fwd + r->bwd) / total : 0;
-    if (!st) st = dt_comm_allreduce(pp, &r->bubble, &r->bubble, 1, DT_F64, DT_SUM);
-    r->bubble /= dt_comm_size(pp);
-    return st;
+    dt_pipeline_times(r->pipe, &r->fwd, &r->bwd);
+    return dt_pipeline_bubble(r->pipe, &r->bubble);
 }
 
 /* The loop: one engine step per iteration, everything else in after_step. */
