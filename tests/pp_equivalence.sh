@@ -1,11 +1,11 @@
 #!/bin/bash
 # Pipeline parallelism gives the losses (and gradient norms) of one process
-# with the global batch over 20 AdamW steps: GPipe and 1F1B on p = 2, 3 and 4
-# stages with m = 1, p and 2p micro-batches, identical to the printed digits
-# (a pipeline adds every gradient in one process's order; only the tied
-# embedding's two parts are summed in another, which m = 1 keeps exact);
-# DP 2 x PP 2 with DDP, ZeRO-1 and ZeRO-2, TP 2 x PP 2, DP 2 x TP 2 x PP 2 (8
-# ranks), clipping and recomputation, within 1e-6 relative; bf16 and fp16 (m = 1 to
+# with the global batch over 20 AdamW steps: GPipe, 1F1B and ZB-H1 (zb1) on
+# p = 2, 3 and 4 stages with m = 1, p and 2p micro-batches, identical to the
+# printed digits (a pipeline adds every gradient in one process's order; only
+# the tied embedding's two parts are summed in another, which m = 1 keeps
+# exact); DP 2 x PP 2 with DDP, ZeRO-1 and ZeRO-2, TP 2 x PP 2, DP 2 x TP 2 x
+# PP 2 (8 ranks), each also under zb1, clipping and recomputation, within 1e-6 relative; bf16 and fp16 (m = 1 to
 # the digit, m = 4 within 1e-4); evaluation through the stages; checkpoints
 # resharded across layouts; under mpirun on
 # 2 pseudo-nodes with the placement printed. The bubble is in the metrics.
@@ -53,7 +53,7 @@ run() { # NAME ARGS...: one training run into $dir/NAME.jsonl
 for m in 1 2 3 4 6 8; do run ref$m --batch 2 --grad-accum $m; done
 for p in 2 3 4; do
     for m in 1 $p $((2 * p)); do
-        for s in gpipe 1f1b; do
+        for s in gpipe 1f1b zb1; do
             run pp --batch 2 --grad-accum $m --nproc $p --pp $p --pp-schedule $s &&
                 if [ $m = 1 ]; then same "$s p=$p m=$m" "$dir/ref$m.jsonl" "$dir/pp.jsonl"
                 else close "$s p=$p m=$m" "$dir/ref$m.jsonl" "$dir/pp.jsonl"; fi
@@ -76,6 +76,13 @@ DTRAIN_ZERO_PRIVATE_PARAMS=1 run z3p --batch 2 --grad-accum 2 --nproc 8 --pp 2 -
 run tp2pp2 --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 && close "TP 2 x PP 2" "$dir/ref.jsonl" "$dir/tp2pp2.jsonl"
 run dp2tp2pp2 --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 &&
     close "DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/dp2tp2pp2.jsonl"
+# zb1 (W apart from B) on the data-parallel axis (the gradients announced after W) and with TP
+for s in ddp zero1 zero2; do
+    run zbdp --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy $s --pp-schedule zb1 && close "zb1, DP 2 x PP 2, $s" "$dir/ref.jsonl" "$dir/zbdp.jsonl"
+done
+run zbtp --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --pp-schedule zb1 && close "zb1, TP 2 x PP 2" "$dir/ref.jsonl" "$dir/zbtp.jsonl"
+run zb3d --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --pp-schedule zb1 &&
+    close "zb1, DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/zb3d.jsonl"
 run clip1 --batch 4 --grad-accum 2 --grad-clip 0.5
 run clip2 --batch 4 --grad-accum 2 --grad-clip 0.5 --nproc 3 --pp 3 --recompute &&
     close "PP 3, clipped at 0.5, recomputing" "$dir/clip1.jsonl" "$dir/clip2.jsonl"
@@ -181,29 +188,34 @@ refused "an unknown schedule" "--pp-schedule" --nproc 2 --pp 2 --pp-schedule zig
 refused "--virtual-stages" "--virtual-stages is not built yet" --nproc 2 --pp 2 --virtual-stages 2
 refused "--pp 2 with 16-bit gradient storage" "--pp 2: not with --grad-store bf16" --nproc 2 --pp 2 --precision bf16 --grad-store bf16
 refused "--pp 2 saving a weights file" "--pp 2: not with --save FILE.bin" --nproc 2 --pp 2 --save "$dir/x.bin"
+refused "zb1 in bf16" "not with --pp-schedule zb1 and --precision bf16" --nproc 2 --pp 2 --pp-schedule zb1 --precision bf16
+refused "zb1 recomputing" "not with --pp-schedule zb1 and --recompute" --nproc 2 --pp 2 --pp-schedule zb1 --recompute
+refused "zb1 under ZeRO-3" "not with --pp-schedule zb1 and ZeRO-3" --nproc 4 --pp 2 --pp-schedule zb1 --zero 3
 
 # a stage killed mid-schedule: the others name it, and the send or receive they were in (or the step's collective, if
 # that is where the death found them), within a second
 # (wide enough that the stages spend their time in the schedule, not in the step's small allreduces)
-"$DTRAIN" train "${common[@]}" --channels 192 --batch 4 --grad-accum 4 --nproc 3 --pp 3 --steps 1000000 > /dev/null 2> "$dir/kill.err" &
-launcher=$!
-sleep 1.5
-victim=""
-for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && victim=$p; done
-if [ -z "$victim" ]; then
-    bad "stage 1 of the pipeline not found"; kill $launcher
-else
-    t0=$(date +%s.%N)
-    kill -9 "$victim"
-    wait $launcher
-    secs=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
-    said0=$(grep -m1 "rank 0\] error" "$dir/kill.err") said2=$(grep -m1 "rank 2\] error" "$dir/kill.err")
-    if awk "BEGIN{exit !($secs < 1.0)}" && echo "$said0$said2" | grep -q "rank 1 (pid $victim) \(was killed by signal 9\|died\)" &&
-        echo "$said0 $said2" | grep -q "pipeline stage [02], \(sending\|receiving\) micro-batch\|stopping \(in\|after\) a \(send\|receive\)\|in allreduce #"; then
-        ok "a stage killed: the job ended after $secs s; ${said0:-$said2}"
+for ks in 1f1b zb1; do
+    "$DTRAIN" train "${common[@]}" --channels 192 --batch 4 --grad-accum 4 --nproc 3 --pp 3 --pp-schedule $ks --steps 1000000 > /dev/null 2> "$dir/kill.err" &
+    launcher=$!
+    sleep 1.5
+    victim=""
+    for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && victim=$p; done
+    if [ -z "$victim" ]; then
+        bad "stage 1 of the pipeline not found"; kill $launcher
     else
-        bad "killed stage: $secs s; $(cat "$dir/kill.err")"
+        t0=$(date +%s.%N)
+        kill -9 "$victim"
+        wait $launcher
+        secs=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
+        said0=$(grep -m1 "rank 0\] error" "$dir/kill.err") said2=$(grep -m1 "rank 2\] error" "$dir/kill.err")
+        if awk "BEGIN{exit !($secs < 1.0)}" && echo "$said0$said2" | grep -q "rank 1 (pid $victim) \(was killed by signal 9\|died\)" &&
+            echo "$said0 $said2" | grep -q "pipeline stage [02], \(sending\|receiving\) micro-batch\|stopping \(in\|after\) a \(send\|receive\)\|in allreduce #"; then
+            ok "$ks, a stage killed: the job ended after $secs s; ${said0:-$said2}"
+        else
+            bad "$ks, killed stage: $secs s; $(cat "$dir/kill.err")"
+        fi
     fi
-fi
+done
 echo "pp: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -2,8 +2,9 @@
  * schedule is built and runs deadlock-free in the simulator with sends that
  * wait for their receiver; every stage computes F and B of each micro-batch
  * once, its backwards in micro-batch order, a B after its own F; the
- * activation slots are GPipe's m and 1F1B's min(p - s, m); the simulated
- * bubble is theory's (p-1)/(m+p-1). A list with an exchange split into a
+ * activation slots are GPipe's m, 1F1B's min(p - s, m) and ZB-H1's
+ * min(p, m); the simulated bubble is theory's ((p-1)/(m+p-1); ZB-H1's
+ * (p-1)/(3m+p-1)). A list with an exchange split into a
  * send and then a receive is refused as a deadlock, one that receives the
  * wrong micro-batch as a mismatch, naming both. */
 #include "dtrain/pipeline.h"
@@ -15,27 +16,38 @@
 static int passed, failed;
 #define EXPECT(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL: "); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
-/* Every stage: m F, m B, B in micro order, each B after its F. */
+/* Every stage: m F, m B (and with a split backward m W), B and W in micro
+ * order, each B after its F, each W after its B; the last flag on the last
+ * gradient computation (B, or W). */
 static int well_formed(const dt_pp_schedule *s, char *why, size_t n) {
+    int split = s->kind == DT_PP_ZB1;
     for (int st = 0; st < s->stages; st++) {
-        int f = 0, b = 0, seen[64] = { 0 };
+        int f = 0, b = 0, w = 0, seen[64] = { 0 };
         for (int i = 0; i < s->n[st]; i++) {
             const dt_pp_action *a = &s->act[st][i];
             if (a->op == DT_PP_F) { seen[a->micro] = 1; f++; }
             if (a->op == DT_PP_B) {
                 if (a->micro != b || !seen[a->micro]) { snprintf(why, n, "stage %d: B%d at %d", st, a->micro, i); return 0; }
-                if (a->last != (b == s->micro - 1)) { snprintf(why, n, "stage %d: B%d's last flag", st, a->micro); return 0; }
+                if (a->last != (!split && b == s->micro - 1)) { snprintf(why, n, "stage %d: B%d's last flag", st, a->micro); return 0; }
                 b++;
             }
+            if (a->op == DT_PP_W) {
+                if (!split || a->micro != w || a->micro >= b) { snprintf(why, n, "stage %d: W%d at %d", st, a->micro, i); return 0; }
+                if (a->last != (w == s->micro - 1)) { snprintf(why, n, "stage %d: W%d's last flag", st, a->micro); return 0; }
+                w++;
+            }
         }
-        if (f != s->micro || b != s->micro) { snprintf(why, n, "stage %d: %d F, %d B", st, f, b); return 0; }
+        if (f != s->micro || b != s->micro || w != (split ? s->micro : 0)) {
+            snprintf(why, n, "stage %d: %d F, %d B, %d W", st, f, b, w);
+            return 0;
+        }
     }
     return 1;
 }
 
 int main(void) {
     int built = 0;
-    for (int kind = 0; kind < 2; kind++)
+    for (int kind = 0; kind < 3; kind++)
         for (int p = 1; p <= 8; p++)
             for (int m = 1; m <= 16; m++) {
                 dt_pp_schedule *s;
@@ -45,11 +57,17 @@ int main(void) {
                 char why[128] = "";
                 EXPECT(well_formed(s, why, sizeof why), "%s p=%d m=%d: %s", dt_pp_kind_name(kind), p, m, why);
                 for (int k = 0; k < p; k++) {
-                    int want = kind == DT_PP_GPIPE ? m : (p - k < m ? p - k : m);
+                    int cap = kind == DT_PP_GPIPE ? m : kind == DT_PP_ZB1 ? p : p - k, want = cap < m ? cap : m;
                     EXPECT(s->slots[k] == want, "%s p=%d m=%d stage %d: %d slots, not %d", dt_pp_kind_name(kind), p, m, k, s->slots[k], want);
                 }
+                /* ZB-H1's (p-1)(TF+TB-TW) idle per stage, TF = TB = TW: (p-1)/(3m+p-1), where m >= p; fewer micro-batches
+                 * cannot fill the pipeline, but still idle less than 1F1B */
                 double b = dt_pp_schedule_bubble(s), theory = (double)(p - 1) / (m + p - 1);
-                EXPECT(fabs(b - theory) < 1e-12, "%s p=%d m=%d: bubble %.4f, theory %.4f", dt_pp_kind_name(kind), p, m, b, theory);
+                if (kind == DT_PP_ZB1 && m >= p) theory = (double)(p - 1) / (3 * m + p - 1);
+                if (kind == DT_PP_ZB1 && m < p)
+                    EXPECT(b < theory - 1e-12 || p == 1, "zb1 p=%d m=%d: bubble %.4f, not below 1f1b's %.4f", p, m, b, theory);
+                else
+                    EXPECT(fabs(b - theory) < 1e-12, "%s p=%d m=%d: bubble %.4f, theory %.4f", dt_pp_kind_name(kind), p, m, b, theory);
                 dt_pp_schedule_destroy(s);
             }
     printf("%d schedules built and checked\n", built);
@@ -87,6 +105,23 @@ int main(void) {
         dt_status e = dt_pp_schedule_check(s);
         EXPECT(e && strstr(dt_last_error(), "stage 0 sends the activations of micro-batch 0 where stage 1 receives the activations of micro-batch 1"),
                "a wrong micro-batch: %s", e ? dt_last_error() : "accepted");
+        dt_pp_schedule_destroy(s);
+    }
+    /* zb1: printed; a receive taken out leaves a send nobody receives */
+    if (!dt_pp_schedule_create(DT_PP_ZB1, 4, 8, &s)) {
+        dt_pp_schedule_print(s, stdout);
+        dt_pp_schedule_destroy(s);
+    }
+    if (!dt_pp_schedule_create(DT_PP_ZB1, 2, 2, &s)) {
+        int i = s->n[0] - 1;
+        while (i >= 0 && !(s->act[0][i].op == DT_PP_COMM && s->act[0][i].recv.peer == 1)) i--;
+        if (i >= 0) {
+            memmove(&s->act[0][i], &s->act[0][i + 1], sizeof **s->act * (size_t)(s->n[0] - i - 1));
+            s->n[0]--;
+        }
+        dt_status e = dt_pp_schedule_check(s);
+        EXPECT(i >= 0 && e && strstr(dt_last_error(), "the gradient of micro-batch 1 that stage 0 never receives"),
+               "zb1 without a receive: %s", e ? dt_last_error() : "accepted");
         dt_pp_schedule_destroy(s);
     }
     EXPECT(dt_pp_schedule_create(DT_PP_1F1B, 0, 4, &s) != DT_OK, "0 stages accepted");

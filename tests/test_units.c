@@ -39,6 +39,51 @@ static const float *find(dt_gpt2 *m, const char *name, int grads, size_t *count)
     return (grads ? dt_gpt2_grads(m) : dt_gpt2_params(m)) + t->offset;
 }
 
+/* A backward split into B (input gradients) and W (weight gradients), three
+ * micro-batches in flight in their slots: the gradients one backward per
+ * micro-batch gives, bit for bit; the hooks after each unit's W. */
+static void split_backward(const dt_gpt2_config *cfg, int B, int T) {
+    dt_gpt2 *a = NULL, *b = NULL;
+    if (dt_gpt2_create(cfg, &a) || dt_gpt2_create(cfg, &b)) { EXPECT(0, "split backward: %s", dt_last_error()); return; }
+    dt_gpt2_init_random(a, 7);
+    dt_gpt2_init_random(b, 7);
+    EXPECT(!dt_gpt2_set_split_backward(b, 1) && !dt_gpt2_set_slots(b, 3), "split backward: %s", dt_last_error());
+    size_t BT = (size_t)B * T;
+    int32_t *tok = malloc(3 * 2 * BT * sizeof(int32_t));
+    uint64_t r = 11;
+    for (size_t i = 0; i < 6 * BT; i++) tok[i] = (int32_t)(dt_rng_next(&r) % (uint64_t)cfg->vocab_size);
+    float la[3] = { 0 }, lb[3] = { 0 };
+    for (int k = 0; k < 3; k++) /* one process: F and B in turn */
+        if (dt_gpt2_forward(a, tok + 2 * k * BT, tok + (2 * k + 1) * BT, B, T, &la[k]) || dt_gpt2_backward(a, 1.0f))
+            EXPECT(0, "split backward's reference: %s", dt_last_error());
+    dt_gpt2_set_grad_hook(b, after_bwd, NULL);
+    nev = 0;
+    events[0] = 0;
+    dt_status st = DT_OK;
+    for (int k = 0; k < 3 && !st; k++) { /* F0 F1 F2, then B0 B1 B2, then W0 W1 W2: each slot waits for its W */
+        dt_gpt2_use_slot(b, k);
+        st = dt_gpt2_forward(b, tok + 2 * k * BT, tok + (2 * k + 1) * BT, B, T, &lb[k]);
+    }
+    for (int k = 0; k < 3 && !st; k++) { dt_gpt2_use_slot(b, k); st = dt_gpt2_backward(b, 1.0f); }
+    EXPECT(!st && nev == 0, "B announced gradients (%s) or failed: %s", events, st ? dt_last_error() : "");
+    dt_gpt2_use_slot(b, 0);
+    EXPECT(dt_gpt2_forward(b, tok, tok + BT, B, T, NULL) != DT_OK && strstr(dt_last_error(), "weight gradients"),
+           "a forward over activations whose W is still to run: %s", dt_last_error());
+    for (int k = 0; k < 3 && !st; k++) { dt_gpt2_use_slot(b, k); st = dt_gpt2_backward_weights(b); }
+    EXPECT(!st, "W: %s", st ? dt_last_error() : "");
+    EXPECT(!strcmp(events, "A4 A3 A2 A1 A0 A4 A3 A2 A1 A0 A4 A3 A2 A1 A0 "), "W's hooks: %s", events);
+    EXPECT(dt_gpt2_backward_weights(b) != DT_OK, "a W without its B was accepted");
+    size_t n = dt_gpt2_num_params(a);
+    EXPECT(n == dt_gpt2_num_params(b) && !memcmp(dt_gpt2_grads(a), dt_gpt2_grads(b), n * sizeof(float)) &&
+               !memcmp(la, lb, sizeof la), "split backward's gradients or losses differ from one backward's");
+    EXPECT(dt_gpt2_set_recompute(b, 1) != DT_OK || dt_gpt2_forward(b, tok, tok + BT, B, T, NULL) != DT_OK,
+           "a split backward with recomputation was accepted");
+    dt_gpt2_set_grad_hook(b, NULL, NULL);
+    free(tok);
+    dt_gpt2_destroy(a);
+    dt_gpt2_destroy(b);
+}
+
 int main(void) {
     const dt_gpt2_config cfg = { 16, 64, 64, 3, 4, 32 };
     enum { B = 2, T = 16, S = 3 };
@@ -197,6 +242,7 @@ int main(void) {
     if (dt_gpt2_forward(whole, in, tg, B, T, &lw) || dt_gpt2_backward(whole, 1.0f)) { printf("FAIL: %s\n", dt_last_error()); return 1; }
     EXPECT(!strcmp(events, "S4 S3 S2 S1 S0 "), "after unsubscribing the first: %s", events);
     dt_gpt2_set_grad_hook(whole, NULL, &sub2);
+    split_backward(&cfg, B, T);
     printf("units: %d passed, %d failed\n", passed, failed);
     free(logits);
     dt_gpt2_destroy(whole);

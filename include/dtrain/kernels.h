@@ -17,7 +17,8 @@ extern "C" {
 
 /* out[BT, OC] = inp[BT, C] @ w[OC, C]^T + bias[OC] (bias may be NULL). */
 void dt_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int BT, int C, int OC);
-/* dinp += dout @ w; dw += dout^T @ inp; dbias += column sums of dout (dbias may be NULL). */
+/* dinp += dout @ w; dw += dout^T @ inp; dbias += column sums of dout (each of the three may be NULL: a
+ * backward split into input and weight gradients runs the two halves apart). */
 void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                         int BT, int C, int OC);
 

@@ -178,9 +178,10 @@ double dt_gpt2_units_cost(const dt_gpt2_config *c, int T, int a, int b);
 /* Parameters a pipeline stage holding units [a, b) stores as tensor-parallel
  * rank 0 of tp (a last stage without unit 0: its copy of wte too). */
 size_t dt_gpt2_units_num_params(const dt_gpt2_config *cfg, int a, int b, int tp);
-/* The activations such a stage allocates per micro-batch in flight (one slot). */
+/* The activations such a stage allocates per micro-batch in flight (one
+ * slot); split: with a backward split in two (dt_gpt2_set_split_backward). */
 size_t dt_gpt2_units_activation_bytes(const dt_gpt2_config *cfg, int a, int b, int tp, int sp, int B, int T, int recompute,
-                                      int attention, dt_dtype precision);
+                                      int attention, dt_dtype precision, int split);
 /* Parameters tensor-parallel rank 0 of tp holds (the split tensors' 1/tp, the vocabulary's ceil(Vp/tp) rows, the rest whole). */
 size_t dt_gpt2_part_num_params(const dt_gpt2_config *cfg, int tp);
 dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out);
@@ -269,6 +270,15 @@ const float *dt_gpt2_output(const dt_gpt2 *m);
  * [B, T, C]. A range that started after unit 0 leaves d(its input) in
  * dt_gpt2_input_grad. */
 dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale);
+/* Zero-bubble pipelines split backward in two: with on, backward (B)
+ * computes the input gradients only (and the LayerNorms' small weight
+ * gradients), keeping each block's Linear output gradients in the slot;
+ * dt_gpt2_backward_weights (W) later adds the Linears', the head's and the
+ * embedding's weight gradients, the same sums as one backward, and runs
+ * the gradient hooks (and the embedding's before-backward hook) as each
+ * unit's gradients are whole. f32 without recomputation only. */
+dt_status dt_gpt2_set_split_backward(dt_gpt2 *m, int on);
+dt_status dt_gpt2_backward_weights(dt_gpt2 *m);
 /* Before each unit's forward and each unit's backward: before_forward(unit,
  * ctx), before_backward(unit, ctx) (a sharded strategy gathers the unit's
  * parameters there; NULL: none). */

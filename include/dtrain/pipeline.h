@@ -14,8 +14,12 @@
 extern "C" {
 #endif
 
-typedef enum { DT_PP_GPIPE = 0, DT_PP_1F1B } dt_pp_kind;
-/* "gpipe", "1f1b"; -1 for a name that is not a schedule. */
+/* ZB1: ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024):
+ * backward split into B (input gradients, on the critical path) and W
+ * (weight gradients), W deferred to fill 1F1B's bubble, at most p
+ * micro-batches in flight on any stage (1F1B's most). */
+typedef enum { DT_PP_GPIPE = 0, DT_PP_1F1B, DT_PP_ZB1 } dt_pp_kind;
+/* "gpipe", "1f1b", "zb1"; -1 for a name that is not a schedule. */
 int dt_pp_kind_parse(const char *name);
 const char *dt_pp_kind_name(dt_pp_kind k);
 
@@ -27,15 +31,16 @@ typedef struct {
     int micro;
 } dt_pp_msg;
 
-/* One step of a stage's list: compute (F or B of micro-batch micro, in
- * activation slot slot), or communication: a send, a receive, or both at
- * once (they progress together: neighbours that exchange never wait on
- * each other's order). */
-typedef enum { DT_PP_F = 0, DT_PP_B, DT_PP_COMM } dt_pp_op;
+/* One step of a stage's list: compute (F, B or W of micro-batch micro, in
+ * activation slot slot; W only where backward is split), or
+ * communication: a send, a receive, or both at once (they progress
+ * together: neighbours that exchange never wait on each other's order). */
+typedef enum { DT_PP_F = 0, DT_PP_B, DT_PP_W, DT_PP_COMM } dt_pp_op;
 typedef struct {
     dt_pp_op op;
-    int micro, slot;       /* F, B */
-    int last;              /* B: the stage's last backward of the step (data parallelism synchronises there) */
+    int micro, slot;       /* F, B, W */
+    int last;              /* B (W where backward is split): the stage's last gradient computation of the step (data
+                            * parallelism synchronises there) */
     dt_pp_msg send, recv;  /* COMM: peer -1 where a half is absent */
 } dt_pp_action;
 
@@ -45,16 +50,22 @@ typedef struct {
     dt_pp_action **act;    /* per stage */
     int *n;                /* actions per stage */
     int *slots;            /* activation slots per stage: micro-batches in flight at most */
+    int async;             /* sends are posted and left to progress (waited for before the next send to the same
+                            * neighbour and at the step's end); else each waits for its receiver */
 } dt_pp_schedule;
 
 /* The schedule for p stages and m micro-batches: each stage's forwards and
  * backwards in the kind's order (GPipe: all forwards, then all backwards;
  * 1F1B: p-1-s forwards to warm up, then one forward and one backward in
- * turn, then the rest of the backwards), each receive just before the
- * computation that needs it, each send just after the one that made it, a
- * send followed by a receive merged into one exchange; then checked by
- * dt_pp_schedule_check. Backwards run in micro-batch order on every stage,
- * so each gradient adds up in the order one process adds it. */
+ * turn, then the rest of the backwards; ZB1: 1F1B's forwards and B's, a W
+ * before a forward that would put more than p micro-batches in flight and
+ * before each B of the cool-down, the rest at the end), each receive just
+ * before the computation that needs it, each send just after the one that
+ * made it (GPipe, 1F1B: a send followed by a receive merged into one
+ * exchange; ZB1: sends posted and left to progress, so a W runs while its
+ * stage's gradient travels); then checked by dt_pp_schedule_check.
+ * Backwards (and W's) run in micro-batch order on every stage, so each
+ * gradient adds up in the order one process adds it. */
 dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int micro, dt_pp_schedule **out);
 void dt_pp_schedule_destroy(dt_pp_schedule *s);
 /* Runs every stage's list against the others with sends that wait for
@@ -63,9 +74,10 @@ void dt_pp_schedule_destroy(dt_pp_schedule *s);
  * (which micro-batch or direction). */
 dt_status dt_pp_schedule_check(const dt_pp_schedule *s);
 /* The lists as a table, one row per stage, one column per time unit of a
- * simulated run where a forward takes 1 and a backward 2 (communication
- * free): F3 a forward of micro-batch 3, B3 its backward, "." idle; then the
- * bubble this gives each stage and theory's (p-1)/(m+p-1). */
+ * simulated run where a forward takes 1 and a backward 2, or B and W 1 each
+ * (communication free): F3 a forward of micro-batch 3, B3 its backward, W3
+ * its weight gradients, "." idle; then the bubble this gives each stage and
+ * theory's: (p-1)/(m+p-1) for GPipe and 1F1B, ZB-H1's (p-1)/(3m+p-1) for m >= p. */
 void dt_pp_schedule_print(const dt_pp_schedule *s, FILE *out);
 /* The idle fraction of that simulated run, over all stages. */
 double dt_pp_schedule_bubble(const dt_pp_schedule *s);
@@ -101,8 +113,9 @@ dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, 
 /* What the engine runs (dt_engine_config.schedule). */
 const dt_micro_schedule *dt_pipeline_schedule(dt_pipeline *p);
 const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p);
-/* The last step on this stage: seconds in forwards and backwards. */
-void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd);
+/* The last step on this stage: seconds in forwards, backwards (B) and
+ * weight gradients (W, zb1 only). */
+void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *wgt);
 /* The last step's bubble: the share of the schedule's span (the longest
  * stage's, from the step's start) that the stages did not compute (waiting
  * for a neighbour, or the transfer itself), the mean over them: theory's

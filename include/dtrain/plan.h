@@ -26,7 +26,8 @@ typedef struct {
     int dp;                  /* data-parallel ranks */
     int tp, sp;              /* tensor-parallel ranks (0, 1: none), sequence parallelism */
     int pp;                  /* pipeline stages (0, 1: none): the costliest stage's rank counts (dt_gpt2_split_stages) */
-    int micro, gpipe;        /* with pp: micro-batches per step; GPipe keeps all of them in flight, 1F1B at most p - stage */
+    int micro, gpipe, zb;    /* with pp: micro-batches per step; GPipe keeps all of them in flight, 1F1B at most p - stage,
+                              * zb (ZB-H1) at most p on every stage, each with the split backward's output gradients */
     int local_ranks;         /* ranks on one machine */
     int stage;               /* 0: DDP; 1, 2, 3: ZeRO */
     size_t bucket_bytes;     /* stages 2, 3: a gradient bucket (the pool holds two in flight) */

@@ -73,8 +73,9 @@ static void usage(FILE *f) {
             "                     --pp N: N pipeline stages, each a contiguous run of units balanced by cost (the\n"
             "                     split printed), --grad-accum M (or --micro-batches M) micro-batches of --batch\n"
             "                     per step through them\n"
-            "  --pp-schedule S    1f1b (default; at most N micro-batches in flight per stage) or gpipe (all M\n"
-            "                     forwards first)\n"
+            "  --pp-schedule S    1f1b (default; at most N micro-batches in flight per stage), gpipe (all M\n"
+            "                     forwards first) or zb1 (ZB-H1: backward split into B and W, W filling 1f1b's\n"
+            "                     bubble; at most N in flight per stage; f32, not with --recompute or ZeRO-3)\n"
             "  --pp-schedule-print  each stage's list of actions as a table, at start\n"
             "  --quiet            no progress output\n"
             "  --print-every N    a progress line every N steps where the output is not a terminal (1; DeepSpeed's\n"
@@ -121,7 +122,7 @@ static const dt_cli_flag flags[] = {
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
-    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--pp-schedule", "gpipe or 1f1b" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
+    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--pp-schedule", "gpipe, 1f1b or zb1" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
     { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
     { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },
@@ -189,7 +190,7 @@ int dt_cli_train(int argc, char **argv) {
         for (int k = 0; later[k]; k++)
             if (!strcmp(f, later[k])) {
                 dt_log(DT_LOG_ERROR, "train: %s is not built yet: dtrain splits the data (--nproc, --dp, --zero) and the "
-                       "layers (--tp, --sp, --pp with gpipe and 1f1b) today; context parallelism and interleaved pipelines are coming", f);
+                       "layers (--tp, --sp, --pp with gpipe, 1f1b and zb1) today; context parallelism and interleaved pipelines are coming", f);
                 return 2;
             }
         i++;

@@ -23,7 +23,7 @@ void dt_matmul_forward(float *out, const float *inp, const float *w, const float
 void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                         int BT, int C, int OC) {
     if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC, 1.0f, dout, OC, w, C, 1.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+    if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (dbias) {
         /* Row by row, so each pass over dout is contiguous; columns split between threads. */
         #pragma omp parallel

@@ -20,7 +20,9 @@ enum {
     /* scratch, not per layer */
     A_TMP, A_DRES, A_DLN, A_DQKV, A_DATTY, A_DFCH, A_DFCH_GELU,
     /* sequence parallelism's: a gathered [B*T, C], a reduce-scattered [B*T/tp, C], a LayerNorm's gradient */
-    A_GATHER, A_RS, A_LNGRAD, A_COUNT
+    A_GATHER, A_RS, A_LNGRAD,
+    /* a split backward's (dt_gpt2_set_split_backward): per block, the Linears' output gradients that B leaves for W */
+    A_WGRAD, A_COUNT
 };
 
 /* One micro-batch in flight (a pipeline's activation slot, gpt2_slots.c):
@@ -32,7 +34,7 @@ typedef struct {
     int B, T, run_a, run_b;
     size_t bt_capacity, att_capacity;
     int32_t *inputs, *targets;
-    bool have_targets, blockwise;
+    bool have_targets, blockwise, w_pending;
     float loss;
     uint16_t *acts_lp;
     size_t lp_layer, lp_capacity;
@@ -66,6 +68,8 @@ struct dt_gpt2 {
     size_t bt_capacity;       /* B*T the activations are sized for */
     int32_t *inputs, *targets;
     bool have_targets;
+    bool split_bwd;           /* backward in two passes: B (input gradients) and W (weight gradients) */
+    bool w_pending;           /* this slot's B has run, its W not yet */
     bool recompute;           /* keep one layer of activations; redo each layer's forward in backward */
     dt_attn_mode attn;
     bool blockwise;           /* of the last forward */

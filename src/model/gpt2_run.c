@@ -32,11 +32,15 @@ static widths part_widths(const dt_gpt2 *m) {
     return (widths){ (size_t)m->cfg.channels, (size_t)m->Cl, (size_t)m->NHl, (size_t)m->Fl, (size_t)m->Vl, S };
 }
 
+/* A split backward's per block: the output gradients of fcproj and
+ * attproj (all rows, C wide), fc's (F) and qkv's (3 Cl), kept from B to W. */
+static size_t wgrad_floats(widths w, size_t BT) { return BT * (2 * w.C + w.F + 3 * w.Cl); }
+
 /* Each activation's floats for nl held blocks (head: whether the head is
  * held); the total with 64-byte aligned starts. With lp (mixed precision,
  * not recomputing) the blocks' 16-bit activations have one block's f32 slot
  * to compute in and *lp_total 16-bit values (lp_per_layer a block) to keep. */
-static size_t activation_sizes(widths w, size_t nl, bool head, bool recompute, bool lp, bool blockwise,
+static size_t activation_sizes(widths w, size_t nl, bool head, bool recompute, bool lp, bool blockwise, bool split,
                                int B, int T, size_t s[A_COUNT], size_t *lp_per_layer, size_t *lp_total) {
     size_t BT = (size_t)B * T, C = w.C, Cl = w.Cl, NH = w.NH, F = w.F, Vp = w.V, R = BT / w.S, sp = w.S > 1;
     /* Per-layer activations: every held block's, or one when recomputing; the
@@ -53,6 +57,7 @@ static size_t activation_sizes(widths w, size_t nl, bool head, bool recompute, b
         [A_LNF_RSTD] = H * R, [A_LOGITS] = H * (lp ? (BT * Vp + 1) / 2 : BT * Vp), /* 16-bit under mixed precision */ [A_LOSSES] = H * BT, [A_CE_STATS] = H * 2 * BT, [A_TMP] = BT * C, [A_DRES] = R * C, [A_DLN] = BT * C,
         [A_DQKV] = BT * 3 * Cl, [A_DATTY] = BT * Cl, [A_DFCH] = BT * F, [A_DFCH_GELU] = BT * F,
         [A_GATHER] = sp * BT * C, [A_RS] = sp * R * C, [A_LNGRAD] = sp * 2 * C,
+        [A_WGRAD] = split * nl * wgrad_floats(w, BT),
     };
     size_t total = 0;
     for (int i = 0; i < A_COUNT; i++) {
@@ -70,18 +75,18 @@ size_t dt_gpt2_activation_bytes(const dt_gpt2_config *c, int B, int T, int recom
 
 size_t dt_gpt2_part_activation_bytes(const dt_gpt2_config *c, int tp, int sp, int B, int T, int recompute, int attention,
                                      dt_dtype precision) {
-    return dt_gpt2_units_activation_bytes(c, 0, c->num_layers + 2, tp, sp, B, T, recompute, attention, precision);
+    return dt_gpt2_units_activation_bytes(c, 0, c->num_layers + 2, tp, sp, B, T, recompute, attention, precision, 0);
 }
 
 size_t dt_gpt2_units_activation_bytes(const dt_gpt2_config *c, int a, int b, int tp, int sp, int B, int T, int recompute,
-                                      int attention, dt_dtype precision) {
+                                      int attention, dt_dtype precision, int split) {
     size_t s[A_COUNT], per, lp, t = tp > 1 ? (size_t)tp : 1;
     bool blockwise = attention == DT_ATTN_BLOCKWISE || (attention == DT_ATTN_AUTO && T >= 256), low = precision != DT_F32;
     bool head = b == c->num_layers + 2;
     int first = a > 1 ? a : 1, last = b - 1 < c->num_layers ? b - 1 : c->num_layers; /* blocks: units [first, last] */
     widths w = whole_widths(c);
     w.Cl /= t, w.NH /= t, w.F /= t, w.V = (w.V + t - 1) / t, w.S = sp ? t : 1;
-    return activation_sizes(w, last >= first ? (size_t)(last - first + 1) : 0, head, recompute, low, blockwise, B, T, s, &per, &lp) *
+    return activation_sizes(w, last >= first ? (size_t)(last - first + 1) : 0, head, recompute, low, blockwise, split, B, T, s, &per, &lp) *
                sizeof(float) + lp * sizeof(uint16_t) + (low ? dt_gpt2_lp_work_floats(c, head) * sizeof(float) : 0) +
            2 * (size_t)B * T * sizeof(int32_t);
 }
@@ -107,7 +112,7 @@ static dt_status size_activations(dt_gpt2 *m, int B, int T) {
     if (m->acts && BT <= m->bt_capacity && att_need <= m->att_capacity) return DT_OK;
     size_t s[A_COUNT], per, lp;
     size_t total = activation_sizes(part_widths(m), (size_t)m->nl, m->ub == m->cfg.num_layers + 2, m->recompute, m->prec != DT_F32,
-                                    use_blockwise(m, T), B, T, s, &per, &lp);
+                                    use_blockwise(m, T), m->split_bwd, B, T, s, &per, &lp);
     size_t at = 0;
     for (int i = 0; i < A_COUNT; i++) {
         m->act_sizes[i] = s[i];
@@ -219,17 +224,26 @@ static void linear_forward(dt_gpt2 *m, float *out, const float *inp, int l, int 
 }
 
 /* Its backward; under mixed precision a block's dout is rounded to 16 bits
- * in place (the head's, by the cross-entropy that wrote it). */
+ * in place (the head's, by the cross-entropy that wrote it). A split
+ * backward's B leaves the weight and bias for linear_weight_grad (f32 only:
+ * dt_gpt2_set_split_backward). */
 static void linear_backward(dt_gpt2 *m, float *dinp, float *dout, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
     size_t wo, bo;
     linear_at(m, l, wi, bi, &wo, &bo);
-    float *db = bo != SIZE_MAX ? m->grads + bo : NULL;
+    float *db = bo != SIZE_MAX && !m->split_bwd ? m->grads + bo : NULL;
     if (m->prec == DT_F32) {
-        dt_matmul_backward(dinp, m->grads + wo, db, dout, inp, m->params + wo, BT, C, OC);
+        dt_matmul_backward(dinp, m->split_bwd ? NULL : m->grads + wo, db, dout, inp, m->params + wo, BT, C, OC);
         return;
     }
     if (l >= 0) dt_lp_round(dout, (size_t)BT * OC, m->prec);
     dt_matmul_backward_lp(dinp, m->grads + wo, db, dout, inp, m->params_lp + wo, BT, C, OC, m->prec, m->lp_work, m->lp_work_floats);
+}
+
+/* W of a split backward: the same sums the whole backward makes. */
+static void linear_weight_grad(dt_gpt2 *m, const float *dout, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
+    size_t wo, bo;
+    linear_at(m, l, wi, bi, &wo, &bo);
+    dt_matmul_backward(NULL, m->grads + wo, bo != SIZE_MAX ? m->grads + bo : NULL, dout, inp, NULL, BT, C, OC);
 }
 
 /* Mixed precision keeps the logits (and then their gradient) in 16 bits. */
@@ -302,7 +316,8 @@ const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *n
 #define BEFORE_FWD(u) do { dt_hook_list_call(&m->unit_hooks, 0, u); lp_cast(m, u, false); } while (0)
 #define BEFORE_BWD(u) do { dt_hook_list_call(&m->unit_hooks, 1, u); lp_cast(m, u, true); } while (0)
 #define AFTER_FWD(u) lp_drop(m)
-#define AFTER_BWD(u) do { lp_drop(m); dt_hook_list_call(&m->grad_hooks, 0, u); } while (0)
+/* a split backward's gradients are whole after W: its hooks run there */
+#define AFTER_BWD(u) do { lp_drop(m); if (!m->split_bwd) dt_hook_list_call(&m->grad_hooks, 0, u); } while (0)
 
 /* The trace shows each unit's forward and backward on the compute track. */
 static void trace_unit(const dt_gpt2 *m, const char *pass, int u) {
@@ -346,6 +361,10 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     m->tp_err = DT_OK;
     if (b < L + 2) targets = NULL; /* no loss before the head */
     dt_status st = check_range(m, a, b, tokens, x, targets, B, T);
+    if (!st && m->w_pending)
+        st = dt_error(DT_ERR_ARG, "forward: the activations' last backward waits for its weight gradients (dt_gpt2_backward_weights)");
+    if (!st && m->split_bwd && (m->prec != DT_F32 || m->recompute))
+        st = dt_error(DT_ERR_UNSUPPORTED, "forward: a split backward runs in f32 without recomputation");
     if (!st) st = size_activations(m, B, T);
     if (st) return st;
     size_t BT = (size_t)B * T;
@@ -435,6 +454,15 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
     AFTER_BWD(L + 1);
 }
 
+/* Block l's output gradients kept for W: fcproj's, fc's, attproj's, qkv's. */
+static void wgrad_of(dt_gpt2 *m, int l, float *wg[4]) {
+    size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)m->cfg.channels;
+    wg[0] = ACT(A_WGRAD) + (size_t)(l - m->l0) * wgrad_floats(part_widths(m), BT);
+    wg[1] = wg[0] + BTC;
+    wg[2] = wg[1] + BT * (size_t)m->Fl;
+    wg[3] = wg[2] + BTC;
+}
+
 /* Block l's backward: A_DRES holds d(its output) and gets d(its input). */
 static void layer_backward(dt_gpt2 *m, int l) {
     const dt_gpt2_config *c = &m->cfg;
@@ -452,10 +480,17 @@ static void layer_backward(dt_gpt2 *m, int l) {
     block_acts a = acts_of(m, l);
     float *dres = ACT(A_DRES), *dln = ACT(A_DLN), *tmp = ACT(A_TMP);
     float *dfchg = ACT(A_DFCH_GELU), *dfch = ACT(A_DFCH), *datty = ACT(A_DATTY), *dqkv = ACT(A_DQKV);
+    /* a split backward keeps the four Linears' output gradients for W (dres is about to change: a copy) */
+    float *wg[4] = { NULL };
+    if (m->split_bwd) {
+        wgrad_of(m, l, wg);
+        dfch = wg[1], dqkv = wg[3];
+    }
     /* mixed precision rounds a Linear's output gradient, and dres goes on down the residual stream whole */
     /* a row-parallel Linear's output gradient: all rows (gathered under sequence parallelism) */
     const float *dproj = dt_gpt2_tp_gather(m, dres, RC);
     if (m->prec != DT_F32) { memcpy(tmp, dproj, BTC * sizeof(float)); dproj = tmp; }
+    if (wg[0]) { memcpy(wg[0], dproj, BTC * sizeof(float)); dproj = wg[0]; }
     /* MLP: res3 = res2 + fcproj(gelu(fc(ln2(res2)))); dres carries d res3 = d res2 (pass-through) */
     memset(dfchg, 0, BTF * sizeof(float));
     linear_backward(m, dfchg, (float *)dproj, a.fchg, l, FCPROJW, FCPROJB, (int)BT, F, C);
@@ -469,6 +504,7 @@ static void layer_backward(dt_gpt2 *m, int l) {
     /* attention: res2 = res_in + attproj(attn(qkv(ln1(res_in)))) */
     dproj = dt_gpt2_tp_gather(m, dres, RC);
     if (m->prec != DT_F32) { memcpy(tmp, dproj, BTC * sizeof(float)); dproj = tmp; }
+    if (wg[2]) { memcpy(wg[2], dproj, BTC * sizeof(float)); dproj = wg[2]; }
     memset(datty, 0, BTL * sizeof(float));
     linear_backward(m, datty, (float *)dproj, a.atty, l, ATTPROJW, ATTPROJB, (int)BT, Cl, C);
     memset(dqkv, 0, BTL * 3 * sizeof(float));
@@ -485,6 +521,7 @@ static void layer_backward(dt_gpt2 *m, int l) {
 dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale) {
     int L = m->cfg.num_layers, a = m->run_a, b = m->run_b;
     if (!m->acts || !m->have_targets) return dt_error(DT_ERR_ARG, "backward: needs a forward (with targets, if it ran the head) first");
+    if (m->w_pending) return dt_error(DT_ERR_ARG, "backward: the last backward's weight gradients (dt_gpt2_backward_weights) are still to run");
     if (b < L + 2 && !dout) return dt_error(DT_ERR_ARG, "backward: units [%d, %d) end before the head: d(output) is needed", a, b);
     m->have_targets = false; /* the logits are about to become their gradient */
     m->tp_err = DT_OK;
@@ -493,7 +530,8 @@ dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale
     else memcpy(ACT(A_DRES), dout, RC * sizeof(float));
     int last = b - 1 < L ? b - 1 : L;
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) layer_backward(m, l);
-    if (a > 0) return m->tp_err; /* A_DRES: d(the range's input), for dt_gpt2_input_grad */
+    m->w_pending = m->split_bwd;
+    if (a > 0 || m->split_bwd) return m->tp_err; /* A_DRES: d(the range's input), for dt_gpt2_input_grad; the embedding's is all W */
     BEFORE_BWD(0);
     trace_unit(m, "backward", 0);
     dt_gpt2_tp_embedding_backward(m, m->defer_wte_rows ? NULL : G(WTE), G(WPE), ACT(A_DRES), m->B, m->T);
@@ -503,3 +541,66 @@ dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale
 }
 
 dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) { return dt_gpt2_backward_units(m, NULL, grad_scale); }
+
+dt_status dt_gpt2_set_split_backward(dt_gpt2 *m, int on) {
+    if (on && (m->prec != DT_F32 || m->recompute))
+        return dt_error(DT_ERR_UNSUPPORTED, "model: a backward split into input and weight gradients runs in f32 without "
+                        "recomputation (W reads the activations forward kept)");
+    if (m->split_bwd == (on != 0)) return DT_OK;
+    m->split_bwd = on != 0;
+    /* the activations' layout changes: sized again at the next forward */
+    dt_gpt2_drop_slots(m);
+    dt_free_aligned(m->acts);
+    m->acts = NULL;
+    m->bt_capacity = 0;
+    return DT_OK;
+}
+
+/* W of the head: the tied wte's (or its copy's) gradient from the logits' gradient B left in place. */
+static void head_weights(dt_gpt2 *m) {
+    size_t BT = (size_t)m->B * m->T, RC = dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels;
+    trace_unit(m, "weights", m->cfg.num_layers + 1);
+    size_t wo, bo;
+    linear_at(m, -1, WTE, 0, &wo, &bo);
+    dt_matmul_backward(NULL, m->grads + wo, NULL, ACT(A_LOGITS), dt_gpt2_tp_gather(m, ACT(A_LNF), RC), NULL, (int)BT,
+                       m->cfg.channels, m->Vl);
+    UNIT_END();
+}
+
+static void layer_weights(dt_gpt2 *m, int l) {
+    int BT = m->B * m->T, C = m->cfg.channels;
+    size_t RC = dt_gpt2_tp_rows(m) * (size_t)C;
+    block_acts a = acts_of(m, l);
+    float *wg[4];
+    wgrad_of(m, l, wg);
+    trace_unit(m, "weights", l + 1);
+    linear_weight_grad(m, wg[0], a.fchg, l, FCPROJW, FCPROJB, BT, m->Fl, C);
+    linear_weight_grad(m, wg[1], dt_gpt2_tp_gather(m, a.ln2, RC), l, FCW, FCB, BT, C, m->Fl);
+    linear_weight_grad(m, wg[2], a.atty, l, ATTPROJW, ATTPROJB, BT, m->Cl, C);
+    linear_weight_grad(m, wg[3], dt_gpt2_tp_gather(m, a.ln1, RC), l, QKVW, QKVB, BT, C, 3 * m->Cl);
+    UNIT_END();
+}
+
+dt_status dt_gpt2_backward_weights(dt_gpt2 *m) {
+    if (!m->w_pending) return dt_error(DT_ERR_ARG, "backward weights: no split backward (B) waits for its weight gradients");
+    int L = m->cfg.num_layers, a = m->run_a, b = m->run_b, last = b - 1 < L ? b - 1 : L;
+    m->w_pending = false;
+    m->tp_err = DT_OK;
+    /* unit by unit in backward's order, each unit's gradients announced when whole */
+    if (b == L + 2) {
+        head_weights(m);
+        dt_hook_list_call(&m->grad_hooks, 0, L + 1);
+    }
+    for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) {
+        layer_weights(m, l);
+        dt_hook_list_call(&m->grad_hooks, 0, l + 1);
+    }
+    if (a > 0) return m->tp_err;
+    BEFORE_BWD(0);
+    trace_unit(m, "weights", 0);
+    dt_gpt2_tp_embedding_backward(m, m->defer_wte_rows ? NULL : G(WTE), G(WPE), ACT(A_DRES), m->B, m->T);
+    UNIT_END();
+    lp_drop(m);
+    dt_hook_list_call(&m->grad_hooks, 0, 0);
+    return m->tp_err;
+}

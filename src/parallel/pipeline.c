@@ -1,7 +1,12 @@
 /* One pipeline stage: runs its list of actions (pipeline_schedule.c) on its
  * GPT-2 part, each micro-batch in its activation slot, activations and
- * their gradients to and from the neighbours with blocking sends and
- * receives, a send and a receive in one step together (dt_comm_sendrecv).
+ * their gradients to and from the neighbours: with blocking sends and
+ * receives, a send and a receive in one step together (dt_comm_sendrecv),
+ * or, for a schedule with asynchronous sends (zb1), sends posted from the
+ * slot itself and left to progress while the stage computes. Those go over
+ * a communicator per neighbour and direction: a communicator's requests run
+ * in order, so one that only sends and one that only receives never make a
+ * receive wait behind this stage's own send.
  * The tied embedding's two copies (first and last stage) are kept as one
  * process has them: the head's gradient goes to the first stage, which
  * owns wte; the updated values come back. */
@@ -24,7 +29,11 @@ struct dt_pipeline {
     dt_request *wte_req;
     int last_b;                 /* inside the stage's last backward of the step */
     dt_status hook_err;
-    double fwd, bwd, total;     /* the last step: seconds in forwards, backwards, the whole schedule */
+    double fwd, bwd, wgt, total; /* the last step: seconds in forwards, backwards (B), weight gradients (W), the schedule */
+    /* asynchronous sends: link[side][kind] the two-rank communicator with the neighbour below (side 0) or above (1)
+     * for activations (kind 0, sent up) or gradients (1, sent down); the send in flight per direction */
+    dt_comm *link[2][2];
+    dt_request *sending[2];
 };
 
 /* Last stage, the head's backward done: its wte gradient leaves for the first stage (a copy: data parallelism is
@@ -49,6 +58,17 @@ static void before_backward(int unit, void *ctx) {
     for (size_t i = 0; i < p->wte_n && !p->hook_err; i++) g[i] += p->wte_recv[i];
 }
 
+/* Posts a send to the neighbour above (up) or below, once the last one that way has been received; what it sends
+ * stays in the slot until then (the slot is not reused before the neighbour's answer to it). */
+static dt_status async_send(dt_pipeline *p, dt_comm *l, const float *out, int up) {
+    if (p->sending[up]) {
+        dt_status st = dt_wait(p->sending[up]);
+        p->sending[up] = NULL;
+        if (st) return st;
+    }
+    return dt_comm_isend(l, out, p->stream, DT_F32, up ? 1 : 0, &p->sending[up]);
+}
+
 static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
     const dt_gpt2 *m = p->c.model;
     const float *out = NULL;
@@ -61,7 +81,12 @@ static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
     float *in = a->recv.peer < 0 ? NULL : a->recv.grad ? p->dout : p->xin;
     DT_TRACE_BEGIN(DT_TRACK_COMM, "pipeline", "\"send\":%d,\"recv\":%d", a->send.peer, a->recv.peer);
     dt_status st;
-    if (out && in) {
+    if (p->s->async) {
+        /* over the neighbour's link: peer 0 in it is the lower stage */
+        int up = out ? a->send.peer > p->stage : a->recv.peer > p->stage, kind = out ? a->send.grad : a->recv.grad;
+        dt_comm *l = p->link[up][kind];
+        st = out ? async_send(p, l, out, up) : dt_comm_recv(l, in, p->stream, DT_F32, up);
+    } else if (out && in) {
         /* on this thread: a progress thread's wait beside this one's would spin on the core the next stage computes on */
         st = dt_comm_sendrecv(p->c.pp, out, p->stream, a->send.peer, in, p->stream, a->recv.peer, DT_F32);
     } else if (out) {
@@ -96,15 +121,18 @@ static dt_status forward(dt_pipeline *p, const dt_pp_action *a, double *loss_sum
     return st;
 }
 
+/* B (the whole backward unless it is split) or W. */
 static dt_status backward(dt_pipeline *p, const dt_pp_action *a, float grad_scale) {
     double t0 = dt_time_now();
-    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "B", "\"micro\":%d", a->micro);
+    int w = a->op == DT_PP_W;
+    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, w ? "W" : "B", "\"micro\":%d", a->micro);
     dt_gpt2_use_slot(p->c.model, a->slot);
     p->last_b = a->last;
-    dt_status st = dt_gpt2_backward_units(p->c.model, p->ub < p->L + 2 ? p->dout : NULL, grad_scale);
+    dt_status st = w ? dt_gpt2_backward_weights(p->c.model)
+                     : dt_gpt2_backward_units(p->c.model, p->ub < p->L + 2 ? p->dout : NULL, grad_scale);
     p->last_b = 0;
     DT_TRACE_END(DT_TRACK_COMPUTE);
-    p->bwd += dt_time_now() - t0;
+    *(w ? &p->wgt : &p->bwd) += dt_time_now() - t0;
     if (!st && p->hook_err) st = p->hook_err;
     p->hook_err = DT_OK;
     return st;
@@ -115,15 +143,22 @@ static dt_status run(void *ctx, dt_engine *e, int accum, float grad_scale, doubl
     if (accum != p->c.micro)
         return dt_error(DT_ERR_ARG, "pipeline: built for %d micro-batches a step, asked to run %d", p->c.micro, accum);
     double t0 = dt_time_now();
-    p->fwd = p->bwd = 0;
+    p->fwd = p->bwd = p->wgt = 0;
     *loss_sum = 0;
     *nloss = 0;
     dt_status st = DT_OK;
     for (int i = 0; i < p->s->n[p->stage] && !st; i++) {
         const dt_pp_action *a = &p->s->act[p->stage][i];
-        if (a->op != DT_PP_COMM) dt_engine_begin_micro(e, a->op == DT_PP_B && a->last);
+        if (a->op != DT_PP_COMM) dt_engine_begin_micro(e, a->op != DT_PP_F && a->last);
         st = a->op == DT_PP_COMM ? exchange(p, a) : a->op == DT_PP_F ? forward(p, a, loss_sum, nloss) : backward(p, a, grad_scale);
     }
+    /* the step's sends have arrived */
+    for (int up = 0; up < 2; up++)
+        if (p->sending[up]) {
+            dt_status s2 = dt_wait(p->sending[up]);
+            p->sending[up] = NULL;
+            if (!st && s2) st = dt_error(s2, "pipeline stage %d, sending to stage %d: %s", p->stage, p->stage + (up ? 1 : -1), dt_last_error());
+        }
     /* the head's gradient of wte has arrived once the first stage's last backward is through */
     if (p->wte_req) {
         dt_status s2 = dt_wait(p->wte_req);
@@ -189,6 +224,20 @@ static dt_status tie(dt_pipeline *p) {
     return DT_OK;
 }
 
+/* The two-rank links to each neighbour, one per direction (collective over the stages): pairs (0,1), (2,3), .. from
+ * one split, (1,2), (3,4), .. from another, each made twice. */
+static dt_status links(dt_pipeline *p) {
+    for (int odd = 0; odd < 2; odd++)
+        for (int kind = 0; kind < 2; kind++) {
+            dt_comm *c;
+            dt_status st = dt_comm_split(p->c.pp, (p->stage + odd) / 2, p->stage, &c);
+            if (st) return st;
+            if (dt_comm_size(c) < 2) { dt_comm_destroy(c); continue; }
+            p->link[dt_comm_rank(c) == 0][kind] = c; /* rank 0 in the pair: the neighbour is above */
+        }
+    return DT_OK;
+}
+
 dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
     *out = NULL;
     dt_pipeline *p = calloc(1, sizeof *p);
@@ -202,6 +251,8 @@ dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
     p->stream = (size_t)c->B * c->T * (size_t)dt_gpt2_get_config(c->model)->channels / (part->sp ? (size_t)part->tp_size : 1);
     p->ms = (dt_micro_schedule){ run, after_update, p };
     dt_status st = dt_pp_schedule_create(c->kind, p->p, c->micro, &p->s);
+    if (!st && p->s->async) st = links(p);
+    if (!st) st = dt_gpt2_set_split_backward(c->model, c->kind == DT_PP_ZB1);
     if (!st) st = dt_gpt2_set_slots(c->model, p->s->slots[p->stage]);
     if (!st) {
         p->xin = malloc(p->stream * sizeof(float));
@@ -217,6 +268,11 @@ dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
 void dt_pipeline_destroy(dt_pipeline *p) {
     if (!p) return;
     if (p->wte_req) dt_wait(p->wte_req);
+    for (int i = 0; i < 4; i++) {
+        if (i < 2 && p->sending[i]) dt_wait(p->sending[i]);
+        if (p->link[i / 2][i % 2]) dt_comm_destroy(p->link[i / 2][i % 2]);
+    }
+    dt_gpt2_set_split_backward(p->c.model, 0);
     if (p->tied) {
         if (p->stage == 0) dt_gpt2_set_unit_hooks(p->c.model, NULL, NULL, p);
         else dt_gpt2_set_grad_hook(p->c.model, NULL, p);
@@ -233,10 +289,10 @@ void dt_pipeline_destroy(dt_pipeline *p) {
 const dt_micro_schedule *dt_pipeline_schedule(dt_pipeline *p) { return &p->ms; }
 const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p) { return p->s; }
 
-void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd) { *fwd = p->fwd, *bwd = p->bwd; }
+void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *wgt) { *fwd = p->fwd, *bwd = p->bwd, *wgt = p->wgt; }
 
 dt_status dt_pipeline_bubble(dt_pipeline *p, double *bubble) {
-    double mine[2] = { p->fwd + p->bwd, p->total }, *all = malloc(sizeof *all * 2 * (size_t)p->p);
+    double mine[2] = { p->fwd + p->bwd + p->wgt, p->total }, *all = malloc(sizeof *all * 2 * (size_t)p->p);
     if (!all) return dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
     dt_status st = dt_comm_allgather(p->c.pp, mine, all, 2, DT_F64);
     double busy = 0, span = 0;

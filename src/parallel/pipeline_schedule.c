@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[] = { "gpipe", "1f1b" };
+static const char *const kind_names[] = { "gpipe", "1f1b", "zb1" };
 
 int dt_pp_kind_parse(const char *name) {
     for (int k = 0; k < (int)(sizeof kind_names / sizeof kind_names[0]); k++)
@@ -17,18 +17,43 @@ int dt_pp_kind_parse(const char *name) {
 
 const char *dt_pp_kind_name(dt_pp_kind k) { return kind_names[k]; }
 
-/* Stage s's computations in order: F then B of each micro-batch, as 2k and 2k+1 of a list of 2m. */
-static void compute_order(dt_pp_kind kind, int p, int m, int s, int *ops) {
+/* Computations are coded 3k + op: F, B or W of micro-batch k. */
+#define OP(k, op) (3 * (k) + (op))
+
+/* ZB-H1 on stage s: 1F1B's forwards and B's; a W first where a forward
+ * would put more than min(p, m) micro-batches in flight (their slots are
+ * freed by W), and before each B of the cool-down, where it fills the wait
+ * for the next stage's gradient; the last W's at the end. */
+static int zb1_order(int p, int m, int s, int *ops) {
+    int n = 0, cap = p < m ? p : m, warm = p - 1 - s < m ? p - 1 - s : m, f = 0, b = 0, w = 0;
+    while (f < warm) ops[n++] = OP(f++, DT_PP_F);
+    while (f < m) {
+        if (f - w >= cap) ops[n++] = OP(w++, DT_PP_W);
+        ops[n++] = OP(f++, DT_PP_F);
+        ops[n++] = OP(b++, DT_PP_B);
+    }
+    while (b < m) {
+        if (w < b) ops[n++] = OP(w++, DT_PP_W);
+        ops[n++] = OP(b++, DT_PP_B);
+    }
+    while (w < m) ops[n++] = OP(w++, DT_PP_W);
+    return n;
+}
+
+/* Stage s's computations in order; returns how many (2m, or 3m with W's). */
+static int compute_order(dt_pp_kind kind, int p, int m, int s, int *ops) {
     int n = 0;
+    if (kind == DT_PP_ZB1) return zb1_order(p, m, s, ops);
     if (kind == DT_PP_GPIPE) {
-        for (int k = 0; k < m; k++) ops[n++] = 2 * k;
-        for (int k = 0; k < m; k++) ops[n++] = 2 * k + 1;
-        return;
+        for (int k = 0; k < m; k++) ops[n++] = OP(k, DT_PP_F);
+        for (int k = 0; k < m; k++) ops[n++] = OP(k, DT_PP_B);
+        return n;
     }
     int warm = p - 1 - s < m ? p - 1 - s : m, f = 0, b = 0;
-    while (f < warm) ops[n++] = 2 * f++;
-    while (f < m) { ops[n++] = 2 * f++; ops[n++] = 2 * b++ + 1; }
-    while (b < m) ops[n++] = 2 * b++ + 1;
+    while (f < warm) ops[n++] = OP(f++, DT_PP_F);
+    while (f < m) { ops[n++] = OP(f++, DT_PP_F); ops[n++] = OP(b++, DT_PP_B); }
+    while (b < m) ops[n++] = OP(b++, DT_PP_B);
+    return n;
 }
 
 static dt_pp_action comm(dt_pp_msg send, dt_pp_msg recv) { return (dt_pp_action){ .op = DT_PP_COMM, .send = send, .recv = recv }; }
@@ -36,30 +61,32 @@ static const dt_pp_msg none = { -1, 0, 0 };
 
 /* Stage s's actions: a receive before each computation that needs one, a
  * send after each that makes one, a send and the receive right after it
- * merged. Slots: the lowest free one at F, freed by its B. */
-static int lower(const int *ops, int n, int p, int s, dt_pp_action *out, int *slots) {
-    /* on the heap: n = 2m, and --grad-accum may be large */
+ * merged unless sends are asynchronous. Slots: the lowest free one at F,
+ * freed by the micro-batch's last computation (B, or W where it is split). */
+static int lower(const int *ops, int n, int p, int s, int async, dt_pp_action *out, int *slots) {
+    /* on the heap: n = 3m, and --grad-accum may be large */
     int k = 0, used = 0, *slot_of = malloc(sizeof *slot_of * (size_t)n), *busy = calloc((size_t)n, sizeof *busy);
     if (!slot_of || !busy) { free(slot_of); free(busy); return -1; }
-    int last_b = -1;
+    int grad_op = async ? DT_PP_W : DT_PP_B, last_g = -1;
     for (int i = 0; i < n; i++)
-        if (ops[i] & 1) last_b = i;
+        if (ops[i] % 3 == grad_op) last_g = i;
     for (int i = 0; i < n; i++) {
-        int micro = ops[i] / 2, bwd = ops[i] & 1;
+        int micro = ops[i] / 3, op = ops[i] % 3, bwd = op == DT_PP_B;
         int from = bwd ? (s + 1 < p ? s + 1 : -1) : s - 1, to = bwd ? s - 1 : (s + 1 < p ? s + 1 : -1);
+        if (op == DT_PP_W) from = to = -1;
         if (from >= 0) {
             dt_pp_msg r = { from, bwd, micro };
-            if (k > 0 && out[k - 1].op == DT_PP_COMM && out[k - 1].recv.peer < 0) out[k - 1].recv = r;
+            if (!async && k > 0 && out[k - 1].op == DT_PP_COMM && out[k - 1].recv.peer < 0) out[k - 1].recv = r;
             else out[k++] = comm(none, r);
         }
-        dt_pp_action a = { .op = bwd ? DT_PP_B : DT_PP_F, .micro = micro, .last = i == last_b };
-        if (!bwd) {
+        dt_pp_action a = { .op = (dt_pp_op)op, .micro = micro, .last = i == last_g };
+        if (op == DT_PP_F) {
             int z = 0;
             while (busy[z]) z++;
             busy[z] = 1;
             slot_of[micro] = z;
             if (z + 1 > used) used = z + 1;
-        } else {
+        } else if (op == grad_op) {
             busy[slot_of[micro]] = 0;
         }
         a.slot = slot_of[micro];
@@ -85,7 +112,7 @@ dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int micro, dt_pp_sc
     *out = NULL;
     if (stages < 1 || micro < 1) return dt_error(DT_ERR_ARG, "pipeline: %d stages and %d micro-batches (both must be >= 1)", stages, micro);
     dt_pp_schedule *s = calloc(1, sizeof *s);
-    int *ops = malloc(sizeof *ops * 2 * (size_t)micro);
+    int *ops = malloc(sizeof *ops * 3 * (size_t)micro);
     if (s) {
         s->act = calloc((size_t)stages, sizeof *s->act);
         s->n = calloc((size_t)stages, sizeof *s->n);
@@ -95,15 +122,16 @@ dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int micro, dt_pp_sc
     s->kind = kind;
     s->stages = stages;
     s->micro = micro;
+    s->async = kind == DT_PP_ZB1;
     for (int st = 0; st < stages; st++) {
         /* at most a receive, the computation and a send per computation */
-        if (!(s->act[st] = malloc(sizeof **s->act * 6 * (size_t)micro))) {
+        if (!(s->act[st] = malloc(sizeof **s->act * 9 * (size_t)micro))) {
             free(ops);
             dt_pp_schedule_destroy(s);
             return dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
         }
-        compute_order(kind, stages, micro, st, ops);
-        s->n[st] = lower(ops, 2 * micro, stages, st, s->act[st], &s->slots[st]);
+        int nops = compute_order(kind, stages, micro, st, ops);
+        s->n[st] = lower(ops, nops, stages, st, s->async, s->act[st], &s->slots[st]);
         if (s->n[st] < 0) { free(ops); dt_pp_schedule_destroy(s); return dt_error(DT_ERR_NOMEM, "pipeline: out of memory"); }
     }
     free(ops);
@@ -121,6 +149,10 @@ typedef struct {
     double *posted;       /* when its communication at the head was posted (-1: not yet) */
     double *done_s, *done_r; /* when its head's send / receive half matched (-1: not yet) */
     double **start;       /* per stage, per action: when it started (computations) */
+    /* asynchronous sends: per stage, per direction (0 down, 1 up), the last message posted, when, and when received (-1: not yet) */
+    int *has;
+    dt_pp_msg *msg;
+    double *sent, *recvd;
 } sim;
 
 static const char *msg_name(const dt_pp_msg *m, char *buf, size_t n) {
@@ -145,9 +177,36 @@ static dt_status match_send(const dt_pp_schedule *s, sim *x, int st) {
     return DT_OK;
 }
 
+/* An asynchronous send: waits only for the previous message to the same
+ * neighbour to have been received (0: blocked). */
+static int async_send(sim *x, int st, const dt_pp_msg *m) {
+    int ch = 2 * st + (m->peer > st);
+    if (x->has[ch] && x->recvd[ch] < 0) return 0;
+    if (x->has[ch] && x->recvd[ch] > x->clock[st]) x->clock[st] = x->recvd[ch];
+    x->has[ch] = 1, x->msg[ch] = *m, x->sent[ch] = x->clock[st], x->recvd[ch] = -1;
+    return 1;
+}
+
+/* A receive from an asynchronous sender: the message its sender has posted (0: not yet). */
+static dt_status async_recv(sim *x, int st, const dt_pp_msg *m, int *got) {
+    int ch = 2 * m->peer + (st > m->peer);
+    *got = 0;
+    if (!x->has[ch] || x->recvd[ch] >= 0) return DT_OK;
+    if (x->msg[ch].grad != m->grad || x->msg[ch].micro != m->micro) {
+        char m1[64], m2[64];
+        return dt_error(DT_ERR_ARG, "pipeline schedule: stage %d sends %s where stage %d receives %s", m->peer,
+                        msg_name(&x->msg[ch], m1, sizeof m1), st, msg_name(m, m2, sizeof m2));
+    }
+    double t = x->sent[ch] > x->clock[st] ? x->sent[ch] : x->clock[st];
+    x->recvd[ch] = x->clock[st] = t;
+    *got = 1;
+    return DT_OK;
+}
+
 static dt_status simulate(const dt_pp_schedule *s, double tf, double tb, sim *x) {
     int p = s->stages, left = 0;
     for (int i = 0; i < p; i++) { x->at[i] = 0; x->clock[i] = 0; x->posted[i] = x->done_s[i] = x->done_r[i] = -1; left += s->n[i]; }
+    for (int i = 0; i < 2 * p; i++) x->has[i] = 0;
     while (left > 0) {
         int moved = 0;
         for (int st = 0; st < p; st++) {
@@ -155,7 +214,15 @@ static dt_status simulate(const dt_pp_schedule *s, double tf, double tb, sim *x)
                 const dt_pp_action *a = &s->act[st][x->at[st]];
                 if (a->op != DT_PP_COMM) {
                     x->start[st][x->at[st]] = x->clock[st];
-                    x->clock[st] += a->op == DT_PP_F ? tf : tb;
+                    x->clock[st] += a->op == DT_PP_F ? tf : s->async ? tb / 2 : tb; /* B and W: half a backward each */
+                } else if (s->async) {
+                    int got = 1;
+                    if (a->send.peer >= 0) got = async_send(x, st, &a->send);
+                    else {
+                        dt_status e = async_recv(x, st, &a->recv, &got);
+                        if (e) return e;
+                    }
+                    if (!got) break;
                 } else {
                     if (x->posted[st] < 0) x->posted[st] = x->clock[st];
                     if (a->send.peer >= 0 && x->done_s[st] < 0) {
@@ -196,6 +263,16 @@ static dt_status simulate(const dt_pp_schedule *s, double tf, double tb, sim *x)
             return dt_error(DT_ERR_ARG, "pipeline schedule %s (p=%d, m=%d) deadlocks: %s", dt_pp_kind_name(s->kind), p, s->micro, where);
         }
     }
+    /* the step ends when every send has been received */
+    for (int ch = 0; ch < 2 * p; ch++) {
+        if (!x->has[ch]) continue;
+        if (x->recvd[ch] < 0) {
+            char m1[64];
+            return dt_error(DT_ERR_ARG, "pipeline schedule %s (p=%d, m=%d): stage %d sends %s that stage %d never receives",
+                            dt_pp_kind_name(s->kind), p, s->micro, ch / 2, msg_name(&x->msg[ch], m1, sizeof m1), x->msg[ch].peer);
+        }
+        if (x->recvd[ch] > x->clock[ch / 2]) x->clock[ch / 2] = x->recvd[ch];
+    }
     return DT_OK;
 }
 
@@ -209,7 +286,12 @@ static dt_status with_sim(const dt_pp_schedule *s, double tf, double tb, dt_stat
     x.done_s = calloc((size_t)p, sizeof *x.done_s);
     x.done_r = calloc((size_t)p, sizeof *x.done_r);
     x.start = calloc((size_t)p, sizeof *x.start);
-    dt_status e = x.at && x.clock && x.posted && x.done_s && x.done_r && x.start ? DT_OK : dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
+    x.has = calloc(2 * (size_t)p, sizeof *x.has);
+    x.msg = calloc(2 * (size_t)p, sizeof *x.msg);
+    x.sent = calloc(2 * (size_t)p, sizeof *x.sent);
+    x.recvd = calloc(2 * (size_t)p, sizeof *x.recvd);
+    dt_status e = x.at && x.clock && x.posted && x.done_s && x.done_r && x.start && x.has && x.msg && x.sent && x.recvd
+                      ? DT_OK : dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
     for (int i = 0; i < p && !e; i++)
         if (!(x.start[i] = calloc((size_t)s->n[i], sizeof **x.start))) e = dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
     if (!e) e = simulate(s, tf, tb, &x);
@@ -221,6 +303,10 @@ static dt_status with_sim(const dt_pp_schedule *s, double tf, double tb, dt_stat
     free(x.posted);
     free(x.done_s);
     free(x.done_r);
+    free(x.has);
+    free(x.msg);
+    free(x.sent);
+    free(x.recvd);
     return e;
 }
 
@@ -257,8 +343,8 @@ static dt_status print_table(const dt_pp_schedule *s, sim *x, void *ctx) {
             const dt_pp_action *a = &s->act[st][i];
             if (a->op == DT_PP_COMM) continue;
             for (; t < (int)x->start[st][i]; t++) fprintf(out, "%4s", ".");
-            snprintf(cell, sizeof cell, "%c%d", a->op == DT_PP_F ? 'F' : 'B', a->micro);
-            int len = a->op == DT_PP_F ? 1 : 2;
+            snprintf(cell, sizeof cell, "%c%d", "FBW"[a->op], a->micro);
+            int len = a->op == DT_PP_F || s->async ? 1 : 2;
             fprintf(out, "%4s", cell);
             for (int k = 1; k < len; k++) fprintf(out, "%4s", a->op == DT_PP_F ? "" : "~");
             t += len;
@@ -267,8 +353,12 @@ static dt_status print_table(const dt_pp_schedule *s, sim *x, void *ctx) {
         fprintf(out, "| %d slot%s\n", s->slots[st], s->slots[st] == 1 ? "" : "s");
     }
     int p = s->stages, m = s->micro;
-    fprintf(out, "bubble %.3f (theory (p-1)/(m+p-1) = %.3f); a column is a forward's time, a backward takes two (B3 ~)\n",
-            bubble_of(s, x), (double)(p - 1) / (m + p - 1));
+    if (s->async)
+        fprintf(out, "bubble %.3f (ZB-H1's theory (p-1)/(3m+p-1) = %.3f%s); a column is a forward's time, B and W one each\n",
+                bubble_of(s, x), (double)(p - 1) / (3 * m + p - 1), m < p ? ", for m >= p: fewer micro-batches wait longer" : "");
+    else
+        fprintf(out, "bubble %.3f (theory (p-1)/(m+p-1) = %.3f); a column is a forward's time, a backward takes two (B3 ~)\n",
+                bubble_of(s, x), (double)(p - 1) / (m + p - 1));
     return DT_OK;
 }
 

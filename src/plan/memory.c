@@ -52,10 +52,10 @@ void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
      * activations of each micro-batch in flight; the largest counts for every rank (conservative) */
     memset(m, 0, sizeof *m);
     for (int s = 0; s < p; s++) {
-        int slots = p == 1 ? 1 : j->gpipe ? j->micro : p - s < j->micro ? p - s : j->micro;
+        int cap = j->gpipe ? j->micro : j->zb ? p : p - s, slots = p == 1 ? 1 : cap < j->micro ? cap : j->micro;
         double psi = (double)dt_gpt2_units_num_params(c, first[s], first[s + 1], j->tp);
         double acts = (double)dt_gpt2_units_activation_bytes(c, first[s], first[s + 1], j->tp, j->sp, j->batch, j->seq, j->recompute,
-                                                             j->attention, j->precision) * (slots > 0 ? slots : 1);
+                                                             j->attention, j->precision, j->zb) * (slots > 0 ? slots : 1);
         dt_plan_memory one;
         estimate_rank(j, psi, acts, &one);
         if (one.per_rank > m->per_rank) *m = one;

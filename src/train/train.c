@@ -201,6 +201,10 @@ static const char *pp_lacks(const dt_train_config *c) {
     if (c->save && !dt_checkpoint_is_dir(c->save)) return "--save FILE.bin/.safetensors (a checkpoint directory takes the stages)";
     if (c->grad_store != DT_F32) return "--grad-store bf16/fp16";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS";
+    /* zb1's W reads what forward kept, in f32; ZeRO-3 would gather each unit's parameters for B and again for W */
+    if (c->pp_schedule == DT_PP_ZB1 && c->precision != DT_F32) return "--pp-schedule zb1 and --precision bf16/fp16 (its split backward is f32)";
+    if (c->pp_schedule == DT_PP_ZB1 && c->recompute) return "--pp-schedule zb1 and --recompute (W reads the activations forward kept)";
+    if (c->pp_schedule == DT_PP_ZB1 && c->strategy && !strcmp(c->strategy, "zero3")) return "--pp-schedule zb1 and ZeRO-3";
     return NULL;
 }
 
@@ -336,6 +340,7 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
     dt_plan_job job = { .model = *cfg, .batch = c->batch, .seq = c->seq, .recompute = c->recompute, .attention = c->attention,
                         .opt = c->opt, .dp = r->dp_size, .tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1, .sp = c->sp,
                         .pp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_PP) : 1, .micro = c->grad_accum, .gpipe = c->pp_schedule == DT_PP_GPIPE,
+                        .zb = c->pp_schedule == DT_PP_ZB1,
                         .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
                         .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                         .data_bytes = data,
@@ -863,7 +868,9 @@ static int finish(run *r, int steps_done, int stop_signal) {
 /* A pipeline step's forward and backward seconds (this stage's) and its
  * bubble (collective over the stages). */
 static dt_status pipeline_times(run *r) {
-    dt_pipeline_times(r->pipe, &r->fwd, &r->bwd);
+    double w;
+    dt_pipeline_times(r->pipe, &r->fwd, &r->bwd, &w);
+    r->bwd += w; /* zb1's W: backward's other half */
     return dt_pipeline_bubble(r->pipe, &r->bubble);
 }
 
