@@ -5,8 +5,9 @@ N stages at the units dtrain's split chooses (--split: each stage's first
 unit, unit 0 the embeddings, 1..L the blocks, L+1 the final LayerNorm and
 head; the head is a copy of wte, untied, as torch.distributed.pipelining
 cannot share one parameter between stages), one stage per process over gloo,
-run by torch.distributed.pipelining's ScheduleGPipe or Schedule1F1B with M
-micro-batches of --batch each; AdamW. The last stage prints one JSON line per
+run by torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B or, for
+zb1, ScheduleInterleavedZeroBubble with one stage per rank (its zero-bubble
+schedule; ZB-H1's shape there) with M micro-batches of --batch each; AdamW. The last stage prints one JSON line per
 timed step: {"step", "ms", "loss"}. Needs torch 2.x (the baselines' venv)."""
 import argparse
 import json
@@ -68,7 +69,7 @@ class Stage(nn.Module):
 def worker(rank, a, addr):
     torch.set_num_threads(a.threads)
     dist.init_process_group("gloo", init_method=f"tcp://{addr}", rank=rank, world_size=a.nproc)
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleavedZeroBubble
     cfg, params = load(a.weights)
     first = [int(u) for u in a.split.split(",")] + [cfg[2] + 2]
     module = Stage(cfg, params, first[rank], first[rank + 1])
@@ -78,7 +79,10 @@ def worker(rank, a, addr):
     def loss_fn(logits, tgt):
         return F.cross_entropy(logits[..., :V].flatten(0, 1), tgt.flatten())
 
-    sched = (ScheduleGPipe if a.schedule == "gpipe" else Schedule1F1B)(stage, n_microbatches=a.micro, loss_fn=loss_fn)
+    if a.schedule == "zb1":
+        sched = ScheduleInterleavedZeroBubble([stage], n_microbatches=a.micro, loss_fn=loss_fn)
+    else:
+        sched = (ScheduleGPipe if a.schedule == "gpipe" else Schedule1F1B)(stage, n_microbatches=a.micro, loss_fn=loss_fn)
     g = torch.Generator().manual_seed(1)
     idx = torch.randint(0, V, (a.batch * a.micro, a.seq), generator=g)
     tgt = torch.randint(0, V, (a.batch * a.micro, a.seq), generator=g)
@@ -107,7 +111,7 @@ def main():
     ap.add_argument("--weights", required=True)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--split", required=True, help="each stage's first unit, comma-separated (0,...)")
-    ap.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b")
+    ap.add_argument("--schedule", choices=("gpipe", "1f1b", "zb1"), default="1f1b")
     ap.add_argument("--micro", type=int, default=4, help="micro-batches per step")
     ap.add_argument("--batch", type=int, default=4, help="sequences per micro-batch")
     ap.add_argument("--seq", type=int, default=64)

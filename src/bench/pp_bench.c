@@ -1,8 +1,9 @@
-/* dtrain bench train --pp N: pipeline parallelism on N stages (GPipe and
- * 1F1B) against the two other ways to put N cores on one global batch of
+/* dtrain bench train --pp N: pipeline parallelism on N stages (GPipe,
+ * 1F1B and ZB-H1) against the two other ways to put N cores on one global batch of
  * M micro-batches: one process with N threads, and N data-parallel ranks;
  * with --baseline torch, PyTorch's torch.distributed.pipelining
- * (bench/torch_pp.py: ScheduleGPipe and Schedule1F1B over gloo, cut at
+ * (bench/torch_pp.py: ScheduleGPipe, Schedule1F1B and, against zb1,
+ * ScheduleInterleavedZeroBubble with a stage per rank, over gloo, cut at
  * dtrain's split, from the baselines' virtual environment) on the same
  * model and batch. The runs alternate within each round; medians of the
  * steps after warm-up, then over the rounds. */
@@ -16,8 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { MAXR = 16, OURS = 4, KINDS = 6 };
-static const char *const names[KINDS] = { "one process", "data parallel", "PP gpipe", "PP 1f1b", "PyTorch gpipe", "PyTorch 1f1b" };
+enum { MAXR = 16, OURS = 5, KINDS = 8 };
+static const char *const names[KINDS] = { "one process", "data parallel", "PP gpipe", "PP 1f1b", "PP zb1", "PyTorch gpipe", "PyTorch 1f1b",
+                                          "PyTorch zb1" };
+static const char *const scheds[3] = { "gpipe", "1f1b", "zb1" };
 
 static int run_torch_pp(const dt_bench_train_opts *o, const char *weights, const char *split, const char *sched, double *ms) {
     char cmd[PATH_MAX * 3];
@@ -48,7 +51,7 @@ static int layout(const dt_bench_train_opts *o, int k, dt_bench_train_opts *out,
     if (k == 1 && o->micro % o->pp == 0) accum = o->micro / o->pp;
     if (k == 1 && o->micro % o->pp) out->batch = o->batch / o->pp;
     if (k <= 1) snprintf(flags, cap, "--grad-accum %d %s", accum, more);
-    else snprintf(flags, cap, "--grad-accum %d --pp %d --pp-schedule %s %s", accum, o->pp, k == 2 ? "gpipe" : "1f1b", more);
+    else snprintf(flags, cap, "--grad-accum %d --pp %d --pp-schedule %s %s", accum, o->pp, scheds[k - 2], more);
     return k == 0 ? 1 : o->pp;
 }
 
@@ -84,7 +87,7 @@ int dt_bench_train_pp(const dt_bench_train_opts *o) {
         for (int i = 0; i < kinds && !rc; i++) {
             int k = r % 2 ? kinds - 1 - i : i; /* alternate the order: a drifting machine slows each alike */
             ex[k][r] = 0;
-            if (k >= OURS) { rc = run_torch_pp(o, weights, split, k == OURS ? "gpipe" : "1f1b", &ms[k][r]); continue; }
+            if (k >= OURS) { rc = run_torch_pp(o, weights, split, scheds[k - OURS], &ms[k][r]); continue; }
             dt_bench_train_opts lo;
             char flags[512];
             int n = layout(o, k, &lo, flags, sizeof flags);
@@ -103,7 +106,13 @@ int dt_bench_train_pp(const dt_bench_train_opts *o) {
         else printf("%-16s %9.1f %10.1f %13.2fx\n", names[k], m, tok / (m / 1e3), one / m);
     }
     if (!o->json && o->baseline)
-        printf("dtrain over PyTorch (tok/s): gpipe %.2fx, 1f1b %.2fx\n", dt_bench_median(ms[OURS], rounds) / dt_bench_median(ms[2], rounds),
-               dt_bench_median(ms[OURS + 1], rounds) / dt_bench_median(ms[3], rounds));
+        printf("dtrain over PyTorch (tok/s): gpipe %.2fx, 1f1b %.2fx, zb1 %.2fx; zb1 over 1f1b: dtrain %.2fx, PyTorch %.2fx\n",
+               dt_bench_median(ms[OURS], rounds) / dt_bench_median(ms[2], rounds),
+               dt_bench_median(ms[OURS + 1], rounds) / dt_bench_median(ms[3], rounds),
+               dt_bench_median(ms[OURS + 2], rounds) / dt_bench_median(ms[4], rounds),
+               dt_bench_median(ms[3], rounds) / dt_bench_median(ms[4], rounds),
+               dt_bench_median(ms[OURS + 1], rounds) / dt_bench_median(ms[OURS + 2], rounds));
+    else if (!o->json)
+        printf("zb1 over 1f1b (tok/s): %.2fx\n", dt_bench_median(ms[3], rounds) / dt_bench_median(ms[4], rounds));
     return 0;
 }

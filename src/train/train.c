@@ -248,6 +248,7 @@ typedef struct {
     FILE *metrics;
     int32_t *in, *tg;
     double fwd, bwd, data;    /* this step's forward, backward and batch-loading seconds */
+    double wgt;               /* of backward, zb1's W (weight gradients) */
     double tp_comm;           /* of forward and backward, in tensor parallelism's collectives */
     int first_step;           /* 0, or where a resumed run goes on from */
     dt_trace_file *trace;
@@ -710,6 +711,7 @@ static void write_metrics(run *r, int step, float lr, const dt_step_result *s, d
             r->data * 1e3);
     if (r->tp_comm > 0) fprintf(f, ",\"tp_comm_ms\":%.3f", r->tp_comm * 1e3);
     if (r->pipe) fprintf(f, ",\"bubble\":%.4f", r->bubble);
+    if (r->wgt > 0) fprintf(f, ",\"weight_grad_ms\":%.3f", r->wgt * 1e3);
     double gflops = r->flops_per_step / (ms / 1e3) / 1e9;
     fprintf(f, ",\"model_gflops\":%.2f", gflops);
     if (r->peak_gflops > 0) fprintf(f, ",\"mfu\":%.4f", gflops / r->peak_gflops);
@@ -868,9 +870,8 @@ static int finish(run *r, int steps_done, int stop_signal) {
 /* A pipeline step's forward and backward seconds (this stage's) and its
  * bubble (collective over the stages). */
 static dt_status pipeline_times(run *r) {
-    double w;
-    dt_pipeline_times(r->pipe, &r->fwd, &r->bwd, &w);
-    r->bwd += w; /* zb1's W: backward's other half */
+    dt_pipeline_times(r->pipe, &r->fwd, &r->bwd, &r->wgt);
+    r->bwd += r->wgt; /* zb1's W: backward's other half */
     return dt_pipeline_bubble(r->pipe, &r->bubble);
 }
 
