@@ -7,7 +7,7 @@
 # exact); DP 2 x PP 2 with DDP, ZeRO-1 and ZeRO-2, TP 2 x PP 2, DP 2 x TP 2 x
 # PP 2 (8 ranks), each also under zb1, clipping and recomputation, within 1e-6 relative; bf16 and fp16 (m = 1 to
 # the digit, m = 4 within 1e-4); evaluation through the stages; checkpoints
-# resharded across layouts; under mpirun on
+# resharded across layouts; generate through the stages; under mpirun on
 # 2 pseudo-nodes with the placement printed. The bubble is in the metrics.
 # Bad layouts are refused before any work; a killed stage is named by the
 # others within a second, with the send or receive they were in.
@@ -136,6 +136,13 @@ run z3b --batch 4 --grad-accum 2 --steps 20 --resume "$ck/g" --save "$ck/h"
 cat "$dir/z3a.jsonl" "$dir/z3b.jsonl" > "$dir/chain3.jsonl"
 close "DP 2 x PP 2 ZeRO-3 saved, one process resumed" "$dir/ref.jsonl" "$dir/chain3.jsonl"
 
+# generate through the stages: the text one process samples (the same logits, the same draws), token for token (PP 4's checkpoint, 2 and 3 stages)
+g1=$("$DTRAIN" generate --model "$ck/d" --prompt "The " --tokens 40 --temperature 1 --seed 7 2> "$dir/gen.err")
+for n in 2 3; do
+    gn=$("$DTRAIN" generate --model "$ck/d" --prompt "The " --tokens 40 --temperature 1 --seed 7 --nproc $n --pp $n 2>> "$dir/gen.err")
+    [ ${#g1} -ge 44 ] && [ "$gn" = "$g1" ] && ok "generate through $n stages: the text one process samples ('$(echo "$gn" | tr -d '\n' | cut -c1-30)...')" ||
+        bad "generate through $n stages: '$gn' against '$g1' $(tail -2 "$dir/gen.err")"
+done
 if [ -n "$MPIEXEC" ]; then
     # 3D under mpirun on 2 pseudo-nodes: the TP pairs stay on a node
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \

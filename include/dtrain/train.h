@@ -146,9 +146,13 @@ int dt_train_interrupted(void);
 
 /* Sampling from a trained model: the prompt's tokens, then `count` tokens
  * drawn at `temperature` from the top_k most likely (0 = all); each new
- * token goes to emit(token, ctx) as soon as it is drawn. */
+ * token goes to emit(token, ctx) as soon as it is drawn. With pp (NULL or
+ * one rank: m is the whole model) m is this rank's pipeline stage (units
+ * [ua, ub), the stages in pp's rank order): each token's context goes
+ * through the stages, the last draws the token, emits it and sends it to
+ * the others (collective over pp; every rank gives the same arguments). */
 typedef void (*dt_emit_fn)(int token, void *ctx);
-dt_status dt_generate(dt_gpt2 *m, const int32_t *prompt, int nprompt, int count, float temperature, int top_k,
+dt_status dt_generate(dt_gpt2 *m, dt_comm *pp, const int32_t *prompt, int nprompt, int count, float temperature, int top_k,
                       uint64_t seed, dt_emit_fn emit, void *ctx);
 
 /* Reads a DeepSpeed-style JSON config (a subset: train_micro_batch_size_per_gpu,

@@ -29,19 +29,68 @@ static const dt_cli_flag flags[] = {
     { "--model", "a model file, an HF folder or a checkpoint directory" }, { "--prompt", "a text" }, { "--tokens", "a whole number from 1 to 1e6" },
     { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 1e7" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--help", "" },
+    { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--pp", "a whole number of stages from 1 to 65536" },
     { NULL, NULL },
 };
 
-/* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] */
+/* The model this rank runs: the whole one, or over several ranks (w) its pipeline stage (stages split by cost at the
+ * model's longest context, as training splits them). */
+static dt_status load_stage(const char *model, dt_comm *w, dt_gpt2 **out) {
+    dt_status st = dt_checkpoint_load_weights(model, 0, out, NULL);
+    int p = w ? dt_comm_size(w) : 1;
+    if (st || p == 1) return st;
+    dt_gpt2 *whole = *out;
+    dt_gpt2_config cfg = *dt_gpt2_get_config(whole);
+    dt_gpt2_part part = dt_gpt2_whole(&cfg);
+    int first[p + 1], s = dt_comm_rank(w);
+    *out = NULL;
+    st = dt_gpt2_split_stages(&cfg, cfg.max_seq_len, p, first);
+    part.ua = st ? 0 : first[s];
+    part.ub = st ? 0 : first[s + 1];
+    if (!st) st = dt_gpt2_create_part(&cfg, &part, out);
+    if (!st) st = dt_gpt2_copy_slices(whole, *out);
+    dt_gpt2_destroy(whole);
+    if (st) { dt_gpt2_destroy(*out); *out = NULL; return dt_error(st, "generate --pp %d: %s", p, dt_last_error()); }
+    return DT_OK;
+}
+
+/* --nproc N on one machine: the command line again per rank; in a job (those ranks, mpirun's), the world. */
+static int join(double nproc, double pp, char **argv, dt_comm **w, int *launched) {
+    dt_launch_kind kind;
+    *w = NULL;
+    *launched = -1;
+    if (dt_comm_detect_launch(&kind)) { dt_log(DT_LOG_ERROR, "generate: %s", dt_last_error()); return 2; }
+    if (nproc > 1 && kind == DT_LAUNCH_NONE && pp != nproc) {
+        dt_log(DT_LOG_ERROR, "generate: --nproc %g needs --pp %g (generate runs one pipeline stage per rank)", nproc, nproc);
+        return 2;
+    }
+    if (nproc > 1 && kind == DT_LAUNCH_NONE) { *launched = dt_comm_launch((int)nproc, argv - 1); return 0; }
+    if (nproc > 1 && kind == DT_LAUNCH_MPI) {
+        dt_log(DT_LOG_ERROR, "generate: --nproc %g inside an mpirun/srun job: the job's ranks are the ranks (drop --nproc)", nproc);
+        return 2;
+    }
+    if (kind != DT_LAUNCH_NONE && dt_comm_init(w)) { dt_log(DT_LOG_ERROR, "generate: %s", dt_last_error()); return 1; }
+    int ranks = *w ? dt_comm_size(*w) : 1;
+    if ((pp > 0 ? pp : 1) != ranks) {
+        dt_log(DT_LOG_ERROR, "generate: --pp %g, but the job has %d rank%s (generate runs one pipeline stage per rank: give --pp %d)",
+               pp > 0 ? pp : 1, ranks, ranks == 1 ? "" : "s", ranks);
+        return 2;
+    }
+    return 0;
+}
+
+/* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--nproc N --pp N] */
 int dt_cli_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *enc = NULL, *merges = NULL;
-    double count = 200, temp = 0.8, topk = 40, seed = 42;
+    double count = 200, temp = 0.8, topk = 40, seed = 42, nproc = 1, npp = 0;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain generate --model FILE|DIR --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
-                   "                       [--bpe ENCODER.json VOCAB.bpe]\n"
-                   "Byte-level models (vocabulary 256) read and print bytes; with --bpe, GPT-2 BPE.\n");
+                   "                       [--bpe ENCODER.json VOCAB.bpe] [--nproc N --pp N]\n"
+                   "Byte-level models (vocabulary 256) read and print bytes; with --bpe, GPT-2 BPE.\n"
+                   "--pp N: the model split into N pipeline stages, one per rank (--nproc N local ranks, or mpirun's),\n"
+                   "each context through the stages in turn; the last prints.\n");
             return 0;
         }
         if (!strcmp(f, "--bpe")) {
@@ -55,11 +104,17 @@ int dt_cli_generate(int argc, char **argv) {
         else if (!strcmp(f, "--temperature") && dt_cli_number(v, 0, 100, &temp)) {}
         else if (!strcmp(f, "--top-k") && dt_cli_number(v, 0, 1e7, &topk)) {}
         else if (!strcmp(f, "--seed") && dt_cli_number(v, 0, 1e18, &seed)) {}
+        else if (!strcmp(f, "--nproc") && dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc) {}
+        else if (!strcmp(f, "--pp") && dt_cli_number(v, 1, 65536, &npp) && npp == (int)npp) {}
         else return dt_cli_flag_error("generate", flags, f, v);
     }
     if (!model || !prompt) { dt_log(DT_LOG_ERROR, "generate: --model FILE and --prompt TEXT are required"); return 2; }
+    dt_comm *w;
+    int launched, rc = join(nproc, npp, argv, &w, &launched);
+    if (rc || launched >= 0) return rc ? rc : launched;
+    bool printer = !w || dt_comm_rank(w) == dt_comm_size(w) - 1;
     dt_gpt2 *m;
-    if (dt_checkpoint_load_weights(model, 0, &m, NULL)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (load_stage(model, w, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); dt_comm_destroy(w); return 1; }
     int V = dt_gpt2_get_config(m)->vocab_size;
     dt_bpe *b = NULL;
     int32_t *p = NULL;
@@ -84,17 +139,18 @@ int dt_cli_generate(int argc, char **argv) {
         for (int i = 0; i < n; i++) p[i] = (unsigned char)prompt[i];
     }
     if (!st && !p) st = dt_error(DT_ERR_NOMEM, "generate: out of memory for the prompt");
-    if (!st && !b && V != 256)
+    if (!st && !b && V != 256 && printer)
         dt_log(DT_LOG_WARN, "generate: %s has a vocabulary of %d, not 256: tokens print as <id> (for GPT-2 tokens give "
                "--bpe ENCODER.json VOCAB.bpe; a byte-level model is trained with --vocab 256)", model, V);
     if (!st) {
-        printf("%s", prompt);
-        st = dt_generate(m, p, n, (int)count, (float)temp, (int)topk, (uint64_t)seed, b || V != 256 ? emit_id : emit_byte, b);
-        printf("\n");
+        if (printer) printf("%s", prompt);
+        st = dt_generate(m, w, p, n, (int)count, (float)temp, (int)topk, (uint64_t)seed, b || V != 256 ? emit_id : emit_byte, b);
+        if (printer) printf("\n");
     }
     free(p);
     dt_bpe_destroy(b);
     dt_gpt2_destroy(m);
+    dt_comm_destroy(w);
     if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     return 0;
 }
