@@ -118,6 +118,28 @@ void dt_attention_forward_lse(float *out, float *lse, const float *qkv, int B, i
 void dt_attention_backward_lse(float *dqkv, const float *dout, const float *out, const float *qkv, const float *lse,
                                int B, int T, int C, int NH);
 
+/* Attention by blocks of the sequence (attention_block.c; ring attention's
+ * step): rows of one tensor of a block, T per sequence (B sequences), row
+ * r of sequence b at p + (b*T + r) * stride, at positions pos .. pos+T-1
+ * of the whole sequence; q, k, v each C wide (NH heads). */
+typedef struct { const float *p; size_t stride; int pos, T; } dt_attn_rows;
+/* The queries' causal attention over this block of keys alone (a query at
+ * position i sees keys at positions <= i): out[B, q.T, C] and its
+ * log-sum-exp lse[B, NH, q.T] (a row that sees none of the keys: 0, -inf). */
+void dt_attention_block_forward(float *out, float *lse, const dt_attn_rows *q, const dt_attn_rows *k, const dt_attn_rows *v,
+                                int B, int C, int NH);
+/* (out, lse) becomes the attention over its keys and the block's (bout,
+ * blse): both [B, T, C] and [B, NH, T]; start from out 0, lse -inf. */
+void dt_attention_merge(float *out, float *lse, const float *bout, const float *blse, int B, int T, int C, int NH);
+/* Where a block's gradients go: dq rows of stride sq (the queries' rows),
+ * dk and dv rows of stride skv (the keys'). */
+typedef struct { float *dq, *dk, *dv; size_t sq, skv; } dt_attn_grads;
+/* One block's share of the backward, from the final (merged) out and lse:
+ * adds to dq, dk, dv; the shares of all blocks sum to the whole
+ * attention's gradient. */
+void dt_attention_block_backward(const dt_attn_grads *g, const float *dout, const float *out, const float *lse, const dt_attn_rows *q,
+                                 const dt_attn_rows *k, const dt_attn_rows *v, int B, int C, int NH);
+
 /* Softmax cross-entropy on logits[BT, Vp] over the first V columns.
  * Writes losses[BT] and returns their mean; then overwrites logits with
  * d(mean loss)/d(logits) (zero in the padded columns) scaled by dscale, so the

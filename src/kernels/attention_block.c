@@ -1,0 +1,120 @@
+/* Causal attention of a block of queries over a block of keys, each at its
+ * own positions in the sequence, and the merge of such partial results by
+ * their log-sum-exp: what ring attention computes on the block in hand
+ * while the next one travels (context parallelism: the ring itself is in
+ * the parallel layer). A query at position i sees a key at position j when
+ * j <= i. The softmax over all blocks is recovered exactly: a block gives
+ * out_b = sum_j p_j v_j / sum_j p_j and lse_b = log sum_j exp(s_j); two
+ * blocks merge as lse = log(e^lse_a + e^lse_b), out = out_a e^(lse_a - lse)
+ * + out_b e^(lse_b - lse). Backward needs only the final out and lse: each
+ * block adds p = exp(s - lse) times the usual softmax gradient, with D =
+ * dout . out (as dt_attention_backward_lse). Rows are addressed with
+ * strides, so q, k, v can sit in a packed qkv [B, T, 3C] or in a received
+ * [B, Tk, 2C] of keys and values. */
+#include "dtrain/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#define KBLOCK 64
+
+void dt_attention_block_forward(float *out, float *lse, const dt_attn_rows *q, const dt_attn_rows *k, const dt_attn_rows *v,
+                                int B, int C, int NH) {
+    int hs = C / NH, Tq = q->T, Tk = k->T;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel for collapse(3) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < Tq; t++)
+            for (int h = 0; h < NH; h++) {
+                const float *qr = q->p + ((size_t)b * Tq + t) * q->stride + (size_t)h * hs;
+                float *o = out + ((size_t)b * Tq + t) * C + (size_t)h * hs;
+                float s[KBLOCK], mx = -INFINITY, sum = 0;
+                memset(o, 0, sizeof(float) * (size_t)hs);
+                /* the keys this row sees: positions k->pos .. q->pos + t */
+                int n = q->pos + t - k->pos + 1;
+                n = n < 0 ? 0 : n > Tk ? Tk : n;
+                for (int k0 = 0; k0 < n; k0 += KBLOCK) {
+                    int k1 = k0 + KBLOCK < n ? k0 + KBLOCK : n;
+                    float bmx = -INFINITY;
+                    for (int j = k0; j < k1; j++) {
+                        const float *kr = k->p + ((size_t)b * Tk + j) * k->stride + (size_t)h * hs;
+                        float d = 0;
+                        #pragma omp simd reduction(+ : d)
+                        for (int i = 0; i < hs; i++) d += qr[i] * kr[i];
+                        s[j - k0] = d * scale;
+                        if (s[j - k0] > bmx) bmx = s[j - k0];
+                    }
+                    float nmx = bmx > mx ? bmx : mx, corr = expf(mx - nmx);
+                    sum *= corr;
+                    #pragma omp simd
+                    for (int i = 0; i < hs; i++) o[i] *= corr;
+                    for (int j = k0; j < k1; j++) {
+                        float p = expf(s[j - k0] - nmx);
+                        sum += p;
+                        const float *vr = v->p + ((size_t)b * Tk + j) * v->stride + (size_t)h * hs;
+                        #pragma omp simd
+                        for (int i = 0; i < hs; i++) o[i] += p * vr[i];
+                    }
+                    mx = nmx;
+                }
+                float inv = sum > 0 ? 1.0f / sum : 0;
+                #pragma omp simd
+                for (int i = 0; i < hs; i++) o[i] *= inv;
+                lse[((size_t)b * NH + h) * Tq + t] = sum > 0 ? mx + logf(sum) : -INFINITY;
+            }
+}
+
+void dt_attention_merge(float *out, float *lse, const float *bout, const float *blse, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    #pragma omp parallel for collapse(3) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                size_t li = ((size_t)b * NH + h) * T + t, oi = ((size_t)b * T + t) * C + (size_t)h * hs;
+                float la = lse[li], lb = blse[li];
+                if (lb == -INFINITY) continue; /* the block had no key for this row */
+                if (la == -INFINITY) {
+                    memcpy(out + oi, bout + oi, sizeof(float) * (size_t)hs);
+                    lse[li] = lb;
+                    continue;
+                }
+                float m = la > lb ? la : lb, l = m + logf(expf(la - m) + expf(lb - m)), wa = expf(la - l), wb = expf(lb - l);
+                #pragma omp simd
+                for (int i = 0; i < hs; i++) out[oi + i] = out[oi + i] * wa + bout[oi + i] * wb;
+                lse[li] = l;
+            }
+}
+
+void dt_attention_block_backward(const dt_attn_grads *g, const float *dout, const float *out, const float *lse, const dt_attn_rows *q,
+                                 const dt_attn_rows *k, const dt_attn_rows *v, int B, int C, int NH) {
+    int hs = C / NH, Tq = q->T, Tk = k->T;
+    float scale = 1.0f / sqrtf((float)hs);
+    /* a thread per (b, h): the keys' gradients of one head are one thread's */
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < Tq; t++) {
+                int n = q->pos + t - k->pos + 1;
+                n = n < 0 ? 0 : n > Tk ? Tk : n;
+                if (n == 0) continue;
+                const float *dy = dout + ((size_t)b * Tq + t) * C + (size_t)h * hs;
+                const float *y = out + ((size_t)b * Tq + t) * C + (size_t)h * hs;
+                const float *qr = q->p + ((size_t)b * Tq + t) * q->stride + (size_t)h * hs;
+                float *dq = g->dq + ((size_t)b * Tq + t) * g->sq + (size_t)h * hs;
+                float D = 0, l = lse[((size_t)b * NH + h) * Tq + t];
+                #pragma omp simd reduction(+ : D)
+                for (int i = 0; i < hs; i++) D += dy[i] * y[i];
+                for (int j = 0; j < n; j++) {
+                    const float *kr = k->p + ((size_t)b * Tk + j) * k->stride + (size_t)h * hs;
+                    const float *vr = v->p + ((size_t)b * Tk + j) * v->stride + (size_t)h * hs;
+                    float *dk = g->dk + ((size_t)b * Tk + j) * g->skv + (size_t)h * hs;
+                    float *dv = g->dv + ((size_t)b * Tk + j) * g->skv + (size_t)h * hs;
+                    float sdot = 0, dp = 0;
+                    #pragma omp simd reduction(+ : sdot, dp)
+                    for (int i = 0; i < hs; i++) { sdot += qr[i] * kr[i]; dp += dy[i] * vr[i]; }
+                    float p = expf(sdot * scale - l), ds = p * (dp - D) * scale;
+                    #pragma omp simd
+                    for (int i = 0; i < hs; i++) { dv[i] += p * dy[i]; dq[i] += ds * kr[i]; dk[i] += ds * qr[i]; }
+                }
+            }
+}
