@@ -20,15 +20,21 @@ static int passed, failed;
  * order, each B after its F, each W after its B; the last flag on the last
  * gradient computation (B, or W). */
 static int well_formed(const dt_pp_schedule *s, char *why, size_t n) {
-    int split = s->kind == DT_PP_ZB1;
+    int split = s->kind == DT_PP_ZB1, v = s->virt;
     for (int st = 0; st < s->stages; st++) {
-        int f = 0, b = 0, w = 0, seen[64] = { 0 };
+        /* per chunk: forwards and backwards counted, backwards in micro-batch order (interleaved: chunk j's) */
+        int f = 0, b = 0, w = 0, seen[8][64] = { { 0 } }, bc[8] = { 0 }, nb = 0;
         for (int i = 0; i < s->n[st]; i++) {
             const dt_pp_action *a = &s->act[st][i];
-            if (a->op == DT_PP_F) { seen[a->micro] = 1; f++; }
+            if (a->op == DT_PP_F) { seen[a->chunk][a->micro] = 1; f++; }
             if (a->op == DT_PP_B) {
-                if (a->micro != b || !seen[a->micro]) { snprintf(why, n, "stage %d: B%d at %d", st, a->micro, i); return 0; }
-                if (a->last != (!split && b == s->micro - 1)) { snprintf(why, n, "stage %d: B%d's last flag", st, a->micro); return 0; }
+                if (a->micro != bc[a->chunk] || !seen[a->chunk][a->micro]) {
+                    snprintf(why, n, "stage %d: B%d.%d at %d", st, a->micro, a->chunk, i);
+                    return 0;
+                }
+                nb++;
+                if (a->last != (!split && nb == v * s->micro)) { snprintf(why, n, "stage %d: B%d's last flag", st, a->micro); return 0; }
+                bc[a->chunk]++;
                 b++;
             }
             if (a->op == DT_PP_W) {
@@ -37,7 +43,7 @@ static int well_formed(const dt_pp_schedule *s, char *why, size_t n) {
                 w++;
             }
         }
-        if (f != s->micro || b != s->micro || w != (split ? s->micro : 0)) {
+        if (f != v * s->micro || b != v * s->micro || w != (split ? s->micro : 0)) {
             snprintf(why, n, "stage %d: %d F, %d B, %d W", st, f, b, w);
             return 0;
         }
@@ -51,7 +57,7 @@ int main(void) {
         for (int p = 1; p <= 8; p++)
             for (int m = 1; m <= 16; m++) {
                 dt_pp_schedule *s;
-                dt_status st = dt_pp_schedule_create(kind, p, m, &s);
+                dt_status st = dt_pp_schedule_create(kind, p, 1, m, &s);
                 if (st) { EXPECT(0, "%s p=%d m=%d: %s", dt_pp_kind_name(kind), p, m, dt_last_error()); continue; }
                 built++;
                 char why[128] = "";
@@ -70,12 +76,26 @@ int main(void) {
                     EXPECT(fabs(b - theory) < 1e-12, "%s p=%d m=%d: bubble %.4f, theory %.4f", dt_pp_kind_name(kind), p, m, b, theory);
                 dt_pp_schedule_destroy(s);
             }
+    /* interleaved: every p, v and m (a multiple of p) it takes, theory's (p-1)/(vm+p-1) */
+    for (int p = 2; p <= 8; p++)
+        for (int v = 2; v <= 4; v++)
+            for (int m = p; m <= 16; m += p) {
+                dt_pp_schedule *s;
+                dt_status st = dt_pp_schedule_create(DT_PP_INTERLEAVED, p, v, m, &s);
+                if (st) { EXPECT(0, "interleaved p=%d v=%d m=%d: %s", p, v, m, dt_last_error()); continue; }
+                built++;
+                char why[128] = "";
+                EXPECT(well_formed(s, why, sizeof why), "interleaved p=%d v=%d m=%d: %s", p, v, m, why);
+                double b = dt_pp_schedule_bubble(s), theory = (double)(p - 1) / (v * m + p - 1);
+                EXPECT(fabs(b - theory) < 1e-12, "interleaved p=%d v=%d m=%d: bubble %.4f, theory %.4f", p, v, m, b, theory);
+                dt_pp_schedule_destroy(s);
+            }
     printf("%d schedules built and checked\n", built);
 
     /* exchanges split into a send and then a receive on both sides deadlock (one side alone still pairs with the
      * other's exchange): 1F1B, p=2, m=2, "send a1 + receive g0" against "send g0 + receive a1" */
     dt_pp_schedule *s;
-    if (!dt_pp_schedule_create(DT_PP_1F1B, 2, 2, &s)) {
+    if (!dt_pp_schedule_create(DT_PP_1F1B, 2, 1, 2, &s)) {
         dt_pp_schedule_print(s, stdout);
         int split = 0;
         for (int st = 0; st < 2; st++) {
@@ -99,7 +119,7 @@ int main(void) {
         dt_pp_schedule_destroy(s);
     }
     /* a receive of the wrong micro-batch */
-    if (!dt_pp_schedule_create(DT_PP_GPIPE, 3, 2, &s)) {
+    if (!dt_pp_schedule_create(DT_PP_GPIPE, 3, 1, 2, &s)) {
         for (int i = 0; i < s->n[1]; i++)
             if (s->act[1][i].op == DT_PP_COMM && s->act[1][i].recv.peer == 0) { s->act[1][i].recv.micro = 1; break; }
         dt_status e = dt_pp_schedule_check(s);
@@ -108,11 +128,11 @@ int main(void) {
         dt_pp_schedule_destroy(s);
     }
     /* zb1: printed; a receive taken out leaves a send nobody receives */
-    if (!dt_pp_schedule_create(DT_PP_ZB1, 4, 8, &s)) {
+    if (!dt_pp_schedule_create(DT_PP_ZB1, 4, 1, 8, &s)) {
         dt_pp_schedule_print(s, stdout);
         dt_pp_schedule_destroy(s);
     }
-    if (!dt_pp_schedule_create(DT_PP_ZB1, 2, 2, &s)) {
+    if (!dt_pp_schedule_create(DT_PP_ZB1, 2, 1, 2, &s)) {
         int i = s->n[0] - 1;
         while (i >= 0 && !(s->act[0][i].op == DT_PP_COMM && s->act[0][i].recv.peer == 1)) i--;
         if (i >= 0) {
@@ -124,7 +144,15 @@ int main(void) {
                "zb1 without a receive: %s", e ? dt_last_error() : "accepted");
         dt_pp_schedule_destroy(s);
     }
-    EXPECT(dt_pp_schedule_create(DT_PP_1F1B, 0, 4, &s) != DT_OK, "0 stages accepted");
+    if (!dt_pp_schedule_create(DT_PP_INTERLEAVED, 2, 2, 4, &s)) {
+        dt_pp_schedule_print(s, stdout);
+        dt_pp_schedule_destroy(s);
+    }
+    EXPECT(dt_pp_schedule_create(DT_PP_INTERLEAVED, 4, 2, 6, &s) != DT_OK && strstr(dt_last_error(), "multiple"),
+           "interleaved with 6 micro-batches on 4 stages: %s", dt_last_error());
+    EXPECT(dt_pp_schedule_create(DT_PP_1F1B, 4, 2, 8, &s) != DT_OK && strstr(dt_last_error(), "interleaved"),
+           "1f1b with 2 virtual stages: %s", dt_last_error());
+    EXPECT(dt_pp_schedule_create(DT_PP_1F1B, 0, 1, 4, &s) != DT_OK, "0 stages accepted");
     printf("pipeline schedules: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -18,8 +18,12 @@ extern "C" {
  * backward split into B (input gradients, on the critical path) and W
  * (weight gradients), W deferred to fill 1F1B's bubble, at most p
  * micro-batches in flight on any stage (1F1B's most). */
-typedef enum { DT_PP_GPIPE = 0, DT_PP_1F1B, DT_PP_ZB1 } dt_pp_kind;
-/* "gpipe", "1f1b", "zb1"; -1 for a name that is not a schedule. */
+/* INTERLEAVED: Megatron-LM's interleaved 1F1B (Narayanan et al. 2021): the
+ * model in p x v chunks, stage s holding chunks s, s+p, .., s+(v-1)p, the
+ * micro-batches through the stages v times (stage p-1 hands chunk j's
+ * output to stage 0's chunk j+1); the bubble shrinks to (p-1)/(vm+p-1). */
+typedef enum { DT_PP_GPIPE = 0, DT_PP_1F1B, DT_PP_ZB1, DT_PP_INTERLEAVED } dt_pp_kind;
+/* "gpipe", "1f1b", "zb1", "interleaved"; -1 for a name that is not a schedule. */
 int dt_pp_kind_parse(const char *name);
 const char *dt_pp_kind_name(dt_pp_kind k);
 
@@ -29,6 +33,7 @@ typedef struct {
     int peer;  /* -1: none */
     int grad;  /* 0: activations, 1: their gradient */
     int micro;
+    int chunk; /* the receiver's chunk (interleaved; else 0) */
 } dt_pp_msg;
 
 /* One step of a stage's list: compute (F, B or W of micro-batch micro, in
@@ -39,6 +44,7 @@ typedef enum { DT_PP_F = 0, DT_PP_B, DT_PP_W, DT_PP_COMM } dt_pp_op;
 typedef struct {
     dt_pp_op op;
     int micro, slot;       /* F, B, W */
+    int chunk;             /* F, B: which of the stage's chunks (interleaved; else 0) */
     int last;              /* B (W where backward is split): the stage's last gradient computation of the step (data
                             * parallelism synchronises there) */
     dt_pp_msg send, recv;  /* COMM: peer -1 where a half is absent */
@@ -47,6 +53,7 @@ typedef struct {
 typedef struct {
     dt_pp_kind kind;
     int stages, micro;     /* p, m */
+    int virt;              /* v: chunks per stage (1 but for interleaved) */
     dt_pp_action **act;    /* per stage */
     int *n;                /* actions per stage */
     int *slots;            /* activation slots per stage: micro-batches in flight at most */
@@ -54,19 +61,24 @@ typedef struct {
                             * neighbour and at the step's end); else each waits for its receiver */
 } dt_pp_schedule;
 
-/* The schedule for p stages and m micro-batches: each stage's forwards and
- * backwards in the kind's order (GPipe: all forwards, then all backwards;
- * 1F1B: p-1-s forwards to warm up, then one forward and one backward in
- * turn, then the rest of the backwards; ZB1: 1F1B's forwards and B's, a W
- * before a forward that would put more than p micro-batches in flight and
- * before each B of the cool-down, the rest at the end), each receive just
- * before the computation that needs it, each send just after the one that
- * made it (GPipe, 1F1B: a send followed by a receive merged into one
- * exchange; ZB1: sends posted and left to progress, so a W runs while its
- * stage's gradient travels); then checked by dt_pp_schedule_check.
- * Backwards (and W's) run in micro-batch order on every stage, so each
- * gradient adds up in the order one process adds it. */
-dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int micro, dt_pp_schedule **out);
+/* The schedule for p stages, v chunks each (1 but for interleaved) and m
+ * micro-batches: each stage's forwards and backwards in the kind's order
+ * (GPipe: all forwards, then all backwards; 1F1B: p-1-s forwards to warm
+ * up, then one forward and one backward in turn, then the rest of the
+ * backwards; ZB1: 1F1B's forwards and B's, a W before a forward that would
+ * put more than p micro-batches in flight and before each B of the
+ * cool-down, the rest at the end; INTERLEAVED: Megatron's order over the
+ * v m (chunk, micro-batch) pairs, p micro-batches through each chunk in
+ * turn, 2(p-1-s) + (v-1)p forwards to warm up, then 1F1B; m a multiple of
+ * p), each receive just before the computation that needs it, each send
+ * just after the one that made it (GPipe, 1F1B: a send followed by a
+ * receive merged into one exchange; ZB1, INTERLEAVED: sends posted and left
+ * to progress, so a W runs while its stage's gradient travels and two
+ * stages sending to each other both go on); then checked by
+ * dt_pp_schedule_check. Backwards (and W's) of a chunk run in micro-batch
+ * order on every stage, so each gradient adds up in the order one process
+ * adds it. */
+dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int virt, int micro, dt_pp_schedule **out);
 void dt_pp_schedule_destroy(dt_pp_schedule *s);
 /* Runs every stage's list against the others with sends that wait for
  * their receiver (the worst a transport may do): fails naming the stages
@@ -92,6 +104,7 @@ typedef struct {
     dt_comm *pp;            /* the stages of this pipeline, ranked by stage */
     dt_gpt2 *model;         /* this stage's part: units [ua, ub) */
     dt_pp_kind kind;
+    int virt;               /* interleaved: chunks per stage (0 or 1: one) */
     int micro, B, T;        /* micro-batches per step, each B x T */
     dt_pp_batch_fn batch;
     void *batch_ctx;

@@ -45,6 +45,7 @@ typedef struct {
     int dp, tp, pp;           /* the mesh (0: dp = the ranks left over by tp x pp, tp = pp = 1) */
     int pp_schedule;          /* dt_pp_kind: 1f1b unless --pp-schedule */
     int pp_print;             /* --pp-schedule-print */
+    int virtual_stages;       /* --virtual-stages: chunks per stage (interleaved; 0: its 2) */
     int epochs;               /* image classification (--model mlp, resnet...) trains in epochs */
     int sync_bn;              /* ResNets: BatchNorm's statistics over every rank's batch (torch.nn.SyncBatchNorm) */
     int synthetic;            /* image models: --steps on one random batch (Horovod's synthetic benchmark), no data */

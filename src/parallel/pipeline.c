@@ -250,7 +250,7 @@ dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
     const dt_gpt2_part *part = dt_gpt2_get_part(c->model);
     p->stream = (size_t)c->B * c->T * (size_t)dt_gpt2_get_config(c->model)->channels / (part->sp ? (size_t)part->tp_size : 1);
     p->ms = (dt_micro_schedule){ run, after_update, p };
-    dt_status st = dt_pp_schedule_create(c->kind, p->p, c->micro, &p->s);
+    dt_status st = dt_pp_schedule_create(c->kind, p->p, c->virt > 1 ? c->virt : 1, c->micro, &p->s);
     if (!st && p->s->async) st = links(p);
     if (!st) st = dt_gpt2_set_split_backward(c->model, c->kind == DT_PP_ZB1);
     if (!st) st = dt_gpt2_set_slots(c->model, p->s->slots[p->stage]);

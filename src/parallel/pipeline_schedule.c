@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kind_names[] = { "gpipe", "1f1b", "zb1" };
+static const char *const kind_names[] = { "gpipe", "1f1b", "zb1", "interleaved" };
 
 int dt_pp_kind_parse(const char *name) {
     for (int k = 0; k < (int)(sizeof kind_names / sizeof kind_names[0]); k++)
@@ -17,14 +17,15 @@ int dt_pp_kind_parse(const char *name) {
 
 const char *dt_pp_kind_name(dt_pp_kind k) { return kind_names[k]; }
 
-/* Computations are coded 3k + op: F, B or W of micro-batch k. */
-#define OP(k, op) (3 * (k) + (op))
+/* A computation: F, B or W of a micro-batch on one of the stage's chunks. */
+typedef struct { int op, micro, chunk; } comp;
+#define OP(k, o) ((comp){ (o), (k), 0 })
 
 /* ZB-H1 on stage s: 1F1B's forwards and B's; a W first where a forward
  * would put more than min(p, m) micro-batches in flight (their slots are
  * freed by W), and before each B of the cool-down, where it fills the wait
  * for the next stage's gradient; the last W's at the end. */
-static int zb1_order(int p, int m, int s, int *ops) {
+static int zb1_order(int p, int m, int s, comp *ops) {
     int n = 0, cap = p < m ? p : m, warm = p - 1 - s < m ? p - 1 - s : m, f = 0, b = 0, w = 0;
     while (f < warm) ops[n++] = OP(f++, DT_PP_F);
     while (f < m) {
@@ -40,10 +41,33 @@ static int zb1_order(int p, int m, int s, int *ops) {
     return n;
 }
 
-/* Stage s's computations in order; returns how many (2m, or 3m with W's). */
-static int compute_order(dt_pp_kind kind, int p, int m, int s, int *ops) {
+/* Megatron's interleaved order: the i-th forward of a stage is micro-batch
+ * (i / pv) p + i % p on chunk (i % pv) / p (p micro-batches through each
+ * chunk in turn), its i-th backward the same micro-batch on chunk v-1 minus
+ * that; 2(p-1-s) + (v-1)p forwards first (all of them when m = p), then
+ * one forward and one backward in turn. */
+static comp virtual_op(int i, int p, int v, int op) {
+    int chunk = (i % (p * v)) / p;
+    return (comp){ op, (i / (p * v)) * p + i % p, op == DT_PP_F ? chunk : v - 1 - chunk };
+}
+
+static int interleaved_order(int p, int v, int m, int s, comp *ops) {
+    int total = v * m, warm = m == p ? total : 2 * (p - 1 - s) + (v - 1) * p, n = 0, f = 0, b = 0;
+    if (warm > total) warm = total;
+    while (f < warm) ops[n++] = virtual_op(f++, p, v, DT_PP_F);
+    while (f < total) {
+        ops[n++] = virtual_op(f++, p, v, DT_PP_F);
+        ops[n++] = virtual_op(b++, p, v, DT_PP_B);
+    }
+    while (b < total) ops[n++] = virtual_op(b++, p, v, DT_PP_B);
+    return n;
+}
+
+/* Stage s's computations in order; returns how many. */
+static int compute_order(dt_pp_kind kind, int p, int v, int m, int s, comp *ops) {
     int n = 0;
     if (kind == DT_PP_ZB1) return zb1_order(p, m, s, ops);
+    if (kind == DT_PP_INTERLEAVED) return interleaved_order(p, v, m, s, ops);
     if (kind == DT_PP_GPIPE) {
         for (int k = 0; k < m; k++) ops[n++] = OP(k, DT_PP_F);
         for (int k = 0; k < m; k++) ops[n++] = OP(k, DT_PP_B);
@@ -57,41 +81,56 @@ static int compute_order(dt_pp_kind kind, int p, int m, int s, int *ops) {
 }
 
 static dt_pp_action comm(dt_pp_msg send, dt_pp_msg recv) { return (dt_pp_action){ .op = DT_PP_COMM, .send = send, .recv = recv }; }
-static const dt_pp_msg none = { -1, 0, 0 };
+static const dt_pp_msg none = { -1, 0, 0, 0 };
+
+/* Where chunk j's forward on stage s takes its input from (or, fwd 0, where its backward's gradient comes from):
+ * the stage and its chunk; -1 for the model's first chunk (last, for a gradient). Chunks run through the stages in
+ * turn: stage p-1's chunk j feeds stage 0's chunk j+1. */
+static int before(int p, int v, int s, int j, int *chunk) {
+    *chunk = s > 0 ? j : j - 1;
+    return s > 0 ? s - 1 : j > 0 ? p - 1 : -1;
+}
+static int after(int p, int v, int s, int j, int *chunk) {
+    *chunk = s < p - 1 ? j : j + 1;
+    return s < p - 1 ? s + 1 : j < v - 1 ? 0 : -1;
+}
 
 /* Stage s's actions: a receive before each computation that needs one, a
  * send after each that makes one, a send and the receive right after it
  * merged unless sends are asynchronous. Slots: the lowest free one at F,
  * freed by the micro-batch's last computation (B, or W where it is split). */
-static int lower(const int *ops, int n, int p, int s, int async, dt_pp_action *out, int *slots) {
-    /* on the heap: n = 3m, and --grad-accum may be large */
+static int lower(const comp *ops, int n, int p, int v, int s, int async, int split, dt_pp_action *out, int *slots) {
+    /* on the heap: n = 3m or 2vm, and --grad-accum may be large */
     int k = 0, used = 0, *slot_of = malloc(sizeof *slot_of * (size_t)n), *busy = calloc((size_t)n, sizeof *busy);
     if (!slot_of || !busy) { free(slot_of); free(busy); return -1; }
-    int grad_op = async ? DT_PP_W : DT_PP_B, last_g = -1;
+    int grad_op = split ? DT_PP_W : DT_PP_B, last_g = -1;
     for (int i = 0; i < n; i++)
-        if (ops[i] % 3 == grad_op) last_g = i;
+        if (ops[i].op == grad_op) last_g = i;
     for (int i = 0; i < n; i++) {
-        int micro = ops[i] / 3, op = ops[i] % 3, bwd = op == DT_PP_B;
-        int from = bwd ? (s + 1 < p ? s + 1 : -1) : s - 1, to = bwd ? s - 1 : (s + 1 < p ? s + 1 : -1);
+        int micro = ops[i].micro, op = ops[i].op, j = ops[i].chunk, bwd = op == DT_PP_B, fc, tc;
+        /* a forward's input from the chunk before, its output to the one after; a backward the other way */
+        int prev = before(p, v, s, j, bwd ? &tc : &fc), next = after(p, v, s, j, bwd ? &fc : &tc);
+        int from = bwd ? next : prev, to = bwd ? prev : next;
         if (op == DT_PP_W) from = to = -1;
         if (from >= 0) {
-            dt_pp_msg r = { from, bwd, micro };
+            dt_pp_msg r = { from, bwd, micro, j };
             if (!async && k > 0 && out[k - 1].op == DT_PP_COMM && out[k - 1].recv.peer < 0) out[k - 1].recv = r;
             else out[k++] = comm(none, r);
         }
-        dt_pp_action a = { .op = (dt_pp_op)op, .micro = micro, .last = i == last_g };
-        if (op == DT_PP_F) {
+        dt_pp_action a = { .op = (dt_pp_op)op, .micro = micro, .chunk = j, .last = i == last_g };
+        /* a micro-batch's slot: from its first chunk's forward to that chunk's backward (or W) */
+        if (op == DT_PP_F && j == 0) {
             int z = 0;
             while (busy[z]) z++;
             busy[z] = 1;
             slot_of[micro] = z;
             if (z + 1 > used) used = z + 1;
-        } else if (op == grad_op) {
+        } else if (op == grad_op && j == 0) {
             busy[slot_of[micro]] = 0;
         }
         a.slot = slot_of[micro];
         out[k++] = a;
-        if (to >= 0) out[k++] = comm((dt_pp_msg){ to, bwd, micro }, none);
+        if (to >= 0) out[k++] = comm((dt_pp_msg){ to, bwd, micro, tc }, none);
     }
     *slots = used;
     free(slot_of);
@@ -108,11 +147,17 @@ void dt_pp_schedule_destroy(dt_pp_schedule *s) {
     free(s);
 }
 
-dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int micro, dt_pp_schedule **out) {
+dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int virt, int micro, dt_pp_schedule **out) {
     *out = NULL;
     if (stages < 1 || micro < 1) return dt_error(DT_ERR_ARG, "pipeline: %d stages and %d micro-batches (both must be >= 1)", stages, micro);
+    if (kind != DT_PP_INTERLEAVED && virt != 1)
+        return dt_error(DT_ERR_ARG, "pipeline: %d virtual stages (chunks per stage) need the interleaved schedule, not %s", virt,
+                        dt_pp_kind_name(kind));
+    if (kind == DT_PP_INTERLEAVED && (virt < 2 || micro < stages || micro % stages))
+        return dt_error(DT_ERR_ARG, "pipeline: the interleaved schedule takes at least 2 virtual stages (not %d) and a multiple of "
+                        "the %d stages' count of micro-batches (not %d): p micro-batches go through each chunk in turn", virt, stages, micro);
     dt_pp_schedule *s = calloc(1, sizeof *s);
-    int *ops = malloc(sizeof *ops * 3 * (size_t)micro);
+    comp *ops = malloc(sizeof *ops * 3 * (size_t)micro * (size_t)virt);
     if (s) {
         s->act = calloc((size_t)stages, sizeof *s->act);
         s->n = calloc((size_t)stages, sizeof *s->n);
@@ -122,16 +167,17 @@ dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int micro, dt_pp_sc
     s->kind = kind;
     s->stages = stages;
     s->micro = micro;
-    s->async = kind == DT_PP_ZB1;
+    s->virt = virt;
+    s->async = kind == DT_PP_ZB1 || kind == DT_PP_INTERLEAVED;
     for (int st = 0; st < stages; st++) {
         /* at most a receive, the computation and a send per computation */
-        if (!(s->act[st] = malloc(sizeof **s->act * 9 * (size_t)micro))) {
+        if (!(s->act[st] = malloc(sizeof **s->act * 9 * (size_t)micro * (size_t)virt))) {
             free(ops);
             dt_pp_schedule_destroy(s);
             return dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
         }
-        int nops = compute_order(kind, stages, micro, st, ops);
-        s->n[st] = lower(ops, nops, stages, st, s->async, s->act[st], &s->slots[st]);
+        int nops = compute_order(kind, stages, virt, micro, st, ops);
+        s->n[st] = lower(ops, nops, stages, virt, st, s->async, kind == DT_PP_ZB1, s->act[st], &s->slots[st]);
         if (s->n[st] < 0) { free(ops); dt_pp_schedule_destroy(s); return dt_error(DT_ERR_NOMEM, "pipeline: out of memory"); }
     }
     free(ops);
@@ -156,7 +202,8 @@ typedef struct {
 } sim;
 
 static const char *msg_name(const dt_pp_msg *m, char *buf, size_t n) {
-    snprintf(buf, n, "%s of micro-batch %d", m->grad ? "the gradient" : "the activations", m->micro);
+    int k = snprintf(buf, n, "%s of micro-batch %d", m->grad ? "the gradient" : "the activations", m->micro);
+    if (m->chunk && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, " (chunk %d)", m->chunk);
     return buf;
 }
 
@@ -167,7 +214,7 @@ static dt_status match_send(const dt_pp_schedule *s, sim *x, int st) {
     if (x->at[d] >= s->n[d] || x->posted[d] < 0 || x->done_r[d] >= 0) return DT_OK;
     const dt_pp_action *b = &s->act[d][x->at[d]];
     if (b->recv.peer != st) return DT_OK;
-    if (b->recv.grad != a->send.grad || b->recv.micro != a->send.micro) {
+    if (b->recv.grad != a->send.grad || b->recv.micro != a->send.micro || b->recv.chunk != a->send.chunk) {
         char m1[64], m2[64];
         return dt_error(DT_ERR_ARG, "pipeline schedule: stage %d sends %s where stage %d receives %s", st,
                         msg_name(&a->send, m1, sizeof m1), d, msg_name(&b->recv, m2, sizeof m2));
@@ -180,7 +227,7 @@ static dt_status match_send(const dt_pp_schedule *s, sim *x, int st) {
 /* An asynchronous send: waits only for the previous message to the same
  * neighbour to have been received (0: blocked). */
 static int async_send(sim *x, int st, const dt_pp_msg *m) {
-    int ch = 2 * st + (m->peer > st);
+    int ch = 2 * st + !m->grad; /* activations go on, gradients back (a ring's ends are neighbours) */
     if (x->has[ch] && x->recvd[ch] < 0) return 0;
     if (x->has[ch] && x->recvd[ch] > x->clock[st]) x->clock[st] = x->recvd[ch];
     x->has[ch] = 1, x->msg[ch] = *m, x->sent[ch] = x->clock[st], x->recvd[ch] = -1;
@@ -189,10 +236,10 @@ static int async_send(sim *x, int st, const dt_pp_msg *m) {
 
 /* A receive from an asynchronous sender: the message its sender has posted (0: not yet). */
 static dt_status async_recv(sim *x, int st, const dt_pp_msg *m, int *got) {
-    int ch = 2 * m->peer + (st > m->peer);
+    int ch = 2 * m->peer + !m->grad;
     *got = 0;
     if (!x->has[ch] || x->recvd[ch] >= 0) return DT_OK;
-    if (x->msg[ch].grad != m->grad || x->msg[ch].micro != m->micro) {
+    if (x->msg[ch].grad != m->grad || x->msg[ch].micro != m->micro || x->msg[ch].chunk != m->chunk) {
         char m1[64], m2[64];
         return dt_error(DT_ERR_ARG, "pipeline schedule: stage %d sends %s where stage %d receives %s", m->peer,
                         msg_name(&x->msg[ch], m1, sizeof m1), st, msg_name(m, m2, sizeof m2));
@@ -214,7 +261,7 @@ static dt_status simulate(const dt_pp_schedule *s, double tf, double tb, sim *x)
                 const dt_pp_action *a = &s->act[st][x->at[st]];
                 if (a->op != DT_PP_COMM) {
                     x->start[st][x->at[st]] = x->clock[st];
-                    x->clock[st] += a->op == DT_PP_F ? tf : s->async ? tb / 2 : tb; /* B and W: half a backward each */
+                    x->clock[st] += a->op == DT_PP_F ? tf : s->kind == DT_PP_ZB1 ? tb / 2 : tb; /* B and W: half a backward each */
                 } else if (s->async) {
                     int got = 1;
                     if (a->send.peer >= 0) got = async_send(x, st, &a->send);
@@ -312,12 +359,12 @@ static dt_status with_sim(const dt_pp_schedule *s, double tf, double tb, dt_stat
 
 dt_status dt_pp_schedule_check(const dt_pp_schedule *s) { return with_sim(s, 1, 2, NULL, NULL); }
 
-/* The idle share of the makespan, over all stages (every stage computes 3m units). */
+/* The idle share of the makespan, over all stages (every stage computes 3vm units). */
 static double bubble_of(const dt_pp_schedule *s, const sim *x) {
     double span = 0;
     for (int i = 0; i < s->stages; i++)
         if (x->clock[i] > span) span = x->clock[i];
-    return span > 0 ? 1 - 3.0 * s->micro / span : 0;
+    return span > 0 ? 1 - 3.0 * s->micro * s->virt / span : 0;
 }
 
 static dt_status get_bubble(const dt_pp_schedule *s, sim *x, void *ctx) {
@@ -335,25 +382,30 @@ static dt_status print_table(const dt_pp_schedule *s, sim *x, void *ctx) {
     int span = 0;
     for (int i = 0; i < s->stages; i++)
         if ((int)x->clock[i] > span) span = (int)x->clock[i];
-    char cell[8];
+    char cell[16];
+    int w = s->virt > 1 ? 6 : 4; /* interleaved: F3.1 is micro-batch 3 on the stage's chunk 1 */
     for (int st = 0; st < s->stages; st++) {
         fprintf(out, "stage %-2d|", st);
         int t = 0;
         for (int i = 0; i < s->n[st]; i++) {
             const dt_pp_action *a = &s->act[st][i];
             if (a->op == DT_PP_COMM) continue;
-            for (; t < (int)x->start[st][i]; t++) fprintf(out, "%4s", ".");
-            snprintf(cell, sizeof cell, "%c%d", "FBW"[a->op], a->micro);
-            int len = a->op == DT_PP_F || s->async ? 1 : 2;
-            fprintf(out, "%4s", cell);
-            for (int k = 1; k < len; k++) fprintf(out, "%4s", a->op == DT_PP_F ? "" : "~");
+            for (; t < (int)x->start[st][i]; t++) fprintf(out, "%*s", w, ".");
+            if (s->virt > 1) snprintf(cell, sizeof cell, "%c%d.%d", "FBW"[a->op], a->micro, a->chunk);
+            else snprintf(cell, sizeof cell, "%c%d", "FBW"[a->op], a->micro);
+            int len = a->op == DT_PP_F || s->kind == DT_PP_ZB1 ? 1 : 2;
+            fprintf(out, "%*s", w, cell);
+            for (int k = 1; k < len; k++) fprintf(out, "%*s", w, a->op == DT_PP_F ? "" : "~");
             t += len;
         }
-        for (; t < span; t++) fprintf(out, "%4s", ".");
+        for (; t < span; t++) fprintf(out, "%*s", w, ".");
         fprintf(out, "| %d slot%s\n", s->slots[st], s->slots[st] == 1 ? "" : "s");
     }
-    int p = s->stages, m = s->micro;
-    if (s->async)
+    int p = s->stages, m = s->micro, v = s->virt;
+    if (s->kind == DT_PP_INTERLEAVED)
+        fprintf(out, "bubble %.3f (theory (p-1)/(vm+p-1) = %.3f); a column is a chunk's forward time, its backward takes two\n",
+                bubble_of(s, x), (double)(p - 1) / (v * m + p - 1));
+    else if (s->async)
         fprintf(out, "bubble %.3f (ZB-H1's theory (p-1)/(3m+p-1) = %.3f%s); a column is a forward's time, B and W one each\n",
                 bubble_of(s, x), (double)(p - 1) / (3 * m + p - 1), m < p ? ", for m >= p: fewer micro-batches wait longer" : "");
     else
@@ -363,7 +415,9 @@ static dt_status print_table(const dt_pp_schedule *s, sim *x, void *ctx) {
 }
 
 void dt_pp_schedule_print(const dt_pp_schedule *s, FILE *out) {
-    fprintf(out, "schedule %s: %d stages, %d micro-batches\n", dt_pp_kind_name(s->kind), s->stages, s->micro);
+    fprintf(out, "schedule %s: %d stages, %d micro-batches", dt_pp_kind_name(s->kind), s->stages, s->micro);
+    if (s->virt > 1) fprintf(out, ", %d chunks a stage", s->virt);
+    fprintf(out, "\n");
     dt_status e = with_sim(s, 1, 2, print_table, out);
     if (e) fprintf(out, "(cannot be printed: %s)\n", dt_last_error());
 }

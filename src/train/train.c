@@ -195,6 +195,11 @@ static const char *tp_lacks(const dt_train_config *c) {
     return NULL;
 }
 
+/* Chunks per pipeline stage: --virtual-stages, 2 by default for the interleaved schedule, else 1. */
+static int pp_virt(const dt_train_config *c) {
+    return c->virtual_stages ? c->virtual_stages : c->pp_schedule == DT_PP_INTERLEAVED ? 2 : 1;
+}
+
 /* What pipeline parallelism does not take yet (NULL: none of it). */
 static const char *pp_lacks(const dt_train_config *c) {
     if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
@@ -205,6 +210,7 @@ static const char *pp_lacks(const dt_train_config *c) {
     if (c->pp_schedule == DT_PP_ZB1 && c->precision != DT_F32) return "--pp-schedule zb1 and --precision bf16/fp16 (its split backward is f32)";
     if (c->pp_schedule == DT_PP_ZB1 && c->recompute) return "--pp-schedule zb1 and --recompute (W reads the activations forward kept)";
     if (c->pp_schedule == DT_PP_ZB1 && c->strategy && !strcmp(c->strategy, "zero3")) return "--pp-schedule zb1 and ZeRO-3";
+    if (c->pp_schedule == DT_PP_INTERLEAVED) return "--pp-schedule interleaved (its lists are built and checked; a stage holding several chunks is not)";
     return NULL;
 }
 
@@ -218,6 +224,12 @@ static dt_status check_mesh(const dt_train_config *c, int nranks) {
         return dt_error(DT_ERR_ARG, "--dp %d x --tp %d x --pp %d = %ld, but the job has %d rank%s", dp, tp, pp, (long)dp * tp * pp,
                         nranks, nranks == 1 ? "" : "s");
     if (pp > 1 && pp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--pp %d: not with %s yet", pp, pp_lacks(c));
+    if (c->virtual_stages > 1 && (pp < 2 || c->pp_schedule != DT_PP_INTERLEAVED))
+        return dt_error(DT_ERR_ARG, "--virtual-stages %d: chunks per stage are the interleaved schedule's (--pp N --pp-schedule interleaved)",
+                        c->virtual_stages);
+    if (pp > 1 && c->pp_schedule == DT_PP_INTERLEAVED && (pp_virt(c) < 2 || c->grad_accum % pp))
+        return dt_error(DT_ERR_ARG, "--pp-schedule interleaved: %s", pp_virt(c) < 2 ? "--virtual-stages must be at least 2"
+                        : "--grad-accum (micro-batches a step) must be a multiple of --pp (p micro-batches go through each chunk in turn)");
     if (tp > 1 && tp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--tp %d: not with %s yet", tp, tp_lacks(c));
     if (c->sp && tp < 2) return dt_error(DT_ERR_ARG, "--sp splits the sequence over the tensor-parallel ranks: give --tp N (N >= 2)");
     if (tp > 1 && c->sp && c->seq % tp)
@@ -500,8 +512,8 @@ static dt_status make_engine(run *r) {
     dt_status st = DT_OK;
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
         /* the pipeline before the engine: its hooks come before a data-parallel strategy's */
-        dt_pipeline_config pc = { dt_mesh_comm(r->mesh, DT_MESH_PP), r->m, (dt_pp_kind)c->pp_schedule, c->grad_accum, c->batch, c->seq,
-                                  next_batch, r };
+        dt_pipeline_config pc = { dt_mesh_comm(r->mesh, DT_MESH_PP), r->m, (dt_pp_kind)c->pp_schedule, pp_virt(c), c->grad_accum, c->batch,
+                                  c->seq, next_batch, r };
         if ((st = dt_pipeline_create(&pc, &r->pipe))) return st;
         ec.schedule = dt_pipeline_schedule(r->pipe);
         ec.loss_comm = r->w;
