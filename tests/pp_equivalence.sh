@@ -192,7 +192,7 @@ refused() { # WHAT EXPECTED ARGS...
 refused "--pp 7 over 6 units" "--pp 7: more stages than the model's 6 units" --nproc 7 --pp 7
 refused "--pp 3 on 4 ranks" "--tp 1 x --pp 3 = 3 does not divide the job's 4 ranks" --nproc 4 --pp 3
 refused "an unknown schedule" "--pp-schedule" --nproc 2 --pp 2 --pp-schedule zigzag
-refused "--virtual-stages" "--virtual-stages is not built yet" --nproc 2 --pp 2 --virtual-stages 2
+refused "--virtual-stages without interleaved" "--virtual-stages 2: chunks per stage are the interleaved schedule" --nproc 2 --pp 2 --virtual-stages 2
 refused "--pp 2 with 16-bit gradient storage" "--pp 2: not with --grad-store bf16" --nproc 2 --pp 2 --precision bf16 --grad-store bf16
 refused "--pp 2 saving a weights file" "--pp 2: not with --save FILE.bin" --nproc 2 --pp 2 --save "$dir/x.bin"
 refused "zb1 in bf16" "not with --pp-schedule zb1 and --precision bf16" --nproc 2 --pp 2 --pp-schedule zb1 --precision bf16

@@ -141,7 +141,7 @@ int main(void) {
     /* heads that do not divide: refused before anything is built */
     dt_gpt2_config cfg = { 32, 257, 260, 2, 6, 48 };
     dt_tp_ops ops = dt_tp_ops_over(w);
-    dt_gpt2_part part = { 0, 4, 0, 4, &ops, 0 };
+    dt_gpt2_part part = { .ua = 0, .ub = 4, .tp_rank = 0, .tp_size = 4, .tp = &ops };
     dt_gpt2 *bad = NULL;
     dt_status st = dt_gpt2_create_part(&cfg, &part, &bad);
     CHECK(st && !bad && strstr(dt_last_error(), "--tp 4 does not divide the 6 attention heads"), "tp 4 over 6 heads: %s",

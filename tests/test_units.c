@@ -84,6 +84,69 @@ static void split_backward(const dt_gpt2_config *cfg, int B, int T) {
     dt_gpt2_destroy(b);
 }
 
+/* An interleaved stage: one model holding chunks [0, 2) and [3, 5) of the
+ * 5 units, another [2, 3) between them; two micro-batches in two slots, all
+ * forwards then all backwards chunk by chunk, give one model's losses and
+ * gradients bit for bit (the chunk that holds the head holds wte too: no
+ * copy). */
+static void chunks(const dt_gpt2_config *cfg, int B, int T) {
+    dt_gpt2 *whole = NULL, *s0 = NULL, *s1 = NULL;
+    dt_gpt2_part p0 = dt_gpt2_whole(cfg), p1 = dt_gpt2_whole(cfg);
+    p0.nchunks = 2, p0.chunk_a[0] = 0, p0.chunk_b[0] = 2, p0.chunk_a[1] = 3, p0.chunk_b[1] = 5;
+    p1.ua = 2, p1.ub = 3;
+    if (dt_gpt2_create(cfg, &whole) || dt_gpt2_create_part(cfg, &p0, &s0) || dt_gpt2_create_part(cfg, &p1, &s1)) {
+        EXPECT(0, "chunks: %s", dt_last_error());
+        return;
+    }
+    dt_gpt2_init_random(whole, 7);
+    dt_gpt2_init_random(s0, 7);
+    dt_gpt2_init_random(s1, 7);
+    EXPECT(dt_gpt2_num_params(s0) + dt_gpt2_num_params(s1) == dt_gpt2_num_params(whole), "chunks hold %zu + %zu parameters, the model %zu",
+           dt_gpt2_num_params(s0), dt_gpt2_num_params(s1), dt_gpt2_num_params(whole));
+    dt_gpt2_set_slots(s0, 2);
+    dt_gpt2_set_slots(s1, 2);
+    size_t BT = (size_t)B * T;
+    int32_t tok[4 * 64];
+    uint64_t r = 13;
+    for (size_t i = 0; i < 4 * BT; i++) tok[i] = (int32_t)(dt_rng_next(&r) % (uint64_t)cfg->vocab_size);
+    float lw[2] = { 0 }, lc[2] = { 0 };
+    dt_status st = DT_OK;
+    for (int k = 0; k < 2 && !st; k++)
+        st = dt_gpt2_forward(whole, tok + 2 * k * BT, tok + (2 * k + 1) * BT, B, T, &lw[k]) ? 1 : dt_gpt2_backward(whole, 1.0f);
+    for (int k = 0; k < 2 && !st; k++) {
+        const int32_t *in = tok + 2 * k * BT, *tg = tok + (2 * k + 1) * BT;
+        dt_gpt2_use_slot(s0, k);
+        dt_gpt2_use_slot(s1, k);
+        if (!(st = dt_gpt2_forward_units(s0, 0, 2, in, NULL, NULL, B, T, NULL)) &&
+            !(st = dt_gpt2_forward_units(s1, 2, 3, NULL, dt_gpt2_output(s0), NULL, B, T, NULL)))
+            st = dt_gpt2_forward_units(s0, 3, 5, NULL, dt_gpt2_output(s1), tg, B, T, &lc[k]);
+    }
+    for (int k = 0; k < 2 && !st; k++) {
+        dt_gpt2_use_slot(s0, k);
+        dt_gpt2_use_slot(s1, k);
+        if (!(st = dt_gpt2_use_chunk(s0, 1)) && !(st = dt_gpt2_backward_units(s0, NULL, 1.0f)) &&
+            !(st = dt_gpt2_backward_units(s1, dt_gpt2_input_grad(s0, NULL, NULL), 1.0f)) && !(st = dt_gpt2_use_chunk(s0, 0)))
+            st = dt_gpt2_backward_units(s0, dt_gpt2_input_grad(s1, NULL, NULL), 1.0f);
+    }
+    EXPECT(!st, "chunks: %s", st ? dt_last_error() : "");
+    int nw, exact = 1;
+    const dt_tensor_info *tw = dt_gpt2_tensors(whole, &nw);
+    for (int i = 0; i < nw; i++) {
+        size_t cw = 0, c = 0;
+        const float *gw = find(whole, tw[i].name, 1, &cw), *g = find(s0, tw[i].name, 1, &c);
+        if (!g) g = find(s1, tw[i].name, 1, &c);
+        exact &= g && c == cw && !memcmp(g, gw, cw * sizeof(float));
+    }
+    EXPECT(exact && !memcmp(lw, lc, sizeof lw), "two chunks on a stage: losses %.9g %.9g (one model %.9g %.9g), gradients %s", lc[0], lc[1],
+           lw[0], lw[1], exact ? "equal" : "differ");
+    EXPECT(dt_gpt2_forward_units(s0, 1, 4, NULL, dt_gpt2_output(s1), NULL, B, T, NULL) != DT_OK && strstr(dt_last_error(), "chunks"),
+           "a range across two chunks: %s", dt_last_error());
+    EXPECT(dt_gpt2_check_whole(s0, "x") != DT_OK, "a stage of two chunks passed for the whole model");
+    dt_gpt2_destroy(whole);
+    dt_gpt2_destroy(s0);
+    dt_gpt2_destroy(s1);
+}
+
 int main(void) {
     const dt_gpt2_config cfg = { 16, 64, 64, 3, 4, 32 };
     enum { B = 2, T = 16, S = 3 };
@@ -243,6 +306,7 @@ int main(void) {
     EXPECT(!strcmp(events, "S4 S3 S2 S1 S0 "), "after unsubscribing the first: %s", events);
     dt_gpt2_set_grad_hook(whole, NULL, &sub2);
     split_backward(&cfg, B, T);
+    chunks(&cfg, B, T);
     printf("units: %d passed, %d failed\n", passed, failed);
     free(logits);
     dt_gpt2_destroy(whole);

@@ -209,6 +209,7 @@ typedef struct {
  * row-parallel, the tied embedding and LM head by vocabulary rows,
  * ceil(Vp / tp_size) a rank, the last rank the rest; the rest replicated).
  * tp_size > 1 needs tp and heads divisible by tp_size. */
+#define DT_GPT2_MAX_CHUNKS 8
 typedef struct {
     int ua, ub;
     int tp_rank, tp_size;
@@ -217,6 +218,9 @@ typedef struct {
      * LayerNorms and the residual stream hold B*T/tp rows; the sums become
      * reduce-scatters and allgathers. Whole models only; T divisible by tp. */
     int sp;
+    /* an interleaved pipeline's stage: nchunks (> 0) ranges of units,
+     * ascending and apart, in place of [ua, ub) */
+    int nchunks, chunk_a[DT_GPT2_MAX_CHUNKS], chunk_b[DT_GPT2_MAX_CHUNKS];
 } dt_gpt2_part;
 /* The whole model as one part (no splitting). */
 dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg);
@@ -229,6 +233,12 @@ dt_status dt_gpt2_copy_slices(const dt_gpt2 *whole, dt_gpt2 *part);
  * (they block the pass: all of it is exposed communication). */
 double dt_gpt2_tp_comm_seconds(dt_gpt2 *m);
 void dt_gpt2_units(const dt_gpt2 *m, int *a, int *b);
+/* The ranges of units held (one but for an interleaved stage): their count,
+ * a[i], b[i] filled (arrays of DT_GPT2_MAX_CHUNKS). */
+int dt_gpt2_chunks(const dt_gpt2 *m, int *a, int *b);
+/* Which range backward, W, dt_gpt2_output and dt_gpt2_input_grad work on
+ * (a forward selects its own); each slot keeps every range's state. */
+dt_status dt_gpt2_use_chunk(dt_gpt2 *m, int chunk);
 /* Fails, naming what needs it, unless the model holds every unit (files hold whole models). */
 dt_status dt_gpt2_check_whole(const dt_gpt2 *m, const char *what);
 void dt_gpt2_destroy(dt_gpt2 *m);

@@ -187,19 +187,27 @@ static dt_status layout(dt_gpt2 *m) {
     int L = m->cfg.num_layers;
     m->tab = calloc((size_t)(PER_BLOCK * L + 5), sizeof *m->tab);
     if (!m->tab) return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    m->bk = malloc(sizeof *m->bk * (size_t)(L > 0 ? L : 1));
+    if (!m->bk) return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    for (int l = 0; l < L; l++) m->bk[l] = -1;
     m->i_wte = m->i_wpe = m->i_lnf = m->i_blk = -1;
     if (m->ua == 0) {
         m->i_wte = add(m, WTE, 0, 0);
         m->i_wpe = add(m, WPE, 0, 0);
     }
+    /* each range's blocks, numbered in store order */
+    m->nl = 0;
     m->l0 = m->ua > 0 ? m->ua - 1 : 0;
-    int end = m->ub - 1 < L ? m->ub - 1 : L;
-    m->nl = end > m->l0 ? end - m->l0 : 0;
-    for (int l = m->l0; l < m->l0 + m->nl; l++)
-        for (int i = LN1W; i <= FCPROJB; i++) {
-            int k = add(m, i, l, l + 1);
-            if (m->i_blk < 0) m->i_blk = k;
+    for (int r = 0; r < m->nr; r++) {
+        int end = m->rb[r] - 1 < L ? m->rb[r] - 1 : L;
+        for (int l = m->ra[r] > 0 ? m->ra[r] - 1 : 0; l < end; l++, m->nl++) {
+            m->bk[l] = m->nl;
+            for (int i = LN1W; i <= FCPROJB; i++) {
+                int k = add(m, i, l, l + 1);
+                if (m->i_blk < 0) m->i_blk = k;
+            }
         }
+    }
     if (m->ub == L + 2) {
         m->i_lnf = add(m, LNFW, 0, L + 1);
         add(m, LNFB, 0, L + 1);
@@ -211,10 +219,17 @@ static dt_status layout(dt_gpt2 *m) {
     return DT_OK;
 }
 
-dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg) { return (dt_gpt2_part){ 0, cfg->num_layers + 2, 0, 1, NULL, 0 }; }
+dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg) { return (dt_gpt2_part){ .ua = 0, .ub = cfg->num_layers + 2, .tp_size = 1 }; }
 
 static dt_status check_part(const dt_gpt2_config *cfg, const dt_gpt2_part *p) {
     int a = p->ua, b = p->ub, t = p->tp_size;
+    if (p->nchunks < 0 || p->nchunks > DT_GPT2_MAX_CHUNKS)
+        return dt_error(DT_ERR_ARG, "model: %d chunks (at most %d)", p->nchunks, DT_GPT2_MAX_CHUNKS);
+    for (int r = 0; r < p->nchunks; r++)
+        if (p->chunk_a[r] < (r ? p->chunk_b[r - 1] + 1 : 0) || p->chunk_b[r] > cfg->num_layers + 2 || p->chunk_a[r] >= p->chunk_b[r])
+            return dt_error(DT_ERR_ARG, "model: chunk %d, units [%d, %d), is not a range of 0..%d after the last one and apart from it", r,
+                            p->chunk_a[r], p->chunk_b[r], cfg->num_layers + 1);
+    if (p->nchunks) a = p->chunk_a[0], b = p->chunk_b[p->nchunks - 1];
     if (a < 0 || b > cfg->num_layers + 2 || a >= b)
         return dt_error(DT_ERR_ARG, "model: units [%d, %d) are not a range of 0..%d", a, b, cfg->num_layers + 1);
     if (t < 1 || p->tp_rank < 0 || p->tp_rank >= t)
@@ -222,7 +237,7 @@ static dt_status check_part(const dt_gpt2_config *cfg, const dt_gpt2_part *p) {
     if (t > 1 && cfg->num_heads % t)
         return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the %d attention heads", t, cfg->num_heads);
     if (t > 1 && !p->tp) return dt_error(DT_ERR_ARG, "model: a tensor-parallel part needs its collectives (dt_tp_ops)");
-    if (p->sp && t > 1 && (a != 0 || b != cfg->num_layers + 2))
+    if (p->sp && t > 1 && (a != 0 || b != cfg->num_layers + 2 || p->nchunks > 1))
         return dt_error(DT_ERR_ARG, "model: sequence parallelism needs the whole model (units [0, %d)), not [%d, %d)", cfg->num_layers + 2, a, b);
     if (t > cfg->padded_vocab_size)
         return dt_error(DT_ERR_ARG, "model: --tp %d is more than the %d vocabulary rows", t, cfg->padded_vocab_size);
@@ -258,7 +273,7 @@ static void copy_run(size_t lo, size_t go, size_t n, void *ctx) {
 }
 
 dt_status dt_gpt2_copy_slices(const dt_gpt2 *whole, dt_gpt2 *part) {
-    if (memcmp(&whole->cfg, &part->cfg, sizeof whole->cfg) || whole->ua != 0 || whole->ub != whole->cfg.num_layers + 2)
+    if (memcmp(&whole->cfg, &part->cfg, sizeof whole->cfg) || whole->ua != 0 || whole->ub != whole->cfg.num_layers + 2 || whole->nr != 1)
         return dt_error(DT_ERR_ARG, "model: slices come from a whole model of the same shape");
     dt_model view;
     dt_gpt2_model(part, &view);
@@ -276,10 +291,15 @@ dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *par
     if (!m) return dt_error(DT_ERR_NOMEM, "model: out of memory");
     m->cfg = *cfg;
     m->part = *part;
-    m->ua = part->ua;
-    m->ub = part->ub;
+    m->nr = part->nchunks ? part->nchunks : 1;
+    for (int r = 0; r < m->nr; r++) {
+        m->ra[r] = part->nchunks ? part->chunk_a[r] : part->ua;
+        m->rb[r] = part->nchunks ? part->chunk_b[r] : part->ub;
+    }
+    m->ua = m->ra[0];
+    m->ub = m->rb[m->nr - 1];
     part_widths(m);
-    if ((st = layout(m))) { free(m); return st; }
+    if ((st = layout(m))) { free(m->tab); free(m->bk); free(m); return st; }
     m->params = m->own_params = dt_alloc_aligned(m->nparams * sizeof(float));
     m->grads = m->own_grads = dt_alloc_zeroed(m->nparams * sizeof(float));
     if (!m->params || !m->grads) {
@@ -300,6 +320,7 @@ dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out) {
 void dt_gpt2_destroy(dt_gpt2 *m) {
     if (!m) return;
     free(m->tab);
+    free(m->bk);
     dt_free_aligned(m->own_params);
     dt_free_zeroed(m->own_grads);
     dt_free_aligned(m->acts);
@@ -360,8 +381,13 @@ void dt_gpt2_units(const dt_gpt2 *m, int *a, int *b) {
     *b = m->ub;
 }
 
+int dt_gpt2_chunks(const dt_gpt2 *m, int *a, int *b) {
+    for (int r = 0; r < m->nr; r++) a[r] = m->ra[r], b[r] = m->rb[r];
+    return m->nr;
+}
+
 dt_status dt_gpt2_check_whole(const dt_gpt2 *m, const char *what) {
-    if (m->ua == 0 && m->ub == m->cfg.num_layers + 2) return DT_OK;
+    if (m->ua == 0 && m->ub == m->cfg.num_layers + 2 && m->nr == 1) return DT_OK;
     return dt_error(DT_ERR_ARG, "%s: the model holds units [%d, %d) of 0..%d, not the whole model", what, m->ua, m->ub,
                     m->cfg.num_layers + 1);
 }
@@ -377,8 +403,8 @@ const dt_tensor_info *dt_gpt2_llmc_tensor(const dt_gpt2 *m, int i, int l) {
     if (i == WTE) return m->i_wte >= 0 ? &m->tab[m->i_wte] : NULL;
     if (i == WPE) return m->i_wpe >= 0 ? &m->tab[m->i_wpe] : NULL;
     if (i >= LNFW) return m->i_lnf >= 0 ? &m->tab[m->i_lnf + i - LNFW] : NULL;
-    if (l < m->l0 || l >= m->l0 + m->nl) return NULL;
-    return &m->tab[m->i_blk + (l - m->l0) * PER_BLOCK + (i - LN1W)];
+    if (l < 0 || l >= m->cfg.num_layers || m->bk[l] < 0) return NULL;
+    return &m->tab[m->i_blk + m->bk[l] * PER_BLOCK + (i - LN1W)];
 }
 
 void dt_gpt2_set_attention(dt_gpt2 *m, dt_attn_mode mode) { m->attn = mode; }

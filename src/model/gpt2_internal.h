@@ -28,9 +28,14 @@ enum {
 /* One micro-batch in flight (a pipeline's activation slot, gpt2_slots.c):
  * the activations and what a forward leaves for its backward. The model
  * works in one slot at a time; its fields below are that slot's. */
+/* What a forward leaves for its range's backward (per range held). */
+typedef struct { int run_a, run_b; bool have_targets, w_pending; } gpt2_run_state;
+
 typedef struct {
     float *acts;
     size_t act_sizes[A_COUNT], act_off[A_COUNT], nacts;
+    gpt2_run_state rs[DT_GPT2_MAX_CHUNKS];
+    int cur;
     int B, T, run_a, run_b;
     size_t bt_capacity, att_capacity;
     int32_t *inputs, *targets;
@@ -51,8 +56,12 @@ struct dt_gpt2 {
     int Cl, NHl, Fl, v0, Vl, Vv;
     dt_status tp_err;         /* the first failed collective of this pass (the pass runs on, the caller is told) */
     double tp_seconds;        /* spent in tensor parallelism's collectives (dt_gpt2_tp_comm_seconds) */
-    int ua, ub;               /* units held */
-    int l0, nl;               /* blocks held: l0 .. l0+nl-1 */
+    int ua, ub;               /* units held: from the first range's start to the last one's end */
+    int nr, ra[DT_GPT2_MAX_CHUNKS], rb[DT_GPT2_MAX_CHUNKS]; /* the ranges held: [ra[r], rb[r]) */
+    int l0, nl;               /* blocks held: nl of them, the first l0 */
+    int *bk;                  /* per block of the model: its index among those held, -1 if not held */
+    gpt2_run_state rs[DT_GPT2_MAX_CHUNKS]; /* each range's (the current one's in run_a .. w_pending) */
+    int cur;                  /* the current range */
     int i_wte, i_wpe, i_lnf, i_blk; /* table indices of wte, wpe, lnfw, block l0's ln1w (-1: not held) */
     dt_tensor_info *tab;      /* the held tensors, in store order */
     int ntab;
@@ -97,7 +106,7 @@ struct dt_gpt2 {
 
 /* Tensor i (llm.c's index) of block l, in the parameters and the gradients;
  * P and G for the tensors outside the blocks; ACT for an activation. */
-#define BLOCK_OFF(l, i) (m->tab[m->i_blk + ((l) - m->l0) * PER_BLOCK + (i) - LN1W].offset)
+#define BLOCK_OFF(l, i) (m->tab[m->i_blk + m->bk[l] * PER_BLOCK + (i) - LN1W].offset)
 #define PL(l, i) (m->params + BLOCK_OFF(l, i))
 #define GL(l, i) (m->grads + BLOCK_OFF(l, i))
 #define TAB_OFF(i) (m->tab[(i) == WTE ? m->i_wte : (i) == WPE ? m->i_wpe : m->i_lnf + (i) - LNFW].offset)

@@ -40,7 +40,7 @@ static size_t wgrad_floats(widths w, size_t BT) { return BT * (2 * w.C + w.F + 3
  * held); the total with 64-byte aligned starts. With lp (mixed precision,
  * not recomputing) the blocks' 16-bit activations have one block's f32 slot
  * to compute in and *lp_total 16-bit values (lp_per_layer a block) to keep. */
-static size_t activation_sizes(widths w, size_t nl, bool head, bool recompute, bool lp, bool blockwise, bool split,
+static size_t activation_sizes(widths w, size_t nl, size_t nr, bool head, bool recompute, bool lp, bool blockwise, bool split,
                                int B, int T, size_t s[A_COUNT], size_t *lp_per_layer, size_t *lp_total) {
     size_t BT = (size_t)B * T, C = w.C, Cl = w.Cl, NH = w.NH, F = w.F, Vp = w.V, R = BT / w.S, sp = w.S > 1;
     /* Per-layer activations: every held block's, or one when recomputing; the
@@ -49,7 +49,7 @@ static size_t activation_sizes(widths w, size_t nl, bool head, bool recompute, b
     bool pack = lp && !recompute;
     size_t L = recompute ? 1 : nl, Lres = pack ? (nl < 2 ? nl : 2) : nl, H = head, Lw = recompute || lp ? 1 : nl;
     const size_t v[A_COUNT] = {
-        [A_ENCODED] = R * C, [A_LN1] = Lw * R * C, [A_LN1_MEAN] = L * R, [A_LN1_RSTD] = L * R,
+        [A_ENCODED] = nr * R * C /* each range's input */, [A_LN1] = Lw * R * C, [A_LN1_MEAN] = L * R, [A_LN1_RSTD] = L * R,
         [A_QKV] = Lw * BT * 3 * Cl, [A_ATTY] = Lw * BT * Cl, [A_ATT] = L * NH * BT * (blockwise ? 1 : (size_t)T),
         [A_RES2] = Lw * R * C,
         [A_LN2] = Lw * R * C, [A_LN2_MEAN] = L * R, [A_LN2_RSTD] = L * R, [A_FCH] = Lw * BT * F,
@@ -86,7 +86,7 @@ size_t dt_gpt2_units_activation_bytes(const dt_gpt2_config *c, int a, int b, int
     int first = a > 1 ? a : 1, last = b - 1 < c->num_layers ? b - 1 : c->num_layers; /* blocks: units [first, last] */
     widths w = whole_widths(c);
     w.Cl /= t, w.NH /= t, w.F /= t, w.V = (w.V + t - 1) / t, w.S = sp ? t : 1;
-    return activation_sizes(w, last >= first ? (size_t)(last - first + 1) : 0, head, recompute, low, blockwise, split, B, T, s, &per, &lp) *
+    return activation_sizes(w, last >= first ? (size_t)(last - first + 1) : 0, 1, head, recompute, low, blockwise, split, B, T, s, &per, &lp) *
                sizeof(float) + lp * sizeof(uint16_t) + (low ? dt_gpt2_lp_work_floats(c, head) * sizeof(float) : 0) +
            2 * (size_t)B * T * sizeof(int32_t);
 }
@@ -111,7 +111,7 @@ static dt_status size_activations(dt_gpt2 *m, int B, int T) {
     size_t att_need = att_per_layer * (m->recompute ? 1 : (size_t)m->nl);
     if (m->acts && BT <= m->bt_capacity && att_need <= m->att_capacity) return DT_OK;
     size_t s[A_COUNT], per, lp;
-    size_t total = activation_sizes(part_widths(m), (size_t)m->nl, m->ub == m->cfg.num_layers + 2, m->recompute, m->prec != DT_F32,
+    size_t total = activation_sizes(part_widths(m), (size_t)m->nl, (size_t)m->nr, m->ub == m->cfg.num_layers + 2, m->recompute, m->prec != DT_F32,
                                     use_blockwise(m, T), m->split_bwd, B, T, s, &per, &lp);
     size_t at = 0;
     for (int i = 0; i < A_COUNT; i++) {
@@ -157,13 +157,25 @@ dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T) {
 /* Block l's output: its own slot, or one of two that alternate when the
  * blocks' activations are packed (each block keeps its input in the pack). */
 static float *res_out(dt_gpt2 *m, int l) {
-    size_t RC = dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels, k = (size_t)(l - m->l0);
+    size_t RC = dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels, k = (size_t)m->bk[l];
     return ACT(A_RES3) + (m->lp_layer ? k % 2 : k) * RC;
 }
 
-/* The residual stream entering block l (l0 .. l0+nl; l0+nl: after the last
- * held block): the range's input, or the previous block's output. */
-static float *res_in(dt_gpt2 *m, int l) { return l == m->l0 ? ACT(A_ENCODED) : res_out(m, l - 1); }
+/* The held range of unit u (-1: not held). */
+static int range_of(const dt_gpt2 *m, int u) {
+    for (int r = 0; r < m->nr; r++)
+        if (u >= m->ra[r] && u < m->rb[r]) return r;
+    return -1;
+}
+
+/* The residual stream entering block l (l = L: the head), a held unit: the
+ * previous block's output where that block is in the same range, else the
+ * range's input (the embedding's output in range 0). */
+static float *res_in(dt_gpt2 *m, int l) {
+    int r = range_of(m, l + 1);
+    if (l >= 1 && l >= m->ra[r]) return res_out(m, l - 1);
+    return ACT(A_ENCODED) + (size_t)r * dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels;
+}
 
 /* Block l's activations: the slots of the f32 ones (k: l's, or 0 when
  * recomputing) and of the 16-bit ones (w: also 0 when they are packed). */
@@ -173,7 +185,7 @@ static block_acts acts_of(dt_gpt2 *m, int l) {
     /* the residual stream's regions hold R rows (all of them without sequence parallelism), the rest all rows */
     size_t BT = (size_t)m->B * m->T, R = dt_gpt2_tp_rows(m), RC = R * (size_t)m->cfg.channels, NH = (size_t)m->NHl,
            BTL = BT * (size_t)m->Cl, BTF = BT * (size_t)m->Fl;
-    size_t k = m->recompute ? 0 : (size_t)(l - m->l0), w = m->lp_layer ? 0 : k;
+    size_t k = m->recompute ? 0 : (size_t)m->bk[l], w = m->lp_layer ? 0 : k;
     return (block_acts){ .ln1 = ACT(A_LN1) + w * RC, .qkv = ACT(A_QKV) + w * BTL * 3, .atty = ACT(A_ATTY) + w * BTL,
                          .att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)m->T), .res2 = ACT(A_RES2) + w * RC,
                          .ln2 = ACT(A_LN2) + w * RC, .fch = ACT(A_FCH) + w * BTF, .fchg = ACT(A_FCH_GELU) + w * BTF,
@@ -192,7 +204,7 @@ static void pack_block(dt_gpt2 *m, int l, bool pack) {
     size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)m->cfg.channels, BTL = BT * (size_t)m->Cl, BTF = BT * (size_t)m->Fl;
     float *part[8] = { a.ln1, a.qkv, a.atty, a.ln2, a.fch, a.fchg, pack ? res_in(m, l) : ACT(A_RES1), a.res2 };
     size_t len[8] = { BTC, 3 * BTL, BTL, BTC, BTF, BTF, BTC, BTC };
-    uint16_t *at = m->acts_lp + (size_t)(l - m->l0) * m->lp_layer;
+    uint16_t *at = m->acts_lp + (size_t)m->bk[l] * m->lp_layer;
     for (int i = 0; i < 8; at += len[i], i++) {
         if (pack) dt_lp_pack(at, part[i], len[i], m->prec);
         else dt_lp_unpack(part[i], at, len[i], m->prec);
@@ -214,7 +226,7 @@ static void linear_forward(dt_gpt2 *m, float *out, const float *inp, int l, int 
     size_t wo, bo;
     linear_at(m, l, wi, bi, &wo, &bo);
     /* the table says how the weight is split (the head's tied wte is split by vocabulary: column-like) */
-    bool row_parallel = m->part.tp_size > 1 && l >= 0 && m->tab[m->i_blk + (l - m->l0) * PER_BLOCK + wi - LN1W].split == DT_SPLIT_ROW;
+    bool row_parallel = m->part.tp_size > 1 && l >= 0 && m->tab[m->i_blk + m->bk[l] * PER_BLOCK + wi - LN1W].split == DT_SPLIT_ROW;
     bool bias = bo != SIZE_MAX && (!row_parallel || m->part.tp_rank == 0);
     if (m->prec == DT_F32)
         dt_matmul_forward(out, inp, m->params + wo, bias ? m->params + bo : NULL, BT, C, OC);
@@ -330,11 +342,29 @@ static void trace_unit(const dt_gpt2 *m, const char *pass, int u) {
 }
 #define UNIT_END() DT_TRACE_END(DT_TRACK_SELF)
 
+/* Range r's run state into the model's fields (the current range's back into its own). */
+static void use_range(dt_gpt2 *m, int r) {
+    if (r == m->cur) return;
+    m->rs[m->cur] = (gpt2_run_state){ m->run_a, m->run_b, m->have_targets, m->w_pending };
+    const gpt2_run_state *x = &m->rs[r];
+    m->run_a = x->run_a, m->run_b = x->run_b, m->have_targets = x->have_targets, m->w_pending = x->w_pending;
+    m->cur = r;
+}
+
+dt_status dt_gpt2_use_chunk(dt_gpt2 *m, int chunk) {
+    if (chunk < 0 || chunk >= m->nr) return dt_error(DT_ERR_ARG, "model: chunk %d of %d", chunk, m->nr);
+    use_range(m, chunk);
+    return DT_OK;
+}
+
 static dt_status check_range(const dt_gpt2 *m, int a, int b, const int32_t *tokens, const float *x, const int32_t *targets,
                              int B, int T) {
     const dt_gpt2_config *c = &m->cfg;
-    if (a < m->ua || b > m->ub || a >= b)
+    int r = a < b ? range_of(m, a) : -1;
+    if (r < 0 || b > m->rb[r]) {
+        if (m->nr > 1) return dt_error(DT_ERR_ARG, "forward: units [%d, %d) are not within one of the model's %d chunks", a, b, m->nr);
         return dt_error(DT_ERR_ARG, "forward: units [%d, %d) are not a range of the model's [%d, %d)", a, b, m->ua, m->ub);
+    }
     if (B < 1 || T < 1 || T > c->max_seq_len)
         return dt_error(DT_ERR_ARG, "forward: B=%d T=%d (T must be 1..%d)", B, T, c->max_seq_len);
     if (m->part.sp && m->part.tp_size > 1 && T % m->part.tp_size)
@@ -361,6 +391,7 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     m->tp_err = DT_OK;
     if (b < L + 2) targets = NULL; /* no loss before the head */
     dt_status st = check_range(m, a, b, tokens, x, targets, B, T);
+    if (!st) use_range(m, range_of(m, a));
     if (!st && m->w_pending)
         st = dt_error(DT_ERR_ARG, "forward: the activations' last backward waits for its weight gradients (dt_gpt2_backward_weights)");
     if (!st && m->split_bwd && (m->prec != DT_F32 || m->recompute))
@@ -415,7 +446,7 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
 }
 
 dt_status dt_gpt2_forward(dt_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
-    if (m->ua != 0 || m->ub != m->cfg.num_layers + 2)
+    if (m->ua != 0 || m->ub != m->cfg.num_layers + 2 || m->nr > 1)
         return dt_error(DT_ERR_ARG, "forward: the model holds units [%d, %d) only (dt_gpt2_forward_units runs a range)", m->ua, m->ub);
     return dt_gpt2_forward_units(m, 0, m->ub, inputs, NULL, targets, B, T, loss);
 }
@@ -424,7 +455,8 @@ const float *dt_gpt2_logits(const dt_gpt2 *m) { return m->acts && m->prec == DT_
 
 const float *dt_gpt2_output(const dt_gpt2 *m) {
     if (!m->acts || m->run_b > m->cfg.num_layers + 1) return NULL;
-    return res_in((dt_gpt2 *)m, m->run_b - 1);
+    if (m->run_b >= 2) return res_out((dt_gpt2 *)m, m->run_b - 2); /* the range's last block's output */
+    return m->acts + m->act_off[A_ENCODED] + (size_t)m->cur * dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels; /* the embedding's */
 }
 
 /* The head's backward (loss, LM head, final LayerNorm) into A_DRES. */
@@ -457,7 +489,7 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
 /* Block l's output gradients kept for W: fcproj's, fc's, attproj's, qkv's. */
 static void wgrad_of(dt_gpt2 *m, int l, float *wg[4]) {
     size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)m->cfg.channels;
-    wg[0] = ACT(A_WGRAD) + (size_t)(l - m->l0) * wgrad_floats(part_widths(m), BT);
+    wg[0] = ACT(A_WGRAD) + (size_t)m->bk[l] * wgrad_floats(part_widths(m), BT);
     wg[1] = wg[0] + BTC;
     wg[2] = wg[1] + BT * (size_t)m->Fl;
     wg[3] = wg[2] + BTC;

@@ -13,6 +13,8 @@ static void save(const dt_gpt2 *m, gpt2_slot *s) {
     memcpy(s->act_sizes, m->act_sizes, sizeof s->act_sizes);
     memcpy(s->act_off, m->act_off, sizeof s->act_off);
     s->nacts = m->nacts;
+    memcpy(s->rs, m->rs, sizeof s->rs);
+    s->cur = m->cur;
     s->B = m->B, s->T = m->T, s->run_a = m->run_a, s->run_b = m->run_b;
     s->bt_capacity = m->bt_capacity, s->att_capacity = m->att_capacity;
     s->inputs = m->inputs, s->targets = m->targets;
@@ -26,6 +28,8 @@ static void load(dt_gpt2 *m, const gpt2_slot *s) {
     memcpy(m->act_sizes, s->act_sizes, sizeof s->act_sizes);
     memcpy(m->act_off, s->act_off, sizeof s->act_off);
     m->nacts = s->nacts;
+    memcpy(m->rs, s->rs, sizeof m->rs);
+    m->cur = s->cur;
     m->B = s->B, m->T = s->T, m->run_a = s->run_a, m->run_b = s->run_b;
     m->bt_capacity = s->bt_capacity, m->att_capacity = s->att_capacity;
     m->inputs = s->inputs, m->targets = s->targets;
