@@ -4,8 +4,9 @@
 # p = 2, 3 and 4 stages with m = 1, p and 2p micro-batches, identical to the
 # printed digits (a pipeline adds every gradient in one process's order; only
 # the tied embedding's two parts are summed in another, which m = 1 keeps
-# exact); DP 2 x PP 2 with DDP, ZeRO-1 and ZeRO-2, TP 2 x PP 2, DP 2 x TP 2 x
-# PP 2 (8 ranks), each also under zb1, clipping and recomputation, within 1e-6 relative; bf16 and fp16 (m = 1 to
+# exact); interleaved (v = 2, and 3) on p = 2, 3, 4 with m = p and 2p; DP 2 x
+# PP 2 with DDP, ZeRO-1 and ZeRO-2, TP 2 x PP 2, DP 2 x TP 2 x PP 2 (8 ranks),
+# each also under zb1 and interleaved, clipping and recomputation, within 1e-6 relative; bf16 and fp16 (m = 1 to
 # the digit, m = 4 within 1e-4); evaluation through the stages; checkpoints
 # resharded across layouts; generate through the stages; under mpirun on
 # 2 pseudo-nodes with the placement printed. The bubble is in the metrics.
@@ -60,6 +61,22 @@ for p in 2 3 4; do
         done
     done
 done
+# interleaved (Megatron's): 6 blocks (8 units) so that 4 stages hold 2 chunks each; m = p and 2p (a multiple of p)
+for m in 2 3 4 6 8; do run iref$m --batch 2 --grad-accum $m --layers 6; done
+for p in 2 3 4; do
+    for m in $p $((2 * p)); do
+        run il --batch 2 --grad-accum $m --layers 6 --nproc $p --pp $p --pp-schedule interleaved --virtual-stages 2 &&
+            close "interleaved p=$p v=2 m=$m" "$dir/iref$m.jsonl" "$dir/il.jsonl"
+    done
+done
+run il --batch 2 --grad-accum 4 --layers 6 --nproc 2 --pp 2 --pp-schedule interleaved --virtual-stages 3 &&
+    close "interleaved p=2 v=3 m=4" "$dir/iref4.jsonl" "$dir/il.jsonl"
+# the split and the printed lists (without --quiet)
+out=$("$DTRAIN" train "${common[@]:0:${#common[@]}-1}" --steps 1 --batch 2 --grad-accum 4 --layers 6 --nproc 2 --pp 2 --pp-schedule interleaved \
+      --virtual-stages 3 --pp-schedule-print 2>&1)
+echo "$out" | grep -q "stage 0 \[0, 2)+\[3, 4)+\[5, 6)" && echo "$out" | grep -q "theory (p-1)/(vm+p-1) = 0.077" &&
+    ok "interleaved split and lists: $(echo "$out" | grep -o 'stage 0 \[.*')" || bad "interleaved split: $(echo "$out" | grep -m1 'units by cost')"
+
 run mb --batch 2 --micro-batches 2 --nproc 2 --pp 2 && close "--micro-batches 2 (DeepSpeed's count, --grad-accum's alias)" "$dir/ref2.jsonl" "$dir/mb.jsonl"
 # the bubble: in every step's metrics, between 0 and 1
 b=$(field bubble "$dir/pp.jsonl" | tail -1)
@@ -83,6 +100,13 @@ done
 run zbtp --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --pp-schedule zb1 && close "zb1, TP 2 x PP 2" "$dir/ref.jsonl" "$dir/zbtp.jsonl"
 run zb3d --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --pp-schedule zb1 &&
     close "zb1, DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/zb3d.jsonl"
+# interleaved on the DP axis (every chunk's gradients announced after the stage's last backward) and with TP
+for s in ddp zero1 zero2; do
+    run ildp --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy $s --pp-schedule interleaved && close "interleaved, DP 2 x PP 2, $s" "$dir/ref.jsonl" "$dir/ildp.jsonl"
+done
+run iltp --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --pp-schedule interleaved && close "interleaved, TP 2 x PP 2" "$dir/ref.jsonl" "$dir/iltp.jsonl"
+run il3d --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --pp-schedule interleaved &&
+    close "interleaved, DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/il3d.jsonl"
 run clip1 --batch 4 --grad-accum 2 --grad-clip 0.5
 run clip2 --batch 4 --grad-accum 2 --grad-clip 0.5 --nproc 3 --pp 3 --recompute &&
     close "PP 3, clipped at 0.5, recomputing" "$dir/clip1.jsonl" "$dir/clip2.jsonl"
@@ -101,17 +125,21 @@ for prec in bf16 fp16; do
         same "$prec, 1f1b p=2 m=1" "$dir/lpref1.jsonl" "$dir/lppp1.jsonl"
     run lpref4 --batch 2 --grad-accum 4 --precision $prec && run lppp4 --batch 2 --grad-accum 4 --precision $prec --nproc 3 --pp 3 &&
         close_lp "$prec, 1f1b p=3 m=4" "$dir/lpref4.jsonl" "$dir/lppp4.jsonl"
+    run lpil --batch 2 --grad-accum 4 --precision $prec --nproc 2 --pp 2 --pp-schedule interleaved &&
+        close_lp "$prec, interleaved p=2 v=2 m=4" "$dir/lpref4.jsonl" "$dir/lpil.jsonl"
 done
 run lpref --batch 4 --grad-accum 2 --precision bf16 && run lpdp --batch 2 --grad-accum 2 --precision bf16 --nproc 4 --pp 2 --strategy zero1 &&
     close_lp "bf16, DP 2 x PP 2, ZeRO-1 (DP 2 alone differs from one process by ~5e-5 as well)" "$dir/lpref.jsonl" "$dir/lpdp.jsonl"
 
 # evaluation through the stages: the validation losses of one process (steps 10 and 20)
 run vref --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3
-run vpp --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3 --nproc 3 --pp 3
-v1=$(field val_loss "$dir/vref.jsonl" | tr '\n' ' ') v2=$(field val_loss "$dir/vpp.jsonl" | tr '\n' ' ')
-[ -n "$v1" ] && [ "$(echo $v1 | wc -w)" = 2 ] && awk -v a="$v1" -v b="$v2" 'BEGIN{split(a,x," "); split(b,y," ");
-    for(i=1;i<=2;i++){d=(x[i]-y[i])/x[i]; if(d<0)d=-d; if(!(d<=1e-6)) exit 1}}' &&
-    ok "evaluation through 3 stages: validation losses $v2(one process: $v1)" || bad "evaluation: '$v2' against '$v1'"
+for how in "3 stages:--nproc 3 --pp 3" "2 interleaved stages:--nproc 2 --pp 2 --pp-schedule interleaved"; do
+    run vpp --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3 ${how#*:}
+    v1=$(field val_loss "$dir/vref.jsonl" | tr '\n' ' ') v2=$(field val_loss "$dir/vpp.jsonl" | tr '\n' ' ')
+    [ -n "$v1" ] && [ "$(echo $v1 | wc -w)" = 2 ] && awk -v a="$v1" -v b="$v2" 'BEGIN{split(a,x," "); split(b,y," ");
+        for(i=1;i<=2;i++){d=(x[i]-y[i])/x[i]; if(d<0)d=-d; if(!(d<=1e-6)) exit 1}}' &&
+        ok "evaluation through ${how%%:*}: validation losses $v2(one process: $v1)" || bad "evaluation (${how%%:*}): '$v2' against '$v1'"
+done
 
 # checkpoints: each stage writes its units into the whole model's files, and any layout goes on from any other's:
 # PP 2 -> DP 2 -> one process -> PP 4, 5 steps each (--resume keeps the saved --grad-accum unless told), give one
@@ -135,6 +163,10 @@ run z3a --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy zero3 --steps 10 --
 run z3b --batch 4 --grad-accum 2 --steps 20 --resume "$ck/g" --save "$ck/h"
 cat "$dir/z3a.jsonl" "$dir/z3b.jsonl" > "$dir/chain3.jsonl"
 close "DP 2 x PP 2 ZeRO-3 saved, one process resumed" "$dir/ref.jsonl" "$dir/chain3.jsonl"
+run ila --batch 4 --grad-accum 2 --nproc 2 --pp 2 --pp-schedule interleaved --steps 10 --save "$ck/i" &&
+run ilb --batch 4 --grad-accum 2 --steps 20 --resume "$ck/i"
+cat "$dir/ila.jsonl" "$dir/ilb.jsonl" > "$dir/chain4.jsonl"
+close "interleaved PP 2 (chunks [0, 2)+[3, 5) and [2, 3)+[5, 6)) saved, one process resumed" "$dir/ref.jsonl" "$dir/chain4.jsonl"
 
 # generate through the stages: the text one process samples (the same logits, the same draws), token for token (PP 4's checkpoint, 2 and 3 stages)
 g1=$("$DTRAIN" generate --model "$ck/d" --prompt "The " --tokens 40 --temperature 1 --seed 7 2> "$dir/gen.err")
@@ -198,12 +230,15 @@ refused "--pp 2 saving a weights file" "--pp 2: not with --save FILE.bin" --npro
 refused "zb1 in bf16" "not with --pp-schedule zb1 and --precision bf16" --nproc 2 --pp 2 --pp-schedule zb1 --precision bf16
 refused "zb1 recomputing" "not with --pp-schedule zb1 and --recompute" --nproc 2 --pp 2 --pp-schedule zb1 --recompute
 refused "zb1 under ZeRO-3" "not with --pp-schedule zb1 and ZeRO-3" --nproc 4 --pp 2 --pp-schedule zb1 --zero 3
+refused "interleaved with 3 micro-batches on 2 stages" "must be a multiple of --pp" --nproc 2 --pp 2 --pp-schedule interleaved --grad-accum 3
+refused "interleaved over more chunks than units" "--pp 3 x --virtual-stages 2 = 6 chunks: more than the model's 5 units" --nproc 3 --pp 3 --pp-schedule interleaved --grad-accum 3 --layers 3
+refused "interleaved under ZeRO-3" "not with --pp-schedule interleaved and ZeRO-3" --nproc 4 --pp 2 --pp-schedule interleaved --grad-accum 2 --zero 3
 
 # a stage killed mid-schedule: the others name it, and the send or receive they were in (or the step's collective, if
 # that is where the death found them), within a second
 # (wide enough that the stages spend their time in the schedule, not in the step's small allreduces)
-for ks in 1f1b zb1; do
-    "$DTRAIN" train "${common[@]}" --channels 192 --batch 4 --grad-accum 4 --nproc 3 --pp 3 --pp-schedule $ks --steps 1000000 > /dev/null 2> "$dir/kill.err" &
+for ks in 1f1b zb1 interleaved; do
+    "$DTRAIN" train "${common[@]}" --channels 192 --batch 4 --grad-accum 6 --nproc 3 --pp 3 --pp-schedule $ks --steps 1000000 > /dev/null 2> "$dir/kill.err" &
     launcher=$!
     sleep 1.5
     victim=""

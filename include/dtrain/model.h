@@ -239,6 +239,12 @@ int dt_gpt2_chunks(const dt_gpt2 *m, int *a, int *b);
 /* Which range backward, W, dt_gpt2_output and dt_gpt2_input_grad work on
  * (a forward selects its own); each slot keeps every range's state. */
 dt_status dt_gpt2_use_chunk(dt_gpt2 *m, int chunk);
+/* With on, backward runs no gradient hook; dt_gpt2_announce_grads runs
+ * them for every unit held, in backward's order (an interleaved stage's
+ * chunks finish their backwards at different times: data parallelism
+ * reduces them all once the last is through). */
+void dt_gpt2_hold_grad_hooks(dt_gpt2 *m, int on);
+void dt_gpt2_announce_grads(dt_gpt2 *m);
 /* Fails, naming what needs it, unless the model holds every unit (files hold whole models). */
 dt_status dt_gpt2_check_whole(const dt_gpt2 *m, const char *what);
 void dt_gpt2_destroy(dt_gpt2 *m);

@@ -78,6 +78,7 @@ struct dt_gpt2 {
     int32_t *inputs, *targets;
     bool have_targets;
     bool split_bwd;           /* backward in two passes: B (input gradients) and W (weight gradients) */
+    bool hold_hooks;          /* backward announces no unit: dt_gpt2_announce_grads does, later */
     bool w_pending;           /* this slot's B has run, its W not yet */
     bool recompute;           /* keep one layer of activations; redo each layer's forward in backward */
     dt_attn_mode attn;

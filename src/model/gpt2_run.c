@@ -329,7 +329,7 @@ const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *n
 #define BEFORE_BWD(u) do { dt_hook_list_call(&m->unit_hooks, 1, u); lp_cast(m, u, true); } while (0)
 #define AFTER_FWD(u) lp_drop(m)
 /* a split backward's gradients are whole after W: its hooks run there */
-#define AFTER_BWD(u) do { lp_drop(m); if (!m->split_bwd) dt_hook_list_call(&m->grad_hooks, 0, u); } while (0)
+#define AFTER_BWD(u) do { lp_drop(m); if (!m->split_bwd && !m->hold_hooks) dt_hook_list_call(&m->grad_hooks, 0, u); } while (0)
 
 /* The trace shows each unit's forward and backward on the compute track. */
 static void trace_unit(const dt_gpt2 *m, const char *pass, int u) {
@@ -635,4 +635,11 @@ dt_status dt_gpt2_backward_weights(dt_gpt2 *m) {
     lp_drop(m);
     dt_hook_list_call(&m->grad_hooks, 0, 0);
     return m->tp_err;
+}
+
+void dt_gpt2_hold_grad_hooks(dt_gpt2 *m, int on) { m->hold_hooks = on != 0; }
+
+void dt_gpt2_announce_grads(dt_gpt2 *m) {
+    for (int u = m->cfg.num_layers + 1; u >= 0; u--)
+        if (range_of(m, u) >= 0) dt_hook_list_call(&m->grad_hooks, 0, u);
 }

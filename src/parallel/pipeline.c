@@ -19,7 +19,8 @@ struct dt_pipeline {
     dt_pipeline_config c;
     dt_pp_schedule *s;
     dt_micro_schedule ms;
-    int stage, p, L, ua, ub;
+    int stage, p, L;
+    int v, ca[DT_GPT2_MAX_CHUNKS], cb[DT_GPT2_MAX_CHUNKS]; /* the stage's chunks: units [ca[j], cb[j]) */
     size_t stream;              /* floats of the residual stream between stages (B*T*C, /tp under SP) */
     float *xin, *dout;          /* the received activations / gradient, until the computation copies them */
     /* the tied embedding: first and last stage over tied (NULL: one stage holds both, or neither) */
@@ -30,10 +31,14 @@ struct dt_pipeline {
     int last_b;                 /* inside the stage's last backward of the step */
     dt_status hook_err;
     double fwd, bwd, wgt, total; /* the last step: seconds in forwards, backwards (B), weight gradients (W), the schedule */
-    /* asynchronous sends: link[side][kind] the two-rank communicator with the neighbour below (side 0) or above (1)
-     * for activations (kind 0, sent up) or gradients (1, sent down); the send in flight per direction */
+    /* asynchronous sends: link[side][kind] the two-rank communicator with the stage before (side 0) or after (1)
+     * this one, around a ring when chunks wrap, for activations (kind 0, sent on) or gradients (1, sent back), this
+     * stage rank 1 or 0 in it; the send in flight per direction (0: back, 1: on); where an interleaved stage's
+     * gradients wait to leave (its slot's gradient is rewritten by the micro-batch's next chunk) */
     dt_comm *link[2][2];
     dt_request *sending[2];
+    float *gsend;
+    int32_t *targets;           /* interleaved: each slot's micro-batch's targets, read at its first chunk, used at the head's */
 };
 
 /* Last stage, the head's backward done: its wte gradient leaves for the first stage (a copy: data parallelism is
@@ -58,15 +63,16 @@ static void before_backward(int unit, void *ctx) {
     for (size_t i = 0; i < p->wte_n && !p->hook_err; i++) g[i] += p->wte_recv[i];
 }
 
-/* Posts a send to the neighbour above (up) or below, once the last one that way has been received; what it sends
- * stays in the slot until then (the slot is not reused before the neighbour's answer to it). */
-static dt_status async_send(dt_pipeline *p, dt_comm *l, const float *out, int up) {
-    if (p->sending[up]) {
-        dt_status st = dt_wait(p->sending[up]);
-        p->sending[up] = NULL;
+/* Posts a send on to the next stage (on) or back, once the last one that way has been received; what it sends
+ * stays in the slot until then (the slot is not reused before the neighbour's answer to it), or is copied out. */
+static dt_status async_send(dt_pipeline *p, const float *out, int on) {
+    if (p->sending[on]) {
+        dt_status st = dt_wait(p->sending[on]);
+        p->sending[on] = NULL;
         if (st) return st;
     }
-    return dt_comm_isend(l, out, p->stream, DT_F32, up ? 1 : 0, &p->sending[up]);
+    if (!on && p->gsend) out = memcpy(p->gsend, out, p->stream * sizeof(float));
+    return dt_comm_isend(p->link[on][!on], out, p->stream, DT_F32, on, &p->sending[on]);
 }
 
 static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
@@ -82,10 +88,8 @@ static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
     DT_TRACE_BEGIN(DT_TRACK_COMM, "pipeline", "\"send\":%d,\"recv\":%d", a->send.peer, a->recv.peer);
     dt_status st;
     if (p->s->async) {
-        /* over the neighbour's link: peer 0 in it is the lower stage */
-        int up = out ? a->send.peer > p->stage : a->recv.peer > p->stage, kind = out ? a->send.grad : a->recv.grad;
-        dt_comm *l = p->link[up][kind];
-        st = out ? async_send(p, l, out, up) : dt_comm_recv(l, in, p->stream, DT_F32, up);
+        /* activations come from the stage before, gradients from the one after (its rank in the link: 0, 1) */
+        st = out ? async_send(p, out, !a->send.grad) : dt_comm_recv(p->link[a->recv.grad][a->recv.grad], in, p->stream, DT_F32, a->recv.grad);
     } else if (out && in) {
         /* on this thread: a progress thread's wait beside this one's would spin on the core the next stage computes on */
         st = dt_comm_sendrecv(p->c.pp, out, p->stream, a->send.peer, in, p->stream, a->recv.peer, DT_F32);
@@ -108,16 +112,21 @@ static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
 
 static dt_status forward(dt_pipeline *p, const dt_pp_action *a, double *loss_sum, int *nloss) {
     const int32_t *tok = NULL, *tg = NULL;
-    dt_status st = p->c.batch(p->c.batch_ctx, a->micro, &tok, &tg);
+    size_t BT = (size_t)p->c.B * p->c.T;
+    /* a micro-batch is read once, at its first chunk (the loaders of all stages stay together) */
+    dt_status st = a->chunk == 0 ? p->c.batch(p->c.batch_ctx, a->micro, &tok, &tg) : DT_OK;
     if (st) return st;
+    if (p->targets && a->chunk == 0) memcpy(p->targets + (size_t)a->slot * BT, tg, BT * sizeof(int32_t));
+    if (p->targets) tg = p->targets + (size_t)a->slot * BT;
     float loss = 0;
     double t0 = dt_time_now();
     DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "F", "\"micro\":%d", a->micro);
     dt_gpt2_use_slot(p->c.model, a->slot);
-    st = dt_gpt2_forward_units(p->c.model, p->ua, p->ub, tok, p->ua > 0 ? p->xin : NULL, tg, p->c.B, p->c.T, &loss);
+    int ua = p->ca[a->chunk], ub = p->cb[a->chunk];
+    st = dt_gpt2_forward_units(p->c.model, ua, ub, tok, ua > 0 ? p->xin : NULL, tg, p->c.B, p->c.T, &loss);
     DT_TRACE_END(DT_TRACK_COMPUTE);
     p->fwd += dt_time_now() - t0;
-    if (p->ub == p->L + 2) { *loss_sum += loss; ++*nloss; }
+    if (ub == p->L + 2) { *loss_sum += loss; ++*nloss; }
     return st;
 }
 
@@ -128,8 +137,9 @@ static dt_status backward(dt_pipeline *p, const dt_pp_action *a, float grad_scal
     DT_TRACE_BEGIN(DT_TRACK_COMPUTE, w ? "W" : "B", "\"micro\":%d", a->micro);
     dt_gpt2_use_slot(p->c.model, a->slot);
     p->last_b = a->last;
-    dt_status st = w ? dt_gpt2_backward_weights(p->c.model)
-                     : dt_gpt2_backward_units(p->c.model, p->ub < p->L + 2 ? p->dout : NULL, grad_scale);
+    dt_status st = dt_gpt2_use_chunk(p->c.model, a->chunk);
+    if (!st) st = w ? dt_gpt2_backward_weights(p->c.model)
+                    : dt_gpt2_backward_units(p->c.model, p->cb[a->chunk] < p->L + 2 ? p->dout : NULL, grad_scale);
     p->last_b = 0;
     DT_TRACE_END(DT_TRACK_COMPUTE);
     *(w ? &p->wgt : &p->bwd) += dt_time_now() - t0;
@@ -151,6 +161,15 @@ static dt_status run(void *ctx, dt_engine *e, int accum, float grad_scale, doubl
         const dt_pp_action *a = &p->s->act[p->stage][i];
         if (a->op != DT_PP_COMM) dt_engine_begin_micro(e, a->op != DT_PP_F && a->last);
         st = a->op == DT_PP_COMM ? exchange(p, a) : a->op == DT_PP_F ? forward(p, a, loss_sum, nloss) : backward(p, a, grad_scale);
+    }
+    /* chunks end their backwards at different times: their gradients are announced (data parallelism reduces them)
+     * once the last is through, as part of the stage's last backward */
+    if (p->v > 1 && !st) {
+        p->last_b = 1;
+        dt_gpt2_announce_grads(p->c.model);
+        p->last_b = 0;
+        if (p->hook_err) st = p->hook_err;
+        p->hook_err = DT_OK;
     }
     /* the step's sends have arrived */
     for (int up = 0; up < 2; up++)
@@ -176,12 +195,17 @@ dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, 
     dt_status st = DT_OK;
     for (int k = 0; k < n && !st; k++) {
         const int32_t *tok = NULL, *tg = NULL;
-        float loss = 0;
-        /* a chain: each stage receives micro-batch k, runs it and passes it on (no cycle: no deadlock) */
-        if (!(st = batch(ctx, k, &tok, &tg)) && p->ua > 0) st = dt_comm_recv(p->c.pp, p->xin, p->stream, DT_F32, p->stage - 1);
-        if (!st) st = dt_gpt2_forward_units(p->c.model, p->ua, p->ub, tok, p->ua > 0 ? p->xin : NULL, tg, p->c.B, p->c.T, &loss);
-        if (!st && p->ub < p->L + 2) st = dt_comm_send(p->c.pp, dt_gpt2_output(p->c.model), p->stream, DT_F32, p->stage + 1);
-        if (!st && p->ub == p->L + 2) { *loss_sum += loss; ++*nloss; }
+        st = batch(ctx, k, &tok, &tg);
+        /* a chain: each stage receives micro-batch k, runs a chunk and passes it on, the last stage back to the first
+         * for its next chunk (no cycle: no deadlock) */
+        for (int j = 0; j < p->v && !st; j++) {
+            int ua = p->ca[j], ub = p->cb[j], from = p->stage > 0 ? p->stage - 1 : p->p - 1, to = (p->stage + 1) % p->p;
+            float loss = 0;
+            if (ua > 0) st = dt_comm_recv(p->c.pp, p->xin, p->stream, DT_F32, from);
+            if (!st) st = dt_gpt2_forward_units(p->c.model, ua, ub, tok, ua > 0 ? p->xin : NULL, tg, p->c.B, p->c.T, &loss);
+            if (!st && ub < p->L + 2) st = dt_comm_send(p->c.pp, dt_gpt2_output(p->c.model), p->stream, DT_F32, to);
+            if (!st && ub == p->L + 2) { *loss_sum += loss; ++*nloss; }
+        }
     }
     if (st) return dt_error(st, "pipeline stage %d, forward only: %s", p->stage, dt_last_error());
     return DT_OK;
@@ -224,16 +248,17 @@ static dt_status tie(dt_pipeline *p) {
     return DT_OK;
 }
 
-/* The two-rank links to each neighbour, one per direction (collective over the stages): pairs (0,1), (2,3), .. from
- * one split, (1,2), (3,4), .. from another, each made twice. */
+/* The two-rank links, one per edge of the chain of stages (of the ring, when chunks wrap from the last stage to the
+ * first) and direction (collective over the stages): edge e joins stage e (rank 0 in it) to the next. */
 static dt_status links(dt_pipeline *p) {
-    for (int odd = 0; odd < 2; odd++)
+    int edges = p->v > 1 ? p->p : p->p - 1;
+    for (int e = 0; e < edges; e++)
         for (int kind = 0; kind < 2; kind++) {
-            dt_comm *c;
-            dt_status st = dt_comm_split(p->c.pp, (p->stage + odd) / 2, p->stage, &c);
+            int next = (e + 1) % p->p, in = p->stage == e || p->stage == next;
+            dt_comm *c = NULL;
+            dt_status st = dt_comm_split(p->c.pp, in ? 0 : -1, p->stage == e ? 0 : 1, &c);
             if (st) return st;
-            if (dt_comm_size(c) < 2) { dt_comm_destroy(c); continue; }
-            p->link[dt_comm_rank(c) == 0][kind] = c; /* rank 0 in the pair: the neighbour is above */
+            if (c) p->link[p->stage == e][kind] = c; /* this stage first in the edge: the link to the stage after it */
         }
     return DT_OK;
 }
@@ -246,12 +271,21 @@ dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
     p->stage = dt_comm_rank(c->pp);
     p->p = dt_comm_size(c->pp);
     p->L = dt_gpt2_get_config(c->model)->num_layers;
-    dt_gpt2_units(c->model, &p->ua, &p->ub);
+    int v = c->virt > 1 ? c->virt : 1, held = dt_gpt2_chunks(c->model, p->ca, p->cb);
+    p->v = v;
+    if (held != v) {
+        free(p);
+        return dt_error(DT_ERR_ARG, "pipeline: the stage's model holds %d chunks, the schedule runs %d", held, v);
+    }
     const dt_gpt2_part *part = dt_gpt2_get_part(c->model);
     p->stream = (size_t)c->B * c->T * (size_t)dt_gpt2_get_config(c->model)->channels / (part->sp ? (size_t)part->tp_size : 1);
     p->ms = (dt_micro_schedule){ run, after_update, p };
     dt_status st = dt_pp_schedule_create(c->kind, p->p, c->virt > 1 ? c->virt : 1, c->micro, &p->s);
     if (!st && p->s->async) st = links(p);
+    if (!st && p->v > 1 && (!(p->gsend = malloc(p->stream * sizeof(float))) ||
+                            !(p->targets = malloc(sizeof(int32_t) * (size_t)c->B * c->T * (size_t)p->s->slots[p->stage]))))
+        st = dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
+    if (!st) dt_gpt2_hold_grad_hooks(c->model, p->v > 1);
     if (!st) st = dt_gpt2_set_split_backward(c->model, c->kind == DT_PP_ZB1);
     if (!st) st = dt_gpt2_set_slots(c->model, p->s->slots[p->stage]);
     if (!st) {
@@ -273,6 +307,9 @@ void dt_pipeline_destroy(dt_pipeline *p) {
         if (p->link[i / 2][i % 2]) dt_comm_destroy(p->link[i / 2][i % 2]);
     }
     dt_gpt2_set_split_backward(p->c.model, 0);
+    dt_gpt2_hold_grad_hooks(p->c.model, 0);
+    free(p->gsend);
+    free(p->targets);
     if (p->tied) {
         if (p->stage == 0) dt_gpt2_set_unit_hooks(p->c.model, NULL, NULL, p);
         else dt_gpt2_set_grad_hook(p->c.model, NULL, p);

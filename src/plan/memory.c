@@ -46,16 +46,23 @@ static void estimate_rank(const dt_plan_job *j, double psi, double acts, dt_plan
 
 void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
     const dt_gpt2_config *c = &j->model;
-    int p = j->pp > 1 ? j->pp : 1, first[p + 1], ok = p > 1 && !dt_gpt2_split_stages(c, j->seq, p, first);
-    if (!ok) { first[0] = 0, first[1] = c->num_layers + 2, p = 1; }
+    int p = j->pp > 1 ? j->pp : 1, v = j->virt > 1 && p > 1 ? j->virt : 1, first[p * v + 1];
+    int ok = p > 1 && !dt_gpt2_split_stages(c, j->seq, p * v, first);
+    if (!ok) { first[0] = 0, first[1] = c->num_layers + 2, p = 1, v = 1; }
     /* each stage's rank (a tensor-parallel rank's share: 1/tp of the split tensors, the replicated ones whole), the
      * activations of each micro-batch in flight; the largest counts for every rank (conservative) */
     memset(m, 0, sizeof *m);
     for (int s = 0; s < p; s++) {
-        int cap = j->gpipe ? j->micro : j->zb ? p : p - s, slots = p == 1 ? 1 : cap < j->micro ? cap : j->micro;
-        double psi = (double)dt_gpt2_units_num_params(c, first[s], first[s + 1], j->tp);
-        double acts = (double)dt_gpt2_units_activation_bytes(c, first[s], first[s + 1], j->tp, j->sp, j->batch, j->seq, j->recompute,
-                                                             j->attention, j->precision, j->zb) * (slots > 0 ? slots : 1);
+        int cap = j->gpipe ? j->micro : j->zb ? p : v > 1 ? (v - 1) * p + 2 * (p - 1) + 1 : p - s;
+        int slots = p == 1 ? 1 : cap < j->micro ? cap : j->micro;
+        /* a stage's chunks: s, s+p, .. (each slot holds every chunk's activations) */
+        double psi = 0, acts = 0;
+        for (int k = 0; k < v; k++) {
+            int a = first[k * p + s], b = first[k * p + s + 1];
+            psi += (double)dt_gpt2_units_num_params(c, a, b, j->tp);
+            acts += (double)dt_gpt2_units_activation_bytes(c, a, b, j->tp, j->sp, j->batch, j->seq, j->recompute, j->attention, j->precision,
+                                                           j->zb) * (slots > 0 ? slots : 1);
+        }
         dt_plan_memory one;
         estimate_rank(j, psi, acts, &one);
         if (one.per_rank > m->per_rank) *m = one;

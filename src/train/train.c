@@ -210,7 +210,8 @@ static const char *pp_lacks(const dt_train_config *c) {
     if (c->pp_schedule == DT_PP_ZB1 && c->precision != DT_F32) return "--pp-schedule zb1 and --precision bf16/fp16 (its split backward is f32)";
     if (c->pp_schedule == DT_PP_ZB1 && c->recompute) return "--pp-schedule zb1 and --recompute (W reads the activations forward kept)";
     if (c->pp_schedule == DT_PP_ZB1 && c->strategy && !strcmp(c->strategy, "zero3")) return "--pp-schedule zb1 and ZeRO-3";
-    if (c->pp_schedule == DT_PP_INTERLEAVED) return "--pp-schedule interleaved (its lists are built and checked; a stage holding several chunks is not)";
+    if (c->pp_schedule == DT_PP_INTERLEAVED && c->strategy && !strcmp(c->strategy, "zero3"))
+        return "--pp-schedule interleaved and ZeRO-3 (a stage's chunks release their gradients together, after the last)";
     return NULL;
 }
 
@@ -248,7 +249,6 @@ typedef struct {
     int dp_rank, dp_size;     /* this rank's place among the data-parallel ranks: which slice of each batch it reads */
     dt_tp_ops tp_ops;         /* tensor parallelism's collectives, over the mesh's TP group */
     dt_comm *mp;              /* the model-parallel group (the TP x PP ranks of one data-parallel rank), with --pp */
-    int stage_units[2];       /* this pipeline stage's units [a, b) */
     dt_pipeline *pipe;        /* with --pp: the stage's runner, which the engine's step runs */
     double bubble;            /* the last step's idle share, the mean over the stages */
     bool tty;
@@ -353,7 +353,7 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
     dt_plan_job job = { .model = *cfg, .batch = c->batch, .seq = c->seq, .recompute = c->recompute, .attention = c->attention,
                         .opt = c->opt, .dp = r->dp_size, .tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1, .sp = c->sp,
                         .pp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_PP) : 1, .micro = c->grad_accum, .gpipe = c->pp_schedule == DT_PP_GPIPE,
-                        .zb = c->pp_schedule == DT_PP_ZB1,
+                        .zb = c->pp_schedule == DT_PP_ZB1, .virt = c->pp_schedule == DT_PP_INTERLEAVED ? pp_virt(c) : 1,
                         .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
                         .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                         .data_bytes = data,
@@ -427,10 +427,16 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     }
     dt_gpt2_part part = dt_gpt2_whole(&cfg);
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
-        int pp = dt_mesh_size(r->mesh, DT_MESH_PP), s = dt_mesh_coord(r->mesh, DT_MESH_PP), first[pp + 1];
-        if ((st = dt_gpt2_split_stages(&cfg, c->seq, pp, first))) { dt_gpt2_destroy(*out); *out = NULL; return st; }
-        part.ua = r->stage_units[0] = first[s];
-        part.ub = r->stage_units[1] = first[s + 1];
+        /* p x v chunks by cost; stage s holds chunks s, s+p, .. (one, but for the interleaved schedule) */
+        int pp = dt_mesh_size(r->mesh, DT_MESH_PP), s = dt_mesh_coord(r->mesh, DT_MESH_PP), v = pp_virt(c), first[pp * v + 1];
+        if (v > 1 && pp * v > cfg.num_layers + 2)
+            st = dt_error(DT_ERR_ARG, "--pp %d x --virtual-stages %d = %d chunks: more than the model's %d units (the embedding, %d blocks, "
+                          "the head)", pp, v, pp * v, cfg.num_layers + 2, cfg.num_layers);
+        if (st || (st = dt_gpt2_split_stages(&cfg, c->seq, pp * v, first))) { dt_gpt2_destroy(*out); *out = NULL; return st; }
+        part.ua = first[s];
+        part.ub = first[(v - 1) * pp + s + 1];
+        part.nchunks = v > 1 ? v : 0;
+        for (int j = 0; j < v && v > 1; j++) part.chunk_a[j] = first[j * pp + s], part.chunk_b[j] = first[j * pp + s + 1];
     }
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1) {
         r->tp_ops = dt_tp_ops_over(dt_mesh_comm(r->mesh, DT_MESH_TP));
@@ -442,7 +448,7 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     if (!from_file) {
         if ((st = dt_gpt2_create_part(&cfg, &part, out))) return st;
         r->fresh = true; /* drawn once the ranks have agreed on the job (open_data) */
-    } else if (part.tp_size > 1 || part.ua > 0 || part.ub < cfg.num_layers + 2) {
+    } else if (part.tp_size > 1 || part.ua > 0 || part.ub < cfg.num_layers + 2 || part.nchunks > 1) {
         /* a file holds the whole model: each tensor-parallel rank or pipeline stage keeps its part of it */
         dt_gpt2 *whole = *out;
         if (!(st = dt_gpt2_create_part(&cfg, &part, out))) st = dt_gpt2_copy_slices(whole, *out);
@@ -596,15 +602,22 @@ static dt_status print_placement(run *r) {
 /* The pipeline's split of the units, its cost balance and its schedule (rank 0). */
 static void print_stages(const run *r) {
     const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
-    int pp = dt_mesh_size(r->mesh, DT_MESH_PP), first[pp + 1], L = mc->num_layers;
-    if (dt_gpt2_split_stages(mc, r->c.seq, pp, first)) return;
+    int pp = dt_mesh_size(r->mesh, DT_MESH_PP), v = pp_virt(&r->c), first[pp * v + 1], L = mc->num_layers;
+    if (dt_gpt2_split_stages(mc, r->c.seq, pp * v, first)) return;
     double total = dt_gpt2_units_cost(mc, r->c.seq, 0, L + 2);
     const dt_pp_schedule *s = dt_pipeline_actions(r->pipe);
     printf("pipeline %s, %d stages, %d micro-batches of %d x %d a step; units by cost (embedding 0, blocks 1..%d, head %d):",
            dt_pp_kind_name(s->kind), pp, s->micro, r->c.batch, r->c.seq, L, L + 1);
-    for (int k = 0; k < pp; k++)
-        printf(" stage %d [%d, %d) %.1f%%%s", k, first[k], first[k + 1], 100 * dt_gpt2_units_cost(mc, r->c.seq, first[k], first[k + 1]) / total,
-               k + 1 < pp ? "," : "\n");
+    for (int k = 0; k < pp; k++) {
+        double share = 0;
+        printf(" stage %d ", k);
+        for (int j = 0; j < v; j++) {
+            int a = first[j * pp + k], b = first[j * pp + k + 1];
+            printf("%s[%d, %d)", j ? "+" : "", a, b);
+            share += dt_gpt2_units_cost(mc, r->c.seq, a, b) / total;
+        }
+        printf(" %.1f%%%s", 100 * share, k + 1 < pp ? "," : "\n");
+    }
     if (r->c.pp_print) dt_pp_schedule_print(s, stdout);
 }
 
