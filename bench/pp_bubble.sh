@@ -9,9 +9,11 @@
 #   zb1 against ZB-H1's (p-1)(TF+TB-TW) / (m(TF+TB+TW) + (p-1)(TF+TB-TW))
 #   (m >= p; for m = 1 the chain's 1 - (TF+TB+TW)/(p(TF+TB)+TW)) with TF,
 #   TB, TW the measured forward, B and W times per micro-batch (stage 0's);
+#   interleaved (2 chunks a stage) against (p-1)/(vm+p-1), m = 2, 4, 8;
 # - memory: activations per stage (the run's own report: every slot's
 #   arena), GPipe (m micro-batches alive) against 1F1B (at most p - s) and
-#   zb1 (at most p, each with its Linears' output gradients for W).
+#   zb1 (at most p, each with its Linears' output gradients for W) and
+#   interleaved (a micro-batch's slot holds both chunks' activations).
 # More stages than cores cannot be measured here: an idle stage's core goes
 # to another stage and the compute times stretch (p = 3, 4 are checked in
 # the simulator against theory: tests/test_pipeline_schedule.c).
@@ -26,19 +28,20 @@ median() { sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[
 field() { grep -o "\"$1\":[0-9.]*" "$2" | tail -6 | cut -d: -f2 | median; }
 act() { grep "  rank $1:" "$2" | sed 's/.*: [0-9.]*, [0-9.]*, [0-9.]*, [0-9.]*, \([0-9.]*\);.*/\1/'; }
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; 8 x C 256, T 128, micro-batch 4"
-printf "%-6s %3s | %8s %8s %7s | %9s | %14s %14s\n" schedule m bubble theory "rel" "step ms" "stage 0 acts" "stage 1 acts"
+printf "%-11s %3s | %8s %8s %7s | %9s | %14s %14s\n" schedule m bubble theory "rel" "step ms" "stage 0 acts" "stage 1 acts"
 for m in 1 2 4 8; do
-    for s in gpipe 1f1b zb1; do
+    for s in gpipe 1f1b zb1 interleaved; do
+        [ $s = interleaved ] && [ $m = 1 ] && continue
         "$DTRAIN" train --data "$dir/train.bin" --layers 8 --channels 256 --heads 4 --vocab 256 --max-seq 128 --seq 128 --batch 4 \
             --grad-accum $m --threads 1 --nproc 2 --pp 2 --pp-schedule $s --steps 8 --metrics "$dir/m.jsonl" > "$dir/out" 2>&1
         b=$(field bubble "$dir/m.jsonl") ms=$(field ms "$dir/m.jsonl")
-        th=$(awk -v m=$m 'BEGIN{print 1/(m+1)}')
+        th=$(awk -v m=$m -v s=$s 'BEGIN{print s == "interleaved" ? 1/(2*m+1) : 1/(m+1)}')
         if [ $s = zb1 ]; then
             f=$(field forward_ms "$dir/m.jsonl") bw=$(field backward_ms "$dir/m.jsonl") w=$(field weight_grad_ms "$dir/m.jsonl")
             th=$(awk -v m=$m -v f="$f" -v bw="$bw" -v w="$w" 'BEGIN{F=f/m; W=w/m; B=bw/m-W; p=2;
                 if (m == 1) print 1-(F+B+W)/(p*(F+B)+W); else print (p-1)*(F+B-W)/(m*(F+B+W)+(p-1)*(F+B-W))}')
         fi
-        printf "%-6s %3d | %8.4f %8.4f %6.1f%% | %9.1f | %10s MiB %10s MiB\n" $s $m "$b" "$th" "$(awk -v b="$b" -v t="$th" 'BEGIN{print 100*(b-t)/t}')" \
+        printf "%-11s %3d | %8.4f %8.4f %6.1f%% | %9.1f | %10s MiB %10s MiB\n" $s $m "$b" "$th" "$(awk -v b="$b" -v t="$th" 'BEGIN{print 100*(b-t)/t}')" \
             "$ms" "$(act 0 "$dir/out")" "$(act 1 "$dir/out")"
     done
 done

@@ -7,7 +7,9 @@ head; the head is a copy of wte, untied, as torch.distributed.pipelining
 cannot share one parameter between stages), one stage per process over gloo,
 run by torch.distributed.pipelining's ScheduleGPipe, Schedule1F1B or, for
 zb1, ScheduleInterleavedZeroBubble with one stage per rank (its zero-bubble
-schedule; ZB-H1's shape there) with M micro-batches of --batch each; AdamW. The last stage prints one JSON line per
+schedule; ZB-H1's shape there), or for interleaved ScheduleInterleaved1F1B
+with --virtual V stages per rank (rank r: stages r, r+N, ..; --split then
+gives N x V starts), with M micro-batches of --batch each; AdamW. The last stage prints one JSON line per
 timed step: {"step", "ms", "loss"}. Needs torch 2.x (the baselines' venv)."""
 import argparse
 import json
@@ -69,11 +71,15 @@ class Stage(nn.Module):
 def worker(rank, a, addr):
     torch.set_num_threads(a.threads)
     dist.init_process_group("gloo", init_method=f"tcp://{addr}", rank=rank, world_size=a.nproc)
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleavedZeroBubble
+    from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+                                              ScheduleInterleavedZeroBubble)
     cfg, params = load(a.weights)
     first = [int(u) for u in a.split.split(",")] + [cfg[2] + 2]
-    module = Stage(cfg, params, first[rank], first[rank + 1])
-    stage = PipelineStage(module, rank, a.nproc, torch.device("cpu"))
+    v = a.virtual if a.schedule == "interleaved" else 1
+    n = a.nproc * v
+    mods = [Stage(cfg, params, first[g], first[g + 1]) for g in range(rank, n, a.nproc)]
+    stages = [PipelineStage(m, g, n, torch.device("cpu")) for m, g in zip(mods, range(rank, n, a.nproc))]
+    stage, module = stages[0], nn.ModuleList(mods)
     V = cfg[1]
 
     def loss_fn(logits, tgt):
@@ -81,6 +87,8 @@ def worker(rank, a, addr):
 
     if a.schedule == "zb1":
         sched = ScheduleInterleavedZeroBubble([stage], n_microbatches=a.micro, loss_fn=loss_fn)
+    elif a.schedule == "interleaved":
+        sched = ScheduleInterleaved1F1B(stages, n_microbatches=a.micro, loss_fn=loss_fn)
     else:
         sched = (ScheduleGPipe if a.schedule == "gpipe" else Schedule1F1B)(stage, n_microbatches=a.micro, loss_fn=loss_fn)
     g = torch.Generator().manual_seed(1)
@@ -111,7 +119,8 @@ def main():
     ap.add_argument("--weights", required=True)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--split", required=True, help="each stage's first unit, comma-separated (0,...)")
-    ap.add_argument("--schedule", choices=("gpipe", "1f1b", "zb1"), default="1f1b")
+    ap.add_argument("--schedule", choices=("gpipe", "1f1b", "zb1", "interleaved"), default="1f1b")
+    ap.add_argument("--virtual", type=int, default=2, help="interleaved: stages per rank")
     ap.add_argument("--micro", type=int, default=4, help="micro-batches per step")
     ap.add_argument("--batch", type=int, default=4, help="sequences per micro-batch")
     ap.add_argument("--seq", type=int, default=64)

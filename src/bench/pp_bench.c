@@ -1,9 +1,10 @@
 /* dtrain bench train --pp N: pipeline parallelism on N stages (GPipe,
- * 1F1B and ZB-H1) against the two other ways to put N cores on one global batch of
+ * 1F1B, ZB-H1 and interleaved with 2 chunks a stage) against the two other ways to put N cores on one global batch of
  * M micro-batches: one process with N threads, and N data-parallel ranks;
  * with --baseline torch, PyTorch's torch.distributed.pipelining
  * (bench/torch_pp.py: ScheduleGPipe, Schedule1F1B and, against zb1,
- * ScheduleInterleavedZeroBubble with a stage per rank, over gloo, cut at
+ * ScheduleInterleavedZeroBubble with a stage per rank, and
+ * ScheduleInterleaved1F1B with 2 stages a rank, over gloo, cut at
  * dtrain's split, from the baselines' virtual environment) on the same
  * model and batch. The runs alternate within each round; medians of the
  * steps after warm-up, then over the rounds. */
@@ -17,17 +18,17 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { MAXR = 16, OURS = 5, KINDS = 8 };
-static const char *const names[KINDS] = { "one process", "data parallel", "PP gpipe", "PP 1f1b", "PP zb1", "PyTorch gpipe", "PyTorch 1f1b",
-                                          "PyTorch zb1" };
-static const char *const scheds[3] = { "gpipe", "1f1b", "zb1" };
+enum { MAXR = 16, OURS = 6, KINDS = 10 };
+static const char *const names[KINDS] = { "one process", "data parallel", "PP gpipe", "PP 1f1b", "PP zb1", "PP interleaved", "PyTorch gpipe",
+                                          "PyTorch 1f1b", "PyTorch zb1", "PyTorch interl." };
+static const char *const scheds[4] = { "gpipe", "1f1b", "zb1", "interleaved" };
 
 static int run_torch_pp(const dt_bench_train_opts *o, const char *weights, const char *split, const char *sched, double *ms) {
     char cmd[PATH_MAX * 3];
     if (dt_bench_venv_cmd(cmd, sizeof cmd, "torch_pp.py", 1)) return 1;
     size_t len = strlen(cmd);
     snprintf(cmd + len, sizeof cmd - len, "--nproc %d --weights %s --split %s --schedule %s --micro %d --batch %d --seq %d --steps %d "
-             "--warmup %d --threads 1 2>/dev/null", o->pp, weights, split, sched, o->micro, o->batch, o->seq, o->steps, o->warmup);
+             "--warmup %d --threads 1 --virtual 2 2>/dev/null", o->pp, weights, split, sched, o->micro, o->batch, o->seq, o->steps, o->warmup);
     FILE *p = popen(cmd, "r");
     if (!p) return 1;
     *ms = dt_bench_median_key(p, "ms", 0, o->steps);
@@ -60,9 +61,14 @@ int dt_bench_train_pp(const dt_bench_train_opts *o) {
     if (opt.micro < 1) opt.micro = 2 * o->pp;
     o = &opt;
     dt_gpt2_config cfg;
-    int first[257];
-    if (dt_gpt2_preset(o->model, &cfg) || dt_gpt2_split_stages(&cfg, o->seq, o->pp, first)) {
+    int first[257], chunks[513];
+    if (dt_gpt2_preset(o->model, &cfg) || dt_gpt2_split_stages(&cfg, o->seq, o->pp, first) ||
+        dt_gpt2_split_stages(&cfg, o->seq, 2 * o->pp, chunks)) {
         dt_log(DT_LOG_ERROR, "bench train --pp %d: %s", o->pp, dt_last_error());
+        return 2;
+    }
+    if (o->micro % o->pp) {
+        dt_log(DT_LOG_ERROR, "bench train: --micro-batches %d is not a multiple of --pp %d (the interleaved schedule's need)", o->micro, o->pp);
         return 2;
     }
     if (o->micro % o->pp && o->batch % o->pp) {
@@ -70,8 +76,9 @@ int dt_bench_train_pp(const dt_bench_train_opts *o) {
                "needs one of them to)", o->micro, o->batch, o->pp);
         return 2;
     }
-    char split[1024] = "";
+    char split[1024] = "", split2[2048] = "";
     for (int s = 0, k = 0; s < o->pp; s++) k += snprintf(split + k, sizeof split - (size_t)k, "%s%d", s ? "," : "", first[s]);
+    for (int s = 0, k = 0; s < 2 * o->pp; s++) k += snprintf(split2 + k, sizeof split2 - (size_t)k, "%s%d", s ? "," : "", chunks[s]);
     char self[PATH_MAX], weights[] = "/tmp/dtrain-bench-weights-XXXXXX", data[] = "/tmp/dtrain-bench-tokens-XXXXXX";
     if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
     int rc = dt_bench_make_inputs(o, o->pp * o->micro, weights, data), rounds = o->rounds < 1 ? 1 : o->rounds > MAXR ? MAXR : o->rounds;
@@ -80,14 +87,14 @@ int dt_bench_train_pp(const dt_bench_train_opts *o) {
     double ms[KINDS][MAXR], ex[KINDS][MAXR];
     if (!o->json)
         printf("# dtrain bench train --pp %d: GPT-2 %s, global batch %d micro-batches of %d x %d, AdamW, %ld cores; one process with %d "
-               "threads, %d data-parallel ranks, %d pipeline stages (units from %s; 1 thread each)%s; medians of %d steps after %d "
+               "threads, %d data-parallel ranks, %d pipeline stages (units from %s; interleaved: chunks from %s; 1 thread each)%s; medians of %d steps after %d "
                "warm-up, %d round(s)\n", o->pp, o->model, o->micro, o->batch, o->seq, sysconf(_SC_NPROCESSORS_ONLN), o->pp, o->pp, o->pp,
-               split, o->baseline ? ", PyTorch's pipelining" : "", o->steps, o->warmup, rounds);
+               split, split2, o->baseline ? ", PyTorch's pipelining" : "", o->steps, o->warmup, rounds);
     for (int r = 0; r < rounds && !rc; r++)
         for (int i = 0; i < kinds && !rc; i++) {
             int k = r % 2 ? kinds - 1 - i : i; /* alternate the order: a drifting machine slows each alike */
             ex[k][r] = 0;
-            if (k >= OURS) { rc = run_torch_pp(o, weights, split, scheds[k - OURS], &ms[k][r]); continue; }
+            if (k >= OURS) { rc = run_torch_pp(o, weights, k == KINDS - 1 ? split2 : split, scheds[k - OURS], &ms[k][r]); continue; }
             dt_bench_train_opts lo;
             char flags[512];
             int n = layout(o, k, &lo, flags, sizeof flags);
@@ -106,10 +113,11 @@ int dt_bench_train_pp(const dt_bench_train_opts *o) {
         else printf("%-16s %9.1f %10.1f %13.2fx\n", names[k], m, tok / (m / 1e3), one / m);
     }
     if (!o->json && o->baseline)
-        printf("dtrain over PyTorch (tok/s): gpipe %.2fx, 1f1b %.2fx, zb1 %.2fx; zb1 over 1f1b: dtrain %.2fx, PyTorch %.2fx\n",
+        printf("dtrain over PyTorch (tok/s): gpipe %.2fx, 1f1b %.2fx, zb1 %.2fx, interleaved %.2fx; zb1 over 1f1b: dtrain %.2fx, PyTorch %.2fx\n",
                dt_bench_median(ms[OURS], rounds) / dt_bench_median(ms[2], rounds),
                dt_bench_median(ms[OURS + 1], rounds) / dt_bench_median(ms[3], rounds),
                dt_bench_median(ms[OURS + 2], rounds) / dt_bench_median(ms[4], rounds),
+               dt_bench_median(ms[OURS + 3], rounds) / dt_bench_median(ms[5], rounds),
                dt_bench_median(ms[3], rounds) / dt_bench_median(ms[4], rounds),
                dt_bench_median(ms[OURS + 1], rounds) / dt_bench_median(ms[OURS + 2], rounds));
     else if (!o->json)

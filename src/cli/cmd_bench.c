@@ -73,7 +73,7 @@ static int bench_train(int argc, char **argv) {
                    "                          [--tp N [--sp] [--baseline torch]]  tensor (and sequence) parallelism on N ranks against one process\n"
                    "                          with N threads and N data-parallel ranks (batch / N each), alternating, and\n"
                    "                          PyTorch's tensor parallelism (DTensor over gloo; the baselines' venv)\n"
-                   "                          [--pp N [--micro-batches M] [--baseline torch]]  pipeline parallelism, GPipe, 1F1B and zb1,\n"
+                   "                          [--pp N [--micro-batches M] [--baseline torch]]  pipeline parallelism, GPipe, 1F1B, zb1 and interleaved,\n"
                    "                          on N stages (M micro-batches of --batch a step, 2N by default) against one process with N\n"
                    "                          threads and N data-parallel ranks, and PyTorch's pipelining (the baselines' venv)\n"
                    "                          [--nproc 2 --zero 1|2|3 [--baseline fsdp|deepspeed|all]]  that ZeRO stage against\n"
