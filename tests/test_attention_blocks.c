@@ -5,7 +5,9 @@
  * own first, then the others, the ones wholly after it included) gives the
  * whole attention's output and log-sum-exp, and the chunks' backward
  * shares sum to its gradients, within 1e-5; a chunk whose queries see no
- * key of a block gets nothing from it (its backward share included). */
+ * key of a block gets nothing from it (its backward share included). The
+ * whole-sequence form is itself one block over one block: it is checked
+ * against the T x T form (dt_attention_forward) in test_kernels. */
 #include "dtrain/base.h"
 #include "dtrain/kernels.h"
 

@@ -82,83 +82,23 @@ void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, con
     }
 }
 
-/* Blockwise form: for each query row, keys are visited in blocks of 64 with
- * a running maximum and sum (online softmax), so no row of T scores is ever
+/* Blockwise form: for each query row, keys are visited in blocks with a
+ * running maximum and sum (online softmax), so no row of T scores is ever
  * kept; forward stores the row's log-sum-exp. Backward recomputes each
  * probability p = exp(s - lse) and uses D = dout . out for the softmax's
- * gradient (sum over the row of p * dp equals dout . out). */
-#define KBLOCK 64
-
+ * gradient (sum over the row of p * dp equals dout . out). The whole
+ * sequence is one block of queries over one block of keys
+ * (attention_block.c). */
 void dt_attention_forward_lse(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = (size_t)C * 3;
-    #pragma omp parallel for collapse(3) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < NH; h++) {
-                const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-                float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
-                float s[KBLOCK], mx = -INFINITY, sum = 0;
-                memset(o, 0, sizeof(float) * (size_t)hs);
-                for (int k0 = 0; k0 <= t; k0 += KBLOCK) {
-                    int k1 = k0 + KBLOCK <= t + 1 ? k0 + KBLOCK : t + 1;
-                    float bmx = -INFINITY;
-                    for (int t2 = k0; t2 < k1; t2++) {
-                        const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
-                        float d = 0;
-                        #pragma omp simd reduction(+ : d)
-                        for (int i = 0; i < hs; i++) d += q[i] * k[i];
-                        s[t2 - k0] = d * scale;
-                        if (s[t2 - k0] > bmx) bmx = s[t2 - k0];
-                    }
-                    float nmx = bmx > mx ? bmx : mx, corr = expf(mx - nmx);
-                    sum *= corr;
-                    #pragma omp simd
-                    for (int i = 0; i < hs; i++) o[i] *= corr;
-                    for (int t2 = k0; t2 < k1; t2++) {
-                        float p = expf(s[t2 - k0] - nmx);
-                        sum += p;
-                        const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
-                        #pragma omp simd
-                        for (int i = 0; i < hs; i++) o[i] += p * v[i];
-                    }
-                    mx = nmx;
-                }
-                float inv = 1.0f / sum;
-                #pragma omp simd
-                for (int i = 0; i < hs; i++) o[i] *= inv;
-                lse[((size_t)b * NH + h) * T + t] = mx + logf(sum);
-            }
+    dt_attn_rows q = { qkv, C3, 0, T }, k = { qkv + C, C3, 0, T }, v = { qkv + 2 * (size_t)C, C3, 0, T };
+    dt_attention_block_forward(out, lse, &q, &k, &v, B, C, NH);
 }
 
 void dt_attention_backward_lse(float *dqkv, const float *dout, const float *out, const float *qkv, const float *lse,
                                int B, int T, int C, int NH) {
-    int hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = (size_t)C * 3;
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                const float *dy = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
-                const float *y = out + ((size_t)b * T + t) * C + (size_t)h * hs;
-                const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-                float *dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-                float D = 0, l = lse[((size_t)b * NH + h) * T + t];
-                #pragma omp simd reduction(+ : D)
-                for (int i = 0; i < hs; i++) D += dy[i] * y[i];
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
-                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
-                    float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
-                    float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
-                    float sdot = 0, dp = 0;
-                    #pragma omp simd reduction(+ : sdot, dp)
-                    for (int i = 0; i < hs; i++) { sdot += q[i] * k[i]; dp += dy[i] * v[i]; }
-                    float p = expf(sdot * scale - l), ds = p * (dp - D) * scale;
-                    #pragma omp simd
-                    for (int i = 0; i < hs; i++) { dv[i] += p * dy[i]; dq[i] += ds * k[i]; dk[i] += ds * q[i]; }
-                }
-            }
+    dt_attn_rows q = { qkv, C3, 0, T }, k = { qkv + C, C3, 0, T }, v = { qkv + 2 * (size_t)C, C3, 0, T };
+    dt_attn_grads g = { dqkv, dqkv + C, dqkv + 2 * (size_t)C, C3, C3 };
+    dt_attention_block_backward(&g, dout, out, lse, &q, &k, &v, B, C, NH);
 }
