@@ -1,0 +1,45 @@
+/* dtrain context parallelism: a sequence split over the ranks of a group,
+ * attention over all of it by passing keys and values around the ring
+ * (ring attention, Liu et al. 2023; ring_attention.c). */
+#ifndef DTRAIN_CONTEXT_H
+#define DTRAIN_CONTEXT_H
+
+#include "dtrain/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The load-balanced split (Llama 3's, Striped Attention's idea): a
+ * sequence of T positions in 2N chunks of T/(2N); rank r of N holds chunks r
+ * and 2N-1-r, so every rank has as much causal work as any other. A rank's
+ * rows are its two chunks, in that order: 2 Tc rows a sequence. */
+typedef struct {
+    dt_comm *cp;        /* the context-parallel group, N ranks */
+    int B, T, C, NH;    /* sequences, the whole sequence's positions, channels, heads */
+} dt_ring_config;
+/* Rows per chunk, T / (2N); 0 (and an error) when it does not divide. */
+int dt_ring_chunk_rows(const dt_ring_config *c);
+/* The first position of this rank's chunk i (0 or 1). */
+int dt_ring_chunk_pos(const dt_ring_config *c, int rank, int i);
+/* Floats of work space forward and backward need: 4 B x 2Tc x 2C (two
+ * key/value blocks and two of their gradients) and one block's output. */
+size_t dt_ring_work_floats(const dt_ring_config *c);
+
+/* Causal attention of this rank's rows over the whole sequence: qkv
+ * [B, 2Tc, 3C] (q, k, v of this rank's rows); out [B, 2Tc, C]; lse
+ * [B, 2, NH, Tc] kept for backward. Keys and values go around the ring
+ * (to rank r+1, from r-1) while each rank attends to the block in hand;
+ * the blocks' results merge by their log-sum-exp. Collective over cp. */
+dt_status dt_ring_attention_forward(const dt_ring_config *c, float *out, float *lse, const float *qkv, float *work);
+/* dqkv [B, 2Tc, 3C] += the gradient of this rank's rows: each key/value
+ * block travels with the gradient of its keys and values, which every rank
+ * adds to as the block passes, and which reaches its owner after a whole
+ * turn. Collective over cp. */
+dt_status dt_ring_attention_backward(const dt_ring_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
+                                     const float *lse, float *work);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

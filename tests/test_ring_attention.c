@@ -1,0 +1,87 @@
+/* Ring attention over the ranks (context parallelism) against one
+ * process's attention over the whole sequence: every rank makes the same
+ * random q, k, v and output gradient for the whole sequence, runs the
+ * whole-sequence blockwise attention as the oracle, then the ring on its
+ * two load-balanced chunks (r and 2N-1-r), and compares its rows' output,
+ * log-sum-exp and q/k/v gradients within 1e-5: chunks of odd length, and
+ * chunks longer than the kernel's block of 64 keys. A length that does not
+ * split into 2N chunks is refused. Runs under dtrain launch -n N. */
+#include "dtrain/base.h"
+#include "dtrain/context.h"
+#include "dtrain/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed, r;
+#define CHECK(cond, ...) do { if (cond) passed++; else { failed++; printf("rank %d: FAIL ", r); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+static double rel(double d, double m) { return m > 0 ? d / m : d; }
+
+static void check(dt_comm *w, int B, int T, int C, int NH) {
+    int N = dt_comm_size(w);
+    dt_ring_config c = { w, B, T, C, NH };
+    int tc = dt_ring_chunk_rows(&c);
+    size_t C3 = 3 * (size_t)C, n = (size_t)B * T * C3, rows = (size_t)B * 2 * tc;
+    float *qkv = malloc(n * sizeof(float)), *dy = malloc((size_t)B * T * C * sizeof(float)), *out = malloc((size_t)B * T * C * sizeof(float));
+    float *lse = malloc((size_t)B * NH * T * sizeof(float)), *dqkv = calloc(n, sizeof(float));
+    float *mq = malloc(rows * C3 * sizeof(float)), *mdy = malloc(rows * C * sizeof(float)), *mo = malloc(rows * C * sizeof(float));
+    float *ml = malloc((size_t)B * 2 * NH * tc * sizeof(float)), *md = calloc(rows * C3, sizeof(float));
+    float *work = malloc(dt_ring_work_floats(&c) * sizeof(float));
+    uint64_t s = 17;
+    for (size_t i = 0; i < n; i++) qkv[i] = (float)((dt_rng_next(&s) >> 11) / 9007199254740992.0 * 2 - 1);
+    for (size_t i = 0; i < (size_t)B * T * C; i++) dy[i] = (float)((dt_rng_next(&s) >> 11) / 9007199254740992.0 * 2 - 1);
+    dt_attention_forward_lse(out, lse, qkv, B, T, C, NH);
+    dt_attention_backward_lse(dqkv, dy, out, qkv, lse, B, T, C, NH);
+    /* this rank's rows: its chunks r and 2N-1-r of each sequence */
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < 2; i++) {
+            size_t from = (size_t)b * T + (size_t)dt_ring_chunk_pos(&c, r, i), to = (size_t)b * 2 * tc + (size_t)i * tc;
+            memcpy(mq + to * C3, qkv + from * C3, (size_t)tc * C3 * sizeof(float));
+            memcpy(mdy + to * C, dy + from * C, (size_t)tc * C * sizeof(float));
+        }
+    dt_status st = dt_ring_attention_forward(&c, mo, ml, mq, work);
+    if (!st) st = dt_ring_attention_backward(&c, md, mdy, mo, mq, ml, work);
+    CHECK(!st, "ring attention: %s", st ? dt_last_error() : "");
+    double eo = 0, mo_ = 0, el = 0, ml_ = 0, eg = 0, mg = 0;
+    for (int b = 0; b < B && !st; b++)
+        for (int i = 0; i < 2; i++) {
+            size_t from = (size_t)b * T + (size_t)dt_ring_chunk_pos(&c, r, i), to = (size_t)b * 2 * tc + (size_t)i * tc;
+            for (size_t j = 0; j < (size_t)tc * C; j++) {
+                eo = fmax(eo, fabs((double)mo[to * C + j] - out[from * C + j]));
+                mo_ = fmax(mo_, fabs((double)out[from * C + j]));
+            }
+            for (size_t j = 0; j < (size_t)tc * C3; j++) {
+                eg = fmax(eg, fabs((double)md[to * C3 + j] - dqkv[from * C3 + j]));
+                mg = fmax(mg, fabs((double)dqkv[from * C3 + j]));
+            }
+            for (int h = 0; h < NH; h++)
+                for (int t = 0; t < tc; t++) {
+                    double a = ml[(((size_t)b * 2 + i) * NH + h) * tc + t], e = lse[((size_t)b * NH + h) * T + from - (size_t)b * T + t];
+                    el = fmax(el, fabs(a - e));
+                    ml_ = fmax(ml_, fabs(e));
+                }
+        }
+    CHECK(!st && rel(eo, mo_) <= 1e-5 && rel(el, ml_) <= 1e-5 && rel(eg, mg) <= 1e-5,
+          "N=%d T=%d: output %.2g, lse %.2g, dq/dk/dv %.2g (1e-5)", N, T, rel(eo, mo_), rel(el, ml_), rel(eg, mg));
+    if (r == 0) printf("%d ranks, T %d (chunks of %d): output %.2g, lse %.2g, dq/dk/dv %.2g relative to one process\n", N, T, tc,
+                       rel(eo, mo_), rel(el, ml_), rel(eg, mg));
+    free(qkv); free(dy); free(out); free(lse); free(dqkv); free(mq); free(mdy); free(mo); free(ml); free(md); free(work);
+}
+
+int main(void) {
+    dt_comm *w;
+    if (dt_comm_init(&w)) { fprintf(stderr, "init: %s\n", dt_last_error()); return 1; }
+    r = dt_comm_rank(w);
+    int N = dt_comm_size(w);
+    dt_kernels_set_threads(1);
+    check(w, 2, 2 * N * 7, 24, 3);   /* chunks of 7 */
+    check(w, 1, 2 * N * 70, 16, 2);  /* chunks longer than a block of 64 keys */
+    dt_ring_config bad = { w, 1, 2 * N * 7 + 1, 16, 2 };
+    CHECK(dt_ring_chunk_rows(&bad) == 0 && strstr(dt_last_error(), "do not split"), "T = %d accepted", bad.T);
+    printf("rank %d: ring attention: %d passed, %d failed\n", r, passed, failed);
+    dt_comm_destroy(w);
+    return failed != 0;
+}
