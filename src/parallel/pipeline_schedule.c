@@ -107,9 +107,10 @@ static int lower(const comp *ops, int n, int p, int v, int s, int async, int spl
     for (int i = 0; i < n; i++)
         if (ops[i].op == grad_op) last_g = i;
     for (int i = 0; i < n; i++) {
-        int micro = ops[i].micro, op = ops[i].op, j = ops[i].chunk, bwd = op == DT_PP_B, fc, tc;
-        /* a forward's input from the chunk before, its output to the one after; a backward the other way */
-        int prev = before(p, v, s, j, bwd ? &tc : &fc), next = after(p, v, s, j, bwd ? &fc : &tc);
+        int micro = ops[i].micro, op = ops[i].op, j = ops[i].chunk, bwd = op == DT_PP_B, tc, sender_chunk;
+        /* a forward's input from the chunk before, its output to the one after; a backward the other way; a message
+         * names its receiver's chunk (tc for what this computation sends; the sender's chunk is not needed) */
+        int prev = before(p, v, s, j, bwd ? &tc : &sender_chunk), next = after(p, v, s, j, bwd ? &sender_chunk : &tc);
         int from = bwd ? next : prev, to = bwd ? prev : next;
         if (op == DT_PP_W) from = to = -1;
         if (from >= 0) {
