@@ -16,10 +16,7 @@
 set -u
 DTRAIN=$1
 MPIEXEC=${2:-}
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-passed=0
-failed=0
+. "$(dirname "$0")/checks.sh"
 head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 "$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
 common=(--data "$dir/train.bin" --layers 4 --channels 48 --heads 6 --vocab 256 --max-seq 32 --seq 32 --steps 20 --lr 1e-3 --threads 1
@@ -29,20 +26,18 @@ worst() { # worst relative difference of FIELD between two metrics files, or "mi
     paste <(field "$1" "$2") <(field "$1" "$3") |
         awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
 }
-ok() { passed=$((passed + 1)); echo "ok   $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL $*"; }
 same() { # WHAT REF FILE: every loss and norm the same digits
     if [ "$(field loss "$2" | wc -l)" = 20 ] && [ "$(field loss "$2")" = "$(field loss "$3")" ] &&
         [ "$(field grad_norm "$2")" = "$(field grad_norm "$3")" ]; then
         ok "$1: the 20 losses and gradient norms of one process, digit for digit (last loss $(field loss "$3" | tail -1))"
-    else bad "$1: $(field loss "$3" | tail -1) vs $(field loss "$2" | tail -1)"; fi
+    else fail "$1: $(field loss "$3" | tail -1) vs $(field loss "$2" | tail -1)"; fi
 }
 close() { # WHAT REF FILE: within 1e-6 (loss) and 1e-5 (norm)
     local l n
     l=$(worst loss "$2" "$3") n=$(worst grad_norm "$2" "$3")
     if [ "$l" != missing ] && [ "$n" != missing ] && awk "BEGIN{exit !($l <= 1e-6 && $n <= 1e-5)}"; then
         ok "$1: worst relative difference over 20 steps: loss $l, gradient norm $n"
-    else bad "$1: loss $l, norm $n"; fi
+    else fail "$1: loss $l, norm $n"; fi
 }
 run() { # NAME ARGS...: one training run into $dir/NAME.jsonl
     local name=$1
@@ -75,13 +70,13 @@ run il --batch 2 --grad-accum 4 --layers 6 --nproc 2 --pp 2 --pp-schedule interl
 out=$("$DTRAIN" train "${common[@]:0:${#common[@]}-1}" --steps 1 --batch 2 --grad-accum 4 --layers 6 --nproc 2 --pp 2 --pp-schedule interleaved \
       --virtual-stages 3 --pp-schedule-print 2>&1)
 echo "$out" | grep -q "stage 0 \[0, 2)+\[3, 4)+\[5, 6)" && echo "$out" | grep -q "theory (p-1)/(vm+p-1) = 0.077" &&
-    ok "interleaved split and lists: $(echo "$out" | grep -o 'stage 0 \[.*')" || bad "interleaved split: $(echo "$out" | grep -m1 'units by cost')"
+    ok "interleaved split and lists: $(echo "$out" | grep -o 'stage 0 \[.*')" || fail "interleaved split: $(echo "$out" | grep -m1 'units by cost')"
 
 run mb --batch 2 --micro-batches 2 --nproc 2 --pp 2 && close "--micro-batches 2 (DeepSpeed's count, --grad-accum's alias)" "$dir/ref2.jsonl" "$dir/mb.jsonl"
 # the bubble: in every step's metrics, between 0 and 1
 b=$(field bubble "$dir/pp.jsonl" | tail -1)
 awk "BEGIN{exit !(\"$b\" + 0 > 0 && \"$b\" + 0 < 1)}" && [ "$(field bubble "$dir/pp.jsonl" | wc -l)" = 20 ] &&
-    ok "the bubble in each step's metrics (1f1b p=4 m=8, last step: $b)" || bad "bubble: '$b'"
+    ok "the bubble in each step's metrics (1f1b p=4 m=8, last step: $b)" || fail "bubble: '$b'"
 
 run ref --batch 4 --grad-accum 2
 for s in ddp zero1 zero2 zero3; do
@@ -93,20 +88,16 @@ DTRAIN_ZERO_PRIVATE_PARAMS=1 run z3p --batch 2 --grad-accum 2 --nproc 8 --pp 2 -
 run tp2pp2 --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 && close "TP 2 x PP 2" "$dir/ref.jsonl" "$dir/tp2pp2.jsonl"
 run dp2tp2pp2 --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 &&
     close "DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/dp2tp2pp2.jsonl"
-# zb1 (W apart from B) on the data-parallel axis (the gradients announced after W) and with TP
-for s in ddp zero1 zero2; do
-    run zbdp --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy $s --pp-schedule zb1 && close "zb1, DP 2 x PP 2, $s" "$dir/ref.jsonl" "$dir/zbdp.jsonl"
+# zb1 (W apart from B: the gradients announced after W) and interleaved (every chunk's gradients announced after the
+# stage's last backward) on the data-parallel axis and with TP
+for ps in zb1 interleaved; do
+    for s in ddp zero1 zero2; do
+        run psdp --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy $s --pp-schedule $ps && close "$ps, DP 2 x PP 2, $s" "$dir/ref.jsonl" "$dir/psdp.jsonl"
+    done
+    run pstp --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --pp-schedule $ps && close "$ps, TP 2 x PP 2" "$dir/ref.jsonl" "$dir/pstp.jsonl"
+    run ps3d --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --pp-schedule $ps &&
+        close "$ps, DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/ps3d.jsonl"
 done
-run zbtp --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --pp-schedule zb1 && close "zb1, TP 2 x PP 2" "$dir/ref.jsonl" "$dir/zbtp.jsonl"
-run zb3d --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --pp-schedule zb1 &&
-    close "zb1, DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/zb3d.jsonl"
-# interleaved on the DP axis (every chunk's gradients announced after the stage's last backward) and with TP
-for s in ddp zero1 zero2; do
-    run ildp --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy $s --pp-schedule interleaved && close "interleaved, DP 2 x PP 2, $s" "$dir/ref.jsonl" "$dir/ildp.jsonl"
-done
-run iltp --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --pp-schedule interleaved && close "interleaved, TP 2 x PP 2" "$dir/ref.jsonl" "$dir/iltp.jsonl"
-run il3d --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --pp-schedule interleaved &&
-    close "interleaved, DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/il3d.jsonl"
 run clip1 --batch 4 --grad-accum 2 --grad-clip 0.5
 run clip2 --batch 4 --grad-accum 2 --grad-clip 0.5 --nproc 3 --pp 3 --recompute &&
     close "PP 3, clipped at 0.5, recomputing" "$dir/clip1.jsonl" "$dir/clip2.jsonl"
@@ -118,7 +109,7 @@ close_lp() { # WHAT REF FILE
     l=$(worst loss "$2" "$3") n=$(worst grad_norm "$2" "$3")
     if [ "$l" != missing ] && [ "$n" != missing ] && awk "BEGIN{exit !($l <= 1e-4 && $n <= 1e-3)}"; then
         ok "$1: worst relative difference over 20 steps: loss $l, gradient norm $n"
-    else bad "$1: loss $l, norm $n"; fi
+    else fail "$1: loss $l, norm $n"; fi
 }
 for prec in bf16 fp16; do
     run lpref1 --batch 2 --precision $prec && run lppp1 --batch 2 --precision $prec --nproc 2 --pp 2 &&
@@ -138,7 +129,7 @@ for how in "3 stages:--nproc 3 --pp 3" "2 interleaved stages:--nproc 2 --pp 2 --
     v1=$(field val_loss "$dir/vref.jsonl" | tr '\n' ' ') v2=$(field val_loss "$dir/vpp.jsonl" | tr '\n' ' ')
     [ -n "$v1" ] && [ "$(echo $v1 | wc -w)" = 2 ] && awk -v a="$v1" -v b="$v2" 'BEGIN{split(a,x," "); split(b,y," ");
         for(i=1;i<=2;i++){d=(x[i]-y[i])/x[i]; if(d<0)d=-d; if(!(d<=1e-6)) exit 1}}' &&
-        ok "evaluation through ${how%%:*}: validation losses $v2(one process: $v1)" || bad "evaluation (${how%%:*}): '$v2' against '$v1'"
+        ok "evaluation through ${how%%:*}: validation losses $v2(one process: $v1)" || fail "evaluation (${how%%:*}): '$v2' against '$v1'"
 done
 
 # checkpoints: each stage writes its units into the whole model's files, and any layout goes on from any other's:
@@ -154,7 +145,7 @@ run c4 --batch 2 --grad-accum 2 --nproc 4 --pp 4 --steps 20 --resume "$ck/c" --s
 cat "$dir"/c[1-4].jsonl > "$dir/chain.jsonl"
 close "resharded PP 2 -> DP 2 -> 1 process -> PP 4 (global batch 4 each)" "$dir/ref2.jsonl" "$dir/chain.jsonl"
 info=$("$DTRAIN" ckpt info "$ck/a" 2>&1 | head -1)
-echo "$info" | grep -q "with 2 pipeline stages" && ok "ckpt info: $info" || bad "ckpt info: $info"
+echo "$info" | grep -q "with 2 pipeline stages" && ok "ckpt info: $info" || fail "ckpt info: $info"
 run z1 --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --steps 10 --save "$ck/e" &&
 run z2 --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --steps 20 --resume "$ck/e"
 cat "$dir/z1.jsonl" "$dir/z2.jsonl" > "$dir/chain2.jsonl"
@@ -173,7 +164,7 @@ g1=$("$DTRAIN" generate --model "$ck/d" --prompt "The " --tokens 40 --temperatur
 for n in 2 3; do
     gn=$("$DTRAIN" generate --model "$ck/d" --prompt "The " --tokens 40 --temperature 1 --seed 7 --nproc $n --pp $n 2>> "$dir/gen.err")
     [ ${#g1} -ge 44 ] && [ "$gn" = "$g1" ] && ok "generate through $n stages: the text one process samples ('$(echo "$gn" | tr -d '\n' | cut -c1-30)...')" ||
-        bad "generate through $n stages: '$gn' against '$g1' $(tail -2 "$dir/gen.err")"
+        fail "generate through $n stages: '$gn' against '$g1' $(tail -2 "$dir/gen.err")"
 done
 if [ -n "$MPIEXEC" ]; then
     # 3D under mpirun on 2 pseudo-nodes: the TP pairs stay on a node
@@ -182,17 +173,17 @@ if [ -n "$MPIEXEC" ]; then
         --strategy ddp --metrics "$dir/mpi.jsonl" > "$dir/mpi.out" 2>&1
     close "mpirun, 2 pseudo-nodes, DP 2 x TP 2 x PP 2" "$dir/ref.jsonl" "$dir/mpi.jsonl"
     place=$(grep -o "mesh pp 2 x dp 2 x tp 2.*" "$dir/mpi.out")
-    [ -n "$place" ] && ! grep -q "spans machines" "$dir/mpi.out" && ok "placement: $place" || bad "placement: '$place' $(grep spans "$dir/mpi.out")"
+    [ -n "$place" ] && ! grep -q "spans machines" "$dir/mpi.out" && ok "placement: $place" || fail "placement: '$place' $(grep spans "$dir/mpi.out")"
     # ranks started with different schedules or micro-batch counts (MPMD): refused at start-up, naming both
     mpmd() { OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 timeout 60 \
              "$MPIEXEC" --oversubscribe -np 1 "$DTRAIN" train "${common[@]}" --batch 2 --pp 2 $1 : -np 1 "$DTRAIN" train "${common[@]}" \
              --batch 2 --pp 2 $2 2>&1; }
     out=$(mpmd "--pp-schedule gpipe" "--pp-schedule 1f1b")
     echo "$out" | grep -q "rank 0 runs the gpipe pipeline schedule, rank 1 1f1b" && ! echo "$out" | grep -q '"loss"' &&
-        ok "different schedules refused: $(echo "$out" | grep -m1 'ranks differ')" || bad "different schedules: $(echo "$out" | tail -2)"
+        ok "different schedules refused: $(echo "$out" | grep -m1 'ranks differ')" || fail "different schedules: $(echo "$out" | tail -2)"
     out=$(mpmd "--grad-accum 2" "--grad-accum 4")
     echo "$out" | grep -q "rank 0 has batch 2 x 32 x 2, rank 1 has 2 x 32 x 4" &&
-        ok "different micro-batch counts refused: $(echo "$out" | grep -m1 'ranks differ')" || bad "different micro-batch counts: $(echo "$out" | tail -2)"
+        ok "different micro-batch counts refused: $(echo "$out" | grep -m1 'ranks differ')" || fail "different micro-batch counts: $(echo "$out" | tail -2)"
     # the memory check counts a stage's share: with one rank per (pseudo-)machine, 2 stages fit in what lies between
     # their need and 2 data-parallel ranks' (the whole model each), read from the refusals themselves (the process's
     # own memory, part of the need, differs between builds)
@@ -206,9 +197,9 @@ if [ -n "$MPIEXEC" ]; then
         dpout=$(mem ${mid}M --pp 1) ppout=$(mem ${mid}M --pp 2)
         echo "$dpout" | grep -q "ddp needs .* MB on this machine" && ! echo "$ppout" | grep -q "needs .* MB on this machine" &&
             ok "memory check per stage: 2 stages need $need_pp MB a machine, 2 data-parallel ranks $need_dp MB; with $mid MB the stages run" ||
-            bad "memory check with --pp at $mid MB: DP: $(echo "$dpout" | grep -m1 error | cut -c1-120); PP: $(echo "$ppout" | grep -m1 error | cut -c1-120)"
+            fail "memory check with --pp at $mid MB: DP: $(echo "$dpout" | grep -m1 error | cut -c1-120); PP: $(echo "$ppout" | grep -m1 error | cut -c1-120)"
     else
-        bad "memory check with --pp: the needs read were '$need_dp' (DP 2) and '$need_pp' (PP 2)"
+        fail "memory check with --pp: the needs read were '$need_dp' (DP 2) and '$need_pp' (PP 2)"
     fi
 fi
 
@@ -219,7 +210,7 @@ refused() { # WHAT EXPECTED ARGS...
     local out
     out=$("$DTRAIN" train "${common[@]}" --batch 2 "$@" 2>&1)
     if [ $? -ne 0 ] && echo "$out" | grep -q -- "$want" && ! echo "$out" | grep -q "^step"; then ok "$what refused: $(echo "$out" | grep -- "$want" | head -1)"
-    else bad "$what: $(echo "$out" | tail -2)"; fi
+    else fail "$what: $(echo "$out" | tail -2)"; fi
 }
 refused "--pp 7 over 6 units" "--pp 7: more stages than the model's 6 units" --nproc 7 --pp 7
 refused "--pp 3 on 4 ranks" "--tp 1 x --pp 3 = 3 does not divide the job's 4 ranks" --nproc 4 --pp 3
@@ -244,7 +235,7 @@ for ks in 1f1b zb1 interleaved; do
     victim=""
     for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && victim=$p; done
     if [ -z "$victim" ]; then
-        bad "stage 1 of the pipeline not found"; kill $launcher
+        fail "stage 1 of the pipeline not found"; kill $launcher
     else
         t0=$(date +%s.%N)
         kill -9 "$victim"
@@ -255,7 +246,7 @@ for ks in 1f1b zb1 interleaved; do
             echo "$said0 $said2" | grep -q "pipeline stage [02], \(sending\|receiving\) micro-batch\|stopping \(in\|after\) a \(send\|receive\)\|in allreduce #"; then
             ok "$ks, a stage killed: the job ended after $secs s; ${said0:-$said2}"
         else
-            bad "$ks, killed stage: $secs s; $(cat "$dir/kill.err")"
+            fail "$ks, killed stage: $secs s; $(cat "$dir/kill.err")"
         fi
     fi
 done

@@ -225,6 +225,10 @@ typedef struct {
 /* The whole model as one part (no splitting). */
 dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg);
 dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *part, dt_gpt2 **out);
+/* What pipeline stage s of p holds, split as dt_gpt2_split_stages does:
+ * part's ua, ub, and with v > 1 chunks a stage (the interleaved schedule's)
+ * its chunks s, s+p, .. of the p x v; the rest of part is left as it is. */
+dt_status dt_gpt2_stage_part(const dt_gpt2_config *c, int T, int p, int v, int s, dt_gpt2_part *part);
 const dt_gpt2_part *dt_gpt2_get_part(const dt_gpt2 *m);
 /* part's parameters from the whole model whole (the same config): each slice
  * copied from its place (a file's weights given to a tensor-parallel rank). */

@@ -42,11 +42,8 @@ static dt_status load_stage(const char *model, dt_comm *w, dt_gpt2 **out) {
     dt_gpt2 *whole = *out;
     dt_gpt2_config cfg = *dt_gpt2_get_config(whole);
     dt_gpt2_part part = dt_gpt2_whole(&cfg);
-    int first[p + 1], s = dt_comm_rank(w);
     *out = NULL;
-    st = dt_gpt2_split_stages(&cfg, cfg.max_seq_len, p, first);
-    part.ua = st ? 0 : first[s];
-    part.ub = st ? 0 : first[s + 1];
+    st = dt_gpt2_stage_part(&cfg, cfg.max_seq_len, p, 1, dt_comm_rank(w), &part);
     if (!st) st = dt_gpt2_create_part(&cfg, &part, out);
     if (!st) st = dt_gpt2_copy_slices(whole, *out);
     dt_gpt2_destroy(whole);

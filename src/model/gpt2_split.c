@@ -51,6 +51,21 @@ dt_status dt_gpt2_split_stages(const dt_gpt2_config *c, int T, int p, int *first
     return DT_OK;
 }
 
+dt_status dt_gpt2_stage_part(const dt_gpt2_config *c, int T, int p, int v, int s, dt_gpt2_part *part) {
+    if (v < 1 || v > DT_GPT2_MAX_CHUNKS) return dt_error(DT_ERR_ARG, "pipeline split: %d chunks a stage (1 to %d)", v, DT_GPT2_MAX_CHUNKS);
+    int *first = malloc(sizeof *first * (size_t)(p * v + 1));
+    if (!first) return dt_error(DT_ERR_NOMEM, "pipeline split: out of memory");
+    dt_status st = dt_gpt2_split_stages(c, T, p * v, first);
+    if (!st) {
+        part->ua = first[s];
+        part->ub = first[(v - 1) * p + s + 1];
+        part->nchunks = v > 1 ? v : 0;
+        for (int j = 0; j < v && v > 1; j++) part->chunk_a[j] = first[j * p + s], part->chunk_b[j] = first[j * p + s + 1];
+    }
+    free(first);
+    return st;
+}
+
 double dt_gpt2_units_cost(const dt_gpt2_config *c, int T, int a, int b) {
     double s = 0;
     for (int u = a; u < b; u++) s += unit_cost(c, T, u);

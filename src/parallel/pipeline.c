@@ -66,14 +66,18 @@ static void before_backward(int unit, void *ctx) {
     for (size_t i = 0; i < p->wte_n && !p->hook_err; i++) g[i] += p->wte_recv[i];
 }
 
+/* A posted send (if any) through; the request is gone either way. */
+static dt_status sent(dt_request **req) {
+    dt_status st = *req ? dt_wait(*req) : DT_OK;
+    *req = NULL;
+    return st;
+}
+
 /* Posts a send on to the next stage (on) or back, once the last one that way has been received; what it sends
  * stays in the slot until then (the slot is not reused before the neighbour's answer to it), or is copied out. */
 static dt_status async_send(dt_pipeline *p, const float *out, int on) {
-    if (p->sending[on]) {
-        dt_status st = dt_wait(p->sending[on]);
-        p->sending[on] = NULL;
-        if (st) return st;
-    }
+    dt_status st = sent(&p->sending[on]);
+    if (st) return st;
     if (!on && p->gsend) out = memcpy(p->gsend, out, p->stream * sizeof(float));
     return dt_comm_isend(p->link[on][!on], out, p->stream, DT_F32, on, &p->sending[on]);
 }
@@ -174,19 +178,15 @@ static dt_status run(void *ctx, dt_engine *e, int accum, float grad_scale, doubl
         if (p->hook_err) st = p->hook_err;
         p->hook_err = DT_OK;
     }
-    /* the step's sends have arrived */
-    for (int up = 0; up < 2; up++)
-        if (p->sending[up]) {
-            dt_status s2 = dt_wait(p->sending[up]);
-            p->sending[up] = NULL;
-            if (!st && s2) st = dt_error(s2, "pipeline stage %d, sending to stage %d: %s", p->stage, p->stage + (up ? 1 : -1), dt_last_error());
-        }
-    /* the head's gradient of wte has arrived once the first stage's last backward is through */
-    if (p->wte_req) {
-        dt_status s2 = dt_wait(p->wte_req);
-        p->wte_req = NULL;
-        if (!st && s2) st = dt_error(s2, "pipeline stage %d, sending wte's head gradient to stage 0: %s", p->stage, dt_last_error());
+    /* the step's sends have arrived (on: to the next stage around the ring, else the one before) */
+    for (int on = 0; on < 2; on++) {
+        dt_status s2 = sent(&p->sending[on]);
+        if (!st && s2)
+            st = dt_error(s2, "pipeline stage %d, sending to stage %d: %s", p->stage, (p->stage + (on ? 1 : p->p - 1)) % p->p, dt_last_error());
     }
+    /* the head's gradient of wte has arrived once the first stage's last backward is through */
+    dt_status s2 = sent(&p->wte_req);
+    if (!st && s2) st = dt_error(s2, "pipeline stage %d, sending wte's head gradient to stage 0: %s", p->stage, dt_last_error());
     p->total = dt_time_now() - t0;
     return st;
 }
@@ -304,9 +304,9 @@ dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
 
 void dt_pipeline_destroy(dt_pipeline *p) {
     if (!p) return;
-    if (p->wte_req) dt_wait(p->wte_req);
+    sent(&p->wte_req);
     for (int i = 0; i < 4; i++) {
-        if (i < 2 && p->sending[i]) dt_wait(p->sending[i]);
+        if (i < 2) sent(&p->sending[i]);
         if (p->link[i / 2][i % 2]) dt_comm_destroy(p->link[i / 2][i % 2]);
     }
     dt_gpt2_set_split_backward(p->c.model, 0);

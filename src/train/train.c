@@ -428,15 +428,15 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     dt_gpt2_part part = dt_gpt2_whole(&cfg);
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
         /* p x v chunks by cost; stage s holds chunks s, s+p, .. (one, but for the interleaved schedule) */
-        int pp = dt_mesh_size(r->mesh, DT_MESH_PP), s = dt_mesh_coord(r->mesh, DT_MESH_PP), v = pp_virt(c), first[pp * v + 1];
+        int pp = dt_mesh_size(r->mesh, DT_MESH_PP), v = pp_virt(c);
         if (v > 1 && pp * v > cfg.num_layers + 2)
             st = dt_error(DT_ERR_ARG, "--pp %d x --virtual-stages %d = %d chunks: more than the model's %d units (the embedding, %d blocks, "
                           "the head)", pp, v, pp * v, cfg.num_layers + 2, cfg.num_layers);
-        if (st || (st = dt_gpt2_split_stages(&cfg, c->seq, pp * v, first))) { dt_gpt2_destroy(*out); *out = NULL; return st; }
-        part.ua = first[s];
-        part.ub = first[(v - 1) * pp + s + 1];
-        part.nchunks = v > 1 ? v : 0;
-        for (int j = 0; j < v && v > 1; j++) part.chunk_a[j] = first[j * pp + s], part.chunk_b[j] = first[j * pp + s + 1];
+        if (st || (st = dt_gpt2_stage_part(&cfg, c->seq, pp, v, dt_mesh_coord(r->mesh, DT_MESH_PP), &part))) {
+            dt_gpt2_destroy(*out);
+            *out = NULL;
+            return st;
+        }
     }
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1) {
         r->tp_ops = dt_tp_ops_over(dt_mesh_comm(r->mesh, DT_MESH_TP));
