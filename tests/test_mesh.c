@@ -1,7 +1,8 @@
-/* The DP x TP x PP mesh, for every factorisation of the world size: each
- * rank's coordinates follow world rank = (pp * DP + dp) * TP + tp, and the
+/* The DP x PP x CP x TP mesh, for every factorisation of the world size: each
+ * rank's coordinates follow world rank = ((pp * DP + dp) * CP + cp) * TP + tp, and the
  * communicator along each axis holds exactly the ranks that differ only in
- * that coordinate, in its order (checked by gathering their world ranks);
+ * that coordinate, in its order (checked by gathering their world ranks),
+ * and the replicas' (DP x CP) those that differ in dp or cp;
  * a layout that does not multiply to the world size is refused.
  * Runs under dtrain launch -n N (and mpirun). */
 #include "dtrain/parallel.h"
@@ -18,20 +19,23 @@ int main(void) {
     if (dt_comm_init(&w)) { fprintf(stderr, "init: %s\n", dt_last_error()); return 1; }
     int p = dt_comm_size(w), r = dt_comm_rank(w), layouts = 0;
     for (int tp = 1; tp <= p; tp++)
-        for (int pp = 1; pp <= p; pp++) {
-            if (p % (tp * pp)) continue;
-            int dp = p / (tp * pp), size[DT_MESH_DIMS] = { [DT_MESH_DP] = dp, [DT_MESH_TP] = tp, [DT_MESH_PP] = pp };
+        for (int pp = 1; pp <= p; pp++)
+        for (int cp = 1; cp <= p; cp++) {
+            if (p % (tp * pp * cp)) continue;
+            int dp = p / (tp * pp * cp), size[DT_MESH_DIMS] = { [DT_MESH_DP] = dp, [DT_MESH_TP] = tp, [DT_MESH_PP] = pp, [DT_MESH_CP] = cp };
             dt_mesh *m;
-            if (dt_mesh_create(w, dp, tp, pp, &m)) { CHECK(0, "mesh %dx%dx%d: %s", dp, tp, pp, dt_last_error()); continue; }
+            if (dt_mesh_create(w, dp, tp, pp, cp, &m)) { CHECK(0, "mesh %dx%dx%dx%d: %s", dp, tp, pp, cp, dt_last_error()); continue; }
             layouts++;
-            int want[DT_MESH_DIMS] = { [DT_MESH_DP] = r / tp % dp, [DT_MESH_TP] = r % tp, [DT_MESH_PP] = r / (tp * dp) };
+            int want[DT_MESH_DIMS] = { [DT_MESH_DP] = r / (tp * cp) % dp, [DT_MESH_TP] = r % tp, [DT_MESH_PP] = r / (tp * cp * dp),
+                                       [DT_MESH_CP] = r / tp % cp };
+#define WORLD(co) (((co[DT_MESH_PP] * dp + co[DT_MESH_DP]) * cp + co[DT_MESH_CP]) * tp + co[DT_MESH_TP])
             for (int d = 0; d < DT_MESH_DIMS; d++) {
                 dt_comm *c = dt_mesh_comm(m, (dt_mesh_dim)d);
                 CHECK(dt_mesh_size(m, (dt_mesh_dim)d) == size[d] && dt_mesh_coord(m, (dt_mesh_dim)d) == want[d],
-                      "mesh %dx%dx%d axis %d: size %d coord %d, expected %d and %d", dp, tp, pp, d, dt_mesh_size(m, (dt_mesh_dim)d),
+                      "mesh %dx%dx%dx%d axis %d: size %d coord %d, expected %d and %d", dp, tp, pp, cp, d, dt_mesh_size(m, (dt_mesh_dim)d),
                       dt_mesh_coord(m, (dt_mesh_dim)d), size[d], want[d]);
-                CHECK(dt_comm_size(c) == size[d] && dt_comm_rank(c) == want[d], "mesh %dx%dx%d axis %d: comm rank %d of %d", dp, tp,
-                      pp, d, dt_comm_rank(c), dt_comm_size(c));
+                CHECK(dt_comm_size(c) == size[d] && dt_comm_rank(c) == want[d], "mesh %dx%dx%dx%d axis %d: comm rank %d of %d", dp, tp,
+                      pp, cp, d, dt_comm_rank(c), dt_comm_size(c));
                 /* the members, in order: this rank's coordinates with axis d set to 0, 1, ... */
                 int32_t me = r, got[256];
                 if (dt_comm_allgather(c, &me, got, 1, DT_I32)) { CHECK(0, "allgather: %s", dt_last_error()); continue; }
@@ -39,15 +43,28 @@ int main(void) {
                     int co[DT_MESH_DIMS];
                     memcpy(co, want, sizeof co);
                     co[d] = k;
-                    int expect = (co[DT_MESH_PP] * dp + co[DT_MESH_DP]) * tp + co[DT_MESH_TP];
-                    CHECK(got[k] == expect, "mesh %dx%dx%d axis %d: member %d is world rank %d, expected %d", dp, tp, pp, d, k,
+                    int expect = WORLD(co);
+                    CHECK(got[k] == expect, "mesh %dx%dx%dx%d axis %d: member %d is world rank %d, expected %d", dp, tp, pp, cp, d, k,
                           got[k], expect);
                 }
             }
+            /* the replicas: dp-major, cp-minor */
+            dt_comm *rep = dt_mesh_replicas(m);
+            int32_t me = r, got[256];
+            CHECK(dt_comm_size(rep) == dp * cp && dt_comm_rank(rep) == want[DT_MESH_DP] * cp + want[DT_MESH_CP],
+                  "replicas of %dx%dx%dx%d: rank %d of %d", dp, tp, pp, cp, dt_comm_rank(rep), dt_comm_size(rep));
+            if (!dt_comm_allgather(rep, &me, got, 1, DT_I32))
+                for (int k = 0; k < dp * cp; k++) {
+                    int co[DT_MESH_DIMS];
+                    memcpy(co, want, sizeof co);
+                    co[DT_MESH_DP] = k / cp, co[DT_MESH_CP] = k % cp;
+                    CHECK(got[k] == WORLD(co), "replicas of %dx%dx%dx%d: member %d is world rank %d, expected %d", dp, tp, pp, cp, k,
+                          got[k], WORLD(co));
+                }
             dt_mesh_destroy(m);
         }
     dt_mesh *bad = NULL;
-    dt_status st = dt_mesh_create(w, p + 1, 1, 1, &bad);
+    dt_status st = dt_mesh_create(w, p + 1, 1, 1, 1, &bad);
     CHECK(st && strstr(dt_last_error(), "but the job has") && !bad, "a mesh of %d ranks on %d was not refused", p + 1, p);
     int all[2] = { passed, failed }, sum[2];
     dt_comm_allreduce(w, all, sum, 2, DT_I32, DT_SUM);

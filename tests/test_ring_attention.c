@@ -1,11 +1,12 @@
-/* Ring attention over the ranks (context parallelism) against one
+/* Ring attention and all-to-all (Ulysses) attention over the ranks (context parallelism) against one
  * process's attention over the whole sequence: every rank makes the same
  * random q, k, v and output gradient for the whole sequence, runs the
  * whole-sequence blockwise attention as the oracle, then the ring on its
  * two load-balanced chunks (r and 2N-1-r), and compares its rows' output,
  * log-sum-exp and q/k/v gradients within 1e-5: chunks of odd length, and
  * chunks longer than the kernel's block of 64 keys. A length that does not
- * split into 2N chunks is refused. Runs under dtrain launch -n N. */
+ * split into 2N chunks is refused, and all-to-all attention with heads
+ * that do not split over the ranks. Runs under dtrain launch -n N. */
 #include "dtrain/base.h"
 #include "dtrain/context.h"
 #include "dtrain/kernels.h"
@@ -20,16 +21,17 @@ static int passed, failed, r;
 
 static double rel(double d, double m) { return m > 0 ? d / m : d; }
 
-static void check(dt_comm *w, int B, int T, int C, int NH) {
+static void check(dt_comm *w, int ulysses, int B, int T, int C, int NH) {
     int N = dt_comm_size(w);
     dt_ring_config c = { w, B, T, C, NH };
     int tc = dt_ring_chunk_rows(&c);
+    double eo = 0, mo_ = 0, el = 0, ml_ = 0, eg = 0, mg = 0;
     size_t C3 = 3 * (size_t)C, n = (size_t)B * T * C3, rows = (size_t)B * 2 * tc;
     float *qkv = malloc(n * sizeof(float)), *dy = malloc((size_t)B * T * C * sizeof(float)), *out = malloc((size_t)B * T * C * sizeof(float));
     float *lse = malloc((size_t)B * NH * T * sizeof(float)), *dqkv = calloc(n, sizeof(float));
     float *mq = malloc(rows * C3 * sizeof(float)), *mdy = malloc(rows * C * sizeof(float)), *mo = malloc(rows * C * sizeof(float));
     float *ml = malloc((size_t)B * 2 * NH * tc * sizeof(float)), *md = calloc(rows * C3, sizeof(float));
-    float *work = malloc(dt_ring_work_floats(&c) * sizeof(float));
+    float *work = malloc((ulysses ? dt_ulysses_work_floats(&c) : dt_ring_work_floats(&c)) * sizeof(float));
     uint64_t s = 17;
     for (size_t i = 0; i < n; i++) qkv[i] = (float)((dt_rng_next(&s) >> 11) / 9007199254740992.0 * 2 - 1);
     for (size_t i = 0; i < (size_t)B * T * C; i++) dy[i] = (float)((dt_rng_next(&s) >> 11) / 9007199254740992.0 * 2 - 1);
@@ -42,10 +44,24 @@ static void check(dt_comm *w, int B, int T, int C, int NH) {
             memcpy(mq + to * C3, qkv + from * C3, (size_t)tc * C3 * sizeof(float));
             memcpy(mdy + to * C, dy + from * C, (size_t)tc * C * sizeof(float));
         }
-    dt_status st = dt_ring_attention_forward(&c, mo, ml, mq, work);
-    if (!st) st = dt_ring_attention_backward(&c, md, mdy, mo, mq, ml, work);
-    CHECK(!st, "ring attention: %s", st ? dt_last_error() : "");
-    double eo = 0, mo_ = 0, el = 0, ml_ = 0, eg = 0, mg = 0;
+    const char *name = ulysses ? "all-to-all attention" : "ring attention";
+    dt_status st = ulysses ? dt_ulysses_attention_forward(&c, mo, ml, mq, work) : dt_ring_attention_forward(&c, mo, ml, mq, work);
+    if (!st) st = ulysses ? dt_ulysses_attention_backward(&c, md, mdy, mo, mq, ml, work) : dt_ring_attention_backward(&c, md, mdy, mo, mq, ml, work);
+    CHECK(!st, "%s: %s", name, st ? dt_last_error() : "");
+    /* all-to-all attention keeps the lse of its heads over the whole sequence: the oracle's rows for those heads */
+    float *want_lse = lse;
+    int H = NH / N;
+    if (ulysses && !st) {
+        want_lse = malloc((size_t)B * NH * T * sizeof(float));
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                memcpy(want_lse + ((size_t)b * H + h) * T, lse + ((size_t)b * NH + r * H + h) * T, (size_t)T * sizeof(float));
+        for (size_t i = 0; i < (size_t)B * H * T; i++) {
+            el = fmax(el, fabs((double)ml[i] - want_lse[i]));
+            ml_ = fmax(ml_, fabs((double)want_lse[i]));
+        }
+        free(want_lse);
+    }
     for (int b = 0; b < B && !st; b++)
         for (int i = 0; i < 2; i++) {
             size_t from = (size_t)b * T + (size_t)dt_ring_chunk_pos(&c, r, i), to = (size_t)b * 2 * tc + (size_t)i * tc;
@@ -57,7 +73,7 @@ static void check(dt_comm *w, int B, int T, int C, int NH) {
                 eg = fmax(eg, fabs((double)md[to * C3 + j] - dqkv[from * C3 + j]));
                 mg = fmax(mg, fabs((double)dqkv[from * C3 + j]));
             }
-            for (int h = 0; h < NH; h++)
+            for (int h = 0; h < NH && !ulysses; h++)
                 for (int t = 0; t < tc; t++) {
                     double a = ml[(((size_t)b * 2 + i) * NH + h) * tc + t], e = lse[((size_t)b * NH + h) * T + from - (size_t)b * T + t];
                     el = fmax(el, fabs(a - e));
@@ -65,8 +81,8 @@ static void check(dt_comm *w, int B, int T, int C, int NH) {
                 }
         }
     CHECK(!st && rel(eo, mo_) <= 1e-5 && rel(el, ml_) <= 1e-5 && rel(eg, mg) <= 1e-5,
-          "N=%d T=%d: output %.2g, lse %.2g, dq/dk/dv %.2g (1e-5)", N, T, rel(eo, mo_), rel(el, ml_), rel(eg, mg));
-    if (r == 0) printf("%d ranks, T %d (chunks of %d): output %.2g, lse %.2g, dq/dk/dv %.2g relative to one process\n", N, T, tc,
+          "%s, N=%d T=%d: output %.2g, lse %.2g, dq/dk/dv %.2g (1e-5)", name, N, T, rel(eo, mo_), rel(el, ml_), rel(eg, mg));
+    if (r == 0) printf("%s, %d ranks, T %d (chunks of %d): output %.2g, lse %.2g, dq/dk/dv %.2g relative to one process\n", name, N, T, tc,
                        rel(eo, mo_), rel(el, ml_), rel(eg, mg));
     free(qkv); free(dy); free(out); free(lse); free(dqkv); free(mq); free(mdy); free(mo); free(ml); free(md); free(work);
 }
@@ -77,8 +93,15 @@ int main(void) {
     r = dt_comm_rank(w);
     int N = dt_comm_size(w);
     dt_kernels_set_threads(1);
-    check(w, 2, 2 * N * 7, 24, 3);   /* chunks of 7 */
-    check(w, 1, 2 * N * 70, 16, 2);  /* chunks longer than a block of 64 keys */
+    check(w, 0, 2, 2 * N * 7, 24, 3);   /* chunks of 7 */
+    check(w, 0, 1, 2 * N * 70, 16, 2);  /* chunks longer than a block of 64 keys */
+    check(w, 1, 2, 2 * N * 7, 24, 12);  /* 12 heads split over 1..4 ranks */
+    check(w, 1, 1, 2 * N * 70, 24, 12);
+    if (N > 1) {
+        dt_ring_config odd = { w, 1, 2 * N * 7, 16, N + 1 };
+        float x = 0;
+        CHECK(dt_ulysses_attention_forward(&odd, &x, &x, &x, &x) && strstr(dt_last_error(), "heads"), "%d heads over %d ranks accepted", N + 1, N);
+    }
     dt_ring_config bad = { w, 1, 2 * N * 7 + 1, 16, 2 };
     CHECK(dt_ring_chunk_rows(&bad) == 0 && strstr(dt_last_error(), "do not split"), "T = %d accepted", bad.T);
     printf("rank %d: ring attention: %d passed, %d failed\n", r, passed, failed);

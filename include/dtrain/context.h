@@ -5,6 +5,7 @@
 #define DTRAIN_CONTEXT_H
 
 #include "dtrain/comm.h"
+#include "dtrain/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,6 +39,28 @@ dt_status dt_ring_attention_forward(const dt_ring_config *c, float *out, float *
  * turn. Collective over cp. */
 dt_status dt_ring_attention_backward(const dt_ring_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
                                      const float *lse, float *work);
+
+/* All-to-all attention (DeepSpeed-Ulysses, Jacobs et al. 2023; ulysses.c):
+ * an all-to-all trades this rank's rows of every head for every row of
+ * NH/N heads; each rank runs whole-sequence attention on its heads, and a
+ * second all-to-all trades back. Rows as the ring's (load-balanced): the
+ * same loader serves both. NH and C divisible by N. lse: [B, NH/N, T], the
+ * same count as the ring's. Work: dt_ulysses_work_floats. */
+size_t dt_ulysses_work_floats(const dt_ring_config *c);
+dt_status dt_ulysses_attention_forward(const dt_ring_config *c, float *out, float *lse, const float *qkv, float *work);
+dt_status dt_ulysses_attention_backward(const dt_ring_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
+                                        const float *lse, float *work);
+
+/* Context parallelism for a model (context_parallel.c): its dt_cp_ops
+ * over a group, by ring or all-to-all, owning the work space they need. */
+typedef enum { DT_CP_RING = 0, DT_CP_ULYSSES } dt_cp_impl;
+const char *dt_cp_impl_name(dt_cp_impl i);
+typedef struct dt_cp dt_cp;
+dt_status dt_cp_create(dt_comm *cp, dt_cp_impl impl, dt_cp **out);
+void dt_cp_destroy(dt_cp *c);
+const dt_cp_ops *dt_cp_model_ops(dt_cp *c);
+/* Seconds in attention (compute and the traffic it did not hide) since the last call. */
+double dt_cp_attention_seconds(dt_cp *c);
 
 #ifdef __cplusplus
 }

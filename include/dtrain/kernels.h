@@ -80,6 +80,12 @@ void dt_lp_round_add(float *dst, const float *src, size_t n, dt_dtype t);
 /* Token + position embedding: out[b,t,:] = wte[tok[b,t],:] + wpe[t,:]. */
 void dt_embedding_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
 void dt_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C);
+/* The same with row t of each sequence at position pos[t] (NULL: t): a
+ * context-parallel rank's rows are two chunks from apart in the sequence. */
+void dt_embedding_forward_at(float *out, const int32_t *tok, const float *wte, const float *wpe, const int32_t *pos, int B, int T,
+                             int C);
+void dt_embedding_backward_at(float *dwte, float *dwpe, const float *dout, const int32_t *tok, const int32_t *pos, int B, int T,
+                              int C);
 /* The vocabulary-parallel embedding's share: out[i,:] = wte[tok[i] - v0,:]
  * for the tokens in [v0, v0 + rows) this rank holds, 0 for the rest (the
  * group's sum is the whole lookup); and dwte's rows of those tokens += dout. */

@@ -203,6 +203,26 @@ typedef struct {
     dt_status (*reduce_scatter)(void *ctx, const float *all, float *mine, size_t n);
 } dt_tp_ops;
 
+/* Context parallelism's attention as the model calls it (parallel/
+ * context_parallel.c gives it over a communicator): causal attention of
+ * this rank's T rows a sequence over the whole sequence of T x cp_size
+ * positions, the rows laid out as dt_gpt2_cp_position says; lse [B, NH, T]
+ * kept for backward; backward adds to dqkv. Collective over the group. */
+typedef struct {
+    void *ctx;
+    dt_status (*forward)(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+    dt_status (*backward)(void *ctx, float *dqkv, const float *dout, const float *out, const float *qkv, const float *lse, int B,
+                          int T, int C, int NH);
+} dt_cp_ops;
+/* The load-balanced split of a sequence over n context-parallel ranks (Llama
+ * 3's, Striped Attention's): 2n chunks of T/(2n) positions, rank r holding
+ * chunks r and 2n-1-r, so each has the same causal work. The position of
+ * row i of rank r's Tl = T/n rows. */
+int dt_gpt2_cp_position(int r, int n, int Tl, int i);
+/* x [B, T] (tokens of B sequences) becomes, in place, rank r of n's rows:
+ * [B, T/n] in that order (what the loader hands a context-parallel rank). */
+void dt_gpt2_cp_rows(int32_t *x, int B, int T, int r, int n);
+
 /* What part of the model a rank builds: units [ua, ub) (a pipeline stage),
  * and tensor-parallel rank tp_rank of tp_size (Megatron: qkv and fc
  * column-parallel by heads and hidden units, the two projections
@@ -221,6 +241,11 @@ typedef struct {
     /* an interleaved pipeline's stage: nchunks (> 0) ranges of units,
      * ascending and apart, in place of [ua, ub) */
     int nchunks, chunk_a[DT_GPT2_MAX_CHUNKS], chunk_b[DT_GPT2_MAX_CHUNKS];
+    /* context parallelism: rank cp_rank of cp_size holds T rows of each
+     * sequence (dt_gpt2_cp_position's); attention goes through cp; cp_size
+     * 1 (or 0): whole sequences */
+    int cp_rank, cp_size;
+    const dt_cp_ops *cp;
 } dt_gpt2_part;
 /* The whole model as one part (no splitting). */
 dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg);

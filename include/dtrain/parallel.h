@@ -11,17 +11,21 @@
 extern "C" {
 #endif
 
-/* The device mesh (mesh.c): the world as DP x TP x PP, TP innermost
- * (consecutive ranks), PP outermost; one communicator along each axis,
- * holding the ranks that differ only in that coordinate, ranked by it.
- * Collective over the world; dp * tp * pp must be its size. */
-typedef enum { DT_MESH_DP = 0, DT_MESH_TP, DT_MESH_PP, DT_MESH_DIMS } dt_mesh_dim;
+/* The device mesh (mesh.c): the world as DP x PP x CP x TP, TP innermost
+ * (consecutive ranks), then CP, DP, and PP outermost; one communicator
+ * along each axis, holding the ranks that differ only in that coordinate,
+ * ranked by it. Collective over the world; dp * tp * pp * cp must be its size. */
+typedef enum { DT_MESH_DP = 0, DT_MESH_TP, DT_MESH_PP, DT_MESH_CP, DT_MESH_DIMS } dt_mesh_dim;
 typedef struct dt_mesh dt_mesh;
-dt_status dt_mesh_create(dt_comm *world, int dp, int tp, int pp, dt_mesh **out);
+dt_status dt_mesh_create(dt_comm *world, int dp, int tp, int pp, int cp, dt_mesh **out);
 void dt_mesh_destroy(dt_mesh *m);
 int dt_mesh_size(const dt_mesh *m, dt_mesh_dim d);
 int dt_mesh_coord(const dt_mesh *m, dt_mesh_dim d);
 dt_comm *dt_mesh_comm(const dt_mesh *m, dt_mesh_dim d);
+/* The ranks holding the same part of the model, DP x CP (ranked dp * CP +
+ * cp): context-parallel ranks compute gradients of the same weights from
+ * different rows, so gradients are averaged over both axes. */
+dt_comm *dt_mesh_replicas(const dt_mesh *m);
 
 /* Tensor parallelism's collectives over the TP communicator tp, for the
  * model's part (dt_gpt2_part.tp); tp must outlive the model. */

@@ -42,7 +42,8 @@ typedef struct {
     int sp;                   /* sequence parallelism on the tensor-parallel group */
     int attention;            /* dt_attn_mode */
     int nproc;                /* local ranks to launch (data parallelism); 1 = this process */
-    int dp, tp, pp;           /* the mesh (0: dp = the ranks left over by tp x pp, tp = pp = 1) */
+    int dp, tp, pp, cp;       /* the mesh (0: dp = the ranks left over by tp x pp x cp, the others 1) */
+    int cp_impl;              /* dt_cp_impl: context parallelism's attention, ring (0) or all-to-all; -1: auto */
     int pp_schedule;          /* dt_pp_kind: 1f1b unless --pp-schedule */
     int pp_print;             /* --pp-schedule-print */
     int virtual_stages;       /* --virtual-stages: chunks per stage (interleaved; 0: its 2) */

@@ -73,6 +73,11 @@ static void usage(FILE *f) {
             "                     --pp N: N pipeline stages, each a contiguous run of units balanced by cost (the\n"
             "                     split printed), --grad-accum M (or --micro-batches M) micro-batches of --batch\n"
             "                     per step through them\n"
+            "  --cp N             context parallelism: each sequence split over N ranks (2N chunks, rank r holding\n"
+            "                     chunks r and 2N-1-r, so causal attention's work is even); --seq divisible by 2N\n"
+            "  --cp-impl I        ring (attention's keys and values passed around the ranks under the compute),\n"
+            "                     ulysses (all-to-all: each rank attends over the whole sequence with 1/N of the\n"
+            "                     heads; heads divisible by N x --tp) or auto (the cheaper by the cost model: ring)\n"
             "  --pp-schedule S    1f1b (default; at most N micro-batches in flight per stage), gpipe (all M\n"
             "                     forwards first) or zb1 (ZB-H1: backward split into B and W, W filling 1f1b's\n"
             "                     bubble; at most N in flight per stage; f32, not with --recompute or ZeRO-3) or\n"
@@ -124,7 +129,7 @@ static const dt_cli_flag flags[] = {
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
-    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
+    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
     { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
     { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },
@@ -165,7 +170,7 @@ int dt_cli_train(int argc, char **argv) {
         { "--stop-after", 0, 1e9, 1, &c.stop_after, 'i' },
         { "--grad-accum", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--micro-batches", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--eval-every", 0, 1e9, 1, &c.eval_every, 'i' },
         { "--eval-batches", 1, 1e6, 1, &c.eval_batches, 'i' }, { "--threads", 0, 1024, 1, &c.threads, 'i' },
-        { "--nproc", 1, 256, 1, &c.nproc, 'i' }, { "--dp", 1, 65536, 1, &c.dp, 'i' }, { "--tp", 1, 65536, 1, &c.tp, 'i' }, { "--virtual-stages", 1, 8, 1, &c.virtual_stages, 'i' },
+        { "--nproc", 1, 256, 1, &c.nproc, 'i' }, { "--dp", 1, 65536, 1, &c.dp, 'i' }, { "--tp", 1, 65536, 1, &c.tp, 'i' }, { "--cp", 1, 65536, 1, &c.cp, 'i' }, { "--virtual-stages", 1, 8, 1, &c.virtual_stages, 'i' },
         { "--pp", 1, 65536, 1, &c.pp, 'i' }, { "--bucket-mb", 1e-6, 1e6, 0, &c.bucket_mb, 'd' },
         { "--seed", 0, 1e18, 1, &c.seed, 'u' }, { "--shuffle", 1, 1e18, 1, &c.shuffle_seed, 'u' },
         { "--lr", 1e-30, 9.999999, 0, &c.sched.lr, 'f' }, { "--lr-min", 0, 9.999999, 0, &c.sched.lr_min, 'f' },
@@ -188,13 +193,6 @@ int dt_cli_train(int argc, char **argv) {
         if (!strcmp(f, "--step-at-end")) { c.step_at_end = 1; continue; }
         if (!strcmp(f, "--sync-bn")) { c.sync_bn = 1; continue; }
         if (!strcmp(f, "--synthetic")) { c.synthetic = 1; continue; }
-        static const char *const later[] = { "--cp", "--cp-impl", NULL };
-        for (int k = 0; later[k]; k++)
-            if (!strcmp(f, later[k])) {
-                dt_log(DT_LOG_ERROR, "train: %s is not built yet: dtrain splits the data (--nproc, --dp, --zero) and the "
-                       "layers (--tp, --sp, --pp) today; context parallelism is coming", f);
-                return 2;
-            }
         i++;
         const num_flag *nf = NULL;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++)
@@ -228,6 +226,10 @@ int dt_cli_train(int argc, char **argv) {
             static const char *const z[4] = { NULL, "zero1", "zero2", "zero3" };
             ok = strlen(v) == 1 && v[0] >= '1' && v[0] <= '3';
             c.strategy = ok ? z[v[0] - '0'] : NULL;
+        }
+        else if (!strcmp(f, "--cp-impl")) {
+            ok = !strcmp(v, "ring") || !strcmp(v, "ulysses") || !strcmp(v, "auto");
+            c.cp_impl = !strcmp(v, "ring") ? 0 : !strcmp(v, "ulysses") ? 1 : -1;
         }
         else if (!strcmp(f, "--pp-schedule")) ok = (c.pp_schedule = dt_pp_kind_parse(v)) >= 0;
         else if (!strcmp(f, "--trace")) c.trace = v;

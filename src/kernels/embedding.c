@@ -2,16 +2,26 @@
 #include "dtrain/kernels.h"
 
 void dt_embedding_forward(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
+    dt_embedding_forward_at(out, tok, wte, wpe, NULL, B, T, C);
+}
+
+void dt_embedding_forward_at(float *out, const int32_t *tok, const float *wte, const float *wpe, const int32_t *pos, int B, int T,
+                             int C) {
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *o = out + ((size_t)b * T + t) * C;
-            const float *we = wte + (size_t)tok[b * T + t] * C, *pe = wpe + (size_t)t * C;
+            const float *we = wte + (size_t)tok[b * T + t] * C, *pe = wpe + (size_t)(pos ? pos[t] : t) * C;
             for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
         }
 }
 
 void dt_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C) {
+    dt_embedding_backward_at(dwte, dwpe, dout, tok, NULL, B, T, C);
+}
+
+void dt_embedding_backward_at(float *dwte, float *dwpe, const float *dout, const int32_t *tok, const int32_t *pos, int B, int T,
+                              int C) {
     /* Serial: two positions may carry the same token. Either table may be
      * NULL (data parallelism adds wte's rows itself, after its allreduce). */
     for (int b = 0; b < B; b++)
@@ -22,7 +32,7 @@ void dt_embedding_backward(float *dwte, float *dwpe, const float *dout, const in
                 for (int c = 0; c < C; c++) we[c] += d[c];
             }
             if (dwpe) {
-                float *pe = dwpe + (size_t)t * C;
+                float *pe = dwpe + (size_t)(pos ? pos[t] : t) * C;
                 for (int c = 0; c < C; c++) pe[c] += d[c];
             }
         }

@@ -241,7 +241,24 @@ static dt_status check_part(const dt_gpt2_config *cfg, const dt_gpt2_part *p) {
         return dt_error(DT_ERR_ARG, "model: sequence parallelism needs the whole model (units [0, %d)), not [%d, %d)", cfg->num_layers + 2, a, b);
     if (t > cfg->padded_vocab_size)
         return dt_error(DT_ERR_ARG, "model: --tp %d is more than the %d vocabulary rows", t, cfg->padded_vocab_size);
+    int n = p->cp_size ? p->cp_size : 1;
+    if (n < 1 || p->cp_rank < 0 || p->cp_rank >= n)
+        return dt_error(DT_ERR_ARG, "model: context-parallel rank %d of %d", p->cp_rank, n);
+    if (n > 1 && !p->cp) return dt_error(DT_ERR_ARG, "model: a context-parallel part needs its attention (dt_cp_ops)");
     return DT_OK;
+}
+
+int dt_gpt2_cp_position(int r, int n, int Tl, int i) {
+    int tc = Tl / 2;
+    if (n <= 1) return i;
+    return i < tc ? r * tc + i : (2 * n - 1 - r) * tc + i - tc;
+}
+
+void dt_gpt2_cp_rows(int32_t *x, int B, int T, int r, int n) {
+    int Tl = T / n;
+    /* every row's source is at or after it: in place, in order */
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < Tl; i++) x[(size_t)b * Tl + i] = x[(size_t)b * T + dt_gpt2_cp_position(r, n, Tl, i)];
 }
 
 /* The part's widths (struct dt_gpt2's Cl .. Vv). */
@@ -302,6 +319,7 @@ dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *par
     if ((st = layout(m))) { free(m->tab); free(m->bk); free(m); return st; }
     m->params = m->own_params = dt_alloc_aligned(m->nparams * sizeof(float));
     m->grads = m->own_grads = dt_alloc_zeroed(m->nparams * sizeof(float));
+    if (m->part.cp_size > 1 && !(m->pos = malloc((size_t)cfg->max_seq_len * sizeof(int32_t)))) m->params = NULL;
     if (!m->params || !m->grads) {
         char sz[32];
         dt_format_size(2 * m->nparams * sizeof(float), sz, sizeof sz);
@@ -330,6 +348,7 @@ void dt_gpt2_destroy(dt_gpt2 *m) {
     free(m->lp_cast);
     free(m->inputs);
     free(m->targets);
+    free(m->pos);
     dt_gpt2_free_slots(m);
     free(m);
 }

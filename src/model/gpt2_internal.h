@@ -76,6 +76,7 @@ struct dt_gpt2 {
     int run_a, run_b;         /* its units */
     size_t bt_capacity;       /* B*T the activations are sized for */
     int32_t *inputs, *targets;
+    int32_t *pos;             /* context parallelism: each row's position in the sequence (max_seq_len of them) */
     bool have_targets;
     bool split_bwd;           /* backward in two passes: B (input gradients) and W (weight gradients) */
     bool hold_hooks;          /* backward announces no unit: dt_gpt2_announce_grads does, later */

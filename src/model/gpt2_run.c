@@ -14,8 +14,11 @@
 
 /* Per-layer strides follow the current B and T, so a smaller batch fits in
  * what a larger one allocated as long as B*T and B*T*T (attention) fit. */
+static bool cp(const dt_gpt2 *m) { return m->part.cp_size > 1; }
+
+/* Context parallelism always keeps the log-sum-exp (its blocks merge by it). */
 static bool use_blockwise(const dt_gpt2 *m, int T) {
-    return m->attn == DT_ATTN_BLOCKWISE || (m->attn == DT_ATTN_AUTO && T >= 256);
+    return cp(m) || m->attn == DT_ATTN_BLOCKWISE || (m->attn == DT_ATTN_AUTO && T >= 256);
 }
 
 /* A rank's widths (struct dt_gpt2's): the residual stream's C, attention's
@@ -261,6 +264,12 @@ static void linear_weight_grad(dt_gpt2 *m, const float *dout, const float *inp, 
 /* Mixed precision keeps the logits (and then their gradient) in 16 bits. */
 #define LOGITS16(m) ((uint16_t *)ACT(A_LOGITS))
 
+/* A context-parallel attention's status: the first failure is kept, as a
+ * tensor-parallel collective's (the pass runs on, its caller is told). */
+static void cp_status(dt_gpt2 *m, dt_status st) {
+    if (st && !m->tp_err) m->tp_err = st;
+}
+
 /* Block l on residual (its input): writes the block's activations into its
  * slots and its output into A_RES3. Under mixed precision the LayerNorms'
  * outputs, attention's and GELU's are rounded to 16 bits (autocast casts
@@ -274,7 +283,8 @@ static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
     dt_layernorm_forward(a.ln1, a.ln1m, a.ln1r, residual, PL(l, LN1W), PL(l, LN1B), (int)R, C);
     dt_lp_round(a.ln1, RC, m->prec);
     linear_forward(m, a.qkv, dt_gpt2_tp_gather(m, a.ln1, RC), l, QKVW, QKVB, (int)BT, C, 3 * Cl);
-    if (m->blockwise) dt_attention_forward_lse(a.atty, a.att, a.qkv, B, T, Cl, NH);
+    if (cp(m)) cp_status(m, m->part.cp->forward(m->part.cp->ctx, a.atty, a.att, a.qkv, B, T, Cl, NH));
+    else if (m->blockwise) dt_attention_forward_lse(a.atty, a.att, a.qkv, B, T, Cl, NH);
     else dt_attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
     dt_lp_round(a.atty, BT * (size_t)Cl, m->prec);
     linear_forward(m, ACT(A_TMP), a.atty, l, ATTPROJW, ATTPROJB, (int)BT, Cl, C);
@@ -370,6 +380,10 @@ static dt_status check_range(const dt_gpt2 *m, int a, int b, const int32_t *toke
     if (m->part.sp && m->part.tp_size > 1 && T % m->part.tp_size)
         return dt_error(DT_ERR_ARG, "forward: --sp splits the sequence of %d tokens into --tp %d parts: it does not divide", T,
                         m->part.tp_size);
+    int n = m->part.cp_size;
+    if (n > 1 && (T % 2 || (long)T * n > c->max_seq_len))
+        return dt_error(DT_ERR_ARG, "forward: a context-parallel rank's %d rows a sequence %s", T,
+                        T % 2 ? "are not two equal chunks" : "make a sequence longer than the model's positions");
     if (a == 0 && !tokens) return dt_error(DT_ERR_ARG, "forward: a range from unit 0 needs the tokens");
     if (a > 0 && !x) return dt_error(DT_ERR_ARG, "forward: a range from unit %d needs its input activations", a);
     size_t BT = (size_t)B * T;
@@ -540,7 +554,8 @@ static void layer_backward(dt_gpt2 *m, int l) {
     memset(datty, 0, BTL * sizeof(float));
     linear_backward(m, datty, (float *)dproj, a.atty, l, ATTPROJW, ATTPROJB, (int)BT, Cl, C);
     memset(dqkv, 0, BTL * 3 * sizeof(float));
-    if (m->blockwise) dt_attention_backward_lse(dqkv, datty, a.atty, a.qkv, a.att, B, T, Cl, NH);
+    if (cp(m)) cp_status(m, m->part.cp->backward(m->part.cp->ctx, dqkv, datty, a.atty, a.qkv, a.att, B, T, Cl, NH));
+    else if (m->blockwise) dt_attention_backward_lse(dqkv, datty, a.atty, a.qkv, a.att, B, T, Cl, NH);
     else dt_attention_backward(dqkv, datty, a.qkv, a.att, B, T, Cl, NH);
     memset(dln, 0, BTC * sizeof(float));
     linear_backward(m, dln, dqkv, dt_gpt2_tp_gather(m, a.ln1, RC), l, QKVW, QKVB, (int)BT, C, 3 * Cl);

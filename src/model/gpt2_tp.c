@@ -85,30 +85,41 @@ double dt_gpt2_tp_comm_seconds(dt_gpt2 *m) {
 
 /* The position table is added after the sum, so each value is the one sum
  * wte[token] + wpe[t] that one process computes (the other ranks add zeros). */
+/* Each row's position: t, or under context parallelism the split's (NULL: t). */
+static const int32_t *positions(dt_gpt2 *m, int T) {
+    if (m->part.cp_size <= 1) return NULL;
+    for (int t = 0; t < T; t++) m->pos[t] = dt_gpt2_cp_position(m->part.cp_rank, m->part.cp_size, T, t);
+    return m->pos;
+}
+
 void dt_gpt2_tp_embedding_forward(dt_gpt2 *m, float *out, const int32_t *tokens, int B, int T) {
     int C = m->cfg.channels;
     const float *wte = m->params + m->tab[m->i_wte].offset, *wpe = m->params + m->tab[m->i_wpe].offset;
+    const int32_t *pos = positions(m, T);
     if (m->part.tp_size == 1) {
-        dt_embedding_forward(out, tokens, wte, wpe, B, T, C);
+        dt_embedding_forward_at(out, tokens, wte, wpe, pos, B, T, C);
         return;
     }
     float *rows = sp(m) ? m->acts + m->act_off[A_TMP] : out; /* every row's partial lookup */
     dt_embedding_rows_forward(rows, tokens, wte, m->v0, m->Vl, B * T, C);
     size_t R = dt_gpt2_tp_rows(m), r0 = R * (size_t)m->part.tp_rank * sp(m);
     const float *sum = dt_gpt2_tp_combine(m, rows, R * (size_t)C);
-    for (size_t i = 0; i < R; i++) /* this rank's rows; row r0 + i is position (r0 + i) % T */
-        dt_residual_forward(out + i * (size_t)C, sum + i * (size_t)C, wpe + (r0 + i) % (size_t)T * (size_t)C, (size_t)C);
+    for (size_t i = 0; i < R; i++) { /* this rank's rows; row r0 + i is row (r0 + i) % T of its sequence */
+        size_t t = (r0 + i) % (size_t)T, p = pos ? (size_t)pos[t] : t;
+        dt_residual_forward(out + i * (size_t)C, sum + i * (size_t)C, wpe + p * (size_t)C, (size_t)C);
+    }
 }
 
 void dt_gpt2_tp_embedding_backward(dt_gpt2 *m, float *dwte, float *dwpe, const float *dout, int B, int T) {
     int C = m->cfg.channels;
+    const int32_t *pos = positions(m, T);
     if (m->part.tp_size == 1) {
-        dt_embedding_backward(dwte, dwpe, dout, m->inputs, B, T, C);
+        dt_embedding_backward_at(dwte, dwpe, dout, m->inputs, pos, B, T, C);
         return;
     }
     const float *all = dt_gpt2_tp_gather(m, dout, dt_gpt2_tp_rows(m) * (size_t)C); /* every row's gradient */
     if (dwte) dt_embedding_rows_backward(dwte, all, m->inputs, m->v0, m->Vl, B * T, C);
-    dt_embedding_backward(NULL, dwpe, all, m->inputs, B, T, C);
+    dt_embedding_backward_at(NULL, dwpe, all, m->inputs, pos, B, T, C);
 }
 
 /* Never gathers the logits: two collectives of B*T and 2*B*T floats. The

@@ -185,14 +185,14 @@ static void warn_changes(const cJSON *j, const char *path, const dt_train_config
         if (i != 1) global_then *= v;
         if (i == 1 && v != mine[1]) dt_log(DT_LOG_WARN, "%s: saved with --seq %g, resumed with %d", path, v, mine[1]);
     }
-    /* tensor-parallel ranks and pipeline stages share their samples (a checkpoint without the keys had none) */
+    /* tensor-parallel ranks, pipeline stages and context-parallel ranks share their samples (a checkpoint without the keys had none) */
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "settings");
-    static const char *const mp[2] = { "tp", "pp" };
-    for (int i = 0; i < 2; i++) {
+    static const char *const mp[3] = { "tp", "pp", "cp" };
+    for (int i = 0; i < 3; i++) {
         const cJSON *x = st ? cJSON_GetObjectItemCaseSensitive(st, mp[i]) : NULL;
         if (cJSON_IsNumber(x) && x->valuedouble >= 1) tp_then *= x->valuedouble;
     }
-    int now = c->batch * c->grad_accum * nranks / ((c->tp > 1 ? c->tp : 1) * (c->pp > 1 ? c->pp : 1));
+    int now = c->batch * c->grad_accum * nranks / ((c->tp > 1 ? c->tp : 1) * (c->pp > 1 ? c->pp : 1) * (c->cp > 1 ? c->cp : 1));
     if (global_then / tp_then != (double)now)
         dt_log(DT_LOG_WARN, "%s: the global batch was %g samples, now %d: the run is not the one that was saved", path,
                global_then / tp_then, now);

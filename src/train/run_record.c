@@ -23,7 +23,8 @@ static void add_settings(cJSON *j, const dt_train_config *c, const dt_run_record
     cJSON_AddNumberToObject(s, "seq", c->seq);
     cJSON_AddNumberToObject(s, "grad_accum", c->grad_accum);
     cJSON_AddNumberToObject(s, "ranks", r->nranks);
-    cJSON_AddNumberToObject(s, "tp", c->tp > 1 ? c->tp : 1); /* ranks / tp of them read different samples */
+    cJSON_AddNumberToObject(s, "tp", c->tp > 1 ? c->tp : 1); /* ranks / (tp x pp x cp) of them read different samples */
+    cJSON_AddNumberToObject(s, "cp", c->cp > 1 ? c->cp : 1);
     cJSON_AddBoolToObject(s, "sp", c->sp != 0);
     cJSON_AddNumberToObject(s, "pp", c->pp > 1 ? c->pp : 1);
     cJSON_AddStringToObject(s, "pp_schedule", dt_pp_kind_name((dt_pp_kind)c->pp_schedule));

@@ -13,6 +13,7 @@
 #include "dtrain/obs.h"
 #include "dtrain/plan.h"
 #include "dtrain/pipeline.h"
+#include "dtrain/context.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -132,7 +133,7 @@ typedef struct {
     float lr;
     char strategy[16];        /* the parallel strategy's name (ddp, zero1, ...) */
     int32_t precision;        /* dt_dtype */
-    int32_t mesh[3], pp_schedule; /* dp, tp, pp as laid out; the pipeline's schedule (dt_pp_kind) */
+    int32_t mesh[4], pp_schedule; /* dp, tp, pp, cp as laid out; the pipeline's schedule (dt_pp_kind) */
 } job_shape;
 
 static dt_status check_same(dt_comm *w, const job_shape *mine) {
@@ -160,8 +161,8 @@ static dt_status check_same(dt_comm *w, const job_shape *mine) {
             st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 runs strategy %.15s, rank %d runs %.15s (--zero / --strategy)", a->strategy, r,
                           b->strategy);
         else if (memcmp(a->mesh, b->mesh, sizeof a->mesh))
-            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 lays the job out as dp %d x tp %d x pp %d, rank %d as %d x %d x %d", a->mesh[0],
-                          a->mesh[1], a->mesh[2], r, b->mesh[0], b->mesh[1], b->mesh[2]);
+            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 lays the job out as dp %d x tp %d x pp %d x cp %d, rank %d as %d x %d x %d x %d",
+                          a->mesh[0], a->mesh[1], a->mesh[2], a->mesh[3], r, b->mesh[0], b->mesh[1], b->mesh[2], b->mesh[3]);
         else if (a->mesh[2] > 1 && a->pp_schedule != b->pp_schedule)
             st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 runs the %s pipeline schedule, rank %d %s (--pp-schedule)",
                           dt_pp_kind_name(a->pp_schedule), r, dt_pp_kind_name(b->pp_schedule));
@@ -195,6 +196,13 @@ static const char *tp_lacks(const dt_train_config *c) {
     return NULL;
 }
 
+/* What context parallelism does not run with yet, or NULL. */
+static const char *cp_lacks(const dt_train_config *c) {
+    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
+    if (c->attention == DT_ATTN_FULL) return "--attention full (context parallelism merges blocks by their log-sum-exp)";
+    return NULL;
+}
+
 /* Chunks per pipeline stage: --virtual-stages, 2 by default for the interleaved schedule, else 1. */
 static int pp_virt(const dt_train_config *c) {
     return c->virtual_stages ? c->virtual_stages : c->pp_schedule == DT_PP_INTERLEAVED ? 2 : 1;
@@ -215,15 +223,25 @@ static const char *pp_lacks(const dt_train_config *c) {
     return NULL;
 }
 
-/* --dp x --tp x --pp must be the job's ranks. */
+/* --dp x --tp x --pp x --cp must be the job's ranks. */
 static dt_status check_mesh(const dt_train_config *c, int nranks) {
-    int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, dp = c->dp ? c->dp : (nranks % (tp * pp) ? 0 : nranks / (tp * pp));
+    int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1, mp = tp * pp * cp;
+    int dp = c->dp ? c->dp : (nranks % mp ? 0 : nranks / mp);
     if (!c->dp && !dp)
-        return dt_error(DT_ERR_ARG, "--tp %d x --pp %d = %d does not divide the job's %d rank%s", tp, pp, tp * pp, nranks,
+        return dt_error(DT_ERR_ARG, "--tp %d x --pp %d x --cp %d = %d does not divide the job's %d rank%s", tp, pp, cp, mp, nranks,
                         nranks == 1 ? "" : "s");
-    if ((long)dp * tp * pp != nranks)
-        return dt_error(DT_ERR_ARG, "--dp %d x --tp %d x --pp %d = %ld, but the job has %d rank%s", dp, tp, pp, (long)dp * tp * pp,
-                        nranks, nranks == 1 ? "" : "s");
+    if ((long)dp * mp != nranks)
+        return dt_error(DT_ERR_ARG, "--dp %d x --tp %d x --pp %d x --cp %d = %ld, but the job has %d rank%s", dp, tp, pp, cp,
+                        (long)dp * mp, nranks, nranks == 1 ? "" : "s");
+    if (cp > 1 && cp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--cp %d: not with %s yet", cp, cp_lacks(c));
+    if (cp > 1 && c->seq % (2 * cp))
+        return dt_error(DT_ERR_ARG, "--cp %d: --seq %d does not split into %d chunks (2 x --cp: rank r holds chunks r and %d-r)", cp, c->seq,
+                        2 * cp, 2 * cp - 1);
+    if (cp > 1 && c->sp && c->seq / cp % tp)
+        return dt_error(DT_ERR_ARG, "--sp with --cp %d: a rank's %d positions do not split into --tp %d parts", cp, c->seq / cp, tp);
+    if (cp > 1 && c->cp_impl == DT_CP_ULYSSES && c->shape.num_heads && c->shape.num_heads % (tp * cp))
+        return dt_error(DT_ERR_ARG, "--cp-impl ulysses: --tp %d x --cp %d = %d does not divide the %d attention heads (--heads)", tp, cp,
+                        tp * cp, c->shape.num_heads);
     if (pp > 1 && pp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--pp %d: not with %s yet", pp, pp_lacks(c));
     if (c->virtual_stages > 1 && (pp < 2 || c->pp_schedule != DT_PP_INTERLEAVED))
         return dt_error(DT_ERR_ARG, "--virtual-stages %d: chunks per stage are the interleaved schedule's (--pp N --pp-schedule interleaved)",
@@ -248,6 +266,8 @@ typedef struct {
     int rank, nranks;
     int dp_rank, dp_size;     /* this rank's place among the data-parallel ranks: which slice of each batch it reads */
     dt_tp_ops tp_ops;         /* tensor parallelism's collectives, over the mesh's TP group */
+    dt_cp *cp;                /* context parallelism's attention, over the mesh's CP group (--cp) */
+    int T;                    /* this rank's positions a sequence: --seq, or --seq / --cp */
     dt_comm *mp;              /* the model-parallel group (the TP x PP ranks of one data-parallel rank), with --pp */
     dt_pipeline *pipe;        /* with --pp: the stage's runner, which the engine's step runs */
     double bubble;            /* the last step's idle share, the mean over the stages */
@@ -274,6 +294,15 @@ typedef struct {
     char metrics_path[4096], trace_path[4096]; /* under --report DIR unless given */
 } run;
 
+/* The loader's next batch into r->in, r->tg; a context-parallel rank keeps its rows of each sequence. */
+static void load(run *r, dt_loader *l) {
+    dt_loader_next(l, r->in, r->tg);
+    if (r->T == r->c.seq) return;
+    int cp = dt_mesh_size(r->mesh, DT_MESH_CP), q = dt_mesh_coord(r->mesh, DT_MESH_CP);
+    dt_gpt2_cp_rows(r->in, r->c.batch, r->c.seq, q, cp);
+    dt_gpt2_cp_rows(r->tg, r->c.batch, r->c.seq, q, cp);
+}
+
 /* The next training batch into r->in, r->tg (micro-batch k: every
  * pipeline stage reads each, in order, so the loaders stay together). */
 static dt_status next_batch(void *ctx, int k, const int32_t **in, const int32_t **tg) {
@@ -281,7 +310,7 @@ static dt_status next_batch(void *ctx, int k, const int32_t **in, const int32_t 
     (void)k;
     double t0 = dt_time_now();
     DT_TRACE_BEGIN(DT_TRACK_DATA, "next batch", "\"tokens\":%d", r->c.batch * r->c.seq);
-    dt_loader_next(r->tl, r->in, r->tg);
+    load(r, r->tl);
     DT_TRACE_END(DT_TRACK_DATA);
     r->data += dt_time_now() - t0;
     *in = r->in;
@@ -295,7 +324,7 @@ static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
     const int32_t *in, *tg;
     next_batch(r, k, &in, &tg);
     double ta = dt_time_now();
-    dt_status st = dt_gpt2_forward(r->m, in, tg, r->c.batch, r->c.seq, loss);
+    dt_status st = dt_gpt2_forward(r->m, in, tg, r->c.batch, r->T, loss);
     double tb = dt_time_now();
     if (!st) st = dt_gpt2_backward(r->m, grad_scale);
     r->fwd += tb - ta;
@@ -307,7 +336,7 @@ static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
 static dt_status eval_batch(void *ctx, int k, const int32_t **in, const int32_t **tg) {
     run *r = ctx;
     (void)k;
-    dt_loader_next(r->vl, r->in, r->tg);
+    load(r, r->vl);
     *in = r->in;
     *tg = r->tg;
     return DT_OK;
@@ -325,8 +354,8 @@ static dt_status evaluate(run *r, float *out) {
     if (r->pipe) st = dt_pipeline_forward_only(r->pipe, c->eval_batches, eval_batch, r, &sum, &n);
     for (int i = 0; i < c->eval_batches && !st && !r->pipe; i++, n++) {
         float loss = 0;
-        dt_loader_next(r->vl, r->in, r->tg);
-        st = dt_gpt2_forward(r->m, r->in, r->tg, c->batch, c->seq, &loss);
+        load(r, r->vl);
+        st = dt_gpt2_forward(r->m, r->in, r->tg, c->batch, r->T, &loss);
         sum += loss;
     }
     DT_TRACE_END(DT_TRACK_COMPUTE);
@@ -350,14 +379,16 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
     size_t data = 0;
     if (c->data && stat(c->data, &sb) == 0) data += (size_t)sb.st_size;
     if (c->val_data && stat(c->val_data, &sb) == 0) data += (size_t)sb.st_size;
-    dt_plan_job job = { .model = *cfg, .batch = c->batch, .seq = c->seq, .recompute = c->recompute, .attention = c->attention,
-                        .opt = c->opt, .dp = r->dp_size, .tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1, .sp = c->sp,
+    /* a context-parallel rank holds its T / cp positions, attention's log-sum-exp rather than its rows */
+    dt_plan_job job = { .model = *cfg, .batch = c->batch, .seq = r->T, .recompute = c->recompute,
+                        .attention = r->T < c->seq ? DT_ATTN_BLOCKWISE : c->attention,
+                        .opt = c->opt, .dp = r->mesh ? dt_comm_size(dt_mesh_replicas(r->mesh)) : 1, .tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1, .sp = c->sp,
                         .pp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_PP) : 1, .micro = c->grad_accum, .gpipe = c->pp_schedule == DT_PP_GPIPE,
                         .zb = c->pp_schedule == DT_PP_ZB1, .virt = c->pp_schedule == DT_PP_INTERLEAVED ? pp_virt(c) : 1,
                         .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
                         .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                         .data_bytes = data,
-                        .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_comm(r->mesh, DT_MESH_DP)),
+                        .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_replicas(r->mesh)),
                         .precision = c->precision, .process_bytes = resident_now() };
     dt_status st = dt_plan_check_memory(&job, 3);
     refused_alike = st != DT_OK;
@@ -445,10 +476,25 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         part.tp = &r->tp_ops;
         part.sp = c->sp;
     }
+    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_CP) > 1) {
+        dt_cp_impl impl = c->cp_impl < 0 ? DT_CP_RING : (dt_cp_impl)c->cp_impl;
+        int n = dt_mesh_size(r->mesh, DT_MESH_CP), heads = cfg.num_heads / part.tp_size;
+        if (impl == DT_CP_ULYSSES && (heads % n || cfg.channels / part.tp_size % n))
+            st = dt_error(DT_ERR_ARG, "--cp-impl ulysses: a rank's %d attention heads (of %d, over --tp %d) do not split over --cp %d", heads,
+                          cfg.num_heads, part.tp_size, n);
+        if (st || (st = dt_cp_create(dt_mesh_comm(r->mesh, DT_MESH_CP), impl, &r->cp))) {
+            dt_gpt2_destroy(*out);
+            *out = NULL;
+            return st;
+        }
+        part.cp_rank = dt_mesh_coord(r->mesh, DT_MESH_CP);
+        part.cp_size = n;
+        part.cp = dt_cp_model_ops(r->cp);
+    }
     if (!from_file) {
         if ((st = dt_gpt2_create_part(&cfg, &part, out))) return st;
         r->fresh = true; /* drawn once the ranks have agreed on the job (open_data) */
-    } else if (part.tp_size > 1 || part.ua > 0 || part.ub < cfg.num_layers + 2 || part.nchunks > 1) {
+    } else if (part.tp_size > 1 || part.ua > 0 || part.ub < cfg.num_layers + 2 || part.nchunks > 1 || part.cp_size > 1) {
         /* a file holds the whole model: each tensor-parallel rank or pipeline stage keeps its part of it */
         dt_gpt2 *whole = *out;
         if (!(st = dt_gpt2_create_part(&cfg, &part, out))) st = dt_gpt2_copy_slices(whole, *out);
@@ -497,7 +543,8 @@ static dt_status open_data(run *r) {
         js.val_tokens = r->val ? (int64_t)dt_tokens_count(r->val) : 0;
         snprintf(js.strategy, sizeof js.strategy, "%s", c->strategy ? c->strategy : "ddp");
         js.precision = (int32_t)c->precision;
-        for (int k = 0; k < 3 && r->mesh; k++) js.mesh[k] = dt_mesh_size(r->mesh, (dt_mesh_dim)(k == 0 ? DT_MESH_DP : k == 1 ? DT_MESH_TP : DT_MESH_PP));
+        static const dt_mesh_dim axes[4] = { DT_MESH_DP, DT_MESH_TP, DT_MESH_PP, DT_MESH_CP };
+        for (int k = 0; k < 4 && r->mesh; k++) js.mesh[k] = dt_mesh_size(r->mesh, axes[k]);
         js.pp_schedule = c->pp_schedule;
         st = check_same(r->w, &js);
     }
@@ -507,7 +554,8 @@ static dt_status open_data(run *r) {
 /* The engine over the model, and where a resumed run goes on from. */
 static dt_status make_engine(run *r) {
     const dt_train_config *c = &r->c;
-    dt_engine_config ec = { .comm = r->mesh ? dt_mesh_comm(r->mesh, DT_MESH_DP) : NULL, .strategy = c->strategy, .opt = c->opt,
+    /* gradients average over the replicas: DP x CP (context-parallel ranks hold the same weights) */
+    dt_engine_config ec = { .comm = r->mesh ? dt_mesh_replicas(r->mesh) : NULL, .strategy = c->strategy, .opt = c->opt,
                             .grad_clip = c->grad_clip, .skip_nonfinite = c->skip_nonfinite, .step_at_end = c->step_at_end,
                             .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                             .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL, .grad_comm = c->grad_comm,
@@ -519,7 +567,7 @@ static dt_status make_engine(run *r) {
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
         /* the pipeline before the engine: its hooks come before a data-parallel strategy's */
         dt_pipeline_config pc = { dt_mesh_comm(r->mesh, DT_MESH_PP), r->m, (dt_pp_kind)c->pp_schedule, pp_virt(c), c->grad_accum, c->batch,
-                                  c->seq, next_batch, r };
+                                  r->T, next_batch, r };
         if ((st = dt_pipeline_create(&pc, &r->pipe))) return st;
         ec.schedule = dt_pipeline_schedule(r->pipe);
         ec.loss_comm = r->w;
@@ -570,11 +618,14 @@ static void find_peak(run *r) {
 
 /* ", x N tensor-parallel (sequence parallel) x P pipeline stages" or nothing. */
 static const char *tp_note(const run *r) {
-    static char note[80];
-    int tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1;
+    static char note[160];
+    int tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1, cp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_CP) : 1;
     int pp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_PP) : 1, k = 0;
     note[0] = 0;
     if (tp > 1) k = snprintf(note, sizeof note, " x %d tensor-parallel%s", tp, r->c.sp ? " (sequence parallel)" : "");
+    if (cp > 1)
+        k += snprintf(note + k, sizeof note - (size_t)k, " x %d context-parallel (%s attention, %d positions a rank)", cp,
+                      r->c.cp_impl == DT_CP_ULYSSES ? "all-to-all" : "ring", r->T);
     if (pp > 1) snprintf(note + k, sizeof note - (size_t)k, " x %d pipeline stages", pp);
     return note;
 }
@@ -588,9 +639,15 @@ static dt_status print_placement(run *r) {
     if (!node) return dt_error(DT_ERR_NOMEM, "placement: out of memory");
     dt_status st = dt_comm_allgather(r->w, &mine, node, 1, DT_I32);
     if (st || r->rank != 0 || r->c.quiet) { free(node); return st; }
-    int dp = dt_mesh_size(r->mesh, DT_MESH_DP);
-    printf("mesh pp %d x dp %d x tp %d (tp innermost): rank (pp, dp, tp) node:", dt_mesh_size(r->mesh, DT_MESH_PP), dp, tp);
-    for (int q = 0; q < n; q++) printf(" %d (%d, %d, %d) %d%s", q, q / (tp * dp), q / tp % dp, q % tp, node[q], q + 1 < n ? "," : "\n");
+    int dp = dt_mesh_size(r->mesh, DT_MESH_DP), cp = dt_mesh_size(r->mesh, DT_MESH_CP);
+    if (cp > 1) { /* the 4D mesh; without CP the line reads as it always has */
+        printf("mesh pp %d x dp %d x cp %d x tp %d (tp innermost): rank (pp, dp, cp, tp) node:", dt_mesh_size(r->mesh, DT_MESH_PP), dp, cp, tp);
+        for (int q = 0; q < n; q++)
+            printf(" %d (%d, %d, %d, %d) %d%s", q, q / (tp * cp * dp), q / (tp * cp) % dp, q / tp % cp, q % tp, node[q], q + 1 < n ? "," : "\n");
+    } else {
+        printf("mesh pp %d x dp %d x tp %d (tp innermost): rank (pp, dp, tp) node:", dt_mesh_size(r->mesh, DT_MESH_PP), dp, tp);
+        for (int q = 0; q < n; q++) printf(" %d (%d, %d, %d) %d%s", q, q / (tp * dp), q / tp % dp, q % tp, node[q], q + 1 < n ? "," : "\n");
+    }
     for (int q = 0; q < n; q++)
         if (node[q] != node[q - q % tp])
             dt_log(DT_LOG_WARN, "tensor-parallel group of ranks %d..%d spans machines %d and %d: its collectives run every layer "
@@ -625,12 +682,14 @@ static dt_status setup(run *r) {
     dt_train_config *c = &r->c;
     dt_status st = DT_OK;
     if (r->nranks > 1) {
-        /* check_mesh has vetted the layout; dp 0 means the ranks tp x pp leave */
-        int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1;
-        st = dt_mesh_create(r->w, c->dp ? c->dp : r->nranks / (tp * pp), tp, pp, &r->mesh);
+        /* check_mesh has vetted the layout; dp 0 means the ranks tp x pp x cp leave */
+        int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1;
+        st = dt_mesh_create(r->w, c->dp ? c->dp : r->nranks / (tp * pp * cp), tp, pp, cp, &r->mesh);
     }
-    /* with a pipeline, the ranks of one data-parallel rank's model (its TP x PP ranks): the norm's and the loss's group */
-    if (!st && r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) st = dt_comm_split(r->w, dt_mesh_coord(r->mesh, DT_MESH_DP), r->rank, &r->mp);
+    r->T = r->mesh ? c->seq / dt_mesh_size(r->mesh, DT_MESH_CP) : c->seq;
+    /* with a pipeline, the ranks of one replica's model (its TP x PP ranks): the norm's and the loss's group */
+    if (!st && r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1)
+        st = dt_comm_split(r->w, dt_comm_rank(dt_mesh_replicas(r->mesh)), r->rank, &r->mp);
     r->dp_rank = r->mesh ? dt_mesh_coord(r->mesh, DT_MESH_DP) : 0;
     r->dp_size = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_DP) : 1;
     /* traced from here when the window starts at step 1: the data and checkpoint reads too */
@@ -651,7 +710,7 @@ static dt_status setup(run *r) {
         st = dt_error(DT_ERR_NOMEM, "out of memory for a batch of %zu tokens", BT);
     if (!st) st = dt_watchdog_start(r->nranks > 1 ? r->w : NULL, &r->wd);
     if (!st) find_peak(r);
-    if (!st && r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || r->pipe)) st = print_placement(r);
+    if (!st && r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_CP) > 1 || r->pipe)) st = print_placement(r);
     if (!st && r->pipe && r->rank == 0 && !c->quiet) print_stages(r);
     if (st || c->quiet) return st;
     const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
@@ -959,6 +1018,7 @@ static void teardown(run *r) {
     dt_engine_destroy(r->e);
     dt_pipeline_destroy(r->pipe);
     dt_comm_destroy(r->mp);
+    dt_cp_destroy(r->cp);
     dt_mesh_destroy(r->mesh);
     dt_loader_destroy(r->tl);
     dt_loader_destroy(r->vl);

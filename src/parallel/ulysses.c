@@ -1,0 +1,106 @@
+/* All-to-all attention over a context-parallel group (DeepSpeed-Ulysses;
+ * see context.h). Each rank holds its rows of every head; attention needs
+ * every row of a head. One all-to-all makes the trade: rank j gets heads
+ * [j h, (j+1) h) of everyone's rows, puts them in sequence order, attends
+ * over the whole sequence with the one-process kernel, and a second
+ * all-to-all sends each row home. Four all-to-alls carry backward: the
+ * queries, keys, values and output are traded again rather than kept,
+ * which would double attention's memory on every rank. */
+#include "dtrain/context.h"
+#include "dtrain/kernels.h"
+
+#include <string.h>
+
+typedef struct {
+    dt_comm *comm;
+    int N, B, Tl, T, C, cc; /* ranks, sequences, rows here, positions, channels, channels a rank's heads hold */
+} trade;
+
+static trade trade_of(const dt_ring_config *c) {
+    int N = dt_comm_size(c->cp);
+    return (trade){ c->cp, N, c->B, c->T / N, c->T, c->C, c->C / N };
+}
+
+static dt_status check(const dt_ring_config *c) {
+    int N = dt_comm_size(c->cp);
+    if (c->NH % N || c->C % N || c->T % (2 * N))
+        return dt_error(DT_ERR_ARG, "all-to-all attention over %d ranks: %d heads, %d channels, %d positions (each must split %d ways, "
+                        "the positions into %d chunks)", N, c->NH, c->C, c->T, N, 2 * N);
+    return DT_OK;
+}
+
+size_t dt_ulysses_work_floats(const dt_ring_config *c) {
+    size_t rows = (size_t)c->B * c->T; /* the whole sequence's rows: one rank's [B, Tl, C] is rows x C / N */
+    size_t per = rows * (size_t)c->C / (size_t)dt_comm_size(c->cp);
+    return 14 * per; /* two trade buffers and the gathered q, k, v (3 each), its output and output gradient, their gradient (3) */
+}
+
+/* src [B, Tl, W C] (W parts of C channels) into g [B, T, W cc]: this rank's heads, every row in sequence order. */
+static dt_status to_heads(const trade *x, const float *src, int W, float *s, float *r, float *g) {
+    size_t cc = (size_t)x->cc, n = (size_t)x->B * x->Tl * W * cc;
+    for (int j = 0; j < x->N; j++)
+        for (int b = 0; b < x->B; b++)
+            for (int t = 0; t < x->Tl; t++)
+                for (int w = 0; w < W; w++)
+                    memcpy(s + (((size_t)(j * x->B + b) * x->Tl + t) * W + w) * cc,
+                           src + ((size_t)b * x->Tl + t) * W * x->C + (size_t)w * x->C + j * cc, cc * sizeof(float));
+    dt_status st = dt_comm_alltoall(x->comm, s, r, n, DT_F32);
+    if (st) return dt_error(st, "all-to-all attention, rows to heads: %s", dt_last_error());
+    for (int i = 0; i < x->N; i++)
+        for (int b = 0; b < x->B; b++)
+            for (int t = 0; t < x->Tl; t++) {
+                int p = dt_gpt2_cp_position(i, x->N, x->Tl, t);
+                memcpy(g + ((size_t)b * x->T + p) * W * cc, r + ((size_t)(i * x->B + b) * x->Tl + t) * W * cc, W * cc * sizeof(float));
+            }
+    return DT_OK;
+}
+
+/* The way back: g [B, T, W cc] into dst [B, Tl, W C], set or (add) added to. */
+static dt_status to_rows(const trade *x, const float *g, int W, float *s, float *r, float *dst, int add) {
+    size_t cc = (size_t)x->cc, n = (size_t)x->B * x->Tl * W * cc;
+    for (int i = 0; i < x->N; i++)
+        for (int b = 0; b < x->B; b++)
+            for (int t = 0; t < x->Tl; t++) {
+                int p = dt_gpt2_cp_position(i, x->N, x->Tl, t);
+                memcpy(s + ((size_t)(i * x->B + b) * x->Tl + t) * W * cc, g + ((size_t)b * x->T + p) * W * cc, W * cc * sizeof(float));
+            }
+    dt_status st = dt_comm_alltoall(x->comm, s, r, n, DT_F32);
+    if (st) return dt_error(st, "all-to-all attention, heads to rows: %s", dt_last_error());
+    for (int j = 0; j < x->N; j++)
+        for (int b = 0; b < x->B; b++)
+            for (int t = 0; t < x->Tl; t++)
+                for (int w = 0; w < W; w++) {
+                    float *d = dst + ((size_t)b * x->Tl + t) * W * x->C + (size_t)w * x->C + j * cc;
+                    const float *v = r + (((size_t)(j * x->B + b) * x->Tl + t) * W + w) * cc;
+                    if (add) for (size_t k = 0; k < cc; k++) d[k] += v[k];
+                    else memcpy(d, v, cc * sizeof(float));
+                }
+    return DT_OK;
+}
+
+dt_status dt_ulysses_attention_forward(const dt_ring_config *c, float *out, float *lse, const float *qkv, float *work) {
+    dt_status st = check(c);
+    if (st) return st;
+    trade x = trade_of(c);
+    size_t per = (size_t)x.B * x.Tl * x.C; /* one rank's [B, Tl, C] */
+    float *s = work, *r = s + 3 * per, *g = r + 3 * per, *og = g + 3 * per;
+    int h = c->NH / x.N;
+    if ((st = to_heads(&x, qkv, 3, s, r, g))) return st;
+    dt_attention_forward_lse(og, lse, g, x.B, x.T, x.cc, h);
+    return to_rows(&x, og, 1, s, r, out, 0);
+}
+
+dt_status dt_ulysses_attention_backward(const dt_ring_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
+                                        const float *lse, float *work) {
+    dt_status st = check(c);
+    if (st) return st;
+    trade x = trade_of(c);
+    size_t per = (size_t)x.B * x.Tl * x.C;
+    float *s = work, *r = s + 3 * per, *g = r + 3 * per, *og = g + 3 * per, *dog = og + per, *dg = dog + per;
+    int h = c->NH / x.N;
+    if ((st = to_heads(&x, qkv, 3, s, r, g)) || (st = to_heads(&x, out, 1, s, r, og)) || (st = to_heads(&x, dout, 1, s, r, dog)))
+        return st;
+    memset(dg, 0, 3 * per * sizeof(float));
+    dt_attention_backward_lse(dg, dog, og, g, lse, x.B, x.T, x.cc, h);
+    return to_rows(&x, dg, 3, s, r, dqkv, 1);
+}
