@@ -49,11 +49,14 @@ typedef struct {
     int pp;                  /* pipeline mode: N > 1 stages (GPipe and 1F1B) against one process with N threads, N
                               * data-parallel ranks and PyTorch's pipelining (baseline "torch") */
     int micro;               /* pipeline mode: micro-batches of --batch per step (the global batch: batch x micro) */
+    int cp;                  /* context-parallel mode: N > 1 ranks by ring and by all-to-all against one process with N threads */
     dt_dtype precision;      /* one process: DT_BF16 / DT_F16 times that mixed precision against fp32, alternating
                               * (and PyTorch under autocast of that type); DT_F32: fp32 alone */
 } dt_bench_train_opts;
 
 void dt_bench_train_defaults(dt_bench_train_opts *o);
+/* dtrain bench train --cp N (cp_bench.c). */
+int dt_bench_train_cp(const dt_bench_train_opts *o);
 /* dtrain bench train --pp N (pp_bench.c). */
 int dt_bench_train_pp(const dt_bench_train_opts *o);
 /* Synthetic training throughput; returns a process exit code. With nprocs,

@@ -18,6 +18,7 @@ extern "C" {
 typedef struct {
     dt_comm *cp;        /* the context-parallel group, N ranks */
     int B, T, C, NH;    /* sequences, the whole sequence's positions, channels, heads */
+    double *waited;     /* NULL, or += the seconds spent waiting on the group (traffic compute did not hide) */
 } dt_ring_config;
 /* Rows per chunk, T / (2N); 0 (and an error) when it does not divide. */
 int dt_ring_chunk_rows(const dt_ring_config *c);
@@ -55,12 +56,23 @@ dt_status dt_ulysses_attention_backward(const dt_ring_config *c, float *dqkv, co
  * over a group, by ring or all-to-all, owning the work space they need. */
 typedef enum { DT_CP_RING = 0, DT_CP_ULYSSES } dt_cp_impl;
 const char *dt_cp_impl_name(dt_cp_impl i);
+/* --cp-impl auto: the one that leaves less traffic exposed on n ranks with
+ * heads heads a rank (all-to-all needs them divisible by n). Per layer and
+ * position-channel of a rank, the ring exposes its backward's 2n floats of
+ * key/value gradients (passed after each block, not under it; the keys and
+ * values go under the blocks' compute, which outlasts them from chunks of a
+ * few rows); all-to-all moves 12 (n-1)/n with nothing to hide under (q, k,
+ * v, out forward; those, dout and dq, dk, dv backward). Ring up to n = 4
+ * (8 against 9), all-to-all from 5 (10 against 9.6). */
+dt_cp_impl dt_cp_choose(int n, int heads);
 typedef struct dt_cp dt_cp;
 dt_status dt_cp_create(dt_comm *cp, dt_cp_impl impl, dt_cp **out);
 void dt_cp_destroy(dt_cp *c);
 const dt_cp_ops *dt_cp_model_ops(dt_cp *c);
-/* Seconds in attention (compute and the traffic it did not hide) since the last call. */
-double dt_cp_attention_seconds(dt_cp *c);
+/* Seconds in attention (compute and the traffic it did not hide) since the
+ * last call; *waited: of them, waiting on the group (the ring's passes that
+ * compute did not hide; every all-to-all). */
+double dt_cp_attention_seconds(dt_cp *c, double *waited);
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,16 @@ enum { MAXR = 16, MAXN = 16 };
  * median ms per step (over every run's steps) and exposed ms. */
 int dt_bench_run_dtrain(const dt_bench_train_opts *o, int nproc, bool indep, const char *self, const char *weights,
                         const char *data, double *ms, double *exposed) {
+    static const char *const keys[2] = { "ms", "comm_exposed_ms" };
+    double v[2];
+    int rc = dt_bench_run_dtrain_keys(o, nproc, indep, self, weights, data, keys, 2, v);
+    *ms = v[0];
+    *exposed = v[1] < 0 ? 0 : v[1];
+    return rc;
+}
+
+int dt_bench_run_dtrain_keys(const dt_bench_train_opts *o, int nproc, bool indep, const char *self, const char *weights,
+                             const char *data, const char *const *keys, int nkeys, double *out) {
     char dir[] = "/tmp/dtrain-bench-XXXXXX";
     if (!mkdtemp(dir)) { dt_log(DT_LOG_ERROR, "bench train: cannot create a temporary directory"); return 1; }
     int runs = indep ? nproc : 1;
@@ -40,23 +50,27 @@ int dt_bench_run_dtrain(const dt_bench_train_opts *o, int nproc, bool indep, con
              self, indep ? 1 : nproc, weights, data, o->batch, o->seq, o->warmup + o->steps, o->threads, dir,
              o->train_flags ? o->train_flags : "", dir);
     int rc = dt_bench_run_copies(cmd, runs);
-    double v[4096], e[4096];
-    int nv = 0, ne = 0;
+    enum { CAP = 4096 };
+    double v[CAP];
     char path[PATH_MAX];
+    for (int k = 0; k < nkeys; k++) {
+        int nv = 0;
+        for (int r = 0; r < runs; r++) {
+            snprintf(path, sizeof path, "%s/metrics.%d", dir, r);
+            FILE *f = fopen(path, "r");
+            if (!f) continue;
+            dt_bench_collect(f, keys[k], o->warmup, v, &nv, CAP);
+            fclose(f);
+        }
+        /* the first key (ms) must be there for every step; the others, where the run has them (-1: absent) */
+        out[k] = (k == 0 ? nv >= o->steps * runs : nv > 0) ? dt_bench_median(v, nv) : -1;
+    }
     for (int r = 0; r < runs; r++) {
         snprintf(path, sizeof path, "%s/metrics.%d", dir, r);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        dt_bench_collect(f, "ms", o->warmup, v, &nv, 4096);
-        rewind(f);
-        dt_bench_collect(f, "comm_exposed_ms", o->warmup, e, &ne, 4096);
-        fclose(f);
         unlink(path);
     }
-    *ms = nv >= o->steps * runs ? dt_bench_median(v, nv) : -1;
-    *exposed = ne ? dt_bench_median(e, ne) : 0;
     snprintf(path, sizeof path, "%s/stderr", dir);
-    if (rc != 0 || *ms < 0) {
+    if (rc != 0 || out[0] < 0) {
         dt_log(DT_LOG_ERROR, "bench train: dtrain train --nproc %d%s failed (exit status %d); its messages:", indep ? 1 : nproc,
                indep ? " (independent runs)" : "", rc);
         dt_bench_print_file(path);
@@ -117,7 +131,9 @@ static int run_torch(const dt_bench_train_opts *o, int nproc, const char *weight
 int dt_bench_make_inputs(const dt_bench_train_opts *o, int maxn, char *weights, char *data) {
     dt_gpt2_config cfg;
     dt_gpt2 *m = NULL;
-    if (dt_gpt2_preset(o->model, &cfg) || dt_gpt2_create(&cfg, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (dt_gpt2_preset(o->model, &cfg)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (o->seq > cfg.max_seq_len) cfg.max_seq_len = o->seq; /* long contexts: the position table grows to --seq */
+    if (dt_gpt2_create(&cfg, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     dt_gpt2_init_random(m, 1337);
     int fw = mkstemp(weights), fd = mkstemp(data);
     if (fw < 0 || fd < 0) { dt_log(DT_LOG_ERROR, "bench train: cannot create temporary files"); dt_gpt2_destroy(m); return 1; }

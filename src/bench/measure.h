@@ -40,5 +40,9 @@ int dt_bench_make_inputs(const dt_bench_train_opts *o, int maxn, char *weights, 
  * median exposed communication. */
 int dt_bench_run_dtrain(const dt_bench_train_opts *o, int nproc, bool indep, const char *self, const char *weights,
                         const char *data, double *ms, double *exposed);
+/* The same, with the medians of any metrics keys[0..n) into out (keys[0]
+ * must be "ms"; a key the metrics lack: -1). */
+int dt_bench_run_dtrain_keys(const dt_bench_train_opts *o, int nproc, bool indep, const char *self, const char *weights,
+                             const char *data, const char *const *keys, int nkeys, double *out);
 
 #endif

@@ -23,7 +23,7 @@ static const dt_cli_flag train_flags[] = {
     { "--seq", "a whole number from 1 to 99999" }, { "--steps", "a whole number from 1 to 99999" },
     { "--warmup", "a whole number from 0 to 99999" }, { "--threads", "a whole number from 0 to 99999" },
     { "--rounds", "a whole number from 1 to 99999" }, { "--baseline", "torch, or with --zero: fsdp, deepspeed or all" }, { "--precision", "fp32, bf16 or fp16" }, { "--nproc", "a list like 1,2,4" },
-    { "--zero", "1, 2 or 3" }, { "--tp", "a whole number of ranks from 2 to 256" }, { "--pp", "a whole number of stages from 2 to 256" },
+    { "--zero", "1, 2 or 3" }, { "--tp", "a whole number of ranks from 2 to 256" }, { "--pp", "a whole number of stages from 2 to 256" }, { "--cp", "a whole number of ranks from 2 to 256" },
     { "--micro-batches", "a whole number from 1 to 1e6" },
     { "--train-flags", "flags for dtrain train, in one argument" }, { "--synthetic", "" }, { "--sp", "" }, { "--report", "a directory" }, { "--json", "" }, { "--help", "" }, { NULL, NULL },
 };
@@ -76,6 +76,8 @@ static int bench_train(int argc, char **argv) {
                    "                          [--pp N [--micro-batches M] [--baseline torch]]  pipeline parallelism, GPipe, 1F1B, zb1 and interleaved,\n"
                    "                          on N stages (M micro-batches of --batch a step, 2N by default) against one process with N\n"
                    "                          threads and N data-parallel ranks, and PyTorch's pipelining (the baselines' venv)\n"
+                   "                          [--cp N]  context parallelism on N ranks by ring and by all-to-all against one\n"
+                   "                          process with N threads (--batch sequences of --seq; the model's positions grow to --seq)\n"
                    "                          [--nproc 2 --zero 1|2|3 [--baseline fsdp|deepspeed|all]]  that ZeRO stage against\n"
                    "                          dtrain's DDP and PyTorch's (ZeroRedundancyOptimizer, FSDP2) or DeepSpeed's at the\n"
                    "                          stage (their virtual environment: scripts/make-baselines-venv.sh)\n"
@@ -117,6 +119,7 @@ static int bench_train(int argc, char **argv) {
         else if (isnum && n >= 1 && n <= 3 && !strcmp(f, "--zero")) o.zero = (int)n;
         else if (isnum && n >= 2 && n <= 256 && !strcmp(f, "--tp")) o.tp = (int)n;
         else if (isnum && n >= 2 && n <= 256 && !strcmp(f, "--pp")) o.pp = (int)n;
+        else if (isnum && n >= 2 && n <= 256 && !strcmp(f, "--cp")) o.cp = (int)n;
         else if (isnum && n >= 1 && n <= 1e6 && !strcmp(f, "--micro-batches")) o.micro = (int)n;
         else if (isnum && n >= 1 && !strcmp(f, "--batch")) o.batch = (int)n, batch_given = true;
         else if (isnum && n >= 1 && !strcmp(f, "--seq")) o.seq = (int)n;
@@ -169,6 +172,12 @@ static int bench_train(int argc, char **argv) {
                "--steps, --warmup, --rounds, --baseline torch and --train-flags");
         return 2;
     }
+    if (o.cp && (o.tp || o.pp || image || o.zero || o.nnprocs || o.precision != DT_F32 || o.report || o.baseline)) {
+        dt_log(DT_LOG_ERROR, "bench train: --cp N compares GPT-2 layouts on N cores; it takes --model, --batch, --seq, --steps, "
+               "--warmup, --rounds and --train-flags");
+        return 2;
+    }
+    if (o.cp) return dt_bench_train_cp(&o);
     return o.pp ? dt_bench_train_pp(&o) : o.tp ? dt_bench_train_tp(&o) : dt_bench_train(&o);
 }
 

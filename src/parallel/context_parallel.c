@@ -13,13 +13,19 @@ struct dt_cp {
     dt_cp_ops ops;
     float *work;
     size_t cap;
-    double seconds;
+    double seconds, waited;
 };
 
 const char *dt_cp_impl_name(dt_cp_impl i) { return i == DT_CP_ULYSSES ? "ulysses" : "ring"; }
 
+dt_cp_impl dt_cp_choose(int n, int heads) {
+    if (n < 2 || heads % n) return DT_CP_RING;
+    double ring = 2.0 * n, alltoall = 12.0 * (n - 1) / n;
+    return alltoall < ring ? DT_CP_ULYSSES : DT_CP_RING;
+}
+
 static dt_status prepare(dt_cp *c, dt_ring_config *rc, int B, int T, int C, int NH) {
-    *rc = (dt_ring_config){ c->comm, B, T * dt_comm_size(c->comm), C, NH };
+    *rc = (dt_ring_config){ c->comm, B, T * dt_comm_size(c->comm), C, NH, &c->waited };
     size_t need = c->impl == DT_CP_ULYSSES ? dt_ulysses_work_floats(rc) : dt_ring_work_floats(rc);
     if (need <= c->cap) return DT_OK;
     dt_free_aligned(c->work);
@@ -72,8 +78,9 @@ void dt_cp_destroy(dt_cp *c) {
 
 const dt_cp_ops *dt_cp_model_ops(dt_cp *c) { return &c->ops; }
 
-double dt_cp_attention_seconds(dt_cp *c) {
+double dt_cp_attention_seconds(dt_cp *c, double *waited) {
     double s = c->seconds;
-    c->seconds = 0;
+    *waited = c->waited;
+    c->seconds = c->waited = 0;
     return s;
 }

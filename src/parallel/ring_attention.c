@@ -47,9 +47,14 @@ static dt_status pass(const dt_ring_config *c, const float *send, float *recv, s
     return dt_comm_isendrecv(c->cp, send, n, (r + 1) % N, recv, n, (r + N - 1) % N, DT_F32, req);
 }
 
-static dt_status done(dt_request **req, const char *what) {
+/* The pass's wait, after the block's compute: what the trace and c->waited call exposed. */
+static dt_status done(const dt_ring_config *c, dt_request **req, const char *what) {
     if (!*req) return DT_OK;
+    double t0 = dt_time_now();
+    DT_TRACE_BEGIN(DT_TRACK_COMM, "ring wait", "\"what\":\"%s\"", what);
     dt_status st = dt_wait(*req);
+    DT_TRACE_END(DT_TRACK_COMM);
+    if (c->waited) *c->waited += dt_time_now() - t0;
     *req = NULL;
     return st ? dt_error(st, "ring attention, %s: %s", what, dt_last_error()) : DT_OK;
 }
@@ -78,7 +83,7 @@ dt_status dt_ring_attention_forward(const dt_ring_config *c, float *out, float *
                     dt_attention_merge(o, l, bout, blse, 1, tc, C, NH);
                 }
             }
-        dt_status s2 = done(&req, "passing keys and values on");
+        dt_status s2 = done(c, &req, "passing keys and values on");
         if (!st) st = s2;
     }
     return st;
@@ -111,12 +116,12 @@ dt_status dt_ring_attention_backward(const dt_ring_config *c, float *dqkv, const
                     dt_attention_block_backward(&g, dy, y, l, &q, &k, &v, 1, C, NH);
                 }
             }
-        dt_status s2 = done(&req, "passing keys and values on");
+        dt_status s2 = done(c, &req, "passing keys and values on");
         if (!st) st = s2;
         /* the block's gradient goes on with it; after the last step, home (the owner is the next rank) */
         if (!st && N > 1) {
             st = pass(c, dkv[cur], dkv[!cur], kvn, &req);
-            if (!st) st = done(&req, "passing the keys' and values' gradients on");
+            if (!st) st = done(c, &req, "passing the keys' and values' gradients on");
         }
     }
     /* the gradient of this rank's own keys and values, home after N passes */

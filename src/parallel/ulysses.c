@@ -13,12 +13,13 @@
 
 typedef struct {
     dt_comm *comm;
+    double *waited;
     int N, B, Tl, T, C, cc; /* ranks, sequences, rows here, positions, channels, channels a rank's heads hold */
 } trade;
 
 static trade trade_of(const dt_ring_config *c) {
     int N = dt_comm_size(c->cp);
-    return (trade){ c->cp, N, c->B, c->T / N, c->T, c->C, c->C / N };
+    return (trade){ c->cp, c->waited, N, c->B, c->T / N, c->T, c->C, c->C / N };
 }
 
 static dt_status check(const dt_ring_config *c) {
@@ -35,6 +36,16 @@ size_t dt_ulysses_work_floats(const dt_ring_config *c) {
     return 14 * per; /* two trade buffers and the gathered q, k, v (3 each), its output and output gradient, their gradient (3) */
 }
 
+/* An all-to-all: nothing computes meanwhile, so all of it is exposed. */
+static dt_status exchange(const trade *x, const float *s, float *r, size_t n) {
+    double t0 = dt_time_now();
+    DT_TRACE_BEGIN(DT_TRACK_COMM, "all-to-all attention", "\"floats\":%zu", n * (size_t)x->N);
+    dt_status st = dt_comm_alltoall(x->comm, s, r, n, DT_F32);
+    DT_TRACE_END(DT_TRACK_COMM);
+    if (x->waited) *x->waited += dt_time_now() - t0;
+    return st;
+}
+
 /* src [B, Tl, W C] (W parts of C channels) into g [B, T, W cc]: this rank's heads, every row in sequence order. */
 static dt_status to_heads(const trade *x, const float *src, int W, float *s, float *r, float *g) {
     size_t cc = (size_t)x->cc, n = (size_t)x->B * x->Tl * W * cc;
@@ -44,7 +55,7 @@ static dt_status to_heads(const trade *x, const float *src, int W, float *s, flo
                 for (int w = 0; w < W; w++)
                     memcpy(s + (((size_t)(j * x->B + b) * x->Tl + t) * W + w) * cc,
                            src + ((size_t)b * x->Tl + t) * W * x->C + (size_t)w * x->C + j * cc, cc * sizeof(float));
-    dt_status st = dt_comm_alltoall(x->comm, s, r, n, DT_F32);
+    dt_status st = exchange(x, s, r, n);
     if (st) return dt_error(st, "all-to-all attention, rows to heads: %s", dt_last_error());
     for (int i = 0; i < x->N; i++)
         for (int b = 0; b < x->B; b++)
@@ -64,7 +75,7 @@ static dt_status to_rows(const trade *x, const float *g, int W, float *s, float 
                 int p = dt_gpt2_cp_position(i, x->N, x->Tl, t);
                 memcpy(s + ((size_t)(i * x->B + b) * x->Tl + t) * W * cc, g + ((size_t)b * x->T + p) * W * cc, W * cc * sizeof(float));
             }
-    dt_status st = dt_comm_alltoall(x->comm, s, r, n, DT_F32);
+    dt_status st = exchange(x, s, r, n);
     if (st) return dt_error(st, "all-to-all attention, heads to rows: %s", dt_last_error());
     for (int j = 0; j < x->N; j++)
         for (int b = 0; b < x->B; b++)

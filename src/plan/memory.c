@@ -37,6 +37,8 @@ static void estimate_rank(const dt_plan_job *j, double psi, double acts, dt_plan
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
     m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
               (j->stage >= 2 && n > 1 ? f * (double)j->model.padded_vocab_size * C + (double)j->bucket_bytes : 0);
+    /* context parallelism's attention work space (dt_ring_work_floats, dt_ulysses_work_floats) */
+    if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 8) * BT * C / (j->tp > 1 ? j->tp : 1);
     m->acts = acts;
     m->data = (double)j->data_bytes;
     m->runtime = (double)j->process_bytes;
@@ -44,7 +46,11 @@ static void estimate_rank(const dt_plan_job *j, double psi, double acts, dt_plan
     m->per_machine = m->per_rank * (j->local_ranks > 0 ? j->local_ranks : 1);
 }
 
-void dt_plan_memory_estimate(const dt_plan_job *j, dt_plan_memory *m) {
+void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
+    /* context parallelism: a rank's job is its positions, with blockwise attention */
+    dt_plan_job cpj = *job;
+    if (job->cp > 1) cpj.seq = job->seq / job->cp, cpj.attention = DT_ATTN_BLOCKWISE;
+    const dt_plan_job *j = &cpj;
     const dt_gpt2_config *c = &j->model;
     int p = j->pp > 1 ? j->pp : 1, v = j->virt > 1 && p > 1 ? j->virt : 1, first[p * v + 1];
     int ok = p > 1 && !dt_gpt2_split_stages(c, j->seq, p * v, first);

@@ -44,6 +44,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->epochs = 0; /* unset: image models train 5 (run_rank) */
     c->stall_timeout = DT_STALL_TIMEOUT_DEFAULT;
     c->pp_schedule = 1; /* DT_PP_1F1B */
+    c->cp_impl = -1;    /* auto */
     dt_optim_defaults(DT_OPT_ADAMW, &c->opt);
     dt_schedule_defaults(&c->sched);
     dt_loss_scale_defaults(&c->loss_scale);
@@ -373,15 +374,21 @@ static dt_status evaluate(run *r, float *out) {
 /* A refusal every rank makes alike (the memory check's), said by rank 0 alone. */
 static bool refused_alike;
 
+/* Context parallelism's attention: --cp-impl, or auto's choice. */
+static dt_cp_impl cp_impl(const run *r, const dt_gpt2_config *cfg) {
+    if (r->c.cp_impl >= 0) return (dt_cp_impl)r->c.cp_impl;
+    int tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1;
+    return dt_cp_choose(r->mesh ? dt_mesh_size(r->mesh, DT_MESH_CP) : 1, cfg->num_heads / tp);
+}
+
 static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
     const dt_train_config *c = &r->c;
     struct stat sb;
     size_t data = 0;
     if (c->data && stat(c->data, &sb) == 0) data += (size_t)sb.st_size;
     if (c->val_data && stat(c->val_data, &sb) == 0) data += (size_t)sb.st_size;
-    /* a context-parallel rank holds its T / cp positions, attention's log-sum-exp rather than its rows */
-    dt_plan_job job = { .model = *cfg, .batch = c->batch, .seq = r->T, .recompute = c->recompute,
-                        .attention = r->T < c->seq ? DT_ATTN_BLOCKWISE : c->attention,
+    dt_plan_job job = { .model = *cfg, .batch = c->batch, .seq = c->seq, .recompute = c->recompute, .attention = c->attention,
+                        .cp = c->seq / r->T, .cp_ulysses = cp_impl(r, cfg) == DT_CP_ULYSSES,
                         .opt = c->opt, .dp = r->mesh ? dt_comm_size(dt_mesh_replicas(r->mesh)) : 1, .tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1, .sp = c->sp,
                         .pp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_PP) : 1, .micro = c->grad_accum, .gpipe = c->pp_schedule == DT_PP_GPIPE,
                         .zb = c->pp_schedule == DT_PP_ZB1, .virt = c->pp_schedule == DT_PP_INTERLEAVED ? pp_virt(c) : 1,
@@ -477,8 +484,9 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         part.sp = c->sp;
     }
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_CP) > 1) {
-        dt_cp_impl impl = c->cp_impl < 0 ? DT_CP_RING : (dt_cp_impl)c->cp_impl;
         int n = dt_mesh_size(r->mesh, DT_MESH_CP), heads = cfg.num_heads / part.tp_size;
+        dt_cp_impl impl = cp_impl(r, &cfg);
+        r->c.cp_impl = (int)impl; /* auto's choice, for what the run prints */
         if (impl == DT_CP_ULYSSES && (heads % n || cfg.channels / part.tp_size % n))
             st = dt_error(DT_ERR_ARG, "--cp-impl ulysses: a rank's %d attention heads (of %d, over --tp %d) do not split over --cp %d", heads,
                           cfg.num_heads, part.tp_size, n);
@@ -785,15 +793,18 @@ static dt_status save(run *r, int steps_done) {
 
 static void write_metrics(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val) {
     FILE *f = r->metrics;
+    /* context parallelism's attention this step; its waits on the group are exposed communication */
+    double cw = 0, ca = r->cp ? dt_cp_attention_seconds(r->cp, &cw) : 0;
     fprintf(f, "{\"step\":%d", step + 1);
     json_num(f, "loss", "%.6f", s->loss);
     fprintf(f, ",\"lr\":%.6g", lr);
     json_num(f, "grad_norm", "%.6f", s->norm);
     fprintf(f, ",\"ms\":%.3f,\"tok_per_s\":%.1f,\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f,"
             "\"compute_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"data_ms\":%.3f", ms, tps, r->fwd * 1e3, r->bwd * 1e3, s->update_ms,
-            (r->fwd + r->bwd - r->tp_comm) * 1e3 - s->exposed_in_backward_ms + s->update_ms, s->exposed_ms + r->tp_comm * 1e3,
+            (r->fwd + r->bwd - r->tp_comm - cw) * 1e3 - s->exposed_in_backward_ms + s->update_ms, s->exposed_ms + (r->tp_comm + cw) * 1e3,
             r->data * 1e3);
     if (r->tp_comm > 0) fprintf(f, ",\"tp_comm_ms\":%.3f", r->tp_comm * 1e3);
+    if (r->cp) fprintf(f, ",\"cp_attention_ms\":%.3f,\"cp_wait_ms\":%.3f", ca * 1e3, cw * 1e3);
     if (r->pipe) fprintf(f, ",\"bubble\":%.4f", r->bubble);
     if (r->wgt > 0) fprintf(f, ",\"weight_grad_ms\":%.3f", r->wgt * 1e3);
     double gflops = r->flops_per_step / (ms / 1e3) / 1e9;
