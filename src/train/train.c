@@ -228,12 +228,13 @@ static const char *pp_lacks(const dt_train_config *c) {
 static dt_status check_mesh(const dt_train_config *c, int nranks) {
     int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1, mp = tp * pp * cp;
     int dp = c->dp ? c->dp : (nranks % mp ? 0 : nranks / mp);
+    char axes[64]; /* the model's axes as given (--cp only when used) */
+    snprintf(axes, sizeof axes, "--tp %d x --pp %d%s", tp, pp, cp > 1 ? " x --cp " : "");
+    if (cp > 1) snprintf(axes + strlen(axes), sizeof axes - strlen(axes), "%d", cp);
     if (!c->dp && !dp)
-        return dt_error(DT_ERR_ARG, "--tp %d x --pp %d x --cp %d = %d does not divide the job's %d rank%s", tp, pp, cp, mp, nranks,
-                        nranks == 1 ? "" : "s");
+        return dt_error(DT_ERR_ARG, "%s = %d does not divide the job's %d rank%s", axes, mp, nranks, nranks == 1 ? "" : "s");
     if ((long)dp * mp != nranks)
-        return dt_error(DT_ERR_ARG, "--dp %d x --tp %d x --pp %d x --cp %d = %ld, but the job has %d rank%s", dp, tp, pp, cp,
-                        (long)dp * mp, nranks, nranks == 1 ? "" : "s");
+        return dt_error(DT_ERR_ARG, "--dp %d x %s = %ld, but the job has %d rank%s", dp, axes, (long)dp * mp, nranks, nranks == 1 ? "" : "s");
     if (cp > 1 && cp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--cp %d: not with %s yet", cp, cp_lacks(c));
     if (cp > 1 && c->seq % (2 * cp))
         return dt_error(DT_ERR_ARG, "--cp %d: --seq %d does not split into %d chunks (2 x --cp: rank r holds chunks r and %d-r)", cp, c->seq,
