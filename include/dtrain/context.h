@@ -24,8 +24,9 @@ typedef struct {
 int dt_ring_chunk_rows(const dt_ring_config *c);
 /* The first position of this rank's chunk i (0 or 1). */
 int dt_ring_chunk_pos(const dt_ring_config *c, int rank, int i);
-/* Floats of work space forward and backward need: 4 B x 2Tc x 2C (two
- * key/value blocks and two of their gradients) and one block's output. */
+/* Floats of work space forward and backward need: 5 B x 2Tc x 2C (two
+ * key/value blocks and three of their gradients: computed, sent, arriving)
+ * and one block's output. */
 size_t dt_ring_work_floats(const dt_ring_config *c);
 
 /* Causal attention of this rank's rows over the whole sequence: qkv
@@ -35,9 +36,9 @@ size_t dt_ring_work_floats(const dt_ring_config *c);
  * the blocks' results merge by their log-sum-exp. Collective over cp. */
 dt_status dt_ring_attention_forward(const dt_ring_config *c, float *out, float *lse, const float *qkv, float *work);
 /* dqkv [B, 2Tc, 3C] += the gradient of this rank's rows: each key/value
- * block travels with the gradient of its keys and values, which every rank
- * adds to as the block passes, and which reaches its owner after a whole
- * turn. Collective over cp. */
+ * block's gradient follows it around the ring a step behind (sent under the
+ * next block's compute), every rank adding its share, and reaches its owner
+ * after a whole turn. Collective over cp. */
 dt_status dt_ring_attention_backward(const dt_ring_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
                                      const float *lse, float *work);
 
@@ -56,15 +57,18 @@ dt_status dt_ulysses_attention_backward(const dt_ring_config *c, float *dqkv, co
  * over a group, by ring or all-to-all, owning the work space they need. */
 typedef enum { DT_CP_RING = 0, DT_CP_ULYSSES } dt_cp_impl;
 const char *dt_cp_impl_name(dt_cp_impl i);
-/* --cp-impl auto: the one that leaves less traffic exposed on n ranks with
- * heads heads a rank (all-to-all needs them divisible by n). Per layer and
- * position-channel of a rank, the ring exposes its backward's 2n floats of
- * key/value gradients (passed after each block, not under it; the keys and
- * values go under the blocks' compute, which outlasts them from chunks of a
- * few rows); all-to-all moves 12 (n-1)/n with nothing to hide under (q, k,
- * v, out forward; those, dout and dq, dk, dv backward). Ring up to n = 4
- * (8 against 9), all-to-all from 5 (10 against 9.6). */
-dt_cp_impl dt_cp_choose(int n, int heads);
+/* --cp-impl auto: the one that leaves less traffic exposed on n ranks of tl
+ * positions each, heads heads a rank (all-to-all needs them divisible by n),
+ * at flops (attention's rate, per second) and bytes (the link's, per
+ * second). The ring's passes of 8 tl bytes a channel (keys and values, f32)
+ * hide under a block's compute, about 2 tl^2 flops a channel forward and 5
+ * backward, and what does not hide is exposed, n - 1 times a pass, plus the
+ * last gradient pass (home, after all compute); all-to-all moves 48 (n-1)/n
+ * tl bytes a channel (q, k, v, out forward; those, dout and the three
+ * gradients backward) with nothing to hide under. On a CPU a block's
+ * compute outlasts its pass from a few rows: ring. With a GPU's rate and a
+ * link much slower than it, short sequences a rank favour all-to-all. */
+dt_cp_impl dt_cp_choose(int n, int heads, int tl, double flops, double bytes);
 typedef struct dt_cp dt_cp;
 dt_status dt_cp_create(dt_comm *cp, dt_cp_impl impl, dt_cp **out);
 void dt_cp_destroy(dt_cp *c);

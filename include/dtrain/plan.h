@@ -30,7 +30,7 @@ typedef struct {
                               * zb (ZB-H1) at most p on every stage, each with the split backward's output gradients */
     int virt;                /* interleaved: chunks per stage (0 or 1: one); up to (v-1)p + 2(p-1) + 1 micro-batches in flight */
     int cp, cp_ulysses;      /* context-parallel ranks (0, 1: none): each holds seq / cp positions, attention's log-sum-exp and
-                              * the ring's (or all-to-all's, cp_ulysses) work space of 8 (14) floats a position and channel */
+                              * the ring's (or all-to-all's, cp_ulysses) work space of 10 (14) floats a position and channel */
     int local_ranks;         /* ranks on one machine */
     int stage;               /* 0: DDP; 1, 2, 3: ZeRO */
     size_t bucket_bytes;     /* stages 2, 3: a gradient bucket (the pool holds two in flight) */

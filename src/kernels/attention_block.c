@@ -22,7 +22,8 @@ void dt_attention_block_forward(float *out, float *lse, const dt_attn_rows *q, c
                                 int B, int C, int NH) {
     int hs = C / NH, Tq = q->T, Tk = k->T;
     float scale = 1.0f / sqrtf((float)hs);
-    #pragma omp parallel for collapse(3) schedule(static)
+    /* dynamic: a causal row's work grows with its position, so equal runs of rows are not equal work */
+    #pragma omp parallel for collapse(3) schedule(dynamic, 16)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < Tq; t++)
             for (int h = 0; h < NH; h++) {

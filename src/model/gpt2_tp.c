@@ -83,8 +83,6 @@ double dt_gpt2_tp_comm_seconds(dt_gpt2 *m) {
     return s;
 }
 
-/* The position table is added after the sum, so each value is the one sum
- * wte[token] + wpe[t] that one process computes (the other ranks add zeros). */
 /* Each row's position: t, or under context parallelism the split's (NULL: t). */
 static const int32_t *positions(dt_gpt2 *m, int T) {
     if (m->part.cp_size <= 1) return NULL;
@@ -92,6 +90,8 @@ static const int32_t *positions(dt_gpt2 *m, int T) {
     return m->pos;
 }
 
+/* The position table is added after the sum, so each value is the one sum
+ * wte[token] + wpe[t] that one process computes (the other ranks add zeros). */
 void dt_gpt2_tp_embedding_forward(dt_gpt2 *m, float *out, const int32_t *tokens, int B, int T) {
     int C = m->cfg.channels;
     const float *wte = m->params + m->tab[m->i_wte].offset, *wpe = m->params + m->tab[m->i_wpe].offset;

@@ -18,9 +18,11 @@ struct dt_cp {
 
 const char *dt_cp_impl_name(dt_cp_impl i) { return i == DT_CP_ULYSSES ? "ulysses" : "ring"; }
 
-dt_cp_impl dt_cp_choose(int n, int heads) {
+dt_cp_impl dt_cp_choose(int n, int heads, int tl, double flops, double bytes) {
     if (n < 2 || heads % n) return DT_CP_RING;
-    double ring = 2.0 * n, alltoall = 12.0 * (n - 1) / n;
+    double pass = 8.0 * tl / bytes, fwd = 2.0 * tl * tl / flops, bwd = 5.0 * tl * tl / flops; /* seconds a channel */
+    double over_f = pass > fwd ? pass - fwd : 0, over_b = pass > bwd ? pass - bwd : 0;
+    double ring = (n - 1) * (over_f + 2 * over_b) + pass, alltoall = 48.0 * (n - 1) / n * tl / bytes;
     return alltoall < ring ? DT_CP_ULYSSES : DT_CP_RING;
 }
 

@@ -26,7 +26,7 @@ int dt_ring_chunk_pos(const dt_ring_config *c, int rank, int i) {
 
 size_t dt_ring_work_floats(const dt_ring_config *c) {
     size_t tc = (size_t)c->T / (2 * (size_t)dt_comm_size(c->cp)), kv = (size_t)c->B * 2 * tc * 2 * (size_t)c->C;
-    return 4 * kv + tc * (size_t)c->C + (size_t)c->NH * tc;
+    return 5 * kv + tc * (size_t)c->C + (size_t)c->NH * tc;
 }
 
 /* This rank's keys and values, [B, 2Tc, 2C], out of its qkv rows. */
@@ -51,9 +51,9 @@ static dt_status pass(const dt_ring_config *c, const float *send, float *recv, s
 static dt_status done(const dt_ring_config *c, dt_request **req, const char *what) {
     if (!*req) return DT_OK;
     double t0 = dt_time_now();
-    DT_TRACE_BEGIN(DT_TRACK_COMM, "ring wait", "\"what\":\"%s\"", what);
+    DT_TRACE_BEGIN(DT_TRACK_SELF, "ring wait", "\"what\":\"%s\"", what);
     dt_status st = dt_wait(*req);
-    DT_TRACE_END(DT_TRACK_COMM);
+    DT_TRACE_END(DT_TRACK_SELF);
     if (c->waited) *c->waited += dt_time_now() - t0;
     *req = NULL;
     return st ? dt_error(st, "ring attention, %s: %s", what, dt_last_error()) : DT_OK;
@@ -89,20 +89,26 @@ dt_status dt_ring_attention_forward(const dt_ring_config *c, float *out, float *
     return st;
 }
 
+/* Backward's block gradients travel one step behind their blocks: a rank
+ * adds its share of block X's key/value gradient into a fresh buffer while
+ * the sum of the ranks before it is on its way, adds that in when its
+ * compute is done, and sends the total on (to r+1, which holds X next) under
+ * its next block's compute. Buffers: kv[2] (the block in hand, the next),
+ * then the gradient being computed (mine), being sent (out), arriving (in). */
 dt_status dt_ring_attention_backward(const dt_ring_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
                                      const float *lse, float *work) {
     int N = dt_comm_size(c->cp), r = dt_comm_rank(c->cp), tc = dt_ring_chunk_rows(c), C = c->C, NH = c->NH;
     if (!tc) return dt_error(DT_ERR_ARG, "%s", dt_last_error());
     size_t rows = (size_t)c->B * 2 * tc, kvn = rows * 2 * (size_t)C;
-    float *kv[2] = { work, work + kvn }, *dkv[2] = { work + 2 * kvn, work + 3 * kvn };
+    float *kv[2] = { work, work + kvn }, *mine = work + 2 * kvn, *sending = work + 3 * kvn, *in = work + 4 * kvn;
     pack_kv(kv[0], qkv, rows, C);
-    memset(dkv[0], 0, kvn * sizeof(float));
+    dt_request *grad = NULL; /* the last step's gradient exchange: out to r+1, in from r-1 */
     dt_status st = DT_OK;
     for (int s = 0; s < N && !st; s++) {
         int owner = (r - s + N) % N, cur = s % 2;
         dt_request *req = NULL;
-        /* the next keys and values travel during this block's backward; its gradient after it */
         if (s + 1 < N) st = pass(c, kv[cur], kv[!cur], kvn, &req);
+        memset(mine, 0, kvn * sizeof(float));
         for (int b = 0; b < c->B && !st; b++)
             for (int qi = 0; qi < 2; qi++) {
                 dt_attn_rows q = rows_of(qkv, 3 * (size_t)C, b, qi, tc, dt_ring_chunk_pos(c, r, qi));
@@ -111,22 +117,27 @@ dt_status dt_ring_attention_backward(const dt_ring_config *c, float *dqkv, const
                 for (int ki = 0; ki < 2; ki++) {
                     dt_attn_rows k = rows_of(kv[cur], 2 * (size_t)C, b, ki, tc, dt_ring_chunk_pos(c, owner, ki)), v = k;
                     v.p += C;
-                    float *dk = dkv[cur] + ((size_t)b * 2 * tc + (size_t)ki * tc) * 2 * C;
+                    float *dk = mine + ((size_t)b * 2 * tc + (size_t)ki * tc) * 2 * C;
                     dt_attn_grads g = { dqkv + at * 3 * C, dk, dk + C, 3 * (size_t)C, 2 * (size_t)C };
                     dt_attention_block_backward(&g, dy, y, l, &q, &k, &v, 1, C, NH);
                 }
             }
         dt_status s2 = done(c, &req, "passing keys and values on");
         if (!st) st = s2;
-        /* the block's gradient goes on with it; after the last step, home (the owner is the next rank) */
+        /* the ranks before this one's sum for the block (none at the first step: the block is this rank's own) */
+        if (!st && s > 0 && !(st = done(c, &grad, "receiving a block's gradient")))
+            for (size_t i = 0; i < kvn; i++) mine[i] += in[i];
         if (!st && N > 1) {
-            st = pass(c, dkv[cur], dkv[!cur], kvn, &req);
-            if (!st) st = done(c, &req, "passing the keys' and values' gradients on");
+            float *t = sending;
+            sending = mine, mine = t; /* the sum travels; the old send is complete, its buffer computes next */
+            st = pass(c, sending, in, kvn, &grad);
         }
     }
-    /* the gradient of this rank's own keys and values, home after N passes */
-    const float *mine = dkv[N > 1 ? N % 2 : 0];
+    /* the last exchange brings this rank's own block's gradient home: every rank's share of it */
+    dt_status s2 = done(c, &grad, "receiving its keys' and values' gradient");
+    if (!st) st = s2;
+    const float *own = N > 1 ? in : mine; /* one rank: nothing moved, its share is in mine */
     for (size_t i = 0; !st && i < rows; i++)
-        for (int j = 0; j < 2 * C; j++) dqkv[i * 3 * (size_t)C + C + j] += mine[i * 2 * (size_t)C + j];
+        for (int j = 0; j < 2 * C; j++) dqkv[i * 3 * (size_t)C + C + j] += own[i * 2 * (size_t)C + j];
     return st;
 }

@@ -39,9 +39,9 @@ size_t dt_ulysses_work_floats(const dt_ring_config *c) {
 /* An all-to-all: nothing computes meanwhile, so all of it is exposed. */
 static dt_status exchange(const trade *x, const float *s, float *r, size_t n) {
     double t0 = dt_time_now();
-    DT_TRACE_BEGIN(DT_TRACK_COMM, "all-to-all attention", "\"floats\":%zu", n * (size_t)x->N);
+    DT_TRACE_BEGIN(DT_TRACK_SELF, "all-to-all attention", "\"floats\":%zu", n * (size_t)x->N);
     dt_status st = dt_comm_alltoall(x->comm, s, r, n, DT_F32);
-    DT_TRACE_END(DT_TRACK_COMM);
+    DT_TRACE_END(DT_TRACK_SELF);
     if (x->waited) *x->waited += dt_time_now() - t0;
     return st;
 }

@@ -38,7 +38,7 @@ static void estimate_rank(const dt_plan_job *j, double psi, double acts, dt_plan
     m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
               (j->stage >= 2 && n > 1 ? f * (double)j->model.padded_vocab_size * C + (double)j->bucket_bytes : 0);
     /* context parallelism's attention work space (dt_ring_work_floats, dt_ulysses_work_floats) */
-    if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 8) * BT * C / (j->tp > 1 ? j->tp : 1);
+    if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 10) * BT * C / (j->tp > 1 ? j->tp : 1);
     m->acts = acts;
     m->data = (double)j->data_bytes;
     m->runtime = (double)j->process_bytes;
