@@ -4,10 +4,13 @@
 # CP 4 on this machine, and each rank's activation memory against T / N.
 # - The bound: dtrain's memory plan (dt_plan_check_memory) refuses a job
 #   whose ranks on this machine need more than it has; N ranks on one
-#   machine each get (what the machine has) / N. The budget here is fixed at
-#   24 GiB (DTRAIN_MEMORY_AVAILABLE) whatever is free right now; the largest
-#   T is found by bisection over multiples of 2N x 64 on the plan's refusal
-#   (made to print its figures: nothing runs).
+#   machine each get (what the machine has) / N. The budget is fixed at
+#   24 GiB whatever is free right now; the largest T is found by bisection
+#   over multiples of 2N x 64 on the plan's figures (its refusal, forced to
+#   print them with DTRAIN_MEMORY_AVAILABLE=1: nothing runs). Two bounds:
+#   the N ranks on this one machine (24 GiB / N each), and N such machines
+#   (24 GiB each: the plan's per-rank figure within 24 GiB), which is what
+#   context parallelism is for and which this box cannot run.
 # - The plan against the truth: 1-step runs at T = 1024 .. 8192 (CP 2 and 4)
 #   and .. 4096 (one process), each rank's peak resident memory and its
 #   activations (the run's own report: every arena the model sized) against
@@ -36,19 +39,22 @@ plan() { # N T -> the plan's bytes per machine (the refusal's first figure, forc
 per_rank() { # N T -> the plan's figure per rank, MiB
     echo "$(plan "$1" "$2") $1" | awk '{printf "%.0f", $1 / $2 / 1048576}'
 }
-largest() { # N: the largest T (a multiple of 2N x 64) the plan fits in the budget
-    local n=$1 step=$((2 * $1 * 64)) lo hi mid
-    lo=$step hi=$((1 << 20))
+largest() { # N MACHINES: the largest T (a multiple of 2N x 64) the plan fits in the budget, the N ranks on MACHINES machines
+    local n=$1 per=$(($1 / $2)) step=$((2 * $1 * 64)) lo hi mid
+    lo=$step hi=983040 # below --seq's limit (1e6), a multiple of 2 x 4 x 64
     while [ $((hi - lo)) -gt "$step" ]; do
         mid=$(((lo + hi) / 2 / step * step))
-        if [ "$(plan "$n" "$mid")" -le "$BUDGET" ]; then lo=$mid; else hi=$mid; fi
+        local need
+        need=$(plan "$n" "$mid")
+        if [ -n "$need" ] && [ "$((need / n * per))" -le "$BUDGET" ]; then lo=$mid; else hi=$mid; fi
     done
     echo "$lo"
 }
-printf "%-12s %12s %16s\n" "layout" "largest T" "plan per rank"
+printf "%-12s %26s %16s %30s %16s\n" "layout" "largest T, one machine" "plan per rank" "largest T, N machines" "plan per rank"
 for n in 1 2 4; do
-    T=$(largest "$n")
-    printf "%-12s %12d %12s MiB\n" "$([ "$n" = 1 ] && echo "one process" || echo "CP $n")" "$T" "$(per_rank "$n" "$T")"
+    T1=$(largest "$n" 1) TN=$(largest "$n" "$n")
+    printf "%-12s %26d %12s MiB %30d %12s MiB\n" "$([ "$n" = 1 ] && echo "one process" || echo "CP $n")" "$T1" "$(per_rank "$n" "$T1")" \
+        "$TN" "$(per_rank "$n" "$TN")"
 done
 echo
 echo "measured, 1 step: rank 0's activations (the model's arenas) and peak resident memory against the plan"
