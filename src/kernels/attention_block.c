@@ -16,52 +16,67 @@
 #include <math.h>
 #include <string.h>
 
-#define KBLOCK 64
+#define KBLOCK 64 /* keys a row takes at a time (the online softmax's step) */
+#define QTILE 32  /* forward: query rows that share each block of keys while it is in cache */
+#define KTILE 256 /* backward: keys (and their gradients) every row visits while they are in cache */
+
+/* The keys row t of q sees among k's: positions k->pos .. q->pos + t. */
+static int seen(const dt_attn_rows *q, const dt_attn_rows *k, int t) {
+    int n = q->pos + t - k->pos + 1;
+    return n < 0 ? 0 : n > k->T ? k->T : n;
+}
 
 void dt_attention_block_forward(float *out, float *lse, const dt_attn_rows *q, const dt_attn_rows *k, const dt_attn_rows *v,
                                 int B, int C, int NH) {
-    int hs = C / NH, Tq = q->T, Tk = k->T;
+    int hs = C / NH, Tq = q->T, Tk = k->T, tiles = (Tq + QTILE - 1) / QTILE;
     float scale = 1.0f / sqrtf((float)hs);
-    /* dynamic: a causal row's work grows with its position, so equal runs of rows are not equal work */
-    #pragma omp parallel for collapse(3) schedule(dynamic, 16)
+    /* a tile of query rows goes through the keys a block at a time, so each
+     * block is read once a tile, not once a row (a long sequence's keys do
+     * not fit in cache); every row's arithmetic is the one a row alone
+     * makes. Dynamic: a causal row's work grows with its position. */
+    #pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < Tq; t++)
+        for (int qt = 0; qt < tiles; qt++)
             for (int h = 0; h < NH; h++) {
-                const float *qr = q->p + ((size_t)b * Tq + t) * q->stride + (size_t)h * hs;
-                float *o = out + ((size_t)b * Tq + t) * C + (size_t)h * hs;
-                float s[KBLOCK], mx = -INFINITY, sum = 0;
-                memset(o, 0, sizeof(float) * (size_t)hs);
-                /* the keys this row sees: positions k->pos .. q->pos + t */
-                int n = q->pos + t - k->pos + 1;
-                n = n < 0 ? 0 : n > Tk ? Tk : n;
-                for (int k0 = 0; k0 < n; k0 += KBLOCK) {
-                    int k1 = k0 + KBLOCK < n ? k0 + KBLOCK : n;
-                    float bmx = -INFINITY;
-                    for (int j = k0; j < k1; j++) {
-                        const float *kr = k->p + ((size_t)b * Tk + j) * k->stride + (size_t)h * hs;
-                        float d = 0;
-                        #pragma omp simd reduction(+ : d)
-                        for (int i = 0; i < hs; i++) d += qr[i] * kr[i];
-                        s[j - k0] = d * scale;
-                        if (s[j - k0] > bmx) bmx = s[j - k0];
-                    }
-                    float nmx = bmx > mx ? bmx : mx, corr = expf(mx - nmx);
-                    sum *= corr;
-                    #pragma omp simd
-                    for (int i = 0; i < hs; i++) o[i] *= corr;
-                    for (int j = k0; j < k1; j++) {
-                        float p = expf(s[j - k0] - nmx);
-                        sum += p;
-                        const float *vr = v->p + ((size_t)b * Tk + j) * v->stride + (size_t)h * hs;
-                        #pragma omp simd
-                        for (int i = 0; i < hs; i++) o[i] += p * vr[i];
-                    }
-                    mx = nmx;
+                int t0 = qt * QTILE, t1 = t0 + QTILE < Tq ? t0 + QTILE : Tq;
+                float mx[QTILE], sum[QTILE], s[KBLOCK];
+                for (int t = t0; t < t1; t++) {
+                    mx[t - t0] = -INFINITY, sum[t - t0] = 0;
+                    memset(out + ((size_t)b * Tq + t) * C + (size_t)h * hs, 0, sizeof(float) * (size_t)hs);
                 }
-                float inv = sum > 0 ? 1.0f / sum : 0;
-                #pragma omp simd
-                for (int i = 0; i < hs; i++) o[i] *= inv;
-                lse[((size_t)b * NH + h) * Tq + t] = sum > 0 ? mx + logf(sum) : -INFINITY;
+                for (int k0 = 0; k0 < seen(q, k, t1 - 1); k0 += KBLOCK)
+                    for (int t = t0; t < t1; t++) {
+                        int n = seen(q, k, t), k1 = k0 + KBLOCK < n ? k0 + KBLOCK : n;
+                        if (k1 <= k0) continue;
+                        const float *qr = q->p + ((size_t)b * Tq + t) * q->stride + (size_t)h * hs;
+                        float *o = out + ((size_t)b * Tq + t) * C + (size_t)h * hs, bmx = -INFINITY;
+                        for (int j = k0; j < k1; j++) {
+                            const float *kr = k->p + ((size_t)b * Tk + j) * k->stride + (size_t)h * hs;
+                            float d = 0;
+                            #pragma omp simd reduction(+ : d)
+                            for (int i = 0; i < hs; i++) d += qr[i] * kr[i];
+                            s[j - k0] = d * scale;
+                            if (s[j - k0] > bmx) bmx = s[j - k0];
+                        }
+                        float m0 = mx[t - t0], nmx = bmx > m0 ? bmx : m0, corr = expf(m0 - nmx), sm = sum[t - t0] * corr;
+                        #pragma omp simd
+                        for (int i = 0; i < hs; i++) o[i] *= corr;
+                        for (int j = k0; j < k1; j++) {
+                            float p = expf(s[j - k0] - nmx);
+                            sm += p;
+                            const float *vr = v->p + ((size_t)b * Tk + j) * v->stride + (size_t)h * hs;
+                            #pragma omp simd
+                            for (int i = 0; i < hs; i++) o[i] += p * vr[i];
+                        }
+                        mx[t - t0] = nmx, sum[t - t0] = sm;
+                    }
+                for (int t = t0; t < t1; t++) {
+                    float *o = out + ((size_t)b * Tq + t) * C + (size_t)h * hs, sm = sum[t - t0];
+                    float inv = sm > 0 ? 1.0f / sm : 0;
+                    #pragma omp simd
+                    for (int i = 0; i < hs; i++) o[i] *= inv;
+                    lse[((size_t)b * NH + h) * Tq + t] = sm > 0 ? mx[t - t0] + logf(sm) : -INFINITY;
+                }
             }
 }
 
@@ -90,32 +105,35 @@ void dt_attention_block_backward(const dt_attn_grads *g, const float *dout, cons
                                  const dt_attn_rows *k, const dt_attn_rows *v, int B, int C, int NH) {
     int hs = C / NH, Tq = q->T, Tk = k->T;
     float scale = 1.0f / sqrtf((float)hs);
-    /* a thread per (b, h): the keys' gradients of one head are one thread's */
+    /* a thread per (b, h): the keys' gradients of one head are one thread's.
+     * Every row visits the keys a tile at a time (the tile and its
+     * gradients stay in cache across the rows); each sum is still made in
+     * the order of a row-by-row pass (dq over keys, dk and dv over rows,
+     * ascending). */
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            for (int t = 0; t < Tq; t++) {
-                int n = q->pos + t - k->pos + 1;
-                n = n < 0 ? 0 : n > Tk ? Tk : n;
-                if (n == 0) continue;
-                const float *dy = dout + ((size_t)b * Tq + t) * C + (size_t)h * hs;
-                const float *y = out + ((size_t)b * Tq + t) * C + (size_t)h * hs;
-                const float *qr = q->p + ((size_t)b * Tq + t) * q->stride + (size_t)h * hs;
-                float *dq = g->dq + ((size_t)b * Tq + t) * g->sq + (size_t)h * hs;
-                float D = 0, l = lse[((size_t)b * NH + h) * Tq + t];
-                #pragma omp simd reduction(+ : D)
-                for (int i = 0; i < hs; i++) D += dy[i] * y[i];
-                for (int j = 0; j < n; j++) {
-                    const float *kr = k->p + ((size_t)b * Tk + j) * k->stride + (size_t)h * hs;
-                    const float *vr = v->p + ((size_t)b * Tk + j) * v->stride + (size_t)h * hs;
-                    float *dk = g->dk + ((size_t)b * Tk + j) * g->skv + (size_t)h * hs;
-                    float *dv = g->dv + ((size_t)b * Tk + j) * g->skv + (size_t)h * hs;
-                    float sdot = 0, dp = 0;
-                    #pragma omp simd reduction(+ : sdot, dp)
-                    for (int i = 0; i < hs; i++) { sdot += qr[i] * kr[i]; dp += dy[i] * vr[i]; }
-                    float p = expf(sdot * scale - l), ds = p * (dp - D) * scale;
-                    #pragma omp simd
-                    for (int i = 0; i < hs; i++) { dv[i] += p * dy[i]; dq[i] += ds * kr[i]; dk[i] += ds * qr[i]; }
+            for (int j0 = 0; j0 < Tk; j0 += KTILE)
+                for (int t = 0; t < Tq; t++) {
+                    int n = seen(q, k, t), j1 = j0 + KTILE < n ? j0 + KTILE : n;
+                    if (j1 <= j0) continue;
+                    const float *dy = dout + ((size_t)b * Tq + t) * C + (size_t)h * hs, *y = out + ((size_t)b * Tq + t) * C + (size_t)h * hs;
+                    const float *qr = q->p + ((size_t)b * Tq + t) * q->stride + (size_t)h * hs;
+                    float *dq = g->dq + ((size_t)b * Tq + t) * g->sq + (size_t)h * hs;
+                    float D = 0, l = lse[((size_t)b * NH + h) * Tq + t]; /* dout . out, again each tile: one dot in KTILE */
+                    #pragma omp simd reduction(+ : D)
+                    for (int i = 0; i < hs; i++) D += dy[i] * y[i];
+                    for (int j = j0; j < j1; j++) {
+                        const float *kr = k->p + ((size_t)b * Tk + j) * k->stride + (size_t)h * hs;
+                        const float *vr = v->p + ((size_t)b * Tk + j) * v->stride + (size_t)h * hs;
+                        float *dk = g->dk + ((size_t)b * Tk + j) * g->skv + (size_t)h * hs;
+                        float *dv = g->dv + ((size_t)b * Tk + j) * g->skv + (size_t)h * hs;
+                        float sdot = 0, dp = 0;
+                        #pragma omp simd reduction(+ : sdot, dp)
+                        for (int i = 0; i < hs; i++) { sdot += qr[i] * kr[i]; dp += dy[i] * vr[i]; }
+                        float p = expf(sdot * scale - l), ds = p * (dp - D) * scale;
+                        #pragma omp simd
+                        for (int i = 0; i < hs; i++) { dv[i] += p * dy[i]; dq[i] += ds * kr[i]; dk[i] += ds * qr[i]; }
+                    }
                 }
-            }
 }
