@@ -270,7 +270,7 @@ typedef struct {
     dt_tp_ops tp_ops;         /* tensor parallelism's collectives, over the mesh's TP group */
     dt_cp *cp;                /* context parallelism's attention, over the mesh's CP group (--cp) */
     int T;                    /* this rank's positions a sequence: --seq, or --seq / --cp */
-    dt_comm *mp;              /* the model-parallel group (the TP x PP ranks of one data-parallel rank), with --pp */
+    dt_comm *mp;              /* the model-parallel group (the TP x PP ranks of one replica: DP x CP coordinates), with --pp */
     dt_pipeline *pipe;        /* with --pp: the stage's runner, which the engine's step runs */
     double bubble;            /* the last step's idle share, the mean over the stages */
     bool tty;
