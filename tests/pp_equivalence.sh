@@ -204,14 +204,6 @@ if [ -n "$MPIEXEC" ]; then
 fi
 
 # bad layouts: refused before any work, naming the numbers
-refused() { # WHAT EXPECTED ARGS...
-    local what=$1 want=$2
-    shift 2
-    local out
-    out=$("$DTRAIN" train "${common[@]}" --batch 2 "$@" 2>&1)
-    if [ $? -ne 0 ] && echo "$out" | grep -q -- "$want" && ! echo "$out" | grep -q "^step"; then ok "$what refused: $(echo "$out" | grep -- "$want" | head -1)"
-    else fail "$what: $(echo "$out" | tail -2)"; fi
-}
 refused "--pp 7 over 6 units" "--pp 7: more stages than the model's 6 units" --nproc 7 --pp 7
 refused "--pp 3 on 4 ranks" "--tp 1 x --pp 3 = 3 does not divide the job's 4 ranks" --nproc 4 --pp 3
 refused "an unknown schedule" "--pp-schedule" --nproc 2 --pp 2 --pp-schedule zigzag

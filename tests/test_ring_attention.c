@@ -117,11 +117,12 @@ int main(void) {
                 for (int t = 0; t < 5; t++) bad += x[b * 10 + i * 5 + t] != b * T + dt_ring_chunk_pos(&c, r, i) + t;
         CHECK(!bad, "the loader's rows for rank %d of %d: %d wrong", r, N, bad);
     }
-    /* auto: on a CPU (20 GFLOP/s, 10 GB/s) the ring's passes hide from short chunks: ring; at a GPU's rate over a link 900x
-     * slower, 256 positions a rank cannot hide them (all-to-all), 64k can (ring); heads that do not split: ring */
-    CHECK(dt_cp_choose(2, 12, 1024, 20e9, 10e9) == DT_CP_RING && dt_cp_choose(8, 16, 64, 20e9, 10e9) == DT_CP_RING &&
-          dt_cp_choose(8, 16, 256, 4e14, 4.5e11) == DT_CP_ULYSSES && dt_cp_choose(8, 16, 65536, 4e14, 4.5e11) == DT_CP_RING &&
-          dt_cp_choose(8, 12, 256, 4e14, 4.5e11) == DT_CP_RING, "dt_cp_choose");
+    /* auto: on a CPU (20 GFLOP/s, 10 GB/s link and memory) all-to-all where the heads split (measured ahead or level),
+     * else the ring; at a GPU's rate (400 TFLOP/s, 450 GB/s link, 3 TB/s memory), all-to-all for 256 positions a rank
+     * (the passes do not hide), the ring for 64k (they do, and all-to-all's traffic grows with them) */
+    CHECK(dt_cp_choose(2, 12, 1024, 20e9, 10e9, 10e9) == DT_CP_ULYSSES && dt_cp_choose(2, 12, 4096, 20e9, 10e9, 10e9) == DT_CP_ULYSSES &&
+          dt_cp_choose(4, 6, 1024, 20e9, 10e9, 10e9) == DT_CP_RING && dt_cp_choose(8, 16, 256, 4e14, 4.5e11, 3e12) == DT_CP_ULYSSES &&
+          dt_cp_choose(8, 16, 65536, 4e14, 4.5e11, 3e12) == DT_CP_RING, "dt_cp_choose");
     printf("rank %d: ring attention: %d passed, %d failed\n", r, passed, failed);
     dt_comm_destroy(w);
     return failed != 0;

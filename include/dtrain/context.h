@@ -59,16 +59,19 @@ typedef enum { DT_CP_RING = 0, DT_CP_ULYSSES } dt_cp_impl;
 const char *dt_cp_impl_name(dt_cp_impl i);
 /* --cp-impl auto: the one that leaves less traffic exposed on n ranks of tl
  * positions each, heads heads a rank (all-to-all needs them divisible by n),
- * at flops (attention's rate, per second) and bytes (the link's, per
- * second). The ring's passes of 8 tl bytes a channel (keys and values, f32)
- * hide under a block's compute, about 2 tl^2 flops a channel forward and 5
- * backward, and what does not hide is exposed, n - 1 times a pass, plus the
- * last gradient pass (home, after all compute); all-to-all moves 48 (n-1)/n
- * tl bytes a channel (q, k, v, out forward; those, dout and the three
- * gradients backward) with nothing to hide under. On a CPU a block's
- * compute outlasts its pass from a few rows: ring. With a GPU's rate and a
- * link much slower than it, short sequences a rank favour all-to-all. */
-dt_cp_impl dt_cp_choose(int n, int heads, int tl, double flops, double bytes);
+ * at flops (attention's rate, per second), link and mem (bytes per second
+ * between ranks and to memory). Per channel: the ring's passes of 8 tl
+ * bytes (keys and values, f32) hide under a block's compute, about 2 tl^2
+ * flops forward and 5 backward; what does not hide is exposed, n - 1 times
+ * a pass, and the last gradient pass and the merges (24 tl bytes of memory
+ * traffic a step) are exposed whole. All-to-all moves 48 (n-1)/n tl bytes
+ * (q, k, v, out forward; those, dout and the three gradients backward) with
+ * nothing to hide under, and attends in one pass. Measured on a 2-core
+ * Zen 3 (CP 2): all-to-all 5-7% ahead at 512 and 1024 positions, the two
+ * within 1% at 2048 and 8192; on a CPU (link = mem) this picks all-to-all
+ * wherever the heads split. At a GPU's rate over a link slower than its
+ * memory, long sequences a rank favour the ring. */
+dt_cp_impl dt_cp_choose(int n, int heads, int tl, double flops, double link, double mem);
 typedef struct dt_cp dt_cp;
 dt_status dt_cp_create(dt_comm *cp, dt_cp_impl impl, dt_cp **out);
 void dt_cp_destroy(dt_cp *c);

@@ -78,7 +78,7 @@ static void usage(FILE *f) {
             "  --cp-impl I        ring (attention's keys and values passed around the ranks under the compute),\n"
             "                     ulysses (all-to-all: each rank attends over the whole sequence with 1/N of the\n"
             "                     heads; heads divisible by N x --tp) or auto (the default: the one leaving less traffic\n"
-            "                     exposed by a cost model; on a CPU the ring, whose passes hide under its blocks)\n"
+            "                     exposed by a cost model; on a CPU all-to-all where the heads split, else ring)\n"
             "  --pp-schedule S    1f1b (default; at most N micro-batches in flight per stage), gpipe (all M\n"
             "                     forwards first) or zb1 (ZB-H1: backward split into B and W, W filling 1f1b's\n"
             "                     bubble; at most N in flight per stage; f32, not with --recompute or ZeRO-3) or\n"

@@ -18,11 +18,11 @@ struct dt_cp {
 
 const char *dt_cp_impl_name(dt_cp_impl i) { return i == DT_CP_ULYSSES ? "ulysses" : "ring"; }
 
-dt_cp_impl dt_cp_choose(int n, int heads, int tl, double flops, double bytes) {
+dt_cp_impl dt_cp_choose(int n, int heads, int tl, double flops, double link, double mem) {
     if (n < 2 || heads % n) return DT_CP_RING;
-    double pass = 8.0 * tl / bytes, fwd = 2.0 * tl * tl / flops, bwd = 5.0 * tl * tl / flops; /* seconds a channel */
+    double pass = 8.0 * tl / link, fwd = 2.0 * tl * tl / flops, bwd = 5.0 * tl * tl / flops; /* seconds a channel */
     double over_f = pass > fwd ? pass - fwd : 0, over_b = pass > bwd ? pass - bwd : 0;
-    double ring = (n - 1) * (over_f + 2 * over_b) + pass, alltoall = 48.0 * (n - 1) / n * tl / bytes;
+    double ring = (n - 1) * (over_f + 2 * over_b) + pass + 24.0 * n * tl / mem, alltoall = 48.0 * (n - 1) / n * tl / link;
     return alltoall < ring ? DT_CP_ULYSSES : DT_CP_RING;
 }
 

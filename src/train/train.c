@@ -379,8 +379,8 @@ static bool refused_alike;
 static dt_cp_impl cp_impl(const run *r, const dt_gpt2_config *cfg) {
     if (r->c.cp_impl >= 0) return (dt_cp_impl)r->c.cp_impl;
     int tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1, n = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_CP) : 1;
-    /* a CPU rank's order of magnitude: attention at ~20 GFLOP/s a thread, ~10 GB/s between ranks (shared memory) */
-    return dt_cp_choose(n, cfg->num_heads / tp, r->c.seq / n, 20e9 * (r->c.threads > 0 ? r->c.threads : 1), 10e9);
+    /* a CPU rank's order of magnitude: attention at ~20 GFLOP/s a thread, ~10 GB/s between ranks (shared memory) and to memory */
+    return dt_cp_choose(n, cfg->num_heads / tp, r->c.seq / n, 20e9 * (r->c.threads > 0 ? r->c.threads : 1), 10e9, 10e9);
 }
 
 static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
