@@ -4,8 +4,9 @@
 # the norm), at T = 256 and T = 2048: CP 2 and CP 4 by ring and by
 # all-to-all (Ulysses), CP 2 x DP 2, CP 2 x TP 2; at T = 256 also CP 2 x DP 2
 # under ZeRO-1, -2 and -3, CP 2 x TP 2 with sequence parallelism, CP 2 x PP 2,
-# DP x PP x CP x TP on 8 ranks, recomputation, accumulation, and the
-# validation loss; bf16 CP 2 against bf16 on one process. The ring unless
+# DP x PP x CP x TP on 16 ranks, recomputation, accumulation, and the
+# validation loss; bf16 CP 2 (ring) and fp16 CP 2 (all-to-all, with its
+# loss scaler) against the same precision on one process. The ring unless
 # a run names all-to-all (or leaves auto to choose it). A CP run's
 # checkpoint resumes on one process. Bad layouts are refused before any work;
 # a rank killed mid-ring is named by the other within a second.
@@ -60,6 +61,8 @@ for s in zero1 zero2 zero3; do
     run z --seq 256 --batch 1 --nproc 4 --cp 2 --cp-impl ring --strategy $s --val-data "$dir/train.bin" --eval-every 10 --eval-batches 2 &&
         close "CP 2 x DP 2, $s, with evaluation" "$dir/ref.jsonl" "$dir/z.jsonl"
 done
+run z --seq 256 --batch 1 --nproc 4 --cp 2 --cp-impl ulysses --strategy zero3 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 2 &&
+    close "CP 2 x DP 2, zero3, all-to-all, with evaluation" "$dir/ref.jsonl" "$dir/z.jsonl"
 run u --seq 256 --batch 2 --nproc 4 --cp 2 --tp 2 --cp-impl ulysses --val-data "$dir/train.bin" --eval-every 10 --eval-batches 2 &&
     close "CP 2 x TP 2, ulysses (3 heads a rank), with evaluation" "$dir/ref.jsonl" "$dir/u.jsonl"
 run ref --seq 256 --batch 2
@@ -76,6 +79,9 @@ run m4 --seq 256 --batch 1 --grad-accum 2 --layers 4 --nproc 16 --dp 2 --pp 2 --
 # bf16: against bf16 on one process (the ring's merges round differently from one pass: 1e-4, as mixed precision's DP)
 run bref --seq 256 --batch 2 --precision bf16
 run bcp --seq 256 --batch 2 --nproc 2 --cp 2 --cp-impl ring --precision bf16 && close "bf16, CP 2" "$dir/bref.jsonl" "$dir/bcp.jsonl" 1e-4
+run bref --seq 256 --batch 2 --precision fp16
+run bcp --seq 256 --batch 2 --nproc 2 --cp 2 --cp-impl ulysses --precision fp16 &&
+    close "fp16 (its loss scaler), CP 2, all-to-all" "$dir/bref.jsonl" "$dir/bcp.jsonl" 1e-4
 
 # a CP 2 checkpoint (ring) resumes on one process, and that one's on CP 2 x DP 2 with all-to-all
 ck="$dir/ck"
