@@ -16,3 +16,27 @@ refused() { # WHAT EXPECTED ARGS...
     if [ $? -ne 0 ] && echo "$out" | grep -q -- "$want" && ! echo "$out" | grep -q "^step"; then ok "$what refused: $(echo "$out" | grep -- "$want" | head -1)"
     else fail "$what: $(echo "$out" | tail -2)"; fi
 }
+# Rank 1 of a training job ("$DTRAIN" train ARGS, in the background)
+# killed by SIGKILL after WAIT seconds: the job ends within a second (the
+# promise; 30x what it takes), and the first error another rank says names
+# rank 1 and matches PATTERN (a grep pattern; "." for any).
+killed_rank1() { # WHAT WAIT PATTERN ARGS...
+    local what=$1 wait=$2 pattern=$3 launcher victim="" t0 secs said p
+    shift 3
+    "$DTRAIN" train "$@" > /dev/null 2> "$dir/kill.err" &
+    launcher=$!
+    sleep "$wait"
+    for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && victim=$p; done
+    if [ -z "$victim" ]; then fail "$what: rank 1 not found"; kill $launcher; wait $launcher; return; fi
+    t0=$(date +%s.%N)
+    kill -9 "$victim"
+    wait $launcher
+    secs=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
+    said=$(grep "rank [0-9]*\] error" "$dir/kill.err" | grep -v "rank 1\] error" | awk -F '] error' '!seen[$1]++')
+    if awk "BEGIN{exit !($secs < 1.0)}" && echo "$said" | grep -q "rank 1 (pid $victim) \(was killed by signal 9\|died\)" &&
+        echo "$said" | grep -q "$pattern"; then
+        ok "$what: the job ended after $secs s; $(echo "$said" | head -1)"
+    else
+        fail "$what: $secs s; $(cat "$dir/kill.err")"
+    fi
+}

@@ -111,24 +111,6 @@ refused "--cp with full attention" "--cp 2: not with --attention full" --seq 256
 refused "an unknown --cp-impl" "--cp-impl" --seq 256 --nproc 2 --cp 2 --cp-impl rings
 
 # a rank killed in the middle of the ring: the other names it within a second
-"$DTRAIN" train "${common[@]}" --channels 96 --seq 2048 --batch 1 --nproc 2 --cp 2 --cp-impl ring --steps 1000000 > /dev/null 2> "$dir/kill.err" &
-launcher=$!
-sleep 2
-victim=""
-for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && victim=$p; done
-if [ -z "$victim" ]; then
-    fail "rank 1 not found"; kill $launcher
-else
-    t0=$(date +%s.%N)
-    kill -9 "$victim"
-    wait $launcher
-    secs=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
-    said=$(grep -m1 "rank 0\] error" "$dir/kill.err")
-    if awk "BEGIN{exit !($secs < 1.0)}" && echo "$said" | grep -q "rank 1 (pid $victim) \(was killed by signal 9\|died\)"; then
-        ok "a rank killed mid-ring: the job ended after $secs s; $said"
-    else
-        fail "killed rank: $secs s; $(cat "$dir/kill.err")"
-    fi
-fi
+killed_rank1 "a rank killed mid-ring" 2 . "${common[@]}" --channels 96 --seq 2048 --batch 1 --nproc 2 --cp 2 --cp-impl ring --steps 1000000
 echo "cp: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -221,26 +221,9 @@ refused "interleaved under ZeRO-3" "not with --pp-schedule interleaved and ZeRO-
 # that is where the death found them), within a second
 # (wide enough that the stages spend their time in the schedule, not in the step's small allreduces)
 for ks in 1f1b zb1 interleaved; do
-    "$DTRAIN" train "${common[@]}" --channels 192 --batch 4 --grad-accum 6 --nproc 3 --pp 3 --pp-schedule $ks --steps 1000000 > /dev/null 2> "$dir/kill.err" &
-    launcher=$!
-    sleep 1.5
-    victim=""
-    for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && victim=$p; done
-    if [ -z "$victim" ]; then
-        fail "stage 1 of the pipeline not found"; kill $launcher
-    else
-        t0=$(date +%s.%N)
-        kill -9 "$victim"
-        wait $launcher
-        secs=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
-        said0=$(grep -m1 "rank 0\] error" "$dir/kill.err") said2=$(grep -m1 "rank 2\] error" "$dir/kill.err")
-        if awk "BEGIN{exit !($secs < 1.0)}" && echo "$said0$said2" | grep -q "rank 1 (pid $victim) \(was killed by signal 9\|died\)" &&
-            echo "$said0 $said2" | grep -q "pipeline stage [02], \(sending\|receiving\) micro-batch\|stopping \(in\|after\) a \(send\|receive\)\|in allreduce #"; then
-            ok "$ks, a stage killed: the job ended after $secs s; ${said0:-$said2}"
-        else
-            fail "$ks, killed stage: $secs s; $(cat "$dir/kill.err")"
-        fi
-    fi
+    killed_rank1 "$ks, a stage killed" 1.5 \
+        "pipeline stage [02], \(sending\|receiving\) micro-batch\|stopping \(in\|after\) a \(send\|receive\)\|in allreduce #" \
+        "${common[@]}" --channels 192 --batch 4 --grad-accum 6 --nproc 3 --pp 3 --pp-schedule $ks --steps 1000000
 done
 echo "pp: $passed passed, $failed failed"
 [ $failed -eq 0 ]

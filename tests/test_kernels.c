@@ -83,19 +83,28 @@ static void expect_close(const char *what, double rel, double tol) {
 
 /* Blockwise attention against the full form at T = 150: two whole blocks of
  * 64 keys and a partial third, where the online softmax's rescaling between
- * blocks and the last block's bounds both matter (T = 3 is one block). */
+ * blocks and the last block's bounds both matter (T = 3 is one block); and at
+ * T = 600: 19 tiles of 32 query rows (forward) and 3 tiles of 256 keys
+ * (backward), each with a partial last one. */
 static void blockwise_over_several_blocks(void) {
-    enum { BB = 1, TT = 150, CC = 8, HH = 2 };
-    float *qkv = rnd(BB * TT * 3 * CC, 2), *r = rnd(BB * TT * CC, 1);
-    float *full = zeros(BB * TT * CC), *att = zeros(BB * HH * TT * TT), *blk = zeros(BB * TT * CC), *lse = zeros(BB * HH * TT);
-    float *dfull = zeros(BB * TT * 3 * CC), *dblk = zeros(BB * TT * 3 * CC);
-    dt_attention_forward(full, att, qkv, BB, TT, CC, HH);
-    dt_attention_forward_lse(blk, lse, qkv, BB, TT, CC, HH);
-    dt_attention_backward(dfull, r, qkv, att, BB, TT, CC, HH);
-    dt_attention_backward_lse(dblk, r, blk, qkv, lse, BB, TT, CC, HH);
-    /* float32 noise here is ~1e-7; a dropped rescale moves outputs by ~1e-1 */
-    expect_close("blockwise vs full attention, T=150 forward", rel_diff(blk, full, BB * TT * CC), 1e-5);
-    expect_close("blockwise vs full attention, T=150 backward", rel_diff(dblk, dfull, BB * TT * 3 * CC), 1e-5);
+    enum { BB = 1, CC = 8, HH = 2 };
+    const int Ts[2] = { 150, 600 };
+    for (int k = 0; k < 2; k++) {
+        int TT = Ts[k];
+        float *qkv = rnd(BB * TT * 3 * CC, 2), *r = rnd(BB * TT * CC, 1);
+        float *full = zeros(BB * TT * CC), *att = zeros(BB * HH * TT * TT), *blk = zeros(BB * TT * CC), *lse = zeros(BB * HH * TT);
+        float *dfull = zeros(BB * TT * 3 * CC), *dblk = zeros(BB * TT * 3 * CC);
+        dt_attention_forward(full, att, qkv, BB, TT, CC, HH);
+        dt_attention_forward_lse(blk, lse, qkv, BB, TT, CC, HH);
+        dt_attention_backward(dfull, r, qkv, att, BB, TT, CC, HH);
+        dt_attention_backward_lse(dblk, r, blk, qkv, lse, BB, TT, CC, HH);
+        /* float32 noise here is ~1e-7; a dropped rescale moves outputs by ~1e-1 */
+        char what[64];
+        snprintf(what, sizeof what, "blockwise vs full attention, T=%d forward", TT);
+        expect_close(what, rel_diff(blk, full, BB * TT * CC), 1e-5);
+        snprintf(what, sizeof what, "blockwise vs full attention, T=%d backward", TT);
+        expect_close(what, rel_diff(dblk, dfull, BB * TT * 3 * CC), 1e-5);
+    }
 }
 
 /* Every kernel on 1 thread and on 3, at sizes that no thread count divides:

@@ -19,9 +19,10 @@ int dt_ring_chunk_rows(const dt_ring_config *c) {
     return c->T / n;
 }
 
+/* The split is the model's (dt_gpt2_cp_position): chunk i starts at row i Tc of the rank's 2 Tc. */
 int dt_ring_chunk_pos(const dt_ring_config *c, int rank, int i) {
     int n = dt_comm_size(c->cp), tc = c->T / (2 * n);
-    return (i == 0 ? rank : 2 * n - 1 - rank) * tc;
+    return dt_gpt2_cp_position(rank, n, 2 * tc, i * tc);
 }
 
 size_t dt_ring_work_floats(const dt_ring_config *c) {
