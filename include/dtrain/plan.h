@@ -14,13 +14,29 @@ extern "C" {
 #endif
 
 typedef struct {
-    double params, grads, optim, comm, acts, data; /* bytes per rank */
+    double params, lowp, grads, optim, comm, acts, data; /* bytes per rank; lowp: the parameters' 16-bit copy */
     double runtime;                                /* the process itself: code, libraries, start-up state */
+    double shared;                                 /* the rest of the machine's one parameter copy, which the rank maps and reads
+                                                    * (its resident size counts it; the machine holds it once) */
     double per_rank, per_machine;                  /* sums; per_machine: x the ranks on one machine */
 } dt_plan_memory;
 
+/* A transformer dtrain does not build yet, described for the planner (Llama:
+ * RMSNorm, SwiGLU, grouped-query attention, an untied head). All zero: GPT-2,
+ * whose counts come from the model layer's own (dt_gpt2_units_*). */
+typedef struct {
+    int llama;      /* RMSNorm, SwiGLU MLP, no biases, untied head, rotary positions (no position table) */
+    int kv_heads;   /* grouped-query attention's key/value heads */
+    int ffn;        /* the MLP's hidden width */
+} dt_plan_arch;
+
 typedef struct {
     dt_gpt2_config model;
+    dt_plan_arch arch;       /* zero: GPT-2 */
+    double params_override;  /* --params N: the model states of exactly N parameters (0: the shape's) */
+    int paper_states;        /* ZeRO's anatomy (2 + 2 + K bytes: 16-bit parameters and gradients, K = 12 of f32 master weights and
+                              * Adam, every part sharded by its stage), for devices dtrain does not run on; else dtrain's own */
+    dt_dtype grad_store, grad_comm; /* --grad-store: the averaged gradients' type; --grad-comm: their type in the reductions */
     int batch, seq, recompute, attention; /* attention: dt_attn_mode */
     dt_optim_config opt;
     int dp;                  /* data-parallel ranks */
@@ -38,12 +54,59 @@ typedef struct {
     int shared_params;       /* ZeRO's ranks all on one machine share one copy of the parameters */
     dt_dtype precision;      /* DT_F32; mixed precision adds the parameters' 16-bit copy, halves the blocks' activations */
     size_t process_bytes;    /* a rank's resident memory before the model (measured: code, libraries, the runtime) */
+    int threads;             /* a rank's threads (0: the machine's cores shared by its ranks) */
+    int nodes;               /* machines the job spans (0, 1: one) */
 } dt_plan_job;
+
+/* What a layout runs on. A device is a rank: a GPU, or on a CPU a rank with its share of the cores. */
+typedef struct {
+    char name[64];
+    double memory;              /* bytes per device; shared_memory: per machine */
+    int devices_per_node;       /* ranks per machine (a CPU: its cores) */
+    int shared_memory;          /* the ranks of a machine share one memory (CPUs: ZeRO's one parameter copy a machine applies) */
+    int cores_per_device;       /* a CPU's peak figures are per core: a rank's threads multiply them */
+    double flops_f32, flops_lowp; /* peak FLOP/s of a device (a core): f32 (TF32 on GPUs), bf16/fp16 */
+    double mem_bw;              /* bytes a second (a CPU: the machine's, shared by its ranks) */
+    double intra_alpha, intra_beta, inter_alpha, inter_beta; /* links inside a machine and between machines: s, s a byte */
+    double gemm_efficiency;     /* of the peak, what large GEMMs reach (1 for measured rates) */
+    double attention_efficiency; /* attention's FLOP/s against the GEMM peak (GPUs); 1 when attention_rate is measured */
+    double attention_rate;      /* measured attention FLOP/s a core (this machine), else 0 */
+} dt_plan_hardware;
+
+/* "this" (measured: the GEMM peaks' cache, bandwidth and attention now, the communication calibration), "a100-40g",
+ * "h100-80g", or a JSON file of the fields (docs/planner.md); a missing or negative field is named. */
+dt_status dt_plan_hardware_get(const char *name, dt_plan_hardware *h);
+
+/* The predicted step: seconds per step, by part (the largest stage's rank). */
+typedef struct {
+    double matmul, attention, elementwise, optimizer; /* compute on the rank */
+    double dp_comm, dp_exposed;     /* gradient reduction (and ZeRO's gathers): all of it, and what backward does not hide */
+    double tp_comm, cp_comm, pp_comm; /* per step, exposed */
+    double bubble;                  /* the pipeline's idle time */
+    double step, tok_per_s;
+    int threads;                    /* a rank's threads */
+} dt_plan_time;
+
+/* The step time of job on hardware h (the largest stage's rank sets it). */
+void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *out);
 
 /* Bytes per rank and per machine (fp32 Adam: DDP 16 bytes per parameter;
  * stage 1: 8 + 8/N; 2: 4 + 12/N; 3: 16/N, plus what the rest needs; with
  * shared_params, stages 1 and 2 hold 4/N of the parameters per rank). */
 void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *out);
+/* Models: a preset's shape (GPT-2's, Llama 3.1 8B and 70B, GPT-3 175B) or a refusal naming them; a GPT-style shape of
+ * about n parameters (--params). */
+dt_status dt_plan_model_preset(const char *name, dt_gpt2_config *c, dt_plan_arch *arch);
+const char *dt_plan_model_names(void);
+void dt_plan_shape_for_params(double n, dt_gpt2_config *c);
+/* Units [a, b) on one TP rank: parameters, activation bytes of one micro-batch (batch x seq positions), and the Linears'
+ * parameters a token multiplies through forward. GPT-2: the model layer's own counts. */
+double dt_plan_units_params(const dt_plan_job *j, int a, int b);
+double dt_plan_units_activations(const dt_plan_job *j, int a, int b, int batch, int seq);
+double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b);
+/* The whole model's parameters (--params N: N). */
+double dt_plan_model_params(const dt_plan_job *j);
+
 /* The memory this machine can give: MemAvailable, or the cgroup's limit if lower. */
 size_t dt_plan_available_memory(void);
 /* Refuses (DT_ERR_ARG) a job whose machine would run out of memory, with the

@@ -8,6 +8,8 @@
 #include "dtrain/optim.h"
 #include "dtrain/engine.h"
 #include "dtrain/data.h"
+#include "dtrain/context.h"
+#include "dtrain/plan.h"
 
 #include <stdio.h>
 
@@ -65,6 +67,34 @@ typedef struct {
 void dt_train_defaults(dt_train_config *c);
 /* Runs the training described by c; prints progress; returns a process exit code. */
 int dt_train_run(const dt_train_config *c);
+
+/* dtrain plan's own flags beside train's. */
+typedef struct {
+    const char *hardware; /* "this", a preset or a JSON file */
+    double params;        /* --params N (0: the model's shape) */
+    int nodes;            /* machines the ranks span (0: this one; GPUs: devices_per_node a machine) */
+    int json, search;
+} dt_plan_request;
+/* Prints the plan of c's job (or with search every layout of its ranks); an exit code (2: refused, said). */
+int dt_train_plan(const dt_train_config *c, const dt_plan_request *rq, FILE *out);
+
+/* The layout rules (layout.c), one copy for train and plan. */
+typedef struct {
+    int dp, tp, pp, cp;  /* the mesh's axes (1: unused) */
+    int local_ranks;     /* ranks on one machine */
+    int shared_params;   /* ZeRO's replicas share one parameter copy per machine */
+} dt_train_dims;
+/* --dp x --tp x --pp x --cp against the job's ranks, and what each axis does not take yet (paper: only what no
+ * implementation could run, for the planner's other hardware). */
+dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper);
+/* What the model's shape allows: --seq within its positions, stages and chunks within its units, heads over TP and CP. */
+dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d);
+/* Chunks per pipeline stage: --virtual-stages, 2 by default for the interleaved schedule, else 1. */
+int dt_train_pp_virt(const dt_train_config *c);
+/* Context parallelism's attention: --cp-impl, or auto's choice (dt_cp_choose). */
+dt_cp_impl dt_train_cp_impl(const dt_train_config *c, const dt_gpt2_config *cfg, int tp, int cp);
+/* The memory plan's description of the job (data_bytes and process_bytes left 0 for the caller). */
+void dt_train_plan_job(const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d, dt_plan_job *job);
 
 /* Full-state checkpoints (checkpoint_write.c, _read.c, _describe.c): DIR/latest names DIR/step-N/ with
  * manifest.json, params.f32 and optim.f32; see the file for the format. */

@@ -2,6 +2,8 @@
 #ifndef DT_CLI_H
 #define DT_CLI_H
 
+#include "dtrain/train.h"
+
 /* A command's flags and what each takes, for error messages. */
 typedef struct { const char *name, *value; } dt_cli_flag;
 /* flag was not accepted: a known flag gets "expected <value>", an unknown one
@@ -13,6 +15,9 @@ int dt_cli_number(const char *s, double lo, double hi, double *out);
 int dt_cli_launch(int argc, char **argv);
 int dt_cli_bench(int argc, char **argv);
 int dt_cli_train(int argc, char **argv);
+/* train's flags into *c (cmd names the command in errors): -1 when they are good, else the exit code (0 after --help). */
+int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *c);
+int dt_cli_plan(int argc, char **argv);
 int dt_cli_tokenize(int argc, char **argv);
 int dt_cli_generate(int argc, char **argv);
 int dt_cli_plot(int argc, char **argv);

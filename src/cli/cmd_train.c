@@ -145,7 +145,7 @@ static const dt_cli_flag flags[] = {
 /* A numeric flag: where it goes and its range (whole numbers only where int). */
 typedef struct { const char *name; double lo, hi; int whole; void *out; char kind; } num_flag; /* kind: i int, f float, d double, u u64 */
 
-int dt_cli_train(int argc, char **argv) {
+int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *out) {
     dt_train_config c;
     dt_train_defaults(&c);
     /* A resumed run's own settings first, then the config file, then the flags over both; warnings said once per job. */
@@ -254,7 +254,7 @@ int dt_cli_train(int argc, char **argv) {
         } else if (!strcmp(f, "--betas"))
             ok = sscanf(v, "%lf,%lf", &betas[0], &betas[1]) == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1;
         else ok = false;
-        if (!ok) return dt_cli_flag_error("train", flags, f, v);
+        if (!ok) return dt_cli_flag_error(cmd, flags, f, v);
     }
     dt_optim_defaults(kind, &c.opt);
     c.opt.beta1 = (float)betas[0];
@@ -264,6 +264,14 @@ int dt_cli_train(int argc, char **argv) {
     c.opt.momentum = (float)mom;
     c.opt.nesterov = nesterov;
     c.opt.trust_coef = (float)trust;
+    *out = c;
+    return -1;
+}
+
+int dt_cli_train(int argc, char **argv) {
+    dt_train_config c;
+    int rc = dt_cli_train_parse(argc, argv, "train", &c);
+    if (rc >= 0) return rc;
     /* the whole command line ("dtrain train ..."), re-run once per rank by --nproc */
     c.argc = argc + 1;
     c.argv = argv - 1;

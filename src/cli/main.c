@@ -64,6 +64,7 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  train --data FILE [FLAGS]           train GPT-2 (or --model mlp on images); --nproc N local ranks\n"
+            "  plan [TRAIN'S FLAGS]                memory and step time of a layout before launch (--hardware, --search, --json)\n"
             "  tokenize --bytes IN OUT             text to a token file, one token per byte\n"
             "  tokenize --bpe ENC VOCAB IN OUT     text to a token file with GPT-2's BPE (encoder.json, vocab.bpe)\n"
             "  eval --model M --data FILE          the validation loss of a model, HF folder or checkpoint (train --steps 0)\n"
@@ -127,6 +128,7 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "launch")) return dt_cli_launch(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return dt_cli_bench(argc, argv);
     if (!strcmp(cmd, "train")) return dt_cli_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return dt_cli_plan(argc - 1, argv + 1);
     if (!strcmp(cmd, "eval")) return eval_command(argc, argv);
     if (!strcmp(cmd, "tokenize")) return dt_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return dt_cli_generate(argc - 1, argv + 1);

@@ -137,3 +137,9 @@ dt_algo dt_select_algo(dt_comm *c, dt_coll coll, size_t bytes) {
     }
     return best;
 }
+
+void dt_comm_link_costs(double *intra_alpha, double *intra_beta, double *gamma, double *inter_alpha, double *inter_beta) {
+    const dt_cost_params *p = dt_cost_params_current();
+    *intra_alpha = p->direct_alpha, *intra_beta = p->direct_beta, *gamma = p->gamma;
+    *inter_alpha = p->mpi_alpha, *inter_beta = p->mpi_beta;
+}

@@ -4,6 +4,7 @@
  * token files, per rank and per machine, against what the machine has. */
 #include "dtrain/plan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,17 +19,39 @@ static int optim_floats(const dt_optim_config *o) {
     return o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB ? 2 : 1;
 }
 
+/* Model states of psi parameters over n data-parallel ranks. ZeRO's anatomy
+ * (paper_states): 16-bit parameters and gradients, K = 12 bytes of f32 master
+ * weights and Adam moments under mixed precision (fp32: 4 + 4 + 8), each split
+ * by its stage. dtrain's: f32 parameters, with mixed precision a 16-bit copy
+ * of the whole model beside them; ZeRO 1 and 2 keep the f32 master only in
+ * the shard when mixed (or when the machine shares one copy); gradients in
+ * f32 or --grad-store's 16 bits. */
+static void model_states(const dt_plan_job *j, double psi, double tied, dt_plan_memory *m) {
+    double n = j->dp > 0 ? j->dp : 1;
+    int mixed = j->precision != DT_F32, s = j->stage, adam = optim_floats(&j->opt) == 2;
+    if (j->paper_states) {
+        double k = (mixed ? 4 : 0) + 4 * optim_floats(&j->opt), w = mixed ? 2 : 4;
+        m->params = w * psi / (s >= 3 ? n : 1);
+        m->grads = w * psi / (s >= 2 ? n : 1);
+        m->optim = k * psi / (s >= 1 ? n : 1);
+        (void)adam;
+        return;
+    }
+    int shared = s >= 1 && n > 1 && j->shared_params;
+    m->params = 4 * psi / (s >= 3 || shared || (mixed && s >= 1 && n > 1) ? n : 1);
+    /* the machine's one copy: every rank maps and reads all of it (its resident size counts it), the machine holds it once */
+    if (shared) m->shared = 4 * psi - m->params;
+    if (mixed) m->lowp = 2 * psi;
+    m->grads = (j->grad_store != DT_F32 && j->grad_store ? 2 : 4) * psi / (s >= 2 ? n : 1);
+    m->optim = 4 * optim_floats(&j->opt) * (psi - tied) / (s >= 1 ? n : 1);
+}
+
 /* One rank holding psi parameters and acts bytes of activations. */
-static void estimate_rank(const dt_plan_job *j, double psi, double acts, dt_plan_memory *m) {
+static void estimate_rank(const dt_plan_job *j, double psi, double tied, double acts, dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1, f = 4;
     memset(m, 0, sizeof *m);
-    /* on one machine ZeRO's ranks share one copy of the parameters (a rank's share: its shard) */
+    model_states(j, psi, tied, m);
     int shared = j->stage >= 1 && n > 1 && j->shared_params;
-    m->params = f * psi / (j->stage >= 3 || shared ? n : 1);
-    /* mixed precision: every rank's 16-bit copy of the whole model (not sharded yet) */
-    if (j->precision != DT_F32) m->params += 2 * psi;
-    m->grads = j->stage >= 2 ? f * psi / n : f * psi;
-    m->optim = f * optim_floats(&j->opt) * psi / (j->stage >= 1 ? n : 1);
     /* DDP: the tied embedding's rows of every rank (C floats per token) and the tokens;
      * ZeRO: the parameters' allgather staged 4M floats per rank at a time; stages 2
      * and 3, the pool of pages for two buckets in flight, at most the head's
@@ -36,14 +59,22 @@ static void estimate_rank(const dt_plan_job *j, double psi, double acts, dt_plan
     double BT = (double)j->batch * j->seq, C = j->model.channels;
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
     m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
-              (j->stage >= 2 && n > 1 ? f * (double)j->model.padded_vocab_size * C + (double)j->bucket_bytes : 0);
+              (j->stage >= 2 && n > 1 ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : 0);
+    /* ZeRO's implementation on devices of their own (DeepSpeed's): two gradient buckets in flight, and at stage 3 the unit
+     * being gathered and the next (the largest block's 16-bit parameters, twice) */
+    if (j->paper_states) {
+        double C2 = (double)j->model.channels * j->model.channels, F = j->arch.ffn ? j->arch.ffn : 4.0 * j->model.channels;
+        double block = (j->arch.llama ? 2 * C2 + 3 * j->model.channels * F + 2 * C2 / j->model.num_heads * j->arch.kv_heads : 12 * C2);
+        m->comm = (n > 1 ? 2.0 * (double)j->bucket_bytes : 0) + (j->stage >= 3 && n > 1 ? 2 * 2 * block / (j->tp > 1 ? j->tp : 1) : 0);
+    }
     /* context parallelism's attention work space (dt_ring_work_floats, dt_ulysses_work_floats) */
     if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 10) * BT * C / (j->tp > 1 ? j->tp : 1);
     m->acts = acts;
     m->data = (double)j->data_bytes;
     m->runtime = (double)j->process_bytes;
-    m->per_rank = m->params + m->grads + m->optim + m->comm + m->acts + m->data + m->runtime;
-    m->per_machine = m->per_rank * (j->local_ranks > 0 ? j->local_ranks : 1);
+    m->per_rank = m->params + m->shared + m->lowp + m->grads + m->optim + m->comm + m->acts + m->data + m->runtime;
+    int local = j->local_ranks > 0 ? j->local_ranks : 1;
+    m->per_machine = (m->per_rank - m->shared) * local;
 }
 
 void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
@@ -62,15 +93,19 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
         int cap = j->gpipe ? j->micro : j->zb ? p : v > 1 ? (v - 1) * p + 2 * (p - 1) + 1 : p - s;
         int slots = p == 1 ? 1 : cap < j->micro ? cap : j->micro;
         /* a stage's chunks: s, s+p, .. (each slot holds every chunk's activations) */
-        double psi = 0, acts = 0;
+        double psi = 0, acts = 0, tied = 0;
         for (int k = 0; k < v; k++) {
             int a = first[k * p + s], b = first[k * p + s + 1];
-            psi += (double)dt_gpt2_units_num_params(c, a, b, j->tp);
-            acts += (double)dt_gpt2_units_activation_bytes(c, a, b, j->tp, j->sp, j->batch, j->seq, j->recompute, j->attention, j->precision,
-                                                           j->zb) * (slots > 0 ? slots : 1);
+            psi += dt_plan_units_params(j, a, b);
+            /* a later stage's copy of the tied embedding: its gradient goes to the first stage, which alone updates it */
+            if (p > 1 && a > 0 && b == c->num_layers + 2 && !j->arch.llama)
+                tied = ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels;
+            acts += dt_plan_units_activations(j, a, b, j->batch, j->seq) * (slots > 0 ? slots : 1);
         }
+        /* --params N: the model states of N parameters, split as the shape's are */
+        if (j->params_override > 0) psi *= j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model, .arch = j->arch });
         dt_plan_memory one;
-        estimate_rank(j, psi, acts, &one);
+        estimate_rank(j, psi, tied, acts, &one);
         if (one.per_rank > m->per_rank) *m = one;
     }
 }

@@ -187,79 +187,6 @@ static int default_threads(dt_comm *w) {
     return mine / sharing > 0 ? mine / sharing : 1;
 }
 
-/* What tensor parallelism does not run with yet, or NULL. */
-static const char *tp_lacks(const dt_train_config *c) {
-    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
-    if (c->save && !dt_checkpoint_is_dir(c->save)) return "--save FILE.bin/.safetensors (a checkpoint directory takes the slices)";
-    if (c->precision != DT_F32) return "--precision bf16/fp16";
-    if (c->grad_store != DT_F32) return "--grad-store bf16/fp16 (the norm over slices reads f32 gradients)";
-    if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
-    return NULL;
-}
-
-/* What context parallelism does not run with yet, or NULL. */
-static const char *cp_lacks(const dt_train_config *c) {
-    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
-    if (c->attention == DT_ATTN_FULL) return "--attention full (context parallelism merges blocks by their log-sum-exp)";
-    return NULL;
-}
-
-/* Chunks per pipeline stage: --virtual-stages, 2 by default for the interleaved schedule, else 1. */
-static int pp_virt(const dt_train_config *c) {
-    return c->virtual_stages ? c->virtual_stages : c->pp_schedule == DT_PP_INTERLEAVED ? 2 : 1;
-}
-
-/* What pipeline parallelism does not take yet (NULL: none of it). */
-static const char *pp_lacks(const dt_train_config *c) {
-    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
-    if (c->save && !dt_checkpoint_is_dir(c->save)) return "--save FILE.bin/.safetensors (a checkpoint directory takes the stages)";
-    if (c->grad_store != DT_F32) return "--grad-store bf16/fp16";
-    if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS";
-    /* zb1's W reads what forward kept, in f32; ZeRO-3 would gather each unit's parameters for B and again for W */
-    if (c->pp_schedule == DT_PP_ZB1 && c->precision != DT_F32) return "--pp-schedule zb1 and --precision bf16/fp16 (its split backward is f32)";
-    if (c->pp_schedule == DT_PP_ZB1 && c->recompute) return "--pp-schedule zb1 and --recompute (W reads the activations forward kept)";
-    if (c->pp_schedule == DT_PP_ZB1 && c->strategy && !strcmp(c->strategy, "zero3")) return "--pp-schedule zb1 and ZeRO-3";
-    if (c->pp_schedule == DT_PP_INTERLEAVED && c->strategy && !strcmp(c->strategy, "zero3"))
-        return "--pp-schedule interleaved and ZeRO-3 (a stage's chunks release their gradients together, after the last)";
-    return NULL;
-}
-
-/* --dp x --tp x --pp x --cp must be the job's ranks. */
-static dt_status check_mesh(const dt_train_config *c, int nranks) {
-    int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1, mp = tp * pp * cp;
-    int dp = c->dp ? c->dp : (nranks % mp ? 0 : nranks / mp);
-    char axes[64]; /* the model's axes as given (--cp only when used) */
-    snprintf(axes, sizeof axes, "--tp %d x --pp %d%s", tp, pp, cp > 1 ? " x --cp " : "");
-    if (cp > 1) snprintf(axes + strlen(axes), sizeof axes - strlen(axes), "%d", cp);
-    if (!c->dp && !dp)
-        return dt_error(DT_ERR_ARG, "%s = %d does not divide the job's %d rank%s", axes, mp, nranks, nranks == 1 ? "" : "s");
-    if ((long)dp * mp != nranks)
-        return dt_error(DT_ERR_ARG, "--dp %d x %s = %ld, but the job has %d rank%s", dp, axes, (long)dp * mp, nranks, nranks == 1 ? "" : "s");
-    if (cp > 1 && cp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--cp %d: not with %s yet", cp, cp_lacks(c));
-    if (cp > 1 && c->seq % (2 * cp))
-        return dt_error(DT_ERR_ARG, "--cp %d: --seq %d does not split into %d chunks (2 x --cp: rank r holds chunks r and %d-r)", cp, c->seq,
-                        2 * cp, 2 * cp - 1);
-    if (cp > 1 && c->sp && c->seq / cp % tp)
-        return dt_error(DT_ERR_ARG, "--sp with --cp %d: a rank's %d positions do not split into --tp %d parts", cp, c->seq / cp, tp);
-    if (cp > 1 && c->cp_impl == DT_CP_ULYSSES && c->shape.num_heads && c->shape.num_heads % (tp * cp))
-        return dt_error(DT_ERR_ARG, "--cp-impl ulysses: --tp %d x --cp %d = %d does not divide the %d attention heads (--heads)", tp, cp,
-                        tp * cp, c->shape.num_heads);
-    if (pp > 1 && pp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--pp %d: not with %s yet", pp, pp_lacks(c));
-    if (c->virtual_stages > 1 && (pp < 2 || c->pp_schedule != DT_PP_INTERLEAVED))
-        return dt_error(DT_ERR_ARG, "--virtual-stages %d: chunks per stage are the interleaved schedule's (--pp N --pp-schedule interleaved)",
-                        c->virtual_stages);
-    if (pp > 1 && c->pp_schedule == DT_PP_INTERLEAVED && (pp_virt(c) < 2 || c->grad_accum % pp))
-        return dt_error(DT_ERR_ARG, "--pp-schedule interleaved: %s", pp_virt(c) < 2 ? "--virtual-stages must be at least 2"
-                        : "--grad-accum (micro-batches a step) must be a multiple of --pp (p micro-batches go through each chunk in turn)");
-    if (tp > 1 && tp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--tp %d: not with %s yet", tp, tp_lacks(c));
-    if (c->sp && tp < 2) return dt_error(DT_ERR_ARG, "--sp splits the sequence over the tensor-parallel ranks: give --tp N (N >= 2)");
-    if (tp > 1 && c->sp && c->seq % tp)
-        return dt_error(DT_ERR_ARG, "--sp: --seq %d does not split into --tp %d parts", c->seq, tp);
-    if (tp > 1 && c->shape.num_heads && c->shape.num_heads % tp)
-        return dt_error(DT_ERR_ARG, "--tp %d does not divide the %d attention heads (--heads)", tp, c->shape.num_heads);
-    return DT_OK;
-}
-
 /* Everything a run holds; torn down in one place. */
 typedef struct {
     dt_train_config c;        /* this rank's copy (only rank 0 prints, saves, writes metrics) */
@@ -375,13 +302,8 @@ static dt_status evaluate(run *r, float *out) {
 /* A refusal every rank makes alike (the memory check's), said by rank 0 alone. */
 static bool refused_alike;
 
-/* Context parallelism's attention: --cp-impl, or auto's choice. */
-static dt_cp_impl cp_impl(const run *r, const dt_gpt2_config *cfg) {
-    if (r->c.cp_impl >= 0) return (dt_cp_impl)r->c.cp_impl;
-    int tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1, n = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_CP) : 1;
-    /* a CPU rank's order of magnitude: attention at ~20 GFLOP/s a thread, ~10 GB/s between ranks (shared memory) and to memory */
-    return dt_cp_choose(n, cfg->num_heads / tp, r->c.seq / n, 20e9 * (r->c.threads > 0 ? r->c.threads : 1), 10e9, 10e9);
-}
+/* An axis's size (1 on one process). */
+static int mesh_size(const run *r, dt_mesh_dim a) { return r->mesh ? dt_mesh_size(r->mesh, a) : 1; }
 
 static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
     const dt_train_config *c = &r->c;
@@ -389,16 +311,12 @@ static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
     size_t data = 0;
     if (c->data && stat(c->data, &sb) == 0) data += (size_t)sb.st_size;
     if (c->val_data && stat(c->val_data, &sb) == 0) data += (size_t)sb.st_size;
-    dt_plan_job job = { .model = *cfg, .batch = c->batch, .seq = c->seq, .recompute = c->recompute, .attention = c->attention,
-                        .cp = c->seq / r->T, .cp_ulysses = cp_impl(r, cfg) == DT_CP_ULYSSES,
-                        .opt = c->opt, .dp = r->mesh ? dt_comm_size(dt_mesh_replicas(r->mesh)) : 1, .tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1, .sp = c->sp,
-                        .pp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_PP) : 1, .micro = c->grad_accum, .gpipe = c->pp_schedule == DT_PP_GPIPE,
-                        .zb = c->pp_schedule == DT_PP_ZB1, .virt = c->pp_schedule == DT_PP_INTERLEAVED ? pp_virt(c) : 1,
-                        .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
-                        .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
-                        .data_bytes = data,
-                        .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_replicas(r->mesh)),
-                        .precision = c->precision, .process_bytes = resident_now() };
+    dt_plan_job job;
+    dt_train_plan_job(c, cfg, &(dt_train_dims){ .dp = r->dp_size, .tp = mesh_size(r, DT_MESH_TP), .pp = mesh_size(r, DT_MESH_PP),
+                                                .cp = mesh_size(r, DT_MESH_CP), .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
+                                                .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_replicas(r->mesh)) }, &job);
+    job.data_bytes = data;
+    job.process_bytes = resident_now();
     dt_status st = dt_plan_check_memory(&job, 3);
     refused_alike = st != DT_OK;
     return st;
@@ -454,13 +372,9 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         *f[i] = v[i];
     }
     if (!from_file && o->vocab_size && !o->padded_vocab_size) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
-    if (c->seq > cfg.max_seq_len) {
-        dt_gpt2_destroy(*out);
-        *out = NULL;
-        return dt_error(DT_ERR_ARG, "--seq %d is longer than the model's %d positions", c->seq, cfg.max_seq_len);
-    }
     /* before the optimizer and the activations (and, for a preset, the model) are allocated */
-    if ((st = check_memory(r, &cfg))) {
+    dt_train_dims dims = { .dp = r->dp_size, .tp = mesh_size(r, DT_MESH_TP), .pp = mesh_size(r, DT_MESH_PP), .cp = mesh_size(r, DT_MESH_CP) };
+    if ((st = dt_train_check_model(c, &cfg, &dims)) || (st = check_memory(r, &cfg))) {
         dt_gpt2_destroy(*out);
         *out = NULL;
         return st;
@@ -468,11 +382,8 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     dt_gpt2_part part = dt_gpt2_whole(&cfg);
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
         /* p x v chunks by cost; stage s holds chunks s, s+p, .. (one, but for the interleaved schedule) */
-        int pp = dt_mesh_size(r->mesh, DT_MESH_PP), v = pp_virt(c);
-        if (v > 1 && pp * v > cfg.num_layers + 2)
-            st = dt_error(DT_ERR_ARG, "--pp %d x --virtual-stages %d = %d chunks: more than the model's %d units (the embedding, %d blocks, "
-                          "the head)", pp, v, pp * v, cfg.num_layers + 2, cfg.num_layers);
-        if (st || (st = dt_gpt2_stage_part(&cfg, c->seq, pp, v, dt_mesh_coord(r->mesh, DT_MESH_PP), &part))) {
+        int pp = dt_mesh_size(r->mesh, DT_MESH_PP), v = dt_train_pp_virt(c);
+        if ((st = dt_gpt2_stage_part(&cfg, c->seq, pp, v, dt_mesh_coord(r->mesh, DT_MESH_PP), &part))) {
             dt_gpt2_destroy(*out);
             *out = NULL;
             return st;
@@ -486,13 +397,10 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         part.sp = c->sp;
     }
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_CP) > 1) {
-        int n = dt_mesh_size(r->mesh, DT_MESH_CP), heads = cfg.num_heads / part.tp_size;
-        dt_cp_impl impl = cp_impl(r, &cfg);
+        int n = dt_mesh_size(r->mesh, DT_MESH_CP);
+        dt_cp_impl impl = dt_train_cp_impl(c, &cfg, part.tp_size, n);
         r->c.cp_impl = (int)impl; /* auto's choice, for what the run prints */
-        if (impl == DT_CP_ULYSSES && (heads % n || cfg.channels / part.tp_size % n))
-            st = dt_error(DT_ERR_ARG, "--cp-impl ulysses: a rank's %d attention heads (of %d, over --tp %d) do not split over --cp %d", heads,
-                          cfg.num_heads, part.tp_size, n);
-        if (st || (st = dt_cp_create(dt_mesh_comm(r->mesh, DT_MESH_CP), impl, &r->cp))) {
+        if ((st = dt_cp_create(dt_mesh_comm(r->mesh, DT_MESH_CP), impl, &r->cp))) {
             dt_gpt2_destroy(*out);
             *out = NULL;
             return st;
@@ -576,7 +484,7 @@ static dt_status make_engine(run *r) {
     dt_status st = DT_OK;
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
         /* the pipeline before the engine: its hooks come before a data-parallel strategy's */
-        dt_pipeline_config pc = { dt_mesh_comm(r->mesh, DT_MESH_PP), r->m, (dt_pp_kind)c->pp_schedule, pp_virt(c), c->grad_accum, c->batch,
+        dt_pipeline_config pc = { dt_mesh_comm(r->mesh, DT_MESH_PP), r->m, (dt_pp_kind)c->pp_schedule, dt_train_pp_virt(c), c->grad_accum, c->batch,
                                   r->T, next_batch, r };
         if ((st = dt_pipeline_create(&pc, &r->pipe))) return st;
         ec.schedule = dt_pipeline_schedule(r->pipe);
@@ -669,7 +577,7 @@ static dt_status print_placement(run *r) {
 /* The pipeline's split of the units, its cost balance and its schedule (rank 0). */
 static void print_stages(const run *r) {
     const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
-    int pp = dt_mesh_size(r->mesh, DT_MESH_PP), v = pp_virt(&r->c), first[pp * v + 1], L = mc->num_layers;
+    int pp = dt_mesh_size(r->mesh, DT_MESH_PP), v = dt_train_pp_virt(&r->c), first[pp * v + 1], L = mc->num_layers;
     if (dt_gpt2_split_stages(mc, r->c.seq, pp * v, first)) return;
     double total = dt_gpt2_units_cost(mc, r->c.seq, 0, L + 2);
     const dt_pp_schedule *s = dt_pipeline_actions(r->pipe);
@@ -1084,7 +992,7 @@ static dt_status observers(run *r) {
 }
 
 static int run_rank(const dt_train_config *c0, dt_comm *w, dt_launch_kind kind) {
-    if (w && check_mesh(c0, dt_comm_size(w))) return fail(2);
+    if (w && dt_train_check_mesh(c0, dt_comm_size(w), 0)) return fail(2);
     if (!strncmp(c0->model, "mlp", 3) || !strncmp(c0->model, "resnet", 6)) {
         dt_kernels_set_threads(c0->threads > 0 ? c0->threads : default_threads(w));
         dt_train_config ic = *c0;
@@ -1122,7 +1030,7 @@ int dt_train_run(const dt_train_config *c) {
                    "-n %d)", c->nproc, ws, c->nproc);
         return 2;
     }
-    if (!in_job && check_mesh(c, c->nproc)) return fail(2);
+    if (!in_job && dt_train_check_mesh(c, c->nproc, 0)) return fail(2);
     if (c->nproc > 1 && !in_job) {
         /* the peak for MFU, measured (once per machine) before the ranks share the cores */
         double g;

@@ -1,0 +1,67 @@
+/* dtrain plan [TRAIN'S FLAGS] [--hardware H] [--json] [--search] [--params N] [--nodes K]: flag parsing only. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: dtrain plan [TRAIN'S FLAGS] [--hardware H] [--json] [--search] [--params N] [--nodes K]\n"
+            "  Any dtrain train command becomes a plan by changing its first word: per rank, memory by category\n"
+            "  and the predicted step time by part, before anything is allocated. The layout rules are train's.\n"
+            "  --model M          as train's (d6, 124M, 350M, 774M, 1558M, a model file), or a published shape dtrain\n"
+            "                     describes but does not build: llama3.1-8b, llama3.1-70b, gpt3-175b\n"
+            "  --params N         a GPT-style transformer of N parameters (1.5e9, 7.5B) with ZeRO's mixed-precision\n"
+            "                     Adam (2 + 2 + K bytes a parameter, K = 12), as the ZeRO paper counts model states\n"
+            "  --hardware H       this (default: measured here: GEMM at the job's shapes, bandwidth, attention, the\n"
+            "                     communication calibration), a100-40g, h100-80g, or FILE.json (docs/planner.md)\n"
+            "  --nproc N          the job's ranks (or --dp x --tp x --pp x --cp); --nodes K: the machines they span\n"
+            "  --json             one JSON object: params, grads, optimizer, activations, buffers, total (bytes, the\n"
+            "                     largest rank), fits, step_ms, tok_per_s, and the breakdown\n"
+            "  --search           every layout of the ranks (dp x tp x pp x cp, ZeRO stage, micro-batch, --recompute,\n"
+            "                     precision) at the same global batch, the ones that fit ranked by tok/s, and why\n"
+            "                     each other one does not run\n");
+}
+
+static const dt_cli_flag flags[] = {
+    { "--hardware", "this, a100-40g, h100-80g or a JSON file" }, { "--params", "a parameter count above 0 (1.5e9, 7.5B)" },
+    { "--nodes", "a whole number of machines from 1 to 65536" }, { NULL, NULL },
+};
+
+/* "7.5B", "350M", "1.5e9" */
+static int parse_count(const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    double k = !*end ? 1 : !strcmp(end, "K") ? 1e3 : !strcmp(end, "M") ? 1e6 : !strcmp(end, "B") ? 1e9 : !strcmp(end, "T") ? 1e12 : 0;
+    if (!(k > 0 && v > 0 && v * k < 1e16)) return 0;
+    *out = v * k;
+    return 1;
+}
+
+int dt_cli_plan(int argc, char **argv) {
+    dt_plan_request rq = { .hardware = "this" };
+    char **rest = malloc(sizeof(char *) * ((size_t)argc + 1));
+    if (!rest) return 1;
+    int n = 0;
+    rest[n++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = 1;
+        double x;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); free(rest); return 0; }
+        if (!strcmp(f, "--json")) rq.json = 1;
+        else if (!strcmp(f, "--search")) rq.search = 1;
+        else if (!strcmp(f, "--hardware")) ok = v != NULL, rq.hardware = v, i++;
+        else if (!strcmp(f, "--params")) ok = v && parse_count(v, &rq.params), i++;
+        else if (!strcmp(f, "--nodes")) ok = dt_cli_number(v, 1, 65536, &x) && x == (int)x, rq.nodes = (int)x, i++;
+        else { rest[n++] = argv[i]; continue; }
+        if (!ok) { free(rest); return dt_cli_flag_error("plan", flags, f, v); }
+    }
+    rest[n] = NULL;
+    dt_train_config c;
+    int rc = dt_cli_train_parse(n, rest, "plan", &c);
+    free(rest);
+    if (rc >= 0) return rc;
+    return dt_train_plan(&c, &rq, stdout);
+}

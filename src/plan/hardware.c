@@ -1,0 +1,162 @@
+/* Hardware the planner prices a layout on: this machine (measured: the
+ * BLAS's GEMM rate, memory bandwidth, attention's rate, the communication
+ * calibration), a preset (A100 40 GB, H100 80 GB: the vendors' published
+ * figures), or a JSON file of the same fields. */
+#include "dtrain/plan.h"
+#include "dtrain/base.h"
+#include "dtrain/comm.h"
+#include "dtrain/io.h"
+#include "dtrain/kernels.h"
+#include "dtrain/obs.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+/* NVIDIA's data sheets (dense, no sparsity): A100 SXM 40 GB: 312 TFLOP/s bf16, 19.5 fp32 (156 TF32), 1555 GB/s HBM, NVLink 600 GB/s
+ * both ways; H100 SXM 80 GB: 989 bf16, 67 fp32 (494 TF32), 3350 GB/s, NVLink 900 GB/s. Between nodes, DGX's one 200 (A100) or
+ * 400 (H100) Gbit/s InfiniBand port per GPU. Latencies are typical NCCL figures (a few microseconds). The efficiency is what large
+ * GEMMs reach in practice (Megatron's published runs: 50-60% of peak for whole steps). */
+static const dt_plan_hardware presets[] = {
+    { "a100-40g", 40.0 * (1 << 30), 8, 0, 1, 156e12, 312e12, 1555e9, 5e-6, 1 / 300e9, 10e-6, 1 / 25e9, 0.7, 0.7, 0 },
+    { "h100-80g", 80.0 * (1 << 30), 8, 0, 1, 494e12, 989e12, 3350e9, 5e-6, 1 / 450e9, 10e-6, 1 / 50e9, 0.7, 0.7, 0 },
+};
+
+/* The residual add (a = b + c, a streaming kernel) over arrays far larger than the caches, on `threads` threads: bytes a second (3 arrays moved). */
+static double measure_bandwidth(int threads) {
+    size_t n = (size_t)32 << 20;
+    float *a = dt_alloc_aligned(n * 4), *b = dt_alloc_aligned(n * 4), *c = dt_alloc_aligned(n * 4);
+    double best = 0;
+    if (a && b && c) {
+        dt_kernels_set_threads(threads);
+        for (size_t i = 0; i < n; i++) b[i] = 1, c[i] = 2, a[i] = 0;
+        for (int k = 0; k < 5; k++) {
+            double t0 = dt_time_now();
+            dt_residual_forward(a, b, c, n);
+            double r = 12.0 * (double)n / (dt_time_now() - t0);
+            if (r > best) best = r;
+        }
+    }
+    dt_free_aligned(a);
+    dt_free_aligned(b);
+    dt_free_aligned(c);
+    return best;
+}
+
+/* Blockwise causal attention forward and backward (T 1024, 4 heads of 64) on one thread: its FLOP/s counted as 2 T^2 C forward
+ * (the causal half of two T x T x C products) and twice that backward. */
+static double measure_attention(void) {
+    int B = 1, T = 1024, C = 256, NH = 4;
+    size_t btc = (size_t)B * T * C;
+    float *qkv = dt_alloc_aligned(3 * btc * 4), *out = dt_alloc_aligned(btc * 4), *lse = dt_alloc_aligned((size_t)B * NH * T * 4),
+          *dqkv = dt_alloc_aligned(3 * btc * 4), *dout = dt_alloc_aligned(btc * 4);
+    double best = 0;
+    if (qkv && out && lse && dqkv && dout) {
+        dt_kernels_set_threads(1);
+        for (size_t i = 0; i < 3 * btc; i++) qkv[i] = 0.01f * (float)(i % 17) - 0.08f;
+        for (size_t i = 0; i < btc; i++) dout[i] = 0.001f * (float)(i % 13);
+        for (int k = 0; k < 3; k++) {
+            double t0 = dt_time_now();
+            dt_attention_forward_lse(out, lse, qkv, B, T, C, NH);
+            memset(dqkv, 0, 3 * btc * 4);
+            dt_attention_backward_lse(dqkv, dout, out, qkv, lse, B, T, C, NH);
+            double r = 3 * 2.0 * T * (double)T * C * B / (dt_time_now() - t0);
+            if (r > best) best = r;
+        }
+    }
+    dt_free_aligned(qkv);
+    dt_free_aligned(out);
+    dt_free_aligned(lse);
+    dt_free_aligned(dqkv);
+    dt_free_aligned(dout);
+    return best;
+}
+
+/* This machine: cores, memory available, the GEMM peaks (the MFU cache), bandwidth and attention (measured now, a few seconds),
+ * links from the communication calibration. */
+static dt_status this_machine(dt_plan_hardware *h) {
+    double sg, bf = 0, ia, ib, g, xa, xb;
+    const char *src;
+    int keep = dt_kernels_threads();
+    dt_status st = dt_peak_per_thread(&sg, &src);
+    if (st) return st;
+    if (dt_gemm_bf16_ready()) (void)dt_peak_bf16_per_thread(&bf, &src);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    memset(h, 0, sizeof *h);
+    snprintf(h->name, sizeof h->name, "this");
+    h->memory = (double)dt_plan_available_memory();
+    h->devices_per_node = (int)(cores > 0 ? cores : 1);
+    h->shared_memory = 1;
+    h->cores_per_device = 1;
+    h->flops_f32 = sg * 1e9;
+    h->flops_lowp = bf > 0 ? bf * 1e9 : sg * 1e9; /* without a bf16 GEMM, 16-bit Linears convert and run sgemm */
+    h->mem_bw = measure_bandwidth((int)h->devices_per_node);
+    h->attention_rate = measure_attention();
+    dt_comm_link_costs(&ia, &ib, &g, &xa, &xb);
+    h->intra_alpha = ia, h->intra_beta = ib, h->inter_alpha = xa, h->inter_beta = xb;
+    h->gemm_efficiency = 1, h->attention_efficiency = 1;
+    dt_kernels_set_threads(keep);
+    return DT_OK;
+}
+
+/* key of o: a number above 0 (below hi), or an error naming it. */
+static dt_status field(const char *path, const cJSON *o, const char *key, double hi, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) return dt_error(DT_ERR_ARG, "%s: the field \"%s\" is missing", path, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || v->valuedouble > hi)
+        return dt_error(DT_ERR_ARG, "%s: the field \"%s\" must be a number above 0%s", path, key, hi < 1e30 ? " and at most 1" : "");
+    *out = v->valuedouble;
+    return DT_OK;
+}
+
+static dt_status from_file(const char *path, dt_plan_hardware *h) {
+    char *buf;
+    dt_status st = dt_file_read_text(path, 1 << 20, &buf, NULL);
+    if (st) return st;
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return dt_error(DT_ERR_ARG, "%s: not a JSON object (the fields: see docs/planner.md)", path);
+    }
+    memset(h, 0, sizeof *h);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name"), *sh = cJSON_GetObjectItemCaseSensitive(j, "shared_memory");
+    snprintf(h->name, sizeof h->name, "%s", cJSON_IsString(name) ? name->valuestring : path);
+    double mem_gb = 0, dev = 0, f32 = 0, lowp = 0, bw = 0, ia = 0, ibw = 0, xa = 0, xbw = 0, eff = 0.7, aeff = 0.7;
+    st = field(path, j, "memory_gb", 1e40, &mem_gb);
+    if (!st) st = field(path, j, "devices_per_node", 1e40, &dev);
+    if (!st) st = field(path, j, "tflops_f32", 1e40, &f32);
+    if (!st) st = field(path, j, "tflops_bf16", 1e40, &lowp);
+    if (!st) st = field(path, j, "memory_bandwidth_gbs", 1e40, &bw);
+    if (!st) st = field(path, j, "intra_node_latency_us", 1e40, &ia);
+    if (!st) st = field(path, j, "intra_node_bandwidth_gbs", 1e40, &ibw);
+    if (!st) st = field(path, j, "inter_node_latency_us", 1e40, &xa);
+    if (!st) st = field(path, j, "inter_node_bandwidth_gbs", 1e40, &xbw);
+    if (!st && cJSON_GetObjectItemCaseSensitive(j, "gemm_efficiency")) st = field(path, j, "gemm_efficiency", 1, &eff);
+    if (!st && cJSON_GetObjectItemCaseSensitive(j, "attention_efficiency")) st = field(path, j, "attention_efficiency", 1, &aeff);
+    if (!st && sh && !cJSON_IsBool(sh)) st = dt_error(DT_ERR_ARG, "%s: the field \"shared_memory\" must be true or false", path);
+    if (!st && dev != floor(dev)) st = dt_error(DT_ERR_ARG, "%s: the field \"devices_per_node\" must be a whole number", path);
+    if (!st) {
+        h->memory = mem_gb * 1e9, h->devices_per_node = (int)dev, h->shared_memory = cJSON_IsTrue(sh), h->cores_per_device = 1;
+        h->flops_f32 = f32 * 1e12, h->flops_lowp = lowp * 1e12, h->mem_bw = bw * 1e9;
+        h->intra_alpha = ia * 1e-6, h->intra_beta = 1 / (ibw * 1e9), h->inter_alpha = xa * 1e-6, h->inter_beta = 1 / (xbw * 1e9);
+        h->gemm_efficiency = eff, h->attention_efficiency = aeff;
+    }
+    cJSON_Delete(j);
+    return st;
+}
+
+dt_status dt_plan_hardware_get(const char *name, dt_plan_hardware *h) {
+    if (!name || !strcmp(name, "this")) return this_machine(h);
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+        if (!strcasecmp(name, presets[i].name)) {
+            *h = presets[i];
+            return DT_OK;
+        }
+    if (access(name, R_OK) == 0) return from_file(name, h);
+    return dt_error(DT_ERR_ARG, "--hardware %s: not a preset (this, a100-40g, h100-80g) nor a readable JSON file", name);
+}

@@ -1,0 +1,99 @@
+/* The models the planner describes: GPT-2 shapes (counted by the model layer
+ * itself, the same functions the runtime sizes its stores with), published
+ * shapes dtrain does not build yet (Llama 3.1, counted here from their
+ * architecture), and --params N (a GPT-style shape of about N parameters). */
+#include "dtrain/plan.h"
+
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+typedef struct {
+    const char *name;
+    dt_gpt2_config c;
+    dt_plan_arch arch;
+} preset;
+
+/* Published shapes: Llama 3.1 (Meta's model cards: 8B, 70B, vocabulary 128256, 128K positions), GPT-3 175B (Brown et al. 2020,
+ * Table 2.1: 96 layers, d_model 12288, 96 heads, 2048 positions; GPT-2's architecture and vocabulary). */
+static const preset presets[] = {
+    { "llama3.1-8b", { 131072, 128256, 128256, 32, 32, 4096 }, { 1, 8, 14336 } },
+    { "llama3.1-70b", { 131072, 128256, 128256, 80, 64, 8192 }, { 1, 8, 28672 } },
+    { "gpt3-175b", { 2048, 50257, 50304, 96, 96, 12288 }, { 0, 0, 0 } },
+};
+
+const char *dt_plan_model_names(void) { return "d6, 124M, 350M, 774M, 1558M, llama3.1-8b, llama3.1-70b, gpt3-175b"; }
+
+dt_status dt_plan_model_preset(const char *name, dt_gpt2_config *c, dt_plan_arch *arch) {
+    memset(arch, 0, sizeof *arch);
+    for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
+        if (!strcasecmp(name, presets[i].name)) {
+            *c = presets[i].c;
+            *arch = presets[i].arch;
+            return DT_OK;
+        }
+    if (!dt_gpt2_preset(name, c)) return DT_OK;
+    return dt_error(DT_ERR_ARG, "--model %s: not a model the planner knows (%s, a model file, or --params N)", name, dt_plan_model_names());
+}
+
+void dt_plan_shape_for_params(double n, dt_gpt2_config *c) {
+    /* GPT-3's family keeps d_model near 128 x layers (Table 2.1): 12 L C^2 = n with C = 128 L, heads of 128 channels */
+    int L = (int)lround(cbrt(n / (12.0 * 128 * 128)));
+    if (L < 1) L = 1;
+    int C = (int)lround(sqrt(n / (12.0 * L)) / 128) * 128;
+    if (C < 128) C = 128;
+    *c = (dt_gpt2_config){ .max_seq_len = 2048, .vocab_size = 50257, .padded_vocab_size = 50304, .num_layers = L,
+                           .num_heads = C / 128, .channels = C };
+}
+
+/* One Llama block's parameters on a TP rank: q and o (C x C), k and v (C x kv channels), gate, up and down (C x F), split;
+ * two RMSNorm weights whole. */
+static double llama_block(const dt_gpt2_config *c, const dt_plan_arch *a, double t) {
+    double C = c->channels, kvc = C / c->num_heads * a->kv_heads;
+    return (2 * C * C + 2 * C * kvc + 3 * C * a->ffn) / t + 2 * C;
+}
+
+double dt_plan_units_params(const dt_plan_job *j, int a, int b) {
+    const dt_gpt2_config *c = &j->model;
+    if (!j->arch.llama) return (double)dt_gpt2_units_num_params(c, a, b, j->tp);
+    double t = j->tp > 1 ? j->tp : 1, C = c->channels, V = ceil(c->padded_vocab_size / t), n = 0;
+    int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L;
+    if (a == 0) n += V * C; /* the embedding (rotary positions: no table) */
+    if (last >= first) n += (last - first + 1) * llama_block(c, &j->arch, t);
+    if (b == L + 2) n += C + V * C; /* the final RMSNorm and the untied head */
+    return n;
+}
+
+double dt_plan_model_params(const dt_plan_job *j) {
+    if (j->params_override > 0) return j->params_override;
+    dt_plan_job whole = *j;
+    whole.tp = 1;
+    return dt_plan_units_params(&whole, 0, j->model.num_layers + 2);
+}
+
+/* Floats a token keeps per Llama block (the same accounting as GPT-2's arena: each block's inputs to backward, its
+ * statistics, and once the backward's scratch), the head's, and the embedding's output. */
+double dt_plan_units_activations(const dt_plan_job *j, int a, int b, int batch, int seq) {
+    const dt_gpt2_config *c = &j->model;
+    if (!j->arch.llama)
+        return (double)dt_gpt2_units_activation_bytes(c, a, b, j->tp, j->sp, batch, seq, j->recompute, j->attention, j->precision, j->zb);
+    double t = j->tp > 1 ? j->tp : 1, rows = j->sp && t > 1 ? t : 1, C = c->channels, F = j->arch.ffn;
+    double kvc = C / c->num_heads * j->arch.kv_heads, NH = c->num_heads / t, V = ceil(c->padded_vocab_size / t);
+    double w = j->precision != DT_F32 ? 2 : 4, BT = (double)batch * seq;
+    int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
+    /* split: q, k, v, attention's output, gate, up, their product; whole (or 1/t of the rows with SP): input, two norms' outputs, res */
+    double split = (2 * C + 2 * kvc) / t + 3 * F / t, whole = 4 * C / rows;
+    double block = j->recompute ? C / rows * w : (split + whole) * w + (2 / rows + NH) * 4;
+    double scratch = nl ? (4 * C + 3 * F / t) * 4 : 0;
+    double head = b == L + 2 ? (C / rows + 2) * 4 + V * w + 3 * 4 : 0;
+    return BT * (nl * block + scratch + head + (a == 0 ? C * 4 : 0)) + 2 * BT * 4;
+}
+
+/* Multiply-adds a token costs forward in the units' Linears (the head's too), per TP rank. */
+double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b) {
+    const dt_gpt2_config *c = &j->model;
+    double t = j->tp > 1 ? j->tp : 1, C = c->channels, V = c->padded_vocab_size / t;
+    int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
+    double block = j->arch.llama ? llama_block(c, &j->arch, t) - 2 * C : 12 * C * C / t;
+    return nl * block + (b == L + 2 ? V * C : 0);
+}

@@ -1,0 +1,163 @@
+/* A step's time before it runs: compute by kernel class from a roofline
+ * (the Linears at the GEMM rate of the job's own shapes, attention at its
+ * measured rate, the elementwise kernels and the optimizer at the memory
+ * bandwidth), communication by the alpha-beta(-gamma) cost of each
+ * collective the layout makes, the pipeline's bubble by its schedule. The
+ * largest stage's rank sets the step. */
+#include "dtrain/plan.h"
+#include "dtrain/base.h"
+#include "dtrain/kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* Measured GEMM rates of (M, N, K, threads, 16-bit) on this machine, kept for the process (a search prices many layouts). */
+typedef struct { int m, n, k, threads, lowp; double rate; } gemm_seen;
+static gemm_seen seen[64];
+static int nseen;
+
+/* FLOP/s of an M x N x K product on `threads` threads here: the median of three after a warm-up. */
+static double measure_gemm(int M, int N, int K, int threads, int lowp) {
+    for (int i = 0; i < nseen; i++)
+        if (seen[i].m == M && seen[i].n == N && seen[i].k == K && seen[i].threads == threads && seen[i].lowp == lowp) return seen[i].rate;
+    size_t a = (size_t)M * K, b = (size_t)N * K, c = (size_t)M * N;
+    float *A = dt_alloc_aligned(a * 4), *B = dt_alloc_aligned(b * 4), *Cm = dt_alloc_aligned(c * 4);
+    uint16_t *Al = lowp ? dt_alloc_aligned(a * 2) : NULL, *Bl = lowp ? dt_alloc_aligned(b * 2) : NULL;
+    double t[3] = { 0 }, rate = 0;
+    int keep = dt_kernels_threads();
+    if (A && B && Cm && (!lowp || (Al && Bl))) {
+        dt_kernels_set_threads(threads);
+        for (size_t i = 0; i < a; i++) A[i] = 1e-3f * (float)(i % 7);
+        for (size_t i = 0; i < b; i++) B[i] = 1e-3f * (float)(i % 5);
+        if (lowp) dt_lp_pack(Al, A, a, DT_BF16), dt_lp_pack(Bl, B, b, DT_BF16);
+        for (int r = -1; r < 3; r++) {
+            double t0 = dt_time_now();
+            if (lowp) dt_gemm_bf16(0, 1, M, N, K, Al, K, Bl, K, 0, Cm, N);
+            else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, A, K, B, K, 0, Cm, N);
+            if (r >= 0) t[r] = dt_time_now() - t0;
+        }
+        double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0], med = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+        rate = 2.0 * M * (double)N * K / med;
+    }
+    dt_kernels_set_threads(keep);
+    dt_free_aligned(A), dt_free_aligned(B), dt_free_aligned(Cm), dt_free_aligned(Al), dt_free_aligned(Bl);
+    if (nseen < 64) seen[nseen++] = (gemm_seen){ M, N, K, threads, lowp, rate };
+    return rate;
+}
+
+/* The Linears' rate for this job: measured here at its shape (M tokens, N outputs, K inputs), else the peak x efficiency. */
+static double gemm_rate(const dt_plan_job *j, const dt_plan_hardware *h, int threads, double tokens, int N, int K) {
+    int lowp = j->precision != DT_F32;
+    double peak = (lowp ? h->flops_lowp : h->flops_f32) * (h->cores_per_device ? threads : 1) * h->gemm_efficiency;
+    if (!h->attention_rate || tokens > 1 << 16 || (double)N * K > 1e8) return peak; /* another machine, or too large to time here */
+    double r = measure_gemm((int)tokens, N, K, threads, lowp && dt_gemm_bf16_ready());
+    return r > 0 ? r : peak;
+}
+
+/* An allreduce of `bytes` over n ranks (the ring's 2(n-1)/n of the bytes each way, and the reduction). */
+static double allreduce(double bytes, int n, double alpha, double beta, double gamma) {
+    return n > 1 ? 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * bytes * beta + (double)(n - 1) / n * bytes * gamma : 0;
+}
+
+/* A gather (or a reduce-scatter, with gamma) of `bytes` in all over n ranks. */
+static double gather(double bytes, int n, double alpha, double beta) {
+    return n > 1 ? (n - 1) * alpha + (double)(n - 1) / n * bytes * beta : 0;
+}
+
+typedef struct { double mm, att, ew, fwd_share; } stage_cost;
+
+/* One micro-batch's forward and backward through units [a, b) on one rank. */
+static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double tokens, double T, double rmm, double rhead, double ratt, double bw) {
+    const dt_gpt2_config *c = &j->model;
+    double tp = j->tp > 1 ? j->tp : 1, C = c->channels, F = j->arch.ffn ? j->arch.ffn : 4.0 * C, V = c->padded_vocab_size / tp;
+    double rows = j->sp && tp > 1 ? tp : 1, passes = 3 + (j->recompute ? 1 : 0);
+    int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
+    stage_cost s;
+    /* the blocks' Linears at the MLP's rate, the head's at its own (once each way whatever --recompute says) */
+    double head = b == L + 2 ? V * C : 0;
+    s.mm = 2 * (dt_plan_units_matmul_params(j, a, b) - head) * tokens * passes / rmm + 2 * head * tokens * 3 / rhead;
+    /* causal attention: a query meets T/2 keys on average (the balanced chunks under CP too): 2 T C per query forward, twice that backward */
+    s.att = nl * 2.0 * tokens * T * (C / tp) * passes / ratt;
+    /* the elementwise kernels, forward and twice backward: LayerNorms, residuals, biases, GELU (bytes a token and block), the head's
+     * softmax and loss over the vocabulary */
+    double block = 4 * (10 * C / rows + 4 * C / tp + 4 * F / tp);
+    s.ew = (nl * block * passes + (b == L + 2 ? 4 * 4 * V : 0) + (a == 0 ? 3 * 4 * C : 0)) * tokens / bw;
+    s.fwd_share = 1.0 / passes;
+    return s;
+}
+
+void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *o) {
+    memset(o, 0, sizeof *o);
+    dt_plan_job cj = *job;
+    int cp = job->cp > 1 ? job->cp : 1, tp = job->tp > 1 ? job->tp : 1, n = job->dp > 0 ? job->dp : 1;
+    int local = job->local_ranks > 0 ? job->local_ranks : 1, cores = h->devices_per_node > 0 ? h->devices_per_node : 1;
+    if (cp > 1) cj.seq = job->seq / cp;
+    const dt_plan_job *j = &cj;
+    const dt_gpt2_config *c = &j->model;
+    o->threads = h->cores_per_device ? (job->threads > 0 ? job->threads : (cores / local > 0 ? cores / local : 1)) : 1;
+    double tokens = (double)j->batch * j->seq, T = job->seq, w = j->precision != DT_F32 ? 2 : 4;
+    int C = c->channels, F = j->arch.ffn ? j->arch.ffn : 4 * C;
+    double rmm = gemm_rate(j, h, o->threads, tokens, F / tp, C), rhead = gemm_rate(j, h, o->threads, tokens, c->padded_vocab_size / tp, C);
+    double ratt = h->attention_rate > 0 ? h->attention_rate * o->threads : (j->precision != DT_F32 ? h->flops_lowp : h->flops_f32) * h->attention_efficiency;
+    /* a CPU rank's share of the machine's bandwidth; a GPU's own */
+    double bw = h->shared_memory ? h->mem_bw * (double)(o->threads < cores ? o->threads : cores) / cores : h->mem_bw;
+    if (h->shared_memory && bw > h->mem_bw / local) bw = h->mem_bw / local;
+    /* links: inside one machine while the group fits in it */
+    int per_node = h->devices_per_node > 0 ? h->devices_per_node : 1;
+    double ia = h->intra_alpha, ib = h->intra_beta, xa = h->inter_alpha, xb = h->inter_beta, g = 1 / (h->mem_bw > 0 ? bw : 1e12);
+    int p = j->pp > 1 ? j->pp : 1, v = j->virt > 1 && p > 1 ? j->virt : 1, first[p * v + 1], m = j->micro > 0 ? j->micro : 1;
+    if (p == 1 || dt_gpt2_split_stages(c, job->seq, p * v, first)) first[0] = 0, first[1] = c->num_layers + 2, p = 1, v = 1;
+    /* the slowest stage */
+    stage_cost worst = { 0, 0, 0, 1.0 / 3 };
+    double psi = 0, tworst = -1;
+    for (int s = 0; s < p; s++) {
+        stage_cost sc = { 0, 0, 0, 0 };
+        double sp = 0;
+        for (int k = 0; k < v; k++) {
+            stage_cost x = stage_compute(j, first[k * p + s], first[k * p + s + 1], tokens, T, rmm, rhead, ratt, bw);
+            sc.mm += x.mm, sc.att += x.att, sc.ew += x.ew, sc.fwd_share = x.fwd_share;
+            sp += dt_plan_units_params(j, first[k * p + s], first[k * p + s + 1]);
+        }
+        if (sc.mm + sc.att + sc.ew > tworst) tworst = sc.mm + sc.att + sc.ew, worst = sc, psi = sp;
+    }
+    if (j->params_override > 0) psi *= j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model, .arch = j->arch });
+    o->matmul = m * worst.mm, o->attention = m * worst.att, o->elementwise = m * worst.ew;
+    /* the optimizer over the parameters this rank updates: AdamW reads a parameter, its gradient and two moments and writes three
+     * back (28 bytes; SGD 16), gradients zeroed (4), mixed precision's 16-bit copy written (2) */
+    int stage = j->stage, shared = h->shared_memory && j->shared_params && stage >= 1;
+    double own = stage >= 1 || shared ? psi / n : psi, per = (j->opt.kind == DT_OPT_SGD ? 16 : 28) + 4 + (w == 2 ? 2 : 0);
+    o->optimizer = own * per / bw;
+    /* data parallelism: the gradients' reduction, ZeRO-3's gathers (none where a machine shares one copy), the 16-bit copy's
+     * allgather of ZeRO 1 and 2 (mixed, private copies) */
+    int dp_nodes = job->nodes > 1 && n > per_node / (tp * p > 0 ? tp * p : 1) ? 1 : 0;
+    double da = dp_nodes ? xa : ia, db = dp_nodes ? xb : ib, gb = job->grad_comm != DT_F32 && job->grad_comm ? 2 : 4;
+    if (n > 1) {
+        o->dp_comm = allreduce(psi * gb, n, da, db, g);
+        if (stage >= 3 && !shared) o->dp_comm += 2 * m * gather(psi * 4, n, da, db);
+        if (stage >= 1 && stage < 3 && !shared && w == 2) o->dp_comm += gather(psi * 2, n, da, db);
+    }
+    /* a CPU's collectives move memory on the same cores and bandwidth backward uses: nothing hides them; a GPU's overlap with
+     * backward, but for the last bucket */
+    double bwd = (o->matmul + o->attention + o->elementwise) * (1 - worst.fwd_share);
+    double last = job->bucket_bytes > 0 && psi * gb > 0 ? o->dp_comm * fmin(1, (double)job->bucket_bytes / (psi * gb)) : 0;
+    o->dp_exposed = h->shared_memory ? o->dp_comm : fmax(last, o->dp_comm - bwd);
+    /* tensor parallelism: two allreduces of a micro-batch's rows each way per block (with --recompute forward's again), f32 */
+    int nl = c->num_layers / p + 1;
+    double rowsb = tokens * c->channels * 4;
+    if (tp > 1) o->tp_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * allreduce(rowsb, tp, ia, ib, g);
+    /* context parallelism: the ring sends keys and values N-1 times forward, and those and their gradients backward (about half
+     * hidden under the blocks, measured); all-to-all moves q, k, v and the output forward, again with the gradients backward */
+    if (cp > 1) {
+        double kv = tokens * c->channels / tp * 4;
+        o->cp_comm = j->cp_ulysses ? m * nl * 12 * gather(kv * cp, cp, ia, ib) : m * nl * 0.5 * 6 * (cp - 1) * (ia + kv * ib);
+    }
+    /* the pipeline: each micro-batch's activations forward and gradient back; the bubble by schedule */
+    double tmb = worst.mm + worst.att + worst.ew;
+    if (p > 1) {
+        o->pp_comm = 2.0 * m * (ia + tokens * c->channels * w * ib);
+        o->bubble = (p - 1) * tmb * (j->zb ? 1.0 / 3 : 1.0 / v);
+    }
+    o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->dp_exposed + o->tp_comm + o->cp_comm + o->pp_comm + o->bubble;
+    o->tok_per_s = (double)n / cp * m * j->batch * (double)job->seq / o->step;
+}

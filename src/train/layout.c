@@ -1,0 +1,117 @@
+/* The layouts dtrain runs: which mesh a job's ranks make and which
+ * combinations each axis takes yet. train refuses by these rules before any
+ * rank starts, and plan (the same flags) gives the same messages. */
+#include "dtrain/train.h"
+#include "dtrain/context.h"
+#include "dtrain/pipeline.h"
+
+#include <string.h>
+
+/* What tensor parallelism does not run with yet, or NULL. */
+static const char *tp_lacks(const dt_train_config *c) {
+    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
+    if (c->save && !dt_checkpoint_is_dir(c->save)) return "--save FILE.bin/.safetensors (a checkpoint directory takes the slices)";
+    if (c->precision != DT_F32) return "--precision bf16/fp16";
+    if (c->grad_store != DT_F32) return "--grad-store bf16/fp16 (the norm over slices reads f32 gradients)";
+    if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
+    return NULL;
+}
+
+/* What context parallelism does not run with yet, or NULL. */
+static const char *cp_lacks(const dt_train_config *c) {
+    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
+    if (c->attention == DT_ATTN_FULL) return "--attention full (context parallelism merges blocks by their log-sum-exp)";
+    return NULL;
+}
+
+/* Chunks per pipeline stage: --virtual-stages, 2 by default for the interleaved schedule, else 1. */
+int dt_train_pp_virt(const dt_train_config *c) {
+    return c->virtual_stages ? c->virtual_stages : c->pp_schedule == DT_PP_INTERLEAVED ? 2 : 1;
+}
+
+/* What pipeline parallelism does not take yet (NULL: none of it). */
+static const char *pp_lacks(const dt_train_config *c) {
+    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
+    if (c->save && !dt_checkpoint_is_dir(c->save)) return "--save FILE.bin/.safetensors (a checkpoint directory takes the stages)";
+    if (c->grad_store != DT_F32) return "--grad-store bf16/fp16";
+    if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS";
+    /* zb1's W reads what forward kept, in f32; ZeRO-3 would gather each unit's parameters for B and again for W */
+    if (c->pp_schedule == DT_PP_ZB1 && c->precision != DT_F32) return "--pp-schedule zb1 and --precision bf16/fp16 (its split backward is f32)";
+    if (c->pp_schedule == DT_PP_ZB1 && c->recompute) return "--pp-schedule zb1 and --recompute (W reads the activations forward kept)";
+    if (c->pp_schedule == DT_PP_ZB1 && c->strategy && !strcmp(c->strategy, "zero3")) return "--pp-schedule zb1 and ZeRO-3";
+    if (c->pp_schedule == DT_PP_INTERLEAVED && c->strategy && !strcmp(c->strategy, "zero3"))
+        return "--pp-schedule interleaved and ZeRO-3 (a stage's chunks release their gradients together, after the last)";
+    return NULL;
+}
+
+/* --dp x --tp x --pp x --cp must be the job's ranks. */
+dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
+    int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1, mp = tp * pp * cp;
+    int dp = c->dp ? c->dp : (nranks % mp ? 0 : nranks / mp);
+    char axes[64]; /* the model's axes as given (--cp only when used) */
+    snprintf(axes, sizeof axes, "--tp %d x --pp %d%s", tp, pp, cp > 1 ? " x --cp " : "");
+    if (cp > 1) snprintf(axes + strlen(axes), sizeof axes - strlen(axes), "%d", cp);
+    if (!c->dp && !dp)
+        return dt_error(DT_ERR_ARG, "%s = %d does not divide the job's %d rank%s", axes, mp, nranks, nranks == 1 ? "" : "s");
+    if ((long)dp * mp != nranks)
+        return dt_error(DT_ERR_ARG, "--dp %d x %s = %ld, but the job has %d rank%s", dp, axes, (long)dp * mp, nranks, nranks == 1 ? "" : "s");
+    if (cp > 1 && !paper && cp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--cp %d: not with %s yet", cp, cp_lacks(c));
+    if (cp > 1 && c->seq % (2 * cp))
+        return dt_error(DT_ERR_ARG, "--cp %d: --seq %d does not split into %d chunks (2 x --cp: rank r holds chunks r and %d-r)", cp, c->seq,
+                        2 * cp, 2 * cp - 1);
+    if (cp > 1 && c->sp && c->seq / cp % tp)
+        return dt_error(DT_ERR_ARG, "--sp with --cp %d: a rank's %d positions do not split into --tp %d parts", cp, c->seq / cp, tp);
+    if (cp > 1 && c->cp_impl == DT_CP_ULYSSES && c->shape.num_heads && c->shape.num_heads % (tp * cp))
+        return dt_error(DT_ERR_ARG, "--cp-impl ulysses: --tp %d x --cp %d = %d does not divide the %d attention heads (--heads)", tp, cp,
+                        tp * cp, c->shape.num_heads);
+    if (pp > 1 && !paper && pp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--pp %d: not with %s yet", pp, pp_lacks(c));
+    if (c->virtual_stages > 1 && (pp < 2 || c->pp_schedule != DT_PP_INTERLEAVED))
+        return dt_error(DT_ERR_ARG, "--virtual-stages %d: chunks per stage are the interleaved schedule's (--pp N --pp-schedule interleaved)",
+                        c->virtual_stages);
+    if (pp > 1 && c->pp_schedule == DT_PP_INTERLEAVED && (dt_train_pp_virt(c) < 2 || c->grad_accum % pp))
+        return dt_error(DT_ERR_ARG, "--pp-schedule interleaved: %s", dt_train_pp_virt(c) < 2 ? "--virtual-stages must be at least 2"
+                        : "--grad-accum (micro-batches a step) must be a multiple of --pp (p micro-batches go through each chunk in turn)");
+    if (tp > 1 && !paper && tp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--tp %d: not with %s yet", tp, tp_lacks(c));
+    if (c->sp && tp < 2) return dt_error(DT_ERR_ARG, "--sp splits the sequence over the tensor-parallel ranks: give --tp N (N >= 2)");
+    if (tp > 1 && c->sp && c->seq % tp)
+        return dt_error(DT_ERR_ARG, "--sp: --seq %d does not split into --tp %d parts", c->seq, tp);
+    if (tp > 1 && c->shape.num_heads && c->shape.num_heads % tp)
+        return dt_error(DT_ERR_ARG, "--tp %d does not divide the %d attention heads (--heads)", tp, c->shape.num_heads);
+    return DT_OK;
+}
+
+
+dt_cp_impl dt_train_cp_impl(const dt_train_config *c, const dt_gpt2_config *cfg, int tp, int cp) {
+    if (c->cp_impl >= 0) return (dt_cp_impl)c->cp_impl;
+    /* a CPU rank's order of magnitude: attention at ~20 GFLOP/s a thread, ~10 GB/s between ranks (shared memory) and to memory */
+    return dt_cp_choose(cp, cfg->num_heads / (tp > 0 ? tp : 1), c->seq / (cp > 0 ? cp : 1), 20e9 * (c->threads > 0 ? c->threads : 1), 10e9, 10e9);
+}
+
+dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d) {
+    if (c->seq > cfg->max_seq_len) return dt_error(DT_ERR_ARG, "--seq %d is longer than the model's %d positions", c->seq, cfg->max_seq_len);
+    int v = dt_train_pp_virt(c);
+    if (d->pp > 1 && v > 1 && d->pp * v > cfg->num_layers + 2)
+        return dt_error(DT_ERR_ARG, "--pp %d x --virtual-stages %d = %d chunks: more than the model's %d units (the embedding, %d blocks, "
+                        "the head)", d->pp, v, d->pp * v, cfg->num_layers + 2, cfg->num_layers);
+    if (d->pp > cfg->num_layers + 2)
+        return dt_error(DT_ERR_ARG, "--pp %d: more stages than the model's %d units (the embedding, %d blocks, the head)", d->pp,
+                        cfg->num_layers + 2, cfg->num_layers);
+    if (d->tp > 1 && cfg->num_heads % d->tp)
+        return dt_error(DT_ERR_ARG, "--tp %d does not divide the %d attention heads (--heads)", d->tp, cfg->num_heads);
+    int heads = cfg->num_heads / d->tp;
+    if (d->cp > 1 && dt_train_cp_impl(c, cfg, d->tp, d->cp) == DT_CP_ULYSSES && (heads % d->cp || cfg->channels / d->tp % d->cp))
+        return dt_error(DT_ERR_ARG, "--cp-impl ulysses: a rank's %d attention heads (of %d, over --tp %d) do not split over --cp %d", heads,
+                        cfg->num_heads, d->tp, d->cp);
+    return DT_OK;
+}
+
+void dt_train_plan_job(const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d, dt_plan_job *job) {
+    *job = (dt_plan_job){ .model = *cfg, .batch = c->batch, .seq = c->seq, .recompute = c->recompute, .attention = c->attention,
+                          .cp = d->cp, .cp_ulysses = d->cp > 1 && dt_train_cp_impl(c, cfg, d->tp, d->cp) == DT_CP_ULYSSES,
+                          .opt = c->opt, .dp = d->dp * d->cp, .tp = d->tp, .sp = c->sp, .pp = d->pp, .micro = c->grad_accum,
+                          .gpipe = c->pp_schedule == DT_PP_GPIPE, .zb = c->pp_schedule == DT_PP_ZB1,
+                          .virt = c->pp_schedule == DT_PP_INTERLEAVED ? dt_train_pp_virt(c) : 1, .local_ranks = d->local_ranks,
+                          .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0,
+                          .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .shared_params = d->shared_params, .precision = c->precision,
+                          .grad_store = c->grad_store, .grad_comm = c->grad_comm };
+}

@@ -1,0 +1,289 @@
+/* dtrain plan: a train command's job priced before launch. The layout rules
+ * (layout.c) and the memory plan (plan/memory.c) are the ones train itself
+ * refuses by and sizes from; this file resolves the model and hardware,
+ * prints one plan, or searches every layout of the ranks. */
+#include "dtrain/train.h"
+#include "dtrain/pipeline.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The resident memory of this process (the same program a rank runs, before its model). */
+static size_t resident_now(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    size_t kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %zu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+/* The model: --params N, a file's shape, or a preset; train's shape flags over it. */
+static dt_status resolve_model(dt_train_config *c, const dt_plan_request *rq, dt_gpt2_config *cfg, dt_plan_arch *arch) {
+    memset(arch, 0, sizeof *arch);
+    dt_status st = DT_OK;
+    if (rq->params > 0) dt_plan_shape_for_params(rq->params, cfg);
+    else if (access(c->model, R_OK) == 0) {
+        dt_gpt2 *g = NULL;
+        int step;
+        if ((st = dt_checkpoint_load_weights(c->model, c->shape.num_heads, &g, &step))) return st;
+        *cfg = *dt_gpt2_get_config(g);
+        dt_gpt2_destroy(g);
+    } else if ((st = dt_plan_model_preset(c->model, cfg, arch))) return st;
+    const dt_gpt2_config *o = &c->shape;
+    if (o->num_layers) cfg->num_layers = o->num_layers;
+    if (o->num_heads) cfg->num_heads = o->num_heads;
+    if (o->channels) cfg->channels = o->channels;
+    if (o->max_seq_len) cfg->max_seq_len = o->max_seq_len;
+    if (o->vocab_size) cfg->vocab_size = o->vocab_size, cfg->padded_vocab_size = o->padded_vocab_size ? o->padded_vocab_size : (o->vocab_size + 63) / 64 * 64;
+    if (cfg->channels % cfg->num_heads) return dt_error(DT_ERR_ARG, "--channels %d does not split into %d heads", cfg->channels, cfg->num_heads);
+    return DT_OK;
+}
+
+/* The ranks the command asks for: --nproc, else the product of the axes given. */
+static int job_ranks(const dt_train_config *c) {
+    if (c->nproc > 1) return c->nproc;
+    return (c->dp ? c->dp : 1) * (c->tp ? c->tp : 1) * (c->pp ? c->pp : 1) * (c->cp ? c->cp : 1);
+}
+
+typedef struct {
+    dt_train_config c;
+    dt_plan_job job;
+    dt_plan_memory mem;
+    dt_plan_time time;
+    int fits, nodes;
+} plan_result;
+
+/* One layout: refused with train's message, or priced. */
+static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, const dt_plan_arch *arch,
+                          const dt_plan_hardware *h, int nranks, size_t process, plan_result *r) {
+    int paper = strcmp(h->name, "this") != 0;
+    dt_status st = dt_train_check_mesh(c, nranks, paper);
+    if (st) return st;
+    int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1;
+    int nodes = rq->nodes > 0 ? rq->nodes : h->shared_memory ? 1 : (nranks + h->devices_per_node - 1) / h->devices_per_node;
+    const char *priv = getenv("DTRAIN_ZERO_PRIVATE_PARAMS");
+    dt_train_dims d = { .dp = nranks / (tp * pp * cp), .tp = tp, .pp = pp, .cp = cp, .local_ranks = (nranks + nodes - 1) / nodes };
+    d.shared_params = h->shared_memory && nodes == 1 && nranks > 1 && !(priv && atoi(priv) > 0);
+    if ((st = dt_train_check_model(c, cfg, &d))) return st;
+    memset(r, 0, sizeof *r);
+    r->c = *c;
+    r->nodes = nodes;
+    dt_train_plan_job(c, cfg, &d, &r->job);
+    r->job.arch = *arch;
+    r->job.params_override = rq->params;
+    r->job.paper_states = rq->params > 0 || !h->shared_memory;
+    r->job.threads = c->threads;
+    r->job.nodes = nodes;
+    r->job.process_bytes = process;
+    struct stat sb;
+    if (c->data && stat(c->data, &sb) == 0) r->job.data_bytes += (size_t)sb.st_size;
+    if (c->val_data && stat(c->val_data, &sb) == 0) r->job.data_bytes += (size_t)sb.st_size;
+    dt_plan_step_time(&r->job, h, &r->time);
+    /* after the GEMMs at the job's shapes ran here: the BLAS's buffers are part of a rank's process too */
+    if (process && resident_now() > process) r->job.process_bytes = resident_now();
+    dt_plan_memory_estimate(&r->job, &r->mem);
+    r->fits = (h->shared_memory ? r->mem.per_machine : r->mem.per_rank) <= h->memory;
+    return DT_OK;
+}
+
+static const char *gb(double bytes, char *buf) {
+    snprintf(buf, 32, bytes >= 1e9 ? "%.2f GB" : "%.1f MB", bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
+    return buf;
+}
+
+static const char *stage_name(int s) { return s == 0 ? "ddp" : s == 1 ? "zero1" : s == 2 ? "zero2" : "zero3"; }
+
+/* "dp 2 x tp 1 x pp 1 x cp 1, zero1, bf16, micro-batch 4 x 2 a step, recompute" */
+static void describe(const plan_result *r, char *out, size_t cap) {
+    const dt_train_config *c = &r->c;
+    const dt_plan_job *j = &r->job;
+    snprintf(out, cap, "dp %d x tp %d x pp %d x cp %d, %s, %s, micro-batch %d x %d a step%s%s%s", j->dp / (j->cp > 1 ? j->cp : 1),
+             j->tp > 1 ? j->tp : 1, j->pp > 1 ? j->pp : 1, j->cp > 1 ? j->cp : 1, j->dp > 1 ? stage_name(j->stage) : "one replica",
+             c->precision == DT_F32 ? "fp32" : dt_precision_name(c->precision), c->batch, c->grad_accum, c->recompute ? ", recompute" : "",
+             j->pp > 1 ? ", " : "", j->pp > 1 ? dt_pp_kind_name((dt_pp_kind)c->pp_schedule) : "");
+}
+
+static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt_gpt2_config *cfg, FILE *f) {
+    const dt_plan_memory *m = &r->mem;
+    const dt_plan_time *t = &r->time;
+    char b[12][32], lay[256];
+    describe(r, lay, sizeof lay);
+    double np = dt_plan_model_params(&r->job);
+    fprintf(f, "plan: %s%.3gB parameters (%d layers, %d channels, %d heads), %s x %d positions\n", r->job.arch.llama ? "Llama, " : "",
+            np / 1e9, cfg->num_layers, cfg->channels, cfg->num_heads, lay, r->c.seq);
+    fprintf(f, "hardware: %s, %d rank%s on %d machine%s, %d thread%s a rank; model states as %s\n", h->name,
+            r->job.dp * (r->job.tp > 1 ? r->job.tp : 1) * (r->job.pp > 1 ? r->job.pp : 1), r->job.dp > 1 ? "s" : "", r->nodes,
+            r->nodes == 1 ? "" : "s", t->threads, t->threads == 1 ? "" : "s",
+            r->job.paper_states ? "ZeRO's anatomy (16-bit parameters and gradients, K = 12)" : "dtrain allocates them");
+    if (m->shared > 0) fprintf(f, "  (the machine's one parameter copy: each rank holds its shard and maps the other %s)\n", gb(m->shared, b[11]));
+    fprintf(f, "memory per rank (the largest):\n  parameters %s (16-bit copy %s)\n  gradients %s\n  optimizer %s\n  activations %s\n"
+               "  buffers %s\n  token files %s\n  the process %s\n  total %s; x %d rank%s a machine = %s: %s %s\n",
+            gb(m->params + m->lowp, b[0]), gb(m->lowp, b[1]), gb(m->grads, b[2]), gb(m->optim, b[3]), gb(m->acts, b[4]), gb(m->comm, b[5]),
+            gb(m->data, b[6]), gb(m->runtime, b[7]), gb(m->per_rank, b[8]), r->job.local_ranks, r->job.local_ranks == 1 ? "" : "s",
+            gb(m->per_machine, b[9]), r->fits ? "fits in" : "does NOT fit in", gb(h->memory, b[10]));
+    fprintf(f, "step time (predicted, ms): matmul %.1f, attention %.1f, elementwise %.1f, optimizer %.1f, data-parallel %.1f "
+               "(%.1f exposed), tensor-parallel %.1f, context-parallel %.1f, pipeline transfers %.1f, bubble %.1f\n"
+               "  step %.1f ms, %.0f tokens/s\n",
+            1e3 * t->matmul, 1e3 * t->attention, 1e3 * t->elementwise, 1e3 * t->optimizer, 1e3 * t->dp_comm, 1e3 * t->dp_exposed,
+            1e3 * t->tp_comm, 1e3 * t->cp_comm, 1e3 * t->pp_comm, 1e3 * t->bubble, 1e3 * t->step, t->tok_per_s);
+}
+
+static cJSON *plan_json(const plan_result *r) {
+    const dt_plan_memory *m = &r->mem;
+    const dt_plan_time *t = &r->time;
+    char lay[256];
+    describe(r, lay, sizeof lay);
+    cJSON *o = cJSON_CreateObject(), *br = cJSON_CreateObject(), *mem = cJSON_CreateObject(), *tm = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "layout", lay);
+    cJSON_AddNumberToObject(o, "params", m->params + m->lowp);
+    cJSON_AddNumberToObject(o, "grads", m->grads);
+    cJSON_AddNumberToObject(o, "optimizer", m->optim);
+    cJSON_AddNumberToObject(o, "activations", m->acts);
+    cJSON_AddNumberToObject(o, "buffers", m->comm);
+    cJSON_AddNumberToObject(o, "total", m->per_rank);
+    cJSON_AddBoolToObject(o, "fits", r->fits);
+    cJSON_AddNumberToObject(o, "step_ms", 1e3 * t->step);
+    cJSON_AddNumberToObject(o, "tok_per_s", t->tok_per_s);
+    cJSON_AddNumberToObject(mem, "lowp_copy", m->lowp);
+    cJSON_AddNumberToObject(mem, "shared_copy_mapped", m->shared);
+    cJSON_AddNumberToObject(mem, "token_files", m->data);
+    cJSON_AddNumberToObject(mem, "process", m->runtime);
+    cJSON_AddNumberToObject(mem, "per_machine", m->per_machine);
+    const double ms[] = { t->matmul, t->attention, t->elementwise, t->optimizer, t->dp_comm, t->dp_exposed, t->tp_comm, t->cp_comm, t->pp_comm, t->bubble };
+    static const char *const names[] = { "matmul", "attention", "elementwise", "optimizer", "dp_comm", "dp_exposed", "tp_comm", "cp_comm", "pp_comm", "bubble" };
+    for (int i = 0; i < 10; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
+    cJSON_AddItemToObject(br, "memory", mem);
+    cJSON_AddItemToObject(br, "time_ms", tm);
+    cJSON_AddItemToObject(o, "breakdown", br);
+    return o;
+}
+
+static void emit_json(cJSON *o, FILE *f) {
+    char *s = cJSON_Print(o);
+    if (s) fprintf(f, "%s\n", s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+int dt_train_plan_search(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, const dt_plan_arch *arch,
+                         const dt_plan_hardware *h, int nranks, size_t process, FILE *f);
+
+int dt_train_plan(const dt_train_config *c0, const dt_plan_request *rq, FILE *f) {
+    size_t process = resident_now();
+    dt_train_config c = *c0;
+    dt_gpt2_config cfg;
+    dt_plan_arch arch;
+    dt_plan_hardware h;
+    /* ZeRO's mixed-precision Adam for --params (the paper's accounting) */
+    if (rq->params > 0 && c.precision == DT_F32) c.precision = DT_F16;
+    dt_status st = resolve_model(&c, rq, &cfg, &arch);
+    if (!st) st = dt_plan_hardware_get(rq->hardware, &h);
+    if (st) {
+        dt_log(DT_LOG_ERROR, "plan: %s", dt_last_error());
+        return 2;
+    }
+    if (strcmp(h.name, "this")) process = 0; /* another machine's process: not modelled (a GPU's context is not counted) */
+    int nranks = job_ranks(&c);
+    if (rq->search) return dt_train_plan_search(&c, rq, &cfg, &arch, &h, nranks, process, f);
+    plan_result r;
+    if ((st = plan_one(&c, rq, &cfg, &arch, &h, nranks, process, &r))) {
+        dt_log(DT_LOG_ERROR, "plan: %s", dt_last_error());
+        return 2;
+    }
+    if (rq->json) emit_json(plan_json(&r), f);
+    else print_plan(&r, &h, &cfg, f);
+    return 0;
+}
+
+/* ---- --search ---- */
+
+static int by_speed(const void *a, const void *b) {
+    double x = ((const plan_result *)a)->time.tok_per_s, y = ((const plan_result *)b)->time.tok_per_s;
+    return (x < y) - (x > y);
+}
+
+int dt_train_plan_search(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, const dt_plan_arch *arch,
+                         const dt_plan_hardware *h, int nranks, size_t process, FILE *f) {
+    /* the global batch in sequences: the command's micro-batch x micro-batches x data-parallel ranks */
+    int tp0 = c->tp ? c->tp : 1, pp0 = c->pp ? c->pp : 1, cp0 = c->cp ? c->cp : 1;
+    long global = (long)c->batch * c->grad_accum * (nranks / (tp0 * pp0 * cp0) > 0 ? nranks / (tp0 * pp0 * cp0) : 1);
+    size_t cap = 4096, n = 0, nrej = 0;
+    plan_result *ok = malloc(cap * sizeof *ok);
+    cJSON *rejected = cJSON_CreateArray();
+    if (!ok || !rejected) { free(ok); cJSON_Delete(rejected); return 1; }
+    static const dt_dtype precs[] = { DT_F32, DT_BF16 };
+    for (int tp = 1; tp <= nranks; tp++)
+        for (int pp = 1; tp * pp <= nranks; pp++)
+            for (int cp = 1; tp * pp * cp <= nranks; cp++) {
+                if (nranks % (tp * pp * cp)) continue;
+                int dp = nranks / (tp * pp * cp);
+                for (int stage = 0; stage <= (dp * cp > 1 ? 3 : 0); stage++)
+                    for (long b = 1; b <= global / dp && b <= 1024; b *= 2)
+                        for (int rc = 0; rc <= 1; rc++)
+                            for (int pi = 0; pi < 2; pi++) {
+                                if (global % (dp * b)) continue;
+                                dt_train_config t = *c;
+                                t.nproc = nranks, t.dp = dp, t.tp = tp, t.pp = pp, t.cp = cp, t.batch = (int)b;
+                                t.grad_accum = (int)(global / (dp * b)), t.recompute = rc, t.precision = precs[pi];
+                                t.strategy = stage ? (const char *[]){ "", "zero1", "zero2", "zero3" }[stage] : NULL;
+                                if (t.grad_store != DT_F32 && t.precision == DT_F32) t.grad_store = DT_F32;
+                                if (pp > 1 && t.pp_schedule == DT_PP_INTERLEAVED && t.grad_accum % pp) t.pp_schedule = DT_PP_1F1B;
+                                plan_result r;
+                                dt_status st = plan_one(&t, rq, cfg, arch, h, nranks, process, &r);
+                                char lay[256], why[600];
+                                if (!st && !r.fits) {
+                                    char b1[32], b2[32];
+                                    snprintf(why, sizeof why, "needs %s a %s, %s available", gb(h->shared_memory ? r.mem.per_machine : r.mem.per_rank, b1),
+                                             h->shared_memory ? "machine" : "device", gb(h->memory, b2));
+                                } else if (st) snprintf(why, sizeof why, "%s", dt_last_error());
+                                if (st || !r.fits) {
+                                    snprintf(lay, sizeof lay, "dp %d x tp %d x pp %d x cp %d, %s, %s, micro-batch %ld x %d%s", dp, tp, pp, cp,
+                                             dp * cp > 1 ? stage_name(stage) : "one replica", pi ? "bf16" : "fp32", b, t.grad_accum, rc ? ", recompute" : "");
+                                    cJSON *o = cJSON_CreateObject();
+                                    cJSON_AddStringToObject(o, "layout", lay);
+                                    cJSON_AddStringToObject(o, "reason", why);
+                                    cJSON_AddItemToArray(rejected, o);
+                                    nrej++;
+                                    continue;
+                                }
+                                if (n == cap) {
+                                    plan_result *g = realloc(ok, 2 * cap * sizeof *ok);
+                                    if (!g) break;
+                                    ok = g, cap *= 2;
+                                }
+                                ok[n++] = r;
+                            }
+            }
+    qsort(ok, n, sizeof *ok, by_speed);
+    if (rq->json) {
+        cJSON *o = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, plan_json(&ok[i]));
+        cJSON_AddNumberToObject(o, "global_batch", (double)global);
+        cJSON_AddItemToObject(o, "fits", arr);
+        cJSON_AddItemToObject(o, "rejected", rejected);
+        emit_json(o, f);
+    } else {
+        char b1[32];
+        fprintf(f, "search: %d ranks on %s, global batch %ld sequences of %d: %zu layouts fit, %zu do not\n", nranks, h->name, global,
+                c->seq, n, nrej);
+        for (size_t i = 0; i < n; i++) {
+            char lay[256];
+            describe(&ok[i], lay, sizeof lay);
+            fprintf(f, "%4zu. %9.0f tok/s  step %9.1f ms  %s a %s  %s\n", i + 1, ok[i].time.tok_per_s, 1e3 * ok[i].time.step,
+                    gb(h->shared_memory ? ok[i].mem.per_machine : ok[i].mem.per_rank, b1), h->shared_memory ? "machine" : "rank", lay);
+        }
+        if (nrej) fprintf(f, "do not run or fit:\n");
+        for (cJSON *it = rejected->child; it; it = it->next)
+            fprintf(f, "  %s: %s\n", cJSON_GetObjectItem(it, "layout")->valuestring, cJSON_GetObjectItem(it, "reason")->valuestring);
+        cJSON_Delete(rejected);
+    }
+    free(ok);
+    return 0;
+}
