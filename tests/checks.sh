@@ -6,6 +6,14 @@ passed=0
 failed=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 ok() { echo "ok   $*"; passed=$((passed + 1)); }
+# One training run ("$DTRAIN" train "${common[@]}" ARGS) with its metrics in
+# $dir/NAME.jsonl; a failure says its last lines and returns 1.
+run_metrics() { # NAME ARGS...
+    local name=$1
+    shift
+    "$DTRAIN" train "${common[@]}" "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
+        { echo "  ($name: $(grep -v oversubscribed "$dir/$name.out" | tail -2))"; return 1; }
+}
 # A training run the caller's "${common[@]}" --batch 2 ARGS describe is
 # refused before any step, with EXPECTED in what it says.
 refused() { # WHAT EXPECTED ARGS...

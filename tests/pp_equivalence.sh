@@ -39,32 +39,26 @@ close() { # WHAT REF FILE: within 1e-6 (loss) and 1e-5 (norm)
         ok "$1: worst relative difference over 20 steps: loss $l, gradient norm $n"
     else fail "$1: loss $l, norm $n"; fi
 }
-run() { # NAME ARGS...: one training run into $dir/NAME.jsonl
-    local name=$1
-    shift
-    "$DTRAIN" train "${common[@]}" "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
-        { echo "  ($name: $(grep -v oversubscribed "$dir/$name.out" | tail -2))"; return 1; }
-}
 
-for m in 1 2 3 4 6 8; do run ref$m --batch 2 --grad-accum $m; done
+for m in 1 2 3 4 6 8; do run_metrics ref$m --batch 2 --grad-accum $m; done
 for p in 2 3 4; do
     for m in 1 $p $((2 * p)); do
         for s in gpipe 1f1b zb1; do
-            run pp --batch 2 --grad-accum $m --nproc $p --pp $p --pp-schedule $s &&
+            run_metrics pp --batch 2 --grad-accum $m --nproc $p --pp $p --pp-schedule $s &&
                 if [ $m = 1 ]; then same "$s p=$p m=$m" "$dir/ref$m.jsonl" "$dir/pp.jsonl"
                 else close "$s p=$p m=$m" "$dir/ref$m.jsonl" "$dir/pp.jsonl"; fi
         done
     done
 done
 # interleaved (Megatron's): 6 blocks (8 units) so that 4 stages hold 2 chunks each; m = p and 2p (a multiple of p)
-for m in 2 3 4 6 8; do run iref$m --batch 2 --grad-accum $m --layers 6; done
+for m in 2 3 4 6 8; do run_metrics iref$m --batch 2 --grad-accum $m --layers 6; done
 for p in 2 3 4; do
     for m in $p $((2 * p)); do
-        run il --batch 2 --grad-accum $m --layers 6 --nproc $p --pp $p --pp-schedule interleaved --virtual-stages 2 &&
+        run_metrics il --batch 2 --grad-accum $m --layers 6 --nproc $p --pp $p --pp-schedule interleaved --virtual-stages 2 &&
             close "interleaved p=$p v=2 m=$m" "$dir/iref$m.jsonl" "$dir/il.jsonl"
     done
 done
-run il --batch 2 --grad-accum 4 --layers 6 --nproc 2 --pp 2 --pp-schedule interleaved --virtual-stages 3 &&
+run_metrics il --batch 2 --grad-accum 4 --layers 6 --nproc 2 --pp 2 --pp-schedule interleaved --virtual-stages 3 &&
     close "interleaved p=2 v=3 m=4" "$dir/iref4.jsonl" "$dir/il.jsonl"
 # the split and the printed lists (without --quiet)
 out=$("$DTRAIN" train "${common[@]:0:${#common[@]}-1}" --steps 1 --batch 2 --grad-accum 4 --layers 6 --nproc 2 --pp 2 --pp-schedule interleaved \
@@ -72,34 +66,34 @@ out=$("$DTRAIN" train "${common[@]:0:${#common[@]}-1}" --steps 1 --batch 2 --gra
 echo "$out" | grep -q "stage 0 \[0, 2)+\[3, 4)+\[5, 6)" && echo "$out" | grep -q "theory (p-1)/(vm+p-1) = 0.077" &&
     ok "interleaved split and lists: $(echo "$out" | grep -o 'stage 0 \[.*')" || fail "interleaved split: $(echo "$out" | grep -m1 'units by cost')"
 
-run mb --batch 2 --micro-batches 2 --nproc 2 --pp 2 && close "--micro-batches 2 (DeepSpeed's count, --grad-accum's alias)" "$dir/ref2.jsonl" "$dir/mb.jsonl"
+run_metrics mb --batch 2 --micro-batches 2 --nproc 2 --pp 2 && close "--micro-batches 2 (DeepSpeed's count, --grad-accum's alias)" "$dir/ref2.jsonl" "$dir/mb.jsonl"
 # the bubble: in every step's metrics, between 0 and 1
 b=$(field bubble "$dir/pp.jsonl" | tail -1)
 awk "BEGIN{exit !(\"$b\" + 0 > 0 && \"$b\" + 0 < 1)}" && [ "$(field bubble "$dir/pp.jsonl" | wc -l)" = 20 ] &&
     ok "the bubble in each step's metrics (1f1b p=4 m=8, last step: $b)" || fail "bubble: '$b'"
 
-run ref --batch 4 --grad-accum 2
+run_metrics ref --batch 4 --grad-accum 2
 for s in ddp zero1 zero2 zero3; do
-    run dp2pp2 --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy $s && close "DP 2 x PP 2, $s" "$dir/ref.jsonl" "$dir/dp2pp2.jsonl"
+    run_metrics dp2pp2 --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy $s && close "DP 2 x PP 2, $s" "$dir/ref.jsonl" "$dir/dp2pp2.jsonl"
 done
 # ZeRO-3 with a copy of the parameters per rank (between steps each holds its shard; the tied wte is gathered to be sent)
-DTRAIN_ZERO_PRIVATE_PARAMS=1 run z3p --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero3 &&
+DTRAIN_ZERO_PRIVATE_PARAMS=1 run_metrics z3p --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero3 &&
     close "DP 2 x TP 2 x PP 2, ZeRO-3 with private parameters" "$dir/ref.jsonl" "$dir/z3p.jsonl"
-run tp2pp2 --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 && close "TP 2 x PP 2" "$dir/ref.jsonl" "$dir/tp2pp2.jsonl"
-run dp2tp2pp2 --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 &&
+run_metrics tp2pp2 --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 && close "TP 2 x PP 2" "$dir/ref.jsonl" "$dir/tp2pp2.jsonl"
+run_metrics dp2tp2pp2 --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 &&
     close "DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/dp2tp2pp2.jsonl"
 # zb1 (W apart from B: the gradients announced after W) and interleaved (every chunk's gradients announced after the
 # stage's last backward) on the data-parallel axis and with TP
 for ps in zb1 interleaved; do
     for s in ddp zero1 zero2; do
-        run psdp --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy $s --pp-schedule $ps && close "$ps, DP 2 x PP 2, $s" "$dir/ref.jsonl" "$dir/psdp.jsonl"
+        run_metrics psdp --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy $s --pp-schedule $ps && close "$ps, DP 2 x PP 2, $s" "$dir/ref.jsonl" "$dir/psdp.jsonl"
     done
-    run pstp --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --pp-schedule $ps && close "$ps, TP 2 x PP 2" "$dir/ref.jsonl" "$dir/pstp.jsonl"
-    run ps3d --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --pp-schedule $ps &&
+    run_metrics pstp --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --pp-schedule $ps && close "$ps, TP 2 x PP 2" "$dir/ref.jsonl" "$dir/pstp.jsonl"
+    run_metrics ps3d --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --pp-schedule $ps &&
         close "$ps, DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/ps3d.jsonl"
 done
-run clip1 --batch 4 --grad-accum 2 --grad-clip 0.5
-run clip2 --batch 4 --grad-accum 2 --grad-clip 0.5 --nproc 3 --pp 3 --recompute &&
+run_metrics clip1 --batch 4 --grad-accum 2 --grad-clip 0.5
+run_metrics clip2 --batch 4 --grad-accum 2 --grad-clip 0.5 --nproc 3 --pp 3 --recompute &&
     close "PP 3, clipped at 0.5, recomputing" "$dir/clip1.jsonl" "$dir/clip2.jsonl"
 
 # mixed precision: one micro-batch gives one process's digits; with 4, the tied embedding's two parts, summed in
@@ -112,20 +106,20 @@ close_lp() { # WHAT REF FILE
     else fail "$1: loss $l, norm $n"; fi
 }
 for prec in bf16 fp16; do
-    run lpref1 --batch 2 --precision $prec && run lppp1 --batch 2 --precision $prec --nproc 2 --pp 2 &&
+    run_metrics lpref1 --batch 2 --precision $prec && run_metrics lppp1 --batch 2 --precision $prec --nproc 2 --pp 2 &&
         same "$prec, 1f1b p=2 m=1" "$dir/lpref1.jsonl" "$dir/lppp1.jsonl"
-    run lpref4 --batch 2 --grad-accum 4 --precision $prec && run lppp4 --batch 2 --grad-accum 4 --precision $prec --nproc 3 --pp 3 &&
+    run_metrics lpref4 --batch 2 --grad-accum 4 --precision $prec && run_metrics lppp4 --batch 2 --grad-accum 4 --precision $prec --nproc 3 --pp 3 &&
         close_lp "$prec, 1f1b p=3 m=4" "$dir/lpref4.jsonl" "$dir/lppp4.jsonl"
-    run lpil --batch 2 --grad-accum 4 --precision $prec --nproc 2 --pp 2 --pp-schedule interleaved &&
+    run_metrics lpil --batch 2 --grad-accum 4 --precision $prec --nproc 2 --pp 2 --pp-schedule interleaved &&
         close_lp "$prec, interleaved p=2 v=2 m=4" "$dir/lpref4.jsonl" "$dir/lpil.jsonl"
 done
-run lpref --batch 4 --grad-accum 2 --precision bf16 && run lpdp --batch 2 --grad-accum 2 --precision bf16 --nproc 4 --pp 2 --strategy zero1 &&
+run_metrics lpref --batch 4 --grad-accum 2 --precision bf16 && run_metrics lpdp --batch 2 --grad-accum 2 --precision bf16 --nproc 4 --pp 2 --strategy zero1 &&
     close_lp "bf16, DP 2 x PP 2, ZeRO-1 (DP 2 alone differs from one process by ~5e-5 as well)" "$dir/lpref.jsonl" "$dir/lpdp.jsonl"
 
 # evaluation through the stages: the validation losses of one process (steps 10 and 20)
-run vref --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3
+run_metrics vref --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3
 for how in "3 stages:--nproc 3 --pp 3" "2 interleaved stages:--nproc 2 --pp 2 --pp-schedule interleaved"; do
-    run vpp --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3 ${how#*:}
+    run_metrics vpp --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3 ${how#*:}
     v1=$(field val_loss "$dir/vref.jsonl" | tr '\n' ' ') v2=$(field val_loss "$dir/vpp.jsonl" | tr '\n' ' ')
     [ -n "$v1" ] && [ "$(echo $v1 | wc -w)" = 2 ] && awk -v a="$v1" -v b="$v2" 'BEGIN{split(a,x," "); split(b,y," ");
         for(i=1;i<=2;i++){d=(x[i]-y[i])/x[i]; if(d<0)d=-d; if(!(d<=1e-6)) exit 1}}' &&
@@ -138,24 +132,24 @@ done
 # ZeRO-1) saved at step 10 goes on as TP 2 x PP 2
 ck="$dir/ck"
 mkdir -p "$ck"
-run c1 --batch 2 --grad-accum 2 --nproc 2 --pp 2 --steps 5 --save "$ck/a" &&
-run c2 --batch 2 --grad-accum 1 --nproc 2 --steps 10 --resume "$ck/a" --save "$ck/b" &&
-run c3 --batch 4 --grad-accum 1 --steps 15 --resume "$ck/b" --save "$ck/c" &&
-run c4 --batch 2 --grad-accum 2 --nproc 4 --pp 4 --steps 20 --resume "$ck/c" --save "$ck/d"
+run_metrics c1 --batch 2 --grad-accum 2 --nproc 2 --pp 2 --steps 5 --save "$ck/a" &&
+run_metrics c2 --batch 2 --grad-accum 1 --nproc 2 --steps 10 --resume "$ck/a" --save "$ck/b" &&
+run_metrics c3 --batch 4 --grad-accum 1 --steps 15 --resume "$ck/b" --save "$ck/c" &&
+run_metrics c4 --batch 2 --grad-accum 2 --nproc 4 --pp 4 --steps 20 --resume "$ck/c" --save "$ck/d"
 cat "$dir"/c[1-4].jsonl > "$dir/chain.jsonl"
 close "resharded PP 2 -> DP 2 -> 1 process -> PP 4 (global batch 4 each)" "$dir/ref2.jsonl" "$dir/chain.jsonl"
 info=$("$DTRAIN" ckpt info "$ck/a" 2>&1 | head -1)
 echo "$info" | grep -q "with 2 pipeline stages" && ok "ckpt info: $info" || fail "ckpt info: $info"
-run z1 --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --steps 10 --save "$ck/e" &&
-run z2 --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --steps 20 --resume "$ck/e"
+run_metrics z1 --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --steps 10 --save "$ck/e" &&
+run_metrics z2 --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --steps 20 --resume "$ck/e"
 cat "$dir/z1.jsonl" "$dir/z2.jsonl" > "$dir/chain2.jsonl"
 close "DP 2 x TP 2 x PP 2 ZeRO-1 saved, TP 2 x PP 2 resumed" "$dir/ref.jsonl" "$dir/chain2.jsonl"
-run z3a --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy zero3 --steps 10 --save "$ck/g" &&
-run z3b --batch 4 --grad-accum 2 --steps 20 --resume "$ck/g" --save "$ck/h"
+run_metrics z3a --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy zero3 --steps 10 --save "$ck/g" &&
+run_metrics z3b --batch 4 --grad-accum 2 --steps 20 --resume "$ck/g" --save "$ck/h"
 cat "$dir/z3a.jsonl" "$dir/z3b.jsonl" > "$dir/chain3.jsonl"
 close "DP 2 x PP 2 ZeRO-3 saved, one process resumed" "$dir/ref.jsonl" "$dir/chain3.jsonl"
-run ila --batch 4 --grad-accum 2 --nproc 2 --pp 2 --pp-schedule interleaved --steps 10 --save "$ck/i" &&
-run ilb --batch 4 --grad-accum 2 --steps 20 --resume "$ck/i"
+run_metrics ila --batch 4 --grad-accum 2 --nproc 2 --pp 2 --pp-schedule interleaved --steps 10 --save "$ck/i" &&
+run_metrics ilb --batch 4 --grad-accum 2 --steps 20 --resume "$ck/i"
 cat "$dir/ila.jsonl" "$dir/ilb.jsonl" > "$dir/chain4.jsonl"
 close "interleaved PP 2 (chunks [0, 2)+[3, 5) and [2, 3)+[5, 6)) saved, one process resumed" "$dir/ref.jsonl" "$dir/chain4.jsonl"
 

@@ -93,7 +93,7 @@ dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *c
 int dt_train_pp_virt(const dt_train_config *c);
 /* Context parallelism's attention: --cp-impl, or auto's choice (dt_cp_choose). */
 dt_cp_impl dt_train_cp_impl(const dt_train_config *c, const dt_gpt2_config *cfg, int tp, int cp);
-/* The memory plan's description of the job (data_bytes and process_bytes left 0 for the caller). */
+/* The memory plan's description of the job, with the token files it reads (process_bytes left 0 for the caller). */
 void dt_train_plan_job(const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d, dt_plan_job *job);
 
 /* Full-state checkpoints (checkpoint_write.c, _read.c, _describe.c): DIR/latest names DIR/step-N/ with
@@ -216,6 +216,8 @@ dt_status dt_run_record_write(const char *path, const dt_train_config *c, const 
 
 /* Peak resident memory of this process, in bytes (VmHWM). */
 size_t dt_peak_memory(void);
+/* This process's resident memory now (VmRSS), in bytes. */
+size_t dt_resident_memory(void);
 
 #ifdef __cplusplus
 }

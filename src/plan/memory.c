@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Floats of optimizer state per parameter (dt_optim_create's buffers). */
 static const char *stage_name(int stage, int dp) {
     static const char *const names[4] = { "ddp", "--zero 1", "--zero 2", "--zero 3" };
     return dp <= 1 && stage == 0 ? "this run" : names[stage & 3];
 }
 
+/* Floats of optimizer state per parameter (dt_optim_create's buffers). */
 static int optim_floats(const dt_optim_config *o) {
     return o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB ? 2 : 1;
 }
@@ -28,13 +28,12 @@ static int optim_floats(const dt_optim_config *o) {
  * f32 or --grad-store's 16 bits. */
 static void model_states(const dt_plan_job *j, double psi, double tied, dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1;
-    int mixed = j->precision != DT_F32, s = j->stage, adam = optim_floats(&j->opt) == 2;
+    int mixed = j->precision != DT_F32, s = j->stage;
     if (j->paper_states) {
         double k = (mixed ? 4 : 0) + 4 * optim_floats(&j->opt), w = mixed ? 2 : 4;
         m->params = w * psi / (s >= 3 ? n : 1);
         m->grads = w * psi / (s >= 2 ? n : 1);
         m->optim = k * psi / (s >= 1 ? n : 1);
-        (void)adam;
         return;
     }
     int shared = s >= 1 && n > 1 && j->shared_params;

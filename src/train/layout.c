@@ -6,6 +6,7 @@
 #include "dtrain/pipeline.h"
 
 #include <string.h>
+#include <sys/stat.h>
 
 /* What tensor parallelism does not run with yet, or NULL. */
 static const char *tp_lacks(const dt_train_config *c) {
@@ -114,4 +115,7 @@ void dt_train_plan_job(const dt_train_config *c, const dt_gpt2_config *cfg, cons
                           .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0,
                           .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .shared_params = d->shared_params, .precision = c->precision,
                           .grad_store = c->grad_store, .grad_comm = c->grad_comm };
+    struct stat sb;
+    if (c->data && stat(c->data, &sb) == 0) job->data_bytes += (size_t)sb.st_size;
+    if (c->val_data && stat(c->val_data, &sb) == 0) job->data_bytes += (size_t)sb.st_size;
 }

@@ -10,19 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-/* The resident memory of this process (the same program a rank runs, before its model). */
-static size_t resident_now(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    size_t kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %zu kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return kb * 1024;
-}
 
 /* The model: --params N, a file's shape, or a preset; train's shape flags over it. */
 static dt_status resolve_model(dt_train_config *c, const dt_plan_request *rq, dt_gpt2_config *cfg, dt_plan_arch *arch) {
@@ -82,12 +70,10 @@ static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, c
     r->job.threads = c->threads;
     r->job.nodes = nodes;
     r->job.process_bytes = process;
-    struct stat sb;
-    if (c->data && stat(c->data, &sb) == 0) r->job.data_bytes += (size_t)sb.st_size;
-    if (c->val_data && stat(c->val_data, &sb) == 0) r->job.data_bytes += (size_t)sb.st_size;
     dt_plan_step_time(&r->job, h, &r->time);
     /* after the GEMMs at the job's shapes ran here: the BLAS's buffers are part of a rank's process too */
-    if (process && resident_now() > process) r->job.process_bytes = resident_now();
+    size_t now = dt_resident_memory();
+    if (process && now > process) r->job.process_bytes = now;
     dt_plan_memory_estimate(&r->job, &r->mem);
     r->fits = (h->shared_memory ? r->mem.per_machine : r->mem.per_rank) <= h->memory;
     return DT_OK;
@@ -100,21 +86,24 @@ static const char *gb(double bytes, char *buf) {
 
 static const char *stage_name(int s) { return s == 0 ? "ddp" : s == 1 ? "zero1" : s == 2 ? "zero2" : "zero3"; }
 
-/* "dp 2 x tp 1 x pp 1 x cp 1, zero1, bf16, micro-batch 4 x 2 a step, recompute" */
-static void describe(const plan_result *r, char *out, size_t cap) {
-    const dt_train_config *c = &r->c;
+/* "dp 2 x tp 1 x pp 1 x cp 1, zero1, bf16, micro-batch 4 x 2 a step, recompute": c's layout over dp (the DP axis) x tp x pp x cp */
+static void describe(const dt_train_config *c, int dp, int tp, int pp, int cp, int stage, char *out, size_t cap) {
+    snprintf(out, cap, "dp %d x tp %d x pp %d x cp %d, %s, %s, micro-batch %d x %d a step%s%s%s", dp, tp, pp, cp,
+             dp * cp > 1 ? stage_name(stage) : "one replica", c->precision == DT_F32 ? "fp32" : dt_precision_name(c->precision), c->batch,
+             c->grad_accum, c->recompute ? ", recompute" : "", pp > 1 ? ", " : "", pp > 1 ? dt_pp_kind_name((dt_pp_kind)c->pp_schedule) : "");
+}
+
+static void describe_result(const plan_result *r, char *out, size_t cap) {
     const dt_plan_job *j = &r->job;
-    snprintf(out, cap, "dp %d x tp %d x pp %d x cp %d, %s, %s, micro-batch %d x %d a step%s%s%s", j->dp / (j->cp > 1 ? j->cp : 1),
-             j->tp > 1 ? j->tp : 1, j->pp > 1 ? j->pp : 1, j->cp > 1 ? j->cp : 1, j->dp > 1 ? stage_name(j->stage) : "one replica",
-             c->precision == DT_F32 ? "fp32" : dt_precision_name(c->precision), c->batch, c->grad_accum, c->recompute ? ", recompute" : "",
-             j->pp > 1 ? ", " : "", j->pp > 1 ? dt_pp_kind_name((dt_pp_kind)c->pp_schedule) : "");
+    int cp = j->cp > 1 ? j->cp : 1;
+    describe(&r->c, j->dp / cp, j->tp > 1 ? j->tp : 1, j->pp > 1 ? j->pp : 1, cp, j->stage, out, cap);
 }
 
 static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt_gpt2_config *cfg, FILE *f) {
     const dt_plan_memory *m = &r->mem;
     const dt_plan_time *t = &r->time;
     char b[12][32], lay[256];
-    describe(r, lay, sizeof lay);
+    describe_result(r, lay, sizeof lay);
     double np = dt_plan_model_params(&r->job);
     fprintf(f, "plan: %s%.3gB parameters (%d layers, %d channels, %d heads), %s x %d positions\n", r->job.arch.llama ? "Llama, " : "",
             np / 1e9, cfg->num_layers, cfg->channels, cfg->num_heads, lay, r->c.seq);
@@ -139,7 +128,7 @@ static cJSON *plan_json(const plan_result *r) {
     const dt_plan_memory *m = &r->mem;
     const dt_plan_time *t = &r->time;
     char lay[256];
-    describe(r, lay, sizeof lay);
+    describe_result(r, lay, sizeof lay);
     cJSON *o = cJSON_CreateObject(), *br = cJSON_CreateObject(), *mem = cJSON_CreateObject(), *tm = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "layout", lay);
     cJSON_AddNumberToObject(o, "params", m->params + m->lowp);
@@ -172,11 +161,11 @@ static void emit_json(cJSON *o, FILE *f) {
     cJSON_Delete(o);
 }
 
-int dt_train_plan_search(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, const dt_plan_arch *arch,
-                         const dt_plan_hardware *h, int nranks, size_t process, FILE *f);
+static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, const dt_plan_arch *arch,
+                  const dt_plan_hardware *h, int nranks, size_t process, FILE *f);
 
 int dt_train_plan(const dt_train_config *c0, const dt_plan_request *rq, FILE *f) {
-    size_t process = resident_now();
+    size_t process = dt_resident_memory();
     dt_train_config c = *c0;
     dt_gpt2_config cfg;
     dt_plan_arch arch;
@@ -191,7 +180,7 @@ int dt_train_plan(const dt_train_config *c0, const dt_plan_request *rq, FILE *f)
     }
     if (strcmp(h.name, "this")) process = 0; /* another machine's process: not modelled (a GPU's context is not counted) */
     int nranks = job_ranks(&c);
-    if (rq->search) return dt_train_plan_search(&c, rq, &cfg, &arch, &h, nranks, process, f);
+    if (rq->search) return search(&c, rq, &cfg, &arch, &h, nranks, process, f);
     plan_result r;
     if ((st = plan_one(&c, rq, &cfg, &arch, &h, nranks, process, &r))) {
         dt_log(DT_LOG_ERROR, "plan: %s", dt_last_error());
@@ -209,8 +198,8 @@ static int by_speed(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-int dt_train_plan_search(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, const dt_plan_arch *arch,
-                         const dt_plan_hardware *h, int nranks, size_t process, FILE *f) {
+static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, const dt_plan_arch *arch,
+                  const dt_plan_hardware *h, int nranks, size_t process, FILE *f) {
     /* the global batch in sequences: the command's micro-batch x micro-batches x data-parallel ranks */
     int tp0 = c->tp ? c->tp : 1, pp0 = c->pp ? c->pp : 1, cp0 = c->cp ? c->cp : 1;
     long global = (long)c->batch * c->grad_accum * (nranks / (tp0 * pp0 * cp0) > 0 ? nranks / (tp0 * pp0 * cp0) : 1);
@@ -244,8 +233,7 @@ int dt_train_plan_search(const dt_train_config *c, const dt_plan_request *rq, co
                                              h->shared_memory ? "machine" : "device", gb(h->memory, b2));
                                 } else if (st) snprintf(why, sizeof why, "%s", dt_last_error());
                                 if (st || !r.fits) {
-                                    snprintf(lay, sizeof lay, "dp %d x tp %d x pp %d x cp %d, %s, %s, micro-batch %ld x %d%s", dp, tp, pp, cp,
-                                             dp * cp > 1 ? stage_name(stage) : "one replica", pi ? "bf16" : "fp32", b, t.grad_accum, rc ? ", recompute" : "");
+                                    describe(&t, dp, tp, pp, cp, stage, lay, sizeof lay);
                                     cJSON *o = cJSON_CreateObject();
                                     cJSON_AddStringToObject(o, "layout", lay);
                                     cJSON_AddStringToObject(o, "reason", why);
@@ -275,7 +263,7 @@ int dt_train_plan_search(const dt_train_config *c, const dt_plan_request *rq, co
                 c->seq, n, nrej);
         for (size_t i = 0; i < n; i++) {
             char lay[256];
-            describe(&ok[i], lay, sizeof lay);
+            describe_result(&ok[i], lay, sizeof lay);
             fprintf(f, "%4zu. %9.0f tok/s  step %9.1f ms  %s a %s  %s\n", i + 1, ok[i].time.tok_per_s, 1e3 * ok[i].time.step,
                     gb(h->shared_memory ? ok[i].mem.per_machine : ok[i].mem.per_rank, b1), h->shared_memory ? "machine" : "rank", lay);
         }

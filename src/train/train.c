@@ -62,8 +62,7 @@ static size_t status_bytes(const char *field) {
     return kb * 1024;
 }
 
-/* This process's resident memory now. */
-static size_t resident_now(void) { return status_bytes("VmRSS"); }
+size_t dt_resident_memory(void) { return status_bytes("VmRSS"); }
 
 size_t dt_peak_memory(void) { return status_bytes("VmHWM"); }
 
@@ -297,32 +296,22 @@ static dt_status evaluate(run *r, float *out) {
 }
 
 
-/* The job's memory before it is allocated: refused, with the stages that
- * would fit, when this machine's ranks would not fit in it. */
 /* A refusal every rank makes alike (the memory check's), said by rank 0 alone. */
 static bool refused_alike;
 
 /* An axis's size (1 on one process). */
 static int mesh_size(const run *r, dt_mesh_dim a) { return r->mesh ? dt_mesh_size(r->mesh, a) : 1; }
 
-static dt_status check_memory(const run *r, const dt_gpt2_config *cfg) {
-    const dt_train_config *c = &r->c;
-    struct stat sb;
-    size_t data = 0;
-    if (c->data && stat(c->data, &sb) == 0) data += (size_t)sb.st_size;
-    if (c->val_data && stat(c->val_data, &sb) == 0) data += (size_t)sb.st_size;
+/* The job's memory before it is allocated: refused, with the stages that
+ * would fit, when this machine's ranks would not fit in it. */
+static dt_status check_memory(const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d) {
     dt_plan_job job;
-    dt_train_plan_job(c, cfg, &(dt_train_dims){ .dp = r->dp_size, .tp = mesh_size(r, DT_MESH_TP), .pp = mesh_size(r, DT_MESH_PP),
-                                                .cp = mesh_size(r, DT_MESH_CP), .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
-                                                .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_replicas(r->mesh)) }, &job);
-    job.data_bytes = data;
-    job.process_bytes = resident_now();
+    dt_train_plan_job(c, cfg, d, &job);
+    job.process_bytes = dt_resident_memory();
     dt_status st = dt_plan_check_memory(&job, 3);
     refused_alike = st != DT_OK;
     return st;
 }
-
-static dt_status check_memory(const run *r, const dt_gpt2_config *cfg);
 
 /* A new model's weights: each rank draws a piece of the same stream (the
  * values do not depend on who draws them) and broadcasts it, so N ranks
@@ -373,8 +362,10 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     }
     if (!from_file && o->vocab_size && !o->padded_vocab_size) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
     /* before the optimizer and the activations (and, for a preset, the model) are allocated */
-    dt_train_dims dims = { .dp = r->dp_size, .tp = mesh_size(r, DT_MESH_TP), .pp = mesh_size(r, DT_MESH_PP), .cp = mesh_size(r, DT_MESH_CP) };
-    if ((st = dt_train_check_model(c, &cfg, &dims)) || (st = check_memory(r, &cfg))) {
+    dt_train_dims dims = { .dp = r->dp_size, .tp = mesh_size(r, DT_MESH_TP), .pp = mesh_size(r, DT_MESH_PP), .cp = mesh_size(r, DT_MESH_CP),
+                           .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
+                           .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_replicas(r->mesh)) };
+    if ((st = dt_train_check_model(c, &cfg, &dims)) || (st = check_memory(c, &cfg, &dims))) {
         dt_gpt2_destroy(*out);
         *out = NULL;
         return st;
