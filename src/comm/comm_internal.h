@@ -189,7 +189,9 @@ dt_status dt_group_step(dt_comm *c);
 dt_status dt_comm_alloc_tables(dt_comm *c);
 /* "rank 1 (pid 123): running (state R), at step 12" for local peer j. */
 void dt_group_describe_peer(dt_comm *c, int j, char *buf, size_t cap);
-dt_status dt_group_check_peers(dt_comm *c, int waiting_for);
+/* A dead, departed or mismatched peer, as an error (and the job's abort). cond(arg), the waiter's condition, is looked
+ * at again before the peer it waits for is blamed for leaving. */
+dt_status dt_group_check_peers(dt_comm *c, int waiting_for, wait_cond cond, void *arg);
 void dt_desc_format(const call_desc *d, char *buf, size_t cap);
 
 /* ---- point to point (p2p.c): the interface ring, tree, RD, Rabenseifner and Bruck use ---- */

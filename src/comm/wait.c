@@ -111,7 +111,7 @@ sleep:;
         futex(&me->ring, FUTEX_WAIT, r, &ts);
         atomic_store(&me->sleeping, 0);
         if (cond(arg)) return DT_OK;
-        dt_status st = dt_group_check_peers(c, waiting_for);
+        dt_status st = dt_group_check_peers(c, waiting_for, cond, arg);
         if (!st) st = check_stall(c, waiting_for, dt_time_now() - t0, &warned);
         if (st) return st;
     }
