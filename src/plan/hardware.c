@@ -94,8 +94,11 @@ static dt_status this_machine(dt_plan_hardware *h) {
     h->cores_per_device = 1;
     h->flops_f32 = sg * 1e9;
     h->flops_lowp = bf > 0 ? bf * 1e9 : sg * 1e9; /* without a bf16 GEMM, 16-bit Linears convert and run sgemm */
-    h->mem_bw = measure_bandwidth((int)h->devices_per_node);
-    h->attention_rate = measure_attention();
+    /* $DTRAIN_MEMORY_BANDWIDTH (bytes a second) instead of measuring, as $DTRAIN_PEAK_GFLOPS does for the peak */
+    const char *bw = getenv("DTRAIN_MEMORY_BANDWIDTH");
+    h->mem_bw = bw && atof(bw) > 0 ? atof(bw) : measure_bandwidth((int)h->devices_per_node);
+    const char *att = getenv("DTRAIN_ATTENTION_GFLOPS"); /* the same for attention's rate a core */
+    h->attention_rate = att && atof(att) > 0 ? atof(att) * 1e9 : measure_attention();
     dt_comm_link_costs(&ia, &ib, &g, &xa, &xb);
     h->intra_alpha = ia, h->intra_beta = ib, h->inter_alpha = xa, h->inter_beta = xb;
     h->gemm_efficiency = 1, h->attention_efficiency = 1;
