@@ -228,6 +228,19 @@ void dt_maxpool2d_backward(float *dinp, const float *dout, const int32_t *idx, i
 void dt_avgpool_global_forward(float *out, const float *inp, int NC, int HW);
 void dt_avgpool_global_backward(float *dinp, const float *dout, int NC, int HW);
 
+/* Inference's Linear (rowdot.c): out[n, O] = x[n, K] @ w[O, K]^T + bias
+ * (bias may be NULL), each element one dot product summed in a fixed order
+ * whatever n, the row's place or the threads: a row gives the same bits
+ * alone or in any batch. dt_dot_f32 is that dot product alone. */
+void dt_rowdot_f32(float *out, const float *x, const float *w, const float *bias, int n, int K, int O);
+float dt_dot_f32(const float *x, const float *w, int K);
+/* int8 weights w[O, K], row o worth scale[o] * w[o] (per-output-channel
+ * absmax, dt_quantize_rows_q8's): out = scale[o] * (x . w[o]) + bias[o]. */
+void dt_rowdot_q8(float *out, const float *x, const int8_t *w, const float *scale, const float *bias, int n, int K, int O);
+void dt_quantize_rows_q8(int8_t *q, float *scale, const float *w, int O, int K);
+/* GELU of rows [rows, width], each row's values the same whatever rows is (inference's batch invariance). */
+void dt_gelu_rows(float *out, const float *inp, int rows, int width);
+
 /* Threads for OpenMP loops and BLAS together; 0 = all cores. */
 void dt_kernels_set_threads(int n);
 int dt_kernels_threads(void);

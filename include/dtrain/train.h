@@ -4,6 +4,7 @@
 #define DTRAIN_TRAIN_H
 
 #include "dtrain/model.h"
+#include "dtrain/infer.h"
 #include "dtrain/comm.h"
 #include "dtrain/optim.h"
 #include "dtrain/engine.h"
@@ -176,16 +177,26 @@ void dt_watchdog_stop(dt_watchdog *wd);
 void dt_train_catch_signals(void);
 int dt_train_interrupted(void);
 
-/* Sampling from a trained model: the prompt's tokens, then `count` tokens
- * drawn at `temperature` from the top_k most likely (0 = all); each new
- * token goes to emit(token, ctx) as soon as it is drawn. With pp (NULL or
- * one rank: m is the whole model) m is this rank's pipeline stage (units
- * [ua, ub), the stages in pp's rank order): each token's context goes
- * through the stages, the last draws the token, emits it and sends it to
- * the others (collective over pp; every rank gives the same arguments). */
+/* Sampling from a trained model: the prompt's tokens, then count tokens
+ * drawn as sampling says (random state from seed); each new token goes to
+ * emit(token, ctx) as soon as it is drawn. On one process with cache, the
+ * decoder's key/value cache (weights as quant says); when the context
+ * fills, its last half is read again. Without the cache, each token's
+ * window of the last max_seq_len tokens goes through forward. With pp of
+ * several ranks, m is this rank's pipeline stage (units [ua, ub), the
+ * stages in pp's rank order): each window goes through the stages, the last
+ * draws the token, emits it and sends it to the others (collective over pp;
+ * every rank gives the same arguments; no cache). */
 typedef void (*dt_emit_fn)(int token, void *ctx);
-dt_status dt_generate(dt_gpt2 *m, dt_comm *pp, const int32_t *prompt, int nprompt, int count, float temperature, int top_k,
-                      uint64_t seed, dt_emit_fn emit, void *ctx);
+typedef struct {
+    int count;
+    dt_sampling sampling;
+    uint64_t seed;
+    int cache;
+    dt_quant quant;
+} dt_generate_options;
+dt_status dt_generate(dt_gpt2 *m, dt_comm *pp, const int32_t *prompt, int nprompt, const dt_generate_options *o, dt_emit_fn emit,
+                      void *ctx);
 
 /* Reads a DeepSpeed-style JSON config (a subset: train_micro_batch_size_per_gpu,
  * gradient_accumulation_steps, optimizer {type, params}, scheduler {type,

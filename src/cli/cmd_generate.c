@@ -1,6 +1,7 @@
 /* dtrain generate: flag parsing and printing only. */
 #include "cli.h"
 #include "dtrain/data.h"
+#include "dtrain/infer.h"
 #include "dtrain/io.h"
 #include "dtrain/train.h"
 
@@ -30,7 +31,7 @@ static const dt_cli_flag flags[] = {
     { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 1e7" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--help", "" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--pp", "a whole number of stages from 1 to 65536" },
-    { NULL, NULL },
+    { "--top-p", "a number above 0 and at most 1" }, { "--no-cache", "" }, { "--quantize", "int8 (or none)" }, { NULL, NULL },
 };
 
 /* The model this rank runs: the whole one, or over several ranks (w) its pipeline stage (stages split by cost at the
@@ -79,17 +80,23 @@ static int join(double nproc, double pp, char **argv, dt_comm **w, int *launched
 /* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--nproc N --pp N] */
 int dt_cli_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *enc = NULL, *merges = NULL;
-    double count = 200, temp = 0.8, topk = 40, seed = 42, nproc = 1, npp = 0;
+    double count = 200, temp = 0.8, topk = 40, seed = 42, nproc = 1, npp = 0, topp = 1;
+    int cache = 1;
+    dt_quant quant = DT_QUANT_NONE;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain generate --model FILE|DIR --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
-                   "                       [--bpe ENCODER.json VOCAB.bpe] [--nproc N --pp N]\n"
+                   "                       [--top-p 1] [--quantize int8] [--no-cache] [--bpe ENCODER.json VOCAB.bpe] [--nproc N --pp N]\n"
                    "Byte-level models (vocabulary 256) read and print bytes; with --bpe, GPT-2 BPE.\n"
+                   "The prompt is read once into a key/value cache and each token costs one row through the model;\n"
+                   "--no-cache runs each token's whole window through forward instead (the reference the cache is checked\n"
+                   "against). --quantize int8: the Linears and the head in int8, a scale per output channel.\n"
                    "--pp N: the model split into N pipeline stages, one per rank (--nproc N local ranks, or mpirun's),\n"
                    "each context through the stages in turn; the last prints.\n");
             return 0;
         }
+        if (!strcmp(f, "--no-cache")) { cache = 0; continue; }
         if (!strcmp(f, "--bpe")) {
             if (i + 2 >= argc) return dt_cli_flag_error("generate", flags, f, NULL);
             enc = argv[i + 1]; merges = argv[i + 2]; i += 2; continue;
@@ -101,11 +108,17 @@ int dt_cli_generate(int argc, char **argv) {
         else if (!strcmp(f, "--temperature") && dt_cli_number(v, 0, 100, &temp)) {}
         else if (!strcmp(f, "--top-k") && dt_cli_number(v, 0, 1e7, &topk)) {}
         else if (!strcmp(f, "--seed") && dt_cli_number(v, 0, 1e18, &seed)) {}
+        else if (!strcmp(f, "--top-p") && dt_cli_number(v, 1e-9, 1, &topp)) {}
+        else if (!strcmp(f, "--quantize") && v && !dt_quant_parse(v, &quant)) {}
         else if (!strcmp(f, "--nproc") && dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc) {}
         else if (!strcmp(f, "--pp") && dt_cli_number(v, 1, 65536, &npp) && npp == (int)npp) {}
         else return dt_cli_flag_error("generate", flags, f, v);
     }
     if (!model || !prompt) { dt_log(DT_LOG_ERROR, "generate: --model FILE and --prompt TEXT are required"); return 2; }
+    if (quant != DT_QUANT_NONE && (!cache || npp > 1)) {
+        dt_log(DT_LOG_ERROR, "generate: --quantize works through the cache on one process (not with --no-cache or --pp)");
+        return 2;
+    }
     dt_comm *w;
     int launched, rc = join(nproc, npp, argv, &w, &launched);
     if (rc || launched >= 0) return rc ? rc : launched;
@@ -141,7 +154,8 @@ int dt_cli_generate(int argc, char **argv) {
                "--bpe ENCODER.json VOCAB.bpe; a byte-level model is trained with --vocab 256)", model, V);
     if (!st) {
         if (printer) printf("%s", prompt);
-        st = dt_generate(m, w, p, n, (int)count, (float)temp, (int)topk, (uint64_t)seed, b || V != 256 ? emit_id : emit_byte, b);
+        dt_generate_options o = { (int)count, { (float)temp, (int)topk, (float)topp }, (uint64_t)seed, cache, quant };
+        st = dt_generate(m, w, p, n, &o, b || V != 256 ? emit_id : emit_byte, b);
         if (printer) printf("\n");
     }
     free(p);

@@ -14,6 +14,18 @@ void dt_gelu_forward(float *out, const float *inp, size_t n) {
     }
 }
 
+/* Row by row, each row the same code over the same width, so a row's values do not depend on how many came with it
+ * (one loop over everything would give a row's end to a scalar tail in one batch and to vectors in another). */
+void dt_gelu_rows(float *out, const float *inp, int rows, int width) {
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *x = inp + (size_t)r * width;
+        float *y = out + (size_t)r * width;
+        #pragma omp simd
+        for (int i = 0; i < width; i++) y[i] = 0.5f * x[i] * (1.0f + dt_vtanhf(GELU_K * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+    }
+}
+
 void dt_relu_forward(float *out, const float *inp, size_t n) {
     #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0 ? inp[i] : 0;

@@ -1,42 +1,15 @@
-/* Sampling text from a model: the whole context goes through forward for
- * each new token (no key/value cache: simple, and fast enough for the small
- * models trained here), keeping the last max_seq_len tokens; over a
- * pipeline's stages, each context through them in turn. */
+/* Sampling text from a model. On one process the decoder's key/value cache
+ * reads the prompt once and each new token is one row through the model;
+ * when the context fills, the last half of it is read again (a window that
+ * slides by half the context). Without the cache (and over a pipeline's
+ * stages, each context through them in turn) the whole window of the last
+ * max_seq_len tokens goes through forward for each new token. */
+#include "dtrain/infer.h"
 #include "dtrain/train.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct { float logit; int token; } cand;
-
-static int by_logit(const void *a, const void *b) {
-    float x = ((const cand *)a)->logit, y = ((const cand *)b)->logit;
-    return x > y ? -1 : x < y;
-}
-
-/* The next token from the last position's logits l: the most likely at temperature 0, else drawn from the top_k. */
-static int draw(const float *l, int V, float temperature, int top_k, uint64_t *s, cand *cs) {
-    int next = 0;
-    if (temperature == 0) {
-        for (int v = 1; v < V; v++) if (l[v] > l[next]) next = v;
-        return next;
-    }
-    for (int v = 0; v < V; v++) cs[v] = (cand){ l[v] / temperature, v };
-    int keep = top_k > 0 && top_k < V ? top_k : V;
-    if (keep < V) qsort(cs, (size_t)V, sizeof *cs, by_logit);
-    float mx = -INFINITY;
-    for (int i = 0; i < keep; i++) if (cs[i].logit > mx) mx = cs[i].logit;
-    double sum = 0;
-    for (int i = 0; i < keep; i++) sum += exp(cs[i].logit - mx);
-    double u = (dt_rng_next(s) >> 11) / 9007199254740992.0 * sum, acc = 0;
-    next = cs[keep - 1].token;
-    for (int i = 0; i < keep; i++) {
-        acc += exp(cs[i].logit - mx);
-        if (u < acc) return cs[i].token;
-    }
-    return next;
-}
 
 /* The window's forward on this stage: from the previous stage's output (x) unless first, on to the next unless last
  * (*last set: the logits are here). */
@@ -52,30 +25,81 @@ static dt_status stage_forward(dt_gpt2 *m, dt_comm *pp, const int32_t *win, int 
     return st;
 }
 
-dt_status dt_generate(dt_gpt2 *m, dt_comm *pp, const int32_t *prompt, int nprompt, int count, float temperature, int top_k,
-                      uint64_t seed, dt_emit_fn emit, void *ctx) {
+/* Without the cache: every token's window through forward (and the pipeline's stages). */
+static dt_status generate_windows(dt_gpt2 *m, dt_comm *pp, int32_t *toks, int nprompt, const dt_generate_options *o,
+                                  dt_emit_fn emit, void *ctx) {
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
-    if (nprompt < 1) return dt_error(DT_ERR_ARG, "generate: the prompt is empty");
-    if (!(temperature >= 0)) return dt_error(DT_ERR_ARG, "generate: temperature %g must be >= 0", temperature);
     int V = c->vocab_size, Tmax = c->max_seq_len, n = nprompt, p = pp ? dt_comm_size(pp) : 1;
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(nprompt + count));
-    cand *cs = malloc(sizeof(cand) * (size_t)V);
+    void *scratch = malloc(dt_sample_scratch_bytes(V));
     float *x = p > 1 ? malloc(sizeof(float) * (size_t)Tmax * (size_t)c->channels) : NULL;
-    if (!toks || !cs || (p > 1 && !x)) { free(toks); free(cs); free(x); return dt_error(DT_ERR_NOMEM, "generate: out of memory"); }
-    memcpy(toks, prompt, sizeof(int32_t) * (size_t)nprompt);
-    uint64_t s = seed;
-    dt_status st = dt_gpt2_reserve(m, 1, nprompt + count < Tmax ? nprompt + count : Tmax);
-    for (int k = 0; k < count && !st; k++) {
+    if (!scratch || (p > 1 && !x)) { free(scratch); free(x); return dt_error(DT_ERR_NOMEM, "generate: out of memory"); }
+    uint64_t s = o->seed;
+    dt_status st = dt_gpt2_reserve(m, 1, nprompt + o->count < Tmax ? nprompt + o->count : Tmax);
+    for (int k = 0; k < o->count && !st; k++) {
         int T = n < Tmax ? n : Tmax, last;
         if ((st = stage_forward(m, p > 1 ? pp : NULL, toks + n - T, T, x, &last))) break;
-        int32_t next = last ? draw(dt_gpt2_logits(m) + (size_t)(T - 1) * c->padded_vocab_size, V, temperature, top_k, &s, cs) : 0;
+        int32_t next = last ? dt_sample_token(dt_gpt2_logits(m) + (size_t)(T - 1) * c->padded_vocab_size, V, &o->sampling, &s, scratch) : 0;
         /* the last stage's token goes to the first stage's next window (and every stage keeps the text) */
         if (p > 1 && (st = dt_comm_broadcast(pp, &next, 1, DT_I32, p - 1))) break;
         toks[n++] = next;
         if (last) emit(next, ctx);
     }
-    free(toks);
-    free(cs);
+    free(scratch);
     free(x);
+    return st;
+}
+
+typedef struct { dt_emit_fn emit; void *ctx; int32_t *toks; int n; } cached_run;
+
+static int on_token(void *ctx, int32_t token, const float *logits) {
+    (void)logits;
+    cached_run *r = ctx;
+    r->toks[r->n++] = token;
+    r->emit(token, r->ctx);
+    return 0;
+}
+
+/* With the cache: one request at a time through a one-slot batcher; when the context is full, the last half of the
+ * text becomes the next request's prompt (its random state carried on). */
+static dt_status generate_cached(dt_gpt2 *m, int32_t *toks, int nprompt, const dt_generate_options *o, dt_emit_fn emit,
+                                 void *ctx) {
+    int Tmax = dt_gpt2_get_config(m)->max_seq_len, half = Tmax / 2 > 0 ? Tmax / 2 : 1;
+    if (nprompt > Tmax || nprompt + o->count - 1 > Tmax)
+        dt_log(DT_LOG_WARN, "generate: the model reads %d tokens at most: %s%seach time the context fills, its last %d tokens are "
+               "read again (--no-cache slides the window by one token instead)", Tmax,
+               nprompt > Tmax ? "the prompt's last tokens are read" : "", nprompt > Tmax ? "; " : "", half);
+    int rows = Tmax < 256 ? Tmax : 256;
+    dt_decoder *d = NULL;
+    dt_batcher *b = NULL;
+    dt_status st = dt_decoder_create(m, o->quant, 1, rows, &d);
+    if (!st) st = dt_batcher_create(d, rows, &b);
+    cached_run run = { emit, ctx, toks, nprompt };
+    uint64_t seed = o->seed;
+    int window = nprompt < Tmax ? nprompt : Tmax;
+    while (!st && run.n - nprompt < o->count) {
+        int done = run.n - nprompt;
+        dt_infer_request r = { toks + run.n - window, window, o->count - done, o->sampling, seed, on_token, NULL, &run };
+        st = dt_batcher_add(b, &r);
+        while (!st && dt_batcher_free_slots(b) == 0) st = dt_batcher_step(b);
+        seed = dt_rng_next(&seed); /* a fresh stream for the next window (the first window's draws are seed's) */
+        window = half;
+    }
+    dt_batcher_destroy(b);
+    dt_decoder_destroy(d);
+    return st;
+}
+
+dt_status dt_generate(dt_gpt2 *m, dt_comm *pp, const int32_t *prompt, int nprompt, const dt_generate_options *o, dt_emit_fn emit,
+                      void *ctx) {
+    if (nprompt < 1) return dt_error(DT_ERR_ARG, "generate: the prompt is empty");
+    dt_status st = dt_sampling_check(&o->sampling);
+    if (st) return dt_error(st, "generate: %s", dt_last_error());
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(nprompt + o->count));
+    if (!toks) return dt_error(DT_ERR_NOMEM, "generate: out of memory");
+    memcpy(toks, prompt, sizeof(int32_t) * (size_t)nprompt);
+    bool staged = pp && dt_comm_size(pp) > 1;
+    if (o->cache && !staged) st = generate_cached(m, toks, nprompt, o, emit, ctx);
+    else st = generate_windows(m, staged ? pp : NULL, toks, nprompt, o, emit, ctx);
+    free(toks);
     return st;
 }

@@ -1,0 +1,115 @@
+/* dtrain infer layer: a trained GPT-2 run for text, fast. A decoder keeps
+ * each sequence's keys and values (a cache slot per sequence), so a prompt
+ * is read once (prefill) and each new token costs one row through the
+ * model; many sequences decode together, each at its own position, and a
+ * batcher lets requests join and leave the running batch at every step
+ * (Orca's iteration-level scheduling), prefill and decode mixed under a
+ * token budget. Every row goes through batch-invariant kernels
+ * (dt_rowdot_*), so a request's tokens are the same bits alone, beside
+ * others, or joining mid-way. Weights in f32 or int8. */
+#ifndef DTRAIN_INFER_H
+#define DTRAIN_INFER_H
+
+#include "dtrain/model.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DT_QUANT_NONE = 0, DT_QUANT_INT8 } dt_quant;
+/* "none"/"f32" or "int8"; anything else DT_ERR_ARG. */
+dt_status dt_quant_parse(const char *s, dt_quant *out);
+const char *dt_quant_name(dt_quant q);
+
+/* One row of a step: token at position pos of the sequence held in cache
+ * slot slot; logits != 0: this row's next-token logits are wanted. A step's
+ * rows of one slot come in position order, the first right after what the
+ * cache holds (the positions before it, the cache keeps). */
+typedef struct {
+    int slot, pos;
+    int32_t token;
+    int logits;
+} dt_infer_row;
+
+typedef struct dt_decoder dt_decoder;
+/* A decoder over whole model m (f32: its weights read in place, m must
+ * outlive the decoder; int8: every Linear and the head quantized per output
+ * channel, m no longer needed; the embeddings and LayerNorms stay f32),
+ * with nslots sequences' caches of max_seq_len positions each and room for
+ * max_rows rows a step. */
+dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out);
+void dt_decoder_destroy(dt_decoder *d);
+const dt_gpt2_config *dt_decoder_config(const dt_decoder *d);
+int dt_decoder_slots(const dt_decoder *d);
+int dt_decoder_max_rows(const dt_decoder *d);
+/* Bytes of weights a step reads (the model as the decoder holds it) and of the caches. */
+size_t dt_decoder_weight_bytes(const dt_decoder *d);
+size_t dt_decoder_cache_bytes(const dt_decoder *d);
+/* One step over n rows: each row's key and value written to its slot's
+ * cache at its position, its attention over positions 0..pos of its slot;
+ * logits [rows with logits set, V] in row order. Fails (DT_ERR_ARG, naming
+ * the row) on a slot, position or token out of range or more than max_rows. */
+dt_status dt_decoder_step(dt_decoder *d, const dt_infer_row *rows, int n, float *logits);
+
+/* How the next token is drawn: temperature 0 takes the most likely (the
+ * lowest id among equals); else softmax(logits / temperature) over the
+ * top_k most likely (0: all) and of those the fewest whose probability
+ * reaches top_p (1: all). */
+typedef struct {
+    float temperature;
+    int top_k;
+    float top_p;
+} dt_sampling;
+/* Checks the ranges (temperature >= 0 and finite, top_k >= 0, 0 < top_p <= 1), naming the bad one. */
+dt_status dt_sampling_check(const dt_sampling *s);
+/* The next token from logits[V]; rng advanced (only when drawing); scratch
+ * of dt_sample_scratch_bytes(V). */
+int32_t dt_sample_token(const float *logits, int V, const dt_sampling *s, uint64_t *rng, void *scratch);
+size_t dt_sample_scratch_bytes(int V);
+
+/* Why a request ended. */
+typedef enum {
+    DT_FINISH_LENGTH = 0, /* max_tokens generated */
+    DT_FINISH_STOP,       /* its on_token asked to stop (a stop sequence, the client gone) */
+    DT_FINISH_CONTEXT     /* the context (max_seq_len) is full */
+} dt_finish;
+
+typedef struct {
+    const int32_t *prompt; /* copied by dt_batcher_add */
+    int nprompt, max_tokens;
+    dt_sampling sampling;
+    uint64_t seed;
+    /* Called from dt_batcher_step with each new token (logits: its
+     * distribution, [V]); nonzero ends the request (DT_FINISH_STOP). */
+    int (*on_token)(void *ctx, int32_t token, const float *logits);
+    /* Called once when it ends (then the request's slot is free). */
+    void (*on_end)(void *ctx, dt_finish why, int generated);
+    void *ctx;
+} dt_infer_request;
+
+typedef struct {
+    long steps, rows, prefill_rows, decode_rows, finished;
+    int running; /* requests in the batch now */
+} dt_batcher_stats;
+
+typedef struct dt_batcher dt_batcher;
+/* A batcher over d's slots: at most token_budget rows a step (from the
+ * slots, so that every decoding request advances each step, to the decoder's max_rows); decode rows first (one per running request), the
+ * rest of the budget to prompts in the order they came. */
+dt_status dt_batcher_create(dt_decoder *d, int token_budget, dt_batcher **out);
+void dt_batcher_destroy(dt_batcher *b);
+/* Adds a request to the batch (it joins at the next step). DT_ERR_ARG: an
+ * empty prompt, a bad token or sampling, or a prompt longer than the context; DT_ERR_UNSUPPORTED: no free slot (see free_slots). */
+dt_status dt_batcher_add(dt_batcher *b, const dt_infer_request *r);
+int dt_batcher_free_slots(const dt_batcher *b);
+/* One iteration: every running request advances by one token or one chunk
+ * of its prompt; callbacks run from here. Nothing to do: returns at once. */
+dt_status dt_batcher_step(dt_batcher *b);
+dt_batcher_stats dt_batcher_get_stats(const dt_batcher *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

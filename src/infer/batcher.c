@@ -1,0 +1,161 @@
+/* Continuous batching (Orca's iteration-level scheduling): each step is one
+ * pass of the decoder over a row for every request that is decoding and,
+ * with the rest of the token budget, chunks of the prompts that are still
+ * being read, oldest first. Requests join at any step and leave as they
+ * end, their slot free for the next. A request's rows go through the same
+ * per-row arithmetic whatever shares the step, so its tokens are too. */
+#include "dtrain/infer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    bool busy;
+    dt_infer_request r;
+    int32_t *prompt;
+    int fed;       /* prompt tokens in the cache */
+    int generated; /* tokens drawn so far */
+    int32_t last;  /* the last token drawn (the next decode row's input) */
+    long order;    /* when it joined: prompts are read oldest first */
+    uint64_t rng;
+} slot;
+
+struct dt_batcher {
+    dt_decoder *d;
+    int budget, nslots;
+    slot *slots;
+    dt_infer_row *rows;
+    int *row_slot; /* the slot of each row that wants logits, in row order */
+    float *logits;
+    void *scratch;
+    long joined;
+    dt_batcher_stats stats;
+};
+
+dt_status dt_batcher_create(dt_decoder *d, int token_budget, dt_batcher **out) {
+    *out = NULL;
+    /* at least a row per slot: every decoding request advances at every step */
+    if (token_budget < dt_decoder_slots(d) || token_budget > dt_decoder_max_rows(d))
+        return dt_error(DT_ERR_ARG, "batcher: a token budget of %d (from the %d slots to the decoder's %d rows)", token_budget,
+                        dt_decoder_slots(d), dt_decoder_max_rows(d));
+    dt_batcher *b = calloc(1, sizeof *b);
+    int n = dt_decoder_slots(d), V = dt_decoder_config(d)->vocab_size;
+    if (b) {
+        b->d = d;
+        b->budget = token_budget;
+        b->nslots = n;
+        b->slots = calloc((size_t)n, sizeof(slot));
+        b->rows = malloc(sizeof(dt_infer_row) * (size_t)token_budget);
+        b->row_slot = malloc(sizeof(int) * (size_t)token_budget);
+        b->logits = malloc(sizeof(float) * (size_t)token_budget * (size_t)V);
+        b->scratch = malloc(dt_sample_scratch_bytes(V));
+    }
+    if (!b || !b->slots || !b->rows || !b->row_slot || !b->logits || !b->scratch) {
+        dt_batcher_destroy(b);
+        return dt_error(DT_ERR_NOMEM, "batcher: out of memory for %d rows of %d logits", token_budget, V);
+    }
+    *out = b;
+    return DT_OK;
+}
+
+void dt_batcher_destroy(dt_batcher *b) {
+    if (!b) return;
+    for (int i = 0; b->slots && i < b->nslots; i++) free(b->slots[i].prompt);
+    free(b->slots);
+    free(b->rows);
+    free(b->row_slot);
+    free(b->logits);
+    free(b->scratch);
+    free(b);
+}
+
+int dt_batcher_free_slots(const dt_batcher *b) {
+    int n = 0;
+    for (int i = 0; i < b->nslots; i++) n += !b->slots[i].busy;
+    return n;
+}
+
+dt_batcher_stats dt_batcher_get_stats(const dt_batcher *b) { return b->stats; }
+
+dt_status dt_batcher_add(dt_batcher *b, const dt_infer_request *r) {
+    const dt_gpt2_config *c = dt_decoder_config(b->d);
+    if (r->nprompt < 1) return dt_error(DT_ERR_ARG, "the prompt is empty");
+    if (r->nprompt > c->max_seq_len)
+        return dt_error(DT_ERR_ARG, "the prompt has %d tokens; the model's context holds %d", r->nprompt, c->max_seq_len);
+    if (r->max_tokens < 1) return dt_error(DT_ERR_ARG, "max_tokens %d: expected >= 1", r->max_tokens);
+    for (int i = 0; i < r->nprompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= c->vocab_size)
+            return dt_error(DT_ERR_ARG, "prompt token %d is %d, outside the vocabulary of %d", i, (int)r->prompt[i], c->vocab_size);
+    dt_status st = dt_sampling_check(&r->sampling);
+    if (st) return st;
+    int k = 0;
+    while (k < b->nslots && b->slots[k].busy) k++;
+    if (k == b->nslots) return dt_error(DT_ERR_UNSUPPORTED, "all %d slots are busy", b->nslots);
+    int32_t *p = malloc(sizeof(int32_t) * (size_t)r->nprompt);
+    if (!p) return dt_error(DT_ERR_NOMEM, "out of memory for a prompt of %d tokens", r->nprompt);
+    memcpy(p, r->prompt, sizeof(int32_t) * (size_t)r->nprompt);
+    slot *s = &b->slots[k];
+    free(s->prompt);
+    *s = (slot){ .busy = true, .r = *r, .prompt = p, .order = b->joined++, .rng = r->seed };
+    s->r.prompt = p;
+    b->stats.running++;
+    return DT_OK;
+}
+
+/* The rows of a step: decode rows first, then prompt chunks oldest first, within the budget. */
+static int plan_rows(dt_batcher *b, int *nlogits) {
+    int n = 0, m = 0;
+    for (int k = 0; k < b->nslots && n < b->budget; k++) {
+        slot *s = &b->slots[k];
+        if (!s->busy || s->fed < s->r.nprompt) continue;
+        b->rows[n++] = (dt_infer_row){ k, s->r.nprompt + s->generated - 1, s->last, 1 };
+        b->row_slot[m++] = k;
+        b->stats.decode_rows++;
+    }
+    while (n < b->budget) {
+        int k = -1;
+        for (int j = 0; j < b->nslots; j++) {
+            slot *s = &b->slots[j];
+            if (s->busy && s->fed < s->r.nprompt && (k < 0 || s->order < b->slots[k].order)) k = j;
+        }
+        if (k < 0) break;
+        slot *s = &b->slots[k];
+        for (; s->fed < s->r.nprompt && n < b->budget; s->fed++) {
+            int end = s->fed == s->r.nprompt - 1;
+            b->rows[n++] = (dt_infer_row){ k, s->fed, s->prompt[s->fed], end };
+            if (end) b->row_slot[m++] = k;
+            b->stats.prefill_rows++;
+        }
+    }
+    *nlogits = m;
+    return n;
+}
+
+static void end(dt_batcher *b, slot *s, dt_finish why) {
+    s->busy = false;
+    b->stats.running--;
+    b->stats.finished++;
+    if (s->r.on_end) s->r.on_end(s->r.ctx, why, s->generated);
+}
+
+dt_status dt_batcher_step(dt_batcher *b) {
+    int m, n = plan_rows(b, &m);
+    if (!n) return DT_OK;
+    dt_status st = dt_decoder_step(b->d, b->rows, n, b->logits);
+    if (st) return st;
+    b->stats.steps++;
+    b->stats.rows += n;
+    const dt_gpt2_config *c = dt_decoder_config(b->d);
+    for (int i = 0; i < m; i++) {
+        slot *s = &b->slots[b->row_slot[i]];
+        const float *l = b->logits + (size_t)i * c->vocab_size;
+        s->last = dt_sample_token(l, c->vocab_size, &s->r.sampling, &s->rng, b->scratch);
+        s->generated++;
+        int stop = s->r.on_token ? s->r.on_token(s->r.ctx, s->last, l) : 0;
+        if (stop) end(b, s, DT_FINISH_STOP);
+        else if (s->generated >= s->r.max_tokens) end(b, s, DT_FINISH_LENGTH);
+        /* the next token would need a position past the context */
+        else if (s->r.nprompt + s->generated > c->max_seq_len) end(b, s, DT_FINISH_CONTEXT);
+    }
+    return DT_OK;
+}

@@ -1,0 +1,261 @@
+/* The decoder: GPT-2's forward for inference over rows that each belong to
+ * a sequence at its own position, with the keys and values of every
+ * position kept per sequence. A cache slot is [layer][k, v][head][position]
+ * [head dim], so a row's attention reads each head's keys, then its values,
+ * once and in order. Every operation works row by row with a fixed order of
+ * sums (the Linears through dt_rowdot_*), so a row's results do not depend
+ * on the other rows of its step. */
+#include "dtrain/infer.h"
+#include "dtrain/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A Linear's weights [O, K]: f32 in place, or int8 with a scale per output. */
+typedef struct {
+    const float *w;
+    int8_t *q;
+    float *scale;
+    int O, K;
+} linear;
+
+typedef struct {
+    const float *ln1w, *ln1b, *qkvb, *projb, *ln2w, *ln2b, *fcb, *fcprojb;
+    linear qkv, proj, fc, fcproj;
+} layer;
+
+struct dt_decoder {
+    dt_gpt2_config cfg;
+    dt_quant quant;
+    const float *wte, *wpe, *lnfw, *lnfb;
+    linear head; /* wte's first V rows */
+    layer *layers;
+    int nslots, max_rows;
+    float *cache;
+    size_t slot_floats;
+    int *filled; /* per slot: positions the cache holds */
+    float *x, *xn, *qkv, *att, *fch, *fcg, *mean, *rstd, *scores;
+    size_t weight_bytes;
+};
+
+static void linear_apply(float *out, const float *x, const linear *l, const float *bias, int n) {
+    if (l->q) dt_rowdot_q8(out, x, l->q, l->scale, bias, n, l->K, l->O);
+    else dt_rowdot_f32(out, x, l->w, bias, n, l->K, l->O);
+}
+
+static dt_status linear_make(linear *l, const float *w, int O, int K, dt_quant q, size_t *bytes) {
+    *l = (linear){ w, NULL, NULL, O, K };
+    if (q == DT_QUANT_NONE) { *bytes += sizeof(float) * (size_t)O * K; return DT_OK; }
+    l->q = malloc((size_t)O * K);
+    l->scale = malloc(sizeof(float) * (size_t)O);
+    if (!l->q || !l->scale) return dt_error(DT_ERR_NOMEM, "decoder: out of memory quantizing a [%d, %d] weight", O, K);
+    dt_quantize_rows_q8(l->q, l->scale, w, O, K);
+    l->w = NULL;
+    *bytes += (size_t)O * K + sizeof(float) * (size_t)O;
+    return DT_OK;
+}
+
+static void linear_free(linear *l) { free(l->q); free(l->scale); }
+
+static const float *tensor(const dt_model *md, const char *name) {
+    const dt_tensor_info *t = dt_model_find(md, name);
+    return t ? md->params(md->self) + t->offset : NULL;
+}
+
+static dt_status load_layer(dt_decoder *d, const dt_model *md, int l) {
+    const float *p[12];
+    static const char *names[12] = { "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+                                     "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw",  "fcprojb" };
+    for (int i = 0; i < 12; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "h.%d.%s", l, names[i]);
+        if (!(p[i] = tensor(md, name))) return dt_error(DT_ERR_ARG, "decoder: the model has no tensor %s", name);
+    }
+    int C = d->cfg.channels;
+    layer *y = &d->layers[l];
+    *y = (layer){ .ln1w = p[0], .ln1b = p[1], .qkvb = p[3], .projb = p[5], .ln2w = p[6], .ln2b = p[7], .fcb = p[9], .fcprojb = p[11] };
+    dt_status st = linear_make(&y->qkv, p[2], 3 * C, C, d->quant, &d->weight_bytes);
+    if (!st) st = linear_make(&y->proj, p[4], C, C, d->quant, &d->weight_bytes);
+    if (!st) st = linear_make(&y->fc, p[8], 4 * C, C, d->quant, &d->weight_bytes);
+    if (!st) st = linear_make(&y->fcproj, p[10], C, 4 * C, d->quant, &d->weight_bytes);
+    return st;
+}
+
+static dt_status alloc_buffers(dt_decoder *d) {
+    const dt_gpt2_config *c = &d->cfg;
+    size_t R = (size_t)d->max_rows, C = (size_t)c->channels, T = (size_t)c->max_seq_len;
+    d->slot_floats = (size_t)c->num_layers * 2 * C * T;
+    /* calloc: a slot's pages are touched only as its positions fill */
+    d->cache = calloc((size_t)d->nslots * d->slot_floats, sizeof(float));
+    d->filled = calloc((size_t)d->nslots, sizeof(int));
+    d->x = malloc(sizeof(float) * R * C);
+    d->xn = malloc(sizeof(float) * R * C);
+    d->qkv = malloc(sizeof(float) * R * 3 * C);
+    d->att = malloc(sizeof(float) * R * C);
+    d->fch = malloc(sizeof(float) * R * 4 * C);
+    d->fcg = malloc(sizeof(float) * R * 4 * C);
+    d->mean = malloc(sizeof(float) * R);
+    d->rstd = malloc(sizeof(float) * R);
+    d->scores = calloc(R * (size_t)c->num_heads * T, sizeof(float));
+    if (!d->cache || !d->filled || !d->x || !d->xn || !d->qkv || !d->att || !d->fch || !d->fcg || !d->mean || !d->rstd || !d->scores)
+        return dt_error(DT_ERR_NOMEM, "decoder: out of memory for %d cache slots of %d positions (%.1f MB) and %d rows", d->nslots,
+                        c->max_seq_len, (double)d->nslots * d->slot_floats * 4 / 1e6, d->max_rows);
+    return DT_OK;
+}
+
+dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
+    *out = NULL;
+    dt_status st = dt_gpt2_check_whole(m, "the decoder");
+    if (st) return st;
+    if (nslots < 1 || max_rows < 1) return dt_error(DT_ERR_ARG, "decoder: %d slots and %d rows a step (each must be >= 1)", nslots, max_rows);
+    dt_decoder *d = calloc(1, sizeof *d);
+    if (!d) return dt_error(DT_ERR_NOMEM, "decoder: out of memory");
+    d->cfg = *dt_gpt2_get_config(m);
+    d->quant = q;
+    d->nslots = nslots;
+    d->max_rows = max_rows;
+    d->layers = calloc((size_t)d->cfg.num_layers, sizeof(layer));
+    dt_model md;
+    dt_gpt2_model((dt_gpt2 *)m, &md);
+    d->wte = tensor(&md, "wte");
+    d->wpe = tensor(&md, "wpe");
+    d->lnfw = tensor(&md, "lnfw");
+    d->lnfb = tensor(&md, "lnfb");
+    st = d->layers ? DT_OK : dt_error(DT_ERR_NOMEM, "decoder: out of memory");
+    if (!st && (!d->wte || !d->wpe || !d->lnfw || !d->lnfb)) st = dt_error(DT_ERR_ARG, "decoder: the model lacks wte, wpe or lnf");
+    for (int l = 0; !st && l < d->cfg.num_layers; l++) st = load_layer(d, &md, l);
+    if (!st) st = linear_make(&d->head, d->wte, d->cfg.vocab_size, d->cfg.channels, q, &d->weight_bytes);
+    if (!st) st = alloc_buffers(d);
+    if (st) { dt_decoder_destroy(d); return st; }
+    *out = d;
+    return DT_OK;
+}
+
+void dt_decoder_destroy(dt_decoder *d) {
+    if (!d) return;
+    for (int l = 0; d->layers && l < d->cfg.num_layers; l++) {
+        linear_free(&d->layers[l].qkv);
+        linear_free(&d->layers[l].proj);
+        linear_free(&d->layers[l].fc);
+        linear_free(&d->layers[l].fcproj);
+    }
+    linear_free(&d->head);
+    free(d->layers);
+    free(d->cache);
+    free(d->filled);
+    free(d->x); free(d->xn); free(d->qkv); free(d->att); free(d->fch); free(d->fcg);
+    free(d->mean); free(d->rstd); free(d->scores);
+    free(d);
+}
+
+const dt_gpt2_config *dt_decoder_config(const dt_decoder *d) { return &d->cfg; }
+int dt_decoder_slots(const dt_decoder *d) { return d->nslots; }
+int dt_decoder_max_rows(const dt_decoder *d) { return d->max_rows; }
+size_t dt_decoder_weight_bytes(const dt_decoder *d) { return d->weight_bytes; }
+size_t dt_decoder_cache_bytes(const dt_decoder *d) { return (size_t)d->nslots * d->slot_floats * sizeof(float); }
+
+/* Head h's keys (kv 0) or values (1) in layer l of slot s: [max_seq_len, head dim]. */
+static float *cache_at(const dt_decoder *d, int s, int l, int kv, int h) {
+    size_t T = (size_t)d->cfg.max_seq_len, hd = (size_t)(d->cfg.channels / d->cfg.num_heads);
+    return d->cache + (size_t)s * d->slot_floats + (((size_t)l * 2 + kv) * d->cfg.num_heads + h) * T * hd;
+}
+
+/* Causal attention of each row over its slot's positions 0..pos (the rows' own keys and values stored first). */
+static void attention(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
+    int C = d->cfg.channels, NH = d->cfg.num_heads, hd = C / NH, T = d->cfg.max_seq_len;
+    for (int r = 0; r < n; r++)
+        for (int h = 0; h < NH; h++) {
+            const float *q = d->qkv + (size_t)r * 3 * C + h * hd;
+            memcpy(cache_at(d, rows[r].slot, l, 0, h) + (size_t)rows[r].pos * hd, q + C, sizeof(float) * (size_t)hd);
+            memcpy(cache_at(d, rows[r].slot, l, 1, h) + (size_t)rows[r].pos * hd, q + 2 * C, sizeof(float) * (size_t)hd);
+        }
+    float scale = 1.0f / sqrtf((float)hd);
+    #pragma omp parallel for schedule(dynamic)
+    for (int i = 0; i < n * NH; i++) {
+        int r = i / NH, h = i % NH, npos = rows[r].pos + 1;
+        const float *q = d->qkv + (size_t)r * 3 * C + h * hd, *k = cache_at(d, rows[r].slot, l, 0, h);
+        const float *v = cache_at(d, rows[r].slot, l, 1, h);
+        float *s = d->scores + (size_t)i * T, *y = d->att + (size_t)r * C + h * hd, mx = -INFINITY, sum = 0;
+        for (int t = 0; t < npos; t++) {
+            s[t] = dt_dot_f32(q, k + (size_t)t * hd, hd) * scale;
+            if (s[t] > mx) mx = s[t];
+        }
+        for (int t = 0; t < npos; t++) { s[t] = expf(s[t] - mx); sum += s[t]; }
+        for (int j = 0; j < hd; j++) y[j] = 0;
+        for (int t = 0; t < npos; t++)
+            for (int j = 0; j < hd; j++) y[j] = fmaf(s[t], v[(size_t)t * hd + j], y[j]);
+        float inv = 1.0f / sum;
+        for (int j = 0; j < hd; j++) y[j] *= inv;
+    }
+}
+
+static void add_rows(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void block(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
+    const layer *y = &d->layers[l];
+    int C = d->cfg.channels;
+    size_t nC = (size_t)n * C;
+    dt_layernorm_forward(d->xn, d->mean, d->rstd, d->x, y->ln1w, y->ln1b, n, C);
+    linear_apply(d->qkv, d->xn, &y->qkv, y->qkvb, n);
+    attention(d, l, rows, n);
+    linear_apply(d->xn, d->att, &y->proj, y->projb, n);
+    add_rows(d->x, d->xn, nC);
+    dt_layernorm_forward(d->xn, d->mean, d->rstd, d->x, y->ln2w, y->ln2b, n, C);
+    linear_apply(d->fch, d->xn, &y->fc, y->fcb, n);
+    dt_gelu_rows(d->fcg, d->fch, n, 4 * C);
+    linear_apply(d->xn, d->fcg, &y->fcproj, y->fcprojb, n);
+    add_rows(d->x, d->xn, nC);
+}
+
+static dt_status check_rows(dt_decoder *d, const dt_infer_row *rows, int n) {
+    const dt_gpt2_config *c = &d->cfg;
+    if (n < 0 || n > d->max_rows) return dt_error(DT_ERR_ARG, "decoder: %d rows in a step, at most %d", n, d->max_rows);
+    for (int r = 0; r < n; r++) {
+        const dt_infer_row *w = &rows[r];
+        if (w->slot < 0 || w->slot >= d->nslots) return dt_error(DT_ERR_ARG, "decoder: row %d: slot %d of %d", r, w->slot, d->nslots);
+        if (w->pos < 0 || w->pos >= c->max_seq_len)
+            return dt_error(DT_ERR_ARG, "decoder: row %d: position %d beyond the context of %d", r, w->pos, c->max_seq_len);
+        if (w->token < 0 || w->token >= c->vocab_size)
+            return dt_error(DT_ERR_ARG, "decoder: row %d: token %d outside the vocabulary of %d", r, (int)w->token, c->vocab_size);
+        /* a slot's rows in order, each at most one past what the cache holds (earlier rows of the step count) */
+        int held = d->filled[w->slot];
+        for (int e = r - 1; e >= 0; e--)
+            if (rows[e].slot == w->slot) { held = rows[e].pos + 1; break; }
+        if (w->pos > held)
+            return dt_error(DT_ERR_ARG, "decoder: row %d: position %d of slot %d, whose cache holds only %d", r, w->pos, w->slot, held);
+    }
+    for (int r = 0; r < n; r++) d->filled[rows[r].slot] = rows[r].pos + 1;
+    return DT_OK;
+}
+
+dt_status dt_decoder_step(dt_decoder *d, const dt_infer_row *rows, int n, float *logits) {
+    dt_status st = check_rows(d, rows, n);
+    if (st) return st;
+    int C = d->cfg.channels;
+    for (int r = 0; r < n; r++) {
+        const float *te = d->wte + (size_t)rows[r].token * C, *pe = d->wpe + (size_t)rows[r].pos * C;
+        for (int c = 0; c < C; c++) d->x[(size_t)r * C + c] = te[c] + pe[c];
+    }
+    for (int l = 0; l < d->cfg.num_layers; l++) block(d, l, rows, n);
+    /* the head only for the rows that want logits: the rest are gathered out */
+    int m = 0;
+    for (int r = 0; r < n; r++)
+        if (rows[r].logits) memmove(d->x + (size_t)m++ * C, d->x + (size_t)r * C, sizeof(float) * (size_t)C);
+    if (!m) return DT_OK;
+    dt_layernorm_forward(d->xn, d->mean, d->rstd, d->x, d->lnfw, d->lnfb, m, C);
+    linear_apply(logits, d->xn, &d->head, NULL, m);
+    return DT_OK;
+}
+
+dt_status dt_quant_parse(const char *s, dt_quant *out) {
+    if (!strcmp(s, "none") || !strcmp(s, "f32")) *out = DT_QUANT_NONE;
+    else if (!strcmp(s, "int8")) *out = DT_QUANT_INT8;
+    else return dt_error(DT_ERR_ARG, "--quantize %s: expected int8 (or none)", s);
+    return DT_OK;
+}
+
+const char *dt_quant_name(dt_quant q) { return q == DT_QUANT_INT8 ? "int8" : "f32"; }

@@ -1,0 +1,179 @@
+/* Inference's Linear, batch-invariant by construction: every output element
+ * is one dot product summed in one fixed order (eight lanes of fused
+ * multiply-adds over k, the lanes added in a fixed tree, then the tail), so
+ * a row's result is the same bits alone, in a batch of any size, at any
+ * place in it, on any thread count. BLAS cannot promise that (its blocking
+ * and kernels change with the matrix's shape), which is how servers come to
+ * give a prompt different tokens when other requests share its batch.
+ * The AVX2 path and the portable one do the same operations in the same
+ * order (fmaf rounds as the instruction does), so they agree bit for bit. */
+#include "dtrain/kernels.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#define OUT_CHUNK 16 /* outputs a thread takes at a time */
+#define ROW_CHUNK 64 /* rows swept against one tile of weights while they are in cache */
+
+/* The lanes' fixed tree: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
+static float tree8(const float *a) {
+    float b0 = a[0] + a[4], b1 = a[1] + a[5], b2 = a[2] + a[6], b3 = a[3] + a[7];
+    return (b0 + b2) + (b1 + b3);
+}
+
+static float dot_portable(const float *x, const float *w, int K) {
+    float a[8] = { 0 };
+    int k = 0;
+    for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; j++) a[j] = fmaf(x[k + j], w[k + j], a[j]);
+    float s = tree8(a);
+    for (; k < K; k++) s = fmaf(x[k], w[k], s);
+    return s;
+}
+
+static float dot_q8_portable(const float *x, const int8_t *w, int K) {
+    float a[8] = { 0 };
+    int k = 0;
+    for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; j++) a[j] = fmaf(x[k + j], (float)w[k + j], a[j]);
+    float s = tree8(a);
+    for (; k < K; k++) s = fmaf(x[k], (float)w[k], s);
+    return s;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1
+#define AVX2 __attribute__((target("avx2,fma")))
+
+AVX2 static inline float hsum(__m256 v) {
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* b_j = l_j + l_{j+4} */
+    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));                                 /* b0+b2, b1+b3 */
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
+AVX2 static inline __m256 load_w8(const int8_t *w) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)w)));
+}
+
+/* R rows x 4 outputs over the whole of K (R and the weight type fixed at
+ * compile time); the tails in the portable order, which is the same. */
+#define TILE(NAME, WT, LOAD)                                                                                      \
+    AVX2 static void NAME(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int R, int K) {           \
+        __m256 acc[4][4];                                                                                              \
+        for (int r = 0; r < 4; r++)                                                                                    \
+            for (int o = 0; o < 4; o++) acc[r][o] = _mm256_setzero_ps();                                              \
+        int k = 0;                                                                                                     \
+        for (; k + 8 <= K; k += 8) {                                                                                   \
+            __m256 wv[4];                                                                                              \
+            for (int o = 0; o < 4; o++) wv[o] = LOAD(w + (size_t)o * ldw + k);                                         \
+            for (int r = 0; r < R; r++) {                                                                              \
+                __m256 xv = _mm256_loadu_ps(x + (size_t)r * ldx + k);                                                  \
+                for (int o = 0; o < 4; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                         \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (int r = 0; r < R; r++)                                                                                    \
+            for (int o = 0; o < 4; o++) {                                                                              \
+                float s = hsum(acc[r][o]);                                                                             \
+                for (int j = k; j < K; j++) s = fmaf(x[(size_t)r * ldx + j], (float)w[(size_t)o * ldw + j], s);       \
+                res[r * 4 + o] = s;                                                                                    \
+            }                                                                                                          \
+    }
+TILE(tile_f32, float, load_w)
+TILE(tile_q8, int8_t, load_w8)
+
+AVX2 static float dot_avx2(const float *x, const float *w, int K) {
+    __m256 a = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= K; k += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_loadu_ps(w + k), a);
+    float s = hsum(a);
+    for (; k < K; k++) s = fmaf(x[k], w[k], s);
+    return s;
+}
+
+static bool have_avx2(void) {
+    static int known = -1;
+    /* $DTRAIN_ROWDOT_PORTABLE=1: the portable path on any CPU (the tests run both and expect the same bits) */
+    const char *e = getenv("DTRAIN_ROWDOT_PORTABLE");
+    if (known < 0) known = !(e && *e == '1') && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return known;
+}
+#else
+#define HAVE_AVX2_PATH 0
+#endif
+
+float dt_dot_f32(const float *x, const float *w, int K) {
+#if HAVE_AVX2_PATH
+    if (have_avx2()) return dot_avx2(x, w, K);
+#endif
+    return dot_portable(x, w, K);
+}
+
+/* Outputs [o0, o1) of rows [0, n): tiles of 4 x 4 where they fit, single dots elsewhere (the same sums either way). */
+static void rows_range(float *out, const float *x, const void *wv, const float *scale, const float *bias, int n, int K, int O,
+                       int o0, int o1) {
+    const float *wf = scale ? NULL : wv;
+    const int8_t *wq = scale ? wv : NULL;
+    for (int r0 = 0; r0 < n; r0 += ROW_CHUNK) {
+        int r1 = r0 + ROW_CHUNK < n ? r0 + ROW_CHUNK : n;
+        for (int o = o0; o < o1; o += 4) {
+            int no = o1 - o < 4 ? o1 - o : 4;
+            for (int r = r0; r < r1; r += 4) {
+                int nr = r1 - r < 4 ? r1 - r : 4;
+                float res[16];
+                const float *xr = x + (size_t)r * K;
+#if HAVE_AVX2_PATH
+                if (no == 4 && have_avx2()) {
+                    if (wq) tile_q8(res, xr, (size_t)K, wq + (size_t)o * K, (size_t)K, nr, K);
+                    else tile_f32(res, xr, (size_t)K, wf + (size_t)o * K, (size_t)K, nr, K);
+                } else
+#endif
+                for (int i = 0; i < nr; i++)
+                    for (int j = 0; j < no; j++)
+                        res[i * 4 + j] = wq ? dot_q8_portable(xr + (size_t)i * K, wq + (size_t)(o + j) * K, K)
+                                            : dot_portable(xr + (size_t)i * K, wf + (size_t)(o + j) * K, K);
+                for (int i = 0; i < nr; i++)
+                    for (int j = 0; j < no; j++) {
+                        float s = res[i * 4 + j], b = bias ? bias[o + j] : 0.0f;
+                        out[(size_t)(r + i) * O + o + j] = scale ? fmaf(s, scale[o + j], b) : s + b;
+                    }
+            }
+        }
+    }
+}
+
+static void rowdot(float *out, const float *x, const void *w, const float *scale, const float *bias, int n, int K, int O) {
+    int chunks = (O + OUT_CHUNK - 1) / OUT_CHUNK;
+    /* threads only where there is work for them (the results do not depend on it) */
+    if ((double)n * K * O < 65536) {
+        rows_range(out, x, w, scale, bias, n, K, O, 0, O);
+        return;
+    }
+    #pragma omp parallel for schedule(static)
+    for (int c = 0; c < chunks; c++) {
+        int o0 = c * OUT_CHUNK, o1 = o0 + OUT_CHUNK < O ? o0 + OUT_CHUNK : O;
+        rows_range(out, x, w, scale, bias, n, K, O, o0, o1);
+    }
+}
+
+void dt_rowdot_f32(float *out, const float *x, const float *w, const float *bias, int n, int K, int O) {
+    rowdot(out, x, w, NULL, bias, n, K, O);
+}
+
+void dt_rowdot_q8(float *out, const float *x, const int8_t *w, const float *scale, const float *bias, int n, int K, int O) {
+    rowdot(out, x, w, scale, bias, n, K, O);
+}
+
+void dt_quantize_rows_q8(int8_t *q, float *scale, const float *w, int O, int K) {
+    #pragma omp parallel for schedule(static)
+    for (int o = 0; o < O; o++) {
+        const float *row = w + (size_t)o * K;
+        float amax = 0;
+        for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(row[k]));
+        float s = amax > 0 ? amax / 127.0f : 1.0f, inv = 1.0f / s;
+        for (int k = 0; k < K; k++) q[(size_t)o * K + k] = (int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, row[k] * inv)));
+        scale[o] = s;
+    }
+}

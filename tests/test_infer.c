@@ -1,0 +1,280 @@
+/* Inference: the batch-invariant Linear against a double-precision sum and
+ * against its own arithmetic spelled out (eight lanes, the fixed tree, the
+ * tail: the AVX2 and portable paths must both be that); the decoder's
+ * logits against the training forward's over the same tokens, prefilled at
+ * once or a row at a time; and the guarantee the batcher exists for: a
+ * request's tokens and logits are the same bits alone, beside seven others,
+ * or joining mid-way with its prompt read in other chunks, on 1 or 2
+ * threads, in f32 and int8. Bad rows and requests are refused, named. */
+#include "dtrain/infer.h"
+#include "dtrain/kernels.h"
+#include "dtrain/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+#define EXPECT(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL: "); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+/* The spec: what every path of dt_rowdot_* must compute, bit for bit. */
+static float spec_dot(const float *x, const float *w, const int8_t *q, int K) {
+    float a[8] = { 0 };
+    int k = 0;
+    for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; j++) a[j] = fmaf(x[k + j], q ? (float)q[k + j] : w[k + j], a[j]);
+    float s = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+    for (; k < K; k++) s = fmaf(x[k], q ? (float)q[k] : w[k], s);
+    return s;
+}
+
+static void fill(float *x, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) x[i] = dt_rng_normal(&seed);
+}
+
+static void rowdot_checks(void) {
+    static const int Ks[] = { 5, 37, 64, 100, 768 };
+    for (int t = 1; t <= 2; t++) {
+        dt_kernels_set_threads(t);
+        for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
+            int K = Ks[ki], O = 23, n = 13;
+            float *x = malloc(sizeof(float) * (size_t)n * K), *w = malloc(sizeof(float) * (size_t)O * K), b[23];
+            float *out = malloc(sizeof(float) * (size_t)n * O), *one = malloc(sizeof(float) * (size_t)O), scale[23];
+            int8_t *q = malloc((size_t)O * K);
+            fill(x, (size_t)n * K, 1 + (uint64_t)K);
+            fill(w, (size_t)O * K, 2 + (uint64_t)K);
+            fill(b, 23, 3);
+            dt_rowdot_f32(out, x, w, b, n, K, O);
+            int spec = 1, alone = 1;
+            double err = 0;
+            for (int r = 0; r < n; r++) {
+                dt_rowdot_f32(one, x + (size_t)r * K, w, b, 1, K, O);
+                for (int o = 0; o < O; o++) {
+                    double ref = b[o];
+                    for (int k = 0; k < K; k++) ref += (double)x[(size_t)r * K + k] * w[(size_t)o * K + k];
+                    float f = out[(size_t)r * O + o];
+                    err = fmax(err, fabs(f - ref) / (1 + fabs(ref)));
+                    spec &= f == spec_dot(x + (size_t)r * K, w + (size_t)o * K, NULL, K) + b[o];
+                    alone &= memcmp(&f, &one[o], sizeof f) == 0;
+                }
+            }
+            EXPECT(err < 1e-5, "rowdot f32 K=%d, %d threads: relative error %.2g against double", K, t, err);
+            EXPECT(spec, "rowdot f32 K=%d, %d threads: not the fixed order's bits", K, t);
+            EXPECT(alone, "rowdot f32 K=%d, %d threads: a row alone differs from the same row in a batch of %d", K, t, n);
+            dt_quantize_rows_q8(q, scale, w, O, K);
+            dt_rowdot_q8(out, x, q, scale, b, n, K, O);
+            spec = 1, alone = 1;
+            double qerr = 0;
+            for (int r = 0; r < n; r++) {
+                dt_rowdot_q8(one, x + (size_t)r * K, q, scale, b, 1, K, O);
+                for (int o = 0; o < O; o++) {
+                    double ref = b[o], deq = b[o];
+                    for (int k = 0; k < K; k++) {
+                        ref += (double)x[(size_t)r * K + k] * w[(size_t)o * K + k];
+                        deq += (double)x[(size_t)r * K + k] * q[(size_t)o * K + k] * scale[o];
+                    }
+                    float f = out[(size_t)r * O + o];
+                    err = fmax(err, fabs(f - deq) / (1 + fabs(deq)));
+                    qerr = fmax(qerr, fabs(f - ref) / sqrt((double)K));
+                    spec &= f == fmaf(spec_dot(x + (size_t)r * K, NULL, q + (size_t)o * K, K), scale[o], b[o]);
+                    alone &= memcmp(&f, &one[o], sizeof f) == 0;
+                }
+            }
+            EXPECT(err < 1e-5, "rowdot int8 K=%d: relative error %.2g against its dequantized weights", K, err);
+            /* per-channel absmax: each weight off by at most scale/2 ~ 4 sigma / 254 */
+            EXPECT(qerr < 0.05, "rowdot int8 K=%d: error %.3g per sqrt(K) against the f32 weights", K, qerr);
+            EXPECT(spec && alone, "rowdot int8 K=%d, %d threads: not the fixed order's bits (%d) or a row alone differs (%d)", K, t,
+                   spec, alone);
+            free(x); free(w); free(out); free(one); free(q);
+        }
+    }
+}
+
+static dt_gpt2 *small_model(void) {
+    /* C 36 over 3 heads of 12: the lanes' tails run everywhere */
+    dt_gpt2_config c = { .max_seq_len = 40, .vocab_size = 67, .padded_vocab_size = 72, .num_layers = 2, .num_heads = 3,
+                         .channels = 36 };
+    dt_gpt2 *m = NULL;
+    if (dt_gpt2_create(&c, &m)) return NULL;
+    dt_gpt2_init_random(m, 5);
+    return m;
+}
+
+/* The decoder's logits against the training forward's, for a sequence of T tokens read at once and a row at a time. */
+static void decoder_against_forward(dt_gpt2 *m) {
+    const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    int T = 29, V = c->vocab_size;
+    int32_t tok[29];
+    uint64_t r = 9;
+    for (int i = 0; i < T; i++) tok[i] = (int32_t)(dt_rng_next(&r) % (uint64_t)V);
+    EXPECT(!dt_gpt2_forward(m, tok, NULL, 1, T, NULL), "forward: %s", dt_last_error());
+    const float *ref = dt_gpt2_logits(m);
+    dt_decoder *d = NULL;
+    EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 2, T, &d), "decoder: %s", dt_last_error());
+    if (!d) return;
+    dt_infer_row rows[29];
+    float *all = malloc(sizeof(float) * (size_t)T * V), *inc = malloc(sizeof(float) * (size_t)T * V);
+    for (int i = 0; i < T; i++) rows[i] = (dt_infer_row){ 0, i, tok[i], 1 };
+    EXPECT(!dt_decoder_step(d, rows, T, all), "prefill: %s", dt_last_error());
+    for (int i = 0; i < T; i++) {
+        dt_infer_row one = { 1, i, tok[i], 1 };
+        EXPECT(!dt_decoder_step(d, &one, 1, inc + (size_t)i * V), "row %d: %s", i, dt_last_error());
+    }
+    double err = 0;
+    for (int i = 0; i < T; i++)
+        for (int v = 0; v < V; v++) err = fmax(err, fabs(all[(size_t)i * V + v] - ref[(size_t)i * c->padded_vocab_size + v]));
+    EXPECT(err < 1e-5, "decoder logits against the training forward's: max difference %.2g", err);
+    EXPECT(!memcmp(all, inc, sizeof(float) * (size_t)T * V), "a sequence read at once and a row at a time: different bits");
+    /* bad rows: named, nothing run */
+    dt_infer_row bad[] = { { 2, 0, 1, 1 }, { 0, 40, 1, 1 }, { 0, 0, 67, 1 }, { 0, 31, 1, 1 } };
+    const char *words[] = { "slot 2 of 2", "position 40 beyond the context of 40", "token 67 outside the vocabulary", "holds only 29" };
+    for (int i = 0; i < 4; i++)
+        EXPECT(dt_decoder_step(d, &bad[i], 1, all) == DT_ERR_ARG && strstr(dt_last_error(), words[i]), "bad row %d: '%s'", i,
+               dt_last_error());
+    free(all);
+    free(inc);
+    dt_decoder_destroy(d);
+}
+
+/* One request's record: its tokens and a hash of the bits of every distribution it drew from. */
+typedef struct {
+    int32_t tok[64];
+    int n, ended, why;
+    uint64_t hash;
+} record;
+
+static int on_token(void *ctx, int32_t t, const float *logits) {
+    record *rc = ctx;
+    if (rc->n < 64) rc->tok[rc->n++] = t;
+    const unsigned char *p = (const unsigned char *)logits;
+    for (size_t i = 0; i < 67 * sizeof(float); i++) rc->hash = (rc->hash ^ p[i]) * 1099511628211ull;
+    return 0;
+}
+static void on_end(void *ctx, dt_finish why, int generated) {
+    record *rc = ctx;
+    rc->ended = 1 + generated;
+    rc->why = (int)why;
+}
+
+#define NREQ 8
+#define NEVER (1 << 30)
+static int32_t prompts[NREQ][24];
+static const int plen[NREQ] = { 3, 17, 1, 9, 24, 5, 12, 2 };
+
+static dt_infer_request request(int i, record *rc) {
+    dt_sampling s = { i % 2 ? 0.9f : 0.0f, i % 3 ? 0 : 20, i == 5 ? 0.8f : 1.0f };
+    return (dt_infer_request){ prompts[i], plen[i], 12, s, 100 + (uint64_t)i, on_token, on_end, rc };
+}
+
+/* The requests in `order`, each added at step join[k] (or when a slot frees), over nslots slots and a token budget. */
+static void serve(dt_gpt2 *m, dt_quant q, int nslots, int budget, const int *join, record *rc) {
+    dt_decoder *d = NULL;
+    dt_batcher *b = NULL;
+    memset(rc, 0, sizeof(record) * NREQ);
+    if (dt_decoder_create(m, q, nslots, budget, &d) || dt_batcher_create(d, budget, &b)) {
+        EXPECT(0, "batcher: %s", dt_last_error());
+        dt_decoder_destroy(d);
+        return;
+    }
+    int added[NREQ] = { 0 }, step = 0, left = 1;
+    while (left > 0 && step < 10000) {
+        for (int i = 0; i < NREQ; i++) /* in request order, as slots free */
+            if (!added[i] && join[i] <= step && dt_batcher_free_slots(b) > 0) {
+                dt_infer_request r = request(i, &rc[i]);
+                EXPECT(!dt_batcher_add(b, &r), "add %d: %s", i, dt_last_error());
+                added[i] = 1;
+            }
+        EXPECT(!dt_batcher_step(b), "step: %s", dt_last_error());
+        step++;
+        left = 0;
+        for (int i = 0; i < NREQ; i++) left += join[i] < NEVER && !rc[i].ended;
+    }
+    dt_batcher_destroy(b);
+    dt_decoder_destroy(d);
+}
+
+static void invariance(dt_gpt2 *m, dt_quant q) {
+    for (int i = 0; i < NREQ; i++)
+        for (int k = 0; k < plen[i]; k++) prompts[i][k] = (int32_t)((i * 31 + k * 7) % 67);
+    record alone[NREQ], together[NREQ], staggered[NREQ], one_thread[NREQ];
+    int at0[NREQ] = { 0 }, late[NREQ] = { 0, 0, 3, 5, 6, 9, 14, 20 };
+    dt_kernels_set_threads(2);
+    for (int i = 0; i < NREQ; i++) { /* each alone: one slot, its own run */
+        record rc[NREQ];
+        int join[NREQ];
+        for (int k = 0; k < NREQ; k++) join[k] = k == i ? 0 : NEVER;
+        serve(m, q, 1, 32, join, rc); /* the others never join: they stay unended */
+        alone[i] = rc[i];
+    }
+    serve(m, q, 8, 256, at0, together);      /* all eight at once, every prompt in the first step */
+    serve(m, q, 4, 7, late, staggered);      /* four slots, joining mid-way, prompts read 7 rows a step at most */
+    dt_kernels_set_threads(1);
+    serve(m, q, 8, 64, at0, one_thread);
+    dt_kernels_set_threads(2);
+    for (int i = 0; i < NREQ; i++) {
+        const char *qn = dt_quant_name(q);
+        EXPECT(alone[i].n == 12 && alone[i].ended == 13 && alone[i].why == DT_FINISH_LENGTH, "%s request %d alone: %d tokens, ended %d",
+               qn, i, alone[i].n, alone[i].ended);
+        record *others[3] = { together, staggered, one_thread };
+        const char *how[3] = { "beside 7 others", "joining mid-way", "on 1 thread" };
+        for (int w = 0; w < 3; w++)
+            EXPECT(others[w][i].n == alone[i].n && !memcmp(others[w][i].tok, alone[i].tok, sizeof(int32_t) * 12) &&
+                   others[w][i].hash == alone[i].hash,
+                   "%s request %d %s: not the same tokens and logits' bits as alone", qn, i, how[w]);
+    }
+}
+
+static void refusals(dt_gpt2 *m) {
+    dt_decoder *d = NULL;
+    dt_batcher *b = NULL;
+    EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 2, 8, &d), "decoder: %s", dt_last_error());
+    if (!d) return;
+    EXPECT(dt_batcher_create(d, 1, &b) == DT_ERR_ARG && strstr(dt_last_error(), "2 slots"), "budget below the slots: '%s'",
+           dt_last_error());
+    EXPECT(!dt_batcher_create(d, 8, &b), "batcher: %s", dt_last_error());
+    int32_t p[41] = { 0 };
+    record rc;
+    dt_infer_request r = { p, 41, 5, { 0, 0, 1 }, 1, on_token, on_end, &rc };
+    EXPECT(dt_batcher_add(b, &r) == DT_ERR_ARG && strstr(dt_last_error(), "41 tokens"), "prompt too long: '%s'", dt_last_error());
+    r.nprompt = 3;
+    r.sampling.temperature = -1;
+    EXPECT(dt_batcher_add(b, &r) == DT_ERR_ARG && strstr(dt_last_error(), "temperature"), "negative temperature: '%s'", dt_last_error());
+    r.sampling = (dt_sampling){ 1, 0, 0 };
+    EXPECT(dt_batcher_add(b, &r) == DT_ERR_ARG && strstr(dt_last_error(), "top_p"), "top_p 0: '%s'", dt_last_error());
+    r.sampling = (dt_sampling){ 1, 0, 1 };
+    p[1] = 99;
+    EXPECT(dt_batcher_add(b, &r) == DT_ERR_ARG && strstr(dt_last_error(), "token 1 is 99"), "bad token: '%s'", dt_last_error());
+    p[1] = 1;
+    EXPECT(!dt_batcher_add(b, &r) && !dt_batcher_add(b, &r), "two requests: %s", dt_last_error());
+    EXPECT(dt_batcher_add(b, &r) == DT_ERR_UNSUPPORTED && strstr(dt_last_error(), "busy"), "a third in two slots: '%s'", dt_last_error());
+    /* a request that runs into the context: 38 + 3 tokens fill the 40 positions and the last draws one more */
+    dt_batcher_destroy(b);
+    dt_decoder_destroy(d);
+    d = NULL;
+    b = NULL;
+    EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 1, 40, &d) && !dt_batcher_create(d, 40, &b), "%s", dt_last_error());
+    memset(&rc, 0, sizeof rc);
+    r.nprompt = 38;
+    r.max_tokens = 10;
+    EXPECT(!dt_batcher_add(b, &r), "38-token prompt: %s", dt_last_error());
+    for (int i = 0; i < 20 && !rc.ended; i++) dt_batcher_step(b);
+    EXPECT(rc.why == DT_FINISH_CONTEXT && rc.n == 3, "the context fills: %d tokens, reason %d (expected 3, context)", rc.n, rc.why);
+    dt_batcher_destroy(b);
+    dt_decoder_destroy(d);
+}
+
+int main(void) {
+    rowdot_checks();
+    dt_gpt2 *m = small_model();
+    EXPECT(m != NULL, "model: %s", dt_last_error());
+    if (m) {
+        decoder_against_forward(m);
+        invariance(m, DT_QUANT_NONE);
+        invariance(m, DT_QUANT_INT8);
+        refusals(m);
+    }
+    dt_gpt2_destroy(m);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
