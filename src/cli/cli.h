@@ -20,6 +20,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
 int dt_cli_plan(int argc, char **argv);
 int dt_cli_tokenize(int argc, char **argv);
 int dt_cli_generate(int argc, char **argv);
+int dt_cli_serve(int argc, char **argv);
 int dt_cli_plot(int argc, char **argv);
 int dt_cli_report(int argc, char **argv);
 int dt_cli_ckpt(int argc, char **argv);

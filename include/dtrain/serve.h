@@ -1,0 +1,37 @@
+/* dtrain serve layer: a trained model behind OpenAI's completions API
+ * (POST /v1/completions, streamed or whole; GET /health, /metrics,
+ * /v1/models), many requests decoding together through the infer layer's
+ * batcher. */
+#ifndef DTRAIN_SERVE_H
+#define DTRAIN_SERVE_H
+
+#include "dtrain/infer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char *model;               /* a weights file, an HF folder or a checkpoint directory */
+    const char *host;                /* the address to listen on ("127.0.0.1") */
+    int port;                        /* 0: any free port (printed) */
+    int threads;                     /* compute threads (0: all cores) */
+    int slots;                       /* requests decoding together */
+    int budget;                      /* rows a step (prompt chunks and decode rows) */
+    int queue;                       /* requests waiting for a slot at most; more get 503 */
+    dt_quant quant;
+    const char *bpe_encoder, *bpe_vocab; /* GPT-2's BPE files (NULL: a byte-level model) */
+    size_t max_body;                 /* bytes a request body may have */
+    double upload_seconds;           /* a request body must arrive within this */
+} dt_serve_options;
+
+/* Loads the model, listens, and serves until SIGINT or SIGTERM; then takes
+ * no new request, finishes the ones it has, and returns. A model that does
+ * not load, a quantization it cannot do, or an address it cannot listen on
+ * fail before anything is served. */
+dt_status dt_serve_run(const dt_serve_options *o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,72 @@
+/* dtrain serve: flag parsing only (the server is src/serve/). */
+#include "cli.h"
+#include "dtrain/serve.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const dt_cli_flag flags[] = {
+    { "--port", "a whole number from 0 (any free port) to 65535" }, { "--host", "an address to listen on" },
+    { "--threads", "a whole number from 0 (all cores) to 1024" }, { "--slots", "a whole number of requests from 1 to 1024" },
+    { "--budget", "a whole number of rows a step from 1 to 65536" }, { "--queue", "a whole number of waiting requests from 0 to 1e6" },
+    { "--quantize", "int8 (or none)" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" },
+    { "--max-body", "a size in bytes from 1024 to 1e9" }, { "--upload-timeout", "seconds from 1 to 3600" }, { "--help", "" },
+    { NULL, NULL },
+};
+
+static void usage(void) {
+    printf("usage: dtrain serve MODEL [--port 8000] [--host 127.0.0.1] [--threads N] [--slots 8] [--budget 256] [--queue 256]\n"
+           "                    [--quantize int8] [--bpe ENCODER.json VOCAB.bpe] [--max-body 1048576] [--upload-timeout 10]\n"
+           "MODEL: a weights file (.bin, .safetensors), an HF folder or a checkpoint directory. OpenAI's completions API:\n"
+           "  POST /v1/completions  {\"prompt\", \"max_tokens\" (16), \"temperature\" (1), \"top_p\" (1), \"top_k\" (0: all),\n"
+           "                         \"seed\" (0), \"stop\", \"stream\", \"echo\"}\n"
+           "  GET /health, GET /metrics (Prometheus), GET /v1/models\n"
+           "--slots requests decode together (continuous batching: they join and leave at every step); --budget rows\n"
+           "(prompt tokens and one per decoding request) go through the model a step; --queue more wait, beyond that 503.\n"
+           "A request's tokens are the same whatever else is in the batch. SIGINT/SIGTERM: finish what is in hand, then exit.\n");
+}
+
+int dt_cli_serve(int argc, char **argv) {
+    dt_serve_options o = { .host = "127.0.0.1", .port = 8000, .threads = 0, .slots = 8, .budget = 256, .queue = 256,
+                           .max_body = 1 << 20, .upload_seconds = 10 };
+    double port = o.port, threads = 0, slots = o.slots, budget = o.budget, queue = o.queue, body = (double)o.max_body,
+           upload = o.upload_seconds;
+    bool budget_given = false;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
+        if (f[0] != '-' && !o.model) { o.model = f; continue; }
+        if (!strcmp(f, "--bpe")) {
+            if (i + 2 >= argc) return dt_cli_flag_error("serve", flags, f, NULL);
+            o.bpe_encoder = argv[i + 1];
+            o.bpe_vocab = argv[i + 2];
+            i += 2;
+            continue;
+        }
+        i++;
+        if (!strcmp(f, "--port") && dt_cli_number(v, 0, 65535, &port) && port == (int)port) {}
+        else if (!strcmp(f, "--host") && v) o.host = v;
+        else if (!strcmp(f, "--threads") && dt_cli_number(v, 0, 1024, &threads) && threads == (int)threads) {}
+        else if (!strcmp(f, "--slots") && dt_cli_number(v, 1, 1024, &slots) && slots == (int)slots) {}
+        else if (!strcmp(f, "--budget") && dt_cli_number(v, 1, 65536, &budget) && budget == (int)budget) budget_given = true;
+        else if (!strcmp(f, "--queue") && dt_cli_number(v, 0, 1e6, &queue) && queue == (int)queue) {}
+        else if (!strcmp(f, "--quantize") && v && !dt_quant_parse(v, &o.quant)) {}
+        else if (!strcmp(f, "--max-body") && dt_cli_number(v, 1024, 1e9, &body)) {}
+        else if (!strcmp(f, "--upload-timeout") && dt_cli_number(v, 1, 3600, &upload)) {}
+        else return dt_cli_flag_error("serve", flags, f, v);
+    }
+    if (!o.model) { dt_log(DT_LOG_ERROR, "serve: give the MODEL to serve (a weights file or a checkpoint directory)"); return 2; }
+    o.port = (int)port;
+    o.threads = (int)threads;
+    o.slots = (int)slots;
+    o.budget = budget_given ? (int)budget : (int)slots > 256 ? (int)slots : 256;
+    o.queue = (int)queue;
+    o.max_body = (size_t)body;
+    o.upload_seconds = upload;
+    if (o.budget < o.slots) {
+        dt_log(DT_LOG_ERROR, "serve: --budget %d is below --slots %d (each step gives every decoding request a row)", o.budget, o.slots);
+        return 2;
+    }
+    if (dt_serve_run(&o)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    return 0;
+}

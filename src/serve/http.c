@@ -1,0 +1,320 @@
+/* The HTTP side of dtrain serve, on libmicrohttpd (a thread per
+ * connection, so a response may wait on its job): POST /v1/completions
+ * (OpenAI's legacy completions, whole or streamed as server-sent events),
+ * GET /health, GET /metrics (Prometheus' text format), GET /v1/models.
+ * Every bad request gets a 4xx with OpenAI's error object saying what is
+ * wrong; a client that goes away cancels its job within a quarter second. */
+#include "serve_http.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+typedef struct {
+    serve_http *h;
+    struct MHD_Connection *conn;
+    char *body;
+    size_t len, cap;
+    bool too_large;
+    double t0;
+    serve_job *job;
+    long id;
+    int refs;          /* the request and its callback response */
+    char *out;         /* bytes ready for the client */
+    size_t out_len, out_off, sent;
+    bool finished;     /* the last bytes are in out */
+    long created;
+} conn_state;
+
+static void conn_release(conn_state *cs) {
+    if (--cs->refs > 0) return; /* both are called from the connection's own thread */
+    if (cs->job) {
+        serve_job_cancel(cs->job);
+        serve_job_release(cs->job);
+    }
+    free(cs->body);
+    free(cs->out);
+    free(cs);
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, const char *type, const char *text) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", type);
+    enum MHD_Result ok = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+/* OpenAI's error object. */
+static enum MHD_Result send_error(serve_http *h, struct MHD_Connection *c, unsigned status, const char *param, const char *message) {
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    size_t n;
+    char *clean = serve_utf8_clean(message, strlen(message), &n);
+    cJSON_AddStringToObject(e, "message", clean ? clean : "out of memory");
+    cJSON_AddStringToObject(e, "type", status >= 500 ? "server_error" : "invalid_request_error");
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    cJSON_AddNullToObject(e, "code");
+    char *s = cJSON_PrintUnformatted(o);
+    pthread_mutex_lock(&h->mu);
+    if (status >= 500) h->errors_5xx++;
+    else h->errors_4xx++;
+    pthread_mutex_unlock(&h->mu);
+    enum MHD_Result ok = send_text(c, status, "application/json", s ? s : "{}");
+    free(s);
+    free(clean);
+    cJSON_Delete(o);
+    return ok;
+}
+
+static const char *finish_reason(const serve_job *j) { return j->why == DT_FINISH_STOP ? "stop" : "length"; }
+
+/* A completion object: the whole one (usage included) or a streamed chunk of text. */
+static char *completion_json(conn_state *cs, const char *text, size_t n, const char *reason, bool usage) {
+    size_t m;
+    char *clean = serve_utf8_clean(text, n, &m);
+    cJSON *o = cJSON_CreateObject(), *choices, *ch;
+    char id[32];
+    snprintf(id, sizeof id, "cmpl-%ld", cs->id);
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)cs->created);
+    cJSON_AddStringToObject(o, "model", cs->h->model_name);
+    choices = cJSON_AddArrayToObject(o, "choices");
+    ch = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, ch);
+    cJSON_AddStringToObject(ch, "text", clean ? clean : "");
+    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON_AddNullToObject(ch, "logprobs");
+    if (reason) cJSON_AddStringToObject(ch, "finish_reason", reason);
+    else cJSON_AddNullToObject(ch, "finish_reason");
+    if (usage) {
+        cJSON *u = cJSON_AddObjectToObject(o, "usage");
+        cJSON_AddNumberToObject(u, "prompt_tokens", cs->job->p.nprompt);
+        cJSON_AddNumberToObject(u, "completion_tokens", cs->job->generated);
+        cJSON_AddNumberToObject(u, "total_tokens", cs->job->p.nprompt + cs->job->generated);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    free(clean);
+    return s;
+}
+
+static void out_append(conn_state *cs, const char *a, const char *b, const char *c) {
+    const char *parts[3] = { a, b, c };
+    for (int i = 0; i < 3; i++) {
+        size_t n = parts[i] ? strlen(parts[i]) : 0;
+        char *o = realloc(cs->out, cs->out_len + n + 1);
+        if (!o) return;
+        cs->out = o;
+        memcpy(cs->out + cs->out_len, parts[i] ? parts[i] : "", n);
+        cs->out_len += n;
+        cs->out[cs->out_len] = 0;
+    }
+}
+
+static bool peer_closed(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char b;
+    if (!ci) return false;
+    ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Under the job's lock: what the client gets next (a stream's new text; the whole completion once done). */
+static void produce(conn_state *cs) {
+    serve_job *j = cs->job;
+    bool done = j->state == JOB_DONE;
+    if (j->failed) {
+        char *s = NULL;
+        cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "message", j->message);
+        cJSON_AddStringToObject(e, "type", "server_error");
+        s = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        out_append(cs, j->p.stream ? "data: " : "", s, j->p.stream ? "\n\ndata: [DONE]\n\n" : "");
+        free(s);
+        cs->finished = true;
+        return;
+    }
+    if (j->p.stream && j->visible > cs->sent) {
+        char *s = completion_json(cs, j->text + cs->sent, j->visible - cs->sent, NULL, false);
+        out_append(cs, "data: ", s, "\n\n");
+        free(s);
+        cs->sent = j->visible;
+    }
+    if (!done) return;
+    char *s = j->p.stream ? completion_json(cs, "", 0, finish_reason(j), false) : completion_json(cs, j->text, j->len, finish_reason(j), true);
+    if (j->p.stream) out_append(cs, "data: ", s, "\n\ndata: [DONE]\n\n");
+    else out_append(cs, s, "\n", NULL);
+    free(s);
+    cs->finished = true;
+}
+
+static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    conn_state *cs = cls;
+    serve_job *j = cs->job;
+    while (cs->out_off == cs->out_len) {
+        if (cs->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        cs->out_len = cs->out_off = 0;
+        pthread_mutex_lock(&j->mu);
+        while (!(j->state == JOB_DONE || (j->p.stream && j->visible > cs->sent))) {
+            struct timespec t;
+            clock_gettime(CLOCK_REALTIME, &t);
+            t.tv_nsec += 250000000;
+            if (t.tv_nsec >= 1000000000) { t.tv_sec++; t.tv_nsec -= 1000000000; }
+            if (pthread_cond_timedwait(&j->cv, &j->mu, &t) == ETIMEDOUT && peer_closed(cs->conn)) {
+                j->cancelled = true; /* the client left: its slot frees at the next token */
+                pthread_mutex_unlock(&j->mu);
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+        }
+        produce(cs);
+        pthread_mutex_unlock(&j->mu);
+    }
+    size_t n = cs->out_len - cs->out_off < max ? cs->out_len - cs->out_off : max;
+    memcpy(buf, cs->out + cs->out_off, n);
+    cs->out_off += n;
+    return (ssize_t)n;
+}
+
+static void reader_done(void *cls) { conn_release(cls); }
+
+static enum MHD_Result completions(serve_http *h, conn_state *cs) {
+    serve_params p;
+    const char *param;
+    if (serve_params_parse(cs->body ? cs->body : "", cs->len, h->vocab, h->context, &p, &param))
+        return send_error(h, cs->conn, 400, param, dt_last_error());
+    pthread_mutex_lock(&h->mu);
+    cs->id = ++h->next_id;
+    pthread_mutex_unlock(&h->mu);
+    cs->created = (long)time(NULL);
+    serve_job *j = serve_job_create(&p, cs->id);
+    if (!j) { serve_params_free(&p); return send_error(h, cs->conn, 500, NULL, "out of memory"); }
+    if (j->p.echo) /* the prompt's text first */
+        for (int i = 0; i < j->p.nprompt; i++) serve_vocab_append(h->vocab, j->p.prompt[i], &j->text, &j->len, &j->cap);
+    j->base = j->visible = j->len;
+    if (serve_engine_submit(h->engine, j)) {
+        serve_job_release(j); /* the engine's reference, never taken */
+        serve_job_release(j);
+        return send_error(h, cs->conn, 503, NULL, dt_last_error());
+    }
+    cs->job = j;
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, reader, cs, reader_done);
+    if (!r) return MHD_NO;
+    cs->refs++;
+    MHD_add_response_header(r, "Content-Type", j->p.stream ? "text/event-stream" : "application/json");
+    if (j->p.stream) MHD_add_response_header(r, "Cache-Control", "no-cache");
+    enum MHD_Result ok = MHD_queue_response(cs->conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result metrics(serve_http *h, struct MHD_Connection *c) {
+    serve_stats s = serve_engine_stats(h->engine);
+    pthread_mutex_lock(&h->mu);
+    long e4 = h->errors_4xx, e5 = h->errors_5xx;
+    pthread_mutex_unlock(&h->mu);
+    char t[2048];
+    snprintf(t, sizeof t,
+             "# HELP dtrain_requests_total completion requests that reached the queue or were turned away by it\n"
+             "dtrain_requests_total %ld\n"
+             "dtrain_requests_rejected_total %ld\n"
+             "dtrain_requests_completed_total %ld\n"
+             "dtrain_requests_cancelled_total %ld\n"
+             "# HELP dtrain_http_errors_total responses with an error status, by class\n"
+             "dtrain_http_errors_total{class=\"4xx\"} %ld\n"
+             "dtrain_http_errors_total{class=\"5xx\"} %ld\n"
+             "dtrain_prompt_tokens_total %ld\n"
+             "dtrain_generated_tokens_total %ld\n"
+             "# HELP dtrain_tokens_per_second tokens generated per second over the last second or more of work\n"
+             "dtrain_tokens_per_second %.2f\n"
+             "dtrain_batch_running %d\n"
+             "dtrain_batch_slots %d\n"
+             "# HELP dtrain_batch_occupancy requests running over the batch's slots\n"
+             "dtrain_batch_occupancy %.3f\n"
+             "dtrain_queue_length %d\n"
+             "dtrain_queue_capacity %d\n"
+             "dtrain_steps_total %ld\n"
+             "# HELP dtrain_step_rows_total rows (prompt and decode tokens) through the model\n"
+             "dtrain_step_rows_total %ld\n"
+             "dtrain_busy_seconds_total %.3f\n",
+             s.requests, s.rejected, s.completed, s.cancelled, e4, e5, s.prompt_tokens, s.tokens, s.tokens_per_s, s.running, s.slots,
+             s.slots ? (double)s.running / s.slots : 0.0, s.queued, s.queue_cap, s.steps, s.rows, s.busy_s);
+    return send_text(c, 200, "text/plain; version=0.0.4", t);
+}
+
+static enum MHD_Result route(serve_http *h, conn_state *cs, const char *url, const char *method) {
+    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (!strcmp(url, "/v1/completions"))
+        return post ? completions(h, cs) : send_error(h, cs->conn, 405, NULL, "/v1/completions takes POST");
+    if (!strcmp(url, "/health"))
+        return get ? send_text(cs->conn, 200, "application/json", h->draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}")
+                   : send_error(h, cs->conn, 405, NULL, "/health takes GET");
+    if (!strcmp(url, "/metrics")) return get ? metrics(h, cs->conn) : send_error(h, cs->conn, 405, NULL, "/metrics takes GET");
+    if (!strcmp(url, "/v1/models") && get) {
+        char t[512];
+        snprintf(t, sizeof t, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\",\"owned_by\":\"dtrain\"}]}", h->model_name);
+        return send_text(cs->conn, 200, "application/json", t);
+    }
+    char m[300];
+    snprintf(m, sizeof m, "no such endpoint: %.200s (this server has POST /v1/completions, GET /health, /metrics, /v1/models)", url);
+    return send_error(h, cs->conn, 404, NULL, m);
+}
+
+enum MHD_Result serve_http_handle(void *cls, struct MHD_Connection *c, const char *url, const char *method, const char *version,
+                                  const char *data, size_t *size, void **con_cls) {
+    (void)version;
+    serve_http *h = cls;
+    conn_state *cs = *con_cls;
+    if (!cs) {
+        if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
+        *cs = (conn_state){ .h = h, .conn = c, .t0 = serve_now(), .refs = 1 };
+        *con_cls = cs;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtod(cl, NULL) > (double)h->max_body) cs->too_large = true;
+        if (!cs->too_large) return MHD_YES;
+    }
+    if (cs->too_large) {
+        char m[160];
+        snprintf(m, sizeof m, "the body is larger than this server takes (%zu bytes)", h->max_body);
+        *size = 0;
+        return send_error(h, c, 413, NULL, m);
+    }
+    if (*size) {
+        if (serve_now() - cs->t0 > h->upload_seconds) {
+            *size = 0;
+            char m[160];
+            snprintf(m, sizeof m, "the request took longer than %.0f s to arrive", h->upload_seconds);
+            return send_error(h, c, 408, NULL, m);
+        }
+        if (cs->len + *size > h->max_body) { cs->too_large = true; *size = 0; return MHD_YES; }
+        if (cs->len + *size + 1 > cs->cap) {
+            size_t cap = (cs->len + *size + 1) * 2;
+            char *b = realloc(cs->body, cap < h->max_body + 1 ? cap : h->max_body + 1);
+            if (!b) return MHD_NO;
+            cs->body = b;
+            cs->cap = cap < h->max_body + 1 ? cap : h->max_body + 1;
+        }
+        memcpy(cs->body + cs->len, data, *size);
+        cs->len += *size;
+        cs->body[cs->len] = 0;
+        *size = 0;
+        return MHD_YES;
+    }
+    return route(h, cs, url, method);
+}
+
+void serve_http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
+    (void)cls;
+    (void)c;
+    (void)why;
+    if (*con_cls) conn_release(*con_cls);
+    *con_cls = NULL;
+}

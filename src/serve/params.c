@@ -1,0 +1,145 @@
+/* A /v1/completions body (OpenAI's legacy completions API) read and checked:
+ * every field this server does not honour is refused rather than ignored,
+ * so a client never gets silently different sampling than it asked for. */
+#include "serve_internal.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void serve_params_free(serve_params *p) {
+    free(p->prompt);
+    for (int i = 0; i < p->nstop; i++) free(p->stop[i]);
+    memset(p, 0, sizeof *p);
+}
+
+static dt_status bad(const char **param, const char *name, const char *fmt, const char *what) {
+    *param = name;
+    return dt_error(DT_ERR_ARG, fmt, name, what);
+}
+
+/* A number field in [lo, hi] (whole if integral), or its default when absent or null. */
+static dt_status number(const cJSON *o, const char *name, double lo, double hi, bool integral, double def, double *out,
+                        const char **param) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    *out = def;
+    if (!f || cJSON_IsNull(f)) return DT_OK;
+    if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble)) return bad(param, name, "'%s' must be a number%s", "");
+    double v = f->valuedouble;
+    if (v < lo || v > hi || (integral && v != floor(v))) {
+        *param = name;
+        return dt_error(DT_ERR_ARG, "'%s' is %g: expected %s from %g to %g", name, v, integral ? "a whole number" : "a number", lo, hi);
+    }
+    *out = v;
+    return DT_OK;
+}
+
+static dt_status read_prompt(const cJSON *o, const serve_vocab *v, serve_params *p, const char **param) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+    if (!f) return bad(param, "prompt", "'%s' is required%s", "");
+    if (cJSON_IsArray(f) && cJSON_GetArraySize(f) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(f, 0)))
+        f = cJSON_GetArrayItem(f, 0); /* ["text"] or [[ids]]: one prompt */
+    if (cJSON_IsString(f)) return serve_vocab_encode(v, f->valuestring, strlen(f->valuestring), &p->prompt, &p->nprompt);
+    if (!cJSON_IsArray(f))
+        return bad(param, "prompt", "'%s' must be a string or an array of token ids (one prompt a request)%s", "");
+    int n = cJSON_GetArraySize(f);
+    p->prompt = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    if (!p->prompt) return dt_error(DT_ERR_NOMEM, "out of memory for %d prompt tokens", n);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, f) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 0 || t->valuedouble >= v->vocab)
+            return bad(param, "prompt", "'%s' holds something other than token ids below the vocabulary's size%s", "");
+        p->prompt[p->nprompt++] = (int32_t)t->valuedouble;
+    }
+    return DT_OK;
+}
+
+static dt_status read_stop(const cJSON *o, serve_params *p, const char **param) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "stop"), *s;
+    if (!f || cJSON_IsNull(f)) return DT_OK;
+    if (cJSON_IsString(f)) {
+        if (!*f->valuestring) return bad(param, "stop", "'%s' holds an empty string%s", "");
+        if (!(p->stop[p->nstop++] = strdup(f->valuestring))) return dt_error(DT_ERR_NOMEM, "out of memory");
+        return DT_OK;
+    }
+    if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > SERVE_MAX_STOP)
+        return bad(param, "stop", "'%s' must be a string or an array of at most 4 strings%s", "");
+    cJSON_ArrayForEach(s, f) {
+        if (!cJSON_IsString(s) || !*s->valuestring) return bad(param, "stop", "'%s' holds something other than a non-empty string%s", "");
+        if (!(p->stop[p->nstop++] = strdup(s->valuestring))) return dt_error(DT_ERR_NOMEM, "out of memory");
+    }
+    return DT_OK;
+}
+
+static dt_status read_flag(const cJSON *o, const char *name, bool *out, const char **param) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    *out = false;
+    if (!f || cJSON_IsNull(f)) return DT_OK;
+    if (!cJSON_IsBool(f)) return bad(param, name, "'%s' must be true or false%s", "");
+    *out = cJSON_IsTrue(f);
+    return DT_OK;
+}
+
+/* Fields OpenAI's API has that change the output and that this server does not do: refused unless at their neutral value. */
+static dt_status refuse_unsupported(const cJSON *o, const char **param) {
+    static const struct { const char *name; double neutral; } nums[] = {
+        { "n", 1 }, { "best_of", 1 }, { "presence_penalty", 0 }, { "frequency_penalty", 0 } };
+    for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, nums[i].name);
+        if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == nums[i].neutral))
+            return bad(param, nums[i].name, "'%s' is not supported by this server%s", " (only its default)");
+    }
+    static const char *absent[] = { "logprobs", "suffix", "logit_bias" };
+    for (size_t i = 0; i < sizeof absent / sizeof *absent; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, absent[i]);
+        if (f && !cJSON_IsNull(f) && !(cJSON_IsObject(f) && !f->child))
+            return bad(param, absent[i], "'%s' is not supported by this server%s", "");
+    }
+    return DT_OK;
+}
+
+static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, serve_params *p, const char **param) {
+    double mt, temp, topp, topk, seed;
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
+    if (model && !cJSON_IsString(model)) return bad(param, "model", "'%s' must be a string%s", "");
+    dt_status st = refuse_unsupported(o, param);
+    if (!st) st = read_prompt(o, v, p, param);
+    if (!st && p->nprompt < 1) st = bad(param, "prompt", "'%s' is empty%s", "");
+    if (!st) st = number(o, "max_tokens", 1, 1e9, true, 16, &mt, param);
+    if (!st) st = number(o, "temperature", 0, 100, false, 1, &temp, param);
+    if (!st) st = number(o, "top_p", 0, 1, false, 1, &topp, param);
+    if (!st && topp <= 0) st = bad(param, "top_p", "'%s' must be above 0%s", "");
+    if (!st) st = number(o, "top_k", 0, 1e9, true, 0, &topk, param);
+    if (!st) st = number(o, "seed", 0, 9007199254740991.0, true, 0, &seed, param);
+    if (!st) st = read_stop(o, p, param);
+    if (!st) st = read_flag(o, "stream", &p->stream, param);
+    if (!st) st = read_flag(o, "echo", &p->echo, param);
+    if (st) return st;
+    if ((double)p->nprompt + mt > context) {
+        *param = "max_tokens";
+        return dt_error(DT_ERR_ARG, "this model's context holds %d tokens; the prompt has %d and max_tokens asks for %.0f more "
+                        "(%.0f in all): shorten the prompt or lower max_tokens", context, p->nprompt, mt, p->nprompt + mt);
+    }
+    p->max_tokens = (int)mt;
+    p->sampling = (dt_sampling){ (float)temp, (int)topk, (float)topp };
+    p->seed = (uint64_t)seed;
+    return DT_OK;
+}
+
+dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v, int context, serve_params *p, const char **param) {
+    memset(p, 0, sizeof *p);
+    *param = NULL;
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!o || !cJSON_IsObject(o)) {
+        size_t at = o ? 0 : (size_t)(end ? end - body : 0);
+        cJSON_Delete(o);
+        if (!o) return dt_error(DT_ERR_ARG, "the body is not valid JSON (at byte %zu of %zu)", at, len);
+        return dt_error(DT_ERR_ARG, "the body must be a JSON object");
+    }
+    dt_status st = read_all(o, v, context, p, param);
+    cJSON_Delete(o);
+    if (st) serve_params_free(p);
+    return st;
+}

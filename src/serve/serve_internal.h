@@ -1,0 +1,98 @@
+/* dtrain serve's insides: a job (one completion request from its parsing to
+ * its last byte sent), the vocabulary that turns text into tokens and back,
+ * and the engine thread that runs the batcher over the queued jobs. The
+ * HTTP side (http.c) and the engine (engine.c) meet only in a job, under
+ * its lock. */
+#ifndef DTRAIN_SERVE_INTERNAL_H
+#define DTRAIN_SERVE_INTERNAL_H
+
+#include "dtrain/data.h"
+#include "dtrain/infer.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Text <-> tokens: bytes (a vocabulary of 256) or GPT-2's BPE. */
+typedef struct {
+    dt_bpe *bpe; /* NULL: bytes */
+    int vocab;
+    int eot;     /* the end-of-text token (GPT-2's 50256): generating it ends a completion; -1: none */
+} serve_vocab;
+/* The tokens of text (caller frees *ids). */
+dt_status serve_vocab_encode(const serve_vocab *v, const char *text, size_t len, int32_t **ids, int *n);
+/* Token id's bytes appended to a growing buffer. */
+dt_status serve_vocab_append(const serve_vocab *v, int32_t id, char **buf, size_t *len, size_t *cap);
+
+/* n bytes as valid UTF-8 (JSON's strings must be): each byte that does not
+ * start a whole character becomes U+FFFD. Caller frees; NULL: no memory. */
+char *serve_utf8_clean(const char *s, size_t n, size_t *out_len);
+
+#define SERVE_MAX_STOP 4
+
+/* A completion request as the client sent it, checked. */
+typedef struct {
+    int32_t *prompt;
+    int nprompt, max_tokens;
+    dt_sampling sampling;
+    uint64_t seed;
+    char *stop[SERVE_MAX_STOP];
+    int nstop;
+    bool stream, echo;
+} serve_params;
+void serve_params_free(serve_params *p);
+/* Parses and checks a /v1/completions body against the model's context and
+ * vocabulary; on a bad request returns DT_ERR_ARG with the message and sets
+ * *param to the field at fault (or NULL). */
+dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v, int context, serve_params *p, const char **param);
+
+typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+
+/* One request in flight. The engine writes text and the state; the HTTP
+ * thread reads them and sends; both hold a reference, the last frees. */
+typedef struct serve_job {
+    serve_params p;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job_state state;
+    dt_finish why;
+    char *text;          /* the completion's bytes so far (a stop sequence cut off) */
+    size_t len, cap;
+    size_t visible;      /* of those, the bytes that can go out: not a possible start of a stop sequence nor half a character */
+    size_t base;         /* the echoed prompt's bytes at the start (stop sequences are looked for after them) */
+    int generated;
+    bool cancelled;      /* the client left: the engine ends it at its next token */
+    bool failed;         /* the engine could not run it (error in message) */
+    char message[256];
+    int refs;
+    double t_queued, t_first, t_done;
+    long id;
+    struct serve_job *next;      /* in the queue */
+    struct serve_engine *engine; /* the engine running it */
+} serve_job;
+
+serve_job *serve_job_create(serve_params *p, long id); /* takes p's contents; refs 2 (engine and HTTP) */
+void serve_job_release(serve_job *j);
+void serve_job_cancel(serve_job *j);
+
+/* The engine: a bounded queue and a thread that admits queued jobs into the
+ * batcher's free slots and steps it while anything runs. */
+typedef struct serve_engine serve_engine;
+typedef struct {
+    long requests, rejected, completed, cancelled, prompt_tokens, tokens, steps, rows;
+    int running, slots, queued, queue_cap;
+    double tokens_per_s; /* over the last second or more of work */
+    double busy_s;       /* time spent stepping */
+} serve_stats;
+dt_status serve_engine_create(dt_decoder *d, const serve_vocab *v, int budget, int queue_cap, serve_engine **out);
+/* Queues j (DT_ERR_UNSUPPORTED: the queue is full or the engine drains). */
+dt_status serve_engine_submit(serve_engine *e, serve_job *j);
+serve_stats serve_engine_stats(serve_engine *e);
+/* Stop taking jobs; finish the queued and running ones; then the thread ends (destroy joins it). */
+void serve_engine_drain(serve_engine *e);
+bool serve_engine_idle(serve_engine *e);
+void serve_engine_destroy(serve_engine *e);
+
+double serve_now(void);
+
+#endif

@@ -1,0 +1,137 @@
+/* dtrain serve from start to stop: the model, its vocabulary, the decoder
+ * and the engine made (any failure said before listening), the address
+ * bound (a port in use said as such), libmicrohttpd started on it, then
+ * SIGINT/SIGTERM: no new requests (503), the queued and running ones
+ * finished and sent, and a summary. */
+#include "dtrain/kernels.h"
+#include "dtrain/serve.h"
+#include "dtrain/train.h"
+#include "serve_http.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A listening socket on host:port (port 0: the system picks; *bound says which). */
+static dt_status listen_on(const char *host, int port, int *fd_out, int *bound, bool *v6) {
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV }, *res;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc) return dt_error(DT_ERR_ARG, "serve: --host %s: %s", host, gai_strerror(rc));
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, err = 0;
+    if (fd < 0) err = errno;
+    else {
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 256)) err = errno;
+    }
+    *v6 = res->ai_family == AF_INET6;
+    freeaddrinfo(res);
+    if (err) {
+        if (fd >= 0) close(fd);
+        if (err == EADDRINUSE) return dt_error(DT_ERR_SYS, "serve: port %d on %s is in use (another server? give --port)", port, host);
+        return dt_error(DT_ERR_SYS, "serve: cannot listen on %s:%d: %s", host, port, strerror(err));
+    }
+    struct sockaddr_storage a;
+    socklen_t n = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &n);
+    *bound = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port : ((struct sockaddr_in *)&a)->sin_port);
+    *fd_out = fd;
+    return DT_OK;
+}
+
+static dt_status load_vocab(const dt_serve_options *o, const dt_gpt2_config *c, serve_vocab *v) {
+    *v = (serve_vocab){ NULL, c->vocab_size, -1 };
+    if (!o->bpe_encoder) {
+        if (c->vocab_size != 256)
+            return dt_error(DT_ERR_ARG, "serve: %s has a vocabulary of %d: give its tokenizer (--bpe ENCODER.json VOCAB.bpe); "
+                            "without one, a byte-level model (vocabulary 256)", o->model, c->vocab_size);
+        return DT_OK;
+    }
+    dt_status st = dt_bpe_load(o->bpe_encoder, o->bpe_vocab, &v->bpe);
+    if (st) return st;
+    if (dt_bpe_vocab_size(v->bpe) > c->vocab_size)
+        return dt_error(DT_ERR_ARG, "serve: the tokenizer has %d tokens, the model only %d", dt_bpe_vocab_size(v->bpe), c->vocab_size);
+    if (dt_bpe_vocab_size(v->bpe) == 50257) v->eot = 50256; /* GPT-2's <|endoftext|> */
+    return DT_OK;
+}
+
+static void wait_for_stop(void) {
+    struct timespec t = { 0, 100000000 };
+    while (!dt_train_interrupted()) nanosleep(&t, NULL);
+}
+
+/* Drain: new requests refused, the engine's work finished, the last bytes sent (a few seconds' grace for idle keep-alives). */
+static void drain(serve_http *h, serve_engine *e, struct MHD_Daemon *d) {
+    struct timespec t = { 0, 50000000 };
+    h->draining = true;
+    serve_engine_drain(e);
+    while (!serve_engine_idle(e)) nanosleep(&t, NULL);
+    for (int i = 0; i < 100; i++) {
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+        if (!di || di->num_connections == 0) break;
+        nanosleep(&t, NULL);
+    }
+}
+
+static dt_status run(const dt_serve_options *o, dt_gpt2 *m, serve_vocab *v) {
+    const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    dt_decoder *d = NULL;
+    serve_engine *e = NULL;
+    int fd = -1, port = 0;
+    bool v6 = false;
+    dt_status st = dt_decoder_create(m, o->quant, o->slots, o->budget, &d);
+    if (!st) st = serve_engine_create(d, v, o->budget, o->queue, &e);
+    if (!st) st = listen_on(o->host, o->port, &fd, &port, &v6);
+    serve_http h = { e, v, o->model, c->max_seq_len, o->max_body, o->upload_seconds, false, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0 };
+    struct MHD_Daemon *md = NULL;
+    if (!st) {
+        unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | (v6 ? MHD_USE_IPv6 : 0);
+        md = MHD_start_daemon(flags, 0, NULL, NULL, serve_http_handle, &h, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED,
+                              serve_http_completed, &h, MHD_OPTION_CONNECTION_LIMIT, 1024u, MHD_OPTION_CONNECTION_TIMEOUT,
+                              (unsigned)o->upload_seconds + 5, MHD_OPTION_END);
+        if (!md) st = dt_error(DT_ERR_SYS, "serve: the HTTP server did not start on %s:%d", o->host, port);
+    }
+    if (!st) {
+        printf("dtrain serve: %s (%d layers, %d channels, vocabulary %d, context %d), %s weights (%.1f MB), %d slots, %d rows a step, "
+               "%d threads; listening on http://%s%s%s:%d\n", o->model, c->num_layers, c->channels, c->vocab_size, c->max_seq_len,
+               dt_quant_name(o->quant), dt_decoder_weight_bytes(d) / 1e6, o->slots, o->budget, dt_kernels_threads(), v6 ? "[" : "",
+               o->host, v6 ? "]" : "", port);
+        fflush(stdout);
+        wait_for_stop();
+        printf("dtrain serve: stopping: finishing the requests in hand\n");
+        fflush(stdout);
+        drain(&h, e, md);
+        serve_stats s = serve_engine_stats(e);
+        MHD_stop_daemon(md);
+        printf("dtrain serve: served %ld requests (%ld completed, %ld cancelled, %ld turned away), %ld tokens generated from %ld "
+               "prompt tokens in %.1f s of decoding\n", s.requests, s.completed, s.cancelled, s.rejected, s.tokens, s.prompt_tokens,
+               s.busy_s);
+    } else if (fd >= 0) {
+        close(fd);
+    }
+    serve_engine_destroy(e);
+    dt_decoder_destroy(d);
+    return st;
+}
+
+dt_status dt_serve_run(const dt_serve_options *o) {
+    dt_kernels_set_threads(o->threads);
+    dt_gpt2 *m = NULL;
+    dt_status st = dt_checkpoint_load_weights(o->model, 0, &m, NULL);
+    serve_vocab v = { 0 };
+    if (!st) st = load_vocab(o, dt_gpt2_get_config(m), &v);
+    if (!st) {
+        signal(SIGPIPE, SIG_IGN);
+        dt_train_catch_signals();
+        st = run(o, m, &v);
+    }
+    dt_bpe_destroy(v.bpe);
+    dt_gpt2_destroy(m);
+    return st;
+}
