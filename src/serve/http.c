@@ -50,8 +50,8 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, cons
     return ok;
 }
 
-/* OpenAI's error object. */
-static enum MHD_Result send_error(serve_http *h, struct MHD_Connection *c, unsigned status, const char *param, const char *message) {
+/* OpenAI's error object, counted (caller frees). */
+static char *error_json(serve_http *h, unsigned status, const char *param, const char *message) {
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
     size_t n;
     char *clean = serve_utf8_clean(message, strlen(message), &n);
@@ -61,15 +61,34 @@ static enum MHD_Result send_error(serve_http *h, struct MHD_Connection *c, unsig
     else cJSON_AddNullToObject(e, "param");
     cJSON_AddNullToObject(e, "code");
     char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    free(clean);
     pthread_mutex_lock(&h->mu);
     if (status >= 500) h->errors_5xx++;
     else h->errors_4xx++;
     pthread_mutex_unlock(&h->mu);
+    return s;
+}
+
+static enum MHD_Result send_error(serve_http *h, struct MHD_Connection *c, unsigned status, const char *param, const char *message) {
+    char *s = error_json(h, status, param, message);
     enum MHD_Result ok = send_text(c, status, "application/json", s ? s : "{}");
     free(s);
-    free(clean);
-    cJSON_Delete(o);
     return ok;
+}
+
+/* An error while the body is still arriving: libmicrohttpd queues responses only before the body or after all
+ * of it, so the answer is written to the socket here and the connection closed (MHD_NO) without reading the rest. */
+static enum MHD_Result abort_upload(serve_http *h, struct MHD_Connection *c, unsigned status, const char *reason, const char *message) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char *s = error_json(h, status, NULL, message), head[256];
+    if (ci && s) {
+        int n = snprintf(head, sizeof head, "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                         "Connection: close\r\n\r\n", status, reason, strlen(s));
+        if (send(ci->connect_fd, head, (size_t)n, MSG_NOSIGNAL) == n) send(ci->connect_fd, s, strlen(s), MSG_NOSIGNAL);
+    }
+    free(s);
+    return MHD_NO;
 }
 
 static const char *finish_reason(const serve_job *j) { return j->why == DT_FINISH_STOP ? "stop" : "length"; }
@@ -281,20 +300,17 @@ enum MHD_Result serve_http_handle(void *cls, struct MHD_Connection *c, const cha
         if (cl && strtod(cl, NULL) > (double)h->max_body) cs->too_large = true;
         if (!cs->too_large) return MHD_YES;
     }
-    if (cs->too_large) {
-        char m[160];
+    char m[160];
+    if (cs->too_large || cs->len + *size > h->max_body) {
         snprintf(m, sizeof m, "the body is larger than this server takes (%zu bytes)", h->max_body);
-        *size = 0;
-        return send_error(h, c, 413, NULL, m);
+        if (!*size && !cs->len) return send_error(h, c, 413, NULL, m); /* said by its Content-Length, before any of it */
+        return abort_upload(h, c, 413, "Content Too Large", m);
     }
     if (*size) {
         if (serve_now() - cs->t0 > h->upload_seconds) {
-            *size = 0;
-            char m[160];
             snprintf(m, sizeof m, "the request took longer than %.0f s to arrive", h->upload_seconds);
-            return send_error(h, c, 408, NULL, m);
+            return abort_upload(h, c, 408, "Request Timeout", m);
         }
-        if (cs->len + *size > h->max_body) { cs->too_large = true; *size = 0; return MHD_YES; }
         if (cs->len + *size + 1 > cs->cap) {
             size_t cap = (cs->len + *size + 1) * 2;
             char *b = realloc(cs->body, cap < h->max_body + 1 ? cap : h->max_body + 1);

@@ -1,0 +1,199 @@
+#!/bin/bash
+# Inference and serving. generate through the key/value cache gives the
+# tokens of the no-cache path (greedy and sampled) on a byte-level model
+# and on GPT-2 124M's shape; int8 runs. dtrain serve: its completion is
+# generate's text; streamed = whole; stop and echo; eight prompts sent at
+# once, and joining a running batch mid-way, each get their tokens alone;
+# malformed requests (bad JSON, huge max_tokens, negative temperature, a
+# prompt longer than the context, a 10 MB body, a slow client, unknown
+# fields and endpoints) get a 4xx with a message and the server goes on;
+# a client that leaves mid-stream frees its slot; a port in use, a model
+# that does not load and a bad --quantize are said before listening;
+# SIGTERM finishes the requests in hand and exits 0; OpenAI's Python
+# client completes, streams and stops (installed from PyPI into PYDIR if
+# missing; said and not counted if it cannot be).
+# usage: serve_checks.sh DTRAIN FIXTURES [PYDIR]
+set -u
+DTRAIN=$1
+FIX=$2
+PYDIR=${3:-}
+HERE=$(dirname "$0")
+. "$HERE/checks.sh"
+trap 'kill $(jobs -p) 2> /dev/null; wait 2> /dev/null; rm -rf "$dir"' EXIT
+export OMP_NUM_THREADS=2
+
+cat /usr/share/common-licenses/* | tr -s ' ' > "$dir/text"
+"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+"$DTRAIN" train --data "$dir/train.bin" --layers 2 --channels 64 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 16 --steps 400 \
+    --lr 3e-3 --threads 2 --quiet --save "$dir/byte.bin" > /dev/null 2>&1 || { echo "FAIL: training the byte model"; exit 1; }
+"$DTRAIN" train --data "$dir/train.bin" --model 124M --seq 32 --batch 1 --steps 1 --lr 1e-9 --threads 2 --quiet \
+    --save "$dir/g124.bin" > /dev/null 2>&1 || { echo "FAIL: making GPT-2 124M's shape"; exit 1; }
+BPE=("$FIX/bpe/encoder.json" "$FIX/bpe/vocab.bpe")
+
+# ---- generate: the cache against the no-cache path ----
+gen() { "$DTRAIN" generate "$@" 2> /dev/null; }
+for m in byte g124; do
+    extra=()
+    [ $m = g124 ] && extra=(--bpe "${BPE[@]}")
+    for how in "--temperature 0" "--temperature 1 --seed 5"; do
+        # shellcheck disable=SC2086
+        a=$(gen --model "$dir/$m.bin" --prompt "The " --tokens 40 $how "${extra[@]}")
+        # shellcheck disable=SC2086
+        b=$(gen --model "$dir/$m.bin" --prompt "The " --tokens 40 $how "${extra[@]}" --no-cache)
+        [ ${#a} -gt 20 ] && [ "$a" = "$b" ] && ok "generate $m ($how): the cache's 40 tokens are the no-cache path's ('$(echo "$a" | head -c 40 | tr -d '\n')...')" ||
+            fail "generate $m ($how): '$a' against '$b'"
+    done
+done
+q=$(gen --model "$dir/byte.bin" --prompt "The " --tokens 40 --temperature 0 --quantize int8)
+f=$(gen --model "$dir/byte.bin" --prompt "The " --tokens 40 --temperature 0)
+[ ${#q} -eq 44 ] && ok "generate --quantize int8: 40 bytes ('$(echo "$q" | tr -d '\n')'; f32: '$(echo "$f" | tr -d '\n')')" || fail "int8: '$q'"
+
+# ---- serve ----
+start() { # NAME ARGS...: a server on a free port: sets port and spid
+    local name=$1 i
+    shift
+    "$DTRAIN" serve "$@" --port 0 > "$dir/$name.out" 2> "$dir/$name.err" &
+    spid=$!
+    port=""
+    for i in $(seq 200); do
+        port=$(grep -o 'listening on http://[^ ]*' "$dir/$name.out" | grep -o '[0-9]*$')
+        [ -n "$port" ] && return 0
+        kill -0 $spid 2> /dev/null || break
+        sleep 0.1
+    done
+    fail "serve $name did not start: $(cat "$dir/$name.err")"
+    return 1
+}
+post() { curl -s -m 60 "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d "$1"; }
+text() { python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"], end="")'; }
+streamed() { # the streamed events' text joined, then the finish reason
+    python3 -c '
+import json, sys
+t, r = "", None
+for line in sys.stdin:
+    if line.startswith("data: ") and line.strip() != "data: [DONE]":
+        c = json.loads(line[6:])["choices"][0]
+        t += c["text"]; r = c["finish_reason"] or r
+print(json.dumps([t, r]))'
+}
+
+start byte "$dir/byte.bin" --threads 2 --slots 8 --upload-timeout 2 || exit 1
+[ "$(curl -s "http://127.0.0.1:$port/health")" = '{"status":"ok"}' ] && ok "GET /health" || fail "health"
+g=$(gen --model "$dir/byte.bin" --prompt "The " --tokens 30 --temperature 0)
+s=$(post '{"prompt":"The ","max_tokens":30,"temperature":0}' | text)
+[ "The $s" = "$g" ] && ok "a completion is generate's text ('$s')" || fail "completion '$s' against generate '$g'"
+st=$(curl -s -N "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"The ","max_tokens":30,"temperature":0,"stream":true}' | streamed)
+[ "$st" = "$(python3 -c 'import json,sys; print(json.dumps([sys.argv[1], "length"]))' "$s")" ] &&
+    ok "streamed as server-sent events: the same text, finish_reason length" || fail "stream: $st against '$s'"
+t=$(post '{"prompt":"The ","max_tokens":40,"temperature":0.7,"seed":4}' | text)
+stop=${t:10:2} before=$(python3 -c 'import sys; print(sys.argv[1][:sys.argv[1].find(sys.argv[2])], end="")' "$t" "$stop")
+sp=$(post "{\"prompt\":\"The \",\"max_tokens\":40,\"temperature\":0.7,\"seed\":4,\"stop\":[\"zzz\",\"$stop\"]}")
+[ "$(echo "$sp" | text)" = "$before" ] && echo "$sp" | grep -q '"finish_reason":"stop"' &&
+    ok "stop '$stop': the text before it ('$before' of '$t'), finish_reason stop" || fail "stop '$stop' in '$t': $sp"
+[ "$(post '{"prompt":"The ","max_tokens":5,"temperature":0,"echo":true}' | text)" = "The ${s:0:5}" ] && ok "echo: the prompt, then the completion" || fail "echo"
+
+# eight prompts with their own sampling: alone, all at once, and joining a running batch
+req() { echo "{\"prompt\":\"$1\",\"max_tokens\":24,\"temperature\":$2,\"top_k\":$3,\"top_p\":$4,\"seed\":$5}"; }
+reqs=("$(req 'The ' 0 0 1 0)" "$(req 'GNU' 1 0 1 7)" "$(req 'a' 0.7 20 1 3)" "$(req 'You may' 1 0 0.9 11)"
+      "$(req 'This License' 0 0 1 0)" "$(req 'the' 1.2 5 1 99)" "$(req 'program ' 0.5 0 0.5 1)" "$(req 'x' 1 40 1 42)")
+for i in "${!reqs[@]}"; do post "${reqs[$i]}" | text > "$dir/alone.$i"; done
+for i in "${!reqs[@]}"; do post "${reqs[$i]}" | text > "$dir/together.$i" & done
+wait_posts() { local p; for p in $(jobs -p); do [ "$p" != "$spid" ] && wait "$p"; done; }
+wait_posts
+same=0
+for i in "${!reqs[@]}"; do cmp -s "$dir/alone.$i" "$dir/together.$i" && [ -s "$dir/alone.$i" ] && same=$((same + 1)); done
+[ $same = 8 ] && ok "eight requests at once: each gets its tokens alone ('$(cat "$dir/alone.3")', ...)" || fail "at once: $same of 8 the same"
+kill -TERM $spid; wait $spid
+
+start g124 "$dir/g124.bin" --bpe "${BPE[@]}" --threads 2 --slots 4 || exit 1
+long='{"prompt":"The","max_tokens":400,"temperature":1,"seed":3}'
+reqs=("$(req 'The ' 0 0 1 0)" "$(req 'ab' 1 0 1 7)" "$(req 'a' 0.7 20 1 3)")
+for i in "${!reqs[@]}"; do post "${reqs[$i]}" | text > "$dir/alone.$i"; done
+post "$long" | text > "$dir/long" &
+sleep 1
+for i in "${!reqs[@]}"; do post "${reqs[$i]}" | text > "$dir/joined.$i" & done
+wait_posts
+same=0
+for i in "${!reqs[@]}"; do cmp -s "$dir/alone.$i" "$dir/joined.$i" && [ -s "$dir/alone.$i" ] && same=$((same + 1)); done
+[ $same = 3 ] && ok "124M: three requests joining a running 400-token one mid-way get their tokens alone" || fail "joined: $same of 3"
+# a client that leaves mid-stream: its job ends (cancelled), the slot is free again
+python3 "$HERE/serve_client.py" leave "$port" '{"prompt":"The","max_tokens":900,"stream":true}' > /dev/null
+sleep 1
+m=$(curl -s "http://127.0.0.1:$port/metrics")
+c=$(echo "$m" | awk '$1=="dtrain_requests_cancelled_total"{print $2}') r=$(echo "$m" | awk '$1=="dtrain_batch_running"{print $2}')
+[ "$c" = 1 ] && [ "$r" = 0 ] && ok "a client that leaves mid-stream: its request cancelled, no request running after" ||
+    fail "left: cancelled $c, running $r"
+kill -TERM $spid; wait $spid
+
+# ---- bad requests: a 4xx with a message each; the server serves on ----
+start bad "$dir/byte.bin" --threads 1 --slots 2 --upload-timeout 2 || exit 1
+head -c 10000000 /dev/zero | tr '\0' a > "$dir/big"
+while IFS='|' read -r what want body; do
+    if [ "$body" = BIG ]; then r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" --data-binary @"$dir/big")
+    elif [ "$body" = CHUNKED ]; then
+        r=$(head -c 3000000 "$dir/big" | curl -s -w ' %{http_code}' -H 'Transfer-Encoding: chunked' "http://127.0.0.1:$port/v1/completions" --data-binary @-)
+    else r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" -d "$body"); fi
+    code=${r##* } msg=$(echo "${r% *}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["error"]["message"])' 2> /dev/null)
+    [ "$code" = "$want" ] && [ -n "$msg" ] && ok "$what: $code '$msg'" || fail "$what: $r"
+done << 'EOF'
+bad JSON|400|{"prompt": "The
+not an object|400|[1, 2]
+no prompt|400|{"max_tokens": 3}
+huge max_tokens|400|{"prompt": "The", "max_tokens": 1000000000}
+negative temperature|400|{"prompt": "The", "temperature": -0.5}
+a prompt longer than the context|400|{"prompt": "0123456789012345678901234567890123456789012345678901234567890123456789"}
+top_p 0|400|{"prompt": "The", "top_p": 0}
+n 2 (not supported)|400|{"prompt": "The", "n": 2}
+logprobs (not supported)|400|{"prompt": "The", "logprobs": 3}
+a token id beyond the vocabulary|400|{"prompt": [1, 2, 300]}
+a 10 MB body|413|BIG
+a 3 MB body sent in chunks (no length)|413|CHUNKED
+EOF
+r=$(python3 "$HERE/serve_client.py" slow "$port" 4)
+[ "${r%% *}" = 408 ] && ok "a slow client (a byte a second): ${r%% *} ${r#* }" || fail "slow client: $r"
+r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/nothing")
+[ "${r##* }" = 404 ] && ok "an unknown endpoint: 404" || fail "unknown endpoint: $r"
+r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions")
+[ "${r##* }" = 405 ] && ok "GET /v1/completions: 405" || fail "GET completions: $r"
+[ "$(post '{"prompt":"The ","max_tokens":30,"temperature":0}' | text)" = "$s" ] && ok "after all that the server serves: the same completion" ||
+    fail "the server after bad requests"
+m=$(curl -s "http://127.0.0.1:$port/metrics")
+e4=$(echo "$m" | awk '$1=="dtrain_http_errors_total{class=\"4xx\"}"{print $2}')
+[ "$e4" -ge 15 ] && ok "/metrics counts the $e4 error responses" || fail "metrics 4xx: $e4"
+
+# ---- faults said before listening; SIGTERM drains ----
+out=$("$DTRAIN" serve "$dir/byte.bin" --port "$port" 2>&1)
+[ $? = 1 ] && echo "$out" | grep -q "port $port on 127.0.0.1 is in use" && ok "a port in use: $(echo "$out" | tail -1)" || fail "port in use: $out"
+printf 'not a model' > "$dir/junk.bin"
+out=$("$DTRAIN" serve "$dir/junk.bin" --port 0 2>&1)
+[ $? = 1 ] && ! echo "$out" | grep -q listening && ok "a model that does not load: $(echo "$out" | tail -1)" || fail "junk model: $out"
+out=$("$DTRAIN" serve "$dir/byte.bin" --quantize int4 2>&1)
+[ $? = 2 ] && ok "--quantize int4: $(echo "$out" | tail -1)" || fail "quantize int4: $out"
+post '{"prompt":"The","max_tokens":60,"temperature":1}' > "$dir/inflight" &
+cpid=$!
+sleep 0.2
+kill -TERM $spid
+wait $spid
+rc=$?
+wait $cpid
+[ $rc = 0 ] && grep -q '"finish_reason":"length"' "$dir/inflight" && grep -q "served" "$dir/bad.out" &&
+    ok "SIGTERM: the request in hand finished ($(text < "$dir/inflight" | wc -c) bytes), exit 0: $(tail -1 "$dir/bad.out")" ||
+    fail "SIGTERM: rc $rc, $(cat "$dir/inflight") $(tail -2 "$dir/bad.out")"
+
+# ---- OpenAI's Python client ----
+if ! python3 -c 'import openai' 2> /dev/null && [ -n "$PYDIR" ]; then
+    [ -d "$PYDIR/openai" ] || python3 -m pip install -q --disable-pip-version-check --target "$PYDIR" openai > "$dir/pip.log" 2>&1
+    export PYTHONPATH=$PYDIR${PYTHONPATH:+:$PYTHONPATH}
+fi
+if python3 -c 'import openai' 2> /dev/null; then
+    start openai "$dir/byte.bin" --threads 1 --slots 2 || exit 1
+    r=$(python3 "$HERE/serve_client.py" openai "$port" "The " 2>&1)
+    w=$(echo "$r" | sed -n 1p) sm=$(echo "$r" | sed -n 2p) sp=$(echo "$r" | sed -n 3p)
+    [ "$w" = "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "${s:0:20}")" ] && [ "$sm" = "$w" ] && echo "$sp" | grep -q '^\[true, "stop"' &&
+        ok "the openai package: completions.create whole $w, streamed the same, stop: $sp" || fail "openai client: $r"
+    kill -TERM $spid; wait $spid
+else
+    echo "skip: the openai package is not installed and could not be ($(tail -1 "$dir/pip.log" 2> /dev/null)); not counted"
+fi
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]

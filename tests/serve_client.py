@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Clients for serve_checks.sh that curl cannot be: a slow one, one that
+leaves mid-stream, and OpenAI's own Python package.
+
+usage: serve_client.py slow PORT SECONDS      sends a body a byte every SECONDS/4; prints the status and body
+       serve_client.py leave PORT JSON        a streamed request, closed after its first event; prints that event
+       serve_client.py openai PORT PROMPT     complete, stream and stop through the openai package; prints three lines
+"""
+import json
+import socket
+import sys
+import time
+
+
+def slow(port, seconds):
+    body = b'{"prompt": "The", "max_tokens": 2}'
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body))
+    reply = b""
+    for i in range(len(body)):
+        try:
+            s.sendall(body[i:i + 1])
+        except OSError:
+            break
+        time.sleep(seconds / 4)
+        s.setblocking(False)
+        try:
+            reply += s.recv(65536)
+        except BlockingIOError:
+            pass
+        s.setblocking(True)
+        if reply:
+            break
+    s.settimeout(10)
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            reply += b
+    except OSError:
+        pass
+    head, _, rest = reply.partition(b"\r\n\r\n")
+    status = head.split(b" ")[1].decode() if head else "none"
+    print(status, rest.decode(errors="replace").strip())
+
+
+def leave(port, request):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    body = request.encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    got = b""
+    while b"data: " not in got or not got.rstrip().endswith(b"}"):
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    s.close()
+    print(got.split(b"data: ", 1)[-1].split(b"\n", 1)[0].decode(errors="replace"))
+
+
+def openai_client(port, prompt):
+    import openai
+    c = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % port, api_key="none", max_retries=0)
+    r = c.completions.create(model="m", prompt=prompt, max_tokens=20, temperature=0)
+    whole = r.choices[0].text
+    streamed = "".join(ch.choices[0].text for ch in
+                       c.completions.create(model="m", prompt=prompt, max_tokens=20, temperature=0, stream=True))
+    word = whole[4:6]
+    stop = c.completions.create(model="m", prompt=prompt, max_tokens=20, temperature=0, stop=[word])
+    print(json.dumps(whole))
+    print(json.dumps(streamed))
+    print(json.dumps([stop.choices[0].text == whole[:whole.find(word)], stop.choices[0].finish_reason, word]))
+
+
+if __name__ == "__main__":
+    what, port = sys.argv[1], int(sys.argv[2])
+    if what == "slow":
+        slow(port, float(sys.argv[3]))
+    elif what == "leave":
+        leave(port, sys.argv[3])
+    else:
+        openai_client(port, sys.argv[3])
