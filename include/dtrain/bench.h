@@ -71,6 +71,30 @@ int dt_bench_train_zero(const dt_bench_train_opts *o);
  * --nproc N, against torchvision's model under PyTorch 2.x and Debian's PyTorch with --baseline torch. */
 int dt_bench_train_images(const dt_bench_train_opts *o);
 
+typedef struct {
+    const char *model;        /* a GPT-2 preset (random weights, seed 1337) or a weights file */
+    const char *threads_list; /* "1,2" */
+    int prompt, steps, batch, reps; /* decode follows a prompt of prompt tokens */
+    const char *baseline;     /* NULL, "hf", "llama" or "all" */
+} dt_bench_infer_opts;
+/* The decoder's prefill and decode tokens/s (batch 1 and batch) in f32 and
+ * int8 per thread count, and with a baseline HF transformers' (PyTorch)
+ * and llama.cpp's (f32, Q8_0) on the same weights, the ratios printed. */
+int dt_bench_infer(const dt_bench_infer_opts *o);
+
+typedef struct {
+    const char *model;  /* served by the bench itself (dtrain serve MODEL --port 0) unless url is given */
+    const char *url;    /* an already running server's /v1/completions */
+    const char *quant;  /* "none" or "int8" for the server the bench starts */
+    int clients, max_tokens, slots, threads;
+    double seconds;
+} dt_bench_serve_opts;
+/* Offered load: clients threads sending streamed completions back to back
+ * for seconds; requests done and failed, tokens/s, time to first token and
+ * inter-token latency percentiles, the server's peak memory. Exit code 1 if
+ * any request failed. */
+int dt_bench_serve(const dt_bench_serve_opts *o);
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,7 +30,7 @@ static const dt_cli_flag train_flags[] = {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dtrain bench comm [FLAGS]\n"
+            "usage: dtrain bench comm [FLAGS]   (also: bench train, bench infer, bench serve, bench gemm: each with --help)\n"
             "  --op COLL          allreduce (default), reduce_scatter, allgather, broadcast, reduce,\n"
             "                     alltoall, gather, scatter, barrier\n"
             "  --algo ALGO        auto (default), shm_direct, ring, tree, rd, rabenseifner, bruck,\n"
@@ -183,8 +183,82 @@ static int bench_train(int argc, char **argv) {
 
 /* argv is the whole command line ("dtrain bench comm ..."): the benchmark
  * re-executes it for each rank. */
+static int bench_infer(int argc, char **argv) {
+    static const dt_cli_flag flags[] = {
+        { "--model", "a GPT-2 preset (124M, ...) or a weights file" }, { "--threads", "a list such as 1,2" },
+        { "--prompt", "a whole number of tokens from 1 to 65536" }, { "--steps", "a whole number from 1 to 100000" }, { "--batch", "a whole number from 2 to 64" },
+        { "--reps", "a whole number from 1 to 32" }, { "--baseline", "hf, llama or all" }, { NULL, NULL } };
+    dt_bench_infer_opts o = { "124M", "1,2", 128, 32, 8, 5, NULL };
+    double prompt = o.prompt, steps = o.steps, batch = o.batch, reps = o.reps;
+    for (int i = 3; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            printf("usage: dtrain bench infer [--model 124M] [--threads 1,2] [--prompt 128] [--steps 32] [--batch 8]\n"
+                   "                          [--reps 5] [--baseline hf|llama|all]\n"
+                   "  the decoder's prefill (a --prompt-token prompt) and decode tokens/s after it (--steps tokens, batch 1 and\n"
+                   "  --batch) in f32 and int8; with --baseline, HF\n"
+                   "  transformers' generate (the baselines' venv) and llama.cpp's llama-bench (scripts/build-llama-cpp.sh;\n"
+                   "  f32 and Q8_0) on the same weights, in the same run\n");
+            return 0;
+        }
+        i++;
+        if (!strcmp(f, "--model") && v) o.model = v;
+        else if (!strcmp(f, "--threads") && v && strspn(v, "0123456789,") == strlen(v) && atoi(v) > 0) o.threads_list = v;
+        else if (!strcmp(f, "--prompt") && dt_cli_number(v, 1, 65536, &prompt) && prompt == (int)prompt) {}
+        else if (!strcmp(f, "--steps") && dt_cli_number(v, 1, 100000, &steps) && steps == (int)steps) {}
+        else if (!strcmp(f, "--batch") && dt_cli_number(v, 2, 64, &batch) && batch == (int)batch) {}
+        else if (!strcmp(f, "--reps") && dt_cli_number(v, 1, 32, &reps) && reps == (int)reps) {}
+        else if (!strcmp(f, "--baseline") && v && (!strcmp(v, "hf") || !strcmp(v, "llama") || !strcmp(v, "all"))) o.baseline = v;
+        else return dt_cli_flag_error("bench infer", flags, f, v);
+    }
+    o.prompt = (int)prompt;
+    o.steps = (int)steps;
+    o.batch = (int)batch;
+    o.reps = (int)reps;
+    return dt_bench_infer(&o);
+}
+
+static int bench_serve(int argc, char **argv) {
+    static const dt_cli_flag flags[] = {
+        { "--model", "a weights file or checkpoint directory to serve" }, { "--url", "a running server's /v1/completions URL" },
+        { "--clients", "a whole number from 1 to 1024" }, { "--seconds", "a number from 1 to 86400" },
+        { "--max-tokens", "a whole number from 1 to 100000" }, { "--slots", "a whole number from 1 to 1024" },
+        { "--threads", "a whole number from 0 (all cores) to 1024" }, { "--quantize", "int8 or none" }, { NULL, NULL } };
+    dt_bench_serve_opts o = { NULL, NULL, "none", 16, 32, 8, 0, 20 };
+    double clients = o.clients, secs = o.seconds, mt = o.max_tokens, slots = o.slots, threads = 0;
+    for (int i = 3; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            printf("usage: dtrain bench serve --model M | --url URL [--clients 16] [--seconds 20] [--max-tokens 32]\n"
+                   "                          [--slots 8] [--threads N] [--quantize int8]\n"
+                   "  offered load: each client sends streamed completions back to back; requests done and failed,\n"
+                   "  tokens/s, time to first token and inter-token latency percentiles, the server's peak memory\n");
+            return 0;
+        }
+        i++;
+        if (!strcmp(f, "--model") && v) o.model = v;
+        else if (!strcmp(f, "--url") && v) o.url = v;
+        else if (!strcmp(f, "--clients") && dt_cli_number(v, 1, 1024, &clients) && clients == (int)clients) {}
+        else if (!strcmp(f, "--seconds") && dt_cli_number(v, 1, 86400, &secs)) {}
+        else if (!strcmp(f, "--max-tokens") && dt_cli_number(v, 1, 100000, &mt) && mt == (int)mt) {}
+        else if (!strcmp(f, "--slots") && dt_cli_number(v, 1, 1024, &slots) && slots == (int)slots) {}
+        else if (!strcmp(f, "--threads") && dt_cli_number(v, 0, 1024, &threads) && threads == (int)threads) {}
+        else if (!strcmp(f, "--quantize") && v && (!strcmp(v, "int8") || !strcmp(v, "none"))) o.quant = v;
+        else return dt_cli_flag_error("bench serve", flags, f, v);
+    }
+    if (!o.model == !o.url) { dt_log(DT_LOG_ERROR, "bench serve: give --model M (the bench serves it) or --url URL (a running server)"); return 2; }
+    o.clients = (int)clients;
+    o.seconds = secs;
+    o.max_tokens = (int)mt;
+    o.slots = (int)slots;
+    o.threads = (int)threads;
+    return dt_bench_serve(&o);
+}
+
 int dt_cli_bench(int argc, char **argv) {
+    if (argc >= 3 && !strcmp(argv[2], "serve")) return bench_serve(argc, argv);
     if (argc >= 3 && !strcmp(argv[2], "train")) return bench_train(argc, argv);
+    if (argc >= 3 && !strcmp(argv[2], "infer")) return bench_infer(argc, argv);
     if (argc >= 3 && !strcmp(argv[2], "gemm")) {
         double t = 1;
         if (argc >= 4 && (!strcmp(argv[3], "-h") || !strcmp(argv[3], "--help"))) {
@@ -207,7 +281,7 @@ int dt_cli_bench(int argc, char **argv) {
     }
     if (argc < 3 || strcmp(argv[2], "comm") != 0) {
         if (argc >= 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"))) { usage(stdout); return 0; }
-        dt_log(DT_LOG_ERROR, "bench: expected comm, train or gemm");
+        dt_log(DT_LOG_ERROR, "bench: expected comm, train, infer, serve or gemm");
         return 2;
     }
     dt_bench_comm_opts o;

@@ -1,0 +1,147 @@
+/* dtrain bench infer: the decoder's speed (prefill tokens/s, decode
+ * tokens/s at batch 1 and batch B) in f32 and int8 on 1..N threads, and
+ * the same figures from HF transformers' generate (PyTorch) and llama.cpp
+ * (llama-bench, f32 and Q8_0) on the same weights, each measured in this
+ * run; medians of --reps repetitions. */
+#include "dtrain/bench.h"
+#include "dtrain/infer.h"
+#include "dtrain/io.h"
+#include "dtrain/kernels.h"
+#include "dtrain/train.h"
+#include "measure.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_REPS 32
+
+static dt_status load(const char *model, dt_gpt2 **m) {
+    dt_gpt2_config c;
+    if (!dt_gpt2_preset(model, &c)) {
+        dt_status st = dt_gpt2_create(&c, m);
+        if (!st) dt_gpt2_init_random(*m, 1337);
+        return st;
+    }
+    return dt_checkpoint_load_weights(model, 0, m, NULL);
+}
+
+/* Median seconds of prefilling P tokens into a fresh slot. */
+static double time_prefill(dt_decoder *d, int P, int reps, float *logits) {
+    dt_infer_row *rows = malloc(sizeof *rows * (size_t)P);
+    double t[MAX_REPS];
+    for (int r = 0; r < reps; r++) {
+        for (int i = 0; i < P; i++) rows[i] = (dt_infer_row){ 0, i, (int32_t)((i * 7919 + r) % 50000 % dt_decoder_config(d)->vocab_size), i == P - 1 };
+        double t0 = dt_time_now();
+        dt_decoder_step(d, rows, P, logits);
+        t[r] = dt_time_now() - t0;
+    }
+    free(rows);
+    return dt_bench_median(t, reps);
+}
+
+/* Median seconds a step of decoding b sequences (each at position ctx and on), one row each. */
+static double time_decode(dt_decoder *d, int b, int ctx, int steps, int reps, float *logits) {
+    dt_infer_row rows[64];
+    int V = dt_decoder_config(d)->vocab_size;
+    double t[MAX_REPS];
+    dt_infer_row *pre = malloc(sizeof *pre * (size_t)(ctx > 0 ? ctx : 1));
+    for (int s = 0; s < b; s++) { /* each slot's context first */
+        for (int p = 0; p < ctx; p++) pre[p] = (dt_infer_row){ s, p, (int32_t)((p * 31 + s) % V), 0 };
+        if (ctx) dt_decoder_step(d, pre, ctx, logits);
+    }
+    free(pre);
+    for (int r = 0; r < reps; r++) {
+        double t0 = dt_time_now();
+        for (int k = 0; k < steps; k++) {
+            for (int s = 0; s < b; s++) rows[s] = (dt_infer_row){ s, ctx + k, (int32_t)((k * 131 + s) % V), 1 };
+            dt_decoder_step(d, rows, b, logits);
+        }
+        t[r] = (dt_time_now() - t0) / steps;
+    }
+    return dt_bench_median(t, reps);
+}
+
+typedef struct { double prefill, decode1, decodeb; } speeds; /* tokens/s */
+
+static int measure(dt_gpt2 *m, dt_quant q, int threads, const dt_bench_infer_opts *o, speeds *out) {
+    dt_kernels_set_threads(threads);
+    int rows = o->prompt > o->batch ? o->prompt : o->batch;
+    dt_decoder *d = NULL;
+    if (dt_decoder_create(m, q, o->batch, rows, &d)) { dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error()); return 1; }
+    float *logits = malloc(sizeof(float) * (size_t)rows * (size_t)dt_gpt2_get_config(m)->vocab_size);
+    time_prefill(d, o->prompt, 1, logits); /* warm-up: pages touched, caches filled */
+    out->prefill = o->prompt / time_prefill(d, o->prompt, o->reps, logits);
+    out->decode1 = 1 / time_decode(d, 1, o->prompt, o->steps, o->reps, logits);
+    out->decodeb = o->batch / time_decode(d, o->batch, o->prompt, o->steps, o->reps, logits);
+    free(logits);
+    dt_decoder_destroy(d);
+    return 0;
+}
+
+/* The baselines' lines ({"impl", "threads", "prefill", "decode1", "decodeb"}) from bench/infer_baselines.py. */
+static void baselines(const dt_bench_infer_opts *o, const char *weights, cJSON *rows) {
+    char cmd[8192];
+    if (dt_bench_venv_cmd(cmd, sizeof cmd, "infer_baselines.py", 1)) return;
+    size_t n = strlen(cmd);
+    snprintf(cmd + n, sizeof cmd - n, "--weights %s --threads %s --prompt %d --steps %d --batch %d --reps %d --which %s",
+             weights, o->threads_list, o->prompt, o->steps, o->batch, o->reps, o->baseline);
+    FILE *p = popen(cmd, "r");
+    char line[4096];
+    while (p && fgets(line, sizeof line, p)) {
+        cJSON *j = cJSON_Parse(line);
+        if (j && cJSON_GetObjectItem(j, "impl")) cJSON_AddItemToArray(rows, j);
+        else { cJSON_Delete(j); fputs(line, stderr); }
+    }
+    if (p && pclose(p)) dt_log(DT_LOG_WARN, "bench infer: the baselines' script failed (its messages are above)");
+}
+
+static void print_row(const char *impl, const char *prec, int t, speeds s, const speeds *ref) {
+    printf("%-10s %-5s %7d %10.0f %10.1f %12.1f %11.2f", impl, prec, t, s.prefill, s.decode1, s.decodeb, s.decodeb / s.decode1);
+    if (ref) printf("   %5.2fx %6.2fx %6.2fx", ref->prefill / s.prefill, ref->decode1 / s.decode1, ref->decodeb / s.decodeb);
+    printf("\n");
+}
+
+int dt_bench_infer(const dt_bench_infer_opts *o) {
+    dt_gpt2 *m = NULL;
+    if (load(o->model, &m)) { dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error()); return 1; }
+    char cpu[128];
+    const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    printf("# dtrain bench infer: %s (%d layers, %d channels, vocabulary %d), %s\n", o->model, c->num_layers, c->channels, c->vocab_size,
+           dt_cpu_model(cpu, sizeof cpu));
+    printf("# prefill: a %d-token prompt in one pass; decode: %d steps after it, batch 1 and %d; medians of %d\n", o->prompt,
+           o->steps, o->batch, o->reps);
+    int nt = 0, ts[8];
+    for (const char *s = o->threads_list; *s && nt < 8; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) ts[nt++] = atoi(s);
+    speeds mine[2][8];
+    for (int q = 0; q < 2; q++)
+        for (int i = 0; i < nt; i++)
+            if (measure(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, ts[i], o, &mine[q][i])) { dt_gpt2_destroy(m); return 1; }
+    cJSON *rows = cJSON_CreateArray();
+    char weights[] = "/tmp/dtrain-infer-XXXXXX.safetensors";
+    if (o->baseline) {
+        int fd = mkstemps(weights, 12);
+        if (fd >= 0) close(fd);
+        if (fd < 0 || dt_safetensors_save(weights, m, DT_F32)) dt_log(DT_LOG_ERROR, "bench infer: cannot write the weights for the baselines");
+        else baselines(o, weights, rows);
+        unlink(weights);
+    }
+    printf("%-10s %-5s %7s %10s %10s %12s %11s%s\n", "impl", "prec", "threads", "prefill/s", "decode/s", "decode b/s", "b over 1",
+           cJSON_GetArraySize(rows) ? "   dtrain's speed over it: prefill, decode 1, decode b" : "");
+    for (int q = 0; q < 2; q++)
+        for (int i = 0; i < nt; i++) print_row("dtrain", q ? "int8" : "f32", ts[i], mine[q][i], NULL);
+    const cJSON *r;
+    cJSON_ArrayForEach(r, rows) {
+        const char *impl = cJSON_GetStringValue(cJSON_GetObjectItem(r, "impl")), *prec = cJSON_GetStringValue(cJSON_GetObjectItem(r, "prec"));
+        int t = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(r, "threads")), k = 0;
+        while (k < nt && ts[k] != t) k++;
+        speeds s = { cJSON_GetNumberValue(cJSON_GetObjectItem(r, "prefill")), cJSON_GetNumberValue(cJSON_GetObjectItem(r, "decode1")),
+                     cJSON_GetNumberValue(cJSON_GetObjectItem(r, "decodeb")) };
+        print_row(impl, prec, t, s, k < nt ? &mine[prec && !strcmp(prec, "f32") ? 0 : 1][k] : NULL);
+    }
+    cJSON_Delete(rows);
+    dt_gpt2_destroy(m);
+    return 0;
+}
