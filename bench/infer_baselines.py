@@ -86,10 +86,10 @@ def write_gguf(sd, heads, path, gguf):
     w.add_file_type(0)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt-2")
-    toks = bytes_to_unicode() + ["<t%d>" % i for i in range(256, V)]
+    toks = bytes_to_unicode() + ["\u0120t"] + ["<t%d>" % i for i in range(257, V)]
     w.add_token_list(toks)
     w.add_token_types([1] * V)
-    w.add_token_merges([])
+    w.add_token_merges(["\u0120 t"])  # llama.cpp wants merges; one that makes token 256
     w.add_bos_token_id(V - 1)
     w.add_eos_token_id(V - 1)
     f = lambda a: np.ascontiguousarray(a, dtype=np.float32)

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#define OUT_CHUNK 16 /* outputs a thread takes at a time */
+#define OUT_CHUNK 24 /* outputs a thread takes at a time (a multiple of the tile's 3) */
 #define ROW_CHUNK 64 /* rows swept against one tile of weights while they are in cache */
 
 /* The lanes' fixed tree: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
@@ -58,28 +58,42 @@ AVX2 static inline __m256 load_w8(const int8_t *w) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)w)));
 }
 
-/* R rows x 4 outputs over the whole of K (R and the weight type fixed at
- * compile time); the tails in the portable order, which is the same. */
-#define TILE(NAME, WT, LOAD)                                                                                      \
-    AVX2 static void NAME(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int R, int K) {           \
-        __m256 acc[4][4];                                                                                              \
-        for (int r = 0; r < 4; r++)                                                                                    \
-            for (int o = 0; o < 4; o++) acc[r][o] = _mm256_setzero_ps();                                              \
-        int k = 0;                                                                                                     \
-        for (; k + 8 <= K; k += 8) {                                                                                   \
-            __m256 wv[4];                                                                                              \
-            for (int o = 0; o < 4; o++) wv[o] = LOAD(w + (size_t)o * ldw + k);                                         \
-            for (int r = 0; r < R; r++) {                                                                              \
-                __m256 xv = _mm256_loadu_ps(x + (size_t)r * ldx + k);                                                  \
-                for (int o = 0; o < 4; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                         \
-            }                                                                                                          \
+/* R rows x TO outputs over the whole of K, R a constant in each copy so
+ * that the R * TO accumulators, TO weight vectors and one input vector stay
+ * in AVX2's sixteen registers (4 x 3: 12 + 3 + 1); the tails in the
+ * portable order, which is the same. */
+#define TO 3
+#define TILE_BODY(R, WT, LOAD)                                                                                         \
+    __m256 acc[R][TO];                                                                                                 \
+    for (int r = 0; r < R; r++)                                                                                        \
+        for (int o = 0; o < TO; o++) acc[r][o] = _mm256_setzero_ps();                                                 \
+    int k = 0;                                                                                                         \
+    for (; k + 8 <= K; k += 8) {                                                                                       \
+        __m256 wv[TO];                                                                                                 \
+        if (!(k * sizeof(WT) & 63)) /* the next tile's rows, a cache line each at a time: short rows defeat the prefetcher */ \
+            for (int o = 0; o < TO; o++) _mm_prefetch((const char *)(w + (size_t)(o + TO) * ldw + k), _MM_HINT_T0);    \
+        for (int o = 0; o < TO; o++) wv[o] = LOAD(w + (size_t)o * ldw + k);                                            \
+        for (int r = 0; r < R; r++) {                                                                                  \
+            __m256 xv = _mm256_loadu_ps(x + (size_t)r * ldx + k);                                                      \
+            for (int o = 0; o < TO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                            \
         }                                                                                                              \
-        for (int r = 0; r < R; r++)                                                                                    \
-            for (int o = 0; o < 4; o++) {                                                                              \
-                float s = hsum(acc[r][o]);                                                                             \
-                for (int j = k; j < K; j++) s = fmaf(x[(size_t)r * ldx + j], (float)w[(size_t)o * ldw + j], s);       \
-                res[r * 4 + o] = s;                                                                                    \
-            }                                                                                                          \
+    }                                                                                                                  \
+    for (int r = 0; r < R; r++)                                                                                        \
+        for (int o = 0; o < TO; o++) {                                                                                 \
+            float s = hsum(acc[r][o]);                                                                                 \
+            for (int j = k; j < K; j++) s = fmaf(x[(size_t)r * ldx + j], (float)w[(size_t)o * ldw + j], s);           \
+            res[r * 4 + o] = s;                                                                                        \
+        }
+#define TILE(NAME, WT, LOAD)                                                                                           \
+    AVX2 static void NAME##_1(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int K) { TILE_BODY(1, WT, LOAD) } \
+    AVX2 static void NAME##_2(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int K) { TILE_BODY(2, WT, LOAD) } \
+    AVX2 static void NAME##_3(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int K) { TILE_BODY(3, WT, LOAD) } \
+    AVX2 static void NAME##_4(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int K) { TILE_BODY(4, WT, LOAD) } \
+    static void NAME(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int R, int K) {                \
+        if (R == 4) NAME##_4(res, x, ldx, w, ldw, K);                                                                  \
+        else if (R == 3) NAME##_3(res, x, ldx, w, ldw, K);                                                             \
+        else if (R == 2) NAME##_2(res, x, ldx, w, ldw, K);                                                             \
+        else NAME##_1(res, x, ldx, w, ldw, K);                                                                         \
     }
 TILE(tile_f32, float, load_w)
 TILE(tile_q8, int8_t, load_w8)
@@ -96,8 +110,10 @@ AVX2 static float dot_avx2(const float *x, const float *w, int K) {
 static bool have_avx2(void) {
     static int known = -1;
     /* $DTRAIN_ROWDOT_PORTABLE=1: the portable path on any CPU (the tests run both and expect the same bits) */
-    const char *e = getenv("DTRAIN_ROWDOT_PORTABLE");
-    if (known < 0) known = !(e && *e == '1') && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (known < 0) {
+        const char *e = getenv("DTRAIN_ROWDOT_PORTABLE");
+        known = !(e && *e == '1') && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
     return known;
 }
 #else
@@ -111,21 +127,21 @@ float dt_dot_f32(const float *x, const float *w, int K) {
     return dot_portable(x, w, K);
 }
 
-/* Outputs [o0, o1) of rows [0, n): tiles of 4 x 4 where they fit, single dots elsewhere (the same sums either way). */
+/* Outputs [o0, o1) of rows [0, n): tiles of 4 x TO where they fit, single dots elsewhere (the same sums either way). */
 static void rows_range(float *out, const float *x, const void *wv, const float *scale, const float *bias, int n, int K, int O,
                        int o0, int o1) {
     const float *wf = scale ? NULL : wv;
     const int8_t *wq = scale ? wv : NULL;
     for (int r0 = 0; r0 < n; r0 += ROW_CHUNK) {
         int r1 = r0 + ROW_CHUNK < n ? r0 + ROW_CHUNK : n;
-        for (int o = o0; o < o1; o += 4) {
-            int no = o1 - o < 4 ? o1 - o : 4;
+        for (int o = o0; o < o1; o += TO) {
+            int no = o1 - o < TO ? o1 - o : TO;
             for (int r = r0; r < r1; r += 4) {
                 int nr = r1 - r < 4 ? r1 - r : 4;
                 float res[16];
                 const float *xr = x + (size_t)r * K;
 #if HAVE_AVX2_PATH
-                if (no == 4 && have_avx2()) {
+                if (no == TO && have_avx2()) {
                     if (wq) tile_q8(res, xr, (size_t)K, wq + (size_t)o * K, (size_t)K, nr, K);
                     else tile_f32(res, xr, (size_t)K, wf + (size_t)o * K, (size_t)K, nr, K);
                 } else
