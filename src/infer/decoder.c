@@ -178,8 +178,9 @@ static void attention(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
         const float *q = d->qkv + (size_t)r * 3 * C + h * hd, *k = cache_at(d, rows[r].slot, l, 0, h);
         const float *v = cache_at(d, rows[r].slot, l, 1, h);
         float *s = d->scores + (size_t)i * T, *y = d->att + (size_t)r * C + h * hd, mx = -INFINITY, sum = 0;
+        dt_rowdot_f32(s, q, k, NULL, 1, hd, npos); /* q against every key: the fixed-order dot products, on this thread */
         for (int t = 0; t < npos; t++) {
-            s[t] = dt_dot_f32(q, k + (size_t)t * hd, hd) * scale;
+            s[t] *= scale;
             if (s[t] > mx) mx = s[t];
         }
         for (int t = 0; t < npos; t++) { s[t] = expf(s[t] - mx); sum += s[t]; }

@@ -12,9 +12,14 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#else
+#define omp_in_parallel() 0
+#endif
 
-#define OUT_CHUNK 24 /* outputs a thread takes at a time (a multiple of the tile's 3) */
-#define ROW_CHUNK 64 /* rows swept against one tile of weights while they are in cache */
+#define OUT_CHUNK 24 /* outputs a thread takes at a time (a multiple of the blocks' 6) */
+#define ROW_CHUNK 60 /* rows swept against one block of weights while they are in cache (a multiple of 6) */
 
 /* The lanes' fixed tree: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
 static float tree8(const float *a) {
@@ -58,42 +63,48 @@ AVX2 static inline __m256 load_w8(const int8_t *w) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)w)));
 }
 
-/* R rows x TO outputs over the whole of K, R a constant in each copy so
- * that the R * TO accumulators, TO weight vectors and one input vector stay
- * in AVX2's sixteen registers (4 x 3: 12 + 3 + 1); the tails in the
- * portable order, which is the same. */
-#define TO 3
-#define TILE_BODY(R, WT, LOAD)                                                                                         \
-    __m256 acc[R][TO];                                                                                                 \
+/* R rows x NO outputs over the whole of K, both constants in each copy so
+ * that the R * NO accumulators, NO weight vectors and one input vector stay
+ * in AVX2's sixteen registers: up to 4 rows x 3 outputs (12 + 3 + 1), or 5-6
+ * rows x 2 (12 + 2 + 1), which converts fewer int8 weights per product. The
+ * tails go in the portable order, which is the same. res is [R][3]. */
+#define TILE_BODY(R, NO, WT, LOAD)                                                                                     \
+    __m256 acc[R][NO];                                                                                                 \
     for (int r = 0; r < R; r++)                                                                                        \
-        for (int o = 0; o < TO; o++) acc[r][o] = _mm256_setzero_ps();                                                 \
+        for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();                                                 \
     int k = 0;                                                                                                         \
     for (; k + 8 <= K; k += 8) {                                                                                       \
-        __m256 wv[TO];                                                                                                 \
+        __m256 wv[NO];                                                                                                 \
         if (!(k * sizeof(WT) & 63)) /* the next tile's rows, a cache line each at a time: short rows defeat the prefetcher */ \
-            for (int o = 0; o < TO; o++) _mm_prefetch((const char *)(w + (size_t)(o + TO) * ldw + k), _MM_HINT_T0);    \
-        for (int o = 0; o < TO; o++) wv[o] = LOAD(w + (size_t)o * ldw + k);                                            \
+            for (int o = 0; o < NO; o++) _mm_prefetch((const char *)(w + (size_t)(o + NO) * ldw + k), _MM_HINT_T0);    \
+        for (int o = 0; o < NO; o++) wv[o] = LOAD(w + (size_t)o * ldw + k);                                            \
         for (int r = 0; r < R; r++) {                                                                                  \
             __m256 xv = _mm256_loadu_ps(x + (size_t)r * ldx + k);                                                      \
-            for (int o = 0; o < TO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                            \
+            for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                            \
         }                                                                                                              \
     }                                                                                                                  \
     for (int r = 0; r < R; r++)                                                                                        \
-        for (int o = 0; o < TO; o++) {                                                                                 \
+        for (int o = 0; o < NO; o++) {                                                                                 \
             float s = hsum(acc[r][o]);                                                                                 \
             for (int j = k; j < K; j++) s = fmaf(x[(size_t)r * ldx + j], (float)w[(size_t)o * ldw + j], s);           \
-            res[r * 4 + o] = s;                                                                                        \
+            res[r * 3 + o] = s;                                                                                        \
         }
+#define TILE_FN(NAME, R, NO, WT, LOAD)                                                                                 \
+    AVX2 static void NAME##_##R(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int K) {            \
+        TILE_BODY(R, NO, WT, LOAD)                                                                                     \
+    }
 #define TILE(NAME, WT, LOAD)                                                                                           \
-    AVX2 static void NAME##_1(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int K) { TILE_BODY(1, WT, LOAD) } \
-    AVX2 static void NAME##_2(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int K) { TILE_BODY(2, WT, LOAD) } \
-    AVX2 static void NAME##_3(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int K) { TILE_BODY(3, WT, LOAD) } \
-    AVX2 static void NAME##_4(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int K) { TILE_BODY(4, WT, LOAD) } \
+    TILE_FN(NAME, 1, 3, WT, LOAD) TILE_FN(NAME, 2, 3, WT, LOAD) TILE_FN(NAME, 3, 3, WT, LOAD)                          \
+    TILE_FN(NAME, 4, 3, WT, LOAD) TILE_FN(NAME, 5, 2, WT, LOAD) TILE_FN(NAME, 6, 2, WT, LOAD)                          \
     static void NAME(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int R, int K) {                \
-        if (R == 4) NAME##_4(res, x, ldx, w, ldw, K);                                                                  \
-        else if (R == 3) NAME##_3(res, x, ldx, w, ldw, K);                                                             \
-        else if (R == 2) NAME##_2(res, x, ldx, w, ldw, K);                                                             \
-        else NAME##_1(res, x, ldx, w, ldw, K);                                                                         \
+        switch (R) {                                                                                                   \
+        case 6: NAME##_6(res, x, ldx, w, ldw, K); break;                                                               \
+        case 5: NAME##_5(res, x, ldx, w, ldw, K); break;                                                               \
+        case 4: NAME##_4(res, x, ldx, w, ldw, K); break;                                                               \
+        case 3: NAME##_3(res, x, ldx, w, ldw, K); break;                                                               \
+        case 2: NAME##_2(res, x, ldx, w, ldw, K); break;                                                               \
+        default: NAME##_1(res, x, ldx, w, ldw, K);                                                                     \
+        }                                                                                                              \
     }
 TILE(tile_f32, float, load_w)
 TILE(tile_q8, int8_t, load_w8)
@@ -127,43 +138,53 @@ float dt_dot_f32(const float *x, const float *w, int K) {
     return dot_portable(x, w, K);
 }
 
-/* Outputs [o0, o1) of rows [0, n): tiles of 4 x TO where they fit, single dots elsewhere (the same sums either way). */
+/* Rows [r, r + nr) x outputs [o, o + no), no <= 6: tiles where they fit (nr <= 4: 3 outputs a tile; 5 or 6: 2),
+ * single dots elsewhere; the same sums either way. */
+static void block(float *out, const float *x, const float *wf, const int8_t *wq, const float *scale, const float *bias, int K, int O,
+                  int r, int nr, int o, int no) {
+    float res[18];
+    const float *xr = x + (size_t)r * K;
+    int tw = nr <= 4 ? 3 : 2; /* outputs a tile */
+    for (int t = 0; t < no; t += tw) {
+        int m = no - t < tw ? no - t : tw;
+#if HAVE_AVX2_PATH
+        if (m == tw && have_avx2()) {
+            if (wq) tile_q8(res, xr, (size_t)K, wq + (size_t)(o + t) * K, (size_t)K, nr, K);
+            else tile_f32(res, xr, (size_t)K, wf + (size_t)(o + t) * K, (size_t)K, nr, K);
+        } else
+#endif
+        for (int i = 0; i < nr; i++)
+            for (int j = 0; j < m; j++)
+                res[i * 3 + j] = wq ? dot_q8_portable(xr + (size_t)i * K, wq + (size_t)(o + t + j) * K, K)
+                                    : dot_portable(xr + (size_t)i * K, wf + (size_t)(o + t + j) * K, K);
+        for (int i = 0; i < nr; i++)
+            for (int j = 0; j < m; j++) {
+                float s = res[i * 3 + j], b = bias ? bias[o + t + j] : 0.0f;
+                out[(size_t)(r + i) * O + o + t + j] = scale ? fmaf(s, scale[o + t + j], b) : s + b;
+            }
+    }
+}
+
+/* Outputs [o0, o1) of rows [0, n): blocks of 6 outputs by up to 6 rows, swept while a chunk of rows is in cache. */
 static void rows_range(float *out, const float *x, const void *wv, const float *scale, const float *bias, int n, int K, int O,
                        int o0, int o1) {
     const float *wf = scale ? NULL : wv;
     const int8_t *wq = scale ? wv : NULL;
     for (int r0 = 0; r0 < n; r0 += ROW_CHUNK) {
         int r1 = r0 + ROW_CHUNK < n ? r0 + ROW_CHUNK : n;
-        for (int o = o0; o < o1; o += TO) {
-            int no = o1 - o < TO ? o1 - o : TO;
-            for (int r = r0; r < r1; r += 4) {
-                int nr = r1 - r < 4 ? r1 - r : 4;
-                float res[16];
-                const float *xr = x + (size_t)r * K;
-#if HAVE_AVX2_PATH
-                if (no == TO && have_avx2()) {
-                    if (wq) tile_q8(res, xr, (size_t)K, wq + (size_t)o * K, (size_t)K, nr, K);
-                    else tile_f32(res, xr, (size_t)K, wf + (size_t)o * K, (size_t)K, nr, K);
-                } else
-#endif
-                for (int i = 0; i < nr; i++)
-                    for (int j = 0; j < no; j++)
-                        res[i * 4 + j] = wq ? dot_q8_portable(xr + (size_t)i * K, wq + (size_t)(o + j) * K, K)
-                                            : dot_portable(xr + (size_t)i * K, wf + (size_t)(o + j) * K, K);
-                for (int i = 0; i < nr; i++)
-                    for (int j = 0; j < no; j++) {
-                        float s = res[i * 4 + j], b = bias ? bias[o + j] : 0.0f;
-                        out[(size_t)(r + i) * O + o + j] = scale ? fmaf(s, scale[o + j], b) : s + b;
-                    }
-            }
-        }
+        /* rows in groups of at most 6, as even as they go (8: 4 + 4, not 6 + 2: a small group converts as many
+         * int8 weights as a large one for fewer products) */
+        int g = (r1 - r0 + 5) / 6, base = (r1 - r0) / g, extra = (r1 - r0) % g;
+        for (int o = o0; o < o1; o += 6)
+            for (int i = 0, r = r0; i < g; r += base + (i < extra), i++)
+                block(out, x, wf, wq, scale, bias, K, O, r, base + (i < extra), o, o1 - o < 6 ? o1 - o : 6);
     }
 }
 
 static void rowdot(float *out, const float *x, const void *w, const float *scale, const float *bias, int n, int K, int O) {
     int chunks = (O + OUT_CHUNK - 1) / OUT_CHUNK;
-    /* threads only where there is work for them (the results do not depend on it) */
-    if ((double)n * K * O < 65536) {
+    /* threads only where there is work for them and none are at work already (the results do not depend on it) */
+    if ((double)n * K * O < 65536 || omp_in_parallel()) {
         rows_range(out, x, w, scale, bias, n, K, O, 0, O);
         return;
     }
