@@ -59,6 +59,35 @@ def hf(args, sd, threads):
                       "decode1": args.steps / (dec1 - pre), "decodeb": args.batch * args.steps / (decb - preb)}), flush=True)
 
 
+def same_tokens(args, sd):
+    """HF's greedy generate against dtrain generate's (the cache's) on the same weights: a byte prompt's ids, --check
+    tokens; prints how many agree and the first difference."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.set_num_threads(1)
+    C, L, V, T = shape_of(sd)
+    m = GPT2LMHeadModel(GPT2Config(n_embd=C, n_layer=L, n_head=args.heads or C // 64, vocab_size=V, n_positions=T))
+    m.transformer.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in sd.items()}, strict=False)
+    m.tie_weights()
+    m.eval()
+    prompt = "And God said"
+    ids = torch.tensor([list(prompt.encode())])
+    with torch.no_grad():
+        hf_out = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.check, min_new_tokens=args.check,
+                            do_sample=False, pad_token_id=0)[0, ids.shape[1]:].tolist()
+    out = subprocess.run([args.dtrain, "generate", "--model", args.weights, "--prompt", prompt, "--tokens", str(args.check),
+                          "--temperature", "0"],
+                         capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    text = out.stdout[len(prompt):].strip()
+    if V == 256:
+        mine = list(text.encode())
+    else:
+        mine = [int(t) for t in text.replace(">", "").split("<") if t]
+    agree = next((i for i, (a, b) in enumerate(zip(hf_out, mine)) if a != b), min(len(hf_out), len(mine)))
+    print(json.dumps({"check": "greedy tokens", "same": hf_out == mine, "tokens": len(hf_out), "agree": agree,
+                      "distinct": len(set(hf_out)), "hf": hf_out[:12], "dtrain": mine[:12]}), flush=True)
+
+
 def bytes_to_unicode():
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
@@ -151,13 +180,17 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--heads", type=int, default=0)
     p.add_argument("--which", default="all")
+    p.add_argument("--check", type=int, default=0, help="compare this many greedy tokens with dtrain generate's")
+    p.add_argument("--dtrain", default=os.path.join(HERE, "..", "build", "dtrain"))
     a = p.parse_args()
     sd = load_state(a.weights)
     threads = [int(t) for t in a.threads.split(",") if t]
+    if a.check:
+        same_tokens(a, sd)
     if a.which in ("hf", "all"):
         for t in threads:
             hf(a, sd, t)
-    if a.which in ("llama", "all"):
+    if a.which in ("llama", "all") and a.which != "none":
         llama(a, sd, threads)
 
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The Python baselines' virtual environment (about 5 GB): PyTorch 2.x and torchvision (FSDP2,
-# ZeroRedundancyOptimizer) and DeepSpeed (its CPU accelerator runs ZeRO 1-3
+# ZeroRedundancyOptimizer), transformers (generate, for bench infer) and DeepSpeed (its CPU accelerator runs ZeRO 1-3
 # over gloo), from PyPI. Benchmarks look for it at $DTRAIN_VENV, else
 # .venv-baselines in the repository; tests never need it.
 # usage: scripts/make-baselines-venv.sh [DIR]
@@ -10,6 +10,7 @@ command -v /usr/bin/python3 > /dev/null || { echo "needs Debian's python3 (apt-g
 /usr/bin/python3 -m venv "$dir"
 "$dir/bin/pip" install --upgrade pip
 "$dir/bin/pip" install "torch>=2.6" torchvision numpy  # torchvision: the ResNet-50 baseline
+"$dir/bin/pip" install transformers safetensors       # bench infer: HF generate on dtrain's weights
 # DeepSpeed builds its ops on first use; none of them is needed on CPU (DS_BUILD_OPS=0)
 DS_BUILD_OPS=0 "$dir/bin/pip" install deepspeed py-cpuinfo
 "$dir/bin/python" -c "import torch, deepspeed; print('torch', torch.__version__, 'deepspeed', deepspeed.__version__)"

@@ -86,13 +86,23 @@ static void baselines(const dt_bench_infer_opts *o, const char *weights, cJSON *
     char cmd[8192];
     if (dt_bench_venv_cmd(cmd, sizeof cmd, "infer_baselines.py", 1)) return;
     size_t n = strlen(cmd);
-    snprintf(cmd + n, sizeof cmd - n, "--weights %s --threads %s --prompt %d --steps %d --batch %d --reps %d --which %s",
-             weights, o->threads_list, o->prompt, o->steps, o->batch, o->reps, o->baseline);
+    char self[4096];
+    if (dt_bench_self_dir(self, sizeof self)) return;
+    /* with HF: its greedy tokens against dtrain generate's on the same weights first */
+    snprintf(cmd + n, sizeof cmd - n, "--weights %s --threads %s --prompt %d --steps %d --batch %d --reps %d --which %s --check %d "
+             "--dtrain %s/dtrain", weights, o->threads_list, o->prompt, o->steps, o->batch, o->reps, o->baseline,
+             strcmp(o->baseline, "llama") ? 32 : 0, self);
     FILE *p = popen(cmd, "r");
     char line[4096];
     while (p && fgets(line, sizeof line, p)) {
         cJSON *j = cJSON_Parse(line);
-        if (j && cJSON_GetObjectItem(j, "impl")) cJSON_AddItemToArray(rows, j);
+        if (j && cJSON_GetObjectItem(j, "check")) {
+            printf("# HF transformers' greedy generate against dtrain generate's on these weights: %s, %d of %d tokens agree (%d distinct)\n",
+                   cJSON_IsTrue(cJSON_GetObjectItem(j, "same")) ? "the same tokens" : "DIFFERENT",
+                   (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "agree")), (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "tokens")),
+                   (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "distinct")));
+            cJSON_Delete(j);
+        } else if (j && cJSON_GetObjectItem(j, "impl")) cJSON_AddItemToArray(rows, j);
         else { cJSON_Delete(j); fputs(line, stderr); }
     }
     if (p && pclose(p)) dt_log(DT_LOG_WARN, "bench infer: the baselines' script failed (its messages are above)");
