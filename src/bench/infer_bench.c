@@ -11,6 +11,7 @@
 #include "measure.h"
 
 #include <cjson/cJSON.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,36 @@ static double time_decode(dt_decoder *d, int b, int ctx, int steps, int reps, fl
         t[r] = (dt_time_now() - t0) / steps;
     }
     return dt_bench_median(t, reps);
+}
+
+/* Bytes a second read from memory on `threads` threads (sums over 512 MiB in four independent vector accumulators, the
+ * best of 5): decode at batch 1 reads every weight once a token, so this over the weights' bytes is the machine's
+ * ceiling for it. */
+typedef uint32_t v8u __attribute__((vector_size(32)));
+
+static double read_bandwidth(int threads) {
+    size_t n = (size_t)16 << 20; /* vectors of 32 bytes */
+    v8u *a = dt_alloc_aligned(n * sizeof *a);
+    double best = 0;
+    if (!a) return 0;
+    dt_kernels_set_threads(threads);
+    memset(a, 1, n * sizeof *a);
+    for (int k = 0; k < 5; k++) {
+        uint32_t sum = 0;
+        double t0 = dt_time_now();
+        #pragma omp parallel reduction(+ : sum)
+        {
+            v8u s0 = { 0 }, s1 = { 0 }, s2 = { 0 }, s3 = { 0 };
+            #pragma omp for schedule(static)
+            for (size_t i = 0; i < n; i += 4) { s0 += a[i]; s1 += a[i + 1]; s2 += a[i + 2]; s3 += a[i + 3]; }
+            v8u t = s0 + s1 + s2 + s3;
+            for (int j = 0; j < 8; j++) sum += t[j];
+        }
+        double r = (double)(n * sizeof *a) / (dt_time_now() - t0);
+        if (r > best && sum) best = r;
+    }
+    dt_free_aligned(a);
+    return best;
 }
 
 typedef struct { double prefill, decode1, decodeb; } speeds; /* tokens/s */
@@ -125,6 +156,18 @@ int dt_bench_infer(const dt_bench_infer_opts *o) {
            o->steps, o->batch, o->reps);
     int nt = 0, ts[8];
     for (const char *s = o->threads_list; *s && nt < 8; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) ts[nt++] = atoi(s);
+    for (int i = 0; i < nt; i++) {
+        double bw = read_bandwidth(ts[i]);
+        dt_decoder *probe[2] = { NULL, NULL };
+        size_t wb[2] = { 0, 0 };
+        for (int q = 0; q < 2; q++)
+            if (!dt_decoder_create(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, 1, 1, &probe[q])) wb[q] = dt_decoder_weight_bytes(probe[q]);
+        printf("# memory read at %.1f GB/s on %d thread(s): decode at batch 1 reads the %.0f MB of f32 weights (%.0f MB int8) a token, "
+               "so at most %.1f (%.1f) tokens/s\n", bw / 1e9, ts[i], wb[0] / 1e6, wb[1] / 1e6, wb[0] ? bw / (double)wb[0] : 0,
+               wb[1] ? bw / (double)wb[1] : 0);
+        dt_decoder_destroy(probe[0]);
+        dt_decoder_destroy(probe[1]);
+    }
     speeds mine[2][8];
     for (int q = 0; q < 2; q++)
         for (int i = 0; i < nt; i++)
