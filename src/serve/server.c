@@ -48,9 +48,11 @@ static dt_status listen_on(const char *host, int port, int *fd_out, int *bound, 
 static dt_status load_vocab(const dt_serve_options *o, const dt_gpt2_config *c, serve_vocab *v) {
     *v = (serve_vocab){ NULL, c->vocab_size, -1 };
     if (!o->bpe_encoder) {
-        if (c->vocab_size != 256)
-            return dt_error(DT_ERR_ARG, "serve: %s has a vocabulary of %d: give its tokenizer (--bpe ENCODER.json VOCAB.bpe); "
-                            "without one, a byte-level model (vocabulary 256)", o->model, c->vocab_size);
+        if (c->vocab_size != 256) /* as generate does: usable, and said */
+            dt_log(DT_LOG_WARN, "serve: %s has a vocabulary of %d and no tokenizer was given: prompts are read as bytes and "
+                   "tokens from 256 up come back as <id> (give --bpe ENCODER.json VOCAB.bpe for GPT-2's)", o->model, c->vocab_size);
+        if (c->vocab_size < 256)
+            return dt_error(DT_ERR_ARG, "serve: %s has a vocabulary of %d; byte prompts need 256 (or give --bpe)", o->model, c->vocab_size);
         return DT_OK;
     }
     dt_status st = dt_bpe_load(o->bpe_encoder, o->bpe_vocab, &v->bpe);
