@@ -76,6 +76,7 @@ typedef struct {
     const char *threads_list; /* "1,2" */
     int prompt, steps, batch, reps; /* decode follows a prompt of prompt tokens */
     const char *baseline;     /* NULL, "hf", "llama" or "all" */
+    const char *eval_data;    /* a token file: the perplexity of f32 and int8 weights over it (NULL: none) */
 } dt_bench_infer_opts;
 /* The decoder's prefill and decode tokens/s (batch 1 and batch) in f32 and
  * int8 per thread count, and with a baseline HF transformers' (PyTorch)

@@ -4,6 +4,7 @@
  * (llama-bench, f32 and Q8_0) on the same weights, each measured in this
  * run; medians of --reps repetitions. */
 #include "dtrain/bench.h"
+#include "dtrain/data.h"
 #include "dtrain/infer.h"
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
@@ -11,6 +12,7 @@
 #include "measure.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +38,7 @@ static double time_prefill(dt_decoder *d, int P, int reps, float *logits) {
     for (int r = 0; r < reps; r++) {
         for (int i = 0; i < P; i++) rows[i] = (dt_infer_row){ 0, i, (int32_t)((i * 7919 + r) % 50000 % dt_decoder_config(d)->vocab_size), i == P - 1 };
         double t0 = dt_time_now();
-        dt_decoder_step(d, rows, P, logits);
+        if (dt_decoder_step(d, rows, P, logits)) return -1;
         t[r] = dt_time_now() - t0;
     }
     free(rows);
@@ -51,14 +53,14 @@ static double time_decode(dt_decoder *d, int b, int ctx, int steps, int reps, fl
     dt_infer_row *pre = malloc(sizeof *pre * (size_t)(ctx > 0 ? ctx : 1));
     for (int s = 0; s < b; s++) { /* each slot's context first */
         for (int p = 0; p < ctx; p++) pre[p] = (dt_infer_row){ s, p, (int32_t)((p * 31 + s) % V), 0 };
-        if (ctx) dt_decoder_step(d, pre, ctx, logits);
+        if (ctx && dt_decoder_step(d, pre, ctx, logits)) { free(pre); return -1; }
     }
     free(pre);
     for (int r = 0; r < reps; r++) {
         double t0 = dt_time_now();
         for (int k = 0; k < steps; k++) {
             for (int s = 0; s < b; s++) rows[s] = (dt_infer_row){ s, ctx + k, (int32_t)((k * 131 + s) % V), 1 };
-            dt_decoder_step(d, rows, b, logits);
+            if (dt_decoder_step(d, rows, b, logits)) return -1;
         }
         t[r] = (dt_time_now() - t0) / steps;
     }
@@ -95,21 +97,66 @@ static double read_bandwidth(int threads) {
     return best;
 }
 
+/* Perplexity over up to `windows` windows of the context's length from a token file, each read in one step with every
+ * row's logits: exp of the mean cross-entropy of the next token. */
+static dt_status perplexity(dt_gpt2 *m, dt_quant q, const char *path, int windows, double *ppl, long *ntok) {
+    const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    int T = c->max_seq_len < 256 ? c->max_seq_len : 256, V = c->vocab_size;
+    dt_tokens *t = NULL;
+    dt_decoder *d = NULL;
+    dt_status st = dt_tokens_open(path, &t);
+    if (!st) st = dt_tokens_check_vocab(t, V);
+    if (!st) st = dt_decoder_create(m, q, 1, T, &d);
+    float *logits = st ? NULL : malloc(sizeof(float) * (size_t)T * V);
+    dt_infer_row *rows = st ? NULL : malloc(sizeof *rows * (size_t)T);
+    if (!st && (!logits || !rows)) st = dt_error(DT_ERR_NOMEM, "bench infer: out of memory for perplexity");
+    double nll = 0;
+    *ntok = 0;
+    size_t n = st ? 0 : dt_tokens_count(t);
+    for (int w = 0; !st && w < windows && (size_t)(w + 1) * T + 1 <= n; w++) {
+        size_t at = (size_t)w * T;
+        for (int i = 0; i < T; i++) rows[i] = (dt_infer_row){ 0, i, (int32_t)dt_tokens_get(t, at + i), 1 };
+        st = dt_decoder_step(d, rows, T, logits);
+        for (int i = 0; !st && i < T; i++) {
+            const float *l = logits + (size_t)i * V;
+            double mx = l[0], sum = 0;
+            for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+            for (int v = 0; v < V; v++) sum += exp(l[v] - mx);
+            nll += mx + log(sum) - l[dt_tokens_get(t, at + i + 1)];
+            (*ntok)++;
+        }
+    }
+    *ppl = *ntok ? exp(nll / (double)*ntok) : 0;
+    free(logits);
+    free(rows);
+    dt_decoder_destroy(d);
+    dt_tokens_close(t);
+    return st;
+}
+
 typedef struct { double prefill, decode1, decodeb; } speeds; /* tokens/s */
 
 static int measure(dt_gpt2 *m, dt_quant q, int threads, const dt_bench_infer_opts *o, speeds *out) {
+    int Tmax = dt_gpt2_get_config(m)->max_seq_len;
+    if (o->prompt + o->steps > Tmax) {
+        dt_log(DT_LOG_ERROR, "bench infer: --prompt %d and --steps %d need %d positions; %s holds %d", o->prompt, o->steps,
+               o->prompt + o->steps, o->model, Tmax);
+        return 1;
+    }
     dt_kernels_set_threads(threads);
     int rows = o->prompt > o->batch ? o->prompt : o->batch;
     dt_decoder *d = NULL;
     if (dt_decoder_create(m, q, o->batch, rows, &d)) { dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error()); return 1; }
     float *logits = malloc(sizeof(float) * (size_t)rows * (size_t)dt_gpt2_get_config(m)->vocab_size);
-    time_prefill(d, o->prompt, 1, logits); /* warm-up: pages touched, caches filled */
-    out->prefill = o->prompt / time_prefill(d, o->prompt, o->reps, logits);
-    out->decode1 = 1 / time_decode(d, 1, o->prompt, o->steps, o->reps, logits);
-    out->decodeb = o->batch / time_decode(d, o->batch, o->prompt, o->steps, o->reps, logits);
+    double pre = time_prefill(d, o->prompt, 1, logits); /* warm-up: pages touched, caches filled */
+    if (pre >= 0) pre = time_prefill(d, o->prompt, o->reps, logits);
+    double d1 = pre >= 0 ? time_decode(d, 1, o->prompt, o->steps, o->reps, logits) : -1;
+    double db = d1 >= 0 ? time_decode(d, o->batch, o->prompt, o->steps, o->reps, logits) : -1;
+    *out = (speeds){ o->prompt / pre, 1 / d1, o->batch / db };
     free(logits);
     dt_decoder_destroy(d);
-    return 0;
+    if (db < 0) dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error());
+    return db < 0;
 }
 
 /* The baselines' lines ({"impl", "threads", "prefill", "decode1", "decodeb"}) from bench/infer_baselines.py. */
@@ -167,6 +214,18 @@ int dt_bench_infer(const dt_bench_infer_opts *o) {
                wb[1] ? bw / (double)wb[1] : 0);
         dt_decoder_destroy(probe[0]);
         dt_decoder_destroy(probe[1]);
+    }
+    if (o->eval_data) {
+        double p[2];
+        long nt = 0;
+        for (int q = 0; q < 2; q++)
+            if (perplexity(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, o->eval_data, 16, &p[q], &nt)) {
+                dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error());
+                dt_gpt2_destroy(m);
+                return 1;
+            }
+        printf("# perplexity over %ld tokens of %s: f32 %.4f, int8 %.4f (%+.2f%%)\n", nt, o->eval_data, p[0], p[1],
+               100 * (p[1] / p[0] - 1));
     }
     speeds mine[2][8];
     for (int q = 0; q < 2; q++)
