@@ -31,15 +31,22 @@ def shape_of(sd):
     return C, L, sd["wte.weight"].shape[0], sd["wpe.weight"].shape[0]
 
 
-def hf(args, sd, threads):
+def hf_model(args, sd):
+    """GPT2LMHeadModel holding dtrain's weights (HF's names), and its vocabulary size."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
-    torch.set_num_threads(threads)
     C, L, V, T = shape_of(sd)
     m = GPT2LMHeadModel(GPT2Config(n_embd=C, n_layer=L, n_head=args.heads or C // 64, vocab_size=V, n_positions=T))
     m.transformer.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in sd.items()}, strict=False)
     m.tie_weights()
     m.eval()
+    return m, V
+
+
+def hf(args, sd, threads):
+    import torch
+    torch.set_num_threads(threads)
+    m, V = hf_model(args, sd)
     g = torch.Generator().manual_seed(0)
 
     def run(batch, new):
@@ -63,13 +70,8 @@ def same_tokens(args, sd):
     """HF's greedy generate against dtrain generate's (the cache's) on the same weights: a byte prompt's ids, --check
     tokens; prints how many agree and the first difference."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
     torch.set_num_threads(1)
-    C, L, V, T = shape_of(sd)
-    m = GPT2LMHeadModel(GPT2Config(n_embd=C, n_layer=L, n_head=args.heads or C // 64, vocab_size=V, n_positions=T))
-    m.transformer.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in sd.items()}, strict=False)
-    m.tie_weights()
-    m.eval()
+    m, V = hf_model(args, sd)
     prompt = "And God said"
     ids = torch.tensor([list(prompt.encode())])
     with torch.no_grad():
