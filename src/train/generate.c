@@ -7,7 +7,6 @@
 #include "dtrain/infer.h"
 #include "dtrain/train.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
