@@ -5,10 +5,13 @@
  * once or a row at a time; and the guarantee the batcher exists for: a
  * request's tokens and logits are the same bits alone, beside seven others,
  * or joining mid-way with its prompt read in other chunks, on 1 or 2
- * threads, in f32 and int8. Bad rows and requests are refused, named. */
+ * threads, in f32 and int8. Bad rows and requests are refused, named.
+ * Under dtrain launch -n N the decoder runs a tensor-parallel part of N
+ * (logits against the whole model's, the same invariance across batches). */
 #include "dtrain/infer.h"
 #include "dtrain/kernels.h"
 #include "dtrain/model.h"
+#include "dtrain/parallel.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -93,25 +96,26 @@ static void rowdot_checks(void) {
     }
 }
 
-static dt_gpt2 *small_model(void) {
-    /* C 36 over 3 heads of 12: the lanes' tails run everywhere */
-    dt_gpt2_config c = { .max_seq_len = 40, .vocab_size = 67, .padded_vocab_size = 72, .num_layers = 2, .num_heads = 3,
-                         .channels = 36 };
+static dt_gpt2 *small_model(int heads) {
+    /* 12 channels a head: the lanes' tails run everywhere */
+    dt_gpt2_config c = { .max_seq_len = 40, .vocab_size = 67, .padded_vocab_size = 72, .num_layers = 2, .num_heads = heads,
+                         .channels = 12 * heads };
     dt_gpt2 *m = NULL;
     if (dt_gpt2_create(&c, &m)) return NULL;
     dt_gpt2_init_random(m, 5);
     return m;
 }
 
-/* The decoder's logits against the training forward's, for a sequence of T tokens read at once and a row at a time. */
-static void decoder_against_forward(dt_gpt2 *m) {
+/* The decoder's logits (on m: the whole model, or a tensor-parallel part of it) against the whole model's training
+ * forward, for a sequence of T tokens read at once and a row at a time. */
+static void decoder_against_forward(dt_gpt2 *whole, dt_gpt2 *m) {
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
     int T = 29, V = c->vocab_size;
     int32_t tok[29];
     uint64_t r = 9;
     for (int i = 0; i < T; i++) tok[i] = (int32_t)(dt_rng_next(&r) % (uint64_t)V);
-    EXPECT(!dt_gpt2_forward(m, tok, NULL, 1, T, NULL), "forward: %s", dt_last_error());
-    const float *ref = dt_gpt2_logits(m);
+    EXPECT(!dt_gpt2_forward(whole, tok, NULL, 1, T, NULL), "forward: %s", dt_last_error());
+    const float *ref = dt_gpt2_logits(whole);
     dt_decoder *d = NULL;
     EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 2, T, &d), "decoder: %s", dt_last_error());
     if (!d) return;
@@ -266,18 +270,47 @@ static void refusals(dt_gpt2 *m) {
     dt_decoder_destroy(d);
 }
 
+/* Under dtrain launch -n N: rank r's tensor-parallel part of the whole model (4 heads; the vocabulary's 72 padded
+ * rows split N ways, so a rank's real rows vary), its collectives over the job. */
+static dt_gpt2 *tp_part(dt_gpt2 *whole, dt_comm *w, dt_tp_ops *ops) {
+    dt_gpt2_config c = *dt_gpt2_get_config(whole);
+    dt_gpt2_part part = dt_gpt2_whole(&c);
+    *ops = dt_tp_ops_over(w);
+    part.tp_rank = dt_comm_rank(w);
+    part.tp_size = dt_comm_size(w);
+    part.tp = ops;
+    dt_gpt2 *m = NULL;
+    if (dt_gpt2_create_part(&c, &part, &m) || dt_gpt2_copy_slices(whole, m)) {
+        EXPECT(0, "tensor-parallel part: %s", dt_last_error());
+        dt_gpt2_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) max_threads = atoi(argv[1]);
+    dt_launch_kind kind;
+    dt_comm *w = NULL;
+    if (!dt_comm_detect_launch(&kind) && kind != DT_LAUNCH_NONE && dt_comm_init(&w)) {
+        printf("FAIL: %s\n", dt_last_error());
+        return 1;
+    }
+    int ranks = w ? dt_comm_size(w) : 1;
     rowdot_checks();
-    dt_gpt2 *m = small_model();
-    EXPECT(m != NULL, "model: %s", dt_last_error());
+    dt_gpt2 *whole = small_model(ranks > 1 ? 4 : 3), *m = whole;
+    dt_tp_ops ops;
+    EXPECT(whole != NULL, "model: %s", dt_last_error());
+    if (whole && ranks > 1) m = tp_part(whole, w, &ops);
     if (m) {
-        decoder_against_forward(m);
+        decoder_against_forward(whole, m);
         invariance(m, DT_QUANT_NONE);
         invariance(m, DT_QUANT_INT8);
-        refusals(m);
+        if (ranks == 1) refusals(m);
     }
-    dt_gpt2_destroy(m);
+    if (m != whole) dt_gpt2_destroy(m);
+    dt_gpt2_destroy(whole);
+    dt_comm_destroy(w);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -34,11 +34,15 @@ typedef struct {
 } dt_infer_row;
 
 typedef struct dt_decoder dt_decoder;
-/* A decoder over whole model m (f32: its weights read in place, m must
- * outlive the decoder; int8: every Linear and the head quantized per output
- * channel, m no longer needed; the embeddings and LayerNorms stay f32),
- * with nslots sequences' caches of max_seq_len positions each and room for
- * max_rows rows a step. */
+/* A decoder over m, a whole model or a tensor-parallel part of one (f32:
+ * its weights read in place; int8: every Linear and the head quantized per
+ * output channel; the embeddings and LayerNorms stay f32 and are read from
+ * m, which must outlive the decoder), with nslots sequences' caches of
+ * max_seq_len positions each (a part's: its heads) and room for max_rows
+ * rows a step. Over a part, every rank of its group steps with the same
+ * rows together (the row-parallel sums and the vocabulary's logits go
+ * through the part's dt_tp_ops) and gets the whole logits, the same bits
+ * on every rank. */
 dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out);
 void dt_decoder_destroy(dt_decoder *d);
 const dt_gpt2_config *dt_decoder_config(const dt_decoder *d);
@@ -50,7 +54,8 @@ size_t dt_decoder_cache_bytes(const dt_decoder *d);
 /* One step over n rows: each row's key and value written to its slot's
  * cache at its position, its attention over positions 0..pos of its slot;
  * logits [rows with logits set, V] in row order. Fails (DT_ERR_ARG, naming
- * the row) on a slot, position or token out of range or more than max_rows. */
+ * the row) on a slot, position or token out of range or more than max_rows;
+ * over a part, with the collectives' error when one fails (a rank died). */
 dt_status dt_decoder_step(dt_decoder *d, const dt_infer_row *rows, int n, float *logits);
 
 /* How the next token is drawn: temperature 0 takes the most likely (the

@@ -29,14 +29,18 @@ typedef struct {
 struct dt_decoder {
     dt_gpt2_config cfg;
     dt_quant quant;
+    /* tensor parallelism (a part's): this rank's Cl channels of attention in NHl heads, Fl hidden units of the MLP,
+     * vocabulary rows [v0, v0 + Vv) of the real ones; the row-parallel sums over tp (NULL: one rank, all of it) */
+    const dt_tp_ops *tp;
+    int Cl, NHl, Fl, v0, Vv;
     const float *wte, *wpe, *lnfw, *lnfb;
-    linear head; /* wte's first V rows */
+    linear head; /* wte's real vocabulary rows this rank holds */
     layer *layers;
     int nslots, max_rows;
     float *cache;
     size_t slot_floats;
     int *filled; /* per slot: positions the cache holds */
-    float *x, *xn, *qkv, *att, *fch, *fcg, *mean, *rstd, *scores;
+    float *x, *xn, *qkv, *att, *fch, *fcg, *mean, *rstd, *scores, *local_logits;
     size_t weight_bytes;
 };
 
@@ -76,39 +80,66 @@ static dt_status load_layer(dt_decoder *d, const dt_model *md, int l) {
     int C = d->cfg.channels;
     layer *y = &d->layers[l];
     *y = (layer){ .ln1w = p[0], .ln1b = p[1], .qkvb = p[3], .projb = p[5], .ln2w = p[6], .ln2b = p[7], .fcb = p[9], .fcprojb = p[11] };
-    dt_status st = linear_make(&y->qkv, p[2], 3 * C, C, d->quant, &d->weight_bytes);
-    if (!st) st = linear_make(&y->proj, p[4], C, C, d->quant, &d->weight_bytes);
-    if (!st) st = linear_make(&y->fc, p[8], 4 * C, C, d->quant, &d->weight_bytes);
-    if (!st) st = linear_make(&y->fcproj, p[10], C, 4 * C, d->quant, &d->weight_bytes);
+    /* column-parallel qkv and fc hold this rank's outputs, row-parallel projections its inputs */
+    dt_status st = linear_make(&y->qkv, p[2], 3 * d->Cl, C, d->quant, &d->weight_bytes);
+    if (!st) st = linear_make(&y->proj, p[4], C, d->Cl, d->quant, &d->weight_bytes);
+    if (!st) st = linear_make(&y->fc, p[8], d->Fl, C, d->quant, &d->weight_bytes);
+    if (!st) st = linear_make(&y->fcproj, p[10], C, d->Fl, d->quant, &d->weight_bytes);
     return st;
 }
 
 static dt_status alloc_buffers(dt_decoder *d) {
     const dt_gpt2_config *c = &d->cfg;
     size_t R = (size_t)d->max_rows, C = (size_t)c->channels, T = (size_t)c->max_seq_len;
-    d->slot_floats = (size_t)c->num_layers * 2 * C * T;
+    d->slot_floats = (size_t)c->num_layers * 2 * (size_t)d->Cl * T;
     /* calloc: a slot's pages are touched only as its positions fill */
     d->cache = calloc((size_t)d->nslots * d->slot_floats, sizeof(float));
     d->filled = calloc((size_t)d->nslots, sizeof(int));
     d->x = malloc(sizeof(float) * R * C);
     d->xn = malloc(sizeof(float) * R * C);
-    d->qkv = malloc(sizeof(float) * R * 3 * C);
-    d->att = malloc(sizeof(float) * R * C);
-    d->fch = malloc(sizeof(float) * R * 4 * C);
-    d->fcg = malloc(sizeof(float) * R * 4 * C);
+    d->qkv = malloc(sizeof(float) * R * 3 * (size_t)d->Cl);
+    d->att = malloc(sizeof(float) * R * (size_t)d->Cl);
+    d->fch = malloc(sizeof(float) * R * (size_t)d->Fl);
+    d->fcg = malloc(sizeof(float) * R * (size_t)d->Fl);
+    d->local_logits = d->tp ? malloc(sizeof(float) * R * (size_t)(d->Vv ? d->Vv : 1)) : NULL;
     d->mean = malloc(sizeof(float) * R);
     d->rstd = malloc(sizeof(float) * R);
     d->scores = calloc(R * (size_t)c->num_heads * T, sizeof(float));
-    if (!d->cache || !d->filled || !d->x || !d->xn || !d->qkv || !d->att || !d->fch || !d->fcg || !d->mean || !d->rstd || !d->scores)
+    if (!d->cache || !d->filled || !d->x || !d->xn || !d->qkv || !d->att || !d->fch || !d->fcg || !d->mean || !d->rstd || !d->scores ||
+        (d->tp && !d->local_logits))
         return dt_error(DT_ERR_NOMEM, "decoder: out of memory for %d cache slots of %d positions (%.1f MB) and %d rows", d->nslots,
                         c->max_seq_len, (double)d->nslots * d->slot_floats * 4 / 1e6, d->max_rows);
     return DT_OK;
 }
 
+/* What this rank holds: every unit, whole or as a tensor-parallel part (not a pipeline stage, nor a sequence's share). */
+static dt_status take_part(dt_decoder *d, const dt_gpt2 *m) {
+    const dt_gpt2_part *p = dt_gpt2_get_part(m);
+    const dt_gpt2_config *c = &d->cfg;
+    int a, b;
+    dt_gpt2_units(m, &a, &b);
+    if (a != 0 || b != c->num_layers + 2 || p->nchunks > 0 || p->sp || p->cp_size > 1)
+        return dt_error(DT_ERR_UNSUPPORTED, "decoder: it runs whole models or their tensor-parallel parts (not pipeline stages, "
+                        "sequence or context parallelism)");
+    int tp = p->tp_size > 1 ? p->tp_size : 1;
+    d->tp = tp > 1 ? p->tp : NULL;
+    if (tp > 1 && !d->tp) return dt_error(DT_ERR_ARG, "decoder: a tensor-parallel part without its collectives");
+    d->Cl = c->channels / tp;
+    d->NHl = c->num_heads / tp;
+    d->Fl = 4 * c->channels / tp;
+    dt_model md;
+    dt_gpt2_model((dt_gpt2 *)m, &md);
+    const dt_tensor_info *wte = dt_model_find(&md, "wte");
+    if (!wte) return dt_error(DT_ERR_ARG, "decoder: the model has no wte");
+    d->v0 = tp > 1 ? wte->slice.offset : 0;
+    int real = c->vocab_size - d->v0;
+    d->Vv = real < 0 ? 0 : real < wte->shape[0] ? real : wte->shape[0];
+    return DT_OK;
+}
+
 dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
     *out = NULL;
-    dt_status st = dt_gpt2_check_whole(m, "the decoder");
-    if (st) return st;
+    dt_status st;
     if (nslots < 1 || max_rows < 1) return dt_error(DT_ERR_ARG, "decoder: %d slots and %d rows a step (each must be >= 1)", nslots, max_rows);
     dt_decoder *d = calloc(1, sizeof *d);
     if (!d) return dt_error(DT_ERR_NOMEM, "decoder: out of memory");
@@ -117,6 +148,7 @@ dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_ro
     d->nslots = nslots;
     d->max_rows = max_rows;
     d->layers = calloc((size_t)d->cfg.num_layers, sizeof(layer));
+    if ((st = take_part(d, m))) { dt_decoder_destroy(d); return st; }
     dt_model md;
     dt_gpt2_model((dt_gpt2 *)m, &md);
     d->wte = tensor(&md, "wte");
@@ -126,7 +158,7 @@ dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_ro
     st = d->layers ? DT_OK : dt_error(DT_ERR_NOMEM, "decoder: out of memory");
     if (!st && (!d->wte || !d->wpe || !d->lnfw || !d->lnfb)) st = dt_error(DT_ERR_ARG, "decoder: the model lacks wte, wpe or lnf");
     for (int l = 0; !st && l < d->cfg.num_layers; l++) st = load_layer(d, &md, l);
-    if (!st) st = linear_make(&d->head, d->wte, d->cfg.vocab_size, d->cfg.channels, q, &d->weight_bytes);
+    if (!st) st = linear_make(&d->head, d->wte, d->Vv, d->cfg.channels, q, &d->weight_bytes);
     if (!st) st = alloc_buffers(d);
     if (st) { dt_decoder_destroy(d); return st; }
     *out = d;
@@ -146,7 +178,7 @@ void dt_decoder_destroy(dt_decoder *d) {
     free(d->cache);
     free(d->filled);
     free(d->x); free(d->xn); free(d->qkv); free(d->att); free(d->fch); free(d->fcg);
-    free(d->mean); free(d->rstd); free(d->scores);
+    free(d->mean); free(d->rstd); free(d->scores); free(d->local_logits);
     free(d);
 }
 
@@ -159,12 +191,12 @@ size_t dt_decoder_cache_bytes(const dt_decoder *d) { return (size_t)d->nslots * 
 /* Head h's keys (kv 0) or values (1) in layer l of slot s: [max_seq_len, head dim]. */
 static float *cache_at(const dt_decoder *d, int s, int l, int kv, int h) {
     size_t T = (size_t)d->cfg.max_seq_len, hd = (size_t)(d->cfg.channels / d->cfg.num_heads);
-    return d->cache + (size_t)s * d->slot_floats + (((size_t)l * 2 + kv) * d->cfg.num_heads + h) * T * hd;
+    return d->cache + (size_t)s * d->slot_floats + (((size_t)l * 2 + kv) * d->NHl + h) * T * hd;
 }
 
 /* Causal attention of each row over its slot's positions 0..pos (the rows' own keys and values stored first). */
 static void attention(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
-    int C = d->cfg.channels, NH = d->cfg.num_heads, hd = C / NH, T = d->cfg.max_seq_len;
+    int C = d->Cl, NH = d->NHl, hd = d->cfg.channels / d->cfg.num_heads, T = d->cfg.max_seq_len;
     for (int r = 0; r < n; r++)
         for (int h = 0; h < NH; h++) {
             const float *q = d->qkv + (size_t)r * 3 * C + h * hd;
@@ -196,20 +228,32 @@ static void add_rows(float *x, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-static void block(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
+/* A row-parallel Linear: each rank's partial products summed over the group, then the (whole) bias added once. */
+static dt_status row_parallel(dt_decoder *d, float *out, const float *x, const linear *w, const float *bias, int n) {
+    if (!d->tp) { linear_apply(out, x, w, bias, n); return DT_OK; }
+    linear_apply(out, x, w, NULL, n);
+    dt_status st = d->tp->allreduce(d->tp->ctx, out, (size_t)n * w->O, 0);
+    for (int r = 0; !st && r < n; r++)
+        for (int o = 0; o < w->O; o++) out[(size_t)r * w->O + o] += bias[o];
+    return st;
+}
+
+static dt_status block(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
     const layer *y = &d->layers[l];
     int C = d->cfg.channels;
     size_t nC = (size_t)n * C;
     dt_layernorm_forward(d->xn, d->mean, d->rstd, d->x, y->ln1w, y->ln1b, n, C);
     linear_apply(d->qkv, d->xn, &y->qkv, y->qkvb, n);
     attention(d, l, rows, n);
-    linear_apply(d->xn, d->att, &y->proj, y->projb, n);
+    dt_status st = row_parallel(d, d->xn, d->att, &y->proj, y->projb, n);
+    if (st) return st;
     add_rows(d->x, d->xn, nC);
     dt_layernorm_forward(d->xn, d->mean, d->rstd, d->x, y->ln2w, y->ln2b, n, C);
     linear_apply(d->fch, d->xn, &y->fc, y->fcb, n);
-    dt_gelu_rows(d->fcg, d->fch, n, 4 * C);
-    linear_apply(d->xn, d->fcg, &y->fcproj, y->fcprojb, n);
+    dt_gelu_rows(d->fcg, d->fch, n, d->Fl);
+    if ((st = row_parallel(d, d->xn, d->fcg, &y->fcproj, y->fcprojb, n))) return st;
     add_rows(d->x, d->xn, nC);
+    return DT_OK;
 }
 
 static dt_status check_rows(dt_decoder *d, const dt_infer_row *rows, int n) {
@@ -233,22 +277,49 @@ static dt_status check_rows(dt_decoder *d, const dt_infer_row *rows, int n) {
     return DT_OK;
 }
 
-dt_status dt_decoder_step(dt_decoder *d, const dt_infer_row *rows, int n, float *logits) {
-    dt_status st = check_rows(d, rows, n);
-    if (st) return st;
+/* The rows' token embeddings (a tensor-parallel rank holds some vocabulary rows: the group's sum has each token's) plus
+ * their positions'. */
+static dt_status embed(dt_decoder *d, const dt_infer_row *rows, int n) {
     int C = d->cfg.channels;
     for (int r = 0; r < n; r++) {
-        const float *te = d->wte + (size_t)rows[r].token * C, *pe = d->wpe + (size_t)rows[r].pos * C;
-        for (int c = 0; c < C; c++) d->x[(size_t)r * C + c] = te[c] + pe[c];
+        int v = rows[r].token - d->v0;
+        const float *te = v >= 0 && v < d->Vv ? d->wte + (size_t)v * C : NULL;
+        for (int c = 0; c < C; c++) d->x[(size_t)r * C + c] = te ? te[c] : 0.0f;
     }
-    for (int l = 0; l < d->cfg.num_layers; l++) block(d, l, rows, n);
+    dt_status st = d->tp ? d->tp->allreduce(d->tp->ctx, d->x, (size_t)n * C, 0) : DT_OK;
+    for (int r = 0; !st && r < n; r++) {
+        const float *pe = d->wpe + (size_t)rows[r].pos * C;
+        for (int c = 0; c < C; c++) d->x[(size_t)r * C + c] += pe[c];
+    }
+    return st;
+}
+
+/* The head for m rows: logits [m, V]; a tensor-parallel rank's vocabulary columns, the rest from the others (zeros
+ * summed: every rank ends with the same bits). */
+static dt_status head(dt_decoder *d, int m, float *logits) {
+    int V = d->cfg.vocab_size;
+    if (!d->tp) { linear_apply(logits, d->xn, &d->head, NULL, m); return DT_OK; }
+    if (d->Vv) linear_apply(d->local_logits, d->xn, &d->head, NULL, m);
+    memset(logits, 0, sizeof(float) * (size_t)m * V);
+    for (int r = 0; r < m; r++)
+        memcpy(logits + (size_t)r * V + d->v0, d->local_logits + (size_t)r * d->Vv, sizeof(float) * (size_t)d->Vv);
+    return d->tp->allreduce(d->tp->ctx, logits, (size_t)m * V, 0);
+}
+
+dt_status dt_decoder_step(dt_decoder *d, const dt_infer_row *rows, int n, float *logits) {
+    dt_status st = check_rows(d, rows, n);
+    int C = d->cfg.channels;
+    if (st) return st;
+    st = embed(d, rows, n);
+    for (int l = 0; !st && l < d->cfg.num_layers; l++) st = block(d, l, rows, n);
+    if (st) return dt_error(st, "decoder, tensor-parallel sum: %s", dt_last_error());
     /* the head only for the rows that want logits: the rest are gathered out */
     int m = 0;
     for (int r = 0; r < n; r++)
         if (rows[r].logits) memmove(d->x + (size_t)m++ * C, d->x + (size_t)r * C, sizeof(float) * (size_t)C);
     if (!m) return DT_OK;
     dt_layernorm_forward(d->xn, d->mean, d->rstd, d->x, d->lnfw, d->lnfb, m, C);
-    linear_apply(logits, d->xn, &d->head, NULL, m);
+    if ((st = head(d, m, logits))) return dt_error(st, "decoder, tensor-parallel logits: %s", dt_last_error());
     return DT_OK;
 }
 
