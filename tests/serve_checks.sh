@@ -7,7 +7,9 @@
 # malformed requests (bad JSON, huge max_tokens, negative temperature, a
 # prompt longer than the context, a 10 MB body, a slow client, unknown
 # fields and endpoints) get a 4xx with a message and the server goes on;
-# a client that leaves mid-stream frees its slot; a port in use, a model
+# a client that leaves mid-stream frees its slot; generate and serve with
+# --nproc 2 --tp 2 give one process's text, and a tensor-parallel rank
+# killed stops the server naming it; a port in use, a model
 # that does not load and a bad --quantize are said before listening;
 # SIGTERM finishes the requests in hand and exits 0; OpenAI's Python
 # client completes, streams and stops (installed from PyPI into PYDIR if
@@ -132,6 +134,19 @@ c=$(echo "$m" | awk '$1=="dtrain_requests_cancelled_total"{print $2}') r=$(echo 
 [ "$c" = 1 ] && [ "$r" = 0 ] && ok "a client that leaves mid-stream: its request cancelled, no request running after" ||
     fail "left: cancelled $c, running $r (its first event: $(cat "$dir/left"))"
 kill -TERM $spid; wait $spid
+
+# ---- tensor-parallel serving: rank 0 serves, rank 1 follows; a killed rank stops the server, named ----
+tg=$(gen --model "$dir/byte.bin" --prompt "The " --tokens 30 --temperature 0 --nproc 2 --tp 2)
+[ "$tg" = "$g" ] && ok "generate --nproc 2 --tp 2: one process's greedy text ('${tg:0:30}')" || fail "generate --tp 2: '$tg' against '$g'"
+start tp "$dir/byte.bin" --threads 1 --slots 4 --nproc 2 --tp 2 || exit 1
+r=$(post '{"prompt":"The ","max_tokens":30,"temperature":0}' | text)
+[ "$r" = "$s" ] && ok "serve --nproc 2 --tp 2: one process's completion" || fail "serve --tp 2: '$r' against '$s'"
+for p in $(pgrep -P "$spid"); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && kill -9 "$p"; done
+wait "$spid"
+rc=$?
+said=$(grep -m1 "rank 1" "$dir/tp.err")
+[ $rc != 0 ] && [ -n "$said" ] && ! pgrep -P "$spid" > /dev/null && ok "rank 1 of a tensor-parallel server killed: the server stops (exit $rc): $said" ||
+    fail "tp rank killed: rc $rc, $(tail -3 "$dir/tp.err")"
 
 # ---- bad requests: a 4xx with a message each; the server serves on ----
 start bad "$dir/byte.bin" --threads 1 --slots 2 --upload-timeout 2 || exit 1

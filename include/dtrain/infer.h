@@ -58,6 +58,16 @@ size_t dt_decoder_cache_bytes(const dt_decoder *d);
  * over a part, with the collectives' error when one fails (a rank died). */
 dt_status dt_decoder_step(dt_decoder *d, const dt_infer_row *rows, int n, float *logits);
 
+/* Over a tensor-parallel part, one rank (the group's rank 0) may lead:
+ * each dt_decoder_step of the leader first sends its rows to the others,
+ * which run them in dt_decoder_follow until the leader's dt_decoder_release
+ * (a server takes requests on one rank). A leader's step of 0 rows only
+ * tells the followers it is alive (an idle server's heartbeat). follow
+ * returns the error of a collective that failed (a rank died), naming it. */
+dt_status dt_decoder_lead(dt_decoder *d);
+dt_status dt_decoder_follow(dt_decoder *d);
+dt_status dt_decoder_release(dt_decoder *d);
+
 /* How the next token is drawn: temperature 0 takes the most likely (the
  * lowest id among equals); else softmax(logits / temperature) over the
  * top_k most likely (0: all) and of those the fewest whose probability

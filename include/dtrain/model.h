@@ -201,6 +201,8 @@ typedef struct {
     /* sequence parallelism's: all[n * tp] = every rank's n floats in rank order; mine[n] = rank r's block of the sum of all[n * tp] */
     dt_status (*allgather)(void *ctx, const float *mine, float *all, size_t n);
     dt_status (*reduce_scatter)(void *ctx, const float *all, float *mine, size_t n);
+    /* inference's: n int32 from the group's rank 0 to the others (the rows a decoding step runs) */
+    dt_status (*broadcast)(void *ctx, int32_t *buf, size_t n);
 } dt_tp_ops;
 
 /* Context parallelism's attention as the model calls it (parallel/

@@ -5,6 +5,7 @@
 #ifndef DTRAIN_SERVE_H
 #define DTRAIN_SERVE_H
 
+#include "dtrain/comm.h"
 #include "dtrain/infer.h"
 
 #ifdef __cplusplus
@@ -23,12 +24,15 @@ typedef struct {
     const char *bpe_encoder, *bpe_vocab; /* GPT-2's BPE files (NULL: a byte-level model) */
     size_t max_body;                 /* bytes a request body may have */
     double upload_seconds;           /* a request body must arrive within this */
+    dt_comm *comm;                   /* tensor parallelism over its ranks (NULL: one process): rank 0 serves, the others follow */
 } dt_serve_options;
 
 /* Loads the model, listens, and serves until SIGINT or SIGTERM; then takes
  * no new request, finishes the ones it has, and returns. A model that does
  * not load, a quantization it cannot do, or an address it cannot listen on
- * fail before anything is served. */
+ * fail before anything is served. With comm, each rank holds its
+ * tensor-parallel part: rank 0 serves and leads, the others run its steps;
+ * a rank that dies stops the server with a message naming it. */
 dt_status dt_serve_run(const dt_serve_options *o);
 
 #ifdef __cplusplus

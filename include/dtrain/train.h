@@ -198,6 +198,12 @@ typedef struct {
 dt_status dt_generate(dt_gpt2 *m, dt_comm *pp, const int32_t *prompt, int nprompt, const dt_generate_options *o, dt_emit_fn emit,
                       void *ctx);
 
+/* The model a rank of w runs from a weights file or checkpoint: the whole
+ * one (w NULL or one rank), or its pipeline stage (stages split by cost at
+ * the model's longest context), or with tp its tensor-parallel part (its
+ * collectives *ops over w, which must outlive the model). */
+dt_status dt_generate_load(const char *model, dt_comm *w, bool tp, dt_tp_ops *ops, dt_gpt2 **out);
+
 /* Reads a DeepSpeed-style JSON config (a subset: train_micro_batch_size_per_gpu,
  * gradient_accumulation_steps, optimizer {type, params}, scheduler {type,
  * params}, gradient_clipping, steps) into c. Unknown keys warn; bad values fail

@@ -3,6 +3,7 @@
 #include "dtrain/data.h"
 #include "dtrain/infer.h"
 #include "dtrain/io.h"
+#include "dtrain/parallel.h"
 #include "dtrain/train.h"
 
 #include <errno.h>
@@ -16,6 +17,8 @@ static void emit_byte(int token, void *ctx) {
     else printf("<%d>", token);
     fflush(stdout);
 }
+
+static void emit_none(int token, void *ctx) { (void)token; (void)ctx; }
 
 static void emit_id(int token, void *ctx) {
     dt_bpe *b = ctx;
@@ -31,69 +34,28 @@ static const dt_cli_flag flags[] = {
     { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 1e7" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--help", "" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--pp", "a whole number of stages from 1 to 65536" },
-    { "--top-p", "a number above 0 and at most 1" }, { "--no-cache", "" }, { "--quantize", "int8 (or none)" }, { NULL, NULL },
+    { "--top-p", "a number above 0 and at most 1" }, { "--no-cache", "" }, { "--quantize", "int8 (or none)" },
+    { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" }, { NULL, NULL },
 };
-
-/* The model this rank runs: the whole one, or over several ranks (w) its pipeline stage (stages split by cost at the
- * model's longest context, as training splits them). */
-static dt_status load_stage(const char *model, dt_comm *w, dt_gpt2 **out) {
-    dt_status st = dt_checkpoint_load_weights(model, 0, out, NULL);
-    int p = w ? dt_comm_size(w) : 1;
-    if (st || p == 1) return st;
-    dt_gpt2 *whole = *out;
-    dt_gpt2_config cfg = *dt_gpt2_get_config(whole);
-    dt_gpt2_part part = dt_gpt2_whole(&cfg);
-    *out = NULL;
-    st = dt_gpt2_stage_part(&cfg, cfg.max_seq_len, p, 1, dt_comm_rank(w), &part);
-    if (!st) st = dt_gpt2_create_part(&cfg, &part, out);
-    if (!st) st = dt_gpt2_copy_slices(whole, *out);
-    dt_gpt2_destroy(whole);
-    if (st) { dt_gpt2_destroy(*out); *out = NULL; return dt_error(st, "generate --pp %d: %s", p, dt_last_error()); }
-    return DT_OK;
-}
-
-/* --nproc N on one machine: the command line again per rank; in a job (those ranks, mpirun's), the world. */
-static int join(double nproc, double pp, char **argv, dt_comm **w, int *launched) {
-    dt_launch_kind kind;
-    *w = NULL;
-    *launched = -1;
-    if (dt_comm_detect_launch(&kind)) { dt_log(DT_LOG_ERROR, "generate: %s", dt_last_error()); return 2; }
-    if (nproc > 1 && kind == DT_LAUNCH_NONE && pp != nproc) {
-        dt_log(DT_LOG_ERROR, "generate: --nproc %g needs --pp %g (generate runs one pipeline stage per rank)", nproc, nproc);
-        return 2;
-    }
-    if (nproc > 1 && kind == DT_LAUNCH_NONE) { *launched = dt_comm_launch((int)nproc, argv - 1); return 0; }
-    if (nproc > 1 && kind == DT_LAUNCH_MPI) {
-        dt_log(DT_LOG_ERROR, "generate: --nproc %g inside an mpirun/srun job: the job's ranks are the ranks (drop --nproc)", nproc);
-        return 2;
-    }
-    if (kind != DT_LAUNCH_NONE && dt_comm_init(w)) { dt_log(DT_LOG_ERROR, "generate: %s", dt_last_error()); return 1; }
-    int ranks = *w ? dt_comm_size(*w) : 1;
-    if ((pp > 0 ? pp : 1) != ranks) {
-        dt_log(DT_LOG_ERROR, "generate: --pp %g, but the job has %d rank%s (generate runs one pipeline stage per rank: give --pp %d)",
-               pp > 0 ? pp : 1, ranks, ranks == 1 ? "" : "s", ranks);
-        return 2;
-    }
-    return 0;
-}
 
 /* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--nproc N --pp N] */
 int dt_cli_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *enc = NULL, *merges = NULL;
-    double count = 200, temp = 0.8, topk = 40, seed = 42, nproc = 1, npp = 0, topp = 1;
+    double count = 200, temp = 0.8, topk = 40, seed = 42, nproc = 1, npp = 0, topp = 1, ntp = 0;
     int cache = 1;
     dt_quant quant = DT_QUANT_NONE;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain generate --model FILE|DIR --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
-                   "                       [--top-p 1] [--quantize int8] [--no-cache] [--bpe ENCODER.json VOCAB.bpe] [--nproc N --pp N]\n"
+                   "                       [--top-p 1] [--quantize int8] [--no-cache] [--bpe ENCODER.json VOCAB.bpe] [--nproc N --pp N|--tp N]\n"
                    "Byte-level models (vocabulary 256) read and print bytes; with --bpe, GPT-2 BPE.\n"
                    "The prompt is read once into a key/value cache and each token costs one row through the model;\n"
                    "--no-cache runs each token's whole window through forward instead (the reference the cache is checked\n"
                    "against). --quantize int8: the Linears and the head in int8, a scale per output channel.\n"
                    "--pp N: the model split into N pipeline stages, one per rank (--nproc N local ranks, or mpirun's),\n"
-                   "each context through the stages in turn; the last prints.\n");
+                   "each context through the stages in turn; the last prints. --tp N: into N tensor-parallel parts\n"
+                   "(Megatron's split), the cache's decoder on each; rank 0 prints.\n");
             return 0;
         }
         if (!strcmp(f, "--no-cache")) { cache = 0; continue; }
@@ -109,6 +71,7 @@ int dt_cli_generate(int argc, char **argv) {
         else if (!strcmp(f, "--top-k") && dt_cli_number(v, 0, 1e7, &topk)) {}
         else if (!strcmp(f, "--seed") && dt_cli_number(v, 0, 1e18, &seed)) {}
         else if (!strcmp(f, "--top-p") && dt_cli_number(v, 1e-9, 1, &topp)) {}
+        else if (!strcmp(f, "--tp") && dt_cli_number(v, 1, 256, &ntp) && ntp == (int)ntp) {}
         else if (!strcmp(f, "--quantize") && v && !dt_quant_parse(v, &quant)) {}
         else if (!strcmp(f, "--nproc") && dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc) {}
         else if (!strcmp(f, "--pp") && dt_cli_number(v, 1, 65536, &npp) && npp == (int)npp) {}
@@ -116,15 +79,24 @@ int dt_cli_generate(int argc, char **argv) {
     }
     if (!model || !prompt) { dt_log(DT_LOG_ERROR, "generate: --model FILE and --prompt TEXT are required"); return 2; }
     if (quant != DT_QUANT_NONE && (!cache || npp > 1)) {
-        dt_log(DT_LOG_ERROR, "generate: --quantize works through the cache on one process (not with --no-cache or --pp)");
+        dt_log(DT_LOG_ERROR, "generate: --quantize works through the cache (not with --no-cache or --pp)");
         return 2;
     }
+    if (ntp > 1 && (npp > 1 || !cache)) {
+        dt_log(DT_LOG_ERROR, "generate: --tp runs the cache's decoder on each rank's part (not with --pp or --no-cache)");
+        return 2;
+    }
+    bool tp = ntp > 1;
+    if (tp) npp = ntp;
     dt_comm *w;
-    int launched, rc = join(nproc, npp, argv, &w, &launched);
+    int launched, rc = dt_cli_join("generate", "one pipeline stage or tensor-parallel part per rank (--pp N or --tp N)", nproc, npp,
+                                   argv, &w, &launched);
     if (rc || launched >= 0) return rc ? rc : launched;
-    bool printer = !w || dt_comm_rank(w) == dt_comm_size(w) - 1;
+    /* a pipeline's last stage has the logits; tensor-parallel ranks all do, and rank 0 prints */
+    bool printer = !w || dt_comm_rank(w) == (tp ? 0 : dt_comm_size(w) - 1);
     dt_gpt2 *m;
-    if (load_stage(model, w, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); dt_comm_destroy(w); return 1; }
+    dt_tp_ops ops;
+    if (dt_generate_load(model, w, tp, &ops, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); dt_comm_destroy(w); return 1; }
     int V = dt_gpt2_get_config(m)->vocab_size;
     dt_bpe *b = NULL;
     int32_t *p = NULL;
@@ -155,7 +127,8 @@ int dt_cli_generate(int argc, char **argv) {
     if (!st) {
         if (printer) printf("%s", prompt);
         dt_generate_options o = { (int)count, { (float)temp, (int)topk, (float)topp }, (uint64_t)seed, cache, quant };
-        st = dt_generate(m, w, p, n, &o, b || V != 256 ? emit_id : emit_byte, b);
+        dt_emit_fn emit = !printer ? emit_none : b || V != 256 ? emit_id : emit_byte;
+        st = dt_generate(m, tp ? NULL : w, p, n, &o, emit, b);
         if (printer) printf("\n");
     }
     free(p);

@@ -11,26 +11,29 @@ static const dt_cli_flag flags[] = {
     { "--budget", "a whole number of rows a step from 1 to 65536" }, { "--queue", "a whole number of waiting requests from 0 to 1e6" },
     { "--quantize", "int8 (or none)" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" },
     { "--max-body", "a size in bytes from 1024 to 1e9" }, { "--upload-timeout", "seconds from 1 to 3600" }, { "--help", "" },
+    { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" },
     { NULL, NULL },
 };
 
 static void usage(void) {
     printf("usage: dtrain serve MODEL [--port 8000] [--host 127.0.0.1] [--threads N] [--slots 8] [--budget 256] [--queue 256]\n"
            "                    [--quantize int8] [--bpe ENCODER.json VOCAB.bpe] [--max-body 1048576] [--upload-timeout 10]\n"
+           "                    [--nproc N --tp N]\n"
            "MODEL: a weights file (.bin, .safetensors), an HF folder or a checkpoint directory. OpenAI's completions API:\n"
            "  POST /v1/completions  {\"prompt\", \"max_tokens\" (16), \"temperature\" (1), \"top_p\" (1), \"top_k\" (0: all),\n"
            "                         \"seed\" (0), \"stop\", \"stream\", \"echo\"}\n"
            "  GET /health, GET /metrics (Prometheus), GET /v1/models\n"
            "--slots requests decode together (continuous batching: they join and leave at every step); --budget rows\n"
            "(prompt tokens and one per decoding request) go through the model a step; --queue more wait, beyond that 503.\n"
-           "A request's tokens are the same whatever else is in the batch. SIGINT/SIGTERM: finish what is in hand, then exit.\n");
+           "A request's tokens are the same whatever else is in the batch. SIGINT/SIGTERM: finish what is in hand, then exit.\n"
+           "--tp N: the model in N tensor-parallel parts, one per rank (--nproc N local ranks, or mpirun's); rank 0 serves.\n");
 }
 
 int dt_cli_serve(int argc, char **argv) {
     dt_serve_options o = { .host = "127.0.0.1", .port = 8000, .threads = 0, .slots = 8, .budget = 256, .queue = 256,
                            .max_body = 1 << 20, .upload_seconds = 10 };
     double port = o.port, threads = 0, slots = o.slots, budget = o.budget, queue = o.queue, body = (double)o.max_body,
-           upload = o.upload_seconds;
+           upload = o.upload_seconds, nproc = 1, ntp = 0;
     bool budget_given = false;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -53,6 +56,8 @@ int dt_cli_serve(int argc, char **argv) {
         else if (!strcmp(f, "--quantize") && v && !dt_quant_parse(v, &o.quant)) {}
         else if (!strcmp(f, "--max-body") && dt_cli_number(v, 1024, 1e9, &body)) {}
         else if (!strcmp(f, "--upload-timeout") && dt_cli_number(v, 1, 3600, &upload)) {}
+        else if (!strcmp(f, "--nproc") && dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc) {}
+        else if (!strcmp(f, "--tp") && dt_cli_number(v, 1, 256, &ntp) && ntp == (int)ntp) {}
         else return dt_cli_flag_error("serve", flags, f, v);
     }
     if (!o.model) { dt_log(DT_LOG_ERROR, "serve: give the MODEL to serve (a weights file or a checkpoint directory)"); return 2; }
@@ -67,6 +72,10 @@ int dt_cli_serve(int argc, char **argv) {
         dt_log(DT_LOG_ERROR, "serve: --budget %d is below --slots %d (each step gives every decoding request a row)", o.budget, o.slots);
         return 2;
     }
-    if (dt_serve_run(&o)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
-    return 0;
+    int launched, rc = dt_cli_join("serve", "one tensor-parallel part per rank (--tp N)", nproc, ntp, argv, &o.comm, &launched);
+    if (rc || launched >= 0) return rc ? rc : launched;
+    dt_status st = dt_serve_run(&o);
+    if (st) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+    dt_comm_destroy(o.comm);
+    return st ? 1 : 0;
 }

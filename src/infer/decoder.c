@@ -41,6 +41,7 @@ struct dt_decoder {
     size_t slot_floats;
     int *filled; /* per slot: positions the cache holds */
     float *x, *xn, *qkv, *att, *fch, *fcg, *mean, *rstd, *scores, *local_logits;
+    int leader;              /* over a part: this rank sends each step's rows to the others, who follow */
     size_t weight_bytes;
 };
 
@@ -306,7 +307,7 @@ static dt_status head(dt_decoder *d, int m, float *logits) {
     return d->tp->allreduce(d->tp->ctx, logits, (size_t)m * V, 0);
 }
 
-dt_status dt_decoder_step(dt_decoder *d, const dt_infer_row *rows, int n, float *logits) {
+static dt_status step(dt_decoder *d, const dt_infer_row *rows, int n, float *logits) {
     dt_status st = check_rows(d, rows, n);
     int C = d->cfg.channels;
     if (st) return st;
@@ -320,6 +321,50 @@ dt_status dt_decoder_step(dt_decoder *d, const dt_infer_row *rows, int n, float 
     if (!m) return DT_OK;
     dt_layernorm_forward(d->xn, d->mean, d->rstd, d->x, d->lnfw, d->lnfb, m, C);
     if ((st = head(d, m, logits))) return dt_error(st, "decoder, tensor-parallel logits: %s", dt_last_error());
+    return DT_OK;
+}
+
+/* A step's rows as int32 words (dt_infer_row is four ints) for the group's broadcast. */
+_Static_assert(sizeof(dt_infer_row) == 4 * sizeof(int32_t), "dt_infer_row is four int32 words");
+
+dt_status dt_decoder_step(dt_decoder *d, const dt_infer_row *rows, int n, float *logits) {
+    if (d->leader) {
+        int32_t head = n;
+        dt_status st = d->tp->broadcast(d->tp->ctx, &head, 1);
+        if (!st && n > 0) st = d->tp->broadcast(d->tp->ctx, (int32_t *)rows, (size_t)n * 4);
+        if (st) return dt_error(st, "decoder, sending a step's rows to the other tensor-parallel ranks: %s", dt_last_error());
+    }
+    return n > 0 ? step(d, rows, n, logits) : DT_OK;
+}
+
+dt_status dt_decoder_lead(dt_decoder *d) {
+    if (!d->tp) return dt_error(DT_ERR_ARG, "decoder: only a tensor-parallel part has others to lead");
+    d->leader = 1;
+    return DT_OK;
+}
+
+dt_status dt_decoder_release(dt_decoder *d) {
+    int32_t head = -1;
+    if (!d->leader) return DT_OK;
+    d->leader = 0;
+    return d->tp->broadcast(d->tp->ctx, &head, 1);
+}
+
+dt_status dt_decoder_follow(dt_decoder *d) {
+    if (!d->tp) return dt_error(DT_ERR_ARG, "decoder: only a tensor-parallel part follows a leader");
+    dt_infer_row *rows = malloc(sizeof *rows * (size_t)d->max_rows);
+    float *logits = malloc(sizeof(float) * (size_t)d->max_rows * (size_t)d->cfg.vocab_size);
+    dt_status st = rows && logits ? DT_OK : dt_error(DT_ERR_NOMEM, "decoder: out of memory to follow");
+    for (;;) {
+        int32_t head = 0;
+        if (!st) st = d->tp->broadcast(d->tp->ctx, &head, 1);
+        if (st || head < 0) break;
+        if (head > d->max_rows) { st = dt_error(DT_ERR_MISMATCH, "decoder: the leader sent %d rows, more than %d", (int)head, d->max_rows); break; }
+        if (head > 0 && !(st = d->tp->broadcast(d->tp->ctx, (int32_t *)rows, (size_t)head * 4))) st = step(d, rows, head, logits);
+    }
+    free(rows);
+    free(logits);
+    if (st) return dt_error(st, "decoder, following the leading tensor-parallel rank: %s", dt_last_error());
     return DT_OK;
 }
 

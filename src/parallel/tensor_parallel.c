@@ -17,4 +17,6 @@ static dt_status tp_reduce_scatter(void *ctx, const float *all, float *mine, siz
     return dt_comm_reduce_scatter(ctx, all, mine, n, DT_F32, DT_SUM);
 }
 
-dt_tp_ops dt_tp_ops_over(dt_comm *tp) { return (dt_tp_ops){ tp, tp_allreduce, tp_allgather, tp_reduce_scatter }; }
+static dt_status tp_broadcast(void *ctx, int32_t *buf, size_t n) { return dt_comm_broadcast(ctx, buf, n, DT_I32, 0); }
+
+dt_tp_ops dt_tp_ops_over(dt_comm *tp) { return (dt_tp_ops){ tp, tp_allreduce, tp_allgather, tp_reduce_scatter, tp_broadcast }; }

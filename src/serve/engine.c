@@ -4,6 +4,7 @@
  * HTTP thread that waits on the job sends it. */
 #include "serve_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@ struct serve_engine {
     serve_job *head, *tail;
     serve_job **running;      /* the jobs in the batcher (its slots' worth) */
     bool draining, broken;
+    char why[256];            /* what broke it */
     serve_stats st;
     long new_tokens;          /* engine thread only: tokens since its last tally */
     double rate_t0;
@@ -191,6 +193,22 @@ static void tally(serve_engine *e, double busy) {
     }
 }
 
+/* Under e->mu, after a failed step (a rank died, or a bug; not a request's fault): say it, end every job, take no more work. */
+static void fail_all(serve_engine *e) {
+    dt_log(DT_LOG_ERROR, "serve: a decoding step failed: %s", dt_last_error());
+    snprintf(e->why, sizeof e->why, "%s", dt_last_error());
+    e->broken = e->draining = true;
+    for (int i = 0; i < e->st.slots; i++)
+        if (e->running[i]) { finish_unrun(e->running[i], "a decoding step failed"); e->running[i] = NULL; }
+    while (e->head) {
+        serve_job *j = e->head;
+        e->head = j->next;
+        e->st.queued--;
+        finish_unrun(j, "a decoding step failed");
+    }
+    e->tail = NULL;
+}
+
 static void *engine_main(void *arg) {
     serve_engine *e = arg;
     pthread_mutex_lock(&e->mu);
@@ -201,7 +219,16 @@ static void *engine_main(void *arg) {
             e->st.tokens_per_s = 0;
             e->rate_t0 = serve_now();
             e->rate_tok0 = e->st.tokens;
-            pthread_cond_wait(&e->cv, &e->mu);
+            struct timespec t;
+            clock_gettime(CLOCK_REALTIME, &t);
+            t.tv_sec += 1;
+            if (pthread_cond_timedwait(&e->cv, &e->mu, &t) == ETIMEDOUT) {
+                /* idle: a step of no rows tells tensor-parallel followers the leader lives (their stall watch) */
+                pthread_mutex_unlock(&e->mu);
+                dt_status st = dt_decoder_step(e->d, NULL, 0, NULL);
+                pthread_mutex_lock(&e->mu);
+                if (st) { fail_all(e); break; }
+            }
             continue;
         }
         pthread_mutex_unlock(&e->mu);
@@ -209,13 +236,7 @@ static void *engine_main(void *arg) {
         dt_status st = dt_batcher_step(e->b);
         pthread_mutex_lock(&e->mu);
         tally(e, serve_now() - t0);
-        if (st) { /* a bug, not a request's fault: say it, end every job, and take no more work */
-            dt_log(DT_LOG_ERROR, "serve: a decoding step failed: %s", dt_last_error());
-            e->broken = e->draining = true;
-            for (int i = 0; i < e->st.slots; i++)
-                if (e->running[i]) { finish_unrun(e->running[i], "a decoding step failed"); e->running[i] = NULL; }
-            break;
-        }
+        if (st) { fail_all(e); break; }
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -284,6 +305,13 @@ bool serve_engine_idle(serve_engine *e) {
     for (int i = 0; i < e->st.slots; i++) idle &= !e->running[i];
     pthread_mutex_unlock(&e->mu);
     return idle;
+}
+
+bool serve_engine_broken(serve_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    bool b = e->broken;
+    pthread_mutex_unlock(&e->mu);
+    return b;
 }
 
 void serve_engine_destroy(serve_engine *e) {

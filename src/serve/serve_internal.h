@@ -91,6 +91,8 @@ serve_stats serve_engine_stats(serve_engine *e);
 /* Stop taking jobs; finish the queued and running ones; then the thread ends (destroy joins it). */
 void serve_engine_drain(serve_engine *e);
 bool serve_engine_idle(serve_engine *e);
+/* Whether a decoding step failed (the engine takes no more work; the server stops). */
+bool serve_engine_broken(serve_engine *e);
 void serve_engine_destroy(serve_engine *e);
 
 double serve_now(void);

@@ -4,6 +4,7 @@
  * SIGINT/SIGTERM: no new requests (503), the queued and running ones
  * finished and sent, and a summary. */
 #include "dtrain/kernels.h"
+#include "dtrain/parallel.h"
 #include "dtrain/serve.h"
 #include "dtrain/train.h"
 #include "serve_http.h"
@@ -63,9 +64,10 @@ static dt_status load_vocab(const dt_serve_options *o, const dt_gpt2_config *c, 
     return DT_OK;
 }
 
-static void wait_for_stop(void) {
+/* Until SIGINT/SIGTERM, or a decoding step fails (a tensor-parallel rank died): the engine has said which. */
+static void wait_for_stop(serve_engine *e) {
     struct timespec t = { 0, 100000000 };
-    while (!dt_train_interrupted()) nanosleep(&t, NULL);
+    while (!dt_train_interrupted() && !serve_engine_broken(e)) nanosleep(&t, NULL);
 }
 
 /* Drain: new requests refused, the engine's work finished, the last bytes sent (a few seconds' grace for idle keep-alives). */
@@ -88,6 +90,7 @@ static dt_status run(const dt_serve_options *o, dt_gpt2 *m, serve_vocab *v) {
     int fd = -1, port = 0;
     bool v6 = false;
     dt_status st = dt_decoder_create(m, o->quant, o->slots, o->budget, &d);
+    if (!st && o->comm && dt_comm_size(o->comm) > 1) st = dt_decoder_lead(d);
     if (!st) st = serve_engine_create(d, v, o->budget, o->queue, &e);
     if (!st) st = listen_on(o->host, o->port, &fd, &port, &v6);
     serve_http h = { e, v, o->model, c->max_seq_len, o->max_body, o->upload_seconds, false, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0 };
@@ -105,8 +108,9 @@ static dt_status run(const dt_serve_options *o, dt_gpt2 *m, serve_vocab *v) {
                dt_quant_name(o->quant), dt_decoder_weight_bytes(d) / 1e6, o->slots, o->budget, dt_kernels_threads(), v6 ? "[" : "",
                o->host, v6 ? "]" : "", port);
         fflush(stdout);
-        wait_for_stop();
-        printf("dtrain serve: stopping: finishing the requests in hand\n");
+        wait_for_stop(e);
+        bool broken = serve_engine_broken(e);
+        printf("dtrain serve: stopping: %s\n", broken ? "a decoding step failed" : "finishing the requests in hand");
         fflush(stdout);
         drain(&h, e, md);
         serve_stats s = serve_engine_stats(e);
@@ -114,10 +118,21 @@ static dt_status run(const dt_serve_options *o, dt_gpt2 *m, serve_vocab *v) {
         printf("dtrain serve: served %ld requests (%ld completed, %ld cancelled, %ld turned away), %ld tokens generated from %ld "
                "prompt tokens in %.1f s of decoding\n", s.requests, s.completed, s.cancelled, s.rejected, s.tokens, s.prompt_tokens,
                s.busy_s);
+        if (broken) st = dt_error(DT_ERR_PEER, "serve: stopped: a decoding step failed (the error above names why)");
     } else if (fd >= 0) {
         close(fd);
     }
     serve_engine_destroy(e);
+    if (d && !st) st = dt_decoder_release(d); /* the followers return */
+    dt_decoder_destroy(d);
+    return st;
+}
+
+/* A tensor-parallel rank other than 0: the leader's steps, until it releases us or a collective fails. */
+static dt_status follow(const dt_serve_options *o, dt_gpt2 *m) {
+    dt_decoder *d = NULL;
+    dt_status st = dt_decoder_create(m, o->quant, o->slots, o->budget, &d);
+    if (!st) st = dt_decoder_follow(d);
     dt_decoder_destroy(d);
     return st;
 }
@@ -125,8 +140,15 @@ static dt_status run(const dt_serve_options *o, dt_gpt2 *m, serve_vocab *v) {
 dt_status dt_serve_run(const dt_serve_options *o) {
     dt_kernels_set_threads(o->threads);
     dt_gpt2 *m = NULL;
-    dt_status st = dt_checkpoint_load_weights(o->model, 0, &m, NULL);
+    dt_tp_ops ops;
+    bool tp = o->comm && dt_comm_size(o->comm) > 1;
+    dt_status st = dt_generate_load(o->model, o->comm, tp, &ops, &m);
     serve_vocab v = { 0 };
+    if (!st && tp && dt_comm_rank(o->comm) > 0) {
+        st = follow(o, m);
+        dt_gpt2_destroy(m);
+        return st;
+    }
     if (!st) st = load_vocab(o, dt_gpt2_get_config(m), &v);
     if (!st) {
         signal(SIGPIPE, SIG_IGN);

@@ -5,6 +5,7 @@
  * stages, each context through them in turn) the whole window of the last
  * max_seq_len tokens goes through forward for each new token. */
 #include "dtrain/infer.h"
+#include "dtrain/parallel.h"
 #include "dtrain/train.h"
 
 #include <stdlib.h>
@@ -101,4 +102,29 @@ dt_status dt_generate(dt_gpt2 *m, dt_comm *pp, const int32_t *prompt, int npromp
     else st = generate_windows(m, staged ? pp : NULL, toks, nprompt, o, emit, ctx);
     free(toks);
     return st;
+}
+
+/* The model this rank runs: the whole one, or over several ranks (w) its pipeline stage (stages split by cost at the
+ * model's longest context, as training splits them) or, with tp, its tensor-parallel part (collectives ops over w). */
+dt_status dt_generate_load(const char *model, dt_comm *w, bool tp, dt_tp_ops *ops, dt_gpt2 **out) {
+    dt_status st = dt_checkpoint_load_weights(model, 0, out, NULL);
+    int p = w ? dt_comm_size(w) : 1;
+    if (st || p == 1) return st;
+    dt_gpt2 *whole = *out;
+    dt_gpt2_config cfg = *dt_gpt2_get_config(whole);
+    dt_gpt2_part part = dt_gpt2_whole(&cfg);
+    *out = NULL;
+    if (tp) {
+        *ops = dt_tp_ops_over(w);
+        part.tp_rank = dt_comm_rank(w);
+        part.tp_size = p;
+        part.tp = ops;
+    } else {
+        st = dt_gpt2_stage_part(&cfg, cfg.max_seq_len, p, 1, dt_comm_rank(w), &part);
+    }
+    if (!st) st = dt_gpt2_create_part(&cfg, &part, out);
+    if (!st) st = dt_gpt2_copy_slices(whole, *out);
+    dt_gpt2_destroy(whole);
+    if (st) { dt_gpt2_destroy(*out); *out = NULL; return dt_error(st, "--%s %d: %s", tp ? "tp" : "pp", p, dt_last_error()); }
+    return DT_OK;
 }
