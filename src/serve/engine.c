@@ -21,7 +21,6 @@ struct serve_engine {
     serve_job *head, *tail;
     serve_job **running;      /* the jobs in the batcher (its slots' worth) */
     bool draining, broken;
-    char why[256];            /* what broke it */
     serve_stats st;
     long new_tokens;          /* engine thread only: tokens since its last tally */
     double rate_t0;
@@ -196,7 +195,6 @@ static void tally(serve_engine *e, double busy) {
 /* Under e->mu, after a failed step (a rank died, or a bug; not a request's fault): say it, end every job, take no more work. */
 static void fail_all(serve_engine *e) {
     dt_log(DT_LOG_ERROR, "serve: a decoding step failed: %s", dt_last_error());
-    snprintf(e->why, sizeof e->why, "%s", dt_last_error());
     e->broken = e->draining = true;
     for (int i = 0; i < e->st.slots; i++)
         if (e->running[i]) { finish_unrun(e->running[i], "a decoding step failed"); e->running[i] = NULL; }

@@ -123,7 +123,7 @@ static dt_status run(const dt_serve_options *o, dt_gpt2 *m, serve_vocab *v) {
         close(fd);
     }
     serve_engine_destroy(e);
-    if (d && !st) st = dt_decoder_release(d); /* the followers return */
+    if (d && dt_decoder_release(d) && !st) st = dt_error(DT_ERR_PEER, "serve: %s", dt_last_error()); /* the followers return */
     dt_decoder_destroy(d);
     return st;
 }
