@@ -286,6 +286,7 @@ dt_status serve_engine_submit(serve_engine *e, serve_job *j) {
 serve_stats serve_engine_stats(serve_engine *e) {
     pthread_mutex_lock(&e->mu);
     serve_stats s = e->st;
+    s.broken = e->broken;
     pthread_mutex_unlock(&e->mu);
     return s;
 }
@@ -303,13 +304,6 @@ bool serve_engine_idle(serve_engine *e) {
     for (int i = 0; i < e->st.slots; i++) idle &= !e->running[i];
     pthread_mutex_unlock(&e->mu);
     return idle;
-}
-
-bool serve_engine_broken(serve_engine *e) {
-    pthread_mutex_lock(&e->mu);
-    bool b = e->broken;
-    pthread_mutex_unlock(&e->mu);
-    return b;
 }
 
 void serve_engine_destroy(serve_engine *e) {

@@ -83,6 +83,7 @@ typedef struct {
     int running, slots, queued, queue_cap;
     double tokens_per_s; /* over the last second or more of work */
     double busy_s;       /* time spent stepping */
+    bool broken;         /* a decoding step failed: the engine takes no more work and the server stops */
 } serve_stats;
 dt_status serve_engine_create(dt_decoder *d, const serve_vocab *v, int budget, int queue_cap, serve_engine **out);
 /* Queues j (DT_ERR_UNSUPPORTED: the queue is full or the engine drains). */
@@ -91,8 +92,6 @@ serve_stats serve_engine_stats(serve_engine *e);
 /* Stop taking jobs; finish the queued and running ones; then the thread ends (destroy joins it). */
 void serve_engine_drain(serve_engine *e);
 bool serve_engine_idle(serve_engine *e);
-/* Whether a decoding step failed (the engine takes no more work; the server stops). */
-bool serve_engine_broken(serve_engine *e);
 void serve_engine_destroy(serve_engine *e);
 
 double serve_now(void);

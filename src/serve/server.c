@@ -67,7 +67,7 @@ static dt_status load_vocab(const dt_serve_options *o, const dt_gpt2_config *c, 
 /* Until SIGINT/SIGTERM, or a decoding step fails (a tensor-parallel rank died): the engine has said which. */
 static void wait_for_stop(serve_engine *e) {
     struct timespec t = { 0, 100000000 };
-    while (!dt_train_interrupted() && !serve_engine_broken(e)) nanosleep(&t, NULL);
+    while (!dt_train_interrupted() && !serve_engine_stats(e).broken) nanosleep(&t, NULL);
 }
 
 /* Drain: new requests refused, the engine's work finished, the last bytes sent (a few seconds' grace for idle keep-alives). */
@@ -109,7 +109,7 @@ static dt_status run(const dt_serve_options *o, dt_gpt2 *m, serve_vocab *v) {
                o->host, v6 ? "]" : "", port);
         fflush(stdout);
         wait_for_stop(e);
-        bool broken = serve_engine_broken(e);
+        bool broken = serve_engine_stats(e).broken;
         printf("dtrain serve: stopping: %s\n", broken ? "a decoding step failed" : "finishing the requests in hand");
         fflush(stdout);
         drain(&h, e, md);
