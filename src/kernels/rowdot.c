@@ -80,6 +80,7 @@ AVX2 static inline __m256 load_w8(const int8_t *w) {
         for (int o = 0; o < NO; o++) wv[o] = LOAD(w + (size_t)o * ldw + k);                                            \
         for (int r = 0; r < R; r++) {                                                                                  \
             __m256 xv = _mm256_loadu_ps(x + (size_t)r * ldx + k);                                                      \
+            __asm__("" : "+x"(xv)); /* in a register: else each FMA loads it again, and loads set the pace */            \
             for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                            \
         }                                                                                                              \
     }                                                                                                                  \
