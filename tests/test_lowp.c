@@ -98,7 +98,7 @@ static void linear_lp(dt_dtype t) {
     dt_lp_pack(b, bf, OC, t);
     dt_lp_unpack(wf, w, (size_t)OC * C, t);
     dt_lp_unpack(bf, b, OC, t);
-    dt_matmul_forward_lp(out, inp, w, b, BT, C, OC, t, work, nwork);
+    dt_matmul_forward_lp(out, inp, w, b, BT, C, OC, t, work, nwork, 0);
     double worst = 0;
     int not16 = 0;
     for (int i = 0; i < BT; i++)
@@ -118,7 +118,7 @@ static void linear_lp(dt_dtype t) {
     printf("%s linear forward (%d chunks of rows): worst relative error %.2g, one %s ulp %.2g\n", tn, (OC + 255) / 256, worst, tn, ulp);
 
     dt_lp_round(dout, (size_t)BT * OC, t);
-    dt_matmul_backward_lp(dinp, dw, db, dout, inp, w, BT, C, OC, t, work, nwork);
+    dt_matmul_backward_lp(dinp, dw, db, dout, inp, w, BT, C, OC, t, work, nwork, 0);
     int di16 = 0, dw16 = 0;
     double wi = 0, ww = 0, wb = 0;
     for (int i = 0; i < BT; i++)
@@ -191,7 +191,7 @@ static void head_lp16(dt_dtype t) {
     for (size_t i = 0; i < (size_t)OC * C; i++) wf[i] = urand();
     for (int i = 0; i < BT; i++) tg[i] = (i * 37) % V;
     dt_lp_pack(w, wf, (size_t)OC * C, t);
-    dt_matmul_forward_lp(ref, inp, w, NULL, BT, C, OC, t, work, big);
+    dt_matmul_forward_lp(ref, inp, w, NULL, BT, C, OC, t, work, big, 0);
     dt_matmul_forward_lp16(out, inp, w, BT, C, OC, t, work, nwork);
     dt_lp_unpack(got, out, (size_t)BT * OC, t);
     /* the same products summed in f32 by sgemm calls of other shapes: an f32 ulp may tip a 16-bit rounding */
@@ -212,11 +212,11 @@ static void head_lp16(dt_dtype t) {
     for (int i = 0; i < BT; i++) differ += la[i] != lb[i];
     for (int i = 0; i < BT * OC; i++) differ += !same(got[i], ref[i]);
     EXPECT(!differ, "%s cross-entropy on 16-bit logits: %d losses or gradients differ from the f32 one's", tn, differ);
-    dt_matmul_backward_lp(di, dw, NULL, ref, inp, w, BT, C, OC, t, work, big);
-    dt_matmul_backward_lp16(di16, dw16, out, NULL, inp, w, BT, C, OC, t, work, nwork);
+    dt_matmul_backward_lp(di, dw, NULL, ref, inp, w, BT, C, OC, t, work, big, 0);
+    dt_matmul_backward_lp16(di16, dw16, out, NULL, inp, w, BT, C, OC, t, work, nwork, 0);
     /* the loss's gradient computed block by block as backward reads the logits: the same bits as the fused pass */
-    dt_ce_grad ce = { stats, tg, V, 0.5f };
-    dt_matmul_backward_lp16(di_ce, dw_ce, logits, &ce, inp, w, BT, C, OC, t, work, nwork);
+    dt_ce_grad ce = { .stats = stats, .targets = tg, .V = V, .dscale = 0.5f };
+    dt_matmul_backward_lp16(di_ce, dw_ce, logits, &ce, inp, w, BT, C, OC, t, work, nwork, 0);
     int ce_differ = mc != mb;
     for (int i = 0; i < BT; i++) ce_differ += lc[i] != lb[i];
     for (int i = 0; i < BT * C; i++) ce_differ += !same(di_ce[i], di16[i]);

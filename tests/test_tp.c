@@ -11,6 +11,13 @@
  *   largest gradient, with recomputation on and off;
  * - the padded vocabulary rows never get a gradient;
  * - the same with sequence parallelism (T = 24: 2 and 3 divide it);
+ * - mixed precision (bf16, fp16, with and without sequence parallelism):
+ *   the part starts each step from the whole model's weights (so what is
+ *   compared is one step's arithmetic, not two trajectories), and its loss
+ *   and gradients are within a few 16-bit roundings of the whole's: a sum
+ *   over the group and one over the whole row differ in f32's last bits,
+ *   and where that straddles a 16-bit rounding boundary the value moves by
+ *   one 16-bit step (the same happens between data-parallel ranks);
  * - heads that do not divide by N are refused, naming the numbers.
  * Runs under dtrain launch -n N. */
 #include "dtrain/parallel.h"
@@ -56,7 +63,7 @@ static void sgd(float *p, const float *g, size_t n, float lr) {
     for (size_t i = 0; i < n; i++) p[i] -= lr * g[i];
 }
 
-static void run(dt_comm *tpc, int V, int Vp, int recompute, int sp) {
+static void run(dt_comm *tpc, int V, int Vp, int recompute, int sp, dt_dtype prec) {
     int N = dt_comm_size(tpc), B = 2, T = 24, BT = B * T;
     dt_gpt2_config cfg = { 32, V, Vp, 2, 6, 48 };
     dt_tp_ops ops = dt_tp_ops_over(tpc);
@@ -69,6 +76,7 @@ static void run(dt_comm *tpc, int V, int Vp, int recompute, int sp) {
     if (dt_gpt2_create(&cfg, &whole) || dt_gpt2_create_part(&cfg, &part, &m)) { CHECK(0, "create: %s", dt_last_error()); return; }
     dt_gpt2_set_recompute(whole, recompute);
     dt_gpt2_set_recompute(m, recompute);
+    if (dt_gpt2_set_precision(whole, prec) || dt_gpt2_set_precision(m, prec)) { CHECK(0, "precision: %s", dt_last_error()); return; }
     dt_gpt2_init_random(whole, 7);
     dt_gpt2_init_random(m, 7);
     int nt;
@@ -98,7 +106,8 @@ static void run(dt_comm *tpc, int V, int Vp, int recompute, int sp) {
         float lw = 0, lp = 0;
         dt_gpt2_zero_grad(whole);
         dt_gpt2_zero_grad(m);
-        dt_status st = dt_gpt2_forward(whole, in, tg, B, T, &lw);
+        dt_status st = prec == DT_F32 ? DT_OK : dt_gpt2_copy_slices(whole, m); /* 16 bits: one step's arithmetic */
+        if (!st) st = dt_gpt2_forward(whole, in, tg, B, T, &lw);
         if (!st) st = dt_gpt2_backward(whole, 1.0f);
         if (!st) st = dt_gpt2_forward(m, in, tg, B, T, &lp);
         if (!st) st = dt_gpt2_backward(m, 1.0f);
@@ -114,9 +123,13 @@ static void run(dt_comm *tpc, int V, int Vp, int recompute, int sp) {
         sgd(dt_gpt2_params(whole), dt_gpt2_grads(whole), dt_gpt2_num_params(whole), 0.05f);
         sgd(dt_gpt2_params(m), dt_gpt2_grads(m), dt_gpt2_num_params(m), 0.05f);
     }
-    const char *how = recompute && sp ? ", sequence parallel, recomputing" : recompute ? ", recomputing" : sp ? ", sequence parallel" : "";
-    CHECK(worst_loss <= 1e-6, "TP %d, V %d%s: loss differs from one process by %.3g relative", N, V, how, worst_loss);
-    CHECK(worst_grad <= 1e-5, "TP %d, V %d%s: %s's gradient differs by %.3g of its largest", N, V, how, worst_name, worst_grad);
+    char how[96];
+    snprintf(how, sizeof how, "%s%s%s%s", prec == DT_F32 ? "" : ", ", prec == DT_F32 ? "" : dt_precision_name(prec),
+             sp ? ", sequence parallel" : "", recompute ? ", recomputing" : "");
+    /* f32: the sums' order only; 16 bits: a value that rounds the other way moves by 2^-8 (bf16) or 2^-11 (fp16) of itself */
+    double tol_loss = prec == DT_F32 ? 1e-6 : 1e-5, tol_grad = prec == DT_F32 ? 1e-5 : prec == DT_BF16 ? 2e-2 : 4e-3;
+    CHECK(worst_loss <= tol_loss, "TP %d, V %d%s: loss differs from one process by %.3g relative", N, V, how, worst_loss);
+    CHECK(worst_grad <= tol_grad, "TP %d, V %d%s: %s's gradient differs by %.3g of its largest", N, V, how, worst_name, worst_grad);
     CHECK(padded_touched == 0, "TP %d, V %d: %d padded vocabulary entries got a gradient", N, V, padded_touched);
     if (me == 0)
         printf("TP %d, V %d (Vp %d)%s: 20 steps, worst loss difference %.3g relative, worst gradient %.3g (%s)\n", N, V, Vp, how,
@@ -132,12 +145,17 @@ int main(void) {
     if (dt_comm_init(&w)) { fprintf(stderr, "init: %s\n", dt_last_error()); return 1; }
     me = dt_comm_rank(w);
     dt_kernels_set_threads(1);
-    run(w, 257, 260, 0, 0);
-    run(w, 257, 260, 1, 0);
-    run(w, 50257, 50304, 0, 0);
-    run(w, 257, 260, 0, 1);
-    run(w, 257, 260, 1, 1);
-    run(w, 50257, 50304, 0, 1);
+    run(w, 257, 260, 0, 0, DT_F32);
+    run(w, 257, 260, 1, 0, DT_F32);
+    run(w, 50257, 50304, 0, 0, DT_F32);
+    run(w, 257, 260, 0, 1, DT_F32);
+    run(w, 257, 260, 1, 1, DT_F32);
+    run(w, 50257, 50304, 0, 1, DT_F32);
+    run(w, 257, 260, 0, 0, DT_BF16);
+    run(w, 257, 260, 0, 1, DT_BF16);
+    run(w, 50257, 50304, 1, 1, DT_BF16);
+    run(w, 257, 260, 0, 0, DT_F16);
+    run(w, 257, 260, 0, 1, DT_F16);
     /* heads that do not divide: refused before anything is built */
     dt_gpt2_config cfg = { 32, 257, 260, 2, 6, 48 };
     dt_tp_ops ops = dt_tp_ops_over(w);

@@ -2,6 +2,7 @@
 # Tensor parallelism gives the losses (and gradient norms) of one process
 # with the global batch, over 20 AdamW steps, within 1e-6 relative: TP 2 and
 # TP 3 (6 heads), sequence parallelism, DP 2 x TP 2 on 4 ranks with DDP and with ZeRO-1, -2 and -3
+# (and bf16/fp16 against one process in the same precision, within 1e-4: see there)
 # on the DP axis, gradient accumulation, clipping (which needs the norm over
 # the slices), recomputation, GPT-2's vocabulary 50257 and a byte-level 257
 # (padded to 320: TP 3's last rank holds fewer rows), and DP 2 x TP 2 under
@@ -24,10 +25,10 @@ worst() {
     paste <(field "$1" "$2") <(field "$1" "$3") |
         awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
 }
-compare() { # WHAT REF FILE
-    local l n
+compare() { # WHAT REF FILE [LOSS_TOL NORM_TOL]
+    local l n tl=${4:-1e-6} tn=${5:-1e-5}
     l=$(worst loss "$2" "$3") n=$(worst grad_norm "$2" "$3")
-    if [ "$l" != missing ] && [ "$n" != missing ] && awk "BEGIN{exit !($l <= 1e-6 && $n <= 1e-5)}"; then
+    if [ "$l" != missing ] && [ "$n" != missing ] && awk "BEGIN{exit !($l <= $tl && $n <= $tn)}"; then
         passed=$((passed + 1)); echo "ok   $1: worst relative difference over 20 steps: loss $l, gradient norm $n"
     else
         failed=$((failed + 1)); echo "FAIL $1: loss $l, norm $n"
@@ -52,9 +53,28 @@ run ref --vocab 256 --batch 4
 for s in ddp zero1 zero2 zero3; do
     run dp2tp2 --vocab 256 --batch 2 --nproc 4 --tp 2 --strategy $s && compare "DP 2 x TP 2, $s" "$dir/ref.jsonl" "$dir/dp2tp2.jsonl"
 done
+# GPT-2's vocabulary makes a rank's gradients more than DDP's first bucket: wte's slice must wait for the
+# embedding's rows before it is reduced (the tied rows are not deferred for a vocabulary slice)
+run ref --vocab 50257 --batch 4
+for s in ddp zero3; do
+    run dp2tp2 --vocab 50257 --batch 2 --nproc 4 --tp 2 --strategy $s &&
+        compare "V 50257, several buckets: DP 2 x TP 2, $s" "$dir/ref.jsonl" "$dir/dp2tp2.jsonl"
+done
+run ref --vocab 256 --batch 4
 run sp2 --vocab 256 --batch 4 --nproc 2 --tp 2 --sp && compare "TP 2, sequence parallel" "$dir/ref.jsonl" "$dir/sp2.jsonl"
 run sp4 --vocab 256 --batch 2 --nproc 4 --tp 2 --sp --strategy zero1 --recompute &&
     compare "DP 2 x TP 2, sequence parallel, ZeRO-1, recomputing" "$dir/ref.jsonl" "$dir/sp4.jsonl"
+# mixed precision against one process in the same precision. A Linear's sum over the group and one process's
+# over the whole row differ in f32's last bits; where that straddles a 16-bit rounding boundary the value moves by
+# a 16-bit step, and the trajectories part as DDP's do against one process (mixed_precision.sh: 1e-4)
+for prec in bf16 fp16; do
+    run ref16 --vocab 256 --batch 4 --precision $prec
+    run tp16 --vocab 256 --batch 4 --nproc 2 --tp 2 --precision $prec &&
+        compare "$prec: TP 2" "$dir/ref16.jsonl" "$dir/tp16.jsonl" 1e-4 1e-3
+done
+run ref16 --vocab 50257 --batch 4 --precision bf16
+run tp16 --vocab 50257 --batch 2 --nproc 4 --tp 2 --sp --strategy zero1 --precision bf16 &&
+    compare "bf16, V 50257: DP 2 x TP 2, sequence parallel, ZeRO-1" "$dir/ref16.jsonl" "$dir/tp16.jsonl" 1e-4 1e-3
 run acc --vocab 256 --batch 2 --grad-accum 2 --nproc 2 --tp 2 && compare "TP 2, batch 2 x 2 accumulation" "$dir/ref.jsonl" "$dir/acc.jsonl"
 run recompute --vocab 256 --batch 4 --nproc 2 --tp 2 --recompute && compare "TP 2, recomputing" "$dir/ref.jsonl" "$dir/recompute.jsonl"
 run clip1 --vocab 256 --batch 4 --grad-clip 0.5
@@ -132,7 +152,6 @@ refused "--sp with --seq 64 over 3 ranks" "--sp: --seq 64 does not split into --
 refused "--sp without --tp" "--sp splits the sequence over the tensor-parallel ranks" --sp
 refused "--tp 2 on an image model" "--tp 2: not with an image model" --model mlp --nproc 2 --tp 2
 refused "--tp 2 with 16-bit gradient storage" "--tp 2: not with --grad-store bf16" --nproc 2 --tp 2 --grad-store bf16
-refused "--tp 2 with bf16" "--tp 2: not with --precision bf16" --nproc 2 --tp 2 --precision bf16
 refused "--tp 2 saving a weights file" "--tp 2: not with --save FILE.bin" --nproc 2 --tp 2 --save "$dir/x.bin"
 # a rank killed in the middle of a layer: the other names it and the collective it was in, within a second
 "$DTRAIN" train "${common[@]}" --vocab 256 --batch 4 --nproc 2 --tp 2 --steps 1000000 > /dev/null 2> "$dir/kill.err" &

@@ -26,14 +26,18 @@ void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
  * of type t (DT_BF16 or DT_F16), inp f32 values that t can hold; out =
  * round_t(inp @ w^T + bias), the products summed in f32. work: scratch of
  * work_floats >= 2 * max(C, OC) floats (the weights are widened a chunk of
- * rows at a time, half of it each; 2 * OC * C: all at once). */
+ * rows at a time, half of it each; 2 * OC * C: all at once). partial: out
+ * is left in f32, a partial sum over part of C (a row-parallel Linear's)
+ * that the caller completes and then rounds, as the whole sum would be. */
 void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,
-                          dt_dtype t, float *work, size_t work_floats);
+                          dt_dtype t, float *work, size_t work_floats, int partial);
 /* dout holds values of t (autocast hands a 16-bit linear a 16-bit output
  * gradient: round it first); dinp = round_t(dinp + dout @ w) (start it at
- * zero); dw += round_t(dout^T @ inp); dbias += round_t(column sums of dout). */
+ * zero); dw += round_t(dout^T @ inp); dbias += round_t(column sums of dout).
+ * partial: dinp is left in f32 (a column-parallel Linear's share of it,
+ * summed over the group by the caller and rounded then). */
 void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const uint16_t *w, int BT,
-                           int C, int OC, dt_dtype t, float *work, size_t work_floats);
+                           int C, int OC, dt_dtype t, float *work, size_t work_floats, int partial);
 
 /* The LM head with 16-bit output (no bias): out[BT, OC] holds values of t.
  * work_floats >= 3 * C (a third each for a chunk of widened weight rows, of
@@ -42,12 +46,15 @@ void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *do
  * 16-bit dout the same way; dinp = round_t(dinp + dout @ w), dw +=
  * round_t(dout^T @ inp). With ce, dout holds the logits and each block's
  * output gradient is the loss's, computed as it is read
- * (dt_crossentropy_grad_lp). */
-typedef struct { const float *stats; const int32_t *targets; int V; float dscale; } dt_ce_grad;
+ * (dt_crossentropy_grad_lp); ce->v0 is the first column's vocabulary id
+ * (a vocabulary-parallel head's slice: 0 for the whole head), ce->V the
+ * slice's columns below the vocabulary size. partial: as
+ * dt_matmul_backward_lp's (the head is column-parallel by vocabulary). */
+typedef struct { const float *stats; const int32_t *targets; int V, v0; float dscale; } dt_ce_grad;
 void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work,
                             size_t work_floats);
 void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const dt_ce_grad *ce, const float *inp,
-                             const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work, size_t work_floats);
+                             const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work, size_t work_floats, int partial);
 
 /* bf16 GEMM with f32 sums on CPUs that multiply bf16 (avx512_bf16; oneDNN's
  * matmul, src/kernels/gemm_bf16.c): C[M,N] (= or, acc, +=) op(A)[M,K] @
@@ -178,6 +185,11 @@ float dt_crossentropy_fused_lp(uint16_t *logits, float *losses, const int32_t *t
                                dt_dtype t, float *work, size_t work_floats);
 float dt_crossentropy_forward_lp(float *losses, float *stats, const uint16_t *logits, const int32_t *targets, int BT, int V,
                                  int Vp, dt_dtype t, float *work, size_t work_floats);
+/* dt_crossentropy_rows_max (mx NULL: out[BT]) and dt_crossentropy_rows_sum
+ * (out[2 BT]) on 16-bit logits, each row widened into work (Vp floats per
+ * thread, at least Vp). */
+void dt_crossentropy_rows_lp(float *out, const float *mx, const uint16_t *logits, const int32_t *targets, int v0, int BT, int V,
+                             int Vp, dt_dtype t, float *work, size_t work_floats);
 /* The loss's gradient taken where it is used: from 16-bit logits and
  * forward's stats, rows [row0, row0 + n) and columns [o0, o0 + r) into
  * dst (n x r f32, rounded to t), the values dt_crossentropy_fused_lp would

@@ -10,16 +10,29 @@
 #include <omp.h>
 #endif
 
-static float row_loss(const float *l, int target, int V, float *mx_out, float *sum_out) {
-    float mx = -INFINITY;
-    #pragma omp simd reduction(max : mx)
-    for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+/* A slice's row: its max, or its sum of exp(l - m) and the target's logit
+ * (t, a column of the slice or not) into part[0], part[1]. */
+static float slice_max(const float *l, int V) {
+    float m = -INFINITY;
+    #pragma omp simd reduction(max : m)
+    for (int v = 0; v < V; v++) m = l[v] > m ? l[v] : m;
+    return m;
+}
+
+static void slice_sum(float *part, const float *l, float m, int t, int V) {
     float sum = 0;
     #pragma omp simd reduction(+ : sum)
-    for (int v = 0; v < V; v++) sum += dt_vexpf(l[v] - mx);
+    for (int v = 0; v < V; v++) sum += dt_vexpf(l[v] - m);
+    part[0] = sum;
+    part[1] = t >= 0 && t < V ? l[t] : 0.0f;
+}
+
+static float row_loss(const float *l, int target, int V, float *mx_out, float *sum_out) {
+    float part[2], mx = slice_max(l, V);
+    slice_sum(part, l, mx, target, V);
     *mx_out = mx;
-    *sum_out = sum;
-    return logf(sum) + mx - l[target];
+    *sum_out = part[0];
+    return logf(part[0]) + mx - part[1];
 }
 
 float dt_crossentropy_forward(float *losses, float *stats, const float *logits, const int32_t *targets, int BT, int V, int Vp) {
@@ -46,27 +59,13 @@ static void row_grad(float *l, int target, int V, int Vp, float mx, float sum, f
 
 void dt_crossentropy_rows_max(float *mx, const float *logits, int BT, int V, int Vp) {
     #pragma omp parallel for schedule(static)
-    for (int i = 0; i < BT; i++) {
-        const float *l = logits + (size_t)i * Vp;
-        float m = -INFINITY;
-        #pragma omp simd reduction(max : m)
-        for (int v = 0; v < V; v++) m = l[v] > m ? l[v] : m;
-        mx[i] = m;
-    }
+    for (int i = 0; i < BT; i++) mx[i] = slice_max(logits + (size_t)i * Vp, V);
 }
 
 void dt_crossentropy_rows_sum(float *part, const float *logits, const float *mx, const int32_t *targets, int v0, int BT, int V,
                               int Vp) {
     #pragma omp parallel for schedule(static)
-    for (int i = 0; i < BT; i++) {
-        const float *l = logits + (size_t)i * Vp;
-        float sum = 0, m = mx[i];
-        #pragma omp simd reduction(+ : sum)
-        for (int v = 0; v < V; v++) sum += dt_vexpf(l[v] - m);
-        int t = targets[i] - v0;
-        part[2 * i] = sum;
-        part[2 * i + 1] = t >= 0 && t < V ? l[t] : 0.0f;
-    }
+    for (int i = 0; i < BT; i++) slice_sum(part + 2 * i, logits + (size_t)i * Vp, mx[i], targets[i] - v0, V);
 }
 
 void dt_crossentropy_rows_backward(float *logits, const float *stats, const int32_t *targets, int v0, int BT, int V, int Vp,
@@ -97,11 +96,15 @@ void dt_crossentropy_backward(float *logits, const float *stats, const int32_t *
 /* 16-bit logits: each thread widens a row into its Vp floats of work (as
  * many threads as work has rows for), computes in f32 and, for the
  * gradient, narrows the row back in place. */
-static float lp_rows_loss(uint16_t *logits, float *losses, float *stats, const int32_t *targets, int BT, int V, int Vp,
-                          float dscale, dt_dtype t, float *work, size_t work_floats, bool grad) {
+static int lp_threads(int Vp, size_t work_floats) {
     int nt = dt_kernels_threads();
     if ((size_t)nt * Vp > work_floats) nt = (int)(work_floats / (size_t)Vp);
-    if (nt < 1) nt = 1; /* the caller gives at least one row */
+    return nt < 1 ? 1 : nt; /* the caller gives at least one row */
+}
+
+static float lp_rows_loss(uint16_t *logits, float *losses, float *stats, const int32_t *targets, int BT, int V, int Vp,
+                          float dscale, dt_dtype t, float *work, size_t work_floats, bool grad) {
+    int nt = lp_threads(Vp, work_floats);
     double total = 0;
     #pragma omp parallel num_threads(nt) reduction(+ : total)
     {
@@ -135,6 +138,25 @@ float dt_crossentropy_fused_lp(uint16_t *logits, float *losses, const int32_t *t
     return lp_rows_loss(logits, losses, NULL, targets, BT, V, Vp, dscale, t, work, work_floats, true);
 }
 
+void dt_crossentropy_rows_lp(float *out, const float *mx, const uint16_t *logits, const int32_t *targets, int v0, int BT, int V,
+                             int Vp, dt_dtype t, float *work, size_t work_floats) {
+    int nt = lp_threads(Vp, work_floats);
+    #pragma omp parallel num_threads(nt)
+    {
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        float *row = work + (size_t)me * Vp;
+        #pragma omp for schedule(static)
+        for (int i = 0; i < BT; i++) {
+            dt_lp_unpack(row, logits + (size_t)i * Vp, (size_t)V, t);
+            if (!mx) out[i] = slice_max(row, V);
+            else slice_sum(out + 2 * i, row, mx[i], targets[i] - v0, V);
+        }
+    }
+}
+
 /* row_grad's arithmetic, a block at a time: the same bits. */
 void dt_crossentropy_grad_lp(float *dst, const uint16_t *logits, int row0, int n, int Vp, int o0, int r, const dt_ce_grad *g,
                              dt_dtype t) {
@@ -147,7 +169,7 @@ void dt_crossentropy_grad_lp(float *dst, const uint16_t *logits, int row0, int n
         #pragma omp simd
         for (int v = 0; v < vend; v++) d[v] = dt_vexpf(d[v] - mx) * inv * ds;
         for (int v = vend; v < r; v++) d[v] = 0.0f;
-        int tg = g->targets[row] - o0;
+        int tg = g->targets[row] - g->v0 - o0;
         if (tg >= 0 && tg < r) d[tg] -= ds;
         dt_lp_round(d, (size_t)r, t);
     }

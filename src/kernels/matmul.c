@@ -64,7 +64,7 @@ static const uint16_t *bf16_input(int slot, const float *x, int rows, int cols, 
 }
 
 void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,
-                          dt_dtype t, float *work, size_t work_floats) {
+                          dt_dtype t, float *work, size_t work_floats, int partial) {
     if (bias) {
         dt_lp_unpack(work, bias, (size_t)OC, t);
         #pragma omp parallel for schedule(static)
@@ -73,7 +73,7 @@ void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const
     }
     const uint16_t *a16 = bf16_input(0, inp, BT, C, t);
     if (a16 && dt_gemm_bf16(0, 1, BT, OC, C, a16, C, w, C, bias != NULL, out, OC)) {
-        dt_lp_round(out, (size_t)BT * OC, t);
+        if (!partial) dt_lp_round(out, (size_t)BT * OC, t);
         return;
     }
     int R = lp_rows(C, work_floats / 2);
@@ -82,13 +82,14 @@ void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const
         dt_lp_unpack(work, w + (size_t)o0 * C, (size_t)r * C, t);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, r, C, 1.0f, inp, C, work, C, bias ? 1.0f : 0.0f, out + o0, OC);
         /* each chunk's columns while they are still in cache (the LM head's logits are the largest tensor) */
+        if (partial) continue;
         #pragma omp parallel for schedule(static)
         for (int i = 0; i < BT; i++) dt_lp_round(out + (size_t)i * OC + o0, (size_t)r, t);
     }
 }
 
 void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const uint16_t *w, int BT,
-                           int C, int OC, dt_dtype t, float *work, size_t work_floats) {
+                           int C, int OC, dt_dtype t, float *work, size_t work_floats, int partial) {
     const uint16_t *d16 = bf16_input(0, dout, BT, OC, t), *a16 = d16 ? bf16_input(1, inp, BT, C, t) : NULL;
     int dinp_done = dinp && a16 && dt_gemm_bf16(0, 0, BT, C, OC, d16, OC, w, C, 1, dinp, C);
     int R = lp_rows(C, work_floats / 2);
@@ -105,7 +106,7 @@ void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *do
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, BT, 1.0f, dout + o0, OC, inp, C, 0.0f, dwc, C);
         dt_lp_round_add(dw + (size_t)o0 * C, dwc, rc, t);
     }
-    if (dinp) dt_lp_round(dinp, (size_t)BT * C, t);
+    if (dinp && !partial) dt_lp_round(dinp, (size_t)BT * C, t);
     if (dbias) {
         float *sum = wf;
         for (int o = 0; o < OC; o++) sum[o] = 0;
@@ -146,7 +147,7 @@ void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, 
 }
 
 void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const dt_ce_grad *ce, const float *inp,
-                             const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work, size_t work_floats) {
+                             const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work, size_t work_floats, int partial) {
     size_t part = work_floats / 3;
     float *wf = work, *dwc = work + part, *dc = work + 2 * part;
     const uint16_t *a16 = bf16_input(1, inp, BT, C, t);
@@ -172,5 +173,5 @@ void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const
         }
         dt_lp_round_add(dw + (size_t)o0 * C, dwc, (size_t)r * C, t);
     }
-    if (dinp) dt_lp_round(dinp, (size_t)BT * C, t);
+    if (dinp && !partial) dt_lp_round(dinp, (size_t)BT * C, t);
 }

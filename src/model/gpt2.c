@@ -157,8 +157,10 @@ static int add(dt_gpt2 *m, int i, int l, int unit) {
     t->layer = l;
     t->unit = unit;
     /* wte's gradient is final once the head is done when this model also runs the
-     * head (the embedding's rows come later, and may be deferred: input_rows) */
-    t->grad_unit = i == WTE && m->ub == L + 2 ? L + 1 : unit;
+     * head and the embedding's rows can be deferred (input_rows; not for a
+     * vocabulary slice: dt_gpt2_model offers no deferral then), else once the
+     * embedding's backward has added them */
+    t->grad_unit = i == WTE && m->ub == L + 2 && m->part.tp_size == 1 ? L + 1 : unit;
     t->input_rows = i == WTE && unit == 0;
     t->split = tensor_kinds[i].split;
     /* what mixed precision reads in f32: the embedding tables in forward, the LayerNorms in both passes */
@@ -494,9 +496,6 @@ dt_status dt_gpt2_set_precision(dt_gpt2 *m, dt_dtype t) {
     if (t != DT_F32 && t != DT_BF16 && t != DT_F16)
         return dt_error(DT_ERR_ARG, "model: precision %s is not one of f32, bf16, f16", dt_dtype_name(t));
     if (m->acts) return dt_error(DT_ERR_ARG, "model: the precision is set before the first forward");
-    if (t != DT_F32 && m->part.tp_size > 1)
-        return dt_error(DT_ERR_UNSUPPORTED, "model: --precision %s with --tp %d is not built yet (tensor parallelism runs in fp32)",
-                        dt_precision_name(t), m->part.tp_size);
     dt_free_aligned(m->params_lp);
     dt_free_aligned(m->lp_work);
     m->params_lp = NULL;

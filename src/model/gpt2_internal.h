@@ -131,11 +131,16 @@ void dt_gpt2_tp_sum(dt_gpt2 *m, float *x, size_t n);
 size_t dt_gpt2_tp_rows(const dt_gpt2 *m);
 const float *dt_gpt2_tp_gather(dt_gpt2 *m, const float *local, size_t n);
 const float *dt_gpt2_tp_combine(dt_gpt2 *m, float *partial, size_t n);
+/* dt_gpt2_tp_combine of a Linear's partial outputs (or input gradients),
+ * which mixed precision rounds to 16 bits once they are whole, as one
+ * process rounds the Linear's (the kernels leave a partial sum in f32). */
+const float *dt_gpt2_tp_combine_linear(dt_gpt2 *m, float *partial, size_t n);
 void dt_gpt2_tp_layernorm_backward(dt_gpt2 *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                    const float *w, const float *mean, const float *rstd, int C);
 void dt_gpt2_tp_embedding_forward(dt_gpt2 *m, float *out, const int32_t *tokens, int B, int T);
 void dt_gpt2_tp_embedding_backward(dt_gpt2 *m, float *dwte, float *dwpe, const float *dout, int B, int T);
-float dt_gpt2_tp_crossentropy_forward(dt_gpt2 *m, float *losses, float *stats, const float *logits, const int32_t *targets, int BT);
+/* logits: f32, or 16-bit under mixed precision (uint16_t) */
+float dt_gpt2_tp_crossentropy_forward(dt_gpt2 *m, float *losses, float *stats, const void *logits, const int32_t *targets, int BT);
 void dt_gpt2_tp_crossentropy_backward(dt_gpt2 *m, float *dlogits, const float *stats, const int32_t *targets, int BT, float dscale);
 /* The other slots' memory (gpt2_slots.c): freed (destroy), dropped to be
  * sized again (their layout changed), and counted. */

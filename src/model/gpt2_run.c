@@ -67,7 +67,7 @@ static size_t activation_sizes(widths w, size_t nl, size_t nr, bool head, bool r
         s[i] = v[i];
         total += (v[i] + 15) & ~(size_t)15;
     }
-    *lp_per_layer = pack ? BT * (4 * C + 4 * Cl + 2 * F) : 0; /* ln1, qkv, atty, ln2, fch, fch_gelu, the input, res2 */
+    *lp_per_layer = pack ? 4 * R * C + BT * (4 * Cl + 2 * F) : 0; /* ln1, ln2, the input, res2; qkv, atty, fch, fch_gelu */
     *lp_total = *lp_per_layer * nl;
     return total;
 }
@@ -204,9 +204,10 @@ static block_acts acts_of(dt_gpt2 *m, int l) {
 static void pack_block(dt_gpt2 *m, int l, bool pack) {
     if (!m->lp_layer) return;
     block_acts a = acts_of(m, l);
-    size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)m->cfg.channels, BTL = BT * (size_t)m->Cl, BTF = BT * (size_t)m->Fl;
+    size_t BT = (size_t)m->B * m->T, RC = dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels, BTL = BT * (size_t)m->Cl,
+           BTF = BT * (size_t)m->Fl; /* the residual stream's regions hold R rows (all of them without sequence parallelism) */
     float *part[8] = { a.ln1, a.qkv, a.atty, a.ln2, a.fch, a.fchg, pack ? res_in(m, l) : ACT(A_RES1), a.res2 };
-    size_t len[8] = { BTC, 3 * BTL, BTL, BTC, BTF, BTF, BTC, BTC };
+    size_t len[8] = { RC, 3 * BTL, BTL, RC, BTF, BTF, RC, RC };
     uint16_t *at = m->acts_lp + (size_t)m->bk[l] * m->lp_layer;
     for (int i = 0; i < 8; at += len[i], i++) {
         if (pack) dt_lp_pack(at, part[i], len[i], m->prec);
@@ -225,17 +226,21 @@ static void linear_at(const dt_gpt2 *m, int l, int wi, int bi, size_t *wo, size_
  * form from the parameters' 16-bit copy. A row-parallel Linear's outputs
  * are partial sums (the caller combines them: dt_gpt2_tp_combine), the bias
  * in tensor-parallel rank 0's alone. */
+/* Whether block l's Linear wi is split by its input columns over more than one
+ * rank (the table says; the head's tied wte is split by vocabulary: column-like). */
+static bool row_parallel(const dt_gpt2 *m, int l, int wi) {
+    return m->part.tp_size > 1 && l >= 0 && m->tab[m->i_blk + m->bk[l] * PER_BLOCK + wi - LN1W].split == DT_SPLIT_ROW;
+}
+
 static void linear_forward(dt_gpt2 *m, float *out, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
     size_t wo, bo;
     linear_at(m, l, wi, bi, &wo, &bo);
-    /* the table says how the weight is split (the head's tied wte is split by vocabulary: column-like) */
-    bool row_parallel = m->part.tp_size > 1 && l >= 0 && m->tab[m->i_blk + m->bk[l] * PER_BLOCK + wi - LN1W].split == DT_SPLIT_ROW;
-    bool bias = bo != SIZE_MAX && (!row_parallel || m->part.tp_rank == 0);
+    bool rows = row_parallel(m, l, wi), bias = bo != SIZE_MAX && (!rows || m->part.tp_rank == 0);
     if (m->prec == DT_F32)
         dt_matmul_forward(out, inp, m->params + wo, bias ? m->params + bo : NULL, BT, C, OC);
     else
         dt_matmul_forward_lp(out, inp, m->params_lp + wo, bias ? m->params_lp + bo : NULL, BT, C, OC, m->prec, m->lp_work,
-                             m->lp_work_floats);
+                             m->lp_work_floats, rows);
 }
 
 /* Its backward; under mixed precision a block's dout is rounded to 16 bits
@@ -251,7 +256,10 @@ static void linear_backward(dt_gpt2 *m, float *dinp, float *dout, const float *i
         return;
     }
     if (l >= 0) dt_lp_round(dout, (size_t)BT * OC, m->prec);
-    dt_matmul_backward_lp(dinp, m->grads + wo, db, dout, inp, m->params_lp + wo, BT, C, OC, m->prec, m->lp_work, m->lp_work_floats);
+    /* a column-parallel Linear's input gradient is this rank's share, summed and rounded by the caller */
+    bool share = m->part.tp_size > 1 && !row_parallel(m, l, wi);
+    dt_matmul_backward_lp(dinp, m->grads + wo, db, dout, inp, m->params_lp + wo, BT, C, OC, m->prec, m->lp_work, m->lp_work_floats,
+                          share);
 }
 
 /* W of a split backward: the same sums the whole backward makes. */
@@ -288,14 +296,14 @@ static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
     else dt_attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
     dt_lp_round(a.atty, BT * (size_t)Cl, m->prec);
     linear_forward(m, ACT(A_TMP), a.atty, l, ATTPROJW, ATTPROJB, (int)BT, Cl, C);
-    dt_residual_forward(a.res2, residual, dt_gpt2_tp_combine(m, ACT(A_TMP), RC), RC);
+    dt_residual_forward(a.res2, residual, dt_gpt2_tp_combine_linear(m, ACT(A_TMP), RC), RC);
     dt_layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, PL(l, LN2W), PL(l, LN2B), (int)R, C);
     dt_lp_round(a.ln2, RC, m->prec);
     linear_forward(m, a.fch, dt_gpt2_tp_gather(m, a.ln2, RC), l, FCW, FCB, (int)BT, C, F);
     dt_gelu_forward(a.fchg, a.fch, BT * (size_t)F);
     dt_lp_round(a.fchg, BT * (size_t)F, m->prec);
     linear_forward(m, ACT(A_TMP), a.fchg, l, FCPROJW, FCPROJB, (int)BT, F, C);
-    dt_residual_forward(res3, a.res2, dt_gpt2_tp_combine(m, ACT(A_TMP), RC), RC);
+    dt_residual_forward(res3, a.res2, dt_gpt2_tp_combine_linear(m, ACT(A_TMP), RC), RC);
 }
 
 /* Mixed precision: the 16-bit copy of what unit u reads, just before it
@@ -444,14 +452,11 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     trace_unit(m, "forward", L + 1);
     dt_layernorm_forward(ACT(A_LNF), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), res_in(m, L), P(LNFW), P(LNFB), (int)R, C);
     dt_lp_round(ACT(A_LNF), RC, m->prec);
-    if (m->prec == DT_F32) linear_forward(m, ACT(A_LOGITS), dt_gpt2_tp_gather(m, ACT(A_LNF), RC), -1, WTE, 0, (int)BT, C, Vp);
-    else dt_matmul_forward_lp16(LOGITS16(m), ACT(A_LNF), m->params_lp + TAB_OFF(WTE), (int)BT, C, Vp, m->prec, m->lp_work,
-                                m->lp_work_floats);
+    const float *lnf = dt_gpt2_tp_gather(m, ACT(A_LNF), RC);
+    if (m->prec == DT_F32) linear_forward(m, ACT(A_LOGITS), lnf, -1, WTE, 0, (int)BT, C, Vp);
+    else dt_matmul_forward_lp16(LOGITS16(m), lnf, m->params_lp + TAB_OFF(WTE), (int)BT, C, Vp, m->prec, m->lp_work, m->lp_work_floats);
     if (targets) {
-        if (m->prec == DT_F32)
-            m->loss = dt_gpt2_tp_crossentropy_forward(m, ACT(A_LOSSES), ACT(A_CE_STATS), ACT(A_LOGITS), targets, (int)BT);
-        else m->loss = dt_crossentropy_forward_lp(ACT(A_LOSSES), ACT(A_CE_STATS), LOGITS16(m), targets, (int)BT, c->vocab_size, Vp,
-                                                  m->prec, m->lp_work, m->lp_work_floats);
+        m->loss = dt_gpt2_tp_crossentropy_forward(m, ACT(A_LOSSES), ACT(A_CE_STATS), ACT(A_LOGITS), targets, (int)BT);
         if (loss) *loss = m->loss;
     }
     UNIT_END();
@@ -485,15 +490,16 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
     memset(dln, 0, BTC * sizeof(float));
     /* the loss's gradient from forward's statistics, without a second pass for them; in 16 bits it is
      * computed a block at a time as the head's backward reads it */
+    const float *lnf = dt_gpt2_tp_gather(m, ACT(A_LNF), RC);
     if (m->prec == DT_F32) {
         dt_gpt2_tp_crossentropy_backward(m, dlogits, ACT(A_CE_STATS), m->targets, (int)BT, dscale);
-        linear_backward(m, dln, dlogits, dt_gpt2_tp_gather(m, ACT(A_LNF), RC), -1, WTE, 0, (int)BT, C, Vp);
+        linear_backward(m, dln, dlogits, lnf, -1, WTE, 0, (int)BT, C, Vp);
     } else {
-        dt_ce_grad ce = { ACT(A_CE_STATS), m->targets, c->vocab_size, dscale };
-        dt_matmul_backward_lp16(dln, m->grads + TAB_OFF(WTE), LOGITS16(m), &ce, ACT(A_LNF), m->params_lp + TAB_OFF(WTE), (int)BT, C,
-                                Vp, m->prec, m->lp_work, m->lp_work_floats);
+        dt_ce_grad ce = { .stats = ACT(A_CE_STATS), .targets = m->targets, .V = m->Vv, .v0 = m->v0, .dscale = dscale };
+        dt_matmul_backward_lp16(dln, m->grads + TAB_OFF(WTE), LOGITS16(m), &ce, lnf, m->params_lp + TAB_OFF(WTE), (int)BT, C, Vp,
+                                m->prec, m->lp_work, m->lp_work_floats, m->part.tp_size > 1);
     }
-    const float *dlnf = dt_gpt2_tp_combine(m, dln, RC); /* the head is column-parallel (by vocabulary) */
+    const float *dlnf = dt_gpt2_tp_combine_linear(m, dln, RC); /* the head is column-parallel (by vocabulary) */
     memset(dres, 0, RC * sizeof(float));
     dt_gpt2_tp_layernorm_backward(m, dres, G(LNFW), G(LNFB), dlnf, res_in(m, L), P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), C);
     UNIT_END();
@@ -545,7 +551,7 @@ static void layer_backward(dt_gpt2 *m, int l) {
     memset(dln, 0, BTC * sizeof(float));
     linear_backward(m, dln, dfch, dt_gpt2_tp_gather(m, a.ln2, RC), l, FCW, FCB, (int)BT, C, F);
     /* fc is column-parallel: each rank's share of d(ln2), summed (or reduce-scattered to this rank's rows) */
-    dt_gpt2_tp_layernorm_backward(m, dres, GL(l, LN2W), GL(l, LN2B), dt_gpt2_tp_combine(m, dln, RC), a.res2, PL(l, LN2W), a.ln2m,
+    dt_gpt2_tp_layernorm_backward(m, dres, GL(l, LN2W), GL(l, LN2B), dt_gpt2_tp_combine_linear(m, dln, RC), a.res2, PL(l, LN2W), a.ln2m,
                                   a.ln2r, C);
     /* attention: res2 = res_in + attproj(attn(qkv(ln1(res_in)))) */
     dproj = dt_gpt2_tp_gather(m, dres, RC);
@@ -559,7 +565,7 @@ static void layer_backward(dt_gpt2 *m, int l) {
     else dt_attention_backward(dqkv, datty, a.qkv, a.att, B, T, Cl, NH);
     memset(dln, 0, BTC * sizeof(float));
     linear_backward(m, dln, dqkv, dt_gpt2_tp_gather(m, a.ln1, RC), l, QKVW, QKVB, (int)BT, C, 3 * Cl);
-    dt_gpt2_tp_layernorm_backward(m, dres, GL(l, LN1W), GL(l, LN1B), dt_gpt2_tp_combine(m, dln, RC), res_in_l, PL(l, LN1W), a.ln1m,
+    dt_gpt2_tp_layernorm_backward(m, dres, GL(l, LN1W), GL(l, LN1B), dt_gpt2_tp_combine_linear(m, dln, RC), res_in_l, PL(l, LN1W), a.ln1m,
                                   a.ln1r, C); /* qkv is column-parallel */
     UNIT_END();
     AFTER_BWD(l + 1);

@@ -61,6 +61,12 @@ const float *dt_gpt2_tp_combine(dt_gpt2 *m, float *partial, size_t n) {
     return mine;
 }
 
+const float *dt_gpt2_tp_combine_linear(dt_gpt2 *m, float *partial, size_t n) {
+    const float *whole = dt_gpt2_tp_combine(m, partial, n);
+    if (m->part.tp_size > 1 && m->prec != DT_F32) dt_lp_round((float *)whole, n, m->prec);
+    return whole;
+}
+
 void dt_gpt2_tp_layernorm_backward(dt_gpt2 *m, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                    const float *w, const float *mean, const float *rstd, int C) {
     int rows = (int)dt_gpt2_tp_rows(m);
@@ -123,13 +129,19 @@ void dt_gpt2_tp_embedding_backward(dt_gpt2 *m, float *dwte, float *dwpe, const f
 }
 
 /* Never gathers the logits: two collectives of B*T and 2*B*T floats. The
- * statistics (the row's max and sum) are the whole row's on every rank. */
-float dt_gpt2_tp_crossentropy_forward(dt_gpt2 *m, float *losses, float *stats, const float *logits, const int32_t *targets, int BT) {
-    if (m->part.tp_size == 1) return dt_crossentropy_forward(losses, stats, logits, targets, BT, m->Vv, m->Vl);
+ * statistics (the row's max and sum) are the whole row's on every rank.
+ * Under mixed precision the logits are 16-bit, widened a row at a time. */
+float dt_gpt2_tp_crossentropy_forward(dt_gpt2 *m, float *losses, float *stats, const void *logits, const int32_t *targets, int BT) {
+    bool lp = m->prec != DT_F32;
+    if (m->part.tp_size == 1)
+        return lp ? dt_crossentropy_forward_lp(losses, stats, logits, targets, BT, m->Vv, m->Vl, m->prec, m->lp_work, m->lp_work_floats)
+                  : dt_crossentropy_forward(losses, stats, logits, targets, BT, m->Vv, m->Vl);
     float *mx = losses, *part = m->acts + m->act_off[A_TMP]; /* scratch: B*T and 2*B*T floats */
-    dt_crossentropy_rows_max(mx, logits, BT, m->Vv, m->Vl);
+    if (lp) dt_crossentropy_rows_lp(mx, NULL, logits, targets, m->v0, BT, m->Vv, m->Vl, m->prec, m->lp_work, m->lp_work_floats);
+    else dt_crossentropy_rows_max(mx, logits, BT, m->Vv, m->Vl);
     tp_max(m, mx, (size_t)BT);
-    dt_crossentropy_rows_sum(part, logits, mx, targets, m->v0, BT, m->Vv, m->Vl);
+    if (lp) dt_crossentropy_rows_lp(part, mx, logits, targets, m->v0, BT, m->Vv, m->Vl, m->prec, m->lp_work, m->lp_work_floats);
+    else dt_crossentropy_rows_sum(part, logits, mx, targets, m->v0, BT, m->Vv, m->Vl);
     dt_gpt2_tp_sum(m, part, 2 * (size_t)BT);
     double total = 0;
     for (int i = 0; i < BT; i++) {

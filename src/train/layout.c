@@ -12,7 +12,6 @@
 static const char *tp_lacks(const dt_train_config *c) {
     if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
     if (c->save && !dt_checkpoint_is_dir(c->save)) return "--save FILE.bin/.safetensors (a checkpoint directory takes the slices)";
-    if (c->precision != DT_F32) return "--precision bf16/fp16";
     if (c->grad_store != DT_F32) return "--grad-store bf16/fp16 (the norm over slices reads f32 gradients)";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
     return NULL;
