@@ -133,6 +133,19 @@ m=$(curl -s "http://127.0.0.1:$port/metrics")
 c=$(echo "$m" | awk '$1=="dtrain_requests_cancelled_total"{print $2}') r=$(echo "$m" | awk '$1=="dtrain_batch_running"{print $2}')
 [ "$c" = 1 ] && [ "$r" = 0 ] && ok "a client that leaves mid-stream: its request cancelled, no request running after" ||
     fail "left: cancelled $c, running $r (its first event: $(cat "$dir/left"))"
+rss() { awk '$1=="VmRSS:"{print $2}' "/proc/$1/status"; }
+rss_f32=$(rss $spid)
+kill -TERM $spid; wait $spid
+# int8: the f32 model is freed once quantized (the decoder keeps nothing of it); the completion is generate's
+start g124q "$dir/g124.bin" --bpe "${BPE[@]}" --threads $T --slots 4 --quantize int8 || exit 1
+gq=$(gen --model "$dir/g124.bin" --bpe "${BPE[@]}" --prompt "The" --tokens 12 --temperature 0 --quantize int8)
+sq=$(post '{"prompt":"The","max_tokens":12,"temperature":0}' | text)
+rss_q=$(rss $spid)
+# (a sanitizer's shadow and its quarantine of freed blocks are resident too: only the text is compared there)
+[ -n "$SANITIZE" ] && rss_f32=$((rss_q * 3))
+[ "The$sq" = "$gq" ] && [ "$rss_q" -lt $((rss_f32 / 2)) ] &&
+    ok "serve --quantize int8: generate's text; resident $((rss_q / 1024)) MB against f32's $((rss_f32 / 1024)) MB" ||
+    fail "int8 serve: '$sq' against '$gq'; resident $rss_q kB against f32's $rss_f32 kB"
 kill -TERM $spid; wait $spid
 
 # ---- tensor-parallel serving: rank 0 serves, rank 1 follows; a killed rank stops the server, named ----

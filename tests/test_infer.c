@@ -288,6 +288,29 @@ static dt_gpt2 *tp_part(dt_gpt2 *whole, dt_comm *w, dt_tp_ops *ops) {
     return m;
 }
 
+/* An int8 decoder keeps nothing of its model's: one made from `copy` (m's twin), whose weights are then overwritten
+ * with NaN and which is destroyed before the decoder runs, gives the bits of one whose model lives. */
+static void int8_without_model(dt_gpt2 *m, dt_gpt2 *copy) {
+    dt_decoder *live = NULL, *alone = NULL;
+    int T = 29, V = dt_gpt2_get_config(m)->vocab_size;
+    EXPECT(!dt_decoder_create(m, DT_QUANT_INT8, 1, T, &live) && !dt_decoder_create(copy, DT_QUANT_INT8, 1, T, &alone),
+           "int8 decoders: %s", dt_last_error());
+    float *p = dt_gpt2_params(copy);
+    for (size_t i = 0; i < dt_gpt2_num_params(copy); i++) p[i] = NAN;
+    dt_gpt2_destroy(copy);
+    dt_infer_row rows[29];
+    for (int i = 0; i < T; i++) rows[i] = (dt_infer_row){ 0, i, (int32_t)((i * 37 + 11) % V), 1 };
+    float *a = malloc(sizeof(float) * (size_t)T * V), *b = malloc(sizeof(float) * (size_t)T * V);
+    if (live && alone) {
+        EXPECT(!dt_decoder_step(live, rows, T, a) && !dt_decoder_step(alone, rows, T, b), "int8 step: %s", dt_last_error());
+        EXPECT(!memcmp(a, b, sizeof(float) * (size_t)T * V), "an int8 decoder whose model was destroyed: different logits");
+    }
+    free(a);
+    free(b);
+    dt_decoder_destroy(live);
+    dt_decoder_destroy(alone);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) max_threads = atoi(argv[1]);
     dt_launch_kind kind;
@@ -307,6 +330,11 @@ int main(int argc, char **argv) {
         invariance(m, DT_QUANT_NONE);
         invariance(m, DT_QUANT_INT8);
         if (ranks == 1) refusals(m);
+        dt_tp_ops ops2;
+        dt_gpt2 *whole2 = small_model(ranks > 1 ? 4 : 3), *m2 = whole2 && ranks > 1 ? tp_part(whole2, w, &ops2) : whole2;
+        if (m2 != whole2) dt_gpt2_destroy(whole2);
+        EXPECT(m2 != NULL, "second model: %s", dt_last_error());
+        if (m2) int8_without_model(m, m2);
     }
     if (m != whole) dt_gpt2_destroy(m);
     dt_gpt2_destroy(whole);

@@ -203,6 +203,8 @@ dt_status dt_generate(dt_gpt2 *m, dt_comm *pp, const int32_t *prompt, int npromp
  * the model's longest context), or with tp its tensor-parallel part (its
  * collectives *ops over w, which must outlive the model). */
 dt_status dt_generate_load(const char *model, dt_comm *w, bool tp, dt_tp_ops *ops, dt_gpt2 **out);
+/* The same from a model already in memory, which it takes (destroyed, or returned as *out on one rank). */
+dt_status dt_generate_split(dt_gpt2 *whole, dt_comm *w, bool tp, dt_tp_ops *ops, dt_gpt2 **out);
 
 /* Reads a DeepSpeed-style JSON config (a subset: train_micro_batch_size_per_gpu,
  * gradient_accumulation_steps, optimizer {type, params}, scheduler {type,

@@ -159,18 +159,9 @@ static int measure(dt_gpt2 *m, dt_quant q, int threads, const dt_bench_infer_opt
     return db < 0;
 }
 
-/* The baselines' lines ({"impl", "threads", "prefill", "decode1", "decodeb"}) from bench/infer_baselines.py. */
-static void baselines(const dt_bench_infer_opts *o, const char *weights, cJSON *rows) {
-    char cmd[8192];
-    if (dt_bench_venv_cmd(cmd, sizeof cmd, "infer_baselines.py", 1)) return;
-    size_t n = strlen(cmd);
-    char self[4096];
-    if (dt_bench_self_dir(self, sizeof self)) return;
-    /* with HF: its greedy tokens against dtrain generate's on the same weights first */
-    snprintf(cmd + n, sizeof cmd - n, "--weights %s --threads %s --prompt %d --steps %d --batch %d --reps %d --which %s --check %d "
-             "--dtrain %s/dtrain", weights, o->threads_list, o->prompt, o->steps, o->batch, o->reps, o->baseline,
-             strcmp(o->baseline, "llama") ? 32 : 0, self);
-    FILE *p = popen(cmd, "r");
+/* Lines of other runs ({"impl", "prec", "threads", "prefill", "decode1", "decodeb"}) into rows; HF's check printed;
+ * anything else passed on to stderr. */
+static void collect(FILE *p, cJSON *rows) {
     char line[4096];
     while (p && fgets(line, sizeof line, p)) {
         cJSON *j = cJSON_Parse(line);
@@ -183,7 +174,58 @@ static void baselines(const dt_bench_infer_opts *o, const char *weights, cJSON *
         } else if (j && cJSON_GetObjectItem(j, "impl")) cJSON_AddItemToArray(rows, j);
         else { cJSON_Delete(j); fputs(line, stderr); }
     }
+}
+
+/* The baselines' lines from bench/infer_baselines.py. */
+static void baselines(const dt_bench_infer_opts *o, const char *weights, cJSON *rows) {
+    char cmd[8192];
+    if (dt_bench_venv_cmd(cmd, sizeof cmd, "infer_baselines.py", 1)) return;
+    size_t n = strlen(cmd);
+    char self[4096];
+    if (dt_bench_self_dir(self, sizeof self)) return;
+    /* with HF: its greedy tokens against dtrain generate's on the same weights first */
+    snprintf(cmd + n, sizeof cmd - n, "--weights %s --threads %s --prompt %d --steps %d --batch %d --reps %d --which %s --check %d "
+             "--dtrain %s/dtrain", weights, o->threads_list, o->prompt, o->steps, o->batch, o->reps, o->baseline,
+             strcmp(o->baseline, "llama") ? 32 : 0, self);
+    FILE *p = popen(cmd, "r");
+    collect(p, rows);
     if (p && pclose(p)) dt_log(DT_LOG_WARN, "bench infer: the baselines' script failed (its messages are above)");
+}
+
+/* A rank of `dtrain launch -n tp -- dtrain bench infer --tp N`: the decoder over its tensor-parallel part on one
+ * thread, every rank stepping together; rank 0 prints the rows collect() reads. */
+static int tp_rank(const dt_bench_infer_opts *o) {
+    dt_comm *w = NULL;
+    dt_gpt2 *whole = NULL, *m = NULL;
+    dt_tp_ops ops;
+    dt_status st = dt_comm_init(&w);
+    if (!st && dt_comm_size(w) != o->tp) st = dt_error(DT_ERR_ARG, "bench infer --tp %d: the job has %d ranks", o->tp, dt_comm_size(w));
+    if (!st) st = load(o->model, &whole);
+    if (!st) st = dt_generate_split(whole, w, true, &ops, &m);
+    int rc = st != DT_OK;
+    if (st) dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error());
+    for (int q = 0; !rc && q < 2; q++) {
+        speeds s;
+        rc = measure(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, 1, o, &s);
+        if (!rc && dt_comm_rank(w) == 0)
+            printf("{\"impl\": \"dtrain TP%d\", \"prec\": \"%s\", \"threads\": %d, \"prefill\": %.3f, \"decode1\": %.3f, "
+                   "\"decodeb\": %.3f}\n", o->tp, q ? "int8" : "f32", o->tp, s.prefill, s.decode1, s.decodeb);
+        fflush(stdout);
+    }
+    dt_gpt2_destroy(m);
+    dt_comm_destroy(w);
+    return rc;
+}
+
+/* The tensor-parallel rows, from this program under dtrain launch. */
+static void tp_rows(const dt_bench_infer_opts *o, cJSON *rows) {
+    char self[4096], cmd[12288];
+    if (dt_bench_self_dir(self, sizeof self)) return;
+    snprintf(cmd, sizeof cmd, "%s/dtrain launch -n %d -- %s/dtrain bench infer --model '%s' --prompt %d --steps %d --batch %d --reps %d "
+             "--tp %d", self, o->tp, self, o->model, o->prompt, o->steps, o->batch, o->reps, o->tp);
+    FILE *p = popen(cmd, "r");
+    collect(p, rows);
+    if (!p || pclose(p)) dt_log(DT_LOG_WARN, "bench infer: the tensor-parallel run failed (its messages are above)");
 }
 
 static void print_row(const char *impl, const char *prec, int t, speeds s, const speeds *ref) {
@@ -193,6 +235,8 @@ static void print_row(const char *impl, const char *prec, int t, speeds s, const
 }
 
 int dt_bench_infer(const dt_bench_infer_opts *o) {
+    dt_launch_kind kind;
+    if (o->tp > 1 && !dt_comm_detect_launch(&kind) && kind != DT_LAUNCH_NONE) return tp_rank(o);
     dt_gpt2 *m = NULL;
     if (load(o->model, &m)) { dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error()); return 1; }
     char cpu[128];
@@ -203,17 +247,17 @@ int dt_bench_infer(const dt_bench_infer_opts *o) {
            o->steps, o->batch, o->reps);
     int nt = 0, ts[8];
     for (const char *s = o->threads_list; *s && nt < 8; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) ts[nt++] = atoi(s);
+    size_t wb[2] = { 0, 0 }; /* the weights' bytes, f32 and int8 */
+    for (int q = 0; q < 2; q++) {
+        dt_decoder *probe = NULL;
+        if (!dt_decoder_create(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, 1, 1, &probe)) wb[q] = dt_decoder_weight_bytes(probe);
+        dt_decoder_destroy(probe);
+    }
     for (int i = 0; i < nt; i++) {
         double bw = read_bandwidth(ts[i]);
-        dt_decoder *probe[2] = { NULL, NULL };
-        size_t wb[2] = { 0, 0 };
-        for (int q = 0; q < 2; q++)
-            if (!dt_decoder_create(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, 1, 1, &probe[q])) wb[q] = dt_decoder_weight_bytes(probe[q]);
         printf("# memory read at %.1f GB/s on %d thread(s): decode at batch 1 reads the %.0f MB of f32 weights (%.0f MB int8) a token, "
                "so at most %.1f (%.1f) tokens/s\n", bw / 1e9, ts[i], wb[0] / 1e6, wb[1] / 1e6, wb[0] ? bw / (double)wb[0] : 0,
                wb[1] ? bw / (double)wb[1] : 0);
-        dt_decoder_destroy(probe[0]);
-        dt_decoder_destroy(probe[1]);
     }
     if (o->eval_data) {
         double p[2];
@@ -232,6 +276,7 @@ int dt_bench_infer(const dt_bench_infer_opts *o) {
         for (int i = 0; i < nt; i++)
             if (measure(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, ts[i], o, &mine[q][i])) { dt_gpt2_destroy(m); return 1; }
     cJSON *rows = cJSON_CreateArray();
+    if (o->tp > 1) tp_rows(o, rows);
     char weights[] = "/tmp/dtrain-infer-XXXXXX.safetensors";
     if (o->baseline) {
         int fd = mkstemps(weights, 12);

@@ -9,6 +9,7 @@
 #include "dtrain/kernels.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +34,10 @@ struct dt_decoder {
      * vocabulary rows [v0, v0 + Vv) of the real ones; the row-parallel sums over tp (NULL: one rank, all of it) */
     const dt_tp_ops *tp;
     int Cl, NHl, Fl, v0, Vv;
-    const float *wte, *wpe, *lnfw, *lnfb;
+    const float *wte, *wpe, *lnfw, *lnfb; /* wte: f32 only (int8 embeds from the head's rows) */
     linear head; /* wte's real vocabulary rows this rank holds */
+    float *small; /* the copied LayerNorms, biases and position table */
+    size_t small_used, small_cap;
     layer *layers;
     int nslots, max_rows;
     float *cache;
@@ -69,6 +72,22 @@ static const float *tensor(const dt_model *md, const char *name) {
     return t ? md->params(md->self) + t->offset : NULL;
 }
 
+/* A small tensor's copy in d->small (sized by small_floats), or NULL when the model lacks it. */
+static const float *keep(dt_decoder *d, const dt_model *md, const char *name) {
+    const dt_tensor_info *t = dt_model_find(md, name);
+    if (!t || !d->small || d->small_used + t->count > d->small_cap) return NULL;
+    float *at = d->small + d->small_used;
+    memcpy(at, md->params(md->self) + t->offset, t->count * sizeof(float));
+    d->small_used += t->count;
+    return at;
+}
+
+/* What keep copies: per layer two LayerNorms, qkv's, the projections' and fc's biases; wpe; the last LayerNorm. */
+static size_t small_floats(const dt_decoder *d) {
+    size_t C = (size_t)d->cfg.channels;
+    return (size_t)d->cfg.num_layers * (6 * C + 3 * (size_t)d->Cl + (size_t)d->Fl) + (size_t)d->cfg.max_seq_len * C + 2 * C;
+}
+
 static dt_status load_layer(dt_decoder *d, const dt_model *md, int l) {
     const float *p[12];
     static const char *names[12] = { "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -76,7 +95,9 @@ static dt_status load_layer(dt_decoder *d, const dt_model *md, int l) {
     for (int i = 0; i < 12; i++) {
         char name[48];
         snprintf(name, sizeof name, "h.%d.%s", l, names[i]);
-        if (!(p[i] = tensor(md, name))) return dt_error(DT_ERR_ARG, "decoder: the model has no tensor %s", name);
+        bool weight = i == 2 || i == 4 || i == 8 || i == 10; /* the Linears' (quantized, or read in place) */
+        if (!(p[i] = weight ? tensor(md, name) : keep(d, md, name)))
+            return dt_error(DT_ERR_ARG, "decoder: the model has no tensor %s", name);
     }
     int C = d->cfg.channels;
     layer *y = &d->layers[l];
@@ -152,14 +173,17 @@ dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_ro
     if ((st = take_part(d, m))) { dt_decoder_destroy(d); return st; }
     dt_model md;
     dt_gpt2_model((dt_gpt2 *)m, &md);
+    d->small_cap = small_floats(d);
+    d->small = malloc(d->small_cap * sizeof(float));
     d->wte = tensor(&md, "wte");
-    d->wpe = tensor(&md, "wpe");
-    d->lnfw = tensor(&md, "lnfw");
-    d->lnfb = tensor(&md, "lnfb");
-    st = d->layers ? DT_OK : dt_error(DT_ERR_NOMEM, "decoder: out of memory");
+    d->wpe = keep(d, &md, "wpe");
+    d->lnfw = keep(d, &md, "lnfw");
+    d->lnfb = keep(d, &md, "lnfb");
+    st = d->layers && d->small ? DT_OK : dt_error(DT_ERR_NOMEM, "decoder: out of memory");
     if (!st && (!d->wte || !d->wpe || !d->lnfw || !d->lnfb)) st = dt_error(DT_ERR_ARG, "decoder: the model lacks wte, wpe or lnf");
     for (int l = 0; !st && l < d->cfg.num_layers; l++) st = load_layer(d, &md, l);
     if (!st) st = linear_make(&d->head, d->wte, d->Vv, d->cfg.channels, q, &d->weight_bytes);
+    if (!st && d->head.q) d->wte = NULL; /* embeddings from the head's int8 rows: nothing of m's is read again */
     if (!st) st = alloc_buffers(d);
     if (st) { dt_decoder_destroy(d); return st; }
     *out = d;
@@ -175,6 +199,7 @@ void dt_decoder_destroy(dt_decoder *d) {
         linear_free(&d->layers[l].fcproj);
     }
     linear_free(&d->head);
+    free(d->small);
     free(d->layers);
     free(d->cache);
     free(d->filled);
@@ -284,8 +309,14 @@ static dt_status embed(dt_decoder *d, const dt_infer_row *rows, int n) {
     int C = d->cfg.channels;
     for (int r = 0; r < n; r++) {
         int v = rows[r].token - d->v0;
-        const float *te = v >= 0 && v < d->Vv ? d->wte + (size_t)v * C : NULL;
-        for (int c = 0; c < C; c++) d->x[(size_t)r * C + c] = te ? te[c] : 0.0f;
+        float *x = d->x + (size_t)r * C;
+        bool mine = v >= 0 && v < d->Vv;
+        if (mine && d->head.q) { /* the int8 row, dequantized as the head's dot products read it */
+            const int8_t *q = d->head.q + (size_t)v * C;
+            for (int c = 0; c < C; c++) x[c] = (float)q[c] * d->head.scale[v];
+        } else {
+            for (int c = 0; c < C; c++) x[c] = mine ? d->wte[(size_t)v * C + c] : 0.0f;
+        }
     }
     dt_status st = d->tp ? d->tp->allreduce(d->tp->ctx, d->x, (size_t)n * C, 0) : DT_OK;
     for (int r = 0; !st && r < n; r++) {

@@ -83,14 +83,12 @@ static void drain(serve_http *h, serve_engine *e, struct MHD_Daemon *d) {
     }
 }
 
-static dt_status run(const dt_serve_options *o, dt_gpt2 *m, serve_vocab *v) {
-    const dt_gpt2_config *c = dt_gpt2_get_config(m);
-    dt_decoder *d = NULL;
+static dt_status run(const dt_serve_options *o, dt_decoder *d, serve_vocab *v) {
+    const dt_gpt2_config *c = dt_decoder_config(d);
     serve_engine *e = NULL;
     int fd = -1, port = 0;
     bool v6 = false;
-    dt_status st = dt_decoder_create(m, o->quant, o->slots, o->budget, &d);
-    if (!st && o->comm && dt_comm_size(o->comm) > 1) st = dt_decoder_lead(d);
+    dt_status st = o->comm && dt_comm_size(o->comm) > 1 ? dt_decoder_lead(d) : DT_OK;
     if (!st) st = serve_engine_create(d, v, o->budget, o->queue, &e);
     if (!st) st = listen_on(o->host, o->port, &fd, &port, &v6);
     serve_http h = { e, v, o->model, c->max_seq_len, o->max_body, o->upload_seconds, false, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0 };
@@ -123,39 +121,34 @@ static dt_status run(const dt_serve_options *o, dt_gpt2 *m, serve_vocab *v) {
         close(fd);
     }
     serve_engine_destroy(e);
-    if (d && dt_decoder_release(d) && !st) st = dt_error(DT_ERR_PEER, "serve: %s", dt_last_error()); /* the followers return */
-    dt_decoder_destroy(d);
-    return st;
-}
-
-/* A tensor-parallel rank other than 0: the leader's steps, until it releases us or a collective fails. */
-static dt_status follow(const dt_serve_options *o, dt_gpt2 *m) {
-    dt_decoder *d = NULL;
-    dt_status st = dt_decoder_create(m, o->quant, o->slots, o->budget, &d);
-    if (!st) st = dt_decoder_follow(d);
-    dt_decoder_destroy(d);
+    if (dt_decoder_release(d) && !st) st = dt_error(DT_ERR_PEER, "serve: %s", dt_last_error()); /* the followers return */
     return st;
 }
 
 dt_status dt_serve_run(const dt_serve_options *o) {
     dt_kernels_set_threads(o->threads);
     dt_gpt2 *m = NULL;
+    dt_decoder *d = NULL;
     dt_tp_ops ops;
     bool tp = o->comm && dt_comm_size(o->comm) > 1;
     dt_status st = dt_generate_load(o->model, o->comm, tp, &ops, &m);
-    serve_vocab v = { 0 };
-    if (!st && tp && dt_comm_rank(o->comm) > 0) {
-        st = follow(o, m);
+    if (!st) st = dt_decoder_create(m, o->quant, o->slots, o->budget, &d);
+    if (o->quant != DT_QUANT_NONE) { /* an int8 decoder keeps nothing of the f32 model's: it need not stay resident */
         dt_gpt2_destroy(m);
-        return st;
+        m = NULL;
     }
-    if (!st) st = load_vocab(o, dt_gpt2_get_config(m), &v);
-    if (!st) {
-        signal(SIGPIPE, SIG_IGN);
-        dt_train_catch_signals();
-        st = run(o, m, &v);
+    serve_vocab v = { 0 };
+    if (!st && tp && dt_comm_rank(o->comm) > 0) st = dt_decoder_follow(d); /* the leader's steps, until it releases us */
+    else {
+        if (!st) st = load_vocab(o, dt_decoder_config(d), &v);
+        if (!st) {
+            signal(SIGPIPE, SIG_IGN);
+            dt_train_catch_signals();
+            st = run(o, d, &v);
+        }
     }
     dt_bpe_destroy(v.bpe);
+    dt_decoder_destroy(d);
     dt_gpt2_destroy(m);
     return st;
 }

@@ -107,10 +107,17 @@ dt_status dt_generate(dt_gpt2 *m, dt_comm *pp, const int32_t *prompt, int npromp
 /* The model this rank runs: the whole one, or over several ranks (w) its pipeline stage (stages split by cost at the
  * model's longest context, as training splits them) or, with tp, its tensor-parallel part (collectives ops over w). */
 dt_status dt_generate_load(const char *model, dt_comm *w, bool tp, dt_tp_ops *ops, dt_gpt2 **out) {
-    dt_status st = dt_checkpoint_load_weights(model, 0, out, NULL);
+    dt_gpt2 *whole = NULL;
+    dt_status st = dt_checkpoint_load_weights(model, 0, &whole, NULL);
+    *out = NULL;
+    return st ? st : dt_generate_split(whole, w, tp, ops, out);
+}
+
+dt_status dt_generate_split(dt_gpt2 *whole, dt_comm *w, bool tp, dt_tp_ops *ops, dt_gpt2 **out) {
+    dt_status st = DT_OK;
     int p = w ? dt_comm_size(w) : 1;
-    if (st || p == 1) return st;
-    dt_gpt2 *whole = *out;
+    *out = whole;
+    if (p == 1) return DT_OK;
     dt_gpt2_config cfg = *dt_gpt2_get_config(whole);
     dt_gpt2_part part = dt_gpt2_whole(&cfg);
     *out = NULL;
