@@ -73,6 +73,8 @@ run_metrics m4 --seq 256 --batch 1 --grad-accum 2 --layers 4 --nproc 16 --dp 2 -
 # bf16: against bf16 on one process (the ring's merges round differently from one pass: 1e-4, as mixed precision's DP)
 run_metrics bref --seq 256 --batch 2 --precision bf16
 run_metrics bcp --seq 256 --batch 2 --nproc 2 --cp 2 --cp-impl ring --precision bf16 && close "bf16, CP 2" "$dir/bref.jsonl" "$dir/bcp.jsonl" 1e-4
+run_metrics bcp --seq 256 --batch 2 --nproc 4 --cp 2 --tp 2 --cp-impl ring --precision bf16 &&
+    close "bf16, CP 2 x TP 2" "$dir/bref.jsonl" "$dir/bcp.jsonl" 1e-4
 run_metrics bref --seq 256 --batch 2 --precision fp16
 run_metrics bcp --seq 256 --batch 2 --nproc 2 --cp 2 --cp-impl ulysses --precision fp16 &&
     close "fp16 (its loss scaler), CP 2, all-to-all" "$dir/bref.jsonl" "$dir/bcp.jsonl" 1e-4

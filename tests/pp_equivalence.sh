@@ -115,6 +115,8 @@ for prec in bf16 fp16; do
 done
 run_metrics lpref --batch 4 --grad-accum 2 --precision bf16 && run_metrics lpdp --batch 2 --grad-accum 2 --precision bf16 --nproc 4 --pp 2 --strategy zero1 &&
     close_lp "bf16, DP 2 x PP 2, ZeRO-1 (DP 2 alone differs from one process by ~5e-5 as well)" "$dir/lpref.jsonl" "$dir/lpdp.jsonl"
+run_metrics lptp --batch 4 --grad-accum 2 --precision bf16 --nproc 4 --pp 2 --tp 2 &&
+    close_lp "bf16, TP 2 x PP 2" "$dir/lpref.jsonl" "$dir/lptp.jsonl"
 
 # evaluation through the stages: the validation losses of one process (steps 10 and 20)
 run_metrics vref --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3
