@@ -222,16 +222,17 @@ static void linear_at(const dt_gpt2 *m, int l, int wi, int bi, size_t *wo, size_
     *bo = l < 0 ? SIZE_MAX : BLOCK_OFF(l, bi);
 }
 
-/* out = inp @ w^T + b for a Linear of the model: f32, or autocast's 16-bit
- * form from the parameters' 16-bit copy. A row-parallel Linear's outputs
- * are partial sums (the caller combines them: dt_gpt2_tp_combine), the bias
- * in tensor-parallel rank 0's alone. */
 /* Whether block l's Linear wi is split by its input columns over more than one
  * rank (the table says; the head's tied wte is split by vocabulary: column-like). */
 static bool row_parallel(const dt_gpt2 *m, int l, int wi) {
     return m->part.tp_size > 1 && l >= 0 && m->tab[m->i_blk + m->bk[l] * PER_BLOCK + wi - LN1W].split == DT_SPLIT_ROW;
 }
 
+/* out = inp @ w^T + b for a Linear of the model: f32, or autocast's 16-bit
+ * form from the parameters' 16-bit copy. A row-parallel Linear's outputs
+ * are partial sums (the caller combines them: dt_gpt2_tp_combine_linear,
+ * which rounds them to 16 bits once whole), the bias in tensor-parallel
+ * rank 0's alone. */
 static void linear_forward(dt_gpt2 *m, float *out, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
     size_t wo, bo;
     linear_at(m, l, wi, bi, &wo, &bo);
