@@ -135,7 +135,7 @@ static dt_status alloc_buffers(dt_decoder *d) {
 }
 
 /* What this rank holds: every unit, whole or as a tensor-parallel part (not a pipeline stage, nor a sequence's share). */
-static dt_status take_part(dt_decoder *d, const dt_gpt2 *m) {
+static dt_status take_part(dt_decoder *d, const dt_gpt2 *m, const dt_model *md) {
     const dt_gpt2_part *p = dt_gpt2_get_part(m);
     const dt_gpt2_config *c = &d->cfg;
     int a, b;
@@ -149,9 +149,7 @@ static dt_status take_part(dt_decoder *d, const dt_gpt2 *m) {
     d->Cl = c->channels / tp;
     d->NHl = c->num_heads / tp;
     d->Fl = 4 * c->channels / tp;
-    dt_model md;
-    dt_gpt2_model((dt_gpt2 *)m, &md);
-    const dt_tensor_info *wte = dt_model_find(&md, "wte");
+    const dt_tensor_info *wte = dt_model_find(md, "wte");
     if (!wte) return dt_error(DT_ERR_ARG, "decoder: the model has no wte");
     d->v0 = tp > 1 ? wte->slice.offset : 0;
     int real = c->vocab_size - d->v0;
@@ -170,9 +168,9 @@ dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_ro
     d->nslots = nslots;
     d->max_rows = max_rows;
     d->layers = calloc((size_t)d->cfg.num_layers, sizeof(layer));
-    if ((st = take_part(d, m))) { dt_decoder_destroy(d); return st; }
     dt_model md;
     dt_gpt2_model((dt_gpt2 *)m, &md);
+    if ((st = take_part(d, m, &md))) { dt_decoder_destroy(d); return st; }
     d->small_cap = small_floats(d);
     d->small = malloc(d->small_cap * sizeof(float));
     d->wte = tensor(&md, "wte");
