@@ -8,6 +8,7 @@
 #include "dtrain/infer.h"
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
+#include "dtrain/obs.h"
 #include "dtrain/train.h"
 #include "measure.h"
 
@@ -95,6 +96,18 @@ static double read_bandwidth(int threads) {
     }
     dt_free_aligned(a);
     return best;
+}
+
+/* The other ceiling: every weight is a multiply-add per token at any batch, so sgemm's rate (the machine's best at f32
+ * multiply-adds; the decoder multiplies int8 weights in f32 as well) bounds decoding at large batches. Over the
+ * memory-bound batch-1 ceiling it says how much batching can ever gain here: int8 reads a quarter of f32's bytes at the
+ * same arithmetic, so its gain is a quarter of f32's. */
+static void compute_ceiling(int threads, const size_t wb[2], double bw) {
+    double flops = 2.0 * (double)(wb[0] / sizeof(float)), peak = dt_peak_measure(threads) * 1e9;
+    if (!wb[0] || !wb[1] || peak <= 0 || bw <= 0) return;
+    printf("# sgemm at %.1f GFLOP/s on %d thread(s): the weights' %.2f GFLOP a token allow at most %.1f tokens/s at any batch, "
+           "%.2fx the f32 batch-1 ceiling and %.2fx int8's\n", peak / 1e9, threads, flops / 1e9, peak / flops,
+           peak / flops / (bw / (double)wb[0]), peak / flops / (bw / (double)wb[1]));
 }
 
 /* Perplexity over up to `windows` windows of the context's length from a token file, each read in one step with every
@@ -258,6 +271,7 @@ int dt_bench_infer(const dt_bench_infer_opts *o) {
         printf("# memory read at %.1f GB/s on %d thread(s): decode at batch 1 reads the %.0f MB of f32 weights (%.0f MB int8) a token, "
                "so at most %.1f (%.1f) tokens/s\n", bw / 1e9, ts[i], wb[0] / 1e6, wb[1] / 1e6, wb[0] ? bw / (double)wb[0] : 0,
                wb[1] ? bw / (double)wb[1] : 0);
+        compute_ceiling(ts[i], wb, bw);
     }
     if (o->eval_data) {
         double p[2];

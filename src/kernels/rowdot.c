@@ -65,9 +65,12 @@ AVX2 static inline __m256 load_w8(const int8_t *w) {
 
 /* R rows x NO outputs over the whole of K, both constants in each copy so
  * that the R * NO accumulators, NO weight vectors and one input vector stay
- * in AVX2's sixteen registers: up to 4 rows x 3 outputs (12 + 3 + 1), or 5-6
- * rows x 2 (12 + 2 + 1), which converts fewer int8 weights per product. The
- * tails go in the portable order, which is the same. res is [R][3]. */
+ * in AVX2's sixteen registers: one row x NO1 outputs, 2-4 rows x 3
+ * (12 + 3 + 1), or 5-6 rows x 2 (12 + 2 + 1), which converts fewer int8
+ * weights per product. One f32 row takes 6 outputs (six chains of FMAs hide
+ * their latency: three left batch 1 at ~84% of the memory's pace, six reach
+ * it); one int8 row keeps 3, as 6 measured no faster from memory. The tails
+ * go in the portable order, which is the same. res is [R][6]. */
 #define TILE_BODY(R, NO, WT, LOAD)                                                                                     \
     __m256 acc[R][NO];                                                                                                 \
     for (int r = 0; r < R; r++)                                                                                        \
@@ -77,7 +80,10 @@ AVX2 static inline __m256 load_w8(const int8_t *w) {
         __m256 wv[NO];                                                                                                 \
         if (!(k * sizeof(WT) & 63)) /* the next tile's rows, a cache line each at a time: short rows defeat the prefetcher */ \
             for (int o = 0; o < NO; o++) _mm_prefetch((const char *)(w + (size_t)(o + NO) * ldw + k), _MM_HINT_T0);    \
-        for (int o = 0; o < NO; o++) wv[o] = LOAD(w + (size_t)o * ldw + k);                                            \
+        for (int o = 0; o < NO; o++) {                                                                                 \
+            wv[o] = LOAD(w + (size_t)o * ldw + k);                                                                     \
+            __asm__("" : "+x"(wv[o])); /* in a register: folded into R FMAs, an f32 weight is loaded R times */        \
+        }                                                                                                              \
         for (int r = 0; r < R; r++) {                                                                                  \
             __m256 xv = _mm256_loadu_ps(x + (size_t)r * ldx + k);                                                      \
             __asm__("" : "+x"(xv)); /* in a register: else each FMA loads it again, and loads set the pace */            \
@@ -88,14 +94,14 @@ AVX2 static inline __m256 load_w8(const int8_t *w) {
         for (int o = 0; o < NO; o++) {                                                                                 \
             float s = hsum(acc[r][o]);                                                                                 \
             for (int j = k; j < K; j++) s = fmaf(x[(size_t)r * ldx + j], (float)w[(size_t)o * ldw + j], s);           \
-            res[r * 3 + o] = s;                                                                                        \
+            res[r * 6 + o] = s;                                                                                        \
         }
 #define TILE_FN(NAME, R, NO, WT, LOAD)                                                                                 \
     AVX2 static void NAME##_##R(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int K) {            \
         TILE_BODY(R, NO, WT, LOAD)                                                                                     \
     }
-#define TILE(NAME, WT, LOAD)                                                                                           \
-    TILE_FN(NAME, 1, 3, WT, LOAD) TILE_FN(NAME, 2, 3, WT, LOAD) TILE_FN(NAME, 3, 3, WT, LOAD)                          \
+#define TILE(NAME, WT, LOAD, NO1)                                                                                      \
+    TILE_FN(NAME, 1, NO1, WT, LOAD) TILE_FN(NAME, 2, 3, WT, LOAD) TILE_FN(NAME, 3, 3, WT, LOAD)                        \
     TILE_FN(NAME, 4, 3, WT, LOAD) TILE_FN(NAME, 5, 2, WT, LOAD) TILE_FN(NAME, 6, 2, WT, LOAD)                          \
     static void NAME(float *res, const float *x, size_t ldx, const WT *w, size_t ldw, int R, int K) {                \
         switch (R) {                                                                                                   \
@@ -107,8 +113,8 @@ AVX2 static inline __m256 load_w8(const int8_t *w) {
         default: NAME##_1(res, x, ldx, w, ldw, K);                                                                     \
         }                                                                                                              \
     }
-TILE(tile_f32, float, load_w)
-TILE(tile_q8, int8_t, load_w8)
+TILE(tile_f32, float, load_w, 6)
+TILE(tile_q8, int8_t, load_w8, 3)
 
 AVX2 static float dot_avx2(const float *x, const float *w, int K) {
     __m256 a = _mm256_setzero_ps();
@@ -139,13 +145,13 @@ float dt_dot_f32(const float *x, const float *w, int K) {
     return dot_portable(x, w, K);
 }
 
-/* Rows [r, r + nr) x outputs [o, o + no), no <= 6: tiles where they fit (nr <= 4: 3 outputs a tile; 5 or 6: 2),
+/* Rows [r, r + nr) x outputs [o, o + no), no <= 6: tiles where they fit (one row: 6 outputs a tile in f32, 3 in int8; 2-4: 3; 5 or 6: 2),
  * single dots elsewhere; the same sums either way. */
 static void block(float *out, const float *x, const float *wf, const int8_t *wq, const float *scale, const float *bias, int K, int O,
                   int r, int nr, int o, int no) {
-    float res[18];
+    float res[36];
     const float *xr = x + (size_t)r * K;
-    int tw = nr <= 4 ? 3 : 2; /* outputs a tile */
+    int tw = nr == 1 ? (wq ? 3 : 6) : nr <= 4 ? 3 : 2; /* outputs a tile */
     for (int t = 0; t < no; t += tw) {
         int m = no - t < tw ? no - t : tw;
 #if HAVE_AVX2_PATH
@@ -156,11 +162,11 @@ static void block(float *out, const float *x, const float *wf, const int8_t *wq,
 #endif
         for (int i = 0; i < nr; i++)
             for (int j = 0; j < m; j++)
-                res[i * 3 + j] = wq ? dot_q8_portable(xr + (size_t)i * K, wq + (size_t)(o + t + j) * K, K)
+                res[i * 6 + j] = wq ? dot_q8_portable(xr + (size_t)i * K, wq + (size_t)(o + t + j) * K, K)
                                     : dot_portable(xr + (size_t)i * K, wf + (size_t)(o + t + j) * K, K);
         for (int i = 0; i < nr; i++)
             for (int j = 0; j < m; j++) {
-                float s = res[i * 3 + j], b = bias ? bias[o + t + j] : 0.0f;
+                float s = res[i * 6 + j], b = bias ? bias[o + t + j] : 0.0f;
                 out[(size_t)(r + i) * O + o + t + j] = scale ? fmaf(s, scale[o + t + j], b) : s + b;
             }
     }
