@@ -41,12 +41,15 @@ static const float *find(dt_gpt2 *m, const char *name, int grads, size_t *count)
 
 /* A backward split into B (input gradients) and W (weight gradients), three
  * micro-batches in flight in their slots: the gradients one backward per
- * micro-batch gives, bit for bit; the hooks after each unit's W. */
-static void split_backward(const dt_gpt2_config *cfg, int B, int T) {
+ * micro-batch gives, bit for bit, in f32 and in 16 bits (W widens the
+ * packed activations again and, for the head, computes the loss's 16-bit
+ * gradient again); the hooks after each unit's W. */
+static void split_backward(const dt_gpt2_config *cfg, int B, int T, dt_dtype prec) {
     dt_gpt2 *a = NULL, *b = NULL;
     if (dt_gpt2_create(cfg, &a) || dt_gpt2_create(cfg, &b)) { EXPECT(0, "split backward: %s", dt_last_error()); return; }
     dt_gpt2_init_random(a, 7);
     dt_gpt2_init_random(b, 7);
+    EXPECT(!dt_gpt2_set_precision(a, prec) && !dt_gpt2_set_precision(b, prec), "split backward's precision: %s", dt_last_error());
     EXPECT(!dt_gpt2_set_split_backward(b, 1) && !dt_gpt2_set_slots(b, 3), "split backward: %s", dt_last_error());
     size_t BT = (size_t)B * T;
     int32_t *tok = malloc(3 * 2 * BT * sizeof(int32_t));
@@ -75,7 +78,7 @@ static void split_backward(const dt_gpt2_config *cfg, int B, int T) {
     EXPECT(dt_gpt2_backward_weights(b) != DT_OK, "a W without its B was accepted");
     size_t n = dt_gpt2_num_params(a);
     EXPECT(n == dt_gpt2_num_params(b) && !memcmp(dt_gpt2_grads(a), dt_gpt2_grads(b), n * sizeof(float)) &&
-               !memcmp(la, lb, sizeof la), "split backward's gradients or losses differ from one backward's");
+               !memcmp(la, lb, sizeof la), "split backward's gradients or losses differ from one backward's (%s)", dt_dtype_name(prec));
     EXPECT(dt_gpt2_set_recompute(b, 1) != DT_OK || dt_gpt2_forward(b, tok, tok + BT, B, T, NULL) != DT_OK,
            "a split backward with recomputation was accepted");
     dt_gpt2_set_grad_hook(b, NULL, NULL);
@@ -305,7 +308,7 @@ int main(void) {
     if (dt_gpt2_forward(whole, in, tg, B, T, &lw) || dt_gpt2_backward(whole, 1.0f)) { printf("FAIL: %s\n", dt_last_error()); return 1; }
     EXPECT(!strcmp(events, "S4 S3 S2 S1 S0 "), "after unsubscribing the first: %s", events);
     dt_gpt2_set_grad_hook(whole, NULL, &sub2);
-    split_backward(&cfg, B, T);
+    for (int i = 0; i < 3; i++) split_backward(&cfg, B, T, (dt_dtype[]){ DT_F32, DT_BF16, DT_F16 }[i]);
     chunks(&cfg, B, T);
     printf("units: %d passed, %d failed\n", passed, failed);
     free(logits);

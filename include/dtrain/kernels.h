@@ -35,7 +35,8 @@ void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const
  * gradient: round it first); dinp = round_t(dinp + dout @ w) (start it at
  * zero); dw += round_t(dout^T @ inp); dbias += round_t(column sums of dout).
  * partial: dinp is left in f32 (a column-parallel Linear's share of it,
- * summed over the group by the caller and rounded then). */
+ * summed over the group by the caller and rounded then). dinp (then w is
+ * not read) or dw may be NULL: a split backward's two halves. */
 void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const uint16_t *w, int BT,
                            int C, int OC, dt_dtype t, float *work, size_t work_floats, int partial);
 
@@ -49,7 +50,7 @@ void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *do
  * (dt_crossentropy_grad_lp); ce->v0 is the first column's vocabulary id
  * (a vocabulary-parallel head's slice: 0 for the whole head), ce->V the
  * slice's columns below the vocabulary size. partial: as
- * dt_matmul_backward_lp's (the head is column-parallel by vocabulary). */
+ * dt_matmul_backward_lp's (the head is column-parallel by vocabulary), and so are NULL dinp or dw. */
 typedef struct { const float *stats; const int32_t *targets; int V, v0; float dscale; } dt_ce_grad;
 void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work,
                             size_t work_floats);

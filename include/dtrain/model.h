@@ -323,7 +323,7 @@ dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale
  * dt_gpt2_backward_weights (W) later adds the Linears', the head's and the
  * embedding's weight gradients, the same sums as one backward, and runs
  * the gradient hooks (and the embedding's before-backward hook) as each
- * unit's gradients are whole. f32 without recomputation only. */
+ * unit's gradients are whole. In f32 and 16 bits; not with recomputation. */
 dt_status dt_gpt2_set_split_backward(dt_gpt2 *m, int on);
 dt_status dt_gpt2_backward_weights(dt_gpt2 *m);
 /* Before each unit's forward and each unit's backward: before_forward(unit,

@@ -81,7 +81,7 @@ static void usage(FILE *f) {
             "                     exposed by a cost model; on a CPU all-to-all where the heads split, else ring)\n"
             "  --pp-schedule S    1f1b (default; at most N micro-batches in flight per stage), gpipe (all M\n"
             "                     forwards first) or zb1 (ZB-H1: backward split into B and W, W filling 1f1b's\n"
-            "                     bubble; at most N in flight per stage; f32, not with --recompute or ZeRO-3) or\n"
+            "                     bubble; at most N in flight per stage; not with --recompute or ZeRO-3) or\n"
             "                     interleaved (Megatron's: each stage holds --virtual-stages V chunks (2), the\n"
             "                     micro-batches go through the stages V times; M a multiple of N)\n"
             "  --pp-schedule-print  each stage's list of actions as a table, at start\n"

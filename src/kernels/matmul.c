@@ -90,8 +90,8 @@ void dt_matmul_forward_lp(float *out, const float *inp, const uint16_t *w, const
 
 void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const uint16_t *w, int BT,
                            int C, int OC, dt_dtype t, float *work, size_t work_floats, int partial) {
-    const uint16_t *d16 = bf16_input(0, dout, BT, OC, t), *a16 = d16 ? bf16_input(1, inp, BT, C, t) : NULL;
-    int dinp_done = dinp && a16 && dt_gemm_bf16(0, 0, BT, C, OC, d16, OC, w, C, 1, dinp, C);
+    const uint16_t *d16 = bf16_input(0, dout, BT, OC, t), *a16 = d16 && dw ? bf16_input(1, inp, BT, C, t) : NULL;
+    int dinp_done = dinp && d16 && dt_gemm_bf16(0, 0, BT, C, OC, d16, OC, w, C, 1, dinp, C);
     int R = lp_rows(C, work_floats / 2);
     float *wf = work, *dwc = work + work_floats / 2;
     for (int o0 = 0; o0 < OC; o0 += R) {
@@ -102,6 +102,7 @@ void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *do
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, r, 1.0f, dout + o0, OC, wf, C, 1.0f, dinp, C);
         }
         /* this use's weight gradient is a 16-bit tensor; the f32 store sums the uses */
+        if (!dw) continue;
         if (!(a16 && dt_gemm_bf16(1, 0, r, C, BT, d16 + o0, OC, a16, C, 0, dwc, C)))
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, BT, 1.0f, dout + o0, OC, inp, C, 0.0f, dwc, C);
         dt_lp_round_add(dw + (size_t)o0 * C, dwc, rc, t);
@@ -167,11 +168,11 @@ void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const
                 if (!widened++) dt_lp_unpack(wf, w + (size_t)o0 * C, (size_t)r * C, t);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, r, 1.0f, dc, r, wf, C, 1.0f, dinp + (size_t)t0 * C, C);
             }
-            if (!(d16 && dt_gemm_bf16(1, 0, r, C, n, d16, r, a16 + (size_t)t0 * C, C, t0 != 0, dwc, C)))
+            if (dw && !(d16 && dt_gemm_bf16(1, 0, r, C, n, d16, r, a16 + (size_t)t0 * C, C, t0 != 0, dwc, C)))
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, n, 1.0f, dc, r, inp + (size_t)t0 * C, C, t0 ? 1.0f : 0.0f,
                             dwc, C);
         }
-        dt_lp_round_add(dw + (size_t)o0 * C, dwc, (size_t)r * C, t);
+        if (dw) dt_lp_round_add(dw + (size_t)o0 * C, dwc, (size_t)r * C, t);
     }
     if (dinp && !partial) dt_lp_round(dinp, (size_t)BT * C, t);
 }

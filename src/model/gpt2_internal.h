@@ -40,7 +40,7 @@ typedef struct {
     size_t bt_capacity, att_capacity;
     int32_t *inputs, *targets;
     bool have_targets, blockwise, w_pending;
-    float loss;
+    float loss, w_dscale;
     uint16_t *acts_lp;
     size_t lp_layer, lp_capacity;
 } gpt2_slot;
@@ -81,6 +81,7 @@ struct dt_gpt2 {
     bool split_bwd;           /* backward in two passes: B (input gradients) and W (weight gradients) */
     bool hold_hooks;          /* backward announces no unit: dt_gpt2_announce_grads does, later */
     bool w_pending;           /* this slot's B has run, its W not yet */
+    float w_dscale;           /* and the loss gradient's scale it used (W recomputes the head's 16-bit one) */
     bool recompute;           /* keep one layer of activations; redo each layer's forward in backward */
     dt_attn_mode attn;
     bool blockwise;           /* of the last forward */

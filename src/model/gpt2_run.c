@@ -246,8 +246,7 @@ static void linear_forward(dt_gpt2 *m, float *out, const float *inp, int l, int 
 
 /* Its backward; under mixed precision a block's dout is rounded to 16 bits
  * in place (the head's, by the cross-entropy that wrote it). A split
- * backward's B leaves the weight and bias for linear_weight_grad (f32 only:
- * dt_gpt2_set_split_backward). */
+ * backward's B leaves the weight and bias for linear_weight_grad. */
 static void linear_backward(dt_gpt2 *m, float *dinp, float *dout, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
     size_t wo, bo;
     linear_at(m, l, wi, bi, &wo, &bo);
@@ -259,15 +258,17 @@ static void linear_backward(dt_gpt2 *m, float *dinp, float *dout, const float *i
     if (l >= 0) dt_lp_round(dout, (size_t)BT * OC, m->prec);
     /* a column-parallel Linear's input gradient is this rank's share, summed and rounded by the caller */
     bool share = m->part.tp_size > 1 && !row_parallel(m, l, wi);
-    dt_matmul_backward_lp(dinp, m->grads + wo, db, dout, inp, m->params_lp + wo, BT, C, OC, m->prec, m->lp_work, m->lp_work_floats,
-                          share);
+    dt_matmul_backward_lp(dinp, m->split_bwd ? NULL : m->grads + wo, db, dout, inp, m->params_lp + wo, BT, C, OC, m->prec, m->lp_work,
+                          m->lp_work_floats, share);
 }
 
 /* W of a split backward: the same sums the whole backward makes. */
 static void linear_weight_grad(dt_gpt2 *m, const float *dout, const float *inp, int l, int wi, int bi, int BT, int C, int OC) {
     size_t wo, bo;
     linear_at(m, l, wi, bi, &wo, &bo);
-    dt_matmul_backward(NULL, m->grads + wo, bo != SIZE_MAX ? m->grads + bo : NULL, dout, inp, NULL, BT, C, OC);
+    float *db = bo != SIZE_MAX ? m->grads + bo : NULL;
+    if (m->prec == DT_F32) dt_matmul_backward(NULL, m->grads + wo, db, dout, inp, NULL, BT, C, OC);
+    else dt_matmul_backward_lp(NULL, m->grads + wo, db, dout, inp, NULL, BT, C, OC, m->prec, m->lp_work, m->lp_work_floats, 0);
 }
 
 /* Mixed precision keeps the logits (and then their gradient) in 16 bits. */
@@ -417,8 +418,8 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     if (!st) use_range(m, range_of(m, a));
     if (!st && m->w_pending)
         st = dt_error(DT_ERR_ARG, "forward: the activations' last backward waits for its weight gradients (dt_gpt2_backward_weights)");
-    if (!st && m->split_bwd && (m->prec != DT_F32 || m->recompute))
-        st = dt_error(DT_ERR_UNSUPPORTED, "forward: a split backward runs in f32 without recomputation");
+    if (!st && m->split_bwd && m->recompute)
+        st = dt_error(DT_ERR_UNSUPPORTED, "forward: a split backward runs without recomputation (W reads what forward kept)");
     if (!st) st = size_activations(m, B, T);
     if (st) return st;
     size_t BT = (size_t)B * T;
@@ -497,8 +498,9 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
         linear_backward(m, dln, dlogits, lnf, -1, WTE, 0, (int)BT, C, Vp);
     } else {
         dt_ce_grad ce = { .stats = ACT(A_CE_STATS), .targets = m->targets, .V = m->Vv, .v0 = m->v0, .dscale = dscale };
-        dt_matmul_backward_lp16(dln, m->grads + TAB_OFF(WTE), LOGITS16(m), &ce, lnf, m->params_lp + TAB_OFF(WTE), (int)BT, C, Vp,
-                                m->prec, m->lp_work, m->lp_work_floats, m->part.tp_size > 1);
+        dt_matmul_backward_lp16(dln, m->split_bwd ? NULL : m->grads + TAB_OFF(WTE), LOGITS16(m), &ce, lnf, m->params_lp + TAB_OFF(WTE),
+                                (int)BT, C, Vp, m->prec, m->lp_work, m->lp_work_floats, m->part.tp_size > 1);
+        m->w_dscale = dscale;
     }
     const float *dlnf = dt_gpt2_tp_combine_linear(m, dln, RC); /* the head is column-parallel (by vocabulary) */
     memset(dres, 0, RC * sizeof(float));
@@ -597,9 +599,9 @@ dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale
 dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) { return dt_gpt2_backward_units(m, NULL, grad_scale); }
 
 dt_status dt_gpt2_set_split_backward(dt_gpt2 *m, int on) {
-    if (on && (m->prec != DT_F32 || m->recompute))
-        return dt_error(DT_ERR_UNSUPPORTED, "model: a backward split into input and weight gradients runs in f32 without "
-                        "recomputation (W reads the activations forward kept)");
+    if (on && m->recompute)
+        return dt_error(DT_ERR_UNSUPPORTED, "model: a backward split into input and weight gradients runs without recomputation "
+                        "(W reads the activations forward kept)");
     if (m->split_bwd == (on != 0)) return DT_OK;
     m->split_bwd = on != 0;
     /* the activations' layout changes: sized again at the next forward */
@@ -610,20 +612,26 @@ dt_status dt_gpt2_set_split_backward(dt_gpt2 *m, int on) {
     return DT_OK;
 }
 
-/* W of the head: the tied wte's (or its copy's) gradient from the logits' gradient B left in place. */
+/* W of the head: the tied wte's (or its copy's) gradient from the logits' gradient B left in place (in 16 bits,
+ * computed again from the logits as B computed it). */
 static void head_weights(dt_gpt2 *m) {
     size_t BT = (size_t)m->B * m->T, RC = dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels;
     trace_unit(m, "weights", m->cfg.num_layers + 1);
-    size_t wo, bo;
-    linear_at(m, -1, WTE, 0, &wo, &bo);
-    dt_matmul_backward(NULL, m->grads + wo, NULL, ACT(A_LOGITS), dt_gpt2_tp_gather(m, ACT(A_LNF), RC), NULL, (int)BT,
-                       m->cfg.channels, m->Vl);
+    const float *lnf = dt_gpt2_tp_gather(m, ACT(A_LNF), RC);
+    if (m->prec == DT_F32) {
+        dt_matmul_backward(NULL, m->grads + TAB_OFF(WTE), NULL, ACT(A_LOGITS), lnf, NULL, (int)BT, m->cfg.channels, m->Vl);
+    } else {
+        dt_ce_grad ce = { .stats = ACT(A_CE_STATS), .targets = m->targets, .V = m->Vv, .v0 = m->v0, .dscale = m->w_dscale };
+        dt_matmul_backward_lp16(NULL, m->grads + TAB_OFF(WTE), LOGITS16(m), &ce, lnf, NULL, (int)BT, m->cfg.channels, m->Vl, m->prec,
+                                m->lp_work, m->lp_work_floats, 0);
+    }
     UNIT_END();
 }
 
 static void layer_weights(dt_gpt2 *m, int l) {
     int BT = m->B * m->T, C = m->cfg.channels;
     size_t RC = dt_gpt2_tp_rows(m) * (size_t)C;
+    pack_block(m, l, false); /* mixed precision: its 16-bit activations widened again */
     block_acts a = acts_of(m, l);
     float *wg[4];
     wgrad_of(m, l, wg);

@@ -19,7 +19,7 @@ static void save(const dt_gpt2 *m, gpt2_slot *s) {
     s->bt_capacity = m->bt_capacity, s->att_capacity = m->att_capacity;
     s->inputs = m->inputs, s->targets = m->targets;
     s->have_targets = m->have_targets, s->blockwise = m->blockwise, s->w_pending = m->w_pending;
-    s->loss = m->loss;
+    s->loss = m->loss, s->w_dscale = m->w_dscale;
     s->acts_lp = m->acts_lp, s->lp_layer = m->lp_layer, s->lp_capacity = m->lp_capacity;
 }
 
@@ -34,7 +34,7 @@ static void load(dt_gpt2 *m, const gpt2_slot *s) {
     m->bt_capacity = s->bt_capacity, m->att_capacity = s->att_capacity;
     m->inputs = s->inputs, m->targets = s->targets;
     m->have_targets = s->have_targets, m->blockwise = s->blockwise, m->w_pending = s->w_pending;
-    m->loss = s->loss;
+    m->loss = s->loss, m->w_dscale = s->w_dscale;
     m->acts_lp = s->acts_lp, m->lp_layer = s->lp_layer, m->lp_capacity = s->lp_capacity;
 }
 

@@ -35,8 +35,7 @@ static const char *pp_lacks(const dt_train_config *c) {
     if (c->save && !dt_checkpoint_is_dir(c->save)) return "--save FILE.bin/.safetensors (a checkpoint directory takes the stages)";
     if (c->grad_store != DT_F32) return "--grad-store bf16/fp16";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS";
-    /* zb1's W reads what forward kept, in f32; ZeRO-3 would gather each unit's parameters for B and again for W */
-    if (c->pp_schedule == DT_PP_ZB1 && c->precision != DT_F32) return "--pp-schedule zb1 and --precision bf16/fp16 (its split backward is f32)";
+    /* zb1's W reads what forward kept; ZeRO-3 would gather each unit's parameters for B and again for W */
     if (c->pp_schedule == DT_PP_ZB1 && c->recompute) return "--pp-schedule zb1 and --recompute (W reads the activations forward kept)";
     if (c->pp_schedule == DT_PP_ZB1 && c->strategy && !strcmp(c->strategy, "zero3")) return "--pp-schedule zb1 and ZeRO-3";
     if (c->pp_schedule == DT_PP_INTERLEAVED && c->strategy && !strcmp(c->strategy, "zero3"))
