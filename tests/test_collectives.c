@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int passed, failed;
 static dt_comm *world;
@@ -366,6 +367,41 @@ static void nonblocking_p2p(void) {
     free(out); free(in); free(in2);
 }
 
+/* A mailbox between ranks 0 and 1 (a pipeline's link): 9 messages through 2
+ * slots arrive whole and in order, read where they lie, while the sender
+ * runs ahead as far as the slots allow; put on the receiving side and get
+ * on the sending side are refused. The other ranks only take part in the
+ * split. */
+static void mailbox(void) {
+    int r = dt_comm_rank(world);
+    dt_comm *pair = NULL;
+    if (dt_comm_split(world, r < 2 ? 0 : -1, r, &pair)) { FAIL("mailbox split: %s", dt_last_error()); return; }
+    if (!pair) return;
+    dt_mailbox *m = NULL;
+    size_t n = 100003; /* not a multiple of a cache line */
+    if (dt_mailbox_create(pair, 0, n * 4, 2, &m)) { FAIL("mailbox: %s", dt_last_error()); dt_comm_destroy(pair); return; }
+    int32_t *msg = malloc(n * 4);
+    const void *got = NULL;
+    int bad = -1, refused = r == 0 ? dt_mailbox_get(m, &got) != DT_OK : dt_mailbox_put(m, msg) != DT_OK;
+    for (int k = 0; k < 9 && bad < 0; k++) {
+        if (r == 0) {
+            for (size_t i = 0; i < n; i++) msg[i] = (int32_t)(k * 1000003 + (int)i);
+            if (dt_mailbox_put(m, msg)) bad = k;
+        } else {
+            if (k % 3 == 0) usleep(20000); /* a slow receiver: the sender fills both slots and waits */
+            if (dt_mailbox_get(m, &got)) { bad = k; break; }
+            const int32_t *v = got;
+            for (size_t i = 0; i < n && bad < 0; i++) if (v[i] != (int32_t)(k * 1000003 + (int)i)) bad = k;
+            dt_mailbox_release(m);
+        }
+    }
+    if (bad >= 0 || !refused) FAIL("mailbox rank %d: message %d wrong or failed (%s); wrong side refused: %d", r, bad, dt_last_error(), refused);
+    else passed++;
+    free(msg);
+    dt_mailbox_destroy(m);
+    dt_comm_destroy(pair);
+}
+
 static void bad_arguments(void) {
     float x = 0;
     struct { dt_status st; const char *what; } cases[] = {
@@ -395,6 +431,7 @@ int main(void) {
     nonblocking();
     if (dt_comm_size(world) <= 16) per_rank_counts();
     nonblocking_p2p();
+    if (dt_comm_size(world) >= 2) mailbox();
     bad_arguments();
     int32_t f = failed, fsum = 0, ps = passed, psum = 0;
     if (dt_comm_allreduce(world, &f, &fsum, 1, DT_I32, DT_SUM) || dt_comm_allreduce(world, &ps, &psum, 1, DT_I32, DT_SUM)) {

@@ -207,6 +207,22 @@ dt_status dt_waitall(dt_request **reqs, int n);
 /* *done = 1 once complete; the request must still be passed to dt_wait. */
 dt_status dt_test(dt_request *req, int *done);
 
+/* Mailbox (mailbox.c): messages of `bytes` one way between the two ranks of
+ * comm, both on this machine, through `slots` slots in the shared arena.
+ * Create is collective over comm (DT_ERR_ARG where comm is not two ranks
+ * of one machine's shared memory; DT_ERR_NOMEM where the arena has no
+ * room). put (the sender, rank `sender` of comm) copies a message into the
+ * next slot and returns; it waits only while every slot holds a message not
+ * yet released. get (the receiver) waits for the next message and gives
+ * where it lies; the receiver reads it there, then releases it (the oldest
+ * held first). Waits fail naming a dead or stalled peer, as collectives do. */
+typedef struct dt_mailbox dt_mailbox;
+dt_status dt_mailbox_create(dt_comm *comm, int sender, size_t bytes, int slots, dt_mailbox **out);
+void dt_mailbox_destroy(dt_mailbox *m);
+dt_status dt_mailbox_put(dt_mailbox *m, const void *buf);
+dt_status dt_mailbox_get(dt_mailbox *m, const void **buf);
+void dt_mailbox_release(dt_mailbox *m);
+
 /* Local launch: fork n copies of argv[0..] wired over shared memory, watch
  * them, and return the job's exit code (0 when every rank exited 0). A rank
  * that dies makes the others fail within a second; the launcher names it. */

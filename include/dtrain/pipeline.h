@@ -123,6 +123,8 @@ void dt_pipeline_destroy(dt_pipeline *p);
  * stages in order; the last stage sums their mean losses (*loss_sum, *nloss;
  * 0 elsewhere). Collective over the stages. */
 dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, void *ctx, double *loss_sum, int *nloss);
+/* Whether messages go through mailboxes in the shared arena (every stage on one machine), not point to point. */
+int dt_pipeline_mailboxes(const dt_pipeline *p);
 /* What the engine runs (dt_engine_config.schedule). */
 const dt_micro_schedule *dt_pipeline_schedule(dt_pipeline *p);
 const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p);

@@ -381,7 +381,7 @@ static int peer_name(const dt_comm *c, int peer) {
     return j >= 0 && c->seg ? atomic_load(&c->seg->hdr->proc[c->proc_of[j]].world_rank) : peer;
 }
 
-static void activity_p2p(const dt_comm *c, const coll_args *a, int inside) {
+void dt_activity_p2p(const dt_comm *c, const coll_args *a, int inside) {
     if (inside) atomic_store(&act_peers, (uint64_t)(uint32_t)(peer_name(c, a->root) + 1) | (uint64_t)(uint32_t)(peer_name(c, a->source) + 1) << 32);
     activity(&c->cur, inside);
 }
@@ -587,13 +587,13 @@ dt_status dt_p2p_run(dt_comm *c, const coll_args *a) {
     call_desc saved_cur = c->cur;
     c->seq = 0;
     c->cur = (call_desc){ .coll = DT_COLL_SENDRECV, .dtype = a->dtype, .count = a->count > a->rcount ? a->count : a->rcount };
-    activity_p2p(c, a, 1);
+    dt_activity_p2p(c, a, 1);
     DT_TRACE_BEGIN(DT_TRACK_COMM, a->root >= 0 && a->source >= 0 ? "sendrecv" : a->root >= 0 ? "send" : "recv",
                    "\"to\":%d,\"from\":%d,\"bytes_sent\":%zu,\"bytes_received\":%zu", a->root, a->source, a->count * es,
                    a->rcount * es);
     dt_status st = dt_p2p_exchange(c, a->root, a->sendbuf, a->count * es, a->source, a->recvbuf, a->rcount * es, a->dtype, -1);
     DT_TRACE_END(DT_TRACK_COMM);
-    activity_p2p(c, a, 0);
+    dt_activity_p2p(c, a, 0);
     c->seq = saved;
     c->cur = saved_cur;
     return st;

@@ -253,6 +253,9 @@ typedef struct {
 } coll_args;
 
 typedef dt_status (*algo_fn)(dt_comm *c, const coll_args *a);
+/* A send and/or receive (a->root, a->source) as what this process is in (inside) or ran last, with c->cur: what
+ * dt_comm_activity reports to a rank that stops. */
+void dt_activity_p2p(const dt_comm *c, const coll_args *a, int inside);
 /* NULL when the algorithm does not implement that collective. */
 algo_fn dt_algo_lookup(dt_algo algo, dt_coll coll);
 

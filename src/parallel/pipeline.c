@@ -39,6 +39,11 @@ struct dt_pipeline {
      * stage rank 1 or 0 in it; the send in flight per direction (0: back, 1: on); where an interleaved stage's
      * gradients wait to leave (its slot's gradient is rewritten by the micro-batch's next chunk) */
     dt_comm *link[2][2];
+    /* on one machine, every link's messages through a mailbox in the shared arena (box[side][kind], as link): a send
+     * is a copy into it and never waits for the neighbour; what arrives is read where it lies (rx[kind]) and released
+     * once the computation that reads it is done. NULL where any link of the pipeline spans machines. */
+    dt_mailbox *box[2][2];
+    const float *rx[2];
     dt_request *sending[2];
     float *gsend;
     int32_t *targets;           /* interleaved: each slot's micro-batch's targets, read at its first chunk, used at the head's */
@@ -94,7 +99,11 @@ static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
     float *in = a->recv.peer < 0 ? NULL : a->recv.grad ? p->dout : p->xin;
     DT_TRACE_BEGIN(DT_TRACK_COMM, "pipeline", "\"send\":%d,\"recv\":%d", a->send.peer, a->recv.peer);
     dt_status st;
-    if (p->s->async) {
+    if (dt_pipeline_mailboxes(p)) {
+        /* activations go on (side 1) and come from before (side 0); gradients the other way */
+        st = out ? dt_mailbox_put(p->box[!a->send.grad][a->send.grad], out) : DT_OK;
+        if (!st && in) st = dt_mailbox_get(p->box[a->recv.grad][a->recv.grad], (const void **)&p->rx[a->recv.grad]);
+    } else if (p->s->async) {
         /* activations come from the stage before, gradients from the one after (its rank in the link: 0, 1) */
         st = out ? async_send(p, out, !a->send.grad) : dt_comm_recv(p->link[a->recv.grad][a->recv.grad], in, p->stream, DT_F32, a->recv.grad);
     } else if (out && in) {
@@ -130,9 +139,10 @@ static dt_status forward(dt_pipeline *p, const dt_pp_action *a, double *loss_sum
     DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "F", "\"micro\":%d", a->micro);
     dt_gpt2_use_slot(p->c.model, a->slot);
     int ua = p->ca[a->chunk], ub = p->cb[a->chunk];
-    st = dt_gpt2_forward_units(p->c.model, ua, ub, tok, ua > 0 ? p->xin : NULL, tg, p->c.B, p->c.T, &loss);
+    st = dt_gpt2_forward_units(p->c.model, ua, ub, tok, ua > 0 ? (p->rx[0] ? p->rx[0] : p->xin) : NULL, tg, p->c.B, p->c.T, &loss);
     DT_TRACE_END(DT_TRACK_COMPUTE);
     p->fwd += dt_time_now() - t0;
+    if (p->rx[0]) { dt_mailbox_release(p->box[0][0]); p->rx[0] = NULL; } /* the model has its own copy now */
     if (ub == p->L + 2) { *loss_sum += loss; ++*nloss; }
     return st;
 }
@@ -145,8 +155,10 @@ static dt_status backward(dt_pipeline *p, const dt_pp_action *a, float grad_scal
     dt_gpt2_use_slot(p->c.model, a->slot);
     p->last_b = a->last;
     dt_status st = dt_gpt2_use_chunk(p->c.model, a->chunk);
+    const float *dout = p->rx[1] ? p->rx[1] : p->dout;
     if (!st) st = w ? dt_gpt2_backward_weights(p->c.model)
-                    : dt_gpt2_backward_units(p->c.model, p->cb[a->chunk] < p->L + 2 ? p->dout : NULL, grad_scale);
+                    : dt_gpt2_backward_units(p->c.model, p->cb[a->chunk] < p->L + 2 ? dout : NULL, grad_scale);
+    if (!w && p->rx[1]) { dt_mailbox_release(p->box[1][1]); p->rx[1] = NULL; }
     p->last_b = 0;
     DT_TRACE_END(DT_TRACK_COMPUTE);
     *(w ? &p->wgt : &p->bwd) += dt_time_now() - t0;
@@ -251,6 +263,29 @@ static dt_status tie(dt_pipeline *p) {
     return DT_OK;
 }
 
+/* A mailbox on each link where every link of the pipeline is inside one machine (collective over the stages);
+ * elsewhere none, and messages go through the links' point-to-point calls. */
+static dt_status mailboxes(dt_pipeline *p) {
+    int mine = 1, all = 0, edges = p->v > 1 ? p->p : p->p - 1;
+    /* edge by edge, as links() made them (each creation is collective over its link) */
+    for (int e = 0; e < edges; e++)
+        for (int kind = 0; kind < 2; kind++) {
+            int side = p->stage == e ? 1 : p->stage == (e + 1) % p->p ? 0 : -1;
+            if (side < 0) continue;
+            /* the first stage of an edge (rank 0 of its link) sends activations; the second sends gradients */
+            dt_status st = dt_mailbox_create(p->link[side][kind], kind, p->stream * sizeof(float), 2, &p->box[side][kind]);
+            if (st == DT_ERR_ARG || st == DT_ERR_NOMEM) mine = 0; /* across machines, or no room: both ends see the same */
+            else if (st) return st;
+        }
+    dt_status st = dt_comm_allreduce(p->c.pp, &mine, &all, 1, DT_I32, DT_MIN);
+    if (st || all) return st;
+    for (int i = 0; i < 4; i++) {
+        dt_mailbox_destroy(p->box[i / 2][i % 2]);
+        p->box[i / 2][i % 2] = NULL;
+    }
+    return DT_OK;
+}
+
 /* The two-rank links, one per edge of the chain of stages (of the ring, when chunks wrap from the last stage to the
  * first) and direction (collective over the stages): edge e joins stage e (rank 0 in it) to the next. */
 static dt_status links(dt_pipeline *p) {
@@ -284,7 +319,8 @@ dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
     p->stream = (size_t)c->B * c->T * (size_t)dt_gpt2_get_config(c->model)->channels / (part->sp ? (size_t)part->tp_size : 1);
     p->ms = (dt_micro_schedule){ run, after_update, p };
     dt_status st = dt_pp_schedule_create(c->kind, p->p, c->virt > 1 ? c->virt : 1, c->micro, &p->s);
-    if (!st && p->s->async) st = links(p);
+    if (!st && p->p > 1) st = links(p);
+    if (!st && p->p > 1) st = mailboxes(p);
     if (!st && p->v > 1 && (!(p->gsend = malloc(p->stream * sizeof(float))) ||
                             !(p->targets = malloc(sizeof(int32_t) * (size_t)c->B * c->T * (size_t)p->s->slots[p->stage]))))
         st = dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
@@ -307,6 +343,7 @@ void dt_pipeline_destroy(dt_pipeline *p) {
     sent(&p->wte_req);
     for (int i = 0; i < 4; i++) {
         if (i < 2) sent(&p->sending[i]);
+        dt_mailbox_destroy(p->box[i / 2][i % 2]);
         if (p->link[i / 2][i % 2]) dt_comm_destroy(p->link[i / 2][i % 2]);
     }
     dt_gpt2_set_split_backward(p->c.model, 0);
@@ -327,6 +364,7 @@ void dt_pipeline_destroy(dt_pipeline *p) {
 }
 
 const dt_micro_schedule *dt_pipeline_schedule(dt_pipeline *p) { return &p->ms; }
+int dt_pipeline_mailboxes(const dt_pipeline *p) { return p->box[0][0] || p->box[1][0]; }
 const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p) { return p->s; }
 
 void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *wgt) { *fwd = p->fwd, *bwd = p->bwd, *wgt = p->wgt; }

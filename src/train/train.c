@@ -582,8 +582,10 @@ static void print_stages(const run *r) {
             printf("%s[%d, %d)", j ? "+" : "", a, b);
             share += dt_gpt2_units_cost(mc, r->c.seq, a, b) / total;
         }
-        printf(" %.1f%%%s", 100 * share, k + 1 < pp ? "," : "\n");
+        printf(" %.1f%%%s", 100 * share, k + 1 < pp ? "," : "");
     }
+    printf("; activations and gradients %s\n", dt_pipeline_mailboxes(r->pipe) ? "through mailboxes in the shared arena (one machine)"
+                                                                              : "by point-to-point messages");
     if (r->c.pp_print) dt_pp_schedule_print(s, stdout);
 }
 
