@@ -66,8 +66,9 @@ static bool has_mail(void *arg) {
     return atomic_load_explicit(&m->h->posted, memory_order_acquire) > m->got;
 }
 
-/* A wait, shown as the send or receive it is to a rank that stops meanwhile (in floats: the pipeline's messages are). */
-static dt_status wait_for(dt_mailbox *m, wait_cond cond) {
+/* A put or get, shown as the send or receive it is (in floats: the pipeline's messages are) to a rank that stops
+ * in it or after it; waiting, if cond does not hold yet. */
+static dt_status transfer(dt_mailbox *m, wait_cond cond) {
     dt_comm *c = m->c;
     int other = 1 - dt_comm_rank(c);
     coll_args a = { .coll = DT_COLL_SENDRECV, .dtype = DT_F32, .count = m->bytes / sizeof(float), .root = m->sender ? other : -1,
@@ -78,7 +79,7 @@ static dt_status wait_for(dt_mailbox *m, wait_cond cond) {
     c->seq = 0;
     c->cur = (call_desc){ .coll = DT_COLL_SENDRECV, .dtype = DT_F32, .count = a.count };
     dt_activity_p2p(c, &a, 1);
-    dt_status st = dt_shm_wait(c, cond, m, m->peer);
+    dt_status st = cond(m) ? DT_OK : dt_shm_wait(c, cond, m, m->peer);
     dt_activity_p2p(c, &a, 0);
     c->cur = saved;
     c->seq = seq;
@@ -87,7 +88,7 @@ static dt_status wait_for(dt_mailbox *m, wait_cond cond) {
 
 dt_status dt_mailbox_put(dt_mailbox *m, const void *buf) {
     if (!m->sender) return dt_error(DT_ERR_ARG, "mailbox: put on the receiving side");
-    dt_status st = has_room(m) ? DT_OK : wait_for(m, has_room);
+    dt_status st = transfer(m, has_room);
     if (st) return st;
     uint64_t k = atomic_load_explicit(&m->h->posted, memory_order_relaxed);
     memcpy(slot(m, k), buf, m->bytes);
@@ -101,7 +102,7 @@ dt_status dt_mailbox_get(dt_mailbox *m, const void **buf) {
     if (m->sender) return dt_error(DT_ERR_ARG, "mailbox: get on the sending side");
     if (m->got - atomic_load_explicit(&m->h->taken, memory_order_relaxed) >= (uint64_t)m->slots)
         return dt_error(DT_ERR_ARG, "mailbox: %d messages held, none released", m->slots);
-    dt_status st = has_mail(m) ? DT_OK : wait_for(m, has_mail);
+    dt_status st = transfer(m, has_mail);
     if (st) return st;
     *buf = slot(m, m->got++);
     return DT_OK;
