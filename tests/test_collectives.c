@@ -370,8 +370,8 @@ static void nonblocking_p2p(void) {
 /* A mailbox between ranks 0 and 1 (a pipeline's link): 9 messages through 2
  * slots arrive whole and in order, read where they lie, while the sender
  * runs ahead as far as the slots allow; put on the receiving side and get
- * on the sending side are refused. The other ranks only take part in the
- * split. */
+ * on the sending side are refused; so is a mailbox between two machines
+ * (MPI pseudo-nodes). The other ranks only take part in the split. */
 static void mailbox(void) {
     int r = dt_comm_rank(world);
     dt_comm *pair = NULL;
@@ -379,7 +379,14 @@ static void mailbox(void) {
     if (!pair) return;
     dt_mailbox *m = NULL;
     size_t n = 100003; /* not a multiple of a cache line */
-    if (dt_mailbox_create(pair, 0, n * 4, 2, &m)) { FAIL("mailbox: %s", dt_last_error()); dt_comm_destroy(pair); return; }
+    dt_status st = dt_mailbox_create(pair, 0, n * 4, 2, &m);
+    if (dt_comm_local_size(pair) < 2) {
+        if (st == DT_ERR_ARG && !m && strstr(dt_last_error(), "this machine")) passed++;
+        else FAIL("a mailbox across machines: %s", st ? dt_last_error() : "accepted");
+        dt_comm_destroy(pair);
+        return;
+    }
+    if (st) { FAIL("mailbox: %s", dt_last_error()); dt_comm_destroy(pair); return; }
     int32_t *msg = malloc(n * 4);
     const void *got = NULL;
     int bad = -1, refused = r == 0 ? dt_mailbox_get(m, &got) != DT_OK : dt_mailbox_put(m, msg) != DT_OK;

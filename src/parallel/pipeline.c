@@ -1,15 +1,18 @@
 /* One pipeline stage: runs its list of actions (pipeline_schedule.c) on its
  * GPT-2 part, each micro-batch in its activation slot, activations and
- * their gradients to and from the neighbours: with blocking sends and
- * receives, a send and a receive in one step together (dt_comm_sendrecv),
- * or, for a schedule with asynchronous sends (zb1, interleaved), sends
- * posted from the slot itself and left to progress while the stage
- * computes. Those go over a communicator per edge of the chain (of the
+ * their gradients to and from the neighbours. On one machine they go
+ * through a mailbox in the shared arena per edge of the chain (of the
  * ring, when an interleaved stage's chunks wrap from the last stage to the
- * first) and direction: a communicator's requests run in order, so one that
- * only sends and one that only receives never make a receive wait behind
- * this stage's own send. An interleaved stage runs each action on one of
- * its chunks and announces its gradients after its last backward.
+ * first) and direction: a send is a copy into it, a receive reads in place.
+ * Across machines: with blocking sends and receives, a send and a receive
+ * in one step together (dt_comm_sendrecv), or, for a schedule with
+ * asynchronous sends (zb1, interleaved), sends posted from the slot itself
+ * and left to progress while the stage computes, over a two-rank
+ * communicator per edge and direction: a communicator's requests run in
+ * order, so one that only sends and one that only receives never make a
+ * receive wait behind this stage's own send. An interleaved stage runs each
+ * action on one of its chunks and announces its gradients after its last
+ * backward.
  * The tied embedding's two copies (first and last stage) are kept as one
  * process has them: the head's gradient goes to the first stage, which
  * owns wte; the updated values come back. */
