@@ -39,6 +39,9 @@ int dt_bpe_vocab_size(const dt_bpe *b);
 dt_status dt_bpe_encode(dt_bpe *b, const char *text, size_t len, uint32_t **ids, size_t *n, size_t *cap);
 /* The bytes of token id (NULL if out of range), and their count. */
 const char *dt_bpe_token_bytes(const dt_bpe *b, uint32_t id, size_t *len);
+/* A prompt's tokens as a model reads them: text's bytes (b NULL: a byte-level
+ * model's), or b's ids; *ids (freed by the caller) holds *n of them. */
+dt_status dt_bpe_prompt(dt_bpe *b, const char *text, size_t len, int32_t **ids, int *n);
 
 typedef struct dt_loader dt_loader;
 /* Batches of B x T (+1 for the targets) for rank `rank` of `nranks`.

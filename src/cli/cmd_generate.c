@@ -103,24 +103,13 @@ int dt_cli_generate(int argc, char **argv) {
     int n = 0;
     dt_status st = DT_OK;
     if (enc) {
-        uint32_t *ids = NULL;
-        size_t nid = 0, cap = 0;
         st = dt_bpe_load(enc, merges, &b);
         if (!st && dt_bpe_vocab_size(b) > V)
             st = dt_error(DT_ERR_ARG, "generate: the tokenizer has %d tokens, the model only %d", dt_bpe_vocab_size(b), V);
-        if (!st) st = dt_bpe_encode(b, prompt, strlen(prompt), &ids, &nid, &cap);
-        p = malloc(sizeof(int32_t) * (nid ? nid : 1));
-        for (size_t i = 0; p && i < nid; i++) p[i] = (int32_t)ids[i];
-        n = (int)nid;
-        free(ids);
     } else if (V < 256) {
         st = dt_error(DT_ERR_ARG, "generate: %s has a vocabulary of %d; byte prompts need 256 (or give --bpe)", model, V);
-    } else {
-        n = (int)strlen(prompt);
-        p = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-        for (int i = 0; i < n; i++) p[i] = (unsigned char)prompt[i];
     }
-    if (!st && !p) st = dt_error(DT_ERR_NOMEM, "generate: out of memory for the prompt");
+    if (!st) st = dt_bpe_prompt(b, prompt, strlen(prompt), &p, &n);
     if (!st && !b && V != 256 && printer)
         dt_log(DT_LOG_WARN, "generate: %s has a vocabulary of %d, not 256: tokens print as <id> (for GPT-2 tokens give "
                "--bpe ENCODER.json VOCAB.bpe; a byte-level model is trained with --vocab 256)", model, V);

@@ -308,6 +308,23 @@ static int grow(void **p, size_t *cap, size_t n, size_t es) {
     return 1;
 }
 
+dt_status dt_bpe_prompt(dt_bpe *b, const char *text, size_t len, int32_t **ids, int *n) {
+    *ids = NULL;
+    *n = 0;
+    uint32_t *u = NULL;
+    size_t nu = 0, cap = 0;
+    dt_status st = b ? dt_bpe_encode(b, text, len, &u, &nu, &cap) : DT_OK;
+    size_t count = b ? nu : len;
+    int32_t *t = st ? NULL : malloc(sizeof(int32_t) * (count ? count : 1));
+    if (!st && !t) st = dt_error(DT_ERR_NOMEM, "out of memory for a prompt of %zu tokens", count);
+    for (size_t i = 0; t && i < count; i++) t[i] = b ? (int32_t)u[i] : (unsigned char)text[i];
+    free(u);
+    if (st) return st;
+    *ids = t;
+    *n = (int)count;
+    return DT_OK;
+}
+
 dt_status dt_bpe_encode(dt_bpe *b, const char *text, size_t len, uint32_t **ids, size_t *n, size_t *cap) {
     const unsigned char *s = (const unsigned char *)text;
     size_t pos = 0;

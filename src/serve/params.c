@@ -40,7 +40,7 @@ static dt_status read_prompt(const cJSON *o, const serve_vocab *v, serve_params 
     if (!f) return bad(param, "prompt", "'%s' is required%s", "");
     if (cJSON_IsArray(f) && cJSON_GetArraySize(f) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(f, 0)))
         f = cJSON_GetArrayItem(f, 0); /* ["text"] or [[ids]]: one prompt */
-    if (cJSON_IsString(f)) return serve_vocab_encode(v, f->valuestring, strlen(f->valuestring), &p->prompt, &p->nprompt);
+    if (cJSON_IsString(f)) return dt_bpe_prompt(v->bpe, f->valuestring, strlen(f->valuestring), &p->prompt, &p->nprompt);
     if (!cJSON_IsArray(f))
         return bad(param, "prompt", "'%s' must be a string or an array of token ids (one prompt a request)%s", "");
     int n = cJSON_GetArraySize(f);

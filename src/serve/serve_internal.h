@@ -19,8 +19,6 @@ typedef struct {
     int vocab;
     int eot;     /* the end-of-text token (GPT-2's 50256): generating it ends a completion; -1: none */
 } serve_vocab;
-/* The tokens of text (caller frees *ids). */
-dt_status serve_vocab_encode(const serve_vocab *v, const char *text, size_t len, int32_t **ids, int *n);
 /* Token id's bytes appended to a growing buffer. */
 dt_status serve_vocab_append(const serve_vocab *v, int32_t id, char **buf, size_t *len, size_t *cap);
 

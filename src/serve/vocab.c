@@ -1,34 +1,11 @@
-/* Text to tokens and back for serving: a byte-level model's tokens are the
- * bytes; with GPT-2's BPE files, the BPE's. */
+/* Tokens back to text for serving (text to tokens is dt_bpe_prompt's): a
+ * byte-level model's tokens are the bytes; with GPT-2's BPE files, the
+ * BPE's. */
 #include "serve_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-dt_status serve_vocab_encode(const serve_vocab *v, const char *text, size_t len, int32_t **ids, int *n) {
-    *ids = NULL;
-    *n = 0;
-    if (!v->bpe) {
-        int32_t *t = malloc(sizeof(int32_t) * (len ? len : 1));
-        if (!t) return dt_error(DT_ERR_NOMEM, "out of memory for a prompt of %zu bytes", len);
-        for (size_t i = 0; i < len; i++) t[i] = (unsigned char)text[i];
-        *ids = t;
-        *n = (int)len;
-        return DT_OK;
-    }
-    uint32_t *u = NULL;
-    size_t nu = 0, cap = 0;
-    dt_status st = dt_bpe_encode(v->bpe, text, len, &u, &nu, &cap);
-    int32_t *t = st ? NULL : malloc(sizeof(int32_t) * (nu ? nu : 1));
-    if (!st && !t) st = dt_error(DT_ERR_NOMEM, "out of memory for a prompt of %zu tokens", nu);
-    for (size_t i = 0; t && i < nu; i++) t[i] = (int32_t)u[i];
-    free(u);
-    if (st) return st;
-    *ids = t;
-    *n = (int)nu;
-    return DT_OK;
-}
 
 dt_status serve_vocab_append(const serve_vocab *v, int32_t id, char **buf, size_t *len, size_t *cap) {
     char one[16];
