@@ -22,7 +22,7 @@ struct dt_mailbox {
     dt_comm *c;
     box_hdr *h;
     uint8_t *data; /* slots x bytes */
-    size_t bytes, block;
+    size_t bytes, stride, block; /* a message, a slot (whole cache lines), the shared block */
     int slots, sender, peer; /* this rank sends (1) or receives (0); the other's local index */
     uint64_t got;            /* receiver: messages handed out so far */
 };
@@ -34,7 +34,8 @@ dt_status dt_mailbox_create(dt_comm *c, int sender, size_t bytes, int slots, dt_
     dt_mailbox *m = calloc(1, sizeof *m);
     if (!m) return dt_error(DT_ERR_NOMEM, "mailbox: out of memory");
     m->c = c, m->bytes = bytes, m->slots = slots, m->sender = dt_comm_rank(c) == sender;
-    m->block = sizeof(box_hdr) + ((bytes + 63) & ~(size_t)63) * (size_t)slots;
+    m->stride = (bytes + 63) & ~(size_t)63;
+    m->block = sizeof(box_hdr) + m->stride * (size_t)slots;
     void *p = NULL;
     /* collective; fresh pages read as zeros: both counters start at 0 */
     dt_status st = dt_comm_alloc_shared(c, m->block, &p);
@@ -53,7 +54,7 @@ void dt_mailbox_destroy(dt_mailbox *m) {
     free(m);
 }
 
-static uint8_t *slot(const dt_mailbox *m, uint64_t k) { return m->data + (size_t)(k % (uint64_t)m->slots) * ((m->bytes + 63) & ~(size_t)63); }
+static uint8_t *slot(const dt_mailbox *m, uint64_t k) { return m->data + (size_t)(k % (uint64_t)m->slots) * m->stride; }
 
 static bool has_room(void *arg) {
     dt_mailbox *m = arg;

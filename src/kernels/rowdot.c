@@ -19,6 +19,8 @@
 #endif
 
 #define OUT_CHUNK 24 /* outputs a thread takes at a time (a multiple of the blocks' 6) */
+#define ROW_OUTPUTS_F32 6 /* outputs a one-row tile takes (see TILE_BODY) */
+#define ROW_OUTPUTS_Q8 3
 #define ROW_CHUNK 60 /* rows swept against one block of weights while they are in cache (a multiple of 6) */
 
 /* The lanes' fixed tree: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
@@ -113,8 +115,8 @@ AVX2 static inline __m256 load_w8(const int8_t *w) {
         default: NAME##_1(res, x, ldx, w, ldw, K);                                                                     \
         }                                                                                                              \
     }
-TILE(tile_f32, float, load_w, 6)
-TILE(tile_q8, int8_t, load_w8, 3)
+TILE(tile_f32, float, load_w, ROW_OUTPUTS_F32)
+TILE(tile_q8, int8_t, load_w8, ROW_OUTPUTS_Q8)
 
 AVX2 static float dot_avx2(const float *x, const float *w, int K) {
     __m256 a = _mm256_setzero_ps();
@@ -151,7 +153,7 @@ static void block(float *out, const float *x, const float *wf, const int8_t *wq,
                   int r, int nr, int o, int no) {
     float res[36];
     const float *xr = x + (size_t)r * K;
-    int tw = nr == 1 ? (wq ? 3 : 6) : nr <= 4 ? 3 : 2; /* outputs a tile */
+    int tw = nr == 1 ? (wq ? ROW_OUTPUTS_Q8 : ROW_OUTPUTS_F32) : nr <= 4 ? 3 : 2; /* outputs a tile */
     for (int t = 0; t < no; t += tw) {
         int m = no - t < tw ? no - t : tw;
 #if HAVE_AVX2_PATH
