@@ -162,6 +162,20 @@ run_metrics ilb --batch 4 --grad-accum 2 --steps 20 --resume "$ck/i"
 cat "$dir/ila.jsonl" "$dir/ilb.jsonl" > "$dir/chain4.jsonl"
 close "interleaved PP 2 (chunks [0, 2)+[3, 5) and [2, 3)+[5, 6)) saved, one process resumed" "$dir/ref.jsonl" "$dir/chain4.jsonl"
 
+# weights files from a model in parts: rank 0 writes the whole model, gathered from the stages (and TP slices).
+# PP 2 with one micro-batch writes one process's bytes; DP 2 x TP 2 x PP 2 (whose TP sums differ from one process's)
+# the bytes that the same run's checkpoint directory exports
+run_metrics w1 --batch 2 --steps 5 --save "$dir/w1.bin" &&
+    run_metrics w2 --batch 2 --steps 5 --nproc 2 --pp 2 --save "$dir/w2.bin" &&
+    cmp -s "$dir/w1.bin" "$dir/w2.bin" && ok "PP 2 --save FILE.bin: one process's file, byte for byte ($(stat -c %s "$dir/w2.bin") bytes)" ||
+    fail "PP 2 --save FILE.bin: $(cmp "$dir/w1.bin" "$dir/w2.bin" 2>&1 | head -1)"
+run_metrics w3 --batch 2 --grad-accum 2 --steps 5 --nproc 8 --pp 2 --tp 2 --save "$dir/w3" &&
+    "$DTRAIN" ckpt export "$dir/w3" "$dir/w3.safetensors" > /dev/null &&
+    run_metrics w4 --batch 2 --grad-accum 2 --steps 5 --nproc 8 --pp 2 --tp 2 --save "$dir/w4.safetensors" &&
+    cmp -s "$dir/w3.safetensors" "$dir/w4.safetensors" &&
+    ok "DP 2 x TP 2 x PP 2 --save FILE.safetensors: its checkpoint's export, byte for byte ($(stat -c %s "$dir/w4.safetensors") bytes)" ||
+    fail "DP 2 x TP 2 x PP 2 --save FILE.safetensors: $(cmp "$dir/w3.safetensors" "$dir/w4.safetensors" 2>&1 | head -1)"
+
 # generate through the stages: the text one process samples (the same logits, the same draws), token for token (PP 4's checkpoint, 2 and 3 stages); the stages run without the cache, so the one process too
 g1=$("$DTRAIN" generate --model "$ck/d" --prompt "The " --tokens 40 --temperature 1 --seed 7 --no-cache 2> "$dir/gen.err")
 for n in 2 3; do
@@ -212,7 +226,6 @@ refused "--pp 3 on 4 ranks" "--tp 1 x --pp 3 = 3 does not divide the job's 4 ran
 refused "an unknown schedule" "--pp-schedule" --nproc 2 --pp 2 --pp-schedule zigzag
 refused "--virtual-stages without interleaved" "--virtual-stages 2: chunks per stage are the interleaved schedule" --nproc 2 --pp 2 --virtual-stages 2
 refused "--pp 2 with 16-bit gradient storage" "--pp 2: not with --grad-store bf16" --nproc 2 --pp 2 --precision bf16 --grad-store bf16
-refused "--pp 2 saving a weights file" "--pp 2: not with --save FILE.bin" --nproc 2 --pp 2 --save "$dir/x.bin"
 refused "zb1 recomputing" "not with --pp-schedule zb1 and --recompute" --nproc 2 --pp 2 --pp-schedule zb1 --recompute
 refused "zb1 under ZeRO-3" "not with --pp-schedule zb1 and ZeRO-3" --nproc 4 --pp 2 --pp-schedule zb1 --zero 3
 refused "interleaved with 3 micro-batches on 2 stages" "must be a multiple of --pp" --nproc 2 --pp 2 --pp-schedule interleaved --grad-accum 3

@@ -152,7 +152,6 @@ refused "--sp with --seq 64 over 3 ranks" "--sp: --seq 64 does not split into --
 refused "--sp without --tp" "--sp splits the sequence over the tensor-parallel ranks" --sp
 refused "--tp 2 on an image model" "--tp 2: not with an image model" --model mlp --nproc 2 --tp 2
 refused "--tp 2 with 16-bit gradient storage" "--tp 2: not with --grad-store bf16" --nproc 2 --tp 2 --grad-store bf16
-refused "--tp 2 saving a weights file" "--tp 2: not with --save FILE.bin" --nproc 2 --tp 2 --save "$dir/x.bin"
 # a rank killed in the middle of a layer: the other names it and the collective it was in, within a second
 "$DTRAIN" train "${common[@]}" --vocab 256 --batch 4 --nproc 2 --tp 2 --steps 1000000 > /dev/null 2> "$dir/kill.err" &
 launcher=$!

@@ -27,6 +27,13 @@ dt_comm *dt_mesh_comm(const dt_mesh *m, dt_mesh_dim d);
  * different rows, so gradients are averaged over both axes. */
 dt_comm *dt_mesh_replicas(const dt_mesh *m);
 
+/* A weights file's whole model from a run whose model is split (TP slices,
+ * PP stages; whole_model.c): on world's rank 0, *whole is the whole model
+ * with the parameters the mesh's ranks hold (NULL on the others). Collective
+ * over world, the mesh's; a sharded strategy materializes its parameters
+ * first. */
+dt_status dt_mesh_gather_gpt2(const dt_mesh *mesh, dt_comm *world, dt_gpt2 *part, dt_gpt2 **whole);
+
 /* Tensor parallelism's collectives over the TP communicator tp, for the
  * model's part (dt_gpt2_part.tp); tp must outlive the model. */
 dt_tp_ops dt_tp_ops_over(dt_comm *tp);
