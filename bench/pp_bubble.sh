@@ -17,9 +17,12 @@
 # More stages than cores cannot be measured here: an idle stage's core goes
 # to another stage and the compute times stretch (p = 3, 4 are checked in
 # the simulator against theory: tests/test_pipeline_schedule.c).
-# usage: bench/pp_bubble.sh [DTRAIN (build/dtrain)]
+# Each cell is the median over ROUNDS runs (the rounds alternate over
+# every schedule and m, so a slow spell of the VM falls on all of them).
+# usage: bench/pp_bubble.sh [DTRAIN (build/dtrain)] [ROUNDS (1)]
 set -euo pipefail
 DTRAIN=${1:-$(dirname "$0")/../build/dtrain}
+ROUNDS=${2:-1}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 head -c 300000 /usr/share/common-licenses/GPL-3 > "$dir/text"
@@ -27,11 +30,9 @@ head -c 300000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 median() { sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 field() { grep -o "\"$1\":[0-9.]*" "$2" | tail -6 | cut -d: -f2 | median; }
 act() { grep "  rank $1:" "$2" | sed 's/.*: [0-9.]*, [0-9.]*, [0-9.]*, [0-9.]*, \([0-9.]*\);.*/\1/'; }
-echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; 8 x C 256, T 128, micro-batch 4"
-printf "%-11s %3s | %8s %8s %7s | %9s | %14s %14s\n" schedule m bubble theory "rel" "step ms" "stage 0 acts" "stage 1 acts"
-for m in 1 2 4 8; do
-    for s in gpipe 1f1b zb1 interleaved; do
-        [ $s = interleaved ] && [ $m = 1 ] && continue
+cases() { for m in 1 2 4 8; do for s in gpipe 1f1b zb1 interleaved; do [ $s = interleaved ] && [ $m = 1 ] || echo "$s $m"; done; done; }
+for r in $(seq "$ROUNDS"); do
+    cases | while read -r s m; do
         "$DTRAIN" train --data "$dir/train.bin" --layers 8 --channels 256 --heads 4 --vocab 256 --max-seq 128 --seq 128 --batch 4 \
             --grad-accum $m --threads 1 --nproc 2 --pp 2 --pp-schedule $s --steps 8 --metrics "$dir/m.jsonl" > "$dir/out" 2>&1
         b=$(field bubble "$dir/m.jsonl") ms=$(field ms "$dir/m.jsonl")
@@ -41,7 +42,14 @@ for m in 1 2 4 8; do
             th=$(awk -v m=$m -v f="$f" -v bw="$bw" -v w="$w" 'BEGIN{F=f/m; W=w/m; B=bw/m-W; p=2;
                 if (m == 1) print 1-(F+B+W)/(p*(F+B)+W); else print (p-1)*(F+B-W)/(m*(F+B+W)+(p-1)*(F+B-W))}')
         fi
-        printf "%-11s %3d | %8.4f %8.4f %6.1f%% | %9.1f | %10s MiB %10s MiB\n" $s $m "$b" "$th" "$(awk -v b="$b" -v t="$th" 'BEGIN{print 100*(b-t)/t}')" \
-            "$ms" "$(act 0 "$dir/out")" "$(act 1 "$dir/out")"
+        echo "$b $th $ms $(act 0 "$dir/out") $(act 1 "$dir/out")" >> "$dir/$s.$m"
     done
+done
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; 8 x C 256, T 128, micro-batch 4; median of $ROUNDS round(s)"
+printf "%-11s %3s | %8s %8s %7s | %9s | %14s %14s | %s\n" schedule m bubble theory "rel" "step ms" "stage 0 acts" "stage 1 acts" "each round's rel"
+cases | while read -r s m; do
+    col() { cut -d' ' -f"$1" "$dir/$s.$m" | median; }
+    b=$(col 1) th=$(col 2)
+    printf "%-11s %3d | %8.4f %8.4f %6.1f%% | %9.1f | %10s MiB %10s MiB | %s\n" $s $m "$b" "$th" "$(awk -v b="$b" -v t="$th" 'BEGIN{print 100*(b-t)/t}')" \
+        "$(col 3)" "$(col 4)" "$(col 5)" "$(awk '{printf "%s%.1f%%", NR > 1 ? " " : "", 100 * ($1 - $2) / $2}' "$dir/$s.$m")"
 done
