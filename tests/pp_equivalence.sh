@@ -7,7 +7,7 @@
 # exact); interleaved (v = 2, and 3) on p = 2, 3, 4 with m = p and 2p; DP 2 x
 # PP 2 with DDP, ZeRO-1 and ZeRO-2, TP 2 x PP 2, DP 2 x TP 2 x PP 2 (8 ranks),
 # each also under zb1 and interleaved, clipping and recomputation, within 1e-6 relative; bf16 and fp16 (m = 1 to
-# the digit, m = 4 within 1e-4); evaluation through the stages; checkpoints
+# the digit, m = 4 within 1e-4); the 16-bit gradient store; weights files from the stages; evaluation through the stages; checkpoints
 # resharded across layouts; generate through the stages; under mpirun on
 # 2 pseudo-nodes with the placement printed. The bubble is in the metrics.
 # Bad layouts are refused before any work; a killed stage is named by the
@@ -26,10 +26,10 @@ worst() { # worst relative difference of FIELD between two metrics files, or "mi
     paste <(field "$1" "$2") <(field "$1" "$3") |
         awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
 }
-same() { # WHAT REF FILE: every loss and norm the same digits
+same() { # WHAT REF FILE [REF'S NAME]: every loss and norm the same digits
     if [ "$(field loss "$2" | wc -l)" = 20 ] && [ "$(field loss "$2")" = "$(field loss "$3")" ] &&
         [ "$(field grad_norm "$2")" = "$(field grad_norm "$3")" ]; then
-        ok "$1: the 20 losses and gradient norms of one process, digit for digit (last loss $(field loss "$3" | tail -1))"
+        ok "$1: the 20 losses and gradient norms of ${4:-one process}, digit for digit (last loss $(field loss "$3" | tail -1))"
     else fail "$1: $(field loss "$3" | tail -1) vs $(field loss "$2" | tail -1)"; fi
 }
 close() { # WHAT REF FILE: within 1e-6 (loss) and 1e-5 (norm)
@@ -124,6 +124,25 @@ run_metrics lptp --batch 4 --grad-accum 2 --precision bf16 --nproc 4 --pp 2 --tp
     close_lp "bf16, TP 2 x PP 2" "$dir/lpref.jsonl" "$dir/lptp.jsonl"
 run_metrics lptpzb --batch 4 --grad-accum 2 --precision bf16 --nproc 4 --pp 2 --tp 2 --pp-schedule zb1 &&
     close_lp "bf16, TP 2 x PP 2 under zb1" "$dir/lpref.jsonl" "$dir/lptpzb.jsonl"
+# the 16-bit gradient store (--grad-store bf16) on the DP axis of a pipeline: DP 2's losses and norms to the digit
+# (clipped: the norm over the stages reads the 16-bit store), under every schedule and ZeRO 1 and 2; with TP inside
+# the stages, those of the same layout's f32 store with bf16 reductions (TP's own sums differ from DP 2's)
+gsc=(--precision bf16 --grad-clip 1.0 --batch 2 --grad-accum 2)
+run_metrics gs0 "${gsc[@]}" --nproc 2 --grad-store bf16
+for v in gpipe 1f1b zb1 interleaved "1f1b --zero 1" "1f1b --zero 2"; do
+    # shellcheck disable=SC2086
+    run_metrics gs "${gsc[@]}" --nproc 4 --pp 2 --pp-schedule $v --grad-store bf16 &&
+        same "--grad-store bf16, DP 2 x PP 2 $v" "$dir/gs0.jsonl" "$dir/gs.jsonl" "DP 2"
+done
+run_metrics gst0 "${gsc[@]}" --nproc 8 --pp 2 --tp 2 --grad-comm bf16 &&
+    run_metrics gst "${gsc[@]}" --nproc 8 --pp 2 --tp 2 --grad-store bf16 &&
+    same "--grad-store bf16, DP 2 x TP 2 x PP 2" "$dir/gst0.jsonl" "$dir/gst.jsonl" "its f32 store with --grad-comm bf16"
+# and it holds half the gradient bytes: each stage's gradients in the run's memory report, f32 store against bf16
+gsm() { "$DTRAIN" train "${common[@]:0:${#common[@]}-1}" --channels 192 --steps 2 --batch 2 --nproc 4 --pp 2 --precision bf16 "$@" 2>&1 |
+    awk '/^  rank [0-3]:/ {gsub(/,/, ""); printf "%s ", $4}'; }
+g32=$(gsm) g16=$(gsm --grad-store bf16)
+awk -v a="$g32" -v b="$g16" 'BEGIN{n = split(a, x); split(b, y); if (n != 4) exit 1; for (i = 1; i <= 4; i++) if (y[i] > 0.55 * x[i]) exit 1}' &&
+    ok "--grad-store bf16 under PP 2: gradients per rank $g16 MiB against $g32 MiB" || fail "--grad-store bf16 under PP 2: '$g16' against '$g32' MiB"
 
 # evaluation through the stages: the validation losses of one process (steps 10 and 20)
 run_metrics vref --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 10 --eval-batches 3
@@ -225,7 +244,6 @@ refused "--pp 7 over 6 units" "--pp 7: more stages than the model's 6 units" --n
 refused "--pp 3 on 4 ranks" "--tp 1 x --pp 3 = 3 does not divide the job's 4 ranks" --nproc 4 --pp 3
 refused "an unknown schedule" "--pp-schedule" --nproc 2 --pp 2 --pp-schedule zigzag
 refused "--virtual-stages without interleaved" "--virtual-stages 2: chunks per stage are the interleaved schedule" --nproc 2 --pp 2 --virtual-stages 2
-refused "--pp 2 with 16-bit gradient storage" "--pp 2: not with --grad-store bf16" --nproc 2 --pp 2 --precision bf16 --grad-store bf16
 refused "zb1 recomputing" "not with --pp-schedule zb1 and --recompute" --nproc 2 --pp 2 --pp-schedule zb1 --recompute
 refused "zb1 under ZeRO-3" "not with --pp-schedule zb1 and ZeRO-3" --nproc 4 --pp 2 --pp-schedule zb1 --zero 3
 refused "interleaved with 3 micro-batches on 2 stages" "must be a multiple of --pp" --nproc 2 --pp 2 --pp-schedule interleaved --grad-accum 3

@@ -130,39 +130,38 @@ void dt_engine_destroy(dt_engine *e) {
     free(e);
 }
 
+/* The norm of n gradients at g, kept in f32 (t DT_F32) or in 16 bits. */
+static double norm_of(const void *g, size_t i, size_t n, dt_dtype t) {
+    return t == DT_F32 ? dt_grad_norm((const float *)g + i, n) : dt_grad_norm_lp((const uint16_t *)g + i, n, t);
+}
+
 /* The sum of squares of the store's [off, off + n) (g its first value)
  * that this rank counts in a model-parallel norm: the split tensors' (each
  * rank its own slice), the replicated ones' if it counts them, never a tied
  * copy's (its gradient is summed into the owner's). */
-static double counted_sumsq(const dt_model *m, const float *g, size_t off, size_t n, int replicated) {
+static double counted_sumsq(const dt_model *m, const void *g, dt_dtype t, size_t off, size_t n, int replicated) {
     double ss = 0;
     for (int i = 0; i < m->ntensors; i++) {
-        const dt_tensor_info *t = &m->tensors[i];
-        size_t a = t->offset > off ? t->offset : off, b = t->offset + t->count < off + n ? t->offset + t->count : off + n;
-        if (a >= b || t->tied_copy || (!replicated && !dt_tensor_is_sliced(t))) continue;
-        double x = dt_grad_norm(g + (a - off), b - a);
+        const dt_tensor_info *ti = &m->tensors[i];
+        size_t a = ti->offset > off ? ti->offset : off, b = ti->offset + ti->count < off + n ? ti->offset + ti->count : off + n;
+        if (a >= b || ti->tied_copy || (!replicated && !dt_tensor_is_sliced(ti))) continue;
+        double x = norm_of(g, a - off, b - a, t);
         ss += x * x;
     }
     return ss;
 }
 
-/* With model parallelism: each rank's counted squares summed over the
- * data-parallel shards and the model-parallel group (tensor-parallel ranks
- * and pipeline stages). */
-static dt_status model_parallel_norm(dt_engine *e, const float *g, double *norm) {
-    double ss = counted_sumsq(&e->cfg.model, g, e->off, e->n, e->cfg.mp_counts_replicated);
+/* The global norm of the gradient (this rank's slice at g, of type t): its
+ * squares summed over the data-parallel shards when the strategy shards it,
+ * and with model parallelism each rank's counted squares over the
+ * model-parallel group too (tensor-parallel ranks and pipeline stages). */
+static dt_status global_norm(dt_engine *e, const void *g, dt_dtype t, double *norm) {
+    if (!e->cfg.mp_comm && !e->s->reduce_sum) { *norm = norm_of(g, 0, e->n, t); return DT_OK; }
+    double ss;
+    if (e->cfg.mp_comm) ss = counted_sumsq(&e->cfg.model, g, t, e->off, e->n, e->cfg.mp_counts_replicated);
+    else ss = norm_of(g, 0, e->n, t), ss *= ss;
     dt_status st = e->s->reduce_sum ? e->s->reduce_sum(e->state, &ss, 1) : DT_OK;
-    if (!st) st = dt_comm_allreduce(e->cfg.mp_comm, &ss, &ss, 1, DT_F64, DT_SUM);
-    *norm = sqrt(ss);
-    return st;
-}
-
-/* The global norm of the gradient: this rank's slice, reduced by the strategy when sharded. */
-static dt_status global_norm(dt_engine *e, const float *g, double *norm) {
-    if (e->cfg.mp_comm) return model_parallel_norm(e, g, norm);
-    if (!e->s->reduce_sum) { *norm = dt_grad_norm(g, e->n); return DT_OK; }
-    double n = dt_grad_norm(g, e->n), ss = n * n;
-    dt_status st = e->s->reduce_sum(e->state, &ss, 1);
+    if (!st && e->cfg.mp_comm) st = dt_comm_allreduce(e->cfg.mp_comm, &ss, &ss, 1, DT_F64, DT_SUM);
     *norm = sqrt(ss);
     return st;
 }
@@ -195,11 +194,9 @@ static dt_status unscale(dt_engine *e, dt_step_result *r, int *skip, double *fac
 static dt_status update_lp(dt_engine *e, float lr, dt_step_result *r, uint16_t *g, dt_dtype t) {
     const dt_engine_config *c = &e->cfg;
     float *p = c->model.params(c->model.self) + e->off;
-    double ss = dt_grad_norm_lp(g, e->n, t), f = 1;
-    ss *= ss;
-    dt_status st = e->s->reduce_sum ? e->s->reduce_sum(e->state, &ss, 1) : DT_OK;
+    double f = 1;
+    dt_status st = global_norm(e, g, t, &r->norm);
     if (st) return st;
-    r->norm = sqrt(ss);
     int skip = 0;
     if (e->scaling && (st = unscale(e, r, &skip, &f))) return st;
     if (skip || (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm)))) {
@@ -224,7 +221,7 @@ static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
     dt_status st = DT_OK;
     if (c->skip_nonfinite || e->s->reduce_sum || e->scaling || c->mp_comm) {
         /* the global norm first: it may stop the update, and a sharded slice's own pass could not give it */
-        if ((st = global_norm(e, g, &r->norm))) return st;
+        if ((st = global_norm(e, g, DT_F32, &r->norm))) return st;
         int skip = 0;
         double f = 1;
         if (e->scaling && (st = unscale(e, r, &skip, &f))) return st;

@@ -11,7 +11,6 @@
 /* What tensor parallelism does not run with yet, or NULL. */
 static const char *tp_lacks(const dt_train_config *c) {
     if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
-    if (c->grad_store != DT_F32) return "--grad-store bf16/fp16 (the norm over slices reads f32 gradients)";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
     return NULL;
 }
@@ -31,7 +30,6 @@ int dt_train_pp_virt(const dt_train_config *c) {
 /* What pipeline parallelism does not take yet (NULL: none of it). */
 static const char *pp_lacks(const dt_train_config *c) {
     if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
-    if (c->grad_store != DT_F32) return "--grad-store bf16/fp16";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS";
     /* zb1's W reads what forward kept; ZeRO-3 would gather each unit's parameters for B and again for W */
     if (c->pp_schedule == DT_PP_ZB1 && c->recompute) return "--pp-schedule zb1 and --recompute (W reads the activations forward kept)";
