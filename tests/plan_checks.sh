@@ -57,6 +57,13 @@ against_run "tp 2" --batch 4 --nproc 2 --tp 2
 against_run "pp 2, 1f1b" --batch 2 --nproc 2 --pp 2 --grad-accum 4
 against_run "pp 2, gpipe" --batch 2 --nproc 2 --pp 2 --grad-accum 4 --pp-schedule gpipe
 against_run "cp 2" --batch 2 --nproc 2 --cp 2
+against_run "pp 2, zb1, bf16" --batch 2 --nproc 2 --pp 2 --grad-accum 4 --pp-schedule zb1 --precision bf16
+against_run "pp 2, interleaved" --batch 2 --nproc 2 --pp 2 --grad-accum 4 --pp-schedule interleaved
+against_run "pp 3, interleaved, 3 chunks a stage" --layers 7 --batch 2 --nproc 3 --pp 3 --grad-accum 6 --pp-schedule interleaved \
+    --virtual-stages 3
+against_run "ddp 2, --grad-store bf16" --batch 4 --nproc 2 --precision bf16 --grad-store bf16
+against_run "dp 2 x pp 2, bf16, --grad-store bf16 (C 192: an f32 page at each bucket edge stays)" --channels 192 --batch 2 --nproc 4 --pp 2 --grad-accum 2 --precision bf16 --grad-store bf16
+against_run "tp 2 x pp 2, bf16" --batch 2 --nproc 4 --pp 2 --tp 2 --grad-accum 2 --precision bf16
 
 # ZeRO's Table 1: model states per device, 7.5B parameters, K = 12 (GB)
 want="1:120:120:120 4:52.5:41.25:30 16:35.62:21.56:7.5 64:31.41:16.64:1.88 256:30.35:15.41:0.47 1024:30.09:15.1:0.12"

@@ -178,10 +178,15 @@ double dt_gpt2_units_cost(const dt_gpt2_config *c, int T, int a, int b);
 /* Parameters a pipeline stage holding units [a, b) stores as tensor-parallel
  * rank 0 of tp (a last stage without unit 0: its copy of wte too). */
 size_t dt_gpt2_units_num_params(const dt_gpt2_config *cfg, int a, int b, int tp);
-/* The activations such a stage allocates per micro-batch in flight (one
- * slot); split: with a backward split in two (dt_gpt2_set_split_backward). */
-size_t dt_gpt2_units_activation_bytes(const dt_gpt2_config *cfg, int a, int b, int tp, int sp, int B, int T, int recompute,
-                                      int attention, dt_dtype precision, int split);
+/* Floats of scratch the 16-bit Linears get (dt_matmul_*_lp, *_lp16): one
+ * per model, whatever its slots (head: the model holds the head). */
+size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head);
+/* The activations a stage holding the n unit ranges [a[k], b[k]) (an
+ * interleaved stage's chunks) allocates per micro-batch in flight: one
+ * slot, without the model's 16-bit scratch above, which is the model's
+ * once; split: with a backward split in two (dt_gpt2_set_split_backward). */
+size_t dt_gpt2_chunks_activation_bytes(const dt_gpt2_config *cfg, int n, const int *a, const int *b, int tp, int sp, int B, int T,
+                                       int recompute, int attention, dt_dtype precision, int split);
 /* Parameters tensor-parallel rank 0 of tp holds (the split tensors' 1/tp, the vocabulary's ceil(Vp/tp) rows, the rest whole). */
 size_t dt_gpt2_part_num_params(const dt_gpt2_config *cfg, int tp);
 dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out);

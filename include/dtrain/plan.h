@@ -44,7 +44,7 @@ typedef struct {
     int pp;                  /* pipeline stages (0, 1: none): the costliest stage's rank counts (dt_gpt2_split_stages) */
     int micro, gpipe, zb;    /* with pp: micro-batches per step; GPipe keeps all of them in flight, 1F1B at most p - stage,
                               * zb (ZB-H1) at most p on every stage, each with the split backward's output gradients */
-    int virt;                /* interleaved: chunks per stage (0 or 1: one); up to (v-1)p + 2(p-1) + 1 micro-batches in flight */
+    int virt;                /* interleaved: chunks per stage (0 or 1: one); up to min(2p, (v+1)p - 1 - 2 stage) micro-batches in flight */
     int cp, cp_ulysses;      /* context-parallel ranks (0, 1: none): each holds seq / cp positions, attention's log-sum-exp and
                               * the ring's (or all-to-all's, cp_ulysses) work space of 10 (14) floats a position and channel */
     int local_ranks;         /* ranks on one machine */
@@ -99,11 +99,18 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *out);
 dt_status dt_plan_model_preset(const char *name, dt_gpt2_config *c, dt_plan_arch *arch);
 const char *dt_plan_model_names(void);
 void dt_plan_shape_for_params(double n, dt_gpt2_config *c);
-/* Units [a, b) on one TP rank: parameters, activation bytes of one micro-batch (batch x seq positions), and the Linears'
- * parameters a token multiplies through forward. GPT-2: the model layer's own counts. */
+/* Units [a, b) on one TP rank: parameters, and the Linears' parameters a token multiplies through forward. GPT-2: the
+ * model layer's own counts. */
 double dt_plan_units_params(const dt_plan_job *j, int a, int b);
-double dt_plan_units_activations(const dt_plan_job *j, int a, int b, int batch, int seq);
 double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b);
+/* A stage holding the n unit ranges [a[k], b[k]) on one TP rank: the activation bytes of one micro-batch in flight (batch
+ * x seq positions; one slot), and mixed precision's scratch, the stage model's once (head: it holds the head). GPT-2:
+ * the model layer's own counts (dt_gpt2_chunks_activation_bytes). */
+double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq);
+double dt_plan_lp_work(const dt_plan_job *j, int head);
+/* The micro-batches stage s of the job's pipeline keeps in flight (its activation slots): what the schedule's lists
+ * give (dt_pp_schedule.slots; tests/test_pipeline_schedule.c checks the two agree). */
+int dt_plan_pp_slots(const dt_plan_job *j, int s);
 /* The whole model's parameters (--params N: N). */
 double dt_plan_model_params(const dt_plan_job *j);
 

@@ -148,8 +148,6 @@ void dt_gpt2_tp_crossentropy_backward(dt_gpt2 *m, float *dlogits, const float *s
 void dt_gpt2_free_slots(dt_gpt2 *m);
 void dt_gpt2_drop_slots(dt_gpt2 *m);
 size_t dt_gpt2_slots_bytes(const dt_gpt2 *m);
-/* Floats of scratch the 16-bit Linears get (dt_matmul_*_lp, *_lp16). */
-size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head);
 
 
 #endif

@@ -78,20 +78,24 @@ size_t dt_gpt2_activation_bytes(const dt_gpt2_config *c, int B, int T, int recom
 
 size_t dt_gpt2_part_activation_bytes(const dt_gpt2_config *c, int tp, int sp, int B, int T, int recompute, int attention,
                                      dt_dtype precision) {
-    return dt_gpt2_units_activation_bytes(c, 0, c->num_layers + 2, tp, sp, B, T, recompute, attention, precision, 0);
+    int a = 0, b = c->num_layers + 2;
+    return dt_gpt2_chunks_activation_bytes(c, 1, &a, &b, tp, sp, B, T, recompute, attention, precision, 0) +
+           (precision != DT_F32 ? dt_gpt2_lp_work_floats(c, true) * sizeof(float) : 0);
 }
 
-size_t dt_gpt2_units_activation_bytes(const dt_gpt2_config *c, int a, int b, int tp, int sp, int B, int T, int recompute,
-                                      int attention, dt_dtype precision, int split) {
-    size_t s[A_COUNT], per, lp, t = tp > 1 ? (size_t)tp : 1;
-    bool blockwise = attention == DT_ATTN_BLOCKWISE || (attention == DT_ATTN_AUTO && T >= 256), low = precision != DT_F32;
-    bool head = b == c->num_layers + 2;
-    int first = a > 1 ? a : 1, last = b - 1 < c->num_layers ? b - 1 : c->num_layers; /* blocks: units [first, last] */
+size_t dt_gpt2_chunks_activation_bytes(const dt_gpt2_config *c, int n, const int *a, const int *b, int tp, int sp, int B, int T,
+                                       int recompute, int attention, dt_dtype precision, int split) {
+    size_t s[A_COUNT], per, lp, t = tp > 1 ? (size_t)tp : 1, nl = 0;
+    bool blockwise = attention == DT_ATTN_BLOCKWISE || (attention == DT_ATTN_AUTO && T >= 256), low = precision != DT_F32, head = false;
+    for (int k = 0; k < n; k++) {
+        int first = a[k] > 1 ? a[k] : 1, last = b[k] - 1 < c->num_layers ? b[k] - 1 : c->num_layers; /* blocks: units [first, last] */
+        nl += last >= first ? (size_t)(last - first + 1) : 0;
+        head = head || b[k] == c->num_layers + 2;
+    }
     widths w = whole_widths(c);
     w.Cl /= t, w.NH /= t, w.F /= t, w.V = (w.V + t - 1) / t, w.S = sp ? t : 1;
-    return activation_sizes(w, last >= first ? (size_t)(last - first + 1) : 0, 1, head, recompute, low, blockwise, split, B, T, s, &per, &lp) *
-               sizeof(float) + lp * sizeof(uint16_t) + (low ? dt_gpt2_lp_work_floats(c, head) * sizeof(float) : 0) +
-           2 * (size_t)B * T * sizeof(int32_t);
+    return activation_sizes(w, nl, (size_t)n, head, recompute, low, blockwise, split, B, T, s, &per, &lp) * sizeof(float) +
+           lp * sizeof(uint16_t) + 2 * (size_t)B * T * sizeof(int32_t);
 }
 
 size_t dt_gpt2_activation_kept(const dt_gpt2 *m) {

@@ -23,10 +23,11 @@ static int optim_floats(const dt_optim_config *o) {
  * (paper_states): 16-bit parameters and gradients, K = 12 bytes of f32 master
  * weights and Adam moments under mixed precision (fp32: 4 + 4 + 8), each split
  * by its stage. dtrain's: f32 parameters, with mixed precision a 16-bit copy
- * of the whole model beside them; ZeRO 1 and 2 keep the f32 master only in
+ * of the whole model beside them (but for f32_only parameters, which have
+ * none); ZeRO 1 and 2 keep the f32 master only in
  * the shard when mixed (or when the machine shares one copy); gradients in
  * f32 or --grad-store's 16 bits. */
-static void model_states(const dt_plan_job *j, double psi, double tied, dt_plan_memory *m) {
+static void model_states(const dt_plan_job *j, double psi, double tied, double f32_only, dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1;
     int mixed = j->precision != DT_F32, s = j->stage;
     if (j->paper_states) {
@@ -40,25 +41,26 @@ static void model_states(const dt_plan_job *j, double psi, double tied, dt_plan_
     m->params = 4 * psi / (s >= 3 || shared || (mixed && s >= 1 && n > 1) ? n : 1);
     /* the machine's one copy: every rank maps and reads all of it (its resident size counts it), the machine holds it once */
     if (shared) m->shared = 4 * psi - m->params;
-    if (mixed) m->lowp = 2 * psi;
+    if (mixed) m->lowp = 2 * (psi - f32_only);
     m->grads = (j->grad_store != DT_F32 && j->grad_store ? 2 : 4) * psi / (s >= 2 ? n : 1);
     m->optim = 4 * optim_floats(&j->opt) * (psi - tied) / (s >= 1 ? n : 1);
 }
 
 /* One rank holding psi parameters and acts bytes of activations. */
-static void estimate_rank(const dt_plan_job *j, double psi, double tied, double acts, dt_plan_memory *m) {
+static void estimate_rank(const dt_plan_job *j, double psi, double tied, double f32_only, double acts, dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1, f = 4;
     memset(m, 0, sizeof *m);
-    model_states(j, psi, tied, m);
+    model_states(j, psi, tied, f32_only, m);
     int shared = j->stage >= 1 && n > 1 && j->shared_params;
     /* DDP: the tied embedding's rows of every rank (C floats per token) and the tokens;
      * ZeRO: the parameters' allgather staged 4M floats per rank at a time; stages 2
-     * and 3, the pool of pages for two buckets in flight, at most the head's
-     * (the tied embedding) and the next */
+     * and 3, and a 16-bit gradient store at any stage, the pool of pages for
+     * two buckets in flight, at most the head's (the tied embedding) and the next */
     double BT = (double)j->batch * j->seq, C = j->model.channels;
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
+    int pool = n > 1 && (j->stage >= 2 || (j->grad_store != DT_F32 && j->grad_store));
     m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
-              (j->stage >= 2 && n > 1 ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : 0);
+              (pool ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : 0);
     /* ZeRO's implementation on devices of their own (DeepSpeed's): two gradient buckets in flight, and at stage 3 the unit
      * being gathered and the next (the largest block's 16-bit parameters, twice) */
     if (j->paper_states) {
@@ -89,22 +91,28 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
      * activations of each micro-batch in flight; the largest counts for every rank (conservative) */
     memset(m, 0, sizeof *m);
     for (int s = 0; s < p; s++) {
-        int cap = j->gpipe ? j->micro : j->zb ? p : v > 1 ? (v - 1) * p + 2 * (p - 1) + 1 : p - s;
-        int slots = p == 1 ? 1 : cap < j->micro ? cap : j->micro;
+        int a[v], b[v];
+        double psi = 0, tied = 0;
         /* a stage's chunks: s, s+p, .. (each slot holds every chunk's activations) */
-        double psi = 0, acts = 0, tied = 0;
         for (int k = 0; k < v; k++) {
-            int a = first[k * p + s], b = first[k * p + s + 1];
-            psi += dt_plan_units_params(j, a, b);
+            a[k] = first[k * p + s], b[k] = first[k * p + s + 1];
+            psi += dt_plan_units_params(j, a[k], b[k]);
             /* a later stage's copy of the tied embedding: its gradient goes to the first stage, which alone updates it */
-            if (p > 1 && a > 0 && b == c->num_layers + 2 && !j->arch.llama)
+            if (p > 1 && a[k] > 0 && b[k] == c->num_layers + 2 && !j->arch.llama)
                 tied = ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels;
-            acts += dt_plan_units_activations(j, a, b, j->batch, j->seq) * (slots > 0 ? slots : 1);
         }
+        double acts = dt_plan_slot_activations(j, v, a, b, j->batch, j->seq) * dt_plan_pp_slots(j, s) +
+                      dt_plan_lp_work(j, b[v - 1] == c->num_layers + 2);
+        /* a first stage's embedding tables have no 16-bit copy: the lookup reads f32, and no head there reads wte */
+        double f32_only = p > 1 && s == 0 && !j->arch.llama
+                              ? (ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) + c->max_seq_len) * c->channels : 0;
         /* --params N: the model states of N parameters, split as the shape's are */
-        if (j->params_override > 0) psi *= j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model, .arch = j->arch });
+        if (j->params_override > 0) {
+            double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model, .arch = j->arch });
+            psi *= f, f32_only *= f;
+        }
         dt_plan_memory one;
-        estimate_rank(j, psi, tied, acts, &one);
+        estimate_rank(j, psi, tied, f32_only, acts, &one);
         if (one.per_rank > m->per_rank) *m = one;
     }
 }

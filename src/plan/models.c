@@ -73,10 +73,8 @@ double dt_plan_model_params(const dt_plan_job *j) {
 
 /* Floats a token keeps per Llama block (the same accounting as GPT-2's arena: each block's inputs to backward, its
  * statistics, and once the backward's scratch), the head's, and the embedding's output. */
-double dt_plan_units_activations(const dt_plan_job *j, int a, int b, int batch, int seq) {
+static double llama_units_activations(const dt_plan_job *j, int a, int b, int batch, int seq) {
     const dt_gpt2_config *c = &j->model;
-    if (!j->arch.llama)
-        return (double)dt_gpt2_units_activation_bytes(c, a, b, j->tp, j->sp, batch, seq, j->recompute, j->attention, j->precision, j->zb);
     double t = j->tp > 1 ? j->tp : 1, rows = j->sp && t > 1 ? t : 1, C = c->channels, F = j->arch.ffn;
     double kvc = C / c->num_heads * j->arch.kv_heads, NH = c->num_heads / t, V = ceil(c->padded_vocab_size / t);
     double w = j->precision != DT_F32 ? 2 : 4, BT = (double)batch * seq;
@@ -87,6 +85,27 @@ double dt_plan_units_activations(const dt_plan_job *j, int a, int b, int batch, 
     double scratch = nl ? (4 * C + 3 * F / t) * 4 : 0;
     double head = b == L + 2 ? (C / rows + 2) * 4 + V * w + 3 * 4 : 0;
     return BT * (nl * block + scratch + head + (a == 0 ? C * 4 : 0)) + 2 * BT * 4;
+}
+
+double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq) {
+    const dt_gpt2_config *c = &j->model;
+    if (!j->arch.llama)
+        return (double)dt_gpt2_chunks_activation_bytes(c, n, a, b, j->tp, j->sp, batch, seq, j->recompute, j->attention, j->precision, j->zb);
+    double s = 0;
+    for (int k = 0; k < n; k++) s += llama_units_activations(j, a[k], b[k], batch, seq);
+    return s;
+}
+
+double dt_plan_lp_work(const dt_plan_job *j, int head) {
+    return j->precision != DT_F32 && !j->arch.llama ? (double)dt_gpt2_lp_work_floats(&j->model, head) * sizeof(float) : 0;
+}
+
+int dt_plan_pp_slots(const dt_plan_job *j, int s) {
+    int p = j->pp > 1 ? j->pp : 1, v = j->virt > 1 ? j->virt : 1, m = j->micro > 0 ? j->micro : 1;
+    if (p == 1) return 1;
+    /* interleaved: a micro-batch holds its slot from its first chunk's forward to its chunk 0's backward */
+    int cap = j->gpipe ? m : j->zb ? p : v > 1 ? ((v + 1) * p - 1 - 2 * s < 2 * p ? (v + 1) * p - 1 - 2 * s : 2 * p) : p - s;
+    return cap < m ? cap : m;
 }
 
 /* Multiply-adds a token costs forward in the units' Linears (the head's too), per TP rank. */
