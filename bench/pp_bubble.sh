@@ -17,6 +17,12 @@
 # More stages than cores cannot be measured here: an idle stage's core goes
 # to another stage and the compute times stretch (p = 3, 4 are checked in
 # the simulator against theory: tests/test_pipeline_schedule.c).
+# model: each step's "bubble_model", the schedule's simulator run with each
+# stage's measured mean F, B and W, i.e. theory for the stages as fast as
+# they ran: this VM's two cores drift apart in speed (up to 25% within a
+# minute, one rank pinned to each in turn), and a slower stage idles the
+# other however good the schedule; bubble against model is what waiting
+# and transfers added.
 # Each cell is the median over ROUNDS runs (the rounds alternate over
 # every schedule and m, so a slow spell of the VM falls on all of them).
 # usage: bench/pp_bubble.sh [DTRAIN (build/dtrain)] [ROUNDS (1)]
@@ -35,21 +41,23 @@ for r in $(seq "$ROUNDS"); do
     cases | while read -r s m; do
         "$DTRAIN" train --data "$dir/train.bin" --layers 8 --channels 256 --heads 4 --vocab 256 --max-seq 128 --seq 128 --batch 4 \
             --grad-accum $m --threads 1 --nproc 2 --pp 2 --pp-schedule $s --steps 8 --metrics "$dir/m.jsonl" > "$dir/out" 2>&1
-        b=$(field bubble "$dir/m.jsonl") ms=$(field ms "$dir/m.jsonl")
+        b=$(field bubble "$dir/m.jsonl") bm=$(field bubble_model "$dir/m.jsonl") ms=$(field ms "$dir/m.jsonl")
         th=$(awk -v m=$m -v s=$s 'BEGIN{print s == "interleaved" ? 1/(2*m+1) : 1/(m+1)}')
         if [ $s = zb1 ]; then
             f=$(field forward_ms "$dir/m.jsonl") bw=$(field backward_ms "$dir/m.jsonl") w=$(field weight_grad_ms "$dir/m.jsonl")
             th=$(awk -v m=$m -v f="$f" -v bw="$bw" -v w="$w" 'BEGIN{F=f/m; W=w/m; B=bw/m-W; p=2;
                 if (m == 1) print 1-(F+B+W)/(p*(F+B)+W); else print (p-1)*(F+B-W)/(m*(F+B+W)+(p-1)*(F+B-W))}')
         fi
-        echo "$b $th $ms $(act 0 "$dir/out") $(act 1 "$dir/out")" >> "$dir/$s.$m"
+        echo "$b $th $ms $(act 0 "$dir/out") $(act 1 "$dir/out") $bm" >> "$dir/$s.$m"
     done
 done
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; 8 x C 256, T 128, micro-batch 4; median of $ROUNDS round(s)"
-printf "%-11s %3s | %8s %8s %7s | %9s | %14s %14s | %s\n" schedule m bubble theory "rel" "step ms" "stage 0 acts" "stage 1 acts" "each round's rel"
+printf "%-11s %3s | %8s %8s %7s | %8s %7s | %9s | %14s %14s | %s\n" schedule m bubble theory "rel" model "rel" "step ms" "stage 0 acts" \
+    "stage 1 acts" "each round's rel to theory"
 cases | while read -r s m; do
     col() { cut -d' ' -f"$1" "$dir/$s.$m" | median; }
-    b=$(col 1) th=$(col 2)
-    printf "%-11s %3d | %8.4f %8.4f %6.1f%% | %9.1f | %10s MiB %10s MiB | %s\n" $s $m "$b" "$th" "$(awk -v b="$b" -v t="$th" 'BEGIN{print 100*(b-t)/t}')" \
-        "$(col 3)" "$(col 4)" "$(col 5)" "$(awk '{printf "%s%.1f%%", NR > 1 ? " " : "", 100 * ($1 - $2) / $2}' "$dir/$s.$m")"
+    b=$(col 1) th=$(col 2) bm=$(col 6)
+    printf "%-11s %3d | %8.4f %8.4f %6.1f%% | %8.4f %6.1f%% | %9.1f | %10s MiB %10s MiB | %s\n" $s $m "$b" "$th" \
+        "$(awk -v b="$b" -v t="$th" 'BEGIN{print 100*(b-t)/t}')" "$bm" "$(awk -v b="$b" -v t="$bm" 'BEGIN{print 100*(b-t)/t}')" \
+        "$(col 3)" "$(col 4)" "$(col 5)" "$(awk '{printf "%s%.1f%%", (NR > 1 ? " " : ""), 100 * ($1 - $2) / $2}' "$dir/$s.$m")"
 done

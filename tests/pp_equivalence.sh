@@ -67,10 +67,12 @@ echo "$out" | grep -q "stage 0 \[0, 2)+\[3, 4)+\[5, 6)" && echo "$out" | grep -q
     ok "interleaved split and lists: $(echo "$out" | grep -o 'stage 0 \[.*')" || fail "interleaved split: $(echo "$out" | grep -m1 'units by cost')"
 
 run_metrics mb --batch 2 --micro-batches 2 --nproc 2 --pp 2 && close "--micro-batches 2 (DeepSpeed's count, --grad-accum's alias)" "$dir/ref2.jsonl" "$dir/mb.jsonl"
-# the bubble: in every step's metrics, between 0 and 1
-b=$(field bubble "$dir/pp.jsonl" | tail -1)
-awk "BEGIN{exit !(\"$b\" + 0 > 0 && \"$b\" + 0 < 1)}" && [ "$(field bubble "$dir/pp.jsonl" | wc -l)" = 20 ] &&
-    ok "the bubble in each step's metrics (1f1b p=4 m=8, last step: $b)" || fail "bubble: '$b'"
+# the bubble: in every step's metrics, between 0 and 1, and the schedule's for the stages' measured speeds (the
+# simulator's value for given speeds is test_pipeline_schedule's)
+b=$(field bubble "$dir/pp.jsonl" | tail -1) bm=$(field bubble_model "$dir/pp.jsonl" | tail -1)
+awk "BEGIN{exit !(\"$b\" + 0 > 0 && \"$b\" + 0 < 1 && \"$bm\" + 0 > 0 && \"$bm\" + 0 < 1)}" &&
+    [ "$(field bubble "$dir/pp.jsonl" | wc -l)" = 20 ] && [ "$(field bubble_model "$dir/pp.jsonl" | wc -l)" = 20 ] &&
+    ok "the bubble in each step's metrics (1f1b p=4 m=8, last step: $b; for the stages' speeds $bm)" || fail "bubble: '$b', model '$bm'"
 
 run_metrics ref --batch 4 --grad-accum 2
 for s in ddp zero1 zero2 zero3; do

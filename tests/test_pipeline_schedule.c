@@ -106,6 +106,19 @@ int main(void) {
             }
     printf("%d schedules built and checked\n", built);
 
+    /* the bubble for measured stage speeds: equal stages give theory's; 1F1B, p = 2, m = 4 with stage 1 twice as slow:
+     * it computes 24 of a span of 1 (stage 0's first F) + 24 + 2 (stage 0's last B), stage 0 12: 1 - 36/54 = 1/3 */
+    {
+        dt_pp_schedule *s;
+        if (!dt_pp_schedule_create(DT_PP_1F1B, 2, 1, 4, &s)) {
+            double equal[6] = { 1, 2, 0, 1, 2, 0 }, slow[6] = { 1, 2, 0, 2, 4, 0 };
+            double be = dt_pp_schedule_bubble_timed(s, equal), bs = dt_pp_schedule_bubble_timed(s, slow);
+            EXPECT(fabs(be - 0.2) < 1e-12, "1f1b p=2 m=4, equal stages: bubble %.4f, not theory's 0.2", be);
+            EXPECT(fabs(bs - 1.0 / 3) < 1e-12, "1f1b p=2 m=4, stage 1 twice as slow: bubble %.4f, not 1/3", bs);
+            dt_pp_schedule_destroy(s);
+        }
+    }
+
     /* exchanges split into a send and then a receive on both sides deadlock (one side alone still pairs with the
      * other's exchange): 1F1B, p=2, m=2, "send a1 + receive g0" against "send g0 + receive a1" */
     dt_pp_schedule *s;

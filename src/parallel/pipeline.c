@@ -372,16 +372,19 @@ const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p) { return p->s; }
 
 void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *wgt) { *fwd = p->fwd, *bwd = p->bwd, *wgt = p->wgt; }
 
-dt_status dt_pipeline_bubble(dt_pipeline *p, double *bubble) {
-    double mine[2] = { p->fwd + p->bwd + p->wgt, p->total }, *all = malloc(sizeof *all * 2 * (size_t)p->p);
+dt_status dt_pipeline_bubble(dt_pipeline *p, double *bubble, double *model) {
+    double mine[4] = { p->fwd, p->bwd, p->wgt, p->total }, *all = malloc(sizeof *all * 7 * (size_t)p->p), *t = all + 4 * p->p;
     if (!all) return dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
-    dt_status st = dt_comm_allgather(p->c.pp, mine, all, 2, DT_F64);
-    double busy = 0, span = 0;
+    dt_status st = dt_comm_allgather(p->c.pp, mine, all, 4, DT_F64);
+    double busy = 0, span = 0, n = (double)p->s->micro * p->s->virt;
     for (int s = 0; s < p->p && !st; s++) {
-        busy += all[2 * s];
-        if (all[2 * s + 1] > span) span = all[2 * s + 1];
+        busy += all[4 * s] + all[4 * s + 1] + all[4 * s + 2];
+        if (all[4 * s + 3] > span) span = all[4 * s + 3];
+        /* the stage's mean F, B and W: each stage runs every one of its m v (chunk, micro-batch) pairs once */
+        for (int k = 0; k < 3; k++) t[3 * s + k] = all[4 * s + k] / n;
     }
-    free(all);
     *bubble = st || span <= 0 ? 0 : 1 - busy / (span * p->p);
+    *model = st ? 0 : dt_pp_schedule_bubble_timed(p->s, t);
+    free(all);
     return st;
 }

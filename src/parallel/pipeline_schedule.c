@@ -193,6 +193,7 @@ dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int virt, int micro
 typedef struct {
     int *at;              /* next action per stage */
     double *clock;        /* when the stage is free */
+    double *busy;         /* how long it has computed */
     double *posted;       /* when its communication at the head was posted (-1: not yet) */
     double *done_s, *done_r; /* when its head's send / receive half matched (-1: not yet) */
     double **start;       /* per stage, per action: when it started (computations) */
@@ -251,9 +252,12 @@ static dt_status async_recv(sim *x, int st, const dt_pp_msg *m, int *got) {
     return DT_OK;
 }
 
-static dt_status simulate(const dt_pp_schedule *s, double tf, double tb, sim *x) {
+static dt_status simulate(const dt_pp_schedule *s, const double *t, sim *x) {
     int p = s->stages, left = 0;
-    for (int i = 0; i < p; i++) { x->at[i] = 0; x->clock[i] = 0; x->posted[i] = x->done_s[i] = x->done_r[i] = -1; left += s->n[i]; }
+    for (int i = 0; i < p; i++) {
+        x->at[i] = 0, x->clock[i] = x->busy[i] = 0, x->posted[i] = x->done_s[i] = x->done_r[i] = -1;
+        left += s->n[i];
+    }
     for (int i = 0; i < 2 * p; i++) x->has[i] = 0;
     while (left > 0) {
         int moved = 0;
@@ -262,7 +266,9 @@ static dt_status simulate(const dt_pp_schedule *s, double tf, double tb, sim *x)
                 const dt_pp_action *a = &s->act[st][x->at[st]];
                 if (a->op != DT_PP_COMM) {
                     x->start[st][x->at[st]] = x->clock[st];
-                    x->clock[st] += a->op == DT_PP_F ? tf : s->kind == DT_PP_ZB1 ? tb / 2 : tb; /* B and W: half a backward each */
+                    double d = t[3 * st + a->op]; /* one F, B or W of this stage */
+                    x->clock[st] += d;
+                    x->busy[st] += d;
                 } else if (s->async) {
                     int got = 1;
                     if (a->send.peer >= 0) got = async_send(x, st, &a->send);
@@ -324,12 +330,15 @@ static dt_status simulate(const dt_pp_schedule *s, double tf, double tb, sim *x)
     return DT_OK;
 }
 
-static dt_status with_sim(const dt_pp_schedule *s, double tf, double tb, dt_status (*fn)(const dt_pp_schedule *, sim *, void *),
-                          void *ctx) {
+/* Runs the simulator with t's durations (NULL: a forward 1, a backward 2, or B and W 1 each), then fn. */
+static dt_status with_sim(const dt_pp_schedule *s, const double *t, dt_status (*fn)(const dt_pp_schedule *, sim *, void *), void *ctx) {
     int p = s->stages;
     sim x = { 0 };
+    double *unit = t ? NULL : malloc(3 * sizeof *unit * (size_t)p);
+    for (int i = 0; unit && i < p; i++) unit[3 * i + DT_PP_F] = 1, unit[3 * i + DT_PP_B] = s->kind == DT_PP_ZB1 ? 1 : 2, unit[3 * i + DT_PP_W] = 1;
     x.at = calloc((size_t)p, sizeof *x.at);
     x.clock = calloc((size_t)p, sizeof *x.clock);
+    x.busy = calloc((size_t)p, sizeof *x.busy);
     x.posted = calloc((size_t)p, sizeof *x.posted);
     x.done_s = calloc((size_t)p, sizeof *x.done_s);
     x.done_r = calloc((size_t)p, sizeof *x.done_r);
@@ -338,16 +347,17 @@ static dt_status with_sim(const dt_pp_schedule *s, double tf, double tb, dt_stat
     x.msg = calloc(2 * (size_t)p, sizeof *x.msg);
     x.sent = calloc(2 * (size_t)p, sizeof *x.sent);
     x.recvd = calloc(2 * (size_t)p, sizeof *x.recvd);
-    dt_status e = x.at && x.clock && x.posted && x.done_s && x.done_r && x.start && x.has && x.msg && x.sent && x.recvd
-                      ? DT_OK : dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
+    dt_status e = (t || unit) && x.at && x.clock && x.busy && x.posted && x.done_s && x.done_r && x.start && x.has && x.msg && x.sent &&
+                          x.recvd ? DT_OK : dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
     for (int i = 0; i < p && !e; i++)
         if (!(x.start[i] = calloc((size_t)s->n[i], sizeof **x.start))) e = dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
-    if (!e) e = simulate(s, tf, tb, &x);
+    if (!e) e = simulate(s, t ? t : unit, &x);
     if (!e && fn) e = fn(s, &x, ctx);
     for (int i = 0; x.start && i < p; i++) free(x.start[i]);
     free(x.start);
     free(x.at);
     free(x.clock);
+    free(x.busy);
     free(x.posted);
     free(x.done_s);
     free(x.done_r);
@@ -355,17 +365,20 @@ static dt_status with_sim(const dt_pp_schedule *s, double tf, double tb, dt_stat
     free(x.msg);
     free(x.sent);
     free(x.recvd);
+    free(unit);
     return e;
 }
 
-dt_status dt_pp_schedule_check(const dt_pp_schedule *s) { return with_sim(s, 1, 2, NULL, NULL); }
+dt_status dt_pp_schedule_check(const dt_pp_schedule *s) { return with_sim(s, NULL, NULL, NULL); }
 
-/* The idle share of the makespan, over all stages (every stage computes 3vm units). */
+/* The idle share of the makespan, over all stages. */
 static double bubble_of(const dt_pp_schedule *s, const sim *x) {
-    double span = 0;
-    for (int i = 0; i < s->stages; i++)
+    double span = 0, busy = 0;
+    for (int i = 0; i < s->stages; i++) {
         if (x->clock[i] > span) span = x->clock[i];
-    return span > 0 ? 1 - 3.0 * s->micro * s->virt / span : 0;
+        busy += x->busy[i];
+    }
+    return span > 0 ? 1 - busy / (span * s->stages) : 0;
 }
 
 static dt_status get_bubble(const dt_pp_schedule *s, sim *x, void *ctx) {
@@ -375,7 +388,12 @@ static dt_status get_bubble(const dt_pp_schedule *s, sim *x, void *ctx) {
 
 double dt_pp_schedule_bubble(const dt_pp_schedule *s) {
     double b = 0;
-    return with_sim(s, 1, 2, get_bubble, &b) ? -1 : b;
+    return with_sim(s, NULL, get_bubble, &b) ? -1 : b;
+}
+
+double dt_pp_schedule_bubble_timed(const dt_pp_schedule *s, const double *t) {
+    double b = 0;
+    return with_sim(s, t, get_bubble, &b) ? -1 : b;
 }
 
 static dt_status print_table(const dt_pp_schedule *s, sim *x, void *ctx) {
@@ -419,6 +437,6 @@ void dt_pp_schedule_print(const dt_pp_schedule *s, FILE *out) {
     fprintf(out, "schedule %s: %d stages, %d micro-batches", dt_pp_kind_name(s->kind), s->stages, s->micro);
     if (s->virt > 1) fprintf(out, ", %d chunks a stage", s->virt);
     fprintf(out, "\n");
-    dt_status e = with_sim(s, 1, 2, print_table, out);
+    dt_status e = with_sim(s, NULL, print_table, out);
     if (e) fprintf(out, "(cannot be printed: %s)\n", dt_last_error());
 }

@@ -199,6 +199,7 @@ typedef struct {
     dt_comm *mp;              /* the model-parallel group (the TP x PP ranks of one replica: DP x CP coordinates), with --pp */
     dt_pipeline *pipe;        /* with --pp: the stage's runner, which the engine's step runs */
     double bubble;            /* the last step's idle share, the mean over the stages */
+    double bubble_model;      /* the schedule's for the stages' measured speeds (dt_pipeline_bubble) */
     bool tty;
     dt_gpt2 *m;
     dt_tokens *train, *val;
@@ -723,7 +724,7 @@ static void write_metrics(run *r, int step, float lr, const dt_step_result *s, d
             r->data * 1e3);
     if (r->tp_comm > 0) fprintf(f, ",\"tp_comm_ms\":%.3f", r->tp_comm * 1e3);
     if (r->cp) fprintf(f, ",\"cp_attention_ms\":%.3f,\"cp_wait_ms\":%.3f", ca * 1e3, cw * 1e3);
-    if (r->pipe) fprintf(f, ",\"bubble\":%.4f", r->bubble);
+    if (r->pipe) fprintf(f, ",\"bubble\":%.4f,\"bubble_model\":%.4f", r->bubble, r->bubble_model);
     if (r->wgt > 0) fprintf(f, ",\"weight_grad_ms\":%.3f", r->wgt * 1e3);
     double gflops = r->flops_per_step / (ms / 1e3) / 1e9;
     fprintf(f, ",\"model_gflops\":%.2f", gflops);
@@ -885,7 +886,7 @@ static int finish(run *r, int steps_done, int stop_signal) {
 static dt_status pipeline_times(run *r) {
     dt_pipeline_times(r->pipe, &r->fwd, &r->bwd, &r->wgt);
     r->bwd += r->wgt; /* zb1's W: backward's other half */
-    return dt_pipeline_bubble(r->pipe, &r->bubble);
+    return dt_pipeline_bubble(r->pipe, &r->bubble, &r->bubble_model);
 }
 
 /* The loop: one engine step per iteration, everything else in after_step. */
