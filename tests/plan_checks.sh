@@ -64,6 +64,7 @@ against_run "pp 3, interleaved, 3 chunks a stage" --layers 7 --batch 2 --nproc 3
 against_run "ddp 2, --grad-store bf16" --batch 4 --nproc 2 --precision bf16 --grad-store bf16
 against_run "dp 2 x pp 2, bf16, --grad-store bf16 (C 192: an f32 page at each bucket edge stays)" --channels 192 --batch 2 --nproc 4 --pp 2 --grad-accum 2 --precision bf16 --grad-store bf16
 against_run "tp 2 x pp 2, bf16" --batch 2 --nproc 4 --pp 2 --tp 2 --grad-accum 2 --precision bf16
+against_run "tp 2 x pp 2, sequence parallel" --batch 2 --nproc 4 --pp 2 --tp 2 --sp --grad-accum 2
 
 # ZeRO's Table 1: model states per device, 7.5B parameters, K = 12 (GB)
 want="1:120:120:120 4:52.5:41.25:30 16:35.62:21.56:7.5 64:31.41:16.64:1.88 256:30.35:15.41:0.47 1024:30.09:15.1:0.12"

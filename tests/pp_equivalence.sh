@@ -5,7 +5,7 @@
 # printed digits (a pipeline adds every gradient in one process's order; only
 # the tied embedding's two parts are summed in another, which m = 1 keeps
 # exact); interleaved (v = 2, and 3) on p = 2, 3, 4 with m = p and 2p; DP 2 x
-# PP 2 with DDP, ZeRO-1 and ZeRO-2, TP 2 x PP 2, DP 2 x TP 2 x PP 2 (8 ranks),
+# PP 2 with DDP, ZeRO-1 and ZeRO-2, TP 2 x PP 2 (and sequence parallel), DP 2 x TP 2 x PP 2 (8 ranks),
 # each also under zb1 and interleaved, clipping and recomputation, within 1e-6 relative; bf16 and fp16 (m = 1 to
 # the digit, m = 4 within 1e-4); the 16-bit gradient store; weights files from the stages; evaluation through the stages; checkpoints
 # resharded across layouts; generate through the stages; under mpirun on
@@ -84,6 +84,13 @@ DTRAIN_ZERO_PRIVATE_PARAMS=1 run_metrics z3p --batch 2 --grad-accum 2 --nproc 8 
 run_metrics tp2pp2 --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 && close "TP 2 x PP 2" "$dir/ref.jsonl" "$dir/tp2pp2.jsonl"
 run_metrics dp2tp2pp2 --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 &&
     close "DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/dp2tp2pp2.jsonl"
+# sequence parallelism inside the stages: a stage's residual stream, sent on, is its TP rank's rows
+for ps in 1f1b zb1 interleaved; do
+    run_metrics sppp --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --sp --pp-schedule $ps &&
+        close "TP 2 x PP 2, sequence parallel, $ps" "$dir/ref.jsonl" "$dir/sppp.jsonl"
+done
+run_metrics sp3d --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --sp --strategy zero1 &&
+    close "DP 2 x TP 2 x PP 2, sequence parallel, ZeRO-1" "$dir/ref.jsonl" "$dir/sp3d.jsonl"
 # zb1 (W apart from B: the gradients announced after W) and interleaved (every chunk's gradients announced after the
 # stage's last backward) on the data-parallel axis and with TP
 for ps in zb1 interleaved; do

@@ -239,8 +239,6 @@ static dt_status check_part(const dt_gpt2_config *cfg, const dt_gpt2_part *p) {
     if (t > 1 && cfg->num_heads % t)
         return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the %d attention heads", t, cfg->num_heads);
     if (t > 1 && !p->tp) return dt_error(DT_ERR_ARG, "model: a tensor-parallel part needs its collectives (dt_tp_ops)");
-    if (p->sp && t > 1 && (a != 0 || b != cfg->num_layers + 2 || p->nchunks > 1))
-        return dt_error(DT_ERR_ARG, "model: sequence parallelism needs the whole model (units [0, %d)), not [%d, %d)", cfg->num_layers + 2, a, b);
     if (t > cfg->padded_vocab_size)
         return dt_error(DT_ERR_ARG, "model: --tp %d is more than the %d vocabulary rows", t, cfg->padded_vocab_size);
     int n = p->cp_size ? p->cp_size : 1;
