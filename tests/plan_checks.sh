@@ -59,6 +59,7 @@ against_run "pp 2, gpipe" --batch 2 --nproc 2 --pp 2 --grad-accum 4 --pp-schedul
 against_run "cp 2" --batch 2 --nproc 2 --cp 2
 against_run "pp 2, zb1, bf16" --batch 2 --nproc 2 --pp 2 --grad-accum 4 --pp-schedule zb1 --precision bf16
 against_run "pp 2, interleaved" --batch 2 --nproc 2 --pp 2 --grad-accum 4 --pp-schedule interleaved
+against_run "dp 2 x pp 2, interleaved, zero3" --batch 2 --nproc 4 --pp 2 --grad-accum 2 --pp-schedule interleaved --zero 3
 against_run "pp 3, interleaved, 3 chunks a stage" --layers 7 --batch 2 --nproc 3 --pp 3 --grad-accum 6 --pp-schedule interleaved \
     --virtual-stages 3
 against_run "ddp 2, --grad-store bf16" --batch 4 --nproc 2 --precision bf16 --grad-store bf16

@@ -43,7 +43,8 @@ static void model_states(const dt_plan_job *j, double psi, double tied, double f
     if (shared) m->shared = 4 * psi - m->params;
     if (mixed) m->lowp = 2 * (psi - f32_only);
     m->grads = (j->grad_store != DT_F32 && j->grad_store ? 2 : 4) * psi / (s >= 2 ? n : 1);
-    m->optim = 4 * optim_floats(&j->opt) * (psi - tied) / (s >= 1 ? n : 1);
+    /* a last stage's tied copy has no optimizer state, but ZeRO's shards tile the whole store, the copy too */
+    m->optim = 4 * optim_floats(&j->opt) * (s >= 1 && n > 1 ? psi / n : psi - tied);
 }
 
 /* One rank holding psi parameters and acts bytes of activations. */

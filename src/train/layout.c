@@ -34,8 +34,6 @@ static const char *pp_lacks(const dt_train_config *c) {
     /* zb1's W reads what forward kept; ZeRO-3 would gather each unit's parameters for B and again for W */
     if (c->pp_schedule == DT_PP_ZB1 && c->recompute) return "--pp-schedule zb1 and --recompute (W reads the activations forward kept)";
     if (c->pp_schedule == DT_PP_ZB1 && c->strategy && !strcmp(c->strategy, "zero3")) return "--pp-schedule zb1 and ZeRO-3";
-    if (c->pp_schedule == DT_PP_INTERLEAVED && c->strategy && !strcmp(c->strategy, "zero3"))
-        return "--pp-schedule interleaved and ZeRO-3 (a stage's chunks release their gradients together, after the last)";
     return NULL;
 }
 
