@@ -101,12 +101,15 @@ for ps in zb1 interleaved; do
     run_metrics ps3d --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero1 --pp-schedule $ps &&
         close "$ps, DP 2 x TP 2 x PP 2 (8 ranks), ZeRO-1" "$dir/ref.jsonl" "$dir/ps3d.jsonl"
 done
-# interleaved under ZeRO-3, the one shared copy and each rank's own parameters (gathered unit by unit)
-run_metrics il3 --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy zero3 --pp-schedule interleaved &&
-    close "interleaved, DP 2 x PP 2, ZeRO-3" "$dir/ref.jsonl" "$dir/il3.jsonl"
-for n in 4 8; do
-    DTRAIN_ZERO_PRIVATE_PARAMS=1 run_metrics il3p --batch 2 --grad-accum 2 --nproc $n --pp 2 --tp $((n / 4)) --strategy zero3 \
-        --pp-schedule interleaved && close "interleaved, DP 2 x TP $((n / 4)) x PP 2, ZeRO-3 with private parameters" "$dir/ref.jsonl" "$dir/il3p.jsonl"
+# zb1 and interleaved under ZeRO-3, the one shared copy and each rank's own parameters (gathered unit by unit; W
+# reads activations and output gradients, never the weights)
+for ps in zb1 interleaved; do
+    run_metrics z3s --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy zero3 --pp-schedule $ps &&
+        close "$ps, DP 2 x PP 2, ZeRO-3" "$dir/ref.jsonl" "$dir/z3s.jsonl"
+    for n in 4 8; do
+        DTRAIN_ZERO_PRIVATE_PARAMS=1 run_metrics z3s --batch 2 --grad-accum 2 --nproc $n --pp 2 --tp $((n / 4)) --strategy zero3 \
+            --pp-schedule $ps && close "$ps, DP 2 x TP $((n / 4)) x PP 2, ZeRO-3 with private parameters" "$dir/ref.jsonl" "$dir/z3s.jsonl"
+    done
 done
 run_metrics clip1 --batch 4 --grad-accum 2 --grad-clip 0.5
 run_metrics clip2 --batch 4 --grad-accum 2 --grad-clip 0.5 --nproc 3 --pp 3 --recompute &&
@@ -261,7 +264,6 @@ refused "--pp 3 on 4 ranks" "--tp 1 x --pp 3 = 3 does not divide the job's 4 ran
 refused "an unknown schedule" "--pp-schedule" --nproc 2 --pp 2 --pp-schedule zigzag
 refused "--virtual-stages without interleaved" "--virtual-stages 2: chunks per stage are the interleaved schedule" --nproc 2 --pp 2 --virtual-stages 2
 refused "zb1 recomputing" "not with --pp-schedule zb1 and --recompute" --nproc 2 --pp 2 --pp-schedule zb1 --recompute
-refused "zb1 under ZeRO-3" "not with --pp-schedule zb1 and ZeRO-3" --nproc 4 --pp 2 --pp-schedule zb1 --zero 3
 refused "interleaved with 3 micro-batches on 2 stages" "must be a multiple of --pp" --nproc 2 --pp 2 --pp-schedule interleaved --grad-accum 3
 refused "interleaved over more chunks than units" "--pp 3 x --virtual-stages 2 = 6 chunks: more than the model's 5 units" --nproc 3 --pp 3 --pp-schedule interleaved --grad-accum 3 --layers 3
 

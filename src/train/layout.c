@@ -31,9 +31,8 @@ int dt_train_pp_virt(const dt_train_config *c) {
 static const char *pp_lacks(const dt_train_config *c) {
     if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS";
-    /* zb1's W reads what forward kept; ZeRO-3 would gather each unit's parameters for B and again for W */
+    /* zb1's W reads what forward kept: recomputing would have to run forward again for W */
     if (c->pp_schedule == DT_PP_ZB1 && c->recompute) return "--pp-schedule zb1 and --recompute (W reads the activations forward kept)";
-    if (c->pp_schedule == DT_PP_ZB1 && c->strategy && !strcmp(c->strategy, "zero3")) return "--pp-schedule zb1 and ZeRO-3";
     return NULL;
 }
 
