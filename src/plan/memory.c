@@ -102,7 +102,7 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
             if (p > 1 && a[k] > 0 && b[k] == c->num_layers + 2 && !j->arch.llama)
                 tied = ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels;
         }
-        double acts = dt_plan_slot_activations(j, v, a, b, j->batch, j->seq) * dt_plan_pp_slots(j, s) +
+        double acts = dt_plan_slot_activations(j, v, a, b, j->batch, j->seq) * (p > 1 ? dt_plan_pp_slots(j, s) : 1) +
                       dt_plan_lp_work(j, b[v - 1] == c->num_layers + 2);
         /* a first stage's embedding tables have no 16-bit copy: the lookup reads f32, and no head there reads wte */
         double f32_only = p > 1 && s == 0 && !j->arch.llama
