@@ -18,7 +18,7 @@
 # to another stage and the compute times stretch (p = 3, 4 are checked in
 # the simulator against theory: tests/test_pipeline_schedule.c).
 # model: each step's "bubble_model", the schedule's simulator run with each
-# stage's measured mean F, B and W, i.e. theory for the stages as fast as
+# stage's (chunk's) measured mean F, B and W, i.e. theory for the stages as fast as
 # they ran: this VM's two cores drift apart in speed (up to 25% within a
 # minute, one rank pinned to each in turn), and a slower stage idles the
 # other however good the schedule; bubble against model is what waiting

@@ -117,6 +117,15 @@ int main(void) {
             EXPECT(fabs(bs - 1.0 / 3) < 1e-12, "1f1b p=2 m=4, stage 1 twice as slow: bubble %.4f, not 1/3", bs);
             dt_pp_schedule_destroy(s);
         }
+        /* interleaved, p = 2, v = 2, m = 4: a chunk's times each (stage 0 chunks 0, 1, stage 1 chunks 0, 1), equal: theory's
+         * 1/9; the last chunk (the head's) heavier: more */
+        if (!dt_pp_schedule_create(DT_PP_INTERLEAVED, 2, 2, 4, &s)) {
+            double equal[12] = { 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0 }, head[12] = { 1, 2, 0, 1, 2, 0, 1, 2, 0, 1.5, 3, 0 };
+            double be = dt_pp_schedule_bubble_timed(s, equal), bh = dt_pp_schedule_bubble_timed(s, head);
+            EXPECT(fabs(be - 1.0 / 9) < 1e-12, "interleaved p=2 v=2 m=4, equal chunks: bubble %.4f, not theory's 1/9", be);
+            EXPECT(bh > be + 0.01, "interleaved p=2 v=2 m=4, the head's chunk 1.5x: bubble %.4f, not above %.4f", bh, be);
+            dt_pp_schedule_destroy(s);
+        }
     }
 
     /* exchanges split into a send and then a receive on both sides deadlock (one side alone still pairs with the

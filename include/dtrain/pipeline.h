@@ -93,9 +93,10 @@ dt_status dt_pp_schedule_check(const dt_pp_schedule *s);
 void dt_pp_schedule_print(const dt_pp_schedule *s, FILE *out);
 /* The idle fraction of that simulated run, over all stages. */
 double dt_pp_schedule_bubble(const dt_pp_schedule *s);
-/* The same with stage st's F, B and W taking t[3 st + DT_PP_F], t[3 st +
- * DT_PP_B] and t[3 st + DT_PP_W] (a stage's measured means: what its
- * stages' own speeds leave idle, communication free); -1 if it cannot run. */
+/* The same with an F, B and W of stage st's chunk j taking t[3 k + DT_PP_F],
+ * t[3 k + DT_PP_B] and t[3 k + DT_PP_W], k = st v + j (measured means: what
+ * the stages' own speeds leave idle, communication free); -1 if it cannot
+ * run. */
 double dt_pp_schedule_bubble_timed(const dt_pp_schedule *s, const double *t);
 
 /* ---- the runner (pipeline.c): one stage of a pipeline over a GPT-2 part ---- */
@@ -139,7 +140,7 @@ void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *w
  * stage's, from the step's start) that the stages did not compute (waiting
  * for a neighbour, or the transfer itself), the mean over them: theory's
  * (p-1)/(m+p-1) when stages are balanced and communication is free. *model:
- * what the schedule's simulator gives with each stage's measured mean F, B
+ * what the schedule's simulator gives with each stage's (chunk's) mean F, B
  * and W (dt_pp_schedule_bubble_timed): theory for the stages as fast as they
  * ran, so that bubble - model is what waiting and transfers added. Collective
  * over the stages. */

@@ -37,6 +37,7 @@ struct dt_pipeline {
     int last_b;                 /* inside the stage's last backward of the step */
     dt_status hook_err;
     double fwd, bwd, wgt, total; /* the last step: seconds in forwards, backwards (B), weight gradients (W), the schedule */
+    double chunk_s[DT_GPT2_MAX_CHUNKS][3]; /* the same per chunk and op (F, B, W) */
     /* asynchronous sends: link[side][kind] the two-rank communicator with the stage before (side 0) or after (1)
      * this one, around a ring when chunks wrap, for activations (kind 0, sent on) or gradients (1, sent back), this
      * stage rank 1 or 0 in it; the send in flight per direction (0: back, 1: on); where an interleaved stage's
@@ -144,7 +145,9 @@ static dt_status forward(dt_pipeline *p, const dt_pp_action *a, double *loss_sum
     int ua = p->ca[a->chunk], ub = p->cb[a->chunk];
     st = dt_gpt2_forward_units(p->c.model, ua, ub, tok, ua > 0 ? (p->rx[0] ? p->rx[0] : p->xin) : NULL, tg, p->c.B, p->c.T, &loss);
     DT_TRACE_END(DT_TRACK_COMPUTE);
-    p->fwd += dt_time_now() - t0;
+    double dt = dt_time_now() - t0;
+    p->fwd += dt;
+    p->chunk_s[a->chunk][DT_PP_F] += dt;
     if (p->rx[0]) { dt_mailbox_release(p->box[0][0]); p->rx[0] = NULL; } /* the model has its own copy now */
     if (ub == p->L + 2) { *loss_sum += loss; ++*nloss; }
     return st;
@@ -164,7 +167,9 @@ static dt_status backward(dt_pipeline *p, const dt_pp_action *a, float grad_scal
     if (!w && p->rx[1]) { dt_mailbox_release(p->box[1][1]); p->rx[1] = NULL; }
     p->last_b = 0;
     DT_TRACE_END(DT_TRACK_COMPUTE);
-    *(w ? &p->wgt : &p->bwd) += dt_time_now() - t0;
+    double dt = dt_time_now() - t0;
+    *(w ? &p->wgt : &p->bwd) += dt;
+    p->chunk_s[a->chunk][a->op] += dt;
     if (!st && p->hook_err) st = p->hook_err;
     p->hook_err = DT_OK;
     return st;
@@ -176,6 +181,7 @@ static dt_status run(void *ctx, dt_engine *e, int accum, float grad_scale, doubl
         return dt_error(DT_ERR_ARG, "pipeline: built for %d micro-batches a step, asked to run %d", p->c.micro, accum);
     double t0 = dt_time_now();
     p->fwd = p->bwd = p->wgt = 0;
+    memset(p->chunk_s, 0, sizeof p->chunk_s);
     *loss_sum = 0;
     *nloss = 0;
     dt_status st = DT_OK;
@@ -373,15 +379,17 @@ const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p) { return p->s; }
 void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *wgt) { *fwd = p->fwd, *bwd = p->bwd, *wgt = p->wgt; }
 
 dt_status dt_pipeline_bubble(dt_pipeline *p, double *bubble, double *model) {
-    double mine[4] = { p->fwd, p->bwd, p->wgt, p->total }, *all = malloc(sizeof *all * 7 * (size_t)p->p), *t = all + 4 * p->p;
+    int v = p->s->virt, k = 3 * v + 1; /* a stage's chunks' F, B and W seconds, and its span */
+    double mine[3 * DT_GPT2_MAX_CHUNKS + 1], *all = malloc(sizeof *all * (size_t)(2 * k) * (size_t)p->p), *t = all + k * p->p;
     if (!all) return dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
-    dt_status st = dt_comm_allgather(p->c.pp, mine, all, 4, DT_F64);
-    double busy = 0, span = 0, n = (double)p->s->micro * p->s->virt;
+    memcpy(mine, p->chunk_s, 3 * (size_t)v * sizeof *mine);
+    mine[3 * v] = p->total;
+    dt_status st = dt_comm_allgather(p->c.pp, mine, all, (size_t)k, DT_F64);
+    double busy = 0, span = 0;
     for (int s = 0; s < p->p && !st; s++) {
-        busy += all[4 * s] + all[4 * s + 1] + all[4 * s + 2];
-        if (all[4 * s + 3] > span) span = all[4 * s + 3];
-        /* the stage's mean F, B and W: each stage runs every one of its m v (chunk, micro-batch) pairs once */
-        for (int k = 0; k < 3; k++) t[3 * s + k] = all[4 * s + k] / n;
+        /* each chunk's mean F, B and W: it runs each of the m micro-batches once */
+        for (int j = 0; j < 3 * v; j++) busy += all[k * s + j], t[3 * v * s + j] = all[k * s + j] / p->s->micro;
+        if (all[k * s + 3 * v] > span) span = all[k * s + 3 * v];
     }
     *bubble = st || span <= 0 ? 0 : 1 - busy / (span * p->p);
     *model = st ? 0 : dt_pp_schedule_bubble_timed(p->s, t);

@@ -266,7 +266,7 @@ static dt_status simulate(const dt_pp_schedule *s, const double *t, sim *x) {
                 const dt_pp_action *a = &s->act[st][x->at[st]];
                 if (a->op != DT_PP_COMM) {
                     x->start[st][x->at[st]] = x->clock[st];
-                    double d = t[3 * st + a->op]; /* one F, B or W of this stage */
+                    double d = t[3 * (st * s->virt + a->chunk) + a->op]; /* one F, B or W of this stage's chunk */
                     x->clock[st] += d;
                     x->busy[st] += d;
                 } else if (s->async) {
@@ -334,8 +334,9 @@ static dt_status simulate(const dt_pp_schedule *s, const double *t, sim *x) {
 static dt_status with_sim(const dt_pp_schedule *s, const double *t, dt_status (*fn)(const dt_pp_schedule *, sim *, void *), void *ctx) {
     int p = s->stages;
     sim x = { 0 };
-    double *unit = t ? NULL : malloc(3 * sizeof *unit * (size_t)p);
-    for (int i = 0; unit && i < p; i++) unit[3 * i + DT_PP_F] = 1, unit[3 * i + DT_PP_B] = s->kind == DT_PP_ZB1 ? 1 : 2, unit[3 * i + DT_PP_W] = 1;
+    double *unit = t ? NULL : malloc(3 * sizeof *unit * (size_t)p * (size_t)s->virt);
+    for (int i = 0; unit && i < p * s->virt; i++)
+        unit[3 * i + DT_PP_F] = 1, unit[3 * i + DT_PP_B] = s->kind == DT_PP_ZB1 ? 1 : 2, unit[3 * i + DT_PP_W] = 1;
     x.at = calloc((size_t)p, sizeof *x.at);
     x.clock = calloc((size_t)p, sizeof *x.clock);
     x.busy = calloc((size_t)p, sizeof *x.busy);
