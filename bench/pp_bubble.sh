@@ -17,12 +17,12 @@
 # More stages than cores cannot be measured here: an idle stage's core goes
 # to another stage and the compute times stretch (p = 3, 4 are checked in
 # the simulator against theory: tests/test_pipeline_schedule.c).
-# model: each step's "bubble_model", the schedule's simulator run with each
-# stage's (chunk's) measured mean F, B and W, i.e. theory for the stages as fast as
-# they ran: this VM's two cores drift apart in speed (up to 25% within a
-# minute, one rank pinned to each in turn), and a slower stage idles the
-# other however good the schedule; bubble against model is what waiting
-# and transfers added.
+# model: each step's "bubble_model", the step replayed in the schedule's
+# simulator with every action's measured duration and free transfers, i.e.
+# theory for the stages as fast as they ran: this VM's two cores drift
+# apart in speed (up to 25% within a minute, one rank pinned to each in
+# turn), and a slower stage idles the other however good the schedule;
+# bubble against model is what waiting and transfers added.
 # Each cell is the median over ROUNDS runs (the rounds alternate over
 # every schedule and m, so a slow spell of the VM falls on all of them).
 # usage: bench/pp_bubble.sh [DTRAIN (build/dtrain)] [ROUNDS (1)]

@@ -53,6 +53,26 @@ static int well_formed(const dt_pp_schedule *s, char *why, size_t n) {
     return 1;
 }
 
+/* The bubble of a replay in which each action of stage st's chunk j takes t[3 (st v + j) + op] (F, B, W). */
+static double replay(dt_pp_kind kind, int p, int v, int m, const double *t) {
+    dt_pp_schedule *s;
+    if (dt_pp_schedule_create(kind, p, v, m, &s)) return -1;
+    size_t n = 0;
+    for (int st = 0; st < p; st++) n += (size_t)s->n[st];
+    double d[4096], b = -1;
+    if (n <= sizeof d / sizeof *d) {
+        n = 0;
+        for (int st = 0; st < p; st++)
+            for (int i = 0; i < s->n[st]; i++) {
+                const dt_pp_action *a = &s->act[st][i];
+                d[n++] = a->op == DT_PP_COMM ? 0 : t[3 * (st * v + a->chunk) + a->op];
+            }
+        b = dt_pp_schedule_bubble_replay(s, d);
+    }
+    dt_pp_schedule_destroy(s);
+    return b;
+}
+
 /* The micro-batches in flight the memory plan counts on stage k (dt_plan_pp_slots). */
 static int plan_slots(dt_pp_kind kind, int p, int v, int m, int k) {
     dt_plan_job j = { .pp = p, .virt = v, .micro = m, .gpipe = kind == DT_PP_GPIPE, .zb = kind == DT_PP_ZB1 };
@@ -106,26 +126,19 @@ int main(void) {
             }
     printf("%d schedules built and checked\n", built);
 
-    /* the bubble for measured stage speeds: equal stages give theory's; 1F1B, p = 2, m = 4 with stage 1 twice as slow:
-     * it computes 24 of a span of 1 (stage 0's first F) + 24 + 2 (stage 0's last B), stage 0 12: 1 - 36/54 = 1/3 */
+    /* a replay with given durations: equal stages give theory's; 1F1B, p = 2, m = 4 with stage 1 twice as slow: it
+     * computes 24 of a span of 1 (stage 0's first F) + 24 + 2 (stage 0's last B), stage 0 12: 1 - 36/54 = 1/3 */
     {
-        dt_pp_schedule *s;
-        if (!dt_pp_schedule_create(DT_PP_1F1B, 2, 1, 4, &s)) {
-            double equal[6] = { 1, 2, 0, 1, 2, 0 }, slow[6] = { 1, 2, 0, 2, 4, 0 };
-            double be = dt_pp_schedule_bubble_timed(s, equal), bs = dt_pp_schedule_bubble_timed(s, slow);
-            EXPECT(fabs(be - 0.2) < 1e-12, "1f1b p=2 m=4, equal stages: bubble %.4f, not theory's 0.2", be);
-            EXPECT(fabs(bs - 1.0 / 3) < 1e-12, "1f1b p=2 m=4, stage 1 twice as slow: bubble %.4f, not 1/3", bs);
-            dt_pp_schedule_destroy(s);
-        }
-        /* interleaved, p = 2, v = 2, m = 4: a chunk's times each (stage 0 chunks 0, 1, stage 1 chunks 0, 1), equal: theory's
-         * 1/9; the last chunk (the head's) heavier: more */
-        if (!dt_pp_schedule_create(DT_PP_INTERLEAVED, 2, 2, 4, &s)) {
-            double equal[12] = { 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0 }, head[12] = { 1, 2, 0, 1, 2, 0, 1, 2, 0, 1.5, 3, 0 };
-            double be = dt_pp_schedule_bubble_timed(s, equal), bh = dt_pp_schedule_bubble_timed(s, head);
-            EXPECT(fabs(be - 1.0 / 9) < 1e-12, "interleaved p=2 v=2 m=4, equal chunks: bubble %.4f, not theory's 1/9", be);
-            EXPECT(bh > be + 0.01, "interleaved p=2 v=2 m=4, the head's chunk 1.5x: bubble %.4f, not above %.4f", bh, be);
-            dt_pp_schedule_destroy(s);
-        }
+        double equal[6] = { 1, 2, 0, 1, 2, 0 }, slow[6] = { 1, 2, 0, 2, 4, 0 };
+        double be = replay(DT_PP_1F1B, 2, 1, 4, equal), bs = replay(DT_PP_1F1B, 2, 1, 4, slow);
+        EXPECT(fabs(be - 0.2) < 1e-12, "1f1b p=2 m=4, equal stages: bubble %.4f, not theory's 0.2", be);
+        EXPECT(fabs(bs - 1.0 / 3) < 1e-12, "1f1b p=2 m=4, stage 1 twice as slow: bubble %.4f, not 1/3", bs);
+        /* interleaved, p = 2, v = 2, m = 4 (stage 0 chunks 0, 1, stage 1 chunks 0, 1), equal: theory's 1/9; the last
+         * chunk (the head's) heavier: more */
+        double eq4[12] = { 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0 }, head[12] = { 1, 2, 0, 1, 2, 0, 1, 2, 0, 1.5, 3, 0 };
+        double bi = replay(DT_PP_INTERLEAVED, 2, 2, 4, eq4), bh = replay(DT_PP_INTERLEAVED, 2, 2, 4, head);
+        EXPECT(fabs(bi - 1.0 / 9) < 1e-12, "interleaved p=2 v=2 m=4, equal chunks: bubble %.4f, not theory's 1/9", bi);
+        EXPECT(bh > bi + 0.01, "interleaved p=2 v=2 m=4, the head's chunk 1.5x: bubble %.4f, not above %.4f", bh, bi);
     }
 
     /* exchanges split into a send and then a receive on both sides deadlock (one side alone still pairs with the

@@ -93,11 +93,11 @@ dt_status dt_pp_schedule_check(const dt_pp_schedule *s);
 void dt_pp_schedule_print(const dt_pp_schedule *s, FILE *out);
 /* The idle fraction of that simulated run, over all stages. */
 double dt_pp_schedule_bubble(const dt_pp_schedule *s);
-/* The same with an F, B and W of stage st's chunk j taking t[3 k + DT_PP_F],
- * t[3 k + DT_PP_B] and t[3 k + DT_PP_W], k = st v + j (measured means: what
- * the stages' own speeds leave idle, communication free); -1 if it cannot
- * run. */
-double dt_pp_schedule_bubble_timed(const dt_pp_schedule *s, const double *t);
+/* The same with each action taking what d gives it: every stage's actions
+ * in list order, stage after stage (communication's ignored: transfers are
+ * free). With a step's measured durations, a replay of that step: what the
+ * stages' own speeds left idle. -1 if it cannot run. */
+double dt_pp_schedule_bubble_replay(const dt_pp_schedule *s, const double *d);
 
 /* ---- the runner (pipeline.c): one stage of a pipeline over a GPT-2 part ---- */
 
@@ -140,10 +140,10 @@ void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *w
  * stage's, from the step's start) that the stages did not compute (waiting
  * for a neighbour, or the transfer itself), the mean over them: theory's
  * (p-1)/(m+p-1) when stages are balanced and communication is free. *model:
- * what the schedule's simulator gives with each stage's (chunk's) mean F, B
- * and W (dt_pp_schedule_bubble_timed): theory for the stages as fast as they
- * ran, so that bubble - model is what waiting and transfers added. Collective
- * over the stages. */
+ * the step replayed in the schedule's simulator with each action's measured
+ * duration (dt_pp_schedule_bubble_replay): theory for the stages as fast as
+ * they ran, so that bubble - model is what waiting and transfers added.
+ * Collective over the stages. */
 dt_status dt_pipeline_bubble(dt_pipeline *p, double *bubble, double *model);
 
 #ifdef __cplusplus

@@ -37,7 +37,7 @@ struct dt_pipeline {
     int last_b;                 /* inside the stage's last backward of the step */
     dt_status hook_err;
     double fwd, bwd, wgt, total; /* the last step: seconds in forwards, backwards (B), weight gradients (W), the schedule */
-    double chunk_s[DT_GPT2_MAX_CHUNKS][3]; /* the same per chunk and op (F, B, W) */
+    double *took;               /* the last step: each of the stage's actions' seconds (communication 0) */
     /* asynchronous sends: link[side][kind] the two-rank communicator with the stage before (side 0) or after (1)
      * this one, around a ring when chunks wrap, for activations (kind 0, sent on) or gradients (1, sent back), this
      * stage rank 1 or 0 in it; the send in flight per direction (0: back, 1: on); where an interleaved stage's
@@ -145,9 +145,7 @@ static dt_status forward(dt_pipeline *p, const dt_pp_action *a, double *loss_sum
     int ua = p->ca[a->chunk], ub = p->cb[a->chunk];
     st = dt_gpt2_forward_units(p->c.model, ua, ub, tok, ua > 0 ? (p->rx[0] ? p->rx[0] : p->xin) : NULL, tg, p->c.B, p->c.T, &loss);
     DT_TRACE_END(DT_TRACK_COMPUTE);
-    double dt = dt_time_now() - t0;
-    p->fwd += dt;
-    p->chunk_s[a->chunk][DT_PP_F] += dt;
+    p->fwd += dt_time_now() - t0;
     if (p->rx[0]) { dt_mailbox_release(p->box[0][0]); p->rx[0] = NULL; } /* the model has its own copy now */
     if (ub == p->L + 2) { *loss_sum += loss; ++*nloss; }
     return st;
@@ -167,9 +165,7 @@ static dt_status backward(dt_pipeline *p, const dt_pp_action *a, float grad_scal
     if (!w && p->rx[1]) { dt_mailbox_release(p->box[1][1]); p->rx[1] = NULL; }
     p->last_b = 0;
     DT_TRACE_END(DT_TRACK_COMPUTE);
-    double dt = dt_time_now() - t0;
-    *(w ? &p->wgt : &p->bwd) += dt;
-    p->chunk_s[a->chunk][a->op] += dt;
+    *(w ? &p->wgt : &p->bwd) += dt_time_now() - t0;
     if (!st && p->hook_err) st = p->hook_err;
     p->hook_err = DT_OK;
     return st;
@@ -181,14 +177,15 @@ static dt_status run(void *ctx, dt_engine *e, int accum, float grad_scale, doubl
         return dt_error(DT_ERR_ARG, "pipeline: built for %d micro-batches a step, asked to run %d", p->c.micro, accum);
     double t0 = dt_time_now();
     p->fwd = p->bwd = p->wgt = 0;
-    memset(p->chunk_s, 0, sizeof p->chunk_s);
     *loss_sum = 0;
     *nloss = 0;
     dt_status st = DT_OK;
     for (int i = 0; i < p->s->n[p->stage] && !st; i++) {
         const dt_pp_action *a = &p->s->act[p->stage][i];
         if (a->op != DT_PP_COMM) dt_engine_begin_micro(e, a->op != DT_PP_F && a->last);
+        double busy = p->fwd + p->bwd + p->wgt;
         st = a->op == DT_PP_COMM ? exchange(p, a) : a->op == DT_PP_F ? forward(p, a, loss_sum, nloss) : backward(p, a, grad_scale);
+        p->took[i] = p->fwd + p->bwd + p->wgt - busy;
     }
     /* chunks end their backwards at different times: their gradients are announced (data parallelism reduces them)
      * once the last is through, as part of the stage's last backward */
@@ -339,7 +336,8 @@ dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
     if (!st) {
         p->xin = malloc(p->stream * sizeof(float));
         p->dout = malloc(p->stream * sizeof(float));
-        if (!p->xin || !p->dout) st = dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
+        p->took = calloc((size_t)p->s->n[p->stage], sizeof *p->took);
+        if (!p->xin || !p->dout || !p->took) st = dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
     }
     if (!st) st = tie(p);
     if (st) { dt_pipeline_destroy(p); return st; }
@@ -366,6 +364,7 @@ void dt_pipeline_destroy(dt_pipeline *p) {
     }
     dt_pp_schedule_destroy(p->s);
     free(p->xin);
+    free(p->took);
     free(p->dout);
     free(p->wte_send);
     free(p->wte_recv);
@@ -379,20 +378,21 @@ const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p) { return p->s; }
 void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *wgt) { *fwd = p->fwd, *bwd = p->bwd, *wgt = p->wgt; }
 
 dt_status dt_pipeline_bubble(dt_pipeline *p, double *bubble, double *model) {
-    int v = p->s->virt, k = 3 * v + 1; /* a stage's chunks' F, B and W seconds, and its span */
-    double mine[3 * DT_GPT2_MAX_CHUNKS + 1], *all = malloc(sizeof *all * (size_t)(2 * k) * (size_t)p->p), *t = all + k * p->p;
-    if (!all) return dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
-    memcpy(mine, p->chunk_s, 3 * (size_t)v * sizeof *mine);
-    mine[3 * v] = p->total;
-    dt_status st = dt_comm_allgather(p->c.pp, mine, all, (size_t)k, DT_F64);
+    size_t *counts = malloc(sizeof *counts * (size_t)p->p), n = 0;
+    for (int s = 0; counts && s < p->p; s++) n += counts[s] = (size_t)p->s->n[s];
+    double mine[2] = { p->fwd + p->bwd + p->wgt, p->total }, *all = malloc(sizeof *all * 2 * (size_t)p->p), *took = malloc(sizeof *took * n);
+    dt_status st = counts && all && took ? dt_comm_allgather(p->c.pp, mine, all, 2, DT_F64) : dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
+    /* every stage's actions' seconds, to replay the step */
+    if (!st) st = dt_comm_allgatherv(p->c.pp, p->took, took, counts, DT_F64);
     double busy = 0, span = 0;
     for (int s = 0; s < p->p && !st; s++) {
-        /* each chunk's mean F, B and W: it runs each of the m micro-batches once */
-        for (int j = 0; j < 3 * v; j++) busy += all[k * s + j], t[3 * v * s + j] = all[k * s + j] / p->s->micro;
-        if (all[k * s + 3 * v] > span) span = all[k * s + 3 * v];
+        busy += all[2 * s];
+        if (all[2 * s + 1] > span) span = all[2 * s + 1];
     }
     *bubble = st || span <= 0 ? 0 : 1 - busy / (span * p->p);
-    *model = st ? 0 : dt_pp_schedule_bubble_timed(p->s, t);
+    *model = st ? 0 : dt_pp_schedule_bubble_replay(p->s, took);
+    free(counts);
     free(all);
+    free(took);
     return st;
 }

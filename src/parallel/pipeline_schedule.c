@@ -252,7 +252,8 @@ static dt_status async_recv(sim *x, int st, const dt_pp_msg *m, int *got) {
     return DT_OK;
 }
 
-static dt_status simulate(const dt_pp_schedule *s, const double *t, sim *x) {
+/* d: each stage's actions' durations in list order, stage after stage (off[st]: where stage st's start). */
+static dt_status simulate(const dt_pp_schedule *s, const double *d, const size_t *off, sim *x) {
     int p = s->stages, left = 0;
     for (int i = 0; i < p; i++) {
         x->at[i] = 0, x->clock[i] = x->busy[i] = 0, x->posted[i] = x->done_s[i] = x->done_r[i] = -1;
@@ -266,9 +267,9 @@ static dt_status simulate(const dt_pp_schedule *s, const double *t, sim *x) {
                 const dt_pp_action *a = &s->act[st][x->at[st]];
                 if (a->op != DT_PP_COMM) {
                     x->start[st][x->at[st]] = x->clock[st];
-                    double d = t[3 * (st * s->virt + a->chunk) + a->op]; /* one F, B or W of this stage's chunk */
-                    x->clock[st] += d;
-                    x->busy[st] += d;
+                    double t = d[off[st] + (size_t)x->at[st]];
+                    x->clock[st] += t;
+                    x->busy[st] += t;
                 } else if (s->async) {
                     int got = 1;
                     if (a->send.peer >= 0) got = async_send(x, st, &a->send);
@@ -330,13 +331,18 @@ static dt_status simulate(const dt_pp_schedule *s, const double *t, sim *x) {
     return DT_OK;
 }
 
-/* Runs the simulator with t's durations (NULL: a forward 1, a backward 2, or B and W 1 each), then fn. */
-static dt_status with_sim(const dt_pp_schedule *s, const double *t, dt_status (*fn)(const dt_pp_schedule *, sim *, void *), void *ctx) {
+/* Runs the simulator with d's durations (NULL: a forward 1, a backward 2, or B and W 1 each), then fn. */
+static dt_status with_sim(const dt_pp_schedule *s, const double *d, dt_status (*fn)(const dt_pp_schedule *, sim *, void *), void *ctx) {
     int p = s->stages;
     sim x = { 0 };
-    double *unit = t ? NULL : malloc(3 * sizeof *unit * (size_t)p * (size_t)s->virt);
-    for (int i = 0; unit && i < p * s->virt; i++)
-        unit[3 * i + DT_PP_F] = 1, unit[3 * i + DT_PP_B] = s->kind == DT_PP_ZB1 ? 1 : 2, unit[3 * i + DT_PP_W] = 1;
+    size_t *off = malloc(sizeof *off * (size_t)(p + 1));
+    for (int i = 0; off && i <= p; i++) off[i] = i ? off[i - 1] + (size_t)s->n[i - 1] : 0;
+    double *unit = d || !off ? NULL : malloc(sizeof *unit * (off[p] ? off[p] : 1));
+    for (int i = 0; unit && i < p; i++)
+        for (int k = 0; k < s->n[i]; k++) {
+            dt_pp_op op = s->act[i][k].op;
+            unit[off[i] + (size_t)k] = op == DT_PP_F || op == DT_PP_W ? 1 : op == DT_PP_B ? (s->kind == DT_PP_ZB1 ? 1 : 2) : 0;
+        }
     x.at = calloc((size_t)p, sizeof *x.at);
     x.clock = calloc((size_t)p, sizeof *x.clock);
     x.busy = calloc((size_t)p, sizeof *x.busy);
@@ -348,11 +354,11 @@ static dt_status with_sim(const dt_pp_schedule *s, const double *t, dt_status (*
     x.msg = calloc(2 * (size_t)p, sizeof *x.msg);
     x.sent = calloc(2 * (size_t)p, sizeof *x.sent);
     x.recvd = calloc(2 * (size_t)p, sizeof *x.recvd);
-    dt_status e = (t || unit) && x.at && x.clock && x.busy && x.posted && x.done_s && x.done_r && x.start && x.has && x.msg && x.sent &&
+    dt_status e = off && (d || unit) && x.at && x.clock && x.busy && x.posted && x.done_s && x.done_r && x.start && x.has && x.msg && x.sent &&
                           x.recvd ? DT_OK : dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
     for (int i = 0; i < p && !e; i++)
         if (!(x.start[i] = calloc((size_t)s->n[i], sizeof **x.start))) e = dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
-    if (!e) e = simulate(s, t ? t : unit, &x);
+    if (!e) e = simulate(s, d ? d : unit, off, &x);
     if (!e && fn) e = fn(s, &x, ctx);
     for (int i = 0; x.start && i < p; i++) free(x.start[i]);
     free(x.start);
@@ -367,6 +373,7 @@ static dt_status with_sim(const dt_pp_schedule *s, const double *t, dt_status (*
     free(x.sent);
     free(x.recvd);
     free(unit);
+    free(off);
     return e;
 }
 
@@ -392,9 +399,9 @@ double dt_pp_schedule_bubble(const dt_pp_schedule *s) {
     return with_sim(s, NULL, get_bubble, &b) ? -1 : b;
 }
 
-double dt_pp_schedule_bubble_timed(const dt_pp_schedule *s, const double *t) {
+double dt_pp_schedule_bubble_replay(const dt_pp_schedule *s, const double *d) {
     double b = 0;
-    return with_sim(s, t, get_bubble, &b) ? -1 : b;
+    return with_sim(s, d, get_bubble, &b) ? -1 : b;
 }
 
 static dt_status print_table(const dt_pp_schedule *s, sim *x, void *ctx) {
