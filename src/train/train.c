@@ -108,9 +108,16 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
         if (c->grad_comm != DT_F32 && c->grad_comm != c->grad_store)
             return dt_error(DT_ERR_ARG, "--grad-comm %s with --grad-store %s: gradients kept in %s travel in %s", dt_precision_name(c->grad_comm),
                             gs, gs, gs);
+        int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1;
         if (nranks == 1) {
             /* as --grad-comm: a setting of the reductions, so one process (a benchmark's baseline, say) runs without it */
             if (!c->quiet) dt_log(DT_LOG_WARN, "--grad-store %s does nothing on one rank: one process keeps f32 gradients (it has no reduction)", gs);
+            c->grad_store = DT_F32;
+        } else if (nranks == tp * pp && c->dp <= 1) {
+            /* the store is the data-parallel reduction's: a model split over every rank has none */
+            if (!c->quiet)
+                dt_log(DT_LOG_WARN, "--grad-store %s does nothing without data parallelism (--tp %d x --pp %d is every rank): the gradients stay f32",
+                       gs, tp, pp);
             c->grad_store = DT_F32;
         }
         if (c->opt.kind != DT_OPT_SGD && c->opt.kind != DT_OPT_ADAMW)
