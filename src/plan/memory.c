@@ -42,7 +42,7 @@ static void model_states(const dt_plan_job *j, double psi, double tied, double f
     /* the machine's one copy: every rank maps and reads all of it (its resident size counts it), the machine holds it once */
     if (shared) m->shared = 4 * psi - m->params;
     if (mixed) m->lowp = 2 * (psi - f32_only);
-    m->grads = (j->grad_store != DT_F32 && j->grad_store ? 2 : 4) * psi / (s >= 2 ? n : 1);
+    m->grads = (j->grad_store != DT_F32 && j->grad_store && n > 1 ? 2 : 4) * psi / (s >= 2 ? n : 1); /* no data-parallel axis: f32 */
     /* a last stage's tied copy has no optimizer state, but ZeRO's shards tile the whole store, the copy too */
     m->optim = 4 * optim_floats(&j->opt) * (s >= 1 && n > 1 ? psi / n : psi - tied);
 }
