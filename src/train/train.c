@@ -206,7 +206,7 @@ typedef struct {
     dt_comm *mp;              /* the model-parallel group (the TP x PP ranks of one replica: DP x CP coordinates), with --pp */
     dt_pipeline *pipe;        /* with --pp: the stage's runner, which the engine's step runs */
     double bubble;            /* the last step's idle share, the mean over the stages */
-    double bubble_model;      /* the schedule's for the stages' measured speeds (dt_pipeline_bubble) */
+    double bubble_model;      /* the step replayed with its actions' measured durations (dt_pipeline_bubble) */
     bool tty;
     dt_gpt2 *m;
     dt_tokens *train, *val;
