@@ -9,7 +9,10 @@
  *     test runs with DTRAIN_DDP_WAIT_IN_BACKWARD=1, so this does not depend
  *     on how the machine schedules the progress thread)
  *   - rank 0's waits (exposed communication) over the traced steps agree with
- *     the metrics' comm_exposed_ms for those steps within 5% (or 0.05 ms)
+ *     the metrics' comm_exposed_ms for those steps within 5% (or 0.1 ms a
+ *     step: the two read the clock at different places, and a rank the VM
+ *     preempts between them drifts by tens of microseconds; a missed wait
+ *     is milliseconds)
  * Prints what it found; exits 1 naming the first problem. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -124,7 +127,7 @@ int main(int argc, char **argv) {
     printf("exposed communication, steps %d to %d: trace %.3f ms, metrics %.3f ms (%d steps): %.1f%% apart\n", first_step,
            last_step, waits, exposed, steps, 100 * rel);
     if (steps != last_step - first_step + 1 || steps == 0) FAIL("the metrics have %d of the traced steps", steps);
-    if (rel > 0.05 && diff > 0.05) FAIL("the trace's exposed communication is more than 5%% from the metrics'");
+    if (rel > 0.05 && diff > 0.1 * steps) FAIL("the trace's exposed communication is more than 5%% (and 0.1 ms a step) from the metrics'");
     cJSON_Delete(root);
     if (!fails) printf("trace ok\n");
     return fails ? 1 : 0;
