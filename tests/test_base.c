@@ -52,6 +52,7 @@ int main(void) {
     EXPECT(dt_parse_size("64K", &s) == DT_OK && s == 65536, "64K = %zu", s);
     EXPECT(dt_parse_size("1M", &s) == DT_OK && s == 1048576, "1M = %zu", s);
     EXPECT(dt_parse_size("2GiB", &s) == DT_OK && s == (2ull << 30), "2GiB = %zu", s);
+    EXPECT(dt_parse_size("3T", &s) == DT_OK && s == (3ull << 40), "3T = %zu", s);
     EXPECT(dt_parse_size("8", &s) == DT_OK && s == 8, "8 = %zu", s);
     EXPECT(dt_parse_size("12Q", &s) == DT_ERR_ARG && strstr(dt_last_error(), "12Q"), "bad size names the input: %s", dt_last_error());
     EXPECT(dt_parse_size("99999999999999999999G", &s) != DT_OK, "overflow rejected");

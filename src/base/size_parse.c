@@ -1,4 +1,4 @@
-/* Byte sizes as people write them on a command line: 8, 64K, 1M, 256M, 2G. */
+/* Byte sizes as people write them on a command line: 8, 64K, 1M, 256M, 2G, 1T. */
 #include "dtrain/base.h"
 
 #include <errno.h>
@@ -15,6 +15,7 @@ dt_status dt_parse_size(const char *s, size_t *out) {
     case 'k': case 'K': shift = 10; end++; break;
     case 'm': case 'M': shift = 20; end++; break;
     case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
     default: break;
     }
     if (*end == 'i') end++;

@@ -5,6 +5,7 @@
 #include "dtrain/plan.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,24 +119,61 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
     }
 }
 
+/* A cgroup's memory limit in FILE (v1's bytes, v2's bytes or "max"), or SIZE_MAX. */
+static size_t limit_in(const char *file) {
+    FILE *f = fopen(file, "r");
+    unsigned long long v;
+    size_t lim = f && fscanf(f, "%llu", &v) == 1 && v > 0 ? (size_t)v : SIZE_MAX;
+    if (f) fclose(f);
+    return lim;
+}
+
+/* The tightest memory limit on this process: its own cgroup's and every
+ * ancestor's, under the v1 memory controller (Slurm's, older Docker's) or
+ * v2, where a job's limit sits on its own group rather than the root. */
+static size_t cgroup_limit(void) {
+    size_t best = limit_in("/sys/fs/cgroup/memory.max"); /* a container's root (v2) */
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[4096];
+    while (f && fgets(line, sizeof line, f)) {
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c2 = 0;
+        const char *ctl = c1 + 1, *name;
+        if (!*ctl) name = "memory.max"; /* "0::/path": v2 */
+        else if (!strcmp(ctl, "memory") || strstr(ctl, "memory,") || strstr(ctl, ",memory")) name = "memory.limit_in_bytes";
+        else continue;
+        char path[4096 + 64], *rel = c2 + 1;
+        rel[strcspn(rel, "\n")] = 0;
+        for (;;) { /* the group, then each parent up to the root */
+            snprintf(path, sizeof path, "/sys/fs/cgroup%s%s/%s", *ctl ? "/memory" : "", rel, name);
+            size_t lim = limit_in(path);
+            if (lim < best) best = lim;
+            char *slash = strrchr(rel, '/');
+            if (!slash || slash == rel) break;
+            *slash = 0;
+        }
+    }
+    if (f) fclose(f);
+    return best;
+}
+
 size_t dt_plan_available_memory(void) {
     /* a debugging switch: pretend the machine has this much (tests of the refusal) */
     const char *env = getenv("DTRAIN_MEMORY_AVAILABLE");
     size_t forced;
-    if (env && *env && !dt_parse_size(env, &forced)) return forced;
+    if (env && *env) {
+        if (!dt_parse_size(env, &forced)) return forced;
+        dt_log(DT_LOG_WARN, "DTRAIN_MEMORY_AVAILABLE=%s ignored: %s", env, dt_last_error());
+    }
     size_t kb = 0;
     FILE *f = fopen("/proc/meminfo", "r");
     char line[256];
     while (f && fgets(line, sizeof line, f))
         if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
     if (f) fclose(f);
-    size_t avail = kb * 1024;
-    /* a container's limit (cgroup v2), if it is the lower */
-    f = fopen("/sys/fs/cgroup/memory.max", "r");
-    unsigned long long lim;
-    if (f && fscanf(f, "%llu", &lim) == 1 && lim > 0 && lim < avail) avail = (size_t)lim;
-    if (f) fclose(f);
-    return avail;
+    size_t avail = kb * 1024, lim = cgroup_limit();
+    return lim < avail ? lim : avail;
 }
 
 /* "26.5 GB", or "12 MB" below a gigabyte. */
