@@ -37,6 +37,9 @@ dt_status dt_peak_save(double gflops_one_thread);
  * use it: measured on one thread (2048^3) and cached beside sgemm's. */
 double dt_peak_measure_bf16(int threads);
 dt_status dt_peak_bf16_per_thread(double *gflops, const char **source);
+/* Another rate of this machine kept in the same cache under key (below 1e6:
+ * GB/s or GFLOP/s): the cache's if this CPU's, else measure(arg), saved. */
+dt_status dt_peak_cached_rate(const char *key, double (*measure)(int), int arg, double *value, int *was_cached);
 
 /* A resumed run's metrics file keeps only the rows up to last_step, the
  * checkpoint's (*dropped: the rows removed; a missing file is fine). */

@@ -98,25 +98,28 @@ static double cached(const char *key) {
     return v;
 }
 
-/* The cache with key set (the other rate kept where it is this CPU's). */
-static dt_status save(const char *key, double gflops) {
-    char path[4200], cpu[256], json[1024];
+/* The cache with key set; the other rates kept where they are this CPU's. */
+static dt_status save(const char *key, double value) {
+    char path[4200], cpu[256], *buf = NULL;
     if (cache_path(path, sizeof path, 1)) return dt_error(DT_ERR_IO, "peak cache: no HOME or XDG_CACHE_HOME to keep it in");
     dt_cpu_model(cpu, sizeof cpu);
-    const char *other = strcmp(key, SGEMM) ? SGEMM : BF16;
-    double keep = cached(other);
-    cJSON *j = cJSON_CreateObject();
+    cJSON *old = dt_file_read_text(path, 1 << 16, &buf, NULL) ? NULL : cJSON_Parse(buf), *j = cJSON_CreateObject(), *it;
+    free(buf);
+    const cJSON *was = cJSON_GetObjectItemCaseSensitive(old, "cpu");
     cJSON_AddStringToObject(j, "cpu", cpu);
-    cJSON_AddNumberToObject(j, key, gflops);
-    if (keep > 0) cJSON_AddNumberToObject(j, other, keep);
+    cJSON_AddNumberToObject(j, key, value);
+    if (cJSON_IsString(was) && !strcmp(was->valuestring, cpu))
+        cJSON_ArrayForEach(it, old) if (cJSON_IsNumber(it) && strcmp(it->string, key)) cJSON_AddNumberToObject(j, it->string, it->valuedouble);
+    cJSON_Delete(old);
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!s) return dt_error(DT_ERR_NOMEM, "peak cache: out of memory");
-    snprintf(json, sizeof json, "%s\n", s);
+    size_t n = strlen(s);
+    const void *parts[2] = { s, "\n" };
+    size_t sizes[2] = { n, 1 };
+    dt_status st = dt_file_write_atomic(path, parts, sizes, 2);
     free(s);
-    const void *parts[1] = { json };
-    size_t sizes[1] = { strlen(json) };
-    return dt_file_write_atomic(path, parts, sizes, 1);
+    return st;
 }
 
 dt_status dt_peak_save(double gflops) { return save(SGEMM, gflops); }
@@ -150,3 +153,11 @@ dt_status dt_peak_per_thread(double *gflops, const char **source) {
 }
 
 dt_status dt_peak_bf16_per_thread(double *gflops, const char **source) { return cached_or_measured(BF16, dt_peak_measure_bf16, gflops, source); }
+
+dt_status dt_peak_cached_rate(const char *key, double (*measure)(int), int arg, double *value, int *was_cached) {
+    *was_cached = 0;
+    if ((*value = cached(key)) > 0) { *was_cached = 1; return DT_OK; }
+    if ((*value = measure(arg)) <= 0) return dt_error(DT_ERR_NOMEM, "%s: the measurement failed (out of memory?)", key);
+    if (save(key, *value)) dt_log(DT_LOG_WARN, "%s: not cached (%s)", key, dt_last_error());
+    return DT_OK;
+}

@@ -26,7 +26,7 @@ static const dt_plan_hardware presets[] = {
     { "h100-80g", 80.0 * (1 << 30), 8, 0, 1, 494e12, 989e12, 3350e9, 5e-6, 1 / 450e9, 10e-6, 1 / 50e9, 0.7, 0.7, 0 },
 };
 
-/* The residual add (a = b + c, a streaming kernel) over arrays far larger than the caches, on `threads` threads: bytes a second (3 arrays moved). */
+/* The residual add (a = b + c, a streaming kernel) over arrays far larger than the caches, on `threads` threads: GB a second (3 arrays moved). */
 static double measure_bandwidth(int threads) {
     size_t n = (size_t)32 << 20;
     float *a = dt_alloc_aligned(n * 4), *b = dt_alloc_aligned(n * 4), *c = dt_alloc_aligned(n * 4);
@@ -37,7 +37,7 @@ static double measure_bandwidth(int threads) {
         for (int k = 0; k < 5; k++) {
             double t0 = dt_time_now();
             dt_residual_forward(a, b, c, n);
-            double r = 12.0 * (double)n / (dt_time_now() - t0);
+            double r = 12.0 * (double)n / (dt_time_now() - t0) / 1e9;
             if (r > best) best = r;
         }
     }
@@ -47,9 +47,10 @@ static double measure_bandwidth(int threads) {
     return best;
 }
 
-/* Blockwise causal attention forward and backward (T 1024, 4 heads of 64) on one thread: its FLOP/s counted as 2 T^2 C forward
+/* Blockwise causal attention forward and backward (T 1024, 4 heads of 64) on one thread: its GFLOP/s counted as 2 T^2 C forward
  * (the causal half of two T x T x C products) and twice that backward. */
-static double measure_attention(void) {
+static double measure_attention(int unused) {
+    (void)unused;
     int B = 1, T = 1024, C = 256, NH = 4;
     size_t btc = (size_t)B * T * C;
     float *qkv = dt_alloc_aligned(3 * btc * 4), *out = dt_alloc_aligned(btc * 4), *lse = dt_alloc_aligned((size_t)B * NH * T * 4),
@@ -64,7 +65,7 @@ static double measure_attention(void) {
             dt_attention_forward_lse(out, lse, qkv, B, T, C, NH);
             memset(dqkv, 0, 3 * btc * 4);
             dt_attention_backward_lse(dqkv, dout, out, qkv, lse, B, T, C, NH);
-            double r = 3 * 2.0 * T * (double)T * C * B / (dt_time_now() - t0);
+            double r = 3 * 2.0 * T * (double)T * C * B / (dt_time_now() - t0) / 1e9;
             if (r > best) best = r;
         }
     }
@@ -76,8 +77,8 @@ static double measure_attention(void) {
     return best;
 }
 
-/* This machine: cores, memory available, the GEMM peaks (the MFU cache), bandwidth and attention (measured now, a few seconds),
- * links from the communication calibration. */
+/* This machine: cores, memory available (a cgroup's limit included), the GEMM peaks, bandwidth and attention (measured once per
+ * CPU, about a second, and cached with the peaks), links from the communication calibration. */
 static dt_status this_machine(dt_plan_hardware *h) {
     double sg, bf = 0, ia, ib, g, xa, xb;
     const char *src;
@@ -94,15 +95,21 @@ static dt_status this_machine(dt_plan_hardware *h) {
     h->cores_per_device = 1;
     h->flops_f32 = sg * 1e9;
     h->flops_lowp = bf > 0 ? bf * 1e9 : sg * 1e9; /* without a bf16 GEMM, 16-bit Linears convert and run sgemm */
-    /* $DTRAIN_MEMORY_BANDWIDTH (bytes a second) instead of measuring, as $DTRAIN_PEAK_GFLOPS does for the peak */
-    const char *bw = getenv("DTRAIN_MEMORY_BANDWIDTH");
-    h->mem_bw = bw && atof(bw) > 0 ? atof(bw) : measure_bandwidth((int)h->devices_per_node);
-    const char *att = getenv("DTRAIN_ATTENTION_GFLOPS"); /* the same for attention's rate a core */
-    h->attention_rate = att && atof(att) > 0 ? atof(att) * 1e9 : measure_attention();
+    /* $DTRAIN_MEMORY_BANDWIDTH (bytes a second) instead of measuring, as $DTRAIN_PEAK_GFLOPS does for the peak; else
+     * measured once on this CPU with all its cores and kept beside the GEMM peak (~/.cache/dtrain/peak.json) */
+    const char *bw = getenv("DTRAIN_MEMORY_BANDWIDTH"), *att = getenv("DTRAIN_ATTENTION_GFLOPS");
+    int cached;
+    if (bw && atof(bw) > 0) h->mem_bw = atof(bw);
+    else if (!(st = dt_peak_cached_rate("memory_gbs_all_cores", measure_bandwidth, (int)h->devices_per_node, &h->mem_bw, &cached)))
+        h->mem_bw *= 1e9;
+    if (!st && att && atof(att) > 0) h->attention_rate = atof(att) * 1e9; /* the same for attention's rate a core */
+    else if (!st && !(st = dt_peak_cached_rate("attention_gflops_per_thread", measure_attention, 1, &h->attention_rate, &cached)))
+        h->attention_rate *= 1e9;
+    dt_kernels_set_threads(keep);
+    if (st) return st;
     dt_comm_link_costs(&ia, &ib, &g, &xa, &xb);
     h->intra_alpha = ia, h->intra_beta = ib, h->inter_alpha = xa, h->inter_beta = xb;
     h->gemm_efficiency = 1, h->attention_efficiency = 1;
-    dt_kernels_set_threads(keep);
     return DT_OK;
 }
 
