@@ -129,8 +129,9 @@ static size_t limit_in(const char *file) {
 }
 
 /* The tightest memory limit on this process: its own cgroup's and every
- * ancestor's, under the v1 memory controller (Slurm's, older Docker's) or
- * v2, where a job's limit sits on its own group rather than the root. */
+ * ancestor's, under the v1 memory controller (Slurm's, older Docker's;
+ * mounted at /sys/fs/cgroup/memory) or v2, where a job's limit sits on its
+ * own group rather than the root. */
 static size_t cgroup_limit(void) {
     size_t best = limit_in("/sys/fs/cgroup/memory.max"); /* a container's root (v2) */
     FILE *f = fopen("/proc/self/cgroup", "r");
