@@ -4,7 +4,13 @@ and `dtrain train --report` with the same flags, then predicted against
 measured peak resident memory (the largest rank) and step time (the median
 step after the first two).
 
-usage: bench/plan_validate.py DTRAIN DATA [--steps N] [--rows FILE] [--quick]
+Rounds interleave the rows (every row once a round, the order reversed on odd
+rounds) and each round plans a row just before running it: the plan times its
+GEMMs on the machine as it is at that moment, so a VM that drifts moves plan
+and run alike. A row's figures are the medians over the rounds of the plan,
+the measurement and their error.
+
+usage: bench/plan_validate.py DTRAIN DATA [--steps N] [--rounds R] [--rows FILE] [--json FILE]
 A row is a line of train flags (without --data, --steps, --report); # comments.
 """
 import argparse, json, os, shlex, statistics, subprocess, sys, tempfile
@@ -19,7 +25,7 @@ QUICK = """
 --model d6 --seq 256 --batch 4 --nproc 2 --pp 2 --grad-accum 4
 --model d6 --seq 256 --batch 4 --nproc 2 --pp 2 --grad-accum 4 --pp-schedule gpipe
 --model d6 --seq 256 --batch 4 --nproc 2 --pp 2 --grad-accum 4 --pp-schedule zb1
---model d6 --seq 1024 --batch 1 --nproc 2 --cp 2
+--model d6 --seq 1024 --max-seq 1024 --batch 1 --nproc 2 --cp 2
 --model d6 --seq 256 --batch 4 --recompute
 --model d6 --seq 256 --batch 4 --precision bf16
 --model d6 --seq 256 --batch 4 --nproc 2 --precision bf16 --zero 1
@@ -47,31 +53,43 @@ def main():
     ap.add_argument("dtrain")
     ap.add_argument("data")
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--rows")
     ap.add_argument("--json", help="write the rows here")
     a = ap.parse_args()
     text = open(a.rows).read() if a.rows else QUICK
     rows = [l.split("#")[0].strip() for l in text.splitlines()]
     rows = [r for r in rows if r]
+    got = {r: [] for r in rows}  # per round: (plan bytes, plan ms, peak, ms)
+    why = {}
+    for k in range(a.rounds):
+        for r in (rows if k % 2 == 0 else rows[::-1]):
+            flags = shlex.split(r) + ["--threads", "1"] if "--threads" not in r else shlex.split(r)
+            p = run([a.dtrain, "plan", "--data", a.data, "--json"] + flags)
+            if p.returncode != 0:
+                why[r] = "plan refused: " + p.stderr.strip()
+                continue
+            plan = json.loads(p.stdout)
+            m, err = measure(a.dtrain, a.data, flags, a.steps)
+            if m is None:
+                why[r] = "run failed: " + err
+                continue
+            got[r].append((plan["total"], plan["step_ms"], m[0], m[1], plan["breakdown"]))
+        print(f"# round {k + 1} of {a.rounds} done", file=sys.stderr, flush=True)
     out = []
-    print("| layout | memory plan MB | measured MB | error | step plan ms | measured ms | error |")
+    med = statistics.median
+    print(f"| layout | memory plan MB | measured MB | error | step plan ms | measured ms | error (median of {a.rounds}) |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        flags = shlex.split(r) + ["--threads", "1"] if "--threads" not in r else shlex.split(r)
-        p = run([a.dtrain, "plan", "--data", a.data, "--json"] + flags)
-        if p.returncode != 0:
-            print(f"| {r} | plan refused: {p.stderr.strip()} |")
+        g = got[r]
+        if not g:
+            print(f"| {r} | {why.get(r, 'not run')} |")
             continue
-        plan = json.loads(p.stdout)
-        m, err = measure(a.dtrain, a.data, flags, a.steps)
-        if m is None:
-            print(f"| {r} | run failed: {err} |")
-            continue
-        pm, pt = plan["total"], plan["step_ms"]
-        em, et = (pm - m[0]) / m[0], (pt - m[1]) / m[1]
-        out.append({"layout": r, "plan_bytes": pm, "peak_rss": m[0], "plan_ms": pt, "ms": m[1], "mem_err": em, "time_err": et,
-                    "breakdown": plan["breakdown"]})
-        print(f"| {r} | {pm/1e6:.1f} | {m[0]/1e6:.1f} | {100*em:+.1f}% | {pt:.1f} | {m[1]:.1f} | {100*et:+.1f}% |", flush=True)
+        pm, pt, mm, mt = (med(x[i] for x in g) for i in range(4))
+        em, et = med((x[0] - x[2]) / x[2] for x in g), med((x[1] - x[3]) / x[3] for x in g)
+        out.append({"layout": r, "plan_bytes": pm, "peak_rss": mm, "plan_ms": pt, "ms": mt, "mem_err": em, "time_err": et,
+                    "rounds": len(g), "breakdown": g[-1][4]})
+        print(f"| {r} | {pm/1e6:.1f} | {mm/1e6:.1f} | {100*em:+.1f}% | {pt:.1f} | {mt:.1f} | {100*et:+.1f}% |", flush=True)
     if out:
         me = [abs(x["mem_err"]) for x in out]
         te = [abs(x["time_err"]) for x in out]
