@@ -103,8 +103,6 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     /* a CPU rank's share of the machine's bandwidth; a GPU's own */
     double bw = h->shared_memory ? h->mem_bw * (double)(o->threads < cores ? o->threads : cores) / cores : h->mem_bw;
     if (h->shared_memory && bw > h->mem_bw / local) bw = h->mem_bw / local;
-    /* links: inside one machine while the group fits in it */
-    int per_node = h->devices_per_node > 0 ? h->devices_per_node : 1;
     double ia = h->intra_alpha, ib = h->intra_beta, xa = h->inter_alpha, xb = h->inter_beta, g = 1 / (h->mem_bw > 0 ? bw : 1e12);
     int p = j->pp > 1 ? j->pp : 1, v = j->virt > 1 && p > 1 ? j->virt : 1, first[p * v + 1], m = j->micro > 0 ? j->micro : 1;
     if (p == 1 || dt_gpt2_split_stages(c, job->seq, p * v, first)) first[0] = 0, first[1] = c->num_layers + 2, p = 1, v = 1;
@@ -130,18 +128,19 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     o->optimizer = own * per / bw;
     /* data parallelism: the gradients' reduction, ZeRO-3's gathers (none where a machine shares one copy), the 16-bit copy's
      * allgather of ZeRO 1 and 2 (mixed, private copies) */
-    int dp_nodes = job->nodes > 1 && n > per_node / (tp * p > 0 ? tp * p : 1) ? 1 : 0;
+    /* links: inside one machine while the group fits in the job's ranks there */
+    int dp_nodes = job->nodes > 1 && n > local / (tp * p > 0 ? tp * p : 1) ? 1 : 0;
     double da = dp_nodes ? xa : ia, db = dp_nodes ? xb : ib, gb = job->grad_comm != DT_F32 && job->grad_comm ? 2 : 4;
     if (n > 1) {
         o->dp_comm = allreduce(psi * gb, n, da, db, g);
         if (stage >= 3 && !shared) o->dp_comm += 2 * m * gather(psi * 4, n, da, db);
         if (stage >= 1 && stage < 3 && !shared && w == 2) o->dp_comm += gather(psi * 2, n, da, db);
     }
-    /* a CPU's collectives move memory on the same cores and bandwidth backward uses: nothing hides them; a GPU's overlap with
-     * backward, but for the last bucket */
+    /* a CPU's collectives inside a machine move memory on the same cores and bandwidth backward uses: nothing hides them; a
+     * GPU's, and a network's between machines, overlap with backward, but for the last bucket */
     double bwd = (o->matmul + o->attention + o->elementwise) * (1 - worst.fwd_share);
     double last = job->bucket_bytes > 0 && psi * gb > 0 ? o->dp_comm * fmin(1, (double)job->bucket_bytes / (psi * gb)) : 0;
-    o->dp_exposed = h->shared_memory ? o->dp_comm : fmax(last, o->dp_comm - bwd);
+    o->dp_exposed = h->shared_memory && !dp_nodes ? o->dp_comm : fmax(last, o->dp_comm - bwd);
     /* tensor parallelism: two allreduces of a micro-batch's rows each way per block (with --recompute forward's again), f32 */
     int nl = c->num_layers / p + 1;
     double rowsb = tokens * c->channels * 4;
