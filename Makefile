@@ -26,12 +26,14 @@ test: deps all
 	cd $(BUILD) && ctest --output-on-failure
 
 # Two machines for real (root): the rig's test, dtrain's collectives against Open MPI's and DDP against PyTorch's
-# across shaped links, and the cost model calibrated across machines (into $(BUILD)/cluster-calibration.txt).
+# across shaped links, the plan across machines against a run, and the cost model calibrated across machines (into
+# $(BUILD)/cluster-calibration.txt).
 test-cluster: deps all
 	cd $(BUILD) && ctest -R cluster --output-on-failure
 	bench/cluster_comm.sh 1gbit 1 3
 	bench/cluster_comm.sh 10gbit 2 3
 	bench/cluster_ddp.sh d6 10 3
+	bench/cluster_plan.sh d6 "10gbit 1gbit" 3
 	DTRAIN_CALIBRATION=$(abspath $(BUILD))/cluster-calibration.txt bash -c '. tests/cluster/rig.sh; rig_up 2 1gbit; \
 	  rig_mpirun -np 4 --map-by ppr:2:node -x DTRAIN_CALIBRATION $(abspath $(BUILD))/dtrain bench comm --calibrate'
 
