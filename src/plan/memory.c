@@ -70,13 +70,18 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
         double block = (j->arch.llama ? 2 * C2 + 3 * j->model.channels * F + 2 * C2 / j->model.num_heads * j->arch.kv_heads : 12 * C2);
         m->comm = (n > 1 ? 2.0 * (double)j->bucket_bytes : 0) + (j->stage >= 3 && n > 1 ? 2 * 2 * block / (j->tp > 1 ? j->tp : 1) : 0);
     }
+    /* The gradients the replicas on this machine reduce in place in the shared segment: each rank reads (R-1)/R of them from
+     * its R-1 peers' pages (measured with smaps at R = 2 and 4), which its resident size counts and the machine holds once. */
+    int tpp = (j->tp > 1 ? j->tp : 1) * (j->pp > 1 ? j->pp : 1), local = j->local_ranks > 0 ? j->local_ranks : 1;
+    double R = fmin(n * (j->cp > 1 ? j->cp : 1), (double)(local / tpp > 0 ? local / tpp : 1));
+    if (!j->paper_states && R > 1)
+        m->shared += (R - 1) / R * (pool ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : m->grads);
     /* context parallelism's attention work space (dt_ring_work_floats, dt_ulysses_work_floats) */
     if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 10) * BT * C / (j->tp > 1 ? j->tp : 1);
     m->acts = acts;
     m->data = (double)j->data_bytes;
     m->runtime = (double)j->process_bytes;
     m->per_rank = m->params + m->shared + m->lowp + m->grads + m->optim + m->comm + m->acts + m->data + m->runtime;
-    int local = j->local_ranks > 0 ? j->local_ranks : 1;
     m->per_machine = (m->per_rank - m->shared) * local;
 }
 
