@@ -125,6 +125,15 @@ python3 -c "import json,sys; a,b=(json.load(open(f))['step_ms'] for f in sys.arg
     ok "the cached rates are read: 0.05 GB/s and GFLOP/s planted, the step $(python3 -c "import json,sys; print('%.0f ms against %.0f' % tuple(json.load(open(f))['step_ms'] for f in sys.argv[1:][::-1]))" "$dir/c1.json" "$dir/c2.json")" ||
     fail "the cached rates: $(head -c 300 "$dir/c1.json") / $(head -c 300 "$dir/c2.json")"
 
+# a data-parallel group across machines is priced on the link between them: 2 ranks on 2 machines (a hardware file
+# whose inter-node link is 1000x slower) cost more than on 1, and the plan says 1 rank a machine
+sed 's/"inter_node_latency_us": 10/"inter_node_latency_us": 10, "inter_node_bandwidth_gbs": 0.05/' "$dir/hw1.json" > "$dir/hw4.json"
+one=$("$DTRAIN" plan "${common[@]}" --nproc 2 --nodes 1 --hardware "$dir/hw4.json" --json 2>&1)
+two=$("$DTRAIN" plan "${common[@]}" --nproc 2 --nodes 2 --hardware "$dir/hw4.json" --json 2>&1)
+python3 -c "import json,sys; a,b=(json.loads(x)['breakdown']['time_ms']['dp_comm'] for x in sys.argv[1:]); assert b > 100 * a, (a, b)" "$one" "$two" 2> /dev/null &&
+    ok "2 ranks on 2 machines priced on the inter-node link: $(python3 -c "import json,sys; print('%.2f ms against %.4f on one machine' % tuple(json.loads(x)['breakdown']['time_ms']['dp_comm'] for x in sys.argv[1:][::-1]))" "$one" "$two")" ||
+    fail "the link between machines: $(echo "$one" | head -c 200) / $(echo "$two" | head -c 200)"
+
 # a memory cgroup's limit, set on the job's group's parent as Slurm and containers do, is what the machine has: train
 # refuses with the limit's figure (root: made here, v1's memory controller or v2's)
 cg_limited() { # LIMIT CMD...: CMD in a new group under a new parent limited to LIMIT; prints nothing if no group can be made
