@@ -125,6 +125,24 @@ python3 -c "import json,sys; a,b=(json.load(open(f))['step_ms'] for f in sys.arg
     ok "the cached rates are read: 0.05 GB/s and GFLOP/s planted, the step $(python3 -c "import json,sys; print('%.0f ms against %.0f' % tuple(json.load(open(f))['step_ms'] for f in sys.argv[1:][::-1]))" "$dir/c1.json" "$dir/c2.json")" ||
     fail "the cached rates: $(head -c 300 "$dir/c1.json") / $(head -c 300 "$dir/c2.json")"
 
+# --search gives each layout that fits its train flags: planned with them, the first, a pipeline one and a ZeRO one
+# come back as the same layout
+"$DTRAIN" plan "${common[@]}" --nproc 4 --batch 4 --search --json > "$dir/search.json" 2> "$dir/search.err"
+picked=$(python3 - "$dir/search.json" << 'EOF2'
+import json, sys
+fits = json.load(open(sys.argv[1]))["fits"]
+pick = [fits[0]] + [f for f in fits if "--pp 2" in f["flags"]][:1] + [f for f in fits if "--zero 3" in f["flags"]][:1]
+for f in pick: print(f["flags"] + "\t" + f["layout"])
+EOF2
+)
+n=0
+while IFS=$'\t' read -r flags layout; do
+    got=$("$DTRAIN" plan "${common[@]}" --batch 4 $flags --json 2>&1 | python3 -c "import json,sys; print(json.load(sys.stdin)['layout'])" 2>&1)
+    [ "$got" = "$layout" ] && n=$((n + 1)) || fail "--search's flags $flags give $got, not $layout"
+done <<< "$picked"
+[ "$n" = 3 ] && ok "--search's flags reproduce their layouts (3 of them, e.g. $(echo "$picked" | sed -n 2p | cut -f1))" ||
+    fail "--search's flags: $n of 3 reproduced ($(head -c 300 "$dir/search.err"))"
+
 # a data-parallel group across machines is priced on the link between them: 2 ranks on 2 machines (a hardware file
 # whose inter-node link is 1000x slower) cost more than on 1, and the plan says 1 rank a machine
 sed 's/"inter_node_latency_us": 10/"inter_node_latency_us": 10, "inter_node_bandwidth_gbs": 0.05/' "$dir/hw1.json" > "$dir/hw4.json"

@@ -99,6 +99,18 @@ static void describe_result(const plan_result *r, char *out, size_t cap) {
     describe(&r->c, j->dp / cp, j->tp > 1 ? j->tp : 1, j->pp > 1 ? j->pp : 1, cp, j->stage, out, cap);
 }
 
+/* The layout's own train flags (with the command's other flags they reproduce it): what --search prints for each fit. */
+static void layout_flags(const plan_result *r, char *out, size_t cap) {
+    const dt_plan_job *j = &r->job;
+    int cp = j->cp > 1 ? j->cp : 1, tp = j->tp > 1 ? j->tp : 1, pp = j->pp > 1 ? j->pp : 1, dp = j->dp / cp;
+    int n = snprintf(out, cap, "--nproc %d --dp %d --tp %d --pp %d --cp %d --batch %d --grad-accum %d", dp * tp * pp * cp, dp, tp, pp, cp,
+                     r->c.batch, r->c.grad_accum);
+    if (n > 0 && (size_t)n < cap && dp * cp > 1 && j->stage) n += snprintf(out + n, cap - (size_t)n, " --zero %d", j->stage);
+    if (n > 0 && (size_t)n < cap && r->c.precision != DT_F32) n += snprintf(out + n, cap - (size_t)n, " --precision %s", dt_precision_name(r->c.precision));
+    if (n > 0 && (size_t)n < cap && r->c.recompute) n += snprintf(out + n, cap - (size_t)n, " --recompute");
+    if (n > 0 && (size_t)n < cap && pp > 1) snprintf(out + n, cap - (size_t)n, " --pp-schedule %s", dt_pp_kind_name((dt_pp_kind)r->c.pp_schedule));
+}
+
 static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt_gpt2_config *cfg, FILE *f) {
     const dt_plan_memory *m = &r->mem;
     const dt_plan_time *t = &r->time;
@@ -133,6 +145,8 @@ static cJSON *plan_json(const plan_result *r) {
     describe_result(r, lay, sizeof lay);
     cJSON *o = cJSON_CreateObject(), *br = cJSON_CreateObject(), *mem = cJSON_CreateObject(), *tm = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "layout", lay);
+    layout_flags(r, lay, sizeof lay);
+    cJSON_AddStringToObject(o, "flags", lay);
     cJSON_AddNumberToObject(o, "params", m->params + m->lowp);
     cJSON_AddNumberToObject(o, "grads", m->grads);
     cJSON_AddNumberToObject(o, "optimizer", m->optim);

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""`dtrain plan --search` against the runs it ranks: the top K layouts the search
+predicts for a command (same global batch), each then trained ROUNDS times
+(the layouts interleaved, the order reversed on odd rounds; the median step
+after the first two, then the median over rounds), and the two orders side by
+side, with Kendall's tau-b between them (the plan's ties count for neither).
+
+usage: bench/plan_search_check.py DTRAIN DATA [--top 5] [--rounds 2] [--steps 6] -- TRAIN FLAGS...
+e.g.   bench/plan_search_check.py build/dtrain train.bin -- --model 124M --nproc 2 --batch 4 --seq 128 --threads 1
+"""
+import argparse, json, os, statistics, subprocess, sys, tempfile
+
+
+def step_ms(dtrain, data, flags, steps):
+    with tempfile.TemporaryDirectory() as d:
+        m = os.path.join(d, "m.jsonl")
+        p = subprocess.run([dtrain, "train", "--data", data, "--steps", str(steps), "--quiet", "--metrics", m] + flags,
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            return None, (p.stderr.strip().splitlines() or ["failed"])[-1]
+        ms = [json.loads(l)["ms"] for l in open(m) if l.strip()]
+        return statistics.median(ms[2:] if len(ms) > 3 else ms), None
+
+
+def kendall_tau(a, b):
+    """tau-b: ties (layouts the plan prices the same) count for neither order"""
+    c = d = ta = tb = 0
+    for i in range(len(a)):
+        for j in range(i + 1, len(a)):
+            x, y = a[i] - a[j], b[i] - b[j]
+            if x == 0 and y == 0: continue
+            if x == 0: ta += 1
+            elif y == 0: tb += 1
+            elif x * y > 0: c += 1
+            else: d += 1
+    den = ((c + d + ta) * (c + d + tb)) ** 0.5
+    return (c - d) / den if den else 1.0
+
+
+def main():
+    argv = sys.argv[1:]
+    rest = argv[argv.index("--") + 1:] if "--" in argv else []
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dtrain")
+    ap.add_argument("data")
+    ap.add_argument("--top", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=6)
+    a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    p = subprocess.run([a.dtrain, "plan", "--data", a.data, "--search", "--json"] + rest, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("plan --search: " + p.stderr.strip())
+    fits = json.loads(p.stdout)["fits"][:a.top]
+    got = [[] for _ in fits]
+    for k in range(a.rounds):
+        order = list(range(len(fits))) if k % 2 == 0 else list(range(len(fits)))[::-1]
+        for i in order:
+            ms, err = step_ms(a.dtrain, a.data, rest + fits[i]["flags"].split(), a.steps)
+            if ms is None:
+                sys.exit(f"{fits[i]['flags']}: {err}")
+            got[i].append(ms)
+        print(f"# round {k + 1} of {a.rounds} done", file=sys.stderr, flush=True)
+    meas = [statistics.median(g) for g in got]
+    mrank = {i: r + 1 for r, i in enumerate(sorted(range(len(fits)), key=lambda i: meas[i]))}
+    print(f"# dtrain plan --search {' '.join(rest)}: its top {len(fits)} layouts, each trained {a.rounds} times "
+          f"({a.steps} steps, median after 2)")
+    print("| predicted rank | layout | predicted ms | measured ms | measured rank |")
+    print("|---|---|---|---|---|")
+    for i, f in enumerate(fits):
+        print(f"| {i + 1} | {f['layout']} | {f['step_ms']:.0f} | {meas[i]:.0f} | {mrank[i]} |")
+    tau = kendall_tau([f["step_ms"] for f in fits], meas)
+    same = all(mrank[i] == i + 1 for i in range(len(fits)))
+    print(f"\nKendall's tau-b between the orders: {tau:+.2f}; the same order: {'yes' if same else 'no'}; "
+          f"the predicted fastest measured {mrank[0]}{'st' if mrank[0] == 1 else 'th'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
