@@ -61,8 +61,9 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
     double BT = (double)j->batch * j->seq, C = j->model.channels;
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
     int pool = n > 1 && (j->stage >= 2 || (j->grad_store != DT_F32 && j->grad_store));
+    double pool_bytes = pool ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : 0;
     m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
-              (pool ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : 0);
+              pool_bytes;
     /* ZeRO's implementation on devices of their own (DeepSpeed's): two gradient buckets in flight, and at stage 3 the unit
      * being gathered and the next (the largest block's 16-bit parameters, twice) */
     if (j->paper_states) {
@@ -75,7 +76,7 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
     int tpp = (j->tp > 1 ? j->tp : 1) * (j->pp > 1 ? j->pp : 1), local = j->local_ranks > 0 ? j->local_ranks : 1;
     double R = fmin(n * (j->cp > 1 ? j->cp : 1), (double)(local / tpp > 0 ? local / tpp : 1));
     if (!j->paper_states && R > 1)
-        m->shared += (R - 1) / R * (pool ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : m->grads);
+        m->shared += (R - 1) / R * (pool ? pool_bytes : m->grads);
     /* context parallelism's attention work space (dt_ring_work_floats, dt_ulysses_work_floats) */
     if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 10) * BT * C / (j->tp > 1 ? j->tp : 1);
     m->acts = acts;
