@@ -268,11 +268,11 @@ refused "interleaved with 3 micro-batches on 2 stages" "must be a multiple of --
 refused "interleaved over more chunks than units" "--pp 3 x --virtual-stages 2 = 6 chunks: more than the model's 5 units" --nproc 3 --pp 3 --pp-schedule interleaved --grad-accum 3 --layers 3
 
 # a stage killed mid-schedule: the others name it, and the send or receive they were in (or the step's collective, its
-# allreduce or the bubble's allgather, if that is where the death found them: under TSan, often), within a second
+# allreduce or the bubble's allgather, if that is where the death found them, or the last one finished: under TSan, often), within a second
 # (wide enough that the stages spend their time in the schedule, not in the step's small allreduces)
 for ks in 1f1b zb1 interleaved; do
     killed_rank1 "$ks, a stage killed" 1.5 \
-        "pipeline stage [02], \(sending\|receiving\) micro-batch\|stopping \(in\|after\) a \(send\|receive\)\|in \(allreduce\|allgather\) #" \
+        "pipeline stage [02], \(sending\|receiving\) micro-batch\|stopping \(in\|after\) a \(send\|receive\)\|\(in\|after\) \(allreduce\|allgather\) #" \
         "${common[@]}" --channels 192 --batch 4 --grad-accum 6 --nproc 3 --pp 3 --pp-schedule $ks --steps 1000000
 done
 echo "pp: $passed passed, $failed failed"
