@@ -2,7 +2,7 @@
 # dtrain plan against the runtime and the literature: the model states of
 # small layouts equal what their runs report (parameters, gradients,
 # optimizer state, activations of the largest rank), and the total lies
-# within 15% under the measured peak (the known gap: see docs/planner.md);
+# within 10% of the measured peak (5% where the BLAS's own buffer is large);
 # ZeRO's Table 1 (7.5B parameters, 1 to 1024 data-parallel ranks, three
 # stages) reproduced exactly by --params; bad layouts refused with train's
 # message; unknown models and hardware, and a hardware file with a missing
@@ -19,7 +19,7 @@ head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 common=(--data "$dir/train.bin" --layers 2 --channels 96 --heads 4 --vocab 256 --max-seq 128 --seq 128 --threads 1)
 
 # LAYOUT: plan --json and a 3-step run with --report; every category the run reports equals the plan's (2%: shards' padding),
-# the total within 15% of the peak
+# the total within TOL (10%) of the peak
 against_run() { # WHAT ARGS...
     local what=$1
     shift
@@ -28,7 +28,7 @@ against_run() { # WHAT ARGS...
     "$DTRAIN" train "${common[@]}" "$@" --steps 3 --quiet --report "$dir/run" > /dev/null 2> "$dir/run.err" ||
         { fail "$what: train: $(tail -2 "$dir/run.err")"; return; }
     local verdict
-    verdict=$(SANITIZER=$SANITIZER python3 - "$dir/plan.json" "$dir/run/run.json" <<'EOF'
+    verdict=$(SANITIZER=$SANITIZER TOL=${TOL:-0.10} python3 - "$dir/plan.json" "$dir/run/run.json" <<'EOF'
 import json, os, sys
 p = json.load(open(sys.argv[1])); r = json.load(open(sys.argv[2]))
 ranks = r.get("memory_per_rank") or [dict(r["memory_bytes"], buffers=0)]
@@ -40,7 +40,8 @@ pairs = [("parameters", p["params"], big["parameters"]), ("gradients", p["grads"
 bad = [f"{n} plan {a:.0f} run {b:.0f}" for n, a, b in pairs if abs(a - b) > 0.02 * max(b, 1)]
 peak, total = big["peak_rss"], p["total"]
 san = os.environ.get("SANITIZER")
-if not san and abs(total - peak) > 0.15 * peak: bad.append(f"total {total/1e6:.1f} MB against peak {peak/1e6:.1f} MB")
+tol = float(os.environ["TOL"])
+if not san and abs(total - peak) > tol * peak: bad.append(f"total {total/1e6:.1f} MB against peak {peak/1e6:.1f} MB (over {100*tol:.0f}%)")
 print("; ".join(bad) if bad else "ok: categories equal, " + (f"total not compared under {san}" if san else
       f"total {total/1e6:.1f} MB, peak {peak/1e6:.1f} MB ({100*(total-peak)/peak:+.1f}%)"))
 EOF
@@ -50,6 +51,9 @@ EOF
 against_run "one process" --batch 4
 against_run "one process, --recompute" --batch 4 --recompute
 against_run "one process, bf16" --batch 4 --precision bf16
+# the head of a GPT-2 vocabulary: OpenBLAS keeps a packing panel of its weight gradient resident, 50 MB of this run's
+# 540 (the plan runs that product to see it)
+TOL=0.05 against_run "one process, vocabulary 50257, C 384" --batch 4 --vocab 50257 --channels 384 --heads 6 --layers 1
 against_run "ddp 2" --batch 4 --nproc 2
 against_run "zero1 2" --batch 4 --nproc 2 --zero 1
 against_run "zero3 2" --batch 4 --nproc 2 --zero 3

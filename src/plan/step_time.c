@@ -17,31 +17,46 @@ typedef struct { int m, n, k, threads, lowp; double rate; } gemm_seen;
 static gemm_seen seen[64];
 static int nseen;
 
-/* FLOP/s of an M x N x K product on `threads` threads here: the median of three after a warm-up. */
+/* FLOP/s of a Linear of M tokens, N outputs and K inputs on `threads` threads here: its three products (forward y = x W^T,
+ * backward dx = dy W and dW = dy^T x), each the median of three after a warm-up. The backward's run too, since their
+ * shapes pack differently: OpenBLAS's weight-gradient product keeps a panel as large as min(M, 256) x N floats resident
+ * (docs/planner.md), which the planner's process then holds as a rank's will. */
 static double measure_gemm(int M, int N, int K, int threads, int lowp) {
     for (int i = 0; i < nseen; i++)
         if (seen[i].m == M && seen[i].n == N && seen[i].k == K && seen[i].threads == threads && seen[i].lowp == lowp) return seen[i].rate;
     size_t a = (size_t)M * K, b = (size_t)N * K, c = (size_t)M * N;
-    float *A = dt_alloc_aligned(a * 4), *B = dt_alloc_aligned(b * 4), *Cm = dt_alloc_aligned(c * 4);
-    uint16_t *Al = lowp ? dt_alloc_aligned(a * 2) : NULL, *Bl = lowp ? dt_alloc_aligned(b * 2) : NULL;
-    double t[3] = { 0 }, rate = 0;
+    float *A = dt_alloc_aligned(a * 4), *B = dt_alloc_aligned(b * 4), *Cm = dt_alloc_aligned(c * 4), *dA = dt_alloc_aligned(a * 4),
+          *dB = dt_alloc_aligned(b * 4);
+    uint16_t *Al = lowp ? dt_alloc_aligned(a * 2) : NULL, *Bl = lowp ? dt_alloc_aligned(b * 2) : NULL, *Cl = lowp ? dt_alloc_aligned(c * 2) : NULL;
+    double t[3][3] = { { 0 } }, rate = 0;
     int keep = dt_kernels_threads();
-    if (A && B && Cm && (!lowp || (Al && Bl))) {
+    if (A && B && Cm && dA && dB && (!lowp || (Al && Bl && Cl))) {
         dt_kernels_set_threads(threads);
         for (size_t i = 0; i < a; i++) A[i] = 1e-3f * (float)(i % 7);
         for (size_t i = 0; i < b; i++) B[i] = 1e-3f * (float)(i % 5);
-        if (lowp) dt_lp_pack(Al, A, a, DT_BF16), dt_lp_pack(Bl, B, b, DT_BF16);
-        for (int r = -1; r < 3; r++) {
-            double t0 = dt_time_now();
-            if (lowp) dt_gemm_bf16(0, 1, M, N, K, Al, K, Bl, K, 0, Cm, N);
-            else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, A, K, B, K, 0, Cm, N);
-            if (r >= 0) t[r] = dt_time_now() - t0;
+        for (size_t i = 0; i < c; i++) Cm[i] = 1e-3f * (float)(i % 3);
+        if (lowp) dt_lp_pack(Al, A, a, DT_BF16), dt_lp_pack(Bl, B, b, DT_BF16), dt_lp_pack(Cl, Cm, c, DT_BF16);
+        for (int r = -1; r < 3; r++)
+            for (int k = 0; k < 3; k++) {
+                double t0 = dt_time_now();
+                if (lowp && k == 0) dt_gemm_bf16(0, 1, M, N, K, Al, K, Bl, K, 0, Cm, N);
+                else if (lowp && k == 1) dt_gemm_bf16(0, 0, M, K, N, Cl, N, Bl, K, 0, dA, K);
+                else if (lowp) dt_gemm_bf16(1, 0, N, K, M, Cl, N, Al, K, 0, dB, K);
+                else if (k == 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, A, K, B, K, 0, Cm, N);
+                else if (k == 1) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1, Cm, N, B, K, 0, dA, K);
+                else cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1, Cm, N, A, K, 0, dB, K);
+                if (r >= 0) t[k][r] = dt_time_now() - t0;
+            }
+        double sum = 0;
+        for (int k = 0; k < 3; k++) {
+            double lo = fmin(t[k][0], t[k][1]), hi = fmax(t[k][0], t[k][1]);
+            sum += t[k][2] < lo ? lo : t[k][2] > hi ? hi : t[k][2];
         }
-        double lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0], med = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
-        rate = 2.0 * M * (double)N * K / med;
+        rate = 3 * 2.0 * M * (double)N * K / sum;
     }
     dt_kernels_set_threads(keep);
-    dt_free_aligned(A), dt_free_aligned(B), dt_free_aligned(Cm), dt_free_aligned(Al), dt_free_aligned(Bl);
+    dt_free_aligned(A), dt_free_aligned(B), dt_free_aligned(Cm), dt_free_aligned(dA), dt_free_aligned(dB);
+    dt_free_aligned(Al), dt_free_aligned(Bl), dt_free_aligned(Cl);
     if (nseen < 64) seen[nseen++] = (gemm_seen){ M, N, K, threads, lowp, rate };
     return rate;
 }
@@ -98,7 +113,14 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     o->threads = h->cores_per_device ? (job->threads > 0 ? job->threads : (cores / local > 0 ? cores / local : 1)) : 1;
     double tokens = (double)j->batch * j->seq, T = job->seq, w = j->precision != DT_F32 ? 2 : 4;
     int C = c->channels, F = j->arch.ffn ? j->arch.ffn : 4 * C;
-    double rmm = gemm_rate(j, h, o->threads, tokens, F / tp, C), rhead = gemm_rate(j, h, o->threads, tokens, c->padded_vocab_size / tp, C);
+    /* the 16-bit head multiplies a chunk of its rows by a block of tokens at a time (dt_matmul_*_lp16): timed at that shape */
+    int Vr = c->padded_vocab_size / tp, hrows = Vr;
+    double htok = tokens;
+    if (j->precision != DT_F32 && !j->arch.llama) {
+        double part = (double)dt_gpt2_lp_work_floats(c, true) / 3;
+        hrows = (int)fmin(part / C, Vr), htok = fmin(tokens, floor(part / hrows));
+    }
+    double rmm = gemm_rate(j, h, o->threads, tokens, F / tp, C), rhead = gemm_rate(j, h, o->threads, htok, hrows, C);
     double ratt = h->attention_rate > 0 ? h->attention_rate * o->threads : (j->precision != DT_F32 ? h->flops_lowp : h->flops_f32) * h->attention_efficiency;
     /* a CPU rank's share of the machine's bandwidth; a GPU's own */
     double bw = h->shared_memory ? h->mem_bw * (double)(o->threads < cores ? o->threads : cores) / cores : h->mem_bw;
