@@ -62,6 +62,10 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
     int pool = n > 1 && (j->stage >= 2 || (j->grad_store != DT_F32 && j->grad_store));
     double pool_bytes = pool ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : 0;
+    /* ZeRO 2 and 3: the store's bytes outside this rank's shard ((n - 1) shards) go through the pool, whose pages come when
+     * first lent: no more of it is resident than that range */
+    double outside = pool && j->stage >= 2 ? m->grads * (n - 1) : 0;
+    if (outside > 0) pool_bytes = fmin(pool_bytes, outside);
     m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
               pool_bytes;
     /* ZeRO's implementation on devices of their own (DeepSpeed's): two gradient buckets in flight, and at stage 3 the unit
@@ -75,7 +79,12 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
      * its R-1 peers' pages (measured with smaps at R = 2 and 4), which its resident size counts and the machine holds once. */
     int tpp = (j->tp > 1 ? j->tp : 1) * (j->pp > 1 ? j->pp : 1), local = j->local_ranks > 0 ? j->local_ranks : 1;
     double R = fmin(n * (j->cp > 1 ? j->cp : 1), (double)(local / tpp > 0 ? local / tpp : 1));
-    if (!j->paper_states && R > 1)
+    /* ZeRO 2 and 3 reduce through the pool instead: as backward fills the buckets, the pool's pages are mapped a second time
+     * over that outside range, all of it by the last bucket (smaps: d6 and 124M on 2 ranks), each page counted again by the
+     * resident size until the step gives them back */
+    if (!j->paper_states && outside > 0)
+        m->shared += outside;
+    else if (!j->paper_states && R > 1)
         m->shared += (R - 1) / R * (pool ? pool_bytes : m->grads);
     /* context parallelism's attention work space (dt_ring_work_floats, dt_ulysses_work_floats) */
     if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 10) * BT * C / (j->tp > 1 ? j->tp : 1);
