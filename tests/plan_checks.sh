@@ -119,18 +119,20 @@ echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert o['fit
 cache=$dir/cache
 XDG_CACHE_HOME=$cache "$DTRAIN" plan "${common[@]}" --json > "$dir/c1.json" 2>&1
 if [ -z "${DTRAIN_MEMORY_BANDWIDTH:-}" ]; then
-    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['memory_gbs_all_cores'] > 0 and c['attention_gflops_per_thread'] > 0" \
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['memory_gbs_all_cores'] > 0 and c['attention_gflops_per_thread'] > 0 and c['optimizer_gbs_one_core'] > 0 and c['optimizer_gbs_all_cores'] > 0" \
         "$cache/dtrain/peak.json" 2> /dev/null && ok "this machine's rates cached: $(cat "$cache/dtrain/peak.json")" ||
         fail "the rates not cached: $(cat "$cache/dtrain/peak.json" 2>&1)"
 fi
 python3 - "$cache/dtrain/peak.json" << 'EOF2'
 import json, sys
-c = json.load(open(sys.argv[1])); c.update(memory_gbs_all_cores=0.05, attention_gflops_per_thread=0.05)
+c = json.load(open(sys.argv[1]))
+c.update(memory_gbs_all_cores=0.05, attention_gflops_per_thread=0.05, optimizer_gbs_one_core=0.05, optimizer_gbs_all_cores=0.05)
 json.dump(c, open(sys.argv[1], "w"))
 EOF2
 XDG_CACHE_HOME=$cache env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan "${common[@]}" --json > "$dir/c2.json" 2>&1
-python3 -c "import json,sys; a,b=(json.load(open(f))['step_ms'] for f in sys.argv[1:]); assert b > 10 * a, (a, b)" "$dir/c1.json" "$dir/c2.json" 2> /dev/null &&
-    ok "the cached rates are read: 0.05 GB/s and GFLOP/s planted, the step $(python3 -c "import json,sys; print('%.0f ms against %.0f' % tuple(json.load(open(f))['step_ms'] for f in sys.argv[1:][::-1]))" "$dir/c1.json" "$dir/c2.json")" ||
+python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); o=lambda x: x['breakdown']['time_ms']['optimizer']
+assert b['step_ms'] > 10 * a['step_ms'] and o(b) > 10 * o(a), (a, b)" "$dir/c1.json" "$dir/c2.json" 2> /dev/null &&
+    ok "the cached rates are read: 0.05 GB/s (the optimizer's too) and GFLOP/s planted, the step $(python3 -c "import json,sys; print('%.0f ms against %.0f' % tuple(json.load(open(f))['step_ms'] for f in sys.argv[1:][::-1]))" "$dir/c1.json" "$dir/c2.json")" ||
     fail "the cached rates: $(head -c 300 "$dir/c1.json") / $(head -c 300 "$dir/c2.json")"
 
 # --search gives each layout that fits its train flags: planned with them, the first, a pipeline one and a ZeRO one

@@ -72,6 +72,7 @@ typedef struct {
     double gemm_efficiency;     /* of the peak, what large GEMMs reach (1 for measured rates) */
     double attention_efficiency; /* attention's FLOP/s against the GEMM peak (GPUs); 1 when attention_rate is measured */
     double attention_rate;      /* measured attention FLOP/s a core (this machine), else 0 */
+    double optim_bw_one, optim_bw_all; /* the optimizer's measured bytes a second (this machine): one core, all; else 0 (mem_bw) */
 } dt_plan_hardware;
 
 /* "this" (measured: the GEMM peaks' cache, bandwidth and attention now, the communication calibration), "a100-40g",

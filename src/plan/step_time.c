@@ -147,7 +147,9 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
      * back (28 bytes; SGD 16), gradients zeroed (4), mixed precision's 16-bit copy written (2) */
     int stage = j->stage, shared = h->shared_memory && j->shared_params && stage >= 1;
     double own = stage >= 1 || shared ? psi / n : psi, per = (j->opt.kind == DT_OPT_SGD ? 16 : 28) + 4 + (w == 2 ? 2 : 0);
-    o->optimizer = own * per / bw;
+    /* at its own measured rate where there is one: a rank's threads' share of one core's, at most its share of all cores' */
+    double obw = h->optim_bw_one > 0 ? fmin(h->optim_bw_one * o->threads, h->optim_bw_all / local) : bw;
+    o->optimizer = own * per / obw;
     /* data parallelism: the gradients' reduction, ZeRO-3's gathers (none where a machine shares one copy), the 16-bit copy's
      * allgather of ZeRO 1 and 2 (mixed, private copies) */
     /* links: inside one machine while the group fits in the job's ranks there */
