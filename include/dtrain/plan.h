@@ -16,9 +16,9 @@ extern "C" {
 typedef struct {
     double params, lowp, grads, optim, comm, acts, data; /* bytes per rank; lowp: the parameters' 16-bit copy */
     double runtime;                                /* the process itself: code, libraries, start-up state */
-    double shared;                                 /* other ranks' memory the rank maps and reads: the rest of the machine's one
-                                                    * parameter copy, the gradients reduced in place (its resident size counts
-                                                    * them; the machine holds them once) */
+    double mapped;                                 /* pages the rank maps beside its own, which its resident size counts and
+                                                    * the machine holds once: the rest of the machine's one parameter copy,
+                                                    * the peers' gradients reduced in place, ZeRO 2 and 3's pool mapped again */
     double per_rank, per_machine;                  /* sums; per_machine: x the ranks on one machine */
 } dt_plan_memory;
 

@@ -41,7 +41,7 @@ static void model_states(const dt_plan_job *j, double psi, double tied, double f
     int shared = s >= 1 && n > 1 && j->shared_params;
     m->params = 4 * psi / (s >= 3 || shared || (mixed && s >= 1 && n > 1) ? n : 1);
     /* the machine's one copy: every rank maps and reads all of it (its resident size counts it), the machine holds it once */
-    if (shared) m->shared = 4 * psi - m->params;
+    if (shared) m->mapped = 4 * psi - m->params;
     if (mixed) m->lowp = 2 * (psi - f32_only);
     m->grads = (j->grad_store != DT_F32 && j->grad_store && n > 1 ? 2 : 4) * psi / (s >= 2 ? n : 1); /* no data-parallel axis: f32 */
     /* a last stage's tied copy has no optimizer state, but ZeRO's shards tile the whole store, the copy too */
@@ -83,16 +83,16 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
      * over that outside range (RssShmem sampled through 124M's steps rose 245 MB during backward, over a range of 249), each
      * page counted again by the resident size until the step gives them back */
     if (!j->paper_states && outside > 0)
-        m->shared += outside;
+        m->mapped += outside;
     else if (!j->paper_states && R > 1)
-        m->shared += (R - 1) / R * (pool ? pool_bytes : m->grads);
+        m->mapped += (R - 1) / R * (pool ? pool_bytes : m->grads);
     /* context parallelism's attention work space (dt_ring_work_floats, dt_ulysses_work_floats) */
     if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 10) * BT * C / (j->tp > 1 ? j->tp : 1);
     m->acts = acts;
     m->data = (double)j->data_bytes;
     m->runtime = (double)j->process_bytes;
-    m->per_rank = m->params + m->shared + m->lowp + m->grads + m->optim + m->comm + m->acts + m->data + m->runtime;
-    m->per_machine = (m->per_rank - m->shared) * local;
+    m->per_rank = m->params + m->mapped + m->lowp + m->grads + m->optim + m->comm + m->acts + m->data + m->runtime;
+    m->per_machine = (m->per_rank - m->mapped) * local;
 }
 
 void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {

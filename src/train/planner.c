@@ -123,10 +123,10 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
             r->job.dp * (r->job.tp > 1 ? r->job.tp : 1) * (r->job.pp > 1 ? r->job.pp : 1), r->job.dp > 1 ? "s" : "", r->nodes,
             r->nodes == 1 ? "" : "s", t->threads, t->threads == 1 ? "" : "s",
             r->job.paper_states ? "ZeRO's anatomy (16-bit parameters and gradients, K = 12)" : "dtrain allocates them");
-    if (m->shared > 0)
+    if (m->mapped > 0)
         fprintf(f, "  (and %s of pages the rank maps beside its own, held once by the machine: ZeRO's one parameter copy, the "
                 "gradients the shared-memory reduction reads in place, or ZeRO 2 and 3's pool mapped again over the store)\n",
-                gb(m->shared, b[11]));
+                gb(m->mapped, b[11]));
     fprintf(f, "memory per rank (the largest):\n  parameters %s (16-bit copy %s)\n  gradients %s\n  optimizer %s\n  activations %s\n"
                "  buffers %s\n  token files %s\n  the process %s\n  total %s; x %d rank%s a machine = %s: %s %s\n",
             gb(m->params + m->lowp, b[0]), gb(m->lowp, b[1]), gb(m->grads, b[2]), gb(m->optim, b[3]), gb(m->acts, b[4]), gb(m->comm, b[5]),
@@ -158,7 +158,7 @@ static cJSON *plan_json(const plan_result *r) {
     cJSON_AddNumberToObject(o, "step_ms", 1e3 * t->step);
     cJSON_AddNumberToObject(o, "tok_per_s", t->tok_per_s);
     cJSON_AddNumberToObject(mem, "lowp_copy", m->lowp);
-    cJSON_AddNumberToObject(mem, "mapped_from_peers", m->shared);
+    cJSON_AddNumberToObject(mem, "mapped_from_peers", m->mapped);
     cJSON_AddNumberToObject(mem, "token_files", m->data);
     cJSON_AddNumberToObject(mem, "process", m->runtime);
     cJSON_AddNumberToObject(mem, "per_machine", m->per_machine);
