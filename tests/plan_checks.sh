@@ -90,6 +90,21 @@ for n in 1 4 16 64 256 1024; do
 done
 [ "${got# }" = "$want" ] && ok "ZeRO Table 1 reproduced: $want" || fail "ZeRO Table 1: want $want, got ${got# }"
 
+# Korthikanti et al. 2022, Table 2: a GPU layer's activations (bytes, s b h units; attention's scores not kept), read as the
+# difference between 4 layers and 2 of GPT-3 175B's shape at s 2048, b 1, h 12288: 10 + 24/t with tensor parallelism t = 8,
+# 34/t with sequence parallelism, 34 alone, 2 under full recompute
+sbh=$((2048 * 12288))
+for row in "13:--tp 8 --nproc 8" "4.25:--tp 8 --nproc 8 --sp" "34:--nproc 1" "2:--tp 8 --nproc 8 --recompute"; do
+    per=${row%%:*} flags=${row#*:} acts=()
+    for L in 2 4; do
+        # shellcheck disable=SC2086
+        acts+=("$("$DTRAIN" plan --model gpt3-175b --hardware a100-40g --precision bf16 --batch 1 --seq 2048 --layers $L $flags --json |
+            python3 -c "import json,sys; print('%.0f' % json.load(sys.stdin)['activations'])")")
+    done
+    got=$(python3 -c "print('%g' % ((${acts[1]} - ${acts[0]}) / 2 / $sbh))")
+    [ "$got" = "$per" ] && ok "Korthikanti's Table 2, $flags: $got sbh a layer" || fail "Korthikanti's Table 2, $flags: want $per sbh a layer, got $got"
+done
+
 # refusals: train's message for a layout; the model, hardware and field named
 plan_refused() { # WHAT EXPECTED ARGS...
     local what=$1 want=$2 out

@@ -37,6 +37,8 @@ typedef struct {
     double params_override;  /* --params N: the model states of exactly N parameters (0: the shape's) */
     int paper_states;        /* ZeRO's anatomy (2 + 2 + K bytes: 16-bit parameters and gradients, K = 12 of f32 master weights and
                               * Adam, every part sharded by its stage), for devices dtrain does not run on; else dtrain's own */
+    int paper_acts;          /* activations as Megatron-LM keeps them on a GPU (Korthikanti et al. 2022, dt_plan_paper_*), for
+                              * devices dtrain does not run on; else the arenas dtrain allocates */
     dt_dtype grad_store, grad_comm; /* --grad-store: the averaged gradients' type; --grad-comm: their type in the reductions */
     int batch, seq, recompute, attention; /* attention: dt_attn_mode */
     dt_optim_config opt;
@@ -109,7 +111,12 @@ double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b);
  * x seq positions; one slot), and mixed precision's scratch, the stage model's once (head: it holds the head). GPT-2:
  * the model layer's own counts (dt_gpt2_chunks_activation_bytes). */
 double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq);
-double dt_plan_lp_work(const dt_plan_job *j, int head);
+/* What a rank holds once beside its slots: mixed precision's scratch (dtrain's; head: the stage holds the head), or under
+ * paper_acts with --recompute the layer being recomputed. */
+double dt_plan_rank_scratch(const dt_plan_job *j, int head);
+/* paper_acts: the bytes a token keeps in one transformer layer (recompute: the layer's input alone), Korthikanti et al.'s
+ * Table 2 with attention's scores not kept: 16-bit, tensor-parallel t, sequence parallel or not, GPT's dropout masks. */
+double dt_plan_paper_layer_bytes(const dt_plan_job *j, int recompute);
 /* The micro-batches stage s of the job's pipeline keeps in flight (its activation slots): what the schedule's lists
  * give (dt_pp_schedule.slots; tests/test_pipeline_schedule.c checks the two agree). */
 int dt_plan_pp_slots(const dt_plan_job *j, int s);

@@ -119,7 +119,7 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
                 tied = ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels;
         }
         double acts = dt_plan_slot_activations(j, v, a, b, j->batch, j->seq) * (p > 1 ? dt_plan_pp_slots(j, s) : 1) +
-                      dt_plan_lp_work(j, b[v - 1] == c->num_layers + 2);
+                      dt_plan_rank_scratch(j, b[v - 1] == c->num_layers + 2);
         /* a first stage's embedding tables have no 16-bit copy: the lookup reads f32, and no head there reads wte */
         double f32_only = p > 1 && s == 0 && !j->arch.llama
                               ? (ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) + c->max_seq_len) * c->channels : 0;

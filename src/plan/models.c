@@ -87,17 +87,48 @@ static double llama_units_activations(const dt_plan_job *j, int a, int b, int ba
     return BT * (nl * block + scratch + head + (a == 0 ? C * 4 : 0)) + 2 * BT * 4;
 }
 
+/* Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models", section 4 and Table 2), a layer's
+ * bytes a token at 16 bits with attention's s x s scores not kept (selective recompute, or FlashAttention): whole on every
+ * tensor-parallel rank (1/t of the rows with sequence parallelism) the two norms' inputs, the QKV and MLP inputs, and GPT's two
+ * dropout masks of a byte (10h); split over the t ranks Q, K, V, the projection's input and the MLP's inner activations (GPT:
+ * GELU's input and output, 24h; Llama: K and V at the key/value heads' width, SwiGLU's gate, up and their product). Full
+ * recompute keeps the layer's input: 2h (2h/t with sequence parallelism). */
+double dt_plan_paper_layer_bytes(const dt_plan_job *j, int recompute) {
+    const dt_gpt2_config *c = &j->model;
+    double t = j->tp > 1 ? j->tp : 1, rows = j->sp && t > 1 ? t : 1, h = c->channels, w = j->precision != DT_F32 ? 2 : 4;
+    if (recompute) return w * h / rows;
+    double kvc = j->arch.llama ? h / c->num_heads * j->arch.kv_heads : h, F = j->arch.ffn ? j->arch.ffn : 4 * h;
+    double whole = 4 * w * h + (j->arch.llama ? 0 : 2 * h), split = w * (2 * h + 2 * kvc + (j->arch.llama ? 3 : 2) * F);
+    return whole / rows + split / t;
+}
+
+/* paper_acts: one micro-batch's bytes through units [a, b): the layers', the embedding's dropout mask (GPT), and the head's
+ * final norm input, its input and the f32 logits the loss's backward reads (4 s b V / t). */
+static double paper_units_activations(const dt_plan_job *j, int a, int b, double tokens) {
+    const dt_gpt2_config *c = &j->model;
+    double t = j->tp > 1 ? j->tp : 1, rows = j->sp && t > 1 ? t : 1, h = c->channels, w = j->precision != DT_F32 ? 2 : 4;
+    int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
+    double head = b == L + 2 ? w * h / rows + w * h + 4 * ceil(c->padded_vocab_size / t) : 0;
+    return tokens * (nl * dt_plan_paper_layer_bytes(j, j->recompute) + head + (a == 0 && !j->arch.llama ? h / rows : 0));
+}
+
+double dt_plan_rank_scratch(const dt_plan_job *j, int head) {
+    if (j->paper_acts) return j->recompute ? (double)j->batch * j->seq * dt_plan_paper_layer_bytes(j, 0) : 0;
+    return j->precision != DT_F32 && !j->arch.llama ? (double)dt_gpt2_lp_work_floats(&j->model, head) * sizeof(float) : 0;
+}
+
 double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq) {
     const dt_gpt2_config *c = &j->model;
+    if (j->paper_acts) {
+        double s = 0;
+        for (int k = 0; k < n; k++) s += paper_units_activations(j, a[k], b[k], (double)batch * seq);
+        return s;
+    }
     if (!j->arch.llama)
         return (double)dt_gpt2_chunks_activation_bytes(c, n, a, b, j->tp, j->sp, batch, seq, j->recompute, j->attention, j->precision, j->zb);
     double s = 0;
     for (int k = 0; k < n; k++) s += llama_units_activations(j, a[k], b[k], batch, seq);
     return s;
-}
-
-double dt_plan_lp_work(const dt_plan_job *j, int head) {
-    return j->precision != DT_F32 && !j->arch.llama ? (double)dt_gpt2_lp_work_floats(&j->model, head) * sizeof(float) : 0;
 }
 
 int dt_plan_pp_slots(const dt_plan_job *j, int s) {

@@ -67,6 +67,7 @@ static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, c
     r->job.arch = *arch;
     r->job.params_override = rq->params;
     r->job.paper_states = rq->params > 0 || !h->shared_memory;
+    r->job.paper_acts = !h->shared_memory;
     r->job.threads = c->threads;
     r->job.nodes = nodes;
     r->job.process_bytes = process;
@@ -119,10 +120,11 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
     double np = dt_plan_model_params(&r->job);
     fprintf(f, "plan: %s%.3gB parameters (%d layers, %d channels, %d heads), %s x %d positions\n", r->job.arch.llama ? "Llama, " : "",
             np / 1e9, cfg->num_layers, cfg->channels, cfg->num_heads, lay, r->c.seq);
-    fprintf(f, "hardware: %s, %d rank%s on %d machine%s, %d thread%s a rank; model states as %s\n", h->name,
+    fprintf(f, "hardware: %s, %d rank%s on %d machine%s, %d thread%s a rank; model states as %s; activations as %s\n", h->name,
             r->job.dp * (r->job.tp > 1 ? r->job.tp : 1) * (r->job.pp > 1 ? r->job.pp : 1), r->job.dp > 1 ? "s" : "", r->nodes,
             r->nodes == 1 ? "" : "s", t->threads, t->threads == 1 ? "" : "s",
-            r->job.paper_states ? "ZeRO's anatomy (16-bit parameters and gradients, K = 12)" : "dtrain allocates them");
+            r->job.paper_states ? "ZeRO's anatomy (16-bit parameters and gradients, K = 12)" : "dtrain allocates them",
+            r->job.paper_acts ? "Megatron-LM keeps them (Korthikanti et al. 2022, scores not kept)" : "dtrain's arenas hold them");
     if (m->mapped > 0)
         fprintf(f, "  (and %s of pages the rank maps beside its own, held once by the machine: ZeRO's one parameter copy, the "
                 "gradients the shared-memory reduction reads in place, or ZeRO 2 and 3's pool mapped again over the store)\n",
