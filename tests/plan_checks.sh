@@ -169,6 +169,20 @@ done <<< "$picked"
 [ "$n" = 3 ] && ok "--search's flags reproduce their layouts (3 of them, e.g. $(echo "$picked" | sed -n 2p | cut -f1))" ||
     fail "--search's flags: $n of 3 reproduced ($(head -c 300 "$dir/search.err"))"
 
+# a DeepSpeed config (train's --config) is planned as the flags it stands for; its global batch counts the data-parallel
+# ranks only, with train's message when it does not
+printf '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 2, "reduce_bucket_size": 1048576}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}}}' > "$dir/ds.json"
+"$DTRAIN" plan "${common[@]}" --nproc 2 --config "$dir/ds.json" --json > "$dir/ds1.json" 2> "$dir/ds.err"
+"$DTRAIN" plan "${common[@]}" --nproc 2 --batch 4 --grad-accum 2 --precision bf16 --zero 2 --bucket-mb 4 --json > "$dir/ds2.json" 2>> "$dir/ds.err"
+python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); k=['layout','params','grads','optimizer','activations','buffers']
+assert [a[x] for x in k] == [b[x] for x in k], (a, b)" "$dir/ds1.json" "$dir/ds2.json" 2> /dev/null &&
+    ok "a DeepSpeed config planned as its flags: $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['layout'])" "$dir/ds1.json")" ||
+    fail "a DeepSpeed config against its flags: $(head -c 300 "$dir/ds1.json") / $(head -c 300 "$dir/ds2.json") $(head -c 300 "$dir/ds.err")"
+plan_refused "a DeepSpeed global batch that tensor parallelism does not multiply" \
+    "train_batch_size 16 must equal micro-batch 4 x gradient accumulation 2 x 1 data-parallel ranks = 8" \
+    "${common[@]}" --nproc 2 --tp 2 --config "$dir/ds.json"
+
 # a data-parallel group across machines is priced on the link between them: 2 ranks on 2 machines (a hardware file
 # whose inter-node link is 1000x slower) cost more than on 1, and the plan says 1 rank a machine
 sed 's/"inter_node_latency_us": 10/"inter_node_latency_us": 10, "inter_node_bandwidth_gbs": 0.05/' "$dir/hw1.json" > "$dir/hw4.json"

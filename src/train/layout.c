@@ -47,6 +47,10 @@ dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
         return dt_error(DT_ERR_ARG, "%s = %d does not divide the job's %d rank%s", axes, mp, nranks, nranks == 1 ? "" : "s");
     if ((long)dp * mp != nranks)
         return dt_error(DT_ERR_ARG, "--dp %d x %s = %ld, but the job has %d rank%s", dp, axes, (long)dp * mp, nranks, nranks == 1 ? "" : "s");
+    /* DeepSpeed's global batch counts the data-parallel replicas: the model's axes share one batch */
+    if (c->train_batch_size && c->train_batch_size != (long)c->batch * c->grad_accum * dp)
+        return dt_error(DT_ERR_ARG, "train_batch_size %d must equal micro-batch %d x gradient accumulation %d x %d data-parallel "
+                        "ranks = %ld", c->train_batch_size, c->batch, c->grad_accum, dp, (long)c->batch * c->grad_accum * dp);
     if (cp > 1 && !paper && cp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--cp %d: not with %s yet", cp, cp_lacks(c));
     if (cp > 1 && c->seq % (2 * cp))
         return dt_error(DT_ERR_ARG, "--cp %d: --seq %d does not split into %d chunks (2 x --cp: rank r holds chunks r and %d-r)", cp, c->seq,

@@ -120,8 +120,9 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
     double np = dt_plan_model_params(&r->job);
     fprintf(f, "plan: %s%.3gB parameters (%d layers, %d channels, %d heads), %s x %d positions\n", r->job.arch.llama ? "Llama, " : "",
             np / 1e9, cfg->num_layers, cfg->channels, cfg->num_heads, lay, r->c.seq);
+    int ranks = r->job.dp * (r->job.tp > 1 ? r->job.tp : 1) * (r->job.pp > 1 ? r->job.pp : 1);
     fprintf(f, "hardware: %s, %d rank%s on %d machine%s, %d thread%s a rank; model states as %s; activations as %s\n", h->name,
-            r->job.dp * (r->job.tp > 1 ? r->job.tp : 1) * (r->job.pp > 1 ? r->job.pp : 1), r->job.dp > 1 ? "s" : "", r->nodes,
+            ranks, ranks > 1 ? "s" : "", r->nodes,
             r->nodes == 1 ? "" : "s", t->threads, t->threads == 1 ? "" : "s",
             r->job.paper_states ? "ZeRO's anatomy (16-bit parameters and gradients, K = 12)" : "dtrain allocates them",
             r->job.paper_acts ? "Megatron-LM keeps them (Korthikanti et al. 2022, scores not kept)" : "dtrain's arenas hold them");

@@ -92,9 +92,6 @@ static dt_status check_settings(dt_train_config *c, int nranks) {
                         c->stop_after);
     if (c->synthetic) return dt_error(DT_ERR_ARG, "--synthetic: image models only (GPT-2's synthetic throughput: dtrain bench train)");
     if (c->init) return dt_error(DT_ERR_ARG, "--init %s: a ResNet's starting weights (GPT-2 starts from a file with --model FILE)", c->init);
-    if (c->train_batch_size && c->train_batch_size != c->batch * c->grad_accum * nranks)
-        return dt_error(DT_ERR_ARG, "train_batch_size %d must equal micro-batch %d x gradient accumulation %d x %d data-parallel "
-                        "ranks = %d", c->train_batch_size, c->batch, c->grad_accum, nranks, c->batch * c->grad_accum * nranks);
     if (c->save_every && !c->save && !c->quiet) dt_log(DT_LOG_WARN, "--save-every %d does nothing without --save FILE", c->save_every);
     if (c->eval_every && !c->val_data) dt_log(DT_LOG_WARN, "--eval-every %d does nothing without --val-data FILE", c->eval_every);
     if (c->steps > 0 && !c->quiet && c->sched.warmup >= c->steps && c->sched.kind <= DT_SCHED_COSINE)
@@ -1008,7 +1005,7 @@ static dt_status observers(run *r) {
 }
 
 static int run_rank(const dt_train_config *c0, dt_comm *w, dt_launch_kind kind) {
-    if (w && dt_train_check_mesh(c0, dt_comm_size(w), 0)) return fail(2);
+    if (dt_train_check_mesh(c0, w ? dt_comm_size(w) : 1, 0)) return fail(2);
     if (!strncmp(c0->model, "mlp", 3) || !strncmp(c0->model, "resnet", 6)) {
         dt_kernels_set_threads(c0->threads > 0 ? c0->threads : default_threads(w));
         dt_train_config ic = *c0;
