@@ -192,9 +192,10 @@ size_t dt_plan_available_memory(void) {
     return lim < avail ? lim : avail;
 }
 
-/* "26.5 GB", or "12 MB" below a gigabyte. */
+/* "26.5 GB", "1.53 GB" (a refusal near the edge must not read "needs 1.5 GB, 1.5 GB available"), or "12 MB" below a gigabyte. */
 static const char *fmt(double bytes, char *buf, size_t cap) {
-    if (bytes >= 1e9) snprintf(buf, cap, "%.1f GB", bytes / 1e9);
+    if (bytes >= 10e9) snprintf(buf, cap, "%.1f GB", bytes / 1e9);
+    else if (bytes >= 1e9) snprintf(buf, cap, "%.2f GB", bytes / 1e9);
     else snprintf(buf, cap, "%.0f MB", bytes / 1e6);
     return buf;
 }
