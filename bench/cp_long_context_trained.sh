@@ -11,8 +11,8 @@
 # - BUDGET is 2 GiB by default, 1/12 of this box's 24 GiB: at 24 GiB one d6
 #   step at the largest T takes over an hour here (attention grows with T^2),
 #   at 2 GiB minutes. The plan's bisection at 24 GiB is bench/cp_long_context.sh.
-# - Search: the plan's largest T within the budget first (dtrain's own
-#   figures, DTRAIN_MEMORY_AVAILABLE forcing them out), then real runs, up by
+# - Search: the plan's largest T within the budget first (dtrain plan's
+#   figure for the machine, to the byte), then real runs, up by
 #   about 4% while they pass and down while they fail; the table gives the
 #   largest T that trained and the smallest that the OOM killer stopped, both
 #   run here, and the cgroup's peak (memory.max_usage_in_bytes, the largest
@@ -41,9 +41,9 @@ args() { # N T
     echo --model d6 --max-seq "$2" --seq "$2" --batch 1 --steps 2 --threads 1 --data "$dir/train.bin" --quiet \
         $([ "$1" -gt 1 ] && echo --cp "$1")
 }
-plan_per_rank() { # N T -> the plan's bytes a rank (its refusal's figure per machine / N, forced)
-    DTRAIN_MEMORY_AVAILABLE=1 "$DTRAIN" train $(args "$1" "$2") --nproc "$1" 2>&1 | grep -o "needs [0-9.]* [GM]B on this machine" |
-        head -1 | awk -v n="$1" '{v=$2; if ($3 == "GB") v *= 1e9; else v *= 1e6; printf "%.0f\n", v / n}'
+plan_per_rank() { # N T -> the plan's bytes a rank: the machine's figure of `dtrain plan --json` (to the byte) / N
+    "$DTRAIN" plan $(args "$1" "$2") --nproc "$1" --json 2> /dev/null |
+        python3 -c "import json,sys; print('%.0f' % (json.load(sys.stdin)['breakdown']['memory']['per_machine'] / $1))" 2> /dev/null || true
 }
 plan_largest() { # N SHARE -> the largest multiple of 2N x 64 whose plan fits a rank's SHARE of bytes
     local n=$1 share=$2 step=$((2 * $1 * 64)) lo hi mid need
