@@ -69,11 +69,14 @@ for how in "1 TERM 143" "2 INT 130"; do
 done
 
 # One Ctrl-C under a wrapper (timeout) reaches the launcher twice, the terminal's copy and timeout's: one request,
-# so the step is finished and saved. The terminal is played by a signal to the whole process group.
+# so the step is finished and saved. The terminal is played by a signal to the whole process group: timeout's own, which
+# it makes at start (setsid in front of it once forked and exited 0 under ctest, leaving the signal nobody to reach).
 rm -rf "$dir/wrapped"
-setsid timeout 300 "$DTRAIN" train "${model[@]}" --nproc 2 --steps 1000000 --save "$dir/wrapped" > "$dir/out" 2> "$dir/err" &
+timeout 300 "$DTRAIN" train "${model[@]}" --nproc 2 --steps 1000000 --save "$dir/wrapped" > "$dir/out" 2> "$dir/err" &
 pid=$!
 for ((i = 0; i < 100; i++)); do grep -q "^step 3/" "$dir/out" && break; sleep 0.1; done
+pgid=$(ps -o pgid= -p $pid | tr -d ' ')
+[ "$pgid" = "$pid" ] || fail "Ctrl-C under timeout: timeout ($pid) is not its group's leader (group '$pgid')"
 kill -INT -- -$pid
 wait $pid
 rc=$?
