@@ -78,8 +78,10 @@ def main():
         print(f"# round {k + 1} of {a.rounds} done", file=sys.stderr, flush=True)
     out = []
     med = statistics.median
-    print(f"| layout | memory plan MB | measured MB | error | step plan ms | measured ms | error (median of {a.rounds}) |")
-    print("|---|---|---|---|---|---|---|")
+    # the measured step's own spread over the rounds ((max - min) / median): how far this machine moves one row's run
+    print(f"| layout | memory plan MB | measured MB | error | step plan ms | measured ms | error (median of {a.rounds}) | "
+          "measured spread |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         g = got[r]
         if not g:
@@ -87,14 +89,19 @@ def main():
             continue
         pm, pt, mm, mt = (med(x[i] for x in g) for i in range(4))
         em, et = med((x[0] - x[2]) / x[2] for x in g), med((x[1] - x[3]) / x[3] for x in g)
+        spread = (max(x[3] for x in g) - min(x[3] for x in g)) / mt
         out.append({"layout": r, "plan_bytes": pm, "peak_rss": mm, "plan_ms": pt, "ms": mt, "mem_err": em, "time_err": et,
-                    "rounds": len(g), "breakdown": g[-1][4]})
-        print(f"| {r} | {pm/1e6:.1f} | {mm/1e6:.1f} | {100*em:+.1f}% | {pt:.1f} | {mt:.1f} | {100*et:+.1f}% |", flush=True)
+                    "rounds": len(g), "ms_spread": spread, "per_round": [list(x[:4]) for x in g], "breakdown": g[-1][4]})
+        print(f"| {r} | {pm/1e6:.1f} | {mm/1e6:.1f} | {100*em:+.1f}% | {pt:.1f} | {mt:.1f} | {100*et:+.1f}% | {100*spread:.1f}% |",
+              flush=True)
     if out:
         me = [abs(x["mem_err"]) for x in out]
         te = [abs(x["time_err"]) for x in out]
         print(f"\nmemory: mean |error| {100*statistics.mean(me):.1f}%, max {100*max(me):.1f}%; "
               f"step time: mean |error| {100*statistics.mean(te):.1f}%, max {100*max(te):.1f}% ({len(out)} rows)")
+        if a.rounds > 1:
+            sp = [x["ms_spread"] for x in out]
+            print(f"the measured step's spread over the rounds: mean {100*statistics.mean(sp):.1f}%, max {100*max(sp):.1f}%")
     if a.json:
         json.dump(out, open(a.json, "w"), indent=1)
 
