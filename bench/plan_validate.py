@@ -28,6 +28,7 @@ QUICK = """
 --model d6 --seq 1024 --max-seq 1024 --batch 1 --nproc 2 --cp 2
 --model d6 --seq 256 --batch 4 --recompute
 --model d6 --seq 256 --batch 4 --precision bf16
+--model d6 --seq 256 --batch 4 --precision fp16
 --model d6 --seq 256 --batch 4 --nproc 2 --precision bf16 --zero 1
 """
 

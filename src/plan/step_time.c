@@ -12,36 +12,38 @@
 #include <math.h>
 #include <string.h>
 
-/* Measured GEMM rates of (M, N, K, threads, 16-bit) on this machine, kept for the process (a search prices many layouts). */
+/* Measured GEMM rates of (M, N, K, threads, precision) on this machine, kept for the process (a search prices many layouts). */
 typedef struct { int m, n, k, threads, lowp; double rate; } gemm_seen;
 static gemm_seen seen[64];
 static int nseen;
 
-/* FLOP/s of a Linear of M tokens, N outputs and K inputs on `threads` threads here: its three products (forward y = x W^T,
- * backward dx = dy W and dW = dy^T x), each the median of three after a warm-up. The backward's run too, since their
- * shapes pack differently: OpenBLAS's weight-gradient product keeps a panel as large as min(M, 256) x N floats resident
- * (docs/planner.md), which the planner's process then holds as a rank's will. */
-static double measure_gemm(int M, int N, int K, int threads, int lowp) {
+/* FLOP/s of a Linear of M tokens, N outputs and K inputs on `threads` threads here, as the model runs it: in f32 its three
+ * products (forward y = x W^T, backward dx = dy W and dW = dy^T x); in 16 bits (lp: DT_BF16 or DT_F16) the model's own
+ * dt_matmul_forward_lp and dt_matmul_backward_lp with `work_floats` of scratch, which also narrow their inputs, round their
+ * outputs and (fp16, or bf16 without a bf16 GEMM) widen the weights for sgemm. Each the median of three after a warm-up. The
+ * backward's run too, since their shapes pack differently: OpenBLAS's weight-gradient product keeps a panel as large as min(M,
+ * 256) x N floats resident (docs/planner.md), which the planner's process then holds as a rank's will. */
+static double measure_gemm(int M, int N, int K, int threads, dt_dtype lp, size_t work_floats) {
     for (int i = 0; i < nseen; i++)
-        if (seen[i].m == M && seen[i].n == N && seen[i].k == K && seen[i].threads == threads && seen[i].lowp == lowp) return seen[i].rate;
+        if (seen[i].m == M && seen[i].n == N && seen[i].k == K && seen[i].threads == threads && seen[i].lowp == (int)lp) return seen[i].rate;
+    int lowp = lp != DT_F32;
     size_t a = (size_t)M * K, b = (size_t)N * K, c = (size_t)M * N;
     float *A = dt_alloc_aligned(a * 4), *B = dt_alloc_aligned(b * 4), *Cm = dt_alloc_aligned(c * 4), *dA = dt_alloc_aligned(a * 4),
-          *dB = dt_alloc_aligned(b * 4);
-    uint16_t *Al = lowp ? dt_alloc_aligned(a * 2) : NULL, *Bl = lowp ? dt_alloc_aligned(b * 2) : NULL, *Cl = lowp ? dt_alloc_aligned(c * 2) : NULL;
+          *dB = dt_alloc_aligned(b * 4), *work = lowp ? dt_alloc_aligned(work_floats * 4) : NULL;
+    uint16_t *Bl = lowp ? dt_alloc_aligned(b * 2) : NULL;
     double t[3][3] = { { 0 } }, rate = 0;
     int keep = dt_kernels_threads();
-    if (A && B && Cm && dA && dB && (!lowp || (Al && Bl && Cl))) {
+    if (A && B && Cm && dA && dB && (!lowp || (Bl && work))) {
         dt_kernels_set_threads(threads);
         for (size_t i = 0; i < a; i++) A[i] = 1e-3f * (float)(i % 7);
-        for (size_t i = 0; i < b; i++) B[i] = 1e-3f * (float)(i % 5);
+        for (size_t i = 0; i < b; i++) B[i] = 1e-3f * (float)(i % 5), dB[i] = 0;
         for (size_t i = 0; i < c; i++) Cm[i] = 1e-3f * (float)(i % 3);
-        if (lowp) dt_lp_pack(Al, A, a, DT_BF16), dt_lp_pack(Bl, B, b, DT_BF16), dt_lp_pack(Cl, Cm, c, DT_BF16);
+        if (lowp) dt_lp_pack(Bl, B, b, lp);
         for (int r = -1; r < 3; r++)
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < (lowp ? 2 : 3); k++) {
                 double t0 = dt_time_now();
-                if (lowp && k == 0) dt_gemm_bf16(0, 1, M, N, K, Al, K, Bl, K, 0, Cm, N);
-                else if (lowp && k == 1) dt_gemm_bf16(0, 0, M, K, N, Cl, N, Bl, K, 0, dA, K);
-                else if (lowp) dt_gemm_bf16(1, 0, N, K, M, Cl, N, Al, K, 0, dB, K);
+                if (lowp && k == 0) dt_matmul_forward_lp(Cm, A, Bl, NULL, M, K, N, lp, work, work_floats, 0);
+                else if (lowp) dt_matmul_backward_lp(dA, dB, NULL, Cm, A, Bl, M, K, N, lp, work, work_floats, 0);
                 else if (k == 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, A, K, B, K, 0, Cm, N);
                 else if (k == 1) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1, Cm, N, B, K, 0, dA, K);
                 else cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1, Cm, N, A, K, 0, dB, K);
@@ -56,9 +58,53 @@ static double measure_gemm(int M, int N, int K, int threads, int lowp) {
     }
     dt_kernels_set_threads(keep);
     dt_free_aligned(A), dt_free_aligned(B), dt_free_aligned(Cm), dt_free_aligned(dA), dt_free_aligned(dB);
-    dt_free_aligned(Al), dt_free_aligned(Bl), dt_free_aligned(Cl);
-    if (nseen < 64) seen[nseen++] = (gemm_seen){ M, N, K, threads, lowp, rate };
+    dt_free_aligned(Bl), dt_free_aligned(work);
+    if (nseen < 64) seen[nseen++] = (gemm_seen){ M, N, K, threads, (int)lp, rate };
     return rate;
+}
+
+/* Seconds a token of the 16-bit head's work besides its three GEMMs, on `threads` threads at M tokens here: the head timed as the
+ * model runs it (its logits narrowed a chunk at a time by dt_matmul_forward_lp16, the loss over them, its backward computing the
+ * loss's gradient a block at a time and narrowing it for the GEMMs), less those GEMMs at rate `rhead`. It is exp-bound, not
+ * bandwidth-bound: d6's bf16 head on a Zen 5 took 369 ms a step against 238 for its GEMMs, where 16 bytes a logit at the
+ * memory's rate said 25. The median of three after a warm-up. */
+typedef struct { int m, v, c, threads; dt_dtype dt; double s; } head_seen;
+static head_seen hseen[16];
+static int nhseen;
+
+static double measure_head_lp(int M, int V, int C, size_t work_floats, int threads, dt_dtype dt, double rhead) {
+    for (int i = 0; i < nhseen; i++)
+        if (hseen[i].m == M && hseen[i].v == V && hseen[i].c == C && hseen[i].threads == threads && hseen[i].dt == dt)
+            return hseen[i].s;
+    size_t mc = (size_t)M * C, vc = (size_t)V * C, mv = (size_t)M * V;
+    float *inp = dt_alloc_aligned(mc * 4), *dinp = dt_alloc_aligned(mc * 4), *dw = dt_alloc_aligned(vc * 4), *w = dt_alloc_aligned(vc * 4),
+          *work = dt_alloc_aligned(work_floats * 4), *losses = dt_alloc_aligned((size_t)M * 4), *stats = dt_alloc_aligned((size_t)M * 8);
+    uint16_t *w16 = dt_alloc_aligned(vc * 2), *logits = dt_alloc_aligned(mv * 2);
+    int32_t *targets = dt_alloc_aligned((size_t)M * 4);
+    double t[3] = { 0 }, s = 0;
+    int keep = dt_kernels_threads();
+    if (inp && dinp && dw && w && work && losses && stats && w16 && logits && targets) {
+        dt_kernels_set_threads(threads);
+        for (size_t i = 0; i < mc; i++) inp[i] = 1e-2f * (float)(i % 13) - 0.06f;
+        for (size_t i = 0; i < vc; i++) w[i] = 1e-2f * (float)(i % 11) - 0.05f, dw[i] = 0;
+        for (int i = 0; i < M; i++) targets[i] = (int32_t)((i * 7919) % V);
+        dt_lp_pack(w16, w, vc, dt);
+        for (int r = -1; r < 3; r++) {
+            double t0 = dt_time_now();
+            dt_matmul_forward_lp16(logits, inp, w16, M, C, V, dt, work, work_floats);
+            dt_crossentropy_forward_lp(losses, stats, logits, targets, M, V, V, dt, work, work_floats);
+            dt_ce_grad ce = { .stats = stats, .targets = targets, .V = V, .v0 = 0, .dscale = 1.0f / (float)M };
+            dt_matmul_backward_lp16(dinp, dw, logits, &ce, inp, w16, M, C, V, dt, work, work_floats, 0);
+            if (r >= 0) t[r] = dt_time_now() - t0;
+        }
+        double med = fmax(fmin(t[0], t[1]), fmin(fmax(t[0], t[1]), t[2]));
+        s = fmax(0, med - 3 * 2.0 * M * (double)V * C / rhead) / M;
+    }
+    dt_kernels_set_threads(keep);
+    dt_free_aligned(inp), dt_free_aligned(dinp), dt_free_aligned(dw), dt_free_aligned(w), dt_free_aligned(work);
+    dt_free_aligned(losses), dt_free_aligned(stats), dt_free_aligned(w16), dt_free_aligned(logits), dt_free_aligned(targets);
+    if (nhseen < 16) hseen[nhseen++] = (head_seen){ M, V, C, threads, dt, s };
+    return s;
 }
 
 /* The Linears' rate for this job: measured here at its shape (M tokens, N outputs, K inputs), else the peak x efficiency.
@@ -68,7 +114,7 @@ static double gemm_rate(const dt_plan_job *j, const dt_plan_hardware *h, int thr
     int lowp = j->precision != DT_F32;
     double peak = (lowp ? h->flops_lowp : h->flops_f32) * (h->cores_per_device ? threads : 1) * h->gemm_efficiency;
     if (!h->attention_rate || (double)N * K > 1e8) return peak; /* another machine, or too large to time here */
-    double r = measure_gemm((int)fmin(tokens, 4096), N, K, threads, lowp && dt_gemm_bf16_ready());
+    double r = measure_gemm((int)fmin(tokens, 4096), N, K, threads, j->precision, dt_gpt2_lp_work_floats(&j->model, false));
     return r > 0 ? r : peak;
 }
 
@@ -85,7 +131,8 @@ static double gather(double bytes, int n, double alpha, double beta) {
 typedef struct { double mm, att, ew, fwd_share; } stage_cost;
 
 /* One micro-batch's forward and backward through units [a, b) on one rank. */
-static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double tokens, double T, double rmm, double rhead, double ratt, double bw) {
+static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double tokens, double T, double rmm, double rhead, double ratt, double bw,
+                                double hloss) {
     const dt_gpt2_config *c = &j->model;
     double tp = j->tp > 1 ? j->tp : 1, C = c->channels, F = j->arch.ffn ? j->arch.ffn : 4.0 * C, V = c->padded_vocab_size / tp;
     double rows = j->sp && tp > 1 ? tp : 1, passes = 3 + (j->recompute ? 1 : 0);
@@ -97,9 +144,10 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
     /* causal attention: a query meets T/2 keys on average (the balanced chunks under CP too): 2 T C per query forward, twice that backward */
     s.att = nl * 2.0 * tokens * T * (C / tp) * passes / ratt;
     /* the elementwise kernels, forward and twice backward: LayerNorms, residuals, biases, GELU (bytes a token and block), the head's
-     * softmax and loss over the vocabulary */
+     * softmax and loss over the vocabulary (where measured, hloss: the 16-bit head's seconds a token besides its GEMMs) */
     double block = 4 * (10 * C / rows + 4 * C / tp + 4 * F / tp);
-    s.ew = (nl * block * passes + (b == L + 2 ? 4 * 4 * V : 0) + (a == 0 ? 3 * 4 * C : 0)) * tokens / bw;
+    s.ew = (nl * block * passes + (b == L + 2 && !hloss ? 4 * 4 * V : 0) + (a == 0 ? 3 * 4 * C : 0)) * tokens / bw;
+    if (b == L + 2) s.ew += hloss * tokens;
     s.fwd_share = 1.0 / passes;
     return s;
 }
@@ -123,6 +171,10 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
         hrows = (int)fmin(part / C, Vr), htok = fmin(tokens, floor(part / hrows));
     }
     double rmm = gemm_rate(j, h, o->threads, tokens, F / tp, C), rhead = gemm_rate(j, h, o->threads, htok, hrows, C);
+    /* the 16-bit head's loss and narrowing, timed here as it runs (one rank's vocabulary slice, its loss as one process's) */
+    double hloss = j->precision != DT_F32 && !j->arch.llama && h->attention_rate && (double)Vr * C <= 1e8
+                       ? measure_head_lp((int)fmin(tokens, 4096), Vr, C, dt_gpt2_lp_work_floats(c, true), o->threads, j->precision, rhead)
+                       : 0;
     double ratt = h->attention_rate > 0 ? h->attention_rate * o->threads : (j->precision != DT_F32 ? h->flops_lowp : h->flops_f32) * h->attention_efficiency;
     /* a CPU rank's share of the machine's bandwidth; a GPU's own */
     double bw = h->shared_memory ? h->mem_bw * (double)(o->threads < cores ? o->threads : cores) / cores : h->mem_bw;
@@ -137,7 +189,7 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
         stage_cost sc = { 0, 0, 0, 0 };
         double sp = 0;
         for (int k = 0; k < v; k++) {
-            stage_cost x = stage_compute(j, first[k * p + s], first[k * p + s + 1], tokens, T, rmm, rhead, ratt, bw);
+            stage_cost x = stage_compute(j, first[k * p + s], first[k * p + s + 1], tokens, T, rmm, rhead, ratt, bw, hloss);
             sc.mm += x.mm, sc.att += x.att, sc.ew += x.ew, sc.fwd_share = x.fwd_share;
             sp += dt_plan_units_params(j, first[k * p + s], first[k * p + s + 1]);
         }
