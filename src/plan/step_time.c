@@ -13,7 +13,7 @@
 #include <string.h>
 
 /* Measured GEMM rates of (M, N, K, threads, precision) on this machine, kept for the process (a search prices many layouts). */
-typedef struct { int m, n, k, threads, lowp; double rate; } gemm_seen;
+typedef struct { int m, n, k, threads; dt_dtype prec; double rate; } gemm_seen;
 static gemm_seen seen[64];
 static int nseen;
 
@@ -25,7 +25,7 @@ static int nseen;
  * 256) x N floats resident (docs/planner.md), which the planner's process then holds as a rank's will. */
 static double measure_gemm(int M, int N, int K, int threads, dt_dtype lp, size_t work_floats) {
     for (int i = 0; i < nseen; i++)
-        if (seen[i].m == M && seen[i].n == N && seen[i].k == K && seen[i].threads == threads && seen[i].lowp == (int)lp) return seen[i].rate;
+        if (seen[i].m == M && seen[i].n == N && seen[i].k == K && seen[i].threads == threads && seen[i].prec == lp) return seen[i].rate;
     int lowp = lp != DT_F32;
     size_t a = (size_t)M * K, b = (size_t)N * K, c = (size_t)M * N;
     float *A = dt_alloc_aligned(a * 4), *B = dt_alloc_aligned(b * 4), *Cm = dt_alloc_aligned(c * 4), *dA = dt_alloc_aligned(a * 4),
@@ -59,7 +59,7 @@ static double measure_gemm(int M, int N, int K, int threads, dt_dtype lp, size_t
     dt_kernels_set_threads(keep);
     dt_free_aligned(A), dt_free_aligned(B), dt_free_aligned(Cm), dt_free_aligned(dA), dt_free_aligned(dB);
     dt_free_aligned(Bl), dt_free_aligned(work);
-    if (nseen < 64) seen[nseen++] = (gemm_seen){ M, N, K, threads, (int)lp, rate };
+    if (nseen < 64) seen[nseen++] = (gemm_seen){ M, N, K, threads, lp, rate };
     return rate;
 }
 
