@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,14 +189,16 @@ static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_
 
 /* This machine's rates are measured once per CPU and cached. The first time, measure them in a child: the buffers a measurement
  * leaves resident (the sgemm 2048^3 peak's packing, ~28 MB, and ~10 MB more) are not a rank's, and the plan counts this
- * process's resident size as a rank's (the first plan on a machine said 56 MB for it where a rank holds 18). The parent then
- * reads the cache, or measures itself and says why if the child could not. */
+ * process's resident size as a rank's (the first plan on a machine said 56 MB for it where a rank holds 18). The child says
+ * nothing; the parent then reads the cache, or measures itself, and says what is to be said (a warning once, not twice). */
 static void measure_this_machine_apart(const char *hardware) {
     if (hardware && strcmp(hardware, "this")) return;
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
         dt_plan_hardware h;
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) dup2(null, STDERR_FILENO);
         _exit(dt_plan_hardware_get(hardware, &h) ? 1 : 0);
     }
     if (pid > 0) while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
