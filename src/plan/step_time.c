@@ -12,10 +12,16 @@
 #include <math.h>
 #include <string.h>
 
-/* Measured GEMM rates of (M, N, K, threads, precision) on this machine, kept for the process (a search prices many layouts). */
-typedef struct { int m, n, k, threads; dt_dtype prec; double rate; } gemm_seen;
-static gemm_seen seen[64];
+/* Measured Linear rates of (M, N, K, threads, precision) on this machine, kept for the process (a search prices many layouts). */
+typedef struct { int m, n, k, threads; dt_dtype prec; double rate; } linear_seen;
+static linear_seen seen[64];
 static int nseen;
+
+/* the middle of three timings */
+static double median3(const double t[3]) {
+    double lo = fmin(t[0], t[1]), hi = fmax(t[0], t[1]);
+    return t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+}
 
 /* FLOP/s of a Linear of M tokens, N outputs and K inputs on `threads` threads here, as the model runs it: in f32 its three
  * products (forward y = x W^T, backward dx = dy W and dW = dy^T x); in 16 bits (lp: DT_BF16 or DT_F16) the model's own
@@ -23,7 +29,7 @@ static int nseen;
  * outputs and (fp16, or bf16 without a bf16 GEMM) widen the weights for sgemm. Each the median of three after a warm-up. The
  * backward's run too, since their shapes pack differently: OpenBLAS's weight-gradient product keeps a panel as large as min(M,
  * 256) x N floats resident (docs/planner.md), which the planner's process then holds as a rank's will. */
-static double measure_gemm(int M, int N, int K, int threads, dt_dtype lp, size_t work_floats) {
+static double measure_linear(int M, int N, int K, int threads, dt_dtype lp, size_t work_floats) {
     for (int i = 0; i < nseen; i++)
         if (seen[i].m == M && seen[i].n == N && seen[i].k == K && seen[i].threads == threads && seen[i].prec == lp) return seen[i].rate;
     int lowp = lp != DT_F32;
@@ -51,15 +57,14 @@ static double measure_gemm(int M, int N, int K, int threads, dt_dtype lp, size_t
             }
         double sum = 0;
         for (int k = 0; k < 3; k++) {
-            double lo = fmin(t[k][0], t[k][1]), hi = fmax(t[k][0], t[k][1]);
-            sum += t[k][2] < lo ? lo : t[k][2] > hi ? hi : t[k][2];
+            sum += median3(t[k]);
         }
         rate = 3 * 2.0 * M * (double)N * K / sum;
     }
     dt_kernels_set_threads(keep);
     dt_free_aligned(A), dt_free_aligned(B), dt_free_aligned(Cm), dt_free_aligned(dA), dt_free_aligned(dB);
     dt_free_aligned(Bl), dt_free_aligned(work);
-    if (nseen < 64) seen[nseen++] = (gemm_seen){ M, N, K, threads, lp, rate };
+    if (nseen < 64) seen[nseen++] = (linear_seen){ M, N, K, threads, lp, rate };
     return rate;
 }
 
@@ -97,8 +102,7 @@ static double measure_head_lp(int M, int V, int C, size_t work_floats, int threa
             dt_matmul_backward_lp16(dinp, dw, logits, &ce, inp, w16, M, C, V, dt, work, work_floats, 0);
             if (r >= 0) t[r] = dt_time_now() - t0;
         }
-        double med = fmax(fmin(t[0], t[1]), fmin(fmax(t[0], t[1]), t[2]));
-        s = fmax(0, med - 3 * 2.0 * M * (double)V * C / rhead) / M;
+        s = fmax(0, median3(t) - 3 * 2.0 * M * (double)V * C / rhead) / M;
     }
     dt_kernels_set_threads(keep);
     dt_free_aligned(inp), dt_free_aligned(dinp), dt_free_aligned(dw), dt_free_aligned(w), dt_free_aligned(work);
@@ -114,7 +118,7 @@ static double gemm_rate(const dt_plan_job *j, const dt_plan_hardware *h, int thr
     int lowp = j->precision != DT_F32;
     double peak = (lowp ? h->flops_lowp : h->flops_f32) * (h->cores_per_device ? threads : 1) * h->gemm_efficiency;
     if (!h->attention_rate || (double)N * K > 1e8) return peak; /* another machine, or too large to time here */
-    double r = measure_gemm((int)fmin(tokens, 4096), N, K, threads, j->precision, dt_gpt2_lp_work_floats(&j->model, false));
+    double r = measure_linear((int)fmin(tokens, 4096), N, K, threads, j->precision, dt_gpt2_lp_work_floats(&j->model, false));
     return r > 0 ? r : peak;
 }
 
