@@ -7,13 +7,15 @@
 # ranks on the same one over shared memory.
 # Sourced; every function's state is in RIG_* variables; rig_down runs on
 # exit whatever happens (and is safe to run twice).
-#   rig_up K [RATE]      machines $RIG_PREFIX-1..K (RATE: tbf rate on each link, e.g. 1gbit; default none)
+#   rig_up K [RATE] [US] machines $RIG_PREFIX-1..K (RATE: tbf rate on each link, e.g. 1gbit; US: one-way delay)
+#   rig_delay US         every machine's packets to the switch held US microseconds (one way), measured
 #   rig_mpirun ARGS...   mpirun from machine 1 over all of them (a host file of their names)
 #   rig_down             every process in the namespaces killed, the namespaces removed
 RIG_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RIG_PREFIX=${RIG_PREFIX:-dtm$$}
 RIG_NET=${RIG_NET:-10.213.$(( $$ % 250 ))}
 RIG_K=0
+RIG_DELAYLINE=${RIG_DELAYLINE:-$RIG_DIR/../../build/tests/delayline}
 
 # Why the rig cannot start here, or nothing.
 rig_unavailable() {
@@ -40,7 +42,7 @@ rig_remove() {
 }
 
 rig_up() {
-    local k=$1 rate=${2:-} i m
+    local k=$1 rate=${2:-} delay=${3:-} i m
     trap rig_down EXIT
     trap 'rig_down; exit 130' INT
     trap 'rig_down; exit 143' TERM
@@ -66,6 +68,7 @@ rig_up() {
     done
     RIG_HOSTFILE=$(mktemp)
     for ((i = 1; i <= k; i++)); do echo "$RIG_PREFIX-$i slots=64" >> "$RIG_HOSTFILE"; done
+    [ -z "$delay" ] || rig_delay "$delay"
 }
 
 # COMMAND in machine I (under its host name).
@@ -82,6 +85,72 @@ rig_mpirun() {
         OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=eth0 OMPI_MCA_oob_tcp_if_include=eth0 \
         OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none \
         mpirun --hostfile "$RIG_HOSTFILE" "$@"
+}
+
+# The median round trip, in microseconds, of a 1-byte TCP ping-pong from machine 1 to machine 2 (400 of them, a
+# millisecond apart, after 100 to warm up), as an application sees it.
+rig_rtt() {
+    local port=$((20000 + RANDOM % 20000)) srv
+    rig_exec 2 python3 -c "
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('$RIG_NET.2', $port)); s.listen(1)
+c, _ = s.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while True:
+    b = c.recv(64)
+    if not b: break
+    c.sendall(b)" &
+    srv=$!
+    rig_exec 1 python3 -c "
+import socket, statistics, time
+for _ in range(50):
+    try: s = socket.create_connection(('$RIG_NET.2', $port)); break
+    except OSError: time.sleep(0.1)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+t = []
+for i in range(500):
+    t0 = time.perf_counter(); s.sendall(b'x'); s.recv(64); t.append((time.perf_counter() - t0) * 1e6); time.sleep(0.001)
+print('%.1f' % statistics.median(t[100:]))"
+    wait $srv
+}
+
+# Starts each machine's delay line holding packets HOLD us (their pids in RIG_DL_PIDS), or stops them (HOLD "").
+rig_delaylines() {
+    local hold=$1 i
+    if [ -n "${RIG_DL_PIDS:-}" ]; then
+        kill $RIG_DL_PIDS 2> /dev/null
+        for ((i = 0; i < 50; i++)); do kill -0 $RIG_DL_PIDS 2> /dev/null || break; sleep 0.05; done
+    fi
+    RIG_DL_PIDS=""
+    [ -z "$hold" ] && return
+    for ((i = 1; i <= RIG_K; i++)); do
+        ip netns exec "$RIG_PREFIX-$i" "$RIG_DELAYLINE" 0 "$hold" &
+        RIG_DL_PIDS="$RIG_DL_PIDS $!"
+        disown $! # the teardown kills it: no job notice
+    done
+    sleep 0.2
+}
+
+# A delay of US microseconds one way on every link (this kernel has no netem): each machine's packets to the switch
+# go through netfilter's queue 0 to a delay line (tests/cluster/delayline.c) that holds them. Its own path (a
+# wake-up and a verdict, ~30 us here) and its timer's lateness add to the hold, so the hold is set by measuring:
+# the one-way delay is half the TCP round trip's growth over the bare link's, and the hold is corrected by what
+# it misses, three times. Sets RIG_DELAY_US (the one-way delay measured at the end) and RIG_RTT_BARE_US.
+rig_delay() {
+    local us=$1 i hold got round
+    [ -n "${RIG_DELAYLINE:-}" ] && [ -x "$RIG_DELAYLINE" ] ||
+        { echo "rig: a delay needs the delay line (libnetfilter-queue-dev, then build/tests/delayline; RIG_DELAYLINE='${RIG_DELAYLINE:-}')" >&2; return 1; }
+    command -v iptables > /dev/null || { echo "rig: a delay needs iptables (Debian's iptables)" >&2; return 1; }
+    RIG_RTT_BARE_US=$(rig_rtt)
+    for ((i = 1; i <= RIG_K; i++)); do
+        ip netns exec "$RIG_PREFIX-$i" iptables -t mangle -A PREROUTING -i eth0 -j NFQUEUE --queue-num 0 || return 1
+    done
+    hold=$us
+    for round in 1 2 3; do
+        rig_delaylines "$hold"
+        got=$(awk -v r="$(rig_rtt)" -v b="$RIG_RTT_BARE_US" 'BEGIN { printf "%.1f", (r - b) / 2 }')
+        [ $round = 3 ] || hold=$(awk -v h="$hold" -v u="$us" -v g="$got" 'BEGIN { h += u - g; printf "%.1f", h < 0 ? 0 : h }')
+    done
+    RIG_DELAY_US=$got
 }
 
 # The switch drops PER_MILLE of every 1000 TCP frames it forwards, at random, both directions (netem's loss is
@@ -108,6 +177,7 @@ rig_loss_counts() {
 }
 
 rig_down() {
+    RIG_DL_PIDS=""
     rig_remove "$RIG_PREFIX"
     [ -n "${RIG_HOSTFILE:-}" ] && rm -f "$RIG_HOSTFILE"
     RIG_K=0
