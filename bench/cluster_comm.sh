@@ -1,17 +1,19 @@
 #!/bin/bash
 # Collectives across two machines of the cluster rig (tests/cluster/rig.sh:
-# network namespaces on a switch, links shaped to RATE), dtrain against Open
+# network namespaces on a switch, links shaped to RATE, RATE:US for a one-way
+# delay of US microseconds too), dtrain against Open
 # MPI's own MPI_Allreduce between the same namespaces, alternating in one
 # invocation (ROUNDS rounds, medians): time, busbw, busbw as a share of the
 # link's rate, and Open MPI's time over dtrain's (above 1: dtrain is faster). Needs root; the rig is removed at the end whatever happens.
-# usage: bench/cluster_comm.sh [RATE (1gbit)] [RANKS_PER_MACHINE (1)] [ROUNDS (3)] [OP (allreduce)]
+# usage: bench/cluster_comm.sh [RATE (1gbit:100)] [RANKS_PER_MACHINE (1)] [ROUNDS (3)] [OP (allreduce)]
 set -euo pipefail
-rate=${1:-1gbit}
+rate=${1:-1gbit:100}
 ppn=${2:-1}
 rounds=${3:-3}
 op=${4:-allreduce}
 here=$(cd "$(dirname "$0")" && pwd)
 build=${BUILD:-$here/../build}
+export RIG_DELAYLINE=${RIG_DELAYLINE:-$build/tests/delayline}
 . "$here/../tests/cluster/rig.sh"
 why=$(rig_unavailable)
 [ -z "$why" ] || { echo "bench/cluster_comm.sh: $why" >&2; exit 2; }
@@ -20,7 +22,7 @@ sizes=8,1K,64K,1M,4M,16M,64M
 bytes=8,1024,65536,1048576,4194304,16777216,67108864
 out=$(mktemp)
 np=$((2 * ppn))
-echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; 2 machines (network namespaces) x $ppn rank(s), links shaped to $rate (tbf), $op f32 sum, $rounds rounds alternating, medians"
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; 2 machines (network namespaces) x $ppn rank(s), links shaped to $rate (tbf${RIG_DELAY_US:+; one-way delay measured $RIG_DELAY_US us}), $op f32 sum, $rounds rounds alternating, medians"
 for ((r = 1; r <= rounds; r++)); do
     rig_mpirun -np $np --map-by ppr:$ppn:node "$build/dtrain" bench comm --op "$op" --sizes "$sizes" --json 2> /dev/null | sed 's/^/dtrain /' >> "$out"
     rig_mpirun -np $np --map-by ppr:$ppn:node "$build/bench/mpi_coll_bench" --op "$op" --dtype f32 --redop sum --sizes "$bytes" \

@@ -7,14 +7,16 @@
 # gloo across the same machines from the same weights where the baselines'
 # virtual environment is (dtrain/PT: PyTorch's step time over dtrain's).
 # Needs root.
-# usage: bench/cluster_ddp.sh [MODEL (d6)] [STEPS (10)] [ROUNDS (3)] [RATES (10gbit 1gbit)]
+# usage: bench/cluster_ddp.sh [MODEL (d6)] [STEPS (10)] [ROUNDS (3)] [LINKS (10gbit:25 1gbit:100)]
+# (a link is RATE or RATE:US, US its one-way delay in microseconds)
 set -euo pipefail
 model=${1:-d6}
 steps=${2:-10}
 rounds=${3:-3}
-rates=${4:-10gbit 1gbit}
+rates=${4:-10gbit:25 1gbit:100}
 here=$(cd "$(dirname "$0")" && pwd)
 build=${BUILD:-$here/../build}
+export RIG_DELAYLINE=${RIG_DELAYLINE:-$build/tests/delayline}
 . "$here/../tests/cluster/rig.sh"
 why=$(rig_unavailable)
 [ -z "$why" ] || { echo "bench/cluster_ddp.sh: $why" >&2; exit 2; }
@@ -48,6 +50,7 @@ echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(
 printf "%8s %12s %14s %18s %9s %16s %10s\n" link "1 proc ms" "2 machines ms" "exposed comm ms" scaling "PyTorch DDP ms" "dtrain/PT"
 for rate in $rates; do
     rig_up 2 "$rate"
+    [ -z "${RIG_DELAY_US:-}" ] || echo "# $rate: one-way delay measured $RIG_DELAY_US us (bare link: $RIG_RTT_BARE_US us a round trip)"
     one=() two=() exp=() pt=()
     for ((r = 1; r <= rounds; r++)); do
         "$build/dtrain" train "${args[@]}" --metrics "$work/one.jsonl" > /dev/null 2>&1

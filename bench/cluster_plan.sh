@@ -9,14 +9,15 @@
 # its exposed communication, and the errors. One process alone is planned
 # and run beside it, so the compute part is checked apart from the link.
 # Needs root.
-# usage: bench/cluster_plan.sh [MODEL (d6)] [RATES (10gbit 1gbit)] [ROUNDS (3)] [STEPS (10)]
+# usage: bench/cluster_plan.sh [MODEL (d6)] [LINKS (10gbit:25 1gbit:100: RATE or RATE:US, US a one-way delay)] [ROUNDS (3)] [STEPS (10)]
 set -euo pipefail
 model=${1:-d6}
-rates=${2:-10gbit 1gbit}
+rates=${2:-10gbit:25 1gbit:100}
 rounds=${3:-3}
 steps=${4:-10}
 here=$(cd "$(dirname "$0")" && pwd)
 build=${BUILD:-$here/../build}
+export RIG_DELAYLINE=${RIG_DELAYLINE:-$build/tests/delayline}
 . "$here/../tests/cluster/rig.sh"
 why=$(rig_unavailable)
 [ -z "$why" ] || { echo "bench/cluster_plan.sh: $why" >&2; exit 2; }
@@ -41,6 +42,7 @@ echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(
 printf "%8s %16s %13s %11s %11s %11s %13s %11s\n" link "alpha, beta" "plan ms" "measured" error "plan comm" "measured comm" error
 for rate in $rates; do
     rig_up 2 "$rate"
+    [ -z "${RIG_DELAY_US:-}" ] || echo "# $rate: one-way delay measured $RIG_DELAY_US us"
     cal=$work/cal.$rate
     DTRAIN_CALIBRATION=$cal rig_mpirun -np 2 --map-by node -x DTRAIN_CALIBRATION "$build/dtrain" bench comm --calibrate > "$work/cal.out" 2>&1 ||
         { echo "calibration failed: $(tail -3 "$work/cal.out")" >&2; exit 1; }

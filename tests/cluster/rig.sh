@@ -7,7 +7,8 @@
 # ranks on the same one over shared memory.
 # Sourced; every function's state is in RIG_* variables; rig_down runs on
 # exit whatever happens (and is safe to run twice).
-#   rig_up K [RATE] [US] machines $RIG_PREFIX-1..K (RATE: tbf rate on each link, e.g. 1gbit; US: one-way delay)
+#   rig_up K [RATE] [US] machines $RIG_PREFIX-1..K (RATE: tbf rate on each link, e.g. 1gbit; US: one-way delay;
+#                        RATE:US names both)
 #   rig_delay US         every machine's packets to the switch held US microseconds (one way), measured
 #   rig_mpirun ARGS...   mpirun from machine 1 over all of them (a host file of their names)
 #   rig_down             every process in the namespaces killed, the namespaces removed
@@ -43,6 +44,7 @@ rig_remove() {
 
 rig_up() {
     local k=$1 rate=${2:-} delay=${3:-} i m
+    [[ $rate == *:* ]] && delay=${rate#*:} rate=${rate%%:*} # RATE:US, as the benchmarks name a link
     trap rig_down EXIT
     trap 'rig_down; exit 130' INT
     trap 'rig_down; exit 143' TERM
@@ -177,7 +179,7 @@ rig_loss_counts() {
 }
 
 rig_down() {
-    RIG_DL_PIDS=""
+    RIG_DL_PIDS="" RIG_DELAY_US="" RIG_RTT_BARE_US=""
     rig_remove "$RIG_PREFIX"
     [ -n "${RIG_HOSTFILE:-}" ] && rm -f "$RIG_HOSTFILE"
     RIG_K=0
