@@ -31,9 +31,9 @@ test: deps all
 test-cluster: deps all
 	cd $(BUILD) && ctest -R cluster --output-on-failure
 	bench/cluster_comm.sh 1gbit:100 1 3
-	bench/cluster_comm.sh 10gbit:25 2 3
+	bench/cluster_comm.sh 10gbit:50 2 3
 	bench/cluster_ddp.sh d6 10 3
-	bench/cluster_plan.sh d6 "10gbit:25 1gbit:100" 3
+	bench/cluster_plan.sh d6 "10gbit:50 1gbit:100" 3
 	DTRAIN_CALIBRATION=$(abspath $(BUILD))/cluster-calibration.txt RIG_DELAYLINE=$(abspath $(BUILD))/tests/delayline bash -c '. tests/cluster/rig.sh; rig_up 2 1gbit 100; \
 	  rig_mpirun -np 4 --map-by ppr:2:node -x DTRAIN_CALIBRATION $(abspath $(BUILD))/dtrain bench comm --calibrate'
 

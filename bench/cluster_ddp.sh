@@ -7,13 +7,13 @@
 # gloo across the same machines from the same weights where the baselines'
 # virtual environment is (dtrain/PT: PyTorch's step time over dtrain's).
 # Needs root.
-# usage: bench/cluster_ddp.sh [MODEL (d6)] [STEPS (10)] [ROUNDS (3)] [LINKS (10gbit:25 1gbit:100)]
+# usage: bench/cluster_ddp.sh [MODEL (d6)] [STEPS (10)] [ROUNDS (3)] [LINKS (10gbit:50 1gbit:100)]
 # (a link is RATE or RATE:US, US its one-way delay in microseconds)
 set -euo pipefail
 model=${1:-d6}
 steps=${2:-10}
 rounds=${3:-3}
-rates=${4:-10gbit:25 1gbit:100}
+rates=${4:-10gbit:50 1gbit:100}
 here=$(cd "$(dirname "$0")" && pwd)
 build=${BUILD:-$here/../build}
 export RIG_DELAYLINE=${RIG_DELAYLINE:-$build/tests/delayline}

@@ -9,10 +9,10 @@
 # its exposed communication, and the errors. One process alone is planned
 # and run beside it, so the compute part is checked apart from the link.
 # Needs root.
-# usage: bench/cluster_plan.sh [MODEL (d6)] [LINKS (10gbit:25 1gbit:100: RATE or RATE:US, US a one-way delay)] [ROUNDS (3)] [STEPS (10)]
+# usage: bench/cluster_plan.sh [MODEL (d6)] [LINKS (10gbit:50 1gbit:100: RATE or RATE:US, US a one-way delay)] [ROUNDS (3)] [STEPS (10)]
 set -euo pipefail
 model=${1:-d6}
-rates=${2:-10gbit:25 1gbit:100}
+rates=${2:-10gbit:50 1gbit:100}
 rounds=${3:-3}
 steps=${4:-10}
 here=$(cd "$(dirname "$0")" && pwd)
