@@ -4,7 +4,8 @@
 # delay of US microseconds too), dtrain against Open
 # MPI's own MPI_Allreduce between the same namespaces, alternating in one
 # invocation (ROUNDS rounds, medians): time, busbw, busbw as a share of the
-# link's rate, and Open MPI's time over dtrain's (above 1: dtrain is faster). Needs root; the rig is removed at the end whatever happens.
+# link's rate, and Open MPI's time over dtrain's (above 1: dtrain is faster),
+# for Open MPI as installed and as dtrain sets it up (TCP flags without put). Needs root; the rig is removed at the end whatever happens.
 # usage: bench/cluster_comm.sh [RATE (1gbit:100)] [RANKS_PER_MACHINE (1)] [ROUNDS (3)] [OP (allreduce)]
 set -euo pipefail
 rate=${1:-1gbit:100}
@@ -27,6 +28,10 @@ for ((r = 1; r <= rounds; r++)); do
     rig_mpirun -np $np --map-by ppr:$ppn:node "$build/dtrain" bench comm --op "$op" --sizes "$sizes" --json 2> /dev/null | sed 's/^/dtrain /' >> "$out"
     rig_mpirun -np $np --map-by ppr:$ppn:node "$build/bench/mpi_coll_bench" --op "$op" --dtype f32 --redop sum --sizes "$bytes" \
         --reps 7 --warmup 2 --seconds 0.05 2> /dev/null | sed 's/^/openmpi /' >> "$out"
+    # Open MPI as dtrain sets it up: its TCP send/receive pipeline, without the emulated put (src/comm/mpi_transport.c)
+    rig_mpirun -np $np --map-by ppr:$ppn:node --mca btl_tcp_flags send,inplace,need-ack,need-csum,hetero-rdma \
+        "$build/bench/mpi_coll_bench" --op "$op" --dtype f32 --redop sum --sizes "$bytes" \
+        --reps 7 --warmup 2 --seconds 0.05 2> /dev/null | sed 's/^/openmpi-noput /' >> "$out"
 done
 python3 - "$out" "$rate" <<'PY'
 import json, re, statistics, sys
@@ -37,13 +42,17 @@ for line in open(sys.argv[1]):
     rows.setdefault((d["bytes"], who), []).append(d)
 m = re.match(r"([0-9.]+)([kmg]?)bit", sys.argv[2].lower())
 link = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)] / 8 / 1e9  # GB/s
-print(f"{'bytes':>10} {'dtrain algo':>11} {'us':>10} {'busbw GB/s':>10} {'of link':>8} | {'Open MPI us':>11} {'busbw GB/s':>10} {'of link':>8} | {'OMPI/dtrain time':>16}")
+print("# OMPI: Open MPI's MPI_Allreduce as installed; OMPI-np: the same with the TCP flags dtrain asks for (no put)")
+print(f"{'bytes':>10} {'dtrain algo':>11} {'us':>10} {'busbw GB/s':>10} {'of link':>8} | {'OMPI us':>9} {'of link':>8} {'OMPI/dtrain':>11}"
+      f" | {'OMPI-np us':>10} {'of link':>8} {'OMPI-np/dtrain':>14}")
 for b in sorted({k[0] for k in rows}):
-    d, o = rows.get((b, "dtrain"), []), rows.get((b, "openmpi"), [])
-    if not d or not o:
+    d, o, n = rows.get((b, "dtrain"), []), rows.get((b, "openmpi"), []), rows.get((b, "openmpi-noput"), [])
+    if not d or not o or not n:
         continue
     du, db = statistics.median(x["avg_us"] for x in d), statistics.median(x["busbw_gbs"] for x in d)
     ou, ob = statistics.median(x["avg_us"] for x in o), statistics.median(x["busbw_gbs"] for x in o)
-    print(f"{b:>10} {d[0]['algo']:>11} {du:>10.1f} {db:>10.3f} {db / link:>7.0%} | {ou:>11.1f} {ob:>10.3f} {ob / link:>7.0%} | {ou / du if du else 0:>15.2f}x")
+    nu, nb = statistics.median(x["avg_us"] for x in n), statistics.median(x["busbw_gbs"] for x in n)
+    print(f"{b:>10} {d[0]['algo']:>11} {du:>10.1f} {db:>10.3f} {db / link:>7.0%} | {ou:>9.1f} {ob / link:>7.0%} {ou / du if du else 0:>10.2f}x"
+          f" | {nu:>10.1f} {nb / link:>7.0%} {nu / du if du else 0:>13.2f}x")
 PY
 rm -f "$out"
