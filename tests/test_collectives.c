@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef DT_HAVE_MPI
+#include <mpi.h>
+#endif
 
 static int passed, failed;
 static dt_comm *world;
@@ -430,7 +433,32 @@ static void bad_arguments(void) {
     }
 }
 
-int main(void) {
+/* `test_collectives tcp-flags`, run under Open MPI's mpirun across machines: the TCP flags Open MPI took, read
+ * through MPI_T after dtrain initialised MPI. dtrain asks for them without put (mpi_transport.c) unless the
+ * user set them; prints "btl_tcp_flags 0x...: put on|off". */
+static int tcp_flags(void) {
+#if defined(DT_HAVE_MPI) && defined(OPEN_MPI)
+    if (dt_comm_init(&world)) return fprintf(stderr, "init: %s\n", dt_last_error()), 1;
+    int provided, idx, count;
+    unsigned flags = 0;
+    MPI_T_cvar_handle h;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS || MPI_T_cvar_get_index("btl_tcp_flags", &idx) != MPI_SUCCESS ||
+        MPI_T_cvar_handle_alloc(idx, NULL, &h, &count) != MPI_SUCCESS || MPI_T_cvar_read(h, &flags) != MPI_SUCCESS)
+        return fprintf(stderr, "btl_tcp_flags cannot be read through MPI_T (is Open MPI's TCP transport loaded?)\n"), 1;
+    MPI_T_cvar_handle_free(&h);
+    MPI_T_finalize();
+    /* 0x2 is Open MPI's MCA_BTL_FLAGS_PUT (opal/mca/btl/btl.h) */
+    if (dt_comm_rank(world) == 0) printf("btl_tcp_flags 0x%x: put %s\n", flags, flags & 0x2 ? "on" : "off");
+    dt_comm_destroy(world);
+    return 0;
+#else
+    fprintf(stderr, "tcp-flags: this build has no Open MPI\n");
+    return 1;
+#endif
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "tcp-flags")) return tcp_flags();
     if (dt_comm_init(&world)) { fprintf(stderr, "init: %s\n", dt_last_error()); return 1; }
     matrix();
     determinism();

@@ -64,6 +64,13 @@ awk -v d="$got" 'BEGIN { exit !(d > 90 && d < 110) }' &&
 rig_mpirun -np 4 --map-by ppr:2:node "$COLL" > "$dir/out" 2>&1 && grep -qE "collectives on 4 ranks: [0-9]+ passed, 0 failed" "$dir/out" &&
     ok "collectives across 2 machines x 2 ranks: $(grep -oE '[0-9]+ passed, 0 failed' "$dir/out")" || fail "collectives: $(tail -5 "$dir/out")"
 
+# Open MPI's TCP transport without its emulated put, which dtrain asks for (its handshake waits behind the other
+# direction's bulk data); a user's own flags win
+f=$(rig_mpirun -np 2 --map-by node "$COLL" tcp-flags 2> "$dir/err")
+u=$(rig_mpirun -np 2 --map-by node --mca btl_tcp_flags send,put,inplace,need-ack,need-csum,hetero-rdma "$COLL" tcp-flags 2>> "$dir/err")
+[[ $f == *"put off"* && $u == *"put on"* ]] && ok "Open MPI's TCP transport without put under dtrain ($f), the user's flags kept ($u)" ||
+    fail "TCP flags: dtrain's '$f', with the user's '$u'; $(head -c 300 "$dir/err")"
+
 # DDP and every ZeRO stage across 2 machines: the local launch's losses, digit for digit
 head -c 100000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 "$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null
