@@ -55,7 +55,7 @@ awk -v r="${mbit:-0}" 'BEGIN { exit !(r > 900 && r < 1100) }' && ok "the link sh
 
 # the link's delay: 100 us one way (a TCP round trip's growth over the bare link's, halved), within 10%; the delay
 # line's hold was set by measuring, so it is measured again here
-got=$(awk -v r="$(rig_rtt)" -v b="$RIG_RTT_BARE_US" 'BEGIN { printf "%.1f", (r - b) / 2 }')
+got=$(rig_one_way)
 awk -v d="$got" 'BEGIN { exit !(d > 90 && d < 110) }' &&
     ok "the link delayed 100 us one way: $got us (TCP round trip over the bare link's $RIG_RTT_BARE_US us)" ||
     fail "the link's delay: $got us one way against 100 (bare round trip $RIG_RTT_BARE_US us)"

@@ -9,7 +9,8 @@
 # exit whatever happens (and is safe to run twice).
 #   rig_up K [RATE] [US] machines $RIG_PREFIX-1..K (RATE: tbf rate on each link, e.g. 1gbit; US: one-way delay;
 #                        RATE:US names both)
-#   rig_delay US         every machine's packets to the switch held US microseconds (one way), measured
+#   rig_delay US         every machine's incoming packets held US microseconds (one way), measured
+#   rig_one_way          the one-way delay now: half a TCP round trip's growth over the bare link's, in us
 #   rig_mpirun ARGS...   mpirun from machine 1 over all of them (a host file of their names)
 #   rig_down             every process in the namespaces killed, the namespaces removed
 RIG_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -115,7 +116,7 @@ print('%.1f' % statistics.median(t[100:]))"
     wait $srv
 }
 
-# Starts each machine's delay line holding packets HOLD us (their pids in RIG_DL_PIDS), or stops them (HOLD "").
+# (Re)starts each machine's delay line holding packets HOLD us (their pids in RIG_DL_PIDS).
 rig_delaylines() {
     local hold=$1 i
     if [ -n "${RIG_DL_PIDS:-}" ]; then
@@ -123,7 +124,6 @@ rig_delaylines() {
         for ((i = 0; i < 50; i++)); do kill -0 $RIG_DL_PIDS 2> /dev/null || break; sleep 0.05; done
     fi
     RIG_DL_PIDS=""
-    [ -z "$hold" ] && return
     for ((i = 1; i <= RIG_K; i++)); do
         ip netns exec "$RIG_PREFIX-$i" "$RIG_DELAYLINE" 0 "$hold" &
         RIG_DL_PIDS="$RIG_DL_PIDS $!"
@@ -132,11 +132,13 @@ rig_delaylines() {
     sleep 0.2
 }
 
-# A delay of US microseconds one way on every link (this kernel has no netem): each machine's packets to the switch
-# go through netfilter's queue 0 to a delay line (tests/cluster/delayline.c) that holds them. Its own path (a
-# wake-up and a verdict, ~30 us here) and its timer's lateness add to the hold, so the hold is set by measuring:
-# the one-way delay is half the TCP round trip's growth over the bare link's, and the hold is corrected by what
-# it misses, three times. Sets RIG_DELAY_US (the one-way delay measured at the end) and RIG_RTT_BARE_US.
+rig_one_way() { awk -v r="$(rig_rtt)" -v b="$RIG_RTT_BARE_US" 'BEGIN { printf "%.1f", (r - b) / 2 }'; }
+
+# A delay of US microseconds one way on every link (this kernel has no netem): each machine's packets from the
+# switch go through netfilter's queue 0 to a delay line (tests/cluster/delayline.c) that holds each from its
+# arrival stamp. The verdict's own path adds a little, and a packet due at once still waits for the line's
+# wake-up, so the hold is set by measuring (rig_one_way) and corrected by what it misses, three times. Sets
+# RIG_DELAY_US (the one-way delay measured at the end) and RIG_RTT_BARE_US.
 rig_delay() {
     local us=$1 i hold got round
     [ -n "${RIG_DELAYLINE:-}" ] && [ -x "$RIG_DELAYLINE" ] ||
@@ -149,7 +151,7 @@ rig_delay() {
     hold=$us
     for round in 1 2 3; do
         rig_delaylines "$hold"
-        got=$(awk -v r="$(rig_rtt)" -v b="$RIG_RTT_BARE_US" 'BEGIN { printf "%.1f", (r - b) / 2 }')
+        got=$(rig_one_way)
         [ $round = 3 ] || hold=$(awk -v h="$hold" -v u="$us" -v g="$got" 'BEGIN { h += u - g; printf "%.1f", h < 0 ? 0 : h }')
     done
     RIG_DELAY_US=$got
