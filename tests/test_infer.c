@@ -14,6 +14,7 @@
 #include "dtrain/parallel.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,60 +39,83 @@ static void fill(float *x, size_t n, uint64_t seed) {
 
 static int max_threads = 2; /* argv[1]: 1 under TSan (libgomp's hand-offs are invisible to it) */
 
+/* One layout's products against the spec: its bits, a row alone against the same row in the batch, and the error
+ * against double (f32) or against the dequantized weights and the f32 ones (int8). */
+static void check_linear(const char *what, const float *x, const float *w, const float *b, const dt_panels *p, bool q8, int n, int K,
+                         int O, int t) {
+    float *out = malloc(sizeof(float) * (size_t)n * O), *one = malloc(sizeof(float) * (size_t)O);
+    float *row = malloc(sizeof(float) * (size_t)K);
+    if (p) dt_panels_apply(out, x, p, b, n);
+    else dt_rowdot_f32(out, x, w, b, n, K, O);
+    int spec = 1, alone = 1, held = 1;
+    double err = 0, qerr = 0;
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * K;
+        if (p) dt_panels_apply(one, xr, p, b, 1);
+        else dt_rowdot_f32(one, xr, w, b, 1, K, O);
+        for (int o = 0; o < O; o++) {
+            const float *wo = w + (size_t)o * K;
+            int8_t q[1029];
+            float scale = 1, amax = 0;
+            if (p) dt_panels_row(p, o, row);
+            if (q8) { /* the spec's int8 weights: per output, absmax / 127, rounded to nearest */
+                for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(wo[k]));
+                scale = amax > 0 ? amax / 127.0f : 1.0f;
+                for (int k = 0; k < K; k++) {
+                    q[k] = (int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, wo[k] * (1.0f / scale))));
+                    held &= row[k] == (float)q[k] * scale;
+                }
+            } else if (p) {
+                held &= memcmp(row, wo, sizeof(float) * (size_t)K) == 0;
+            }
+            double ref = b[o], deq = b[o];
+            for (int k = 0; k < K; k++) {
+                ref += (double)xr[k] * wo[k];
+                deq += (double)xr[k] * (p ? row[k] : wo[k]);
+            }
+            float f = out[(size_t)r * O + o];
+            err = fmax(err, fabs(f - deq) / (1 + fabs(deq)));
+            qerr = fmax(qerr, fabs(f - ref) / sqrt((double)K));
+            float want = q8 ? fmaf(spec_dot(xr, NULL, q, K), scale, b[o]) : spec_dot(xr, p ? row : wo, NULL, K) + b[o];
+            spec &= f == want && one[o] == want; /* rows in a batch and alone take different tiles */
+            alone &= memcmp(&f, &one[o], sizeof f) == 0;
+        }
+    }
+    /* f32 sums' rounding grows as sqrt(K): 1.1e-5 at K = 1029 (int8's larger weights), 1e-5 allowed at 768 */
+    EXPECT(err < 5e-7 * sqrt((double)K) + 1e-6, "%s K=%d, %d threads: relative error %.2g against double", what, K, t, err);
+    /* int8, per-channel absmax: each weight off by at most scale/2 ~ 4 sigma / 254 */
+    if (q8) EXPECT(qerr < 0.05, "%s K=%d: error %.3g per sqrt(K) against the f32 weights", what, K, qerr);
+    EXPECT(spec, "%s K=%d, %d threads: not the fixed order's bits", what, K, t);
+    EXPECT(held, "%s K=%d: dt_panels_row is not the weights the products read", what, K);
+    EXPECT(alone, "%s K=%d, %d threads: a row alone differs from the same row in a batch of %d", what, K, t, n);
+    /* a decoding step's few rows (7: pairs and one alone, over blocks of inputs when K is long) */
+    float *few = malloc(sizeof(float) * 7 * (size_t)O);
+    if (p) dt_panels_apply(few, x, p, b, 7);
+    else dt_rowdot_f32(few, x, w, b, 7, K, O);
+    EXPECT(!memcmp(few, out, sizeof(float) * 7 * (size_t)O), "%s K=%d, %d threads: rows in a batch of 7 differ from a batch of %d",
+           what, K, t, n);
+    free(few);
+    free(out); free(one); free(row);
+}
+
 static void rowdot_checks(void) {
-    static const int Ks[] = { 5, 37, 64, 100, 768 };
+    static const int Ks[] = { 5, 37, 64, 100, 768, 1029 }; /* 1029: blocks of 256 inputs and a tail */
     for (int t = 1; t <= max_threads; t++) {
         dt_kernels_set_threads(t);
         for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
-            int K = Ks[ki], O = 23, n = 13;
-            float *x = malloc(sizeof(float) * (size_t)n * K), *w = malloc(sizeof(float) * (size_t)O * K), b[23];
-            float *out = malloc(sizeof(float) * (size_t)n * O), *one = malloc(sizeof(float) * (size_t)O), scale[23];
-            int8_t *q = malloc((size_t)O * K);
+            int K = Ks[ki], O = 53, n = 13; /* two whole panels of 24 outputs and a part; rows in groups of 5, 4, 4 */
+            float *x = malloc(sizeof(float) * (size_t)n * K), *w = malloc(sizeof(float) * (size_t)O * K), b[53];
             fill(x, (size_t)n * K, 1 + (uint64_t)K);
             fill(w, (size_t)O * K, 2 + (uint64_t)K);
-            fill(b, 23, 3);
-            dt_rowdot_f32(out, x, w, b, n, K, O);
-            int spec = 1, alone = 1;
-            double err = 0;
-            for (int r = 0; r < n; r++) {
-                dt_rowdot_f32(one, x + (size_t)r * K, w, b, 1, K, O);
-                for (int o = 0; o < O; o++) {
-                    double ref = b[o];
-                    for (int k = 0; k < K; k++) ref += (double)x[(size_t)r * K + k] * w[(size_t)o * K + k];
-                    float f = out[(size_t)r * O + o];
-                    err = fmax(err, fabs(f - ref) / (1 + fabs(ref)));
-                    spec &= f == spec_dot(x + (size_t)r * K, w + (size_t)o * K, NULL, K) + b[o];
-                    alone &= memcmp(&f, &one[o], sizeof f) == 0;
-                }
+            fill(b, 53, 3);
+            check_linear("rowdot f32", x, w, b, NULL, false, n, K, O, t);
+            for (int q8 = 0; q8 < 2; q8++) {
+                dt_panels *p = NULL;
+                EXPECT(dt_panels_create(w, O, K, q8, &p) == DT_OK, "panels K=%d: %s", K, dt_last_error());
+                if (p) check_linear(q8 ? "panels int8" : "panels f32", x, w, b, p, q8, n, K, O, t);
+                dt_panels_destroy(p);
             }
-            EXPECT(err < 1e-5, "rowdot f32 K=%d, %d threads: relative error %.2g against double", K, t, err);
-            EXPECT(spec, "rowdot f32 K=%d, %d threads: not the fixed order's bits", K, t);
-            EXPECT(alone, "rowdot f32 K=%d, %d threads: a row alone differs from the same row in a batch of %d", K, t, n);
-            dt_quantize_rows_q8(q, scale, w, O, K);
-            dt_rowdot_q8(out, x, q, scale, b, n, K, O);
-            spec = 1, alone = 1;
-            double qerr = 0;
-            for (int r = 0; r < n; r++) {
-                dt_rowdot_q8(one, x + (size_t)r * K, q, scale, b, 1, K, O);
-                for (int o = 0; o < O; o++) {
-                    double ref = b[o], deq = b[o];
-                    for (int k = 0; k < K; k++) {
-                        ref += (double)x[(size_t)r * K + k] * w[(size_t)o * K + k];
-                        deq += (double)x[(size_t)r * K + k] * q[(size_t)o * K + k] * scale[o];
-                    }
-                    float f = out[(size_t)r * O + o];
-                    err = fmax(err, fabs(f - deq) / (1 + fabs(deq)));
-                    qerr = fmax(qerr, fabs(f - ref) / sqrt((double)K));
-                    spec &= f == fmaf(spec_dot(x + (size_t)r * K, NULL, q + (size_t)o * K, K), scale[o], b[o]);
-                    alone &= memcmp(&f, &one[o], sizeof f) == 0;
-                }
-            }
-            EXPECT(err < 1e-5, "rowdot int8 K=%d: relative error %.2g against its dequantized weights", K, err);
-            /* per-channel absmax: each weight off by at most scale/2 ~ 4 sigma / 254 */
-            EXPECT(qerr < 0.05, "rowdot int8 K=%d: error %.3g per sqrt(K) against the f32 weights", K, qerr);
-            EXPECT(spec && alone, "rowdot int8 K=%d, %d threads: not the fixed order's bits (%d) or a row alone differs (%d)", K, t,
-                   spec, alone);
-            free(x); free(w); free(out); free(one); free(q);
+            free(x); free(w);
         }
     }
 }

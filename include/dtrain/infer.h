@@ -34,12 +34,11 @@ typedef struct {
 } dt_infer_row;
 
 typedef struct dt_decoder dt_decoder;
-/* A decoder over m, a whole model or a tensor-parallel part of one (f32:
- * its Linears' weights and wte read in place, so m must outlive the
- * decoder; int8: every Linear and the head quantized per output channel,
- * token embeddings read from the head's int8 rows, so the decoder keeps
- * nothing of m's and m may be destroyed once it is made; the LayerNorms,
- * biases and position table are copied), with nslots sequences' caches of
+/* A decoder over m, a whole model or a tensor-parallel part of one (every
+ * Linear and the head copied into dt_panels, f32 or int8 per output
+ * channel, token embeddings read from the head's rows; the LayerNorms,
+ * biases and position table copied: the decoder keeps nothing of m's, and
+ * m may be destroyed once it is made), with nslots sequences' caches of
  * max_seq_len positions each (a part's: its heads) and room for max_rows
  * rows a step. Over a part, every rank of its group steps with the same
  * rows together (the row-parallel sums and the vocabulary's logits go

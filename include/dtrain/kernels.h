@@ -244,13 +244,19 @@ void dt_avgpool_global_backward(float *dinp, const float *dout, int NC, int HW);
 /* Inference's Linear (rowdot.c): out[n, O] = x[n, K] @ w[O, K]^T + bias
  * (bias may be NULL), each element one dot product summed in a fixed order
  * whatever n, the row's place or the threads: a row gives the same bits
- * alone or in any batch. dt_dot_f32 is that dot product alone. */
+ * alone or in any batch. */
 void dt_rowdot_f32(float *out, const float *x, const float *w, const float *bias, int n, int K, int O);
-float dt_dot_f32(const float *x, const float *w, int K);
-/* int8 weights w[O, K], row o worth scale[o] * w[o] (per-output-channel
- * absmax, dt_quantize_rows_q8's): out = scale[o] * (x . w[o]) + bias[o]. */
-void dt_rowdot_q8(float *out, const float *x, const int8_t *w, const float *scale, const float *bias, int n, int K, int O);
-void dt_quantize_rows_q8(int8_t *q, float *scale, const float *w, int O, int K);
+/* The same Linear on weights packed once (panels.c) for reading as one
+ * stream, in f32 or in int8 (per-output-channel absmax: output o worth
+ * scale[o] * q[o], out = scale[o] * (x . q[o]) + bias[o]); the same order
+ * of sums, so f32 panels give dt_rowdot_f32's bits. dt_panels_row: weight
+ * row o as the products read it (int8 dequantized). */
+typedef struct dt_panels dt_panels;
+dt_status dt_panels_create(const float *w, int O, int K, bool int8, dt_panels **out);
+void dt_panels_destroy(dt_panels *p);
+void dt_panels_apply(float *out, const float *x, const dt_panels *p, const float *bias, int n);
+void dt_panels_row(const dt_panels *p, int o, float *dst);
+size_t dt_panels_bytes(const dt_panels *p);
 /* GELU of rows [rows, width], each row's values the same whatever rows is (inference's batch invariance). */
 void dt_gelu_rows(float *out, const float *inp, int rows, int width);
 

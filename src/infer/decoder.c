@@ -3,8 +3,10 @@
  * position kept per sequence. A cache slot is [layer][k, v][head][position]
  * [head dim], so a row's attention reads each head's keys, then its values,
  * once and in order. Every operation works row by row with a fixed order of
- * sums (the Linears through dt_rowdot_*), so a row's results do not depend
- * on the other rows of its step. */
+ * sums (the Linears through dt_panels_apply), so a row's results do not
+ * depend on the other rows of its step. The Linears' weights are packed
+ * copies (dt_panels, f32 or int8), so nothing of the model is read after
+ * dt_decoder_create. */
 #include "dtrain/infer.h"
 #include "dtrain/kernels.h"
 
@@ -14,11 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A Linear's weights [O, K]: f32 in place, or int8 with a scale per output. */
+/* A Linear's weights [O, K], packed: f32, or int8 with a scale per output. */
 typedef struct {
-    const float *w;
-    int8_t *q;
-    float *scale;
+    dt_panels *p;
     int O, K;
 } linear;
 
@@ -34,8 +34,8 @@ struct dt_decoder {
      * vocabulary rows [v0, v0 + Vv) of the real ones; the row-parallel sums over tp (NULL: one rank, all of it) */
     const dt_tp_ops *tp;
     int Cl, NHl, Fl, v0, Vv;
-    const float *wte, *wpe, *lnfw, *lnfb; /* wte: f32 only (int8 embeds from the head's rows) */
-    linear head; /* wte's real vocabulary rows this rank holds */
+    const float *wpe, *lnfw, *lnfb;
+    linear head; /* wte's real vocabulary rows this rank holds (the embeddings read its rows) */
     float *small; /* the copied LayerNorms, biases and position table */
     size_t small_used, small_cap;
     layer *layers;
@@ -49,23 +49,19 @@ struct dt_decoder {
 };
 
 static void linear_apply(float *out, const float *x, const linear *l, const float *bias, int n) {
-    if (l->q) dt_rowdot_q8(out, x, l->q, l->scale, bias, n, l->K, l->O);
-    else dt_rowdot_f32(out, x, l->w, bias, n, l->K, l->O);
+    dt_panels_apply(out, x, l->p, bias, n);
 }
 
 static dt_status linear_make(linear *l, const float *w, int O, int K, dt_quant q, size_t *bytes) {
-    *l = (linear){ w, NULL, NULL, O, K };
-    if (q == DT_QUANT_NONE) { *bytes += sizeof(float) * (size_t)O * K; return DT_OK; }
-    l->q = malloc((size_t)O * K);
-    l->scale = malloc(sizeof(float) * (size_t)O);
-    if (!l->q || !l->scale) return dt_error(DT_ERR_NOMEM, "decoder: out of memory quantizing a [%d, %d] weight", O, K);
-    dt_quantize_rows_q8(l->q, l->scale, w, O, K);
-    l->w = NULL;
-    *bytes += (size_t)O * K + sizeof(float) * (size_t)O;
+    *l = (linear){ NULL, O, K };
+    if (O == 0) return DT_OK; /* a tensor-parallel rank past the real vocabulary holds no head rows */
+    dt_status st = dt_panels_create(w, O, K, q == DT_QUANT_INT8, &l->p);
+    if (st) return dt_error(st, "decoder: %s", dt_last_error());
+    *bytes += dt_panels_bytes(l->p);
     return DT_OK;
 }
 
-static void linear_free(linear *l) { free(l->q); free(l->scale); }
+static void linear_free(linear *l) { dt_panels_destroy(l->p); }
 
 static const float *tensor(const dt_model *md, const char *name) {
     const dt_tensor_info *t = dt_model_find(md, name);
@@ -173,15 +169,14 @@ dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_ro
     if ((st = take_part(d, m, &md))) { dt_decoder_destroy(d); return st; }
     d->small_cap = small_floats(d);
     d->small = malloc(d->small_cap * sizeof(float));
-    d->wte = tensor(&md, "wte");
+    const float *wte = tensor(&md, "wte");
     d->wpe = keep(d, &md, "wpe");
     d->lnfw = keep(d, &md, "lnfw");
     d->lnfb = keep(d, &md, "lnfb");
     st = d->layers && d->small ? DT_OK : dt_error(DT_ERR_NOMEM, "decoder: out of memory");
-    if (!st && (!d->wte || !d->wpe || !d->lnfw || !d->lnfb)) st = dt_error(DT_ERR_ARG, "decoder: the model lacks wte, wpe or lnf");
+    if (!st && (!wte || !d->wpe || !d->lnfw || !d->lnfb)) st = dt_error(DT_ERR_ARG, "decoder: the model lacks wte, wpe or lnf");
     for (int l = 0; !st && l < d->cfg.num_layers; l++) st = load_layer(d, &md, l);
-    if (!st) st = linear_make(&d->head, d->wte, d->Vv, d->cfg.channels, q, &d->weight_bytes);
-    if (!st && d->head.q) d->wte = NULL; /* embeddings from the head's int8 rows: nothing of m's is read again */
+    if (!st) st = linear_make(&d->head, wte, d->Vv, d->cfg.channels, q, &d->weight_bytes);
     if (!st) st = alloc_buffers(d);
     if (st) { dt_decoder_destroy(d); return st; }
     *out = d;
@@ -309,12 +304,8 @@ static dt_status embed(dt_decoder *d, const dt_infer_row *rows, int n) {
         int v = rows[r].token - d->v0;
         float *x = d->x + (size_t)r * C;
         bool mine = v >= 0 && v < d->Vv;
-        if (mine && d->head.q) { /* the int8 row, dequantized as the head's dot products read it */
-            const int8_t *q = d->head.q + (size_t)v * C;
-            for (int c = 0; c < C; c++) x[c] = (float)q[c] * d->head.scale[v];
-        } else {
-            for (int c = 0; c < C; c++) x[c] = mine ? d->wte[(size_t)v * C + c] : 0.0f;
-        }
+        if (mine) dt_panels_row(d->head.p, v, x); /* the row as the head's dot products read it (int8 dequantized) */
+        else memset(x, 0, sizeof(float) * (size_t)C);
     }
     dt_status st = d->tp ? d->tp->allreduce(d->tp->ctx, d->x, (size_t)n * C, 0) : DT_OK;
     for (int r = 0; !st && r < n; r++) {

@@ -1,0 +1,76 @@
+/* Packing a Linear's weights [O, K] into panels (panels.h), in f32 or in
+ * int8 with one absmax scale per output channel. */
+#include "panels.h"
+
+#include "dtrain/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Where element (o, k) of a packed [O, K] goes. */
+static size_t packed_at(int o, int k, int O, int K, bool packed) {
+    if (!packed) return (size_t)o * K + k;
+    int p = o / DT_PANEL, i = o % DT_PANEL, pw = O - p * DT_PANEL < DT_PANEL ? O - p * DT_PANEL : DT_PANEL, K8 = K & ~7;
+    size_t base = (size_t)p * DT_PANEL * K;
+    if (k < K8) return base + (size_t)(k >> 3) * pw * 8 + (size_t)i * 8 + (k & 7);
+    return base + (size_t)K8 * pw + (size_t)i * (K - K8) + (k - K8);
+}
+
+/* Row o in int8: absmax / 127 per row, rounded to nearest. */
+static float quantize_row(int8_t *q, const float *row, int K) {
+    float amax = 0;
+    for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(row[k]));
+    float s = amax > 0 ? amax / 127.0f : 1.0f, inv = 1.0f / s;
+    for (int k = 0; k < K; k++) q[k] = (int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, row[k] * inv)));
+    return s;
+}
+
+dt_status dt_panels_create(const float *w, int O, int K, bool int8, dt_panels **out) {
+    *out = NULL;
+    if (O < 1 || K < 1) return dt_error(DT_ERR_ARG, "panels: a [%d, %d] weight (each must be >= 1)", O, K);
+    dt_panels *p = calloc(1, sizeof *p);
+    size_t n = (size_t)O * K;
+    int8_t *rows = int8 ? malloc(n) : NULL; /* int8 rows in place before they are packed */
+    /* aligned: a packed f32 panel is read in loads of 64 bytes, each split over two cache lines otherwise */
+    if (p) *p = (dt_panels){ O, K, int8 ? NULL : dt_alloc_aligned(n * sizeof(float)), int8 ? dt_alloc_aligned(n) : NULL,
+                             int8 ? malloc((size_t)O * sizeof(float)) : NULL, dt_rowdot_packs() };
+    if (!p || (int8 ? !rows || !p->q || !p->scale : !p->f)) {
+        free(rows);
+        dt_panels_destroy(p);
+        return dt_error(DT_ERR_NOMEM, "panels: out of memory packing a [%d, %d] weight", O, K);
+    }
+    #pragma omp parallel for schedule(static)
+    for (int o = 0; o < O; o++) {
+        const float *src = w + (size_t)o * K;
+        if (int8) {
+            p->scale[o] = quantize_row(rows + (size_t)o * K, src, K);
+            for (int k = 0; k < K; k++) p->q[packed_at(o, k, O, K, p->packed)] = rows[(size_t)o * K + k];
+        } else {
+            for (int k = 0; k < K; k++) p->f[packed_at(o, k, O, K, p->packed)] = src[k];
+        }
+    }
+    free(rows);
+    *out = p;
+    return DT_OK;
+}
+
+void dt_panels_destroy(dt_panels *p) {
+    if (!p) return;
+    dt_free_aligned(p->f);
+    dt_free_aligned(p->q);
+    free(p->scale);
+    free(p);
+}
+
+size_t dt_panels_bytes(const dt_panels *p) {
+    size_t n = (size_t)p->O * p->K;
+    return p->f ? n * sizeof(float) : n + (size_t)p->O * sizeof(float);
+}
+
+void dt_panels_row(const dt_panels *p, int o, float *dst) {
+    for (int k = 0; k < p->K; k++) {
+        size_t at = packed_at(o, k, p->O, p->K, p->packed);
+        dst[k] = p->f ? p->f[at] : (float)p->q[at] * p->scale[o];
+    }
+}
