@@ -8,7 +8,7 @@
  * p * DT_PANEL * K elements in either layout. Weights are packed where the
  * AVX-512 kernels run (dt_rowdot_packs); the AVX2 and portable tiles read
  * rows in place faster (an AVX2 decoding step on packed panels measured
- * 10-43% slower), so there a dt_panels holds its rows as they came. */
+ * 8-43% slower), so there a dt_panels holds its rows as they came. */
 #ifndef DT_KERNELS_PANELS_H
 #define DT_KERNELS_PANELS_H
 

@@ -219,9 +219,11 @@ WIDE(wide_q8, int8_t, pair_w8)
 /* AVX-512, decoding (up to DECODE_ROWS rows) against a whole packed panel of 24 outputs, two rows at a time: each
  * chunk row of the panel (24 outputs' eight weights, side by side) is 12 loads of two outputs each, so the panel is
  * read as one stream (tiles of 8 outputs read a third of each chunk row, three strided streams: batch 8 was 25%
- * slower so). The stream is prefetched PANEL_AHEAD bytes on, into the next panel at the end: the hardware's
- * prefetchers alone kept two rows at 31-34 GB/s where one row reached 38-40 (Zen 5, 124M's Linears); 2 KB on,
- * both 39-40, 1-4 KB within 3%. More rows go over the panel a block of inputs at a time (decode_panel), the
+ * slower so). The stream is prefetched PANEL_AHEAD bytes on, into the next panel at the end (Zen 5, 124M's
+ * Linears, one thread): the hardware's prefetchers alone kept two f32 rows at 31-34 GB/s where one reached
+ * 38-40, 2 KB on both 39-40, and f32 no faster up to 32 KB; int8, 2 KB -> 8 KB on: batch 1 4.3 -> 3.1 ms (the
+ * memory's pace), batch 4 9.2 -> 6.1 ms, no faster beyond. More rows go over the panel a block of inputs at a
+ * time (decode_panel), the
  * accumulators kept in save between blocks (the same lanes, so the same bits), so that each pass after the first
  * finds the block in L1. R x 12 accumulators. */
 AVX512 static inline __m512 load16(const float *w) { return _mm512_loadu_ps(w); }
