@@ -269,7 +269,9 @@ PANEL_FN(panel_q8, 4, DT_PANEL / 4, int8_t, load16_q8)
  * one pass is needed, each block by every pair of rows (int8: every four rows, a half panel at a time, then the
  * pairs). res [n][RES_LD]. */
 #define DECODE_ROWS 8
-#define DECODE_KBLOCK 256 /* inputs: 24 KB of a panel in f32, which L1 holds */
+/* inputs: 24 KB of a panel in f32, which L1 holds (f32 batch 4-8 3-6% faster than whole panels a pass; int8,
+ * 6 KB a block, the same with blocks of 256 to 1024 inputs or none) */
+#define DECODE_KBLOCK 256
 static void decode_panel(float *res, const float *x, size_t ldx, const view *v, bool q8, int n, int K) {
     __m512 save[4 * DT_PANEL]; /* at most 4 passes of 24 accumulators */
     enum { HALF_PANEL = DT_PANEL / 2 };
@@ -325,7 +327,7 @@ static int simd_level(void) {
  * and 3 in int8 (batch 1 waits on memory), 2-4 rows 3, 5-6 rows 2. */
 typedef enum { T_NONE, T_WIDE, T_AVX2 } tile_kind;
 typedef struct { tile_kind kind; int width; } tile_choice;
-static void tile_widths(int nr, bool q8, const view *v, tile_choice c[2]) {
+static void tile_widths(int nr, bool q8, tile_choice c[2]) {
     int level = simd_level();
     tile_choice avx2 = { T_AVX2, nr == 1 ? (q8 ? ROW_OUTPUTS_Q8 : ROW_OUTPUTS_F32) : nr <= 4 ? 3 : 2 }, none = { T_NONE, 1 };
     c[0] = c[1] = none;
@@ -369,7 +371,7 @@ static void block(float *out, const float *x, const view *v, bool q8, const floa
     float res[6 * RES_LD];
     const float *xr = x + (size_t)r * K;
     tile_choice c[2];
-    tile_widths(nr, q8, v, c);
+    tile_widths(nr, q8, c);
     for (int t = 0, m; t < no; t += m) {
         tile_kind kind = c[0].width <= no - t ? c[0].kind : c[1].width <= no - t ? c[1].kind : T_NONE;
         m = kind == T_NONE ? 1 : kind == c[0].kind ? c[0].width : c[1].width;
@@ -401,9 +403,9 @@ static void rows_range(float *out, const float *x, const void *w, bool packed, c
             }
 #endif
             tile_choice c[2];
-            tile_widths(base, q8, &v, c);
-            /* AVX2's 2 and 3 both fit in 6, whose weights stay in L1 while every group of rows goes by; one row, the
-             * whole panel at once (fewer calls: int8 batch 1 was 9% slower in blocks of 6) */
+            tile_widths(base, q8, c);
+            /* AVX2's 2 and 3 both fit in 6, whose weights stay in L1 while every group of rows goes by; one row (no
+             * groups to go by), the whole panel at once, in fewer calls */
             int step = c[0].kind == T_WIDE ? WIDE_OUTPUTS : base == 1 ? DT_PANEL : 6;
             for (int i = 0; i < v.pw; i += step)
                 for (int a = 0, r = r0; a < g; r += base + (a < extra), a++)
