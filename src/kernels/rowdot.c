@@ -23,14 +23,13 @@
 #define omp_in_parallel() 0
 #endif
 
-#define ROW_OUTPUTS_F32 6 /* outputs an AVX2 one-row tile takes (see TILE_BODY) */
-#define ROW_OUTPUTS_Q8 3
+#define ROW_OUTPUTS 6 /* outputs an AVX2 one-row tile takes (see TILE_BODY) */
 #define WIDE_OUTPUTS 8 /* outputs an AVX-512 tile of 2-6 rows takes (see WIDE_BODY) */
 #define RES_LD DT_PANEL /* a tile's results: [rows][RES_LD] */
 /* How far ahead a tile prefetches the weights of rows in place. Decoding (1-4 rows): the rows 6 on, a one-row
- * f32 tile's next tile; an int8 tile of 3 outputs that prefetched only its next tile's rows (3 on) decoded batch 1
- * at 140-145 tokens/s on a Zen 5, 6 on at 156-166, further no faster. Prefill (5-6 rows, the same weights swept by
- * many row groups): the next tile's rows, as 6 on was 2-6% slower there. */
+ * tile's next tile (an int8 tile of 3 outputs that prefetched only its next tile's rows, 3 on, decoded batch 1 at
+ * 140-145 tokens/s on a Zen 5, 6 on at 156-166). Prefill (5-6 rows, the same weights swept by many row groups):
+ * the next tile's rows, as 6 on was 2-6% slower there. */
 #define PREFETCH_AHEAD(R, NO) ((R) >= 5 ? (NO) : 6)
 #define PANEL_AHEAD 8192 /* bytes a packed panel's stream is prefetched ahead (see PANEL_FN) */
 #define ROW_CHUNK 60 /* rows swept against one block of weights while they are in cache (a multiple of 6) */
@@ -116,9 +115,10 @@ AVX2 static inline __m256 load_w8(const int8_t *w) {
  * that the R * NO accumulators, NO weight vectors and one input vector stay
  * in AVX2's sixteen registers: one row x NO1 outputs, 2-4 rows x 3
  * (12 + 3 + 1), or 5-6 rows x 2 (12 + 2 + 1), which converts fewer int8
- * weights per product. One f32 row takes 6 outputs (six chains of FMAs hide
- * their latency: three left batch 1 at ~84% of the memory's pace, six reach
- * it); one int8 row keeps 3, as 6 measured no faster from memory. Weights
+ * weights per product. One row takes 6 outputs (six chains of FMAs hide
+ * their latency: three left f32 batch 1 at ~84% of the memory's pace, six
+ * reach it; int8 on the AVX2 path, Zen 5: 144-147 -> 206-209 tokens/s, once
+ * the prefetch went 6 rows on; an earlier 6 had measured no faster). Weights
  * are prefetched a few rows ahead (short rows defeat the hardware's
  * prefetchers). These tiles read rows in place (dt_rowdot_packs: only the
  * AVX-512 path packs), and packed only in a last panel's few outputs. */
@@ -161,8 +161,8 @@ AVX2 static inline __m256 load_w8(const int8_t *w) {
 #define TILE(NAME, WT, LOAD, NO1)                                                                                      \
     TILE_FN(NAME, 1, NO1, WT, LOAD) TILE_FN(NAME, 2, 3, WT, LOAD) TILE_FN(NAME, 3, 3, WT, LOAD)                        \
     TILE_FN(NAME, 4, 3, WT, LOAD) TILE_FN(NAME, 5, 2, WT, LOAD) TILE_FN(NAME, 6, 2, WT, LOAD) TILE_SWITCH(NAME, WT)
-TILE(tile_f32, float, load_w, ROW_OUTPUTS_F32)
-TILE(tile_q8, int8_t, load_w8, ROW_OUTPUTS_Q8)
+TILE(tile_f32, float, load_w, ROW_OUTPUTS)
+TILE(tile_q8, int8_t, load_w8, ROW_OUTPUTS)
 
 /* AVX-512, 2-6 rows x 8 outputs: the same eight lanes per output as TILE_BODY, two outputs to a 512-bit register
  * (output o in the low half, o + 1 in the high one, the row's eight inputs broadcast to both), so the sums are
@@ -323,13 +323,13 @@ static int simd_level(void) {
 
 /* Tiles, widest first: [0] the one a block of nr rows is swept in, [1] a narrower one for what is left of a
  * panel; outputs past both go one at a time (T_NONE). AVX-512: more than one row 8 outputs (one row, and a
- * decoding step's rows against whole packed panels, go to decode_panel instead); AVX2: one row 6 outputs in f32
- * and 3 in int8 (batch 1 waits on memory), 2-4 rows 3, 5-6 rows 2. */
+ * decoding step's rows against whole packed panels, go to decode_panel instead); AVX2: one row 6 outputs (batch 1
+ * waits on memory), 2-4 rows 3, 5-6 rows 2. */
 typedef enum { T_NONE, T_WIDE, T_AVX2 } tile_kind;
 typedef struct { tile_kind kind; int width; } tile_choice;
-static void tile_widths(int nr, bool q8, tile_choice c[2]) {
+static void tile_widths(int nr, tile_choice c[2]) {
     int level = simd_level();
-    tile_choice avx2 = { T_AVX2, nr == 1 ? (q8 ? ROW_OUTPUTS_Q8 : ROW_OUTPUTS_F32) : nr <= 4 ? 3 : 2 }, none = { T_NONE, 1 };
+    tile_choice avx2 = { T_AVX2, nr == 1 ? ROW_OUTPUTS : nr <= 4 ? 3 : 2 }, none = { T_NONE, 1 };
     c[0] = c[1] = none;
     if (level == 0) return;
     c[0] = avx2;
@@ -371,7 +371,7 @@ static void block(float *out, const float *x, const view *v, bool q8, const floa
     float res[6 * RES_LD];
     const float *xr = x + (size_t)r * K;
     tile_choice c[2];
-    tile_widths(nr, q8, c);
+    tile_widths(nr, c);
     for (int t = 0, m; t < no; t += m) {
         tile_kind kind = c[0].width <= no - t ? c[0].kind : c[1].width <= no - t ? c[1].kind : T_NONE;
         m = kind == T_NONE ? 1 : kind == c[0].kind ? c[0].width : c[1].width;
@@ -403,7 +403,7 @@ static void rows_range(float *out, const float *x, const void *w, bool packed, c
             }
 #endif
             tile_choice c[2];
-            tile_widths(base, q8, c);
+            tile_widths(base, c);
             /* AVX2's 2 and 3 both fit in 6, whose weights stay in L1 while every group of rows goes by; one row (no
              * groups to go by), the whole panel at once, in fewer calls */
             int step = c[0].kind == T_WIDE ? WIDE_OUTPUTS : base == 1 ? DT_PANEL : 6;
