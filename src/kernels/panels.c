@@ -69,8 +69,11 @@ size_t dt_panels_bytes(const dt_panels *p) {
 }
 
 void dt_panels_row(const dt_panels *p, int o, float *dst) {
+    /* where each chunk of eight is, found once (the embeddings read a row a token) */
+    size_t first = packed_at(o, 0, p->O, p->K, p->packed), step = p->K >= 16 ? packed_at(o, 8, p->O, p->K, p->packed) - first : 8;
+    int K8 = p->K & ~7;
     for (int k = 0; k < p->K; k++) {
-        size_t at = packed_at(o, k, p->O, p->K, p->packed);
+        size_t at = k < K8 ? first + (size_t)(k >> 3) * step + (k & 7) : packed_at(o, k, p->O, p->K, p->packed);
         dst[k] = p->f ? p->f[at] : (float)p->q[at] * p->scale[o];
     }
 }
