@@ -98,6 +98,26 @@ static void check_linear(const char *what, const float *x, const float *w, const
     free(out); free(one); free(row);
 }
 
+/* Attention's sum of values: every y[j] the scalar chain's bits, at widths that leave every path a tail. */
+static void weighted_sum_checks(void) {
+    static const int ds[] = { 5, 16, 64, 72, 100 };
+    for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
+        for (int n = 1; n <= 37; n += 9) {
+            int d = ds[di], same = 1;
+            float w[37], *v = malloc(sizeof(float) * (size_t)n * d), y[100];
+            fill(w, (size_t)n, 5 + (uint64_t)n);
+            fill(v, (size_t)n * d, 6 + (uint64_t)d);
+            dt_weighted_sum(y, w, v, n, d);
+            for (int j = 0; j < d; j++) {
+                float a = 0;
+                for (int t = 0; t < n; t++) a = fmaf(w[t], v[(size_t)t * d + j], a);
+                same &= memcmp(&a, &y[j], sizeof a) == 0;
+            }
+            EXPECT(same, "weighted sum d=%d n=%d: not the scalar chain's bits", d, n);
+            free(v);
+        }
+}
+
 static void rowdot_checks(void) {
     static const int Ks[] = { 5, 37, 64, 100, 768, 1029 }; /* 1029: blocks of 256 inputs and a tail */
     for (int t = 1; t <= max_threads; t++) {
@@ -345,6 +365,7 @@ int main(int argc, char **argv) {
     }
     int ranks = w ? dt_comm_size(w) : 1;
     rowdot_checks();
+    weighted_sum_checks();
     dt_gpt2 *whole = small_model(ranks > 1 ? 4 : 3), *m = whole;
     dt_tp_ops ops;
     EXPECT(whole != NULL, "model: %s", dt_last_error());

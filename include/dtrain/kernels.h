@@ -257,6 +257,10 @@ void dt_panels_destroy(dt_panels *p);
 void dt_panels_apply(float *out, const float *x, const dt_panels *p, const float *bias, int n);
 void dt_panels_row(const dt_panels *p, int o, float *dst);
 size_t dt_panels_bytes(const dt_panels *p);
+/* y[j] = sum over t < n of w[t] * v[t * d + j], each a chain of fused
+ * multiply-adds in t order from zero (weighted_sum.c): the same bits on every
+ * path and width (inference attention's sum of values). */
+void dt_weighted_sum(float *y, const float *w, const float *v, int n, int d);
 /* GELU of rows [rows, width], each row's values the same whatever rows is (inference's batch invariance). */
 void dt_gelu_rows(float *out, const float *inp, int rows, int width);
 

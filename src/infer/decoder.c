@@ -235,9 +235,7 @@ static void attention(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
             if (s[t] > mx) mx = s[t];
         }
         for (int t = 0; t < npos; t++) { s[t] = expf(s[t] - mx); sum += s[t]; }
-        for (int j = 0; j < hd; j++) y[j] = 0;
-        for (int t = 0; t < npos; t++)
-            for (int j = 0; j < hd; j++) y[j] = fmaf(s[t], v[(size_t)t * hd + j], y[j]);
+        dt_weighted_sum(y, s, v, npos, hd);
         float inv = 1.0f / sum;
         for (int j = 0; j < hd; j++) y[j] *= inv;
     }
