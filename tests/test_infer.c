@@ -98,6 +98,29 @@ static void check_linear(const char *what, const float *x, const float *w, const
     free(out); free(one); free(row);
 }
 
+/* Attention's scores from blocked keys: every score the spec's dot product, positions past whole blocks included. */
+static void attend_score_checks(void) {
+    static const int ds[] = { 5, 37, 64, 100 }, ns[] = { 1, 15, 16, 17, 40 };
+    for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+            int d = ds[di], n = ns[ni], same = 1, blocks = (n + DT_KEY_BLOCK - 1) / DT_KEY_BLOCK;
+            float *keys = malloc(sizeof(float) * (size_t)n * d), *kb = calloc((size_t)blocks * d * DT_KEY_BLOCK, sizeof(float));
+            float q[100], s[40];
+            fill(q, (size_t)d, 7 + (uint64_t)d);
+            fill(keys, (size_t)n * d, 8 + (uint64_t)n);
+            for (int t = 0; t < n; t++)
+                for (int k = 0; k < d; k++)
+                    kb[(size_t)(t / DT_KEY_BLOCK) * d * DT_KEY_BLOCK + (size_t)k * DT_KEY_BLOCK + t % DT_KEY_BLOCK] = keys[(size_t)t * d + k];
+            dt_attend_scores(s, q, kb, d, n);
+            for (int t = 0; t < n; t++) {
+                float want = spec_dot(q, keys + (size_t)t * d, NULL, d);
+                same &= memcmp(&want, &s[t], sizeof want) == 0;
+            }
+            EXPECT(same, "attention scores d=%d n=%d: not the spec's bits", d, n);
+            free(keys); free(kb);
+        }
+}
+
 /* Attention's sum of values: every y[j] the scalar chain's bits, at widths that leave every path a tail. */
 static void weighted_sum_checks(void) {
     static const int ds[] = { 5, 16, 64, 72, 100 };
@@ -366,6 +389,7 @@ int main(int argc, char **argv) {
     int ranks = w ? dt_comm_size(w) : 1;
     rowdot_checks();
     weighted_sum_checks();
+    attend_score_checks();
     dt_gpt2 *whole = small_model(ranks > 1 ? 4 : 3), *m = whole;
     dt_tp_ops ops;
     EXPECT(whole != NULL, "model: %s", dt_last_error());

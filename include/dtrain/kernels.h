@@ -257,9 +257,14 @@ void dt_panels_destroy(dt_panels *p);
 void dt_panels_apply(float *out, const float *x, const dt_panels *p, const float *bias, int n);
 void dt_panels_row(const dt_panels *p, int o, float *dst);
 size_t dt_panels_bytes(const dt_panels *p);
-/* y[j] = sum over t < n of w[t] * v[t * d + j], each a chain of fused
- * multiply-adds in t order from zero (weighted_sum.c): the same bits on every
- * path and width (inference attention's sum of values). */
+/* Inference attention (attend.c), the same bits on every path and width.
+ * dt_attend_scores: s[t] = q . key t for t < n, each the spec's dot product
+ * (dt_rowdot_f32's order), keys of d elements in blocks of DT_KEY_BLOCK
+ * positions: element k of key t at kb[(t / B) * d * B + k * B + t % B].
+ * dt_weighted_sum: y[j] = sum over t < n of w[t] * v[t * d + j], each a chain
+ * of fused multiply-adds in t order from zero. */
+#define DT_KEY_BLOCK 16
+void dt_attend_scores(float *s, const float *q, const float *kb, int d, int n);
 void dt_weighted_sum(float *y, const float *w, const float *v, int n, int d);
 /* GELU of rows [rows, width], each row's values the same whatever rows is (inference's batch invariance). */
 void dt_gelu_rows(float *out, const float *inp, int rows, int width);

@@ -1,8 +1,9 @@
 /* The decoder: GPT-2's forward for inference over rows that each belong to
  * a sequence at its own position, with the keys and values of every
- * position kept per sequence. A cache slot is [layer][k, v][head][position]
- * [head dim], so a row's attention reads each head's keys, then its values,
- * once and in order. Every operation works row by row with a fixed order of
+ * position kept per sequence. A cache slot is [layer][k, v][head], the keys
+ * in blocks of 16 positions ([block][head dim][position]) and the values
+ * [position][head dim], so a row's attention reads each head's keys, then
+ * its values, once and in order. Every operation works row by row with a fixed order of
  * sums (the Linears through dt_panels_apply), so a row's results do not
  * depend on the other rows of its step. The Linears' weights are packed
  * copies (dt_panels, f32 or int8), so nothing of the model is read after
@@ -106,10 +107,15 @@ static dt_status load_layer(dt_decoder *d, const dt_model *md, int l) {
     return st;
 }
 
+/* Positions a slot has room for: max_seq_len rounded up to whole key blocks. */
+static size_t padded_positions(const dt_decoder *d) {
+    return ((size_t)d->cfg.max_seq_len + DT_KEY_BLOCK - 1) / DT_KEY_BLOCK * DT_KEY_BLOCK;
+}
+
 static dt_status alloc_buffers(dt_decoder *d) {
     const dt_gpt2_config *c = &d->cfg;
     size_t R = (size_t)d->max_rows, C = (size_t)c->channels, T = (size_t)c->max_seq_len;
-    d->slot_floats = (size_t)c->num_layers * 2 * (size_t)d->Cl * T;
+    d->slot_floats = (size_t)c->num_layers * 2 * (size_t)d->Cl * padded_positions(d);
     /* calloc: a slot's pages are touched only as its positions fill */
     d->cache = calloc((size_t)d->nslots * d->slot_floats, sizeof(float));
     d->filled = calloc((size_t)d->nslots, sizeof(int));
@@ -207,9 +213,10 @@ int dt_decoder_max_rows(const dt_decoder *d) { return d->max_rows; }
 size_t dt_decoder_weight_bytes(const dt_decoder *d) { return d->weight_bytes; }
 size_t dt_decoder_cache_bytes(const dt_decoder *d) { return (size_t)d->nslots * d->slot_floats * sizeof(float); }
 
-/* Head h's keys (kv 0) or values (1) in layer l of slot s: [max_seq_len, head dim]. */
+/* Head h's keys (kv 0: blocks of DT_KEY_BLOCK positions, [block][head dim][position], dt_attend_scores's) or
+ * values (1: [position][head dim]) in layer l of slot s, room for max_seq_len positions rounded up to a block. */
 static float *cache_at(const dt_decoder *d, int s, int l, int kv, int h) {
-    size_t T = (size_t)d->cfg.max_seq_len, hd = (size_t)(d->cfg.channels / d->cfg.num_heads);
+    size_t T = padded_positions(d), hd = (size_t)(d->cfg.channels / d->cfg.num_heads);
     return d->cache + (size_t)s * d->slot_floats + (((size_t)l * 2 + kv) * d->NHl + h) * T * hd;
 }
 
@@ -219,7 +226,9 @@ static void attention(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
     for (int r = 0; r < n; r++)
         for (int h = 0; h < NH; h++) {
             const float *q = d->qkv + (size_t)r * 3 * C + h * hd;
-            memcpy(cache_at(d, rows[r].slot, l, 0, h) + (size_t)rows[r].pos * hd, q + C, sizeof(float) * (size_t)hd);
+            int pos = rows[r].pos;
+            float *kb = cache_at(d, rows[r].slot, l, 0, h) + (size_t)(pos / DT_KEY_BLOCK) * hd * DT_KEY_BLOCK + pos % DT_KEY_BLOCK;
+            for (int j = 0; j < hd; j++) kb[(size_t)j * DT_KEY_BLOCK] = q[C + j];
             memcpy(cache_at(d, rows[r].slot, l, 1, h) + (size_t)rows[r].pos * hd, q + 2 * C, sizeof(float) * (size_t)hd);
         }
     float scale = 1.0f / sqrtf((float)hd);
@@ -229,7 +238,7 @@ static void attention(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
         const float *q = d->qkv + (size_t)r * 3 * C + h * hd, *k = cache_at(d, rows[r].slot, l, 0, h);
         const float *v = cache_at(d, rows[r].slot, l, 1, h);
         float *s = d->scores + (size_t)i * T, *y = d->att + (size_t)r * C + h * hd, mx = -INFINITY, sum = 0;
-        dt_rowdot_f32(s, q, k, NULL, 1, hd, npos); /* q against every key: the fixed-order dot products, on this thread */
+        dt_attend_scores(s, q, k, hd, npos); /* q against every key: the Linear's fixed-order dot products */
         for (int t = 0; t < npos; t++) {
             s[t] *= scale;
             if (s[t] > mx) mx = s[t];
