@@ -414,10 +414,10 @@ static void rows_range(float *out, const float *x, const void *w, bool packed, c
     }
 }
 
-/* One row against f32 rows in place (attention's query against its keys): tiles straight along the outputs,
- * none of the panels' bookkeeping, which cost more than the products at a key's 64 inputs. AVX-512: 8 outputs a
- * tile; AVX2: 6. The same sums as every path. Zen 5, 124M, decoding batch 8 after a 512-token prompt: f32
- * 181-189 -> 201-202 tokens/s, int8 246-250 -> 256-273. */
+/* One row against f32 rows in place: tiles straight along the outputs, none of the panels' bookkeeping, which
+ * cost more than the products at short rows (attention's 64-input keys, before they had their own layout and
+ * kernel in attend.c: decoding batch 8 after a 512-token prompt went 181-189 -> 201-202 tokens/s in f32 on a Zen
+ * 5). AVX-512: 8 outputs a tile; AVX2: 6. The same sums as every path. */
 static void one_row(float *out, const float *x, const float *w, const float *bias, int K, int O) {
     view v = panel_view(w, sizeof(float), 0, O, K, false); /* output o at o * K, as in panel 0 */
     int o = 0;
