@@ -13,6 +13,7 @@
 #include "dtrain/kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +97,7 @@ __attribute__((target("avx2,fma"))) static int wsum_avx2(float *y, const float *
 /* 2 AVX-512, 1 AVX2, 0 portable: the widest this CPU has, or narrower by $DTRAIN_ROWDOT as the Linear's, so a
  * test of one path runs both. */
 static int level(void) {
-    static int known = -1;
+    static _Atomic int known = -1; /* atomic: the first calls may come from several threads at once */
     if (known < 0) {
         const char *e = getenv("DTRAIN_ROWDOT");
         int cap = e && !strcmp(e, "portable") ? 0 : e && !strcmp(e, "avx2") ? 1 : 2, has = 0;

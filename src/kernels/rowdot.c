@@ -14,6 +14,7 @@
 #include "dtrain/kernels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,7 +305,7 @@ static void decode_panel(float *res, const float *x, size_t ldx, const view *v, 
 /* The widest path this CPU has: 2 AVX-512, 1 AVX2, 0 portable. $DTRAIN_ROWDOT=portable|avx2 asks for a
  * narrower one on any CPU (the tests run each and expect the same bits). */
 static int simd_level(void) {
-    static int known = -1;
+    static _Atomic int known = -1; /* atomic: the first calls may come from several threads at once */
     if (known < 0) {
         const char *e = getenv("DTRAIN_ROWDOT");
         int cap = 2, has = 0;
