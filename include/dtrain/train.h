@@ -186,7 +186,10 @@ int dt_train_interrupted(void);
  * several ranks, m is this rank's pipeline stage (units [ua, ub), the
  * stages in pp's rank order): each window goes through the stages, the last
  * draws the token, emits it and sends it to the others (collective over pp;
- * every rank gives the same arguments; no cache). */
+ * every rank gives the same arguments; no cache). It takes *m: with the
+ * cache the model is destroyed once the decoder has its own copy of the
+ * weights (*m NULL after), so the weights are not held twice; otherwise
+ * it stays the caller's. */
 typedef void (*dt_emit_fn)(int token, void *ctx);
 typedef struct {
     int count;
@@ -195,7 +198,7 @@ typedef struct {
     int cache;
     dt_quant quant;
 } dt_generate_options;
-dt_status dt_generate(dt_gpt2 *m, dt_comm *pp, const int32_t *prompt, int nprompt, const dt_generate_options *o, dt_emit_fn emit,
+dt_status dt_generate(dt_gpt2 **m, dt_comm *pp, const int32_t *prompt, int nprompt, const dt_generate_options *o, dt_emit_fn emit,
                       void *ctx);
 
 /* The model a rank of w runs from a weights file or checkpoint: the whole

@@ -117,7 +117,7 @@ int dt_cli_generate(int argc, char **argv) {
         if (printer) printf("%s", prompt);
         dt_generate_options o = { (int)count, { (float)temp, (int)topk, (float)topp }, (uint64_t)seed, cache, quant };
         dt_emit_fn emit = !printer ? emit_none : b || V != 256 ? emit_id : emit_byte;
-        st = dt_generate(m, tp ? NULL : w, p, n, &o, emit, b);
+        st = dt_generate(&m, tp ? NULL : w, p, n, &o, emit, b); /* m is NULL after, with the cache */
         if (printer) printf("\n");
     }
     free(p);

@@ -61,9 +61,9 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
 
 /* With the cache: one request at a time through a one-slot batcher; when the context is full, the last half of the
  * text becomes the next request's prompt (its random state carried on). */
-static dt_status generate_cached(dt_gpt2 *m, int32_t *toks, int nprompt, const dt_generate_options *o, dt_emit_fn emit,
+static dt_status generate_cached(dt_gpt2 **m, int32_t *toks, int nprompt, const dt_generate_options *o, dt_emit_fn emit,
                                  void *ctx) {
-    int Tmax = dt_gpt2_get_config(m)->max_seq_len, half = Tmax / 2 > 0 ? Tmax / 2 : 1;
+    int Tmax = dt_gpt2_get_config(*m)->max_seq_len, half = Tmax / 2 > 0 ? Tmax / 2 : 1;
     if (nprompt > Tmax || nprompt + o->count - 1 > Tmax)
         dt_log(DT_LOG_WARN, "generate: the model reads %d tokens at most: %s%seach time the context fills, its last %d tokens are "
                "read again (--no-cache slides the window by one token instead)", Tmax,
@@ -71,7 +71,11 @@ static dt_status generate_cached(dt_gpt2 *m, int32_t *toks, int nprompt, const d
     int rows = Tmax < 256 ? Tmax : 256;
     dt_decoder *d = NULL;
     dt_batcher *b = NULL;
-    dt_status st = dt_decoder_create(m, o->quant, 1, rows, &d);
+    dt_status st = dt_decoder_create(*m, o->quant, 1, rows, &d);
+    if (!st) { /* the decoder keeps copies of all it reads */
+        dt_gpt2_destroy(*m);
+        *m = NULL;
+    }
     if (!st) st = dt_batcher_create(d, rows, &b);
     cached_run run = { emit, ctx, toks, nprompt };
     uint64_t seed = o->seed;
@@ -89,7 +93,7 @@ static dt_status generate_cached(dt_gpt2 *m, int32_t *toks, int nprompt, const d
     return st;
 }
 
-dt_status dt_generate(dt_gpt2 *m, dt_comm *pp, const int32_t *prompt, int nprompt, const dt_generate_options *o, dt_emit_fn emit,
+dt_status dt_generate(dt_gpt2 **m, dt_comm *pp, const int32_t *prompt, int nprompt, const dt_generate_options *o, dt_emit_fn emit,
                       void *ctx) {
     if (nprompt < 1) return dt_error(DT_ERR_ARG, "generate: the prompt is empty");
     dt_status st = dt_sampling_check(&o->sampling);
@@ -99,7 +103,7 @@ dt_status dt_generate(dt_gpt2 *m, dt_comm *pp, const int32_t *prompt, int npromp
     memcpy(toks, prompt, sizeof(int32_t) * (size_t)nprompt);
     bool staged = pp && dt_comm_size(pp) > 1;
     if (o->cache && !staged) st = generate_cached(m, toks, nprompt, o, emit, ctx);
-    else st = generate_windows(m, staged ? pp : NULL, toks, nprompt, o, emit, ctx);
+    else st = generate_windows(*m, staged ? pp : NULL, toks, nprompt, o, emit, ctx);
     free(toks);
     return st;
 }
