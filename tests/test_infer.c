@@ -173,6 +173,35 @@ static dt_gpt2 *small_model(int heads) {
     return m;
 }
 
+/* A decoder that takes its model (f32 packed in the model's memory, int8 the model gone) gives the bits of one
+ * that copies from an identical model, prefill and rows after. */
+static void taking_checks(void) {
+    for (int q8 = 0; q8 < 2; q8++) {
+        dt_quant q = q8 ? DT_QUANT_INT8 : DT_QUANT_NONE;
+        dt_gpt2 *a = small_model(2), *b = small_model(2);
+        dt_decoder *copying = NULL, *taking = NULL;
+        int T = 9, V = 67;
+        float *la = malloc(sizeof(float) * (size_t)T * V), *lb = malloc(sizeof(float) * (size_t)T * V);
+        dt_status sa = a ? dt_decoder_create(a, q, 1, T, &copying) : DT_ERR_NOMEM;
+        dt_status sb = b ? dt_decoder_create_taking(b, q, 1, T, &taking) : DT_ERR_NOMEM; /* b is the decoder's now */
+        EXPECT(!sa && !sb, "taking decoder: %s", dt_last_error());
+        if (copying && taking) {
+            dt_infer_row rows[9];
+            for (int i = 0; i < T; i++) rows[i] = (dt_infer_row){ 0, i, (int32_t)(i * 7 % V), 1 };
+            EXPECT(!dt_decoder_step(copying, rows, 5, la) && !dt_decoder_step(taking, rows, 5, lb), "prefill: %s", dt_last_error());
+            for (int i = 5; i < T; i++)
+                EXPECT(!dt_decoder_step(copying, &rows[i], 1, la + (size_t)i * V) && !dt_decoder_step(taking, &rows[i], 1, lb + (size_t)i * V),
+                       "row %d: %s", i, dt_last_error());
+            EXPECT(!memcmp(la, lb, sizeof(float) * (size_t)T * V), "%s: the taking decoder's logits differ from the copying one's",
+                   q8 ? "int8" : "f32");
+        }
+        dt_decoder_destroy(copying);
+        dt_decoder_destroy(taking);
+        dt_gpt2_destroy(a);
+        free(la); free(lb);
+    }
+}
+
 /* The decoder's logits (on m: the whole model, or a tensor-parallel part of it) against the whole model's training
  * forward, for a sequence of T tokens read at once and a row at a time. */
 static void decoder_against_forward(dt_gpt2 *whole, dt_gpt2 *m) {
@@ -390,6 +419,7 @@ int main(int argc, char **argv) {
     rowdot_checks();
     weighted_sum_checks();
     attend_score_checks();
+    taking_checks();
     dt_gpt2 *whole = small_model(ranks > 1 ? 4 : 3), *m = whole;
     dt_tp_ops ops;
     EXPECT(whole != NULL, "model: %s", dt_last_error());

@@ -45,6 +45,10 @@ typedef struct dt_decoder dt_decoder;
  * through the part's dt_tp_ops) and gets the whole logits, the same bits
  * on every rank. */
 dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out);
+/* The same, taking m (the decoder's after, whether it succeeds or not): f32
+ * Linears packed in m's own memory instead of copied, so the weights are
+ * held once (int8: m destroyed once quantized). */
+dt_status dt_decoder_create_taking(dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out);
 void dt_decoder_destroy(dt_decoder *d);
 const dt_gpt2_config *dt_decoder_config(const dt_decoder *d);
 int dt_decoder_slots(const dt_decoder *d);

@@ -253,6 +253,9 @@ void dt_rowdot_f32(float *out, const float *x, const float *w, const float *bias
  * row o as the products read it (int8 dequantized). */
 typedef struct dt_panels dt_panels;
 dt_status dt_panels_create(const float *w, int O, int K, bool int8, dt_panels **out);
+/* f32 panels made of w's own memory, packed where it lies (w is not [O, K]
+ * rows after, and must outlive the panels): no second copy of the weights. */
+dt_status dt_panels_pack_in_place(float *w, int O, int K, dt_panels **out);
 void dt_panels_destroy(dt_panels *p);
 void dt_panels_apply(float *out, const float *x, const dt_panels *p, const float *bias, int n);
 void dt_panels_row(const dt_panels *p, int o, float *dst);

@@ -186,10 +186,9 @@ int dt_train_interrupted(void);
  * several ranks, m is this rank's pipeline stage (units [ua, ub), the
  * stages in pp's rank order): each window goes through the stages, the last
  * draws the token, emits it and sends it to the others (collective over pp;
- * every rank gives the same arguments; no cache). It takes *m: with the
- * cache the model is destroyed once the decoder has its own copy of the
- * weights (*m NULL after), so the weights are not held twice; otherwise
- * it stays the caller's. */
+ * every rank gives the same arguments; no cache). With the cache it takes
+ * *m (the decoder's, *m NULL after: the weights are held once); otherwise
+ * the model stays the caller's. */
 typedef void (*dt_emit_fn)(int token, void *ctx);
 typedef struct {
     int count;

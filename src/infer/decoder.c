@@ -6,8 +6,9 @@
  * its values, once and in order. Every operation works row by row with a fixed order of
  * sums (the Linears through dt_panels_apply), so a row's results do not
  * depend on the other rows of its step. The Linears' weights are packed
- * copies (dt_panels, f32 or int8), so nothing of the model is read after
- * dt_decoder_create. */
+ * (dt_panels, f32 or int8): copies, so nothing of the model is read after
+ * dt_decoder_create, or in f32 the model's own memory packed in place when
+ * the decoder takes the model (dt_decoder_create_taking: no second copy). */
 #include "dtrain/infer.h"
 #include "dtrain/kernels.h"
 
@@ -47,16 +48,19 @@ struct dt_decoder {
     float *x, *xn, *qkv, *att, *fch, *fcg, *mean, *rstd, *scores, *local_logits;
     int leader;              /* over a part: this rank sends each step's rows to the others, who follow */
     size_t weight_bytes;
+    dt_gpt2 *owned; /* the model, when the decoder took it (dt_decoder_create_taking): its f32 Linears are packed in it */
 };
 
 static void linear_apply(float *out, const float *x, const linear *l, const float *bias, int n) {
     dt_panels_apply(out, x, l->p, bias, n);
 }
 
-static dt_status linear_make(linear *l, const float *w, int O, int K, dt_quant q, size_t *bytes) {
+/* in_place: the decoder owns the model, and an f32 Linear is packed in the model's own memory (no second copy) */
+static dt_status linear_make(linear *l, const float *w, int O, int K, dt_quant q, bool in_place, size_t *bytes) {
     *l = (linear){ NULL, O, K };
     if (O == 0) return DT_OK; /* a tensor-parallel rank past the real vocabulary holds no head rows */
-    dt_status st = dt_panels_create(w, O, K, q == DT_QUANT_INT8, &l->p);
+    dt_status st = in_place && q == DT_QUANT_NONE ? dt_panels_pack_in_place((float *)w, O, K, &l->p)
+                                                  : dt_panels_create(w, O, K, q == DT_QUANT_INT8, &l->p);
     if (st) return dt_error(st, "decoder: %s", dt_last_error());
     *bytes += dt_panels_bytes(l->p);
     return DT_OK;
@@ -100,10 +104,11 @@ static dt_status load_layer(dt_decoder *d, const dt_model *md, int l) {
     layer *y = &d->layers[l];
     *y = (layer){ .ln1w = p[0], .ln1b = p[1], .qkvb = p[3], .projb = p[5], .ln2w = p[6], .ln2b = p[7], .fcb = p[9], .fcprojb = p[11] };
     /* column-parallel qkv and fc hold this rank's outputs, row-parallel projections its inputs */
-    dt_status st = linear_make(&y->qkv, p[2], 3 * d->Cl, C, d->quant, &d->weight_bytes);
-    if (!st) st = linear_make(&y->proj, p[4], C, d->Cl, d->quant, &d->weight_bytes);
-    if (!st) st = linear_make(&y->fc, p[8], d->Fl, C, d->quant, &d->weight_bytes);
-    if (!st) st = linear_make(&y->fcproj, p[10], C, d->Fl, d->quant, &d->weight_bytes);
+    bool own = d->owned != NULL;
+    dt_status st = linear_make(&y->qkv, p[2], 3 * d->Cl, C, d->quant, own, &d->weight_bytes);
+    if (!st) st = linear_make(&y->proj, p[4], C, d->Cl, d->quant, own, &d->weight_bytes);
+    if (!st) st = linear_make(&y->fc, p[8], d->Fl, C, d->quant, own, &d->weight_bytes);
+    if (!st) st = linear_make(&y->fcproj, p[10], C, d->Fl, d->quant, own, &d->weight_bytes);
     return st;
 }
 
@@ -159,12 +164,19 @@ static dt_status take_part(dt_decoder *d, const dt_gpt2 *m, const dt_model *md) 
     return DT_OK;
 }
 
-dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
+/* take: m becomes the decoder's (destroyed with it, or at once for int8, whose copies need nothing of it; on a
+ * failure too), and its f32 Linears are packed where they lie. */
+static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
     *out = NULL;
     dt_status st;
-    if (nslots < 1 || max_rows < 1) return dt_error(DT_ERR_ARG, "decoder: %d slots and %d rows a step (each must be >= 1)", nslots, max_rows);
-    dt_decoder *d = calloc(1, sizeof *d);
-    if (!d) return dt_error(DT_ERR_NOMEM, "decoder: out of memory");
+    dt_decoder *d = nslots >= 1 && max_rows >= 1 ? calloc(1, sizeof *d) : NULL;
+    if (!d) {
+        if (take) dt_gpt2_destroy(m);
+        return nslots < 1 || max_rows < 1
+                   ? dt_error(DT_ERR_ARG, "decoder: %d slots and %d rows a step (each must be >= 1)", nslots, max_rows)
+                   : dt_error(DT_ERR_NOMEM, "decoder: out of memory");
+    }
+    d->owned = take ? m : NULL;
     d->cfg = *dt_gpt2_get_config(m);
     d->quant = q;
     d->nslots = nslots;
@@ -182,11 +194,20 @@ dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_ro
     st = d->layers && d->small ? DT_OK : dt_error(DT_ERR_NOMEM, "decoder: out of memory");
     if (!st && (!wte || !d->wpe || !d->lnfw || !d->lnfb)) st = dt_error(DT_ERR_ARG, "decoder: the model lacks wte, wpe or lnf");
     for (int l = 0; !st && l < d->cfg.num_layers; l++) st = load_layer(d, &md, l);
-    if (!st) st = linear_make(&d->head, wte, d->Vv, d->cfg.channels, q, &d->weight_bytes);
+    if (!st) st = linear_make(&d->head, wte, d->Vv, d->cfg.channels, q, take, &d->weight_bytes);
     if (!st) st = alloc_buffers(d);
     if (st) { dt_decoder_destroy(d); return st; }
+    if (take && q != DT_QUANT_NONE) { dt_gpt2_destroy(m); d->owned = NULL; }
     *out = d;
     return DT_OK;
+}
+
+dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
+    return make((dt_gpt2 *)m, false, q, nslots, max_rows, out); /* copies only: m is read, never written */
+}
+
+dt_status dt_decoder_create_taking(dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
+    return make(m, true, q, nslots, max_rows, out);
 }
 
 void dt_decoder_destroy(dt_decoder *d) {
@@ -204,6 +225,7 @@ void dt_decoder_destroy(dt_decoder *d) {
     free(d->filled);
     free(d->x); free(d->xn); free(d->qkv); free(d->att); free(d->fch); free(d->fcg);
     free(d->mean); free(d->rstd); free(d->scores); free(d->local_logits);
+    dt_gpt2_destroy(d->owned); /* after the panels that may borrow its memory */
     free(d);
 }
 

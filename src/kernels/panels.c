@@ -26,38 +26,65 @@ static float quantize_row(int8_t *q, const float *row, int K) {
     return s;
 }
 
+/* Every panel of w ([O, K] rows of es-byte elements) packed where it lies: a panel holds the same elements as its
+ * rows did, so each goes through one copy of a panel's size, not of the whole. */
+static dt_status pack_where_it_lies(char *w, size_t es, int O, int K) {
+    if (!dt_rowdot_packs()) return DT_OK;
+    char *rows = malloc(es * DT_PANEL * (size_t)K);
+    if (!rows) return dt_error(DT_ERR_NOMEM, "panels: out of memory packing a [%d, %d] weight", O, K);
+    for (int o0 = 0; o0 < O; o0 += DT_PANEL) {
+        int pw = O - o0 < DT_PANEL ? O - o0 : DT_PANEL;
+        memcpy(rows, w + es * (size_t)o0 * K, es * (size_t)pw * K);
+        for (int i = 0; i < pw; i++)
+            for (int k = 0; k < K; k++) {
+                size_t to = packed_at(o0 + i, k, O, K, true), from = (size_t)i * K + k;
+                if (es == sizeof(float)) ((float *)w)[to] = ((const float *)rows)[from];
+                else w[to] = rows[from];
+            }
+    }
+    free(rows);
+    return DT_OK;
+}
+
 dt_status dt_panels_create(const float *w, int O, int K, bool int8, dt_panels **out) {
     *out = NULL;
     if (O < 1 || K < 1) return dt_error(DT_ERR_ARG, "panels: a [%d, %d] weight (each must be >= 1)", O, K);
     dt_panels *p = calloc(1, sizeof *p);
     size_t n = (size_t)O * K;
-    int8_t *rows = int8 ? malloc(n) : NULL; /* int8 rows in place before they are packed */
     /* aligned: a packed f32 panel is read in loads of 64 bytes, each split over two cache lines otherwise */
     if (p) *p = (dt_panels){ O, K, int8 ? NULL : dt_alloc_aligned(n * sizeof(float)), int8 ? dt_alloc_aligned(n) : NULL,
-                             int8 ? malloc((size_t)O * sizeof(float)) : NULL, dt_rowdot_packs() };
-    if (!p || (int8 ? !rows || !p->q || !p->scale : !p->f)) {
-        free(rows);
+                             int8 ? malloc((size_t)O * sizeof(float)) : NULL, dt_rowdot_packs(), false };
+    if (!p || (int8 ? !p->q || !p->scale : !p->f)) {
         dt_panels_destroy(p);
         return dt_error(DT_ERR_NOMEM, "panels: out of memory packing a [%d, %d] weight", O, K);
     }
-    #pragma omp parallel for schedule(static)
-    for (int o = 0; o < O; o++) {
-        const float *src = w + (size_t)o * K;
-        if (int8) {
-            p->scale[o] = quantize_row(rows + (size_t)o * K, src, K);
-            for (int k = 0; k < K; k++) p->q[packed_at(o, k, O, K, p->packed)] = rows[(size_t)o * K + k];
-        } else {
-            for (int k = 0; k < K; k++) p->f[packed_at(o, k, O, K, p->packed)] = src[k];
-        }
+    if (int8) {
+        #pragma omp parallel for schedule(static)
+        for (int o = 0; o < O; o++) p->scale[o] = quantize_row(p->q + (size_t)o * K, w + (size_t)o * K, K);
+    } else {
+        memcpy(p->f, w, n * sizeof(float));
     }
-    free(rows);
+    dt_status st = pack_where_it_lies(int8 ? (char *)p->q : (char *)p->f, int8 ? 1 : sizeof(float), O, K);
+    if (st) { dt_panels_destroy(p); return st; }
+    *out = p;
+    return DT_OK;
+}
+
+dt_status dt_panels_pack_in_place(float *w, int O, int K, dt_panels **out) {
+    *out = NULL;
+    if (O < 1 || K < 1) return dt_error(DT_ERR_ARG, "panels: a [%d, %d] weight (each must be >= 1)", O, K);
+    dt_panels *p = calloc(1, sizeof *p);
+    if (!p) return dt_error(DT_ERR_NOMEM, "panels: out of memory");
+    *p = (dt_panels){ O, K, w, NULL, NULL, dt_rowdot_packs(), true };
+    dt_status st = pack_where_it_lies((char *)w, sizeof(float), O, K);
+    if (st) { free(p); return st; }
     *out = p;
     return DT_OK;
 }
 
 void dt_panels_destroy(dt_panels *p) {
     if (!p) return;
-    dt_free_aligned(p->f);
+    if (!p->borrowed) dt_free_aligned(p->f);
     dt_free_aligned(p->q);
     free(p->scale);
     free(p);

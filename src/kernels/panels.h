@@ -24,6 +24,7 @@ struct dt_panels {
     int8_t *q;    /* int8 weights, packed, output o worth scale[o] * q */
     float *scale;
     bool packed;  /* the layout above, or rows in place */
+    bool borrowed; /* f is the caller's memory, packed where it was (dt_panels_pack_in_place) */
 };
 
 /* Whether this CPU's widest kernels (AVX-512) run, which want packed panels. */

@@ -71,11 +71,8 @@ static dt_status generate_cached(dt_gpt2 **m, int32_t *toks, int nprompt, const 
     int rows = Tmax < 256 ? Tmax : 256;
     dt_decoder *d = NULL;
     dt_batcher *b = NULL;
-    dt_status st = dt_decoder_create(*m, o->quant, 1, rows, &d);
-    if (!st) { /* the decoder keeps copies of all it reads */
-        dt_gpt2_destroy(*m);
-        *m = NULL;
-    }
+    dt_status st = dt_decoder_create_taking(*m, o->quant, 1, rows, &d); /* the weights held once */
+    *m = NULL;
     if (!st) st = dt_batcher_create(d, rows, &b);
     cached_run run = { emit, ctx, toks, nprompt };
     uint64_t seed = o->seed;
