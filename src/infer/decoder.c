@@ -3,12 +3,12 @@
  * position kept per sequence. A cache slot is [layer][k, v][head], the keys
  * in blocks of 16 positions ([block][head dim][position]) and the values
  * [position][head dim], so a row's attention reads each head's keys, then
- * its values, once and in order. Every operation works row by row with a fixed order of
- * sums (the Linears through dt_panels_apply), so a row's results do not
- * depend on the other rows of its step. The Linears' weights are packed
- * (dt_panels, f32 or int8): copies, so nothing of the model is read after
- * dt_decoder_create, or in f32 the model's own memory packed in place when
- * the decoder takes the model (dt_decoder_create_taking: no second copy). */
+ * its values, once and in order. Every operation works row by row with a
+ * fixed order of sums (the Linears through dt_panels_apply), so a row's
+ * results do not depend on the other rows of its step. The Linears' weights
+ * are packed (dt_panels, f32 or int8): copies, so nothing of the model is
+ * read after dt_decoder_create, or in f32 the model's own memory packed in
+ * place when the decoder takes the model (dt_decoder_create_taking). */
 #include "dtrain/infer.h"
 #include "dtrain/kernels.h"
 
@@ -169,12 +169,12 @@ static dt_status take_part(dt_decoder *d, const dt_gpt2 *m, const dt_model *md) 
 static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
     *out = NULL;
     dt_status st;
-    dt_decoder *d = nslots >= 1 && max_rows >= 1 ? calloc(1, sizeof *d) : NULL;
+    st = nslots < 1 || max_rows < 1 ? dt_error(DT_ERR_ARG, "decoder: %d slots and %d rows a step (each must be >= 1)", nslots, max_rows)
+                                    : DT_OK;
+    dt_decoder *d = st ? NULL : calloc(1, sizeof *d);
     if (!d) {
         if (take) dt_gpt2_destroy(m);
-        return nslots < 1 || max_rows < 1
-                   ? dt_error(DT_ERR_ARG, "decoder: %d slots and %d rows a step (each must be >= 1)", nslots, max_rows)
-                   : dt_error(DT_ERR_NOMEM, "decoder: out of memory");
+        return st ? st : dt_error(DT_ERR_NOMEM, "decoder: out of memory");
     }
     d->owned = take ? m : NULL;
     d->cfg = *dt_gpt2_get_config(m);

@@ -10,13 +10,11 @@
  *   accumulators in registers across t (the compiler's loop kept y in memory,
  *   a store and a reload a position: a fifth of a decoding step at 512
  *   positions). */
+#include "simd.h"
+
 #include "dtrain/kernels.h"
 
 #include <math.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdlib.h>
-#include <string.h>
 
 /* Key t's element k in the blocked layout. */
 static float key_at(const float *kb, int d, int t, int k) {
@@ -94,26 +92,11 @@ __attribute__((target("avx2,fma"))) static int wsum_avx2(float *y, const float *
 }
 #endif
 
-/* 2 AVX-512, 1 AVX2, 0 portable: the widest this CPU has, or narrower by $DTRAIN_ROWDOT as the Linear's, so a
- * test of one path runs both. */
-static int level(void) {
-    static _Atomic int known = -1; /* atomic: the first calls may come from several threads at once */
-    if (known < 0) {
-        const char *e = getenv("DTRAIN_ROWDOT");
-        int cap = e && !strcmp(e, "portable") ? 0 : e && !strcmp(e, "avx2") ? 1 : 2, has = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-        has = !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 0 : __builtin_cpu_supports("avx512f") ? 2 : 1;
-#endif
-        known = has < cap ? has : cap;
-    }
-    return known;
-}
-
 void dt_attend_scores(float *s, const float *q, const float *kb, int d, int n) {
     int t = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (level() == 2) t = scores_avx512(s, q, kb, d, n);
-    else if (level() == 1) t = scores_avx2(s, q, kb, d, n);
+    if (dt_kernels_simd() == DT_SIMD_AVX512) t = scores_avx512(s, q, kb, d, n);
+    else if (dt_kernels_simd() == DT_SIMD_AVX2) t = scores_avx2(s, q, kb, d, n);
 #endif
     scores_portable(s, q, kb, d, t, n);
 }
@@ -121,8 +104,8 @@ void dt_attend_scores(float *s, const float *q, const float *kb, int d, int n) {
 void dt_weighted_sum(float *y, const float *w, const float *v, int n, int d) {
     int j = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (level() == 2) j = wsum_avx512(y, w, v, n, d);
-    else if (level() == 1) j = wsum_avx2(y, w, v, n, d);
+    if (dt_kernels_simd() == DT_SIMD_AVX512) j = wsum_avx512(y, w, v, n, d);
+    else if (dt_kernels_simd() == DT_SIMD_AVX2) j = wsum_avx2(y, w, v, n, d);
 #endif
     wsum_portable(y, w, v, n, d, j);
 }

@@ -1,12 +1,16 @@
 /* Packing a Linear's weights [O, K] into panels (panels.h), in f32 or in
  * int8 with one absmax scale per output channel. */
 #include "panels.h"
+#include "simd.h"
 
 #include "dtrain/kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Whether weights are packed here: where the AVX-512 kernels run (panels.h). */
+static bool packs(void) { return dt_kernels_simd() == DT_SIMD_AVX512; }
 
 /* Where element (o, k) of a packed [O, K] goes. */
 static size_t packed_at(int o, int k, int O, int K, bool packed) {
@@ -29,7 +33,7 @@ static float quantize_row(int8_t *q, const float *row, int K) {
 /* Every panel of w ([O, K] rows of es-byte elements) packed where it lies: a panel holds the same elements as its
  * rows did, so each goes through one copy of a panel's size, not of the whole. */
 static dt_status pack_where_it_lies(char *w, size_t es, int O, int K) {
-    if (!dt_rowdot_packs()) return DT_OK;
+    if (!packs()) return DT_OK;
     char *rows = malloc(es * DT_PANEL * (size_t)K);
     if (!rows) return dt_error(DT_ERR_NOMEM, "panels: out of memory packing a [%d, %d] weight", O, K);
     for (int o0 = 0; o0 < O; o0 += DT_PANEL) {
@@ -53,7 +57,7 @@ dt_status dt_panels_create(const float *w, int O, int K, bool int8, dt_panels **
     size_t n = (size_t)O * K;
     /* aligned: a packed f32 panel is read in loads of 64 bytes, each split over two cache lines otherwise */
     if (p) *p = (dt_panels){ O, K, int8 ? NULL : dt_alloc_aligned(n * sizeof(float)), int8 ? dt_alloc_aligned(n) : NULL,
-                             int8 ? malloc((size_t)O * sizeof(float)) : NULL, dt_rowdot_packs(), false };
+                             int8 ? malloc((size_t)O * sizeof(float)) : NULL, packs(), false };
     if (!p || (int8 ? !p->q || !p->scale : !p->f)) {
         dt_panels_destroy(p);
         return dt_error(DT_ERR_NOMEM, "panels: out of memory packing a [%d, %d] weight", O, K);
@@ -75,7 +79,7 @@ dt_status dt_panels_pack_in_place(float *w, int O, int K, dt_panels **out) {
     if (O < 1 || K < 1) return dt_error(DT_ERR_ARG, "panels: a [%d, %d] weight (each must be >= 1)", O, K);
     dt_panels *p = calloc(1, sizeof *p);
     if (!p) return dt_error(DT_ERR_NOMEM, "panels: out of memory");
-    *p = (dt_panels){ O, K, w, NULL, NULL, dt_rowdot_packs(), true };
+    *p = (dt_panels){ O, K, w, NULL, NULL, packs(), true };
     dt_status st = pack_where_it_lies((char *)w, sizeof(float), O, K);
     if (st) { free(p); return st; }
     *out = p;

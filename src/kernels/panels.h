@@ -6,7 +6,7 @@
  * [pw][K % 8]. A decoding step reads a panel as one sequential stream;
  * rows in place ([O][K]) are pw short streams at once. Panel p starts at
  * p * DT_PANEL * K elements in either layout. Weights are packed where the
- * AVX-512 kernels run (dt_rowdot_packs); the AVX2 and portable tiles read
+ * AVX-512 kernels run (simd.h); the AVX2 and portable tiles read
  * rows in place faster (an AVX2 decoding step on packed panels measured
  * 8-43% slower), so there a dt_panels holds its rows as they came. */
 #ifndef DT_KERNELS_PANELS_H
@@ -27,7 +27,5 @@ struct dt_panels {
     bool borrowed; /* f is the caller's memory, packed where it was (dt_panels_pack_in_place) */
 };
 
-/* Whether this CPU's widest kernels (AVX-512) run, which want packed panels. */
-bool dt_rowdot_packs(void);
 
 #endif

@@ -9,12 +9,12 @@
  * operations in the same order (fmaf rounds as the instruction does), so
  * they agree bit for bit. */
 #include "panels.h"
+#include "simd.h"
 
 #include "dtrain/base.h"
 #include "dtrain/kernels.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,7 +121,7 @@ AVX2 static inline __m256 load_w8(const int8_t *w) {
  * reach it; int8 on the AVX2 path, Zen 5: 144-147 -> 206-209 tokens/s, once
  * the prefetch went 6 rows on; an earlier 6 had measured no faster). Weights
  * are prefetched a few rows ahead (short rows defeat the hardware's
- * prefetchers). These tiles read rows in place (dt_rowdot_packs: only the
+ * prefetchers). These tiles read rows in place (panels.c: only the
  * AVX-512 path packs), and packed only in a last panel's few outputs. */
 #define HSUM_TILE(r, o) hsum(acc[r][o])
 #define TILE_BODY(R, NO, WT, LOAD)                                                                                     \
@@ -302,25 +302,6 @@ static void decode_panel(float *res, const float *x, size_t ldx, const view *v, 
 #define HAVE_AVX2_PATH 0
 #endif
 
-/* The widest path this CPU has: 2 AVX-512, 1 AVX2, 0 portable. $DTRAIN_ROWDOT=portable|avx2 asks for a
- * narrower one on any CPU (the tests run each and expect the same bits). */
-static int simd_level(void) {
-    static _Atomic int known = -1; /* atomic: the first calls may come from several threads at once */
-    if (known < 0) {
-        const char *e = getenv("DTRAIN_ROWDOT");
-        int cap = 2, has = 0;
-        if (e && *e) {
-            cap = !strcmp(e, "portable") ? 0 : !strcmp(e, "avx2") ? 1 : 2;
-            if (cap == 2) dt_log(DT_LOG_WARN, "DTRAIN_ROWDOT=%s is not portable or avx2: the widest path this CPU has", e);
-        }
-#if HAVE_AVX2_PATH
-        has = !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 0 : __builtin_cpu_supports("avx512f") ? 2 : 1;
-#endif
-        known = has < cap ? has : cap;
-    }
-    return known;
-}
-
 /* Tiles, widest first: [0] the one a block of nr rows is swept in, [1] a narrower one for what is left of a
  * panel; outputs past both go one at a time (T_NONE). AVX-512: more than one row 8 outputs (one row, and a
  * decoding step's rows against whole packed panels, go to decode_panel instead); AVX2: one row 6 outputs (batch 1
@@ -328,7 +309,7 @@ static int simd_level(void) {
 typedef enum { T_NONE, T_WIDE, T_AVX2 } tile_kind;
 typedef struct { tile_kind kind; int width; } tile_choice;
 static void tile_widths(int nr, tile_choice c[2]) {
-    int level = simd_level();
+    int level = dt_kernels_simd();
     tile_choice avx2 = { T_AVX2, nr == 1 ? ROW_OUTPUTS : nr <= 4 ? 3 : 2 }, none = { T_NONE, 1 };
     c[0] = c[1] = none;
     if (level == 0) return;
@@ -395,7 +376,7 @@ static void rows_range(float *out, const float *x, const void *w, bool packed, c
         for (int p = p0; p < p1; p++) {
             view v = panel_view(w, q8 ? 1 : sizeof(float), p, O, K, packed);
 #if HAVE_AVX2_PATH
-            if (packed && v.pw == DT_PANEL && r1 - r0 <= DECODE_ROWS && simd_level() == 2) {
+            if (packed && v.pw == DT_PANEL && r1 - r0 <= DECODE_ROWS && dt_kernels_simd() == DT_SIMD_AVX512) {
                 float res[DECODE_ROWS * RES_LD];
                 decode_panel(res, x + (size_t)r0 * K, (size_t)K, &v, q8, r1 - r0, K);
                 put(out, res, r0, r1 - r0, p * DT_PANEL, DT_PANEL, scale, bias, O);
@@ -424,10 +405,10 @@ static void one_row(float *out, const float *x, const float *w, const float *bia
     int o = 0;
 #if HAVE_AVX2_PATH
     float res[RES_LD];
-    int level = simd_level(), tw = level == 2 ? WIDE_OUTPUTS : level == 1 ? ROW_OUTPUTS : O + 1;
+    int level = dt_kernels_simd(), tw = level == DT_SIMD_AVX512 ? WIDE_OUTPUTS : level == DT_SIMD_AVX2 ? ROW_OUTPUTS : O + 1;
     for (; o + tw <= O; o += tw) {
         const float *wo = w + (size_t)o * K, *to = wo + (K & ~7);
-        if (level == 2) wide_f32_1(res, x, (size_t)K, wo, (size_t)K, 8, to, (size_t)K, K, 0);
+        if (level == DT_SIMD_AVX512) wide_f32_1(res, x, (size_t)K, wo, (size_t)K, 8, to, (size_t)K, K, 0);
         else tile_f32_1(res, x, (size_t)K, wo, (size_t)K, 8, to, (size_t)K, K, 0);
         put(out, res, 0, 1, o, tw, NULL, bias, O);
     }
@@ -456,8 +437,6 @@ static void rowdot(float *out, const float *x, const void *w, bool packed, const
 void dt_rowdot_f32(float *out, const float *x, const float *w, const float *bias, int n, int K, int O) {
     rowdot(out, x, w, false, NULL, bias, n, K, O);
 }
-
-bool dt_rowdot_packs(void) { return simd_level() == 2; }
 
 void dt_panels_apply(float *out, const float *x, const dt_panels *p, const float *bias, int n) {
     if (p->f) rowdot(out, x, p->f, p->packed, NULL, bias, n, p->K, p->O);

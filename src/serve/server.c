@@ -132,9 +132,7 @@ dt_status dt_serve_run(const dt_serve_options *o) {
     dt_tp_ops ops;
     bool tp = o->comm && dt_comm_size(o->comm) > 1;
     dt_status st = dt_generate_load(o->model, o->comm, tp, &ops, &m);
-    if (!st) st = dt_decoder_create_taking(m, o->quant, o->slots, o->budget, &d); /* the weights held once */
-    else dt_gpt2_destroy(m);
-    m = NULL;
+    if (!st) st = dt_decoder_create_taking(m, o->quant, o->slots, o->budget, &d); /* m is the decoder's: the weights held once */
     serve_vocab v = { 0 };
     if (!st && tp && dt_comm_rank(o->comm) > 0) st = dt_decoder_follow(d); /* the leader's steps, until it releases us */
     else {
@@ -146,7 +144,6 @@ dt_status dt_serve_run(const dt_serve_options *o) {
         }
     }
     dt_bpe_destroy(v.bpe);
-    dt_decoder_destroy(d);
-    dt_gpt2_destroy(m);
+    dt_decoder_destroy(d); /* and the model with it */
     return st;
 }

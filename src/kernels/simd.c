@@ -1,0 +1,26 @@
+/* The vector path of inference's fixed-order kernels (simd.h). */
+#include "simd.h"
+
+#include "dtrain/base.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+int dt_kernels_simd(void) {
+    static _Atomic int known = -1; /* atomic: the first calls may come from several threads at once */
+    if (known < 0) {
+        const char *e = getenv("DTRAIN_ROWDOT");
+        int cap = DT_SIMD_AVX512, has = DT_SIMD_PORTABLE;
+        if (e && *e) {
+            cap = !strcmp(e, "portable") ? DT_SIMD_PORTABLE : !strcmp(e, "avx2") ? DT_SIMD_AVX2 : DT_SIMD_AVX512;
+            if (cap == DT_SIMD_AVX512) dt_log(DT_LOG_WARN, "DTRAIN_ROWDOT=%s is not portable or avx2: the widest path this CPU has", e);
+        }
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+            has = __builtin_cpu_supports("avx512f") ? DT_SIMD_AVX512 : DT_SIMD_AVX2;
+#endif
+        known = has < cap ? has : cap;
+    }
+    return known;
+}
