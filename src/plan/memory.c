@@ -81,9 +81,11 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
     double R = fmin(n * (j->cp > 1 ? j->cp : 1), (double)(local / tpp > 0 ? local / tpp : 1));
     /* ZeRO 2 and 3 reduce through the pool instead: as backward fills the buckets, the pool's pages are mapped a second time
      * over that outside range (RssShmem sampled through 124M's steps rose 245 MB during backward, over a range of 249), each
-     * page counted again by the resident size until the step gives them back */
+     * page counted again by the resident size until the step gives them back; and each rank reduces its slice of every
+     * piece straight into the owner's store (shm_direct's push), so it maps 1/R of each of its R-1 peers' shards too (its
+     * slices of the peers' pools, with its own, are the pool's bytes above) */
     if (!j->paper_states && outside > 0)
-        m->mapped += outside;
+        m->mapped += outside + (R > 1 ? (R - 1) / R * m->grads : 0);
     else if (!j->paper_states && R > 1)
         m->mapped += (R - 1) / R * (pool ? pool_bytes : m->grads);
     /* context parallelism's attention work space (dt_ring_work_floats, dt_ulysses_work_floats) */
