@@ -89,6 +89,7 @@ typedef struct {
     double bubble;                  /* the pipeline's idle time */
     double step, tok_per_s;
     int threads;                    /* a rank's threads */
+    double oversubscribed;          /* the machine's ranks x threads over its cores (compute is that much slower), at least 1 */
 } dt_plan_time;
 
 /* The step time of job on hardware h (the largest stage's rank sets it). */

@@ -129,6 +129,8 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
             r->nodes == 1 ? "" : "s", t->threads, t->threads == 1 ? "" : "s",
             r->job.paper_states ? "ZeRO's anatomy (16-bit parameters and gradients, K = 12)" : "dtrain allocates them",
             r->job.paper_acts ? "Megatron-LM keeps them (Korthikanti et al. 2022, scores not kept)" : "dtrain's arenas hold them");
+    if (t->oversubscribed > 1)
+        fprintf(f, "  (%.3g threads for each of the machine's cores: every rank computes %.3gx slower)\n", t->oversubscribed, t->oversubscribed);
     if (m->mapped > 0)
         fprintf(f, "  (and %s of pages the rank maps beside its own, held once by the machine: ZeRO's one parameter copy, the "
                 "gradients the shared-memory reduction reads in place, or ZeRO 2 and 3's pool mapped again over the store)\n",
@@ -171,6 +173,8 @@ static cJSON *plan_json(const plan_result *r) {
     const double ms[] = { t->matmul, t->attention, t->elementwise, t->optimizer, t->dp_comm, t->dp_exposed, t->tp_comm, t->cp_comm, t->pp_comm, t->bubble };
     static const char *const names[] = { "matmul", "attention", "elementwise", "optimizer", "dp_comm", "dp_exposed", "tp_comm", "cp_comm", "pp_comm", "bubble" };
     for (int i = 0; i < 10; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
+    cJSON_AddNumberToObject(br, "threads", t->threads);
+    cJSON_AddNumberToObject(br, "oversubscribed", t->oversubscribed);
     cJSON_AddItemToObject(br, "memory", mem);
     cJSON_AddItemToObject(br, "time_ms", tm);
     cJSON_AddItemToObject(o, "breakdown", br);
