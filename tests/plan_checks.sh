@@ -151,7 +151,8 @@ python3 - "$cache/dtrain/peak.json" << 'EOF2'
 import json, sys
 c = json.load(open(sys.argv[1]))
 # the optimizer slow while the other streams are fast: only its own rates can slow it
-c.update(memory_gbs_all_cores=1000, attention_gflops_per_thread=0.05, optimizer_gbs_one_core=0.05, optimizer_gbs_all_cores=0.05)
+c.update(memory_gbs_all_cores=1000, attention_gflops_per_thread=0.05, optimizer_gbs_one_core=0.05, optimizer_gbs_all_cores=0.05,
+         lp_fresh_gbs_one_core=0.05)
 json.dump(c, open(sys.argv[1], "w"))
 EOF2
 XDG_CACHE_HOME=$cache env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan "${common[@]}" --json > "$dir/c2.json" 2>&1
@@ -159,6 +160,23 @@ python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); o=l
 assert b['step_ms'] > 10 * a['step_ms'] and o(b) > 10 * o(a), (a, b)" "$dir/c1.json" "$dir/c2.json" 2> /dev/null &&
     ok "the cached rates are read: the optimizer's 0.05 GB/s (the streams' 1000) and attention's 0.05 GFLOP/s planted, the step $(python3 -c "import json,sys; print('%.0f ms against %.0f' % tuple(json.load(open(f))['step_ms'] for f in sys.argv[1:][::-1]))" "$dir/c1.json" "$dir/c2.json")" ||
     fail "the cached rates: $(head -c 300 "$dir/c1.json") / $(head -c 300 "$dir/c2.json")"
+
+# mixed precision made unit by unit (ZeRO-3) pays for each unit's 16-bit copy into fresh pages at the cached rate of that
+# copy: 100x as long at 0.05 GB/s as at 5 (the cache above, and a copy of it); ZeRO-1 with the machine's one parameter copy
+# keeps its whole 16-bit copy and pays nothing
+mkdir -p "$dir/cache5/dtrain"
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['lp_fresh_gbs_one_core']=5; json.dump(c, open(sys.argv[2], 'w'))" \
+    "$cache/dtrain/peak.json" "$dir/cache5/dtrain/peak.json"
+lp=()
+for run in "cache5 3" "cache 3" "cache5 1"; do
+    set -- $run
+    [ "$1" = cache ] && xdg=$cache || xdg=$dir/cache5
+    lp+=("$(XDG_CACHE_HOME=$xdg env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan "${common[@]}" --nproc 2 \
+        --precision bf16 --zero "$2" --json 2>&1 | python3 -c "import json,sys; print(json.load(sys.stdin)['breakdown']['time_ms']['lp_units'])" 2>&1)")
+done
+python3 -c "import sys; a,b,c=map(float,sys.argv[1:]); assert a > 0 and abs(b - 100 * a) < 1e-6 * b and c == 0" "${lp[@]}" 2> /dev/null &&
+    ok "ZeRO-3 bf16's 16-bit copies by unit: ${lp[0]} ms a step at 5 GB/s, ${lp[1]} at 0.05, ZeRO-1's ${lp[2]}" ||
+    fail "16-bit copies by unit: ${lp[*]}"
 
 # --search gives each layout that fits its train flags: planned with them, the first, a pipeline one and a ZeRO one
 # come back as the same layout

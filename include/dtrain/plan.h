@@ -75,6 +75,7 @@ typedef struct {
     double attention_efficiency; /* attention's FLOP/s against the GEMM peak (GPUs); 1 when attention_rate is measured */
     double attention_rate;      /* measured attention FLOP/s a core (this machine), else 0 */
     double optim_bw_one, optim_bw_all; /* the optimizer's measured bytes a second (this machine): one core, all; else 0 (mem_bw) */
+    double lp_fresh_bw;         /* a 16-bit copy made into pages just given back, a core's f32 bytes read a second (this machine), else 0 */
 } dt_plan_hardware;
 
 /* "this" (measured: the GEMM peaks' cache, bandwidth and attention now, the communication calibration), "a100-40g",
@@ -86,6 +87,7 @@ typedef struct {
     double matmul, attention, elementwise, optimizer; /* compute on the rank */
     double dp_comm, dp_exposed;     /* gradient reduction (and ZeRO's gathers): all of it, and what backward does not hide */
     double tp_comm, cp_comm, pp_comm; /* per step, exposed */
+    double lp_units;                /* mixed precision made unit by unit (ZeRO-3; ZeRO 1, 2 with private parameters): the 16-bit copies */
     double bubble;                  /* the pipeline's idle time */
     double step, tok_per_s;
     int threads;                    /* a rank's threads */

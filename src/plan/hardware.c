@@ -23,8 +23,8 @@
  * 400 (H100) Gbit/s InfiniBand port per GPU. Latencies are typical NCCL figures (a few microseconds). The efficiency is what large
  * GEMMs reach in practice (Megatron's published runs: 50-60% of peak for whole steps). */
 static const dt_plan_hardware presets[] = {
-    { "a100-40g", 40.0 * (1 << 30), 8, 0, 1, 156e12, 312e12, 1555e9, 5e-6, 1 / 300e9, 10e-6, 1 / 25e9, 0.7, 0.7, 0, 0, 0 },
-    { "h100-80g", 80.0 * (1 << 30), 8, 0, 1, 494e12, 989e12, 3350e9, 5e-6, 1 / 450e9, 10e-6, 1 / 50e9, 0.7, 0.7, 0, 0, 0 },
+    { "a100-40g", 40.0 * (1 << 30), 8, 0, 1, 156e12, 312e12, 1555e9, 5e-6, 1 / 300e9, 10e-6, 1 / 25e9, 0.7, 0.7, 0, 0, 0, 0 },
+    { "h100-80g", 80.0 * (1 << 30), 8, 0, 1, 494e12, 989e12, 3350e9, 5e-6, 1 / 450e9, 10e-6, 1 / 50e9, 0.7, 0.7, 0, 0, 0, 0 },
 };
 
 /* The residual add (a = b + c, a streaming kernel) over arrays far larger than the caches, on `threads` threads: GB a second (3 arrays moved). */
@@ -105,6 +105,30 @@ static double measure_optimizer(int threads) {
     return best;
 }
 
+/* A 16-bit copy of 16M parameters made into pages given back just before (as a mixed-precision model made unit by unit makes
+ * each unit's, lp_cast and lp_drop), on one thread: GB of f32 read a second. Each 4 KiB page comes zeroed by the kernel: a
+ * 124M ZeRO-3 bf16 rank spent ~300 ms a step there, which the bandwidth alone priced at a fifth. */
+static double measure_lp_fresh(int threads) {
+    size_t n = (size_t)16 << 20;
+    float *src = dt_alloc_aligned(n * 4);
+    uint16_t *dst = dt_alloc_aligned(n * 2);
+    double best = 0;
+    if (src && dst) {
+        dt_kernels_set_threads(threads);
+        for (size_t i = 0; i < n; i++) src[i] = 1e-2f * (float)(i % 11);
+        for (int k = 0; k < 5; k++) {
+            dt_mem_release(dst, n * 2);
+            double t0 = dt_time_now();
+            dt_lp_pack(dst, src, n, DT_BF16);
+            double r = 4.0 * (double)n / (dt_time_now() - t0) / 1e9;
+            if (r > best) best = r;
+        }
+    }
+    dt_free_aligned(src);
+    dt_free_aligned(dst);
+    return best;
+}
+
 /* This machine: cores, memory available (a cgroup's limit included), the GEMM peaks, bandwidth and attention (measured once per
  * CPU, about a second, and cached with the peaks), links from the communication calibration. */
 static dt_status this_machine(dt_plan_hardware *h) {
@@ -133,6 +157,8 @@ static dt_status this_machine(dt_plan_hardware *h) {
     if (!st && !(bw && atof(bw) > 0) && !(st = dt_peak_cached_rate("optimizer_gbs_one_core", measure_optimizer, 1, &h->optim_bw_one)) &&
         !(st = dt_peak_cached_rate("optimizer_gbs_all_cores", measure_optimizer, (int)h->devices_per_node, &h->optim_bw_all)))
         h->optim_bw_one *= 1e9, h->optim_bw_all *= 1e9;
+    if (!st && !(bw && atof(bw) > 0) && !(st = dt_peak_cached_rate("lp_fresh_gbs_one_core", measure_lp_fresh, 1, &h->lp_fresh_bw)))
+        h->lp_fresh_bw *= 1e9;
     if (!st && att && atof(att) > 0) h->attention_rate = atof(att) * 1e9; /* the same for attention's rate a core */
     else if (!st && !(st = dt_peak_cached_rate("attention_gflops_per_thread", measure_attention, 1, &h->attention_rate)))
         h->attention_rate *= 1e9;

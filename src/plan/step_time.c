@@ -122,6 +122,21 @@ static double gemm_rate(const dt_plan_job *j, const dt_plan_hardware *h, int thr
     return r > 0 ? r : peak;
 }
 
+/* The blocks' Linears' rate: each of a GPT-2 block's four (the attention's qkv and projection, the MLP's two, a tensor-parallel
+ * rank's share of each) timed at its shape, weighted by its FLOPs. The MLP's shape alone, which the plan used for all four, is
+ * the fastest: on 124M at TP 2 in bf16 the blocks ran 13% slower than at DP 2, which that rate priced the same. Llama's
+ * (not built by dtrain, never timed here) at the MLP's. */
+static double blocks_rate(const dt_plan_job *j, const dt_plan_hardware *h, int threads, double tokens, int C, int F, int tp) {
+    if (j->arch.llama) return gemm_rate(j, h, threads, tokens, F / tp, C);
+    const int shape[4][2] = { { 3 * C / tp, C }, { C, C / tp }, { F / tp, C }, { C, F / tp } }; /* outputs, inputs */
+    double flops = 0, secs = 0;
+    for (int i = 0; i < 4; i++) {
+        double f = (double)shape[i][0] * shape[i][1];
+        flops += f, secs += f / gemm_rate(j, h, threads, tokens, shape[i][0], shape[i][1]);
+    }
+    return flops / secs;
+}
+
 /* An allreduce of `bytes` over n ranks (the ring's 2(n-1)/n of the bytes each way, and the reduction). */
 static double allreduce(double bytes, int n, double alpha, double beta, double gamma) {
     return n > 1 ? 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * bytes * beta + (double)(n - 1) / n * bytes * gamma : 0;
@@ -177,7 +192,7 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     /* more threads on a CPU machine than it has cores (--nproc 4 --threads 1 on two): each computes that much of the time (the
      * bandwidth-bound kernels and the optimizer need nothing more: a rank's share of the bandwidth is already at most 1/local) */
     o->oversubscribed = h->shared_memory && h->cores_per_device && local * o->threads > cores ? (double)local * o->threads / cores : 1;
-    double rmm = gemm_rate(j, h, o->threads, tokens, F / tp, C) / o->oversubscribed;
+    double rmm = blocks_rate(j, h, o->threads, tokens, C, F, tp) / o->oversubscribed;
     double rhead = gemm_rate(j, h, o->threads, htok, hrows, C) / o->oversubscribed;
     /* the 16-bit head's loss and narrowing, timed here as it runs (one rank's vocabulary slice, its loss as one process's) */
     double hloss = j->precision != DT_F32 && !j->arch.llama && h->attention_rate && (double)Vr * C <= 1e8
@@ -215,6 +230,12 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     /* at its own measured rate where there is one: a rank's threads' share of one core's, at most its share of all cores' */
     double obw = h->optim_bw_one > 0 ? fmin(h->optim_bw_one * o->threads, h->optim_bw_all / local) : bw;
     o->optimizer = own * per / obw;
+    /* mixed precision with unit hooks on dtrain's runtime (ZeRO-3; ZeRO 1 and 2 with each rank's own parameters): each unit's
+     * 16-bit copy is made as its forward starts and again as its backward does, into pages given back after each (so that no
+     * rank holds the whole 16-bit model), each page zeroed anew: at the measured rate of that copy (f32 bytes read a second),
+     * at most half the rank's bandwidth (each f32 byte read moves two: the read, the 16-bit write and the page's zeroing) */
+    if (w == 2 && n > 1 && h->shared_memory && !j->paper_states && (stage >= 3 || (stage >= 1 && !shared)))
+        o->lp_units = m * 2 * psi * 4 / (h->lp_fresh_bw > 0 ? fmin(h->lp_fresh_bw * o->threads, bw / 2) : bw / 2);
     /* data parallelism: the gradients' reduction, ZeRO-3's gathers (none where a machine shares one copy), the 16-bit copy's
      * allgather of ZeRO 1 and 2 (mixed, private copies) */
     /* links: inside one machine while the group fits in the job's ranks there */
@@ -247,6 +268,6 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
         o->pp_comm = 2.0 * m * (ia + tokens * c->channels * w * ib);
         o->bubble = (tall - tworst) * (j->zb ? 1.0 / 3 : 1.0 / v);
     }
-    o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->dp_exposed + o->tp_comm + o->cp_comm + o->pp_comm + o->bubble;
+    o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->lp_units + o->dp_exposed + o->tp_comm + o->cp_comm + o->pp_comm + o->bubble;
     o->tok_per_s = (double)n / cp * m * j->batch * (double)job->seq / o->step;
 }
