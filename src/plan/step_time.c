@@ -28,15 +28,17 @@ static double median3(const double t[3]) {
  * dt_matmul_forward_lp and dt_matmul_backward_lp with `work_floats` of scratch, which also narrow their inputs, round their
  * outputs and (fp16, or bf16 without a bf16 GEMM) widen the weights for sgemm. Each the median of three after a warm-up. The
  * backward's run too, since their shapes pack differently: OpenBLAS's weight-gradient product keeps a panel as large as min(M,
- * 256) x N floats resident (docs/planner.md), which the planner's process then holds as a rank's will. */
+ * 256) x N floats resident (docs/planner.md), which the planner's process then holds as a rank's will. The operands are mapped
+ * and unmapped whole (dt_alloc_zeroed): from the heap, their freed pages stayed in the process the plan counts as a rank's, 38
+ * MB of d6's bf16 plan once each of a block's four shapes was timed (+5.5% over the run's peak; now +1.0%). */
 static double measure_linear(int M, int N, int K, int threads, dt_dtype lp, size_t work_floats) {
     for (int i = 0; i < nseen; i++)
         if (seen[i].m == M && seen[i].n == N && seen[i].k == K && seen[i].threads == threads && seen[i].prec == lp) return seen[i].rate;
     int lowp = lp != DT_F32;
     size_t a = (size_t)M * K, b = (size_t)N * K, c = (size_t)M * N;
-    float *A = dt_alloc_aligned(a * 4), *B = dt_alloc_aligned(b * 4), *Cm = dt_alloc_aligned(c * 4), *dA = dt_alloc_aligned(a * 4),
-          *dB = dt_alloc_aligned(b * 4), *work = lowp ? dt_alloc_aligned(work_floats * 4) : NULL;
-    uint16_t *Bl = lowp ? dt_alloc_aligned(b * 2) : NULL;
+    float *A = dt_alloc_zeroed(a * 4), *B = dt_alloc_zeroed(b * 4), *Cm = dt_alloc_zeroed(c * 4), *dA = dt_alloc_zeroed(a * 4),
+          *dB = dt_alloc_zeroed(b * 4), *work = lowp ? dt_alloc_zeroed(work_floats * 4) : NULL;
+    uint16_t *Bl = lowp ? dt_alloc_zeroed(b * 2) : NULL;
     double t[3][3] = { { 0 } }, rate = 0;
     int keep = dt_kernels_threads();
     if (A && B && Cm && dA && dB && (!lowp || (Bl && work))) {
@@ -62,8 +64,8 @@ static double measure_linear(int M, int N, int K, int threads, dt_dtype lp, size
         rate = 3 * 2.0 * M * (double)N * K / sum;
     }
     dt_kernels_set_threads(keep);
-    dt_free_aligned(A), dt_free_aligned(B), dt_free_aligned(Cm), dt_free_aligned(dA), dt_free_aligned(dB);
-    dt_free_aligned(Bl), dt_free_aligned(work);
+    dt_free_zeroed(A), dt_free_zeroed(B), dt_free_zeroed(Cm), dt_free_zeroed(dA), dt_free_zeroed(dB);
+    dt_free_zeroed(Bl), dt_free_zeroed(work);
     if (nseen < 64) seen[nseen++] = (linear_seen){ M, N, K, threads, lp, rate };
     return rate;
 }
@@ -82,10 +84,10 @@ static double measure_head_lp(int M, int V, int C, size_t work_floats, int threa
         if (hseen[i].m == M && hseen[i].v == V && hseen[i].c == C && hseen[i].threads == threads && hseen[i].dt == dt)
             return hseen[i].s;
     size_t mc = (size_t)M * C, vc = (size_t)V * C, mv = (size_t)M * V;
-    float *inp = dt_alloc_aligned(mc * 4), *dinp = dt_alloc_aligned(mc * 4), *dw = dt_alloc_aligned(vc * 4), *w = dt_alloc_aligned(vc * 4),
-          *work = dt_alloc_aligned(work_floats * 4), *losses = dt_alloc_aligned((size_t)M * 4), *stats = dt_alloc_aligned((size_t)M * 8);
-    uint16_t *w16 = dt_alloc_aligned(vc * 2), *logits = dt_alloc_aligned(mv * 2);
-    int32_t *targets = dt_alloc_aligned((size_t)M * 4);
+    float *inp = dt_alloc_zeroed(mc * 4), *dinp = dt_alloc_zeroed(mc * 4), *dw = dt_alloc_zeroed(vc * 4), *w = dt_alloc_zeroed(vc * 4),
+          *work = dt_alloc_zeroed(work_floats * 4), *losses = dt_alloc_zeroed((size_t)M * 4), *stats = dt_alloc_zeroed((size_t)M * 8);
+    uint16_t *w16 = dt_alloc_zeroed(vc * 2), *logits = dt_alloc_zeroed(mv * 2);
+    int32_t *targets = dt_alloc_zeroed((size_t)M * 4);
     double t[3] = { 0 }, s = 0;
     int keep = dt_kernels_threads();
     if (inp && dinp && dw && w && work && losses && stats && w16 && logits && targets) {
@@ -105,8 +107,8 @@ static double measure_head_lp(int M, int V, int C, size_t work_floats, int threa
         s = fmax(0, median3(t) - 3 * 2.0 * M * (double)V * C / rhead) / M;
     }
     dt_kernels_set_threads(keep);
-    dt_free_aligned(inp), dt_free_aligned(dinp), dt_free_aligned(dw), dt_free_aligned(w), dt_free_aligned(work);
-    dt_free_aligned(losses), dt_free_aligned(stats), dt_free_aligned(w16), dt_free_aligned(logits), dt_free_aligned(targets);
+    dt_free_zeroed(inp), dt_free_zeroed(dinp), dt_free_zeroed(dw), dt_free_zeroed(w), dt_free_zeroed(work);
+    dt_free_zeroed(losses), dt_free_zeroed(stats), dt_free_zeroed(w16), dt_free_zeroed(logits), dt_free_zeroed(targets);
     if (nhseen < 16) hseen[nhseen++] = (head_seen){ M, V, C, threads, dt, s };
     return s;
 }
