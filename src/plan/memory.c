@@ -28,7 +28,7 @@ static int optim_floats(const dt_optim_config *o) {
  * none); ZeRO 1 and 2 keep the f32 master only in
  * the shard when mixed (or when the machine shares one copy); gradients in
  * f32 or --grad-store's 16 bits. */
-static void model_states(const dt_plan_job *j, double psi, double tied, double f32_only, dt_plan_memory *m) {
+static void model_states(const dt_plan_job *j, double psi, double tied, double f32_only, const double unit_lp[2], dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1;
     int mixed = j->precision != DT_F32, s = j->stage;
     if (j->paper_states) {
@@ -43,16 +43,19 @@ static void model_states(const dt_plan_job *j, double psi, double tied, double f
     /* the machine's one copy: every rank maps and reads all of it (its resident size counts it), the machine holds it once */
     if (shared) m->mapped = 4 * psi - m->params;
     if (mixed) m->lowp = 2 * (psi - f32_only);
+    /* made unit by unit (ZeRO-3; ZeRO 1 and 2 with each rank's own parameters): one unit's copy at a time, the largest */
+    if (mixed && n > 1 && (s >= 3 || (s >= 1 && !shared))) m->lowp = 2 * unit_lp[0];
     m->grads = (j->grad_store != DT_F32 && j->grad_store && n > 1 ? 2 : 4) * psi / (s >= 2 ? n : 1); /* no data-parallel axis: f32 */
     /* a last stage's tied copy has no optimizer state, but ZeRO's shards tile the whole store, the copy too */
     m->optim = 4 * optim_floats(&j->opt) * (s >= 1 && n > 1 ? psi / n : psi - tied);
 }
 
 /* One rank holding psi parameters and acts bytes of activations. */
-static void estimate_rank(const dt_plan_job *j, double psi, double tied, double f32_only, double acts, dt_plan_memory *m) {
+static void estimate_rank(const dt_plan_job *j, double psi, double tied, double f32_only, const double unit_lp[2], double acts,
+                          dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1, f = 4;
     memset(m, 0, sizeof *m);
-    model_states(j, psi, tied, f32_only, m);
+    model_states(j, psi, tied, f32_only, unit_lp, m);
     int shared = j->stage >= 1 && n > 1 && j->shared_params;
     /* DDP: the tied embedding's rows of every rank (C floats per token) and the tokens;
      * ZeRO: the parameters' allgather staged 4M floats per rank at a time; stages 2
@@ -93,7 +96,16 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
     m->acts = acts;
     m->data = (double)j->data_bytes;
     m->runtime = (double)j->process_bytes;
-    m->per_rank = m->params + m->mapped + m->lowp + m->grads + m->optim + m->comm + m->acts + m->data + m->runtime;
+    /* made unit by unit beside ZeRO 2 and 3's pool, the two do not peak at once: the head's copy (the tied wte) is held as
+     * backward starts, when of the outside range only the head's gradients' pages are mapped; by the time the pool's pages
+     * fill the whole range, as backward ends, the unit held is a block. The larger of the two moments counts: at 124M bf16
+     * ZeRO-3 the end (the resident size at the peak counted no 16-bit copy beyond a block's, sampled at every unit), on one
+     * block with GPT-2's vocabulary the head's (plan_checks) */
+    if (outside > 0 && m->lowp > 2 * unit_lp[1] && !j->paper_states) {
+        double start = m->lowp + fmin(outside, 4 * unit_lp[0]), end = 2 * unit_lp[1] + outside;
+        m->not_at_once = m->lowp + outside - fmax(start, end);
+    }
+    m->per_rank = m->params + m->mapped + m->lowp - m->not_at_once + m->grads + m->optim + m->comm + m->acts + m->data + m->runtime;
     m->per_machine = (m->per_rank - m->mapped) * local;
 }
 
@@ -111,11 +123,17 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
     memset(m, 0, sizeof *m);
     for (int s = 0; s < p; s++) {
         int a[v], b[v];
-        double psi = 0, tied = 0;
+        double psi = 0, tied = 0, unit_lp[2] = { 0, 0 }; /* the largest unit's parameters, and block's */
         /* a stage's chunks: s, s+p, .. (each slot holds every chunk's activations) */
         for (int k = 0; k < v; k++) {
             a[k] = first[k * p + s], b[k] = first[k * p + s + 1];
             psi += dt_plan_units_params(j, a[k], b[k]);
+            /* the largest unit's 16-bit copy (the embedding reads f32; the head's unit reads the tied wte) */
+            for (int u = a[k] > 1 ? a[k] : 1; u < b[k]; u++) {
+                double x = dt_plan_units_params(j, u, u + 1);
+                unit_lp[0] = fmax(unit_lp[0], x);
+                if (u <= c->num_layers) unit_lp[1] = fmax(unit_lp[1], x);
+            }
             /* a later stage's copy of the tied embedding: its gradient goes to the first stage, which alone updates it */
             if (p > 1 && a[k] > 0 && b[k] == c->num_layers + 2 && !j->arch.llama)
                 tied = ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels;
@@ -128,10 +146,10 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
         /* --params N: the model states of N parameters, split as the shape's are */
         if (j->params_override > 0) {
             double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model, .arch = j->arch });
-            psi *= f, f32_only *= f;
+            psi *= f, f32_only *= f, unit_lp[0] *= f, unit_lp[1] *= f;
         }
         dt_plan_memory one;
-        estimate_rank(j, psi, tied, f32_only, acts, &one);
+        estimate_rank(j, psi, tied, f32_only, unit_lp, acts, &one);
         if (one.per_rank > m->per_rank) *m = one;
     }
 }
