@@ -19,7 +19,7 @@ typedef struct {
     double mapped;                                 /* pages the rank maps beside its own, which its resident size counts and
                                                     * the machine holds once: the rest of the machine's one parameter copy,
                                                     * the peers' gradients reduced in place, ZeRO 2 and 3's pool mapped again */
-    double not_at_once;                            /* of lowp, what is given back before the rest peaks (per_rank leaves it out) */
+    double not_at_once;                            /* of lowp and mapped, what is not resident at once (per_rank leaves it out) */
     double per_rank, per_machine;                  /* sums; per_machine: x the ranks on one machine */
 } dt_plan_memory;
 

@@ -125,9 +125,9 @@ static double gemm_rate(const dt_plan_job *j, const dt_plan_hardware *h, int thr
 }
 
 /* The blocks' Linears' rate: each of a GPT-2 block's four (the attention's qkv and projection, the MLP's two, a tensor-parallel
- * rank's share of each) timed at its shape, weighted by its FLOPs. The MLP's shape alone, which the plan used for all four, is
- * the fastest: on 124M at TP 2 in bf16 the blocks ran 13% slower than at DP 2, which that rate priced the same. Llama's
- * (not built by dtrain, never timed here) at the MLP's. */
+ * rank's share of each) timed at its shape, weighted by its FLOPs. The MLP's first, which the plan used for all four, is the
+ * fastest of them; the others have a side of C (C/tp under tensor parallelism). Llama's (not built by dtrain, never timed
+ * here) at the MLP's. */
 static double blocks_rate(const dt_plan_job *j, const dt_plan_hardware *h, int threads, double tokens, int C, int F, int tp) {
     if (j->arch.llama) return gemm_rate(j, h, threads, tokens, F / tp, C);
     const int shape[4][2] = { { 3 * C / tp, C }, { C, C / tp }, { F / tp, C }, { C, F / tp } }; /* outputs, inputs */

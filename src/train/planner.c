@@ -132,8 +132,8 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
     if (t->oversubscribed > 1)
         fprintf(f, "  (%.3g threads for each of the machine's cores: every rank computes %.3gx slower)\n", t->oversubscribed, t->oversubscribed);
     if (m->not_at_once > 0)
-        fprintf(f, "  (the total leaves out %s of the 16-bit copy: the head's unit gives it back before the gradients' pages peak)\n",
-                gb(m->not_at_once, b[11]));
+        fprintf(f, "  (the total counts the 16-bit copy by unit and the pool's pages at their largest moment together, %s less than "
+                "their sum: the head's copy is held as backward starts, the pages fill as it ends)\n", gb(m->not_at_once, b[11]));
     if (m->mapped > 0)
         fprintf(f, "  (and %s of pages the rank maps beside its own, held once by the machine: ZeRO's one parameter copy, the "
                 "gradients the shared-memory reduction reads in place, or ZeRO 2 and 3's pool mapped again over the store and the part of "
@@ -171,7 +171,7 @@ static cJSON *plan_json(const plan_result *r) {
     cJSON_AddNumberToObject(o, "tok_per_s", t->tok_per_s);
     cJSON_AddNumberToObject(mem, "lowp_copy", m->lowp);
     cJSON_AddNumberToObject(mem, "mapped_from_peers", m->mapped);
-    cJSON_AddNumberToObject(mem, "lowp_not_at_peak", m->not_at_once);
+    cJSON_AddNumberToObject(mem, "not_at_once", m->not_at_once);
     cJSON_AddNumberToObject(mem, "token_files", m->data);
     cJSON_AddNumberToObject(mem, "process", m->runtime);
     cJSON_AddNumberToObject(mem, "per_machine", m->per_machine);
