@@ -110,6 +110,10 @@ void *dt_mem_zero_edges(void *p, size_t bytes, size_t *whole);
 /* The bytes of [p, p + bytes) that the system holds in memory now (mincore;
  * shared pages count where this process maps them), at most bytes. */
 size_t dt_mem_resident(const void *p, size_t bytes);
+/* Peak resident memory of this process, in bytes (VmHWM). */
+size_t dt_peak_memory(void);
+/* This process's resident memory now (VmRSS), in bytes. */
+size_t dt_resident_memory(void);
 
 /* Element types. bf16 and f16 are stored as uint16_t and computed in f32. */
 typedef enum { DT_F32 = 0, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64, DT_DTYPE_COUNT } dt_dtype;

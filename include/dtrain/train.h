@@ -235,10 +235,6 @@ typedef struct {
 } dt_run_record;
 dt_status dt_run_record_write(const char *path, const dt_train_config *c, const dt_run_record *r);
 
-/* Peak resident memory of this process, in bytes (VmHWM). */
-size_t dt_peak_memory(void);
-/* This process's resident memory now (VmRSS), in bytes. */
-size_t dt_resident_memory(void);
 
 #ifdef __cplusplus
 }

@@ -50,22 +50,6 @@ void dt_train_defaults(dt_train_config *c) {
     dt_loss_scale_defaults(&c->loss_scale);
 }
 
-/* A size from /proc/self/status ("VmRSS", "VmHWM"), in bytes; 0 if unknown. */
-static size_t status_bytes(const char *field) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    size_t kb = 0, n = strlen(field);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, field, n) && line[n] == ':' && sscanf(line + n + 1, "%zu", &kb) == 1) break;
-    fclose(f);
-    return kb * 1024;
-}
-
-size_t dt_resident_memory(void) { return status_bytes("VmRSS"); }
-
-size_t dt_peak_memory(void) { return status_bytes("VmHWM"); }
-
 /* A JSON number, or null when it is not finite (JSON has no NaN). */
 static void json_num(FILE *f, const char *key, const char *fmt, double v) {
     fprintf(f, ",\"%s\":", key);
