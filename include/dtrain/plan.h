@@ -58,6 +58,8 @@ typedef struct {
     int shared_params;       /* ZeRO's ranks all on one machine share one copy of the parameters */
     dt_dtype precision;      /* DT_F32; mixed precision adds the parameters' 16-bit copy, halves the blocks' activations */
     size_t process_bytes;    /* a rank's resident memory before the model (measured: code, libraries, the runtime) */
+    size_t head_process_bytes; /* of it, what timing the head left (the BLAS's panel of its weight gradient): a rank
+                                * without the head does not hold it */
     int threads;             /* a rank's threads (0: the machine's cores shared by its ranks) */
     int nodes;               /* machines the job spans (0, 1: one) */
 } dt_plan_job;
@@ -93,6 +95,7 @@ typedef struct {
     double step, tok_per_s;
     int threads;                    /* a rank's threads */
     double oversubscribed;          /* the machine's ranks x threads over its cores (compute is that much slower), at least 1 */
+    size_t head_resident;           /* this process's resident growth while the head was timed here (0: not timed now) */
 } dt_plan_time;
 
 /* The step time of job on hardware h (the largest stage's rank sets it). */

@@ -195,12 +195,15 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
      * bandwidth-bound kernels and the optimizer need nothing more: a rank's share of the bandwidth is already at most 1/local) */
     o->oversubscribed = h->shared_memory && h->cores_per_device && local * o->threads > cores ? (double)local * o->threads / cores : 1;
     double rmm = blocks_rate(j, h, o->threads, tokens, C, F, tp) / o->oversubscribed;
+    size_t before = dt_resident_memory();
     double rhead = gemm_rate(j, h, o->threads, htok, hrows, C) / o->oversubscribed;
     /* the 16-bit head's loss and narrowing, timed here as it runs (one rank's vocabulary slice, its loss as one process's) */
     double hloss = j->precision != DT_F32 && !j->arch.llama && h->attention_rate && (double)Vr * C <= 1e8
                        ? measure_head_lp((int)fmin(tokens, 4096), Vr, C, dt_gpt2_lp_work_floats(c, true), o->threads, j->precision,
                                          rhead * o->oversubscribed) * o->oversubscribed
                        : 0;
+    size_t after = dt_resident_memory();
+    o->head_resident = after > before ? after - before : 0;
     double ratt = (h->attention_rate > 0 ? h->attention_rate * o->threads : (j->precision != DT_F32 ? h->flops_lowp : h->flops_f32) * h->attention_efficiency) /
                   o->oversubscribed;
     /* a CPU rank's share of the machine's bandwidth; a GPU's own */

@@ -77,7 +77,7 @@ static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, c
     dt_plan_step_time(&r->job, h, &r->time);
     /* after the GEMMs at the job's shapes ran here: the BLAS's buffers are part of a rank's process too */
     size_t now = dt_resident_memory();
-    if (process && now > process) r->job.process_bytes = now;
+    if (process && now > process) r->job.process_bytes = now, r->job.head_process_bytes = r->time.head_resident;
     dt_plan_memory_estimate(&r->job, &r->mem);
     r->fits = (h->shared_memory ? r->mem.per_machine : r->mem.per_rank) <= h->memory;
     return DT_OK;
