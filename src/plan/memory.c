@@ -50,9 +50,10 @@ static void model_states(const dt_plan_job *j, double psi, double tied, double f
     m->optim = 4 * optim_floats(&j->opt) * (s >= 1 && n > 1 ? psi / n : psi - tied);
 }
 
-/* One rank holding psi parameters and acts bytes of activations. */
+/* One rank holding psi parameters and acts bytes of activations; stage_bufs of its pipeline stage's own buffers, and
+ * runtime bytes of process. */
 static void estimate_rank(const dt_plan_job *j, double psi, double tied, double f32_only, const double unit_lp[2], double acts,
-                          dt_plan_memory *m) {
+                          double stage_bufs, double runtime, dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1, f = 4;
     memset(m, 0, sizeof *m);
     model_states(j, psi, tied, f32_only, unit_lp, m);
@@ -93,9 +94,10 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
         m->mapped += (R - 1) / R * (pool ? pool_bytes : m->grads);
     /* context parallelism's attention work space (dt_ring_work_floats, dt_ulysses_work_floats) */
     if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 10) * BT * C / (j->tp > 1 ? j->tp : 1);
+    m->comm += stage_bufs;
     m->acts = acts;
     m->data = (double)j->data_bytes;
-    m->runtime = (double)j->process_bytes;
+    m->runtime = runtime;
     /* made unit by unit beside ZeRO 2 and 3's pool, the two do not peak at once: the head's copy (the tied wte) is held as
      * backward starts, when of the outside range only the head's gradients' pages are mapped; by the time the pool's pages
      * fill the whole range, as backward ends, the unit held is a block. The larger of the two moments counts: at 124M bf16
@@ -148,15 +150,14 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
             double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model, .arch = j->arch });
             psi *= f, f32_only *= f, unit_lp[0] *= f, unit_lp[1] *= f;
         }
-        dt_plan_memory one;
-        estimate_rank(j, psi, tied, f32_only, unit_lp, acts, &one);
         /* a stage without the head holds no BLAS panel of its weight gradient (the planner's process, which timed it,
          * does); the first and last stages hold the tied wte's gradient on its way between them (dt_pipeline's
          * wte_recv, wte_send: 124M's first stage was 4.7% under without it) */
-        double off = b[v - 1] == c->num_layers + 2 ? 0 : fmin((double)j->head_process_bytes, one.runtime);
+        double process = (double)j->process_bytes;
+        if (b[v - 1] != c->num_layers + 2) process -= fmin((double)j->head_process_bytes, process);
         double wte = p > 1 && !j->arch.llama && (s == 0 || s == p - 1) ? 4 * ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels : 0;
-        one.runtime -= off, one.comm += wte;
-        one.per_rank += wte - off, one.per_machine = (one.per_rank - one.mapped) * (j->local_ranks > 0 ? j->local_ranks : 1);
+        dt_plan_memory one;
+        estimate_rank(j, psi, tied, f32_only, unit_lp, acts, wte, process, &one);
         if (one.per_rank > m->per_rank) *m = one;
     }
 }
