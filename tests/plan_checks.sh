@@ -142,7 +142,7 @@ echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert o['fit
 cache=$dir/cache
 XDG_CACHE_HOME=$cache "$DTRAIN" plan "${common[@]}" --json > "$dir/c1.json" 2>&1
 if [ -z "${DTRAIN_MEMORY_BANDWIDTH:-}" ]; then
-    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['memory_gbs_all_cores'] > 0 and c['attention_gflops_per_thread'] > 0 and c['optimizer_gbs_one_core'] > 0 and c['optimizer_gbs_all_cores'] > 0" \
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['memory_gbs_all_cores'] > 0 and c['attention_gflops_per_thread'] > 0 and c['optimizer_gbs_one_core'] > 0 and c['optimizer_gbs_all_cores'] > 0 and c['gemm_slowdown_all_cores_busy'] >= 1" \
         "$cache/dtrain/peak.json" 2> /dev/null && ok "this machine's rates cached: $(cat "$cache/dtrain/peak.json")" ||
         fail "the rates not cached: $(cat "$cache/dtrain/peak.json" 2>&1)"
 fi
@@ -185,6 +185,29 @@ done
 python3 -c "import sys; a,b,c=map(float,sys.argv[1:]); assert a > 0 and abs(b - 100 * a) < 1e-6 * b and c == 0" "${lp[@]}" 2> /dev/null &&
     ok "ZeRO-3 bf16's 16-bit copies by unit: ${lp[0]} ms a step at 5 GB/s, ${lp[1]} at 0.05, ZeRO-1's ${lp[2]}" ||
     fail "16-bit copies by unit: ${lp[*]}"
+
+# compute beside the other ranks' busy cores: slowed by the cached all-busy slowdown, in the share of the other cores the
+# job's other ranks keep busy (2 ranks of 1 thread: 1 of cores - 1), and not at all for one rank
+for k in 1 11; do
+    mkdir -p "$dir/busy$k/dtrain"
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['gemm_slowdown_all_cores_busy']=float(sys.argv[3]); json.dump(c, open(sys.argv[2], 'w'))" \
+        "$dir/cache5/dtrain/peak.json" "$dir/busy$k/dtrain/peak.json" "$k"
+    for n in 1 2; do
+        XDG_CACHE_HOME=$dir/busy$k env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan "${common[@]}" --nproc $n \
+            --json > "$dir/busy$k-$n.json" 2>&1
+    done
+done
+python3 - "$dir" "$(nproc)" > "$dir/busy.txt" 2>&1 << 'EOF2' &&
+import json, sys
+d, cores = sys.argv[1], int(sys.argv[2])
+b = {(k, n): json.load(open("%s/busy%d-%d.json" % (d, k, n)))["breakdown"] for k in (1, 11) for n in (1, 2)}
+want = 1 + 10 * min(1, cores - 1) / (cores - 1) if cores > 1 else 1
+assert b[(11, 1)]["beside"] == 1 and b[(1, 2)]["beside"] == 1 and abs(b[(11, 2)]["beside"] - want) < 1e-9, (want, b)
+mm = lambda k: b[(k, 2)]["time_ms"]["matmul"]
+assert abs(mm(11) / mm(1) / want - 1) < 0.25, (mm(11), mm(1), want)
+print("2 ranks at a planted 11x: compute %.3gx slower (%.3g ms against %.3g), one rank not at all" % (want, mm(11), mm(1)))
+EOF2
+    ok "$(cat "$dir/busy.txt")" || fail "compute beside busy cores: $(tail -3 "$dir/busy.txt")"
 
 # --search gives each layout that fits its train flags: planned with them, the first, a pipeline one and a ZeRO one
 # come back as the same layout

@@ -79,6 +79,7 @@ typedef struct {
     double attention_rate;      /* measured attention FLOP/s a core (this machine), else 0 */
     double optim_bw_one, optim_bw_all; /* the optimizer's measured bytes a second (this machine): one core, all; else 0 (mem_bw) */
     double lp_fresh_bw;         /* a 16-bit copy made into pages just given back, a core's f32 bytes read a second (this machine), else 0 */
+    double busy_slowdown;       /* a core's GEMM alone over beside every other core running one (this machine), else 0: not slowed */
 } dt_plan_hardware;
 
 /* "this" (measured: the GEMM peaks' cache, bandwidth and attention now, the communication calibration), "a100-40g",
@@ -95,6 +96,7 @@ typedef struct {
     double step, tok_per_s;
     int threads;                    /* a rank's threads */
     double oversubscribed;          /* the machine's ranks x threads over its cores (compute is that much slower), at least 1 */
+    double beside;                  /* compute's slowdown from the other ranks' busy cores (busy_slowdown, by their share), at least 1 */
     size_t head_resident;           /* this process's resident growth while the head was timed here (0: not timed now) */
 } dt_plan_time;
 

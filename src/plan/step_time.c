@@ -194,18 +194,23 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     /* more threads on a CPU machine than it has cores (--nproc 4 --threads 1 on two): each computes that much of the time (the
      * bandwidth-bound kernels and the optimizer need nothing more: a rank's share of the bandwidth is already at most 1/local) */
     o->oversubscribed = h->shared_memory && h->cores_per_device && local * o->threads > cores ? (double)local * o->threads / cores : 1;
-    double rmm = blocks_rate(j, h, o->threads, tokens, C, F, tp) / o->oversubscribed;
+    /* the other ranks' cores busy beside this one's: compute slowed by the measured all-busy slowdown, in the share of the other
+     * cores they keep busy (the job's own threads are in the timings already) */
+    int others = (local - 1) * o->threads < cores - o->threads ? (local - 1) * o->threads : cores - o->threads;
+    o->beside = h->shared_memory && h->busy_slowdown > 1 && cores > 1 && others > 0 ? 1 + (h->busy_slowdown - 1) * others / (cores - 1) : 1;
+    double slow = o->oversubscribed * o->beside;
+    double rmm = blocks_rate(j, h, o->threads, tokens, C, F, tp) / slow;
     size_t before = dt_resident_memory();
-    double rhead = gemm_rate(j, h, o->threads, htok, hrows, C) / o->oversubscribed;
+    double rhead = gemm_rate(j, h, o->threads, htok, hrows, C) / slow;
     /* the 16-bit head's loss and narrowing, timed here as it runs (one rank's vocabulary slice, its loss as one process's) */
     double hloss = j->precision != DT_F32 && !j->arch.llama && h->attention_rate && (double)Vr * C <= 1e8
                        ? measure_head_lp((int)fmin(tokens, 4096), Vr, C, dt_gpt2_lp_work_floats(c, true), o->threads, j->precision,
-                                         rhead * o->oversubscribed) * o->oversubscribed
+                                         rhead * slow) * slow
                        : 0;
     size_t after = dt_resident_memory();
     o->head_resident = after > before ? after - before : 0;
     double ratt = (h->attention_rate > 0 ? h->attention_rate * o->threads : (j->precision != DT_F32 ? h->flops_lowp : h->flops_f32) * h->attention_efficiency) /
-                  o->oversubscribed;
+                  slow;
     /* a CPU rank's share of the machine's bandwidth; a GPU's own */
     double bw = h->shared_memory ? h->mem_bw * (double)(o->threads < cores ? o->threads : cores) / cores : h->mem_bw;
     if (h->shared_memory && bw > h->mem_bw / local) bw = h->mem_bw / local;

@@ -131,6 +131,9 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
             r->job.paper_acts ? "Megatron-LM keeps them (Korthikanti et al. 2022, scores not kept)" : "dtrain's arenas hold them");
     if (t->oversubscribed > 1)
         fprintf(f, "  (%.3g threads for each of the machine's cores: every rank computes %.3gx slower)\n", t->oversubscribed, t->oversubscribed);
+    if (t->beside > 1)
+        fprintf(f, "  (the other ranks keep the machine's other cores busy: compute %.1f%% slower, as a GEMM measured beside them)\n",
+                100 * (t->beside - 1));
     if (m->not_at_once > 0)
         fprintf(f, "  (the total counts the 16-bit copy by unit and the pool's pages at their largest moment together, %s less than "
                 "their sum: the head's copy is held as backward starts, the pages fill as it ends)\n", gb(m->not_at_once, b[11]));
@@ -182,6 +185,7 @@ static cJSON *plan_json(const plan_result *r) {
     for (int i = 0; i < 11; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
     cJSON_AddNumberToObject(br, "threads", t->threads);
     cJSON_AddNumberToObject(br, "oversubscribed", t->oversubscribed);
+    cJSON_AddNumberToObject(br, "beside", t->beside);
     cJSON_AddItemToObject(br, "memory", mem);
     cJSON_AddItemToObject(br, "time_ms", tm);
     cJSON_AddItemToObject(o, "breakdown", br);
