@@ -167,7 +167,15 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
     /* the elementwise kernels, forward and twice backward: LayerNorms, residuals, biases, GELU (bytes a token and block), the head's
      * softmax and loss over the vocabulary (where measured, hloss: the 16-bit head's seconds a token besides its GEMMs) */
     double block = 4 * (10 * C / rows + 4 * C / tp + 4 * F / tp);
-    s.ew = (nl * block * passes + (b == L + 2 && !hloss ? 4 * 4 * V : 0) + (a == 0 ? 3 * 4 * C : 0)) * tokens / bw;
+    /* dtrain's mixed precision (gpt2_run.c) passes over a block's activations besides: forward rounds the LayerNorms', attention's
+     * and GELU's outputs to 16 bits in place (8 bytes an element), backward each Linear's output gradient; without --recompute
+     * the block's eight kept activations are packed to 16 bits after forward and unpacked before backward (6 bytes an element
+     * each way). d6's bf16 blocks ran 10% over the plan without them (362 ms a step against 328): these are 32 of it. */
+    double lowp = j->precision != DT_F32 && !j->arch.llama && !j->paper_acts
+                      ? 8 * (2 * C / rows + C / tp + F / tp) * (j->recompute ? 2 : 1) + 8 * (2 * C + 3 * C / tp + F / tp) +
+                            (j->recompute ? 0 : 12 * (4 * C / rows + 4 * C / tp + 2 * F / tp))
+                      : 0;
+    s.ew = (nl * (block * passes + lowp) + (b == L + 2 && !hloss ? 4 * 4 * V : 0) + (a == 0 ? 3 * 4 * C : 0)) * tokens / bw;
     if (b == L + 2) s.ew += hloss * tokens;
     s.fwd_share = 1.0 / passes;
     return s;
