@@ -274,10 +274,12 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     double rowsb = tokens * c->channels * 4;
     if (tp > 1) o->tp_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * allreduce(rowsb, tp, ia, ib, g);
     /* context parallelism: the ring sends keys and values N-1 times forward, and those and their gradients backward (about half
-     * hidden under the blocks, measured); all-to-all moves q, k, v and the output forward, again with the gradients backward */
+     * hidden under the blocks, measured); all-to-all moves q, k, v and the output forward, again with the gradients backward,
+     * each of those 12 rows' worth copied into a send buffer and out of the received one (ulysses.c: 16 bytes a float) */
     if (cp > 1) {
         double kv = tokens * c->channels / tp * 4;
-        o->cp_comm = j->cp_ulysses ? m * nl * 12 * gather(kv * cp, cp, ia, ib) : m * nl * 0.5 * 6 * (cp - 1) * (ia + kv * ib);
+        o->cp_comm = j->cp_ulysses ? m * nl * 12 * (gather(kv * cp, cp, ia, ib) + 4 * kv / bw)
+                                   : m * nl * 0.5 * 6 * (cp - 1) * (ia + kv * ib);
     }
     /* the pipeline: each micro-batch's activations forward and gradient back; the bubble by schedule */
     /* a pipeline's step is m of the slowest stage's micro-batches plus one of every other stage's (filling and draining, as a flow
