@@ -404,6 +404,17 @@ static void release_others(dt_ddp *d, size_t off, size_t n) {
     }
 }
 
+/* Where this step accumulated micro-steps into the store's own pages (an f32 store), the other shards' part is zeroed in
+ * place once the step's reductions are done, not given back: those pages fill again in the next step's first micro-step
+ * whatever is done, so giving them back lowered no peak and made every step fault them in anew (124M bf16 ZeRO-2 at
+ * micro-batch 2 x 2: 1584-1798 ms a step against ZeRO-1's 1411-1470, its backward 100-250 ms longer). */
+static bool zero_in_place(const dt_ddp *d) { return d->accumulated && !d->g16; }
+
+static void zero_others(dt_ddp *d) {
+    memset(d->grads, 0, d->s0 * sizeof(float));
+    memset(d->grads + d->s1, 0, (d->nparams - d->s1) * sizeof(float));
+}
+
 /* With shards: each bucket whose reductions are done (with wait: up to
  * bucket upto, waiting) gives back the other shards' parts, so that a rank
  * holds its shard and the buckets in flight. A pooled bucket's pages go back
@@ -418,7 +429,7 @@ static dt_status retire(dt_ddp *d, int upto, bool wait) {
             if (st) return st;
         }
         if (!done) return DT_OK;
-        for (int r = 0; r < k->nranges && !d->pooled; r++) release_others(d, k->ranges[r].off, k->ranges[r].count);
+        for (int r = 0; r < k->nranges && !d->pooled && !zero_in_place(d); r++) release_others(d, k->ranges[r].off, k->ranges[r].count);
         d->retired++;
     }
     return DT_OK;
@@ -732,7 +743,8 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
             dt_status s2 = give_back(d);
             if (!st) st = s2;
         }
-        release_others(d, 0, d->nparams);
+        if (zero_in_place(d)) zero_others(d);
+        else release_others(d, 0, d->nparams);
         d->accumulated = d->pooled = false;
     }
     if (!st && d->opt && d->done_n != d->w1 - d->w0)

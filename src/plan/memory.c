@@ -28,6 +28,13 @@ static int optim_floats(const dt_optim_config *o) {
  * none); ZeRO 1 and 2 keep the f32 master only in
  * the shard when mixed (or when the machine shares one copy); gradients in
  * f32 or --grad-store's 16 bits. */
+/* ZeRO 2 and 3 over more than one micro-batch a step (accumulation, a pipeline's micro-batches) with an f32 store: a
+ * micro-step that does not synchronise adds into the store's own pages, the whole store, and the step keeps them, zeroed
+ * (dt_ddp_finish), and reduces without the pool, as ZeRO-1 does */
+static int accumulates(const dt_plan_job *j) {
+    return !j->paper_states && j->stage >= 2 && j->dp > 1 && j->micro > 1 && !(j->grad_store != DT_F32 && j->grad_store);
+}
+
 static void model_states(const dt_plan_job *j, double psi, double tied, double f32_only, const double unit_lp[2], dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1;
     int mixed = j->precision != DT_F32, s = j->stage;
@@ -45,7 +52,7 @@ static void model_states(const dt_plan_job *j, double psi, double tied, double f
     if (mixed) m->lowp = 2 * (psi - f32_only);
     /* made unit by unit (ZeRO-3; ZeRO 1 and 2 with each rank's own parameters): one unit's copy at a time, the largest */
     if (mixed && n > 1 && (s >= 3 || (s >= 1 && !shared))) m->lowp = 2 * unit_lp[0];
-    m->grads = (j->grad_store != DT_F32 && j->grad_store && n > 1 ? 2 : 4) * psi / (s >= 2 ? n : 1); /* no data-parallel axis: f32 */
+    m->grads = (j->grad_store != DT_F32 && j->grad_store && n > 1 ? 2 : 4) * psi / (s >= 2 && !accumulates(j) ? n : 1); /* no data-parallel axis: f32 */
     /* a last stage's tied copy has no optimizer state, but ZeRO's shards tile the whole store, the copy too */
     m->optim = 4 * optim_floats(&j->opt) * (s >= 1 && n > 1 ? psi / n : psi - tied);
 }
@@ -64,7 +71,7 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
      * two buckets in flight, at most the head's (the tied embedding) and the next */
     double BT = (double)j->batch * j->seq, C = j->model.channels;
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
-    int pool = n > 1 && (j->stage >= 2 || (j->grad_store != DT_F32 && j->grad_store));
+    int pool = n > 1 && ((j->stage >= 2 && !accumulates(j)) || (j->grad_store != DT_F32 && j->grad_store));
     double pool_bytes = pool ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : 0;
     /* ZeRO 2 and 3: the store's bytes outside this rank's shard ((n - 1) shards) go through the pool, whose pages come when
      * first lent: no more of it is resident than that range */
