@@ -275,15 +275,21 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     /* links: inside one machine while the group fits in the job's ranks there */
     int dp_nodes = job->nodes > 1 && n > local / (tp * p > 0 ? tp * p : 1) ? 1 : 0;
     double da = dp_nodes ? xa : ia, db = dp_nodes ? xb : ib, gb = job->grad_comm != DT_F32 && job->grad_comm ? 2 : 4;
+    double gathers = 0;
     if (n > 1) {
         o->dp_comm = allreduce(psi * gb, n, da, db, g);
-        if (stage >= 3 && !shared) o->dp_comm += 2 * m * gather(psi * 4, n, da, db);
+        if (stage >= 3 && !shared) o->dp_comm += gathers = 2 * m * gather(psi * 4, n, da, db);
         if (stage >= 1 && stage < 3 && !shared && w == 2) o->dp_comm += gather(psi * 2, n, da, db);
     }
     /* a CPU's collectives inside a machine move memory on the same cores and bandwidth backward uses: nothing hides them; a
      * GPU's, and a network's between machines, overlap with backward, but for the last bucket */
     double bwd = (o->matmul + o->attention + o->elementwise) * (1 - worst.fwd_share);
-    o->dp_exposed = h->shared_memory && !dp_nodes ? o->dp_comm : overlapped(o->dp_comm, bwd, psi * gb, (double)job->bucket_bytes);
+    /* ZeRO-3's gathers run ahead of forward as well as backward, which the buckets do not describe: there the reduction is
+     * hidden under backward but for the last bucket, as before */
+    double last = job->bucket_bytes > 0 && psi * gb > 0 ? o->dp_comm * fmin(1, (double)job->bucket_bytes / (psi * gb)) : 0;
+    o->dp_exposed = h->shared_memory && !dp_nodes ? o->dp_comm
+                    : gathers > 0             ? fmax(last, o->dp_comm - bwd)
+                                              : overlapped(o->dp_comm, bwd, psi * gb, (double)job->bucket_bytes);
     /* tensor parallelism: two allreduces of a micro-batch's rows each way per block (with --recompute forward's again), f32 */
     int nl = c->num_layers / p + 1;
     double rowsb = tokens * c->channels * 4;
