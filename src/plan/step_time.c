@@ -308,6 +308,16 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     if (p > 1) {
         o->pp_comm = 2.0 * m * (ia + tokens * c->channels * w * ib);
         o->bubble = (tall - tworst) * (j->zb ? 1.0 / 3 : 1.0 / v);
+        /* more threads than cores: a stage's idle time is another rank's turn on its core, so the step's compute is the
+         * machine's work over its cores (m of the mean stage at the shared rate), or the schedule at a core's own rate where
+         * that is longer; the busiest stage at the shared rate plus the bubble put d6 DP 2 x PP 2 on 4 ranks of 2 cores +37%
+         * over its run, PP 4 more */
+        double busy = o->matmul + o->attention + o->elementwise, s = o->oversubscribed;
+        if (s > 1) {
+            double need = fmax(m * tall / p, (busy + o->bubble) / s);
+            o->bubble = fmax(0, need - busy);
+            if (need < busy) o->matmul *= need / busy, o->attention *= need / busy, o->elementwise *= need / busy;
+        }
     }
     o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->lp_units + o->dp_exposed + o->tp_comm + o->cp_comm + o->pp_comm + o->bubble;
     o->tok_per_s = (double)n / cp * m * j->batch * (double)job->seq / o->step;
