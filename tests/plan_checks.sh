@@ -209,6 +209,16 @@ print("2 ranks at a planted 11x: compute %.3gx slower (%.3g ms against %.3g), on
 EOF2
     ok "$(cat "$dir/busy.txt")" || fail "compute beside busy cores: $(tail -3 "$dir/busy.txt")"
 
+# under an affinity mask narrower than the machine the busy-cores slowdown is not measured (its neighbours would share the
+# planner's own core) and nothing is cached for it
+if [ "$(nproc --all)" -gt 1 ] && command -v taskset > /dev/null; then
+    XDG_CACHE_HOME=$dir/cachet taskset -c 0 "$DTRAIN" plan "${common[@]}" --nproc 2 --json > "$dir/t.json" 2>&1
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2]))['breakdown']
+assert 'gemm_slowdown_all_cores_busy' not in c and b['beside'] == 1, (c, b['beside'])" "$dir/cachet/dtrain/peak.json" "$dir/t.json" \
+        > "$dir/t.txt" 2>&1 && ok "under taskset -c 0 the busy-cores slowdown is neither measured nor cached" ||
+        fail "the busy-cores slowdown under taskset: $(tail -1 "$dir/t.txt")"
+fi
+
 # --search gives each layout that fits its train flags: planned with them, the first, a pipeline one and a ZeRO one
 # come back as the same layout
 "$DTRAIN" plan "${common[@]}" --nproc 4 --batch 4 --search --json > "$dir/search.json" 2> "$dir/search.err"

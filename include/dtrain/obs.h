@@ -38,7 +38,7 @@ dt_status dt_peak_save(double gflops_one_thread);
 double dt_peak_measure_bf16(int threads);
 dt_status dt_peak_bf16_per_thread(double *gflops, const char **source);
 /* Another rate of this machine kept in the same cache under key (below 1e6:
- * GB/s or GFLOP/s): the cache's if this CPU's, else measure(arg), saved. */
+ * GB/s or GFLOP/s): the cache's if this CPU's, else measure(arg), saved (measure NULL: 0, nothing saved). */
 dt_status dt_peak_cached_rate(const char *key, double (*measure)(int), int arg, double *value);
 
 /* A resumed run's metrics file keeps only the rows up to last_step, the

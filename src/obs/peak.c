@@ -155,7 +155,7 @@ dt_status dt_peak_per_thread(double *gflops, const char **source) {
 dt_status dt_peak_bf16_per_thread(double *gflops, const char **source) { return cached_or_measured(BF16, dt_peak_measure_bf16, gflops, source); }
 
 dt_status dt_peak_cached_rate(const char *key, double (*measure)(int), int arg, double *value) {
-    if ((*value = cached(key)) > 0) return DT_OK;
+    if ((*value = cached(key)) > 0 || !measure) return DT_OK;
     if ((*value = measure(arg)) <= 0) return dt_error(DT_ERR_NOMEM, "%s: the measurement failed (out of memory?)", key);
     if (save(key, *value)) dt_log(DT_LOG_WARN, "%s: not cached (%s)", key, dt_last_error());
     return DT_OK;

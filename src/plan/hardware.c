@@ -244,12 +244,14 @@ static dt_status this_machine(dt_plan_hardware *h) {
         h->optim_bw_one *= 1e9, h->optim_bw_all *= 1e9;
     if (!st && !(bw && atof(bw) > 0) && !(st = dt_peak_cached_rate("lp_fresh_gbs_one_core", measure_lp_fresh, 1, &h->lp_fresh_bw)))
         h->lp_fresh_bw *= 1e9;
-    /* only where this process may run on every core: under a narrower mask (taskset, a Slurm step) the neighbours would
-     * share its own core and the figure, cached for the CPU, would say the machine twice as slow beside them */
+    /* measured only where this process may run on every core: under a narrower mask (taskset, a Slurm step) the neighbours
+     * would share its own core and the figure, cached for the CPU, would say the machine twice as slow beside them; there
+     * the cache's figure, if any */
     cpu_set_t mask;
     int allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : h->devices_per_node;
-    if (!st && allowed >= h->devices_per_node)
-        st = dt_peak_cached_rate("gemm_slowdown_all_cores_busy", measure_busy_slowdown, (int)h->devices_per_node, &h->busy_slowdown);
+    if (!st)
+        st = dt_peak_cached_rate("gemm_slowdown_all_cores_busy", allowed >= h->devices_per_node ? measure_busy_slowdown : NULL,
+                                 (int)h->devices_per_node, &h->busy_slowdown);
     if (!st && att && atof(att) > 0) h->attention_rate = atof(att) * 1e9; /* the same for attention's rate a core */
     else if (!st && !(st = dt_peak_cached_rate("attention_gflops_per_thread", measure_attention, 1, &h->attention_rate)))
         h->attention_rate *= 1e9;
