@@ -48,6 +48,8 @@ void dt_log(dt_log_level level, const char *fmt, ...) __attribute__((format(prin
 /* Monotonic wall clock in seconds, and this process's CPU time. */
 double dt_time_now(void);
 double dt_time_cpu(void);
+/* The median of v[0..n) (its middle element once sorted, in place; n even: the upper of the two middle ones). */
+double dt_median(double *v, size_t n);
 
 /* The trace recorder (obs writes what it holds as Chrome trace-event JSON).
  * Off, a trace point is one relaxed load and a branch; on, a begin or end is

@@ -18,11 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 double dt_peak_measure(int threads) {
     dt_kernels_set_threads(threads);
     int n = 2048;
@@ -39,8 +34,7 @@ double dt_peak_measure(int threads) {
     dt_free_aligned(a);
     dt_free_aligned(b);
     dt_free_aligned(c);
-    qsort(t, 5, sizeof t[0], cmp_double);
-    return t[2];
+    return dt_median(t, 5);
 }
 
 double dt_peak_measure_bf16(int threads) {
@@ -61,8 +55,7 @@ double dt_peak_measure_bf16(int threads) {
     dt_free_aligned(a);
     dt_free_aligned(b);
     dt_free_aligned(c);
-    qsort(t, 5, sizeof t[0], cmp_double);
-    return t[2];
+    return dt_median(t, 5);
 }
 
 static int cache_path(char *out, size_t cap, int make_dir) {

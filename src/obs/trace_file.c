@@ -37,11 +37,6 @@ bad:
     return dt_error(DT_ERR_ARG, "--trace-steps %s: expected A:B, the first and last step to trace (1 <= A <= B)", s);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* rank 0's clock minus ours, at the same moment */
 static dt_status clock_offset(dt_comm *w, double *offset) {
     *offset = 0;
@@ -59,8 +54,7 @@ static dt_status clock_offset(dt_comm *w, double *offset) {
         d[k] = all[0] - now;
     }
     free(all);
-    qsort(d, K, sizeof d[0], cmp_double);
-    *offset = d[K / 2];
+    *offset = dt_median(d, K);
     return st;
 }
 

@@ -178,11 +178,6 @@ static int busy_neighbours(int nb, const float *a, const float *b, float *c, con
     return made;
 }
 
-static int by_value(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
 /* alone / beside (cores - 1) neighbours: five pairs of 0.3 s timings, each pair's ratio (a pair close in time, as this VM
  * drifts), their median; at least 1 (below is the machine's noise), and 1 on one core */
 static double measure_busy_slowdown(int cores) {
@@ -205,13 +200,12 @@ static double measure_busy_slowdown(int cores) {
             for (int i = 0; i < made; i++) while (waitpid(pid[i], NULL, 0) < 0 && errno == EINTR) {}
             if (made < nb) break;
         }
-        if (done == PAIRS) qsort(ratio, PAIRS, sizeof *ratio, by_value);
     }
     if (fds[0] >= 0) close(fds[0]), close(fds[1]);
     dt_free_aligned(a);
     dt_free_aligned(b);
     dt_free_aligned(c);
-    return nb == 0 ? 1 : done == PAIRS ? fmax(1, ratio[PAIRS / 2]) : 0;
+    return nb == 0 ? 1 : done == PAIRS ? fmax(1, dt_median(ratio, PAIRS)) : 0;
 }
 
 /* This machine: cores, memory available (a cgroup's limit included), the GEMM peaks, bandwidth and attention (measured once per

@@ -20,6 +20,13 @@ static int optim_floats(const dt_optim_config *o) {
     return o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB ? 2 : 1;
 }
 
+/* ZeRO 2 and 3 over more than one micro-batch a step (accumulation, a pipeline's micro-batches) with an f32 store: a
+ * micro-step that does not synchronise adds into the store's own pages, the whole store, and the step keeps them, zeroed
+ * (dt_ddp_finish), and reduces without the pool, as ZeRO-1 does */
+static int accumulates(const dt_plan_job *j) {
+    return !j->paper_states && j->stage >= 2 && j->dp > 1 && j->micro > 1 && !(j->grad_store != DT_F32 && j->grad_store);
+}
+
 /* Model states of psi parameters over n data-parallel ranks. ZeRO's anatomy
  * (paper_states): 16-bit parameters and gradients, K = 12 bytes of f32 master
  * weights and Adam moments under mixed precision (fp32: 4 + 4 + 8), each split
@@ -28,13 +35,6 @@ static int optim_floats(const dt_optim_config *o) {
  * none); ZeRO 1 and 2 keep the f32 master only in
  * the shard when mixed (or when the machine shares one copy); gradients in
  * f32 or --grad-store's 16 bits. */
-/* ZeRO 2 and 3 over more than one micro-batch a step (accumulation, a pipeline's micro-batches) with an f32 store: a
- * micro-step that does not synchronise adds into the store's own pages, the whole store, and the step keeps them, zeroed
- * (dt_ddp_finish), and reduces without the pool, as ZeRO-1 does */
-static int accumulates(const dt_plan_job *j) {
-    return !j->paper_states && j->stage >= 2 && j->dp > 1 && j->micro > 1 && !(j->grad_store != DT_F32 && j->grad_store);
-}
-
 static void model_states(const dt_plan_job *j, double psi, double tied, double f32_only, const double unit_lp[2], dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1;
     int mixed = j->precision != DT_F32, s = j->stage;

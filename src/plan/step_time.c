@@ -17,12 +17,6 @@ typedef struct { int m, n, k, threads; dt_dtype prec; double rate; } linear_seen
 static linear_seen seen[64];
 static int nseen;
 
-/* the middle of three timings */
-static double median3(const double t[3]) {
-    double lo = fmin(t[0], t[1]), hi = fmax(t[0], t[1]);
-    return t[2] < lo ? lo : t[2] > hi ? hi : t[2];
-}
-
 /* FLOP/s of a Linear of M tokens, N outputs and K inputs on `threads` threads here, as the model runs it: in f32 its three
  * products (forward y = x W^T, backward dx = dy W and dW = dy^T x); in 16 bits (lp: DT_BF16 or DT_F16) the model's own
  * dt_matmul_forward_lp and dt_matmul_backward_lp with `work_floats` of scratch, which also narrow their inputs, round their
@@ -59,7 +53,7 @@ static double measure_linear(int M, int N, int K, int threads, dt_dtype lp, size
             }
         double sum = 0;
         for (int k = 0; k < 3; k++) {
-            sum += median3(t[k]);
+            sum += dt_median(t[k], 3);
         }
         rate = 3 * 2.0 * M * (double)N * K / sum;
     }
@@ -104,7 +98,7 @@ static double measure_head_lp(int M, int V, int C, size_t work_floats, int threa
             dt_matmul_backward_lp16(dinp, dw, logits, &ce, inp, w16, M, C, V, dt, work, work_floats, 0);
             if (r >= 0) t[r] = dt_time_now() - t0;
         }
-        s = fmax(0, median3(t) - 3 * 2.0 * M * (double)V * C / rhead) / M;
+        s = fmax(0, dt_median(t, 3) - 3 * 2.0 * M * (double)V * C / rhead) / M;
     }
     dt_kernels_set_threads(keep);
     dt_free_zeroed(inp), dt_free_zeroed(dinp), dt_free_zeroed(dw), dt_free_zeroed(w), dt_free_zeroed(work);
@@ -282,7 +276,7 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
         if (stage >= 1 && stage < 3 && !shared && w == 2) o->dp_comm += gather(psi * 2, n, da, db);
     }
     /* a CPU's collectives inside a machine move memory on the same cores and bandwidth backward uses: nothing hides them; a
-     * GPU's, and a network's between machines, overlap with backward, but for the last bucket */
+     * GPU's, and a network's between machines, overlap with backward bucket by bucket */
     double bwd = (o->matmul + o->attention + o->elementwise) * (1 - worst.fwd_share);
     /* ZeRO-3's gathers run ahead of forward as well as backward, which the buckets do not describe: there the reduction is
      * hidden under backward but for the last bucket, as before */
