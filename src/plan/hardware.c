@@ -1,27 +1,17 @@
-/* Hardware the planner prices a layout on: this machine (measured: the
- * BLAS's GEMM rate, memory bandwidth, attention's rate, the communication
- * calibration), a preset (A100 40 GB, H100 80 GB: the vendors' published
+/* Hardware the planner prices a layout on: this machine (measured, in
+ * this_machine.c), a preset (A100 40 GB, H100 80 GB: the vendors' published
  * figures), or a JSON file of the same fields. */
-#include "dtrain/plan.h"
-#include "dtrain/base.h"
-#include "dtrain/comm.h"
-#include "dtrain/io.h"
-#include "dtrain/kernels.h"
-#include "dtrain/obs.h"
-#include "dtrain/optim.h"
+#include "plan_internal.h"
 
-#include <cblas.h>
+#include "dtrain/base.h"
+#include "dtrain/io.h"
+
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
-#include <poll.h>
-#include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 /* NVIDIA's data sheets (dense, no sparsity): A100 SXM 40 GB: 312 TFLOP/s bf16, 19.5 fp32 (156 TF32), 1555 GB/s HBM, NVLink 600 GB/s
@@ -32,230 +22,6 @@ static const dt_plan_hardware presets[] = {
     { "a100-40g", 40.0 * (1 << 30), 8, 0, 1, 156e12, 312e12, 1555e9, 5e-6, 1 / 300e9, 10e-6, 1 / 25e9, 0.7, 0.7, 0, 0, 0, 0, 0 },
     { "h100-80g", 80.0 * (1 << 30), 8, 0, 1, 494e12, 989e12, 3350e9, 5e-6, 1 / 450e9, 10e-6, 1 / 50e9, 0.7, 0.7, 0, 0, 0, 0, 0 },
 };
-
-/* The residual add (a = b + c, a streaming kernel) over arrays far larger than the caches, on `threads` threads: GB a second (3 arrays moved). */
-static double measure_bandwidth(int threads) {
-    size_t n = (size_t)32 << 20;
-    float *a = dt_alloc_aligned(n * 4), *b = dt_alloc_aligned(n * 4), *c = dt_alloc_aligned(n * 4);
-    double best = 0;
-    if (a && b && c) {
-        dt_kernels_set_threads(threads);
-        for (size_t i = 0; i < n; i++) b[i] = 1, c[i] = 2, a[i] = 0;
-        for (int k = 0; k < 5; k++) {
-            double t0 = dt_time_now();
-            dt_residual_forward(a, b, c, n);
-            double r = 12.0 * (double)n / (dt_time_now() - t0) / 1e9;
-            if (r > best) best = r;
-        }
-    }
-    dt_free_aligned(a);
-    dt_free_aligned(b);
-    dt_free_aligned(c);
-    return best;
-}
-
-/* Blockwise causal attention forward and backward (T 1024, 4 heads of 64) on one thread: its GFLOP/s counted as 2 T^2 C forward
- * (the causal half of two T x T x C products) and twice that backward. */
-static double measure_attention(int unused) {
-    (void)unused;
-    int B = 1, T = 1024, C = 256, NH = 4;
-    size_t btc = (size_t)B * T * C;
-    float *qkv = dt_alloc_aligned(3 * btc * 4), *out = dt_alloc_aligned(btc * 4), *lse = dt_alloc_aligned((size_t)B * NH * T * 4),
-          *dqkv = dt_alloc_aligned(3 * btc * 4), *dout = dt_alloc_aligned(btc * 4);
-    double best = 0;
-    if (qkv && out && lse && dqkv && dout) {
-        dt_kernels_set_threads(1);
-        for (size_t i = 0; i < 3 * btc; i++) qkv[i] = 0.01f * (float)(i % 17) - 0.08f;
-        for (size_t i = 0; i < btc; i++) dout[i] = 0.001f * (float)(i % 13);
-        for (int k = 0; k < 3; k++) {
-            double t0 = dt_time_now();
-            dt_attention_forward_lse(out, lse, qkv, B, T, C, NH);
-            memset(dqkv, 0, 3 * btc * 4);
-            dt_attention_backward_lse(dqkv, dout, out, qkv, lse, B, T, C, NH);
-            double r = 3 * 2.0 * T * (double)T * C * B / (dt_time_now() - t0) / 1e9;
-            if (r > best) best = r;
-        }
-    }
-    dt_free_aligned(qkv);
-    dt_free_aligned(out);
-    dt_free_aligned(lse);
-    dt_free_aligned(dqkv);
-    dt_free_aligned(dout);
-    return best;
-}
-
-/* AdamW's update (dt_optim_step: it reads a parameter, its gradient and two moments, writes three back and zeroes the
- * gradient) over 16M parameters on `threads` threads: GB a second at those 32 bytes a parameter. A streaming kernel of
- * its own: one core ran it 1.5-2.3x faster here than the residual add a = b + c, per byte. */
-static double measure_optimizer(int threads) {
-    size_t n = (size_t)16 << 20;
-    dt_optim_config cfg;
-    dt_optim_defaults(DT_OPT_ADAMW, &cfg);
-    dt_tensor_span span = { 0, n, 0 };
-    dt_optim *o = NULL;
-    float *p = dt_alloc_aligned(n * 4), *g = dt_alloc_aligned(n * 4);
-    double best = 0;
-    if (p && g && !dt_optim_create(&cfg, n, &span, 1, &o)) {
-        dt_kernels_set_threads(threads);
-        for (size_t i = 0; i < n; i++) p[i] = 1e-2f * (float)(i % 11), g[i] = 0;
-        for (int k = 0; k < 5; k++) {
-            double t0 = dt_time_now();
-            dt_optim_step(o, p, g, 1e-4f, 1);
-            double r = 32.0 * (double)n / (dt_time_now() - t0) / 1e9;
-            if (k > 0 && r > best) best = r; /* the first touches the moments' pages */
-        }
-    }
-    dt_optim_destroy(o);
-    dt_free_aligned(p);
-    dt_free_aligned(g);
-    return best;
-}
-
-/* A 16-bit copy of 16M parameters made into pages given back just before (as a mixed-precision model made unit by unit makes
- * each unit's, lp_cast and lp_drop), on one thread: GB of f32 read a second. Each 4 KiB page comes zeroed by the kernel
- * (4.6 GB/s of f32 on a Zen 5 core, where the streams run at 40-70): a 124M ZeRO-3 bf16 rank spent ~300 ms a step there. */
-static double measure_lp_fresh(int threads) {
-    size_t n = (size_t)16 << 20;
-    float *src = dt_alloc_aligned(n * 4);
-    uint16_t *dst = dt_alloc_aligned(n * 2);
-    double best = 0;
-    if (src && dst) {
-        dt_kernels_set_threads(threads);
-        for (size_t i = 0; i < n; i++) src[i] = 1e-2f * (float)(i % 11);
-        for (int k = 0; k < 5; k++) {
-            dt_mem_release(dst, n * 2);
-            double t0 = dt_time_now();
-            dt_lp_pack(dst, src, n, DT_BF16);
-            double r = 4.0 * (double)n / (dt_time_now() - t0) / 1e9;
-            if (r > best) best = r;
-        }
-    }
-    dt_free_aligned(src);
-    dt_free_aligned(dst);
-    return best;
-}
-
-/* A GEMM's rate when every other core runs one too, against alone: ranks that fill a machine slow each other's compute
- * (the shared L3 and memory, the clock a busy package holds), which a kernel timed alone does not see. On the 2-core Zen 5
- * a 512 x 3072 x 768 Linear ran 0.3-3% slower beside a twin process, in f32 and in bf16 alike (and bf16 beside f32), and
- * a 124M bf16 step's blocks and head 3-4% slower beside a twin run; a neighbour spinning on integer work (yes) slowed
- * them by nothing. This measurement: 1.6-2.9% in four runs. */
-enum { BUSY_M = 512, BUSY_N = 3072, BUSY_K = 768 };
-
-static void busy_gemm(const float *a, const float *b, float *c) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BUSY_M, BUSY_N, BUSY_K, 1, a, BUSY_K, b, BUSY_K, 0, c, BUSY_N);
-}
-
-/* GEMMs a second on this thread over `seconds` */
-static double busy_rate(const float *a, const float *b, float *c, double seconds) {
-    double t0 = dt_time_now(), t = t0;
-    int n = 0;
-    for (; t - t0 < seconds; n++, t = dt_time_now()) busy_gemm(a, b, c);
-    return n / (t - t0);
-}
-
-/* (cores - 1) neighbour processes, as ranks are, each running the GEMM until killed (or for 30 s, should this process
- * die first); each says on the pipe once it runs. Processes, not threads: two threads of one process calling the BLAS
- * at once ran 37% slower here (the BLAS's own contention), two processes 2-3%. The children call nothing but the BLAS on
- * one thread, no OpenMP region, which a child forked from a threaded process may. Returns how many started. */
-static int busy_neighbours(int nb, const float *a, const float *b, float *c, const int fd[2], pid_t *pid) {
-    int made = 0;
-    for (; made < nb; made++) {
-        fflush(NULL);
-        if ((pid[made] = fork()) < 0) break;
-        if (pid[made] == 0) {
-            double t0 = dt_time_now();
-            busy_gemm(a, b, c);
-            if (write(fd[1], "x", 1) != 1) _exit(1);
-            while (dt_time_now() - t0 < 30) busy_gemm(a, b, c);
-            _exit(0);
-        }
-    }
-    char x;
-    struct pollfd p = { fd[0], POLLIN, 0 };
-    for (int i = 0; i < made; i++) /* a child that died before saying so must not hang this one */
-        if (poll(&p, 1, 10000) != 1 || read(fd[0], &x, 1) != 1) return i;
-    return made;
-}
-
-/* alone / beside (cores - 1) neighbours: five pairs of 0.3 s timings, each pair's ratio (a pair close in time, as this VM
- * drifts), their median; at least 1 (below is the machine's noise), and 1 on one core */
-static double measure_busy_slowdown(int cores) {
-    enum { PAIRS = 5 };
-    int nb = cores > 1 ? cores - 1 : 0, fds[2] = { -1, -1 }, done = 0;
-    size_t sa = (size_t)BUSY_M * BUSY_K, sb = (size_t)BUSY_N * BUSY_K, sc = (size_t)BUSY_M * BUSY_N;
-    float *a = dt_alloc_aligned(sa * 4), *b = dt_alloc_aligned(sb * 4), *c = dt_alloc_aligned(sc * 4);
-    pid_t pid[nb > 0 ? nb : 1];
-    double ratio[PAIRS];
-    if (a && b && c && nb > 0 && pipe(fds) == 0) {
-        dt_kernels_set_threads(1);
-        for (size_t i = 0; i < sa; i++) a[i] = 1e-3f * (float)(i % 7);
-        for (size_t i = 0; i < sb; i++) b[i] = 1e-3f * (float)(i % 5);
-        busy_gemm(a, b, c);
-        for (; done < PAIRS; done++) {
-            double alone = busy_rate(a, b, c, 0.3);
-            int made = busy_neighbours(nb, a, b, c, fds, pid);
-            if (made == nb) ratio[done] = alone / busy_rate(a, b, c, 0.3);
-            for (int i = 0; i < made; i++) kill(pid[i], SIGKILL);
-            for (int i = 0; i < made; i++) while (waitpid(pid[i], NULL, 0) < 0 && errno == EINTR) {}
-            if (made < nb) break;
-        }
-    }
-    if (fds[0] >= 0) close(fds[0]), close(fds[1]);
-    dt_free_aligned(a);
-    dt_free_aligned(b);
-    dt_free_aligned(c);
-    return nb == 0 ? 1 : done == PAIRS ? fmax(1, dt_median(ratio, PAIRS)) : 0;
-}
-
-/* This machine: cores, memory available (a cgroup's limit included), the GEMM peaks, bandwidth and attention (measured once per
- * CPU, about a second, and cached with the peaks), links from the communication calibration. */
-static dt_status this_machine(dt_plan_hardware *h) {
-    double sg, bf = 0, ia, ib, g, xa, xb;
-    const char *src;
-    int keep = dt_kernels_threads();
-    dt_status st = dt_peak_per_thread(&sg, &src);
-    if (st) return st;
-    if (dt_gemm_bf16_ready()) (void)dt_peak_bf16_per_thread(&bf, &src);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    memset(h, 0, sizeof *h);
-    snprintf(h->name, sizeof h->name, "this");
-    h->memory = (double)dt_plan_available_memory();
-    h->devices_per_node = (int)(cores > 0 ? cores : 1);
-    h->shared_memory = 1;
-    h->cores_per_device = 1;
-    h->flops_f32 = sg * 1e9;
-    h->flops_lowp = bf > 0 ? bf * 1e9 : sg * 1e9; /* without a bf16 GEMM, 16-bit Linears convert and run sgemm */
-    /* $DTRAIN_MEMORY_BANDWIDTH (bytes a second) instead of measuring, as $DTRAIN_PEAK_GFLOPS does for the peak; else
-     * measured once on this CPU with all its cores and kept beside the GEMM peak (~/.cache/dtrain/peak.json) */
-    const char *bw = getenv("DTRAIN_MEMORY_BANDWIDTH"), *att = getenv("DTRAIN_ATTENTION_GFLOPS");
-    if (bw && atof(bw) > 0) h->mem_bw = atof(bw);
-    else if (!(st = dt_peak_cached_rate("memory_gbs_all_cores", measure_bandwidth, (int)h->devices_per_node, &h->mem_bw)))
-        h->mem_bw *= 1e9;
-    /* the optimizer's own rate on one core and on all (with $DTRAIN_MEMORY_BANDWIDTH: that figure, as the other streams) */
-    if (!st && !(bw && atof(bw) > 0) && !(st = dt_peak_cached_rate("optimizer_gbs_one_core", measure_optimizer, 1, &h->optim_bw_one)) &&
-        !(st = dt_peak_cached_rate("optimizer_gbs_all_cores", measure_optimizer, (int)h->devices_per_node, &h->optim_bw_all)))
-        h->optim_bw_one *= 1e9, h->optim_bw_all *= 1e9;
-    if (!st && !(bw && atof(bw) > 0) && !(st = dt_peak_cached_rate("lp_fresh_gbs_one_core", measure_lp_fresh, 1, &h->lp_fresh_bw)))
-        h->lp_fresh_bw *= 1e9;
-    /* measured only where this process may run on every core: under a narrower mask (taskset, a Slurm step) the neighbours
-     * would share its own core and the figure, cached for the CPU, would say the machine twice as slow beside them; there
-     * the cache's figure, if any */
-    cpu_set_t mask;
-    int allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : h->devices_per_node;
-    if (!st)
-        st = dt_peak_cached_rate("gemm_slowdown_all_cores_busy", allowed >= h->devices_per_node ? measure_busy_slowdown : NULL,
-                                 (int)h->devices_per_node, &h->busy_slowdown);
-    if (!st && att && atof(att) > 0) h->attention_rate = atof(att) * 1e9; /* the same for attention's rate a core */
-    else if (!st && !(st = dt_peak_cached_rate("attention_gflops_per_thread", measure_attention, 1, &h->attention_rate)))
-        h->attention_rate *= 1e9;
-    dt_kernels_set_threads(keep);
-    if (st) return st;
-    dt_comm_link_costs(&ia, &ib, &g, &xa, &xb);
-    h->intra_alpha = ia, h->intra_beta = ib, h->inter_alpha = xa, h->inter_beta = xb;
-    h->gemm_efficiency = 1, h->attention_efficiency = 1;
-    return DT_OK;
-}
 
 /* key of o: a number above 0 (below hi), or an error naming it. */
 static dt_status field(const char *path, const cJSON *o, const char *key, double hi, double *out) {
@@ -305,7 +71,7 @@ static dt_status from_file(const char *path, dt_plan_hardware *h) {
 }
 
 dt_status dt_plan_hardware_get(const char *name, dt_plan_hardware *h) {
-    if (!name || !strcmp(name, "this")) return this_machine(h);
+    if (!name || !strcmp(name, "this")) return dt_plan_this_machine(h);
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         if (!strcasecmp(name, presets[i].name)) {
             *h = presets[i];
