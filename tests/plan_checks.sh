@@ -137,6 +137,27 @@ out=$("$DTRAIN" plan --model 124M --nproc 16 --hardware "$dir/hw3.json" --json 2
 echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert o['fits'] in (True, False) and o['step_ms'] > 0" 2> /dev/null &&
     ok "a complete hardware file is read (124M on 16 of its devices)" || fail "a complete hardware file: $out"
 
+# across machines a reduction overlaps backward bucket by bucket: bucket k is sent once backward has made it, one after
+# another (a link and a GEMM rate slow enough that the reduction and backward take about as long, 0.3 MiB buckets: what is
+# left when backward ends is well above the reduction less all of backward, which the first bucket's wait rules out)
+sed 's/"inter_node_bandwidth_gbs": 50/"inter_node_bandwidth_gbs": 0.01/; s/"tflops_f32": 60/"tflops_f32": 0.01/' "$dir/hw3.json" > "$dir/hw4.json"
+"$DTRAIN" plan "${common[@]}" --nproc 2 --nodes 2 --bucket-mb 0.3 --hardware "$dir/hw4.json" --json > "$dir/hw4.out" 2>&1
+python3 - "$dir/hw4.out" > "$dir/hw4.txt" 2>&1 << 'EOF2' &&
+import json, sys
+o = json.load(open(sys.argv[1])); t = o["breakdown"]["time_ms"]
+bwd = (t["matmul"] + t["attention"] + t["elementwise"]) * 2 / 3
+comm, total, bucket = t["dp_comm"], o["params"], 0.3 * 1048576
+end = done = 0.0
+while done < total:
+    b = min(bucket, total - done); done += b
+    end = max(end, bwd * done / total) + comm * b / total
+want = max(0.0, end - bwd)
+assert total > 3 * bucket and want > comm - bwd + 0.2 * bwd and abs(t["dp_exposed"] - want) < 1e-3 * want, (t, total, want)
+print("%.1f ms of %.1f exposed (%d buckets; all of backward hidden would say %.1f)" % (want, comm, -(-total // bucket), comm - bwd))
+EOF2
+    ok "across machines, the reduction overlaps backward bucket by bucket: $(cat "$dir/hw4.txt")" ||
+    fail "the reduction's overlap across machines: $(tail -2 "$dir/hw4.txt")"
+
 # this machine's bandwidth and attention rate: measured once (unless given, as under TSan) and kept beside the GEMM
 # peak in the cache, then read from there: a planted slow optimizer rate and attention slow the plan's step
 cache=$dir/cache
