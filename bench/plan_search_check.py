@@ -10,12 +10,15 @@ e.g.   bench/plan_search_check.py build/dtrain train.bin -- --model 124M --nproc
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
+import undisturbed
+
 
 def step_ms(dtrain, data, flags, steps):
     with tempfile.TemporaryDirectory() as d:
         m = os.path.join(d, "m.jsonl")
-        p = subprocess.run([dtrain, "train", "--data", data, "--steps", str(steps), "--quiet", "--metrics", m] + flags,
-                           capture_output=True, text=True)
+        p, others = undisturbed.run([dtrain, "train", "--data", data, "--steps", str(steps), "--quiet", "--metrics", m] + flags)
+        if others > undisturbed.LIMIT:
+            print(f"# disturbed: {others:.2f} of a core ran beside {' '.join(flags)}", file=sys.stderr, flush=True)
         if p.returncode != 0:
             return None, (p.stderr.strip().splitlines() or ["failed"])[-1]
         ms = [json.loads(l)["ms"] for l in open(m) if l.strip()]

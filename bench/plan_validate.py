@@ -15,6 +15,8 @@ A row is a line of train flags (without --data, --steps, --report); # comments.
 """
 import argparse, json, os, shlex, statistics, subprocess, sys, tempfile
 
+import undisturbed
+
 QUICK = """
 --model d6 --seq 256 --batch 4
 --model d6 --seq 256 --batch 4 --nproc 2
@@ -39,14 +41,14 @@ def run(cmd, **kw):
 
 def measure(dtrain, data, flags, steps):
     with tempfile.TemporaryDirectory() as d:
-        p = run([dtrain, "train", "--data", data, "--steps", str(steps), "--report", d, "--quiet"] + flags)
+        p, others = undisturbed.run([dtrain, "train", "--data", data, "--steps", str(steps), "--report", d, "--quiet"] + flags)
         if p.returncode != 0:
             return None, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "failed"
         r = json.load(open(os.path.join(d, "run.json")))
         ranks = r.get("memory_per_rank") or [{"peak_rss": r["memory_bytes"]["peak_rss"]}]
         peak = max(x["peak_rss"] for x in ranks)
         ms = [json.loads(l)["ms"] for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
-        return (peak, statistics.median(ms[2:] if len(ms) > 3 else ms)), None
+        return (peak, statistics.median(ms[2:] if len(ms) > 3 else ms), others), None
 
 
 def main():
@@ -75,14 +77,14 @@ def main():
             if m is None:
                 why[r] = "run failed: " + err
                 continue
-            got[r].append((plan["total"], plan["step_ms"], m[0], m[1], plan["breakdown"]))
+            got[r].append((plan["total"], plan["step_ms"], m[0], m[1], plan["breakdown"], m[2]))
         print(f"# round {k + 1} of {a.rounds} done", file=sys.stderr, flush=True)
     out = []
     med = statistics.median
     # the measured step's own spread over the rounds ((max - min) / median): how far this machine moves one row's run
     print(f"| layout | memory plan MB | measured MB | error | step plan ms | measured ms | error (median of {a.rounds}) | "
-          "measured spread |")
-    print("|---|---|---|---|---|---|---|---|")
+          "measured spread | others' cores |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         g = got[r]
         if not g:
@@ -91,9 +93,10 @@ def main():
         pm, pt, mm, mt = (med(x[i] for x in g) for i in range(4))
         em, et = med((x[0] - x[2]) / x[2] for x in g), med((x[1] - x[3]) / x[3] for x in g)
         spread = (max(x[3] for x in g) - min(x[3] for x in g)) / mt
+        others = max(x[5] for x in g)  # the most any round's run shared the machine with
         out.append({"layout": r, "plan_bytes": pm, "peak_rss": mm, "plan_ms": pt, "ms": mt, "mem_err": em, "time_err": et,
-                    "rounds": len(g), "ms_spread": spread, "per_round": [list(x[:4]) for x in g], "breakdown": g[-1][4]})
-        print(f"| {r} | {pm/1e6:.1f} | {mm/1e6:.1f} | {100*em:+.1f}% | {pt:.1f} | {mt:.1f} | {100*et:+.1f}% | {100*spread:.1f}% |",
+                    "rounds": len(g), "ms_spread": spread, "per_round": [list(x[:4]) for x in g], "breakdown": g[-1][4], "others_cores": others})
+        print(f"| {r} | {pm/1e6:.1f} | {mm/1e6:.1f} | {100*em:+.1f}% | {pt:.1f} | {mt:.1f} | {100*et:+.1f}% | {100*spread:.1f}% | {others:.2f}{' DISTURBED' if others > undisturbed.LIMIT else ''} |",
               flush=True)
     if out:
         me = [abs(x["mem_err"]) for x in out]
@@ -103,6 +106,10 @@ def main():
         if a.rounds > 1:
             sp = [x["ms_spread"] for x in out]
             print(f"the measured step's spread over the rounds: mean {100*statistics.mean(sp):.1f}%, max {100*max(sp):.1f}%")
+        bad = [x["layout"] for x in out if x["others_cores"] > undisturbed.LIMIT]
+        if bad:
+            print(f"{len(bad)} row(s) ran beside other work (over {undisturbed.LIMIT} of a core, after {undisturbed.TRIES} tries): "
+                  "their times say more about the machine than the plan")
     if a.json:
         json.dump(out, open(a.json, "w"), indent=1)
 
