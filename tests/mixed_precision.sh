@@ -61,6 +61,18 @@ within "$w" 2e-2 && ok "bf16 vs fp32 over 200 steps: worst relative loss differe
 # a 16-bit run is not the f32 one by another name
 awk "BEGIN{exit !($w > 0)}" && ok "bf16 differs from fp32 (it rounds): $w" || fail "bf16 gave fp32's losses exactly"
 
+# 2b. The 16-bit copy is made once a step and kept for the step's other micro-batches; an evaluation after a step
+# reads the updated weights: the validation loss at step 3 (2 micro-batches a step) is that of its saved weights
+# evaluated alone (--steps 0)
+"$DTRAIN" train "${small[@]}" --steps 3 --lr 1e-2 --precision bf16 --batch 2 --grad-accum 2 --val-data "$dir/train.bin" \
+    --eval-every 3 --eval-batches 2 --metrics "$dir/ev.jsonl" --save "$dir/ev.bin" 2> "$dir/err" || fail "bf16 eval run: $(cat "$dir/err")"
+v1=$(grep -o '"val_loss":[0-9.]*' "$dir/ev.jsonl" | tail -1 | cut -d: -f2)
+v2=$("$DTRAIN" train "${small[@]}" --model "$dir/ev.bin" --steps 0 --precision bf16 --batch 2 --val-data "$dir/train.bin" \
+    --eval-batches 2 2> "$dir/err" | grep -o 'validation loss [0-9.]*' | cut -d' ' -f3)
+[ -n "$v1" ] && [ -n "$v2" ] && [ "$(printf '%.4f' "$v1")" = "$v2" ] \
+    && ok "bf16, 2 micro-batches a step: the validation loss at step 3 ($v1) is its saved weights' ($v2)" \
+    || fail "bf16 evaluation after a step: '$v1' in the run, '$v2' from its weights ($(head -3 "$dir/err"))"
+
 # 3. Every strategy in bf16 and fp16 against one process with the global batch. The ranks round what one
 # process with batch 2 x 2 accumulation steps rounds (each use's weight gradient, per micro-batch; a
 # power-of-two scale commutes with rounding), but DDP adds the tied embedding's input rows after averaging the

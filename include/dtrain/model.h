@@ -110,6 +110,11 @@ typedef struct {
      * caller keeps it current (a strategy that holds only a shard of the f32
      * master allgathers it) and the model no longer casts it; 0: back. */
     uint16_t *(*lp_copy)(void *self, int caller_keeps, dt_dtype *t);
+    /* the parameters were written (an update, a load, a gather): mixed
+     * precision's 16-bit copy is made again at the next forward. A model told
+     * this once trusts it from then on, and keeps the copy between forwards
+     * in between (a step's micro-batches); NULL: nothing to keep. */
+    void (*params_changed)(void *self);
     size_t global_params;              /* the whole model's parameters (0: nparams, nothing is split) */
 } dt_model;
 
@@ -363,6 +368,10 @@ const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *n
 void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads);
 /* Parameters in caller storage (see dt_model.set_param_storage). */
 void dt_gpt2_set_param_storage(dt_gpt2 *m, float *params);
+/* See dt_model.params_changed: from the first call on, a forward casts a
+ * tensor to 16 bits only if it was written since its last cast (the
+ * caller says when); before it, at every forward. */
+void dt_gpt2_params_changed(dt_gpt2 *m);
 /* Activation slots (a pipeline stage with several micro-batches in
  * flight): n arenas, each sized on its first forward; dt_gpt2_use_slot(m, k)
  * makes slot k the one forward and backward work in (a backward runs in

@@ -346,6 +346,7 @@ void dt_gpt2_destroy(dt_gpt2 *m) {
     dt_free_aligned(m->params_lp);
     dt_free_aligned(m->lp_work);
     free(m->lp_cast);
+    free(m->lp_current);
     free(m->inputs);
     free(m->targets);
     free(m->pos);
@@ -447,6 +448,12 @@ void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads) {
 
 void dt_gpt2_set_param_storage(dt_gpt2 *m, float *params) {
     m->params = dt_model_param_storage(m->own_params, m->params, params, m->nparams);
+    if (m->lp_current) memset(m->lp_current, 0, (size_t)m->ntab);
+}
+
+void dt_gpt2_params_changed(dt_gpt2 *m) {
+    m->lp_told = 1;
+    if (m->lp_current) memset(m->lp_current, 0, (size_t)m->ntab);
 }
 
 dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on) {
@@ -502,16 +509,20 @@ dt_status dt_gpt2_set_precision(dt_gpt2 *m, dt_dtype t) {
     if (t == DT_F32) return DT_OK;
     m->params_lp = dt_alloc_aligned(m->nparams * sizeof(uint16_t));
     free(m->lp_cast);
+    free(m->lp_current);
     m->lp_cast = calloc((size_t)m->ntab, 1);
+    m->lp_current = calloc((size_t)m->ntab, 1);
     m->lp_work_floats = dt_gpt2_lp_work_floats(&m->cfg, m->ub == m->cfg.num_layers + 2);
     m->lp_work = dt_alloc_aligned(m->lp_work_floats * sizeof(float));
-    if (!m->params_lp || !m->lp_work || !m->lp_cast) {
+    if (!m->params_lp || !m->lp_work || !m->lp_cast || !m->lp_current) {
         dt_free_aligned(m->params_lp);
         dt_free_aligned(m->lp_work);
         free(m->lp_cast);
+        free(m->lp_current);
         m->params_lp = NULL;
         m->lp_work = NULL;
         m->lp_cast = NULL;
+        m->lp_current = NULL;
         m->prec = DT_F32;
         return dt_error(DT_ERR_NOMEM, "model: cannot allocate the %s copy of %zu parameters", dt_dtype_name(t), m->nparams);
     }
@@ -529,15 +540,17 @@ static void v_unit_hooks(void *m, dt_grad_hook f, dt_grad_hook b, void *ctx) { d
 static void v_defer(void *m, int on) { dt_gpt2_set_defer_wte_rows(m, on); }
 static void v_param_storage(void *m, float *p) { dt_gpt2_set_param_storage(m, p); }
 static const float *v_input_grad(const void *m, const int32_t **tok, int *n) { return dt_gpt2_input_grad(m, tok, n); }
+static void v_params_changed(void *m) { dt_gpt2_params_changed(m); }
 static uint16_t *v_lp_copy(void *self, int caller_keeps, dt_dtype *t) {
     dt_gpt2 *m = self;
     *t = m->prec;
     if (m->params_lp) m->lp_external = caller_keeps;
+    if (m->lp_current) memset(m->lp_current, 0, (size_t)m->ntab); /* whoever kept it, it is cast again when the model keeps it */
     return m->params_lp;
 }
 
 void dt_gpt2_model(dt_gpt2 *m, dt_model *out) {
     *out = (dt_model){ m, "gpt2", m->tab, m->ntab, m->cfg.num_layers + 2, m->nparams, v_params, v_grads, v_storage, v_hook,
                        v_unit_hooks, m->i_wte >= 0 && m->tab[m->i_wte].input_rows && m->part.tp_size == 1 ? v_defer : NULL, v_input_grad, v_param_storage,
-                       v_lp_copy, dt_gpt2_config_num_params(&m->cfg) };
+                       v_lp_copy, v_params_changed, dt_gpt2_config_num_params(&m->cfg) };
 }

@@ -102,6 +102,10 @@ struct dt_gpt2 {
      * tensors are cast now (lp_cast), their values, and the most at once */
     uint8_t *lp_cast;
     size_t lp_held, lp_held_max;
+    /* without them, the whole copy is kept: once told of writes (dt_gpt2_params_changed, lp_told), a tensor is cast
+     * again only if written since its last cast (lp_current[i] 0) */
+    uint8_t *lp_current;
+    int lp_told;
     int lp_external;      /* the caller keeps params_lp current (a sharded f32 master): no cast here */
     float *lp_work;
     size_t lp_work_floats, lp_layer, lp_capacity;

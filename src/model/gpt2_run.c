@@ -325,7 +325,11 @@ static void lp_cast(dt_gpt2 *m, int u, bool backward) {
     for (int i = 0; i < m->ntab; i++) {
         const dt_tensor_info *t = &m->tab[i];
         if (per_run ? t->grad_unit != u && (backward || t->unit != u) : t->unit != u) continue;
+        /* the kept copy: a step's later micro-batches find it current (124M bf16 TP 2, 4 micro-batches: 3.6-4.8 ms a
+         * micro-batch on the embedding's table alone) */
+        if (!per_run && m->lp_told && m->lp_current[i]) continue;
         dt_lp_pack(m->params_lp + t->offset, m->params + t->offset, t->count, m->prec);
+        if (!per_run) m->lp_current[i] = 1;
         if (per_run && !m->lp_cast[i]) {
             m->lp_cast[i] = 1;
             m->lp_held += t->count;

@@ -228,5 +228,5 @@ static void v_param_storage(void *m, float *p) { dt_mlp_set_param_storage(m, p);
 
 void dt_mlp_model(dt_mlp *m, dt_model *out) {
     *out = (dt_model){ m, "mlp", m->tab, 2 * m->n, m->n, m->nparams, v_params, v_grads, v_storage, v_hook, NULL, NULL, NULL,
-                       v_param_storage, NULL, m->nparams };
+                       v_param_storage, NULL, NULL, m->nparams };
 }

@@ -589,5 +589,5 @@ static void v_param_storage(void *m, float *p) { dt_resnet_set_param_storage(m, 
 
 void dt_resnet_model(dt_resnet *m, dt_model *out) {
     *out = (dt_model){ m, "resnet", m->tab, m->ntab, m->nunits, m->nparams, v_params, v_grads, v_storage, v_hook, NULL, NULL,
-                       NULL, v_param_storage, NULL, m->nparams };
+                       NULL, v_param_storage, NULL, NULL, m->nparams };
 }

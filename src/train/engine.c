@@ -248,6 +248,10 @@ static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
     return st;
 }
 
+static void params_changed(dt_engine *e) {
+    if (e->cfg.model.params_changed) e->cfg.model.params_changed(e->cfg.model.self);
+}
+
 dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, void *ctx, int stop, dt_step_result *r) {
     memset(r, 0, sizeof *r);
     double loss_sum = 0;
@@ -255,6 +259,9 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     r->loss_scale = e->scaling ? e->ls.scale : 1;
     int nloss = accum;
     e->lr = lr;
+    /* the weights as the step finds them (a resume, an update): the model's 16-bit copy is made at the step's first
+     * forward and kept for its other micro-batches */
+    params_changed(e);
     if (e->cfg.schedule) st = e->cfg.schedule->run(e->cfg.schedule->ctx, e, accum, (float)(r->loss_scale / accum), &loss_sum, &nloss);
     for (int k = 0; k < accum && !st && !e->cfg.schedule; k++) {
         float loss = 0;
@@ -285,6 +292,7 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
         DT_TRACE_END(DT_TRACK_COMPUTE);
     }
     if (!st && !r->skipped && e->cfg.schedule && e->cfg.schedule->after_update) st = e->cfg.schedule->after_update(e->cfg.schedule->ctx, e);
+    params_changed(e); /* for an evaluation before the next step */
     r->update_ms = (dt_time_now() - t0) * 1e3 - (r->exposed_ms - r->exposed_in_backward_ms);
     return st;
 }
