@@ -112,8 +112,8 @@ typedef struct {
     uint16_t *(*lp_copy)(void *self, int caller_keeps, dt_dtype *t);
     /* the parameters were written (an update, a load, a gather): mixed
      * precision's 16-bit copy is made again at the next forward. A model told
-     * this once trusts it from then on, and keeps the copy between forwards
-     * in between (a step's micro-batches); NULL: nothing to keep. */
+     * this once trusts it from then on and keeps the copy from one forward to
+     * the next until told again (a step's micro-batches); NULL: nothing kept. */
     void (*params_changed)(void *self);
     size_t global_params;              /* the whole model's parameters (0: nparams, nothing is split) */
 } dt_model;
