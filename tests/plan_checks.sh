@@ -230,6 +230,15 @@ print("2 ranks at a planted 11x: compute %.3gx slower (%.3g ms against %.3g), on
 EOF2
     ok "$(cat "$dir/busy.txt")" || fail "compute beside busy cores: $(tail -3 "$dir/busy.txt")"
 
+# ranks sharing cores (twice as many as the machine has): compute slowed by the extra work their switches cost, measured
+# now with the job's largest block Linear in as many processes: at least 1, and not the 2x of the sharing itself
+np2=$((2 * $(nproc)))
+"$DTRAIN" plan "${common[@]}" --nproc $np2 --json > "$dir/shared.json" 2>&1
+python3 -c "import json,sys; b=json.load(open(sys.argv[1]))['breakdown']
+assert b['oversubscribed'] == 2 and 1 <= b['beside'] < 1.5, b
+print('%d ranks on %d cores: compute %.3gx slower than their share' % (int(sys.argv[2]), int(sys.argv[2]) // 2, b['beside']))" \
+    "$dir/shared.json" "$np2" > "$dir/shared.txt" 2>&1 && ok "$(cat "$dir/shared.txt")" || fail "ranks sharing cores: $(tail -2 "$dir/shared.txt")"
+
 # under an affinity mask narrower than the machine the busy-cores slowdown is not measured (its neighbours would share the
 # planner's own core) and nothing is cached for it
 if [ "$(nproc --all)" -gt 1 ] && command -v taskset > /dev/null; then

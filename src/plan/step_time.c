@@ -9,13 +9,63 @@
 #include "dtrain/kernels.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* Measured Linear rates of (M, N, K, threads, precision) on this machine, kept for the process (a search prices many layouts). */
 typedef struct { int m, n, k, threads; dt_dtype prec; double rate; } linear_seen;
 static linear_seen seen[64];
 static int nseen;
+
+/* A Linear's operands (lp: DT_BF16 or DT_F16, else f32) and what one forward and backward of it runs. */
+typedef struct {
+    int M, N, K;
+    dt_dtype lp;
+    size_t work_floats;
+    float *A, *B, *C, *dA, *dB, *work;
+    uint16_t *Bl;
+} linear_bufs;
+
+static void linear_free(linear_bufs *x) {
+    dt_free_zeroed(x->A), dt_free_zeroed(x->B), dt_free_zeroed(x->C), dt_free_zeroed(x->dA), dt_free_zeroed(x->dB);
+    dt_free_zeroed(x->Bl), dt_free_zeroed(x->work);
+}
+
+static int linear_alloc(linear_bufs *x, int M, int N, int K, dt_dtype lp, size_t work_floats) {
+    int lowp = lp != DT_F32;
+    size_t a = (size_t)M * K, b = (size_t)N * K, c = (size_t)M * N;
+    *x = (linear_bufs){ M, N, K, lp, work_floats, dt_alloc_zeroed(a * 4), dt_alloc_zeroed(b * 4), dt_alloc_zeroed(c * 4),
+                        dt_alloc_zeroed(a * 4), dt_alloc_zeroed(b * 4), lowp ? dt_alloc_zeroed(work_floats * 4) : NULL,
+                        lowp ? dt_alloc_zeroed(b * 2) : NULL };
+    if (!x->A || !x->B || !x->C || !x->dA || !x->dB || (lowp && (!x->Bl || !x->work))) {
+        linear_free(x);
+        return 0;
+    }
+    for (size_t i = 0; i < a; i++) x->A[i] = 1e-3f * (float)(i % 7);
+    for (size_t i = 0; i < b; i++) x->B[i] = 1e-3f * (float)(i % 5);
+    for (size_t i = 0; i < c; i++) x->C[i] = 1e-3f * (float)(i % 3);
+    if (lowp) dt_lp_pack(x->Bl, x->B, b, lp);
+    return 1;
+}
+
+/* Product k of a Linear's three (f32: forward, input gradient, weight gradient; 16 bits: forward, then both gradients in
+ * the model's one backward call) */
+static void linear_part(const linear_bufs *x, int k) {
+    int M = x->M, N = x->N, K = x->K;
+    if (x->lp != DT_F32 && k == 0) dt_matmul_forward_lp(x->C, x->A, x->Bl, NULL, M, K, N, x->lp, x->work, x->work_floats, 0);
+    else if (x->lp != DT_F32) dt_matmul_backward_lp(x->dA, x->dB, NULL, x->C, x->A, x->Bl, M, K, N, x->lp, x->work, x->work_floats, 0);
+    else if (k == 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, x->A, K, x->B, K, 0, x->C, N);
+    else if (k == 1) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1, x->C, N, x->B, K, 0, x->dA, K);
+    else cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1, x->C, N, x->A, K, 0, x->dB, K);
+}
+
+static void linear_once(const linear_bufs *x) {
+    for (int k = 0; k < (x->lp != DT_F32 ? 2 : 3); k++) linear_part(x, k);
+}
 
 /* FLOP/s of a Linear of M tokens, N outputs and K inputs on `threads` threads here, as the model runs it: in f32 its three
  * products (forward y = x W^T, backward dx = dy W and dW = dy^T x); in 16 bits (lp: DT_BF16 or DT_F16) the model's own
@@ -28,40 +78,85 @@ static int nseen;
 static double measure_linear(int M, int N, int K, int threads, dt_dtype lp, size_t work_floats) {
     for (int i = 0; i < nseen; i++)
         if (seen[i].m == M && seen[i].n == N && seen[i].k == K && seen[i].threads == threads && seen[i].prec == lp) return seen[i].rate;
-    int lowp = lp != DT_F32;
-    size_t a = (size_t)M * K, b = (size_t)N * K, c = (size_t)M * N;
-    float *A = dt_alloc_zeroed(a * 4), *B = dt_alloc_zeroed(b * 4), *Cm = dt_alloc_zeroed(c * 4), *dA = dt_alloc_zeroed(a * 4),
-          *dB = dt_alloc_zeroed(b * 4), *work = lowp ? dt_alloc_zeroed(work_floats * 4) : NULL;
-    uint16_t *Bl = lowp ? dt_alloc_zeroed(b * 2) : NULL;
+    linear_bufs x;
     double t[3][3] = { { 0 } }, rate = 0;
     int keep = dt_kernels_threads();
-    if (A && B && Cm && dA && dB && (!lowp || (Bl && work))) {
+    if (linear_alloc(&x, M, N, K, lp, work_floats)) {
         dt_kernels_set_threads(threads);
-        for (size_t i = 0; i < a; i++) A[i] = 1e-3f * (float)(i % 7);
-        for (size_t i = 0; i < b; i++) B[i] = 1e-3f * (float)(i % 5), dB[i] = 0;
-        for (size_t i = 0; i < c; i++) Cm[i] = 1e-3f * (float)(i % 3);
-        if (lowp) dt_lp_pack(Bl, B, b, lp);
         for (int r = -1; r < 3; r++)
-            for (int k = 0; k < (lowp ? 2 : 3); k++) {
+            for (int k = 0; k < (lp != DT_F32 ? 2 : 3); k++) {
                 double t0 = dt_time_now();
-                if (lowp && k == 0) dt_matmul_forward_lp(Cm, A, Bl, NULL, M, K, N, lp, work, work_floats, 0);
-                else if (lowp) dt_matmul_backward_lp(dA, dB, NULL, Cm, A, Bl, M, K, N, lp, work, work_floats, 0);
-                else if (k == 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, A, K, B, K, 0, Cm, N);
-                else if (k == 1) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1, Cm, N, B, K, 0, dA, K);
-                else cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1, Cm, N, A, K, 0, dB, K);
+                linear_part(&x, k);
                 if (r >= 0) t[k][r] = dt_time_now() - t0;
             }
         double sum = 0;
-        for (int k = 0; k < 3; k++) {
-            sum += dt_median(t[k], 3);
-        }
+        for (int k = 0; k < 3; k++) sum += dt_median(t[k], 3);
         rate = 3 * 2.0 * M * (double)N * K / sum;
+        linear_free(&x);
     }
     dt_kernels_set_threads(keep);
-    dt_free_zeroed(A), dt_free_zeroed(B), dt_free_zeroed(Cm), dt_free_zeroed(dA), dt_free_zeroed(dB);
-    dt_free_zeroed(Bl), dt_free_zeroed(work);
     if (nseen < 64) seen[nseen++] = (linear_seen){ M, N, K, threads, lp, rate };
     return rate;
+}
+
+/* Seconds until n forked children have each run the Linear k times (0: one failed, or ran past 60 s and was killed) */
+static double time_children(const linear_bufs *x, int n, int k) {
+    pid_t pid[n];
+    int made = 0, ok = 1;
+    double t0 = dt_time_now();
+    for (; made < n; made++) {
+        fflush(NULL);
+        if ((pid[made] = fork()) < 0) break;
+        if (pid[made] == 0) {
+            for (int i = 0; i < k; i++) linear_once(x);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < made; i++) {
+        int ws = 0;
+        pid_t r;
+        while ((r = waitpid(pid[i], &ws, WNOHANG)) == 0 && dt_time_now() - t0 < 60) usleep(1000);
+        if (r == 0) kill(pid[i], SIGKILL), waitpid(pid[i], &ws, 0); /* a child that hangs must not hang the plan */
+        ok = ok && r > 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+    }
+    return ok && made == n ? dt_time_now() - t0 : 0;
+}
+
+/* Ranks sharing cores do more work than their share: each switch between two ranks on a core refills the caches the other
+ * emptied. The job's largest block Linear (forward and backward, as the model runs it), run by as many one-thread children
+ * as the job has threads on this machine's cores, against one child alone: their time over n / cores times its time. On the
+ * 2-core Zen 5: 4 ranks of d6 (1024 x 1536 x 384) 3.5-4% in f32 and 5-6% in bf16 (an sgemm of 512 x 3072 x 768, 0-3%);
+ * the 4-rank d6 rows there ran 5-10% over the plan's n / cores without it. Three pairs, the median, at least 1; kept for the
+ * process (a search asks again). */
+typedef struct { int m, n, k, procs, cores; dt_dtype prec; double s; } shared_seen;
+static shared_seen sseen[16];
+static int nsseen;
+
+static double measure_shared(int M, int N, int K, dt_dtype lp, size_t work_floats, int procs, int cores) {
+    for (int i = 0; i < nsseen; i++)
+        if (sseen[i].m == M && sseen[i].n == N && sseen[i].k == K && sseen[i].procs == procs && sseen[i].cores == cores &&
+            sseen[i].prec == lp)
+            return sseen[i].s;
+    enum { PAIRS = 3 };
+    linear_bufs x;
+    double ratio[PAIRS], s = 1;
+    int keep = dt_kernels_threads(), done = 0;
+    if (linear_alloc(&x, M, N, K, lp, work_floats)) {
+        dt_kernels_set_threads(1);
+        double t0 = dt_time_now();
+        linear_once(&x);
+        int k = (int)fmax(2, 0.25 / fmax(dt_time_now() - t0, 1e-4)); /* about a quarter of a second alone */
+        for (; done < PAIRS; done++) {
+            double alone = time_children(&x, 1, k), shared = alone > 0 ? time_children(&x, procs, k) : 0;
+            if (shared <= 0) break;
+            ratio[done] = shared / (alone * procs / cores);
+        }
+        linear_free(&x);
+        if (done == PAIRS) s = fmax(1, dt_median(ratio, PAIRS));
+    }
+    dt_kernels_set_threads(keep);
+    if (nsseen < 16) sseen[nsseen++] = (shared_seen){ M, N, K, procs, cores, lp, s };
+    return s;
 }
 
 /* Seconds a token of the 16-bit head's work besides its three GEMMs, on `threads` threads at M tokens here: the head timed as the
@@ -216,6 +311,11 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
      * cores they keep busy (the job's own threads are in the timings already) */
     int others = (local - 1) * o->threads < cores - o->threads ? (local - 1) * o->threads : cores - o->threads;
     o->beside = h->shared_memory && h->busy_slowdown > 1 && cores > 1 && others > 0 ? 1 + (h->busy_slowdown - 1) * others / (cores - 1) : 1;
+    /* ranks sharing cores (this machine): the extra work of their switches, measured at the job's largest block Linear (which
+     * includes the busy neighbours) */
+    if (o->oversubscribed > 1 && h->attention_rate && (double)F / tp * C <= 1e8)
+        o->beside = measure_shared((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false),
+                                   local * o->threads, cores);
     double slow = o->oversubscribed * o->beside;
     double rmm = blocks_rate(j, h, o->threads, tokens, C, F, tp) / slow;
     size_t before = dt_resident_memory();
