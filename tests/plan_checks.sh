@@ -218,7 +218,7 @@ for k in 1 11; do
             --json > "$dir/busy$k-$n.json" 2>&1
     done
 done
-python3 - "$dir" "$(nproc)" > "$dir/busy.txt" 2>&1 << 'EOF2' &&
+python3 - "$dir" "$(getconf _NPROCESSORS_ONLN)" > "$dir/busy.txt" 2>&1 << 'EOF2' &&
 import json, sys
 d, cores = sys.argv[1], int(sys.argv[2])
 b = {(k, n): json.load(open("%s/busy%d-%d.json" % (d, k, n)))["breakdown"] for k in (1, 11) for n in (1, 2)}
@@ -230,9 +230,10 @@ print("2 ranks at a planted 11x: compute %.3gx slower (%.3g ms against %.3g), on
 EOF2
     ok "$(cat "$dir/busy.txt")" || fail "compute beside busy cores: $(tail -3 "$dir/busy.txt")"
 
-# ranks sharing cores (twice as many as the machine has): compute slowed by the extra work their switches cost, measured
-# now with the job's largest block Linear in as many processes: at least 1, and not the 2x of the sharing itself
-np2=$((2 * $(nproc)))
+# ranks sharing cores (twice as many as the machine has online: the plan's count, not nproc's, which OMP_NUM_THREADS
+# moves): compute slowed by the extra work their switches cost, measured now with the job's largest block Linear in as
+# many processes: at least 1, and not the 2x of the sharing itself
+np2=$((2 * $(getconf _NPROCESSORS_ONLN)))
 "$DTRAIN" plan "${common[@]}" --nproc $np2 --json > "$dir/shared.json" 2>&1
 python3 -c "import json,sys; b=json.load(open(sys.argv[1]))['breakdown']
 assert b['oversubscribed'] == 2 and 1 <= b['beside'] < 1.5, b
