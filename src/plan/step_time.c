@@ -127,7 +127,7 @@ static double time_children(const linear_bufs *x, int n, int k) {
  * as the job has threads on this machine's cores, against one child alone: their time over n / cores times its time. On the
  * 2-core Zen 5: 4 ranks of d6 (1024 x 1536 x 384) 3.5-4% in f32 and 5-6% in bf16 (an sgemm of 512 x 3072 x 768, 0-3%);
  * the 4-rank d6 rows there ran 5-10% over the plan's n / cores without it. Three pairs, the median, at least 1. */
-typedef struct { int m, n, k, procs, cores; dt_dtype prec; double s; } shared_seen;
+typedef struct { int procs, cores; dt_dtype prec; double s; } shared_seen;
 static shared_seen sseen[16];
 static int nsseen;
 
@@ -154,7 +154,7 @@ static double measure_shared(int M, int N, int K, dt_dtype lp, size_t work_float
         if (done == PAIRS) s = fmax(1, dt_median(ratio, PAIRS));
     }
     dt_kernels_set_threads(keep);
-    if (nsseen < 16) sseen[nsseen++] = (shared_seen){ M, N, K, procs, cores, lp, s };
+    if (nsseen < 16) sseen[nsseen++] = (shared_seen){ procs, cores, lp, s };
     return s;
 }
 
