@@ -207,6 +207,25 @@ python3 -c "import sys; a,b,c=map(float,sys.argv[1:]); assert a > 0 and abs(b - 
     ok "ZeRO-3 bf16's 16-bit copies by unit: ${lp[0]} ms a step at 5 GB/s, ${lp[1]} at 0.05, ZeRO-1's ${lp[2]}" ||
     fail "16-bit copies by unit: ${lp[*]}"
 
+# ZeRO's f32 gradients outside a rank's shard, every step: ZeRO-2's pool lends them at the cached rate of that (100x as long
+# at 0.05 GB/s as at 5); ZeRO-1 zeroes them, and so does ZeRO-2 after accumulating (at the bandwidth: neither rate moves
+# them); DDP pays nothing
+for k in 5 0.05; do
+    mkdir -p "$dir/pool$k/dtrain"
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['pool_lend_gbs_one_core']=float(sys.argv[3]); json.dump(c, open(sys.argv[2], 'w'))" \
+        "$dir/cache5/dtrain/peak.json" "$dir/pool$k/dtrain/peak.json" "$k"
+done
+gp=()
+for run in "pool5 --zero=2 1" "pool0.05 --zero=2 1" "pool5 --zero=1 1" "pool0.05 --zero=1 1" "pool5 --zero=2 2" "pool0.05 --zero=2 2" "pool5 --dp=2 1"; do
+    set -- $run
+    gp+=("$(XDG_CACHE_HOME=$dir/$1 env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan "${common[@]}" --nproc 2 \
+        "$2" --batch 4 --grad-accum "$3" --json 2>&1 | python3 -c "import json,sys; print(json.load(sys.stdin)['breakdown']['time_ms']['grad_pages'])" 2>&1)")
+done
+python3 -c "import sys; z2,z2s,z1,z1s,a,as_,ddp=map(float,sys.argv[1:]); assert z2 > 0 and abs(z2s - 100 * z2) < 1e-6 * z2s
+assert z1 > 0 and z1 == z1s and a == as_ and abs(a - z1) < 1e-6 * z1 and ddp == 0" "${gp[@]}" 2> /dev/null &&
+    ok "ZeRO's gradient pages: ZeRO-2's lent ${gp[0]} ms a step at 5 GB/s, ${gp[1]} at 0.05; ZeRO-1's zeroed ${gp[2]} (${gp[3]}), ZeRO-2's after accumulating ${gp[4]} (${gp[5]}), DDP's ${gp[6]}" ||
+    fail "ZeRO's gradient pages: ${gp[*]}"
+
 # compute beside the other ranks' busy cores: slowed by the cached all-busy slowdown, in the share of the other cores the
 # job's other ranks keep busy (2 ranks of 1 thread: 1 of cores - 1), and not at all for one rank
 for k in 1 11; do

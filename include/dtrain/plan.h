@@ -79,6 +79,7 @@ typedef struct {
     double attention_rate;      /* measured attention FLOP/s a core (this machine), else 0 */
     double optim_bw_one, optim_bw_all; /* the optimizer's measured bytes a second (this machine): one core, all; else 0 (mem_bw) */
     double lp_fresh_bw;         /* a 16-bit copy made into pages just given back, a core's f32 bytes read a second (this machine), else 0 */
+    double pool_lend_bw;        /* ZeRO 2 and 3's gradient pages lent by the pool and zeroed, a core's bytes a second (this machine), else 0 */
     double busy_slowdown;       /* a core's GEMM alone over beside every other core running one (this machine), else 0: not slowed */
 } dt_plan_hardware;
 
@@ -92,6 +93,7 @@ typedef struct {
     double dp_comm, dp_exposed;     /* gradient reduction (and ZeRO's gathers): all of it, and what backward does not hide */
     double tp_comm, cp_comm, pp_comm; /* per step, exposed */
     double lp_units;                /* mixed precision made unit by unit (ZeRO-3; ZeRO 1, 2 with private parameters): the 16-bit copies */
+    double grad_pages;              /* ZeRO 2 and 3 on a machine's shared arena: the store's pages outside the shard lent and zeroed */
     double bubble;                  /* the pipeline's idle time */
     double step, tok_per_s;
     int threads;                    /* a rank's threads */

@@ -488,11 +488,13 @@ static dt_status lend(dt_ddp *d, int k) {
             if (st) return st;
         }
     }
+    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "borrow pages", "\"bucket\":%d,\"bytes\":%zu", k, b->need);
     for (int r = 0; r < b->nruns; r++) {
         dt_status st = dt_comm_map_pages(d->c, b->runs[r].at, d->pool + at + b->runs[r].skip, b->runs[r].bytes);
-        if (st) return st;
+        if (st) { DT_TRACE_END(DT_TRACK_COMPUTE); return st; }
         memset(b->runs[r].at, 0, b->runs[r].bytes); /* backward adds to them */
     }
+    DT_TRACE_END(DT_TRACK_COMPUTE);
     b->span = at;
     d->head = at + b->need;
     d->mapped = k + 1;
