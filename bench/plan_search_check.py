@@ -4,6 +4,9 @@ predicts for a command (same global batch), each then trained ROUNDS times
 (the layouts interleaved, the order reversed on odd rounds; the median step
 after the first two, then the median over rounds), and the two orders side by
 side, with Kendall's tau-b between them (the plan's ties count for neither).
+Then each pair of layouts by round: the runs order a pair when one of them was
+faster in every round (the rounds interleave the layouts, so the machine's
+drift moves both alike), and those pairs are set against the plan's order.
 
 usage: bench/plan_search_check.py DTRAIN DATA [--top 5] [--rounds 2] [--steps 6] -- TRAIN FLAGS...
 e.g.   bench/plan_search_check.py build/dtrain train.bin -- --model 124M --nproc 2 --batch 4 --seq 128 --threads 1
@@ -75,6 +78,21 @@ def main():
     same = all(mrank[i] == i + 1 for i in range(len(fits)))
     print(f"\nKendall's tau-b between the orders: {tau:+.2f}; the same order: {'yes' if same else 'no'}; "
           f"the predicted fastest measured {mrank[0]}{'st' if mrank[0] == 1 else 'th'}")
+    print("\nper round (ms): " + "; ".join(f"{i + 1}: " + " ".join(f"{x:.0f}" for x in g) for i, g in enumerate(got)))
+    agree, against, tied, loose = [], [], [], []
+    for i in range(len(fits)):
+        for j in range(i + 1, len(fits)):
+            faster = sum(got[i][r] < got[j][r] for r in range(a.rounds))
+            pair = f"{i + 1}-{j + 1}"
+            if 0 < faster < a.rounds or a.rounds < 2:
+                loose.append(f"{pair} ({faster} of {a.rounds})")
+                continue
+            plan = fits[i]["step_ms"] - fits[j]["step_ms"]
+            (tied if plan == 0 else agree if (plan < 0) == (faster == a.rounds) else against).append(pair)
+    print(f"pairs the runs order (one faster in all {a.rounds} rounds): {len(agree) + len(against) + len(tied)} of "
+          f"{len(fits) * (len(fits) - 1) // 2}; the plan orders {len(agree)} the same way ({' '.join(agree) or '-'}), "
+          f"{len(against)} the other ({' '.join(against) or '-'}), ties {len(tied)} ({' '.join(tied) or '-'}); "
+          f"not ordered by the runs: {', '.join(loose) or '-'}")
 
 
 if __name__ == "__main__":

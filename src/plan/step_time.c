@@ -11,8 +11,11 @@
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,8 +102,25 @@ static double measure_linear(int M, int N, int K, int threads, dt_dtype lp, size
     return rate;
 }
 
-/* Seconds until n forked children have each run the Linear k times (0: one failed, or ran past 60 s and was killed) */
-static double time_children(const linear_bufs *x, int n, int k) {
+/* Where ranks meet: a barrier in shared memory that waits as dtrain's own collectives do (comm/wait.c: spinning, then
+ * yielding the core; a futex barrier's wake-ups cost more than that), and each child's seconds waiting at it. */
+typedef struct { _Atomic int arrived, generation; double waited[16]; } meeting_place;
+
+static void meet_at(meeting_place *p, int n) {
+    int gen = atomic_load(&p->generation);
+    if (atomic_fetch_add(&p->arrived, 1) == n - 1) {
+        atomic_store(&p->arrived, 0);
+        atomic_fetch_add(&p->generation, 1);
+        return;
+    }
+    for (double t0 = dt_time_now(); atomic_load(&p->generation) == gen;)
+        if (dt_time_now() - t0 > 50e-6) sched_yield();
+}
+
+/* Seconds until n forked children have each run the Linear k times (0: one failed, or ran past 60 s and was killed); with
+ * `meet`, they meet at its barrier after each time (as tensor parallelism's ranks at each allreduce), each adding up how
+ * long it waited there. */
+static double time_children(const linear_bufs *x, int n, int k, meeting_place *meet) {
     pid_t pid[n];
     int made = 0, ok = 1;
     double t0 = dt_time_now();
@@ -108,7 +128,14 @@ static double time_children(const linear_bufs *x, int n, int k) {
         fflush(NULL);
         if ((pid[made] = fork()) < 0) break;
         if (pid[made] == 0) {
-            for (int i = 0; i < k; i++) linear_once(x);
+            if (meet) meet_at(meet, n); /* all started: forking them one by one is no wait of theirs */
+            for (int i = 0; i < k; i++) {
+                linear_once(x);
+                if (!meet) continue;
+                double w = dt_time_now();
+                meet_at(meet, n);
+                meet->waited[made] += dt_time_now() - w;
+            }
             _exit(0);
         }
     }
@@ -146,7 +173,7 @@ static double measure_shared(int M, int N, int K, dt_dtype lp, size_t work_float
         linear_once(&x);
         int k = (int)fmax(2, 0.25 / fmax(dt_time_now() - t0, 1e-4)); /* about a quarter of a second alone */
         for (; done < PAIRS; done++) {
-            double alone = time_children(&x, 1, k), shared = alone > 0 ? time_children(&x, procs, k) : 0;
+            double alone = time_children(&x, 1, k, NULL), shared = alone > 0 ? time_children(&x, procs, k, NULL) : 0;
             if (shared <= 0) break;
             ratio[done] = shared / (alone * procs / cores);
         }
@@ -155,6 +182,44 @@ static double measure_shared(int M, int N, int K, dt_dtype lp, size_t work_float
     }
     dt_kernels_set_threads(keep);
     if (nsseen < 16) sseen[nsseen++] = (shared_seen){ procs, cores, lp, s };
+    return s;
+}
+
+/* Ranks that meet at every collective wait each time for the slowest of them: whatever slows one rank's share of the work
+ * between two meetings (the VM, the other rank's use of the memory) holds up all. n one-thread children each run the job's
+ * block Linear (forward and backward, about a quarter of a block's work, as tensor parallelism's four allreduces a block cut
+ * it) and meet after each: the mean wait a child and meeting is what a meeting adds to the step (of two ranks, the one first
+ * there waits the difference, the other nothing: half of it on average, as the later one's extra over the mean). On the
+ * 2-core Zen 5, 124M bf16 TP 2 traced 0.33 ms an allreduce on one rank and 0.19 on the other, where the plan's
+ * alpha-beta-gamma said 0.12. The median of three runs of 40 meetings, once a process for a rank count, shape and precision. */
+typedef struct { int n, m, o, k; dt_dtype prec; double s; } sync_seen;
+static sync_seen yseen[16];
+static int nyseen;
+
+static double measure_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats, int n) {
+    for (int i = 0; i < nyseen; i++)
+        if (yseen[i].n == n && yseen[i].m == M && yseen[i].o == N && yseen[i].k == K && yseen[i].prec == lp) return yseen[i].s;
+    enum { RUNS = 3, MEETINGS = 40 };
+    linear_bufs x;
+    double cost[RUNS], s = 0;
+    int keep = dt_kernels_threads(), done = 0;
+    meeting_place *meet = n <= 16 ? mmap(NULL, sizeof *meet, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (meet != MAP_FAILED && linear_alloc(&x, M, N, K, lp, work_floats)) {
+        dt_kernels_set_threads(1);
+        linear_once(&x);
+        for (; done < RUNS; done++) {
+            memset(meet, 0, sizeof *meet); /* no child is left: each run waits for all of them */
+            if (time_children(&x, n, MEETINGS, meet) <= 0) break;
+            double sum = 0;
+            for (int r = 0; r < n; r++) sum += meet->waited[r];
+            cost[done] = sum / n / MEETINGS;
+        }
+        linear_free(&x);
+        if (done == RUNS) s = dt_median(cost, RUNS);
+    }
+    if (meet != MAP_FAILED) munmap(meet, sizeof *meet);
+    dt_kernels_set_threads(keep);
+    if (nyseen < 16) yseen[nyseen++] = (sync_seen){ n, M, N, K, lp, s };
     return s;
 }
 
@@ -394,7 +459,11 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     /* tensor parallelism: two allreduces of a micro-batch's rows each way per block (with --recompute forward's again), f32 */
     int nl = c->num_layers / p + 1;
     double rowsb = tokens * c->channels * 4;
-    if (tp > 1) o->tp_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * allreduce(rowsb, tp, ia, ib, g);
+    /* and at each of them the wait for the slower rank, measured here where the ranks have a core each */
+    double meeting = tp > 1 && h->attention_rate && local * o->threads <= cores && (double)F / tp * C <= 1e8
+                         ? measure_meeting((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false), tp)
+                         : 0;
+    if (tp > 1) o->tp_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * (allreduce(rowsb, tp, ia, ib, g) + meeting);
     /* context parallelism: the ring sends keys and values N-1 times forward, and those and their gradients backward (about half
      * hidden under the blocks, measured); all-to-all moves q, k, v and the output forward, again with the gradients backward,
      * each of those 12 rows' worth copied into a send buffer and out of the received one (ulysses.c: 16 bytes a float) */
