@@ -227,16 +227,16 @@ assert z1 > 0 and z1 == z1s and a == as_ and abs(a - z1) < 1e-6 * z1 and ddp == 
     fail "ZeRO's gradient pages: ${gp[*]}"
 
 # tensor parallelism's ranks meet at every allreduce and wait there for the slower one: measured where each rank has a core
-# (2 ranks of 1 thread here), not where they share them (2 threads each: there the step's compute is what is shared). The
-# allreduces' own alpha-beta-gamma part is the same for both (a rank's bandwidth is at most half the machine's either way).
-tpc=()
-for t in 1 2; do
-    tpc+=("$("$DTRAIN" plan "${common[@]}" --threads "$t" --nproc 2 --tp 2 --batch 4 --json 2>&1 |
-        python3 -c "import json,sys; print(json.load(sys.stdin)['breakdown']['time_ms']['tp_comm'])" 2>&1)")
+# (TP 2 on 2 ranks of 1 thread here) and part of tp_comm, not where ranks share cores (DP 2 x TP 2 on 4 ranks: there the
+# step's compute is what is shared)
+tpw=()
+for n in 2 4; do
+    tpw+=("$("$DTRAIN" plan "${common[@]}" --nproc "$n" --tp 2 --batch 4 --json 2> /dev/null |
+        python3 -c "import json,sys; t=json.load(sys.stdin)['breakdown']['time_ms']; print(t['tp_waits'], t['tp_comm'])" 2>&1)")
 done
-python3 -c "import sys; a,b=map(float,sys.argv[1:]); assert a > b > 0" "${tpc[@]}" 2> /dev/null &&
-    ok "TP 2's allreduces: ${tpc[0]} ms a step with the ranks' waits for each other (a core each), ${tpc[1]} without (sharing cores)" ||
-    fail "TP 2's waits at its allreduces: ${tpc[*]}"
+python3 -c "import sys; a,ac,b,bc=map(float,sys.argv[1:]); assert 0 < a < ac and b == 0 < bc" ${tpw[@]} 2> /dev/null &&
+    ok "TP 2's waits at its allreduces: ${tpw[0]% *} ms a step of its ${tpw[0]#* } (a core a rank), ${tpw[1]% *} of ${tpw[1]#* } on 4 ranks of 2 cores" ||
+    fail "TP 2's waits at its allreduces: ${tpw[*]}"
 
 # compute beside the other ranks' busy cores: slowed by the cached all-busy slowdown, in the share of the other cores the
 # job's other ranks keep busy (2 ranks of 1 thread: 1 of cores - 1), and not at all for one rank

@@ -92,6 +92,7 @@ typedef struct {
     double matmul, attention, elementwise, optimizer; /* compute on the rank */
     double dp_comm, dp_exposed;     /* gradient reduction (and ZeRO's gathers): all of it, and what backward does not hide */
     double tp_comm, cp_comm, pp_comm; /* per step, exposed */
+    double tp_waits;                /* of tp_comm: the ranks' waits for the slowest at each allreduce (measured here) */
     double lp_units;                /* mixed precision made unit by unit (ZeRO-3; ZeRO 1, 2 with private parameters): the 16-bit copies */
     double grad_pages;              /* ZeRO 2 and 3 on a machine's shared arena: the store's pages outside the shard lent and zeroed */
     double bubble;                  /* the pipeline's idle time */

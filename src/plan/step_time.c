@@ -463,7 +463,10 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     double meeting = tp > 1 && h->attention_rate && local * o->threads <= cores && (double)F / tp * C <= 1e8
                          ? measure_meeting((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false), tp)
                          : 0;
-    if (tp > 1) o->tp_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * (allreduce(rowsb, tp, ia, ib, g) + meeting);
+    if (tp > 1) {
+        o->tp_waits = m * nl * (4 + (j->recompute ? 2 : 0)) * meeting;
+        o->tp_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * allreduce(rowsb, tp, ia, ib, g) + o->tp_waits;
+    }
     /* context parallelism: the ring sends keys and values N-1 times forward, and those and their gradients backward (about half
      * hidden under the blocks, measured); all-to-all moves q, k, v and the output forward, again with the gradients backward,
      * each of those 12 rows' worth copied into a send buffer and out of the received one (ulysses.c: 16 bytes a float) */

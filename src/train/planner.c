@@ -148,10 +148,10 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
             gb(m->data, b[6]), gb(m->runtime, b[7]), gb(m->per_rank, b[8]), r->job.local_ranks, r->job.local_ranks == 1 ? "" : "s",
             gb(m->per_machine, b[9]), r->fits ? "fits in" : "does NOT fit in", gb(h->memory, b[10]));
     fprintf(f, "step time (predicted, ms): matmul %.1f, attention %.1f, elementwise %.1f, optimizer %.1f, 16-bit copies by unit %.1f, "
-               "ZeRO's gradient pages %.1f, data-parallel %.1f (%.1f exposed), tensor-parallel %.1f, context-parallel %.1f, pipeline transfers %.1f, bubble %.1f\n"
+               "ZeRO's gradient pages %.1f, data-parallel %.1f (%.1f exposed), tensor-parallel %.1f (%.1f of it waiting for the slower rank), context-parallel %.1f, pipeline transfers %.1f, bubble %.1f\n"
                "  step %.1f ms, %.0f tokens/s\n",
             1e3 * t->matmul, 1e3 * t->attention, 1e3 * t->elementwise, 1e3 * t->optimizer, 1e3 * t->lp_units, 1e3 * t->grad_pages, 1e3 * t->dp_comm, 1e3 * t->dp_exposed,
-            1e3 * t->tp_comm, 1e3 * t->cp_comm, 1e3 * t->pp_comm, 1e3 * t->bubble, 1e3 * t->step, t->tok_per_s);
+            1e3 * t->tp_comm, 1e3 * t->tp_waits, 1e3 * t->cp_comm, 1e3 * t->pp_comm, 1e3 * t->bubble, 1e3 * t->step, t->tok_per_s);
 }
 
 static cJSON *plan_json(const plan_result *r) {
@@ -178,11 +178,11 @@ static cJSON *plan_json(const plan_result *r) {
     cJSON_AddNumberToObject(mem, "token_files", m->data);
     cJSON_AddNumberToObject(mem, "process", m->runtime);
     cJSON_AddNumberToObject(mem, "per_machine", m->per_machine);
-    const double ms[] = { t->matmul, t->attention, t->elementwise, t->optimizer, t->lp_units, t->grad_pages, t->dp_comm, t->dp_exposed, t->tp_comm, t->cp_comm,
+    const double ms[] = { t->matmul, t->attention, t->elementwise, t->optimizer, t->lp_units, t->grad_pages, t->dp_comm, t->dp_exposed, t->tp_comm, t->tp_waits, t->cp_comm,
                           t->pp_comm, t->bubble };
-    static const char *const names[] = { "matmul", "attention", "elementwise", "optimizer", "lp_units", "grad_pages", "dp_comm", "dp_exposed", "tp_comm",
+    static const char *const names[] = { "matmul", "attention", "elementwise", "optimizer", "lp_units", "grad_pages", "dp_comm", "dp_exposed", "tp_comm", "tp_waits",
                                          "cp_comm", "pp_comm", "bubble" };
-    for (int i = 0; i < 12; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
+    for (int i = 0; i < 13; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
     cJSON_AddNumberToObject(br, "threads", t->threads);
     cJSON_AddNumberToObject(br, "oversubscribed", t->oversubscribed);
     cJSON_AddNumberToObject(br, "beside", t->beside);
