@@ -78,6 +78,7 @@ typedef struct {
     const char *baseline;     /* NULL, "hf", "llama" or "all" */
     const char *eval_data;    /* a token file: the perplexity of f32 and int8 weights over it (NULL: none) */
     int tp;                   /* > 1: also the decoder over tp tensor-parallel ranks of one thread (dtrain launch -n tp) */
+    int rounds;               /* with a baseline: dtrain's rows and the baselines' alternate this many times (0, 1: once) */
 } dt_bench_infer_opts;
 /* The decoder's prefill and decode tokens/s (batch 1 and batch) in f32 and
  * int8 per thread count, and with a baseline HF transformers' (PyTorch)

@@ -2,7 +2,8 @@
  * tokens/s at batch 1 and batch B) in f32 and int8 on 1..N threads, and
  * the same figures from HF transformers' generate (PyTorch) and llama.cpp
  * (llama-bench, f32 and Q8_0) on the same weights, each measured in this
- * run; medians of --reps repetitions. */
+ * run; medians of --reps repetitions, and with --rounds, of the rounds that
+ * alternate dtrain and the baselines. */
 #include "dtrain/bench.h"
 #include "dtrain/data.h"
 #include "dtrain/infer.h"
@@ -14,6 +15,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,10 +243,72 @@ static void tp_rows(const dt_bench_infer_opts *o, cJSON *rows) {
     if (!p || pclose(p)) dt_log(DT_LOG_WARN, "bench infer: the tensor-parallel run failed (its messages are above)");
 }
 
-static void print_row(const char *impl, const char *prec, int t, speeds s, const speeds *ref) {
+/* ratio: dtrain's speed over this row's (NULL: none) */
+static void print_row(const char *impl, const char *prec, int t, speeds s, const speeds *ratio) {
     printf("%-10s %-5s %7d %10.0f %10.1f %12.1f %11.2f", impl, prec, t, s.prefill, s.decode1, s.decodeb, s.decodeb / s.decode1);
-    if (ref) printf("   %5.2fx %6.2fx %6.2fx", ref->prefill / s.prefill, ref->decode1 / s.decode1, ref->decodeb / s.decodeb);
+    if (ratio) printf("   %5.2fx %6.2fx %6.2fx", ratio->prefill, ratio->decode1, ratio->decodeb);
     printf("\n");
+}
+
+static speeds speeds_of(const cJSON *r) {
+    return (speeds){ cJSON_GetNumberValue(cJSON_GetObjectItem(r, "prefill")), cJSON_GetNumberValue(cJSON_GetObjectItem(r, "decode1")),
+                     cJSON_GetNumberValue(cJSON_GetObjectItem(r, "decodeb")) };
+}
+
+/* Round r's row of the same implementation, precision and threads as row `like` (NULL: none). */
+static const cJSON *same_row(const cJSON *rows, const cJSON *like) {
+    const cJSON *r;
+    cJSON_ArrayForEach(r, rows) {
+        int same = 1;
+        for (int k = 0; k < 3 && same; k++) {
+            const char *key = k == 0 ? "impl" : k == 1 ? "prec" : "threads";
+            const cJSON *a = cJSON_GetObjectItem(r, key), *b = cJSON_GetObjectItem(like, key);
+            same = a && b && (cJSON_IsString(a) ? cJSON_IsString(b) && !strcmp(a->valuestring, b->valuestring)
+                                                : cJSON_GetNumberValue(a) == cJSON_GetNumberValue(b));
+        }
+        if (same) return r;
+    }
+    return NULL;
+}
+
+/* The median over the rounds of each figure (ratios: of each round's own ratio); with rounds, each ratio's rounds. */
+static void print_table(const int *ts, int nt, speeds (*mine)[2][8], cJSON *const *rows, int R) {
+    printf("%-10s %-5s %7s %10s %10s %12s %11s%s\n", "impl", "prec", "threads", "prefill/s", "decode/s", "decode b/s", "b over 1",
+           cJSON_GetArraySize(rows[0]) ? "   dtrain's speed over it: prefill, decode 1, decode b" : "");
+    for (int q = 0; q < 2; q++)
+        for (int i = 0; i < nt; i++) {
+            double v[3][16];
+            for (int r = 0; r < R; r++) v[0][r] = mine[r][q][i].prefill, v[1][r] = mine[r][q][i].decode1, v[2][r] = mine[r][q][i].decodeb;
+            print_row("dtrain", q ? "int8" : "f32", ts[i], (speeds){ dt_median(v[0], R), dt_median(v[1], R), dt_median(v[2], R) }, NULL);
+            if (R > 1) printf("%*s(decode 1 by round:", 10, "");
+            for (int r = 0; R > 1 && r < R; r++) printf("%s %.1f", r ? "," : "", mine[r][q][i].decode1);
+            if (R > 1) printf(")\n");
+        }
+    const cJSON *row;
+    cJSON_ArrayForEach(row, rows[0]) {
+        const char *impl = cJSON_GetStringValue(cJSON_GetObjectItem(row, "impl")), *prec = cJSON_GetStringValue(cJSON_GetObjectItem(row, "prec"));
+        int t = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(row, "threads")), k = 0, q = prec && !strcmp(prec, "f32") ? 0 : 1, n = 0;
+        while (k < nt && ts[k] != t) k++;
+        double v[3][16], x[3][16];
+        for (int r = 0; r < R; r++) {
+            const cJSON *their = r ? same_row(rows[r], row) : row;
+            if (!their) continue;
+            speeds s = speeds_of(their);
+            v[0][n] = s.prefill, v[1][n] = s.decode1, v[2][n] = s.decodeb;
+            if (k < nt)
+                x[0][n] = mine[r][q][k].prefill / s.prefill, x[1][n] = mine[r][q][k].decode1 / s.decode1,
+                x[2][n] = mine[r][q][k].decodeb / s.decodeb;
+            n++;
+        }
+        char by_round[512] = "";
+        for (int r = 0, len = 0; R > 1 && k < nt && r < n && len < (int)sizeof by_round; r++)
+            len += snprintf(by_round + len, sizeof by_round - (size_t)len, "%s %.1f (dtrain's %.2fx)", r ? "," : "", v[1][r], x[1][r]);
+        /* dt_median sorts: the rounds are listed first */
+        speeds med = { dt_median(v[0], n), dt_median(v[1], n), dt_median(v[2], n) }, ratio = { 0, 0, 0 };
+        if (k < nt) ratio = (speeds){ dt_median(x[0], n), dt_median(x[1], n), dt_median(x[2], n) };
+        print_row(impl, prec, t, med, k < nt ? &ratio : NULL);
+        if (*by_round) printf("%*s(decode 1 by round:%s)\n", 10, "", by_round);
+    }
 }
 
 int dt_bench_infer(const dt_bench_infer_opts *o) {
@@ -285,34 +349,33 @@ int dt_bench_infer(const dt_bench_infer_opts *o) {
         printf("# perplexity over %ld tokens of %s: f32 %.4f, int8 %.4f (%+.2f%%)\n", nt, o->eval_data, p[0], p[1],
                100 * (p[1] / p[0] - 1));
     }
-    speeds mine[2][8];
-    for (int q = 0; q < 2; q++)
-        for (int i = 0; i < nt; i++)
-            if (measure(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, ts[i], o, &mine[q][i])) { dt_gpt2_destroy(m); return 1; }
-    cJSON *rows = cJSON_CreateArray();
-    if (o->tp > 1) tp_rows(o, rows);
+    /* with a baseline and --rounds: dtrain's rows and the baselines' in turn, the order reversed every other round */
+    int R = o->baseline && o->rounds > 1 ? o->rounds : 1;
+    speeds(*mine)[2][8] = calloc((size_t)R, sizeof *mine);
+    cJSON *rows[16] = { 0 };
     char weights[] = "/tmp/dtrain-infer-XXXXXX.safetensors";
+    bool have_weights = false;
     if (o->baseline) {
         int fd = mkstemps(weights, 12);
         if (fd >= 0) close(fd);
         if (fd < 0 || dt_safetensors_save(weights, m, DT_F32)) dt_log(DT_LOG_ERROR, "bench infer: cannot write the weights for the baselines");
-        else baselines(o, weights, rows);
-        unlink(weights);
+        else have_weights = true;
     }
-    printf("%-10s %-5s %7s %10s %10s %12s %11s%s\n", "impl", "prec", "threads", "prefill/s", "decode/s", "decode b/s", "b over 1",
-           cJSON_GetArraySize(rows) ? "   dtrain's speed over it: prefill, decode 1, decode b" : "");
-    for (int q = 0; q < 2; q++)
-        for (int i = 0; i < nt; i++) print_row("dtrain", q ? "int8" : "f32", ts[i], mine[q][i], NULL);
-    const cJSON *r;
-    cJSON_ArrayForEach(r, rows) {
-        const char *impl = cJSON_GetStringValue(cJSON_GetObjectItem(r, "impl")), *prec = cJSON_GetStringValue(cJSON_GetObjectItem(r, "prec"));
-        int t = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(r, "threads")), k = 0;
-        while (k < nt && ts[k] != t) k++;
-        speeds s = { cJSON_GetNumberValue(cJSON_GetObjectItem(r, "prefill")), cJSON_GetNumberValue(cJSON_GetObjectItem(r, "decode1")),
-                     cJSON_GetNumberValue(cJSON_GetObjectItem(r, "decodeb")) };
-        print_row(impl, prec, t, s, k < nt ? &mine[prec && !strcmp(prec, "f32") ? 0 : 1][k] : NULL);
+    int rc = !mine;
+    for (int r = 0; r < R && !rc; r++) {
+        rows[r] = cJSON_CreateArray();
+        if (r % 2 && have_weights) baselines(o, weights, rows[r]);
+        for (int q = 0; q < 2 && !rc; q++)
+            for (int i = 0; i < nt && !rc; i++) rc = measure(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, ts[i], o, &mine[r][q][i]);
+        if (!(r % 2) && have_weights && !rc) baselines(o, weights, rows[r]);
+        if (R > 1) fprintf(stderr, "# round %d of %d done\n", r + 1, R);
     }
-    cJSON_Delete(rows);
+    if (have_weights) unlink(weights);
+    if (!rc && o->tp > 1) tp_rows(o, rows[0]);
+    if (!rc) print_table(ts, nt, mine, rows, R);
+    for (int r = 0; r < R; r++) cJSON_Delete(rows[r]);
+    free(mine);
     dt_gpt2_destroy(m);
-    return 0;
+    return rc;
 }
+

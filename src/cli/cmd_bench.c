@@ -188,18 +188,22 @@ static int bench_infer(int argc, char **argv) {
         { "--model", "a GPT-2 preset (124M, ...) or a weights file" }, { "--threads", "a list such as 1,2" },
         { "--prompt", "a whole number of tokens from 1 to 65536" }, { "--steps", "a whole number from 1 to 100000" }, { "--batch", "a whole number from 2 to 64" },
         { "--reps", "a whole number from 1 to 32" }, { "--baseline", "hf, llama or all" },
-        { "--eval-data", "a token file" }, { "--tp", "a whole number of tensor-parallel ranks from 2 to 64" }, { NULL, NULL } };
-    dt_bench_infer_opts o = { "124M", "1,2", 128, 32, 8, 5, NULL, NULL, 0 };
-    double prompt = o.prompt, steps = o.steps, batch = o.batch, reps = o.reps, tp = 0;
+        { "--eval-data", "a token file" }, { "--tp", "a whole number of tensor-parallel ranks from 2 to 64" },
+        { "--rounds", "a whole number from 1 to 16" }, { NULL, NULL } };
+    dt_bench_infer_opts o = { "124M", "1,2", 128, 32, 8, 5, NULL, NULL, 0, 1 };
+    double prompt = o.prompt, steps = o.steps, batch = o.batch, reps = o.reps, tp = 0, rounds = 1;
     for (int i = 3; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain bench infer [--model 124M] [--threads 1,2] [--prompt 128] [--steps 32] [--batch 8]\n"
-                   "                          [--reps 5] [--baseline hf|llama|all] [--eval-data TOKENS] [--tp N]\n"
+                   "                          [--reps 5] [--baseline hf|llama|all] [--rounds 1] [--eval-data TOKENS] [--tp N]\n"
                    "  the decoder's prefill (a --prompt-token prompt) and decode tokens/s after it (--steps tokens, batch 1 and\n"
                    "  --batch) in f32 and int8; with --baseline, HF\n"
                    "  transformers' generate (the baselines' venv) and llama.cpp's llama-bench (scripts/build-llama-cpp.sh;\n"
-                   "  f32 and Q8_0) on the same weights, in the same run; --eval-data: int8's perplexity against f32's;\n"
+                   "  f32 and Q8_0) on the same weights, in the same run; --rounds R: dtrain's rows and the baselines' R times in\n"
+                   "  turn (the order reversed every other round), each speed the median of its rounds and each ratio the median of\n"
+                   "  the rounds' own, so that the machine's drift moves both sides of a ratio alike;\n"
+                   "  --eval-data: int8's perplexity against f32's;\n"
                    "  --tp N: also N tensor-parallel ranks of one thread each (dtrain launch -n N), against one process\n");
             return 0;
         }
@@ -213,6 +217,7 @@ static int bench_infer(int argc, char **argv) {
         else if (!strcmp(f, "--baseline") && v && (!strcmp(v, "hf") || !strcmp(v, "llama") || !strcmp(v, "all"))) o.baseline = v;
         else if (!strcmp(f, "--eval-data") && v) o.eval_data = v;
         else if (!strcmp(f, "--tp") && dt_cli_number(v, 2, 64, &tp) && tp == (int)tp) {}
+        else if (!strcmp(f, "--rounds") && dt_cli_number(v, 1, 16, &rounds) && rounds == (int)rounds) {}
         else return dt_cli_flag_error("bench infer", flags, f, v);
     }
     o.tp = (int)tp;
@@ -220,6 +225,7 @@ static int bench_infer(int argc, char **argv) {
     o.steps = (int)steps;
     o.batch = (int)batch;
     o.reps = (int)reps;
+    o.rounds = (int)rounds;
     return dt_bench_infer(&o);
 }
 
