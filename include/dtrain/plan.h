@@ -94,7 +94,7 @@ typedef struct {
     double tp_comm, cp_comm, pp_comm; /* per step, exposed */
     double tp_waits;                /* of tp_comm: the ranks' waits for the slowest at each allreduce (measured here) */
     double lp_units;                /* mixed precision made unit by unit (ZeRO-3; ZeRO 1, 2 with private parameters): the 16-bit copies */
-    double grad_pages;              /* ZeRO 2 and 3 on a machine's shared arena: the store's pages outside the shard lent and zeroed */
+    double grad_pages;              /* ZeRO's f32 gradients outside the shard, each step: lent by the pool and zeroed (ZeRO 2, 3), or zeroed */
     double bubble;                  /* the pipeline's idle time */
     double step, tok_per_s;
     int threads;                    /* a rank's threads */
