@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #define MAX_REPS 32
+#define MAX_ROUNDS 16 /* --rounds at most */
 
 static dt_status load(const char *model, dt_gpt2 **m) {
     dt_gpt2_config c;
@@ -277,7 +278,7 @@ static void print_table(const int *ts, int nt, speeds (*mine)[2][8], cJSON *cons
            cJSON_GetArraySize(rows[0]) ? "   dtrain's speed over it: prefill, decode 1, decode b" : "");
     for (int q = 0; q < 2; q++)
         for (int i = 0; i < nt; i++) {
-            double v[3][16];
+            double v[3][MAX_ROUNDS];
             for (int r = 0; r < R; r++) v[0][r] = mine[r][q][i].prefill, v[1][r] = mine[r][q][i].decode1, v[2][r] = mine[r][q][i].decodeb;
             print_row("dtrain", q ? "int8" : "f32", ts[i], (speeds){ dt_median(v[0], R), dt_median(v[1], R), dt_median(v[2], R) }, NULL);
             if (R > 1) printf("%*s(decode 1 by round:", 10, "");
@@ -289,7 +290,7 @@ static void print_table(const int *ts, int nt, speeds (*mine)[2][8], cJSON *cons
         const char *impl = cJSON_GetStringValue(cJSON_GetObjectItem(row, "impl")), *prec = cJSON_GetStringValue(cJSON_GetObjectItem(row, "prec"));
         int t = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(row, "threads")), k = 0, q = prec && !strcmp(prec, "f32") ? 0 : 1, n = 0;
         while (k < nt && ts[k] != t) k++;
-        double v[3][16], x[3][16];
+        double v[3][MAX_ROUNDS], x[3][MAX_ROUNDS];
         for (int r = 0; r < R; r++) {
             const cJSON *their = r ? same_row(rows[r], row) : row;
             if (!their) continue;
@@ -350,9 +351,9 @@ int dt_bench_infer(const dt_bench_infer_opts *o) {
                100 * (p[1] / p[0] - 1));
     }
     /* with a baseline and --rounds: dtrain's rows and the baselines' in turn, the order reversed every other round */
-    int R = o->baseline && o->rounds > 1 ? o->rounds : 1;
+    int R = o->baseline && o->rounds > 1 ? (o->rounds < MAX_ROUNDS ? o->rounds : MAX_ROUNDS) : 1;
     speeds(*mine)[2][8] = calloc((size_t)R, sizeof *mine);
-    cJSON *rows[16] = { 0 };
+    cJSON *rows[MAX_ROUNDS] = { 0 };
     char weights[] = "/tmp/dtrain-infer-XXXXXX.safetensors";
     bool have_weights = false;
     if (o->baseline) {

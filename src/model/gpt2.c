@@ -446,14 +446,19 @@ void dt_gpt2_set_grad_storage(dt_gpt2 *m, float *grads) {
     if (m->grads != m->own_grads) dt_mem_release(m->own_grads, m->nparams * sizeof(float));
 }
 
+/* Every tensor's kept 16-bit copy out of date: cast again at the next forward. */
+static void lp_forget(dt_gpt2 *m) {
+    if (m->lp_current) memset(m->lp_current, 0, (size_t)m->ntab);
+}
+
 void dt_gpt2_set_param_storage(dt_gpt2 *m, float *params) {
     m->params = dt_model_param_storage(m->own_params, m->params, params, m->nparams);
-    if (m->lp_current) memset(m->lp_current, 0, (size_t)m->ntab);
+    lp_forget(m);
 }
 
 void dt_gpt2_params_changed(dt_gpt2 *m) {
     m->lp_told = 1;
-    if (m->lp_current) memset(m->lp_current, 0, (size_t)m->ntab);
+    lp_forget(m);
 }
 
 dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on) {
@@ -545,7 +550,7 @@ static uint16_t *v_lp_copy(void *self, int caller_keeps, dt_dtype *t) {
     dt_gpt2 *m = self;
     *t = m->prec;
     if (m->params_lp) m->lp_external = caller_keeps;
-    if (m->lp_current) memset(m->lp_current, 0, (size_t)m->ntab); /* whoever kept it, it is cast again when the model keeps it */
+    lp_forget(m); /* whoever kept it, it is cast again when the model keeps it */
     return m->params_lp;
 }
 

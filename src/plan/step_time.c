@@ -4,267 +4,13 @@
  * bandwidth), communication by the alpha-beta(-gamma) cost of each
  * collective the layout makes, the pipeline's bubble by its schedule. The
  * largest stage's rank sets the step. */
-#include "dtrain/plan.h"
+#include "plan_internal.h"
+
 #include "dtrain/base.h"
 #include "dtrain/kernels.h"
 
-#include <cblas.h>
-#include <errno.h>
 #include <math.h>
-#include <sched.h>
-#include <stdatomic.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-/* Measured Linear rates of (M, N, K, threads, precision) on this machine, kept for the process (a search prices many layouts). */
-typedef struct { int m, n, k, threads; dt_dtype prec; double rate; } linear_seen;
-static linear_seen seen[64];
-static int nseen;
-
-/* A Linear's operands (lp: DT_BF16 or DT_F16, else f32) and what one forward and backward of it runs. */
-typedef struct {
-    int M, N, K;
-    dt_dtype lp;
-    size_t work_floats;
-    float *A, *B, *C, *dA, *dB, *work;
-    uint16_t *Bl;
-} linear_bufs;
-
-static void linear_free(linear_bufs *x) {
-    dt_free_zeroed(x->A), dt_free_zeroed(x->B), dt_free_zeroed(x->C), dt_free_zeroed(x->dA), dt_free_zeroed(x->dB);
-    dt_free_zeroed(x->Bl), dt_free_zeroed(x->work);
-}
-
-static int linear_alloc(linear_bufs *x, int M, int N, int K, dt_dtype lp, size_t work_floats) {
-    int lowp = lp != DT_F32;
-    size_t a = (size_t)M * K, b = (size_t)N * K, c = (size_t)M * N;
-    *x = (linear_bufs){ M, N, K, lp, work_floats, dt_alloc_zeroed(a * 4), dt_alloc_zeroed(b * 4), dt_alloc_zeroed(c * 4),
-                        dt_alloc_zeroed(a * 4), dt_alloc_zeroed(b * 4), lowp ? dt_alloc_zeroed(work_floats * 4) : NULL,
-                        lowp ? dt_alloc_zeroed(b * 2) : NULL };
-    if (!x->A || !x->B || !x->C || !x->dA || !x->dB || (lowp && (!x->Bl || !x->work))) {
-        linear_free(x);
-        return 0;
-    }
-    for (size_t i = 0; i < a; i++) x->A[i] = 1e-3f * (float)(i % 7);
-    for (size_t i = 0; i < b; i++) x->B[i] = 1e-3f * (float)(i % 5);
-    for (size_t i = 0; i < c; i++) x->C[i] = 1e-3f * (float)(i % 3);
-    if (lowp) dt_lp_pack(x->Bl, x->B, b, lp);
-    return 1;
-}
-
-/* Product k of a Linear's three (f32: forward, input gradient, weight gradient; 16 bits: forward, then both gradients in
- * the model's one backward call) */
-static void linear_part(const linear_bufs *x, int k) {
-    int M = x->M, N = x->N, K = x->K;
-    if (x->lp != DT_F32 && k == 0) dt_matmul_forward_lp(x->C, x->A, x->Bl, NULL, M, K, N, x->lp, x->work, x->work_floats, 0);
-    else if (x->lp != DT_F32) dt_matmul_backward_lp(x->dA, x->dB, NULL, x->C, x->A, x->Bl, M, K, N, x->lp, x->work, x->work_floats, 0);
-    else if (k == 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, x->A, K, x->B, K, 0, x->C, N);
-    else if (k == 1) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1, x->C, N, x->B, K, 0, x->dA, K);
-    else cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, N, K, M, 1, x->C, N, x->A, K, 0, x->dB, K);
-}
-
-static void linear_once(const linear_bufs *x) {
-    for (int k = 0; k < (x->lp != DT_F32 ? 2 : 3); k++) linear_part(x, k);
-}
-
-/* FLOP/s of a Linear of M tokens, N outputs and K inputs on `threads` threads here, as the model runs it: in f32 its three
- * products (forward y = x W^T, backward dx = dy W and dW = dy^T x); in 16 bits (lp: DT_BF16 or DT_F16) the model's own
- * dt_matmul_forward_lp and dt_matmul_backward_lp with `work_floats` of scratch, which also narrow their inputs, round their
- * outputs and (fp16, or bf16 without a bf16 GEMM) widen the weights for sgemm. Each the median of three after a warm-up. The
- * backward's run too, since their shapes pack differently: OpenBLAS's weight-gradient product keeps a panel as large as min(M,
- * 256) x N floats resident (docs/planner.md), which the planner's process then holds as a rank's will. The operands are mapped
- * and unmapped whole (dt_alloc_zeroed): from the heap, their freed pages stayed in the process the plan counts as a rank's, 38
- * MB of d6's bf16 plan once each of a block's four shapes was timed (+5.5% over the run's peak; now +1.0%). */
-static double measure_linear(int M, int N, int K, int threads, dt_dtype lp, size_t work_floats) {
-    for (int i = 0; i < nseen; i++)
-        if (seen[i].m == M && seen[i].n == N && seen[i].k == K && seen[i].threads == threads && seen[i].prec == lp) return seen[i].rate;
-    linear_bufs x;
-    double t[3][3] = { { 0 } }, rate = 0;
-    int keep = dt_kernels_threads();
-    if (linear_alloc(&x, M, N, K, lp, work_floats)) {
-        dt_kernels_set_threads(threads);
-        for (int r = -1; r < 3; r++)
-            for (int k = 0; k < (lp != DT_F32 ? 2 : 3); k++) {
-                double t0 = dt_time_now();
-                linear_part(&x, k);
-                if (r >= 0) t[k][r] = dt_time_now() - t0;
-            }
-        double sum = 0;
-        for (int k = 0; k < 3; k++) sum += dt_median(t[k], 3);
-        rate = 3 * 2.0 * M * (double)N * K / sum;
-        linear_free(&x);
-    }
-    dt_kernels_set_threads(keep);
-    if (nseen < 64) seen[nseen++] = (linear_seen){ M, N, K, threads, lp, rate };
-    return rate;
-}
-
-/* Where ranks meet: a barrier in shared memory that waits as dtrain's own collectives do (comm/wait.c: spinning, then
- * yielding the core; a futex barrier's wake-ups cost more than that), and each child's seconds waiting at it. */
-typedef struct { _Atomic int arrived, generation; double waited[16]; } meeting_place;
-
-static void meet_at(meeting_place *p, int n) {
-    int gen = atomic_load(&p->generation);
-    if (atomic_fetch_add(&p->arrived, 1) == n - 1) {
-        atomic_store(&p->arrived, 0);
-        atomic_fetch_add(&p->generation, 1);
-        return;
-    }
-    for (double t0 = dt_time_now(); atomic_load(&p->generation) == gen;)
-        if (dt_time_now() - t0 > 50e-6) sched_yield();
-}
-
-/* Seconds until n forked children have each run the Linear k times (0: one failed, or ran past 60 s and was killed); with
- * `meet`, they meet at its barrier after each time (as tensor parallelism's ranks at each allreduce), each adding up how
- * long it waited there. */
-static double time_children(const linear_bufs *x, int n, int k, meeting_place *meet) {
-    pid_t pid[n];
-    int made = 0, ok = 1;
-    double t0 = dt_time_now();
-    for (; made < n; made++) {
-        fflush(NULL);
-        if ((pid[made] = fork()) < 0) break;
-        if (pid[made] == 0) {
-            if (meet) meet_at(meet, n); /* all started: forking them one by one is no wait of theirs */
-            for (int i = 0; i < k; i++) {
-                linear_once(x);
-                if (!meet) continue;
-                double w = dt_time_now();
-                meet_at(meet, n);
-                meet->waited[made] += dt_time_now() - w;
-            }
-            _exit(0);
-        }
-    }
-    for (int i = 0; i < made; i++) {
-        int ws = 0;
-        pid_t r;
-        while ((r = waitpid(pid[i], &ws, WNOHANG)) == 0 && dt_time_now() - t0 < 60) usleep(1000);
-        if (r == 0) kill(pid[i], SIGKILL), waitpid(pid[i], &ws, 0); /* a child that hangs must not hang the plan */
-        ok = ok && r > 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
-    }
-    return ok && made == n ? dt_time_now() - t0 : 0;
-}
-
-/* Ranks sharing cores do more work than their share: each switch between two ranks on a core refills the caches the other
- * emptied. The job's largest block Linear (forward and backward, as the model runs it), run by as many one-thread children
- * as the job has threads on this machine's cores, against one child alone: their time over n / cores times its time. On the
- * 2-core Zen 5: 4 ranks of d6 (1024 x 1536 x 384) 3.5-4% in f32 and 5-6% in bf16 (an sgemm of 512 x 3072 x 768, 0-3%);
- * the 4-rank d6 rows there ran 5-10% over the plan's n / cores without it. Three pairs, the median, at least 1. */
-typedef struct { int procs, cores; dt_dtype prec; double s; } shared_seen;
-static shared_seen sseen[16];
-static int nsseen;
-
-static double measure_shared(int M, int N, int K, dt_dtype lp, size_t work_floats, int procs, int cores) {
-    /* one measurement a process for a count of ranks and a precision: a search's first layout's shape serves the others
-     * (each shape of a 4-rank search of 2 layers measured in turn made plan_checks 39 -> 227 s) */
-    for (int i = 0; i < nsseen; i++)
-        if (sseen[i].procs == procs && sseen[i].cores == cores && sseen[i].prec == lp) return sseen[i].s;
-    enum { PAIRS = 3 };
-    linear_bufs x;
-    double ratio[PAIRS], s = 1;
-    int keep = dt_kernels_threads(), done = 0;
-    if (linear_alloc(&x, M, N, K, lp, work_floats)) {
-        dt_kernels_set_threads(1);
-        double t0 = dt_time_now();
-        linear_once(&x);
-        int k = (int)fmax(2, 0.25 / fmax(dt_time_now() - t0, 1e-4)); /* about a quarter of a second alone */
-        for (; done < PAIRS; done++) {
-            double alone = time_children(&x, 1, k, NULL), shared = alone > 0 ? time_children(&x, procs, k, NULL) : 0;
-            if (shared <= 0) break;
-            ratio[done] = shared / (alone * procs / cores);
-        }
-        linear_free(&x);
-        if (done == PAIRS) s = fmax(1, dt_median(ratio, PAIRS));
-    }
-    dt_kernels_set_threads(keep);
-    if (nsseen < 16) sseen[nsseen++] = (shared_seen){ procs, cores, lp, s };
-    return s;
-}
-
-/* Ranks that meet at every collective wait each time for the slowest of them: whatever slows one rank's share of the work
- * between two meetings (the VM, the other rank's use of the memory) holds up all. n one-thread children each run the job's
- * block Linear (forward and backward, about a quarter of a block's work, as tensor parallelism's four allreduces a block cut
- * it) and meet after each: the mean wait a child and meeting is what a meeting adds to the step (of two ranks, the one first
- * there waits the difference, the other nothing: half of it on average, as the later one's extra over the mean). On the
- * 2-core Zen 5, 124M bf16 TP 2 traced 0.33 ms an allreduce on one rank and 0.19 on the other, where the plan's
- * alpha-beta-gamma said 0.12. The median of three runs of 40 meetings, once a process for a rank count, shape and precision. */
-typedef struct { int n, m, o, k; dt_dtype prec; double s; } sync_seen;
-static sync_seen yseen[16];
-static int nyseen;
-
-static double measure_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats, int n) {
-    for (int i = 0; i < nyseen; i++)
-        if (yseen[i].n == n && yseen[i].m == M && yseen[i].o == N && yseen[i].k == K && yseen[i].prec == lp) return yseen[i].s;
-    enum { RUNS = 3, MEETINGS = 40 };
-    linear_bufs x;
-    double cost[RUNS], s = 0;
-    int keep = dt_kernels_threads(), done = 0;
-    meeting_place *meet = n <= 16 ? mmap(NULL, sizeof *meet, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
-    if (meet != MAP_FAILED && linear_alloc(&x, M, N, K, lp, work_floats)) {
-        dt_kernels_set_threads(1);
-        linear_once(&x);
-        for (; done < RUNS; done++) {
-            memset(meet, 0, sizeof *meet); /* no child is left: each run waits for all of them */
-            if (time_children(&x, n, MEETINGS, meet) <= 0) break;
-            double sum = 0;
-            for (int r = 0; r < n; r++) sum += meet->waited[r];
-            cost[done] = sum / n / MEETINGS;
-        }
-        linear_free(&x);
-        if (done == RUNS) s = dt_median(cost, RUNS);
-    }
-    if (meet != MAP_FAILED) munmap(meet, sizeof *meet);
-    dt_kernels_set_threads(keep);
-    if (nyseen < 16) yseen[nyseen++] = (sync_seen){ n, M, N, K, lp, s };
-    return s;
-}
-
-/* Seconds a token of the 16-bit head's work besides its three GEMMs, on `threads` threads at M tokens here: the head timed as the
- * model runs it (its logits narrowed a chunk at a time by dt_matmul_forward_lp16, the loss over them, its backward computing the
- * loss's gradient a block at a time and narrowing it for the GEMMs), less those GEMMs at rate `rhead`. It is exp-bound, not
- * bandwidth-bound: d6's bf16 head on a Zen 5 took 369 ms a step against 238 for its GEMMs, where 16 bytes a logit at the
- * memory's rate said 25. The median of three after a warm-up. */
-typedef struct { int m, v, c, threads; dt_dtype dt; double s; } head_seen;
-static head_seen hseen[16];
-static int nhseen;
-
-static double measure_head_lp(int M, int V, int C, size_t work_floats, int threads, dt_dtype dt, double rhead) {
-    for (int i = 0; i < nhseen; i++)
-        if (hseen[i].m == M && hseen[i].v == V && hseen[i].c == C && hseen[i].threads == threads && hseen[i].dt == dt)
-            return hseen[i].s;
-    size_t mc = (size_t)M * C, vc = (size_t)V * C, mv = (size_t)M * V;
-    float *inp = dt_alloc_zeroed(mc * 4), *dinp = dt_alloc_zeroed(mc * 4), *dw = dt_alloc_zeroed(vc * 4), *w = dt_alloc_zeroed(vc * 4),
-          *work = dt_alloc_zeroed(work_floats * 4), *losses = dt_alloc_zeroed((size_t)M * 4), *stats = dt_alloc_zeroed((size_t)M * 8);
-    uint16_t *w16 = dt_alloc_zeroed(vc * 2), *logits = dt_alloc_zeroed(mv * 2);
-    int32_t *targets = dt_alloc_zeroed((size_t)M * 4);
-    double t[3] = { 0 }, s = 0;
-    int keep = dt_kernels_threads();
-    if (inp && dinp && dw && w && work && losses && stats && w16 && logits && targets) {
-        dt_kernels_set_threads(threads);
-        for (size_t i = 0; i < mc; i++) inp[i] = 1e-2f * (float)(i % 13) - 0.06f;
-        for (size_t i = 0; i < vc; i++) w[i] = 1e-2f * (float)(i % 11) - 0.05f, dw[i] = 0;
-        for (int i = 0; i < M; i++) targets[i] = (int32_t)((i * 7919) % V);
-        dt_lp_pack(w16, w, vc, dt);
-        for (int r = -1; r < 3; r++) {
-            double t0 = dt_time_now();
-            dt_matmul_forward_lp16(logits, inp, w16, M, C, V, dt, work, work_floats);
-            dt_crossentropy_forward_lp(losses, stats, logits, targets, M, V, V, dt, work, work_floats);
-            dt_ce_grad ce = { .stats = stats, .targets = targets, .V = V, .v0 = 0, .dscale = 1.0f / (float)M };
-            dt_matmul_backward_lp16(dinp, dw, logits, &ce, inp, w16, M, C, V, dt, work, work_floats, 0);
-            if (r >= 0) t[r] = dt_time_now() - t0;
-        }
-        s = fmax(0, dt_median(t, 3) - 3 * 2.0 * M * (double)V * C / rhead) / M;
-    }
-    dt_kernels_set_threads(keep);
-    dt_free_zeroed(inp), dt_free_zeroed(dinp), dt_free_zeroed(dw), dt_free_zeroed(w), dt_free_zeroed(work);
-    dt_free_zeroed(losses), dt_free_zeroed(stats), dt_free_zeroed(w16), dt_free_zeroed(logits), dt_free_zeroed(targets);
-    if (nhseen < 16) hseen[nhseen++] = (head_seen){ M, V, C, threads, dt, s };
-    return s;
-}
 
 /* The Linears' rate for this job: measured here at its shape (M tokens, N outputs, K inputs), else the peak x efficiency.
  * Beyond 4096 tokens at 4096: the rate has stopped growing with M there (d6's MLP 61 against 72 GFLOP/s at 16384, its head 70
@@ -273,7 +19,7 @@ static double gemm_rate(const dt_plan_job *j, const dt_plan_hardware *h, int thr
     int lowp = j->precision != DT_F32;
     double peak = (lowp ? h->flops_lowp : h->flops_f32) * (h->cores_per_device ? threads : 1) * h->gemm_efficiency;
     if (!h->attention_rate || (double)N * K > 1e8) return peak; /* another machine, or too large to time here */
-    double r = measure_linear((int)fmin(tokens, 4096), N, K, threads, j->precision, dt_gpt2_lp_work_floats(&j->model, false));
+    double r = dt_plan_time_linear((int)fmin(tokens, 4096), N, K, threads, j->precision, dt_gpt2_lp_work_floats(&j->model, false));
     return r > 0 ? r : peak;
 }
 
@@ -378,7 +124,7 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     /* ranks sharing cores (this machine): the extra work of their switches, measured at the job's largest block Linear (which
      * includes the busy neighbours) */
     if (o->oversubscribed > 1 && h->attention_rate && (double)F / tp * C <= 1e8)
-        o->beside = measure_shared((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false),
+        o->beside = dt_plan_time_shared((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false),
                                    local * o->threads, cores);
     double slow = o->oversubscribed * o->beside;
     double rmm = blocks_rate(j, h, o->threads, tokens, C, F, tp) / slow;
@@ -386,7 +132,7 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     double rhead = gemm_rate(j, h, o->threads, htok, hrows, C) / slow;
     /* the 16-bit head's loss and narrowing, timed here as it runs (one rank's vocabulary slice, its loss as one process's) */
     double hloss = j->precision != DT_F32 && !j->arch.llama && h->attention_rate && (double)Vr * C <= 1e8
-                       ? measure_head_lp((int)fmin(tokens, 4096), Vr, C, dt_gpt2_lp_work_floats(c, true), o->threads, j->precision,
+                       ? dt_plan_time_head_lp((int)fmin(tokens, 4096), Vr, C, dt_gpt2_lp_work_floats(c, true), o->threads, j->precision,
                                          rhead * slow) * slow
                        : 0;
     size_t after = dt_resident_memory();
@@ -461,7 +207,7 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     double rowsb = tokens * c->channels * 4;
     /* and at each of them the wait for the slower rank, measured here where the ranks have a core each */
     double meeting = tp > 1 && h->attention_rate && local * o->threads <= cores && (double)F / tp * C <= 1e8
-                         ? measure_meeting((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false), tp)
+                         ? dt_plan_time_meeting((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false), tp)
                          : 0;
     if (tp > 1) {
         o->tp_waits = m * nl * (4 + (j->recompute ? 2 : 0)) * meeting;
