@@ -80,6 +80,8 @@ against_run "dp 2 x pp 2, interleaved, zero3 (C 192: the f32 pages at a shard's 
 against_run "pp 3, interleaved, 3 chunks a stage" --layers 7 --batch 2 --nproc 3 --pp 3 --grad-accum 6 --pp-schedule interleaved \
     --virtual-stages 3
 against_run "ddp 2, --grad-store bf16 (C 192, as below)" --channels 192 --batch 4 --nproc 2 --precision bf16 --grad-store bf16
+# accumulating, the whole f32 store stays beside the 16-bit one (ddp.c's zero_in_place)
+against_run "ddp 2, --grad-store bf16, 2 micro-batches (C 192)" --channels 192 --batch 2 --grad-accum 2 --nproc 2 --precision bf16 --grad-store bf16
 against_run "dp 2 x pp 2, bf16, --grad-store bf16 (C 192: an f32 page at each bucket edge stays)" --channels 192 --batch 2 --nproc 4 --pp 2 --grad-accum 2 --precision bf16 --grad-store bf16
 against_run "tp 2 x pp 2, bf16" --batch 2 --nproc 4 --pp 2 --tp 2 --grad-accum 2 --precision bf16
 against_run "tp 2 x pp 2, sequence parallel" --batch 2 --nproc 4 --pp 2 --tp 2 --sp --grad-accum 2

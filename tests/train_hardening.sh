@@ -298,6 +298,8 @@ expect "--dp that does not fit" 2 "--dp 4 x --tp 1 x --pp 1 = 4, but the job has
     "$DTRAIN" train "${model[@]}" --nproc 2 --dp 4 --steps 1
 expect "--pp without data parallelism, 16-bit gradients" 0 "--grad-store bf16 does nothing without data parallelism" -- \
     "$DTRAIN" train "${model[@]}" --nproc 2 --pp 2 --steps 1 --precision bf16 --grad-store bf16
+expect "16-bit gradients with accumulation" 0 "--grad-store bf16 with 2 micro-batches a step: .* lowers no peak here" -- \
+    "$DTRAIN" train "${model[@]}" --nproc 2 --grad-accum 2 --steps 1 --precision bf16 --grad-store bf16
 expect "--tp that does not divide" 2 "--tp 3 x --pp 1 = 3 does not divide the job's 2 ranks" -- \
     "$DTRAIN" train "${model[@]}" --nproc 2 --tp 3 --steps 1
 

@@ -28,6 +28,9 @@ typedef struct {
     double updated_in_backward; /* the share of the parameters updated inside backward (metrics) */
 } dt_sync_result;
 
+/* What the computation after a strategy's begin does with the gradients. */
+typedef enum { DT_MICRO_ACCUMULATE = 0, DT_MICRO_SYNC = 1, DT_MICRO_FORWARD = 2 } dt_micro_sync;
+
 /* A parallel strategy. Every callback but create may be NULL (nothing to do). */
 typedef struct {
     const char *name;
@@ -38,7 +41,7 @@ typedef struct {
     void (*destroy)(void *state);
     /* The optimizer over that slice now exists (a strategy may update inside backward). */
     dt_status (*attach)(void *state, dt_optim *o);
-    /* Before each micro-batch; sync: it is the step's last (the one to synchronise). */
+    /* Before each micro-batch; sync: a dt_micro_sync, whether it is the step's last backward (the one to synchronise). */
     void (*begin)(void *state, int sync, float lr);
     /* After the last backward: this rank's slice holds the global average gradient. */
     dt_status (*finish)(void *state, dt_sync_result *r);
@@ -126,7 +129,9 @@ typedef struct dt_micro_schedule {
     void *ctx;
 } dt_micro_schedule;
 /* The strategy's begin: sync, the backward that follows is this rank's
- * last of the step (data parallelism reduces during it). */
+ * last of the step (data parallelism reduces during it); DT_MICRO_FORWARD:
+ * a forward alone follows, whose begin sets up the step (ZeRO's parameters)
+ * and says nothing of its gradients. */
 void dt_engine_begin_micro(dt_engine *e, int sync);
 /* One micro-batch: load it, forward, backward scaled by grad_scale; *loss gets its mean loss. */
 typedef dt_status (*dt_micro_fn)(void *ctx, int micro, float grad_scale, float *loss);

@@ -94,9 +94,9 @@ dt_status dt_ddp_set_grad_store(dt_ddp *d, dt_dtype t, size_t off, size_t n);
 uint16_t *dt_ddp_grad_store(dt_ddp *d, dt_dtype *t);
 /* Bytes of gradients resident on this rank: the f32 store's pages (measured) and the 16-bit store's. */
 size_t dt_ddp_grads_held(const dt_ddp *d);
-/* Before a micro-step's backward: sync 0 for the gradient-accumulation
- * micro-steps that do not synchronise, 1 for the last; lr: the step's
- * learning rate, for the optimizer in backward. */
+/* Before a micro-step: sync DT_MICRO_ACCUMULATE (0) for the gradient-accumulation micro-steps that do not synchronise,
+ * DT_MICRO_SYNC (1) for the last, DT_MICRO_FORWARD for a pipeline's forward alone (it touches no gradient); lr: the
+ * step's learning rate, for the optimizer in backward. */
 void dt_ddp_begin(dt_ddp *d, int sync, float lr);
 /* Waits for the step's allreduces (and with the optimizer in backward,
  * finishes the update); r->exposed_ms gets the time spent waiting

@@ -106,8 +106,8 @@ struct dt_ddp {
      * a small pool for their parts outside the shard, instead of faulting in
      * fresh pages and punching them out again (5 us a page against 0.8) */
     bool split;          /* every rank pools (same page phase): reductions are cut at page edges */
-    bool pooled;         /* this step pools: it synchronises and nothing was accumulated outside the shard */
-    bool accumulated;    /* a micro-step of this step did not synchronise */
+    bool pooled;         /* this step pools: it synchronises and nothing was accumulated */
+    bool accumulated;    /* a backward of this step added into the store's own pages without synchronising */
     char *pool, *pool_raw; /* arena, page-aligned; NULL where no bucket has a whole page outside the shard */
     size_t pool_bytes, head; /* the ring; its next free byte */
     int mapped;          /* buckets lent pages this step, in order */
@@ -404,11 +404,12 @@ static void release_others(dt_ddp *d, size_t off, size_t n) {
     }
 }
 
-/* Where this step accumulated micro-steps into the store's own pages (an f32 store), the other shards' part is zeroed in
- * place once the step's reductions are done, not given back: those pages fill again in the next step's first micro-step
- * whatever is done, so giving them back lowered no peak and made every step fault them in anew (124M bf16 ZeRO-2 at
- * micro-batch 2 x 2: 1584-1798 ms a step against ZeRO-1's 1411-1470, its backward 100-250 ms longer). */
-static bool zero_in_place(const dt_ddp *d) { return d->accumulated && !d->g16; }
+/* Where this step accumulated micro-steps into the store's own pages, the part outside the shard (a 16-bit store: the
+ * whole f32 store) is zeroed in place once the step's reductions are done, not given back: those pages fill again in the
+ * next step's first micro-step whatever is done, so giving them back lowered no peak and made every step fault them in
+ * anew (124M bf16 ZeRO-2 at micro-batch 2 x 2: 1584-1798 ms a step against ZeRO-1's 1411-1470; ZeRO-1 with a 16-bit
+ * store: 2006-2015 ms against its f32 store's 1399-1408). */
+static bool zero_in_place(const dt_ddp *d) { return d->accumulated; }
 
 static void zero_others(dt_ddp *d) {
     memset(d->grads, 0, d->s0 * sizeof(float));
@@ -697,14 +698,15 @@ void dt_ddp_destroy(dt_ddp *d) {
 }
 
 void dt_ddp_begin(dt_ddp *d, int sync, float lr) {
+    if (sync == DT_MICRO_FORWARD) return; /* the backward's own begin says what it does */
     d->sync = sync;
     d->lr = lr;
     if (sync && d->opt) dt_optim_begin(d->opt);
     /* micro-steps that do not synchronise accumulate the rows as usual */
     if (d->emb) d->m.defer_input_rows(d->m.self, sync);
+    /* what a micro-step accumulates stays in the store's own pages */
+    if (!sync) d->accumulated = true;
     if (d->split) {
-        /* what a micro-step accumulates stays in the store's own pages */
-        if (!sync) d->accumulated = true;
         bool pool = sync && !d->accumulated;
         if (!pool && d->mapped && !d->err) d->err = give_back(d);
         d->pooled = pool;
@@ -747,8 +749,8 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
         }
         if (zero_in_place(d)) zero_others(d);
         else release_others(d, 0, d->nparams);
-        d->accumulated = d->pooled = false;
     }
+    d->accumulated = d->pooled = false;
     if (!st && d->opt && d->done_n != d->w1 - d->w0)
         st = dt_error(DT_ERR_ARG, "ddp: the optimizer updated %zu of %zu parameters", d->done_n, d->w1 - d->w0);
     r->norm = d->opt ? sqrt(d->sumsq) : -1;

@@ -182,7 +182,7 @@ static dt_status run(void *ctx, dt_engine *e, int accum, float grad_scale, doubl
     dt_status st = DT_OK;
     for (int i = 0; i < p->s->n[p->stage] && !st; i++) {
         const dt_pp_action *a = &p->s->act[p->stage][i];
-        if (a->op != DT_PP_COMM) dt_engine_begin_micro(e, a->op != DT_PP_F && a->last);
+        if (a->op != DT_PP_COMM) dt_engine_begin_micro(e, a->op == DT_PP_F ? DT_MICRO_FORWARD : a->last ? DT_MICRO_SYNC : DT_MICRO_ACCUMULATE);
         double busy = p->fwd + p->bwd + p->wgt;
         st = a->op == DT_PP_COMM ? exchange(p, a) : a->op == DT_PP_F ? forward(p, a, loss_sum, nloss) : backward(p, a, grad_scale);
         p->took[i] = p->fwd + p->bwd + p->wgt - busy;

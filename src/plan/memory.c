@@ -20,11 +20,14 @@ static int optim_floats(const dt_optim_config *o) {
     return o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB ? 2 : 1;
 }
 
-/* ZeRO 2 and 3 over more than one micro-batch a step (accumulation, a pipeline's micro-batches) with an f32 store: a
- * micro-step that does not synchronise adds into the store's own pages, the whole store, and the step keeps them, zeroed
- * (dt_ddp_finish), and reduces without the pool, as ZeRO-1 does */
+static int lp_store(const dt_plan_job *j) { return j->grad_store != DT_F32 && j->grad_store && j->dp > 1; }
+
+/* Over more than one micro-batch a step (accumulation, a pipeline's micro-batches), ZeRO 2 and 3 and a 16-bit gradient
+ * store: a micro-step that does not synchronise adds into the f32 store's own pages, the whole store, and the step keeps
+ * them, zeroed (dt_ddp_finish), and reduces without the pool, as ZeRO-1 does. A 16-bit store then holds its averages
+ * beside the whole f32 store, and lowers no peak. */
 static int accumulates(const dt_plan_job *j) {
-    return !j->paper_states && j->stage >= 2 && j->dp > 1 && j->micro > 1 && !(j->grad_store != DT_F32 && j->grad_store);
+    return !j->paper_states && (j->stage >= 2 || lp_store(j)) && j->dp > 1 && j->micro > 1;
 }
 
 /* Model states of psi parameters over n data-parallel ranks. ZeRO's anatomy
@@ -52,7 +55,8 @@ static void model_states(const dt_plan_job *j, double psi, double tied, double f
     if (mixed) m->lowp = 2 * (psi - f32_only);
     /* made unit by unit (ZeRO-3; ZeRO 1 and 2 with each rank's own parameters): one unit's copy at a time, the largest */
     if (mixed && n > 1 && (s >= 3 || (s >= 1 && !shared))) m->lowp = 2 * unit_lp[0];
-    m->grads = (j->grad_store != DT_F32 && j->grad_store && n > 1 ? 2 : 4) * psi / (s >= 2 && !accumulates(j) ? n : 1); /* no data-parallel axis: f32 */
+    /* no data-parallel axis: f32 */
+    m->grads = lp_store(j) ? 2 * psi / (s >= 2 ? n : 1) + (accumulates(j) ? 4 * psi : 0) : 4 * psi / (s >= 2 && !accumulates(j) ? n : 1);
     /* a last stage's tied copy has no optimizer state, but ZeRO's shards tile the whole store, the copy too */
     m->optim = 4 * optim_floats(&j->opt) * (s >= 1 && n > 1 ? psi / n : psi - tied);
 }
@@ -71,7 +75,7 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
      * two buckets in flight, at most the head's (the tied embedding) and the next */
     double BT = (double)j->batch * j->seq, C = j->model.channels;
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
-    int pool = n > 1 && ((j->stage >= 2 && !accumulates(j)) || (j->grad_store != DT_F32 && j->grad_store));
+    int pool = n > 1 && (j->stage >= 2 || lp_store(j)) && !accumulates(j);
     double pool_bytes = pool ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : 0;
     /* ZeRO 2 and 3: the store's bytes outside this rank's shard ((n - 1) shards) go through the pool, whose pages come when
      * first lent: no more of it is resident than that range */
@@ -98,7 +102,7 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
     if (!j->paper_states && outside > 0)
         m->mapped += outside + (R > 1 ? (R - 1) / R * m->grads : 0);
     else if (!j->paper_states && R > 1)
-        m->mapped += (R - 1) / R * (pool ? pool_bytes : m->grads);
+        m->mapped += (R - 1) / R * (pool ? pool_bytes : lp_store(j) ? 4 * psi : m->grads);
     /* context parallelism's attention work space (dt_ring_work_floats, dt_ulysses_work_floats) */
     if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 10) * BT * C / (j->tp > 1 ? j->tp : 1);
     m->comm += stage_bufs;

@@ -178,13 +178,15 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
      * allgather of ZeRO 1 and 2 (mixed, private copies) */
     /* links: inside one machine while the group fits in the job's ranks there */
     int dp_nodes = job->nodes > 1 && n > local / (tp * p > 0 ? tp * p : 1) ? 1 : 0;
-    /* ZeRO's f32 gradients outside a rank's shard, every step: stage 1 zeroes them after the update (zero.c), and so do stages 2
-     * and 3 after accumulating micro-steps (ddp.c); a step of one micro-batch on a machine's shared arena instead has the pool
-     * lend them, its pages mapped and zeroed bucket by bucket (ZeRO-2 on 2 ranks, 124M bf16: 25 ms a step, 2-4% slower than
-     * ZeRO-1) at their measured rate. (A 16-bit gradient store's pooling is not priced.) */
-    if (n > 1 && stage >= 1 && h->shared_memory && !dp_nodes && !j->paper_states && j->grad_store == DT_F32) {
-        double outside = (n - 1.0) / n * psi * 4;
-        o->grad_pages = stage >= 2 && m == 1 && h->pool_lend_bw > 0 ? outside / fmin(h->pool_lend_bw * o->threads, bw) : outside / bw;
+    /* ZeRO's f32 gradients outside a rank's shard, every step (a 16-bit gradient store: the whole f32 store, at every stage):
+     * stage 1 zeroes them after the update (zero.c), and so do stages 2 and 3 after accumulating micro-steps (ddp.c); a step
+     * of one micro-batch on a machine's shared arena instead has the pool lend them, its pages mapped and zeroed bucket by
+     * bucket (ZeRO-2 on 2 ranks, 124M bf16: 25 ms a step, 2-4% slower than ZeRO-1) at their measured rate */
+    int lp_store = j->grad_store != DT_F32 && j->grad_store;
+    if (n > 1 && (stage >= 1 || lp_store) && h->shared_memory && !dp_nodes && !j->paper_states) {
+        double outside = (lp_store ? 1 : (n - 1.0) / n) * psi * 4;
+        int lent = (stage >= 2 || lp_store) && m == 1 && h->pool_lend_bw > 0;
+        o->grad_pages = lent ? outside / fmin(h->pool_lend_bw * o->threads, bw) : outside / bw;
     }
     double da = dp_nodes ? xa : ia, db = dp_nodes ? xb : ib, gb = job->grad_comm != DT_F32 && job->grad_comm ? 2 : 4;
     double gathers = 0;

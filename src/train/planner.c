@@ -148,7 +148,7 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
             gb(m->data, b[6]), gb(m->runtime, b[7]), gb(m->per_rank, b[8]), r->job.local_ranks, r->job.local_ranks == 1 ? "" : "s",
             gb(m->per_machine, b[9]), r->fits ? "fits in" : "does NOT fit in", gb(h->memory, b[10]));
     fprintf(f, "step time (predicted, ms): matmul %.1f, attention %.1f, elementwise %.1f, optimizer %.1f, 16-bit copies by unit %.1f, "
-               "ZeRO's gradient pages %.1f, data-parallel %.1f (%.1f exposed), tensor-parallel %.1f (%.1f of it waiting for the slower rank), context-parallel %.1f, pipeline transfers %.1f, bubble %.1f\n"
+               "gradient pages %.1f, data-parallel %.1f (%.1f exposed), tensor-parallel %.1f (%.1f of it waiting for the slower rank), context-parallel %.1f, pipeline transfers %.1f, bubble %.1f\n"
                "  step %.1f ms, %.0f tokens/s\n",
             1e3 * t->matmul, 1e3 * t->attention, 1e3 * t->elementwise, 1e3 * t->optimizer, 1e3 * t->lp_units, 1e3 * t->grad_pages, 1e3 * t->dp_comm, 1e3 * t->dp_exposed,
             1e3 * t->tp_comm, 1e3 * t->tp_waits, 1e3 * t->cp_comm, 1e3 * t->pp_comm, 1e3 * t->bubble, 1e3 * t->step, t->tok_per_s);
