@@ -207,6 +207,44 @@ static void matrix(void) {
     for (int k = 0; k < DT_COLL_COUNT; k++) dt_comm_set_algo(world, (dt_coll)k, DT_ALGO_AUTO);
 }
 
+/* Two ranks' bf16 average past the streaming threshold (shm_direct's vector kernel): any bit patterns, ties, NaNs and
+ * infinities rounded as dt_f32_to_bf16 rounds (a + b) * 0.5 in f32, heads and tails unaligned. */
+static void bf16_stream_rounding(void) {
+    if (dt_comm_size(world) != 2) return;
+    int r = dt_comm_rank(world);
+    size_t n = (8u << 20) / 2 + 37;
+    uint16_t *s = NULL, *d = NULL, *peer = malloc(n * sizeof *peer);
+    if (dt_comm_alloc(world, (n + 8) * sizeof *s, (void **)&s) || dt_comm_alloc(world, (n + 8) * sizeof *d, (void **)&d) || !peer) {
+        FAIL("bf16 stream: out of memory");
+        return;
+    }
+    uint64_t seed[2] = { 7, 7 + 1000003 };
+    for (int k = 0; k < 2; k++) {
+        uint16_t *x = k == r ? s + 3 : peer; /* an odd offset: the kernel's head and tail */
+        for (size_t i = 0; i < n; i++) {
+            uint64_t v = dt_rng_next(&seed[k]);
+            /* mostly ordinary values of nearby exponents (their sums round), now and then any pattern */
+            x[i] = (uint16_t)(v % 7 ? 0x3f00 + (v >> 20) % 0x200 + ((v >> 40) & 1) * 0x8000 : v >> 48);
+        }
+    }
+    dt_comm_set_algo(world, DT_COLL_ALLREDUCE, DT_ALGO_SHM_DIRECT);
+    dt_status st = dt_comm_allreduce(world, s + 3, d + 3, n, DT_BF16, DT_AVG);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n && !st; i++) {
+        const uint16_t *a = r == 0 ? s + 3 : peer, *b = r == 0 ? peer : s + 3;
+        uint16_t want = dt_f32_to_bf16((dt_bf16_to_f32(a[i]) + dt_bf16_to_f32(b[i])) * 0.5f);
+        bool nan = (want & 0x7fff) > 0x7f80 && (d[3 + i] & 0x7fff) > 0x7f80; /* a NaN's payload may come from either input */
+        if (d[3 + i] != want && !nan && !bad++) first = i;
+    }
+    if (st) FAIL("bf16 stream: %s", dt_last_error());
+    else if (bad) FAIL("bf16 stream: %zu of %zu values differ from f32 rounded once, the first at %zu", bad, n, first);
+    else passed++;
+    dt_comm_set_algo(world, DT_COLL_ALLREDUCE, DT_ALGO_AUTO);
+    dt_comm_free(world, s);
+    dt_comm_free(world, d);
+    free(peer);
+}
+
 /* Random floats: every rank must hold the same bits, and a second run too. */
 static void determinism(void) {
     int p = dt_comm_size(world), r = dt_comm_rank(world);
@@ -462,6 +500,7 @@ int main(int argc, char **argv) {
     if (dt_comm_init(&world)) { fprintf(stderr, "init: %s\n", dt_last_error()); return 1; }
     matrix();
     determinism();
+    bf16_stream_rounding();
     split_and_p2p();
     nonblocking();
     if (dt_comm_size(world) <= 16) per_rank_counts();

@@ -188,10 +188,16 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
         int lent = (stage >= 2 || lp_store) && m == 1 && h->pool_lend_bw > 0;
         o->grad_pages = lent ? outside / fmin(h->pool_lend_bw * o->threads, bw) : outside / bw;
     }
-    double da = dp_nodes ? xa : ia, db = dp_nodes ? xb : ib, gb = job->grad_comm != DT_F32 && job->grad_comm ? 2 : 4;
+    /* gradients travel in 16 bits with --grad-comm, and with a 16-bit store (the wire is its type) */
+    int wire16 = (job->grad_comm != DT_F32 && job->grad_comm) || lp_store;
+    double da = dp_nodes ? xa : ia, db = dp_nodes ? xb : ib, gb = wire16 ? 2 : 4;
     double gathers = 0;
     if (n > 1) {
         o->dp_comm = allreduce(psi * gb, n, da, db, g);
+        /* and are narrowed in place first (4 bytes read, 2 written), then widened back where the average lands (an f32
+         * store: the rank's part) or copied into the 16-bit store (its window), at the bandwidth */
+        double part = stage >= (lp_store ? 1 : 2) ? psi / n : psi;
+        if (wire16) o->dp_comm += (6 * psi + (lp_store ? 4 : 6) * part) / bw;
         if (stage >= 3 && !shared) o->dp_comm += gathers = 2 * m * gather(psi * 4, n, da, db);
         if (stage >= 1 && stage < 3 && !shared && w == 2) o->dp_comm += gather(psi * 2, n, da, db);
     }
