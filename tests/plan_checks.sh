@@ -79,7 +79,8 @@ against_run "dp 2 x pp 2, interleaved, zero3 (C 192: the f32 pages at a shard's 
     --grad-accum 2 --pp-schedule interleaved --zero 3
 against_run "pp 3, interleaved, 3 chunks a stage" --layers 7 --batch 2 --nproc 3 --pp 3 --grad-accum 6 --pp-schedule interleaved \
     --virtual-stages 3
-against_run "ddp 2, --grad-store bf16 (C 192, as below)" --channels 192 --batch 4 --nproc 2 --precision bf16 --grad-store bf16
+# a 16-bit store's pool covers the whole f32 store: its pages mapped again over it as backward goes (5% under without them)
+TOL=0.03 against_run "ddp 2, --grad-store bf16 (C 192, as below)" --channels 192 --batch 4 --nproc 2 --precision bf16 --grad-store bf16
 # accumulating, the whole f32 store stays beside the 16-bit one (ddp.c's zero_in_place)
 against_run "ddp 2, --grad-store bf16, 2 micro-batches (C 192)" --channels 192 --batch 2 --grad-accum 2 --nproc 2 --precision bf16 --grad-store bf16
 against_run "dp 2 x pp 2, bf16, --grad-store bf16 (C 192: an f32 page at each bucket edge stays)" --channels 192 --batch 2 --nproc 4 --pp 2 --grad-accum 2 --precision bf16 --grad-store bf16
