@@ -3,10 +3,12 @@
 predicts for a command (same global batch), each then trained ROUNDS times
 (the layouts interleaved, the order reversed on odd rounds; the median step
 after the first two, then the median over rounds), and the two orders side by
-side, with Kendall's tau-b between them (the plan's ties count for neither).
-Then each pair of layouts by round: the runs order a pair when one of them was
-faster in every round (the rounds interleave the layouts, so the machine's
-drift moves both alike), and those pairs are set against the plan's order.
+side, with Kendall's tau-b between them (the plan's ties, layouts that share a
+rank within --ties, count for neither). Then each pair of layouts by round: the
+runs order a pair when one of them was faster in every round (the rounds
+interleave the layouts, so the machine's drift moves both alike), and those
+pairs are set against the plan's order; and each pair the plan orders
+(different ranks) against the runs' medians.
 
 usage: bench/plan_search_check.py DTRAIN DATA [--top 5] [--rounds 2] [--steps 6] -- TRAIN FLAGS...
 e.g.   bench/plan_search_check.py build/dtrain train.bin -- --model 124M --nproc 2 --batch 4 --seq 128 --threads 1
@@ -70,13 +72,16 @@ def main():
     mrank = {i: r + 1 for r, i in enumerate(sorted(range(len(fits)), key=lambda i: meas[i]))}
     print(f"# dtrain plan --search {' '.join(rest)}: its top {len(fits)} layouts, each trained {a.rounds} times "
           f"({a.steps} steps, median after 2)")
+    rank = [f.get("rank", i + 1) for i, f in enumerate(fits)]
     print("| predicted rank | layout | predicted ms | measured ms | measured rank |")
     print("|---|---|---|---|---|")
     for i, f in enumerate(fits):
-        print(f"| {i + 1} | {f['layout']} | {f['step_ms']:.0f} | {meas[i]:.0f} | {mrank[i]} |")
+        print(f"| {rank[i]}{'=' if rank.count(rank[i]) > 1 else ''} | {f['layout']} | {f['step_ms']:.0f} | {meas[i]:.0f} | {mrank[i]} |")
     tau = kendall_tau([f["step_ms"] for f in fits], meas)
+    taur = kendall_tau(rank, meas)
     same = all(mrank[i] == i + 1 for i in range(len(fits)))
-    print(f"\nKendall's tau-b between the orders: {tau:+.2f}; the same order: {'yes' if same else 'no'}; "
+    print(f"\nKendall's tau-b between the orders: {tau:+.2f} (the plan's ranks, its ties within "
+          f"{100 * json.loads(p.stdout).get('ties', 0):g}%: {taur:+.2f}); the same order: {'yes' if same else 'no'}; "
           f"the predicted fastest measured {mrank[0]}{'st' if mrank[0] == 1 else 'th'}")
     print("\nper round (ms): " + "; ".join(f"{i + 1}: " + " ".join(f"{x:.0f}" for x in g) for i, g in enumerate(got)))
     agree, against, tied, loose = [], [], [], []
@@ -87,12 +92,18 @@ def main():
             if 0 < faster < a.rounds or a.rounds < 2:
                 loose.append(f"{pair} ({faster} of {a.rounds})")
                 continue
-            plan = fits[i]["step_ms"] - fits[j]["step_ms"]
+            plan = rank[i] - rank[j]
             (tied if plan == 0 else agree if (plan < 0) == (faster == a.rounds) else against).append(pair)
     print(f"pairs the runs order (one faster in all {a.rounds} rounds): {len(agree) + len(against) + len(tied)} of "
           f"{len(fits) * (len(fits) - 1) // 2}; the plan orders {len(agree)} the same way ({' '.join(agree) or '-'}), "
-          f"{len(against)} the other ({' '.join(against) or '-'}), ties {len(tied)} ({' '.join(tied) or '-'}); "
+          f"{len(against)} the other ({' '.join(against) or '-'}), ranks alike {len(tied)} ({' '.join(tied) or '-'}); "
           f"not ordered by the runs: {', '.join(loose) or '-'}")
+    ordered = [(i, j) for i in range(len(fits)) for j in range(i + 1, len(fits)) if rank[i] != rank[j]]
+    wrong = [f"{i + 1}-{j + 1}" for i, j in ordered if (rank[i] < rank[j]) != (meas[i] < meas[j])]
+    print(f"pairs the plan orders (different ranks): {len(ordered)}; the runs' medians the other way: {len(wrong)} "
+          f"({' '.join(wrong) or '-'})")
+    print(f"verdict: {'agrees' if not against and not wrong else 'does not agree'} (no pair the runs order in every round "
+          f"ordered the other way by the plan, and no pair the plan orders the other way in the runs' medians)")
 
 
 if __name__ == "__main__":

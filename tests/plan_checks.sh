@@ -302,6 +302,21 @@ done <<< "$picked"
 [ "$n" = 3 ] && ok "--search's flags reproduce their layouts (3 of them, e.g. $(echo "$picked" | sed -n 2p | cut -f1))" ||
     fail "--search's flags: $n of 3 reproduced ($(head -c 300 "$dir/search.err"))"
 
+# its ranks: a layout shares the rank of the first of its group while within --ties (3%) of it
+python3 - "$dir/search.json" << 'EOF2' && ok "--search's ranks: $(cat "$dir/ranks")" || fail "--search's ranks: $(cat "$dir/ranks")"
+import json, sys, os
+o = json.load(open(sys.argv[1])); fits, t = o["fits"], o["ties"]
+first, bad = 0, []
+for i, f in enumerate(fits[1:], 1):
+    new = f["step_ms"] > fits[first]["step_ms"] * (1 + t)
+    if f["rank"] != fits[first]["rank"] + new: bad.append(f"#{i + 1} rank {f['rank']}")
+    if new: first = i
+open(os.path.join(os.path.dirname(sys.argv[1]), "ranks"), "w").write(
+    "; ".join(bad) if bad else f"{len(fits)} layouts in {fits[-1]['rank']} ranks, each within {100 * t:g}% of its rank's first")
+sys.exit(1 if bad or t != 0.03 or fits[-1]["rank"] < 2 else 0)
+EOF2
+plan_refused "--ties without --search" "has no --search" "${common[@]}" --nproc 2 --ties 5
+
 # a DeepSpeed config (train's --config) is planned as the flags it stands for; its global batch counts the data-parallel
 # ranks only, with train's message when it does not
 printf '{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "bf16": {"enabled": true},

@@ -75,6 +75,7 @@ typedef struct {
     double params;        /* --params N (0: the model's shape) */
     int nodes;            /* machines the ranks span (0: this one; GPUs: devices_per_node a machine) */
     int json, search;
+    double ties;          /* --search: layouts within this fraction of a group's fastest share its rank (--ties PCT) */
 } dt_plan_request;
 /* Prints the plan of c's job (or with search every layout of its ranks); an exit code (2: refused, said). */
 int dt_train_plan(const dt_train_config *c, const dt_plan_request *rq, FILE *out);

@@ -1,4 +1,4 @@
-/* dtrain plan [TRAIN'S FLAGS] [--hardware H] [--json] [--search] [--params N] [--nodes K]: flag parsing only. */
+/* dtrain plan [TRAIN'S FLAGS] [--hardware H] [--json] [--search [--ties PCT]] [--params N] [--nodes K]: flag parsing only. */
 #include "cli.h"
 
 #include <stdio.h>
@@ -7,7 +7,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dtrain plan [TRAIN'S FLAGS] [--hardware H] [--json] [--search] [--params N] [--nodes K]\n"
+            "usage: dtrain plan [TRAIN'S FLAGS] [--hardware H] [--json] [--search [--ties PCT]] [--params N] [--nodes K]\n"
             "  Any dtrain train command becomes a plan by changing its first word: per rank, memory by category\n"
             "  and the predicted step time by part, before anything is allocated. The layout rules are train's.\n"
             "  --model M          as train's (d6, 124M, 350M, 774M, 1558M, a model file), or a published shape dtrain\n"
@@ -21,12 +21,14 @@ static void usage(FILE *f) {
             "                     largest rank), fits, step_ms, tok_per_s, and the breakdown\n"
             "  --search           every layout of the ranks (dp x tp x pp x cp, ZeRO stage, micro-batch, --recompute,\n"
             "                     precision) at the same global batch, the ones that fit ranked by tok/s, and why\n"
-            "                     each other one does not run\n");
+            "                     each other one does not run\n"
+            "  --ties PCT         with --search: layouts within PCT%% of a group's fastest share its rank (default 3:\n"
+            "                     the plan's own figure moves by 2-3%% between runs on a busy machine; docs/planner.md)\n");
 }
 
 static const dt_cli_flag flags[] = {
     { "--hardware", "this, a100-40g, h100-80g or a JSON file" }, { "--params", "a parameter count above 0 (1.5e9, 7.5B)" },
-    { "--nodes", "a whole number of machines from 1 to 65536" }, { NULL, NULL },
+    { "--nodes", "a whole number of machines from 1 to 65536" }, { "--ties", "a percentage from 0 to 100" }, { NULL, NULL },
 };
 
 /* "7.5B", "350M", "1.5e9" */
@@ -40,10 +42,10 @@ static int parse_count(const char *s, double *out) {
 }
 
 int dt_cli_plan(int argc, char **argv) {
-    dt_plan_request rq = { .hardware = "this" };
+    dt_plan_request rq = { .hardware = "this", .ties = 0.03 };
     char **rest = malloc(sizeof(char *) * ((size_t)argc + 1));
     if (!rest) return 1;
-    int n = 0;
+    int n = 0, ties = 0;
     rest[n++] = argv[0];
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -54,11 +56,17 @@ int dt_cli_plan(int argc, char **argv) {
         else if (!strcmp(f, "--search")) rq.search = 1;
         else if (!strcmp(f, "--hardware")) ok = v != NULL, rq.hardware = v, i++;
         else if (!strcmp(f, "--params")) ok = v && parse_count(v, &rq.params), i++;
+        else if (!strcmp(f, "--ties")) ok = dt_cli_number(v, 0, 100, &x), rq.ties = x / 100, ties = 1, i++;
         else if (!strcmp(f, "--nodes")) ok = dt_cli_number(v, 1, 65536, &x) && x == (int)x, rq.nodes = (int)x, i++;
         else { rest[n++] = argv[i]; continue; }
         if (!ok) { free(rest); return dt_cli_flag_error("plan", flags, f, v); }
     }
     rest[n] = NULL;
+    if (ties && !rq.search) {
+        free(rest);
+        fprintf(stderr, "dtrain error: plan: --ties ranks the layouts of --search, and this plan has no --search\n");
+        return 2;
+    }
     dt_train_config c;
     int rc = dt_cli_train_parse(n, rest, "plan", &c);
     free(rest);

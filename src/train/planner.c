@@ -305,10 +305,22 @@ static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_
                             }
             }
     qsort(ok, n, sizeof *ok, by_speed);
+    /* ranks: a group is a layout and every next one within --ties of it; the plan does not order layouts inside one */
+    int *group = malloc((n ? n : 1) * sizeof *group);
+    if (!group) { free(ok); cJSON_Delete(rejected); return 1; }
+    for (size_t i = 0, first = 0; i < n; i++) {
+        if (i && ok[i].time.step > ok[first].time.step * (1 + rq->ties)) first = i;
+        group[i] = i == first ? (i ? group[i - 1] + 1 : 1) : group[first];
+    }
     if (rq->json) {
         cJSON *o = cJSON_CreateObject(), *arr = cJSON_CreateArray();
-        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, plan_json(&ok[i]));
+        for (size_t i = 0; i < n; i++) {
+            cJSON *one = plan_json(&ok[i]);
+            cJSON_AddNumberToObject(one, "rank", group[i]);
+            cJSON_AddItemToArray(arr, one);
+        }
         cJSON_AddNumberToObject(o, "global_batch", (double)global);
+        cJSON_AddNumberToObject(o, "ties", rq->ties);
         cJSON_AddItemToObject(o, "fits", arr);
         cJSON_AddItemToObject(o, "rejected", rejected);
         emit_json(o, f);
@@ -316,17 +328,20 @@ static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_
         char b1[32];
         fprintf(f, "search: %d ranks on %s, global batch %ld sequences of %d: %zu layouts fit, %zu do not\n", nranks, h->name, global,
                 c->seq, n, nrej);
+        fprintf(f, "(a rank is shared by the layouts within %g%% of its first: the plan does not order those; --ties)\n", 100 * rq->ties);
         for (size_t i = 0; i < n; i++) {
             char lay[256];
             describe_result(&ok[i], lay, sizeof lay);
-            fprintf(f, "%4zu. %9.0f tok/s  step %9.1f ms  %s a %s  %s\n", i + 1, ok[i].time.tok_per_s, 1e3 * ok[i].time.step,
-                    gb(h->shared_memory ? ok[i].mem.per_machine : ok[i].mem.per_rank, b1), h->shared_memory ? "machine" : "rank", lay);
+            fprintf(f, "%4d%c %9.0f tok/s  step %9.1f ms  %s a %s  %s\n", group[i], i && group[i] == group[i - 1] ? '=' : '.',
+                    ok[i].time.tok_per_s, 1e3 * ok[i].time.step, gb(h->shared_memory ? ok[i].mem.per_machine : ok[i].mem.per_rank, b1),
+                    h->shared_memory ? "machine" : "rank", lay);
         }
         if (nrej) fprintf(f, "do not run or fit:\n");
         for (cJSON *it = rejected->child; it; it = it->next)
             fprintf(f, "  %s: %s\n", cJSON_GetObjectItem(it, "layout")->valuestring, cJSON_GetObjectItem(it, "reason")->valuestring);
         cJSON_Delete(rejected);
     }
+    free(group);
     free(ok);
     return 0;
 }
