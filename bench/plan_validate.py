@@ -32,6 +32,8 @@ QUICK = """
 --model d6 --seq 256 --batch 4 --precision bf16
 --model d6 --seq 256 --batch 4 --precision fp16
 --model d6 --seq 256 --batch 4 --nproc 2 --precision bf16 --zero 1
+--model d6 --seq 256 --batch 4 --nproc 2 --precision bf16 --zero 1 --grad-store bf16
+--model d6 --seq 256 --batch 2 --grad-accum 2 --nproc 2 --precision bf16 --zero 1 --grad-store bf16
 """
 
 
