@@ -244,6 +244,18 @@ awk "BEGIN{t = $p + $g + $o; exit !(t <= 10.5 * $P && t >= 9.5 * $P)}" \
     && ok "--grad-store bf16 zero1: $p + $g + $o MiB = $(awk "BEGIN{printf \"%.2f\", ($p + $g + $o) / $P}") bytes a parameter (4 + 12/2 = 10)" \
     || fail "--grad-store bf16 zero1: $p + $g + $o MiB for $P Mi parameters (want 10 bytes each)"
 
+# accumulating, no step pools: the pool's pages never come, and its buffers are the f32 store's (the pool lent bucket 0
+# as the store was set up, and those pages stayed: 311 MB of 124M's machine)
+bufs() { awk '/^  rank 0:/ {gsub(/,/, ""); print $6}' "$1"; }
+for g in fp32 bf16; do
+    "$DTRAIN" train --layers 6 --channels 256 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 1 --grad-accum 2 --data "$dir/train.bin" \
+        --threads 1 --steps 2 --nproc 2 --zero 1 --precision bf16 --grad-store $g > "$dir/acc.$g.out" 2> "$dir/err" \
+        || fail "accumulating, --grad-store $g: $(cat "$dir/err")"
+done
+[ -n "$(bufs "$dir/acc.bf16.out")" ] && [ "$(bufs "$dir/acc.bf16.out")" = "$(bufs "$dir/acc.fp32.out")" ] \
+    && ok "--grad-store bf16 accumulating: buffers $(bufs "$dir/acc.bf16.out") MiB, as the f32 store's (no pool pages)" \
+    || fail "--grad-store bf16 accumulating: buffers $(bufs "$dir/acc.bf16.out") MiB against the f32 store's $(bufs "$dir/acc.fp32.out")"
+
 # each rank's own parameters (as across machines): ZeRO-2's f32 master is its shard, so 2 + 14/2 again
 DTRAIN_ZERO_PRIVATE_PARAMS=1 "$DTRAIN" train --layers 6 --channels 256 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 2 \
     --data "$dir/train.bin" --threads 1 --steps 2 --nproc 2 --zero 2 --precision bf16 --grad-store bf16 > "$dir/st.own2.out" 2> "$dir/err" \

@@ -513,6 +513,8 @@ static dt_status give_back(dt_ddp *d) {
 }
 
 
+static void begin(dt_ddp *d, int sync, float lr, bool may_pool);
+
 static void grad_hook(int unit, void *ctx) {
     dt_ddp *d = ctx;
     if (!d->sync || d->err) return;
@@ -602,7 +604,7 @@ dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size
     m->set_grad_storage(m->self, d->grads);
     m->set_grad_hook(m->self, grad_hook, d);
     d->hooked = true;
-    dt_ddp_begin(d, 1, 0);
+    begin(d, 1, 0, false);
     *out = d;
     return DT_OK;
 }
@@ -641,7 +643,7 @@ dt_status dt_ddp_set_grad_store(dt_ddp *d, dt_dtype t, size_t off, size_t n) {
     }
     dt_comm_release(d->c, d->grads, d->nparams * sizeof(float));
     if (!st) st = make_pool(d);
-    if (!st) dt_ddp_begin(d, 1, 0);
+    if (!st) begin(d, 1, 0, false);
     return st ? st : d->err;
 }
 
@@ -697,8 +699,10 @@ void dt_ddp_destroy(dt_ddp *d) {
     free(d);
 }
 
-void dt_ddp_begin(dt_ddp *d, int sync, float lr) {
-    if (sync == DT_MICRO_FORWARD) return; /* the backward's own begin says what it does */
+/* may_pool: false where the store is set up (dt_ddp_create, dt_ddp_set_grad_store), so that the pool's pages come only
+ * when a step pools: lent there, bucket 0's stayed resident through runs that accumulate and never lend (124M bf16
+ * ZeRO-1, --grad-store bf16 at 2 x 2: 311 MB of the machine's peak) */
+static void begin(dt_ddp *d, int sync, float lr, bool may_pool) {
     d->sync = sync;
     d->lr = lr;
     if (sync && d->opt) dt_optim_begin(d->opt);
@@ -707,11 +711,15 @@ void dt_ddp_begin(dt_ddp *d, int sync, float lr) {
     /* what a micro-step accumulates stays in the store's own pages */
     if (!sync) d->accumulated = true;
     if (d->split) {
-        bool pool = sync && !d->accumulated;
+        bool pool = may_pool && sync && !d->accumulated;
         if (!pool && d->mapped && !d->err) d->err = give_back(d);
         d->pooled = pool;
         if (pool && !d->mapped && d->nb && !d->err) d->err = lend(d, 0);
     }
+}
+
+void dt_ddp_begin(dt_ddp *d, int sync, float lr) {
+    if (sync != DT_MICRO_FORWARD) begin(d, sync, lr, true); /* a forward's: the backward's own begin says what it does */
 }
 
 dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
@@ -765,7 +773,10 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
 
 int dt_ddp_buckets(const dt_ddp *d) { return d->nb; }
 
-size_t dt_ddp_buffer_bytes(const dt_ddp *d) { return d->rows_cap * sizeof(float) + d->toks_cap * sizeof(int32_t) + d->pool_bytes; }
+/* the pool's pages as resident (they come when first lent: a run that never pools holds none) */
+size_t dt_ddp_buffer_bytes(const dt_ddp *d) {
+    return d->rows_cap * sizeof(float) + d->toks_cap * sizeof(int32_t) + (d->pool ? dt_mem_resident(d->pool, d->pool_bytes) : 0);
+}
 
 double dt_ddp_updated_in_backward(const dt_ddp *d) { return d->last_early; }
 
