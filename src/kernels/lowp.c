@@ -12,8 +12,9 @@
 #endif
 
 /* bf16 values rounded in f32 (dt_f32_to_bf16 rounds to nearest even). Up to
- * 65536 values a call runs on the calling thread without entering a parallel
- * region (see pack_bf16). */
+ * ONE_THREAD values a call run on the calling thread without entering a
+ * parallel region (see pack_bf16). */
+enum { ONE_THREAD = 65536 };
 static inline float bf16_round(float x) { return dt_bf16_to_f32(dt_f32_to_bf16(x)); }
 
 /* One thread's bf16 loops: a parallel region, even one that an if clause keeps to this thread, costs about 200 ns a
@@ -30,7 +31,7 @@ static void unpack_bf16(float *restrict dst, const uint16_t *restrict src, size_
 
 void dt_lp_pack(uint16_t *dst, const float *src, size_t n, dt_dtype t) {
     size_t i = 0;
-    if (t == DT_BF16 && n <= 65536) { pack_bf16(dst, src, n); return; }
+    if (t == DT_BF16 && n <= ONE_THREAD) { pack_bf16(dst, src, n); return; }
     if (t == DT_BF16) {
         #pragma omp parallel for simd schedule(static)
         for (size_t j = 0; j < n; j++) dst[j] = dt_f32_to_bf16(src[j]);
@@ -45,7 +46,7 @@ void dt_lp_pack(uint16_t *dst, const float *src, size_t n, dt_dtype t) {
 
 void dt_lp_unpack(float *dst, const uint16_t *src, size_t n, dt_dtype t) {
     size_t i = 0;
-    if (t == DT_BF16 && n <= 65536) { unpack_bf16(dst, src, n); return; }
+    if (t == DT_BF16 && n <= ONE_THREAD) { unpack_bf16(dst, src, n); return; }
     if (t == DT_BF16) {
         #pragma omp parallel for simd schedule(static)
         for (size_t j = 0; j < n; j++) dst[j] = dt_bf16_to_f32(src[j]);
@@ -58,7 +59,7 @@ void dt_lp_unpack(float *dst, const uint16_t *src, size_t n, dt_dtype t) {
 }
 
 void dt_lp_round(float *x, size_t n, dt_dtype t) {
-    if (t == DT_BF16 && n <= 65536) {
+    if (t == DT_BF16 && n <= ONE_THREAD) {
         #pragma omp simd
         for (size_t j = 0; j < n; j++) x[j] = bf16_round(x[j]);
         return;
@@ -78,7 +79,7 @@ void dt_lp_round(float *x, size_t n, dt_dtype t) {
 }
 
 void dt_lp_round_add(float *dst, const float *src, size_t n, dt_dtype t) {
-    if (t == DT_BF16 && n <= 65536) {
+    if (t == DT_BF16 && n <= ONE_THREAD) {
         #pragma omp simd
         for (size_t j = 0; j < n; j++) dst[j] += bf16_round(src[j]);
         return;

@@ -512,7 +512,6 @@ static dt_status give_back(dt_ddp *d) {
     return st;
 }
 
-
 static void begin(dt_ddp *d, int sync, float lr, bool may_pool);
 
 static void grad_hook(int unit, void *ctx) {

@@ -2,7 +2,7 @@
  * gradients G, optimizer state O; a stage splits O, then G, then P over the
  * N data-parallel ranks) plus activations, communication buffers and the
  * token files, per rank and per machine, against what the machine has. */
-#include "dtrain/plan.h"
+#include "plan_internal.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -20,14 +20,12 @@ static int optim_floats(const dt_optim_config *o) {
     return o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB ? 2 : 1;
 }
 
-static int lp_store(const dt_plan_job *j) { return j->grad_store != DT_F32 && j->grad_store && j->dp > 1; }
-
 /* Over more than one micro-batch a step (accumulation, a pipeline's micro-batches), ZeRO 2 and 3 and a 16-bit gradient
  * store: a micro-step that does not synchronise adds into the f32 store's own pages, the whole store, and the step keeps
  * them, zeroed (dt_ddp_finish), and reduces without the pool, as ZeRO-1 does. A 16-bit store then holds its averages
  * beside the whole f32 store, and lowers no peak. */
 static int accumulates(const dt_plan_job *j) {
-    return !j->paper_states && (j->stage >= 2 || lp_store(j)) && j->dp > 1 && j->micro > 1;
+    return !j->paper_states && (j->stage >= 2 || dt_plan_lp_store(j)) && j->dp > 1 && j->micro > 1;
 }
 
 /* Model states of psi parameters over n data-parallel ranks. ZeRO's anatomy
@@ -56,7 +54,7 @@ static void model_states(const dt_plan_job *j, double psi, double tied, double f
     /* made unit by unit (ZeRO-3; ZeRO 1 and 2 with each rank's own parameters): one unit's copy at a time, the largest */
     if (mixed && n > 1 && (s >= 3 || (s >= 1 && !shared))) m->lowp = 2 * unit_lp[0];
     /* no data-parallel axis: f32 */
-    m->grads = lp_store(j) ? 2 * psi / (s >= 2 ? n : 1) + (accumulates(j) ? 4 * psi : 0) : 4 * psi / (s >= 2 && !accumulates(j) ? n : 1);
+    m->grads = dt_plan_lp_store(j) ? 2 * psi / (s >= 2 ? n : 1) + (accumulates(j) ? 4 * psi : 0) : 4 * psi / (s >= 2 && !accumulates(j) ? n : 1);
     /* a last stage's tied copy has no optimizer state, but ZeRO's shards tile the whole store, the copy too */
     m->optim = 4 * optim_floats(&j->opt) * (s >= 1 && n > 1 ? psi / n : psi - tied);
 }
@@ -75,11 +73,11 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
      * two buckets in flight, at most the head's (the tied embedding) and the next */
     double BT = (double)j->batch * j->seq, C = j->model.channels;
     double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
-    int pool = n > 1 && (j->stage >= 2 || lp_store(j)) && !accumulates(j);
+    int pool = n > 1 && (j->stage >= 2 || dt_plan_lp_store(j)) && !accumulates(j);
     double pool_bytes = pool ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : 0;
     /* ZeRO 2 and 3: the store's bytes outside this rank's shard ((n - 1) shards) go through the pool, whose pages come when
      * first lent: no more of it is resident than that range; a 16-bit store: the whole f32 store goes through it */
-    double outside = !pool ? 0 : lp_store(j) ? 4 * psi : j->stage >= 2 ? m->grads * (n - 1) : 0;
+    double outside = !pool ? 0 : dt_plan_lp_store(j) ? 4 * psi : j->stage >= 2 ? m->grads * (n - 1) : 0;
     if (outside > 0) pool_bytes = fmin(pool_bytes, outside);
     m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
               pool_bytes;
@@ -100,11 +98,10 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
      * piece straight into the owner's store (shm_direct's push), so it maps 1/R of each of its R-1 peers' shards too (its
      * slices of the peers' pools, with its own, are the pool's bytes above) */
     /* (a 16-bit wire reduces the first half of each piece's bytes in place: of the peers' pages, half are read) */
-    int wire16 = lp_store(j) || (j->grad_comm != DT_F32 && j->grad_comm);
     if (!j->paper_states && outside > 0)
         m->mapped += outside + (R > 1 ? (R - 1) / R * m->grads : 0);
     else if (!j->paper_states && R > 1)
-        m->mapped += (R - 1) / R * (pool ? pool_bytes : (lp_store(j) ? 4 * psi : m->grads) / (wire16 ? 2 : 1));
+        m->mapped += (R - 1) / R * (pool ? pool_bytes : (dt_plan_lp_store(j) ? 4 * psi : m->grads) / (dt_plan_lp_wire(j) ? 2 : 1));
     /* context parallelism's attention work space (dt_ring_work_floats, dt_ulysses_work_floats) */
     if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 10) * BT * C / (j->tp > 1 ? j->tp : 1);
     m->comm += stage_bufs;
@@ -118,7 +115,7 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
      * block with GPT-2's vocabulary the head's (plan_checks) */
     /* (not so with a 16-bit gradient store, whose pool covers the whole f32 store: 124M bf16 on 2 ranks, DDP and ZeRO 1
      * and 2, peaked 6-10% over the plan that left it out, and within 2% of one that does not) */
-    if (outside > 0 && m->lowp > 2 * unit_lp[1] && !j->paper_states && !lp_store(j)) {
+    if (outside > 0 && m->lowp > 2 * unit_lp[1] && !j->paper_states && !dt_plan_lp_store(j)) {
         double start = m->lowp + fmin(outside, 4 * unit_lp[0]), end = 2 * unit_lp[1] + outside;
         m->not_at_once = m->lowp + outside - fmax(start, end);
     }

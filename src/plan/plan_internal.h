@@ -8,6 +8,11 @@
  * calibration, the memory it can give. */
 dt_status dt_plan_this_machine(dt_plan_hardware *h);
 
+/* A 16-bit gradient store on a data-parallel axis (--grad-store; without that axis the gradients stay f32). */
+static inline int dt_plan_lp_store(const dt_plan_job *j) { return j->grad_store != DT_F32 && j->grad_store && j->dp > 1; }
+/* Gradients reduced in 16 bits: --grad-comm's, or a 16-bit store's (the wire is its type). */
+static inline int dt_plan_lp_wire(const dt_plan_job *j) { return (j->grad_comm != DT_F32 && j->grad_comm) || dt_plan_lp_store(j); }
+
 /* Timings at a job's shapes here (job_timings.c), each measured once a process. The FLOP/s of a Linear of M tokens, N
  * outputs and K inputs as the model runs it (lp: the precision; work_floats: the 16-bit path's scratch), 0 if it could
  * not be timed. */

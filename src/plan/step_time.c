@@ -184,14 +184,14 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
      * stage 1 zeroes them after the update (zero.c), and so do stages 2 and 3 after accumulating micro-steps (ddp.c); a step
      * of one micro-batch on a machine's shared arena instead has the pool lend them, its pages mapped and zeroed bucket by
      * bucket (ZeRO-2 on 2 ranks, 124M bf16: 25 ms a step, 2-4% slower than ZeRO-1) at their measured rate */
-    int lp_store = j->grad_store != DT_F32 && j->grad_store;
+    int lp_store = dt_plan_lp_store(j);
     if (n > 1 && (stage >= 1 || lp_store) && h->shared_memory && !dp_nodes && !j->paper_states) {
         double outside = (lp_store ? 1 : (n - 1.0) / n) * psi * 4;
         int lent = (stage >= 2 || lp_store) && m == 1 && h->pool_lend_bw > 0;
         o->grad_pages = lent ? outside / fmin(h->pool_lend_bw * o->threads, bw) : outside / bw;
     }
     /* gradients travel in 16 bits with --grad-comm, and with a 16-bit store (the wire is its type) */
-    int wire16 = (job->grad_comm != DT_F32 && job->grad_comm) || lp_store;
+    int wire16 = dt_plan_lp_wire(j);
     double da = dp_nodes ? xa : ia, db = dp_nodes ? xb : ib, gb = wire16 ? 2 : 4;
     double gathers = 0;
     if (n > 1) {
