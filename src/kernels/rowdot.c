@@ -225,15 +225,22 @@ WIDE(wide_q8, int8_t, pair_w8)
  * memory's pace), batch 4 9.2 -> 6.1 ms, no faster beyond. More rows go over the panel a block of inputs at a
  * time (decode_panel), the
  * accumulators kept in save between blocks (the same lanes, so the same bits), so that each pass after the first
- * finds the block in L1. R x 12 accumulators. */
+ * finds the block in L1; those passes wait on nothing, so with more than two of them they prefetch the next block
+ * into L2 between them (f32 batch 8, 124M's Linears alone: 362-368 -> 394-413 tokens/s; with two passes batch 4 was
+ * 6-9% slower so, and int8, bound by its conversions, no faster). R x 12 accumulators. */
 AVX512 static inline __m512 load16(const float *w) { return _mm512_loadu_ps(w); }
 AVX512 static inline __m512 load16_q8(const int8_t *w) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w)));
 }
+/* What a pass prefetches of each chunk row it reads: bytes [lo, hi) of the one ahead bytes on, into L1 or only L2. */
+typedef struct {
+    size_t ahead, lo, hi;
+    bool l2;
+} pf_slice;
 #define HSUM_PANEL(r, o) hsum(HALF(acc[r][(o) / 2], (o) % 2))
 #define PANEL_FN(NAME, R, NPAIRS, WT, LOAD16)                                                                          \
     AVX512 static void NAME##_##R(float *res, const float *x, size_t ldx, const WT *w, size_t cs, const WT *t, size_t trs, \
-                                  int K, int k0, int k1, __m512 *save, bool first, bool last, size_t pf) {            \
+                                  int K, int k0, int k1, __m512 *save, bool first, bool last, pf_slice pf) {          \
         enum { NP = NPAIRS };                                                                                          \
         __m512 acc[R][NP];                                                                                             \
         for (int r = 0; r < R; r++)                                                                                    \
@@ -243,7 +250,9 @@ AVX512 static inline __m512 load16_q8(const int8_t *w) {
         for (; k < k1; k += 8, wk += cs) {                                                                             \
             __m512 xv[R];                                                                                              \
             for (int r = 0; r < R; r++) xv[r] = both_halves(x + (size_t)r * ldx + k);                                  \
-            STREAM_AHEAD(wk, pf);                                                                                      \
+            for (size_t b_ = pf.lo; b_ < pf.hi; b_ += 64) /* the hint is an immediate */                              \
+                if (pf.l2) _mm_prefetch((const char *)wk + pf.ahead + b_, _MM_HINT_T1);                              \
+                else _mm_prefetch((const char *)wk + pf.ahead + b_, _MM_HINT_T0);                                    \
             for (int p = 0; p < NP; p++) {                                                                             \
                 __m512 wv = LOAD16(wk + 16 * p);                                                                       \
                 __asm__("" : "+v"(wv)); /* one load for both rows: two of 64 bytes a product set the pace */          \
@@ -272,27 +281,42 @@ PANEL_FN(panel_q8, 4, DT_PANEL / 4, int8_t, load16_q8)
 /* inputs: 24 KB of a panel in f32, which L1 holds (f32 batch 4-8 3-6% faster than whole panels a pass; int8,
  * 6 KB a block, the same with blocks of 256 to 1024 inputs or none) */
 #define DECODE_KBLOCK 256
+/* What pass i of a block's passes prefetches (row: bytes of a chunk row, block: of a block). The first streams the
+ * block in, PANEL_AHEAD on; one f32 row leaves that to the hardware's prefetchers, which keep pace with a single
+ * stream of full cache lines: its own prefetches cost 3% (Zen 5, 124M, one thread: 71.0 -> 73.5 tokens/s, four
+ * alternating pairs; 0.89-0.93 -> 0.93-0.96 of a plain read of the same bytes). With more than two passes, the others
+ * share the next block between them (above). */
+static pf_slice pass_prefetch(int i, int passes, size_t row, size_t block, bool one_f32_row) {
+    size_t lines = row / 64;
+    if (i == 0) return (pf_slice){ PANEL_AHEAD, 0, one_f32_row ? 0 : row, false };
+    if (passes <= 2) return (pf_slice){ 0, 0, 0, false };
+    size_t others = (size_t)passes - 1;
+    return (pf_slice){ block, lines * (size_t)(i - 1) / others * 64, lines * (size_t)i / others * 64, true };
+}
+
 static void decode_panel(float *res, const float *x, size_t ldx, const view *v, bool q8, int n, int K) {
     __m512 save[4 * DT_PANEL]; /* at most 4 passes of 24 accumulators */
     enum { HALF_PANEL = DT_PANEL / 2 };
     const float *wf = v->w, *tf = v->t;
     const int8_t *wq = v->w, *tq = v->t;
     int K8 = K & ~7, kb = n <= 2 || K8 == 0 ? (K8 ? K8 : 8) : DECODE_KBLOCK;
+    size_t row = v->cs * (q8 ? 1 : sizeof(float)); /* bytes of a chunk row */
+    size_t block = (size_t)kb / 8 * row;
+    int passes = q8 ? n / 4 * 2 + (n % 4 + 1) / 2 : (n + 1) / 2; /* as the loops below make them */
+    bool one_f32 = !q8 && n == 1;
     for (int k0 = 0; k0 < K8 || k0 == 0; k0 += kb) {
-        int k1 = k0 + kb < K8 ? k0 + kb : K8, r = 0;
+        int k1 = k0 + kb < K8 ? k0 + kb : K8, r = 0, pass = 0;
         bool first = k0 == 0, last = k1 == K8;
         __m512 *sv = save;
-        /* the first pass over a block streams all of it in; one f32 row leaves it to the hardware's prefetchers, which
-         * keep pace with a single stream of full cache lines: its own prefetches cost 3% (Zen 5, 124M, one thread:
-         * 71.0 -> 73.5 tokens/s, four alternating pairs; 0.89-0.93 -> 0.93-0.96 of a plain read of the same bytes) */
-        size_t pf = !q8 && n == 1 ? 0 : v->cs * (q8 ? 1 : sizeof(float));
         for (; q8 && n - r >= 4; r += 4)
-            for (int h = 0; h < 2; h++, sv += DT_PANEL, pf = 0)
+            for (int h = 0; h < 2; h++, sv += DT_PANEL, pass++)
                 panel_q8_4(res + (size_t)r * RES_LD + h * HALF_PANEL, x + (size_t)r * ldx, ldx, wq + h * HALF_PANEL * 8, v->cs,
-                           tq + (size_t)h * HALF_PANEL * v->trs, v->trs, K, k0, k1, sv, first, last, pf);
-        for (; r < n; r += 2, sv += DT_PANEL, pf = 0) {
+                           tq + (size_t)h * HALF_PANEL * v->trs, v->trs, K, k0, k1, sv, first, last,
+                           pass_prefetch(pass, passes, row, block, one_f32));
+        for (; r < n; r += 2, sv += DT_PANEL, pass++) {
             float *rr = res + (size_t)r * RES_LD;
             const float *xr = x + (size_t)r * ldx;
+            pf_slice pf = pass_prefetch(pass, passes, row, block, one_f32);
             if (q8 && n - r >= 2) panel_q8_2(rr, xr, ldx, wq, v->cs, tq, v->trs, K, k0, k1, sv, first, last, pf);
             else if (q8) panel_q8_1(rr, xr, ldx, wq, v->cs, tq, v->trs, K, k0, k1, sv, first, last, pf);
             else if (n - r >= 2) panel_f32_2(rr, xr, ldx, wf, v->cs, tf, v->trs, K, k0, k1, sv, first, last, pf);
