@@ -241,6 +241,10 @@ void dt_maxpool2d_backward(float *dinp, const float *dout, const int32_t *idx, i
 void dt_avgpool_global_forward(float *out, const float *inp, int NC, int HW);
 void dt_avgpool_global_backward(float *dinp, const float *dout, int NC, int HW);
 
+/* Multiply-adds in registers on `threads` threads at the vector width
+ * inference's kernels use (fma_peak.c): their arithmetic's ceiling in
+ * GFLOP/s, median of 5 tries. */
+double dt_kernels_fma_peak(int threads);
 /* Inference's Linear (rowdot.c): out[n, O] = x[n, K] @ w[O, K]^T + bias
  * (bias may be NULL), each element one dot product summed in a fixed order
  * whatever n, the row's place or the threads: a row gives the same bits
