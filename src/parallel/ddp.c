@@ -32,30 +32,23 @@
 #include "dtrain/parallel.h"
 #include "dtrain/engine.h"
 #include "dtrain/kernels.h"
+#include "grad_pool.h"
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-typedef struct { size_t off, count; } range;
+typedef dt_pool_range range;
 /* A request's gradients reduced in 16 bits where its average lands: [off, +count) of the store, narrowed at g */
 typedef struct { size_t off, count; float *g; } narrow;
-
-/* Whole pages of a bucket outside this rank's shard: in a pooled step they
- * show the pool's pages at the bucket's span + skip. */
-typedef struct { char *at; size_t bytes, skip; } borrow;
 
 typedef struct {
     int last_unit;       /* issue when backward reports this unit */
     range *ranges;
     int nranges;
     int req0, nreq;      /* this step's requests, in dt_ddp.reqs */
-    borrow *runs;        /* ZeRO-2/3: its whole pages outside the shard */
-    int nruns;
-    size_t need, span;   /* their bytes; where in the pool they are this step */
 } bucket;
 
 struct dt_ddp {
@@ -102,16 +95,11 @@ struct dt_ddp {
     const size_t *shard_off, *shard_cnt; /* every rank's shard; NULL: allreduce, every rank keeps everything */
     size_t s0, s1;       /* what the store keeps in its own pages: this rank's shard (nothing with a 16-bit store) */
     int retired;         /* buckets whose other shards' parts went back (to the pool, or the system) this step */
-    /* With the store in the shared arena, a step's buckets borrow the pages of
-     * a small pool for their parts outside the shard, instead of faulting in
-     * fresh pages and punching them out again (5 us a page against 0.8) */
-    bool split;          /* every rank pools (same page phase): reductions are cut at page edges */
+    /* With the store in the shared arena, a step's buckets borrow the pages of a small pool for their parts outside
+     * the shard (grad_pool.h); with a pool, the reductions are cut at page edges */
+    dt_grad_pool *pool;  /* NULL: none (the ranks' stores at different page phases, or no shards) */
     bool pooled;         /* this step pools: it synchronises and nothing was accumulated */
     bool accumulated;    /* a backward of this step added into the store's own pages without synchronising */
-    char *pool, *pool_raw; /* arena, page-aligned; NULL where no bucket has a whole page outside the shard */
-    size_t pool_bytes, head; /* the ring; its next free byte */
-    int mapped;          /* buckets lent pages this step, in order */
-    borrow *borrows;     /* every bucket's runs */
     /* The 16-bit gradient store (dt_ddp_set_grad_store): the averages of the
      * optimizer's window [g0, g1), copied out of the f32 buckets as their
      * reductions end; the f32 store holds only the buckets in flight */
@@ -320,41 +308,11 @@ static dt_status step_buckets(dt_ddp *d, bool wait, double *waited) {
     return DT_OK;
 }
 
-/* ---- the bucket pool's pages (ZeRO-2/3) ---- */
-
-static size_t page_bytes(void) { return (size_t)sysconf(_SC_PAGESIZE); }
-
-/* The store's first page edge at or after element i, and the last at or before it (as elements). */
-static size_t edge_up(const dt_ddp *d, size_t i) {
-    size_t pg = page_bytes(), a = (uintptr_t)(d->grads + i) % pg;
-    return i + (a ? (pg - a) / sizeof(float) : 0);
-}
-static size_t edge_down(const dt_ddp *d, size_t i) {
-    size_t back = ((uintptr_t)(d->grads + i) % page_bytes()) / sizeof(float);
-    return back <= i ? i - back : 0; /* none in the store: 0, below any edge_up */
-}
-
-/* The whole pages of [a, b) as a run of bucket k. */
-static void add_run(dt_ddp *d, bucket *k, size_t a, size_t b) {
-    if (a >= b) return;
-    a = edge_up(d, a);
-    b = edge_down(d, b);
-    if (a >= b) return;
-    k->runs[k->nruns++] = (borrow){ (char *)(d->grads + a), (b - a) * sizeof(float), k->need };
-    k->need += (b - a) * sizeof(float);
-}
-
 /* Where element i of bucket k is this step: the pool's page it borrows, or its own. */
-static float *where(dt_ddp *d, const bucket *k, size_t i) {
-    char *a = (char *)(d->grads + i);
-    for (int r = 0; d->pooled && r < k->nruns; r++)
-        if (a >= k->runs[r].at && a < k->runs[r].at + k->runs[r].bytes)
-            return (float *)(d->pool + k->span + k->runs[r].skip + (a - k->runs[r].at));
-    return d->grads + i;
-}
+static float *where(dt_ddp *d, int k, size_t i) { return d->pooled ? dt_grad_pool_where(d->pool, k, i) : d->grads + i; }
 
 /* [a, b) of bucket k averaged: allreduced, or (root >= 0) reduced to root. */
-static dt_status reduce_piece(dt_ddp *d, const bucket *k, size_t a, size_t b, int root) {
+static dt_status reduce_piece(dt_ddp *d, int k, size_t a, size_t b, int root) {
     if (a >= b) return DT_OK;
     dt_request **req = next_request(d);
     if (!req) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
@@ -373,7 +331,7 @@ static dt_status reduce_piece(dt_ddp *d, const bucket *k, size_t a, size_t b, in
 
 /* A bucket's range, averaged: allreduced (every rank gets it all), or with
  * shards reduced to each owner, a piece per shard it crosses. */
-static dt_status reduce_range(dt_ddp *d, const bucket *k, size_t off, size_t n) {
+static dt_status reduce_range(dt_ddp *d, int k, size_t off, size_t n) {
     int p = dt_comm_size(d->c);
     if (!d->shard_off && !d->pooled) return reduce_piece(d, k, off, off + n, -1);
     for (int r = 0; r < p; r++) {
@@ -382,7 +340,7 @@ static dt_status reduce_range(dt_ddp *d, const bucket *k, size_t off, size_t n) 
         size_t a = off > s0 ? off : s0, b = off + n < s1 ? off + n : s1;
         if (a >= b) continue;
         /* pooled: cut where a page may change hands (the same edges on every rank) */
-        size_t pa = d->pooled ? edge_up(d, a) : b, pb = d->pooled ? edge_down(d, b) : b;
+        size_t pa = d->pooled ? dt_grad_pool_edge_up(d->pool, a) : b, pb = d->pooled ? dt_grad_pool_edge_down(d->pool, b) : b;
         if (pa > b) pa = b;
         if (pb < pa) pb = pa;
         int root = d->shard_off ? r : -1;
@@ -436,80 +394,23 @@ static dt_status retire(dt_ddp *d, int upto, bool wait) {
     return DT_OK;
 }
 
-/* ---- the bucket pool (ZeRO-2/3) ---- */
+/* ---- the bucket pool (ZeRO-2/3, a 16-bit store) ---- */
 
-/* Every bucket's runs, and a pool for any two consecutive buckets' (the one
- * in flight and the one backward writes). Only where every rank's store is
- * in the arena at the same page phase: the reductions are then cut at the
- * same page edges on every rank. */
+/* A pool lending the pages outside [s0, s1), where every rank's store allows it. */
 static dt_status make_pool(dt_ddp *d) {
-    int p = dt_comm_size(d->c);
-    int64_t mine = dt_comm_in_arena(d->c, d->grads, d->nparams * sizeof(float)) ? (int64_t)((uintptr_t)d->grads % page_bytes()) : -1;
-    int64_t *all = malloc(sizeof *all * (size_t)p);
-    if (!all) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
-    dt_status st = dt_comm_allgather(d->c, &mine, all, 1, DT_I64);
-    bool same = !st;
-    for (int r = 0; same && r < p; r++) same = all[r] >= 0 && all[r] == all[0];
-    free(all);
-    if (!same || getenv("DTRAIN_ZERO_NO_POOL")) return st;
-    d->borrows = calloc((size_t)d->nall * 2 + 1, sizeof *d->borrows);
-    if (!d->borrows) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
-    borrow *next = d->borrows;
-    for (int j = 0; j < d->nb; j++) {
-        bucket *k = &d->b[j];
-        k->runs = next;
-        for (int r = 0; r < k->nranges; r++) {
-            size_t a = k->ranges[r].off, b = a + k->ranges[r].count;
-            add_run(d, k, a, b < d->s0 ? b : d->s0);
-            add_run(d, k, a > d->s1 ? a : d->s1, b);
-        }
-        next += k->nruns;
-    }
-    for (int j = 0; j < d->nb; j++) {
-        size_t pair = d->b[j].need + (j + 1 < d->nb ? d->b[j + 1].need : 0);
-        if (pair > d->pool_bytes) d->pool_bytes = pair;
-    }
-    d->split = true;
-    if (!d->pool_bytes) return DT_OK;
-    /* never pre-faulted: a page comes when first lent, and stays */
-    if ((st = dt_comm_alloc_sparse(d->c, d->pool_bytes + page_bytes(), (void **)&d->pool_raw))) return st;
-    d->pool = (char *)(((uintptr_t)d->pool_raw + page_bytes() - 1) & ~(uintptr_t)(page_bytes() - 1));
-    return DT_OK;
-}
-
-/* Bucket k's runs borrow the pool's pages, zeroed, after older buckets
- * whose pages they would take are done (waiting for them if need be). */
-static dt_status lend(dt_ddp *d, int k) {
-    bucket *b = &d->b[k];
-    size_t at = d->head + b->need <= d->pool_bytes ? d->head : 0;
-    for (int j = d->retired; j < k; j++) {
-        const bucket *o = &d->b[j];
-        if (o->need && o->span < at + b->need && at < o->span + o->need) {
-            dt_status st = retire(d, j + 1, true);
-            if (st) return st;
-        }
-    }
-    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "borrow pages", "\"bucket\":%d,\"bytes\":%zu", k, b->need);
-    for (int r = 0; r < b->nruns; r++) {
-        dt_status st = dt_comm_map_pages(d->c, b->runs[r].at, d->pool + at + b->runs[r].skip, b->runs[r].bytes);
-        if (st) { DT_TRACE_END(DT_TRACK_COMPUTE); return st; }
-        memset(b->runs[r].at, 0, b->runs[r].bytes); /* backward adds to them */
-    }
-    DT_TRACE_END(DT_TRACK_COMPUTE);
-    b->span = at;
-    d->head = at + b->need;
-    d->mapped = k + 1;
-    return DT_OK;
-}
-
-/* The store's pages outside the shard are its own again (holes, mostly). */
-static dt_status give_back(dt_ddp *d) {
-    size_t a = edge_up(d, 0), b = edge_down(d, d->s0), c = edge_up(d, d->s1), e = edge_down(d, d->nparams);
-    dt_status st = a < b ? dt_comm_map_pages(d->c, d->grads + a, d->grads + a, (b - a) * sizeof(float)) : DT_OK;
-    if (!st && c < e) st = dt_comm_map_pages(d->c, d->grads + c, d->grads + c, (e - c) * sizeof(float));
-    d->mapped = 0;
-    d->head = 0;
+    int *nranges = malloc(sizeof *nranges * (size_t)(d->nb + 1));
+    if (!nranges) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+    for (int k = 0; k < d->nb; k++) nranges[k] = d->b[k].nranges;
+    dt_status st = dt_grad_pool_create(d->c, d->grads, d->nparams, d->s0, d->s1, d->all, nranges, d->nb, &d->pool);
+    free(nranges);
     return st;
+}
+
+/* Bucket k borrows the pool's pages, once older buckets whose pages it would take are done (waiting for them). */
+static dt_status lend(dt_ddp *d, int k) {
+    int j = dt_grad_pool_blocker(d->pool, k, d->retired);
+    dt_status st = j >= 0 ? retire(d, j + 1, true) : DT_OK;
+    return st ? st : dt_grad_pool_lend(d->pool, k);
 }
 
 static void begin(dt_ddp *d, int sync, float lr, bool may_pool);
@@ -520,7 +421,7 @@ static void grad_hook(int unit, void *ctx) {
     for (int k = 0; k < d->nb; k++) {
         if (d->b[k].last_unit != unit) continue;
         d->b[k].req0 = d->nreqs;
-        for (int r = 0; r < d->b[k].nranges && !d->err; r++) d->err = reduce_range(d, &d->b[k], d->b[k].ranges[r].off, d->b[k].ranges[r].count);
+        for (int r = 0; r < d->b[k].nranges && !d->err; r++) d->err = reduce_range(d, k, d->b[k].ranges[r].off, d->b[k].ranges[r].count);
         if (d->err) return;
         d->b[k].nreq = d->nreqs - d->b[k].req0;
         d->issued = k + 1;
@@ -529,7 +430,7 @@ static void grad_hook(int unit, void *ctx) {
     if (d->emb && unit == d->emb->unit && !d->err) d->err = send_rows(d);
     if (!d->err) d->err = retire(d, d->issued, false);
     /* the next bucket's pages, before backward writes them */
-    if (d->pooled && !d->err && d->mapped == d->issued && d->issued < d->nb) d->err = lend(d, d->issued);
+    if (d->pooled && !d->err && dt_grad_pool_lent(d->pool) == d->issued && d->issued < d->nb) d->err = lend(d, d->issued);
     /* one rank's turn per unit boundary */
     if (d->opt && !d->err && d->turn++ % dt_comm_size(d->c) == dt_comm_rank(d->c)) {
         /* a wait here (DTRAIN_DDP_WAIT_IN_BACKWARD) is exposed communication too */
@@ -628,18 +529,10 @@ dt_status dt_ddp_set_grad_store(dt_ddp *d, dt_dtype t, size_t off, size_t n) {
     d->wire = t;
     /* the store keeps nothing in its own pages between steps: the pool lends
      * every bucket its pages (the whole model's, not only the other shards') */
-    dt_status st = d->mapped ? give_back(d) : DT_OK;
+    dt_status st = dt_grad_pool_lent(d->pool) ? dt_grad_pool_give_back(d->pool) : DT_OK;
+    dt_grad_pool_destroy(d->pool);
+    d->pool = NULL;
     d->s0 = d->s1 = 0;
-    d->split = false;
-    d->pool_bytes = d->head = 0;
-    dt_comm_free(d->c, d->pool_raw);
-    d->pool_raw = d->pool = NULL;
-    free(d->borrows);
-    d->borrows = NULL;
-    for (int k = 0; k < d->nb; k++) {
-        d->b[k].nruns = 0;
-        d->b[k].need = 0;
-    }
     dt_comm_release(d->c, d->grads, d->nparams * sizeof(float));
     if (!st) st = make_pool(d);
     if (!st) begin(d, 1, 0, false);
@@ -676,7 +569,7 @@ dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off
 
 void dt_ddp_destroy(dt_ddp *d) {
     if (!d) return;
-    if (d->mapped) give_back(d); /* before the store goes: its addresses must not show the pool */
+    dt_grad_pool_destroy(d->pool); /* before the store goes: its addresses must not show the pool */
     if (d->hooked) {
         d->m.set_grad_hook(d->m.self, NULL, d);
         if (d->emb) d->m.defer_input_rows(d->m.self, 0);
@@ -690,8 +583,6 @@ void dt_ddp_destroy(dt_ddp *d) {
     free(d->reqs);
     free(d->narrowed);
     dt_comm_free(d->c, d->grads);
-    dt_comm_free(d->c, d->pool_raw);
-    free(d->borrows);
     free(d->g16);
     free(d->slot);
     free(d->acc);
@@ -709,11 +600,11 @@ static void begin(dt_ddp *d, int sync, float lr, bool may_pool) {
     if (d->emb) d->m.defer_input_rows(d->m.self, sync);
     /* what a micro-step accumulates stays in the store's own pages */
     if (!sync) d->accumulated = true;
-    if (d->split) {
+    if (d->pool) {
         bool pool = may_pool && sync && !d->accumulated;
-        if (!pool && d->mapped && !d->err) d->err = give_back(d);
+        if (!pool && dt_grad_pool_lent(d->pool) && !d->err) d->err = dt_grad_pool_give_back(d->pool);
         d->pooled = pool;
-        if (pool && !d->mapped && d->nb && !d->err) d->err = lend(d, 0);
+        if (pool && !dt_grad_pool_lent(d->pool) && d->nb && !d->err) d->err = lend(d, 0);
     }
 }
 
@@ -750,8 +641,8 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
     }
     if (d->shard_off || d->g16) {
         /* everything outside the shard (a 16-bit store: everything), the exchanged embedding rows included */
-        if (d->mapped) {
-            dt_status s2 = give_back(d);
+        if (dt_grad_pool_lent(d->pool)) {
+            dt_status s2 = dt_grad_pool_give_back(d->pool);
             if (!st) st = s2;
         }
         if (zero_in_place(d)) zero_others(d);
@@ -774,7 +665,7 @@ int dt_ddp_buckets(const dt_ddp *d) { return d->nb; }
 
 /* the pool's pages as resident (they come when first lent: a run that never pools holds none) */
 size_t dt_ddp_buffer_bytes(const dt_ddp *d) {
-    return d->rows_cap * sizeof(float) + d->toks_cap * sizeof(int32_t) + (d->pool ? dt_mem_resident(d->pool, d->pool_bytes) : 0);
+    return d->rows_cap * sizeof(float) + d->toks_cap * sizeof(int32_t) + dt_grad_pool_resident(d->pool);
 }
 
 double dt_ddp_updated_in_backward(const dt_ddp *d) { return d->last_early; }
