@@ -102,8 +102,13 @@ def main():
     wrong = [f"{i + 1}-{j + 1}" for i, j in ordered if (rank[i] < rank[j]) != (meas[i] < meas[j])]
     print(f"pairs the plan orders (different ranks): {len(ordered)}; the runs' medians the other way: {len(wrong)} "
           f"({' '.join(wrong) or '-'})")
-    print(f"verdict: {'agrees' if not against and not wrong else 'does not agree'} (no pair the runs order in every round "
-          f"ordered the other way by the plan, and no pair the plan orders the other way in the runs' medians)")
+    if not against and not wrong:
+        print("verdict: agrees (no pair the runs order in every round is ordered the other way by the plan, and no pair "
+              "the plan orders goes the other way in the runs' medians)")
+    else:
+        print(f"verdict: does not agree ({len(against)} pair(s) the runs order in every round ordered the other way by the "
+              f"plan: {' '.join(against) or '-'}; {len(wrong)} pair(s) the plan orders the other way in the runs' medians: "
+              f"{' '.join(wrong) or '-'})")
 
 
 if __name__ == "__main__":
