@@ -170,6 +170,16 @@ if [ -z "${DTRAIN_MEMORY_BANDWIDTH:-}" ]; then
         "$cache/dtrain/peak.json" 2> /dev/null && ok "this machine's rates cached: $(cat "$cache/dtrain/peak.json")" ||
         fail "the rates not cached: $(cat "$cache/dtrain/peak.json" 2>&1)"
 fi
+# the cache names the BLAS's kernel set: one another kernel set measured ($OPENBLAS_CORETYPE moves it) is measured again,
+# not read (a planted 0.001 GFLOP/s sgemm under another name)
+mkdir -p "$dir/cacheb/dtrain"
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['blas']; c['blas']='OpenBLAS Elsewhere'; c['sgemm_gflops_per_thread']=0.001
+json.dump(c, open(sys.argv[2], 'w'))" "$cache/dtrain/peak.json" "$dir/cacheb/dtrain/peak.json" 2> "$dir/cacheb.err"
+XDG_CACHE_HOME=$dir/cacheb "$DTRAIN" plan "${common[@]}" --json > "$dir/cb.json" 2>&1
+python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); assert a['blas'] == b['blas'] != 'OpenBLAS Elsewhere' and b['sgemm_gflops_per_thread'] > 1, (a, b)" \
+    "$cache/dtrain/peak.json" "$dir/cacheb/dtrain/peak.json" 2>> "$dir/cacheb.err" &&
+    ok "a cache of another BLAS kernel set is measured again: $(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c['blas'], round(c['sgemm_gflops_per_thread'], 1), 'GFLOP/s')" "$dir/cacheb/dtrain/peak.json")" ||
+    fail "a cache of another BLAS kernel set: $(tail -2 "$dir/cacheb.err")"
 # the first plan (which measured the rates) counts the same process as the next (which read them): the measurements' buffers are
 # not a rank's (they once made the first 38 MB larger)
 XDG_CACHE_HOME=$cache "$DTRAIN" plan "${common[@]}" --json > "$dir/c1b.json" 2>&1

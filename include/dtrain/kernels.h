@@ -241,6 +241,9 @@ void dt_maxpool2d_backward(float *dinp, const float *dout, const int32_t *idx, i
 void dt_avgpool_global_forward(float *out, const float *inp, int NC, int HW);
 void dt_avgpool_global_backward(float *dinp, const float *dout, int NC, int HW);
 
+/* The BLAS the matmuls go through and, for OpenBLAS, the kernel set it
+ * runs (its pick for this CPU, or $OPENBLAS_CORETYPE's): "OpenBLAS Haswell". */
+void dt_kernels_blas_name(char *out, size_t n);
 /* Multiply-adds in registers on `threads` threads at the vector width
  * inference's kernels use (fma_peak.c): their arithmetic's ceiling in
  * GFLOP/s, median of 5 tries. */

@@ -1,6 +1,7 @@
 /* dtrain bench comm [FLAGS] */
 #include "cli.h"
 #include "dtrain/bench.h"
+#include "dtrain/kernels.h"
 #include "dtrain/obs.h"
 
 #include <stdbool.h>
@@ -284,8 +285,10 @@ int dt_cli_bench(int argc, char **argv) {
         }
         int threads = (int)t;
         double one = dt_peak_measure(1), all = threads > 1 ? dt_peak_measure(threads) : one;
-        if (threads > 1) printf("sgemm 2048^3 on 1 thread: %.1f GFLOP/s\n", one);
-        printf("sgemm 2048^3 on %d thread(s): %.1f GFLOP/s\n", threads, all);
+        char blas[128];
+        dt_kernels_blas_name(blas, sizeof blas);
+        if (threads > 1) printf("sgemm 2048^3 on 1 thread (%s): %.1f GFLOP/s\n", blas, one);
+        printf("sgemm 2048^3 on %d thread(s) (%s): %.1f GFLOP/s\n", threads, blas, all);
         if (dt_peak_save(one)) dt_log(DT_LOG_WARN, "%s", dt_last_error());
         else printf("peak per thread for MFU: %.1f GFLOP/s (cached)\n", one);
         return 0;

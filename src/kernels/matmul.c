@@ -9,6 +9,19 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include <stdio.h>
+
+#ifndef DT_BLAS_BLIS
+char *openblas_get_corename(void);
+#endif
+
+void dt_kernels_blas_name(char *out, size_t n) {
+#ifdef DT_BLAS_BLIS
+    snprintf(out, n, "BLIS");
+#else
+    snprintf(out, n, "OpenBLAS %s", openblas_get_corename());
+#endif
+}
 
 void dt_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int BT, int C, int OC) {
     if (bias) {

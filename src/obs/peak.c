@@ -1,8 +1,9 @@
 /* The machine's matmul peak, the denominator of MFU: sgemm through the BLAS
  * dtrain uses (and for bf16 runs on a CPU with a bf16 GEMM, that GEMM's
  * rate), measured once per machine and kept in
- * ${XDG_CACHE_HOME:-~/.cache}/dtrain/peak.json with the CPU's model name (a
- * cache from another CPU is measured again). Per thread, since a run's peak
+ * ${XDG_CACHE_HOME:-~/.cache}/dtrain/peak.json with the CPU's model name and
+ * the BLAS's kernel set (a cache from another CPU, or from OpenBLAS running
+ * other kernels, as $OPENBLAS_CORETYPE makes it, is measured again). Per thread, since a run's peak
  * is the threads it uses times this (ranks x threads; the usual convention,
  * although two cores sharing memory give a little less than twice one). */
 #include "dtrain/obs.h"
@@ -83,9 +84,13 @@ static double cached(const char *key) {
     if (dt_file_read_text(path, 1 << 16, &buf, NULL)) return 0; /* none yet */
     cJSON *j = cJSON_Parse(buf);
     free(buf);
-    cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cpu"), *g = cJSON_GetObjectItemCaseSensitive(j, key);
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cpu"), *b = cJSON_GetObjectItemCaseSensitive(j, "blas"),
+          *g = cJSON_GetObjectItemCaseSensitive(j, key);
+    char blas[128];
     dt_cpu_model(cpu, sizeof cpu);
-    double v = cJSON_IsString(c) && !strcmp(c->valuestring, cpu) && cJSON_IsNumber(g) && g->valuedouble > 0 && g->valuedouble < 1e6
+    dt_kernels_blas_name(blas, sizeof blas);
+    double v = cJSON_IsString(c) && !strcmp(c->valuestring, cpu) && cJSON_IsString(b) && !strcmp(b->valuestring, blas) &&
+                       cJSON_IsNumber(g) && g->valuedouble > 0 && g->valuedouble < 1e6
                    ? g->valuedouble : 0;
     cJSON_Delete(j);
     return v;
@@ -98,10 +103,13 @@ static dt_status save(const char *key, double value) {
     dt_cpu_model(cpu, sizeof cpu);
     cJSON *old = dt_file_read_text(path, 1 << 16, &buf, NULL) ? NULL : cJSON_Parse(buf), *j = cJSON_CreateObject(), *it;
     free(buf);
-    const cJSON *was = cJSON_GetObjectItemCaseSensitive(old, "cpu");
+    char blas[128];
+    dt_kernels_blas_name(blas, sizeof blas);
+    const cJSON *was = cJSON_GetObjectItemCaseSensitive(old, "cpu"), *wasb = cJSON_GetObjectItemCaseSensitive(old, "blas");
     cJSON_AddStringToObject(j, "cpu", cpu);
+    cJSON_AddStringToObject(j, "blas", blas);
     cJSON_AddNumberToObject(j, key, value);
-    if (cJSON_IsString(was) && !strcmp(was->valuestring, cpu))
+    if (cJSON_IsString(was) && !strcmp(was->valuestring, cpu) && cJSON_IsString(wasb) && !strcmp(wasb->valuestring, blas))
         cJSON_ArrayForEach(it, old) if (cJSON_IsNumber(it) && strcmp(it->string, key)) cJSON_AddNumberToObject(j, it->string, it->valuedouble);
     cJSON_Delete(old);
     char *s = cJSON_PrintUnformatted(j);
