@@ -529,7 +529,7 @@ dt_status dt_ddp_set_grad_store(dt_ddp *d, dt_dtype t, size_t off, size_t n) {
     d->wire = t;
     /* the store keeps nothing in its own pages between steps: the pool lends
      * every bucket its pages (the whole model's, not only the other shards') */
-    dt_status st = dt_grad_pool_lent(d->pool) ? dt_grad_pool_give_back(d->pool) : DT_OK;
+    dt_status st = dt_grad_pool_give_back(d->pool);
     dt_grad_pool_destroy(d->pool);
     d->pool = NULL;
     d->s0 = d->s1 = 0;
@@ -602,7 +602,7 @@ static void begin(dt_ddp *d, int sync, float lr, bool may_pool) {
     if (!sync) d->accumulated = true;
     if (d->pool) {
         bool pool = may_pool && sync && !d->accumulated;
-        if (!pool && dt_grad_pool_lent(d->pool) && !d->err) d->err = dt_grad_pool_give_back(d->pool);
+        if (!pool && !d->err) d->err = dt_grad_pool_give_back(d->pool);
         d->pooled = pool;
         if (pool && !dt_grad_pool_lent(d->pool) && d->nb && !d->err) d->err = lend(d, 0);
     }
@@ -641,10 +641,8 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
     }
     if (d->shard_off || d->g16) {
         /* everything outside the shard (a 16-bit store: everything), the exchanged embedding rows included */
-        if (dt_grad_pool_lent(d->pool)) {
-            dt_status s2 = dt_grad_pool_give_back(d->pool);
-            if (!st) st = s2;
-        }
+        dt_status s2 = dt_grad_pool_give_back(d->pool);
+        if (!st) st = s2;
         if (zero_in_place(d)) zero_others(d);
         else release_others(d, 0, d->nparams);
     }

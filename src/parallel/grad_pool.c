@@ -110,7 +110,7 @@ dt_status dt_grad_pool_create(dt_comm *c, float *store, size_t n, size_t s0, siz
 
 void dt_grad_pool_destroy(dt_grad_pool *p) {
     if (!p) return;
-    if (p->lent) dt_grad_pool_give_back(p); /* before the store goes: its addresses must not show the pool */
+    dt_grad_pool_give_back(p); /* before the store goes: its addresses must not show the pool */
     dt_comm_free(p->c, p->raw);
     free(p->all);
     free(p->b);
@@ -158,6 +158,7 @@ dt_status dt_grad_pool_lend(dt_grad_pool *p, int k) {
 int dt_grad_pool_lent(const dt_grad_pool *p) { return p ? p->lent : 0; }
 
 dt_status dt_grad_pool_give_back(dt_grad_pool *p) {
+    if (!p || !p->lent) return DT_OK;
     size_t a = dt_grad_pool_edge_up(p, 0), b = dt_grad_pool_edge_down(p, p->s0), c = dt_grad_pool_edge_up(p, p->s1),
            e = dt_grad_pool_edge_down(p, p->n);
     dt_status st = a < b ? dt_comm_map_pages(p->c, p->store + a, p->store + a, (b - a) * sizeof(float)) : DT_OK;

@@ -39,7 +39,7 @@ int dt_grad_pool_blocker(const dt_grad_pool *p, int k, int from);
 dt_status dt_grad_pool_lend(dt_grad_pool *p, int k);
 /* Buckets lent since the last give-back (0 with no pool). */
 int dt_grad_pool_lent(const dt_grad_pool *p);
-/* The store's pages outside the shard are its own again (holes, mostly). */
+/* The store's pages outside the shard are its own again (holes, mostly); nothing to do with no pool or nothing lent. */
 dt_status dt_grad_pool_give_back(dt_grad_pool *p);
 /* Bytes of the pool resident (0 with no pool). */
 size_t dt_grad_pool_resident(const dt_grad_pool *p);

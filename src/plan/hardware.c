@@ -19,8 +19,8 @@
  * 400 (H100) Gbit/s InfiniBand port per GPU. Latencies are typical NCCL figures (a few microseconds). The efficiency is what large
  * GEMMs reach in practice (Megatron's published runs: 50-60% of peak for whole steps). */
 static const dt_plan_hardware presets[] = {
-    { "a100-40g", 40.0 * (1 << 30), 8, 0, 1, 156e12, 312e12, 1555e9, 5e-6, 1 / 300e9, 10e-6, 1 / 25e9, 0.7, 0.7, 0, 0, 0, 0, 0, 0 },
-    { "h100-80g", 80.0 * (1 << 30), 8, 0, 1, 494e12, 989e12, 3350e9, 5e-6, 1 / 450e9, 10e-6, 1 / 50e9, 0.7, 0.7, 0, 0, 0, 0, 0, 0 },
+    { "a100-40g", 40.0 * (1 << 30), 8, 0, 1, 156e12, 312e12, 1555e9, 5e-6, 1 / 300e9, 10e-6, 1 / 25e9, 0.7, 0.7, 0, 0, 0, 0, 0, 0, 0 },
+    { "h100-80g", 80.0 * (1 << 30), 8, 0, 1, 494e12, 989e12, 3350e9, 5e-6, 1 / 450e9, 10e-6, 1 / 50e9, 0.7, 0.7, 0, 0, 0, 0, 0, 0, 0 },
 };
 
 /* key of o: a number above 0 (below hi), or an error naming it. */

@@ -10,19 +10,17 @@
 #include "dtrain/kernels.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
-/* The Linears' rate for this job: $DTRAIN_LINEAR_GFLOPS (a core's) on this machine if set, else measured here at its shape
- * (M tokens, N outputs, K inputs), else the peak x efficiency.
+/* The Linears' rate for this job: this machine's fixed rate if it has one ($DTRAIN_LINEAR_GFLOPS), else measured here at its
+ * shape (M tokens, N outputs, K inputs), else the peak x efficiency.
  * Beyond 4096 tokens at 4096: the rate has stopped growing with M there (d6's MLP 61 against 72 GFLOP/s at 16384, its head 70
  * against 67, this VM's drift), and a long sequence's head timed whole took minutes a plan. */
 static double gemm_rate(const dt_plan_job *j, const dt_plan_hardware *h, int threads, double tokens, int N, int K) {
     int lowp = j->precision != DT_F32;
     double peak = (lowp ? h->flops_lowp : h->flops_f32) * (h->cores_per_device ? threads : 1) * h->gemm_efficiency;
     if (!h->attention_rate || (double)N * K > 1e8) return peak; /* another machine, or too large to time here */
-    const char *fixed = getenv("DTRAIN_LINEAR_GFLOPS");
-    if (fixed && atof(fixed) > 0) return atof(fixed) * 1e9 * threads;
+    if (h->linear_rate > 0) return h->linear_rate * threads;
     double r = dt_plan_time_linear((int)fmin(tokens, 4096), N, K, threads, j->precision, dt_gpt2_lp_work_floats(&j->model, false));
     return r > 0 ? r : peak;
 }

@@ -253,7 +253,7 @@ dt_status dt_plan_this_machine(dt_plan_hardware *h) {
     h->flops_lowp = bf > 0 ? bf * 1e9 : sg * 1e9; /* without a bf16 GEMM, 16-bit Linears convert and run sgemm */
     /* $DTRAIN_MEMORY_BANDWIDTH (bytes a second) instead of measuring, as $DTRAIN_PEAK_GFLOPS does for the peak; else
      * measured once on this CPU with all its cores and kept beside the GEMM peak (~/.cache/dtrain/peak.json) */
-    const char *bw = getenv("DTRAIN_MEMORY_BANDWIDTH"), *att = getenv("DTRAIN_ATTENTION_GFLOPS");
+    const char *bw = getenv("DTRAIN_MEMORY_BANDWIDTH"), *att = getenv("DTRAIN_ATTENTION_GFLOPS"), *lin = getenv("DTRAIN_LINEAR_GFLOPS");
     if (bw && atof(bw) > 0) h->mem_bw = atof(bw);
     else if (!(st = dt_peak_cached_rate("memory_gbs_all_cores", measure_bandwidth, (int)h->devices_per_node, &h->mem_bw)))
         h->mem_bw *= 1e9;
@@ -276,6 +276,7 @@ dt_status dt_plan_this_machine(dt_plan_hardware *h) {
     if (!st && att && atof(att) > 0) h->attention_rate = atof(att) * 1e9; /* the same for attention's rate a core */
     else if (!st && !(st = dt_peak_cached_rate("attention_gflops_per_thread", measure_attention, 1, &h->attention_rate)))
         h->attention_rate *= 1e9;
+    h->linear_rate = lin && atof(lin) > 0 ? atof(lin) * 1e9 : 0; /* instead of timing the job's Linears (step_time.c) */
     dt_kernels_set_threads(keep);
     if (st) return st;
     dt_comm_link_costs(&ia, &ib, &g, &xa, &xb);
