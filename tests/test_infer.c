@@ -126,17 +126,21 @@ static void weighted_sum_checks(void) {
     static const int ds[] = { 5, 16, 64, 72, 100 };
     for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
         for (int n = 1; n <= 37; n += 9) {
-            int d = ds[di], same = 1;
-            float w[37], *v = malloc(sizeof(float) * (size_t)n * d), y[100];
+            int d = ds[di], same = 1, pieces = 1;
+            float w[37], *v = malloc(sizeof(float) * (size_t)n * d), y[100] = { 0 }, yp[100] = { 0 };
             fill(w, (size_t)n, 5 + (uint64_t)n);
             fill(v, (size_t)n * d, 6 + (uint64_t)d);
             dt_weighted_sum(y, w, v, n, d);
+            /* the same sum in pieces of 16 positions and a tail, as the decoder takes it block by block */
+            for (int t = 0; t < n; t += 16) dt_weighted_sum(yp, w + t, v + (size_t)t * d, n - t < 16 ? n - t : 16, d);
             for (int j = 0; j < d; j++) {
                 float a = 0;
                 for (int t = 0; t < n; t++) a = fmaf(w[t], v[(size_t)t * d + j], a);
                 same &= memcmp(&a, &y[j], sizeof a) == 0;
+                pieces &= memcmp(&a, &yp[j], sizeof a) == 0;
             }
             EXPECT(same, "weighted sum d=%d n=%d: not the scalar chain's bits", d, n);
+            EXPECT(pieces, "weighted sum d=%d n=%d in pieces of 16: not the whole chain's bits", d, n);
             free(v);
         }
 }

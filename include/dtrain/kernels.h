@@ -271,8 +271,9 @@ size_t dt_panels_bytes(const dt_panels *p);
  * dt_attend_scores: s[t] = q . key t for t < n, each the spec's dot product
  * (dt_rowdot_f32's order), keys of d elements in blocks of DT_KEY_BLOCK
  * positions: element k of key t at kb[(t / B) * d * B + k * B + t % B].
- * dt_weighted_sum: y[j] = sum over t < n of w[t] * v[t * d + j], each a chain
- * of fused multiply-adds in t order from zero. */
+ * dt_weighted_sum: y[j] += sum over t < n of w[t] * v[t * d + j], each a
+ * chain of fused multiply-adds in t order from y[j]: zero y for a new sum; a
+ * sum taken in pieces of t has the bits of one taken whole. */
 #define DT_KEY_BLOCK 16
 void dt_attend_scores(float *s, const float *q, const float *kb, int d, int n);
 void dt_weighted_sum(float *y, const float *w, const float *v, int n, int d);
