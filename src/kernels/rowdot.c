@@ -225,7 +225,7 @@ WIDE(wide_q8, int8_t, pair_w8)
  * memory's pace), batch 4 9.2 -> 6.1 ms, no faster beyond. More rows go over the panel a block of inputs at a
  * time (decode_panel), the
  * accumulators kept in save between blocks (the same lanes, so the same bits), so that each pass after the first
- * finds the block in L1; those passes wait on nothing, so with more than two of them they prefetch the next block
+ * finds the block in L1; those passes wait on nothing, so with more than two of them they prefetch a block ahead
  * into L2 between them (f32 batch 8, 124M's Linears alone: 362-368 -> 394-413 tokens/s; with two passes batch 4 was
  * 6-9% slower so, and int8, bound by its conversions, no faster). R x 12 accumulators. */
 AVX512 static inline __m512 load16(const float *w) { return _mm512_loadu_ps(w); }
@@ -285,13 +285,15 @@ PANEL_FN(panel_q8, 4, DT_PANEL / 4, int8_t, load16_q8)
  * block in, PANEL_AHEAD on; one f32 row leaves that to the hardware's prefetchers, which keep pace with a single
  * stream of full cache lines: its own prefetches cost 3% (Zen 5, 124M, one thread: 71.0 -> 73.5 tokens/s, four
  * alternating pairs; 0.89-0.93 -> 0.93-0.96 of a plain read of the same bytes). With more than two passes, the others
- * share the next block between them (above). */
+ * share the block after next between them (above), and the first, finding its block in L2, streams only 4 KB on (Zen
+ * 4, 124M, batch 8, one thread, builds alternating: the next block and 8 KB, f32 202-211 tokens/s, int8 237-255;
+ * these, 228-237 and 270-273; one block on with 4 KB or two with 8 KB were between; batch 6 no change). */
 static pf_slice pass_prefetch(int i, int passes, size_t row, size_t block, bool one_f32_row) {
     size_t lines = row / 64;
-    if (i == 0) return (pf_slice){ PANEL_AHEAD, 0, one_f32_row ? 0 : row, false };
+    if (i == 0) return (pf_slice){ passes > 2 ? PANEL_AHEAD / 2 : PANEL_AHEAD, 0, one_f32_row ? 0 : row, false };
     if (passes <= 2) return (pf_slice){ 0, 0, 0, false };
     size_t others = (size_t)passes - 1;
-    return (pf_slice){ block, lines * (size_t)(i - 1) / others * 64, lines * (size_t)i / others * 64, true };
+    return (pf_slice){ 2 * block, lines * (size_t)(i - 1) / others * 64, lines * (size_t)i / others * 64, true };
 }
 
 static void decode_panel(float *res, const float *x, size_t ldx, const view *v, bool q8, int n, int K) {
