@@ -2,9 +2,9 @@
  * a sequence at its own position, with the keys and values of every
  * position kept per sequence. A cache slot is [layer][k, v][block of 16
  * positions][head], a head's keys in a block [head dim][position] and its
- * values [position][head dim], so a row's attention reads its layer's keys,
- * then its values, once and in order, as one run each. Every operation works row by row with a
- * fixed order of sums (the Linears through dt_panels_apply), so a row's
+ * values [position][head dim], so a row's attention reads its layer's
+ * keys, then its values, once, in order and as one run each. Every
+ * operation works row by row with a fixed order of sums (the Linears through dt_panels_apply), so a row's
  * results do not depend on the other rows of its step. The Linears' weights
  * are packed (dt_panels, f32 or int8): copies, so nothing of the model is
  * read after dt_decoder_create, or in f32 the model's own memory packed in
@@ -248,30 +248,30 @@ static float *cache_at(const dt_decoder *d, int s, int l, int kv, int b, int h) 
  * heads, so the cache is read as it lies. Every score is its own dot product and every sum one chain in position
  * order (dt_weighted_sum carries it from block to block through y), so the bits are those of one head at a time. */
 static void attend_heads(dt_decoder *d, int l, const dt_infer_row *row, int r, int h0, int h1) {
-    /* a head's scores, then their sum (T + 1 floats) */
-    int C = d->Cl, NH = d->NHl, hd = d->cfg.channels / d->cfg.num_heads, T = d->cfg.max_seq_len + 1, npos = row->pos + 1;
+    /* ld: a head's scores, then their sum */
+    int C = d->Cl, NH = d->NHl, hd = d->cfg.channels / d->cfg.num_heads, ld = d->cfg.max_seq_len + 1, npos = row->pos + 1;
     const float *q = d->qkv + (size_t)r * 3 * C;
-    float *s = d->scores + (size_t)r * NH * T, *y = d->att + (size_t)r * C, scale = 1.0f / sqrtf((float)hd);
+    float *s = d->scores + (size_t)r * NH * ld, *y = d->att + (size_t)r * C, scale = 1.0f / sqrtf((float)hd);
     for (int t = 0; t < npos; t += DT_KEY_BLOCK)
         for (int h = h0; h < h1; h++)
-            dt_attend_scores(s + (size_t)h * T + t, q + h * hd, cache_at(d, row->slot, l, 0, t / DT_KEY_BLOCK, h), hd,
+            dt_attend_scores(s + (size_t)h * ld + t, q + h * hd, cache_at(d, row->slot, l, 0, t / DT_KEY_BLOCK, h), hd,
                              npos - t < DT_KEY_BLOCK ? npos - t : DT_KEY_BLOCK);
     for (int h = h0; h < h1; h++) {
-        float *sh = s + (size_t)h * T, mx = -INFINITY, sum = 0;
+        float *sh = s + (size_t)h * ld, mx = -INFINITY, sum = 0;
         for (int t = 0; t < npos; t++) {
             sh[t] *= scale;
             if (sh[t] > mx) mx = sh[t];
         }
         for (int t = 0; t < npos; t++) { sh[t] = expf(sh[t] - mx); sum += sh[t]; }
-        sh[T - 1] = sum;
+        sh[ld - 1] = sum;
     }
     memset(y + h0 * hd, 0, sizeof(float) * (size_t)(h1 - h0) * hd);
     for (int t = 0; t < npos; t += DT_KEY_BLOCK)
         for (int h = h0; h < h1; h++)
-            dt_weighted_sum(y + h * hd, s + (size_t)h * T + t, cache_at(d, row->slot, l, 1, t / DT_KEY_BLOCK, h),
+            dt_weighted_sum(y + h * hd, s + (size_t)h * ld + t, cache_at(d, row->slot, l, 1, t / DT_KEY_BLOCK, h),
                             npos - t < DT_KEY_BLOCK ? npos - t : DT_KEY_BLOCK, hd);
     for (int h = h0; h < h1; h++) {
-        float inv = 1.0f / s[(size_t)h * T + T - 1];
+        float inv = 1.0f / s[(size_t)h * ld + ld - 1];
         for (int j = 0; j < hd; j++) y[h * hd + j] *= inv;
     }
 }
