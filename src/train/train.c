@@ -5,6 +5,7 @@
  * checkpoints (full state into a directory, or weights into a file). */
 #include "dtrain/train.h"
 #include "progress.h"
+#include "run_checks.h"
 #include "dtrain/data.h"
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
@@ -23,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -57,127 +57,6 @@ static void json_num(FILE *f, const char *key, const char *fmt, double v) {
     else fputs("null", f);
 }
 
-
-/* Settings that would do nothing, or contradict each other: said before any work. */
-static dt_status check_settings(dt_train_config *c, int nranks) {
-    if (c->sync_bn) return dt_error(DT_ERR_ARG, "--sync-bn: GPT-2 has no BatchNorm (the ResNets have: --model resnet:small, resnet18, ...)");
-    if (c->steps == 0) { /* an evaluation: the validation loss of the model (a preset, file or checkpoint) */
-        if (!c->val_data && !c->data) return dt_error(DT_ERR_ARG, "--steps 0 evaluates: give the tokens to evaluate on (--val-data FILE)");
-        if (!c->val_data) c->val_data = c->data;
-        if (!c->data) c->data = c->val_data;
-        if (c->save || c->resume)
-            return dt_error(DT_ERR_ARG, "--steps 0 evaluates and changes nothing: %s has nothing to do (a checkpoint is evaluated "
-                            "with --model DIR)", c->save ? "--save" : "--resume");
-    }
-    if (c->epochs) return dt_error(DT_ERR_ARG, "--epochs %d: GPT-2 trains for --steps N (each step reads the next batch of the token file, "
-                                   "wrapping around at its end); epochs are the image models'", c->epochs);
-    if (c->stop_after && !c->save)
-        return dt_error(DT_ERR_ARG, "--stop-after %d without --save: nothing would be kept to --resume from (give --save DIR)",
-                        c->stop_after);
-    if (c->synthetic) return dt_error(DT_ERR_ARG, "--synthetic: image models only (GPT-2's synthetic throughput: dtrain bench train)");
-    if (c->init) return dt_error(DT_ERR_ARG, "--init %s: a ResNet's starting weights (GPT-2 starts from a file with --model FILE)", c->init);
-    if (c->save_every && !c->save && !c->quiet) dt_log(DT_LOG_WARN, "--save-every %d does nothing without --save FILE", c->save_every);
-    if (c->eval_every && !c->val_data) dt_log(DT_LOG_WARN, "--eval-every %d does nothing without --val-data FILE", c->eval_every);
-    if (c->steps > 0 && !c->quiet && c->sched.warmup >= c->steps && c->sched.kind <= DT_SCHED_COSINE)
-        dt_log(DT_LOG_WARN, "--warmup %d is not shorter than the %d steps: the learning rate never reaches --lr", c->sched.warmup,
-               c->steps);
-    if (c->grad_store != DT_F32) {
-        const char *gs = dt_precision_name(c->grad_store);
-        if (c->grad_store != c->precision)
-            return dt_error(DT_ERR_ARG, "--grad-store %s needs --precision %s: the gradients are kept in the type the model computes in "
-                            "(--precision is %s)", gs, gs, dt_precision_name(c->precision));
-        if (c->grad_comm != DT_F32 && c->grad_comm != c->grad_store)
-            return dt_error(DT_ERR_ARG, "--grad-comm %s with --grad-store %s: gradients kept in %s travel in %s", dt_precision_name(c->grad_comm),
-                            gs, gs, gs);
-        int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1;
-        if (nranks == 1) {
-            /* as --grad-comm: a setting of the reductions, so one process (a benchmark's baseline, say) runs without it */
-            if (!c->quiet) dt_log(DT_LOG_WARN, "--grad-store %s does nothing on one rank: one process keeps f32 gradients (it has no reduction)", gs);
-            c->grad_store = DT_F32;
-        } else if (nranks == tp * pp && c->dp <= 1) {
-            /* the store is the data-parallel reduction's: a model split over every rank has none */
-            if (!c->quiet)
-                dt_log(DT_LOG_WARN, "--grad-store %s does nothing without data parallelism (--tp %d x --pp %d is every rank): the gradients stay f32",
-                       gs, tp, pp);
-            c->grad_store = DT_F32;
-        } else if (c->grad_accum > 1 && !c->quiet) {
-            /* ddp.c keeps the f32 store's pages through such steps (giving them back cost a fault each a step) */
-            dt_log(DT_LOG_WARN, "--grad-store %s with %d micro-batches a step: they add up in the whole f32 store, which the step keeps; "
-                   "the 16-bit store lowers no peak here and holds 2 bytes a parameter more (it saves memory with one micro-batch a step)",
-                   gs, c->grad_accum);
-        }
-        if (c->opt.kind != DT_OPT_SGD && c->opt.kind != DT_OPT_ADAMW)
-            return dt_error(DT_ERR_ARG, "--grad-store %s takes --optimizer sgd or adamw: %s's trust ratios need whole f32 tensors", gs,
-                            dt_optim_kind_name(c->opt.kind));
-    }
-    if (c->grad_comm != DT_F32 && nranks == 1 && !c->quiet)
-        dt_log(DT_LOG_WARN, "--grad-comm %s does nothing on one rank", dt_dtype_name(c->grad_comm));
-    /* skipping a step needs the norm before any update, so the update waits for the end of backward */
-    if (c->skip_nonfinite) c->step_at_end = 1;
-    if (c->save) return dt_checkpoint_is_dir(c->save) ? dt_checkpoint_check_dir(c->save, c->resume, c->overwrite) : dt_file_check_writable(c->save);
-    return DT_OK;
-}
-
-/* What every rank must agree on, compared against rank 0's. */
-typedef struct {
-    dt_gpt2_config model;
-    int32_t batch, seq, steps, grad_accum, optimizer, eval_every;
-    int64_t train_tokens, val_tokens;
-    float lr;
-    char strategy[16];        /* the parallel strategy's name (ddp, zero1, ...) */
-    int32_t precision;        /* dt_dtype */
-    int32_t mesh[4], pp_schedule; /* dp, tp, pp, cp as laid out; the pipeline's schedule (dt_pp_kind) */
-} job_shape;
-
-static dt_status check_same(dt_comm *w, const job_shape *mine) {
-    int p = dt_comm_size(w);
-    job_shape *all = malloc(sizeof *all * (size_t)p);
-    if (!all) return dt_error(DT_ERR_NOMEM, "out of memory");
-    _Static_assert(sizeof(job_shape) % 4 == 0, "job_shape travels as int32 words");
-    dt_status st = dt_comm_allgather(w, mine, all, sizeof *mine / 4, DT_I32);
-    for (int r = 1; !st && r < p; r++) {
-        const job_shape *a = &all[0], *b = &all[r];
-        if (memcmp(&a->model, &b->model, sizeof a->model))
-            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 has a model with %d layers, %d channels, vocab %d; rank %d has %d layers, "
-                          "%d channels, vocab %d", a->model.num_layers, a->model.channels, a->model.vocab_size, r,
-                          b->model.num_layers, b->model.channels, b->model.vocab_size);
-        else if (a->batch != b->batch || a->seq != b->seq || a->grad_accum != b->grad_accum)
-            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 has batch %d x %d x %d, rank %d has %d x %d x %d", a->batch, a->seq,
-                          a->grad_accum, r, b->batch, b->seq, b->grad_accum);
-        else if (a->train_tokens != b->train_tokens || a->val_tokens != b->val_tokens)
-            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 reads %lld training tokens, rank %d reads %lld (different data files?)",
-                          (long long)a->train_tokens, r, (long long)b->train_tokens);
-        else if (a->precision != b->precision)
-            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 trains in %s, rank %d in %s (--precision)", dt_dtype_name(a->precision), r,
-                          dt_dtype_name(b->precision));
-        else if (strncmp(a->strategy, b->strategy, sizeof a->strategy))
-            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 runs strategy %.15s, rank %d runs %.15s (--zero / --strategy)", a->strategy, r,
-                          b->strategy);
-        else if (memcmp(a->mesh, b->mesh, sizeof a->mesh))
-            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 lays the job out as dp %d x tp %d x pp %d x cp %d, rank %d as %d x %d x %d x %d",
-                          a->mesh[0], a->mesh[1], a->mesh[2], a->mesh[3], r, b->mesh[0], b->mesh[1], b->mesh[2], b->mesh[3]);
-        else if (a->mesh[2] > 1 && a->pp_schedule != b->pp_schedule)
-            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 runs the %s pipeline schedule, rank %d %s (--pp-schedule)",
-                          dt_pp_kind_name(a->pp_schedule), r, dt_pp_kind_name(b->pp_schedule));
-        else if (a->steps != b->steps || a->optimizer != b->optimizer || a->lr != b->lr || a->eval_every != b->eval_every)
-            st = dt_error(DT_ERR_ARG, "ranks differ in steps, optimizer, learning rate or evaluation (rank 0 vs rank %d)", r);
-    }
-    free(all);
-    return st;
-}
-
-/* --threads 0: the cores this rank may use (its affinity mask, or Slurm's
- * cpus-per-task) shared among the ranks on this machine when the mask is the
- * whole machine, so that ranks x threads never oversubscribes by default. */
-static int default_threads(dt_comm *w) {
-    cpu_set_t set;
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)online;
-    const char *slurm = getenv("SLURM_CPUS_PER_TASK");
-    if (slurm && atoi(slurm) > 0 && atoi(slurm) < mine) return atoi(slurm);
-    int sharing = w && mine >= online ? dt_comm_local_size(w) : 1;
-    return mine / sharing > 0 ? mine / sharing : 1;
-}
 
 /* Everything a run holds; torn down in one place. */
 typedef struct {
@@ -437,7 +316,7 @@ static dt_status open_data(run *r) {
                           dt_tokens_count(r->val), c->batch, c->seq, r->dp_size);
     }
     if (r->w && !st) {
-        job_shape js;
+        dt_train_shape js;
         memset(&js, 0, sizeof js);
         js.model = *mc;
         js.batch = c->batch; js.seq = c->seq; js.steps = c->steps; js.grad_accum = c->grad_accum;
@@ -449,7 +328,7 @@ static dt_status open_data(run *r) {
         static const dt_mesh_dim axes[4] = { DT_MESH_DP, DT_MESH_TP, DT_MESH_PP, DT_MESH_CP };
         for (int k = 0; k < 4 && r->mesh; k++) js.mesh[k] = dt_mesh_size(r->mesh, axes[k]);
         js.pp_schedule = c->pp_schedule;
-        st = check_same(r->w, &js);
+        st = dt_train_check_same(r->w, &js);
     }
     return st;
 }
@@ -996,17 +875,17 @@ static dt_status observers(run *r) {
 static int run_rank(const dt_train_config *c0, dt_comm *w, dt_launch_kind kind) {
     if (dt_train_check_mesh(c0, w ? dt_comm_size(w) : 1, 0)) return fail(2);
     if (!strncmp(c0->model, "mlp", 3) || !strncmp(c0->model, "resnet", 6)) {
-        dt_kernels_set_threads(c0->threads > 0 ? c0->threads : default_threads(w));
+        dt_kernels_set_threads(c0->threads > 0 ? c0->threads : dt_train_default_threads(w));
         dt_train_config ic = *c0;
         if (!ic.epochs) ic.epochs = 5;
         return dt_classify_run(&ic, w);
     }
     run r = { .c = *c0, .w = w, .rank = w ? dt_comm_rank(w) : 0, .nranks = w ? dt_comm_size(w) : 1 };
-    if (r.c.threads <= 0) r.c.threads = default_threads(w);
+    if (r.c.threads <= 0) r.c.threads = dt_train_default_threads(w);
     if (observers(&r)) return fail(2);
     /* one voice; save stays: a sharded optimizer is saved by every rank (save() says who writes) */
     if (r.rank != 0) { r.c.quiet = 1; r.c.metrics = NULL; }
-    if (check_settings(&r.c, r.nranks)) return fail(2);
+    if (dt_train_check_settings(&r.c, r.nranks)) return fail(2);
     dt_kernels_set_threads(r.c.threads);
     r.tty = isatty(STDOUT_FILENO) && !r.c.quiet && kind != DT_LAUNCH_MPI;
     int rc = setup(&r) ? (r.rank != 0 && refused_alike ? 1 : fail(1)) : train_loop(&r);

@@ -1,0 +1,25 @@
+/* What a GPT-2 run checks before any work (run_checks.c). */
+#ifndef DT_TRAIN_RUN_CHECKS_H
+#define DT_TRAIN_RUN_CHECKS_H
+
+#include "dtrain/train.h"
+
+/* What every rank must agree on, compared against rank 0's. */
+typedef struct {
+    dt_gpt2_config model;
+    int32_t batch, seq, steps, grad_accum, optimizer, eval_every;
+    int64_t train_tokens, val_tokens;
+    float lr;
+    char strategy[16];        /* the parallel strategy's name (ddp, zero1, ...) */
+    int32_t precision;        /* dt_dtype */
+    int32_t mesh[4], pp_schedule; /* dp, tp, pp, cp as laid out; the pipeline's schedule (dt_pp_kind) */
+} dt_train_shape;
+
+/* Settings that would do nothing (a warning) or contradict each other (an error); fills in what --steps 0 implies. */
+dt_status dt_train_check_settings(dt_train_config *c, int nranks);
+/* Every rank's shape against rank 0's: the first difference, naming the rank. */
+dt_status dt_train_check_same(dt_comm *w, const dt_train_shape *mine);
+/* --threads 0: the cores this rank may use, shared among the ranks on this machine. */
+int dt_train_default_threads(dt_comm *w);
+
+#endif
