@@ -232,8 +232,9 @@ WIDE(wide_q8, int8_t, pair_w8, load16_q8)
  * time (decode_panel), the
  * accumulators kept in save between blocks (the same lanes, so the same bits), so that each pass after the first
  * finds the block in L1; those passes wait on nothing, so with more than two of them they prefetch a block ahead
- * into L2 between them (f32 batch 8, 124M's Linears alone: 362-368 -> 394-413 tokens/s; with two passes batch 4 was
- * 6-9% slower so, and int8, bound by its conversions, no faster). R x 12 accumulators. */
+ * into L2 between them (Zen 5, f32 batch 8, 124M's Linears alone: 362-368 -> 394-413 tokens/s; with two passes batch 4
+ * was 6-9% slower so, and int8, bound by its conversions, no faster; how far ahead: pass_prefetch). R x 12
+ * accumulators. */
 /* What a pass prefetches of each chunk row it reads: bytes [lo, hi) of the one ahead bytes on, into L1 or only L2. */
 typedef struct {
     size_t ahead, lo, hi;
