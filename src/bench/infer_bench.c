@@ -109,9 +109,9 @@ static double read_bandwidth(int threads) {
 static void compute_ceiling(int threads, const size_t wb[2], double bw) {
     double flops = 2.0 * (double)(wb[0] / sizeof(float)), peak = dt_kernels_fma_peak(threads) * 1e9,
            sgemm = dt_peak_measure(threads) * 1e9;
+    if (!wb[0] || !wb[1] || peak <= 0 || bw <= 0) return;
     char blas[128];
     dt_kernels_blas_name(blas, sizeof blas);
-    if (!wb[0] || !wb[1] || peak <= 0 || bw <= 0) return;
     printf("# multiply-adds at %.1f GFLOP/s on %d thread(s) (sgemm %.1f through %s): the weights' %.2f GFLOP a token allow at most %.1f "
            "tokens/s at any batch, %.2fx the f32 batch-1 ceiling and %.2fx int8's\n", peak / 1e9, threads, sgemm / 1e9, blas, flops / 1e9,
            peak / flops, peak / flops / (bw / (double)wb[0]), peak / flops / (bw / (double)wb[1]));

@@ -77,39 +77,48 @@ static int cache_path(char *out, size_t cap, int make_dir) {
 #define SGEMM "sgemm_gflops_per_thread"
 #define BF16 "bf16_gemm_gflops_per_thread"
 
+/* This machine's name in the cache: the CPU's model and the BLAS's kernel set. */
+typedef struct {
+    char cpu[256], blas[128];
+} machine;
+
+static machine machine_here(void) {
+    machine m;
+    dt_cpu_model(m.cpu, sizeof m.cpu);
+    dt_kernels_blas_name(m.blas, sizeof m.blas);
+    return m;
+}
+
+/* A cache (parsed, or NULL) measured on this CPU with this kernel set: its rates hold here. */
+static bool ours(const cJSON *j, const machine *m) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cpu"), *b = cJSON_GetObjectItemCaseSensitive(j, "blas");
+    return cJSON_IsString(c) && !strcmp(c->valuestring, m->cpu) && cJSON_IsString(b) && !strcmp(b->valuestring, m->blas);
+}
+
 static double cached(const char *key) {
-    char path[4200], cpu[256];
+    char path[4200];
     if (cache_path(path, sizeof path, 0)) return 0;
     char *buf;
     if (dt_file_read_text(path, 1 << 16, &buf, NULL)) return 0; /* none yet */
-    cJSON *j = cJSON_Parse(buf);
+    cJSON *j = cJSON_Parse(buf), *g = cJSON_GetObjectItemCaseSensitive(j, key);
     free(buf);
-    cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cpu"), *b = cJSON_GetObjectItemCaseSensitive(j, "blas"),
-          *g = cJSON_GetObjectItemCaseSensitive(j, key);
-    char blas[128];
-    dt_cpu_model(cpu, sizeof cpu);
-    dt_kernels_blas_name(blas, sizeof blas);
-    double v = cJSON_IsString(c) && !strcmp(c->valuestring, cpu) && cJSON_IsString(b) && !strcmp(b->valuestring, blas) &&
-                       cJSON_IsNumber(g) && g->valuedouble > 0 && g->valuedouble < 1e6
-                   ? g->valuedouble : 0;
+    machine m = machine_here();
+    double v = ours(j, &m) && cJSON_IsNumber(g) && g->valuedouble > 0 && g->valuedouble < 1e6 ? g->valuedouble : 0;
     cJSON_Delete(j);
     return v;
 }
 
 /* The cache with key set; the other rates kept where they are this CPU's. */
 static dt_status save(const char *key, double value) {
-    char path[4200], cpu[256], *buf = NULL;
+    char path[4200], *buf = NULL;
     if (cache_path(path, sizeof path, 1)) return dt_error(DT_ERR_IO, "peak cache: no HOME or XDG_CACHE_HOME to keep it in");
-    dt_cpu_model(cpu, sizeof cpu);
     cJSON *old = dt_file_read_text(path, 1 << 16, &buf, NULL) ? NULL : cJSON_Parse(buf), *j = cJSON_CreateObject(), *it;
     free(buf);
-    char blas[128];
-    dt_kernels_blas_name(blas, sizeof blas);
-    const cJSON *was = cJSON_GetObjectItemCaseSensitive(old, "cpu"), *wasb = cJSON_GetObjectItemCaseSensitive(old, "blas");
-    cJSON_AddStringToObject(j, "cpu", cpu);
-    cJSON_AddStringToObject(j, "blas", blas);
+    machine m = machine_here();
+    cJSON_AddStringToObject(j, "cpu", m.cpu);
+    cJSON_AddStringToObject(j, "blas", m.blas);
     cJSON_AddNumberToObject(j, key, value);
-    if (cJSON_IsString(was) && !strcmp(was->valuestring, cpu) && cJSON_IsString(wasb) && !strcmp(wasb->valuestring, blas))
+    if (ours(old, &m))
         cJSON_ArrayForEach(it, old) if (cJSON_IsNumber(it) && strcmp(it->string, key)) cJSON_AddNumberToObject(j, it->string, it->valuedouble);
     cJSON_Delete(old);
     char *s = cJSON_PrintUnformatted(j);
