@@ -22,14 +22,40 @@
 static int passed, failed;
 #define EXPECT(cond, ...) do { if (cond) passed++; else { failed++; printf("FAIL: "); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
-/* The spec: what every path of dt_rowdot_* must compute, bit for bit. */
-static float spec_dot(const float *x, const float *w, const int8_t *q, int K) {
+/* The spec: what every path of dt_rowdot_* must compute, bit for bit. f32: eight lanes over k, a fixed tree, the
+ * tail. */
+static float spec_dot(const float *x, const float *w, int K) {
     float a[8] = { 0 };
     int k = 0;
     for (; k + 8 <= K; k += 8)
-        for (int j = 0; j < 8; j++) a[j] = fmaf(x[k + j], q ? (float)q[k + j] : w[k + j], a[j]);
+        for (int j = 0; j < 8; j++) a[j] = fmaf(x[k + j], w[k + j], a[j]);
     float s = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-    for (; k < K; k++) s = fmaf(x[k], q ? (float)q[k] : w[k], s);
+    for (; k < K; k++) s = fmaf(x[k], w[k], s);
+    return s;
+}
+
+/* int8's activations: x to bf16, nearest even, |x| < 2^-100 to zero (values kept as floats) */
+static float spec_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) < 0x0d800000u) return 0.0f;
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* int8: eight lanes over chunks of 16 inputs, lane j adding input 2j + 1's product, then 2j's (vdpbf16ps's order),
+ * the same tree, the tail; x in bf16 (xb, spec_bf16's). */
+static float spec_dot_q8(const float *xb, const int8_t *q, int K) {
+    float a[8] = { 0 };
+    int k = 0;
+    for (; k + 16 <= K; k += 16)
+        for (int j = 0; j < 8; j++) {
+            a[j] = fmaf(xb[k + 2 * j + 1], (float)q[k + 2 * j + 1], a[j]);
+            a[j] = fmaf(xb[k + 2 * j], (float)q[k + 2 * j], a[j]);
+        }
+    float s = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+    for (; k < K; k++) s = fmaf(xb[k], (float)q[k], s);
     return s;
 }
 
@@ -44,13 +70,14 @@ static int max_threads = 2; /* argv[1]: 1 under TSan (libgomp's hand-offs are in
 static void check_linear(const char *what, const float *x, const float *w, const float *b, const dt_panels *p, bool q8, int n, int K,
                          int O, int t) {
     float *out = malloc(sizeof(float) * (size_t)n * O), *one = malloc(sizeof(float) * (size_t)O);
-    float *row = malloc(sizeof(float) * (size_t)K);
-    if (p) dt_panels_apply(out, x, p, b, n);
+    float *row = malloc(sizeof(float) * (size_t)K), *xb = malloc(sizeof(float) * (size_t)K);
+    if (p) EXPECT(dt_panels_apply(out, x, p, b, n) == DT_OK, "%s: %s", what, dt_last_error());
     else dt_rowdot_f32(out, x, w, b, n, K, O);
     int spec = 1, alone = 1, held = 1;
     double err = 0, qerr = 0;
     for (int r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * K;
+        for (int k = 0; k < K; k++) xb[k] = q8 ? spec_bf16(xr[k]) : xr[k];
         if (p) dt_panels_apply(one, xr, p, b, 1);
         else dt_rowdot_f32(one, xr, w, b, 1, K, O);
         for (int o = 0; o < O; o++) {
@@ -69,14 +96,14 @@ static void check_linear(const char *what, const float *x, const float *w, const
                 held &= memcmp(row, wo, sizeof(float) * (size_t)K) == 0;
             }
             double ref = b[o], deq = b[o];
-            for (int k = 0; k < K; k++) {
+            for (int k = 0; k < K; k++) { /* deq: what the products take, int8 in bf16 */
                 ref += (double)xr[k] * wo[k];
-                deq += (double)xr[k] * (p ? row[k] : wo[k]);
+                deq += (double)xb[k] * (p ? row[k] : wo[k]);
             }
             float f = out[(size_t)r * O + o];
             err = fmax(err, fabs(f - deq) / (1 + fabs(deq)));
             qerr = fmax(qerr, fabs(f - ref) / sqrt((double)K));
-            float want = q8 ? fmaf(spec_dot(xr, NULL, q, K), scale, b[o]) : spec_dot(xr, p ? row : wo, NULL, K) + b[o];
+            float want = q8 ? fmaf(spec_dot_q8(xb, q, K), scale, b[o]) : spec_dot(xr, p ? row : wo, K) + b[o];
             spec &= f == want && one[o] == want; /* rows in a batch and alone take different tiles */
             alone &= memcmp(&f, &one[o], sizeof f) == 0;
         }
@@ -88,14 +115,17 @@ static void check_linear(const char *what, const float *x, const float *w, const
     EXPECT(spec, "%s K=%d, %d threads: not the fixed order's bits", what, K, t);
     EXPECT(held, "%s K=%d: dt_panels_row is not the weights the products read", what, K);
     EXPECT(alone, "%s K=%d, %d threads: a row alone differs from the same row in a batch of %d", what, K, t, n);
-    /* a decoding step's few rows (7: pairs and one alone, over blocks of inputs when K is long) */
-    float *few = malloc(sizeof(float) * 7 * (size_t)O);
-    if (p) dt_panels_apply(few, x, p, b, 7);
-    else dt_rowdot_f32(few, x, w, b, 7, K, O);
-    EXPECT(!memcmp(few, out, sizeof(float) * 7 * (size_t)O), "%s K=%d, %d threads: rows in a batch of 7 differ from a batch of %d",
-           what, K, t, n);
+    /* a decoding step's few rows (7: int8's four, a pair and one alone; 8: int8's eight; over blocks of inputs when
+     * K is long) */
+    float *few = malloc(sizeof(float) * 8 * (size_t)O);
+    for (int m = 7; m <= 8; m++) {
+        if (p) dt_panels_apply(few, x, p, b, m);
+        else dt_rowdot_f32(few, x, w, b, m, K, O);
+        EXPECT(!memcmp(few, out, sizeof(float) * (size_t)m * O), "%s K=%d, %d threads: rows in a batch of %d differ from a batch of %d",
+               what, K, t, m, n);
+    }
     free(few);
-    free(out); free(one); free(row);
+    free(out); free(one); free(row); free(xb);
 }
 
 /* Attention's scores from blocked keys: every score the spec's dot product, positions past whole blocks included. */
@@ -113,7 +143,7 @@ static void attend_score_checks(void) {
                     kb[(size_t)(t / DT_KEY_BLOCK) * d * DT_KEY_BLOCK + (size_t)k * DT_KEY_BLOCK + t % DT_KEY_BLOCK] = keys[(size_t)t * d + k];
             dt_attend_scores(s, q, kb, d, n);
             for (int t = 0; t < n; t++) {
-                float want = spec_dot(q, keys + (size_t)t * d, NULL, d);
+                float want = spec_dot(q, keys + (size_t)t * d, d);
                 same &= memcmp(&want, &s[t], sizeof want) == 0;
             }
             EXPECT(same, "attention scores d=%d n=%d: not the spec's bits", d, n);

@@ -255,16 +255,19 @@ double dt_kernels_fma_peak(int threads);
 void dt_rowdot_f32(float *out, const float *x, const float *w, const float *bias, int n, int K, int O);
 /* The same Linear on weights packed once (panels.c) for reading as one
  * stream, in f32 or in int8 (per-output-channel absmax: output o worth
- * scale[o] * q[o], out = scale[o] * (x . q[o]) + bias[o]); the same order
- * of sums, so f32 panels give dt_rowdot_f32's bits. dt_panels_row: weight
- * row o as the products read it (int8 dequantized). */
+ * scale[o] * q[o], out = scale[o] * (bf16(x) . q[o]) + bias[o], the
+ * activations rounded to bf16 so that CPUs with avx512_bf16 multiply them
+ * two at a time; rowdot_int8.c gives that order of sums). f32 panels give
+ * dt_rowdot_f32's bits. dt_panels_apply fails only for want of memory
+ * (int8's rows in bf16). dt_panels_row: weight row o as the products read
+ * it (int8 dequantized). */
 typedef struct dt_panels dt_panels;
 dt_status dt_panels_create(const float *w, int O, int K, bool int8, dt_panels **out);
 /* f32 panels made of w's own memory, packed where it lies (w is not [O, K]
  * rows after, and must outlive the panels): no second copy of the weights. */
 dt_status dt_panels_pack_in_place(float *w, int O, int K, dt_panels **out);
 void dt_panels_destroy(dt_panels *p);
-void dt_panels_apply(float *out, const float *x, const dt_panels *p, const float *bias, int n);
+dt_status dt_panels_apply(float *out, const float *x, const dt_panels *p, const float *bias, int n);
 void dt_panels_row(const dt_panels *p, int o, float *dst);
 size_t dt_panels_bytes(const dt_panels *p);
 /* Inference attention (attend.c), the same bits on every path and width.

@@ -51,8 +51,9 @@ struct dt_decoder {
     dt_gpt2 *owned; /* the model, when the decoder took it (dt_decoder_create_taking): its f32 Linears are packed in it */
 };
 
-static void linear_apply(float *out, const float *x, const linear *l, const float *bias, int n) {
-    dt_panels_apply(out, x, l->p, bias, n);
+static dt_status linear_apply(float *out, const float *x, const linear *l, const float *bias, int n) {
+    dt_status st = dt_panels_apply(out, x, l->p, bias, n);
+    return st ? dt_error(st, "decoder: %s", dt_last_error()) : DT_OK;
 }
 
 /* in_place: the decoder owns the model, and an f32 Linear is packed in the model's own memory (no second copy) */
@@ -304,9 +305,9 @@ static void add_rows(float *x, const float *y, size_t n) {
 
 /* A row-parallel Linear: each rank's partial products summed over the group, then the (whole) bias added once. */
 static dt_status row_parallel(dt_decoder *d, float *out, const float *x, const linear *w, const float *bias, int n) {
-    if (!d->tp) { linear_apply(out, x, w, bias, n); return DT_OK; }
-    linear_apply(out, x, w, NULL, n);
-    dt_status st = d->tp->allreduce(d->tp->ctx, out, (size_t)n * w->O, 0);
+    if (!d->tp) return linear_apply(out, x, w, bias, n);
+    dt_status st = linear_apply(out, x, w, NULL, n);
+    if (!st) st = d->tp->allreduce(d->tp->ctx, out, (size_t)n * w->O, 0);
     for (int r = 0; !st && r < n; r++)
         for (int o = 0; o < w->O; o++) out[(size_t)r * w->O + o] += bias[o];
     return st;
@@ -317,13 +318,13 @@ static dt_status block(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
     int C = d->cfg.channels;
     size_t nC = (size_t)n * C;
     dt_layernorm_forward(d->xn, d->mean, d->rstd, d->x, y->ln1w, y->ln1b, n, C);
-    linear_apply(d->qkv, d->xn, &y->qkv, y->qkvb, n);
-    attention(d, l, rows, n);
-    dt_status st = row_parallel(d, d->xn, d->att, &y->proj, y->projb, n);
+    dt_status st = linear_apply(d->qkv, d->xn, &y->qkv, y->qkvb, n);
     if (st) return st;
+    attention(d, l, rows, n);
+    if ((st = row_parallel(d, d->xn, d->att, &y->proj, y->projb, n))) return st;
     add_rows(d->x, d->xn, nC);
     dt_layernorm_forward(d->xn, d->mean, d->rstd, d->x, y->ln2w, y->ln2b, n, C);
-    linear_apply(d->fch, d->xn, &y->fc, y->fcb, n);
+    if ((st = linear_apply(d->fch, d->xn, &y->fc, y->fcb, n))) return st;
     dt_gelu_rows(d->fcg, d->fch, n, d->Fl);
     if ((st = row_parallel(d, d->xn, d->fcg, &y->fcproj, y->fcprojb, n))) return st;
     add_rows(d->x, d->xn, nC);
@@ -374,8 +375,9 @@ static dt_status embed(dt_decoder *d, const dt_infer_row *rows, int n) {
  * summed: every rank ends with the same bits). */
 static dt_status head(dt_decoder *d, int m, float *logits) {
     int V = d->cfg.vocab_size;
-    if (!d->tp) { linear_apply(logits, d->xn, &d->head, NULL, m); return DT_OK; }
-    if (d->Vv) linear_apply(d->local_logits, d->xn, &d->head, NULL, m);
+    if (!d->tp) return linear_apply(logits, d->xn, &d->head, NULL, m);
+    dt_status st = d->Vv ? linear_apply(d->local_logits, d->xn, &d->head, NULL, m) : DT_OK;
+    if (st) return st;
     memset(logits, 0, sizeof(float) * (size_t)m * V);
     for (int r = 0; r < m; r++)
         memcpy(logits + (size_t)r * V + d->v0, d->local_logits + (size_t)r * d->Vv, sizeof(float) * (size_t)d->Vv);

@@ -7,8 +7,9 @@
  * give a prompt different tokens when other requests share its batch.
  * The AVX-512 path, the AVX2 one and the portable one do the same
  * operations in the same order (fmaf rounds as the instruction does), so
- * they agree bit for bit. */
-#include "panels.h"
+ * they agree bit for bit. This file holds the dispatch and f32's kernels;
+ * int8's (bf16 activations, their own spec) are rowdot_int8.c's. */
+#include "rowdot.h"
 #include "simd.h"
 
 #include "dtrain/base.h"
@@ -22,75 +23,26 @@
 #include <omp.h>
 #else
 #define omp_in_parallel() 0
+#define omp_get_thread_num() 0
+#define omp_get_max_threads() 1
 #endif
 
-#define ROW_OUTPUTS 6 /* outputs an AVX2 one-row tile takes (see TILE_BODY) */
-#define WIDE_OUTPUTS 8 /* outputs an AVX-512 tile of 2-6 rows takes (see WIDE_BODY) */
-#define RES_LD DT_PANEL /* a tile's results: [rows][RES_LD] */
-/* How far ahead a tile prefetches the weights of rows in place. Decoding (1-4 rows): the rows 6 on, a one-row
- * tile's next tile (an int8 tile of 3 outputs that prefetched only its next tile's rows, 3 on, decoded batch 1 at
- * 140-145 tokens/s on a Zen 5, 6 on at 156-166). Prefill (5-6 rows, the same weights swept by many row groups):
- * the next tile's rows, as 6 on was 2-6% slower there. */
-#define PREFETCH_AHEAD(R, NO) ((R) >= 5 ? (NO) : 6)
-#define PANEL_AHEAD 8192 /* bytes a packed panel's stream is prefetched ahead (see PANEL_FN) */
-#define ROW_CHUNK 60 /* rows swept against one block of weights while they are in cache (a multiple of 6) */
-
-/* One panel's weights (panels.h), packed or in place: output i's chunk of eight inputs at k is at
- * w + i * rs + (k / 8) * cs, its tail (k >= K & ~7) at t + i * trs + k - (K & ~7); elements, not bytes. */
-typedef struct {
-    const void *w, *t;
-    size_t rs, cs, trs;
-    int pw;      /* outputs in the panel */
-    bool packed; /* packed (rs = 8) or in place */
-} view;
-
-static view panel_view(const void *base, size_t esize, int p, int O, int K, bool packed) {
-    int pw = O - p * DT_PANEL < DT_PANEL ? O - p * DT_PANEL : DT_PANEL, K8 = K & ~7;
-    const char *b = (const char *)base + (size_t)p * DT_PANEL * K * esize;
-    if (packed) return (view){ b, b + (size_t)K8 * pw * esize, 8, (size_t)pw * 8, (size_t)(K - K8), pw, true };
-    return (view){ b, b + (size_t)K8 * esize, (size_t)K, 8, (size_t)K, pw, false };
-}
-
-/* The lanes' fixed tree: ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). */
-static float tree8(const float *a) {
-    float b0 = a[0] + a[4], b1 = a[1] + a[5], b2 = a[2] + a[6], b3 = a[3] + a[7];
-    return (b0 + b2) + (b1 + b3);
-}
-
-/* Output i of view v against one row x, in the spec's order. */
-static float dot_portable(const float *x, const view *v, int i, bool q8, int K) {
-    const float *wf = v->w, *tf = v->t;
-    const int8_t *wq = v->w, *tq = v->t;
+/* Output i of view v (f32) against one row x, in the spec's order. */
+static float dot_portable(const float *x, const view *v, int i, int K) {
+    const float *w = v->w, *t = v->t;
     float a[8] = { 0 };
     int k = 0;
     for (; k + 8 <= K; k += 8) {
         size_t at = (size_t)i * v->rs + (size_t)(k >> 3) * v->cs;
-        for (int j = 0; j < 8; j++) a[j] = fmaf(x[k + j], q8 ? (float)wq[at + j] : wf[at + j], a[j]);
+        for (int j = 0; j < 8; j++) a[j] = fmaf(x[k + j], w[at + j], a[j]);
     }
     float s = tree8(a);
-    for (int j = k; j < K; j++) {
-        size_t at = (size_t)i * v->trs + (size_t)(j - k);
-        s = fmaf(x[j], q8 ? (float)tq[at] : tf[at], s);
-    }
+    for (int j = k; j < K; j++) s = fmaf(x[j], t[(size_t)i * v->trs + (size_t)(j - k)], s);
     return s;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_AVX2_PATH 1
-#define AVX2 __attribute__((target("avx2,fma")))
-#define AVX512 __attribute__((target("avx512f,avx2,fma")))
-
-AVX2 static inline float hsum(__m256 v) {
-    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* b_j = l_j + l_{j+4} */
-    __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));                                 /* b0+b2, b1+b3 */
-    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
-}
-
+#if HAVE_AVX2_PATH
 AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
-AVX2 static inline __m256 load_w8(const int8_t *w) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)w)));
-}
 
 /* The arguments of every tile: R rows of x (ldx apart) against a view's outputs from w's on (rs, cs, t, trs as
  * in view), results into res [R][RES_LD]. */
@@ -163,7 +115,6 @@ AVX2 static inline __m256 load_w8(const int8_t *w) {
     TILE_FN(NAME, 1, NO1, WT, LOAD) TILE_FN(NAME, 2, 3, WT, LOAD) TILE_FN(NAME, 3, 3, WT, LOAD)                        \
     TILE_FN(NAME, 4, 3, WT, LOAD) TILE_FN(NAME, 5, 2, WT, LOAD) TILE_FN(NAME, 6, 2, WT, LOAD) TILE_SWITCH(NAME, WT)
 TILE(tile_f32, float, load_w, ROW_OUTPUTS)
-TILE(tile_q8, int8_t, load_w8, ROW_OUTPUTS)
 
 /* AVX-512, 2-6 rows x 8 outputs: the same eight lanes per output as TILE_BODY, two outputs to a 512-bit register
  * (output o in the low half, o + 1 in the high one, the row's eight inputs broadcast to both), so the sums are
@@ -173,22 +124,12 @@ AVX512 static inline __m512 pair_w(const float *a, const float *b) {
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(a))),
                                                _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
 }
-AVX512 static inline __m512 pair_w8(const int8_t *a, const int8_t *b) {
-    __m128i v = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)a), _mm_loadl_epi64((const __m128i *)b));
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v));
-}
 /* A packed panel's pair of outputs (rs = 8) is 16 elements side by side: one load, no insert (int8 prefill on Zen 4,
  * one thread: 485-488 -> 503-509 tokens/s; f32 no change). */
 AVX512 static inline __m512 load16(const float *w) { return _mm512_loadu_ps(w); }
-AVX512 static inline __m512 load16_q8(const int8_t *w) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w)));
-}
 AVX512 static inline __m512 both_halves(const float *x) {
     return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x))));
 }
-/* One accumulator's half: output 2p in the low half, 2p + 1 in the high one. */
-#define HALF(v, hi)                                                                                                    \
-    _mm256_castpd_ps((hi) ? _mm512_extractf64x4_pd(_mm512_castps_pd(v), 1) : _mm512_castpd512_pd256(_mm512_castps_pd(v)))
 #define HSUM_WIDE(r, o) hsum(HALF(acc[r][(o) / 2], (o) % 2))
 #define WIDE_BODY(R, WT, PAIR, LOAD16)                                                                                \
     enum { NP = WIDE_OUTPUTS / 2 };                                                                                    \
@@ -215,12 +156,11 @@ AVX512 static inline __m512 both_halves(const float *x) {
     }                                                                                                                  \
     TILE_END(R, WIDE_OUTPUTS, HSUM_WIDE)
 #define WIDE_FN(NAME, R, WT, PAIR, LOAD16)                                                                             \
-    AVX512 static void NAME##_##R(TILE_ARGS(WT)) { WIDE_BODY(R, WT, PAIR, LOAD16) }
+    AVX512 KERNEL void NAME##_##R(TILE_ARGS(WT)) { WIDE_BODY(R, WT, PAIR, LOAD16) }
 #define WIDE(NAME, WT, PAIR, L16)                                                                                      \
     WIDE_FN(NAME, 2, WT, PAIR, L16) WIDE_FN(NAME, 3, WT, PAIR, L16) WIDE_FN(NAME, 4, WT, PAIR, L16)                    \
     WIDE_FN(NAME, 5, WT, PAIR, L16) WIDE_FN(NAME, 6, WT, PAIR, L16) WIDE_FN(NAME, 1, WT, PAIR, L16) TILE_SWITCH(NAME, WT)
 WIDE(wide_f32, float, pair_w, load16)
-WIDE(wide_q8, int8_t, pair_w8, load16_q8)
 
 /* AVX-512, decoding (up to DECODE_ROWS rows) against a whole packed panel of 24 outputs, two rows at a time: each
  * chunk row of the panel (24 outputs' eight weights, side by side) is 12 loads of two outputs each, so the panel is
@@ -235,11 +175,6 @@ WIDE(wide_q8, int8_t, pair_w8, load16_q8)
  * into L2 between them (Zen 5, f32 batch 8, 124M's Linears alone: 362-368 -> 394-413 tokens/s; with two passes batch 4
  * was 6-9% slower so, and int8, bound by its conversions, no faster; how far ahead: pass_prefetch). R x 12
  * accumulators. */
-/* What a pass prefetches of each chunk row it reads: bytes [lo, hi) of the one ahead bytes on, into L1 or only L2. */
-typedef struct {
-    size_t ahead, lo, hi;
-    bool l2;
-} pf_slice;
 #define HSUM_PANEL(r, o) hsum(HALF(acc[r][(o) / 2], (o) % 2))
 #define PANEL_FN(NAME, R, NPAIRS, WT, LOAD16)                                                                          \
     AVX512 static void NAME##_##R(float *res, const float *x, size_t ldx, const WT *w, size_t cs, const WT *t, size_t trs, \
@@ -271,68 +206,42 @@ typedef struct {
     }
 PANEL_FN(panel_f32, 1, DT_PANEL / 2, float, load16)
 PANEL_FN(panel_f32, 2, DT_PANEL / 2, float, load16)
-PANEL_FN(panel_q8, 1, DT_PANEL / 2, int8_t, load16_q8)
-PANEL_FN(panel_q8, 2, DT_PANEL / 2, int8_t, load16_q8)
-/* int8, four rows against half a panel: each weight widened to f32 serves four rows, not two (batch 8 was 18%
- * slower than tiles of 4 rows x 8 outputs in pairs of rows, converting twice as often) */
-PANEL_FN(panel_q8, 4, DT_PANEL / 4, int8_t, load16_q8)
 
 /* Rows [0, n) (n <= DECODE_ROWS) against one whole packed panel: in blocks of DECODE_KBLOCK inputs when more than
- * one pass is needed, each block by every pair of rows (int8: every four rows, a half panel at a time, then the
- * pairs). res [n][RES_LD]. */
-#define DECODE_ROWS 8
-/* inputs: 24 KB of a panel in f32, which L1 holds (f32 batch 4-8 3-6% faster than whole panels a pass; int8,
- * 6 KB a block, the same with blocks of 256 to 1024 inputs or none) */
-#define DECODE_KBLOCK 256
-/* What pass i of a block's passes prefetches (row: bytes of a chunk row, block: of a block). The first streams the
- * block in, PANEL_AHEAD on; one f32 row leaves that to the hardware's prefetchers, which keep pace with a single
- * stream of full cache lines: its own prefetches cost 3% (Zen 5, 124M, one thread: 71.0 -> 73.5 tokens/s, four
- * alternating pairs; 0.89-0.93 -> 0.93-0.96 of a plain read of the same bytes). With more than two passes, the others
- * share the block after next between them (above), and the first, finding its block in L2, streams only 4 KB on (Zen
- * 4, 124M, batch 8, one thread, builds alternating: the next block and 8 KB, f32 202-211 tokens/s, int8 237-255;
- * these, 228-237 and 270-273; one block on with 4 KB or two with 8 KB were between; batch 6 no change). */
-static pf_slice pass_prefetch(int i, int passes, size_t row, size_t block, bool one_f32_row) {
-    size_t lines = row / 64;
-    if (i == 0) return (pf_slice){ passes > 2 ? PANEL_AHEAD / 2 : PANEL_AHEAD, 0, one_f32_row ? 0 : row, false };
-    if (passes <= 2) return (pf_slice){ 0, 0, 0, false };
-    size_t others = (size_t)passes - 1;
-    return (pf_slice){ 2 * block, lines * (size_t)(i - 1) / others * 64, lines * (size_t)i / others * 64, true };
-}
-
-static void decode_panel(float *res, const float *x, size_t ldx, const view *v, bool q8, int n, int K) {
+ * one pass is needed, each block by every pair of rows. res [n][RES_LD]. */
+static void decode_panel(float *res, const float *x, size_t ldx, const view *v, int n, int K) {
     __m512 save[4 * DT_PANEL]; /* at most 4 passes of 24 accumulators */
-    enum { HALF_PANEL = DT_PANEL / 2 };
-    const float *wf = v->w, *tf = v->t;
-    const int8_t *wq = v->w, *tq = v->t;
+    const float *w = v->w, *t = v->t;
     int K8 = K & ~7, kb = n <= 2 || K8 == 0 ? (K8 ? K8 : 8) : DECODE_KBLOCK;
-    size_t row = v->cs * (q8 ? 1 : sizeof(float)); /* bytes of a chunk row */
+    size_t row = v->cs * sizeof(float); /* bytes of a chunk row */
     size_t block = (size_t)kb / 8 * row;
-    int passes = q8 ? n / 4 * 2 + (n % 4 + 1) / 2 : (n + 1) / 2; /* as the loops below make them */
-    bool one_f32 = !q8 && n == 1;
+    int passes = (n + 1) / 2;
     for (int k0 = 0; k0 < K8 || k0 == 0; k0 += kb) {
-        int k1 = k0 + kb < K8 ? k0 + kb : K8, r = 0, pass = 0;
+        int k1 = k0 + kb < K8 ? k0 + kb : K8, pass = 0;
         bool first = k0 == 0, last = k1 == K8;
         __m512 *sv = save;
-        for (; q8 && n - r >= 4; r += 4)
-            for (int h = 0; h < 2; h++, sv += DT_PANEL, pass++)
-                panel_q8_4(res + (size_t)r * RES_LD + h * HALF_PANEL, x + (size_t)r * ldx, ldx, wq + h * HALF_PANEL * 8, v->cs,
-                           tq + (size_t)h * HALF_PANEL * v->trs, v->trs, K, k0, k1, sv, first, last,
-                           pass_prefetch(pass, passes, row, block, one_f32));
-        for (; r < n; r += 2, sv += DT_PANEL, pass++) {
+        for (int r = 0; r < n; r += 2, sv += DT_PANEL, pass++) {
             float *rr = res + (size_t)r * RES_LD;
             const float *xr = x + (size_t)r * ldx;
-            pf_slice pf = pass_prefetch(pass, passes, row, block, one_f32);
-            if (q8 && n - r >= 2) panel_q8_2(rr, xr, ldx, wq, v->cs, tq, v->trs, K, k0, k1, sv, first, last, pf);
-            else if (q8) panel_q8_1(rr, xr, ldx, wq, v->cs, tq, v->trs, K, k0, k1, sv, first, last, pf);
-            else if (n - r >= 2) panel_f32_2(rr, xr, ldx, wf, v->cs, tf, v->trs, K, k0, k1, sv, first, last, pf);
-            else panel_f32_1(rr, xr, ldx, wf, v->cs, tf, v->trs, K, k0, k1, sv, first, last, pf);
+            pf_slice pf = pass_prefetch(pass, passes, row, block, n == 1);
+            if (n - r >= 2) panel_f32_2(rr, xr, ldx, w, v->cs, t, v->trs, K, k0, k1, sv, first, last, pf);
+            else panel_f32_1(rr, xr, ldx, w, v->cs, t, v->trs, K, k0, k1, sv, first, last, pf);
         }
         if (last) break;
     }
 }
-#else
-#define HAVE_AVX2_PATH 0
 #endif
+
+/* One Linear's call: its rows, weights and what goes with them. */
+typedef struct {
+    const float *x;     /* rows [n][K] */
+    const uint16_t *xb; /* int8: the rows rounded to bf16 (rowdot_int8.c) */
+    const void *w;
+    const float *scale, *bias; /* scale: int8's per output (NULL in f32) */
+    bool packed;
+    int n, K, O;
+    int level; /* the tiles' path (simd.h): int8 takes AVX2's where it does not multiply bf16 */
+} call;
 
 /* Tiles, widest first: [0] the one a block of nr rows is swept in, [1] a narrower one for what is left of a
  * panel; outputs past both go one at a time (T_NONE). AVX-512: more than one row 8 outputs (one row, and a
@@ -340,90 +249,102 @@ static void decode_panel(float *res, const float *x, size_t ldx, const view *v, 
  * waits on memory), 2-4 rows 3, 5-6 rows 2. */
 typedef enum { T_NONE, T_WIDE, T_AVX2 } tile_kind;
 typedef struct { tile_kind kind; int width; } tile_choice;
-static void tile_widths(int nr, tile_choice c[2]) {
-    int level = dt_kernels_simd();
+static void tile_widths(int nr, int level, tile_choice c[2]) {
     tile_choice avx2 = { T_AVX2, nr == 1 ? ROW_OUTPUTS : nr <= 4 ? 3 : 2 }, none = { T_NONE, 1 };
     c[0] = c[1] = none;
-    if (level == 0) return;
+    if (level == DT_SIMD_PORTABLE) return;
     c[0] = avx2;
-    if (level < 2) return;
+    if (level < DT_SIMD_AVX512) return;
     if (nr > 1) c[0] = (tile_choice){ T_WIDE, WIDE_OUTPUTS };
     if (c[0].kind != T_AVX2) c[1] = avx2;
 }
 
-static void run_tile(tile_kind kind, bool q8, float *res, const float *xr, size_t K, const view *v, int i, int nr, bool stream) {
+/* A tile of rows [r, r + nr) x outputs [i, i + width) of view v; wb: int8's panel widened to bf16 (T_WIDE). */
+static void run_tile(const call *c, tile_kind kind, float *res, int r, const view *v, int i, int nr, bool stream, const uint16_t *wb) {
 #if HAVE_AVX2_PATH
-    size_t pf = stream && v->packed ? v->cs * (q8 ? 1 : sizeof(float)) : 0;
-    const float *wf = (const float *)v->w + (size_t)i * v->rs, *tf = (const float *)v->t + (size_t)i * v->trs;
-    const int8_t *wq = (const int8_t *)v->w + (size_t)i * v->rs, *tq = (const int8_t *)v->t + (size_t)i * v->trs;
-    if (kind == T_WIDE) {
-        if (q8) wide_q8(nr, res, xr, K, wq, v->rs, v->cs, tq, v->trs, (int)K, pf);
-        else wide_f32(nr, res, xr, K, wf, v->rs, v->cs, tf, v->trs, (int)K, pf);
-    } else {
-        if (q8) tile_q8(nr, res, xr, K, wq, v->rs, v->cs, tq, v->trs, (int)K, pf);
-        else tile_f32(nr, res, xr, K, wf, v->rs, v->cs, tf, v->trs, (int)K, pf);
+    size_t K = (size_t)c->K, rs = v->rs, cs = v->cs, trs = v->trs;
+    if (c->scale) {
+        const int8_t *w = (const int8_t *)v->w + i * rs, *t = (const int8_t *)v->t + i * trs;
+        const uint16_t *x = c->xb + (size_t)r * K;
+        if (kind == T_WIDE) dt_rowdot_q8_wide(nr, res, x, K, wb + i * rs, cs, t, trs, c->K);
+        else dt_rowdot_q8_tile(nr, res, x, K, w, rs, cs, t, trs, c->K);
+        return;
     }
+    size_t pf = stream && v->packed ? cs * sizeof(float) : 0;
+    const float *w = (const float *)v->w + i * rs, *t = (const float *)v->t + i * trs, *x = c->x + (size_t)r * K;
+    if (kind == T_WIDE) wide_f32(nr, res, x, K, w, rs, cs, t, trs, c->K, pf);
+    else tile_f32(nr, res, x, K, w, rs, cs, t, trs, c->K, pf);
 #else
-    (void)kind, (void)q8, (void)res, (void)xr, (void)K, (void)v, (void)i, (void)nr, (void)stream;
+    (void)c, (void)kind, (void)res, (void)r, (void)v, (void)i, (void)nr, (void)stream, (void)wb;
 #endif
 }
 
-/* Results res [nr][RES_LD] of rows [r, r + nr) x outputs [o, o + m) into out, scaled (int8) and biased. */
+/* Results res [nr][RES_LD] of rows [r, r + nr) x outputs [o, o + m) into out, scaled (int8) and biased (a missing
+ * bias is 0). A loop for each case: in one, the compiler read scale through a masked load when it was NULL, which
+ * cost f32 prefill 15% on a Zen 4 (a faulting address, even masked off, takes the slow path). */
 static void put(float *out, const float *res, int r, int nr, int o, int m, const float *scale, const float *bias, int O) {
-    for (int a = 0; a < nr; a++)
-        for (int j = 0; j < m; j++) {
-            float s = res[a * RES_LD + j], b = bias ? bias[o + j] : 0.0f;
-            out[(size_t)(r + a) * O + o + j] = scale ? fmaf(s, scale[o + j], b) : s + b;
-        }
+    for (int a = 0; a < nr; a++) {
+        const float *s = res + a * RES_LD;
+        float *y = out + (size_t)(r + a) * O + o;
+        if (scale && bias) for (int j = 0; j < m; j++) y[j] = fmaf(s[j], scale[o + j], bias[o + j]);
+        else if (scale) for (int j = 0; j < m; j++) y[j] = fmaf(s[j], scale[o + j], 0.0f);
+        else if (bias) for (int j = 0; j < m; j++) y[j] = s[j] + bias[o + j];
+        else for (int j = 0; j < m; j++) y[j] = s[j] + 0.0f;
+    }
 }
 
 /* Rows [r, r + nr) x a view's outputs [i, i + no) (output o0 + i of the whole): tiles where they fit, single dots
  * elsewhere; the same sums either way. first: the panel's first block, whose first tile streams it in. */
-static void block(float *out, const float *x, const view *v, bool q8, const float *scale, const float *bias, int K, int O, int r,
-                  int nr, int o0, int i, int no, bool first) {
+static void block(const call *c, float *out, const view *v, int r, int nr, int o0, int i, int no, bool first, const uint16_t *wb) {
     float res[6 * RES_LD];
-    const float *xr = x + (size_t)r * K;
-    tile_choice c[2];
-    tile_widths(nr, c);
+    size_t K = (size_t)c->K;
+    tile_choice ch[2];
+    tile_widths(nr, c->level, ch);
     for (int t = 0, m; t < no; t += m) {
-        tile_kind kind = c[0].width <= no - t ? c[0].kind : c[1].width <= no - t ? c[1].kind : T_NONE;
-        m = kind == T_NONE ? 1 : kind == c[0].kind ? c[0].width : c[1].width;
-        if (kind != T_NONE) run_tile(kind, q8, res, xr, (size_t)K, v, i + t, nr, first && t == 0);
+        tile_kind kind = ch[0].width <= no - t ? ch[0].kind : ch[1].width <= no - t ? ch[1].kind : T_NONE;
+        m = kind == T_NONE ? 1 : kind == ch[0].kind ? ch[0].width : ch[1].width;
+        if (kind != T_NONE) run_tile(c, kind, res, r, v, i + t, nr, first && t == 0, wb);
         else
-            for (int a = 0; a < nr; a++) res[a * RES_LD] = dot_portable(xr + (size_t)a * K, v, i + t, q8, K);
-        put(out, res, r, nr, o0 + i + t, m, scale, bias, O);
+            for (int a = 0; a < nr; a++)
+                res[a * RES_LD] = c->scale ? dt_rowdot_q8_dot(c->xb + (r + a) * K, v, i + t, c->K)
+                                           : dot_portable(c->x + (r + a) * K, v, i + t, c->K);
+        put(out, res, r, nr, o0 + i + t, m, c->scale, c->bias, c->O);
     }
 }
 
 /* Panels [p0, p1) against rows [0, n): each panel in blocks of its rows' widest tile, by up to 6 rows, swept
- * while a chunk of rows is in cache. */
-static void rows_range(float *out, const float *x, const void *w, bool packed, const float *scale, const float *bias, int n, int K,
-                       int O, int p0, int p1) {
-    bool q8 = scale != NULL;
-    for (int r0 = 0; r0 < n; r0 += ROW_CHUNK) {
-        int r1 = r0 + ROW_CHUNK < n ? r0 + ROW_CHUNK : n;
+ * while a chunk of rows is in cache. wb: room for a panel widened to bf16 (int8 on AVX512-BF16, more than one
+ * row, else unused). */
+static void rows_range(const call *c, float *out, int p0, int p1, uint16_t *wb) {
+    bool q8 = c->scale != NULL;
+    size_t K = (size_t)c->K;
+    for (int r0 = 0; r0 < c->n; r0 += ROW_CHUNK) {
+        int r1 = r0 + ROW_CHUNK < c->n ? r0 + ROW_CHUNK : c->n;
         /* rows in groups of at most 6, as even as they go (8: 4 + 4, not 6 + 2: a small group converts as many
          * int8 weights as a large one for fewer products); only a chunk of one row has groups of one */
         int g = (r1 - r0 + 5) / 6, base = (r1 - r0) / g, extra = (r1 - r0) % g;
         for (int p = p0; p < p1; p++) {
-            view v = panel_view(w, q8 ? 1 : sizeof(float), p, O, K, packed);
+            view v = panel_view(c->w, q8 ? 1 : sizeof(float), p, c->O, c->K, c->packed);
 #if HAVE_AVX2_PATH
-            if (packed && v.pw == DT_PANEL && r1 - r0 <= DECODE_ROWS && dt_kernels_simd() == DT_SIMD_AVX512) {
+            if (c->packed && v.pw == DT_PANEL && r1 - r0 <= DECODE_ROWS && c->level == DT_SIMD_AVX512) {
                 float res[DECODE_ROWS * RES_LD];
-                decode_panel(res, x + (size_t)r0 * K, (size_t)K, &v, q8, r1 - r0, K);
-                put(out, res, r0, r1 - r0, p * DT_PANEL, DT_PANEL, scale, bias, O);
+                if (q8) dt_rowdot_q8_decode(res, c->xb + r0 * K, K, &v, r1 - r0, c->K);
+                else decode_panel(res, c->x + r0 * K, K, &v, r1 - r0, c->K);
+                put(out, res, r0, r1 - r0, p * DT_PANEL, DT_PANEL, c->scale, c->bias, c->O);
                 continue;
             }
 #endif
-            tile_choice c[2];
-            tile_widths(base, c);
+            tile_choice ch[2];
+            tile_widths(base, c->level, ch);
+#if HAVE_AVX2_PATH
+            if (q8 && ch[0].kind == T_WIDE) dt_rowdot_q8_widen(wb, &v, c->K); /* once for every group of rows */
+#endif
             /* AVX2's 2 and 3 both fit in 6, whose weights stay in L1 while every group of rows goes by; one row (no
              * groups to go by), the whole panel at once, in fewer calls */
-            int step = c[0].kind == T_WIDE ? WIDE_OUTPUTS : base == 1 ? DT_PANEL : 6;
+            int step = ch[0].kind == T_WIDE ? WIDE_OUTPUTS : base == 1 ? DT_PANEL : 6;
             for (int i = 0; i < v.pw; i += step)
                 for (int a = 0, r = r0; a < g; r += base + (a < extra), a++)
-                    block(out, x, &v, q8, scale, bias, K, O, r, base + (a < extra), p * DT_PANEL, i, v.pw - i < step ? v.pw - i : step,
-                          i == 0 && a == 0);
+                    block(c, out, &v, r, base + (a < extra), p * DT_PANEL, i, v.pw - i < step ? v.pw - i : step, i == 0 && a == 0, wb);
         }
     }
 }
@@ -446,31 +367,45 @@ static void one_row(float *out, const float *x, const float *w, const float *bia
     }
 #endif
     for (; o < O; o++) {
-        float s = dot_portable(x, &v, o, false, K);
+        float s = dot_portable(x, &v, o, K);
         put(out, &s, 0, 1, o, 1, NULL, bias, O);
     }
 }
 
-static void rowdot(float *out, const float *x, const void *w, bool packed, const float *scale, const float *bias, int n, int K, int O) {
-    int panels = (O + DT_PANEL - 1) / DT_PANEL;
+static dt_status rowdot(float *out, const float *x, const void *w, bool packed, const float *scale, const float *bias, int n, int K,
+                        int O) {
+    int panels = (O + DT_PANEL - 1) / DT_PANEL, simd = dt_kernels_simd();
     if (n == 1 && !packed && !scale) {
         one_row(out, x, w, bias, K, O);
-        return;
+        return DT_OK;
     }
+    bool dp = scale && packed && dt_kernels_dpbf16();
+    call c = { x, NULL, w, scale, bias, packed, n, K, O, scale && !dp && simd > DT_SIMD_AVX2 ? DT_SIMD_AVX2 : simd };
     /* threads only where there is work for them and none are at work already (the results do not depend on it) */
-    if ((double)n * K * O < 65536 || omp_in_parallel()) {
-        rows_range(out, x, w, packed, scale, bias, n, K, O, 0, panels);
-        return;
+    bool threads = (double)n * K * O >= 65536 && !omp_in_parallel();
+    int nt = threads ? omp_get_max_threads() : 1;
+    /* int8: its rows in bf16, and where tiles of AVX512-BF16 take them, a panel's room to widen to bf16 a thread */
+    size_t xbn = scale ? (size_t)n * K : 0, wbn = dp && n > 1 && (n > DECODE_ROWS || O % DT_PANEL) ? (size_t)DT_PANEL * (K & ~15) : 0;
+    uint16_t *xb = NULL;
+    if (xbn && !(xb = malloc(sizeof(uint16_t) * (xbn + wbn * (size_t)nt))))
+        return dt_error(DT_ERR_NOMEM, "rowdot: out of memory for an int8 [%d, %d] Linear's %d rows in bf16", O, K, n);
+    if (xb) dt_rowdot_q8_round(xb, x, xbn);
+    c.xb = xb;
+    if (!threads) {
+        rows_range(&c, out, 0, panels, xb ? xb + xbn : NULL);
+    } else {
+        #pragma omp parallel for schedule(static)
+        for (int p = 0; p < panels; p++) rows_range(&c, out, p, p + 1, xb ? xb + xbn + wbn * (size_t)omp_get_thread_num() : NULL);
     }
-    #pragma omp parallel for schedule(static)
-    for (int p = 0; p < panels; p++) rows_range(out, x, w, packed, scale, bias, n, K, O, p, p + 1);
+    free(xb);
+    return DT_OK;
 }
 
 void dt_rowdot_f32(float *out, const float *x, const float *w, const float *bias, int n, int K, int O) {
-    rowdot(out, x, w, false, NULL, bias, n, K, O);
+    (void)rowdot(out, x, w, false, NULL, bias, n, K, O); /* f32 allocates nothing: it cannot fail */
 }
 
-void dt_panels_apply(float *out, const float *x, const dt_panels *p, const float *bias, int n) {
-    if (p->f) rowdot(out, x, p->f, p->packed, NULL, bias, n, p->K, p->O);
-    else rowdot(out, x, p->q, p->packed, p->scale, bias, n, p->K, p->O);
+dt_status dt_panels_apply(float *out, const float *x, const dt_panels *p, const float *bias, int n) {
+    if (p->f) return rowdot(out, x, p->f, p->packed, NULL, bias, n, p->K, p->O);
+    return rowdot(out, x, p->q, p->packed, p->scale, bias, n, p->K, p->O);
 }

@@ -4,11 +4,20 @@
 #ifndef DT_KERNELS_SIMD_H
 #define DT_KERNELS_SIMD_H
 
+#include <stdbool.h>
+
 enum { DT_SIMD_PORTABLE = 0, DT_SIMD_AVX2 = 1, DT_SIMD_AVX512 = 2 };
 
 /* The widest path this CPU has, or a narrower one by $DTRAIN_ROWDOT
- * (portable|avx2; the tests run each and expect the same bits); decided on
+ * (portable|avx2|avx512; the tests run each and expect the same bits); decided on
  * the first call. */
 int dt_kernels_simd(void);
+
+/* Whether int8 Linears multiply with AVX512-BF16's vdpbf16ps (their activations
+ * are bf16, their int8 weights exact in bf16): the AVX-512 path on a CPU with
+ * avx512_bf16, unless DTRAIN_ROWDOT=avx512 (AVX-512 without it) or
+ * DTRAIN_BF16_GEMM=0 (no bf16 instructions, as on a Zen 3). The other paths
+ * compute the same bits with two fused multiply-adds a lane. */
+bool dt_kernels_dpbf16(void);
 
 #endif

@@ -1,0 +1,260 @@
+/* int8 Linears' kernels (rowdot.c dispatches): weights int8 per output
+ * channel, activations rounded to bf16, so that where the CPU has
+ * AVX512-BF16 one vdpbf16ps does 32 multiply-adds, twice an f32 FMA's (a
+ * bf16 times an integer in [-127, 127] is exact in f32: 8 bits by 7). The
+ * spec, which every path computes bit for bit:
+ * - x rounded to bf16, to nearest even, |x| < 2^-100 to zero: then every
+ *   partial sum is a multiple of 2^-107, never subnormal (the instruction
+ *   flushes those, fmaf does not);
+ * - per output, eight lanes over chunks of 16 inputs, lane j adding input
+ *   2j + 1's product, then 2j's, each a fused multiply-add (the instruction's
+ *   order and rounding: on a Zen 4, 3.2 million random sums matched it with
+ *   no exception, and the other order missed 9% of them);
+ * - the lanes in rowdot's fixed tree, then the inputs past K & ~15 one by
+ *   one; rowdot.c scales and biases.
+ * Without AVX512-BF16, two FMAs a lane (AVX2) or fmaf (portable). */
+#include "rowdot.h"
+
+#include <math.h>
+#include <string.h>
+
+static inline uint16_t act_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t a = u & 0x7fffffffu, r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    r = a > 0x7f800000u ? (u >> 16) | 0x40u : r; /* a NaN stays one, quiet */
+    return (uint16_t)(a < 0x0d800000u ? 0 : r);
+}
+
+static inline float bf16_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+void dt_rowdot_q8_round(uint16_t *xb, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) xb[i] = act_bf16(x[i]);
+}
+
+float dt_rowdot_q8_dot(const uint16_t *x, const view *v, int i, int K) {
+    const int8_t *w = v->w, *t = v->t;
+    float a[8] = { 0 };
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        const int8_t *c = w + (size_t)i * v->rs + (size_t)(k >> 4) * v->cs;
+        for (int j = 0; j < 8; j++) {
+            a[j] = fmaf(bf16_f32(x[k + 2 * j + 1]), (float)c[2 * j + 1], a[j]);
+            a[j] = fmaf(bf16_f32(x[k + 2 * j]), (float)c[2 * j], a[j]);
+        }
+    }
+    float s = tree8(a);
+    for (int j = k; j < K; j++) s = fmaf(bf16_f32(x[j]), (float)t[(size_t)i * v->trs + (size_t)(j - k)], s);
+    return s;
+}
+
+#if HAVE_AVX2_PATH
+#define DPBF16 __attribute__((target("avx512f,avx512bf16,avx2,fma")))
+
+/* The sums' end: each accumulator's lanes in the fixed tree, then the tail in the spec's order. */
+#define Q8_END(R, NO, HSUM)                                                                                            \
+    for (int r = 0; r < R; r++)                                                                                        \
+        for (int o = 0; o < NO; o++) {                                                                                 \
+            float s = HSUM(r, o);                                                                                      \
+            for (int j = k; j < K; j++) s = fmaf(bf16_f32(x[(size_t)r * ldx + j]), (float)t[(size_t)o * trs + j - k], s); \
+            res[r * RES_LD + o] = s;                                                                                   \
+        }
+
+/* A chunk's 16 int8 weights as lanes of inputs 2j + 1 (odd) or 2j (even), and the same of 16 bf16 inputs: a pair
+ * is one 32-bit lane, the odd input its high half. */
+AVX2 static inline __m256 odd_w(const int8_t *w) {
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w)), 16));
+}
+AVX2 static inline __m256 even_w(const int8_t *w) {
+    __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 16), 16));
+}
+AVX2 static inline __m256 odd_x(const uint16_t *x) {
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)x), _mm256_set1_epi32((int)0xffff0000u)));
+}
+AVX2 static inline __m256 even_x(const uint16_t *x) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)x), 16));
+}
+
+/* AVX2, R rows x NO outputs: every odd product of a chunk, then every even one (each lane's order as the spec's),
+ * NO weight vectors widened at a time, so R x NO accumulators, NO weights and an input fit sixteen registers. */
+#define HSUM_TILE(r, o) hsum(acc[r][o])
+#define Q8_TILE_FN(R, NO)                                                                                              \
+    AVX2 static void q8_tile_##R(float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs,    \
+                                 const int8_t *t, size_t trs, int K) {                                                \
+        __m256 acc[R][NO];                                                                                             \
+        for (int r = 0; r < R; r++)                                                                                    \
+            for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();                                             \
+        int k = 0;                                                                                                     \
+        const int8_t *wk = w;                                                                                          \
+        for (; k + 16 <= K; k += 16, wk += cs) {                                                                       \
+            __m256 wv[NO];                                                                                             \
+            if (!(k & 63)) /* a cache line each at a time */                                                          \
+                for (int o = 0; o < NO; o++) _mm_prefetch((const char *)(wk + (size_t)(o + PREFETCH_AHEAD(R, NO)) * rs), _MM_HINT_T0); \
+            for (int o = 0; o < NO; o++) wv[o] = odd_w(wk + (size_t)o * rs);                                           \
+            for (int r = 0; r < R; r++) {                                                                              \
+                __m256 xv = odd_x(x + (size_t)r * ldx + k);                                                            \
+                for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                        \
+            }                                                                                                          \
+            for (int o = 0; o < NO; o++) wv[o] = even_w(wk + (size_t)o * rs);                                          \
+            for (int r = 0; r < R; r++) {                                                                              \
+                __m256 xv = even_x(x + (size_t)r * ldx + k);                                                           \
+                for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                        \
+            }                                                                                                          \
+        }                                                                                                              \
+        Q8_END(R, NO, HSUM_TILE)                                                                                       \
+    }
+Q8_TILE_FN(1, ROW_OUTPUTS)
+Q8_TILE_FN(2, 3)
+Q8_TILE_FN(3, 3)
+Q8_TILE_FN(4, 3)
+Q8_TILE_FN(5, 2)
+Q8_TILE_FN(6, 2)
+
+void dt_rowdot_q8_tile(int R, float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs, const int8_t *t,
+                       size_t trs, int K) {
+    switch (R) {
+    case 6: q8_tile_6(res, x, ldx, w, rs, cs, t, trs, K); break;
+    case 5: q8_tile_5(res, x, ldx, w, rs, cs, t, trs, K); break;
+    case 4: q8_tile_4(res, x, ldx, w, rs, cs, t, trs, K); break;
+    case 3: q8_tile_3(res, x, ldx, w, rs, cs, t, trs, K); break;
+    case 2: q8_tile_2(res, x, ldx, w, rs, cs, t, trs, K); break;
+    default: q8_tile_1(res, x, ldx, w, rs, cs, t, trs, K);
+    }
+}
+
+/* 16 bf16 inputs in both halves of a register: against a pair of outputs' chunks, output 2p in the low half. */
+AVX512 static inline __m512i both_halves16(const uint16_t *x) {
+    return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x));
+}
+
+DPBF16 void dt_rowdot_q8_widen(uint16_t *wb, const view *v, int K) {
+    const int8_t *w = v->w;
+    size_t n = (size_t)(K & ~15) * (size_t)v->pw; /* a multiple of 16 */
+    for (size_t i = 0; i < n; i += 16) {
+        __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + i))));
+        _mm256_storeu_si256((__m256i *)(wb + i), (__m256i)_mm512_cvtneps_pbh(f)); /* integers: exact */
+    }
+}
+
+/* Prefill, R rows x 8 outputs of a panel widened to bf16 (each weight widened once for all its rows): one
+ * instruction a row and pair of outputs per 16 inputs. R x 4 accumulators, 4 weight pairs and an input. */
+#define HSUM_WIDE(r, o) hsum(HALF(acc[r][(o) / 2], (o) % 2))
+#define Q8_WIDE_FN(R)                                                                                                  \
+    DPBF16 KERNEL void q8_wide_##R(float *res, const uint16_t *x, size_t ldx, const uint16_t *wb, size_t cs,          \
+                                   const int8_t *t, size_t trs, int K) {                                              \
+        enum { NP = WIDE_OUTPUTS / 2 };                                                                                \
+        __m512 acc[R][NP];                                                                                             \
+        for (int r = 0; r < R; r++)                                                                                    \
+            for (int p = 0; p < NP; p++) acc[r][p] = _mm512_setzero_ps();                                             \
+        int k = 0;                                                                                                     \
+        const uint16_t *wk = wb;                                                                                       \
+        for (; k + 16 <= K; k += 16, wk += cs) {                                                                       \
+            __m512i wv[NP];                                                                                            \
+            for (int p = 0; p < NP; p++) {                                                                             \
+                wv[p] = _mm512_loadu_si512(wk + 32 * p);                                                               \
+                __asm__("" : "+v"(wv[p])); /* in a register: else each product loads it again */                      \
+            }                                                                                                          \
+            for (int r = 0; r < R; r++) {                                                                              \
+                __m512i xv = both_halves16(x + (size_t)r * ldx + k);                                                   \
+                __asm__("" : "+v"(xv));                                                                                \
+                for (int p = 0; p < NP; p++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)xv, (__m512bh)wv[p]);  \
+            }                                                                                                          \
+        }                                                                                                              \
+        Q8_END(R, WIDE_OUTPUTS, HSUM_WIDE)                                                                             \
+    }
+Q8_WIDE_FN(1)
+Q8_WIDE_FN(2)
+Q8_WIDE_FN(3)
+Q8_WIDE_FN(4)
+Q8_WIDE_FN(5)
+Q8_WIDE_FN(6)
+
+void dt_rowdot_q8_wide(int R, float *res, const uint16_t *x, size_t ldx, const uint16_t *wb, size_t cs, const int8_t *t, size_t trs,
+                       int K) {
+    switch (R) {
+    case 6: q8_wide_6(res, x, ldx, wb, cs, t, trs, K); break;
+    case 5: q8_wide_5(res, x, ldx, wb, cs, t, trs, K); break;
+    case 4: q8_wide_4(res, x, ldx, wb, cs, t, trs, K); break;
+    case 3: q8_wide_3(res, x, ldx, wb, cs, t, trs, K); break;
+    case 2: q8_wide_2(res, x, ldx, wb, cs, t, trs, K); break;
+    default: q8_wide_1(res, x, ldx, wb, cs, t, trs, K);
+    }
+}
+
+/* Decoding, R rows against NPAIRS pairs of a packed panel's outputs, each pair's 32 weights of a chunk widened
+ * to bf16 in registers once for the R rows (8 rows a quarter panel at a time: 1.5x the multiply-adds a second of
+ * 4 rows a half panel twice, in a loop of the kernel alone on a Zen 4); otherwise as rowdot.c's PANEL_FN: inputs
+ * [k0, k1) of a block, the accumulators kept in save between blocks, pf what the pass prefetches. */
+DPBF16 static inline __m512bh widen_pair(const int8_t *w) {
+    __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w)));
+    __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 16))));
+    return _mm512_cvtne2ps_pbh(hi, lo); /* lo in the low half */
+}
+#define HSUM_PANEL(r, o) hsum(HALF(acc[r][(o) / 2], (o) % 2))
+#define Q8_PANEL_FN(R, NPAIRS)                                                                                         \
+    DPBF16 static void q8_panel_##R(float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t cs, const int8_t *t, \
+                                    size_t trs, int K, int k0, int k1, __m512 *save, bool first, bool last, pf_slice pf) { \
+        enum { NP = NPAIRS };                                                                                          \
+        __m512 acc[R][NP];                                                                                             \
+        for (int r = 0; r < R; r++)                                                                                    \
+            for (int p = 0; p < NP; p++) acc[r][p] = first ? _mm512_setzero_ps() : save[r * NP + p];                  \
+        int k = k0;                                                                                                    \
+        const int8_t *wk = w + (size_t)(k0 >> 4) * cs;                                                                 \
+        for (; k < k1; k += 16, wk += cs) {                                                                            \
+            __m512i xv[R];                                                                                             \
+            for (int r = 0; r < R; r++) xv[r] = both_halves16(x + (size_t)r * ldx + k);                                \
+            for (size_t b_ = pf.lo; b_ < pf.hi; b_ += 64) /* the hint is an immediate */                              \
+                if (pf.l2) _mm_prefetch((const char *)wk + pf.ahead + b_, _MM_HINT_T1);                              \
+                else _mm_prefetch((const char *)wk + pf.ahead + b_, _MM_HINT_T0);                                    \
+            for (int p = 0; p < NP; p++) {                                                                             \
+                __m512bh wv = widen_pair(wk + 32 * p);                                                                 \
+                for (int r = 0; r < R; r++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)xv[r], wv);             \
+            }                                                                                                          \
+        }                                                                                                              \
+        if (!last) {                                                                                                   \
+            for (int r = 0; r < R; r++)                                                                                \
+                for (int p = 0; p < NP; p++) save[r * NP + p] = acc[r][p];                                             \
+            return;                                                                                                    \
+        }                                                                                                              \
+        Q8_END(R, 2 * NP, HSUM_PANEL)                                                                                  \
+    }
+Q8_PANEL_FN(1, DT_PANEL / 2)
+Q8_PANEL_FN(2, DT_PANEL / 2)
+Q8_PANEL_FN(4, DT_PANEL / 4)
+Q8_PANEL_FN(8, DT_PANEL / 8)
+
+/* Rows in passes of 8 (four quarter panels), then 4 (two halves), then pairs and one, over blocks of DECODE_KBLOCK
+ * inputs when more than one pass is needed (rowdot.c's decode_panel, in int8). */
+DPBF16 void dt_rowdot_q8_decode(float *res, const uint16_t *x, size_t ldx, const view *v, int n, int K) {
+    __m512 save[4 * DT_PANEL]; /* every pass holds at most DT_PANEL accumulators, n <= 8 rows at most 4 passes */
+    const int8_t *w = v->w, *t = v->t;
+    int Kc = K & ~15, kb = n <= 2 || Kc == 0 ? (Kc ? Kc : 16) : DECODE_KBLOCK;
+    size_t row = v->cs, block = (size_t)kb / 16 * row, trs = v->trs;
+    int passes = n / 8 * 4 + n % 8 / 4 * 2 + (n % 4 + 1) / 2;
+    for (int k0 = 0; k0 < Kc || k0 == 0; k0 += kb) {
+        int k1 = k0 + kb < Kc ? k0 + kb : Kc, r = 0, pass = 0;
+        bool first = k0 == 0, last = k1 == Kc;
+        __m512 *sv = save;
+        for (; n - r >= 8; r += 8)
+            for (int q = 0, o = 0; q < 4; q++, o += DT_PANEL / 4, sv += DT_PANEL, pass++)
+                q8_panel_8(res + (size_t)r * RES_LD + o, x + (size_t)r * ldx, ldx, w + (size_t)o * 16, v->cs, t + (size_t)o * trs, trs, K,
+                           k0, k1, sv, first, last, pass_prefetch(pass, passes, row, block, false));
+        for (; n - r >= 4; r += 4)
+            for (int h = 0, o = 0; h < 2; h++, o += DT_PANEL / 2, sv += DT_PANEL, pass++)
+                q8_panel_4(res + (size_t)r * RES_LD + o, x + (size_t)r * ldx, ldx, w + (size_t)o * 16, v->cs, t + (size_t)o * trs, trs, K,
+                           k0, k1, sv, first, last, pass_prefetch(pass, passes, row, block, false));
+        for (; r < n; r += 2, sv += DT_PANEL, pass++) {
+            pf_slice pf = pass_prefetch(pass, passes, row, block, n <= 2);
+            if (n - r >= 2) q8_panel_2(res + (size_t)r * RES_LD, x + (size_t)r * ldx, ldx, w, v->cs, t, trs, K, k0, k1, sv, first, last, pf);
+            else q8_panel_1(res + (size_t)r * RES_LD, x + (size_t)r * ldx, ldx, w, v->cs, t, trs, K, k0, k1, sv, first, last, pf);
+        }
+        if (last) break;
+    }
+}
+#endif
