@@ -195,6 +195,21 @@ int main(void) {
         dt_free_zeroed(store);
     }
 
+    /* weights streamed whole: 2 MB aligned from 8 MB on (huge pages' size), 64 bytes below, and usable to the end */
+    {
+        const size_t sizes[3] = { 1000, ((size_t)8 << 20) + 4, (size_t)20 << 20 };
+        for (int i = 0; i < 3; i++) {
+            unsigned char *w = dt_alloc_streamed(sizes[i]);
+            uintptr_t align = sizes[i] >= ((size_t)8 << 20) ? (uintptr_t)2 << 20 : 64;
+            EXPECT(w && (uintptr_t)w % align == 0, "dt_alloc_streamed(%zu): %p, not %zu-byte aligned", sizes[i], (void *)w, (size_t)align);
+            if (w) {
+                memset(w, 7, sizes[i]);
+                EXPECT(w[sizes[i] - 1] == 7, "dt_alloc_streamed(%zu): its last byte", sizes[i]);
+            }
+            dt_free_aligned(w);
+        }
+    }
+
     /* the initialisation made in pieces (as ranks make it, each a piece; threads split a piece the same way) is the
      * whole one's */
     {

@@ -93,6 +93,12 @@ bool dt_cpu_has(const char *flag);
 
 /* 64-byte aligned allocation (cache line; AVX-512 friendly). */
 void *dt_alloc_aligned(size_t bytes);
+/* The same for weights that kernels stream through whole (8 MB and more):
+ * 2 MB aligned and advised to take the system's huge pages (transparent
+ * huge pages in madvise mode, Debian's default), so that a decoding step's
+ * pass over 500 MB of weights misses the TLB 250 times, not 122,000.
+ * Freed with dt_free_aligned. */
+void *dt_alloc_streamed(size_t bytes);
 void dt_free_aligned(void *p);
 /* Zeroed, 64-byte aligned memory whose pages the system provides only as
  * they are first written (a store that may never be touched whole: the

@@ -16,6 +16,16 @@ void *dt_alloc_aligned(size_t bytes) {
     return p;
 }
 
+void *dt_alloc_streamed(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    if (bytes < 4 * huge) return dt_alloc_aligned(bytes);
+    void *p = NULL;
+    size_t whole = (bytes + huge - 1) & ~(huge - 1);
+    if (whole < bytes || posix_memalign(&p, huge, whole) != 0) return NULL;
+    (void)madvise(p, whole, MADV_HUGEPAGE); /* advice: where the system has none to give, 4 KB pages as before */
+    return p;
+}
+
 void dt_free_aligned(void *p) { free(p); }
 
 void *dt_mem_zero_edges(void *p, size_t bytes, size_t *whole) {

@@ -57,7 +57,7 @@ dt_status dt_panels_create(const float *w, int O, int K, bool int8, dt_panels **
     dt_panels *p = calloc(1, sizeof *p);
     size_t n = (size_t)O * K;
     /* aligned: a packed f32 panel is read in loads of 64 bytes, each split over two cache lines otherwise */
-    if (p) *p = (dt_panels){ O, K, int8 ? NULL : dt_alloc_aligned(n * sizeof(float)), int8 ? dt_alloc_aligned(n) : NULL,
+    if (p) *p = (dt_panels){ O, K, int8 ? NULL : dt_alloc_streamed(n * sizeof(float)), int8 ? dt_alloc_streamed(n) : NULL,
                              int8 ? malloc((size_t)O * sizeof(float)) : NULL, packs(int8), false };
     if (!p || (int8 ? !p->q || !p->scale : !p->f)) {
         dt_panels_destroy(p);
