@@ -248,6 +248,9 @@ void dt_kernels_blas_name(char *out, size_t n);
  * inference's kernels use (fma_peak.c): their arithmetic's ceiling in
  * GFLOP/s, median of 5 tries. */
 double dt_kernels_fma_peak(int threads);
+/* The same for int8 Linears' products: bf16 pairs' (vdpbf16ps, twice the
+ * multiply-adds) where the CPU has AVX512-BF16, else the FMAs'. */
+double dt_kernels_int8_peak(int threads);
 /* Inference's Linear (rowdot.c): out[n, O] = x[n, K] @ w[O, K]^T + bias
  * (bias may be NULL), each element one dot product summed in a fixed order
  * whatever n, the row's place or the threads: a row gives the same bits

@@ -102,19 +102,21 @@ static double read_bandwidth(int threads) {
 }
 
 /* The other ceiling: every weight is a multiply-add per token at any batch, so the core's multiply-add rate (at the
- * decoder's vector width; the decoder multiplies int8 weights in f32 as well) bounds decoding at large batches. Over
- * the memory-bound batch-1 ceiling it says how much batching can ever gain here: int8 reads a quarter of f32's bytes
- * at the same arithmetic, so its gain is a quarter of f32's. sgemm's rate beside it, which a BLAS built for
- * narrower vectors than the core's keeps below the ceiling. */
+ * decoder's vector width; int8's products at bf16 pairs' rate where the CPU multiplies those, else in f32 as well)
+ * bounds decoding at large batches. Over the memory-bound batch-1 ceiling it says how much batching can ever gain
+ * here: int8 reads a quarter of f32's bytes, so at the same arithmetic its gain is a quarter of f32's, at twice
+ * the arithmetic half. sgemm's rate beside it, which a BLAS built for narrower vectors than the core's keeps below
+ * the ceiling. */
 static void compute_ceiling(int threads, const size_t wb[2], double bw) {
     double flops = 2.0 * (double)(wb[0] / sizeof(float)), peak = dt_kernels_fma_peak(threads) * 1e9,
-           sgemm = dt_peak_measure(threads) * 1e9;
-    if (!wb[0] || !wb[1] || peak <= 0 || bw <= 0) return;
+           q8 = dt_kernels_int8_peak(threads) * 1e9, sgemm = dt_peak_measure(threads) * 1e9;
+    if (!wb[0] || !wb[1] || peak <= 0 || q8 <= 0 || bw <= 0) return;
     char blas[128];
     dt_kernels_blas_name(blas, sizeof blas);
-    printf("# multiply-adds at %.1f GFLOP/s on %d thread(s) (sgemm %.1f through %s): the weights' %.2f GFLOP a token allow at most %.1f "
-           "tokens/s at any batch, %.2fx the f32 batch-1 ceiling and %.2fx int8's\n", peak / 1e9, threads, sgemm / 1e9, blas, flops / 1e9,
-           peak / flops, peak / flops / (bw / (double)wb[0]), peak / flops / (bw / (double)wb[1]));
+    printf("# multiply-adds at %.1f GFLOP/s on %d thread(s) (sgemm %.1f through %s): the weights' %.2f GFLOP a token allow f32 at "
+           "most %.1f tokens/s at any batch, %.2fx its batch-1 ceiling; int8's products at %.1f GFLOP/s (%s) at most %.1f, %.2fx its "
+           "batch-1 ceiling\n", peak / 1e9, threads, sgemm / 1e9, blas, flops / 1e9, peak / flops, peak / flops / (bw / (double)wb[0]),
+           q8 / 1e9, q8 > 1.5 * peak ? "bf16 pairs" : "f32", q8 / flops, q8 / flops / (bw / (double)wb[1]));
 }
 
 /* Perplexity over up to `windows` windows of the context's length from a token file, each read in one step with every

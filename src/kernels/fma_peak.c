@@ -1,14 +1,17 @@
 /* The arithmetic's ceiling for inference's kernels: twelve independent
  * chains of multiply-adds in registers (more than the pipes' latency times
  * their number), no memory, at the vector width those kernels use
- * (dt_kernels_simd). A BLAS's sgemm is no measure of it: one built for
- * 256-bit vectors runs at half an AVX-512 core's rate. */
+ * (dt_kernels_simd), and for int8's products those of vdpbf16ps where
+ * they use it. A BLAS's sgemm is no measure of it: one built for 256-bit
+ * vectors runs at half an AVX-512 core's rate. */
 #include "simd.h"
 
 #include "dtrain/base.h"
 #include "dtrain/kernels.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #define CHAINS(V, SET, FMA)                                                                                            \
     V a0 = SET(1), a1 = SET(2), a2 = SET(3), a3 = SET(4), a4 = SET(5), a5 = SET(6), a6 = SET(7), a7 = SET(8);         \
@@ -31,15 +34,27 @@ __attribute__((target("avx512f"))) static float chains16(long reps) {
     CHAINS(__m512, _mm512_set1_ps, _mm512_fmadd_ps)
     return _mm512_reduce_add_ps(s);
 }
+/* int8 Linears' products where they are bf16 pairs (dt_kernels_dpbf16): 32 multiply-adds an instruction */
+#define DP(a, m, c) _mm512_dpbf16_ps(a, (__m512bh)_mm512_castps_si512(m), (__m512bh)_mm512_castps_si512(c))
+/* x's bf16 in both halves of each lane: a pair of finite bf16 values (x's own low half could be a NaN's) */
+__attribute__((target("avx512f"))) static inline __m512 bf16_pair(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return _mm512_castsi512_ps(_mm512_set1_epi32((int)((u & 0xffff0000u) | u >> 16)));
+}
+__attribute__((target("avx512f,avx512bf16"))) static float chains_dp(long reps) {
+    CHAINS(__m512, bf16_pair, DP)
+    return _mm512_reduce_add_ps(s);
+}
 __attribute__((target("avx2,fma"))) static float chains8(long reps) {
     CHAINS(__m256, _mm256_set1_ps, _mm256_fmadd_ps)
     return s[0];
 }
 #endif
 
-double dt_kernels_fma_peak(int threads) {
+static double peak(int threads, bool dp) {
     int level = dt_kernels_simd(), lanes = level == DT_SIMD_AVX512 ? 16 : level == DT_SIMD_AVX2 ? 8 : 1;
-    long reps = 20000000 / lanes + 1; /* 20-30 ms a try on a vector core */
+    long reps = 20000000 / lanes / (dp ? 2 : 1) + 1; /* 20-30 ms a try on a vector core */
     double t[5];
     float sink = 0;
     if (threads < 1) threads = 1;
@@ -48,12 +63,21 @@ double dt_kernels_fma_peak(int threads) {
         #pragma omp parallel for num_threads(threads) reduction(+ : sink)
         for (int th = 0; th < threads; th++) {
 #if defined(__x86_64__) && defined(__GNUC__)
-            sink += lanes == 16 ? chains16(reps) : lanes == 8 ? chains8(reps) : chains1(reps);
+            sink += dp ? chains_dp(reps) : lanes == 16 ? chains16(reps) : lanes == 8 ? chains8(reps) : chains1(reps);
 #else
             sink += chains1(reps);
 #endif
         }
-        t[k] = 2.0 * 12 * lanes * (double)reps * threads / (dt_time_now() - t0) / 1e9;
+        t[k] = 2.0 * 12 * lanes * (dp ? 2 : 1) * (double)reps * threads / (dt_time_now() - t0) / 1e9;
     }
     return sink == sink ? dt_median(t, 5) : 0; /* the sums are used, so the chains run */
+}
+
+double dt_kernels_fma_peak(int threads) { return peak(threads, false); }
+
+double dt_kernels_int8_peak(int threads) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (dt_kernels_dpbf16()) return peak(threads, true);
+#endif
+    return peak(threads, false);
 }
