@@ -180,28 +180,20 @@ WIDE(wide_f32, float, pair_w, load16)
     AVX512 static void NAME##_##R(float *res, const float *x, size_t ldx, const WT *w, size_t cs, const WT *t, size_t trs, \
                                   int K, int k0, int k1, __m512 *save, bool first, bool last, pf_slice pf) {          \
         enum { NP = NPAIRS };                                                                                          \
-        __m512 acc[R][NP];                                                                                             \
-        for (int r = 0; r < R; r++)                                                                                    \
-            for (int p = 0; p < NP; p++) acc[r][p] = first ? _mm512_setzero_ps() : save[r * NP + p];                  \
+        PANEL_START(R, NP);                                                                                            \
         int k = k0;                                                                                                    \
         const WT *wk = w + (size_t)(k0 >> 3) * cs;                                                                     \
         for (; k < k1; k += 8, wk += cs) {                                                                             \
             __m512 xv[R];                                                                                              \
             for (int r = 0; r < R; r++) xv[r] = both_halves(x + (size_t)r * ldx + k);                                  \
-            for (size_t b_ = pf.lo; b_ < pf.hi; b_ += 64) /* the hint is an immediate */                              \
-                if (pf.l2) _mm_prefetch((const char *)wk + pf.ahead + b_, _MM_HINT_T1);                              \
-                else _mm_prefetch((const char *)wk + pf.ahead + b_, _MM_HINT_T0);                                    \
+            PANEL_PREFETCH(wk, pf);                                                                                    \
             for (int p = 0; p < NP; p++) {                                                                             \
                 __m512 wv = LOAD16(wk + 16 * p);                                                                       \
                 __asm__("" : "+v"(wv)); /* one load for both rows: two of 64 bytes a product set the pace */          \
                 for (int r = 0; r < R; r++) acc[r][p] = _mm512_fmadd_ps(xv[r], wv, acc[r][p]);                        \
             }                                                                                                          \
         }                                                                                                              \
-        if (!last) {                                                                                                   \
-            for (int r = 0; r < R; r++)                                                                                \
-                for (int p = 0; p < NP; p++) save[r * NP + p] = acc[r][p];                                             \
-            return;                                                                                                    \
-        }                                                                                                              \
+        PANEL_KEEP(R, NP)                                                                                              \
         TILE_END(R, 2 * NP, HSUM_PANEL)                                                                                \
     }
 PANEL_FN(panel_f32, 1, DT_PANEL / 2, float, load16)

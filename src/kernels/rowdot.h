@@ -89,6 +89,23 @@ AVX2 static inline float hsum(__m256 v) {
 /* One accumulator's half: output 2p in the low half, 2p + 1 in the high one. */
 #define HALF(v, hi)                                                                                                    \
     _mm256_castpd_ps((hi) ? _mm512_extractf64x4_pd(_mm512_castps_pd(v), 1) : _mm512_castpd512_pd256(_mm512_castps_pd(v)))
+/* A decoding panel's pieces (rowdot.c's PANEL_FN, rowdot_int8.c's Q8_PANEL_FN): its R x NP accumulators taken
+ * from save unless first; what the pass prefetches of the chunk row at wk (pf_slice); the accumulators kept in save
+ * for the next block unless last */
+#define PANEL_START(R, NP)                                                                                             \
+    __m512 acc[R][NP];                                                                                                 \
+    for (int r = 0; r < R; r++)                                                                                        \
+        for (int p = 0; p < NP; p++) acc[r][p] = first ? _mm512_setzero_ps() : save[r * NP + p]
+#define PANEL_PREFETCH(wk, pf)                                                                                         \
+    for (size_t b_ = (pf).lo; b_ < (pf).hi; b_ += 64) /* the hint is an immediate */                                  \
+        if ((pf).l2) _mm_prefetch((const char *)(wk) + (pf).ahead + b_, _MM_HINT_T1);                                  \
+        else _mm_prefetch((const char *)(wk) + (pf).ahead + b_, _MM_HINT_T0)
+#define PANEL_KEEP(R, NP)                                                                                              \
+    if (!last) {                                                                                                       \
+        for (int r = 0; r < R; r++)                                                                                    \
+            for (int p = 0; p < NP; p++) save[r * NP + p] = acc[r][p];                                                 \
+        return;                                                                                                        \
+    }
 #else
 #define HAVE_AVX2_PATH 0
 #endif

@@ -201,27 +201,19 @@ DPBF16 static inline __m512bh widen_pair(const int8_t *w) {
     DPBF16 static void q8_panel_##R(float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t cs, const int8_t *t, \
                                     size_t trs, int K, int k0, int k1, __m512 *save, bool first, bool last, pf_slice pf) { \
         enum { NP = NPAIRS };                                                                                          \
-        __m512 acc[R][NP];                                                                                             \
-        for (int r = 0; r < R; r++)                                                                                    \
-            for (int p = 0; p < NP; p++) acc[r][p] = first ? _mm512_setzero_ps() : save[r * NP + p];                  \
+        PANEL_START(R, NP);                                                                                            \
         int k = k0;                                                                                                    \
         const int8_t *wk = w + (size_t)(k0 >> 4) * cs;                                                                 \
         for (; k < k1; k += 16, wk += cs) {                                                                            \
             __m512i xv[R];                                                                                             \
             for (int r = 0; r < R; r++) xv[r] = both_halves16(x + (size_t)r * ldx + k);                                \
-            for (size_t b_ = pf.lo; b_ < pf.hi; b_ += 64) /* the hint is an immediate */                              \
-                if (pf.l2) _mm_prefetch((const char *)wk + pf.ahead + b_, _MM_HINT_T1);                              \
-                else _mm_prefetch((const char *)wk + pf.ahead + b_, _MM_HINT_T0);                                    \
+            PANEL_PREFETCH(wk, pf);                                                                                    \
             for (int p = 0; p < NP; p++) {                                                                             \
                 __m512bh wv = widen_pair(wk + 32 * p);                                                                 \
                 for (int r = 0; r < R; r++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)xv[r], wv);             \
             }                                                                                                          \
         }                                                                                                              \
-        if (!last) {                                                                                                   \
-            for (int r = 0; r < R; r++)                                                                                \
-                for (int p = 0; p < NP; p++) save[r * NP + p] = acc[r][p];                                             \
-            return;                                                                                                    \
-        }                                                                                                              \
+        PANEL_KEEP(R, NP)                                                                                              \
         Q8_END(R, 2 * NP, HSUM_PANEL)                                                                                  \
     }
 Q8_PANEL_FN(1, DT_PANEL / 2)
