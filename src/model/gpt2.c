@@ -317,7 +317,7 @@ dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *par
     m->ub = m->rb[m->nr - 1];
     part_widths(m);
     if ((st = layout(m))) { free(m->tab); free(m->bk); free(m); return st; }
-    m->params = m->own_params = dt_alloc_streamed(m->nparams * sizeof(float)); /* a decoder that takes it streams them */
+    m->params = m->own_params = dt_alloc_aligned(m->nparams * sizeof(float));
     m->grads = m->own_grads = dt_alloc_zeroed(m->nparams * sizeof(float));
     if (m->part.cp_size > 1 && !(m->pos = malloc((size_t)cfg->max_seq_len * sizeof(int32_t)))) m->params = NULL;
     if (!m->params || !m->grads) {
