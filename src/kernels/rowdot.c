@@ -156,7 +156,7 @@ AVX512 static inline __m512 both_halves(const float *x) {
     }                                                                                                                  \
     TILE_END(R, WIDE_OUTPUTS, HSUM_WIDE)
 #define WIDE_FN(NAME, R, WT, PAIR, LOAD16)                                                                             \
-    AVX512 KERNEL void NAME##_##R(TILE_ARGS(WT)) { WIDE_BODY(R, WT, PAIR, LOAD16) }
+    AVX512 PREFILL_TILE void NAME##_##R(TILE_ARGS(WT)) { WIDE_BODY(R, WT, PAIR, LOAD16) }
 #define WIDE(NAME, WT, PAIR, L16)                                                                                      \
     WIDE_FN(NAME, 2, WT, PAIR, L16) WIDE_FN(NAME, 3, WT, PAIR, L16) WIDE_FN(NAME, 4, WT, PAIR, L16)                    \
     WIDE_FN(NAME, 5, WT, PAIR, L16) WIDE_FN(NAME, 6, WT, PAIR, L16) WIDE_FN(NAME, 1, WT, PAIR, L16) TILE_SWITCH(NAME, WT)

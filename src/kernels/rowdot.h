@@ -78,7 +78,7 @@ static inline pf_slice pass_prefetch(int i, int passes, size_t row, size_t block
 #define AVX512 __attribute__((target("avx512f,avx2,fma")))
 /* A prefill tile: never inlined (into rows_range, f32 prefill on a Zen 4, one thread: 484-487 tokens/s noinline,
  * 467-468 inlined; the decoding panels, left to the compiler, inline into their caller and are no slower) */
-#define KERNEL static __attribute__((noinline))
+#define PREFILL_TILE static __attribute__((noinline))
 
 AVX2 static inline float hsum(__m256 v) {
     __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); /* b_j = l_j + l_{j+4} */

@@ -146,7 +146,7 @@ DPBF16 void dt_rowdot_q8_widen(uint16_t *wb, const view *v, int K) {
  * instruction a row and pair of outputs per 16 inputs. R x 4 accumulators, 4 weight pairs and an input. */
 #define HSUM_WIDE(r, o) hsum(HALF(acc[r][(o) / 2], (o) % 2))
 #define Q8_WIDE_FN(R)                                                                                                  \
-    DPBF16 KERNEL void q8_wide_##R(float *res, const uint16_t *x, size_t ldx, const uint16_t *wb, size_t cs,          \
+    DPBF16 PREFILL_TILE void q8_wide_##R(float *res, const uint16_t *x, size_t ldx, const uint16_t *wb, size_t cs,          \
                                    const int8_t *t, size_t trs, int K) {                                              \
         enum { NP = WIDE_OUTPUTS / 2 };                                                                                \
         __m512 acc[R][NP];                                                                                             \
