@@ -11,7 +11,8 @@ and run alike. A row's figures are the medians over the rounds of the plan,
 the measurement and their error.
 
 usage: bench/plan_validate.py DTRAIN DATA [--steps N] [--rounds R] [--rows FILE] [--json FILE]
-A row is a line of train flags (without --data, --steps, --report); # comments.
+A row is a line of train flags (without --data, --steps, --report); # comments. Without --rows: d6's
+quick set (below); bench/plan_rows/ holds the rows of 124M, 350M and the mixes of docs/planner.md.
 """
 import argparse, json, os, shlex, statistics, subprocess, sys, tempfile
 
