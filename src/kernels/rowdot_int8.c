@@ -249,9 +249,10 @@ DPBF16_VBMI static inline void widen_quad(const int8_t *w, const __m512i tab[4],
 
 /* Output o's lanes: 0-3 in a's 128-bit lane o % 4, 4-7 in b's, summed in rowdot's tree. */
 static inline float quad_sum(const float *a, const float *b, int o) {
-    const float *p = a + 4 * (o % 4), *q = b + 4 * (o % 4);
-    float b0 = p[0] + q[0], b1 = p[1] + q[1], b2 = p[2] + q[2], b3 = p[3] + q[3];
-    return (b0 + b2) + (b1 + b3);
+    float l[8];
+    memcpy(l, a + 4 * (o % 4), 4 * sizeof *l);
+    memcpy(l + 4, b + 4 * (o % 4), 4 * sizeof *l);
+    return tree8(l);
 }
 
 DPBF16_VBMI static void q8_quad_1(float *res, const uint16_t *x, const int8_t *w, size_t cs, const int8_t *t, size_t trs, int K,
