@@ -128,51 +128,74 @@ static void check_linear(const char *what, const float *x, const float *w, const
     free(out); free(one); free(row); free(xb);
 }
 
-/* Attention's scores from blocked keys: every score the spec's dot product, positions past whole blocks included. */
-static void attend_score_checks(void) {
-    static const int ds[] = { 5, 37, 64, 100 }, ns[] = { 1, 15, 16, 17, 40 };
-    for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
-        for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
-            int d = ds[di], n = ns[ni], same = 1, blocks = (n + DT_KEY_BLOCK - 1) / DT_KEY_BLOCK;
-            float *keys = malloc(sizeof(float) * (size_t)n * d), *kb = calloc((size_t)blocks * d * DT_KEY_BLOCK, sizeof(float));
-            float q[100], s[40];
-            fill(q, (size_t)d, 7 + (uint64_t)d);
-            fill(keys, (size_t)n * d, 8 + (uint64_t)n);
-            for (int t = 0; t < n; t++)
-                for (int k = 0; k < d; k++)
-                    kb[(size_t)(t / DT_KEY_BLOCK) * d * DT_KEY_BLOCK + (size_t)k * DT_KEY_BLOCK + t % DT_KEY_BLOCK] = keys[(size_t)t * d + k];
-            dt_attend_scores(s, q, kb, d, n);
-            for (int t = 0; t < n; t++) {
-                float want = spec_dot(q, keys + (size_t)t * d, d);
-                same &= memcmp(&want, &s[t], sizeof want) == 0;
-            }
-            EXPECT(same, "attention scores d=%d n=%d: not the spec's bits", d, n);
-            free(keys); free(kb);
-        }
+/* Values as a bf16 cache holds them: rounded (to nearest even) in place, and their bits in h. */
+static void to_bf16(float *x, uint16_t *h, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = dt_bf16_to_f32(h[i] = dt_f32_to_bf16(x[i]));
 }
 
-/* Attention's sum of values: every y[j] the scalar chain's bits, at widths that leave every path a tail. */
+/* Attention's scores from blocked keys, kept in f32 or bf16: every score the spec's dot product (on the rounded
+ * keys), positions past whole blocks included. */
+static void attend_score_checks(void) {
+    static const int ds[] = { 5, 37, 64, 100 }, ns[] = { 1, 15, 16, 17, 40 };
+    for (int b16 = 0; b16 < 2; b16++)
+        for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                int d = ds[di], n = ns[ni], same = 1, blocks = (n + DT_KEY_BLOCK - 1) / DT_KEY_BLOCK;
+                size_t cells = (size_t)blocks * d * DT_KEY_BLOCK;
+                float *keys = malloc(sizeof(float) * (size_t)n * d), *kb = calloc(cells, sizeof(float));
+                uint16_t *kh = calloc(cells, sizeof(uint16_t));
+                float q[100], s[40];
+                fill(q, (size_t)d, 7 + (uint64_t)d);
+                fill(keys, (size_t)n * d, 8 + (uint64_t)n);
+                for (int t = 0; t < n; t++)
+                    for (int k = 0; k < d; k++) {
+                        size_t at = (size_t)(t / DT_KEY_BLOCK) * d * DT_KEY_BLOCK + (size_t)k * DT_KEY_BLOCK + t % DT_KEY_BLOCK;
+                        if (b16) to_bf16(&keys[(size_t)t * d + k], &kh[at], 1);
+                        kb[at] = keys[(size_t)t * d + k];
+                    }
+                if (b16) dt_attend_scores_bf16(s, q, kh, d, n);
+                else dt_attend_scores(s, q, kb, d, n);
+                for (int t = 0; t < n; t++) {
+                    float want = spec_dot(q, keys + (size_t)t * d, d);
+                    same &= memcmp(&want, &s[t], sizeof want) == 0;
+                }
+                EXPECT(same, "attention scores, keys in %s, d=%d n=%d: not the spec's bits", b16 ? "bf16" : "f32", d, n);
+                free(keys); free(kb); free(kh);
+            }
+}
+
+/* Attention's sum of values, kept in f32 or bf16: every y[j] the scalar chain's bits (on the rounded values), at
+ * widths that leave every path a tail. */
 static void weighted_sum_checks(void) {
     static const int ds[] = { 5, 16, 64, 72, 100 };
-    for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
-        for (int n = 1; n <= 37; n += 9) {
-            int d = ds[di], same = 1, pieces = 1;
-            float w[37], *v = malloc(sizeof(float) * (size_t)n * d), y[100] = { 0 }, yp[100] = { 0 };
-            fill(w, (size_t)n, 5 + (uint64_t)n);
-            fill(v, (size_t)n * d, 6 + (uint64_t)d);
-            dt_weighted_sum(y, w, v, n, d);
-            /* the same sum in pieces of 16 positions and a tail, as the decoder takes it block by block */
-            for (int t = 0; t < n; t += 16) dt_weighted_sum(yp, w + t, v + (size_t)t * d, n - t < 16 ? n - t : 16, d);
-            for (int j = 0; j < d; j++) {
-                float a = 0;
-                for (int t = 0; t < n; t++) a = fmaf(w[t], v[(size_t)t * d + j], a);
-                same &= memcmp(&a, &y[j], sizeof a) == 0;
-                pieces &= memcmp(&a, &yp[j], sizeof a) == 0;
+    for (int b16 = 0; b16 < 2; b16++)
+        for (size_t di = 0; di < sizeof ds / sizeof *ds; di++)
+            for (int n = 1; n <= 37; n += 9) {
+                int d = ds[di], same = 1, pieces = 1;
+                float w[37], *v = malloc(sizeof(float) * (size_t)n * d), y[100] = { 0 }, yp[100] = { 0 };
+                uint16_t *vh = malloc(sizeof(uint16_t) * (size_t)n * d);
+                fill(w, (size_t)n, 5 + (uint64_t)n);
+                fill(v, (size_t)n * d, 6 + (uint64_t)d);
+                if (b16) to_bf16(v, vh, (size_t)n * d);
+                /* whole, then in pieces of 16 positions and a tail, as the decoder takes it block by block */
+                if (b16) dt_weighted_sum_bf16(y, w, vh, n, d);
+                else dt_weighted_sum(y, w, v, n, d);
+                for (int t = 0; t < n; t += 16) {
+                    int m = n - t < 16 ? n - t : 16;
+                    if (b16) dt_weighted_sum_bf16(yp, w + t, vh + (size_t)t * d, m, d);
+                    else dt_weighted_sum(yp, w + t, v + (size_t)t * d, m, d);
+                }
+                for (int j = 0; j < d; j++) {
+                    float a = 0;
+                    for (int t = 0; t < n; t++) a = fmaf(w[t], v[(size_t)t * d + j], a);
+                    same &= memcmp(&a, &y[j], sizeof a) == 0;
+                    pieces &= memcmp(&a, &yp[j], sizeof a) == 0;
+                }
+                const char *kind = b16 ? "bf16" : "f32";
+                EXPECT(same, "weighted sum, values in %s, d=%d n=%d: not the scalar chain's bits", kind, d, n);
+                EXPECT(pieces, "weighted sum, values in %s, d=%d n=%d in pieces of 16: not the whole chain's bits", kind, d, n);
+                free(v); free(vh);
             }
-            EXPECT(same, "weighted sum d=%d n=%d: not the scalar chain's bits", d, n);
-            EXPECT(pieces, "weighted sum d=%d n=%d in pieces of 16: not the whole chain's bits", d, n);
-            free(v);
-        }
 }
 
 static void rowdot_checks(void) {
@@ -434,6 +457,13 @@ static void int8_without_model(dt_gpt2 *m, dt_gpt2 *copy) {
     if (live && alone) {
         EXPECT(!dt_decoder_step(live, rows, T, a) && !dt_decoder_step(alone, rows, T, b), "int8 step: %s", dt_last_error());
         EXPECT(!memcmp(a, b, sizeof(float) * (size_t)T * V), "an int8 decoder whose model was destroyed: different logits");
+        /* int8's cache holds bf16: half an f32 decoder's bytes for the same slots */
+        dt_decoder *f = NULL;
+        EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 1, T, &f), "f32 decoder: %s", dt_last_error());
+        if (f)
+            EXPECT(2 * dt_decoder_cache_bytes(live) == dt_decoder_cache_bytes(f), "int8's cache: %zu bytes, f32's %zu (not half)",
+                   dt_decoder_cache_bytes(live), dt_decoder_cache_bytes(f));
+        dt_decoder_destroy(f);
     }
     free(a);
     free(b);

@@ -279,10 +279,14 @@ size_t dt_panels_bytes(const dt_panels *p);
  * positions: element k of key t at kb[(t / B) * d * B + k * B + t % B].
  * dt_weighted_sum: y[j] += sum over t < n of w[t] * v[t * d + j], each a
  * chain of fused multiply-adds in t order from y[j]: zero y for a new sum; a
- * sum taken in pieces of t has the bits of one taken whole. */
+ * sum taken in pieces of t has the bits of one taken whole. The _bf16 forms
+ * read keys and values kept in bf16, with the bits of the f32 forms on the
+ * values widened. */
 #define DT_KEY_BLOCK 16
 void dt_attend_scores(float *s, const float *q, const float *kb, int d, int n);
+void dt_attend_scores_bf16(float *s, const float *q, const uint16_t *kb, int d, int n);
 void dt_weighted_sum(float *y, const float *w, const float *v, int n, int d);
+void dt_weighted_sum_bf16(float *y, const float *w, const uint16_t *v, int n, int d);
 /* GELU of rows [rows, width], each row's values the same whatever rows is (inference's batch invariance). */
 void dt_gelu_rows(float *out, const float *inp, int rows, int width);
 

@@ -3,7 +3,8 @@
  * position kept per sequence. A cache slot is [layer][k, v][block of 16
  * positions][head], a head's keys in a block [head dim][position] and its
  * values [position][head dim], so a row's attention reads its layer's
- * keys, then its values, once, in order and as one run each. Every
+ * keys, then its values, once, in order and as one run each; in f32, or in
+ * bf16 beside int8 weights (the attention kernels widen it exactly). Every
  * operation works row by row with a fixed order of sums (the Linears through dt_panels_apply), so a row's
  * results do not depend on the other rows of its step. The Linears' weights
  * are packed (dt_panels, f32 or int8): copies, so nothing of the model is
@@ -42,8 +43,9 @@ struct dt_decoder {
     size_t small_used, small_cap;
     layer *layers;
     int nslots, max_rows;
-    float *cache;
-    size_t slot_floats;
+    void *cache; /* f32, or bf16 for int8 weights (kv16) */
+    bool kv16;
+    size_t slot_elems;
     int *filled; /* per slot: positions the cache holds */
     float *x, *xn, *qkv, *att, *fch, *fcg, *mean, *rstd, *scores, *local_logits;
     int leader;              /* over a part: this rank sends each step's rows to the others, who follow */
@@ -118,12 +120,16 @@ static size_t padded_positions(const dt_decoder *d) {
     return ((size_t)d->cfg.max_seq_len + DT_KEY_BLOCK - 1) / DT_KEY_BLOCK * DT_KEY_BLOCK;
 }
 
+/* A cached key or value element's bytes: int8 weights keep them in bf16 (half the bytes a step reads; llama.cpp keeps
+ * f16 by default), f32 weights in f32, whose tokens match the training forward's and HF's bit for bit. */
+static size_t cache_elem(const dt_decoder *d) { return d->kv16 ? sizeof(uint16_t) : sizeof(float); }
+
 static dt_status alloc_buffers(dt_decoder *d) {
     const dt_gpt2_config *c = &d->cfg;
     size_t R = (size_t)d->max_rows, C = (size_t)c->channels, T = (size_t)c->max_seq_len;
-    d->slot_floats = (size_t)c->num_layers * 2 * (size_t)d->Cl * padded_positions(d);
+    d->slot_elems = (size_t)c->num_layers * 2 * (size_t)d->Cl * padded_positions(d);
     /* calloc: a slot's pages are touched only as its positions fill */
-    d->cache = calloc((size_t)d->nslots * d->slot_floats, sizeof(float));
+    d->cache = calloc((size_t)d->nslots * d->slot_elems, cache_elem(d));
     d->filled = calloc((size_t)d->nslots, sizeof(int));
     d->x = malloc(sizeof(float) * R * C);
     d->xn = malloc(sizeof(float) * R * C);
@@ -138,7 +144,7 @@ static dt_status alloc_buffers(dt_decoder *d) {
     if (!d->cache || !d->filled || !d->x || !d->xn || !d->qkv || !d->att || !d->fch || !d->fcg || !d->mean || !d->rstd || !d->scores ||
         (d->tp && !d->local_logits))
         return dt_error(DT_ERR_NOMEM, "decoder: out of memory for %d cache slots of %d positions (%.1f MB) and %d rows", d->nslots,
-                        c->max_seq_len, (double)d->nslots * d->slot_floats * 4 / 1e6, d->max_rows);
+                        c->max_seq_len, (double)dt_decoder_cache_bytes(d) / 1e6, d->max_rows);
     return DT_OK;
 }
 
@@ -180,6 +186,7 @@ static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_row
     d->owned = take ? m : NULL;
     d->cfg = *dt_gpt2_get_config(m);
     d->quant = q;
+    d->kv16 = q == DT_QUANT_INT8;
     d->nslots = nslots;
     d->max_rows = max_rows;
     d->layers = calloc((size_t)d->cfg.num_layers, sizeof(layer));
@@ -234,15 +241,31 @@ const dt_gpt2_config *dt_decoder_config(const dt_decoder *d) { return &d->cfg; }
 int dt_decoder_slots(const dt_decoder *d) { return d->nslots; }
 int dt_decoder_max_rows(const dt_decoder *d) { return d->max_rows; }
 size_t dt_decoder_weight_bytes(const dt_decoder *d) { return d->weight_bytes; }
-size_t dt_decoder_cache_bytes(const dt_decoder *d) { return (size_t)d->nslots * d->slot_floats * sizeof(float); }
+size_t dt_decoder_cache_bytes(const dt_decoder *d) { return (size_t)d->nslots * d->slot_elems * cache_elem(d); }
 
 /* Block b of head h's keys (kv 0: [head dim][position], dt_attend_scores's) or values (1: [position][head dim]) in
  * layer l of slot s. A layer's keys are [block][head], then its values the same: one row's heads, read block by
  * block, are one run of memory (each head's run alone was 37 KB at 144 positions, heads 256 KB apart, and read
  * 25-32 GB/s against 44 for one stream). */
-static float *cache_at(const dt_decoder *d, int s, int l, int kv, int b, int h) {
+static size_t cache_at(const dt_decoder *d, int s, int l, int kv, int b, int h) {
     size_t hd = (size_t)(d->cfg.channels / d->cfg.num_heads), blocks = padded_positions(d) / DT_KEY_BLOCK;
-    return d->cache + (size_t)s * d->slot_floats + ((((size_t)l * 2 + kv) * blocks + b) * d->NHl + h) * DT_KEY_BLOCK * hd;
+    return (size_t)s * d->slot_elems + ((((size_t)l * 2 + kv) * blocks + b) * d->NHl + h) * DT_KEY_BLOCK * hd;
+}
+
+/* Element i of the cache set to x (rounded to nearest even in bf16). */
+static void cache_put(dt_decoder *d, size_t i, float x) {
+    if (d->kv16) ((uint16_t *)d->cache)[i] = dt_f32_to_bf16(x);
+    else ((float *)d->cache)[i] = x;
+}
+
+static void scores(const dt_decoder *d, float *s, const float *q, size_t at, int hd, int n) {
+    if (d->kv16) dt_attend_scores_bf16(s, q, (const uint16_t *)d->cache + at, hd, n);
+    else dt_attend_scores(s, q, (const float *)d->cache + at, hd, n);
+}
+
+static void weighted_sum(const dt_decoder *d, float *y, const float *w, size_t at, int n, int hd) {
+    if (d->kv16) dt_weighted_sum_bf16(y, w, (const uint16_t *)d->cache + at, n, hd);
+    else dt_weighted_sum(y, w, (const float *)d->cache + at, n, hd);
 }
 
 /* Row r's attention over heads [h0, h1): the scores, then the sums of values, each block by block over those
@@ -255,8 +278,8 @@ static void attend_heads(dt_decoder *d, int l, const dt_infer_row *row, int r, i
     float *s = d->scores + (size_t)r * NH * ld, *y = d->att + (size_t)r * C, scale = 1.0f / sqrtf((float)hd);
     for (int t = 0; t < npos; t += DT_KEY_BLOCK)
         for (int h = h0; h < h1; h++)
-            dt_attend_scores(s + (size_t)h * ld + t, q + h * hd, cache_at(d, row->slot, l, 0, t / DT_KEY_BLOCK, h), hd,
-                             npos - t < DT_KEY_BLOCK ? npos - t : DT_KEY_BLOCK);
+            scores(d, s + (size_t)h * ld + t, q + h * hd, cache_at(d, row->slot, l, 0, t / DT_KEY_BLOCK, h), hd,
+                   npos - t < DT_KEY_BLOCK ? npos - t : DT_KEY_BLOCK);
     for (int h = h0; h < h1; h++) {
         float *sh = s + (size_t)h * ld, mx = -INFINITY, sum = 0;
         for (int t = 0; t < npos; t++) {
@@ -269,8 +292,8 @@ static void attend_heads(dt_decoder *d, int l, const dt_infer_row *row, int r, i
     memset(y + h0 * hd, 0, sizeof(float) * (size_t)(h1 - h0) * hd);
     for (int t = 0; t < npos; t += DT_KEY_BLOCK)
         for (int h = h0; h < h1; h++)
-            dt_weighted_sum(y + h * hd, s + (size_t)h * ld + t, cache_at(d, row->slot, l, 1, t / DT_KEY_BLOCK, h),
-                            npos - t < DT_KEY_BLOCK ? npos - t : DT_KEY_BLOCK, hd);
+            weighted_sum(d, y + h * hd, s + (size_t)h * ld + t, cache_at(d, row->slot, l, 1, t / DT_KEY_BLOCK, h),
+                         npos - t < DT_KEY_BLOCK ? npos - t : DT_KEY_BLOCK, hd);
     for (int h = h0; h < h1; h++) {
         float inv = 1.0f / s[(size_t)h * ld + ld - 1];
         for (int j = 0; j < hd; j++) y[h * hd + j] *= inv;
@@ -284,9 +307,11 @@ static void attention(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
         for (int h = 0; h < NH; h++) {
             const float *q = d->qkv + (size_t)r * 3 * C + h * hd;
             int b = rows[r].pos / DT_KEY_BLOCK, i = rows[r].pos % DT_KEY_BLOCK;
-            float *kb = cache_at(d, rows[r].slot, l, 0, b, h) + i;
-            for (int j = 0; j < hd; j++) kb[(size_t)j * DT_KEY_BLOCK] = q[C + j];
-            memcpy(cache_at(d, rows[r].slot, l, 1, b, h) + (size_t)i * hd, q + 2 * C, sizeof(float) * (size_t)hd);
+            size_t kb = cache_at(d, rows[r].slot, l, 0, b, h) + i, vb = cache_at(d, rows[r].slot, l, 1, b, h) + (size_t)i * hd;
+            for (int j = 0; j < hd; j++) {
+                cache_put(d, kb + (size_t)j * DT_KEY_BLOCK, q[C + j]);
+                cache_put(d, vb + j, q[2 * C + j]);
+            }
         }
     /* each row's heads in as few groups as keep every thread busy: a group is one run of the cache */
     int threads = dt_kernels_threads(), groups = n >= threads ? 1 : (threads + n - 1) / n;
