@@ -14,6 +14,7 @@
  *   one; rowdot.c scales and biases.
  * Without AVX512-BF16, two FMAs a lane (AVX2) or fmaf (portable). */
 #include "rowdot.h"
+#include "simd.h"
 
 #include <math.h>
 #include <string.h>
@@ -284,8 +285,6 @@ DPBF16_VBMI static void q8_quad_1(float *res, const uint16_t *x, const int8_t *w
 #undef HSUM_QUAD
 }
 
-static bool has_vbmi(void) { return __builtin_cpu_supports("avx512vbmi"); }
-
 /* Rows in passes of 8 (four quarter panels), then 4 (two halves), then pairs and one, over blocks of DECODE_KBLOCK
  * inputs when more than one pass is needed (rowdot.c's decode_panel, in int8). */
 DPBF16 void dt_rowdot_q8_decode(float *res, const uint16_t *x, size_t ldx, const view *v, int n, int K) {
@@ -294,7 +293,7 @@ DPBF16 void dt_rowdot_q8_decode(float *res, const uint16_t *x, size_t ldx, const
     int Kc = K & ~15, kb = n <= 2 || Kc == 0 ? (Kc ? Kc : 16) : DECODE_KBLOCK;
     size_t row = v->cs, block = (size_t)kb / 16 * row, trs = v->trs;
     int passes = n / 8 * 4 + n % 8 / 4 * 2 + (n % 4 + 1) / 2;
-    bool vbmi = n == 1 && has_vbmi();
+    bool vbmi = n == 1 && dt_kernels_vbmi();
     for (int k0 = 0; k0 < Kc || k0 == 0; k0 += kb) {
         int k1 = k0 + kb < Kc ? k0 + kb : Kc, r = 0, pass = 0;
         bool first = k0 == 0, last = k1 == Kc;

@@ -9,8 +9,8 @@
 enum { DT_SIMD_PORTABLE = 0, DT_SIMD_AVX2 = 1, DT_SIMD_AVX512 = 2 };
 
 /* The widest path this CPU has, or a narrower one by $DTRAIN_ROWDOT
- * (portable|avx2|avx512; the tests run each and expect the same bits); decided on
- * the first call. */
+ * (portable|avx2|avx512|avx512bf16; the tests run each and expect the same
+ * bits); decided on the first call. */
 int dt_kernels_simd(void);
 
 /* Whether int8 Linears multiply with AVX512-BF16's vdpbf16ps (their activations
@@ -19,5 +19,10 @@ int dt_kernels_simd(void);
  * DTRAIN_BF16_GEMM=0 (no bf16 instructions, as on a Zen 3). The other paths
  * compute the same bits with two fused multiply-adds a lane. */
 bool dt_kernels_dpbf16(void);
+
+/* Whether one int8 row widens its weights by table (AVX512-VBMI's vpermi2b) beside
+ * those products: a CPU with both, unless DTRAIN_ROWDOT=avx512bf16 (the bf16
+ * products without the table, as on a Cooper Lake). */
+bool dt_kernels_vbmi(void);
 
 #endif
