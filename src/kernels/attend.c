@@ -119,37 +119,33 @@ KERNELS(_bf16, uint16_t, widen16, widen8)
 
 /* The public kernels: the widest path's whole blocks or chunks, then the portable loop for the rest. */
 #if defined(__x86_64__) && defined(__GNUC__)
-#define WIDEST(done, F, ...)                                                                                           \
-    if (dt_kernels_simd() == DT_SIMD_AVX512) done = F##_avx512(__VA_ARGS__);                                           \
-    else if (dt_kernels_simd() == DT_SIMD_AVX2) done = F##_avx2(__VA_ARGS__)
-#define WIDEST_BF16(done, F, ...)                                                                                      \
-    if (dt_kernels_simd() == DT_SIMD_AVX512) done = F##_avx512_bf16(__VA_ARGS__);                                      \
-    else if (dt_kernels_simd() == DT_SIMD_AVX2) done = F##_avx2_bf16(__VA_ARGS__)
+#define WIDEST(done, F, SUFFIX, ...)                                                                                   \
+    if (dt_kernels_simd() == DT_SIMD_AVX512) done = F##_avx512##SUFFIX(__VA_ARGS__);                                   \
+    else if (dt_kernels_simd() == DT_SIMD_AVX2) done = F##_avx2##SUFFIX(__VA_ARGS__)
 #else
-#define WIDEST(done, F, ...) (void)0
-#define WIDEST_BF16(done, F, ...) (void)0
+#define WIDEST(done, F, SUFFIX, ...) (void)0
 #endif
 
 void dt_attend_scores(float *s, const float *q, const float *kb, int d, int n) {
     int t = 0;
-    WIDEST(t, scores, s, q, kb, d, n);
+    WIDEST(t, scores, , s, q, kb, d, n);
     scores_portable(s, q, kb, false, d, t, n);
 }
 
 void dt_attend_scores_bf16(float *s, const float *q, const uint16_t *kb, int d, int n) {
     int t = 0;
-    WIDEST_BF16(t, scores, s, q, kb, d, n);
+    WIDEST(t, scores, _bf16, s, q, kb, d, n);
     scores_portable(s, q, kb, true, d, t, n);
 }
 
 void dt_weighted_sum(float *y, const float *w, const float *v, int n, int d) {
     int j = 0;
-    WIDEST(j, wsum, y, w, v, n, d);
+    WIDEST(j, wsum, , y, w, v, n, d);
     wsum_portable(y, w, v, false, n, d, j);
 }
 
 void dt_weighted_sum_bf16(float *y, const float *w, const uint16_t *v, int n, int d) {
     int j = 0;
-    WIDEST_BF16(j, wsum, y, w, v, n, d);
+    WIDEST(j, wsum, _bf16, y, w, v, n, d);
     wsum_portable(y, w, v, true, n, d, j);
 }
