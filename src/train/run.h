@@ -1,0 +1,69 @@
+/* A GPT-2 training run's state, shared by the files that build it
+ * (run_setup.c), save it (run_save.c), report it (run_output.c) and run its
+ * loop (train.c). Internal to src/train. */
+#ifndef DT_TRAIN_RUN_H
+#define DT_TRAIN_RUN_H
+
+#include "dtrain/context.h"
+#include "dtrain/data.h"
+#include "dtrain/engine.h"
+#include "dtrain/obs.h"
+#include "dtrain/parallel.h"
+#include "dtrain/pipeline.h"
+#include "dtrain/train.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+/* Everything a run holds; torn down in one place. */
+typedef struct {
+    dt_train_config c;        /* this rank's copy (only rank 0 prints, saves, writes metrics) */
+    dt_comm *w;
+    dt_mesh *mesh;            /* the world as DP x TP x PP (several ranks) */
+    int rank, nranks;
+    int dp_rank, dp_size;     /* this rank's place among the data-parallel ranks: which slice of each batch it reads */
+    dt_tp_ops tp_ops;         /* tensor parallelism's collectives, over the mesh's TP group */
+    dt_cp *cp;                /* context parallelism's attention, over the mesh's CP group (--cp) */
+    int T;                    /* this rank's positions a sequence: --seq, or --seq / --cp */
+    dt_comm *mp;              /* the model-parallel group (the TP x PP ranks of one replica: DP x CP coordinates), with --pp */
+    dt_pipeline *pipe;        /* with --pp: the stage's runner, which the engine's step runs */
+    double bubble;            /* the last step's idle share, the mean over the stages */
+    double bubble_model;      /* the step replayed with its actions' measured durations (dt_pipeline_bubble) */
+    bool tty;
+    dt_gpt2 *m;
+    dt_tokens *train, *val;
+    dt_loader *tl, *vl;
+    dt_engine *e;
+    dt_watchdog *wd;
+    FILE *metrics;
+    int32_t *in, *tg;
+    double fwd, bwd, data;    /* this step's forward, backward and batch-loading seconds */
+    double wgt;               /* of backward, zb1's W (weight gradients) */
+    double tp_comm;           /* of forward and backward, in tensor parallelism's collectives */
+    int first_step;           /* 0, or where a resumed run goes on from */
+    dt_trace_file *trace;
+    double flops_per_step;    /* model FLOPs of one step, all ranks (dt_gpt2_flops_per_token) */
+    double peak_gflops;       /* the run's peak: per-thread sgemm x peak_threads (0: unknown) */
+    int peak_threads;         /* threads x ranks, at most the machines' cores */
+    bool fresh;               /* the model starts from random weights, not a file */
+    const char *peak_source;
+    int peak_bf16;            /* the peak is the bf16 GEMM's */
+    double t_start;
+    bool refused_alike;       /* setup's refusal is one every rank makes alike (the memory check's): rank 0 says it */
+    char metrics_path[4096], trace_path[4096]; /* under --report DIR unless given */
+} run;
+
+/* The mesh, model, data, engine, metrics file, watchdog and peak, and what the run says at its start (run_setup.c). */
+dt_status dt_train_setup(run *r);
+/* --report DIR: where the metrics and trace go unless named (run_setup.c). */
+dt_status dt_train_observers(run *r);
+/* The next training batch into r->in, r->tg: the engine's and the pipeline's callback (train.c). */
+dt_status dt_train_next_batch(void *ctx, int k, const int32_t **in, const int32_t **tg);
+/* --save: weights to a file, or the full state to a directory (run_save.c). */
+dt_status dt_train_save(run *r, int steps_done);
+/* One JSON line of the metrics file for a step (run_output.c). */
+void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val);
+/* After the last step: the trace, every rank's memory and I/O, the report (run_output.c; collective). */
+void dt_train_observe_end(run *r, int steps_done);
+
+#endif

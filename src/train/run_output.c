@@ -1,0 +1,120 @@
+/* What a run writes as it goes and at its end: a metrics line per step,
+ * every rank's memory and I/O, the trace, run.json and the report. */
+#include "run.h"
+#include "dtrain/io.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A JSON number, or null when it is not finite (JSON has no NaN). */
+static void json_num(FILE *f, const char *key, const char *fmt, double v) {
+    fprintf(f, ",\"%s\":", key);
+    if (isfinite(v)) fprintf(f, fmt, v);
+    else fputs("null", f);
+}
+
+void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val) {
+    FILE *f = r->metrics;
+    /* context parallelism's attention this step; its waits on the group are exposed communication */
+    double cw = 0, ca = r->cp ? dt_cp_attention_seconds(r->cp, &cw) : 0;
+    fprintf(f, "{\"step\":%d", step + 1);
+    json_num(f, "loss", "%.6f", s->loss);
+    fprintf(f, ",\"lr\":%.6g", lr);
+    json_num(f, "grad_norm", "%.6f", s->norm);
+    fprintf(f, ",\"ms\":%.3f,\"tok_per_s\":%.1f,\"forward_ms\":%.3f,\"backward_ms\":%.3f,\"optimizer_ms\":%.3f,"
+            "\"compute_ms\":%.3f,\"comm_exposed_ms\":%.3f,\"data_ms\":%.3f", ms, tps, r->fwd * 1e3, r->bwd * 1e3, s->update_ms,
+            (r->fwd + r->bwd - r->tp_comm - cw) * 1e3 - s->exposed_in_backward_ms + s->update_ms, s->exposed_ms + (r->tp_comm + cw) * 1e3,
+            r->data * 1e3);
+    if (r->tp_comm > 0) fprintf(f, ",\"tp_comm_ms\":%.3f", r->tp_comm * 1e3);
+    if (r->cp) fprintf(f, ",\"cp_attention_ms\":%.3f,\"cp_wait_ms\":%.3f", ca * 1e3, cw * 1e3);
+    if (r->pipe) fprintf(f, ",\"bubble\":%.4f,\"bubble_model\":%.4f", r->bubble, r->bubble_model);
+    if (r->wgt > 0) fprintf(f, ",\"weight_grad_ms\":%.3f", r->wgt * 1e3);
+    double gflops = r->flops_per_step / (ms / 1e3) / 1e9;
+    fprintf(f, ",\"model_gflops\":%.2f", gflops);
+    if (r->peak_gflops > 0) fprintf(f, ",\"mfu\":%.4f", gflops / r->peak_gflops);
+    /* this rank's I/O so far (each rank's totals are in run.json) */
+    uint64_t b[2];
+    double t[2];
+    dt_io_get(DT_IO_DATA_READ, &b[0], &t[0]);
+    dt_io_get(DT_IO_CKPT_WRITE, &b[1], &t[1]);
+    fprintf(f, ",\"data_read_bytes\":%llu,\"data_read_ms\":%.3f,\"ckpt_write_bytes\":%llu,\"ckpt_write_ms\":%.3f",
+            (unsigned long long)b[0], t[0] * 1e3, (unsigned long long)b[1], t[1] * 1e3);
+    /* the share of the update done inside backward (the rest is in optimizer_ms) */
+    if (r->nranks > 1) fprintf(f, ",\"updated_in_backward\":%.3f", s->updated_in_backward);
+    if (eval) json_num(f, "val_loss", "%.6f", val);
+    if (s->skipped) fprintf(f, ",\"skipped\":true");
+    if (dt_engine_loss_scale(r->e)) fprintf(f, ",\"loss_scale\":%.17g", s->loss_scale);
+    fprintf(f, "}\n");
+    fflush(f);
+}
+
+/* Bytes of parameters (with mixed precision's 16-bit copy) and gradients this rank holds. */
+static void held(const run *r, size_t *params, size_t *grads) {
+    dt_engine_held(r->e, params, grads);
+    *params += dt_gpt2_lp_params_bytes(r->m);
+}
+
+/* Every rank's I/O counters and memory, on every rank (collective). */
+static dt_status gather_ranks(run *r, double *all) {
+    double mine[DT_RUN_RANK_FIELDS];
+    for (int k = 0; k < 3; k++) {
+        uint64_t b;
+        dt_io_get((dt_io_kind)k, &b, &mine[2 * k + 1]);
+        mine[2 * k] = (double)b;
+    }
+    size_t hp, hg;
+    held(r, &hp, &hg);
+    const double mem[6] = { (double)hp, (double)hg, (double)dt_optim_state_bytes(dt_engine_optim(r->e)), (double)dt_engine_buffer_bytes(r->e),
+                            (double)dt_gpt2_activation_memory(r->m), (double)dt_peak_memory() };
+    memcpy(mine + 6, mem, sizeof mem);
+    if (r->nranks == 1) { memcpy(all, mine, sizeof mine); return DT_OK; }
+    return dt_comm_allgather(r->w, mine, all, DT_RUN_RANK_FIELDS, DT_F64);
+}
+
+/* run.json and report.html into --report DIR (rank 0). */
+static void write_report(run *r, int steps_done, const double *ranks) {
+    const dt_train_config *c = &r->c;
+    size_t np = dt_gpt2_config_num_params(dt_gpt2_get_config(r->m)); /* the whole model's, under TP too */
+    dt_run_record rec = { .model = *dt_gpt2_get_config(r->m), .params = np, .nranks = r->nranks, .steps_done = steps_done,
+                          .strategy = dt_engine_strategy_name(r->e), .metrics = c->metrics, .trace = c->trace,
+                          .peak_source = r->peak_source, .peak_gflops = r->peak_gflops, .flops_per_step = r->flops_per_step,
+                          .wall_s = dt_time_now() - r->t_start, .ranks = ranks };
+    size_t hp, hg;
+    held(r, &hp, &hg);
+    double mem[5] = { (double)hp, (double)hg, (double)dt_gpt2_activation_memory(r->m), (double)dt_optim_state_bytes(dt_engine_optim(r->e)),
+                      (double)dt_peak_memory() };
+    memcpy(rec.memory, mem, sizeof mem);
+    char path[4200], html[4200];
+    snprintf(path, sizeof path, "%s/run.json", c->report);
+    snprintf(html, sizeof html, "%s/report.html", c->report);
+    if (dt_run_record_write(path, c, &rec) || dt_report_write(c->report, html))
+        dt_log(DT_LOG_WARN, "the report was not written (the training is done and saved): %s", dt_last_error());
+    else if (!c->quiet) printf("report: %s\n", html);
+}
+
+/* After the last step: the trace, every rank's I/O, the report. A failure
+ * here warns: the training itself is done. */
+void dt_train_observe_end(run *r, int steps_done) {
+    const dt_train_config *c = &r->c;
+    if (r->trace && dt_trace_file_write(r->trace)) dt_log(DT_LOG_WARN, "the trace was not written: %s", dt_last_error());
+    else if (r->trace && r->rank == 0 && !c->quiet) printf("trace: %s (steps %d to %d)\n", c->trace, c->trace_first, c->trace_last);
+    double *all = calloc((size_t)r->nranks * DT_RUN_RANK_FIELDS, sizeof *all);
+    if (!all || gather_ranks(r, all)) { dt_log(DT_LOG_WARN, "per-rank figures: %s", all ? dt_last_error() : "out of memory"); free(all); return; }
+    if (r->rank == 0 && !c->quiet) {
+        printf("memory per rank (MiB): parameters, gradients, optimizer state, communication buffers, activations; peak resident\n");
+        for (int k = 0; k < r->nranks; k++) {
+            const double *v = all + (size_t)k * DT_RUN_RANK_FIELDS, M = 1048576.0;
+            printf("  rank %d: %.1f, %.1f, %.1f, %.1f, %.1f; peak %.1f\n", k, v[6] / M, v[7] / M, v[8] / M, v[9] / M, v[10] / M, v[11] / M);
+        }
+        printf("activations kept from forward for backward (rank 0): %.1f MiB; the rest of them is one block's working set, "
+               "the gradients in flight and scratch\n", dt_gpt2_activation_kept(r->m) / 1048576.0);
+        for (int k = 0; k < r->nranks; k++) {
+            const double *v = all + (size_t)k * DT_RUN_RANK_FIELDS;
+            printf("I/O rank %d: read %.2f MiB of tokens in %.1f ms, wrote %.2f MiB of checkpoints in %.1f ms\n", k, v[0] / 1048576.0,
+                   v[1] * 1e3, v[2] / 1048576.0, v[3] * 1e3);
+        }
+    }
+    if (r->rank == 0 && c->report) write_report(r, steps_done, all);
+    free(all);
+}

@@ -1,0 +1,63 @@
+/* A run's --save: the weights to FILE.bin or FILE.safetensors (gathered to
+ * rank 0 from a model in parts), or the full state to a directory (every
+ * rank its slices where the strategy shards). */
+#include "run.h"
+#include "dtrain/io.h"
+
+#include <string.h>
+#include <sys/stat.h>
+
+/* Whether the engine's strategy shards the optimizer: then every rank saves its slice. */
+static bool sharded(const run *r) {
+    size_t off, n;
+    dt_engine_share(r->e, &off, &n);
+    return off != 0 || n != dt_gpt2_num_params(r->m);
+}
+
+/* The weights file: rank 0 writes the model, gathered first from the ranks'
+ * parts when it is split (TP, PP: collective). */
+static dt_status save_weights(run *r, int steps_done) {
+    const char *path = r->c.save;
+    size_t n = strlen(path);
+    dt_gpt2 *whole = r->m;
+    dt_status st = DT_OK;
+    if (r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_PP) > 1))
+        st = dt_mesh_gather_gpt2(r->mesh, r->w, r->m, &whole);
+    if (!st && r->rank == 0) {
+        double t0 = dt_time_now();
+        DT_TRACE_BEGIN(DT_TRACK_IO, "weights write", "\"step\":%d,\"files\":1", steps_done);
+        st = n > 12 && !strcmp(path + n - 12, ".safetensors") ? dt_safetensors_save(path, whole, DT_F32) : dt_llmc_save(path, whole);
+        DT_TRACE_END(DT_TRACK_IO);
+        struct stat sb;
+        if (!st && stat(path, &sb) == 0) dt_io_count(DT_IO_CKPT_WRITE, (size_t)sb.st_size, dt_time_now() - t0);
+    }
+    if (whole != r->m) dt_gpt2_destroy(whole);
+    return st;
+}
+
+/* Weights to FILE.bin / FILE.safetensors, or the full state to a directory;
+ * the watchdog waits for it to be whole before it may end the rank. */
+dt_status dt_train_save(run *r, int steps_done) {
+    const char *path = r->c.save;
+    dt_watchdog_hold(r->wd, 1);
+    /* a sharded strategy's checkpoint: every rank writes its slices (ZeRO-3's
+     * parameters too); a weights file: ZeRO-3's ranks gather their parameters,
+     * a model in parts is gathered for rank 0 (collective) */
+    bool tp = r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_PP) > 1); /* the model in parts */
+    bool slices = dt_checkpoint_is_dir(path) && (sharded(r) || tp);
+    dt_status st = slices ? DT_OK : dt_engine_materialize(r->e, 1);
+    if (st || (r->rank != 0 && !slices && !tp)) {
+        /* rank 0 writes what every rank holds */
+    } else if (dt_checkpoint_is_dir(path)) {
+        dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->dp_size, dt_tokens_count(r->train) };
+        dt_loader_position(r->tl, &pos.epoch, &pos.next);
+        dt_checkpoint_model cm;
+        dt_checkpoint_gpt2(r->m, &cm);
+        st = dt_checkpoint_save(path, tp ? r->w : sharded(r) ? dt_engine_get_config(r->e)->comm : NULL, &r->c, r->nranks, &cm, r->e, &pos);
+    } else {
+        st = save_weights(r, steps_done);
+    }
+    dt_status back = slices ? DT_OK : dt_engine_materialize(r->e, 0);
+    dt_watchdog_hold(r->wd, 0);
+    return st ? st : back;
+}

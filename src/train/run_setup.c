@@ -1,0 +1,400 @@
+/* Building a GPT-2 run: the mesh, the model (a preset or a file, whole or
+ * this rank's part), the data, the engine (and a resumed run's place), the
+ * metrics file, the watchdog, the peak for MFU, and what rank 0 says before
+ * the first step. */
+#include "run.h"
+#include "run_checks.h"
+#include "dtrain/io.h"
+#include "dtrain/kernels.h"
+#include "dtrain/plan.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* An axis's size (1 on one process). */
+static int mesh_size(const run *r, dt_mesh_dim a) { return r->mesh ? dt_mesh_size(r->mesh, a) : 1; }
+
+/* The job's memory before it is allocated: refused, with the stages that
+ * would fit, when this machine's ranks would not fit in it. */
+static dt_status check_memory(run *r, const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d) {
+    dt_plan_job job;
+    dt_train_plan_job(c, cfg, d, &job);
+    job.process_bytes = dt_resident_memory();
+    dt_status st = dt_plan_check_memory(&job, 3);
+    r->refused_alike = st != DT_OK;
+    return st;
+}
+
+/* A new model's weights: each rank draws a piece of the same stream (the
+ * values do not depend on who draws them) and broadcasts it, so N ranks
+ * start N times sooner than each drawing the whole model. */
+static dt_status init_weights(const run *r, dt_gpt2 *m) {
+    /* among the data-parallel ranks, which hold the same slices (all ranks without tensor parallelism) */
+    size_t n = dt_gpt2_num_params(m);
+    int p = r->dp_size, me = r->dp_rank;
+    dt_gpt2_init_random_range(m, r->c.seed, n * (size_t)me / (size_t)p, n * (size_t)(me + 1) / (size_t)p);
+    for (int q = 0; q < p && p > 1; q++) {
+        size_t lo = n * (size_t)q / (size_t)p, hi = n * (size_t)(q + 1) / (size_t)p;
+        dt_status st = dt_comm_broadcast(dt_mesh_comm(r->mesh, DT_MESH_DP), dt_gpt2_params(m) + lo, hi - lo, DT_F32, q);
+        if (st) return st;
+    }
+    return DT_OK;
+}
+
+static dt_status build_model(run *r, dt_gpt2 **out) {
+    const dt_train_config *c = &r->c;
+    dt_gpt2_config cfg;
+    dt_status st;
+    bool from_file = access(c->model, R_OK) == 0;
+    int ck_step = -1;
+    /* shape flags override a preset; for a file they must agree with it */
+    const dt_gpt2_config *o = &c->shape;
+    const int v[6] = { o->max_seq_len, o->vocab_size, o->padded_vocab_size, o->num_layers, o->num_heads, o->channels };
+    static const char *names[6] = { "--max-seq", "--vocab", "--padded-vocab", "--layers", "--heads", "--channels" };
+    if (from_file) {
+        if ((st = dt_checkpoint_load_weights(c->model, o->num_heads, out, &ck_step))) return st;
+        if (ck_step >= 0 && !c->quiet && r->rank == 0)
+            printf("--model %s: the weights of its checkpoint at step %d, with a new optimizer (--resume %s goes on with its run)\n",
+                   c->model, ck_step, c->model);
+        cfg = *dt_gpt2_get_config(*out);
+    } else if (dt_gpt2_preset(c->model, &cfg)) {
+        return dt_error(DT_ERR_ARG, "--model %s: %s", c->model,
+                        strchr(c->model, '/') || strchr(c->model, '.') ? "no such file (nor a preset: d6, 124M, 350M, 774M, 1558M, mlp, resnet:small, resnet18, resnet34, resnet50)"
+                                                                       : "not a preset (d6, 124M, 350M, 774M, 1558M, mlp, resnet:small, resnet18, resnet34, resnet50) nor a file");
+    }
+    int *f[6] = { &cfg.max_seq_len, &cfg.vocab_size, &cfg.padded_vocab_size, &cfg.num_layers, &cfg.num_heads, &cfg.channels };
+    for (int i = 0; i < 6; i++) {
+        if (!v[i]) continue;
+        if (from_file && *f[i] != v[i]) {
+            dt_gpt2_destroy(*out);
+            *out = NULL;
+            return dt_error(DT_ERR_ARG, "%s: the file says %d but %s says %d", c->model, *f[i], names[i], v[i]);
+        }
+        *f[i] = v[i];
+    }
+    if (!from_file && o->vocab_size && !o->padded_vocab_size) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
+    /* before the optimizer and the activations (and, for a preset, the model) are allocated */
+    dt_train_dims dims = { .dp = r->dp_size, .tp = mesh_size(r, DT_MESH_TP), .pp = mesh_size(r, DT_MESH_PP), .cp = mesh_size(r, DT_MESH_CP),
+                           .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
+                           .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_replicas(r->mesh)) };
+    if ((st = dt_train_check_model(c, &cfg, &dims)) || (st = check_memory(r, c, &cfg, &dims))) {
+        dt_gpt2_destroy(*out);
+        *out = NULL;
+        return st;
+    }
+    dt_gpt2_part part = dt_gpt2_whole(&cfg);
+    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
+        /* p x v chunks by cost; stage s holds chunks s, s+p, .. (one, but for the interleaved schedule) */
+        int pp = dt_mesh_size(r->mesh, DT_MESH_PP), v = dt_train_pp_virt(c);
+        if ((st = dt_gpt2_stage_part(&cfg, c->seq, pp, v, dt_mesh_coord(r->mesh, DT_MESH_PP), &part))) {
+            dt_gpt2_destroy(*out);
+            *out = NULL;
+            return st;
+        }
+    }
+    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1) {
+        r->tp_ops = dt_tp_ops_over(dt_mesh_comm(r->mesh, DT_MESH_TP));
+        part.tp_rank = dt_mesh_coord(r->mesh, DT_MESH_TP);
+        part.tp_size = dt_mesh_size(r->mesh, DT_MESH_TP);
+        part.tp = &r->tp_ops;
+        part.sp = c->sp;
+    }
+    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_CP) > 1) {
+        int n = dt_mesh_size(r->mesh, DT_MESH_CP);
+        dt_cp_impl impl = dt_train_cp_impl(c, &cfg, part.tp_size, n);
+        r->c.cp_impl = (int)impl; /* auto's choice, for what the run prints */
+        if ((st = dt_cp_create(dt_mesh_comm(r->mesh, DT_MESH_CP), impl, &r->cp))) {
+            dt_gpt2_destroy(*out);
+            *out = NULL;
+            return st;
+        }
+        part.cp_rank = dt_mesh_coord(r->mesh, DT_MESH_CP);
+        part.cp_size = n;
+        part.cp = dt_cp_model_ops(r->cp);
+    }
+    if (!from_file) {
+        if ((st = dt_gpt2_create_part(&cfg, &part, out))) return st;
+        r->fresh = true; /* drawn once the ranks have agreed on the job (open_data) */
+    } else if (part.tp_size > 1 || part.ua > 0 || part.ub < cfg.num_layers + 2 || part.nchunks > 1 || part.cp_size > 1) {
+        /* a file holds the whole model: each tensor-parallel rank or pipeline stage keeps its part of it */
+        dt_gpt2 *whole = *out;
+        if (!(st = dt_gpt2_create_part(&cfg, &part, out))) st = dt_gpt2_copy_slices(whole, *out);
+        dt_gpt2_destroy(whole);
+        if (st) return st;
+    }
+    dt_gpt2_set_recompute(*out, c->recompute);
+    dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);
+    return dt_gpt2_set_precision(*out, c->precision);
+}
+
+static dt_status open_data(run *r) {
+    const dt_train_config *c = &r->c;
+    const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
+    if (!c->data) return dt_error(DT_ERR_ARG, "--data FILE is required (a token file: see dtrain tokenize)");
+    dt_status st = dt_tokens_open(c->data, &r->train);
+    if (!st) st = dt_tokens_check_vocab(r->train, mc->vocab_size);
+    if (!st && r->rank == 0 && mc->vocab_size > 256 && dt_tokens_max(r->train) < 256)
+        dt_log(DT_LOG_WARN, "%s: every token is below 256 (byte-level data?) but the model's vocabulary is %d: "
+               "--vocab 256 makes a smaller, faster model whose samples print as text", c->data, mc->vocab_size);
+    if (!st) st = dt_loader_create(r->train, c->batch, c->seq, r->dp_rank, r->dp_size, c->shuffle_seed, &r->tl);
+    if (!st && c->val_data) {
+        st = dt_tokens_open(c->val_data, &r->val);
+        if (!st) st = dt_tokens_check_vocab(r->val, mc->vocab_size);
+        if (!st) st = dt_loader_create(r->val, c->batch, c->seq, r->dp_rank, r->dp_size, 0, &r->vl);
+        size_t nb = st ? 0 : dt_loader_batches(r->vl);
+        if (!st && nb < (size_t)c->eval_batches) {
+            /* more would read the same batches again and weigh them twice */
+            if (r->rank == 0 && !c->quiet)
+                dt_log(DT_LOG_WARN, "%s holds %zu batch%s of %d x %d tokens per rank: evaluating %zu, not --eval-batches %d", c->val_data,
+                       nb, nb == 1 ? "" : "es", c->batch, c->seq, nb, c->eval_batches);
+            r->c.eval_batches = (int)nb;
+        }
+        if (!st && nb == 0)
+            st = dt_error(DT_ERR_ARG, "--val-data %s: %zu tokens, fewer than one batch of %d x %d per rank x %d ranks", c->val_data,
+                          dt_tokens_count(r->val), c->batch, c->seq, r->dp_size);
+    }
+    if (r->w && !st) {
+        dt_train_shape js;
+        memset(&js, 0, sizeof js);
+        js.model = *mc;
+        js.batch = c->batch; js.seq = c->seq; js.steps = c->steps; js.grad_accum = c->grad_accum;
+        js.optimizer = (int32_t)c->opt.kind; js.eval_every = c->eval_every; js.lr = c->sched.lr;
+        js.train_tokens = (int64_t)dt_tokens_count(r->train);
+        js.val_tokens = r->val ? (int64_t)dt_tokens_count(r->val) : 0;
+        snprintf(js.strategy, sizeof js.strategy, "%s", c->strategy ? c->strategy : "ddp");
+        js.precision = (int32_t)c->precision;
+        static const dt_mesh_dim axes[4] = { DT_MESH_DP, DT_MESH_TP, DT_MESH_PP, DT_MESH_CP };
+        for (int k = 0; k < 4 && r->mesh; k++) js.mesh[k] = dt_mesh_size(r->mesh, axes[k]);
+        js.pp_schedule = c->pp_schedule;
+        st = dt_train_check_same(r->w, &js);
+    }
+    return st;
+}
+
+/* The engine over the model, and where a resumed run goes on from. */
+static dt_status make_engine(run *r) {
+    const dt_train_config *c = &r->c;
+    /* gradients average over the replicas: DP x CP (context-parallel ranks hold the same weights) */
+    dt_engine_config ec = { .comm = r->mesh ? dt_mesh_replicas(r->mesh) : NULL, .strategy = c->strategy, .opt = c->opt,
+                            .grad_clip = c->grad_clip, .skip_nonfinite = c->skip_nonfinite, .step_at_end = c->step_at_end,
+                            .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
+                            .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL, .grad_comm = c->grad_comm,
+                            .grad_store = c->grad_store,
+                            .mp_comm = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL,
+                            .mp_counts_replicated = !r->mesh || dt_mesh_coord(r->mesh, DT_MESH_TP) == 0 };
+    dt_gpt2_model(r->m, &ec.model);
+    dt_status st = DT_OK;
+    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
+        /* the pipeline before the engine: its hooks come before a data-parallel strategy's */
+        dt_pipeline_config pc = { dt_mesh_comm(r->mesh, DT_MESH_PP), r->m, (dt_pp_kind)c->pp_schedule, dt_train_pp_virt(c), c->grad_accum, c->batch,
+                                  r->T, dt_train_next_batch, r };
+        if ((st = dt_pipeline_create(&pc, &r->pipe))) return st;
+        ec.schedule = dt_pipeline_schedule(r->pipe);
+        ec.loss_comm = r->w;
+        ec.mp_comm = r->mp;
+    }
+    st = dt_engine_create(&ec, &r->e);
+    if (st || !c->resume) return st;
+    dt_checkpoint_position pos;
+    dt_checkpoint_model cm;
+    dt_checkpoint_gpt2(r->m, &cm);
+    if ((st = dt_checkpoint_resume(c->resume, r->nranks > 1 ? r->w : NULL, c, &cm, r->e, &pos))) return st;
+    if (pos.step >= c->steps)
+        return dt_error(DT_ERR_ARG, "--resume %s: the checkpoint is at step %d, and --steps is %d: nothing left to train", c->resume,
+                        pos.step, c->steps);
+    if (pos.data_tokens != dt_tokens_count(r->train))
+        dt_log(DT_LOG_WARN, "--resume %s: saved reading %zu training tokens, --data has %zu", c->resume, pos.data_tokens,
+               dt_tokens_count(r->train));
+    r->first_step = pos.step;
+    return dt_checkpoint_seek(&pos, r->tl, (size_t)c->batch * c->seq * r->dp_size, c->shuffle_seed != 0);
+}
+
+/* The model FLOPs of a step and the run's peak, for MFU (rank 0 reports them). */
+/* The threads the peak counts: those asked for, but no more than the cores
+ * of the machines the ranks run on (--nproc 4 --threads 2 on 2 cores can
+ * do what 2 cores do, not 8 threads' worth). */
+static int peak_threads(const run *r) {
+    int asked = r->c.threads * r->nranks;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int nodes = r->w && r->nranks > 1 ? dt_comm_nodes(r->w) : 1;
+    long have = cores > 0 ? cores * nodes : asked;
+    return asked < have ? asked : (int)have;
+}
+
+static void find_peak(run *r) {
+    const dt_train_config *c = &r->c;
+    r->flops_per_step = dt_gpt2_flops_per_token(dt_gpt2_get_config(r->m), c->seq) * c->batch * c->seq * c->grad_accum * r->dp_size;
+    double per_thread;
+    if (r->rank != 0 || (c->quiet && !c->metrics)) return;
+    /* a bf16 run on the bf16 GEMM: MFU against that GEMM's rate, not sgemm's (which it beats) */
+    r->peak_bf16 = c->precision == DT_BF16 && dt_gemm_bf16_ready();
+    if ((r->peak_bf16 ? dt_peak_bf16_per_thread : dt_peak_per_thread)(&per_thread, &r->peak_source)) {
+        dt_log(DT_LOG_WARN, "no MFU: %s", dt_last_error());
+        return;
+    }
+    r->peak_threads = peak_threads(r);
+    r->peak_gflops = per_thread * r->peak_threads;
+}
+
+/* ", x N tensor-parallel (sequence parallel) x P pipeline stages" or nothing. */
+static const char *tp_note(const run *r) {
+    static char note[160];
+    int tp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_TP) : 1, cp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_CP) : 1;
+    int pp = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_PP) : 1, k = 0;
+    note[0] = 0;
+    if (tp > 1) k = snprintf(note, sizeof note, " x %d tensor-parallel%s", tp, r->c.sp ? " (sequence parallel)" : "");
+    if (cp > 1)
+        k += snprintf(note + k, sizeof note - (size_t)k, " x %d context-parallel (%s attention, %d positions a rank)", cp,
+                      r->c.cp_impl == DT_CP_ULYSSES ? "all-to-all" : "ring", r->T);
+    if (pp > 1) snprintf(note + k, sizeof note - (size_t)k, " x %d pipeline stages", pp);
+    return note;
+}
+
+/* Where the mesh put each rank (rank -> dp, tp -> node), said by rank 0;
+ * a tensor-parallel group split across machines (its collectives every
+ * layer, over the network) is warned about. Collective. */
+static dt_status print_placement(run *r) {
+    int n = r->nranks, tp = dt_mesh_size(r->mesh, DT_MESH_TP);
+    int32_t mine = dt_comm_node(r->w), *node = malloc((size_t)n * sizeof *node);
+    if (!node) return dt_error(DT_ERR_NOMEM, "placement: out of memory");
+    dt_status st = dt_comm_allgather(r->w, &mine, node, 1, DT_I32);
+    if (st || r->rank != 0 || r->c.quiet) { free(node); return st; }
+    int dp = dt_mesh_size(r->mesh, DT_MESH_DP), cp = dt_mesh_size(r->mesh, DT_MESH_CP);
+    if (cp > 1) { /* the 4D mesh; without CP the line reads as it always has */
+        printf("mesh pp %d x dp %d x cp %d x tp %d (tp innermost): rank (pp, dp, cp, tp) node:", dt_mesh_size(r->mesh, DT_MESH_PP), dp, cp, tp);
+        for (int q = 0; q < n; q++)
+            printf(" %d (%d, %d, %d, %d) %d%s", q, q / (tp * cp * dp), q / (tp * cp) % dp, q / tp % cp, q % tp, node[q], q + 1 < n ? "," : "\n");
+    } else {
+        printf("mesh pp %d x dp %d x tp %d (tp innermost): rank (pp, dp, tp) node:", dt_mesh_size(r->mesh, DT_MESH_PP), dp, tp);
+        for (int q = 0; q < n; q++) printf(" %d (%d, %d, %d) %d%s", q, q / (tp * dp), q / tp % dp, q % tp, node[q], q + 1 < n ? "," : "\n");
+    }
+    for (int q = 0; q < n; q++)
+        if (node[q] != node[q - q % tp])
+            dt_log(DT_LOG_WARN, "tensor-parallel group of ranks %d..%d spans machines %d and %d: its collectives run every layer "
+                   "over the network", q - q % tp, q - q % tp + tp - 1, node[q - q % tp], node[q]);
+    free(node);
+    return DT_OK;
+}
+
+/* The pipeline's split of the units, its cost balance and its schedule (rank 0). */
+static void print_stages(const run *r) {
+    const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
+    int pp = dt_mesh_size(r->mesh, DT_MESH_PP), v = dt_train_pp_virt(&r->c), first[pp * v + 1], L = mc->num_layers;
+    if (dt_gpt2_split_stages(mc, r->c.seq, pp * v, first)) return;
+    double total = dt_gpt2_units_cost(mc, r->c.seq, 0, L + 2);
+    const dt_pp_schedule *s = dt_pipeline_actions(r->pipe);
+    printf("pipeline %s, %d stages, %d micro-batches of %d x %d a step; units by cost (embedding 0, blocks 1..%d, head %d):",
+           dt_pp_kind_name(s->kind), pp, s->micro, r->c.batch, r->c.seq, L, L + 1);
+    for (int k = 0; k < pp; k++) {
+        double share = 0;
+        printf(" stage %d ", k);
+        for (int j = 0; j < v; j++) {
+            int a = first[j * pp + k], b = first[j * pp + k + 1];
+            printf("%s[%d, %d)", j ? "+" : "", a, b);
+            share += dt_gpt2_units_cost(mc, r->c.seq, a, b) / total;
+        }
+        printf(" %.1f%%%s", 100 * share, k + 1 < pp ? "," : "");
+    }
+    printf("; activations and gradients %s\n", dt_pipeline_mailboxes(r->pipe) ? "through mailboxes in the shared arena (one machine)"
+                                                                              : "by point-to-point messages");
+    if (r->c.pp_print) dt_pp_schedule_print(s, stdout);
+}
+
+/* What rank 0 says before the first step: the model and layout, a resumed run's step, what 16 bits gain on this
+ * CPU, the peak MFU is measured against. */
+static void print_start(const run *r) {
+    const dt_train_config *c = &r->c;
+    const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
+    printf("model %s: %d layers, %d heads, %d channels, vocab %d (padded %d), %.2fM parameters; "
+           "batch %d x %d x %d accumulation x %d data-parallel rank%s%s, %s, %s, %d thread%s per rank\n",
+           c->shape.num_layers || c->shape.channels || c->shape.vocab_size || c->shape.num_heads ? "custom" : c->model,
+           mc->num_layers, mc->num_heads, mc->channels, mc->vocab_size, mc->padded_vocab_size, dt_gpt2_config_num_params(mc) / 1e6,
+           c->batch, c->seq, c->grad_accum, r->dp_size, r->dp_size == 1 ? "" : "s", tp_note(r), dt_engine_strategy_name(r->e),
+           dt_optim_kind_name(c->opt.kind), dt_kernels_threads(), dt_kernels_threads() == 1 ? "" : "s");
+    if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
+    /* what a 16-bit run gains on this CPU, so that nobody expects the speed of a bf16 GEMM that is not there */
+    if (c->precision != DT_F32) {
+        char matmuls[256];
+        if (c->precision == DT_BF16 && dt_gemm_bf16_ready())
+            snprintf(matmuls, sizeof matmuls, "run on a bf16 GEMM (oneDNN, this CPU's avx512_bf16): about twice sgemm's rate");
+        else
+            snprintf(matmuls, sizeof matmuls, "widen 16-bit values into f32 sgemm, because %s: expect fp32's speed or a little less",
+                     c->precision == DT_BF16 && dt_cpu_has("avx512_bf16") ? "this build has no bf16 GEMM (oneDNN) or DTRAIN_BF16_GEMM=0"
+                     : c->precision == DT_BF16                           ? "this CPU has no bf16 arithmetic (no avx512_bf16)"
+                                                                         : "dtrain has no fp16 GEMM");
+        printf("%s: activations and the parameters' working copy in 16 bits, master weights in f32, averaged gradients in %s; "
+               "the matmuls %s, and half the activation memory\n", dt_precision_name(c->precision),
+               c->grad_store != DT_F32 ? "16 bits (--grad-store)" : "f32", matmuls);
+    }
+    if (r->peak_gflops > 0)
+        printf("MFU against %.1f GFLOP/s (%d thread%s x %.1f GFLOP/s %s per thread, %s%s); %.3f GFLOP per step\n",
+               r->peak_gflops, r->peak_threads, r->peak_threads > 1 ? "s" : "", r->peak_gflops / r->peak_threads,
+               r->peak_bf16 ? "bf16 GEMM" : "sgemm", r->peak_source,
+               r->peak_threads < c->threads * r->nranks ? "; the cores there are, not the threads asked for" : "", r->flops_per_step / 1e9);
+}
+
+dt_status dt_train_setup(run *r) {
+    dt_train_config *c = &r->c;
+    dt_status st = DT_OK;
+    if (r->nranks > 1) {
+        /* check_mesh has vetted the layout; dp 0 means the ranks tp x pp x cp leave */
+        int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1;
+        st = dt_mesh_create(r->w, c->dp ? c->dp : r->nranks / (tp * pp * cp), tp, pp, cp, &r->mesh);
+    }
+    r->T = r->mesh ? c->seq / dt_mesh_size(r->mesh, DT_MESH_CP) : c->seq;
+    /* with a pipeline, the ranks of one replica's model (its TP x PP ranks): the norm's and the loss's group */
+    if (!st && r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1)
+        st = dt_comm_split(r->w, dt_comm_rank(dt_mesh_replicas(r->mesh)), r->rank, &r->mp);
+    r->dp_rank = r->mesh ? dt_mesh_coord(r->mesh, DT_MESH_DP) : 0;
+    r->dp_size = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_DP) : 1;
+    /* traced from here when the window starts at step 1: the data and checkpoint reads too */
+    if (!st && c->trace) st = dt_trace_file_create(c->trace, r->nranks > 1 ? r->w : NULL, c->trace_first, c->trace_last, &r->trace);
+    dt_trace_file_step(r->trace, 1);
+    if (!st) st = build_model(r, &r->m);
+    if (!st) st = open_data(r);
+    if (!st && r->fresh) st = init_weights(r, r->m);
+    if (!st) st = make_engine(r);
+    int dropped = 0;
+    if (!st && c->metrics && r->first_step && !(st = dt_metrics_truncate(c->metrics, r->first_step, &dropped)) && dropped && !c->quiet)
+        printf("%s: %d row%s after step %d removed (that work was lost and runs again)\n", c->metrics, dropped, dropped == 1 ? "" : "s",
+               r->first_step);
+    if (!st && c->metrics && !(r->metrics = fopen(c->metrics, r->first_step ? "a" : "w")))
+        st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
+    size_t BT = (size_t)c->batch * c->seq;
+    if (!st && (!(r->in = malloc(BT * 4)) || !(r->tg = malloc(BT * 4))))
+        st = dt_error(DT_ERR_NOMEM, "out of memory for a batch of %zu tokens", BT);
+    if (!st) st = dt_watchdog_start(r->nranks > 1 ? r->w : NULL, &r->wd);
+    if (!st) find_peak(r);
+    if (!st && r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_CP) > 1 || r->pipe)) st = print_placement(r);
+    if (!st && r->pipe && r->rank == 0 && !c->quiet) print_stages(r);
+    if (!st && !c->quiet) print_start(r);
+    return st;
+}
+
+/* --report DIR: the metrics and a trace of a few steps go there unless
+ * named elsewhere; --trace alone records steps 1 to 10 unless told. */
+dt_status dt_train_observers(run *r) {
+    dt_train_config *c = &r->c;
+    if (c->report) {
+        if (mkdir(c->report, 0755) != 0 && errno != EEXIST)
+            return dt_error(DT_ERR_IO, "--report %s: cannot create the directory: %s", c->report, strerror(errno));
+        if (!c->metrics) {
+            snprintf(r->metrics_path, sizeof r->metrics_path, "%s/metrics.jsonl", c->report);
+            c->metrics = r->metrics_path;
+        }
+        if (!c->trace) {
+            snprintf(r->trace_path, sizeof r->trace_path, "%s/trace.json", c->report);
+            c->trace = r->trace_path;
+            /* step 1 is the warm-up: a few steady ones show the overlap */
+            if (!c->trace_first) c->trace_first = c->steps > 1 ? 2 : 1, c->trace_last = c->steps > 3 ? 4 : c->steps;
+        }
+        char probe[4200];
+        snprintf(probe, sizeof probe, "%s/report.html", c->report);
+        if (r->rank == 0 && dt_file_check_writable(probe)) return dt_error(DT_ERR_IO, "--report %s: %s", c->report, dt_last_error());
+    }
+    if (c->trace && !c->trace_first) c->trace_first = 1, c->trace_last = 10;
+    return DT_OK;
+}
