@@ -22,8 +22,8 @@
 #define PANEL_AHEAD 8192 /* bytes a packed panel's stream is prefetched ahead (see PANEL_FN) */
 #define ROW_CHUNK 60 /* rows swept against one block of weights while they are in cache (a multiple of 6) */
 #define DECODE_ROWS 8
-/* inputs: 24 KB of a panel in f32, which L1 holds (f32 batch 4-8 3-6% faster than whole panels a pass; int8,
- * 6 KB a block, the same with blocks of 256 to 1024 inputs or none) */
+/* inputs: 24 KB of a panel in f32, which L1 holds (f32 batch 4-8 3-6% faster than whole panels a pass; int8 runs
+ * its passes over all of K, dt_rowdot_q8_decode) */
 #define DECODE_KBLOCK 256
 
 /* One panel's weights (panels.h), packed or in place: output i's chunk of c inputs at k (c: dt_panel_chunk) is

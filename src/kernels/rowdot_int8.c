@@ -190,8 +190,8 @@ void dt_rowdot_q8_wide(int R, float *res, const uint16_t *x, size_t ldx, const u
 
 /* Decoding, R rows against NPAIRS pairs of a packed panel's outputs, each pair's 32 weights of a chunk widened
  * to bf16 in registers once for the R rows (8 rows a quarter panel at a time: 1.5x the multiply-adds a second of
- * 4 rows a half panel twice, in a loop of the kernel alone on a Zen 4); otherwise as rowdot.c's PANEL_FN: inputs
- * [k0, k1) of a block, the accumulators kept in save between blocks, pf what the pass prefetches. */
+ * 4 rows a half panel twice, in a loop of the kernel alone on a Zen 4); otherwise as rowdot.c's PANEL_FN, over all
+ * of K in one go; pf what the pass prefetches. */
 DPBF16 static inline __m512bh widen_pair(const int8_t *w) {
     __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w)));
     __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 16))));
@@ -200,12 +200,14 @@ DPBF16 static inline __m512bh widen_pair(const int8_t *w) {
 #define HSUM_PANEL(r, o) hsum(HALF(acc[r][(o) / 2], (o) % 2))
 #define Q8_PANEL_FN(R, NPAIRS)                                                                                         \
     DPBF16 static void q8_panel_##R(float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t cs, const int8_t *t, \
-                                    size_t trs, int K, int k0, int k1, __m512 *save, bool first, bool last, pf_slice pf) { \
+                                    size_t trs, int K, pf_slice pf) {                                                  \
         enum { NP = NPAIRS };                                                                                          \
-        PANEL_START(R, NP);                                                                                            \
-        int k = k0;                                                                                                    \
-        const int8_t *wk = w + (size_t)(k0 >> 4) * cs;                                                                 \
-        for (; k < k1; k += 16, wk += cs) {                                                                            \
+        __m512 acc[R][NP];                                                                                             \
+        for (int r = 0; r < R; r++)                                                                                    \
+            for (int p = 0; p < NP; p++) acc[r][p] = _mm512_setzero_ps();                                             \
+        int k = 0;                                                                                                     \
+        const int8_t *wk = w;                                                                                          \
+        for (; k + 16 <= K; k += 16, wk += cs) {                                                                       \
             __m512i xv[R];                                                                                             \
             for (int r = 0; r < R; r++) xv[r] = both_halves16(x + (size_t)r * ldx + k);                                \
             PANEL_PREFETCH(wk, pf);                                                                                    \
@@ -214,7 +216,6 @@ DPBF16 static inline __m512bh widen_pair(const int8_t *w) {
                 for (int r = 0; r < R; r++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)xv[r], wv);             \
             }                                                                                                          \
         }                                                                                                              \
-        PANEL_KEEP(R, NP)                                                                                              \
         Q8_END(R, 2 * NP, HSUM_PANEL)                                                                                  \
     }
 Q8_PANEL_FN(1, DT_PANEL / 2)
@@ -285,34 +286,30 @@ DPBF16_VBMI static void q8_quad_1(float *res, const uint16_t *x, const int8_t *w
 #undef HSUM_QUAD
 }
 
-/* Rows in passes of 8 (four quarter panels), then 4 (two halves), then pairs and one, over blocks of DECODE_KBLOCK
- * inputs when more than one pass is needed (rowdot.c's decode_panel, in int8). */
+/* Rows in passes of 8 (four quarter panels), then 4 (two halves), then pairs and one (rowdot.c's decode_panel, in
+ * int8), each pass over all of K: f32's blocks of 256 inputs, which later passes find in L1, cost int8 more in
+ * saving and restoring the accumulators at every block than they gave (a Zen 4, 124M, batch 8, one thread: 382-385
+ * -> 412-433 tokens/s; a Linear of 8 rows from L2 1.85-1.95 -> 2.12-2.45 vdpbf16ps a ns; blocks of 768 or 1024 the
+ * same within noise). */
 DPBF16 void dt_rowdot_q8_decode(float *res, const uint16_t *x, size_t ldx, const view *v, int n, int K) {
-    __m512 save[4 * DT_PANEL]; /* every pass holds at most DT_PANEL accumulators, n <= 8 rows at most 4 passes */
     const int8_t *w = v->w, *t = v->t;
-    int Kc = K & ~15, kb = n <= 2 || Kc == 0 ? (Kc ? Kc : 16) : DECODE_KBLOCK;
-    size_t row = v->cs, block = (size_t)kb / 16 * row, trs = v->trs;
+    int Kc = K & ~15, r = 0, pass = 0;
+    size_t row = v->cs, panel = (size_t)Kc / 16 * row, trs = v->trs;
     int passes = n / 8 * 4 + n % 8 / 4 * 2 + (n % 4 + 1) / 2;
     bool vbmi = n == 1 && dt_kernels_vbmi();
-    for (int k0 = 0; k0 < Kc || k0 == 0; k0 += kb) {
-        int k1 = k0 + kb < Kc ? k0 + kb : Kc, r = 0, pass = 0;
-        bool first = k0 == 0, last = k1 == Kc;
-        __m512 *sv = save;
-        for (; n - r >= 8; r += 8)
-            for (int q = 0, o = 0; q < 4; q++, o += DT_PANEL / 4, sv += DT_PANEL, pass++)
-                q8_panel_8(res + (size_t)r * RES_LD + o, x + (size_t)r * ldx, ldx, w + (size_t)o * 16, v->cs, t + (size_t)o * trs, trs, K,
-                           k0, k1, sv, first, last, pass_prefetch(pass, passes, row, block, false));
-        for (; n - r >= 4; r += 4)
-            for (int h = 0, o = 0; h < 2; h++, o += DT_PANEL / 2, sv += DT_PANEL, pass++)
-                q8_panel_4(res + (size_t)r * RES_LD + o, x + (size_t)r * ldx, ldx, w + (size_t)o * 16, v->cs, t + (size_t)o * trs, trs, K,
-                           k0, k1, sv, first, last, pass_prefetch(pass, passes, row, block, false));
-        for (; r < n; r += 2, sv += DT_PANEL, pass++) {
-            pf_slice pf = pass_prefetch(pass, passes, row, block, n <= 2);
-            if (n - r >= 2) q8_panel_2(res + (size_t)r * RES_LD, x + (size_t)r * ldx, ldx, w, v->cs, t, trs, K, k0, k1, sv, first, last, pf);
-            else if (vbmi) q8_quad_1(res, x, w, v->cs, t, trs, K, pf); /* one pass over all K (kb = Kc) */
-            else q8_panel_1(res + (size_t)r * RES_LD, x + (size_t)r * ldx, ldx, w, v->cs, t, trs, K, k0, k1, sv, first, last, pf);
-        }
-        if (last) break;
+    for (; n - r >= 8; r += 8)
+        for (int q = 0, o = 0; q < 4; q++, o += DT_PANEL / 4, pass++)
+            q8_panel_8(res + (size_t)r * RES_LD + o, x + (size_t)r * ldx, ldx, w + (size_t)o * 16, v->cs, t + (size_t)o * trs, trs, K,
+                       pass_prefetch(pass, passes, row, panel, false));
+    for (; n - r >= 4; r += 4)
+        for (int h = 0, o = 0; h < 2; h++, o += DT_PANEL / 2, pass++)
+            q8_panel_4(res + (size_t)r * RES_LD + o, x + (size_t)r * ldx, ldx, w + (size_t)o * 16, v->cs, t + (size_t)o * trs, trs, K,
+                       pass_prefetch(pass, passes, row, panel, false));
+    for (; r < n; r += 2, pass++) {
+        pf_slice pf = pass_prefetch(pass, passes, row, panel, n <= 2);
+        if (n - r >= 2) q8_panel_2(res + (size_t)r * RES_LD, x + (size_t)r * ldx, ldx, w, v->cs, t, trs, K, pf);
+        else if (vbmi) q8_quad_1(res, x, w, v->cs, t, trs, K, pf);
+        else q8_panel_1(res + (size_t)r * RES_LD, x + (size_t)r * ldx, ldx, w, v->cs, t, trs, K, pf);
     }
 }
 #endif
