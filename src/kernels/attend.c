@@ -55,14 +55,14 @@ static inline void wsum_portable(float *y, const float *w, const void *v, bool b
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define CHUNK(V, SET1, LOAD, LOADV, FMA, STORE, L, NV)                                                                      \
+#define CHUNK(V, SET1, LOAD, LOADV, FMA, STORE, L, NV)                                                                 \
     for (; j + (L) * (NV) <= d; j += (L) * (NV)) {                                                                     \
         V acc[NV];                                                                                                     \
         for (int i = 0; i < (NV); i++) acc[i] = LOAD(y + j + (L) * i);                                                 \
         for (int t = 0; t < n; t++) {                                                                                  \
             V wt = SET1(w[t]);                                                                                         \
-            const __typeof__(*v) *vt = v + (size_t)t * d + j;                                                                 \
-            for (int i = 0; i < (NV); i++) acc[i] = FMA(wt, LOADV(vt + (L) * i), acc[i]);                            \
+            const __typeof__(*v) *vt = v + (size_t)t * d + j;                                                          \
+            for (int i = 0; i < (NV); i++) acc[i] = FMA(wt, LOADV(vt + (L) * i), acc[i]);                              \
         }                                                                                                              \
         for (int i = 0; i < (NV); i++) STORE(y + j + (L) * i, acc[i]);                                                 \
     }
@@ -70,7 +70,7 @@ static inline void wsum_portable(float *y, const float *w, const void *v, bool b
 #define SCORES(V, SET1, LOAD, FMA, ADD, STORE, ZERO, L)                                                                \
     for (; t + DT_KEY_BLOCK <= n; t += DT_KEY_BLOCK)                                                                   \
         for (int h = 0; h < DT_KEY_BLOCK; h += (L)) {                                                                  \
-            const __typeof__(*kb) *blk = kb + (size_t)(t / DT_KEY_BLOCK) * d * DT_KEY_BLOCK + h;                          \
+            const __typeof__(*kb) *blk = kb + (size_t)(t / DT_KEY_BLOCK) * d * DT_KEY_BLOCK + h;                       \
             V acc[8];                                                                                                  \
             for (int j = 0; j < 8; j++) acc[j] = ZERO();                                                               \
             int k = 0;                                                                                                 \
@@ -103,14 +103,14 @@ AVX2 static inline __m256 widen8(const uint16_t *p) {
     }                                                                                                                  \
     AVX512 static int wsum_avx512##SUFFIX(float *y, const float *w, const T *v, int n, int d) {                        \
         int j = 0;                                                                                                     \
-        CHUNK(__m512, _mm512_set1_ps, _mm512_loadu_ps, LOAD512, _mm512_fmadd_ps, _mm512_storeu_ps, 16, 4)             \
-        CHUNK(__m512, _mm512_set1_ps, _mm512_loadu_ps, LOAD512, _mm512_fmadd_ps, _mm512_storeu_ps, 16, 1)             \
+        CHUNK(__m512, _mm512_set1_ps, _mm512_loadu_ps, LOAD512, _mm512_fmadd_ps, _mm512_storeu_ps, 16, 4)              \
+        CHUNK(__m512, _mm512_set1_ps, _mm512_loadu_ps, LOAD512, _mm512_fmadd_ps, _mm512_storeu_ps, 16, 1)              \
         return j;                                                                                                      \
     }                                                                                                                  \
     AVX2 static int wsum_avx2##SUFFIX(float *y, const float *w, const T *v, int n, int d) {                            \
         int j = 0;                                                                                                     \
-        CHUNK(__m256, _mm256_set1_ps, _mm256_loadu_ps, LOAD256, _mm256_fmadd_ps, _mm256_storeu_ps, 8, 8)              \
-        CHUNK(__m256, _mm256_set1_ps, _mm256_loadu_ps, LOAD256, _mm256_fmadd_ps, _mm256_storeu_ps, 8, 1)              \
+        CHUNK(__m256, _mm256_set1_ps, _mm256_loadu_ps, LOAD256, _mm256_fmadd_ps, _mm256_storeu_ps, 8, 8)               \
+        CHUNK(__m256, _mm256_set1_ps, _mm256_loadu_ps, LOAD256, _mm256_fmadd_ps, _mm256_storeu_ps, 8, 1)               \
         return j;                                                                                                      \
     }
 KERNELS(, float, _mm512_loadu_ps, _mm256_loadu_ps)
