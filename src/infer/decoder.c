@@ -252,18 +252,19 @@ static size_t cache_at(const dt_decoder *d, int s, int l, int kv, int b, int h) 
     return (size_t)s * d->slot_elems + ((((size_t)l * 2 + kv) * blocks + b) * d->NHl + h) * DT_KEY_BLOCK * hd;
 }
 
-/* Element i of the cache set to x (rounded to nearest even in bf16). */
+/* Element i of the cache set to x (rounded to nearest even in bf16); a head's scores against, and sum of, cached
+ * keys and values at element at, in the cache's element type. */
 static void cache_put(dt_decoder *d, size_t i, float x) {
     if (d->kv16) ((uint16_t *)d->cache)[i] = dt_f32_to_bf16(x);
     else ((float *)d->cache)[i] = x;
 }
 
-static void scores(const dt_decoder *d, float *s, const float *q, size_t at, int hd, int n) {
+static void cache_scores(const dt_decoder *d, float *s, const float *q, size_t at, int hd, int n) {
     if (d->kv16) dt_attend_scores_bf16(s, q, (const uint16_t *)d->cache + at, hd, n);
     else dt_attend_scores(s, q, (const float *)d->cache + at, hd, n);
 }
 
-static void weighted_sum(const dt_decoder *d, float *y, const float *w, size_t at, int n, int hd) {
+static void cache_sum(const dt_decoder *d, float *y, const float *w, size_t at, int n, int hd) {
     if (d->kv16) dt_weighted_sum_bf16(y, w, (const uint16_t *)d->cache + at, n, hd);
     else dt_weighted_sum(y, w, (const float *)d->cache + at, n, hd);
 }
@@ -278,8 +279,8 @@ static void attend_heads(dt_decoder *d, int l, const dt_infer_row *row, int r, i
     float *s = d->scores + (size_t)r * NH * ld, *y = d->att + (size_t)r * C, scale = 1.0f / sqrtf((float)hd);
     for (int t = 0; t < npos; t += DT_KEY_BLOCK)
         for (int h = h0; h < h1; h++)
-            scores(d, s + (size_t)h * ld + t, q + h * hd, cache_at(d, row->slot, l, 0, t / DT_KEY_BLOCK, h), hd,
-                   npos - t < DT_KEY_BLOCK ? npos - t : DT_KEY_BLOCK);
+            cache_scores(d, s + (size_t)h * ld + t, q + h * hd, cache_at(d, row->slot, l, 0, t / DT_KEY_BLOCK, h), hd,
+                         npos - t < DT_KEY_BLOCK ? npos - t : DT_KEY_BLOCK);
     for (int h = h0; h < h1; h++) {
         float *sh = s + (size_t)h * ld, mx = -INFINITY, sum = 0;
         for (int t = 0; t < npos; t++) {
@@ -292,8 +293,8 @@ static void attend_heads(dt_decoder *d, int l, const dt_infer_row *row, int r, i
     memset(y + h0 * hd, 0, sizeof(float) * (size_t)(h1 - h0) * hd);
     for (int t = 0; t < npos; t += DT_KEY_BLOCK)
         for (int h = h0; h < h1; h++)
-            weighted_sum(d, y + h * hd, s + (size_t)h * ld + t, cache_at(d, row->slot, l, 1, t / DT_KEY_BLOCK, h),
-                         npos - t < DT_KEY_BLOCK ? npos - t : DT_KEY_BLOCK, hd);
+            cache_sum(d, y + h * hd, s + (size_t)h * ld + t, cache_at(d, row->slot, l, 1, t / DT_KEY_BLOCK, h),
+                      npos - t < DT_KEY_BLOCK ? npos - t : DT_KEY_BLOCK, hd);
     for (int h = h0; h < h1; h++) {
         float inv = 1.0f / s[(size_t)h * ld + ld - 1];
         for (int j = 0; j < hd; j++) y[h * hd + j] *= inv;

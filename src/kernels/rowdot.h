@@ -89,9 +89,9 @@ AVX2 static inline float hsum(__m256 v) {
 /* One accumulator's half: output 2p in the low half, 2p + 1 in the high one. */
 #define HALF(v, hi)                                                                                                    \
     _mm256_castpd_ps((hi) ? _mm512_extractf64x4_pd(_mm512_castps_pd(v), 1) : _mm512_castpd512_pd256(_mm512_castps_pd(v)))
-/* A decoding panel's pieces (rowdot.c's PANEL_FN, rowdot_int8.c's Q8_PANEL_FN): its R x NP accumulators taken
- * from save unless first; what the pass prefetches of the chunk row at wk (pf_slice); the accumulators kept in save
- * for the next block unless last */
+/* A decoding panel's pieces (rowdot.c's PANEL_FN; int8's Q8_PANEL_FN, one block, only prefetches): its R x NP
+ * accumulators taken from save unless first; what the pass prefetches of the chunk row at wk (pf_slice); the
+ * accumulators kept in save for the next block unless last */
 #define PANEL_START(R, NP)                                                                                             \
     __m512 acc[R][NP];                                                                                                 \
     for (int r = 0; r < R; r++)                                                                                        \

@@ -290,7 +290,7 @@ DPBF16_VBMI static void q8_quad_1(float *res, const uint16_t *x, const int8_t *w
  * int8), each pass over all of K: f32's blocks of 256 inputs, which later passes find in L1, cost int8 more in
  * saving and restoring the accumulators at every block than they gave (a Zen 4, 124M, batch 8, one thread: 382-385
  * -> 412-433 tokens/s; a Linear of 8 rows from L2 1.85-1.95 -> 2.12-2.45 vdpbf16ps a ns; blocks of 768 or 1024 the
- * same within noise). */
+ * same within noise). The block pass_prefetch's later passes look ahead by is then the whole panel. */
 DPBF16 void dt_rowdot_q8_decode(float *res, const uint16_t *x, size_t ldx, const view *v, int n, int K) {
     const int8_t *w = v->w, *t = v->t;
     int Kc = K & ~15, r = 0, pass = 0;
