@@ -5,7 +5,8 @@
 # and for 2 DDP ranks, with AdamW (cosine schedule with warm-up) and SGD with
 # momentum, with --shuffle and with gradient accumulation; a checkpoint of 2
 # ranks resumes on 1 process and the reverse (same global batch) within 1e-6
-# relative; a save killed by SIGKILL leaves the previous checkpoint whole and
+# relative, and --resume without --grad-accum keeps the saved global batch on
+# another layout (the accumulation derived, said) or refuses naming why; a save killed by SIGKILL leaves the previous checkpoint whole and
 # resumable; a checkpoint of another model or optimizer, or a damaged or
 # partial one, is refused naming the field or file, and nothing is written.
 # usage: resume.sh DTRAIN [MPIRUN]
@@ -84,6 +85,22 @@ cross() {
 cross "2 ranks x batch 2 -> 1 process x batch 4" --nproc 2 --batch 2 -- --batch 4
 cross "1 process x batch 4 -> 2 ranks x batch 2" --batch 4 -- --nproc 2 --batch 2
 cross "2 ranks x batch 2 -> 1 process x batch 2 x 2 accumulation" --nproc 2 --batch 2 -- --batch 2 --grad-accum 2
+# without --grad-accum the accumulation is derived so that the saved global batch is kept, on any layout
+cross "2 ranks x batch 2 -> 1 process, accumulation derived" --nproc 2 --batch 2 -- --batch 2
+cross "TP 2 x PP 2 x 2 micro-batches -> 2 DDP ranks, accumulation derived" --nproc 4 --tp 2 --pp 2 --batch 2 --grad-accum 2 -- --nproc 2 --batch 2
+rm -rf "$dir/g"
+"$DTRAIN" train "${model[@]}" --nproc 2 --batch 2 --steps 4 --save "$dir/g" > /dev/null 2>&1
+"$DTRAIN" train --resume "$dir/g" --steps 5 --metrics "$dir/g.jsonl" > "$dir/out" 2>&1
+grep -q "1 data-parallel rank x --batch 2: gradient accumulation 2 (was 1) keeps the saved global batch of 4 samples" "$dir/out" &&
+    ok "--resume alone on 1 process from 2 ranks: $(grep -o 'gradient accumulation 2.*' "$dir/out")" || fail "accumulation not said: $(head -3 "$dir/out")"
+"$DTRAIN" train --resume "$dir/g" --steps 5 --nproc 3 > /dev/null 2> "$dir/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "global batch of 4 samples, which does not split over 3 data-parallel ranks" "$dir/err" &&
+    ok "--resume on 3 ranks of a global batch of 4: refused: $(head -1 "$dir/err" | cut -c1-120)" || fail "3 ranks: exit $rc, $(head -2 "$dir/err")"
+"$DTRAIN" train --resume "$dir/g" --steps 5 --nproc 2 --batch 4 > /dev/null 2> "$dir/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "which 2 data-parallel ranks at --batch 4 do not make; --batch 2 keeps it" "$dir/err" &&
+    ok "--batch 4 on 2 ranks of a global batch of 4: refused, naming --batch 2" || fail "--batch 4 on 2 ranks: exit $rc, $(head -2 "$dir/err")"
 
 # SIGKILL in the middle of a save: the previous checkpoint stays whole and resumes.
 big=(--data "$dir/train.bin" --model d6 --vocab 256 --seq 32 --batch 1 --threads 1 --quiet --steps 1000 --save-every 1)

@@ -30,6 +30,7 @@ typedef struct {
     dt_schedule sched;        /* learning rate and its schedule */
     float grad_clip;
     int train_batch_size;     /* DeepSpeed's rule, checked once the ranks are known (0: not given) */
+    long resume_batch;        /* --resume without --grad-accum: the saved global batch, kept on any ranks (0: none to keep) */
     const char *save, *metrics; /* --save DIR: full-state checkpoints; FILE.bin / FILE.safetensors: weights only */
     const char *resume;       /* a checkpoint directory to continue from */
     const char *trace;        /* Chrome trace-event JSON of steps [trace_first, trace_last] (1-based) */
@@ -86,6 +87,8 @@ typedef struct {
     int local_ranks;     /* ranks on one machine */
     int shared_params;   /* ZeRO's replicas share one parameter copy per machine */
 } dt_train_dims;
+/* The data-parallel ranks of a job of nranks: --dp, else what --tp x --pp x --cp leave (at least 1). */
+int dt_train_dp(const dt_train_config *c, int nranks);
 /* --dp x --tp x --pp x --cp against the job's ranks, and what each axis does not take yet (paper: only what no
  * implementation could run, for the planner's other hardware). */
 dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper);
@@ -148,6 +151,9 @@ dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step);
  * flags, which override them): --resume DIR alone goes on as the run did,
  * saving into dir unless --save says otherwise. */
 dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c);
+/* A resumed run keeps its saved global batch (c->resume_batch) on nranks: the accumulation set to match, said
+ * once where say; an error naming flags that would keep it where no accumulation does. */
+dt_status dt_train_keep_global_batch(dt_train_config *c, int nranks, int say);
 /* Whether path is a checkpoint directory (DIR with latest, or DIR/step-N). */
 int dt_checkpoint_is_checkpoint(const char *path);
 /* A model from whatever path names: a checkpoint directory (its weights;

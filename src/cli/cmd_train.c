@@ -49,7 +49,7 @@ static void usage(FILE *f) {
             "  --resume DIR       go on from DIR's latest checkpoint with the settings it stores (data, model, batch,\n"
             "                     optimizer, schedule, --steps; saving into DIR): flags given override them, and a\n"
             "                     change that alters the run is named; a checkpoint of N ranks resumes on any number\n"
-            "                     with the same global batch\n"
+            "                     and layout: without --grad-accum the accumulation is set to keep its global batch\n"
             "  --stop-after N     end after N steps of this run, saving as at the end (a run cut into pieces)\n"
             "  --strategy NAME    the parallel strategy: single (one process), ddp (the default over several ranks),\n"
             "                     zero1, zero2, zero3\n"
@@ -155,11 +155,16 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
             dt_log(DT_LOG_ERROR, "--resume %s: %s", argv[i + 1], dt_last_error());
             return 2;
         }
+    int saved_accum = c.grad_accum;
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--config") && dt_train_config_load(argv[i + 1], &c)) {
             dt_log(DT_LOG_ERROR, "%s", dt_last_error());
             return 2;
         }
+    /* an accumulation (or DeepSpeed's global batch) given by hand is the run's from here: not kept from the checkpoint */
+    if (c.grad_accum != saved_accum || c.train_batch_size) c.resume_batch = 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--grad-accum") || !strcmp(argv[i], "--micro-batches")) c.resume_batch = 0;
     dt_log_set_level(DT_LOG_INFO);
     dt_optim_kind kind = c.opt.kind;
     double betas[2] = { c.opt.beta1, c.opt.beta2 }, eps = c.opt.eps, wd = c.opt.weight_decay, mom = c.opt.momentum,

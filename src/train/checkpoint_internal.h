@@ -26,6 +26,8 @@ dt_status dt_ckpt_open_latest(const char *dir, char sub[4400], char mpath[4500],
 dt_status dt_ckpt_number(const cJSON *j, const char *section, const char *key, const char *path, double *v);
 /* The same, a whole number in [0, max]. */
 dt_status dt_ckpt_count(const cJSON *j, const char *section, const char *key, const char *path, double max, double *v);
+/* The saved run's samples a step (micro-batch x accumulation x data-parallel ranks), 0 if the manifest lacks them. */
+long dt_ckpt_global_batch(const cJSON *j);
 /* manifest[section][key] as a string, or NULL. */
 const char *dt_ckpt_string(const cJSON *j, const char *section, const char *key);
 

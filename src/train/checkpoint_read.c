@@ -175,27 +175,32 @@ static dt_status read_slice(const char *dir, const char *file, const dt_model *m
     return dt_ckpt_file_runs(path, 0, m, bufs, nb, off, n);
 }
 
-/* Settings that may change on resume, but change the run: said. */
-static void warn_changes(const cJSON *j, const char *path, const dt_train_config *c, int nranks) {
-    static const char *const keys[4] = { "batch", "seq", "grad_accum", "ranks" };
-    const int mine[4] = { c->batch, c->seq, c->grad_accum, nranks };
-    double v = 0, global_then = 1, tp_then = 1;
-    for (int i = 0; i < 4; i++) {
-        if (dt_ckpt_number(j, "settings", keys[i], path, &v)) continue;
-        if (i != 1) global_then *= v;
-        if (i == 1 && v != mine[1]) dt_log(DT_LOG_WARN, "%s: saved with --seq %g, resumed with %d", path, v, mine[1]);
-    }
-    /* tensor-parallel ranks, pipeline stages and context-parallel ranks share their samples (a checkpoint without the keys had none) */
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "settings");
+/* The saved run's global batch: micro-batch x accumulation x data-parallel ranks (tensor-parallel ranks, pipeline
+ * stages and context-parallel ranks share their samples; a checkpoint without those keys had none); 0 if unknown. */
+long dt_ckpt_global_batch(const cJSON *j) {
+    static const char *const keys[3] = { "batch", "grad_accum", "ranks" };
     static const char *const mp[3] = { "tp", "pp", "cp" };
+    double v, global = 1, shared = 1;
+    for (int i = 0; i < 3; i++) {
+        if (dt_ckpt_number(j, "settings", keys[i], "", &v)) return 0;
+        global *= v;
+    }
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "settings");
     for (int i = 0; i < 3; i++) {
         const cJSON *x = st ? cJSON_GetObjectItemCaseSensitive(st, mp[i]) : NULL;
-        if (cJSON_IsNumber(x) && x->valuedouble >= 1) tp_then *= x->valuedouble;
+        if (cJSON_IsNumber(x) && x->valuedouble >= 1) shared *= x->valuedouble;
     }
-    int now = c->batch * c->grad_accum * nranks / ((c->tp > 1 ? c->tp : 1) * (c->pp > 1 ? c->pp : 1) * (c->cp > 1 ? c->cp : 1));
-    if (global_then / tp_then != (double)now)
-        dt_log(DT_LOG_WARN, "%s: the global batch was %g samples, now %d: the run is not the one that was saved", path,
-               global_then / tp_then, now);
+    return global >= shared ? (long)(global / shared) : 0;
+}
+
+/* Settings that may change on resume, but change the run: said. */
+static void warn_changes(const cJSON *j, const char *path, const dt_train_config *c, int nranks) {
+    double v = 0;
+    if (!dt_ckpt_number(j, "settings", "seq", path, &v) && v != c->seq)
+        dt_log(DT_LOG_WARN, "%s: saved with --seq %g, resumed with %d", path, v, c->seq);
+    long then = dt_ckpt_global_batch(j), now = (long)c->batch * c->grad_accum * dt_train_dp(c, nranks);
+    if (then && then != now)
+        dt_log(DT_LOG_WARN, "%s: the global batch was %ld samples, now %ld: the run is not the one that was saved", path, then, now);
     if (!dt_ckpt_number(j, "schedule", "lr", path, &v) && (float)v != c->sched.lr)
         dt_log(DT_LOG_WARN, "%s: saved with --lr %g, resumed with %g", path, v, c->sched.lr);
     int total = c->sched.total ? c->sched.total : c->steps;

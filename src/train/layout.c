@@ -36,6 +36,11 @@ static const char *pp_lacks(const dt_train_config *c) {
     return NULL;
 }
 
+int dt_train_dp(const dt_train_config *c, int nranks) {
+    int mp = (c->tp ? c->tp : 1) * (c->pp ? c->pp : 1) * (c->cp ? c->cp : 1);
+    return c->dp ? c->dp : nranks / mp > 0 ? nranks / mp : 1;
+}
+
 /* --dp x --tp x --pp x --cp must be the job's ranks. */
 dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
     int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1, mp = tp * pp * cp;

@@ -94,6 +94,7 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
     take_int(j, "settings", "steps", &c->steps);
     take_int(j, "settings", "batch", &c->batch);
     take_int(j, "settings", "grad_accum", &c->grad_accum);
+    c->resume_batch = dt_ckpt_global_batch(j);
     take_float(j, "settings", "grad_clip", &c->grad_clip);
     take_int(j, "settings", "threads", &c->threads);
     take_int(j, "settings", "eval_every", &c->eval_every);
@@ -112,5 +113,33 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
     take_schedule(j, c);
     if (!c->save) c->save = dir; /* it goes on saving where it was saved */
     cJSON_Delete(j);
+    return DT_OK;
+}
+
+/* The largest micro-batch up to b that global splits into on dp ranks (0: none). */
+static int micro_batch_that_splits(long global, int dp, int b) {
+    for (; b > 0; b--)
+        if (global % ((long)b * dp) == 0) return b;
+    return 0;
+}
+
+dt_status dt_train_keep_global_batch(dt_train_config *c, int nranks, int say) {
+    if (!c->resume_batch) return DT_OK;
+    int dp = dt_train_dp(c, nranks);
+    long per_step = (long)c->batch * dp;
+    if (c->resume_batch % per_step) {
+        int b = micro_batch_that_splits(c->resume_batch, dp, c->batch);
+        if (b)
+            return dt_error(DT_ERR_ARG, "--resume %s: the run was saved with a global batch of %ld samples, which %d data-parallel "
+                            "rank%s at --batch %d do not make; --batch %d keeps it (gradient accumulation %ld)", c->resume,
+                            c->resume_batch, dp, dp == 1 ? "" : "s", c->batch, b, c->resume_batch / ((long)b * dp));
+        return dt_error(DT_ERR_ARG, "--resume %s: the run was saved with a global batch of %ld samples, which does not split over %d "
+                        "data-parallel ranks: resume on a number of them that divides it", c->resume, c->resume_batch, dp);
+    }
+    int accum = (int)(c->resume_batch / per_step);
+    if (accum != c->grad_accum && say)
+        dt_log(DT_LOG_INFO, "--resume %s: %d data-parallel rank%s x --batch %d: gradient accumulation %d (was %d) keeps the saved "
+               "global batch of %ld samples", c->resume, dp, dp == 1 ? "" : "s", c->batch, accum, c->grad_accum, c->resume_batch);
+    c->grad_accum = accum;
     return DT_OK;
 }

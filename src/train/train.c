@@ -269,7 +269,10 @@ static int fail(int rc) {
     return rc;
 }
 
-static int run_rank(const dt_train_config *c0, dt_comm *w, dt_launch_kind kind) {
+static int run_rank(const dt_train_config *cfg, dt_comm *w, dt_launch_kind kind) {
+    dt_train_config kept = *cfg, *c0 = &kept;
+    /* said by the launching process, or under MPI by the first rank */
+    if (dt_train_keep_global_batch(c0, w ? dt_comm_size(w) : 1, kind == DT_LAUNCH_MPI && dt_comm_first_voice())) return fail(2);
     if (dt_train_check_mesh(c0, w ? dt_comm_size(w) : 1, 0)) return fail(2);
     if (!strncmp(c0->model, "mlp", 3) || !strncmp(c0->model, "resnet", 6)) {
         dt_kernels_set_threads(c0->threads > 0 ? c0->threads : dt_train_default_threads(w));
@@ -308,7 +311,10 @@ int dt_train_run(const dt_train_config *c) {
                    "-n %d)", c->nproc, ws, c->nproc);
         return 2;
     }
-    if (!in_job && dt_train_check_mesh(c, c->nproc, 0)) return fail(2);
+    if (!in_job) { /* refused before any rank starts; said here, once */
+        dt_train_config kept = *c;
+        if (dt_train_keep_global_batch(&kept, c->nproc, 1) || dt_train_check_mesh(&kept, c->nproc, 0)) return fail(2);
+    }
     if (c->nproc > 1 && !in_job) {
         /* the peak for MFU, measured (once per machine) before the ranks share the cores */
         double g;
