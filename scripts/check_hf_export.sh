@@ -27,6 +27,6 @@ with torch.no_grad():
     logits = m(x).logits
 hf = float(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1)))
 print(f"transformers {transformers.__version__}: GPT2LMHeadModel.from_pretrained loaded the folder; "
-      f"loss on the first batch {hf:.6f}, dtrain eval {ours:.4f}, difference {abs(hf - ours):.2e}")
+      f"loss on the first batch {hf:.6f}, dtrain eval {ours:.6f}, difference {abs(hf - ours):.2e}")
 sys.exit(0 if abs(hf - ours) < 1e-4 else 1)
 PY

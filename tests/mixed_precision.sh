@@ -69,7 +69,7 @@ awk "BEGIN{exit !($w > 0)}" && ok "bf16 differs from fp32 (it rounds): $w" || fa
 v1=$(grep -o '"val_loss":[0-9.]*' "$dir/ev.jsonl" | tail -1 | cut -d: -f2)
 v2=$("$DTRAIN" train "${small[@]}" --model "$dir/ev.bin" --steps 0 --precision bf16 --batch 2 --val-data "$dir/train.bin" \
     --eval-batches 2 2> "$dir/err" | grep -o 'validation loss [0-9.]*' | cut -d' ' -f3)
-[ -n "$v1" ] && [ -n "$v2" ] && [ "$(printf '%.4f' "$v1")" = "$v2" ] \
+[ -n "$v1" ] && [ -n "$v2" ] && [ "$(printf '%.6f' "$v1")" = "$v2" ] \
     && ok "bf16, 2 micro-batches a step: the validation loss at step 3 ($v1) is its saved weights' ($v2)" \
     || fail "bf16 evaluation after a step: '$v1' in the run, '$v2' from its weights ($(head -3 "$dir/err"))"
 

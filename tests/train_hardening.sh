@@ -187,6 +187,21 @@ expect "--cp-impl of no such kind" 2 "--cp-impl rings is not valid: expected rin
 l1=$(grep -o "^validation loss [0-9.]*" "$dir/e1"); l2=$(grep -o "^validation loss [0-9.]*" "$dir/e2")
 [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ] && [ "$(cat "$dir/ck/latest")" = step-00000002 ] &&
     ok "dtrain eval of a checkpoint = train --steps 0 of its HF folder: $l1" || fail "eval: $rc1 $rc2 '$l1' '$l2' $(head -c 300 "$dir/err")"
+# dtrain eval of a checkpoint on its own settings (its micro-batch x data-parallel ranks, --seq, --eval-batches, --val-data)
+# gives the validation loss its run printed at that step, to six decimals, and writes it to --metrics
+rm -rf "$dir/evck"
+"$DTRAIN" train "${model[@]}" --nproc 2 --steps 4 --val-data "$dir/val.bin" --eval-every 4 --eval-batches 3 --save "$dir/evck" \
+    --metrics "$dir/evrun.jsonl" > /dev/null 2>&1
+"$DTRAIN" eval --model "$dir/evck" --metrics "$dir/ev.jsonl" > "$dir/e3" 2> "$dir/err"; rc=$?
+want=$(grep -o '"val_loss":[0-9.]*' "$dir/evrun.jsonl" | tail -1 | cut -d: -f2)
+got=$(grep -o "^validation loss [0-9.]*" "$dir/e3" | cut -d' ' -f3)
+[ $rc -eq 0 ] && [ -n "$want" ] && [ "$(printf '%.6f' "$want")" = "$got" ] && grep -q "2 x 2 = 4 sequences\|batches of 4 x 32" "$dir/e3" &&
+    grep -q '"val_loss":[0-9.]*,"step":4,"tokens":384,"batches":3' "$dir/ev.jsonl" &&
+    ok "dtrain eval of a 2-rank checkpoint on its own settings: $got, the run's $want at step 4; $(cat "$dir/ev.jsonl")" ||
+    fail "eval on a checkpoint's settings: exit $rc, '$got' against the run's '$want'; $(head -c 300 "$dir/e3") $(cat "$dir/ev.jsonl" "$dir/err")"
+"$DTRAIN" eval --help > "$dir/h" 2>&1
+grep -q "^usage: dtrain eval" "$dir/h" && ! grep -q -- "--lr" "$dir/h" && ok "dtrain eval --help is eval's own usage" ||
+    fail "eval --help: $(head -2 "$dir/h")"
 expect "--steps 0 with --save refused" 2 "--steps 0 evaluates and changes nothing: --save" -- \
     "$DTRAIN" train "${model[@]}" --steps 0 --save "$dir/nothing"
 

@@ -22,6 +22,7 @@ int dt_cli_train(int argc, char **argv);
 /* train's flags into *c (cmd names the command in errors): -1 when they are good, else the exit code (0 after --help). */
 int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *c);
 int dt_cli_plan(int argc, char **argv);
+int dt_cli_eval(int argc, char **argv); /* argv[-1] must be the program */
 int dt_cli_tokenize(int argc, char **argv);
 int dt_cli_generate(int argc, char **argv);
 int dt_cli_serve(int argc, char **argv);

@@ -110,27 +110,13 @@ static char **split_equals(int *argc, char **argv) {
     return out;
 }
 
-/* train --steps 0: the same flags, the same checks, the loss of --model on --data (or --val-data). */
-static int eval_command(int argc, char **argv) {
-    char **a = malloc(sizeof(char *) * ((size_t)argc + 3));
-    if (!a) return 1;
-    memcpy(a, argv, sizeof(char *) * (size_t)argc);
-    a[1] = "train";
-    a[argc] = "--steps";
-    a[argc + 1] = "0";
-    a[argc + 2] = NULL;
-    int rc = dt_cli_train(argc + 1, a + 1);
-    free(a);
-    return rc;
-}
-
 static int dispatch(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "launch")) return dt_cli_launch(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return dt_cli_bench(argc, argv);
     if (!strcmp(cmd, "train")) return dt_cli_train(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return dt_cli_plan(argc - 1, argv + 1);
-    if (!strcmp(cmd, "eval")) return eval_command(argc, argv);
+    if (!strcmp(cmd, "eval")) return dt_cli_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return dt_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return dt_cli_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return dt_cli_serve(argc - 1, argv + 1);

@@ -41,6 +41,7 @@ typedef struct {
     double wgt;               /* of backward, zb1's W (weight gradients) */
     double tp_comm;           /* of forward and backward, in tensor parallelism's collectives */
     int first_step;           /* 0, or where a resumed run goes on from */
+    int model_step;           /* --model CHECKPOINT: the step of its weights (-1: not a checkpoint) */
     dt_trace_file *trace;
     double flops_per_step;    /* model FLOPs of one step, all ranks (dt_gpt2_flops_per_token) */
     double peak_gflops;       /* the run's peak: per-thread sgemm x peak_threads (0: unknown) */
@@ -63,6 +64,8 @@ dt_status dt_train_next_batch(void *ctx, int k, const int32_t **in, const int32_
 dt_status dt_train_save(run *r, int steps_done);
 /* One JSON line of the metrics file for a step (run_output.c). */
 void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val);
+/* dtrain eval's line: the model's step (0: not a checkpoint), the loss and what it was measured on. */
+void dt_train_write_eval_metrics(run *r, float val);
 /* After the last step: the trace, every rank's memory and I/O, the report (run_output.c; collective). */
 void dt_train_observe_end(run *r, int steps_done);
 

@@ -14,6 +14,15 @@ static void json_num(FILE *f, const char *key, const char *fmt, double v) {
     else fputs("null", f);
 }
 
+void dt_train_write_eval_metrics(run *r, float val) {
+    const dt_train_config *c = &r->c;
+    fprintf(r->metrics, "{\"val_loss\":");
+    fprintf(r->metrics, isfinite(val) ? "%.9g" : "null", val);
+    if (r->model_step >= 0) fprintf(r->metrics, ",\"step\":%d", r->model_step);
+    fprintf(r->metrics, ",\"tokens\":%lld,\"batches\":%d}\n", (long long)c->eval_batches * c->batch * c->seq * r->dp_size, c->eval_batches);
+    fflush(r->metrics);
+}
+
 void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val) {
     FILE *f = r->metrics;
     /* context parallelism's attention this step; its waits on the group are exposed communication */

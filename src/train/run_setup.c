@@ -56,7 +56,9 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     static const char *names[6] = { "--max-seq", "--vocab", "--padded-vocab", "--layers", "--heads", "--channels" };
     if (from_file) {
         if ((st = dt_checkpoint_load_weights(c->model, o->num_heads, out, &ck_step))) return st;
-        if (ck_step >= 0 && !c->quiet && r->rank == 0)
+        r->model_step = ck_step;
+        if (ck_step >= 0 && !c->quiet && r->rank == 0 && c->steps == 0) printf("--model %s: its checkpoint at step %d\n", c->model, ck_step);
+        else if (ck_step >= 0 && !c->quiet && r->rank == 0)
             printf("--model %s: the weights of its checkpoint at step %d, with a new optimizer (--resume %s goes on with its run)\n",
                    c->model, ck_step, c->model);
         cfg = *dt_gpt2_get_config(*out);
@@ -228,7 +230,7 @@ static void find_peak(run *r) {
     const dt_train_config *c = &r->c;
     r->flops_per_step = dt_gpt2_flops_per_token(dt_gpt2_get_config(r->m), c->seq) * c->batch * c->seq * c->grad_accum * r->dp_size;
     double per_thread;
-    if (r->rank != 0 || (c->quiet && !c->metrics)) return;
+    if (r->rank != 0 || (c->quiet && !c->metrics) || c->steps == 0) return; /* no steps (eval): no MFU */
     /* a bf16 run on the bf16 GEMM: MFU against that GEMM's rate, not sgemm's (which it beats) */
     r->peak_bf16 = c->precision == DT_BF16 && dt_gemm_bf16_ready();
     if ((r->peak_bf16 ? dt_peak_bf16_per_thread : dt_peak_per_thread)(&per_thread, &r->peak_source)) {

@@ -192,10 +192,12 @@ static int evaluate_only(run *r) {
         dt_log(DT_LOG_ERROR, "evaluation: %s", dt_last_error());
         return 1;
     }
+    /* six decimals: enough to set beside another framework's figure */
     if (r->rank == 0)
-        printf("validation loss %.4f (%s: %d batch%s of %d x %d tokens on each of %d rank%s, %.1f s)\n", val, c->val_data,
+        printf("validation loss %.6f (%s: %d batch%s of %d x %d tokens on each of %d rank%s, %.1f s)\n", val, c->val_data,
                c->eval_batches, c->eval_batches == 1 ? "" : "es", c->batch, c->seq, r->dp_size, r->dp_size == 1 ? "" : "s",
                dt_time_now() - t0);
+    if (r->metrics) dt_train_write_eval_metrics(r, val);
     return isfinite(val) ? 0 : 1;
 }
 
@@ -280,7 +282,7 @@ static int run_rank(const dt_train_config *cfg, dt_comm *w, dt_launch_kind kind)
         if (!ic.epochs) ic.epochs = 5;
         return dt_classify_run(&ic, w);
     }
-    run r = { .c = *c0, .w = w, .rank = w ? dt_comm_rank(w) : 0, .nranks = w ? dt_comm_size(w) : 1 };
+    run r = { .c = *c0, .w = w, .rank = w ? dt_comm_rank(w) : 0, .nranks = w ? dt_comm_size(w) : 1, .model_step = -1 };
     if (r.c.threads <= 0) r.c.threads = dt_train_default_threads(w);
     if (dt_train_observers(&r)) return fail(2);
     /* one voice; save stays: a sharded optimizer is saved by every rank (save() says who writes) */
