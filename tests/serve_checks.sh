@@ -11,7 +11,8 @@
 # --nproc 2 --tp 2 give one process's text, and a tensor-parallel rank
 # killed stops the server naming it; a port in use, a model
 # that does not load and a bad --quantize are said before listening;
-# SIGTERM finishes the requests in hand and exits 0; OpenAI's Python
+# SIGTERM finishes the requests in hand and exits 0 (a request that comes
+# meanwhile gets 503); OpenAI's Python
 # client completes, streams and stops (installed from PyPI into PYDIR if
 # missing; said and not counted if it cannot be).
 # Under a sanitizer (SANITIZE given) a 2-layer model with GPT-2's
@@ -135,7 +136,19 @@ c=$(echo "$m" | awk '$1=="dtrain_requests_cancelled_total"{print $2}') r=$(echo 
     fail "left: cancelled $c, running $r (its first event: $(cat "$dir/left"))"
 rss() { awk '$1=="VmRSS:"{print $2}' "/proc/$1/status"; }
 rss_f32=$(rss $spid)
-kill -TERM $spid; wait $spid
+# SIGTERM with a request in hand: a request that comes while it runs is turned away with 503 (the server still listens)
+curl -s -N "http://127.0.0.1:$port/v1/completions" -d "{\"prompt\":\"The\",\"max_tokens\":$leavetok,\"stream\":true}" > "$dir/held" &
+cpid=$!
+for _ in $(seq 300); do grep -q '^data: ' "$dir/held" && break; sleep 0.1; done
+kill -TERM $spid
+for _ in $(seq 100); do grep -q "stopping: finishing" "$dir/g124.out" && break; sleep 0.05; done
+late=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"The","max_tokens":2}')
+kill $cpid; wait $cpid 2> /dev/null # the held request's client leaves: the drain ends
+wait $spid
+rc=$?
+[ "${late##* }" = 503 ] && echo "$late" | grep -q "shutting down" && [ $rc = 0 ] &&
+    ok "a request while a SIGTERM drains the one in hand: 503 '$(echo "${late% *}" | head -c 90)', exit 0" ||
+    fail "a request while draining: '$late', exit $rc"
 # int8: the f32 model is freed once quantized (the decoder keeps nothing of it); the completion is generate's
 start g124q "$dir/g124.bin" --bpe "${BPE[@]}" --threads $T --slots 4 --quantize int8 || exit 1
 gq=$(gen --model "$dir/g124.bin" --bpe "${BPE[@]}" --prompt "The" --tokens 12 --temperature 0 --quantize int8)
@@ -185,6 +198,9 @@ a token id beyond the vocabulary|400|{"prompt": [1, 2, 300]}
 a 10 MB body|413|BIG
 a 3 MB body sent in chunks (no length)|413|CHUNKED
 EOF
+r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" -d '{"prompt": ["The", "A"]}')
+echo "$r" | grep -q "several prompts: one prompt a request" && [ "${r##* }" = 400 ] && ok "two prompts in one request: 400, one prompt a request" ||
+    fail "two prompts: $r"
 r=$(python3 "$HERE/serve_client.py" slow "$port" 4)
 [ "${r%% *}" = 408 ] && ok "a slow client (a byte a second): ${r%% *} ${r#* }" || fail "slow client: $r"
 r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/nothing")

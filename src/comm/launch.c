@@ -119,7 +119,7 @@ int dt_comm_launch(int n, char *const argv[]) {
     int code = alive == n ? 0 : 1, first_bad = -1, handled = 0;
     pid_t group = pids[0] > 0 ? pids[0] : 0;
     double deadline = 0;
-    bool forwarded = false;
+    bool forwarded = false, killing = false; /* killing: the launcher's own SIGKILLs are under way */
     while (alive > 0) {
         int st;
         /* never blocking: a signal that lands between the check below and a
@@ -162,10 +162,16 @@ int dt_comm_launch(int n, char *const argv[]) {
                 dt_log(DT_LOG_ERROR, "launch: rank %d (pid %d) %s; stopping the job", r, (int)pid, what);
                 code = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
                 deadline = dt_time_now() + GRACE_SECONDS;
+            } else if (bad && WIFSIGNALED(st) && !forwarded && !killing && r != first_bad) {
+                /* a rank that crashes while it stops says nothing itself: said here, or its silence is a mystery */
+                char what[128];
+                describe(st, what, sizeof what);
+                dt_log(DT_LOG_ERROR, "launch: rank %d (pid %d) then %s", r, (int)pid, what);
             }
             continue;
         }
         if (deadline > 0 && dt_time_now() > deadline) {
+            killing = true;
             for (int r = 0; r < n; r++)
                 if (pids[r] > 0) {
                     dt_log(DT_LOG_ERROR, "launch: rank %d (pid %d) still running after %.1f s; killing it", r, (int)pids[r], GRACE_SECONDS);

@@ -44,6 +44,10 @@ static dt_status read_prompt(const cJSON *o, const serve_vocab *v, serve_params 
     if (!cJSON_IsArray(f))
         return bad(param, "prompt", "'%s' must be a string or an array of token ids (one prompt a request)%s", "");
     int n = cJSON_GetArraySize(f);
+    /* ["a", "b"] or [[1], [2]]: OpenAI's batch of prompts, which dtrain takes as one request each */
+    if (n > 1 && (cJSON_IsString(cJSON_GetArrayItem(f, 0)) || cJSON_IsArray(cJSON_GetArrayItem(f, 0))))
+        return bad(param, "prompt", "'%s' holds several prompts: one prompt a request (send each as its own request; they are "
+                   "batched together as they run)%s", "");
     p->prompt = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
     if (!p->prompt) return dt_error(DT_ERR_NOMEM, "out of memory for %d prompt tokens", n);
     const cJSON *t;
