@@ -243,6 +243,27 @@ int main(void) {
         expect_error(e == 1 ? "encoder.json id 2^31-1" : "encoder.json id 1e18", dt_bpe_load(other, path, &bpe), "enc.json", "whole-number id");
     }
 
+    /* an HF folder of another architecture (a Llama saved by transformers) is named by its config.json, whether it
+     * holds model.safetensors or only shards, and a safetensors file beside such a config is named the same way */
+    const char *kinds[2] = { "llama", "llama-shards" };
+    for (int e = 0; e < 2; e++) {
+        char folder[300];
+        snprintf(folder, sizeof folder, "%s/%s", dir, kinds[e]);
+        snprintf(cmd, sizeof cmd, "mkdir -p %s", folder);
+        if (system(cmd)) return 1;
+        snprintf(path, sizeof path, "%s/config.json", folder);
+        const char *cj = "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 64}";
+        write_bytes(path, cj, strlen(cj));
+        snprintf(path, sizeof path, "%s/%s", folder, e ? "model-00001-of-00002.safetensors" : "model.safetensors");
+        const char *hj = "{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+        unsigned char st[160] = { (unsigned char)strlen(hj) };
+        memcpy(st + 8, hj, strlen(hj));
+        write_bytes(path, st, 8 + strlen(hj) + 4);
+        expect_error(e ? "a sharded Llama HF folder" : "a Llama HF folder", dt_model_load(folder, 0, &loaded), "config.json",
+                     "LlamaForCausalLM (model_type llama)");
+        if (!e) expect_error("its model.safetensors alone", dt_model_load(path, 0, &loaded), "config.json", "LlamaForCausalLM");
+    }
+
     /* configs whose parts are not objects (strcmp on NULL before) */
     snprintf(other, sizeof other, "%s/c.json", dir);
     const char *cfgs[3][2] = { { "[1]", "top level" }, { "{\"optimizer\": {\"type\": \"SGD\", \"params\": [1]}}", "\"params\"" },

@@ -36,6 +36,9 @@ dt_status dt_safetensors_load_resnet(const char *path, dt_resnet *m);
 /* A Hugging Face folder: dir/config.json (GPT2Config) and dir/model.safetensors
  * (f32), which GPT2LMHeadModel.from_pretrained(dir) loads. */
 dt_status dt_hf_folder_save(const char *dir, dt_gpt2 *m);
+/* An error naming the architecture and model_type that dir/config.json gives when they are not GPT-2's (no
+ * config.json, or an unreadable one: DT_OK, the weights are checked as they are read). */
+dt_status dt_hf_folder_check(const char *dir);
 /* A model file of either kind, told apart by its first bytes, or an HF
  * folder (its model.safetensors, the heads from its config.json). */
 dt_status dt_model_load(const char *path, int heads, dt_gpt2 **out);

@@ -2,7 +2,8 @@
  * (GPT2Config's fields) and model.safetensors, so that
  * GPT2LMHeadModel.from_pretrained(folder) loads it with no config written
  * by hand. dtrain's GPT-2 is HF's with tied embeddings, GELU's tanh form,
- * LayerNorm eps 1e-5 and no dropout. */
+ * LayerNorm eps 1e-5 and no dropout. A folder of another architecture is
+ * named by its config.json when it is refused. */
 #include "dtrain/io.h"
 
 #include <cjson/cJSON.h>
@@ -60,5 +61,26 @@ dt_status dt_hf_folder_save(const char *dir, dt_gpt2 *m) {
     size_t sizes[1] = { n + 1 };
     st = dt_file_write_atomic(path, parts, sizes, 1);
     free(text);
+    return st;
+}
+
+dt_status dt_hf_folder_check(const char *dir) {
+    char path[4200], *text = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (dt_file_read_text(path, 1 << 20, &text, NULL)) return DT_OK; /* no config: the weights say what they are */
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    const cJSON *t = j ? cJSON_GetObjectItemCaseSensitive(j, "model_type") : NULL;
+    const cJSON *a = j ? cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "architectures"), 0) : NULL;
+    const char *type = cJSON_IsString(t) ? t->valuestring : "", *arch = cJSON_IsString(a) ? a->valuestring : "";
+    dt_status st = DT_OK;
+    if ((*type && strcmp(type, "gpt2")) || (*arch && strncmp(arch, "GPT2", 4))) {
+        char what[256];
+        snprintf(what, sizeof what, "%s%s%s%s%s", arch, *arch && *type ? " (" : "", *type ? "model_type " : "", type,
+                 *arch && *type ? ")" : "");
+        st = dt_error(DT_ERR_UNSUPPORTED, "%s: the folder holds a %s model; dtrain reads GPT-2's (GPT2LMHeadModel, model_type gpt2)",
+                      path, what);
+    }
+    cJSON_Delete(j);
     return st;
 }

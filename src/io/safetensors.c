@@ -213,7 +213,13 @@ dt_status dt_safetensors_load(const char *path, int heads, dt_gpt2 **out) {
     const cJSON *ws = wte ? cJSON_GetObjectItemCaseSensitive(wte, "shape") : NULL, *ps = wpe ? cJSON_GetObjectItemCaseSensitive(wpe, "shape") : NULL;
     if (!cJSON_IsArray(ws) || cJSON_GetArraySize(ws) != 2 || !cJSON_IsArray(ps) || cJSON_GetArraySize(ps) != 2) {
         st_close(&f);
-        return dt_error(DT_ERR_IO, "%s: no 2-D wte.weight and wpe.weight: not a GPT-2 safetensors file", path);
+        /* a config.json beside it names what it is */
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        snprintf(slash ? slash : dir, sizeof dir - (size_t)(slash ? slash - dir : 0), "%s", slash ? "" : ".");
+        st = dt_hf_folder_check(dir);
+        return st ? st : dt_error(DT_ERR_IO, "%s: no 2-D wte.weight and wpe.weight: not a GPT-2 safetensors file", path);
     }
     /* the layer count: h.0 .. h.(L-1) all present (sorted lookups, so a file with many keys stays fast) */
     int L = 0;
@@ -333,6 +339,8 @@ dt_status dt_model_load(const char *path, int heads, dt_gpt2 **out) {
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         /* an HF folder (save_pretrained, dtrain ckpt export DIR/): its model.safetensors, the heads from its config.json */
         char inner[4200];
+        dt_status st = dt_hf_folder_check(path);
+        if (st) { *out = NULL; return st; }
         snprintf(inner, sizeof inner, "%s/model.safetensors", path);
         if (access(inner, R_OK) == 0) return dt_safetensors_load(inner, heads, out);
         *out = NULL;
