@@ -190,6 +190,24 @@ for bad in model.pt weights.pth; do
         fail "--save $bad: exit $rc, $(ls -d "$dir/$bad" 2>&1) $(head -c 200 "$dir/err")"
 done
 
+# --keep-last 2 keeps two checkpoints; ckpt verify names a damaged one (exit 1) and a resume goes on from the newest
+# whole one, saying so, to the uninterrupted run's losses
+rm -rf "$dir/kl" "$dir/kl.jsonl" "$dir/klw.jsonl"
+"$DTRAIN" train "${small[@]}" --steps 9 --metrics "$dir/klw.jsonl" > /dev/null 2>&1
+"$DTRAIN" train "${small[@]}" --steps 6 --save-every 3 --keep-last 2 --save "$dir/kl" --metrics "$dir/kl.jsonl" > /dev/null 2>&1
+kept=$(ls "$dir/kl" | grep -c '^step-')
+"$DTRAIN" ckpt verify "$dir/kl" > "$dir/v1" 2>&1; rc1=$?
+printf '\x01' | dd of="$dir/kl/step-00000006/optim.f32" bs=1 seek=100 conv=notrunc 2> /dev/null
+"$DTRAIN" ckpt verify "$dir/kl" > "$dir/v2" 2>&1; rc2=$?
+[ "$kept" = 2 ] && [ $rc1 = 0 ] && [ $rc2 = 1 ] && grep -q "step-00000006: DAMAGED: .*optim.f32" "$dir/v2" && grep -q "step-00000003: whole" "$dir/v2" &&
+    ok "--keep-last 2 keeps $kept; ckpt verify: whole (exit 0), then step 6's optim.f32 damaged (exit 1): $(grep -c whole "$dir/v2") whole" ||
+    fail "keep-last/verify: kept $kept, exit $rc1 then $rc2: $(cat "$dir/v1" "$dir/v2")"
+"$DTRAIN" train --resume "$dir/kl" --steps 9 --metrics "$dir/kl.jsonl" > /dev/null 2> "$dir/err"
+if grep -q "going on from .*step-00000003, the newest whole checkpoint (steps 4 to 6 run again)" "$dir/err" &&
+    [ "$(losses "$dir/klw.jsonl")" = "$(losses "$dir/kl.jsonl")" ] && [ "$(ls "$dir/kl" | grep -c '^step-')" = 2 ]; then
+    ok "a resume whose latest is damaged goes on from step 3, said, to the uninterrupted run's 9 losses (--keep-last kept on resume)"
+else fail "fallback resume: $(head -c 300 "$dir/err"); losses $(losses "$dir/kl.jsonl" | tr '\n' ' ') vs $(losses "$dir/klw.jsonl" | tr '\n' ' ')"; fi
+
 # A resumed run's metrics: the rows of the lost steps are removed, not repeated (steps 1..6 once each, in order)
 rm -rf "$dir/m1" "$dir/m2" "$dir/m.jsonl"
 "$DTRAIN" train "${small[@]}" --steps 3 --save "$dir/m1" --metrics "$dir/m.jsonl" > /dev/null 2>&1

@@ -38,6 +38,7 @@ typedef struct {
     const char *report;       /* a run directory: metrics, run.json, trace and report.html go there */
     const char *strategy;     /* the parallel strategy by name (NULL: ddp over several ranks) */
     int save_every;           /* also save every N steps (0: only at the end) */
+    int keep_last;            /* checkpoints a --save DIR keeps, newest first (1: the latest alone) */
     int stop_after;           /* end this process after N steps, saving as at the end (0: run to steps) */
     int quiet;
     int overwrite;            /* --save may replace a checkpoint of another run */
@@ -161,6 +162,12 @@ int dt_checkpoint_is_checkpoint(const char *path);
 dt_status dt_checkpoint_load_weights(const char *path, int heads, dt_gpt2 **out, int *step);
 /* What the latest checkpoint of dir holds, as text (dtrain ckpt info). */
 dt_status dt_checkpoint_describe(const char *dir, FILE *out);
+/* Every file of one step's folder against its manifest (sizes, hashes): a line to out (may be NULL) when whole,
+ * else an error naming the file and what differs. */
+dt_status dt_checkpoint_verify_step(const char *sub, FILE *out);
+/* Each checkpoint dir keeps (or dir itself, one step's folder), newest first, a line each to out; an error
+ * counting the damaged ones. */
+dt_status dt_checkpoint_verify(const char *dir, FILE *out);
 /* Puts the loader where the checkpoint's was (converting between layouts where the data order allows). */
 dt_status dt_checkpoint_seek(const dt_checkpoint_position *pos, dt_loader *l, size_t tokens_per_batch, int shuffled);
 

@@ -7,9 +7,11 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: dtrain ckpt info DIR                      what DIR's latest checkpoint (or DIR/step-N) holds: step,\n"
+    fprintf(f, "usage: dtrain ckpt info [--verify] DIR           what DIR's latest checkpoint (or DIR/step-N) holds: step,\n"
                "                                                 layout (the strategy and ranks that saved it, each rank's\n"
-               "                                                 piece), tensors\n"
+               "                                                 piece), tensors; --verify: and ckpt verify DIR\n"
+               "       dtrain ckpt verify DIR                    every file of each checkpoint DIR keeps (--keep-last) against\n"
+               "                                                 its manifest's sizes and hashes; exit 1 if any is damaged\n"
                "       dtrain ckpt export DIR OUT                its weights: OUT.safetensors (HF GPT-2 names), OUT.bin\n"
                "                                                 (llm.c's), or a folder OUT/ with config.json and\n"
                "                                                 model.safetensors that GPT2LMHeadModel.from_pretrained loads\n");
@@ -29,8 +31,15 @@ static char export_kind(const char *out) {
 int dt_cli_ckpt(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
-    if (argc == 3 && !strcmp(argv[1], "info")) {
-        if (dt_checkpoint_describe(argv[2], stdout)) { dt_log(DT_LOG_ERROR, "ckpt info: %s", dt_last_error()); return 1; }
+    bool verify = argc == 4 && !strcmp(argv[1], "info") && !strcmp(argv[2], "--verify");
+    if ((argc == 3 || verify) && !strcmp(argv[1], "info")) {
+        const char *dir = argv[argc - 1];
+        if (dt_checkpoint_describe(dir, stdout)) { dt_log(DT_LOG_ERROR, "ckpt info: %s", dt_last_error()); return 1; }
+        if (verify && dt_checkpoint_verify(dir, stdout)) { dt_log(DT_LOG_ERROR, "ckpt info --verify: %s", dt_last_error()); return 1; }
+        return 0;
+    }
+    if (argc == 3 && !strcmp(argv[1], "verify")) {
+        if (dt_checkpoint_verify(argv[2], stdout)) { dt_log(DT_LOG_ERROR, "ckpt verify: %s", dt_last_error()); return 1; }
         return 0;
     }
     if (argc == 4 && !strcmp(argv[1], "export")) {
@@ -47,6 +56,6 @@ int dt_cli_ckpt(int argc, char **argv) {
         return 0;
     }
     usage(stderr);
-    dt_log(DT_LOG_ERROR, "ckpt: expected info DIR or export DIR OUT");
+    dt_log(DT_LOG_ERROR, "ckpt: expected info [--verify] DIR, verify DIR or export DIR OUT");
     return 2;
 }

@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "  --save DIR         a full-state checkpoint at the end (and on SIGINT/SIGTERM; --save-every N: also every\n"
             "                     N steps): parameters, optimizer state, step, data position, settings, written\n"
             "                     atomically into DIR/step-N (DIR/latest names the newest; older ones are removed)\n"
+            "  --keep-last N      keep the newest N checkpoints of --save DIR (1): a resume whose latest is damaged\n"
+            "                     goes on from the newest whole one, said (dtrain ckpt verify DIR checks them all)\n"
             "  --save FILE.bin | FILE.safetensors   the weights only: llm.c's format, or HF's layout\n"
             "  --overwrite        --save may replace a checkpoint that another run left in DIR (refused otherwise)\n"
             "  --resume DIR       go on from DIR's latest checkpoint with the settings it stores (data, model, batch,\n"
@@ -127,7 +129,7 @@ static const dt_cli_flag flags[] = {
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
     { "--steps", "a whole number from 0 (evaluate only) to 1e9" }, { "--epochs", "a whole number from 1 to 1e6" },
     { "--save-every", "a whole number of steps, 0 (off) to 1e9" }, { "--stop-after", "a whole number of steps, 0 (off) to 1e9" }, { "--grad-accum", "a whole number from 1 to 1e6" }, { "--micro-batches", "a whole number from 1 to 1e6 (--grad-accum)" },
-    { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--eval-batches", "a whole number from 1 to 1e6" },
+    { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--keep-last", "a whole number of checkpoints from 1 to 256" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
     { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
@@ -172,7 +174,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
     int nesterov = c.opt.nesterov;
     const num_flag nums[] = {
         { "--batch", 1, 1e6, 1, &c.batch, 'i' }, { "--seq", 1, 1e6, 1, &c.seq, 'i' }, { "--steps", 0, 1e9, 1, &c.steps, 'i' },
-        { "--epochs", 1, 1e6, 1, &c.epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c.save_every, 'i' },
+        { "--epochs", 1, 1e6, 1, &c.epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c.save_every, 'i' }, { "--keep-last", 1, 256, 1, &c.keep_last, 'i' },
         { "--stop-after", 0, 1e9, 1, &c.stop_after, 'i' },
         { "--grad-accum", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--micro-batches", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--eval-every", 0, 1e9, 1, &c.eval_every, 'i' },
         { "--eval-batches", 1, 1e6, 1, &c.eval_batches, 'i' }, { "--threads", 0, 1024, 1, &c.threads, 'i' },

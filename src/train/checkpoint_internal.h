@@ -28,6 +28,11 @@ dt_status dt_ckpt_number(const cJSON *j, const char *section, const char *key, c
 dt_status dt_ckpt_count(const cJSON *j, const char *section, const char *key, const char *path, double max, double *v);
 /* The saved run's samples a step (micro-batch x accumulation x data-parallel ranks), 0 if the manifest lacks them. */
 long dt_ckpt_global_batch(const cJSON *j);
+/* A file of nb stores of nparams floats against the manifest j of step folder dir: its size and hashes, read a
+ * chunk at a time (into the nb buffers into as it goes, when given). */
+dt_status dt_ckpt_verify_file(const char *dir, const cJSON *j, const char *file, int nb, size_t nparams, float *const *into);
+/* The steps of dir's step-N folders, newest first (at most cap); how many. */
+int dt_ckpt_steps(const char *dir, int *steps, int cap);
 /* manifest[section][key] as a string, or NULL. */
 const char *dt_ckpt_string(const cJSON *j, const char *section, const char *key);
 

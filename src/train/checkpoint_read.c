@@ -85,7 +85,7 @@ static dt_status check_size(const char *dir, const char *file, const char *path,
  * whole file, read a chunk at a time (the file may be larger than this
  * rank's memory for it), or with into, read into the nb buffers of nparams
  * floats as it is checked. */
-static dt_status verify_file(const char *dir, const cJSON *j, const char *file, int nb, size_t nparams, float *const *into) {
+dt_status dt_ckpt_verify_file(const char *dir, const cJSON *j, const char *file, int nb, size_t nparams, float *const *into) {
     char path[8192];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     const cJSON *fs = cJSON_GetObjectItemCaseSensitive(j, "files"), *f = cJSON_IsObject(fs) ? cJSON_GetObjectItemCaseSensitive(fs, file) : NULL;
@@ -145,7 +145,7 @@ static dt_status read_floats(const char *dir, const cJSON *j, const char *file, 
     const cJSON *b = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "bytes") : NULL;
     const cJSON *h = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "fnv1a64") : NULL;
     /* in pieces: each checked as it is read */
-    if (cJSON_IsObject(f) && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(f, "pieces"))) return verify_file(dir, j, file, nb, n, bufs);
+    if (cJSON_IsObject(f) && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(f, "pieces"))) return dt_ckpt_verify_file(dir, j, file, nb, n, bufs);
     if (!cJSON_IsNumber(b) || !cJSON_IsString(h))
         return dt_error(DT_ERR_IO, "%s/manifest.json: files.%s is missing its bytes or hash", dir, file);
     size_t want = n * sizeof(float) * (size_t)nb;
@@ -313,8 +313,8 @@ dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step) {
     return st;
 }
 
-static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm, dt_engine *e,
-                                 dt_checkpoint_position *pos) {
+static dt_status read_step(const char *dir, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm, dt_engine *e,
+                           dt_checkpoint_position *pos) {
     char sub[4400], mpath[4500];
     cJSON *j;
     dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
@@ -335,11 +335,11 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
     if (G == n) { /* the whole model: read as it is checked */
         if (!st) st = read_floats(sub, j, "params.f32", pbuf, 1, n);
     } else { /* tensor-parallel slices: checked whole, then this rank's runs read */
-        if (!st) st = verify_file(sub, j, "params.f32", 1, G, NULL);
+        if (!st) st = dt_ckpt_verify_file(sub, j, "params.f32", 1, G, NULL);
         if (!st) st = read_slice(sub, "params.f32", &cm->m, pbuf, 1, 0, n);
     }
     if (!st && cm->nbuffers) st = read_floats(sub, j, "buffers.f32", bbuf, 1, cm->nbuffers);
-    if (!st) st = verify_file(sub, j, "optim.f32", obuf[1] ? 2 : 1, G, NULL);
+    if (!st) st = dt_ckpt_verify_file(sub, j, "optim.f32", obuf[1] ? 2 : 1, G, NULL);
     if (!st) st = read_slice(sub, "optim.f32", &cm->m, obuf, obuf[1] ? 2 : 1, off, share);
     if (!st) st = read_loss_scale(j, mpath, dt_engine_loss_scale(e));
     if (!st) {
@@ -349,6 +349,24 @@ static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int 
     }
     cJSON_Delete(j);
     return st;
+}
+
+/* The latest checkpoint of dir, or where it is damaged the newest whole one that --keep-last kept (said). */
+static dt_status read_checkpoint(const char *dir, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm, dt_engine *e,
+                                 dt_checkpoint_position *pos) {
+    dt_status st = read_step(dir, c, nranks, cm, e, pos);
+    if (st != DT_ERR_IO || !strstr(dt_last_error(), "damaged")) return st;
+    char why[1024], sub[4400];
+    snprintf(why, sizeof why, "%s", dt_last_error());
+    int steps[64], n = dt_ckpt_steps(dir, steps, 64);
+    for (int i = 1; i < n; i++) { /* steps[0] is the damaged latest */
+        snprintf(sub, sizeof sub, "%s/step-%08d", dir, steps[i]);
+        if (dt_checkpoint_verify_step(sub, NULL)) continue;
+        dt_log(DT_LOG_WARN, "%s; going on from %s, the newest whole checkpoint (steps %d to %d run again)", why, sub, steps[i] + 1,
+               steps[0]);
+        return read_step(sub, c, nranks, cm, e, pos);
+    }
+    return dt_error(DT_ERR_IO, "%s%s", why, n > 1 ? "; no older checkpoint in the folder is whole either" : " (--keep-last N keeps older ones)");
 }
 
 dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_config *c, const dt_checkpoint_model *cm, dt_engine *e,

@@ -76,13 +76,18 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
-/* Older steps, and temporaries of saves whose process is gone. */
-static void remove_others(const char *dir, const char *keep) {
+/* Steps other than the one just saved (now) and the keep - 1 before it (a resumed run's later steps were lost
+ * work), and temporaries of saves whose process is gone. */
+static void remove_others(const char *dir, int now, int keep) {
+    int steps[256], n = dt_ckpt_steps(dir, steps, 256), oldest_kept = now;
+    for (int i = 0, kept = 0; i < n && kept < keep; i++)
+        if (steps[i] <= now) oldest_kept = steps[i], kept++;
     DIR *d = opendir(dir);
     if (!d) return;
     char p[8192];
     for (struct dirent *e; (e = readdir(d));) {
-        bool old = !strncmp(e->d_name, "step-", 5) && strcmp(e->d_name, keep);
+        int s = !strncmp(e->d_name, "step-", 5) ? atoi(e->d_name + 5) : -1;
+        bool old = s >= 0 && (s > now || s < oldest_kept);
         const char *dot = !strncmp(e->d_name, ".tmp-step-", 10) ? strrchr(e->d_name, '.') : NULL;
         long pid = dot ? strtol(dot + 1, NULL, 10) : 0;
         bool stale = pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
@@ -226,6 +231,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddStringToObject(x, "grad_comm", dt_precision_name(c->grad_comm));
     cJSON_AddNumberToObject(x, "threads", c->threads); /* BLAS's sums depend on it: the same count resumes bit for bit */
     cJSON_AddNumberToObject(x, "eval_every", c->eval_every);
+    cJSON_AddNumberToObject(x, "keep_last", c->keep_last > 0 ? c->keep_last : 1);
     cJSON_AddNumberToObject(x, "eval_batches", c->eval_batches);
     cJSON_AddBoolToObject(x, "recompute", c->recompute);
     cJSON_AddNumberToObject(x, "attention", c->attention);
@@ -416,7 +422,7 @@ static dt_status commit(const char *dir, const char *tmp, const char *name, cons
     const void *lp[1] = { line };
     if ((st = dt_file_write_atomic(latest, lp, &ll, 1))) return st;
     fsync_dir(dir);
-    remove_others(dir, name);
+    remove_others(dir, pos->step, c->keep_last > 0 ? c->keep_last : 1);
     *written = tl + ll;
     return DT_OK;
 }

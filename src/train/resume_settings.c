@@ -98,6 +98,7 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
     take_float(j, "settings", "grad_clip", &c->grad_clip);
     take_int(j, "settings", "threads", &c->threads);
     take_int(j, "settings", "eval_every", &c->eval_every);
+    take_int(j, "settings", "keep_last", &c->keep_last);
     take_int(j, "settings", "eval_batches", &c->eval_batches);
     take_bool(j, "settings", "recompute", &c->recompute);
     take_int(j, "settings", "attention", &c->attention);

@@ -22,6 +22,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->seq = 64;
     c->steps = 10;
     c->grad_accum = 1;
+    c->keep_last = 1;
     c->eval_batches = 8;
     c->seed = 1337;
     c->nproc = 1;
