@@ -12,7 +12,8 @@
 # killed stops the server naming it; a port in use, a model
 # that does not load and a bad --quantize are said before listening;
 # SIGTERM finishes the requests in hand and exits 0 (a request that comes
-# meanwhile gets 503); OpenAI's Python
+# meanwhile gets 503); /v1/chat/completions is the completion of its
+# messages by the documented template, whole and streamed; OpenAI's Python
 # client completes, streams and stops (installed from PyPI into PYDIR if
 # missing; said and not counted if it cannot be).
 # Under a sanitizer (SANITIZE given) a 2-layer model with GPT-2's
@@ -198,6 +199,24 @@ a token id beyond the vocabulary|400|{"prompt": [1, 2, 300]}
 a 10 MB body|413|BIG
 a 3 MB body sent in chunks (no length)|413|CHUNKED
 EOF
+# chat: the messages by the documented template are the completion of its text (with its stop at the next turn),
+# whole and streamed; a role it does not take is a 400 naming it
+msgs='[{"role":"system","content":"Be brief."},{"role":"user","content":"The "},{"role":"assistant","content":"GNU"},{"role":"user","content":"a"}]'
+chat=$(curl -s "http://127.0.0.1:$port/v1/chat/completions" -d "{\"messages\":$msgs,\"max_tokens\":8,\"temperature\":0}")
+plain=$(post '{"prompt":"Be brief.\n\nUser: The \nAssistant: GNU\nUser: a\nAssistant:","max_tokens":8,"temperature":0,"stop":"\nUser:"}' | text)
+cw=$(echo "$chat" | python3 -c 'import json,sys; c=json.load(sys.stdin); m=c["choices"][0]["message"]; assert c["object"]=="chat.completion" and m["role"]=="assistant"; print(m["content"], end="")')
+cs=$(curl -s -N "http://127.0.0.1:$port/v1/chat/completions" -d "{\"messages\":$msgs,\"max_tokens\":8,\"temperature\":0,\"stream\":true}" |
+     python3 -c '
+import json, sys
+t = ""
+for line in sys.stdin:
+    if line.startswith("data: ") and line.strip() != "data: [DONE]":
+        c = json.loads(line[6:]); assert c["object"] == "chat.completion.chunk"; t += c["choices"][0]["delta"].get("content") or ""
+print(t, end="")')
+[ -n "$cw" ] && [ "$cw" = "$plain" ] && [ "$cs" = "$cw" ] && ok "/v1/chat/completions: the template's completion ('$cw'), streamed alike" ||
+    fail "chat: '$cw' / streamed '$cs' against the template's completion '$plain': $chat"
+r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d '{"messages":[{"role":"tool","content":"x"}]}')
+echo "$r" | grep -q "role 'tool'" && [ "${r##* }" = 400 ] && ok "a chat message of role tool: 400 naming it" || fail "chat role tool: $r"
 r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" -d '{"prompt": ["The", "A"]}')
 echo "$r" | grep -q "several prompts: one prompt a request" && [ "${r##* }" = 400 ] && ok "two prompts in one request: 400, one prompt a request" ||
     fail "two prompts: $r"
@@ -240,9 +259,12 @@ fi
 if python3 -c 'import openai' 2> /dev/null; then
     start openai "$dir/byte.bin" --threads 1 --slots 2 || exit 1
     r=$(python3 "$HERE/serve_client.py" openai "$port" "The " 2>&1)
-    w=$(echo "$r" | sed -n 1p) sm=$(echo "$r" | sed -n 2p) sp=$(echo "$r" | sed -n 3p)
+    w=$(echo "$r" | sed -n 1p) sm=$(echo "$r" | sed -n 2p) sp=$(echo "$r" | sed -n 3p) ch=$(echo "$r" | sed -n 4p)
     [ "$w" = "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "${s:0:20}")" ] && [ "$sm" = "$w" ] && echo "$sp" | grep -q '^\[true, "stop"' &&
         ok "the openai package: completions.create whole $w, streamed the same, stop: $sp" || fail "openai client: $r"
+    # [role, whole, streamed, finish, first delta's role, last finish]: the chat's text streamed alike
+    python3 -c 'import json,sys; c=json.loads(sys.argv[1]); sys.exit(not (c[0]=="assistant" and c[1]==c[2] and c[3] in ("stop","length") and c[4]=="assistant" and c[5]==c[3]))' "$ch" &&
+        ok "the openai package: chat.completions.create whole and streamed alike: $ch" || fail "openai chat: $ch"
     kill -TERM $spid; wait $spid
 else
     echo "skip: the openai package is not installed and could not be ($(tail -1 "$dir/pip.log" 2> /dev/null)); not counted"

@@ -4,7 +4,8 @@ leaves mid-stream, and OpenAI's own Python package.
 
 usage: serve_client.py slow PORT SECONDS      sends a body a byte every SECONDS/4; prints the status and body
        serve_client.py leave PORT JSON        a streamed request, closed after its first event; prints that event
-       serve_client.py openai PORT PROMPT     complete, stream and stop through the openai package; prints three lines
+       serve_client.py openai PORT PROMPT     complete, stream and stop, then chat whole and streamed, through the openai
+                                              package; prints four lines
 """
 import json
 import socket
@@ -73,6 +74,13 @@ def openai_client(port, prompt):
     print(json.dumps(whole))
     print(json.dumps(streamed))
     print(json.dumps([stop.choices[0].text == whole[:whole.find(word)], stop.choices[0].finish_reason, word]))
+    # chat: whole and streamed through the client's own types
+    msgs = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": prompt}]
+    chat = c.chat.completions.create(model="m", messages=msgs, max_tokens=20, temperature=0)
+    chunks = list(c.chat.completions.create(model="m", messages=msgs, max_tokens=20, temperature=0, stream=True))
+    cstream = "".join(ch.choices[0].delta.content or "" for ch in chunks)
+    print(json.dumps([chat.choices[0].message.role, chat.choices[0].message.content, cstream, chat.choices[0].finish_reason,
+                      chunks[0].choices[0].delta.role, chunks[-1].choices[0].finish_reason]))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 /* The HTTP side of dtrain serve, on libmicrohttpd (a thread per
  * connection, so a response may wait on its job): POST /v1/completions
  * (OpenAI's legacy completions, whole or streamed as server-sent events),
+ * POST /v1/chat/completions (messages by chat.c's template; the same job),
  * GET /health, GET /metrics (Prometheus' text format), GET /v1/models.
  * Every bad request gets a 4xx with OpenAI's error object saying what is
  * wrong; a client that goes away cancels its job within a quarter second. */
@@ -28,6 +29,7 @@ typedef struct {
     size_t out_len, out_off, sent;
     bool finished;     /* the last bytes are in out */
     long created;
+    int chunks;        /* completion objects made so far (a chat stream's first names the role) */
 } conn_state;
 
 static void conn_release(conn_state *cs) {
@@ -93,22 +95,36 @@ static enum MHD_Result abort_upload(serve_http *h, struct MHD_Connection *c, uns
 
 static const char *finish_reason(const serve_job *j) { return j->why == DT_FINISH_STOP ? "stop" : "length"; }
 
-/* A completion object: the whole one (usage included) or a streamed chunk of text. */
+/* A choice's text: a completion's "text"; a chat's "message" (whole) or "delta" (a streamed chunk; the first also
+ * names the role, the last is empty). */
+static void choice_text(cJSON *ch, bool chat, bool whole, bool first, const char *text) {
+    if (!chat) {
+        cJSON_AddStringToObject(ch, "text", text);
+        return;
+    }
+    cJSON *m = cJSON_AddObjectToObject(ch, whole ? "message" : "delta");
+    if (whole || first) cJSON_AddStringToObject(m, "role", "assistant");
+    if (whole || *text || first) cJSON_AddStringToObject(m, "content", text);
+}
+
+/* A completion object (a chat's: chat.completion, streamed as chat.completion.chunk): the whole one (usage
+ * included) or a streamed chunk of text. */
 static char *completion_json(conn_state *cs, const char *text, size_t n, const char *reason, bool usage) {
     size_t m;
     char *clean = serve_utf8_clean(text, n, &m);
+    bool chat = cs->job->p.chat, whole = !cs->job->p.stream;
     cJSON *o = cJSON_CreateObject(), *choices, *ch;
-    char id[32];
-    snprintf(id, sizeof id, "cmpl-%ld", cs->id);
+    char id[40];
+    snprintf(id, sizeof id, "%s-%ld", chat ? "chatcmpl" : "cmpl", cs->id);
     cJSON_AddStringToObject(o, "id", id);
-    cJSON_AddStringToObject(o, "object", "text_completion");
+    cJSON_AddStringToObject(o, "object", !chat ? "text_completion" : whole ? "chat.completion" : "chat.completion.chunk");
     cJSON_AddNumberToObject(o, "created", (double)cs->created);
     cJSON_AddStringToObject(o, "model", cs->h->model_name);
     choices = cJSON_AddArrayToObject(o, "choices");
     ch = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, ch);
-    cJSON_AddStringToObject(ch, "text", clean ? clean : "");
     cJSON_AddNumberToObject(ch, "index", 0);
+    choice_text(ch, chat, whole, cs->chunks++ == 0, clean ? clean : "");
     cJSON_AddNullToObject(ch, "logprobs");
     if (reason) cJSON_AddStringToObject(ch, "finish_reason", reason);
     else cJSON_AddNullToObject(ch, "finish_reason");
@@ -205,10 +221,10 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void reader_done(void *cls) { conn_release(cls); }
 
-static enum MHD_Result completions(serve_http *h, conn_state *cs) {
+static enum MHD_Result completions(serve_http *h, conn_state *cs, bool chat) {
     serve_params p;
     const char *param;
-    if (serve_params_parse(cs->body ? cs->body : "", cs->len, h->vocab, h->context, &p, &param))
+    if (serve_params_parse(cs->body ? cs->body : "", cs->len, h->vocab, h->context, chat, &p, &param))
         return send_error(h, cs->conn, 400, param, dt_last_error());
     pthread_mutex_lock(&h->mu);
     cs->id = ++h->next_id;
@@ -272,7 +288,9 @@ static enum MHD_Result metrics(serve_http *h, struct MHD_Connection *c) {
 static enum MHD_Result route(serve_http *h, conn_state *cs, const char *url, const char *method) {
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/v1/completions"))
-        return post ? completions(h, cs) : send_error(h, cs->conn, 405, NULL, "/v1/completions takes POST");
+        return post ? completions(h, cs, false) : send_error(h, cs->conn, 405, NULL, "/v1/completions takes POST");
+    if (!strcmp(url, "/v1/chat/completions"))
+        return post ? completions(h, cs, true) : send_error(h, cs->conn, 405, NULL, "/v1/chat/completions takes POST");
     if (!strcmp(url, "/health"))
         return get ? send_text(cs->conn, 200, "application/json", h->draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}")
                    : send_error(h, cs->conn, 405, NULL, "/health takes GET");
@@ -282,8 +300,8 @@ static enum MHD_Result route(serve_http *h, conn_state *cs, const char *url, con
         snprintf(t, sizeof t, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\",\"owned_by\":\"dtrain\"}]}", h->model_name);
         return send_text(cs->conn, 200, "application/json", t);
     }
-    char m[300];
-    snprintf(m, sizeof m, "no such endpoint: %.200s (this server has POST /v1/completions, GET /health, /metrics, /v1/models)", url);
+    char m[400];
+    snprintf(m, sizeof m, "no such endpoint: %.200s (this server has POST /v1/completions, /v1/chat/completions, GET /health, /metrics, /v1/models)", url);
     return send_error(h, cs->conn, 404, NULL, m);
 }
 

@@ -103,27 +103,46 @@ static dt_status refuse_unsupported(const cJSON *o, const char **param) {
     return DT_OK;
 }
 
-static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, serve_params *p, const char **param) {
+/* A chat request's messages, rendered and encoded as its prompt; its answer also stops at the next turn. */
+static dt_status read_messages(const cJSON *o, const serve_vocab *v, serve_params *p, const char **param) {
+    char *text;
+    size_t n;
+    *param = "messages";
+    dt_status st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(o, "messages"), &text, &n);
+    if (st) return st;
+    st = dt_bpe_prompt(v->bpe, text, n, &p->prompt, &p->nprompt);
+    free(text);
+    if (!st && p->nstop < SERVE_MAX_STOP && !(p->stop[p->nstop++] = strdup(SERVE_CHAT_STOP))) st = dt_error(DT_ERR_NOMEM, "out of memory");
+    if (!st) *param = NULL;
+    return st;
+}
+
+static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, bool chat, serve_params *p, const char **param) {
     double mt, temp, topp, topk, seed;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (model && !cJSON_IsString(model)) return bad(param, "model", "'%s' must be a string%s", "");
+    /* chat's newer name for max_tokens */
+    const char *max_name = chat && cJSON_GetObjectItemCaseSensitive(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     dt_status st = refuse_unsupported(o, param);
-    if (!st) st = read_prompt(o, v, p, param);
+    if (!st) st = read_stop(o, p, param); /* before a chat's own stop */
+    if (!st) st = chat ? read_messages(o, v, p, param) : read_prompt(o, v, p, param);
     if (!st && p->nprompt < 1) st = bad(param, "prompt", "'%s' is empty%s", "");
-    if (!st) st = number(o, "max_tokens", 1, 1e9, true, 16, &mt, param);
+    if (!st) st = number(o, max_name, 1, 1e9, true, chat ? context : 16, &mt, param);
+    if (!st && chat && mt > context - p->nprompt && !cJSON_GetObjectItemCaseSensitive(o, max_name)) mt = context - p->nprompt;
     if (!st) st = number(o, "temperature", 0, 100, false, 1, &temp, param);
     if (!st) st = number(o, "top_p", 0, 1, false, 1, &topp, param);
     if (!st && topp <= 0) st = bad(param, "top_p", "'%s' must be above 0%s", "");
     if (!st) st = number(o, "top_k", 0, 1e9, true, 0, &topk, param);
     if (!st) st = number(o, "seed", 0, 9007199254740991.0, true, 0, &seed, param);
-    if (!st) st = read_stop(o, p, param);
     if (!st) st = read_flag(o, "stream", &p->stream, param);
-    if (!st) st = read_flag(o, "echo", &p->echo, param);
+    if (!st && !chat) st = read_flag(o, "echo", &p->echo, param);
     if (st) return st;
-    if ((double)p->nprompt + mt > context) {
-        *param = "max_tokens";
-        return dt_error(DT_ERR_ARG, "this model's context holds %d tokens; the prompt has %d and max_tokens asks for %.0f more "
-                        "(%.0f in all): shorten the prompt or lower max_tokens", context, p->nprompt, mt, p->nprompt + mt);
+    if ((double)p->nprompt + mt > context || mt < 1) {
+        *param = chat && mt < 1 ? "messages" : max_name;
+        if (mt < 1)
+            return dt_error(DT_ERR_ARG, "this model's context holds %d tokens and the messages take %d: shorten them", context, p->nprompt);
+        return dt_error(DT_ERR_ARG, "this model's context holds %d tokens; the prompt has %d and %s asks for %.0f more "
+                        "(%.0f in all): shorten the prompt or lower %s", context, p->nprompt, max_name, mt, p->nprompt + mt, max_name);
     }
     p->max_tokens = (int)mt;
     p->sampling = (dt_sampling){ (float)temp, (int)topk, (float)topp };
@@ -131,7 +150,8 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, ser
     return DT_OK;
 }
 
-dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v, int context, serve_params *p, const char **param) {
+dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v, int context, bool chat, serve_params *p,
+                             const char **param) {
     memset(p, 0, sizeof *p);
     *param = NULL;
     const char *end = NULL;
@@ -142,7 +162,8 @@ dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v,
         if (!o) return dt_error(DT_ERR_ARG, "the body is not valid JSON (at byte %zu of %zu)", at, len);
         return dt_error(DT_ERR_ARG, "the body must be a JSON object");
     }
-    dt_status st = read_all(o, v, context, p, param);
+    dt_status st = read_all(o, v, context, chat, p, param);
+    p->chat = chat;
     cJSON_Delete(o);
     if (st) serve_params_free(p);
     return st;

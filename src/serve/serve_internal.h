@@ -37,12 +37,18 @@ typedef struct {
     char *stop[SERVE_MAX_STOP];
     int nstop;
     bool stream, echo;
+    bool chat;           /* /v1/chat/completions: messages in, a chat.completion out */
 } serve_params;
 void serve_params_free(serve_params *p);
-/* Parses and checks a /v1/completions body against the model's context and
- * vocabulary; on a bad request returns DT_ERR_ARG with the message and sets
- * *param to the field at fault (or NULL). */
-dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v, int context, serve_params *p, const char **param);
+/* Parses and checks a /v1/completions body (chat: a /v1/chat/completions one) against the model's context and
+ * vocabulary; on a bad request returns DT_ERR_ARG with the message and sets *param to the field at fault (or NULL). */
+dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v, int context, bool chat, serve_params *p,
+                             const char **param);
+/* Chat messages as one prompt by dtrain's plain template (chat.c; caller frees *out). */
+struct cJSON;
+dt_status serve_chat_prompt(const struct cJSON *messages, char **out, size_t *len);
+/* The stop sequence a chat answer gets beside the request's own: the model starting the next turn. */
+#define SERVE_CHAT_STOP "\nUser:"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
 

@@ -1,5 +1,6 @@
-/* dtrain serve's request parser (a /v1/completions body) and its UTF-8 cleaning: any bytes give a request or a
- * message, never a crash; cleaned text is valid UTF-8 (cleaning it again changes nothing). */
+/* dtrain serve's request parser (a /v1/completions body, and the same bytes as a /v1/chat/completions one) and its
+ * UTF-8 cleaning: any bytes give a request or a message, never a crash; cleaned text is valid UTF-8 (cleaning it
+ * again changes nothing). */
 #include "serve/serve_internal.h"
 
 #include <stdlib.h>
@@ -9,10 +10,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     serve_vocab v = { NULL, 256, -1 };
     serve_params p;
     const char *param;
-    if (serve_params_parse((const char *)data, n, &v, 64, &p, &param) == DT_OK) {
-        if (p.nprompt < 1 || p.nprompt + p.max_tokens > 64 || dt_sampling_check(&p.sampling)) abort();
-        serve_params_free(&p);
-    }
+    for (int chat = 0; chat < 2; chat++)
+        if (serve_params_parse((const char *)data, n, &v, 64, chat, &p, &param) == DT_OK) {
+            if (p.nprompt < 1 || p.nprompt + p.max_tokens > 64 || p.max_tokens < 1 || dt_sampling_check(&p.sampling)) abort();
+            serve_params_free(&p);
+        }
     size_t m, m2;
     char *a = serve_utf8_clean((const char *)data, n, &m);
     char *b = a ? serve_utf8_clean(a, m, &m2) : NULL;

@@ -1,0 +1,80 @@
+/* OpenAI's chat messages as one prompt. A GPT-2 has no chat template of
+ * its own, so dtrain renders the messages by a plain, documented one
+ * (docs/serving.md) that a base model continues naturally:
+ *
+ *   <system text>\n\n          (each system or developer message)
+ *   User: <text>\n             (each user message)
+ *   Assistant: <text>\n        (each earlier answer)
+ *   Assistant:                 (the model writes from here)
+ *
+ * and the answer ends where the model starts the next turn ("\nUser:", a
+ * stop sequence the request gets beside its own). */
+#include "serve_internal.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dt_status grow(char **buf, size_t *len, size_t *cap, const char *a, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = (*len + n + 1) * 2;
+        char *b = realloc(*buf, c);
+        if (!b) return dt_error(DT_ERR_NOMEM, "out of memory for the chat prompt");
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, a, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return DT_OK;
+}
+
+/* A message's text: a string, or an array of {"type": "text", "text": ...} parts joined. */
+static dt_status content_text(const cJSON *c, int i, char **buf, size_t *len, size_t *cap) {
+    if (cJSON_IsString(c)) return grow(buf, len, cap, c->valuestring, strlen(c->valuestring));
+    const cJSON *part;
+    if (!cJSON_IsArray(c))
+        return dt_error(DT_ERR_ARG, "'messages' [%d]: 'content' must be a string or an array of text parts", i);
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "type"), *x = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(x))
+            return dt_error(DT_ERR_ARG, "'messages' [%d]: a content part of type '%s': this server reads text parts only", i,
+                            cJSON_IsString(t) ? t->valuestring : "?");
+        dt_status st = grow(buf, len, cap, x->valuestring, strlen(x->valuestring));
+        if (st) return st;
+    }
+    return DT_OK;
+}
+
+dt_status serve_chat_prompt(const cJSON *messages, char **out, size_t *out_len) {
+    *out = NULL;
+    *out_len = 0;
+    if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0)
+        return dt_error(DT_ERR_ARG, "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    dt_status st = DT_OK;
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, messages) {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role"), *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const char *role = cJSON_IsString(r) ? r->valuestring : "";
+        bool system = !strcmp(role, "system") || !strcmp(role, "developer");
+        const char *head = system ? "" : !strcmp(role, "user") ? "User: " : !strcmp(role, "assistant") ? "Assistant: " : NULL;
+        if (!head) {
+            st = dt_error(DT_ERR_ARG, "'messages' [%d]: role '%s': this server takes system, developer, user and assistant", i, role);
+            break;
+        }
+        if ((st = grow(&buf, &len, &cap, head, strlen(head))) || (st = content_text(c, i, &buf, &len, &cap))) break;
+        if ((st = grow(&buf, &len, &cap, system ? "\n\n" : "\n", system ? 2 : 1))) break;
+        i++;
+    }
+    if (!st) st = grow(&buf, &len, &cap, "Assistant:", 10);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    *out_len = len;
+    return DT_OK;
+}
