@@ -5,10 +5,14 @@
 # communication as in the metrics), and a report that headless Chromium
 # renders without errors with every chart holding data. Bad paths give clear
 # errors; a report that cannot be written only warns.
-# usage: observability.sh DTRAIN CHECK_TRACE
+# --tensorboard's event files read back by TensorBoard's own reader
+# (installed from PyPI into PYDIR if missing; said and not counted if it
+# cannot be) hold every step's loss, validation loss and the rest.
+# usage: observability.sh DTRAIN CHECK_TRACE [PYDIR]
 set -u
 DTRAIN=$1
 CHECK=$2
+PYDIR=${3:-}
 . "$(dirname "$0")/checks.sh"
 head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 "$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" --val "$dir/val.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
@@ -20,7 +24,7 @@ export DTRAIN_PEAK_GFLOPS=50
 
 run="$dir/run"
 # (each rank's turn inside backward waits for the buckets issued so far: allreduces run during backward however busy the machine)
-if DTRAIN_DDP_WAIT_IN_BACKWARD=1 "$DTRAIN" train --nproc 2 "${model[@]}" --steps 10 --report "$run" --save "$run/ck" > "$dir/out" 2> "$dir/err"; then
+if DTRAIN_DDP_WAIT_IN_BACKWARD=1 "$DTRAIN" train --nproc 2 "${model[@]}" --steps 10 --report "$run" --save "$run/ck" --tensorboard "$dir/tb" > "$dir/out" 2> "$dir/err"; then
     ok "2-rank run with --report: $(grep -E '^report:' "$dir/out")"
 else fail "2-rank run with --report: $(tail -3 "$dir/err")"; fi
 for f in metrics.jsonl run.json trace.json report.html; do [ -s "$run/$f" ] || fail "$run/$f was not written"; done
@@ -32,6 +36,36 @@ done
 echo "$last" | grep -q '"data_read_bytes":0,' && fail "no token bytes counted: $last" || ok "metrics carry MFU, data time and I/O"
 grep -q '"ckpt_write_bytes":[[:space:]]*[1-9]' "$run/run.json" && ok "run.json has every rank's I/O, rank 0's checkpoint bytes counted" \
     || fail "run.json I/O: $(grep -A3 '"io"' "$run/run.json")"
+
+# TensorBoard's own reader (its CRC checks included: a record whose checksum is wrong ends the reading) on the events
+if ! python3 -c 'import tensorboard' 2> /dev/null && [ -n "$PYDIR" ]; then
+    [ -d "$PYDIR/tensorboard" ] || python3 -m pip install -q --disable-pip-version-check --target "$PYDIR" tensorboard > "$dir/pip.log" 2>&1
+    export PYTHONPATH=$PYDIR${PYTHONPATH:+:$PYTHONPATH}
+fi
+if python3 -c 'import tensorboard' 2> /dev/null; then
+    python3 - "$dir/tb" "$run/metrics.jsonl" > "$dir/tb.out" 2>&1 << 'PY'
+import json, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+ea = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0})
+ea.Reload()
+got = {t: {e.step: e.value for e in ea.Scalars(t)} for t in ea.Tags()["scalars"]}
+rows = [json.loads(l) for l in open(sys.argv[2])]
+pairs = [("train/loss", "loss"), ("val/loss", "val_loss"), ("train/lr", "lr"), ("train/grad_norm", "grad_norm"),
+         ("perf/tokens_per_s", "tok_per_s"), ("perf/mfu", "mfu")]
+bad = []
+for tag, key in pairs:
+    want = {r["step"]: r[key] for r in rows if r.get(key) is not None}
+    have = got.get(tag, {})
+    if sorted(have) != sorted(want) or any(abs(have[s] - v) > 1e-4 * abs(v) + 1e-9 for s, v in want.items()):
+        bad.append(f"{tag}: {sorted(have)} against {sorted(want)}")
+print("; ".join(bad) if bad else f"{len(got['train/loss'])} steps of {len(got)} scalars, validation at {sorted(got['val/loss'])}")
+sys.exit(1 if bad else 0)
+PY
+    [ $? = 0 ] && ok "--tensorboard: TensorBoard's EventAccumulator reads the metrics line's scalars: $(cat "$dir/tb.out")" ||
+        fail "--tensorboard: $(tail -3 "$dir/tb.out")"
+else
+    echo "skip: the tensorboard package is not installed and could not be ($(tail -1 "$dir/pip.log" 2> /dev/null)); not counted"
+fi
 
 # the trace: a checker's reading of it
 if "$CHECK" "$run/trace.json" "$run/metrics.jsonl" > "$dir/check" 2>&1; then ok "trace: $(tr '\n' ';' < "$dir/check")"

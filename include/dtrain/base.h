@@ -158,6 +158,8 @@ uint64_t dt_rng_next(uint64_t *state);
  * fingerprint of parameter stores and checkpoint files (~1 ns per word). */
 #define DT_HASH_INIT 1469598103934665603ull
 uint64_t dt_hash_words(uint64_t h, const void *words, size_t n);
+/* CRC-32C (Castagnoli) of n bytes, continuing crc (0 to start): TensorBoard's record checksum. */
+uint32_t dt_crc32c(uint32_t crc, const void *data, size_t n);
 /* Standard normal (Box-Muller) from the same stream. */
 /* Uniform in [0, 1) from one draw: its top 24 bits. */
 float dt_rng_uniform(uint64_t *state);

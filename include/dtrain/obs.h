@@ -41,6 +41,17 @@ dt_status dt_peak_bf16_per_thread(double *gflops, const char **source);
  * GB/s or GFLOP/s): the cache's if this CPU's, else measure(arg), saved (measure NULL: 0, nothing saved). */
 dt_status dt_peak_cached_rate(const char *key, double (*measure)(int), int arg, double *value);
 
+/* TensorBoard event files (tensorboard.c): scalars a step at a time into a new events.out.tfevents.* in dir,
+ * which `tensorboard --logdir dir` shows. */
+typedef struct dt_tb_writer dt_tb_writer;
+dt_status dt_tb_create(const char *dir, dt_tb_writer **out);
+/* One scalar of the step being gathered (at most 16 a step; w may be NULL). */
+void dt_tb_scalar(dt_tb_writer *w, const char *tag, double value);
+/* The gathered scalars as one event of step, written and flushed. */
+dt_status dt_tb_step(dt_tb_writer *w, long step);
+const char *dt_tb_path(const dt_tb_writer *w);
+void dt_tb_destroy(dt_tb_writer *w);
+
 /* A resumed run's metrics file keeps only the rows up to last_step, the
  * checkpoint's (*dropped: the rows removed; a missing file is fine). */
 dt_status dt_metrics_truncate(const char *path, int last_step, int *dropped);

@@ -36,6 +36,7 @@ typedef struct {
     const char *trace;        /* Chrome trace-event JSON of steps [trace_first, trace_last] (1-based) */
     int trace_first, trace_last;
     const char *report;       /* a run directory: metrics, run.json, trace and report.html go there */
+    const char *tensorboard;  /* a folder for TensorBoard's event files (the metrics line's scalars), or NULL */
     const char *strategy;     /* the parallel strategy by name (NULL: ddp over several ranks) */
     int save_every;           /* also save every N steps (0: only at the end) */
     int keep_last;            /* checkpoints a --save DIR keeps, newest first (1: the latest alone) */

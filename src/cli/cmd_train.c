@@ -59,6 +59,8 @@ static void usage(FILE *f) {
             "                     2 the gradients too, 3 the parameters too (gathered unit by unit); every optimizer;\n"
             "                     sharded checkpoints that resume on any layout\n"
             "  --metrics FILE     one JSON line per step (loss, lr, norm, time per phase, tok/s, MFU, I/O)\n"
+            "  --tensorboard DIR  TensorBoard's event files in DIR (loss, validation loss, lr, gradient norm, tok/s, MFU,\n"
+            "                     bubble, loss scale): tensorboard --logdir DIR\n"
             "  --trace FILE.json  a Chrome trace (Perfetto, chrome://tracing) of --trace-steps A:B (1:10): every rank,\n"
             "                     each unit's forward and backward, collectives, waits, optimizer, data, checkpoints\n"
             "  --report DIR       the run into DIR: metrics.jsonl, run.json, trace.json (steps 2:4 unless --trace)\n"
@@ -121,7 +123,7 @@ static const dt_cli_flag flags[] = {
     { "--model", "a preset (d6, 124M, 350M, 774M, 1558M), a model file, mlp[:H1,H2,..], resnet:small, resnet18, resnet34 or resnet50" },
     { "--data", "a token file (or, for mlp and resnets, a directory of IDX files)" }, { "--val-data", "a token file" },
     { "--save", "a directory, or FILE.bin / FILE.safetensors" }, { "--init", "a torchvision state dict (FILE.safetensors)" }, { "--resume", "a checkpoint directory" },
-    { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" },
+    { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" }, { "--tensorboard", "a folder" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
     { "--optimizer", "sgd, adamw, lamb or lars" }, { "--precision", "fp32, bf16 or fp16" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--grad-store", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
@@ -230,6 +232,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
             }
         }
         else if (!strcmp(f, "--metrics")) c.metrics = v;
+        else if (!strcmp(f, "--tensorboard")) c.tensorboard = v;
         else if (!strcmp(f, "--zero")) {
             static const char *const z[4] = { NULL, "zero1", "zero2", "zero3" };
             ok = strlen(v) == 1 && v[0] >= '1' && v[0] <= '3';

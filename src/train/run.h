@@ -36,6 +36,7 @@ typedef struct {
     dt_engine *e;
     dt_watchdog *wd;
     FILE *metrics;
+    dt_tb_writer *tb;         /* --tensorboard (rank 0) */
     int32_t *in, *tg;
     double fwd, bwd, data;    /* this step's forward, backward and batch-loading seconds */
     double wgt;               /* of backward, zb1's W (weight gradients) */
@@ -66,6 +67,8 @@ dt_status dt_train_save(run *r, int steps_done);
 void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val);
 /* dtrain eval's line: the model's step (0: not a checkpoint), the loss and what it was measured on. */
 void dt_train_write_eval_metrics(run *r, float val);
+/* The same step's scalars as a TensorBoard event (--tensorboard). */
+void dt_train_write_tensorboard(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val);
 /* After the last step: the trace, every rank's memory and I/O, the report (run_output.c; collective). */
 void dt_train_observe_end(run *r, int steps_done);
 

@@ -14,6 +14,26 @@ static void json_num(FILE *f, const char *key, const char *fmt, double v) {
     else fputs("null", f);
 }
 
+void dt_train_write_tensorboard(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val) {
+    dt_tb_writer *w = r->tb;
+    if (isfinite(s->loss)) dt_tb_scalar(w, "train/loss", s->loss);
+    if (eval && isfinite(val)) dt_tb_scalar(w, "val/loss", val);
+    dt_tb_scalar(w, "train/lr", lr);
+    if (isfinite(s->norm)) dt_tb_scalar(w, "train/grad_norm", s->norm);
+    dt_tb_scalar(w, "perf/tokens_per_s", tps);
+    if (r->peak_gflops > 0) dt_tb_scalar(w, "perf/mfu", r->flops_per_step / (ms / 1e3) / 1e9 / r->peak_gflops);
+    if (r->pipe) {
+        dt_tb_scalar(w, "pipeline/bubble", r->bubble);
+        dt_tb_scalar(w, "pipeline/bubble_model", r->bubble_model);
+    }
+    if (dt_engine_loss_scale(r->e)) dt_tb_scalar(w, "train/loss_scale", s->loss_scale);
+    if (dt_tb_step(w, step + 1)) {
+        dt_log(DT_LOG_WARN, "%s; TensorBoard's events stop here", dt_last_error());
+        dt_tb_destroy(r->tb);
+        r->tb = NULL;
+    }
+}
+
 void dt_train_write_eval_metrics(run *r, float val) {
     const dt_train_config *c = &r->c;
     fprintf(r->metrics, "{\"val_loss\":");

@@ -365,6 +365,7 @@ dt_status dt_train_setup(run *r) {
                r->first_step);
     if (!st && c->metrics && !(r->metrics = fopen(c->metrics, r->first_step ? "a" : "w")))
         st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
+    if (!st && c->tensorboard && c->steps > 0) st = dt_tb_create(c->tensorboard, &r->tb); /* a resumed run: a new file from its step on */
     size_t BT = (size_t)c->batch * c->seq;
     if (!st && (!(r->in = malloc(BT * 4)) || !(r->tg = malloc(BT * 4))))
         st = dt_error(DT_ERR_NOMEM, "out of memory for a batch of %zu tokens", BT);

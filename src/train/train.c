@@ -126,6 +126,7 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
         return 1;
     }
     if (r->metrics) dt_train_write_metrics(r, step, lr, s, ms, tps, eval, val);
+    if (r->tb) dt_train_write_tensorboard(r, step, lr, s, ms, tps, eval, val);
     if (!finite && !c->skip_nonfinite) {
         dt_log(DT_LOG_ERROR, "step %d: the %s is %s; stopping without saving (the last checkpoint, if any, is kept; "
                "--on-nonfinite skip skips such steps instead)", step + 1, isfinite(s->loss) ? "gradient norm" : "loss",
@@ -242,6 +243,7 @@ static void teardown(run *r) {
     dt_watchdog_stop(r->wd);
     dt_trace_file_destroy(r->trace);
     if (r->metrics) fclose(r->metrics);
+    dt_tb_destroy(r->tb);
     dt_engine_destroy(r->e);
     dt_pipeline_destroy(r->pipe);
     dt_comm_destroy(r->mp);
@@ -287,7 +289,7 @@ static int run_rank(const dt_train_config *cfg, dt_comm *w, dt_launch_kind kind)
     if (r.c.threads <= 0) r.c.threads = dt_train_default_threads(w);
     if (dt_train_observers(&r)) return fail(2);
     /* one voice; save stays: a sharded optimizer is saved by every rank (save() says who writes) */
-    if (r.rank != 0) { r.c.quiet = 1; r.c.metrics = NULL; }
+    if (r.rank != 0) { r.c.quiet = 1; r.c.metrics = NULL; r.c.tensorboard = NULL; }
     if (dt_train_check_settings(&r.c, r.nranks)) return fail(2);
     dt_kernels_set_threads(r.c.threads);
     r.tty = isatty(STDOUT_FILENO) && !r.c.quiet && kind != DT_LAUNCH_MPI;
