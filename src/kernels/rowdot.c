@@ -55,12 +55,13 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
 #define STREAM_AHEAD(wk, pf)                                                                                           \
     for (size_t b_ = 0; b_ < (pf); b_ += 64) _mm_prefetch((const char *)(wk) + PANEL_AHEAD + b_, _MM_HINT_T0)
 
-/* The sums' end: each accumulator's lanes in the fixed tree, then the tail in the portable order. */
-#define TILE_END(R, NO, HSUM)                                                                                          \
+/* The sums' end: output o of row r is SUM(src, r, o), its lanes summed in the fixed tree, then inputs [k, K) in the
+ * portable order from x's rows and t's tail rows, into res. */
+#define TILE_END(R, NO, SUM, src, res, x, ldx, t, trs, k, K)                                                           \
     for (int r = 0; r < R; r++)                                                                                        \
         for (int o = 0; o < NO; o++) {                                                                                 \
-            float s = HSUM(r, o);                                                                                      \
-            for (int j = k; j < K; j++) s = fmaf(x[(size_t)r * ldx + j], (float)t[(size_t)o * trs + j - k], s);      \
+            float s = SUM(src, r, o);                                                                                  \
+            for (int j = k; j < K; j++) s = fmaf(x[(size_t)r * ldx + j], (float)t[(size_t)o * trs + j - k], s);        \
             res[r * RES_LD + o] = s;                                                                                   \
         }
 
@@ -75,11 +76,11 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
  * are prefetched a few rows ahead (short rows defeat the hardware's
  * prefetchers). These tiles read rows in place (panels.c: only the
  * AVX-512 path packs), and packed only in a last panel's few outputs. */
-#define HSUM_TILE(r, o) hsum(acc[r][o])
+#define HSUM_TILE(acc, r, o) hsum((acc)[r][o])
 #define TILE_BODY(R, NO, WT, LOAD)                                                                                     \
     __m256 acc[R][NO];                                                                                                 \
     for (int r = 0; r < R; r++)                                                                                        \
-        for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();                                                 \
+        for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();                                                  \
     (void)pf;                                                                                                          \
     int k = 0;                                                                                                         \
     const WT *wk = w;                                                                                                  \
@@ -93,11 +94,11 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
         }                                                                                                              \
         for (int r = 0; r < R; r++) {                                                                                  \
             __m256 xv = _mm256_loadu_ps(x + (size_t)r * ldx + k);                                                      \
-            __asm__("" : "+x"(xv)); /* in a register: else each FMA loads it again, and loads set the pace */            \
+            __asm__("" : "+x"(xv)); /* in a register: else each FMA loads it again, and loads set the pace */          \
             for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                            \
         }                                                                                                              \
     }                                                                                                                  \
-    TILE_END(R, NO, HSUM_TILE)
+    TILE_END(R, NO, HSUM_TILE, acc, res, x, ldx, t, trs, k, K)
 #define TILE_FN(NAME, R, NO, WT, LOAD)                                                                                 \
     AVX2 static void NAME##_##R(TILE_ARGS(WT)) { TILE_BODY(R, NO, WT, LOAD) }
 #define TILE_SWITCH(NAME, WT)                                                                                          \
@@ -130,12 +131,11 @@ AVX512 static inline __m512 load16(const float *w) { return _mm512_loadu_ps(w); 
 AVX512 static inline __m512 both_halves(const float *x) {
     return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x))));
 }
-#define HSUM_WIDE(r, o) hsum(HALF(acc[r][(o) / 2], (o) % 2))
-#define WIDE_BODY(R, WT, PAIR, LOAD16)                                                                                \
+#define WIDE_BODY(R, WT, PAIR, LOAD16)                                                                                 \
     enum { NP = WIDE_OUTPUTS / 2 };                                                                                    \
     __m512 acc[R][NP];                                                                                                 \
     for (int r = 0; r < R; r++)                                                                                        \
-        for (int p = 0; p < NP; p++) acc[r][p] = _mm512_setzero_ps();                                                 \
+        for (int p = 0; p < NP; p++) acc[r][p] = _mm512_setzero_ps();                                                  \
     int k = 0;                                                                                                         \
     const WT *wk = w;                                                                                                  \
     for (; k + 8 <= K; k += 8, wk += cs) {                                                                             \
@@ -143,9 +143,9 @@ AVX512 static inline __m512 both_halves(const float *x) {
         STREAM_AHEAD(wk, pf);                                                                                          \
         if (rs != 8 && !(k * sizeof(WT) & 63)) /* the next tile's rows (6 on, as TILE_BODY's: f32 batch 8 20% slower) */ \
             for (int o = 0; o < WIDE_OUTPUTS; o++)                                                                     \
-                _mm_prefetch((const char *)(wk + (size_t)(o + WIDE_OUTPUTS) * rs), _MM_HINT_T0);                      \
+                _mm_prefetch((const char *)(wk + (size_t)(o + WIDE_OUTPUTS) * rs), _MM_HINT_T0);                       \
         for (int p = 0; p < NP; p++) {                                                                                 \
-            wv[p] = rs == 8 ? LOAD16(wk + 16 * p) : PAIR(wk + (size_t)(2 * p) * rs, wk + (size_t)(2 * p + 1) * rs); \
+            wv[p] = rs == 8 ? LOAD16(wk + 16 * p) : PAIR(wk + (size_t)(2 * p) * rs, wk + (size_t)(2 * p + 1) * rs);    \
             __asm__("" : "+v"(wv[p]));                                                                                 \
         }                                                                                                              \
         for (int r = 0; r < R; r++) {                                                                                  \
@@ -154,7 +154,7 @@ AVX512 static inline __m512 both_halves(const float *x) {
             for (int p = 0; p < NP; p++) acc[r][p] = _mm512_fmadd_ps(xv, wv[p], acc[r][p]);                            \
         }                                                                                                              \
     }                                                                                                                  \
-    TILE_END(R, WIDE_OUTPUTS, HSUM_WIDE)
+    TILE_END(R, WIDE_OUTPUTS, HSUM_HALF, acc, res, x, ldx, t, trs, k, K)
 #define WIDE_FN(NAME, R, WT, PAIR, LOAD16)                                                                             \
     AVX512 PREFILL_TILE void NAME##_##R(TILE_ARGS(WT)) { WIDE_BODY(R, WT, PAIR, LOAD16) }
 #define WIDE(NAME, WT, PAIR, L16)                                                                                      \
@@ -175,12 +175,12 @@ WIDE(wide_f32, float, pair_w, load16)
  * into L2 between them (Zen 5, f32 batch 8, 124M's Linears alone: 362-368 -> 394-413 tokens/s; with two passes batch 4
  * was 6-9% slower so, and int8, bound by its conversions, no faster; how far ahead: pass_prefetch). R x 12
  * accumulators. */
-#define HSUM_PANEL(r, o) hsum(HALF(acc[r][(o) / 2], (o) % 2))
 #define PANEL_FN(NAME, R, NPAIRS, WT, LOAD16)                                                                          \
     AVX512 static void NAME##_##R(float *res, const float *x, size_t ldx, const WT *w, size_t cs, const WT *t, size_t trs, \
-                                  int K, int k0, int k1, __m512 *save, bool first, bool last, pf_slice pf) {          \
+                                  int K, int k0, int k1, __m512 *save, bool first, bool last, pf_slice pf) {           \
         enum { NP = NPAIRS };                                                                                          \
-        PANEL_START(R, NP);                                                                                            \
+        __m512 acc[R][NP];                                                                                             \
+        PANEL_LOAD(acc, R, NP, first, save);                                                                           \
         int k = k0;                                                                                                    \
         const WT *wk = w + (size_t)(k0 >> 3) * cs;                                                                     \
         for (; k < k1; k += 8, wk += cs) {                                                                             \
@@ -189,12 +189,15 @@ WIDE(wide_f32, float, pair_w, load16)
             PANEL_PREFETCH(wk, pf);                                                                                    \
             for (int p = 0; p < NP; p++) {                                                                             \
                 __m512 wv = LOAD16(wk + 16 * p);                                                                       \
-                __asm__("" : "+v"(wv)); /* one load for both rows: two of 64 bytes a product set the pace */          \
-                for (int r = 0; r < R; r++) acc[r][p] = _mm512_fmadd_ps(xv[r], wv, acc[r][p]);                        \
+                __asm__("" : "+v"(wv)); /* one load for both rows: two of 64 bytes a product set the pace */           \
+                for (int r = 0; r < R; r++) acc[r][p] = _mm512_fmadd_ps(xv[r], wv, acc[r][p]);                         \
             }                                                                                                          \
         }                                                                                                              \
-        PANEL_KEEP(R, NP)                                                                                              \
-        TILE_END(R, 2 * NP, HSUM_PANEL)                                                                                \
+        if (!last) { /* the next block goes on from these sums */                                                      \
+            PANEL_SAVE(save, acc, R, NP);                                                                              \
+            return;                                                                                                    \
+        }                                                                                                              \
+        TILE_END(R, 2 * NP, HSUM_HALF, acc, res, x, ldx, t, trs, k, K)                                                 \
     }
 PANEL_FN(panel_f32, 1, DT_PANEL / 2, float, load16)
 PANEL_FN(panel_f32, 2, DT_PANEL / 2, float, load16)

@@ -89,23 +89,21 @@ AVX2 static inline float hsum(__m256 v) {
 /* One accumulator's half: output 2p in the low half, 2p + 1 in the high one. */
 #define HALF(v, hi)                                                                                                    \
     _mm256_castpd_ps((hi) ? _mm512_extractf64x4_pd(_mm512_castps_pd(v), 1) : _mm512_castpd512_pd256(_mm512_castps_pd(v)))
+/* Output o of row r from accumulators acc[R][o / 2] that hold two outputs each (o in the low half when even) */
+#define HSUM_HALF(acc, r, o) hsum(HALF((acc)[r][(o) / 2], (o) % 2))
 /* A decoding panel's pieces (rowdot.c's PANEL_FN; int8's Q8_PANEL_FN, one block, only prefetches): its R x NP
- * accumulators taken from save unless first; what the pass prefetches of the chunk row at wk (pf_slice); the
- * accumulators kept in save for the next block unless last */
-#define PANEL_START(R, NP)                                                                                             \
-    __m512 acc[R][NP];                                                                                                 \
+ * accumulators acc taken from save (zeros when first); what the pass prefetches of the chunk row at wk (pf_slice);
+ * the accumulators kept in save for the next block */
+#define PANEL_LOAD(acc, R, NP, first, save)                                                                            \
     for (int r = 0; r < R; r++)                                                                                        \
-        for (int p = 0; p < NP; p++) acc[r][p] = first ? _mm512_setzero_ps() : save[r * NP + p]
+        for (int p = 0; p < NP; p++) (acc)[r][p] = (first) ? _mm512_setzero_ps() : (save)[r * NP + p]
 #define PANEL_PREFETCH(wk, pf)                                                                                         \
-    for (size_t b_ = (pf).lo; b_ < (pf).hi; b_ += 64) /* the hint is an immediate */                                  \
+    for (size_t b_ = (pf).lo; b_ < (pf).hi; b_ += 64) /* the hint is an immediate */                                   \
         if ((pf).l2) _mm_prefetch((const char *)(wk) + (pf).ahead + b_, _MM_HINT_T1);                                  \
         else _mm_prefetch((const char *)(wk) + (pf).ahead + b_, _MM_HINT_T0)
-#define PANEL_KEEP(R, NP)                                                                                              \
-    if (!last) {                                                                                                       \
-        for (int r = 0; r < R; r++)                                                                                    \
-            for (int p = 0; p < NP; p++) save[r * NP + p] = acc[r][p];                                                 \
-        return;                                                                                                        \
-    }
+#define PANEL_SAVE(save, acc, R, NP)                                                                                   \
+    for (int r = 0; r < R; r++)                                                                                        \
+        for (int p = 0; p < NP; p++) (save)[r * NP + p] = (acc)[r][p]
 #else
 #define HAVE_AVX2_PATH 0
 #endif

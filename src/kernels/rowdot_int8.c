@@ -58,10 +58,10 @@ float dt_rowdot_q8_dot(const uint16_t *x, const view *v, int i, int K) {
 #define DPBF16 __attribute__((target("avx512f,avx512bf16,avx2,fma")))
 
 /* The sums' end: each accumulator's lanes in the fixed tree, then the tail in the spec's order. */
-#define Q8_END(R, NO, HSUM)                                                                                            \
+#define Q8_END(R, NO, SUM, src, res, x, ldx, t, trs, k, K)                                                             \
     for (int r = 0; r < R; r++)                                                                                        \
         for (int o = 0; o < NO; o++) {                                                                                 \
-            float s = HSUM(r, o);                                                                                      \
+            float s = SUM(src, r, o);                                                                                  \
             for (int j = k; j < K; j++) s = fmaf(bf16_f32(x[(size_t)r * ldx + j]), (float)t[(size_t)o * trs + j - k], s); \
             res[r * RES_LD + o] = s;                                                                                   \
         }
@@ -84,18 +84,18 @@ AVX2 static inline __m256 even_x(const uint16_t *x) {
 
 /* AVX2, R rows x NO outputs: every odd product of a chunk, then every even one (each lane's order as the spec's),
  * NO weight vectors widened at a time, so R x NO accumulators, NO weights and an input fit sixteen registers. */
-#define HSUM_TILE(r, o) hsum(acc[r][o])
+#define HSUM_TILE(acc, r, o) hsum((acc)[r][o])
 #define Q8_TILE_FN(R, NO)                                                                                              \
-    AVX2 static void q8_tile_##R(float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs,    \
-                                 const int8_t *t, size_t trs, int K) {                                                \
+    AVX2 static void q8_tile_##R(float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs,     \
+                                 const int8_t *t, size_t trs, int K) {                                                 \
         __m256 acc[R][NO];                                                                                             \
         for (int r = 0; r < R; r++)                                                                                    \
-            for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();                                             \
+            for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();                                              \
         int k = 0;                                                                                                     \
         const int8_t *wk = w;                                                                                          \
         for (; k + 16 <= K; k += 16, wk += cs) {                                                                       \
             __m256 wv[NO];                                                                                             \
-            if (!(k & 63)) /* a cache line each at a time */                                                          \
+            if (!(k & 63)) /* a cache line each at a time */                                                           \
                 for (int o = 0; o < NO; o++) _mm_prefetch((const char *)(wk + (size_t)(o + PREFETCH_AHEAD(R, NO)) * rs), _MM_HINT_T0); \
             for (int o = 0; o < NO; o++) wv[o] = odd_w(wk + (size_t)o * rs);                                           \
             for (int r = 0; r < R; r++) {                                                                              \
@@ -108,7 +108,7 @@ AVX2 static inline __m256 even_x(const uint16_t *x) {
                 for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                        \
             }                                                                                                          \
         }                                                                                                              \
-        Q8_END(R, NO, HSUM_TILE)                                                                                       \
+        Q8_END(R, NO, HSUM_TILE, acc, res, x, ldx, t, trs, k, K)                                                       \
     }
 Q8_TILE_FN(1, ROW_OUTPUTS)
 Q8_TILE_FN(2, 3)
@@ -145,29 +145,28 @@ DPBF16 void dt_rowdot_q8_widen(uint16_t *wb, const view *v, int K) {
 
 /* Prefill, R rows x 8 outputs of a panel widened to bf16 (each weight widened once for all its rows): one
  * instruction a row and pair of outputs per 16 inputs. R x 4 accumulators, 4 weight pairs and an input. */
-#define HSUM_WIDE(r, o) hsum(HALF(acc[r][(o) / 2], (o) % 2))
 #define Q8_WIDE_FN(R)                                                                                                  \
-    DPBF16 PREFILL_TILE void q8_wide_##R(float *res, const uint16_t *x, size_t ldx, const uint16_t *wb, size_t cs,          \
-                                   const int8_t *t, size_t trs, int K) {                                              \
+    DPBF16 PREFILL_TILE void q8_wide_##R(float *res, const uint16_t *x, size_t ldx, const uint16_t *wb, size_t cs,     \
+                                   const int8_t *t, size_t trs, int K) {                                               \
         enum { NP = WIDE_OUTPUTS / 2 };                                                                                \
         __m512 acc[R][NP];                                                                                             \
         for (int r = 0; r < R; r++)                                                                                    \
-            for (int p = 0; p < NP; p++) acc[r][p] = _mm512_setzero_ps();                                             \
+            for (int p = 0; p < NP; p++) acc[r][p] = _mm512_setzero_ps();                                              \
         int k = 0;                                                                                                     \
         const uint16_t *wk = wb;                                                                                       \
         for (; k + 16 <= K; k += 16, wk += cs) {                                                                       \
             __m512i wv[NP];                                                                                            \
             for (int p = 0; p < NP; p++) {                                                                             \
                 wv[p] = _mm512_loadu_si512(wk + 32 * p);                                                               \
-                __asm__("" : "+v"(wv[p])); /* in a register: else each product loads it again */                      \
+                __asm__("" : "+v"(wv[p])); /* in a register: else each product loads it again */                       \
             }                                                                                                          \
             for (int r = 0; r < R; r++) {                                                                              \
                 __m512i xv = both_halves16(x + (size_t)r * ldx + k);                                                   \
                 __asm__("" : "+v"(xv));                                                                                \
-                for (int p = 0; p < NP; p++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)xv, (__m512bh)wv[p]);  \
+                for (int p = 0; p < NP; p++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)xv, (__m512bh)wv[p]);   \
             }                                                                                                          \
         }                                                                                                              \
-        Q8_END(R, WIDE_OUTPUTS, HSUM_WIDE)                                                                             \
+        Q8_END(R, WIDE_OUTPUTS, HSUM_HALF, acc, res, x, ldx, t, trs, k, K)                                             \
     }
 Q8_WIDE_FN(1)
 Q8_WIDE_FN(2)
@@ -197,14 +196,13 @@ DPBF16 static inline __m512bh widen_pair(const int8_t *w) {
     __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 16))));
     return _mm512_cvtne2ps_pbh(hi, lo); /* lo in the low half */
 }
-#define HSUM_PANEL(r, o) hsum(HALF(acc[r][(o) / 2], (o) % 2))
 #define Q8_PANEL_FN(R, NPAIRS)                                                                                         \
     DPBF16 static void q8_panel_##R(float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t cs, const int8_t *t, \
                                     size_t trs, int K, pf_slice pf) {                                                  \
         enum { NP = NPAIRS };                                                                                          \
         __m512 acc[R][NP];                                                                                             \
         for (int r = 0; r < R; r++)                                                                                    \
-            for (int p = 0; p < NP; p++) acc[r][p] = _mm512_setzero_ps();                                             \
+            for (int p = 0; p < NP; p++) acc[r][p] = _mm512_setzero_ps();                                              \
         int k = 0;                                                                                                     \
         const int8_t *wk = w;                                                                                          \
         for (; k + 16 <= K; k += 16, wk += cs) {                                                                       \
@@ -213,10 +211,10 @@ DPBF16 static inline __m512bh widen_pair(const int8_t *w) {
             PANEL_PREFETCH(wk, pf);                                                                                    \
             for (int p = 0; p < NP; p++) {                                                                             \
                 __m512bh wv = widen_pair(wk + 32 * p);                                                                 \
-                for (int r = 0; r < R; r++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)xv[r], wv);             \
+                for (int r = 0; r < R; r++) acc[r][p] = _mm512_dpbf16_ps(acc[r][p], (__m512bh)xv[r], wv);              \
             }                                                                                                          \
         }                                                                                                              \
-        Q8_END(R, 2 * NP, HSUM_PANEL)                                                                                  \
+        Q8_END(R, 2 * NP, HSUM_HALF, acc, res, x, ldx, t, trs, k, K)                                                   \
     }
 Q8_PANEL_FN(1, DT_PANEL / 2)
 Q8_PANEL_FN(2, DT_PANEL / 2)
@@ -281,8 +279,8 @@ DPBF16_VBMI static void q8_quad_1(float *res, const uint16_t *x, const int8_t *w
     for (int g = 0; g < 2 * NG; g++) _mm512_storeu_ps(lanes[g], acc[g]);
     const size_t ldx = 0; /* one row */
     enum { R = 1 };
-#define HSUM_QUAD(r, o) quad_sum(lanes[2 * ((o) / 4)], lanes[2 * ((o) / 4) + 1], (o))
-    Q8_END(R, DT_PANEL, HSUM_QUAD)
+#define HSUM_QUAD(lanes, r, o) quad_sum((lanes)[2 * ((o) / 4)], (lanes)[2 * ((o) / 4) + 1], (o))
+    Q8_END(R, DT_PANEL, HSUM_QUAD, lanes, res, x, ldx, t, trs, k, K)
 #undef HSUM_QUAD
 }
 

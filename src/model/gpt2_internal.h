@@ -111,15 +111,18 @@ struct dt_gpt2 {
     size_t lp_work_floats, lp_layer, lp_capacity;
 };
 
-/* Tensor i (llm.c's index) of block l, in the parameters and the gradients;
- * P and G for the tensors outside the blocks; ACT for an activation. */
-#define BLOCK_OFF(l, i) (m->tab[m->i_blk + m->bk[l] * PER_BLOCK + (i) - LN1W].offset)
-#define PL(l, i) (m->params + BLOCK_OFF(l, i))
-#define GL(l, i) (m->grads + BLOCK_OFF(l, i))
-#define TAB_OFF(i) (m->tab[(i) == WTE ? m->i_wte : (i) == WPE ? m->i_wpe : m->i_lnf + (i) - LNFW].offset)
-#define P(i) (m->params + TAB_OFF(i))
-#define G(i) (m->grads + TAB_OFF(i))
-#define ACT(i) (m->acts + m->act_off[i])
+/* Where tensor i (llm.c's index) of block l starts in the store; and a tensor outside the blocks (the embeddings,
+ * the final LayerNorm). */
+static inline size_t block_off(const struct dt_gpt2 *m, int l, int i) { return m->tab[m->i_blk + m->bk[l] * PER_BLOCK + i - LN1W].offset; }
+static inline size_t top_off(const struct dt_gpt2 *m, int i) {
+    return m->tab[i == WTE ? m->i_wte : i == WPE ? m->i_wpe : m->i_lnf + i - LNFW].offset;
+}
+/* Block l's tensor i among the parameters and the gradients; the same outside the blocks; activation i. */
+static inline float *layer_param(const struct dt_gpt2 *m, int l, int i) { return m->params + block_off(m, l, i); }
+static inline float *layer_grad(const struct dt_gpt2 *m, int l, int i) { return m->grads + block_off(m, l, i); }
+static inline float *top_param(const struct dt_gpt2 *m, int i) { return m->params + top_off(m, i); }
+static inline float *top_grad(const struct dt_gpt2 *m, int i) { return m->grads + top_off(m, i); }
+static inline float *act(const struct dt_gpt2 *m, int i) { return m->acts + m->act_off[i]; }
 /* Tensor parallelism's conjugate operators on the residual stream (gpt2_tp.c):
  * the sum of the group's partial results in place (a row-parallel Linear's
  * output in forward, a column-parallel Linear's input gradient in backward),

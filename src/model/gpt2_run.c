@@ -165,7 +165,7 @@ dt_status dt_gpt2_reserve(dt_gpt2 *m, int B, int T) {
  * blocks' activations are packed (each block keeps its input in the pack). */
 static float *res_out(dt_gpt2 *m, int l) {
     size_t RC = dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels, k = (size_t)m->bk[l];
-    return ACT(A_RES3) + (m->lp_layer ? k % 2 : k) * RC;
+    return act(m, A_RES3) + (m->lp_layer ? k % 2 : k) * RC;
 }
 
 /* The held range of unit u (-1: not held). */
@@ -181,7 +181,7 @@ static int range_of(const dt_gpt2 *m, int u) {
 static float *res_in(dt_gpt2 *m, int l) {
     int r = range_of(m, l + 1);
     if (l >= 1 && l >= m->ra[r]) return res_out(m, l - 1);
-    return ACT(A_ENCODED) + (size_t)r * dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels;
+    return act(m, A_ENCODED) + (size_t)r * dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels;
 }
 
 /* Block l's activations: the slots of the f32 ones (k: l's, or 0 when
@@ -193,11 +193,11 @@ static block_acts acts_of(dt_gpt2 *m, int l) {
     size_t BT = (size_t)m->B * m->T, R = dt_gpt2_tp_rows(m), RC = R * (size_t)m->cfg.channels, NH = (size_t)m->NHl,
            BTL = BT * (size_t)m->Cl, BTF = BT * (size_t)m->Fl;
     size_t k = m->recompute ? 0 : (size_t)m->bk[l], w = m->lp_layer ? 0 : k;
-    return (block_acts){ .ln1 = ACT(A_LN1) + w * RC, .qkv = ACT(A_QKV) + w * BTL * 3, .atty = ACT(A_ATTY) + w * BTL,
-                         .att = ACT(A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)m->T), .res2 = ACT(A_RES2) + w * RC,
-                         .ln2 = ACT(A_LN2) + w * RC, .fch = ACT(A_FCH) + w * BTF, .fchg = ACT(A_FCH_GELU) + w * BTF,
-                         .ln1m = ACT(A_LN1_MEAN) + k * R, .ln1r = ACT(A_LN1_RSTD) + k * R,
-                         .ln2m = ACT(A_LN2_MEAN) + k * R, .ln2r = ACT(A_LN2_RSTD) + k * R };
+    return (block_acts){ .ln1 = act(m, A_LN1) + w * RC, .qkv = act(m, A_QKV) + w * BTL * 3, .atty = act(m, A_ATTY) + w * BTL,
+                         .att = act(m, A_ATT) + k * NH * BT * (m->blockwise ? 1 : (size_t)m->T), .res2 = act(m, A_RES2) + w * RC,
+                         .ln2 = act(m, A_LN2) + w * RC, .fch = act(m, A_FCH) + w * BTF, .fchg = act(m, A_FCH_GELU) + w * BTF,
+                         .ln1m = act(m, A_LN1_MEAN) + k * R, .ln1r = act(m, A_LN1_RSTD) + k * R,
+                         .ln2m = act(m, A_LN2_MEAN) + k * R, .ln2r = act(m, A_LN2_RSTD) + k * R };
 }
 
 /* Mixed precision keeps block l's activations packed in 16 bits between
@@ -210,7 +210,7 @@ static void pack_block(dt_gpt2 *m, int l, bool pack) {
     block_acts a = acts_of(m, l);
     size_t BT = (size_t)m->B * m->T, RC = dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels, BTL = BT * (size_t)m->Cl,
            BTF = BT * (size_t)m->Fl; /* the residual stream's regions hold R rows (all of them without sequence parallelism) */
-    float *part[8] = { a.ln1, a.qkv, a.atty, a.ln2, a.fch, a.fchg, pack ? res_in(m, l) : ACT(A_RES1), a.res2 };
+    float *part[8] = { a.ln1, a.qkv, a.atty, a.ln2, a.fch, a.fchg, pack ? res_in(m, l) : act(m, A_RES1), a.res2 };
     size_t len[8] = { RC, 3 * BTL, BTL, RC, BTF, BTF, RC, RC };
     uint16_t *at = m->acts_lp + (size_t)m->bk[l] * m->lp_layer;
     for (int i = 0; i < 8; at += len[i], i++) {
@@ -222,8 +222,8 @@ static void pack_block(dt_gpt2 *m, int l, bool pack) {
 /* Where a Linear's weight and bias are in the stores: wi, bi its tensors in
  * block l, or l < 0 for the head's tied wte (no bias: *bo is SIZE_MAX). */
 static void linear_at(const dt_gpt2 *m, int l, int wi, int bi, size_t *wo, size_t *bo) {
-    *wo = l < 0 ? TAB_OFF(WTE) : BLOCK_OFF(l, wi);
-    *bo = l < 0 ? SIZE_MAX : BLOCK_OFF(l, bi);
+    *wo = l < 0 ? top_off(m, WTE) : block_off(m, l, wi);
+    *bo = l < 0 ? SIZE_MAX : block_off(m, l, bi);
 }
 
 /* Whether block l's Linear wi is split by its input columns over more than one
@@ -276,7 +276,7 @@ static void linear_weight_grad(dt_gpt2 *m, const float *dout, const float *inp, 
 }
 
 /* Mixed precision keeps the logits (and then their gradient) in 16 bits. */
-#define LOGITS16(m) ((uint16_t *)ACT(A_LOGITS))
+#define LOGITS16(m) ((uint16_t *)act(m, A_LOGITS))
 
 /* A context-parallel attention's status: the first failure is kept, as a
  * tensor-parallel collective's (the pass runs on, its caller is told). */
@@ -294,22 +294,22 @@ static void layer_forward(dt_gpt2 *m, int l, const float *residual) {
     size_t BT = (size_t)B * T, R = dt_gpt2_tp_rows(m), RC = R * (size_t)C;
     block_acts a = acts_of(m, l);
     float *res3 = res_out(m, l);
-    dt_layernorm_forward(a.ln1, a.ln1m, a.ln1r, residual, PL(l, LN1W), PL(l, LN1B), (int)R, C);
+    dt_layernorm_forward(a.ln1, a.ln1m, a.ln1r, residual, layer_param(m, l, LN1W), layer_param(m, l, LN1B), (int)R, C);
     dt_lp_round(a.ln1, RC, m->prec);
     linear_forward(m, a.qkv, dt_gpt2_tp_gather(m, a.ln1, RC), l, QKVW, QKVB, (int)BT, C, 3 * Cl);
     if (cp(m)) cp_status(m, m->part.cp->forward(m->part.cp->ctx, a.atty, a.att, a.qkv, B, T, Cl, NH));
     else if (m->blockwise) dt_attention_forward_lse(a.atty, a.att, a.qkv, B, T, Cl, NH);
     else dt_attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NH);
     dt_lp_round(a.atty, BT * (size_t)Cl, m->prec);
-    linear_forward(m, ACT(A_TMP), a.atty, l, ATTPROJW, ATTPROJB, (int)BT, Cl, C);
-    dt_residual_forward(a.res2, residual, dt_gpt2_tp_combine_linear(m, ACT(A_TMP), RC), RC);
-    dt_layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, PL(l, LN2W), PL(l, LN2B), (int)R, C);
+    linear_forward(m, act(m, A_TMP), a.atty, l, ATTPROJW, ATTPROJB, (int)BT, Cl, C);
+    dt_residual_forward(a.res2, residual, dt_gpt2_tp_combine_linear(m, act(m, A_TMP), RC), RC);
+    dt_layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, layer_param(m, l, LN2W), layer_param(m, l, LN2B), (int)R, C);
     dt_lp_round(a.ln2, RC, m->prec);
     linear_forward(m, a.fch, dt_gpt2_tp_gather(m, a.ln2, RC), l, FCW, FCB, (int)BT, C, F);
     dt_gelu_forward(a.fchg, a.fch, BT * (size_t)F);
     dt_lp_round(a.fchg, BT * (size_t)F, m->prec);
-    linear_forward(m, ACT(A_TMP), a.fchg, l, FCPROJW, FCPROJB, (int)BT, F, C);
-    dt_residual_forward(res3, a.res2, dt_gpt2_tp_combine_linear(m, ACT(A_TMP), RC), RC);
+    linear_forward(m, act(m, A_TMP), a.fchg, l, FCPROJW, FCPROJB, (int)BT, F, C);
+    dt_residual_forward(res3, a.res2, dt_gpt2_tp_combine_linear(m, act(m, A_TMP), RC), RC);
 }
 
 /* Mixed precision: the 16-bit copy of what unit u reads, just before it
@@ -443,7 +443,7 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     if (a == 0) {
         BEFORE_FWD(0);
         trace_unit(m, "forward", 0);
-        dt_gpt2_tp_embedding_forward(m, ACT(A_ENCODED), tokens, B, T);
+        dt_gpt2_tp_embedding_forward(m, act(m, A_ENCODED), tokens, B, T);
         UNIT_END();
     } else if (x != res_in(m, a - 1)) {
         memcpy(res_in(m, a - 1), x, RC * sizeof(float));
@@ -460,13 +460,13 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     if (b < L + 2) return m->tp_err;
     BEFORE_FWD(L + 1);
     trace_unit(m, "forward", L + 1);
-    dt_layernorm_forward(ACT(A_LNF), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), res_in(m, L), P(LNFW), P(LNFB), (int)R, C);
-    dt_lp_round(ACT(A_LNF), RC, m->prec);
-    const float *lnf = dt_gpt2_tp_gather(m, ACT(A_LNF), RC);
-    if (m->prec == DT_F32) linear_forward(m, ACT(A_LOGITS), lnf, -1, WTE, 0, (int)BT, C, Vp);
-    else dt_matmul_forward_lp16(LOGITS16(m), lnf, m->params_lp + TAB_OFF(WTE), (int)BT, C, Vp, m->prec, m->lp_work, m->lp_work_floats);
+    dt_layernorm_forward(act(m, A_LNF), act(m, A_LNF_MEAN), act(m, A_LNF_RSTD), res_in(m, L), top_param(m, LNFW), top_param(m, LNFB), (int)R, C);
+    dt_lp_round(act(m, A_LNF), RC, m->prec);
+    const float *lnf = dt_gpt2_tp_gather(m, act(m, A_LNF), RC);
+    if (m->prec == DT_F32) linear_forward(m, act(m, A_LOGITS), lnf, -1, WTE, 0, (int)BT, C, Vp);
+    else dt_matmul_forward_lp16(LOGITS16(m), lnf, m->params_lp + top_off(m, WTE), (int)BT, C, Vp, m->prec, m->lp_work, m->lp_work_floats);
     if (targets) {
-        m->loss = dt_gpt2_tp_crossentropy_forward(m, ACT(A_LOSSES), ACT(A_CE_STATS), ACT(A_LOGITS), targets, (int)BT);
+        m->loss = dt_gpt2_tp_crossentropy_forward(m, act(m, A_LOSSES), act(m, A_CE_STATS), act(m, A_LOGITS), targets, (int)BT);
         if (loss) *loss = m->loss;
     }
     UNIT_END();
@@ -493,26 +493,26 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
     const dt_gpt2_config *c = &m->cfg;
     int C = c->channels, L = c->num_layers, Vp = m->Vl;
     size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)C, RC = dt_gpt2_tp_rows(m) * (size_t)C;
-    float *dlogits = ACT(A_LOGITS), *dres = ACT(A_DRES), *dln = ACT(A_DLN);
+    float *dlogits = act(m, A_LOGITS), *dres = act(m, A_DRES), *dln = act(m, A_DLN);
     BEFORE_BWD(L + 1);
     trace_unit(m, "backward", L + 1);
     float dscale = grad_scale / (float)BT;
     memset(dln, 0, BTC * sizeof(float));
     /* the loss's gradient from forward's statistics, without a second pass for them; in 16 bits it is
      * computed a block at a time as the head's backward reads it */
-    const float *lnf = dt_gpt2_tp_gather(m, ACT(A_LNF), RC);
+    const float *lnf = dt_gpt2_tp_gather(m, act(m, A_LNF), RC);
     if (m->prec == DT_F32) {
-        dt_gpt2_tp_crossentropy_backward(m, dlogits, ACT(A_CE_STATS), m->targets, (int)BT, dscale);
+        dt_gpt2_tp_crossentropy_backward(m, dlogits, act(m, A_CE_STATS), m->targets, (int)BT, dscale);
         linear_backward(m, dln, dlogits, lnf, -1, WTE, 0, (int)BT, C, Vp);
     } else {
-        dt_ce_grad ce = { .stats = ACT(A_CE_STATS), .targets = m->targets, .V = m->Vv, .v0 = m->v0, .dscale = dscale };
-        dt_matmul_backward_lp16(dln, m->split_bwd ? NULL : m->grads + TAB_OFF(WTE), LOGITS16(m), &ce, lnf, m->params_lp + TAB_OFF(WTE),
+        dt_ce_grad ce = { .stats = act(m, A_CE_STATS), .targets = m->targets, .V = m->Vv, .v0 = m->v0, .dscale = dscale };
+        dt_matmul_backward_lp16(dln, m->split_bwd ? NULL : m->grads + top_off(m, WTE), LOGITS16(m), &ce, lnf, m->params_lp + top_off(m, WTE),
                                 (int)BT, C, Vp, m->prec, m->lp_work, m->lp_work_floats, m->part.tp_size > 1);
         m->w_dscale = dscale;
     }
     const float *dlnf = dt_gpt2_tp_combine_linear(m, dln, RC); /* the head is column-parallel (by vocabulary) */
     memset(dres, 0, RC * sizeof(float));
-    dt_gpt2_tp_layernorm_backward(m, dres, G(LNFW), G(LNFB), dlnf, res_in(m, L), P(LNFW), ACT(A_LNF_MEAN), ACT(A_LNF_RSTD), C);
+    dt_gpt2_tp_layernorm_backward(m, dres, top_grad(m, LNFW), top_grad(m, LNFB), dlnf, res_in(m, L), top_param(m, LNFW), act(m, A_LNF_MEAN), act(m, A_LNF_RSTD), C);
     UNIT_END();
     AFTER_BWD(L + 1);
 }
@@ -520,7 +520,7 @@ static void head_backward(dt_gpt2 *m, float grad_scale) {
 /* Block l's output gradients kept for W: fcproj's, fc's, attproj's, qkv's. */
 static void wgrad_of(dt_gpt2 *m, int l, float *wg[4]) {
     size_t BT = (size_t)m->B * m->T, BTC = BT * (size_t)m->cfg.channels;
-    wg[0] = ACT(A_WGRAD) + (size_t)m->bk[l] * wgrad_floats(part_widths(m), BT);
+    wg[0] = act(m, A_WGRAD) + (size_t)m->bk[l] * wgrad_floats(part_widths(m), BT);
     wg[1] = wg[0] + BTC;
     wg[2] = wg[1] + BT * (size_t)m->Fl;
     wg[3] = wg[2] + BTC;
@@ -532,7 +532,7 @@ static void layer_backward(dt_gpt2 *m, int l) {
     int B = m->B, T = m->T, C = c->channels, Cl = m->Cl, NH = m->NHl, F = m->Fl;
     size_t BT = (size_t)B * T, BTC = BT * (size_t)C, BTF = BT * (size_t)F, BTL = BT * (size_t)Cl;
     size_t RC = dt_gpt2_tp_rows(m) * (size_t)C; /* the residual stream's floats here */
-    const float *res_in_l = m->lp_layer ? ACT(A_RES1) : res_in(m, l);
+    const float *res_in_l = m->lp_layer ? act(m, A_RES1) : res_in(m, l);
     BEFORE_BWD(l + 1);
     trace_unit(m, "backward", l + 1);
     /* Recompute: this layer's activations again, from its kept input
@@ -541,8 +541,8 @@ static void layer_backward(dt_gpt2 *m, int l) {
     if (m->recompute) layer_forward(m, l, res_in_l);
     else pack_block(m, l, false);
     block_acts a = acts_of(m, l);
-    float *dres = ACT(A_DRES), *dln = ACT(A_DLN), *tmp = ACT(A_TMP);
-    float *dfchg = ACT(A_DFCH_GELU), *dfch = ACT(A_DFCH), *datty = ACT(A_DATTY), *dqkv = ACT(A_DQKV);
+    float *dres = act(m, A_DRES), *dln = act(m, A_DLN), *tmp = act(m, A_TMP);
+    float *dfchg = act(m, A_DFCH_GELU), *dfch = act(m, A_DFCH), *datty = act(m, A_DATTY), *dqkv = act(m, A_DQKV);
     /* a split backward keeps the four Linears' output gradients for W (dres is about to change: a copy) */
     float *wg[4] = { NULL };
     if (m->split_bwd) {
@@ -562,7 +562,7 @@ static void layer_backward(dt_gpt2 *m, int l) {
     memset(dln, 0, BTC * sizeof(float));
     linear_backward(m, dln, dfch, dt_gpt2_tp_gather(m, a.ln2, RC), l, FCW, FCB, (int)BT, C, F);
     /* fc is column-parallel: each rank's share of d(ln2), summed (or reduce-scattered to this rank's rows) */
-    dt_gpt2_tp_layernorm_backward(m, dres, GL(l, LN2W), GL(l, LN2B), dt_gpt2_tp_combine_linear(m, dln, RC), a.res2, PL(l, LN2W), a.ln2m,
+    dt_gpt2_tp_layernorm_backward(m, dres, layer_grad(m, l, LN2W), layer_grad(m, l, LN2B), dt_gpt2_tp_combine_linear(m, dln, RC), a.res2, layer_param(m, l, LN2W), a.ln2m,
                                   a.ln2r, C);
     /* attention: res2 = res_in + attproj(attn(qkv(ln1(res_in)))) */
     dproj = dt_gpt2_tp_gather(m, dres, RC);
@@ -576,7 +576,7 @@ static void layer_backward(dt_gpt2 *m, int l) {
     else dt_attention_backward(dqkv, datty, a.qkv, a.att, B, T, Cl, NH);
     memset(dln, 0, BTC * sizeof(float));
     linear_backward(m, dln, dqkv, dt_gpt2_tp_gather(m, a.ln1, RC), l, QKVW, QKVB, (int)BT, C, 3 * Cl);
-    dt_gpt2_tp_layernorm_backward(m, dres, GL(l, LN1W), GL(l, LN1B), dt_gpt2_tp_combine_linear(m, dln, RC), res_in_l, PL(l, LN1W), a.ln1m,
+    dt_gpt2_tp_layernorm_backward(m, dres, layer_grad(m, l, LN1W), layer_grad(m, l, LN1B), dt_gpt2_tp_combine_linear(m, dln, RC), res_in_l, layer_param(m, l, LN1W), a.ln1m,
                                   a.ln1r, C); /* qkv is column-parallel */
     UNIT_END();
     AFTER_BWD(l + 1);
@@ -591,14 +591,14 @@ dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale
     m->tp_err = DT_OK;
     size_t RC = dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels;
     if (b == L + 2) head_backward(m, grad_scale);
-    else memcpy(ACT(A_DRES), dout, RC * sizeof(float));
+    else memcpy(act(m, A_DRES), dout, RC * sizeof(float));
     int last = b - 1 < L ? b - 1 : L;
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) layer_backward(m, l);
     m->w_pending = m->split_bwd;
     if (a > 0 || m->split_bwd) return m->tp_err; /* A_DRES: d(the range's input), for dt_gpt2_input_grad; the embedding's is all W */
     BEFORE_BWD(0);
     trace_unit(m, "backward", 0);
-    dt_gpt2_tp_embedding_backward(m, m->defer_wte_rows ? NULL : G(WTE), G(WPE), ACT(A_DRES), m->B, m->T);
+    dt_gpt2_tp_embedding_backward(m, m->defer_wte_rows ? NULL : top_grad(m, WTE), top_grad(m, WPE), act(m, A_DRES), m->B, m->T);
     UNIT_END();
     AFTER_BWD(0);
     return m->tp_err;
@@ -625,12 +625,12 @@ dt_status dt_gpt2_set_split_backward(dt_gpt2 *m, int on) {
 static void head_weights(dt_gpt2 *m) {
     size_t BT = (size_t)m->B * m->T, RC = dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels;
     trace_unit(m, "weights", m->cfg.num_layers + 1);
-    const float *lnf = dt_gpt2_tp_gather(m, ACT(A_LNF), RC);
+    const float *lnf = dt_gpt2_tp_gather(m, act(m, A_LNF), RC);
     if (m->prec == DT_F32) {
-        dt_matmul_backward(NULL, m->grads + TAB_OFF(WTE), NULL, ACT(A_LOGITS), lnf, NULL, (int)BT, m->cfg.channels, m->Vl);
+        dt_matmul_backward(NULL, m->grads + top_off(m, WTE), NULL, act(m, A_LOGITS), lnf, NULL, (int)BT, m->cfg.channels, m->Vl);
     } else {
-        dt_ce_grad ce = { .stats = ACT(A_CE_STATS), .targets = m->targets, .V = m->Vv, .v0 = m->v0, .dscale = m->w_dscale };
-        dt_matmul_backward_lp16(NULL, m->grads + TAB_OFF(WTE), LOGITS16(m), &ce, lnf, NULL, (int)BT, m->cfg.channels, m->Vl, m->prec,
+        dt_ce_grad ce = { .stats = act(m, A_CE_STATS), .targets = m->targets, .V = m->Vv, .v0 = m->v0, .dscale = m->w_dscale };
+        dt_matmul_backward_lp16(NULL, m->grads + top_off(m, WTE), LOGITS16(m), &ce, lnf, NULL, (int)BT, m->cfg.channels, m->Vl, m->prec,
                                 m->lp_work, m->lp_work_floats, 0);
     }
     UNIT_END();
@@ -668,7 +668,7 @@ dt_status dt_gpt2_backward_weights(dt_gpt2 *m) {
     if (a > 0) return m->tp_err;
     BEFORE_BWD(0);
     trace_unit(m, "weights", 0);
-    dt_gpt2_tp_embedding_backward(m, m->defer_wte_rows ? NULL : G(WTE), G(WPE), ACT(A_DRES), m->B, m->T);
+    dt_gpt2_tp_embedding_backward(m, m->defer_wte_rows ? NULL : top_grad(m, WTE), top_grad(m, WPE), act(m, A_DRES), m->B, m->T);
     UNIT_END();
     lp_drop(m);
     dt_hook_list_call(&m->grad_hooks, 0, 0);
