@@ -14,32 +14,33 @@ extern "C" {
 /* The load-balanced split (Llama 3's, Striped Attention's idea): a
  * sequence of T positions in 2N chunks of T/(2N); rank r of N holds chunks r
  * and 2N-1-r, so every rank has as much causal work as any other. A rank's
- * rows are its two chunks, in that order: 2 Tc rows a sequence. */
+ * rows are its two chunks, in that order: 2 Tc rows a sequence. The same
+ * description serves ring attention and the all-to-all (Ulysses) one. */
 typedef struct {
     dt_comm *cp;        /* the context-parallel group, N ranks */
     int B, T, C, NH;    /* sequences, the whole sequence's positions, channels, heads */
     double *waited;     /* NULL, or += the seconds spent waiting on the group (traffic compute did not hide) */
-} dt_ring_config;
+} dt_cp_config;
 /* Rows per chunk, T / (2N); 0 (and an error) when it does not divide. */
-int dt_ring_chunk_rows(const dt_ring_config *c);
+int dt_ring_chunk_rows(const dt_cp_config *c);
 /* The first position of this rank's chunk i (0 or 1). */
-int dt_ring_chunk_pos(const dt_ring_config *c, int rank, int i);
+int dt_ring_chunk_pos(const dt_cp_config *c, int rank, int i);
 /* Floats of work space forward and backward need: 5 B x 2Tc x 2C (two
  * key/value blocks and three of their gradients: computed, sent, arriving)
  * and one block's output. */
-size_t dt_ring_work_floats(const dt_ring_config *c);
+size_t dt_ring_work_floats(const dt_cp_config *c);
 
 /* Causal attention of this rank's rows over the whole sequence: qkv
  * [B, 2Tc, 3C] (q, k, v of this rank's rows); out [B, 2Tc, C]; lse
  * [B, 2, NH, Tc] kept for backward. Keys and values go around the ring
  * (to rank r+1, from r-1) while each rank attends to the block in hand;
  * the blocks' results merge by their log-sum-exp. Collective over cp. */
-dt_status dt_ring_attention_forward(const dt_ring_config *c, float *out, float *lse, const float *qkv, float *work);
+dt_status dt_ring_attention_forward(const dt_cp_config *c, float *out, float *lse, const float *qkv, float *work);
 /* dqkv [B, 2Tc, 3C] += the gradient of this rank's rows: each key/value
  * block's gradient follows it around the ring a step behind (sent under the
  * next block's compute), every rank adding its share, and reaches its owner
  * after a whole turn. Collective over cp. */
-dt_status dt_ring_attention_backward(const dt_ring_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
+dt_status dt_ring_attention_backward(const dt_cp_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
                                      const float *lse, float *work);
 
 /* All-to-all attention (DeepSpeed-Ulysses, Jacobs et al. 2023; ulysses.c):
@@ -48,9 +49,9 @@ dt_status dt_ring_attention_backward(const dt_ring_config *c, float *dqkv, const
  * second all-to-all trades back. Rows as the ring's (load-balanced): the
  * same loader serves both. NH and C divisible by N. lse: [B, NH/N, T], the
  * same count as the ring's. Work: dt_ulysses_work_floats. */
-size_t dt_ulysses_work_floats(const dt_ring_config *c);
-dt_status dt_ulysses_attention_forward(const dt_ring_config *c, float *out, float *lse, const float *qkv, float *work);
-dt_status dt_ulysses_attention_backward(const dt_ring_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
+size_t dt_ulysses_work_floats(const dt_cp_config *c);
+dt_status dt_ulysses_attention_forward(const dt_cp_config *c, float *out, float *lse, const float *qkv, float *work);
+dt_status dt_ulysses_attention_backward(const dt_cp_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
                                         const float *lse, float *work);
 
 /* Context parallelism for a model (context_parallel.c): its dt_cp_ops

@@ -1,4 +1,4 @@
-/* dtrain model layer: GPT-2 family networks and MLPs built from kernels.
+/* dtrain model layer: GPT-2 family networks, MLPs and ResNets built from kernels.
  * Every model describes its parameters in a tensor table and keeps them in
  * one flat allocation, unit by unit in forward order (a unit: the
  * embeddings, one block, the final layer norm), gradients in a second of the
@@ -60,23 +60,28 @@ typedef struct {
     int tied_copy;          /* a pipeline's last stage's copy of the tied wte: the first stage owns it (the norm and checkpoints skip the copy) */
 } dt_tensor_info;
 
-typedef void (*dt_grad_hook)(int unit, void *ctx);
+/* A function a model calls at a unit: its gradients are final, or it is about to run forward or backward. */
+typedef void (*dt_unit_hook)(int unit, void *ctx);
 
-/* Subscribers to a model's hooks (hooks.c): each a pair of functions (the
- * second may be unused) and its context, which names the subscriber. A
+/* The events a hook list serves: a gradient list has one (a unit's gradients final); a unit list two (before a
+ * unit's forward, before its backward). */
+enum { DT_HOOK_GRADS_READY = 0, DT_HOOK_BEFORE_FORWARD = 0, DT_HOOK_BEFORE_BACKWARD = 1 };
+
+/* Subscribers to a model's hooks (hooks.c): each its function for each
+ * event (NULL: none) and its context, which names the subscriber. A
  * data-parallel strategy and a model-parallel one can both subscribe;
  * they are called in the order they subscribed. */
 #define DT_HOOKS_MAX 4
 typedef struct {
-    dt_grad_hook first[DT_HOOKS_MAX], second[DT_HOOKS_MAX];
+    dt_unit_hook fn[DT_HOOKS_MAX][2]; /* subscriber k's function for event 0 and event 1 */
     void *ctx[DT_HOOKS_MAX];
     int n;
 } dt_hook_list;
-/* first != NULL (or second): ctx subscribes, or changes its pair; both NULL:
- * ctx unsubscribes. Fails only with more than DT_HOOKS_MAX subscribers. */
-dt_status dt_hook_list_set(dt_hook_list *l, dt_grad_hook first, dt_grad_hook second, void *ctx);
-/* Every subscriber's first (which 0) or second (1) function, with unit. */
-void dt_hook_list_call(const dt_hook_list *l, int which, int unit);
+/* A function for either event: ctx subscribes, or changes its functions; both NULL: ctx unsubscribes. Fails only
+ * with more than DT_HOOKS_MAX subscribers. */
+dt_status dt_hook_list_set(dt_hook_list *l, dt_unit_hook event0, dt_unit_hook event1, void *ctx);
+/* Every subscriber's function for event, with unit. */
+void dt_hook_list_call(const dt_hook_list *l, int event, int unit);
 
 /* Any model as the engine and the parallel strategies see it: the table,
  * the flat stores and the hooks. Models fill one in (dt_gpt2_model,
@@ -93,9 +98,9 @@ typedef struct {
     void (*set_grad_storage)(void *self, float *grads);
     /* backward calls hook(unit, ctx) once each unit's gradients are final;
      * hooks are lists: ctx subscribes (hook NULL: ctx unsubscribes) */
-    void (*set_grad_hook)(void *self, dt_grad_hook hook, void *ctx);
+    void (*set_grad_hook)(void *self, dt_unit_hook hook, void *ctx);
     /* hooks before each unit's forward and before its backward (to gather sharded parameters); a list as well */
-    void (*set_unit_hooks)(void *self, dt_grad_hook before_forward, dt_grad_hook before_backward, void *ctx);
+    void (*set_unit_hooks)(void *self, dt_unit_hook before_forward, dt_unit_hook before_backward, void *ctx);
     /* the input_rows tensor: with on, backward leaves those rows out, and after
      * backward input_grad gives d loss / d row [n, row width] and the n tokens */
     void (*defer_input_rows)(void *self, int on);
@@ -339,7 +344,7 @@ dt_status dt_gpt2_backward_weights(dt_gpt2 *m);
 /* Before each unit's forward and each unit's backward: before_forward(unit,
  * ctx), before_backward(unit, ctx) (a sharded strategy gathers the unit's
  * parameters there; NULL: none). */
-void dt_gpt2_set_unit_hooks(dt_gpt2 *m, dt_grad_hook before_forward, dt_grad_hook before_backward, void *ctx);
+void dt_gpt2_set_unit_hooks(dt_gpt2 *m, dt_unit_hook before_forward, dt_unit_hook before_backward, void *ctx);
 /* Activation checkpointing: keep only each block's input and recompute the
  * block's activations during backward (one extra forward, L-1 fewer layers
  * of activations). Set before training; the results are the same bits. */
@@ -354,7 +359,7 @@ void dt_gpt2_set_attention(dt_gpt2 *m, dt_attn_mode mode);
  * then each block L .. 1, then 0 for the embeddings (wpe, and wte's rows of
  * the input tokens, unless those are deferred: below). Data parallelism
  * starts a bucket's allreduce from here. */
-void dt_gpt2_set_grad_hook(dt_gpt2 *m, dt_grad_hook hook, void *ctx);
+void dt_gpt2_set_grad_hook(dt_gpt2 *m, dt_unit_hook hook, void *ctx);
 /* With on, backward leaves the embedding's rows out of wte's gradient: the
  * caller adds them from dt_gpt2_input_grad (data parallelism averages wte
  * early and exchanges only these B x T rows at the end). */
@@ -431,7 +436,7 @@ const float *dt_mlp_logits(const dt_mlp *m);
  * layer's index (last to first) as that layer's gradients are final. */
 dt_status dt_mlp_backward(dt_mlp *m, float grad_scale);
 void dt_mlp_zero_grad(dt_mlp *m);
-void dt_mlp_set_grad_hook(dt_mlp *m, dt_grad_hook hook, void *ctx);
+void dt_mlp_set_grad_hook(dt_mlp *m, dt_unit_hook hook, void *ctx);
 void dt_mlp_set_grad_storage(dt_mlp *m, float *grads);
 void dt_mlp_set_param_storage(dt_mlp *m, float *params);
 /* The table: layer.L.weight, layer.L.bias per Linear (unit L); column- then
@@ -479,7 +484,7 @@ const float *dt_resnet_logits(const dt_resnet *m);
  * unit as its gradients are final (last unit first). */
 dt_status dt_resnet_backward(dt_resnet *m, float grad_scale);
 void dt_resnet_zero_grad(dt_resnet *m);
-void dt_resnet_set_grad_hook(dt_resnet *m, dt_grad_hook hook, void *ctx);
+void dt_resnet_set_grad_hook(dt_resnet *m, dt_unit_hook hook, void *ctx);
 /* With fn, BatchNorm's sums (forward's and backward's) go through it: synchronised BatchNorm. */
 void dt_resnet_set_bn_reduce(dt_resnet *m, dt_bn_reduce fn, void *ctx);
 void dt_resnet_set_grad_storage(dt_resnet *m, float *grads);

@@ -1,4 +1,5 @@
-/* dtrain parallel layer: data parallelism (DDP) first. */
+/* dtrain parallel layer: the strategies over the engine's seam (DDP, ZeRO 1/2/3) and the mesh; tensor, pipeline
+ * and context parallelism have their own headers (pipeline.h, context.h). */
 #ifndef DTRAIN_PARALLEL_H
 #define DTRAIN_PARALLEL_H
 

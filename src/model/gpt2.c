@@ -429,11 +429,11 @@ const dt_tensor_info *dt_gpt2_llmc_tensor(const dt_gpt2 *m, int i, int l) {
 
 void dt_gpt2_set_attention(dt_gpt2 *m, dt_attn_mode mode) { m->attn = mode; }
 
-void dt_gpt2_set_grad_hook(dt_gpt2 *m, dt_grad_hook hook, void *ctx) {
+void dt_gpt2_set_grad_hook(dt_gpt2 *m, dt_unit_hook hook, void *ctx) {
     if (dt_hook_list_set(&m->grad_hooks, hook, NULL, ctx)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
 }
 
-void dt_gpt2_set_unit_hooks(dt_gpt2 *m, dt_grad_hook before_forward, dt_grad_hook before_backward, void *ctx) {
+void dt_gpt2_set_unit_hooks(dt_gpt2 *m, dt_unit_hook before_forward, dt_unit_hook before_backward, void *ctx) {
     if (dt_hook_list_set(&m->unit_hooks, before_forward, before_backward, ctx)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
     m->lp_held_max = 0; /* the 16-bit copy is made unit by unit from now (or whole again) */
 }
@@ -540,8 +540,8 @@ dt_dtype dt_gpt2_precision(const dt_gpt2 *m) { return m->prec; }
 static float *v_params(void *m) { return dt_gpt2_params(m); }
 static float *v_grads(void *m) { return dt_gpt2_grads(m); }
 static void v_storage(void *m, float *g) { dt_gpt2_set_grad_storage(m, g); }
-static void v_hook(void *m, dt_grad_hook h, void *ctx) { dt_gpt2_set_grad_hook(m, h, ctx); }
-static void v_unit_hooks(void *m, dt_grad_hook f, dt_grad_hook b, void *ctx) { dt_gpt2_set_unit_hooks(m, f, b, ctx); }
+static void v_hook(void *m, dt_unit_hook h, void *ctx) { dt_gpt2_set_grad_hook(m, h, ctx); }
+static void v_unit_hooks(void *m, dt_unit_hook f, dt_unit_hook b, void *ctx) { dt_gpt2_set_unit_hooks(m, f, b, ctx); }
 static void v_defer(void *m, int on) { dt_gpt2_set_defer_wte_rows(m, on); }
 static void v_param_storage(void *m, float *p) { dt_gpt2_set_param_storage(m, p); }
 static const float *v_input_grad(const void *m, const int32_t **tok, int *n) { return dt_gpt2_input_grad(m, tok, n); }
@@ -555,7 +555,10 @@ static uint16_t *v_lp_copy(void *self, int caller_keeps, dt_dtype *t) {
 }
 
 void dt_gpt2_model(dt_gpt2 *m, dt_model *out) {
-    *out = (dt_model){ m, "gpt2", m->tab, m->ntab, m->cfg.num_layers + 2, m->nparams, v_params, v_grads, v_storage, v_hook,
-                       v_unit_hooks, m->i_wte >= 0 && m->tab[m->i_wte].input_rows && m->part.tp_size == 1 ? v_defer : NULL, v_input_grad, v_param_storage,
-                       v_lp_copy, v_params_changed, dt_gpt2_config_num_params(&m->cfg) };
+    *out = (dt_model){ .self = m, .kind = "gpt2", .tensors = m->tab, .ntensors = m->ntab, .nunits = m->cfg.num_layers + 2,
+                       .nparams = m->nparams, .params = v_params, .grads = v_grads, .set_grad_storage = v_storage,
+                       .set_grad_hook = v_hook, .set_unit_hooks = v_unit_hooks,
+                       .defer_input_rows = m->i_wte >= 0 && m->tab[m->i_wte].input_rows && m->part.tp_size == 1 ? v_defer : NULL,
+                       .input_grad = v_input_grad, .set_param_storage = v_param_storage, .lp_copy = v_lp_copy,
+                       .params_changed = v_params_changed, .global_params = dt_gpt2_config_num_params(&m->cfg) };
 }

@@ -25,12 +25,12 @@ enum {
     A_WGRAD, A_COUNT
 };
 
-/* One micro-batch in flight (a pipeline's activation slot, gpt2_slots.c):
- * the activations and what a forward leaves for its backward. The model
- * works in one slot at a time; its fields below are that slot's. */
 /* What a forward leaves for its range's backward (per range held). */
 typedef struct { int run_a, run_b; bool have_targets, w_pending; } gpt2_run_state;
 
+/* One micro-batch in flight (a pipeline's activation slot, gpt2_slots.c):
+ * the activations and what a forward leaves for its backward. The model
+ * works in one slot at a time; its fields below are that slot's. */
 typedef struct {
     float *acts;
     size_t act_sizes[A_COUNT], act_off[A_COUNT], nacts;
@@ -54,7 +54,7 @@ struct dt_gpt2 {
     /* this rank's widths: attention's C/tp channels in NH/tp heads, the MLP's 4C/tp hidden units,
      * vocabulary rows [v0, v0 + Vl) of which Vv are real (below V); the whole model: C, NH, 4C, 0, Vp, V */
     int Cl, NHl, Fl, v0, Vl, Vv;
-    dt_status tp_err;         /* the first failed collective of this pass (the pass runs on, the caller is told) */
+    dt_status comm_err;       /* the first failed collective (TP, SP or CP) of this pass (the pass runs on, the caller is told) */
     double tp_seconds;        /* spent in tensor parallelism's collectives (dt_gpt2_tp_comm_seconds) */
     int ua, ub;               /* units held: from the first range's start to the last one's end */
     int nr, ra[DT_GPT2_MAX_CHUNKS], rb[DT_GPT2_MAX_CHUNKS]; /* the ranges held: [ra[r], rb[r]) */

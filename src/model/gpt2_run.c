@@ -12,8 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per-layer strides follow the current B and T, so a smaller batch fits in
- * what a larger one allocated as long as B*T and B*T*T (attention) fit. */
+/* Whether context parallelism splits this part's sequences. */
 static bool cp(const dt_gpt2 *m) { return m->part.cp_size > 1; }
 
 /* Context parallelism always keeps the log-sum-exp (its blocks merge by it). */
@@ -188,6 +187,8 @@ static float *res_in(dt_gpt2 *m, int l) {
  * recomputing) and of the 16-bit ones (w: also 0 when they are packed). */
 typedef struct { float *ln1, *qkv, *atty, *att, *res2, *ln2, *fch, *fchg, *ln1m, *ln1r, *ln2m, *ln2r; } block_acts;
 
+/* The strides follow the current B and T, so a smaller batch fits in what a larger one allocated as long as B*T
+ * and B*T*T (attention) fit. */
 static block_acts acts_of(dt_gpt2 *m, int l) {
     /* the residual stream's regions hold R rows (all of them without sequence parallelism), the rest all rows */
     size_t BT = (size_t)m->B * m->T, R = dt_gpt2_tp_rows(m), RC = R * (size_t)m->cfg.channels, NH = (size_t)m->NHl,
@@ -281,7 +282,7 @@ static void linear_weight_grad(dt_gpt2 *m, const float *dout, const float *inp, 
 /* A context-parallel attention's status: the first failure is kept, as a
  * tensor-parallel collective's (the pass runs on, its caller is told). */
 static void cp_status(dt_gpt2 *m, dt_status st) {
-    if (st && !m->tp_err) m->tp_err = st;
+    if (st && !m->comm_err) m->comm_err = st;
 }
 
 /* Block l on residual (its input): writes the block's activations into its
@@ -353,11 +354,11 @@ const float *dt_gpt2_input_grad(const dt_gpt2 *m, const int32_t **tokens, int *n
     return m->acts ? m->acts + m->act_off[A_DRES] : NULL;
 }
 
-#define BEFORE_FWD(u) do { dt_hook_list_call(&m->unit_hooks, 0, u); lp_cast(m, u, false); } while (0)
-#define BEFORE_BWD(u) do { dt_hook_list_call(&m->unit_hooks, 1, u); lp_cast(m, u, true); } while (0)
+#define BEFORE_FWD(u) do { dt_hook_list_call(&m->unit_hooks, DT_HOOK_BEFORE_FORWARD, u); lp_cast(m, u, false); } while (0)
+#define BEFORE_BWD(u) do { dt_hook_list_call(&m->unit_hooks, DT_HOOK_BEFORE_BACKWARD, u); lp_cast(m, u, true); } while (0)
 #define AFTER_FWD(u) lp_drop(m)
 /* a split backward's gradients are whole after W: its hooks run there */
-#define AFTER_BWD(u) do { lp_drop(m); if (!m->split_bwd && !m->hold_hooks) dt_hook_list_call(&m->grad_hooks, 0, u); } while (0)
+#define AFTER_BWD(u) do { lp_drop(m); if (!m->split_bwd && !m->hold_hooks) dt_hook_list_call(&m->grad_hooks, DT_HOOK_GRADS_READY, u); } while (0)
 
 /* The trace shows each unit's forward and backward on the compute track. */
 static void trace_unit(const dt_gpt2 *m, const char *pass, int u) {
@@ -420,7 +421,7 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
                                 int B, int T, float *loss) {
     const dt_gpt2_config *c = &m->cfg;
     int L = c->num_layers, C = c->channels, Vp = m->Vl; /* this rank's vocabulary rows */
-    m->tp_err = DT_OK;
+    m->comm_err = DT_OK;
     if (b < L + 2) targets = NULL; /* no loss before the head */
     dt_status st = check_range(m, a, b, tokens, x, targets, B, T);
     if (!st) use_range(m, range_of(m, a));
@@ -457,7 +458,7 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
         UNIT_END();
         AFTER_FWD(l + 1);
     }
-    if (b < L + 2) return m->tp_err;
+    if (b < L + 2) return m->comm_err;
     BEFORE_FWD(L + 1);
     trace_unit(m, "forward", L + 1);
     dt_layernorm_forward(act(m, A_LNF), act(m, A_LNF_MEAN), act(m, A_LNF_RSTD), res_in(m, L), top_param(m, LNFW), top_param(m, LNFB), (int)R, C);
@@ -471,7 +472,7 @@ dt_status dt_gpt2_forward_units(dt_gpt2 *m, int a, int b, const int32_t *tokens,
     }
     UNIT_END();
     AFTER_FWD(L + 1);
-    return m->tp_err;
+    return m->comm_err;
 }
 
 dt_status dt_gpt2_forward(dt_gpt2 *m, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
@@ -588,20 +589,20 @@ dt_status dt_gpt2_backward_units(dt_gpt2 *m, const float *dout, float grad_scale
     if (m->w_pending) return dt_error(DT_ERR_ARG, "backward: the last backward's weight gradients (dt_gpt2_backward_weights) are still to run");
     if (b < L + 2 && !dout) return dt_error(DT_ERR_ARG, "backward: units [%d, %d) end before the head: d(output) is needed", a, b);
     m->have_targets = false; /* the logits are about to become their gradient */
-    m->tp_err = DT_OK;
+    m->comm_err = DT_OK;
     size_t RC = dt_gpt2_tp_rows(m) * (size_t)m->cfg.channels;
     if (b == L + 2) head_backward(m, grad_scale);
     else memcpy(act(m, A_DRES), dout, RC * sizeof(float));
     int last = b - 1 < L ? b - 1 : L;
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) layer_backward(m, l);
     m->w_pending = m->split_bwd;
-    if (a > 0 || m->split_bwd) return m->tp_err; /* A_DRES: d(the range's input), for dt_gpt2_input_grad; the embedding's is all W */
+    if (a > 0 || m->split_bwd) return m->comm_err; /* A_DRES: d(the range's input), for dt_gpt2_input_grad; the embedding's is all W */
     BEFORE_BWD(0);
     trace_unit(m, "backward", 0);
     dt_gpt2_tp_embedding_backward(m, m->defer_wte_rows ? NULL : top_grad(m, WTE), top_grad(m, WPE), act(m, A_DRES), m->B, m->T);
     UNIT_END();
     AFTER_BWD(0);
-    return m->tp_err;
+    return m->comm_err;
 }
 
 dt_status dt_gpt2_backward(dt_gpt2 *m, float grad_scale) { return dt_gpt2_backward_units(m, NULL, grad_scale); }
@@ -655,29 +656,29 @@ dt_status dt_gpt2_backward_weights(dt_gpt2 *m) {
     if (!m->w_pending) return dt_error(DT_ERR_ARG, "backward weights: no split backward (B) waits for its weight gradients");
     int L = m->cfg.num_layers, a = m->run_a, b = m->run_b, last = b - 1 < L ? b - 1 : L;
     m->w_pending = false;
-    m->tp_err = DT_OK;
+    m->comm_err = DT_OK;
     /* unit by unit in backward's order, each unit's gradients announced when whole */
     if (b == L + 2) {
         head_weights(m);
-        dt_hook_list_call(&m->grad_hooks, 0, L + 1);
+        dt_hook_list_call(&m->grad_hooks, DT_HOOK_GRADS_READY, L + 1);
     }
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) {
         layer_weights(m, l);
-        dt_hook_list_call(&m->grad_hooks, 0, l + 1);
+        dt_hook_list_call(&m->grad_hooks, DT_HOOK_GRADS_READY, l + 1);
     }
-    if (a > 0) return m->tp_err;
+    if (a > 0) return m->comm_err;
     BEFORE_BWD(0);
     trace_unit(m, "weights", 0);
     dt_gpt2_tp_embedding_backward(m, m->defer_wte_rows ? NULL : top_grad(m, WTE), top_grad(m, WPE), act(m, A_DRES), m->B, m->T);
     UNIT_END();
     lp_drop(m);
-    dt_hook_list_call(&m->grad_hooks, 0, 0);
-    return m->tp_err;
+    dt_hook_list_call(&m->grad_hooks, DT_HOOK_GRADS_READY, 0);
+    return m->comm_err;
 }
 
 void dt_gpt2_hold_grad_hooks(dt_gpt2 *m, int on) { m->hold_hooks = on != 0; }
 
 void dt_gpt2_announce_grads(dt_gpt2 *m) {
     for (int u = m->cfg.num_layers + 1; u >= 0; u--)
-        if (range_of(m, u) >= 0) dt_hook_list_call(&m->grad_hooks, 0, u);
+        if (range_of(m, u) >= 0) dt_hook_list_call(&m->grad_hooks, DT_HOOK_GRADS_READY, u);
 }

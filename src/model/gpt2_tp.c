@@ -26,9 +26,9 @@
 
 /* The group's sum or max in place, timed: every one is on the critical path. */
 static void tp_reduce(dt_gpt2 *m, float *x, size_t n, int max) {
-    if (m->part.tp_size == 1 || m->tp_err) return;
+    if (m->part.tp_size == 1 || m->comm_err) return;
     double t0 = dt_time_now();
-    m->tp_err = m->part.tp->allreduce(m->part.tp->ctx, x, n, max);
+    m->comm_err = m->part.tp->allreduce(m->part.tp->ctx, x, n, max);
     m->tp_seconds += dt_time_now() - t0;
 }
 
@@ -41,9 +41,9 @@ size_t dt_gpt2_tp_rows(const dt_gpt2 *m) { return (size_t)m->B * m->T / (sp(m) ?
 const float *dt_gpt2_tp_gather(dt_gpt2 *m, const float *local, size_t n) {
     if (!sp(m)) return local;
     float *all = m->acts + m->act_off[A_GATHER];
-    if (m->tp_err) return all;
+    if (m->comm_err) return all;
     double t0 = dt_time_now();
-    m->tp_err = m->part.tp->allgather(m->part.tp->ctx, local, all, n);
+    m->comm_err = m->part.tp->allgather(m->part.tp->ctx, local, all, n);
     m->tp_seconds += dt_time_now() - t0;
     return all;
 }
@@ -54,9 +54,9 @@ const float *dt_gpt2_tp_combine(dt_gpt2 *m, float *partial, size_t n) {
         return partial;
     }
     float *mine = m->acts + m->act_off[A_RS];
-    if (m->tp_err) return mine;
+    if (m->comm_err) return mine;
     double t0 = dt_time_now();
-    m->tp_err = m->part.tp->reduce_scatter(m->part.tp->ctx, partial, mine, n);
+    m->comm_err = m->part.tp->reduce_scatter(m->part.tp->ctx, partial, mine, n);
     m->tp_seconds += dt_time_now() - t0;
     return mine;
 }

@@ -118,7 +118,7 @@ void dt_mlp_set_param_storage(dt_mlp *m, float *params) {
     m->params = dt_model_param_storage(m->own_params, m->params, params, m->nparams);
 }
 
-void dt_mlp_set_grad_hook(dt_mlp *m, dt_grad_hook hook, void *ctx) {
+void dt_mlp_set_grad_hook(dt_mlp *m, dt_unit_hook hook, void *ctx) {
     if (dt_hook_list_set(&m->grad_hooks, hook, NULL, ctx)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
 }
 
@@ -201,7 +201,7 @@ dt_status dt_mlp_backward(dt_mlp *m, float grad_scale) {
         if (din) memset(din, 0, (size_t)B * m->size[l] * sizeof(float));
         dt_matmul_backward(din, m->grads + m->woff[l], m->grads + m->boff[l], dout, in, m->params + m->woff[l], B,
                            m->size[l], m->size[l + 1]);
-        dt_hook_list_call(&m->grad_hooks, 0, l);
+        dt_hook_list_call(&m->grad_hooks, DT_HOOK_GRADS_READY, l);
         if (!l) break;
         /* through the ReLU in front of this layer (the next din goes to the other buffer) */
         float *dpre = m->dbuf[2];
@@ -223,10 +223,11 @@ const dt_tensor_info *dt_mlp_tensors(const dt_mlp *m, int *n) {
 static float *v_params(void *m) { return dt_mlp_params(m); }
 static float *v_grads(void *m) { return dt_mlp_grads(m); }
 static void v_storage(void *m, float *g) { dt_mlp_set_grad_storage(m, g); }
-static void v_hook(void *m, dt_grad_hook h, void *ctx) { dt_mlp_set_grad_hook(m, h, ctx); }
+static void v_hook(void *m, dt_unit_hook h, void *ctx) { dt_mlp_set_grad_hook(m, h, ctx); }
 static void v_param_storage(void *m, float *p) { dt_mlp_set_param_storage(m, p); }
 
 void dt_mlp_model(dt_mlp *m, dt_model *out) {
-    *out = (dt_model){ m, "mlp", m->tab, 2 * m->n, m->n, m->nparams, v_params, v_grads, v_storage, v_hook, NULL, NULL, NULL,
-                       v_param_storage, NULL, NULL, m->nparams };
+    *out = (dt_model){ .self = m, .kind = "mlp", .tensors = m->tab, .ntensors = 2 * m->n, .nunits = m->n, .nparams = m->nparams,
+                       .params = v_params, .grads = v_grads, .set_grad_storage = v_storage, .set_grad_hook = v_hook,
+                       .set_param_storage = v_param_storage, .global_params = m->nparams };
 }

@@ -507,7 +507,7 @@ dt_status dt_resnet_backward(dt_resnet *m, float grad_scale) {
         case OP_AVGPOOL: dt_avgpool_global_backward(din, dout, B * s.C, s.H * s.W); break;
         case OP_FC: dt_matmul_backward(din, G(m, o->tensor), G(m, o->tensor + 1), dout, in, P(m, o->tensor), B, s.C, o->OC); break;
         }
-        if (i == 0 || m->ops[i - 1].unit != o->unit) dt_hook_list_call(&m->grad_hooks, 0, o->unit);
+        if (i == 0 || m->ops[i - 1].unit != o->unit) dt_hook_list_call(&m->grad_hooks, DT_HOOK_GRADS_READY, o->unit);
     }
     return DT_OK;
 }
@@ -569,7 +569,7 @@ void dt_resnet_set_bn_reduce(dt_resnet *m, dt_bn_reduce fn, void *ctx) {
     m->bn_ctx = ctx;
 }
 
-void dt_resnet_set_grad_hook(dt_resnet *m, dt_grad_hook hook, void *ctx) {
+void dt_resnet_set_grad_hook(dt_resnet *m, dt_unit_hook hook, void *ctx) {
     if (dt_hook_list_set(&m->grad_hooks, hook, NULL, ctx)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
 }
 
@@ -584,10 +584,11 @@ void dt_resnet_set_param_storage(dt_resnet *m, float *params) {
 static float *v_params(void *m) { return dt_resnet_params(m); }
 static float *v_grads(void *m) { return dt_resnet_grads(m); }
 static void v_storage(void *m, float *g) { dt_resnet_set_grad_storage(m, g); }
-static void v_hook(void *m, dt_grad_hook h, void *ctx) { dt_resnet_set_grad_hook(m, h, ctx); }
+static void v_hook(void *m, dt_unit_hook h, void *ctx) { dt_resnet_set_grad_hook(m, h, ctx); }
 static void v_param_storage(void *m, float *p) { dt_resnet_set_param_storage(m, p); }
 
 void dt_resnet_model(dt_resnet *m, dt_model *out) {
-    *out = (dt_model){ m, "resnet", m->tab, m->ntab, m->nunits, m->nparams, v_params, v_grads, v_storage, v_hook, NULL, NULL,
-                       NULL, v_param_storage, NULL, NULL, m->nparams };
+    *out = (dt_model){ .self = m, .kind = "resnet", .tensors = m->tab, .ntensors = m->ntab, .nunits = m->nunits,
+                       .nparams = m->nparams, .params = v_params, .grads = v_grads, .set_grad_storage = v_storage,
+                       .set_grad_hook = v_hook, .set_param_storage = v_param_storage, .global_params = m->nparams };
 }

@@ -26,8 +26,8 @@ dt_cp_impl dt_cp_choose(int n, int heads, int tl, double flops, double link, dou
     return alltoall < ring ? DT_CP_ULYSSES : DT_CP_RING;
 }
 
-static dt_status prepare(dt_cp *c, dt_ring_config *rc, int B, int T, int C, int NH) {
-    *rc = (dt_ring_config){ c->comm, B, T * dt_comm_size(c->comm), C, NH, &c->waited };
+static dt_status prepare(dt_cp *c, dt_cp_config *rc, int B, int T, int C, int NH) {
+    *rc = (dt_cp_config){ c->comm, B, T * dt_comm_size(c->comm), C, NH, &c->waited };
     size_t need = c->impl == DT_CP_ULYSSES ? dt_ulysses_work_floats(rc) : dt_ring_work_floats(rc);
     if (need <= c->cap) return DT_OK;
     dt_free_aligned(c->work);
@@ -40,7 +40,7 @@ static dt_status prepare(dt_cp *c, dt_ring_config *rc, int B, int T, int C, int 
 
 static dt_status cp_forward(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
     dt_cp *c = ctx;
-    dt_ring_config rc;
+    dt_cp_config rc;
     double t0 = dt_time_now();
     dt_status st = prepare(c, &rc, B, T, C, NH);
     if (!st) st = c->impl == DT_CP_ULYSSES ? dt_ulysses_attention_forward(&rc, out, lse, qkv, c->work)
@@ -52,7 +52,7 @@ static dt_status cp_forward(void *ctx, float *out, float *lse, const float *qkv,
 static dt_status cp_backward(void *ctx, float *dqkv, const float *dout, const float *out, const float *qkv, const float *lse, int B,
                              int T, int C, int NH) {
     dt_cp *c = ctx;
-    dt_ring_config rc;
+    dt_cp_config rc;
     double t0 = dt_time_now();
     dt_status st = prepare(c, &rc, B, T, C, NH);
     if (!st) st = c->impl == DT_CP_ULYSSES ? dt_ulysses_attention_backward(&rc, dqkv, dout, out, qkv, lse, c->work)

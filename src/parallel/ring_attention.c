@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-int dt_ring_chunk_rows(const dt_ring_config *c) {
+int dt_ring_chunk_rows(const dt_cp_config *c) {
     int n = 2 * dt_comm_size(c->cp);
     if (c->T % n) {
         dt_error(DT_ERR_ARG, "context parallelism: %d positions do not split into 2 x %d chunks", c->T, n / 2);
@@ -20,12 +20,12 @@ int dt_ring_chunk_rows(const dt_ring_config *c) {
 }
 
 /* The split is the model's (dt_gpt2_cp_position): chunk i starts at row i Tc of the rank's 2 Tc. */
-int dt_ring_chunk_pos(const dt_ring_config *c, int rank, int i) {
+int dt_ring_chunk_pos(const dt_cp_config *c, int rank, int i) {
     int n = dt_comm_size(c->cp), tc = c->T / (2 * n);
     return dt_gpt2_cp_position(rank, n, 2 * tc, i * tc);
 }
 
-size_t dt_ring_work_floats(const dt_ring_config *c) {
+size_t dt_ring_work_floats(const dt_cp_config *c) {
     size_t tc = (size_t)c->T / (2 * (size_t)dt_comm_size(c->cp)), kv = (size_t)c->B * 2 * tc * 2 * (size_t)c->C;
     return 5 * kv + tc * (size_t)c->C + (size_t)c->NH * tc;
 }
@@ -41,7 +41,7 @@ static dt_attn_rows rows_of(const float *base, size_t w, int b, int i, int tc, i
 }
 
 /* The next block while this one is in use: to rank r+1, from r-1 (NULL req: one rank, nothing moves). */
-static dt_status pass(const dt_ring_config *c, const float *send, float *recv, size_t n, dt_request **req) {
+static dt_status pass(const dt_cp_config *c, const float *send, float *recv, size_t n, dt_request **req) {
     int N = dt_comm_size(c->cp), r = dt_comm_rank(c->cp);
     *req = NULL;
     if (N == 1) return DT_OK;
@@ -49,7 +49,7 @@ static dt_status pass(const dt_ring_config *c, const float *send, float *recv, s
 }
 
 /* The pass's wait, after the block's compute: what the trace and c->waited call exposed. */
-static dt_status done(const dt_ring_config *c, dt_request **req, const char *what) {
+static dt_status done(const dt_cp_config *c, dt_request **req, const char *what) {
     if (!*req) return DT_OK;
     double t0 = dt_time_now();
     DT_TRACE_BEGIN(DT_TRACK_SELF, "ring wait", "\"what\":\"%s\"", what);
@@ -60,7 +60,7 @@ static dt_status done(const dt_ring_config *c, dt_request **req, const char *wha
     return st ? dt_error(st, "ring attention, %s: %s", what, dt_last_error()) : DT_OK;
 }
 
-dt_status dt_ring_attention_forward(const dt_ring_config *c, float *out, float *lse, const float *qkv, float *work) {
+dt_status dt_ring_attention_forward(const dt_cp_config *c, float *out, float *lse, const float *qkv, float *work) {
     int N = dt_comm_size(c->cp), r = dt_comm_rank(c->cp), tc = dt_ring_chunk_rows(c), C = c->C, NH = c->NH;
     if (!tc) return dt_error(DT_ERR_ARG, "%s", dt_last_error());
     size_t rows = (size_t)c->B * 2 * tc, kvn = rows * 2 * (size_t)C;
@@ -96,7 +96,7 @@ dt_status dt_ring_attention_forward(const dt_ring_config *c, float *out, float *
  * compute is done, and sends the total on (to r+1, which holds X next) under
  * its next block's compute. Buffers: kv[2] (the block in hand, the next),
  * then the gradient being computed (mine), being sent (out), arriving (in). */
-dt_status dt_ring_attention_backward(const dt_ring_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
+dt_status dt_ring_attention_backward(const dt_cp_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
                                      const float *lse, float *work) {
     int N = dt_comm_size(c->cp), r = dt_comm_rank(c->cp), tc = dt_ring_chunk_rows(c), C = c->C, NH = c->NH;
     if (!tc) return dt_error(DT_ERR_ARG, "%s", dt_last_error());

@@ -17,12 +17,12 @@ typedef struct {
     int N, B, Tl, T, C, cc; /* ranks, sequences, rows here, positions, channels, channels a rank's heads hold */
 } trade;
 
-static trade trade_of(const dt_ring_config *c) {
+static trade trade_of(const dt_cp_config *c) {
     int N = dt_comm_size(c->cp);
     return (trade){ c->cp, c->waited, N, c->B, c->T / N, c->T, c->C, c->C / N };
 }
 
-static dt_status check(const dt_ring_config *c) {
+static dt_status check(const dt_cp_config *c) {
     int N = dt_comm_size(c->cp);
     if (c->NH % N || c->C % N || c->T % (2 * N))
         return dt_error(DT_ERR_ARG, "all-to-all attention over %d ranks: %d heads, %d channels, %d positions (each must split %d ways, "
@@ -30,7 +30,7 @@ static dt_status check(const dt_ring_config *c) {
     return DT_OK;
 }
 
-size_t dt_ulysses_work_floats(const dt_ring_config *c) {
+size_t dt_ulysses_work_floats(const dt_cp_config *c) {
     size_t rows = (size_t)c->B * c->T; /* the whole sequence's rows: one rank's [B, Tl, C] is rows x C / N */
     size_t per = rows * (size_t)c->C / (size_t)dt_comm_size(c->cp);
     return 14 * per; /* two trade buffers and the gathered q, k, v (3 each), its output and output gradient, their gradient (3) */
@@ -89,7 +89,7 @@ static dt_status to_rows(const trade *x, const float *g, int W, float *s, float 
     return DT_OK;
 }
 
-dt_status dt_ulysses_attention_forward(const dt_ring_config *c, float *out, float *lse, const float *qkv, float *work) {
+dt_status dt_ulysses_attention_forward(const dt_cp_config *c, float *out, float *lse, const float *qkv, float *work) {
     dt_status st = check(c);
     if (st) return st;
     trade x = trade_of(c);
@@ -101,7 +101,7 @@ dt_status dt_ulysses_attention_forward(const dt_ring_config *c, float *out, floa
     return to_rows(&x, og, 1, s, r, out, 0);
 }
 
-dt_status dt_ulysses_attention_backward(const dt_ring_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
+dt_status dt_ulysses_attention_backward(const dt_cp_config *c, float *dqkv, const float *dout, const float *out, const float *qkv,
                                         const float *lse, float *work) {
     dt_status st = check(c);
     if (st) return st;

@@ -71,6 +71,10 @@
 enum { CHUNK = 1 << 22 }; /* floats per rank per allgather of the parameters (16 MiB) */
 enum { ABSENT = 0, IN_FLIGHT, RESIDENT }; /* stage 3: a tensor's other shards' pieces on this rank */
 
+/* A way of holding the parameters that is set up at the first step (the shared arena, the shards, the 16-bit copy
+ * are ready only then): not used, waiting for the first step, in use. */
+typedef enum { OFF, AT_FIRST_STEP, IN_USE } setup_state;
+
 typedef struct {
     const dt_engine_config *c;
     int stage;
@@ -90,10 +94,10 @@ typedef struct {
     int whole;           /* no unit hooks: everything gathered for the step */
     /* every rank on one machine: one copy of the parameters in the shared arena */
     float *shared;
-    int share;           /* 0: each rank its own copy; 1: one shared copy from the first step; 2: in use */
+    setup_state shared_params; /* OFF: each rank its own copy; else one shared copy (from the first step) */
     /* stages 1, 2 with each rank's own parameters, mixed precision: the f32 master only in the shard, the
-     * whole 16-bit copy allgathered after each update (0: off; 1: from the first step; 2: in use) */
-    int lpx;
+     * whole 16-bit copy allgathered after each update (from the first step) */
+    setup_state sharded_master;
     uint16_t *lp;
     dt_dtype lpt;
     dt_status err;       /* from a hook, reported at finish */
@@ -114,7 +118,7 @@ static void z_destroy(void *state) {
         for (int t = 0; t < z->nt; t++) (void)dt_waitall(z->req + (size_t)t * (size_t)dt_comm_size(z->c->comm), dt_comm_size(z->c->comm));
     }
     /* (as stage 3's, the model's f32 store then holds this rank's shard: materialize first to use it whole) */
-    if (((z->stage == 3 && !z->whole) || z->lpx) && z->c->model.set_unit_hooks) z->c->model.set_unit_hooks(z->c->model.self, NULL, NULL, z);
+    if (((z->stage == 3 && !z->whole) || z->sharded_master != OFF) && z->c->model.set_unit_hooks) z->c->model.set_unit_hooks(z->c->model.self, NULL, NULL, z);
     dt_ddp_destroy(z->d);
     free(z->counts);
     free(z->offs);
@@ -189,8 +193,8 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
     for (int r = 0; r < p; r++) shard(c->model.nparams, p, r, &z->offs[r], &z->counts[r]);
     shard(c->model.nparams, p, rank, &z->off, &z->n);
     dt_status st = DT_OK;
-    z->share = dt_zero_shares_params(c->comm) && c->model.set_param_storage;
-    if (z->share) {
+    z->shared_params = dt_zero_shares_params(c->comm) && c->model.set_param_storage ? AT_FIRST_STEP : OFF;
+    if (z->shared_params != OFF) {
         /* nothing to gather: each rank writes its shard of the one copy, the others read it there */
         st = dt_comm_alloc_shared(c->comm, c->model.nparams * sizeof(float), (void **)&z->shared);
     } else if (stage < 3) {
@@ -201,7 +205,7 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
         if (!z->mine || !z->all) st = dt_error(DT_ERR_NOMEM, "zero%d: out of memory", stage);
         dt_dtype t;
         if (!st && c->model.lp_copy && c->model.set_unit_hooks && (z->lp = c->model.lp_copy(c->model.self, 0, &t))) {
-            z->lpx = 1;
+            z->sharded_master = AT_FIRST_STEP;
             z->lpt = t;
             st = pieces_create(z);
         }
@@ -216,11 +220,11 @@ static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, si
      * 2 + 2 + 12/N), stages 2 and 3 their shard's */
     if (!st && c->grad_store != DT_F32)
         st = dt_ddp_set_grad_store(z->d, c->grad_store, stage == 1 ? 0 : z->off, stage == 1 ? c->model.nparams : z->n);
-    if (!st && stage == 3 && !z->whole && !z->share) c->model.set_unit_hooks(c->model.self, before_forward, before_backward, z);
-    if (!st && z->lpx) c->model.set_unit_hooks(c->model.self, f32_reads, nothing_to_gather, z);
+    if (!st && stage == 3 && !z->whole && z->shared_params == OFF) c->model.set_unit_hooks(c->model.self, before_forward, before_backward, z);
+    if (!st && z->sharded_master != OFF) c->model.set_unit_hooks(c->model.self, f32_reads, nothing_to_gather, z);
     /* one shared copy has nothing to gather, but with unit hooks a mixed-precision model makes its 16-bit copy
      * unit by unit too, so that no rank holds the whole 16-bit model (16/N bytes a parameter, as stage 3 is) */
-    if (!st && stage == 3 && z->share && c->model.set_unit_hooks) c->model.set_unit_hooks(c->model.self, nothing_to_gather, nothing_to_gather, z);
+    if (!st && stage == 3 && z->shared_params != OFF && c->model.set_unit_hooks) c->model.set_unit_hooks(c->model.self, nothing_to_gather, nothing_to_gather, z);
     if (st) { z_destroy(z); return st; }
     *off = z->off;
     *n = z->n;
@@ -354,7 +358,7 @@ static dt_status release_everything(zero *z) {
  * until the update (their backward reads them too). */
 static void f32_reads(int unit, void *ctx) {
     zero *z = ctx;
-    if (z->err || z->lpx != 2) return;
+    if (z->err || z->sharded_master != IN_USE) return;
     const dt_tensor_info *T = z->c->model.tensors;
     for (int t = 0; t < z->nt && !z->err; t++)
         if (T[t].f32_read && T[t].unit == unit) z->err = gather_start(z, t);
@@ -374,7 +378,7 @@ static dt_status shard_master(zero *z) {
     dt_lp_pack(z->lp, z->P, m->nparams, z->lpt);
     dt_dtype t;
     m->lp_copy(m->self, 1, &t);
-    z->lpx = 2;
+    z->sharded_master = IN_USE;
     return release_everything(z);
 }
 
@@ -411,7 +415,7 @@ static dt_status share_params(zero *z) {
     if (st) return st;
     m->set_param_storage(m->self, z->shared);
     z->P = z->shared;
-    z->share = 2;
+    z->shared_params = IN_USE;
     /* the update inside backward writes there too */
     return z->in_backward ? dt_ddp_set_optimizer(z->d, z->opt, z->shared, z->off, z->n) : DT_OK;
 }
@@ -419,9 +423,9 @@ static dt_status share_params(zero *z) {
 static void z_begin(void *state, int sync, float lr) {
     zero *z = state;
     if (!z) return;
-    if (z->share == 1 && !z->err) z->err = share_params(z);
-    if (z->stage == 3 && z->whole && !z->share && !z->err) z->err = gather_everything(z);
-    if (z->lpx == 1 && !z->err) z->err = shard_master(z);
+    if (z->shared_params == AT_FIRST_STEP && !z->err) z->err = share_params(z);
+    if (z->stage == 3 && z->whole && z->shared_params == OFF && !z->err) z->err = gather_everything(z);
+    if (z->sharded_master == AT_FIRST_STEP && !z->err) z->err = shard_master(z);
     dt_ddp_begin(z->d, sync, lr);
 }
 
@@ -466,8 +470,8 @@ static dt_status z_after_update(void *state) {
     dt_dtype t;
     if (z->stage == 1 && !dt_ddp_grad_store(z->d, &t)) clear_other_grads(z);
     /* the one copy: every shard is in place once every rank has written its own */
-    if (z->share == 2) return dt_comm_barrier(z->c->comm);
-    if (z->lpx == 2) return gather_lp(z);
+    if (z->shared_params == IN_USE) return dt_comm_barrier(z->c->comm);
+    if (z->sharded_master == IN_USE) return gather_lp(z);
     return z->stage == 3 ? release_everything(z) : gather_params(z);
 }
 
@@ -487,7 +491,7 @@ static dt_status z_check(void *state, uint64_t *hash) {
     zero *z = state;
     if (!z) return DT_OK;
     const dt_model *m = &z->c->model;
-    if (z->lpx == 2) {
+    if (z->sharded_master == IN_USE) {
         /* the f32 master is sharded: the replicas' working copies must agree (as 32-bit words, an odd last value alone) */
         uint32_t last = m->nparams % 2 ? z->lp[m->nparams - 1] : 0;
         uint64_t h = dt_hash_words(dt_hash_words(DT_HASH_INIT, z->lp, m->nparams / 2), &last, 1);
@@ -514,21 +518,21 @@ static void z_held(void *state, size_t *params, size_t *grads) {
     dt_dtype t;
     if (z->stage >= 2 || dt_ddp_grad_store(z->d, &t)) *grads = dt_ddp_grads_held(z->d);
     /* one shared copy: this rank's share of it is its shard */
-    if (z->share == 2) *params = dt_mem_resident(z->shared + z->off, z->n * sizeof(float));
-    else if (z->stage == 3 || z->lpx == 2) *params = dt_mem_resident(z->P, m->nparams * sizeof(float));
+    if (z->shared_params == IN_USE) *params = dt_mem_resident(z->shared + z->off, z->n * sizeof(float));
+    else if (z->stage == 3 || z->sharded_master == IN_USE) *params = dt_mem_resident(z->P, m->nparams * sizeof(float));
 }
 
 /* Stage 3: the whole model on every rank (on), or back to this rank's shard. */
 static dt_status z_materialize(void *state, int on) {
     zero *z = state;
-    if (!z || (z->stage != 3 && z->lpx != 2) || z->share) return DT_OK; /* the shared copy is whole */
+    if (!z || (z->stage != 3 && z->sharded_master != IN_USE) || z->shared_params != OFF) return DT_OK; /* the shared copy is whole */
     return on ? gather_everything(z) : release_everything(z);
 }
 
 /* Stage 3 with a copy per rank: the other shards are not kept between steps. */
 static int z_params_sharded(void *state) {
     zero *z = state;
-    return z && (z->stage == 3 || z->lpx == 2) && !z->share;
+    return z && (z->stage == 3 || z->sharded_master == IN_USE) && z->shared_params == OFF;
 }
 
 const dt_strategy dt_strategy_zero1 = {

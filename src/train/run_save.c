@@ -43,17 +43,17 @@ dt_status dt_train_save(run *r, int steps_done) {
     /* a sharded strategy's checkpoint: every rank writes its slices (ZeRO-3's
      * parameters too); a weights file: ZeRO-3's ranks gather their parameters,
      * a model in parts is gathered for rank 0 (collective) */
-    bool tp = r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_PP) > 1); /* the model in parts */
-    bool slices = dt_checkpoint_is_dir(path) && (sharded(r) || tp);
+    bool in_parts = r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_PP) > 1); /* TP or PP */
+    bool slices = dt_checkpoint_is_dir(path) && (sharded(r) || in_parts);
     dt_status st = slices ? DT_OK : dt_engine_materialize(r->e, 1);
-    if (st || (r->rank != 0 && !slices && !tp)) {
+    if (st || (r->rank != 0 && !slices && !in_parts)) {
         /* rank 0 writes what every rank holds */
     } else if (dt_checkpoint_is_dir(path)) {
         dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->dp_size, dt_tokens_count(r->train) };
         dt_loader_position(r->tl, &pos.epoch, &pos.next);
         dt_checkpoint_model cm;
         dt_checkpoint_gpt2(r->m, &cm);
-        st = dt_checkpoint_save(path, tp ? r->w : sharded(r) ? dt_engine_get_config(r->e)->comm : NULL, &r->c, r->nranks, &cm, r->e, &pos);
+        st = dt_checkpoint_save(path, in_parts ? r->w : sharded(r) ? dt_engine_get_config(r->e)->comm : NULL, &r->c, r->nranks, &cm, r->e, &pos);
     } else {
         st = save_weights(r, steps_done);
     }
