@@ -270,6 +270,10 @@ fi
 
 # bad layouts: refused before any work, naming the numbers
 refused "--pp 7 over 6 units" "--pp 7: more stages than the model's 6 units" --nproc 7 --pp 7
+# said once, by the launcher, before any rank starts (each of the 7 ranks said it before)
+out=$("$DTRAIN" train "${common[@]}" --batch 2 --nproc 7 --pp 7 2>&1)
+[ "$(echo "$out" | grep -c "more stages than")" = 1 ] && ! echo "$out" | grep -q "rank [0-9]\]" &&
+    ok "more stages than units: said once, before any rank starts" || fail "more stages than units said: $out"
 refused "--pp 3 on 4 ranks" "--tp 1 x --pp 3 = 3 does not divide the job's 4 ranks" --nproc 4 --pp 3
 refused "an unknown schedule" "--pp-schedule" --nproc 2 --pp 2 --pp-schedule zigzag
 refused "--virtual-stages without interleaved" "--virtual-stages 2: chunks per stage are the interleaved schedule" --nproc 2 --pp 2 --virtual-stages 2

@@ -96,6 +96,8 @@ int dt_train_dp(const dt_train_config *c, int nranks);
 dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper);
 /* What the model's shape allows: --seq within its positions, stages and chunks within its units, heads over TP and CP. */
 dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d);
+/* dt_train_check_model before any rank starts, where the model is a preset (with the shape flags over it). */
+dt_status dt_train_check_preset(const dt_train_config *c, int nranks);
 /* Chunks per pipeline stage: --virtual-stages, 2 by default for the interleaved schedule, else 1. */
 int dt_train_pp_virt(const dt_train_config *c);
 /* Context parallelism's attention: --cp-impl, or auto's choice (dt_cp_choose). */

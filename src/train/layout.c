@@ -7,6 +7,7 @@
 
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* What tensor parallelism does not run with yet, or NULL. */
 static const char *tp_lacks(const dt_train_config *c) {
@@ -104,6 +105,20 @@ dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *c
         return dt_error(DT_ERR_ARG, "--cp-impl ulysses: a rank's %d attention heads (of %d, over --tp %d) do not split over --cp %d", heads,
                         cfg->num_heads, d->tp, d->cp);
     return DT_OK;
+}
+
+dt_status dt_train_check_preset(const dt_train_config *c, int nranks) {
+    dt_gpt2_config cfg;
+    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6) || access(c->model, F_OK) == 0 || dt_gpt2_preset(c->model, &cfg))
+        return DT_OK; /* an image model, a file (the ranks read its shape), or no preset (the ranks say so) */
+    const dt_gpt2_config *o = &c->shape;
+    int *f[6] = { &cfg.max_seq_len, &cfg.vocab_size, &cfg.padded_vocab_size, &cfg.num_layers, &cfg.num_heads, &cfg.channels };
+    const int v[6] = { o->max_seq_len, o->vocab_size, o->padded_vocab_size, o->num_layers, o->num_heads, o->channels };
+    for (int i = 0; i < 6; i++)
+        if (v[i]) *f[i] = v[i];
+    int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1;
+    dt_train_dims d = { .dp = dt_train_dp(c, nranks), .tp = tp, .pp = pp, .cp = cp, .local_ranks = nranks };
+    return dt_train_check_model(c, &cfg, &d);
 }
 
 void dt_train_plan_job(const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d, dt_plan_job *job) {

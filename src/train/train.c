@@ -318,7 +318,9 @@ int dt_train_run(const dt_train_config *c) {
     }
     if (!in_job) { /* refused before any rank starts; said here, once */
         dt_train_config kept = *c;
-        if (dt_train_keep_global_batch(&kept, c->nproc, 1) || dt_train_check_mesh(&kept, c->nproc, 0)) return fail(2);
+        if (dt_train_keep_global_batch(&kept, c->nproc, 1) || dt_train_check_mesh(&kept, c->nproc, 0) ||
+            dt_train_check_preset(&kept, c->nproc))
+            return fail(2);
     }
     if (c->nproc > 1 && !in_job) {
         /* the peak for MFU, measured (once per machine) before the ranks share the cores */
