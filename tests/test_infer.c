@@ -128,6 +128,12 @@ static void check_linear(const char *what, const float *x, const float *w, const
     free(out); free(one); free(row); free(xb);
 }
 
+static uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
 /* Values as a bf16 cache holds them: rounded (to nearest even) in place, and their bits in h. */
 static void to_bf16(float *x, uint16_t *h, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = dt_bf16_to_f32(h[i] = dt_f32_to_bf16(x[i]));
@@ -463,6 +469,28 @@ static void int8_without_model(dt_gpt2 *m, dt_gpt2 *copy) {
         if (f)
             EXPECT(2 * dt_decoder_cache_bytes(live) == dt_decoder_cache_bytes(f), "int8's cache: %zu bytes, f32's %zu (not half)",
                    dt_decoder_cache_bytes(live), dt_decoder_cache_bytes(f));
+        dt_decoder_destroy(f);
+        /* the bf16 cache rounds to nearest even: layer 0's keys and values (which no earlier rounding touched) are
+         * those an int8 decoder keeping an f32 cache (DTRAIN_KV_CACHE=f32) holds, so rounded */
+        setenv("DTRAIN_KV_CACHE", "f32", 1);
+        EXPECT(!dt_decoder_create(m, DT_QUANT_INT8, 1, T, &f), "int8 decoder, f32 cache: %s", dt_last_error());
+        unsetenv("DTRAIN_KV_CACHE");
+        int C = dt_gpt2_get_config(m)->channels, diff = 0, ties = 0;
+        float *kw = malloc(sizeof(float) * 4 * (size_t)C), *vw = kw + C, *k16 = kw + 2 * C, *v16 = kw + 3 * C;
+        if (f && !dt_decoder_step(f, rows, T, b)) {
+            EXPECT(2 * dt_decoder_cache_bytes(live) == dt_decoder_cache_bytes(f), "the switch kept a bf16 cache");
+            for (int t = 0; t < T; t++) {
+                dt_decoder_cached(f, 0, 0, t, kw, vw);
+                dt_decoder_cached(live, 0, 0, t, k16, v16);
+                for (int j = 0; j < 2 * C; j++) {
+                    diff += dt_bf16_to_f32(dt_f32_to_bf16(kw[j])) != k16[j];
+                    ties += k16[j] != dt_bf16_to_f32((uint16_t)(float_bits(kw[j]) >> 16)); /* where truncation differs */
+                }
+            }
+        }
+        EXPECT(f && diff == 0 && ties > 0, "int8's bf16 cache: %d of %d layer-0 values not the f32 ones rounded to nearest even "
+               "(%d where truncation would differ)", diff, 2 * C * T, ties);
+        free(kw);
         dt_decoder_destroy(f);
     }
     free(a);

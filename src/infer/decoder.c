@@ -186,7 +186,10 @@ static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_row
     d->owned = take ? m : NULL;
     d->cfg = *dt_gpt2_get_config(m);
     d->quant = q;
-    d->kv16 = q == DT_QUANT_INT8;
+    /* int8 weights keep the cache in bf16; DTRAIN_KV_CACHE=f32 keeps f32 (a debugging switch: the test of the
+     * rounding compares the two) */
+    const char *kv = getenv("DTRAIN_KV_CACHE");
+    d->kv16 = q == DT_QUANT_INT8 && !(kv && !strcmp(kv, "f32"));
     d->nslots = nslots;
     d->max_rows = max_rows;
     d->layers = calloc((size_t)d->cfg.num_layers, sizeof(layer));
@@ -257,6 +260,21 @@ static size_t cache_at(const dt_decoder *d, int s, int l, int kv, int b, int h) 
 static void cache_put(dt_decoder *d, size_t i, float x) {
     if (d->kv16) ((uint16_t *)d->cache)[i] = dt_f32_to_bf16(x);
     else ((float *)d->cache)[i] = x;
+}
+
+dt_status dt_decoder_cached(const dt_decoder *d, int slot, int layer, int pos, float *k, float *v) {
+    int hd = d->cfg.channels / d->cfg.num_heads;
+    if (slot < 0 || slot >= d->nslots || layer < 0 || layer >= d->cfg.num_layers || pos < 0 || (size_t)pos >= padded_positions(d))
+        return dt_error(DT_ERR_ARG, "decoder: no slot %d, layer %d, position %d", slot, layer, pos);
+    int b = pos / DT_KEY_BLOCK, i = pos % DT_KEY_BLOCK;
+    for (int h = 0; h < d->NHl; h++)
+        for (int j = 0; j < hd; j++) {
+            size_t kat = cache_at(d, slot, layer, 0, b, h) + i + (size_t)j * DT_KEY_BLOCK;
+            size_t vat = cache_at(d, slot, layer, 1, b, h) + (size_t)i * hd + j;
+            k[h * hd + j] = d->kv16 ? dt_bf16_to_f32(((const uint16_t *)d->cache)[kat]) : ((const float *)d->cache)[kat];
+            v[h * hd + j] = d->kv16 ? dt_bf16_to_f32(((const uint16_t *)d->cache)[vat]) : ((const float *)d->cache)[vat];
+        }
+    return DT_OK;
 }
 
 static void cache_scores(const dt_decoder *d, float *s, const float *q, size_t at, int hd, int n) {
