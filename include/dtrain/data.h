@@ -42,6 +42,11 @@ const char *dt_bpe_token_bytes(const dt_bpe *b, uint32_t id, size_t *len);
 /* A prompt's tokens as a model reads them: text's bytes (b NULL: a byte-level
  * model's), or b's ids; *ids (freed by the caller) holds *n of them. */
 dt_status dt_bpe_prompt(dt_bpe *b, const char *text, size_t len, int32_t **ids, int *n);
+/* The text <-> tokens of a model of vocab tokens (who: "generate", "serve", for the messages): with encoder_json,
+ * GPT-2's BPE (*out), refused if it has more tokens than the model; without it bytes (*out NULL), refused below
+ * 256 tokens, and said (where say) when the model has more than 256, whose tokens from 256 up print as <id>. */
+dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int vocab, const char *model, const char *who, bool say,
+                           dt_bpe **out);
 
 typedef struct dt_loader dt_loader;
 /* Batches of B x T (+1 for the targets) for rank `rank` of `nranks`.

@@ -102,17 +102,8 @@ int dt_cli_generate(int argc, char **argv) {
     int32_t *p = NULL;
     int n = 0;
     dt_status st = DT_OK;
-    if (enc) {
-        st = dt_bpe_load(enc, merges, &b);
-        if (!st && dt_bpe_vocab_size(b) > V)
-            st = dt_error(DT_ERR_ARG, "generate: the tokenizer has %d tokens, the model only %d", dt_bpe_vocab_size(b), V);
-    } else if (V < 256) {
-        st = dt_error(DT_ERR_ARG, "generate: %s has a vocabulary of %d; byte prompts need 256 (or give --bpe)", model, V);
-    }
+    st = dt_bpe_for_model(enc, merges, V, model, "generate", printer, &b);
     if (!st) st = dt_bpe_prompt(b, prompt, strlen(prompt), &p, &n);
-    if (!st && !b && V != 256 && printer)
-        dt_log(DT_LOG_WARN, "generate: %s has a vocabulary of %d, not 256: tokens print as <id> (for GPT-2 tokens give "
-               "--bpe ENCODER.json VOCAB.bpe; a byte-level model is trained with --vocab 256)", model, V);
     if (!st) {
         if (printer) printf("%s", prompt);
         dt_generate_options o = { (int)count, { (float)temp, (int)topk, (float)topp }, (uint64_t)seed, cache, quant };

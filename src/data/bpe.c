@@ -391,3 +391,21 @@ dt_status dt_bpe_encode(dt_bpe *b, const char *text, size_t len, uint32_t **ids,
     if (!st && pos < len) st = dt_error(DT_ERR_NOMEM, "bpe: out of memory for a piece at byte offset %zu", pos);
     return st;
 }
+
+dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int vocab, const char *model, const char *who, bool say,
+                           dt_bpe **out) {
+    *out = NULL;
+    if (!encoder_json) {
+        if (vocab < 256) return dt_error(DT_ERR_ARG, "%s: %s has a vocabulary of %d; byte prompts need 256 (or give --bpe)", who, model, vocab);
+        if (vocab != 256 && say)
+            dt_log(DT_LOG_WARN, "%s: %s has a vocabulary of %d and no tokenizer was given: prompts are read as bytes and tokens from "
+                   "256 up come back as <id> (give --bpe ENCODER.json VOCAB.bpe for GPT-2's; a byte-level model is trained with "
+                   "--vocab 256)", who, model, vocab);
+        return DT_OK;
+    }
+    dt_status st = dt_bpe_load(encoder_json, vocab_bpe, out);
+    if (!st && dt_bpe_vocab_size(*out) > vocab)
+        st = dt_error(DT_ERR_ARG, "%s: the tokenizer has %d tokens, the model only %d", who, dt_bpe_vocab_size(*out), vocab);
+    if (st) { dt_bpe_destroy(*out); *out = NULL; }
+    return st;
+}

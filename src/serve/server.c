@@ -48,20 +48,9 @@ static dt_status listen_on(const char *host, int port, int *fd_out, int *bound, 
 
 static dt_status load_vocab(const dt_serve_options *o, const dt_gpt2_config *c, serve_vocab *v) {
     *v = (serve_vocab){ NULL, c->vocab_size, -1 };
-    if (!o->bpe_encoder) {
-        if (c->vocab_size != 256) /* as generate does: usable, and said */
-            dt_log(DT_LOG_WARN, "serve: %s has a vocabulary of %d and no tokenizer was given: prompts are read as bytes and "
-                   "tokens from 256 up come back as <id> (give --bpe ENCODER.json VOCAB.bpe for GPT-2's)", o->model, c->vocab_size);
-        if (c->vocab_size < 256)
-            return dt_error(DT_ERR_ARG, "serve: %s has a vocabulary of %d; byte prompts need 256 (or give --bpe)", o->model, c->vocab_size);
-        return DT_OK;
-    }
-    dt_status st = dt_bpe_load(o->bpe_encoder, o->bpe_vocab, &v->bpe);
-    if (st) return st;
-    if (dt_bpe_vocab_size(v->bpe) > c->vocab_size)
-        return dt_error(DT_ERR_ARG, "serve: the tokenizer has %d tokens, the model only %d", dt_bpe_vocab_size(v->bpe), c->vocab_size);
-    if (dt_bpe_vocab_size(v->bpe) == 50257) v->eot = 50256; /* GPT-2's <|endoftext|> */
-    return DT_OK;
+    dt_status st = dt_bpe_for_model(o->bpe_encoder, o->bpe_vocab, c->vocab_size, o->model, "serve", true, &v->bpe);
+    if (!st && v->bpe && dt_bpe_vocab_size(v->bpe) == 50257) v->eot = 50256; /* GPT-2's <|endoftext|> */
+    return st;
 }
 
 /* Until SIGINT/SIGTERM, or a decoding step fails (a tensor-parallel rank died): the engine has said which. */
