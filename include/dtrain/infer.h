@@ -56,9 +56,9 @@ int dt_decoder_max_rows(const dt_decoder *d);
 /* Bytes of weights a step reads (the model as the decoder holds it) and of the caches. */
 size_t dt_decoder_weight_bytes(const dt_decoder *d);
 size_t dt_decoder_cache_bytes(const dt_decoder *d);
-/* What the cache holds of position pos in layer l of slot s: this rank's heads' key and value (channels / TP ranks
- * floats each, widened from bf16 where the cache keeps bf16). */
-dt_status dt_decoder_cached(const dt_decoder *d, int slot, int layer, int pos, float *k, float *v);
+/* What the cache holds of position pos in layer l of slot s: this rank's heads' key and value (*n floats each, the
+ * channels over the TP ranks; widened from bf16 where the cache keeps bf16). */
+dt_status dt_decoder_cached(const dt_decoder *d, int slot, int layer, int pos, float *k, float *v, int *n);
 /* One step over n rows: each row's key and value written to its slot's
  * cache at its position, its attention over positions 0..pos of its slot;
  * logits [rows with logits set, V] in row order. Fails (DT_ERR_ARG, naming

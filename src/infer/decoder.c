@@ -262,8 +262,9 @@ static void cache_put(dt_decoder *d, size_t i, float x) {
     else ((float *)d->cache)[i] = x;
 }
 
-dt_status dt_decoder_cached(const dt_decoder *d, int slot, int layer, int pos, float *k, float *v) {
+dt_status dt_decoder_cached(const dt_decoder *d, int slot, int layer, int pos, float *k, float *v, int *n) {
     int hd = d->cfg.channels / d->cfg.num_heads;
+    *n = d->NHl * hd;
     if (slot < 0 || slot >= d->nslots || layer < 0 || layer >= d->cfg.num_layers || pos < 0 || (size_t)pos >= padded_positions(d))
         return dt_error(DT_ERR_ARG, "decoder: no slot %d, layer %d, position %d", slot, layer, pos);
     int b = pos / DT_KEY_BLOCK, i = pos % DT_KEY_BLOCK;
