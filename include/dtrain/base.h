@@ -48,6 +48,14 @@ void dt_log(dt_log_level level, const char *fmt, ...) __attribute__((format(prin
 /* Monotonic wall clock in seconds, and this process's CPU time. */
 double dt_time_now(void);
 double dt_time_cpu(void);
+/* CPU seconds the whole machine has spent busy (every process; the hypervisor's steal too), from /proc/stat. */
+double dt_machine_busy(void);
+/* This process's CPU seconds and its waited-for children's. */
+double dt_time_cpu_all(void);
+/* Whether others used more than a tenth of a core over the last `seconds` of this process's work (its children's
+ * too), which began at dt_machine_busy() = busy0 and dt_time_cpu_all() = cpu0: a measurement then is not the
+ * machine's. */
+bool dt_others_busy(double busy0, double cpu0, double seconds);
 /* The median of v[0..n) (its middle element once sorted, in place; n even: the upper of the two middle ones). */
 double dt_median(double *v, size_t n);
 

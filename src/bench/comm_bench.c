@@ -168,29 +168,16 @@ static void buf_free(dt_comm *w, void *p, int arena) {
 }
 
 
-/* Machine-wide CPU seconds spent busy, plus time the hypervisor stole. */
-static double machine_busy(void) {
-    FILE *f = fopen("/proc/stat", "r");
-    if (!f) return 0;
-    unsigned long long v[10] = { 0 };
-    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                   &v[6], &v[7], &v[8], &v[9]);
-    fclose(f);
-    if (n < 8) return 0;
-    /* user nice system [idle iowait] irq softirq steal */
-    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
-}
-
 /* Seconds per call (max over ranks) of `iters` calls, and whether others
  * used more than a tenth of a core meanwhile (then the figure is suspect). */
 static dt_status timed(dt_comm *w, bench_case *b, long iters, double *sec, bool *disturbed) {
     dt_status st = dt_comm_barrier(w);
-    double busy0 = machine_busy(), cpu0 = dt_time_cpu(), t0 = dt_time_now();
+    double busy0 = dt_machine_busy(), cpu0 = dt_time_cpu(), t0 = dt_time_now();
     for (long k = 0; k < iters && !st; k++) st = run_once(w, b);
     double el = dt_time_now() - t0, t = el / (double)iters, cpu = dt_time_cpu() - cpu0, ours = 0;
     if (!st) st = dt_comm_allreduce(w, &t, sec, 1, DT_F64, DT_MAX);
     if (!st) st = dt_comm_allreduce(w, &cpu, &ours, 1, DT_F64, DT_SUM);
-    double others = machine_busy() - busy0 - ours;
+    double others = dt_machine_busy() - busy0 - ours;
     int32_t d = others > 0.1 * el + 0.02 /* /proc/stat ticks are 10 ms */, any = d;
     if (!st) st = dt_comm_allreduce(w, &d, &any, 1, DT_I32, DT_MAX);
     if (disturbed) *disturbed = any;
