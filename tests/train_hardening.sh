@@ -225,6 +225,11 @@ for c in "train --help" "tokenize --help" "generate --help" "plot --help" "repor
     "$DTRAIN" $c > /dev/null 2>&1; rc=$?; [ $rc = 0 ] || bad="$bad '$c' -> $rc;"
 done
 [ -z "$bad" ] && ok "usage errors exit 2 and --help exits 0, every command" || fail "exit codes:$bad"
+# docs/cli.md, the full flag reference, is what the commands' --help print now
+here=$(cd "$(dirname "$0")/.." && pwd)
+if diff <("$here/scripts/cli-reference.sh" "$(dirname "$DTRAIN")") "$here/docs/cli.md" > "$dir/cli.diff"; then
+    ok "docs/cli.md is every command's --help as this build prints it"
+else fail "docs/cli.md is stale (scripts/cli-reference.sh build > docs/cli.md): $(head -c 400 "$dir/cli.diff")"; fi
 
 # MFU's peak counts the cores there are: 4 ranks x 2 threads on a smaller machine is the machine's cores' worth
 cores=$(nproc); want=$(( cores < 8 ? cores : 8 ))

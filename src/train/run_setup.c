@@ -317,6 +317,13 @@ static void print_start(const run *r) {
            c->batch, c->seq, c->grad_accum, r->dp_size, r->dp_size == 1 ? "" : "s", tp_note(r), dt_engine_strategy_name(r->e),
            dt_optim_kind_name(c->opt.kind), dt_kernels_threads(), dt_kernels_threads() == 1 ? "" : "s");
     if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
+    /* said before it happens: an evaluation of long sequences can take longer than many steps */
+    if (r->vl && c->steps > 0) {
+        char when[64] = "at the end";
+        if (c->eval_every > 0 && c->eval_every < c->steps) snprintf(when, sizeof when, "every %d steps and at the end", c->eval_every);
+        printf("validation: %d batch%s of %d x %d tokens a data-parallel rank from %s, %s (--eval-batches, --eval-every)\n",
+               c->eval_batches, c->eval_batches == 1 ? "" : "es", c->batch, c->seq, c->val_data, when);
+    }
     /* what a 16-bit run gains on this CPU, so that nobody expects the speed of a bf16 GEMM that is not there */
     if (c->precision != DT_F32) {
         char matmuls[256];
