@@ -358,7 +358,7 @@ static int epoch(cls_run *r, int e, double *acc) {
             dt_progress_print(r->tty, c->print_every ? c->print_every : 50,
                               &(dt_progress){ .step = done - 1, .steps = total, .first = r->first, .loss = s.loss, .lr = lr,
                                               .norm = s.norm, .ms = ms, .rate = r->G / (ms / 1e3), .unit = "img/s",
-                                              .elapsed = dt_time_now() - r->t_start, .prefix = prefix, .val = NAN });
+                                              .elapsed = dt_time_now() - r->t_start, .prefix = prefix, .val = NAN, .bubble = NAN });
         if (r->metrics) fprintf(r->metrics, "{\"epoch\":%d,\"step\":%d,\"loss\":%.6f,\"lr\":%g,\"grad_norm\":%.6f}\n", e + 1,
                                 done, s.loss, lr, s.norm);
         /* every rank stops after the step any rank was signalled in, saving first */

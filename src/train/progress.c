@@ -2,7 +2,8 @@
  * terminal of our own (a file, a pipe, or mpirun's pty, whose \r-joined
  * lines would make one huge log line); on a terminal one line redrawn in
  * place, fitted to its width by leaving out whole fields (the learning rate
- * first, then the norm, MFU, the time per step), never cutting one. */
+ * first, then the norm, a pipeline's bubble, MFU, the time per step), never
+ * cutting one. */
 #include "progress.h"
 
 #include <math.h>
@@ -10,7 +11,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-enum { PREFIX, STEP, LOSS, LR, NORM, MS, RATE, MFU, ETA, NF };
+enum { PREFIX, STEP, LOSS, LR, NORM, MS, RATE, MFU, BUBBLE, ETA, NF };
 
 static void fields(const dt_progress *p, char f[NF][48]) {
     int eta = (int)(p->elapsed / (p->step + 1 - p->first) * (p->steps - p->step - 1)); /* this process's pace */
@@ -25,12 +26,14 @@ static void fields(const dt_progress *p, char f[NF][48]) {
     snprintf(f[RATE], 48, "%.0f %s", p->rate, p->unit);
     f[MFU][0] = 0;
     if (p->mfu > 0) snprintf(f[MFU], 48, "MFU %.1f%%", 100 * p->mfu);
+    f[BUBBLE][0] = 0;
+    if (!isnan(p->bubble)) snprintf(f[BUBBLE], 48, "bubble %.1f%%", 100 * p->bubble);
     snprintf(f[ETA], 48, "ETA %dm%02ds", eta / 60, eta % 60);
 }
 
 /* The fields that fit in cols - 1 characters, joined into line; its length. */
 static int fit(char f[NF][48], int cols, char *line, size_t cap) {
-    static const int drop_order[] = { LR, NORM, MFU, MS, RATE };
+    static const int drop_order[] = { LR, NORM, BUBBLE, MFU, MS, RATE };
     bool shown[NF];
     for (int k = 0; k < NF; k++) shown[k] = f[k][0] != 0;
     int n = 0;
