@@ -90,7 +90,7 @@ else
     else fail "the report: status '$status', errors '$errs', browser: $(grep -i -m3 'console\|error' "$dir/browser.err")"; fi
     charts=$(echo "$status" | grep -o 'data-charts="[^"]*"' | sed 's/&quot;/"/g')
     # 10 steps, validation at 5 and 10: each chart's points, exactly; the timeline's at least one per traced unit
-    for want in chart-loss:12 chart-lr:20 chart-throughput:20 chart-phases:50 chart-memory:5 chart-timeline:24; do
+    for want in chart-loss:12 chart-lr:20 chart-throughput:20 chart-phases:50 chart-memory:12 table-rank-times:2 chart-timeline:24; do
         id=${want%:*}
         n=$(echo "$charts" | grep -o "\"$id\":[0-9]*" | cut -d: -f2)
         if [ "$id" = chart-timeline ]; then [ "${n:-0}" -ge "${want#*:}" ]; else [ "${n:-0}" = "${want#*:}" ]; fi \
@@ -101,9 +101,18 @@ else
     echo "$dom" | grep -q 'rank 1 communication' || echo "$dom" | grep -q 'Timeline (2 ranks)' && ok "the timeline shows both ranks" \
         || fail "the timeline does not name 2 ranks"
     # a page that breaks is caught: a planted error must show
-    sed 's/drawn\["chart-memory"\] = vals.length;/drawn["chart-memory"] = vals.length; undefinedFunction();/' "$run/report.html" > "$dir/broken.html"
-    render "$dir/broken.html" | grep -q '<span id="render-status"[^>]*>error</span>' && ok "a script error in the page is reported" \
-        || fail "a planted script error went unseen"
+    sed 's/drawn\["chart-memory"\] = sets.length \* ranks.length;/& undefinedFunction();/' "$run/report.html" > "$dir/broken.html"
+    render "$dir/broken.html" | grep -q '<span id="render-status"[^>]*>error</span>' && grep -q undefinedFunction "$dir/broken.html" &&
+        ok "a script error in the page is reported" || fail "a planted script error went unseen"
+    # a pipeline's page: its bubble by step, every stage's memory and time (computing, waiting, idle), rows named by stage
+    if "$DTRAIN" train --nproc 2 --pp 2 --grad-accum 4 "${model[@]}" --steps 6 --report "$dir/pp" > /dev/null 2> "$dir/pp.err"; then
+        pdom=$(render "$dir/pp/report.html")
+        pstatus=$(echo "$pdom" | grep -o '<span id="render-status"[^>]*>[^<]*</span>' | sed 's/&quot;/"/g')
+        echo "$pstatus" | grep -q '>ok</span>' && echo "$pstatus" | grep -q '"chart-bubble":12' && echo "$pstatus" | grep -q '"chart-memory":12' &&
+            echo "$pstatus" | grep -q '"table-rank-times":2' && echo "$pdom" | grep -q 'rank 1: stage 1' &&
+            ok "a pipeline's report: the bubble (and the schedule's replay) by step, each stage's memory and times, rows by stage" ||
+            fail "a pipeline's report: $pstatus $(echo "$pdom" | grep -o 'rank 1[^<]*' | head -3)"
+    else fail "a pipeline run with --report: $(tail -2 "$dir/pp.err")"; fi
 fi
 grep -q '<script src=\|<link [^>]*href=.http\|@import\|url(http' "$run/report.html" && fail "the report loads something from outside" \
     || ok "the report is self-contained ($(wc -c < "$run/report.html") bytes)"

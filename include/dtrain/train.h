@@ -239,8 +239,9 @@ dt_status dt_plot_svg(const char *metrics_path, int log_y, char **svg, size_t *l
 
 /* What run.json records besides the config (see run_record.c). */
 /* Per rank: data read bytes, s; checkpoint write bytes, s; read bytes, s; then bytes of parameters,
- * gradients, optimizer state, communication buffers, activations, and the peak resident size. */
-#define DT_RUN_RANK_FIELDS 12
+ * gradients, optimizer state, communication buffers, activations, and the peak resident size; then its place on the
+ * mesh: data-parallel, tensor-parallel, pipeline-stage and context-parallel coordinates. */
+#define DT_RUN_RANK_FIELDS 16
 typedef struct {
     dt_gpt2_config model;
     size_t params;

@@ -134,16 +134,67 @@ function phases() {
   drawn["chart-phases"] = labels.length * keys.length;
 }
 
+// A rank's place in words: "rank 3: DP 1, stage 1, TP 1" (only the axes the run splits), or "rank 3".
+function role(rank) {
+  const p = RUN && RUN.placement ? RUN.placement.find((x) => x.rank === rank) : null, g = RUN ? RUN.settings : {};
+  if (!p) return "rank " + rank;
+  const dp = g.ranks / ((g.tp || 1) * (g.pp || 1) * (g.cp || 1)), parts = [];
+  if (dp > 1) parts.push("DP " + p.dp);
+  if ((g.pp || 1) > 1) parts.push("stage " + p.pp);
+  if ((g.cp || 1) > 1) parts.push("CP " + p.cp);
+  if ((g.tp || 1) > 1) parts.push("TP " + p.tp);
+  return "rank " + rank + (parts.length ? ": " + parts.join(", ") : "");
+}
+
+// Every rank's memory by category (stages and TP ranks hold different parts): one stacked bar a rank.
 function memory() {
-  if (!RUN || !RUN.memory_bytes) return;
-  const m = RUN.memory_bytes, cats = ["parameters", "gradients", "activations", "optimizer"];
-  const known = cats.reduce((a, k) => a + m[k], 0), other = Math.max(0, m.peak_rss - known);
-  const s = section("Memory (rank 0)", "peak resident " + fmtBytes(m.peak_rss) + "; other: the rest of the process (buffers, libraries)");
-  const labels = cats.concat(["other"]), vals = cats.map((k) => m[k] / 1048576).concat([other / 1048576]);
-  new Chart(canvasIn(s, "chart-memory"), { type: "bar", data: { labels: labels,
-    datasets: [{ label: "MiB", data: vals, backgroundColor: labels.map((_, i) => COLORS[i]) }] },
-    options: { indexAxis: "y", plugins: { legend: { display: false } }, scales: { x: { title: { display: true, text: "MiB" } } } } });
-  drawn["chart-memory"] = vals.length;
+  if (!RUN) return;
+  const cats = ["parameters", "gradients", "optimizer", "buffers", "activations"];
+  const ranks = RUN.memory_per_rank && RUN.memory_per_rank.length ? RUN.memory_per_rank
+              : RUN.memory_bytes ? [Object.assign({ rank: 0, buffers: 0 }, RUN.memory_bytes)] : [];
+  if (!ranks.length) return;
+  const s = section("Memory per rank", "MiB; other: the rest of the peak resident size (libraries, scratch)");
+  const sets = cats.concat(["other"]).map((c, i) => ({ label: c, backgroundColor: COLORS[i],
+    data: ranks.map((r) => (c === "other" ? Math.max(0, r.peak_rss - cats.reduce((a, k) => a + (r[k] || 0), 0)) : r[c] || 0) / 1048576) }));
+  new Chart(canvasIn(s, "chart-memory", ranks.length > 4), { type: "bar", data: { labels: ranks.map((r) => role(r.rank)), datasets: sets },
+    options: { indexAxis: "y", scales: { x: { stacked: true, title: { display: true, text: "MiB" } }, y: { stacked: true } } } });
+  drawn["chart-memory"] = sets.length * ranks.length;
+}
+
+// A pipeline's idle share of each step, measured and as its schedule replayed with the measured durations predicts.
+function bubble() {
+  const b = series("bubble", 100);
+  if (!b.length) return;
+  lineChart("chart-bubble", section("Pipeline bubble", "the stages' idle share of each step (the mean over the stages)"),
+            [{ label: "bubble %", data: b, fromZero: true }, { label: "the schedule replayed %", data: series("bubble_model", 100) }],
+            ["% of the step"]);
+}
+
+// Over the traced steps, each rank's time computing, waiting on communication and idle (neither): a table.
+function rankTimes() {
+  if (!INTERVALS || !INTERVALS.length) return;
+  const by = new Map();
+  for (const iv of INTERVALS) {
+    const r = by.get(iv[0]) || { lo: Infinity, hi: -Infinity, compute: 0, wait: 0 };
+    r.lo = Math.min(r.lo, iv[2]);
+    r.hi = Math.max(r.hi, iv[3]);
+    if (iv[1] === 0 && /^(forward|backward|optimizer)/.test(iv[4])) r.compute += iv[3] - iv[2];
+    if (/^wait/.test(iv[4])) r.wait += iv[3] - iv[2];
+    by.set(iv[0], r);
+  }
+  const s = section("Time per rank (traced steps)", "ms: computing (forward, backward, optimizer), waiting on its peers, " +
+                    "and idle (neither: a pipeline's bubble, the data, the rest)");
+  const t = el("table"), h = el("tr");
+  ["rank", "compute", "wait", "idle", "span"].forEach((k) => h.appendChild(el("th", {}, k)));
+  t.appendChild(h);
+  for (const [rank, r] of [...by.entries()].sort((a, b) => a[0] - b[0])) {
+    const span = r.hi - r.lo, tr = el("tr");
+    tr.appendChild(el("td", {}, role(rank)));
+    [r.compute, r.wait, Math.max(0, span - r.compute - r.wait), span].forEach((v) => tr.appendChild(el("td", { class: "num" }, v.toFixed(1))));
+    t.appendChild(tr);
+  }
+  s.appendChild(t);
+  drawn["table-rank-times"] = by.size;
 }
 
 function io() {
@@ -176,10 +227,22 @@ function timeline() {
   for (const iv of INTERVALS) {
     const k = kinds.findIndex(([, re]) => re.test(iv[4]));
     if (k < 0) continue; // "step" and "finish gradients" contain the others
-    const row = "rank " + iv[0] + " " + tracks[iv[1]];
+    const row = role(iv[0]) + " " + tracks[iv[1]];
     if (!rows.includes(row)) rows.push(row);
     sets[k].data.push({ x: [iv[2] - t0, iv[3] - t0], y: row, name: iv[4], args: iv[5] });
   }
+  // idle: the gaps between a rank's compute-track events (a pipeline stage waiting for its neighbour shows as these)
+  const idle = { label: "idle", data: [], backgroundColor: "#dddddd", borderColor: "#dddddd", borderWidth: 0, minBarLength: 1,
+                 barPercentage: 0.8, categoryPercentage: 1, grouped: false, order: 2 };
+  for (const rank of new Set(INTERVALS.map((iv) => iv[0]))) {
+    const evs = INTERVALS.filter((iv) => iv[0] === rank && iv[1] === 0 && kinds.some(([, re]) => re.test(iv[4]))).sort((a, b) => a[2] - b[2]);
+    let end = evs.length ? evs[0][3] : 0;
+    for (const iv of evs.slice(1)) {
+      if (iv[2] - end > 0.01) idle.data.push({ x: [end - t0, iv[2] - t0], y: role(rank) + " " + tracks[0], name: "idle", args: "" });
+      end = Math.max(end, iv[3]);
+    }
+  }
+  if (idle.data.length) sets.push(idle);
   rows.sort((a, b) => a.localeCompare(b, "en", { numeric: true }));
   const ranks = new Set(INTERVALS.map((iv) => iv[0])).size;
   const s = section("Timeline (" + ranks + " rank" + (ranks > 1 ? "s" : "") + ")",
@@ -217,7 +280,7 @@ const parts = [
                   { label: "gradient norm", data: series("grad_norm"), axis: "y2" }], ["learning rate", "gradient norm"]),
   () => lineChart("chart-throughput", section("Throughput and MFU"), [{ label: "tok/s (all ranks)", data: series("tok_per_s") },
                   { label: "MFU %", data: series("mfu", 100), axis: "y2" }], ["tok/s", "MFU %"]),
-  phases, memory, timeline, scaling, io,
+  phases, bubble, memory, rankTimes, timeline, scaling, io,
 ];
 for (const part of parts) {
   try { part(); } catch (e) { fail("error in " + (part.name || "a chart") + ": " + e.message); }

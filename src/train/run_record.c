@@ -85,6 +85,16 @@ dt_status dt_run_record_write(const char *path, const dt_train_config *c, const 
         for (int i = 0; i < 6; i++) cJSON_AddNumberToObject(e, mem_keys[i], v[i]);
         cJSON_AddItemToArray(mr, e);
     }
+    /* each rank's place: the report names its rows "stage 1", "TP rank 0" from it */
+    cJSON *pl = cJSON_AddArrayToObject(j, "placement");
+    static const char *const axes[4] = { "dp", "tp", "pp", "cp" };
+    for (int k = 0; k < r->nranks; k++) {
+        const double *v = r->ranks + (size_t)k * DT_RUN_RANK_FIELDS + 12;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rank", k);
+        for (int i = 0; i < 4; i++) cJSON_AddNumberToObject(e, axes[i], v[i]);
+        cJSON_AddItemToArray(pl, e);
+    }
     cJSON_AddStringToObject(j, "metrics", r->metrics ? r->metrics : "");
     cJSON_AddStringToObject(j, "trace", r->trace ? r->trace : "");
     char *text = cJSON_Print(j);
