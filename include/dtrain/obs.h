@@ -37,6 +37,9 @@ dt_status dt_peak_save(double gflops_one_thread);
  * use it: measured on one thread (2048^3) and cached beside sgemm's. */
 double dt_peak_measure_bf16(int threads);
 dt_status dt_peak_bf16_per_thread(double *gflops, const char **source);
+/* key's value in this machine's cache (in [0, 1e6)), or false; and a value kept there under key. */
+bool dt_peak_lookup(const char *key, double *value);
+dt_status dt_peak_save_rate(const char *key, double value);
 /* Another rate of this machine kept in the same cache under key (below 1e6:
  * GB/s or GFLOP/s): the cache's if this CPU's, else measure(arg), saved (measure NULL: 0, nothing saved). */
 dt_status dt_peak_cached_rate(const char *key, double (*measure)(int), int arg, double *value);

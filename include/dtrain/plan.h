@@ -104,6 +104,10 @@ typedef struct {
     size_t head_resident;           /* this process's resident growth while the head was timed here (0: not timed now) */
 } dt_plan_time;
 
+/* The shape timings this process has asked for so far (a hash of them, in order) and whether any was measured here
+ * rather than read from the machine's cache: a plan whose timings were all read did not run the GEMMs whose buffers a
+ * rank keeps resident, and takes that size from the cache too. */
+uint64_t dt_plan_timings_asked(bool *measured);
 /* The step time of job on hardware h (the largest stage's rank sets it). */
 void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *out);
 

@@ -78,6 +78,8 @@ typedef struct {
     double params;        /* --params N (0: the model's shape) */
     int nodes;            /* machines the ranks span (0: this one; GPUs: devices_per_node a machine) */
     int json, search;
+    int argc;             /* the command's train flags (argv[0] the command's name), for the train command a plan ends with */
+    char **argv;
     double ties;          /* --search: layouts within this fraction of a group's fastest share its rank (--ties PCT) */
 } dt_plan_request;
 /* Prints the plan of c's job (or with search every layout of its ranks); an exit code (2: refused, said). */

@@ -69,7 +69,8 @@ int dt_cli_plan(int argc, char **argv) {
     }
     dt_train_config c;
     int rc = dt_cli_train_parse(n, rest, "plan", &c);
+    rq.argc = n, rq.argv = rest;
+    if (rc < 0) rc = dt_train_plan(&c, &rq, stdout);
     free(rest);
-    if (rc >= 0) return rc;
-    return dt_train_plan(&c, &rq, stdout);
+    return rc;
 }

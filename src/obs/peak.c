@@ -95,24 +95,33 @@ static bool ours(const cJSON *j, const machine *m) {
     return cJSON_IsString(c) && !strcmp(c->valuestring, m->cpu) && cJSON_IsString(b) && !strcmp(b->valuestring, m->blas);
 }
 
-static double cached(const char *key) {
+#define CACHE_MAX (1 << 20) /* bytes: the rates and the plan's timings at each shape it priced */
+
+/* key's value in this machine's cache when it is there and in [0, 1e6). */
+static bool lookup(const char *key, double *v) {
     char path[4200];
-    if (cache_path(path, sizeof path, 0)) return 0;
+    if (cache_path(path, sizeof path, 0)) return false;
     char *buf;
-    if (dt_file_read_text(path, 1 << 16, &buf, NULL)) return 0; /* none yet */
+    if (dt_file_read_text(path, CACHE_MAX, &buf, NULL)) return false; /* none yet */
     cJSON *j = cJSON_Parse(buf), *g = cJSON_GetObjectItemCaseSensitive(j, key);
     free(buf);
     machine m = machine_here();
-    double v = ours(j, &m) && cJSON_IsNumber(g) && g->valuedouble > 0 && g->valuedouble < 1e6 ? g->valuedouble : 0;
+    bool found = ours(j, &m) && cJSON_IsNumber(g) && g->valuedouble >= 0 && g->valuedouble < 1e6;
+    if (found) *v = g->valuedouble;
     cJSON_Delete(j);
-    return v;
+    return found;
+}
+
+static double cached(const char *key) {
+    double v = 0;
+    return lookup(key, &v) && v > 0 ? v : 0;
 }
 
 /* The cache with key set; the other rates kept where they are this CPU's. */
 static dt_status save(const char *key, double value) {
     char path[4200], *buf = NULL;
     if (cache_path(path, sizeof path, 1)) return dt_error(DT_ERR_IO, "peak cache: no HOME or XDG_CACHE_HOME to keep it in");
-    cJSON *old = dt_file_read_text(path, 1 << 16, &buf, NULL) ? NULL : cJSON_Parse(buf), *j = cJSON_CreateObject(), *it;
+    cJSON *old = dt_file_read_text(path, CACHE_MAX, &buf, NULL) ? NULL : cJSON_Parse(buf), *j = cJSON_CreateObject(), *it;
     free(buf);
     machine m = machine_here();
     cJSON_AddStringToObject(j, "cpu", m.cpu);
@@ -133,6 +142,10 @@ static dt_status save(const char *key, double value) {
 }
 
 dt_status dt_peak_save(double gflops) { return save(SGEMM, gflops); }
+
+bool dt_peak_lookup(const char *key, double *value) { return lookup(key, value); }
+
+dt_status dt_peak_save_rate(const char *key, double value) { return save(key, value); }
 
 /* measure(arg), taken when nothing else used the machine meanwhile (three tries); *quiet says whether one was. A
  * rate measured beside a busy loop (half a core's sgemm, cached, read MFU 176% ever after) must not be kept. */

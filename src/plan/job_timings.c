@@ -1,20 +1,52 @@
 /* The planner's timings at a job's own shapes, on this machine, each kept for the process (a search prices many
- * layouts): a Linear as the model runs it, ranks sharing cores, ranks meeting at each collective, the 16-bit head's
- * loss. step_time.c prices a step with them; this_machine.c holds what is measured once per CPU instead. */
+ * layouts) and in the machine's cache (the next plan of the same shapes answers at once: 124M's first plan on the
+ * 2-core VM took 40 s of them): a Linear as the model runs it, ranks sharing cores, ranks meeting at each
+ * collective, the 16-bit head's loss. step_time.c prices a step with them; this_machine.c holds what is measured
+ * once per CPU instead. */
 #include "plan_internal.h"
 
 #include "dtrain/base.h"
 #include "dtrain/kernels.h"
+#include "dtrain/obs.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* A timing's value from the machine's cache under key (false: not measured here yet, which is then said on a terminal:
+ * a plan of a large model can take a minute of timings, and a silent minute looks like a hang). */
+typedef struct { double busy, cpu, t; } stamp; /* when a timing began: the machine's busy time, ours, the clock */
+
+/* The timings this process asked for (a hash of their keys, in order) and whether any was measured here, not read. */
+static uint64_t asked = DT_HASH_INIT;
+static bool measured_here;
+
+uint64_t dt_plan_timings_asked(bool *measured) {
+    *measured = measured_here;
+    return asked;
+}
+
+static bool kept(const char *key, const char *what, double *v, stamp *at) {
+    for (const char *c = key; *c; c++) asked = (asked ^ (unsigned char)*c) * 1099511628211ull;
+    if (dt_peak_lookup(key, v)) return true;
+    measured_here = true;
+    if (isatty(STDERR_FILENO)) fprintf(stderr, "plan: timing %s on this machine (once: kept for the next plan)\n", what);
+    *at = (stamp){ dt_machine_busy(), dt_time_cpu_all(), dt_time_now() };
+    return false;
+}
+
+/* Kept only when nothing else used the machine meanwhile: a timing from a busy minute would skew every later plan. */
+static void keep(const char *key, double v, const stamp *at) {
+    if (dt_others_busy(at->busy, at->cpu, dt_time_now() - at->t)) return;
+    if (dt_peak_save_rate(key, v)) dt_log(DT_LOG_WARN, "plan: %s not kept (%s)", key, dt_last_error());
+}
 
 /* Measured Linear rates of (M, N, K, threads, precision) on this machine, kept for the process (a search prices many layouts). */
 typedef struct { int m, n, k, threads; dt_dtype prec; double rate; } linear_seen;
@@ -78,9 +110,18 @@ static void linear_once(const linear_bufs *x) {
 double dt_plan_time_linear(int M, int N, int K, int threads, dt_dtype lp, size_t work_floats) {
     for (int i = 0; i < nseen; i++)
         if (seen[i].m == M && seen[i].n == N && seen[i].k == K && seen[i].threads == threads && seen[i].prec == lp) return seen[i].rate;
+    char key[96], what[160];
+    snprintf(key, sizeof key, "plan_linear_%dx%dx%d_t%d_%s", M, N, K, threads, dt_precision_name(lp));
+    snprintf(what, sizeof what, "a Linear of %d x %d x %d (%s, %d thread%s)", M, N, K, dt_precision_name(lp), threads, threads == 1 ? "" : "s");
+    double gflops;
+    stamp at;
+    if (kept(key, what, &gflops, &at)) {
+        if (nseen < 64) seen[nseen++] = (linear_seen){ M, N, K, threads, lp, gflops * 1e9 };
+        return gflops * 1e9;
+    }
     linear_bufs x;
     double t[3][3] = { { 0 } }, rate = 0;
-    int keep = dt_kernels_threads();
+    int threads_before = dt_kernels_threads();
     if (linear_alloc(&x, M, N, K, lp, work_floats)) {
         dt_kernels_set_threads(threads);
         for (int r = -1; r < 3; r++)
@@ -93,8 +134,9 @@ double dt_plan_time_linear(int M, int N, int K, int threads, dt_dtype lp, size_t
         for (int k = 0; k < 3; k++) sum += dt_median(t[k], 3);
         rate = 3 * 2.0 * M * (double)N * K / sum;
         linear_free(&x);
+        keep(key, rate / 1e9, &at);
     }
-    dt_kernels_set_threads(keep);
+    dt_kernels_set_threads(threads_before);
     if (nseen < 64) seen[nseen++] = (linear_seen){ M, N, K, threads, lp, rate };
     return rate;
 }
@@ -160,10 +202,19 @@ double dt_plan_time_shared(int M, int N, int K, dt_dtype lp, size_t work_floats,
      * (each shape of a 4-rank search of 2 layers measured in turn made plan_checks 39 -> 227 s) */
     for (int i = 0; i < nsseen; i++)
         if (sseen[i].procs == procs && sseen[i].cores == cores && sseen[i].prec == lp) return sseen[i].s;
+    char key[96], what[160];
+    snprintf(key, sizeof key, "plan_shared_%dx%dx%d_%s_p%d_c%d", M, N, K, dt_precision_name(lp), procs, cores);
+    snprintf(what, sizeof what, "%d ranks sharing %d cores", procs, cores);
+    double s = 1;
+    stamp at;
+    if (kept(key, what, &s, &at)) {
+        if (nsseen < 16) sseen[nsseen++] = (shared_seen){ procs, cores, lp, s };
+        return s;
+    }
     enum { PAIRS = 3 };
     linear_bufs x;
-    double ratio[PAIRS], s = 1;
-    int keep = dt_kernels_threads(), done = 0;
+    double ratio[PAIRS];
+    int threads_before = dt_kernels_threads(), done = 0;
     if (linear_alloc(&x, M, N, K, lp, work_floats)) {
         dt_kernels_set_threads(1);
         double t0 = dt_time_now();
@@ -175,9 +226,9 @@ double dt_plan_time_shared(int M, int N, int K, dt_dtype lp, size_t work_floats,
             ratio[done] = shared / (alone * procs / cores);
         }
         linear_free(&x);
-        if (done == PAIRS) s = fmax(1, dt_median(ratio, PAIRS));
+        if (done == PAIRS) s = fmax(1, dt_median(ratio, PAIRS)), keep(key, s, &at);
     }
-    dt_kernels_set_threads(keep);
+    dt_kernels_set_threads(threads_before);
     if (nsseen < 16) sseen[nsseen++] = (shared_seen){ procs, cores, lp, s };
     return s;
 }
@@ -196,10 +247,19 @@ static int nyseen;
 double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats, int n) {
     for (int i = 0; i < nyseen; i++)
         if (yseen[i].n == n && yseen[i].m == M && yseen[i].o == N && yseen[i].k == K && yseen[i].prec == lp) return yseen[i].s;
+    char key[96], what[160];
+    snprintf(key, sizeof key, "plan_meeting_n%d_%dx%dx%d_%s", n, M, N, K, dt_precision_name(lp));
+    snprintf(what, sizeof what, "%d ranks meeting at each collective", n);
+    double s = 0;
+    stamp at;
+    if (kept(key, what, &s, &at)) {
+        if (nyseen < 16) yseen[nyseen++] = (sync_seen){ n, M, N, K, lp, s };
+        return s;
+    }
     enum { RUNS = 3, MEETINGS = 40 };
     linear_bufs x;
-    double cost[RUNS], s = 0;
-    int keep = dt_kernels_threads(), done = 0;
+    double cost[RUNS];
+    int threads_before = dt_kernels_threads(), done = 0;
     meeting_place *meet = n <= 16 ? mmap(NULL, sizeof *meet, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
     if (meet != MAP_FAILED && linear_alloc(&x, M, N, K, lp, work_floats)) {
         dt_kernels_set_threads(1);
@@ -212,10 +272,10 @@ double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats
             cost[done] = sum / n / MEETINGS;
         }
         linear_free(&x);
-        if (done == RUNS) s = dt_median(cost, RUNS);
+        if (done == RUNS) s = dt_median(cost, RUNS), keep(key, s, &at);
     }
     if (meet != MAP_FAILED) munmap(meet, sizeof *meet);
-    dt_kernels_set_threads(keep);
+    dt_kernels_set_threads(threads_before);
     if (nyseen < 16) yseen[nyseen++] = (sync_seen){ n, M, N, K, lp, s };
     return s;
 }
@@ -233,13 +293,22 @@ double dt_plan_time_head_lp(int M, int V, int C, size_t work_floats, int threads
     for (int i = 0; i < nhseen; i++)
         if (hseen[i].m == M && hseen[i].v == V && hseen[i].c == C && hseen[i].threads == threads && hseen[i].dt == dt)
             return hseen[i].s;
+    char key[96], what[160];
+    snprintf(key, sizeof key, "plan_head_%dx%dx%d_t%d_%s", M, V, C, threads, dt_precision_name(dt));
+    snprintf(what, sizeof what, "the %s head's loss over %d tokens", dt_precision_name(dt), M);
+    double cs;
+    stamp at;
+    if (kept(key, what, &cs, &at)) {
+        if (nhseen < 16) hseen[nhseen++] = (head_seen){ M, V, C, threads, dt, cs };
+        return cs;
+    }
     size_t mc = (size_t)M * C, vc = (size_t)V * C, mv = (size_t)M * V;
     float *inp = dt_alloc_zeroed(mc * 4), *dinp = dt_alloc_zeroed(mc * 4), *dw = dt_alloc_zeroed(vc * 4), *w = dt_alloc_zeroed(vc * 4),
           *work = dt_alloc_zeroed(work_floats * 4), *losses = dt_alloc_zeroed((size_t)M * 4), *stats = dt_alloc_zeroed((size_t)M * 8);
     uint16_t *w16 = dt_alloc_zeroed(vc * 2), *logits = dt_alloc_zeroed(mv * 2);
     int32_t *targets = dt_alloc_zeroed((size_t)M * 4);
     double t[3] = { 0 }, s = 0;
-    int keep = dt_kernels_threads();
+    int threads_before = dt_kernels_threads();
     if (inp && dinp && dw && w && work && losses && stats && w16 && logits && targets) {
         dt_kernels_set_threads(threads);
         for (size_t i = 0; i < mc; i++) inp[i] = 1e-2f * (float)(i % 13) - 0.06f;
@@ -255,8 +324,9 @@ double dt_plan_time_head_lp(int M, int V, int C, size_t work_floats, int threads
             if (r >= 0) t[r] = dt_time_now() - t0;
         }
         s = fmax(0, dt_median(t, 3) - 3 * 2.0 * M * (double)V * C / rhead) / M;
+        keep(key, s, &at);
     }
-    dt_kernels_set_threads(keep);
+    dt_kernels_set_threads(threads_before);
     dt_free_zeroed(inp), dt_free_zeroed(dinp), dt_free_zeroed(dw), dt_free_zeroed(w), dt_free_zeroed(work);
     dt_free_zeroed(losses), dt_free_zeroed(stats), dt_free_zeroed(w16), dt_free_zeroed(logits), dt_free_zeroed(targets);
     if (nhseen < 16) hseen[nhseen++] = (head_seen){ M, V, C, threads, dt, s };

@@ -3,6 +3,7 @@
  * refuses by and sizes from; this file resolves the model and hardware,
  * prints one plan, or searches every layout of the ranks. */
 #include "dtrain/train.h"
+#include "dtrain/obs.h"
 #include "dtrain/pipeline.h"
 
 #include <cjson/cJSON.h>
@@ -52,6 +53,26 @@ typedef struct {
 } plan_result;
 
 /* One layout: refused with train's message, or priced. */
+/* The resident growth the timings left in this process (the BLAS's buffers at the job's shapes, and the head's part
+ * of it): measured here, it is kept in the machine's cache beside them; read from there, so were the timings, which
+ * then never ran here, and it is read too. */
+static void resident_of_timings(size_t process, size_t *now, size_t *head) {
+    bool measured;
+    uint64_t h = dt_plan_timings_asked(&measured);
+    char key[2][64];
+    snprintf(key[0], sizeof key[0], "plan_resident_mb_%016llx", (unsigned long long)h);
+    snprintf(key[1], sizeof key[1], "plan_head_resident_mb_%016llx", (unsigned long long)h);
+    double mb[2];
+    if (measured) {
+        if (!process) return;
+        dt_peak_save_rate(key[0], *now > process ? (double)(*now - process) / 1e6 : 0);
+        dt_peak_save_rate(key[1], (double)*head / 1e6);
+    } else if (process && dt_peak_lookup(key[0], &mb[0]) && dt_peak_lookup(key[1], &mb[1])) {
+        *now = process + (size_t)(mb[0] * 1e6);
+        *head = (size_t)(mb[1] * 1e6);
+    }
+}
+
 static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, const dt_plan_arch *arch,
                           const dt_plan_hardware *h, int nranks, size_t process, plan_result *r) {
     int paper = strcmp(h->name, "this") != 0;
@@ -77,6 +98,7 @@ static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, c
     dt_plan_step_time(&r->job, h, &r->time);
     /* after the GEMMs at the job's shapes ran here: the BLAS's buffers are part of a rank's process too */
     size_t now = dt_resident_memory();
+    resident_of_timings(process, &now, &r->time.head_resident);
     if (process && now > process) r->job.process_bytes = now, r->job.head_process_bytes = r->time.head_resident;
     dt_plan_memory_estimate(&r->job, &r->mem);
     r->fits = (h->shared_memory ? r->mem.per_machine : r->mem.per_rank) <= h->memory;
@@ -202,6 +224,23 @@ static void emit_json(cJSON *o, FILE *f) {
 static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, const dt_plan_arch *arch,
                   const dt_plan_hardware *h, int nranks, size_t process, FILE *f);
 
+/* The train command a plan stands for: the plan's train flags, less those of a layout when a search's layout replaces
+ * them (its flags then after them), each word quoted where the shell would split it. */
+static void print_train_command(const dt_plan_request *rq, const char *layout, FILE *f) {
+    static const char *const layout_flags_given[] = { "--nproc", "--dp", "--tp", "--pp", "--cp", "--batch", "--grad-accum",
+                                                      "--micro-batches", "--zero", "--strategy", "--precision", NULL };
+    fprintf(f, "%s: dtrain train", layout ? "the first, as a train command" : "to run it");
+    for (int i = 1; i < rq->argc; i++) {
+        const char *a = rq->argv[i];
+        bool drop = false;
+        for (int k = 0; layout && layout_flags_given[k]; k++) drop |= !strcmp(a, layout_flags_given[k]);
+        if (layout && !strcmp(a, "--recompute")) continue;
+        if (drop) { i++; continue; }
+        fprintf(f, strpbrk(a, " \t'\"$") ? " '%s'" : " %s", a);
+    }
+    fprintf(f, "%s%s\n", layout ? " " : "", layout ? layout : "");
+}
+
 /* This machine's rates are measured once per CPU and cached. The first time, measure them in a child: the buffers a measurement
  * leaves resident (the sgemm 2048^3 peak's packing, ~28 MB, and ~10 MB more) are not a rank's, and the plan counts this
  * process's resident size as a rank's (the first plan on a machine said 56 MB for it where a rank holds 18). The child says
@@ -243,6 +282,7 @@ int dt_train_plan(const dt_train_config *c0, const dt_plan_request *rq, FILE *f)
     }
     if (rq->json) emit_json(plan_json(&r), f);
     else print_plan(&r, &h, &cfg, f);
+    if (!rq->json && rq->argv) print_train_command(rq, NULL, f);
     return 0;
 }
 
@@ -340,6 +380,11 @@ static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_
         for (cJSON *it = rejected->child; it; it = it->next)
             fprintf(f, "  %s: %s\n", cJSON_GetObjectItem(it, "layout")->valuestring, cJSON_GetObjectItem(it, "reason")->valuestring);
         cJSON_Delete(rejected);
+        if (n && rq->argv) {
+            char lay[512];
+            layout_flags(&ok[0], lay, sizeof lay);
+            print_train_command(rq, lay, f);
+        }
     }
     free(group);
     free(ok);
