@@ -379,7 +379,7 @@ cg_limited() { # LIMIT CMD...: CMD in a new group under a new parent limited to 
 }
 if [ "$(id -u)" = 0 ] && [ -z "$SANITIZER" ]; then
     out=$(cg_limited $((600 << 20)) "$DTRAIN" train "${common[@]}" --layers 8 --channels 768 --heads 12 --steps 1 --quiet; echo "exit $?")
-    echo "$out" | grep -q "needs .* 629 MB available" && ok "a cgroup's 600 MiB on the job's parent: $(echo "$out" | grep -o 'needs [0-9.]* [MG]B on')... 629 MB available" ||
+    echo "$out" | grep -q "needs .* 600.0 MiB available" && ok "a cgroup's 600 MiB on the job's parent: $(echo "$out" | grep -o 'needs [0-9.]* [MG]iB on')... 600.0 MiB available" ||
         fail "the cgroup's limit (no group made, if no exit code): $out"
 else
     echo "not checked: a cgroup's limit (needs root to make one, and no sanitizer: its shadow memory is outside the plan)"

@@ -68,6 +68,8 @@ typedef struct {
 typedef struct {
     char name[64];
     double memory;              /* bytes per device; shared_memory: per machine */
+    double reserved;            /* of memory, what a job cannot have: a GPU's CUDA context, NCCL's buffers and the allocator's
+                                 * fragmentation (1 GiB + 5% unless a file says reserved_gb); 0 on a CPU machine */
     int devices_per_node;       /* ranks per machine (a CPU: its cores) */
     int shared_memory;          /* the ranks of a machine share one memory (CPUs: ZeRO's one parameter copy a machine applies) */
     int cores_per_device;       /* a CPU's peak figures are per core: a rank's threads multiply them */
@@ -108,6 +110,9 @@ typedef struct {
  * rather than read from the machine's cache: a plan whose timings were all read did not run the GEMMs whose buffers a
  * rank keeps resident, and takes that size from the cache too. */
 uint64_t dt_plan_timings_asked(bool *measured);
+/* bytes as the run's reports give them, in binary units: "26.5 GiB", "1.53 GiB" (a refusal near the edge must not read
+ * "needs 1.5 GiB, 1.5 GiB available"), "12.3 MiB" below a gibibyte. */
+const char *dt_plan_bytes_text(double bytes, char *buf, size_t cap);
 /* The step time of job on hardware h (the largest stage's rank sets it). */
 void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *out);
 

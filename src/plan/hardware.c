@@ -19,8 +19,12 @@
  * 400 (H100) Gbit/s InfiniBand port per GPU. Latencies are typical NCCL figures (a few microseconds). The efficiency is what large
  * GEMMs reach in practice (Megatron's published runs: 50-60% of peak for whole steps). */
 static const dt_plan_hardware presets[] = {
-    { "a100-40g", 40.0 * (1 << 30), 8, 0, 1, 156e12, 312e12, 1555e9, 5e-6, 1 / 300e9, 10e-6, 1 / 25e9, 0.7, 0.7, 0, 0, 0, 0, 0, 0, 0 },
-    { "h100-80g", 80.0 * (1 << 30), 8, 0, 1, 494e12, 989e12, 3350e9, 5e-6, 1 / 450e9, 10e-6, 1 / 50e9, 0.7, 0.7, 0, 0, 0, 0, 0, 0, 0 },
+    { .name = "a100-40g", .memory = 40.0 * (1 << 30), .devices_per_node = 8, .cores_per_device = 1, .flops_f32 = 156e12,
+      .flops_lowp = 312e12, .mem_bw = 1555e9, .intra_alpha = 5e-6, .intra_beta = 1 / 300e9, .inter_alpha = 10e-6, .inter_beta = 1 / 25e9,
+      .gemm_efficiency = 0.7, .attention_efficiency = 0.7 },
+    { .name = "h100-80g", .memory = 80.0 * (1 << 30), .devices_per_node = 8, .cores_per_device = 1, .flops_f32 = 494e12,
+      .flops_lowp = 989e12, .mem_bw = 3350e9, .intra_alpha = 5e-6, .intra_beta = 1 / 450e9, .inter_alpha = 10e-6, .inter_beta = 1 / 50e9,
+      .gemm_efficiency = 0.7, .attention_efficiency = 0.7 },
 };
 
 /* key of o: a number above 0 (below hi), or an error naming it. */
@@ -58,6 +62,8 @@ static dt_status from_file(const char *path, dt_plan_hardware *h) {
     if (!st) st = field(path, j, "inter_node_bandwidth_gbs", 1e40, &xbw);
     if (!st && cJSON_GetObjectItemCaseSensitive(j, "gemm_efficiency")) st = field(path, j, "gemm_efficiency", 1, &eff);
     if (!st && cJSON_GetObjectItemCaseSensitive(j, "attention_efficiency")) st = field(path, j, "attention_efficiency", 1, &aeff);
+    double reserved = -1;
+    if (!st && cJSON_GetObjectItemCaseSensitive(j, "reserved_gb")) st = field(path, j, "reserved_gb", 1e40, &reserved);
     if (!st && sh && !cJSON_IsBool(sh)) st = dt_error(DT_ERR_ARG, "%s: the field \"shared_memory\" must be true or false", path);
     if (!st && dev != floor(dev)) st = dt_error(DT_ERR_ARG, "%s: the field \"devices_per_node\" must be a whole number", path);
     if (!st) {
@@ -65,9 +71,17 @@ static dt_status from_file(const char *path, dt_plan_hardware *h) {
         h->flops_f32 = f32 * 1e12, h->flops_lowp = lowp * 1e12, h->mem_bw = bw * 1e9;
         h->intra_alpha = ia * 1e-6, h->intra_beta = 1 / (ibw * 1e9), h->inter_alpha = xa * 1e-6, h->inter_beta = 1 / (xbw * 1e9);
         h->gemm_efficiency = eff, h->attention_efficiency = aeff;
+        h->reserved = reserved >= 0 ? reserved * 1e9 : -1;
     }
     cJSON_Delete(j);
     return st;
+}
+
+/* A device's memory that a job cannot have (GPUs; a CPU machine's available memory is the job's): unless given, 1 GiB
+ * for the CUDA context and NCCL's buffers and 5% for the caching allocator's fragmentation. */
+static void reserve(dt_plan_hardware *h) {
+    if (h->shared_memory) h->reserved = 0;
+    else if (h->reserved < 0) h->reserved = 1073741824.0 + 0.05 * h->memory;
 }
 
 dt_status dt_plan_hardware_get(const char *name, dt_plan_hardware *h) {
@@ -75,8 +89,12 @@ dt_status dt_plan_hardware_get(const char *name, dt_plan_hardware *h) {
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         if (!strcasecmp(name, presets[i].name)) {
             *h = presets[i];
+            h->reserved = -1; /* the default */
+            reserve(h);
             return DT_OK;
         }
-    if (access(name, R_OK) == 0) return from_file(name, h);
-    return dt_error(DT_ERR_ARG, "--hardware %s: not a preset (this, a100-40g, h100-80g) nor a readable JSON file", name);
+    if (access(name, R_OK) != 0) return dt_error(DT_ERR_ARG, "--hardware %s: not a preset (this, a100-40g, h100-80g) nor a readable JSON file", name);
+    dt_status st = from_file(name, h);
+    if (!st) reserve(h);
+    return st;
 }

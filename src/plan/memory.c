@@ -232,11 +232,11 @@ size_t dt_plan_available_memory(void) {
     return lim < avail ? lim : avail;
 }
 
-/* "26.5 GB", "1.53 GB" (a refusal near the edge must not read "needs 1.5 GB, 1.5 GB available"), or "12 MB" below a gigabyte. */
-static const char *fmt(double bytes, char *buf, size_t cap) {
-    if (bytes >= 10e9) snprintf(buf, cap, "%.1f GB", bytes / 1e9);
-    else if (bytes >= 1e9) snprintf(buf, cap, "%.2f GB", bytes / 1e9);
-    else snprintf(buf, cap, "%.0f MB", bytes / 1e6);
+const char *dt_plan_bytes_text(double bytes, char *buf, size_t cap) {
+    const double Mi = 1048576.0, Gi = 1073741824.0;
+    if (bytes >= 10 * Gi) snprintf(buf, cap, "%.1f GiB", bytes / Gi);
+    else if (bytes >= Gi) snprintf(buf, cap, "%.2f GiB", bytes / Gi);
+    else snprintf(buf, cap, "%.1f MiB", bytes / Mi);
     return buf;
 }
 
@@ -255,7 +255,7 @@ dt_status dt_plan_check_memory(const dt_plan_job *job, int stage_built) {
         dt_plan_memory_estimate(&alt, &a);
         char a1[32];
         len += (size_t)snprintf(others + len, sizeof others - len, "; %s needs %s%s%s", stage_name(s, job->dp),
-                                fmt(a.per_machine, a1, sizeof a1), a.per_machine <= avail ? " (fits" : " (does not fit",
+                                dt_plan_bytes_text(a.per_machine, a1, sizeof a1), a.per_machine <= avail ? " (fits" : " (does not fit",
                                 s > stage_built ? ", not built yet)" : ")");
         if (len >= sizeof others) break;
     }
@@ -269,7 +269,7 @@ dt_status dt_plan_check_memory(const dt_plan_job *job, int stage_built) {
         } while (a.per_machine > avail && alt.batch > 1);
         char a1[32];
         len += (size_t)snprintf(others + len, sizeof others - len, "; --batch %d with %dx the --grad-accum (the same global batch) "
-                                "needs %s%s", alt.batch, (job->batch + alt.batch - 1) / alt.batch, fmt(a.per_machine, a1, sizeof a1),
+                                "needs %s%s", alt.batch, (job->batch + alt.batch - 1) / alt.batch, dt_plan_bytes_text(a.per_machine, a1, sizeof a1),
                                 a.per_machine <= avail ? " (fits)" : " (does not fit)");
     }
     if (!job->recompute && len < sizeof others) {
@@ -278,13 +278,13 @@ dt_status dt_plan_check_memory(const dt_plan_job *job, int stage_built) {
         alt.recompute = 1;
         dt_plan_memory_estimate(&alt, &a);
         char a1[32];
-        len += (size_t)snprintf(others + len, sizeof others - len, "; --recompute needs %s%s", fmt(a.per_machine, a1, sizeof a1),
+        len += (size_t)snprintf(others + len, sizeof others - len, "; --recompute needs %s%s", dt_plan_bytes_text(a.per_machine, a1, sizeof a1),
                                 a.per_machine <= avail ? " (fits)" : " (does not fit)");
     }
     char b[7][32];
     return dt_error(DT_ERR_ARG, "%s needs %s on this machine (%d rank%s x %s: parameters %s, gradients %s, optimizer %s, "
                     "activations %s, buffers %s, tokens %s, the process %s), %s available%s",
-                    stage_name(job->stage, job->dp), fmt(m.per_machine, b[0], 32), job->local_ranks, job->local_ranks == 1 ? "" : "s",
-                    fmt(m.per_rank, b[1], 32), fmt(m.params, b[2], 32), fmt(m.grads, b[3], 32), fmt(m.optim, b[4], 32),
-                    fmt(m.acts, b[5], 32), fmt(m.comm, b[6], 32), fmt(m.data, (char[32]){ 0 }, 32), fmt(m.runtime, (char[32]){ 0 }, 32), fmt(avail, (char[32]){ 0 }, 32), others);
+                    stage_name(job->stage, job->dp), dt_plan_bytes_text(m.per_machine, b[0], 32), job->local_ranks, job->local_ranks == 1 ? "" : "s",
+                    dt_plan_bytes_text(m.per_rank, b[1], 32), dt_plan_bytes_text(m.params, b[2], 32), dt_plan_bytes_text(m.grads, b[3], 32), dt_plan_bytes_text(m.optim, b[4], 32),
+                    dt_plan_bytes_text(m.acts, b[5], 32), dt_plan_bytes_text(m.comm, b[6], 32), dt_plan_bytes_text(m.data, (char[32]){ 0 }, 32), dt_plan_bytes_text(m.runtime, (char[32]){ 0 }, 32), dt_plan_bytes_text(avail, (char[32]){ 0 }, 32), others);
 }

@@ -101,14 +101,11 @@ static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, c
     resident_of_timings(process, &now, &r->time.head_resident);
     if (process && now > process) r->job.process_bytes = now, r->job.head_process_bytes = r->time.head_resident;
     dt_plan_memory_estimate(&r->job, &r->mem);
-    r->fits = (h->shared_memory ? r->mem.per_machine : r->mem.per_rank) <= h->memory;
+    r->fits = (h->shared_memory ? r->mem.per_machine : r->mem.per_rank) <= h->memory - h->reserved;
     return DT_OK;
 }
 
-static const char *gb(double bytes, char *buf) {
-    snprintf(buf, 32, bytes >= 1e9 ? "%.2f GB" : "%.1f MB", bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
-    return buf;
-}
+static const char *gb(double bytes, char *buf) { return dt_plan_bytes_text(bytes, buf, 32); }
 
 static const char *stage_name(int s) { return s == 0 ? "ddp" : s == 1 ? "zero1" : s == 2 ? "zero2" : "zero3"; }
 
@@ -146,9 +143,10 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
     fprintf(f, "plan: %s%.3gB parameters (%d layers, %d channels, %d heads), %s x %d positions\n", r->job.arch.llama ? "Llama, " : "",
             np / 1e9, cfg->num_layers, cfg->channels, cfg->num_heads, lay, r->c.seq);
     int ranks = r->job.dp * (r->job.tp > 1 ? r->job.tp : 1) * (r->job.pp > 1 ? r->job.pp : 1);
-    fprintf(f, "hardware: %s, %d rank%s on %d machine%s, %d thread%s a rank; model states as %s; activations as %s\n", h->name,
-            ranks, ranks > 1 ? "s" : "", r->nodes,
-            r->nodes == 1 ? "" : "s", t->threads, t->threads == 1 ? "" : "s",
+    char threads[48] = "";
+    if (h->shared_memory) snprintf(threads, sizeof threads, ", %d thread%s a rank", t->threads, t->threads == 1 ? "" : "s");
+    fprintf(f, "hardware: %s, %d %s%s on %d machine%s%s; model states as %s; activations as %s\n", h->name, ranks,
+            h->shared_memory ? "rank" : "device", ranks > 1 ? "s" : "", r->nodes, r->nodes == 1 ? "" : "s", threads,
             r->job.paper_states ? "ZeRO's anatomy (16-bit parameters and gradients, K = 12)" : "dtrain allocates them",
             r->job.paper_acts ? "Megatron-LM keeps them (Korthikanti et al. 2022, scores not kept)" : "dtrain's arenas hold them");
     if (t->oversubscribed > 1)
@@ -164,11 +162,18 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
                 "gradients the shared-memory reduction reads in place, or ZeRO 2 and 3's pool mapped again over the store and the part of "
                 "each peer's shard its reductions write)\n",
                 gb(m->mapped, b[11]));
-    fprintf(f, "memory per rank (the largest):\n  parameters %s (16-bit copy %s)\n  gradients %s\n  optimizer %s\n  activations %s\n"
-               "  buffers %s\n  token files %s\n  the process %s\n  total %s; x %d rank%s a machine = %s: %s %s\n",
-            gb(m->params + m->lowp, b[0]), gb(m->lowp, b[1]), gb(m->grads, b[2]), gb(m->optim, b[3]), gb(m->acts, b[4]), gb(m->comm, b[5]),
-            gb(m->data, b[6]), gb(m->runtime, b[7]), gb(m->per_rank, b[8]), r->job.local_ranks, r->job.local_ranks == 1 ? "" : "s",
-            gb(m->per_machine, b[9]), r->fits ? "fits in" : "does NOT fit in", gb(h->memory, b[10]));
+    fprintf(f, "memory per %s (the largest):\n  parameters %s (16-bit copy %s)\n  gradients %s\n  optimizer %s\n  activations %s\n"
+               "  buffers %s\n", h->shared_memory ? "rank" : "device", gb(m->params + m->lowp, b[0]), gb(m->lowp, b[1]), gb(m->grads, b[2]),
+            gb(m->optim, b[3]), gb(m->acts, b[4]), gb(m->comm, b[5]));
+    if (h->shared_memory) /* a CPU machine: its ranks share its memory, token files and processes included */
+        fprintf(f, "  token files %s\n  the process %s\n  total %s; x %d rank%s a machine = %s: %s %s\n", gb(m->data, b[6]),
+                gb(m->runtime, b[7]), gb(m->per_rank, b[8]), r->job.local_ranks, r->job.local_ranks == 1 ? "" : "s",
+                gb(m->per_machine, b[9]), r->fits ? "fits in" : "does NOT fit in", gb(h->memory, b[10]));
+    else /* a device: its own memory, less what the runtime keeps of it */
+        fprintf(f, "  total %s a device: %s the %s of a %s device less %s kept for the CUDA context, NCCL's buffers and the "
+                "allocator's fragmentation (%.0f%% of the usable memory)\n", gb(m->per_rank, b[8]), r->fits ? "fits in" : "does NOT fit in",
+                gb(h->memory - h->reserved, b[9]), gb(h->memory, b[10]), gb(h->reserved, b[11]),
+                100 * m->per_rank / (h->memory - h->reserved));
     fprintf(f, "step time (predicted, ms): matmul %.1f, attention %.1f, elementwise %.1f, optimizer %.1f, 16-bit copies by unit %.1f, "
                "gradient pages %.1f, data-parallel %.1f (%.1f exposed), tensor-parallel %.1f (%.1f of it waiting for the slower rank), context-parallel %.1f, pipeline transfers %.1f, bubble %.1f\n"
                "  step %.1f ms, %.0f tokens/s\n",
@@ -324,8 +329,9 @@ static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_
                                 char lay[256], why[600];
                                 if (!st && !r.fits) {
                                     char b1[32], b2[32];
-                                    snprintf(why, sizeof why, "needs %s a %s, %s available", gb(h->shared_memory ? r.mem.per_machine : r.mem.per_rank, b1),
-                                             h->shared_memory ? "machine" : "device", gb(h->memory, b2));
+                                    snprintf(why, sizeof why, "needs %s a %s, %s available%s", gb(h->shared_memory ? r.mem.per_machine : r.mem.per_rank, b1),
+                                             h->shared_memory ? "machine" : "device", gb(h->memory - h->reserved, b2),
+                                             h->reserved > 0 ? " (the runtime's headroom left out)" : "");
                                 } else if (st) snprintf(why, sizeof why, "%s", dt_last_error());
                                 if (st || !r.fits) {
                                     describe(&t, dp, tp, pp, cp, stage, lay, sizeof lay);
@@ -374,7 +380,7 @@ static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_
             describe_result(&ok[i], lay, sizeof lay);
             fprintf(f, "%4d%c %9.0f tok/s  step %9.1f ms  %s a %s  %s\n", group[i], i && group[i] == group[i - 1] ? '=' : '.',
                     ok[i].time.tok_per_s, 1e3 * ok[i].time.step, gb(h->shared_memory ? ok[i].mem.per_machine : ok[i].mem.per_rank, b1),
-                    h->shared_memory ? "machine" : "rank", lay);
+                    h->shared_memory ? "machine" : "device", lay);
         }
         if (nrej) fprintf(f, "do not run or fit:\n");
         for (cJSON *it = rejected->child; it; it = it->next)
