@@ -223,6 +223,15 @@ static void rowdot_checks(void) {
             }
             free(x); free(w);
         }
+        /* one row long enough to share among the threads (an unpacked f32 Linear at batch 1: the AVX2 path's decoding),
+         * its outputs not a whole number of tiles */
+        int K = 768, O = 131, n = 13;
+        float *x = malloc(sizeof(float) * (size_t)n * K), *w = malloc(sizeof(float) * (size_t)O * K), b[131];
+        fill(x, (size_t)n * K, 7);
+        fill(w, (size_t)O * K, 8);
+        fill(b, 131, 9);
+        check_linear("rowdot f32, a long row", x, w, b, NULL, false, n, K, O, t);
+        free(x); free(w);
     }
 }
 

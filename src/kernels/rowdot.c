@@ -347,19 +347,25 @@ static void rows_range(const call *c, float *out, int p0, int p1, uint16_t *wb) 
 /* One row against f32 rows in place: tiles straight along the outputs, none of the panels' bookkeeping, which
  * cost more than the products at short rows (attention's 64-input keys, before they had their own layout and
  * kernel in attend.c: decoding batch 8 after a 512-token prompt went 181-189 -> 201-202 tokens/s in f32 on a Zen
- * 5). AVX-512: 8 outputs a tile; AVX2: 6. The same sums as every path. */
+ * 5). AVX-512: 8 outputs a tile; AVX2: 6. The tiles shared among the threads where the row is long enough (an
+ * unpacked f32 Linear at batch 1, the AVX2 path's whole decoding, ran on one thread: Zen 3, 124M, 21.5 tokens/s on
+ * one, 21.0 on two); each output is the same tile's whatever thread runs it, so the same sums as every path. */
 static void one_row(float *out, const float *x, const float *w, const float *bias, int K, int O) {
     view v = panel_view(w, sizeof(float), 0, O, K, false); /* output o at o * K, as in panel 0 */
     int o = 0;
 #if HAVE_AVX2_PATH
-    float res[RES_LD];
     int level = dt_kernels_simd(), tw = level == DT_SIMD_AVX512 ? WIDE_OUTPUTS : level == DT_SIMD_AVX2 ? ROW_OUTPUTS : O + 1;
-    for (; o + tw <= O; o += tw) {
-        const float *wo = w + (size_t)o * K, *to = wo + (K & ~7);
+    int tiles = O / tw;
+    bool threads = (double)K * O >= 65536 && !omp_in_parallel();
+    #pragma omp parallel for schedule(static) if (threads)
+    for (int j = 0; j < tiles; j++) {
+        float res[RES_LD];
+        const float *wo = w + (size_t)j * tw * K, *to = wo + (K & ~7);
         if (level == DT_SIMD_AVX512) wide_f32_1(res, x, (size_t)K, wo, (size_t)K, 8, to, (size_t)K, K, 0);
         else tile_f32_1(res, x, (size_t)K, wo, (size_t)K, 8, to, (size_t)K, K, 0);
-        put(out, res, 0, 1, o, tw, NULL, bias, O);
+        put(out, res, 0, 1, j * tw, tw, NULL, bias, O);
     }
+    o = tiles * tw;
 #endif
     for (; o < O; o++) {
         float s = dot_portable(x, &v, o, K);
