@@ -117,7 +117,11 @@ start_train() {
     rig_mpirun -np 2 --map-by node --output-filename "$dir/ranks" "$DTRAIN" train "${model[@]:0:${#model[@]}-3}" --steps 1000000 "$@" \
         > "$dir/job.out" 2> "$dir/job.err" &
     job=$!
-    for ((i = 0; i < 300; i++)); do grep -q "^step 5/" "$dir/job.out" && break; sleep 0.1; done
+    # the fault goes in once the job runs, however long a busy machine takes to start it (a fixed 30 s once pulled
+    # the cable before any rank existed: "gone after 0.0 s"); started says whether it did within 3 minutes
+    started=0
+    for ((i = 0; i < 1800; i++)); do grep -q "^step 5/" "$dir/job.out" && started=1 && break; sleep 0.1; done
+    [ $started = 1 ] || fail "the training job across the machines did not reach step 5 in 180 s: $(tail -3 "$dir/job.err")"
 }
 # finish_job T0 LIMIT: waits for both dtrain ranks to end (at most LIMIT s; secs: their time since T0), then for
 # mpirun (whose daemon on an unreachable machine is Open MPI's to wait for: ended after 5 s more)

@@ -37,8 +37,15 @@ rig_remove() {
         pids=$(ip netns pids "$m" 2> /dev/null)
         [ -n "$pids" ] && kill -9 $pids 2> /dev/null
     done
+    # until none is left: a daemon that forked as the first kill went out (Open MPI's, once, outlived the test) is
+    # killed on the next round
     for m in $(ip netns list 2> /dev/null | awk '{print $1}' | grep "^$prefix-"); do
-        for ((t = 0; t < 50; t++)); do [ -z "$(ip netns pids "$m" 2> /dev/null)" ] && break; sleep 0.1; done
+        for ((t = 0; t < 50; t++)); do
+            pids=$(ip netns pids "$m" 2> /dev/null)
+            [ -z "$pids" ] && break
+            kill -9 $pids 2> /dev/null
+            sleep 0.1
+        done
         ip netns del "$m" 2> /dev/null
     done
 }
