@@ -25,14 +25,18 @@ refused() { # WHAT EXPECTED ARGS...
     else fail "$what: $(echo "$out" | tail -2)"; fi
 }
 # Rank 1 of a training job ("$DTRAIN" train ARGS, in the background)
-# killed by SIGKILL after WAIT seconds: the job ends within a second (the
-# promise; 30x what it takes), and the first error another rank says names
-# rank 1 and matches PATTERN (a grep pattern; "." for any).
+# killed by SIGKILL WAIT seconds after its first step: the job ends within a
+# second (the promise; 30x what it takes), and the first error another rank
+# says names rank 1 and matches PATTERN (a grep pattern; "." for any). The
+# first step is waited for (a busy machine may take long to start the ranks:
+# a kill before they trained found them joining the world).
 killed_rank1() { # WHAT WAIT PATTERN ARGS...
-    local what=$1 wait=$2 pattern=$3 launcher victim="" t0 secs said p
+    local what=$1 wait=$2 pattern=$3 launcher victim="" t0 secs said p i
     shift 3
-    "$DTRAIN" train "$@" > /dev/null 2> "$dir/kill.err" &
+    rm -f "$dir/kill.jsonl"
+    "$DTRAIN" train "$@" --metrics "$dir/kill.jsonl" > /dev/null 2> "$dir/kill.err" &
     launcher=$!
+    for ((i = 0; i < 1200; i++)); do [ -s "$dir/kill.jsonl" ] && break; sleep 0.05; done
     sleep "$wait"
     for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && victim=$p; done
     if [ -z "$victim" ]; then fail "$what: rank 1 not found"; kill $launcher; wait $launcher; return; fi

@@ -70,18 +70,24 @@ for n in 2 4; do
 done
 
 # kill -9 of the launcher: the ranks go with it, nothing is left.
+# (its 3 ranks waited for, however long a busy machine takes to start them; their end waited for up to 5 s, the
+# signal's delivery and exit being the kernel's to schedule)
 "$DTRAIN" launch -n 3 -- "$PROG" hang 2>/dev/null &
 lpid=$!
-sleep 0.5
+for ((i = 0; i < 600; i++)); do [ "$(pgrep -P $lpid | wc -l)" -ge 3 ] && break; sleep 0.05; done
+sleep 0.2
 kids=$(pgrep -P $lpid | tr '\n' ' ')
 kill -9 $lpid
 { wait $lpid; } 2>/dev/null
-sleep 0.3
-left=0
-for k in $kids; do
-    # a zombie is dead, whether or not anyone has reaped it yet
-    state=$(awk '{print $3}' /proc/$k/stat 2>/dev/null)
-    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ] && left=$((left + 1))
+for ((i = 0; i < 100; i++)); do
+    left=0
+    for k in $kids; do
+        # a zombie is dead, whether or not anyone has reaped it yet
+        state=$(awk '{print $3}' /proc/$k/stat 2>/dev/null)
+        [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ] && left=$((left + 1))
+    done
+    [ $left -eq 0 ] && break
+    sleep 0.05
 done
 [ -n "$kids" ] && ok || fail "launcher kill: no ranks were running"
 [ $left -eq 0 ] && ok || fail "launcher kill: $left ranks still running after the launcher died"

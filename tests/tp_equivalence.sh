@@ -160,9 +160,11 @@ refused "--sp without --tp" "--sp splits the sequence over the tensor-parallel r
 refused "--tp 2 on an image model" "--tp 2: not with an image model" --model mlp --nproc 2 --tp 2
 # a rank killed in the middle of a layer: the other names it and the collective it was in (or, when
 # the death is seen between two collectives, the one it last finished), within a second
-"$DTRAIN" train "${common[@]}" --vocab 256 --batch 4 --nproc 2 --tp 2 --steps 1000000 > /dev/null 2> "$dir/kill.err" &
+# (after the first step, however long a busy machine takes to start the ranks)
+"$DTRAIN" train "${common[@]}" --vocab 256 --batch 4 --nproc 2 --tp 2 --steps 1000000 --metrics "$dir/kill.jsonl" > /dev/null 2> "$dir/kill.err" &
 launcher=$!
-sleep 1.5
+for ((i = 0; i < 1200; i++)); do [ -s "$dir/kill.jsonl" ] && break; sleep 0.05; done
+sleep 0.5
 victim=""
 for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && victim=$p; done
 if [ -z "$victim" ]; then

@@ -161,6 +161,12 @@ dt_status dt_comm_init(dt_comm **world) {
     dt_launch_kind kind;
     dt_status st = dt_comm_detect_launch(&kind);
     if (st) return st;
+    /* the rank the launcher gave, in every line from here: a peer that dies while the world is still being joined makes
+     * this rank say so before the world exists (without it, a rank killed early left its peers' errors unattributed) */
+    static const char *const rank_vars[] = { "DTRAIN_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK" };
+    long given;
+    for (size_t i = 0; i < sizeof rank_vars / sizeof *rank_vars; i++)
+        if (kind != DT_LAUNCH_NONE && env_int(rank_vars[i], &given)) { dt_log_set_rank((int)given); break; }
     if (kind == DT_LAUNCH_LOCAL && env_int("DTRAIN_SHM_FD", &fd)) {
         st = init_launched(fd, world);
     }

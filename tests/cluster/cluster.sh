@@ -112,13 +112,15 @@ rank_pid() { # MACHINE: the dtrain rank running there
 }
 # start_train: a long run on both machines in the background; its output in $dir/job.*
 start_train() {
-    # each rank's output also in a file written on its own machine: a machine cut off cannot send it to mpirun
-    rm -rf "$dir/ranks"
+    # each rank's output also in a file written on its own machine: a machine cut off cannot send it to mpirun.
+    # The last job's output goes first: the wait below read its "step 5" before the new job's redirection (in the
+    # background) had emptied the file, and pulled the cable before any rank of the new one existed ("gone after 0.0 s")
+    rm -rf "$dir/ranks" "$dir/job.out" "$dir/job.err"
     rig_mpirun -np 2 --map-by node --output-filename "$dir/ranks" "$DTRAIN" train "${model[@]:0:${#model[@]}-3}" --steps 1000000 "$@" \
         > "$dir/job.out" 2> "$dir/job.err" &
     job=$!
-    # the fault goes in once the job runs, however long a busy machine takes to start it (a fixed 30 s once pulled
-    # the cable before any rank existed: "gone after 0.0 s"); started says whether it did within 3 minutes
+    # the fault goes in once the job runs, however long a busy machine takes to start it; started says whether it did
+    # within 3 minutes
     started=0
     for ((i = 0; i < 1800; i++)); do grep -q "^step 5/" "$dir/job.out" && started=1 && break; sleep 0.1; done
     [ $started = 1 ] || fail "the training job across the machines did not reach step 5 in 180 s: $(tail -3 "$dir/job.err")"
