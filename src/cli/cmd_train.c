@@ -149,27 +149,35 @@ static const dt_cli_flag flags[] = {
 /* A numeric flag: where it goes and its range (whole numbers only where int). */
 typedef struct { const char *name; double lo, hi; int whole; void *out; char kind; } num_flag; /* kind: i int, f float, d double, u u64 */
 
+/* The settings under the flags: a resumed run's own first, then the config file's over them; warnings said once per
+ * job. 0, or an exit code (2: said). */
+static int base_settings(int argc, char **argv, dt_train_config *c) {
+    int rc = 0;
+    if (!dt_comm_first_voice()) dt_log_set_level(DT_LOG_ERROR);
+    for (int i = 1; i + 1 < argc && !rc; i++)
+        if (!strcmp(argv[i], "--resume") && dt_checkpoint_read_settings(argv[i + 1], c)) {
+            dt_log(DT_LOG_ERROR, "--resume %s: %s", argv[i + 1], dt_last_error());
+            rc = 2;
+        }
+    int saved_accum = c->grad_accum;
+    for (int i = 1; i + 1 < argc && !rc; i++)
+        if (!strcmp(argv[i], "--config") && dt_train_config_load(argv[i + 1], c)) {
+            dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+            rc = 2;
+        }
+    /* an accumulation (or DeepSpeed's global batch) given by hand is the run's from here: not kept from the checkpoint */
+    if (c->grad_accum != saved_accum || c->train_batch_size) c->resume_batch = 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--grad-accum") || !strcmp(argv[i], "--micro-batches")) c->resume_batch = 0;
+    dt_log_set_level(DT_LOG_INFO);
+    return rc;
+}
+
 int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *out) {
     dt_train_config c;
     dt_train_defaults(&c);
-    /* A resumed run's own settings first, then the config file, then the flags over both; warnings said once per job. */
-    if (!dt_comm_first_voice()) dt_log_set_level(DT_LOG_ERROR);
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--resume") && dt_checkpoint_read_settings(argv[i + 1], &c)) {
-            dt_log(DT_LOG_ERROR, "--resume %s: %s", argv[i + 1], dt_last_error());
-            return 2;
-        }
-    int saved_accum = c.grad_accum;
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--config") && dt_train_config_load(argv[i + 1], &c)) {
-            dt_log(DT_LOG_ERROR, "%s", dt_last_error());
-            return 2;
-        }
-    /* an accumulation (or DeepSpeed's global batch) given by hand is the run's from here: not kept from the checkpoint */
-    if (c.grad_accum != saved_accum || c.train_batch_size) c.resume_batch = 0;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--grad-accum") || !strcmp(argv[i], "--micro-batches")) c.resume_batch = 0;
-    dt_log_set_level(DT_LOG_INFO);
+    int rc0 = base_settings(argc, argv, &c);
+    if (rc0) return rc0;
     dt_optim_kind kind = c.opt.kind;
     double betas[2] = { c.opt.beta1, c.opt.beta2 }, eps = c.opt.eps, wd = c.opt.weight_decay, mom = c.opt.momentum,
            trust = c.opt.trust_coef;
