@@ -255,13 +255,15 @@ if [ -n "$MPIEXEC" ]; then
     big=(--data "$dir/train.bin" --layers 4 --channels 256 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 2 --threads 1 --steps 2 --quiet)
     mem() { local avail=$1; shift; OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 \
             DTRAIN_FAKE_NODES=2 DTRAIN_MEMORY_AVAILABLE=$avail "$MPIEXEC" --oversubscribe -np 2 "$DTRAIN" train "${big[@]}" "$@" 2>&1; }
-    need_dp=$(mem 1M --pp 1 | grep -o 'ddp needs [0-9]* MB' | head -1 | grep -o '[0-9]*')
-    need_pp=$(mem 1M --pp 2 | grep -o 'this run needs [0-9]* MB' | head -1 | grep -o '[0-9]*')
+    # (MiB with a decimal, as the runs report memory: rounded up to whole MiB for DTRAIN_MEMORY_AVAILABLE)
+    whole_mib() { grep -o '[0-9.]* MiB' | head -1 | awk '{ printf "%d", $1 + 0.999 }'; }
+    need_dp=$(mem 1M --pp 1 | grep -o 'ddp needs [0-9.]* MiB' | whole_mib)
+    need_pp=$(mem 1M --pp 2 | grep -o 'this run needs [0-9.]* MiB' | whole_mib)
     if [ -n "$need_dp" ] && [ -n "$need_pp" ] && [ "$need_pp" -lt "$need_dp" ]; then
         mid=$(((need_dp + need_pp) / 2))
         dpout=$(mem ${mid}M --pp 1) ppout=$(mem ${mid}M --pp 2)
-        echo "$dpout" | grep -q "ddp needs .* MB on this machine" && ! echo "$ppout" | grep -q "needs .* MB on this machine" &&
-            ok "memory check per stage: 2 stages need $need_pp MB a machine, 2 data-parallel ranks $need_dp MB; with $mid MB the stages run" ||
+        echo "$dpout" | grep -q "ddp needs .* MiB on this machine" && ! echo "$ppout" | grep -q "needs .* MiB on this machine" &&
+            ok "memory check per stage: 2 stages need $need_pp MiB a machine, 2 data-parallel ranks $need_dp MiB; with $mid MiB the stages run" ||
             fail "memory check with --pp at $mid MB: DP: $(echo "$dpout" | grep -m1 error | cut -c1-120); PP: $(echo "$ppout" | grep -m1 error | cut -c1-120)"
     else
         fail "memory check with --pp: the needs read were '$need_dp' (DP 2) and '$need_pp' (PP 2)"

@@ -224,7 +224,7 @@ truncate -s 1000 "$dir/bad/step-00000020/optim.f32"
 
 # a job that would not fit this machine is refused before it allocates, naming the stages that would
 DTRAIN_MEMORY_AVAILABLE=1M "$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --steps 2 > /dev/null 2> "$dir/err"; rc=$?
-[ $rc -ne 0 ] && grep -q 'ddp needs [0-9.]* [MG]B on this machine (2 ranks x .*available; --zero 1 needs .*; --zero 3 needs' "$dir/err" \
+[ $rc -ne 0 ] && grep -q 'ddp needs [0-9.]* [MG]iB on this machine (2 ranks x .*available; --zero 1 needs .*; --zero 3 needs' "$dir/err" \
     && ok "too big for the machine: $(grep -m1 'needs' "$dir/err" | cut -c1-200)" || fail "memory refusal: exit $rc, $(head -2 "$dir/err")"
 grep -q -- '--batch 1 with 2x the --grad-accum (the same global batch) needs .*; --recompute needs' "$dir/err" &&
     [ "$(grep -c 'ddp needs' "$dir/err")" = 1 ] && ok "... suggesting smaller micro-batches and --recompute, said once" ||
