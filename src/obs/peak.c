@@ -141,7 +141,10 @@ static dt_status save(const char *key, double value) {
     return st;
 }
 
-dt_status dt_peak_save(double gflops) { return save(SGEMM, gflops); }
+dt_status dt_peak_save(double gflops) {
+    dt_status st = save(SGEMM, gflops);
+    return st ? st : save(SGEMM "_disturbed", 0); /* measured by hand: no longer marked */
+}
 
 bool dt_peak_lookup(const char *key, double *value) { return lookup(key, value); }
 
@@ -161,9 +164,19 @@ static double measured_quietly(double (*measure)(int), int arg, bool *quiet) {
     return best;
 }
 
-/* The cache's rate under key, else measure(1) now, cached where no other work disturbed it. */
+/* The cache's rate under key, else measure(1) now, cached. One measured while other work used the machine is cached
+ * all the same (measuring again at every run of a busy machine cost each run seconds: a test of many short runs ran past
+ * its time), marked so: MFU then says its peak was measured on a busy machine, until dtrain bench gemm measures it again. */
 static dt_status cached_or_measured(const char *key, double (*measure)(int), double *gflops, const char **source) {
-    if ((*gflops = cached(key)) > 0) { *source = "cached (~/.cache/dtrain/peak.json)"; return DT_OK; }
+    char mark[96];
+    snprintf(mark, sizeof mark, "%s_disturbed", key);
+    double disturbed = 0;
+    if ((*gflops = cached(key)) > 0) {
+        *source = dt_peak_lookup(mark, &disturbed) && disturbed > 0
+                      ? "cached, measured while the machine was busy: dtrain bench gemm measures it again"
+                      : "cached (~/.cache/dtrain/peak.json)";
+        return DT_OK;
+    }
     int threads = dt_kernels_threads();
     bool quiet;
     *gflops = measured_quietly(measure, 1, &quiet);
@@ -174,12 +187,11 @@ static dt_status cached_or_measured(const char *key, double (*measure)(int), dou
         return bf16 ? dt_error(DT_ERR_UNSUPPORTED, "peak: no bf16 GEMM on this machine, or out of memory for its measurement")
                     : dt_error(DT_ERR_NOMEM, "peak: out of memory for the sgemm measurement");
     if (!quiet) {
-        dt_log(DT_LOG_WARN, "peak: other work used this machine during the measurement (three tries): %.1f GFLOP/s is used "
-               "for this run and not cached (dtrain bench gemm measures it again)", *gflops);
+        dt_log(DT_LOG_WARN, "peak: other work used this machine during the measurement (three tries): %.1f GFLOP/s, kept and "
+               "marked (dtrain bench gemm measures it again)", *gflops);
         *source = bf16 ? "measured now, disturbed (bf16 GEMM, 1 thread)" : "measured now, disturbed (sgemm, 1 thread)";
-    } else if (save(key, *gflops)) {
-        dt_log(DT_LOG_WARN, "peak: not cached (%s)", dt_last_error());
     }
+    if (save(key, *gflops) || save(mark, quiet ? 0 : 1)) dt_log(DT_LOG_WARN, "peak: not cached (%s)", dt_last_error());
     return DT_OK;
 }
 
