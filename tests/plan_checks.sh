@@ -136,7 +136,7 @@ plan_refused "a hardware file without a field" '"inter_node_bandwidth_gbs" is mi
 sed 's/"memory_gb": 80/"memory_gb": -80/' "$dir/hw1.json" > "$dir/hw2.json"
 plan_refused "a negative field" '"memory_gb" must be a number above 0' --model 124M --hardware "$dir/hw2.json"
 sed 's/"inter_node_latency_us": 10/"inter_node_latency_us": 10, "inter_node_bandwidth_gbs": 50/' "$dir/hw1.json" > "$dir/hw3.json"
-out=$("$DTRAIN" plan --model 124M --nproc 16 --hardware "$dir/hw3.json" --json 2>&1)
+out=$("$DTRAIN" plan --model 124M --nproc 16 --hardware "$dir/hw3.json" --json 2>> "$dir/json.err")
 echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert o['fits'] in (True, False) and o['step_ms'] > 0" 2> /dev/null &&
     ok "a complete hardware file is read (124M on 16 of its devices)" || fail "a complete hardware file: $out"
 
@@ -144,7 +144,7 @@ echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert o['fit
 # another (a link and a GEMM rate slow enough that the reduction and backward take about as long, 0.3 MiB buckets: what is
 # left when backward ends is well above the reduction less all of backward, which the first bucket's wait rules out)
 sed 's/"inter_node_bandwidth_gbs": 50/"inter_node_bandwidth_gbs": 0.01/; s/"tflops_f32": 60/"tflops_f32": 0.01/' "$dir/hw3.json" > "$dir/hw4.json"
-"$DTRAIN" plan "${common[@]}" --nproc 2 --nodes 2 --bucket-mb 0.3 --hardware "$dir/hw4.json" --json > "$dir/hw4.out" 2>&1
+"$DTRAIN" plan "${common[@]}" --nproc 2 --nodes 2 --bucket-mb 0.3 --hardware "$dir/hw4.json" --json > "$dir/hw4.out" 2>> "$dir/json.err"
 python3 - "$dir/hw4.out" > "$dir/hw4.txt" 2>&1 << 'EOF2' &&
 import json, sys
 o = json.load(open(sys.argv[1])); t = o["breakdown"]["time_ms"]
@@ -164,7 +164,7 @@ EOF2
 # this machine's bandwidth and attention rate: measured once (unless given, as under TSan) and kept beside the GEMM
 # peak in the cache, then read from there: a planted slow optimizer rate and attention slow the plan's step
 cache=$dir/cache
-XDG_CACHE_HOME=$cache "$DTRAIN" plan "${common[@]}" --json > "$dir/c1.json" 2>&1
+XDG_CACHE_HOME=$cache "$DTRAIN" plan "${common[@]}" --json > "$dir/c1.json" 2>> "$dir/json.err"
 if [ -z "${DTRAIN_MEMORY_BANDWIDTH:-}" ]; then
     python3 -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['memory_gbs_all_cores'] > 0 and c['attention_gflops_per_thread'] > 0 and c['optimizer_gbs_one_core'] > 0 and c['optimizer_gbs_all_cores'] > 0 and c['gemm_slowdown_all_cores_busy'] >= 1" \
         "$cache/dtrain/peak.json" 2> /dev/null && ok "this machine's rates cached: $(cat "$cache/dtrain/peak.json")" ||
@@ -175,14 +175,14 @@ fi
 mkdir -p "$dir/cacheb/dtrain"
 python3 -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['blas']; c['blas']='OpenBLAS Elsewhere'; c['sgemm_gflops_per_thread']=0.001
 json.dump(c, open(sys.argv[2], 'w'))" "$cache/dtrain/peak.json" "$dir/cacheb/dtrain/peak.json" 2> "$dir/cacheb.err"
-XDG_CACHE_HOME=$dir/cacheb "$DTRAIN" plan "${common[@]}" --json > "$dir/cb.json" 2>&1
+XDG_CACHE_HOME=$dir/cacheb "$DTRAIN" plan "${common[@]}" --json > "$dir/cb.json" 2>> "$dir/json.err"
 python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); assert a['blas'] == b['blas'] != 'OpenBLAS Elsewhere' and b['sgemm_gflops_per_thread'] > 1, (a, b)" \
     "$cache/dtrain/peak.json" "$dir/cacheb/dtrain/peak.json" 2>> "$dir/cacheb.err" &&
     ok "a cache of another BLAS kernel set is measured again: $(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c['blas'], round(c['sgemm_gflops_per_thread'], 1), 'GFLOP/s')" "$dir/cacheb/dtrain/peak.json")" ||
     fail "a cache of another BLAS kernel set: $(tail -2 "$dir/cacheb.err")"
 # the first plan (which measured the rates) counts the same process as the next (which read them): the measurements' buffers are
 # not a rank's (they once made the first 38 MB larger)
-XDG_CACHE_HOME=$cache "$DTRAIN" plan "${common[@]}" --json > "$dir/c1b.json" 2>&1
+XDG_CACHE_HOME=$cache "$DTRAIN" plan "${common[@]}" --json > "$dir/c1b.json" 2>> "$dir/json.err"
 if [ -z "$SANITIZER" ]; then
     python3 -c "import json,sys; a,b=(json.load(open(f))['breakdown']['memory']['process'] for f in sys.argv[1:]); assert abs(a - b) < 5e6, (a, b)
 print('%.1f MB, then %.1f MB' % (a / 1e6, b / 1e6))" "$dir/c1.json" "$dir/c1b.json" > "$dir/proc.txt" 2>&1 &&
@@ -197,7 +197,7 @@ c.update(memory_gbs_all_cores=1000, attention_gflops_per_thread=0.05, optimizer_
          lp_fresh_gbs_one_core=0.05)
 json.dump(c, open(sys.argv[1], "w"))
 EOF2
-XDG_CACHE_HOME=$cache env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan "${common[@]}" --json > "$dir/c2.json" 2>&1
+XDG_CACHE_HOME=$cache env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan "${common[@]}" --json > "$dir/c2.json" 2>> "$dir/json.err"
 python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); o=lambda x: x['breakdown']['time_ms']['optimizer']
 assert b['step_ms'] > 10 * a['step_ms'] and o(b) > 10 * o(a), (a, b)" "$dir/c1.json" "$dir/c2.json" 2> /dev/null &&
     ok "the cached rates are read: the optimizer's 0.05 GB/s (the streams' 1000) and attention's 0.05 GFLOP/s planted, the step $(python3 -c "import json,sys; print('%.0f ms against %.0f' % tuple(json.load(open(f))['step_ms'] for f in sys.argv[1:][::-1]))" "$dir/c1.json" "$dir/c2.json")" ||
@@ -214,7 +214,7 @@ for run in "cache5 3" "cache 3" "cache5 1"; do
     set -- $run
     [ "$1" = cache ] && xdg=$cache || xdg=$dir/cache5
     lp+=("$(XDG_CACHE_HOME=$xdg env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan "${common[@]}" --nproc 2 \
-        --precision bf16 --zero "$2" --json 2>&1 | python3 -c "import json,sys; print(json.load(sys.stdin)['breakdown']['time_ms']['lp_units'])" 2>&1)")
+        --precision bf16 --zero "$2" --json 2>> "$dir/json.err" | python3 -c "import json,sys; print(json.load(sys.stdin)['breakdown']['time_ms']['lp_units'])" 2>&1)")
 done
 python3 -c "import sys; a,b,c=map(float,sys.argv[1:]); assert a > 0 and abs(b - 100 * a) < 1e-6 * b and c == 0" "${lp[@]}" 2> /dev/null &&
     ok "ZeRO-3 bf16's 16-bit copies by unit: ${lp[0]} ms a step at 5 GB/s, ${lp[1]} at 0.05, ZeRO-1's ${lp[2]}" ||
@@ -232,7 +232,7 @@ gp=()
 for run in "pool5 --zero=2 1" "pool0.05 --zero=2 1" "pool5 --zero=1 1" "pool0.05 --zero=1 1" "pool5 --zero=2 2" "pool0.05 --zero=2 2" "pool5 --dp=2 1"; do
     set -- $run
     gp+=("$(XDG_CACHE_HOME=$dir/$1 env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan "${common[@]}" --nproc 2 \
-        "$2" --batch 4 --grad-accum "$3" --json 2>&1 | python3 -c "import json,sys; print(json.load(sys.stdin)['breakdown']['time_ms']['grad_pages'])" 2>&1)")
+        "$2" --batch 4 --grad-accum "$3" --json 2>> "$dir/json.err" | python3 -c "import json,sys; print(json.load(sys.stdin)['breakdown']['time_ms']['grad_pages'])" 2>&1)")
 done
 python3 -c "import sys; z2,z2s,z1,z1s,a,as_,ddp=map(float,sys.argv[1:]); assert z2 > 0 and abs(z2s - 100 * z2) < 1e-6 * z2s
 assert z1 > 0 and z1 == z1s and a == as_ and abs(a - z1) < 1e-6 * z1 and ddp == 0" "${gp[@]}" 2> /dev/null &&
@@ -260,7 +260,7 @@ for k in 1 11; do
         "$dir/cache5/dtrain/peak.json" "$dir/busy$k/dtrain/peak.json" "$k"
     for n in 1 2; do
         XDG_CACHE_HOME=$dir/busy$k DTRAIN_LINEAR_GFLOPS=20 env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan \
-            "${common[@]}" --nproc $n --json > "$dir/busy$k-$n.json" 2>&1
+            "${common[@]}" --nproc $n --json > "$dir/busy$k-$n.json" 2>> "$dir/json.err"
     done
 done
 python3 - "$dir" "$(getconf _NPROCESSORS_ONLN)" > "$dir/busy.txt" 2>&1 << 'EOF2' &&
@@ -279,7 +279,7 @@ EOF2
 # moves): compute slowed by the extra work their switches cost, measured now with the job's largest block Linear in as
 # many processes: at least 1, and not the 2x of the sharing itself
 np2=$((2 * $(getconf _NPROCESSORS_ONLN)))
-"$DTRAIN" plan "${common[@]}" --nproc $np2 --json > "$dir/shared.json" 2>&1
+"$DTRAIN" plan "${common[@]}" --nproc $np2 --json > "$dir/shared.json" 2>> "$dir/json.err"
 python3 -c "import json,sys; b=json.load(open(sys.argv[1]))['breakdown']
 assert b['oversubscribed'] == 2 and 1 <= b['beside'] < 1.5, b
 print('%d ranks on %d cores: compute %.3gx slower than their share' % (int(sys.argv[2]), int(sys.argv[2]) // 2, b['beside']))" \
@@ -288,7 +288,7 @@ print('%d ranks on %d cores: compute %.3gx slower than their share' % (int(sys.a
 # under an affinity mask narrower than the machine the busy-cores slowdown is not measured (its neighbours would share the
 # planner's own core) and nothing is cached for it
 if [ "$(nproc --all)" -gt 1 ] && command -v taskset > /dev/null; then
-    XDG_CACHE_HOME=$dir/cachet taskset -c 0 "$DTRAIN" plan "${common[@]}" --nproc 2 --json > "$dir/t.json" 2>&1
+    XDG_CACHE_HOME=$dir/cachet taskset -c 0 "$DTRAIN" plan "${common[@]}" --nproc 2 --json > "$dir/t.json" 2>> "$dir/json.err"
     python3 -c "import json,sys; c=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2]))['breakdown']
 assert 'gemm_slowdown_all_cores_busy' not in c and b['beside'] == 1, (c, b['beside'])" "$dir/cachet/dtrain/peak.json" "$dir/t.json" \
         > "$dir/t.txt" 2>&1 && ok "under taskset -c 0 the busy-cores slowdown is neither measured nor cached" ||
@@ -307,7 +307,7 @@ EOF2
 )
 n=0
 while IFS=$'\t' read -r flags layout; do
-    got=$("$DTRAIN" plan "${common[@]}" --batch 4 $flags --json 2>&1 | python3 -c "import json,sys; print(json.load(sys.stdin)['layout'])" 2>&1)
+    got=$("$DTRAIN" plan "${common[@]}" --batch 4 $flags --json 2>> "$dir/json.err" | python3 -c "import json,sys; print(json.load(sys.stdin)['layout'])" 2>&1)
     [ "$got" = "$layout" ] && n=$((n + 1)) || fail "--search's flags $flags give $got, not $layout"
 done <<< "$picked"
 [ "$n" = 3 ] && ok "--search's flags reproduce their layouts (3 of them, e.g. $(echo "$picked" | sed -n 2p | cut -f1))" ||
