@@ -51,11 +51,13 @@ touch "$dir/ck.bin.tmp.999999999"
 [ ! -e "$dir/ck.bin.tmp.999999999" ] && [ -s "$dir/ck.bin" ] && ok "stale temporary removed by the next save" \
     || fail "stale temporary left: $(ls "$dir")"
 
-# SIGTERM / SIGINT: the step is finished, the model saved, exit 128 + signal
+# SIGTERM / SIGINT: the step is finished, the model saved, exit 128 + signal. (Each background job's output files go
+# first: the wait read the last job's "step 3" before the new one's redirection emptied them, and signalled the new
+# job's shell before it had become dtrain; that shell ran this script's exit trap, removing $dir mid-test.)
 for how in "1 TERM 143" "2 INT 130"; do
     set -- $how
     np=$1 sig=$2 want=$3
-    rm -f "$dir/sig.bin"
+    rm -f "$dir/sig.bin" "$dir/out" "$dir/err"
     "$DTRAIN" train "${model[@]}" --nproc "$np" --steps 1000000 --save "$dir/sig.bin" > "$dir/out" 2> "$dir/err" &
     pid=$!
     for ((i = 0; i < 100; i++)); do grep -q "^step 3/" "$dir/out" && break; sleep 0.1; done
@@ -71,7 +73,7 @@ done
 # One Ctrl-C under a wrapper (timeout) reaches the launcher twice, the terminal's copy and timeout's: one request,
 # so the step is finished and saved. The terminal is played by a signal to the whole process group: timeout's own, which
 # it makes at start (setsid in front of it once forked and exited 0 under ctest, leaving the signal nobody to reach).
-rm -rf "$dir/wrapped"
+rm -rf "$dir/wrapped" "$dir/out" "$dir/err"
 timeout 300 "$DTRAIN" train "${model[@]}" --nproc 2 --steps 1000000 --save "$dir/wrapped" > "$dir/out" 2> "$dir/err" &
 pid=$!
 for ((i = 0; i < 100; i++)); do grep -q "^step 3/" "$dir/out" && break; sleep 0.1; done
@@ -89,6 +91,7 @@ else fail "Ctrl-C under timeout: exit $rc (want 130), $(ls "$dir/wrapped" 2>&1),
 stopped_rank_test() {
     local how=$1
     shift
+    rm -f "$dir/out" "$dir/err"
     "$@" > "$dir/out" 2> "$dir/err" &
     local job=$!
     for ((i = 0; i < 1200; i++)); do grep -q "^step 5/" "$dir/out" && break; sleep 0.05; done # up to 60 s: slow under TSan + mpirun
@@ -251,6 +254,7 @@ grep -qE "x 2 data-parallel ranks, ddp, adamw, $want threads? per rank" "$dir/ou
 
 # under mpirun, a rank killed by signal 9 is named by dtrain (the watchdog reads the machine's shared segment)
 if [ -n "$MPIRUN" ]; then
+    rm -f "$dir/out" "$dir/err"
     env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "$MPIRUN" -np 2 \
         "$DTRAIN" train "${model[@]}" --steps 999999 > "$dir/out" 2> "$dir/err" &
     job=$!
