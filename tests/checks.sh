@@ -36,10 +36,13 @@ killed_rank1() { # WHAT WAIT PATTERN ARGS...
     rm -f "$dir/kill.jsonl"
     "$DTRAIN" train "$@" --metrics "$dir/kill.jsonl" > /dev/null 2> "$dir/kill.err" &
     launcher=$!
-    for ((i = 0; i < 1200; i++)); do [ -s "$dir/kill.jsonl" ] && break; sleep 0.05; done
+    for ((i = 0; i < 2400; i++)); do [ -s "$dir/kill.jsonl" ] && break; sleep 0.05; done
     sleep "$wait"
     for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && victim=$p; done
-    if [ -z "$victim" ]; then fail "$what: rank 1 not found"; kill $launcher; wait $launcher; return; fi
+    if [ -z "$victim" ]; then
+        fail "$what: rank 1 not found (steps taken: $(wc -l < "$dir/kill.jsonl" 2> /dev/null || echo none); $(head -c 300 "$dir/kill.err"))"
+        kill $launcher; wait $launcher; return
+    fi
     t0=$(date +%s.%N)
     kill -9 "$victim"
     wait $launcher
