@@ -44,6 +44,18 @@ static void add_settings(cJSON *j, const dt_train_config *c, const dt_run_record
     cJSON_AddStringToObject(s, "grad_store", dt_precision_name(c->grad_store));
 }
 
+/* name: each rank's fields [first, first + n) of its DT_RUN_RANK_FIELDS, under keys, with its rank. */
+static void per_rank(cJSON *j, const char *name, const dt_run_record *r, int first, const char *const *keys, int n) {
+    cJSON *arr = cJSON_AddArrayToObject(j, name);
+    for (int k = 0; k < r->nranks; k++) {
+        const double *v = r->ranks + (size_t)k * DT_RUN_RANK_FIELDS + first;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rank", k);
+        for (int i = 0; i < n; i++) cJSON_AddNumberToObject(e, keys[i], v[i]);
+        cJSON_AddItemToArray(arr, e);
+    }
+}
+
 dt_status dt_run_record_write(const char *path, const dt_train_config *c, const dt_run_record *r) {
     cJSON *j = cJSON_CreateObject();
     char cmd[8192] = "", cpu[256];
@@ -76,25 +88,11 @@ dt_status dt_run_record_write(const char *path, const dt_train_config *c, const 
         cJSON_AddNumberToObject(e, "ckpt_read_s", v[5]);
         cJSON_AddItemToArray(io, e);
     }
-    cJSON *mr = cJSON_AddArrayToObject(j, "memory_per_rank");
     static const char *const mem_keys[6] = { "parameters", "gradients", "optimizer", "buffers", "activations", "peak_rss" };
-    for (int k = 0; k < r->nranks; k++) {
-        const double *v = r->ranks + (size_t)k * DT_RUN_RANK_FIELDS + 6;
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "rank", k);
-        for (int i = 0; i < 6; i++) cJSON_AddNumberToObject(e, mem_keys[i], v[i]);
-        cJSON_AddItemToArray(mr, e);
-    }
+    per_rank(j, "memory_per_rank", r, 6, mem_keys, 6);
     /* each rank's place: the report names its rows "stage 1", "TP rank 0" from it */
-    cJSON *pl = cJSON_AddArrayToObject(j, "placement");
     static const char *const axes[4] = { "dp", "tp", "pp", "cp" };
-    for (int k = 0; k < r->nranks; k++) {
-        const double *v = r->ranks + (size_t)k * DT_RUN_RANK_FIELDS + 12;
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "rank", k);
-        for (int i = 0; i < 4; i++) cJSON_AddNumberToObject(e, axes[i], v[i]);
-        cJSON_AddItemToArray(pl, e);
-    }
+    per_rank(j, "placement", r, 12, axes, 4);
     cJSON_AddStringToObject(j, "metrics", r->metrics ? r->metrics : "");
     cJSON_AddStringToObject(j, "trace", r->trace ? r->trace : "");
     char *text = cJSON_Print(j);
