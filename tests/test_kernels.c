@@ -69,6 +69,41 @@ typedef struct { float *wte, *wpe, *out, *r; int32_t *tok; } em_ctx;
 static double em_J(void *p) { em_ctx *c = p; dt_embedding_forward(c->out, c->tok, c->wte, c->wpe, B, T, C); return dot(c->out, c->r, B * T * C); }
 
 /* Largest |a - b| over n, relative to the largest |b|. */
+typedef struct { float *inp, *w, *out, *rstd, *r; } rms_ctx;
+static double rms_J(void *p) { rms_ctx *c = p; dt_rmsnorm_forward(c->out, c->rstd, c->inp, c->w, BT, C, 1e-6f); return dot(c->out, c->r, BT * C); }
+typedef struct { float *x, *out, *r, *freq; const int32_t *pos; } rope_ctx;
+static double rope_J(void *p) {
+    rope_ctx *c = p;
+    memcpy(c->out, c->x, BT * C * 4);
+    dt_rope_forward(c->out, c->freq, c->pos, BT, NH, C / NH, C);
+    return dot(c->out, c->r, BT * C);
+}
+typedef struct { float *gu, *out, *r; } swiglu_ctx;
+static double swiglu_J(void *p) { swiglu_ctx *c = p; dt_swiglu_forward(c->out, c->gu, BT, C); return dot(c->out, c->r, BT * C); }
+
+/* Llama's kernels: RMSNorm, rotary positions (with Llama 3.1's scaling) and SwiGLU against finite differences. */
+static void llama_kernels(void) {
+    rms_ctx rc = { rnd(BT * C, 2), rnd(C, 1), zeros(BT * C), zeros(BT), rnd(BT * C, 1) };
+    rms_J(&rc);
+    float *di = zeros(BT * C), *dw = zeros(C);
+    dt_rmsnorm_backward(di, dw, rc.r, rc.inp, rc.w, rc.rstd, BT, C);
+    check("rmsnorm d/dinp", rms_J, &rc, rc.inp, di, BT * C);
+    check("rmsnorm d/dw", rms_J, &rc, rc.w, dw, C);
+    int32_t pos[BT] = { 0, 1, 2, 7, 30, 1000 };
+    dt_rope_config cfg = { .theta = 500000, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_max = 64 };
+    float *freq = zeros(C / NH / 2);
+    dt_rope_frequencies(freq, C / NH, &cfg);
+    rope_ctx pc = { rnd(BT * C, 1), zeros(BT * C), rnd(BT * C, 1), freq, pos };
+    float *dx = keep(malloc(BT * C * 4));
+    memcpy(dx, pc.r, BT * C * 4);
+    dt_rope_backward(dx, freq, pos, BT, NH, C / NH, C);
+    check("rope d/dx", rope_J, &pc, pc.x, dx, BT * C);
+    swiglu_ctx sc = { rnd(BT * 2 * C, 3), zeros(BT * C), rnd(BT * C, 1) };
+    float *dgu = zeros(BT * 2 * C);
+    dt_swiglu_backward(dgu, sc.gu, sc.r, BT, C);
+    check("swiglu d/dgate,up", swiglu_J, &sc, sc.gu, dgu, BT * 2 * C);
+}
+
 static double rel_diff(const float *a, const float *b, size_t n) {
     double d = 0, m = 1e-30;
     for (size_t i = 0; i < n; i++) { d = fmax(d, fabs((double)a[i] - b[i])); m = fmax(m, fabs((double)b[i])); }
@@ -214,6 +249,7 @@ int main(void) {
         check("embedding d/dwpe", em_J, &c, c.wpe, dwpe, T * C);
     }
     blockwise_over_several_blocks();
+    llama_kernels();
 #ifndef __SANITIZE_THREAD__
     threads_give_the_same_results();
 #else

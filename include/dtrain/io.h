@@ -5,6 +5,7 @@
 #define DTRAIN_IO_H
 
 #include "dtrain/model.h"
+#include "dtrain/program.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,6 +44,28 @@ dt_status dt_hf_folder_check(const char *dir);
  * folder (its model.safetensors, the heads from its config.json). */
 dt_status dt_model_load(const char *path, int heads, dt_gpt2 **out);
 int dt_model_file_is_safetensors(const char *path);
+
+/* Any safetensors file, read by tensor name: the file's tensors checked against the shape asked for (a 2-D one
+ * read transposed when the file stores it [in, out]); F32, BF16 and F16 into f32, I32 into int32; the
+ * metadata's string entries. Errors name the file, the tensor and both shapes. */
+typedef struct dt_safetensors dt_safetensors;
+dt_status dt_safetensors_open(const char *path, dt_safetensors **out);
+void dt_safetensors_close(dt_safetensors *f);
+int dt_safetensors_has(const dt_safetensors *f, const char *name);
+dt_status dt_safetensors_read(dt_safetensors *f, const char *name, int ndim, const int *dims, int transposed, float *out);
+dt_status dt_safetensors_read_i32(dt_safetensors *f, const char *name, size_t n, int32_t *out);
+/* The metadata entry key (NULL: none, or not a string). */
+const char *dt_safetensors_metadata(const dt_safetensors *f, const char *key);
+/* A model's tensors from f by their Hugging Face names (dt_tensor_info's hf), each a whole tensor of the
+ * table's shape; a vocabulary table's rows below vocab from the file's vocab rows, the padding left as it is.
+ * skip (NULL: none): a tensor the model holds that the file need not (a tied head). */
+dt_status dt_safetensors_read_model(dt_safetensors *f, const dt_model *m, int vocab, const char *skip);
+
+/* A Hugging Face config.json's text (path names it in errors) as a model program's config: model_type llama,
+ * qwen2 or gpt2; rotary settings from rope_parameters (transformers 5) or rope_theta and rope_scaling (4), the
+ * default and llama3 kinds. A field missing or out of range, or a feature the families lack (attention_bias,
+ * mlp_bias, another rope kind), is an error naming the file and the field. */
+dt_status dt_lm_config_from_hf(const char *json, const char *path, dt_lm_config *out);
 
 /* Writes bytes to path atomically: path.tmp.PID, fsync, rename; temporaries
  * that killed saves left beside path are removed first. */

@@ -105,6 +105,27 @@ void dt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
 void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                            const float *mean, const float *rstd, int N, int C);
 
+/* RMSNorm over C (Llama's): out = x / sqrt(mean(x^2) + eps) * w; rstd kept for backward, which adds into dinp and dw. */
+void dt_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+void dt_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N,
+                         int C);
+
+/* Rotary positions: theta (the base), and Llama 3.1's scaling of long wavelengths (factor 0: none). */
+typedef struct {
+    float theta, factor, low_freq_factor, high_freq_factor;
+    int original_max; /* the context length the scaling keeps (original_max_position_embeddings) */
+} dt_rope_config;
+/* The d/2 frequencies of a head of d channels. */
+void dt_rope_frequencies(float *inv_freq, int d, const dt_rope_config *c);
+/* In place, rows of `heads` heads of d channels (d even, at most 512), rows row_stride floats apart, row r at
+ * position pos[r]: forward turns each pair (i, i + d/2) by pos * inv_freq[i], backward turns a gradient back. */
+void dt_rope_forward(float *x, const float *inv_freq, const int32_t *pos, int rows, int heads, int d, size_t row_stride);
+void dt_rope_backward(float *dx, const float *inv_freq, const int32_t *pos, int rows, int heads, int d, size_t row_stride);
+
+/* SwiGLU on rows of [gate | up] (2F wide): out[N, F] = silu(gate) * up; backward adds into dgu [N, 2F]. */
+void dt_swiglu_forward(float *out, const float *gu, int N, int F);
+void dt_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F);
+
 /* GELU, tanh approximation (GPT-2's). */
 void dt_gelu_forward(float *out, const float *inp, size_t n);
 void dt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);

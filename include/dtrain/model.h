@@ -58,6 +58,7 @@ typedef struct {
     int input_rows;         /* an embedding: backward adds to only the rows of the input's tokens */
     int f32_read;           /* mixed precision reads its f32 values: 1 in forward only (embedding tables), 2 in both passes (LayerNorms) */
     int tied_copy;          /* a pipeline's last stage's copy of the tied wte: the first stage owns it (the norm and checkpoints skip the copy) */
+    int hf_transposed;      /* Hugging Face stores it [in, out] (GPT-2's Conv1D) */
 } dt_tensor_info;
 
 /* A function a model calls at a unit: its gradients are final, or it is about to run forward or backward. */

@@ -373,3 +373,65 @@ dt_status dt_safetensors_load_resnet(const char *path, dt_resnet *m) {
     st_close(&f);
     return st;
 }
+
+/* ---- any file, by tensor name ---- */
+
+struct dt_safetensors { st_file f; };
+
+dt_status dt_safetensors_open(const char *path, dt_safetensors **out) {
+    *out = NULL;
+    dt_safetensors *s = calloc(1, sizeof *s);
+    char *p = s ? strdup(path) : NULL;
+    if (!p) { free(s); return dt_error(DT_ERR_NOMEM, "%s: out of memory", path); }
+    dt_status st = st_open(p, &s->f);
+    if (st) { free(p); free(s); return st; }
+    *out = s;
+    return DT_OK;
+}
+
+void dt_safetensors_close(dt_safetensors *s) {
+    if (!s) return;
+    free((char *)s->f.path);
+    st_close(&s->f);
+    free(s);
+}
+
+int dt_safetensors_has(const dt_safetensors *s, const char *name) { return st_lookup(&s->f, name) != NULL; }
+
+dt_status dt_safetensors_read(dt_safetensors *s, const char *name, int ndim, const int *dims, int transposed, float *out) {
+    return st_read(&s->f, name, ndim, dims, transposed, out);
+}
+
+dt_status dt_safetensors_read_i32(dt_safetensors *s, const char *name, size_t n, int32_t *out) {
+    st_file *f = &s->f;
+    const cJSON *t = st_lookup(f, name);
+    if (!t) return dt_error(DT_ERR_IO, "%s: tensor \"%s\" is missing", f->path, name);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype"), *of = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+    size_t b, e;
+    if (!cJSON_IsString(dt) || strcmp(dt->valuestring, "I32"))
+        return dt_error(DT_ERR_IO, "%s: tensor \"%s\" is not I32", f->path, name);
+    if (!cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2 || !offset_ok(cJSON_GetArrayItem(of, 0), f->size - f->data, &b) ||
+        !offset_ok(cJSON_GetArrayItem(of, 1), f->size - f->data, &e) || e < b || e - b != n * 4)
+        return dt_error(DT_ERR_IO, "%s: tensor \"%s\" does not hold %zu int32 values within the file", f->path, name, n);
+    memcpy(out, f->buf + f->data + b, n * 4);
+    return DT_OK;
+}
+
+const char *dt_safetensors_metadata(const dt_safetensors *s, const char *key) {
+    const cJSON *meta = st_lookup(&s->f, "__metadata__");
+    const cJSON *v = meta ? cJSON_GetObjectItemCaseSensitive(meta, key) : NULL;
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+dt_status dt_safetensors_read_model(dt_safetensors *s, const dt_model *m, int vocab, const char *skip) {
+    float *params = m->params(m->self);
+    for (int i = 0; i < m->ntensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        if (skip && !strcmp(t->name, skip)) continue;
+        int dims[4] = { t->shape[0], t->shape[1], t->shape[2], t->shape[3] };
+        if (t->split == DT_SPLIT_VOCAB && vocab < dims[0]) dims[0] = vocab; /* the file has the real rows, the table padding too */
+        dt_status st = st_read(&s->f, t->hf, t->ndim, dims, t->hf_transposed, params + t->offset);
+        if (st) return st;
+    }
+    return DT_OK;
+}

@@ -60,3 +60,27 @@ void dt_residual_backward(float *da, float *db, const float *dout, size_t n) {
     #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) { da[i] += dout[i]; db[i] += dout[i]; }
 }
+
+/* SwiGLU over rows of [gate | up] (2F wide, the gated MLP's fused first Linear): out = silu(gate) * up. */
+void dt_swiglu_forward(float *out, const float *gu, int N, int F) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *g = gu + (size_t)i * 2 * F, *u = g + F;
+        float *o = out + (size_t)i * F;
+        for (int j = 0; j < F; j++) o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    }
+}
+
+/* d gate += dout * up * sigmoid(g) (1 + g (1 - sigmoid(g))); d up += dout * silu(g). */
+void dt_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, int F) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *g = gu + (size_t)i * 2 * F, *u = g + F, *dy = dout + (size_t)i * F;
+        float *dg = dgu + (size_t)i * 2 * F, *du = dg + F;
+        for (int j = 0; j < F; j++) {
+            float sg = 1.0f / (1.0f + expf(-g[j]));
+            dg[j] += dy[j] * u[j] * sg * (1.0f + g[j] * (1.0f - sg));
+            du[j] += dy[j] * g[j] * sg;
+        }
+    }
+}

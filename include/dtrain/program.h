@@ -1,0 +1,71 @@
+/* dtrain model layer: the model program. A transformer family is data (a
+ * spec: its tensors, the ops of a block, its checkpoint names) and one
+ * interpreter runs any family's forward and backward from it. GPT-2 and
+ * Llama (with Qwen 2's q/k/v biases) are the families today.
+ *
+ * Where it stands: the program runs a whole model on one process in f32;
+ * the GPT-2 that the strategies split (dt_gpt2, gpt2_run.c) moves onto it
+ * strategy by strategy, each Linear taking its split from the table as the
+ * hand-written GPT-2 does (docs/architecture.md, "the model program"). */
+#ifndef DTRAIN_PROGRAM_H
+#define DTRAIN_PROGRAM_H
+
+#include "dtrain/base.h"
+#include "dtrain/kernels.h"
+#include "dtrain/model.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_family dt_family;
+
+/* A transformer's shape; the family says which ops it runs. */
+typedef struct {
+    const dt_family *family;
+    int vocab_size, padded_vocab_size; /* V, and Vp >= V rows of the embedding and head (the rest zero) */
+    int max_seq_len;                   /* positions: the learned table's rows, or how far rotary ones are checked */
+    int num_layers, num_heads, kv_heads, head_dim;
+    int channels;                      /* C, the residual stream's width */
+    int ffn;                           /* the MLP's hidden width */
+    float norm_eps;
+    dt_rope_config rope;               /* rotary families */
+    bool tied;                         /* the head is the embedding's transpose */
+} dt_lm_config;
+
+/* The families: "gpt2", "llama", "qwen2" (Llama with biases on q, k and v); NULL if unknown. */
+const dt_family *dt_family_find(const char *name);
+const char *dt_family_name(const dt_family *f);
+
+/* Presets: "llama-tiny", "smollm-135m", "llama3.2-1b"; and GPT-2's ("d6", "124M", ...) with the gpt2 family. */
+dt_status dt_lm_preset(const char *name, dt_lm_config *out);
+/* Checks a config: positive sizes, K/V heads dividing the heads, an even head for rotary positions. */
+dt_status dt_lm_config_check(const dt_lm_config *c, const char *where);
+
+typedef struct dt_program dt_program;
+
+dt_status dt_program_create(const dt_lm_config *cfg, dt_program **out);
+void dt_program_destroy(dt_program *p);
+const dt_lm_config *dt_program_config(const dt_program *p);
+/* Weights as a seed draws them (normal 0.02; the output projections 0.02 / sqrt(2 L); norms 1, biases 0). */
+void dt_program_init_random(dt_program *p, uint64_t seed);
+
+/* Forward on B x T tokens; with targets, the mean cross-entropy into *loss. */
+dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
+/* Backward of the last forward's loss times grad_scale, added to the gradients. */
+dt_status dt_program_backward(dt_program *p, float grad_scale);
+/* The last forward's logits [B, T, Vp]. */
+const float *dt_program_logits(const dt_program *p);
+void dt_program_zero_grad(dt_program *p);
+
+/* The program as the engine and the strategies see a model: the table, the stores, the hooks. */
+void dt_program_model(dt_program *p, dt_model *out);
+
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Reference fixtures for dtrain's Llama family, computed by Hugging Face transformers (the oracle).
+
+For each tiny random configuration below, writes tests/fixtures/llama/<name>.safetensors holding:
+  the model's weights under their Hugging Face names (f32),
+  "grad.<name>"   each weight's gradient of the mean cross-entropy on the batch,
+  "inputs", "targets"  int32 [B, T],
+  "logits"        f32 [B, T, V] (eager attention, f32),
+  "loss"          f32 [1],
+  "adamw_losses"  f32 [STEPS]: the loss before each of STEPS AdamW updates on the same batch
+                  (torch.optim.AdamW over every parameter: lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01),
+and in its metadata "config": the config.json that transformers writes for it.
+
+The configurations: multi-head, grouped-query and multi-query attention; Llama 3.1's rope scaling; tied and
+untied embeddings; Qwen 2's biases on q, k and v (Qwen2ForCausalLM). The vocabulary, 101, divides by no
+tensor-parallel size, and the MLP's width is not a multiple of the model's.
+
+Run with the baselines' environment (scripts/make-baselines-venv.sh):
+  .venv-baselines/bin/python scripts/make_llama_fixtures.py
+"""
+import json
+import os
+
+import torch
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+B, T, STEPS = 2, 16, 10
+BASE = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=32, rms_norm_eps=1e-5, initializer_range=0.2, attn_implementation="eager")
+CONFIGS = {
+    "mha": dict(num_key_value_heads=4, rope_theta=10000.0, tie_word_embeddings=False),
+    "gqa": dict(num_key_value_heads=2, rope_theta=500000.0, tie_word_embeddings=False),
+    "mqa": dict(num_key_value_heads=1, rope_theta=10000.0, tie_word_embeddings=True),
+    "rope_scaled": dict(num_key_value_heads=2, rope_theta=500000.0, tie_word_embeddings=False,
+                        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                          original_max_position_embeddings=16)),
+    "qwen2": dict(num_key_value_heads=2, rope_theta=1000000.0, tie_word_embeddings=True, qwen2=True),
+}
+
+
+def build(name, spec):
+    spec = dict(spec)
+    qwen = spec.pop("qwen2", False)
+    torch.manual_seed(sorted(CONFIGS).index(name) + 1)
+    cfg = (Qwen2Config if qwen else LlamaConfig)(**BASE, **spec)
+    model = (Qwen2ForCausalLM if qwen else LlamaForCausalLM)(cfg).float()
+    with torch.no_grad():  # norms' weights away from 1 so that their gradients matter
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+            elif n.endswith(".bias"):
+                p.copy_(0.2 * torch.randn_like(p))
+    return cfg, model
+
+
+def main():
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "llama")
+    os.makedirs(out_dir, exist_ok=True)
+    torch.use_deterministic_algorithms(True)
+    for name, spec in CONFIGS.items():
+        cfg, model = build(name, spec)
+        g = torch.Generator().manual_seed(7)
+        tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=g)
+        inputs, targets = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
+        weights = {n: p.detach().clone().contiguous() for n, p in model.state_dict().items()}
+        if cfg.tie_word_embeddings:
+            weights.pop("lm_head.weight", None)
+        out = model(input_ids=inputs, labels=targets)
+        # transformers shifts labels itself: pass the loss over (inputs -> targets) without its shift
+        logits = out.logits.detach()
+        loss = torch.nn.functional.cross_entropy(out.logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
+        model.zero_grad()
+        loss.backward()
+        grads = {"grad." + n: p.grad.detach().clone().contiguous() for n, p in model.named_parameters()}
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+        losses = []
+        for _ in range(STEPS):
+            opt.zero_grad()
+            l = torch.nn.functional.cross_entropy(model(input_ids=inputs).logits.reshape(-1, cfg.vocab_size),
+                                                  targets.reshape(-1))
+            losses.append(l.item())
+            l.backward()
+            opt.step()
+        tensors = dict(weights)
+        tensors.update(grads)
+        tensors.update({"inputs": inputs.to(torch.int32), "targets": targets.to(torch.int32), "logits": logits,
+                        "loss": loss.detach().reshape(1), "adamw_losses": torch.tensor(losses)})
+        meta = {"config": json.dumps(cfg.to_dict(), sort_keys=True), "architecture": type(model).__name__}
+        path = os.path.join(out_dir, name + ".safetensors")
+        save_file(tensors, path, metadata=meta)
+        print(f"{name}: {type(model).__name__}, kv heads {cfg.num_key_value_heads}, tied {cfg.tie_word_embeddings}, "
+              f"loss {loss.item():.6f}, {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+/* A Hugging Face config.json as a model program's config (dt_lm_config_from_hf). */
+#include "dtrain/io.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <string.h>
+
+/* Field name of j as a whole number in [lo, hi]; absent: def (def < lo: required). */
+static dt_status get_int(const cJSON *j, const char *name, int def, int lo, int hi, const char *path, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+    if (!v || cJSON_IsNull(v)) {
+        if (def < lo) return dt_error(DT_ERR_IO, "%s: \"%s\" is missing", path, name);
+        *out = def;
+        return DT_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
+        return dt_error(DT_ERR_IO, "%s: \"%s\" must be a whole number in %d..%d", path, name, lo, hi);
+    *out = (int)v->valuedouble;
+    return DT_OK;
+}
+
+static dt_status get_float(const cJSON *j, const char *name, double def, const char *path, float *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+    if (!v || cJSON_IsNull(v)) {
+        *out = (float)def;
+        return DT_OK;
+    }
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
+        return dt_error(DT_ERR_IO, "%s: \"%s\" must be a positive number", path, name);
+    *out = (float)v->valuedouble;
+    return DT_OK;
+}
+
+/* Rotary settings: transformers 5's rope_parameters, or 4's rope_theta with rope_scaling. */
+static dt_status rope_of(const cJSON *j, const char *path, dt_rope_config *r) {
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    const cJSON *sc = cJSON_IsObject(rp) ? rp : cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    dt_status st = get_float(cJSON_IsObject(rp) ? rp : j, "rope_theta", 10000, path, &r->theta);
+    if (st || !cJSON_IsObject(sc)) return st;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(sc, "rope_type");
+    if (!cJSON_IsString(type)) type = cJSON_GetObjectItemCaseSensitive(sc, "type");
+    if (!cJSON_IsString(type) || !strcmp(type->valuestring, "default")) return DT_OK;
+    if (strcmp(type->valuestring, "llama3"))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: rope_type \"%s\" is not supported (default and llama3 are)", path, type->valuestring);
+    if ((st = get_float(sc, "factor", 0, path, &r->factor)) || (st = get_float(sc, "low_freq_factor", 1, path, &r->low_freq_factor)) ||
+        (st = get_float(sc, "high_freq_factor", 4, path, &r->high_freq_factor)) ||
+        (st = get_int(sc, "original_max_position_embeddings", -1, 1, 1 << 30, path, &r->original_max)))
+        return st;
+    if (!(r->factor > 0) || !(r->high_freq_factor > r->low_freq_factor))
+        return dt_error(DT_ERR_IO, "%s: llama3 rope scaling needs factor > 0 and high_freq_factor > low_freq_factor", path);
+    return DT_OK;
+}
+
+static dt_status llama_like(const cJSON *j, const char *path, dt_lm_config *c) {
+    dt_status st;
+    if ((st = get_int(j, "vocab_size", -1, 1, 1 << 24, path, &c->vocab_size)) ||
+        (st = get_int(j, "hidden_size", -1, 1, 1 << 20, path, &c->channels)) ||
+        (st = get_int(j, "intermediate_size", -1, 1, 1 << 22, path, &c->ffn)) ||
+        (st = get_int(j, "num_hidden_layers", -1, 1, 4096, path, &c->num_layers)) ||
+        (st = get_int(j, "num_attention_heads", -1, 1, 4096, path, &c->num_heads)) ||
+        (st = get_int(j, "num_key_value_heads", c->num_heads, 1, 4096, path, &c->kv_heads)) ||
+        (st = get_int(j, "head_dim", c->channels / c->num_heads, 1, 4096, path, &c->head_dim)) ||
+        (st = get_int(j, "max_position_embeddings", 2048, 1, 1 << 30, path, &c->max_seq_len)) ||
+        (st = get_float(j, "rms_norm_eps", 1e-6, path, &c->norm_eps)) || (st = rope_of(j, path, &c->rope)))
+        return st;
+    if (c->num_heads % c->kv_heads)
+        return dt_error(DT_ERR_IO, "%s: \"num_key_value_heads\" %d does not divide \"num_attention_heads\" %d", path, c->kv_heads, c->num_heads);
+    const char *unsupported[] = { "attention_bias", "mlp_bias", "use_sliding_window" };
+    for (int i = 0; i < 3; i++)
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, unsupported[i])))
+            return dt_error(DT_ERR_UNSUPPORTED, "%s: \"%s\": true is not supported by the llama family", path, unsupported[i]);
+    c->tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings"));
+    return DT_OK;
+}
+
+static dt_status gpt2_like(const cJSON *j, const char *path, dt_lm_config *c) {
+    dt_status st;
+    if ((st = get_int(j, "vocab_size", -1, 1, 1 << 24, path, &c->vocab_size)) || (st = get_int(j, "n_embd", -1, 1, 1 << 20, path, &c->channels)) ||
+        (st = get_int(j, "n_layer", -1, 1, 4096, path, &c->num_layers)) || (st = get_int(j, "n_head", -1, 1, 4096, path, &c->num_heads)) ||
+        (st = get_int(j, "n_positions", 1024, 1, 1 << 24, path, &c->max_seq_len)))
+        return st;
+    c->kv_heads = c->num_heads;
+    c->head_dim = c->channels / c->num_heads;
+    c->ffn = 4 * c->channels;
+    c->norm_eps = 1e-5f;
+    c->tied = true;
+    return DT_OK;
+}
+
+dt_status dt_lm_config_from_hf(const char *json, const char *path, dt_lm_config *out) {
+    memset(out, 0, sizeof *out);
+    cJSON *j = cJSON_Parse(json);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return dt_error(DT_ERR_IO, "%s: not a JSON object", path);
+    }
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "model_type"), *arch = cJSON_GetObjectItemCaseSensitive(j, "architectures");
+    const char *t = cJSON_IsString(type) ? type->valuestring : "";
+    dt_status st;
+    out->family = dt_family_find(t);
+    if (!out->family) {
+        const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
+        st = dt_error(DT_ERR_UNSUPPORTED, "%s: \"model_type\" \"%s\" (architecture %s) is not a family dtrain knows (gpt2, llama, qwen2)", path, t,
+                      cJSON_IsString(a0) ? a0->valuestring : "not given");
+    } else {
+        st = strcmp(t, "gpt2") ? llama_like(j, path, out) : gpt2_like(j, path, out);
+    }
+    cJSON_Delete(j);
+    if (st) return st;
+    out->padded_vocab_size = (out->vocab_size + 63) / 64 * 64;
+    return dt_lm_config_check(out, path);
+}

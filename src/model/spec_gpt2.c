@@ -1,0 +1,51 @@
+/* GPT-2 as a spec: pre-LayerNorm blocks, fused q/k/v, GELU MLP four times as wide, learned positions, every
+ * Linear with a bias, the head tied to the token table. Names as llm.c's (ours) and Hugging Face's. */
+#include "program_internal.h"
+
+static const dt_tensor_spec embed[] = {
+    { "wte", "wte.weight", W_VOCAB, W_C, DT_SPLIT_VOCAB, 1, 0, INIT_NORMAL },
+    { "wpe", "wpe.weight", W_POS, W_C, DT_SPLIT_NONE, 1, 0, INIT_NORMAL },
+};
+
+enum { LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB };
+static const dt_tensor_spec block[] = {
+    [LN1W] = { "ln1w", "h.%d.ln_1.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES },
+    [LN1B] = { "ln1b", "h.%d.ln_1.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS },
+    [QKVW] = { "qkvw", "h.%d.attn.c_attn.weight", W_QKV, W_C, DT_SPLIT_COLUMN, 0, 1, INIT_NORMAL },
+    [QKVB] = { "qkvb", "h.%d.attn.c_attn.bias", W_QKV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS },
+    [ATTPROJW] = { "attprojw", "h.%d.attn.c_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 1, INIT_NORMAL },
+    [ATTPROJB] = { "attprojb", "h.%d.attn.c_proj.bias", W_C, W_NONE, DT_SPLIT_NONE, 0, 0, INIT_ZEROS },
+    [LN2W] = { "ln2w", "h.%d.ln_2.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES },
+    [LN2B] = { "ln2b", "h.%d.ln_2.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS },
+    [FCW] = { "fcw", "h.%d.mlp.c_fc.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 1, INIT_NORMAL },
+    [FCB] = { "fcb", "h.%d.mlp.c_fc.bias", W_FFN, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS },
+    [FCPROJW] = { "fcprojw", "h.%d.mlp.c_proj.weight", W_C, W_FFN, DT_SPLIT_ROW, 0, 1, INIT_NORMAL },
+    [FCPROJB] = { "fcprojb", "h.%d.mlp.c_proj.bias", W_C, W_NONE, DT_SPLIT_NONE, 0, 0, INIT_ZEROS },
+};
+
+static const dt_tensor_spec final[] = {
+    { "lnfw", "ln_f.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES },
+    { "lnfb", "ln_f.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS },
+};
+
+enum { LN1 = 2, QKV, ATTY, ATTPROJ, RES2, LN2, FCH, FCHG, FCPROJ, NVALUES };
+static const dt_width values[NVALUES] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_FFN, W_FFN, W_C };
+
+static const dt_op_spec ops[] = {
+    { OP_NORM, V_IN, -1, LN1, LN1W, 1, LN1B },
+    { OP_LINEAR, LN1, -1, QKV, QKVW, 1, QKVB },
+    { OP_ATTENTION, QKV, -1, ATTY, -1, 0, -1 },
+    { OP_LINEAR, ATTY, -1, ATTPROJ, ATTPROJW, 1, ATTPROJB },
+    { OP_ADD, V_IN, ATTPROJ, RES2, -1, 0, -1 },
+    { OP_NORM, RES2, -1, LN2, LN2W, 1, LN2B },
+    { OP_LINEAR, LN2, -1, FCH, FCW, 1, FCB },
+    { OP_GELU, FCH, -1, FCHG, -1, 0, -1 },
+    { OP_LINEAR, FCHG, -1, FCPROJ, FCPROJW, 1, FCPROJB },
+    { OP_ADD, RES2, FCPROJ, V_OUT, -1, 0, -1 },
+};
+
+const dt_family dt_family_gpt2 = {
+    .name = "gpt2", .rms = 0, .rotary = 0,
+    .embed = embed, .nembed = 2, .block = block, .nblock = 12, .final = final, .nfinal = 2,
+    .ops = ops, .nops = sizeof ops / sizeof *ops, .values = values, .nvalues = NVALUES,
+};

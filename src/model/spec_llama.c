@@ -1,0 +1,64 @@
+/* Llama as a spec (and Qwen 2, which adds biases to q, k and v): RMSNorm before attention and before the MLP,
+ * q, k and v as three Linears side by side (K/V heads may be fewer than the heads), rotary positions, a SwiGLU MLP
+ * (gate and up side by side, then down), no other biases; the head tied or its own (lm_head). Names as Hugging
+ * Face's LlamaForCausalLM. */
+#include "program_internal.h"
+
+static const dt_tensor_spec embed[] = {
+    { "wte", "model.embed_tokens.weight", W_VOCAB, W_C, DT_SPLIT_VOCAB, 1, 0, INIT_NORMAL },
+};
+
+enum { LN1W, QW, KW, VW, OW, LN2W, GATEW, UPW, DOWNW, QB, KB, VB };
+#define LLAMA_BLOCK                                                                                          \
+    [LN1W] = { "ln1w", "model.layers.%d.input_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES },         \
+    [QW] = { "qw", "model.layers.%d.self_attn.q_proj.weight", W_Q, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL },             \
+    [KW] = { "kw", "model.layers.%d.self_attn.k_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL },            \
+    [VW] = { "vw", "model.layers.%d.self_attn.v_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL },            \
+    [OW] = { "ow", "model.layers.%d.self_attn.o_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 0, INIT_NORMAL },                \
+    [LN2W] = { "ln2w", "model.layers.%d.post_attention_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES }, \
+    [GATEW] = { "gatew", "model.layers.%d.mlp.gate_proj.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL },        \
+    [UPW] = { "upw", "model.layers.%d.mlp.up_proj.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL },              \
+    [DOWNW] = { "downw", "model.layers.%d.mlp.down_proj.weight", W_C, W_FFN, DT_SPLIT_ROW, 0, 0, INIT_NORMAL }
+
+static const dt_tensor_spec block[] = { LLAMA_BLOCK };
+static const dt_tensor_spec block_qkv_bias[] = {
+    LLAMA_BLOCK,
+    [QB] = { "qb", "model.layers.%d.self_attn.q_proj.bias", W_Q, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS },
+    [KB] = { "kb", "model.layers.%d.self_attn.k_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS },
+    [VB] = { "vb", "model.layers.%d.self_attn.v_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS },
+};
+
+static const dt_tensor_spec final[] = {
+    { "lnfw", "model.norm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES },
+    { "lm_head", "lm_head.weight", W_VOCAB, W_C, DT_SPLIT_VOCAB, 0, 0, INIT_NORMAL },
+};
+
+enum { LN1 = 2, QKV, ATTY, ATTPROJ, RES2, LN2, GATEUP, ACT, DOWN, NVALUES };
+static const dt_width values[NVALUES] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_FFN2, W_FFN, W_C };
+
+#define LLAMA_OPS(qkv_bias)                                   \
+    { OP_NORM, V_IN, -1, LN1, LN1W, 1, -1 },                  \
+    { OP_LINEAR, LN1, -1, QKV, QW, 3, qkv_bias },             \
+    { OP_ATTENTION, QKV, -1, ATTY, -1, 0, -1 },               \
+    { OP_LINEAR, ATTY, -1, ATTPROJ, OW, 1, -1 },              \
+    { OP_ADD, V_IN, ATTPROJ, RES2, -1, 0, -1 },               \
+    { OP_NORM, RES2, -1, LN2, LN2W, 1, -1 },                  \
+    { OP_LINEAR, LN2, -1, GATEUP, GATEW, 2, -1 },             \
+    { OP_SWIGLU, GATEUP, -1, ACT, -1, 0, -1 },                \
+    { OP_LINEAR, ACT, -1, DOWN, DOWNW, 1, -1 },               \
+    { OP_ADD, RES2, DOWN, V_OUT, -1, 0, -1 }
+
+static const dt_op_spec ops[] = { LLAMA_OPS(-1) };
+static const dt_op_spec ops_qkv_bias[] = { LLAMA_OPS(QB) };
+
+const dt_family dt_family_llama = {
+    .name = "llama", .rms = 1, .rotary = 1,
+    .embed = embed, .nembed = 1, .block = block, .nblock = DOWNW + 1, .final = final, .nfinal = 2,
+    .ops = ops, .nops = sizeof ops / sizeof *ops, .values = values, .nvalues = NVALUES,
+};
+
+const dt_family dt_family_qwen2 = {
+    .name = "qwen2", .rms = 1, .rotary = 1,
+    .embed = embed, .nembed = 1, .block = block_qkv_bias, .nblock = VB + 1, .final = final, .nfinal = 2,
+    .ops = ops_qkv_bias, .nops = sizeof ops_qkv_bias / sizeof *ops_qkv_bias, .values = values, .nvalues = NVALUES,
+};

@@ -1,0 +1,191 @@
+/* The model program against its oracles: each Llama fixture (scripts/make_llama_fixtures.py: Hugging Face
+ * transformers' LlamaForCausalLM and Qwen2ForCausalLM on tiny random configs) gives the logits, the loss,
+ * every gradient and ten AdamW steps; and the GPT-2 spec run by the program equals the hand-written GPT-2
+ * (dt_gpt2) on llm.c's tiny model. */
+#include "dtrain/io.h"
+#include "dtrain/optim.h"
+#include "dtrain/program.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { B = 2, T = 16, STEPS = 10 };
+static int failed;
+
+/* ||a - b|| / ||b|| over n values, a and b rows of `cols` of which the first `use` count (a's rows may be wider). */
+static double rel_err(const float *a, size_t astride, const float *b, size_t rows, size_t use) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < use; j++) {
+            double x = a[i * astride + j], y = b[i * use + j];
+            d += (x - y) * (x - y);
+            r += y * y;
+        }
+    return sqrt(d) / (sqrt(r) + 1e-30);
+}
+
+static void expect(const char *fixture, const char *what, double err, double tol) {
+    bool ok = err <= tol;
+    if (!ok) failed++;
+    printf("%-12s %-44s relative error %.2e%s\n", fixture, what, err, ok ? "" : "   FAIL");
+}
+
+static dt_status load(const char *path, dt_program **p, dt_safetensors **f) {
+    dt_lm_config cfg;
+    dt_status st = dt_safetensors_open(path, f);
+    const char *json = st ? NULL : dt_safetensors_metadata(*f, "config");
+    if (!st && !json) st = dt_error(DT_ERR_IO, "%s: no \"config\" in its metadata", path);
+    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
+    if (!st) st = dt_program_create(&cfg, p);
+    dt_model m;
+    if (!st) dt_program_model(*p, &m), st = dt_safetensors_read_model(*f, &m, cfg.vocab_size, NULL);
+    return st;
+}
+
+static void check_fixture(const char *dir, const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/llama/%s.safetensors", dir, name);
+    dt_program *p = NULL;
+    dt_safetensors *f = NULL;
+    int32_t in[B * T], tg[B * T];
+    dt_status st = load(path, &p, &f);
+    if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
+    if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
+    if (st) {
+        printf("FAIL: %s: %s\n", name, dt_last_error());
+        failed++;
+        dt_program_destroy(p);
+        dt_safetensors_close(f);
+        return;
+    }
+    const dt_lm_config *c = dt_program_config(p);
+    int V = c->vocab_size, Vp = c->padded_vocab_size;
+    dt_model m;
+    dt_program_model(p, &m);
+    float loss = 0, ref_loss = 0, *ref = malloc(sizeof(float) * (size_t)B * T * V);
+    int one = 1, dims[3] = { B, T, V };
+    st = dt_program_forward(p, in, tg, B, T, &loss);
+    if (!st) st = dt_safetensors_read(f, "logits", 3, dims, 0, ref);
+    if (!st) st = dt_safetensors_read(f, "loss", 1, &one, 0, &ref_loss);
+    if (!st) {
+        expect(name, "logits", rel_err(dt_program_logits(p), (size_t)Vp, ref, (size_t)B * T, (size_t)V), 1e-5);
+        expect(name, "loss", fabs(loss - ref_loss) / ref_loss, 1e-6);
+        dt_program_zero_grad(p);
+        st = dt_program_backward(p, 1.0f);
+    }
+    /* every tensor's gradient, and the worst of them */
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; !st && i < m.ntensors; i++) {
+        const dt_tensor_info *t = &m.tensors[i];
+        char gname[96];
+        snprintf(gname, sizeof gname, "grad.%s", t->hf);
+        int gd[2] = { t->split == DT_SPLIT_VOCAB ? V : t->shape[0], t->shape[1] };
+        size_t rows = t->ndim == 2 ? (size_t)gd[0] : 1, cols = t->ndim == 2 ? (size_t)gd[1] : (size_t)gd[0];
+        float *g = malloc(sizeof(float) * rows * cols);
+        if (!(st = dt_safetensors_read(f, gname, t->ndim, gd, 0, g))) {
+            double e = rel_err(m.grads(m.self) + t->offset, cols, g, rows, cols);
+            if (e > worst) worst = e, worst_name = t->hf;
+        }
+        free(g);
+    }
+    if (!st) {
+        char what[96];
+        snprintf(what, sizeof what, "gradients (%d tensors; worst %.24s)", m.ntensors, worst_name);
+        expect(name, what, worst, 1e-5);
+    }
+    /* ten AdamW steps from the same weights */
+    float ref_losses[STEPS], losses[STEPS];
+    int steps = STEPS;
+    dt_optim_config oc;
+    dt_optim_defaults(DT_OPT_ADAMW, &oc);
+    oc.weight_decay = 0.01f;
+    dt_optim *o = NULL;
+    if (!st) st = dt_safetensors_read(f, "adamw_losses", 1, &steps, 0, ref_losses);
+    if (!st) st = dt_optim_create(&oc, m.nparams, NULL, 0, &o);
+    for (int s = 0; !st && s < STEPS; s++) {
+        dt_program_zero_grad(p);
+        if (!(st = dt_program_forward(p, in, tg, B, T, &losses[s]))) st = dt_program_backward(p, 1.0f);
+        if (!st) dt_optim_step(o, m.params(m.self), m.grads(m.self), 1e-3f, 0);
+    }
+    if (!st) {
+        double e = 0;
+        for (int s = 0; s < STEPS; s++) e = fmax(e, fabs(losses[s] - ref_losses[s]) / ref_losses[s]);
+        expect(name, "10 AdamW steps' losses (worst step)", e, 1e-5);
+    }
+    if (st) {
+        printf("FAIL: %s: %s\n", name, dt_last_error());
+        failed++;
+    }
+    dt_optim_destroy(o);
+    free(ref);
+    dt_program_destroy(p);
+    dt_safetensors_close(f);
+}
+
+/* The gpt2 spec on the program against dt_gpt2 (whose own oracle is PyTorch, tests/test_gpt2.c). */
+static void gpt2_spec_equals_gpt2(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/gpt2_tiny.bin", dir);
+    dt_gpt2 *g = NULL;
+    dt_program *p = NULL;
+    dt_status st = dt_llmc_load(path, &g);
+    const dt_gpt2_config *gc = st ? NULL : dt_gpt2_get_config(g);
+    dt_lm_config c;
+    if (!st) {
+        c = (dt_lm_config){ .family = dt_family_find("gpt2"), .vocab_size = gc->vocab_size, .padded_vocab_size = gc->padded_vocab_size,
+                            .max_seq_len = gc->max_seq_len, .num_layers = gc->num_layers, .num_heads = gc->num_heads,
+                            .kv_heads = gc->num_heads, .head_dim = gc->channels / gc->num_heads, .channels = gc->channels,
+                            .ffn = 4 * gc->channels, .norm_eps = 1e-5f, .tied = true };
+        st = dt_program_create(&c, &p);
+    }
+    dt_model pm, gm;
+    int32_t in[B * T], tg[B * T];
+    float lp = 0, lg = 0;
+    if (!st) {
+        dt_program_model(p, &pm);
+        dt_gpt2_model(g, &gm);
+        for (int i = 0; i < pm.ntensors; i++) {
+            const dt_tensor_info *t = &pm.tensors[i], *u = dt_model_find(&gm, t->name);
+            if (!u || u->count != t->count) { st = dt_error(DT_ERR_ARG, "gpt2 spec: tensor %s is not dt_gpt2's", t->name); break; }
+            memcpy(pm.params(pm.self) + t->offset, gm.params(gm.self) + u->offset, t->count * sizeof(float));
+        }
+        for (int i = 0; i < B * T; i++) in[i] = (i * 7 + 3) % c.vocab_size, tg[i] = (i * 5 + 1) % c.vocab_size;
+    }
+    if (!st) st = dt_program_forward(p, in, tg, B, T, &lp);
+    if (!st) st = dt_gpt2_forward(g, in, tg, B, T, &lg);
+    if (!st) {
+        size_t Vp = (size_t)c.padded_vocab_size;
+        expect("gpt2 spec", "logits = dt_gpt2's", rel_err(dt_program_logits(p), Vp, dt_gpt2_logits(g), (size_t)B * T, Vp), 1e-6);
+        expect("gpt2 spec", "loss = dt_gpt2's", fabs(lp - lg) / lg, 1e-6);
+        dt_program_zero_grad(p);
+        memset(gm.grads(gm.self), 0, gm.nparams * sizeof(float));
+        st = dt_program_backward(p, 1.0f);
+        if (!st) st = dt_gpt2_backward(g, 1.0f);
+    }
+    if (!st) {
+        double worst = 0;
+        for (int i = 0; i < pm.ntensors; i++) {
+            const dt_tensor_info *t = &pm.tensors[i], *u = dt_model_find(&gm, t->name);
+            worst = fmax(worst, rel_err(pm.grads(pm.self) + t->offset, t->count, gm.grads(gm.self) + u->offset, 1, t->count));
+        }
+        expect("gpt2 spec", "gradients = dt_gpt2's (worst tensor)", worst, 1e-6);
+    }
+    if (st) {
+        printf("FAIL: gpt2 spec: %s\n", dt_last_error());
+        failed++;
+    }
+    dt_program_destroy(p);
+    dt_gpt2_destroy(g);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
+    const char *fixtures[] = { "mha", "gqa", "mqa", "rope_scaled", "qwen2" };
+    for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) check_fixture(dir, fixtures[i]);
+    gpt2_spec_equals_gpt2(dir);
+    printf("program: %s\n", failed ? "FAILED" : "all checks passed");
+    return failed != 0;
+}
