@@ -10,6 +10,8 @@ For each tiny random configuration below, writes tests/fixtures/llama/<name>.saf
   "adamw_losses"  f32 [STEPS]: the loss before each of STEPS AdamW updates on the same batch
                   (torch.optim.AdamW over every parameter: lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01),
 and in its metadata "config": the config.json that transformers writes for it.
+The gqa model is also saved as a Hugging Face folder, tests/fixtures/llama/gqa_folder/, in shards
+(save_pretrained with a small max_shard_size: config.json, model-0000N-of-0000M.safetensors and the index).
 
 The configurations: multi-head, grouped-query and multi-query attention; Llama 3.1's rope scaling; tied and
 untied embeddings; Qwen 2's biases on q, k and v (Qwen2ForCausalLM). The vocabulary, 101, divides by no
@@ -64,6 +66,8 @@ def main():
         tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=g)
         inputs, targets = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
         weights = {n: p.detach().clone().contiguous() for n, p in model.state_dict().items()}
+        if name == "gqa":  # before any update: the same weights as the fixture's
+            model.save_pretrained(os.path.join(out_dir, "gqa_folder"), max_shard_size="60KB")
         if cfg.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
         out = model(input_ids=inputs, labels=targets)
@@ -86,7 +90,7 @@ def main():
         tensors.update(grads)
         tensors.update({"inputs": inputs.to(torch.int32), "targets": targets.to(torch.int32), "logits": logits,
                         "loss": loss.detach().reshape(1), "adamw_losses": torch.tensor(losses)})
-        meta = {"config": json.dumps(cfg.to_dict(), sort_keys=True), "architecture": type(model).__name__}
+        meta = {"config": json.dumps(cfg.to_dict(), sort_keys=True)}  # one entry: the header's order is then fixed
         path = os.path.join(out_dir, name + ".safetensors")
         save_file(tensors, path, metadata=meta)
         print(f"{name}: {type(model).__name__}, kv heads {cfg.num_key_value_heads}, tied {cfg.tie_word_embeddings}, "

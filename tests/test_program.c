@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum { B = 2, T = 16, STEPS = 10 };
 static int failed;
@@ -181,11 +183,107 @@ static void gpt2_spec_equals_gpt2(const char *dir) {
     dt_gpt2_destroy(g);
 }
 
+/* The gqa model as save_pretrained wrote it (two shards and their index) gives the gqa fixture's logits. */
+static void hf_folder_loads(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/llama/gqa_folder", dir);
+    dt_program *p = NULL;
+    dt_safetensors *f = NULL;
+    int32_t in[B * T];
+    float *ref = NULL;
+    dt_status st = dt_program_load_hf(path, &p);
+    snprintf(path, sizeof path, "%s/llama/gqa.safetensors", dir);
+    if (!st) st = dt_safetensors_open(path, &f);
+    if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
+    if (!st) st = dt_program_forward(p, in, NULL, B, T, NULL);
+    if (!st) {
+        const dt_lm_config *c = dt_program_config(p);
+        int dims[3] = { B, T, c->vocab_size };
+        ref = malloc(sizeof(float) * (size_t)B * T * c->vocab_size);
+        if (!(st = dt_safetensors_read(f, "logits", 3, dims, 0, ref)))
+            expect("gqa folder", "logits of the sharded HF folder", rel_err(dt_program_logits(p), (size_t)c->padded_vocab_size, ref,
+                                                                            (size_t)B * T, (size_t)c->vocab_size), 1e-5);
+    }
+    if (st) {
+        printf("FAIL: gqa folder: %s\n", dt_last_error());
+        failed++;
+    }
+    free(ref);
+    dt_safetensors_close(f);
+    dt_program_destroy(p);
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *fp = fopen(path, "w");
+    if (fp) fputs(text, fp), fclose(fp);
+}
+
+/* text with the first `from` replaced by `to` (the caller frees it). */
+static char *replaced(const char *text, const char *from, const char *to) {
+    const char *at = strstr(text, from);
+    size_t n = strlen(text) + strlen(to) + 1;
+    char *out = malloc(n);
+    if (!at) { snprintf(out, n, "%s", text); return out; }
+    snprintf(out, n, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    return out;
+}
+
+/* A broken copy of the folder (the shards linked, config.json and the index possibly edited) is refused with an
+ * error that names the file and the field or tensor. */
+static void hf_folder_refused(const char *dir, const char *what, const char *config_from, const char *config_to, const char *index_from,
+                              const char *index_to, bool drop_shard2, const char *expect_text) {
+    char src[512], tmp[] = "/tmp/dtrain_hf_XXXXXX", path[700], *config = NULL, *index = NULL;
+    snprintf(src, sizeof src, "%s/llama/gqa_folder", dir);
+    if (!mkdtemp(tmp)) { failed++; return; }
+    snprintf(path, sizeof path, "%s/config.json", src);
+    dt_file_read_text(path, 1 << 20, &config, NULL);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", src);
+    dt_file_read_text(path, 1 << 20, &index, NULL);
+    char *c2 = replaced(config ? config : "", config_from ? config_from : "", config_to ? config_to : "");
+    char *i2 = replaced(index ? index : "", index_from ? index_from : "", index_to ? index_to : "");
+    write_text(tmp, "config.json", c2);
+    write_text(tmp, "model.safetensors.index.json", i2);
+    for (int k = 1; k <= (drop_shard2 ? 1 : 2); k++) {
+        char from[700], to[700];
+        snprintf(from, sizeof from, "%s/model-0000%d-of-00002.safetensors", src, k);
+        snprintf(to, sizeof to, "%s/model-0000%d-of-00002.safetensors", tmp, k);
+        char *abs = realpath(from, NULL);
+        if (abs && symlink(abs, to)) failed++;
+        free(abs);
+    }
+    dt_program *p = NULL;
+    dt_status st = dt_program_load_hf(tmp, &p);
+    const char *msg = st ? dt_last_error() : "(loaded)";
+    bool ok = st && strstr(msg, expect_text) && p == NULL;
+    if (!ok) failed++;
+    printf("%-12s %-44s %s%s\n", "bad folder", what, msg, ok ? "" : "   FAIL");
+    dt_program_destroy(p);
+    const char *names[] = { "config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors" };
+    for (int k = 0; k < 4; k++) {
+        snprintf(path, sizeof path, "%s/%s", tmp, names[k]);
+        unlink(path);
+    }
+    rmdir(tmp);
+    free(config), free(index), free(c2), free(i2);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     const char *fixtures[] = { "mha", "gqa", "mqa", "rope_scaled", "qwen2" };
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) check_fixture(dir, fixtures[i]);
     gpt2_spec_equals_gpt2(dir);
+    hf_folder_loads(dir);
+    hf_folder_refused(dir, "a shard missing", NULL, NULL, NULL, NULL, true, "model-00002-of-00002.safetensors, which the index names");
+    hf_folder_refused(dir, "a tensor missing from the index", NULL, NULL, "\"model.norm.weight\"", "\"model.norm.weight.renamed\"", false,
+                      "\"weight_map\" has no shard for tensor \"model.norm.weight\"");
+    hf_folder_refused(dir, "K/V heads that do not divide the heads", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", NULL, NULL,
+                      false, "config.json: \"num_key_value_heads\" 3 does not divide");
+    hf_folder_refused(dir, "an unknown architecture", "\"model_type\": \"llama\"", "\"model_type\": \"mamba\"", NULL, NULL, false,
+                      "\"model_type\" \"mamba\" (architecture LlamaForCausalLM) is not a family");
+    hf_folder_refused(dir, "an unknown rope kind", "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"", NULL, NULL, false,
+                      "rope_type \"yarn\" is not supported");
     printf("program: %s\n", failed ? "FAILED" : "all checks passed");
     return failed != 0;
 }

@@ -67,6 +67,10 @@ dt_status dt_safetensors_read_model(dt_safetensors *f, const dt_model *m, int vo
  * mlp_bias, another rope kind), is an error naming the file and the field. */
 dt_status dt_lm_config_from_hf(const char *json, const char *path, dt_lm_config *out);
 
+/* A Hugging Face folder (config.json; model.safetensors, or the shards model.safetensors.index.json maps each
+ * tensor to) as a model program. Errors name the file and the field or tensor; nothing is written. */
+dt_status dt_program_load_hf(const char *dir, dt_program **out);
+
 /* Writes bytes to path atomically: path.tmp.PID, fsync, rename; temporaries
  * that killed saves left beside path are removed first. */
 dt_status dt_file_write_atomic(const char *path, const void *const *parts, const size_t *sizes, int nparts);

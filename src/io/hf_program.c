@@ -1,0 +1,105 @@
+/* A Hugging Face model folder as a model program: config.json for the shape and family, the weights from
+ * model.safetensors or from the shards that model.safetensors.index.json maps each tensor to (save_pretrained
+ * writes either). */
+#include "dtrain/io.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_SHARDS 256
+
+typedef struct {
+    const char *dir;
+    cJSON *index;                 /* the index's weight_map's parent (NULL: one file) */
+    const cJSON *map;
+    char *names[MAX_SHARDS];      /* the shards opened so far */
+    dt_safetensors *files[MAX_SHARDS];
+    int n;
+} shards;
+
+static void shards_close(shards *s) {
+    for (int i = 0; i < s->n; i++) {
+        dt_safetensors_close(s->files[i]);
+        free(s->names[i]);
+    }
+    cJSON_Delete(s->index);
+}
+
+/* The file holding tensor name: the one model.safetensors, or its shard by the index. */
+static dt_status shard_of(shards *s, const char *name, dt_safetensors **out) {
+    const char *file = "model.safetensors";
+    if (s->map) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(s->map, name);
+        if (!cJSON_IsString(v))
+            return dt_error(DT_ERR_IO, "%s/model.safetensors.index.json: \"weight_map\" has no shard for tensor \"%s\"", s->dir, name);
+        file = v->valuestring;
+        if (strchr(file, '/')) return dt_error(DT_ERR_IO, "%s/model.safetensors.index.json: shard \"%s\" is not a file name", s->dir, file);
+    }
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->names[i], file)) {
+            *out = s->files[i];
+            return DT_OK;
+        }
+    if (s->n == MAX_SHARDS) return dt_error(DT_ERR_IO, "%s: more than %d shards", s->dir, MAX_SHARDS);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", s->dir, file);
+    if (access(path, R_OK)) return dt_error(DT_ERR_IO, "%s: shard %s, which the index names for \"%s\", is missing", s->dir, file, name);
+    dt_status st = dt_safetensors_open(path, &s->files[s->n]);
+    if (st) return st;
+    s->names[s->n] = strdup(file);
+    *out = s->files[s->n++];
+    return DT_OK;
+}
+
+static dt_status read_index(shards *s) {
+    char path[4096], *text = NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", s->dir);
+    if (access(path, F_OK)) return DT_OK; /* one file */
+    dt_status st = dt_file_read_text(path, 64u << 20, &text, NULL);
+    if (st) return st;
+    s->index = cJSON_Parse(text);
+    free(text);
+    s->map = cJSON_GetObjectItemCaseSensitive(s->index, "weight_map");
+    if (!cJSON_IsObject(s->map)) return dt_error(DT_ERR_IO, "%s: no \"weight_map\" object", path);
+    return DT_OK;
+}
+
+static dt_status read_weights(shards *s, dt_program *p) {
+    dt_model m;
+    dt_program_model(p, &m);
+    int V = dt_program_config(p)->vocab_size;
+    float *params = m.params(m.self);
+    for (int i = 0; i < m.ntensors; i++) {
+        const dt_tensor_info *t = &m.tensors[i];
+        dt_safetensors *f = NULL;
+        int dims[4] = { t->split == DT_SPLIT_VOCAB ? V : t->shape[0], t->shape[1], t->shape[2], t->shape[3] };
+        dt_status st = shard_of(s, t->hf, &f);
+        if (!st) st = dt_safetensors_read(f, t->hf, t->ndim, dims, t->hf_transposed, params + t->offset);
+        if (st) return st;
+    }
+    return DT_OK;
+}
+
+dt_status dt_program_load_hf(const char *dir, dt_program **out) {
+    *out = NULL;
+    char path[4096], *text = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    dt_lm_config cfg;
+    dt_status st = dt_file_read_text(path, 1 << 20, &text, NULL);
+    if (!st) st = dt_lm_config_from_hf(text, path, &cfg);
+    free(text);
+    if (st) return st;
+    shards s = { .dir = dir };
+    dt_program *p = NULL;
+    if (!(st = read_index(&s)) && !(st = dt_program_create(&cfg, &p))) st = read_weights(&s, p);
+    shards_close(&s);
+    if (st) {
+        dt_program_destroy(p);
+        return st;
+    }
+    *out = p;
+    return DT_OK;
+}
