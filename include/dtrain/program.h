@@ -48,6 +48,14 @@ dt_status dt_lm_config_check(const dt_lm_config *c, const char *where);
 typedef struct dt_program dt_program;
 
 dt_status dt_program_create(const dt_lm_config *cfg, dt_program **out);
+/* What one rank holds of the model: today a whole model split by tensor parallelism (part's tp_rank, tp_size,
+ * tp; Megatron's split: q by heads, K/V by K/V heads (each rank its share, or, with fewer K/V heads than ranks,
+ * the one its heads read, kept by each rank that reads it), the MLP by hidden units, the embedding and head by
+ * vocabulary rows, the rest whole). Stages, sequence and context parallelism are refused. */
+dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out);
+/* After backward (and the data-parallel strategy's finish): the gradients a tensor-parallel group must still sum
+ * (K/V weights that several ranks keep). Collective over the group; nothing on one rank. */
+dt_status dt_program_finalize_grads(dt_program *p);
 void dt_program_destroy(dt_program *p);
 const dt_lm_config *dt_program_config(const dt_program *p);
 /* Weights as a seed draws them (normal 0.02; the output projections 0.02 / sqrt(2 L); norms 1, biases 0). */

@@ -19,39 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A block's op as built: its spec and its tensors' offsets in the store (SIZE_MAX: none). */
-typedef struct {
-    dt_op_spec s;
-    int width_in, width_out;
-} op_shape;
-
-struct dt_program {
-    dt_lm_config cfg;
-    const dt_family *f;
-    dt_tensor_info *tab;
-    const dt_tensor_spec **spec; /* each table entry's */
-    int ntab;
-    int *block_tab;            /* per layer: its first tensor's index in the table */
-    int i_wte, i_wpe, i_lnf, i_head;
-    size_t nparams;
-    float *params, *grads, *own_params, *own_grads;
-    dt_hook_list grad_hooks, unit_hooks;
-    op_shape *ops;
-    int *vw;                   /* each value's width */
-    float *inv_freq;           /* rotary: head_dim / 2 frequencies */
-    /* per batch */
-    int B, T, cap_BT, cap_T;
-    bool have_targets, repack, blockwise;
-    float *mem;                /* everything below lives in one allocation */
-    float **val;               /* [layer * nvalues + v]: the block's values (V_IN, V_OUT: the stream's) */
-    float **stats;             /* [layer * nops + k]: a norm's mean and rstd, attention's scores (or log-sum-exps) */
-    float **packed;            /* [layer]: attention's q|k|v of all heads (NULL: the op's input is that already) */
-    float **dval, *dpacked, *stream, *dstream[2];
-    float *lnf, *lnf_stats, *logits, *losses, *ce_stats, *dlnf;
-    int32_t *inputs, *targets, *pos;
-    float loss;
-};
-
 static int width_of(const dt_lm_config *c, dt_width w) {
     int q = c->num_heads * c->head_dim, kv = c->kv_heads * c->head_dim;
     switch (w) {
@@ -66,6 +33,19 @@ static int width_of(const dt_lm_config *c, dt_width w) {
     case W_POS: return c->max_seq_len;
     }
     return 0;
+}
+
+/* This rank's width: w split as tensor parallelism splits it (the whole on one rank). */
+static int local_width(const dt_program *p, dt_width w) {
+    switch (w) {
+    case W_Q: return p->Ql;
+    case W_KV: return p->KVl;
+    case W_QKV: return p->Ql + 2 * p->KVl;
+    case W_FFN: return p->Fl;
+    case W_FFN2: return 2 * p->Fl;
+    case W_VOCAB: return p->Vl;
+    default: return width_of(&p->cfg, w);
+    }
 }
 
 const dt_family *dt_family_find(const char *name) {
@@ -100,6 +80,35 @@ dt_status dt_lm_config_check(const dt_lm_config *c, const char *where) {
 
 /* ---- the table ---- */
 
+/* This rank's slice of t (whole so far): a column-parallel tensor by output rows (its heads' q, its K/V heads, its
+ * hidden units; GPT-2's fused q/k/v: the same heads' rows of each), a row-parallel one by input columns, the
+ * vocabulary's by rows. */
+static void slice(const dt_program *p, const dt_tensor_spec *s, dt_tensor_info *t) {
+    int r = p->part.tp_rank;
+    switch (t->split) {
+    case DT_SPLIT_COLUMN:
+        if (s->rows == W_QKV) t->slice = (dt_tensor_slice){ 0, r * p->Ql, p->Ql, 3, width_of(&p->cfg, W_Q) };
+        else if (s->rows == W_KV) t->slice = (dt_tensor_slice){ 0, p->kv0 * p->cfg.head_dim, p->KVl, 1, p->KVl };
+        else {
+            int n = local_width(p, s->rows);
+            t->slice = (dt_tensor_slice){ 0, r * n, n, 1, n };
+        }
+        t->shape[0] = t->slice.count * t->slice.pieces;
+        break;
+    case DT_SPLIT_ROW: {
+        int n = local_width(p, s->cols);
+        t->slice = (dt_tensor_slice){ 1, r * n, n, 1, n };
+        t->shape[1] = n;
+        break;
+    }
+    case DT_SPLIT_VOCAB:
+        t->slice = (dt_tensor_slice){ 0, p->v0, p->Vl, 1, p->Vl };
+        t->shape[0] = p->Vl;
+        break;
+    case DT_SPLIT_NONE: break;
+    }
+}
+
 static void add_tensor(dt_program *p, const dt_tensor_spec *s, int layer, int unit) {
     p->spec[p->ntab] = s;
     dt_tensor_info *t = &p->tab[p->ntab++];
@@ -119,6 +128,12 @@ static void add_tensor(dt_program *p, const dt_tensor_spec *s, int layer, int un
     t->llmc_index = -1;
     t->hf_transposed = s->hf_t;
     dt_tensor_set_whole(t);
+    t->goffset = p->global_params;
+    p->global_params += t->count;
+    if (p->part.tp_size > 1) {
+        slice(p, s, t);
+        t->count = (size_t)t->shape[0] * (size_t)(t->shape[1] ? t->shape[1] : 1);
+    }
     p->nparams += t->count;
 }
 
@@ -151,7 +166,7 @@ static dt_status shape_ops(dt_program *p) {
     p->ops = calloc((size_t)f->nops, sizeof *p->ops);
     p->vw = calloc((size_t)f->nvalues, sizeof *p->vw);
     if (!p->ops || !p->vw) return dt_error(DT_ERR_NOMEM, "model: out of memory");
-    for (int v = 0; v < f->nvalues; v++) p->vw[v] = width_of(&p->cfg, f->values[v]);
+    for (int v = 0; v < f->nvalues; v++) p->vw[v] = local_width(p, f->values[v]);
     for (int k = 0; k < f->nops; k++) {
         op_shape *o = &p->ops[k];
         o->s = f->ops[k];
@@ -167,6 +182,11 @@ static dt_status shape_ops(dt_program *p) {
             if (j && o->s.b >= 0 && t[o->s.b + j].offset != t[o->s.b + j - 1].offset + t[o->s.b + j - 1].count)
                 return dt_error(DT_ERR_ARG, "model %s: the biases of Linear %s are not side by side", f->name, t[o->s.w].name);
         }
+        int readers = 0;
+        for (int j = 0; j < f->nops; j++) readers += f->ops[j].in == o->s.in || f->ops[j].in2 == o->s.in;
+        /* its backward sums d(input) over the group in place: nothing else may have added to it */
+        if (t[o->s.w].split == DT_SPLIT_COLUMN && (readers != 1 || o->s.in < 2))
+            return dt_error(DT_ERR_ARG, "model %s: column-parallel Linear %s must be the only reader of its input", f->name, t[o->s.w].name);
         if (rows != o->width_out || t[o->s.w].shape[1] != o->width_in)
             return dt_error(DT_ERR_ARG, "model %s: Linear %s is [%d, %d] between values of %d and %d", f->name, t[o->s.w].name, rows,
                             t[o->s.w].shape[1], o->width_in, o->width_out);
@@ -174,14 +194,55 @@ static dt_status shape_ops(dt_program *p) {
     return DT_OK;
 }
 
+/* What the program runs today: a whole model, split by tensor parallelism or not. */
+static dt_status check_part(const dt_lm_config *c, const dt_gpt2_part *part) {
+    int t = part->tp_size;
+    if (part->ua != 0 || part->ub != c->num_layers + 2 || part->nchunks || part->sp || part->cp_size > 1)
+        return dt_error(DT_ERR_UNSUPPORTED, "model %s: pipeline stages, sequence and context parallelism are not on the model program yet",
+                        c->family->name);
+    if (t < 1 || part->tp_rank < 0 || part->tp_rank >= t) return dt_error(DT_ERR_ARG, "model: tensor-parallel rank %d of %d", part->tp_rank, t);
+    if (t > 1 && !part->tp) return dt_error(DT_ERR_ARG, "model: a tensor-parallel part needs its collectives (dt_tp_ops)");
+    if (c->num_heads % t) return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the %d attention heads", t, c->num_heads);
+    if (c->kv_heads % t && t % c->kv_heads)
+        return dt_error(DT_ERR_ARG, "model: --tp %d and the %d K/V heads: one must divide the other", t, c->kv_heads);
+    if (c->ffn % t) return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the MLP's %d hidden units", t, c->ffn);
+    if (t > c->padded_vocab_size) return dt_error(DT_ERR_ARG, "model: --tp %d is more than the %d vocabulary rows", t, c->padded_vocab_size);
+    return DT_OK;
+}
+
+/* The part's widths (struct dt_program's NHl .. Vv). */
+static void part_widths(dt_program *p) {
+    const dt_lm_config *c = &p->cfg;
+    int t = p->part.tp_size, r = p->part.tp_rank, rows = (c->padded_vocab_size + t - 1) / t, hd = c->head_dim;
+    p->NHl = c->num_heads / t;
+    p->Ql = p->NHl * hd;
+    /* K/V heads: each rank its share, or, fewer than the ranks, the one its query heads read (kept by several ranks) */
+    int kvl = c->kv_heads >= t ? c->kv_heads / t : 1;
+    p->kv0 = c->kv_heads >= t ? r * kvl : r * p->NHl / (c->num_heads / c->kv_heads);
+    p->KVl = kvl * hd;
+    p->Fl = c->ffn / t;
+    p->v0 = r * rows < c->padded_vocab_size ? r * rows : c->padded_vocab_size;
+    p->Vl = c->padded_vocab_size - p->v0 < rows ? c->padded_vocab_size - p->v0 : rows;
+    int real = c->vocab_size - p->v0;
+    p->Vv = real < 0 ? 0 : real < p->Vl ? real : p->Vl;
+}
+
 dt_status dt_program_create(const dt_lm_config *cfg, dt_program **out) {
+    dt_gpt2_part whole = { .ua = 0, .ub = cfg->num_layers + 2, .tp_size = 1 };
+    return dt_program_create_part(cfg, &whole, out);
+}
+
+dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out) {
     *out = NULL;
     dt_status st = dt_lm_config_check(cfg, "model");
+    if (!st) st = check_part(cfg, part);
     if (st) return st;
     dt_program *p = calloc(1, sizeof *p);
     if (!p) return dt_error(DT_ERR_NOMEM, "model: out of memory");
     p->cfg = *cfg;
     p->f = cfg->family;
+    p->part = *part;
+    part_widths(p);
     if (!(st = layout(p))) st = shape_ops(p);
     if (!st && p->f->rotary) {
         if ((p->inv_freq = malloc(sizeof(float) * (size_t)(cfg->head_dim / 2)))) dt_rope_frequencies(p->inv_freq, cfg->head_dim, &cfg->rope);
@@ -247,14 +308,39 @@ void dt_program_init_random(dt_program *p, uint64_t seed) {
         int init = p->spec[i]->init;
         /* the Linears that write into the residual stream (row-parallel ones) start smaller, as GPT-2's */
         float std = t->split == DT_SPLIT_ROW ? proj : 0.02f;
+        /* a slice draws the whole tensor's values at its places: every layout starts from the same weights */
+        bool sliced = dt_tensor_is_sliced(t);
         for (size_t j = 0; j < t->count; j++)
-            w[j] = init == INIT_ONES ? 1.0f : init == INIT_ZEROS ? 0.0f : std * dt_rng_normal_at(seed, drawn + j);
-        if (init == INIT_NORMAL) drawn += t->count;
+            w[j] = init == INIT_ONES ? 1.0f : init == INIT_ZEROS ? 0.0f
+                 : std * dt_rng_normal_at(seed, drawn + (sliced ? dt_tensor_global_index(t, j) : j));
+        if (init == INIT_NORMAL) drawn += (size_t)t->gshape[0] * (size_t)(t->gshape[1] ? t->gshape[1] : 1);
     }
-    /* padded vocabulary rows stay zero */
-    int V = p->cfg.vocab_size, C = p->cfg.channels;
+    /* padded vocabulary rows (this rank's Vv .. Vl) stay zero */
+    size_t C = (size_t)p->cfg.channels;
     for (int i = p->i_wte; i >= 0; i = i == p->i_head ? -1 : p->i_head)
-        memset(p->params + p->tab[i].offset + (size_t)V * C, 0, (size_t)(p->cfg.padded_vocab_size - V) * C * sizeof(float));
+        memset(p->params + p->tab[i].offset + (size_t)p->Vv * C, 0, (size_t)(p->Vl - p->Vv) * C * sizeof(float));
+}
+
+/* K/V heads kept by several ranks (fewer K/V heads than ranks): each rank's gradient holds its own query heads'
+ * part; the group sums them, one K/V head's slot a rank in a buffer of all of them. */
+dt_status dt_program_finalize_grads(dt_program *p) {
+    const dt_lm_config *c = &p->cfg;
+    int t = p->part.tp_size;
+    if (t == 1 || c->kv_heads >= t) return DT_OK;
+    p->comm_err = DT_OK;
+    for (int l = 0; l < c->num_layers; l++)
+        for (int i = 0; i < p->f->nblock; i++) {
+            const dt_tensor_info *x = &p->tab[p->block_tab[l] + i];
+            if (p->f->block[i].rows != W_KV) continue;
+            size_t n = x->count, all = n * (size_t)c->kv_heads;
+            float *buf = calloc(all, sizeof(float));
+            if (!buf) return dt_error(DT_ERR_NOMEM, "model: out of memory summing K/V gradients");
+            memcpy(buf + (size_t)p->kv0 * n, p->grads + x->offset, n * sizeof(float));
+            dt_program_tp_sum(p, buf, all);
+            memcpy(p->grads + x->offset, buf + (size_t)p->kv0 * n, n * sizeof(float));
+            free(buf);
+        }
+    return p->comm_err;
 }
 
 /* ---- a batch's memory ---- */
@@ -272,8 +358,8 @@ static float *carve(float *base, size_t *at, size_t n) {
 static size_t lay_batch(dt_program *p, float *base, int B, int T) {
     const dt_lm_config *c = &p->cfg;
     int L = c->num_layers, nv = p->f->nvalues, no = p->f->nops;
-    size_t BT = (size_t)B * T, C = (size_t)c->channels, Q = (size_t)c->num_heads * c->head_dim, at = 0;
-    size_t att = (size_t)c->num_heads * BT * (p->blockwise ? 1 : (size_t)T);
+    size_t BT = (size_t)B * T, C = (size_t)c->channels, Q = (size_t)p->Ql, at = 0;
+    size_t att = (size_t)p->NHl * BT * (p->blockwise ? 1 : (size_t)T);
     p->stream = carve(base, &at, (size_t)(L + 1) * BT * C);
     for (int l = 0; l < L; l++) {
         for (int v = 2; v < nv; v++) {
@@ -298,7 +384,8 @@ static size_t lay_batch(dt_program *p, float *base, int B, int T) {
     p->dpacked = p->repack ? carve(base, &at, BT * 3 * Q) : NULL;
     p->lnf = carve(base, &at, BT * C);
     p->lnf_stats = carve(base, &at, 2 * BT);
-    p->logits = carve(base, &at, BT * (size_t)c->padded_vocab_size);
+    p->logits = carve(base, &at, BT * (size_t)p->Vl);
+    p->scratch = carve(base, &at, 2 * BT);
     p->losses = carve(base, &at, BT);
     p->ce_stats = carve(base, &at, 2 * BT);
     p->dlnf = carve(base, &at, BT * C);
@@ -338,18 +425,22 @@ static float *weight(const dt_program *p, int l, int i) { return p->params + p->
 static float *weight_grad(const dt_program *p, int l, int i) { return p->grads + p->tab[p->block_tab[l] + i].offset; }
 
 /* q|k|v of all heads from q, K/V heads and v side by side (in: [BT, Q + 2 KV]), q and k turned by position. */
+/* Which of this rank's K/V heads its query head h reads. */
+static int kv_of(const dt_program *p, int h) {
+    return (p->part.tp_rank * p->NHl + h) / (p->cfg.num_heads / p->cfg.kv_heads) - p->kv0;
+}
+
 static void attention_pack(const dt_program *p, float *packed, const float *in, int BT) {
-    const dt_lm_config *c = &p->cfg;
-    int hd = c->head_dim, NH = c->num_heads, rep = NH / c->kv_heads;
-    size_t Q = (size_t)NH * hd, KV = (size_t)c->kv_heads * hd, win = Q + 2 * KV;
+    int hd = p->cfg.head_dim, NH = p->NHl;
+    size_t Q = (size_t)p->Ql, KV = (size_t)p->KVl, win = Q + 2 * KV;
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < BT; r++) {
         const float *x = in + (size_t)r * win;
         float *o = packed + (size_t)r * 3 * Q;
         memcpy(o, x, Q * sizeof(float));
         for (int h = 0; h < NH; h++) {
-            memcpy(o + Q + (size_t)h * hd, x + Q + (size_t)(h / rep) * hd, (size_t)hd * sizeof(float));
-            memcpy(o + 2 * Q + (size_t)h * hd, x + Q + KV + (size_t)(h / rep) * hd, (size_t)hd * sizeof(float));
+            memcpy(o + Q + (size_t)h * hd, x + Q + (size_t)kv_of(p, h) * hd, (size_t)hd * sizeof(float));
+            memcpy(o + 2 * Q + (size_t)h * hd, x + Q + KV + (size_t)kv_of(p, h) * hd, (size_t)hd * sizeof(float));
         }
     }
     if (p->f->rotary) {
@@ -360,9 +451,8 @@ static void attention_pack(const dt_program *p, float *packed, const float *in, 
 
 /* Its backward: dpacked (turned back in place) summed into d(q, K/V heads, v). */
 static void attention_unpack(const dt_program *p, float *din, float *dpacked, int BT) {
-    const dt_lm_config *c = &p->cfg;
-    int hd = c->head_dim, NH = c->num_heads, rep = NH / c->kv_heads;
-    size_t Q = (size_t)NH * hd, KV = (size_t)c->kv_heads * hd, win = Q + 2 * KV;
+    int hd = p->cfg.head_dim, NH = p->NHl;
+    size_t Q = (size_t)p->Ql, KV = (size_t)p->KVl, win = Q + 2 * KV;
     if (p->f->rotary) {
         dt_rope_backward(dpacked, p->inv_freq, p->pos, BT, NH, hd, 3 * Q);
         dt_rope_backward(dpacked + Q, p->inv_freq, p->pos, BT, NH, hd, 3 * Q);
@@ -374,25 +464,32 @@ static void attention_unpack(const dt_program *p, float *din, float *dpacked, in
         for (size_t j = 0; j < Q; j++) o[j] += d[j];
         for (int h = 0; h < NH; h++)
             for (int j = 0; j < hd; j++) {
-                o[Q + (size_t)(h / rep) * hd + j] += d[Q + (size_t)h * hd + j];
-                o[Q + KV + (size_t)(h / rep) * hd + j] += d[2 * Q + (size_t)h * hd + j];
+                o[Q + (size_t)kv_of(p, h) * hd + j] += d[Q + (size_t)h * hd + j];
+                o[Q + KV + (size_t)kv_of(p, h) * hd + j] += d[2 * Q + (size_t)h * hd + j];
             }
     }
 }
 
+/* Whether block l's Linear with first weight w is split by tensor parallelism, and how. */
+static dt_tp_split split_of(const dt_program *p, int w) { return p->part.tp_size > 1 ? p->tab[p->block_tab[0] + w].split : DT_SPLIT_NONE; }
+
 static void op_forward(dt_program *p, int l, int k) {
     const op_shape *o = &p->ops[k];
     const dt_op_spec *s = &o->s;
-    int nv = p->f->nvalues, BT = p->B * p->T, NH = p->cfg.num_heads, Q = NH * p->cfg.head_dim;
+    int nv = p->f->nvalues, BT = p->B * p->T, NH = p->NHl, Q = p->Ql;
     float *in = p->val[l * nv + s->in], *out = p->val[l * nv + s->out], *st = p->stats[l * p->f->nops + k];
     switch (s->kind) {
     case OP_NORM:
         if (p->f->rms) dt_rmsnorm_forward(out, st + BT, in, weight(p, l, s->w), BT, o->width_in, p->cfg.norm_eps);
         else dt_layernorm_forward(out, st, st + BT, in, weight(p, l, s->w), weight(p, l, s->b), BT, o->width_in);
         break;
-    case OP_LINEAR:
-        dt_matmul_forward(out, in, weight(p, l, s->w), s->b >= 0 ? weight(p, l, s->b) : NULL, BT, o->width_in, o->width_out);
+    case OP_LINEAR: {
+        /* a row-parallel Linear's outputs are partial sums, whole once summed over the group; its bias on one rank */
+        bool rows = split_of(p, s->w) == DT_SPLIT_ROW, bias = s->b >= 0 && (!rows || p->part.tp_rank == 0);
+        dt_matmul_forward(out, in, weight(p, l, s->w), bias ? weight(p, l, s->b) : NULL, BT, o->width_in, o->width_out);
+        if (rows) dt_program_tp_sum(p, out, (size_t)BT * o->width_out);
         break;
+    }
     case OP_ATTENTION: {
         float *qkv = in;
         if (p->repack) attention_pack(p, qkv = p->packed[l], in, BT);
@@ -432,28 +529,27 @@ dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t
     dt_status st = check_batch(p, inputs, targets, B, T);
     if (!st) st = reserve(p, B, T);
     if (st) return st;
-    int L = c->num_layers, C = c->channels, BT = B * T, Vp = c->padded_vocab_size;
+    int L = c->num_layers, C = c->channels, BT = B * T;
     p->B = B, p->T = T;
+    p->comm_err = DT_OK;
     memcpy(p->inputs, inputs, (size_t)BT * sizeof(int32_t));
     for (int i = 0; i < BT; i++) p->pos[i] = i % T;
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, 0);
-    const float *wte = p->params + p->tab[p->i_wte].offset;
-    if (p->i_wpe >= 0) dt_embedding_forward(p->stream, inputs, wte, p->params + p->tab[p->i_wpe].offset, B, T, C);
-    else dt_embedding_rows_forward(p->stream, inputs, wte, 0, Vp, BT, C);
+    dt_program_tp_embedding_forward(p, p->stream, inputs);
     for (int l = 0; l < L; l++) {
         dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, l + 1);
         for (int k = 0; k < p->f->nops; k++) op_forward(p, l, k);
     }
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, L + 1);
     final_norm_forward(p);
-    dt_matmul_forward(p->logits, p->lnf, p->params + p->tab[p->i_head].offset, NULL, BT, C, Vp);
+    dt_matmul_forward(p->logits, p->lnf, p->params + p->tab[p->i_head].offset, NULL, BT, C, p->Vl);
     p->have_targets = targets != NULL;
     if (targets) {
         memcpy(p->targets, targets, (size_t)BT * sizeof(int32_t));
-        p->loss = dt_crossentropy_forward(p->losses, p->ce_stats, p->logits, targets, BT, c->vocab_size, Vp);
+        p->loss = dt_program_tp_crossentropy_forward(p, targets);
         if (loss) *loss = p->loss;
     }
-    return DT_OK;
+    return p->comm_err;
 }
 
 /* ---- backward ---- */
@@ -461,7 +557,7 @@ dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t
 static void op_backward(dt_program *p, int l, int k, float *din_stream, float *dout_stream) {
     const op_shape *o = &p->ops[k];
     const dt_op_spec *s = &o->s;
-    int nv = p->f->nvalues, BT = p->B * p->T, NH = p->cfg.num_heads, Q = NH * p->cfg.head_dim;
+    int nv = p->f->nvalues, BT = p->B * p->T, NH = p->NHl, Q = p->Ql;
     float *in = p->val[l * nv + s->in], *out = p->val[l * nv + s->out], *st = p->stats[l * p->f->nops + k];
     float *din = s->in == V_IN ? din_stream : p->dval[s->in], *dout = s->out == V_OUT ? dout_stream : p->dval[s->out];
     switch (s->kind) {
@@ -473,6 +569,8 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
     case OP_LINEAR:
         dt_matmul_backward(din, weight_grad(p, l, s->w), s->b >= 0 ? weight_grad(p, l, s->b) : NULL, dout, in, weight(p, l, s->w), BT,
                            o->width_in, o->width_out);
+        /* a column-parallel Linear's input gradient is this rank's share (it is its input's only reader: shape_ops) */
+        if (split_of(p, s->w) == DT_SPLIT_COLUMN) dt_program_tp_sum(p, din, (size_t)BT * o->width_in);
         break;
     case OP_ATTENTION: {
         float *qkv = p->repack ? p->packed[l] : in, *dqkv = p->repack ? p->dpacked : din;
@@ -504,12 +602,15 @@ dt_status dt_program_backward(dt_program *p, float grad_scale) {
     if (!p->mem || !p->have_targets) return dt_error(DT_ERR_ARG, "backward: needs a forward with targets first");
     p->have_targets = false; /* the logits become their gradient */
     const dt_lm_config *c = &p->cfg;
-    int L = c->num_layers, C = c->channels, BT = p->B * p->T, Vp = c->padded_vocab_size, nv = p->f->nvalues;
+    int L = c->num_layers, C = c->channels, BT = p->B * p->T, nv = p->f->nvalues;
     size_t BTC = (size_t)BT * C;
+    p->comm_err = DT_OK;
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, L + 1);
-    dt_crossentropy_backward(p->logits, p->ce_stats, p->targets, BT, c->vocab_size, Vp, grad_scale / (float)BT);
+    dt_program_tp_crossentropy_backward(p, grad_scale / (float)BT);
     memset(p->dlnf, 0, BTC * sizeof(float));
-    dt_matmul_backward(p->dlnf, p->grads + p->tab[p->i_head].offset, NULL, p->logits, p->lnf, p->params + p->tab[p->i_head].offset, BT, C, Vp);
+    dt_matmul_backward(p->dlnf, p->grads + p->tab[p->i_head].offset, NULL, p->logits, p->lnf, p->params + p->tab[p->i_head].offset, BT, C,
+                       p->Vl);
+    dt_program_tp_sum(p, p->dlnf, BTC); /* the head is column-parallel (by vocabulary) */
     float *dres = p->dstream[0], *dnext = p->dstream[1];
     memset(dres, 0, BTC * sizeof(float));
     final_norm_backward(p, dres);
@@ -524,11 +625,9 @@ dt_status dt_program_backward(dt_program *p, float grad_scale) {
         dt_hook_list_call(&p->grad_hooks, DT_HOOK_GRADS_READY, l + 1);
     }
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, 0);
-    float *dwte = p->grads + p->tab[p->i_wte].offset;
-    if (p->i_wpe >= 0) dt_embedding_backward(dwte, p->grads + p->tab[p->i_wpe].offset, dres, p->inputs, p->B, p->T, C);
-    else dt_embedding_rows_backward(dwte, dres, p->inputs, 0, Vp, BT, C);
+    dt_program_tp_embedding_backward(p, dres);
     dt_hook_list_call(&p->grad_hooks, DT_HOOK_GRADS_READY, 0);
-    return DT_OK;
+    return p->comm_err;
 }
 
 /* ---- the model as the engine sees it ---- */
@@ -550,6 +649,6 @@ static void set_param_storage(void *self, float *to) {
 
 void dt_program_model(dt_program *p, dt_model *out) {
     *out = (dt_model){ .self = p, .kind = p->f->name, .tensors = p->tab, .ntensors = p->ntab, .nunits = p->cfg.num_layers + 2,
-                       .nparams = p->nparams, .params = params_of, .grads = grads_of, .set_grad_storage = set_grad_storage,
+                       .nparams = p->nparams, .global_params = p->global_params, .params = params_of, .grads = grads_of, .set_grad_storage = set_grad_storage,
                        .set_grad_hook = set_grad_hook, .set_unit_hooks = set_unit_hooks, .set_param_storage = set_param_storage };
 }

@@ -50,4 +50,54 @@ struct dt_family {
 
 extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2;
 
+/* A block's op as built: its spec and the widths (this rank's) of what it reads and writes. */
+typedef struct {
+    dt_op_spec s;
+    int width_in, width_out;
+} op_shape;
+
+struct dt_program {
+    dt_lm_config cfg;
+    const dt_family *f;
+    dt_gpt2_part part;         /* what this rank holds (tensor parallelism: its heads, hidden units, vocabulary rows) */
+    /* this rank's widths: Ql query channels (NHl heads), KVl key/value channels (its K/V heads from kv0; all ranks
+     * sharing one when there are fewer K/V heads than ranks), Fl hidden units, vocabulary rows [v0, v0 + Vl) of
+     * which Vv are real; one process: the whole model's */
+    int NHl, Ql, KVl, kv0, Fl, v0, Vl, Vv;
+    dt_status comm_err;        /* the first failed collective of this pass (the pass runs on; the caller is told) */
+    double tp_seconds;
+    dt_tensor_info *tab;
+    const dt_tensor_spec **spec; /* each table entry's */
+    int ntab;
+    int *block_tab;            /* per layer: its first tensor's index in the table */
+    int i_wte, i_wpe, i_lnf, i_head;
+    size_t nparams, global_params; /* this rank's, the whole model's */
+    float *params, *grads, *own_params, *own_grads;
+    dt_hook_list grad_hooks, unit_hooks;
+    op_shape *ops;
+    int *vw;                   /* each value's width */
+    float *inv_freq;           /* rotary: head_dim / 2 frequencies */
+    /* per batch */
+    int B, T, cap_BT, cap_T;
+    bool have_targets, repack, blockwise;
+    float *mem;                /* everything below lives in one allocation */
+    float **val;               /* [layer * nvalues + v]: the block's values (V_IN, V_OUT: the stream's) */
+    float **stats;             /* [layer * nops + k]: a norm's mean and rstd, attention's scores (or log-sum-exps) */
+    float **packed;            /* [layer]: attention's q|k|v of all heads (NULL: the op's input is that already) */
+    float **dval, *dpacked, *stream, *dstream[2];
+    float *lnf, *lnf_stats, *logits, *losses, *ce_stats, *dlnf, *scratch; /* scratch: 2 B*T (a split cross-entropy's sums) */
+    int32_t *inputs, *targets, *pos;
+    float loss;
+};
+
+/* Tensor parallelism's mappings (program_tp.c), as the ops call them; on one rank each is the plain kernel or
+ * nothing. The group's sum in place; the token embedding (a vocabulary slice each: the sum of lookups, then the
+ * learned positions where the family has them); the cross-entropy over vocabulary columns (max, then the sums of
+ * exponentials and the target's logit) and its backward. */
+void dt_program_tp_sum(dt_program *p, float *x, size_t n);
+void dt_program_tp_embedding_forward(dt_program *p, float *out, const int32_t *tokens);
+void dt_program_tp_embedding_backward(dt_program *p, const float *dout);
+float dt_program_tp_crossentropy_forward(dt_program *p, const int32_t *targets);
+void dt_program_tp_crossentropy_backward(dt_program *p, float dscale);
+
 #endif
