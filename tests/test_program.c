@@ -183,6 +183,121 @@ static void gpt2_spec_equals_gpt2(const char *dir) {
     dt_gpt2_destroy(g);
 }
 
+static dt_lm_config small(const char *family, int KV, bool tied) {
+    return (dt_lm_config){ .family = dt_family_find(family), .vocab_size = 101, .padded_vocab_size = 128, .max_seq_len = 32, .num_layers = 3,
+                           .num_heads = 4, .kv_heads = KV, .head_dim = 8, .channels = 32, .ffn = 48, .norm_eps = 1e-5f,
+                           .rope = { .theta = 10000 }, .tied = tied };
+}
+
+/* Stages as a pipeline runs them: [0,2), [2,3), [3,5) of a 3-block model, and one stage holding the chunks [0,2)
+ * and [3,5) around another's [2,3) (an interleaved stage), chained forward (the stream out of one into the next)
+ * and backward (d output in, d input out), give the whole model's loss and every gradient bit for bit; a tied
+ * token table's gradient is the sum of the first stage's and the last stage's copy's. */
+static void stages_chain(const char *family, int KV, bool tied) {
+    dt_lm_config c = small(family, KV, tied);
+    char what[64];
+    snprintf(what, sizeof what, "%s, %d K/V heads%s", family, KV, tied ? ", tied" : "");
+    const int cut[2][4] = { { 0, 2, 3, 5 }, { 0, 2, 3, 5 } };
+    dt_program *whole = NULL, *st3[3] = { NULL }, *outer = NULL, *mid = NULL;
+    dt_status st = dt_program_create(&c, &whole);
+    for (int k = 0; !st && k < 3; k++) {
+        dt_gpt2_part part = { .ua = cut[0][k], .ub = cut[0][k + 1], .tp_size = 1 };
+        st = dt_program_create_part(&c, &part, &st3[k]);
+    }
+    dt_gpt2_part po = { .nchunks = 2, .chunk_a = { 0, 3 }, .chunk_b = { 2, 5 }, .tp_size = 1 }, pm = { .ua = 2, .ub = 3, .tp_size = 1 };
+    if (!st) st = dt_program_create_part(&c, &po, &outer);
+    if (!st) st = dt_program_create_part(&c, &pm, &mid);
+    int32_t in[B * T], tg[B * T];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 7 + 3) % 101, tg[i] = (i * 5 + 1) % 101;
+    float lw = 0, l3 = 0, li = 0;
+    if (!st) {
+        dt_program *all[] = { whole, st3[0], st3[1], st3[2], outer, mid };
+        for (int k = 0; k < 6; k++) dt_program_init_random(all[k], 5); /* a seed gives every part the whole's values at their places */
+        st = dt_program_forward(whole, in, tg, B, T, &lw);
+    }
+    if (!st) st = dt_program_backward(whole, 1.0f);
+    /* three stages */
+    if (!st) st = dt_program_forward_units(st3[0], 0, 2, in, NULL, NULL, B, T, NULL);
+    if (!st) st = dt_program_forward_units(st3[1], 2, 3, NULL, dt_program_output(st3[0]), NULL, B, T, NULL);
+    if (!st) st = dt_program_forward_units(st3[2], 3, 5, NULL, dt_program_output(st3[1]), tg, B, T, &l3);
+    if (!st) st = dt_program_backward_units(st3[2], NULL, 1.0f);
+    if (!st) st = dt_program_backward_units(st3[1], dt_program_input_grad(st3[2], NULL, NULL), 1.0f);
+    if (!st) st = dt_program_backward_units(st3[0], dt_program_input_grad(st3[1], NULL, NULL), 1.0f);
+    /* an interleaved stage: chunk 0, the middle stage, chunk 1, and back */
+    if (!st) st = dt_program_forward_units(outer, 0, 2, in, NULL, NULL, B, T, NULL);
+    if (!st) st = dt_program_forward_units(mid, 2, 3, NULL, dt_program_output(outer), NULL, B, T, NULL);
+    if (!st) st = dt_program_forward_units(outer, 3, 5, NULL, dt_program_output(mid), tg, B, T, &li);
+    if (!st) st = dt_program_backward_units(outer, NULL, 1.0f);
+    if (!st) st = dt_program_backward_units(mid, dt_program_input_grad(outer, NULL, NULL), 1.0f);
+    if (!st && !(st = dt_program_use_chunk(outer, 0))) st = dt_program_backward_units(outer, dt_program_input_grad(mid, NULL, NULL), 1.0f);
+    if (st) {
+        printf("FAIL: stages %s: %s\n", what, dt_last_error());
+        failed++;
+    } else {
+        expect("stages", what, fabs(l3 - lw) + fabs(li - lw), 0);
+        /* every tensor of every part against the whole's: bit for bit but the tied table (two partial sums) */
+        dt_model wm;
+        dt_program_model(whole, &wm);
+        double worst = 0, tied_err = 0;
+        dt_program *parts[] = { st3[0], st3[1], st3[2], outer, mid };
+        for (int k = 0; k < 5; k++) {
+            dt_model pm2;
+            dt_program_model(parts[k], &pm2);
+            for (int i = 0; i < pm2.ntensors; i++) {
+                const dt_tensor_info *t = &pm2.tensors[i], *u = dt_model_find(&wm, t->name);
+                if (!strcmp(t->name, "wte") && tied) continue;
+                worst = fmax(worst, rel_err(pm2.grads(pm2.self) + t->offset, t->count, wm.grads(wm.self) + u->offset, 1, t->count));
+            }
+        }
+        if (tied) { /* the first stage's rows plus the last stage's copy */
+            dt_model a, z;
+            dt_program_model(st3[0], &a);
+            dt_program_model(st3[2], &z);
+            const dt_tensor_info *ta = dt_model_find(&a, "wte"), *tz = dt_model_find(&z, "wte"), *tw = dt_model_find(&wm, "wte");
+            float *sum = malloc(ta->count * sizeof(float));
+            for (size_t j = 0; j < ta->count; j++) sum[j] = a.grads(a.self)[ta->offset + j] + z.grads(z.self)[tz->offset + j];
+            tied_err = rel_err(sum, ta->count, wm.grads(wm.self) + tw->offset, 1, ta->count);
+            free(sum);
+            expect("stages", "tied table: first stage + last stage's copy", tied_err, 1e-6);
+        }
+        expect("stages", "every other gradient, bit for bit", worst, 0);
+    }
+    dt_program_destroy(whole);
+    for (int k = 0; k < 3; k++) dt_program_destroy(st3[k]);
+    dt_program_destroy(outer);
+    dt_program_destroy(mid);
+}
+
+/* A seed gives the gpt2 spec the weights it gives dt_gpt2 (the demo's losses do not move when GPT-2 moves onto
+ * the program). */
+static void gpt2_spec_init_equals_gpt2(void) {
+    dt_gpt2_config gc = { 32, 101, 128, 3, 4, 32 };
+    dt_lm_config c = small("gpt2", 4, true);
+    c.ffn = 128;
+    dt_gpt2 *g = NULL;
+    dt_program *p = NULL;
+    dt_status st = dt_gpt2_create(&gc, &g);
+    if (!st) st = dt_program_create(&c, &p);
+    if (st) {
+        printf("FAIL: gpt2 init: %s\n", dt_last_error());
+        failed++;
+    } else {
+        dt_gpt2_init_random(g, 42);
+        dt_program_init_random(p, 42);
+        dt_model pm, gm;
+        dt_program_model(p, &pm);
+        dt_gpt2_model(g, &gm);
+        double worst = pm.nparams == gm.nparams ? 0 : 1;
+        for (int i = 0; i < pm.ntensors; i++) {
+            const dt_tensor_info *t = &pm.tensors[i], *u = dt_model_find(&gm, t->name);
+            worst = fmax(worst, u ? rel_err(pm.params(pm.self) + t->offset, t->count, gm.params(gm.self) + u->offset, 1, t->count) : 1);
+        }
+        expect("gpt2 spec", "a seed's weights = dt_gpt2's", worst, 0);
+    }
+    dt_program_destroy(p);
+    dt_gpt2_destroy(g);
+}
+
 /* The gqa model as save_pretrained wrote it (two shards and their index) gives the gqa fixture's logits. */
 static void hf_folder_loads(const char *dir) {
     char path[512];
@@ -274,6 +389,10 @@ int main(int argc, char **argv) {
     const char *fixtures[] = { "mha", "gqa", "mqa", "rope_scaled", "qwen2" };
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) check_fixture(dir, fixtures[i]);
     gpt2_spec_equals_gpt2(dir);
+    gpt2_spec_init_equals_gpt2();
+    stages_chain("llama", 2, false);
+    stages_chain("llama", 1, true);
+    stages_chain("gpt2", 4, true);
     hf_folder_loads(dir);
     hf_folder_refused(dir, "a shard missing", NULL, NULL, NULL, NULL, true, "model-00002-of-00002.safetensors, which the index names");
     hf_folder_refused(dir, "a tensor missing from the index", NULL, NULL, "\"model.norm.weight\"", "\"model.norm.weight.renamed\"", false,

@@ -48,10 +48,12 @@ dt_status dt_lm_config_check(const dt_lm_config *c, const char *where);
 typedef struct dt_program dt_program;
 
 dt_status dt_program_create(const dt_lm_config *cfg, dt_program **out);
-/* What one rank holds of the model: today a whole model split by tensor parallelism (part's tp_rank, tp_size,
- * tp; Megatron's split: q by heads, K/V by K/V heads (each rank its share, or, with fewer K/V heads than ranks,
- * the one its heads read, kept by each rank that reads it), the MLP by hidden units, the embedding and head by
- * vocabulary rows, the rest whole). Stages, sequence and context parallelism are refused. */
+/* What one rank holds of the model: units [ua, ub) of 0..L+1 (0: the embedding; 1..L: the blocks; L+1: the
+ * final norm and the head), or an interleaved stage's chunks, split by tensor parallelism or not (part's tp_rank,
+ * tp_size, tp; Megatron's split: q by heads, K/V by K/V heads (each rank its share, or, with fewer K/V heads
+ * than ranks, the one its heads read, kept by each rank that reads it), the MLP by hidden units, the embedding
+ * and head by vocabulary rows, the rest whole). A stage that holds a tied head but not the embedding keeps its
+ * own copy of the token table in unit L+1 (tied_copy). Sequence and context parallelism are refused for now. */
 dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out);
 /* After backward (and the data-parallel strategy's finish): the gradients a tensor-parallel group must still sum
  * (K/V weights that several ranks keep). Collective over the group; nothing on one rank. */
@@ -61,13 +63,43 @@ const dt_lm_config *dt_program_config(const dt_program *p);
 /* Weights as a seed draws them (normal 0.02; the output projections 0.02 / sqrt(2 L); norms 1, biases 0). */
 void dt_program_init_random(dt_program *p, uint64_t seed);
 
-/* Forward on B x T tokens; with targets, the mean cross-entropy into *loss. */
-dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
-/* Backward of the last forward's loss times grad_scale, added to the gradients. */
-dt_status dt_program_backward(dt_program *p, float grad_scale);
-/* The last forward's logits [B, T, Vp]. */
-const float *dt_program_logits(const dt_program *p);
+/* The same values for store elements [lo, hi) only (a rank's piece). */
+void dt_program_init_random_range(dt_program *p, uint64_t seed, size_t lo, size_t hi);
+size_t dt_program_num_params(const dt_program *p);
+float *dt_program_params(dt_program *p);
+float *dt_program_grads(dt_program *p);
 void dt_program_zero_grad(dt_program *p);
+
+/* Forward on B x T tokens through every unit; with targets, the mean cross-entropy into *loss. */
+dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
+/* Forward over units [a, b) of one held range: from the tokens (a == 0) or from x, the residual stream [B, T, C]
+ * entering unit a; targets (and the loss) only when the range ends with the head. A range that ends before the
+ * head leaves its output in dt_program_output; passing that as the next range's x copies nothing. */
+dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *tokens, const float *x, const int32_t *targets, int B, int T,
+                                   float *loss);
+/* Backward of the last forward (of the current chunk and slot): from its loss times grad_scale, or, for a range
+ * that ends before the head, from dout = d(its output). Adds to the gradients; d(the range's input) is left for
+ * dt_program_input_grad. */
+dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad_scale);
+dt_status dt_program_backward(dt_program *p, float grad_scale);
+/* The last forward's logits [B, T, this rank's vocabulary rows] (NULL without the head); the residual stream
+ * after a range that ends before the head; d(a range's input) after its backward, with the batch's tokens. */
+const float *dt_program_logits(const dt_program *p);
+const float *dt_program_output(const dt_program *p);
+const float *dt_program_input_grad(const dt_program *p, const int32_t **tokens, int *n);
+/* An interleaved stage's chunks: their count, a[i], b[i] (arrays of DT_GPT2_MAX_CHUNKS); which one backward,
+ * dt_program_output and dt_program_input_grad work on (a forward selects its own). */
+int dt_program_chunks(const dt_program *p, int *a, int *b);
+dt_status dt_program_use_chunk(dt_program *p, int chunk);
+/* Activation slots (micro-batches in flight on a pipeline stage): n, each sized at its first forward; a backward
+ * runs in the slot of its forward. */
+dt_status dt_program_set_slots(dt_program *p, int n);
+void dt_program_use_slot(dt_program *p, int k);
+int dt_program_num_slots(const dt_program *p);
+/* With on, backward runs no gradient hook; dt_program_announce_grads runs them for every held unit, in
+ * backward's order. */
+void dt_program_hold_grad_hooks(dt_program *p, int on);
+void dt_program_announce_grads(dt_program *p);
 
 /* The program as the engine and the strategies see a model: the table, the stores, the hooks. */
 void dt_program_model(dt_program *p, dt_model *out);

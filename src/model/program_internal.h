@@ -56,39 +56,73 @@ typedef struct {
     int width_in, width_out;
 } op_shape;
 
+/* What a forward leaves for its range's backward: its units, whether the head ran with targets (or is not in the
+ * range), and where backward left d(the range's input). */
+typedef struct {
+    int a, b;
+    bool have_targets;
+    float *dinput;
+} run_state;
+
+/* One micro-batch in flight (a pipeline stage keeps several): everything a forward leaves for its backward, in
+ * one allocation, and each range's run. The model works in one slot at a time. */
+typedef struct {
+    float *mem;
+    int B, T, cap_BT, cap_T;
+    bool blockwise;
+    float **val;               /* [held block * nvalues + v]: the block's values (V_IN, V_OUT: the residual stream's) */
+    float **stats;             /* [held block * nops + k]: a norm's mean and rstd, attention's scores (or log-sum-exps) */
+    float **packed;            /* [held block]: attention's q|k|v of all heads (NULL: the op's input is that already) */
+    float **dval;              /* [v]: the gradients of a block's values, one set that every block's backward reuses */
+    float *range_in[DT_GPT2_MAX_CHUNKS]; /* the residual stream entering each range */
+    float *dpacked, *dstream[2], *lnf, *lnf_stats, *logits, *losses, *ce_stats, *dlnf, *scratch; /* scratch: 2 B*T */
+    int32_t *inputs, *targets, *pos;
+    run_state rs[DT_GPT2_MAX_CHUNKS];
+    float loss;
+} program_slot;
+
+/* Units: 0 the embedding, 1..L the blocks, L+1 the final norm and the head. A program holds the units of its
+ * ranges [ra[r], rb[r]) (one range, or an interleaved pipeline stage's chunks); one that holds the head of a tied
+ * model but not unit 0 keeps its own copy of the token table there. */
 struct dt_program {
     dt_lm_config cfg;
     const dt_family *f;
-    dt_gpt2_part part;         /* what this rank holds (tensor parallelism: its heads, hidden units, vocabulary rows) */
+    dt_gpt2_part part;         /* what this rank holds: its units, its tensor-parallel share */
     /* this rank's widths: Ql query channels (NHl heads), KVl key/value channels (its K/V heads from kv0; all ranks
      * sharing one when there are fewer K/V heads than ranks), Fl hidden units, vocabulary rows [v0, v0 + Vl) of
      * which Vv are real; one process: the whole model's */
     int NHl, Ql, KVl, kv0, Fl, v0, Vl, Vv;
+    int nr, ra[DT_GPT2_MAX_CHUNKS], rb[DT_GPT2_MAX_CHUNKS], ua, ub;
+    int nl, *bk;               /* blocks held, and per block of the model its index among them (-1: not held) */
+    int cur;                   /* the range forward last ran or use_chunk chose */
     dt_status comm_err;        /* the first failed collective of this pass (the pass runs on; the caller is told) */
     double tp_seconds;
     dt_tensor_info *tab;
     const dt_tensor_spec **spec; /* each table entry's */
+    uint64_t *draw;            /* each table entry's first value in a seed's stream (dt_program_init_random) */
     int ntab;
-    int *block_tab;            /* per layer: its first tensor's index in the table */
-    int i_wte, i_wpe, i_lnf, i_head;
+    int *block_tab;            /* per held block (by bk): its first tensor's index in the table */
+    int i_wte, i_wpe, i_lnf, i_head; /* table indices (-1: not held) */
     size_t nparams, global_params; /* this rank's, the whole model's */
     float *params, *grads, *own_params, *own_grads;
     dt_hook_list grad_hooks, unit_hooks;
+    bool hold_hooks;           /* backward announces no unit: dt_program_announce_grads does, later */
     op_shape *ops;
     int *vw;                   /* each value's width */
     float *inv_freq;           /* rotary: head_dim / 2 frequencies */
-    /* per batch */
-    int B, T, cap_BT, cap_T;
-    bool have_targets, repack, blockwise;
-    float *mem;                /* everything below lives in one allocation */
-    float **val;               /* [layer * nvalues + v]: the block's values (V_IN, V_OUT: the stream's) */
-    float **stats;             /* [layer * nops + k]: a norm's mean and rstd, attention's scores (or log-sum-exps) */
-    float **packed;            /* [layer]: attention's q|k|v of all heads (NULL: the op's input is that already) */
-    float **dval, *dpacked, *stream, *dstream[2];
-    float *lnf, *lnf_stats, *logits, *losses, *ce_stats, *dlnf, *scratch; /* scratch: 2 B*T (a split cross-entropy's sums) */
-    int32_t *inputs, *targets, *pos;
-    float loss;
+    program_slot *slots, *s;   /* the slots, and the current one */
+    int nslots;
 };
+
+/* A held block's values, stats and first tensor. */
+static inline float *value(const dt_program *p, int l, int v) { return p->s->val[p->bk[l] * p->f->nvalues + v]; }
+static inline float *op_stats(const dt_program *p, int l, int k) { return p->s->stats[p->bk[l] * p->f->nops + k]; }
+static inline int first_tensor(const dt_program *p, int l) { return p->block_tab[p->bk[l]]; }
+
+/* The batch's memory (program_run.c): a slot's freed. */
+void dt_program_free_slot(program_slot *s);
+/* The held range of unit u (-1: not held). */
+int dt_program_range_of(const dt_program *p, int u);
 
 /* Tensor parallelism's mappings (program_tp.c), as the ops call them; on one rank each is the plain kernel or
  * nothing. The group's sum in place; the token embedding (a vocabulary slice each: the sum of lookups, then the

@@ -30,7 +30,7 @@ static void tp_max(dt_program *p, float *x, size_t n) {
 /* The positions' table is added after the sum, so each value is the one sum wte[token] + wpe[t] that one process
  * computes. */
 void dt_program_tp_embedding_forward(dt_program *p, float *out, const int32_t *tokens) {
-    int B = p->B, T = p->T, C = p->cfg.channels;
+    int B = p->s->B, T = p->s->T, C = p->cfg.channels;
     const float *wte = p->params + p->tab[p->i_wte].offset;
     if (p->part.tp_size == 1) {
         if (p->i_wpe >= 0) dt_embedding_forward(out, tokens, wte, p->params + p->tab[p->i_wpe].offset, B, T, C);
@@ -41,42 +41,42 @@ void dt_program_tp_embedding_forward(dt_program *p, float *out, const int32_t *t
     dt_program_tp_sum(p, out, (size_t)B * T * C);
     if (p->i_wpe < 0) return;
     const float *wpe = p->params + p->tab[p->i_wpe].offset;
-    for (size_t i = 0; i < (size_t)B * T; i++) dt_residual_forward(out + i * C, out + i * C, wpe + (size_t)p->pos[i] * C, (size_t)C);
+    for (size_t i = 0; i < (size_t)B * T; i++) dt_residual_forward(out + i * C, out + i * C, wpe + (size_t)p->s->pos[i] * C, (size_t)C);
 }
 
 void dt_program_tp_embedding_backward(dt_program *p, const float *dout) {
-    int B = p->B, T = p->T, C = p->cfg.channels;
+    int B = p->s->B, T = p->s->T, C = p->cfg.channels;
     float *dwte = p->grads + p->tab[p->i_wte].offset;
     if (p->part.tp_size == 1 && p->i_wpe >= 0) {
-        dt_embedding_backward(dwte, p->grads + p->tab[p->i_wpe].offset, dout, p->inputs, B, T, C);
+        dt_embedding_backward(dwte, p->grads + p->tab[p->i_wpe].offset, dout, p->s->inputs, B, T, C);
         return;
     }
-    dt_embedding_rows_backward(dwte, dout, p->inputs, p->v0, p->Vl, B * T, C);
-    if (p->i_wpe >= 0) dt_embedding_backward_at(NULL, p->grads + p->tab[p->i_wpe].offset, dout, p->inputs, p->pos, B, T, C);
+    dt_embedding_rows_backward(dwte, dout, p->s->inputs, p->v0, p->Vl, B * T, C);
+    if (p->i_wpe >= 0) dt_embedding_backward_at(NULL, p->grads + p->tab[p->i_wpe].offset, dout, p->s->inputs, p->s->pos, B, T, C);
 }
 
 /* Never gathers the logits: two collectives of B*T and 2 B*T floats; the statistics (a row's max and sum) are
  * the whole row's on every rank. */
 float dt_program_tp_crossentropy_forward(dt_program *p, const int32_t *targets) {
-    int BT = p->B * p->T;
-    if (p->part.tp_size == 1) return dt_crossentropy_forward(p->losses, p->ce_stats, p->logits, targets, BT, p->Vv, p->Vl);
-    float *mx = p->losses, *part = p->scratch;
-    dt_crossentropy_rows_max(mx, p->logits, BT, p->Vv, p->Vl);
+    int BT = p->s->B * p->s->T;
+    if (p->part.tp_size == 1) return dt_crossentropy_forward(p->s->losses, p->s->ce_stats, p->s->logits, targets, BT, p->Vv, p->Vl);
+    float *mx = p->s->losses, *part = p->s->scratch;
+    dt_crossentropy_rows_max(mx, p->s->logits, BT, p->Vv, p->Vl);
     tp_max(p, mx, (size_t)BT);
-    dt_crossentropy_rows_sum(part, p->logits, mx, targets, p->v0, BT, p->Vv, p->Vl);
+    dt_crossentropy_rows_sum(part, p->s->logits, mx, targets, p->v0, BT, p->Vv, p->Vl);
     dt_program_tp_sum(p, part, 2 * (size_t)BT);
     double total = 0;
     for (int i = 0; i < BT; i++) {
-        p->ce_stats[2 * i] = mx[i];
-        p->ce_stats[2 * i + 1] = part[2 * i];
-        p->losses[i] = logf(part[2 * i]) + mx[i] - part[2 * i + 1];
-        total += p->losses[i];
+        p->s->ce_stats[2 * i] = mx[i];
+        p->s->ce_stats[2 * i + 1] = part[2 * i];
+        p->s->losses[i] = logf(part[2 * i]) + mx[i] - part[2 * i + 1];
+        total += p->s->losses[i];
     }
     return (float)(total / BT);
 }
 
 void dt_program_tp_crossentropy_backward(dt_program *p, float dscale) {
-    int BT = p->B * p->T;
-    if (p->part.tp_size == 1) dt_crossentropy_backward(p->logits, p->ce_stats, p->targets, BT, p->Vv, p->Vl, dscale);
-    else dt_crossentropy_rows_backward(p->logits, p->ce_stats, p->targets, p->v0, BT, p->Vv, p->Vl, dscale);
+    int BT = p->s->B * p->s->T;
+    if (p->part.tp_size == 1) dt_crossentropy_backward(p->s->logits, p->s->ce_stats, p->s->targets, BT, p->Vv, p->Vl, dscale);
+    else dt_crossentropy_rows_backward(p->s->logits, p->s->ce_stats, p->s->targets, p->v0, BT, p->Vv, p->Vl, dscale);
 }

@@ -1,0 +1,435 @@
+/* Running the model program (program.c holds its shape): forward and backward over a range of the units it
+ * holds, walking each block's ops (forward in order, each writing its output value; backward in reverse, each
+ * adding into the gradients of what it read), with the residual stream in and out at the range's edges: the
+ * embedding only on a range that starts at unit 0, the head and the loss only on one that ends with unit L+1.
+ * Hooks run before each unit's forward and backward and after each unit's backward.
+ *
+ * Every value a block computes is kept for backward (f32, no recomputation yet); the gradients of a block's
+ * values are one set that each block's backward reuses. Attention takes q, k and v side by side (K/V heads may
+ * be fewer), turns q and k by their positions where the family is rotary, and hands the attention kernels the
+ * q|k|v of all heads (a K/V head repeated for the heads that share it), kept for backward. */
+#include "program_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a batch's memory ---- */
+
+static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Carves n floats from *at (64-byte aligned starts); with base NULL only counts. */
+static float *carve(float *base, size_t *at, size_t n) {
+    float *x = base ? base + *at : NULL;
+    *at += round16(n);
+    return x;
+}
+
+static bool repacks(const dt_program *p) { return p->f->rotary || p->cfg.kv_heads != p->cfg.num_heads; }
+
+/* The residual stream entering block l (l = L: the head), a held unit: the previous block's output where that
+ * block is in the same range, else the range's input. */
+static float *stream_in(const dt_program *p, int l) {
+    int r = dt_program_range_of(p, l + 1);
+    if (l >= 1 && l >= p->ra[r]) return value(p, l - 1, V_OUT);
+    return p->s->range_in[r];
+}
+
+/* Lays out (base NULL: counts) everything slot s needs for B x T; returns its floats. */
+static size_t lay_slot(dt_program *p, program_slot *s, float *base, int B, int T) {
+    int L = p->cfg.num_layers, nv = p->f->nvalues, no = p->f->nops;
+    size_t BT = (size_t)B * T, C = (size_t)p->cfg.channels, Q = (size_t)p->Ql, at = 0;
+    size_t att = (size_t)p->NHl * BT * (s->blockwise ? 1 : (size_t)T);
+    bool head = p->ub == L + 2;
+    for (int r = 0; r < p->nr; r++) s->range_in[r] = carve(base, &at, BT * C);
+    for (int b = 0; b < p->nl; b++) {
+        for (int v = 1; v < nv; v++) {
+            float *x = carve(base, &at, BT * (size_t)p->vw[v]);
+            if (base) s->val[b * nv + v] = x;
+        }
+        for (int k = 0; k < no; k++) {
+            dt_op_kind kind = p->ops[k].s.kind;
+            float *x = kind == OP_NORM ? carve(base, &at, 2 * BT) : kind == OP_ATTENTION ? carve(base, &at, att) : NULL;
+            if (base) s->stats[b * no + k] = x;
+        }
+        float *pk = repacks(p) ? carve(base, &at, BT * 3 * Q) : NULL;
+        if (base) s->packed[b] = pk;
+    }
+    for (int v = 0; v < nv; v++) {
+        float *d = v >= 2 ? carve(base, &at, BT * (size_t)p->vw[v]) : NULL;
+        if (base) s->dval[v] = d;
+    }
+    s->dstream[0] = carve(base, &at, BT * C);
+    s->dstream[1] = carve(base, &at, BT * C);
+    s->dpacked = repacks(p) ? carve(base, &at, BT * 3 * Q) : NULL;
+    s->lnf = carve(base, &at, head * BT * C);
+    s->lnf_stats = carve(base, &at, head * 2 * BT);
+    s->logits = carve(base, &at, head * BT * (size_t)p->Vl);
+    s->losses = carve(base, &at, head * BT);
+    s->ce_stats = carve(base, &at, head * 2 * BT);
+    s->dlnf = carve(base, &at, head * BT * C);
+    s->scratch = carve(base, &at, head * 2 * BT);
+    return at;
+}
+
+void dt_program_free_slot(program_slot *s) {
+    dt_free_aligned(s->mem);
+    free(s->val);
+    free(s->stats);
+    free(s->packed);
+    free(s->dval);
+    free(s->inputs);
+    free(s->targets);
+    free(s->pos);
+    memset(s, 0, sizeof *s);
+}
+
+static dt_status reserve(dt_program *p, int B, int T) {
+    program_slot *s = p->s;
+    bool blockwise = T >= 256; /* the log-sum-exp kernels: no T x T scores kept */
+    if (s->mem && (size_t)B * T <= (size_t)s->cap_BT && T <= s->cap_T && blockwise == s->blockwise) return DT_OK;
+    dt_program_free_slot(s);
+    s->blockwise = blockwise;
+    int nv = p->f->nvalues, no = p->f->nops, nb = p->nl > 0 ? p->nl : 1;
+    size_t BT = (size_t)B * T, n = lay_slot(p, s, NULL, B, T);
+    s->val = calloc((size_t)(nb * nv), sizeof *s->val);
+    s->stats = calloc((size_t)(nb * no), sizeof *s->stats);
+    s->packed = calloc((size_t)nb, sizeof *s->packed);
+    s->dval = calloc((size_t)nv, sizeof *s->dval);
+    s->inputs = malloc(BT * sizeof(int32_t));
+    s->targets = malloc(BT * sizeof(int32_t));
+    s->pos = malloc(BT * sizeof(int32_t));
+    s->mem = dt_alloc_aligned(n * sizeof(float));
+    if (!s->val || !s->stats || !s->packed || !s->dval || !s->inputs || !s->targets || !s->pos || !s->mem) {
+        dt_program_free_slot(s);
+        s->blockwise = blockwise;
+        char sz[32];
+        return dt_error(DT_ERR_NOMEM, "model: cannot allocate %s of activations for B=%d T=%d", dt_format_size(n * sizeof(float), sz, sizeof sz),
+                        B, T);
+    }
+    memset(s->mem, 0, n * sizeof(float));
+    lay_slot(p, s, s->mem, B, T);
+    for (int l = 0; l < p->cfg.num_layers; l++) /* each held block reads the stream that enters it */
+        if (p->bk[l] >= 0) s->val[p->bk[l] * nv + V_IN] = stream_in(p, l);
+    s->cap_BT = B * T;
+    s->cap_T = T;
+    return DT_OK;
+}
+
+dt_status dt_program_set_slots(dt_program *p, int n) {
+    if (n < 1 || n > 1024) return dt_error(DT_ERR_ARG, "model: %d activation slots (1..1024)", n);
+    program_slot *x = calloc((size_t)n, sizeof *x);
+    if (!x) return dt_error(DT_ERR_NOMEM, "model: out of memory for %d slots", n);
+    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]);
+    free(p->slots);
+    p->slots = p->s = x;
+    p->nslots = n;
+    return DT_OK;
+}
+
+void dt_program_use_slot(dt_program *p, int k) {
+    if (k >= 0 && k < p->nslots) p->s = &p->slots[k];
+}
+
+int dt_program_num_slots(const dt_program *p) { return p->nslots; }
+
+/* ---- forward ---- */
+
+static float *weight(const dt_program *p, int l, int i) { return p->params + p->tab[first_tensor(p, l) + i].offset; }
+static float *weight_grad(const dt_program *p, int l, int i) { return p->grads + p->tab[first_tensor(p, l) + i].offset; }
+
+/* Which of this rank's K/V heads its query head h reads. */
+static int kv_of(const dt_program *p, int h) { return (p->part.tp_rank * p->NHl + h) / (p->cfg.num_heads / p->cfg.kv_heads) - p->kv0; }
+
+/* q|k|v of all heads from q, K/V heads and v side by side (in: [BT, Q + 2 KV]), q and k turned by position. */
+static void attention_pack(const dt_program *p, float *packed, const float *in, int BT) {
+    int hd = p->cfg.head_dim, NH = p->NHl;
+    size_t Q = (size_t)p->Ql, KV = (size_t)p->KVl, win = Q + 2 * KV;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < BT; r++) {
+        const float *x = in + (size_t)r * win;
+        float *o = packed + (size_t)r * 3 * Q;
+        memcpy(o, x, Q * sizeof(float));
+        for (int h = 0; h < NH; h++) {
+            memcpy(o + Q + (size_t)h * hd, x + Q + (size_t)kv_of(p, h) * hd, (size_t)hd * sizeof(float));
+            memcpy(o + 2 * Q + (size_t)h * hd, x + Q + KV + (size_t)kv_of(p, h) * hd, (size_t)hd * sizeof(float));
+        }
+    }
+    if (p->f->rotary) {
+        dt_rope_forward(packed, p->inv_freq, p->s->pos, BT, NH, hd, 3 * Q);
+        dt_rope_forward(packed + Q, p->inv_freq, p->s->pos, BT, NH, hd, 3 * Q);
+    }
+}
+
+/* Its backward: dpacked (turned back in place) summed into d(q, K/V heads, v). */
+static void attention_unpack(const dt_program *p, float *din, float *dpacked, int BT) {
+    int hd = p->cfg.head_dim, NH = p->NHl;
+    size_t Q = (size_t)p->Ql, KV = (size_t)p->KVl, win = Q + 2 * KV;
+    if (p->f->rotary) {
+        dt_rope_backward(dpacked, p->inv_freq, p->s->pos, BT, NH, hd, 3 * Q);
+        dt_rope_backward(dpacked + Q, p->inv_freq, p->s->pos, BT, NH, hd, 3 * Q);
+    }
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < BT; r++) {
+        const float *d = dpacked + (size_t)r * 3 * Q;
+        float *o = din + (size_t)r * win;
+        for (size_t j = 0; j < Q; j++) o[j] += d[j];
+        for (int h = 0; h < NH; h++)
+            for (int j = 0; j < hd; j++) {
+                o[Q + (size_t)kv_of(p, h) * hd + j] += d[Q + (size_t)h * hd + j];
+                o[Q + KV + (size_t)kv_of(p, h) * hd + j] += d[2 * Q + (size_t)h * hd + j];
+            }
+    }
+}
+
+/* Whether a block's Linear with first weight w is split by tensor parallelism, and how. */
+static dt_tp_split split_of(const dt_program *p, int w) { return p->part.tp_size > 1 ? p->tab[p->block_tab[0] + w].split : DT_SPLIT_NONE; }
+
+static void op_forward(dt_program *p, int l, int k) {
+    const op_shape *o = &p->ops[k];
+    const dt_op_spec *s = &o->s;
+    program_slot *x = p->s;
+    int BT = x->B * x->T, NH = p->NHl, Q = p->Ql;
+    float *in = value(p, l, s->in), *out = value(p, l, s->out), *st = op_stats(p, l, k);
+    switch (s->kind) {
+    case OP_NORM:
+        if (p->f->rms) dt_rmsnorm_forward(out, st + BT, in, weight(p, l, s->w), BT, o->width_in, p->cfg.norm_eps);
+        else dt_layernorm_forward(out, st, st + BT, in, weight(p, l, s->w), weight(p, l, s->b), BT, o->width_in);
+        break;
+    case OP_LINEAR: {
+        /* a row-parallel Linear's outputs are partial sums, whole once summed over the group; its bias on one rank */
+        bool rows = split_of(p, s->w) == DT_SPLIT_ROW, bias = s->b >= 0 && (!rows || p->part.tp_rank == 0);
+        dt_matmul_forward(out, in, weight(p, l, s->w), bias ? weight(p, l, s->b) : NULL, BT, o->width_in, o->width_out);
+        if (rows) dt_program_tp_sum(p, out, (size_t)BT * o->width_out);
+        break;
+    }
+    case OP_ATTENTION: {
+        float *qkv = in;
+        if (repacks(p)) attention_pack(p, qkv = x->packed[p->bk[l]], in, BT);
+        if (x->blockwise) dt_attention_forward_lse(out, st, qkv, x->B, x->T, Q, NH);
+        else dt_attention_forward(out, st, qkv, x->B, x->T, Q, NH);
+        break;
+    }
+    case OP_GELU: dt_gelu_forward(out, in, (size_t)BT * o->width_in); break;
+    case OP_SWIGLU: dt_swiglu_forward(out, in, BT, o->width_out); break;
+    case OP_ADD: dt_residual_forward(out, in, value(p, l, s->in2), (size_t)BT * o->width_out); break;
+    }
+}
+
+/* The trace shows each unit's forward and backward on the compute track. */
+static void trace_unit(const dt_program *p, const char *pass, int u) {
+    if (!dt_trace_on()) return;
+    char name[32];
+    if (u == 0) snprintf(name, sizeof name, "%s embedding", pass);
+    else if (u <= p->cfg.num_layers) snprintf(name, sizeof name, "%s block %d", pass, u - 1);
+    else snprintf(name, sizeof name, "%s head", pass);
+    dt_trace_begin(DT_TRACK_SELF, name, "\"unit\":%d", u);
+}
+
+static void unit_end(void) { DT_TRACE_END(DT_TRACK_SELF); }
+
+static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
+    program_slot *s = p->s;
+    int L = p->cfg.num_layers, BT = s->B * s->T, C = p->cfg.channels;
+    const float *x = stream_in(p, L), *w = p->params + p->tab[p->i_lnf].offset;
+    dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, L + 1);
+    trace_unit(p, "forward", L + 1);
+    if (p->f->rms) dt_rmsnorm_forward(s->lnf, s->lnf_stats + BT, x, w, BT, C, p->cfg.norm_eps);
+    else dt_layernorm_forward(s->lnf, s->lnf_stats, s->lnf_stats + BT, x, w, w + C, BT, C);
+    dt_matmul_forward(s->logits, s->lnf, p->params + p->tab[p->i_head].offset, NULL, BT, C, p->Vl);
+    if (targets) {
+        memcpy(s->targets, targets, (size_t)BT * sizeof(int32_t));
+        s->loss = dt_program_tp_crossentropy_forward(p, targets);
+        if (loss) *loss = s->loss;
+    }
+    unit_end();
+}
+
+static dt_status check_range(const dt_program *p, int a, int b, const int32_t *tokens, const float *x, const int32_t *targets, int B,
+                             int T) {
+    const dt_lm_config *c = &p->cfg;
+    int r = a < b ? dt_program_range_of(p, a) : -1;
+    if (r < 0 || b > p->rb[r]) {
+        if (p->nr > 1) return dt_error(DT_ERR_ARG, "forward: units [%d, %d) are not within one of the model's %d chunks", a, b, p->nr);
+        return dt_error(DT_ERR_ARG, "forward: units [%d, %d) are not a range of the model's [%d, %d)", a, b, p->ua, p->ub);
+    }
+    if (B < 1 || T < 1 || T > c->max_seq_len) return dt_error(DT_ERR_ARG, "forward: B=%d T=%d (T must be 1..%d)", B, T, c->max_seq_len);
+    if (a == 0 && !tokens) return dt_error(DT_ERR_ARG, "forward: a range from unit 0 needs the tokens");
+    if (a > 0 && !x) return dt_error(DT_ERR_ARG, "forward: a range from unit %d needs its input activations", a);
+    for (size_t i = 0; i < (size_t)B * T; i++) {
+        if (a == 0 && (tokens[i] < 0 || tokens[i] >= c->vocab_size))
+            return dt_error(DT_ERR_ARG, "forward: input token %d at position %zu is outside the vocabulary (0..%d)", tokens[i], i, c->vocab_size - 1);
+        if (targets && (targets[i] < 0 || targets[i] >= c->vocab_size))
+            return dt_error(DT_ERR_ARG, "forward: target token %d at position %zu is outside the vocabulary (0..%d)", targets[i], i,
+                            c->vocab_size - 1);
+    }
+    return DT_OK;
+}
+
+dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *tokens, const float *x, const int32_t *targets, int B, int T,
+                                   float *loss) {
+    int L = p->cfg.num_layers, BT = B * T;
+    if (b < L + 2) targets = NULL; /* no loss before the head */
+    dt_status st = check_range(p, a, b, tokens, x, targets, B, T);
+    if (!st) st = reserve(p, B, T);
+    if (st) return st;
+    program_slot *s = p->s;
+    p->comm_err = DT_OK;
+    p->cur = dt_program_range_of(p, a);
+    s->B = B, s->T = T;
+    s->rs[p->cur] = (run_state){ a, b, targets != NULL || b < L + 2, NULL };
+    for (int i = 0; i < BT; i++) s->pos[i] = i % T;
+    if (a == 0) {
+        memcpy(s->inputs, tokens, (size_t)BT * sizeof(int32_t));
+        dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, 0);
+        trace_unit(p, "forward", 0);
+        dt_program_tp_embedding_forward(p, s->range_in[p->cur], tokens);
+        unit_end();
+    } else if (x != stream_in(p, a - 1)) {
+        memcpy(stream_in(p, a - 1), x, (size_t)BT * p->cfg.channels * sizeof(float));
+    }
+    int last = b - 1 < L ? b - 1 : L; /* blocks [first, last) */
+    for (int l = a > 0 ? a - 1 : 0; l < last; l++) {
+        dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, l + 1);
+        trace_unit(p, "forward", l + 1);
+        for (int k = 0; k < p->f->nops; k++) op_forward(p, l, k);
+        unit_end();
+    }
+    if (b == L + 2) head_forward(p, targets, loss);
+    return p->comm_err;
+}
+
+dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
+    if (p->ua != 0 || p->ub != p->cfg.num_layers + 2 || p->nr > 1)
+        return dt_error(DT_ERR_ARG, "forward: the model holds units [%d, %d) only (dt_program_forward_units runs a range)", p->ua, p->ub);
+    return dt_program_forward_units(p, 0, p->ub, inputs, NULL, targets, B, T, loss);
+}
+
+const float *dt_program_logits(const dt_program *p) { return p->ub == p->cfg.num_layers + 2 ? p->s->logits : NULL; }
+
+const float *dt_program_output(const dt_program *p) {
+    const run_state *r = &p->s->rs[p->cur];
+    if (!p->s->mem || r->b > p->cfg.num_layers + 1) return NULL;
+    return r->b >= 2 ? value(p, r->b - 2, V_OUT) : p->s->range_in[p->cur];
+}
+
+const float *dt_program_input_grad(const dt_program *p, const int32_t **tokens, int *n) {
+    if (tokens) *tokens = p->s->inputs;
+    if (n) *n = p->s->B * p->s->T;
+    return p->s->rs[p->cur].dinput;
+}
+
+dt_status dt_program_use_chunk(dt_program *p, int chunk) {
+    if (chunk < 0 || chunk >= p->nr) return dt_error(DT_ERR_ARG, "model: chunk %d of %d", chunk, p->nr);
+    p->cur = chunk;
+    return DT_OK;
+}
+
+int dt_program_chunks(const dt_program *p, int *a, int *b) {
+    for (int r = 0; r < p->nr; r++) a[r] = p->ra[r], b[r] = p->rb[r];
+    return p->nr;
+}
+
+/* ---- backward ---- */
+
+static void op_backward(dt_program *p, int l, int k, float *din_stream, float *dout_stream) {
+    const op_shape *o = &p->ops[k];
+    const dt_op_spec *s = &o->s;
+    program_slot *x = p->s;
+    int BT = x->B * x->T, NH = p->NHl, Q = p->Ql;
+    float *in = value(p, l, s->in), *out = value(p, l, s->out), *st = op_stats(p, l, k);
+    float *din = s->in == V_IN ? din_stream : x->dval[s->in], *dout = s->out == V_OUT ? dout_stream : x->dval[s->out];
+    switch (s->kind) {
+    case OP_NORM:
+        if (p->f->rms) dt_rmsnorm_backward(din, weight_grad(p, l, s->w), dout, in, weight(p, l, s->w), st + BT, BT, o->width_in);
+        else dt_layernorm_backward(din, weight_grad(p, l, s->w), weight_grad(p, l, s->b), dout, in, weight(p, l, s->w), st, st + BT, BT,
+                                   o->width_in);
+        break;
+    case OP_LINEAR:
+        dt_matmul_backward(din, weight_grad(p, l, s->w), s->b >= 0 ? weight_grad(p, l, s->b) : NULL, dout, in, weight(p, l, s->w), BT,
+                           o->width_in, o->width_out);
+        /* a column-parallel Linear's input gradient is this rank's share (it is its input's only reader: shape_ops) */
+        if (split_of(p, s->w) == DT_SPLIT_COLUMN) dt_program_tp_sum(p, din, (size_t)BT * o->width_in);
+        break;
+    case OP_ATTENTION: {
+        bool re = repacks(p);
+        float *qkv = re ? x->packed[p->bk[l]] : in, *dqkv = re ? x->dpacked : din;
+        if (re) memset(dqkv, 0, (size_t)BT * 3 * Q * sizeof(float));
+        if (x->blockwise) dt_attention_backward_lse(dqkv, dout, out, qkv, st, x->B, x->T, Q, NH);
+        else dt_attention_backward(dqkv, dout, qkv, st, x->B, x->T, Q, NH);
+        if (re) attention_unpack(p, din, dqkv, BT);
+        break;
+    }
+    case OP_GELU: dt_gelu_backward(din, in, dout, (size_t)BT * o->width_in); break;
+    case OP_SWIGLU: dt_swiglu_backward(din, in, dout, BT, o->width_out); break;
+    case OP_ADD: dt_residual_backward(din, s->in2 == V_IN ? din_stream : x->dval[s->in2], dout, (size_t)BT * o->width_out); break;
+    }
+}
+
+static void grads_ready(dt_program *p, int u) {
+    if (!p->hold_hooks) dt_hook_list_call(&p->grad_hooks, DT_HOOK_GRADS_READY, u);
+}
+
+/* The loss, the head and the final norm, backward: d(the stream entering the head) into dres. */
+static void head_backward(dt_program *p, float *dres, float grad_scale) {
+    program_slot *s = p->s;
+    int L = p->cfg.num_layers, C = p->cfg.channels, BT = s->B * s->T;
+    size_t BTC = (size_t)BT * C;
+    dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, L + 1);
+    trace_unit(p, "backward", L + 1);
+    dt_program_tp_crossentropy_backward(p, grad_scale / (float)BT);
+    memset(s->dlnf, 0, BTC * sizeof(float));
+    dt_matmul_backward(s->dlnf, p->grads + p->tab[p->i_head].offset, NULL, s->logits, s->lnf, p->params + p->tab[p->i_head].offset, BT, C,
+                       p->Vl);
+    dt_program_tp_sum(p, s->dlnf, BTC); /* the head is column-parallel (by vocabulary) */
+    const float *x = stream_in(p, L), *w = p->params + p->tab[p->i_lnf].offset;
+    float *dw = p->grads + p->tab[p->i_lnf].offset;
+    memset(dres, 0, BTC * sizeof(float));
+    if (p->f->rms) dt_rmsnorm_backward(dres, dw, s->dlnf, x, w, s->lnf_stats + BT, BT, C);
+    else dt_layernorm_backward(dres, dw, dw + C, s->dlnf, x, w, s->lnf_stats, s->lnf_stats + BT, BT, C);
+    unit_end();
+    grads_ready(p, L + 1);
+}
+
+dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad_scale) {
+    program_slot *s = p->s;
+    run_state *r = &s->rs[p->cur];
+    int L = p->cfg.num_layers, a = r->a, b = r->b, nv = p->f->nvalues;
+    if (!s->mem || !r->have_targets) return dt_error(DT_ERR_ARG, "backward: needs a forward (with targets, if it ran the head) first");
+    if (b < L + 2 && !dout) return dt_error(DT_ERR_ARG, "backward: units [%d, %d) end before the head: d(output) is needed", a, b);
+    r->have_targets = false; /* the logits are about to become their gradient */
+    p->comm_err = DT_OK;
+    size_t BTC = (size_t)s->B * s->T * p->cfg.channels;
+    float *dres = s->dstream[0], *dnext = s->dstream[1];
+    if (b == L + 2) head_backward(p, dres, grad_scale);
+    else memcpy(dres, dout, BTC * sizeof(float));
+    int last = b - 1 < L ? b - 1 : L;
+    for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) {
+        dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, l + 1);
+        trace_unit(p, "backward", l + 1);
+        for (int v = 2; v < nv; v++) memset(s->dval[v], 0, (size_t)s->B * s->T * p->vw[v] * sizeof(float));
+        memset(dnext, 0, BTC * sizeof(float));
+        for (int k = p->f->nops - 1; k >= 0; k--) op_backward(p, l, k, dnext, dres);
+        float *t = dres;
+        dres = dnext, dnext = t;
+        unit_end();
+        grads_ready(p, l + 1);
+    }
+    r->dinput = dres; /* d(the range's input), for dt_program_input_grad */
+    if (a > 0) return p->comm_err;
+    dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, 0);
+    trace_unit(p, "backward", 0);
+    dt_program_tp_embedding_backward(p, dres);
+    unit_end();
+    grads_ready(p, 0);
+    return p->comm_err;
+}
+
+dt_status dt_program_backward(dt_program *p, float grad_scale) { return dt_program_backward_units(p, NULL, grad_scale); }
+
+void dt_program_hold_grad_hooks(dt_program *p, int on) { p->hold_hooks = on != 0; }
+
+void dt_program_announce_grads(dt_program *p) {
+    for (int u = p->cfg.num_layers + 1; u >= 0; u--)
+        if (dt_program_range_of(p, u) >= 0) dt_hook_list_call(&p->grad_hooks, DT_HOOK_GRADS_READY, u);
+}
