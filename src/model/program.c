@@ -265,8 +265,10 @@ static dt_status shape_ops(dt_program *p) {
 /* What the program runs today: units [ua, ub) or chunks of them, split by tensor parallelism or not. */
 static dt_status check_part(const dt_lm_config *c, const dt_gpt2_part *part) {
     int t = part->tp_size, L = c->num_layers, a = part->ua, b = part->ub;
-    if (part->sp || part->cp_size > 1)
-        return dt_error(DT_ERR_UNSUPPORTED, "model %s: sequence and context parallelism are not on the model program yet", c->family->name);
+    if (part->sp) return dt_error(DT_ERR_UNSUPPORTED, "model %s: sequence parallelism is not on the model program yet", c->family->name);
+    int n = part->cp_size ? part->cp_size : 1;
+    if (n < 1 || part->cp_rank < 0 || part->cp_rank >= n) return dt_error(DT_ERR_ARG, "model: context-parallel rank %d of %d", part->cp_rank, n);
+    if (n > 1 && !part->cp) return dt_error(DT_ERR_ARG, "model: a context-parallel part needs its attention (dt_cp_ops)");
     if (part->nchunks < 0 || part->nchunks > DT_GPT2_MAX_CHUNKS)
         return dt_error(DT_ERR_ARG, "model: %d chunks (at most %d)", part->nchunks, DT_GPT2_MAX_CHUNKS);
     for (int r = 0; r < part->nchunks; r++)

@@ -84,9 +84,11 @@ void dt_program_free_slot(program_slot *s) {
     memset(s, 0, sizeof *s);
 }
 
+static bool cp(const dt_program *p) { return p->part.cp_size > 1; }
+
 static dt_status reserve(dt_program *p, int B, int T) {
     program_slot *s = p->s;
-    bool blockwise = T >= 256; /* the log-sum-exp kernels: no T x T scores kept */
+    bool blockwise = cp(p) || T >= 256; /* the log-sum-exp kernels (context parallelism merges blocks by it): no T x T scores kept */
     if (s->mem && (size_t)B * T <= (size_t)s->cap_BT && T <= s->cap_T && blockwise == s->blockwise) return DT_OK;
     dt_program_free_slot(s);
     s->blockwise = blockwise;
@@ -182,6 +184,11 @@ static void attention_unpack(const dt_program *p, float *din, float *dpacked, in
     }
 }
 
+/* A context-parallel attention's status: the first failure is kept, as a collective's (the pass runs on). */
+static void cp_status(dt_program *p, dt_status st) {
+    if (st && !p->comm_err) p->comm_err = st;
+}
+
 /* Whether a block's Linear with first weight w is split by tensor parallelism, and how. */
 static dt_tp_split split_of(const dt_program *p, int w) { return p->part.tp_size > 1 ? p->tab[p->block_tab[0] + w].split : DT_SPLIT_NONE; }
 
@@ -206,7 +213,8 @@ static void op_forward(dt_program *p, int l, int k) {
     case OP_ATTENTION: {
         float *qkv = in;
         if (repacks(p)) attention_pack(p, qkv = x->packed[p->bk[l]], in, BT);
-        if (x->blockwise) dt_attention_forward_lse(out, st, qkv, x->B, x->T, Q, NH);
+        if (cp(p)) cp_status(p, p->part.cp->forward(p->part.cp->ctx, out, st, qkv, x->B, x->T, Q, NH));
+        else if (x->blockwise) dt_attention_forward_lse(out, st, qkv, x->B, x->T, Q, NH);
         else dt_attention_forward(out, st, qkv, x->B, x->T, Q, NH);
         break;
     }
@@ -256,6 +264,10 @@ static dt_status check_range(const dt_program *p, int a, int b, const int32_t *t
     if (B < 1 || T < 1 || T > c->max_seq_len) return dt_error(DT_ERR_ARG, "forward: B=%d T=%d (T must be 1..%d)", B, T, c->max_seq_len);
     if (a == 0 && !tokens) return dt_error(DT_ERR_ARG, "forward: a range from unit 0 needs the tokens");
     if (a > 0 && !x) return dt_error(DT_ERR_ARG, "forward: a range from unit %d needs its input activations", a);
+    int n = p->part.cp_size;
+    if (n > 1 && (T % 2 || (long)T * n > c->max_seq_len))
+        return dt_error(DT_ERR_ARG, "forward: a context-parallel rank's %d rows a sequence %s", T,
+                        T % 2 ? "are not two equal chunks" : "make a sequence longer than the model's positions");
     for (size_t i = 0; i < (size_t)B * T; i++) {
         if (a == 0 && (tokens[i] < 0 || tokens[i] >= c->vocab_size))
             return dt_error(DT_ERR_ARG, "forward: input token %d at position %zu is outside the vocabulary (0..%d)", tokens[i], i, c->vocab_size - 1);
@@ -278,7 +290,8 @@ dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *t
     p->cur = dt_program_range_of(p, a);
     s->B = B, s->T = T;
     s->rs[p->cur] = (run_state){ a, b, targets != NULL || b < L + 2, NULL };
-    for (int i = 0; i < BT; i++) s->pos[i] = i % T;
+    /* each row's position: t, or under context parallelism its place in the whole sequence (rotary and learned alike) */
+    for (int i = 0; i < BT; i++) s->pos[i] = cp(p) ? dt_gpt2_cp_position(p->part.cp_rank, p->part.cp_size, T, i % T) : i % T;
     if (a == 0) {
         memcpy(s->inputs, tokens, (size_t)BT * sizeof(int32_t));
         dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, 0);
@@ -355,7 +368,8 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
         bool re = repacks(p);
         float *qkv = re ? x->packed[p->bk[l]] : in, *dqkv = re ? x->dpacked : din;
         if (re) memset(dqkv, 0, (size_t)BT * 3 * Q * sizeof(float));
-        if (x->blockwise) dt_attention_backward_lse(dqkv, dout, out, qkv, st, x->B, x->T, Q, NH);
+        if (cp(p)) cp_status(p, p->part.cp->backward(p->part.cp->ctx, dqkv, dout, out, qkv, st, x->B, x->T, Q, NH));
+        else if (x->blockwise) dt_attention_backward_lse(dqkv, dout, out, qkv, st, x->B, x->T, Q, NH);
         else dt_attention_backward(dqkv, dout, qkv, st, x->B, x->T, Q, NH);
         if (re) attention_unpack(p, din, dqkv, BT);
         break;

@@ -32,8 +32,9 @@ static void tp_max(dt_program *p, float *x, size_t n) {
 void dt_program_tp_embedding_forward(dt_program *p, float *out, const int32_t *tokens) {
     int B = p->s->B, T = p->s->T, C = p->cfg.channels;
     const float *wte = p->params + p->tab[p->i_wte].offset;
+    const int32_t *pos = p->part.cp_size > 1 ? p->s->pos : NULL; /* the first T rows' positions: each t's */
     if (p->part.tp_size == 1) {
-        if (p->i_wpe >= 0) dt_embedding_forward(out, tokens, wte, p->params + p->tab[p->i_wpe].offset, B, T, C);
+        if (p->i_wpe >= 0) dt_embedding_forward_at(out, tokens, wte, p->params + p->tab[p->i_wpe].offset, pos, B, T, C);
         else dt_embedding_rows_forward(out, tokens, wte, 0, p->Vl, B * T, C);
         return;
     }
@@ -48,7 +49,8 @@ void dt_program_tp_embedding_backward(dt_program *p, const float *dout) {
     int B = p->s->B, T = p->s->T, C = p->cfg.channels;
     float *dwte = p->grads + p->tab[p->i_wte].offset;
     if (p->part.tp_size == 1 && p->i_wpe >= 0) {
-        dt_embedding_backward(dwte, p->grads + p->tab[p->i_wpe].offset, dout, p->s->inputs, B, T, C);
+        const int32_t *pos = p->part.cp_size > 1 ? p->s->pos : NULL;
+        dt_embedding_backward_at(dwte, p->grads + p->tab[p->i_wpe].offset, dout, p->s->inputs, pos, B, T, C);
         return;
     }
     dt_embedding_rows_backward(dwte, dout, p->s->inputs, p->v0, p->Vl, B * T, C);

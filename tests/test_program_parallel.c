@@ -1,4 +1,4 @@
-/* The model program under tensor parallelism against one process: every rank of the job is one
+/* The model program under tensor and context parallelism against one process. Tensor parallelism: every rank of the job is one
  * tensor-parallel rank of N (the job's size) and also runs the whole model, the oracle, from the same
  * weights. For Llama with grouped-query attention (K/V heads split, and K/V heads fewer than the ranks, kept
  * by several), multi-query attention, tied and untied heads, Qwen 2's q/k/v biases, and the GPT-2 spec (a
@@ -6,7 +6,11 @@
  * the loss within 1e-6 relative of the whole model's at every step, and each tensor's gradient (this rank's
  * slice against the same elements of the whole's) within 1e-5 of the tensor's largest at the first step (the
  * same weights) and 1e-4 over the 20 (two trajectories that drift apart in f32's last bits). A layout the split
- * cannot serve is refused, naming the numbers. Runs under dtrain launch -n N. */
+ * cannot serve is refused, naming the numbers. Context parallelism (ring and all-to-all): each rank holds 24/N
+ * rows of each sequence in the load-balanced split (rotary positions by their place in the whole sequence),
+ * and the mean of the ranks' losses and of their gradients (what data and context parallelism reduce) equals
+ * the whole model's within the same bounds. Runs under dtrain launch -n N. */
+#include "dtrain/context.h"
 #include "dtrain/parallel.h"
 #include "dtrain/program.h"
 
@@ -114,6 +118,73 @@ static void run(dt_comm *w, const char *what, const char *family, int NH, int KV
     dt_program_destroy(whole);
 }
 
+/* Context parallelism: rank r of N holds T/N rows a sequence; the ranks' mean loss and mean gradient against the whole's. */
+static void run_cp(dt_comm *w, const char *what, const char *family, int KV, bool tied, dt_cp_impl impl) {
+    int N = dt_comm_size(w), B = 2, T = 24, BT = B * T, Tl = T / N;
+    dt_lm_config c = { .family = dt_family_find(family), .vocab_size = 101, .padded_vocab_size = 128, .max_seq_len = 32, .num_layers = 2,
+                       .num_heads = 12, .kv_heads = KV, .head_dim = 8, .channels = 96, .ffn = !strcmp(family, "gpt2") ? 384 : 120,
+                       .norm_eps = 1e-5f, .rope = { .theta = 10000 }, .tied = tied };
+    dt_cp *cpx = NULL;
+    dt_program *whole = NULL, *m = NULL;
+    dt_status st = dt_cp_create(w, impl, &cpx);
+    dt_gpt2_part part = { .ua = 0, .ub = c.num_layers + 2, .tp_size = 1, .cp_rank = dt_comm_rank(w), .cp_size = N,
+                          .cp = cpx ? dt_cp_model_ops(cpx) : NULL };
+    if (!st) st = dt_program_create(&c, &whole);
+    if (!st) st = dt_program_create_part(&c, &part, &m);
+    if (st) {
+        check(0, "%s: create: %g", what, 0);
+        if (me == 0) printf("%s: %s\n", what, dt_last_error());
+        dt_program_destroy(whole);
+        dt_cp_destroy(cpx);
+        return;
+    }
+    dt_program_init_random(whole, 3);
+    dt_program_init_random(m, 3);
+    dt_model vw, vm;
+    dt_program_model(whole, &vw);
+    dt_program_model(m, &vm);
+    int32_t *in = malloc(BT * sizeof *in), *tg = malloc(BT * sizeof *tg), *inl = malloc(BT * sizeof *inl), *tgl = malloc(BT * sizeof *tgl);
+    float *g = malloc(vm.nparams * sizeof(float));
+    double worst_loss = 0, worst_grad = 0;
+    for (int step = 0; step < 5 && !st; step++) {
+        for (int i = 0; i < BT; i++) {
+            in[i] = (int)((uint32_t)(i * 2654435761u + (uint32_t)step * 40503u) % 101u);
+            tg[i] = (int)((uint32_t)(i * 97u + (uint32_t)step * 31u + 5u) % 101u);
+        }
+        memcpy(inl, in, BT * sizeof *in);
+        memcpy(tgl, tg, BT * sizeof *tg);
+        dt_gpt2_cp_rows(inl, B, T, dt_comm_rank(w), N);
+        dt_gpt2_cp_rows(tgl, B, T, dt_comm_rank(w), N);
+        float lw = 0, lp = 0, lsum = 0;
+        dt_program_zero_grad(whole);
+        dt_program_zero_grad(m);
+        st = dt_program_forward(whole, in, tg, B, T, &lw);
+        if (!st) st = dt_program_backward(whole, 1.0f);
+        if (!st) st = dt_program_forward(m, inl, tgl, B, Tl, &lp);
+        if (!st) st = dt_program_backward(m, 1.0f);
+        if (!st) st = dt_comm_allreduce(w, &lp, &lsum, 1, DT_F32, DT_SUM);
+        if (!st) st = dt_comm_allreduce(w, vm.grads(vm.self), g, vm.nparams, DT_F32, DT_SUM);
+        if (st) break;
+        worst_loss = fmax(worst_loss, fabs((double)lsum / N - lw) / fabs((double)lw));
+        for (size_t j = 0; j < vm.nparams; j++) g[j] /= (float)N;
+        for (int i = 0; i < vm.ntensors; i++) {
+            const dt_tensor_info *t = &vm.tensors[i];
+            worst_grad = fmax(worst_grad, slice_error(g, vw.grads(vw.self), t, dt_model_find(&vw, t->name)));
+        }
+    }
+    if (st) {
+        check(0, "%s: a step failed %g", what, 0);
+        printf("%s\n", dt_last_error());
+    }
+    check(worst_loss <= 1e-6, "%s: loss differs from one process by %.3g relative", what, worst_loss);
+    check(worst_grad <= 1e-5, "%s: a gradient differs by %.3g of its largest", what, worst_grad);
+    if (me == 0) printf("CP %d, %-40s 5 steps: worst loss difference %.2e relative, worst gradient %.2e\n", N, what, worst_loss, worst_grad);
+    free(in), free(tg), free(inl), free(tgl), free(g);
+    dt_program_destroy(m);
+    dt_program_destroy(whole);
+    dt_cp_destroy(cpx);
+}
+
 /* K/V heads and ranks where neither divides the other: refused before anything is built. */
 static void refused(dt_comm *w, int NH, int KV) {
     int N = dt_comm_size(w);
@@ -149,9 +220,13 @@ int main(void) {
     run(w, "llama, multi-query (1 K/V head), untied", "llama", 12, 1, false);
     if (6 % N == 0) run(w, "qwen2 (q/k/v biases), 6 K/V heads, tied", "qwen2", 12, 6, true);
     run(w, "the gpt2 spec, 12 heads", "gpt2", 12, 12, true);
+    run_cp(w, "llama, 2 K/V heads, untied, ring", "llama", 2, false, DT_CP_RING);
+    run_cp(w, "llama, 2 K/V heads, untied, all-to-all", "llama", 2, false, DT_CP_ULYSSES);
+    run_cp(w, "the gpt2 spec, ring", "gpt2", 12, true, DT_CP_RING);
+    run_cp(w, "the gpt2 spec, all-to-all", "gpt2", 12, true, DT_CP_ULYSSES);
     int all[2] = { passed, failed }, sum[2];
     dt_comm_allreduce(w, all, sum, 2, DT_I32, DT_SUM);
-    if (me == 0) printf("model program, tensor parallelism on %d ranks: %d passed, %d failed\n", N, sum[0], sum[1]);
+    if (me == 0) printf("model program, tensor and context parallelism on %d ranks: %d passed, %d failed\n", N, sum[0], sum[1]);
     dt_comm_destroy(w);
     return sum[1] != 0;
 }
