@@ -6,7 +6,7 @@
  * the loss within 1e-6 relative of the whole model's at every step, and each tensor's gradient (this rank's
  * slice against the same elements of the whole's) within 1e-5 of the tensor's largest at the first step (the
  * same weights) and 1e-4 over the 20 (two trajectories that drift apart in f32's last bits). A layout the split
- * cannot serve is refused, naming the numbers. Context parallelism (ring and all-to-all): each rank holds 24/N
+ * cannot serve is refused, naming the numbers. The same with sequence parallelism. Context parallelism (ring and all-to-all): each rank holds 24/N
  * rows of each sequence in the load-balanced split (rotary positions by their place in the whole sequence),
  * and the mean of the ranks' losses and of their gradients (what data and context parallelism reduce) equals
  * the whole model's within the same bounds. Runs under dtrain launch -n N. */
@@ -45,13 +45,13 @@ static double slice_error(const float *part, const float *whole, const dt_tensor
     return big > 0 ? worst / big : worst;
 }
 
-static void run(dt_comm *w, const char *what, const char *family, int NH, int KV, bool tied) {
+static void run(dt_comm *w, const char *what, const char *family, int NH, int KV, bool tied, int sp) {
     int N = dt_comm_size(w), B = 2, T = 12, BT = B * T;
     dt_lm_config c = { .family = dt_family_find(family), .vocab_size = 101, .padded_vocab_size = 128, .max_seq_len = 32, .num_layers = 2,
                        .num_heads = NH, .kv_heads = KV, .head_dim = 8, .channels = NH * 8, .ffn = !strcmp(family, "gpt2") ? NH * 32 : 120,
                        .norm_eps = 1e-5f, .rope = { .theta = 10000 }, .tied = tied };
     dt_tp_ops ops = dt_tp_ops_over(w);
-    dt_gpt2_part part = { .ua = 0, .ub = c.num_layers + 2, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops };
+    dt_gpt2_part part = { .ua = 0, .ub = c.num_layers + 2, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops, .sp = sp };
     dt_program *whole = NULL, *m = NULL;
     if (dt_program_create(&c, &whole) || dt_program_create_part(&c, &part, &m)) {
         check(0, "%s: create: %g", what, 0);
@@ -110,7 +110,7 @@ static void run(dt_comm *w, const char *what, const char *family, int NH, int KV
     check(first_grad <= 1e-5, "%s: a first step's gradient differs by %.3g of its largest", what, first_grad);
     check(worst_grad <= 1e-4, "%s: a gradient differs by %.3g of its largest", what, worst_grad);
     if (me == 0)
-        printf("TP %d, %-40s 20 steps: worst loss difference %.2e relative, worst gradient %.2e (%s; %.2e at step 1)\n", N, what,
+        printf("TP %d%s, %-40s 20 steps: worst loss difference %.2e relative, worst gradient %.2e (%s; %.2e at step 1)\n", N, sp ? " SP" : "", what,
                worst_loss, worst_grad, worst_name, first_grad);
     free(in);
     free(tg);
@@ -211,15 +211,15 @@ int main(void) {
     me = dt_comm_rank(w);
     int N = dt_comm_size(w);
     dt_kernels_set_threads(1);
-    if (6 % N == 0) run(w, "llama, 12 heads, 6 K/V heads, untied", "llama", 12, 6, false);
-    else refused(w, 12, 6);
-    if (4 % N == 0 || N == 3) {
-        if (N != 3) run(w, "llama, 12 heads, 2 K/V heads, tied", "llama", 12, 2, true);
-        else refused(w, 12, 2);
+    for (int sp = 0; sp < 2; sp++) {
+        if (6 % N == 0) run(w, "llama, 12 heads, 6 K/V heads, untied", "llama", 12, 6, false, sp);
+        else if (!sp) refused(w, 12, 6);
+        if (N != 3) run(w, "llama, 12 heads, 2 K/V heads, tied", "llama", 12, 2, true, sp);
+        else if (!sp) refused(w, 12, 2);
+        run(w, "llama, multi-query (1 K/V head), untied", "llama", 12, 1, false, sp);
+        if (6 % N == 0) run(w, "qwen2 (q/k/v biases), 6 K/V heads, tied", "qwen2", 12, 6, true, sp);
+        run(w, "the gpt2 spec, 12 heads", "gpt2", 12, 12, true, sp);
     }
-    run(w, "llama, multi-query (1 K/V head), untied", "llama", 12, 1, false);
-    if (6 % N == 0) run(w, "qwen2 (q/k/v biases), 6 K/V heads, tied", "qwen2", 12, 6, true);
-    run(w, "the gpt2 spec, 12 heads", "gpt2", 12, 12, true);
     run_cp(w, "llama, 2 K/V heads, untied, ring", "llama", 2, false, DT_CP_RING);
     run_cp(w, "llama, 2 K/V heads, untied, all-to-all", "llama", 2, false, DT_CP_ULYSSES);
     run_cp(w, "the gpt2 spec, ring", "gpt2", 12, true, DT_CP_RING);

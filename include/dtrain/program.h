@@ -53,7 +53,8 @@ dt_status dt_program_create(const dt_lm_config *cfg, dt_program **out);
  * tp_size, tp; Megatron's split: q by heads, K/V by K/V heads (each rank its share, or, with fewer K/V heads
  * than ranks, the one its heads read, kept by each rank that reads it), the MLP by hidden units, the embedding
  * and head by vocabulary rows, the rest whole). A stage that holds a tied head but not the embedding keeps its
- * own copy of the token table in unit L+1 (tied_copy). Sequence and context parallelism are refused for now. */
+ * own copy of the token table in unit L+1 (tied_copy). With part's sp, sequence parallelism on the tensor-parallel
+ * group; with cp_size > 1, context parallelism (attention through part's cp, rows in dt_gpt2_cp_position's order). */
 dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out);
 /* After backward (and the data-parallel strategy's finish): the gradients a tensor-parallel group must still sum
  * (K/V weights that several ranks keep). Collective over the group; nothing on one rank. */

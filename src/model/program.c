@@ -233,8 +233,15 @@ static dt_status shape_ops(dt_program *p) {
     const dt_family *f = p->f;
     p->ops = calloc((size_t)f->nops, sizeof *p->ops);
     p->vw = calloc((size_t)f->nvalues, sizeof *p->vw);
-    if (!p->ops || !p->vw) return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    p->vsplit = calloc((size_t)f->nvalues, sizeof *p->vsplit);
+    if (!p->ops || !p->vw || !p->vsplit) return dt_error(DT_ERR_NOMEM, "model: out of memory");
     for (int v = 0; v < f->nvalues; v++) p->vw[v] = local_width(p, f->values[v]);
+    /* the residual stream's rows: the stream itself, what a norm or an add writes, a row-parallel Linear's output */
+    p->vsplit[V_IN] = p->vsplit[V_OUT] = true;
+    for (int k = 0; k < f->nops; k++) {
+        const dt_op_spec *o = &f->ops[k];
+        if (o->kind == OP_NORM || o->kind == OP_ADD || (o->kind == OP_LINEAR && f->block[o->w].split == DT_SPLIT_ROW)) p->vsplit[o->out] = true;
+    }
     for (int k = 0; k < f->nops; k++) {
         op_shape *o = &p->ops[k];
         o->s = f->ops[k];
@@ -262,10 +269,10 @@ static dt_status shape_ops(dt_program *p) {
     return DT_OK;
 }
 
-/* What the program runs today: units [ua, ub) or chunks of them, split by tensor parallelism or not. */
+/* What a rank can hold: units [ua, ub) or chunks of them, split by tensor parallelism (with sequence parallelism or
+ * not) or not, and context parallelism. */
 static dt_status check_part(const dt_lm_config *c, const dt_gpt2_part *part) {
     int t = part->tp_size, L = c->num_layers, a = part->ua, b = part->ub;
-    if (part->sp) return dt_error(DT_ERR_UNSUPPORTED, "model %s: sequence parallelism is not on the model program yet", c->family->name);
     int n = part->cp_size ? part->cp_size : 1;
     if (n < 1 || part->cp_rank < 0 || part->cp_rank >= n) return dt_error(DT_ERR_ARG, "model: context-parallel rank %d of %d", part->cp_rank, n);
     if (n > 1 && !part->cp) return dt_error(DT_ERR_ARG, "model: a context-parallel part needs its attention (dt_cp_ops)");
@@ -365,6 +372,7 @@ void dt_program_destroy(dt_program *p) {
     free(p->bk);
     free(p->ops);
     free(p->vw);
+    free(p->vsplit);
     free(p->inv_freq);
     dt_free_aligned(p->own_params);
     dt_free_zeroed(p->own_grads);

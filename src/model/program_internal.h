@@ -76,6 +76,7 @@ typedef struct {
     float **dval;              /* [v]: the gradients of a block's values, one set that every block's backward reuses */
     float *range_in[DT_GPT2_MAX_CHUNKS]; /* the residual stream entering each range */
     float *dpacked, *dstream[2], *lnf, *lnf_stats, *logits, *losses, *ce_stats, *dlnf, *scratch; /* scratch: 2 B*T */
+    float *gather, *partial, *normgrad; /* sequence parallelism's: all rows [B*T, C] gathered; a split sum's all rows; a norm's weight gradient */
     int32_t *inputs, *targets, *pos;
     run_state rs[DT_GPT2_MAX_CHUNKS];
     float loss;
@@ -109,6 +110,7 @@ struct dt_program {
     bool hold_hooks;           /* backward announces no unit: dt_program_announce_grads does, later */
     op_shape *ops;
     int *vw;                   /* each value's width */
+    bool *vsplit;              /* each value's rows: the residual stream's (split under sequence parallelism) or all */
     float *inv_freq;           /* rotary: head_dim / 2 frequencies */
     program_slot *slots, *s;   /* the slots, and the current one */
     int nslots;
@@ -129,6 +131,16 @@ int dt_program_range_of(const dt_program *p, int u);
  * learned positions where the family has them); the cross-entropy over vocabulary columns (max, then the sums of
  * exponentials and the target's logit) and its backward. */
 void dt_program_tp_sum(dt_program *p, float *x, size_t n);
+/* Sequence parallelism (Korthikanti et al. 2022) on the tensor-parallel group: the residual stream, the norms and
+ * their outputs hold this rank's B*T/tp rows (rows r*B*T/tp ..). Rows a value holds (v: a block's value; -1: the
+ * stream's); a local tensor of n floats gathered to all rows (itself without SP); partial sums of all rows made
+ * whole: summed in place (the same pointer back) or reduce-scattered into mine (this rank's rows); a norm's
+ * backward whose weight gradient, from this rank's rows, is summed over the group. */
+size_t dt_program_rows(const dt_program *p, int v);
+const float *dt_program_tp_gather(dt_program *p, const float *local, size_t n);
+const float *dt_program_tp_combine(dt_program *p, float *partial, float *mine, size_t n);
+void dt_program_norm_backward(dt_program *p, float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
+                              const float *stats, int C);
 void dt_program_tp_embedding_forward(dt_program *p, float *out, const int32_t *tokens);
 void dt_program_tp_embedding_backward(dt_program *p, const float *dout);
 float dt_program_tp_crossentropy_forward(dt_program *p, const int32_t *targets);

@@ -40,34 +40,39 @@ static size_t lay_slot(dt_program *p, program_slot *s, float *base, int B, int T
     int L = p->cfg.num_layers, nv = p->f->nvalues, no = p->f->nops;
     size_t BT = (size_t)B * T, C = (size_t)p->cfg.channels, Q = (size_t)p->Ql, at = 0;
     size_t att = (size_t)p->NHl * BT * (s->blockwise ? 1 : (size_t)T);
+    /* the residual stream's rows: all, or this rank's share under sequence parallelism */
+    size_t R = p->part.sp && p->part.tp_size > 1 ? BT / (size_t)p->part.tp_size : BT, sp = R < BT;
     bool head = p->ub == L + 2;
-    for (int r = 0; r < p->nr; r++) s->range_in[r] = carve(base, &at, BT * C);
+    for (int r = 0; r < p->nr; r++) s->range_in[r] = carve(base, &at, R * C);
     for (int b = 0; b < p->nl; b++) {
         for (int v = 1; v < nv; v++) {
-            float *x = carve(base, &at, BT * (size_t)p->vw[v]);
+            float *x = carve(base, &at, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v]);
             if (base) s->val[b * nv + v] = x;
         }
         for (int k = 0; k < no; k++) {
             dt_op_kind kind = p->ops[k].s.kind;
-            float *x = kind == OP_NORM ? carve(base, &at, 2 * BT) : kind == OP_ATTENTION ? carve(base, &at, att) : NULL;
+            float *x = kind == OP_NORM ? carve(base, &at, 2 * R) : kind == OP_ATTENTION ? carve(base, &at, att) : NULL;
             if (base) s->stats[b * no + k] = x;
         }
         float *pk = repacks(p) ? carve(base, &at, BT * 3 * Q) : NULL;
         if (base) s->packed[b] = pk;
     }
     for (int v = 0; v < nv; v++) {
-        float *d = v >= 2 ? carve(base, &at, BT * (size_t)p->vw[v]) : NULL;
+        float *d = v >= 2 ? carve(base, &at, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v]) : NULL;
         if (base) s->dval[v] = d;
     }
-    s->dstream[0] = carve(base, &at, BT * C);
-    s->dstream[1] = carve(base, &at, BT * C);
+    s->dstream[0] = carve(base, &at, R * C);
+    s->dstream[1] = carve(base, &at, R * C);
     s->dpacked = repacks(p) ? carve(base, &at, BT * 3 * Q) : NULL;
-    s->lnf = carve(base, &at, head * BT * C);
-    s->lnf_stats = carve(base, &at, head * 2 * BT);
+    s->gather = carve(base, &at, sp * BT * C);
+    s->partial = carve(base, &at, sp * BT * C);
+    s->normgrad = carve(base, &at, sp * 2 * C);
+    s->lnf = carve(base, &at, head * R * C);
+    s->lnf_stats = carve(base, &at, head * 2 * R);
     s->logits = carve(base, &at, head * BT * (size_t)p->Vl);
     s->losses = carve(base, &at, head * BT);
     s->ce_stats = carve(base, &at, head * 2 * BT);
-    s->dlnf = carve(base, &at, head * BT * C);
+    s->dlnf = carve(base, &at, head * R * C);
     s->scratch = carve(base, &at, head * 2 * BT);
     return at;
 }
@@ -189,6 +194,8 @@ static void cp_status(dt_program *p, dt_status st) {
     if (st && !p->comm_err) p->comm_err = st;
 }
 
+static float *x_partial(const dt_program *p) { return p->s->partial; }
+
 /* Whether a block's Linear with first weight w is split by tensor parallelism, and how. */
 static dt_tp_split split_of(const dt_program *p, int w) { return p->part.tp_size > 1 ? p->tab[p->block_tab[0] + w].split : DT_SPLIT_NONE; }
 
@@ -198,16 +205,21 @@ static void op_forward(dt_program *p, int l, int k) {
     program_slot *x = p->s;
     int BT = x->B * x->T, NH = p->NHl, Q = p->Ql;
     float *in = value(p, l, s->in), *out = value(p, l, s->out), *st = op_stats(p, l, k);
+    int R = (int)dt_program_rows(p, s->out); /* a norm's and an add's rows: the stream's */
     switch (s->kind) {
     case OP_NORM:
-        if (p->f->rms) dt_rmsnorm_forward(out, st + BT, in, weight(p, l, s->w), BT, o->width_in, p->cfg.norm_eps);
-        else dt_layernorm_forward(out, st, st + BT, in, weight(p, l, s->w), weight(p, l, s->b), BT, o->width_in);
+        if (p->f->rms) dt_rmsnorm_forward(out, st + R, in, weight(p, l, s->w), R, o->width_in, p->cfg.norm_eps);
+        else dt_layernorm_forward(out, st, st + R, in, weight(p, l, s->w), weight(p, l, s->b), R, o->width_in);
         break;
     case OP_LINEAR: {
-        /* a row-parallel Linear's outputs are partial sums, whole once summed over the group; its bias on one rank */
-        bool rows = split_of(p, s->w) == DT_SPLIT_ROW, bias = s->b >= 0 && (!rows || p->part.tp_rank == 0);
-        dt_matmul_forward(out, in, weight(p, l, s->w), bias ? weight(p, l, s->b) : NULL, BT, o->width_in, o->width_out);
-        if (rows) dt_program_tp_sum(p, out, (size_t)BT * o->width_out);
+        /* a column-parallel Linear reads all rows (gathered under sequence parallelism); a row-parallel one's outputs
+         * are partial sums, whole once summed (or reduce-scattered) over the group, its bias on one rank */
+        dt_tp_split split = split_of(p, s->w);
+        bool rows = split == DT_SPLIT_ROW, bias = s->b >= 0 && (!rows || p->part.tp_rank == 0);
+        const float *x = split == DT_SPLIT_COLUMN ? dt_program_tp_gather(p, in, dt_program_rows(p, s->in) * o->width_in) : in;
+        float *y = rows && R < BT ? x_partial(p) : out;
+        dt_matmul_forward(y, x, weight(p, l, s->w), bias ? weight(p, l, s->b) : NULL, BT, o->width_in, o->width_out);
+        if (rows) dt_program_tp_combine(p, y, out, (size_t)R * o->width_out);
         break;
     }
     case OP_ATTENTION: {
@@ -220,7 +232,7 @@ static void op_forward(dt_program *p, int l, int k) {
     }
     case OP_GELU: dt_gelu_forward(out, in, (size_t)BT * o->width_in); break;
     case OP_SWIGLU: dt_swiglu_forward(out, in, BT, o->width_out); break;
-    case OP_ADD: dt_residual_forward(out, in, value(p, l, s->in2), (size_t)BT * o->width_out); break;
+    case OP_ADD: dt_residual_forward(out, in, value(p, l, s->in2), (size_t)R * o->width_out); break;
     }
 }
 
@@ -238,13 +250,14 @@ static void unit_end(void) { DT_TRACE_END(DT_TRACK_SELF); }
 
 static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
     program_slot *s = p->s;
-    int L = p->cfg.num_layers, BT = s->B * s->T, C = p->cfg.channels;
+    int L = p->cfg.num_layers, BT = s->B * s->T, C = p->cfg.channels, R = (int)dt_program_rows(p, -1);
     const float *x = stream_in(p, L), *w = p->params + p->tab[p->i_lnf].offset;
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, L + 1);
     trace_unit(p, "forward", L + 1);
-    if (p->f->rms) dt_rmsnorm_forward(s->lnf, s->lnf_stats + BT, x, w, BT, C, p->cfg.norm_eps);
-    else dt_layernorm_forward(s->lnf, s->lnf_stats, s->lnf_stats + BT, x, w, w + C, BT, C);
-    dt_matmul_forward(s->logits, s->lnf, p->params + p->tab[p->i_head].offset, NULL, BT, C, p->Vl);
+    if (p->f->rms) dt_rmsnorm_forward(s->lnf, s->lnf_stats + R, x, w, R, C, p->cfg.norm_eps);
+    else dt_layernorm_forward(s->lnf, s->lnf_stats, s->lnf_stats + R, x, w, w + C, R, C);
+    const float *lnf = dt_program_tp_gather(p, s->lnf, (size_t)R * C); /* the head is column-parallel: all rows */
+    dt_matmul_forward(s->logits, lnf, p->params + p->tab[p->i_head].offset, NULL, BT, C, p->Vl);
     if (targets) {
         memcpy(s->targets, targets, (size_t)BT * sizeof(int32_t));
         s->loss = dt_program_tp_crossentropy_forward(p, targets);
@@ -264,6 +277,8 @@ static dt_status check_range(const dt_program *p, int a, int b, const int32_t *t
     if (B < 1 || T < 1 || T > c->max_seq_len) return dt_error(DT_ERR_ARG, "forward: B=%d T=%d (T must be 1..%d)", B, T, c->max_seq_len);
     if (a == 0 && !tokens) return dt_error(DT_ERR_ARG, "forward: a range from unit 0 needs the tokens");
     if (a > 0 && !x) return dt_error(DT_ERR_ARG, "forward: a range from unit %d needs its input activations", a);
+    if (p->part.sp && p->part.tp_size > 1 && T % p->part.tp_size)
+        return dt_error(DT_ERR_ARG, "forward: --sp splits the sequence of %d tokens into --tp %d parts: it does not divide", T, p->part.tp_size);
     int n = p->part.cp_size;
     if (n > 1 && (T % 2 || (long)T * n > c->max_seq_len))
         return dt_error(DT_ERR_ARG, "forward: a context-parallel rank's %d rows a sequence %s", T,
@@ -299,7 +314,7 @@ dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *t
         dt_program_tp_embedding_forward(p, s->range_in[p->cur], tokens);
         unit_end();
     } else if (x != stream_in(p, a - 1)) {
-        memcpy(stream_in(p, a - 1), x, (size_t)BT * p->cfg.channels * sizeof(float));
+        memcpy(stream_in(p, a - 1), x, dt_program_rows(p, -1) * p->cfg.channels * sizeof(float));
     }
     int last = b - 1 < L ? b - 1 : L; /* blocks [first, last) */
     for (int l = a > 0 ? a - 1 : 0; l < last; l++) {
@@ -352,18 +367,30 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
     int BT = x->B * x->T, NH = p->NHl, Q = p->Ql;
     float *in = value(p, l, s->in), *out = value(p, l, s->out), *st = op_stats(p, l, k);
     float *din = s->in == V_IN ? din_stream : x->dval[s->in], *dout = s->out == V_OUT ? dout_stream : x->dval[s->out];
+    int R = (int)dt_program_rows(p, s->out);
     switch (s->kind) {
     case OP_NORM:
-        if (p->f->rms) dt_rmsnorm_backward(din, weight_grad(p, l, s->w), dout, in, weight(p, l, s->w), st + BT, BT, o->width_in);
-        else dt_layernorm_backward(din, weight_grad(p, l, s->w), weight_grad(p, l, s->b), dout, in, weight(p, l, s->w), st, st + BT, BT,
-                                   o->width_in);
+        dt_program_norm_backward(p, din, weight_grad(p, l, s->w), s->b >= 0 ? weight_grad(p, l, s->b) : NULL, dout, in, weight(p, l, s->w), st,
+                                 o->width_in);
         break;
-    case OP_LINEAR:
-        dt_matmul_backward(din, weight_grad(p, l, s->w), s->b >= 0 ? weight_grad(p, l, s->b) : NULL, dout, in, weight(p, l, s->w), BT,
-                           o->width_in, o->width_out);
-        /* a column-parallel Linear's input gradient is this rank's share (it is its input's only reader: shape_ops) */
-        if (split_of(p, s->w) == DT_SPLIT_COLUMN) dt_program_tp_sum(p, din, (size_t)BT * o->width_in);
+    case OP_LINEAR: {
+        dt_tp_split split = split_of(p, s->w);
+        float *dw = weight_grad(p, l, s->w), *db = s->b >= 0 ? weight_grad(p, l, s->b) : NULL;
+        if (split == DT_SPLIT_COLUMN) {
+            /* its input gathered again (all rows); d(input) this rank's share, summed (or reduce-scattered) over the
+             * group: it is its input's only reader (shape_ops), so its gradient holds nothing else yet */
+            size_t n = dt_program_rows(p, s->in) * o->width_in;
+            const float *xin = dt_program_tp_gather(p, in, n);
+            float *dx = n < (size_t)BT * o->width_in ? x_partial(p) : din;
+            if (dx != din) memset(dx, 0, (size_t)BT * o->width_in * sizeof(float));
+            dt_matmul_backward(dx, dw, db, dout, xin, weight(p, l, s->w), BT, o->width_in, o->width_out);
+            dt_program_tp_combine(p, dx, din, n);
+        } else { /* a row-parallel Linear's d(output) is every row's (gathered under sequence parallelism) */
+            const float *dy = split == DT_SPLIT_ROW ? dt_program_tp_gather(p, dout, (size_t)R * o->width_out) : dout;
+            dt_matmul_backward(din, dw, db, dy, in, weight(p, l, s->w), BT, o->width_in, o->width_out);
+        }
         break;
+    }
     case OP_ATTENTION: {
         bool re = repacks(p);
         float *qkv = re ? x->packed[p->bk[l]] : in, *dqkv = re ? x->dpacked : din;
@@ -376,7 +403,7 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
     }
     case OP_GELU: dt_gelu_backward(din, in, dout, (size_t)BT * o->width_in); break;
     case OP_SWIGLU: dt_swiglu_backward(din, in, dout, BT, o->width_out); break;
-    case OP_ADD: dt_residual_backward(din, s->in2 == V_IN ? din_stream : x->dval[s->in2], dout, (size_t)BT * o->width_out); break;
+    case OP_ADD: dt_residual_backward(din, s->in2 == V_IN ? din_stream : x->dval[s->in2], dout, (size_t)R * o->width_out); break;
     }
 }
 
@@ -388,19 +415,20 @@ static void grads_ready(dt_program *p, int u) {
 static void head_backward(dt_program *p, float *dres, float grad_scale) {
     program_slot *s = p->s;
     int L = p->cfg.num_layers, C = p->cfg.channels, BT = s->B * s->T;
-    size_t BTC = (size_t)BT * C;
+    size_t BTC = (size_t)BT * C, RC = dt_program_rows(p, -1) * (size_t)C;
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, L + 1);
     trace_unit(p, "backward", L + 1);
     dt_program_tp_crossentropy_backward(p, grad_scale / (float)BT);
-    memset(s->dlnf, 0, BTC * sizeof(float));
-    dt_matmul_backward(s->dlnf, p->grads + p->tab[p->i_head].offset, NULL, s->logits, s->lnf, p->params + p->tab[p->i_head].offset, BT, C,
-                       p->Vl);
-    dt_program_tp_sum(p, s->dlnf, BTC); /* the head is column-parallel (by vocabulary) */
+    /* the head is column-parallel (by vocabulary): d(its input) this rank's share of all rows, summed or reduce-scattered */
+    float *dx = RC < BTC ? s->partial : s->dlnf;
+    memset(dx, 0, BTC * sizeof(float));
+    const float *lnf = dt_program_tp_gather(p, s->lnf, RC);
+    dt_matmul_backward(dx, p->grads + p->tab[p->i_head].offset, NULL, s->logits, lnf, p->params + p->tab[p->i_head].offset, BT, C, p->Vl);
+    dt_program_tp_combine(p, dx, s->dlnf, RC);
     const float *x = stream_in(p, L), *w = p->params + p->tab[p->i_lnf].offset;
     float *dw = p->grads + p->tab[p->i_lnf].offset;
-    memset(dres, 0, BTC * sizeof(float));
-    if (p->f->rms) dt_rmsnorm_backward(dres, dw, s->dlnf, x, w, s->lnf_stats + BT, BT, C);
-    else dt_layernorm_backward(dres, dw, dw + C, s->dlnf, x, w, s->lnf_stats, s->lnf_stats + BT, BT, C);
+    memset(dres, 0, RC * sizeof(float));
+    dt_program_norm_backward(p, dres, dw, p->f->rms ? NULL : dw + C, s->dlnf, x, w, s->lnf_stats, C);
     unit_end();
     grads_ready(p, L + 1);
 }
@@ -413,7 +441,7 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
     if (b < L + 2 && !dout) return dt_error(DT_ERR_ARG, "backward: units [%d, %d) end before the head: d(output) is needed", a, b);
     r->have_targets = false; /* the logits are about to become their gradient */
     p->comm_err = DT_OK;
-    size_t BTC = (size_t)s->B * s->T * p->cfg.channels;
+    size_t BTC = dt_program_rows(p, -1) * p->cfg.channels; /* the stream's floats here */
     float *dres = s->dstream[0], *dnext = s->dstream[1];
     if (b == L + 2) head_backward(p, dres, grad_scale);
     else memcpy(dres, dout, BTC * sizeof(float));
@@ -421,7 +449,7 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) {
         dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, l + 1);
         trace_unit(p, "backward", l + 1);
-        for (int v = 2; v < nv; v++) memset(s->dval[v], 0, (size_t)s->B * s->T * p->vw[v] * sizeof(float));
+        for (int v = 2; v < nv; v++) memset(s->dval[v], 0, dt_program_rows(p, v) * p->vw[v] * sizeof(float));
         memset(dnext, 0, BTC * sizeof(float));
         for (int k = p->f->nops - 1; k >= 0; k--) op_backward(p, l, k, dnext, dres);
         float *t = dres;

@@ -20,6 +20,48 @@ void dt_program_tp_sum(dt_program *p, float *x, size_t n) {
     p->tp_seconds += dt_time_now() - t0;
 }
 
+static bool sp(const dt_program *p) { return p->part.sp && p->part.tp_size > 1; }
+
+size_t dt_program_rows(const dt_program *p, int v) {
+    size_t BT = (size_t)p->s->B * p->s->T;
+    return sp(p) && (v < 0 || p->vsplit[v]) ? BT / (size_t)p->part.tp_size : BT;
+}
+
+const float *dt_program_tp_gather(dt_program *p, const float *local, size_t n) {
+    if (!sp(p)) return local;
+    if (p->comm_err) return p->s->gather;
+    double t0 = dt_time_now();
+    p->comm_err = p->part.tp->allgather(p->part.tp->ctx, local, p->s->gather, n);
+    p->tp_seconds += dt_time_now() - t0;
+    return p->s->gather;
+}
+
+const float *dt_program_tp_combine(dt_program *p, float *partial, float *mine, size_t n) {
+    if (!sp(p)) {
+        dt_program_tp_sum(p, partial, n);
+        return partial;
+    }
+    if (p->comm_err) return mine;
+    double t0 = dt_time_now();
+    p->comm_err = p->part.tp->reduce_scatter(p->part.tp->ctx, partial, mine, n);
+    p->tp_seconds += dt_time_now() - t0;
+    return mine;
+}
+
+void dt_program_norm_backward(dt_program *p, float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
+                              const float *stats, int C) {
+    int rows = (int)dt_program_rows(p, -1);
+    /* under SP this micro-batch's part alone is summed over the group (dw and db may hold earlier ones') */
+    float *gw = sp(p) ? p->s->normgrad : dw, *gb = sp(p) ? p->s->normgrad + C : db;
+    if (sp(p)) memset(p->s->normgrad, 0, 2 * (size_t)C * sizeof(float));
+    if (p->f->rms) dt_rmsnorm_backward(din, gw, dout, in, w, stats + rows, rows, C);
+    else dt_layernorm_backward(din, gw, gb, dout, in, w, stats, stats + rows, rows, C);
+    if (!sp(p)) return;
+    dt_program_tp_sum(p, p->s->normgrad, 2 * (size_t)C);
+    for (int i = 0; i < C; i++) dw[i] += gw[i];
+    for (int i = 0; db && i < C; i++) db[i] += gb[i];
+}
+
 static void tp_max(dt_program *p, float *x, size_t n) {
     if (p->part.tp_size == 1 || p->comm_err) return;
     double t0 = dt_time_now();
@@ -38,11 +80,13 @@ void dt_program_tp_embedding_forward(dt_program *p, float *out, const int32_t *t
         else dt_embedding_rows_forward(out, tokens, wte, 0, p->Vl, B * T, C);
         return;
     }
-    dt_embedding_rows_forward(out, tokens, wte, p->v0, p->Vl, B * T, C);
-    dt_program_tp_sum(p, out, (size_t)B * T * C);
+    float *rows = sp(p) ? p->s->partial : out; /* every row's partial lookup */
+    dt_embedding_rows_forward(rows, tokens, wte, p->v0, p->Vl, B * T, C);
+    size_t R = dt_program_rows(p, -1), r0 = sp(p) ? R * (size_t)p->part.tp_rank : 0;
+    const float *sum = dt_program_tp_combine(p, rows, out, R * (size_t)C);
     if (p->i_wpe < 0) return;
     const float *wpe = p->params + p->tab[p->i_wpe].offset;
-    for (size_t i = 0; i < (size_t)B * T; i++) dt_residual_forward(out + i * C, out + i * C, wpe + (size_t)p->s->pos[i] * C, (size_t)C);
+    for (size_t i = 0; i < R; i++) dt_residual_forward(out + i * C, sum + i * C, wpe + (size_t)p->s->pos[r0 + i] * C, (size_t)C);
 }
 
 void dt_program_tp_embedding_backward(dt_program *p, const float *dout) {
@@ -53,8 +97,9 @@ void dt_program_tp_embedding_backward(dt_program *p, const float *dout) {
         dt_embedding_backward_at(dwte, p->grads + p->tab[p->i_wpe].offset, dout, p->s->inputs, pos, B, T, C);
         return;
     }
-    dt_embedding_rows_backward(dwte, dout, p->s->inputs, p->v0, p->Vl, B * T, C);
-    if (p->i_wpe >= 0) dt_embedding_backward_at(NULL, p->grads + p->tab[p->i_wpe].offset, dout, p->s->inputs, p->s->pos, B, T, C);
+    const float *all = dt_program_tp_gather(p, dout, dt_program_rows(p, -1) * (size_t)C); /* every row's gradient */
+    dt_embedding_rows_backward(dwte, all, p->s->inputs, p->v0, p->Vl, B * T, C);
+    if (p->i_wpe >= 0) dt_embedding_backward_at(NULL, p->grads + p->tab[p->i_wpe].offset, all, p->s->inputs, p->s->pos, B, T, C);
 }
 
 /* Never gathers the logits: two collectives of B*T and 2 B*T floats; the statistics (a row's max and sum) are
