@@ -268,6 +268,45 @@ static void stages_chain(const char *family, int KV, bool tied) {
     dt_program_destroy(mid);
 }
 
+/* Recomputation, and a backward split in B and W, give the plain backward's loss and gradients bit for bit; the
+ * blockwise attention within float rounding. */
+static void modes_equal(const char *family, int KV, bool tied) {
+    dt_lm_config c = small(family, KV, tied);
+    char what[64];
+    snprintf(what, sizeof what, "%s, %d K/V heads%s", family, KV, tied ? ", tied" : "");
+    dt_program *m[4] = { NULL };
+    dt_status st = DT_OK;
+    for (int k = 0; k < 4 && !st; k++)
+        if (!(st = dt_program_create(&c, &m[k]))) dt_program_init_random(m[k], 9);
+    if (!st) st = dt_program_set_recompute(m[1], 1);
+    if (!st) st = dt_program_set_split_backward(m[2], 1);
+    if (!st) dt_program_set_attention(m[3], DT_ATTN_BLOCKWISE);
+    int32_t in[B * T], tg[B * T];
+    float loss[4] = { 0 };
+    for (int step = 0; step < 2 && !st; step++) /* twice: the second forward reuses the first's memory */
+        for (int k = 0; k < 4 && !st; k++) {
+            for (int i = 0; i < B * T; i++) in[i] = (i * 7 + 3 + step) % 101, tg[i] = (i * 5 + 1 + step) % 101;
+            dt_program_zero_grad(m[k]);
+            if (!(st = dt_program_forward(m[k], in, tg, B, T, &loss[k]))) st = dt_program_backward(m[k], 1.0f);
+            if (!st && k == 2) st = dt_program_backward_weights(m[k]);
+        }
+    if (st) {
+        printf("FAIL: modes %s: %s\n", what, dt_last_error());
+        failed++;
+    } else {
+        const char *names[4] = { "", "recompute", "split backward (B, then W)", "blockwise attention" };
+        for (int k = 1; k < 4; k++) {
+            double e = fabs(loss[k] - loss[0]) / loss[0];
+            float *g0 = dt_program_grads(m[0]), *gk = dt_program_grads(m[k]);
+            e = fmax(e, rel_err(gk, dt_program_num_params(m[k]), g0, 1, dt_program_num_params(m[0])));
+            char line[96];
+            snprintf(line, sizeof line, "%s: %s", what, names[k]);
+            expect("modes", line, e, k == 3 ? 1e-6 : 0);
+        }
+    }
+    for (int k = 0; k < 4; k++) dt_program_destroy(m[k]);
+}
+
 /* A seed gives the gpt2 spec the weights it gives dt_gpt2 (the demo's losses do not move when GPT-2 moves onto
  * the program). */
 static void gpt2_spec_init_equals_gpt2(void) {
@@ -390,6 +429,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) check_fixture(dir, fixtures[i]);
     gpt2_spec_equals_gpt2(dir);
     gpt2_spec_init_equals_gpt2();
+    modes_equal("llama", 2, false);
+    modes_equal("gpt2", 4, true);
     stages_chain("llama", 2, false);
     stages_chain("llama", 1, true);
     stages_chain("gpt2", 4, true);

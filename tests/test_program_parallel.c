@@ -45,7 +45,8 @@ static double slice_error(const float *part, const float *whole, const dt_tensor
     return big > 0 ? worst / big : worst;
 }
 
-static void run(dt_comm *w, const char *what, const char *family, int NH, int KV, bool tied, int sp) {
+/* mode: 0 plain, 1 recomputing, 2 backward split in B and W */
+static void run(dt_comm *w, const char *what, const char *family, int NH, int KV, bool tied, int sp, int mode) {
     int N = dt_comm_size(w), B = 2, T = 12, BT = B * T;
     dt_lm_config c = { .family = dt_family_find(family), .vocab_size = 101, .padded_vocab_size = 128, .max_seq_len = 32, .num_layers = 2,
                        .num_heads = NH, .kv_heads = KV, .head_dim = 8, .channels = NH * 8, .ffn = !strcmp(family, "gpt2") ? NH * 32 : 120,
@@ -59,6 +60,8 @@ static void run(dt_comm *w, const char *what, const char *family, int NH, int KV
         dt_program_destroy(whole);
         return;
     }
+    if (mode == 1) dt_program_set_recompute(m, 1);
+    if (mode == 2) dt_program_set_split_backward(m, 1);
     dt_model vw, vm;
     dt_program_model(whole, &vw);
     dt_program_model(m, &vm);
@@ -87,6 +90,7 @@ static void run(dt_comm *w, const char *what, const char *family, int NH, int KV
         if (!st) st = dt_program_backward(whole, 1.0f);
         if (!st) st = dt_program_forward(m, in, tg, B, T, &lp);
         if (!st) st = dt_program_backward(m, 1.0f);
+        if (!st && mode == 2) st = dt_program_backward_weights(m);
         if (!st) st = dt_program_finalize_grads(m);
         if (st) {
             check(0, "%s: step failed %g", what, step);
@@ -110,7 +114,7 @@ static void run(dt_comm *w, const char *what, const char *family, int NH, int KV
     check(first_grad <= 1e-5, "%s: a first step's gradient differs by %.3g of its largest", what, first_grad);
     check(worst_grad <= 1e-4, "%s: a gradient differs by %.3g of its largest", what, worst_grad);
     if (me == 0)
-        printf("TP %d%s, %-40s 20 steps: worst loss difference %.2e relative, worst gradient %.2e (%s; %.2e at step 1)\n", N, sp ? " SP" : "", what,
+        printf("TP %d%s%s, %-40s 20 steps: worst loss difference %.2e relative, worst gradient %.2e (%s; %.2e at step 1)\n", N, sp ? " SP" : "", mode == 1 ? " recompute" : mode == 2 ? " B/W" : "", what,
                worst_loss, worst_grad, worst_name, first_grad);
     free(in);
     free(tg);
@@ -212,13 +216,16 @@ int main(void) {
     int N = dt_comm_size(w);
     dt_kernels_set_threads(1);
     for (int sp = 0; sp < 2; sp++) {
-        if (6 % N == 0) run(w, "llama, 12 heads, 6 K/V heads, untied", "llama", 12, 6, false, sp);
+        if (6 % N == 0) run(w, "llama, 12 heads, 6 K/V heads, untied", "llama", 12, 6, false, sp, 0);
         else if (!sp) refused(w, 12, 6);
-        if (N != 3) run(w, "llama, 12 heads, 2 K/V heads, tied", "llama", 12, 2, true, sp);
+        if (N != 3) run(w, "llama, 12 heads, 2 K/V heads, tied", "llama", 12, 2, true, sp, 0);
         else if (!sp) refused(w, 12, 2);
-        run(w, "llama, multi-query (1 K/V head), untied", "llama", 12, 1, false, sp);
-        if (6 % N == 0) run(w, "qwen2 (q/k/v biases), 6 K/V heads, tied", "qwen2", 12, 6, true, sp);
-        run(w, "the gpt2 spec, 12 heads", "gpt2", 12, 12, true, sp);
+        run(w, "llama, multi-query (1 K/V head), untied", "llama", 12, 1, false, sp, 0);
+        if (6 % N == 0) run(w, "qwen2 (q/k/v biases), 6 K/V heads, tied", "qwen2", 12, 6, true, sp, 0);
+        run(w, "the gpt2 spec, 12 heads", "gpt2", 12, 12, true, sp, 0);
+        run(w, "llama, multi-query, untied", "llama", 12, 1, false, sp, 1);
+        run(w, "llama, multi-query, untied", "llama", 12, 1, false, sp, 2);
+        run(w, "the gpt2 spec, 12 heads", "gpt2", 12, 12, true, sp, 2);
     }
     run_cp(w, "llama, 2 K/V heads, untied, ring", "llama", 2, false, DT_CP_RING);
     run_cp(w, "llama, 2 K/V heads, untied, all-to-all", "llama", 2, false, DT_CP_ULYSSES);

@@ -97,6 +97,21 @@ dt_status dt_program_use_chunk(dt_program *p, int chunk);
 dt_status dt_program_set_slots(dt_program *p, int n);
 void dt_program_use_slot(dt_program *p, int k);
 int dt_program_num_slots(const dt_program *p);
+/* Zero-bubble pipelines split backward in two: with on, backward (B) computes the input gradients (and the
+ * norms' small weight gradients), keeping each block's Linear output gradients in the slot; W,
+ * dt_program_backward_weights, adds the Linears', the head's and the embedding's weight gradients (the same
+ * sums as one backward) and runs the gradient hooks. Not with recomputation. */
+dt_status dt_program_set_split_backward(dt_program *p, int on);
+dt_status dt_program_backward_weights(dt_program *p);
+/* Activation checkpointing: keep each block's output only and redo the block's forward in backward (the same
+ * bits). Attention's memory: DT_ATTN_AUTO keeps T x T scores below T = 256, the log-sum-exp from there. */
+dt_status dt_program_set_recompute(dt_program *p, int on);
+void dt_program_set_attention(dt_program *p, dt_attn_mode mode);
+/* With on, backward leaves the token table's rows out of its gradient (data parallelism adds them from
+ * dt_program_input_grad, the embedding's output gradient, after exchanging only those rows). */
+void dt_program_set_defer_rows(dt_program *p, int on);
+/* Seconds in tensor parallelism's collectives since the last call. */
+double dt_program_tp_comm_seconds(dt_program *p);
 /* With on, backward runs no gradient hook; dt_program_announce_grads runs them for every held unit, in
  * backward's order. */
 void dt_program_hold_grad_hooks(dt_program *p, int on);

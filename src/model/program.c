@@ -216,6 +216,8 @@ static dt_status layout(dt_program *p) {
         p->i_lnf = p->ntab;
         for (int i = 0; i < nfinal; i++) add_tensor(p, 2, i, -1, L + 1);
         p->i_head = p->cfg.tied ? p->i_wte : p->ntab - 1;
+        /* a tied table held with the head: whole once the head is through, but for the input rows (deferrable) */
+        if (p->cfg.tied && p->i_wte >= 0 && p->part.tp_size == 1) p->tab[p->i_wte].grad_unit = L + 1;
         if (p->cfg.tied && p->ua > 0) { /* the last stage's copy of the tied token table (the first stage owns it) */
             add_tensor(p, 0, 0, -1, L + 1);
             p->i_head = p->ntab - 1;
@@ -448,8 +450,14 @@ static void set_param_storage(void *self, float *to) {
     p->params = dt_model_param_storage(p->own_params, p->params, to, p->nparams);
 }
 
+static void defer_rows(void *self, int on) { dt_program_set_defer_rows(self, on); }
+static const float *input_grad(const void *self, const int32_t **tokens, int *n) { return dt_program_input_grad(self, tokens, n); }
+
 void dt_program_model(dt_program *p, dt_model *out) {
+    /* deferring the token table's rows: a whole table (not a vocabulary slice) with its input rows here */
+    bool rows = p->i_wte >= 0 && p->tab[p->i_wte].input_rows && p->part.tp_size == 1;
     *out = (dt_model){ .self = p, .kind = p->f->name, .tensors = p->tab, .ntensors = p->ntab, .nunits = p->cfg.num_layers + 2,
-                       .nparams = p->nparams, .global_params = p->global_params, .params = params_of, .grads = grads_of, .set_grad_storage = set_grad_storage,
-                       .set_grad_hook = set_grad_hook, .set_unit_hooks = set_unit_hooks, .set_param_storage = set_param_storage };
+                       .nparams = p->nparams, .global_params = p->global_params, .params = params_of, .grads = grads_of,
+                       .set_grad_storage = set_grad_storage, .set_grad_hook = set_grad_hook, .set_unit_hooks = set_unit_hooks,
+                       .set_param_storage = set_param_storage, .defer_input_rows = rows ? defer_rows : NULL, .input_grad = input_grad };
 }

@@ -60,7 +60,7 @@ typedef struct {
  * range), and where backward left d(the range's input). */
 typedef struct {
     int a, b;
-    bool have_targets;
+    bool have_targets, w_pending;
     float *dinput;
 } run_state;
 
@@ -79,6 +79,7 @@ typedef struct {
     float *gather, *partial, *normgrad; /* sequence parallelism's: all rows [B*T, C] gathered; a split sum's all rows; a norm's weight gradient */
     int32_t *inputs, *targets, *pos;
     run_state rs[DT_GPT2_MAX_CHUNKS];
+    float **wgrad;             /* a split backward's: [held block * nops + k], a Linear's d(output), all rows, from B for W */
     float loss;
 } program_slot;
 
@@ -108,6 +109,10 @@ struct dt_program {
     float *params, *grads, *own_params, *own_grads;
     dt_hook_list grad_hooks, unit_hooks;
     bool hold_hooks;           /* backward announces no unit: dt_program_announce_grads does, later */
+    bool recompute;            /* keep each block's input only; redo its forward in backward */
+    bool split_bwd;            /* backward in two passes: B (input gradients) and W (the Linears' weight gradients) */
+    bool defer_rows;           /* backward leaves the token table's rows out (data parallelism adds them) */
+    dt_attn_mode attn;
     op_shape *ops;
     int *vw;                   /* each value's width */
     bool *vsplit;              /* each value's rows: the residual stream's (split under sequence parallelism) or all */
@@ -129,7 +134,8 @@ int dt_program_range_of(const dt_program *p, int u);
 /* Tensor parallelism's mappings (program_tp.c), as the ops call them; on one rank each is the plain kernel or
  * nothing. The group's sum in place; the token embedding (a vocabulary slice each: the sum of lookups, then the
  * learned positions where the family has them); the cross-entropy over vocabulary columns (max, then the sums of
- * exponentials and the target's logit) and its backward. */
+ * exponentials and the target's logit) and its backward. The embedding's backward leaves the token table's rows
+ * out with skip_rows (deferred: data parallelism adds them). */
 void dt_program_tp_sum(dt_program *p, float *x, size_t n);
 /* Sequence parallelism (Korthikanti et al. 2022) on the tensor-parallel group: the residual stream, the norms and
  * their outputs hold this rank's B*T/tp rows (rows r*B*T/tp ..). Rows a value holds (v: a block's value; -1: the
@@ -142,7 +148,7 @@ const float *dt_program_tp_combine(dt_program *p, float *partial, float *mine, s
 void dt_program_norm_backward(dt_program *p, float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
                               const float *stats, int C);
 void dt_program_tp_embedding_forward(dt_program *p, float *out, const int32_t *tokens);
-void dt_program_tp_embedding_backward(dt_program *p, const float *dout);
+void dt_program_tp_embedding_backward(dt_program *p, const float *dout, bool skip_rows);
 float dt_program_tp_crossentropy_forward(dt_program *p, const int32_t *targets);
 void dt_program_tp_crossentropy_backward(dt_program *p, float dscale);
 

@@ -44,18 +44,23 @@ static size_t lay_slot(dt_program *p, program_slot *s, float *base, int B, int T
     size_t R = p->part.sp && p->part.tp_size > 1 ? BT / (size_t)p->part.tp_size : BT, sp = R < BT;
     bool head = p->ub == L + 2;
     for (int r = 0; r < p->nr; r++) s->range_in[r] = carve(base, &at, R * C);
+    /* each held block's values (recomputing: each block's output alone, the rest one block's, shared), and a split
+     * backward's Linear output gradients */
     for (int b = 0; b < p->nl; b++) {
+        bool shared = p->recompute && b > 0;
         for (int v = 1; v < nv; v++) {
-            float *x = carve(base, &at, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v]);
-            if (base) s->val[b * nv + v] = x;
+            float *x = shared && v != V_OUT ? NULL : carve(base, &at, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v]);
+            if (base) s->val[b * nv + v] = x ? x : s->val[v];
         }
         for (int k = 0; k < no; k++) {
             dt_op_kind kind = p->ops[k].s.kind;
-            float *x = kind == OP_NORM ? carve(base, &at, 2 * R) : kind == OP_ATTENTION ? carve(base, &at, att) : NULL;
-            if (base) s->stats[b * no + k] = x;
+            float *x = shared ? NULL : kind == OP_NORM ? carve(base, &at, 2 * R) : kind == OP_ATTENTION ? carve(base, &at, att) : NULL;
+            if (base) s->stats[b * no + k] = shared ? s->stats[k] : x;
+            float *w = p->split_bwd && kind == OP_LINEAR ? carve(base, &at, BT * (size_t)p->ops[k].width_out) : NULL;
+            if (base) s->wgrad[b * no + k] = w;
         }
-        float *pk = repacks(p) ? carve(base, &at, BT * 3 * Q) : NULL;
-        if (base) s->packed[b] = pk;
+        float *pk = repacks(p) && !shared ? carve(base, &at, BT * 3 * Q) : NULL;
+        if (base) s->packed[b] = shared ? s->packed[0] : pk;
     }
     for (int v = 0; v < nv; v++) {
         float *d = v >= 2 ? carve(base, &at, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v]) : NULL;
@@ -83,6 +88,7 @@ void dt_program_free_slot(program_slot *s) {
     free(s->stats);
     free(s->packed);
     free(s->dval);
+    free(s->wgrad);
     free(s->inputs);
     free(s->targets);
     free(s->pos);
@@ -93,7 +99,8 @@ static bool cp(const dt_program *p) { return p->part.cp_size > 1; }
 
 static dt_status reserve(dt_program *p, int B, int T) {
     program_slot *s = p->s;
-    bool blockwise = cp(p) || T >= 256; /* the log-sum-exp kernels (context parallelism merges blocks by it): no T x T scores kept */
+    /* the log-sum-exp kernels (context parallelism merges blocks by it): no T x T scores kept */
+    bool blockwise = cp(p) || p->attn == DT_ATTN_BLOCKWISE || (p->attn == DT_ATTN_AUTO && T >= 256);
     if (s->mem && (size_t)B * T <= (size_t)s->cap_BT && T <= s->cap_T && blockwise == s->blockwise) return DT_OK;
     dt_program_free_slot(s);
     s->blockwise = blockwise;
@@ -103,11 +110,12 @@ static dt_status reserve(dt_program *p, int B, int T) {
     s->stats = calloc((size_t)(nb * no), sizeof *s->stats);
     s->packed = calloc((size_t)nb, sizeof *s->packed);
     s->dval = calloc((size_t)nv, sizeof *s->dval);
+    s->wgrad = calloc((size_t)(nb * no), sizeof *s->wgrad);
     s->inputs = malloc(BT * sizeof(int32_t));
     s->targets = malloc(BT * sizeof(int32_t));
     s->pos = malloc(BT * sizeof(int32_t));
     s->mem = dt_alloc_aligned(n * sizeof(float));
-    if (!s->val || !s->stats || !s->packed || !s->dval || !s->inputs || !s->targets || !s->pos || !s->mem) {
+    if (!s->val || !s->stats || !s->packed || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->mem) {
         dt_program_free_slot(s);
         s->blockwise = blockwise;
         char sz[32];
@@ -298,13 +306,15 @@ dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *t
     int L = p->cfg.num_layers, BT = B * T;
     if (b < L + 2) targets = NULL; /* no loss before the head */
     dt_status st = check_range(p, a, b, tokens, x, targets, B, T);
+    if (!st && p->s->rs[dt_program_range_of(p, a)].w_pending)
+        st = dt_error(DT_ERR_ARG, "forward: the activations' last backward waits for its weight gradients (dt_program_backward_weights)");
     if (!st) st = reserve(p, B, T);
     if (st) return st;
     program_slot *s = p->s;
     p->comm_err = DT_OK;
     p->cur = dt_program_range_of(p, a);
     s->B = B, s->T = T;
-    s->rs[p->cur] = (run_state){ a, b, targets != NULL || b < L + 2, NULL };
+    s->rs[p->cur] = (run_state){ a, b, targets != NULL || b < L + 2, false, NULL };
     /* each row's position: t, or under context parallelism its place in the whole sequence (rotary and learned alike) */
     for (int i = 0; i < BT; i++) s->pos[i] = cp(p) ? dt_gpt2_cp_position(p->part.cp_rank, p->part.cp_size, T, i % T) : i % T;
     if (a == 0) {
@@ -360,6 +370,38 @@ int dt_program_chunks(const dt_program *p, int *a, int *b) {
 
 /* ---- backward ---- */
 
+/* A Linear's input as its weight gradient reads it: all rows (gathered again under sequence parallelism). */
+static const float *linear_input(dt_program *p, int l, const op_shape *o) {
+    const float *in = value(p, l, o->s.in);
+    return split_of(p, o->s.w) == DT_SPLIT_COLUMN ? dt_program_tp_gather(p, in, dt_program_rows(p, o->s.in) * o->width_in) : in;
+}
+
+static void linear_backward(dt_program *p, int l, int k, float *din, float *dout) {
+    const op_shape *o = &p->ops[k];
+    const dt_op_spec *s = &o->s;
+    program_slot *x = p->s;
+    int BT = x->B * x->T;
+    dt_tp_split split = split_of(p, s->w);
+    /* a split backward's B leaves the weight gradients to W, keeping d(output) of all rows */
+    float *dw = p->split_bwd ? NULL : weight_grad(p, l, s->w), *db = p->split_bwd || s->b < 0 ? NULL : weight_grad(p, l, s->b);
+    float *keep = p->split_bwd ? x->wgrad[p->bk[l] * p->f->nops + k] : NULL;
+    if (split == DT_SPLIT_COLUMN) {
+        /* d(input) is this rank's share, summed (or reduce-scattered) over the group: the Linear is its input's only
+         * reader (shape_ops), so its gradient holds nothing else yet */
+        size_t n = dt_program_rows(p, s->in) * o->width_in;
+        const float *xin = dw ? linear_input(p, l, o) : NULL;
+        float *dx = n < (size_t)BT * o->width_in ? x_partial(p) : din;
+        if (dx != din) memset(dx, 0, (size_t)BT * o->width_in * sizeof(float));
+        if (keep) memcpy(keep, dout, (size_t)BT * o->width_out * sizeof(float));
+        dt_matmul_backward(dx, dw, db, dout, xin, weight(p, l, s->w), BT, o->width_in, o->width_out);
+        dt_program_tp_combine(p, dx, din, n);
+    } else { /* a row-parallel Linear's d(output) is every row's (gathered under sequence parallelism) */
+        const float *dy = split == DT_SPLIT_ROW ? dt_program_tp_gather(p, dout, dt_program_rows(p, s->out) * o->width_out) : dout;
+        if (keep) memcpy(keep, dy, (size_t)BT * o->width_out * sizeof(float));
+        dt_matmul_backward(din, dw, db, dy, value(p, l, s->in), weight(p, l, s->w), BT, o->width_in, o->width_out);
+    }
+}
+
 static void op_backward(dt_program *p, int l, int k, float *din_stream, float *dout_stream) {
     const op_shape *o = &p->ops[k];
     const dt_op_spec *s = &o->s;
@@ -373,24 +415,7 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
         dt_program_norm_backward(p, din, weight_grad(p, l, s->w), s->b >= 0 ? weight_grad(p, l, s->b) : NULL, dout, in, weight(p, l, s->w), st,
                                  o->width_in);
         break;
-    case OP_LINEAR: {
-        dt_tp_split split = split_of(p, s->w);
-        float *dw = weight_grad(p, l, s->w), *db = s->b >= 0 ? weight_grad(p, l, s->b) : NULL;
-        if (split == DT_SPLIT_COLUMN) {
-            /* its input gathered again (all rows); d(input) this rank's share, summed (or reduce-scattered) over the
-             * group: it is its input's only reader (shape_ops), so its gradient holds nothing else yet */
-            size_t n = dt_program_rows(p, s->in) * o->width_in;
-            const float *xin = dt_program_tp_gather(p, in, n);
-            float *dx = n < (size_t)BT * o->width_in ? x_partial(p) : din;
-            if (dx != din) memset(dx, 0, (size_t)BT * o->width_in * sizeof(float));
-            dt_matmul_backward(dx, dw, db, dout, xin, weight(p, l, s->w), BT, o->width_in, o->width_out);
-            dt_program_tp_combine(p, dx, din, n);
-        } else { /* a row-parallel Linear's d(output) is every row's (gathered under sequence parallelism) */
-            const float *dy = split == DT_SPLIT_ROW ? dt_program_tp_gather(p, dout, (size_t)R * o->width_out) : dout;
-            dt_matmul_backward(din, dw, db, dy, in, weight(p, l, s->w), BT, o->width_in, o->width_out);
-        }
-        break;
-    }
+    case OP_LINEAR: linear_backward(p, l, k, din, dout); break;
     case OP_ATTENTION: {
         bool re = repacks(p);
         float *qkv = re ? x->packed[p->bk[l]] : in, *dqkv = re ? x->dpacked : din;
@@ -411,6 +436,14 @@ static void grads_ready(dt_program *p, int u) {
     if (!p->hold_hooks) dt_hook_list_call(&p->grad_hooks, DT_HOOK_GRADS_READY, u);
 }
 
+/* The head's weight gradient from the logits' gradient (which backward left in place) and its input. */
+static void head_weights(dt_program *p) {
+    program_slot *s = p->s;
+    int C = p->cfg.channels, BT = s->B * s->T;
+    const float *lnf = dt_program_tp_gather(p, s->lnf, dt_program_rows(p, -1) * (size_t)C);
+    dt_matmul_backward(NULL, p->grads + p->tab[p->i_head].offset, NULL, s->logits, lnf, NULL, BT, C, p->Vl);
+}
+
 /* The loss, the head and the final norm, backward: d(the stream entering the head) into dres. */
 static void head_backward(dt_program *p, float *dres, float grad_scale) {
     program_slot *s = p->s;
@@ -422,15 +455,23 @@ static void head_backward(dt_program *p, float *dres, float grad_scale) {
     /* the head is column-parallel (by vocabulary): d(its input) this rank's share of all rows, summed or reduce-scattered */
     float *dx = RC < BTC ? s->partial : s->dlnf;
     memset(dx, 0, BTC * sizeof(float));
-    const float *lnf = dt_program_tp_gather(p, s->lnf, RC);
-    dt_matmul_backward(dx, p->grads + p->tab[p->i_head].offset, NULL, s->logits, lnf, p->params + p->tab[p->i_head].offset, BT, C, p->Vl);
+    dt_matmul_backward(dx, NULL, NULL, s->logits, NULL, p->params + p->tab[p->i_head].offset, BT, C, p->Vl);
+    if (!p->split_bwd) head_weights(p);
     dt_program_tp_combine(p, dx, s->dlnf, RC);
     const float *x = stream_in(p, L), *w = p->params + p->tab[p->i_lnf].offset;
     float *dw = p->grads + p->tab[p->i_lnf].offset;
     memset(dres, 0, RC * sizeof(float));
     dt_program_norm_backward(p, dres, dw, p->f->rms ? NULL : dw + C, s->dlnf, x, w, s->lnf_stats, C);
     unit_end();
-    grads_ready(p, L + 1);
+    if (!p->split_bwd) grads_ready(p, L + 1);
+}
+
+static void embedding_backward(dt_program *p, const float *dres, const char *pass) {
+    dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, 0);
+    trace_unit(p, pass, 0);
+    dt_program_tp_embedding_backward(p, dres, p->defer_rows);
+    unit_end();
+    grads_ready(p, 0);
 }
 
 dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad_scale) {
@@ -438,36 +479,89 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
     run_state *r = &s->rs[p->cur];
     int L = p->cfg.num_layers, a = r->a, b = r->b, nv = p->f->nvalues;
     if (!s->mem || !r->have_targets) return dt_error(DT_ERR_ARG, "backward: needs a forward (with targets, if it ran the head) first");
+    if (r->w_pending) return dt_error(DT_ERR_ARG, "backward: the last backward's weight gradients (dt_program_backward_weights) are still to run");
     if (b < L + 2 && !dout) return dt_error(DT_ERR_ARG, "backward: units [%d, %d) end before the head: d(output) is needed", a, b);
     r->have_targets = false; /* the logits are about to become their gradient */
     p->comm_err = DT_OK;
-    size_t BTC = dt_program_rows(p, -1) * p->cfg.channels; /* the stream's floats here */
+    size_t RC = dt_program_rows(p, -1) * p->cfg.channels; /* the stream's floats here */
     float *dres = s->dstream[0], *dnext = s->dstream[1];
     if (b == L + 2) head_backward(p, dres, grad_scale);
-    else memcpy(dres, dout, BTC * sizeof(float));
+    else memcpy(dres, dout, RC * sizeof(float));
     int last = b - 1 < L ? b - 1 : L;
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) {
         dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, l + 1);
         trace_unit(p, "backward", l + 1);
+        for (int k = 0; p->recompute && k < p->f->nops; k++) op_forward(p, l, k); /* the block's activations again, from its kept input */
         for (int v = 2; v < nv; v++) memset(s->dval[v], 0, dt_program_rows(p, v) * p->vw[v] * sizeof(float));
-        memset(dnext, 0, BTC * sizeof(float));
+        memset(dnext, 0, RC * sizeof(float));
         for (int k = p->f->nops - 1; k >= 0; k--) op_backward(p, l, k, dnext, dres);
         float *t = dres;
         dres = dnext, dnext = t;
         unit_end();
-        grads_ready(p, l + 1);
+        if (!p->split_bwd) grads_ready(p, l + 1);
     }
-    r->dinput = dres; /* d(the range's input), for dt_program_input_grad */
-    if (a > 0) return p->comm_err;
-    dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, 0);
-    trace_unit(p, "backward", 0);
-    dt_program_tp_embedding_backward(p, dres);
-    unit_end();
-    grads_ready(p, 0);
+    r->dinput = dres; /* d(the range's input) (the embedding's output in range 0), for dt_program_input_grad */
+    r->w_pending = p->split_bwd;
+    if (a == 0 && !p->split_bwd) embedding_backward(p, dres, "backward");
     return p->comm_err;
 }
 
 dt_status dt_program_backward(dt_program *p, float grad_scale) { return dt_program_backward_units(p, NULL, grad_scale); }
+
+/* W of a split backward: the Linears', the head's and the embedding's weight gradients, the sums one backward
+ * makes, unit by unit in backward's order, each unit's announced when whole. */
+dt_status dt_program_backward_weights(dt_program *p) {
+    program_slot *s = p->s;
+    run_state *r = &s->rs[p->cur];
+    int L = p->cfg.num_layers, a = r->a, b = r->b, BT = s->B * s->T, last = b - 1 < L ? b - 1 : L;
+    if (!r->w_pending) return dt_error(DT_ERR_ARG, "backward weights: no split backward (B) waits for its weight gradients");
+    r->w_pending = false;
+    p->comm_err = DT_OK;
+    if (b == L + 2) {
+        trace_unit(p, "weights", L + 1);
+        head_weights(p);
+        unit_end();
+        grads_ready(p, L + 1);
+    }
+    for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) {
+        trace_unit(p, "weights", l + 1);
+        for (int k = p->f->nops - 1; k >= 0; k--) {
+            const op_shape *o = &p->ops[k];
+            if (o->s.kind != OP_LINEAR) continue;
+            dt_matmul_backward(NULL, weight_grad(p, l, o->s.w), o->s.b >= 0 ? weight_grad(p, l, o->s.b) : NULL,
+                               s->wgrad[p->bk[l] * p->f->nops + k], linear_input(p, l, o), NULL, BT, o->width_in, o->width_out);
+        }
+        unit_end();
+        grads_ready(p, l + 1);
+    }
+    if (a == 0) embedding_backward(p, r->dinput, "weights");
+    return p->comm_err;
+}
+
+dt_status dt_program_set_split_backward(dt_program *p, int on) {
+    if (on && p->recompute)
+        return dt_error(DT_ERR_UNSUPPORTED, "model: a backward split into input and weight gradients runs without recomputation "
+                        "(W reads the activations forward kept)");
+    p->split_bwd = on != 0;
+    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* the activations' layout changed */
+    return DT_OK;
+}
+
+dt_status dt_program_set_recompute(dt_program *p, int on) {
+    if (on && p->split_bwd) return dt_error(DT_ERR_UNSUPPORTED, "model: recomputation with a split backward (W reads what forward kept)");
+    p->recompute = on != 0;
+    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]);
+    return DT_OK;
+}
+
+void dt_program_set_attention(dt_program *p, dt_attn_mode mode) { p->attn = mode; }
+void dt_program_set_defer_rows(dt_program *p, int on) { p->defer_rows = on != 0; }
+
+double dt_program_tp_comm_seconds(dt_program *p) {
+    double t = p->tp_seconds;
+    p->tp_seconds = 0;
+    return t;
+}
 
 void dt_program_hold_grad_hooks(dt_program *p, int on) { p->hold_hooks = on != 0; }
 

@@ -89,16 +89,16 @@ void dt_program_tp_embedding_forward(dt_program *p, float *out, const int32_t *t
     for (size_t i = 0; i < R; i++) dt_residual_forward(out + i * C, sum + i * C, wpe + (size_t)p->s->pos[r0 + i] * C, (size_t)C);
 }
 
-void dt_program_tp_embedding_backward(dt_program *p, const float *dout) {
+void dt_program_tp_embedding_backward(dt_program *p, const float *dout, bool skip_rows) {
     int B = p->s->B, T = p->s->T, C = p->cfg.channels;
-    float *dwte = p->grads + p->tab[p->i_wte].offset;
+    float *dwte = skip_rows ? NULL : p->grads + p->tab[p->i_wte].offset;
     if (p->part.tp_size == 1 && p->i_wpe >= 0) {
         const int32_t *pos = p->part.cp_size > 1 ? p->s->pos : NULL;
         dt_embedding_backward_at(dwte, p->grads + p->tab[p->i_wpe].offset, dout, p->s->inputs, pos, B, T, C);
         return;
     }
     const float *all = dt_program_tp_gather(p, dout, dt_program_rows(p, -1) * (size_t)C); /* every row's gradient */
-    dt_embedding_rows_backward(dwte, all, p->s->inputs, p->v0, p->Vl, B * T, C);
+    if (dwte) dt_embedding_rows_backward(dwte, all, p->s->inputs, p->v0, p->Vl, B * T, C);
     if (p->i_wpe >= 0) dt_embedding_backward_at(NULL, p->grads + p->tab[p->i_wpe].offset, all, p->s->inputs, p->s->pos, B, T, C);
 }
 
