@@ -337,6 +337,58 @@ static void gpt2_spec_init_equals_gpt2(void) {
     dt_gpt2_destroy(g);
 }
 
+/* Mixed precision: the gpt2 spec on the program gives dt_gpt2's loss and gradients bit for bit in bf16 and fp16,
+ * keeping blocks in 16 bits, recomputing, or with a split backward (the program replaces dt_gpt2 without moving a
+ * bit). */
+static void gpt2_spec_lp_equals_gpt2(dt_dtype prec, int recompute, int split) {
+    dt_gpt2_config gc = { 32, 101, 128, 3, 4, 32 };
+    dt_lm_config c = small("gpt2", 4, true);
+    c.ffn = 128;
+    char what[80];
+    snprintf(what, sizeof what, "%s%s%s = dt_gpt2's", dt_dtype_name(prec), recompute ? ", recomputing" : "", split ? ", B and W" : "");
+    dt_gpt2 *g = NULL;
+    dt_program *p = NULL;
+    dt_status st = dt_gpt2_create(&gc, &g);
+    if (!st) st = dt_program_create(&c, &p);
+    if (!st) st = dt_gpt2_set_precision(g, prec);
+    if (!st) st = dt_program_set_precision(p, prec);
+    if (!st) st = dt_gpt2_set_recompute(g, recompute);
+    if (!st) st = dt_program_set_recompute(p, recompute);
+    if (!st) st = dt_gpt2_set_split_backward(g, split);
+    if (!st) st = dt_program_set_split_backward(p, split);
+    double worst = 0;
+    for (int step = 0; step < 2 && !st; step++) {
+        int32_t in[B * T], tg[B * T];
+        for (int i = 0; i < B * T; i++) in[i] = (i * 7 + 3 + step) % 101, tg[i] = (i * 5 + 1 + step) % 101;
+        dt_gpt2_init_random(g, 42 + step);
+        dt_program_init_random(p, 42 + step);
+        dt_gpt2_zero_grad(g);
+        dt_program_zero_grad(p);
+        float lg = 0, lp = 0;
+        if (!(st = dt_gpt2_forward(g, in, tg, B, T, &lg))) st = dt_gpt2_backward(g, 1.0f);
+        if (!st && split) st = dt_gpt2_backward_weights(g);
+        if (!st && !(st = dt_program_forward(p, in, tg, B, T, &lp))) st = dt_program_backward(p, 1.0f);
+        if (!st && split) st = dt_program_backward_weights(p);
+        if (st) break;
+        worst = fmax(worst, fabs(lp - lg));
+        dt_model pm, gm;
+        dt_program_model(p, &pm);
+        dt_gpt2_model(g, &gm);
+        for (int i = 0; i < pm.ntensors; i++) {
+            const dt_tensor_info *t = &pm.tensors[i], *u = dt_model_find(&gm, t->name);
+            worst = fmax(worst, rel_err(pm.grads(pm.self) + t->offset, t->count, gm.grads(gm.self) + u->offset, 1, t->count));
+        }
+    }
+    if (st) {
+        printf("FAIL: gpt2 spec %s: %s\n", what, dt_last_error());
+        failed++;
+    } else {
+        expect("gpt2 spec", what, worst, 0);
+    }
+    dt_program_destroy(p);
+    dt_gpt2_destroy(g);
+}
+
 /* The gqa model as save_pretrained wrote it (two shards and their index) gives the gqa fixture's logits. */
 static void hf_folder_loads(const char *dir) {
     char path[512];
@@ -429,6 +481,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) check_fixture(dir, fixtures[i]);
     gpt2_spec_equals_gpt2(dir);
     gpt2_spec_init_equals_gpt2();
+    gpt2_spec_lp_equals_gpt2(DT_BF16, 0, 0);
+    gpt2_spec_lp_equals_gpt2(DT_F16, 0, 0);
+    gpt2_spec_lp_equals_gpt2(DT_BF16, 1, 0);
+    gpt2_spec_lp_equals_gpt2(DT_BF16, 0, 1);
     modes_equal("llama", 2, false);
     modes_equal("gpt2", 4, true);
     stages_chain("llama", 2, false);

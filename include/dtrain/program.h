@@ -110,6 +110,16 @@ void dt_program_set_attention(dt_program *p, dt_attn_mode mode);
 /* With on, backward leaves the token table's rows out of its gradient (data parallelism adds them from
  * dt_program_input_grad, the embedding's output gradient, after exchanging only those rows). */
 void dt_program_set_defer_rows(dt_program *p, int on);
+/* Mixed precision, set before the first forward: DT_F32 (the default), or DT_BF16 / DT_F16 as torch.autocast does
+ * it on top of f32 parameters and gradients (program_lp.c). The 16-bit copy of the parameters: the caller keeps it
+ * current from now on (caller_keeps 1: a strategy holding a shard of the f32 master allgathers it) or not; the
+ * parameters were written (cast again at the next forward, and from the first call on only what was written); the
+ * bytes of the copy held. */
+dt_status dt_program_set_precision(dt_program *p, dt_dtype t);
+dt_dtype dt_program_precision(const dt_program *p);
+uint16_t *dt_program_lp_copy(dt_program *p, int caller_keeps, dt_dtype *t);
+void dt_program_params_changed(dt_program *p);
+size_t dt_program_lp_params_bytes(const dt_program *p);
 /* Seconds in tensor parallelism's collectives since the last call. */
 double dt_program_tp_comm_seconds(dt_program *p);
 /* With on, backward runs no gradient hook; dt_program_announce_grads runs them for every held unit, in

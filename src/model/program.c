@@ -238,6 +238,16 @@ static dt_status shape_ops(dt_program *p) {
     p->vsplit = calloc((size_t)f->nvalues, sizeof *p->vsplit);
     if (!p->ops || !p->vw || !p->vsplit) return dt_error(DT_ERR_NOMEM, "model: out of memory");
     for (int v = 0; v < f->nvalues; v++) p->vw[v] = local_width(p, f->values[v]);
+    /* what a block's backward reads: a norm's, a Linear's, an activation's input, attention's output and its input
+     * (unless attention makes its own q|k|v of all heads, which is kept instead) */
+    p->vkeep = calloc((size_t)f->nvalues, sizeof *p->vkeep);
+    if (!p->vkeep) return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    bool repack = f->rotary || p->cfg.kv_heads != p->cfg.num_heads;
+    for (int k = 0; k < f->nops; k++) {
+        const dt_op_spec *o = &f->ops[k];
+        if (o->kind == OP_ATTENTION) p->vkeep[o->out] = true;
+        if (o->kind != OP_ADD && !(o->kind == OP_ATTENTION && repack)) p->vkeep[o->in] = true;
+    }
     /* the residual stream's rows: the stream itself, what a norm or an add writes, a row-parallel Linear's output */
     p->vsplit[V_IN] = p->vsplit[V_OUT] = true;
     for (int k = 0; k < f->nops; k++) {
@@ -375,7 +385,12 @@ void dt_program_destroy(dt_program *p) {
     free(p->ops);
     free(p->vw);
     free(p->vsplit);
+    free(p->vkeep);
     free(p->inv_freq);
+    dt_free_aligned(p->params_lp);
+    dt_free_aligned(p->lp_work);
+    free(p->lp_cast);
+    free(p->lp_current);
     dt_free_aligned(p->own_params);
     dt_free_zeroed(p->own_grads);
     free(p);
@@ -440,15 +455,21 @@ static float *grads_of(void *self) { return ((dt_program *)self)->grads; }
 static void set_grad_hook(void *self, dt_unit_hook hook, void *ctx) { dt_hook_list_set(&((dt_program *)self)->grad_hooks, hook, NULL, ctx); }
 static void set_unit_hooks(void *self, dt_unit_hook before_forward, dt_unit_hook before_backward, void *ctx) {
     dt_hook_list_set(&((dt_program *)self)->unit_hooks, before_forward, before_backward, ctx);
+    ((dt_program *)self)->lp_held_max = 0; /* the 16-bit copy is made unit by unit from now (or whole again) */
 }
 static void set_grad_storage(void *self, float *to) {
     dt_program *p = self;
     p->grads = dt_model_grad_storage(p->own_grads, p->grads, to, p->nparams);
+    /* the model's own gradients, unused while elsewhere: their memory goes back */
+    if (p->grads != p->own_grads) dt_mem_release(p->own_grads, p->nparams * sizeof(float));
 }
 static void set_param_storage(void *self, float *to) {
     dt_program *p = self;
     p->params = dt_model_param_storage(p->own_params, p->params, to, p->nparams);
+    if (p->lp_current) memset(p->lp_current, 0, (size_t)p->ntab); /* the 16-bit copy is made again */
 }
+static uint16_t *lp_copy(void *self, int caller_keeps, dt_dtype *t) { return dt_program_lp_copy(self, caller_keeps, t); }
+static void params_changed(void *self) { dt_program_params_changed(self); }
 
 static void defer_rows(void *self, int on) { dt_program_set_defer_rows(self, on); }
 static const float *input_grad(const void *self, const int32_t **tokens, int *n) { return dt_program_input_grad(self, tokens, n); }
@@ -459,5 +480,6 @@ void dt_program_model(dt_program *p, dt_model *out) {
     *out = (dt_model){ .self = p, .kind = p->f->name, .tensors = p->tab, .ntensors = p->ntab, .nunits = p->cfg.num_layers + 2,
                        .nparams = p->nparams, .global_params = p->global_params, .params = params_of, .grads = grads_of,
                        .set_grad_storage = set_grad_storage, .set_grad_hook = set_grad_hook, .set_unit_hooks = set_unit_hooks,
-                       .set_param_storage = set_param_storage, .defer_input_rows = rows ? defer_rows : NULL, .input_grad = input_grad };
+                       .set_param_storage = set_param_storage, .defer_input_rows = rows ? defer_rows : NULL, .input_grad = input_grad,
+                       .lp_copy = lp_copy, .params_changed = params_changed };
 }

@@ -80,6 +80,10 @@ typedef struct {
     int32_t *inputs, *targets, *pos;
     run_state rs[DT_GPT2_MAX_CHUNKS];
     float **wgrad;             /* a split backward's: [held block * nops + k], a Linear's d(output), all rows, from B for W */
+    uint16_t *acts_lp;         /* mixed precision (not recomputing): every held block's kept values in 16 bits, lp_block a block */
+    size_t lp_block;
+    float *res1;               /* and a block's input widened again for its backward */
+    float w_dscale;            /* the loss gradient's scale B used (W recomputes the head's 16-bit gradient) */
     float loss;
 } program_slot;
 
@@ -113,6 +117,18 @@ struct dt_program {
     bool split_bwd;            /* backward in two passes: B (input gradients) and W (the Linears' weight gradients) */
     bool defer_rows;           /* backward leaves the token table's rows out (data parallelism adds them) */
     dt_attn_mode attn;
+    /* Mixed precision (dt_program_set_precision): prec DT_BF16 or DT_F16 as torch.autocast does it; the parameters'
+     * 16-bit copy (params_lp, each unit's cast as it runs), the 16-bit matmuls' scratch; with unit hooks (ZeRO-3)
+     * the copy exists only while a unit runs (lp_cast: which tensors are cast now, lp_held of them, lp_held_max at
+     * most); without, the whole copy is kept and, once told of writes (lp_told), a tensor is cast again only if
+     * written since (lp_current[i] 0); lp_external: the caller keeps the copy (a sharded f32 master). */
+    dt_dtype prec;
+    uint16_t *params_lp;
+    float *lp_work;
+    size_t lp_work_floats, lp_held, lp_held_max;
+    uint8_t *lp_cast, *lp_current;
+    int lp_told, lp_external;
+    bool *vkeep;               /* the values a block's backward reads (kept in 16 bits between its forward and backward) */
     op_shape *ops;
     int *vw;                   /* each value's width */
     bool *vsplit;              /* each value's rows: the residual stream's (split under sequence parallelism) or all */
@@ -125,6 +141,15 @@ struct dt_program {
 static inline float *value(const dt_program *p, int l, int v) { return p->s->val[p->bk[l] * p->f->nvalues + v]; }
 static inline float *op_stats(const dt_program *p, int l, int k) { return p->s->stats[p->bk[l] * p->f->nops + k]; }
 static inline int first_tensor(const dt_program *p, int l) { return p->block_tab[p->bk[l]]; }
+
+/* Mixed precision (program_lp.c): whether blocks are kept packed in 16 bits; the 16-bit copy of what unit u reads,
+ * cast as it starts (forward or backward), and given back after (with unit hooks); block l's kept values packed
+ * after its forward, or widened again before its backward (its input into res1); a block's packed floats. */
+bool dt_program_packs(const dt_program *p);
+void dt_program_lp_cast(dt_program *p, int u, bool backward);
+void dt_program_lp_drop(dt_program *p);
+void dt_program_pack_block(dt_program *p, int l, bool pack);
+size_t dt_program_lp_block(const dt_program *p, size_t BT);
 
 /* The batch's memory (program_run.c): a slot's freed. */
 void dt_program_free_slot(program_slot *s);

@@ -44,18 +44,21 @@ static size_t lay_slot(dt_program *p, program_slot *s, float *base, int B, int T
     size_t R = p->part.sp && p->part.tp_size > 1 ? BT / (size_t)p->part.tp_size : BT, sp = R < BT;
     bool head = p->ub == L + 2;
     for (int r = 0; r < p->nr; r++) s->range_in[r] = carve(base, &at, R * C);
-    /* each held block's values (recomputing: each block's output alone, the rest one block's, shared), and a split
-     * backward's Linear output gradients */
+    /* each held block's values and statistics, and a split backward's Linear output gradients. Recomputing: each
+     * block's output alone, the rest one block's, shared; keeping blocks in 16 bits (mixed precision): one block's
+     * f32 values to work in, the outputs alternating between two (each block keeps its input in 16 bits) */
+    bool packs = dt_program_packs(p);
     for (int b = 0; b < p->nl; b++) {
-        bool shared = p->recompute && b > 0;
+        bool shared = (p->recompute || packs) && b > 0, stats_shared = p->recompute && b > 0;
         for (int v = 1; v < nv; v++) {
-            float *x = shared && v != V_OUT ? NULL : carve(base, &at, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v]);
-            if (base) s->val[b * nv + v] = x ? x : s->val[v];
+            bool reuse = v == V_OUT ? packs && b > 1 : shared;
+            float *x = reuse ? NULL : carve(base, &at, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v]);
+            if (base) s->val[b * nv + v] = x ? x : s->val[(v == V_OUT ? b % 2 : 0) * nv + v];
         }
         for (int k = 0; k < no; k++) {
             dt_op_kind kind = p->ops[k].s.kind;
-            float *x = shared ? NULL : kind == OP_NORM ? carve(base, &at, 2 * R) : kind == OP_ATTENTION ? carve(base, &at, att) : NULL;
-            if (base) s->stats[b * no + k] = shared ? s->stats[k] : x;
+            float *x = stats_shared ? NULL : kind == OP_NORM ? carve(base, &at, 2 * R) : kind == OP_ATTENTION ? carve(base, &at, att) : NULL;
+            if (base) s->stats[b * no + k] = stats_shared ? s->stats[k] : x;
             float *w = p->split_bwd && kind == OP_LINEAR ? carve(base, &at, BT * (size_t)p->ops[k].width_out) : NULL;
             if (base) s->wgrad[b * no + k] = w;
         }
@@ -79,6 +82,7 @@ static size_t lay_slot(dt_program *p, program_slot *s, float *base, int B, int T
     s->ce_stats = carve(base, &at, head * 2 * BT);
     s->dlnf = carve(base, &at, head * R * C);
     s->scratch = carve(base, &at, head * 2 * BT);
+    s->res1 = carve(base, &at, packs * R * C);
     return at;
 }
 
@@ -92,6 +96,7 @@ void dt_program_free_slot(program_slot *s) {
     free(s->inputs);
     free(s->targets);
     free(s->pos);
+    dt_free_aligned(s->acts_lp);
     memset(s, 0, sizeof *s);
 }
 
@@ -115,7 +120,9 @@ static dt_status reserve(dt_program *p, int B, int T) {
     s->targets = malloc(BT * sizeof(int32_t));
     s->pos = malloc(BT * sizeof(int32_t));
     s->mem = dt_alloc_aligned(n * sizeof(float));
-    if (!s->val || !s->stats || !s->packed || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->mem) {
+    s->lp_block = dt_program_packs(p) ? dt_program_lp_block(p, BT) : 0;
+    s->acts_lp = s->lp_block ? dt_alloc_aligned((size_t)p->nl * s->lp_block * sizeof(uint16_t)) : NULL;
+    if ((s->lp_block && !s->acts_lp) || !s->val || !s->stats || !s->packed || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->mem) {
         dt_program_free_slot(s);
         s->blockwise = blockwise;
         char sz[32];
@@ -207,6 +214,27 @@ static float *x_partial(const dt_program *p) { return p->s->partial; }
 /* Whether a block's Linear with first weight w is split by tensor parallelism, and how. */
 static dt_tp_split split_of(const dt_program *p, int w) { return p->part.tp_size > 1 ? p->tab[p->block_tab[0] + w].split : DT_SPLIT_NONE; }
 
+/* A Linear: out = in @ w^T + b, f32 or autocast's 16-bit form from the parameters' 16-bit copy. A column-parallel
+ * one reads all rows (gathered under sequence parallelism); a row-parallel one's outputs are partial sums, whole once
+ * summed (or reduce-scattered) over the group (and then rounded to 16 bits), its bias on one rank. */
+static void linear_forward(dt_program *p, int l, int k) {
+    const op_shape *o = &p->ops[k];
+    const dt_op_spec *s = &o->s;
+    int BT = p->s->B * p->s->T, R = (int)dt_program_rows(p, s->out);
+    float *in = value(p, l, s->in), *out = value(p, l, s->out);
+    dt_tp_split split = split_of(p, s->w);
+    bool rows = split == DT_SPLIT_ROW, bias = s->b >= 0 && (!rows || p->part.tp_rank == 0);
+    const float *x = split == DT_SPLIT_COLUMN ? dt_program_tp_gather(p, in, dt_program_rows(p, s->in) * o->width_in) : in;
+    float *y = rows && R < BT ? x_partial(p) : out;
+    size_t wo = p->tab[first_tensor(p, l) + s->w].offset, bo = s->b >= 0 ? p->tab[first_tensor(p, l) + s->b].offset : 0;
+    if (p->prec == DT_F32) dt_matmul_forward(y, x, p->params + wo, bias ? p->params + bo : NULL, BT, o->width_in, o->width_out);
+    else dt_matmul_forward_lp(y, x, p->params_lp + wo, bias ? p->params_lp + bo : NULL, BT, o->width_in, o->width_out, p->prec, p->lp_work,
+                              p->lp_work_floats, rows);
+    if (!rows) return;
+    dt_program_tp_combine(p, y, out, (size_t)R * o->width_out);
+    if (p->prec != DT_F32) dt_lp_round(out, (size_t)R * o->width_out, p->prec);
+}
+
 static void op_forward(dt_program *p, int l, int k) {
     const op_shape *o = &p->ops[k];
     const dt_op_spec *s = &o->s;
@@ -214,32 +242,35 @@ static void op_forward(dt_program *p, int l, int k) {
     int BT = x->B * x->T, NH = p->NHl, Q = p->Ql;
     float *in = value(p, l, s->in), *out = value(p, l, s->out), *st = op_stats(p, l, k);
     int R = (int)dt_program_rows(p, s->out); /* a norm's and an add's rows: the stream's */
+    /* under mixed precision a norm's, attention's and an activation's outputs are rounded to 16 bits (autocast casts
+     * them for the next Linear, or computes them in 16 bits) */
     switch (s->kind) {
     case OP_NORM:
         if (p->f->rms) dt_rmsnorm_forward(out, st + R, in, weight(p, l, s->w), R, o->width_in, p->cfg.norm_eps);
         else dt_layernorm_forward(out, st, st + R, in, weight(p, l, s->w), weight(p, l, s->b), R, o->width_in);
+        dt_lp_round(out, (size_t)R * o->width_out, p->prec);
         break;
-    case OP_LINEAR: {
-        /* a column-parallel Linear reads all rows (gathered under sequence parallelism); a row-parallel one's outputs
-         * are partial sums, whole once summed (or reduce-scattered) over the group, its bias on one rank */
-        dt_tp_split split = split_of(p, s->w);
-        bool rows = split == DT_SPLIT_ROW, bias = s->b >= 0 && (!rows || p->part.tp_rank == 0);
-        const float *x = split == DT_SPLIT_COLUMN ? dt_program_tp_gather(p, in, dt_program_rows(p, s->in) * o->width_in) : in;
-        float *y = rows && R < BT ? x_partial(p) : out;
-        dt_matmul_forward(y, x, weight(p, l, s->w), bias ? weight(p, l, s->b) : NULL, BT, o->width_in, o->width_out);
-        if (rows) dt_program_tp_combine(p, y, out, (size_t)R * o->width_out);
-        break;
-    }
+    case OP_LINEAR: linear_forward(p, l, k); break;
     case OP_ATTENTION: {
         float *qkv = in;
-        if (repacks(p)) attention_pack(p, qkv = x->packed[p->bk[l]], in, BT);
+        if (repacks(p)) {
+            attention_pack(p, qkv = x->packed[p->bk[l]], in, BT);
+            dt_lp_round(qkv, (size_t)BT * 3 * Q, p->prec); /* turned q and k are 16-bit values too (and keep losslessly) */
+        }
         if (cp(p)) cp_status(p, p->part.cp->forward(p->part.cp->ctx, out, st, qkv, x->B, x->T, Q, NH));
         else if (x->blockwise) dt_attention_forward_lse(out, st, qkv, x->B, x->T, Q, NH);
         else dt_attention_forward(out, st, qkv, x->B, x->T, Q, NH);
+        dt_lp_round(out, (size_t)BT * Q, p->prec);
         break;
     }
-    case OP_GELU: dt_gelu_forward(out, in, (size_t)BT * o->width_in); break;
-    case OP_SWIGLU: dt_swiglu_forward(out, in, BT, o->width_out); break;
+    case OP_GELU:
+        dt_gelu_forward(out, in, (size_t)BT * o->width_in);
+        dt_lp_round(out, (size_t)BT * o->width_out, p->prec);
+        break;
+    case OP_SWIGLU:
+        dt_swiglu_forward(out, in, BT, o->width_out);
+        dt_lp_round(out, (size_t)BT * o->width_out, p->prec);
+        break;
     case OP_ADD: dt_residual_forward(out, in, value(p, l, s->in2), (size_t)R * o->width_out); break;
     }
 }
@@ -261,17 +292,22 @@ static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
     int L = p->cfg.num_layers, BT = s->B * s->T, C = p->cfg.channels, R = (int)dt_program_rows(p, -1);
     const float *x = stream_in(p, L), *w = p->params + p->tab[p->i_lnf].offset;
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, L + 1);
+    dt_program_lp_cast(p, L + 1, false);
     trace_unit(p, "forward", L + 1);
     if (p->f->rms) dt_rmsnorm_forward(s->lnf, s->lnf_stats + R, x, w, R, C, p->cfg.norm_eps);
     else dt_layernorm_forward(s->lnf, s->lnf_stats, s->lnf_stats + R, x, w, w + C, R, C);
+    dt_lp_round(s->lnf, (size_t)R * C, p->prec);
     const float *lnf = dt_program_tp_gather(p, s->lnf, (size_t)R * C); /* the head is column-parallel: all rows */
-    dt_matmul_forward(s->logits, lnf, p->params + p->tab[p->i_head].offset, NULL, BT, C, p->Vl);
+    size_t ho = p->tab[p->i_head].offset;
+    if (p->prec == DT_F32) dt_matmul_forward(s->logits, lnf, p->params + ho, NULL, BT, C, p->Vl);
+    else dt_matmul_forward_lp16((uint16_t *)s->logits, lnf, p->params_lp + ho, BT, C, p->Vl, p->prec, p->lp_work, p->lp_work_floats);
     if (targets) {
         memcpy(s->targets, targets, (size_t)BT * sizeof(int32_t));
         s->loss = dt_program_tp_crossentropy_forward(p, targets);
         if (loss) *loss = s->loss;
     }
     unit_end();
+    dt_program_lp_drop(p);
 }
 
 static dt_status check_range(const dt_program *p, int a, int b, const int32_t *tokens, const float *x, const int32_t *targets, int B,
@@ -320,18 +356,23 @@ dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *t
     if (a == 0) {
         memcpy(s->inputs, tokens, (size_t)BT * sizeof(int32_t));
         dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, 0);
+        dt_program_lp_cast(p, 0, false);
         trace_unit(p, "forward", 0);
         dt_program_tp_embedding_forward(p, s->range_in[p->cur], tokens);
         unit_end();
+        dt_program_lp_drop(p);
     } else if (x != stream_in(p, a - 1)) {
         memcpy(stream_in(p, a - 1), x, dt_program_rows(p, -1) * p->cfg.channels * sizeof(float));
     }
     int last = b - 1 < L ? b - 1 : L; /* blocks [first, last) */
     for (int l = a > 0 ? a - 1 : 0; l < last; l++) {
         dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, l + 1);
+        dt_program_lp_cast(p, l + 1, false);
         trace_unit(p, "forward", l + 1);
         for (int k = 0; k < p->f->nops; k++) op_forward(p, l, k);
+        dt_program_pack_block(p, l, true);
         unit_end();
+        dt_program_lp_drop(p);
     }
     if (b == L + 2) head_forward(p, targets, loss);
     return p->comm_err;
@@ -343,7 +384,7 @@ dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t
     return dt_program_forward_units(p, 0, p->ub, inputs, NULL, targets, B, T, loss);
 }
 
-const float *dt_program_logits(const dt_program *p) { return p->ub == p->cfg.num_layers + 2 ? p->s->logits : NULL; }
+const float *dt_program_logits(const dt_program *p) { return p->ub == p->cfg.num_layers + 2 && p->prec == DT_F32 ? p->s->logits : NULL; }
 
 const float *dt_program_output(const dt_program *p) {
     const run_state *r = &p->s->rs[p->cur];
@@ -370,10 +411,31 @@ int dt_program_chunks(const dt_program *p, int *a, int *b) {
 
 /* ---- backward ---- */
 
+/* A block's value as backward reads it: its input, where blocks are kept in 16 bits, widened again into res1 (the
+ * stream slot it came in has been written since). */
+static float *bwd_value(const dt_program *p, int l, int v) {
+    return v == V_IN && dt_program_packs(p) ? p->s->res1 : value(p, l, v);
+}
+
 /* A Linear's input as its weight gradient reads it: all rows (gathered again under sequence parallelism). */
 static const float *linear_input(dt_program *p, int l, const op_shape *o) {
-    const float *in = value(p, l, o->s.in);
+    const float *in = bwd_value(p, l, o->s.in);
     return split_of(p, o->s.w) == DT_SPLIT_COLUMN ? dt_program_tp_gather(p, in, dt_program_rows(p, o->s.in) * o->width_in) : in;
+}
+
+/* dinp += dout @ w, dw += dout^T @ inp, db += column sums of dout: f32, or autocast's 16-bit form, which rounds
+ * dout to 16 bits in place first (a branch's own gradient: the stream's goes on whole) and leaves a column-parallel
+ * Linear's share of dinp in f32 (summed, then rounded, by the caller). */
+static void linear_grads(dt_program *p, const op_shape *o, int l, float *dinp, float *dw, float *db, float *dout, const float *inp,
+                         int partial) {
+    int BT = p->s->B * p->s->T;
+    size_t wo = p->tab[first_tensor(p, l) + o->s.w].offset;
+    if (p->prec == DT_F32) {
+        dt_matmul_backward(dinp, dw, db, dout, inp, dinp ? p->params + wo : NULL, BT, o->width_in, o->width_out);
+        return;
+    }
+    dt_matmul_backward_lp(dinp, dw, db, dout, inp, dinp ? p->params_lp + wo : NULL, BT, o->width_in, o->width_out, p->prec, p->lp_work,
+                          p->lp_work_floats, partial);
 }
 
 static void linear_backward(dt_program *p, int l, int k, float *din, float *dout) {
@@ -385,21 +447,23 @@ static void linear_backward(dt_program *p, int l, int k, float *din, float *dout
     /* a split backward's B leaves the weight gradients to W, keeping d(output) of all rows */
     float *dw = p->split_bwd ? NULL : weight_grad(p, l, s->w), *db = p->split_bwd || s->b < 0 ? NULL : weight_grad(p, l, s->b);
     float *keep = p->split_bwd ? x->wgrad[p->bk[l] * p->f->nops + k] : NULL;
-    if (split == DT_SPLIT_COLUMN) {
-        /* d(input) is this rank's share, summed (or reduce-scattered) over the group: the Linear is its input's only
-         * reader (shape_ops), so its gradient holds nothing else yet */
-        size_t n = dt_program_rows(p, s->in) * o->width_in;
-        const float *xin = dw ? linear_input(p, l, o) : NULL;
-        float *dx = n < (size_t)BT * o->width_in ? x_partial(p) : din;
-        if (dx != din) memset(dx, 0, (size_t)BT * o->width_in * sizeof(float));
-        if (keep) memcpy(keep, dout, (size_t)BT * o->width_out * sizeof(float));
-        dt_matmul_backward(dx, dw, db, dout, xin, weight(p, l, s->w), BT, o->width_in, o->width_out);
-        dt_program_tp_combine(p, dx, din, n);
-    } else { /* a row-parallel Linear's d(output) is every row's (gathered under sequence parallelism) */
-        const float *dy = split == DT_SPLIT_ROW ? dt_program_tp_gather(p, dout, dt_program_rows(p, s->out) * o->width_out) : dout;
-        if (keep) memcpy(keep, dy, (size_t)BT * o->width_out * sizeof(float));
-        dt_matmul_backward(din, dw, db, dy, value(p, l, s->in), weight(p, l, s->w), BT, o->width_in, o->width_out);
+    /* a row-parallel Linear's d(output) is every row's (gathered under sequence parallelism) */
+    float *dy = split == DT_SPLIT_ROW ? (float *)dt_program_tp_gather(p, dout, dt_program_rows(p, s->out) * o->width_out) : dout;
+    size_t ny = (size_t)BT * o->width_out;
+    dt_lp_round(dy, ny, p->prec);
+    if (keep) memcpy(keep, dy, ny * sizeof(float));
+    if (split != DT_SPLIT_COLUMN) {
+        linear_grads(p, o, l, din, dw, db, dy, dw ? bwd_value(p, l, s->in) : NULL, 0);
+        return;
     }
+    /* d(input) is this rank's share, summed (or reduce-scattered) over the group: the Linear is its input's only
+     * reader (shape_ops), so its gradient holds nothing else yet */
+    size_t n = dt_program_rows(p, s->in) * o->width_in;
+    float *dx = n < (size_t)BT * o->width_in ? x_partial(p) : din;
+    if (dx != din) memset(dx, 0, (size_t)BT * o->width_in * sizeof(float));
+    linear_grads(p, o, l, dx, dw, db, dy, dw ? linear_input(p, l, o) : NULL, 1);
+    dt_program_tp_combine(p, dx, din, n);
+    if (p->prec != DT_F32) dt_lp_round(din, n, p->prec);
 }
 
 static void op_backward(dt_program *p, int l, int k, float *din_stream, float *dout_stream) {
@@ -407,7 +471,7 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
     const dt_op_spec *s = &o->s;
     program_slot *x = p->s;
     int BT = x->B * x->T, NH = p->NHl, Q = p->Ql;
-    float *in = value(p, l, s->in), *out = value(p, l, s->out), *st = op_stats(p, l, k);
+    float *in = bwd_value(p, l, s->in), *out = value(p, l, s->out), *st = op_stats(p, l, k);
     float *din = s->in == V_IN ? din_stream : x->dval[s->in], *dout = s->out == V_OUT ? dout_stream : x->dval[s->out];
     int R = (int)dt_program_rows(p, s->out);
     switch (s->kind) {
@@ -432,16 +496,30 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
     }
 }
 
-static void grads_ready(dt_program *p, int u) {
-    if (!p->hold_hooks) dt_hook_list_call(&p->grad_hooks, DT_HOOK_GRADS_READY, u);
+/* After a unit's backward: the 16-bit copy it read given back, and (unless held or split) its gradients announced. */
+static void unit_done(dt_program *p, int u, bool announce) {
+    dt_program_lp_drop(p);
+    if (announce && !p->hold_hooks) dt_hook_list_call(&p->grad_hooks, DT_HOOK_GRADS_READY, u);
 }
 
-/* The head's weight gradient from the logits' gradient (which backward left in place) and its input. */
-static void head_weights(dt_program *p) {
+/* The loss's gradient under mixed precision, taken block by block where the head's backward reads it. */
+static dt_ce_grad ce_grad(const dt_program *p, float dscale) {
+    return (dt_ce_grad){ .stats = p->s->ce_stats, .targets = p->s->targets, .V = p->Vv, .v0 = p->v0, .dscale = dscale };
+}
+
+/* The head's weight gradient from the logits' gradient (which backward left in place; in 16 bits computed again from
+ * the logits as backward computed it) and its input lnf (all rows); with dx, d(its input) too (this rank's share). */
+static void head_grads(dt_program *p, float *dx, float *dw, const float *lnf, float dscale) {
     program_slot *s = p->s;
     int C = p->cfg.channels, BT = s->B * s->T;
-    const float *lnf = dt_program_tp_gather(p, s->lnf, dt_program_rows(p, -1) * (size_t)C);
-    dt_matmul_backward(NULL, p->grads + p->tab[p->i_head].offset, NULL, s->logits, lnf, NULL, BT, C, p->Vl);
+    size_t ho = p->tab[p->i_head].offset;
+    if (p->prec == DT_F32) {
+        dt_matmul_backward(dx, dw, NULL, s->logits, lnf, dx ? p->params + ho : NULL, BT, C, p->Vl);
+        return;
+    }
+    dt_ce_grad ce = ce_grad(p, dscale);
+    dt_matmul_backward_lp16(dx, dw, (const uint16_t *)s->logits, &ce, lnf, dx ? p->params_lp + ho : NULL, BT, C, p->Vl, p->prec, p->lp_work,
+                            p->lp_work_floats, dx && p->part.tp_size > 1);
 }
 
 /* The loss, the head and the final norm, backward: d(the stream entering the head) into dres. */
@@ -449,29 +527,40 @@ static void head_backward(dt_program *p, float *dres, float grad_scale) {
     program_slot *s = p->s;
     int L = p->cfg.num_layers, C = p->cfg.channels, BT = s->B * s->T;
     size_t BTC = (size_t)BT * C, RC = dt_program_rows(p, -1) * (size_t)C;
+    float dscale = grad_scale / (float)BT, *dw = p->split_bwd ? NULL : p->grads + p->tab[p->i_head].offset;
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, L + 1);
+    dt_program_lp_cast(p, L + 1, true);
     trace_unit(p, "backward", L + 1);
-    dt_program_tp_crossentropy_backward(p, grad_scale / (float)BT);
+    /* the loss's gradient from forward's statistics (in 16 bits, as the head's backward reads it) */
+    if (p->prec == DT_F32) dt_program_tp_crossentropy_backward(p, dscale);
+    s->w_dscale = dscale;
     /* the head is column-parallel (by vocabulary): d(its input) this rank's share of all rows, summed or reduce-scattered */
     float *dx = RC < BTC ? s->partial : s->dlnf;
     memset(dx, 0, BTC * sizeof(float));
-    dt_matmul_backward(dx, NULL, NULL, s->logits, NULL, p->params + p->tab[p->i_head].offset, BT, C, p->Vl);
-    if (!p->split_bwd) head_weights(p);
+    const float *lnf = dt_program_tp_gather(p, s->lnf, RC);
+    if (p->prec == DT_F32) { /* d(input) and the weight's gradient apart: W of a split backward runs the second */
+        head_grads(p, dx, NULL, lnf, dscale);
+        if (dw) head_grads(p, NULL, dw, lnf, dscale);
+    } else {
+        head_grads(p, dx, dw, lnf, dscale);
+    }
     dt_program_tp_combine(p, dx, s->dlnf, RC);
+    if (p->prec != DT_F32 && p->part.tp_size > 1) dt_lp_round(s->dlnf, RC, p->prec);
     const float *x = stream_in(p, L), *w = p->params + p->tab[p->i_lnf].offset;
-    float *dw = p->grads + p->tab[p->i_lnf].offset;
+    float *dn = p->grads + p->tab[p->i_lnf].offset;
     memset(dres, 0, RC * sizeof(float));
-    dt_program_norm_backward(p, dres, dw, p->f->rms ? NULL : dw + C, s->dlnf, x, w, s->lnf_stats, C);
+    dt_program_norm_backward(p, dres, dn, p->f->rms ? NULL : dn + C, s->dlnf, x, w, s->lnf_stats, C);
     unit_end();
-    if (!p->split_bwd) grads_ready(p, L + 1);
+    unit_done(p, L + 1, !p->split_bwd);
 }
 
 static void embedding_backward(dt_program *p, const float *dres, const char *pass) {
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, 0);
+    dt_program_lp_cast(p, 0, true);
     trace_unit(p, pass, 0);
     dt_program_tp_embedding_backward(p, dres, p->defer_rows);
     unit_end();
-    grads_ready(p, 0);
+    unit_done(p, 0, true);
 }
 
 dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad_scale) {
@@ -490,15 +579,18 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
     int last = b - 1 < L ? b - 1 : L;
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) {
         dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, l + 1);
+        dt_program_lp_cast(p, l + 1, true);
         trace_unit(p, "backward", l + 1);
-        for (int k = 0; p->recompute && k < p->f->nops; k++) op_forward(p, l, k); /* the block's activations again, from its kept input */
+        /* the block's activations again: recomputed from its kept input, or widened from 16 bits */
+        for (int k = 0; p->recompute && k < p->f->nops; k++) op_forward(p, l, k);
+        dt_program_pack_block(p, l, false);
         for (int v = 2; v < nv; v++) memset(s->dval[v], 0, dt_program_rows(p, v) * p->vw[v] * sizeof(float));
         memset(dnext, 0, RC * sizeof(float));
         for (int k = p->f->nops - 1; k >= 0; k--) op_backward(p, l, k, dnext, dres);
         float *t = dres;
         dres = dnext, dnext = t;
         unit_end();
-        if (!p->split_bwd) grads_ready(p, l + 1);
+        unit_done(p, l + 1, !p->split_bwd);
     }
     r->dinput = dres; /* d(the range's input) (the embedding's output in range 0), for dt_program_input_grad */
     r->w_pending = p->split_bwd;
@@ -513,26 +605,28 @@ dt_status dt_program_backward(dt_program *p, float grad_scale) { return dt_progr
 dt_status dt_program_backward_weights(dt_program *p) {
     program_slot *s = p->s;
     run_state *r = &s->rs[p->cur];
-    int L = p->cfg.num_layers, a = r->a, b = r->b, BT = s->B * s->T, last = b - 1 < L ? b - 1 : L;
+    int L = p->cfg.num_layers, a = r->a, b = r->b, last = b - 1 < L ? b - 1 : L;
     if (!r->w_pending) return dt_error(DT_ERR_ARG, "backward weights: no split backward (B) waits for its weight gradients");
     r->w_pending = false;
     p->comm_err = DT_OK;
     if (b == L + 2) {
         trace_unit(p, "weights", L + 1);
-        head_weights(p);
+        head_grads(p, NULL, p->grads + p->tab[p->i_head].offset, dt_program_tp_gather(p, s->lnf, dt_program_rows(p, -1) * p->cfg.channels),
+                   s->w_dscale);
         unit_end();
-        grads_ready(p, L + 1);
+        unit_done(p, L + 1, true);
     }
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) {
+        dt_program_pack_block(p, l, false); /* 16-bit blocks: the inputs widened again */
         trace_unit(p, "weights", l + 1);
         for (int k = p->f->nops - 1; k >= 0; k--) {
             const op_shape *o = &p->ops[k];
             if (o->s.kind != OP_LINEAR) continue;
-            dt_matmul_backward(NULL, weight_grad(p, l, o->s.w), o->s.b >= 0 ? weight_grad(p, l, o->s.b) : NULL,
-                               s->wgrad[p->bk[l] * p->f->nops + k], linear_input(p, l, o), NULL, BT, o->width_in, o->width_out);
+            linear_grads(p, o, l, NULL, weight_grad(p, l, o->s.w), o->s.b >= 0 ? weight_grad(p, l, o->s.b) : NULL,
+                         s->wgrad[p->bk[l] * p->f->nops + k], linear_input(p, l, o), 0);
         }
         unit_end();
-        grads_ready(p, l + 1);
+        unit_done(p, l + 1, true);
     }
     if (a == 0) embedding_backward(p, r->dinput, "weights");
     return p->comm_err;

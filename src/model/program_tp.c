@@ -105,12 +105,19 @@ void dt_program_tp_embedding_backward(dt_program *p, const float *dout, bool ski
 /* Never gathers the logits: two collectives of B*T and 2 B*T floats; the statistics (a row's max and sum) are
  * the whole row's on every rank. */
 float dt_program_tp_crossentropy_forward(dt_program *p, const int32_t *targets) {
-    int BT = p->s->B * p->s->T;
-    if (p->part.tp_size == 1) return dt_crossentropy_forward(p->s->losses, p->s->ce_stats, p->s->logits, targets, BT, p->Vv, p->Vl);
-    float *mx = p->s->losses, *part = p->s->scratch;
-    dt_crossentropy_rows_max(mx, p->s->logits, BT, p->Vv, p->Vl);
+    program_slot *s = p->s;
+    int BT = s->B * s->T;
+    bool lp = p->prec != DT_F32; /* the logits in 16 bits, widened a row at a time */
+    const uint16_t *l16 = (const uint16_t *)s->logits;
+    if (p->part.tp_size == 1)
+        return lp ? dt_crossentropy_forward_lp(s->losses, s->ce_stats, l16, targets, BT, p->Vv, p->Vl, p->prec, p->lp_work, p->lp_work_floats)
+                  : dt_crossentropy_forward(s->losses, s->ce_stats, s->logits, targets, BT, p->Vv, p->Vl);
+    float *mx = s->losses, *part = s->scratch;
+    if (lp) dt_crossentropy_rows_lp(mx, NULL, l16, targets, p->v0, BT, p->Vv, p->Vl, p->prec, p->lp_work, p->lp_work_floats);
+    else dt_crossentropy_rows_max(mx, s->logits, BT, p->Vv, p->Vl);
     tp_max(p, mx, (size_t)BT);
-    dt_crossentropy_rows_sum(part, p->s->logits, mx, targets, p->v0, BT, p->Vv, p->Vl);
+    if (lp) dt_crossentropy_rows_lp(part, mx, l16, targets, p->v0, BT, p->Vv, p->Vl, p->prec, p->lp_work, p->lp_work_floats);
+    else dt_crossentropy_rows_sum(part, s->logits, mx, targets, p->v0, BT, p->Vv, p->Vl);
     dt_program_tp_sum(p, part, 2 * (size_t)BT);
     double total = 0;
     for (int i = 0; i < BT; i++) {
