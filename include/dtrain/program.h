@@ -120,6 +120,17 @@ dt_dtype dt_program_precision(const dt_program *p);
 uint16_t *dt_program_lp_copy(dt_program *p, int caller_keeps, dt_dtype *t);
 void dt_program_params_changed(dt_program *p);
 size_t dt_program_lp_params_bytes(const dt_program *p);
+/* Memory: activations sized for up to B x T now; the bytes held (parameters, gradients, the 16-bit copy,
+ * activations); the activations' (every slot's, and the 16-bit matmuls' scratch); of one slot's, those kept from
+ * forward for backward. Without a model: what a part's slot takes for B x T with these settings (the planner's
+ * estimate is the allocation itself), and the 16-bit matmuls' scratch. */
+dt_status dt_program_reserve(dt_program *p, int B, int T);
+size_t dt_program_memory(const dt_program *p);
+size_t dt_program_activation_memory(const dt_program *p);
+size_t dt_program_activation_kept(const dt_program *p);
+size_t dt_program_activation_bytes(const dt_lm_config *cfg, const dt_gpt2_part *part, int B, int T, int recompute, dt_attn_mode attn,
+                                   dt_dtype prec, int split);
+size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_gpt2_part *part);
 /* Seconds in tensor parallelism's collectives since the last call. */
 double dt_program_tp_comm_seconds(dt_program *p);
 /* With on, backward runs no gradient hook; dt_program_announce_grads runs them for every held unit, in

@@ -346,7 +346,8 @@ static dt_status allocate(dt_program *p) {
     return DT_OK;
 }
 
-dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out) {
+/* A program's shape (its table, its ops' widths) without its stores: what creation and the memory estimates share. */
+static dt_status shape_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out) {
     *out = NULL;
     dt_status st = dt_lm_config_check(cfg, "model");
     if (!st) st = check_part(cfg, part);
@@ -364,13 +365,43 @@ dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *pa
     p->ua = p->ra[0];
     p->ub = p->rb[p->nr - 1];
     part_widths(p);
-    if (!(st = layout(p)) && !(st = shape_ops(p))) st = allocate(p);
+    if (!(st = layout(p))) st = shape_ops(p);
     if (st) {
         dt_program_destroy(p);
         return st;
     }
     *out = p;
     return DT_OK;
+}
+
+dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out) {
+    dt_status st = shape_part(cfg, part, out);
+    if (!st && (st = allocate(*out))) {
+        dt_program_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+size_t dt_program_activation_bytes(const dt_lm_config *cfg, const dt_gpt2_part *part, int B, int T, int recompute, dt_attn_mode attn,
+                                   dt_dtype prec, int split) {
+    dt_program *p;
+    if (shape_part(cfg, part, &p)) return 0;
+    p->recompute = recompute != 0;
+    p->split_bwd = split != 0;
+    p->attn = attn;
+    p->prec = prec;
+    size_t n = dt_program_slot_bytes(p, B, T, NULL);
+    dt_program_destroy(p);
+    return n;
+}
+
+size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_gpt2_part *part) {
+    dt_program *p;
+    if (shape_part(cfg, part, &p)) return 0;
+    size_t n = dt_program_lp_work_floats(p) * sizeof(float);
+    dt_program_destroy(p);
+    return n;
 }
 
 void dt_program_destroy(dt_program *p) {

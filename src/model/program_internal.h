@@ -68,6 +68,7 @@ typedef struct {
  * one allocation, and each range's run. The model works in one slot at a time. */
 typedef struct {
     float *mem;
+    size_t floats, kept;       /* mem's floats, and of them those kept from forward for backward */
     int B, T, cap_BT, cap_T;
     bool blockwise;
     float **val;               /* [held block * nvalues + v]: the block's values (V_IN, V_OUT: the residual stream's) */
@@ -150,6 +151,10 @@ void dt_program_lp_cast(dt_program *p, int u, bool backward);
 void dt_program_lp_drop(dt_program *p);
 void dt_program_pack_block(dt_program *p, int l, bool pack);
 size_t dt_program_lp_block(const dt_program *p, size_t BT);
+size_t dt_program_lp_work_floats(const dt_program *p);
+/* The bytes a slot of B x T takes (activations, their 16-bit pack, the tokens); of them, *kept (NULL: not asked) the
+ * bytes kept from forward for backward. */
+size_t dt_program_slot_bytes(const dt_program *p, int B, int T, size_t *kept);
 
 /* The batch's memory (program_run.c): a slot's freed. */
 void dt_program_free_slot(program_slot *s);

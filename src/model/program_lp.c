@@ -95,7 +95,7 @@ size_t dt_program_lp_params_bytes(const dt_program *p) {
 /* A block's largest Linear weight whole, twice; the head's weight rows a chunk at a time, three times
  * (dt_matmul_*_lp16: widened rows, their gradient, a block of outputs): 1.5M floats a chunk, so the three stay in
  * a 32 MiB L3, at least 1024 rows (narrower, sgemm slows). */
-static size_t work_floats(const dt_program *p) {
+size_t dt_program_lp_work_floats(const dt_program *p) {
     size_t C = (size_t)p->cfg.channels, Vp = (size_t)p->Vl, rows = ((size_t)1536 << 10) / C, big = 0;
     for (int k = 0; k < p->f->nops; k++)
         if (p->ops[k].s.kind == OP_LINEAR) {
@@ -124,7 +124,7 @@ dt_status dt_program_set_precision(dt_program *p, dt_dtype t) {
     p->params_lp = dt_alloc_aligned(p->nparams * sizeof(uint16_t));
     p->lp_cast = calloc((size_t)p->ntab, 1);
     p->lp_current = calloc((size_t)p->ntab, 1);
-    p->lp_work_floats = work_floats(p);
+    p->lp_work_floats = dt_program_lp_work_floats(p);
     p->lp_work = dt_alloc_aligned(p->lp_work_floats * sizeof(float));
     if (!p->params_lp || !p->lp_work || !p->lp_cast || !p->lp_current) {
         dt_program_set_precision(p, DT_F32);

@@ -18,10 +18,18 @@
 
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-/* Carves n floats from *at (64-byte aligned starts); with base NULL only counts. */
-static float *carve(float *base, size_t *at, size_t n) {
-    float *x = base ? base + *at : NULL;
-    *at += round16(n);
+/* Where a slot's pieces go: base (NULL: only counting) and the floats so far, of which kept are kept from forward
+ * for backward (what is not: one block's working set, the gradients in flight, scratch). */
+typedef struct {
+    float *base;
+    size_t at, kept;
+} arena;
+
+/* n floats from the arena (64-byte aligned starts). */
+static float *carve(arena *a, size_t n, bool kept) {
+    float *x = a->base ? a->base + a->at : NULL;
+    a->at += round16(n);
+    if (kept) a->kept += round16(n);
     return x;
 }
 
@@ -35,55 +43,71 @@ static float *stream_in(const dt_program *p, int l) {
     return p->s->range_in[r];
 }
 
-/* Lays out (base NULL: counts) everything slot s needs for B x T; returns its floats. */
-static size_t lay_slot(dt_program *p, program_slot *s, float *base, int B, int T) {
-    int L = p->cfg.num_layers, nv = p->f->nvalues, no = p->f->nops;
-    size_t BT = (size_t)B * T, C = (size_t)p->cfg.channels, Q = (size_t)p->Ql, at = 0;
-    size_t att = (size_t)p->NHl * BT * (s->blockwise ? 1 : (size_t)T);
-    /* the residual stream's rows: all, or this rank's share under sequence parallelism */
-    size_t R = p->part.sp && p->part.tp_size > 1 ? BT / (size_t)p->part.tp_size : BT, sp = R < BT;
-    bool head = p->ub == L + 2;
-    for (int r = 0; r < p->nr; r++) s->range_in[r] = carve(base, &at, R * C);
-    /* each held block's values and statistics, and a split backward's Linear output gradients. Recomputing: each
-     * block's output alone, the rest one block's, shared; keeping blocks in 16 bits (mixed precision): one block's
-     * f32 values to work in, the outputs alternating between two (each block keeps its input in 16 bits) */
+/* Each held block's values and statistics, and a split backward's Linear output gradients. Recomputing: each
+ * block's output alone, the rest one block's, shared; keeping blocks in 16 bits (mixed precision): one block's f32
+ * values to work in, the outputs alternating between two (each block keeps its input in 16 bits). */
+static void lay_blocks(dt_program *p, program_slot *s, arena *m, size_t BT, size_t R, size_t att) {
+    int nv = p->f->nvalues, no = p->f->nops;
     bool packs = dt_program_packs(p);
     for (int b = 0; b < p->nl; b++) {
         bool shared = (p->recompute || packs) && b > 0, stats_shared = p->recompute && b > 0;
         for (int v = 1; v < nv; v++) {
             bool reuse = v == V_OUT ? packs && b > 1 : shared;
-            float *x = reuse ? NULL : carve(base, &at, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v]);
-            if (base) s->val[b * nv + v] = x ? x : s->val[(v == V_OUT ? b % 2 : 0) * nv + v];
+            bool kept = v == V_OUT ? !packs || b < 2 : !p->recompute && !packs;
+            float *x = reuse ? NULL : carve(m, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v], kept);
+            if (m->base) s->val[b * nv + v] = x ? x : s->val[(v == V_OUT ? b % 2 : 0) * nv + v];
         }
         for (int k = 0; k < no; k++) {
             dt_op_kind kind = p->ops[k].s.kind;
-            float *x = stats_shared ? NULL : kind == OP_NORM ? carve(base, &at, 2 * R) : kind == OP_ATTENTION ? carve(base, &at, att) : NULL;
-            if (base) s->stats[b * no + k] = stats_shared ? s->stats[k] : x;
-            float *w = p->split_bwd && kind == OP_LINEAR ? carve(base, &at, BT * (size_t)p->ops[k].width_out) : NULL;
-            if (base) s->wgrad[b * no + k] = w;
+            size_t n = kind == OP_NORM ? 2 * R : kind == OP_ATTENTION ? att : 0;
+            float *x = stats_shared || !n ? NULL : carve(m, n, !p->recompute);
+            if (m->base) s->stats[b * no + k] = stats_shared ? s->stats[k] : x;
+            float *w = p->split_bwd && kind == OP_LINEAR ? carve(m, BT * (size_t)p->ops[k].width_out, false) : NULL;
+            if (m->base) s->wgrad[b * no + k] = w;
         }
-        float *pk = repacks(p) && !shared ? carve(base, &at, BT * 3 * Q) : NULL;
-        if (base) s->packed[b] = shared ? s->packed[0] : pk;
+        float *pk = repacks(p) && !shared ? carve(m, BT * 3 * (size_t)p->Ql, !p->recompute && !packs) : NULL;
+        if (m->base) s->packed[b] = shared ? s->packed[0] : pk;
     }
+}
+
+/* Lays out (m->base NULL: counts) everything slot s needs for B x T. */
+static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
+    int L = p->cfg.num_layers, nv = p->f->nvalues;
+    size_t BT = (size_t)B * T, C = (size_t)p->cfg.channels, Q = (size_t)p->Ql;
+    size_t att = (size_t)p->NHl * BT * (s->blockwise ? 1 : (size_t)T);
+    /* the residual stream's rows: all, or this rank's share under sequence parallelism */
+    size_t R = p->part.sp && p->part.tp_size > 1 ? BT / (size_t)p->part.tp_size : BT, sp = R < BT;
+    bool head = p->ub == L + 2, packs = dt_program_packs(p);
+    for (int r = 0; r < p->nr; r++) s->range_in[r] = carve(m, R * C, true);
+    lay_blocks(p, s, m, BT, R, att);
     for (int v = 0; v < nv; v++) {
-        float *d = v >= 2 ? carve(base, &at, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v]) : NULL;
-        if (base) s->dval[v] = d;
+        float *d = v >= 2 ? carve(m, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v], false) : NULL;
+        if (m->base) s->dval[v] = d;
     }
-    s->dstream[0] = carve(base, &at, R * C);
-    s->dstream[1] = carve(base, &at, R * C);
-    s->dpacked = repacks(p) ? carve(base, &at, BT * 3 * Q) : NULL;
-    s->gather = carve(base, &at, sp * BT * C);
-    s->partial = carve(base, &at, sp * BT * C);
-    s->normgrad = carve(base, &at, sp * 2 * C);
-    s->lnf = carve(base, &at, head * R * C);
-    s->lnf_stats = carve(base, &at, head * 2 * R);
-    s->logits = carve(base, &at, head * BT * (size_t)p->Vl);
-    s->losses = carve(base, &at, head * BT);
-    s->ce_stats = carve(base, &at, head * 2 * BT);
-    s->dlnf = carve(base, &at, head * R * C);
-    s->scratch = carve(base, &at, head * 2 * BT);
-    s->res1 = carve(base, &at, packs * R * C);
-    return at;
+    s->dstream[0] = carve(m, R * C, false);
+    s->dstream[1] = carve(m, R * C, false);
+    s->dpacked = repacks(p) ? carve(m, BT * 3 * Q, false) : NULL;
+    s->gather = carve(m, sp * BT * C, false);
+    s->partial = carve(m, sp * BT * C, false);
+    s->normgrad = carve(m, sp * 2 * C, false);
+    s->lnf = carve(m, head * R * C, true);
+    s->lnf_stats = carve(m, head * 2 * R, true);
+    /* the logits: f32, or 16-bit under mixed precision */
+    s->logits = carve(m, head * (p->prec == DT_F32 ? BT * (size_t)p->Vl : (BT * (size_t)p->Vl + 1) / 2), true);
+    s->losses = carve(m, head * BT, true);
+    s->ce_stats = carve(m, head * 2 * BT, true);
+    s->dlnf = carve(m, head * R * C, false);
+    s->scratch = carve(m, head * 2 * BT, false);
+    s->res1 = carve(m, packs * R * C, false);
+}
+
+size_t dt_program_slot_bytes(const dt_program *p, int B, int T, size_t *kept) {
+    program_slot s = { .blockwise = p->part.cp_size > 1 || p->attn == DT_ATTN_BLOCKWISE || (p->attn == DT_ATTN_AUTO && T >= 256) };
+    arena m = { 0 };
+    lay_slot((dt_program *)p, &s, &m, B, T);
+    size_t lp = dt_program_packs(p) ? (size_t)p->nl * dt_program_lp_block(p, (size_t)B * T) * sizeof(uint16_t) : 0;
+    if (kept) *kept = m.kept * sizeof(float) + lp;
+    return m.at * sizeof(float) + lp + 3 * (size_t)B * T * sizeof(int32_t);
 }
 
 void dt_program_free_slot(program_slot *s) {
@@ -110,7 +134,11 @@ static dt_status reserve(dt_program *p, int B, int T) {
     dt_program_free_slot(s);
     s->blockwise = blockwise;
     int nv = p->f->nvalues, no = p->f->nops, nb = p->nl > 0 ? p->nl : 1;
-    size_t BT = (size_t)B * T, n = lay_slot(p, s, NULL, B, T);
+    arena m = { 0 };
+    lay_slot(p, s, &m, B, T);
+    size_t BT = (size_t)B * T, n = m.at;
+    s->floats = n;
+    s->kept = m.kept;
     s->val = calloc((size_t)(nb * nv), sizeof *s->val);
     s->stats = calloc((size_t)(nb * no), sizeof *s->stats);
     s->packed = calloc((size_t)nb, sizeof *s->packed);
@@ -124,13 +152,13 @@ static dt_status reserve(dt_program *p, int B, int T) {
     s->acts_lp = s->lp_block ? dt_alloc_aligned((size_t)p->nl * s->lp_block * sizeof(uint16_t)) : NULL;
     if ((s->lp_block && !s->acts_lp) || !s->val || !s->stats || !s->packed || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->mem) {
         dt_program_free_slot(s);
-        s->blockwise = blockwise;
         char sz[32];
         return dt_error(DT_ERR_NOMEM, "model: cannot allocate %s of activations for B=%d T=%d", dt_format_size(n * sizeof(float), sz, sizeof sz),
                         B, T);
     }
     memset(s->mem, 0, n * sizeof(float));
-    lay_slot(p, s, s->mem, B, T);
+    m = (arena){ .base = s->mem };
+    lay_slot(p, s, &m, B, T);
     for (int l = 0; l < p->cfg.num_layers; l++) /* each held block reads the stream that enters it */
         if (p->bk[l] >= 0) s->val[p->bk[l] * nv + V_IN] = stream_in(p, l);
     s->cap_BT = B * T;
@@ -154,6 +182,29 @@ void dt_program_use_slot(dt_program *p, int k) {
 }
 
 int dt_program_num_slots(const dt_program *p) { return p->nslots; }
+
+dt_status dt_program_reserve(dt_program *p, int B, int T) {
+    if (B < 1 || T < 1 || T > p->cfg.max_seq_len) return dt_error(DT_ERR_ARG, "reserve: B=%d T=%d (T must be 1..%d)", B, T, p->cfg.max_seq_len);
+    return reserve(p, B, T);
+}
+
+size_t dt_program_activation_memory(const dt_program *p) {
+    size_t n = p->lp_work ? p->lp_work_floats * sizeof(float) : 0;
+    for (int k = 0; k < p->nslots; k++) {
+        const program_slot *s = &p->slots[k];
+        if (s->mem) n += s->floats * sizeof(float) + (size_t)p->nl * s->lp_block * sizeof(uint16_t) + 3 * (size_t)s->cap_BT * sizeof(int32_t);
+    }
+    return n;
+}
+
+size_t dt_program_activation_kept(const dt_program *p) {
+    const program_slot *s = p->s;
+    return s->mem ? s->kept * sizeof(float) + (size_t)p->nl * s->lp_block * sizeof(uint16_t) : 0;
+}
+
+size_t dt_program_memory(const dt_program *p) {
+    return 2 * p->nparams * sizeof(float) + dt_program_lp_params_bytes(p) + dt_program_activation_memory(p);
+}
 
 /* ---- forward ---- */
 
