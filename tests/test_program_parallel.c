@@ -189,52 +189,24 @@ static void run_cp(dt_comm *w, const char *what, const char *family, int KV, boo
     dt_cp_destroy(cpx);
 }
 
-/* Mixed precision under tensor (and sequence) parallelism: the gpt2 spec gives dt_gpt2's tensor-parallel loss and
- * gradients bit for bit; Llama's one step from the same weights is within a few 16-bit roundings of one process's
- * (a sum over the group and one over the whole row differ in f32's last bits; where that straddles a rounding
- * boundary a value moves by one 16-bit step: loss 1e-5, gradients 2e-2 of the largest in bf16). */
-static void run_lp(dt_comm *w, int sp) {
+/* Mixed precision under tensor (and sequence) parallelism, GPT-2 and Llama (2 K/V heads, split or kept; untied):
+ * one step from the same weights is within a few 16-bit roundings of one process's (a sum over the group and one over
+ * the whole row differ in f32's last bits; where that straddles a rounding boundary a value moves by one 16-bit
+ * step: loss 1e-5, gradients 2e-2 of the largest in bf16). */
+static void run_lp(dt_comm *w, const char *family, int sp) {
     int N = dt_comm_size(w), B = 2, T = 12, BT = B * T;
+    bool llama = !strcmp(family, "llama");
     dt_tp_ops ops = dt_tp_ops_over(w);
-    dt_gpt2_config gc = { 32, 101, 128, 2, 12, 96 };
-    dt_lm_config c = { .family = dt_family_find("gpt2"), .vocab_size = 101, .padded_vocab_size = 128, .max_seq_len = 32, .num_layers = 2,
-                       .num_heads = 12, .kv_heads = 12, .head_dim = 8, .channels = 96, .ffn = 384, .norm_eps = 1e-5f, .tied = true };
-    dt_gpt2_part gpart = dt_gpt2_whole(&gc);
-    gpart.tp_rank = dt_comm_rank(w), gpart.tp_size = N, gpart.tp = &ops, gpart.sp = sp;
-    dt_gpt2 *g = NULL;
-    dt_program *m = NULL, *lw = NULL, *lm = NULL;
-    dt_status st = dt_gpt2_create_part(&gc, &gpart, &g);
-    if (!st) st = dt_program_create_part(&c, &gpart, &m);
-    if (!st) st = dt_gpt2_set_precision(g, DT_BF16);
-    if (!st) st = dt_program_set_precision(m, DT_BF16);
+    dt_lm_config c = { .family = dt_family_find(family), .vocab_size = 101, .padded_vocab_size = 128, .max_seq_len = 32, .num_layers = 2,
+                       .num_heads = 12, .kv_heads = llama ? (N == 3 ? 6 : 2) : 12, .head_dim = 8, .channels = 96, .ffn = llama ? 120 : 384,
+                       .norm_eps = 1e-5f, .rope = { .theta = 10000 }, .tied = !llama };
+    dt_gpt2_part part = { .ua = 0, .ub = 4, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops, .sp = sp };
+    dt_program *lw = NULL, *lm = NULL;
     int32_t in[64], tg[64];
     for (int i = 0; i < BT; i++) in[i] = (i * 37 + 11) % 101, tg[i] = (i * 13 + 5) % 101;
     float l1 = 0, l2 = 0;
-    double worst = 0;
-    if (!st) {
-        dt_gpt2_init_random(g, 5);
-        dt_program_init_random(m, 5);
-        if (!(st = dt_gpt2_forward(g, in, tg, B, T, &l1))) st = dt_gpt2_backward(g, 1.0f);
-        if (!st && !(st = dt_program_forward(m, in, tg, B, T, &l2))) st = dt_program_backward(m, 1.0f);
-    }
-    if (!st) {
-        dt_model pm, gm;
-        dt_program_model(m, &pm);
-        dt_gpt2_model(g, &gm);
-        worst = fabs(l1 - l2);
-        for (int i = 0; i < pm.ntensors; i++) {
-            const dt_tensor_info *t = &pm.tensors[i], *u = dt_model_find(&gm, t->name);
-            for (size_t j = 0; j < t->count; j++) worst = fmax(worst, fabs(pm.grads(pm.self)[t->offset + j] - gm.grads(gm.self)[u->offset + j]));
-        }
-        check(worst == 0, "%s: bf16 differs from dt_gpt2's by %g", sp ? "gpt2 spec, SP" : "gpt2 spec", worst);
-        if (me == 0) printf("TP %d%s bf16, the gpt2 spec = dt_gpt2: largest difference %.2e\n", N, sp ? " SP" : "", worst);
-    }
-    /* Llama, 2 K/V heads (split or kept), untied: the part against one process, one step from the same weights */
-    dt_lm_config lc = c;
-    lc.family = dt_family_find("llama"), lc.kv_heads = N == 3 ? 6 : 2, lc.ffn = 120, lc.tied = false, lc.rope.theta = 10000;
-    dt_gpt2_part part = { .ua = 0, .ub = 4, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops, .sp = sp };
-    if (!st) st = dt_program_create(&lc, &lw);
-    if (!st) st = dt_program_create_part(&lc, &part, &lm);
+    dt_status st = dt_program_create(&c, &lw);
+    if (!st) st = dt_program_create_part(&c, &part, &lm);
     if (!st) st = dt_program_set_precision(lw, DT_BF16);
     if (!st) st = dt_program_set_precision(lm, DT_BF16);
     double worst_loss = 0, worst_grad = 0;
@@ -254,18 +226,15 @@ static void run_lp(dt_comm *w, int sp) {
             const dt_tensor_info *t = &vm.tensors[i];
             worst_grad = fmax(worst_grad, slice_error(vm.grads(vm.self), vw.grads(vw.self), t, dt_model_find(&vw, t->name)));
         }
-        check(worst_loss <= 1e-5, "%s: bf16 loss differs from one process by %.3g", sp ? "llama, SP" : "llama", worst_loss);
-        check(worst_grad <= 2e-2, "%s: a bf16 gradient differs by %.3g of its largest", sp ? "llama, SP" : "llama", worst_grad);
+        check(worst_loss <= 1e-5, "%s: bf16 loss differs from one process by %.3g", family, worst_loss);
+        check(worst_grad <= 2e-2, "%s: a bf16 gradient differs by %.3g of its largest", family, worst_grad);
         if (me == 0)
-            printf("TP %d%s bf16, llama %d K/V heads: loss %.2e relative, worst gradient %.2e of its largest\n", N, sp ? " SP" : "", lc.kv_heads,
-                   worst_loss, worst_grad);
-    }
-    if (st) {
-        check(0, "%s: %g", "bf16 run failed", 0);
+            printf("TP %d%s bf16, %s %d K/V heads: loss %.2e relative, worst gradient %.2e of its largest\n", N, sp ? " SP" : "", family,
+                   c.kv_heads, worst_loss, worst_grad);
+    } else {
+        check(0, "%s: bf16 run failed %g", family, 0);
         printf("%s\n", dt_last_error());
     }
-    dt_gpt2_destroy(g);
-    dt_program_destroy(m);
     dt_program_destroy(lw);
     dt_program_destroy(lm);
 }
@@ -308,8 +277,10 @@ int main(void) {
         run(w, "llama, multi-query, untied", "llama", 12, 1, false, sp, 2);
         run(w, "the gpt2 spec, 12 heads", "gpt2", 12, 12, true, sp, 2);
     }
-    run_lp(w, 0);
-    run_lp(w, 1);
+    for (int sp = 0; sp < 2; sp++) {
+        run_lp(w, "gpt2", sp);
+        run_lp(w, "llama", sp);
+    }
     run_cp(w, "llama, 2 K/V heads, untied, ring", "llama", 2, false, DT_CP_RING);
     run_cp(w, "llama, 2 K/V heads, untied, all-to-all", "llama", 2, false, DT_CP_ULYSSES);
     run_cp(w, "the gpt2 spec, ring", "gpt2", 12, true, DT_CP_RING);

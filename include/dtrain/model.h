@@ -192,6 +192,9 @@ size_t dt_gpt2_units_num_params(const dt_gpt2_config *cfg, int a, int b, int tp)
 /* Floats of scratch the 16-bit Linears get (dt_matmul_*_lp, *_lp16): one
  * per model, whatever its slots (head: the model holds the head). */
 size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head);
+/* What a tensor-parallel rank of tp allocates for them (the model program's own count: its Linears' widths are
+ * this rank's), with or without the head. */
+size_t dt_gpt2_part_lp_work_bytes(const dt_gpt2_config *cfg, int tp, bool head);
 /* The activations a stage holding the n unit ranges [a[k], b[k]) (an
  * interleaved stage's chunks) allocates per micro-batch in flight: one
  * slot, without the model's 16-bit scratch above, which is the model's

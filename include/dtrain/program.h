@@ -138,8 +138,20 @@ double dt_program_tp_comm_seconds(dt_program *p);
 void dt_program_hold_grad_hooks(dt_program *p, int on);
 void dt_program_announce_grads(dt_program *p);
 
+/* The model program behind a dt_gpt2 (which wraps one with the gpt2 spec). */
+dt_program *dt_gpt2_program(dt_gpt2 *m);
+
 /* The program as the engine and the strategies see a model: the table, the stores, the hooks. */
 void dt_program_model(dt_program *p, dt_model *out);
+/* Its pieces one by one (dt_model's callbacks call these): the gradient hook list (hook NULL: ctx unsubscribes), the
+ * hooks before each unit's forward and backward, gradients and parameters in caller storage (NULL: back to its
+ * own), what this rank holds, the table. */
+void dt_program_set_grad_hook(dt_program *p, dt_unit_hook hook, void *ctx);
+void dt_program_set_unit_hooks(dt_program *p, dt_unit_hook before_forward, dt_unit_hook before_backward, void *ctx);
+void dt_program_set_grad_storage(dt_program *p, float *grads);
+void dt_program_set_param_storage(dt_program *p, float *params);
+const dt_gpt2_part *dt_program_part(const dt_program *p);
+const dt_tensor_info *dt_program_tensors(const dt_program *p, int *n);
 
 
 #ifdef __cplusplus

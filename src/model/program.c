@@ -481,27 +481,43 @@ dt_status dt_program_finalize_grads(dt_program *p) {
 
 /* ---- the model as the engine sees it ---- */
 
-static float *params_of(void *self) { return ((dt_program *)self)->params; }
-static float *grads_of(void *self) { return ((dt_program *)self)->grads; }
-static void set_grad_hook(void *self, dt_unit_hook hook, void *ctx) { dt_hook_list_set(&((dt_program *)self)->grad_hooks, hook, NULL, ctx); }
-static void set_unit_hooks(void *self, dt_unit_hook before_forward, dt_unit_hook before_backward, void *ctx) {
-    dt_hook_list_set(&((dt_program *)self)->unit_hooks, before_forward, before_backward, ctx);
-    ((dt_program *)self)->lp_held_max = 0; /* the 16-bit copy is made unit by unit from now (or whole again) */
+void dt_program_set_grad_hook(dt_program *p, dt_unit_hook hook, void *ctx) {
+    if (dt_hook_list_set(&p->grad_hooks, hook, NULL, ctx)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
 }
-static void set_grad_storage(void *self, float *to) {
-    dt_program *p = self;
+
+void dt_program_set_unit_hooks(dt_program *p, dt_unit_hook before_forward, dt_unit_hook before_backward, void *ctx) {
+    if (dt_hook_list_set(&p->unit_hooks, before_forward, before_backward, ctx)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+    p->lp_held_max = 0; /* the 16-bit copy is made unit by unit from now (or whole again) */
+}
+
+void dt_program_set_grad_storage(dt_program *p, float *to) {
     p->grads = dt_model_grad_storage(p->own_grads, p->grads, to, p->nparams);
     /* the model's own gradients, unused while elsewhere: their memory goes back */
     if (p->grads != p->own_grads) dt_mem_release(p->own_grads, p->nparams * sizeof(float));
 }
-static void set_param_storage(void *self, float *to) {
-    dt_program *p = self;
+
+void dt_program_set_param_storage(dt_program *p, float *to) {
     p->params = dt_model_param_storage(p->own_params, p->params, to, p->nparams);
     if (p->lp_current) memset(p->lp_current, 0, (size_t)p->ntab); /* the 16-bit copy is made again */
 }
+
+const dt_gpt2_part *dt_program_part(const dt_program *p) { return &p->part; }
+
+const dt_tensor_info *dt_program_tensors(const dt_program *p, int *n) {
+    if (n) *n = p->ntab;
+    return p->tab;
+}
+
+static float *params_of(void *self) { return ((dt_program *)self)->params; }
+static float *grads_of(void *self) { return ((dt_program *)self)->grads; }
+static void set_grad_hook(void *self, dt_unit_hook hook, void *ctx) { dt_program_set_grad_hook(self, hook, ctx); }
+static void set_unit_hooks(void *self, dt_unit_hook before_forward, dt_unit_hook before_backward, void *ctx) {
+    dt_program_set_unit_hooks(self, before_forward, before_backward, ctx);
+}
+static void set_grad_storage(void *self, float *to) { dt_program_set_grad_storage(self, to); }
+static void set_param_storage(void *self, float *to) { dt_program_set_param_storage(self, to); }
 static uint16_t *lp_copy(void *self, int caller_keeps, dt_dtype *t) { return dt_program_lp_copy(self, caller_keeps, t); }
 static void params_changed(void *self) { dt_program_params_changed(self); }
-
 static void defer_rows(void *self, int on) { dt_program_set_defer_rows(self, on); }
 static const float *input_grad(const void *self, const int32_t **tokens, int *n) { return dt_program_input_grad(self, tokens, n); }
 

@@ -96,7 +96,7 @@ size_t dt_program_lp_params_bytes(const dt_program *p) {
  * (dt_matmul_*_lp16: widened rows, their gradient, a block of outputs): 1.5M floats a chunk, so the three stay in
  * a 32 MiB L3, at least 1024 rows (narrower, sgemm slows). */
 size_t dt_program_lp_work_floats(const dt_program *p) {
-    size_t C = (size_t)p->cfg.channels, Vp = (size_t)p->Vl, rows = ((size_t)1536 << 10) / C, big = 0;
+    size_t C = (size_t)p->cfg.channels, Vp = (size_t)p->cfg.padded_vocab_size, rows = ((size_t)1536 << 10) / C, big = 0;
     for (int k = 0; k < p->f->nops; k++)
         if (p->ops[k].s.kind == OP_LINEAR) {
             size_t w = (size_t)p->ops[k].width_in * (size_t)p->ops[k].width_out;

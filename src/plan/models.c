@@ -114,7 +114,7 @@ static double paper_units_activations(const dt_plan_job *j, int a, int b, double
 
 double dt_plan_rank_scratch(const dt_plan_job *j, int head) {
     if (j->paper_acts) return j->recompute ? (double)j->batch * j->seq * dt_plan_paper_layer_bytes(j, 0) : 0;
-    return j->precision != DT_F32 && !j->arch.llama ? (double)dt_gpt2_lp_work_floats(&j->model, head) * sizeof(float) : 0;
+    return j->precision != DT_F32 && !j->arch.llama ? (double)dt_gpt2_part_lp_work_bytes(&j->model, j->tp, head) : 0;
 }
 
 double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq) {
