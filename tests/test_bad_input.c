@@ -46,7 +46,7 @@ int main(void) {
     char cmd[512], path[512], other[512];
     snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
     if (system(cmd)) return 1;
-    dt_gpt2_config cfg = { 16, 50, 64, 2, 2, 16 };
+    dt_gpt2_config cfg = { .max_seq_len = 16, .vocab_size = 50, .padded_vocab_size = 64, .num_layers = 2, .num_heads = 2, .channels = 16 };
     dt_gpt2 *m, *m2, *loaded = NULL;
     dt_gpt2_create(&cfg, &m);
     dt_gpt2_init_random(m, 1);
@@ -185,7 +185,7 @@ int main(void) {
     as_lim = as_old;
     as_lim.rlim_cur = (rlim_t)2 << 30;
     setrlimit(RLIMIT_AS, &as_lim);
-    dt_gpt2_config big = { 1024, 50257, 50304, 48, 25, 1600 };
+    dt_gpt2_config big = { .max_seq_len = 1024, .vocab_size = 50257, .padded_vocab_size = 50304, .num_layers = 48, .num_heads = 25, .channels = 1600 };
     dt_gpt2 *bm = NULL;
     expect_error("model too large to allocate", dt_gpt2_create(&big, &bm), "cannot allocate", "of parameters and gradients");
     setrlimit(RLIMIT_AS, &as_old);

@@ -131,7 +131,7 @@ static void check_fixture(const char *dir, const char *name) {
 static dt_lm_config small(const char *family, int KV, bool tied) {
     return (dt_lm_config){ .family = dt_family_find(family), .vocab_size = 101, .padded_vocab_size = 128, .max_seq_len = 32, .num_layers = 3,
                            .num_heads = 4, .kv_heads = KV, .head_dim = 8, .channels = 32, .ffn = 48, .norm_eps = 1e-5f,
-                           .rope = { .theta = 10000 }, .tied = tied };
+                           .rope_theta = 10000, .untied = !tied };
 }
 
 /* Stages as a pipeline runs them: [0,2), [2,3), [3,5) of a 3-block model, and one stage holding the chunks [0,2)

@@ -50,7 +50,7 @@ static void run(dt_comm *w, const char *what, const char *family, int NH, int KV
     int N = dt_comm_size(w), B = 2, T = 12, BT = B * T;
     dt_lm_config c = { .family = dt_family_find(family), .vocab_size = 101, .padded_vocab_size = 128, .max_seq_len = 32, .num_layers = 2,
                        .num_heads = NH, .kv_heads = KV, .head_dim = 8, .channels = NH * 8, .ffn = !strcmp(family, "gpt2") ? NH * 32 : 120,
-                       .norm_eps = 1e-5f, .rope = { .theta = 10000 }, .tied = tied };
+                       .norm_eps = 1e-5f, .rope_theta = 10000, .untied = !tied };
     dt_tp_ops ops = dt_tp_ops_over(w);
     dt_gpt2_part part = { .ua = 0, .ub = c.num_layers + 2, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops, .sp = sp };
     dt_program *whole = NULL, *m = NULL;
@@ -127,7 +127,7 @@ static void run_cp(dt_comm *w, const char *what, const char *family, int KV, boo
     int N = dt_comm_size(w), B = 2, T = 24, BT = B * T, Tl = T / N;
     dt_lm_config c = { .family = dt_family_find(family), .vocab_size = 101, .padded_vocab_size = 128, .max_seq_len = 32, .num_layers = 2,
                        .num_heads = 12, .kv_heads = KV, .head_dim = 8, .channels = 96, .ffn = !strcmp(family, "gpt2") ? 384 : 120,
-                       .norm_eps = 1e-5f, .rope = { .theta = 10000 }, .tied = tied };
+                       .norm_eps = 1e-5f, .rope_theta = 10000, .untied = !tied };
     dt_cp *cpx = NULL;
     dt_program *whole = NULL, *m = NULL;
     dt_status st = dt_cp_create(w, impl, &cpx);
@@ -199,7 +199,7 @@ static void run_lp(dt_comm *w, const char *family, int sp) {
     dt_tp_ops ops = dt_tp_ops_over(w);
     dt_lm_config c = { .family = dt_family_find(family), .vocab_size = 101, .padded_vocab_size = 128, .max_seq_len = 32, .num_layers = 2,
                        .num_heads = 12, .kv_heads = llama ? (N == 3 ? 6 : 2) : 12, .head_dim = 8, .channels = 96, .ffn = llama ? 120 : 384,
-                       .norm_eps = 1e-5f, .rope = { .theta = 10000 }, .tied = !llama };
+                       .norm_eps = 1e-5f, .rope_theta = 10000, .untied = llama };
     dt_gpt2_part part = { .ua = 0, .ub = 4, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops, .sp = sp };
     dt_program *lw = NULL, *lm = NULL;
     int32_t in[64], tg[64];
@@ -244,7 +244,7 @@ static void refused(dt_comm *w, int NH, int KV) {
     int N = dt_comm_size(w);
     dt_lm_config c = { .family = dt_family_find("llama"), .vocab_size = 101, .padded_vocab_size = 128, .max_seq_len = 32, .num_layers = 2,
                        .num_heads = NH, .kv_heads = KV, .head_dim = 8, .channels = NH * 8, .ffn = 120, .norm_eps = 1e-5f,
-                       .rope = { .theta = 10000 } };
+                       .rope_theta = 10000 };
     dt_tp_ops ops = dt_tp_ops_over(w);
     dt_gpt2_part part = { .ua = 0, .ub = 4, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops };
     dt_program *m = NULL;

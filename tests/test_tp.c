@@ -65,7 +65,7 @@ static void sgd(float *p, const float *g, size_t n, float lr) {
 
 static void run(dt_comm *tpc, int V, int Vp, int recompute, int sp, dt_dtype prec) {
     int N = dt_comm_size(tpc), B = 2, T = 24, BT = B * T;
-    dt_gpt2_config cfg = { 32, V, Vp, 2, 6, 48 };
+    dt_gpt2_config cfg = { .max_seq_len = 32, .vocab_size = V, .padded_vocab_size = Vp, .num_layers = 2, .num_heads = 6, .channels = 48 };
     dt_tp_ops ops = dt_tp_ops_over(tpc);
     dt_gpt2_part part = dt_gpt2_whole(&cfg);
     part.tp_rank = dt_comm_rank(tpc);
@@ -157,7 +157,7 @@ int main(void) {
     run(w, 257, 260, 0, 0, DT_F16);
     run(w, 257, 260, 0, 1, DT_F16);
     /* heads that do not divide: refused before anything is built */
-    dt_gpt2_config cfg = { 32, 257, 260, 2, 6, 48 };
+    dt_gpt2_config cfg = { .max_seq_len = 32, .vocab_size = 257, .padded_vocab_size = 260, .num_layers = 2, .num_heads = 6, .channels = 48 };
     dt_tp_ops ops = dt_tp_ops_over(w);
     dt_gpt2_part part = { .ua = 0, .ub = 4, .tp_rank = 0, .tp_size = 4, .tp = &ops };
     dt_gpt2 *bad = NULL;

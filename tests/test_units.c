@@ -151,7 +151,7 @@ static void chunks(const dt_gpt2_config *cfg, int B, int T) {
 }
 
 int main(void) {
-    const dt_gpt2_config cfg = { 16, 64, 64, 3, 4, 32 };
+    const dt_gpt2_config cfg = { .max_seq_len = 16, .vocab_size = 64, .padded_vocab_size = 64, .num_layers = 3, .num_heads = 4, .channels = 32 };
     enum { B = 2, T = 16, S = 3 };
     const int cut[S + 1] = { 0, 2, 3, 5 };
     dt_gpt2 *whole = NULL, *st[S] = { NULL };

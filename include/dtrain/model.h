@@ -15,14 +15,34 @@
 extern "C" {
 #endif
 
+typedef struct dt_family dt_family;
+
+/* A transformer's shape (the model program's config; the family says which ops it runs): GPT-2's six sizes, then
+ * the rest, which mean their default where zero (dt_lm_config_resolve), so that GPT-2's six alone make a GPT-2:
+ * the gpt2 family, K/V heads = heads, a head of C / heads channels, an MLP 4 C wide, norms' epsilon 1e-5, rotary
+ * base 10000 without scaling, the head tied to the token table. */
 typedef struct {
-    int max_seq_len;       /* T max (positions) */
+    int max_seq_len;       /* T max: the learned positions' rows, or how long a sequence may be (rotary) */
     int vocab_size;        /* V */
-    int padded_vocab_size; /* Vp >= V; rows V..Vp-1 of wte are zero */
+    int padded_vocab_size; /* Vp >= V; rows V..Vp-1 of the token table (and an untied head) are zero */
     int num_layers;        /* L */
     int num_heads;         /* NH */
-    int channels;          /* C */
-} dt_gpt2_config;
+    int channels;          /* C, the residual stream's width */
+    const dt_family *family;
+    int kv_heads, head_dim, ffn;
+    float norm_eps;
+    /* rotary positions: the base, and Llama 3.1's scaling (factor 0: none) */
+    float rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max;
+    int untied;            /* the head is its own tensor, not the token table's transpose */
+} dt_lm_config;
+typedef dt_lm_config dt_gpt2_config;
+
+/* c with its zero fields at their defaults (above). */
+dt_lm_config dt_lm_config_resolve(const dt_lm_config *c);
+/* The family's name ("gpt2", "llama", "qwen2"); the family by name (NULL if unknown). */
+const char *dt_family_name(const dt_family *f);
+const dt_family *dt_family_find(const char *name);
 
 /* How tensor parallelism splits a tensor (Megatron): a column-parallel
  * Linear splits its outputs (weight rows, bias), a row-parallel one its

@@ -21,28 +21,11 @@
 extern "C" {
 #endif
 
-typedef struct dt_family dt_family;
-
-/* A transformer's shape; the family says which ops it runs. */
-typedef struct {
-    const dt_family *family;
-    int vocab_size, padded_vocab_size; /* V, and Vp >= V rows of the embedding and head (the rest zero) */
-    int max_seq_len;                   /* positions: the learned table's rows, or how far rotary ones are checked */
-    int num_layers, num_heads, kv_heads, head_dim;
-    int channels;                      /* C, the residual stream's width */
-    int ffn;                           /* the MLP's hidden width */
-    float norm_eps;
-    dt_rope_config rope;               /* rotary families */
-    bool tied;                         /* the head is the embedding's transpose */
-} dt_lm_config;
-
-/* The families: "gpt2", "llama", "qwen2" (Llama with biases on q, k and v); NULL if unknown. */
-const dt_family *dt_family_find(const char *name);
-const char *dt_family_name(const dt_family *f);
-
-/* Presets: "llama-tiny", "smollm-135m", "llama3.2-1b"; and GPT-2's ("d6", "124M", ...) with the gpt2 family. */
+/* Presets: GPT-2's (the gpt2 family) and Llama shapes; dt_gpt2_preset is this. */
+#define DT_LM_PRESETS "d6, 124M, 350M, 774M, 1558M, llama-tiny, smollm-135m, llama3.2-1b"
 dt_status dt_lm_preset(const char *name, dt_lm_config *out);
-/* Checks a config: positive sizes, K/V heads dividing the heads, an even head for rotary positions. */
+/* Checks a config (its defaults resolved): positive sizes, K/V heads dividing the heads, an even head for rotary
+ * positions. */
 dt_status dt_lm_config_check(const dt_lm_config *c, const char *where);
 
 typedef struct dt_program dt_program;
@@ -131,6 +114,11 @@ size_t dt_program_activation_kept(const dt_program *p);
 size_t dt_program_activation_bytes(const dt_lm_config *cfg, const dt_gpt2_part *part, int B, int T, int recompute, dt_attn_mode attn,
                                    dt_dtype prec, int split);
 size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_gpt2_part *part);
+/* Without a model: the parameters a part holds and the whole model's; model FLOPs of a training step a token at
+ * sequence length T (6 N + 12 L T Q); a block's parameters in matmuls. */
+dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_gpt2_part *part, size_t *local, size_t *global);
+double dt_program_flops_per_token(const dt_lm_config *cfg, int T);
+double dt_program_block_matmul_params(const dt_lm_config *cfg);
 /* Seconds in tensor parallelism's collectives since the last call. */
 double dt_program_tp_comm_seconds(dt_program *p);
 /* With on, backward runs no gradient hook; dt_program_announce_grads runs them for every held unit, in

@@ -32,21 +32,21 @@ static dt_status get_float(const cJSON *j, const char *name, double def, const c
 }
 
 /* Rotary settings: transformers 5's rope_parameters, or 4's rope_theta with rope_scaling. */
-static dt_status rope_of(const cJSON *j, const char *path, dt_rope_config *r) {
+static dt_status rope_of(const cJSON *j, const char *path, dt_lm_config *r) {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
     const cJSON *sc = cJSON_IsObject(rp) ? rp : cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
-    dt_status st = get_float(cJSON_IsObject(rp) ? rp : j, "rope_theta", 10000, path, &r->theta);
+    dt_status st = get_float(cJSON_IsObject(rp) ? rp : j, "rope_theta", 10000, path, &r->rope_theta);
     if (st || !cJSON_IsObject(sc)) return st;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(sc, "rope_type");
     if (!cJSON_IsString(type)) type = cJSON_GetObjectItemCaseSensitive(sc, "type");
     if (!cJSON_IsString(type) || !strcmp(type->valuestring, "default")) return DT_OK;
     if (strcmp(type->valuestring, "llama3"))
         return dt_error(DT_ERR_UNSUPPORTED, "%s: rope_type \"%s\" is not supported (default and llama3 are)", path, type->valuestring);
-    if ((st = get_float(sc, "factor", 0, path, &r->factor)) || (st = get_float(sc, "low_freq_factor", 1, path, &r->low_freq_factor)) ||
-        (st = get_float(sc, "high_freq_factor", 4, path, &r->high_freq_factor)) ||
-        (st = get_int(sc, "original_max_position_embeddings", -1, 1, 1 << 30, path, &r->original_max)))
+    if ((st = get_float(sc, "factor", 0, path, &r->rope_factor)) || (st = get_float(sc, "low_freq_factor", 1, path, &r->rope_low_freq_factor)) ||
+        (st = get_float(sc, "high_freq_factor", 4, path, &r->rope_high_freq_factor)) ||
+        (st = get_int(sc, "original_max_position_embeddings", -1, 1, 1 << 30, path, &r->rope_original_max)))
         return st;
-    if (!(r->factor > 0) || !(r->high_freq_factor > r->low_freq_factor))
+    if (!(r->rope_factor > 0) || !(r->rope_high_freq_factor > r->rope_low_freq_factor))
         return dt_error(DT_ERR_IO, "%s: llama3 rope scaling needs factor > 0 and high_freq_factor > low_freq_factor", path);
     return DT_OK;
 }
@@ -61,7 +61,7 @@ static dt_status llama_like(const cJSON *j, const char *path, dt_lm_config *c) {
         (st = get_int(j, "num_key_value_heads", c->num_heads, 1, 4096, path, &c->kv_heads)) ||
         (st = get_int(j, "head_dim", c->channels / c->num_heads, 1, 4096, path, &c->head_dim)) ||
         (st = get_int(j, "max_position_embeddings", 2048, 1, 1 << 30, path, &c->max_seq_len)) ||
-        (st = get_float(j, "rms_norm_eps", 1e-6, path, &c->norm_eps)) || (st = rope_of(j, path, &c->rope)))
+        (st = get_float(j, "rms_norm_eps", 1e-6, path, &c->norm_eps)) || (st = rope_of(j, path, c)))
         return st;
     if (c->num_heads % c->kv_heads)
         return dt_error(DT_ERR_IO, "%s: \"num_key_value_heads\" %d does not divide \"num_attention_heads\" %d", path, c->kv_heads, c->num_heads);
@@ -69,7 +69,7 @@ static dt_status llama_like(const cJSON *j, const char *path, dt_lm_config *c) {
     for (int i = 0; i < 3; i++)
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, unsupported[i])))
             return dt_error(DT_ERR_UNSUPPORTED, "%s: \"%s\": true is not supported by the llama family", path, unsupported[i]);
-    c->tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings"));
+    c->untied = !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings"));
     return DT_OK;
 }
 
@@ -83,7 +83,6 @@ static dt_status gpt2_like(const cJSON *j, const char *path, dt_lm_config *c) {
     c->head_dim = c->channels / c->num_heads;
     c->ffn = 4 * c->channels;
     c->norm_eps = 1e-5f;
-    c->tied = true;
     return DT_OK;
 }
 

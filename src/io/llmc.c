@@ -20,7 +20,7 @@ static dt_status read_header(const char *path, FILE *f, int32_t h[256], dt_gpt2_
         return dt_error(DT_ERR_IO, "%s: bad magic %d at offset 0 (expected %d: not an llm.c model file)", path, h[0], LLMC_MAGIC);
     if (h[1] != 3 && h[1] != 5)
         return dt_error(DT_ERR_IO, "%s: version %d at offset 4 is not supported (3 = f32, 5 = bf16)", path, h[1]);
-    *cfg = (dt_gpt2_config){ h[2], h[3], h[7] ? h[7] : h[3], h[4], h[5], h[6] };
+    *cfg = (dt_gpt2_config){ .max_seq_len = h[2], .vocab_size = h[3], .padded_vocab_size = h[7] ? h[7] : h[3], .num_layers = h[4], .num_heads = h[5], .channels = h[6] };
     return dt_gpt2_config_check(cfg, path);
 }
 

@@ -238,7 +238,7 @@ dt_status dt_safetensors_load(const char *path, int heads, dt_gpt2 **out) {
         st_close(&f);
         return dt_error(DT_ERR_IO, "%s: wte.weight has %d rows (1 to 2^30 expected)", path, V);
     }
-    dt_gpt2_config cfg = { cJSON_GetArrayItem(ps, 0)->valueint, V, (V + 127) / 128 * 128, L, heads, C };
+    dt_gpt2_config cfg = { .max_seq_len = cJSON_GetArrayItem(ps, 0)->valueint, .vocab_size = V, .padded_vocab_size = (V + 127) / 128 * 128, .num_layers = L, .num_heads = heads, .channels = C };
     if (V == 50257) cfg.padded_vocab_size = 50304; /* llm.c's padding for GPT-2 */
     /* every tensor is in the file at 2 bytes per value or more: a shape that
      * needs more than the file holds fails before the model is allocated */

@@ -14,24 +14,13 @@ enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FC
 static const char *const llmc_names[DT_GPT2_NTENSORS] = { "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
                                                          "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb" };
 
-dt_status dt_gpt2_preset(const char *name, dt_gpt2_config *out) {
-    static const struct { const char *name; int L, NH, C, T; } p[] = {
-        { "d6", 6, 6, 384, 256 }, { "124M", 12, 12, 768, 1024 }, { "350M", 24, 16, 1024, 1024 },
-        { "774M", 36, 20, 1280, 1024 }, { "1558M", 48, 25, 1600, 1024 },
-    };
-    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
-        if (!strcmp(name, p[i].name)) {
-            *out = (dt_gpt2_config){ p[i].T, 50257, 50304, p[i].L, p[i].NH, p[i].C };
-            return DT_OK;
-        }
-    return dt_error(DT_ERR_ARG, "unknown model preset '%s' (expected d6, 124M, 350M, 774M or 1558M)", name);
-}
+dt_status dt_gpt2_preset(const char *name, dt_gpt2_config *out) { return dt_lm_preset(name, out); }
 
 dt_status dt_gpt2_config_check(const dt_gpt2_config *c, const char *where) {
     if (c->max_seq_len < 1 || c->vocab_size < 1 || c->num_layers < 1 || c->num_heads < 1 || c->channels < 1)
         return dt_error(DT_ERR_ARG, "%s: sizes must be positive (T %d, V %d, L %d, NH %d, C %d)", where, c->max_seq_len,
                         c->vocab_size, c->num_layers, c->num_heads, c->channels);
-    if (c->channels % c->num_heads)
+    if (c->channels % c->num_heads && (!c->family || c->family == dt_family_find("gpt2")))
         return dt_error(DT_ERR_ARG, "%s: %d channels do not split into %d heads", where, c->channels, c->num_heads);
     if (c->padded_vocab_size < c->vocab_size)
         return dt_error(DT_ERR_ARG, "%s: padded vocabulary %d is smaller than the vocabulary %d", where, c->padded_vocab_size,
@@ -41,52 +30,29 @@ dt_status dt_gpt2_config_check(const dt_gpt2_config *c, const char *where) {
         (double)c->num_layers * c->channels * c->channels > 1e11)
         return dt_error(DT_ERR_ARG, "%s: model too large (L %d, C %d, Vp %d, T %d: over 10^11 parameters)", where,
                         c->num_layers, c->channels, c->padded_vocab_size, c->max_seq_len);
-    return DT_OK;
+    return dt_lm_config_check(c, where); /* the family's own rules (K/V heads, rotary heads) */
 }
 
-/* Shape [rows, cols] (cols 0: a vector) of llm.c's tensor i, for one layer. */
-static void tensor_shape(const dt_gpt2_config *c, int i, int shape[2]) {
-    int C = c->channels;
-    static const int mult[DT_GPT2_NTENSORS][2] = { { 0, 1 }, { 0, 1 }, { 1, 0 }, { 1, 0 }, { 3, 1 }, { 3, 0 }, { 1, 1 }, { 1, 0 },
-                                                   { 1, 0 }, { 1, 0 }, { 4, 1 }, { 4, 0 }, { 1, 4 }, { 1, 0 }, { 1, 0 }, { 1, 0 } };
-    shape[0] = i == WTE ? c->padded_vocab_size : i == WPE ? c->max_seq_len : mult[i][0] * C;
-    shape[1] = mult[i][1] * C;
+/* ---- sizes: the model program's own count of a part's parameters (the whole model's, or what tensor-parallel
+ * rank 0 of tp holds of units [a, b)) ---- */
+
+static size_t part_params(const dt_gpt2_config *cfg, int a, int b, int tp, bool global) {
+    static const dt_tp_ops none = { 0 }; /* sizes only: no collective runs */
+    dt_gpt2_part part = { .ua = a, .ub = b, .tp_size = tp > 1 ? tp : 1, .tp = tp > 1 ? &none : NULL };
+    size_t local = 0, whole = 0;
+    if (dt_program_shape_params(cfg, &part, &local, &whole)) return 0;
+    return global ? whole : local;
 }
 
-size_t dt_gpt2_config_num_params(const dt_gpt2_config *c) {
-    size_t n = 0;
-    for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
-        int s[2];
-        tensor_shape(c, i, s);
-        bool per_layer = i >= LN1W && i <= FCPROJB;
-        n += (size_t)s[0] * (size_t)(s[1] ? s[1] : 1) * (per_layer ? (size_t)c->num_layers : 1);
-    }
-    return n;
-}
+size_t dt_gpt2_config_num_params(const dt_gpt2_config *c) { return part_params(c, 0, c->num_layers + 2, 1, true); }
+size_t dt_gpt2_part_num_params(const dt_gpt2_config *c, int tp) { return part_params(c, 0, c->num_layers + 2, tp, false); }
+size_t dt_gpt2_units_num_params(const dt_gpt2_config *c, int a, int b, int tp) { return part_params(c, a, b, tp, false); }
+double dt_gpt2_flops_per_token(const dt_gpt2_config *c, int T) { return dt_program_flops_per_token(c, T); }
 
-size_t dt_gpt2_part_num_params(const dt_gpt2_config *c, int tp) {
-    size_t t = tp > 1 ? (size_t)tp : 1, C = (size_t)c->channels, L = (size_t)c->num_layers;
-    size_t split = L * (12 * C * C + 7 * C); /* qkv (w, b), attproj w, fc (w, b), fcproj w */
-    size_t vocab = ((size_t)c->padded_vocab_size + t - 1) / t * C;
-    return dt_gpt2_config_num_params(c) - split - (size_t)c->padded_vocab_size * C + split / t + vocab;
-}
 
-size_t dt_gpt2_units_num_params(const dt_gpt2_config *c, int a, int b, int tp) {
-    size_t t = tp > 1 ? (size_t)tp : 1, C = (size_t)c->channels, L = (size_t)c->num_layers;
-    size_t wte = ((size_t)c->padded_vocab_size + t - 1) / t * C, n = 0;
-    /* a block: qkv (w, b), attproj w, fc (w, b), fcproj w split by tp; two LayerNorms and two biases (6 C) whole */
-    size_t block = (12 * C * C + 7 * C) / t + 6 * C;
-    int first = a > 1 ? a : 1, last = b - 1 < (int)L ? b - 1 : (int)L; /* blocks: units [first, last] */
-    if (a == 0) n += wte + (size_t)c->max_seq_len * C;
-    if (last >= first) n += (size_t)(last - first + 1) * block;
-    if (b == (int)L + 2) n += 2 * C + (a > 0 ? wte : 0);
-    return n;
-}
 
-double dt_gpt2_flops_per_token(const dt_gpt2_config *c, int T) {
-    double n_mm = (double)dt_gpt2_config_num_params(c) - (double)c->max_seq_len * c->channels;
-    return 6.0 * n_mm + 12.0 * c->num_layers * (double)T * c->channels;
-}
+
+
 
 int dt_gpt2_cp_position(int r, int n, int Tl, int i) {
     int tc = Tl / 2;
@@ -123,13 +89,6 @@ struct dt_gpt2 {
     dt_gpt2_config cfg;
 };
 
-/* A GPT-2 config as the model program's. */
-static dt_lm_config lm_of(const dt_gpt2_config *c) {
-    return (dt_lm_config){ .family = dt_family_find("gpt2"), .vocab_size = c->vocab_size, .padded_vocab_size = c->padded_vocab_size,
-                           .max_seq_len = c->max_seq_len, .num_layers = c->num_layers, .num_heads = c->num_heads, .kv_heads = c->num_heads,
-                           .head_dim = c->channels / c->num_heads, .channels = c->channels, .ffn = 4 * c->channels, .norm_eps = 1e-5f,
-                           .tied = true };
-}
 
 dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *part, dt_gpt2 **out) {
     *out = NULL;
@@ -137,7 +96,7 @@ dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *par
     if (st) return st;
     dt_gpt2 *m = calloc(1, sizeof *m);
     if (!m) return dt_error(DT_ERR_NOMEM, "model: out of memory");
-    dt_lm_config c = lm_of(cfg);
+    dt_lm_config c = *cfg;
     if ((st = dt_program_create_part(&c, part, &m->p))) {
         free(m);
         return st;
@@ -262,7 +221,7 @@ size_t dt_gpt2_lp_params_bytes(const dt_gpt2 *m) { return dt_program_lp_params_b
 
 size_t dt_gpt2_chunks_activation_bytes(const dt_gpt2_config *cfg, int n, const int *a, const int *b, int tp, int sp, int B, int T,
                                        int recompute, int attention, dt_dtype precision, int split) {
-    dt_lm_config c = lm_of(cfg);
+    dt_lm_config c = *cfg;
     dt_gpt2_part part = { .ua = a[0], .ub = b[n - 1], .tp_size = tp > 1 ? tp : 1, .sp = sp, .nchunks = n > 1 ? n : 0 };
     static const dt_tp_ops none = { 0 }; /* sizes only: no collective runs */
     if (tp > 1) part.tp = &none;
@@ -277,7 +236,7 @@ size_t dt_gpt2_part_activation_bytes(const dt_gpt2_config *c, int tp, int sp, in
 }
 
 size_t dt_gpt2_part_lp_work_bytes(const dt_gpt2_config *cfg, int tp, bool head) {
-    dt_lm_config c = lm_of(cfg);
+    dt_lm_config c = *cfg;
     static const dt_tp_ops none = { 0 }; /* sizes only: no collective runs */
     dt_gpt2_part part = { .ua = head ? cfg->num_layers + 1 : 0, .ub = head ? cfg->num_layers + 2 : 1, .tp_size = tp > 1 ? tp : 1,
                           .tp = tp > 1 ? &none : NULL };

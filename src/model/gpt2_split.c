@@ -4,9 +4,10 @@
  * the split whose costliest stage is the cheapest, found by dynamic
  * programming over (units, stages). A unit's cost is its forward's FLOPs
  * per token (backward is about twice each unit's, so the ratios hold):
- * a block 24 C^2 in its Linears plus 2 T C in causal attention, the head
+ * a block twice its Linears' parameters (GPT-2: 24 C^2) plus 2 T C in causal attention, the head
  * 2 C Vp, the embedding C (a lookup: small, not nothing). */
 #include "dtrain/model.h"
+#include "dtrain/program.h"
 
 #include <float.h>
 #include <stdlib.h>
@@ -14,7 +15,10 @@
 static double unit_cost(const dt_gpt2_config *c, int T, int u) {
     double C = c->channels;
     if (u == 0) return C;
-    if (u <= c->num_layers) return 24 * C * C + 2.0 * T * C;
+    if (u <= c->num_layers) {
+        dt_lm_config r = dt_lm_config_resolve(c);
+        return 2 * dt_program_block_matmul_params(c) + 2.0 * T * r.num_heads * r.head_dim;
+    }
     return 2 * C * c->padded_vocab_size;
 }
 

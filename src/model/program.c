@@ -57,8 +57,19 @@ const dt_family *dt_family_find(const char *name) {
 
 const char *dt_family_name(const dt_family *f) { return f ? f->name : "(none)"; }
 
-dt_status dt_lm_config_check(const dt_lm_config *c, const char *where) {
-    if (!c->family) return dt_error(DT_ERR_ARG, "%s: no model family", where);
+dt_lm_config dt_lm_config_resolve(const dt_lm_config *in) {
+    dt_lm_config c = *in;
+    if (!c.family) c.family = &dt_family_gpt2;
+    if (!c.kv_heads) c.kv_heads = c.num_heads;
+    if (!c.head_dim && c.num_heads > 0) c.head_dim = c.channels / c.num_heads;
+    if (!c.ffn) c.ffn = 4 * c.channels;
+    if (!(c.norm_eps > 0)) c.norm_eps = 1e-5f;
+    if (!(c.rope_theta > 0)) c.rope_theta = 10000;
+    return c;
+}
+
+dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
+    dt_lm_config r = dt_lm_config_resolve(given), *c = &r;
     if (c->vocab_size < 1 || c->max_seq_len < 1 || c->num_layers < 1 || c->num_heads < 1 || c->kv_heads < 1 || c->head_dim < 1 ||
         c->channels < 1 || c->ffn < 1)
         return dt_error(DT_ERR_ARG, "%s: sizes must be positive (V %d, T %d, L %d, heads %d, K/V heads %d, head %d, C %d, MLP %d)", where,
@@ -67,9 +78,9 @@ dt_status dt_lm_config_check(const dt_lm_config *c, const char *where) {
         return dt_error(DT_ERR_ARG, "%s: %d K/V heads do not divide the %d attention heads", where, c->kv_heads, c->num_heads);
     if (c->padded_vocab_size < c->vocab_size)
         return dt_error(DT_ERR_ARG, "%s: padded vocabulary %d is smaller than the vocabulary %d", where, c->padded_vocab_size, c->vocab_size);
-    if (c->family->rotary && (c->head_dim % 2 || c->head_dim > 512 || !(c->rope.theta > 1)))
+    if (c->family->rotary && (c->head_dim % 2 || c->head_dim > 512 || !(c->rope_theta > 1)))
         return dt_error(DT_ERR_ARG, "%s: rotary positions need an even head of at most 512 channels (%d) and a base above 1 (%g)", where,
-                        c->head_dim, (double)c->rope.theta);
+                        c->head_dim, (double)c->rope_theta);
     if (!c->family->rotary && c->num_heads * c->head_dim != c->channels)
         return dt_error(DT_ERR_ARG, "%s: %d heads of %d channels are not the %d channels", where, c->num_heads, c->head_dim, c->channels);
     if (!(c->norm_eps > 0)) return dt_error(DT_ERR_ARG, "%s: the norms' epsilon %g must be positive", where, (double)c->norm_eps);
@@ -113,7 +124,7 @@ static void slice(const dt_program *p, const dt_tensor_spec *s, dt_tensor_info *
  * out). Section 0, 1, 2; i within the section's spec list. */
 static int nfinal_of(const dt_program *p) {
     const dt_family *f = p->f;
-    return f->nfinal - (p->cfg.tied && f->final[f->nfinal - 1].rows == W_VOCAB);
+    return f->nfinal - (!p->cfg.untied && f->final[f->nfinal - 1].rows == W_VOCAB);
 }
 
 static size_t whole_count(const dt_program *p, const dt_tensor_spec *s) {
@@ -215,10 +226,10 @@ static dt_status layout(dt_program *p) {
     if (p->ub == L + 2) {
         p->i_lnf = p->ntab;
         for (int i = 0; i < nfinal; i++) add_tensor(p, 2, i, -1, L + 1);
-        p->i_head = p->cfg.tied ? p->i_wte : p->ntab - 1;
+        p->i_head = !p->cfg.untied ? p->i_wte : p->ntab - 1;
         /* a tied table held with the head: whole once the head is through, but for the input rows (deferrable) */
-        if (p->cfg.tied && p->i_wte >= 0 && p->part.tp_size == 1) p->tab[p->i_wte].grad_unit = L + 1;
-        if (p->cfg.tied && p->ua > 0) { /* the last stage's copy of the tied token table (the first stage owns it) */
+        if (!p->cfg.untied && p->i_wte >= 0 && p->part.tp_size == 1) p->tab[p->i_wte].grad_unit = L + 1;
+        if (!p->cfg.untied && p->ua > 0) { /* the last stage's copy of the tied token table (the first stage owns it) */
             add_tensor(p, 0, 0, -1, L + 1);
             p->i_head = p->ntab - 1;
             p->tab[p->i_head].tied_copy = 1;
@@ -332,7 +343,9 @@ static dt_status allocate(dt_program *p) {
     const dt_lm_config *c = &p->cfg;
     if (p->f->rotary) {
         if (!(p->inv_freq = malloc(sizeof(float) * (size_t)(c->head_dim / 2)))) return dt_error(DT_ERR_NOMEM, "model: out of memory");
-        dt_rope_frequencies(p->inv_freq, c->head_dim, &c->rope);
+        dt_rope_config r = { .theta = c->rope_theta, .factor = c->rope_factor, .low_freq_factor = c->rope_low_freq_factor,
+                             .high_freq_factor = c->rope_high_freq_factor, .original_max = c->rope_original_max };
+        dt_rope_frequencies(p->inv_freq, c->head_dim, &r);
     }
     p->slots = p->s = calloc(1, sizeof *p->slots);
     p->nslots = 1;
@@ -347,8 +360,9 @@ static dt_status allocate(dt_program *p) {
 }
 
 /* A program's shape (its table, its ops' widths) without its stores: what creation and the memory estimates share. */
-static dt_status shape_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out) {
+static dt_status shape_part(const dt_lm_config *given, const dt_gpt2_part *part, dt_program **out) {
     *out = NULL;
+    dt_lm_config c = dt_lm_config_resolve(given), *cfg = &c;
     dt_status st = dt_lm_config_check(cfg, "model");
     if (!st) st = check_part(cfg, part);
     if (st) return st;
@@ -393,6 +407,40 @@ size_t dt_program_activation_bytes(const dt_lm_config *cfg, const dt_gpt2_part *
     p->prec = prec;
     size_t n = dt_program_slot_bytes(p, B, T, NULL);
     dt_program_destroy(p);
+    return n;
+}
+
+dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_gpt2_part *part, size_t *local, size_t *global) {
+    dt_program *p;
+    dt_status st = shape_part(cfg, part, &p);
+    if (st) return st;
+    *local = p->nparams;
+    *global = p->global_params;
+    dt_program_destroy(p);
+    return DT_OK;
+}
+
+/* 6 N + 12 L T Q: N the parameters that take part in matmuls (all but the embedding's lookup tables; a tied token
+ * table is the head and counts), 12 L T Q attention's QK^T and AV over the full T x T (PaLM, appendix B). */
+double dt_program_flops_per_token(const dt_lm_config *cfg, int T) {
+    dt_lm_config c = dt_lm_config_resolve(cfg);
+    dt_gpt2_part whole = { .ua = 0, .ub = c.num_layers + 2, .tp_size = 1 };
+    dt_program *p;
+    if (shape_part(&c, &whole, &p)) return 0;
+    double n = (double)p->global_params;
+    for (int i = 0; i < p->f->nembed; i++)
+        if (i > 0 || c.untied) n -= (double)p->tab[i].count;
+    double flops = 6 * n + 12.0 * c.num_layers * (double)T * c.num_heads * c.head_dim;
+    dt_program_destroy(p);
+    return flops;
+}
+
+/* One block's parameters in matmuls (the pipeline split's cost of a block: twice these FLOPs a token). */
+double dt_program_block_matmul_params(const dt_lm_config *cfg) {
+    dt_lm_config c = dt_lm_config_resolve(cfg);
+    double n = 0;
+    for (int i = 0; c.family && i < c.family->nblock; i++)
+        if (c.family->block[i].cols != W_NONE) n += (double)width_of(&c, c.family->block[i].rows) * width_of(&c, c.family->block[i].cols);
     return n;
 }
 

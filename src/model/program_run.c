@@ -589,12 +589,7 @@ static void head_backward(dt_program *p, float *dres, float grad_scale) {
     float *dx = RC < BTC ? s->partial : s->dlnf;
     memset(dx, 0, BTC * sizeof(float));
     const float *lnf = dt_program_tp_gather(p, s->lnf, RC);
-    if (p->prec == DT_F32) { /* d(input) and the weight's gradient apart: W of a split backward runs the second */
-        head_grads(p, dx, NULL, lnf, dscale);
-        if (dw) head_grads(p, NULL, dw, lnf, dscale);
-    } else {
-        head_grads(p, dx, dw, lnf, dscale);
-    }
+    head_grads(p, dx, dw, lnf, dscale); /* dw NULL: W of a split backward makes it */
     dt_program_tp_combine(p, dx, s->dlnf, RC);
     if (p->prec != DT_F32 && p->part.tp_size > 1) dt_lp_round(s->dlnf, RC, p->prec);
     const float *x = stream_in(p, L), *w = p->params + p->tab[p->i_lnf].offset;

@@ -17,9 +17,9 @@ typedef struct {
 /* Published shapes: Llama 3.1 (Meta's model cards: 8B, 70B, vocabulary 128256, 128K positions), GPT-3 175B (Brown et al. 2020,
  * Table 2.1: 96 layers, d_model 12288, 96 heads, 2048 positions; GPT-2's architecture and vocabulary). */
 static const preset presets[] = {
-    { "llama3.1-8b", { 131072, 128256, 128256, 32, 32, 4096 }, { 1, 8, 14336 } },
-    { "llama3.1-70b", { 131072, 128256, 128256, 80, 64, 8192 }, { 1, 8, 28672 } },
-    { "gpt3-175b", { 2048, 50257, 50304, 96, 96, 12288 }, { 0, 0, 0 } },
+    { "llama3.1-8b", { .max_seq_len = 131072, .vocab_size = 128256, .padded_vocab_size = 128256, .num_layers = 32, .num_heads = 32, .channels = 4096 }, { 1, 8, 14336 } },
+    { "llama3.1-70b", { .max_seq_len = 131072, .vocab_size = 128256, .padded_vocab_size = 128256, .num_layers = 80, .num_heads = 64, .channels = 8192 }, { 1, 8, 28672 } },
+    { "gpt3-175b", { .max_seq_len = 2048, .vocab_size = 50257, .padded_vocab_size = 50304, .num_layers = 96, .num_heads = 96, .channels = 12288 }, { 0, 0, 0 } },
 };
 
 const char *dt_plan_model_names(void) { return "d6, 124M, 350M, 774M, 1558M, llama3.1-8b, llama3.1-70b, gpt3-175b"; }

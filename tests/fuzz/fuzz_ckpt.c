@@ -42,7 +42,7 @@ static void setup(void) {
     mkdir(manifest, 0755);
     snprintf(manifest, sizeof manifest, "%s/step-00000001/manifest.json", dir);
     put("latest", "step-00000001\n", 14);
-    const dt_gpt2_config shape = { 4, 16, 16, 1, 2, 8 };
+    const dt_gpt2_config shape = { .max_seq_len = 4, .vocab_size = 16, .padded_vocab_size = 16, .num_layers = 1, .num_heads = 2, .channels = 8 };
     dt_train_defaults(&cfg);
     dt_engine_config ec = { .opt = cfg.opt };
     if (dt_gpt2_create(&shape, &model)) abort();
