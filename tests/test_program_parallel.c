@@ -91,7 +91,6 @@ static void run(dt_comm *w, const char *what, const char *family, int NH, int KV
         if (!st) st = dt_program_forward(m, in, tg, B, T, &lp);
         if (!st) st = dt_program_backward(m, 1.0f);
         if (!st && mode == 2) st = dt_program_backward_weights(m);
-        if (!st) st = dt_program_finalize_grads(m);
         if (st) {
             check(0, "%s: step failed %g", what, step);
             printf("%s\n", dt_last_error());
@@ -215,7 +214,6 @@ static void run_lp(dt_comm *w, const char *family, int sp) {
         dt_program_init_random(lm, 8);
         if (!(st = dt_program_forward(lw, in, tg, B, T, &l1))) st = dt_program_backward(lw, 1.0f);
         if (!st && !(st = dt_program_forward(lm, in, tg, B, T, &l2))) st = dt_program_backward(lm, 1.0f);
-        if (!st) st = dt_program_finalize_grads(lm);
     }
     if (!st) {
         dt_model vw, vm;

@@ -38,8 +38,10 @@ typedef struct {
 } dt_lm_config;
 typedef dt_lm_config dt_gpt2_config;
 
-/* c with its zero fields at their defaults (above). */
+/* c with its zero fields at their defaults (above); whether two configs make the same model (field by field, their
+ * defaults resolved: a struct's padding is not its value). */
 dt_lm_config dt_lm_config_resolve(const dt_lm_config *c);
+bool dt_lm_config_same(const dt_lm_config *a, const dt_lm_config *b);
 /* The family's name ("gpt2", "llama", "qwen2"); the family by name (NULL if unknown). */
 const char *dt_family_name(const dt_family *f);
 const dt_family *dt_family_find(const char *name);

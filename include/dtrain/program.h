@@ -34,14 +34,12 @@ dt_status dt_program_create(const dt_lm_config *cfg, dt_program **out);
 /* What one rank holds of the model: units [ua, ub) of 0..L+1 (0: the embedding; 1..L: the blocks; L+1: the
  * final norm and the head), or an interleaved stage's chunks, split by tensor parallelism or not (part's tp_rank,
  * tp_size, tp; Megatron's split: q by heads, K/V by K/V heads (each rank its share, or, with fewer K/V heads
- * than ranks, the one its heads read, kept by each rank that reads it), the MLP by hidden units, the embedding
+ * than ranks, the one its heads read, kept by each rank that reads it, its gradient summed over them as backward makes it), the MLP by hidden units, the embedding
  * and head by vocabulary rows, the rest whole). A stage that holds a tied head but not the embedding keeps its
  * own copy of the token table in unit L+1 (tied_copy). With part's sp, sequence parallelism on the tensor-parallel
  * group; with cp_size > 1, context parallelism (attention through part's cp, rows in dt_gpt2_cp_position's order). */
 dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out);
-/* After backward (and the data-parallel strategy's finish): the gradients a tensor-parallel group must still sum
- * (K/V weights that several ranks keep). Collective over the group; nothing on one rank. */
-dt_status dt_program_finalize_grads(dt_program *p);
+
 void dt_program_destroy(dt_program *p);
 const dt_lm_config *dt_program_config(const dt_program *p);
 /* Weights as a seed draws them (normal 0.02; the output projections 0.02 / sqrt(2 L); norms 1, biases 0). */

@@ -118,13 +118,16 @@ typedef struct {
 } dt_checkpoint_position;
 /* What a checkpoint holds of a model and checks on resume: its table and
  * stores, its kind's shape as named integers (GPT-2: max_seq_len, vocab
- * size, ...; a ResNet: depth, image channels, height, width, classes), and
- * state beside the parameters (BatchNorm's running averages: buffers.f32). */
+ * size, ...; Llama: those, K/V heads, head and MLP widths, ...; a ResNet:
+ * depth, image channels, height, width, classes) and named numbers (Llama:
+ * the norms' epsilon, the rotary settings), and state beside the parameters
+ * (BatchNorm's running averages: buffers.f32). */
 typedef struct {
     dt_model m;
-    int nshape;
-    const char *shape_names[8];
-    int shape[8];
+    int nshape, nfshape;
+    const char *shape_names[12], *fshape_names[5];
+    int shape[12];
+    double fshape[5];
     float *buffers;
     size_t nbuffers;
 } dt_checkpoint_model;

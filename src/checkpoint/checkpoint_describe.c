@@ -21,7 +21,7 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
     dt_gpt2_config g;
     double step = 0, ranks = 0, np = 0;
     const char *kind = dt_ckpt_string(j, "model", "kind");
-    bool gpt2 = kind && !strcmp(kind, "gpt2");
+    bool gpt2 = kind && dt_family_find(kind); /* a language model of any family */
     if (!(st = gpt2 ? dt_ckpt_manifest_shape(j, mpath, &g) : kind ? DT_OK : dt_error(DT_ERR_IO, "%s: model.kind is missing", mpath)) &&
         !(st = dt_ckpt_count(j, NULL, "step", mpath, 1e9, &step)) &&
         !(st = dt_ckpt_count(j, "settings", "ranks", mpath, 1e9, &ranks)) && !(st = dt_ckpt_count(j, "model", "parameters", mpath, 1e15, &np))) {
@@ -37,8 +37,11 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
         if (tp > 1 || stages > 1) fprintf(f, " (each rank wrote its slices in place; any layout reads them)");
         fprintf(f, "\n");
         if (gpt2) {
-            fprintf(f, "model: gpt2, %d layers, %d heads, %d channels, vocab %d (padded %d), %d positions, %.0f parameters\n",
-                    g.num_layers, g.num_heads, g.channels, g.vocab_size, g.padded_vocab_size, g.max_seq_len, np);
+            dt_lm_config r = dt_lm_config_resolve(&g);
+            fprintf(f, "model: %s, %d layers, %d heads", kind, g.num_layers, g.num_heads);
+            if (r.kv_heads != r.num_heads) fprintf(f, " (%d K/V heads)", r.kv_heads);
+            fprintf(f, ", %d channels, vocab %d (padded %d), %d positions, %.0f parameters\n", g.channels, g.vocab_size, g.padded_vocab_size,
+                    g.max_seq_len, np);
         } else {
             /* another kind: its shape as the manifest names it */
             const cJSON *x;

@@ -11,7 +11,8 @@
 #define VERSION 3 /* 2: optim.f32 hashed in pieces (one per rank of a sharded save); 3: params.f32 too (ZeRO-3); 1, 2 are read too */
 
 /* The manifest's names of GPT-2's shape, in dt_checkpoint_model's order. */
-extern const char *const dt_ckpt_gpt2_shape[6];
+/* A language model's shape in a manifest: GPT-2's six integers, then (other families) five more and five numbers. */
+extern const char *const dt_ckpt_lm_shape[11], *const dt_ckpt_lm_numbers[5];
 /* [off, off + n) of this rank's store, in each of nb buffers holding just
  * that range, written to (write 1) or read from a file in the whole
  * model's layout (buffer b at b * global parameters): the table's runs. */

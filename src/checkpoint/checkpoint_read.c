@@ -61,6 +61,9 @@ static dt_status check_shape(const cJSON *j, const char *path, const dt_train_co
     for (int i = 0; !st && i < cm->nshape; i++)
         if (!(st = dt_ckpt_number(j, "model", cm->shape_names[i], path, &v)) && v != cm->shape[i])
             return dt_error(DT_ERR_ARG, "%s: model.%s is %g, this run's model has %d", path, cm->shape_names[i], v, cm->shape[i]);
+    for (int i = 0; !st && i < cm->nfshape; i++)
+        if (!(st = dt_ckpt_number(j, "model", cm->fshape_names[i], path, &v)) && (float)v != (float)cm->fshape[i])
+            return dt_error(DT_ERR_ARG, "%s: model.%s is %g, this run's model has %g", path, cm->fshape_names[i], v, cm->fshape[i]);
     const char *ok = dt_ckpt_string(j, "optimizer", "kind"), *mine = dt_optim_kind_name(c->opt.kind);
     if (!st && (!ok || strcmp(ok, mine)))
         return dt_error(DT_ERR_ARG, "%s: optimizer.kind is '%s', this run uses %s (--optimizer)", path, ok ? ok : "(missing)", mine);
@@ -269,15 +272,28 @@ manifest:
 
 /* The manifest's model shape, checked. */
 dt_status dt_ckpt_manifest_shape(const cJSON *j, const char *mpath, dt_gpt2_config *g) {
-    const char *const *names = dt_ckpt_gpt2_shape;
-    int *f[6] = { &g->max_seq_len, &g->vocab_size, &g->padded_vocab_size, &g->num_layers, &g->num_heads, &g->channels };
+    memset(g, 0, sizeof *g);
+    int *f[11] = { &g->max_seq_len, &g->vocab_size, &g->padded_vocab_size, &g->num_layers, &g->num_heads, &g->channels,
+                   &g->kv_heads, &g->head_dim, &g->ffn, &g->untied, &g->rope_original_max };
+    float *x[5] = { &g->norm_eps, &g->rope_theta, &g->rope_factor, &g->rope_low_freq_factor, &g->rope_high_freq_factor };
     const char *kind = dt_ckpt_string(j, "model", "kind");
-    if (!kind || strcmp(kind, "gpt2")) return dt_error(DT_ERR_IO, "%s: model.kind is '%s', not gpt2", mpath, kind ? kind : "(missing)");
-    for (int i = 0; i < 6; i++) {
+    g->family = kind ? dt_family_find(kind) : NULL;
+    if (!g->family)
+        return dt_error(DT_ERR_IO, "%s: model.kind is '%s', not a language model family (gpt2, llama, qwen2)", mpath, kind ? kind : "(missing)");
+    int n = strcmp(kind, "gpt2") ? 11 : 6; /* GPT-2's manifests hold its six sizes */
+    for (int i = 0; i < n; i++) {
         double v = 0;
-        dt_status st = dt_ckpt_count(j, "model", names[i], mpath, 1 << 30, &v);
+        /* untied and the rope's original length may be 0; the others count */
+        dt_status st = i >= 9 ? dt_ckpt_number(j, "model", dt_ckpt_lm_shape[i], mpath, &v) : dt_ckpt_count(j, "model", dt_ckpt_lm_shape[i], mpath, 1 << 30, &v);
         if (st) return st;
+        if (!(v >= 0 && v <= (1 << 30))) return dt_error(DT_ERR_IO, "%s: model.%s is %g", mpath, dt_ckpt_lm_shape[i], v);
         *f[i] = (int)v;
+    }
+    for (int i = 0; n > 6 && i < 5; i++) {
+        double v = 0;
+        dt_status st = dt_ckpt_number(j, "model", dt_ckpt_lm_numbers[i], mpath, &v);
+        if (st) return st;
+        *x[i] = (float)v;
     }
     return dt_gpt2_config_check(g, mpath);
 }

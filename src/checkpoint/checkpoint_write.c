@@ -158,15 +158,22 @@ dt_status dt_checkpoint_check_dir(const char *dir, const char *resume, int overw
  * params.f32, where the parameters are sharded too. */
 typedef struct { uint64_t off, count, hash, phash; } piece;
 
-const char *const dt_ckpt_gpt2_shape[6] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels" };
+const char *const dt_ckpt_lm_shape[11] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels",
+                                            "kv_heads", "head_dim", "ffn", "untied", "rope_original_max" };
+const char *const dt_ckpt_lm_numbers[5] = { "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor" };
 
 void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out) {
     memset(out, 0, sizeof *out);
     dt_gpt2_model(g, &out->m);
-    const dt_gpt2_config *c = dt_gpt2_get_config(g);
-    const int v[6] = { c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers, c->num_heads, c->channels };
-    out->nshape = 6;
-    for (int i = 0; i < 6; i++) out->shape_names[i] = dt_ckpt_gpt2_shape[i], out->shape[i] = v[i];
+    dt_lm_config c = dt_lm_config_resolve(dt_gpt2_get_config(g));
+    const int v[11] = { c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
+                        c.kv_heads, c.head_dim, c.ffn, c.untied, c.rope_original_max };
+    const double f[5] = { c.norm_eps, c.rope_theta, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor };
+    bool gpt2 = !strcmp(out->m.kind, "gpt2"); /* GPT-2's manifests keep their six sizes: the rest are its defaults */
+    out->nshape = gpt2 ? 6 : 11;
+    out->nfshape = gpt2 ? 0 : 5;
+    for (int i = 0; i < out->nshape; i++) out->shape_names[i] = dt_ckpt_lm_shape[i], out->shape[i] = v[i];
+    for (int i = 0; i < out->nfshape; i++) out->fshape_names[i] = dt_ckpt_lm_numbers[i], out->fshape[i] = f[i];
 }
 
 void dt_checkpoint_resnet(dt_resnet *r, dt_checkpoint_model *out) {
@@ -192,6 +199,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     x = cJSON_AddObjectToObject(j, "model");
     cJSON_AddStringToObject(x, "kind", m->kind);
     for (int i = 0; i < cm->nshape; i++) cJSON_AddNumberToObject(x, cm->shape_names[i], cm->shape[i]);
+    for (int i = 0; i < cm->nfshape; i++) cJSON_AddNumberToObject(x, cm->fshape_names[i], cm->fshape[i]);
     cJSON_AddNumberToObject(x, "parameters", (double)dt_model_global_params(m));
     if (cm->nbuffers) cJSON_AddNumberToObject(x, "buffers", (double)cm->nbuffers);
     x = cJSON_AddObjectToObject(j, "optimizer");

@@ -76,9 +76,17 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
     dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
     if (st) return st;
     const char *kind = dt_ckpt_string(j, "model", "kind");
-    if (!kind || strcmp(kind, "gpt2")) { /* an image model's name is not in its manifest: its flags say the run */
+    if (!kind || !dt_family_find(kind)) { /* an image model's name is not in its manifest: its flags say the run */
         cJSON_Delete(j);
         return DT_OK;
+    }
+    if (strcmp(kind, "gpt2")) { /* another family: its whole shape (family, K/V heads, widths, rotary settings) */
+        dt_lm_config g;
+        if ((st = dt_ckpt_manifest_shape(j, mpath, &g))) {
+            cJSON_Delete(j);
+            return st;
+        }
+        c->shape = g;
     }
     {
         take_int(j, "model", "num_layers", &c->shape.num_layers);

@@ -29,7 +29,8 @@ static void usage(FILE *f) {
             "                     start from a torchvision state dict in safetensors (weights and running averages);\n"
             "                     a ResNet's --save DIR / --resume DIR / --stop-after count global steps and keep the\n"
             "                     running averages too\n"
-            "  --layers/--heads/--channels/--vocab/--max-seq N   shape overrides (any shape)\n"
+            "  --layers/--heads/--channels/--vocab/--max-seq N   shape overrides (any shape); --kv-heads N, --ffn N\n"
+            "                     (a Llama's K/V heads and MLP width)\n"
             "  --data FILE        training tokens (llm.c format)\n"
             "  --val-data FILE    validation tokens; --eval-every N steps, --eval-batches N (8)\n"
             "  --batch B (4)  --seq T (64)  --steps N (10; 0: evaluate only, as dtrain eval)  --grad-accum K (1)\n"
@@ -142,7 +143,7 @@ static const dt_cli_flag flags[] = {
     { "--momentum", "a number from 0 to below 1" }, { "--trust-coef", "a number above 0 and at most 1e9" },
     { "--layers", "a whole number from 1 to 1e5" }, { "--heads", "a whole number from 1 to 1e5" },
     { "--channels", "a whole number from 1 to 1e6" }, { "--vocab", "a whole number from 1 to 2^30" },
-    { "--max-seq", "a whole number from 1 to 1e7" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
+    { "--max-seq", "a whole number from 1 to 1e7" }, { "--kv-heads", "a whole number from 1 to 1e5" }, { "--ffn", "a whole number from 1 to 1e7" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
     { "--nesterov", "" }, { "--quiet", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--sp", "" }, { "--pp-schedule-print", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
 };
 
@@ -197,7 +198,8 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--momentum", 0, 0.999999, 0, &mom, 'd' }, { "--trust-coef", 1e-30, 1e9, 0, &trust, 'd' },
         { "--layers", 1, 1e5, 1, &c.shape.num_layers, 'i' }, { "--heads", 1, 1e5, 1, &c.shape.num_heads, 'i' },
         { "--channels", 1, 1e6, 1, &c.shape.channels, 'i' }, { "--vocab", 1, 1 << 30, 1, &c.shape.vocab_size, 'i' },
-        { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
+        { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' }, { "--kv-heads", 1, 1e5, 1, &c.shape.kv_heads, 'i' },
+        { "--ffn", 1, 1e7, 1, &c.shape.ffn, 'i' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
     };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

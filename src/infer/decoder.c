@@ -176,8 +176,12 @@ static dt_status take_part(dt_decoder *d, const dt_gpt2 *m, const dt_model *md) 
 static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
     *out = NULL;
     dt_status st;
+    const dt_family *family = dt_gpt2_get_config(m)->family;
     st = nslots < 1 || max_rows < 1 ? dt_error(DT_ERR_ARG, "decoder: %d slots and %d rows a step (each must be >= 1)", nslots, max_rows)
-                                    : DT_OK;
+         : family && family != dt_family_find("gpt2")
+             ? dt_error(DT_ERR_UNSUPPORTED, "decoder: decoding a %s model (KV cache of its K/V heads, rotary positions) is not built yet; "
+                        "it decodes GPT-2", dt_family_name(family))
+             : DT_OK;
     dt_decoder *d = st ? NULL : calloc(1, sizeof *d);
     if (!d) {
         if (take) dt_gpt2_destroy(m);

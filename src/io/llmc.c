@@ -56,7 +56,9 @@ dt_status dt_llmc_load_into(const char *path, dt_gpt2 *m) {
     dt_status st = dt_gpt2_check_whole(m, path);
     if (!st) st = read_header(path, f, h, &cfg);
     const dt_gpt2_config *mc = dt_gpt2_get_config(m);
-    if (!st && memcmp(&cfg, mc, sizeof cfg) != 0)
+    if (!st && mc->family && mc->family != dt_family_find("gpt2"))
+        st = dt_error(DT_ERR_IO, "%s: llm.c's files hold GPT-2; the model is %s", path, dt_family_name(mc->family));
+    if (!st && !dt_lm_config_same(&cfg, mc))
         st = dt_error(DT_ERR_IO, "%s: the file's shape (T %d, V %d, Vp %d, L %d, NH %d, C %d) differs from the model's "
                       "(T %d, V %d, Vp %d, L %d, NH %d, C %d)", path, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size,
                       cfg.num_layers, cfg.num_heads, cfg.channels, mc->max_seq_len, mc->vocab_size, mc->padded_vocab_size,
@@ -96,6 +98,9 @@ dt_status dt_llmc_save(const char *path, dt_gpt2 *m) {
     dt_status st = dt_gpt2_check_whole(m, path);
     if (st) return st;
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    if (c->family && c->family != dt_family_find("gpt2"))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: llm.c's files hold GPT-2, not %s (save a checkpoint directory instead)", path,
+                        dt_family_name(c->family));
     int32_t h[256] = { LLMC_MAGIC, 3, c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels,
                        c->padded_vocab_size };
     /* the header, then each table entry in llm.c's order, straight from the store */

@@ -262,6 +262,9 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
         return dt_error(DT_ERR_ARG, "%s: safetensors can be written as f32, bf16 or f16, not %s", path, dt_dtype_name(dtype));
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    if (c->family && c->family != dt_family_find("gpt2"))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: exporting a %s model to safetensors is not built yet (its checkpoint directory keeps it)", path,
+                        dt_family_name(c->family));
     size_t es = dt_dtype_size(dtype), total = 0;
     const char *dn = dtype == DT_F32 ? "F32" : dtype == DT_BF16 ? "BF16" : "F16";
     cJSON *hdr = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(hdr, "__metadata__");

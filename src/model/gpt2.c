@@ -153,8 +153,9 @@ static void copy_run(size_t lo, size_t go, size_t n, void *ctx) {
     memcpy(x->to + lo, x->from + go, n * sizeof(float));
 }
 
+
 dt_status dt_gpt2_copy_slices(const dt_gpt2 *whole, dt_gpt2 *part) {
-    if (memcmp(&whole->cfg, &part->cfg, sizeof whole->cfg) || dt_gpt2_check_whole(whole, "copy slices"))
+    if (!dt_lm_config_same(&whole->cfg, &part->cfg) || dt_gpt2_check_whole(whole, "copy slices"))
         return dt_error(DT_ERR_ARG, "model: slices come from a whole model of the same shape");
     dt_model view;
     dt_program_model(part->p, &view);

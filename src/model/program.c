@@ -68,6 +68,15 @@ dt_lm_config dt_lm_config_resolve(const dt_lm_config *in) {
     return c;
 }
 
+bool dt_lm_config_same(const dt_lm_config *x, const dt_lm_config *y) {
+    dt_lm_config a = dt_lm_config_resolve(x), b = dt_lm_config_resolve(y);
+    return a.max_seq_len == b.max_seq_len && a.vocab_size == b.vocab_size && a.padded_vocab_size == b.padded_vocab_size &&
+           a.num_layers == b.num_layers && a.num_heads == b.num_heads && a.channels == b.channels && a.family == b.family &&
+           a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.ffn == b.ffn && a.untied == b.untied && a.norm_eps == b.norm_eps &&
+           a.rope_theta == b.rope_theta && a.rope_factor == b.rope_factor && a.rope_low_freq_factor == b.rope_low_freq_factor &&
+           a.rope_high_freq_factor == b.rope_high_freq_factor && a.rope_original_max == b.rope_original_max;
+}
+
 dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
     dt_lm_config r = dt_lm_config_resolve(given), *c = &r;
     if (c->vocab_size < 1 || c->max_seq_len < 1 || c->num_layers < 1 || c->num_heads < 1 || c->kv_heads < 1 || c->head_dim < 1 ||
@@ -349,6 +358,12 @@ static dt_status allocate(dt_program *p) {
     }
     p->slots = p->s = calloc(1, sizeof *p->slots);
     p->nslots = 1;
+    if (c->kv_heads < p->part.tp_size) { /* K/V heads kept by several ranks: a K/V Linear's rows set aside and summed */
+        size_t kv = (size_t)p->KVl * ((size_t)c->channels + 1);
+        p->kv_keep = malloc(2 * kv * sizeof(float));
+        p->kv_sum = malloc(kv * (size_t)c->kv_heads * sizeof(float));
+        if (!p->kv_keep || !p->kv_sum) return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    }
     p->params = p->own_params = dt_alloc_aligned(p->nparams * sizeof(float));
     if (p->params) memset(p->params, 0, p->nparams * sizeof(float));
     p->grads = p->own_grads = dt_alloc_zeroed(p->nparams * sizeof(float));
@@ -466,6 +481,8 @@ void dt_program_destroy(dt_program *p) {
     free(p->vsplit);
     free(p->vkeep);
     free(p->inv_freq);
+    free(p->kv_keep);
+    free(p->kv_sum);
     dt_free_aligned(p->params_lp);
     dt_free_aligned(p->lp_work);
     free(p->lp_cast);
@@ -505,27 +522,6 @@ void dt_program_init_random_range(dt_program *p, uint64_t seed, size_t lo, size_
 
 void dt_program_init_random(dt_program *p, uint64_t seed) { dt_program_init_random_range(p, seed, 0, p->nparams); }
 
-/* K/V heads kept by several ranks (fewer K/V heads than ranks): each rank's gradient holds its own query heads'
- * part; the group sums them, one K/V head's slot a rank in a buffer of all of them. */
-dt_status dt_program_finalize_grads(dt_program *p) {
-    const dt_lm_config *c = &p->cfg;
-    int t = p->part.tp_size;
-    if (t == 1 || c->kv_heads >= t) return DT_OK;
-    p->comm_err = DT_OK;
-    for (int b = 0; b < p->nl; b++)
-        for (int i = 0; i < p->f->nblock; i++) {
-            const dt_tensor_info *x = &p->tab[p->block_tab[b] + i];
-            if (p->f->block[i].rows != W_KV) continue;
-            size_t n = x->count, all = n * (size_t)c->kv_heads;
-            float *buf = calloc(all, sizeof(float));
-            if (!buf) return dt_error(DT_ERR_NOMEM, "model: out of memory summing K/V gradients");
-            memcpy(buf + (size_t)p->kv0 * n, p->grads + x->offset, n * sizeof(float));
-            dt_program_tp_sum(p, buf, all);
-            memcpy(p->grads + x->offset, buf + (size_t)p->kv0 * n, n * sizeof(float));
-            free(buf);
-        }
-    return p->comm_err;
-}
 
 /* ---- the model as the engine sees it ---- */
 

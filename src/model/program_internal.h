@@ -135,6 +135,7 @@ struct dt_program {
     bool *vsplit;              /* each value's rows: the residual stream's (split under sequence parallelism) or all */
     float *inv_freq;           /* rotary: head_dim / 2 frequencies */
     program_slot *slots, *s;   /* the slots, and the current one */
+    float *kv_keep, *kv_sum;   /* K/V heads kept by several ranks: their gradients set aside, and summed (program_run.c) */
     int nslots;
 };
 

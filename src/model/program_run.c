@@ -477,16 +477,44 @@ static const float *linear_input(dt_program *p, int l, const op_shape *o) {
 /* dinp += dout @ w, dw += dout^T @ inp, db += column sums of dout: f32, or autocast's 16-bit form, which rounds
  * dout to 16 bits in place first (a branch's own gradient: the stream's goes on whole) and leaves a column-parallel
  * Linear's share of dinp in f32 (summed, then rounded, by the caller). */
+/* K/V heads kept by several tensor-parallel ranks (fewer K/V heads than ranks): each rank's weight gradient of them
+ * holds its own query heads' part. Around a Linear's weight gradient, the K/V tensors' rows are set aside (before:
+ * what earlier micro-batches left, zeroed) and, after, this micro-batch's parts summed over the group (each K/V head's
+ * in its own slot of a buffer of them all) and added back: every rank that keeps a K/V head gets its whole gradient,
+ * at once, so data parallelism and the optimizer see whole gradients. */
+static void kv_kept(dt_program *p, int l, const op_shape *o, bool after) {
+    size_t at = 0;
+    for (int j = 0; j < o->s.nw; j++)
+        for (int bias = 0; bias < 2; bias++) {
+            if (bias && o->s.b < 0) continue;
+            int i = (bias ? o->s.b : o->s.w) + j;
+            if (p->f->block[i].rows != W_KV) continue;
+            const dt_tensor_info *t = &p->tab[first_tensor(p, l) + i];
+            float *g = p->grads + t->offset, *keep = p->kv_keep + at;
+            size_t n = t->count, all = n * (size_t)p->cfg.kv_heads, mine = (size_t)p->kv0 * n;
+            at += n;
+            if (!after) {
+                memcpy(keep, g, n * sizeof(float));
+                memset(g, 0, n * sizeof(float));
+                continue;
+            }
+            memset(p->kv_sum, 0, all * sizeof(float));
+            memcpy(p->kv_sum + mine, g, n * sizeof(float));
+            dt_program_tp_sum(p, p->kv_sum, all);
+            for (size_t e = 0; e < n; e++) g[e] = p->kv_sum[mine + e] + keep[e];
+        }
+}
+
 static void linear_grads(dt_program *p, const op_shape *o, int l, float *dinp, float *dw, float *db, float *dout, const float *inp,
                          int partial) {
     int BT = p->s->B * p->s->T;
     size_t wo = p->tab[first_tensor(p, l) + o->s.w].offset;
-    if (p->prec == DT_F32) {
-        dt_matmul_backward(dinp, dw, db, dout, inp, dinp ? p->params + wo : NULL, BT, o->width_in, o->width_out);
-        return;
-    }
-    dt_matmul_backward_lp(dinp, dw, db, dout, inp, dinp ? p->params_lp + wo : NULL, BT, o->width_in, o->width_out, p->prec, p->lp_work,
-                          p->lp_work_floats, partial);
+    bool kept = p->kv_keep && dw;
+    if (kept) kv_kept(p, l, o, false);
+    if (p->prec == DT_F32) dt_matmul_backward(dinp, dw, db, dout, inp, dinp ? p->params + wo : NULL, BT, o->width_in, o->width_out);
+    else dt_matmul_backward_lp(dinp, dw, db, dout, inp, dinp ? p->params_lp + wo : NULL, BT, o->width_in, o->width_out, p->prec,
+                               p->lp_work, p->lp_work_floats, partial);
+    if (kept) kv_kept(p, l, o, true);
 }
 
 static void linear_backward(dt_program *p, int l, int k, float *din, float *dout) {

@@ -249,6 +249,7 @@ static dt_status after_update(void *ctx, dt_engine *e) {
 }
 
 static dt_status tie(dt_pipeline *p) {
+    if (dt_gpt2_get_config(p->c.model)->untied) return DT_OK; /* the head is its own tensor: nothing to keep equal */
     /* collective over the stages: the first and last form the tied pair */
     int in = p->p > 1 && (p->stage == 0 || p->stage == p->p - 1);
     dt_comm *c;

@@ -71,6 +71,19 @@ dt_status dt_train_check_settings(dt_train_config *c, int nranks) {
     return DT_OK;
 }
 
+void dt_train_shape_model(dt_train_shape *s, const dt_gpt2_config *given) {
+    dt_lm_config c = dt_lm_config_resolve(given);
+    static const char *const families[] = { "gpt2", "llama", "qwen2" };
+    int family = -1;
+    for (int i = 0; i < 3; i++)
+        if (c.family == dt_family_find(families[i])) family = i;
+    const int32_t w[11] = { c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
+                            family, c.kv_heads, c.head_dim, c.ffn, c.untied };
+    const float f[5] = { c.norm_eps, c.rope_theta, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor };
+    memcpy(s->model, w, sizeof w);
+    memcpy(s->model + 11, f, sizeof f);
+}
+
 dt_status dt_train_check_same(dt_comm *w, const dt_train_shape *mine) {
     int p = dt_comm_size(w);
     dt_train_shape *all = malloc(sizeof *all * (size_t)p);
@@ -79,10 +92,10 @@ dt_status dt_train_check_same(dt_comm *w, const dt_train_shape *mine) {
     dt_status st = dt_comm_allgather(w, mine, all, sizeof *mine / 4, DT_I32);
     for (int r = 1; !st && r < p; r++) {
         const dt_train_shape *a = &all[0], *b = &all[r];
-        if (memcmp(&a->model, &b->model, sizeof a->model))
+        if (memcmp(a->model, b->model, sizeof a->model))
             st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 has a model with %d layers, %d channels, vocab %d; rank %d has %d layers, "
-                          "%d channels, vocab %d", a->model.num_layers, a->model.channels, a->model.vocab_size, r,
-                          b->model.num_layers, b->model.channels, b->model.vocab_size);
+                          "%d channels, vocab %d (or another family, K/V heads or widths)", a->model[3], a->model[5], a->model[1], r,
+                          b->model[3], b->model[5], b->model[1]);
         else if (a->batch != b->batch || a->seq != b->seq || a->grad_accum != b->grad_accum)
             st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 has batch %d x %d x %d, rank %d has %d x %d x %d", a->batch, a->seq,
                           a->grad_accum, r, b->batch, b->seq, b->grad_accum);

@@ -6,7 +6,9 @@
 
 /* What every rank must agree on, compared against rank 0's. */
 typedef struct {
-    dt_gpt2_config model;
+    /* the model's shape as words (dt_train_shape_model): T, V, Vp, L, NH, C, the family's number, K/V heads, head and
+     * MLP widths, untied, the rope's original length, then the norms' epsilon and the rotary numbers' bits */
+    int32_t model[16];
     int32_t batch, seq, steps, grad_accum, optimizer, eval_every;
     int64_t train_tokens, val_tokens;
     float lr;
@@ -19,6 +21,9 @@ typedef struct {
 dt_status dt_train_check_settings(dt_train_config *c, int nranks);
 /* Every rank's shape against rank 0's: the first difference, naming the rank. */
 dt_status dt_train_check_same(dt_comm *w, const dt_train_shape *mine);
+/* c (its defaults resolved) into s->model: numbers only, so that ranks of separate processes compare it (a
+ * family is its number in dt_family_find's order, never a pointer). */
+void dt_train_shape_model(dt_train_shape *s, const dt_gpt2_config *c);
 /* --threads 0: the cores this rank may use, shared among the ranks on this machine. */
 int dt_train_default_threads(dt_comm *w);
 

@@ -64,8 +64,8 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         cfg = *dt_gpt2_get_config(*out);
     } else if (dt_gpt2_preset(c->model, &cfg)) {
         return dt_error(DT_ERR_ARG, "--model %s: %s", c->model,
-                        strchr(c->model, '/') || strchr(c->model, '.') ? "no such file (nor a preset: d6, 124M, 350M, 774M, 1558M, mlp, resnet:small, resnet18, resnet34, resnet50)"
-                                                                       : "not a preset (d6, 124M, 350M, 774M, 1558M, mlp, resnet:small, resnet18, resnet34, resnet50) nor a file");
+                        strchr(c->model, '/') || strchr(c->model, '.') ? "no such file (nor a preset: " DT_LM_PRESETS ", mlp, resnet:small, resnet18, resnet34, resnet50)"
+                                                                       : "not a preset (" DT_LM_PRESETS ", mlp, resnet:small, resnet18, resnet34, resnet50) nor a file");
     }
     int *f[6] = { &cfg.max_seq_len, &cfg.vocab_size, &cfg.padded_vocab_size, &cfg.num_layers, &cfg.num_heads, &cfg.channels };
     for (int i = 0; i < 6; i++) {
@@ -78,6 +78,14 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         *f[i] = v[i];
     }
     if (!from_file && o->vocab_size && !o->padded_vocab_size) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
+    if (o->kv_heads) cfg.kv_heads = o->kv_heads;
+    if (o->ffn) cfg.ffn = o->ffn;
+    if (!from_file && o->family) { /* a resumed run's family and the rest of its shape */
+        cfg.family = o->family, cfg.head_dim = o->head_dim, cfg.untied = o->untied;
+        cfg.norm_eps = o->norm_eps, cfg.rope_theta = o->rope_theta, cfg.rope_factor = o->rope_factor;
+        cfg.rope_low_freq_factor = o->rope_low_freq_factor, cfg.rope_high_freq_factor = o->rope_high_freq_factor;
+        cfg.rope_original_max = o->rope_original_max;
+    }
     /* before the optimizer and the activations (and, for a preset, the model) are allocated */
     dt_train_dims dims = { .dp = r->dp_size, .tp = mesh_size(r, DT_MESH_TP), .pp = mesh_size(r, DT_MESH_PP), .cp = mesh_size(r, DT_MESH_CP),
                            .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
@@ -161,7 +169,7 @@ static dt_status open_data(run *r) {
     if (r->w && !st) {
         dt_train_shape js;
         memset(&js, 0, sizeof js);
-        js.model = *mc;
+        dt_train_shape_model(&js, mc);
         js.batch = c->batch; js.seq = c->seq; js.steps = c->steps; js.grad_accum = c->grad_accum;
         js.optimizer = (int32_t)c->opt.kind; js.eval_every = c->eval_every; js.lr = c->sched.lr;
         js.train_tokens = (int64_t)dt_tokens_count(r->train);
@@ -309,11 +317,14 @@ static void print_stages(const run *r) {
  * CPU, the peak MFU is measured against. */
 static void print_start(const run *r) {
     const dt_train_config *c = &r->c;
-    const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
-    printf("model %s: %d layers, %d heads, %d channels, vocab %d (padded %d), %.2fM parameters; "
+    dt_lm_config m = dt_lm_config_resolve(dt_gpt2_get_config(r->m)), *mc = &m;
+    char kv[48] = "";
+    if (mc->kv_heads != mc->num_heads) snprintf(kv, sizeof kv, " (%d K/V heads)", mc->kv_heads);
+    printf("model %s (%s): %d layers, %d heads%s, %d channels, vocab %d (padded %d), %.2fM parameters; "
            "batch %d x %d x %d accumulation x %d data-parallel rank%s%s, %s, %s, %d thread%s per rank\n",
            c->shape.num_layers || c->shape.channels || c->shape.vocab_size || c->shape.num_heads ? "custom" : c->model,
-           mc->num_layers, mc->num_heads, mc->channels, mc->vocab_size, mc->padded_vocab_size, dt_gpt2_config_num_params(mc) / 1e6,
+           dt_family_name(mc->family), mc->num_layers, mc->num_heads, kv, mc->channels, mc->vocab_size, mc->padded_vocab_size,
+           dt_gpt2_config_num_params(mc) / 1e6,
            c->batch, c->seq, c->grad_accum, r->dp_size, r->dp_size == 1 ? "" : "s", tp_note(r), dt_engine_strategy_name(r->e),
            dt_optim_kind_name(c->opt.kind), dt_kernels_threads(), dt_kernels_threads() == 1 ? "" : "s");
     if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
