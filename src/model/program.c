@@ -35,6 +35,12 @@ static int width_of(const dt_lm_config *c, dt_width w) {
     return 0;
 }
 
+/* A spec tensor's values in the whole model (one layer's, for a block's). */
+static size_t spec_count(const dt_lm_config *c, const dt_tensor_spec *s) {
+    size_t cols = (size_t)width_of(c, s->cols);
+    return (size_t)width_of(c, s->rows) * (cols ? cols : 1);
+}
+
 /* This rank's width: w split as tensor parallelism splits it (the whole on one rank). */
 static int local_width(const dt_program *p, dt_width w) {
     switch (w) {
@@ -136,21 +142,17 @@ static int nfinal_of(const dt_program *p) {
     return f->nfinal - (!p->cfg.untied && f->final[f->nfinal - 1].rows == W_VOCAB);
 }
 
-static size_t whole_count(const dt_program *p, const dt_tensor_spec *s) {
-    size_t cols = (size_t)width_of(&p->cfg, s->cols);
-    return (size_t)width_of(&p->cfg, s->rows) * (cols ? cols : 1);
-}
 
 /* Where a tensor starts in the whole model's store (the checkpoints' layout): unit by unit. */
 static size_t global_offset(const dt_program *p, int section, int i, int layer) {
     const dt_family *f = p->f;
     size_t at = 0, block = 0;
-    for (int j = 0; j < f->nblock; j++) block += whole_count(p, &f->block[j]);
-    for (int j = 0; j < (section == 0 ? i : f->nembed); j++) at += whole_count(p, &f->embed[j]);
+    for (int j = 0; j < f->nblock; j++) block += spec_count(&p->cfg, &f->block[j]);
+    for (int j = 0; j < (section == 0 ? i : f->nembed); j++) at += spec_count(&p->cfg, &f->embed[j]);
     if (section == 0) return at;
     at += block * (size_t)(section == 1 ? layer : p->cfg.num_layers);
     const dt_tensor_spec *list = section == 1 ? f->block : f->final;
-    for (int j = 0; j < i; j++) at += whole_count(p, &list[j]);
+    for (int j = 0; j < i; j++) at += spec_count(&p->cfg, &list[j]);
     return at;
 }
 
@@ -160,11 +162,11 @@ static size_t global_offset(const dt_program *p, int section, int i, int layer) 
 static uint64_t draw_offset(const dt_program *p, int section, int i, int layer) {
     const dt_family *f = p->f;
     uint64_t at = 0, L = (uint64_t)p->cfg.num_layers;
-    for (int j = 0; j < (section == 0 ? i : f->nembed); j++) at += f->embed[j].init == INIT_NORMAL ? whole_count(p, &f->embed[j]) : 0;
+    for (int j = 0; j < (section == 0 ? i : f->nembed); j++) at += f->embed[j].init == INIT_NORMAL ? spec_count(&p->cfg, &f->embed[j]) : 0;
     if (section == 0) return at;
-    for (int j = 0; j < (section == 1 ? i : f->nblock); j++) at += f->block[j].init == INIT_NORMAL ? L * whole_count(p, &f->block[j]) : 0;
-    if (section == 1) return at + (uint64_t)layer * whole_count(p, &f->block[i]);
-    for (int j = 0; j < i; j++) at += f->final[j].init == INIT_NORMAL ? whole_count(p, &f->final[j]) : 0;
+    for (int j = 0; j < (section == 1 ? i : f->nblock); j++) at += f->block[j].init == INIT_NORMAL ? L * spec_count(&p->cfg, &f->block[j]) : 0;
+    if (section == 1) return at + (uint64_t)layer * spec_count(&p->cfg, &f->block[i]);
+    for (int j = 0; j < i; j++) at += f->final[j].init == INIT_NORMAL ? spec_count(&p->cfg, &f->final[j]) : 0;
     return at;
 }
 
@@ -244,9 +246,9 @@ static dt_status layout(dt_program *p) {
             p->tab[p->i_head].tied_copy = 1;
         }
     }
-    for (int i = 0; i < f->nembed; i++) p->global_params += whole_count(p, &f->embed[i]);
-    for (int i = 0; i < f->nblock; i++) p->global_params += (size_t)L * whole_count(p, &f->block[i]);
-    for (int i = 0; i < nfinal; i++) p->global_params += whole_count(p, &f->final[i]);
+    for (int i = 0; i < f->nembed; i++) p->global_params += spec_count(&p->cfg, &f->embed[i]);
+    for (int i = 0; i < f->nblock; i++) p->global_params += (size_t)L * spec_count(&p->cfg, &f->block[i]);
+    for (int i = 0; i < nfinal; i++) p->global_params += spec_count(&p->cfg, &f->final[i]);
     return DT_OK;
 }
 
@@ -425,12 +427,30 @@ size_t dt_program_activation_bytes(const dt_lm_config *cfg, const dt_gpt2_part *
     return n;
 }
 
+/* The whole model's parameters from the spec alone (no table: a hostile file's shape costs nothing to count). */
+static size_t whole_params(const dt_lm_config *c) {
+    const dt_family *f = c->family;
+    size_t n = 0, block = 0;
+    for (int i = 0; i < f->nembed; i++) n += spec_count(c, &f->embed[i]);
+    for (int i = 0; i < f->nblock; i++) block += spec_count(c, &f->block[i]);
+    for (int i = 0; i < f->nfinal; i++)
+        if (!(i == f->nfinal - 1 && !c->untied && f->final[i].rows == W_VOCAB)) n += spec_count(c, &f->final[i]);
+    return n + block * (size_t)c->num_layers;
+}
+
 dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_gpt2_part *part, size_t *local, size_t *global) {
-    dt_program *p;
-    dt_status st = shape_part(cfg, part, &p);
+    dt_lm_config c = dt_lm_config_resolve(cfg);
+    dt_status st = dt_lm_config_check(&c, "model");
     if (st) return st;
+    *global = whole_params(&c);
+    bool whole = part->ua == 0 && part->ub == c.num_layers + 2 && !part->nchunks && part->tp_size <= 1;
+    if (whole) {
+        *local = *global;
+        return DT_OK;
+    }
+    dt_program *p;
+    if ((st = shape_part(&c, part, &p))) return st;
     *local = p->nparams;
-    *global = p->global_params;
     dt_program_destroy(p);
     return DT_OK;
 }
@@ -439,15 +459,11 @@ dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_gpt2_part *p
  * table is the head and counts), 12 L T Q attention's QK^T and AV over the full T x T (PaLM, appendix B). */
 double dt_program_flops_per_token(const dt_lm_config *cfg, int T) {
     dt_lm_config c = dt_lm_config_resolve(cfg);
-    dt_gpt2_part whole = { .ua = 0, .ub = c.num_layers + 2, .tp_size = 1 };
-    dt_program *p;
-    if (shape_part(&c, &whole, &p)) return 0;
-    double n = (double)p->global_params;
-    for (int i = 0; i < p->f->nembed; i++)
-        if (i > 0 || c.untied) n -= (double)p->tab[i].count;
-    double flops = 6 * n + 12.0 * c.num_layers * (double)T * c.num_heads * c.head_dim;
-    dt_program_destroy(p);
-    return flops;
+    if (dt_lm_config_check(&c, "model")) return 0;
+    double n = (double)whole_params(&c);
+    for (int i = 0; i < c.family->nembed; i++)
+        if (i > 0 || c.untied) n -= (double)spec_count(&c, &c.family->embed[i]);
+    return 6 * n + 12.0 * c.num_layers * (double)T * c.num_heads * c.head_dim;
 }
 
 /* One block's parameters in matmuls (the pipeline split's cost of a block: twice these FLOPs a token). */
