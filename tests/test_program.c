@@ -273,10 +273,21 @@ static void hf_folder_loads(const char *dir) {
             expect("gqa folder", "logits of the sharded HF folder", rel_err(dt_program_logits(p), (size_t)c->padded_vocab_size, ref,
                                                                             (size_t)B * T, (size_t)c->vocab_size), 1e-5);
     }
+    /* and through dt_model_load, as train --model DIR and eval read a folder */
+    dt_gpt2 *g = NULL;
+    snprintf(path, sizeof path, "%s/llama/gqa_folder", dir);
+    if (!st) st = dt_model_load(path, 0, &g);
+    if (!st) st = dt_gpt2_forward(g, in, NULL, B, T, NULL);
+    if (!st) {
+        const dt_lm_config *c = dt_program_config(p);
+        expect("gqa folder", "logits through dt_model_load", rel_err(dt_gpt2_logits(g), (size_t)c->padded_vocab_size, ref, (size_t)B * T,
+                                                                     (size_t)c->vocab_size), 1e-5);
+    }
     if (st) {
         printf("FAIL: gqa folder: %s\n", dt_last_error());
         failed++;
     }
+    dt_gpt2_destroy(g);
     free(ref);
     dt_safetensors_close(f);
     dt_program_destroy(p);

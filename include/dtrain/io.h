@@ -70,6 +70,10 @@ dt_status dt_lm_config_from_hf(const char *json, const char *path, dt_lm_config 
 /* A Hugging Face folder (config.json; model.safetensors, or the shards model.safetensors.index.json maps each
  * tensor to) as a model program. Errors name the file and the field or tensor; nothing is written. */
 dt_status dt_program_load_hf(const char *dir, dt_program **out);
+/* The same as a dt_gpt2 (the interface training, checkpoints and dt_model_load use); whether dir's config.json names a
+ * family the program reads from folders this way (llama, qwen2; GPT-2's folders go through dt_safetensors_load). */
+dt_status dt_gpt2_load_hf(const char *dir, dt_gpt2 **out);
+int dt_hf_folder_is_program(const char *dir);
 
 /* Writes bytes to path atomically: path.tmp.PID, fsync, rename; temporaries
  * that killed saves left beside path are removed first. */

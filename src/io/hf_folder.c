@@ -74,12 +74,15 @@ dt_status dt_hf_folder_check(const char *dir) {
     const cJSON *a = j ? cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "architectures"), 0) : NULL;
     const char *type = cJSON_IsString(t) ? t->valuestring : "", *arch = cJSON_IsString(a) ? a->valuestring : "";
     dt_status st = DT_OK;
-    if ((*type && strcmp(type, "gpt2")) || (*arch && strncmp(arch, "GPT2", 4))) {
+    /* the model program's families: GPT-2 (read below), Llama and Qwen 2 (dt_gpt2_load_hf) */
+    bool known = (!*type || !strcmp(type, "gpt2") || !strcmp(type, "llama") || !strcmp(type, "qwen2")) &&
+                 (!*arch || !strncmp(arch, "GPT2", 4) || !strcmp(arch, "LlamaForCausalLM") || !strcmp(arch, "Qwen2ForCausalLM"));
+    if (!known) {
         char what[256];
         snprintf(what, sizeof what, "%s%s%s%s%s", arch, *arch && *type ? " (" : "", *type ? "model_type " : "", type,
                  *arch && *type ? ")" : "");
-        st = dt_error(DT_ERR_UNSUPPORTED, "%s: the folder holds a %s model; dtrain reads GPT-2's (GPT2LMHeadModel, model_type gpt2)",
-                      path, what);
+        st = dt_error(DT_ERR_UNSUPPORTED, "%s: the folder holds a %s model; dtrain reads GPT-2's (GPT2LMHeadModel, model_type gpt2), "
+                      "Llama's (LlamaForCausalLM) and Qwen 2's (Qwen2ForCausalLM)", path, what);
     }
     cJSON_Delete(j);
     return st;

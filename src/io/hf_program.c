@@ -83,23 +83,61 @@ static dt_status read_weights(shards *s, dt_program *p) {
     return DT_OK;
 }
 
-dt_status dt_program_load_hf(const char *dir, dt_program **out) {
-    *out = NULL;
+/* dir/config.json as a config. */
+static dt_status read_config(const char *dir, dt_lm_config *cfg) {
     char path[4096], *text = NULL;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    dt_lm_config cfg;
     dt_status st = dt_file_read_text(path, 1 << 20, &text, NULL);
-    if (!st) st = dt_lm_config_from_hf(text, path, &cfg);
+    if (!st) st = dt_lm_config_from_hf(text, path, cfg);
     free(text);
-    if (st) return st;
+    return st;
+}
+
+/* p's weights from dir's model.safetensors or its shards. */
+static dt_status read_folder(const char *dir, dt_program *p) {
     shards s = { .dir = dir };
-    dt_program *p = NULL;
-    if (!(st = read_index(&s)) && !(st = dt_program_create(&cfg, &p))) st = read_weights(&s, p);
+    dt_status st = read_index(&s);
+    if (!st) st = read_weights(&s, p);
     shards_close(&s);
+    return st;
+}
+
+dt_status dt_program_load_hf(const char *dir, dt_program **out) {
+    *out = NULL;
+    dt_lm_config cfg;
+    dt_program *p = NULL;
+    dt_status st = read_config(dir, &cfg);
+    if (!st && !(st = dt_program_create(&cfg, &p))) st = read_folder(dir, p);
     if (st) {
         dt_program_destroy(p);
         return st;
     }
     *out = p;
     return DT_OK;
+}
+
+dt_status dt_gpt2_load_hf(const char *dir, dt_gpt2 **out) {
+    *out = NULL;
+    dt_lm_config cfg;
+    dt_gpt2 *m = NULL;
+    dt_status st = read_config(dir, &cfg);
+    if (!st && !(st = dt_gpt2_create(&cfg, &m))) st = read_folder(dir, dt_gpt2_program(m));
+    if (st) {
+        dt_gpt2_destroy(m);
+        return st;
+    }
+    *out = m;
+    return DT_OK;
+}
+
+int dt_hf_folder_is_program(const char *dir) {
+    char path[4096], *text = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (dt_file_read_text(path, 1 << 20, &text, NULL)) return 0;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    int yes = cJSON_IsString(t) && (!strcmp(t->valuestring, "llama") || !strcmp(t->valuestring, "qwen2"));
+    cJSON_Delete(j);
+    return yes;
 }

@@ -344,6 +344,7 @@ dt_status dt_model_load(const char *path, int heads, dt_gpt2 **out) {
         char inner[4200];
         dt_status st = dt_hf_folder_check(path);
         if (st) { *out = NULL; return st; }
+        if (dt_hf_folder_is_program(path)) return dt_gpt2_load_hf(path, out); /* Llama, Qwen 2 */
         snprintf(inner, sizeof inner, "%s/model.safetensors", path);
         if (access(inner, R_OK) == 0) return dt_safetensors_load(inner, heads, out);
         *out = NULL;

@@ -270,6 +270,19 @@ static dt_status shape_ops(dt_program *p) {
         if (o->kind == OP_ATTENTION) p->vkeep[o->out] = true;
         if (o->kind != OP_ADD && !(o->kind == OP_ATTENTION && repack)) p->vkeep[o->in] = true;
     }
+    /* an add's inputs whose gradients nothing later in forward (earlier in backward) reads: the add writes them first */
+    p->vcopy = calloc((size_t)f->nvalues, sizeof *p->vcopy);
+    if (!p->vcopy) return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    for (int k = 0; k < f->nops; k++) {
+        const dt_op_spec *o = &f->ops[k];
+        if (o->kind != OP_ADD) continue;
+        for (int side = 0; side < 2; side++) {
+            int v = side ? o->in2 : o->in;
+            bool later = false;
+            for (int j = k + 1; j < f->nops; j++) later = later || f->ops[j].in == v || f->ops[j].in2 == v;
+            p->vcopy[v] = !later && v != V_OUT && o->in != o->in2;
+        }
+    }
     /* the residual stream's rows: the stream itself, what a norm or an add writes, a row-parallel Linear's output */
     p->vsplit[V_IN] = p->vsplit[V_OUT] = true;
     for (int k = 0; k < f->nops; k++) {
@@ -496,6 +509,7 @@ void dt_program_destroy(dt_program *p) {
     free(p->vw);
     free(p->vsplit);
     free(p->vkeep);
+    free(p->vcopy);
     free(p->inv_freq);
     free(p->kv_keep);
     free(p->kv_sum);

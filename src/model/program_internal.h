@@ -133,6 +133,8 @@ struct dt_program {
     op_shape *ops;
     int *vw;                   /* each value's width */
     bool *vsplit;              /* each value's rows: the residual stream's (split under sequence parallelism) or all */
+    bool *vcopy;               /* each value's gradient is first written (in backward's order) by an add, which copies it:
+                                * no zeroing first, no pass adding to zeros (the residual stream's and a branch's) */
     float *inv_freq;           /* rotary: head_dim / 2 frequencies */
     program_slot *slots, *s;   /* the slots, and the current one */
     float *kv_keep, *kv_sum;   /* K/V heads kept by several ranks: their gradients set aside, and summed (program_run.c) */

@@ -571,7 +571,22 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
     }
     case OP_GELU: dt_gelu_backward(din, in, dout, (size_t)BT * o->width_in); break;
     case OP_SWIGLU: dt_swiglu_backward(din, in, dout, BT, o->width_out); break;
-    case OP_ADD: dt_residual_backward(din, s->in2 == V_IN ? din_stream : x->dval[s->in2], dout, (size_t)R * o->width_out); break;
+    case OP_ADD: {
+        /* d(in) += dout, d(in2) += dout; copied where the add is the first to write one (p->vcopy: it was not zeroed) */
+        float *din2 = s->in2 == V_IN ? din_stream : x->dval[s->in2];
+        size_t n = (size_t)R * o->width_out;
+        if (p->vcopy[s->in] && p->vcopy[s->in2]) {
+            memcpy(din, dout, n * sizeof(float));
+            memcpy(din2, dout, n * sizeof(float));
+        } else {
+            float *sides[2] = { din, din2 };
+            for (int k2 = 0; k2 < 2; k2++) {
+                if (p->vcopy[k2 ? s->in2 : s->in]) memcpy(sides[k2], dout, n * sizeof(float));
+                else dt_residual_forward(sides[k2], sides[k2], dout, n);
+            }
+        }
+        break;
+    }
     }
 }
 
@@ -658,8 +673,9 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
         /* the block's activations again: recomputed from its kept input, or widened from 16 bits */
         for (int k = 0; p->recompute && k < p->f->nops; k++) op_forward(p, l, k);
         dt_program_pack_block(p, l, false);
-        for (int v = 2; v < nv; v++) memset(s->dval[v], 0, dt_program_rows(p, v) * p->vw[v] * sizeof(float));
-        memset(dnext, 0, RC * sizeof(float));
+        for (int v = 2; v < nv; v++)
+            if (!p->vcopy[v]) memset(s->dval[v], 0, dt_program_rows(p, v) * p->vw[v] * sizeof(float));
+        if (!p->vcopy[V_IN]) memset(dnext, 0, RC * sizeof(float));
         for (int k = p->f->nops - 1; k >= 0; k--) op_backward(p, l, k, dnext, dres);
         float *t = dres;
         dres = dnext, dnext = t;
