@@ -243,25 +243,30 @@ int main(void) {
         expect_error(e == 1 ? "encoder.json id 2^31-1" : "encoder.json id 1e18", dt_bpe_load(other, path, &bpe), "enc.json", "whole-number id");
     }
 
-    /* an HF folder of another architecture (a Llama saved by transformers) is named by its config.json, whether it
-     * holds model.safetensors or only shards, and a safetensors file beside such a config is named the same way */
-    const char *kinds[2] = { "llama", "llama-shards" };
+    /* HF folders: a Llama one whose config.json lacks a field is refused naming the file and the field, also when its
+     * model.safetensors is named alone; a folder of an architecture dtrain does not read (Mamba) is named by its
+     * config.json, whether it holds model.safetensors or only shards */
+    const char *kinds[2] = { "llama", "mamba-shards" };
     for (int e = 0; e < 2; e++) {
         char folder[300];
         snprintf(folder, sizeof folder, "%s/%s", dir, kinds[e]);
         snprintf(cmd, sizeof cmd, "mkdir -p %s", folder);
         if (system(cmd)) return 1;
         snprintf(path, sizeof path, "%s/config.json", folder);
-        const char *cj = "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 64}";
+        const char *cj = e ? "{\"architectures\": [\"MambaForCausalLM\"], \"model_type\": \"mamba\", \"hidden_size\": 64}"
+                           : "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 64}";
         write_bytes(path, cj, strlen(cj));
         snprintf(path, sizeof path, "%s/%s", folder, e ? "model-00001-of-00002.safetensors" : "model.safetensors");
         const char *hj = "{\"model.embed_tokens.weight\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
         unsigned char st[160] = { (unsigned char)strlen(hj) };
         memcpy(st + 8, hj, strlen(hj));
         write_bytes(path, st, 8 + strlen(hj) + 4);
-        expect_error(e ? "a sharded Llama HF folder" : "a Llama HF folder", dt_model_load(folder, 0, &loaded), "config.json",
-                     "LlamaForCausalLM (model_type llama)");
-        if (!e) expect_error("its model.safetensors alone", dt_model_load(path, 0, &loaded), "config.json", "LlamaForCausalLM");
+        if (e) {
+            expect_error("a sharded Mamba HF folder", dt_model_load(folder, 0, &loaded), "config.json", "MambaForCausalLM (model_type mamba)");
+        } else {
+            expect_error("a Llama HF folder without vocab_size", dt_model_load(folder, 0, &loaded), "config.json", "\"vocab_size\" is missing");
+            expect_error("its model.safetensors alone", dt_model_load(path, 0, &loaded), "config.json", "\"vocab_size\" is missing");
+        }
     }
 
     /* configs whose parts are not objects (strcmp on NULL before) */

@@ -351,7 +351,16 @@ dt_status dt_model_load(const char *path, int heads, dt_gpt2 **out) {
         return dt_error(DT_ERR_ARG, "%s is a directory without a model.safetensors: a model is a weights file (.bin, .safetensors), "
                         "an HF folder holding model.safetensors, or a dtrain checkpoint directory", path);
     }
-    if (dt_model_file_is_safetensors(path)) return dt_safetensors_load(path, heads, out);
+    if (dt_model_file_is_safetensors(path)) {
+        /* a Llama's or Qwen 2's model.safetensors: its folder's config.json says the shape */
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(dir, sizeof dir, ".");
+        if (dt_hf_folder_is_program(dir)) return dt_gpt2_load_hf(dir, out);
+        return dt_safetensors_load(path, heads, out);
+    }
     return dt_llmc_load(path, out);
 }
 

@@ -61,7 +61,7 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     if (r->wgt > 0) fprintf(f, ",\"weight_grad_ms\":%.3f", r->wgt * 1e3);
     double gflops = r->flops_per_step / (ms / 1e3) / 1e9;
     fprintf(f, ",\"model_gflops\":%.2f", gflops);
-    if (r->peak_gflops > 0) fprintf(f, ",\"mfu\":%.4f", gflops / r->peak_gflops);
+    if (r->peak_gflops > 0) fprintf(f, ",\"mfu\":%.8f", gflops / r->peak_gflops); /* 8 decimals: a small MFU keeps its precision */
     /* this rank's I/O so far (each rank's totals are in run.json) */
     uint64_t b[2];
     double t[2];
