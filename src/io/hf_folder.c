@@ -1,6 +1,7 @@
 /* A Hugging Face model folder, as save_pretrained writes one: config.json
- * (GPT2Config's fields) and model.safetensors, so that
- * GPT2LMHeadModel.from_pretrained(folder) loads it with no config written
+ * (GPT2Config's fields, or LlamaConfig's / Qwen2Config's) and
+ * model.safetensors, so that GPT2LMHeadModel.from_pretrained(folder) (or
+ * LlamaForCausalLM's, Qwen2ForCausalLM's) loads it with no config written
  * by hand. dtrain's GPT-2 is HF's with tied embeddings, GELU's tanh form,
  * LayerNorm eps 1e-5 and no dropout. A folder of another architecture is
  * named by its config.json when it is refused. */
@@ -12,6 +13,44 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+/* LlamaConfig's (Qwen2Config's) fields: what transformers needs to build the same model. */
+static cJSON *llama_config(const dt_gpt2_config *given) {
+    dt_lm_config c = dt_lm_config_resolve(given);
+    bool qwen = c.family == dt_family_find("qwen2");
+    cJSON *j = cJSON_CreateObject();
+    const char *arch[1] = { qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM" };
+    cJSON_AddItemToObject(j, "architectures", cJSON_CreateStringArray(arch, 1));
+    cJSON_AddStringToObject(j, "model_type", qwen ? "qwen2" : "llama");
+    cJSON_AddNumberToObject(j, "vocab_size", c.vocab_size);
+    cJSON_AddNumberToObject(j, "hidden_size", c.channels);
+    cJSON_AddNumberToObject(j, "intermediate_size", c.ffn);
+    cJSON_AddNumberToObject(j, "num_hidden_layers", c.num_layers);
+    cJSON_AddNumberToObject(j, "num_attention_heads", c.num_heads);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", c.kv_heads);
+    cJSON_AddNumberToObject(j, "head_dim", c.head_dim);
+    cJSON_AddNumberToObject(j, "max_position_embeddings", c.max_seq_len);
+    cJSON_AddNumberToObject(j, "rms_norm_eps", c.norm_eps);
+    cJSON_AddNumberToObject(j, "rope_theta", c.rope_theta);
+    if (c.rope_factor > 0) {
+        cJSON *r = cJSON_AddObjectToObject(j, "rope_scaling");
+        cJSON_AddStringToObject(r, "rope_type", "llama3");
+        cJSON_AddNumberToObject(r, "factor", c.rope_factor);
+        cJSON_AddNumberToObject(r, "low_freq_factor", c.rope_low_freq_factor);
+        cJSON_AddNumberToObject(r, "high_freq_factor", c.rope_high_freq_factor);
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings", c.rope_original_max);
+    }
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", !c.untied);
+    cJSON_AddStringToObject(j, "hidden_act", "silu");
+    if (!qwen) {
+        cJSON_AddBoolToObject(j, "attention_bias", 0);
+        cJSON_AddBoolToObject(j, "mlp_bias", 0);
+    }
+    cJSON_AddNullToObject(j, "bos_token_id");
+    cJSON_AddNullToObject(j, "eos_token_id");
+    cJSON_AddStringToObject(j, "torch_dtype", "float32");
+    return j;
+}
 
 static cJSON *gpt2_config(const dt_gpt2_config *c) {
     cJSON *j = cJSON_CreateObject();
@@ -50,7 +89,8 @@ dt_status dt_hf_folder_save(const char *dir, dt_gpt2 *m) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     dt_status st = dt_safetensors_save(path, m, DT_F32);
     if (st) return st;
-    cJSON *j = gpt2_config(dt_gpt2_get_config(m));
+    const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    cJSON *j = c->family && c->family != dt_family_find("gpt2") ? llama_config(c) : gpt2_config(c);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return dt_error(DT_ERR_NOMEM, "%s: out of memory", dir);

@@ -257,14 +257,68 @@ dt_status dt_safetensors_load(const char *path, int heads, dt_gpt2 **out) {
     return DT_OK;
 }
 
+/* Element j (row-major, as stored) of a 2-D tensor in dtype, at out. */
+static void put(unsigned char *out, float v, dt_dtype dtype) {
+    if (dtype == DT_F32) memcpy(out, &v, 4);
+    else {
+        uint16_t h = dtype == DT_BF16 ? dt_f32_to_bf16(v) : dt_f32_to_f16(v);
+        memcpy(out, &h, 2);
+    }
+}
+
+/* Another family (Llama, Qwen 2): every tensor of the table under its Hugging Face name, in the table's order, a
+ * vocabulary tensor's real rows only (HF's have no padding). */
+static dt_status save_by_table(const char *path, dt_gpt2 *m, dt_dtype dtype) {
+    const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    dt_model v;
+    dt_gpt2_model(m, &v);
+    size_t es = dt_dtype_size(dtype), total = 0;
+    const char *dn = dtype == DT_F32 ? "F32" : dtype == DT_BF16 ? "BF16" : "F16";
+    cJSON *hdr = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(hdr, "__metadata__");
+    cJSON_AddStringToObject(md, "format", "pt");
+    for (int i = 0; i < v.ntensors; i++) {
+        const dt_tensor_info *t = &v.tensors[i];
+        int shape[2] = { t->split == DT_SPLIT_VOCAB ? c->vocab_size : t->shape[0], t->shape[1] };
+        size_t n = (size_t)shape[0] * (size_t)(t->ndim == 2 ? shape[1] : 1);
+        cJSON *x = cJSON_AddObjectToObject(hdr, t->hf);
+        cJSON_AddStringToObject(x, "dtype", dn);
+        cJSON_AddItemToObject(x, "shape", cJSON_CreateIntArray(shape, t->ndim));
+        double offs[2] = { (double)total, (double)(total + n * es) };
+        cJSON_AddItemToObject(x, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
+        total += n * es;
+    }
+    char *json = cJSON_PrintUnformatted(hdr);
+    cJSON_Delete(hdr);
+    size_t jl = json ? strlen(json) : 0, padded = (jl + 7) & ~(size_t)7; /* data starts 8-byte aligned */
+    char *head = malloc(8 + padded);
+    unsigned char *data = malloc(total ? total : 1);
+    if (!head || !data || !json) { free(head); free(data); free(json); return dt_error(DT_ERR_NOMEM, "%s: out of memory", path); }
+    uint64_t hl = padded;
+    memcpy(head, &hl, 8);
+    memcpy(head + 8, json, jl);
+    memset(head + 8 + jl, ' ', padded - jl);
+    free(json);
+    const float *p = v.params(v.self);
+    size_t pos = 0;
+    for (int i = 0; i < v.ntensors; i++) {
+        const dt_tensor_info *t = &v.tensors[i];
+        size_t n = t->split == DT_SPLIT_VOCAB ? (size_t)c->vocab_size * (size_t)t->shape[1] : t->count;
+        for (size_t j = 0; j < n; j++, pos += es) put(data + pos, p[t->offset + j], dtype);
+    }
+    const void *parts[2] = { head, data };
+    size_t sizes[2] = { 8 + padded, total };
+    dt_status st = dt_file_write_atomic(path, parts, sizes, 2);
+    free(head);
+    free(data);
+    return st;
+}
+
 dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     if (dt_gpt2_check_whole(m, path)) return DT_ERR_ARG;
     if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
         return dt_error(DT_ERR_ARG, "%s: safetensors can be written as f32, bf16 or f16, not %s", path, dt_dtype_name(dtype));
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
-    if (c->family && c->family != dt_family_find("gpt2"))
-        return dt_error(DT_ERR_UNSUPPORTED, "%s: exporting a %s model to safetensors is not built yet (its checkpoint directory keeps it)", path,
-                        dt_family_name(c->family));
+    if (c->family && c->family != dt_family_find("gpt2")) return save_by_table(path, m, dtype);
     size_t es = dt_dtype_size(dtype), total = 0;
     const char *dn = dtype == DT_F32 ? "F32" : dtype == DT_BF16 ? "BF16" : "F16";
     cJSON *hdr = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(hdr, "__metadata__");
