@@ -65,12 +65,15 @@ static int run_dtrain(dt_gpt2 *m, const dt_bench_train_opts *o, int round, doubl
     return 0;
 }
 
-static int run_torch(const dt_bench_train_opts *o, const char *weights, int round, double *ms_out) {
+/* weights: an llm.c file (GPT-2: bench/torch_gpt2.py, Debian's torch), or, llama, an HF folder (bench/torch_llama.py:
+ * transformers' LlamaForCausalLM, from the baselines' environment) */
+static int run_torch(const dt_bench_train_opts *o, const char *weights, bool llama, int round, double *ms_out) {
     char cmd[PATH_MAX * 2 + 256];
-    if (dt_bench_python_cmd(cmd, sizeof cmd, "torch_gpt2.py", o->threads)) return 1;
+    if (llama ? dt_bench_venv_cmd(cmd, sizeof cmd, "torch_llama.py", o->threads) : dt_bench_python_cmd(cmd, sizeof cmd, "torch_gpt2.py", o->threads))
+        return 1;
     size_t len = strlen(cmd);
-    snprintf(cmd + len, sizeof cmd - len, "--weights %s --batch %d --seq %d --steps %d --warmup %d --threads %d%s", weights,
-             o->batch, o->seq, o->steps, o->warmup, o->threads,
+    snprintf(cmd + len, sizeof cmd - len, "%s %s --batch %d --seq %d --steps %d --warmup %d --threads %d%s", llama ? "--folder" : "--weights",
+             weights, o->batch, o->seq, o->steps, o->warmup, o->threads,
              o->precision == DT_BF16 ? " --autocast bf16" : o->precision == DT_F16 ? " --autocast fp16" : "");
     FILE *p = popen(cmd, "r");
     if (!p) return 1;
@@ -109,17 +112,23 @@ int dt_bench_train(const dt_bench_train_opts *o) {
     if (dt_gpt2_preset(o->model, &cfg) || dt_gpt2_create(&cfg, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     dt_gpt2_init_random(m, 1337);
     char weights[] = "/tmp/dtrain-bench-weights-XXXXXX";
+    bool llama = cfg.family && cfg.family != dt_family_find("gpt2"); /* its baseline reads an HF folder */
     if (o->baseline) {
-        int fd = mkstemp(weights);
-        if (fd < 0 || dt_llmc_save(weights, m)) { dt_log(DT_LOG_ERROR, "bench train: cannot write the shared weights"); return 1; }
-        close(fd);
+        if (llama ? !mkdtemp(weights) || dt_hf_folder_save(weights, m) : 0) {
+            dt_log(DT_LOG_ERROR, "bench train: cannot write the shared weights: %s", dt_last_error());
+            return 1;
+        }
+        int fd = llama ? 0 : mkstemp(weights);
+        if (fd < 0 || (!llama && dt_llmc_save(weights, m))) { dt_log(DT_LOG_ERROR, "bench train: cannot write the shared weights"); return 1; }
+        if (!llama) close(fd);
     }
     double gemm = dt_peak_measure(o->threads);
     dt_kernels_set_threads(o->threads);
     double flops = dt_gpt2_flops_per_token(&cfg, o->seq) * o->batch * o->seq;
     if (!o->json)
-        printf("# dtrain bench train: GPT-2 %s, batch %d x seq %d, AdamW, %d thread(s) (BLAS and OpenMP together); "
-               "sgemm rate %.1f GFLOP/s; %.1f GFLOP per step\n", o->model, o->batch, o->seq, o->threads, gemm, flops / 1e9);
+        printf("# dtrain bench train: %s %s, batch %d x seq %d, AdamW, %d thread(s) (BLAS and OpenMP together); "
+               "sgemm rate %.1f GFLOP/s; %.1f GFLOP per step\n", llama ? "" : "GPT-2", o->model, o->batch, o->seq, o->threads, gemm,
+               flops / 1e9);
     int rounds = o->rounds < 1 ? 1 : o->rounds > 16 ? 16 : o->rounds, rc = 0;
     double dms[16], lms[16], tms[16], loss = 0;
     /* the same weights every round, and for mixed precision's second model, timed after the fp32 one */
@@ -143,11 +152,18 @@ int dt_bench_train(const dt_bench_train_opts *o) {
             memcpy(dt_gpt2_params(lp), init, np * sizeof(float));
             rc = run_dtrain(lp, o, r, &lms[r], &loss);
         }
-        if (!rc && o->baseline) rc = run_torch(o, weights, r, &tms[r]);
+        if (!rc && o->baseline) rc = run_torch(o, weights, llama, r, &tms[r]);
     }
     free(init);
     dt_gpt2_destroy(lp);
-    if (o->baseline) unlink(weights);
+    if (o->baseline && llama) {
+        char f[PATH_MAX];
+        snprintf(f, sizeof f, "%s/config.json", weights), unlink(f);
+        snprintf(f, sizeof f, "%s/model.safetensors", weights), unlink(f);
+        rmdir(weights);
+    } else if (o->baseline) {
+        unlink(weights);
+    }
     if (rc) { dt_gpt2_destroy(m); return rc; }
     /* The ceiling is the better of two measurements, before and after: a
      * disturbed sgemm sample must not flatter the fraction. */
