@@ -45,15 +45,18 @@ static float *stream_in(const dt_program *p, int l) {
 
 /* Each held block's values and statistics, and a split backward's Linear output gradients. Recomputing: each
  * block's output alone, the rest one block's, shared; keeping blocks in 16 bits (mixed precision): one block's f32
- * values to work in, the outputs alternating between two (each block keeps its input in 16 bits). */
+ * values to work in, the outputs alternating between two (each block keeps its input in 16 bits); a value no
+ * backward reads is one block's in any case. */
 static void lay_blocks(dt_program *p, program_slot *s, arena *m, size_t BT, size_t R, size_t att) {
     int nv = p->f->nvalues, no = p->f->nops;
     bool packs = dt_program_packs(p);
     for (int b = 0; b < p->nl; b++) {
         bool shared = (p->recompute || packs) && b > 0, stats_shared = p->recompute && b > 0;
         for (int v = 1; v < nv; v++) {
-            bool reuse = v == V_OUT ? packs && b > 1 : shared;
-            bool kept = v == V_OUT ? !packs || b < 2 : !p->recompute && !packs;
+            /* a value no backward reads (a row-parallel Linear's output, which the add consumes): one block's, shared */
+            bool transient = v != V_OUT && !p->vkeep[v];
+            bool reuse = v == V_OUT ? packs && b > 1 : shared || (transient && b > 0);
+            bool kept = v == V_OUT ? !packs || b < 2 : !p->recompute && !packs && !transient;
             float *x = reuse ? NULL : carve(m, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v], kept);
             if (m->base) s->val[b * nv + v] = x ? x : s->val[(v == V_OUT ? b % 2 : 0) * nv + v];
         }
