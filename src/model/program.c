@@ -252,6 +252,39 @@ static dt_status layout(dt_program *p) {
     return DT_OK;
 }
 
+/* The gradients of a block's values share buffers where their lives do not meet. In backward (ops in reverse) d(v)
+ * lives from the backward of v's last reader (born) down to that of its producer (dies); values are given, in the
+ * order they are born, the first buffer whose last value died before, sized to the widest. */
+static dt_status share_grads(dt_program *p) {
+    const dt_family *f = p->f;
+    int nv = f->nvalues, *dies = calloc((size_t)nv, sizeof *dies), *free_at = calloc((size_t)nv, sizeof *free_at);
+    p->vborn = calloc((size_t)nv, sizeof *p->vborn);
+    p->vbuf = calloc((size_t)nv, sizeof *p->vbuf);
+    if (!dies || !free_at || !p->vborn || !p->vbuf) {
+        free(dies), free(free_at);
+        return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    }
+    for (int v = 0; v < nv; v++) p->vborn[v] = -1, p->vbuf[v] = -1;
+    for (int k = 0; k < f->nops; k++) {
+        dies[f->ops[k].out] = k;
+        p->vborn[f->ops[k].in] = k;
+        if (f->ops[k].in2 >= 0) p->vborn[f->ops[k].in2] = k;
+    }
+    p->nvbuf = 0;
+    for (int k = f->nops - 1; k >= 0; k--) /* backward's order: a value is born at its last reader's op */
+        for (int v = 2; v < nv; v++) {
+            if (p->vborn[v] != k || p->vbuf[v] >= 0) continue;
+            int b = 0;
+            while (b < p->nvbuf && !(free_at[b] > k)) b++; /* free_at: where its last value died (a higher op) */
+            if (b == p->nvbuf) p->nvbuf++;
+            p->vbuf[v] = b;
+            free_at[b] = dies[v];
+        }
+    free(dies);
+    free(free_at);
+    return DT_OK;
+}
+
 /* A Linear's parts must sit side by side in the store: one matmul runs them all. */
 static dt_status shape_ops(dt_program *p) {
     const dt_family *f = p->f;
@@ -283,6 +316,8 @@ static dt_status shape_ops(dt_program *p) {
             p->vcopy[v] = !later && v != V_OUT && o->in != o->in2;
         }
     }
+    dt_status st = share_grads(p);
+    if (st) return st;
     /* the residual stream's rows: the stream itself, what a norm or an add writes, a row-parallel Linear's output */
     p->vsplit[V_IN] = p->vsplit[V_OUT] = true;
     for (int k = 0; k < f->nops; k++) {
@@ -510,6 +545,8 @@ void dt_program_destroy(dt_program *p) {
     free(p->vsplit);
     free(p->vkeep);
     free(p->vcopy);
+    free(p->vborn);
+    free(p->vbuf);
     free(p->inv_freq);
     free(p->kv_keep);
     free(p->kv_sum);

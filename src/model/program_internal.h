@@ -135,6 +135,9 @@ struct dt_program {
     bool *vsplit;              /* each value's rows: the residual stream's (split under sequence parallelism) or all */
     bool *vcopy;               /* each value's gradient is first written (in backward's order) by an add, which copies it:
                                 * no zeroing first, no pass adding to zeros (the residual stream's and a branch's) */
+    int *vborn, *vbuf;         /* a block value's gradient: the op whose backward writes it first (zeroed just before,
+                                * unless copied), and the buffer it shares with values whose gradients live apart */
+    int nvbuf;
     float *inv_freq;           /* rotary: head_dim / 2 frequencies */
     program_slot *slots, *s;   /* the slots, and the current one */
     float *kv_keep, *kv_sum;   /* K/V heads kept by several ranks: their gradients set aside, and summed (program_run.c) */

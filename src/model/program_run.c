@@ -83,9 +83,14 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
     bool head = p->ub == L + 2, packs = dt_program_packs(p);
     for (int r = 0; r < p->nr; r++) s->range_in[r] = carve(m, R * C, true);
     lay_blocks(p, s, m, BT, R, att);
-    for (int v = 0; v < nv; v++) {
-        float *d = v >= 2 ? carve(m, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v], false) : NULL;
-        if (m->base) s->dval[v] = d;
+    /* the gradients of a block's values: shared buffers (share_grads), each as wide as its widest value */
+    for (int b = 0; b < p->nvbuf; b++) {
+        size_t n = 0;
+        for (int v = 2; v < nv; v++)
+            if (p->vbuf[v] == b && (p->vsplit[v] ? R : BT) * (size_t)p->vw[v] > n) n = (p->vsplit[v] ? R : BT) * (size_t)p->vw[v];
+        float *d = carve(m, n, false);
+        for (int v = 2; m->base && v < nv; v++)
+            if (p->vbuf[v] == b) s->dval[v] = d;
     }
     s->dstream[0] = carve(m, R * C, false);
     s->dstream[1] = carve(m, R * C, false);
@@ -676,10 +681,13 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
         /* the block's activations again: recomputed from its kept input, or widened from 16 bits */
         for (int k = 0; p->recompute && k < p->f->nops; k++) op_forward(p, l, k);
         dt_program_pack_block(p, l, false);
-        for (int v = 2; v < nv; v++)
-            if (!p->vcopy[v]) memset(s->dval[v], 0, dt_program_rows(p, v) * p->vw[v] * sizeof(float));
         if (!p->vcopy[V_IN]) memset(dnext, 0, RC * sizeof(float));
-        for (int k = p->f->nops - 1; k >= 0; k--) op_backward(p, l, k, dnext, dres);
+        for (int k = p->f->nops - 1; k >= 0; k--) {
+            /* the gradients born here start at zero (their buffers may hold an earlier value's), unless copied */
+            for (int v = 2; v < nv; v++)
+                if (p->vborn[v] == k && !p->vcopy[v]) memset(s->dval[v], 0, dt_program_rows(p, v) * p->vw[v] * sizeof(float));
+            op_backward(p, l, k, dnext, dres);
+        }
         float *t = dres;
         dres = dnext, dnext = t;
         unit_end();
