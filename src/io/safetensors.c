@@ -257,7 +257,7 @@ dt_status dt_safetensors_load(const char *path, int heads, dt_gpt2 **out) {
     return DT_OK;
 }
 
-/* Element j (row-major, as stored) of a 2-D tensor in dtype, at out. */
+/* One value in dtype at out. */
 static void put(unsigned char *out, float v, dt_dtype dtype) {
     if (dtype == DT_F32) memcpy(out, &v, 4);
     else {
@@ -266,51 +266,75 @@ static void put(unsigned char *out, float v, dt_dtype dtype) {
     }
 }
 
+/* A header being written: its JSON, the dtype's name and size, and the data bytes its entries take so far. */
+typedef struct {
+    cJSON *hdr;
+    const char *dn;
+    size_t es, total;
+} st_writer;
+
+static st_writer st_begin(dt_dtype dtype) {
+    st_writer w = { cJSON_CreateObject(), dtype == DT_F32 ? "F32" : dtype == DT_BF16 ? "BF16" : "F16", dt_dtype_size(dtype), 0 };
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(w.hdr, "__metadata__"), "format", "pt");
+    return w;
+}
+
+/* A tensor's entry: its shape and the next n values of the data. */
+static void st_entry(st_writer *w, const char *name, const int *shape, int ndim, size_t n) {
+    cJSON *t = cJSON_AddObjectToObject(w->hdr, name);
+    cJSON_AddStringToObject(t, "dtype", w->dn);
+    cJSON_AddItemToObject(t, "shape", cJSON_CreateIntArray(shape, ndim));
+    double offs[2] = { (double)w->total, (double)(w->total + n * w->es) };
+    cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
+    w->total += n * w->es;
+}
+
+/* The header (padded so that the data starts 8-byte aligned) and data (w->total bytes) written to path atomically;
+ * the header and data freed. */
+static dt_status st_finish(st_writer *w, const char *path, unsigned char *data) {
+    char *json = cJSON_PrintUnformatted(w->hdr);
+    cJSON_Delete(w->hdr);
+    size_t jl = json ? strlen(json) : 0, padded = (jl + 7) & ~(size_t)7;
+    char *head = malloc(8 + padded);
+    dt_status st;
+    if (!head || !data || !json) {
+        st = dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
+    } else {
+        uint64_t hl = padded;
+        memcpy(head, &hl, 8);
+        memcpy(head + 8, json, jl);
+        memset(head + 8 + jl, ' ', padded - jl);
+        const void *parts[2] = { head, data };
+        size_t sizes[2] = { 8 + padded, w->total };
+        st = dt_file_write_atomic(path, parts, sizes, 2);
+    }
+    free(json);
+    free(head);
+    free(data);
+    return st;
+}
+
 /* Another family (Llama, Qwen 2): every tensor of the table under its Hugging Face name, in the table's order, a
  * vocabulary tensor's real rows only (HF's have no padding). */
 static dt_status save_by_table(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
     dt_model v;
     dt_gpt2_model(m, &v);
-    size_t es = dt_dtype_size(dtype), total = 0;
-    const char *dn = dtype == DT_F32 ? "F32" : dtype == DT_BF16 ? "BF16" : "F16";
-    cJSON *hdr = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(hdr, "__metadata__");
-    cJSON_AddStringToObject(md, "format", "pt");
+    st_writer w = st_begin(dtype);
     for (int i = 0; i < v.ntensors; i++) {
         const dt_tensor_info *t = &v.tensors[i];
         int shape[2] = { t->split == DT_SPLIT_VOCAB ? c->vocab_size : t->shape[0], t->shape[1] };
-        size_t n = (size_t)shape[0] * (size_t)(t->ndim == 2 ? shape[1] : 1);
-        cJSON *x = cJSON_AddObjectToObject(hdr, t->hf);
-        cJSON_AddStringToObject(x, "dtype", dn);
-        cJSON_AddItemToObject(x, "shape", cJSON_CreateIntArray(shape, t->ndim));
-        double offs[2] = { (double)total, (double)(total + n * es) };
-        cJSON_AddItemToObject(x, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
-        total += n * es;
+        st_entry(&w, t->hf, shape, t->ndim, (size_t)shape[0] * (size_t)(t->ndim == 2 ? shape[1] : 1));
     }
-    char *json = cJSON_PrintUnformatted(hdr);
-    cJSON_Delete(hdr);
-    size_t jl = json ? strlen(json) : 0, padded = (jl + 7) & ~(size_t)7; /* data starts 8-byte aligned */
-    char *head = malloc(8 + padded);
-    unsigned char *data = malloc(total ? total : 1);
-    if (!head || !data || !json) { free(head); free(data); free(json); return dt_error(DT_ERR_NOMEM, "%s: out of memory", path); }
-    uint64_t hl = padded;
-    memcpy(head, &hl, 8);
-    memcpy(head + 8, json, jl);
-    memset(head + 8 + jl, ' ', padded - jl);
-    free(json);
+    unsigned char *data = malloc(w.total ? w.total : 1);
     const float *p = v.params(v.self);
     size_t pos = 0;
-    for (int i = 0; i < v.ntensors; i++) {
+    for (int i = 0; data && i < v.ntensors; i++) {
         const dt_tensor_info *t = &v.tensors[i];
         size_t n = t->split == DT_SPLIT_VOCAB ? (size_t)c->vocab_size * (size_t)t->shape[1] : t->count;
-        for (size_t j = 0; j < n; j++, pos += es) put(data + pos, p[t->offset + j], dtype);
+        for (size_t j = 0; j < n; j++, pos += w.es) put(data + pos, p[t->offset + j], dtype);
     }
-    const void *parts[2] = { head, data };
-    size_t sizes[2] = { 8 + padded, total };
-    dt_status st = dt_file_write_atomic(path, parts, sizes, 2);
-    free(head);
-    free(data);
-    return st;
+    return st_finish(&w, path, data);
 }
 
 dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
@@ -319,66 +343,33 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
         return dt_error(DT_ERR_ARG, "%s: safetensors can be written as f32, bf16 or f16, not %s", path, dt_dtype_name(dtype));
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
     if (c->family && c->family != dt_family_find("gpt2")) return save_by_table(path, m, dtype);
-    size_t es = dt_dtype_size(dtype), total = 0;
-    const char *dn = dtype == DT_F32 ? "F32" : dtype == DT_BF16 ? "BF16" : "F16";
-    cJSON *hdr = cJSON_CreateObject(), *md = cJSON_AddObjectToObject(hdr, "__metadata__");
+    st_writer w = st_begin(dtype);
     char nh[32];
     snprintf(nh, sizeof nh, "%d", c->num_heads);
-    cJSON_AddStringToObject(md, "format", "pt");
-    cJSON_AddStringToObject(md, "n_head", nh);
+    cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(w.hdr, "__metadata__"), "n_head", nh);
     int dims[DT_GPT2_NTENSORS][2];
     tensor_dims(m, dims);
     /* first pass: names, shapes, offsets */
     for (int i = 0; i < DT_GPT2_NTENSORS; i++)
         for (int l = 0; l < dt_gpt2_llmc_layers(m, i); l++) {
-            const char *name = dt_gpt2_llmc_tensor(m, i, l)->hf;
             int d0 = dims[i][0], d1 = dims[i][1];
-            size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
-            cJSON *t = cJSON_AddObjectToObject(hdr, name);
-            cJSON_AddStringToObject(t, "dtype", dn);
             int shape[2] = { hf_transposed[i] ? d1 : d0, hf_transposed[i] ? d0 : d1 };
-            cJSON_AddItemToObject(t, "shape", cJSON_CreateIntArray(shape, d1 ? 2 : 1));
-            double offs[2] = { (double)total, (double)(total + n * es) };
-            cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
-            total += n * es;
+            st_entry(&w, dt_gpt2_llmc_tensor(m, i, l)->hf, shape, d1 ? 2 : 1, (size_t)d0 * (size_t)(d1 ? d1 : 1));
         }
-    char *json = cJSON_PrintUnformatted(hdr);
-    cJSON_Delete(hdr);
-    size_t jl = strlen(json), padded = (jl + 7) & ~(size_t)7; /* data starts 8-byte aligned */
-    char *head = malloc(8 + padded);
-    unsigned char *data = malloc(total ? total : 1);
-    if (!head || !data || !json) { free(head); free(data); free(json); return dt_error(DT_ERR_NOMEM, "%s: out of memory", path); }
-    uint64_t hl = padded;
-    memcpy(head, &hl, 8);
-    memcpy(head + 8, json, jl);
-    memset(head + 8 + jl, ' ', padded - jl);
-    free(json);
+    unsigned char *data = malloc(w.total ? w.total : 1);
     size_t pos = 0;
     const float *p = dt_gpt2_params(m);
-    for (int i = 0; i < DT_GPT2_NTENSORS; i++) {
+    for (int i = 0; data && i < DT_GPT2_NTENSORS; i++) {
         int tr = hf_transposed[i];
         for (int l = 0; l < dt_gpt2_llmc_layers(m, i); l++) {
             int d0 = dims[i][0], d1 = dims[i][1] ? dims[i][1] : 1;
             const float *src = p + dt_gpt2_llmc_tensor(m, i, l)->offset;
             for (int r = 0; r < (tr ? d1 : d0); r++)
-                for (int q = 0; q < (tr ? d0 : d1); q++) {
-                    /* element (r, q) of the stored shape */
-                    float v = tr ? src[(size_t)q * d1 + r] : src[(size_t)r * d1 + q];
-                    if (dtype == DT_F32) memcpy(data + pos, &v, 4);
-                    else {
-                        uint16_t h = dtype == DT_BF16 ? dt_f32_to_bf16(v) : dt_f32_to_f16(v);
-                        memcpy(data + pos, &h, 2);
-                    }
-                    pos += es;
-                }
+                for (int q = 0; q < (tr ? d0 : d1); q++, pos += w.es) /* element (r, q) of the stored shape */
+                    put(data + pos, tr ? src[(size_t)q * d1 + r] : src[(size_t)r * d1 + q], dtype);
         }
     }
-    const void *parts[2] = { head, data };
-    size_t sizes[2] = { 8 + padded, total };
-    dt_status st = dt_file_write_atomic(path, parts, sizes, 2);
-    free(head);
-    free(data);
-    return st;
+    return st_finish(&w, path, data);
 }
 
 int dt_model_file_is_safetensors(const char *path) {

@@ -36,9 +36,14 @@ dt_status dt_gpt2_config_check(const dt_gpt2_config *c, const char *where) {
 /* ---- sizes: the model program's own count of a part's parameters (the whole model's, or what tensor-parallel
  * rank 0 of tp holds of units [a, b)) ---- */
 
+/* Units [a, b) as tensor-parallel rank 0 of tp holds them, for counting sizes (no collective ever runs). */
+static dt_gpt2_part sizes_part(int a, int b, int tp) {
+    static const dt_tp_ops none = { 0 };
+    return (dt_gpt2_part){ .ua = a, .ub = b, .tp_size = tp > 1 ? tp : 1, .tp = tp > 1 ? &none : NULL };
+}
+
 static size_t part_params(const dt_gpt2_config *cfg, int a, int b, int tp, bool global) {
-    static const dt_tp_ops none = { 0 }; /* sizes only: no collective runs */
-    dt_gpt2_part part = { .ua = a, .ub = b, .tp_size = tp > 1 ? tp : 1, .tp = tp > 1 ? &none : NULL };
+    dt_gpt2_part part = sizes_part(a, b, tp);
     size_t local = 0, whole = 0;
     if (dt_program_shape_params(cfg, &part, &local, &whole)) return 0;
     return global ? whole : local;
@@ -67,18 +72,7 @@ void dt_gpt2_cp_rows(int32_t *x, int B, int T, int r, int n) {
         for (int i = 0; i < Tl; i++) x[(size_t)b * Tl + i] = x[(size_t)b * T + dt_gpt2_cp_position(r, n, Tl, i)];
 }
 
-size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head) {
-    /* a block's largest weight whole, twice; the head's weight rows a chunk
-     * at a time, three times (dt_matmul_*_lp16: widened rows, their
-     * gradient, a block of outputs): 1.5M floats a chunk, so the three stay
-     * in a 32 MiB L3 (d6's 4096 rows ran 8% faster here than 8192, whose
-     * 38 MiB did not fit), at least 1024 rows (narrower, sgemm slows) */
-    size_t C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size, rows = ((size_t)1536 << 10) / C;
-    if (rows < 1024) rows = 1024;
-    if (rows > Vp) rows = Vp;
-    if (!head) rows = 0;
-    return 3 * rows * C > 8 * C * C ? 3 * rows * C : 8 * C * C;
-}
+size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head) { return dt_gpt2_part_lp_work_bytes(c, 1, head) / sizeof(float); }
 
 dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg) { return (dt_gpt2_part){ .ua = 0, .ub = cfg->num_layers + 2, .tp_size = 1 }; }
 
@@ -222,12 +216,11 @@ size_t dt_gpt2_lp_params_bytes(const dt_gpt2 *m) { return dt_program_lp_params_b
 
 size_t dt_gpt2_chunks_activation_bytes(const dt_gpt2_config *cfg, int n, const int *a, const int *b, int tp, int sp, int B, int T,
                                        int recompute, int attention, dt_dtype precision, int split) {
-    dt_lm_config c = *cfg;
-    dt_gpt2_part part = { .ua = a[0], .ub = b[n - 1], .tp_size = tp > 1 ? tp : 1, .sp = sp, .nchunks = n > 1 ? n : 0 };
-    static const dt_tp_ops none = { 0 }; /* sizes only: no collective runs */
-    if (tp > 1) part.tp = &none;
+    dt_gpt2_part part = sizes_part(a[0], b[n - 1], tp);
+    part.sp = sp;
+    part.nchunks = n > 1 ? n : 0;
     for (int k = 0; k < n && n > 1; k++) part.chunk_a[k] = a[k], part.chunk_b[k] = b[k];
-    return dt_program_activation_bytes(&c, &part, B, T, recompute, (dt_attn_mode)attention, precision, split);
+    return dt_program_activation_bytes(cfg, &part, B, T, recompute, (dt_attn_mode)attention, precision, split);
 }
 
 size_t dt_gpt2_part_activation_bytes(const dt_gpt2_config *c, int tp, int sp, int B, int T, int recompute, int attention, dt_dtype precision) {
@@ -237,11 +230,8 @@ size_t dt_gpt2_part_activation_bytes(const dt_gpt2_config *c, int tp, int sp, in
 }
 
 size_t dt_gpt2_part_lp_work_bytes(const dt_gpt2_config *cfg, int tp, bool head) {
-    dt_lm_config c = *cfg;
-    static const dt_tp_ops none = { 0 }; /* sizes only: no collective runs */
-    dt_gpt2_part part = { .ua = head ? cfg->num_layers + 1 : 0, .ub = head ? cfg->num_layers + 2 : 1, .tp_size = tp > 1 ? tp : 1,
-                          .tp = tp > 1 ? &none : NULL };
-    return dt_program_lp_work_bytes(&c, &part);
+    dt_gpt2_part part = head ? sizes_part(cfg->num_layers + 1, cfg->num_layers + 2, tp) : sizes_part(0, 1, tp);
+    return dt_program_lp_work_bytes(cfg, &part);
 }
 
 size_t dt_gpt2_activation_bytes(const dt_gpt2_config *c, int B, int T, int recompute, int attention, dt_dtype precision) {

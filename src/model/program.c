@@ -297,11 +297,11 @@ static dt_status shape_ops(dt_program *p) {
      * (unless attention makes its own q|k|v of all heads, which is kept instead) */
     p->vkeep = calloc((size_t)f->nvalues, sizeof *p->vkeep);
     if (!p->vkeep) return dt_error(DT_ERR_NOMEM, "model: out of memory");
-    bool repack = f->rotary || p->cfg.kv_heads != p->cfg.num_heads;
+    p->repack = f->rotary || p->cfg.kv_heads != p->cfg.num_heads;
     for (int k = 0; k < f->nops; k++) {
         const dt_op_spec *o = &f->ops[k];
         if (o->kind == OP_ATTENTION) p->vkeep[o->out] = true;
-        if (o->kind != OP_ADD && !(o->kind == OP_ATTENTION && repack)) p->vkeep[o->in] = true;
+        if (o->kind != OP_ADD && !(o->kind == OP_ATTENTION && p->repack)) p->vkeep[o->in] = true;
     }
     /* an add's inputs whose gradients nothing later in forward (earlier in backward) reads: the add writes them first */
     p->vcopy = calloc((size_t)f->nvalues, sizeof *p->vcopy);

@@ -130,6 +130,7 @@ struct dt_program {
     uint8_t *lp_cast, *lp_current;
     int lp_told, lp_external;
     bool *vkeep;               /* the values a block's backward reads (kept in 16 bits between its forward and backward) */
+    bool repack;               /* attention makes its own q|k|v of all heads (rotary positions, or fewer K/V heads) */
     op_shape *ops;
     int *vw;                   /* each value's width */
     bool *vsplit;              /* each value's rows: the residual stream's (split under sequence parallelism) or all */

@@ -46,7 +46,7 @@ size_t dt_program_lp_block(const dt_program *p, size_t BT) {
     for (int v = 0; v < p->f->nvalues; v++)
         if (p->vkeep[v]) n += (p->vsplit[v] ? R : BT) * (size_t)p->vw[v];
     for (int k = 0; k < p->f->nops; k++) /* attention's q|k|v of all heads, where it makes one */
-        if (p->ops[k].s.kind == OP_ATTENTION && (p->f->rotary || p->cfg.kv_heads != p->cfg.num_heads)) n += BT * 3 * (size_t)p->Ql;
+        if (p->ops[k].s.kind == OP_ATTENTION && p->repack) n += BT * 3 * (size_t)p->Ql;
     return n;
 }
 

@@ -33,8 +33,6 @@ static float *carve(arena *a, size_t n, bool kept) {
     return x;
 }
 
-static bool repacks(const dt_program *p) { return p->f->rotary || p->cfg.kv_heads != p->cfg.num_heads; }
-
 /* The residual stream entering block l (l = L: the head), a held unit: the previous block's output where that
  * block is in the same range, else the range's input. */
 static float *stream_in(const dt_program *p, int l) {
@@ -68,7 +66,7 @@ static void lay_blocks(dt_program *p, program_slot *s, arena *m, size_t BT, size
             float *w = p->split_bwd && kind == OP_LINEAR ? carve(m, BT * (size_t)p->ops[k].width_out, false) : NULL;
             if (m->base) s->wgrad[b * no + k] = w;
         }
-        float *pk = repacks(p) && !shared ? carve(m, BT * 3 * (size_t)p->Ql, !p->recompute && !packs) : NULL;
+        float *pk = p->repack && !shared ? carve(m, BT * 3 * (size_t)p->Ql, !p->recompute && !packs) : NULL;
         if (m->base) s->packed[b] = shared ? s->packed[0] : pk;
     }
 }
@@ -94,7 +92,7 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
     }
     s->dstream[0] = carve(m, R * C, false);
     s->dstream[1] = carve(m, R * C, false);
-    s->dpacked = repacks(p) ? carve(m, BT * 3 * Q, false) : NULL;
+    s->dpacked = p->repack ? carve(m, BT * 3 * Q, false) : NULL;
     s->gather = carve(m, sp * BT * C, false);
     s->partial = carve(m, sp * BT * C, false);
     s->normgrad = carve(m, sp * 2 * C, false);
@@ -268,8 +266,6 @@ static void cp_status(dt_program *p, dt_status st) {
     if (st && !p->comm_err) p->comm_err = st;
 }
 
-static float *x_partial(const dt_program *p) { return p->s->partial; }
-
 /* Whether a block's Linear with first weight w is split by tensor parallelism, and how. */
 static dt_tp_split split_of(const dt_program *p, int w) { return p->part.tp_size > 1 ? p->tab[p->block_tab[0] + w].split : DT_SPLIT_NONE; }
 
@@ -284,7 +280,7 @@ static void linear_forward(dt_program *p, int l, int k) {
     dt_tp_split split = split_of(p, s->w);
     bool rows = split == DT_SPLIT_ROW, bias = s->b >= 0 && (!rows || p->part.tp_rank == 0);
     const float *x = split == DT_SPLIT_COLUMN ? dt_program_tp_gather(p, in, dt_program_rows(p, s->in) * o->width_in) : in;
-    float *y = rows && R < BT ? x_partial(p) : out;
+    float *y = rows && R < BT ? p->s->partial : out;
     size_t wo = p->tab[first_tensor(p, l) + s->w].offset, bo = s->b >= 0 ? p->tab[first_tensor(p, l) + s->b].offset : 0;
     if (p->prec == DT_F32) dt_matmul_forward(y, x, p->params + wo, bias ? p->params + bo : NULL, BT, o->width_in, o->width_out);
     else dt_matmul_forward_lp(y, x, p->params_lp + wo, bias ? p->params_lp + bo : NULL, BT, o->width_in, o->width_out, p->prec, p->lp_work,
@@ -312,7 +308,7 @@ static void op_forward(dt_program *p, int l, int k) {
     case OP_LINEAR: linear_forward(p, l, k); break;
     case OP_ATTENTION: {
         float *qkv = in;
-        if (repacks(p)) {
+        if (p->repack) {
             attention_pack(p, qkv = x->packed[p->bk[l]], in, BT);
             dt_lp_round(qkv, (size_t)BT * 3 * Q, p->prec); /* turned q and k are 16-bit values too (and keep losslessly) */
         }
@@ -546,7 +542,7 @@ static void linear_backward(dt_program *p, int l, int k, float *din, float *dout
     /* d(input) is this rank's share, summed (or reduce-scattered) over the group: the Linear is its input's only
      * reader (shape_ops), so its gradient holds nothing else yet */
     size_t n = dt_program_rows(p, s->in) * o->width_in;
-    float *dx = n < (size_t)BT * o->width_in ? x_partial(p) : din;
+    float *dx = n < (size_t)BT * o->width_in ? p->s->partial : din;
     if (dx != din) memset(dx, 0, (size_t)BT * o->width_in * sizeof(float));
     linear_grads(p, o, l, dx, dw, db, dy, dw ? linear_input(p, l, o) : NULL, 1);
     dt_program_tp_combine(p, dx, din, n);
@@ -568,7 +564,7 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
         break;
     case OP_LINEAR: linear_backward(p, l, k, din, dout); break;
     case OP_ATTENTION: {
-        bool re = repacks(p);
+        bool re = p->repack;
         float *qkv = re ? x->packed[p->bk[l]] : in, *dqkv = re ? x->dpacked : din;
         if (re) memset(dqkv, 0, (size_t)BT * 3 * Q * sizeof(float));
         if (cp(p)) cp_status(p, p->part.cp->backward(p->part.cp->ctx, dqkv, dout, out, qkv, st, x->B, x->T, Q, NH));
