@@ -8,7 +8,8 @@
 # prompt longer than the context, a 10 MB body, a slow client, unknown
 # fields and endpoints) get a 4xx with a message and the server goes on;
 # a client that leaves mid-stream frees its slot; generate and serve with
-# --nproc 2 --tp 2 give one process's text, and a tensor-parallel rank
+# --nproc 2 --tp 2 give one process's text (a Llama's too: the cache, the
+# no-cache path, --tp 2 and its server agree), and a tensor-parallel rank
 # killed stops the server naming it; a port in use, a model
 # that does not load and a bad --quantize are said before listening;
 # SIGTERM finishes the requests in hand and exits 0 (a request that comes
@@ -174,6 +175,21 @@ rc=$?
 said=$(grep -m1 "rank 1" "$dir/tp.err")
 [ $rc != 0 ] && [ -n "$said" ] && ! pgrep -P "$spid" > /dev/null && ok "rank 1 of a tensor-parallel server killed: the server stops (exit $rc): $said" ||
     fail "tp rank killed: rc $rc, $(tail -3 "$dir/tp.err")"
+
+# ---- a Llama (rotary positions, RMSNorm, SwiGLU, 4 heads over 2 K/V heads, an untied head) decodes from the same spec ----
+"$DTRAIN" train --model llama-tiny --data "$dir/train.bin" --layers 2 --channels 64 --heads 4 --kv-heads 2 --ffn 160 --vocab 256 \
+    --max-seq 64 --seq 64 --batch 16 --steps 300 --lr 3e-3 --threads $T --quiet --save "$dir/llama" > /dev/null 2>&1 ||
+    fail "training the byte-level Llama"
+la=$(gen --model "$dir/llama" --prompt "The " --tokens 40 --temperature 0)
+lb=$(gen --model "$dir/llama" --prompt "The " --tokens 40 --temperature 0 --no-cache)
+lt=$(gen --model "$dir/llama" --prompt "The " --tokens 40 --temperature 0 --nproc 2 --tp 2)
+[ ${#la} -gt 20 ] && [ "$la" = "$lb" ] && [ "$la" = "$lt" ] &&
+    ok "generate, a Llama: the cache's 40 tokens are the no-cache path's and --tp 2's ('$(echo "$la" | head -c 40 | tr -d '\n')')" ||
+    fail "generate, a Llama: cache '$la', no cache '$lb', --tp 2 '$lt'"
+start llama "$dir/llama" --threads 1 --slots 4 --nproc 2 --tp 2 || exit 1
+r=$(post '{"prompt":"The ","max_tokens":40,"temperature":0}' | text)
+[ "The $r" = "$la" ] && ok "serve a Llama, --nproc 2 --tp 2: generate's text" || fail "serve a Llama: '$r' against '$la'"
+kill -TERM $spid; wait $spid
 
 # ---- bad requests: a 4xx with a message each; the server serves on ----
 start bad "$dir/byte.bin" --threads 1 --slots 2 --upload-timeout 2 || exit 1

@@ -2,11 +2,9 @@
  * spec: its tensors, the ops of a block, its checkpoint names) and one
  * interpreter runs any family's forward and backward from it. GPT-2 and
  * Llama (with Qwen 2's q/k/v biases) are the families today.
- *
- * Where it stands: the program runs a whole model on one process in f32;
- * the GPT-2 that the strategies split (dt_gpt2, gpt2_run.c) moves onto it
- * strategy by strategy, each Linear taking its split from the table as the
- * hand-written GPT-2 does (docs/architecture.md, "the model program"). */
+ The trainer (every
+ * strategy's part of a model) and the decoder (infer/decoder.c) run the same
+ * spec (docs/architecture.md, "the model program"). */
 #ifndef DTRAIN_PROGRAM_H
 #define DTRAIN_PROGRAM_H
 
@@ -123,6 +121,44 @@ double dt_program_tp_comm_seconds(dt_program *p);
  * backward's order. */
 void dt_program_hold_grad_hooks(dt_program *p, int on);
 void dt_program_announce_grads(dt_program *p);
+
+/* A block's ops, as the trainer and the decoder both run them. The values an op passes: DT_V_IN (the residual
+ * stream entering the block), DT_V_OUT (leaving it), then the block's own. An op reads in (and in2, the add's
+ * other input) and writes out; its weights are the block's tensors [w, w + nw): a Linear's parts side by side in
+ * the store (Llama's q, k and v; GPT-2's fused c_attn is one part), its output their rows in that order; bias: the
+ * tensors [b, b + nw), or -1. Attention reads q of its heads, then k and v of its K/V heads. */
+typedef enum { DT_OP_NORM, DT_OP_LINEAR, DT_OP_ATTENTION, DT_OP_GELU, DT_OP_SWIGLU, DT_OP_ADD } dt_op_kind;
+enum { DT_V_IN = 0, DT_V_OUT = 1 };
+typedef struct {
+    dt_op_kind kind;
+    int in, in2, out;
+    int w, nw, b;
+} dt_op_spec;
+/* An op as built on this rank: its spec, and the widths (this rank's) of what it reads and writes. */
+typedef struct {
+    dt_op_spec s;
+    int width_in, width_out;
+} dt_program_op;
+
+/* What a program runs, as a decoder reads it: the block's ops and each value's width (this rank's); the norms
+ * (RMSNorm, or LayerNorm with a bias) and positions (rotary, with head_dim / 2 frequencies, or a learned table);
+ * this rank's query heads and K/V heads; the tensors outside the blocks (NULL: none, or not held; head NULL: tied
+ * to embed). Pointers into p, valid while it lives. */
+typedef struct {
+    const dt_program_op *ops;
+    int nops;
+    const int *value_width;
+    int nvalues;
+    int rms, rotary;
+    const float *inv_freq;
+    int heads, kv_heads, head_dim;
+    const dt_tensor_info *embed, *positions, *norm_w, *norm_b, *head;
+} dt_program_view;
+void dt_program_get_view(const dt_program *p, dt_program_view *out);
+/* Tensor k of layer l's block (NULL: not held). */
+const dt_tensor_info *dt_program_block_tensor(const dt_program *p, int l, int k);
+/* Which of this rank's K/V heads its query head h reads. */
+int dt_program_kv_head(const dt_program *p, int h);
 
 /* The model program behind a dt_gpt2 (which wraps one with the gpt2 spec). */
 dt_program *dt_gpt2_program(dt_gpt2 *m);

@@ -20,6 +20,31 @@ static void emit_byte(int token, void *ctx) {
 
 static void emit_none(int token, void *ctx) { (void)token; (void)ctx; }
 
+static void emit_number(int token, void *ctx) {
+    (void)ctx;
+    printf(" %d", token);
+    fflush(stdout);
+}
+
+/* --ids: the prompt as token ids, separated by commas or spaces. */
+static dt_status parse_ids(const char *text, int V, int32_t **ids, int *n) {
+    size_t len = strlen(text);
+    *n = 0;
+    if (!(*ids = malloc(sizeof(int32_t) * (len / 2 + 1)))) return dt_error(DT_ERR_NOMEM, "generate: out of memory");
+    for (const char *s = text; *s;) {
+        if (*s == ',' || *s == ' ') { s++; continue; }
+        char *end;
+        errno = 0;
+        long t = strtol(s, &end, 10);
+        if (end == s || errno || t < 0 || t >= V)
+            return dt_error(DT_ERR_ARG, "generate --ids: '%.20s' at character %d of the prompt is not a token id from 0 to %d", s,
+                            (int)(s - text), V - 1);
+        (*ids)[(*n)++] = (int32_t)t;
+        s = end;
+    }
+    return *n ? DT_OK : dt_error(DT_ERR_ARG, "generate --ids: the prompt holds no token id");
+}
+
 static void emit_id(int token, void *ctx) {
     dt_bpe *b = ctx;
     size_t len;
@@ -35,21 +60,22 @@ static const dt_cli_flag flags[] = {
     { "--seed", "a whole number from 0 to 1e18" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--help", "" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--pp", "a whole number of stages from 1 to 65536" },
     { "--top-p", "a number above 0 and at most 1" }, { "--no-cache", "" }, { "--quantize", "int8 (or none)" },
-    { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" }, { NULL, NULL },
+    { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" }, { "--ids", "" }, { NULL, NULL },
 };
 
 /* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--nproc N --pp N] */
 int dt_cli_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *enc = NULL, *merges = NULL;
     double count = 200, temp = 0.8, topk = 40, seed = 42, nproc = 1, npp = 0, topp = 1, ntp = 0;
-    int cache = 1;
+    int cache = 1, ids = 0;
     dt_quant quant = DT_QUANT_NONE;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain generate --model FILE|DIR --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
-                   "                       [--top-p 1] [--quantize int8] [--no-cache] [--bpe ENCODER.json VOCAB.bpe] [--nproc N --pp N|--tp N]\n"
-                   "Byte-level models (vocabulary 256) read and print bytes; with --bpe, GPT-2 BPE.\n"
+                   "                       [--top-p 1] [--quantize int8] [--no-cache] [--bpe ENCODER.json VOCAB.bpe | --ids] [--nproc N --pp N|--tp N]\n"
+                   "Byte-level models (vocabulary 256) read and print bytes; with --bpe, GPT-2 BPE; with --ids, the prompt\n"
+                   "is token ids (\"1,2,3\") and the tokens print as ids.\n"
                    "The prompt is read once into a key/value cache and each token costs one row through the model;\n"
                    "--no-cache runs each token's whole window through forward instead (the reference the cache is checked\n"
                    "against). --quantize int8: the Linears and the head in int8, a scale per output channel.\n"
@@ -59,6 +85,7 @@ int dt_cli_generate(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(f, "--no-cache")) { cache = 0; continue; }
+        if (!strcmp(f, "--ids")) { ids = 1; continue; }
         if (!strcmp(f, "--bpe")) {
             if (i + 2 >= argc) return dt_cli_flag_error("generate", flags, f, NULL);
             enc = argv[i + 1]; merges = argv[i + 2]; i += 2; continue;
@@ -102,12 +129,14 @@ int dt_cli_generate(int argc, char **argv) {
     int32_t *p = NULL;
     int n = 0;
     dt_status st = DT_OK;
-    st = dt_bpe_for_model(enc, merges, V, model, "generate", printer, &b);
-    if (!st) st = dt_bpe_prompt(b, prompt, strlen(prompt), &p, &n);
+    if (ids && enc) st = dt_error(DT_ERR_ARG, "generate: --ids and --bpe both given (the prompt is one or the other)");
+    else if (ids) st = parse_ids(prompt, V, &p, &n);
+    else st = dt_bpe_for_model(enc, merges, V, model, "generate", printer, &b);
+    if (!st && !ids) st = dt_bpe_prompt(b, prompt, strlen(prompt), &p, &n);
     if (!st) {
         if (printer) printf("%s", prompt);
         dt_generate_options o = { (int)count, { (float)temp, (int)topk, (float)topp }, (uint64_t)seed, cache, quant };
-        dt_emit_fn emit = !printer ? emit_none : b || V != 256 ? emit_id : emit_byte;
+        dt_emit_fn emit = !printer ? emit_none : ids ? emit_number : b || V != 256 ? emit_id : emit_byte;
         st = dt_generate(&m, tp ? NULL : w, p, n, &o, emit, b); /* m is NULL after, with the cache */
         if (printer) printf("\n");
     }

@@ -300,36 +300,36 @@ static dt_status shape_ops(dt_program *p) {
     p->repack = f->rotary || p->cfg.kv_heads != p->cfg.num_heads;
     for (int k = 0; k < f->nops; k++) {
         const dt_op_spec *o = &f->ops[k];
-        if (o->kind == OP_ATTENTION) p->vkeep[o->out] = true;
-        if (o->kind != OP_ADD && !(o->kind == OP_ATTENTION && p->repack)) p->vkeep[o->in] = true;
+        if (o->kind == DT_OP_ATTENTION) p->vkeep[o->out] = true;
+        if (o->kind != DT_OP_ADD && !(o->kind == DT_OP_ATTENTION && p->repack)) p->vkeep[o->in] = true;
     }
     /* an add's inputs whose gradients nothing later in forward (earlier in backward) reads: the add writes them first */
     p->vcopy = calloc((size_t)f->nvalues, sizeof *p->vcopy);
     if (!p->vcopy) return dt_error(DT_ERR_NOMEM, "model: out of memory");
     for (int k = 0; k < f->nops; k++) {
         const dt_op_spec *o = &f->ops[k];
-        if (o->kind != OP_ADD) continue;
+        if (o->kind != DT_OP_ADD) continue;
         for (int side = 0; side < 2; side++) {
             int v = side ? o->in2 : o->in;
             bool later = false;
             for (int j = k + 1; j < f->nops; j++) later = later || f->ops[j].in == v || f->ops[j].in2 == v;
-            p->vcopy[v] = !later && v != V_OUT && o->in != o->in2;
+            p->vcopy[v] = !later && v != DT_V_OUT && o->in != o->in2;
         }
     }
     dt_status st = share_grads(p);
     if (st) return st;
     /* the residual stream's rows: the stream itself, what a norm or an add writes, a row-parallel Linear's output */
-    p->vsplit[V_IN] = p->vsplit[V_OUT] = true;
+    p->vsplit[DT_V_IN] = p->vsplit[DT_V_OUT] = true;
     for (int k = 0; k < f->nops; k++) {
         const dt_op_spec *o = &f->ops[k];
-        if (o->kind == OP_NORM || o->kind == OP_ADD || (o->kind == OP_LINEAR && f->block[o->w].split == DT_SPLIT_ROW)) p->vsplit[o->out] = true;
+        if (o->kind == DT_OP_NORM || o->kind == DT_OP_ADD || (o->kind == DT_OP_LINEAR && f->block[o->w].split == DT_SPLIT_ROW)) p->vsplit[o->out] = true;
     }
     for (int k = 0; k < f->nops; k++) {
-        op_shape *o = &p->ops[k];
+        dt_program_op *o = &p->ops[k];
         o->s = f->ops[k];
         o->width_in = p->vw[o->s.in];
         o->width_out = p->vw[o->s.out];
-        if (o->s.kind != OP_LINEAR || p->nl == 0) continue;
+        if (o->s.kind != DT_OP_LINEAR || p->nl == 0) continue;
         const dt_tensor_info *t = p->tab + p->block_tab[0];
         int rows = 0;
         for (int j = 0; j < o->s.nw; j++) {
@@ -640,4 +640,22 @@ void dt_program_model(dt_program *p, dt_model *out) {
                        .set_grad_storage = set_grad_storage, .set_grad_hook = set_grad_hook, .set_unit_hooks = set_unit_hooks,
                        .set_param_storage = set_param_storage, .defer_input_rows = rows ? defer_rows : NULL, .input_grad = input_grad,
                        .lp_copy = lp_copy, .params_changed = params_changed };
+}
+
+int dt_program_kv_head(const dt_program *p, int h) { return (p->part.tp_rank * p->NHl + h) / (p->cfg.num_heads / p->cfg.kv_heads) - p->kv0; }
+
+const dt_tensor_info *dt_program_block_tensor(const dt_program *p, int l, int k) {
+    if (l < 0 || l >= p->cfg.num_layers || p->bk[l] < 0 || k < 0 || k >= p->f->nblock) return NULL;
+    return &p->tab[p->block_tab[p->bk[l]] + k];
+}
+
+static const dt_tensor_info *entry(const dt_program *p, int i) { return i >= 0 ? &p->tab[i] : NULL; }
+
+void dt_program_get_view(const dt_program *p, dt_program_view *out) {
+    int hd = p->cfg.head_dim;
+    *out = (dt_program_view){ .ops = p->ops, .nops = p->f->nops, .value_width = p->vw, .nvalues = p->f->nvalues, .rms = p->f->rms,
+                              .rotary = p->f->rotary, .inv_freq = p->inv_freq, .heads = p->NHl, .kv_heads = p->KVl / hd, .head_dim = hd,
+                              .embed = entry(p, p->i_wte), .positions = entry(p, p->i_wpe), .norm_w = entry(p, p->i_lnf),
+                              .norm_b = p->f->rms || p->i_lnf < 0 ? NULL : entry(p, p->i_lnf + 1),
+                              .head = p->cfg.untied ? entry(p, p->i_head) : NULL };
 }

@@ -18,19 +18,7 @@ typedef struct {
     enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } init; /* a weight, a norm's scale, a bias */
 } dt_tensor_spec;
 
-typedef enum { OP_NORM, OP_LINEAR, OP_ATTENTION, OP_GELU, OP_SWIGLU, OP_ADD } dt_op_kind;
 
-/* The values a block's ops pass: V_IN (the residual stream entering), V_OUT (leaving), then the block's own. */
-enum { V_IN = 0, V_OUT = 1 };
-
-/* One op of a block: it reads in (and in2, the add's other input) and writes out. Its weights are the block's
- * tensors [w, w + nw): a Linear's parts side by side in the store (Llama's q, k and v; GPT-2's fused c_attn is one
- * part), its output their rows in that order; bias: the tensors [b, b + nw), or -1. */
-typedef struct {
-    dt_op_kind kind;
-    int in, in2, out;
-    int w, nw, b;
-} dt_op_spec;
 
 struct dt_family {
     const char *name;
@@ -44,17 +32,12 @@ struct dt_family {
     int nfinal;
     const dt_op_spec *ops;
     int nops;
-    const dt_width *values;            /* each value's width (V_IN and V_OUT: W_C) */
+    const dt_width *values;            /* each value's width (DT_V_IN and DT_V_OUT: W_C) */
     int nvalues;
 };
 
 extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2;
 
-/* A block's op as built: its spec and the widths (this rank's) of what it reads and writes. */
-typedef struct {
-    dt_op_spec s;
-    int width_in, width_out;
-} op_shape;
 
 /* What a forward leaves for its range's backward: its units, whether the head ran with targets (or is not in the
  * range), and where backward left d(the range's input). */
@@ -71,7 +54,7 @@ typedef struct {
     size_t floats, kept;       /* mem's floats, and of them those kept from forward for backward */
     int B, T, cap_BT, cap_T;
     bool blockwise;
-    float **val;               /* [held block * nvalues + v]: the block's values (V_IN, V_OUT: the residual stream's) */
+    float **val;               /* [held block * nvalues + v]: the block's values (DT_V_IN, DT_V_OUT: the residual stream's) */
     float **stats;             /* [held block * nops + k]: a norm's mean and rstd, attention's scores (or log-sum-exps) */
     float **packed;            /* [held block]: attention's q|k|v of all heads (NULL: the op's input is that already) */
     float **dval;              /* [v]: the gradients of a block's values, one set that every block's backward reuses */
@@ -131,7 +114,7 @@ struct dt_program {
     int lp_told, lp_external;
     bool *vkeep;               /* the values a block's backward reads (kept in 16 bits between its forward and backward) */
     bool repack;               /* attention makes its own q|k|v of all heads (rotary positions, or fewer K/V heads) */
-    op_shape *ops;
+    dt_program_op *ops;
     int *vw;                   /* each value's width */
     bool *vsplit;              /* each value's rows: the residual stream's (split under sequence parallelism) or all */
     bool *vcopy;               /* each value's gradient is first written (in backward's order) by an add, which copies it:

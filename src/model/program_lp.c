@@ -46,7 +46,7 @@ size_t dt_program_lp_block(const dt_program *p, size_t BT) {
     for (int v = 0; v < p->f->nvalues; v++)
         if (p->vkeep[v]) n += (p->vsplit[v] ? R : BT) * (size_t)p->vw[v];
     for (int k = 0; k < p->f->nops; k++) /* attention's q|k|v of all heads, where it makes one */
-        if (p->ops[k].s.kind == OP_ATTENTION && p->repack) n += BT * 3 * (size_t)p->Ql;
+        if (p->ops[k].s.kind == DT_OP_ATTENTION && p->repack) n += BT * 3 * (size_t)p->Ql;
     return n;
 }
 
@@ -58,7 +58,7 @@ void dt_program_pack_block(dt_program *p, int l, bool pack) {
     for (int v = 0; v < p->f->nvalues; v++) {
         if (!p->vkeep[v]) continue;
         size_t n = dt_program_rows(p, v) * (size_t)p->vw[v];
-        float *x = v == V_IN && !pack ? s->res1 : value(p, l, v);
+        float *x = v == DT_V_IN && !pack ? s->res1 : value(p, l, v);
         if (pack) dt_lp_pack(at, x, n, p->prec);
         else dt_lp_unpack(x, at, n, p->prec);
         at += n;
@@ -98,7 +98,7 @@ size_t dt_program_lp_params_bytes(const dt_program *p) {
 size_t dt_program_lp_work_floats(const dt_program *p) {
     size_t C = (size_t)p->cfg.channels, Vp = (size_t)p->cfg.padded_vocab_size, rows = ((size_t)1536 << 10) / C, big = 0;
     for (int k = 0; k < p->f->nops; k++)
-        if (p->ops[k].s.kind == OP_LINEAR) {
+        if (p->ops[k].s.kind == DT_OP_LINEAR) {
             size_t w = (size_t)p->ops[k].width_in * (size_t)p->ops[k].width_out;
             if (w > big) big = w;
         }

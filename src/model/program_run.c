@@ -37,7 +37,7 @@ static float *carve(arena *a, size_t n, bool kept) {
  * block is in the same range, else the range's input. */
 static float *stream_in(const dt_program *p, int l) {
     int r = dt_program_range_of(p, l + 1);
-    if (l >= 1 && l >= p->ra[r]) return value(p, l - 1, V_OUT);
+    if (l >= 1 && l >= p->ra[r]) return value(p, l - 1, DT_V_OUT);
     return p->s->range_in[r];
 }
 
@@ -52,18 +52,18 @@ static void lay_blocks(dt_program *p, program_slot *s, arena *m, size_t BT, size
         bool shared = (p->recompute || packs) && b > 0, stats_shared = p->recompute && b > 0;
         for (int v = 1; v < nv; v++) {
             /* a value no backward reads (a row-parallel Linear's output, which the add consumes): one block's, shared */
-            bool transient = v != V_OUT && !p->vkeep[v];
-            bool reuse = v == V_OUT ? packs && b > 1 : shared || (transient && b > 0);
-            bool kept = v == V_OUT ? !packs || b < 2 : !p->recompute && !packs && !transient;
+            bool transient = v != DT_V_OUT && !p->vkeep[v];
+            bool reuse = v == DT_V_OUT ? packs && b > 1 : shared || (transient && b > 0);
+            bool kept = v == DT_V_OUT ? !packs || b < 2 : !p->recompute && !packs && !transient;
             float *x = reuse ? NULL : carve(m, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v], kept);
-            if (m->base) s->val[b * nv + v] = x ? x : s->val[(v == V_OUT ? b % 2 : 0) * nv + v];
+            if (m->base) s->val[b * nv + v] = x ? x : s->val[(v == DT_V_OUT ? b % 2 : 0) * nv + v];
         }
         for (int k = 0; k < no; k++) {
             dt_op_kind kind = p->ops[k].s.kind;
-            size_t n = kind == OP_NORM ? 2 * R : kind == OP_ATTENTION ? att : 0;
+            size_t n = kind == DT_OP_NORM ? 2 * R : kind == DT_OP_ATTENTION ? att : 0;
             float *x = stats_shared || !n ? NULL : carve(m, n, !p->recompute);
             if (m->base) s->stats[b * no + k] = stats_shared ? s->stats[k] : x;
-            float *w = p->split_bwd && kind == OP_LINEAR ? carve(m, BT * (size_t)p->ops[k].width_out, false) : NULL;
+            float *w = p->split_bwd && kind == DT_OP_LINEAR ? carve(m, BT * (size_t)p->ops[k].width_out, false) : NULL;
             if (m->base) s->wgrad[b * no + k] = w;
         }
         float *pk = p->repack && !shared ? carve(m, BT * 3 * (size_t)p->Ql, !p->recompute && !packs) : NULL;
@@ -166,7 +166,7 @@ static dt_status reserve(dt_program *p, int B, int T) {
     m = (arena){ .base = s->mem };
     lay_slot(p, s, &m, B, T);
     for (int l = 0; l < p->cfg.num_layers; l++) /* each held block reads the stream that enters it */
-        if (p->bk[l] >= 0) s->val[p->bk[l] * nv + V_IN] = stream_in(p, l);
+        if (p->bk[l] >= 0) s->val[p->bk[l] * nv + DT_V_IN] = stream_in(p, l);
     s->cap_BT = B * T;
     s->cap_T = T;
     return DT_OK;
@@ -217,8 +217,6 @@ size_t dt_program_memory(const dt_program *p) {
 static float *weight(const dt_program *p, int l, int i) { return p->params + p->tab[first_tensor(p, l) + i].offset; }
 static float *weight_grad(const dt_program *p, int l, int i) { return p->grads + p->tab[first_tensor(p, l) + i].offset; }
 
-/* Which of this rank's K/V heads its query head h reads. */
-static int kv_of(const dt_program *p, int h) { return (p->part.tp_rank * p->NHl + h) / (p->cfg.num_heads / p->cfg.kv_heads) - p->kv0; }
 
 /* q|k|v of all heads from q, K/V heads and v side by side (in: [BT, Q + 2 KV]), q and k turned by position. */
 static void attention_pack(const dt_program *p, float *packed, const float *in, int BT) {
@@ -230,8 +228,8 @@ static void attention_pack(const dt_program *p, float *packed, const float *in, 
         float *o = packed + (size_t)r * 3 * Q;
         memcpy(o, x, Q * sizeof(float));
         for (int h = 0; h < NH; h++) {
-            memcpy(o + Q + (size_t)h * hd, x + Q + (size_t)kv_of(p, h) * hd, (size_t)hd * sizeof(float));
-            memcpy(o + 2 * Q + (size_t)h * hd, x + Q + KV + (size_t)kv_of(p, h) * hd, (size_t)hd * sizeof(float));
+            memcpy(o + Q + (size_t)h * hd, x + Q + (size_t)dt_program_kv_head(p, h) * hd, (size_t)hd * sizeof(float));
+            memcpy(o + 2 * Q + (size_t)h * hd, x + Q + KV + (size_t)dt_program_kv_head(p, h) * hd, (size_t)hd * sizeof(float));
         }
     }
     if (p->f->rotary) {
@@ -255,8 +253,8 @@ static void attention_unpack(const dt_program *p, float *din, float *dpacked, in
         for (size_t j = 0; j < Q; j++) o[j] += d[j];
         for (int h = 0; h < NH; h++)
             for (int j = 0; j < hd; j++) {
-                o[Q + (size_t)kv_of(p, h) * hd + j] += d[Q + (size_t)h * hd + j];
-                o[Q + KV + (size_t)kv_of(p, h) * hd + j] += d[2 * Q + (size_t)h * hd + j];
+                o[Q + (size_t)dt_program_kv_head(p, h) * hd + j] += d[Q + (size_t)h * hd + j];
+                o[Q + KV + (size_t)dt_program_kv_head(p, h) * hd + j] += d[2 * Q + (size_t)h * hd + j];
             }
     }
 }
@@ -273,7 +271,7 @@ static dt_tp_split split_of(const dt_program *p, int w) { return p->part.tp_size
  * one reads all rows (gathered under sequence parallelism); a row-parallel one's outputs are partial sums, whole once
  * summed (or reduce-scattered) over the group (and then rounded to 16 bits), its bias on one rank. */
 static void linear_forward(dt_program *p, int l, int k) {
-    const op_shape *o = &p->ops[k];
+    const dt_program_op *o = &p->ops[k];
     const dt_op_spec *s = &o->s;
     int BT = p->s->B * p->s->T, R = (int)dt_program_rows(p, s->out);
     float *in = value(p, l, s->in), *out = value(p, l, s->out);
@@ -291,7 +289,7 @@ static void linear_forward(dt_program *p, int l, int k) {
 }
 
 static void op_forward(dt_program *p, int l, int k) {
-    const op_shape *o = &p->ops[k];
+    const dt_program_op *o = &p->ops[k];
     const dt_op_spec *s = &o->s;
     program_slot *x = p->s;
     int BT = x->B * x->T, NH = p->NHl, Q = p->Ql;
@@ -300,13 +298,13 @@ static void op_forward(dt_program *p, int l, int k) {
     /* under mixed precision a norm's, attention's and an activation's outputs are rounded to 16 bits (autocast casts
      * them for the next Linear, or computes them in 16 bits) */
     switch (s->kind) {
-    case OP_NORM:
+    case DT_OP_NORM:
         if (p->f->rms) dt_rmsnorm_forward(out, st + R, in, weight(p, l, s->w), R, o->width_in, p->cfg.norm_eps);
         else dt_layernorm_forward(out, st, st + R, in, weight(p, l, s->w), weight(p, l, s->b), R, o->width_in);
         dt_lp_round(out, (size_t)R * o->width_out, p->prec);
         break;
-    case OP_LINEAR: linear_forward(p, l, k); break;
-    case OP_ATTENTION: {
+    case DT_OP_LINEAR: linear_forward(p, l, k); break;
+    case DT_OP_ATTENTION: {
         float *qkv = in;
         if (p->repack) {
             attention_pack(p, qkv = x->packed[p->bk[l]], in, BT);
@@ -318,15 +316,15 @@ static void op_forward(dt_program *p, int l, int k) {
         dt_lp_round(out, (size_t)BT * Q, p->prec);
         break;
     }
-    case OP_GELU:
+    case DT_OP_GELU:
         dt_gelu_forward(out, in, (size_t)BT * o->width_in);
         dt_lp_round(out, (size_t)BT * o->width_out, p->prec);
         break;
-    case OP_SWIGLU:
+    case DT_OP_SWIGLU:
         dt_swiglu_forward(out, in, BT, o->width_out);
         dt_lp_round(out, (size_t)BT * o->width_out, p->prec);
         break;
-    case OP_ADD: dt_residual_forward(out, in, value(p, l, s->in2), (size_t)R * o->width_out); break;
+    case DT_OP_ADD: dt_residual_forward(out, in, value(p, l, s->in2), (size_t)R * o->width_out); break;
     }
 }
 
@@ -444,7 +442,7 @@ const float *dt_program_logits(const dt_program *p) { return p->ub == p->cfg.num
 const float *dt_program_output(const dt_program *p) {
     const run_state *r = &p->s->rs[p->cur];
     if (!p->s->mem || r->b > p->cfg.num_layers + 1) return NULL;
-    return r->b >= 2 ? value(p, r->b - 2, V_OUT) : p->s->range_in[p->cur];
+    return r->b >= 2 ? value(p, r->b - 2, DT_V_OUT) : p->s->range_in[p->cur];
 }
 
 const float *dt_program_input_grad(const dt_program *p, const int32_t **tokens, int *n) {
@@ -469,11 +467,11 @@ int dt_program_chunks(const dt_program *p, int *a, int *b) {
 /* A block's value as backward reads it: its input, where blocks are kept in 16 bits, widened again into res1 (the
  * stream slot it came in has been written since). */
 static float *bwd_value(const dt_program *p, int l, int v) {
-    return v == V_IN && dt_program_packs(p) ? p->s->res1 : value(p, l, v);
+    return v == DT_V_IN && dt_program_packs(p) ? p->s->res1 : value(p, l, v);
 }
 
 /* A Linear's input as its weight gradient reads it: all rows (gathered again under sequence parallelism). */
-static const float *linear_input(dt_program *p, int l, const op_shape *o) {
+static const float *linear_input(dt_program *p, int l, const dt_program_op *o) {
     const float *in = bwd_value(p, l, o->s.in);
     return split_of(p, o->s.w) == DT_SPLIT_COLUMN ? dt_program_tp_gather(p, in, dt_program_rows(p, o->s.in) * o->width_in) : in;
 }
@@ -486,7 +484,7 @@ static const float *linear_input(dt_program *p, int l, const op_shape *o) {
  * what earlier micro-batches left, zeroed) and, after, this micro-batch's parts summed over the group (each K/V head's
  * in its own slot of a buffer of them all) and added back: every rank that keeps a K/V head gets its whole gradient,
  * at once, so data parallelism and the optimizer see whole gradients. */
-static void kv_kept(dt_program *p, int l, const op_shape *o, bool after) {
+static void kv_kept(dt_program *p, int l, const dt_program_op *o, bool after) {
     size_t at = 0;
     for (int j = 0; j < o->s.nw; j++)
         for (int bias = 0; bias < 2; bias++) {
@@ -509,7 +507,7 @@ static void kv_kept(dt_program *p, int l, const op_shape *o, bool after) {
         }
 }
 
-static void linear_grads(dt_program *p, const op_shape *o, int l, float *dinp, float *dw, float *db, float *dout, const float *inp,
+static void linear_grads(dt_program *p, const dt_program_op *o, int l, float *dinp, float *dw, float *db, float *dout, const float *inp,
                          int partial) {
     int BT = p->s->B * p->s->T;
     size_t wo = p->tab[first_tensor(p, l) + o->s.w].offset;
@@ -522,7 +520,7 @@ static void linear_grads(dt_program *p, const op_shape *o, int l, float *dinp, f
 }
 
 static void linear_backward(dt_program *p, int l, int k, float *din, float *dout) {
-    const op_shape *o = &p->ops[k];
+    const dt_program_op *o = &p->ops[k];
     const dt_op_spec *s = &o->s;
     program_slot *x = p->s;
     int BT = x->B * x->T;
@@ -550,20 +548,20 @@ static void linear_backward(dt_program *p, int l, int k, float *din, float *dout
 }
 
 static void op_backward(dt_program *p, int l, int k, float *din_stream, float *dout_stream) {
-    const op_shape *o = &p->ops[k];
+    const dt_program_op *o = &p->ops[k];
     const dt_op_spec *s = &o->s;
     program_slot *x = p->s;
     int BT = x->B * x->T, NH = p->NHl, Q = p->Ql;
     float *in = bwd_value(p, l, s->in), *out = value(p, l, s->out), *st = op_stats(p, l, k);
-    float *din = s->in == V_IN ? din_stream : x->dval[s->in], *dout = s->out == V_OUT ? dout_stream : x->dval[s->out];
+    float *din = s->in == DT_V_IN ? din_stream : x->dval[s->in], *dout = s->out == DT_V_OUT ? dout_stream : x->dval[s->out];
     int R = (int)dt_program_rows(p, s->out);
     switch (s->kind) {
-    case OP_NORM:
+    case DT_OP_NORM:
         dt_program_norm_backward(p, din, weight_grad(p, l, s->w), s->b >= 0 ? weight_grad(p, l, s->b) : NULL, dout, in, weight(p, l, s->w), st,
                                  o->width_in);
         break;
-    case OP_LINEAR: linear_backward(p, l, k, din, dout); break;
-    case OP_ATTENTION: {
+    case DT_OP_LINEAR: linear_backward(p, l, k, din, dout); break;
+    case DT_OP_ATTENTION: {
         bool re = p->repack;
         float *qkv = re ? x->packed[p->bk[l]] : in, *dqkv = re ? x->dpacked : din;
         if (re) memset(dqkv, 0, (size_t)BT * 3 * Q * sizeof(float));
@@ -573,11 +571,11 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
         if (re) attention_unpack(p, din, dqkv, BT);
         break;
     }
-    case OP_GELU: dt_gelu_backward(din, in, dout, (size_t)BT * o->width_in); break;
-    case OP_SWIGLU: dt_swiglu_backward(din, in, dout, BT, o->width_out); break;
-    case OP_ADD: {
+    case DT_OP_GELU: dt_gelu_backward(din, in, dout, (size_t)BT * o->width_in); break;
+    case DT_OP_SWIGLU: dt_swiglu_backward(din, in, dout, BT, o->width_out); break;
+    case DT_OP_ADD: {
         /* d(in) += dout, d(in2) += dout; copied where the add is the first to write one (p->vcopy: it was not zeroed) */
-        float *din2 = s->in2 == V_IN ? din_stream : x->dval[s->in2];
+        float *din2 = s->in2 == DT_V_IN ? din_stream : x->dval[s->in2];
         size_t n = (size_t)R * o->width_out;
         if (p->vcopy[s->in] && p->vcopy[s->in2]) {
             memcpy(din, dout, n * sizeof(float));
@@ -677,7 +675,7 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
         /* the block's activations again: recomputed from its kept input, or widened from 16 bits */
         for (int k = 0; p->recompute && k < p->f->nops; k++) op_forward(p, l, k);
         dt_program_pack_block(p, l, false);
-        if (!p->vcopy[V_IN]) memset(dnext, 0, RC * sizeof(float));
+        if (!p->vcopy[DT_V_IN]) memset(dnext, 0, RC * sizeof(float));
         for (int k = p->f->nops - 1; k >= 0; k--) {
             /* the gradients born here start at zero (their buffers may hold an earlier value's), unless copied */
             for (int v = 2; v < nv; v++)
@@ -717,8 +715,8 @@ dt_status dt_program_backward_weights(dt_program *p) {
         dt_program_pack_block(p, l, false); /* 16-bit blocks: the inputs widened again */
         trace_unit(p, "weights", l + 1);
         for (int k = p->f->nops - 1; k >= 0; k--) {
-            const op_shape *o = &p->ops[k];
-            if (o->s.kind != OP_LINEAR) continue;
+            const dt_program_op *o = &p->ops[k];
+            if (o->s.kind != DT_OP_LINEAR) continue;
             linear_grads(p, o, l, NULL, weight_grad(p, l, o->s.w), o->s.b >= 0 ? weight_grad(p, l, o->s.b) : NULL,
                          s->wgrad[p->bk[l] * p->f->nops + k], linear_input(p, l, o), 0);
         }

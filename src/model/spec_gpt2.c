@@ -32,16 +32,16 @@ enum { LN1 = 2, QKV, ATTY, ATTPROJ, RES2, LN2, FCH, FCHG, FCPROJ, NVALUES };
 static const dt_width values[NVALUES] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_FFN, W_FFN, W_C };
 
 static const dt_op_spec ops[] = {
-    { OP_NORM, V_IN, -1, LN1, LN1W, 1, LN1B },
-    { OP_LINEAR, LN1, -1, QKV, QKVW, 1, QKVB },
-    { OP_ATTENTION, QKV, -1, ATTY, -1, 0, -1 },
-    { OP_LINEAR, ATTY, -1, ATTPROJ, ATTPROJW, 1, ATTPROJB },
-    { OP_ADD, V_IN, ATTPROJ, RES2, -1, 0, -1 },
-    { OP_NORM, RES2, -1, LN2, LN2W, 1, LN2B },
-    { OP_LINEAR, LN2, -1, FCH, FCW, 1, FCB },
-    { OP_GELU, FCH, -1, FCHG, -1, 0, -1 },
-    { OP_LINEAR, FCHG, -1, FCPROJ, FCPROJW, 1, FCPROJB },
-    { OP_ADD, RES2, FCPROJ, V_OUT, -1, 0, -1 },
+    { DT_OP_NORM, DT_V_IN, -1, LN1, LN1W, 1, LN1B },
+    { DT_OP_LINEAR, LN1, -1, QKV, QKVW, 1, QKVB },
+    { DT_OP_ATTENTION, QKV, -1, ATTY, -1, 0, -1 },
+    { DT_OP_LINEAR, ATTY, -1, ATTPROJ, ATTPROJW, 1, ATTPROJB },
+    { DT_OP_ADD, DT_V_IN, ATTPROJ, RES2, -1, 0, -1 },
+    { DT_OP_NORM, RES2, -1, LN2, LN2W, 1, LN2B },
+    { DT_OP_LINEAR, LN2, -1, FCH, FCW, 1, FCB },
+    { DT_OP_GELU, FCH, -1, FCHG, -1, 0, -1 },
+    { DT_OP_LINEAR, FCHG, -1, FCPROJ, FCPROJW, 1, FCPROJB },
+    { DT_OP_ADD, RES2, FCPROJ, DT_V_OUT, -1, 0, -1 },
 };
 
 const dt_family dt_family_gpt2 = {

@@ -37,16 +37,16 @@ enum { LN1 = 2, QKV, ATTY, ATTPROJ, RES2, LN2, GATEUP, ACT, DOWN, NVALUES };
 static const dt_width values[NVALUES] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_FFN2, W_FFN, W_C };
 
 #define LLAMA_OPS(qkv_bias)                                   \
-    { OP_NORM, V_IN, -1, LN1, LN1W, 1, -1 },                  \
-    { OP_LINEAR, LN1, -1, QKV, QW, 3, qkv_bias },             \
-    { OP_ATTENTION, QKV, -1, ATTY, -1, 0, -1 },               \
-    { OP_LINEAR, ATTY, -1, ATTPROJ, OW, 1, -1 },              \
-    { OP_ADD, V_IN, ATTPROJ, RES2, -1, 0, -1 },               \
-    { OP_NORM, RES2, -1, LN2, LN2W, 1, -1 },                  \
-    { OP_LINEAR, LN2, -1, GATEUP, GATEW, 2, -1 },             \
-    { OP_SWIGLU, GATEUP, -1, ACT, -1, 0, -1 },                \
-    { OP_LINEAR, ACT, -1, DOWN, DOWNW, 1, -1 },               \
-    { OP_ADD, RES2, DOWN, V_OUT, -1, 0, -1 }
+    { DT_OP_NORM, DT_V_IN, -1, LN1, LN1W, 1, -1 },                  \
+    { DT_OP_LINEAR, LN1, -1, QKV, QW, 3, qkv_bias },             \
+    { DT_OP_ATTENTION, QKV, -1, ATTY, -1, 0, -1 },               \
+    { DT_OP_LINEAR, ATTY, -1, ATTPROJ, OW, 1, -1 },              \
+    { DT_OP_ADD, DT_V_IN, ATTPROJ, RES2, -1, 0, -1 },               \
+    { DT_OP_NORM, RES2, -1, LN2, LN2W, 1, -1 },                  \
+    { DT_OP_LINEAR, LN2, -1, GATEUP, GATEW, 2, -1 },             \
+    { DT_OP_SWIGLU, GATEUP, -1, ACT, -1, 0, -1 },                \
+    { DT_OP_LINEAR, ACT, -1, DOWN, DOWNW, 1, -1 },               \
+    { DT_OP_ADD, RES2, DOWN, DT_V_OUT, -1, 0, -1 }
 
 static const dt_op_spec ops[] = { LLAMA_OPS(-1) };
 static const dt_op_spec ops_qkv_bias[] = { LLAMA_OPS(QB) };

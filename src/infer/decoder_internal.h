@@ -1,0 +1,62 @@
+/* The decoder's state, shared by its making (decoder.c) and its step (decoder_step.c). */
+#ifndef DTRAIN_DECODER_INTERNAL_H
+#define DTRAIN_DECODER_INTERNAL_H
+
+#include "dtrain/infer.h"
+#include "dtrain/program.h"
+
+#include <stdbool.h>
+
+/* A Linear's weights [O, K], packed: f32, or int8 with a scale per output. */
+typedef struct {
+    dt_panels *p;
+    int O, K;
+} linear;
+
+/* One op's weights in one layer: a Linear's panels (its parts side by side) and bias; a norm's scale and bias. row:
+ * a row-parallel Linear, whose outputs this rank's partial sums are. */
+typedef struct {
+    linear lin;
+    const float *w, *b;
+    bool row;
+} op_weights;
+
+struct dt_decoder {
+    dt_lm_config cfg;
+    dt_quant quant;
+    /* the block's ops and values as the program runs them on this rank (copies: nothing of the model is kept) */
+    dt_program_op *ops;
+    int nops, nvalues, *vw;
+    int rms, rotary;
+    float *inv_freq;
+    /* tensor parallelism (a part's): this rank's NHl query heads and NKVl K/V heads (kv_of[h]: the one query head h
+     * reads), vocabulary rows [v0, v0 + Vv) of the real ones; the row-parallel sums over tp (NULL: one rank) */
+    const dt_tp_ops *tp;
+    int NHl, NKVl, hd, v0, Vv, *kv_of;
+    op_weights *w;   /* [layer * nops + k] */
+    const float *wpe, *normw, *normb;
+    linear head;     /* the real vocabulary rows this rank holds */
+    linear embed;    /* an untied model's token table (tied: the head's rows are read) */
+    float *small;    /* the copied norms, biases and position table */
+    size_t small_used, small_cap;
+    int nslots, max_rows;
+    void *cache;     /* f32, or bf16 for int8 weights (kv16) */
+    bool kv16;
+    size_t slot_elems;
+    int *filled;     /* per slot: positions the cache holds */
+    float **val;     /* [v]: a block's values for max_rows rows */
+    float *stats, *scores, *local_logits;
+    int32_t *pos;    /* the step's rows' positions (rotary) */
+    int leader;      /* over a part: this rank sends each step's rows to the others, who follow */
+    size_t weight_bytes;
+    dt_gpt2 *owned;  /* the model, when the decoder took it (dt_decoder_create_taking): its f32 Linears are packed in it */
+};
+
+/* Positions a slot has room for: max_seq_len rounded up to whole key blocks. */
+size_t dt_decoder_padded_positions(const dt_decoder *d);
+/* A cached key or value element's bytes. */
+size_t dt_decoder_cache_elem(const dt_decoder *d);
+/* One step over n checked rows (decoder_step.c). */
+dt_status dt_decoder_run(dt_decoder *d, const dt_infer_row *rows, int n, float *logits);
+
+#endif
