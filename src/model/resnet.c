@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { OP_CONV, OP_BN, OP_RELU, OP_MAXPOOL, DT_OP_ADD, OP_AVGPOOL, OP_FC } op_kind;
+typedef enum { OP_CONV, OP_BN, OP_RELU, OP_MAXPOOL, OP_ADD, OP_AVGPOOL, OP_FC } op_kind;
 
 typedef struct {
     op_kind kind;
@@ -138,7 +138,7 @@ static int relu(dt_resnet *m, int in, int unit) {
 
 /* In place, into a (a BatchNorm's output), as torchvision's `out += identity`. */
 static int add(dt_resnet *m, int a, int b, int unit) {
-    op *o = add_op(m, DT_OP_ADD, a, unit);
+    op *o = add_op(m, OP_ADD, a, unit);
     o->in2 = b;
     return o->out = a;
 }
@@ -439,7 +439,7 @@ dt_status dt_resnet_forward(dt_resnet *m, const float *x, const int32_t *labels,
             break;
         case OP_RELU: dt_relu_forward(out, in, n); break;
         case OP_MAXPOOL: dt_maxpool2d_forward(out, o->idx, in, B * s.C, s.H, s.W, o->K, o->stride, o->pad); break;
-        case DT_OP_ADD: dt_residual_forward(out, in, m->act[o->in2], n); break;
+        case OP_ADD: dt_residual_forward(out, in, m->act[o->in2], n); break;
         case OP_AVGPOOL: dt_avgpool_global_forward(out, in, B * s.C, s.H * s.W); break;
         case OP_FC: dt_matmul_forward(out, in, P(m, o->tensor), P(m, o->tensor + 1), B, s.C, o->OC); break;
         }
@@ -501,7 +501,7 @@ dt_status dt_resnet_backward(dt_resnet *m, float grad_scale) {
         }
         case OP_RELU: dt_relu_backward_inplace(dout, in, n); break; /* in is the output */
         case OP_MAXPOOL: dt_maxpool2d_backward(din, dout, o->idx, B * s.C, s.H, s.W, m->slot[o->out].H, m->slot[o->out].W); break;
-        case DT_OP_ADD: /* in place: a's gradient is dout itself; b's += dout */
+        case OP_ADD: /* in place: a's gradient is dout itself; b's += dout */
             dt_residual_forward(m->dact[o->in2], m->dact[o->in2], dout, n);
             break;
         case OP_AVGPOOL: dt_avgpool_global_backward(din, dout, B * s.C, s.H * s.W); break;
