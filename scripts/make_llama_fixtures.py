@@ -9,6 +9,8 @@ For each tiny random configuration below, writes tests/fixtures/llama/<name>.saf
   "loss"          f32 [1],
   "adamw_losses"  f32 [STEPS]: the loss before each of STEPS AdamW updates on the same batch
                   (torch.optim.AdamW over every parameter: lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01),
+  "greedy"        int32 [B, PROMPT + NEW]: generate's greedy tokens (do_sample False, its KV cache) from the first
+                  PROMPT inputs of each row, before any update,
 and in its metadata "config": the config.json that transformers writes for it.
 The gqa model is also saved as a Hugging Face folder, tests/fixtures/llama/gqa_folder/, in shards
 (save_pretrained with a small max_shard_size: config.json, model-0000N-of-0000M.safetensors and the index).
@@ -27,7 +29,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-B, T, STEPS = 2, 16, 10
+B, T, STEPS, PROMPT, NEW = 2, 16, 10, 6, 24
 BASE = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
             max_position_embeddings=32, rms_norm_eps=1e-5, initializer_range=0.2, attn_implementation="eager")
 CONFIGS = {
@@ -70,6 +72,9 @@ def main():
             model.save_pretrained(os.path.join(out_dir, "gqa_folder"), max_shard_size="60KB")
         if cfg.tie_word_embeddings:
             weights.pop("lm_head.weight", None)
+        greedy = model.generate(inputs[:, :PROMPT], max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False,
+                                attention_mask=torch.ones(B, PROMPT, dtype=torch.long), pad_token_id=0,
+                                eos_token_id=None)
         out = model(input_ids=inputs, labels=targets)
         # transformers shifts labels itself: pass the loss over (inputs -> targets) without its shift
         logits = out.logits.detach()
@@ -89,7 +94,8 @@ def main():
         tensors = dict(weights)
         tensors.update(grads)
         tensors.update({"inputs": inputs.to(torch.int32), "targets": targets.to(torch.int32), "logits": logits,
-                        "loss": loss.detach().reshape(1), "adamw_losses": torch.tensor(losses)})
+                        "loss": loss.detach().reshape(1), "adamw_losses": torch.tensor(losses),
+                        "greedy": greedy.to(torch.int32).contiguous()})
         meta = {"config": json.dumps(cfg.to_dict(), sort_keys=True)}  # one entry: the header's order is then fixed
         path = os.path.join(out_dir, name + ".safetensors")
         save_file(tensors, path, metadata=meta)

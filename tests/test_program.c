@@ -3,6 +3,7 @@
  * every gradient and ten AdamW steps; a sharded HF folder loads, and broken ones are refused; recomputation, a
  * split backward and stages chained give the whole model's bits. (GPT-2 runs on the program too: its oracle is
  * PyTorch in tests/test_gpt2.c.) */
+#include "dtrain/infer.h"
 #include "dtrain/io.h"
 #include "dtrain/optim.h"
 #include "dtrain/program.h"
@@ -349,10 +350,81 @@ static void hf_folder_refused(const char *dir, const char *what, const char *con
     free(config), free(index), free(c2), free(i2);
 }
 
+enum { PROMPT = 6, NEW = 24 };
+
+/* The fixture's weights in a decoder (f32, or int8), both rows of the batch decoding side by side from their first
+ * PROMPT tokens; greedy tokens into out [B, PROMPT + NEW]. */
+static dt_status decode_greedy(const char *path, dt_quant q, int32_t *out) {
+    dt_safetensors *f = NULL;
+    dt_gpt2 *m = NULL;
+    dt_decoder *d = NULL;
+    dt_lm_config cfg;
+    dt_model md;
+    int32_t in[B * T];
+    dt_status st = dt_safetensors_open(path, &f);
+    const char *json = st ? NULL : dt_safetensors_metadata(f, "config");
+    if (!st && !json) st = dt_error(DT_ERR_IO, "%s: no \"config\" in its metadata", path);
+    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
+    if (!st) st = dt_gpt2_create(&cfg, &m);
+    if (!st) dt_gpt2_model(m, &md), st = dt_safetensors_read_model(f, &md, cfg.vocab_size, NULL);
+    if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
+    if (!st) st = dt_decoder_create_taking(m, q, B, B * PROMPT, &d);
+    m = NULL;
+    int V = cfg.vocab_size;
+    float *logits = st ? NULL : malloc(sizeof(float) * B * (size_t)V);
+    dt_infer_row rows[B * PROMPT];
+    for (int b = 0; !st && b < B; b++)
+        for (int t = 0; t < PROMPT; t++) {
+            out[b * (PROMPT + NEW) + t] = in[b * T + t];
+            rows[b * PROMPT + t] = (dt_infer_row){ b, t, in[b * T + t], t == PROMPT - 1 };
+        }
+    int n = B * PROMPT;
+    for (int i = 0; !st && i < NEW; i++) {
+        if ((st = dt_decoder_step(d, rows, n, logits))) break;
+        for (int b = 0; b < B; b++) {
+            int32_t best = 0;
+            for (int v = 1; v < V; v++) best = logits[(size_t)b * V + v] > logits[(size_t)b * V + best] ? v : best;
+            out[b * (PROMPT + NEW) + PROMPT + i] = best;
+            rows[b] = (dt_infer_row){ b, PROMPT + i, best, 1 };
+        }
+        n = B;
+    }
+    free(logits);
+    dt_decoder_destroy(d);
+    dt_safetensors_close(f);
+    return st;
+}
+
+/* The decoder's greedy tokens (its KV cache, two sequences in one batch) are Hugging Face generate's; int8's are
+ * counted against them (said, not required: rounding may turn a near tie). */
+static void greedy_matches_hf(const char *dir, const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/llama/%s.safetensors", dir, name);
+    int32_t ref[B * (PROMPT + NEW)], got[B * (PROMPT + NEW)], q8[B * (PROMPT + NEW)];
+    dt_safetensors *f = NULL;
+    dt_status st = dt_safetensors_open(path, &f);
+    if (!st) st = dt_safetensors_read_i32(f, "greedy", B * (PROMPT + NEW), ref);
+    dt_safetensors_close(f);
+    if (!st) st = decode_greedy(path, DT_QUANT_NONE, got);
+    if (!st) st = decode_greedy(path, DT_QUANT_INT8, q8);
+    if (st) {
+        printf("FAIL: %s greedy: %s\n", name, dt_last_error());
+        failed++;
+        return;
+    }
+    int same = 0, same8 = 0;
+    for (int i = 0; i < B * (PROMPT + NEW); i++) same += got[i] == ref[i], same8 += q8[i] == ref[i];
+    bool ok = same == B * (PROMPT + NEW);
+    if (!ok) failed++;
+    printf("%-12s greedy tokens (KV cache, 2 x %d new) = HF generate's: %d of %d%s; int8: %d\n", name, NEW, same - B * PROMPT,
+           B * NEW, ok ? "" : "   FAIL", same8 - B * PROMPT);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     const char *fixtures[] = { "mha", "gqa", "mqa", "rope_scaled", "qwen2" };
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) check_fixture(dir, fixtures[i]);
+    for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) greedy_matches_hf(dir, fixtures[i]);
     modes_equal("llama", 2, false);
     modes_equal("gpt2", 4, true);
     stages_chain("llama", 2, false);
