@@ -1,7 +1,7 @@
 #!/bin/bash
 # llama.cpp for the serving benchmark's baseline (bench/infer_baselines.py):
 # its source as PyPI's llama-cpp-python ships it (vendor/llama.cpp), built
-# here with cmake for this CPU (llama-bench, llama-batched-bench, llama-quantize), and its gguf
+# here with cmake for this CPU (llama-bench, llama-batched-bench, llama-quantize, llama-completion), and its gguf
 # Python package. Nothing of it is linked into dtrain; tests never need it.
 # usage: scripts/build-llama-cpp.sh [DIR]   (default: .llama.cpp in the repository)
 set -euo pipefail
@@ -15,5 +15,5 @@ if [ ! -f src/CMakeLists.txt ]; then
 fi
 cmake -S src -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF > cmake.log
-cmake --build build -j"$(nproc)" --target llama-bench llama-batched-bench llama-quantize > build.log
+cmake --build build -j"$(nproc)" --target llama-bench llama-batched-bench llama-quantize llama-completion > build.log
 echo "llama.cpp: $dir/build/bin/llama-bench, llama-quantize; gguf-py: $dir/src/gguf-py"

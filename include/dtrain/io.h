@@ -74,6 +74,8 @@ dt_status dt_program_load_hf(const char *dir, dt_program **out);
  * family the program reads from folders this way (llama, qwen2; GPT-2's folders go through dt_safetensors_load). */
 dt_status dt_gpt2_load_hf(const char *dir, dt_gpt2 **out);
 int dt_hf_folder_is_program(const char *dir);
+/* A whole model as llama.cpp's GGUF (version 3, f32; io/gguf.c says what it holds), written atomically. */
+dt_status dt_gguf_save(const char *path, dt_gpt2 *m);
 
 /* Writes bytes to path atomically: path.tmp.PID, fsync, rename; temporaries
  * that killed saves left beside path are removed first. */

@@ -45,6 +45,10 @@ bool dt_lm_config_same(const dt_lm_config *a, const dt_lm_config *b);
 /* The family's name ("gpt2", "llama", "qwen2"); the family by name (NULL if unknown). */
 const char *dt_family_name(const dt_family *f);
 const dt_family *dt_family_find(const char *name);
+/* llama.cpp's architecture for the family ("gpt2", "llama", "qwen2"), and whether a GGUF reorders q and k rows (its
+ * rope turns adjacent channel pairs where Hugging Face's turns halves). */
+const char *dt_family_gguf_arch(const dt_family *f);
+int dt_family_gguf_pairs(const dt_family *f);
 
 /* How tensor parallelism splits a tensor (Megatron): a column-parallel
  * Linear splits its outputs (weight rows, bias), a row-parallel one its
@@ -67,6 +71,7 @@ typedef struct {
 typedef struct {
     char name[48];          /* ours: "wte", "h.3.qkvw", "lnfw"; the MLP's "layer.0.weight" */
     char hf[64];            /* Hugging Face's (PyTorch's state_dict) name: "h.3.attn.c_attn.weight" */
+    char gguf[40];          /* llama.cpp's in a GGUF file: "blk.3.attn_qkv.weight" (empty: none) */
     const char *llmc;       /* llm.c's tensor this is (a layer of): "qkvw"; NULL if not GPT-2 */
     int llmc_index, layer;  /* llm.c's file order: tensor index 0..15, then layer (0 if not per layer) */
     int unit;               /* the unit holding it */

@@ -181,14 +181,15 @@ static int measure(dt_gpt2 *m, dt_quant q, int threads, const dt_bench_infer_opt
     return db < 0;
 }
 
-/* Lines of other runs ({"impl", "prec", "threads", "prefill", "decode1", "decodeb"}) into rows; HF's check printed;
+/* Lines of other runs ({"impl", "prec", "threads", "prefill", "decode1", "decodeb"}) into rows; the greedy checks printed;
  * anything else passed on to stderr. */
 static void collect(FILE *p, cJSON *rows) {
     char line[4096];
     while (p && fgets(line, sizeof line, p)) {
         cJSON *j = cJSON_Parse(line);
         if (j && cJSON_GetObjectItem(j, "check")) {
-            printf("# HF transformers' greedy generate against dtrain generate's on these weights: %s, %d of %d tokens agree (%d distinct)\n",
+            const char *what = cJSON_GetStringValue(cJSON_GetObjectItem(j, "check"));
+            printf("# %s (theirs against dtrain generate's) on these weights: %s, %d of %d tokens agree (%d distinct)\n", what ? what : "?",
                    cJSON_IsTrue(cJSON_GetObjectItem(j, "same")) ? "the same tokens" : "DIFFERENT",
                    (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "agree")), (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "tokens")),
                    (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "distinct")));
@@ -198,17 +199,17 @@ static void collect(FILE *p, cJSON *rows) {
     }
 }
 
-/* The baselines' lines from bench/infer_baselines.py. */
-static void baselines(const dt_bench_infer_opts *o, const char *weights, cJSON *rows) {
+/* The baselines' lines from bench/infer_baselines.py, on the weights in dir: an HF folder (hf/) and a GGUF. */
+static void baselines(const dt_bench_infer_opts *o, const char *weights, cJSON *rows) { /* weights: the folder */
     char cmd[8192];
     if (dt_bench_venv_cmd(cmd, sizeof cmd, "infer_baselines.py", 1)) return;
     size_t n = strlen(cmd);
     char self[4096];
     if (dt_bench_self_dir(self, sizeof self)) return;
-    /* with HF: its greedy tokens against dtrain generate's on the same weights first */
-    snprintf(cmd + n, sizeof cmd - n, "--weights %s --threads %s --prompt %d --steps %d --batch %d --reps %d --which %s --check %d "
-             "--dtrain %s/dtrain", weights, o->threads_list, o->prompt, o->steps, o->batch, o->reps, o->baseline,
-             strcmp(o->baseline, "llama") ? 32 : 0, self);
+    /* first each baseline's 64 greedy tokens against dtrain generate's on the same weights */
+    snprintf(cmd + n, sizeof cmd - n, "--weights %s/hf --gguf %s/model.gguf --threads %s --prompt %d --steps %d --batch %d --reps %d "
+             "--which %s --check %d --dtrain %s/dtrain", weights, weights, o->threads_list, o->prompt, o->steps, o->batch, o->reps,
+             o->baseline, 64, self);
     FILE *p = popen(cmd, "r");
     collect(p, rows);
     if (p && pclose(p)) dt_log(DT_LOG_WARN, "bench infer: the baselines' script failed (its messages are above)");
@@ -360,12 +361,15 @@ int dt_bench_infer(const dt_bench_infer_opts *o) {
     int R = o->baseline && o->rounds > 1 ? (o->rounds < MAX_ROUNDS ? o->rounds : MAX_ROUNDS) : 1;
     speeds(*mine)[2][8] = calloc((size_t)R, sizeof *mine);
     cJSON *rows[MAX_ROUNDS] = { 0 };
-    char weights[] = "/tmp/dtrain-infer-XXXXXX.safetensors";
+    /* the baselines read the same weights: an HF folder (transformers) and a GGUF (llama.cpp), as ckpt export writes them */
+    char weights[] = "/tmp/dtrain-infer-XXXXXX", hf[64], gguf[64];
     bool have_weights = false;
     if (o->baseline) {
-        int fd = mkstemps(weights, 12);
-        if (fd >= 0) close(fd);
-        if (fd < 0 || dt_safetensors_save(weights, m, DT_F32)) dt_log(DT_LOG_ERROR, "bench infer: cannot write the weights for the baselines");
+        bool made = mkdtemp(weights) != NULL;
+        snprintf(hf, sizeof hf, "%s/hf", weights);
+        snprintf(gguf, sizeof gguf, "%s/model.gguf", weights);
+        if (!made || dt_hf_folder_save(hf, m) || dt_gguf_save(gguf, m))
+            dt_log(DT_LOG_ERROR, "bench infer: cannot write the weights for the baselines: %s", made ? dt_last_error() : "no temporary folder");
         else have_weights = true;
     }
     int rc = !mine;
@@ -377,7 +381,15 @@ int dt_bench_infer(const dt_bench_infer_opts *o) {
         if (!(r % 2) && have_weights && !rc) baselines(o, weights, rows[r]);
         if (R > 1) fprintf(stderr, "# round %d of %d done\n", r + 1, R);
     }
-    if (have_weights) unlink(weights);
+    if (o->baseline) {
+        char path[96];
+        const char *files[] = { "hf/config.json", "hf/generation_config.json", "hf/model.safetensors", "hf", "model.gguf" };
+        for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+            snprintf(path, sizeof path, "%s/%s", weights, files[i]);
+            remove(path);
+        }
+        rmdir(weights);
+    }
     if (!rc && o->tp > 1) tp_rows(o, rows[0]);
     if (!rc) print_table(ts, nt, mine, rows, R);
     for (int r = 0; r < R; r++) cJSON_Delete(rows[r]);

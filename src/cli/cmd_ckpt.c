@@ -12,16 +12,20 @@ static void usage(FILE *f) {
                "                                                 piece), tensors; --verify: and ckpt verify DIR\n"
                "       dtrain ckpt verify DIR                    every file of each checkpoint DIR keeps (--keep-last) against\n"
                "                                                 its manifest's sizes and hashes; exit 1 if any is damaged\n"
-               "       dtrain ckpt export DIR OUT                its weights: OUT.safetensors (HF GPT-2 names), OUT.bin\n"
+               "       dtrain ckpt export MODEL OUT              the weights of a checkpoint DIR (or of a weights file or an\n"
+               "                                                 HF folder: a conversion) as OUT.safetensors (HF names), OUT.bin\n"
                "                                                 (llm.c's), or a folder OUT/ with config.json and\n"
-               "                                                 model.safetensors that GPT2LMHeadModel.from_pretrained loads\n");
+               "                                                 model.safetensors that from_pretrained loads (GPT-2, Llama,\n"
+               "                                                 Qwen 2), or OUT.gguf for llama.cpp (f32; its vocabulary the\n"
+               "                                                 256 bytes then placeholders: token ids mean the same)\n");
 }
 
-/* What export writes, from OUT's name: 's' safetensors, 'b' llm.c, 'd' an HF folder, 0 refused. */
+/* What export writes, from OUT's name: 's' safetensors, 'b' llm.c, 'g' GGUF, 'd' an HF folder, 0 refused. */
 static char export_kind(const char *out) {
     size_t n = strlen(out);
     if (n > 4 && !strcmp(out + n - 4, ".bin")) return 'b';
     if (n > 12 && !strcmp(out + n - 12, ".safetensors")) return 's';
+    if (n > 5 && !strcmp(out + n - 5, ".gguf")) return 'g';
     const char *base = strrchr(out, '/');
     base = base ? base + 1 : out;
     /* "OUT/", "OUT" or an existing directory: a folder; "out.pt" and the like: refused */
@@ -48,14 +52,17 @@ int dt_cli_ckpt(int argc, char **argv) {
         if (!kind) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
         dt_gpt2 *m;
         int step;
-        if (dt_checkpoint_load_model(argv[2], &m, &step)) { dt_log(DT_LOG_ERROR, "ckpt export: %s", dt_last_error()); return 1; }
-        dt_status st = kind == 'b' ? dt_llmc_save(out, m) : kind == 's' ? dt_safetensors_save(out, m, DT_F32) : dt_hf_folder_save(out, m);
+        /* a checkpoint's weights, or a weights file's or an HF folder's (export converts between the formats) */
+        if (dt_checkpoint_load_weights(argv[2], 0, &m, &step)) { dt_log(DT_LOG_ERROR, "ckpt export: %s", dt_last_error()); return 1; }
+        dt_status st = kind == 'b' ? dt_llmc_save(out, m) : kind == 's' ? dt_safetensors_save(out, m, DT_F32)
+                       : kind == 'g' ? dt_gguf_save(out, m) : dt_hf_folder_save(out, m);
         dt_gpt2_destroy(m);
         if (st) { dt_log(DT_LOG_ERROR, "ckpt export: %s", dt_last_error()); return 1; }
-        printf("wrote %s%s (step %d of %s)\n", out, kind == 'd' ? " (config.json, model.safetensors)" : "", step, argv[2]);
+        if (step >= 0) printf("wrote %s%s (step %d of %s)\n", out, kind == 'd' ? " (config.json, model.safetensors)" : "", step, argv[2]);
+        else printf("wrote %s%s (from %s)\n", out, kind == 'd' ? " (config.json, model.safetensors)" : "", argv[2]);
         return 0;
     }
     usage(stderr);
-    dt_log(DT_LOG_ERROR, "ckpt: expected info [--verify] DIR, verify DIR or export DIR OUT");
+    dt_log(DT_LOG_ERROR, "ckpt: expected info [--verify] DIR, verify DIR or export MODEL OUT");
     return 2;
 }

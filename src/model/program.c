@@ -62,6 +62,8 @@ const dt_family *dt_family_find(const char *name) {
 }
 
 const char *dt_family_name(const dt_family *f) { return f ? f->name : "(none)"; }
+const char *dt_family_gguf_arch(const dt_family *f) { return f ? f->gguf_arch : "gpt2"; }
+int dt_family_gguf_pairs(const dt_family *f) { return f ? f->gguf_pairs : 0; }
 
 dt_lm_config dt_lm_config_resolve(const dt_lm_config *in) {
     dt_lm_config c = *in;
@@ -180,6 +182,7 @@ static void add_tensor(dt_program *p, int section, int i, int layer, int unit) {
     if (layer >= 0) snprintf(t->name, sizeof t->name, "h.%d.%s", layer, s->name);
     else snprintf(t->name, sizeof t->name, "%s", s->name);
     snprintf(t->hf, sizeof t->hf, s->hf, layer); /* a name without "%d" ignores the layer */
+    if (s->gguf) snprintf(t->gguf, sizeof t->gguf, s->gguf, layer);
     t->layer = layer >= 0 ? layer : 0;
     t->unit = t->grad_unit = unit;
     t->shape[0] = width_of(&p->cfg, s->rows);

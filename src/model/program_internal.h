@@ -16,6 +16,7 @@ typedef struct {
     dt_tp_split split;
     int f32_read, hf_t;
     enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } init; /* a weight, a norm's scale, a bias */
+    const char *gguf;                                 /* llama.cpp's name in a GGUF file ("%d": the layer) */
 } dt_tensor_spec;
 
 
@@ -34,6 +35,9 @@ struct dt_family {
     int nops;
     const dt_width *values;            /* each value's width (DT_V_IN and DT_V_OUT: W_C) */
     int nvalues;
+    const char *gguf_arch;             /* llama.cpp's architecture for it */
+    int gguf_pairs;                    /* llama.cpp turns adjacent channel pairs (its "norm" rope) where HF turns halves:
+                                        * a GGUF's q and k rows are reordered */
 };
 
 extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2;

@@ -3,29 +3,29 @@
 #include "program_internal.h"
 
 static const dt_tensor_spec embed[] = {
-    { "wte", "wte.weight", W_VOCAB, W_C, DT_SPLIT_VOCAB, 1, 0, INIT_NORMAL },
-    { "wpe", "wpe.weight", W_POS, W_C, DT_SPLIT_NONE, 1, 0, INIT_NORMAL },
+    { "wte", "wte.weight", W_VOCAB, W_C, DT_SPLIT_VOCAB, 1, 0, INIT_NORMAL, "token_embd.weight" },
+    { "wpe", "wpe.weight", W_POS, W_C, DT_SPLIT_NONE, 1, 0, INIT_NORMAL, "position_embd.weight" },
 };
 
 enum { LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB };
 static const dt_tensor_spec block[] = {
-    [LN1W] = { "ln1w", "h.%d.ln_1.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES },
-    [LN1B] = { "ln1b", "h.%d.ln_1.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS },
-    [QKVW] = { "qkvw", "h.%d.attn.c_attn.weight", W_QKV, W_C, DT_SPLIT_COLUMN, 0, 1, INIT_NORMAL },
-    [QKVB] = { "qkvb", "h.%d.attn.c_attn.bias", W_QKV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS },
-    [ATTPROJW] = { "attprojw", "h.%d.attn.c_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 1, INIT_NORMAL },
-    [ATTPROJB] = { "attprojb", "h.%d.attn.c_proj.bias", W_C, W_NONE, DT_SPLIT_NONE, 0, 0, INIT_ZEROS },
-    [LN2W] = { "ln2w", "h.%d.ln_2.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES },
-    [LN2B] = { "ln2b", "h.%d.ln_2.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS },
-    [FCW] = { "fcw", "h.%d.mlp.c_fc.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 1, INIT_NORMAL },
-    [FCB] = { "fcb", "h.%d.mlp.c_fc.bias", W_FFN, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS },
-    [FCPROJW] = { "fcprojw", "h.%d.mlp.c_proj.weight", W_C, W_FFN, DT_SPLIT_ROW, 0, 1, INIT_NORMAL },
-    [FCPROJB] = { "fcprojb", "h.%d.mlp.c_proj.bias", W_C, W_NONE, DT_SPLIT_NONE, 0, 0, INIT_ZEROS },
+    [LN1W] = { "ln1w", "h.%d.ln_1.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_norm.weight" },
+    [LN1B] = { "ln1b", "h.%d.ln_1.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS, "blk.%d.attn_norm.bias" },
+    [QKVW] = { "qkvw", "h.%d.attn.c_attn.weight", W_QKV, W_C, DT_SPLIT_COLUMN, 0, 1, INIT_NORMAL, "blk.%d.attn_qkv.weight" },
+    [QKVB] = { "qkvb", "h.%d.attn.c_attn.bias", W_QKV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.attn_qkv.bias" },
+    [ATTPROJW] = { "attprojw", "h.%d.attn.c_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 1, INIT_NORMAL, "blk.%d.attn_output.weight" },
+    [ATTPROJB] = { "attprojb", "h.%d.attn.c_proj.bias", W_C, W_NONE, DT_SPLIT_NONE, 0, 0, INIT_ZEROS, "blk.%d.attn_output.bias" },
+    [LN2W] = { "ln2w", "h.%d.ln_2.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.ffn_norm.weight" },
+    [LN2B] = { "ln2b", "h.%d.ln_2.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS, "blk.%d.ffn_norm.bias" },
+    [FCW] = { "fcw", "h.%d.mlp.c_fc.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 1, INIT_NORMAL, "blk.%d.ffn_up.weight" },
+    [FCB] = { "fcb", "h.%d.mlp.c_fc.bias", W_FFN, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.ffn_up.bias" },
+    [FCPROJW] = { "fcprojw", "h.%d.mlp.c_proj.weight", W_C, W_FFN, DT_SPLIT_ROW, 0, 1, INIT_NORMAL, "blk.%d.ffn_down.weight" },
+    [FCPROJB] = { "fcprojb", "h.%d.mlp.c_proj.bias", W_C, W_NONE, DT_SPLIT_NONE, 0, 0, INIT_ZEROS, "blk.%d.ffn_down.bias" },
 };
 
 static const dt_tensor_spec final[] = {
-    { "lnfw", "ln_f.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES },
-    { "lnfb", "ln_f.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS },
+    { "lnfw", "ln_f.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "output_norm.weight" },
+    { "lnfb", "ln_f.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS, "output_norm.bias" },
 };
 
 enum { LN1 = 2, QKV, ATTY, ATTPROJ, RES2, LN2, FCH, FCHG, FCPROJ, NVALUES };
@@ -47,5 +47,5 @@ static const dt_op_spec ops[] = {
 const dt_family dt_family_gpt2 = {
     .name = "gpt2", .rms = 0, .rotary = 0,
     .embed = embed, .nembed = 2, .block = block, .nblock = 12, .final = final, .nfinal = 2,
-    .ops = ops, .nops = sizeof ops / sizeof *ops, .values = values, .nvalues = NVALUES,
+    .ops = ops, .nops = sizeof ops / sizeof *ops, .values = values, .nvalues = NVALUES, .gguf_arch = "gpt2",
 };

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Greedy decoding against Hugging Face and llama.cpp on models dtrain did not make: for each configuration below,
+a random LlamaForCausalLM / Qwen2ForCausalLM (transformers, initializer_range 0.1 so that the tokens vary) saved as
+an HF folder; then 64 greedy tokens from the bytes of a prompt (as ids) by
+  HF generate (f32, eager attention),
+  dtrain generate --ids on the folder (its KV cache; f32, and int8 said only),
+  llama.cpp's llama-completion (top-k 1, f32: -fa off, f32 cache) on `dtrain ckpt export FOLDER OUT.gguf`,
+and prints how many of each agree with HF's. Exit 1 if dtrain's f32 or llama.cpp's differ from HF's. The GGUF names
+the last id end-of-text (dtrain models carry no tokenizer): llama.cpp stops once it draws that id, and its tokens
+agree when they are HF's up to there (--ignore-eos would ban the id instead and turn the tokens).
+
+Run with the baselines' environment; llama.cpp from scripts/build-llama-cpp.sh:
+  .venv-baselines/bin/python scripts/check_decode_parity.py [build/dtrain]
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROMPT, NEW = b"And God said", 64
+SMOL = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+            num_key_value_heads=3, max_position_embeddings=2048, rms_norm_eps=1e-5, rope_theta=10000.0,
+            tie_word_embeddings=True)
+CONFIGS = {
+    "smollm-135m": (LlamaConfig, LlamaForCausalLM, SMOL),
+    "llama3.1-scaled (tiny)": (LlamaConfig, LlamaForCausalLM,
+                               dict(vocab_size=512, hidden_size=128, intermediate_size=344, num_hidden_layers=4,
+                                    num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
+                                    rope_theta=500000.0, tie_word_embeddings=False,
+                                    rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                      high_freq_factor=4.0, original_max_position_embeddings=32))),
+    "qwen2 (tiny)": (Qwen2Config, Qwen2ForCausalLM,
+                     dict(vocab_size=512, hidden_size=128, intermediate_size=344, num_hidden_layers=4,
+                          num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
+                          rope_theta=1000000.0, tie_word_embeddings=True)),
+}
+
+
+def dtrain_tokens(dtrain, folder, quant):
+    ids = ",".join(str(b) for b in PROMPT)
+    out = subprocess.run([dtrain, "generate", "--model", folder, "--ids", "--prompt", ids, "--tokens", str(NEW),
+                          "--temperature", "0", "--quantize", quant], capture_output=True, text=True, check=True)
+    return [int(t) for t in out.stdout.split()[1:]]
+
+
+def llama_tokens(dtrain, folder, tmp):
+    exe = os.path.join(os.environ.get("DTRAIN_LLAMA_CPP") or os.path.join(HERE, "..", ".llama.cpp"), "build", "bin",
+                       "llama-completion")
+    if not os.access(exe, os.X_OK):
+        return None
+    gguf = os.path.join(tmp, "model.gguf")
+    subprocess.run([dtrain, "ckpt", "export", folder, gguf], capture_output=True, check=True)
+    out = subprocess.run([exe, "-m", gguf, "-p", PROMPT.decode(), "-n", str(NEW), "--top-k", "1", "--temp", "0", "-t", "1",
+                          "-no-cnv", "--no-warmup", "-c", "512", "-fa", "off", "-ctk", "f32", "-ctv", "f32"],
+                         capture_output=True, check=True).stdout
+    out = out[len(PROMPT):] if out.startswith(PROMPT) else out
+    out = out.split(b" [end of text]")[0]  # what llama-completion prints after the end-of-text token
+    ids, i = [], 0
+    while i < len(out):
+        mo = re.match(rb"<t(\d+)>", out[i:])
+        ids.append(int(mo.group(1)) if mo else out[i])
+        i += mo.end() if mo else 1
+    return ids[:NEW]
+
+
+def agree(a, b):
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def main():
+    dtrain = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "build", "dtrain")
+    bad = 0
+    for name, (Config, Model, kw) in CONFIGS.items():
+        torch.manual_seed(3)
+        m = Model(Config(initializer_range=0.1, attn_implementation="eager", **kw)).float().eval()
+        ids = torch.tensor([list(PROMPT)])
+        with torch.no_grad():
+            ref = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
+                             do_sample=False, pad_token_id=0)[0, len(PROMPT):].tolist()
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = os.path.join(tmp, "hf")
+            m.save_pretrained(folder)
+            f32, q8 = dtrain_tokens(dtrain, folder, "none"), dtrain_tokens(dtrain, folder, "int8")
+            lc = llama_tokens(dtrain, folder, tmp)
+        eos = kw["vocab_size"] - 1
+        ok = f32 == ref and (lc is None or lc == ref or (lc == ref[:len(lc)] and lc[-1] == eos))
+        bad += not ok
+        print("%-24s %d distinct tokens; of %d, agree with HF generate's: dtrain f32 %d, llama.cpp on dtrain's GGUF %s, "
+              "dtrain int8 %d%s" % (name, len(set(ref)), NEW, agree(f32, ref), "(not built)" if lc is None else agree(lc, ref),
+                                    agree(q8, ref), "" if ok else "   FAIL") +
+              (" (llama.cpp stopped at the end-of-text id, HF's token there too)" if lc and len(lc) < NEW and ok else ""),
+              flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

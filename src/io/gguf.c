@@ -1,0 +1,197 @@
+/* GGUF, llama.cpp's model file (version 3), written for any family of the model program: its architecture's keys
+ * (sizes, heads, K/V heads, rotary base and Llama 3.1's scaling as llama.cpp's rope_freqs tensor, the norms'
+ * epsilon), every tensor in f32 under llama.cpp's names (the spec's gguf names), q and k rows reordered where
+ * llama.cpp's rope turns adjacent pairs. No tokenizer travels with a dtrain model: the vocabulary written is the 256
+ * bytes in GPT-2's byte-to-character order, then placeholders "<tN>", so token ids mean the same on both sides
+ * (a byte-level model's text reads the same; others are fed ids). Debian packages no GGUF library for C (ggml's
+ * gguf.c is not in bookworm); the format is a header of typed key/values, tensor records, then aligned data. */
+#include "dtrain/io.h"
+#include "dtrain/kernels.h"
+#include "dtrain/program.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { GGUF_U32 = 4, GGUF_I32 = 5, GGUF_F32 = 6, GGUF_BOOL = 7, GGUF_STRING = 8, GGUF_ARRAY = 9, ALIGN = 32 };
+
+/* The header as it grows; oom once an allocation failed (the rest is skipped, the save fails). */
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+    bool oom;
+    uint64_t nkv;
+} buf;
+
+static void put(buf *b, const void *x, size_t n) {
+    if (b->oom) return;
+    if (b->n + n > b->cap) {
+        size_t cap = (b->n + n) * 2;
+        uint8_t *p = realloc(b->p, cap);
+        if (!p) { b->oom = true; return; }
+        b->p = p, b->cap = cap;
+    }
+    memcpy(b->p + b->n, x, n);
+    b->n += n;
+}
+static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
+static void put_u64(buf *b, uint64_t v) { put(b, &v, 8); }
+static void put_str(buf *b, const char *s) { put_u64(b, strlen(s)); put(b, s, strlen(s)); }
+
+static void key(buf *b, const char *arch, const char *name, uint32_t type) {
+    char k[96];
+    snprintf(k, sizeof k, "%s%s%s", arch ? arch : "", arch ? "." : "", name);
+    put_str(b, k);
+    put_u32(b, type);
+    b->nkv++;
+}
+static void kv_u32(buf *b, const char *arch, const char *name, uint32_t v) { key(b, arch, name, GGUF_U32); put_u32(b, v); }
+static void kv_f32(buf *b, const char *arch, const char *name, float v) { key(b, arch, name, GGUF_F32); put(b, &v, 4); }
+static void kv_str(buf *b, const char *name, const char *v) { key(b, NULL, name, GGUF_STRING); put_str(b, v); }
+static void kv_bool(buf *b, const char *name, bool v) { key(b, NULL, name, GGUF_BOOL); uint8_t x = v; put(b, &x, 1); }
+
+/* GPT-2's byte-level BPE shows byte c as this character (printable Latin-1 as itself, the rest from U+0100 up). */
+static void byte_char(int c, char out[3]) {
+    int printable = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF), n = 0;
+    for (int x = 0; !printable && x < c; x++) n += !((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF));
+    int u = printable ? c : 256 + n;
+    if (u < 0x80) out[0] = (char)u, out[1] = 0;
+    else out[0] = (char)(0xC0 | (u >> 6)), out[1] = (char)(0x80 | (u & 0x3F)), out[2] = 0;
+}
+
+static void vocabulary(buf *b, int V) {
+    kv_str(b, "tokenizer.ggml.model", "gpt2"); /* byte-level BPE */
+    kv_str(b, "tokenizer.ggml.pre", "gpt-2");
+    key(b, NULL, "tokenizer.ggml.tokens", GGUF_ARRAY);
+    put_u32(b, GGUF_STRING);
+    put_u64(b, (uint64_t)V);
+    for (int i = 0; i < V; i++) {
+        char t[24];
+        if (i < 256) byte_char(i, t);
+        else snprintf(t, sizeof t, "<t%d>", i);
+        put_str(b, t);
+    }
+    key(b, NULL, "tokenizer.ggml.token_type", GGUF_ARRAY);
+    put_u32(b, GGUF_I32);
+    put_u64(b, (uint64_t)V);
+    for (int i = 0; i < V; i++) put_u32(b, 1); /* normal */
+    key(b, NULL, "tokenizer.ggml.merges", GGUF_ARRAY); /* llama.cpp's BPE wants the list; nothing merges */
+    put_u32(b, GGUF_STRING);
+    put_u64(b, 0);
+    kv_u32(b, NULL, "tokenizer.ggml.bos_token_id", (uint32_t)V - 1);
+    kv_u32(b, NULL, "tokenizer.ggml.eos_token_id", (uint32_t)V - 1);
+    kv_bool(b, "tokenizer.ggml.add_bos_token", false);
+}
+
+static void architecture(buf *b, const dt_lm_config *c, const char *arch) {
+    kv_str(b, "general.architecture", arch);
+    kv_str(b, "general.name", "dtrain");
+    kv_u32(b, NULL, "general.file_type", 0); /* all f32 */
+    kv_u32(b, arch, "context_length", (uint32_t)c->max_seq_len);
+    kv_u32(b, arch, "embedding_length", (uint32_t)c->channels);
+    kv_u32(b, arch, "feed_forward_length", (uint32_t)c->ffn);
+    kv_u32(b, arch, "block_count", (uint32_t)c->num_layers);
+    kv_u32(b, arch, "attention.head_count", (uint32_t)c->num_heads);
+    if (!strcmp(arch, "gpt2")) {
+        kv_f32(b, arch, "attention.layer_norm_epsilon", c->norm_eps);
+        return;
+    }
+    kv_u32(b, arch, "attention.head_count_kv", (uint32_t)c->kv_heads);
+    kv_u32(b, arch, "attention.key_length", (uint32_t)c->head_dim);
+    kv_u32(b, arch, "attention.value_length", (uint32_t)c->head_dim);
+    kv_u32(b, arch, "rope.dimension_count", (uint32_t)c->head_dim);
+    kv_f32(b, arch, "rope.freq_base", c->rope_theta);
+    kv_f32(b, arch, "attention.layer_norm_rms_epsilon", c->norm_eps);
+    kv_u32(b, arch, "vocab_size", (uint32_t)c->vocab_size);
+}
+
+/* A tensor record: its name, dimensions innermost first, f32, and where its data starts. */
+static void record(buf *b, const char *name, int rows, int cols, uint64_t offset) {
+    put_str(b, name);
+    put_u32(b, cols ? 2 : 1);
+    put_u64(b, (uint64_t)(cols ? cols : rows));
+    if (cols) put_u64(b, (uint64_t)rows);
+    put_u32(b, 0); /* GGML_TYPE_F32 */
+    put_u64(b, offset);
+}
+
+static size_t aligned(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+
+/* Rows [0, rows) of a [rows, cols] tensor into out, each head's rows (hd of them) reordered from Hugging Face's halves
+ * to adjacent pairs when pairs: row i * 2 + j of a head is its row j * hd / 2 + i. */
+static void copy_rows(float *out, const float *in, int rows, int cols, int hd, bool pairs) {
+    for (int r = 0; r < rows; r++) {
+        int h = r / hd, k = r % hd, from = pairs ? h * hd + (k % 2) * (hd / 2) + k / 2 : r;
+        memcpy(out + (size_t)r * cols, in + (size_t)from * cols, sizeof(float) * (size_t)cols);
+    }
+}
+
+/* What a tensor is in the file: its rows (the token table's and an untied head's real vocabulary only). */
+static int file_rows(const dt_tensor_info *t, const dt_lm_config *c) { return t->split == DT_SPLIT_VOCAB ? c->vocab_size : t->shape[0]; }
+
+dt_status dt_gguf_save(const char *path, dt_gpt2 *m) {
+    dt_status st = dt_gpt2_check_whole(m, "a GGUF export");
+    if (st) return st;
+    dt_program *p = dt_gpt2_program(m);
+    const dt_lm_config *c = dt_program_config(p);
+    const char *arch = dt_family_gguf_arch(c->family);
+    bool pairs = dt_family_gguf_pairs(c->family);
+    int n;
+    const dt_tensor_info *tab = dt_program_tensors(p, &n);
+    const float *params = dt_program_params(p);
+    buf h = { 0 }, kv = { 0 }, recs = { 0 };
+    architecture(&kv, c, arch);
+    vocabulary(&kv, c->vocab_size);
+    /* Llama 3.1's scaling as llama.cpp takes it: each frequency's divisor, the unscaled over the scaled */
+    int half = c->head_dim / 2;
+    float *freqs = c->rope_factor > 0 ? calloc(2 * (size_t)half, sizeof(float)) : NULL;
+    size_t data = 0;
+    int ntensors = 0;
+    for (int i = 0; i < n; i++) {
+        if (tab[i].tied_copy || !tab[i].gguf[0]) continue;
+        record(&recs, tab[i].gguf, file_rows(&tab[i], c), tab[i].ndim == 2 ? tab[i].shape[1] : 0, data);
+        data = aligned(data + sizeof(float) * (size_t)file_rows(&tab[i], c) * (size_t)(tab[i].ndim == 2 ? tab[i].shape[1] : 1));
+        ntensors++;
+    }
+    if (freqs) {
+        record(&recs, "rope_freqs.weight", half, 0, data);
+        data = aligned(data + sizeof(float) * (size_t)half);
+        ntensors++;
+    }
+    put(&h, "GGUF", 4);
+    put_u32(&h, 3);
+    put_u64(&h, (uint64_t)ntensors);
+    put_u64(&h, kv.nkv);
+    if (kv.p) put(&h, kv.p, kv.n);
+    if (recs.p) put(&h, recs.p, recs.n);
+    static const uint8_t zeros[ALIGN];
+    put(&h, zeros, aligned(h.n) - h.n);
+    uint8_t *body = calloc(data ? data : 1, 1);
+    if (h.oom || kv.oom || recs.oom || !body || (c->rope_factor > 0 && !freqs)) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
+    size_t at = 0;
+    for (int i = 0; !st && i < n; i++) {
+        const dt_tensor_info *t = &tab[i];
+        if (t->tied_copy || !t->gguf[0]) continue;
+        int rows = file_rows(t, c), cols = t->ndim == 2 ? t->shape[1] : 1;
+        bool qk = pairs && (strstr(t->gguf, ".attn_q.") || strstr(t->gguf, ".attn_k."));
+        copy_rows((float *)(body + at), params + t->offset, rows, cols, c->head_dim, qk);
+        at = aligned(at + sizeof(float) * (size_t)rows * (size_t)cols);
+    }
+    if (!st && freqs) {
+        dt_rope_config plain = { .theta = c->rope_theta }, scaled = { .theta = c->rope_theta, .factor = c->rope_factor,
+                                 .low_freq_factor = c->rope_low_freq_factor, .high_freq_factor = c->rope_high_freq_factor,
+                                 .original_max = c->rope_original_max };
+        dt_rope_frequencies(freqs, c->head_dim, &plain);
+        dt_rope_frequencies(freqs + half, c->head_dim, &scaled);
+        for (int i = 0; i < half; i++) ((float *)(body + at))[i] = freqs[i] / freqs[half + i];
+    }
+    if (!st) {
+        const void *parts[2] = { h.p, body };
+        size_t sizes[2] = { h.n, data };
+        st = dt_file_write_atomic(path, parts, sizes, 2);
+    }
+    free(h.p); free(kv.p); free(recs.p); free(body); free(freqs);
+    return st;
+}
