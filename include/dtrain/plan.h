@@ -23,18 +23,8 @@ typedef struct {
     double per_rank, per_machine;                  /* sums; per_machine: x the ranks on one machine */
 } dt_plan_memory;
 
-/* A transformer dtrain does not build yet, described for the planner (Llama:
- * RMSNorm, SwiGLU, grouped-query attention, an untied head). All zero: GPT-2,
- * whose counts come from the model layer's own (dt_gpt2_units_*). */
 typedef struct {
-    int llama;      /* RMSNorm, SwiGLU MLP, no biases, untied head, rotary positions (no position table) */
-    int kv_heads;   /* grouped-query attention's key/value heads */
-    int ffn;        /* the MLP's hidden width */
-} dt_plan_arch;
-
-typedef struct {
-    dt_gpt2_config model;
-    dt_plan_arch arch;       /* zero: GPT-2 */
+    dt_gpt2_config model;    /* any family of the model program (its family, K/V heads, MLP width, tied or not) */
     double params_override;  /* --params N: the model states of exactly N parameters (0: the shape's) */
     int paper_states;        /* ZeRO's anatomy (2 + 2 + K bytes: 16-bit parameters and gradients, K = 12 of f32 master weights and
                               * Adam, every part sharded by its stage), for devices dtrain does not run on; else dtrain's own */
@@ -122,16 +112,19 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
 void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *out);
 /* Models: a preset's shape (GPT-2's, Llama 3.1 8B and 70B, GPT-3 175B) or a refusal naming them; a GPT-style shape of
  * about n parameters (--params). */
-dt_status dt_plan_model_preset(const char *name, dt_gpt2_config *c, dt_plan_arch *arch);
+dt_status dt_plan_model_preset(const char *name, dt_gpt2_config *c);
 const char *dt_plan_model_names(void);
 void dt_plan_shape_for_params(double n, dt_gpt2_config *c);
-/* Units [a, b) on one TP rank: parameters, and the Linears' parameters a token multiplies through forward. GPT-2: the
- * model layer's own counts. */
+/* Units [a, b) on one TP rank: parameters, and the Linears' parameters a token multiplies through forward: the model
+ * layer's own counts, for any family. A block's Linears on a TP rank ([outputs, inputs], at most max; their count);
+ * whether a config is GPT-2's family (learned positions, LayerNorms, a GELU MLP, biases). */
 double dt_plan_units_params(const dt_plan_job *j, int a, int b);
 double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b);
+int dt_plan_block_linears(const dt_plan_job *j, int (*shape)[2], int max);
+bool dt_plan_is_gpt2(const dt_gpt2_config *c);
 /* A stage holding the n unit ranges [a[k], b[k]) on one TP rank: the activation bytes of one micro-batch in flight (batch
- * x seq positions; one slot), and mixed precision's scratch, the stage model's once (head: it holds the head). GPT-2:
- * the model layer's own counts (dt_gpt2_chunks_activation_bytes). */
+ * x seq positions; one slot), and mixed precision's scratch, the stage model's once (head: it holds the head): the
+ * model layer's own counts (dt_gpt2_chunks_activation_bytes). */
 double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq);
 /* What a rank holds once beside its slots: mixed precision's scratch (dtrain's; head: the stage holds the head), or under
  * paper_acts with --recompute the layer being recomputed. */

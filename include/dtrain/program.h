@@ -115,6 +115,9 @@ size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_gpt2_part *par
 dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_gpt2_part *part, size_t *local, size_t *global);
 double dt_program_flops_per_token(const dt_lm_config *cfg, int T);
 double dt_program_block_matmul_params(const dt_lm_config *cfg);
+/* Without a model: a block's Linears as a part's rank runs them, [outputs, inputs] each (at most max), in the spec's
+ * order; their count (0: a bad config). */
+int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_gpt2_part *part, int (*shape)[2], int max);
 /* Seconds in tensor parallelism's collectives since the last call. */
 double dt_program_tp_comm_seconds(dt_program *p);
 /* With on, backward runs no gradient hook; dt_program_announce_grads runs them for every held unit, in

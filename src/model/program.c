@@ -526,6 +526,16 @@ double dt_program_block_matmul_params(const dt_lm_config *cfg) {
     return n;
 }
 
+int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_gpt2_part *part, int (*shape)[2], int max) {
+    dt_program *p;
+    if (shape_part(cfg, part, &p)) return 0;
+    int n = 0;
+    for (int k = 0; k < p->f->nops; k++)
+        if (p->ops[k].s.kind == DT_OP_LINEAR && n < max) shape[n][0] = p->ops[k].width_out, shape[n++][1] = p->ops[k].width_in;
+    dt_program_destroy(p);
+    return n;
+}
+
 size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_gpt2_part *part) {
     dt_program *p;
     if (shape_part(cfg, part, &p)) return 0;

@@ -3,6 +3,7 @@
  * N data-parallel ranks) plus activations, communication buffers and the
  * token files, per rank and per machine, against what the machine has. */
 #include "plan_internal.h"
+#include "dtrain/program.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -84,8 +85,7 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
     /* ZeRO's implementation on devices of their own (DeepSpeed's): two gradient buckets in flight, and at stage 3 the unit
      * being gathered and the next (the largest block's 16-bit parameters, twice) */
     if (j->paper_states) {
-        double C2 = (double)j->model.channels * j->model.channels, F = j->arch.ffn ? j->arch.ffn : 4.0 * j->model.channels;
-        double block = (j->arch.llama ? 2 * C2 + 3 * j->model.channels * F + 2 * C2 / j->model.num_heads * j->arch.kv_heads : 12 * C2);
+        double block = dt_program_block_matmul_params(&j->model);
         m->comm = (n > 1 ? 2.0 * (double)j->bucket_bytes : 0) + (j->stage >= 3 && n > 1 ? 2 * 2 * block / (j->tp > 1 ? j->tp : 1) : 0);
     }
     /* The gradients the replicas on this machine reduce in place in the shared segment: each rank reads (R-1)/R of them from
@@ -149,17 +149,16 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
                 if (u <= c->num_layers) unit_lp[1] = fmax(unit_lp[1], x);
             }
             /* a later stage's copy of the tied embedding: its gradient goes to the first stage, which alone updates it */
-            if (p > 1 && a[k] > 0 && b[k] == c->num_layers + 2 && !j->arch.llama)
+            if (p > 1 && a[k] > 0 && b[k] == c->num_layers + 2 && !c->untied)
                 tied = ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels;
         }
         double acts = dt_plan_slot_activations(j, v, a, b, j->batch, j->seq) * (p > 1 ? dt_plan_pp_slots(j, s) : 1) +
                       dt_plan_rank_scratch(j, b[v - 1] == c->num_layers + 2);
         /* a first stage's embedding tables have no 16-bit copy: the lookup reads f32, and no head there reads wte */
-        double f32_only = p > 1 && s == 0 && !j->arch.llama
-                              ? (ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) + c->max_seq_len) * c->channels : 0;
+        double f32_only = p > 1 && s == 0 ? dt_plan_units_params(j, 0, 1) : 0;
         /* --params N: the model states of N parameters, split as the shape's are */
         if (j->params_override > 0) {
-            double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model, .arch = j->arch });
+            double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model });
             psi *= f, f32_only *= f, unit_lp[0] *= f, unit_lp[1] *= f;
         }
         /* a stage without the head holds no BLAS panel of its weight gradient (the planner's process, which timed it,
@@ -167,7 +166,7 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
          * wte_recv, wte_send: 124M's first stage was 4.7% under without it) */
         double process = (double)j->process_bytes;
         if (b[v - 1] != c->num_layers + 2) process -= fmin((double)j->head_process_bytes, process);
-        double wte = p > 1 && !j->arch.llama && (s == 0 || s == p - 1) ? 4 * ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels : 0;
+        double wte = p > 1 && !c->untied && (s == 0 || s == p - 1) ? 4 * ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels : 0;
         dt_plan_memory one;
         estimate_rank(j, psi, tied, f32_only, unit_lp, acts, wte, process, &one);
         if (one.per_rank > m->per_rank) *m = one;

@@ -1,35 +1,37 @@
-/* The models the planner describes: GPT-2 shapes (counted by the model layer
- * itself, the same functions the runtime sizes its stores with), published
- * shapes dtrain does not build yet (Llama 3.1, counted here from their
- * architecture), and --params N (a GPT-style shape of about N parameters). */
+/* The models the planner describes: any shape of the model program's families
+ * (GPT-2's and Llama's presets, published ones: Llama 3.1 8B and 70B), counted
+ * by the model layer itself, the same functions the runtime sizes its stores
+ * with; and --params N (a GPT-style shape of about N parameters). */
 #include "dtrain/plan.h"
+#include "dtrain/program.h"
 
 #include <math.h>
 #include <string.h>
 #include <strings.h>
 
 typedef struct {
-    const char *name;
+    const char *name, *family;
     dt_gpt2_config c;
-    dt_plan_arch arch;
 } preset;
 
-/* Published shapes: Llama 3.1 (Meta's model cards: 8B, 70B, vocabulary 128256, 128K positions), GPT-3 175B (Brown et al. 2020,
- * Table 2.1: 96 layers, d_model 12288, 96 heads, 2048 positions; GPT-2's architecture and vocabulary). */
+/* Published shapes: Llama 3.1 (Meta's model cards: 8B, 70B, vocabulary 128256, 128K positions, 8 K/V heads, rotary base
+ * 500000), GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads, 2048 positions; GPT-2's
+ * architecture and vocabulary). */
 static const preset presets[] = {
-    { "llama3.1-8b", { .max_seq_len = 131072, .vocab_size = 128256, .padded_vocab_size = 128256, .num_layers = 32, .num_heads = 32, .channels = 4096 }, { 1, 8, 14336 } },
-    { "llama3.1-70b", { .max_seq_len = 131072, .vocab_size = 128256, .padded_vocab_size = 128256, .num_layers = 80, .num_heads = 64, .channels = 8192 }, { 1, 8, 28672 } },
-    { "gpt3-175b", { .max_seq_len = 2048, .vocab_size = 50257, .padded_vocab_size = 50304, .num_layers = 96, .num_heads = 96, .channels = 12288 }, { 0, 0, 0 } },
+    { "llama3.1-8b", "llama", { .max_seq_len = 131072, .vocab_size = 128256, .padded_vocab_size = 128256, .num_layers = 32, .num_heads = 32,
+                                .channels = 4096, .kv_heads = 8, .ffn = 14336, .rope_theta = 500000, .untied = 1 } },
+    { "llama3.1-70b", "llama", { .max_seq_len = 131072, .vocab_size = 128256, .padded_vocab_size = 128256, .num_layers = 80, .num_heads = 64,
+                                 .channels = 8192, .kv_heads = 8, .ffn = 28672, .rope_theta = 500000, .untied = 1 } },
+    { "gpt3-175b", "gpt2", { .max_seq_len = 2048, .vocab_size = 50257, .padded_vocab_size = 50304, .num_layers = 96, .num_heads = 96, .channels = 12288 } },
 };
 
-const char *dt_plan_model_names(void) { return "d6, 124M, 350M, 774M, 1558M, llama3.1-8b, llama3.1-70b, gpt3-175b"; }
+const char *dt_plan_model_names(void) { return DT_LM_PRESETS ", llama3.1-8b, llama3.1-70b, gpt3-175b"; }
 
-dt_status dt_plan_model_preset(const char *name, dt_gpt2_config *c, dt_plan_arch *arch) {
-    memset(arch, 0, sizeof *arch);
+dt_status dt_plan_model_preset(const char *name, dt_gpt2_config *c) {
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         if (!strcasecmp(name, presets[i].name)) {
             *c = presets[i].c;
-            *arch = presets[i].arch;
+            c->family = dt_family_find(presets[i].family);
             return DT_OK;
         }
     if (!dt_gpt2_preset(name, c)) return DT_OK;
@@ -46,45 +48,13 @@ void dt_plan_shape_for_params(double n, dt_gpt2_config *c) {
                            .num_heads = C / 128, .channels = C };
 }
 
-/* One Llama block's parameters on a TP rank: q and o (C x C), k and v (C x kv channels), gate, up and down (C x F), split;
- * two RMSNorm weights whole. */
-static double llama_block(const dt_gpt2_config *c, const dt_plan_arch *a, double t) {
-    double C = c->channels, kvc = C / c->num_heads * a->kv_heads;
-    return (2 * C * C + 2 * C * kvc + 3 * C * a->ffn) / t + 2 * C;
-}
-
-double dt_plan_units_params(const dt_plan_job *j, int a, int b) {
-    const dt_gpt2_config *c = &j->model;
-    if (!j->arch.llama) return (double)dt_gpt2_units_num_params(c, a, b, j->tp);
-    double t = j->tp > 1 ? j->tp : 1, C = c->channels, V = ceil(c->padded_vocab_size / t), n = 0;
-    int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L;
-    if (a == 0) n += V * C; /* the embedding (rotary positions: no table) */
-    if (last >= first) n += (last - first + 1) * llama_block(c, &j->arch, t);
-    if (b == L + 2) n += C + V * C; /* the final RMSNorm and the untied head */
-    return n;
-}
+double dt_plan_units_params(const dt_plan_job *j, int a, int b) { return (double)dt_gpt2_units_num_params(&j->model, a, b, j->tp); }
 
 double dt_plan_model_params(const dt_plan_job *j) {
     if (j->params_override > 0) return j->params_override;
     dt_plan_job whole = *j;
     whole.tp = 1;
     return dt_plan_units_params(&whole, 0, j->model.num_layers + 2);
-}
-
-/* Floats a token keeps per Llama block (the same accounting as GPT-2's arena: each block's inputs to backward, its
- * statistics, and once the backward's scratch), the head's, and the embedding's output. */
-static double llama_units_activations(const dt_plan_job *j, int a, int b, int batch, int seq) {
-    const dt_gpt2_config *c = &j->model;
-    double t = j->tp > 1 ? j->tp : 1, rows = j->sp && t > 1 ? t : 1, C = c->channels, F = j->arch.ffn;
-    double kvc = C / c->num_heads * j->arch.kv_heads, NH = c->num_heads / t, V = ceil(c->padded_vocab_size / t);
-    double w = j->precision != DT_F32 ? 2 : 4, BT = (double)batch * seq;
-    int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
-    /* split: q, k, v, attention's output, gate, up, their product; whole (or 1/t of the rows with SP): input, two norms' outputs, res */
-    double split = (2 * C + 2 * kvc) / t + 3 * F / t, whole = 4 * C / rows;
-    double block = j->recompute ? C / rows * w : (split + whole) * w + (2 / rows + NH) * 4;
-    double scratch = nl ? (4 * C + 3 * F / t) * 4 : 0;
-    double head = b == L + 2 ? (C / rows + 2) * 4 + V * w + 3 * 4 : 0;
-    return BT * (nl * block + scratch + head + (a == 0 ? C * 4 : 0)) + 2 * BT * 4;
 }
 
 /* Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models", section 4 and Table 2), a layer's
@@ -97,8 +67,10 @@ double dt_plan_paper_layer_bytes(const dt_plan_job *j, int recompute) {
     const dt_gpt2_config *c = &j->model;
     double t = j->tp > 1 ? j->tp : 1, rows = j->sp && t > 1 ? t : 1, h = c->channels, w = j->precision != DT_F32 ? 2 : 4;
     if (recompute) return w * h / rows;
-    double kvc = j->arch.llama ? h / c->num_heads * j->arch.kv_heads : h, F = j->arch.ffn ? j->arch.ffn : 4 * h;
-    double whole = 4 * w * h + (j->arch.llama ? 0 : 2 * h), split = w * (2 * h + 2 * kvc + (j->arch.llama ? 3 : 2) * F);
+    dt_gpt2_config r = dt_lm_config_resolve(c);
+    bool gpt = dt_plan_is_gpt2(c);
+    double kvc = (double)r.head_dim * r.kv_heads, F = r.ffn;
+    double whole = 4 * w * h + (gpt ? 2 * h : 0), split = w * (2 * h + 2 * kvc + (gpt ? 2 : 3) * F);
     return whole / rows + split / t;
 }
 
@@ -109,12 +81,12 @@ static double paper_units_activations(const dt_plan_job *j, int a, int b, double
     double t = j->tp > 1 ? j->tp : 1, rows = j->sp && t > 1 ? t : 1, h = c->channels, w = j->precision != DT_F32 ? 2 : 4;
     int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
     double head = b == L + 2 ? w * h / rows + w * h + 4 * ceil(c->padded_vocab_size / t) : 0;
-    return tokens * (nl * dt_plan_paper_layer_bytes(j, j->recompute) + head + (a == 0 && !j->arch.llama ? h / rows : 0));
+    return tokens * (nl * dt_plan_paper_layer_bytes(j, j->recompute) + head + (a == 0 && dt_plan_is_gpt2(c) ? h / rows : 0));
 }
 
 double dt_plan_rank_scratch(const dt_plan_job *j, int head) {
     if (j->paper_acts) return j->recompute ? (double)j->batch * j->seq * dt_plan_paper_layer_bytes(j, 0) : 0;
-    return j->precision != DT_F32 && !j->arch.llama ? (double)dt_gpt2_part_lp_work_bytes(&j->model, j->tp, head) : 0;
+    return j->precision != DT_F32 ? (double)dt_gpt2_part_lp_work_bytes(&j->model, j->tp, head) : 0;
 }
 
 double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq) {
@@ -124,11 +96,7 @@ double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const
         for (int k = 0; k < n; k++) s += paper_units_activations(j, a[k], b[k], (double)batch * seq);
         return s;
     }
-    if (!j->arch.llama)
-        return (double)dt_gpt2_chunks_activation_bytes(c, n, a, b, j->tp, j->sp, batch, seq, j->recompute, j->attention, j->precision, j->zb);
-    double s = 0;
-    for (int k = 0; k < n; k++) s += llama_units_activations(j, a[k], b[k], batch, seq);
-    return s;
+    return (double)dt_gpt2_chunks_activation_bytes(c, n, a, b, j->tp, j->sp, batch, seq, j->recompute, j->attention, j->precision, j->zb);
 }
 
 int dt_plan_pp_slots(const dt_plan_job *j, int s) {
@@ -139,11 +107,22 @@ int dt_plan_pp_slots(const dt_plan_job *j, int s) {
     return cap < m ? cap : m;
 }
 
+/* A block's Linears as a TP rank runs them ([outputs, inputs] each, the spec's order); their count. */
+int dt_plan_block_linears(const dt_plan_job *j, int (*shape)[2], int max) {
+    dt_gpt2_part part = { .ua = 1, .ub = 2, .tp_size = j->tp > 1 ? j->tp : 1 };
+    static const dt_tp_ops none = { 0 };
+    part.tp = part.tp_size > 1 ? &none : NULL;
+    return dt_program_linear_shapes(&j->model, &part, shape, max);
+}
+
+bool dt_plan_is_gpt2(const dt_gpt2_config *c) { return !c->family || c->family == dt_family_find("gpt2"); }
+
 /* Multiply-adds a token costs forward in the units' Linears (the head's too), per TP rank. */
 double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b) {
     const dt_gpt2_config *c = &j->model;
-    double t = j->tp > 1 ? j->tp : 1, C = c->channels, V = c->padded_vocab_size / t;
+    double t = j->tp > 1 ? j->tp : 1, C = c->channels, V = c->padded_vocab_size / t, block = 0;
     int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
-    double block = j->arch.llama ? llama_block(c, &j->arch, t) - 2 * C : 12 * C * C / t;
+    int shape[8][2], n = dt_plan_block_linears(j, shape, 8);
+    for (int i = 0; i < n; i++) block += (double)shape[i][0] * shape[i][1];
     return nl * block + (b == L + 2 ? V * C : 0);
 }

@@ -25,15 +25,14 @@ static double gemm_rate(const dt_plan_job *j, const dt_plan_hardware *h, int thr
     return r > 0 ? r : peak;
 }
 
-/* The blocks' Linears' rate: each of a GPT-2 block's four (the attention's qkv and projection, the MLP's two, a tensor-parallel
- * rank's share of each) timed at its shape, weighted by its FLOPs. The MLP's first, which the plan used for all four, is the
- * fastest of them; the others have a side of C (C/tp under tensor parallelism). Llama's (not built by dtrain, never timed
- * here) at the MLP's. */
-static double blocks_rate(const dt_plan_job *j, const dt_plan_hardware *h, int threads, double tokens, int C, int F, int tp) {
-    if (j->arch.llama) return gemm_rate(j, h, threads, tokens, F / tp, C);
-    const int shape[4][2] = { { 3 * C / tp, C }, { C, C / tp }, { F / tp, C }, { C, F / tp } }; /* outputs, inputs */
+/* The blocks' Linears' rate: each of a block's Linears as the spec has them (GPT-2's qkv, projection and the MLP's two;
+ * Llama's q|k|v, o, gate|up and down; a tensor-parallel rank's share of each) timed at its shape, weighted by its
+ * FLOPs. The MLP's first, which the plan used for all four, is the fastest of them; the others have a side of C (C/tp
+ * under tensor parallelism). */
+static double blocks_rate(const dt_plan_job *j, const dt_plan_hardware *h, int threads, double tokens) {
+    int shape[8][2], n = dt_plan_block_linears(j, shape, 8); /* outputs, inputs */
     double flops = 0, secs = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n; i++) {
         double f = (double)shape[i][0] * shape[i][1];
         flops += f, secs += f / gemm_rate(j, h, threads, tokens, shape[i][0], shape[i][1]);
     }
@@ -56,7 +55,10 @@ typedef struct { double mm, att, ew, fwd_share; } stage_cost;
 static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double tokens, double T, double rmm, double rhead, double ratt, double bw,
                                 double hloss) {
     const dt_gpt2_config *c = &j->model;
-    double tp = j->tp > 1 ? j->tp : 1, C = c->channels, F = j->arch.ffn ? j->arch.ffn : 4.0 * C, V = c->padded_vocab_size / tp;
+    dt_gpt2_config r = dt_lm_config_resolve(c);
+    double tp = j->tp > 1 ? j->tp : 1, C = c->channels, F = r.ffn, V = c->padded_vocab_size / tp;
+    /* q's channels, and this rank's K/V channels (with fewer K/V heads than ranks, each rank keeps one) */
+    double Q = (double)r.num_heads * r.head_dim, KVl = (r.kv_heads >= tp ? r.kv_heads / tp : 1) * (double)r.head_dim;
     double rows = j->sp && tp > 1 ? tp : 1, passes = 3 + (j->recompute ? 1 : 0);
     int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
     stage_cost s;
@@ -64,18 +66,24 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
     double head = b == L + 2 ? V * C : 0;
     s.mm = 2 * (dt_plan_units_matmul_params(j, a, b) - head) * tokens * passes / rmm + 2 * head * tokens * 3 / rhead;
     /* causal attention: a query meets T/2 keys on average (the balanced chunks under CP too): 2 T C per query forward, twice that backward */
-    s.att = nl * 2.0 * tokens * T * (C / tp) * passes / ratt;
+    s.att = nl * 2.0 * tokens * T * (Q / tp) * passes / ratt;
     /* the elementwise kernels, forward and twice backward: LayerNorms, residuals, biases, GELU (bytes a token and block), the head's
      * softmax and loss over the vocabulary (where measured, hloss: the 16-bit head's seconds a token besides its GEMMs) */
-    double block = 4 * (10 * C / rows + 4 * C / tp + 4 * F / tp);
+    bool gpt = dt_plan_is_gpt2(c);
+    /* Llama: two RMSNorms and two residuals as GPT-2's; q|k|v of every head packed from the K/V heads (Q + 2 KV read on a rank,
+     * 3 Q written) and q, k turned by position (4 Q); SwiGLU reads gate and up and writes their product; no biases */
+    double block = 4 * (gpt ? 10 * C / rows + 4 * C / tp + 4 * F / tp : 10 * C / rows + 8 * Q / tp + 2 * KVl + 3 * F / tp);
     /* dtrain's mixed precision (gpt2_run.c) passes over a block's activations besides: forward rounds the LayerNorms', attention's
      * and GELU's outputs to 16 bits in place (8 bytes an element), backward each Linear's output gradient; without --recompute
      * the block's eight kept activations are packed to 16 bits after forward and unpacked before backward (6 bytes an element
      * each way). d6's bf16 blocks ran 10% over the plan without them (362 ms a step against 328): these are 32 of it. */
-    double lowp = j->precision != DT_F32 && !j->arch.llama && !j->paper_acts
-                      ? 8 * (2 * C / rows + C / tp + F / tp) * (j->recompute ? 2 : 1) + 8 * (2 * C + 3 * C / tp + F / tp) +
-                            (j->recompute ? 0 : 12 * (4 * C / rows + 4 * C / tp + 2 * F / tp))
-                      : 0;
+    double lowp = j->precision == DT_F32 || j->paper_acts ? 0
+                  : gpt ? 8 * (2 * C / rows + C / tp + F / tp) * (j->recompute ? 2 : 1) + 8 * (2 * C + 3 * C / tp + F / tp) +
+                              (j->recompute ? 0 : 12 * (4 * C / rows + 4 * C / tp + 2 * F / tp))
+                        /* Llama's the same passes: the norms', attention's (and its packed q|k|v) and SwiGLU's outputs
+                         * rounded, each Linear's output gradient, the kept values packed and unpacked */
+                        : 8 * (2 * C / rows + 4 * Q / tp + F / tp) * (j->recompute ? 2 : 1) + 8 * (2 * C + (Q + 2 * F) / tp + 2 * KVl) +
+                              (j->recompute ? 0 : 12 * (4 * C / rows + (2 * Q + 3 * F) / tp + 2 * KVl));
     s.ew = (nl * (block * passes + lowp) + (b == L + 2 && !hloss ? 4 * 4 * V : 0) + (a == 0 ? 3 * 4 * C : 0)) * tokens / bw;
     if (b == L + 2) s.ew += hloss * tokens;
     s.fwd_share = 1.0 / passes;
@@ -108,11 +116,11 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     const dt_gpt2_config *c = &j->model;
     o->threads = h->cores_per_device ? (job->threads > 0 ? job->threads : (cores / local > 0 ? cores / local : 1)) : 1;
     double tokens = (double)j->batch * j->seq, T = job->seq, w = j->precision != DT_F32 ? 2 : 4;
-    int C = c->channels, F = j->arch.ffn ? j->arch.ffn : 4 * C;
+    int C = c->channels, F = dt_lm_config_resolve(c).ffn;
     /* the 16-bit head multiplies a chunk of its rows by a block of tokens at a time (dt_matmul_*_lp16): timed at that shape */
     int Vr = c->padded_vocab_size / tp, hrows = Vr;
     double htok = tokens;
-    if (j->precision != DT_F32 && !j->arch.llama) {
+    if (j->precision != DT_F32) {
         double part = (double)dt_gpt2_lp_work_floats(c, true) / 3;
         hrows = (int)fmin(part / C, Vr), htok = fmin(tokens, floor(part / hrows));
     }
@@ -129,11 +137,11 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
         o->beside = dt_plan_time_shared((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false),
                                    local * o->threads, cores);
     double slow = o->oversubscribed * o->beside;
-    double rmm = blocks_rate(j, h, o->threads, tokens, C, F, tp) / slow;
+    double rmm = blocks_rate(j, h, o->threads, tokens) / slow;
     size_t before = dt_resident_memory();
     double rhead = gemm_rate(j, h, o->threads, htok, hrows, C) / slow;
     /* the 16-bit head's loss and narrowing, timed here as it runs (one rank's vocabulary slice, its loss as one process's) */
-    double hloss = j->precision != DT_F32 && !j->arch.llama && h->attention_rate && (double)Vr * C <= 1e8
+    double hloss = j->precision != DT_F32 && h->attention_rate && (double)Vr * C <= 1e8
                        ? dt_plan_time_head_lp((int)fmin(tokens, 4096), Vr, C, dt_gpt2_lp_work_floats(c, true), o->threads, j->precision,
                                          rhead * slow) * slow
                        : 0;
@@ -161,7 +169,7 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
         tall += sc.mm + sc.att + sc.ew;
         if (sc.mm + sc.att + sc.ew > tworst) tworst = sc.mm + sc.att + sc.ew, worst = sc, psi = sp;
     }
-    if (j->params_override > 0) psi *= j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model, .arch = j->arch });
+    if (j->params_override > 0) psi *= j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model });
     o->matmul = m * worst.mm, o->attention = m * worst.att, o->elementwise = m * worst.ew;
     /* the optimizer over the parameters this rank updates: AdamW reads a parameter, its gradient and two moments and writes three
      * back (28 bytes; SGD 16), gradients zeroed (4), mixed precision's 16-bit copy written (2); split over model-parallel ranks,

@@ -17,8 +17,7 @@
 #include <unistd.h>
 
 /* The model: --params N, a file's shape, or a preset; train's shape flags over it. */
-static dt_status resolve_model(dt_train_config *c, const dt_plan_request *rq, dt_gpt2_config *cfg, dt_plan_arch *arch) {
-    memset(arch, 0, sizeof *arch);
+static dt_status resolve_model(dt_train_config *c, const dt_plan_request *rq, dt_gpt2_config *cfg) {
     dt_status st = DT_OK;
     if (rq->params > 0) dt_plan_shape_for_params(rq->params, cfg);
     else if (access(c->model, R_OK) == 0) {
@@ -27,14 +26,16 @@ static dt_status resolve_model(dt_train_config *c, const dt_plan_request *rq, dt
         if ((st = dt_checkpoint_load_weights(c->model, c->shape.num_heads, &g, &step))) return st;
         *cfg = *dt_gpt2_get_config(g);
         dt_gpt2_destroy(g);
-    } else if ((st = dt_plan_model_preset(c->model, cfg, arch))) return st;
+    } else if ((st = dt_plan_model_preset(c->model, cfg))) return st;
     const dt_gpt2_config *o = &c->shape;
     if (o->num_layers) cfg->num_layers = o->num_layers;
     if (o->num_heads) cfg->num_heads = o->num_heads;
     if (o->channels) cfg->channels = o->channels;
     if (o->max_seq_len) cfg->max_seq_len = o->max_seq_len;
     if (o->vocab_size) cfg->vocab_size = o->vocab_size, cfg->padded_vocab_size = o->padded_vocab_size ? o->padded_vocab_size : (o->vocab_size + 63) / 64 * 64;
-    if (cfg->channels % cfg->num_heads) return dt_error(DT_ERR_ARG, "--channels %d does not split into %d heads", cfg->channels, cfg->num_heads);
+    if (o->kv_heads) cfg->kv_heads = o->kv_heads;
+    if (o->ffn) cfg->ffn = o->ffn;
+    if (dt_plan_is_gpt2(cfg) && cfg->channels % cfg->num_heads) return dt_error(DT_ERR_ARG, "--channels %d does not split into %d heads", cfg->channels, cfg->num_heads);
     return DT_OK;
 }
 
@@ -73,7 +74,7 @@ static void resident_of_timings(size_t process, size_t *now, size_t *head) {
     }
 }
 
-static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, const dt_plan_arch *arch,
+static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg,
                           const dt_plan_hardware *h, int nranks, size_t process, plan_result *r) {
     int paper = strcmp(h->name, "this") != 0;
     dt_status st = dt_train_check_mesh(c, nranks, paper);
@@ -88,7 +89,6 @@ static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, c
     r->c = *c;
     r->nodes = nodes;
     dt_train_plan_job(c, cfg, &d, &r->job);
-    r->job.arch = *arch;
     r->job.params_override = rq->params;
     r->job.paper_states = rq->params > 0 || !h->shared_memory;
     r->job.paper_acts = !h->shared_memory;
@@ -140,7 +140,7 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
     char b[12][32], lay[256];
     describe_result(r, lay, sizeof lay);
     double np = dt_plan_model_params(&r->job);
-    fprintf(f, "plan: %s%.3gB parameters (%d layers, %d channels, %d heads), %s x %d positions\n", r->job.arch.llama ? "Llama, " : "",
+    fprintf(f, "plan: %s%.3gB parameters (%d layers, %d channels, %d heads), %s x %d positions\n", dt_plan_is_gpt2(cfg) ? "" : cfg->family == dt_family_find("qwen2") ? "Qwen 2, " : "Llama, ",
             np / 1e9, cfg->num_layers, cfg->channels, cfg->num_heads, lay, r->c.seq);
     int ranks = r->job.dp * (r->job.tp > 1 ? r->job.tp : 1) * (r->job.pp > 1 ? r->job.pp : 1);
     char threads[48] = "";
@@ -226,7 +226,7 @@ static void emit_json(cJSON *o, FILE *f) {
     cJSON_Delete(o);
 }
 
-static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, const dt_plan_arch *arch,
+static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg,
                   const dt_plan_hardware *h, int nranks, size_t process, FILE *f);
 
 /* The train command a plan stands for: the plan's train flags, less those of a layout when a search's layout replaces
@@ -267,11 +267,10 @@ int dt_train_plan(const dt_train_config *c0, const dt_plan_request *rq, FILE *f)
     size_t process = dt_resident_memory();
     dt_train_config c = *c0;
     dt_gpt2_config cfg;
-    dt_plan_arch arch;
     dt_plan_hardware h;
     /* ZeRO's mixed-precision Adam for --params (the paper's accounting) */
     if (rq->params > 0 && c.precision == DT_F32) c.precision = DT_F16;
-    dt_status st = resolve_model(&c, rq, &cfg, &arch);
+    dt_status st = resolve_model(&c, rq, &cfg);
     if (!st) measure_this_machine_apart(rq->hardware), st = dt_plan_hardware_get(rq->hardware, &h);
     if (st) {
         dt_log(DT_LOG_ERROR, "plan: %s", dt_last_error());
@@ -279,9 +278,9 @@ int dt_train_plan(const dt_train_config *c0, const dt_plan_request *rq, FILE *f)
     }
     if (strcmp(h.name, "this")) process = 0; /* another machine's process: not modelled (a GPU's context is not counted) */
     int nranks = job_ranks(&c);
-    if (rq->search) return search(&c, rq, &cfg, &arch, &h, nranks, process, f);
+    if (rq->search) return search(&c, rq, &cfg, &h, nranks, process, f);
     plan_result r;
-    if ((st = plan_one(&c, rq, &cfg, &arch, &h, nranks, process, &r))) {
+    if ((st = plan_one(&c, rq, &cfg, &h, nranks, process, &r))) {
         dt_log(DT_LOG_ERROR, "plan: %s", dt_last_error());
         return 2;
     }
@@ -298,7 +297,7 @@ static int by_speed(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, const dt_plan_arch *arch,
+static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg,
                   const dt_plan_hardware *h, int nranks, size_t process, FILE *f) {
     /* the global batch in sequences: the command's micro-batch x micro-batches x data-parallel ranks */
     int tp0 = c->tp ? c->tp : 1, pp0 = c->pp ? c->pp : 1, cp0 = c->cp ? c->cp : 1;
@@ -325,7 +324,7 @@ static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_
                                 if (t.grad_store != DT_F32 && t.precision == DT_F32) t.grad_store = DT_F32;
                                 if (pp > 1 && t.pp_schedule == DT_PP_INTERLEAVED && t.grad_accum % pp) t.pp_schedule = DT_PP_1F1B;
                                 plan_result r;
-                                dt_status st = plan_one(&t, rq, cfg, arch, h, nranks, process, &r);
+                                dt_status st = plan_one(&t, rq, cfg, h, nranks, process, &r);
                                 char lay[256], why[600];
                                 if (!st && !r.fits) {
                                     char b1[32], b2[32];
