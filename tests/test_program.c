@@ -395,6 +395,106 @@ static dt_status decode_greedy(const char *path, dt_quant q, int32_t *out) {
     return st;
 }
 
+/* A GGUF's header as gguf_checks reads it: the architecture, K/V heads, and each tensor's name, dims and data. */
+typedef struct {
+    char arch[16];
+    unsigned kv_heads;
+    int n;
+    char name[64][48];
+    uint64_t dims[64][2], offset[64];
+    const uint8_t *data;
+} gguf_view;
+
+static uint64_t rd64(const uint8_t **p) { uint64_t v; memcpy(&v, *p, 8); *p += 8; return v; }
+static uint32_t rd32(const uint8_t **p) { uint32_t v; memcpy(&v, *p, 4); *p += 4; return v; }
+
+/* Skips (or, for the two keys wanted, reads) one value of GGUF type t. */
+static void gguf_value(const uint8_t **p, uint32_t t, const char *key, gguf_view *g) {
+    static const int size[] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8 };
+    if (t == 8) { /* a string */
+        uint64_t n = rd64(p);
+        if (!strcmp(key, "general.architecture")) snprintf(g->arch, sizeof g->arch, "%.*s", (int)n, (const char *)*p);
+        *p += n;
+    } else if (t == 9) { /* an array */
+        uint32_t et = rd32(p);
+        uint64_t n = rd64(p);
+        for (uint64_t i = 0; i < n; i++) gguf_value(p, et, "", g);
+    } else {
+        if (!strcmp(key, "llama.attention.head_count_kv")) memcpy(&g->kv_heads, *p, 4);
+        *p += size[t];
+    }
+}
+
+static bool gguf_read(const uint8_t *file, gguf_view *g) {
+    const uint8_t *p = file + 4;
+    memset(g, 0, sizeof *g);
+    if (memcmp(file, "GGUF", 4) || rd32(&p) != 3) return false;
+    uint64_t nt = rd64(&p), nkv = rd64(&p);
+    for (uint64_t i = 0; i < nkv; i++) {
+        char key[96];
+        uint64_t n = rd64(&p);
+        snprintf(key, sizeof key, "%.*s", (int)n, (const char *)p);
+        p += n;
+        gguf_value(&p, rd32(&p), key, g);
+    }
+    for (g->n = 0; g->n < (int)nt && g->n < 64; g->n++) {
+        uint64_t n = rd64(&p);
+        snprintf(g->name[g->n], sizeof g->name[0], "%.*s", (int)n, (const char *)p);
+        p += n;
+        uint32_t nd = rd32(&p);
+        for (uint32_t d = 0; d < nd; d++) g->dims[g->n][d < 2 ? d : 1] = rd64(&p);
+        if (rd32(&p) != 0) return false; /* f32 */
+        g->offset[g->n] = rd64(&p);
+    }
+    g->data = file + (p - file + 31) / 32 * 32;
+    return true;
+}
+
+/* The gqa fixture as GGUF: llama's architecture and K/V heads, every tensor under llama.cpp's name and shape (the
+ * token table's real rows), q's and k's rows in llama.cpp's pair order (row 2i + j of a head is HF's row j hd/2 + i),
+ * the rest as stored. (llama.cpp itself reads these files in scripts/check_decode_parity.py.) */
+static void gguf_checks(const char *dir) {
+    char path[512], out[] = "/tmp/dtrain-test-gguf-XXXXXX";
+    snprintf(path, sizeof path, "%s/llama/gqa.safetensors", dir);
+    dt_safetensors *f = NULL;
+    dt_gpt2 *m = NULL;
+    dt_lm_config cfg;
+    dt_model md;
+    int fd = mkstemp(out);
+    if (fd >= 0) close(fd);
+    dt_status st = fd < 0 ? dt_error(DT_ERR_IO, "no temporary file") : dt_safetensors_open(path, &f);
+    if (!st) st = dt_lm_config_from_hf(dt_safetensors_metadata(f, "config"), path, &cfg);
+    if (!st) st = dt_gpt2_create(&cfg, &m);
+    if (!st) dt_gpt2_model(m, &md), st = dt_safetensors_read_model(f, &md, cfg.vocab_size, NULL);
+    if (!st) st = dt_gguf_save(out, m);
+    char *file = NULL;
+    size_t len = 0;
+    if (!st) st = dt_file_read_text(out, 1 << 24, &file, &len);
+    gguf_view g;
+    bool ok = !st && gguf_read((const uint8_t *)file, &g) && !strcmp(g.arch, "llama") && g.kv_heads == 2 && g.n == md.ntensors;
+    const dt_lm_config *c = dt_program_config(dt_gpt2_program(m));
+    int hd = c ? c->head_dim : 0;
+    for (int i = 0; ok && i < md.ntensors; i++) {
+        const dt_tensor_info *t = &md.tensors[i];
+        int rows = t->split == DT_SPLIT_VOCAB ? c->vocab_size : t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 0;
+        ok = !strcmp(g.name[i], t->gguf) && g.dims[i][0] == (uint64_t)(cols ? cols : rows) && (!cols || g.dims[i][1] == (uint64_t)rows);
+        bool pairs = strstr(t->gguf, "attn_q.") || strstr(t->gguf, "attn_k.");
+        const float *mine = md.params(md.self) + t->offset, *theirs = (const float *)(g.data + g.offset[i]);
+        for (int r = 0; ok && r < rows; r++) {
+            int h = r / hd, k = r % hd, from = pairs ? h * hd + (k % 2) * (hd / 2) + k / 2 : r;
+            ok = !memcmp(theirs + (size_t)r * (cols ? cols : 1), mine + (size_t)from * (cols ? cols : 1), sizeof(float) * (cols ? cols : 1));
+        }
+        if (!ok) printf("gguf: tensor %s (%s) differs\n", t->name, t->gguf);
+    }
+    if (!ok) failed++;
+    printf("%-12s GGUF export: llama, 2 K/V heads, %d tensors under llama.cpp's names, q/k in pair order%s%s\n", "gqa", md.ntensors,
+           ok ? "" : "   FAIL ", st ? dt_last_error() : "");
+    free(file);
+    unlink(out);
+    dt_gpt2_destroy(m);
+    dt_safetensors_close(f);
+}
+
 /* The decoder's greedy tokens (its KV cache, two sequences in one batch) are Hugging Face generate's; int8's are
  * counted against them (said, not required: rounding may turn a near tie). */
 static void greedy_matches_hf(const char *dir, const char *name) {
@@ -425,6 +525,7 @@ int main(int argc, char **argv) {
     const char *fixtures[] = { "mha", "gqa", "mqa", "rope_scaled", "qwen2" };
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) check_fixture(dir, fixtures[i]);
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) greedy_matches_hf(dir, fixtures[i]);
+    gguf_checks(dir);
     modes_equal("llama", 2, false);
     modes_equal("gpt2", 4, true);
     stages_chain("llama", 2, false);
