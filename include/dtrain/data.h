@@ -26,13 +26,20 @@ dt_status dt_tokens_check_vocab(const dt_tokens *t, int vocab);
 /* Writes a token file: uint16 (version 1) when every id fits, else uint32 (version 7). */
 dt_status dt_tokens_write(const char *path, const uint32_t *tokens, size_t n);
 
-/* GPT-2 byte-level BPE from the encoder.json + vocab.bpe pair it is
- * distributed as. Pre-tokenisation follows GPT-2's pattern; letters beyond
- * ASCII are classified by a small table (exact for ASCII text). */
+/* Byte-level BPE: GPT-2's from the encoder.json + vocab.bpe pair it is
+ * distributed as, or any Hugging Face tokenizer.json of its kind (a BPE
+ * model, a ByteLevel pre-tokenizer alone or after a Split by a pattern:
+ * GPT-2's, Llama 3's, Qwen 2's; added tokens). Pre-tokenization matches the
+ * tokenizer's pattern with PCRE2; the ids are the `tokenizers` library's. */
 typedef struct dt_bpe dt_bpe;
 /* Token ids at or above this are refused (GPT-2 has 50257). */
 #define DT_BPE_MAX_VOCAB (1 << 24)
 dt_status dt_bpe_load(const char *encoder_json, const char *vocab_bpe, dt_bpe **out);
+/* A tokenizer.json; what it asks that this encoder does not do (a normalizer, another model or pre-tokenizer, byte
+ * fallback, stripping added tokens) is an error naming the file and the field. */
+dt_status dt_bpe_load_json(const char *path, dt_bpe **out);
+/* The token a prompt starts with (the tokenizer's template's begin-of-text), or -1. */
+int dt_bpe_bos(const dt_bpe *b);
 void dt_bpe_destroy(dt_bpe *b);
 int dt_bpe_vocab_size(const dt_bpe *b);
 /* Appends the ids of text[0..len) to *ids (grown with realloc; *n updated). */
@@ -40,11 +47,13 @@ dt_status dt_bpe_encode(dt_bpe *b, const char *text, size_t len, uint32_t **ids,
 /* The bytes of token id (NULL if out of range), and their count. */
 const char *dt_bpe_token_bytes(const dt_bpe *b, uint32_t id, size_t *len);
 /* A prompt's tokens as a model reads them: text's bytes (b NULL: a byte-level
- * model's), or b's ids; *ids (freed by the caller) holds *n of them. */
+ * model's), or b's ids (after its begin-of-text token, where it has one); *ids (freed by the caller) holds *n of them. */
 dt_status dt_bpe_prompt(dt_bpe *b, const char *text, size_t len, int32_t **ids, int *n);
 /* The text <-> tokens of a model of vocab tokens (who: "generate", "serve", for the messages): with encoder_json,
- * GPT-2's BPE (*out), refused if it has more tokens than the model; without it bytes (*out NULL), refused below
- * 256 tokens, and said (where say) when the model has more than 256, whose tokens from 256 up print as <id>. */
+ * GPT-2's BPE pair (with vocab_bpe) or a tokenizer.json (vocab_bpe NULL), refused if it has more tokens than the
+ * model; without it, model's own tokenizer.json where model is a folder that has one, else bytes (*out NULL),
+ * refused below 256 tokens, and said (where say) when the model has more than 256, whose tokens from 256 up print as
+ * <id>. */
 dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int vocab, const char *model, const char *who, bool say,
                            dt_bpe **out);
 

@@ -21,7 +21,7 @@ typedef struct {
     int budget;                      /* rows a step (prompt chunks and decode rows) */
     int queue;                       /* requests waiting for a slot at most; more get 503 */
     dt_quant quant;
-    const char *bpe_encoder, *bpe_vocab; /* GPT-2's BPE files (NULL: a byte-level model) */
+    const char *bpe_encoder, *bpe_vocab; /* GPT-2's BPE files, or a tokenizer.json and NULL (NULL, NULL: the model's own or bytes) */
     size_t max_body;                 /* bytes a request body may have */
     double upload_seconds;           /* a request body must arrive within this */
     dt_comm *comm;                   /* tensor parallelism over its ranks (NULL: one process): rank 0 serves, the others follow */

@@ -196,12 +196,13 @@ static int bench_infer(int argc, char **argv) {
     for (int i = 3; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            printf("usage: dtrain bench infer [--model 124M] [--threads 1,2] [--prompt 128] [--steps 32] [--batch 8]\n"
+            printf("usage: dtrain bench infer [--model 124M|smollm-135m|...] [--threads 1,2] [--prompt 128] [--steps 32] [--batch 8]\n"
                    "                          [--reps 5] [--baseline hf|llama|all] [--rounds 1] [--eval-data TOKENS] [--tp N]\n"
                    "  the decoder's prefill (a --prompt-token prompt) and decode tokens/s after it (--steps tokens, batch 1 and\n"
-                   "  --batch) in f32 and int8; with --baseline, HF\n"
-                   "  transformers' generate (the baselines' venv) and llama.cpp's llama-bench (scripts/build-llama-cpp.sh;\n"
-                   "  f32 and Q8_0) on the same weights, in the same run; --rounds R: dtrain's rows and the baselines' R times in\n"
+                   "  --batch) in f32 and int8 (any family: a preset is random weights); with --baseline, HF\n"
+                   "  transformers' generate (the baselines' venv) and llama.cpp's llama-batched-bench (scripts/build-llama-cpp.sh;\n"
+                   "  f32 and Q8_0) on the same weights (an HF folder and dtrain's GGUF), in the same run, each first\n"
+                   "  checked for dtrain's 64 greedy tokens; --rounds R: dtrain's rows and the baselines' R times in\n"
                    "  turn (the order reversed every other round), each speed the median of its rounds and each ratio the median of\n"
                    "  the rounds' own, so that the machine's drift moves both sides of a ratio alike;\n"
                    "  --eval-data: int8's perplexity against f32's;\n"

@@ -60,7 +60,7 @@ static const dt_cli_flag flags[] = {
     { "--seed", "a whole number from 0 to 1e18" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--help", "" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--pp", "a whole number of stages from 1 to 65536" },
     { "--top-p", "a number above 0 and at most 1" }, { "--no-cache", "" }, { "--quantize", "int8 (or none)" },
-    { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" }, { "--ids", "" }, { NULL, NULL },
+    { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" }, { "--ids", "" }, { "--tokenizer", "a tokenizer.json" }, { NULL, NULL },
 };
 
 /* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--nproc N --pp N] */
@@ -73,8 +73,10 @@ int dt_cli_generate(int argc, char **argv) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain generate --model FILE|DIR --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
-                   "                       [--top-p 1] [--quantize int8] [--no-cache] [--bpe ENCODER.json VOCAB.bpe | --ids] [--nproc N --pp N|--tp N]\n"
-                   "Byte-level models (vocabulary 256) read and print bytes; with --bpe, GPT-2 BPE; with --ids, the prompt\n"
+                   "                       [--top-p 1] [--quantize int8] [--no-cache] [--tokenizer tokenizer.json | --bpe ENCODER.json VOCAB.bpe | --ids]\n"
+                   "                       [--nproc N --pp N|--tp N]\n"
+                   "Byte-level models (vocabulary 256) read and print bytes; with --tokenizer, a Hugging Face tokenizer.json\n"
+                   "(byte-level BPE; an HF folder's own is read without it); with --bpe, GPT-2 BPE; with --ids, the prompt\n"
                    "is token ids (\"1,2,3\") and the tokens print as ids.\n"
                    "The prompt is read once into a key/value cache and each token costs one row through the model;\n"
                    "--no-cache runs each token's whole window through forward instead (the reference the cache is checked\n"
@@ -86,6 +88,7 @@ int dt_cli_generate(int argc, char **argv) {
         }
         if (!strcmp(f, "--no-cache")) { cache = 0; continue; }
         if (!strcmp(f, "--ids")) { ids = 1; continue; }
+        if (!strcmp(f, "--tokenizer") && v) { enc = v; merges = NULL; i++; continue; }
         if (!strcmp(f, "--bpe")) {
             if (i + 2 >= argc) return dt_cli_flag_error("generate", flags, f, NULL);
             enc = argv[i + 1]; merges = argv[i + 2]; i += 2; continue;

@@ -9,7 +9,7 @@ static const dt_cli_flag flags[] = {
     { "--port", "a whole number from 0 (any free port) to 65535" }, { "--host", "an address to listen on" },
     { "--threads", "a whole number from 0 (all cores) to 1024" }, { "--slots", "a whole number of requests from 1 to 1024" },
     { "--budget", "a whole number of rows a step from 1 to 65536" }, { "--queue", "a whole number of waiting requests from 0 to 1e6" },
-    { "--quantize", "int8 (or none)" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" },
+    { "--quantize", "int8 (or none)" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--tokenizer", "a tokenizer.json" },
     { "--max-body", "a size in bytes from 1024 to 1e9" }, { "--upload-timeout", "seconds from 1 to 3600" }, { "--help", "" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" },
     { NULL, NULL },
@@ -17,9 +17,10 @@ static const dt_cli_flag flags[] = {
 
 static void usage(void) {
     printf("usage: dtrain serve MODEL [--port 8000] [--host 127.0.0.1] [--threads N] [--slots 8] [--budget 256] [--queue 256]\n"
-           "                    [--quantize int8] [--bpe ENCODER.json VOCAB.bpe] [--max-body 1048576] [--upload-timeout 10]\n"
-           "                    [--nproc N --tp N]\n"
-           "MODEL: a weights file (.bin, .safetensors), an HF folder or a checkpoint directory. OpenAI's completions API:\n"
+           "                    [--quantize int8] [--tokenizer tokenizer.json | --bpe ENCODER.json VOCAB.bpe] [--max-body 1048576]\n"
+           "                    [--upload-timeout 10] [--nproc N --tp N]\n"
+           "MODEL: a weights file (.bin, .safetensors), an HF folder (its tokenizer.json read where it has one) or a\n"
+           "checkpoint directory. OpenAI's completions API:\n"
            "  POST /v1/completions  {\"prompt\", \"max_tokens\" (16), \"temperature\" (1), \"top_p\" (1), \"top_k\" (0: all),\n"
            "                         \"seed\" (0), \"stop\", \"stream\", \"echo\"}\n"
            "  GET /health, GET /metrics (Prometheus), GET /v1/models\n"
@@ -39,6 +40,7 @@ int dt_cli_serve(int argc, char **argv) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
         if (f[0] != '-' && !o.model) { o.model = f; continue; }
+        if (!strcmp(f, "--tokenizer") && v) { o.bpe_encoder = v; o.bpe_vocab = NULL; i++; continue; }
         if (!strcmp(f, "--bpe")) {
             if (i + 2 >= argc) return dt_cli_flag_error("serve", flags, f, NULL);
             o.bpe_encoder = argv[i + 1];

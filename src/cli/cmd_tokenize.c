@@ -17,6 +17,7 @@ int dt_cli_tokenize(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bytes")) bytes = 1;
         else if (!strcmp(argv[i], "--bpe") && i + 2 < argc) { enc = argv[++i]; merges = argv[++i]; }
+        else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) { enc = argv[++i]; merges = NULL; }
         else if (!strcmp(argv[i], "--val") && i + 1 < argc) val = argv[++i];
         else if (!strcmp(argv[i], "--val-fraction") && i + 1 < argc) {
             if (!dt_cli_number(argv[++i], 0, 0.9, &frac)) {
@@ -25,13 +26,14 @@ int dt_cli_tokenize(int argc, char **argv) {
             }
         }
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: dtrain tokenize (--bytes | --bpe ENCODER.json VOCAB.bpe) INPUT.txt OUTPUT.bin\n"
+            printf("usage: dtrain tokenize (--bytes | --bpe ENCODER.json VOCAB.bpe | --tokenizer tokenizer.json) INPUT.txt OUTPUT.bin\n"
                    "                       [--val VAL.bin --val-fraction 0.1]\n"
-                   "Byte-level tokens (vocabulary 256) or GPT-2 BPE (the encoder.json + vocab.bpe pair GPT-2's\n"
-                   "tokenizer is distributed as); the last fraction of the text goes to --val.\n");
+                   "Byte-level tokens (vocabulary 256), GPT-2 BPE (the encoder.json + vocab.bpe pair GPT-2's\n"
+                   "tokenizer is distributed as) or a Hugging Face tokenizer.json of byte-level BPE (GPT-2's, Llama 3's,\n"
+                   "Qwen 2's without its normalizer: the tokenizers library's ids); the last fraction of the text goes to --val.\n");
             return 0;
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            static const dt_cli_flag flags[] = { { "--bytes", "" }, { "--bpe", "ENCODER.json VOCAB.bpe" }, { "--val", "a file" },
+            static const dt_cli_flag flags[] = { { "--bytes", "" }, { "--bpe", "ENCODER.json VOCAB.bpe" }, { "--tokenizer", "a tokenizer.json" }, { "--val", "a file" },
                                                  { "--val-fraction", "a number from 0 to 0.9" }, { "--help", "" }, { NULL, NULL } };
             return dt_cli_flag_error("tokenize", flags, argv[i], i + 1 < argc ? argv[i + 1] : NULL);
         } else if (!in) in = argv[i];
@@ -43,7 +45,7 @@ int dt_cli_tokenize(int argc, char **argv) {
     }
     if (frac != 0.1 && !val) dt_log(DT_LOG_WARN, "tokenize: --val-fraction does nothing without --val FILE");
     if (bytes == (enc != NULL) || !in || !out) {
-        dt_log(DT_LOG_ERROR, "tokenize: expected --bytes or --bpe ENCODER.json VOCAB.bpe, then INPUT and OUTPUT");
+        dt_log(DT_LOG_ERROR, "tokenize: expected --bytes, --bpe ENCODER.json VOCAB.bpe or --tokenizer tokenizer.json, then INPUT and OUTPUT");
         return 2;
     }
     FILE *f = fopen(in, "rb");
@@ -62,10 +64,10 @@ int dt_cli_tokenize(int argc, char **argv) {
         if (!tok) st = dt_error(DT_ERR_NOMEM, "tokenize: out of memory");
     } else {
         dt_bpe *b;
-        st = dt_bpe_load(enc, merges, &b);
+        st = merges ? dt_bpe_load(enc, merges, &b) : dt_bpe_load_json(enc, &b);
         if (!st) {
             st = dt_bpe_encode(b, text, (size_t)len, &tok, &n, &cap);
-            if (!st) printf("GPT-2 BPE, vocabulary %d: ", dt_bpe_vocab_size(b));
+            if (!st) printf("%s BPE, vocabulary %d: ", merges ? "GPT-2" : enc, dt_bpe_vocab_size(b));
             dt_bpe_destroy(b);
         }
     }

@@ -73,7 +73,7 @@ static void usage(FILE *f) {
             "  plot METRICS.jsonl -o loss.svg      draw the loss curve (--log: log scale)\n"
             "  report RUN_DIR -o report.html       one HTML page of a run (charts, timeline; see train --report)\n"
             "  ckpt info|verify DIR                what a checkpoint holds; every kept one checked against its hashes\n"
-            "  ckpt export DIR FILE|FOLDER/        its weights as .safetensors, .bin or an HF folder\n"
+            "  ckpt export DIR FILE|FOLDER/        its weights as .safetensors, .bin, .gguf or an HF folder\n"
             "  launch -n N [--] PROGRAM [ARGS]     run N local ranks of PROGRAM over shared memory\n"
             "  bench comm [FLAGS]                  collective latency and bandwidth, against MPI (--baseline mpi)\n"
             "  bench train [FLAGS]                 training throughput, against PyTorch (--baseline torch); --nproc 1,2,4\n"
