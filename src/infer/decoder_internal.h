@@ -44,7 +44,9 @@ struct dt_decoder {
     bool kv16;
     size_t slot_elems;
     int *filled;     /* per slot: positions the cache holds */
-    float **val;     /* [v]: a block's values for max_rows rows */
+    float **val;     /* [v]: a block's values for max_rows rows, in bufs (values whose lives do not meet share one) */
+    float **bufs;
+    int nbufs;
     float *stats, *scores, *local_logits;
     int32_t *pos;    /* the step's rows' positions (rotary) */
     int leader;      /* over a part: this rank sends each step's rows to the others, who follow */
