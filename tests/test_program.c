@@ -395,6 +395,80 @@ static dt_status decode_greedy(const char *path, dt_quant q, int32_t *out) {
     return st;
 }
 
+/* What an observer saw: each Linear's input (forward) and output gradient (backward), copied, by layer and op. */
+typedef struct {
+    float *seen[2][3][16];
+    int width[2][3][16], events[2];
+    size_t rows;
+} seen_linears;
+
+static void record_linear(void *ctx, const dt_linear_event *e) {
+    seen_linears *s = ctx;
+    s->events[e->backward]++;
+    if (e->layer >= 3 || e->op >= 16) return;
+    float **at = &s->seen[e->backward][e->layer][e->op];
+    free(*at);
+    *at = malloc(sizeof(float) * e->rows * (size_t)e->width);
+    if (*at) memcpy(*at, e->values, sizeof(float) * e->rows * (size_t)e->width);
+    s->width[e->backward][e->layer][e->op] = e->width;
+    s->rows = e->rows;
+}
+
+/* The Linear observer: once a Linear each way (recomputing too), and each Linear's weight gradient is the sum over rows
+ * of what it saw, gradient x input (the program's gradients are HF's: check_fixture). */
+static void observer_checks(void) {
+    dt_lm_config c = small("llama", 2, false);
+    int32_t in[B * T], tg[B * T];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 7 + 3) % 101, tg[i] = (i * 5 + 1) % 101;
+    for (int rc = 0; rc < 2; rc++) {
+        dt_program *p = NULL;
+        seen_linears s = { 0 };
+        float loss;
+        dt_status st = dt_program_create(&c, &p);
+        if (!st) st = dt_program_set_recompute(p, rc);
+        if (!st) {
+            dt_program_init_random(p, 4);
+            dt_program_set_linear_observer(p, record_linear, &s);
+            dt_program_zero_grad(p);
+            if (!(st = dt_program_forward(p, in, tg, B, T, &loss))) st = dt_program_backward(p, 1.0f);
+        }
+        double worst = 0;
+        int linears = 0, nops = 0;
+        const dt_program_op *ops = NULL;
+        dt_program_view v;
+        if (!st) dt_program_get_view(p, &v), ops = v.ops, nops = v.nops;
+        for (int l = 0; !st && l < 3; l++)
+            for (int k = 0; k < nops; k++) {
+                if (ops[k].s.kind != DT_OP_LINEAR) continue;
+                linears += l == 0;
+                const float *a = s.seen[0][l][k], *g = s.seen[1][l][k];
+                const dt_tensor_info *w = dt_program_block_tensor(p, l, ops[k].s.w);
+                int O = ops[k].width_out, K = ops[k].width_in;
+                if (!a || !g || s.width[0][l][k] != K || s.width[1][l][k] != O) { worst = 1; continue; }
+                const float *dw = dt_program_grads(p) + w->offset;
+                double d = 0, r = 0;
+                for (int o = 0; o < O; o++)
+                    for (int i = 0; i < K; i++) {
+                        double x = 0;
+                        for (size_t t = 0; t < s.rows; t++) x += (double)g[t * O + o] * a[t * K + i];
+                        d += (x - dw[(size_t)o * K + i]) * (x - dw[(size_t)o * K + i]), r += x * x;
+                    }
+                worst = fmax(worst, sqrt(d / (r + 1e-30)));
+            }
+        bool counts = s.events[0] == 3 * linears && s.events[1] == 3 * linears;
+        if (st || !counts) {
+            printf("FAIL: linear observer%s: %s (events %d and %d, expected %d each)\n", rc ? ", recomputing" : "", st ? dt_last_error() : "counts",
+                   s.events[0], s.events[1], 3 * linears);
+            failed++;
+        } else
+            expect("observer", rc ? "Linear weight grads = sum g x a (recompute)" : "Linear weight grads = sum g x a", worst, 1e-5);
+        for (int b = 0; b < 2; b++)
+            for (int l = 0; l < 3; l++)
+                for (int k = 0; k < 16; k++) free(s.seen[b][l][k]);
+        dt_program_destroy(p);
+    }
+}
+
 /* A GGUF's header as gguf_checks reads it: the architecture, K/V heads, and each tensor's name, dims and data. */
 typedef struct {
     char arch[16];
@@ -526,6 +600,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) check_fixture(dir, fixtures[i]);
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) greedy_matches_hf(dir, fixtures[i]);
     gguf_checks(dir);
+    observer_checks();
     modes_equal("llama", 2, false);
     modes_equal("gpt2", 4, true);
     stages_chain("llama", 2, false);

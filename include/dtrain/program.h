@@ -163,6 +163,23 @@ const dt_tensor_info *dt_program_block_tensor(const dt_program *p, int l, int k)
 /* Which of this rank's K/V heads its query head h reads. */
 int dt_program_kv_head(const dt_program *p, int h);
 
+/* What a Linear shows its observer: its layer and place among the block's ops, its first weight's table entry (name,
+ * split), and `rows` rows of `width` values: in forward its input as it multiplies it (every row, gathered under
+ * sequence parallelism; a tensor-parallel rank's share of a row-parallel Linear's input), in backward its output's
+ * gradient (every row, the loss's scale in it; a rank's columns of a column-parallel Linear's output). The Linear's
+ * weight gradient is the sum over rows of gradient x input: what second-order optimizers (K-FAC's factors) and
+ * gradient compression need of each Linear. A recomputed forward (--recompute) is not shown again. */
+typedef struct {
+    int layer, op, backward;
+    const dt_tensor_info *weight;
+    size_t rows;
+    int width;
+    const float *values;
+} dt_linear_event;
+typedef void (*dt_linear_observer)(void *ctx, const dt_linear_event *e);
+/* One observer (fn NULL: none), called from inside forward and backward (its pointers valid during the call only). */
+void dt_program_set_linear_observer(dt_program *p, dt_linear_observer fn, void *ctx);
+
 /* The model program behind a dt_gpt2 (which wraps one with the gpt2 spec). */
 dt_program *dt_gpt2_program(dt_gpt2 *m);
 

@@ -101,6 +101,9 @@ struct dt_program {
     float *params, *grads, *own_params, *own_grads;
     dt_hook_list grad_hooks, unit_hooks;
     bool hold_hooks;           /* backward announces no unit: dt_program_announce_grads does, later */
+    dt_linear_observer observer; /* shown each Linear's input and output gradient (NULL: none) */
+    void *observer_ctx;
+    bool recomputing;          /* backward is running a block's forward again (the observer is not shown it) */
     bool recompute;            /* keep each block's input only; redo its forward in backward */
     bool split_bwd;            /* backward in two passes: B (input gradients) and W (the Linears' weight gradients) */
     bool defer_rows;           /* backward leaves the token table's rows out (data parallelism adds them) */

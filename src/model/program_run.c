@@ -267,6 +267,19 @@ static void cp_status(dt_program *p, dt_status st) {
 /* Whether a block's Linear with first weight w is split by tensor parallelism, and how. */
 static dt_tp_split split_of(const dt_program *p, int w) { return p->part.tp_size > 1 ? p->tab[p->block_tab[0] + w].split : DT_SPLIT_NONE; }
 
+void dt_program_set_linear_observer(dt_program *p, dt_linear_observer fn, void *ctx) {
+    p->observer = fn;
+    p->observer_ctx = ctx;
+}
+
+/* The observer shown rows x width values of layer l's Linear k (its input in forward, its output's gradient in backward). */
+static void observe(const dt_program *p, int l, int k, int backward, const float *x, int width) {
+    if (!p->observer || (p->recomputing && !backward)) return;
+    dt_linear_event e = { .layer = l, .op = k, .backward = backward, .weight = &p->tab[first_tensor(p, l) + p->ops[k].s.w],
+                          .rows = (size_t)p->s->B * p->s->T, .width = width, .values = x };
+    p->observer(p->observer_ctx, &e);
+}
+
 /* A Linear: out = in @ w^T + b, f32 or autocast's 16-bit form from the parameters' 16-bit copy. A column-parallel
  * one reads all rows (gathered under sequence parallelism); a row-parallel one's outputs are partial sums, whole once
  * summed (or reduce-scattered) over the group (and then rounded to 16 bits), its bias on one rank. */
@@ -280,6 +293,7 @@ static void linear_forward(dt_program *p, int l, int k) {
     const float *x = split == DT_SPLIT_COLUMN ? dt_program_tp_gather(p, in, dt_program_rows(p, s->in) * o->width_in) : in;
     float *y = rows && R < BT ? p->s->partial : out;
     size_t wo = p->tab[first_tensor(p, l) + s->w].offset, bo = s->b >= 0 ? p->tab[first_tensor(p, l) + s->b].offset : 0;
+    observe(p, l, k, 0, x, o->width_in);
     if (p->prec == DT_F32) dt_matmul_forward(y, x, p->params + wo, bias ? p->params + bo : NULL, BT, o->width_in, o->width_out);
     else dt_matmul_forward_lp(y, x, p->params_lp + wo, bias ? p->params_lp + bo : NULL, BT, o->width_in, o->width_out, p->prec, p->lp_work,
                               p->lp_work_floats, rows);
@@ -532,6 +546,7 @@ static void linear_backward(dt_program *p, int l, int k, float *din, float *dout
     float *dy = split == DT_SPLIT_ROW ? (float *)dt_program_tp_gather(p, dout, dt_program_rows(p, s->out) * o->width_out) : dout;
     size_t ny = (size_t)BT * o->width_out;
     dt_lp_round(dy, ny, p->prec);
+    observe(p, l, k, 1, dy, o->width_out);
     if (keep) memcpy(keep, dy, ny * sizeof(float));
     if (split != DT_SPLIT_COLUMN) {
         linear_grads(p, o, l, din, dw, db, dy, dw ? bwd_value(p, l, s->in) : NULL, 0);
@@ -673,7 +688,9 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
         dt_program_lp_cast(p, l + 1, true);
         trace_unit(p, "backward", l + 1);
         /* the block's activations again: recomputed from its kept input, or widened from 16 bits */
+        p->recomputing = true;
         for (int k = 0; p->recompute && k < p->f->nops; k++) op_forward(p, l, k);
+        p->recomputing = false;
         dt_program_pack_block(p, l, false);
         if (!p->vcopy[DT_V_IN]) memset(dnext, 0, RC * sizeof(float));
         for (int k = p->f->nops - 1; k >= 0; k--) {
