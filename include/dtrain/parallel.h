@@ -4,7 +4,7 @@
 #define DTRAIN_PARALLEL_H
 
 #include "dtrain/comm.h"
-#include "dtrain/engine.h"
+#include "dtrain/strategy.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 
@@ -106,6 +106,8 @@ void dt_ddp_begin(dt_ddp *d, int sync, float lr);
  * averaged gradients in the optimizer's window when it ran in backward,
  * else -1. */
 dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r);
+/* Data parallelism and ZeRO's stages as the engine's strategies (dt_strategy_find names them "ddp", "zero1".."zero3"). */
+extern const dt_strategy dt_strategy_ddp, dt_strategy_zero1, dt_strategy_zero2, dt_strategy_zero3;
 int dt_ddp_buckets(const dt_ddp *d);
 /* The communication buffers it holds beside the gradients (the embedding's rows, the tokens, ZeRO's bucket pool). */
 size_t dt_ddp_buffer_bytes(const dt_ddp *d);

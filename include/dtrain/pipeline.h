@@ -5,7 +5,7 @@
 #define DTRAIN_PIPELINE_H
 
 #include "dtrain/comm.h"
-#include "dtrain/engine.h"
+#include "dtrain/strategy.h"
 #include "dtrain/model.h"
 
 #include <stdio.h>

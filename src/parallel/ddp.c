@@ -30,7 +30,6 @@
  * the others compute. The embedding's rows that wait for their input part
  * are updated last. */
 #include "dtrain/parallel.h"
-#include "dtrain/engine.h"
 #include "dtrain/kernels.h"
 #include "grad_pool.h"
 
@@ -690,9 +689,8 @@ typedef struct {
     const dt_engine_config *c;
 } strategy;
 
-static dt_status s_create(dt_engine *e, void **state, size_t *off, size_t *n) {
+static dt_status s_create(const dt_engine_config *c, void **state, size_t *off, size_t *n) {
     (void)off; (void)n; /* every rank updates every parameter */
-    const dt_engine_config *c = dt_engine_get_config(e);
     if (!c->comm) return dt_error(DT_ERR_ARG, "ddp: needs the job's ranks");
     strategy *s = calloc(1, sizeof *s);
     if (!s) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");

@@ -171,7 +171,7 @@ static dt_status backward(dt_pipeline *p, const dt_pp_action *a, float grad_scal
     return st;
 }
 
-static dt_status run(void *ctx, dt_engine *e, int accum, float grad_scale, double *loss_sum, int *nloss) {
+static dt_status run(void *ctx, const dt_step_control *step, int accum, float grad_scale, double *loss_sum, int *nloss) {
     dt_pipeline *p = ctx;
     if (accum != p->c.micro)
         return dt_error(DT_ERR_ARG, "pipeline: built for %d micro-batches a step, asked to run %d", p->c.micro, accum);
@@ -182,7 +182,7 @@ static dt_status run(void *ctx, dt_engine *e, int accum, float grad_scale, doubl
     dt_status st = DT_OK;
     for (int i = 0; i < p->s->n[p->stage] && !st; i++) {
         const dt_pp_action *a = &p->s->act[p->stage][i];
-        if (a->op != DT_PP_COMM) dt_engine_begin_micro(e, a->op == DT_PP_F ? DT_MICRO_FORWARD : a->last ? DT_MICRO_SYNC : DT_MICRO_ACCUMULATE);
+        if (a->op != DT_PP_COMM) step->begin_micro(step->step, a->op == DT_PP_F ? DT_MICRO_FORWARD : a->last ? DT_MICRO_SYNC : DT_MICRO_ACCUMULATE);
         double busy = p->fwd + p->bwd + p->wgt;
         st = a->op == DT_PP_COMM ? exchange(p, a) : a->op == DT_PP_F ? forward(p, a, loss_sum, nloss) : backward(p, a, grad_scale);
         p->took[i] = p->fwd + p->bwd + p->wgt - busy;
@@ -236,16 +236,16 @@ dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, 
  * that keeps only its shard between steps (ZeRO-3 with a copy per rank)
  * has the whole store for the exchange (collective over the stage's
  * data-parallel ranks, which all come here). */
-static dt_status after_update(void *ctx, dt_engine *e) {
+static dt_status after_update(void *ctx, const dt_step_control *step) {
     dt_pipeline *p = ctx;
     if (!p->tied) return DT_OK;
-    int sharded = dt_engine_params_sharded(e);
-    dt_status st = sharded ? dt_engine_materialize(e, 1) : DT_OK;
+    int sharded = step->params_sharded(step->step);
+    dt_status st = sharded ? step->materialize(step->step, 1) : DT_OK;
     float *w = dt_gpt2_params(p->c.model) + p->wte_off;
     if (!st) st = p->stage == 0 ? dt_comm_send(p->tied, w, p->wte_n, DT_F32, 1) : dt_comm_recv(p->tied, w, p->wte_n, DT_F32, 0);
     if (st) return dt_error(st, "pipeline stage %d, %s wte %s stage %d: %s", p->stage, p->stage ? "receiving" : "sending",
                             p->stage ? "from" : "to", p->stage ? 0 : p->p - 1, dt_last_error());
-    return sharded ? dt_engine_materialize(e, 0) : DT_OK;
+    return sharded ? step->materialize(step->step, 0) : DT_OK;
 }
 
 static dt_status tie(dt_pipeline *p) {

@@ -61,7 +61,6 @@
  * The three stages give the losses of DDP and of one process up to the
  * rounding of the reductions (tests/zero_equivalence.sh). */
 #include "dtrain/parallel.h"
-#include "dtrain/engine.h"
 #include "dtrain/kernels.h"
 
 #include <math.h>
@@ -178,8 +177,7 @@ static dt_status pieces_create(zero *z) {
 }
 static size_t others(const zero *z, int t);
 
-static dt_status z_create(dt_engine *e, int stage, void **state, size_t *off, size_t *n) {
-    const dt_engine_config *c = dt_engine_get_config(e);
+static dt_status z_create(const dt_engine_config *c, int stage, void **state, size_t *off, size_t *n) {
     if (!c->comm) return DT_OK; /* one process: its shard is everything (state NULL) */
     int p = dt_comm_size(c->comm), rank = dt_comm_rank(c->comm);
     zero *z = calloc(1, sizeof *z);
@@ -238,9 +236,9 @@ int dt_zero_shares_params(dt_comm *dp) {
            !(priv && atoi(priv) > 0);
 }
 
-static dt_status z1_create(dt_engine *e, void **state, size_t *off, size_t *n) { return z_create(e, 1, state, off, n); }
-static dt_status z2_create(dt_engine *e, void **state, size_t *off, size_t *n) { return z_create(e, 2, state, off, n); }
-static dt_status z3_create(dt_engine *e, void **state, size_t *off, size_t *n) { return z_create(e, 3, state, off, n); }
+static dt_status z1_create(const dt_engine_config *c, void **state, size_t *off, size_t *n) { return z_create(c, 1, state, off, n); }
+static dt_status z2_create(const dt_engine_config *c, void **state, size_t *off, size_t *n) { return z_create(c, 2, state, off, n); }
+static dt_status z3_create(const dt_engine_config *c, void **state, size_t *off, size_t *n) { return z_create(c, 3, state, off, n); }
 
 /* ---- stage 3: the parameters' pieces on demand ---- */
 

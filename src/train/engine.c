@@ -11,6 +11,7 @@
  * The single-process strategy is the trivial one: it owns everything and
  * has nothing to synchronise. */
 #include "dtrain/engine.h"
+#include "dtrain/parallel.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -113,7 +114,7 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
             st = dt_error(DT_ERR_ARG, "gradients kept in %s travel in %s, not %s", dt_dtype_name(c->grad_store),
                           dt_dtype_name(c->grad_store), dt_dtype_name(c->grad_comm));
     }
-    if (!st && e->s->create) st = e->s->create(e, &e->state, &e->off, &e->n);
+    if (!st && e->s->create) st = e->s->create(&e->cfg, &e->state, &e->off, &e->n);
     if (!st) trim_tied_copy(e);
     if (!st) st = make_optimizer(e);
     if (!st && e->s->attach) st = e->s->attach(e->state, e->opt);
@@ -252,6 +253,11 @@ static void params_changed(dt_engine *e) {
     if (e->cfg.model.params_changed) e->cfg.model.params_changed(e->cfg.model.self);
 }
 
+/* What a schedule may ask of the step (strategy.h's dt_step_control): the engine's own functions. */
+static void control_begin(void *e, int sync) { dt_engine_begin_micro(e, sync); }
+static int control_sharded(void *e) { return dt_engine_params_sharded(e); }
+static dt_status control_materialize(void *e, int on) { return dt_engine_materialize(e, on); }
+
 dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, void *ctx, int stop, dt_step_result *r) {
     memset(r, 0, sizeof *r);
     double loss_sum = 0;
@@ -262,7 +268,8 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     /* the weights as the step finds them (a resume, an update): the model's 16-bit copy is made at the step's first
      * forward and kept for its other micro-batches */
     params_changed(e);
-    if (e->cfg.schedule) st = e->cfg.schedule->run(e->cfg.schedule->ctx, e, accum, (float)(r->loss_scale / accum), &loss_sum, &nloss);
+    const dt_step_control control = { control_begin, control_sharded, control_materialize, e };
+    if (e->cfg.schedule) st = e->cfg.schedule->run(e->cfg.schedule->ctx, &control, accum, (float)(r->loss_scale / accum), &loss_sum, &nloss);
     for (int k = 0; k < accum && !st && !e->cfg.schedule; k++) {
         float loss = 0;
         dt_engine_begin_micro(e, k == accum - 1); /* only the last micro-batch synchronises */
@@ -291,7 +298,7 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
         st = update(e, lr, r);
         DT_TRACE_END(DT_TRACK_COMPUTE);
     }
-    if (!st && !r->skipped && e->cfg.schedule && e->cfg.schedule->after_update) st = e->cfg.schedule->after_update(e->cfg.schedule->ctx, e);
+    if (!st && !r->skipped && e->cfg.schedule && e->cfg.schedule->after_update) st = e->cfg.schedule->after_update(e->cfg.schedule->ctx, &control);
     params_changed(e); /* for an evaluation before the next step */
     r->update_ms = (dt_time_now() - t0) * 1e3 - (r->exposed_ms - r->exposed_in_backward_ms);
     return st;
