@@ -2,7 +2,8 @@
  * rank's coordinates follow world rank = ((pp * DP + dp) * CP + cp) * TP + tp, and the
  * communicator along each axis holds exactly the ranks that differ only in
  * that coordinate, in its order (checked by gathering their world ranks),
- * and the replicas' (DP x CP) those that differ in dp or cp;
+ * and the replicas' (DP x CP) those that differ in dp or cp; named axes
+ * beside them (an experts' ep) and groups over any set of axes;
  * a layout that does not multiply to the world size is refused.
  * Runs under dtrain launch -n N (and mpirun). */
 #include "dtrain/parallel.h"
@@ -63,6 +64,29 @@ int main(void) {
                 }
             dt_mesh_destroy(m);
         }
+    /* named axes beside the training mesh's: an experts' axis between dp and tp, and groups over any of them */
+    for (int ep = 1; ep <= p; ep++) {
+        if (p % ep) continue;
+        const dt_mesh_axis axes[] = { { "pp", 1 }, { "dp", p / ep }, { "ep", ep }, { "tp", 1 } };
+        dt_mesh *m = NULL;
+        if (dt_mesh_create_axes(w, axes, 4, &m)) { CHECK(0, "mesh dp %d x ep %d: %s", p / ep, ep, dt_last_error()); continue; }
+        int k = dt_mesh_axis_index(m, "ep");
+        dt_comm *e = k >= 0 ? dt_mesh_axis_comm(m, k) : NULL, *both = NULL;
+        CHECK(e && dt_comm_size(e) == ep && dt_comm_rank(e) == r % ep && dt_mesh_axis_coord(m, k) == r % ep &&
+                  dt_mesh_size(m, DT_MESH_DP) == p / ep && dt_mesh_coord(m, DT_MESH_DP) == r / ep,
+              "mesh dp %d x ep %d: ep rank %d of %d", p / ep, ep, e ? dt_comm_rank(e) : -1, e ? dt_comm_size(e) : -1);
+        const char *names[] = { "dp", "ep" }, *bad_name[] = { "xp" };
+        dt_status st = dt_mesh_group(m, w, names, 2, &both);
+        CHECK(!st && dt_comm_size(both) == p && dt_comm_rank(both) == r, "group dp, ep: rank %d of %d", both ? dt_comm_rank(both) : -1,
+              both ? dt_comm_size(both) : -1);
+        dt_comm_destroy(both);
+        dt_comm *none = NULL;
+        CHECK(dt_mesh_group(m, w, bad_name, 1, &none) && strstr(dt_last_error(), "no axis \"xp\"") && !none, "an unknown axis was grouped");
+        dt_mesh_destroy(m);
+    }
+    const dt_mesh_axis twice[] = { { "dp", p }, { "dp", 1 } };
+    dt_mesh *dup = NULL;
+    CHECK(dt_mesh_create_axes(w, twice, 2, &dup) && strstr(dt_last_error(), "named twice") && !dup, "an axis named twice was not refused");
     dt_mesh *bad = NULL;
     dt_status st = dt_mesh_create(w, p + 1, 1, 1, 1, &bad);
     CHECK(st && strstr(dt_last_error(), "but the job has") && !bad, "a mesh of %d ranks on %d was not refused", p + 1, p);

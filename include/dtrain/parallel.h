@@ -12,20 +12,37 @@
 extern "C" {
 #endif
 
-/* The device mesh (mesh.c): the world as DP x PP x CP x TP, TP innermost
- * (consecutive ranks), then CP, DP, and PP outermost; one communicator
- * along each axis, holding the ranks that differ only in that coordinate,
- * ranked by it. Collective over the world; dp * tp * pp * cp must be its size. */
-typedef enum { DT_MESH_DP = 0, DT_MESH_TP, DT_MESH_PP, DT_MESH_CP, DT_MESH_DIMS } dt_mesh_dim;
+/* The device mesh (mesh.c): the world as a grid of named axes, outermost first (world rank = the coordinates' mixed
+ * radix), with a communicator along each axis (the ranks that differ only in that coordinate, ranked by it) and, for
+ * any set of axes, the group of ranks that differ only along them. Collective over the world; the sizes must
+ * multiply to its size; at most DT_MESH_MAX_AXES axes (room for the experts' "ep" beside the training mesh's). */
+#define DT_MESH_MAX_AXES 8
+typedef struct {
+    const char *name; /* "dp", "tp", "pp", "cp", "ep" (kept as given: a literal, or a string that outlives the mesh) */
+    int size;
+} dt_mesh_axis;
 typedef struct dt_mesh dt_mesh;
-dt_status dt_mesh_create(dt_comm *world, int dp, int tp, int pp, int cp, dt_mesh **out);
+dt_status dt_mesh_create_axes(dt_comm *world, const dt_mesh_axis *axes, int n, dt_mesh **out);
 void dt_mesh_destroy(dt_mesh *m);
+int dt_mesh_axes(const dt_mesh *m);
+const dt_mesh_axis *dt_mesh_axis_at(const dt_mesh *m, int k);
+int dt_mesh_axis_index(const dt_mesh *m, const char *name); /* -1: none */
+int dt_mesh_axis_coord(const dt_mesh *m, int k);
+dt_comm *dt_mesh_axis_comm(const dt_mesh *m, int k);
+/* The ranks that differ only along the n named axes, ranked by those coordinates (mixed radix in the mesh's order);
+ * a new communicator (the caller destroys it). Collective over world. */
+dt_status dt_mesh_group(const dt_mesh *m, dt_comm *world, const char *const *names, int n, dt_comm **out);
+
+/* The training mesh: DP x PP x CP x TP as axes pp, dp, cp, tp (outermost first): TP innermost (consecutive ranks),
+ * then CP, DP, and PP outermost. dp * tp * pp * cp must be the world's size. Its axes by dt_mesh_dim (an axis a
+ * mesh lacks: size 1, coordinate 0, no communicator). */
+typedef enum { DT_MESH_DP = 0, DT_MESH_TP, DT_MESH_PP, DT_MESH_CP, DT_MESH_DIMS } dt_mesh_dim;
+dt_status dt_mesh_create(dt_comm *world, int dp, int tp, int pp, int cp, dt_mesh **out);
 int dt_mesh_size(const dt_mesh *m, dt_mesh_dim d);
 int dt_mesh_coord(const dt_mesh *m, dt_mesh_dim d);
 dt_comm *dt_mesh_comm(const dt_mesh *m, dt_mesh_dim d);
-/* The ranks holding the same part of the model, DP x CP (ranked dp * CP +
- * cp): context-parallel ranks compute gradients of the same weights from
- * different rows, so gradients are averaged over both axes. */
+/* The ranks holding the same part of the model, the group over dp and cp (ranked dp * CP + cp): context-parallel
+ * ranks compute gradients of the same weights from different rows, so gradients are averaged over both axes. */
 dt_comm *dt_mesh_replicas(const dt_mesh *m);
 
 /* A weights file's whole model from a run whose model is split (TP slices,
