@@ -100,6 +100,9 @@ dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper);
 dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d);
 /* dt_train_check_model before any rank starts, where the model is a preset (with the shape flags over it). */
 dt_status dt_train_check_preset(const dt_train_config *c, int nranks);
+/* Whether --model names an image model (mlp, mlp:H1,..., resnet:small, resnet18/34/50): the one place that reads the
+ * spelling; a transformer's family comes from its preset's or file's config. */
+int dt_train_is_image_model(const char *model);
 /* Chunks per pipeline stage: --virtual-stages, 2 by default for the interleaved schedule, else 1. */
 int dt_train_pp_virt(const dt_train_config *c);
 /* Context parallelism's attention: --cp-impl, or auto's choice (dt_cp_choose). */

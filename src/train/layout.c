@@ -9,16 +9,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+int dt_train_is_image_model(const char *model) {
+    /* the image models' specs: mlp, mlp:H1,H2,..., resnet:small, resnet18/34/50 (classify.c parses them) */
+    return !strncmp(model, "mlp", 3) || !strncmp(model, "resnet", 6);
+}
+
 /* What tensor parallelism does not run with yet, or NULL. */
 static const char *tp_lacks(const dt_train_config *c) {
-    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
+    if (dt_train_is_image_model(c->model)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
     return NULL;
 }
 
 /* What context parallelism does not run with yet, or NULL. */
 static const char *cp_lacks(const dt_train_config *c) {
-    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
+    if (dt_train_is_image_model(c->model)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
     if (c->attention == DT_ATTN_FULL) return "--attention full (context parallelism merges blocks by their log-sum-exp)";
     return NULL;
 }
@@ -30,7 +35,7 @@ int dt_train_pp_virt(const dt_train_config *c) {
 
 /* What pipeline parallelism does not take yet (NULL: none of it). */
 static const char *pp_lacks(const dt_train_config *c) {
-    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
+    if (dt_train_is_image_model(c->model)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS";
     /* zb1's W reads what forward kept: recomputing would have to run forward again for W */
     if (c->pp_schedule == DT_PP_ZB1 && c->recompute) return "--pp-schedule zb1 and --recompute (W reads the activations forward kept)";
@@ -109,7 +114,7 @@ dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *c
 
 dt_status dt_train_check_preset(const dt_train_config *c, int nranks) {
     dt_gpt2_config cfg;
-    if (!strncmp(c->model, "mlp", 3) || !strncmp(c->model, "resnet", 6) || access(c->model, F_OK) == 0 || dt_gpt2_preset(c->model, &cfg))
+    if (dt_train_is_image_model(c->model) || access(c->model, F_OK) == 0 || dt_gpt2_preset(c->model, &cfg))
         return DT_OK; /* an image model, a file (the ranks read its shape), or no preset (the ranks say so) */
     const dt_gpt2_config *o = &c->shape;
     int *f[6] = { &cfg.max_seq_len, &cfg.vocab_size, &cfg.padded_vocab_size, &cfg.num_layers, &cfg.num_heads, &cfg.channels };

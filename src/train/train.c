@@ -280,7 +280,7 @@ static int run_rank(const dt_train_config *cfg, dt_comm *w, dt_launch_kind kind)
     /* said by the launching process, or under MPI by the first rank */
     if (dt_train_keep_global_batch(c0, w ? dt_comm_size(w) : 1, kind == DT_LAUNCH_MPI && dt_comm_first_voice())) return fail(2);
     if (dt_train_check_mesh(c0, w ? dt_comm_size(w) : 1, 0)) return fail(2);
-    if (!strncmp(c0->model, "mlp", 3) || !strncmp(c0->model, "resnet", 6)) {
+    if (dt_train_is_image_model(c0->model)) {
         dt_kernels_set_threads(c0->threads > 0 ? c0->threads : dt_train_default_threads(w));
         dt_train_config ic = *c0;
         if (!ic.epochs) ic.epochs = 5;
