@@ -5,7 +5,8 @@
 # DDP and ZeRO 1/2/3; TP 2 and 3 (K/V heads split), TP 4 with 2 K/V heads (each kept by two ranks), sequence
 # parallelism; DP 2 x TP 2 with ZeRO 2; PP 2 with GPipe, 1F1B, ZB-H1 and the interleaved schedule; CP 2 and 4, ring
 # and all-to-all (rotary positions by their place in the whole sequence); DP 2 x PP 2 x CP 2 x TP 2 on 16 ranks;
-# recomputation; and bf16 TP 2 against bf16 on one process within 1e-4.
+# recomputation; and bf16 TP 2 against bf16 on one process within 1e-4. Clipped at 0.5, TP 4 with K/V heads kept by
+# two ranks each has one process's gradient norms and losses.
 # A checkpoint saved under TP 2 x PP 2 resumes on one process with the same losses.
 # usage: llama_equivalence.sh DTRAIN
 set -u
@@ -49,6 +50,15 @@ run tp3 --batch 4 --nproc 3 --tp 3 && close "TP 3 (2 K/V heads a rank; the vocab
 run sp --batch 4 --nproc 2 --tp 2 --sp && close "TP 2 with sequence parallelism" "$dir/ref.jsonl" "$dir/sp.jsonl"
 run kv2 --batch 4 --kv-heads 2
 run tp4 --batch 4 --nproc 4 --tp 4 --kv-heads 2 && close "TP 4 with 2 K/V heads (each kept by two ranks)" "$dir/kv2.jsonl" "$dir/tp4.jsonl"
+# clipped: the global norm counts a K/V head the two ranks keep once (its table entry names its replica group)
+run kv2c --batch 4 --kv-heads 2 --grad-clip 0.5
+if run tp4c --batch 4 --nproc 4 --tp 4 --kv-heads 2 --grad-clip 0.5; then
+    close "TP 4 with 2 K/V heads, clipped at 0.5" "$dir/kv2c.jsonl" "$dir/tp4c.jsonl"
+    n=$(paste <(field grad_norm "$dir/kv2c.jsonl") <(field grad_norm "$dir/tp4c.jsonl") |
+        awk 'BEGIN{w=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d} END{print w}')
+    if awk "BEGIN{exit !($n <= 1e-6)}"; then passed=$((passed + 1)); echo "ok   TP 4 with kept K/V heads: the gradient norm is one process's (worst $n)"
+    else failed=$((failed + 1)); echo "FAIL TP 4 with kept K/V heads: gradient norms differ by $n"; fi
+fi
 run dptp --batch 2 --nproc 4 --tp 2 --zero 2 && close "DP 2 x TP 2, ZeRO-2" "$dir/ref.jsonl" "$dir/dptp.jsonl"
 for s in gpipe 1f1b zb1; do
     run pp_$s --batch 2 --grad-accum 2 --nproc 2 --pp 2 --pp-schedule $s && close "PP 2, $s, 2 micro-batches" "$dir/ref2.jsonl" "$dir/pp_$s.jsonl"

@@ -55,13 +55,11 @@ typedef struct {
     dt_comm *comm;              /* the data-parallel ranks; NULL: this process alone */
     /* The model-parallel ranks whose slices make up the split tensors (the
      * tensor-parallel group); NULL: none. The engine's finalize step: the
-     * global norm counts each slice once and each replicated tensor once
-     * (their gradients are the same on every rank of the group), and the
-     * update waits for the end of backward (step_at_end), after the norm. */
+     * global norm counts each piece once, on the first rank of the replica
+     * group its table entry names (dt_tensor_info.replicas, replica: their
+     * gradients are the same on every rank of it), and the update waits for
+     * the end of backward (step_at_end), after the norm. */
     dt_comm *mp_comm;
-    /* This rank counts the tensors replicated across tensor parallelism in
-     * the norm (TP rank 0 of each group; the other ranks' copies are the same). */
-    int mp_counts_replicated;
     /* The ranks that agree on the loss and on stopping: all of them when a
      * pipeline has the loss on its last stage only (NULL: comm). */
     dt_comm *loss_comm;

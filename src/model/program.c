@@ -133,8 +133,11 @@ static void slice(const dt_program *p, const dt_tensor_spec *s, dt_tensor_info *
         t->slice = (dt_tensor_slice){ 0, p->v0, p->Vl, 1, p->Vl };
         t->shape[0] = p->Vl;
         break;
-    case DT_SPLIT_NONE: break;
+    case DT_SPLIT_NONE: t->replicas = p->part.tp_size, t->replica = r; break;
     }
+    /* fewer K/V heads than ranks: the ranks that read one K/V head (consecutive) each keep it */
+    int keep = p->cfg.kv_heads < p->part.tp_size ? p->part.tp_size / p->cfg.kv_heads : 1;
+    if (s->rows == W_KV && keep > 1) t->replicas = keep, t->replica = r % keep;
 }
 
 /* The whole model's tensors in store order: the embedding's, each block's, the final ones (a tied head left

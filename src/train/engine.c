@@ -137,15 +137,17 @@ static double norm_of(const void *g, size_t i, size_t n, dt_dtype t) {
 }
 
 /* The sum of squares of the store's [off, off + n) (g its first value)
- * that this rank counts in a model-parallel norm: the split tensors' (each
- * rank its own slice), the replicated ones' if it counts them, never a tied
- * copy's (its gradient is summed into the owner's). */
-static double counted_sumsq(const dt_model *m, const void *g, dt_dtype t, size_t off, size_t n, int replicated) {
+ * that this rank counts in a model-parallel norm: each tensor's piece on the
+ * first rank of its replica group (a split tensor's slice on every rank, a
+ * whole one on the first tensor-parallel rank, a K/V head on the first of the
+ * ranks that keep it), never a tied copy's (its gradient is summed into the
+ * owner's). */
+static double counted_sumsq(const dt_model *m, const void *g, dt_dtype t, size_t off, size_t n) {
     double ss = 0;
     for (int i = 0; i < m->ntensors; i++) {
         const dt_tensor_info *ti = &m->tensors[i];
         size_t a = ti->offset > off ? ti->offset : off, b = ti->offset + ti->count < off + n ? ti->offset + ti->count : off + n;
-        if (a >= b || ti->tied_copy || (!replicated && !dt_tensor_is_sliced(ti))) continue;
+        if (a >= b || ti->tied_copy || ti->replica > 0) continue;
         double x = norm_of(g, a - off, b - a, t);
         ss += x * x;
     }
@@ -159,7 +161,7 @@ static double counted_sumsq(const dt_model *m, const void *g, dt_dtype t, size_t
 static dt_status global_norm(dt_engine *e, const void *g, dt_dtype t, double *norm) {
     if (!e->cfg.mp_comm && !e->s->reduce_sum) { *norm = norm_of(g, 0, e->n, t); return DT_OK; }
     double ss;
-    if (e->cfg.mp_comm) ss = counted_sumsq(&e->cfg.model, g, t, e->off, e->n, e->cfg.mp_counts_replicated);
+    if (e->cfg.mp_comm) ss = counted_sumsq(&e->cfg.model, g, t, e->off, e->n);
     else ss = norm_of(g, 0, e->n, t), ss *= ss;
     dt_status st = e->s->reduce_sum ? e->s->reduce_sum(e->state, &ss, 1) : DT_OK;
     if (!st && e->cfg.mp_comm) st = dt_comm_allreduce(e->cfg.mp_comm, &ss, &ss, 1, DT_F64, DT_SUM);

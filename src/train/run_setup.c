@@ -193,8 +193,7 @@ static dt_status make_engine(run *r) {
                             .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                             .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL, .grad_comm = c->grad_comm,
                             .grad_store = c->grad_store,
-                            .mp_comm = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL,
-                            .mp_counts_replicated = !r->mesh || dt_mesh_coord(r->mesh, DT_MESH_TP) == 0 };
+                            .mp_comm = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL };
     dt_gpt2_model(r->m, &ec.model);
     dt_status st = DT_OK;
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
