@@ -5,7 +5,8 @@ an HF folder; then 64 greedy tokens from the bytes of a prompt (as ids) by
   HF generate (f32, eager attention),
   dtrain generate --ids on the folder (its KV cache; f32, and int8 said only),
   llama.cpp's llama-completion (top-k 1, f32: -fa off, f32 cache) on `dtrain ckpt export FOLDER OUT.gguf`,
-and prints how many of each agree with HF's. Exit 1 if dtrain's f32 or llama.cpp's differ from HF's. The GGUF names
+and prints how many of each agree with HF's; then text in and out through a tokenizer.json (text_case). Exit 1 if
+dtrain's f32 or llama.cpp's differ from HF's. The GGUF names
 the last id end-of-text (dtrain models carry no tokenizer): llama.cpp stops once it draws that id, and its tokens
 agree when they are HF's up to there (--ignore-eos would ban the id instead and turn the tokens).
 
@@ -68,6 +69,49 @@ def llama_tokens(dtrain, folder, tmp):
     return ids[:NEW]
 
 
+def text_case(dtrain):
+    """Text in, text out: a tiny random Llama with the Llama 3-style tokenizer of tests/fixtures/tokenizer (its
+    folder's tokenizer.json): HF (PreTrainedTokenizerFast + generate, the template's BOS first), dtrain generate on the
+    folder, and llama.cpp on `dtrain ckpt export FOLDER OUT.gguf` (the tokenizer's vocabulary, merges and pattern in
+    it) print the same continuation."""
+    import shutil
+    from transformers import PreTrainedTokenizerFast
+    tok_json = os.path.join(HERE, "..", "tests", "fixtures", "tokenizer", "llama3.json")
+    torch.manual_seed(5)
+    m = LlamaForCausalLM(LlamaConfig(vocab_size=2004, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                     tie_word_embeddings=False, initializer_range=0.1, bos_token_id=0, eos_token_id=1,
+                                     attn_implementation="eager")).float().eval()
+    prompt = "The License applies to"
+    tok = PreTrainedTokenizerFast(tokenizer_file=tok_json)
+    ids = tok(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, min_new_tokens=24, do_sample=False,
+                         pad_token_id=0, eos_token_id=None)
+    ref = tok.decode(out[0, ids.shape[1]:])
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = os.path.join(tmp, "hf")
+        m.save_pretrained(folder)
+        shutil.copy(tok_json, os.path.join(folder, "tokenizer.json"))
+        mine = subprocess.run([dtrain, "generate", "--model", folder, "--prompt", prompt, "--tokens", "24", "--temperature", "0"],
+                              capture_output=True, check=True).stdout.decode("utf-8", "replace").rstrip("\n")[len(prompt):]
+        gguf = os.path.join(tmp, "model.gguf")
+        subprocess.run([dtrain, "ckpt", "export", folder, gguf], capture_output=True, check=True)
+        exe = os.path.join(os.environ.get("DTRAIN_LLAMA_CPP") or os.path.join(HERE, "..", ".llama.cpp"), "build", "bin",
+                           "llama-completion")
+        lc = None
+        if os.access(exe, os.X_OK):
+            lc = subprocess.run([exe, "-m", gguf, "-p", prompt, "-n", "24", "--top-k", "1", "--temp", "0", "-t", "1", "-no-cnv",
+                                 "--no-warmup", "-c", "512", "-fa", "off", "-ctk", "f32", "-ctv", "f32"],
+                                capture_output=True, check=True).stdout.decode("utf-8", "replace")
+            lc = lc.split(" [end of text]")[0].rstrip("\n")[len(prompt):]
+    ok = mine == ref and (lc is None or lc == ref)
+    print("%-24s text through tokenizer.json, 24 tokens: dtrain %s HF's, llama.cpp on dtrain's GGUF %s HF's%s (%r)" %
+          ("llama3 tokenizer (tiny)", "=" if mine == ref else "!=", "(not built)" if lc is None else "=" if lc == ref else "!=",
+           "" if ok else "   FAIL", ref[:40]), flush=True)
+    return ok
+
+
 def agree(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
@@ -95,6 +139,7 @@ def main():
                                     agree(q8, ref), "" if ok else "   FAIL") +
               (" (llama.cpp stopped at the end-of-text id, HF's token there too)" if lc and len(lc) < NEW and ok else ""),
               flush=True)
+    bad += not text_case(dtrain)
     return 1 if bad else 0
 
 

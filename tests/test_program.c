@@ -3,6 +3,7 @@
  * every gradient and ten AdamW steps; a sharded HF folder loads, and broken ones are refused; recomputation, a
  * split backward and stages chained give the whole model's bits. (GPT-2 runs on the program too: its oracle is
  * PyTorch in tests/test_gpt2.c.) */
+#include "dtrain/data.h"
 #include "dtrain/infer.h"
 #include "dtrain/io.h"
 #include "dtrain/optim.h"
@@ -471,7 +472,8 @@ static void observer_checks(void) {
 
 /* A GGUF's header as gguf_checks reads it: the architecture, K/V heads, and each tensor's name, dims and data. */
 typedef struct {
-    char arch[16];
+    char arch[16], pre[16], token[64];
+    uint64_t ntokens, nmerges;
     unsigned kv_heads;
     int n;
     char name[64][48];
@@ -488,11 +490,15 @@ static void gguf_value(const uint8_t **p, uint32_t t, const char *key, gguf_view
     if (t == 8) { /* a string */
         uint64_t n = rd64(p);
         if (!strcmp(key, "general.architecture")) snprintf(g->arch, sizeof g->arch, "%.*s", (int)n, (const char *)*p);
+        if (!strcmp(key, "tokenizer.ggml.pre")) snprintf(g->pre, sizeof g->pre, "%.*s", (int)n, (const char *)*p);
+        if (!strcmp(key, "last token")) snprintf(g->token, sizeof g->token, "%.*s", (int)n, (const char *)*p);
         *p += n;
     } else if (t == 9) { /* an array */
         uint32_t et = rd32(p);
         uint64_t n = rd64(p);
-        for (uint64_t i = 0; i < n; i++) gguf_value(p, et, "", g);
+        if (!strcmp(key, "tokenizer.ggml.tokens")) g->ntokens = n;
+        if (!strcmp(key, "tokenizer.ggml.merges")) g->nmerges = n;
+        for (uint64_t i = 0; i < n; i++) gguf_value(p, et, !strcmp(key, "tokenizer.ggml.tokens") && i + 1 == n ? "last token" : "", g);
     } else {
         if (!strcmp(key, "llama.attention.head_count_kv")) memcpy(&g->kv_heads, *p, 4);
         *p += size[t];
@@ -540,7 +546,7 @@ static void gguf_checks(const char *dir) {
     if (!st) st = dt_lm_config_from_hf(dt_safetensors_metadata(f, "config"), path, &cfg);
     if (!st) st = dt_gpt2_create(&cfg, &m);
     if (!st) dt_gpt2_model(m, &md), st = dt_safetensors_read_model(f, &md, cfg.vocab_size, NULL);
-    if (!st) st = dt_gguf_save(out, m);
+    if (!st) st = dt_gguf_save(out, m, NULL);
     char *file = NULL;
     size_t len = 0;
     if (!st) st = dt_file_read_text(out, 1 << 24, &file, &len);
@@ -567,6 +573,42 @@ static void gguf_checks(const char *dir) {
     unlink(out);
     dt_gpt2_destroy(m);
     dt_safetensors_close(f);
+}
+
+/* A GGUF with a tokenizer's vocabulary (the Llama 3-style fixture's) on a model of as many tokens: its tokens, merges
+ * and llama.cpp's name for its pattern; a model with fewer tokens than the tokenizer is refused, nothing written.
+ * (llama.cpp reading such a file and printing HF's text: scripts/check_decode_parity.py.) */
+static void gguf_tokenizer_checks(const char *dir) {
+    char tpath[512], out[] = "/tmp/dtrain-test-gguf-tok-XXXXXX";
+    snprintf(tpath, sizeof tpath, "%s/tokenizer/llama3.json", dir);
+    int fd = mkstemp(out);
+    if (fd >= 0) close(fd);
+    unlink(out);
+    dt_bpe *tok = NULL;
+    dt_gpt2 *m = NULL, *small_m = NULL;
+    dt_lm_config c = small("llama", 2, false);
+    c.vocab_size = 2004, c.padded_vocab_size = 2048;
+    dt_status st = fd < 0 ? DT_ERR_IO : dt_bpe_load_json(tpath, &tok);
+    if (!st) st = dt_gpt2_create(&c, &m);
+    if (!st) dt_gpt2_init_random(m, 3), st = dt_gguf_save(out, m, tok);
+    char *file = NULL;
+    size_t len = 0;
+    if (!st) st = dt_file_read_text(out, 1 << 24, &file, &len);
+    gguf_view g;
+    bool ok = !st && gguf_read((const uint8_t *)file, &g) && !strcmp(g.pre, "llama-bpe") && g.ntokens == 2004 &&
+              g.nmerges == (uint64_t)dt_bpe_merge_count(tok) && !strcmp(g.token, "\xc4\xa0Moskva");
+    free(file);
+    unlink(out);
+    dt_lm_config c2 = small("llama", 2, false); /* 101 tokens: fewer than the tokenizer's */
+    dt_status refused = st ? DT_OK : dt_gpt2_create(&c2, &small_m);
+    if (!refused) refused = dt_gguf_save(out, small_m, tok);
+    bool named = refused && strstr(dt_last_error(), "the tokenizer has 2004 tokens, the model only 101") && access(out, F_OK) != 0;
+    if (!ok || !named) failed++;
+    printf("%-12s GGUF with a tokenizer: llama-bpe, %llu tokens, %llu merges%s; a smaller model refused%s%s\n", "llama3", (unsigned long long)g.ntokens,
+           (unsigned long long)g.nmerges, ok ? "" : "   FAIL", named ? "" : "   FAIL ", st ? dt_last_error() : "");
+    dt_gpt2_destroy(m);
+    dt_gpt2_destroy(small_m);
+    dt_bpe_destroy(tok);
 }
 
 /* The decoder's greedy tokens (its KV cache, two sequences in one batch) are Hugging Face generate's; int8's are
@@ -600,6 +642,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) check_fixture(dir, fixtures[i]);
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) greedy_matches_hf(dir, fixtures[i]);
     gguf_checks(dir);
+    gguf_tokenizer_checks(dir);
     observer_checks();
     modes_equal("llama", 2, false);
     modes_equal("gpt2", 4, true);

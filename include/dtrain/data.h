@@ -40,6 +40,14 @@ dt_status dt_bpe_load(const char *encoder_json, const char *vocab_bpe, dt_bpe **
 dt_status dt_bpe_load_json(const char *path, dt_bpe **out);
 /* The token a prompt starts with (the tokenizer's template's begin-of-text), or -1. */
 int dt_bpe_bos(const dt_bpe *b);
+/* What an exporter (GGUF) needs of a tokenizer: token id as its file lists it (byte-level characters; an added
+ * token's content; NULL: no such id) and whether it is an added token (2 special, 1 not, 0 the vocabulary's); the
+ * merges in rank order ("left right"); the pre-tokenizer's pattern (GPT-2's and Llama 3's are these). */
+const char *dt_bpe_token_text(const dt_bpe *b, uint32_t id, int *added);
+int dt_bpe_merge_count(const dt_bpe *b);
+const char *dt_bpe_merge(const dt_bpe *b, int rank);
+const char *dt_bpe_pattern(const dt_bpe *b);
+extern const char *const dt_bpe_gpt2_pattern, *const dt_bpe_llama3_pattern;
 void dt_bpe_destroy(dt_bpe *b);
 int dt_bpe_vocab_size(const dt_bpe *b);
 /* Appends the ids of text[0..len) to *ids (grown with realloc; *n updated). */

@@ -74,8 +74,10 @@ dt_status dt_program_load_hf(const char *dir, dt_program **out);
  * family the program reads from folders this way (llama, qwen2; GPT-2's folders go through dt_safetensors_load). */
 dt_status dt_gpt2_load_hf(const char *dir, dt_gpt2 **out);
 int dt_hf_folder_is_program(const char *dir);
-/* A whole model as llama.cpp's GGUF (version 3, f32; io/gguf.c says what it holds), written atomically. */
-dt_status dt_gguf_save(const char *path, dt_gpt2 *m);
+/* A whole model as llama.cpp's GGUF (version 3, f32; io/gguf.c says what it holds), written atomically; its
+ * vocabulary tok's (a byte-level BPE: GPT-2's or Llama 3's pattern), or with tok NULL bytes and placeholders. */
+typedef struct dt_bpe dt_bpe;
+dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_bpe *tok);
 
 /* Writes bytes to path atomically: path.tmp.PID, fsync, rename; temporaries
  * that killed saves left beside path are removed first. */

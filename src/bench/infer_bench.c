@@ -368,7 +368,7 @@ int dt_bench_infer(const dt_bench_infer_opts *o) {
         bool made = mkdtemp(weights) != NULL;
         snprintf(hf, sizeof hf, "%s/hf", weights);
         snprintf(gguf, sizeof gguf, "%s/model.gguf", weights);
-        if (!made || dt_hf_folder_save(hf, m) || dt_gguf_save(gguf, m))
+        if (!made || dt_hf_folder_save(hf, m) || dt_gguf_save(gguf, m, NULL))
             dt_log(DT_LOG_ERROR, "bench infer: cannot write the weights for the baselines: %s", made ? dt_last_error() : "no temporary folder");
         else have_weights = true;
     }

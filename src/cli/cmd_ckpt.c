@@ -1,10 +1,12 @@
 /* dtrain ckpt info|export: flag parsing only. */
 #include "cli.h"
+#include "dtrain/data.h"
 #include "dtrain/io.h"
 #include "dtrain/train.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f) {
     fprintf(f, "usage: dtrain ckpt info [--verify] DIR           what DIR's latest checkpoint (or DIR/step-N) holds: step,\n"
@@ -12,12 +14,13 @@ static void usage(FILE *f) {
                "                                                 piece), tensors; --verify: and ckpt verify DIR\n"
                "       dtrain ckpt verify DIR                    every file of each checkpoint DIR keeps (--keep-last) against\n"
                "                                                 its manifest's sizes and hashes; exit 1 if any is damaged\n"
-               "       dtrain ckpt export MODEL OUT              the weights of a checkpoint DIR (or of a weights file or an\n"
+               "       dtrain ckpt export MODEL OUT [--tokenizer F]  the weights of a checkpoint DIR (or of a weights file or an\n"
                "                                                 HF folder: a conversion) as OUT.safetensors (HF names), OUT.bin\n"
                "                                                 (llm.c's), or a folder OUT/ with config.json and\n"
                "                                                 model.safetensors that from_pretrained loads (GPT-2, Llama,\n"
-               "                                                 Qwen 2), or OUT.gguf for llama.cpp (f32; its vocabulary the\n"
-               "                                                 256 bytes then placeholders: token ids mean the same)\n");
+               "                                                 Qwen 2), or OUT.gguf for llama.cpp (f32; its vocabulary\n"
+               "                                                 that of --tokenizer tokenizer.json or of MODEL's own, else\n"
+               "                                                 the 256 bytes then placeholders: token ids mean the same)\n");
 }
 
 /* What export writes, from OUT's name: 's' safetensors, 'b' llm.c, 'g' GGUF, 'd' an HF folder, 0 refused. */
@@ -46,7 +49,8 @@ int dt_cli_ckpt(int argc, char **argv) {
         if (dt_checkpoint_verify(argv[2], stdout)) { dt_log(DT_LOG_ERROR, "ckpt verify: %s", dt_last_error()); return 1; }
         return 0;
     }
-    if (argc == 4 && !strcmp(argv[1], "export")) {
+    bool tok_flag = argc == 6 && !strcmp(argv[4], "--tokenizer");
+    if ((argc == 4 || tok_flag) && !strcmp(argv[1], "export")) {
         const char *out = argv[3];
         char kind = export_kind(out);
         if (!kind) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
@@ -54,8 +58,21 @@ int dt_cli_ckpt(int argc, char **argv) {
         int step;
         /* a checkpoint's weights, or a weights file's or an HF folder's (export converts between the formats) */
         if (dt_checkpoint_load_weights(argv[2], 0, &m, &step)) { dt_log(DT_LOG_ERROR, "ckpt export: %s", dt_last_error()); return 1; }
-        dt_status st = kind == 'b' ? dt_llmc_save(out, m) : kind == 's' ? dt_safetensors_save(out, m, DT_F32)
-                       : kind == 'g' ? dt_gguf_save(out, m) : dt_hf_folder_save(out, m);
+        /* a GGUF's vocabulary: --tokenizer's, or the model folder's own tokenizer.json */
+        dt_bpe *tok = NULL;
+        char found[4200];
+        struct stat sb;
+        snprintf(found, sizeof found, "%s/tokenizer.json", argv[2]);
+        const char *tpath = tok_flag ? argv[5] : kind == 'g' && stat(found, &sb) == 0 ? found : NULL;
+        if (tok_flag && kind != 'g') {
+            dt_log(DT_LOG_ERROR, "ckpt export: --tokenizer goes into a GGUF (OUT.gguf); %s is not one", out);
+            dt_gpt2_destroy(m);
+            return 2;
+        }
+        dt_status st = tpath ? dt_bpe_load_json(tpath, &tok) : DT_OK;
+        if (!st) st = kind == 'b' ? dt_llmc_save(out, m) : kind == 's' ? dt_safetensors_save(out, m, DT_F32)
+                       : kind == 'g' ? dt_gguf_save(out, m, tok) : dt_hf_folder_save(out, m);
+        dt_bpe_destroy(tok);
         dt_gpt2_destroy(m);
         if (st) { dt_log(DT_LOG_ERROR, "ckpt export: %s", dt_last_error()); return 1; }
         if (step >= 0) printf("wrote %s%s (step %d of %s)\n", out, kind == 'd' ? " (config.json, model.safetensors)" : "", step, argv[2]);
@@ -63,6 +80,6 @@ int dt_cli_ckpt(int argc, char **argv) {
         return 0;
     }
     usage(stderr);
-    dt_log(DT_LOG_ERROR, "ckpt: expected info [--verify] DIR, verify DIR or export MODEL OUT");
+    dt_log(DT_LOG_ERROR, "ckpt: expected info [--verify] DIR, verify DIR or export MODEL OUT [--tokenizer tokenizer.json]");
     return 2;
 }

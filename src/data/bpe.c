@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *const dt_bpe_llama3_pattern = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+                                           "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char *const dt_bpe_gpt2_pattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 /* ---- the string -> int map ---- */
@@ -114,7 +116,25 @@ long bpe_utf8_bad(const unsigned char *s, size_t n) {
     return -1;
 }
 
+dt_status bpe_add_merge(dt_bpe *b, const char *key, size_t len) {
+    if (b->nmerges == b->merge_cap) {
+        int cap = b->merge_cap ? 2 * b->merge_cap : 1024;
+        char **g = realloc(b->merge_list, sizeof *g * (size_t)cap);
+        if (!g) return dt_error(DT_ERR_NOMEM, "bpe: out of memory");
+        b->merge_list = g, b->merge_cap = cap;
+    }
+    char *k = malloc(len + 1);
+    if (!k || bpe_map_put(&b->merges, key, len, b->nmerges)) { free(k); return dt_error(DT_ERR_NOMEM, "bpe: out of memory"); }
+    memcpy(k, key, len);
+    k[len] = 0;
+    b->merge_list[b->nmerges++] = k;
+    return DT_OK;
+}
+
 dt_status bpe_compile(dt_bpe *b, const char *pattern, const char *where) {
+    free(b->pattern);
+    if (!(b->pattern = malloc(strlen(pattern) + 1))) return dt_error(DT_ERR_NOMEM, "bpe: out of memory");
+    memcpy(b->pattern, pattern, strlen(pattern) + 1);
     int err;
     PCRE2_SIZE at;
     b->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
@@ -133,6 +153,11 @@ void dt_bpe_destroy(dt_bpe *b) {
     map_free(&b->vocab);
     map_free(&b->merges);
     for (int i = 0; b->token_bytes && i < b->nvocab; i++) free(b->token_bytes[i]);
+    for (int i = 0; b->token_text && i < b->nvocab; i++) free(b->token_text[i]);
+    for (int i = 0; i < b->nmerges; i++) free(b->merge_list[i]);
+    free(b->token_text);
+    free(b->merge_list);
+    free(b->pattern);
     for (int i = 0; i < b->nadded; i++) free(b->added[i].content);
     free(b->added);
     free(b->token_bytes);
@@ -143,6 +168,17 @@ void dt_bpe_destroy(dt_bpe *b) {
 
 int dt_bpe_vocab_size(const dt_bpe *b) { return b->nvocab; }
 int dt_bpe_bos(const dt_bpe *b) { return b ? b->bos : -1; }
+
+const char *dt_bpe_token_text(const dt_bpe *b, uint32_t id, int *added) {
+    *added = 0;
+    if ((int)id >= b->nvocab || !b->token_text || !b->token_text[id]) return NULL;
+    for (int i = 0; i < b->nadded; i++)
+        if (b->added[i].id == (int)id) *added = b->added[i].special ? 2 : 1;
+    return b->token_text[id];
+}
+int dt_bpe_merge_count(const dt_bpe *b) { return b->nmerges; }
+const char *dt_bpe_merge(const dt_bpe *b, int rank) { return rank >= 0 && rank < b->nmerges ? b->merge_list[rank] : NULL; }
+const char *dt_bpe_pattern(const dt_bpe *b) { return b->pattern; }
 
 const char *dt_bpe_token_bytes(const dt_bpe *b, uint32_t id, size_t *len) {
     if ((int)id >= b->nvocab || !b->token_bytes[id]) return NULL;

@@ -20,6 +20,7 @@ typedef struct {
     char *content;
     size_t len;
     int id;
+    bool special;
 } bpe_added;
 
 struct dt_bpe {
@@ -27,6 +28,10 @@ struct dt_bpe {
     char byte_utf8[256][3];      /* each byte's character, UTF-8 */
     unsigned char byte_len[256];
     char **token_bytes;          /* id -> raw bytes */
+    char **token_text;           /* id -> the token as the file lists it (byte-level characters; an added token's content) */
+    char **merge_list;           /* rank -> "left right" */
+    int nmerges, merge_cap;
+    char *pattern;               /* the pre-tokenizer's pattern as compiled */
     size_t *token_len;
     int nvocab;
     pcre2_code *re;              /* the pre-tokenizer's pattern (NULL: a segment is one piece) */
@@ -38,8 +43,8 @@ struct dt_bpe {
     int bos;                     /* a prompt's first token (TemplateProcessing's), or -1 */
 };
 
-/* GPT-2's pre-tokenizer pattern (HF's ByteLevel with use_regex). */
-extern const char *const dt_bpe_gpt2_pattern;
+/* The merge "left right" (len bytes) at the next rank, in the map and the rank-ordered list. */
+dt_status bpe_add_merge(dt_bpe *b, const char *key, size_t len);
 
 /* b's byte -> character table (GPT-2's: bytes that print as themselves keep their code, the others 256 + n). */
 void bpe_byte_table(dt_bpe *b);

@@ -59,19 +59,25 @@ static dt_status read_vocab(dt_bpe *b, const cJSON *j, const char *path, const c
 /* Each id's raw bytes: a vocabulary token's characters mapped back, an added token's content as it is. */
 static dt_status token_table(dt_bpe *b, const cJSON *vocab, const char *path) {
     b->token_bytes = calloc((size_t)b->nvocab + 1, sizeof(char *));
+    b->token_text = calloc((size_t)b->nvocab + 1, sizeof(char *));
     b->token_len = calloc((size_t)b->nvocab + 1, sizeof(size_t));
-    if (!b->token_bytes || !b->token_len) return dt_error(DT_ERR_NOMEM, "bpe: out of memory for %d tokens", b->nvocab);
+    if (!b->token_bytes || !b->token_text || !b->token_len) return dt_error(DT_ERR_NOMEM, "bpe: out of memory for %d tokens", b->nvocab);
     for (const cJSON *it = vocab->child; it; it = it->next) {
         if (b->token_bytes[it->valueint])
             return dt_error(DT_ERR_IO, "%s: id %d is given to two tokens (\"%s\" is the second)", path, it->valueint, it->string);
-        if (!(b->token_bytes[it->valueint] = malloc(strlen(it->string) + 1))) return dt_error(DT_ERR_NOMEM, "bpe: out of memory");
+        size_t n = strlen(it->string) + 1;
+        if (!(b->token_bytes[it->valueint] = malloc(n)) || !(b->token_text[it->valueint] = malloc(n)))
+            return dt_error(DT_ERR_NOMEM, "bpe: out of memory");
         b->token_len[it->valueint] = bpe_unmap(b, it->string, b->token_bytes[it->valueint]);
+        memcpy(b->token_text[it->valueint], it->string, n);
     }
     for (int i = 0; i < b->nadded; i++) {
         bpe_added *a = &b->added[i];
         if (b->token_bytes[a->id]) continue; /* also in the vocabulary (GPT-2's <|endoftext|>) */
-        if (!(b->token_bytes[a->id] = malloc(a->len + 1))) return dt_error(DT_ERR_NOMEM, "bpe: out of memory");
+        if (!(b->token_bytes[a->id] = malloc(a->len + 1)) || !(b->token_text[a->id] = malloc(a->len + 1)))
+            return dt_error(DT_ERR_NOMEM, "bpe: out of memory");
         memcpy(b->token_bytes[a->id], a->content, a->len);
+        memcpy(b->token_text[a->id], a->content, a->len + 1);
         b->token_len[a->id] = a->len;
     }
     return DT_OK;
@@ -110,7 +116,7 @@ dt_status dt_bpe_load(const char *encoder_json, const char *vocab_bpe, dt_bpe **
         line++;
         if (len == 0 || (line == 1 && p[0] == '#')) continue; /* "#version: 0.2" */
         if (!memchr(p, ' ', len)) st = dt_error(DT_ERR_IO, "%s: line %d is not \"left right\"", vocab_bpe, line);
-        else if (bpe_map_put(&b->merges, p, len, rank++)) st = dt_error(DT_ERR_NOMEM, "bpe: out of memory");
+        else st = bpe_add_merge(b, p, len), rank++;
     }
     free(merges);
     if (!st) st = bpe_compile(b, dt_bpe_gpt2_pattern, "GPT-2's pre-tokenizer");
@@ -135,7 +141,8 @@ static dt_status read_merges(dt_bpe *b, const cJSON *m, const char *path) {
         int len = s ? snprintf(key, sizeof key, "%s", s) : l && r ? snprintf(key, sizeof key, "%s %s", l, r) : -1;
         if (len < 0 || (size_t)len >= sizeof key || !strchr(key, ' '))
             return dt_error(DT_ERR_IO, "%s: model.merges[%d] is not \"left right\" nor a pair of strings", path, rank);
-        if (bpe_map_put(&b->merges, key, (size_t)len, rank)) return dt_error(DT_ERR_NOMEM, "bpe: out of memory");
+        dt_status st = bpe_add_merge(b, key, (size_t)len);
+        if (st) return st;
     }
     return DT_OK;
 }
@@ -181,6 +188,7 @@ static dt_status read_added(dt_bpe *b, const cJSON *list, const char *path, int 
         bpe_added *a = &b->added[b->nadded++];
         a->len = strlen(c);
         a->id = id->valueint;
+        a->special = true_at(it, "special");
         if (!(a->content = malloc(a->len + 1))) return dt_error(DT_ERR_NOMEM, "bpe: out of memory");
         memcpy(a->content, c, a->len + 1);
         b->added_first[(unsigned char)c[0]] = true;

@@ -1,10 +1,11 @@
 /* GGUF, llama.cpp's model file (version 3), written for any family of the model program: its architecture's keys
  * (sizes, heads, K/V heads, rotary base and Llama 3.1's scaling as llama.cpp's rope_freqs tensor, the norms'
  * epsilon), every tensor in f32 under llama.cpp's names (the spec's gguf names), q and k rows reordered where
- * llama.cpp's rope turns adjacent pairs. No tokenizer travels with a dtrain model: the vocabulary written is the 256
- * bytes in GPT-2's byte-to-character order, then placeholders "<tN>", so token ids mean the same on both sides
- * (a byte-level model's text reads the same; others are fed ids). Debian packages no GGUF library for C (ggml's
+ * llama.cpp's rope turns adjacent pairs. The vocabulary: a tokenizer's (tokenizer.json: its tokens, merges, added
+ * tokens, pattern by llama.cpp's name) where one is given; else the 256 bytes in GPT-2's byte-to-character order, then
+ * placeholders "<tN>", so token ids mean the same on both sides (a byte-level model's text reads the same). Debian packages no GGUF library for C (ggml's
  * gguf.c is not in bookworm); the format is a header of typed key/values, tensor records, then aligned data. */
+#include "dtrain/data.h"
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
 #include "dtrain/program.h"
@@ -59,6 +60,44 @@ static void byte_char(int c, char out[3]) {
     int u = printable ? c : 256 + n;
     if (u < 0x80) out[0] = (char)u, out[1] = 0;
     else out[0] = (char)(0xC0 | (u >> 6)), out[1] = (char)(0x80 | (u & 0x3F)), out[2] = 0;
+}
+
+/* The tokenizer's own vocabulary: its tokens (an id it lacks: a placeholder, unused), added tokens as control (special)
+ * or user-defined, its merges, llama.cpp's name for its pattern, its begin-of-text token and an end-of-text one. */
+static dt_status tokenizer(buf *b, int V, const dt_bpe *t, const char *path) {
+    const char *pat = dt_bpe_pattern(t);
+    const char *pre = pat && !strcmp(pat, dt_bpe_gpt2_pattern) ? "gpt-2" : pat && !strcmp(pat, dt_bpe_llama3_pattern) ? "llama-bpe" : NULL;
+    if (!pre) return dt_error(DT_ERR_UNSUPPORTED, "%s: the tokenizer's pre-tokenizer pattern is neither GPT-2's nor Llama 3's, the ones llama.cpp is told by name", path);
+    if (dt_bpe_vocab_size(t) > V)
+        return dt_error(DT_ERR_ARG, "%s: the tokenizer has %d tokens, the model only %d", path, dt_bpe_vocab_size(t), V);
+    kv_str(b, "tokenizer.ggml.model", "gpt2"); /* byte-level BPE */
+    kv_str(b, "tokenizer.ggml.pre", pre);
+    key(b, NULL, "tokenizer.ggml.tokens", GGUF_ARRAY);
+    put_u32(b, GGUF_STRING);
+    put_u64(b, (uint64_t)V);
+    int eos = -1, added;
+    for (int i = 0; i < V; i++) {
+        const char *s = dt_bpe_token_text(t, (uint32_t)i, &added);
+        char ph[24];
+        snprintf(ph, sizeof ph, "<t%d>", i);
+        put_str(b, s ? s : ph);
+        if (s && added == 2 && (!strcmp(s, "<|end_of_text|>") || !strcmp(s, "<|endoftext|>") || !strcmp(s, "<|im_end|>"))) eos = i;
+    }
+    key(b, NULL, "tokenizer.ggml.token_type", GGUF_ARRAY);
+    put_u32(b, GGUF_I32);
+    put_u64(b, (uint64_t)V);
+    for (int i = 0; i < V; i++) {
+        const char *s = dt_bpe_token_text(t, (uint32_t)i, &added);
+        put_u32(b, !s ? 5 : added == 2 ? 3 : added == 1 ? 4 : 1); /* unused, control, user-defined, normal */
+    }
+    key(b, NULL, "tokenizer.ggml.merges", GGUF_ARRAY);
+    put_u32(b, GGUF_STRING);
+    put_u64(b, (uint64_t)dt_bpe_merge_count(t));
+    for (int i = 0; i < dt_bpe_merge_count(t); i++) put_str(b, dt_bpe_merge(t, i));
+    if (dt_bpe_bos(t) >= 0) kv_u32(b, NULL, "tokenizer.ggml.bos_token_id", (uint32_t)dt_bpe_bos(t));
+    if (eos >= 0) kv_u32(b, NULL, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+    kv_bool(b, "tokenizer.ggml.add_bos_token", dt_bpe_bos(t) >= 0);
+    return DT_OK;
 }
 
 static void vocabulary(buf *b, int V) {
@@ -131,7 +170,7 @@ static void copy_rows(float *out, const float *in, int rows, int cols, int hd, b
 /* What a tensor is in the file: its rows (the token table's and an untied head's real vocabulary only). */
 static int file_rows(const dt_tensor_info *t, const dt_lm_config *c) { return t->split == DT_SPLIT_VOCAB ? c->vocab_size : t->shape[0]; }
 
-dt_status dt_gguf_save(const char *path, dt_gpt2 *m) {
+dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_bpe *tok) {
     dt_status st = dt_gpt2_check_whole(m, "a GGUF export");
     if (st) return st;
     dt_program *p = dt_gpt2_program(m);
@@ -143,7 +182,9 @@ dt_status dt_gguf_save(const char *path, dt_gpt2 *m) {
     const float *params = dt_program_params(p);
     buf h = { 0 }, kv = { 0 }, recs = { 0 };
     architecture(&kv, c, arch);
-    vocabulary(&kv, c->vocab_size);
+    if (tok) st = tokenizer(&kv, c->vocab_size, tok, path);
+    else vocabulary(&kv, c->vocab_size);
+    if (st) { free(kv.p); return st; }
     /* Llama 3.1's scaling as llama.cpp takes it: each frequency's divisor, the unscaled over the scaled */
     int half = c->head_dim / 2;
     float *freqs = c->rope_factor > 0 ? calloc(2 * (size_t)half, sizeof(float)) : NULL;
