@@ -32,10 +32,9 @@ static void add_run(size_t lo, size_t go, size_t n, void *ctx) {
 /* The runs of the store this rank contributes. */
 static dt_status my_runs(const dt_mesh *mesh, dt_model *view, runs *out) {
     if (dt_mesh_coord(mesh, DT_MESH_DP) || dt_mesh_coord(mesh, DT_MESH_CP)) return DT_OK;
-    int tp0 = dt_mesh_coord(mesh, DT_MESH_TP) == 0;
     for (int i = 0; i < view->ntensors && !out->nomem; i++) {
         const dt_tensor_info *t = &view->tensors[i];
-        if (t->tied_copy || (!tp0 && !dt_tensor_is_sliced(t))) continue;
+        if (t->tied_copy || t->replica > 0) continue; /* each piece from the first rank of its replica group */
         dt_model_global_runs(view, t->offset, t->count, add_run, out);
     }
     return out->nomem ? dt_error(DT_ERR_NOMEM, "whole model: out of memory") : DT_OK;
