@@ -11,6 +11,8 @@ Writes tests/fixtures/tokenizer/:
   llama3.json   the same training with Llama 3's pre-tokenizer (Split by its regex, isolated, then ByteLevel without
                 its regex), ignore_merges, the special tokens <|begin_of_text|>, <|end_of_text|>, <|eot_id|> and a
                 TemplateProcessing that puts <|begin_of_text|> first;
+  qwen2.json    Qwen 2's kind: an NFC normalizer, its pattern (digits one by one), <|endoftext|>, <|im_start|>,
+                <|im_end|>;
   expected.json for each tokenizer: the ids of some short strings, and of the whole text (without the template's
                 special tokens: encode(add_special_tokens=False)) as their count and FNV-1a 64 hashes of each block of
                 4096 ids (little-endian uint32), so that a difference is found to its block.
@@ -25,12 +27,13 @@ import os
 import random
 import struct
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "tests", "fixtures", "tokenizer")
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
           r"\s+(?!\S)|\s+")
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")  # Qwen 2's: digits one by one
 SHORT = [
     "Hello world",
     "It's a test; we'll see: 123 + 4567 = 4690.",
@@ -42,6 +45,7 @@ SHORT = [
     "1234567890 12 1",
     "\u4f60\u597d\u4e16\u754c \u3053\u3093\u306b\u3061\u306f \ud55c\uad6d\uc5b4",
     "emoji \U0001F600\U0001F680 done",
+    "cafe\u0301 caf\u00e9 \u1100\u1161",
     "line\r\nbreaks\r\n\r\n end",
     "<|endoftext|>special<|eot_id|> tokens<|begin_of_text|>",
 ]
@@ -65,11 +69,13 @@ WORDS = {
     "cjk": "\u4f60\u597d \u4e16\u754c \u6570\u636e \u8bad\u7ec3 \u6a21\u578b \u3053\u3093\u306b\u3061\u306f \u30c7\u30fc\u30bf".split(),
     "hangul": "\uc548\ub155\ud558\uc138\uc694 \uc138\uacc4 \ub370\uc774\ud130".split(),
     "emoji": "\U0001F600 \U0001F680 \u2764\ufe0f \U0001F44D\U0001F3FD \U0001F1EB\U0001F1F7".split(),
+    # decomposed forms NFC composes (e + combining acute, a + diaeresis, Hangul jamo), beside composed ones
+    "decomposed": "cafe\u0301 na\u0308ive \u1100\u1161\u11a8 A\u030angstro\u0308m \u00c5ngstr\u00f6m re\u0301sume\u0301".split(),
 }
 PUNCT = [".", ",", ";", ":", "!", "?", "...", " -", " \u2014", "'s", "'S", "'ll", "'VE", "'d", "'t", "'re", "'M", " (", ")", "\"",
          " \u201c", "\u201d", " #", " $", "%", " &", " *", " +", " =", " @"]
 SPACES = [" ", " ", " ", " ", "  ", "   ", "\t", " \t ", "\n", "\n\n", "\r\n", " \n", "\u00a0", "\u3000"]
-SPECIAL = ["<|endoftext|>", "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
+SPECIAL = ["<|endoftext|>", "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|im_start|>", "<|im_end|>"]
 WHOLE = ["\u0120multiple", "\u0120spaces", "\u0120tabs", "\u0120Moskva"]  # " multiple", ... as ByteLevel maps them
 
 
@@ -101,11 +107,13 @@ def make_text():
     return "\n".join(parts) + "\n" + "".join(out)
 
 
-def trained(text, pre, llama):
+def trained(text, pre, llama, qwen=False):
     tok = Tokenizer(models.BPE(ignore_merges=llama))
+    if qwen:
+        tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre
     tok.decoder = decoders.ByteLevel()
-    special = SPECIAL[1:] if llama else SPECIAL[:1]
+    special = [SPECIAL[0]] + SPECIAL[4:] if qwen else SPECIAL[1:4] if llama else SPECIAL[:1]
     trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator([text[i:i + 4096] for i in range(0, len(text), 4096)], trainer)
@@ -142,10 +150,12 @@ def main():
         "gpt2": pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
         "llama3": pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False),
                                            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+        "qwen2": pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
+                                          pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
     }
     expected = {}
     for name, pre in pres.items():
-        tok = trained(text, pre, name == "llama3")
+        tok = trained(text, pre, name == "llama3", name == "qwen2")
         tok.save(os.path.join(OUT, name + ".json"))
         ids = tok.encode(text, add_special_tokens=False).ids
         blocks = [fnv(ids[i:i + 4096]) for i in range(0, len(ids), 4096)]

@@ -1,6 +1,6 @@
 /* Hugging Face tokenizer.json files read by dtrain's BPE against the `tokenizers` library
- * (scripts/make_tokenizer_fixtures.py): a GPT-2-style and a Llama 3-style tokenizer (their pre-tokenizer patterns
- * through PCRE2, added tokens, ignore_merges, a begin-of-text template) give the library's ids for short strings and
+ * (scripts/make_tokenizer_fixtures.py): a GPT-2-style, a Llama 3-style and a Qwen 2-style tokenizer (their
+ * pre-tokenizer patterns through PCRE2, added tokens, ignore_merges, a begin-of-text template, NFC) give the library's ids for short strings and
  * for a 1.2 MB text in many scripts (compared block by block of 4096 ids), and decode back to the text; files asking
  * for what the encoder does not do are refused naming the file and the field.
  * usage: test_tokenizer_json FIXTURE_DIR/tokenizer */
@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uninorm.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -63,8 +64,9 @@ static void short_strings(dt_bpe *b, const char *name, const cJSON *want) {
     check(same == all, "short strings' ids", d);
 }
 
-/* The text's ids block by block against the library's hashes, and decoded back to the text. */
-static void whole_text(dt_bpe *b, const char *name, const cJSON *want, const char *text, size_t len) {
+/* The text's ids block by block against the library's hashes, and decoded back to the text (normalized, nfc: its
+ * Unicode NFC, as the tokenizer reads it). */
+static void whole_text(dt_bpe *b, const char *name, const cJSON *want, const char *text, size_t len, int nfc) {
     uint32_t *ids = NULL;
     size_t n = 0, cap = 0;
     dt_status st = dt_bpe_encode(b, text, len, &ids, &n, &cap);
@@ -82,14 +84,21 @@ static void whole_text(dt_bpe *b, const char *name, const cJSON *want, const cha
     if (bad >= 0) snprintf(d + strlen(d), sizeof d - strlen(d), "; block %d (ids %zu..) differs", bad, (size_t)bad * block);
     check(!st && n == count && bad < 0, "a 1.2 MB text's ids equal the library's", d);
     size_t at = 0;
-    int round = !st;
+    uint8_t *normal = NULL;
+    if (nfc) {
+        size_t nn = 0;
+        normal = u8_normalize(UNINORM_NFC, (const uint8_t *)text, len, NULL, &nn);
+        text = (const char *)normal, len = normal ? nn : 0;
+    }
+    int round = !st && text;
     for (size_t i = 0; round && i < n; i++) {
         size_t l;
         const char *t = dt_bpe_token_bytes(b, ids[i], &l);
         round = t && at + l <= len && !memcmp(text + at, t, l);
         at += l;
     }
-    check(round && at == len, "decoded back to the text", name);
+    check(round && at == len, nfc ? "decoded back to the text in NFC" : "decoded back to the text", name);
+    free(normal);
     free(ids);
 }
 
@@ -135,8 +144,8 @@ int main(int argc, char **argv) {
     size_t len;
     char *text = read_gz(path, &len);
     check(exp && text && len >= 1000000, "fixtures: expected.json, a text of at least 1 MB", path);
-    const char *names[] = { "gpt2", "llama3" };
-    for (int i = 0; exp && text && i < 2; i++) {
+    const char *names[] = { "gpt2", "llama3", "qwen2" };
+    for (int i = 0; exp && text && i < 3; i++) {
         dt_bpe *b = NULL;
         snprintf(path, sizeof path, "%s/%s.json", argv[1], names[i]);
         dt_status st = dt_bpe_load_json(path, &b);
@@ -144,7 +153,7 @@ int main(int argc, char **argv) {
         if (st) continue;
         const cJSON *want = cJSON_GetObjectItem(exp, names[i]);
         short_strings(b, names[i], cJSON_GetObjectItem(want, "short"));
-        whole_text(b, names[i], want, text, len);
+        whole_text(b, names[i], want, text, len, !strcmp(names[i], "qwen2"));
         const cJSON *bos = cJSON_GetObjectItem(want, "bos");
         int32_t *p = NULL;
         int np = 0;
@@ -157,7 +166,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/llama3.json", argv[1]);
     refused(path, "an unknown pre-tokenizer", "\"type\": \"Split\"", "\"type\": \"Metaspace\"",
             "pre_tokenizer.pretokenizers[0].type \"Metaspace\": not a pre-tokenizer");
-    refused(path, "a normalizer", "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}", "normalizer \"NFC\"");
+    refused(path, "a normalizer other than NFC", "\"normalizer\": null", "\"normalizer\": {\"type\": \"NFKC\"}", "normalizer \"NFKC\"");
     refused(path, "byte fallback (SentencePiece's BPE)", "\"byte_fallback\": false", "\"byte_fallback\": true", "model.byte_fallback true");
     refused(path, "a pattern that does not compile", "(?i:'s|", "(?i:'s|(", "does not compile");
     refused(path, "another model", "\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model.type \"WordPiece\"");

@@ -29,8 +29,9 @@ dt_status dt_tokens_write(const char *path, const uint32_t *tokens, size_t n);
 /* Byte-level BPE: GPT-2's from the encoder.json + vocab.bpe pair it is
  * distributed as, or any Hugging Face tokenizer.json of its kind (a BPE
  * model, a ByteLevel pre-tokenizer alone or after a Split by a pattern:
- * GPT-2's, Llama 3's, Qwen 2's; added tokens). Pre-tokenization matches the
- * tokenizer's pattern with PCRE2; the ids are the `tokenizers` library's. */
+ * GPT-2's, Llama 3's, Qwen 2's; added tokens; an NFC normalizer).
+ * Pre-tokenization matches the tokenizer's pattern with PCRE2, NFC is
+ * libunistring's; the ids are the `tokenizers` library's. */
 typedef struct dt_bpe dt_bpe;
 /* Token ids at or above this are refused (GPT-2 has 50257). */
 #define DT_BPE_MAX_VOCAB (1 << 24)
@@ -47,7 +48,7 @@ const char *dt_bpe_token_text(const dt_bpe *b, uint32_t id, int *added);
 int dt_bpe_merge_count(const dt_bpe *b);
 const char *dt_bpe_merge(const dt_bpe *b, int rank);
 const char *dt_bpe_pattern(const dt_bpe *b);
-extern const char *const dt_bpe_gpt2_pattern, *const dt_bpe_llama3_pattern;
+extern const char *const dt_bpe_gpt2_pattern, *const dt_bpe_llama3_pattern, *const dt_bpe_qwen2_pattern;
 void dt_bpe_destroy(dt_bpe *b);
 int dt_bpe_vocab_size(const dt_bpe *b);
 /* Appends the ids of text[0..len) to *ids (grown with realloc; *n updated). */

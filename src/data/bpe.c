@@ -10,12 +10,16 @@
  * is taken whole where the tokenizer ignores merges). */
 #include "bpe_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <uninorm.h>
 #include <stdlib.h>
 #include <string.h>
 
 const char *const dt_bpe_llama3_pattern = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
                                            "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char *const dt_bpe_qwen2_pattern = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+                                          "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const char *const dt_bpe_gpt2_pattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 /* ---- the string -> int map ---- */
@@ -284,6 +288,17 @@ static dt_status pieces(const dt_bpe *b, work *w, pcre2_match_data *md, const un
     return st;
 }
 
+/* Valid UTF-8 s[0, len) in Unicode NFC (composed: "e" + U+0301 is "\u00e9"), then cut into pieces. */
+static dt_status normalized_pieces(const dt_bpe *b, work *w, pcre2_match_data *md, const unsigned char *s, size_t len, size_t at) {
+    if (!len) return DT_OK;
+    size_t n = 0;
+    uint8_t *t = u8_normalize(UNINORM_NFC, s, len, NULL, &n);
+    if (!t) return dt_error(errno == ENOMEM ? DT_ERR_NOMEM : DT_ERR_IO, "bpe: NFC of %zu bytes at byte offset %zu failed", len, at);
+    dt_status st = pieces(b, w, md, t, n, at);
+    free(t);
+    return st;
+}
+
 /* A segment between added tokens: a space first where ByteLevel adds one; runs of UTF-8 cut into pieces, and a byte
  * that is not UTF-8 a piece of its own (byte-level BPE has a token for every byte). */
 static dt_status segment(const dt_bpe *b, work *w, pcre2_match_data *md, const unsigned char *s, size_t len, size_t at) {
@@ -303,7 +318,7 @@ static dt_status segment(const dt_bpe *b, work *w, pcre2_match_data *md, const u
     for (size_t pos = 0; pos < len && !st;) {
         long bad = bpe_utf8_bad(s + pos, len - pos);
         size_t run = bad < 0 ? len - pos : (size_t)bad;
-        st = pieces(b, w, md, s + pos, run, at + pos);
+        st = b->nfc ? normalized_pieces(b, w, md, s + pos, run, at + pos) : pieces(b, w, md, s + pos, run, at + pos);
         pos += run;
         if (!st && pos < len) st = piece(b, w, s + pos, 1, at + pos), pos++;
     }

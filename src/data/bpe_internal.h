@@ -37,6 +37,7 @@ struct dt_bpe {
     pcre2_code *re;              /* the pre-tokenizer's pattern (NULL: a segment is one piece) */
     bool prefix_space;           /* ByteLevel's add_prefix_space */
     bool ignore_merges;          /* a piece that is a token is taken whole (Llama 3) */
+    bool nfc;                    /* the normalizer: each segment to Unicode NFC first (Qwen 2; libunistring's) */
     bpe_added *added;            /* longest first */
     int nadded;
     bool added_first[256];       /* bytes an added token starts with */

@@ -275,9 +275,10 @@ dt_status dt_bpe_load_json(const char *path, dt_bpe **out) {
     if (!b) { cJSON_Delete(j); return dt_error(DT_ERR_NOMEM, "bpe: out of memory"); }
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(j, "normalizer");
     int maxid = -1;
-    if (norm && !cJSON_IsNull(norm))
-        st = dt_error(DT_ERR_UNSUPPORTED, "%s: normalizer \"%s\": text is not normalized here (only tokenizers without one are read)", path,
+    if (norm && !cJSON_IsNull(norm) && !(str_of(norm, "type") && !strcmp(str_of(norm, "type"), "NFC")))
+        st = dt_error(DT_ERR_UNSUPPORTED, "%s: normalizer \"%s\": only NFC (Qwen 2's) or none is read", path,
                       str_of(norm, "type") ? str_of(norm, "type") : "?");
+    b->nfc = !st && norm && !cJSON_IsNull(norm);
     if (!st) st = read_model(b, cJSON_GetObjectItemCaseSensitive(j, "model"), path, &maxid);
     if (!st) st = read_added(b, cJSON_GetObjectItemCaseSensitive(j, "added_tokens"), path, &maxid);
     if (!st) st = read_pre(b, cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer"), path);

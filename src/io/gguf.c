@@ -66,8 +66,13 @@ static void byte_char(int c, char out[3]) {
  * or user-defined, its merges, llama.cpp's name for its pattern, its begin-of-text token and an end-of-text one. */
 static dt_status tokenizer(buf *b, int V, const dt_bpe *t, const char *path) {
     const char *pat = dt_bpe_pattern(t);
-    const char *pre = pat && !strcmp(pat, dt_bpe_gpt2_pattern) ? "gpt-2" : pat && !strcmp(pat, dt_bpe_llama3_pattern) ? "llama-bpe" : NULL;
-    if (!pre) return dt_error(DT_ERR_UNSUPPORTED, "%s: the tokenizer's pre-tokenizer pattern is neither GPT-2's nor Llama 3's, the ones llama.cpp is told by name", path);
+    const char *pre = !pat ? NULL
+                      : !strcmp(pat, dt_bpe_gpt2_pattern) ? "gpt-2"
+                      : !strcmp(pat, dt_bpe_llama3_pattern) ? "llama-bpe"
+                      : !strcmp(pat, dt_bpe_qwen2_pattern) ? "qwen2" : NULL;
+    if (!pre)
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: the tokenizer's pre-tokenizer pattern is not GPT-2's, Llama 3's or Qwen 2's, the ones "
+                        "llama.cpp is told by name", path);
     if (dt_bpe_vocab_size(t) > V)
         return dt_error(DT_ERR_ARG, "%s: the tokenizer has %d tokens, the model only %d", path, dt_bpe_vocab_size(t), V);
     kv_str(b, "tokenizer.ggml.model", "gpt2"); /* byte-level BPE */
