@@ -30,7 +30,7 @@ int dt_cli_tokenize(int argc, char **argv) {
                    "                       [--val VAL.bin --val-fraction 0.1]\n"
                    "Byte-level tokens (vocabulary 256), GPT-2 BPE (the encoder.json + vocab.bpe pair GPT-2's\n"
                    "tokenizer is distributed as) or a Hugging Face tokenizer.json of byte-level BPE (GPT-2's, Llama 3's,\n"
-                   "Qwen 2's without its normalizer: the tokenizers library's ids); the last fraction of the text goes to --val.\n");
+                   "Qwen 2's with its NFC: the tokenizers library's ids); the last fraction of the text goes to --val.\n");
             return 0;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             static const dt_cli_flag flags[] = { { "--bytes", "" }, { "--bpe", "ENCODER.json VOCAB.bpe" }, { "--tokenizer", "a tokenizer.json" }, { "--val", "a file" },
