@@ -48,6 +48,8 @@ const char *dt_bpe_token_text(const dt_bpe *b, uint32_t id, int *added);
 int dt_bpe_merge_count(const dt_bpe *b);
 const char *dt_bpe_merge(const dt_bpe *b, int rank);
 const char *dt_bpe_pattern(const dt_bpe *b);
+/* Byte `byte` as byte-level BPE shows it (GPT-2's byte-to-character table), UTF-8 and NUL-terminated. */
+void dt_bpe_byte_char(int byte, char out[3]);
 extern const char *const dt_bpe_gpt2_pattern, *const dt_bpe_llama3_pattern, *const dt_bpe_qwen2_pattern;
 void dt_bpe_destroy(dt_bpe *b);
 int dt_bpe_vocab_size(const dt_bpe *b);

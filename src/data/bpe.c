@@ -86,6 +86,13 @@ void bpe_byte_table(dt_bpe *b) {
     }
 }
 
+void dt_bpe_byte_char(int byte, char out[3]) {
+    dt_bpe t;
+    bpe_byte_table(&t);
+    memcpy(out, t.byte_utf8[byte & 0xFF], t.byte_len[byte & 0xFF]);
+    out[t.byte_len[byte & 0xFF]] = 0;
+}
+
 /* A character outside the mapping (or a lead byte the string ends after) is dropped, never read past. */
 size_t bpe_unmap(const dt_bpe *b, const char *s, char *out) {
     size_t n = 0;

@@ -83,6 +83,20 @@ static dt_status token_table(dt_bpe *b, const cJSON *vocab, const char *path) {
     return DT_OK;
 }
 
+/* path's JSON object (*j, the caller's to delete), or an error saying what it should have been. */
+static dt_status read_object(const char *path, const char *what, cJSON **j) {
+    char *text = NULL;
+    size_t n;
+    dt_status st = slurp(path, &text, &n);
+    if (st) return st;
+    *j = cJSON_Parse(text);
+    free(text);
+    if (cJSON_IsObject(*j)) return DT_OK;
+    cJSON_Delete(*j);
+    *j = NULL;
+    return dt_error(DT_ERR_IO, "%s: not a JSON object %s", path, what);
+}
+
 static dt_bpe *new_bpe(void) {
     dt_bpe *b = calloc(1, sizeof *b);
     if (b) bpe_byte_table(b), b->bos = -1;
@@ -91,13 +105,10 @@ static dt_bpe *new_bpe(void) {
 
 dt_status dt_bpe_load(const char *encoder_json, const char *vocab_bpe, dt_bpe **out) {
     *out = NULL;
-    char *text = NULL;
+    cJSON *j = NULL;
     size_t n;
-    dt_status st = slurp(encoder_json, &text, &n);
+    dt_status st = read_object(encoder_json, "of token -> id", &j);
     if (st) return st;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    if (!cJSON_IsObject(j)) { cJSON_Delete(j); return dt_error(DT_ERR_IO, "%s: not a JSON object of token -> id", encoder_json); }
     dt_bpe *b = new_bpe();
     if (!b) { cJSON_Delete(j); return dt_error(DT_ERR_NOMEM, "bpe: out of memory"); }
     int maxid = -1;
@@ -264,13 +275,9 @@ static dt_status read_post(dt_bpe *b, const cJSON *p, const char *path) {
 
 dt_status dt_bpe_load_json(const char *path, dt_bpe **out) {
     *out = NULL;
-    char *text = NULL;
-    size_t n;
-    dt_status st = slurp(path, &text, &n);
+    cJSON *j = NULL;
+    dt_status st = read_object(path, "(a tokenizer.json)", &j);
     if (st) return st;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    if (!cJSON_IsObject(j)) { cJSON_Delete(j); return dt_error(DT_ERR_IO, "%s: not a JSON object (a tokenizer.json)", path); }
     dt_bpe *b = new_bpe();
     if (!b) { cJSON_Delete(j); return dt_error(DT_ERR_NOMEM, "bpe: out of memory"); }
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(j, "normalizer");

@@ -53,19 +53,22 @@ static void kv_f32(buf *b, const char *arch, const char *name, float v) { key(b,
 static void kv_str(buf *b, const char *name, const char *v) { key(b, NULL, name, GGUF_STRING); put_str(b, v); }
 static void kv_bool(buf *b, const char *name, bool v) { key(b, NULL, name, GGUF_BOOL); uint8_t x = v; put(b, &x, 1); }
 
-/* GPT-2's byte-level BPE shows byte c as this character (printable Latin-1 as itself, the rest from U+0100 up). */
-static void byte_char(int c, char out[3]) {
-    int printable = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF), n = 0;
-    for (int x = 0; !printable && x < c; x++) n += !((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF));
-    int u = printable ? c : 256 + n;
-    if (u < 0x80) out[0] = (char)u, out[1] = 0;
-    else out[0] = (char)(0xC0 | (u >> 6)), out[1] = (char)(0x80 | (u & 0x3F)), out[2] = 0;
+/* Token i as the file lists it, and its llama.cpp type (1 normal, 3 control, 4 user-defined, 5 unused): the
+ * tokenizer's (an id it lacks: a placeholder, unused); without one a byte's character below 256, a placeholder above. */
+static const char *token_of(const dt_bpe *t, int i, char ph[24], uint32_t *type) {
+    int added = 0;
+    const char *s = t ? dt_bpe_token_text(t, (uint32_t)i, &added) : NULL;
+    *type = t && !s ? 5 : added == 2 ? 3 : added == 1 ? 4 : 1;
+    if (s) return s;
+    if (!t && i < 256) dt_bpe_byte_char(i, ph);
+    else snprintf(ph, 24, "<t%d>", i);
+    return ph;
 }
 
-/* The tokenizer's own vocabulary: its tokens (an id it lacks: a placeholder, unused), added tokens as control (special)
- * or user-defined, its merges, llama.cpp's name for its pattern, its begin-of-text token and an end-of-text one. */
-static dt_status tokenizer(buf *b, int V, const dt_bpe *t, const char *path) {
-    const char *pat = dt_bpe_pattern(t);
+/* The vocabulary: tokens, types, merges (llama.cpp's BPE wants the list, empty without a tokenizer), llama.cpp's name
+ * for the pattern, the begin- and end-of-text tokens (without a tokenizer the last id, never added). */
+static dt_status vocabulary(buf *b, int V, const dt_bpe *t, const char *path) {
+    const char *pat = t ? dt_bpe_pattern(t) : dt_bpe_gpt2_pattern;
     const char *pre = !pat ? NULL
                       : !strcmp(pat, dt_bpe_gpt2_pattern) ? "gpt-2"
                       : !strcmp(pat, dt_bpe_llama3_pattern) ? "llama-bpe"
@@ -73,60 +76,34 @@ static dt_status tokenizer(buf *b, int V, const dt_bpe *t, const char *path) {
     if (!pre)
         return dt_error(DT_ERR_UNSUPPORTED, "%s: the tokenizer's pre-tokenizer pattern is not GPT-2's, Llama 3's or Qwen 2's, the ones "
                         "llama.cpp is told by name", path);
-    if (dt_bpe_vocab_size(t) > V)
+    if (t && dt_bpe_vocab_size(t) > V)
         return dt_error(DT_ERR_ARG, "%s: the tokenizer has %d tokens, the model only %d", path, dt_bpe_vocab_size(t), V);
     kv_str(b, "tokenizer.ggml.model", "gpt2"); /* byte-level BPE */
     kv_str(b, "tokenizer.ggml.pre", pre);
     key(b, NULL, "tokenizer.ggml.tokens", GGUF_ARRAY);
     put_u32(b, GGUF_STRING);
     put_u64(b, (uint64_t)V);
-    int eos = -1, added;
+    int eos = t ? -1 : V - 1, bos = t ? dt_bpe_bos(t) : V - 1;
+    char ph[24];
+    uint32_t type;
     for (int i = 0; i < V; i++) {
-        const char *s = dt_bpe_token_text(t, (uint32_t)i, &added);
-        char ph[24];
-        snprintf(ph, sizeof ph, "<t%d>", i);
-        put_str(b, s ? s : ph);
-        if (s && added == 2 && (!strcmp(s, "<|end_of_text|>") || !strcmp(s, "<|endoftext|>") || !strcmp(s, "<|im_end|>"))) eos = i;
+        const char *s = token_of(t, i, ph, &type);
+        put_str(b, s);
+        if (type == 3 && (!strcmp(s, "<|end_of_text|>") || !strcmp(s, "<|endoftext|>") || !strcmp(s, "<|im_end|>"))) eos = i;
     }
     key(b, NULL, "tokenizer.ggml.token_type", GGUF_ARRAY);
     put_u32(b, GGUF_I32);
     put_u64(b, (uint64_t)V);
-    for (int i = 0; i < V; i++) {
-        const char *s = dt_bpe_token_text(t, (uint32_t)i, &added);
-        put_u32(b, !s ? 5 : added == 2 ? 3 : added == 1 ? 4 : 1); /* unused, control, user-defined, normal */
-    }
+    for (int i = 0; i < V; i++) token_of(t, i, ph, &type), put_u32(b, type);
+    int nm = t ? dt_bpe_merge_count(t) : 0;
     key(b, NULL, "tokenizer.ggml.merges", GGUF_ARRAY);
     put_u32(b, GGUF_STRING);
-    put_u64(b, (uint64_t)dt_bpe_merge_count(t));
-    for (int i = 0; i < dt_bpe_merge_count(t); i++) put_str(b, dt_bpe_merge(t, i));
-    if (dt_bpe_bos(t) >= 0) kv_u32(b, NULL, "tokenizer.ggml.bos_token_id", (uint32_t)dt_bpe_bos(t));
+    put_u64(b, (uint64_t)nm);
+    for (int i = 0; i < nm; i++) put_str(b, dt_bpe_merge(t, i));
+    if (bos >= 0) kv_u32(b, NULL, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
     if (eos >= 0) kv_u32(b, NULL, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
-    kv_bool(b, "tokenizer.ggml.add_bos_token", dt_bpe_bos(t) >= 0);
+    kv_bool(b, "tokenizer.ggml.add_bos_token", t && bos >= 0);
     return DT_OK;
-}
-
-static void vocabulary(buf *b, int V) {
-    kv_str(b, "tokenizer.ggml.model", "gpt2"); /* byte-level BPE */
-    kv_str(b, "tokenizer.ggml.pre", "gpt-2");
-    key(b, NULL, "tokenizer.ggml.tokens", GGUF_ARRAY);
-    put_u32(b, GGUF_STRING);
-    put_u64(b, (uint64_t)V);
-    for (int i = 0; i < V; i++) {
-        char t[24];
-        if (i < 256) byte_char(i, t);
-        else snprintf(t, sizeof t, "<t%d>", i);
-        put_str(b, t);
-    }
-    key(b, NULL, "tokenizer.ggml.token_type", GGUF_ARRAY);
-    put_u32(b, GGUF_I32);
-    put_u64(b, (uint64_t)V);
-    for (int i = 0; i < V; i++) put_u32(b, 1); /* normal */
-    key(b, NULL, "tokenizer.ggml.merges", GGUF_ARRAY); /* llama.cpp's BPE wants the list; nothing merges */
-    put_u32(b, GGUF_STRING);
-    put_u64(b, 0);
-    kv_u32(b, NULL, "tokenizer.ggml.bos_token_id", (uint32_t)V - 1);
-    kv_u32(b, NULL, "tokenizer.ggml.eos_token_id", (uint32_t)V - 1);
-    kv_bool(b, "tokenizer.ggml.add_bos_token", false);
 }
 
 static void architecture(buf *b, const dt_lm_config *c, const char *arch) {
@@ -187,9 +164,7 @@ dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_bpe *tok) {
     const float *params = dt_program_params(p);
     buf h = { 0 }, kv = { 0 }, recs = { 0 };
     architecture(&kv, c, arch);
-    if (tok) st = tokenizer(&kv, c->vocab_size, tok, path);
-    else vocabulary(&kv, c->vocab_size);
-    if (st) { free(kv.p); return st; }
+    if ((st = vocabulary(&kv, c->vocab_size, tok, path))) { free(kv.p); return st; }
     /* Llama 3.1's scaling as llama.cpp takes it: each frequency's divisor, the unscaled over the scaled */
     int half = c->head_dim / 2;
     float *freqs = c->rope_factor > 0 ? calloc(2 * (size_t)half, sizeof(float)) : NULL;
