@@ -85,7 +85,7 @@ static void check_fixture(const char *dir, const char *name) {
     const char *worst_name = "";
     for (int i = 0; !st && i < m.ntensors; i++) {
         const dt_tensor_info *t = &m.tensors[i];
-        char gname[96];
+        char gname[112];
         snprintf(gname, sizeof gname, "grad.%s", t->hf);
         int gd[2] = { t->split == DT_SPLIT_VOCAB ? V : t->shape[0], t->shape[1] };
         size_t rows = t->ndim == 2 ? (size_t)gd[0] : 1, cols = t->ndim == 2 ? (size_t)gd[1] : (size_t)gd[0];

@@ -70,7 +70,7 @@ typedef struct {
  * tensor (the same as shape unless a model-parallel part splits it). */
 typedef struct {
     char name[48];          /* ours: "wte", "h.3.qkvw", "lnfw"; the MLP's "layer.0.weight" */
-    char hf[64];            /* Hugging Face's (PyTorch's state_dict) name: "h.3.attn.c_attn.weight" */
+    char hf[96];            /* Hugging Face's (PyTorch's state_dict) name: "h.3.attn.c_attn.weight" */
     char gguf[40];          /* llama.cpp's in a GGUF file: "blk.3.attn_qkv.weight" (empty: none) */
     const char *llmc;       /* llm.c's tensor this is (a layer of): "qkvw"; NULL if not GPT-2 */
     int llmc_index, layer;  /* llm.c's file order: tensor index 0..15, then layer (0 if not per layer) */

@@ -180,6 +180,28 @@ typedef void (*dt_linear_observer)(void *ctx, const dt_linear_event *e);
 /* One observer (fn NULL: none), called from inside forward and backward (its pointers valid during the call only). */
 void dt_program_set_linear_observer(dt_program *p, dt_linear_observer fn, void *ctx);
 
+/* LoRA (Hu et al. 2021) on the Linears whose Hugging Face module names a target names, as PEFT's target_modules
+ * list: a name matches a module equal to it or ending in "." and it ("c_proj": both of GPT-2's; "q_proj": a part of
+ * Llama's q/k/v Linear, whose other parts stay as they are). Each targeted weight W [out, in] gets A [rank, in]
+ * and B [out, rank]; the Linear computes x W^T + (alpha / rank) (x A^T) B^T. With LoRA on, the base weights are
+ * frozen (backward makes no gradient for them: the Linears' and the head's weight gradients are skipped) and the
+ * model the engine sees (dt_program_model) is the adapters alone: their table (names "h.3.qkvw.lora_A", PEFT's
+ * "base_model.model.<module>.lora_A.weight"), stores and units (each block's adapters in its unit), so every
+ * strategy (data parallelism, ZeRO's shards, a pipeline's stages) moves and updates the adapters only. Set once,
+ * before the first forward; f32, one tensor-parallel rank, no dropout (what this build does; each other case is
+ * refused naming it). A starts uniform in +-1/sqrt(in) (PEFT's Kaiming-uniform), B at zero. */
+typedef struct {
+    int rank;
+    float alpha;
+    float dropout;
+    const char *targets; /* comma-separated module names */
+} dt_lora_config;
+dt_status dt_lora_config_check(const dt_lora_config *c, const char *where);
+dt_status dt_program_set_lora(dt_program *p, const dt_lora_config *c, uint64_t seed);
+/* The adapters' config (NULL: no LoRA); their table and count (NULL, 0: none). */
+const dt_lora_config *dt_program_lora_config(const dt_program *p);
+const dt_tensor_info *dt_program_lora_tensors(const dt_program *p, int *n);
+
 /* The model program behind a dt_gpt2 (which wraps one with the gpt2 spec). */
 dt_program *dt_gpt2_program(dt_gpt2 *m);
 

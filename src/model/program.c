@@ -572,11 +572,15 @@ void dt_program_destroy(dt_program *p) {
     free(p->lp_current);
     dt_free_aligned(p->own_params);
     dt_free_zeroed(p->own_grads);
+    dt_program_lora_free(p->lora);
     free(p);
 }
 
 const dt_lm_config *dt_program_config(const dt_program *p) { return &p->cfg; }
-void dt_program_zero_grad(dt_program *p) { memset(p->grads, 0, p->nparams * sizeof(float)); }
+void dt_program_zero_grad(dt_program *p) {
+    memset(p->grads, 0, p->nparams * sizeof(float));
+    if (p->lora) memset(p->lora->grads, 0, p->lora->nparams * sizeof(float));
+}
 size_t dt_program_num_params(const dt_program *p) { return p->nparams; }
 float *dt_program_params(dt_program *p) { return p->params; }
 float *dt_program_grads(dt_program *p) { return p->grads; }
@@ -649,6 +653,10 @@ static void defer_rows(void *self, int on) { dt_program_set_defer_rows(self, on)
 static const float *input_grad(const void *self, const int32_t **tokens, int *n) { return dt_program_input_grad(self, tokens, n); }
 
 void dt_program_model(dt_program *p, dt_model *out) {
+    if (p->lora) { /* the adapters are what trains */
+        dt_program_lora_model(p, out);
+        return;
+    }
     /* deferring the token table's rows: a whole table (not a vocabulary slice) with its input rows here */
     bool rows = p->i_wte >= 0 && p->tab[p->i_wte].input_rows && p->part.tp_size == 1;
     *out = (dt_model){ .self = p, .kind = p->f->name, .tensors = p->tab, .ntensors = p->ntab, .nunits = p->cfg.num_layers + 2,

@@ -38,7 +38,24 @@ struct dt_family {
     const char *gguf_arch;             /* llama.cpp's architecture for it */
     int gguf_pairs;                    /* llama.cpp turns adjacent channel pairs (its "norm" rope) where HF turns halves:
                                         * a GGUF's q and k rows are reordered */
+    const char *hf_module_prefix;      /* what Hugging Face's CausalLM class puts before the tensors' names in its modules'
+                                        * (GPT-2's "transformer."): PEFT's adapter names carry it */
 };
+
+/* LoRA's adapters (program_lora.c): for each Linear op k and each of its parts j (op_part[k * DT_LORA_MAX_PARTS + j]:
+ * the adapter's index within a block, -1: not targeted), A then B of each adapted part, block by block (each in its
+ * unit) in a store of their own. A slot keeps each adapter's x A^T [B*T, rank] for backward. */
+#define DT_LORA_MAX_PARTS 4
+typedef struct {
+    dt_lora_config c;
+    char targets[256];
+    float scale;                       /* alpha / rank */
+    int *op_part, per_block;           /* adapters a block */
+    dt_tensor_info *tab;
+    int ntab;
+    size_t nparams, global_params;
+    float *params, *grads, *own_params, *own_grads;
+} program_lora;
 
 extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2;
 
@@ -71,6 +88,7 @@ typedef struct {
     uint16_t *acts_lp;         /* mixed precision (not recomputing): every held block's kept values in 16 bits, lp_block a block */
     size_t lp_block;
     float *res1;               /* and a block's input widened again for its backward */
+    float *lora_u, *lora_du;   /* LoRA: each held block's adapters' x A^T, kept; backward's d(u) of one */
     float w_dscale;            /* the loss gradient's scale B used (W recomputes the head's 16-bit gradient) */
     float loss;
 } program_slot;
@@ -133,6 +151,7 @@ struct dt_program {
     program_slot *slots, *s;   /* the slots, and the current one */
     float *kv_keep, *kv_sum;   /* K/V heads kept by several ranks: their gradients set aside, and summed (program_run.c) */
     int nslots;
+    program_lora *lora;        /* LoRA's adapters (NULL: none); the base weights are then frozen */
 };
 
 /* A held block's values, stats and first tensor. */
@@ -152,6 +171,13 @@ size_t dt_program_lp_work_floats(const dt_program *p);
 /* The bytes a slot of B x T takes (activations, their 16-bit pack, the tokens); of them, *kept (NULL: not asked) the
  * bytes kept from forward for backward. */
 size_t dt_program_slot_bytes(const dt_program *p, int B, int T, size_t *kept);
+
+/* LoRA (program_lora.c) inside a Linear, op k of block l: its forward adds each adapted part's (x A^T) B^T scaled
+ * into y (the op's output, all rows); its backward, from dy, adds to the adapters' gradients and to dx (the input's). */
+void dt_program_lora_forward(dt_program *p, int l, int k, const float *x, float *y);
+void dt_program_lora_backward(dt_program *p, int l, int k, const float *x, const float *dy, float *dx);
+void dt_program_lora_free(program_lora *a);
+void dt_program_lora_model(dt_program *p, dt_model *out);
 
 /* The batch's memory (program_run.c): a slot's freed. */
 void dt_program_free_slot(program_slot *s);

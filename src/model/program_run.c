@@ -105,6 +105,9 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
     s->dlnf = carve(m, head * R * C, false);
     s->scratch = carve(m, head * 2 * BT, false);
     s->res1 = carve(m, packs * R * C, false);
+    size_t lr = p->lora ? (size_t)p->lora->c.rank : 0;
+    s->lora_u = carve(m, (size_t)p->nl * (p->lora ? (size_t)p->lora->per_block : 0) * BT * lr, true);
+    s->lora_du = carve(m, BT * lr, false);
 }
 
 size_t dt_program_slot_bytes(const dt_program *p, int B, int T, size_t *kept) {
@@ -297,6 +300,7 @@ static void linear_forward(dt_program *p, int l, int k) {
     if (p->prec == DT_F32) dt_matmul_forward(y, x, p->params + wo, bias ? p->params + bo : NULL, BT, o->width_in, o->width_out);
     else dt_matmul_forward_lp(y, x, p->params_lp + wo, bias ? p->params_lp + bo : NULL, BT, o->width_in, o->width_out, p->prec, p->lp_work,
                               p->lp_work_floats, rows);
+    if (p->lora) dt_program_lora_forward(p, l, k, x, y);
     if (!rows) return;
     dt_program_tp_combine(p, y, out, (size_t)R * o->width_out);
     if (p->prec != DT_F32) dt_lp_round(out, (size_t)R * o->width_out, p->prec);
@@ -539,8 +543,10 @@ static void linear_backward(dt_program *p, int l, int k, float *din, float *dout
     program_slot *x = p->s;
     int BT = x->B * x->T;
     dt_tp_split split = split_of(p, s->w);
-    /* a split backward's B leaves the weight gradients to W, keeping d(output) of all rows */
-    float *dw = p->split_bwd ? NULL : weight_grad(p, l, s->w), *db = p->split_bwd || s->b < 0 ? NULL : weight_grad(p, l, s->b);
+    /* a split backward's B leaves the weight gradients to W, keeping d(output) of all rows; frozen weights (LoRA's
+     * base) get none */
+    bool none = p->split_bwd || p->lora;
+    float *dw = none ? NULL : weight_grad(p, l, s->w), *db = none || s->b < 0 ? NULL : weight_grad(p, l, s->b);
     float *keep = p->split_bwd ? x->wgrad[p->bk[l] * p->f->nops + k] : NULL;
     /* a row-parallel Linear's d(output) is every row's (gathered under sequence parallelism) */
     float *dy = split == DT_SPLIT_ROW ? (float *)dt_program_tp_gather(p, dout, dt_program_rows(p, s->out) * o->width_out) : dout;
@@ -548,6 +554,7 @@ static void linear_backward(dt_program *p, int l, int k, float *din, float *dout
     dt_lp_round(dy, ny, p->prec);
     observe(p, l, k, 1, dy, o->width_out);
     if (keep) memcpy(keep, dy, ny * sizeof(float));
+    if (p->lora) dt_program_lora_backward(p, l, k, bwd_value(p, l, s->in), dy, din); /* one rank: din is all of d(input) */
     if (split != DT_SPLIT_COLUMN) {
         linear_grads(p, o, l, din, dw, db, dy, dw ? bwd_value(p, l, s->in) : NULL, 0);
         return;
@@ -638,7 +645,7 @@ static void head_backward(dt_program *p, float *dres, float grad_scale) {
     program_slot *s = p->s;
     int L = p->cfg.num_layers, C = p->cfg.channels, BT = s->B * s->T;
     size_t BTC = (size_t)BT * C, RC = dt_program_rows(p, -1) * (size_t)C;
-    float dscale = grad_scale / (float)BT, *dw = p->split_bwd ? NULL : p->grads + p->tab[p->i_head].offset;
+    float dscale = grad_scale / (float)BT, *dw = p->split_bwd || p->lora ? NULL : p->grads + p->tab[p->i_head].offset;
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, L + 1);
     dt_program_lp_cast(p, L + 1, true);
     trace_unit(p, "backward", L + 1);
@@ -664,7 +671,7 @@ static void embedding_backward(dt_program *p, const float *dres, const char *pas
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, 0);
     dt_program_lp_cast(p, 0, true);
     trace_unit(p, pass, 0);
-    dt_program_tp_embedding_backward(p, dres, p->defer_rows);
+    if (!p->lora) dt_program_tp_embedding_backward(p, dres, p->defer_rows); /* LoRA's base is frozen */
     unit_end();
     unit_done(p, 0, true);
 }
@@ -723,7 +730,7 @@ dt_status dt_program_backward_weights(dt_program *p) {
     p->comm_err = DT_OK;
     if (b == L + 2) {
         trace_unit(p, "weights", L + 1);
-        head_grads(p, NULL, p->grads + p->tab[p->i_head].offset, dt_program_tp_gather(p, s->lnf, dt_program_rows(p, -1) * p->cfg.channels),
+        if (!p->lora) head_grads(p, NULL, p->grads + p->tab[p->i_head].offset, dt_program_tp_gather(p, s->lnf, dt_program_rows(p, -1) * p->cfg.channels),
                    s->w_dscale);
         unit_end();
         unit_done(p, L + 1, true);
@@ -733,7 +740,7 @@ dt_status dt_program_backward_weights(dt_program *p) {
         trace_unit(p, "weights", l + 1);
         for (int k = p->f->nops - 1; k >= 0; k--) {
             const dt_program_op *o = &p->ops[k];
-            if (o->s.kind != DT_OP_LINEAR) continue;
+            if (o->s.kind != DT_OP_LINEAR || p->lora) continue; /* LoRA's adapters had theirs in B */
             linear_grads(p, o, l, NULL, weight_grad(p, l, o->s.w), o->s.b >= 0 ? weight_grad(p, l, o->s.b) : NULL,
                          s->wgrad[p->bk[l] * p->f->nops + k], linear_input(p, l, o), 0);
         }

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Reference fixtures for dtrain's LoRA adapters, computed by PEFT (the oracle) on transformers models.
+
+For each tiny random model below, LoRA adapters are added by peft.get_peft_model (rank R, alpha ALPHA, dropout 0,
+the target modules listed), their B matrices drawn at random (PEFT starts them at zero, which would hide every
+gradient but B's), and writes tests/fixtures/lora/<name>.safetensors holding:
+  the base model's weights under their Hugging Face names (f32),
+  the adapters under PEFT's names ("base_model.model.<module>.lora_A.weight", .lora_B.weight),
+  "grad.<adapter name>"  each adapter's gradient of the mean cross-entropy on the batch,
+  "inputs", "targets"    int32 [B, T],
+  "logits"               f32 [B, T, V] (eager attention, f32),
+  "loss"                 f32 [1],
+  "adamw_losses"         f32 [STEPS]: the loss before each of STEPS AdamW updates of the adapters alone (the base
+                         frozen, as PEFT leaves it): lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01,
+and in its metadata "config" (the model's config.json) and "lora" (rank, alpha, targets).
+Each is also saved as PEFT saves an adapter, tests/fixtures/lora/<name>_adapter/ (adapter_config.json and
+adapter_model.safetensors, save_pretrained before any update).
+
+Run with the baselines' environment (scripts/make-baselines-venv.sh):
+  .venv-baselines/bin/python scripts/make_lora_fixtures.py
+"""
+import json
+import os
+
+import torch
+from peft import LoraConfig, get_peft_model
+from safetensors.torch import save_file
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+B, T, STEPS = 2, 16, 10
+MODELS = {
+    # GPT-2: c_attn (fused q/k/v) and both c_proj's (attention's and the MLP's: one name, two modules)
+    "gpt2": dict(config=lambda: GPT2Config(vocab_size=101, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                           resid_pdrop=0, embd_pdrop=0, attn_pdrop=0, initializer_range=0.2),
+                 model=GPT2LMHeadModel, rank=4, alpha=8, targets=["c_attn", "c_proj"]),
+    # Llama with grouped-query attention: q and v of the fused q/k/v Linear, the MLP's gate and down
+    "llama": dict(config=lambda: LlamaConfig(vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                             rms_norm_eps=1e-5, initializer_range=0.2, tie_word_embeddings=False,
+                                             attn_implementation="eager"),
+                  model=LlamaForCausalLM, rank=6, alpha=16, targets=["q_proj", "v_proj", "gate_proj", "down_proj"]),
+}
+
+
+def main():
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "lora")
+    os.makedirs(out_dir, exist_ok=True)
+    torch.use_deterministic_algorithms(True)
+    for i, (name, spec) in enumerate(MODELS.items()):
+        torch.manual_seed(i + 1)
+        cfg = spec["config"]()
+        base = spec["model"](cfg).float()
+        base_weights = {n: p.detach().clone().contiguous() for n, p in base.state_dict().items()
+                        if not n.endswith(".attn.bias") and not n.endswith(".attn.masked_bias")}
+        if cfg.tie_word_embeddings:
+            base_weights.pop("lm_head.weight", None)
+        lcfg = LoraConfig(r=spec["rank"], lora_alpha=spec["alpha"], lora_dropout=0.0, target_modules=spec["targets"],
+                          bias="none", fan_in_fan_out=name == "gpt2")
+        model = get_peft_model(base, lcfg)
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.copy_(0.3 * torch.randn_like(p))
+        model.save_pretrained(os.path.join(out_dir, name + "_adapter"))
+        adapters = {n.replace(".default", ""): p for n, p in model.named_parameters() if p.requires_grad}
+        g = torch.Generator().manual_seed(7)
+        tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=g)
+        inputs, targets = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
+        tensors = dict(base_weights)
+        tensors.update({n: p.detach().clone().contiguous() for n, p in adapters.items()})
+        logits = model(input_ids=inputs).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
+        model.zero_grad()
+        loss.backward()
+        tensors.update({"grad." + n: p.grad.detach().clone().contiguous() for n, p in adapters.items()})
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3, betas=(0.9, 0.999), eps=1e-8,
+                                weight_decay=0.01)
+        losses = []
+        for _ in range(STEPS):
+            opt.zero_grad()
+            l = torch.nn.functional.cross_entropy(model(input_ids=inputs).logits.reshape(-1, cfg.vocab_size),
+                                                  targets.reshape(-1))
+            losses.append(l.item())
+            l.backward()
+            opt.step()
+        tensors.update({"inputs": inputs.to(torch.int32), "targets": targets.to(torch.int32), "logits": logits.detach(),
+                        "loss": loss.detach().reshape(1), "adamw_losses": torch.tensor(losses)})
+        meta = {"config": json.dumps(cfg.to_dict(), sort_keys=True),
+                "lora": json.dumps(dict(rank=spec["rank"], alpha=spec["alpha"], targets=",".join(spec["targets"])))}
+        path = os.path.join(out_dir, name + ".safetensors")
+        save_file(tensors, path, metadata=meta)
+        print(f"{name}: {len(adapters)} adapter tensors, loss {loss.item():.6f}, {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    main()

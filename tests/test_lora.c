@@ -1,0 +1,218 @@
+/* LoRA against its oracle: each fixture (scripts/make_lora_fixtures.py: PEFT's LoRA on a tiny random GPT-2 and a
+ * tiny Llama, transformers' models) gives the logits, the loss, every adapter's gradient and ten AdamW steps of the
+ * adapters alone. Then: the base weights stay as they were; recomputation and a split backward give the same bits;
+ * bad targets and ranks are refused naming what. */
+#include "dtrain/io.h"
+#include "dtrain/optim.h"
+#include "dtrain/program.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { B = 2, T = 16, STEPS = 10 };
+static int failed;
+
+static double rel_err(const float *a, size_t astride, const float *b, size_t rows, size_t use) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < use; j++) {
+            double x = a[i * astride + j], y = b[i * use + j];
+            d += (x - y) * (x - y);
+            r += y * y;
+        }
+    return sqrt(d) / (sqrt(r) + 1e-30);
+}
+
+static void expect(const char *fixture, const char *what, double err, double tol) {
+    bool ok = err <= tol;
+    if (!ok) failed++;
+    printf("%-6s %-50s relative error %.2e%s\n", fixture, what, err, ok ? "" : "   FAIL");
+}
+
+static void check(const char *fixture, const char *what, bool ok) {
+    if (!ok) failed++;
+    printf("%-6s %-50s %s\n", fixture, what, ok ? "ok" : "FAIL");
+}
+
+/* The fixture's base model and its adapters (rank, alpha and targets from its metadata). */
+static dt_status load(const char *path, dt_program **p, dt_safetensors **f) {
+    dt_lm_config cfg;
+    dt_status st = dt_safetensors_open(path, f);
+    const char *json = st ? NULL : dt_safetensors_metadata(*f, "config"), *lora = st ? NULL : dt_safetensors_metadata(*f, "lora");
+    if (!st && (!json || !lora)) st = dt_error(DT_ERR_IO, "%s: no \"config\" or \"lora\" in its metadata", path);
+    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
+    if (!st) st = dt_program_create(&cfg, p);
+    dt_model m;
+    if (!st) dt_program_model(*p, &m), st = dt_safetensors_read_model(*f, &m, cfg.vocab_size, NULL);
+    char targets[128] = "";
+    int rank = 0;
+    float alpha = 0;
+    const char *t = st ? NULL : strstr(lora, "\"targets\": \"");
+    if (!st && (!t || sscanf(t, "\"targets\": \"%127[^\"]", targets) != 1 || !strstr(lora, "\"rank\": ") ||
+                sscanf(strstr(lora, "\"rank\": ") + 8, "%d", &rank) != 1 || !strstr(lora, "\"alpha\": ") ||
+                sscanf(strstr(lora, "\"alpha\": ") + 9, "%f", &alpha) != 1))
+        st = dt_error(DT_ERR_IO, "%s: its \"lora\" metadata is not rank, alpha, targets", path);
+    dt_lora_config lc = { .rank = rank, .alpha = alpha, .targets = targets };
+    if (!st) st = dt_program_set_lora(*p, &lc, 1);
+    if (!st) dt_program_model(*p, &m), st = dt_safetensors_read_model(*f, &m, cfg.vocab_size, NULL);
+    return st;
+}
+
+/* The adapters' gradients against PEFT's, the worst tensor named. */
+static dt_status check_grads(const char *name, const dt_model *m, dt_safetensors *f) {
+    double worst = 0;
+    const char *worst_name = "";
+    dt_status st = DT_OK;
+    for (int i = 0; !st && i < m->ntensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        char gname[112];
+        snprintf(gname, sizeof gname, "grad.%s", t->hf);
+        float *g = malloc(sizeof(float) * t->count);
+        if (!(st = dt_safetensors_read(f, gname, 2, t->shape, 0, g))) {
+            double e = rel_err(m->grads(m->self) + t->offset, (size_t)t->shape[1], g, (size_t)t->shape[0], (size_t)t->shape[1]);
+            if (e > worst) worst = e, worst_name = t->name;
+        }
+        free(g);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "adapters' gradients (%d; worst %.16s)", m->ntensors, worst_name);
+    if (!st) expect(name, what, worst, 1e-5);
+    return st;
+}
+
+/* Ten AdamW steps of the adapters (PEFT's base frozen): the losses, and the base's weights untouched. */
+static dt_status check_steps(const char *name, dt_program *p, const dt_model *m, dt_safetensors *f, const int32_t *in, const int32_t *tg) {
+    float ref[STEPS], losses[STEPS];
+    int steps = STEPS;
+    size_t nb = dt_program_num_params(p);
+    float *base = malloc(nb * sizeof(float));
+    if (!base) return dt_error(DT_ERR_NOMEM, "out of memory");
+    memcpy(base, dt_program_params(p), nb * sizeof(float));
+    dt_optim_config oc;
+    dt_optim_defaults(DT_OPT_ADAMW, &oc);
+    oc.weight_decay = 0.01f;
+    dt_optim *o = NULL;
+    dt_status st = dt_safetensors_read(f, "adamw_losses", 1, &steps, 0, ref);
+    if (!st) st = dt_optim_create(&oc, m->nparams, NULL, 0, &o);
+    for (int s = 0; !st && s < STEPS; s++) {
+        dt_program_zero_grad(p);
+        if (!(st = dt_program_forward(p, in, tg, B, T, &losses[s]))) st = dt_program_backward(p, 1.0f);
+        if (!st) dt_optim_step(o, m->params(m->self), m->grads(m->self), 1e-3f, 0);
+    }
+    if (!st) {
+        double e = 0;
+        for (int s = 0; s < STEPS; s++) e = fmax(e, fabs(losses[s] - ref[s]) / ref[s]);
+        expect(name, "10 AdamW steps' losses (worst step)", e, 1e-5);
+        check(name, "the base weights unchanged, bit for bit", !memcmp(base, dt_program_params(p), nb * sizeof(float)));
+        check(name, "the loss fell", losses[STEPS - 1] < losses[0]);
+    }
+    dt_optim_destroy(o);
+    free(base);
+    return st;
+}
+
+/* The adapters' gradients after one forward and backward, copied (NULL on failure). */
+static float *grads_after(dt_program *p, const int32_t *in, const int32_t *tg) {
+    dt_model m;
+    dt_program_model(p, &m);
+    dt_program_zero_grad(p);
+    float loss, *g = malloc(m.nparams * sizeof(float));
+    if (!g || dt_program_forward(p, in, tg, B, T, &loss) || dt_program_backward(p, 1.0f)) {
+        free(g);
+        return NULL;
+    }
+    memcpy(g, m.grads(m.self), m.nparams * sizeof(float));
+    return g;
+}
+
+/* Recomputation and a split backward (B then W) give one backward's bits. */
+static void check_modes(const char *name, dt_program *p, const int32_t *in, const int32_t *tg) {
+    dt_model m;
+    dt_program_model(p, &m);
+    float *plain = grads_after(p, in, tg), *g = NULL;
+    bool ok = plain && !dt_program_set_recompute(p, 1) && (g = grads_after(p, in, tg)) && !memcmp(plain, g, m.nparams * sizeof(float));
+    check(name, "recomputation: the same adapter gradients, bit for bit", ok);
+    free(g), g = NULL;
+    dt_program_set_recompute(p, 0);
+    ok = plain && !dt_program_set_split_backward(p, 1);
+    float loss;
+    dt_program_zero_grad(p);
+    ok = ok && !dt_program_forward(p, in, tg, B, T, &loss) && !dt_program_backward(p, 1.0f) && !dt_program_backward_weights(p) &&
+         !memcmp(plain, m.grads(m.self), m.nparams * sizeof(float));
+    check(name, "a split backward (B, W): the same bits", ok);
+    dt_program_set_split_backward(p, 0);
+    free(plain);
+}
+
+static void check_fixture(const char *dir, const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/lora/%s.safetensors", dir, name);
+    dt_program *p = NULL;
+    dt_safetensors *f = NULL;
+    int32_t in[B * T], tg[B * T];
+    dt_status st = load(path, &p, &f);
+    if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
+    if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
+    dt_model m;
+    float loss = 0, ref_loss = 0, *ref = NULL;
+    if (!st) {
+        const dt_lm_config *c = dt_program_config(p);
+        int V = c->vocab_size, one = 1, dims[3] = { B, T, V };
+        dt_program_model(p, &m);
+        ref = malloc(sizeof(float) * (size_t)B * T * V);
+        st = dt_program_forward(p, in, tg, B, T, &loss);
+        if (!st) st = dt_safetensors_read(f, "logits", 3, dims, 0, ref);
+        if (!st) st = dt_safetensors_read(f, "loss", 1, &one, 0, &ref_loss);
+        if (!st) {
+            expect(name, "logits", rel_err(dt_program_logits(p), (size_t)c->padded_vocab_size, ref, (size_t)B * T, (size_t)V), 1e-5);
+            expect(name, "loss", fabs(loss - ref_loss) / ref_loss, 1e-6);
+            dt_program_zero_grad(p);
+            st = dt_program_backward(p, 1.0f);
+        }
+    }
+    if (!st) st = check_grads(name, &m, f);
+    if (!st) check_modes(name, p, in, tg);
+    if (!st) st = check_steps(name, p, &m, f, in, tg);
+    if (st) {
+        printf("FAIL: %s: %s\n", name, dt_last_error());
+        failed++;
+    }
+    free(ref);
+    dt_program_destroy(p);
+    dt_safetensors_close(f);
+}
+
+/* A refusal whose message names what it must. */
+static void refused(const char *what, dt_program *p, dt_lora_config c, const char *needle) {
+    dt_status st = dt_program_set_lora(p, &c, 1);
+    bool ok = st && strstr(dt_last_error(), needle);
+    check("bad", what, ok);
+    if (!ok) printf("   got: %s\n", st ? dt_last_error() : "accepted");
+}
+
+static void bad_input(void) {
+    dt_lm_config c;
+    dt_program *p = NULL;
+    if (dt_lm_preset("llama-tiny", &c) || dt_program_create(&c, &p)) {
+        printf("FAIL: llama-tiny: %s\n", dt_last_error());
+        failed++;
+        return;
+    }
+    refused("targets that match no Linear (its Linears listed)", p, (dt_lora_config){ 4, 8, 0, "c_attn" }, "q_proj, k_proj");
+    refused("a rank larger than the matrix (named, with its shape)", p, (dt_lora_config){ 100000, 8, 0, "q_proj" }, "q_proj [");
+    refused("a rank of 0", p, (dt_lora_config){ 0, 8, 0, "q_proj" }, "rank 0");
+    refused("dropout (not in this build: said so)", p, (dt_lora_config){ 4, 8, 0.1f, "q_proj" }, "dropout");
+    refused("a name's tail that is not a whole module name", p, (dt_lora_config){ 4, 8, 0, "proj" }, "match no Linear");
+    dt_program_destroy(p);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
+    check_fixture(dir, "gpt2");
+    check_fixture(dir, "llama");
+    bad_input();
+    printf("%s\n", failed ? "test_lora: FAILED" : "test_lora: all passed");
+    return failed != 0;
+}
