@@ -49,6 +49,8 @@ const dt_family *dt_family_find(const char *name);
  * rope turns adjacent channel pairs where Hugging Face's turns halves). */
 const char *dt_family_gguf_arch(const dt_family *f);
 int dt_family_gguf_pairs(const dt_family *f);
+/* The modules PEFT puts LoRA on for the family when not told ("c_attn"; "q_proj,v_proj"). */
+const char *dt_family_lora_targets(const dt_family *f);
 
 /* How tensor parallelism splits a tensor (Megatron): a column-parallel
  * Linear splits its outputs (weight rows, bias), a row-parallel one its

@@ -198,6 +198,9 @@ typedef struct {
 } dt_lora_config;
 dt_status dt_lora_config_check(const dt_lora_config *c, const char *where);
 dt_status dt_program_set_lora(dt_program *p, const dt_lora_config *c, uint64_t seed);
+/* Model FLOPs a token of a training step (dt_program_flops_per_token's count; with LoRA the frozen base's weight
+ * gradients are not made, the adapters' forward and backward are). */
+double dt_program_step_flops_per_token(const dt_program *p, int T);
 /* The adapters' config (NULL: no LoRA); their table and count (NULL, 0: none). */
 const dt_lora_config *dt_program_lora_config(const dt_program *p);
 const dt_tensor_info *dt_program_lora_tensors(const dt_program *p, int *n);

@@ -11,6 +11,7 @@
 #include "dtrain/data.h"
 #include "dtrain/context.h"
 #include "dtrain/plan.h"
+#include "dtrain/program.h"
 
 #include <stdio.h>
 
@@ -58,6 +59,7 @@ typedef struct {
     int synthetic;            /* image models: --steps on one random batch (Horovod's synthetic benchmark), no data */
     double bucket_mb;         /* DDP bucket cap (the first bucket is 1 MiB) */
     int step_at_end;          /* DDP: the optimizer after backward, not bucket by bucket inside it */
+    dt_lora_config lora;      /* --lora-rank R (0: every weight trains), --lora-alpha, --lora-targets (NULL: the family's) */
     double stall_timeout;     /* seconds a rank may wait for a live peer that never joins (warn; 2x: stop); 0 off */
     int skip_nonfinite;       /* a step whose loss or gradient norm is not finite is skipped (else the run stops) */
     dt_dtype precision;       /* DT_F32, or mixed precision: DT_BF16, DT_F16 (dt_gpt2_set_precision) */

@@ -100,6 +100,11 @@ static void usage(FILE *f) {
             "                     --grad-clip update each bucket inside backward once its allreduce is done\n"
             "  --bucket-mb X      DDP gradient bucket cap in MiB (25; the first bucket is 1 MiB)\n"
             "  --seed N (1337)    initialisation\n"
+            "  --lora-rank R      LoRA (PEFT's): rank-R adapters on the targeted Linears train, the rest is frozen;\n"
+            "                     only the adapters are in the optimizer, the reductions and the checkpoints\n"
+            "  --lora-alpha A     the adapters' scale is A / R (8, PEFT's default)\n"
+            "  --lora-targets L   comma-separated module names, PEFT's target_modules (c_attn for GPT-2,\n"
+            "                     q_proj,v_proj for Llama and Qwen 2: PEFT's defaults)\n"
             "  --recompute        activation checkpointing: recompute each block in backward (less memory)\n"
             "  --attention MODE   auto (default: blockwise from T >= 256), full (keep T x T rows), blockwise\n"
             "  --precision P      fp32 (default), bf16 or fp16: mixed precision as torch.autocast (16-bit\n"
@@ -127,6 +132,8 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" }, { "--tensorboard", "a folder" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
+    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" },
+    { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
     { "--optimizer", "sgd, adamw, lamb or lars" }, { "--precision", "fp32, bf16 or fp16" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--grad-store", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
     { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
@@ -199,7 +206,8 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--layers", 1, 1e5, 1, &c.shape.num_layers, 'i' }, { "--heads", 1, 1e5, 1, &c.shape.num_heads, 'i' },
         { "--channels", 1, 1e6, 1, &c.shape.channels, 'i' }, { "--vocab", 1, 1 << 30, 1, &c.shape.vocab_size, 'i' },
         { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' }, { "--kv-heads", 1, 1e5, 1, &c.shape.kv_heads, 'i' },
-        { "--ffn", 1, 1e7, 1, &c.shape.ffn, 'i' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
+        { "--ffn", 1, 1e7, 1, &c.shape.ffn, 'i' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
+        { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
     };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -233,6 +241,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         else if (!strcmp(f, "--val-data")) c.val_data = v;
         else if (!strcmp(f, "--save")) c.save = v;
         else if (!strcmp(f, "--resume")) c.resume = v;
+        else if (!strcmp(f, "--lora-targets")) c.lora.targets = v;
         else if (!strcmp(f, "--strategy")) {
             ok = dt_strategy_find(v) != NULL, c.strategy = v;
             if (!ok && !strncasecmp(v, "fsdp", 4)) {

@@ -64,6 +64,7 @@ const dt_family *dt_family_find(const char *name) {
 const char *dt_family_name(const dt_family *f) { return f ? f->name : "(none)"; }
 const char *dt_family_gguf_arch(const dt_family *f) { return f ? f->gguf_arch : "gpt2"; }
 int dt_family_gguf_pairs(const dt_family *f) { return f ? f->gguf_pairs : 0; }
+const char *dt_family_lora_targets(const dt_family *f) { return f && f->lora_targets ? f->lora_targets : ""; }
 
 dt_lm_config dt_lm_config_resolve(const dt_lm_config *in) {
     dt_lm_config c = *in;

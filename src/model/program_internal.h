@@ -40,6 +40,7 @@ struct dt_family {
                                         * a GGUF's q and k rows are reordered */
     const char *hf_module_prefix;      /* what Hugging Face's CausalLM class puts before the tensors' names in its modules'
                                         * (GPT-2's "transformer."): PEFT's adapter names carry it */
+    const char *lora_targets;          /* PEFT's default LoRA targets for it */
 };
 
 /* LoRA's adapters (program_lora.c): for each Linear op k and each of its parts j (op_part[k * DT_LORA_MAX_PARTS + j]:

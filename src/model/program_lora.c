@@ -217,6 +217,14 @@ void dt_program_lora_backward(dt_program *p, int l, int k, const float *x, const
     }
 }
 
+double dt_program_step_flops_per_token(const dt_program *p, int T) {
+    const dt_lm_config *c = &p->cfg;
+    double full = dt_program_flops_per_token(c, T), att = 12.0 * c->num_layers * (double)T * c->num_heads * c->head_dim;
+    if (!p->lora) return full;
+    /* 6 N: forward 2 N, d(input) 2 N, d(weight) 2 N; the frozen base makes no d(weight); the adapters all three */
+    return full - 2 * (full - att) / 6 + 6.0 * (double)p->lora->global_params;
+}
+
 /* ---- the adapters as the engine sees a model ---- */
 
 static float *params_of(void *self) { return ((dt_program *)self)->lora->params; }

@@ -212,7 +212,9 @@ size_t dt_program_activation_kept(const dt_program *p) {
 }
 
 size_t dt_program_memory(const dt_program *p) {
-    return 2 * p->nparams * sizeof(float) + dt_program_lp_params_bytes(p) + dt_program_activation_memory(p);
+    /* LoRA's frozen base: its gradients' pages are never touched but for the norms' few; the adapters train */
+    size_t grads = p->lora ? 2 * p->lora->nparams : p->nparams;
+    return (p->nparams + grads) * sizeof(float) + dt_program_lp_params_bytes(p) + dt_program_activation_memory(p);
 }
 
 /* ---- forward ---- */

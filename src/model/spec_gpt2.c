@@ -48,5 +48,5 @@ const dt_family dt_family_gpt2 = {
     .name = "gpt2", .rms = 0, .rotary = 0,
     .embed = embed, .nembed = 2, .block = block, .nblock = 12, .final = final, .nfinal = 2,
     .ops = ops, .nops = sizeof ops / sizeof *ops, .values = values, .nvalues = NVALUES, .gguf_arch = "gpt2",
-    .hf_module_prefix = "transformer.",
+    .hf_module_prefix = "transformer.", .lora_targets = "c_attn",
 };

@@ -54,11 +54,13 @@ static const dt_op_spec ops_qkv_bias[] = { LLAMA_OPS(QB) };
 const dt_family dt_family_llama = {
     .name = "llama", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block, .nblock = DOWNW + 1, .final = final, .nfinal = 2,
-    .ops = ops, .nops = sizeof ops / sizeof *ops, .values = values, .nvalues = NVALUES, .gguf_arch = "llama", .gguf_pairs = 1, .hf_module_prefix = "",
+    .ops = ops, .nops = sizeof ops / sizeof *ops, .values = values, .nvalues = NVALUES, .gguf_arch = "llama", .gguf_pairs = 1,
+    .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };
 
 const dt_family dt_family_qwen2 = {
     .name = "qwen2", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block_qkv_bias, .nblock = VB + 1, .final = final, .nfinal = 2,
-    .ops = ops_qkv_bias, .nops = sizeof ops_qkv_bias / sizeof *ops_qkv_bias, .values = values, .nvalues = NVALUES, .gguf_arch = "qwen2", .hf_module_prefix = "",
+    .ops = ops_qkv_bias, .nops = sizeof ops_qkv_bias / sizeof *ops_qkv_bias, .values = values, .nvalues = NVALUES, .gguf_arch = "qwen2",
+    .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };

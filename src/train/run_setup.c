@@ -44,6 +44,19 @@ static dt_status init_weights(const run *r, dt_gpt2 *m) {
     return DT_OK;
 }
 
+/* --lora-rank: adapters on the base (which freezes), drawn from the run's seed; the engine then trains them alone. */
+static dt_status add_lora(const dt_train_config *c, dt_gpt2 *m) {
+    if (!c->lora.rank) return DT_OK;
+    dt_lora_config lc = c->lora;
+    if (!lc.alpha) lc.alpha = 8;
+    if (!lc.targets) lc.targets = dt_family_lora_targets(dt_lm_config_resolve(dt_gpt2_get_config(m)).family);
+    dt_status st = dt_program_set_lora(dt_gpt2_program(m), &lc, c->seed ^ 0x4c6f5241ull);
+    if (!st) return DT_OK;
+    char why[512];
+    snprintf(why, sizeof why, "%s", dt_last_error()); /* the message is about to be rewritten */
+    return dt_error(st, "--lora-rank %d: %s", c->lora.rank, why);
+}
+
 static dt_status build_model(run *r, dt_gpt2 **out) {
     const dt_train_config *c = &r->c;
     dt_gpt2_config cfg;
@@ -137,7 +150,8 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     }
     dt_gpt2_set_recompute(*out, c->recompute);
     dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);
-    return dt_gpt2_set_precision(*out, c->precision);
+    st = dt_gpt2_set_precision(*out, c->precision);
+    return st ? st : add_lora(c, *out);
 }
 
 static dt_status open_data(run *r) {
@@ -235,7 +249,7 @@ static int peak_threads(const run *r) {
 
 static void find_peak(run *r) {
     const dt_train_config *c = &r->c;
-    r->flops_per_step = dt_gpt2_flops_per_token(dt_gpt2_get_config(r->m), c->seq) * c->batch * c->seq * c->grad_accum * r->dp_size;
+    r->flops_per_step = dt_program_step_flops_per_token(dt_gpt2_program(r->m), c->seq) * c->batch * c->seq * c->grad_accum * r->dp_size;
     double per_thread;
     if (r->rank != 0 || (c->quiet && !c->metrics) || c->steps == 0) return; /* no steps (eval): no MFU */
     /* a bf16 run on the bf16 GEMM: MFU against that GEMM's rate, not sgemm's (which it beats) */
@@ -326,6 +340,15 @@ static void print_start(const run *r) {
            dt_gpt2_config_num_params(mc) / 1e6,
            c->batch, c->seq, c->grad_accum, r->dp_size, r->dp_size == 1 ? "" : "s", tp_note(r), dt_engine_strategy_name(r->e),
            dt_optim_kind_name(c->opt.kind), dt_kernels_threads(), dt_kernels_threads() == 1 ? "" : "s");
+    const dt_lora_config *lc = dt_program_lora_config(dt_gpt2_program(r->m));
+    if (lc) {
+        dt_model am;
+        dt_gpt2_model(r->m, &am);
+        size_t n = dt_model_global_params(&am);
+        printf("LoRA rank %d, alpha %g on %s: %.3fM adapter parameters train (%.2f%% of the model's), the rest is frozen; data "
+               "parallelism reduces %.2f MiB a step\n", lc->rank, (double)lc->alpha, lc->targets, n / 1e6,
+               100.0 * (double)n / (double)dt_gpt2_config_num_params(mc), n * 4 / 1048576.0);
+    }
     if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
     /* said before it happens: an evaluation of long sequences can take longer than many steps */
     if (r->vl && c->steps > 0) {
