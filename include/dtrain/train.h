@@ -135,6 +135,7 @@ typedef struct {
     double fshape[5];
     float *buffers;
     size_t nbuffers;
+    const dt_lora_config *lora; /* the model is LoRA's adapters on a frozen base (NULL: the whole model trains) */
 } dt_checkpoint_model;
 void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out);
 void dt_checkpoint_resnet(dt_resnet *m, dt_checkpoint_model *out);

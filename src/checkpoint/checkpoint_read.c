@@ -47,6 +47,24 @@ const char *dt_ckpt_string(const cJSON *j, const char *section, const char *key)
     return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
+/* A checkpoint of LoRA's adapters resumes only a run with the same adapters, and the other way round. */
+static dt_status check_lora(const cJSON *j, const char *path, const dt_lora_config *mine) {
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "lora");
+    if (!l && !mine) return DT_OK;
+    if (!l) return dt_error(DT_ERR_ARG, "%s: the checkpoint holds a whole model, this run trains LoRA adapters (--lora-rank %d)", path, mine->rank);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(l, "rank"), *a = cJSON_GetObjectItemCaseSensitive(l, "alpha"),
+                *t = cJSON_GetObjectItemCaseSensitive(l, "targets");
+    if (!cJSON_IsNumber(r) || !cJSON_IsNumber(a) || !cJSON_IsString(t))
+        return dt_error(DT_ERR_IO, "%s: model.lora is not {rank, alpha, targets}", path);
+    if (!mine)
+        return dt_error(DT_ERR_ARG, "%s: the checkpoint holds LoRA adapters (rank %g on %s): resume it with --lora-rank %g "
+                        "--lora-alpha %g --lora-targets %s", path, r->valuedouble, t->valuestring, r->valuedouble, a->valuedouble, t->valuestring);
+    if (r->valuedouble != mine->rank || (float)a->valuedouble != mine->alpha || strcmp(t->valuestring, mine->targets))
+        return dt_error(DT_ERR_ARG, "%s: the checkpoint's adapters are rank %g, alpha %g on %s; this run's rank %d, alpha %g on %s", path,
+                        r->valuedouble, a->valuedouble, t->valuestring, mine->rank, (double)mine->alpha, mine->targets);
+    return DT_OK;
+}
+
 /* The checkpoint must be of this run's model and optimizer. */
 static dt_status check_shape(const cJSON *j, const char *path, const dt_train_config *c, const dt_checkpoint_model *cm,
                              const dt_optim *o) {
@@ -64,6 +82,7 @@ static dt_status check_shape(const cJSON *j, const char *path, const dt_train_co
     for (int i = 0; !st && i < cm->nfshape; i++)
         if (!(st = dt_ckpt_number(j, "model", cm->fshape_names[i], path, &v)) && (float)v != (float)cm->fshape[i])
             return dt_error(DT_ERR_ARG, "%s: model.%s is %g, this run's model has %g", path, cm->fshape_names[i], v, cm->fshape[i]);
+    if (!st && (st = check_lora(j, path, cm->lora))) return st;
     const char *ok = dt_ckpt_string(j, "optimizer", "kind"), *mine = dt_optim_kind_name(c->opt.kind);
     if (!st && (!ok || strcmp(ok, mine)))
         return dt_error(DT_ERR_ARG, "%s: optimizer.kind is '%s', this run uses %s (--optimizer)", path, ok ? ok : "(missing)", mine);
@@ -319,7 +338,10 @@ dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step) {
     if (st) return st;
     dt_gpt2_config g;
     double v = 0;
-    if (!(st = dt_ckpt_manifest_shape(j, mpath, &g)) && !(st = dt_ckpt_count(j, NULL, "step", mpath, 1e9, &v)) && !(st = dt_gpt2_create(&g, out))) {
+    if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "lora"))
+        st = dt_error(DT_ERR_ARG, "%s: the checkpoint holds LoRA adapters, not a model: train --model BASE with its --lora flags and "
+                      "--resume it", mpath);
+    if (!st && !(st = dt_ckpt_manifest_shape(j, mpath, &g)) && !(st = dt_ckpt_count(j, NULL, "step", mpath, 1e9, &v)) && !(st = dt_gpt2_create(&g, out))) {
         float *p[1] = { dt_gpt2_params(*out) };
         st = read_floats(sub, j, "params.f32", p, 1, dt_gpt2_num_params(*out));
         if (st) { dt_gpt2_destroy(*out); *out = NULL; }

@@ -174,6 +174,7 @@ void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out) {
     out->nfshape = gpt2 ? 0 : 5;
     for (int i = 0; i < out->nshape; i++) out->shape_names[i] = dt_ckpt_lm_shape[i], out->shape[i] = v[i];
     for (int i = 0; i < out->nfshape; i++) out->fshape_names[i] = dt_ckpt_lm_numbers[i], out->fshape[i] = f[i];
+    out->lora = dt_program_lora_config(dt_gpt2_program(g));
 }
 
 void dt_checkpoint_resnet(dt_resnet *r, dt_checkpoint_model *out) {
@@ -202,6 +203,12 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     for (int i = 0; i < cm->nfshape; i++) cJSON_AddNumberToObject(x, cm->fshape_names[i], cm->fshape[i]);
     cJSON_AddNumberToObject(x, "parameters", (double)dt_model_global_params(m));
     if (cm->nbuffers) cJSON_AddNumberToObject(x, "buffers", (double)cm->nbuffers);
+    if (cm->lora) { /* the parameters are the adapters; the base comes from --model */
+        cJSON *l = cJSON_AddObjectToObject(x, "lora");
+        cJSON_AddNumberToObject(l, "rank", cm->lora->rank);
+        cJSON_AddNumberToObject(l, "alpha", cm->lora->alpha);
+        cJSON_AddStringToObject(l, "targets", cm->lora->targets);
+    }
     x = cJSON_AddObjectToObject(j, "optimizer");
     cJSON_AddStringToObject(x, "kind", dt_optim_kind_name(c->opt.kind));
     cJSON_AddNumberToObject(x, "steps", (double)dt_optim_steps(o));
