@@ -10,6 +10,8 @@ gradient but B's), and writes tests/fixtures/lora/<name>.safetensors holding:
   "inputs", "targets"    int32 [B, T],
   "logits"               f32 [B, T, V] (eager attention, f32),
   "loss"                 f32 [1],
+  "merged.<name>"        each adapted weight merged as PEFT's merge_and_unload makes it, W + (alpha / rank) B A
+                         (under the base's name, before any update),
   "adamw_losses"         f32 [STEPS]: the loss before each of STEPS AdamW updates of the adapters alone (the base
                          frozen, as PEFT leaves it): lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.01,
 and in its metadata "config" (the model's config.json) and "lora" (rank, alpha, targets).
@@ -19,6 +21,7 @@ adapter_model.safetensors, save_pretrained before any update).
 Run with the baselines' environment (scripts/make-baselines-venv.sh):
   .venv-baselines/bin/python scripts/make_lora_fixtures.py
 """
+import copy
 import json
 import os
 
@@ -62,12 +65,17 @@ def main():
                 if "lora_B" in n:
                     p.copy_(0.3 * torch.randn_like(p))
         model.save_pretrained(os.path.join(out_dir, name + "_adapter"))
+        targeted = {n[len("base_model.model."):-len(".base_layer.weight")] + ".weight"
+                    for n, _ in model.named_parameters() if n.endswith(".base_layer.weight")}
+        merged = {"merged." + n: p.detach().clone().contiguous()
+                  for n, p in copy.deepcopy(model).merge_and_unload().state_dict().items() if n in targeted}
         adapters = {n.replace(".default", ""): p for n, p in model.named_parameters() if p.requires_grad}
         g = torch.Generator().manual_seed(7)
         tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=g)
         inputs, targets = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
         tensors = dict(base_weights)
         tensors.update({n: p.detach().clone().contiguous() for n, p in adapters.items()})
+        tensors.update(merged)
         logits = model(input_ids=inputs).logits
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
         model.zero_grad()

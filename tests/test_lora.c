@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { B = 2, T = 16, STEPS = 10 };
 static int failed;
@@ -184,6 +185,96 @@ static void check_fixture(const char *dir, const char *name) {
     dt_safetensors_close(f);
 }
 
+/* The fixture's base alone (no adapters), from its file. */
+static dt_status load_base(const char *path, dt_program **p, dt_safetensors **f) {
+    dt_lm_config cfg;
+    dt_status st = dt_safetensors_open(path, f);
+    const char *json = st ? NULL : dt_safetensors_metadata(*f, "config");
+    if (!st && !json) st = dt_error(DT_ERR_IO, "%s: no \"config\" in its metadata", path);
+    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
+    if (!st) st = dt_program_create(&cfg, p);
+    dt_model m;
+    if (!st) dt_program_base_model(*p, &m), st = dt_safetensors_read_model(*f, &m, cfg.vocab_size, NULL);
+    return st;
+}
+
+/* PEFT's folder (save_pretrained's) loads and gives PEFT's logits; dtrain's folder of the same adapters reads back
+ * bit for bit; the merge is PEFT's merge_and_unload, and gives the adapted model's logits. */
+static void check_folders(const char *dir, const char *name) {
+    char path[512], folder[512], tmp[] = "/tmp/dtrain_peft_XXXXXX";
+    snprintf(path, sizeof path, "%s/lora/%s.safetensors", dir, name);
+    snprintf(folder, sizeof folder, "%s/lora/%s_adapter", dir, name);
+    dt_program *p = NULL, *q = NULL;
+    dt_safetensors *f = NULL, *g = NULL;
+    int32_t in[B * T], tg[B * T];
+    float loss, *ref = NULL, *adapted = NULL;
+    dt_status st = load_base(path, &p, &f);
+    if (!st) st = load_base(path, &q, &g);
+    if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
+    if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
+    if (!st) st = dt_peft_load(folder, p);
+    const dt_lm_config *c = st ? NULL : dt_program_config(p);
+    size_t nl = st ? 0 : (size_t)B * T * c->padded_vocab_size;
+    if (!st) {
+        int dims[3] = { B, T, c->vocab_size };
+        ref = malloc(sizeof(float) * (size_t)B * T * c->vocab_size);
+        adapted = malloc(sizeof(float) * nl);
+        if (!(st = dt_program_forward(p, in, tg, B, T, &loss)) && !(st = dt_safetensors_read(f, "logits", 3, dims, 0, ref))) {
+            expect(name, "PEFT's adapter folder read: logits", rel_err(dt_program_logits(p), (size_t)c->padded_vocab_size, ref, (size_t)B * T,
+                                                                      (size_t)c->vocab_size), 1e-5);
+            memcpy(adapted, dt_program_logits(p), sizeof(float) * nl);
+        }
+    }
+    /* dtrain's folder, read into a second model */
+    if (!st && !mkdtemp(tmp)) st = dt_error(DT_ERR_IO, "mkdtemp failed");
+    if (!st) st = dt_peft_save(tmp, p);
+    if (!st) st = dt_peft_load(tmp, q);
+    if (!st) {
+        dt_model a, b;
+        dt_program_model(p, &a), dt_program_model(q, &b);
+        check(name, "dtrain's adapter folder reads back bit for bit", a.nparams == b.nparams &&
+              !memcmp(a.params(a.self), b.params(b.self), a.nparams * sizeof(float)));
+    }
+    /* merged: each adapted weight equals PEFT's merge_and_unload bits; the merged model's logits are the adapted one's */
+    if (!st) {
+        dt_program_lora_merge(p);
+        dt_model m;
+        dt_program_base_model(p, &m);
+        int merged = 0, equal = 0;
+        double worst = 0;
+        for (int i = 0; !st && i < m.ntensors; i++) {
+            const dt_tensor_info *t = &m.tensors[i];
+            char mname[128];
+            snprintf(mname, sizeof mname, "merged.%s%s", strcmp(name, "gpt2") ? "" : "transformer.", t->hf);
+            if (!dt_safetensors_has(f, mname)) continue;
+            float *w = malloc(sizeof(float) * t->count);
+            if (!(st = dt_safetensors_read(f, mname, 2, t->shape, t->hf_transposed, w))) {
+                merged++;
+                equal += !memcmp(w, m.params(m.self) + t->offset, sizeof(float) * t->count);
+                worst = fmax(worst, rel_err(m.params(m.self) + t->offset, (size_t)t->shape[1], w, (size_t)t->shape[0], (size_t)t->shape[1]));
+            }
+            free(w);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "merged weights = PEFT's merge (%d of %d bit for bit)", equal, merged);
+        if (!st) expect(name, what, worst, merged == equal ? 0 : 1e-6);
+        if (!st && !(st = dt_program_forward(p, in, tg, B, T, &loss)))
+            expect(name, "the merged model's logits = the adapted model's", rel_err(dt_program_logits(p), (size_t)c->padded_vocab_size, adapted,
+                                                                                     (size_t)B * T, (size_t)c->padded_vocab_size), 1e-6);
+    }
+    if (st) {
+        printf("FAIL: %s folders: %s\n", name, dt_last_error());
+        failed++;
+    }
+    char rm[600];
+    snprintf(rm, sizeof rm, "%s/adapter_config.json", tmp), remove(rm);
+    snprintf(rm, sizeof rm, "%s/adapter_model.safetensors", tmp), remove(rm);
+    rmdir(tmp);
+    free(ref), free(adapted);
+    dt_program_destroy(p), dt_program_destroy(q);
+    dt_safetensors_close(f), dt_safetensors_close(g);
+}
+
 /* A refusal whose message names what it must. */
 static void refused(const char *what, dt_program *p, dt_lora_config c, const char *needle) {
     dt_status st = dt_program_set_lora(p, &c, 1);
@@ -212,6 +303,8 @@ int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     check_fixture(dir, "gpt2");
     check_fixture(dir, "llama");
+    check_folders(dir, "gpt2");
+    check_folders(dir, "llama");
     bad_input();
     printf("%s\n", failed ? "test_lora: FAILED" : "test_lora: all passed");
     return failed != 0;

@@ -60,6 +60,9 @@ const char *dt_safetensors_metadata(const dt_safetensors *f, const char *key);
  * table's shape; a vocabulary table's rows below vocab from the file's vocab rows, the padding left as it is.
  * skip (NULL: none): a tensor the model holds that the file need not (a tied head). */
 dt_status dt_safetensors_read_model(dt_safetensors *f, const dt_model *m, int vocab, const char *skip);
+/* Every tensor of m's table under its Hugging Face name, in the table's order (whole tensors), a vocabulary tensor's
+ * first vocab rows only (HF's have no padding), as f32, bf16 or f16; written atomically. */
+dt_status dt_safetensors_save_table(const char *path, const dt_model *m, int vocab, dt_dtype dtype);
 
 /* A Hugging Face config.json's text (path names it in errors) as a model program's config: model_type llama,
  * qwen2 or gpt2; rotary settings from rope_parameters (transformers 5) or rope_theta and rope_scaling (4), the
@@ -74,6 +77,14 @@ dt_status dt_program_load_hf(const char *dir, dt_program **out);
  * family the program reads from folders this way (llama, qwen2; GPT-2's folders go through dt_safetensors_load). */
 dt_status dt_gpt2_load_hf(const char *dir, dt_gpt2 **out);
 int dt_hf_folder_is_program(const char *dir);
+/* PEFT's LoRA adapter folder (io/peft.c): dir/adapter_config.json and dir/adapter_model.safetensors. Save: a whole
+ * program's adapters (dt_program_set_lora). Read config: rank, alpha, dropout and targets (joined by commas into
+ * targets[cap]), refusing what this build does not run (a regular expression of targets, biases, DoRA, rsLoRA,
+ * per-layer patterns), naming the field. Load: LoRA set on p (no adapters yet) from the config, its weights read (a
+ * part of the model reads its own; a tensor missing or of another shape is named). */
+dt_status dt_peft_save(const char *dir, dt_program *p);
+dt_status dt_peft_read_config(const char *dir, dt_lora_config *out, char *targets, size_t cap);
+dt_status dt_peft_load(const char *dir, dt_program *p);
 /* A whole model as llama.cpp's GGUF (version 3, f32; io/gguf.c says what it holds), written atomically; its
  * vocabulary tok's (a byte-level BPE: GPT-2's or Llama 3's pattern), or with tok NULL bytes and placeholders. */
 typedef struct dt_bpe dt_bpe;

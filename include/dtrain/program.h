@@ -38,6 +38,9 @@ dt_status dt_program_create(const dt_lm_config *cfg, dt_program **out);
  * group; with cp_size > 1, context parallelism (attention through part's cp, rows in dt_gpt2_cp_position's order). */
 dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out);
 
+/* The whole model's table and ops without its parameters or activations (no forward, no store): what a tool needs
+ * to name, count or place tensors, and to hold LoRA's adapters alone (io/peft.c). */
+dt_status dt_program_create_table(const dt_lm_config *cfg, dt_program **out);
 void dt_program_destroy(dt_program *p);
 const dt_lm_config *dt_program_config(const dt_program *p);
 /* Weights as a seed draws them (normal 0.02; the output projections 0.02 / sqrt(2 L); norms 1, biases 0). */
@@ -201,6 +204,9 @@ dt_status dt_program_set_lora(dt_program *p, const dt_lora_config *c, uint64_t s
 /* Model FLOPs a token of a training step (dt_program_flops_per_token's count; with LoRA the frozen base's weight
  * gradients are not made, the adapters' forward and backward are). */
 double dt_program_step_flops_per_token(const dt_program *p, int T);
+/* The adapters merged into the base (each W += (alpha / rank) B A, PEFT's merge_and_unload) and dropped: a plain
+ * model from then on (to serve, to export). Nothing without LoRA. */
+void dt_program_lora_merge(dt_program *p);
 /* The adapters' config (NULL: no LoRA); their table and count (NULL, 0: none). */
 const dt_lora_config *dt_program_lora_config(const dt_program *p);
 const dt_tensor_info *dt_program_lora_tensors(const dt_program *p, int *n);
@@ -208,8 +214,10 @@ const dt_tensor_info *dt_program_lora_tensors(const dt_program *p, int *n);
 /* The model program behind a dt_gpt2 (which wraps one with the gpt2 spec). */
 dt_program *dt_gpt2_program(dt_gpt2 *m);
 
-/* The program as the engine and the strategies see a model: the table, the stores, the hooks. */
+/* The program as the engine and the strategies see a model: the table, the stores, the hooks; with LoRA, the adapters
+ * (what trains). The base model's whichever: its weights (a file's, a merge's). */
 void dt_program_model(dt_program *p, dt_model *out);
+void dt_program_base_model(dt_program *p, dt_model *out);
 /* Its pieces one by one (dt_model's callbacks call these): the gradient hook list (hook NULL: ctx unsubscribes), the
  * hooks before each unit's forward and backward, gradients and parameters in caller storage (NULL: back to its
  * own), what this rank holds, the table. */

@@ -69,7 +69,7 @@ static dt_status read_index(shards *s) {
 
 static dt_status read_weights(shards *s, dt_program *p) {
     dt_model m;
-    dt_program_model(p, &m);
+    dt_program_base_model(p, &m);
     int V = dt_program_config(p)->vocab_size;
     float *params = m.params(m.self);
     for (int i = 0; i < m.ntensors; i++) {

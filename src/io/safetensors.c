@@ -314,27 +314,29 @@ static dt_status st_finish(st_writer *w, const char *path, unsigned char *data) 
     return st;
 }
 
-/* Another family (Llama, Qwen 2): every tensor of the table under its Hugging Face name, in the table's order, a
- * vocabulary tensor's real rows only (HF's have no padding). */
-static dt_status save_by_table(const char *path, dt_gpt2 *m, dt_dtype dtype) {
-    const dt_gpt2_config *c = dt_gpt2_get_config(m);
-    dt_model v;
-    dt_gpt2_model(m, &v);
+dt_status dt_safetensors_save_table(const char *path, const dt_model *v, int vocab, dt_dtype dtype) {
     st_writer w = st_begin(dtype);
-    for (int i = 0; i < v.ntensors; i++) {
-        const dt_tensor_info *t = &v.tensors[i];
-        int shape[2] = { t->split == DT_SPLIT_VOCAB ? c->vocab_size : t->shape[0], t->shape[1] };
+    for (int i = 0; i < v->ntensors; i++) {
+        const dt_tensor_info *t = &v->tensors[i];
+        int shape[2] = { t->split == DT_SPLIT_VOCAB ? vocab : t->shape[0], t->shape[1] };
         st_entry(&w, t->hf, shape, t->ndim, (size_t)shape[0] * (size_t)(t->ndim == 2 ? shape[1] : 1));
     }
     unsigned char *data = malloc(w.total ? w.total : 1);
-    const float *p = v.params(v.self);
+    const float *p = v->params(v->self);
     size_t pos = 0;
-    for (int i = 0; data && i < v.ntensors; i++) {
-        const dt_tensor_info *t = &v.tensors[i];
-        size_t n = t->split == DT_SPLIT_VOCAB ? (size_t)c->vocab_size * (size_t)t->shape[1] : t->count;
+    for (int i = 0; data && i < v->ntensors; i++) {
+        const dt_tensor_info *t = &v->tensors[i];
+        size_t n = t->split == DT_SPLIT_VOCAB ? (size_t)vocab * (size_t)t->shape[1] : t->count;
         for (size_t j = 0; j < n; j++, pos += w.es) put(data + pos, p[t->offset + j], dtype);
     }
     return st_finish(&w, path, data);
+}
+
+/* Another family (Llama, Qwen 2): every tensor of the table under its Hugging Face name. */
+static dt_status save_by_table(const char *path, dt_gpt2 *m, dt_dtype dtype) {
+    dt_model v;
+    dt_program_base_model(dt_gpt2_program(m), &v);
+    return dt_safetensors_save_table(path, &v, dt_gpt2_get_config(m)->vocab_size, dtype);
 }
 
 dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {

@@ -460,6 +460,12 @@ static dt_status shape_part(const dt_lm_config *given, const dt_gpt2_part *part,
     return DT_OK;
 }
 
+dt_status dt_program_create_table(const dt_lm_config *cfg, dt_program **out) {
+    dt_gpt2_part whole = { .ua = 0, .ub = 0, .tp_size = 1 };
+    whole.ub = cfg->num_layers + 2;
+    return shape_part(cfg, &whole, out);
+}
+
 dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out) {
     dt_status st = shape_part(cfg, part, out);
     if (!st && (st = allocate(*out))) {
@@ -658,7 +664,10 @@ void dt_program_model(dt_program *p, dt_model *out) {
         dt_program_lora_model(p, out);
         return;
     }
-    /* deferring the token table's rows: a whole table (not a vocabulary slice) with its input rows here */
+    dt_program_base_model(p, out);
+}
+
+void dt_program_base_model(dt_program *p, dt_model *out) {    /* deferring the token table's rows: a whole table (not a vocabulary slice) with its input rows here */
     bool rows = p->i_wte >= 0 && p->tab[p->i_wte].input_rows && p->part.tp_size == 1;
     *out = (dt_model){ .self = p, .kind = p->f->name, .tensors = p->tab, .ntensors = p->ntab, .nunits = p->cfg.num_layers + 2,
                        .nparams = p->nparams, .global_params = p->global_params, .params = params_of, .grads = grads_of,

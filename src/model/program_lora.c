@@ -225,6 +225,35 @@ double dt_program_step_flops_per_token(const dt_program *p, int T) {
     return full - 2 * (full - att) / 6 + 6.0 * (double)p->lora->global_params;
 }
 
+/* W + (alpha / rank) B A, as PEFT's merge computes it (bit for bit on the fixtures): the product's sum over the rank
+ * by fused multiply-adds in order (torch's matmul here), then scaled, then added. fmaf is exact on every CPU. */
+static void merge_one(float *w, const float *A, const float *B, float scale, int out, int in, int r) {
+    for (int o = 0; o < out; o++)
+        for (int i = 0; i < in; i++) {
+            float acc = 0;
+            for (int k = 0; k < r; k++) acc = fmaf(B[(size_t)o * r + k], A[(size_t)k * in + i], acc);
+            w[(size_t)o * in + i] += acc * scale;
+        }
+}
+
+void dt_program_lora_merge(dt_program *p) {
+    program_lora *a = p->lora;
+    if (!a) return;
+    for (int q = 0; q < a->ntab; q += 2) {
+        const dt_tensor_info *A = &a->tab[q], *Bt = A + 1;
+        char base[48]; /* the adapted weight's name: the adapter's without ".lora_A" */
+        snprintf(base, sizeof base, "%.*s", (int)(strlen(A->name) - strlen(".lora_A")), A->name);
+        for (int i = 0; i < p->ntab; i++)
+            if (!strcmp(p->tab[i].name, base))
+                merge_one(p->params + p->tab[i].offset, a->params + A->offset, a->params + Bt->offset, a->scale, Bt->shape[0], A->shape[1],
+                          a->c.rank);
+    }
+    dt_program_lora_free(a);
+    p->lora = NULL;
+    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* no x A^T kept from now */
+    dt_program_params_changed(p);
+}
+
 /* ---- the adapters as the engine sees a model ---- */
 
 static float *params_of(void *self) { return ((dt_program *)self)->lora->params; }

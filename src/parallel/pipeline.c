@@ -17,6 +17,7 @@
  * process has them: the head's gradient goes to the first stage, which
  * owns wte; the updated values come back. */
 #include "dtrain/pipeline.h"
+#include "dtrain/program.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -250,6 +251,7 @@ static dt_status after_update(void *ctx, const dt_step_control *step) {
 
 static dt_status tie(dt_pipeline *p) {
     if (dt_gpt2_get_config(p->c.model)->untied) return DT_OK; /* the head is its own tensor: nothing to keep equal */
+    if (dt_program_lora_config(dt_gpt2_program(p->c.model))) return DT_OK; /* LoRA's base, the table with it, is frozen */
     /* collective over the stages: the first and last form the tied pair */
     int in = p->p > 1 && (p->stage == 0 || p->stage == p->p - 1);
     dt_comm *c;
