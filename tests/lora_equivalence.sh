@@ -2,8 +2,11 @@
 # LoRA (rank 4 on a Llama's q_proj, v_proj and down_proj, the base frozen) gives the losses of one process with the
 # global batch over 20 AdamW steps, within 1e-6 relative, under DDP 2, ZeRO 1/2/3, PP 2 with GPipe, 1F1B and ZB-H1,
 # and recomputation; the checkpoint holds the adapters alone (their bytes), one saved under PP 2 at step 10 goes on
-# under ZeRO-2 on 2 ranks as the uninterrupted run does, and what cannot be is refused naming why: a checkpoint of
-# adapters loaded as a model, resumed with other adapters or without them; tensor parallelism with LoRA.
+# under ZeRO-2 on 2 ranks as the uninterrupted run does, and --resume DIR alone goes on with its adapters. The
+# checkpoint directory holds PEFT's adapter folder: eval --lora on the base = ckpt merge's folder (not the base alone),
+# and generate --lora decodes the merged model's tokens. What cannot be is refused naming why: a checkpoint of
+# adapters loaded as a model, resumed with other adapters, merged into a base of another shape; tensor parallelism;
+# targets that match no Linear.
 # usage: lora_equivalence.sh DTRAIN
 set -u
 DTRAIN=$1
@@ -75,9 +78,31 @@ verdict $ok "the start line says what trains ($(grep -m1 LoRA "$dir/line.out" | 
 refused "a checkpoint of adapters loaded as a model" "holds LoRA adapters, not a model" \
     train --model "$dir/ck" --data "$dir/train.bin" --seq 64 --batch 1 --steps 1
 refused "resumed with other adapters" "this run's rank 8" train "${common[@]}" --lora-rank 8 --batch 4 --steps 30 --resume "$dir/ck"
-others=("${common[@]}")
-others=("${others[@]:0:${#others[@]}-6}")
-refused "resumed without adapters" "resume it with --lora-rank 4" train "${others[@]}" --batch 4 --steps 30 --resume "$dir/ck"
+# the model's flags without the adapters': what a resume alone, eval and generate take
+plain=("${common[@]}")
+plain=("${plain[@]:0:${#plain[@]}-6}")
+"$DTRAIN" train "${plain[@]}" --steps 25 --resume "$dir/ck" > "$dir/alone.out" 2>&1 &&
+    grep -q "LoRA rank 4, alpha 16 on q_proj,v_proj,down_proj" "$dir/alone.out" && grep -q "^step 25/25" "$dir/alone.out" && ok=1 || ok=0
+verdict $ok "--resume DIR alone goes on training its adapters (rank, alpha, targets from the checkpoint)"
+# PEFT's folder beside the checkpoint: evaluated with the base, merged into it, both the same loss
+[ -f "$dir/ck/adapter_config.json" ] && [ -f "$dir/ck/adapter_model.safetensors" ] && ok=1 || ok=0
+verdict $ok "the checkpoint directory holds PEFT's adapter folder (adapter_config.json, adapter_model.safetensors)"
+"$DTRAIN" train "${plain[@]}" --steps 1 --lr 1e-30 --save "$dir/base" --quiet > /dev/null 2>&1 # the seed's weights, as a file
+ev() { "$DTRAIN" eval "$@" --data "$dir/train.bin" --val-data "$dir/train.bin" --seq 64 --batch 4 --eval-batches 2 2>&1 | grep -o "validation loss [0-9.]*"; }
+if "$DTRAIN" ckpt merge "$dir/base" "$dir/ck" "$dir/merged" > "$dir/merge.out" 2>&1; then
+    a=$(ev --model "$dir/base" --lora "$dir/ck") b=$(ev --model "$dir/merged") c=$(ev --model "$dir/base")
+    [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ] && ok=1 || ok=0
+    verdict $ok "base + adapters ($a) = the merged folder ($b), not the base alone ($c)"
+    g1=$("$DTRAIN" generate --model "$dir/base" --lora "$dir/ck" --ids --prompt 84,104,101 --tokens 12 --temperature 0 2>&1 | tail -1)
+    g2=$("$DTRAIN" generate --model "$dir/merged" --ids --prompt 84,104,101 --tokens 12 --temperature 0 2>&1 | tail -1)
+    [ -n "$g1" ] && [ "$g1" = "$g2" ] && ok=1 || ok=0
+    verdict $ok "generate --lora decodes the merged model's greedy tokens ($g1)"
+else
+    failed=$((failed + 1)); echo "FAIL ckpt merge: $(tail -1 "$dir/merge.out")"
+fi
+"$DTRAIN" train "${plain[@]/#48/96}" --steps 1 --lr 1e-30 --save "$dir/other" --quiet > /dev/null 2>&1
+refused "adapters whose base does not match the model (the tensor and its shapes named)" "lora_A.weight" \
+    ckpt merge "$dir/other" "$dir/ck" "$dir/merged2"
 refused "tensor parallelism" "without tensor parallelism" train "${common[@]}" --batch 4 --nproc 2 --tp 2
 refused "targets that match no Linear" "match no Linear" train "${common[@]}" --batch 4 --lora-targets c_attn
 echo "lora equivalence: $passed passed, $failed failed"

@@ -85,6 +85,8 @@ int dt_hf_folder_is_program(const char *dir);
 dt_status dt_peft_save(const char *dir, dt_program *p);
 dt_status dt_peft_read_config(const char *dir, dt_lora_config *out, char *targets, size_t cap);
 dt_status dt_peft_load(const char *dir, dt_program *p);
+/* Load, then merge into the base (dt_program_lora_merge): a plain model that decodes as base and adapters do. */
+dt_status dt_peft_merge(const char *dir, dt_program *p);
 /* A whole model as llama.cpp's GGUF (version 3, f32; io/gguf.c says what it holds), written atomically; its
  * vocabulary tok's (a byte-level BPE: GPT-2's or Llama 3's pattern), or with tok NULL bytes and placeholders. */
 typedef struct dt_bpe dt_bpe;

@@ -14,6 +14,7 @@ extern "C" {
 
 typedef struct {
     const char *model;               /* a weights file, an HF folder or a checkpoint directory */
+    const char *lora;                /* PEFT's adapter folder (or a LoRA run's --save DIR) merged into it; NULL: none */
     const char *host;                /* the address to listen on ("127.0.0.1") */
     int port;                        /* 0: any free port (printed) */
     int threads;                     /* compute threads (0: all cores) */

@@ -60,6 +60,7 @@ typedef struct {
     double bucket_mb;         /* DDP bucket cap (the first bucket is 1 MiB) */
     int step_at_end;          /* DDP: the optimizer after backward, not bucket by bucket inside it */
     dt_lora_config lora;      /* --lora-rank R (0: every weight trains), --lora-alpha, --lora-targets (NULL: the family's) */
+    const char *lora_from;    /* --lora DIR: PEFT's adapter folder to start from (its rank, alpha and targets) */
     double stall_timeout;     /* seconds a rank may wait for a live peer that never joins (warn; 2x: stop); 0 off */
     int skip_nonfinite;       /* a step whose loss or gradient norm is not finite is skipped (else the run stops) */
     dt_dtype precision;       /* DT_F32, or mixed precision: DT_BF16, DT_F16 (dt_gpt2_set_precision) */
@@ -162,6 +163,9 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
 /* The latest checkpoint's weights as a model of its shape (*step: its step):
  * dtrain ckpt export. dir may also be one step's folder (DIR/step-N). */
 dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step);
+/* The latest checkpoint's LoRA adapters (a LoRA run's) on a table-only program of its model's shape
+ * (dt_program_create_table): what PEFT's folder is written from. */
+dt_status dt_checkpoint_load_adapters(const char *dir, dt_program **out);
 /* The run's settings that dir's latest checkpoint stores, into c (before the
  * flags, which override them): --resume DIR alone goes on as the run did,
  * saving into dir unless --save says otherwise. */
@@ -232,7 +236,7 @@ dt_status dt_generate(dt_gpt2 **m, dt_comm *pp, const int32_t *prompt, int nprom
  * one (w NULL or one rank), or its pipeline stage (stages split by cost at
  * the model's longest context), or with tp its tensor-parallel part (its
  * collectives *ops over w, which must outlive the model). */
-dt_status dt_generate_load(const char *model, dt_comm *w, bool tp, dt_tp_ops *ops, dt_gpt2 **out);
+dt_status dt_generate_load(const char *model, const char *lora, dt_comm *w, bool tp, dt_tp_ops *ops, dt_gpt2 **out);
 /* The same from a model already in memory, which it takes (destroyed, or returned as *out on one rank). */
 dt_status dt_generate_split(dt_gpt2 *whole, dt_comm *w, bool tp, dt_tp_ops *ops, dt_gpt2 **out);
 

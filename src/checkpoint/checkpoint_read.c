@@ -351,6 +351,35 @@ dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step) {
     return st;
 }
 
+dt_status dt_checkpoint_load_adapters(const char *dir, dt_program **out) {
+    char sub[4400], mpath[4500], targets[256];
+    cJSON *j;
+    *out = NULL;
+    dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
+    if (st) return st;
+    dt_gpt2_config g;
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "lora");
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(l, "rank"), *a = cJSON_GetObjectItemCaseSensitive(l, "alpha"),
+                *t = cJSON_GetObjectItemCaseSensitive(l, "targets");
+    if (!l) st = dt_error(DT_ERR_ARG, "%s: the checkpoint holds a whole model, not LoRA adapters", mpath);
+    else if (!cJSON_IsNumber(r) || !cJSON_IsNumber(a) || !cJSON_IsString(t) || r->valuedouble < 1 || r->valuedouble > 65536)
+        st = dt_error(DT_ERR_IO, "%s: model.lora is not {rank, alpha, targets}", mpath);
+    else snprintf(targets, sizeof targets, "%s", t->valuestring);
+    dt_lora_config lc = { .rank = st ? 0 : (int)r->valuedouble, .alpha = st ? 0 : (float)a->valuedouble, .targets = targets };
+    if (!st) st = dt_ckpt_manifest_shape(j, mpath, &g);
+    if (!st) st = dt_program_create_table(&g, out);
+    if (!st) st = dt_program_set_lora(*out, &lc, 0);
+    if (!st) {
+        dt_model m;
+        dt_program_model(*out, &m);
+        float *p[1] = { m.params(m.self) };
+        st = read_floats(sub, j, "params.f32", p, 1, m.nparams);
+    }
+    if (st) dt_program_destroy(*out), *out = NULL;
+    cJSON_Delete(j);
+    return st;
+}
+
 static dt_status read_step(const char *dir, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm, dt_engine *e,
                            dt_checkpoint_position *pos) {
     char sub[4400], mpath[4500];

@@ -70,6 +70,17 @@ static void take_schedule(const cJSON *j, dt_train_config *c) {
     take_float(j, "schedule", "cos_min_ratio", &c->sched.cos_min_ratio);
 }
 
+/* LoRA's adapters: the run goes on training them (the flags may still say otherwise, and are then refused). */
+static void take_lora(const cJSON *j, dt_train_config *c) {
+    static char targets[256];
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "lora");
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(l, "rank"), *a = cJSON_GetObjectItemCaseSensitive(l, "alpha"),
+                *t = cJSON_GetObjectItemCaseSensitive(l, "targets");
+    if (!cJSON_IsNumber(r) || !cJSON_IsNumber(a) || !cJSON_IsString(t) || r->valuedouble < 1 || r->valuedouble > 65536) return;
+    snprintf(targets, sizeof targets, "%s", t->valuestring);
+    c->lora = (dt_lora_config){ .rank = (int)r->valuedouble, .alpha = (float)a->valuedouble, .targets = targets };
+}
+
 dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
     char sub[4400], mpath[4500];
     cJSON *j;
@@ -120,6 +131,7 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
     take_precision(j, "grad_comm", &c->grad_comm);
     take_optimizer(j, c);
     take_schedule(j, c);
+    take_lora(j, c);
     if (!c->save) c->save = dir; /* it goes on saving where it was saved */
     cJSON_Delete(j);
     return DT_OK;

@@ -1,4 +1,4 @@
-/* dtrain ckpt info|export: flag parsing only. */
+/* dtrain ckpt info|verify|export|merge: flag parsing only. */
 #include "cli.h"
 #include "dtrain/data.h"
 #include "dtrain/io.h"
@@ -20,7 +20,11 @@ static void usage(FILE *f) {
                "                                                 model.safetensors that from_pretrained loads (GPT-2, Llama,\n"
                "                                                 Qwen 2), or OUT.gguf for llama.cpp (f32; its vocabulary\n"
                "                                                 that of --tokenizer tokenizer.json or of MODEL's own, else\n"
-               "                                                 the 256 bytes then placeholders: token ids mean the same)\n");
+               "                                                 the 256 bytes then placeholders: token ids mean the same)\n"
+               "       dtrain ckpt merge MODEL ADAPTERS OUT [--tokenizer F]  MODEL with PEFT's LoRA adapters (the folder\n"
+               "                                                 ADAPTERS, or a LoRA run's --save DIR) merged into it, W +\n"
+               "                                                 (alpha/r) B A as PEFT's merge_and_unload, written as export\n"
+               "                                                 writes OUT\n");
 }
 
 /* What export writes, from OUT's name: 's' safetensors, 'b' llm.c, 'g' GGUF, 'd' an HF folder, 0 refused. */
@@ -33,6 +37,43 @@ static char export_kind(const char *out) {
     base = base ? base + 1 : out;
     /* "OUT/", "OUT" or an existing directory: a folder; "out.pt" and the like: refused */
     return !*base || !strrchr(base, '.') || dt_checkpoint_check_path(out, "ckpt export") == DT_OK ? 'd' : 0;
+}
+
+/* export and merge: MODEL's weights (with adapters merged when lora is given) written as OUT's name says. */
+static int export_model(const char *model, const char *lora, const char *out, const char *tok_flag) {
+    const char *cmd = lora ? "ckpt merge" : "ckpt export";
+    char kind = export_kind(out);
+    if (!kind) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
+    if (tok_flag && kind != 'g') {
+        dt_log(DT_LOG_ERROR, "%s: --tokenizer goes into a GGUF (OUT.gguf); %s is not one", cmd, out);
+        return 2;
+    }
+    dt_gpt2 *m;
+    int step;
+    /* a checkpoint's weights, or a weights file's or an HF folder's (export converts between the formats) */
+    if (dt_checkpoint_load_weights(model, 0, &m, &step)) { dt_log(DT_LOG_ERROR, "%s: %s", cmd, dt_last_error()); return 1; }
+    if (lora && dt_peft_merge(lora, dt_gpt2_program(m))) {
+        dt_log(DT_LOG_ERROR, "%s: %s", cmd, dt_last_error());
+        dt_gpt2_destroy(m);
+        return 1;
+    }
+    /* a GGUF's vocabulary: --tokenizer's, or the model folder's own tokenizer.json */
+    dt_bpe *tok = NULL;
+    char found[4200];
+    struct stat sb;
+    snprintf(found, sizeof found, "%s/tokenizer.json", model);
+    const char *tpath = tok_flag ? tok_flag : kind == 'g' && stat(found, &sb) == 0 ? found : NULL;
+    dt_status st = tpath ? dt_bpe_load_json(tpath, &tok) : DT_OK;
+    if (!st) st = kind == 'b' ? dt_llmc_save(out, m) : kind == 's' ? dt_safetensors_save(out, m, DT_F32)
+                   : kind == 'g' ? dt_gguf_save(out, m, tok) : dt_hf_folder_save(out, m);
+    dt_bpe_destroy(tok);
+    dt_gpt2_destroy(m);
+    if (st) { dt_log(DT_LOG_ERROR, "%s: %s", cmd, dt_last_error()); return 1; }
+    const char *what = kind == 'd' ? " (config.json, model.safetensors)" : "";
+    if (lora) printf("wrote %s%s (%s with %s merged)\n", out, what, model, lora);
+    else if (step >= 0) printf("wrote %s%s (step %d of %s)\n", out, what, step, model);
+    else printf("wrote %s%s (from %s)\n", out, what, model);
+    return 0;
 }
 
 int dt_cli_ckpt(int argc, char **argv) {
@@ -50,36 +91,11 @@ int dt_cli_ckpt(int argc, char **argv) {
         return 0;
     }
     bool tok_flag = argc == 6 && !strcmp(argv[4], "--tokenizer");
-    if ((argc == 4 || tok_flag) && !strcmp(argv[1], "export")) {
-        const char *out = argv[3];
-        char kind = export_kind(out);
-        if (!kind) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
-        dt_gpt2 *m;
-        int step;
-        /* a checkpoint's weights, or a weights file's or an HF folder's (export converts between the formats) */
-        if (dt_checkpoint_load_weights(argv[2], 0, &m, &step)) { dt_log(DT_LOG_ERROR, "ckpt export: %s", dt_last_error()); return 1; }
-        /* a GGUF's vocabulary: --tokenizer's, or the model folder's own tokenizer.json */
-        dt_bpe *tok = NULL;
-        char found[4200];
-        struct stat sb;
-        snprintf(found, sizeof found, "%s/tokenizer.json", argv[2]);
-        const char *tpath = tok_flag ? argv[5] : kind == 'g' && stat(found, &sb) == 0 ? found : NULL;
-        if (tok_flag && kind != 'g') {
-            dt_log(DT_LOG_ERROR, "ckpt export: --tokenizer goes into a GGUF (OUT.gguf); %s is not one", out);
-            dt_gpt2_destroy(m);
-            return 2;
-        }
-        dt_status st = tpath ? dt_bpe_load_json(tpath, &tok) : DT_OK;
-        if (!st) st = kind == 'b' ? dt_llmc_save(out, m) : kind == 's' ? dt_safetensors_save(out, m, DT_F32)
-                       : kind == 'g' ? dt_gguf_save(out, m, tok) : dt_hf_folder_save(out, m);
-        dt_bpe_destroy(tok);
-        dt_gpt2_destroy(m);
-        if (st) { dt_log(DT_LOG_ERROR, "ckpt export: %s", dt_last_error()); return 1; }
-        if (step >= 0) printf("wrote %s%s (step %d of %s)\n", out, kind == 'd' ? " (config.json, model.safetensors)" : "", step, argv[2]);
-        else printf("wrote %s%s (from %s)\n", out, kind == 'd' ? " (config.json, model.safetensors)" : "", argv[2]);
-        return 0;
-    }
+    if ((argc == 4 || tok_flag) && !strcmp(argv[1], "export")) return export_model(argv[2], NULL, argv[3], tok_flag ? argv[5] : NULL);
+    bool merge_tok = argc == 7 && !strcmp(argv[5], "--tokenizer");
+    if ((argc == 5 || merge_tok) && !strcmp(argv[1], "merge")) return export_model(argv[2], argv[3], argv[4], merge_tok ? argv[6] : NULL);
     usage(stderr);
-    dt_log(DT_LOG_ERROR, "ckpt: expected info [--verify] DIR, verify DIR or export MODEL OUT [--tokenizer tokenizer.json]");
+    dt_log(DT_LOG_ERROR, "ckpt: expected info [--verify] DIR, verify DIR, export MODEL OUT [--tokenizer tokenizer.json] or merge MODEL "
+                         "ADAPTERS OUT [--tokenizer tokenizer.json]");
     return 2;
 }

@@ -55,7 +55,7 @@ static void emit_id(int token, void *ctx) {
 }
 
 static const dt_cli_flag flags[] = {
-    { "--model", "a model file, an HF folder or a checkpoint directory" }, { "--prompt", "a text" }, { "--tokens", "a whole number from 1 to 1e6" },
+    { "--model", "a model file, an HF folder or a checkpoint directory" }, { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" }, { "--prompt", "a text" }, { "--tokens", "a whole number from 1 to 1e6" },
     { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 1e7" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--help", "" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--pp", "a whole number of stages from 1 to 65536" },
@@ -65,7 +65,7 @@ static const dt_cli_flag flags[] = {
 
 /* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--nproc N --pp N] */
 int dt_cli_generate(int argc, char **argv) {
-    const char *model = NULL, *prompt = NULL, *enc = NULL, *merges = NULL;
+    const char *model = NULL, *lora = NULL, *prompt = NULL, *enc = NULL, *merges = NULL;
     double count = 200, temp = 0.8, topk = 40, seed = 42, nproc = 1, npp = 0, topp = 1, ntp = 0;
     int cache = 1, ids = 0;
     dt_quant quant = DT_QUANT_NONE;
@@ -74,7 +74,8 @@ int dt_cli_generate(int argc, char **argv) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain generate --model FILE|DIR --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
                    "                       [--top-p 1] [--quantize int8] [--no-cache] [--tokenizer tokenizer.json | --bpe ENCODER.json VOCAB.bpe | --ids]\n"
-                   "                       [--nproc N --pp N|--tp N]\n"
+                   "                       [--lora DIR] [--nproc N --pp N|--tp N]\n"
+                   "--lora DIR: PEFT's LoRA adapter folder (a LoRA run's --save DIR holds one) merged into the model.\n"
                    "Byte-level models (vocabulary 256) read and print bytes; with --tokenizer, a Hugging Face tokenizer.json\n"
                    "(byte-level BPE; an HF folder's own is read without it); with --bpe, GPT-2 BPE; with --ids, the prompt\n"
                    "is token ids (\"1,2,3\") and the tokens print as ids.\n"
@@ -95,6 +96,7 @@ int dt_cli_generate(int argc, char **argv) {
         }
         i++;
         if (!strcmp(f, "--model") && v) model = v;
+        else if (!strcmp(f, "--lora") && v) lora = v;
         else if (!strcmp(f, "--prompt") && v) prompt = v;
         else if (!strcmp(f, "--tokens") && dt_cli_number(v, 1, 1e6, &count)) {}
         else if (!strcmp(f, "--temperature") && dt_cli_number(v, 0, 100, &temp)) {}
@@ -126,7 +128,7 @@ int dt_cli_generate(int argc, char **argv) {
     bool printer = !w || dt_comm_rank(w) == (tp ? 0 : dt_comm_size(w) - 1);
     dt_gpt2 *m;
     dt_tp_ops ops;
-    if (dt_generate_load(model, w, tp, &ops, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); dt_comm_destroy(w); return 1; }
+    if (dt_generate_load(model, lora, w, tp, &ops, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); dt_comm_destroy(w); return 1; }
     int V = dt_gpt2_get_config(m)->vocab_size;
     dt_bpe *b = NULL;
     int32_t *p = NULL;

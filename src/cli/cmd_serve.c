@@ -7,6 +7,7 @@
 
 static const dt_cli_flag flags[] = {
     { "--port", "a whole number from 0 (any free port) to 65535" }, { "--host", "an address to listen on" },
+    { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
     { "--threads", "a whole number from 0 (all cores) to 1024" }, { "--slots", "a whole number of requests from 1 to 1024" },
     { "--budget", "a whole number of rows a step from 1 to 65536" }, { "--queue", "a whole number of waiting requests from 0 to 1e6" },
     { "--quantize", "int8 (or none)" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--tokenizer", "a tokenizer.json" },
@@ -18,7 +19,8 @@ static const dt_cli_flag flags[] = {
 static void usage(void) {
     printf("usage: dtrain serve MODEL [--port 8000] [--host 127.0.0.1] [--threads N] [--slots 8] [--budget 256] [--queue 256]\n"
            "                    [--quantize int8] [--tokenizer tokenizer.json | --bpe ENCODER.json VOCAB.bpe] [--max-body 1048576]\n"
-           "                    [--upload-timeout 10] [--nproc N --tp N]\n"
+           "                    [--upload-timeout 10] [--lora DIR] [--nproc N --tp N]\n"
+           "--lora DIR: PEFT's LoRA adapter folder (a LoRA run's --save DIR holds one) merged into MODEL.\n"
            "MODEL: a weights file (.bin, .safetensors), an HF folder (its tokenizer.json read where it has one) or a\n"
            "checkpoint directory. OpenAI's completions API:\n"
            "  POST /v1/completions  {\"prompt\", \"max_tokens\" (16), \"temperature\" (1), \"top_p\" (1), \"top_k\" (0: all),\n"
@@ -51,6 +53,7 @@ int dt_cli_serve(int argc, char **argv) {
         i++;
         if (!strcmp(f, "--port") && dt_cli_number(v, 0, 65535, &port) && port == (int)port) {}
         else if (!strcmp(f, "--host") && v) o.host = v;
+        else if (!strcmp(f, "--lora") && v) o.lora = v;
         else if (!strcmp(f, "--threads") && dt_cli_number(v, 0, 1024, &threads) && threads == (int)threads) {}
         else if (!strcmp(f, "--slots") && dt_cli_number(v, 1, 1024, &slots) && slots == (int)slots) {}
         else if (!strcmp(f, "--budget") && dt_cli_number(v, 1, 65536, &budget) && budget == (int)budget) budget_given = true;

@@ -105,6 +105,8 @@ static void usage(FILE *f) {
             "  --lora-alpha A     the adapters' scale is A / R (8, PEFT's default)\n"
             "  --lora-targets L   comma-separated module names, PEFT's target_modules (c_attn for GPT-2,\n"
             "                     q_proj,v_proj for Llama and Qwen 2: PEFT's defaults)\n"
+            "  --lora DIR         start from PEFT's adapter folder DIR (its rank, alpha and targets; a LoRA run's\n"
+            "                     --save DIR holds one); with eval, evaluate the model with them\n"
             "  --recompute        activation checkpointing: recompute each block in backward (less memory)\n"
             "  --attention MODE   auto (default: blockwise from T >= 256), full (keep T x T rows), blockwise\n"
             "  --precision P      fp32 (default), bf16 or fp16: mixed precision as torch.autocast (16-bit\n"
@@ -134,6 +136,7 @@ static const dt_cli_flag flags[] = {
     { "--report", "a directory" }, { "--config", "a JSON file" },
     { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
+    { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
     { "--optimizer", "sgd, adamw, lamb or lars" }, { "--precision", "fp32, bf16 or fp16" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--grad-store", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
     { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
@@ -242,6 +245,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         else if (!strcmp(f, "--save")) c.save = v;
         else if (!strcmp(f, "--resume")) c.resume = v;
         else if (!strcmp(f, "--lora-targets")) c.lora.targets = v;
+        else if (!strcmp(f, "--lora")) c.lora_from = v;
         else if (!strcmp(f, "--strategy")) {
             ok = dt_strategy_find(v) != NULL, c.strategy = v;
             if (!ok && !strncasecmp(v, "fsdp", 4)) {

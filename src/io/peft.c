@@ -110,6 +110,12 @@ dt_status dt_peft_read_config(const char *dir, dt_lora_config *out, char *target
     return st;
 }
 
+dt_status dt_peft_merge(const char *dir, dt_program *p) {
+    dt_status st = dt_peft_load(dir, p);
+    if (!st) dt_program_lora_merge(p);
+    return st;
+}
+
 dt_status dt_peft_load(const char *dir, dt_program *p) {
     char targets[256], path[4200];
     dt_lora_config c;

@@ -120,7 +120,7 @@ dt_status dt_serve_run(const dt_serve_options *o) {
     dt_decoder *d = NULL;
     dt_tp_ops ops;
     bool tp = o->comm && dt_comm_size(o->comm) > 1;
-    dt_status st = dt_generate_load(o->model, o->comm, tp, &ops, &m);
+    dt_status st = dt_generate_load(o->model, o->lora, o->comm, tp, &ops, &m);
     if (!st) st = dt_decoder_create_taking(m, o->quant, o->slots, o->budget, &d); /* m is the decoder's: the weights held once */
     serve_vocab v = { 0 };
     if (!st && tp && dt_comm_rank(o->comm) > 0) st = dt_decoder_follow(d); /* the leader's steps, until it releases us */

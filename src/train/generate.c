@@ -5,6 +5,7 @@
  * stages, each context through them in turn) the whole window of the last
  * max_seq_len tokens goes through forward for each new token. */
 #include "dtrain/infer.h"
+#include "dtrain/io.h"
 #include "dtrain/parallel.h"
 #include "dtrain/train.h"
 
@@ -107,11 +108,20 @@ dt_status dt_generate(dt_gpt2 **m, dt_comm *pp, const int32_t *prompt, int nprom
 
 /* The model this rank runs: the whole one, or over several ranks (w) its pipeline stage (stages split by cost at the
  * model's longest context, as training splits them) or, with tp, its tensor-parallel part (collectives ops over w). */
-dt_status dt_generate_load(const char *model, dt_comm *w, bool tp, dt_tp_ops *ops, dt_gpt2 **out) {
+dt_status dt_generate_load(const char *model, const char *lora, dt_comm *w, bool tp, dt_tp_ops *ops, dt_gpt2 **out) {
     dt_gpt2 *whole = NULL;
     dt_status st = dt_checkpoint_load_weights(model, 0, &whole, NULL);
     *out = NULL;
-    return st ? st : dt_generate_split(whole, w, tp, ops, out);
+    if (!st && lora && (st = dt_peft_merge(lora, dt_gpt2_program(whole)))) { /* merged before any split: every part gets its share */
+        char why[600];
+        snprintf(why, sizeof why, "%s", dt_last_error());
+        st = dt_error(st, "--lora %s: %s", lora, why);
+    }
+    if (st) {
+        dt_gpt2_destroy(whole);
+        return st;
+    }
+    return dt_generate_split(whole, w, tp, ops, out);
 }
 
 dt_status dt_generate_split(dt_gpt2 *whole, dt_comm *w, bool tp, dt_tp_ops *ops, dt_gpt2 **out) {

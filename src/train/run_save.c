@@ -35,6 +35,16 @@ static dt_status save_weights(run *r, int steps_done) {
     return st;
 }
 
+/* A LoRA run's checkpoint directory also holds PEFT's adapter folder (its two files, the latest step's adapters):
+ * PEFT's from_pretrained(DIR) reads it, --resume DIR the checkpoint. Read back from what was just saved, whole. */
+static dt_status save_peft(const char *dir) {
+    dt_program *t;
+    dt_status st = dt_checkpoint_load_adapters(dir, &t);
+    if (!st) st = dt_peft_save(dir, t);
+    dt_program_destroy(t);
+    return st;
+}
+
 /* Weights to FILE.bin / FILE.safetensors, or the full state to a directory;
  * the watchdog waits for it to be whole before it may end the rank. */
 dt_status dt_train_save(run *r, int steps_done) {
@@ -54,6 +64,7 @@ dt_status dt_train_save(run *r, int steps_done) {
         dt_checkpoint_model cm;
         dt_checkpoint_gpt2(r->m, &cm);
         st = dt_checkpoint_save(path, in_parts ? r->w : sharded(r) ? dt_engine_get_config(r->e)->comm : NULL, &r->c, r->nranks, &cm, r->e, &pos);
+        if (!st && cm.lora && r->rank == 0) st = save_peft(path);
     } else {
         st = save_weights(r, steps_done);
     }

@@ -46,6 +46,10 @@ static dt_status init_weights(const run *r, dt_gpt2 *m) {
 
 /* --lora-rank: adapters on the base (which freezes), drawn from the run's seed; the engine then trains them alone. */
 static dt_status add_lora(const dt_train_config *c, dt_gpt2 *m) {
+    if (c->lora_from && c->lora.rank)
+        return dt_error(DT_ERR_ARG, "--lora %s brings its adapters' rank, alpha and targets: not with --lora-rank (or a LoRA checkpoint's)",
+                        c->lora_from);
+    if (c->lora_from) return dt_peft_load(c->lora_from, dt_gpt2_program(m));
     if (!c->lora.rank) return DT_OK;
     dt_lora_config lc = c->lora;
     if (!lc.alpha) lc.alpha = 8;
@@ -151,7 +155,11 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     dt_gpt2_set_recompute(*out, c->recompute);
     dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);
     st = dt_gpt2_set_precision(*out, c->precision);
-    return st ? st : add_lora(c, *out);
+    if (!st) st = add_lora(c, *out);
+    if (!st && dt_program_lora_config(dt_gpt2_program(*out)) && c->save && !dt_checkpoint_is_dir(c->save))
+        st = dt_error(DT_ERR_ARG, "--save %s: a weights file holds a whole model; a LoRA run saves a directory (the adapters' checkpoint "
+                      "and PEFT's folder): --save DIR, then dtrain ckpt merge MODEL DIR OUT for the merged model", c->save);
+    return st;
 }
 
 static dt_status open_data(run *r) {
