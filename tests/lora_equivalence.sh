@@ -1,7 +1,8 @@
 #!/bin/bash
 # LoRA (rank 4 on a Llama's q_proj, v_proj and down_proj, the base frozen) gives the losses of one process with the
 # global batch over 20 AdamW steps, within 1e-6 relative, under DDP 2, ZeRO 1/2/3, PP 2 with GPipe, 1F1B and ZB-H1,
-# and recomputation; the checkpoint holds the adapters alone (their bytes), one saved under PP 2 at step 10 goes on
+# recomputation, TP 2 and 3 (each adapter split as its Linear), sequence parallelism, DP 2 x TP 2 with ZeRO-2, and a
+# clipped GPT-2 under TP 2 (its norms too); the checkpoint holds the adapters alone (their bytes), one saved under PP 2 at step 10 goes on
 # under ZeRO-2 on 2 ranks as the uninterrupted run does, and --resume DIR alone goes on with its adapters. The
 # checkpoint directory holds PEFT's adapter folder: eval --lora on the base = ckpt merge's folder (not the base alone),
 # and generate --lora decodes the merged model's tokens. What cannot be is refused naming why: a checkpoint of
@@ -55,6 +56,22 @@ for s in gpipe 1f1b zb1; do
     run pp_$s --batch 2 --grad-accum 2 --nproc 2 --pp 2 --pp-schedule $s && close "PP 2, $s, 2 micro-batches" "$dir/ref2.jsonl" "$dir/pp_$s.jsonl"
 done
 run rc --batch 4 --recompute && close "recomputing" "$dir/ref.jsonl" "$dir/rc.jsonl"
+run tp2 --batch 4 --nproc 2 --tp 2 && close "TP 2 (q's B split by heads, o_proj's and down_proj's A by input columns)" "$dir/ref.jsonl" "$dir/tp2.jsonl"
+run sp --batch 4 --nproc 2 --tp 2 --sp && close "TP 2 with sequence parallelism" "$dir/ref.jsonl" "$dir/sp.jsonl"
+run tp3 --batch 4 --nproc 3 --tp 3 && close "TP 3" "$dir/ref.jsonl" "$dir/tp3.jsonl"
+run dptp --batch 2 --nproc 4 --tp 2 --zero 2 && close "DP 2 x TP 2, ZeRO-2" "$dir/ref.jsonl" "$dir/dptp.jsonl"
+# GPT-2 (fused q/k/v: B split in three pieces a rank), clipped: the norm counts a replicated adapter once
+g=(--model d6 --data "$dir/train.bin" --vocab 256 --layers 4 --channels 64 --heads 4 --max-seq 64 --seq 64 --steps 20 --lr 3e-3 --threads 1
+   --quiet --lora-rank 4 --lora-targets c_attn,c_proj,c_fc --grad-clip 0.05 --batch 4)
+if "$DTRAIN" train "${g[@]}" --metrics "$dir/g1.jsonl" > "$dir/g1.out" 2>&1 &&
+   "$DTRAIN" train "${g[@]}" --nproc 2 --tp 2 --metrics "$dir/g2.jsonl" > "$dir/g2.out" 2>&1; then
+    close "GPT-2, TP 2, clipped at 0.05" "$dir/g1.jsonl" "$dir/g2.jsonl"
+    n=$(paste <(field grad_norm "$dir/g1.jsonl") <(field grad_norm "$dir/g2.jsonl") | awk 'BEGIN{w=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d} END{print w}')
+    awk "BEGIN{exit !($n <= 1e-6)}" && ok=1 || ok=0
+    verdict $ok "GPT-2, TP 2: the gradient norm is one process's (worst $n)"
+else
+    failed=$((failed + 1)); echo "FAIL GPT-2 TP 2"; tail -2 "$dir/g1.out" "$dir/g2.out"
+fi
 # the loss falls and the base stays: the losses are not one process's without adapters
 w=$(paste <(field loss "$dir/ref.jsonl") | awk 'NR==1{a=$1} {b=$1} END{print (b < a) ? 1 : 0}')
 verdict "$w" "the loss falls over 20 steps ($(field loss "$dir/ref.jsonl" | head -1) -> $(field loss "$dir/ref.jsonl" | tail -1))"
@@ -103,7 +120,8 @@ fi
 "$DTRAIN" train "${plain[@]/#48/96}" --steps 1 --lr 1e-30 --save "$dir/other" --quiet > /dev/null 2>&1
 refused "adapters whose base does not match the model (the tensor and its shapes named)" "lora_A.weight" \
     ckpt merge "$dir/other" "$dir/ck" "$dir/merged2"
-refused "tensor parallelism" "without tensor parallelism" train "${common[@]}" --batch 4 --nproc 2 --tp 2
+refused "a K/V Linear whose heads several tensor-parallel ranks keep" "kept by 2 tensor-parallel ranks" \
+    train "${common[@]}" --batch 4 --nproc 4 --tp 4 --kv-heads 2
 refused "targets that match no Linear" "match no Linear" train "${common[@]}" --batch 4 --lora-targets c_attn
 echo "lora equivalence: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -22,14 +22,15 @@ void dt_matmul_forward(float *out, const float *inp, const float *w, const float
 void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                         int BT, int C, int OC);
 
-/* LoRA's low-rank path beside a Linear (Hu et al. 2021), a: [r, C], b: [OC, r]. Forward: u[BT, r] = inp @ a^T (kept
- * for backward), out[BT, OC] (rows ldo floats apart: a part of a wider output) += scale * u @ b^T. Backward from
- * dout (rows ldo apart): db += scale * dout^T @ u; du[BT, r] (scratch) = scale * dout @ b; da += du^T @ inp;
- * dinp += du @ a (dinp NULL: not asked). */
-void dt_lora_forward(float *out, int ldo, float *u, const float *inp, const float *a, const float *b, float scale, int BT, int C, int r,
-                     int OC);
-void dt_lora_backward(float *dinp, float *da, float *db, float *du, const float *dout, int ldo, const float *inp, const float *u,
-                      const float *a, const float *b, float scale, int BT, int C, int r, int OC);
+/* LoRA's low-rank path beside a Linear (Hu et al. 2021), a: [r, C], b: [OC, r], in its two halves (tensor
+ * parallelism sums between them). Down: u[BT, r] = inp @ a^T. Up: out[BT, OC] (rows ldo floats apart: a part of a
+ * wider output) += scale * u @ b^T. Up's backward from dout (rows ldo apart): db += scale * dout^T @ u, du[BT, r] =
+ * scale * dout @ b. Down's: da += du^T @ inp, dinp += du @ a (either NULL: not made). */
+void dt_lora_down(float *u, const float *inp, const float *a, int BT, int C, int r);
+void dt_lora_up(float *out, int ldo, const float *u, const float *b, float scale, int BT, int r, int OC);
+void dt_lora_up_backward(float *db, float *du, const float *dout, int ldo, const float *u, const float *b, float scale, int BT, int r,
+                         int OC);
+void dt_lora_down_backward(float *dinp, float *da, const float *du, const float *inp, const float *a, int BT, int C, int r);
 
 /* Mixed precision (torch.autocast's linear): w and bias hold 16-bit values
  * of type t (DT_BF16 or DT_F16), inp f32 values that t can hold; out =

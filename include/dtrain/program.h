@@ -190,9 +190,11 @@ void dt_program_set_linear_observer(dt_program *p, dt_linear_observer fn, void *
  * frozen (backward makes no gradient for them: the Linears' and the head's weight gradients are skipped) and the
  * model the engine sees (dt_program_model) is the adapters alone: their table (names "h.3.qkvw.lora_A", PEFT's
  * "base_model.model.<module>.lora_A.weight"), stores and units (each block's adapters in its unit), so every
- * strategy (data parallelism, ZeRO's shards, a pipeline's stages) moves and updates the adapters only. Set once,
- * before the first forward; f32, one tensor-parallel rank, no dropout (what this build does; each other case is
- * refused naming it). A starts uniform in +-1/sqrt(in) (PEFT's Kaiming-uniform), B at zero. */
+ * strategy (data parallelism, ZeRO's shards, a pipeline's stages) moves and updates the adapters only. Under tensor
+ * parallelism an adapter splits as its Linear (a column-parallel one's B by output rows, a row-parallel one's A by
+ * input columns; the other whole on each rank). Set once, before the first forward; f32, no dropout, no K/V Linear
+ * whose heads several ranks keep (what this build does; each other case is refused naming it). A starts uniform in
+ * +-1/sqrt(in) (PEFT's Kaiming-uniform), B at zero. */
 typedef struct {
     int rank;
     float alpha;

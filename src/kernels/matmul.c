@@ -63,17 +63,22 @@ void dt_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
  * (exactly: every bf16 or f16 value is an f32), so sgemm multiplies 16-bit values and sums in f32, which is
  * what a 16-bit GEMM with f32 accumulation computes. The results are rounded
  * to 16 bits where autocast's linear returns 16-bit tensors. */
-void dt_lora_forward(float *out, int ldo, float *u, const float *inp, const float *a, const float *b, float scale, int BT, int C, int r,
-                     int OC) {
+void dt_lora_down(float *u, const float *inp, const float *a, int BT, int C, int r) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, r, C, 1.0f, inp, C, a, C, 0.0f, u, r);
+}
+
+void dt_lora_up(float *out, int ldo, const float *u, const float *b, float scale, int BT, int r, int OC) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, OC, r, scale, u, r, b, r, 1.0f, out, ldo);
 }
 
-void dt_lora_backward(float *dinp, float *da, float *db, float *du, const float *dout, int ldo, const float *inp, const float *u,
-                      const float *a, const float *b, float scale, int BT, int C, int r, int OC) {
+void dt_lora_up_backward(float *db, float *du, const float *dout, int ldo, const float *u, const float *b, float scale, int BT, int r,
+                         int OC) {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, r, BT, scale, dout, ldo, u, r, 1.0f, db, r);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, r, OC, scale, dout, ldo, b, r, 0.0f, du, r);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, BT, 1.0f, du, r, inp, C, 1.0f, da, C);
+}
+
+void dt_lora_down_backward(float *dinp, float *da, const float *du, const float *inp, const float *a, int BT, int C, int r) {
+    if (da) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, C, BT, 1.0f, du, r, inp, C, 1.0f, da, C);
     if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, r, 1.0f, du, r, a, C, 1.0f, dinp, C);
 }
 

@@ -51,9 +51,12 @@ static dt_status choose_parts(dt_program *p, program_lora *a) {
             at += (size_t)snprintf(list + at, at < sizeof list ? sizeof list - at : 0, "%s%s", at ? ", " : "", last ? last + 1 : module);
             if (!targeted(module, a->c.targets)) continue;
             const dt_tensor_info *w = &p->tab[p->block_tab[0] + s->w + j];
-            int in = w->shape[1], out = w->shape[0];
+            int in = w->gshape[1], out = w->gshape[0];
             if (a->c.rank > in || a->c.rank > out)
                 return dt_error(DT_ERR_ARG, "LoRA: rank %d is larger than %s [%d, %d]", a->c.rank, module, out, in);
+            if (w->replicas > 1 && w->split != DT_SPLIT_NONE) /* its gradient would be summed over the ranks keeping it */
+                return dt_error(DT_ERR_UNSUPPORTED, "LoRA: %s's K/V heads are kept by %d tensor-parallel ranks each (fewer K/V heads "
+                                "than ranks): this build adapts a K/V Linear only where each rank has its own", module, w->replicas);
             a->op_part[k * DT_LORA_MAX_PARTS + j] = a->per_block++;
         }
     }
@@ -82,6 +85,16 @@ static void add_adapter(dt_program *p, program_lora *a, int l, int k, int j, int
     t->llmc_index = -1;
     dt_tensor_set_whole(t);
     t->goffset = goff;
+    /* split as its Linear (Megatron's LoRA): a column-parallel one's B by the weight's output rows, a row-parallel
+     * one's A by its input columns; the other matrix whole on every rank of the group */
+    bool split = ab ? w->split == DT_SPLIT_COLUMN : w->split == DT_SPLIT_ROW;
+    if (split) {
+        t->split = w->split;
+        t->slice = w->slice;
+        t->gshape[ab ? 0 : 1] = w->gshape[ab ? 0 : 1];
+    } else {
+        t->replicas = p->part.tp_size, t->replica = p->part.tp_rank;
+    }
     a->nparams += t->count;
 }
 
@@ -93,7 +106,7 @@ static dt_status lay_adapters(dt_program *p, program_lora *a) {
         for (int j = 0; j < DT_LORA_MAX_PARTS; j++)
             if (a->op_part[k * DT_LORA_MAX_PARTS + j] >= 0) {
                 const dt_tensor_info *w = &p->tab[p->block_tab[0] + p->ops[k].s.w + j];
-                block += (size_t)a->c.rank * (size_t)(w->shape[0] + w->shape[1]);
+                block += (size_t)a->c.rank * (size_t)(w->gshape[0] + w->gshape[1]);
             }
     a->global_params = block * (size_t)L;
     if (!(a->tab = calloc((size_t)(2 * a->per_block * (p->nl > 0 ? p->nl : 1)), sizeof *a->tab)))
@@ -106,7 +119,7 @@ static dt_status lay_adapters(dt_program *p, program_lora *a) {
                 if (a->op_part[k * DT_LORA_MAX_PARTS + j] < 0) continue;
                 for (int ab = 0; ab < 2; ab++) {
                     add_adapter(p, a, l, k, j, ab, goff);
-                    goff += a->tab[a->ntab - 1].count;
+                    goff += (size_t)a->tab[a->ntab - 1].gshape[0] * (size_t)a->tab[a->ntab - 1].gshape[1];
                 }
             }
     }
@@ -118,10 +131,10 @@ static dt_status lay_adapters(dt_program *p, program_lora *a) {
 static void init_adapters(program_lora *a, uint64_t seed) {
     for (int i = 0; i < a->ntab; i++) {
         const dt_tensor_info *t = &a->tab[i];
-        float bound = 1.0f / sqrtf((float)t->shape[1]), *w = a->params + t->offset;
+        float bound = 1.0f / sqrtf((float)t->gshape[1]), *w = a->params + t->offset;
         bool is_b = t->name[strlen(t->name) - 1] == 'B';
         for (size_t e = 0; e < t->count; e++) {
-            uint64_t st = seed ^ ((t->goffset + e + 1) * 0x9E3779B97F4A7C15ull);
+            uint64_t st = seed ^ ((t->goffset + dt_tensor_global_index(t, e) + 1) * 0x9E3779B97F4A7C15ull);
             w[e] = is_b ? 0.0f : bound * (2.0f * dt_rng_uniform(&st) - 1.0f);
         }
     }
@@ -133,7 +146,6 @@ static dt_status refuse(const dt_program *p, const dt_lora_config *c) {
     if (p->lora) return dt_error(DT_ERR_ARG, "LoRA: the model has its adapters already");
     if (c->dropout > 0) return dt_error(DT_ERR_UNSUPPORTED, "LoRA: dropout %g: this build runs LoRA without dropout (0)", (double)c->dropout);
     if (p->prec != DT_F32) return dt_error(DT_ERR_UNSUPPORTED, "LoRA: this build runs adapters in f32 only, not %s", dt_dtype_name(p->prec));
-    if (p->part.tp_size > 1) return dt_error(DT_ERR_UNSUPPORTED, "LoRA: this build runs adapters without tensor parallelism (--tp %d)", p->part.tp_size);
     if (p->nl < 1) return dt_error(DT_ERR_ARG, "LoRA: this part of the model holds no block to adapt");
     return DT_OK;
 }
@@ -191,29 +203,44 @@ static float *kept_u(const dt_program *p, int l, int q) {
     return p->s->lora_u + ((size_t)p->bk[l] * p->lora->per_block + q) * BT * p->lora->c.rank;
 }
 
+/* Tensor parallelism (Megatron's LoRA): a column-parallel Linear reads all its input (gathered), so x A^T is whole on
+ * every rank and each adds its output rows' (x A^T) B^T; backward's d(x A^T) = dy B is a partial sum over the group
+ * (each rank its rows of dy): summed for A's gradient, while each rank's partial goes into d(x) with the Linear's
+ * (summed with it). A row-parallel Linear's x A^T is a partial sum (each rank its input columns): summed, then its
+ * product with B (whole) added once (rank 0's) to the partial sums the group adds up; backward's dy is whole, and so
+ * d(x A^T), from which each rank takes its columns of A's gradient and of d(x). */
 void dt_program_lora_forward(dt_program *p, int l, int k, const float *x, float *y) {
     program_lora *a = p->lora;
     const dt_program_op *o = &p->ops[k];
-    int BT = p->s->B * p->s->T, rows = 0;
+    int BT = p->s->B * p->s->T, rows = 0, r = a->c.rank;
     for (int j = 0; j < o->s.nw; rows += p->tab[first_tensor(p, l) + o->s.w + j].shape[0], j++) {
         int q = a->op_part[k * DT_LORA_MAX_PARTS + j];
         if (q < 0) continue;
         const dt_tensor_info *A = &a->tab[adapter_of(p, l, q)], *Bt = A + 1;
-        dt_lora_forward(y + rows, o->width_out, kept_u(p, l, q), x, a->params + A->offset, a->params + Bt->offset, a->scale, BT, o->width_in,
-                        a->c.rank, Bt->shape[0]);
+        float *u = kept_u(p, l, q);
+        bool row = A->split == DT_SPLIT_ROW;
+        dt_lora_down(u, x, a->params + A->offset, BT, o->width_in, r);
+        if (row) dt_program_tp_sum(p, u, (size_t)BT * r);
+        if (!row || p->part.tp_rank == 0) dt_lora_up(y + rows, o->width_out, u, a->params + Bt->offset, a->scale, BT, r, Bt->shape[0]);
     }
 }
 
 void dt_program_lora_backward(dt_program *p, int l, int k, const float *x, const float *dy, float *dx) {
     program_lora *a = p->lora;
     const dt_program_op *o = &p->ops[k];
-    int BT = p->s->B * p->s->T, rows = 0;
+    int BT = p->s->B * p->s->T, rows = 0, r = a->c.rank;
+    float *du = p->s->lora_du;
     for (int j = 0; j < o->s.nw; rows += p->tab[first_tensor(p, l) + o->s.w + j].shape[0], j++) {
         int q = a->op_part[k * DT_LORA_MAX_PARTS + j];
         if (q < 0) continue;
         const dt_tensor_info *A = &a->tab[adapter_of(p, l, q)], *Bt = A + 1;
-        dt_lora_backward(dx, a->grads + A->offset, a->grads + Bt->offset, p->s->lora_du, dy + rows, o->width_out, x, kept_u(p, l, q),
-                         a->params + A->offset, a->params + Bt->offset, a->scale, BT, o->width_in, a->c.rank, Bt->shape[0]);
+        const float *pa = a->params + A->offset;
+        dt_lora_up_backward(a->grads + Bt->offset, du, dy + rows, o->width_out, kept_u(p, l, q), a->params + Bt->offset, a->scale, BT, r,
+                            Bt->shape[0]);
+        bool column = Bt->split == DT_SPLIT_COLUMN;
+        dt_lora_down_backward(dx, NULL, du, x, pa, BT, o->width_in, r); /* column-parallel: this rank's share of d(x) */
+        if (column) dt_program_tp_sum(p, du, (size_t)BT * r);
+        dt_lora_down_backward(NULL, a->grads + A->offset, du, x, pa, BT, o->width_in, r);
     }
 }
 
