@@ -8,6 +8,7 @@
 
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
+#include "dtrain/program.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +53,7 @@ typedef struct {
                                 * without the head does not hold it */
     int threads;             /* a rank's threads (0: the machine's cores shared by its ranks) */
     int nodes;               /* machines the job spans (0, 1: one) */
+    dt_lora_config lora;     /* LoRA (rank 0: none): the base frozen (its weights only), the adapters' gradients and state */
 } dt_plan_job;
 
 /* What a layout runs on. A device is a rank: a GPU, or on a CPU a rank with its share of the cores. */

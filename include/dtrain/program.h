@@ -38,9 +38,9 @@ dt_status dt_program_create(const dt_lm_config *cfg, dt_program **out);
  * group; with cp_size > 1, context parallelism (attention through part's cp, rows in dt_gpt2_cp_position's order). */
 dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out);
 
-/* The whole model's table and ops without its parameters or activations (no forward, no store): what a tool needs
- * to name, count or place tensors, and to hold LoRA's adapters alone (io/peft.c). */
-dt_status dt_program_create_table(const dt_lm_config *cfg, dt_program **out);
+/* A part's table and ops (NULL: the whole model's) without its parameters or activations (no forward, no store): what
+ * a tool needs to name, count or place tensors, and to hold LoRA's adapters alone (io/peft.c, the planner). */
+dt_status dt_program_create_table(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out);
 void dt_program_destroy(dt_program *p);
 const dt_lm_config *dt_program_config(const dt_program *p);
 /* Weights as a seed draws them (normal 0.02; the output projections 0.02 / sqrt(2 L); norms 1, biases 0). */
@@ -203,6 +203,10 @@ typedef struct {
 } dt_lora_config;
 dt_status dt_lora_config_check(const dt_lora_config *c, const char *where);
 dt_status dt_program_set_lora(dt_program *p, const dt_lora_config *c, uint64_t seed);
+/* Without a model: the adapters a part holds (its tensor-parallel rank's share) and the floats a token its slot keeps
+ * for them (the planner's count). */
+dt_status dt_program_lora_sizes(const dt_lm_config *cfg, const dt_gpt2_part *part, const dt_lora_config *c, size_t *params,
+                                size_t *kept_per_token);
 /* Model FLOPs a token of a training step (dt_program_flops_per_token's count; with LoRA the frozen base's weight
  * gradients are not made, the adapters' forward and backward are). */
 double dt_program_step_flops_per_token(const dt_program *p, int T);

@@ -367,7 +367,7 @@ dt_status dt_checkpoint_load_adapters(const char *dir, dt_program **out) {
     else snprintf(targets, sizeof targets, "%s", t->valuestring);
     dt_lora_config lc = { .rank = st ? 0 : (int)r->valuedouble, .alpha = st ? 0 : (float)a->valuedouble, .targets = targets };
     if (!st) st = dt_ckpt_manifest_shape(j, mpath, &g);
-    if (!st) st = dt_program_create_table(&g, out);
+    if (!st) st = dt_program_create_table(&g, NULL, out);
     if (!st) st = dt_program_set_lora(*out, &lc, 0);
     if (!st) {
         dt_model m;

@@ -460,10 +460,10 @@ static dt_status shape_part(const dt_lm_config *given, const dt_gpt2_part *part,
     return DT_OK;
 }
 
-dt_status dt_program_create_table(const dt_lm_config *cfg, dt_program **out) {
+dt_status dt_program_create_table(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out) {
     dt_gpt2_part whole = { .ua = 0, .ub = 0, .tp_size = 1 };
     whole.ub = cfg->num_layers + 2;
-    return shape_part(cfg, &whole, out);
+    return shape_part(cfg, part ? part : &whole, out);
 }
 
 dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out) {

@@ -244,6 +244,20 @@ void dt_program_lora_backward(dt_program *p, int l, int k, const float *x, const
     }
 }
 
+dt_status dt_program_lora_sizes(const dt_lm_config *cfg, const dt_gpt2_part *part, const dt_lora_config *c, size_t *params,
+                                size_t *kept_per_token) {
+    dt_program *p;
+    dt_status st = dt_program_create_table(cfg, part, &p);
+    if (!st) st = dt_program_set_lora(p, c, 0);
+    if (!st) {
+        *params = p->lora->nparams;
+        /* each held block's adapters' x A^T, and backward's d(x A^T) of one */
+        *kept_per_token = ((size_t)p->nl * (size_t)p->lora->per_block + 1) * (size_t)c->rank;
+    }
+    dt_program_destroy(p);
+    return st;
+}
+
 double dt_program_step_flops_per_token(const dt_program *p, int T) {
     const dt_lm_config *c = &p->cfg;
     double full = dt_program_flops_per_token(c, T), att = 12.0 * c->num_layers * (double)T * c->num_heads * c->head_dim;

@@ -37,9 +37,16 @@ static int accumulates(const dt_plan_job *j) {
  * none); ZeRO 1 and 2 keep the f32 master only in
  * the shard when mixed (or when the machine shares one copy); gradients in
  * f32 or --grad-store's 16 bits. */
-static void model_states(const dt_plan_job *j, double psi, double tied, double f32_only, const double unit_lp[2], dt_plan_memory *m) {
+static void model_states(const dt_plan_job *j, double psi, double tied, double f32_only, const double unit_lp[2], double adapters,
+                         dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1;
     int mixed = j->precision != DT_F32, s = j->stage;
+    if (j->lora.rank) { /* the frozen base whole on every rank; the strategy shards the adapters, which train */
+        m->params = 4 * psi + 4 * adapters / (s >= 3 ? n : 1);
+        m->grads = 4 * adapters / (s >= 2 ? n : 1);
+        m->optim = 4 * optim_floats(&j->opt) * adapters / (s >= 1 ? n : 1);
+        return;
+    }
     if (j->paper_states) {
         double k = (mixed ? 4 : 0) + 4 * optim_floats(&j->opt), w = mixed ? 2 : 4;
         m->params = w * psi / (s >= 3 ? n : 1);
@@ -62,11 +69,11 @@ static void model_states(const dt_plan_job *j, double psi, double tied, double f
 
 /* One rank holding psi parameters and acts bytes of activations; stage_bufs of its pipeline stage's own buffers, and
  * runtime bytes of process. */
-static void estimate_rank(const dt_plan_job *j, double psi, double tied, double f32_only, const double unit_lp[2], double acts,
-                          double stage_bufs, double runtime, dt_plan_memory *m) {
+static void estimate_rank(const dt_plan_job *j, double psi, double tied, double f32_only, const double unit_lp[2], double adapters,
+                          double acts, double stage_bufs, double runtime, dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1, f = 4;
     memset(m, 0, sizeof *m);
-    model_states(j, psi, tied, f32_only, unit_lp, m);
+    model_states(j, psi, tied, f32_only, unit_lp, adapters, m);
     int shared = j->stage >= 1 && n > 1 && j->shared_params;
     /* DDP: the tied embedding's rows of every rank (C floats per token) and the tokens;
      * ZeRO: the parameters' allgather staged 4M floats per rank at a time; stages 2
@@ -82,6 +89,8 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
     if (outside > 0) pool_bytes = fmin(pool_bytes, outside);
     m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
               pool_bytes;
+    /* LoRA: the adapters' buckets (no token table's rows deferred, no pool for a head that does not train) */
+    if (j->lora.rank) m->comm = n > 1 ? 2 * fmin((double)j->bucket_bytes, f * adapters) : 0, outside = 0, pool = 0;
     /* ZeRO's implementation on devices of their own (DeepSpeed's): two gradient buckets in flight, and at stage 3 the unit
      * being gathered and the next (the largest block's 16-bit parameters, twice) */
     if (j->paper_states) {
@@ -165,10 +174,25 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
          * does); the first and last stages hold the tied wte's gradient on its way between them (dt_pipeline's
          * wte_recv, wte_send: 124M's first stage was 4.7% under without it) */
         double process = (double)j->process_bytes;
-        if (b[v - 1] != c->num_layers + 2) process -= fmin((double)j->head_process_bytes, process);
+        /* (nor does LoRA's, whose head is frozen) */
+        if (b[v - 1] != c->num_layers + 2 || j->lora.rank) process -= fmin((double)j->head_process_bytes, process);
         double wte = p > 1 && !c->untied && (s == 0 || s == p - 1) ? 4 * ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels : 0;
+        /* LoRA: this stage's adapters (a tensor-parallel rank's share) and what each token keeps for them */
+        size_t adapters = 0, per_token = 0;
+        if (j->lora.rank) {
+            dt_gpt2_part part = { .ua = a[0], .ub = b[v - 1], .tp_size = j->tp > 1 ? j->tp : 1, .tp_rank = 0 };
+            static const dt_tp_ops none = { 0 };
+            part.tp = part.tp_size > 1 ? &none : NULL;
+            if (v > 1) {
+                part.nchunks = v;
+                for (int k = 0; k < v; k++) part.chunk_a[k] = a[k], part.chunk_b[k] = b[k];
+            }
+            if (dt_program_lora_sizes(&j->model, &part, &j->lora, &adapters, &per_token)) adapters = per_token = 0;
+            acts += 4.0 * (double)per_token * j->batch * j->seq * (p > 1 ? dt_plan_pp_slots(j, s) : 1);
+            wte = 0; /* the tied table is frozen: nothing travels between the first and last stage */
+        }
         dt_plan_memory one;
-        estimate_rank(j, psi, tied, f32_only, unit_lp, acts, wte, process, &one);
+        estimate_rank(j, psi, tied, f32_only, unit_lp, (double)adapters, acts, wte, process, &one);
         if (one.per_rank > m->per_rank) *m = one;
     }
 }

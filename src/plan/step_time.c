@@ -64,7 +64,9 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
     stage_cost s;
     /* the blocks' Linears at the MLP's rate, the head's at its own (once each way whatever --recompute says) */
     double head = b == L + 2 ? V * C : 0;
-    s.mm = 2 * (dt_plan_units_matmul_params(j, a, b) - head) * tokens * passes / rmm + 2 * head * tokens * 3 / rhead;
+    /* LoRA's frozen base makes no weight gradients: a pass fewer (the adapters' own few FLOPs are left out) */
+    double lin = passes - (j->lora.rank ? 1 : 0), hp = j->lora.rank ? 2 : 3;
+    s.mm = 2 * (dt_plan_units_matmul_params(j, a, b) - head) * tokens * lin / rmm + 2 * head * tokens * hp / rhead;
     /* causal attention: a query meets T/2 keys on average (the balanced chunks under CP too): 2 T C per query forward, twice that backward */
     s.att = nl * 2.0 * tokens * T * (Q / tp) * passes / ratt;
     /* the elementwise kernels, forward and twice backward: LayerNorms, residuals, biases, GELU (bytes a token and block), the head's
@@ -179,6 +181,13 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
            per = (j->opt.kind == DT_OPT_SGD ? 16 : 28) + 4 + (w == 2 ? 2 : 0) + (tp > 1 || p > 1 ? 4 : 0);
     /* at its own measured rate where there is one: a rank's threads' share of one core's, at most its share of all cores' */
     double obw = h->optim_bw_one > 0 ? fmin(h->optim_bw_one * o->threads, h->optim_bw_all / local) : bw;
+    if (j->lora.rank) { /* the adapters alone: this rank's tensor-parallel share, a stage's of them */
+        dt_gpt2_part part = { .ua = 0, .ub = j->model.num_layers + 2, .tp_size = tp > 1 ? (int)tp : 1 };
+        static const dt_tp_ops none = { 0 };
+        part.tp = tp > 1 ? &none : NULL;
+        size_t ad = 0, kept = 0;
+        if (!dt_program_lora_sizes(&j->model, &part, &j->lora, &ad, &kept)) own = (double)ad / p / (stage >= 1 ? n : 1);
+    }
     o->optimizer = own * per / obw;
     /* mixed precision with unit hooks on dtrain's runtime (ZeRO-3; ZeRO 1 and 2 with each rank's own parameters): each unit's
      * 16-bit copy is made as its forward starts and again as its backward does, into pages given back after each (so that no
