@@ -74,6 +74,7 @@ static void usage(FILE *f) {
             "  report RUN_DIR -o report.html       one HTML page of a run (charts, timeline; see train --report)\n"
             "  ckpt info|verify DIR                what a checkpoint holds; every kept one checked against its hashes\n"
             "  ckpt export DIR FILE|FOLDER/        its weights as .safetensors, .bin, .gguf or an HF folder\n"
+            "  ckpt merge MODEL ADAPTERS OUT       MODEL with PEFT's LoRA adapters merged, written as export writes\n"
             "  launch -n N [--] PROGRAM [ARGS]     run N local ranks of PROGRAM over shared memory\n"
             "  bench comm [FLAGS]                  collective latency and bandwidth, against MPI (--baseline mpi)\n"
             "  bench train [FLAGS]                 training throughput, against PyTorch (--baseline torch); --nproc 1,2,4\n"
