@@ -68,11 +68,36 @@ dt_status dt_bpe_prompt(dt_bpe *b, const char *text, size_t len, int32_t **ids, 
 dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int vocab, const char *model, const char *who, bool say,
                            dt_bpe **out);
 
+/* Supervised fine-tuning data (data/sft.c): a JSONL file of chats ({"messages": [{"role", "content"}, ...]}) or
+ * prompts and completions ({"prompt", "completion"}), one example a row of T inputs and T targets, the targets not
+ * scored (prompts, the user's and system's turns, padding) DT_IGNORE_INDEX, as TRL's SFTTrainer scores them; chats
+ * rendered by a chat template of the documented subset (chatml, llama3), prompts and completions as TRL tokenizes
+ * them (eos: the end-of-text id appended to a completion, -1: none). Bad lines are refused naming the file and line. */
+typedef enum { DT_CHAT_NONE = 0, DT_CHAT_CHATML, DT_CHAT_LLAMA3 } dt_chat_kind;
+dt_status dt_chat_kind_parse(const char *name, dt_chat_kind *out);
+/* Which of the subset a tokenizer_config.json's Jinja chat_template is (by its markers), or an error naming where. */
+dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat_kind *out);
+typedef struct dt_sft dt_sft;
+dt_status dt_sft_load(const char *path, dt_bpe *tok, dt_chat_kind chat, int eos, int T, dt_sft **out);
+void dt_sft_destroy(dt_sft *d);
+size_t dt_sft_rows(const dt_sft *d);
+int dt_sft_seq(const dt_sft *d);
+const char *dt_sft_path(const dt_sft *d);
+/* Examples longer than T + 1 tokens, cut there; row's scored targets; row's inputs and targets (T each). */
+size_t dt_sft_truncated(const dt_sft *d);
+size_t dt_sft_scored(const dt_sft *d, size_t row);
+void dt_sft_row(const dt_sft *d, size_t row, int32_t *inputs, int32_t *targets);
+
 typedef struct dt_loader dt_loader;
 /* Batches of B x T (+1 for the targets) for rank `rank` of `nranks`.
  * seed 0 reads batches in file order, wrapping at the end; otherwise the
  * order of global batches is shuffled each epoch. */
 dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nranks, uint64_t seed, dt_loader **out);
+/* The same over an SFT file's rows: global batch i is rows [i*N*B, (i+1)*N*B), rank r's B of them from i*N*B + r*B. */
+dt_status dt_loader_create_rows(const dt_sft *d, int B, int rank, int nranks, uint64_t seed, dt_loader **out);
+/* The scored targets of the next n global batches, every rank's (rows: what a step's loss divides by; a token
+ * file's: all of them). */
+size_t dt_loader_scored(const dt_loader *l, int n);
 void dt_loader_destroy(dt_loader *l);
 void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets);
 void dt_loader_reset(dt_loader *l);

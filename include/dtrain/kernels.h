@@ -185,6 +185,11 @@ typedef struct { float *dq, *dk, *dv; size_t sq, skv; } dt_attn_grads;
 void dt_attention_block_backward(const dt_attn_grads *g, const float *dout, const float *out, const float *lse, const dt_attn_rows *q,
                                  const dt_attn_rows *k, const dt_attn_rows *v, int B, int C, int NH);
 
+/* A target that is not scored (PyTorch's ignore_index): its row has no loss (0 in losses[], still counted in the
+ * mean the functions below return: a caller that ignores rows divides their sum by its own count) and a zero
+ * gradient. Every cross-entropy function here takes it (any target below 0). */
+#define DT_IGNORE_INDEX (-100)
+
 /* Softmax cross-entropy on logits[BT, Vp] over the first V columns.
  * Writes losses[BT] and returns their mean; then overwrites logits with
  * d(mean loss)/d(logits) (zero in the padded columns) scaled by dscale, so the

@@ -53,7 +53,13 @@ float *dt_program_params(dt_program *p);
 float *dt_program_grads(dt_program *p);
 void dt_program_zero_grad(dt_program *p);
 
-/* Forward on B x T tokens through every unit; with targets, the mean cross-entropy into *loss. */
+/* Forward on B x T tokens through every unit; with targets, the mean cross-entropy into *loss: over the scored
+ * targets (DT_IGNORE_INDEX, -100, marks one that is not: no loss, no gradient; a prompt's tokens in supervised
+ * fine-tuning, padding), divided by their count in this micro-batch, or by n after dt_program_set_loss_tokens(p, n)
+ * (n > 0; 0: back to the count): a step over several micro-batches and ranks gives each the global batch's count
+ * divided by their number, so that every layout takes the mean over the global batch's scored tokens, as one
+ * process with the whole batch does. */
+void dt_program_set_loss_tokens(dt_program *p, double n);
 dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
 /* Forward over units [a, b) of one held range: from the tokens (a == 0) or from x, the residual stream [B, T, C]
  * entering unit a; targets (and the loss) only when the range ends with the head. A range that ends before the

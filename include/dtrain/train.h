@@ -61,6 +61,8 @@ typedef struct {
     int step_at_end;          /* DDP: the optimizer after backward, not bucket by bucket inside it */
     dt_lora_config lora;      /* --lora-rank R (0: every weight trains), --lora-alpha, --lora-targets (NULL: the family's) */
     const char *lora_from;    /* --lora DIR: PEFT's adapter folder to start from (its rank, alpha and targets) */
+    const char *tokenizer;    /* --tokenizer tokenizer.json: --data FILE.jsonl's (NULL: the --model folder's) */
+    const char *chat_template; /* --chat-template chatml|llama3|none (NULL: the tokenizer_config.json's) */
     double stall_timeout;     /* seconds a rank may wait for a live peer that never joins (warn; 2x: stop); 0 off */
     int skip_nonfinite;       /* a step whose loss or gradient norm is not finite is skipped (else the run stops) */
     dt_dtype precision;       /* DT_F32, or mixed precision: DT_BF16, DT_F16 (dt_gpt2_set_precision) */

@@ -31,8 +31,13 @@ static void usage(FILE *f) {
             "                     running averages too\n"
             "  --layers/--heads/--channels/--vocab/--max-seq N   shape overrides (any shape); --kv-heads N, --ffn N\n"
             "                     (a Llama's K/V heads and MLP width)\n"
-            "  --data FILE        training tokens (llm.c format)\n"
-            "  --val-data FILE    validation tokens; --eval-every N steps, --eval-batches N (8)\n"
+            "  --data FILE        training tokens (llm.c format), or FILE.jsonl: supervised fine-tuning on chats\n"
+            "                     ({\"messages\": [{\"role\", \"content\"}, ..]}) or {\"prompt\", \"completion\"} pairs, one\n"
+            "                     example a row of --seq (cut or padded), the loss on the assistant's turns or the\n"
+            "                     completion only (TRL's SFTTrainer's), the mean over the global batch's scored tokens\n"
+            "  --tokenizer F      tokenizer.json for FILE.jsonl (the --model folder's by default)\n"
+            "  --chat-template T  chatml or llama3 (by default the kind tokenizer_config.json's template is)\n"
+            "  --val-data FILE    validation tokens (or FILE.jsonl); --eval-every N steps, --eval-batches N (8)\n"
             "  --batch B (4)  --seq T (64)  --steps N (10; 0: evaluate only, as dtrain eval)  --grad-accum K (1)\n"
             "  --optimizer sgd|adamw|lamb|lars (adamw)  --lr X (3e-4)  --betas B1,B2 (0.9,0.999)\n"
             "  --eps X (1e-8)  --weight-decay X (0)  --momentum X (0)  --nesterov  --trust-coef X (0.001)\n"
@@ -137,6 +142,7 @@ static const dt_cli_flag flags[] = {
     { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
     { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
+    { "--tokenizer", "a tokenizer.json" }, { "--chat-template", "chatml, llama3 or none" },
     { "--optimizer", "sgd, adamw, lamb or lars" }, { "--precision", "fp32, bf16 or fp16" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--grad-store", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
     { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
@@ -246,6 +252,8 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         else if (!strcmp(f, "--resume")) c.resume = v;
         else if (!strcmp(f, "--lora-targets")) c.lora.targets = v;
         else if (!strcmp(f, "--lora")) c.lora_from = v;
+        else if (!strcmp(f, "--tokenizer")) c.tokenizer = v;
+        else if (!strcmp(f, "--chat-template")) ok = !dt_chat_kind_parse(v, &(dt_chat_kind){ 0 }), c.chat_template = v;
         else if (!strcmp(f, "--strategy")) {
             ok = dt_strategy_find(v) != NULL, c.strategy = v;
             if (!ok && !strncasecmp(v, "fsdp", 4)) {

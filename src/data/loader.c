@@ -8,6 +8,7 @@
 
 struct dt_loader {
     const dt_tokens *t;
+    const dt_sft *rows;          /* or an SFT file's rows (t NULL) */
     int B, T, rank, nranks;
     size_t nbatches, next;
     uint64_t seed, epoch;
@@ -24,10 +25,30 @@ dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nrank
                         dt_tokens_path(t), dt_tokens_count(t), nranks, B, T, per + 1);
     dt_loader *l = calloc(1, sizeof *l);
     if (!l) return dt_error(DT_ERR_NOMEM, "loader: out of memory");
-    *l = (dt_loader){ t, B, T, rank, nranks, (dt_tokens_count(t) - 1) / per, 0, seed, 0, NULL };
+    *l = (dt_loader){ t, NULL, B, T, rank, nranks, (dt_tokens_count(t) - 1) / per, 0, seed, 0, NULL };
     if (seed) {
         l->order = malloc(sizeof(size_t) * l->nbatches);
         if (!l->order) { free(l); return dt_error(DT_ERR_NOMEM, "loader: out of memory"); }
+    }
+    dt_loader_reset(l);
+    *out = l;
+    return DT_OK;
+}
+
+dt_status dt_loader_create_rows(const dt_sft *d, int B, int rank, int nranks, uint64_t seed, dt_loader **out) {
+    *out = NULL;
+    size_t per = (size_t)B * (size_t)nranks;
+    if (B < 1 || nranks < 1 || rank < 0 || rank >= nranks)
+        return dt_error(DT_ERR_ARG, "loader: bad batch %d for rank %d of %d", B, rank, nranks);
+    if (dt_sft_rows(d) < per)
+        return dt_error(DT_ERR_ARG, "%s: %zu examples are fewer than one global batch needs (%d ranks x %d)", dt_sft_path(d), dt_sft_rows(d),
+                        nranks, B);
+    dt_loader *l = calloc(1, sizeof *l);
+    if (!l) return dt_error(DT_ERR_NOMEM, "loader: out of memory");
+    *l = (dt_loader){ NULL, d, B, dt_sft_seq(d), rank, nranks, dt_sft_rows(d) / per, 0, seed, 0, NULL };
+    if (seed && !(l->order = malloc(sizeof(size_t) * l->nbatches))) {
+        free(l);
+        return dt_error(DT_ERR_NOMEM, "loader: out of memory");
     }
     dt_loader_reset(l);
     *out = l;
@@ -58,6 +79,30 @@ void dt_loader_reset(dt_loader *l) {
 
 size_t dt_loader_batches(const dt_loader *l) { return l->nbatches; }
 
+/* The global batch at place k from now (the epochs' shuffles as they will come: a copy of the state advances). */
+static size_t batch_at(const dt_loader *l, size_t k, size_t *order_scratch) {
+    size_t next = l->next + k;
+    uint64_t epoch = l->epoch + next / l->nbatches;
+    next %= l->nbatches;
+    if (!l->order) return next;
+    if (epoch == l->epoch) return l->order[next];
+    dt_loader later = *l;
+    later.order = order_scratch, later.epoch = epoch;
+    shuffle(&later);
+    return order_scratch[next];
+}
+
+size_t dt_loader_scored(const dt_loader *l, int n) {
+    size_t per = (size_t)l->B * (size_t)l->nranks, total = 0, *scratch = l->order ? malloc(sizeof(size_t) * l->nbatches) : NULL;
+    for (int k = 0; k < n; k++) {
+        size_t b = batch_at(l, (size_t)k, scratch); /* a step's batches may run past the end of an epoch into the next */
+        if (!l->rows) { total += per * (size_t)l->T; continue; }
+        for (size_t r = 0; r < per; r++) total += dt_sft_scored(l->rows, b * per + r);
+    }
+    free(scratch);
+    return total;
+}
+
 void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
     if (l->next == l->nbatches) {
         l->next = 0;
@@ -66,6 +111,12 @@ void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
     }
     size_t b = l->order ? l->order[l->next] : l->next;
     l->next++;
+    if (l->rows) { /* rows: this rank's B of the global batch's */
+        for (int i = 0; i < l->B; i++)
+            dt_sft_row(l->rows, (b * (size_t)l->nranks + (size_t)l->rank) * (size_t)l->B + (size_t)i, inputs + (size_t)i * l->T,
+                       targets + (size_t)i * l->T);
+        return;
+    }
     size_t bt = (size_t)l->B * l->T, start = (b * (size_t)l->nranks + (size_t)l->rank) * bt;
     for (size_t i = 0; i < bt; i++) {
         inputs[i] = (int32_t)dt_tokens_get(l->t, start + i);
@@ -80,7 +131,8 @@ void dt_loader_position(const dt_loader *l, uint64_t *epoch, size_t *next) {
 
 dt_status dt_loader_seek(dt_loader *l, uint64_t epoch, size_t next) {
     if (next > l->nbatches)
-        return dt_error(DT_ERR_ARG, "%s: batch %zu of an epoch of %zu batches", dt_tokens_path(l->t), next, l->nbatches);
+        return dt_error(DT_ERR_ARG, "%s: batch %zu of an epoch of %zu batches", l->rows ? dt_sft_path(l->rows) : dt_tokens_path(l->t), next,
+                        l->nbatches);
     l->epoch = epoch;
     l->next = next;
     if (l->order) shuffle(l);

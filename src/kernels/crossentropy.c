@@ -28,6 +28,10 @@ static void slice_sum(float *part, const float *l, float m, int t, int V) {
 }
 
 static float row_loss(const float *l, int target, int V, float *mx_out, float *sum_out) {
+    if (target < 0) { /* not scored (DT_IGNORE_INDEX): no loss, and backward's row is zeros */
+        *mx_out = 0, *sum_out = 1;
+        return 0;
+    }
     float part[2], mx = slice_max(l, V);
     slice_sum(part, l, mx, target, V);
     *mx_out = mx;
@@ -48,8 +52,14 @@ float dt_crossentropy_forward(float *losses, float *stats, const float *logits, 
 }
 
 /* Row i's gradient in place of its logits (mx, sum from row_loss); a
- * target outside [0, V) is another rank's column. */
-static void row_grad(float *l, int target, int V, int Vp, float mx, float sum, float dscale) {
+ * target outside [0, V) is another rank's column; a row not scored
+ * (ignored: its target, before any shift to a rank's columns, below 0)
+ * gets zeros. */
+static void row_grad(float *l, int target, int V, int Vp, float mx, float sum, float dscale, bool ignored) {
+    if (ignored) {
+        for (int v = 0; v < Vp; v++) l[v] = 0.0f;
+        return;
+    }
     float inv = 1.0f / sum;
     #pragma omp simd
     for (int v = 0; v < V; v++) l[v] = dt_vexpf(l[v] - mx) * inv * dscale;
@@ -72,7 +82,7 @@ void dt_crossentropy_rows_backward(float *logits, const float *stats, const int3
                                    float dscale) {
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < BT; i++)
-        row_grad(logits + (size_t)i * Vp, targets[i] - v0, V, Vp, stats[2 * i], stats[2 * i + 1], dscale);
+        row_grad(logits + (size_t)i * Vp, targets[i] - v0, V, Vp, stats[2 * i], stats[2 * i + 1], dscale, targets[i] < 0);
 }
 
 float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale, dt_dtype t) {
@@ -82,7 +92,7 @@ float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets
         float *l = logits + (size_t)i * Vp, mx, sum;
         losses[i] = row_loss(l, targets[i], V, &mx, &sum);
         total += losses[i];
-        row_grad(l, targets[i], V, Vp, mx, sum, dscale);
+        row_grad(l, targets[i], V, Vp, mx, sum, dscale, targets[i] < 0);
         dt_lp_round(l, (size_t)V, t); /* while the row is in cache */
     }
     return (float)(total / BT);
@@ -90,7 +100,7 @@ float dt_crossentropy_fused(float *logits, float *losses, const int32_t *targets
 
 void dt_crossentropy_backward(float *logits, const float *stats, const int32_t *targets, int BT, int V, int Vp, float dscale) {
     #pragma omp parallel for schedule(static)
-    for (int i = 0; i < BT; i++) row_grad(logits + (size_t)i * Vp, targets[i], V, Vp, stats[2 * i], stats[2 * i + 1], dscale);
+    for (int i = 0; i < BT; i++) row_grad(logits + (size_t)i * Vp, targets[i], V, Vp, stats[2 * i], stats[2 * i + 1], dscale, targets[i] < 0);
 }
 
 /* 16-bit logits: each thread widens a row into its Vp floats of work (as
@@ -121,7 +131,7 @@ static float lp_rows_loss(uint16_t *logits, float *losses, float *stats, const i
             if (stats) stats[2 * i] = mx, stats[2 * i + 1] = sum;
             total += losses[i];
             if (!grad) continue;
-            row_grad(row, targets[i], V, Vp, mx, sum, dscale);
+            row_grad(row, targets[i], V, Vp, mx, sum, dscale, targets[i] < 0);
             dt_lp_pack(l, row, (size_t)Vp, t);
         }
     }
@@ -165,6 +175,10 @@ void dt_crossentropy_grad_lp(float *dst, const uint16_t *logits, int row0, int n
     for (int i = 0; i < n; i++) {
         int row = row0 + i;
         float *d = dst + (size_t)i * r, mx = g->stats[2 * row], inv = 1.0f / g->stats[2 * row + 1], ds = g->dscale;
+        if (g->targets[row] < 0) { /* not scored */
+            for (int v = 0; v < r; v++) d[v] = 0.0f;
+            continue;
+        }
         dt_lp_unpack(d, logits + (size_t)row * Vp + o0, (size_t)r, t);
         #pragma omp simd
         for (int v = 0; v < vend; v++) d[v] = dt_vexpf(d[v] - mx) * inv * ds;

@@ -91,6 +91,7 @@ typedef struct {
     float *res1;               /* and a block's input widened again for its backward */
     float *lora_u, *lora_du;   /* LoRA: each held block's adapters' x A^T, kept; backward's d(u) of one */
     float w_dscale;            /* the loss gradient's scale B used (W recomputes the head's 16-bit gradient) */
+    double loss_tokens;        /* what the forward's loss divided its sum by (the scored tokens' count), backward too */
     float loss;
 } program_slot;
 
@@ -153,6 +154,7 @@ struct dt_program {
     float *kv_keep, *kv_sum;   /* K/V heads kept by several ranks: their gradients set aside, and summed (program_run.c) */
     int nslots;
     program_lora *lora;        /* LoRA's adapters (NULL: none); the base weights are then frozen */
+    double loss_tokens;        /* dt_program_set_loss_tokens (0: each micro-batch's own count of scored tokens) */
 };
 
 /* A held block's values, stats and first tensor. */
@@ -203,7 +205,7 @@ void dt_program_norm_backward(dt_program *p, float *din, float *dw, float *db, c
                               const float *stats, int C);
 void dt_program_tp_embedding_forward(dt_program *p, float *out, const int32_t *tokens);
 void dt_program_tp_embedding_backward(dt_program *p, const float *dout, bool skip_rows);
-float dt_program_tp_crossentropy_forward(dt_program *p, const int32_t *targets);
+double dt_program_tp_crossentropy_forward(dt_program *p, const int32_t *targets); /* the sum of the rows' losses */
 void dt_program_tp_crossentropy_backward(dt_program *p, float dscale);
 
 #endif

@@ -376,7 +376,11 @@ static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
     else dt_matmul_forward_lp16((uint16_t *)s->logits, lnf, p->params_lp + ho, BT, C, p->Vl, p->prec, p->lp_work, p->lp_work_floats);
     if (targets) {
         memcpy(s->targets, targets, (size_t)BT * sizeof(int32_t));
-        s->loss = dt_program_tp_crossentropy_forward(p, targets);
+        /* the mean over the scored tokens: this micro-batch's, or the count the caller gives (the global batch's share) */
+        size_t scored = 0;
+        for (int i = 0; i < BT; i++) scored += targets[i] >= 0;
+        s->loss_tokens = p->loss_tokens > 0 ? p->loss_tokens : scored > 0 ? (double)scored : 1;
+        s->loss = (float)(dt_program_tp_crossentropy_forward(p, targets) / s->loss_tokens);
         if (loss) *loss = s->loss;
     }
     unit_end();
@@ -403,9 +407,9 @@ static dt_status check_range(const dt_program *p, int a, int b, const int32_t *t
     for (size_t i = 0; i < (size_t)B * T; i++) {
         if (a == 0 && (tokens[i] < 0 || tokens[i] >= c->vocab_size))
             return dt_error(DT_ERR_ARG, "forward: input token %d at position %zu is outside the vocabulary (0..%d)", tokens[i], i, c->vocab_size - 1);
-        if (targets && (targets[i] < 0 || targets[i] >= c->vocab_size))
-            return dt_error(DT_ERR_ARG, "forward: target token %d at position %zu is outside the vocabulary (0..%d)", targets[i], i,
-                            c->vocab_size - 1);
+        if (targets && (targets[i] < 0 || targets[i] >= c->vocab_size) && targets[i] != DT_IGNORE_INDEX)
+            return dt_error(DT_ERR_ARG, "forward: target token %d at position %zu is outside the vocabulary (0..%d; %d: not scored)",
+                            targets[i], i, c->vocab_size - 1, DT_IGNORE_INDEX);
     }
     return DT_OK;
 }
@@ -648,7 +652,7 @@ static void head_backward(dt_program *p, float *dres, float grad_scale) {
     program_slot *s = p->s;
     int L = p->cfg.num_layers, C = p->cfg.channels, BT = s->B * s->T;
     size_t BTC = (size_t)BT * C, RC = dt_program_rows(p, -1) * (size_t)C;
-    float dscale = grad_scale / (float)BT, *dw = p->split_bwd || p->lora ? NULL : p->grads + p->tab[p->i_head].offset;
+    float dscale = (float)(grad_scale / s->loss_tokens), *dw = p->split_bwd || p->lora ? NULL : p->grads + p->tab[p->i_head].offset;
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, L + 1);
     dt_program_lp_cast(p, L + 1, true);
     trace_unit(p, "backward", L + 1);
@@ -771,6 +775,7 @@ dt_status dt_program_set_recompute(dt_program *p, int on) {
 }
 
 void dt_program_set_attention(dt_program *p, dt_attn_mode mode) { p->attn = mode; }
+void dt_program_set_loss_tokens(dt_program *p, double n) { p->loss_tokens = n > 0 ? n : 0; }
 void dt_program_set_defer_rows(dt_program *p, int on) { p->defer_rows = on != 0; }
 
 double dt_program_tp_comm_seconds(dt_program *p) {

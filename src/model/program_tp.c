@@ -104,14 +104,15 @@ void dt_program_tp_embedding_backward(dt_program *p, const float *dout, bool ski
 
 /* Never gathers the logits: two collectives of B*T and 2 B*T floats; the statistics (a row's max and sum) are
  * the whole row's on every rank. */
-float dt_program_tp_crossentropy_forward(dt_program *p, const int32_t *targets) {
+double dt_program_tp_crossentropy_forward(dt_program *p, const int32_t *targets) {
     program_slot *s = p->s;
     int BT = s->B * s->T;
     bool lp = p->prec != DT_F32; /* the logits in 16 bits, widened a row at a time */
     const uint16_t *l16 = (const uint16_t *)s->logits;
-    if (p->part.tp_size == 1)
-        return lp ? dt_crossentropy_forward_lp(s->losses, s->ce_stats, l16, targets, BT, p->Vv, p->Vl, p->prec, p->lp_work, p->lp_work_floats)
-                  : dt_crossentropy_forward(s->losses, s->ce_stats, s->logits, targets, BT, p->Vv, p->Vl);
+    if (p->part.tp_size == 1) /* the kernels' mean over every row, times the rows: the sum (a row not scored adds 0) */
+        return (double)BT * (lp ? dt_crossentropy_forward_lp(s->losses, s->ce_stats, l16, targets, BT, p->Vv, p->Vl, p->prec, p->lp_work,
+                                                             p->lp_work_floats)
+                                : dt_crossentropy_forward(s->losses, s->ce_stats, s->logits, targets, BT, p->Vv, p->Vl));
     float *mx = s->losses, *part = s->scratch;
     if (lp) dt_crossentropy_rows_lp(mx, NULL, l16, targets, p->v0, BT, p->Vv, p->Vl, p->prec, p->lp_work, p->lp_work_floats);
     else dt_crossentropy_rows_max(mx, s->logits, BT, p->Vv, p->Vl);
@@ -123,10 +124,10 @@ float dt_program_tp_crossentropy_forward(dt_program *p, const int32_t *targets) 
     for (int i = 0; i < BT; i++) {
         p->s->ce_stats[2 * i] = mx[i];
         p->s->ce_stats[2 * i + 1] = part[2 * i];
-        p->s->losses[i] = logf(part[2 * i]) + mx[i] - part[2 * i + 1];
+        p->s->losses[i] = targets[i] < 0 ? 0.0f : logf(part[2 * i]) + mx[i] - part[2 * i + 1];
         total += p->s->losses[i];
     }
-    return (float)(total / BT);
+    return total;
 }
 
 void dt_program_tp_crossentropy_backward(dt_program *p, float dscale) {

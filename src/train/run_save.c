@@ -59,7 +59,7 @@ dt_status dt_train_save(run *r, int steps_done) {
     if (st || (r->rank != 0 && !slices && !in_parts)) {
         /* rank 0 writes what every rank holds */
     } else if (dt_checkpoint_is_dir(path)) {
-        dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->dp_size, dt_tokens_count(r->train) };
+        dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->dp_size, dt_train_data_tokens(r) };
         dt_loader_position(r->tl, &pos.epoch, &pos.next);
         dt_checkpoint_model cm;
         dt_checkpoint_gpt2(r->m, &cm);

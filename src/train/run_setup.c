@@ -166,7 +166,13 @@ static dt_status open_data(run *r) {
     const dt_train_config *c = &r->c;
     const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
     if (!c->data) return dt_error(DT_ERR_ARG, "--data FILE is required (a token file: see dtrain tokenize)");
-    dt_status st = dt_tokens_open(c->data, &r->train);
+    if (dt_train_is_sft(c->val_data) && !dt_train_is_sft(c->data))
+        return dt_error(DT_ERR_ARG, "--val-data %s is chats or completions (.jsonl) but --data %s is not", c->val_data, c->data);
+    bool sft = dt_train_is_sft(c->data);
+    if (sft && c->val_data && !dt_train_is_sft(c->val_data))
+        return dt_error(DT_ERR_ARG, "--data %s is chats or completions (.jsonl) but --val-data %s is not", c->data, c->val_data);
+    dt_status st = sft ? dt_train_open_sft(r) : dt_tokens_open(c->data, &r->train);
+    if (sft) goto shape;
     if (!st) st = dt_tokens_check_vocab(r->train, mc->vocab_size);
     if (!st && r->rank == 0 && mc->vocab_size > 256 && dt_tokens_max(r->train) < 256)
         dt_log(DT_LOG_WARN, "%s: every token is below 256 (byte-level data?) but the model's vocabulary is %d: "
@@ -188,14 +194,15 @@ static dt_status open_data(run *r) {
             st = dt_error(DT_ERR_ARG, "--val-data %s: %zu tokens, fewer than one batch of %d x %d per rank x %d ranks", c->val_data,
                           dt_tokens_count(r->val), c->batch, c->seq, r->dp_size);
     }
+shape:
     if (r->w && !st) {
         dt_train_shape js;
         memset(&js, 0, sizeof js);
         dt_train_shape_model(&js, mc);
         js.batch = c->batch; js.seq = c->seq; js.steps = c->steps; js.grad_accum = c->grad_accum;
         js.optimizer = (int32_t)c->opt.kind; js.eval_every = c->eval_every; js.lr = c->sched.lr;
-        js.train_tokens = (int64_t)dt_tokens_count(r->train);
-        js.val_tokens = r->val ? (int64_t)dt_tokens_count(r->val) : 0;
+        js.train_tokens = (int64_t)dt_train_data_tokens(r);
+        js.val_tokens = r->val ? (int64_t)dt_tokens_count(r->val) : r->sft_val ? (int64_t)dt_sft_rows(r->sft_val) : 0;
         snprintf(js.strategy, sizeof js.strategy, "%s", c->strategy ? c->strategy : "ddp");
         js.precision = (int32_t)c->precision;
         static const dt_mesh_dim axes[4] = { DT_MESH_DP, DT_MESH_TP, DT_MESH_PP, DT_MESH_CP };
@@ -236,9 +243,9 @@ static dt_status make_engine(run *r) {
     if (pos.step >= c->steps)
         return dt_error(DT_ERR_ARG, "--resume %s: the checkpoint is at step %d, and --steps is %d: nothing left to train", c->resume,
                         pos.step, c->steps);
-    if (pos.data_tokens != dt_tokens_count(r->train))
+    if (pos.data_tokens != dt_train_data_tokens(r))
         dt_log(DT_LOG_WARN, "--resume %s: saved reading %zu training tokens, --data has %zu", c->resume, pos.data_tokens,
-               dt_tokens_count(r->train));
+               dt_train_data_tokens(r));
     r->first_step = pos.step;
     return dt_checkpoint_seek(&pos, r->tl, (size_t)c->batch * c->seq * r->dp_size, c->shuffle_seed != 0);
 }

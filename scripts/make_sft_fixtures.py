@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Reference fixtures for dtrain's supervised fine-tuning data, computed by TRL's SFTTrainer (the oracle).
+
+Writes tests/fixtures/sft/:
+  tokenizer.json         the byte-level BPE of tests/fixtures/tokenizer/qwen2.json (ChatML's <|im_start|>, <|im_end|>)
+  tokenizer_config.json  its chat_template (ChatML, the assistant's turns inside {% generation %}, which TRL's
+                         assistant_only_loss reads) and eos_token <|endoftext|>
+  chat.jsonl             chats ({"messages": ...}): system, user and assistant turns, one and several of each
+  completion.jsonl       prompts and completions
+  <name>.safetensors     for each of chat and completion: a tiny random Llama's weights (HF names), and of one batch
+                         holding every example: "loss" (TRL's compute_loss: assistant_only_loss for chats, its default
+                         completion_only_loss for completions), "grad.<name>" every weight's gradient, "ids.<k>" and
+                         "labels.<k>" example k's tokens and labels as TRL made them (-100: not scored); metadata
+                         "config"
+Run with the baselines' environment (scripts/make-baselines-venv.sh, with trl):
+  .venv-baselines/bin/python scripts/make_sft_fixtures.py
+"""
+import json
+import os
+import shutil
+import tempfile
+
+import torch
+from datasets import Dataset
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from trl import SFTConfig, SFTTrainer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "..", "tests", "fixtures", "sft")
+MAX = 65  # dtrain's rows: --seq 64 inputs and targets, 65 tokens
+TEMPLATE = ("{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
+            "{%- if message['role'] == 'assistant' %}{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}"
+            "{{ '\\n' }}{%- else %}{{ message['content'] + '<|im_end|>' + '\\n' }}{%- endif %}{%- endfor %}"
+            "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}")
+CHATS = [
+    [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": "Hi! How can I help you today?"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4."}],
+    [{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": "Yes."}, {"role": "user", "content": "Again, twice."},
+     {"role": "assistant", "content": "Yes, yes."}],
+    [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue, like the sea."}],
+]
+COMPLETIONS = [
+    {"prompt": "Question: the capital of France?\nAnswer:", "completion": " Paris."},
+    {"prompt": "In the beginning", "completion": " God created the heaven and the earth."},
+    {"prompt": "1, 2, 3,", "completion": " 4, 5, 6"},
+]
+
+
+def tokenizer(folder):
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"), eos_token="<|endoftext|>",
+                                  pad_token="<|endoftext|>")
+    tok.chat_template = TEMPLATE
+    return tok
+
+
+def case(name, rows, tok, folder, out):
+    torch.manual_seed(len(name))
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2, tie_word_embeddings=False,
+                      attn_implementation="eager")
+    model = LlamaForCausalLM(cfg).float()
+    chat = name == "chat"
+    args = SFTConfig(output_dir=os.path.join(folder, "run"), max_length=MAX, assistant_only_loss=chat, packing=False,
+                     per_device_train_batch_size=len(rows), report_to=[], use_cpu=True, dataset_num_proc=None)
+    data = Dataset.from_list([{"messages": r} for r in rows] if chat else rows)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok)
+    examples = [trainer.train_dataset[i] for i in range(len(rows))]
+    batch = trainer.data_collator(examples)
+    weights = {n: p.detach().clone().contiguous() for n, p in model.state_dict().items()}
+    model.train()
+    model.zero_grad()
+    loss = trainer.compute_loss(model, batch, num_items_in_batch=(batch["labels"][:, 1:] != -100).sum())
+    loss.backward()
+    tensors = dict(weights)
+    tensors.update({"grad." + n: p.grad.detach().clone().contiguous() for n, p in model.named_parameters()})
+    tensors["loss"] = loss.detach().reshape(1)
+    for k in range(len(rows)):
+        n = int(batch["attention_mask"][k].sum())
+        tensors[f"ids.{k}"] = batch["input_ids"][k, :n].to(torch.int32).contiguous()
+        tensors[f"labels.{k}"] = batch["labels"][k, :n].to(torch.int32).contiguous()
+    save_file(tensors, os.path.join(out, name + ".safetensors"), metadata={"config": json.dumps(cfg.to_dict(), sort_keys=True)})
+    print(f"{name}: {len(rows)} examples, loss {loss.item():.6f}, scored {int((batch['labels'] != -100).sum())} tokens")
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    shutil.copy(os.path.join(HERE, "..", "tests", "fixtures", "tokenizer", "qwen2.json"), os.path.join(OUT, "tokenizer.json"))
+    with open(os.path.join(OUT, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": TEMPLATE, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+                   "tokenizer_class": "PreTrainedTokenizerFast"}, f, indent=2)
+        f.write("\n")
+    with open(os.path.join(OUT, "chat.jsonl"), "w") as f:
+        for r in CHATS:
+            f.write(json.dumps({"messages": r}) + "\n")
+    with open(os.path.join(OUT, "completion.jsonl"), "w") as f:
+        for r in COMPLETIONS:
+            f.write(json.dumps(r) + "\n")
+    torch.use_deterministic_algorithms(True)
+    tok = tokenizer(OUT)
+    with tempfile.TemporaryDirectory() as tmp:
+        case("chat", CHATS, tok, tmp, OUT)
+        case("completion", COMPLETIONS, tok, tmp, OUT)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+/* Supervised fine-tuning data: a JSONL file of examples, each a chat ({"messages": [{"role", "content"}, ...]}) or a
+ * prompt and its completion ({"prompt", "completion"}), made into rows of T inputs and T targets, the targets that are
+ * not scored (the prompt's, the user's and system's turns, the padding) DT_IGNORE_INDEX, as TRL's SFTTrainer scores
+ * them (completion_only_loss; assistant_only_loss with a template that marks the assistant's turns). One example a
+ * row, cut at T + 1 tokens or padded after its end (causal attention: the padding changes nothing before it).
+ *
+ * The chat templates are a documented subset, rendered here rather than by a Jinja engine (none is packaged for C):
+ *   chatml  <|im_start|>ROLE\nCONTENT<|im_end|>\n per message; scored: the assistant's CONTENT<|im_end|>
+ *   llama3  <|begin_of_text|>, then <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> per message
+ *           (CONTENT trimmed, as Llama 3's template trims it); scored: the assistant's CONTENT<|eot_id|>
+ * A prompt and completion are tokenized as TRL does: the prompt alone (after the tokenizer's begin-of-text, if it has
+ * one), then prompt + completion + end-of-text; the completion's tokens start where the two diverge. */
+#include "dtrain/data.h"
+#include "dtrain/kernels.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dt_sft {
+    int T;
+    size_t nrows, cap, truncated;
+    int32_t *inputs, *targets;  /* [nrows * T] */
+    size_t *scored;             /* per row */
+    char path[512];
+};
+
+dt_status dt_chat_kind_parse(const char *name, dt_chat_kind *out) {
+    if (!strcmp(name, "chatml")) *out = DT_CHAT_CHATML;
+    else if (!strcmp(name, "llama3")) *out = DT_CHAT_LLAMA3;
+    else if (!strcmp(name, "none")) *out = DT_CHAT_NONE;
+    else return dt_error(DT_ERR_ARG, "chat template \"%s\": this build renders chatml and llama3 (or none: prompt and completion only)", name);
+    return DT_OK;
+}
+
+dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat_kind *out) {
+    if (strstr(jinja, "<|im_start|>")) *out = DT_CHAT_CHATML;
+    else if (strstr(jinja, "<|start_header_id|>")) *out = DT_CHAT_LLAMA3;
+    else return dt_error(DT_ERR_UNSUPPORTED, "%s: a chat_template this build cannot render (it renders chatml's and llama3's): "
+                         "name one with --chat-template chatml|llama3", where);
+    return DT_OK;
+}
+
+/* An example's tokens and which of them are scored, being built. */
+typedef struct {
+    int32_t *ids;
+    unsigned char *scored;
+    size_t n, cap;
+} seq;
+
+/* One id more. */
+static dt_status push(seq *s, int32_t id, int scored) {
+    if (s->n == s->cap) {
+        size_t c = s->cap * 2 + 16;
+        int32_t *a = realloc(s->ids, c * sizeof *a);
+        if (!a) return dt_error(DT_ERR_NOMEM, "sft: out of memory");
+        s->ids = a;
+        unsigned char *b = realloc(s->scored, c);
+        if (!b) return dt_error(DT_ERR_NOMEM, "sft: out of memory");
+        s->scored = b, s->cap = c;
+    }
+    s->ids[s->n] = id, s->scored[s->n++] = (unsigned char)scored;
+    return DT_OK;
+}
+
+/* text's tokens, scored or not. */
+static dt_status put(seq *s, dt_bpe *tok, const char *text, size_t len, int scored) {
+    uint32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    dt_status st = dt_bpe_encode(tok, text, len, &ids, &n, &cap);
+    for (size_t i = 0; !st && i < n; i++) st = push(s, (int32_t)ids[i], scored);
+    free(ids);
+    return st;
+}
+
+static dt_status put_str(seq *s, dt_bpe *tok, const char *text, int scored) { return put(s, tok, text, strlen(text), scored); }
+
+/* Llama 3's template trims each message's content. */
+static void trimmed(const char *c, const char **a, size_t *n) {
+    size_t len = strlen(c), i = 0;
+    while (i < len && isspace((unsigned char)c[i])) i++;
+    while (len > i && isspace((unsigned char)c[len - 1])) len--;
+    *a = c + i, *n = len - i;
+}
+
+static dt_status render_chat(const cJSON *msgs, dt_chat_kind chat, dt_bpe *tok, const char *where, seq *s) {
+    dt_status st = chat == DT_CHAT_LLAMA3 ? put_str(s, tok, "<|begin_of_text|>", 0) : DT_OK;
+    int k = 0, assistant = 0;
+    for (const cJSON *m = msgs->child; m && !st; m = m->next, k++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsString(role) || !cJSON_IsString(content))
+            return dt_error(DT_ERR_IO, "%s: message %d is not {\"role\": TEXT, \"content\": TEXT}", where, k);
+        const char *r = role->valuestring;
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
+            return dt_error(DT_ERR_IO, "%s: message %d's role \"%s\" is not system, user or assistant", where, k, r);
+        int scored = !strcmp(r, "assistant");
+        assistant |= scored;
+        const char *c = content->valuestring;
+        size_t cn = strlen(c);
+        char head[96];
+        if (chat == DT_CHAT_CHATML) {
+            snprintf(head, sizeof head, "<|im_start|>%s\n", r);
+            if (!(st = put_str(s, tok, head, 0)) && !(st = put(s, tok, c, cn, scored)) && !(st = put_str(s, tok, "<|im_end|>", scored)))
+                st = put_str(s, tok, "\n", 0);
+        } else {
+            trimmed(c, &c, &cn);
+            snprintf(head, sizeof head, "<|start_header_id|>%s<|end_header_id|>\n\n", r);
+            if (!(st = put_str(s, tok, head, 0)) && !(st = put(s, tok, c, cn, scored))) st = put_str(s, tok, "<|eot_id|>", scored);
+        }
+    }
+    if (!st && !assistant) st = dt_error(DT_ERR_IO, "%s: no assistant message: nothing in it is scored", where);
+    return st;
+}
+
+/* TRL's prompt-completion: the prompt alone and prompt + completion + end-of-text, each from the begin-of-text; the
+ * completion starts at their first difference. */
+static dt_status render_completion(const char *prompt, const char *completion, dt_bpe *tok, int eos, seq *s) {
+    size_t np = strlen(prompt), nc = strlen(completion);
+    char *all = malloc(np + nc + 1);
+    if (!all) return dt_error(DT_ERR_NOMEM, "sft: out of memory");
+    memcpy(all, prompt, np), memcpy(all + np, completion, nc + 1);
+    seq p = { 0 };
+    int bos = dt_bpe_bos(tok);
+    dt_status st = bos >= 0 ? push(&p, bos, 0) : DT_OK; /* both start with it */
+    if (!st && bos >= 0) st = push(s, bos, 0);
+    if (!st) st = put(&p, tok, prompt, np, 0);
+    if (!st) st = put(s, tok, all, np + nc, 1);
+    if (!st && eos >= 0) st = push(s, eos, 1);
+    size_t common = 0;
+    while (!st && common < p.n && common < s->n && p.ids[common] == s->ids[common]) common++;
+    for (size_t i = 0; !st && i < common; i++) s->scored[i] = 0;
+    free(p.ids), free(p.scored), free(all);
+    return st;
+}
+
+/* The example in s as a row: inputs ids[0..T), targets ids[1..T] where scored (else DT_IGNORE_INDEX); padding after. */
+static dt_status add_row(dt_sft *d, const seq *s) {
+    if (d->nrows == d->cap) {
+        size_t c = d->cap ? 2 * d->cap : 64, T = (size_t)d->T;
+        int32_t *in = realloc(d->inputs, c * T * sizeof *in);
+        if (in) d->inputs = in;
+        int32_t *tg = in ? realloc(d->targets, c * T * sizeof *tg) : NULL;
+        if (tg) d->targets = tg;
+        size_t *sc = tg ? realloc(d->scored, c * sizeof *sc) : NULL;
+        if (!sc) return dt_error(DT_ERR_NOMEM, "%s: out of memory for %zu examples", d->path, c);
+        d->scored = sc, d->cap = c;
+    }
+    int32_t *in = d->inputs + d->nrows * (size_t)d->T, *tg = d->targets + d->nrows * (size_t)d->T;
+    size_t n = 0;
+    if (s->n > (size_t)d->T + 1) d->truncated++;
+    for (int t = 0; t < d->T; t++) {
+        bool real = (size_t)t + 1 < s->n;
+        in[t] = (size_t)t < s->n ? s->ids[t] : 0;
+        tg[t] = real && s->scored[t + 1] ? s->ids[t + 1] : DT_IGNORE_INDEX;
+        n += tg[t] >= 0;
+    }
+    d->scored[d->nrows++] = n;
+    return DT_OK;
+}
+
+static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok, dt_chat_kind chat, int eos) {
+    char where[600];
+    snprintf(where, sizeof where, "%s:%zu", d->path, lineno);
+    cJSON *j = cJSON_Parse(line);
+    if (!j) return dt_error(DT_ERR_IO, "%s: not JSON", where);
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages"), *p = cJSON_GetObjectItemCaseSensitive(j, "prompt"),
+                *c = cJSON_GetObjectItemCaseSensitive(j, "completion");
+    seq s = { 0 };
+    dt_status st;
+    if (cJSON_IsArray(msgs)) {
+        st = chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: chat messages need a chat template: the tokenizer's tokenizer_config.json's, "
+                                             "or --chat-template chatml|llama3", where)
+                                  : render_chat(msgs, chat, tok, where, &s);
+    } else if (cJSON_IsString(p) && cJSON_IsString(c)) {
+        st = render_completion(p->valuestring, c->valuestring, tok, eos, &s);
+    } else {
+        st = dt_error(DT_ERR_IO, "%s: neither \"messages\" (a list) nor \"prompt\" and \"completion\" (texts)", where);
+    }
+    if (!st) st = add_row(d, &s);
+    free(s.ids), free(s.scored);
+    cJSON_Delete(j);
+    return st;
+}
+
+dt_status dt_sft_load(const char *path, dt_bpe *tok, dt_chat_kind chat, int eos, int T, dt_sft **out) {
+    *out = NULL;
+    if (T < 1) return dt_error(DT_ERR_ARG, "%s: a row of %d tokens", path, T);
+    FILE *f = fopen(path, "r");
+    if (!f) return dt_error(DT_ERR_IO, "%s: cannot open", path);
+    dt_sft *d = calloc(1, sizeof *d);
+    if (!d) { fclose(f); return dt_error(DT_ERR_NOMEM, "sft: out of memory"); }
+    d->T = T;
+    snprintf(d->path, sizeof d->path, "%s", path);
+    char *line = NULL;
+    size_t cap = 0, lineno = 0;
+    ssize_t len;
+    dt_status st = DT_OK;
+    while (!st && (len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        size_t k = (size_t)len;
+        while (k && isspace((unsigned char)line[k - 1])) line[--k] = 0;
+        if (k) st = example(d, line, lineno, tok, chat, eos);
+    }
+    free(line);
+    fclose(f);
+    if (!st && !d->nrows) st = dt_error(DT_ERR_IO, "%s: no examples", path);
+    if (st) { dt_sft_destroy(d); return st; }
+    *out = d;
+    return DT_OK;
+}
+
+void dt_sft_destroy(dt_sft *d) {
+    if (!d) return;
+    free(d->inputs), free(d->targets), free(d->scored);
+    free(d);
+}
+
+size_t dt_sft_rows(const dt_sft *d) { return d->nrows; }
+size_t dt_sft_truncated(const dt_sft *d) { return d->truncated; }
+int dt_sft_seq(const dt_sft *d) { return d->T; }
+const char *dt_sft_path(const dt_sft *d) { return d->path; }
+size_t dt_sft_scored(const dt_sft *d, size_t row) { return d->scored[row]; }
+void dt_sft_row(const dt_sft *d, size_t row, int32_t *inputs, int32_t *targets) {
+    memcpy(inputs, d->inputs + row * (size_t)d->T, (size_t)d->T * sizeof *inputs);
+    memcpy(targets, d->targets + row * (size_t)d->T, (size_t)d->T * sizeof *targets);
+}

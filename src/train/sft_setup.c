@@ -1,0 +1,91 @@
+/* Supervised fine-tuning in a training run: --data FILE.jsonl (and --val-data FILE.jsonl) are chats or prompts and
+ * completions (data/sft.c), tokenized with --tokenizer or the model folder's tokenizer.json, chats rendered by
+ * --chat-template or the template its tokenizer_config.json names; each step's loss is the mean over the global
+ * batch's scored tokens, whatever the layout (dt_program_set_loss_tokens). */
+#include "run.h"
+#include "dtrain/io.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool dt_train_is_sft(const char *path) {
+    size_t n = path ? strlen(path) : 0;
+    return n > 6 && !strcmp(path + n - 6, ".jsonl");
+}
+
+/* tokenizer_config.json beside the tokenizer: its chat_template's kind and its eos_token's id (-1: none). */
+static dt_status read_tokenizer_config(const char *tokenizer, dt_bpe *tok, dt_chat_kind *chat, int *eos) {
+    char path[4200], *text = NULL;
+    const char *slash = strrchr(tokenizer, '/');
+    snprintf(path, sizeof path, "%.*stokenizer_config.json", slash ? (int)(slash - tokenizer + 1) : 0, tokenizer);
+    if (dt_file_read_text(path, 1 << 24, &text, NULL)) return DT_OK; /* none: no template, no end-of-text */
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!j) return dt_error(DT_ERR_IO, "%s: not JSON", path);
+    const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(j, "chat_template"), *e = cJSON_GetObjectItemCaseSensitive(j, "eos_token");
+    if (cJSON_IsObject(e)) e = cJSON_GetObjectItemCaseSensitive(e, "content");
+    dt_status st = DT_OK;
+    char where[4300];
+    snprintf(where, sizeof where, "%s: \"chat_template\"", path);
+    if (*chat == DT_CHAT_NONE && cJSON_IsString(tmpl)) st = dt_chat_kind_of_template(tmpl->valuestring, where, chat);
+    if (!st && cJSON_IsString(e)) {
+        uint32_t *ids = NULL;
+        size_t n = 0, cap = 0;
+        st = dt_bpe_encode(tok, e->valuestring, strlen(e->valuestring), &ids, &n, &cap);
+        if (!st && n != 1) st = dt_error(DT_ERR_IO, "%s: \"eos_token\" \"%s\" is not one token", path, e->valuestring);
+        if (!st) *eos = (int)ids[0];
+        free(ids);
+    }
+    cJSON_Delete(j);
+    return st;
+}
+
+static dt_status open_one(run *r, dt_bpe *tok, dt_chat_kind chat, int eos, const char *path, dt_sft **out) {
+    dt_status st = dt_sft_load(path, tok, chat, eos, r->c.seq, out);
+    if (!st && dt_sft_truncated(*out) && r->rank == 0)
+        dt_log(DT_LOG_WARN, "%s: %zu of %zu examples are longer than --seq %d + 1 tokens and were cut there", path, dt_sft_truncated(*out),
+               dt_sft_rows(*out), r->c.seq);
+    return st;
+}
+
+dt_status dt_train_open_sft(run *r) {
+    const dt_train_config *c = &r->c;
+    int V = dt_gpt2_get_config(r->m)->vocab_size, eos = -1;
+    dt_chat_kind chat = DT_CHAT_NONE;
+    dt_bpe *tok = NULL;
+    dt_status st = c->chat_template ? dt_chat_kind_parse(c->chat_template, &chat) : DT_OK;
+    if (!st) st = dt_bpe_for_model(c->tokenizer, NULL, V, c->model, "--data", false, &tok);
+    if (!st && !tok)
+        st = dt_error(DT_ERR_ARG, "--data %s: chats and completions are tokenized: give --tokenizer tokenizer.json (or a --model folder "
+                      "that has one)", c->data);
+    if (!st) {
+        char found[4200];
+        snprintf(found, sizeof found, "%s/tokenizer.json", c->model);
+        st = read_tokenizer_config(c->tokenizer ? c->tokenizer : found, tok, &chat, &eos);
+    }
+    if (!st) st = open_one(r, tok, chat, eos, c->data, &r->sft);
+    if (!st && c->val_data) st = open_one(r, tok, chat, eos, c->val_data, &r->sft_val);
+    dt_bpe_destroy(tok);
+    if (!st) st = dt_loader_create_rows(r->sft, c->batch, r->dp_rank, r->dp_size, c->shuffle_seed, &r->tl);
+    if (!st && r->sft_val) st = dt_loader_create_rows(r->sft_val, c->batch, r->dp_rank, r->dp_size, 0, &r->vl);
+    if (!st && r->vl && dt_loader_batches(r->vl) < (size_t)c->eval_batches) r->c.eval_batches = (int)dt_loader_batches(r->vl);
+    if (!st && r->rank == 0 && !c->quiet)
+        printf("supervised fine-tuning: %zu examples from %s (%s), %zu rows a global batch; the loss over the scored tokens%s\n",
+               dt_sft_rows(r->sft), c->data, chat == DT_CHAT_CHATML ? "chatml" : chat == DT_CHAT_LLAMA3 ? "llama3" : "prompts and completions",
+               (size_t)c->batch * (size_t)r->dp_size, eos >= 0 ? ", a completion ends with the end-of-text token" : "");
+    return st;
+}
+
+size_t dt_train_data_tokens(const run *r) {
+    return r->sft ? dt_sft_rows(r->sft) * (size_t)dt_sft_seq(r->sft) : dt_tokens_count(r->train);
+}
+
+void dt_train_step_loss_tokens(run *r) {
+    if (!r->sft) return;
+    /* each micro-batch's loss divides by the global count over the micro-batches and the replicas (DP x CP): the engine's
+     * means over both then make the mean over the global batch's scored tokens */
+    int replicas = r->mesh ? dt_comm_size(dt_mesh_replicas(r->mesh)) : 1;
+    size_t n = dt_loader_scored(r->tl, r->c.grad_accum);
+    dt_program_set_loss_tokens(dt_gpt2_program(r->m), n ? (double)n / ((double)r->c.grad_accum * replicas) : 1);
+}

@@ -1,0 +1,191 @@
+/* Supervised fine-tuning's data and loss against TRL's SFTTrainer (scripts/make_sft_fixtures.py): for chats (ChatML,
+ * the loss on the assistant's turns) and for prompts and completions (the loss on the completion and its end-of-text),
+ * each example's tokens and scored targets are TRL's, one batch's loss and every gradient are TRL's; the same batch in
+ * two micro-batches, each dividing by the batch's count (dt_program_set_loss_tokens), gives the same gradients; bad
+ * lines are refused naming the file and line. */
+#include "dtrain/data.h"
+#include "dtrain/io.h"
+#include "dtrain/kernels.h"
+#include "dtrain/program.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { T = 64, MAXB = 8 };
+static int failed;
+
+static void check(const char *what, bool ok, const char *detail) {
+    if (!ok) failed++;
+    printf("%-72s %s%s%s\n", what, ok ? "ok" : "FAIL", detail ? "  " : "", detail ? detail : "");
+}
+
+static double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) d += (a[i] - b[i]) * (double)(a[i] - b[i]), r += (double)b[i] * b[i];
+    return sqrt(d) / (sqrt(r) + 1e-30);
+}
+
+/* Row k against TRL's ids.k and labels.k (labels unshifted: the target of input t is label t + 1). */
+static bool rows_match(const dt_sft *d, dt_safetensors *f, size_t rows) {
+    bool ok = dt_sft_rows(d) == rows;
+    for (size_t k = 0; ok && k < rows; k++) {
+        char name[32];
+        int32_t ids[T + 1], labels[T + 1], in[T], tg[T];
+        snprintf(name, sizeof name, "ids.%zu", k);
+        size_t n = 0;
+        for (n = T + 1; n > 0 && dt_safetensors_read_i32(f, name, n, ids); n--) {} /* the example's length: the size that reads */
+        snprintf(name, sizeof name, "labels.%zu", k);
+        ok = n > 0 && !dt_safetensors_read_i32(f, name, n, labels);
+        dt_sft_row(d, k, in, tg);
+        for (int t = 0; ok && t < T; t++) {
+            int32_t want_in = (size_t)t < n ? ids[t] : 0, want_tg = (size_t)t + 1 < n ? labels[t + 1] : DT_IGNORE_INDEX;
+            if ((size_t)t < n && in[t] != want_in) ok = false;
+            if (tg[t] != (want_tg < 0 ? DT_IGNORE_INDEX : want_tg)) ok = false;
+            if (!ok) printf("   row %zu position %d: input %d target %d, TRL's %d %d\n", k, t, in[t], tg[t], want_in, want_tg);
+        }
+    }
+    return ok;
+}
+
+static dt_status load_tokenizer(const char *dir, dt_bpe **tok, dt_chat_kind *chat, int *eos) {
+    char path[600], *text = NULL;
+    snprintf(path, sizeof path, "%s/sft/tokenizer.json", dir);
+    dt_status st = dt_bpe_load_json(path, tok);
+    snprintf(path, sizeof path, "%s/sft/tokenizer_config.json", dir);
+    if (!st) st = dt_file_read_text(path, 1 << 20, &text, NULL);
+    if (!st) st = dt_chat_kind_of_template(text, path, chat); /* the file holds its chat_template: its markers say which */
+    free(text);
+    uint32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    if (!st) st = dt_bpe_encode(*tok, "<|endoftext|>", 13, &ids, &n, &cap);
+    *eos = n == 1 ? (int)ids[0] : -1;
+    free(ids);
+    return st;
+}
+
+static void check_case(const char *dir, const char *name, size_t rows) {
+    char path[600], what[160];
+    dt_bpe *tok = NULL;
+    dt_chat_kind chat;
+    int eos;
+    dt_sft *d = NULL;
+    dt_safetensors *f = NULL;
+    dt_program *p = NULL;
+    dt_lm_config cfg;
+    dt_status st = load_tokenizer(dir, &tok, &chat, &eos);
+    snprintf(path, sizeof path, "%s/sft/%s.jsonl", dir, name);
+    if (!st) st = dt_sft_load(path, tok, strcmp(name, "chat") ? DT_CHAT_NONE : chat, eos, T, &d);
+    snprintf(path, sizeof path, "%s/sft/%s.safetensors", dir, name);
+    if (!st) st = dt_safetensors_open(path, &f);
+    const char *json = st ? NULL : dt_safetensors_metadata(f, "config");
+    if (!st && !json) st = dt_error(DT_ERR_IO, "%s: no config", path);
+    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
+    if (!st) st = dt_program_create(&cfg, &p);
+    dt_model m;
+    if (!st) dt_program_model(p, &m), st = dt_safetensors_read_model(f, &m, cfg.vocab_size, NULL);
+    if (st) {
+        printf("FAIL %s: %s\n", name, dt_last_error());
+        failed++;
+        goto out;
+    }
+    snprintf(what, sizeof what, "%s: %zu examples' tokens and scored targets are TRL's", name, rows);
+    check(what, rows_match(d, f, rows), NULL);
+    int32_t in[MAXB * T], tg[MAXB * T];
+    size_t scored = 0;
+    for (size_t k = 0; k < rows; k++) dt_sft_row(d, k, in + k * T, tg + k * T), scored += dt_sft_scored(d, k);
+    float loss = 0, ref = 0, *g = malloc(m.nparams * sizeof(float)), *g2 = malloc(m.nparams * sizeof(float));
+    int one = 1;
+    dt_program_zero_grad(p);
+    if (!(st = dt_program_forward(p, in, tg, (int)rows, T, &loss)) && !(st = dt_program_backward(p, 1.0f)) &&
+        !(st = dt_safetensors_read(f, "loss", 1, &one, 0, &ref))) {
+        char detail[64];
+        snprintf(detail, sizeof detail, "%.7f vs %.7f (%.1e)", loss, ref, fabs(loss - ref) / ref);
+        snprintf(what, sizeof what, "%s: the batch's loss is TRL's within 1e-6 (%zu scored tokens)", name, scored);
+        check(what, fabs(loss - ref) / ref <= 1e-6, detail);
+        double worst = 0;
+        for (int i = 0; !st && i < m.ntensors; i++) {
+            const dt_tensor_info *t = &m.tensors[i];
+            char gname[128];
+            snprintf(gname, sizeof gname, "grad.%s", t->hf);
+            int dims[2] = { t->split == DT_SPLIT_VOCAB ? cfg.vocab_size : t->shape[0], t->shape[1] };
+            size_t cnt = (size_t)dims[0] * (size_t)(t->ndim == 2 ? dims[1] : 1);
+            float *want = malloc(cnt * sizeof(float));
+            if (!(st = dt_safetensors_read(f, gname, t->ndim, dims, 0, want))) worst = fmax(worst, rel_err(m.grads(m.self) + t->offset, want, cnt));
+            free(want);
+        }
+        snprintf(detail, sizeof detail, "worst %.1e", worst);
+        snprintf(what, sizeof what, "%s: every gradient is TRL's within 1e-5", name);
+        if (!st) check(what, worst <= 1e-5, detail);
+    }
+    /* two micro-batches, each dividing by the whole batch's count over its two parts */
+    if (!st && rows >= 2) {
+        memcpy(g, m.grads(m.self), m.nparams * sizeof(float));
+        dt_program_zero_grad(p);
+        dt_program_set_loss_tokens(p, (double)scored / 2);
+        int b1 = (int)rows / 2, b2 = (int)rows - b1;
+        float l1, l2;
+        if (!(st = dt_program_forward(p, in, tg, b1, T, &l1)) && !(st = dt_program_backward(p, 0.5f)) &&
+            !(st = dt_program_forward(p, in + b1 * T, tg + b1 * T, b2, T, &l2)) && !(st = dt_program_backward(p, 0.5f))) {
+            memcpy(g2, m.grads(m.self), m.nparams * sizeof(float));
+            char detail[64];
+            snprintf(detail, sizeof detail, "loss %.1e, gradients %.1e", fabs((l1 + l2) / 2 - loss) / loss, rel_err(g2, g, m.nparams));
+            snprintf(what, sizeof what, "%s: two micro-batches of %d and %d rows give the batch's loss and gradients", name, b1, b2);
+            check(what, fabs((l1 + l2) / 2 - loss) / loss <= 1e-6 && rel_err(g2, g, m.nparams) <= 1e-6, detail);
+        }
+        dt_program_set_loss_tokens(p, 0);
+    }
+    if (st) {
+        printf("FAIL %s: %s\n", name, dt_last_error());
+        failed++;
+    }
+    free(g), free(g2);
+out:
+    dt_program_destroy(p);
+    dt_safetensors_close(f);
+    dt_sft_destroy(d);
+    dt_bpe_destroy(tok);
+}
+
+/* A file of one line that must be refused with a message holding needle (and the file:line). */
+static void refused(const char *dir, const char *what, const char *line, dt_chat_kind chat, const char *needle) {
+    char path[] = "/tmp/dtrain_sft_XXXXXX", tp[600];
+    int fd = mkstemp(path);
+    FILE *fp = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (fp) fprintf(fp, "%s\n", line), fclose(fp);
+    dt_bpe *tok = NULL;
+    dt_sft *d = NULL;
+    snprintf(tp, sizeof tp, "%s/sft/tokenizer.json", dir);
+    dt_status st = dt_bpe_load_json(tp, &tok);
+    if (!st) st = dt_sft_load(path, tok, chat, -1, T, &d);
+    char loc[640];
+    snprintf(loc, sizeof loc, "%s:1", path);
+    bool ok = st && strstr(dt_last_error(), needle) && (!*line || strstr(dt_last_error(), loc));
+    check(what, ok, st ? dt_last_error() : "accepted");
+    dt_sft_destroy(d);
+    dt_bpe_destroy(tok);
+    unlink(path);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
+    check_case(dir, "chat", 4);
+    check_case(dir, "completion", 3);
+    refused(dir, "refused: a line that is not JSON", "{\"messages\": [", DT_CHAT_CHATML, "not JSON");
+    refused(dir, "refused: a line without messages or prompt and completion", "{\"text\": \"hi\"}", DT_CHAT_CHATML, "neither");
+    refused(dir, "refused: a role that is not system, user or assistant",
+            "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", DT_CHAT_CHATML, "role \"tool\"");
+    refused(dir, "refused: a chat without a template", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", DT_CHAT_NONE,
+            "need a chat template");
+    refused(dir, "refused: a chat with no assistant turn", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", DT_CHAT_CHATML,
+            "no assistant message");
+    refused(dir, "refused: an empty file", "", DT_CHAT_CHATML, "no examples");
+    dt_chat_kind k;
+    check("refused: a chat_template this build cannot render (named)",
+          dt_chat_kind_of_template("{% for m in messages %}[INST] {{ m.content }}{% endfor %}", "x/tokenizer_config.json", &k) &&
+          strstr(dt_last_error(), "x/tokenizer_config.json"), dt_last_error());
+    printf("%s\n", failed ? "test_sft: FAILED" : "test_sft: all passed");
+    return failed != 0;
+}
