@@ -73,7 +73,7 @@ dt_status dt_train_open_sft(run *r) {
     if (!st && r->rank == 0 && !c->quiet)
         printf("supervised fine-tuning: %zu examples from %s (%s), %zu rows a global batch; the loss over the scored tokens%s\n",
                dt_sft_rows(r->sft), c->data, chat == DT_CHAT_CHATML ? "chatml" : chat == DT_CHAT_LLAMA3 ? "llama3" : "prompts and completions",
-               (size_t)c->batch * (size_t)r->dp_size, eos >= 0 ? ", a completion ends with the end-of-text token" : "");
+               (size_t)c->batch * (size_t)r->dp_size, eos >= 0 && chat == DT_CHAT_NONE ? ", a completion ends with the end-of-text token" : "");
     return st;
 }
 

@@ -1,0 +1,88 @@
+#!/bin/bash
+# Supervised fine-tuning (--data FILE.jsonl: chats rendered by ChatML, the loss on the assistant's turns, rows that
+# score different numbers of tokens) gives the losses of one process with the global batch over 20 AdamW steps,
+# within 1e-6 relative, in every layout: accumulation, DDP 2, ZeRO-2 and 3, TP 2, PP 2 (1F1B), CP 2, DP 2 x TP 2,
+# and with LoRA under DDP 2 (every layout takes the mean over the global batch's scored tokens). A checkpoint saved
+# at step 10 resumes with the same losses; --val-data FILE.jsonl evaluates the same on 1 and 2 ranks; what cannot
+# be is refused: a token file beside a .jsonl, chats without a tokenizer.
+# usage: sft_equivalence.sh DTRAIN FIXTURES
+set -u
+DTRAIN=$1
+FIX=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+passed=0
+failed=0
+cp "$FIX/sft/tokenizer.json" "$FIX/sft/tokenizer_config.json" "$dir/"
+# chats from the license's lines: the user gives a line's start, the assistant its end (uneven lengths, several turns)
+awk 'length($0) > 20 { n++; h = int(length($0) / 2); u = substr($0, 1, h); a = substr($0, h + 1);
+     gsub(/\\/, "", u); gsub(/"/, "", u); gsub(/\\/, "", a); gsub(/"/, "", a);
+     if (n % 3 == 0) printf "{\"messages\": [{\"role\": \"system\", \"content\": \"Finish the line.\"}, {\"role\": \"user\", \"content\": \"%s\"}, {\"role\": \"assistant\", \"content\": \"%s\"}]}\n", u, a;
+     else if (n % 3 == 1) printf "{\"messages\": [{\"role\": \"user\", \"content\": \"%s\"}, {\"role\": \"assistant\", \"content\": \"%s\"}]}\n", u, a;
+     else printf "{\"messages\": [{\"role\": \"user\", \"content\": \"%s\"}, {\"role\": \"assistant\", \"content\": \"%s\"}, {\"role\": \"user\", \"content\": \"more\"}, {\"role\": \"assistant\", \"content\": \"no\"}]}\n", u, a }' \
+    /usr/share/common-licenses/GPL-3 > "$dir/all.jsonl"
+head -n 400 "$dir/all.jsonl" > "$dir/train.jsonl"
+tail -n 40 "$dir/all.jsonl" > "$dir/val.jsonl"
+shape=(--model llama-tiny --vocab 2048 --layers 2 --channels 48 --heads 4 --kv-heads 2 --ffn 96 --max-seq 128 --seq 64
+       --data "$dir/train.jsonl" --steps 20 --lr 3e-3 --threads 1)
+common=("${shape[@]}" --tokenizer "$dir/tokenizer.json")
+field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
+worst() {
+    paste <(field loss "$1") <(field loss "$2") |
+        awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
+}
+verdict() { if [ "$1" = 1 ]; then passed=$((passed + 1)); echo "ok   $2"; else failed=$((failed + 1)); echo "FAIL $2"; fi; }
+close() {
+    local w
+    w=$(worst "$2" "$3")
+    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-6)}" && ok=1 || ok=0
+    verdict $ok "$1: worst relative loss difference over 20 steps $w"
+}
+run() {
+    local name=$1
+    shift
+    "$DTRAIN" train "${common[@]}" --quiet "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
+        { failed=$((failed + 1)); echo "FAIL $name: $*"; tail -3 "$dir/$name.out"; return 1; }
+}
+run ref --batch 8
+"$DTRAIN" train "${common[@]}" --batch 8 --steps 1 > "$dir/line.out" 2>&1
+grep -q "supervised fine-tuning: 400 examples from .*train.jsonl (chatml), 8 rows a global batch" "$dir/line.out" && ok=1 || ok=0
+verdict $ok "the start line says what trains ($(grep -m1 "supervised" "$dir/line.out" | cut -c1-100))"
+run acc --batch 4 --grad-accum 2 && close "2 micro-batches of 4 rows" "$dir/ref.jsonl" "$dir/acc.jsonl"
+run ddp --batch 4 --nproc 2 && close "DDP 2" "$dir/ref.jsonl" "$dir/ddp.jsonl"
+run z2 --batch 4 --nproc 2 --zero 2 && close "ZeRO-2 on 2 ranks" "$dir/ref.jsonl" "$dir/z2.jsonl"
+run z3 --batch 2 --grad-accum 2 --nproc 2 --zero 3 && close "ZeRO-3 on 2 ranks, 2 micro-batches" "$dir/ref.jsonl" "$dir/z3.jsonl"
+run tp --batch 8 --nproc 2 --tp 2 && close "TP 2" "$dir/ref.jsonl" "$dir/tp.jsonl"
+run pp --batch 2 --grad-accum 4 --nproc 2 --pp 2 && close "PP 2, 1F1B, 4 micro-batches" "$dir/ref.jsonl" "$dir/pp.jsonl"
+run cp --batch 8 --nproc 2 --cp 2 && close "CP 2 (each rank half of every row)" "$dir/ref.jsonl" "$dir/cp.jsonl"
+run dptp --batch 4 --nproc 4 --tp 2 --zero 2 && close "DP 2 x TP 2, ZeRO-2" "$dir/ref.jsonl" "$dir/dptp.jsonl"
+run lref --batch 8 --lora-rank 4 --lora-targets q_proj,v_proj,down_proj
+run lddp --batch 4 --nproc 2 --lora-rank 4 --lora-targets q_proj,v_proj,down_proj && close "LoRA, DDP 2" "$dir/lref.jsonl" "$dir/lddp.jsonl"
+# saved at step 10 under DDP 2, resumed on one process
+if "$DTRAIN" train "${common[@]}" --quiet --batch 4 --nproc 2 --steps 10 --save "$dir/ck" --metrics "$dir/a.jsonl" > "$dir/a.out" 2>&1 &&
+   "$DTRAIN" train "${common[@]}" --quiet --batch 8 --resume "$dir/ck" --metrics "$dir/b.jsonl" > "$dir/b.out" 2>&1; then
+    w=$(worst <(cat "$dir/a.jsonl" "$dir/b.jsonl") "$dir/ref.jsonl")
+    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-6)}" && ok=1 || ok=0
+    verdict $ok "saved by DDP 2 at step 10, resumed on one process: worst relative loss difference $w"
+else
+    failed=$((failed + 1)); echo "FAIL save or resume"; tail -2 "$dir/a.out" "$dir/b.out"
+fi
+# validation: the mean over the evaluated rows' scored tokens, the same on 1 and 2 ranks
+v1=$("$DTRAIN" train "${common[@]}" --batch 8 --steps 2 --val-data "$dir/val.jsonl" --eval-batches 4 2>&1 | grep -o "val loss [0-9.]*")
+v2=$("$DTRAIN" train "${common[@]}" --batch 4 --nproc 2 --steps 2 --val-data "$dir/val.jsonl" --eval-batches 4 2>&1 | grep -o "val loss [0-9.]*")
+a=${v1##* } b=${v2##* }
+[ -n "$a" ] && [ -n "$b" ] && awk "BEGIN{d=($a-$b)/$a; if(d<0)d=-d; exit !(d <= 1e-5)}" && ok=1 || ok=0
+verdict $ok "--val-data FILE.jsonl: one process $a, DDP 2 $b"
+refused() {
+    local what=$1 needle=$2
+    shift 2
+    "$DTRAIN" "$@" > "$dir/refused.out" 2>&1
+    [ $? != 0 ] && grep -q -- "$needle" "$dir/refused.out" && ok=1 || ok=0
+    verdict $ok "refused: $what ($(grep -m1 error "$dir/refused.out" | cut -c1-140))"
+}
+head -c 100000 /usr/share/common-licenses/GPL-3 > "$dir/text"
+"$DTRAIN" tokenize --bytes "$dir/text" "$dir/tok.bin" > /dev/null
+refused "a token file beside a .jsonl" "is chats or completions" train "${common[@]}" --batch 8 --val-data "$dir/tok.bin"
+refused "chats without a tokenizer" "give --tokenizer" train "${shape[@]}" --batch 8
+echo "sft equivalence: $passed passed, $failed failed"
+[ "$failed" = 0 ]
