@@ -68,7 +68,7 @@ dt_status dt_bpe_prompt(dt_bpe *b, const char *text, size_t len, int32_t **ids, 
 dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int vocab, const char *model, const char *who, bool say,
                            dt_bpe **out);
 
-/* Supervised fine-tuning data (data/sft.c): a JSONL file of chats ({"messages": [{"role", "content"}, ...]}) or
+/* Supervised fine-tuning data (data/sft.c; tok NULL: a byte-level model's bytes, prompts and completions only): a JSONL file of chats ({"messages": [{"role", "content"}, ...]}) or
  * prompts and completions ({"prompt", "completion"}), one example a row of T inputs and T targets, the targets not
  * scored (prompts, the user's and system's turns, padding) DT_IGNORE_INDEX, as TRL's SFTTrainer scores them; chats
  * rendered by a chat template of the documented subset (chatml, llama3), prompts and completions as TRL tokenizes

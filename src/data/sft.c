@@ -65,8 +65,11 @@ static dt_status push(seq *s, int32_t id, int scored) {
     return DT_OK;
 }
 
-/* text's tokens, scored or not. */
+/* text's tokens (tok NULL: its bytes, a byte-level model's), scored or not. */
 static dt_status put(seq *s, dt_bpe *tok, const char *text, size_t len, int scored) {
+    dt_status st0 = DT_OK;
+    for (size_t i = 0; !tok && i < len && !st0; i++) st0 = push(s, (unsigned char)text[i], scored);
+    if (!tok) return st0;
     uint32_t *ids = NULL;
     size_t n = 0, cap = 0;
     dt_status st = dt_bpe_encode(tok, text, len, &ids, &n, &cap);
@@ -122,7 +125,7 @@ static dt_status render_completion(const char *prompt, const char *completion, d
     if (!all) return dt_error(DT_ERR_NOMEM, "sft: out of memory");
     memcpy(all, prompt, np), memcpy(all + np, completion, nc + 1);
     seq p = { 0 };
-    int bos = dt_bpe_bos(tok);
+    int bos = tok ? dt_bpe_bos(tok) : -1;
     dt_status st = bos >= 0 ? push(&p, bos, 0) : DT_OK; /* both start with it */
     if (!st && bos >= 0) st = push(s, bos, 0);
     if (!st) st = put(&p, tok, prompt, np, 0);
@@ -170,7 +173,9 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
     seq s = { 0 };
     dt_status st;
     if (cJSON_IsArray(msgs)) {
-        st = chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: chat messages need a chat template: the tokenizer's tokenizer_config.json's, "
+        st = !tok ? dt_error(DT_ERR_ARG, "%s: chat messages need a tokenizer with the template's special tokens (a byte-level model takes "
+                             "prompts and completions)", where)
+           : chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: chat messages need a chat template: the tokenizer's tokenizer_config.json's, "
                                              "or --chat-template chatml|llama3", where)
                                   : render_chat(msgs, chat, tok, where, &s);
     } else if (cJSON_IsString(p) && cJSON_IsString(c)) {

@@ -56,23 +56,25 @@ dt_status dt_train_open_sft(run *r) {
     dt_bpe *tok = NULL;
     dt_status st = c->chat_template ? dt_chat_kind_parse(c->chat_template, &chat) : DT_OK;
     if (!st) st = dt_bpe_for_model(c->tokenizer, NULL, V, c->model, "--data", false, &tok);
-    if (!st && !tok)
+    if (!st && !tok && V != 256) /* a byte-level model reads bytes */
         st = dt_error(DT_ERR_ARG, "--data %s: chats and completions are tokenized: give --tokenizer tokenizer.json (or a --model folder "
                       "that has one)", c->data);
-    if (!st) {
+    if (!st && tok) {
         char found[4200];
         snprintf(found, sizeof found, "%s/tokenizer.json", c->model);
         st = read_tokenizer_config(c->tokenizer ? c->tokenizer : found, tok, &chat, &eos);
     }
     if (!st) st = open_one(r, tok, chat, eos, c->data, &r->sft);
     if (!st && c->val_data) st = open_one(r, tok, chat, eos, c->val_data, &r->sft_val);
+    bool bytes = !tok;
     dt_bpe_destroy(tok);
     if (!st) st = dt_loader_create_rows(r->sft, c->batch, r->dp_rank, r->dp_size, c->shuffle_seed, &r->tl);
     if (!st && r->sft_val) st = dt_loader_create_rows(r->sft_val, c->batch, r->dp_rank, r->dp_size, 0, &r->vl);
     if (!st && r->vl && dt_loader_batches(r->vl) < (size_t)c->eval_batches) r->c.eval_batches = (int)dt_loader_batches(r->vl);
     if (!st && r->rank == 0 && !c->quiet)
         printf("supervised fine-tuning: %zu examples from %s (%s), %zu rows a global batch; the loss over the scored tokens%s\n",
-               dt_sft_rows(r->sft), c->data, chat == DT_CHAT_CHATML ? "chatml" : chat == DT_CHAT_LLAMA3 ? "llama3" : "prompts and completions",
+               dt_sft_rows(r->sft), c->data, chat == DT_CHAT_CHATML ? "chatml" : chat == DT_CHAT_LLAMA3 ? "llama3" : !bytes ? "prompts and completions"
+                                                                                                                    : "prompts and completions, as bytes",
                (size_t)c->batch * (size_t)r->dp_size, eos >= 0 && chat == DT_CHAT_NONE ? ", a completion ends with the end-of-text token" : "");
     return st;
 }
