@@ -18,7 +18,7 @@ venv=${DTRAIN_VENV:-$here/../.venv-baselines}
 [ -x "$venv/bin/python" ] || { echo "no baselines' environment at $venv: scripts/make-baselines-venv.sh makes it" >&2; exit 1; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-head -c 3000000 /dev/urandom | od -An -tu2 -w2 -v | awk '{print $1 % 50000}' | head -200000 > "$dir/ids"
+head -c 3000000 /dev/urandom | od -An -tu2 -w2 -v | awk '{print $1 % 49000}' | head -200000 > "$dir/ids"
 python3 - "$dir/ids" "$dir/tok.bin" <<'EOF'
 import struct, sys
 ids = [int(x) for x in open(sys.argv[1])]
