@@ -14,7 +14,8 @@
 # that does not load and a bad --quantize are said before listening;
 # SIGTERM finishes the requests in hand and exits 0 (a request that comes
 # meanwhile gets 503); /v1/chat/completions is the completion of its
-# messages by the documented template, whole and streamed; OpenAI's Python
+# messages by the documented template, whole and streamed, and by a
+# model's own ChatML template where its tokenizer_config.json has one; OpenAI's Python
 # client completes, streams and stops (installed from PyPI into PYDIR if
 # missing; said and not counted if it cannot be).
 # Under a sanitizer (SANITIZE given) a 2-layer model with GPT-2's
@@ -266,6 +267,26 @@ wait $cpid
 [ $rc = 0 ] && grep -q '"finish_reason":"length"' "$dir/inflight" && grep -q "served" "$dir/bad.out" &&
     ok "SIGTERM: the request in hand finished ($(text < "$dir/inflight" | wc -c) bytes), exit 0: $(tail -1 "$dir/bad.out")" ||
     fail "SIGTERM: rc $rc, $(cat "$dir/inflight") $(tail -2 "$dir/bad.out")"
+
+# ---- a model whose tokenizer_config.json has a chat template (ChatML): chats by it, the answer ending at <|im_end|> ----
+mkdir -p "$dir/chatml"
+"$DTRAIN" train --model llama-tiny --data "$dir/train.bin" --layers 2 --channels 64 --heads 4 --kv-heads 2 --ffn 160 --vocab 2048 \
+    --max-seq 64 --seq 64 --batch 4 --steps 1 --lr 1e-30 --threads $T --quiet --save "$dir/chatml_ck" > /dev/null 2>&1 &&
+    "$DTRAIN" ckpt export "$dir/chatml_ck" "$dir/chatml" > /dev/null 2>&1 && cp "$FIX/sft/tokenizer.json" "$FIX/sft/tokenizer_config.json" "$dir/chatml/" ||
+    fail "making the ChatML model folder"
+if start chatml "$dir/chatml" --threads 1 --slots 2; then
+    grep -q "chats by the model's ChatML template" "$dir/chatml.err" && ok "serve says it renders chats by the model's ChatML template" ||
+        fail "no ChatML line: $(cat "$dir/chatml.err")"
+    msgs='[{"role":"system","content":"Be brief."},{"role":"user","content":"The "},{"role":"assistant","content":"GNU"},{"role":"user","content":"a"}]'
+    chat=$(curl -s "http://127.0.0.1:$port/v1/chat/completions" -d "{\"messages\":$msgs,\"max_tokens\":8,\"temperature\":0}")
+    cml='<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nThe <|im_end|>\n<|im_start|>assistant\nGNU<|im_end|>\n<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n'
+    want=$(post "{\"prompt\":\"$cml\",\"max_tokens\":8,\"temperature\":0,\"stop\":\"<|im_end|>\"}")
+    pa=$(echo "$chat" | python3 -c 'import json,sys; c=json.load(sys.stdin); print(c["usage"]["prompt_tokens"], c["choices"][0]["message"]["content"])')
+    pb=$(echo "$want" | python3 -c 'import json,sys; c=json.load(sys.stdin); print(c["usage"]["prompt_tokens"], c["choices"][0]["text"])')
+    [ -n "$pa" ] && [ "$pa" = "$pb" ] && ok "/v1/chat/completions by ChatML: the completion of the template's text ($pa tokens in, then the answer)" ||
+        fail "ChatML chat '$pa' against the template's completion '$pb': $chat"
+    kill -TERM $spid; wait $spid
+fi
 
 # ---- OpenAI's Python client ----
 if ! python3 -c 'import openai' 2> /dev/null && [ -n "$PYDIR" ]; then

@@ -77,6 +77,18 @@ typedef enum { DT_CHAT_NONE = 0, DT_CHAT_CHATML, DT_CHAT_LLAMA3 } dt_chat_kind;
 dt_status dt_chat_kind_parse(const char *name, dt_chat_kind *out);
 /* Which of the subset a tokenizer_config.json's Jinja chat_template is (by its markers), or an error naming where. */
 dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat_kind *out);
+/* A template's pieces (data/chat_template.c): the text before the first message; a turn's head (printf's %s: the
+ * role); the end of a turn (an answer ends with it); what follows that; whether a content is trimmed. NULL: none. */
+typedef struct {
+    const char *begin, *head, *end, *after;
+    int trim;
+} dt_chat_template;
+const dt_chat_template *dt_chat_template_of(dt_chat_kind k);
+/* A message's content as the template writes it ([*start, *start + *n) of c). */
+void dt_chat_content(const dt_chat_template *t, const char *c, const char **start, size_t *n);
+/* tokenizer_config.json beside tokenizer_json (none: nothing changes): its chat_template's kind into *chat where that
+ * is DT_CHAT_NONE (chat NULL: not asked), its eos_token's id (tok's; eos NULL: not asked). */
+dt_status dt_tokenizer_config_read(const char *tokenizer_json, dt_bpe *tok, dt_chat_kind *chat, int *eos);
 typedef struct dt_sft dt_sft;
 dt_status dt_sft_load(const char *path, dt_bpe *tok, dt_chat_kind chat, int eos, int T, dt_sft **out);
 void dt_sft_destroy(dt_sft *d);

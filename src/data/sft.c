@@ -4,11 +4,8 @@
  * them (completion_only_loss; assistant_only_loss with a template that marks the assistant's turns). One example a
  * row, cut at T + 1 tokens or padded after its end (causal attention: the padding changes nothing before it).
  *
- * The chat templates are a documented subset, rendered here rather than by a Jinja engine (none is packaged for C):
- *   chatml  <|im_start|>ROLE\nCONTENT<|im_end|>\n per message; scored: the assistant's CONTENT<|im_end|>
- *   llama3  <|begin_of_text|>, then <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> per message
- *           (CONTENT trimmed, as Llama 3's template trims it); scored: the assistant's CONTENT<|eot_id|>
- * A prompt and completion are tokenized as TRL does: the prompt alone (after the tokenizer's begin-of-text, if it has
+ * Chats are rendered by a chat template (chat_template.c: ChatML's, Llama 3's); scored: an assistant's content and
+ * its end of turn (<|im_end|>, <|eot_id|>). A prompt and completion are tokenized as TRL does: the prompt alone (after the tokenizer's begin-of-text, if it has
  * one), then prompt + completion + end-of-text; the completion's tokens start where the two diverge. */
 #include "dtrain/data.h"
 #include "dtrain/kernels.h"
@@ -26,22 +23,6 @@ struct dt_sft {
     size_t *scored;             /* per row */
     char path[512];
 };
-
-dt_status dt_chat_kind_parse(const char *name, dt_chat_kind *out) {
-    if (!strcmp(name, "chatml")) *out = DT_CHAT_CHATML;
-    else if (!strcmp(name, "llama3")) *out = DT_CHAT_LLAMA3;
-    else if (!strcmp(name, "none")) *out = DT_CHAT_NONE;
-    else return dt_error(DT_ERR_ARG, "chat template \"%s\": this build renders chatml and llama3 (or none: prompt and completion only)", name);
-    return DT_OK;
-}
-
-dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat_kind *out) {
-    if (strstr(jinja, "<|im_start|>")) *out = DT_CHAT_CHATML;
-    else if (strstr(jinja, "<|start_header_id|>")) *out = DT_CHAT_LLAMA3;
-    else return dt_error(DT_ERR_UNSUPPORTED, "%s: a chat_template this build cannot render (it renders chatml's and llama3's): "
-                         "name one with --chat-template chatml|llama3", where);
-    return DT_OK;
-}
 
 /* An example's tokens and which of them are scored, being built. */
 typedef struct {
@@ -80,16 +61,10 @@ static dt_status put(seq *s, dt_bpe *tok, const char *text, size_t len, int scor
 
 static dt_status put_str(seq *s, dt_bpe *tok, const char *text, int scored) { return put(s, tok, text, strlen(text), scored); }
 
-/* Llama 3's template trims each message's content. */
-static void trimmed(const char *c, const char **a, size_t *n) {
-    size_t len = strlen(c), i = 0;
-    while (i < len && isspace((unsigned char)c[i])) i++;
-    while (len > i && isspace((unsigned char)c[len - 1])) len--;
-    *a = c + i, *n = len - i;
-}
-
+/* The template's pieces (chat_template.c): its head unscored, an assistant's content and end of turn scored. */
 static dt_status render_chat(const cJSON *msgs, dt_chat_kind chat, dt_bpe *tok, const char *where, seq *s) {
-    dt_status st = chat == DT_CHAT_LLAMA3 ? put_str(s, tok, "<|begin_of_text|>", 0) : DT_OK;
+    const dt_chat_template *t = dt_chat_template_of(chat);
+    dt_status st = put_str(s, tok, t->begin, 0);
     int k = 0, assistant = 0;
     for (const cJSON *m = msgs->child; m && !st; m = m->next, k++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
@@ -100,18 +75,13 @@ static dt_status render_chat(const cJSON *msgs, dt_chat_kind chat, dt_bpe *tok, 
             return dt_error(DT_ERR_IO, "%s: message %d's role \"%s\" is not system, user or assistant", where, k, r);
         int scored = !strcmp(r, "assistant");
         assistant |= scored;
-        const char *c = content->valuestring;
-        size_t cn = strlen(c);
+        const char *c;
+        size_t cn;
+        dt_chat_content(t, content->valuestring, &c, &cn);
         char head[96];
-        if (chat == DT_CHAT_CHATML) {
-            snprintf(head, sizeof head, "<|im_start|>%s\n", r);
-            if (!(st = put_str(s, tok, head, 0)) && !(st = put(s, tok, c, cn, scored)) && !(st = put_str(s, tok, "<|im_end|>", scored)))
-                st = put_str(s, tok, "\n", 0);
-        } else {
-            trimmed(c, &c, &cn);
-            snprintf(head, sizeof head, "<|start_header_id|>%s<|end_header_id|>\n\n", r);
-            if (!(st = put_str(s, tok, head, 0)) && !(st = put(s, tok, c, cn, scored))) st = put_str(s, tok, "<|eot_id|>", scored);
-        }
+        snprintf(head, sizeof head, t->head, r);
+        if (!(st = put_str(s, tok, head, 0)) && !(st = put(s, tok, c, cn, scored)) && !(st = put_str(s, tok, t->end, scored)))
+            st = put_str(s, tok, t->after, 0);
     }
     if (!st && !assistant) st = dt_error(DT_ERR_IO, "%s: no assistant message: nothing in it is scored", where);
     return st;

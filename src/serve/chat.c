@@ -1,6 +1,9 @@
-/* OpenAI's chat messages as one prompt. A GPT-2 has no chat template of
- * its own, so dtrain renders the messages by a plain, documented one
- * (docs/serving.md) that a base model continues naturally:
+/* OpenAI's chat messages as one prompt: by the model's own chat template
+ * where its tokenizer_config.json names one dtrain renders (ChatML's,
+ * Llama 3's: data/chat_template.c), the assistant's head last and the
+ * answer ending at its end of turn; else (a GPT-2 has no template of its
+ * own) by a plain, documented one (docs/serving.md) that a base model
+ * continues naturally:
  *
  *   <system text>\n\n          (each system or developer message)
  *   User: <text>\n             (each user message)
@@ -12,6 +15,7 @@
 #include "serve_internal.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +50,38 @@ static dt_status content_text(const cJSON *c, int i, char **buf, size_t *len, si
     return DT_OK;
 }
 
-dt_status serve_chat_prompt(const cJSON *messages, char **out, size_t *out_len) {
+/* By the template t: its beginning, each message's head, content, end and what follows, the assistant's head last. */
+static dt_status render_template(const dt_chat_template *t, const cJSON *messages, char **buf, size_t *len, size_t *cap) {
+    dt_status st = grow(buf, len, cap, t->begin, strlen(t->begin));
+    int i = 0;
+    const cJSON *m;
+    char head[96];
+    cJSON_ArrayForEach(m, messages) {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role"), *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const char *role = cJSON_IsString(r) ? r->valuestring : "";
+        if (!strcmp(role, "developer")) role = "system"; /* OpenAI's newer name */
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
+            return dt_error(DT_ERR_ARG, "'messages' [%d]: role '%s': this server takes system, developer, user and assistant", i, role);
+        char *text = NULL;
+        size_t tl = 0, tc = 0;
+        const char *a;
+        size_t n;
+        snprintf(head, sizeof head, t->head, role);
+        if (!st) st = content_text(c, i, &text, &tl, &tc);
+        if (!st) dt_chat_content(t, text ? text : "", &a, &n);
+        if (!st) st = grow(buf, len, cap, head, strlen(head));
+        if (!st) st = grow(buf, len, cap, a, n);
+        if (!st) st = grow(buf, len, cap, t->end, strlen(t->end));
+        if (!st) st = grow(buf, len, cap, t->after, strlen(t->after));
+        free(text);
+        if (st) return st;
+        i++;
+    }
+    snprintf(head, sizeof head, t->head, "assistant");
+    return grow(buf, len, cap, head, strlen(head));
+}
+
+dt_status serve_chat_prompt(const cJSON *messages, dt_chat_kind chat, char **out, size_t *out_len) {
     *out = NULL;
     *out_len = 0;
     if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0)
@@ -54,6 +89,12 @@ dt_status serve_chat_prompt(const cJSON *messages, char **out, size_t *out_len) 
     char *buf = NULL;
     size_t len = 0, cap = 0;
     dt_status st = DT_OK;
+    const dt_chat_template *t = dt_chat_template_of(chat);
+    if (t) {
+        if ((st = render_template(t, messages, &buf, &len, &cap))) free(buf);
+        else *out = buf, *out_len = len;
+        return st;
+    }
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, messages) {

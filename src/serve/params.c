@@ -108,11 +108,13 @@ static dt_status read_messages(const cJSON *o, const serve_vocab *v, serve_param
     char *text;
     size_t n;
     *param = "messages";
-    dt_status st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(o, "messages"), &text, &n);
+    dt_status st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(o, "messages"), v->chat, &text, &n);
     if (st) return st;
     st = dt_bpe_prompt(v->bpe, text, n, &p->prompt, &p->nprompt);
     free(text);
-    if (!st && p->nstop < SERVE_MAX_STOP && !(p->stop[p->nstop++] = strdup(SERVE_CHAT_STOP))) st = dt_error(DT_ERR_NOMEM, "out of memory");
+    /* the answer ends at the template's end of turn, or where the plain template's next turn begins */
+    const dt_chat_template *t = dt_chat_template_of(v->chat);
+    if (!st && p->nstop < SERVE_MAX_STOP && !(p->stop[p->nstop++] = strdup(t ? t->end : SERVE_CHAT_STOP))) st = dt_error(DT_ERR_NOMEM, "out of memory");
     if (!st) *param = NULL;
     return st;
 }

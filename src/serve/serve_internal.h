@@ -18,6 +18,7 @@ typedef struct {
     dt_bpe *bpe; /* NULL: bytes */
     int vocab;
     int eot;     /* the end-of-text token (GPT-2's 50256): generating it ends a completion; -1: none */
+    dt_chat_kind chat; /* the model's chat template (its tokenizer_config.json's; DT_CHAT_NONE: dtrain's plain one) */
 } serve_vocab;
 /* Token id's bytes appended to a growing buffer. */
 dt_status serve_vocab_append(const serve_vocab *v, int32_t id, char **buf, size_t *len, size_t *cap);
@@ -44,9 +45,10 @@ void serve_params_free(serve_params *p);
  * vocabulary; on a bad request returns DT_ERR_ARG with the message and sets *param to the field at fault (or NULL). */
 dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v, int context, bool chat, serve_params *p,
                              const char **param);
-/* Chat messages as one prompt by dtrain's plain template (chat.c; caller frees *out). */
+/* Chat messages as one prompt by the model's template (chat, DT_CHAT_NONE: dtrain's plain one; chat.c; caller frees
+ * *out). */
 struct cJSON;
-dt_status serve_chat_prompt(const struct cJSON *messages, char **out, size_t *len);
+dt_status serve_chat_prompt(const struct cJSON *messages, dt_chat_kind chat, char **out, size_t *len);
 /* The stop sequence a chat answer gets beside the request's own: the model starting the next turn. */
 #define SERVE_CHAT_STOP "\nUser:"
 

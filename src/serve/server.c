@@ -47,9 +47,16 @@ static dt_status listen_on(const char *host, int port, int *fd_out, int *bound, 
 }
 
 static dt_status load_vocab(const dt_serve_options *o, const dt_gpt2_config *c, serve_vocab *v) {
-    *v = (serve_vocab){ NULL, c->vocab_size, -1 };
+    *v = (serve_vocab){ .bpe = NULL, .vocab = c->vocab_size, .eot = -1, .chat = DT_CHAT_NONE };
     dt_status st = dt_bpe_for_model(o->bpe_encoder, o->bpe_vocab, c->vocab_size, o->model, "serve", true, &v->bpe);
     if (!st && v->bpe && dt_bpe_vocab_size(v->bpe) == 50257) v->eot = 50256; /* GPT-2's <|endoftext|> */
+    if (!st && v->bpe && !o->bpe_vocab) { /* a tokenizer.json: its tokenizer_config.json's chat template and end of text */
+        char found[4200];
+        snprintf(found, sizeof found, "%s/tokenizer.json", o->model);
+        st = dt_tokenizer_config_read(o->bpe_encoder ? o->bpe_encoder : found, v->bpe, &v->chat, &v->eot);
+        if (!st && v->chat != DT_CHAT_NONE)
+            dt_log(DT_LOG_INFO, "serve: chats by the model's %s template", v->chat == DT_CHAT_CHATML ? "ChatML" : "Llama 3");
+    }
     return st;
 }
 

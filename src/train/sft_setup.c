@@ -5,40 +5,12 @@
 #include "run.h"
 #include "dtrain/io.h"
 
-#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
 bool dt_train_is_sft(const char *path) {
     size_t n = path ? strlen(path) : 0;
     return n > 6 && !strcmp(path + n - 6, ".jsonl");
-}
-
-/* tokenizer_config.json beside the tokenizer: its chat_template's kind and its eos_token's id (-1: none). */
-static dt_status read_tokenizer_config(const char *tokenizer, dt_bpe *tok, dt_chat_kind *chat, int *eos) {
-    char path[4200], *text = NULL;
-    const char *slash = strrchr(tokenizer, '/');
-    snprintf(path, sizeof path, "%.*stokenizer_config.json", slash ? (int)(slash - tokenizer + 1) : 0, tokenizer);
-    if (dt_file_read_text(path, 1 << 24, &text, NULL)) return DT_OK; /* none: no template, no end-of-text */
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    if (!j) return dt_error(DT_ERR_IO, "%s: not JSON", path);
-    const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(j, "chat_template"), *e = cJSON_GetObjectItemCaseSensitive(j, "eos_token");
-    if (cJSON_IsObject(e)) e = cJSON_GetObjectItemCaseSensitive(e, "content");
-    dt_status st = DT_OK;
-    char where[4300];
-    snprintf(where, sizeof where, "%s: \"chat_template\"", path);
-    if (*chat == DT_CHAT_NONE && cJSON_IsString(tmpl)) st = dt_chat_kind_of_template(tmpl->valuestring, where, chat);
-    if (!st && cJSON_IsString(e)) {
-        uint32_t *ids = NULL;
-        size_t n = 0, cap = 0;
-        st = dt_bpe_encode(tok, e->valuestring, strlen(e->valuestring), &ids, &n, &cap);
-        if (!st && n != 1) st = dt_error(DT_ERR_IO, "%s: \"eos_token\" \"%s\" is not one token", path, e->valuestring);
-        if (!st) *eos = (int)ids[0];
-        free(ids);
-    }
-    cJSON_Delete(j);
-    return st;
 }
 
 static dt_status open_one(run *r, dt_bpe *tok, dt_chat_kind chat, int eos, const char *path, dt_sft **out) {
@@ -62,7 +34,7 @@ dt_status dt_train_open_sft(run *r) {
     if (!st && tok) {
         char found[4200];
         snprintf(found, sizeof found, "%s/tokenizer.json", c->model);
-        st = read_tokenizer_config(c->tokenizer ? c->tokenizer : found, tok, &chat, &eos);
+        st = dt_tokenizer_config_read(c->tokenizer ? c->tokenizer : found, tok, &chat, &eos);
     }
     if (!st) st = open_one(r, tok, chat, eos, c->data, &r->sft);
     if (!st && c->val_data) st = open_one(r, tok, chat, eos, c->val_data, &r->sft_val);

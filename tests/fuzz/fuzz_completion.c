@@ -7,7 +7,7 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
-    serve_vocab v = { NULL, 256, -1 };
+    serve_vocab v = { .bpe = NULL, .vocab = 256, .eot = -1, .chat = DT_CHAT_NONE };
     serve_params p;
     const char *param;
     for (int chat = 0; chat < 2; chat++)
