@@ -123,5 +123,6 @@ refused "adapters whose base does not match the model (the tensor and its shapes
 refused "a K/V Linear whose heads several tensor-parallel ranks keep" "kept by 2 tensor-parallel ranks" \
     train "${common[@]}" --batch 4 --nproc 4 --tp 4 --kv-heads 2
 refused "targets that match no Linear" "match no Linear" train "${common[@]}" --batch 4 --lora-targets c_attn
+refused "LoRA on an image model" "LoRA is built for the language models" train --model mlp --synthetic --steps 1 --lora-rank 4
 echo "lora equivalence: $passed passed, $failed failed"
 [ "$failed" = 0 ]

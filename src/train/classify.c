@@ -246,6 +246,8 @@ static dt_status setup(cls_run *r) {
         return dt_error(DT_ERR_ARG, "--stop-after %d without --save: nothing would be kept to --resume from (give --save DIR)",
                         c->stop_after);
     if (c->sync_bn && mlp) return dt_error(DT_ERR_ARG, "--sync-bn: the MLP has no BatchNorm (a ResNet has)");
+    if (c->lora.rank || c->lora_from) /* said, not silently skipped */
+        return dt_error(DT_ERR_UNSUPPORTED, "--model %s: LoRA is built for the language models (GPT-2, Llama, Qwen 2)", c->model);
     dt_resnet_config named; /* the name checked before any data is read */
     dt_status st = mlp ? parse_hidden(c->model, r->sizes, &r->ns) : dt_resnet_config_parse(c->model, 1, 224, 224, 10, &named);
     if (!st && c->precision != DT_F32)
