@@ -66,6 +66,30 @@ static dt_status load_tokenizer(const char *dir, dt_bpe **tok, dt_chat_kind *cha
     return st;
 }
 
+/* The loader's count of the next steps' scored targets (a loss's denominator) is what those batches then hold, shuffled
+ * or not, steps of two batches running across the epochs' ends (B 1: an epoch of as many batches as rows). */
+static void check_counts(const char *name, const dt_sft *d) {
+    bool ok = true;
+    for (uint64_t seed = 0; seed < 3 && ok; seed++) {
+        dt_loader *l = NULL;
+        ok = !dt_loader_create_rows(d, 1, 0, 1, seed, &l);
+        for (int step = 0; ok && step < 7; step++) {
+            size_t want = dt_loader_scored(l, 2), got = 0;
+            int32_t in[T], tg[T];
+            for (int b = 0; b < 2; b++) {
+                dt_loader_next(l, in, tg);
+                for (int t = 0; t < T; t++) got += tg[t] >= 0;
+            }
+            if (got != want) printf("   seed %llu step %d: counted %zu, the batches hold %zu\n", (unsigned long long)seed, step, want, got);
+            ok = got == want;
+        }
+        dt_loader_destroy(l);
+    }
+    char what[120];
+    snprintf(what, sizeof what, "%s: a step's scored count is its batches', across epochs, shuffled or not", name);
+    check(what, ok, NULL);
+}
+
 static void check_case(const char *dir, const char *name, size_t rows) {
     char path[600], what[160];
     dt_bpe *tok = NULL;
@@ -137,6 +161,7 @@ static void check_case(const char *dir, const char *name, size_t rows) {
         }
         dt_program_set_loss_tokens(p, 0);
     }
+    if (!st) check_counts(name, d);
     if (st) {
         printf("FAIL %s: %s\n", name, dt_last_error());
         failed++;

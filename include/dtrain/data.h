@@ -109,7 +109,7 @@ dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nrank
 dt_status dt_loader_create_rows(const dt_sft *d, int B, int rank, int nranks, uint64_t seed, dt_loader **out);
 /* The scored targets of the next n global batches, every rank's (rows: what a step's loss divides by; a token
  * file's: all of them). */
-size_t dt_loader_scored(const dt_loader *l, int n);
+size_t dt_loader_scored(dt_loader *l, int n);
 void dt_loader_destroy(dt_loader *l);
 void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets);
 void dt_loader_reset(dt_loader *l);

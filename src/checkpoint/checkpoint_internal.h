@@ -5,7 +5,9 @@
 
 #include "dtrain/base.h"
 #include "dtrain/model.h"
+#include "dtrain/program.h"
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 
 #define FORMAT "dtrain-checkpoint"
 #define VERSION 3 /* 2: optim.f32 hashed in pieces (one per rank of a sharded save); 3: params.f32 too (ZeRO-3); 1, 2 are read too */
@@ -17,6 +19,9 @@ extern const char *const dt_ckpt_lm_shape[11], *const dt_ckpt_lm_numbers[5];
  * that range, written to (write 1) or read from a file in the whole
  * model's layout (buffer b at b * global parameters): the table's runs. */
 dt_status dt_ckpt_file_runs(const char *path, int write, const dt_model *m, float *const *bufs, int nb, size_t off, size_t n);
+/* The manifest's model.lora (a LoRA run's adapters): *found, and then *out, its targets copied into targets[cap]; an
+ * error naming the file where it is malformed. */
+dt_status dt_ckpt_manifest_lora(const cJSON *j, const char *mpath, bool *found, dt_lora_config *out, char *targets, size_t cap);
 /* The manifest's GPT-2 shape, checked. */
 dt_status dt_ckpt_manifest_shape(const cJSON *j, const char *mpath, dt_gpt2_config *g);
 

@@ -47,21 +47,36 @@ const char *dt_ckpt_string(const cJSON *j, const char *section, const char *key)
     return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
-/* A checkpoint of LoRA's adapters resumes only a run with the same adapters, and the other way round. */
-static dt_status check_lora(const cJSON *j, const char *path, const dt_lora_config *mine) {
+dt_status dt_ckpt_manifest_lora(const cJSON *j, const char *mpath, bool *found, dt_lora_config *out, char *targets, size_t cap) {
     const cJSON *l = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "lora");
-    if (!l && !mine) return DT_OK;
-    if (!l) return dt_error(DT_ERR_ARG, "%s: the checkpoint holds a whole model, this run trains LoRA adapters (--lora-rank %d)", path, mine->rank);
+    *found = l != NULL;
+    if (!l) return DT_OK;
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(l, "rank"), *a = cJSON_GetObjectItemCaseSensitive(l, "alpha"),
                 *t = cJSON_GetObjectItemCaseSensitive(l, "targets");
-    if (!cJSON_IsNumber(r) || !cJSON_IsNumber(a) || !cJSON_IsString(t))
-        return dt_error(DT_ERR_IO, "%s: model.lora is not {rank, alpha, targets}", path);
+    if (!cJSON_IsNumber(r) || !cJSON_IsNumber(a) || !cJSON_IsString(t) || !(r->valuedouble >= 1 && r->valuedouble <= 65536) ||
+        snprintf(targets, cap, "%s", t->valuestring) >= (int)cap)
+        return dt_error(DT_ERR_IO, "%s: model.lora is not {rank, alpha, targets}", mpath);
+    *out = (dt_lora_config){ .rank = (int)r->valuedouble, .alpha = (float)a->valuedouble, .targets = targets };
+    return DT_OK;
+}
+
+/* A checkpoint of LoRA's adapters resumes only a run with the same adapters, and the other way round. */
+static dt_status check_lora(const cJSON *j, const char *path, const dt_lora_config *mine) {
+    char targets[256];
+    dt_lora_config saved;
+    bool found;
+    dt_status st = dt_ckpt_manifest_lora(j, path, &found, &saved, targets, sizeof targets);
+    if (!st && !found)
+        return mine ? dt_error(DT_ERR_ARG, "%s: the checkpoint holds a whole model, this run trains LoRA adapters (--lora-rank %d)", path,
+                               mine->rank)
+                    : DT_OK;
+    if (st) return st;
     if (!mine)
-        return dt_error(DT_ERR_ARG, "%s: the checkpoint holds LoRA adapters (rank %g on %s): resume it with --lora-rank %g "
-                        "--lora-alpha %g --lora-targets %s", path, r->valuedouble, t->valuestring, r->valuedouble, a->valuedouble, t->valuestring);
-    if (r->valuedouble != mine->rank || (float)a->valuedouble != mine->alpha || strcmp(t->valuestring, mine->targets))
-        return dt_error(DT_ERR_ARG, "%s: the checkpoint's adapters are rank %g, alpha %g on %s; this run's rank %d, alpha %g on %s", path,
-                        r->valuedouble, a->valuedouble, t->valuestring, mine->rank, (double)mine->alpha, mine->targets);
+        return dt_error(DT_ERR_ARG, "%s: the checkpoint holds LoRA adapters (rank %d on %s): resume it with --lora-rank %d "
+                        "--lora-alpha %g --lora-targets %s", path, saved.rank, targets, saved.rank, (double)saved.alpha, targets);
+    if (saved.rank != mine->rank || saved.alpha != mine->alpha || strcmp(targets, mine->targets))
+        return dt_error(DT_ERR_ARG, "%s: the checkpoint's adapters are rank %d, alpha %g on %s; this run's rank %d, alpha %g on %s", path,
+                        saved.rank, (double)saved.alpha, targets, mine->rank, (double)mine->alpha, mine->targets);
     return DT_OK;
 }
 
@@ -338,7 +353,7 @@ dt_status dt_checkpoint_load_model(const char *dir, dt_gpt2 **out, int *step) {
     if (st) return st;
     dt_gpt2_config g;
     double v = 0;
-    if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "lora"))
+    if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "lora")) /* not a model */
         st = dt_error(DT_ERR_ARG, "%s: the checkpoint holds LoRA adapters, not a model: train --model BASE with its --lora flags and "
                       "--resume it", mpath);
     if (!st && !(st = dt_ckpt_manifest_shape(j, mpath, &g)) && !(st = dt_ckpt_count(j, NULL, "step", mpath, 1e9, &v)) && !(st = dt_gpt2_create(&g, out))) {
@@ -358,14 +373,10 @@ dt_status dt_checkpoint_load_adapters(const char *dir, dt_program **out) {
     dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
     if (st) return st;
     dt_gpt2_config g;
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "lora");
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(l, "rank"), *a = cJSON_GetObjectItemCaseSensitive(l, "alpha"),
-                *t = cJSON_GetObjectItemCaseSensitive(l, "targets");
-    if (!l) st = dt_error(DT_ERR_ARG, "%s: the checkpoint holds a whole model, not LoRA adapters", mpath);
-    else if (!cJSON_IsNumber(r) || !cJSON_IsNumber(a) || !cJSON_IsString(t) || r->valuedouble < 1 || r->valuedouble > 65536)
-        st = dt_error(DT_ERR_IO, "%s: model.lora is not {rank, alpha, targets}", mpath);
-    else snprintf(targets, sizeof targets, "%s", t->valuestring);
-    dt_lora_config lc = { .rank = st ? 0 : (int)r->valuedouble, .alpha = st ? 0 : (float)a->valuedouble, .targets = targets };
+    dt_lora_config lc;
+    bool found;
+    st = dt_ckpt_manifest_lora(j, mpath, &found, &lc, targets, sizeof targets);
+    if (!st && !found) st = dt_error(DT_ERR_ARG, "%s: the checkpoint holds a whole model, not LoRA adapters", mpath);
     if (!st) st = dt_ckpt_manifest_shape(j, mpath, &g);
     if (!st) st = dt_program_create_table(&g, NULL, out);
     if (!st) st = dt_program_set_lora(*out, &lc, 0);

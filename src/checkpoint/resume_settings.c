@@ -73,12 +73,9 @@ static void take_schedule(const cJSON *j, dt_train_config *c) {
 /* LoRA's adapters: the run goes on training them (the flags may still say otherwise, and are then refused). */
 static void take_lora(const cJSON *j, dt_train_config *c) {
     static char targets[256];
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "model"), "lora");
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(l, "rank"), *a = cJSON_GetObjectItemCaseSensitive(l, "alpha"),
-                *t = cJSON_GetObjectItemCaseSensitive(l, "targets");
-    if (!cJSON_IsNumber(r) || !cJSON_IsNumber(a) || !cJSON_IsString(t) || r->valuedouble < 1 || r->valuedouble > 65536) return;
-    snprintf(targets, sizeof targets, "%s", t->valuestring);
-    c->lora = (dt_lora_config){ .rank = (int)r->valuedouble, .alpha = (float)a->valuedouble, .targets = targets };
+    dt_lora_config l;
+    bool found;
+    if (!dt_ckpt_manifest_lora(j, "", &found, &l, targets, sizeof targets) && found) c->lora = l; /* a malformed one: refused on resume */
 }
 
 dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {

@@ -13,6 +13,8 @@ struct dt_loader {
     size_t nbatches, next;
     uint64_t seed, epoch;
     size_t *order; /* shuffled batch order, NULL when in file order */
+    size_t *later; /* rows, shuffled: a later epoch's order (later_epoch's), for the counts of a step that runs into it */
+    uint64_t later_epoch;
 };
 
 dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nranks, uint64_t seed, dt_loader **out) {
@@ -25,7 +27,7 @@ dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nrank
                         dt_tokens_path(t), dt_tokens_count(t), nranks, B, T, per + 1);
     dt_loader *l = calloc(1, sizeof *l);
     if (!l) return dt_error(DT_ERR_NOMEM, "loader: out of memory");
-    *l = (dt_loader){ t, NULL, B, T, rank, nranks, (dt_tokens_count(t) - 1) / per, 0, seed, 0, NULL };
+    *l = (dt_loader){ .t = t, .B = B, .T = T, .rank = rank, .nranks = nranks, .nbatches = (dt_tokens_count(t) - 1) / per, .seed = seed };
     if (seed) {
         l->order = malloc(sizeof(size_t) * l->nbatches);
         if (!l->order) { free(l); return dt_error(DT_ERR_NOMEM, "loader: out of memory"); }
@@ -45,8 +47,9 @@ dt_status dt_loader_create_rows(const dt_sft *d, int B, int rank, int nranks, ui
                         nranks, B);
     dt_loader *l = calloc(1, sizeof *l);
     if (!l) return dt_error(DT_ERR_NOMEM, "loader: out of memory");
-    *l = (dt_loader){ NULL, d, B, dt_sft_seq(d), rank, nranks, dt_sft_rows(d) / per, 0, seed, 0, NULL };
-    if (seed && !(l->order = malloc(sizeof(size_t) * l->nbatches))) {
+    *l = (dt_loader){ .rows = d, .B = B, .T = dt_sft_seq(d), .rank = rank, .nranks = nranks, .nbatches = dt_sft_rows(d) / per, .seed = seed };
+    if (seed && (!(l->order = malloc(sizeof(size_t) * l->nbatches)) || !(l->later = malloc(sizeof(size_t) * l->nbatches)))) {
+        free(l->order);
         free(l);
         return dt_error(DT_ERR_NOMEM, "loader: out of memory");
     }
@@ -58,18 +61,22 @@ dt_status dt_loader_create_rows(const dt_sft *d, int B, int rank, int nranks, ui
 void dt_loader_destroy(dt_loader *l) {
     if (!l) return;
     free(l->order);
+    free(l->later);
     free(l);
 }
 
-static void shuffle(dt_loader *l) {
-    uint64_t s = l->seed * 1000003u + l->epoch;
-    for (size_t i = 0; i < l->nbatches; i++) l->order[i] = i;
+/* Epoch's order of the batches into order[0..l->nbatches). */
+static void shuffle_into(const dt_loader *l, size_t *order, uint64_t epoch) {
+    uint64_t s = l->seed * 1000003u + epoch;
+    for (size_t i = 0; i < l->nbatches; i++) order[i] = i;
     for (size_t i = l->nbatches; i > 1; i--) {
-        size_t j = dt_rng_next(&s) % i, tmp = l->order[i - 1];
-        l->order[i - 1] = l->order[j];
-        l->order[j] = tmp;
+        size_t j = dt_rng_next(&s) % i, tmp = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = tmp;
     }
 }
+
+static void shuffle(dt_loader *l) { shuffle_into(l, l->order, l->epoch); }
 
 void dt_loader_reset(dt_loader *l) {
     l->next = 0;
@@ -79,27 +86,23 @@ void dt_loader_reset(dt_loader *l) {
 
 size_t dt_loader_batches(const dt_loader *l) { return l->nbatches; }
 
-/* The global batch at place k from now (the epochs' shuffles as they will come: a copy of the state advances). */
-static size_t batch_at(const dt_loader *l, size_t k, size_t *order_scratch) {
-    size_t next = l->next + k;
-    uint64_t epoch = l->epoch + next / l->nbatches;
-    next %= l->nbatches;
-    if (!l->order) return next;
-    if (epoch == l->epoch) return l->order[next];
-    dt_loader later = *l;
-    later.order = order_scratch, later.epoch = epoch;
-    shuffle(&later);
-    return order_scratch[next];
+/* The global batch at place k from now (a step's batches may run past the end of an epoch into the next). */
+static size_t batch_at(dt_loader *l, size_t k) {
+    size_t at = l->next + k, i = at % l->nbatches;
+    uint64_t epoch = l->epoch + at / l->nbatches;
+    if (!l->order) return i;
+    if (epoch == l->epoch) return l->order[i];
+    if (l->later_epoch != epoch) shuffle_into(l, l->later, epoch), l->later_epoch = epoch;
+    return l->later[i];
 }
 
-size_t dt_loader_scored(const dt_loader *l, int n) {
-    size_t per = (size_t)l->B * (size_t)l->nranks, total = 0, *scratch = l->order ? malloc(sizeof(size_t) * l->nbatches) : NULL;
+size_t dt_loader_scored(dt_loader *l, int n) {
+    size_t per = (size_t)l->B * (size_t)l->nranks, total = 0;
+    if (!l->rows) return (size_t)n * per * (size_t)l->T;
     for (int k = 0; k < n; k++) {
-        size_t b = batch_at(l, (size_t)k, scratch); /* a step's batches may run past the end of an epoch into the next */
-        if (!l->rows) { total += per * (size_t)l->T; continue; }
+        size_t b = batch_at(l, (size_t)k);
         for (size_t r = 0; r < per; r++) total += dt_sft_scored(l->rows, b * per + r);
     }
-    free(scratch);
     return total;
 }
 

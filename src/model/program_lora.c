@@ -280,15 +280,14 @@ static void merge_one(float *w, const float *A, const float *B, float scale, int
 void dt_program_lora_merge(dt_program *p) {
     program_lora *a = p->lora;
     if (!a) return;
-    for (int q = 0; q < a->ntab; q += 2) {
-        const dt_tensor_info *A = &a->tab[q], *Bt = A + 1;
-        char base[48]; /* the adapted weight's name: the adapter's without ".lora_A" */
-        snprintf(base, sizeof base, "%.*s", (int)(strlen(A->name) - strlen(".lora_A")), A->name);
-        for (int i = 0; i < p->ntab; i++)
-            if (!strcmp(p->tab[i].name, base))
-                merge_one(p->params + p->tab[i].offset, a->params + A->offset, a->params + Bt->offset, a->scale, Bt->shape[0], A->shape[1],
-                          a->c.rank);
-    }
+    for (int l = 0; l < p->cfg.num_layers; l++) /* each held block's adapted parts, as forward finds them */
+        for (int k = 0; p->bk[l] >= 0 && k < p->f->nops; k++)
+            for (int j = 0; j < DT_LORA_MAX_PARTS; j++) {
+                int q = a->op_part[k * DT_LORA_MAX_PARTS + j];
+                if (q < 0) continue;
+                const dt_tensor_info *A = &a->tab[adapter_of(p, l, q)], *Bt = A + 1, *w = &p->tab[first_tensor(p, l) + p->ops[k].s.w + j];
+                merge_one(p->params + w->offset, a->params + A->offset, a->params + Bt->offset, a->scale, Bt->shape[0], A->shape[1], a->c.rank);
+            }
     dt_program_lora_free(a);
     p->lora = NULL;
     for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* no x A^T kept from now */

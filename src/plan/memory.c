@@ -90,7 +90,11 @@ static void estimate_rank(const dt_plan_job *j, double psi, double tied, double 
     m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
               pool_bytes;
     /* LoRA: the adapters' buckets (no token table's rows deferred, no pool for a head that does not train) */
-    if (j->lora.rank) m->comm = n > 1 ? 2 * fmin((double)j->bucket_bytes, f * adapters) : 0, outside = 0, pool = 0;
+    if (j->lora.rank) {
+        m->comm = n > 1 ? 2 * fmin((double)j->bucket_bytes, f * adapters) : 0;
+        outside = 0;
+        pool = 0;
+    }
     /* ZeRO's implementation on devices of their own (DeepSpeed's): two gradient buckets in flight, and at stage 3 the unit
      * being gathered and the next (the largest block's 16-bit parameters, twice) */
     if (j->paper_states) {

@@ -61,11 +61,12 @@ dt_status dt_train_setup(run *r);
 /* --report DIR: where the metrics and trace go unless named (run_setup.c). */
 dt_status dt_train_observers(run *r);
 /* Supervised fine-tuning (sft_setup.c): whether a --data path is one (.jsonl); its files opened and their loaders made;
- * the training data's tokens (a token file's, or the rows' T each); before a step, the count its loss divides by. */
+ * the training data's tokens (a token file's, or the rows' T each); before a step or an evaluation of batches of l,
+ * the count their losses divide by. */
 bool dt_train_is_sft(const char *path);
 dt_status dt_train_open_sft(run *r);
 size_t dt_train_data_tokens(const run *r);
-void dt_train_step_loss_tokens(run *r);
+void dt_train_loss_tokens(run *r, dt_loader *l, int batches);
 /* The next training batch into r->in, r->tg: the engine's and the pipeline's callback (train.c). */
 dt_status dt_train_next_batch(void *ctx, int k, const int32_t **in, const int32_t **tg);
 /* --save: weights to a file, or the full state to a directory (run_save.c). */

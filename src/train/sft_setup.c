@@ -61,11 +61,11 @@ size_t dt_train_data_tokens(const run *r) {
     return r->sft ? dt_sft_rows(r->sft) * (size_t)dt_sft_seq(r->sft) : dt_tokens_count(r->train);
 }
 
-void dt_train_step_loss_tokens(run *r) {
+void dt_train_loss_tokens(run *r, dt_loader *l, int batches) {
     if (!r->sft) return;
-    /* each micro-batch's loss divides by the global count over the micro-batches and the replicas (DP x CP): the engine's
-     * means over both then make the mean over the global batch's scored tokens */
+    /* each batch's loss divides by the global count over the batches and the replicas (DP x CP): the means over both (the
+     * engine's, evaluation's) then make the mean over every scored token */
     int replicas = r->mesh ? dt_comm_size(dt_mesh_replicas(r->mesh)) : 1;
-    size_t n = dt_loader_scored(r->tl, r->c.grad_accum);
-    dt_program_set_loss_tokens(dt_gpt2_program(r->m), n ? (double)n / ((double)r->c.grad_accum * replicas) : 1);
+    size_t n = dt_loader_scored(l, batches);
+    dt_program_set_loss_tokens(dt_gpt2_program(r->m), n ? (double)n / ((double)batches * replicas) : 1);
 }

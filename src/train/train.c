@@ -94,11 +94,7 @@ static dt_status evaluate(run *r, float *out) {
     dt_status st = DT_OK;
     DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "evaluation", "\"batches\":%d", c->eval_batches);
     dt_loader_reset(r->vl);
-    if (r->sft) { /* the mean over every evaluated batch's scored tokens, as the steps' */
-        int replicas = r->mesh ? dt_comm_size(dt_mesh_replicas(r->mesh)) : 1;
-        size_t scored = dt_loader_scored(r->vl, c->eval_batches);
-        dt_program_set_loss_tokens(dt_gpt2_program(r->m), scored ? (double)scored / ((double)c->eval_batches * replicas) : 1);
-    }
+    dt_train_loss_tokens(r, r->vl, c->eval_batches); /* SFT: the mean over every evaluated batch's scored tokens */
     if (r->pipe) st = dt_pipeline_forward_only(r->pipe, c->eval_batches, eval_batch, r, &sum, &n);
     for (int i = 0; i < c->eval_batches && !st && !r->pipe; i++, n++) {
         float loss = 0;
@@ -224,7 +220,7 @@ static int train_loop(run *r) {
         dt_comm_set_progress(r->w, step + 1);
         dt_trace_file_step(r->trace, step + 1);
         DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "step", "\"step\":%d", step + 1);
-        dt_train_step_loss_tokens(r);
+        dt_train_loss_tokens(r, r->tl, c->grad_accum);
         dt_status st = dt_engine_step(r->e, c->grad_accum, lr, micro, r, dt_train_interrupted(), &s);
         DT_TRACE_END(DT_TRACK_COMPUTE);
         if (!st && r->pipe) st = pipeline_times(r);
