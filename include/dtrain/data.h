@@ -95,6 +95,10 @@ void dt_sft_destroy(dt_sft *d);
 size_t dt_sft_rows(const dt_sft *d);
 int dt_sft_seq(const dt_sft *d);
 const char *dt_sft_path(const dt_sft *d);
+/* Preference pairs ({"prompt", "chosen", "rejected"}, as TRL's DPOTrainer tokenizes them: each completion scored
+ * from where the prompt and either one diverge, the end-of-text after each): a pair makes rows 2i (chosen) and
+ * 2i + 1 (rejected). A file holds pairs or examples, not both. */
+bool dt_sft_pairs(const dt_sft *d);
 /* Examples longer than T + 1 tokens, cut there; row's scored targets; row's inputs and targets (T each). */
 size_t dt_sft_truncated(const dt_sft *d);
 size_t dt_sft_scored(const dt_sft *d, size_t row);
@@ -112,6 +116,8 @@ dt_status dt_loader_create_rows(const dt_sft *d, int B, int rank, int nranks, ui
 size_t dt_loader_scored(dt_loader *l, int n);
 void dt_loader_destroy(dt_loader *l);
 void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets);
+/* Rows: the first of the B rows the last dt_loader_next gave (they follow it in the file's rows). */
+size_t dt_loader_last_row(const dt_loader *l);
 void dt_loader_reset(dt_loader *l);
 size_t dt_loader_batches(const dt_loader *l); /* global batches per epoch */
 /* Where the loader is, for checkpoints: the pass over the file (it reshuffles

@@ -60,6 +60,13 @@ void dt_program_zero_grad(dt_program *p);
  * divided by their number, so that every layout takes the mean over the global batch's scored tokens, as one
  * process with the whole batch does. */
 void dt_program_set_loss_tokens(dt_program *p, double n);
+/* A loss over a micro-batch's tokens in place of their mean cross-entropy (preference tuning's, a policy gradient's):
+ * given ce[B*T], each row's cross-entropy (-log p of its target; 0 where not scored), it returns the micro-batch's
+ * loss and writes dce[B*T], d(loss)/d(ce), which backward takes as each row's weight (with grad_scale). Called where
+ * the head runs (a pipeline's last stage), once per forward with targets, in the order of the micro-batches. Full
+ * precision only; refused with context parallelism (a rank holds part of each sequence). fn NULL: the mean again. */
+typedef float (*dt_token_loss_fn)(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce);
+dt_status dt_program_set_token_loss(dt_program *p, dt_token_loss_fn fn, void *ctx);
 dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
 /* Forward over units [a, b) of one held range: from the tokens (a == 0) or from x, the residual stream [B, T, C]
  * entering unit a; targets (and the loss) only when the range ends with the head. A range that ends before the
@@ -219,6 +226,9 @@ double dt_program_step_flops_per_token(const dt_program *p, int T);
 /* The adapters merged into the base (each W += (alpha / rank) B A, PEFT's merge_and_unload) and dropped: a plain
  * model from then on (to serve, to export). Nothing without LoRA. */
 void dt_program_lora_merge(dt_program *p);
+/* Forward with the adapters (on, the default) or as the base alone (off: preference tuning's reference, as PEFT's
+ * disable_adapter). Nothing without LoRA. */
+void dt_program_set_lora_enabled(dt_program *p, bool on);
 /* The adapters' config (NULL: no LoRA); their table and count (NULL, 0: none). */
 const dt_lora_config *dt_program_lora_config(const dt_program *p);
 const dt_tensor_info *dt_program_lora_tensors(const dt_program *p, int *n);

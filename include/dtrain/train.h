@@ -248,6 +248,25 @@ dt_status dt_generate_split(dt_gpt2 *whole, dt_comm *w, bool tp, dt_tp_ops *ops,
  * naming the key. */
 dt_status dt_train_config_load(const char *path, dt_train_config *c);
 
+/* Direct preference optimization (train/dpo.c), TRL's DPOTrainer's sigmoid loss over rows of preference pairs
+ * (dt_sft_pairs: row 2i chosen, 2i + 1 rejected), nrows of them. dt_dpo_token_loss is a program's token loss (ctx: the
+ * dt_dpo): before each forward with targets, the first of its rows is queued (dt_dpo_queue; dt_dpo_restart empties the
+ * queue, each step). With dt_dpo_set_reference on, forwards record the rows' reference log-probabilities (loss 0);
+ * off, they compute the loss from them (NAN for a row
+ * whose reference is not recorded). Statistics since the last clear, summed over the pairs seen: count, reward
+ * accuracy (chosen's reward above rejected's), chosen's and rejected's rewards (beta times the log-ratios), loss. */
+typedef struct dt_dpo dt_dpo;
+enum { DT_DPO_PAIRS, DT_DPO_ACCURATE, DT_DPO_CHOSEN, DT_DPO_REJECTED, DT_DPO_LOSS, DT_DPO_NSTATS };
+dt_status dt_dpo_create(double beta, size_t nrows, dt_dpo **out);
+void dt_dpo_destroy(dt_dpo *d);
+dt_status dt_dpo_queue(dt_dpo *d, size_t row);
+void dt_dpo_restart(dt_dpo *d);
+void dt_dpo_set_reference(dt_dpo *d, bool on);
+double dt_dpo_beta(const dt_dpo *d);
+float dt_dpo_reference(const dt_dpo *d, size_t row); /* NAN: not recorded */
+void dt_dpo_stats(dt_dpo *d, double out[DT_DPO_NSTATS], bool clear);
+float dt_dpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce);
+
 /* Draws the loss (and validation loss) of a metrics file as an SVG, the y
  * axis linear or (log_y) logarithmic; null losses leave gaps. */
 dt_status dt_plot_losses(const char *metrics_path, const char *svg_path, int log_y);

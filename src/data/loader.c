@@ -10,7 +10,7 @@ struct dt_loader {
     const dt_tokens *t;
     const dt_sft *rows;          /* or an SFT file's rows (t NULL) */
     int B, T, rank, nranks;
-    size_t nbatches, next;
+    size_t nbatches, next, last_row;
     uint64_t seed, epoch;
     size_t *order; /* shuffled batch order, NULL when in file order */
     size_t *later; /* rows, shuffled: a later epoch's order (later_epoch's), for the counts of a step that runs into it */
@@ -42,6 +42,8 @@ dt_status dt_loader_create_rows(const dt_sft *d, int B, int rank, int nranks, ui
     size_t per = (size_t)B * (size_t)nranks;
     if (B < 1 || nranks < 1 || rank < 0 || rank >= nranks)
         return dt_error(DT_ERR_ARG, "loader: bad batch %d for rank %d of %d", B, rank, nranks);
+    if (dt_sft_pairs(d) && B % 2)
+        return dt_error(DT_ERR_ARG, "%s: preference pairs take an even --batch (%d): a pair is two rows, chosen and rejected", dt_sft_path(d), B);
     if (dt_sft_rows(d) < per)
         return dt_error(DT_ERR_ARG, "%s: %zu examples are fewer than one global batch needs (%d ranks x %d)", dt_sft_path(d), dt_sft_rows(d),
                         nranks, B);
@@ -115,6 +117,7 @@ void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
     size_t b = l->order ? l->order[l->next] : l->next;
     l->next++;
     if (l->rows) { /* rows: this rank's B of the global batch's */
+        l->last_row = (b * (size_t)l->nranks + (size_t)l->rank) * (size_t)l->B;
         for (int i = 0; i < l->B; i++)
             dt_sft_row(l->rows, (b * (size_t)l->nranks + (size_t)l->rank) * (size_t)l->B + (size_t)i, inputs + (size_t)i * l->T,
                        targets + (size_t)i * l->T);
@@ -126,6 +129,8 @@ void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
         targets[i] = (int32_t)dt_tokens_get(l->t, start + i + 1);
     }
 }
+
+size_t dt_loader_last_row(const dt_loader *l) { return l->last_row; }
 
 void dt_loader_position(const dt_loader *l, uint64_t *epoch, size_t *next) {
     *epoch = l->epoch;

@@ -17,7 +17,7 @@
 #include <string.h>
 
 struct dt_sft {
-    int T;
+    int T, pairs;               /* pairs: -1 unknown yet, 1 preference pairs (rows 2i chosen, 2i + 1 rejected), 0 examples */
     size_t nrows, cap, truncated;
     int32_t *inputs, *targets;  /* [nrows * T] */
     size_t *scored;             /* per row */
@@ -108,6 +108,20 @@ static dt_status render_completion(const char *prompt, const char *completion, d
     return st;
 }
 
+/* A preference pair as TRL's DPOTrainer tokenizes it: the prompt and each completion as a prompt and completion (the
+ * end-of-text after each), the completions starting where the prompt and the first of the two diverge. */
+static dt_status render_pair(const char *prompt, const char *chosen, const char *rejected, dt_bpe *tok, int eos, seq *c, seq *r) {
+    dt_status st = render_completion(prompt, chosen, tok, eos, c);
+    if (!st) st = render_completion(prompt, rejected, tok, eos, r);
+    size_t pc = 0, pr = 0;
+    while (pc < c->n && !c->scored[pc]) pc++;
+    while (pr < r->n && !r->scored[pr]) pr++;
+    size_t from = pc < pr ? pc : pr;
+    for (size_t i = from; !st && i < c->n; i++) c->scored[i] = 1;
+    for (size_t i = from; !st && i < r->n; i++) r->scored[i] = 1;
+    return st;
+}
+
 /* The example in s as a row: inputs ids[0..T), targets ids[1..T] where scored (else DT_IGNORE_INDEX); padding after. */
 static dt_status add_row(dt_sft *d, const seq *s) {
     if (d->nrows == d->cap) {
@@ -139,10 +153,20 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
     cJSON *j = cJSON_Parse(line);
     if (!j) return dt_error(DT_ERR_IO, "%s: not JSON", where);
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages"), *p = cJSON_GetObjectItemCaseSensitive(j, "prompt"),
-                *c = cJSON_GetObjectItemCaseSensitive(j, "completion");
-    seq s = { 0 };
+                *c = cJSON_GetObjectItemCaseSensitive(j, "completion"), *ch = cJSON_GetObjectItemCaseSensitive(j, "chosen"),
+                *rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");
+    seq s = { 0 }, s2 = { 0 };
     dt_status st;
-    if (cJSON_IsArray(msgs)) {
+    int pair = ch || rj;
+    if (d->pairs >= 0 && pair != d->pairs) {
+        st = dt_error(DT_ERR_IO, "%s: %s, but the lines before are %s: a file holds one kind", where, pair ? "a preference pair" : "an example",
+                      pair ? "examples (chats, prompts and completions)" : "preference pairs");
+    } else if (pair) {
+        st = !cJSON_IsString(p) || !cJSON_IsString(ch) || !cJSON_IsString(rj)
+               ? dt_error(DT_ERR_IO, "%s: a preference pair is {\"prompt\": TEXT, \"chosen\": TEXT, \"rejected\": TEXT} (conversational "
+                          "pairs: render their prompts to text)", where)
+               : render_pair(p->valuestring, ch->valuestring, rj->valuestring, tok, eos, &s, &s2);
+    } else if (cJSON_IsArray(msgs)) {
         st = !tok ? dt_error(DT_ERR_ARG, "%s: chat messages need a tokenizer with the template's special tokens (a byte-level model takes "
                              "prompts and completions)", where)
            : chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: chat messages need a chat template: the tokenizer's tokenizer_config.json's, "
@@ -154,7 +178,9 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
         st = dt_error(DT_ERR_IO, "%s: neither \"messages\" (a list) nor \"prompt\" and \"completion\" (texts)", where);
     }
     if (!st) st = add_row(d, &s);
-    free(s.ids), free(s.scored);
+    if (!st && pair) st = add_row(d, &s2);
+    if (!st) d->pairs = pair;
+    free(s.ids), free(s.scored), free(s2.ids), free(s2.scored);
     cJSON_Delete(j);
     return st;
 }
@@ -166,7 +192,7 @@ dt_status dt_sft_load(const char *path, dt_bpe *tok, dt_chat_kind chat, int eos,
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot open", path);
     dt_sft *d = calloc(1, sizeof *d);
     if (!d) { fclose(f); return dt_error(DT_ERR_NOMEM, "sft: out of memory"); }
-    d->T = T;
+    d->T = T, d->pairs = -1;
     snprintf(d->path, sizeof d->path, "%s", path);
     char *line = NULL;
     size_t cap = 0, lineno = 0;
@@ -193,6 +219,7 @@ void dt_sft_destroy(dt_sft *d) {
 }
 
 size_t dt_sft_rows(const dt_sft *d) { return d->nrows; }
+bool dt_sft_pairs(const dt_sft *d) { return d->pairs == 1; }
 size_t dt_sft_truncated(const dt_sft *d) { return d->truncated; }
 int dt_sft_seq(const dt_sft *d) { return d->T; }
 const char *dt_sft_path(const dt_sft *d) { return d->path; }

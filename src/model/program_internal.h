@@ -90,6 +90,7 @@ typedef struct {
     size_t lp_block;
     float *res1;               /* and a block's input widened again for its backward */
     float *lora_u, *lora_du;   /* LoRA: each held block's adapters' x A^T, kept; backward's d(u) of one */
+    float *dce;                /* a token loss's d(loss)/d(each row's cross-entropy), from forward for backward */
     float w_dscale;            /* the loss gradient's scale B used (W recomputes the head's 16-bit gradient) */
     double loss_tokens;        /* what the forward's loss divided its sum by (the scored tokens' count), backward too */
     float loss;
@@ -155,6 +156,9 @@ struct dt_program {
     int nslots;
     program_lora *lora;        /* LoRA's adapters (NULL: none); the base weights are then frozen */
     double loss_tokens;        /* dt_program_set_loss_tokens (0: each micro-batch's own count of scored tokens) */
+    dt_token_loss_fn token_loss; /* dt_program_set_token_loss (NULL: the mean cross-entropy) */
+    void *token_loss_ctx;
+    bool lora_off;             /* dt_program_set_lora_enabled(p, false): forward as the base alone */
 };
 
 /* A held block's values, stats and first tensor. */

@@ -277,6 +277,8 @@ static void merge_one(float *w, const float *A, const float *B, float scale, int
         }
 }
 
+void dt_program_set_lora_enabled(dt_program *p, bool on) { p->lora_off = !on; }
+
 void dt_program_lora_merge(dt_program *p) {
     program_lora *a = p->lora;
     if (!a) return;

@@ -108,6 +108,7 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
     size_t lr = p->lora ? (size_t)p->lora->c.rank : 0;
     s->lora_u = carve(m, (size_t)p->nl * (p->lora ? (size_t)p->lora->per_block : 0) * BT * lr, true);
     s->lora_du = carve(m, BT * lr, false);
+    s->dce = carve(m, p->token_loss ? head * BT : 0, true);
 }
 
 size_t dt_program_slot_bytes(const dt_program *p, int B, int T, size_t *kept) {
@@ -302,7 +303,7 @@ static void linear_forward(dt_program *p, int l, int k) {
     if (p->prec == DT_F32) dt_matmul_forward(y, x, p->params + wo, bias ? p->params + bo : NULL, BT, o->width_in, o->width_out);
     else dt_matmul_forward_lp(y, x, p->params_lp + wo, bias ? p->params_lp + bo : NULL, BT, o->width_in, o->width_out, p->prec, p->lp_work,
                               p->lp_work_floats, rows);
-    if (p->lora) dt_program_lora_forward(p, l, k, x, y);
+    if (p->lora && !p->lora_off) dt_program_lora_forward(p, l, k, x, y);
     if (!rows) return;
     dt_program_tp_combine(p, y, out, (size_t)R * o->width_out);
     if (p->prec != DT_F32) dt_lp_round(out, (size_t)R * o->width_out, p->prec);
@@ -381,6 +382,8 @@ static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
         for (int i = 0; i < BT; i++) scored += targets[i] >= 0;
         s->loss_tokens = p->loss_tokens > 0 ? p->loss_tokens : scored > 0 ? (double)scored : 1;
         s->loss = (float)(dt_program_tp_crossentropy_forward(p, targets) / s->loss_tokens);
+        if (p->token_loss) /* the caller's loss over the rows' cross-entropies; backward weighs each row by its d(loss) */
+            s->loss = p->token_loss(p->token_loss_ctx, s->B, s->T, s->losses, targets, s->dce), s->loss_tokens = 1;
         if (loss) *loss = s->loss;
     }
     unit_end();
@@ -658,6 +661,8 @@ static void head_backward(dt_program *p, float *dres, float grad_scale) {
     trace_unit(p, "backward", L + 1);
     /* the loss's gradient from forward's statistics (in 16 bits, as the head's backward reads it) */
     if (p->prec == DT_F32) dt_program_tp_crossentropy_backward(p, dscale);
+    for (int i = 0; p->token_loss && i < BT; i++) /* a token loss: row i's gradient times d(loss)/d(its cross-entropy) */
+        for (int v = 0; v < p->Vl; v++) s->logits[(size_t)i * p->Vl + v] *= s->dce[i];
     s->w_dscale = dscale;
     /* the head is column-parallel (by vocabulary): d(its input) this rank's share of all rows, summed or reduce-scattered */
     float *dx = RC < BTC ? s->partial : s->dlnf;
@@ -776,6 +781,15 @@ dt_status dt_program_set_recompute(dt_program *p, int on) {
 
 void dt_program_set_attention(dt_program *p, dt_attn_mode mode) { p->attn = mode; }
 void dt_program_set_loss_tokens(dt_program *p, double n) { p->loss_tokens = n > 0 ? n : 0; }
+
+dt_status dt_program_set_token_loss(dt_program *p, dt_token_loss_fn fn, void *ctx) {
+    if (fn && p->prec != DT_F32) return dt_error(DT_ERR_UNSUPPORTED, "a loss over the tokens (preference tuning) is computed in full precision: not with --dtype bf16 or fp16");
+    if (fn && p->part.cp_size > 1)
+        return dt_error(DT_ERR_UNSUPPORTED, "a loss over whole sequences (preference tuning) is not with --cp %d: a rank holds part of each sequence", p->part.cp_size);
+    p->token_loss = fn, p->token_loss_ctx = ctx;
+    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* the slots keep d(loss)/d(ce) from now */
+    return DT_OK;
+}
 void dt_program_set_defer_rows(dt_program *p, int on) { p->defer_rows = on != 0; }
 
 double dt_program_tp_comm_seconds(dt_program *p) {

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Reference fixtures for dtrain's direct preference optimization, computed by TRL's DPOTrainer (the oracle).
+
+Writes tests/fixtures/dpo/:
+  tokenizer.json, tokenizer_config.json   the SFT fixtures' (tests/fixtures/sft: ChatML's tokens, eos <|endoftext|>)
+  pairs.jsonl            preference pairs ({"prompt", "chosen", "rejected"})
+  ref.safetensors        the reference: a tiny random Llama's weights (HF names); metadata "config"
+  policy.safetensors     the policy (the reference moved by noise, so that its log-ratios are not zero): its weights,
+                         and of one batch holding every pair, TRL's compute_loss (loss_type sigmoid, beta 0.1): "loss",
+                         "grad.<name>" every weight's gradient, "ref_logps" and "logps" [2 * pairs] (row 2i chosen,
+                         2i + 1 rejected: the sums over the completions' tokens), "ids.<k>" and "mask.<k>" row k's
+                         tokens and completion mask as TRL made them
+Run with the baselines' environment (scripts/make-baselines-venv.sh, with trl):
+  .venv-baselines/bin/python scripts/make_dpo_fixtures.py
+"""
+import json
+import os
+import shutil
+import tempfile
+
+import torch
+from datasets import Dataset
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from trl import DPOConfig, DPOTrainer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SFT = os.path.join(HERE, "..", "tests", "fixtures", "sft")
+OUT = os.path.join(HERE, "..", "tests", "fixtures", "dpo")
+MAX = 65  # dtrain's rows: --seq 64 inputs and targets, 65 tokens
+BETA = 0.1
+PAIRS = [
+    {"prompt": "Question: the capital of France?\nAnswer:", "chosen": " Paris.", "rejected": " Rome, I think."},
+    {"prompt": "In the beginning", "chosen": " God created the heaven and the earth.", "rejected": " was the word"},
+    {"prompt": "1, 2, 3,", "chosen": " 4, 5, 6", "rejected": " 7"},
+    {"prompt": "Say yes.", "chosen": " Yes.", "rejected": " No, never, not today."},
+]
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(SFT, f), os.path.join(OUT, f))
+    with open(os.path.join(OUT, "pairs.jsonl"), "w") as f:
+        for p in PAIRS:
+            f.write(json.dumps(p) + "\n")
+    torch.use_deterministic_algorithms(True)
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(OUT, "tokenizer.json"), eos_token="<|endoftext|>",
+                                  pad_token="<|endoftext|>")
+    torch.manual_seed(7)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2, tie_word_embeddings=False,
+                      attn_implementation="eager")
+    ref = LlamaForCausalLM(cfg).float()
+    policy = LlamaForCausalLM(cfg).float()
+    policy.load_state_dict(ref.state_dict())
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    with tempfile.TemporaryDirectory() as tmp:
+        args = DPOConfig(output_dir=os.path.join(tmp, "run"), beta=BETA, max_length=MAX, per_device_train_batch_size=len(PAIRS),
+                         report_to=[], use_cpu=True, dataset_num_proc=None,
+                         bf16=False)  # TRL defaults to bf16 autocast (on the reference at once): f32, as dtrain here
+        trainer = DPOTrainer(model=policy, ref_model=ref, args=args, train_dataset=Dataset.from_list(PAIRS), processing_class=tok)
+        examples = [trainer.train_dataset[i] for i in range(len(PAIRS))]
+        batch = trainer.data_collator(examples)
+        policy.train()
+        policy.zero_grad()
+        loss = trainer.compute_loss(policy, batch)
+        loss.backward()
+        with torch.no_grad():  # the rows' log-probabilities, as the loss summed them, for the record
+            labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
+
+            def logps(model):
+                logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+                lab = labels[:, 1:]
+                lp = torch.log_softmax(logits.float(), -1).gather(-1, lab.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+                return (lp * (lab != -100)).sum(1)
+
+            def rows(v):  # TRL's batch is [all chosen, all rejected]: dtrain's rows interleave them
+                n = len(PAIRS)
+                return torch.stack([v[:n], v[n:]], 1).reshape(-1).contiguous()
+
+            ref_lp, pol_lp = rows(logps(ref)), rows(logps(policy))
+    save_file({n: p.detach().clone().contiguous() for n, p in ref.state_dict().items()}, os.path.join(OUT, "ref.safetensors"),
+              metadata={"config": json.dumps(cfg.to_dict(), sort_keys=True)})
+    tensors = {n: p.detach().clone().contiguous() for n, p in policy.state_dict().items()}
+    tensors.update({"grad." + n: p.grad.detach().clone().contiguous() for n, p in policy.named_parameters()})
+    tensors["loss"] = loss.detach().reshape(1)
+    tensors["ref_logps"], tensors["logps"] = ref_lp, pol_lp
+    n = len(PAIRS)
+    for k in range(2 * n):
+        src = k // 2 + (k % 2) * n
+        m = int(batch["attention_mask"][src].sum())
+        tensors[f"ids.{k}"] = batch["input_ids"][src, :m].to(torch.int32).contiguous()
+        tensors[f"mask.{k}"] = batch["completion_mask"][src, :m].to(torch.int32).contiguous()
+    save_file(tensors, os.path.join(OUT, "policy.safetensors"), metadata={"config": json.dumps(cfg.to_dict(), sort_keys=True)})
+    print(f"dpo: {n} pairs, loss {loss.item():.6f}, log-ratio margins "
+          f"{[round(float(BETA * ((pol_lp[2*i] - ref_lp[2*i]) - (pol_lp[2*i+1] - ref_lp[2*i+1]))), 5) for i in range(n)]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+/* Direct preference optimization against TRL's DPOTrainer (scripts/make_dpo_fixtures.py): the pairs' rows (tokens and
+ * completion masks) are TRL's; the reference's log-probabilities, recorded by forwards of the reference's weights, are
+ * TRL's; the policy's loss over one batch of every pair and every weight's gradient are TRL's; the same pairs in two
+ * micro-batches (each the mean over its pairs, grad_scale 1/2) give the same loss and gradients; bad pair files are
+ * refused naming the file and line. */
+#include "dtrain/data.h"
+#include "dtrain/io.h"
+#include "dtrain/kernels.h"
+#include "dtrain/program.h"
+#include "dtrain/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { T = 64, MAXROWS = 8 };
+static int failed;
+
+static void check(const char *what, bool ok, const char *detail) {
+    if (!ok) failed++;
+    printf("%-72s %s%s%s\n", what, ok ? "ok" : "FAIL", detail ? "  " : "", detail ? detail : "");
+}
+
+static double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) d += (a[i] - b[i]) * (double)(a[i] - b[i]), r += (double)b[i] * b[i];
+    return sqrt(d) / (sqrt(r) + 1e-30);
+}
+
+/* Row k against TRL's ids.k and mask.k (the mask marks completion tokens: the target of input t is token t + 1). */
+static bool rows_match(const dt_sft *d, dt_safetensors *f, size_t rows) {
+    bool ok = dt_sft_rows(d) == rows && dt_sft_pairs(d);
+    for (size_t k = 0; ok && k < rows; k++) {
+        char name[32];
+        int32_t ids[T + 1], mask[T + 1], in[T], tg[T];
+        snprintf(name, sizeof name, "ids.%zu", k);
+        size_t n = 0;
+        for (n = T + 1; n > 0 && dt_safetensors_read_i32(f, name, n, ids); n--) {} /* the row's length: the size that reads */
+        snprintf(name, sizeof name, "mask.%zu", k);
+        ok = n > 0 && !dt_safetensors_read_i32(f, name, n, mask);
+        dt_sft_row(d, k, in, tg);
+        for (int t = 0; ok && t < T; t++) {
+            int32_t want_tg = (size_t)t + 1 < n && mask[t + 1] ? ids[t + 1] : DT_IGNORE_INDEX;
+            if (((size_t)t < n && in[t] != ids[t]) || tg[t] != want_tg) ok = false;
+            if (!ok) printf("   row %zu position %d: input %d target %d, TRL's %d %d\n", k, t, in[t], tg[t], (size_t)t < n ? ids[t] : -1, want_tg);
+        }
+    }
+    return ok;
+}
+
+static dt_status load_pairs(const char *dir, const char *file, dt_sft **out) {
+    char path[600];
+    dt_bpe *tok = NULL;
+    snprintf(path, sizeof path, "%s/dpo/tokenizer.json", dir);
+    dt_status st = dt_bpe_load_json(path, &tok);
+    int eos = -1;
+    if (!st) st = dt_tokenizer_config_read(path, tok, NULL, &eos);
+    snprintf(path, sizeof path, "%s/dpo/%s", dir, file);
+    if (!st) st = dt_sft_load(path, tok, DT_CHAT_NONE, eos, T, out);
+    dt_bpe_destroy(tok);
+    return st;
+}
+
+static dt_status load_weights(dt_program *p, const char *dir, const char *name, int V, dt_safetensors **keep) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/dpo/%s.safetensors", dir, name);
+    dt_safetensors *f = NULL;
+    dt_model m;
+    dt_program_base_model(p, &m);
+    dt_status st = dt_safetensors_open(path, &f);
+    if (!st) st = dt_safetensors_read_model(f, &m, V, NULL);
+    if (keep && !st) *keep = f;
+    else dt_safetensors_close(f);
+    return st;
+}
+
+/* Forward (and backward) of rows [r0, r0 + n) as one micro-batch, its rows queued first. */
+static dt_status pass(dt_program *p, dt_dpo *d, const int32_t *in, const int32_t *tg, int r0, int n, float scale, float *loss) {
+    dt_status st = dt_dpo_queue(d, (size_t)r0);
+    if (!st) st = dt_program_forward(p, in + (size_t)r0 * T, tg + (size_t)r0 * T, n, T, loss);
+    if (!st && scale > 0) st = dt_program_backward(p, scale);
+    return st;
+}
+
+static void check_trl(const char *dir) {
+    dt_sft *d = NULL;
+    dt_safetensors *ref = NULL, *pol = NULL;
+    dt_program *p = NULL;
+    dt_dpo *dpo = NULL;
+    dt_lm_config cfg;
+    char path[600], detail[96];
+    snprintf(path, sizeof path, "%s/dpo/ref.safetensors", dir);
+    dt_status st = load_pairs(dir, "pairs.jsonl", &d);
+    if (!st) st = dt_safetensors_open(path, &ref);
+    const char *json = st ? NULL : dt_safetensors_metadata(ref, "config");
+    if (!st && !json) st = dt_error(DT_ERR_IO, "%s: no config", path);
+    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
+    if (!st) st = dt_program_create(&cfg, &p);
+    size_t rows = d ? dt_sft_rows(d) : 0;
+    if (!st) st = dt_dpo_create(0.1, rows, &dpo);
+    if (!st) st = dt_program_set_token_loss(p, dt_dpo_token_loss, dpo);
+    if (!st) st = load_weights(p, dir, "policy", cfg.vocab_size, &pol);
+    if (st) {
+        printf("FAIL dpo: %s\n", dt_last_error());
+        failed++;
+        goto out;
+    }
+    check("the pairs' rows (tokens, scored completions) are TRL's", rows_match(d, pol, rows), NULL);
+    int32_t in[MAXROWS * T], tg[MAXROWS * T];
+    for (size_t k = 0; k < rows; k++) dt_sft_row(d, k, in + k * T, tg + k * T);
+    float want[MAXROWS], loss = 0, want_loss = 0, l1, l2;
+    int n = (int)rows, one = 1;
+    /* the reference's log-probabilities, by a forward of the reference's weights */
+    dt_dpo_set_reference(dpo, true);
+    if (!(st = load_weights(p, dir, "ref", cfg.vocab_size, NULL)) && !(st = pass(p, dpo, in, tg, 0, n, 0, &loss)))
+        st = load_weights(p, dir, "policy", cfg.vocab_size, NULL);
+    dt_dpo_set_reference(dpo, false);
+    if (!st) st = dt_safetensors_read(pol, "ref_logps", 1, &n, 0, want);
+    double worst = 0;
+    for (int k = 0; !st && k < n; k++) worst = fmax(worst, fabs(dt_dpo_reference(dpo, (size_t)k) - want[k]) / fabs(want[k]));
+    snprintf(detail, sizeof detail, "worst %.1e (%d rows)", worst, n);
+    if (!st) check("the reference's log-probabilities (a forward of its weights) are TRL's within 1e-6", worst <= 1e-6, detail);
+    dt_program_zero_grad(p);
+    dt_dpo_restart(dpo);
+    float *g = NULL;
+    dt_model m;
+    dt_program_model(p, &m);
+    if (!st && !(st = pass(p, dpo, in, tg, 0, n, 1.0f, &loss)) && !(st = dt_safetensors_read(pol, "loss", 1, &one, 0, &want_loss))) {
+        snprintf(detail, sizeof detail, "%.7f vs %.7f (%.1e)", loss, want_loss, fabs(loss - want_loss) / want_loss);
+        check("the policy's loss over 4 pairs is TRL's within 1e-6 (beta 0.1)", fabs(loss - want_loss) / want_loss <= 1e-6, detail);
+        double gw = 0;
+        for (int i = 0; !st && i < m.ntensors; i++) {
+            const dt_tensor_info *t = &m.tensors[i];
+            char gname[128];
+            snprintf(gname, sizeof gname, "grad.%s", t->hf);
+            int dims[2] = { t->split == DT_SPLIT_VOCAB ? cfg.vocab_size : t->shape[0], t->shape[1] };
+            size_t cnt = (size_t)dims[0] * (size_t)(t->ndim == 2 ? dims[1] : 1);
+            float *w = malloc(cnt * sizeof(float));
+            if (!(st = dt_safetensors_read(pol, gname, t->ndim, dims, 0, w))) gw = fmax(gw, rel_err(m.grads(m.self) + t->offset, w, cnt));
+            free(w);
+        }
+        snprintf(detail, sizeof detail, "worst %.1e", gw);
+        if (!st) check("every gradient is TRL's within 1e-5", gw <= 1e-5, detail);
+        double s[DT_DPO_NSTATS];
+        dt_dpo_stats(dpo, s, true);
+        snprintf(detail, sizeof detail, "%g pairs, %g accurate, loss %.7f", s[DT_DPO_PAIRS], s[DT_DPO_ACCURATE], s[DT_DPO_LOSS] / s[DT_DPO_PAIRS]);
+        check("the statistics count the pairs (one of 4 has chosen above rejected)", s[DT_DPO_PAIRS] == 4 && s[DT_DPO_ACCURATE] == 1 &&
+              fabs(s[DT_DPO_LOSS] / 4 - want_loss) <= 1e-6 * want_loss, detail);
+    }
+    /* two micro-batches of two pairs each, grad_scale 1/2 each: the same loss and gradients */
+    if (!st && (g = malloc(m.nparams * sizeof(float)))) {
+        memcpy(g, m.grads(m.self), m.nparams * sizeof(float));
+        dt_program_zero_grad(p);
+        dt_dpo_restart(dpo);
+        if (!(st = pass(p, dpo, in, tg, 0, n / 2, 0.5f, &l1)) && !(st = pass(p, dpo, in, tg, n / 2, n / 2, 0.5f, &l2))) {
+            snprintf(detail, sizeof detail, "loss %.1e, gradients %.1e", fabs((l1 + l2) / 2 - loss) / loss, rel_err(m.grads(m.self), g, m.nparams));
+            check("two micro-batches of 2 pairs give the batch's loss and gradients", fabs((l1 + l2) / 2 - loss) <= 1e-6 * loss &&
+                  rel_err(m.grads(m.self), g, m.nparams) <= 1e-6, detail);
+        }
+    }
+    /* the reference recorded: at the reference's own weights every pair's log-ratio is 0, the loss log 2 */
+    if (!st) st = load_weights(p, dir, "ref", cfg.vocab_size, NULL);
+    dt_dpo_restart(dpo);
+    if (!st && !(st = pass(p, dpo, in, tg, 0, n, 0, &loss))) {
+        snprintf(detail, sizeof detail, "%.7f vs log 2 %.7f", loss, log(2.0));
+        check("the reference's log-probabilities are recorded (its own loss is log 2)", fabs(loss - log(2.0)) <= 1e-6, detail);
+    }
+    if (st) {
+        printf("FAIL dpo: %s\n", dt_last_error());
+        failed++;
+    }
+    free(g);
+out:
+    dt_dpo_destroy(dpo);
+    dt_program_destroy(p);
+    dt_safetensors_close(ref);
+    dt_safetensors_close(pol);
+    dt_sft_destroy(d);
+}
+
+/* A file that must be refused with a message holding needle and the file:line. */
+static void refused(const char *dir, const char *what, const char *text, int line, const char *needle) {
+    char path[] = "/tmp/dtrain_dpo_XXXXXX";
+    int fd = mkstemp(path);
+    FILE *fp = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (fp) fprintf(fp, "%s", text), fclose(fp);
+    dt_bpe *tok = NULL;
+    dt_sft *d = NULL;
+    char tp[600], loc[640];
+    snprintf(tp, sizeof tp, "%s/dpo/tokenizer.json", dir);
+    dt_status st = dt_bpe_load_json(tp, &tok);
+    if (!st) st = dt_sft_load(path, tok, DT_CHAT_NONE, -1, T, &d);
+    snprintf(loc, sizeof loc, "%s:%d", path, line);
+    check(what, st && strstr(dt_last_error(), needle) && strstr(dt_last_error(), loc), st ? dt_last_error() : "accepted");
+    dt_sft_destroy(d);
+    dt_bpe_destroy(tok);
+    unlink(path);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
+    check_trl(dir);
+    refused(dir, "refused: a pair without its rejected completion", "{\"prompt\": \"a\", \"chosen\": \"b\"}\n", 1, "preference pair is");
+    refused(dir, "refused: a conversational pair (named)", "{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"chosen\": "
+            "[{\"role\": \"assistant\", \"content\": \"b\"}], \"rejected\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n", 1, "conversational");
+    refused(dir, "refused: pairs and examples in one file", "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n"
+            "{\"prompt\": \"a\", \"completion\": \"b\"}\n", 2, "one kind");
+    dt_dpo *d = NULL;
+    check("refused: beta 0", dt_dpo_create(0, 2, &d) && strstr(dt_last_error(), "--dpo-beta"), dt_last_error());
+    printf("%s\n", failed ? "test_dpo: FAILED" : "test_dpo: all passed");
+    return failed != 0;
+}
