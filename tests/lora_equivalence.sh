@@ -70,7 +70,7 @@ if "$DTRAIN" train "${g[@]}" --metrics "$dir/g1.jsonl" > "$dir/g1.out" 2>&1 &&
     awk "BEGIN{exit !($n <= 1e-6)}" && ok=1 || ok=0
     verdict $ok "GPT-2, TP 2: the gradient norm is one process's (worst $n)"
 else
-    failed=$((failed + 1)); echo "FAIL GPT-2 TP 2"; tail -2 "$dir/g1.out" "$dir/g2.out"
+    failed=$((failed + 1)); echo "FAIL GPT-2 TP 2"; tail -n 2 "$dir/g1.out" "$dir/g2.out"
 fi
 # the loss falls and the base stays: the losses are not one process's without adapters
 w=$(paste <(field loss "$dir/ref.jsonl") | awk 'NR==1{a=$1} {b=$1} END{print (b < a) ? 1 : 0}')

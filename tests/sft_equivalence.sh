@@ -65,7 +65,7 @@ if "$DTRAIN" train "${common[@]}" --quiet --batch 4 --nproc 2 --steps 10 --save 
     [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-6)}" && ok=1 || ok=0
     verdict $ok "saved by DDP 2 at step 10, resumed on one process: worst relative loss difference $w"
 else
-    failed=$((failed + 1)); echo "FAIL save or resume"; tail -2 "$dir/a.out" "$dir/b.out"
+    failed=$((failed + 1)); echo "FAIL save or resume"; tail -n 2 "$dir/a.out" "$dir/b.out"
 fi
 # validation: the mean over the evaluated rows' scored tokens, the same on 1 and 2 ranks
 v1=$("$DTRAIN" train "${common[@]}" --batch 8 --steps 2 --val-data "$dir/val.jsonl" --eval-batches 4 2>&1 | grep -o "val loss [0-9.]*")

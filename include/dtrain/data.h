@@ -118,6 +118,7 @@ void dt_loader_destroy(dt_loader *l);
 void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets);
 /* Rows: the first of the B rows the last dt_loader_next gave (they follow it in the file's rows). */
 size_t dt_loader_last_row(const dt_loader *l);
+const dt_sft *dt_loader_rows(const dt_loader *l); /* the rows it reads (NULL: a token file) */
 void dt_loader_reset(dt_loader *l);
 size_t dt_loader_batches(const dt_loader *l); /* global batches per epoch */
 /* Where the loader is, for checkpoints: the pass over the file (it reshuffles

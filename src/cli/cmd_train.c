@@ -34,7 +34,10 @@ static void usage(FILE *f) {
             "  --data FILE        training tokens (llm.c format), or FILE.jsonl: supervised fine-tuning on chats\n"
             "                     ({\"messages\": [{\"role\", \"content\"}, ..]}) or {\"prompt\", \"completion\"} pairs, one\n"
             "                     example a row of --seq (cut or padded), the loss on the assistant's turns or the\n"
-            "                     completion only (TRL's SFTTrainer's), the mean over the global batch's scored tokens\n"
+            "                     completion only (TRL's SFTTrainer's), the mean over the global batch's scored tokens;\n"
+            "                     or {\"prompt\", \"chosen\", \"rejected\"} preference pairs: DPO (TRL's DPOTrainer's sigmoid\n"
+            "                     loss; the reference: the starting model, LoRA's base; a pair is two rows of --batch)\n"
+            "  --dpo-beta X       DPO's beta, how far from the reference the policy may go (0.1, TRL's default)\n"
             "  --tokenizer F      tokenizer.json for FILE.jsonl (the --model folder's by default)\n"
             "  --chat-template T  chatml or llama3 (by default the kind tokenizer_config.json's template is)\n"
             "  --val-data FILE    validation tokens (or FILE.jsonl); --eval-every N steps, --eval-batches N (8)\n"
@@ -139,7 +142,7 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" }, { "--tensorboard", "a folder" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
-    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" },
+    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--dpo-beta", "a number from 1e-6 to 1e6" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
     { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
     { "--tokenizer", "a tokenizer.json" }, { "--chat-template", "chatml, llama3 or none" },
@@ -216,7 +219,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--channels", 1, 1e6, 1, &c.shape.channels, 'i' }, { "--vocab", 1, 1 << 30, 1, &c.shape.vocab_size, 'i' },
         { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' }, { "--kv-heads", 1, 1e5, 1, &c.shape.kv_heads, 'i' },
         { "--ffn", 1, 1e7, 1, &c.shape.ffn, 'i' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
-        { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
+        { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c.dpo_beta, 'd' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
     };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -131,6 +131,7 @@ void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
 }
 
 size_t dt_loader_last_row(const dt_loader *l) { return l->last_row; }
+const dt_sft *dt_loader_rows(const dt_loader *l) { return l->rows; }
 
 void dt_loader_position(const dt_loader *l, uint64_t *epoch, size_t *next) {
     *epoch = l->epoch;

@@ -34,6 +34,8 @@ typedef struct {
     dt_tokens *train, *val;
     dt_sft *sft, *sft_val;    /* --data FILE.jsonl: supervised fine-tuning's rows (sft_setup.c); train NULL then */
     dt_loader *tl, *vl;
+    dt_loader *fl;            /* the loader forward-only passes read (evaluation's, the DPO reference's) */
+    dt_dpo *dpo;              /* preference pairs in --data: DPO's loss (dpo_setup.c); its rows: the training file's, then --val-data's */
     dt_engine *e;
     dt_watchdog *wd;
     FILE *metrics;
@@ -67,6 +69,15 @@ bool dt_train_is_sft(const char *path);
 dt_status dt_train_open_sft(run *r);
 size_t dt_train_data_tokens(const run *r);
 void dt_train_loss_tokens(run *r, dt_loader *l, int batches);
+/* Preference pairs (dpo_setup.c): DPO's loss on the program, its reference's log-probabilities recorded by forwards
+ * of the base (LoRA's adapters off) over every row each rank reads; a loader's batch queued for the loss (rows of
+ * --val-data follow the training file's); what an evaluation says of the pairs (rank 0; collective). */
+dt_status dt_train_setup_dpo(run *r);
+dt_status dt_train_dpo_queue(run *r, dt_loader *l);
+dt_status dt_train_dpo_report(run *r);
+/* Forward-only over n batches of l (through the stages with a pipeline): the mean loss over the ranks that computed
+ * losses (collective; train.c). */
+dt_status dt_train_forward_batches(run *r, dt_loader *l, int n, float *out);
 /* The next training batch into r->in, r->tg: the engine's and the pipeline's callback (train.c). */
 dt_status dt_train_next_batch(void *ctx, int k, const int32_t **in, const int32_t **tg);
 /* --save: weights to a file, or the full state to a directory (run_save.c). */

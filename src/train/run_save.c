@@ -11,7 +11,7 @@
 static bool sharded(const run *r) {
     size_t off, n;
     dt_engine_share(r->e, &off, &n);
-    return off != 0 || n != dt_gpt2_num_params(r->m);
+    return off != 0 || n != dt_engine_get_config(r->e)->model.nparams; /* the store the engine trains (LoRA: the adapters) */
 }
 
 /* The weights file: rank 0 writes the model, gathered first from the ranks'

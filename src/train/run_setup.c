@@ -429,6 +429,7 @@ dt_status dt_train_setup(run *r) {
     if (!st && r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_CP) > 1 || r->pipe)) st = print_placement(r);
     if (!st && r->pipe && r->rank == 0 && !c->quiet) print_stages(r);
     if (!st && !c->quiet) print_start(r);
+    if (!st) st = dt_train_setup_dpo(r);
     return st;
 }
 

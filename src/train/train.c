@@ -40,6 +40,7 @@ void dt_train_defaults(dt_train_config *c) {
 /* The loader's next batch into r->in, r->tg; a context-parallel rank keeps its rows of each sequence. */
 static void load(run *r, dt_loader *l) {
     dt_loader_next(l, r->in, r->tg);
+    if (r->dpo) dt_train_dpo_queue(r, l);
     if (r->T == r->c.seq) return;
     int cp = dt_mesh_size(r->mesh, DT_MESH_CP), q = dt_mesh_coord(r->mesh, DT_MESH_CP);
     dt_gpt2_cp_rows(r->in, r->c.batch, r->c.seq, q, cp);
@@ -79,9 +80,31 @@ static dt_status micro(void *ctx, int k, float grad_scale, float *loss) {
 static dt_status eval_batch(void *ctx, int k, const int32_t **in, const int32_t **tg) {
     run *r = ctx;
     (void)k;
-    load(r, r->vl);
+    load(r, r->fl);
     *in = r->in;
     *tg = r->tg;
+    return DT_OK;
+}
+
+dt_status dt_train_forward_batches(run *r, dt_loader *l, int nb, float *out) {
+    const dt_train_config *c = &r->c;
+    double sum = 0;
+    int n = 0;
+    dt_status st = DT_OK;
+    r->fl = l;
+    if (r->dpo) dt_dpo_restart(r->dpo);
+    if (r->pipe) st = dt_pipeline_forward_only(r->pipe, nb, eval_batch, r, &sum, &n);
+    for (int i = 0; i < nb && !st && !r->pipe; i++, n++) {
+        float loss = 0;
+        load(r, l);
+        st = dt_gpt2_forward(r->m, r->in, r->tg, c->batch, r->T, &loss);
+        sum += loss;
+    }
+    if (st) return st;
+    /* the mean over the ranks that computed losses (a pipeline's last stages; every rank otherwise) */
+    float v[2] = { n ? (float)(sum / n) : 0, n ? 1 : 0 };
+    if (r->nranks > 1 && (st = dt_comm_allreduce(r->w, v, v, 2, DT_F32, DT_SUM))) return st;
+    *out = v[1] > 1 ? v[0] / v[1] : v[0];
     return DT_OK;
 }
 
@@ -89,26 +112,15 @@ static dt_status eval_batch(void *ctx, int k, const int32_t **in, const int32_t 
  * (through the stages with a pipeline), the mean over them (collective). */
 static dt_status evaluate(run *r, float *out) {
     const dt_train_config *c = &r->c;
-    double sum = 0;
-    int n = 0;
-    dt_status st = DT_OK;
     DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "evaluation", "\"batches\":%d", c->eval_batches);
     dt_loader_reset(r->vl);
     dt_train_loss_tokens(r, r->vl, c->eval_batches); /* SFT: the mean over every evaluated batch's scored tokens */
-    if (r->pipe) st = dt_pipeline_forward_only(r->pipe, c->eval_batches, eval_batch, r, &sum, &n);
-    for (int i = 0; i < c->eval_batches && !st && !r->pipe; i++, n++) {
-        float loss = 0;
-        load(r, r->vl);
-        st = dt_gpt2_forward(r->m, r->in, r->tg, c->batch, r->T, &loss);
-        sum += loss;
-    }
+    double s[DT_DPO_NSTATS];
+    if (r->dpo) dt_dpo_stats(r->dpo, s, true);
+    dt_status st = dt_train_forward_batches(r, r->vl, c->eval_batches, out);
+    if (!st && r->dpo) st = dt_train_dpo_report(r);
     DT_TRACE_END(DT_TRACK_COMPUTE);
-    if (st) return st;
-    /* the mean over the ranks that computed losses (a pipeline's last stages; every rank otherwise) */
-    float v[2] = { n ? (float)(sum / n) : 0, n ? 1 : 0 };
-    if (r->nranks > 1 && (st = dt_comm_allreduce(r->w, v, v, 2, DT_F32, DT_SUM))) return st;
-    *out = v[1] > 1 ? v[0] / v[1] : v[0];
-    return DT_OK;
+    return st;
 }
 
 /* After a step: evaluation, metrics, the non-finite rule, periodic saves,
@@ -221,6 +233,7 @@ static int train_loop(run *r) {
         dt_trace_file_step(r->trace, step + 1);
         DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "step", "\"step\":%d", step + 1);
         dt_train_loss_tokens(r, r->tl, c->grad_accum);
+        if (r->dpo) dt_dpo_restart(r->dpo);
         dt_status st = dt_engine_step(r->e, c->grad_accum, lr, micro, r, dt_train_interrupted(), &s);
         DT_TRACE_END(DT_TRACK_COMPUTE);
         if (!st && r->pipe) st = pipeline_times(r);
@@ -258,6 +271,7 @@ static void teardown(run *r) {
     dt_tokens_close(r->val);
     dt_sft_destroy(r->sft);
     dt_sft_destroy(r->sft_val);
+    dt_dpo_destroy(r->dpo);
     dt_gpt2_destroy(r->m);
     free(r->in);
     free(r->tg);

@@ -1,0 +1,103 @@
+#!/bin/bash
+# DPO (--data FILE.jsonl of preference pairs) gives the losses of one process with the global batch over 20 AdamW
+# steps, within 2e-6 relative (the metrics' six decimals: one digit of a loss near 0.6), in every layout that runs the head: accumulation, DDP 2, ZeRO-2 and 3, TP 2, SP 2,
+# PP 2 (1F1B and interleaved), DP 2 x TP 2, and with LoRA (the base the reference) alone, under DDP 2 and PP 2. A
+# LoRA run saved at step 10 resumes with the same losses (its reference: the base again). Step 1's loss is log 2 (the
+# policy is the reference); --val-data of pairs evaluates the same on 1 and 2 ranks, with its reward accuracy. What
+# cannot be is refused: CP (a rank holds part of each sequence), 16-bit precision, resuming a run of every weight (the
+# reference is gone), an odd --batch, --dpo-beta without pairs, a pairs file beside an examples file.
+# usage: dpo_equivalence.sh DTRAIN FIXTURES
+set -u
+DTRAIN=$1
+FIX=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+passed=0
+failed=0
+cp "$FIX/sft/tokenizer.json" "$FIX/sft/tokenizer_config.json" "$dir/"
+# pairs from the license's lines: the prompt a line's start, chosen its end, rejected half of it shouted or with " no"
+awk 'length($0) > 20 { n++; h = int(length($0) / 2); u = substr($0, 1, h); a = substr($0, h + 1);
+     gsub(/\\/, "", u); gsub(/"/, "", u); gsub(/\\/, "", a); gsub(/"/, "", a); b = substr(a, 1, int(length(a) / 2));
+     printf "{\"prompt\": \"%s\", \"chosen\": \"%s\", \"rejected\": \"%s\"}\n", u, a, (n % 2 ? toupper(b) : b " no") }' \
+    /usr/share/common-licenses/GPL-3 > "$dir/all.jsonl"
+head -n 300 "$dir/all.jsonl" > "$dir/train.jsonl"
+tail -n 40 "$dir/all.jsonl" > "$dir/val.jsonl"
+shape=(--model llama-tiny --vocab 2048 --layers 2 --channels 48 --heads 4 --kv-heads 2 --ffn 96 --max-seq 128 --seq 64
+       --data "$dir/train.jsonl" --steps 20 --lr 1e-3 --threads 1 --tokenizer "$dir/tokenizer.json")
+field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
+worst() {
+    paste <(field loss "$1") <(field loss "$2") |
+        awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
+}
+verdict() { if [ "$1" = 1 ]; then passed=$((passed + 1)); echo "ok   $2"; else failed=$((failed + 1)); echo "FAIL $2"; fi; }
+close() {
+    local w
+    w=$(worst "$2" "$3")
+    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 2e-6)}" && ok=1 || ok=0
+    verdict $ok "$1: worst relative loss difference over 20 steps $w"
+}
+run() {
+    local name=$1
+    shift
+    "$DTRAIN" train "${shape[@]}" --quiet "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
+        { failed=$((failed + 1)); echo "FAIL $name: $*"; tail -3 "$dir/$name.out"; return 1; }
+}
+run ref --batch 8
+first=$(field loss "$dir/ref.jsonl" | head -1)
+last=$(field loss "$dir/ref.jsonl" | tail -1)
+awk "BEGIN{d=$first-log(2); if(d<0)d=-d; exit !(d <= 1e-6 && $last < 0.65)}" && ok=1 || ok=0
+verdict $ok "one process: step 1's loss is log 2 ($first), step 20's below it ($last)"
+"$DTRAIN" train "${shape[@]}" --batch 8 --steps 1 > "$dir/line.out" 2>&1
+grep -q "preference pairs: 300 from .*train.jsonl, DPO with beta 0.1; the reference (the starting model) scored 600 rows" "$dir/line.out" && ok=1 || ok=0
+verdict $ok "the start line says what trains ($(grep -m1 "preference" "$dir/line.out" | cut -c1-110))"
+run acc --batch 4 --grad-accum 2 && close "2 micro-batches of 2 pairs" "$dir/ref.jsonl" "$dir/acc.jsonl"
+run ddp --batch 4 --nproc 2 && close "DDP 2" "$dir/ref.jsonl" "$dir/ddp.jsonl"
+run z2 --batch 4 --nproc 2 --zero 2 && close "ZeRO-2 on 2 ranks" "$dir/ref.jsonl" "$dir/z2.jsonl"
+run z3 --batch 2 --grad-accum 2 --nproc 2 --zero 3 && close "ZeRO-3 on 2 ranks, 2 micro-batches of one pair" "$dir/ref.jsonl" "$dir/z3.jsonl"
+run tp --batch 8 --nproc 2 --tp 2 && close "TP 2" "$dir/ref.jsonl" "$dir/tp.jsonl"
+run sp --batch 8 --nproc 2 --tp 2 --sp && close "TP 2 with sequence parallelism" "$dir/ref.jsonl" "$dir/sp.jsonl"
+run pp --batch 2 --grad-accum 4 --nproc 2 --pp 2 && close "PP 2, 1F1B, 4 micro-batches" "$dir/ref.jsonl" "$dir/pp.jsonl"
+deep=(--layers 6) # an interleaved pipeline's 2 chunks a stage, LoRA under PP 2: a block or more in every part (the head costs 3 blocks)
+run ref6 --batch 8 "${deep[@]}"
+run ppi --batch 2 --grad-accum 4 --nproc 2 --pp 2 --pp-schedule interleaved --virtual-stages 2 "${deep[@]}" &&
+    close "PP 2, interleaved (2 chunks a stage), 4 micro-batches" "$dir/ref6.jsonl" "$dir/ppi.jsonl"
+run dptp --batch 4 --nproc 4 --tp 2 --zero 2 && close "DP 2 x TP 2, ZeRO-2" "$dir/ref.jsonl" "$dir/dptp.jsonl"
+lora=(--lora-rank 4 --lora-targets q_proj,v_proj,down_proj "${deep[@]}")
+run lref --batch 8 "${lora[@]}"
+run lddp --batch 4 --nproc 2 "${lora[@]}" && close "LoRA, DDP 2" "$dir/lref.jsonl" "$dir/lddp.jsonl"
+run lpp --batch 2 --grad-accum 4 --nproc 2 --pp 2 "${lora[@]}" && close "LoRA, PP 2" "$dir/lref.jsonl" "$dir/lpp.jsonl"
+# a LoRA run saved at step 10 under DDP 2, resumed on one process: the base is the reference again
+if "$DTRAIN" train "${shape[@]}" "${lora[@]}" --quiet --batch 4 --nproc 2 --steps 10 --save "$dir/ck" --metrics "$dir/a.jsonl" > "$dir/a.out" 2>&1 &&
+   "$DTRAIN" train "${shape[@]}" "${lora[@]}" --quiet --batch 8 --resume "$dir/ck" --metrics "$dir/b.jsonl" > "$dir/b.out" 2>&1; then
+    w=$(worst <(cat "$dir/a.jsonl" "$dir/b.jsonl") "$dir/lref.jsonl")
+    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 2e-6)}" && ok=1 || ok=0
+    verdict $ok "LoRA saved by DDP 2 at step 10, resumed on one process: worst relative loss difference $w"
+else
+    failed=$((failed + 1)); echo "FAIL save or resume"; tail -n 2 "$dir/a.out" "$dir/b.out"
+fi
+# validation pairs: the same loss and reward accuracy on 1 and 2 ranks
+"$DTRAIN" train "${shape[@]}" --batch 8 --steps 6 --val-data "$dir/val.jsonl" --eval-batches 4 > "$dir/v1.out" 2>&1
+"$DTRAIN" train "${shape[@]}" --batch 4 --nproc 2 --steps 6 --val-data "$dir/val.jsonl" --eval-batches 4 > "$dir/v2.out" 2>&1
+a=$(grep -o "val loss [0-9.]*" "$dir/v1.out" | tail -1) b=$(grep -o "val loss [0-9.]*" "$dir/v2.out" | tail -1)
+ra=$(grep -o "pairs evaluated: 16, reward accuracy [0-9.]*%" "$dir/v1.out" | tail -1)
+rb=$(grep -o "pairs evaluated: 16, reward accuracy [0-9.]*%" "$dir/v2.out" | tail -1)
+a=${a##* } b=${b##* }
+[ -n "$a" ] && [ -n "$b" ] && [ -n "$ra" ] && [ "$ra" = "$rb" ] && awk "BEGIN{d=($a-$b)/$a; if(d<0)d=-d; exit !(d <= 1e-5)}" && ok=1 || ok=0
+verdict $ok "--val-data of pairs: one process $a, DDP 2 $b; ${ra:-no accuracy} (DDP 2: ${rb:-none})"
+refused() {
+    local what=$1 needle=$2
+    shift 2
+    "$DTRAIN" "$@" > "$dir/refused.out" 2>&1
+    [ $? != 0 ] && grep -q -- "$needle" "$dir/refused.out" && ok=1 || ok=0
+    verdict $ok "refused: $what ($(grep -m1 error "$dir/refused.out" | cut -c1-140))"
+}
+refused "context parallelism" "not with --cp 2" train "${shape[@]}" --batch 8 --nproc 2 --cp 2
+refused "bf16" "full precision" train "${shape[@]}" --batch 8 --precision bf16
+"$DTRAIN" train "${shape[@]}" --quiet --batch 8 --steps 2 --save "$dir/full" > /dev/null 2>&1
+refused "resuming a run of every weight" "no longer holds" train "${shape[@]}" --batch 8 --steps 4 --resume "$dir/full"
+refused "an odd --batch" "even --batch" train "${shape[@]}" --batch 3
+head -n 40 "$dir/all.jsonl" | sed 's/"chosen": /"completion": /; s/, "rejected": "[^"]*"//' > "$dir/sft.jsonl"
+refused "--dpo-beta without pairs" "holds no preference pairs" train "${shape[@]}" --batch 8 --data "$dir/sft.jsonl" --dpo-beta 0.2
+refused "examples beside pairs" "holds examples" train "${shape[@]}" --batch 8 --val-data "$dir/sft.jsonl"
+echo "dpo equivalence: $passed passed, $failed failed"
+[ "$failed" = 0 ]
