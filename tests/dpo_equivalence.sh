@@ -1,6 +1,7 @@
 #!/bin/bash
 # DPO (--data FILE.jsonl of preference pairs) gives the losses of one process with the global batch over 20 AdamW
-# steps, within 2e-6 relative (the metrics' six decimals: one digit of a loss near 0.6), in every layout that runs the head: accumulation, DDP 2, ZeRO-2 and 3, TP 2, SP 2,
+# steps, each within 1e-6 relative plus the metrics' last printed digit (1e-6 absolute: 1.7e-6 of a loss near 0.6; a
+# pair's loss is a small difference of two sums of log-probabilities, which other orders of addition move), in every layout that runs the head: accumulation, DDP 2, ZeRO-2 and 3, TP 2, SP 2,
 # PP 2 (1F1B and interleaved), DP 2 x TP 2, and with LoRA (the base the reference) alone, under DDP 2 and PP 2. A
 # LoRA run saved at step 10 resumes with the same losses (its reference: the base again). Step 1's loss is log 2 (the
 # policy is the reference); --val-data of pairs evaluates the same on 1 and 2 ranks, with its reward accuracy. What
@@ -27,14 +28,15 @@ shape=(--model llama-tiny --vocab 2048 --layers 2 --channels 48 --heads 4 --kv-h
 field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
 worst() {
     paste <(field loss "$1") <(field loss "$2") |
-        awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
+        awk 'BEGIN{w=0; n=0; bad=0} {d=$1-$2; if(d<0)d=-d; if(d>1e-6+1e-6*$1)bad=1; if(d/$1>w)w=d/$1; n++}
+             END{if(n!=20) print "missing"; else print w, bad}'
 }
 verdict() { if [ "$1" = 1 ]; then passed=$((passed + 1)); echo "ok   $2"; else failed=$((failed + 1)); echo "FAIL $2"; fi; }
 close() {
     local w
     w=$(worst "$2" "$3")
-    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 2e-6)}" && ok=1 || ok=0
-    verdict $ok "$1: worst relative loss difference over 20 steps $w"
+    [ "${w#* }" = 0 ] && ok=1 || ok=0
+    verdict $ok "$1: worst relative loss difference over 20 steps ${w% *}"
 }
 run() {
     local name=$1
@@ -70,8 +72,8 @@ run lpp --batch 2 --grad-accum 4 --nproc 2 --pp 2 "${lora[@]}" && close "LoRA, P
 if "$DTRAIN" train "${shape[@]}" "${lora[@]}" --quiet --batch 4 --nproc 2 --steps 10 --save "$dir/ck" --metrics "$dir/a.jsonl" > "$dir/a.out" 2>&1 &&
    "$DTRAIN" train "${shape[@]}" "${lora[@]}" --quiet --batch 8 --resume "$dir/ck" --metrics "$dir/b.jsonl" > "$dir/b.out" 2>&1; then
     w=$(worst <(cat "$dir/a.jsonl" "$dir/b.jsonl") "$dir/lref.jsonl")
-    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 2e-6)}" && ok=1 || ok=0
-    verdict $ok "LoRA saved by DDP 2 at step 10, resumed on one process: worst relative loss difference $w"
+    [ "${w#* }" = 0 ] && ok=1 || ok=0
+    verdict $ok "LoRA saved by DDP 2 at step 10, resumed on one process: worst relative loss difference ${w% *}"
 else
     failed=$((failed + 1)); echo "FAIL save or resume"; tail -n 2 "$dir/a.out" "$dir/b.out"
 fi
