@@ -6,7 +6,8 @@
  *
  * Chats are rendered by a chat template (chat_template.c: ChatML's, Llama 3's); scored: an assistant's content and
  * its end of turn (<|im_end|>, <|eot_id|>). A prompt and completion are tokenized as TRL does: the prompt alone (after the tokenizer's begin-of-text, if it has
- * one), then prompt + completion + end-of-text; the completion's tokens start where the two diverge. */
+ * one), then prompt + completion + end-of-text; the completion's tokens start where the two diverge. A preference pair
+ * ({"prompt", "chosen", "rejected"}, DPO's) is two rows tokenized so, chosen then rejected (render_pair). */
 #include "dtrain/data.h"
 #include "dtrain/kernels.h"
 
