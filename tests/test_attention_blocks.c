@@ -101,6 +101,40 @@ static void check(int B, int T, int C, int NH, const int *cut, int nc, const cha
     free(qkv); free(dout); free(out); free(lse); free(dqkv); free(dqkv2);
 }
 
+/* A row packing documents [cut[i], cut[i+1]) (first[t]: its document's start) gives each document's attention alone,
+ * in the T x T form and the blockwise one, forward and backward, within 1e-6; T 150 puts a document past a key block. */
+static void check_docs(int T, int C, int NH, const int *cut, int nc) {
+    size_t C3 = 3 * (size_t)C, n = (size_t)T * C3;
+    float *qkv = malloc(n * sizeof(float)), *dout = malloc((size_t)T * C * sizeof(float)), *att = malloc((size_t)NH * T * T * sizeof(float));
+    float *out[2], *dq[2], *lse = malloc((size_t)NH * T * sizeof(float));
+    float *ro = malloc((size_t)T * C * sizeof(float)), *rd = calloc(n, sizeof(float));
+    int32_t *first = malloc((size_t)T * sizeof(int32_t));
+    uint64_t r = 9;
+    for (size_t i = 0; i < n; i++) qkv[i] = (float)((dt_rng_next(&r) >> 11) / 9007199254740992.0 * 2 - 1);
+    for (size_t i = 0; i < (size_t)T * C; i++) dout[i] = (float)((dt_rng_next(&r) >> 11) / 9007199254740992.0 * 2 - 1);
+    for (int d = 0; d < nc; d++)
+        for (int t = cut[d]; t < cut[d + 1]; t++) first[t] = cut[d];
+    for (int k = 0; k < 2; k++) out[k] = malloc((size_t)T * C * sizeof(float)), dq[k] = calloc(n, sizeof(float));
+    dt_attention_forward_docs(out[0], att, qkv, first, 1, T, C, NH);
+    dt_attention_backward_docs(dq[0], dout, qkv, att, first, 1, T, C, NH);
+    dt_attention_forward_lse_docs(out[1], lse, qkv, first, 1, T, C, NH);
+    dt_attention_backward_lse_docs(dq[1], dout, out[1], qkv, lse, first, 1, T, C, NH);
+    for (int d = 0; d < nc; d++) { /* each document alone: the reference */
+        int a = cut[d], len = cut[d + 1] - a;
+        dt_attention_forward(ro + (size_t)a * C, att, qkv + (size_t)a * C3, 1, len, C, NH);
+        dt_attention_backward(rd + (size_t)a * C3, dout + (size_t)a * C, qkv + (size_t)a * C3, att, 1, len, C, NH);
+    }
+    for (int k = 0; k < 2; k++) {
+        double eo = max_rel(out[k], ro, (size_t)T * C), ed = max_rel(dq[k], rd, n);
+        EXPECT(eo <= 1e-6 && ed <= 1e-6, "T %d, %d documents packed (%s): output %.1e, dqkv %.1e against each alone", T, nc,
+               k ? "blockwise" : "T x T", eo, ed);
+        if (eo <= 1e-6 && ed <= 1e-6) printf("T %d, %d documents packed (%s): output %.1e, dqkv %.1e against each document alone\n", T, nc,
+                                             k ? "blockwise" : "T x T", eo, ed);
+        free(out[k]), free(dq[k]);
+    }
+    free(qkv), free(dout), free(att), free(lse), free(ro), free(rd), free(first);
+}
+
 int main(void) {
     dt_kernels_set_threads(1);
     const int odd[] = { 0, 9, 23, 28, 45 };       /* T = 45 in uneven chunks of 9, 14, 5, 17 */
@@ -109,6 +143,8 @@ int main(void) {
     check(1, 3, 8, 2, one, 3, "T 3, chunks of one token");
     const int bal[] = { 0, 50, 100, 150, 200 };   /* CP 2's load-balanced chunks; keys past a row's block of 64 */
     check(1, 200, 32, 2, bal, 4, "T 200, 4 chunks of 50 (CP 2's load-balanced chunks; rows past a block of 64 keys)");
+    const int docs[] = { 0, 1, 30, 100, 150 };    /* a one-token document, one across a key block's end */
+    check_docs(150, 24, 3, docs, 4);
     printf("attention blocks: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -162,6 +162,14 @@ void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, con
 void dt_attention_forward_lse(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 void dt_attention_backward_lse(float *dqkv, const float *dout, const float *out, const float *qkv, const float *lse,
                                int B, int T, int C, int NH);
+/* Each of the four where a row packs several documents (supervised fine-tuning's packing): first[b*T + t] is the row
+ * its document starts at, so t attends to rows first..t only (NULL: 0, as the plain ones). */
+void dt_attention_forward_docs(float *out, float *att, const float *qkv, const int32_t *first, int B, int T, int C, int NH);
+void dt_attention_backward_docs(float *dqkv, const float *dout, const float *qkv, const float *att, const int32_t *first, int B, int T,
+                                int C, int NH);
+void dt_attention_forward_lse_docs(float *out, float *lse, const float *qkv, const int32_t *first, int B, int T, int C, int NH);
+void dt_attention_backward_lse_docs(float *dqkv, const float *dout, const float *out, const float *qkv, const float *lse,
+                                    const int32_t *first, int B, int T, int C, int NH);
 
 /* Attention by blocks of the sequence (attention_block.c; ring attention's
  * step): rows of one tensor of a block, T per sequence (B sequences), row
@@ -173,6 +181,10 @@ typedef struct { const float *p; size_t stride; int pos, T; } dt_attn_rows;
  * log-sum-exp lse[B, NH, q.T] (a row that sees none of the keys: 0, -inf). */
 void dt_attention_block_forward(float *out, float *lse, const dt_attn_rows *q, const dt_attn_rows *k, const dt_attn_rows *v,
                                 int B, int C, int NH);
+/* The same where a row packs several documents: first[b * q.T + t] is the index among k's rows of the first key query
+ * row t may see (its document's start; NULL: 0); the backward likewise. */
+void dt_attention_block_forward_docs(float *out, float *lse, const dt_attn_rows *q, const dt_attn_rows *k, const dt_attn_rows *v,
+                                     const int32_t *first, int B, int C, int NH);
 /* (out, lse) becomes the attention over its keys and the block's (bout,
  * blse): both [B, T, C] and [B, NH, T]; start from out 0, lse -inf. */
 void dt_attention_merge(float *out, float *lse, const float *bout, const float *blse, int B, int T, int C, int NH);
@@ -184,6 +196,8 @@ typedef struct { float *dq, *dk, *dv; size_t sq, skv; } dt_attn_grads;
  * attention's gradient. */
 void dt_attention_block_backward(const dt_attn_grads *g, const float *dout, const float *out, const float *lse, const dt_attn_rows *q,
                                  const dt_attn_rows *k, const dt_attn_rows *v, int B, int C, int NH);
+void dt_attention_block_backward_docs(const dt_attn_grads *g, const float *dout, const float *out, const float *lse, const dt_attn_rows *q,
+                                      const dt_attn_rows *k, const dt_attn_rows *v, const int32_t *first, int B, int C, int NH);
 
 /* A target that is not scored (PyTorch's ignore_index): its row has no loss (0 in losses[], still counted in the
  * mean the functions below return: a caller that ignores rows divides their sum by its own count) and a zero

@@ -8,6 +8,10 @@
 #include <string.h>
 
 void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+    dt_attention_forward_docs(out, att, qkv, NULL, B, T, C, NH);
+}
+
+void dt_attention_forward_docs(float *out, float *att, const float *qkv, const int32_t *first, int B, int T, int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = (size_t)C * 3;
@@ -18,7 +22,8 @@ void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T
                 const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
                 float *a = att + (((size_t)b * NH + h) * T + t) * T;
                 float mx = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
+                int f = first ? first[(size_t)b * T + t] : 0; /* the row's document starts there */
+                for (int t2 = f; t2 <= t; t2++) {
                     const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
                     float s = 0;
                     #pragma omp simd reduction(+ : s)
@@ -28,12 +33,12 @@ void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T
                     if (s > mx) mx = s;
                 }
                 float sum = 0;
-                for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - mx); sum += a[t2]; }
+                for (int t2 = f; t2 <= t; t2++) { a[t2] = expf(a[t2] - mx); sum += a[t2]; }
                 float inv = 1.0f / sum;
-                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t && t2 >= f ? a[t2] * inv : 0.0f;
                 float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
                 memset(o, 0, sizeof(float) * (size_t)hs);
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = f; t2 <= t; t2++) {
                     const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
                     #pragma omp simd
                     for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
@@ -42,6 +47,11 @@ void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T
 }
 
 void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C, int NH) {
+    dt_attention_backward_docs(dqkv, dout, qkv, att, NULL, B, T, C, NH);
+}
+
+void dt_attention_backward_docs(float *dqkv, const float *dout, const float *qkv, const float *att, const int32_t *first, int B, int T,
+                                int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     size_t C3 = (size_t)C * 3;
@@ -60,7 +70,8 @@ void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, con
                     float *dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
                     /* through out = att v */
                     float dot = 0;
-                    for (int t2 = 0; t2 <= t; t2++) {
+                    int f = first ? first[(size_t)b * T + t] : 0;
+                    for (int t2 = f; t2 <= t; t2++) {
                         const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
                         float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
                         float d = 0;
@@ -70,7 +81,7 @@ void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, con
                         dot += a[t2] * d;
                     }
                     /* through the softmax, then the scaled dot products */
-                    for (int t2 = 0; t2 <= t; t2++) {
+                    for (int t2 = f; t2 <= t; t2++) {
                         float dpre = a[t2] * (datt[t2] - dot) * scale;
                         const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
                         float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
@@ -90,15 +101,24 @@ void dt_attention_backward(float *dqkv, const float *dout, const float *qkv, con
  * sequence is one block of queries over one block of keys
  * (attention_block.c). */
 void dt_attention_forward_lse(float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
+    dt_attention_forward_lse_docs(out, lse, qkv, NULL, B, T, C, NH);
+}
+
+void dt_attention_forward_lse_docs(float *out, float *lse, const float *qkv, const int32_t *first, int B, int T, int C, int NH) {
     size_t C3 = (size_t)C * 3;
     dt_attn_rows q = { qkv, C3, 0, T }, k = { qkv + C, C3, 0, T }, v = { qkv + 2 * (size_t)C, C3, 0, T };
-    dt_attention_block_forward(out, lse, &q, &k, &v, B, C, NH);
+    dt_attention_block_forward_docs(out, lse, &q, &k, &v, first, B, C, NH);
 }
 
 void dt_attention_backward_lse(float *dqkv, const float *dout, const float *out, const float *qkv, const float *lse,
                                int B, int T, int C, int NH) {
+    dt_attention_backward_lse_docs(dqkv, dout, out, qkv, lse, NULL, B, T, C, NH);
+}
+
+void dt_attention_backward_lse_docs(float *dqkv, const float *dout, const float *out, const float *qkv, const float *lse,
+                                    const int32_t *first, int B, int T, int C, int NH) {
     size_t C3 = (size_t)C * 3;
     dt_attn_rows q = { qkv, C3, 0, T }, k = { qkv + C, C3, 0, T }, v = { qkv + 2 * (size_t)C, C3, 0, T };
     dt_attn_grads g = { dqkv, dqkv + C, dqkv + 2 * (size_t)C, C3, C3 };
-    dt_attention_block_backward(&g, dout, out, lse, &q, &k, &v, B, C, NH);
+    dt_attention_block_backward_docs(&g, dout, out, lse, &q, &k, &v, first, B, C, NH);
 }

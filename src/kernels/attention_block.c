@@ -28,6 +28,12 @@ static int seen(const dt_attn_rows *q, const dt_attn_rows *k, int t) {
 
 void dt_attention_block_forward(float *out, float *lse, const dt_attn_rows *q, const dt_attn_rows *k, const dt_attn_rows *v,
                                 int B, int C, int NH) {
+    dt_attention_block_forward_docs(out, lse, q, k, v, NULL, B, C, NH);
+}
+
+/* first: a packed row's documents (each query row's first key, by index in k; NULL: 0). */
+void dt_attention_block_forward_docs(float *out, float *lse, const dt_attn_rows *q, const dt_attn_rows *k, const dt_attn_rows *v,
+                                     const int32_t *first, int B, int C, int NH) {
     int hs = C / NH, Tq = q->T, Tk = k->T, tiles = (Tq + QTILE - 1) / QTILE;
     float scale = 1.0f / sqrtf((float)hs);
     /* a tile of query rows goes through the keys a block at a time, so each
@@ -46,11 +52,12 @@ void dt_attention_block_forward(float *out, float *lse, const dt_attn_rows *q, c
                 }
                 for (int k0 = 0; k0 < seen(q, k, t1 - 1); k0 += KBLOCK)
                     for (int t = t0; t < t1; t++) {
-                        int n = seen(q, k, t), k1 = k0 + KBLOCK < n ? k0 + KBLOCK : n;
-                        if (k1 <= k0) continue;
+                        int n = seen(q, k, t), k1 = k0 + KBLOCK < n ? k0 + KBLOCK : n, f = first ? first[(size_t)b * Tq + t] : 0;
+                        int ka = k0 > f ? k0 : f; /* the row's keys in this block: [ka, k1) */
+                        if (k1 <= ka) continue;
                         const float *qr = q->p + ((size_t)b * Tq + t) * q->stride + (size_t)h * hs;
                         float *o = out + ((size_t)b * Tq + t) * C + (size_t)h * hs, bmx = -INFINITY;
-                        for (int j = k0; j < k1; j++) {
+                        for (int j = ka; j < k1; j++) {
                             const float *kr = k->p + ((size_t)b * Tk + j) * k->stride + (size_t)h * hs;
                             float d = 0;
                             #pragma omp simd reduction(+ : d)
@@ -61,7 +68,7 @@ void dt_attention_block_forward(float *out, float *lse, const dt_attn_rows *q, c
                         float m0 = mx[t - t0], nmx = bmx > m0 ? bmx : m0, corr = expf(m0 - nmx), sm = sum[t - t0] * corr;
                         #pragma omp simd
                         for (int i = 0; i < hs; i++) o[i] *= corr;
-                        for (int j = k0; j < k1; j++) {
+                        for (int j = ka; j < k1; j++) {
                             float p = expf(s[j - k0] - nmx);
                             sm += p;
                             const float *vr = v->p + ((size_t)b * Tk + j) * v->stride + (size_t)h * hs;
@@ -103,6 +110,11 @@ void dt_attention_merge(float *out, float *lse, const float *bout, const float *
 
 void dt_attention_block_backward(const dt_attn_grads *g, const float *dout, const float *out, const float *lse, const dt_attn_rows *q,
                                  const dt_attn_rows *k, const dt_attn_rows *v, int B, int C, int NH) {
+    dt_attention_block_backward_docs(g, dout, out, lse, q, k, v, NULL, B, C, NH);
+}
+
+void dt_attention_block_backward_docs(const dt_attn_grads *g, const float *dout, const float *out, const float *lse, const dt_attn_rows *q,
+                                      const dt_attn_rows *k, const dt_attn_rows *v, const int32_t *first, int B, int C, int NH) {
     int hs = C / NH, Tq = q->T, Tk = k->T;
     float scale = 1.0f / sqrtf((float)hs);
     /* a thread per (b, h): the keys' gradients of one head are one thread's.
@@ -115,15 +127,16 @@ void dt_attention_block_backward(const dt_attn_grads *g, const float *dout, cons
         for (int h = 0; h < NH; h++)
             for (int j0 = 0; j0 < Tk; j0 += KTILE)
                 for (int t = 0; t < Tq; t++) {
-                    int n = seen(q, k, t), j1 = j0 + KTILE < n ? j0 + KTILE : n;
-                    if (j1 <= j0) continue;
+                    int n = seen(q, k, t), j1 = j0 + KTILE < n ? j0 + KTILE : n, f = first ? first[(size_t)b * Tq + t] : 0;
+                    int ja = j0 > f ? j0 : f;
+                    if (j1 <= ja) continue;
                     const float *dy = dout + ((size_t)b * Tq + t) * C + (size_t)h * hs, *y = out + ((size_t)b * Tq + t) * C + (size_t)h * hs;
                     const float *qr = q->p + ((size_t)b * Tq + t) * q->stride + (size_t)h * hs;
                     float *dq = g->dq + ((size_t)b * Tq + t) * g->sq + (size_t)h * hs;
                     float D = 0, l = lse[((size_t)b * NH + h) * Tq + t]; /* dout . out, again each tile: one dot in KTILE */
                     #pragma omp simd reduction(+ : D)
                     for (int i = 0; i < hs; i++) D += dy[i] * y[i];
-                    for (int j = j0; j < j1; j++) {
+                    for (int j = ja; j < j1; j++) {
                         const float *kr = k->p + ((size_t)b * Tk + j) * k->stride + (size_t)h * hs;
                         const float *vr = v->p + ((size_t)b * Tk + j) * v->stride + (size_t)h * hs;
                         float *dk = g->dk + ((size_t)b * Tk + j) * g->skv + (size_t)h * hs;
