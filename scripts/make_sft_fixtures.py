@@ -7,6 +7,10 @@ Writes tests/fixtures/sft/:
                          assistant_only_loss reads) and eos_token <|endoftext|>
   chat.jsonl             chats ({"messages": ...}): system, user and assistant turns, one and several of each
   completion.jsonl       prompts and completions
+  packed.jsonl           prompts and completions of many lengths, for packing
+  packed.safetensors     packing=True (best-fit decreasing, max_length 64, TRL's padding-free collator): the weights, of
+                         one batch of every packed row "loss" and "grad.<name>", and per row "ids.<k>", "labels.<k>",
+                         "pos.<k>" (each example's positions from 0); "loss_unpacked": the same examples unpacked
   <name>.safetensors     for each of chat and completion: a tiny random Llama's weights (HF names), and of one batch
                          holding every example: "loss" (TRL's compute_loss: assistant_only_loss for chats, its default
                          completion_only_loss for completions), "grad.<name>" every weight's gradient, "ids.<k>" and
@@ -47,6 +51,19 @@ COMPLETIONS = [
 ]
 
 
+PACKED = COMPLETIONS + [
+    {"prompt": "Count:", "completion": " one"},
+    {"prompt": "The LORD is my shepherd;", "completion": " I shall not want. He maketh me to lie down in green pastures."},
+    {"prompt": "Q: 7 * 6?\nA:", "completion": " 42"},
+    {"prompt": "A long prompt that goes on and on about nothing in particular, for a while,", "completion": " and stops."},
+    {"prompt": "x", "completion": " y"},
+    {"prompt": "Jesus wept.", "completion": " Then said the Jews, Behold how he loved him!"},
+    {"prompt": "Red, green,", "completion": " blue"},
+    {"prompt": "Hello", "completion": " world, and everyone in it, and everything else besides, and more."},
+]
+PACK = 64  # packed rows: --seq 64 tokens, each example cut at 64
+
+
 def tokenizer(folder):
     tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"), eos_token="<|endoftext|>",
                                   pad_token="<|endoftext|>")
@@ -83,6 +100,41 @@ def case(name, rows, tok, folder, out):
     print(f"{name}: {len(rows)} examples, loss {loss.item():.6f}, scored {int((batch['labels'] != -100).sum())} tokens")
 
 
+def packed_case(tok, folder, out):
+    torch.manual_seed(11)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2, tie_word_embeddings=False,
+                      attn_implementation="eager")
+    model = LlamaForCausalLM(cfg).float()
+    weights = {n: p.detach().clone().contiguous() for n, p in model.state_dict().items()}
+    losses = {}
+    for packing in (False, True):
+        args = SFTConfig(output_dir=os.path.join(folder, "run"), max_length=PACK, packing=packing, per_device_train_batch_size=len(PACKED),
+                         report_to=[], use_cpu=True, dataset_num_proc=None, bf16=False)
+        trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(PACKED), processing_class=tok)
+        rows = [trainer.train_dataset[i] for i in range(len(trainer.train_dataset))]
+        batch = trainer.data_collator(rows)
+        model.zero_grad()
+        labels = batch["labels"]
+        loss = trainer.compute_loss(model, batch, num_items_in_batch=(labels[:, 1:] != -100).sum())
+        if packing:
+            loss.backward()
+        losses[packing] = (loss, rows, batch)
+    loss, rows, batch = losses[True]
+    tensors = dict(weights)
+    tensors.update({"grad." + n: p.grad.detach().clone().contiguous() for n, p in model.named_parameters()})
+    tensors["loss"], tensors["loss_unpacked"] = loss.detach().reshape(1), losses[False][0].detach().reshape(1)
+    at = 0  # the collator flattened the rows into one sequence: cut it back
+    for k, r in enumerate(rows):
+        n = len(r["input_ids"])
+        tensors[f"ids.{k}"] = batch["input_ids"][0, at:at + n].to(torch.int32).contiguous()
+        tensors[f"labels.{k}"] = batch["labels"][0, at:at + n].to(torch.int32).contiguous()
+        tensors[f"pos.{k}"] = batch["position_ids"][0, at:at + n].to(torch.int32).contiguous()
+        at += n
+    save_file(tensors, os.path.join(out, "packed.safetensors"), metadata={"config": json.dumps(cfg.to_dict(), sort_keys=True)})
+    print(f"packed: {len(PACKED)} examples in {len(rows)} rows, loss {loss.item():.6f} (unpacked {losses[False][0].item():.6f})")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     shutil.copy(os.path.join(HERE, "..", "tests", "fixtures", "tokenizer", "qwen2.json"), os.path.join(OUT, "tokenizer.json"))
@@ -96,11 +148,15 @@ def main():
     with open(os.path.join(OUT, "completion.jsonl"), "w") as f:
         for r in COMPLETIONS:
             f.write(json.dumps(r) + "\n")
+    with open(os.path.join(OUT, "packed.jsonl"), "w") as f:
+        for r in PACKED:
+            f.write(json.dumps(r) + "\n")
     torch.use_deterministic_algorithms(True)
     tok = tokenizer(OUT)
     with tempfile.TemporaryDirectory() as tmp:
         case("chat", CHATS, tok, tmp, OUT)
         case("completion", COMPLETIONS, tok, tmp, OUT)
+        packed_case(tok, tmp, OUT)
 
 
 if __name__ == "__main__":

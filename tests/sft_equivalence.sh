@@ -2,7 +2,8 @@
 # Supervised fine-tuning (--data FILE.jsonl: chats rendered by ChatML, the loss on the assistant's turns, rows that
 # score different numbers of tokens) gives the losses of one process with the global batch over 20 AdamW steps,
 # within 1e-6 relative, in every layout: accumulation, DDP 2, ZeRO-2 and 3, TP 2, PP 2 (1F1B), CP 2, DP 2 x TP 2,
-# and with LoRA under DDP 2 (every layout takes the mean over the global batch's scored tokens). A checkpoint saved
+# and with LoRA under DDP 2 (every layout takes the mean over the global batch's scored tokens); --pack (the chats
+# binned into full rows, attention and positions inside each) under DDP 2, TP 2 with SP, PP 2 and blockwise attention. A checkpoint saved
 # at step 10 resumes with the same losses; --val-data FILE.jsonl evaluates the same on 1 and 2 ranks; what cannot
 # be is refused: a token file beside a .jsonl, chats without a tokenizer.
 # usage: sft_equivalence.sh DTRAIN FIXTURES
@@ -58,6 +59,16 @@ run cp --batch 8 --nproc 2 --cp 2 && close "CP 2 (each rank half of every row)" 
 run dptp --batch 4 --nproc 4 --tp 2 --zero 2 && close "DP 2 x TP 2, ZeRO-2" "$dir/ref.jsonl" "$dir/dptp.jsonl"
 run lref --batch 8 --lora-rank 4 --lora-targets q_proj,v_proj,down_proj
 run lddp --batch 4 --nproc 2 --lora-rank 4 --lora-targets q_proj,v_proj,down_proj && close "LoRA, DDP 2" "$dir/lref.jsonl" "$dir/lddp.jsonl"
+# --pack: the chats packed into full rows (each attending within itself), one process against the layouts
+run pref --batch 8 --pack
+"$DTRAIN" train "${common[@]}" --batch 8 --steps 1 --pack > "$dir/pline.out" 2>&1
+rows=$(grep -o "400 examples packed into [0-9]* rows of 64 tokens" "$dir/pline.out" | grep -o "into [0-9]*" | cut -d' ' -f2)
+[ -n "$rows" ] && [ "$rows" -lt 400 ] && ok=1 || ok=0
+verdict $ok "--pack: 400 chats in ${rows:-?} rows of 64 tokens"
+run pddp --batch 4 --nproc 2 --pack && close "--pack, DDP 2" "$dir/pref.jsonl" "$dir/pddp.jsonl"
+run ptp --batch 8 --nproc 2 --tp 2 --sp --pack && close "--pack, TP 2 with sequence parallelism" "$dir/pref.jsonl" "$dir/ptp.jsonl"
+run ppp --batch 2 --grad-accum 4 --nproc 2 --pp 2 --pack && close "--pack, PP 2, 1F1B, 4 micro-batches" "$dir/pref.jsonl" "$dir/ppp.jsonl"
+run pblk --batch 8 --pack --attention blockwise && close "--pack, blockwise attention" "$dir/pref.jsonl" "$dir/pblk.jsonl"
 # saved at step 10 under DDP 2, resumed on one process
 if "$DTRAIN" train "${common[@]}" --quiet --batch 4 --nproc 2 --steps 10 --save "$dir/ck" --metrics "$dir/a.jsonl" > "$dir/a.out" 2>&1 &&
    "$DTRAIN" train "${common[@]}" --quiet --batch 8 --resume "$dir/ck" --metrics "$dir/b.jsonl" > "$dir/b.out" 2>&1; then
@@ -84,5 +95,7 @@ head -c 100000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 "$DTRAIN" tokenize --bytes "$dir/text" "$dir/tok.bin" > /dev/null
 refused "a token file beside a .jsonl" "is chats or completions" train "${common[@]}" --batch 8 --val-data "$dir/tok.bin"
 refused "chats without a tokenizer" "give --tokenizer" train "${shape[@]}" --batch 8
+refused "--pack with context parallelism" "not with --cp 2" train "${common[@]}" --batch 8 --nproc 2 --cp 2 --pack
+refused "--pack of a token file" "packs the examples of a .jsonl" train "${common[@]}" --batch 8 --data "$dir/tok.bin" --pack
 echo "sft equivalence: $passed passed, $failed failed"
 [ "$failed" = 0 ]

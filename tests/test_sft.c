@@ -174,6 +174,86 @@ out:
     dt_bpe_destroy(tok);
 }
 
+/* Packing (packed.jsonl, TRL's packing=True): the packed rows, their scored targets and positions are TRL's; the loss
+ * over every row, each example attending within itself, and every gradient are TRL's; the loss is the unpacked
+ * examples' too. */
+static void check_packed(const char *dir) {
+    char path[600], what[160], detail[96];
+    dt_bpe *tok = NULL;
+    dt_chat_kind chat;
+    int eos, one = 1;
+    dt_sft *d = NULL;
+    dt_safetensors *f = NULL;
+    dt_program *p = NULL;
+    dt_lm_config cfg;
+    dt_status st = load_tokenizer(dir, &tok, &chat, &eos);
+    snprintf(path, sizeof path, "%s/sft/packed.jsonl", dir);
+    if (!st) st = dt_sft_load(path, tok, DT_CHAT_NONE, eos, T, &d);
+    size_t examples = d ? dt_sft_rows(d) : 0;
+    if (!st) st = dt_sft_pack(d);
+    snprintf(path, sizeof path, "%s/sft/packed.safetensors", dir);
+    if (!st) st = dt_safetensors_open(path, &f);
+    const char *json = st ? NULL : dt_safetensors_metadata(f, "config");
+    if (!st && !json) st = dt_error(DT_ERR_IO, "%s: no config", path);
+    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
+    if (!st) st = dt_program_create(&cfg, &p);
+    dt_model m;
+    if (!st) dt_program_model(p, &m), st = dt_safetensors_read_model(f, &m, cfg.vocab_size, NULL);
+    size_t rows = st ? 0 : dt_sft_rows(d);
+    if (!st && rows > MAXB) st = dt_error(DT_ERR_ARG, "%zu packed rows", rows);
+    int32_t in[MAXB * T], tg[MAXB * T], pos[MAXB * T];
+    bool pos_ok = !st;
+    for (size_t k = 0; !st && k < rows; k++) {
+        int32_t want[T + 1];
+        char name[32];
+        snprintf(name, sizeof name, "pos.%zu", k);
+        size_t n = 0;
+        for (n = T; n > 0 && dt_safetensors_read_i32(f, name, n, want); n--) {}
+        dt_sft_row(d, k, in + k * T, tg + k * T);
+        dt_sft_row_positions(d, k, pos + k * T);
+        for (size_t t = 0; t < n; t++) pos_ok &= pos[k * T + t] == want[t];
+        pos_ok &= n > 0;
+    }
+    if (st) {
+        printf("FAIL packed: %s\n", dt_last_error());
+        failed++;
+        goto out;
+    }
+    snprintf(what, sizeof what, "packed: %zu examples in %zu rows, their tokens and scored targets are TRL's", examples, rows);
+    check(what, rows_match(d, f, rows), NULL);
+    check("packed: each example's positions from 0, as TRL's position_ids", pos_ok, NULL);
+    float loss = 0, ref = 0, unpacked = 0;
+    if (!(st = dt_program_set_positions(p, pos)) && !(st = dt_program_forward(p, in, tg, (int)rows, T, &loss)) &&
+        !(st = dt_program_backward(p, 1.0f)) && !(st = dt_safetensors_read(f, "loss", 1, &one, 0, &ref)) &&
+        !(st = dt_safetensors_read(f, "loss_unpacked", 1, &one, 0, &unpacked))) {
+        snprintf(detail, sizeof detail, "%.7f vs %.7f (%.1e); unpacked %.7f", loss, ref, fabs(loss - ref) / ref, unpacked);
+        check("packed: the loss is TRL's within 1e-6 (and the examples' unpacked)", fabs(loss - ref) <= 1e-6 * ref &&
+              fabs(loss - unpacked) <= 1e-6 * unpacked, detail);
+        double worst = 0;
+        for (int i = 0; !st && i < m.ntensors; i++) {
+            const dt_tensor_info *t = &m.tensors[i];
+            char gname[128];
+            snprintf(gname, sizeof gname, "grad.%s", t->hf);
+            int dims[2] = { t->split == DT_SPLIT_VOCAB ? cfg.vocab_size : t->shape[0], t->shape[1] };
+            size_t cnt = (size_t)dims[0] * (size_t)(t->ndim == 2 ? dims[1] : 1);
+            float *want = malloc(cnt * sizeof(float));
+            if (!(st = dt_safetensors_read(f, gname, t->ndim, dims, 0, want))) worst = fmax(worst, rel_err(m.grads(m.self) + t->offset, want, cnt));
+            free(want);
+        }
+        snprintf(detail, sizeof detail, "worst %.1e", worst);
+        if (!st) check("packed: every gradient is TRL's within 1e-5", worst <= 1e-5, detail);
+    }
+    if (st) {
+        printf("FAIL packed: %s\n", dt_last_error());
+        failed++;
+    }
+out:
+    dt_program_destroy(p);
+    dt_safetensors_close(f);
+    dt_sft_destroy(d);
+    dt_bpe_destroy(tok);
+}
+
 /* A file of one line that must be refused with a message holding needle (and the file:line). */
 static void refused(const char *dir, const char *what, const char *line, dt_chat_kind chat, const char *needle) {
     char path[] = "/tmp/dtrain_sft_XXXXXX", tp[600];
@@ -198,6 +278,7 @@ int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     check_case(dir, "chat", 4);
     check_case(dir, "completion", 3);
+    check_packed(dir);
     refused(dir, "refused: a line that is not JSON", "{\"messages\": [", DT_CHAT_CHATML, "not JSON");
     refused(dir, "refused: a line without messages or prompt and completion", "{\"text\": \"hi\"}", DT_CHAT_CHATML, "neither");
     refused(dir, "refused: a role that is not system, user or assistant",

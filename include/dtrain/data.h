@@ -99,6 +99,13 @@ const char *dt_sft_path(const dt_sft *d);
  * from where the prompt and either one diverge, the end-of-text after each): a pair makes rows 2i (chosen) and
  * 2i + 1 (rejected). A file holds pairs or examples, not both. */
 bool dt_sft_pairs(const dt_sft *d);
+/* Packing (TRL's SFTTrainer with packing=True, strategy "bfd"): the examples, cut at T tokens, binned best-fit
+ * decreasing into rows of T, each example's tokens from position 0 (dt_sft_row_positions; a packed row's attention
+ * stays inside each example: dt_program_set_positions), an example's last token predicting nothing, the padding a
+ * document of its own. Preference pairs are refused. */
+dt_status dt_sft_pack(dt_sft *d);
+bool dt_sft_packed(const dt_sft *d);
+void dt_sft_row_positions(const dt_sft *d, size_t row, int32_t *pos);
 /* Examples longer than T + 1 tokens, cut there; row's scored targets; row's inputs and targets (T each). */
 size_t dt_sft_truncated(const dt_sft *d);
 size_t dt_sft_scored(const dt_sft *d, size_t row);
@@ -119,6 +126,8 @@ void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets);
 /* Rows: the first of the B rows the last dt_loader_next gave (they follow it in the file's rows). */
 size_t dt_loader_last_row(const dt_loader *l);
 const dt_sft *dt_loader_rows(const dt_loader *l); /* the rows it reads (NULL: a token file) */
+/* The last batch's positions, B x T (packed rows: each example's from 0; else 0..T-1 a row). */
+void dt_loader_positions(const dt_loader *l, int32_t *pos);
 void dt_loader_reset(dt_loader *l);
 size_t dt_loader_batches(const dt_loader *l); /* global batches per epoch */
 /* Where the loader is, for checkpoints: the pass over the file (it reshuffles

@@ -63,6 +63,7 @@ typedef struct {
     const char *lora_from;    /* --lora DIR: PEFT's adapter folder to start from (its rank, alpha and targets) */
     const char *tokenizer;    /* --tokenizer tokenizer.json: --data FILE.jsonl's (NULL: the --model folder's) */
     const char *chat_template; /* --chat-template chatml|llama3|none (NULL: the tokenizer_config.json's) */
+    int pack;                 /* --pack: a .jsonl's examples packed into rows (TRL's packing, best-fit decreasing) */
     double dpo_beta;          /* --dpo-beta (0: TRL's 0.1): preference pairs in --data train by DPO */
     double stall_timeout;     /* seconds a rank may wait for a live peer that never joins (warn; 2x: stop); 0 off */
     int skip_nonfinite;       /* a step whose loss or gradient norm is not finite is skipped (else the run stops) */

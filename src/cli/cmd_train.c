@@ -37,6 +37,8 @@ static void usage(FILE *f) {
             "                     completion only (TRL's SFTTrainer's), the mean over the global batch's scored tokens;\n"
             "                     or {\"prompt\", \"chosen\", \"rejected\"} preference pairs: DPO (TRL's DPOTrainer's sigmoid\n"
             "                     loss; the reference: the starting model, LoRA's base; a pair is two rows of --batch)\n"
+            "  --pack             FILE.jsonl's examples packed into rows of --seq (TRL's packing: best-fit\n"
+            "                     decreasing, each example cut at --seq; attention and positions stay in each)\n"
             "  --dpo-beta X       DPO's beta, how far from the reference the policy may go (0.1, TRL's default)\n"
             "  --tokenizer F      tokenizer.json for FILE.jsonl (the --model folder's by default)\n"
             "  --chat-template T  chatml or llama3 (by default the kind tokenizer_config.json's template is)\n"
@@ -163,7 +165,7 @@ static const dt_cli_flag flags[] = {
     { "--layers", "a whole number from 1 to 1e5" }, { "--heads", "a whole number from 1 to 1e5" },
     { "--channels", "a whole number from 1 to 1e6" }, { "--vocab", "a whole number from 1 to 2^30" },
     { "--max-seq", "a whole number from 1 to 1e7" }, { "--kv-heads", "a whole number from 1 to 1e5" }, { "--ffn", "a whole number from 1 to 1e7" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
-    { "--nesterov", "" }, { "--quiet", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--sp", "" }, { "--pp-schedule-print", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
+    { "--nesterov", "" }, { "--quiet", "" }, { "--pack", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--sp", "" }, { "--pp-schedule-print", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
 };
 
 /* A numeric flag: where it goes and its range (whole numbers only where int). */
@@ -229,6 +231,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         if (!strcmp(f, "--overwrite")) { c.overwrite = 1; continue; }
         if (!strcmp(f, "--recompute")) { c.recompute = 1; continue; }
         if (!strcmp(f, "--sp")) { c.sp = 1; continue; }
+        if (!strcmp(f, "--pack")) { c.pack = 1; continue; }
         if (!strcmp(f, "--pp-schedule-print")) { c.pp_print = 1; continue; }
         if (!strcmp(f, "--step-at-end")) { c.step_at_end = 1; continue; }
         if (!strcmp(f, "--sync-bn")) { c.sync_bn = 1; continue; }

@@ -133,6 +133,13 @@ void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
 size_t dt_loader_last_row(const dt_loader *l) { return l->last_row; }
 const dt_sft *dt_loader_rows(const dt_loader *l) { return l->rows; }
 
+void dt_loader_positions(const dt_loader *l, int32_t *pos) {
+    for (int i = 0; i < l->B; i++) {
+        if (l->rows) dt_sft_row_positions(l->rows, l->last_row + (size_t)i, pos + (size_t)i * l->T);
+        else for (int t = 0; t < l->T; t++) pos[(size_t)i * l->T + t] = t;
+    }
+}
+
 void dt_loader_position(const dt_loader *l, uint64_t *epoch, size_t *next) {
     *epoch = l->epoch;
     *next = l->next;

@@ -84,6 +84,8 @@ typedef struct {
     float *dpacked, *dstream[2], *lnf, *lnf_stats, *logits, *losses, *ce_stats, *dlnf, *scratch; /* scratch: 2 B*T */
     float *gather, *partial, *normgrad; /* sequence parallelism's: all rows [B*T, C] gathered; a split sum's all rows; a norm's weight gradient */
     int32_t *inputs, *targets, *pos;
+    int32_t *first;            /* packed documents: each row's document's first row (attention's keys start there) */
+    bool docs;                 /* the positions are the caller's (dt_program_set_positions): first holds */
     run_state rs[DT_GPT2_MAX_CHUNKS];
     float **wgrad;             /* a split backward's: [held block * nops + k], a Linear's d(output), all rows, from B for W */
     uint16_t *acts_lp;         /* mixed precision (not recomputing): every held block's kept values in 16 bits, lp_block a block */
@@ -159,6 +161,7 @@ struct dt_program {
     dt_token_loss_fn token_loss; /* dt_program_set_token_loss (NULL: the mean cross-entropy) */
     void *token_loss_ctx;
     bool lora_off;             /* dt_program_set_lora_enabled(p, false): forward as the base alone */
+    const int32_t *pos_src;    /* dt_program_set_positions: read by each micro-batch's forward (NULL: 0..T-1) */
 };
 
 /* A held block's values, stats and first tensor. */

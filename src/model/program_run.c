@@ -130,6 +130,7 @@ void dt_program_free_slot(program_slot *s) {
     free(s->inputs);
     free(s->targets);
     free(s->pos);
+    free(s->first);
     dt_free_aligned(s->acts_lp);
     memset(s, 0, sizeof *s);
 }
@@ -157,10 +158,11 @@ static dt_status reserve(dt_program *p, int B, int T) {
     s->inputs = malloc(BT * sizeof(int32_t));
     s->targets = malloc(BT * sizeof(int32_t));
     s->pos = malloc(BT * sizeof(int32_t));
+    s->first = malloc(BT * sizeof(int32_t));
     s->mem = dt_alloc_aligned(n * sizeof(float));
     s->lp_block = dt_program_packs(p) ? dt_program_lp_block(p, BT) : 0;
     s->acts_lp = s->lp_block ? dt_alloc_aligned((size_t)p->nl * s->lp_block * sizeof(uint16_t)) : NULL;
-    if ((s->lp_block && !s->acts_lp) || !s->val || !s->stats || !s->packed || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->mem) {
+    if ((s->lp_block && !s->acts_lp) || !s->val || !s->stats || !s->packed || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->first || !s->mem) {
         dt_program_free_slot(s);
         char sz[32];
         return dt_error(DT_ERR_NOMEM, "model: cannot allocate %s of activations for B=%d T=%d", dt_format_size(n * sizeof(float), sz, sizeof sz),
@@ -332,8 +334,8 @@ static void op_forward(dt_program *p, int l, int k) {
             dt_lp_round(qkv, (size_t)BT * 3 * Q, p->prec); /* turned q and k are 16-bit values too (and keep losslessly) */
         }
         if (cp(p)) cp_status(p, p->part.cp->forward(p->part.cp->ctx, out, st, qkv, x->B, x->T, Q, NH));
-        else if (x->blockwise) dt_attention_forward_lse(out, st, qkv, x->B, x->T, Q, NH);
-        else dt_attention_forward(out, st, qkv, x->B, x->T, Q, NH);
+        else if (x->blockwise) dt_attention_forward_lse_docs(out, st, qkv, x->docs ? x->first : NULL, x->B, x->T, Q, NH);
+        else dt_attention_forward_docs(out, st, qkv, x->docs ? x->first : NULL, x->B, x->T, Q, NH);
         dt_lp_round(out, (size_t)BT * Q, p->prec);
         break;
     }
@@ -417,6 +419,21 @@ static dt_status check_range(const dt_program *p, int a, int b, const int32_t *t
     return DT_OK;
 }
 
+/* The slot's positions: dt_program_set_positions' (checked: each row's document starts at a position 0 and counts up
+ * from it), each document's first row for attention; else t (or CP's place). */
+static dt_status set_positions(dt_program *p, int BT, int T) {
+    program_slot *s = p->s;
+    s->docs = p->pos_src != NULL;
+    for (int i = 0; i < BT; i++) {
+        int t = i % T, q = s->docs ? p->pos_src[i] : cp(p) ? dt_gpt2_cp_position(p->part.cp_rank, p->part.cp_size, T, t) : t;
+        if (s->docs && (q < 0 || q > t || (q > 0 && q != p->pos_src[i - 1] + 1)))
+            return dt_error(DT_ERR_ARG, "forward: position %d at row %d of sequence %d: a document's positions count from 0 at its first row", q, t,
+                            i / T);
+        s->pos[i] = q, s->first[i] = t - q;
+    }
+    return DT_OK;
+}
+
 dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *tokens, const float *x, const int32_t *targets, int B, int T,
                                    float *loss) {
     int L = p->cfg.num_layers, BT = B * T;
@@ -431,8 +448,9 @@ dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *t
     p->cur = dt_program_range_of(p, a);
     s->B = B, s->T = T;
     s->rs[p->cur] = (run_state){ a, b, targets != NULL || b < L + 2, false, NULL };
-    /* each row's position: t, or under context parallelism its place in the whole sequence (rotary and learned alike) */
-    for (int i = 0; i < BT; i++) s->pos[i] = cp(p) ? dt_gpt2_cp_position(p->part.cp_rank, p->part.cp_size, T, i % T) : i % T;
+    /* each row's position: t, or under context parallelism its place in the whole sequence (rotary and learned alike),
+     * or the caller's (packed documents: attention stays in each); a micro-batch's first range sets them */
+    if (p->cur == 0 && (st = set_positions(p, BT, T))) return st;
     if (a == 0) {
         memcpy(s->inputs, tokens, (size_t)BT * sizeof(int32_t));
         dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, 0);
@@ -598,8 +616,8 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
         float *qkv = re ? x->packed[p->bk[l]] : in, *dqkv = re ? x->dpacked : din;
         if (re) memset(dqkv, 0, (size_t)BT * 3 * Q * sizeof(float));
         if (cp(p)) cp_status(p, p->part.cp->backward(p->part.cp->ctx, dqkv, dout, out, qkv, st, x->B, x->T, Q, NH));
-        else if (x->blockwise) dt_attention_backward_lse(dqkv, dout, out, qkv, st, x->B, x->T, Q, NH);
-        else dt_attention_backward(dqkv, dout, qkv, st, x->B, x->T, Q, NH);
+        else if (x->blockwise) dt_attention_backward_lse_docs(dqkv, dout, out, qkv, st, x->docs ? x->first : NULL, x->B, x->T, Q, NH);
+        else dt_attention_backward_docs(dqkv, dout, qkv, st, x->docs ? x->first : NULL, x->B, x->T, Q, NH);
         if (re) attention_unpack(p, din, dqkv, BT);
         break;
     }
@@ -781,6 +799,13 @@ dt_status dt_program_set_recompute(dt_program *p, int on) {
 
 void dt_program_set_attention(dt_program *p, dt_attn_mode mode) { p->attn = mode; }
 void dt_program_set_loss_tokens(dt_program *p, double n) { p->loss_tokens = n > 0 ? n : 0; }
+
+dt_status dt_program_set_positions(dt_program *p, const int32_t *pos) {
+    if (pos && p->part.cp_size > 1)
+        return dt_error(DT_ERR_UNSUPPORTED, "packed documents are not with --cp %d: a rank holds parts of each sequence", p->part.cp_size);
+    p->pos_src = pos;
+    return DT_OK;
+}
 
 dt_status dt_program_set_token_loss(dt_program *p, dt_token_loss_fn fn, void *ctx) {
     if (fn && p->prec != DT_F32) return dt_error(DT_ERR_UNSUPPORTED, "a loss over the tokens (preference tuning) is computed in full precision: not with --dtype bf16 or fp16");

@@ -171,6 +171,7 @@ static dt_status open_data(run *r) {
     bool sft = dt_train_is_sft(c->data);
     if (sft && c->val_data && !dt_train_is_sft(c->val_data))
         return dt_error(DT_ERR_ARG, "--data %s is chats or completions (.jsonl) but --val-data %s is not", c->data, c->val_data);
+    if (!sft && c->pack) return dt_error(DT_ERR_ARG, "--pack packs the examples of a .jsonl file; --data %s is a token file (its rows are full already)", c->data);
     dt_status st = sft ? dt_train_open_sft(r) : dt_tokens_open(c->data, &r->train);
     if (sft) goto shape;
     if (!st) st = dt_tokens_check_vocab(r->train, mc->vocab_size);

@@ -15,6 +15,10 @@ bool dt_train_is_sft(const char *path) {
 
 static dt_status open_one(run *r, dt_bpe *tok, dt_chat_kind chat, int eos, const char *path, dt_sft **out) {
     dt_status st = dt_sft_load(path, tok, chat, eos, r->c.seq, out);
+    size_t examples = st ? 0 : dt_sft_rows(*out);
+    if (!st && r->c.pack && !(st = dt_sft_pack(*out)) && r->rank == 0 && !r->c.quiet)
+        printf("%s: %zu examples packed into %zu rows of %d tokens (best-fit decreasing; attention stays in each example)\n", path, examples,
+               dt_sft_rows(*out), r->c.seq);
     if (!st && dt_sft_truncated(*out) && r->rank == 0)
         dt_log(DT_LOG_WARN, "%s: %zu of %zu examples are longer than --seq %d + 1 tokens and were cut there", path, dt_sft_truncated(*out),
                dt_sft_rows(*out), r->c.seq);
@@ -44,14 +48,18 @@ dt_status dt_train_open_sft(run *r) {
     }
     if (!st) st = open_one(r, tok, chat, eos, c->data, &r->sft);
     if (!st && c->val_data) st = open_one(r, tok, chat, eos, c->val_data, &r->sft_val);
+    /* packed rows: the model reads each batch's positions (load() fills them) */
+    if (!st && c->pack && !(r->pos = malloc((size_t)c->batch * c->seq * sizeof *r->pos)))
+        st = dt_error(DT_ERR_NOMEM, "--pack: out of memory");
+    if (!st && c->pack) st = dt_program_set_positions(dt_gpt2_program(r->m), r->pos);
     bool bytes = !tok;
     dt_bpe_destroy(tok);
     if (!st) st = dt_loader_create_rows(r->sft, c->batch, r->dp_rank, r->dp_size, c->shuffle_seed, &r->tl);
     if (!st && r->sft_val) st = dt_loader_create_rows(r->sft_val, c->batch, r->dp_rank, r->dp_size, 0, &r->vl);
     if (!st && r->vl && dt_loader_batches(r->vl) < (size_t)c->eval_batches) r->c.eval_batches = (int)dt_loader_batches(r->vl);
     if (!st && r->rank == 0 && !c->quiet)
-        printf("supervised fine-tuning: %zu examples from %s (%s), %zu rows a global batch; the loss over the scored tokens%s\n",
-               dt_sft_rows(r->sft), c->data, chat == DT_CHAT_CHATML ? "chatml" : chat == DT_CHAT_LLAMA3 ? "llama3" : !bytes ? "prompts and completions"
+        printf("supervised fine-tuning: %zu %s from %s (%s), %zu rows a global batch; the loss over the scored tokens%s\n",
+               dt_sft_rows(r->sft), c->pack ? "packed rows" : "examples", c->data, chat == DT_CHAT_CHATML ? "chatml" : chat == DT_CHAT_LLAMA3 ? "llama3" : !bytes ? "prompts and completions"
                                                                                                                     : "prompts and completions, as bytes",
                (size_t)c->batch * (size_t)r->dp_size, eos >= 0 && chat == DT_CHAT_NONE ? ", a completion ends with the end-of-text token" : "");
     return st;

@@ -40,6 +40,7 @@ void dt_train_defaults(dt_train_config *c) {
 /* The loader's next batch into r->in, r->tg; a context-parallel rank keeps its rows of each sequence. */
 static void load(run *r, dt_loader *l) {
     dt_loader_next(l, r->in, r->tg);
+    if (r->pos) dt_loader_positions(l, r->pos);
     if (r->dpo) dt_train_dpo_queue(r, l);
     if (r->T == r->c.seq) return;
     int cp = dt_mesh_size(r->mesh, DT_MESH_CP), q = dt_mesh_coord(r->mesh, DT_MESH_CP);
@@ -272,6 +273,7 @@ static void teardown(run *r) {
     dt_sft_destroy(r->sft);
     dt_sft_destroy(r->sft_val);
     dt_dpo_destroy(r->dpo);
+    free(r->pos);
     dt_gpt2_destroy(r->m);
     free(r->in);
     free(r->tg);
