@@ -10,6 +10,9 @@ Writes tests/fixtures/dpo/:
                          "grad.<name>" every weight's gradient, "ref_logps" and "logps" [2 * pairs] (row 2i chosen,
                          2i + 1 rejected: the sums over the completions' tokens), "ids.<k>" and "mask.<k>" row k's
                          tokens and completion mask as TRL made them
+  chat.jsonl             conversational pairs (prompt, chosen, rejected: lists of messages), rendered by the ChatML
+                         template of tokenizer_config.json
+  chat.safetensors       of the policy on them, as policy.safetensors: "loss", "grad.<name>", "ids.<k>", "mask.<k>"
 Run with the baselines' environment (scripts/make-baselines-venv.sh, with trl):
   .venv-baselines/bin/python scripts/make_dpo_fixtures.py
 """
@@ -35,6 +38,36 @@ PAIRS = [
     {"prompt": "1, 2, 3,", "chosen": " 4, 5, 6", "rejected": " 7"},
     {"prompt": "Say yes.", "chosen": " Yes.", "rejected": " No, never, not today."},
 ]
+CHATS = [
+    {"prompt": [{"role": "user", "content": "Hello there"}], "chosen": [{"role": "assistant", "content": "Hi! How can I help?"}],
+     "rejected": [{"role": "assistant", "content": "Go away."}]},
+    {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}],
+     "chosen": [{"role": "assistant", "content": "4."}], "rejected": [{"role": "assistant", "content": "It is five, I believe."}]},
+    {"prompt": [{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": "Yes."}, {"role": "user", "content": "Again."}],
+     "chosen": [{"role": "assistant", "content": "Yes, yes."}], "rejected": [{"role": "assistant", "content": "No."}]},
+]
+
+
+def dpo_batch(policy, ref, tok, rows, tmp):
+    """TRL's loss and gradients of one batch of every pair, and its rows (dtrain's order: chosen, rejected)."""
+    args = DPOConfig(output_dir=os.path.join(tmp, "run"), beta=BETA, max_length=MAX, per_device_train_batch_size=len(rows),
+                     report_to=[], use_cpu=True, dataset_num_proc=None,
+                     bf16=False)  # TRL defaults to bf16 autocast (on the reference at once): f32, as dtrain here
+    trainer = DPOTrainer(model=policy, ref_model=ref, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(rows))])
+    policy.train()
+    policy.zero_grad()
+    loss = trainer.compute_loss(policy, batch)
+    loss.backward()
+    tensors = {"grad." + n: p.grad.detach().clone().contiguous() for n, p in policy.named_parameters()}
+    tensors["loss"] = loss.detach().reshape(1)
+    n = len(rows)
+    for k in range(2 * n):
+        src = k // 2 + (k % 2) * n
+        m = int(batch["attention_mask"][src].sum())
+        tensors[f"ids.{k}"] = batch["input_ids"][src, :m].to(torch.int32).contiguous()
+        tensors[f"mask.{k}"] = batch["completion_mask"][src, :m].to(torch.int32).contiguous()
+    return loss, batch, tensors
 
 
 def main():
@@ -58,16 +91,7 @@ def main():
         for p in policy.parameters():
             p.add_(0.05 * torch.randn_like(p))
     with tempfile.TemporaryDirectory() as tmp:
-        args = DPOConfig(output_dir=os.path.join(tmp, "run"), beta=BETA, max_length=MAX, per_device_train_batch_size=len(PAIRS),
-                         report_to=[], use_cpu=True, dataset_num_proc=None,
-                         bf16=False)  # TRL defaults to bf16 autocast (on the reference at once): f32, as dtrain here
-        trainer = DPOTrainer(model=policy, ref_model=ref, args=args, train_dataset=Dataset.from_list(PAIRS), processing_class=tok)
-        examples = [trainer.train_dataset[i] for i in range(len(PAIRS))]
-        batch = trainer.data_collator(examples)
-        policy.train()
-        policy.zero_grad()
-        loss = trainer.compute_loss(policy, batch)
-        loss.backward()
+        loss, batch, tensors = dpo_batch(policy, ref, tok, PAIRS, tmp)
         with torch.no_grad():  # the rows' log-probabilities, as the loss summed them, for the record
             labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
 
@@ -82,18 +106,18 @@ def main():
                 return torch.stack([v[:n], v[n:]], 1).reshape(-1).contiguous()
 
             ref_lp, pol_lp = rows(logps(ref)), rows(logps(policy))
+        tok.chat_template = json.load(open(os.path.join(OUT, "tokenizer_config.json")))["chat_template"]
+        chat_loss, _, chat = dpo_batch(policy, ref, tok, CHATS, tmp)
     save_file({n: p.detach().clone().contiguous() for n, p in ref.state_dict().items()}, os.path.join(OUT, "ref.safetensors"),
               metadata={"config": json.dumps(cfg.to_dict(), sort_keys=True)})
-    tensors = {n: p.detach().clone().contiguous() for n, p in policy.state_dict().items()}
-    tensors.update({"grad." + n: p.grad.detach().clone().contiguous() for n, p in policy.named_parameters()})
-    tensors["loss"] = loss.detach().reshape(1)
+    tensors.update({n: p.detach().clone().contiguous() for n, p in policy.state_dict().items()})
     tensors["ref_logps"], tensors["logps"] = ref_lp, pol_lp
     n = len(PAIRS)
-    for k in range(2 * n):
-        src = k // 2 + (k % 2) * n
-        m = int(batch["attention_mask"][src].sum())
-        tensors[f"ids.{k}"] = batch["input_ids"][src, :m].to(torch.int32).contiguous()
-        tensors[f"mask.{k}"] = batch["completion_mask"][src, :m].to(torch.int32).contiguous()
+    with open(os.path.join(OUT, "chat.jsonl"), "w") as f:
+        for p in CHATS:
+            f.write(json.dumps(p) + "\n")
+    save_file(chat, os.path.join(OUT, "chat.safetensors"))
+    print(f"chat: {len(CHATS)} conversational pairs, loss {chat_loss.item():.6f}")
     save_file(tensors, os.path.join(OUT, "policy.safetensors"), metadata={"config": json.dumps(cfg.to_dict(), sort_keys=True)})
     print(f"dpo: {n} pairs, loss {loss.item():.6f}, log-ratio margins "
           f"{[round(float(BETA * ((pol_lp[2*i] - ref_lp[2*i]) - (pol_lp[2*i+1] - ref_lp[2*i+1]))), 5) for i in range(n)]}")

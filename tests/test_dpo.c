@@ -1,5 +1,5 @@
 /* Direct preference optimization against TRL's DPOTrainer (scripts/make_dpo_fixtures.py): the pairs' rows (tokens and
- * completion masks) are TRL's; the reference's log-probabilities, recorded by forwards of the reference's weights, are
+ * completion masks; text pairs and conversational ones, rendered by ChatML) are TRL's; the reference's log-probabilities, recorded by forwards of the reference's weights, are
  * TRL's; the policy's loss over one batch of every pair and every weight's gradient are TRL's; the same pairs in two
  * micro-batches (each the mean over its pairs, grad_scale 1/2) give the same loss and gradients; bad pair files are
  * refused naming the file and line. */
@@ -56,9 +56,10 @@ static dt_status load_pairs(const char *dir, const char *file, dt_sft **out) {
     snprintf(path, sizeof path, "%s/dpo/tokenizer.json", dir);
     dt_status st = dt_bpe_load_json(path, &tok);
     int eos = -1;
-    if (!st) st = dt_tokenizer_config_read(path, tok, NULL, &eos);
+    dt_chat_kind chat = DT_CHAT_NONE; /* the folder's template: ChatML */
+    if (!st) st = dt_tokenizer_config_read(path, tok, &chat, &eos);
     snprintf(path, sizeof path, "%s/dpo/%s", dir, file);
-    if (!st) st = dt_sft_load(path, tok, DT_CHAT_NONE, eos, T, out);
+    if (!st) st = dt_sft_load(path, tok, chat, eos, T, out);
     dt_bpe_destroy(tok);
     return st;
 }
@@ -84,15 +85,19 @@ static dt_status pass(dt_program *p, dt_dpo *d, const int32_t *in, const int32_t
     return st;
 }
 
-static void check_trl(const char *dir) {
+/* name.jsonl's pairs (pairs: texts, with the reference's log-probabilities and statistics checked too; chat:
+ * conversational) against name's fixture, the policy's weights being policy.safetensors'. */
+static void check_trl(const char *dir, const char *name) {
     dt_sft *d = NULL;
     dt_safetensors *ref = NULL, *pol = NULL;
     dt_program *p = NULL;
     dt_dpo *dpo = NULL;
     dt_lm_config cfg;
-    char path[600], detail[96];
+    char path[600], detail[96], what[160], file[64];
+    bool texts = !strcmp(name, "pairs");
     snprintf(path, sizeof path, "%s/dpo/ref.safetensors", dir);
-    dt_status st = load_pairs(dir, "pairs.jsonl", &d);
+    snprintf(file, sizeof file, "%s.jsonl", name);
+    dt_status st = load_pairs(dir, file, &d);
     if (!st) st = dt_safetensors_open(path, &ref);
     const char *json = st ? NULL : dt_safetensors_metadata(ref, "config");
     if (!st && !json) st = dt_error(DT_ERR_IO, "%s: no config", path);
@@ -101,13 +106,16 @@ static void check_trl(const char *dir) {
     size_t rows = d ? dt_sft_rows(d) : 0;
     if (!st) st = dt_dpo_create(0.1, rows, &dpo);
     if (!st) st = dt_program_set_token_loss(p, dt_dpo_token_loss, dpo);
-    if (!st) st = load_weights(p, dir, "policy", cfg.vocab_size, &pol);
+    if (!st) st = load_weights(p, dir, "policy", cfg.vocab_size, NULL);
+    snprintf(path, sizeof path, "%s/dpo/%s.safetensors", dir, texts ? "policy" : name);
+    if (!st) st = dt_safetensors_open(path, &pol);
     if (st) {
         printf("FAIL dpo: %s\n", dt_last_error());
         failed++;
         goto out;
     }
-    check("the pairs' rows (tokens, scored completions) are TRL's", rows_match(d, pol, rows), NULL);
+    snprintf(what, sizeof what, "%s: the %zu pairs' rows (tokens, scored completions) are TRL's", name, rows / 2);
+    check(what, rows_match(d, pol, rows), NULL);
     int32_t in[MAXROWS * T], tg[MAXROWS * T];
     for (size_t k = 0; k < rows; k++) dt_sft_row(d, k, in + k * T, tg + k * T);
     float want[MAXROWS], loss = 0, want_loss = 0, l1, l2;
@@ -117,11 +125,11 @@ static void check_trl(const char *dir) {
     if (!(st = load_weights(p, dir, "ref", cfg.vocab_size, NULL)) && !(st = pass(p, dpo, in, tg, 0, n, 0, &loss)))
         st = load_weights(p, dir, "policy", cfg.vocab_size, NULL);
     dt_dpo_set_reference(dpo, false);
-    if (!st) st = dt_safetensors_read(pol, "ref_logps", 1, &n, 0, want);
+    if (!st && texts) st = dt_safetensors_read(pol, "ref_logps", 1, &n, 0, want);
     double worst = 0;
-    for (int k = 0; !st && k < n; k++) worst = fmax(worst, fabs(dt_dpo_reference(dpo, (size_t)k) - want[k]) / fabs(want[k]));
+    for (int k = 0; !st && texts && k < n; k++) worst = fmax(worst, fabs(dt_dpo_reference(dpo, (size_t)k) - want[k]) / fabs(want[k]));
     snprintf(detail, sizeof detail, "worst %.1e (%d rows)", worst, n);
-    if (!st) check("the reference's log-probabilities (a forward of its weights) are TRL's within 1e-6", worst <= 1e-6, detail);
+    if (!st && texts) check("pairs: the reference's log-probabilities (a forward of its weights) are TRL's within 1e-6", worst <= 1e-6, detail);
     dt_program_zero_grad(p);
     dt_dpo_restart(dpo);
     float *g = NULL;
@@ -129,7 +137,8 @@ static void check_trl(const char *dir) {
     dt_program_model(p, &m);
     if (!st && !(st = pass(p, dpo, in, tg, 0, n, 1.0f, &loss)) && !(st = dt_safetensors_read(pol, "loss", 1, &one, 0, &want_loss))) {
         snprintf(detail, sizeof detail, "%.7f vs %.7f (%.1e)", loss, want_loss, fabs(loss - want_loss) / want_loss);
-        check("the policy's loss over 4 pairs is TRL's within 1e-6 (beta 0.1)", fabs(loss - want_loss) / want_loss <= 1e-6, detail);
+        snprintf(what, sizeof what, "%s: the policy's loss over %d pairs is TRL's within 1e-6 (beta 0.1)", name, n / 2);
+        check(what, fabs(loss - want_loss) / want_loss <= 1e-6, detail);
         double gw = 0;
         for (int i = 0; !st && i < m.ntensors; i++) {
             const dt_tensor_info *t = &m.tensors[i];
@@ -142,15 +151,17 @@ static void check_trl(const char *dir) {
             free(w);
         }
         snprintf(detail, sizeof detail, "worst %.1e", gw);
-        if (!st) check("every gradient is TRL's within 1e-5", gw <= 1e-5, detail);
+        snprintf(what, sizeof what, "%s: every gradient is TRL's within 1e-5", name);
+        if (!st) check(what, gw <= 1e-5, detail);
         double s[DT_DPO_NSTATS];
         dt_dpo_stats(dpo, s, true);
         snprintf(detail, sizeof detail, "%g pairs, %g accurate, loss %.7f", s[DT_DPO_PAIRS], s[DT_DPO_ACCURATE], s[DT_DPO_LOSS] / s[DT_DPO_PAIRS]);
-        check("the statistics count the pairs (one of 4 has chosen above rejected)", s[DT_DPO_PAIRS] == 4 && s[DT_DPO_ACCURATE] == 1 &&
-              fabs(s[DT_DPO_LOSS] / 4 - want_loss) <= 1e-6 * want_loss, detail);
+        if (texts)
+            check("pairs: the statistics count the pairs (one of 4 has chosen above rejected)", s[DT_DPO_PAIRS] == 4 && s[DT_DPO_ACCURATE] == 1 &&
+                  fabs(s[DT_DPO_LOSS] / 4 - want_loss) <= 1e-6 * want_loss, detail);
     }
     /* two micro-batches of two pairs each, grad_scale 1/2 each: the same loss and gradients */
-    if (!st && (g = malloc(m.nparams * sizeof(float)))) {
+    if (!st && texts && (g = malloc(m.nparams * sizeof(float)))) {
         memcpy(g, m.grads(m.self), m.nparams * sizeof(float));
         dt_program_zero_grad(p);
         dt_dpo_restart(dpo);
@@ -163,7 +174,7 @@ static void check_trl(const char *dir) {
     /* the reference recorded: at the reference's own weights every pair's log-ratio is 0, the loss log 2 */
     if (!st) st = load_weights(p, dir, "ref", cfg.vocab_size, NULL);
     dt_dpo_restart(dpo);
-    if (!st && !(st = pass(p, dpo, in, tg, 0, n, 0, &loss))) {
+    if (!st && texts && !(st = pass(p, dpo, in, tg, 0, n, 0, &loss))) {
         snprintf(detail, sizeof detail, "%.7f vs log 2 %.7f", loss, log(2.0));
         check("the reference's log-probabilities are recorded (its own loss is log 2)", fabs(loss - log(2.0)) <= 1e-6, detail);
     }
@@ -201,10 +212,12 @@ static void refused(const char *dir, const char *what, const char *text, int lin
 
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
-    check_trl(dir);
+    check_trl(dir, "pairs");
+    check_trl(dir, "chat");
     refused(dir, "refused: a pair without its rejected completion", "{\"prompt\": \"a\", \"chosen\": \"b\"}\n", 1, "preference pair is");
-    refused(dir, "refused: a conversational pair (named)", "{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"chosen\": "
-            "[{\"role\": \"assistant\", \"content\": \"b\"}], \"rejected\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n", 1, "conversational");
+    refused(dir, "refused: a conversational pair without a chat template", "{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"chosen\": "
+            "[{\"role\": \"assistant\", \"content\": \"b\"}], \"rejected\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n", 1,
+            "needs a tokenizer and a chat template");
     refused(dir, "refused: pairs and examples in one file", "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n"
             "{\"prompt\": \"a\", \"completion\": \"b\"}\n", 2, "one kind");
     dt_dpo *d = NULL;

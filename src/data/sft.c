@@ -64,11 +64,12 @@ static dt_status put(seq *s, dt_bpe *tok, const char *text, size_t len, int scor
 
 static dt_status put_str(seq *s, dt_bpe *tok, const char *text, int scored) { return put(s, tok, text, strlen(text), scored); }
 
-/* The template's pieces (chat_template.c): its head unscored, an assistant's content and end of turn scored. */
-static dt_status render_chat(const cJSON *msgs, dt_chat_kind chat, dt_bpe *tok, const char *where, seq *s) {
-    const dt_chat_template *t = dt_chat_template_of(chat);
-    dt_status st = put_str(s, tok, t->begin, 0);
-    int k = 0, assistant = 0;
+/* msgs' turns by the template's pieces (chat_template.c), after its beginning when first: each head unscored, with
+ * score an assistant's content and end of turn scored (SFT's), else nothing; *assistants counts the assistant's turns. */
+static dt_status render_turns(const cJSON *msgs, const dt_chat_template *t, dt_bpe *tok, const char *where, bool first, bool score, seq *s,
+                              int *assistants) {
+    dt_status st = first ? put_str(s, tok, t->begin, 0) : DT_OK;
+    int k = 0;
     for (const cJSON *m = msgs->child; m && !st; m = m->next, k++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         if (!cJSON_IsString(role) || !cJSON_IsString(content))
@@ -76,8 +77,8 @@ static dt_status render_chat(const cJSON *msgs, dt_chat_kind chat, dt_bpe *tok, 
         const char *r = role->valuestring;
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
             return dt_error(DT_ERR_IO, "%s: message %d's role \"%s\" is not system, user or assistant", where, k, r);
-        int scored = !strcmp(r, "assistant");
-        assistant |= scored;
+        int scored = score && !strcmp(r, "assistant");
+        *assistants += !strcmp(r, "assistant");
         const char *c;
         size_t cn;
         dt_chat_content(t, content->valuestring, &c, &cn);
@@ -86,7 +87,14 @@ static dt_status render_chat(const cJSON *msgs, dt_chat_kind chat, dt_bpe *tok, 
         if (!(st = put_str(s, tok, head, 0)) && !(st = put(s, tok, c, cn, scored)) && !(st = put_str(s, tok, t->end, scored)))
             st = put_str(s, tok, t->after, 0);
     }
-    if (!st && !assistant) st = dt_error(DT_ERR_IO, "%s: no assistant message: nothing in it is scored", where);
+    return st;
+}
+
+/* A chat: the assistant's turns scored. */
+static dt_status render_chat(const cJSON *msgs, dt_chat_kind chat, dt_bpe *tok, const char *where, seq *s) {
+    int assistants = 0;
+    dt_status st = render_turns(msgs, dt_chat_template_of(chat), tok, where, true, true, s, &assistants);
+    if (!st && !assistants) st = dt_error(DT_ERR_IO, "%s: no assistant message: nothing in it is scored", where);
     return st;
 }
 
@@ -122,6 +130,33 @@ static dt_status render_pair(const char *prompt, const char *chosen, const char 
     size_t from = pc < pr ? pc : pr;
     for (size_t i = from; !st && i < c->n; i++) c->scored[i] = 1;
     for (size_t i = from; !st && i < r->n; i++) r->scored[i] = 1;
+    return st;
+}
+
+/* A conversational pair as TRL's DPOTrainer renders it: the prompt's turns and the assistant's head (the generation
+ * prompt) alone, and the prompt's turns then each completion's; each completion scored from where the prompt and the
+ * first of the two diverge (its turns whole: content, end of turn, what follows). */
+static dt_status render_chat_pair(const cJSON *prompt, const cJSON *chosen, const cJSON *rejected, dt_chat_kind chat, dt_bpe *tok,
+                                  const char *where, seq *c, seq *r) {
+    const dt_chat_template *t = dt_chat_template_of(chat);
+    seq p = { 0 };
+    int n = 0, nc = 0, nr = 0;
+    char head[96];
+    snprintf(head, sizeof head, t->head, "assistant");
+    dt_status st = render_turns(prompt, t, tok, where, true, false, &p, &n);
+    if (!st) st = put_str(&p, tok, head, 0);
+    if (!st) st = render_turns(prompt, t, tok, where, true, false, c, &n);
+    if (!st) st = render_turns(chosen, t, tok, where, false, false, c, &nc);
+    if (!st) st = render_turns(prompt, t, tok, where, true, false, r, &n);
+    if (!st) st = render_turns(rejected, t, tok, where, false, false, r, &nr);
+    if (!st && (!nc || !nr)) st = dt_error(DT_ERR_IO, "%s: the %s has no assistant message", where, !nc ? "chosen" : "rejected");
+    size_t pc = 0, pr = 0;
+    while (!st && pc < p.n && pc < c->n && p.ids[pc] == c->ids[pc]) pc++;
+    while (!st && pr < p.n && pr < r->n && p.ids[pr] == r->ids[pr]) pr++;
+    size_t from = pc < pr ? pc : pr;
+    for (size_t i = from; !st && i < c->n; i++) c->scored[i] = 1;
+    for (size_t i = from; !st && i < r->n; i++) r->scored[i] = 1;
+    free(p.ids), free(p.scored);
     return st;
 }
 
@@ -167,10 +202,14 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
     if (d->pairs >= 0 && pair != d->pairs) {
         st = dt_error(DT_ERR_IO, "%s: %s, but the lines before are %s: a file holds one kind", where, pair ? "a preference pair" : "an example",
                       pair ? "examples (chats, prompts and completions)" : "preference pairs");
+    } else if (pair && cJSON_IsArray(p) && cJSON_IsArray(ch) && cJSON_IsArray(rj)) {
+        st = !tok || chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: a conversational pair needs a tokenizer and a chat template (its "
+                                                     "tokenizer_config.json's, or --chat-template chatml|llama3)", where)
+                                          : render_chat_pair(p, ch, rj, chat, tok, where, &s, &s2);
     } else if (pair) {
         st = !cJSON_IsString(p) || !cJSON_IsString(ch) || !cJSON_IsString(rj)
-               ? dt_error(DT_ERR_IO, "%s: a preference pair is {\"prompt\": TEXT, \"chosen\": TEXT, \"rejected\": TEXT} (conversational "
-                          "pairs: render their prompts to text)", where)
+               ? dt_error(DT_ERR_IO, "%s: a preference pair is {\"prompt\": TEXT, \"chosen\": TEXT, \"rejected\": TEXT}, or the three as "
+                          "lists of messages (conversational)", where)
                : render_pair(p->valuestring, ch->valuestring, rj->valuestring, tok, eos, &s, &s2);
     } else if (cJSON_IsArray(msgs)) {
         st = !tok ? dt_error(DT_ERR_ARG, "%s: chat messages need a tokenizer with the template's special tokens (a byte-level model takes "
