@@ -77,6 +77,10 @@ if "$DTRAIN" train "${shape[@]}" "${lora[@]}" --quiet --batch 4 --nproc 2 --step
 else
     failed=$((failed + 1)); echo "FAIL save or resume"; tail -n 2 "$dir/a.out" "$dir/b.out"
 fi
+# at the reference (no step yet) every pair's log-ratio is exactly 0: loss log 2, no pair counted accurate
+"$DTRAIN" train "${shape[@]}" --batch 8 --steps 0 --val-data "$dir/val.jsonl" --eval-batches 4 > "$dir/v0.out" 2>&1
+grep -q "pairs evaluated: 16, reward accuracy 0.0%, margin +0.0000" "$dir/v0.out" && grep -q "validation loss 0.693147" "$dir/v0.out" && ok=1 || ok=0
+verdict $ok "--steps 0 at the reference: $(grep -o 'reward accuracy [^(]*' "$dir/v0.out"), $(grep -o 'validation loss [0-9.]*' "$dir/v0.out")"
 # validation pairs: the same loss and reward accuracy on 1 and 2 ranks
 "$DTRAIN" train "${shape[@]}" --batch 8 --steps 6 --val-data "$dir/val.jsonl" --eval-batches 4 > "$dir/v1.out" 2>&1
 "$DTRAIN" train "${shape[@]}" --batch 4 --nproc 2 --steps 6 --val-data "$dir/val.jsonl" --eval-batches 4 > "$dir/v2.out" 2>&1

@@ -17,7 +17,8 @@
 struct dt_dpo {
     double beta;
     size_t nrows;
-    float *ref;          /* [nrows]: each row's log-probability under the reference */
+    double *ref;         /* [nrows]: each row's log-probability under the reference (as summed: a log-ratio at the
+                          * reference's own weights is 0, not a rounding) */
     bool *have;          /* [nrows]: computed */
     size_t *queue, nq, cap, head;
     bool reference;      /* forwards record the reference's log-probabilities */
@@ -55,7 +56,7 @@ void dt_dpo_restart(dt_dpo *d) { d->nq = d->head = 0; }
 void dt_dpo_set_reference(dt_dpo *d, bool on) { d->reference = on; }
 double dt_dpo_beta(const dt_dpo *d) { return d->beta; }
 
-float dt_dpo_reference(const dt_dpo *d, size_t row) { return row < d->nrows && d->have[row] ? d->ref[row] : NAN; }
+double dt_dpo_reference(const dt_dpo *d, size_t row) { return row < d->nrows && d->have[row] ? d->ref[row] : NAN; }
 
 void dt_dpo_stats(dt_dpo *d, double out[DT_DPO_NSTATS], bool clear) {
     for (int i = 0; i < DT_DPO_NSTATS; i++) out[i] = d->stats[i], d->stats[i] = clear ? 0 : d->stats[i];
@@ -73,9 +74,9 @@ float dt_dpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t 
         logp[b % 2] = 0;
         for (int t = 0; t < T; t++) logp[b % 2] -= ce[(size_t)b * T + t], dce[(size_t)b * T + t] = 0;
         if (row == (size_t)-1 || row + (size_t)b >= d->nrows) continue;
-        if (d->reference) { d->ref[row + b] = (float)logp[b % 2], d->have[row + b] = true; continue; }
+        if (d->reference) { d->ref[row + b] = logp[b % 2], d->have[row + b] = true; continue; }
         if (b % 2 == 0) continue;
-        const float *ref = d->ref + row + b - 1;
+        const double *ref = d->ref + row + b - 1;
         if (!d->have[row + b - 1] || !d->have[row + b]) { loss = NAN; continue; } /* never recorded: said by the NaN */
         double rc = d->beta * (logp[0] - ref[0]), rr = d->beta * (logp[1] - ref[1]), h = rc - rr;
         double w = d->beta / (1 + exp(h)) / pairs; /* beta sigmoid(-h) / pairs */
