@@ -49,6 +49,9 @@ first=$(field loss "$dir/ref.jsonl" | head -1)
 last=$(field loss "$dir/ref.jsonl" | tail -1)
 awk "BEGIN{d=$first-log(2); if(d<0)d=-d; exit !(d <= 1e-6 && $last < 0.65)}" && ok=1 || ok=0
 verdict $ok "one process: step 1's loss is log 2 ($first), step 20's below it ($last)"
+acc=($(field reward_accuracy "$dir/ref.jsonl"))
+[ "${#acc[@]}" = 20 ] && [ "${acc[0]}" = 0.0000 ] && awk "BEGIN{exit !(${acc[19]} > 0.5)}" && ok=1 || ok=0
+verdict $ok "the metrics' reward accuracy a step: ${acc[0]:-none} at step 1 (the reference), ${acc[19]:-none} at step 20"
 "$DTRAIN" train "${shape[@]}" --batch 8 --steps 1 > "$dir/line.out" 2>&1
 grep -q "preference pairs: 300 from .*train.jsonl, DPO with beta 0.1; the reference (the starting model) scored 600 rows" "$dir/line.out" && ok=1 || ok=0
 verdict $ok "the start line says what trains ($(grep -m1 "preference" "$dir/line.out" | cut -c1-110))"

@@ -36,6 +36,7 @@ typedef struct {
     dt_loader *tl, *vl;
     dt_loader *fl;            /* the loader forward-only passes read (evaluation's, the DPO reference's) */
     dt_dpo *dpo;              /* preference pairs in --data: DPO's loss (dpo_setup.c); its rows: the training file's, then --val-data's */
+    float dpo_step[2], dpo_val[2]; /* the last step's and evaluation's reward accuracy and margin (metrics) */
     dt_engine *e;
     dt_watchdog *wd;
     FILE *metrics;
@@ -72,10 +73,11 @@ size_t dt_train_data_tokens(const run *r);
 void dt_train_loss_tokens(run *r, dt_loader *l, int batches);
 /* Preference pairs (dpo_setup.c): DPO's loss on the program, its reference's log-probabilities recorded by forwards
  * of the base (LoRA's adapters off) over every row each rank reads; a loader's batch queued for the loss (rows of
- * --val-data follow the training file's); what an evaluation says of the pairs (rank 0; collective). */
+ * --val-data follow the training file's); the pairs' reward accuracy and mean margin since the last call, over every
+ * rank (collective; NAN: none), said by rank 0 after an evaluation. */
 dt_status dt_train_setup_dpo(run *r);
 dt_status dt_train_dpo_queue(run *r, dt_loader *l);
-dt_status dt_train_dpo_report(run *r);
+dt_status dt_train_dpo_stats(run *r, bool say, float out[2]);
 /* Forward-only over n batches of l (through the stages with a pipeline): the mean loss over the ranks that computed
  * losses (collective; train.c). */
 dt_status dt_train_forward_batches(run *r, dt_loader *l, int n, float *out);

@@ -38,6 +38,7 @@ void dt_train_write_eval_metrics(run *r, float val) {
     const dt_train_config *c = &r->c;
     fprintf(r->metrics, "{\"val_loss\":");
     fprintf(r->metrics, isfinite(val) ? "%.9g" : "null", val);
+    if (r->dpo) json_num(r->metrics, "val_reward_accuracy", "%.4f", r->dpo_val[0]), json_num(r->metrics, "val_reward_margin", "%.6f", r->dpo_val[1]);
     if (r->model_step >= 0) fprintf(r->metrics, ",\"step\":%d", r->model_step);
     fprintf(r->metrics, ",\"tokens\":%lld,\"batches\":%d}\n", (long long)c->eval_batches * c->batch * c->seq * r->dp_size, c->eval_batches);
     fflush(r->metrics);
@@ -72,6 +73,8 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     /* the share of the update done inside backward (the rest is in optimizer_ms) */
     if (r->nranks > 1) fprintf(f, ",\"updated_in_backward\":%.3f", s->updated_in_backward);
     if (eval) json_num(f, "val_loss", "%.6f", val);
+    if (r->dpo) json_num(f, "reward_accuracy", "%.4f", r->dpo_step[0]), json_num(f, "reward_margin", "%.6f", r->dpo_step[1]);
+    if (r->dpo && eval) json_num(f, "val_reward_accuracy", "%.4f", r->dpo_val[0]), json_num(f, "val_reward_margin", "%.6f", r->dpo_val[1]);
     if (s->skipped) fprintf(f, ",\"skipped\":true");
     if (dt_engine_loss_scale(r->e)) fprintf(f, ",\"loss_scale\":%.17g", s->loss_scale);
     fprintf(f, "}\n");

@@ -119,7 +119,7 @@ static dt_status evaluate(run *r, float *out) {
     double s[DT_DPO_NSTATS];
     if (r->dpo) dt_dpo_stats(r->dpo, s, true);
     dt_status st = dt_train_forward_batches(r, r->vl, c->eval_batches, out);
-    if (!st && r->dpo) st = dt_train_dpo_report(r);
+    if (!st && r->dpo) st = dt_train_dpo_stats(r, true, r->dpo_val);
     DT_TRACE_END(DT_TRACK_COMPUTE);
     return st;
 }
@@ -238,6 +238,7 @@ static int train_loop(run *r) {
         dt_status st = dt_engine_step(r->e, c->grad_accum, lr, micro, r, dt_train_interrupted(), &s);
         DT_TRACE_END(DT_TRACK_COMPUTE);
         if (!st && r->pipe) st = pipeline_times(r);
+        if (!st && r->dpo) st = dt_train_dpo_stats(r, false, r->dpo_step); /* the step's pairs (before an evaluation's) */
         if (st) {
             /* an error that names its step already (the loss scaler's) is said as it is */
             if (!strncmp(dt_last_error(), "step ", 5)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
