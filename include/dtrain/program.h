@@ -221,10 +221,11 @@ typedef struct {
 } dt_lora_config;
 dt_status dt_lora_config_check(const dt_lora_config *c, const char *where);
 dt_status dt_program_set_lora(dt_program *p, const dt_lora_config *c, uint64_t seed);
-/* Without a model: the adapters a part holds (its tensor-parallel rank's share) and the floats a token its slot keeps
- * for them (the planner's count). */
-dt_status dt_program_lora_sizes(const dt_lm_config *cfg, const dt_gpt2_part *part, const dt_lora_config *c, size_t *params,
-                                size_t *kept_per_token);
+/* Without a model: the adapters a part holds (its tensor-parallel rank's share) and the floats a token's slot holds
+ * more with them than without (their x A^T, less the inputs of the frozen Linears without adapters, which no backward
+ * reads; recompute: blocks recomputed), the planner's count; may be below 0. */
+dt_status dt_program_lora_sizes(const dt_lm_config *cfg, const dt_gpt2_part *part, const dt_lora_config *c, int recompute, size_t *params,
+                                double *floats_per_token);
 /* Model FLOPs a token of a training step (dt_program_flops_per_token's count; with LoRA the frozen base's weight
  * gradients are not made, the adapters' forward and backward are). */
 double dt_program_step_flops_per_token(const dt_program *p, int T);

@@ -292,6 +292,20 @@ static dt_status share_grads(dt_program *p) {
     return DT_OK;
 }
 
+void dt_program_mark_kept(dt_program *p) {
+    const dt_family *f = p->f;
+    /* what a block's backward reads: a norm's, a Linear's, an activation's input, attention's output and its input
+     * (unless attention makes its own q|k|v of all heads, which is kept instead); a frozen Linear (LoRA's base) reads
+     * its input only for its adapters (as autograd keeps no input for a weight that takes no gradient) */
+    for (int v = 0; v < f->nvalues; v++) p->vkeep[v] = false;
+    for (int k = 0; k < f->nops; k++) {
+        const dt_op_spec *o = &f->ops[k];
+        bool frozen = o->kind == DT_OP_LINEAR && p->lora && !dt_program_lora_adapts(p, k);
+        if (o->kind == DT_OP_ATTENTION) p->vkeep[o->out] = true;
+        if (o->kind != DT_OP_ADD && !(o->kind == DT_OP_ATTENTION && p->repack) && !frozen) p->vkeep[o->in] = true;
+    }
+}
+
 /* A Linear's parts must sit side by side in the store: one matmul runs them all. */
 static dt_status shape_ops(dt_program *p) {
     const dt_family *f = p->f;
@@ -300,16 +314,10 @@ static dt_status shape_ops(dt_program *p) {
     p->vsplit = calloc((size_t)f->nvalues, sizeof *p->vsplit);
     if (!p->ops || !p->vw || !p->vsplit) return dt_error(DT_ERR_NOMEM, "model: out of memory");
     for (int v = 0; v < f->nvalues; v++) p->vw[v] = local_width(p, f->values[v]);
-    /* what a block's backward reads: a norm's, a Linear's, an activation's input, attention's output and its input
-     * (unless attention makes its own q|k|v of all heads, which is kept instead) */
     p->vkeep = calloc((size_t)f->nvalues, sizeof *p->vkeep);
     if (!p->vkeep) return dt_error(DT_ERR_NOMEM, "model: out of memory");
     p->repack = f->rotary || p->cfg.kv_heads != p->cfg.num_heads;
-    for (int k = 0; k < f->nops; k++) {
-        const dt_op_spec *o = &f->ops[k];
-        if (o->kind == DT_OP_ATTENTION) p->vkeep[o->out] = true;
-        if (o->kind != DT_OP_ADD && !(o->kind == DT_OP_ATTENTION && p->repack)) p->vkeep[o->in] = true;
-    }
+    dt_program_mark_kept(p);
     /* an add's inputs whose gradients nothing later in forward (earlier in backward) reads: the add writes them first */
     p->vcopy = calloc((size_t)f->nvalues, sizeof *p->vcopy);
     if (!p->vcopy) return dt_error(DT_ERR_NOMEM, "model: out of memory");

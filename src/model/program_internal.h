@@ -164,6 +164,11 @@ struct dt_program {
     const int32_t *pos_src;    /* dt_program_set_positions: read by each micro-batch's forward (NULL: 0..T-1) */
 };
 
+/* Which values a block's backward reads (p->vkeep), from the ops and LoRA's adapters (program.c); whether op k's
+ * Linear has an adapter (program_lora.c). */
+void dt_program_mark_kept(dt_program *p);
+bool dt_program_lora_adapts(const dt_program *p, int k);
+
 /* A held block's values, stats and first tensor. */
 static inline float *value(const dt_program *p, int l, int v) { return p->s->val[p->bk[l] * p->f->nvalues + v]; }
 static inline float *op_stats(const dt_program *p, int l, int k) { return p->s->stats[p->bk[l] * p->f->nops + k]; }

@@ -176,6 +176,7 @@ dt_status dt_program_set_lora(dt_program *p, const dt_lora_config *c, uint64_t s
     a->c.targets = a->targets; /* a copy: the caller's string need not outlive the model */
     init_adapters(a, seed);
     p->lora = a;
+    dt_program_mark_kept(p); /* the frozen Linears without adapters keep no input */
     for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* the slots keep x A^T from now */
     return DT_OK;
 }
@@ -244,15 +245,16 @@ void dt_program_lora_backward(dt_program *p, int l, int k, const float *x, const
     }
 }
 
-dt_status dt_program_lora_sizes(const dt_lm_config *cfg, const dt_gpt2_part *part, const dt_lora_config *c, size_t *params,
-                                size_t *kept_per_token) {
+dt_status dt_program_lora_sizes(const dt_lm_config *cfg, const dt_gpt2_part *part, const dt_lora_config *c, int recompute, size_t *params,
+                                double *floats_per_token) {
     dt_program *p;
     dt_status st = dt_program_create_table(cfg, part, &p);
+    size_t before = 0;
+    if (!st) p->recompute = recompute != 0, before = dt_program_slot_bytes(p, 1, 1, NULL); /* a token's slot, as laid out */
     if (!st) st = dt_program_set_lora(p, c, 0);
     if (!st) {
         *params = p->lora->nparams;
-        /* each held block's adapters' x A^T, and backward's d(x A^T) of one */
-        *kept_per_token = ((size_t)p->nl * (size_t)p->lora->per_block + 1) * (size_t)c->rank;
+        *floats_per_token = ((double)dt_program_slot_bytes(p, 1, 1, NULL) - (double)before) / sizeof(float);
     }
     dt_program_destroy(p);
     return st;
@@ -279,6 +281,12 @@ static void merge_one(float *w, const float *A, const float *B, float scale, int
 
 void dt_program_set_lora_enabled(dt_program *p, bool on) { p->lora_off = !on; }
 
+bool dt_program_lora_adapts(const dt_program *p, int k) {
+    for (int j = 0; p->lora && j < DT_LORA_MAX_PARTS; j++)
+        if (p->lora->op_part[k * DT_LORA_MAX_PARTS + j] >= 0) return true;
+    return false;
+}
+
 void dt_program_lora_merge(dt_program *p) {
     program_lora *a = p->lora;
     if (!a) return;
@@ -292,6 +300,7 @@ void dt_program_lora_merge(dt_program *p) {
             }
     dt_program_lora_free(a);
     p->lora = NULL;
+    dt_program_mark_kept(p);
     for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* no x A^T kept from now */
     dt_program_params_changed(p);
 }

@@ -582,7 +582,7 @@ static void linear_backward(dt_program *p, int l, int k, float *din, float *dout
     observe(p, l, k, 1, dy, o->width_out);
     if (keep) memcpy(keep, dy, ny * sizeof(float));
     if (split != DT_SPLIT_COLUMN) {
-        if (p->lora) dt_program_lora_backward(p, l, k, bwd_value(p, l, s->in), dy, din);
+        if (dt_program_lora_adapts(p, k)) dt_program_lora_backward(p, l, k, bwd_value(p, l, s->in), dy, din);
         linear_grads(p, o, l, din, dw, db, dy, dw ? bwd_value(p, l, s->in) : NULL, 0);
         return;
     }
@@ -592,7 +592,7 @@ static void linear_backward(dt_program *p, int l, int k, float *din, float *dout
     float *dx = n < (size_t)BT * o->width_in ? p->s->partial : din;
     if (dx != din) memset(dx, 0, (size_t)BT * o->width_in * sizeof(float));
     linear_grads(p, o, l, dx, dw, db, dy, dw ? linear_input(p, l, o) : NULL, 1);
-    if (p->lora) dt_program_lora_backward(p, l, k, linear_input(p, l, o), dy, dx);
+    if (dt_program_lora_adapts(p, k)) dt_program_lora_backward(p, l, k, linear_input(p, l, o), dy, dx); /* (a frozen one kept no input) */
     dt_program_tp_combine(p, dx, din, n);
     if (p->prec != DT_F32) dt_lp_round(din, n, p->prec);
 }

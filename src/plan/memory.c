@@ -181,8 +181,10 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
         /* (nor does LoRA's, whose head is frozen) */
         if (b[v - 1] != c->num_layers + 2 || j->lora.rank) process -= fmin((double)j->head_process_bytes, process);
         double wte = p > 1 && !c->untied && (s == 0 || s == p - 1) ? 4 * ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels : 0;
-        /* LoRA: this stage's adapters (a tensor-parallel rank's share) and what each token keeps for them */
-        size_t adapters = 0, per_token = 0;
+        /* LoRA: this stage's adapters (a tensor-parallel rank's share) and what each token's slot holds more (their x A^T)
+         * or less (the inputs of frozen Linears without adapters) */
+        size_t adapters = 0;
+        double per_token = 0;
         if (j->lora.rank) {
             dt_gpt2_part part = { .ua = a[0], .ub = b[v - 1], .tp_size = j->tp > 1 ? j->tp : 1, .tp_rank = 0 };
             static const dt_tp_ops none = { 0 };
@@ -191,8 +193,8 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
                 part.nchunks = v;
                 for (int k = 0; k < v; k++) part.chunk_a[k] = a[k], part.chunk_b[k] = b[k];
             }
-            if (dt_program_lora_sizes(&j->model, &part, &j->lora, &adapters, &per_token)) adapters = per_token = 0;
-            acts += 4.0 * (double)per_token * j->batch * j->seq * (p > 1 ? dt_plan_pp_slots(j, s) : 1);
+            if (dt_program_lora_sizes(&j->model, &part, &j->lora, j->recompute, &adapters, &per_token)) adapters = 0, per_token = 0;
+            acts += 4.0 * per_token * j->batch * j->seq * (p > 1 ? dt_plan_pp_slots(j, s) : 1);
             wte = 0; /* the tied table is frozen: nothing travels between the first and last stage */
         }
         dt_plan_memory one;

@@ -185,8 +185,9 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
         dt_gpt2_part part = { .ua = 0, .ub = j->model.num_layers + 2, .tp_size = tp > 1 ? (int)tp : 1 };
         static const dt_tp_ops none = { 0 };
         part.tp = tp > 1 ? &none : NULL;
-        size_t ad = 0, kept = 0;
-        if (!dt_program_lora_sizes(&j->model, &part, &j->lora, &ad, &kept)) own = (double)ad / p / (stage >= 1 ? n : 1);
+        size_t ad = 0;
+        double kept = 0;
+        if (!dt_program_lora_sizes(&j->model, &part, &j->lora, j->recompute, &ad, &kept)) own = (double)ad / p / (stage >= 1 ? n : 1);
     }
     o->optimizer = own * per / obw;
     /* mixed precision with unit hooks on dtrain's runtime (ZeRO-3; ZeRO 1 and 2 with each rank's own parameters): each unit's
