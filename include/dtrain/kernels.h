@@ -61,7 +61,10 @@ void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *do
  * (a vocabulary-parallel head's slice: 0 for the whole head), ce->V the
  * slice's columns below the vocabulary size. partial: as
  * dt_matmul_backward_lp's (the head is column-parallel by vocabulary), and so are NULL dinp or dw. */
-typedef struct { const float *stats; const int32_t *targets; int V, v0; float dscale; } dt_ce_grad;
+typedef struct {
+    const float *stats; const int32_t *targets; int V, v0; float dscale;
+    const float *row_scale; /* each row's gradient times this too (a token loss's d(loss)/d(ce)); NULL: 1 */
+} dt_ce_grad;
 void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work,
                             size_t work_floats);
 void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const dt_ce_grad *ce, const float *inp,

@@ -60,16 +60,17 @@ void dt_program_zero_grad(dt_program *p);
  * divided by their number, so that every layout takes the mean over the global batch's scored tokens, as one
  * process with the whole batch does. */
 void dt_program_set_loss_tokens(dt_program *p, double n);
-/* A loss over a micro-batch's tokens in place of their mean cross-entropy (preference tuning's, a policy gradient's):
- * given ce[B*T], each row's cross-entropy (-log p of its target; 0 where not scored), it returns the micro-batch's
- * loss and writes dce[B*T], d(loss)/d(ce), which backward takes as each row's weight (with grad_scale). Called where
- * the head runs (a pipeline's last stage), once per forward with targets, in the order of the micro-batches. Full
- * precision only; refused with context parallelism (a rank holds part of each sequence). fn NULL: the mean again. */
 /* Rows packing several documents (supervised fine-tuning's packing, TRL's padding-free position_ids): pos[B*T], each
  * row's position in its document (a document starts at a row of position 0 and counts up), read by every forward's
  * first range from then on (the caller refills the buffer per micro-batch); attention stays inside each document, the
  * positions (rotary, learned) restart. NULL: 0..T-1 again. Refused with context parallelism. */
 dt_status dt_program_set_positions(dt_program *p, const int32_t *pos);
+/* A loss over a micro-batch's tokens in place of their mean cross-entropy (preference tuning's, a policy gradient's):
+ * given ce[B*T], each row's cross-entropy (-log p of its target; 0 where not scored), it returns the micro-batch's
+ * loss and writes dce[B*T], d(loss)/d(ce), which backward takes as each row's weight (with grad_scale). Called where
+ * the head runs (a pipeline's last stage), once per forward with targets, in the order of the micro-batches (16-bit
+ * logits too: their gradient takes the weights where the head's backward makes it). Refused with context parallelism
+ * (a rank holds part of each sequence). fn NULL: the mean again. */
 typedef float (*dt_token_loss_fn)(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce);
 dt_status dt_program_set_token_loss(dt_program *p, dt_token_loss_fn fn, void *ctx);
 dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);

@@ -174,7 +174,8 @@ void dt_crossentropy_grad_lp(float *dst, const uint16_t *logits, int row0, int n
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; i++) {
         int row = row0 + i;
-        float *d = dst + (size_t)i * r, mx = g->stats[2 * row], inv = 1.0f / g->stats[2 * row + 1], ds = g->dscale;
+        float *d = dst + (size_t)i * r, mx = g->stats[2 * row], inv = 1.0f / g->stats[2 * row + 1];
+        float ds = g->row_scale ? g->dscale * g->row_scale[row] : g->dscale;
         if (g->targets[row] < 0) { /* not scored */
             for (int v = 0; v < r; v++) d[v] = 0.0f;
             continue;

@@ -113,7 +113,6 @@ dt_status dt_program_set_precision(dt_program *p, dt_dtype t) {
     for (int k = 0; k < p->nslots; k++)
         if (p->slots[k].mem) return dt_error(DT_ERR_ARG, "model: the precision is set before the first forward");
     if (p->lora && t != DT_F32) return dt_error(DT_ERR_UNSUPPORTED, "LoRA: this build runs adapters in f32 only, not %s", dt_dtype_name(t));
-    if (p->token_loss && t != DT_F32) return dt_error(DT_ERR_UNSUPPORTED, "a loss over the tokens (preference tuning) is computed in f32 only, not %s", dt_dtype_name(t));
     dt_free_aligned(p->params_lp);
     dt_free_aligned(p->lp_work);
     free(p->lp_cast);

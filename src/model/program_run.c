@@ -650,7 +650,8 @@ static void unit_done(dt_program *p, int u, bool announce) {
 
 /* The loss's gradient under mixed precision, taken block by block where the head's backward reads it. */
 static dt_ce_grad ce_grad(const dt_program *p, float dscale) {
-    return (dt_ce_grad){ .stats = p->s->ce_stats, .targets = p->s->targets, .V = p->Vv, .v0 = p->v0, .dscale = dscale };
+    return (dt_ce_grad){ .stats = p->s->ce_stats, .targets = p->s->targets, .V = p->Vv, .v0 = p->v0, .dscale = dscale,
+                         .row_scale = p->token_loss ? p->s->dce : NULL };
 }
 
 /* The head's weight gradient from the logits' gradient (which backward left in place; in 16 bits computed again from
@@ -679,7 +680,8 @@ static void head_backward(dt_program *p, float *dres, float grad_scale) {
     trace_unit(p, "backward", L + 1);
     /* the loss's gradient from forward's statistics (in 16 bits, as the head's backward reads it) */
     if (p->prec == DT_F32) dt_program_tp_crossentropy_backward(p, dscale);
-    for (int i = 0; p->token_loss && i < BT; i++) /* a token loss: row i's gradient times d(loss)/d(its cross-entropy) */
+    /* a token loss: row i's gradient times d(loss)/d(its cross-entropy) (in 16 bits, where the head's backward makes it) */
+    for (int i = 0; p->token_loss && p->prec == DT_F32 && i < BT; i++)
         for (int v = 0; v < p->Vl; v++) s->logits[(size_t)i * p->Vl + v] *= s->dce[i];
     s->w_dscale = dscale;
     /* the head is column-parallel (by vocabulary): d(its input) this rank's share of all rows, summed or reduce-scattered */
@@ -808,7 +810,6 @@ dt_status dt_program_set_positions(dt_program *p, const int32_t *pos) {
 }
 
 dt_status dt_program_set_token_loss(dt_program *p, dt_token_loss_fn fn, void *ctx) {
-    if (fn && p->prec != DT_F32) return dt_error(DT_ERR_UNSUPPORTED, "a loss over the tokens (preference tuning) is computed in full precision: not with --dtype bf16 or fp16");
     if (fn && p->part.cp_size > 1)
         return dt_error(DT_ERR_UNSUPPORTED, "a loss over whole sequences (preference tuning) is not with --cp %d: a rank holds part of each sequence", p->part.cp_size);
     p->token_loss = fn, p->token_loss_ctx = ctx;
