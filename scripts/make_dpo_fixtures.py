@@ -13,6 +13,8 @@ Writes tests/fixtures/dpo/:
   chat.jsonl             conversational pairs (prompt, chosen, rejected: lists of messages), rendered by the ChatML
                          template of tokenizer_config.json
   chat.safetensors       of the policy on them, as policy.safetensors: "loss", "grad.<name>", "ids.<k>", "mask.<k>"
+  implicit.jsonl         pairs without "prompt" (HH-RLHF's form: the prompt at the start of both), texts and turns
+  implicit.safetensors   TRL's rows of them (extract_prompt's split), "loss"
 Run with the baselines' environment (scripts/make-baselines-venv.sh, with trl):
   .venv-baselines/bin/python scripts/make_dpo_fixtures.py
 """
@@ -45,6 +47,12 @@ CHATS = [
      "chosen": [{"role": "assistant", "content": "4."}], "rejected": [{"role": "assistant", "content": "It is five, I believe."}]},
     {"prompt": [{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": "Yes."}, {"role": "user", "content": "Again."}],
      "chosen": [{"role": "assistant", "content": "Yes, yes."}], "rejected": [{"role": "assistant", "content": "No."}]},
+]
+IMPLICIT = [
+    {"chosen": "\n\nHuman: Is the sky blue?\n\nAssistant: Yes, on a clear day.",
+     "rejected": "\n\nHuman: Is the sky blue?\n\nAssistant: No."},
+    {"chosen": "Name a fruit: apple", "rejected": "Name a fruit: a stone"},
+    {"chosen": "The end", "rejected": "The end is near"},
 ]
 
 
@@ -108,6 +116,7 @@ def main():
             ref_lp, pol_lp = rows(logps(ref)), rows(logps(policy))
         tok.chat_template = json.load(open(os.path.join(OUT, "tokenizer_config.json")))["chat_template"]
         chat_loss, _, chat = dpo_batch(policy, ref, tok, CHATS, tmp)
+        implicit_loss, _, implicit = dpo_batch(policy, ref, tok, IMPLICIT, tmp)
     save_file({n: p.detach().clone().contiguous() for n, p in ref.state_dict().items()}, os.path.join(OUT, "ref.safetensors"),
               metadata={"config": json.dumps(cfg.to_dict(), sort_keys=True)})
     tensors.update({n: p.detach().clone().contiguous() for n, p in policy.state_dict().items()})
@@ -117,6 +126,11 @@ def main():
         for p in CHATS:
             f.write(json.dumps(p) + "\n")
     save_file(chat, os.path.join(OUT, "chat.safetensors"))
+    with open(os.path.join(OUT, "implicit.jsonl"), "w") as f:
+        for p in IMPLICIT:
+            f.write(json.dumps(p) + "\n")
+    save_file(implicit, os.path.join(OUT, "implicit.safetensors"))
+    print(f"implicit: {len(IMPLICIT)} pairs without a prompt, loss {implicit_loss.item():.6f}")
     print(f"chat: {len(CHATS)} conversational pairs, loss {chat_loss.item():.6f}")
     save_file(tensors, os.path.join(OUT, "policy.safetensors"), metadata={"config": json.dumps(cfg.to_dict(), sort_keys=True)})
     print(f"dpo: {n} pairs, loss {loss.item():.6f}, log-ratio margins "

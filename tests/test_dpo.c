@@ -1,5 +1,5 @@
 /* Direct preference optimization against TRL's DPOTrainer (scripts/make_dpo_fixtures.py): the pairs' rows (tokens and
- * completion masks; text pairs and conversational ones, rendered by ChatML) are TRL's; the reference's log-probabilities, recorded by forwards of the reference's weights, are
+ * completion masks; text pairs, conversational ones rendered by ChatML, pairs whose prompt is implicit) are TRL's; the reference's log-probabilities, recorded by forwards of the reference's weights, are
  * TRL's; the policy's loss over one batch of every pair and every weight's gradient are TRL's; the same pairs in two
  * micro-batches (each the mean over its pairs, grad_scale 1/2) give the same loss and gradients; bad pair files are
  * refused naming the file and line. */
@@ -214,6 +214,7 @@ int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     check_trl(dir, "pairs");
     check_trl(dir, "chat");
+    check_trl(dir, "implicit");
     refused(dir, "refused: a pair without its rejected completion", "{\"prompt\": \"a\", \"chosen\": \"b\"}\n", 1, "preference pair is");
     refused(dir, "refused: a conversational pair without a chat template", "{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"chosen\": "
             "[{\"role\": \"assistant\", \"content\": \"b\"}], \"rejected\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n", 1,

@@ -97,8 +97,9 @@ int dt_sft_seq(const dt_sft *d);
 const char *dt_sft_path(const dt_sft *d);
 /* Preference pairs ({"prompt", "chosen", "rejected"}: texts, each completion followed by the end-of-text, or lists of
  * messages rendered by the chat template, the prompt's with the assistant's head after; as TRL's DPOTrainer tokenizes
- * them, each completion scored from where the prompt and either one diverge): a pair makes rows 2i (chosen) and
- * 2i + 1 (rejected). A file holds pairs or examples, not both. */
+ * them, each completion scored from where the prompt and either one diverge; without "prompt", the prompt is the
+ * start both share, as TRL's extract_prompt takes it): a pair makes rows 2i (chosen) and 2i + 1 (rejected). A file
+ * holds pairs or examples, not both. */
 bool dt_sft_pairs(const dt_sft *d);
 /* Packing (TRL's SFTTrainer with packing=True, strategy "bfd"): the examples, cut at T tokens, binned best-fit
  * decreasing into rows of T, each example's tokens from position 0 (dt_sft_row_positions; a packed row's attention

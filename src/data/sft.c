@@ -160,6 +160,45 @@ static dt_status render_chat_pair(const cJSON *prompt, const cJSON *chosen, cons
     return st;
 }
 
+/* items [a, b) of array x, copied. */
+static cJSON *turns_of(const cJSON *x, int a, int b) {
+    cJSON *o = cJSON_CreateArray();
+    for (int i = a; o && i < b; i++) cJSON_AddItemToArray(o, cJSON_Duplicate(cJSON_GetArrayItem(x, i), true));
+    return o;
+}
+
+/* TRL's extract_prompt: a pair without "prompt" holds it at the start of both completions (HH-RLHF's form): the
+ * longest common prefix of the two texts (a space before the split going with the completions) or of their turns,
+ * which j then holds as "prompt", the rest as "chosen" and "rejected". Python's loop is kept: when one completion
+ * starts with the whole other, the prompt stops one short of it. */
+static dt_status extract_prompt(cJSON *j, const char *where) {
+    cJSON *ch = cJSON_GetObjectItemCaseSensitive(j, "chosen"), *rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");
+    bool text = cJSON_IsString(ch) && cJSON_IsString(rj), turns = cJSON_IsArray(ch) && cJSON_IsArray(rj);
+    if (!text && !turns) return DT_OK; /* the pair's own check says what is wrong */
+    int nc = text ? (int)strlen(ch->valuestring) : cJSON_GetArraySize(ch), nr = text ? (int)strlen(rj->valuestring) : cJSON_GetArraySize(rj);
+    int n = nc < nr ? nc : nr, k = 0;
+    bool differ = false;
+    for (k = 0; k < n && !differ; k++)
+        differ = text ? ch->valuestring[k] != rj->valuestring[k] : !cJSON_Compare(cJSON_GetArrayItem(ch, k), cJSON_GetArrayItem(rj, k), true);
+    k = differ ? k - 1 : n > 0 ? n - 1 : 0;
+    if (differ && text && k > 0 && ch->valuestring[k - 1] == ' ') k--;
+    cJSON *p, *c, *r;
+    if (text) {
+        char *head = strndup(ch->valuestring, (size_t)k);
+        p = head ? cJSON_CreateString(head) : NULL, c = cJSON_CreateString(ch->valuestring + k), r = cJSON_CreateString(rj->valuestring + k);
+        free(head);
+    } else {
+        p = turns_of(ch, 0, k), c = turns_of(ch, k, nc), r = turns_of(rj, k, nr);
+    }
+    if (!p || !c || !r || !cJSON_AddItemToObject(j, "prompt", p)) {
+        cJSON_Delete(p), cJSON_Delete(c), cJSON_Delete(r);
+        return dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(j, "chosen", c);
+    cJSON_ReplaceItemInObjectCaseSensitive(j, "rejected", r);
+    return DT_OK;
+}
+
 /* The example in s as a row: inputs ids[0..T), targets ids[1..T] where scored (else DT_IGNORE_INDEX); padding after. */
 static dt_status add_row(dt_sft *d, const seq *s) {
     if (d->nrows == d->cap) {
@@ -197,9 +236,13 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
                 *c = cJSON_GetObjectItemCaseSensitive(j, "completion"), *ch = cJSON_GetObjectItemCaseSensitive(j, "chosen"),
                 *rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");
     seq s = { 0 }, s2 = { 0 };
-    dt_status st;
     int pair = ch || rj;
-    if (d->pairs >= 0 && pair != d->pairs) {
+    dt_status st = pair && !p ? extract_prompt(j, where) : DT_OK;
+    if (pair && !p) /* the pair as extract_prompt left it */
+        p = cJSON_GetObjectItemCaseSensitive(j, "prompt"), ch = cJSON_GetObjectItemCaseSensitive(j, "chosen"),
+        rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");
+    if (st) {
+    } else if (d->pairs >= 0 && pair != d->pairs) {
         st = dt_error(DT_ERR_IO, "%s: %s, but the lines before are %s: a file holds one kind", where, pair ? "a preference pair" : "an example",
                       pair ? "examples (chats, prompts and completions)" : "preference pairs");
     } else if (pair && cJSON_IsArray(p) && cJSON_IsArray(ch) && cJSON_IsArray(rj)) {
