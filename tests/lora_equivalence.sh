@@ -4,7 +4,8 @@
 # recomputation, TP 2 and 3 (each adapter split as its Linear), sequence parallelism, DP 2 x TP 2 with ZeRO-2, and a
 # clipped GPT-2 under TP 2 (its norms too); the checkpoint holds the adapters alone (their bytes), one saved under PP 2 at step 10 goes on
 # under ZeRO-2 on 2 ranks as the uninterrupted run does, and --resume DIR alone goes on with its adapters. The
-# checkpoint directory holds PEFT's adapter folder: eval --lora on the base = ckpt merge's folder (not the base alone),
+# checkpoint directory holds PEFT's adapter folder: eval --lora on the base = ckpt merge's folder (not the base alone)
+# and the same under TP 2 (each rank its slices of the folder's adapters),
 # and generate --lora decodes the merged model's tokens. What cannot be is refused naming why: a checkpoint of
 # adapters loaded as a model, resumed with other adapters, merged into a base of another shape; tensor parallelism;
 # targets that match no Linear.
@@ -110,6 +111,9 @@ if "$DTRAIN" ckpt merge "$dir/base" "$dir/ck" "$dir/merged" > "$dir/merge.out" 2
     a=$(ev --model "$dir/base" --lora "$dir/ck") b=$(ev --model "$dir/merged") c=$(ev --model "$dir/base")
     [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ] && ok=1 || ok=0
     verdict $ok "base + adapters ($a) = the merged folder ($b), not the base alone ($c)"
+    d=$(ev --model "$dir/base" --lora "$dir/ck" --nproc 2 --tp 2)
+    [ -n "$d" ] && awk -v x="${a##* }" -v y="${d##* }" 'BEGIN{e=(x-y)/x; if(e<0)e=-e; exit !(e <= 1e-5)}' && ok=1 || ok=0
+    verdict $ok "eval --lora DIR under TP 2 (each rank its slices of PEFT's adapters): $d, one process ${a##* }"
     g1=$("$DTRAIN" generate --model "$dir/base" --lora "$dir/ck" --ids --prompt 84,104,101 --tokens 12 --temperature 0 2>&1 | tail -1)
     g2=$("$DTRAIN" generate --model "$dir/merged" --ids --prompt 84,104,101 --tokens 12 --temperature 0 2>&1 | tail -1)
     [ -n "$g1" ] && [ "$g1" = "$g2" ] && ok=1 || ok=0

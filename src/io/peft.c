@@ -116,6 +116,35 @@ dt_status dt_peft_merge(const char *dir, dt_program *p) {
     return st;
 }
 
+typedef struct { float *to; const float *from; } slice_copy;
+static void copy_run(size_t lo, size_t go, size_t n, void *ctx) {
+    slice_copy *x = ctx;
+    memcpy(x->to + lo, x->from + go, n * sizeof(float));
+}
+
+/* The file's adapters into p's: by name where p holds whole tensors (one process, a pipeline stage); a
+ * tensor-parallel part takes its slices of the whole adapters, read into a table's (no base weights). */
+static dt_status read_adapters(const char *path, const dt_lora_config *c, dt_program *p) {
+    dt_model m;
+    dt_program_model(p, &m);
+    bool sliced = false;
+    for (int i = 0; i < m.ntensors; i++)
+        for (int d = 0; d < m.tensors[i].ndim; d++) sliced |= m.tensors[i].shape[d] != m.tensors[i].gshape[d];
+    dt_safetensors *f = NULL;
+    dt_program *whole = NULL;
+    dt_status st = dt_safetensors_open(path, &f);
+    if (!st && !sliced) st = dt_safetensors_read_model(f, &m, 0, NULL);
+    if (!st && sliced && !(st = dt_program_create_table(dt_program_config(p), NULL, &whole)) && !(st = dt_program_set_lora(whole, c, 0))) {
+        dt_model w;
+        dt_program_model(whole, &w);
+        if (!(st = dt_safetensors_read_model(f, &w, 0, NULL)))
+            dt_model_global_runs(&m, 0, m.nparams, copy_run, &(slice_copy){ m.params(m.self), w.params(w.self) });
+    }
+    dt_program_destroy(whole);
+    dt_safetensors_close(f);
+    return st;
+}
+
 dt_status dt_peft_load(const char *dir, dt_program *p) {
     char targets[256], path[4200];
     dt_lora_config c;
@@ -128,10 +157,5 @@ dt_status dt_peft_load(const char *dir, dt_program *p) {
         return dt_error(st, "%s: %s", dir, why);
     }
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-    dt_safetensors *f = NULL;
-    dt_model m;
-    dt_program_model(p, &m);
-    if (!(st = dt_safetensors_open(path, &f))) st = dt_safetensors_read_model(f, &m, 0, NULL);
-    dt_safetensors_close(f);
-    return st;
+    return read_adapters(path, &c, p);
 }
