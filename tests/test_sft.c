@@ -254,6 +254,49 @@ out:
     dt_bpe_destroy(tok);
 }
 
+/* The tokenization cache (a temporary XDG_CACHE_HOME): a first load tokenizes and keeps the rows, a second takes them
+ * from the cache, the same; another T tokenizes again; a cache file cut short is ignored (tokenized again, the same). */
+static void check_cache(const char *dir) {
+    char tmp[] = "/tmp/dtrain_sft_cache_XXXXXX", path[600], files[700];
+    if (!mkdtemp(tmp)) { check("cache: a temporary folder", false, NULL); return; }
+    const char *old = getenv("XDG_CACHE_HOME");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("XDG_CACHE_HOME", tmp, 1);
+    dt_bpe *tok = NULL;
+    dt_chat_kind chat;
+    int eos;
+    dt_sft *a = NULL, *b = NULL, *c = NULL, *e = NULL;
+    snprintf(path, sizeof path, "%s/sft/chat.jsonl", dir);
+    dt_status st = load_tokenizer(dir, &tok, &chat, &eos);
+    if (!st) st = dt_sft_load(path, tok, chat, eos, T, &a);
+    if (!st) st = dt_sft_load(path, tok, chat, eos, T, &b);
+    if (!st) st = dt_sft_load(path, tok, chat, eos, T - 1, &c);
+    bool same = !st && dt_sft_rows(a) == dt_sft_rows(b);
+    for (size_t k = 0; same && k < dt_sft_rows(a); k++) {
+        int32_t i1[T], t1[T], i2[T], t2[T];
+        dt_sft_row(a, k, i1, t1), dt_sft_row(b, k, i2, t2);
+        same = !memcmp(i1, i2, sizeof i1) && !memcmp(t1, t2, sizeof t1) && dt_sft_scored(a, k) == dt_sft_scored(b, k);
+    }
+    check("cache: a first load tokenizes, a second takes the same rows from the cache", !st && !dt_sft_cached(a) && dt_sft_cached(b) && same,
+          st ? dt_last_error() : NULL);
+    check("cache: another --seq tokenizes again", !st && !dt_sft_cached(c), NULL);
+    /* every cache file cut to half: ignored, the rows tokenized again (and kept again) */
+    snprintf(files, sizeof files, "for f in %s/dtrain/sft/*.rows; do truncate -s $(( $(stat -c %%s \"$f\") / 2 )) \"$f\"; done", tmp);
+    bool cut = system(files) == 0;
+    if (!st) st = dt_sft_load(path, tok, chat, eos, T, &e);
+    same = !st && dt_sft_rows(e) == dt_sft_rows(a);
+    for (size_t k = 0; same && k < dt_sft_rows(a); k++) same = dt_sft_scored(a, k) == dt_sft_scored(e, k);
+    check("cache: a cache file cut short is ignored (tokenized again, the same rows)", cut && !st && !dt_sft_cached(e) && same,
+          st ? dt_last_error() : NULL);
+    dt_sft_destroy(a), dt_sft_destroy(b), dt_sft_destroy(c), dt_sft_destroy(e);
+    dt_bpe_destroy(tok);
+    if (saved) setenv("XDG_CACHE_HOME", saved, 1);
+    else unsetenv("XDG_CACHE_HOME");
+    free(saved);
+    snprintf(files, sizeof files, "rm -rf %s", tmp);
+    if (system(files) != 0) printf("   (could not remove %s)\n", tmp);
+}
+
 /* A file of one line that must be refused with a message holding needle (and the file:line). */
 static void refused(const char *dir, const char *what, const char *line, dt_chat_kind chat, const char *needle) {
     char path[] = "/tmp/dtrain_sft_XXXXXX", tp[600];
@@ -279,6 +322,7 @@ int main(int argc, char **argv) {
     check_case(dir, "chat", 4);
     check_case(dir, "completion", 3);
     check_packed(dir);
+    check_cache(dir);
     refused(dir, "refused: a line that is not JSON", "{\"messages\": [", DT_CHAT_CHATML, "not JSON");
     refused(dir, "refused: a line without messages or prompt and completion", "{\"text\": \"hi\"}", DT_CHAT_CHATML, "neither");
     refused(dir, "refused: a role that is not system, user or assistant",

@@ -166,6 +166,9 @@ uint64_t dt_rng_next(uint64_t *state);
  * fingerprint of parameter stores and checkpoint files (~1 ns per word). */
 #define DT_HASH_INIT 1469598103934665603ull
 uint64_t dt_hash_words(uint64_t h, const void *words, size_t n);
+/* The cache folder, ${XDG_CACHE_HOME:-~/.cache}/dtrain (sub NULL) or a folder sub in it, into out; with make,
+ * created. -1: no HOME nor XDG_CACHE_HOME, a path too long, or (make) a folder that cannot be made. */
+int dt_cache_dir(const char *sub, char *out, size_t cap, bool make);
 /* CRC-32C (Castagnoli) of n bytes, continuing crc (0 to start): TensorBoard's record checksum. */
 uint32_t dt_crc32c(uint32_t crc, const void *data, size_t n);
 /* Standard normal (Box-Muller) from the same stream. */

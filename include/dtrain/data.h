@@ -91,6 +91,9 @@ void dt_chat_content(const dt_chat_template *t, const char *c, const char **star
 dt_status dt_tokenizer_config_read(const char *tokenizer_json, dt_bpe *tok, dt_chat_kind *chat, int *eos);
 typedef struct dt_sft dt_sft;
 dt_status dt_sft_load(const char *path, dt_bpe *tok, dt_chat_kind chat, int eos, int T, dt_sft **out);
+/* Whether the rows came from the cache: the file tokenized before with the same tokenizer, template, end-of-text and
+ * T (${XDG_CACHE_HOME:-~/.cache}/dtrain/sft; sft_cache.c). */
+bool dt_sft_cached(const dt_sft *d);
 void dt_sft_destroy(dt_sft *d);
 size_t dt_sft_rows(const dt_sft *d);
 int dt_sft_seq(const dt_sft *d);

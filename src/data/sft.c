@@ -8,7 +8,8 @@
  * its end of turn (<|im_end|>, <|eot_id|>). A prompt and completion are tokenized as TRL does: the prompt alone (after the tokenizer's begin-of-text, if it has
  * one), then prompt + completion + end-of-text; the completion's tokens start where the two diverge. A preference pair
  * ({"prompt", "chosen", "rejected"}, DPO's) is two rows tokenized so, chosen then rejected (render_pair). */
-#include "dtrain/data.h"
+#include "sft_internal.h"
+#include "dtrain/io.h"
 #include "dtrain/kernels.h"
 
 #include <cjson/cJSON.h>
@@ -17,15 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct dt_sft {
-    int T, pairs;               /* pairs: -1 unknown yet, 1 preference pairs (rows 2i chosen, 2i + 1 rejected), 0 examples */
-    size_t nrows, cap, truncated;
-    int32_t *inputs, *targets;  /* [nrows * T] */
-    size_t *scored;             /* per row */
-    int *len;                   /* per row: the example's tokens (at most T + 1) */
-    int32_t *pos;               /* packed rows (dt_sft_pack): each row's position in its example; NULL: not packed */
-    char path[512];
-};
 
 /* An example's tokens and which of them are scored, being built. */
 typedef struct {
@@ -273,32 +265,46 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
     return st;
 }
 
-dt_status dt_sft_load(const char *path, dt_bpe *tok, dt_chat_kind chat, int eos, int T, dt_sft **out) {
-    *out = NULL;
-    if (T < 1) return dt_error(DT_ERR_ARG, "%s: a row of %d tokens", path, T);
-    FILE *f = fopen(path, "r");
-    if (!f) return dt_error(DT_ERR_IO, "%s: cannot open", path);
-    dt_sft *d = calloc(1, sizeof *d);
-    if (!d) { fclose(f); return dt_error(DT_ERR_NOMEM, "sft: out of memory"); }
-    d->T = T, d->pairs = -1;
-    snprintf(d->path, sizeof d->path, "%s", path);
-    char *line = NULL;
-    size_t cap = 0, lineno = 0;
-    ssize_t len;
+/* Each non-blank line of text an example (or a pair). */
+static dt_status parse(dt_sft *d, char *text, dt_bpe *tok, dt_chat_kind chat, int eos) {
+    size_t lineno = 0;
     dt_status st = DT_OK;
-    while (!st && (len = getline(&line, &cap, f)) >= 0) {
+    for (char *line = text, *next; !st && line && *line; line = next) {
         lineno++;
-        size_t k = (size_t)len;
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        size_t k = strlen(line);
         while (k && isspace((unsigned char)line[k - 1])) line[--k] = 0;
         if (k) st = example(d, line, lineno, tok, chat, eos);
     }
-    free(line);
-    fclose(f);
-    if (!st && !d->nrows) st = dt_error(DT_ERR_IO, "%s: no examples", path);
+    return st;
+}
+
+dt_status dt_sft_load(const char *path, dt_bpe *tok, dt_chat_kind chat, int eos, int T, dt_sft **out) {
+    *out = NULL;
+    if (T < 1) return dt_error(DT_ERR_ARG, "%s: a row of %d tokens", path, T);
+    char *text = NULL;
+    size_t len = 0;
+    dt_status st = dt_file_read_text(path, (size_t)1 << 40, &text, &len);
+    if (st) return st;
+    dt_sft *d = calloc(1, sizeof *d);
+    if (!d) { free(text); return dt_error(DT_ERR_NOMEM, "sft: out of memory"); }
+    d->T = T, d->pairs = -1;
+    snprintf(d->path, sizeof d->path, "%s", path);
+    /* tokenized before (by this run's other ranks, or an earlier run) with all the same: the rows from the cache */
+    uint64_t key = dt_sft_cache_key(text, len, tok, chat, eos, T);
+    if (!dt_sft_cache_read(key, d)) {
+        st = parse(d, text, tok, chat, eos);
+        if (!st && !d->nrows) st = dt_error(DT_ERR_IO, "%s: no examples", path);
+        if (!st) dt_sft_cache_write(key, d);
+    }
+    free(text);
     if (st) { dt_sft_destroy(d); return st; }
     *out = d;
     return DT_OK;
 }
+
+bool dt_sft_cached(const dt_sft *d) { return d->cached; }
 
 void dt_sft_destroy(dt_sft *d) {
     if (!d) return;

@@ -60,17 +60,8 @@ double dt_peak_measure_bf16(int threads) {
 }
 
 static int cache_path(char *out, size_t cap, int make_dir) {
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     char dir[4096];
-    if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/dtrain", xdg);
-    else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/dtrain", home);
-    else return -1;
-    if (make_dir) {
-        char parent[4096];
-        snprintf(parent, sizeof parent, "%.*s", (int)(strrchr(dir, '/') - dir), dir);
-        mkdir(parent, 0755);
-        if (mkdir(dir, 0755) && errno != EEXIST) return -1;
-    }
+    if (dt_cache_dir(NULL, dir, sizeof dir, make_dir != 0)) return -1;
     return snprintf(out, cap, "%s/peak.json", dir) >= (int)cap ? -1 : 0;
 }
 

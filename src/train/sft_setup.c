@@ -16,6 +16,7 @@ bool dt_train_is_sft(const char *path) {
 static dt_status open_one(run *r, dt_bpe *tok, dt_chat_kind chat, int eos, const char *path, dt_sft **out) {
     dt_status st = dt_sft_load(path, tok, chat, eos, r->c.seq, out);
     size_t examples = st ? 0 : dt_sft_rows(*out);
+    if (!st && dt_sft_cached(*out) && r->rank == 0 && !r->c.quiet) printf("%s: its rows from the tokenization cache\n", path);
     if (!st && r->c.pack && !(st = dt_sft_pack(*out)) && r->rank == 0 && !r->c.quiet)
         printf("%s: %zu examples packed into %zu rows of %d tokens (best-fit decreasing; attention stays in each example)\n", path, examples,
                dt_sft_rows(*out), r->c.seq);
