@@ -80,6 +80,11 @@ if "$DTRAIN" train "${shape[@]}" "${lora[@]}" --quiet --batch 4 --nproc 2 --step
 else
     failed=$((failed + 1)); echo "FAIL save or resume"; tail -n 2 "$dir/a.out" "$dir/b.out"
 fi
+# --resume DIR alone: the data, its tokenizer and beta from the checkpoint
+"$DTRAIN" train "${shape[@]}" "${lora[@]}" --dpo-beta 0.3 --quiet --batch 8 --steps 2 --save "$dir/b3" > /dev/null 2>&1
+"$DTRAIN" train --resume "$dir/b3" --steps 3 > "$dir/b3.out" 2>&1 && grep -q "DPO with beta 0.3; the reference (the base, adapters off)" "$dir/b3.out" &&
+    grep -q "^step 3/3" "$dir/b3.out" && ok=1 || ok=0
+verdict $ok "--resume DIR alone goes on with its pairs, tokenizer and beta ($(grep -o 'DPO with beta [0-9.]*' "$dir/b3.out"))"
 # bf16 (the logits' gradient made in the head's 16-bit backward, each row weighed there): near f32's, DDP 2 near it
 run b16 --batch 8 --precision bf16
 run b16ddp --batch 4 --nproc 2 --precision bf16

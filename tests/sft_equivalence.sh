@@ -69,6 +69,11 @@ run pddp --batch 4 --nproc 2 --pack && close "--pack, DDP 2" "$dir/pref.jsonl" "
 run ptp --batch 8 --nproc 2 --tp 2 --sp --pack && close "--pack, TP 2 with sequence parallelism" "$dir/pref.jsonl" "$dir/ptp.jsonl"
 run ppp --batch 2 --grad-accum 4 --nproc 2 --pp 2 --pack && close "--pack, PP 2, 1F1B, 4 micro-batches" "$dir/pref.jsonl" "$dir/ppp.jsonl"
 run pblk --batch 8 --pack --attention blockwise && close "--pack, blockwise attention" "$dir/pref.jsonl" "$dir/pblk.jsonl"
+# --resume DIR alone: the chats, their tokenizer and --pack from the checkpoint
+"$DTRAIN" train "${common[@]}" --batch 8 --steps 2 --pack --quiet --save "$dir/pk" > /dev/null 2>&1
+"$DTRAIN" train --resume "$dir/pk" --steps 3 > "$dir/pk.out" 2>&1 && grep -q "400 examples packed into $rows rows" "$dir/pk.out" &&
+    grep -q "^step 3/3" "$dir/pk.out" && ok=1 || ok=0
+verdict $ok "--resume DIR alone goes on with its chats, tokenizer and --pack"
 # saved at step 10 under DDP 2, resumed on one process
 if "$DTRAIN" train "${common[@]}" --quiet --batch 4 --nproc 2 --steps 10 --save "$dir/ck" --metrics "$dir/a.jsonl" > "$dir/a.out" 2>&1 &&
    "$DTRAIN" train "${common[@]}" --quiet --batch 8 --resume "$dir/ck" --metrics "$dir/b.jsonl" > "$dir/b.out" 2>&1; then

@@ -253,6 +253,11 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddBoolToObject(x, "skip_nonfinite", c->skip_nonfinite);
     char where[PATH_MAX];
     if (c->val_data) cJSON_AddStringToObject(x, "val_data", realpath(c->val_data, where) ? where : c->val_data);
+    /* fine-tuning data's: how its rows were made, and DPO's beta */
+    if (c->tokenizer) cJSON_AddStringToObject(x, "tokenizer", realpath(c->tokenizer, where) ? where : c->tokenizer);
+    if (c->chat_template) cJSON_AddStringToObject(x, "chat_template", c->chat_template);
+    if (c->pack) cJSON_AddBoolToObject(x, "pack", 1);
+    if (c->dpo_beta > 0) cJSON_AddNumberToObject(x, "dpo_beta", c->dpo_beta);
     if (ls) {
         /* the loss scaler's whole state: a resumed fp16 run scales, skips and grows as the uninterrupted one */
         x = cJSON_AddObjectToObject(j, "loss_scaler");

@@ -104,9 +104,14 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
         take_int(j, "model", "max_seq_len", &c->shape.max_seq_len);
         take_int(j, "settings", "seq", &c->seq);
     }
-    static char data[PATH_MAX], val[PATH_MAX];
+    static char data[PATH_MAX], val[PATH_MAX], tokenizer[PATH_MAX], chat[32];
     c->data = take_string(j, "data", "path", c->data, data, sizeof data);
     c->val_data = take_string(j, "settings", "val_data", c->val_data, val, sizeof val);
+    c->tokenizer = take_string(j, "settings", "tokenizer", c->tokenizer, tokenizer, sizeof tokenizer);
+    c->chat_template = take_string(j, "settings", "chat_template", c->chat_template, chat, sizeof chat);
+    take_bool(j, "settings", "pack", &c->pack);
+    double beta;
+    if (!dt_ckpt_number(j, "settings", "dpo_beta", "", &beta)) c->dpo_beta = beta;
     take_int(j, "settings", "steps", &c->steps);
     take_int(j, "settings", "batch", &c->batch);
     take_int(j, "settings", "grad_accum", &c->grad_accum);
