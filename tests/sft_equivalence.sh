@@ -3,7 +3,8 @@
 # score different numbers of tokens) gives the losses of one process with the global batch over 20 AdamW steps,
 # within 1e-6 relative, in every layout: accumulation, DDP 2, ZeRO-2 and 3, TP 2, PP 2 (1F1B), CP 2, DP 2 x TP 2,
 # and with LoRA under DDP 2 (every layout takes the mean over the global batch's scored tokens); --pack (the chats
-# binned into full rows, attention and positions inside each) under DDP 2, TP 2 with SP, PP 2 and blockwise attention. A checkpoint saved
+# binned into full rows, attention and positions inside each) under DDP 2, TP 2 with SP, PP 2 (1F1B, interleaved) and
+# blockwise attention. A checkpoint saved
 # at step 10 resumes with the same losses; --val-data FILE.jsonl evaluates the same on 1 and 2 ranks; what cannot
 # be is refused: a token file beside a .jsonl, chats without a tokenizer.
 # usage: sft_equivalence.sh DTRAIN FIXTURES
@@ -69,6 +70,9 @@ run pddp --batch 4 --nproc 2 --pack && close "--pack, DDP 2" "$dir/pref.jsonl" "
 run ptp --batch 8 --nproc 2 --tp 2 --sp --pack && close "--pack, TP 2 with sequence parallelism" "$dir/pref.jsonl" "$dir/ptp.jsonl"
 run ppp --batch 2 --grad-accum 4 --nproc 2 --pp 2 --pack && close "--pack, PP 2, 1F1B, 4 micro-batches" "$dir/pref.jsonl" "$dir/ppp.jsonl"
 run pblk --batch 8 --pack --attention blockwise && close "--pack, blockwise attention" "$dir/pref.jsonl" "$dir/pblk.jsonl"
+run pref6 --batch 8 --pack --layers 6 # an interleaved pipeline's 2 chunks a stage: the positions kept from chunk 0 on
+run pil --batch 2 --grad-accum 4 --nproc 2 --pp 2 --pp-schedule interleaved --virtual-stages 2 --pack --layers 6 &&
+    close "--pack, PP 2 interleaved (2 chunks a stage)" "$dir/pref6.jsonl" "$dir/pil.jsonl"
 # --resume DIR alone: the chats, their tokenizer and --pack from the checkpoint
 "$DTRAIN" train "${common[@]}" --batch 8 --steps 2 --pack --quiet --save "$dir/pk" > /dev/null 2>&1
 "$DTRAIN" train --resume "$dir/pk" --steps 3 > "$dir/pk.out" 2>&1 && grep -q "400 examples packed into $rows rows" "$dir/pk.out" &&
