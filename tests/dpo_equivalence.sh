@@ -44,11 +44,14 @@ run() {
     "$DTRAIN" train "${shape[@]}" --quiet "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
         { failed=$((failed + 1)); echo "FAIL $name: $*"; tail -3 "$dir/$name.out"; return 1; }
 }
-run ref --batch 8
+run ref --batch 8 --tensorboard "$dir/tb"
 first=$(field loss "$dir/ref.jsonl" | head -1)
 last=$(field loss "$dir/ref.jsonl" | tail -1)
 awk "BEGIN{d=$first-log(2); if(d<0)d=-d; exit !(d <= 1e-6 && $last < 0.65)}" && ok=1 || ok=0
 verdict $ok "one process: step 1's loss is log 2 ($first), step 20's below it ($last)"
+tags=$(cat "$dir"/tb/events.out.tfevents.* | grep -a -o "train/rewards_accuracies" | wc -l)
+[ "$tags" = 20 ] && ok=1 || ok=0
+verdict $ok "--tensorboard: train/rewards_accuracies a step (TRL's name): $tags events"
 acc=($(field reward_accuracy "$dir/ref.jsonl"))
 [ "${#acc[@]}" = 20 ] && [ "${acc[0]}" = 0.0000 ] && awk "BEGIN{exit !(${acc[19]} > 0.5)}" && ok=1 || ok=0
 verdict $ok "the metrics' reward accuracy a step: ${acc[0]:-none} at step 1 (the reference), ${acc[19]:-none} at step 20"

@@ -27,6 +27,9 @@ void dt_train_write_tensorboard(run *r, int step, float lr, const dt_step_result
         dt_tb_scalar(w, "pipeline/bubble_model", r->bubble_model);
     }
     if (dt_engine_loss_scale(r->e)) dt_tb_scalar(w, "train/loss_scale", s->loss_scale);
+    /* DPO's (TRL's names: rewards/accuracies, rewards/margins) */
+    if (r->dpo && isfinite(r->dpo_step[0])) dt_tb_scalar(w, "train/rewards_accuracies", r->dpo_step[0]), dt_tb_scalar(w, "train/rewards_margins", r->dpo_step[1]);
+    if (r->dpo && eval && isfinite(r->dpo_val[0])) dt_tb_scalar(w, "val/rewards_accuracies", r->dpo_val[0]), dt_tb_scalar(w, "val/rewards_margins", r->dpo_val[1]);
     if (dt_tb_step(w, step + 1)) {
         dt_log(DT_LOG_WARN, "%s; TensorBoard's events stop here", dt_last_error());
         dt_tb_destroy(r->tb);
