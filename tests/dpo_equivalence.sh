@@ -11,10 +11,7 @@
 set -u
 DTRAIN=$1
 FIX=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-passed=0
-failed=0
+. "$(dirname "$0")/finetune_checks.sh"
 cp "$FIX/sft/tokenizer.json" "$FIX/sft/tokenizer_config.json" "$dir/"
 # pairs from the license's lines: the prompt a line's start, chosen its end, rejected half of it shouted or with " no"
 awk 'length($0) > 20 { n++; h = int(length($0) / 2); u = substr($0, 1, h); a = substr($0, h + 1);
@@ -25,24 +22,19 @@ head -n 300 "$dir/all.jsonl" > "$dir/train.jsonl"
 tail -n 40 "$dir/all.jsonl" > "$dir/val.jsonl"
 shape=(--model llama-tiny --vocab 2048 --layers 2 --channels 48 --heads 4 --kv-heads 2 --ffn 96 --max-seq 128 --seq 64
        --data "$dir/train.jsonl" --steps 20 --lr 1e-3 --threads 1 --tokenizer "$dir/tokenizer.json")
-field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
-worst() {
+common=("${shape[@]}")
+# in place of finetune_checks.sh's worst and close: a pair's loss, a small difference of two sums, within 1e-6 relative
+# plus the metrics' last printed digit
+worst() { # REF FILE: "w bad"
     paste <(field loss "$1") <(field loss "$2") |
         awk 'BEGIN{w=0; n=0; bad=0} {d=$1-$2; if(d<0)d=-d; if(d>1e-6+1e-6*$1)bad=1; if(d/$1>w)w=d/$1; n++}
              END{if(n!=20) print "missing"; else print w, bad}'
 }
-verdict() { if [ "$1" = 1 ]; then passed=$((passed + 1)); echo "ok   $2"; else failed=$((failed + 1)); echo "FAIL $2"; fi; }
 close() {
     local w
     w=$(worst "$2" "$3")
     [ "${w#* }" = 0 ] && ok=1 || ok=0
     verdict $ok "$1: worst relative loss difference over 20 steps ${w% *}"
-}
-run() {
-    local name=$1
-    shift
-    "$DTRAIN" train "${shape[@]}" --quiet "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
-        { failed=$((failed + 1)); echo "FAIL $name: $*"; tail -3 "$dir/$name.out"; return 1; }
 }
 run ref --batch 8 --tensorboard "$dir/tb"
 first=$(field loss "$dir/ref.jsonl" | head -1)
@@ -108,13 +100,6 @@ rb=$(grep -o "pairs evaluated: 16, reward accuracy [0-9.]*%" "$dir/v2.out" | tai
 a=${a##* } b=${b##* }
 [ -n "$a" ] && [ -n "$b" ] && [ -n "$ra" ] && [ "$ra" = "$rb" ] && awk "BEGIN{d=($a-$b)/$a; if(d<0)d=-d; exit !(d <= 1e-5)}" && ok=1 || ok=0
 verdict $ok "--val-data of pairs: one process $a, DDP 2 $b; ${ra:-no accuracy} (DDP 2: ${rb:-none})"
-refused() {
-    local what=$1 needle=$2
-    shift 2
-    "$DTRAIN" "$@" > "$dir/refused.out" 2>&1
-    [ $? != 0 ] && grep -q -- "$needle" "$dir/refused.out" && ok=1 || ok=0
-    verdict $ok "refused: $what ($(grep -m1 error "$dir/refused.out" | cut -c1-140))"
-}
 refused "context parallelism" "not with --cp 2" train "${shape[@]}" --batch 8 --nproc 2 --cp 2
 "$DTRAIN" train "${shape[@]}" --quiet --batch 8 --steps 2 --save "$dir/full" > /dev/null 2>&1
 refused "resuming a run of every weight" "no longer holds" train "${shape[@]}" --batch 8 --steps 4 --resume "$dir/full"

@@ -12,43 +12,12 @@
 # usage: lora_equivalence.sh DTRAIN
 set -u
 DTRAIN=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-passed=0
-failed=0
+. "$(dirname "$0")/finetune_checks.sh"
 head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 "$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
 lora=(--lora-rank 4 --lora-alpha 16 --lora-targets q_proj,v_proj,down_proj)
 common=(--model llama-tiny --data "$dir/train.bin" --vocab 256 --layers 4 --channels 48 --heads 12 --kv-heads 6 --ffn 96 --max-seq 64
         --seq 64 --steps 20 --lr 1e-2 --threads 1 "${lora[@]}")
-field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
-worst() {
-    paste <(field loss "$1") <(field loss "$2") |
-        awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
-}
-verdict() { # OK WHAT
-    if [ "$1" = 1 ]; then passed=$((passed + 1)); echo "ok   $2"; else failed=$((failed + 1)); echo "FAIL $2"; fi
-}
-close() { # WHAT REF FILE
-    local w
-    w=$(worst "$2" "$3")
-    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-6)}" && ok=1 || ok=0
-    verdict $ok "$1: worst relative loss difference over 20 steps $w"
-}
-run() { # NAME ARGS...
-    local name=$1
-    shift
-    "$DTRAIN" train "${common[@]}" --quiet "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
-        { failed=$((failed + 1)); echo "FAIL $name: $*"; tail -3 "$dir/$name.out"; return 1; }
-}
-refused() { # WHAT NEEDLE ARGS...
-    local what=$1 needle=$2
-    shift 2
-    "$DTRAIN" "$@" > "$dir/refused.out" 2>&1
-    local rc=$?
-    [ $rc != 0 ] && grep -q -- "$needle" "$dir/refused.out" && ok=1 || ok=0
-    verdict $ok "refused: $what ($(grep -m1 error "$dir/refused.out" | cut -c1-150))"
-}
 run ref --batch 4
 run ref2 --batch 2 --grad-accum 2
 run ddp --batch 2 --nproc 2 && close "DDP 2" "$dir/ref.jsonl" "$dir/ddp.jsonl"

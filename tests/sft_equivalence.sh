@@ -11,10 +11,7 @@
 set -u
 DTRAIN=$1
 FIX=$2
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-passed=0
-failed=0
+. "$(dirname "$0")/finetune_checks.sh"
 cp "$FIX/sft/tokenizer.json" "$FIX/sft/tokenizer_config.json" "$dir/"
 # chats from the license's lines: the user gives a line's start, the assistant its end (uneven lengths, several turns)
 awk 'length($0) > 20 { n++; h = int(length($0) / 2); u = substr($0, 1, h); a = substr($0, h + 1);
@@ -28,24 +25,6 @@ tail -n 40 "$dir/all.jsonl" > "$dir/val.jsonl"
 shape=(--model llama-tiny --vocab 2048 --layers 2 --channels 48 --heads 4 --kv-heads 2 --ffn 96 --max-seq 128 --seq 64
        --data "$dir/train.jsonl" --steps 20 --lr 3e-3 --threads 1)
 common=("${shape[@]}" --tokenizer "$dir/tokenizer.json")
-field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
-worst() {
-    paste <(field loss "$1") <(field loss "$2") |
-        awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
-}
-verdict() { if [ "$1" = 1 ]; then passed=$((passed + 1)); echo "ok   $2"; else failed=$((failed + 1)); echo "FAIL $2"; fi; }
-close() {
-    local w
-    w=$(worst "$2" "$3")
-    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-6)}" && ok=1 || ok=0
-    verdict $ok "$1: worst relative loss difference over 20 steps $w"
-}
-run() {
-    local name=$1
-    shift
-    "$DTRAIN" train "${common[@]}" --quiet "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
-        { failed=$((failed + 1)); echo "FAIL $name: $*"; tail -3 "$dir/$name.out"; return 1; }
-}
 run ref --batch 8
 "$DTRAIN" train "${common[@]}" --batch 8 --steps 1 > "$dir/line.out" 2>&1
 grep -q "supervised fine-tuning: 400 examples from .*train.jsonl (chatml), 8 rows a global batch" "$dir/line.out" && ok=1 || ok=0
@@ -93,13 +72,6 @@ v2=$("$DTRAIN" train "${common[@]}" --batch 4 --nproc 2 --steps 2 --val-data "$d
 a=${v1##* } b=${v2##* }
 [ -n "$a" ] && [ -n "$b" ] && awk "BEGIN{d=($a-$b)/$a; if(d<0)d=-d; exit !(d <= 1e-5)}" && ok=1 || ok=0
 verdict $ok "--val-data FILE.jsonl: one process $a, DDP 2 $b"
-refused() {
-    local what=$1 needle=$2
-    shift 2
-    "$DTRAIN" "$@" > "$dir/refused.out" 2>&1
-    [ $? != 0 ] && grep -q -- "$needle" "$dir/refused.out" && ok=1 || ok=0
-    verdict $ok "refused: $what ($(grep -m1 error "$dir/refused.out" | cut -c1-140))"
-}
 head -c 100000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 "$DTRAIN" tokenize --bytes "$dir/text" "$dir/tok.bin" > /dev/null
 refused "a token file beside a .jsonl" "is chats or completions" train "${common[@]}" --batch 8 --val-data "$dir/tok.bin"

@@ -7,6 +7,7 @@
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
 #include "dtrain/program.h"
+#include "fixture_checks.h"
 #include "dtrain/train.h"
 
 #include <math.h>
@@ -16,18 +17,6 @@
 #include <unistd.h>
 
 enum { T = 64, MAXROWS = 8 };
-static int failed;
-
-static void check(const char *what, bool ok, const char *detail) {
-    if (!ok) failed++;
-    printf("%-72s %s%s%s\n", what, ok ? "ok" : "FAIL", detail ? "  " : "", detail ? detail : "");
-}
-
-static double rel_err(const float *a, const float *b, size_t n) {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) d += (a[i] - b[i]) * (double)(a[i] - b[i]), r += (double)b[i] * b[i];
-    return sqrt(d) / (sqrt(r) + 1e-30);
-}
 
 /* Row k against TRL's ids.k and mask.k (the mask marks completion tokens: the target of input t is token t + 1). */
 static bool rows_match(const dt_sft *d, dt_safetensors *f, size_t rows) {
@@ -140,16 +129,7 @@ static void check_trl(const char *dir, const char *name) {
         snprintf(what, sizeof what, "%s: the policy's loss over %d pairs is TRL's within 1e-6 (beta 0.1)", name, n / 2);
         check(what, fabs(loss - want_loss) / want_loss <= 1e-6, detail);
         double gw = 0;
-        for (int i = 0; !st && i < m.ntensors; i++) {
-            const dt_tensor_info *t = &m.tensors[i];
-            char gname[128];
-            snprintf(gname, sizeof gname, "grad.%s", t->hf);
-            int dims[2] = { t->split == DT_SPLIT_VOCAB ? cfg.vocab_size : t->shape[0], t->shape[1] };
-            size_t cnt = (size_t)dims[0] * (size_t)(t->ndim == 2 ? dims[1] : 1);
-            float *w = malloc(cnt * sizeof(float));
-            if (!(st = dt_safetensors_read(pol, gname, t->ndim, dims, 0, w))) gw = fmax(gw, rel_err(m.grads(m.self) + t->offset, w, cnt));
-            free(w);
-        }
+        st = grads_err(pol, &m, cfg.vocab_size, &gw);
         snprintf(detail, sizeof detail, "worst %.1e", gw);
         snprintf(what, sizeof what, "%s: every gradient is TRL's within 1e-5", name);
         if (!st) check(what, gw <= 1e-5, detail);

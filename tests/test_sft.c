@@ -7,6 +7,7 @@
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
 #include "dtrain/program.h"
+#include "fixture_checks.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -15,18 +16,6 @@
 #include <unistd.h>
 
 enum { T = 64, MAXB = 8 };
-static int failed;
-
-static void check(const char *what, bool ok, const char *detail) {
-    if (!ok) failed++;
-    printf("%-72s %s%s%s\n", what, ok ? "ok" : "FAIL", detail ? "  " : "", detail ? detail : "");
-}
-
-static double rel_err(const float *a, const float *b, size_t n) {
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) d += (a[i] - b[i]) * (double)(a[i] - b[i]), r += (double)b[i] * b[i];
-    return sqrt(d) / (sqrt(r) + 1e-30);
-}
 
 /* Row k against TRL's ids.k and labels.k (labels unshifted: the target of input t is label t + 1). */
 static bool rows_match(const dt_sft *d, dt_safetensors *f, size_t rows) {
@@ -130,16 +119,7 @@ static void check_case(const char *dir, const char *name, size_t rows) {
         snprintf(what, sizeof what, "%s: the batch's loss is TRL's within 1e-6 (%zu scored tokens)", name, scored);
         check(what, fabs(loss - ref) / ref <= 1e-6, detail);
         double worst = 0;
-        for (int i = 0; !st && i < m.ntensors; i++) {
-            const dt_tensor_info *t = &m.tensors[i];
-            char gname[128];
-            snprintf(gname, sizeof gname, "grad.%s", t->hf);
-            int dims[2] = { t->split == DT_SPLIT_VOCAB ? cfg.vocab_size : t->shape[0], t->shape[1] };
-            size_t cnt = (size_t)dims[0] * (size_t)(t->ndim == 2 ? dims[1] : 1);
-            float *want = malloc(cnt * sizeof(float));
-            if (!(st = dt_safetensors_read(f, gname, t->ndim, dims, 0, want))) worst = fmax(worst, rel_err(m.grads(m.self) + t->offset, want, cnt));
-            free(want);
-        }
+        st = grads_err(f, &m, cfg.vocab_size, &worst);
         snprintf(detail, sizeof detail, "worst %.1e", worst);
         snprintf(what, sizeof what, "%s: every gradient is TRL's within 1e-5", name);
         if (!st) check(what, worst <= 1e-5, detail);
@@ -230,16 +210,7 @@ static void check_packed(const char *dir) {
         check("packed: the loss is TRL's within 1e-6 (and the examples' unpacked)", fabs(loss - ref) <= 1e-6 * ref &&
               fabs(loss - unpacked) <= 1e-6 * unpacked, detail);
         double worst = 0;
-        for (int i = 0; !st && i < m.ntensors; i++) {
-            const dt_tensor_info *t = &m.tensors[i];
-            char gname[128];
-            snprintf(gname, sizeof gname, "grad.%s", t->hf);
-            int dims[2] = { t->split == DT_SPLIT_VOCAB ? cfg.vocab_size : t->shape[0], t->shape[1] };
-            size_t cnt = (size_t)dims[0] * (size_t)(t->ndim == 2 ? dims[1] : 1);
-            float *want = malloc(cnt * sizeof(float));
-            if (!(st = dt_safetensors_read(f, gname, t->ndim, dims, 0, want))) worst = fmax(worst, rel_err(m.grads(m.self) + t->offset, want, cnt));
-            free(want);
-        }
+        st = grads_err(f, &m, cfg.vocab_size, &worst);
         snprintf(detail, sizeof detail, "worst %.1e", worst);
         if (!st) check("packed: every gradient is TRL's within 1e-5", worst <= 1e-5, detail);
     }

@@ -169,6 +169,8 @@ size_t dt_model_global_params(const dt_model *m);
  * store order (a row-parallel weight's slice is one run per row). */
 void dt_model_global_runs(const dt_model *m, size_t off, size_t count, void (*fn)(size_t lo, size_t go, size_t n, void *ctx),
                           void *ctx);
+/* Each value of this rank's store (to, m's layout) taken from the whole model's store (whole): a part's slices. */
+void dt_model_copy_slices(const dt_model *m, float *to, const float *whole);
 /* Whether t is split among the ranks of a model-parallel group (its slice is not the whole). */
 bool dt_tensor_is_sliced(const dt_tensor_info *t);
 

@@ -1,4 +1,4 @@
-/* Supervised fine-tuning's rows (sft.c), and their cache (sft_cache.c). Internal to src/data. */
+/* Supervised fine-tuning's rows (sft.c), their packing (sft_pack.c) and their cache (sft_cache.c). Internal to src/data. */
 #ifndef DT_DATA_SFT_INTERNAL_H
 #define DT_DATA_SFT_INTERNAL_H
 

@@ -116,12 +116,6 @@ dt_status dt_peft_merge(const char *dir, dt_program *p) {
     return st;
 }
 
-typedef struct { float *to; const float *from; } slice_copy;
-static void copy_run(size_t lo, size_t go, size_t n, void *ctx) {
-    slice_copy *x = ctx;
-    memcpy(x->to + lo, x->from + go, n * sizeof(float));
-}
-
 /* The file's adapters into p's: by name where p holds whole tensors (one process, a pipeline stage); a
  * tensor-parallel part takes its slices of the whole adapters, read into a table's (no base weights). */
 static dt_status read_adapters(const char *path, const dt_lora_config *c, dt_program *p) {
@@ -138,7 +132,7 @@ static dt_status read_adapters(const char *path, const dt_lora_config *c, dt_pro
         dt_model w;
         dt_program_model(whole, &w);
         if (!(st = dt_safetensors_read_model(f, &w, 0, NULL)))
-            dt_model_global_runs(&m, 0, m.nparams, copy_run, &(slice_copy){ m.params(m.self), w.params(w.self) });
+            dt_model_copy_slices(&m, m.params(m.self), w.params(w.self));
     }
     dt_program_destroy(whole);
     dt_safetensors_close(f);

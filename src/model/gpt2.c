@@ -141,20 +141,13 @@ dt_status dt_gpt2_check_whole(const dt_gpt2 *m, const char *what) {
 void dt_gpt2_init_random(dt_gpt2 *m, uint64_t seed) { dt_program_init_random(m->p, seed); }
 void dt_gpt2_init_random_range(dt_gpt2 *m, uint64_t seed, size_t lo, size_t hi) { dt_program_init_random_range(m->p, seed, lo, hi); }
 
-typedef struct { float *to; const float *from; } slice_copy;
-static void copy_run(size_t lo, size_t go, size_t n, void *ctx) {
-    slice_copy *x = ctx;
-    memcpy(x->to + lo, x->from + go, n * sizeof(float));
-}
-
 
 dt_status dt_gpt2_copy_slices(const dt_gpt2 *whole, dt_gpt2 *part) {
     if (!dt_lm_config_same(&whole->cfg, &part->cfg) || dt_gpt2_check_whole(whole, "copy slices"))
         return dt_error(DT_ERR_ARG, "model: slices come from a whole model of the same shape");
     dt_model view;
     dt_program_model(part->p, &view);
-    slice_copy x = { dt_program_params(part->p), dt_program_params(whole->p) };
-    dt_model_global_runs(&view, 0, view.nparams, copy_run, &x);
+    dt_model_copy_slices(&view, dt_program_params(part->p), dt_program_params(whole->p));
     return DT_OK;
 }
 

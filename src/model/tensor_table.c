@@ -37,6 +37,16 @@ void dt_model_global_runs(const dt_model *m, size_t off, size_t count, void (*fn
     }
 }
 
+typedef struct { float *to; const float *from; } slice_copy;
+static void copy_run(size_t lo, size_t go, size_t n, void *ctx) {
+    slice_copy *x = ctx;
+    memcpy(x->to + lo, x->from + go, n * sizeof(float));
+}
+
+void dt_model_copy_slices(const dt_model *m, float *to, const float *whole) {
+    dt_model_global_runs(m, 0, m->nparams, copy_run, &(slice_copy){ to, whole });
+}
+
 bool dt_tensor_is_sliced(const dt_tensor_info *t) { return t->slice.count * t->slice.pieces != t->gshape[t->slice.dim]; }
 
 const dt_tensor_info *dt_model_find(const dt_model *m, const char *name) {

@@ -1,0 +1,38 @@
+# Sourced by the fine-tuning equivalence scripts (LoRA, SFT, DPO): a scratch directory removed on exit, the counters,
+# and the checks they share. A script sets DTRAIN, and common=(the flags every training run of run() takes) before
+# it runs one.
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+passed=0
+failed=0
+# A metrics file's values of KEY, a line each.
+field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
+verdict() { # OK WHAT
+    if [ "$1" = 1 ]; then passed=$((passed + 1)); echo "ok   $2"; else failed=$((failed + 1)); echo "FAIL $2"; fi
+}
+# The worst relative difference of two metrics files' losses over 20 steps ("missing": not 20 in each).
+worst() { # REF FILE
+    paste <(field loss "$1") <(field loss "$2") |
+        awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
+}
+close() { # WHAT REF FILE: within 1e-6 relative at every step
+    local w
+    w=$(worst "$2" "$3")
+    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-6)}" && ok=1 || ok=0
+    verdict $ok "$1: worst relative loss difference over 20 steps $w"
+}
+# One training run ("$DTRAIN" train "${common[@]}" --quiet ARGS) with its metrics in $dir/NAME.jsonl.
+run() { # NAME ARGS...
+    local name=$1
+    shift
+    "$DTRAIN" train "${common[@]}" --quiet "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
+        { failed=$((failed + 1)); echo "FAIL $name: $*"; tail -3 "$dir/$name.out"; return 1; }
+}
+# "$DTRAIN" ARGS fails, saying NEEDLE.
+refused() { # WHAT NEEDLE ARGS...
+    local what=$1 needle=$2
+    shift 2
+    "$DTRAIN" "$@" > "$dir/refused.out" 2>&1
+    [ $? != 0 ] && grep -q -- "$needle" "$dir/refused.out" && ok=1 || ok=0
+    verdict $ok "refused: $what ($(grep -m1 error "$dir/refused.out" | cut -c1-150))"
+}

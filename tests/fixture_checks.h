@@ -1,0 +1,45 @@
+/* What the tests against Hugging Face's libraries (TRL, PEFT) share: a check's line, a relative error, and every
+ * gradient of a model against a fixture's "grad.<HF name>" tensors. Header-only. */
+#ifndef DTRAIN_TESTS_FIXTURE_CHECKS_H
+#define DTRAIN_TESTS_FIXTURE_CHECKS_H
+
+#include "dtrain/io.h"
+#include "dtrain/model.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int failed;
+
+static void check(const char *what, bool ok, const char *detail) {
+    if (!ok) failed++;
+    printf("%-72s %s%s%s\n", what, ok ? "ok" : "FAIL", detail ? "  " : "", detail ? detail : "");
+}
+
+static double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) d += (a[i] - b[i]) * (double)(a[i] - b[i]), r += (double)b[i] * b[i];
+    return sqrt(d) / (sqrt(r) + 1e-30);
+}
+
+/* The worst relative error of m's gradients against f's "grad.<name>" (vocab: the real rows of a padded table). */
+static dt_status grads_err(dt_safetensors *f, const dt_model *m, int vocab, double *worst) {
+    dt_status st = DT_OK;
+    *worst = 0;
+    for (int i = 0; !st && i < m->ntensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "grad.%s", t->hf);
+        int dims[2] = { t->split == DT_SPLIT_VOCAB ? vocab : t->shape[0], t->shape[1] };
+        size_t n = (size_t)dims[0] * (size_t)(t->ndim == 2 ? dims[1] : 1);
+        float *want = malloc(n * sizeof(float));
+        if (!want) return dt_error(DT_ERR_NOMEM, "out of memory");
+        if (!(st = dt_safetensors_read(f, name, t->ndim, dims, 0, want))) *worst = fmax(*worst, rel_err(m->grads(m->self) + t->offset, want, n));
+        free(want);
+    }
+    return st;
+}
+
+#endif
