@@ -2,7 +2,8 @@
 # LoRA (rank 4 on a Llama's q_proj, v_proj and down_proj, the base frozen) gives the losses of one process with the
 # global batch over 20 AdamW steps, within 1e-6 relative, under DDP 2, ZeRO 1/2/3, PP 2 with GPipe, 1F1B and ZB-H1,
 # recomputation, TP 2 and 3 (each adapter split as its Linear), sequence parallelism, DP 2 x TP 2 with ZeRO-2, and a
-# clipped GPT-2 under TP 2 (its norms too); the checkpoint holds the adapters alone (their bytes), one saved under PP 2 at step 10 goes on
+# clipped GPT-2 under TP 2 (its norms too); with dropout 0.2 under DDP 2, ZeRO-3, TP 2 + SP, PP 2, CP 2 and
+# recomputation, and saved and resumed across layouts (evaluation drops nothing); the checkpoint holds the adapters alone (their bytes), one saved under PP 2 at step 10 goes on
 # under ZeRO-2 on 2 ranks as the uninterrupted run does, and --resume DIR alone goes on with its adapters. The
 # checkpoint directory holds PEFT's adapter folder: eval --lora on the base = ckpt merge's folder (not the base alone)
 # and the same under TP 2 (each rank its slices of the folder's adapters),
@@ -42,6 +43,32 @@ if "$DTRAIN" train "${g[@]}" --metrics "$dir/g1.jsonl" > "$dir/g1.out" 2>&1 &&
 else
     failed=$((failed + 1)); echo "FAIL GPT-2 TP 2"; tail -n 2 "$dir/g1.out" "$dir/g2.out"
 fi
+# dropout 0.2 on the adapters' inputs: every layout drops the values one process drops (the masks drawn from each
+# sequence's place in the data, its positions, the adapter and the column)
+run drop --batch 4 --lora-dropout 0.2
+run drop2 --batch 2 --grad-accum 2 --lora-dropout 0.2
+d=$(paste <(field loss "$dir/ref.jsonl") <(field loss "$dir/drop.jsonl") | awk '$1 != $2' | wc -l)
+[ "$d" -ge 15 ] && ok=1 || ok=0
+verdict $ok "dropout 0.2 changes the losses ($d of 20 steps differ from no dropout's; the first cannot: B starts at 0)"
+run drop_ddp --batch 2 --nproc 2 --lora-dropout 0.2 && close "dropout, DDP 2" "$dir/drop.jsonl" "$dir/drop_ddp.jsonl"
+run drop_z3 --batch 2 --nproc 2 --zero 3 --lora-dropout 0.2 && close "dropout, ZeRO-3 on 2 ranks" "$dir/drop.jsonl" "$dir/drop_z3.jsonl"
+run drop_sp --batch 4 --nproc 2 --tp 2 --sp --lora-dropout 0.2 &&
+    close "dropout, TP 2 with sequence parallelism (o_proj's and down_proj's columns split)" "$dir/drop.jsonl" "$dir/drop_sp.jsonl"
+run drop_pp --batch 2 --grad-accum 2 --nproc 2 --pp 2 --pp-schedule 1f1b --lora-dropout 0.2 &&
+    close "dropout, PP 2 1F1B, 2 micro-batches" "$dir/drop2.jsonl" "$dir/drop_pp.jsonl"
+run drop_cp --batch 4 --nproc 2 --cp 2 --lora-dropout 0.2 && close "dropout, CP 2 (each rank its chunks of every sequence)" "$dir/drop.jsonl" "$dir/drop_cp.jsonl"
+run drop_rc --batch 4 --recompute --lora-dropout 0.2 && close "dropout, recomputing (the masks drawn again)" "$dir/drop.jsonl" "$dir/drop_rc.jsonl"
+# saved at step 10 under DDP 2, resumed alone on one process: the dropout and the masks go on as uninterrupted
+if "$DTRAIN" train "${common[@]}" --quiet --steps 10 --batch 2 --nproc 2 --lora-dropout 0.2 --save "$dir/dck" --metrics "$dir/da.jsonl" > "$dir/da.out" 2>&1 &&
+   "$DTRAIN" train "${common[@]:0:${#common[@]}-6}" --quiet --batch 4 --steps 20 --resume "$dir/dck" --metrics "$dir/db.jsonl" > "$dir/db.out" 2>&1; then
+    w=$(worst <(cat "$dir/da.jsonl" "$dir/db.jsonl") "$dir/drop.jsonl")
+    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-6)}" && ok=1 || ok=0
+    verdict $ok "dropout: saved by DDP 2 at step 10, --resume DIR alone on one process: worst relative loss difference $w"
+else
+    failed=$((failed + 1)); echo "FAIL dropout save or resume"; tail -3 "$dir/da.out" "$dir/db.out"
+fi
+grep -Eq '"lora_dropout":[[:space:]]*0.2,' "$dir/dck/adapter_config.json" && ok=1 || ok=0
+verdict $ok "PEFT's adapter_config.json beside the checkpoint says lora_dropout 0.2"
 # the loss falls and the base stays: the losses are not one process's without adapters
 w=$(paste <(field loss "$dir/ref.jsonl") | awk 'NR==1{a=$1} {b=$1} END{print (b < a) ? 1 : 0}')
 verdict "$w" "the loss falls over 20 steps ($(field loss "$dir/ref.jsonl" | head -1) -> $(field loss "$dir/ref.jsonl" | tail -1))"
@@ -87,6 +114,9 @@ if "$DTRAIN" ckpt merge "$dir/base" "$dir/ck" "$dir/merged" > "$dir/merge.out" 2
     g2=$("$DTRAIN" generate --model "$dir/merged" --ids --prompt 84,104,101 --tokens 12 --temperature 0 2>&1 | tail -1)
     [ -n "$g1" ] && [ "$g1" = "$g2" ] && ok=1 || ok=0
     verdict $ok "generate --lora decodes the merged model's greedy tokens ($g1)"
+    a=$(ev --model "$dir/base" --lora "$dir/dck") b=$(ev --model "$dir/base" --lora "$dir/dck" --lora-dropout 0)
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok=1 || ok=0
+    verdict $ok "evaluation drops nothing: eval --lora of the dropout run's folder ($a) = with --lora-dropout 0 ($b)"
 else
     failed=$((failed + 1)); echo "FAIL ckpt merge: $(tail -1 "$dir/merge.out")"
 fi
@@ -97,5 +127,7 @@ refused "a K/V Linear whose heads several tensor-parallel ranks keep" "kept by 2
     train "${common[@]}" --batch 4 --nproc 4 --tp 4 --kv-heads 2
 refused "targets that match no Linear" "match no Linear" train "${common[@]}" --batch 4 --lora-targets c_attn
 refused "LoRA on an image model" "LoRA is built for the language models" train --model mlp --synthetic --steps 1 --lora-rank 4
+refused "--lora-dropout without adapters" "give --lora-rank R or --lora DIR" train "${plain[@]}" --batch 4 --steps 1 --lora-dropout 0.1
+refused "--lora-dropout 1" "a probability from 0 to 0.999" train "${common[@]}" --batch 4 --steps 1 --lora-dropout 1
 echo "lora equivalence: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,6 +1,7 @@
 /* LoRA against its oracle: each fixture (scripts/make_lora_fixtures.py: PEFT's LoRA on a tiny random GPT-2 and a
- * tiny Llama, transformers' models) gives the logits, the loss, every adapter's gradient and ten AdamW steps of the
- * adapters alone. Then: the base weights stay as they were; recomputation and a split backward give the same bits;
+ * tiny Llama, and the Llama with dropout drawing dtrain's masks from the fixture's row keys; transformers' models)
+ * gives the logits, the loss, every adapter's gradient and ten AdamW steps of the adapters alone (with dropout: the
+ * logits in evaluation, where nothing drops). Then: the base weights stay as they were; recomputation and a split backward give the same bits;
  * bad targets and ranks are refused naming what. */
 #include "dtrain/io.h"
 #include "dtrain/optim.h"
@@ -49,13 +50,14 @@ static dt_status load(const char *path, dt_program **p, dt_safetensors **f) {
     if (!st) dt_program_model(*p, &m), st = dt_safetensors_read_model(*f, &m, cfg.vocab_size, NULL);
     char targets[128] = "";
     int rank = 0;
-    float alpha = 0;
-    const char *t = st ? NULL : strstr(lora, "\"targets\": \"");
+    float alpha = 0, dropout = 0;
+    const char *t = st ? NULL : strstr(lora, "\"targets\": \""), *d = st ? NULL : strstr(lora, "\"dropout\": ");
+    if (d) dropout = strtof(d + 11, NULL);
     if (!st && (!t || sscanf(t, "\"targets\": \"%127[^\"]", targets) != 1 || !strstr(lora, "\"rank\": ") ||
                 sscanf(strstr(lora, "\"rank\": ") + 8, "%d", &rank) != 1 || !strstr(lora, "\"alpha\": ") ||
                 sscanf(strstr(lora, "\"alpha\": ") + 9, "%f", &alpha) != 1))
         st = dt_error(DT_ERR_IO, "%s: its \"lora\" metadata is not rank, alpha, targets", path);
-    dt_lora_config lc = { .rank = rank, .alpha = alpha, .targets = targets };
+    dt_lora_config lc = { .rank = rank, .alpha = alpha, .dropout = dropout, .targets = targets };
     if (!st) st = dt_program_set_lora(*p, &lc, 1);
     if (!st) dt_program_model(*p, &m), st = dt_safetensors_read_model(*f, &m, cfg.vocab_size, NULL);
     return st;
@@ -147,6 +149,25 @@ static void check_modes(const char *name, dt_program *p, const int32_t *in, cons
     free(plain);
 }
 
+/* Without keys (evaluation) nothing drops: the logits of PEFT's model in eval mode, after the steps (the fixture's
+ * are from before them: the adapters read again). */
+static dt_status check_eval(const char *name, dt_program *p, dt_safetensors *f, const int32_t *in, const int32_t *tg) {
+    const dt_lm_config *c = dt_program_config(p);
+    int dims[3] = { B, T, c->vocab_size };
+    float loss, *ref = malloc(sizeof(float) * (size_t)B * T * c->vocab_size);
+    dt_model m;
+    dt_program_model(p, &m);
+    dt_program_set_row_keys(p, NULL);
+    dt_status st = ref ? dt_safetensors_read_model(f, &m, c->vocab_size, NULL) : dt_error(DT_ERR_NOMEM, "out of memory");
+    if (!st) st = dt_program_forward(p, in, tg, B, T, &loss);
+    if (!st) st = dt_safetensors_read(f, "logits_eval", 3, dims, 0, ref);
+    if (!st)
+        expect(name, "evaluation (no keys): PEFT's logits in eval mode",
+               rel_err(dt_program_logits(p), (size_t)c->padded_vocab_size, ref, (size_t)B * T, (size_t)c->vocab_size), 1e-5);
+    free(ref);
+    return st;
+}
+
 static void check_fixture(const char *dir, const char *name) {
     char path[512];
     snprintf(path, sizeof path, "%s/lora/%s.safetensors", dir, name);
@@ -158,6 +179,13 @@ static void check_fixture(const char *dir, const char *name) {
     if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
     dt_model m;
     float loss = 0, ref_loss = 0, *ref = NULL;
+    int32_t key32[B];
+    uint64_t keys[B];
+    bool dropout = !st && dt_safetensors_has(f, "row_keys");
+    if (dropout && !(st = dt_safetensors_read_i32(f, "row_keys", B, key32))) {
+        for (int b = 0; b < B; b++) keys[b] = (uint64_t)key32[b];
+        dt_program_set_row_keys(p, keys);
+    }
     if (!st) {
         const dt_lm_config *c = dt_program_config(p);
         int V = c->vocab_size, one = 1, dims[3] = { B, T, V };
@@ -176,6 +204,7 @@ static void check_fixture(const char *dir, const char *name) {
     if (!st) st = check_grads(name, &m, f);
     if (!st) check_modes(name, p, in, tg);
     if (!st) st = check_steps(name, p, &m, f, in, tg);
+    if (!st && dropout) st = check_eval(name, p, f, in, tg);
     if (st) {
         printf("FAIL: %s: %s\n", name, dt_last_error());
         failed++;
@@ -275,6 +304,22 @@ static void check_folders(const char *dir, const char *name) {
     dt_safetensors_close(f), dt_safetensors_close(g);
 }
 
+/* PEFT's folder with lora_dropout 0.25 gives its adapters that dropout (a run from --lora DIR trains with it). */
+static void check_dropout_folder(const char *dir) {
+    char path[512], folder[512];
+    snprintf(path, sizeof path, "%s/lora/llama_dropout.safetensors", dir);
+    snprintf(folder, sizeof folder, "%s/lora/llama_dropout_adapter", dir);
+    dt_program *p = NULL;
+    dt_safetensors *f = NULL;
+    dt_status st = load_base(path, &p, &f);
+    if (!st) st = dt_peft_load(folder, p);
+    const dt_lora_config *c = st ? NULL : dt_program_lora_config(p);
+    check("llama_dropout", "PEFT's folder read: its lora_dropout 0.25 kept", c && c->dropout == 0.25f);
+    if (st) printf("   %s\n", dt_last_error());
+    dt_program_destroy(p);
+    dt_safetensors_close(f);
+}
+
 /* A refusal whose message names what it must. */
 static void refused(const char *what, dt_program *p, dt_lora_config c, const char *needle) {
     dt_status st = dt_program_set_lora(p, &c, 1);
@@ -294,7 +339,7 @@ static void bad_input(void) {
     refused("targets that match no Linear (its Linears listed)", p, (dt_lora_config){ 4, 8, 0, "c_attn" }, "q_proj, k_proj");
     refused("a rank larger than the matrix (named, with its shape)", p, (dt_lora_config){ 100000, 8, 0, "q_proj" }, "q_proj [");
     refused("a rank of 0", p, (dt_lora_config){ 0, 8, 0, "q_proj" }, "rank 0");
-    refused("dropout (not in this build: said so)", p, (dt_lora_config){ 4, 8, 0.1f, "q_proj" }, "dropout");
+    refused("a dropout of 1 (not in [0, 1))", p, (dt_lora_config){ 4, 8, 1.0f, "q_proj" }, "dropout 1 is not in [0, 1)");
     refused("a name's tail that is not a whole module name", p, (dt_lora_config){ 4, 8, 0, "proj" }, "match no Linear");
     dt_program_destroy(p);
 }
@@ -303,8 +348,10 @@ int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     check_fixture(dir, "gpt2");
     check_fixture(dir, "llama");
+    check_fixture(dir, "llama_dropout");
     check_folders(dir, "gpt2");
     check_folders(dir, "llama");
+    check_dropout_folder(dir);
     bad_input();
     printf("%s\n", failed ? "test_lora: FAILED" : "test_lora: all passed");
     return failed != 0;

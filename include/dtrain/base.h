@@ -157,6 +157,8 @@ static inline uint16_t dt_f32_to_bf16(float f) {
 }
 float dt_f16_to_f32(uint16_t h);
 uint16_t dt_f32_to_f16(float f);
+/* The shortest decimal that reads back as v, as a double (0.2f: 0.2, not 0.200000003): for the files people read. */
+double dt_f32_decimal(float v);
 
 /* splitmix64: a small, fast, seedable generator that gives the same stream on
  * every machine (initialisation, shuffling, synthetic data). */

@@ -128,8 +128,12 @@ dt_status dt_loader_create_rows(const dt_sft *d, int B, int rank, int nranks, ui
 size_t dt_loader_scored(dt_loader *l, int n);
 void dt_loader_destroy(dt_loader *l);
 void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets);
-/* Rows: the first of the B rows the last dt_loader_next gave (they follow it in the file's rows). */
+/* The first of the B rows the last dt_loader_next gave, among the global rows (an SFT file's rows; a token file's
+ * sequences of T, in its order of batches). */
 size_t dt_loader_last_row(const dt_loader *l);
+/* A key for each of the last batch's B rows: its place among the global rows of every epoch so far, mixed with seed
+ * (what dropout draws from: dt_program_set_row_keys). The same global batch on any number of ranks, the same keys. */
+void dt_loader_row_keys(const dt_loader *l, uint64_t seed, uint64_t *keys);
 const dt_sft *dt_loader_rows(const dt_loader *l); /* the rows it reads (NULL: a token file) */
 /* The last batch's positions, B x T (packed rows: each example's from 0; else 0..T-1 a row). */
 void dt_loader_positions(const dt_loader *l, int32_t *pos);

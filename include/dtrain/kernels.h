@@ -32,6 +32,12 @@ void dt_lora_up_backward(float *db, float *du, const float *dout, int ldo, const
                          int OC);
 void dt_lora_down_backward(float *dinp, float *da, const float *du, const float *inp, const float *a, int BT, int C, int r);
 
+/* Dropout by position (dropout.c): out[i, f] = x[i, f] / (1 - p) where draw f + col0 of row i's stream is kept (p of
+ * them are not: 0), or out += that (add); rows ldo and ldx floats apart. A row's key names the value's place in the
+ * data (dt_dropout_row_key: a key and two coordinates mixed); the same keys and columns, the same mask, on any rank. */
+uint64_t dt_dropout_row_key(uint64_t key, uint32_t a, uint32_t b);
+void dt_dropout(float *out, int ldo, const float *x, int ldx, int rows, int cols, const uint64_t *row_key, uint64_t col0, float p, bool add);
+
 /* Mixed precision (torch.autocast's linear): w and bias hold 16-bit values
  * of type t (DT_BF16 or DT_F16), inp f32 values that t can hold; out =
  * round_t(inp @ w^T + bias), the products summed in f32. work: scratch of

@@ -65,6 +65,12 @@ void dt_program_set_loss_tokens(dt_program *p, double n);
  * first range from then on (the caller refills the buffer per micro-batch); attention stays inside each document, the
  * positions (rotary, learned) restart. NULL: 0..T-1 again. Refused with context parallelism. */
 dt_status dt_program_set_positions(dt_program *p, const int32_t *pos);
+/* Training's randomness (LoRA's dropout): keys[b] names sequence b of each micro-batch in the data (a global row of
+ * an epoch, with the run's seed: dt_loader_row_keys), read by every forward's first range from then on (the caller
+ * refills the buffer per micro-batch). A value's mask is drawn from its sequence's key, its position in the whole
+ * sequence, its adapter and its column, so every layout of the same global batch drops the same values, and backward
+ * draws them again. NULL (the default): no dropout, as a model in evaluation. */
+void dt_program_set_row_keys(dt_program *p, const uint64_t *keys);
 /* A loss over a micro-batch's tokens in place of their mean cross-entropy (preference tuning's, a policy gradient's):
  * given ce[B*T], each row's cross-entropy (-log p of its target; 0 where not scored), it returns the micro-batch's
  * loss and writes dce[B*T], d(loss)/d(ce), which backward takes as each row's weight (with grad_scale). Called where
@@ -211,9 +217,11 @@ void dt_program_set_linear_observer(dt_program *p, dt_linear_observer fn, void *
  * "base_model.model.<module>.lora_A.weight"), stores and units (each block's adapters in its unit), so every
  * strategy (data parallelism, ZeRO's shards, a pipeline's stages) moves and updates the adapters only. Under tensor
  * parallelism an adapter splits as its Linear (a column-parallel one's B by output rows, a row-parallel one's A by
- * input columns; the other whole on each rank). Set once, before the first forward; f32, no dropout, no K/V Linear
- * whose heads several ranks keep (what this build does; each other case is refused naming it). A starts uniform in
- * +-1/sqrt(in) (PEFT's Kaiming-uniform), B at zero. */
+ * input columns; the other whole on each rank). Dropout p (PEFT's lora_dropout) drops the adapter's input, the
+ * kept values scaled by 1 / (1 - p), while keys are given (dt_program_set_row_keys; the masks are dtrain's own draws,
+ * PyTorch's generator cannot be matched). Set once, before the first forward; f32, no K/V Linear whose heads several
+ * ranks keep (what this build does; each other case is refused naming it). A starts uniform in +-1/sqrt(in) (PEFT's
+ * Kaiming-uniform), B at zero. */
 typedef struct {
     int rank;
     float alpha;
@@ -236,6 +244,8 @@ void dt_program_lora_merge(dt_program *p);
 /* Forward with the adapters (on, the default) or as the base alone (off: preference tuning's reference, as PEFT's
  * disable_adapter). Nothing without LoRA. */
 void dt_program_set_lora_enabled(dt_program *p, bool on);
+/* Another dropout for the adapters (a PEFT folder's own, overridden). Before the first forward. */
+dt_status dt_program_set_lora_dropout(dt_program *p, float dropout);
 /* The adapters' config (NULL: no LoRA); their table and count (NULL, 0: none). */
 const dt_lora_config *dt_program_lora_config(const dt_program *p);
 const dt_tensor_info *dt_program_lora_tensors(const dt_program *p, int *n);

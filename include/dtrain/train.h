@@ -59,7 +59,8 @@ typedef struct {
     int synthetic;            /* image models: --steps on one random batch (Horovod's synthetic benchmark), no data */
     double bucket_mb;         /* DDP bucket cap (the first bucket is 1 MiB) */
     int step_at_end;          /* DDP: the optimizer after backward, not bucket by bucket inside it */
-    dt_lora_config lora;      /* --lora-rank R (0: every weight trains), --lora-alpha, --lora-targets (NULL: the family's) */
+    dt_lora_config lora;      /* --lora-rank R (0: every weight trains), --lora-alpha, --lora-targets (NULL: the family's),
+                               * --lora-dropout (below 0: not given, 0 or --lora DIR's) */
     const char *lora_from;    /* --lora DIR: PEFT's adapter folder to start from (its rank, alpha and targets) */
     const char *tokenizer;    /* --tokenizer tokenizer.json: --data FILE.jsonl's (NULL: the --model folder's) */
     const char *chat_template; /* --chat-template chatml|llama3|none (NULL: the tokenizer_config.json's) */

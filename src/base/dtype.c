@@ -2,6 +2,8 @@
  * truncated f32 and lives inline in base.h). */
 #include "dtrain/base.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct { const char *name; size_t size; } dtypes[DT_DTYPE_COUNT] = {
@@ -63,4 +65,13 @@ dt_status dt_precision_parse(const char *s, dt_dtype *out) {
     for (int i = 0; s && i < 3; i++)
         if (!strcmp(s, dt_precision_name(types[i]))) { *out = types[i]; return DT_OK; }
     return dt_error(DT_ERR_ARG, "precision '%s': expected fp32, bf16 or fp16", s ? s : "");
+}
+
+double dt_f32_decimal(float v) {
+    char s[32];
+    for (int digits = 6; digits < 9; digits++) {
+        snprintf(s, sizeof s, "%.*g", digits, (double)v);
+        if (strtof(s, NULL) == v) return strtod(s, NULL);
+    }
+    return (double)v;
 }

@@ -52,11 +52,13 @@ dt_status dt_ckpt_manifest_lora(const cJSON *j, const char *mpath, bool *found, 
     *found = l != NULL;
     if (!l) return DT_OK;
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(l, "rank"), *a = cJSON_GetObjectItemCaseSensitive(l, "alpha"),
-                *t = cJSON_GetObjectItemCaseSensitive(l, "targets");
+                *t = cJSON_GetObjectItemCaseSensitive(l, "targets"), *d = cJSON_GetObjectItemCaseSensitive(l, "dropout");
     if (!cJSON_IsNumber(r) || !cJSON_IsNumber(a) || !cJSON_IsString(t) || !(r->valuedouble >= 1 && r->valuedouble <= 65536) ||
         snprintf(targets, cap, "%s", t->valuestring) >= (int)cap)
         return dt_error(DT_ERR_IO, "%s: model.lora is not {rank, alpha, targets}", mpath);
-    *out = (dt_lora_config){ .rank = (int)r->valuedouble, .alpha = (float)a->valuedouble, .targets = targets };
+    if (d && (!cJSON_IsNumber(d) || !(d->valuedouble >= 0 && d->valuedouble < 1)))
+        return dt_error(DT_ERR_IO, "%s: model.lora.dropout is not a probability below 1", mpath);
+    *out = (dt_lora_config){ .rank = (int)r->valuedouble, .alpha = (float)a->valuedouble, .dropout = d ? (float)d->valuedouble : 0, .targets = targets };
     return DT_OK;
 }
 

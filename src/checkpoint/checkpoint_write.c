@@ -206,8 +206,9 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     if (cm->lora) { /* the parameters are the adapters; the base comes from --model */
         cJSON *l = cJSON_AddObjectToObject(x, "lora");
         cJSON_AddNumberToObject(l, "rank", cm->lora->rank);
-        cJSON_AddNumberToObject(l, "alpha", cm->lora->alpha);
+        cJSON_AddNumberToObject(l, "alpha", dt_f32_decimal(cm->lora->alpha));
         cJSON_AddStringToObject(l, "targets", cm->lora->targets);
+        cJSON_AddNumberToObject(l, "dropout", dt_f32_decimal(cm->lora->dropout));
     }
     x = cJSON_AddObjectToObject(j, "optimizer");
     cJSON_AddStringToObject(x, "kind", dt_optim_kind_name(c->opt.kind));

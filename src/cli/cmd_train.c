@@ -115,6 +115,8 @@ static void usage(FILE *f) {
             "  --lora-alpha A     the adapters' scale is A / R (8, PEFT's default)\n"
             "  --lora-targets L   comma-separated module names, PEFT's target_modules (c_attn for GPT-2,\n"
             "                     q_proj,v_proj for Llama and Qwen 2: PEFT's defaults)\n"
+            "  --lora-dropout P   drop the adapters' inputs with probability P while training (PEFT's\n"
+            "                     lora_dropout; 0, or --lora DIR's own); every layout drops the same values\n"
             "  --lora DIR         start from PEFT's adapter folder DIR (its rank, alpha and targets; a LoRA run's\n"
             "                     --save DIR holds one); with eval, evaluate the model with them\n"
             "  --recompute        activation checkpointing: recompute each block in backward (less memory)\n"
@@ -144,7 +146,7 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" }, { "--tensorboard", "a folder" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
-    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--dpo-beta", "a number from 1e-6 to 1e6" },
+    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
     { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
     { "--tokenizer", "a tokenizer.json" }, { "--chat-template", "chatml, llama3 or none" },
@@ -221,7 +223,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--channels", 1, 1e6, 1, &c.shape.channels, 'i' }, { "--vocab", 1, 1 << 30, 1, &c.shape.vocab_size, 'i' },
         { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' }, { "--kv-heads", 1, 1e5, 1, &c.shape.kv_heads, 'i' },
         { "--ffn", 1, 1e7, 1, &c.shape.ffn, 'i' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
-        { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c.dpo_beta, 'd' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
+        { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c.lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c.dpo_beta, 'd' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
     };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -124,6 +124,7 @@ void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
         return;
     }
     size_t bt = (size_t)l->B * l->T, start = (b * (size_t)l->nranks + (size_t)l->rank) * bt;
+    l->last_row = start / (size_t)l->T;
     for (size_t i = 0; i < bt; i++) {
         inputs[i] = (int32_t)dt_tokens_get(l->t, start + i);
         targets[i] = (int32_t)dt_tokens_get(l->t, start + i + 1);
@@ -131,6 +132,14 @@ void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
 }
 
 size_t dt_loader_last_row(const dt_loader *l) { return l->last_row; }
+
+void dt_loader_row_keys(const dt_loader *l, uint64_t seed, uint64_t *keys) {
+    uint64_t per_epoch = (uint64_t)l->nbatches * (uint64_t)l->B * (uint64_t)l->nranks;
+    for (int i = 0; i < l->B; i++) {
+        uint64_t s = seed ^ ((l->epoch * per_epoch + l->last_row + (uint64_t)i) * 0xd1b54a32d192ed03ull);
+        keys[i] = dt_rng_next(&s);
+    }
+}
 const dt_sft *dt_loader_rows(const dt_loader *l) { return l->rows; }
 
 void dt_loader_positions(const dt_loader *l, int32_t *pos) {

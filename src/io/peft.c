@@ -19,8 +19,8 @@ static cJSON *adapter_config(const dt_program *p, const dt_lora_config *c) {
     cJSON_AddStringToObject(j, "peft_type", "LORA");
     cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM");
     cJSON_AddNumberToObject(j, "r", c->rank);
-    cJSON_AddNumberToObject(j, "lora_alpha", c->alpha);
-    cJSON_AddNumberToObject(j, "lora_dropout", c->dropout);
+    cJSON_AddNumberToObject(j, "lora_alpha", dt_f32_decimal(c->alpha));
+    cJSON_AddNumberToObject(j, "lora_dropout", dt_f32_decimal(c->dropout));
     cJSON_AddStringToObject(j, "bias", "none");
     /* GPT-2's Conv1D keeps its weights [in, out]: PEFT merges the transposed product (the adapters are alike) */
     cJSON_AddBoolToObject(j, "fan_in_fan_out", !strcmp(dt_family_name(dt_program_config(p)->family), "gpt2"));
@@ -144,7 +144,6 @@ dt_status dt_peft_load(const char *dir, dt_program *p) {
     dt_lora_config c;
     dt_status st = dt_peft_read_config(dir, &c, targets, sizeof targets);
     if (st) return st;
-    c.dropout = 0; /* a training setting: the adapters are what they are */
     if ((st = dt_program_set_lora(p, &c, 0))) {
         char why[512];
         snprintf(why, sizeof why, "%s", dt_last_error());

@@ -45,13 +45,15 @@ struct dt_family {
 
 /* LoRA's adapters (program_lora.c): for each Linear op k and each of its parts j (op_part[k * DT_LORA_MAX_PARTS + j]:
  * the adapter's index within a block, -1: not targeted), A then B of each adapted part, block by block (each in its
- * unit) in a store of their own. A slot keeps each adapter's x A^T [B*T, rank] for backward. */
+ * unit) in a store of their own. A slot keeps each adapter's x A^T [B*T, rank] for backward; with dropout, the
+ * dropped input is made again from the kept input and the rows' keys (dt_dropout) where backward needs it. */
 #define DT_LORA_MAX_PARTS 4
 typedef struct {
     dt_lora_config c;
     char targets[256];
     float scale;                       /* alpha / rank */
     int *op_part, per_block;           /* adapters a block */
+    int max_in;                        /* the widest input of an adapted Linear (dropout's scratch a row) */
     dt_tensor_info *tab;
     int ntab;
     size_t nparams, global_params;
@@ -92,6 +94,9 @@ typedef struct {
     size_t lp_block;
     float *res1;               /* and a block's input widened again for its backward */
     float *lora_u, *lora_du;   /* LoRA: each held block's adapters' x A^T, kept; backward's d(u) of one */
+    float *lora_x;             /* LoRA's dropout: an adapter's input dropped, or d(input) before its mask [B*T, max_in] */
+    uint64_t *row_key, *lora_rk; /* dropout: each sequence's key (dt_program_set_row_keys), and each row's for one adapter */
+    bool keyed;                /* the micro-batch trains with dropout (keys were given) */
     float *dce;                /* a token loss's d(loss)/d(each row's cross-entropy), from forward for backward */
     float w_dscale;            /* the loss gradient's scale B used (W recomputes the head's 16-bit gradient) */
     double loss_tokens;        /* what the forward's loss divided its sum by (the scored tokens' count), backward too */
@@ -162,6 +167,7 @@ struct dt_program {
     void *token_loss_ctx;
     bool lora_off;             /* dt_program_set_lora_enabled(p, false): forward as the base alone */
     const int32_t *pos_src;    /* dt_program_set_positions: read by each micro-batch's forward (NULL: 0..T-1) */
+    const uint64_t *key_src;   /* dt_program_set_row_keys: read likewise (NULL: no dropout, as in evaluation) */
 };
 
 /* Which values a block's backward reads (p->vkeep), from the ops and LoRA's adapters (program.c); whether op k's

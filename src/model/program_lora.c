@@ -58,6 +58,7 @@ static dt_status choose_parts(dt_program *p, program_lora *a) {
                 return dt_error(DT_ERR_UNSUPPORTED, "LoRA: %s's K/V heads are kept by %d tensor-parallel ranks each (fewer K/V heads "
                                 "than ranks): this build adapts a K/V Linear only where each rank has its own", module, w->replicas);
             a->op_part[k * DT_LORA_MAX_PARTS + j] = a->per_block++;
+            if (p->ops[k].width_in > a->max_in) a->max_in = p->ops[k].width_in;
         }
     }
     if (!a->per_block)
@@ -144,7 +145,6 @@ static dt_status refuse(const dt_program *p, const dt_lora_config *c) {
     dt_status st = dt_lora_config_check(c, "LoRA");
     if (st) return st;
     if (p->lora) return dt_error(DT_ERR_ARG, "LoRA: the model has its adapters already");
-    if (c->dropout > 0) return dt_error(DT_ERR_UNSUPPORTED, "LoRA: dropout %g: this build runs LoRA without dropout (0)", (double)c->dropout);
     if (p->prec != DT_F32) return dt_error(DT_ERR_UNSUPPORTED, "LoRA: this build runs adapters in f32 only, not %s", dt_dtype_name(p->prec));
     if (p->nl < 1) return dt_error(DT_ERR_ARG, "LoRA: this part of the model holds no block to adapt");
     return DT_OK;
@@ -204,6 +204,23 @@ static float *kept_u(const dt_program *p, int l, int q) {
     return p->s->lora_u + ((size_t)p->bk[l] * p->lora->per_block + q) * BT * p->lora->c.rank;
 }
 
+/* Dropout on adapter q of block l (PEFT's: the adapter's input, the Linear's own input untouched), while the
+ * micro-batch trains (keys given): each row's key from its sequence's, the adapter and the row's place in the whole
+ * sequence; the columns the input's own in the whole Linear (a row-parallel rank's slice from A's first). Out: x
+ * dropped (add 0) or out += dropout's backward of x (add 1: the same mask). NULL when nothing drops. */
+static const uint64_t *row_keys(const dt_program *p, int l, int q) {
+    const program_slot *s = p->s;
+    if (!s->keyed) return NULL;
+    uint32_t id = (uint32_t)(l * p->lora->per_block + q);
+    for (int i = 0, BT = s->B * s->T; i < BT; i++)
+        s->lora_rk[i] = dt_dropout_row_key(s->row_key[i / s->T], id, (uint32_t)(s->docs ? i % s->T : s->pos[i]));
+    return s->lora_rk;
+}
+
+static void drop(const dt_program *p, const dt_tensor_info *A, const uint64_t *keys, float *out, const float *x, int width, bool add) {
+    dt_dropout(out, width, x, width, p->s->B * p->s->T, width, keys, dt_tensor_global_index(A, 0), p->lora->c.dropout, add);
+}
+
 /* Tensor parallelism (Megatron's LoRA): a column-parallel Linear reads all its input (gathered), so x A^T is whole on
  * every rank and each adds its output rows' (x A^T) B^T; backward's d(x A^T) = dy B is a partial sum over the group
  * (each rank its rows of dy): summed for A's gradient, while each rank's partial goes into d(x) with the Linear's
@@ -220,7 +237,9 @@ void dt_program_lora_forward(dt_program *p, int l, int k, const float *x, float 
         const dt_tensor_info *A = &a->tab[adapter_of(p, l, q)], *Bt = A + 1;
         float *u = kept_u(p, l, q);
         bool row = A->split == DT_SPLIT_ROW;
-        dt_lora_down(u, x, a->params + A->offset, BT, o->width_in, r);
+        const uint64_t *keys = row_keys(p, l, q);
+        if (keys) drop(p, A, keys, p->s->lora_x, x, o->width_in, false);
+        dt_lora_down(u, keys ? p->s->lora_x : x, a->params + A->offset, BT, o->width_in, r);
         if (row) dt_program_tp_sum(p, u, (size_t)BT * r);
         if (!row || p->part.tp_rank == 0) dt_lora_up(y + rows, o->width_out, u, a->params + Bt->offset, a->scale, BT, r, Bt->shape[0]);
     }
@@ -239,9 +258,13 @@ void dt_program_lora_backward(dt_program *p, int l, int k, const float *x, const
         dt_lora_up_backward(a->grads + Bt->offset, du, dy + rows, o->width_out, kept_u(p, l, q), a->params + Bt->offset, a->scale, BT, r,
                             Bt->shape[0]);
         bool column = Bt->split == DT_SPLIT_COLUMN;
-        dt_lora_down_backward(dx, NULL, du, x, pa, BT, o->width_in, r); /* column-parallel: this rank's share of d(x) */
+        const uint64_t *keys = row_keys(p, l, q);
+        float *xd = p->s->lora_x; /* d(the dropped x), then the dropped x again */
+        if (keys) memset(xd, 0, (size_t)BT * o->width_in * sizeof(float));
+        dt_lora_down_backward(keys ? xd : dx, NULL, du, x, pa, BT, o->width_in, r); /* column-parallel: this rank's share */
+        if (keys) drop(p, A, keys, dx, xd, o->width_in, true), drop(p, A, keys, xd, x, o->width_in, false);
         if (column) dt_program_tp_sum(p, du, (size_t)BT * r);
-        dt_lora_down_backward(NULL, a->grads + A->offset, du, x, pa, BT, o->width_in, r);
+        dt_lora_down_backward(NULL, a->grads + A->offset, du, keys ? xd : x, pa, BT, o->width_in, r);
     }
 }
 
@@ -280,6 +303,17 @@ static void merge_one(float *w, const float *A, const float *B, float scale, int
 }
 
 void dt_program_set_lora_enabled(dt_program *p, bool on) { p->lora_off = !on; }
+
+dt_status dt_program_set_lora_dropout(dt_program *p, float dropout) {
+    if (!p->lora) return dt_error(DT_ERR_ARG, "LoRA: dropout %g for a model without adapters", (double)dropout);
+    dt_lora_config c = p->lora->c;
+    c.dropout = dropout;
+    dt_status st = dt_lora_config_check(&c, "LoRA");
+    if (st) return st;
+    p->lora->c.dropout = dropout;
+    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* laid out again, with or without its scratch */
+    return DT_OK;
+}
 
 bool dt_program_lora_adapts(const dt_program *p, int k) {
     for (int j = 0; p->lora && j < DT_LORA_MAX_PARTS; j++)

@@ -26,6 +26,9 @@ typedef struct {
 } arena;
 
 /* n floats from the arena (64-byte aligned starts). */
+/* LoRA with dropout: a slot has room for an adapter's dropped input, and the rows' keys. */
+static bool dropping(const dt_program *p) { return p->lora && p->lora->c.dropout > 0; }
+
 static float *carve(arena *a, size_t n, bool kept) {
     float *x = a->base ? a->base + a->at : NULL;
     a->at += round16(n);
@@ -108,6 +111,7 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
     size_t lr = p->lora ? (size_t)p->lora->c.rank : 0;
     s->lora_u = carve(m, (size_t)p->nl * (p->lora ? (size_t)p->lora->per_block : 0) * BT * lr, true);
     s->lora_du = carve(m, BT * lr, false);
+    s->lora_x = carve(m, dropping(p) ? BT * (size_t)p->lora->max_in : 0, false);
     s->dce = carve(m, p->token_loss ? head * BT : 0, true);
 }
 
@@ -117,7 +121,7 @@ size_t dt_program_slot_bytes(const dt_program *p, int B, int T, size_t *kept) {
     lay_slot((dt_program *)p, &s, &m, B, T);
     size_t lp = dt_program_packs(p) ? (size_t)p->nl * dt_program_lp_block(p, (size_t)B * T) * sizeof(uint16_t) : 0;
     if (kept) *kept = m.kept * sizeof(float) + lp;
-    return m.at * sizeof(float) + lp + 3 * (size_t)B * T * sizeof(int32_t);
+    return m.at * sizeof(float) + lp + 3 * (size_t)B * T * sizeof(int32_t) + (dropping(p) ? 2 * (size_t)B * T * sizeof(uint64_t) : 0);
 }
 
 void dt_program_free_slot(program_slot *s) {
@@ -131,6 +135,8 @@ void dt_program_free_slot(program_slot *s) {
     free(s->targets);
     free(s->pos);
     free(s->first);
+    free(s->row_key);
+    free(s->lora_rk);
     dt_free_aligned(s->acts_lp);
     memset(s, 0, sizeof *s);
 }
@@ -159,10 +165,13 @@ static dt_status reserve(dt_program *p, int B, int T) {
     s->targets = malloc(BT * sizeof(int32_t));
     s->pos = malloc(BT * sizeof(int32_t));
     s->first = malloc(BT * sizeof(int32_t));
+    s->row_key = dropping(p) ? malloc(BT * sizeof(uint64_t)) : NULL;
+    s->lora_rk = dropping(p) ? malloc(BT * sizeof(uint64_t)) : NULL;
     s->mem = dt_alloc_aligned(n * sizeof(float));
     s->lp_block = dt_program_packs(p) ? dt_program_lp_block(p, BT) : 0;
     s->acts_lp = s->lp_block ? dt_alloc_aligned((size_t)p->nl * s->lp_block * sizeof(uint16_t)) : NULL;
-    if ((s->lp_block && !s->acts_lp) || !s->val || !s->stats || !s->packed || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->first || !s->mem) {
+    if ((s->lp_block && !s->acts_lp) || !s->val || !s->stats || !s->packed || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->first || !s->mem ||
+        (dropping(p) && (!s->row_key || !s->lora_rk))) {
         dt_program_free_slot(s);
         char sz[32];
         return dt_error(DT_ERR_NOMEM, "model: cannot allocate %s of activations for B=%d T=%d", dt_format_size(n * sizeof(float), sz, sizeof sz),
@@ -420,7 +429,8 @@ static dt_status check_range(const dt_program *p, int a, int b, const int32_t *t
 }
 
 /* The slot's positions: dt_program_set_positions' (checked: each row's document starts at a position 0 and counts up
- * from it), each document's first row for attention; else t (or CP's place). */
+ * from it), each document's first row for attention; else t (or CP's place). And each sequence's key, where dropout
+ * draws from them. */
 static dt_status set_positions(dt_program *p, int BT, int T) {
     program_slot *s = p->s;
     s->docs = p->pos_src != NULL;
@@ -431,6 +441,8 @@ static dt_status set_positions(dt_program *p, int BT, int T) {
                             i / T);
         s->pos[i] = q, s->first[i] = t - q;
     }
+    s->keyed = p->key_src && dropping(p);
+    if (s->keyed) memcpy(s->row_key, p->key_src, (size_t)(BT / T) * sizeof(uint64_t));
     return DT_OK;
 }
 
@@ -801,6 +813,8 @@ dt_status dt_program_set_recompute(dt_program *p, int on) {
 
 void dt_program_set_attention(dt_program *p, dt_attn_mode mode) { p->attn = mode; }
 void dt_program_set_loss_tokens(dt_program *p, double n) { p->loss_tokens = n > 0 ? n : 0; }
+
+void dt_program_set_row_keys(dt_program *p, const uint64_t *keys) { p->key_src = keys; }
 
 dt_status dt_program_set_positions(dt_program *p, const int32_t *pos) {
     if (pos && p->part.cp_size > 1)

@@ -43,6 +43,7 @@ typedef struct {
     dt_tb_writer *tb;         /* --tensorboard (rank 0) */
     int32_t *in, *tg;
     int32_t *pos;             /* --pack: the batch's positions (each example's from 0), which the model reads */
+    uint64_t *keys;           /* --lora-dropout: the training batch's row keys, which the model's dropout draws from */
     double fwd, bwd, data;    /* this step's forward, backward and batch-loading seconds */
     double wgt;               /* of backward, zb1's W (weight gradients) */
     double tp_comm;           /* of forward and backward, in tensor parallelism's collectives */

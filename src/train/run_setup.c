@@ -49,9 +49,13 @@ static dt_status add_lora(const dt_train_config *c, dt_gpt2 *m) {
     if (c->lora_from && c->lora.rank)
         return dt_error(DT_ERR_ARG, "--lora %s brings its adapters' rank, alpha and targets: not with --lora-rank (or a LoRA checkpoint's)",
                         c->lora_from);
-    if (c->lora_from) return dt_peft_load(c->lora_from, dt_gpt2_program(m));
-    if (!c->lora.rank) return DT_OK;
+    if (c->lora_from) {
+        dt_status st = dt_peft_load(c->lora_from, dt_gpt2_program(m));
+        return st || c->lora.dropout < 0 ? st : dt_program_set_lora_dropout(dt_gpt2_program(m), c->lora.dropout);
+    }
+    if (!c->lora.rank) return c->lora.dropout > 0 ? dt_error(DT_ERR_ARG, "--lora-dropout drops LoRA adapters' inputs: give --lora-rank R or --lora DIR") : DT_OK;
     dt_lora_config lc = c->lora;
+    if (lc.dropout < 0) lc.dropout = 0;
     if (!lc.alpha) lc.alpha = 8;
     if (!lc.targets) lc.targets = dt_family_lora_targets(dt_lm_config_resolve(dt_gpt2_get_config(m)).family);
     dt_status st = dt_program_set_lora(dt_gpt2_program(m), &lc, c->seed ^ 0x4c6f5241ull);
@@ -425,6 +429,11 @@ dt_status dt_train_setup(run *r) {
     size_t BT = (size_t)c->batch * c->seq;
     if (!st && (!(r->in = malloc(BT * 4)) || !(r->tg = malloc(BT * 4))))
         st = dt_error(DT_ERR_NOMEM, "out of memory for a batch of %zu tokens", BT);
+    /* LoRA's dropout draws from each training row's key (evaluation sets none: nothing drops) */
+    const dt_lora_config *lc = st ? NULL : dt_program_lora_config(dt_gpt2_program(r->m));
+    if (lc && lc->dropout > 0 && !(r->keys = malloc((size_t)c->batch * sizeof *r->keys)))
+        st = dt_error(DT_ERR_NOMEM, "out of memory for a batch's keys");
+    if (!st && r->keys) dt_program_set_row_keys(dt_gpt2_program(r->m), r->keys);
     if (!st) st = dt_watchdog_start(r->nranks > 1 ? r->w : NULL, &r->wd);
     if (!st) find_peak(r);
     if (!st && r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_CP) > 1 || r->pipe)) st = print_placement(r);

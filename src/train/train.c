@@ -23,6 +23,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->steps = 10;
     c->grad_accum = 1;
     c->keep_last = 1;
+    c->lora.dropout = -1; /* not given */
     c->eval_batches = 8;
     c->seed = 1337;
     c->nproc = 1;
@@ -41,6 +42,7 @@ void dt_train_defaults(dt_train_config *c) {
 static void load(run *r, dt_loader *l) {
     dt_loader_next(l, r->in, r->tg);
     if (r->pos) dt_loader_positions(l, r->pos);
+    if (r->keys && l == r->tl) dt_loader_row_keys(l, r->c.seed, r->keys);
     if (r->dpo) dt_train_dpo_queue(r, l);
     if (r->T == r->c.seq) return;
     int cp = dt_mesh_size(r->mesh, DT_MESH_CP), q = dt_mesh_coord(r->mesh, DT_MESH_CP);
@@ -94,6 +96,7 @@ dt_status dt_train_forward_batches(run *r, dt_loader *l, int nb, float *out) {
     dt_status st = DT_OK;
     r->fl = l;
     if (r->dpo) dt_dpo_restart(r->dpo);
+    dt_program_set_row_keys(dt_gpt2_program(r->m), NULL); /* evaluating: nothing drops */
     if (r->pipe) st = dt_pipeline_forward_only(r->pipe, nb, eval_batch, r, &sum, &n);
     for (int i = 0; i < nb && !st && !r->pipe; i++, n++) {
         float loss = 0;
@@ -101,6 +104,7 @@ dt_status dt_train_forward_batches(run *r, dt_loader *l, int nb, float *out) {
         st = dt_gpt2_forward(r->m, r->in, r->tg, c->batch, r->T, &loss);
         sum += loss;
     }
+    dt_program_set_row_keys(dt_gpt2_program(r->m), r->keys);
     if (st) return st;
     /* the mean over the ranks that computed losses (a pipeline's last stages; every rank otherwise) */
     float v[2] = { n ? (float)(sum / n) : 0, n ? 1 : 0 };
@@ -275,6 +279,7 @@ static void teardown(run *r) {
     dt_sft_destroy(r->sft_val);
     dt_dpo_destroy(r->dpo);
     free(r->pos);
+    free(r->keys);
     dt_gpt2_destroy(r->m);
     free(r->in);
     free(r->tg);
