@@ -24,20 +24,27 @@ static double rel_err(const float *a, const float *b, size_t n) {
     return sqrt(d) / (sqrt(r) + 1e-30);
 }
 
-/* The worst relative error of m's gradients against f's "grad.<name>" (vocab: the real rows of a padded table). */
+/* The worst relative error of m's gradients against f's "grad.<name>" (vocab: the real rows of a padded table; a
+ * stacked tensor: each expert's piece under its own name). */
 static dt_status grads_err(dt_safetensors *f, const dt_model *m, int vocab, double *worst) {
     dt_status st = DT_OK;
     *worst = 0;
     for (int i = 0; !st && i < m->ntensors; i++) {
         const dt_tensor_info *t = &m->tensors[i];
-        char name[128];
-        snprintf(name, sizeof name, "grad.%s", t->hf);
-        int dims[2] = { t->split == DT_SPLIT_VOCAB ? vocab : t->shape[0], t->shape[1] };
-        size_t n = (size_t)dims[0] * (size_t)(t->ndim == 2 ? dims[1] : 1);
-        float *want = malloc(n * sizeof(float));
-        if (!want) return dt_error(DT_ERR_NOMEM, "out of memory");
-        if (!(st = dt_safetensors_read(f, name, t->ndim, dims, 0, want))) *worst = fmax(*worst, rel_err(m->grads(m->self) + t->offset, want, n));
-        free(want);
+        for (int k = 0; !st && k < dt_tensor_hf_pieces(t); k++) {
+            char piece[128], name[136];
+            int ndim, dims[4];
+            size_t at, n = 1;
+            dt_tensor_hf_piece(t, k, piece, sizeof piece, &ndim, dims, &at);
+            snprintf(name, sizeof name, "grad.%s", piece);
+            if (t->split == DT_SPLIT_VOCAB) dims[0] = vocab;
+            for (int d = 0; d < ndim; d++) n *= (size_t)dims[d];
+            float *want = malloc(n * sizeof(float));
+            if (!want) return dt_error(DT_ERR_NOMEM, "out of memory");
+            if (!(st = dt_safetensors_read(f, name, ndim, dims, 0, want)))
+                *worst = fmax(*worst, rel_err(m->grads(m->self) + t->offset + at, want, n));
+            free(want);
+        }
     }
     return st;
 }

@@ -38,6 +38,32 @@ void dt_lora_down_backward(float *dinp, float *da, const float *du, const float 
 uint64_t dt_dropout_row_key(uint64_t key, uint32_t a, uint32_t b);
 void dt_dropout(float *out, int ldo, const float *x, int ldx, int rows, int cols, const uint64_t *row_key, uint64_t col0, float p, bool add);
 
+/* A mixture of experts (moe.c). BT tokens each choose K of E experts (K at most DT_MOE_MAX_K): pair q = i*K + j is
+ * token i's j-th choice. softmax: probs[BT, E] from the router's logits, in place. topk: each token's K most probable
+ * experts (largest first; a tie the lower), w their probabilities, renormalised to sum to 1 with norm. sort: the
+ * pairs by expert (within one, in pair order): order[r] the pair at sorted row r, start[e] expert e's first row
+ * (start[E]: every pair), row_of[q] pair q's row. gather: rows[r] = x[order[r] / K]. combine: out[i] (= or +=,
+ * add) the sum of w[q] y[row_of[q]] over token i's pairs in the experts' order (w NULL: 1), so a token's sum is in
+ * one order whatever the layout. experts_forward: each expert's rows xs [n, C] through its SwiGLU MLP (gate wg, up
+ * wu [E, F, C], down wd [E, C, F]): hu [pairs, 2F] the gate|up products, act [pairs, F], y [pairs, C] (NULL: not
+ * made). experts_backward from the output rows' gradients dys (unweighted; scaled by w in place): dw[q] the
+ * gradients of the pairs' weights, the weights' gradients added to, dxs (may be dys) d(xs); g [pairs, F] and dhu
+ * [pairs, 2F] scratch. router_backward: d(logits) from d(w) (and daux[E], a gradient added to every token's
+ * probabilities, or NULL). */
+#define DT_MOE_MAX_K 32
+void dt_moe_softmax(float *probs, int BT, int E);
+void dt_moe_topk(float *w, int32_t *idx, const float *probs, int BT, int E, int K, bool norm);
+void dt_moe_sort(int32_t *order, int32_t *start, int32_t *row_of, const int32_t *idx, int pairs, int E);
+void dt_moe_gather(float *rows, const float *x, const int32_t *order, int pairs, int K, int C);
+void dt_moe_combine(float *out, const float *y, const float *w, const int32_t *idx, const int32_t *row_of, int BT, int K, int C, bool add);
+void dt_moe_experts_forward(float *hu, float *act, float *y, const float *xs, const int32_t *start, const float *wg, const float *wu,
+                            const float *wd, int E, int C, int F);
+void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, float *dw, float *dys, float *g, float *dhu, const float *xs,
+                             const float *hu, const float *act, const float *w, const int32_t *order, const int32_t *start, const float *wg,
+                             const float *wu, const float *wd, int E, int C, int F);
+void dt_moe_router_backward(float *dlogits, const float *probs, const float *w, const int32_t *idx, const float *dw, const float *daux, int BT,
+                            int E, int K, bool norm);
+
 /* Mixed precision (torch.autocast's linear): w and bias hold 16-bit values
  * of type t (DT_BF16 or DT_F16), inp f32 values that t can hold; out =
  * round_t(inp @ w^T + bias), the products summed in f32. work: scratch of

@@ -35,6 +35,12 @@ typedef struct {
     float rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max;
     int untied;            /* the head is its own tensor, not the token table's transpose */
+    /* mixture of experts (a family whose block has one, Mixtral's): E experts of ffn hidden units, each token routed to
+     * top_k of them by a softmax router, their weights renormalised to sum to 1 (norm_topk, Mixtral's) or not; the
+     * Switch load-balancing loss (Hugging Face's load_balancing_loss_func over the layers) times aux_coef added to
+     * the loss (0: none) */
+    int experts, experts_top_k, norm_topk;
+    float aux_coef;
 } dt_lm_config;
 typedef dt_lm_config dt_gpt2_config;
 
@@ -51,6 +57,8 @@ const char *dt_family_gguf_arch(const dt_family *f);
 int dt_family_gguf_pairs(const dt_family *f);
 /* The modules PEFT puts LoRA on for the family when not told ("c_attn"; "q_proj,v_proj"). */
 const char *dt_family_lora_targets(const dt_family *f);
+/* Whether the family's block routes tokens to experts (Mixtral's). */
+bool dt_family_moe(const dt_family *f);
 
 /* How tensor parallelism splits a tensor (Megatron): a column-parallel
  * Linear splits its outputs (weight rows, bias), a row-parallel one its
@@ -92,6 +100,7 @@ typedef struct {
     int f32_read;           /* mixed precision reads its f32 values: 1 in forward only (embedding tables), 2 in both passes (LayerNorms) */
     int tied_copy;          /* a pipeline's last stage's copy of the tied wte: the first stage owns it (the norm and checkpoints skip the copy) */
     int hf_transposed;      /* Hugging Face stores it [in, out] (GPT-2's Conv1D) */
+    int stacked;            /* [experts, rows, cols]: one tensor an expert in Hugging Face's files, hf naming each ("%d") */
 } dt_tensor_info;
 
 /* A function a model calls at a unit: its gradients are final, or it is about to run forward or backward. */
@@ -173,6 +182,10 @@ void dt_model_global_runs(const dt_model *m, size_t off, size_t count, void (*fn
 void dt_model_copy_slices(const dt_model *m, float *to, const float *whole);
 /* Whether t is split among the ranks of a model-parallel group (its slice is not the whole). */
 bool dt_tensor_is_sliced(const dt_tensor_info *t);
+/* The tensors of Hugging Face's files that make t (as this rank stores it): one, or a stacked tensor's one an
+ * expert; piece k's name, shape (dims[0..ndim)) and first value within t. */
+int dt_tensor_hf_pieces(const dt_tensor_info *t);
+void dt_tensor_hf_piece(const dt_tensor_info *t, int k, char *name, size_t cap, int *ndim, int *dims, size_t *at);
 
 /* The table's tensor called name, or NULL. */
 const dt_tensor_info *dt_model_find(const dt_model *m, const char *name);

@@ -93,6 +93,13 @@ dt_status dt_program_backward(dt_program *p, float grad_scale);
 /* The last forward's logits [B, T, this rank's vocabulary rows] (NULL without the head); the residual stream
  * after a range that ends before the head; d(a range's input) after its backward, with the batch's tokens. */
 const float *dt_program_logits(const dt_program *p);
+/* A mixture of experts after a forward: held layer l's router probabilities [B*T, E], and the last held layer's
+ * output [B*T, C] (NULL: no experts, or l not held); the balancing loss (load_balancing_loss_func's value, before its coefficient; 0 without
+ * one); each held layer's choices of each expert since the last call ([held layers][E], then zeroed; NULL: zeroed). */
+const float *dt_program_moe_probs(const dt_program *p, int l);
+const float *dt_program_moe_output(const dt_program *p);
+double dt_program_moe_balance_loss(const dt_program *p);
+void dt_program_moe_load(dt_program *p, double *load);
 const float *dt_program_output(const dt_program *p);
 const float *dt_program_input_grad(const dt_program *p, const int32_t **tokens, int *n);
 /* An interleaved stage's chunks: their count, a[i], b[i] (arrays of DT_GPT2_MAX_CHUNKS); which one backward,
@@ -157,8 +164,10 @@ void dt_program_announce_grads(dt_program *p);
  * stream entering the block), DT_V_OUT (leaving it), then the block's own. An op reads in (and in2, the add's
  * other input) and writes out; its weights are the block's tensors [w, w + nw): a Linear's parts side by side in
  * the store (Llama's q, k and v; GPT-2's fused c_attn is one part), its output their rows in that order; bias: the
- * tensors [b, b + nw), or -1. Attention reads q of its heads, then k and v of its K/V heads. */
-typedef enum { DT_OP_NORM, DT_OP_LINEAR, DT_OP_ATTENTION, DT_OP_GELU, DT_OP_SWIGLU, DT_OP_ADD } dt_op_kind;
+ * tensors [b, b + nw), or -1. Attention reads q of its heads, then k and v of its K/V heads. A mixture of experts
+ * (program_moe.c) reads the normed stream and writes its output: w its router [E, C], then the experts' stacked gate
+ * [E, F, C], up [E, F, C] and down [E, C, F] projections (a SwiGLU MLP each; nw 4). */
+typedef enum { DT_OP_NORM, DT_OP_LINEAR, DT_OP_ATTENTION, DT_OP_GELU, DT_OP_SWIGLU, DT_OP_ADD, DT_OP_MOE } dt_op_kind;
 enum { DT_V_IN = 0, DT_V_OUT = 1 };
 typedef struct {
     dt_op_kind kind;

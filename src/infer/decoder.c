@@ -138,6 +138,7 @@ static dt_status take_shape(dt_decoder *d, const dt_program *p, const dt_program
     d->tp = tp > 1 ? part->tp : NULL;
     if (tp > 1 && !d->tp) return dt_error(DT_ERR_ARG, "decoder: a tensor-parallel part without its collectives");
     if (!v->embed || !v->norm_w) return dt_error(DT_ERR_ARG, "decoder: the model lacks its token table or its last norm");
+    if (c->experts) return dt_error(DT_ERR_UNSUPPORTED, "decoder: a mixture of experts (%s) is not served by this build", dt_family_name(c->family));
     d->nops = v->nops;
     d->nvalues = v->nvalues;
     d->rms = v->rms;

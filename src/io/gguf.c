@@ -158,6 +158,7 @@ dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_bpe *tok) {
     dt_program *p = dt_gpt2_program(m);
     const dt_lm_config *c = dt_program_config(p);
     const char *arch = dt_family_gguf_arch(c->family);
+    if (!arch) return dt_error(DT_ERR_UNSUPPORTED, "%s: a GGUF export of the %s family is not in this build", path, dt_family_name(c->family));
     bool pairs = dt_family_gguf_pairs(c->family);
     int n;
     const dt_tensor_info *tab = dt_program_tensors(p, &n);

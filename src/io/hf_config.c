@@ -73,6 +73,24 @@ static dt_status llama_like(const cJSON *j, const char *path, dt_lm_config *c) {
     return DT_OK;
 }
 
+/* Mixtral's experts: how many, how many a token, and the balancing loss as MixtralForCausalLM adds it (only with
+ * output_router_logits). */
+static dt_status moe_of(const cJSON *j, const char *path, dt_lm_config *c) {
+    dt_status st;
+    if ((st = get_int(j, "num_local_experts", -1, 1, 4096, path, &c->experts)) ||
+        (st = get_int(j, "num_experts_per_tok", 2, 1, 32, path, &c->experts_top_k)))
+        return st;
+    c->norm_topk = 1;
+    float jitter = 0;
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(j, "sliding_window"), *jn = cJSON_GetObjectItemCaseSensitive(j, "router_jitter_noise");
+    if (cJSON_IsNumber(jn) && jn->valuedouble != 0) jitter = (float)jn->valuedouble;
+    if (jitter != 0) return dt_error(DT_ERR_UNSUPPORTED, "%s: \"router_jitter_noise\" %g: this build routes without noise (0)", path, (double)jitter);
+    if (cJSON_IsNumber(sw)) return dt_error(DT_ERR_UNSUPPORTED, "%s: \"sliding_window\" %g: this build attends to the whole sequence", path, sw->valuedouble);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "output_router_logits")))
+        return get_float(j, "router_aux_loss_coef", 0.001, path, &c->aux_coef);
+    return DT_OK;
+}
+
 static dt_status gpt2_like(const cJSON *j, const char *path, dt_lm_config *c) {
     dt_status st;
     if ((st = get_int(j, "vocab_size", -1, 1, 1 << 24, path, &c->vocab_size)) || (st = get_int(j, "n_embd", -1, 1, 1 << 20, path, &c->channels)) ||
@@ -99,10 +117,11 @@ dt_status dt_lm_config_from_hf(const char *json, const char *path, dt_lm_config 
     out->family = dt_family_find(t);
     if (!out->family) {
         const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
-        st = dt_error(DT_ERR_UNSUPPORTED, "%s: \"model_type\" \"%s\" (architecture %s) is not a family dtrain knows (gpt2, llama, qwen2)", path, t,
+        st = dt_error(DT_ERR_UNSUPPORTED, "%s: \"model_type\" \"%s\" (architecture %s) is not a family dtrain knows (gpt2, llama, qwen2, mixtral)", path, t,
                       cJSON_IsString(a0) ? a0->valuestring : "not given");
     } else {
         st = strcmp(t, "gpt2") ? llama_like(j, path, out) : gpt2_like(j, path, out);
+        if (!st && dt_family_moe(out->family)) st = moe_of(j, path, out);
     }
     cJSON_Delete(j);
     if (st) return st;

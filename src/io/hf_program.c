@@ -74,11 +74,18 @@ static dt_status read_weights(shards *s, dt_program *p) {
     float *params = m.params(m.self);
     for (int i = 0; i < m.ntensors; i++) {
         const dt_tensor_info *t = &m.tensors[i];
-        dt_safetensors *f = NULL;
-        int dims[4] = { t->split == DT_SPLIT_VOCAB ? V : t->shape[0], t->shape[1], t->shape[2], t->shape[3] };
-        dt_status st = shard_of(s, t->hf, &f);
-        if (!st) st = dt_safetensors_read(f, t->hf, t->ndim, dims, t->hf_transposed, params + t->offset);
-        if (st) return st;
+        dt_status st = DT_OK;
+        for (int k = 0; k < dt_tensor_hf_pieces(t); k++) {
+            dt_safetensors *f = NULL;
+            char name[128];
+            int ndim, dims[4];
+            size_t at;
+            dt_tensor_hf_piece(t, k, name, sizeof name, &ndim, dims, &at);
+            if (t->split == DT_SPLIT_VOCAB) dims[0] = V;
+            st = shard_of(s, name, &f);
+            if (!st) st = dt_safetensors_read(f, name, ndim, dims, t->hf_transposed, params + t->offset + at);
+            if (st) return st;
+        }
     }
     return DT_OK;
 }

@@ -318,8 +318,15 @@ dt_status dt_safetensors_save_table(const char *path, const dt_model *v, int voc
     st_writer w = st_begin(dtype);
     for (int i = 0; i < v->ntensors; i++) {
         const dt_tensor_info *t = &v->tensors[i];
-        int shape[2] = { t->split == DT_SPLIT_VOCAB ? vocab : t->shape[0], t->shape[1] };
-        st_entry(&w, t->hf, shape, t->ndim, (size_t)shape[0] * (size_t)(t->ndim == 2 ? shape[1] : 1));
+        for (int k = 0; k < dt_tensor_hf_pieces(t); k++) {
+            char name[128];
+            int ndim, shape[4];
+            size_t at, n = 1;
+            dt_tensor_hf_piece(t, k, name, sizeof name, &ndim, shape, &at);
+            if (t->split == DT_SPLIT_VOCAB) shape[0] = vocab;
+            for (int d = 0; d < ndim; d++) n *= (size_t)shape[d];
+            st_entry(&w, name, shape, ndim, n);
+        }
     }
     unsigned char *data = malloc(w.total ? w.total : 1);
     const float *p = v->params(v->self);
@@ -488,10 +495,15 @@ dt_status dt_safetensors_read_model(dt_safetensors *s, const dt_model *m, int vo
     for (int i = 0; i < m->ntensors; i++) {
         const dt_tensor_info *t = &m->tensors[i];
         if (skip && !strcmp(t->name, skip)) continue;
-        int dims[4] = { t->shape[0], t->shape[1], t->shape[2], t->shape[3] };
-        if (t->split == DT_SPLIT_VOCAB && vocab < dims[0]) dims[0] = vocab; /* the file has the real rows, the table padding too */
-        dt_status st = st_read(&s->f, t->hf, t->ndim, dims, t->hf_transposed, params + t->offset);
-        if (st) return st;
+        for (int k = 0; k < dt_tensor_hf_pieces(t); k++) {
+            char name[128];
+            int ndim, dims[4];
+            size_t at;
+            dt_tensor_hf_piece(t, k, name, sizeof name, &ndim, dims, &at);
+            if (t->split == DT_SPLIT_VOCAB && vocab < dims[0]) dims[0] = vocab; /* the file has the real rows, the table padding too */
+            dt_status st = st_read(&s->f, name, ndim, dims, t->hf_transposed, params + t->offset + at);
+            if (st) return st;
+        }
     }
     return DT_OK;
 }

@@ -31,14 +31,15 @@ static int width_of(const dt_lm_config *c, dt_width w) {
     case W_FFN2: return 2 * c->ffn;
     case W_VOCAB: return c->padded_vocab_size;
     case W_POS: return c->max_seq_len;
+    case W_EXPERTS: return c->experts;
     }
     return 0;
 }
 
 /* A spec tensor's values in the whole model (one layer's, for a block's). */
 static size_t spec_count(const dt_lm_config *c, const dt_tensor_spec *s) {
-    size_t cols = (size_t)width_of(c, s->cols);
-    return (size_t)width_of(c, s->rows) * (cols ? cols : 1);
+    size_t cols = (size_t)width_of(c, s->cols), stack = s->stack ? (size_t)width_of(c, s->stack) : 1;
+    return stack * (size_t)width_of(c, s->rows) * (cols ? cols : 1);
 }
 
 /* This rank's width: w split as tensor parallelism splits it (the whole on one rank). */
@@ -55,7 +56,7 @@ static int local_width(const dt_program *p, dt_width w) {
 }
 
 const dt_family *dt_family_find(const char *name) {
-    static const dt_family *all[] = { &dt_family_gpt2, &dt_family_llama, &dt_family_qwen2 };
+    static const dt_family *all[] = { &dt_family_gpt2, &dt_family_llama, &dt_family_qwen2, &dt_family_mixtral };
     for (size_t i = 0; name && i < sizeof all / sizeof *all; i++)
         if (!strcmp(name, all[i]->name)) return all[i];
     return NULL;
@@ -66,6 +67,12 @@ const char *dt_family_gguf_arch(const dt_family *f) { return f ? f->gguf_arch : 
 int dt_family_gguf_pairs(const dt_family *f) { return f ? f->gguf_pairs : 0; }
 const char *dt_family_lora_targets(const dt_family *f) { return f && f->lora_targets ? f->lora_targets : ""; }
 
+bool dt_family_moe(const dt_family *f) {
+    for (int k = 0; f && k < f->nops; k++)
+        if (f->ops[k].kind == DT_OP_MOE) return true;
+    return false;
+}
+
 dt_lm_config dt_lm_config_resolve(const dt_lm_config *in) {
     dt_lm_config c = *in;
     if (!c.family) c.family = &dt_family_gpt2;
@@ -74,6 +81,7 @@ dt_lm_config dt_lm_config_resolve(const dt_lm_config *in) {
     if (!c.ffn) c.ffn = 4 * c.channels;
     if (!(c.norm_eps > 0)) c.norm_eps = 1e-5f;
     if (!(c.rope_theta > 0)) c.rope_theta = 10000;
+    if (c.experts && !c.experts_top_k) c.experts_top_k = 2;
     return c;
 }
 
@@ -83,7 +91,8 @@ bool dt_lm_config_same(const dt_lm_config *x, const dt_lm_config *y) {
            a.num_layers == b.num_layers && a.num_heads == b.num_heads && a.channels == b.channels && a.family == b.family &&
            a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.ffn == b.ffn && a.untied == b.untied && a.norm_eps == b.norm_eps &&
            a.rope_theta == b.rope_theta && a.rope_factor == b.rope_factor && a.rope_low_freq_factor == b.rope_low_freq_factor &&
-           a.rope_high_freq_factor == b.rope_high_freq_factor && a.rope_original_max == b.rope_original_max;
+           a.rope_high_freq_factor == b.rope_high_freq_factor && a.rope_original_max == b.rope_original_max && a.experts == b.experts &&
+           a.experts_top_k == b.experts_top_k && a.norm_topk == b.norm_topk && a.aux_coef == b.aux_coef;
 }
 
 dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
@@ -102,7 +111,15 @@ dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
     if (!c->family->rotary && c->num_heads * c->head_dim != c->channels)
         return dt_error(DT_ERR_ARG, "%s: %d heads of %d channels are not the %d channels", where, c->num_heads, c->head_dim, c->channels);
     if (!(c->norm_eps > 0)) return dt_error(DT_ERR_ARG, "%s: the norms' epsilon %g must be positive", where, (double)c->norm_eps);
-    if ((double)c->padded_vocab_size * c->channels > 1e10 || (double)c->num_layers * c->channels * (c->channels + 3.0 * c->ffn) > 1e11)
+    if (dt_family_moe(c->family) != (c->experts > 0))
+        return dt_error(DT_ERR_ARG, "%s: %d experts for the %s family (%s)", where, c->experts, c->family->name,
+                        dt_family_moe(c->family) ? "a mixture of experts needs at least one: --experts E" : "its MLP is dense");
+    if (c->experts && (c->experts_top_k < 1 || c->experts_top_k > c->experts || c->experts_top_k > DT_MOE_MAX_K || c->experts > 4096))
+        return dt_error(DT_ERR_ARG, "%s: top-%d routing among %d experts: k must be from 1 to the experts' count and 32 (experts: at most 4096)", where,
+                        c->experts_top_k, c->experts);
+    if (!(c->aux_coef >= 0)) return dt_error(DT_ERR_ARG, "%s: the load-balancing loss's coefficient %g is negative", where, (double)c->aux_coef);
+    if ((double)c->padded_vocab_size * c->channels > 1e10 ||
+        (double)c->num_layers * c->channels * (c->channels + 3.0 * c->ffn * (c->experts ? c->experts : 1)) > 1e11)
         return dt_error(DT_ERR_ARG, "%s: model too large (over 10^11 parameters)", where);
     return DT_OK;
 }
@@ -192,7 +209,11 @@ static void add_tensor(dt_program *p, int section, int i, int layer, int unit) {
     t->shape[0] = width_of(&p->cfg, s->rows);
     t->shape[1] = width_of(&p->cfg, s->cols);
     t->ndim = t->shape[1] ? 2 : 1;
-    t->count = (size_t)t->shape[0] * (size_t)(t->shape[1] ? t->shape[1] : 1);
+    if (s->stack) { /* [experts, rows, cols] */
+        t->shape[2] = t->shape[1], t->shape[1] = t->shape[0], t->shape[0] = width_of(&p->cfg, s->stack);
+        t->ndim = 3, t->stacked = 1;
+    }
+    t->count = spec_count(&p->cfg, s);
     t->offset = p->nparams;
     t->split = s->split;
     t->f32_read = s->f32_read;
@@ -202,7 +223,8 @@ static void add_tensor(dt_program *p, int section, int i, int layer, int unit) {
     t->goffset = global_offset(p, section, i, layer);
     if (p->part.tp_size > 1) {
         slice(p, s, t);
-        t->count = (size_t)t->shape[0] * (size_t)(t->shape[1] ? t->shape[1] : 1);
+        t->count = 1;
+        for (int d = 0; d < t->ndim; d++) t->count *= (size_t)t->shape[d];
     }
     p->nparams += t->count;
 }
@@ -383,6 +405,8 @@ static dt_status check_part(const dt_lm_config *c, const dt_gpt2_part *part) {
     if (a < 0 || b > L + 2 || a >= b) return dt_error(DT_ERR_ARG, "model: units [%d, %d) are not a range of 0..%d", a, b, L + 1);
     if (t < 1 || part->tp_rank < 0 || part->tp_rank >= t) return dt_error(DT_ERR_ARG, "model: tensor-parallel rank %d of %d", part->tp_rank, t);
     if (t > 1 && !part->tp) return dt_error(DT_ERR_ARG, "model: a tensor-parallel part needs its collectives (dt_tp_ops)");
+    if (t > 1 && c->experts)
+        return dt_error(DT_ERR_UNSUPPORTED, "model: --tp %d with a mixture of experts: this build runs its experts whole on each rank", t);
     if (c->num_heads % t) return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the %d attention heads", t, c->num_heads);
     if (c->kv_heads % t && t % c->kv_heads)
         return dt_error(DT_ERR_ARG, "model: --tp %d and the %d K/V heads: one must divide the other", t, c->kv_heads);
@@ -423,6 +447,8 @@ static dt_status allocate(dt_program *p) {
     }
     p->slots = p->s = calloc(1, sizeof *p->slots);
     p->nslots = 1;
+    if (c->experts && !(p->moe_load = calloc((size_t)(p->nl > 0 ? p->nl : 1) * (size_t)c->experts, sizeof(double))))
+        return dt_error(DT_ERR_NOMEM, "model: out of memory");
     if (c->kv_heads < p->part.tp_size) { /* K/V heads kept by several ranks: a K/V Linear's rows set aside and summed */
         size_t kv = (size_t)p->KVl * ((size_t)c->channels + 1);
         p->kv_keep = malloc(2 * kv * sizeof(float));
@@ -532,6 +558,8 @@ double dt_program_flops_per_token(const dt_lm_config *cfg, int T) {
     double n = (double)whole_params(&c);
     for (int i = 0; i < c.family->nembed; i++)
         if (i > 0 || c.untied) n -= (double)spec_count(&c, &c.family->embed[i]);
+    for (int i = 0; i < c.family->nblock; i++) /* an expert's weights work for the tokens routed to it: K of E */
+        if (c.family->block[i].stack) n -= (double)c.num_layers * spec_count(&c, &c.family->block[i]) * (1.0 - (double)c.experts_top_k / c.experts);
     return 6 * n + 12.0 * c.num_layers * (double)T * c.num_heads * c.head_dim;
 }
 
@@ -540,7 +568,9 @@ double dt_program_block_matmul_params(const dt_lm_config *cfg) {
     dt_lm_config c = dt_lm_config_resolve(cfg);
     double n = 0;
     for (int i = 0; c.family && i < c.family->nblock; i++)
-        if (c.family->block[i].cols != W_NONE) n += (double)width_of(&c, c.family->block[i].rows) * width_of(&c, c.family->block[i].cols);
+        if (c.family->block[i].cols != W_NONE)
+            n += (double)width_of(&c, c.family->block[i].rows) * width_of(&c, c.family->block[i].cols) *
+                 (c.family->block[i].stack ? c.experts_top_k : 1); /* a token's experts */
     return n;
 }
 
@@ -581,6 +611,7 @@ void dt_program_destroy(dt_program *p) {
     free(p->inv_freq);
     free(p->kv_keep);
     free(p->kv_sum);
+    free(p->moe_load);
     dt_free_aligned(p->params_lp);
     dt_free_aligned(p->lp_work);
     free(p->lp_cast);

@@ -5,7 +5,7 @@
 #include "dtrain/program.h"
 
 /* Widths a spec names, resolved from the config (program.c, width_of). */
-typedef enum { W_NONE, W_C, W_Q, W_KV, W_QKV, W_FFN, W_FFN2, W_VOCAB, W_POS } dt_width;
+typedef enum { W_NONE, W_C, W_Q, W_KV, W_QKV, W_FFN, W_FFN2, W_VOCAB, W_POS, W_EXPERTS } dt_width;
 
 /* One tensor: our name and Hugging Face's ("%d": the layer), its rows and columns (W_NONE: a vector), how
  * tensor parallelism splits it, and what mixed precision reads in f32 (dt_tensor_info's f32_read). hf_t: HF
@@ -17,6 +17,7 @@ typedef struct {
     int f32_read, hf_t;
     enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } init; /* a weight, a norm's scale, a bias */
     const char *gguf;                                 /* llama.cpp's name in a GGUF file ("%d": the layer) */
+    dt_width stack;                                   /* W_EXPERTS: one [rows, cols] an expert, stacked (hf's "%%d": the expert) */
 } dt_tensor_spec;
 
 
@@ -60,7 +61,7 @@ typedef struct {
     float *params, *grads, *own_params, *own_grads;
 } program_lora;
 
-extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2;
+extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2, dt_family_mixtral;
 
 
 /* What a forward leaves for its range's backward: its units, whether the head ran with targets (or is not in the
@@ -98,6 +99,10 @@ typedef struct {
     uint64_t *row_key, *lora_rk; /* dropout: each sequence's key (dt_program_set_row_keys), and each row's for one adapter */
     bool keyed;                /* the micro-batch trains with dropout (keys were given) */
     float *dce;                /* a token loss's d(loss)/d(each row's cross-entropy), from forward for backward */
+    float *moe_work;           /* a mixture of experts' scratch (program_moe.c), its ints, and over the micro-batch's */
+    int32_t *moe_int;          /* layers each expert's choices and probabilities summed [2E] and the rows that made them */
+    double *moe_acc, moe_rows;
+    float moe_gscale;          /* backward's grad_scale (the balancing loss's gradient is scaled with the loss's) */
     float w_dscale;            /* the loss gradient's scale B used (W recomputes the head's 16-bit gradient) */
     double loss_tokens;        /* what the forward's loss divided its sum by (the scored tokens' count), backward too */
     float loss;
@@ -168,12 +173,22 @@ struct dt_program {
     bool lora_off;             /* dt_program_set_lora_enabled(p, false): forward as the base alone */
     const int32_t *pos_src;    /* dt_program_set_positions: read by each micro-batch's forward (NULL: 0..T-1) */
     const uint64_t *key_src;   /* dt_program_set_row_keys: read likewise (NULL: no dropout, as in evaluation) */
+    double *moe_load;          /* a mixture of experts: each held block's choices of each expert since last read */
 };
 
 /* Which values a block's backward reads (p->vkeep), from the ops and LoRA's adapters (program.c); whether op k's
  * Linear has an adapter (program_lora.c). */
 void dt_program_mark_kept(dt_program *p);
 bool dt_program_lora_adapts(const dt_program *p, int k);
+
+/* The mixture-of-experts op (program_moe.c): a block's kept floats (its stats), the slot's scratch floats and ints
+ * for B*T rows; forward and backward (dx added to); the balancing loss of the micro-batch so far (0: none). */
+size_t dt_program_moe_kept(const dt_program *p, size_t BT);
+size_t dt_program_moe_work(const dt_program *p, size_t BT);
+size_t dt_program_moe_ints(const dt_program *p, size_t BT);
+void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *out);
+void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx);
+double dt_program_moe_aux(const dt_program *p);
 
 /* A held block's values, stats and first tensor. */
 static inline float *value(const dt_program *p, int l, int v) { return p->s->val[p->bk[l] * p->f->nvalues + v]; }

@@ -113,6 +113,8 @@ dt_status dt_program_set_precision(dt_program *p, dt_dtype t) {
     for (int k = 0; k < p->nslots; k++)
         if (p->slots[k].mem) return dt_error(DT_ERR_ARG, "model: the precision is set before the first forward");
     if (p->lora && t != DT_F32) return dt_error(DT_ERR_UNSUPPORTED, "LoRA: this build runs adapters in f32 only, not %s", dt_dtype_name(t));
+    if (p->cfg.experts && t != DT_F32)
+        return dt_error(DT_ERR_UNSUPPORTED, "model: this build runs a mixture of experts in f32 only, not %s", dt_dtype_name(t));
     dt_free_aligned(p->params_lp);
     dt_free_aligned(p->lp_work);
     free(p->lp_cast);

@@ -63,7 +63,7 @@ static void lay_blocks(dt_program *p, program_slot *s, arena *m, size_t BT, size
         }
         for (int k = 0; k < no; k++) {
             dt_op_kind kind = p->ops[k].s.kind;
-            size_t n = kind == DT_OP_NORM ? 2 * R : kind == DT_OP_ATTENTION ? att : 0;
+            size_t n = kind == DT_OP_NORM ? 2 * R : kind == DT_OP_ATTENTION ? att : kind == DT_OP_MOE ? dt_program_moe_kept(p, BT) : 0;
             float *x = stats_shared || !n ? NULL : carve(m, n, !p->recompute);
             if (m->base) s->stats[b * no + k] = stats_shared ? s->stats[k] : x;
             float *w = p->split_bwd && kind == DT_OP_LINEAR ? carve(m, BT * (size_t)p->ops[k].width_out, false) : NULL;
@@ -112,6 +112,7 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
     s->lora_u = carve(m, (size_t)p->nl * (p->lora ? (size_t)p->lora->per_block : 0) * BT * lr, true);
     s->lora_du = carve(m, BT * lr, false);
     s->lora_x = carve(m, dropping(p) ? BT * (size_t)p->lora->max_in : 0, false);
+    s->moe_work = carve(m, p->cfg.experts ? dt_program_moe_work(p, BT) : 0, false);
     s->dce = carve(m, p->token_loss ? head * BT : 0, true);
 }
 
@@ -121,7 +122,8 @@ size_t dt_program_slot_bytes(const dt_program *p, int B, int T, size_t *kept) {
     lay_slot((dt_program *)p, &s, &m, B, T);
     size_t lp = dt_program_packs(p) ? (size_t)p->nl * dt_program_lp_block(p, (size_t)B * T) * sizeof(uint16_t) : 0;
     if (kept) *kept = m.kept * sizeof(float) + lp;
-    return m.at * sizeof(float) + lp + 3 * (size_t)B * T * sizeof(int32_t) + (dropping(p) ? 2 * (size_t)B * T * sizeof(uint64_t) : 0);
+    size_t moe = p->cfg.experts ? dt_program_moe_ints(p, (size_t)B * T) * sizeof(int32_t) + 2 * (size_t)p->cfg.experts * sizeof(double) : 0;
+    return m.at * sizeof(float) + lp + 3 * (size_t)B * T * sizeof(int32_t) + (dropping(p) ? 2 * (size_t)B * T * sizeof(uint64_t) : 0) + moe;
 }
 
 void dt_program_free_slot(program_slot *s) {
@@ -137,6 +139,8 @@ void dt_program_free_slot(program_slot *s) {
     free(s->first);
     free(s->row_key);
     free(s->lora_rk);
+    free(s->moe_int);
+    free(s->moe_acc);
     dt_free_aligned(s->acts_lp);
     memset(s, 0, sizeof *s);
 }
@@ -167,11 +171,13 @@ static dt_status reserve(dt_program *p, int B, int T) {
     s->first = malloc(BT * sizeof(int32_t));
     s->row_key = dropping(p) ? malloc(BT * sizeof(uint64_t)) : NULL;
     s->lora_rk = dropping(p) ? malloc(BT * sizeof(uint64_t)) : NULL;
+    s->moe_int = p->cfg.experts ? malloc(dt_program_moe_ints(p, BT) * sizeof(int32_t)) : NULL;
+    s->moe_acc = p->cfg.experts ? calloc(2 * (size_t)p->cfg.experts, sizeof(double)) : NULL;
     s->mem = dt_alloc_aligned(n * sizeof(float));
     s->lp_block = dt_program_packs(p) ? dt_program_lp_block(p, BT) : 0;
     s->acts_lp = s->lp_block ? dt_alloc_aligned((size_t)p->nl * s->lp_block * sizeof(uint16_t)) : NULL;
     if ((s->lp_block && !s->acts_lp) || !s->val || !s->stats || !s->packed || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->first || !s->mem ||
-        (dropping(p) && (!s->row_key || !s->lora_rk))) {
+        (dropping(p) && (!s->row_key || !s->lora_rk)) || (p->cfg.experts && (!s->moe_int || !s->moe_acc))) {
         dt_program_free_slot(s);
         char sz[32];
         return dt_error(DT_ERR_NOMEM, "model: cannot allocate %s of activations for B=%d T=%d", dt_format_size(n * sizeof(float), sz, sizeof sz),
@@ -357,6 +363,7 @@ static void op_forward(dt_program *p, int l, int k) {
         dt_lp_round(out, (size_t)BT * o->width_out, p->prec);
         break;
     case DT_OP_ADD: dt_residual_forward(out, in, value(p, l, s->in2), (size_t)R * o->width_out); break;
+    case DT_OP_MOE: dt_program_moe_forward(p, l, k, in, out); break;
     }
 }
 
@@ -395,6 +402,7 @@ static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
         s->loss = (float)(dt_program_tp_crossentropy_forward(p, targets) / s->loss_tokens);
         if (p->token_loss) /* the caller's loss over the rows' cross-entropies; backward weighs each row by its d(loss) */
             s->loss = p->token_loss(p->token_loss_ctx, s->B, s->T, s->losses, targets, s->dce), s->loss_tokens = 1;
+        s->loss += (float)(p->cfg.aux_coef * dt_program_moe_aux(p)); /* a mixture of experts' balancing loss */
         if (loss) *loss = s->loss;
     }
     unit_end();
@@ -442,6 +450,7 @@ static dt_status set_positions(dt_program *p, int BT, int T) {
         s->pos[i] = q, s->first[i] = t - q;
     }
     s->keyed = p->key_src && dropping(p);
+    if (s->moe_acc) memset(s->moe_acc, 0, 2 * (size_t)p->cfg.experts * sizeof(double)), s->moe_rows = 0; /* a micro-batch's balance */
     if (s->keyed) memcpy(s->row_key, p->key_src, (size_t)(BT / T) * sizeof(uint64_t));
     return DT_OK;
 }
@@ -651,6 +660,7 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
         }
         break;
     }
+    case DT_OP_MOE: dt_program_moe_backward(p, l, k, in, dout, din); break;
     }
 }
 
@@ -728,6 +738,7 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
     if (r->w_pending) return dt_error(DT_ERR_ARG, "backward: the last backward's weight gradients (dt_program_backward_weights) are still to run");
     if (b < L + 2 && !dout) return dt_error(DT_ERR_ARG, "backward: units [%d, %d) end before the head: d(output) is needed", a, b);
     r->have_targets = false; /* the logits are about to become their gradient */
+    s->moe_gscale = grad_scale;
     p->comm_err = DT_OK;
     size_t RC = dt_program_rows(p, -1) * p->cfg.channels; /* the stream's floats here */
     float *dres = s->dstream[0], *dnext = s->dstream[1];

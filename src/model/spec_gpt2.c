@@ -3,29 +3,29 @@
 #include "program_internal.h"
 
 static const dt_tensor_spec embed[] = {
-    { "wte", "wte.weight", W_VOCAB, W_C, DT_SPLIT_VOCAB, 1, 0, INIT_NORMAL, "token_embd.weight" },
-    { "wpe", "wpe.weight", W_POS, W_C, DT_SPLIT_NONE, 1, 0, INIT_NORMAL, "position_embd.weight" },
+    { "wte", "wte.weight", W_VOCAB, W_C, DT_SPLIT_VOCAB, 1, 0, INIT_NORMAL, "token_embd.weight", W_NONE },
+    { "wpe", "wpe.weight", W_POS, W_C, DT_SPLIT_NONE, 1, 0, INIT_NORMAL, "position_embd.weight", W_NONE },
 };
 
 enum { LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB };
 static const dt_tensor_spec block[] = {
-    [LN1W] = { "ln1w", "h.%d.ln_1.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_norm.weight" },
-    [LN1B] = { "ln1b", "h.%d.ln_1.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS, "blk.%d.attn_norm.bias" },
-    [QKVW] = { "qkvw", "h.%d.attn.c_attn.weight", W_QKV, W_C, DT_SPLIT_COLUMN, 0, 1, INIT_NORMAL, "blk.%d.attn_qkv.weight" },
-    [QKVB] = { "qkvb", "h.%d.attn.c_attn.bias", W_QKV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.attn_qkv.bias" },
-    [ATTPROJW] = { "attprojw", "h.%d.attn.c_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 1, INIT_NORMAL, "blk.%d.attn_output.weight" },
-    [ATTPROJB] = { "attprojb", "h.%d.attn.c_proj.bias", W_C, W_NONE, DT_SPLIT_NONE, 0, 0, INIT_ZEROS, "blk.%d.attn_output.bias" },
-    [LN2W] = { "ln2w", "h.%d.ln_2.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.ffn_norm.weight" },
-    [LN2B] = { "ln2b", "h.%d.ln_2.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS, "blk.%d.ffn_norm.bias" },
-    [FCW] = { "fcw", "h.%d.mlp.c_fc.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 1, INIT_NORMAL, "blk.%d.ffn_up.weight" },
-    [FCB] = { "fcb", "h.%d.mlp.c_fc.bias", W_FFN, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.ffn_up.bias" },
-    [FCPROJW] = { "fcprojw", "h.%d.mlp.c_proj.weight", W_C, W_FFN, DT_SPLIT_ROW, 0, 1, INIT_NORMAL, "blk.%d.ffn_down.weight" },
-    [FCPROJB] = { "fcprojb", "h.%d.mlp.c_proj.bias", W_C, W_NONE, DT_SPLIT_NONE, 0, 0, INIT_ZEROS, "blk.%d.ffn_down.bias" },
+    [LN1W] = { "ln1w", "h.%d.ln_1.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_norm.weight", W_NONE },
+    [LN1B] = { "ln1b", "h.%d.ln_1.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS, "blk.%d.attn_norm.bias", W_NONE },
+    [QKVW] = { "qkvw", "h.%d.attn.c_attn.weight", W_QKV, W_C, DT_SPLIT_COLUMN, 0, 1, INIT_NORMAL, "blk.%d.attn_qkv.weight", W_NONE },
+    [QKVB] = { "qkvb", "h.%d.attn.c_attn.bias", W_QKV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.attn_qkv.bias", W_NONE },
+    [ATTPROJW] = { "attprojw", "h.%d.attn.c_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 1, INIT_NORMAL, "blk.%d.attn_output.weight", W_NONE },
+    [ATTPROJB] = { "attprojb", "h.%d.attn.c_proj.bias", W_C, W_NONE, DT_SPLIT_NONE, 0, 0, INIT_ZEROS, "blk.%d.attn_output.bias", W_NONE },
+    [LN2W] = { "ln2w", "h.%d.ln_2.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.ffn_norm.weight", W_NONE },
+    [LN2B] = { "ln2b", "h.%d.ln_2.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS, "blk.%d.ffn_norm.bias", W_NONE },
+    [FCW] = { "fcw", "h.%d.mlp.c_fc.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 1, INIT_NORMAL, "blk.%d.ffn_up.weight", W_NONE },
+    [FCB] = { "fcb", "h.%d.mlp.c_fc.bias", W_FFN, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.ffn_up.bias", W_NONE },
+    [FCPROJW] = { "fcprojw", "h.%d.mlp.c_proj.weight", W_C, W_FFN, DT_SPLIT_ROW, 0, 1, INIT_NORMAL, "blk.%d.ffn_down.weight", W_NONE },
+    [FCPROJB] = { "fcprojb", "h.%d.mlp.c_proj.bias", W_C, W_NONE, DT_SPLIT_NONE, 0, 0, INIT_ZEROS, "blk.%d.ffn_down.bias", W_NONE },
 };
 
 static const dt_tensor_spec final[] = {
-    { "lnfw", "ln_f.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "output_norm.weight" },
-    { "lnfb", "ln_f.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS, "output_norm.bias" },
+    { "lnfw", "ln_f.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "output_norm.weight", W_NONE },
+    { "lnfb", "ln_f.bias", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ZEROS, "output_norm.bias", W_NONE },
 };
 
 enum { LN1 = 2, QKV, ATTY, ATTPROJ, RES2, LN2, FCH, FCHG, FCPROJ, NVALUES };

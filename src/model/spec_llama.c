@@ -1,36 +1,37 @@
-/* Llama as a spec (and Qwen 2, which adds biases to q, k and v): RMSNorm before attention and before the MLP,
- * q, k and v as three Linears side by side (K/V heads may be fewer than the heads), rotary positions, a SwiGLU MLP
- * (gate and up side by side, then down), no other biases; the head tied or its own (lm_head). Names as Hugging
- * Face's LlamaForCausalLM. */
+/* Llama as a spec (and Qwen 2, which adds biases to q, k and v; Mixtral, whose MLP is a mixture of experts):
+ * RMSNorm before attention and before the MLP, q, k and v as three Linears side by side (K/V heads may be fewer than
+ * the heads), rotary positions, a SwiGLU MLP (gate and up side by side, then down), no other biases; the head tied
+ * or its own (lm_head). Names as Hugging Face's LlamaForCausalLM (MixtralForCausalLM's files: an expert's w1, w3
+ * and w2 are gate, up and down). */
 #include "program_internal.h"
 
 static const dt_tensor_spec embed[] = {
-    { "wte", "model.embed_tokens.weight", W_VOCAB, W_C, DT_SPLIT_VOCAB, 1, 0, INIT_NORMAL, "token_embd.weight" },
+    { "wte", "model.embed_tokens.weight", W_VOCAB, W_C, DT_SPLIT_VOCAB, 1, 0, INIT_NORMAL, "token_embd.weight", W_NONE },
 };
 
 enum { LN1W, QW, KW, VW, OW, LN2W, GATEW, UPW, DOWNW, QB, KB, VB };
 #define LLAMA_BLOCK                                                                                          \
-    [LN1W] = { "ln1w", "model.layers.%d.input_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_norm.weight" },         \
-    [QW] = { "qw", "model.layers.%d.self_attn.q_proj.weight", W_Q, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.attn_q.weight" },             \
-    [KW] = { "kw", "model.layers.%d.self_attn.k_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.attn_k.weight" },            \
-    [VW] = { "vw", "model.layers.%d.self_attn.v_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.attn_v.weight" },            \
-    [OW] = { "ow", "model.layers.%d.self_attn.o_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 0, INIT_NORMAL, "blk.%d.attn_output.weight" },                \
-    [LN2W] = { "ln2w", "model.layers.%d.post_attention_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.ffn_norm.weight" }, \
-    [GATEW] = { "gatew", "model.layers.%d.mlp.gate_proj.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.ffn_gate.weight" },        \
-    [UPW] = { "upw", "model.layers.%d.mlp.up_proj.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.ffn_up.weight" },              \
-    [DOWNW] = { "downw", "model.layers.%d.mlp.down_proj.weight", W_C, W_FFN, DT_SPLIT_ROW, 0, 0, INIT_NORMAL, "blk.%d.ffn_down.weight" }
+    [LN1W] = { "ln1w", "model.layers.%d.input_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_norm.weight", W_NONE },         \
+    [QW] = { "qw", "model.layers.%d.self_attn.q_proj.weight", W_Q, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.attn_q.weight", W_NONE },             \
+    [KW] = { "kw", "model.layers.%d.self_attn.k_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.attn_k.weight", W_NONE },            \
+    [VW] = { "vw", "model.layers.%d.self_attn.v_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.attn_v.weight", W_NONE },            \
+    [OW] = { "ow", "model.layers.%d.self_attn.o_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 0, INIT_NORMAL, "blk.%d.attn_output.weight", W_NONE },                \
+    [LN2W] = { "ln2w", "model.layers.%d.post_attention_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.ffn_norm.weight", W_NONE }, \
+    [GATEW] = { "gatew", "model.layers.%d.mlp.gate_proj.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.ffn_gate.weight", W_NONE },        \
+    [UPW] = { "upw", "model.layers.%d.mlp.up_proj.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.ffn_up.weight", W_NONE },              \
+    [DOWNW] = { "downw", "model.layers.%d.mlp.down_proj.weight", W_C, W_FFN, DT_SPLIT_ROW, 0, 0, INIT_NORMAL, "blk.%d.ffn_down.weight", W_NONE }
 
 static const dt_tensor_spec block[] = { LLAMA_BLOCK };
 static const dt_tensor_spec block_qkv_bias[] = {
     LLAMA_BLOCK,
-    [QB] = { "qb", "model.layers.%d.self_attn.q_proj.bias", W_Q, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.attn_q.bias" },
-    [KB] = { "kb", "model.layers.%d.self_attn.k_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.attn_k.bias" },
-    [VB] = { "vb", "model.layers.%d.self_attn.v_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.attn_v.bias" },
+    [QB] = { "qb", "model.layers.%d.self_attn.q_proj.bias", W_Q, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.attn_q.bias", W_NONE },
+    [KB] = { "kb", "model.layers.%d.self_attn.k_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.attn_k.bias", W_NONE },
+    [VB] = { "vb", "model.layers.%d.self_attn.v_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.attn_v.bias", W_NONE },
 };
 
 static const dt_tensor_spec final[] = {
-    { "lnfw", "model.norm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "output_norm.weight" },
-    { "lm_head", "lm_head.weight", W_VOCAB, W_C, DT_SPLIT_VOCAB, 0, 0, INIT_NORMAL, "output.weight" },
+    { "lnfw", "model.norm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "output_norm.weight", W_NONE },
+    { "lm_head", "lm_head.weight", W_VOCAB, W_C, DT_SPLIT_VOCAB, 0, 0, INIT_NORMAL, "output.weight", W_NONE },
 };
 
 enum { LN1 = 2, QKV, ATTY, ATTPROJ, RES2, LN2, GATEUP, ACT, DOWN, NVALUES };
@@ -62,5 +63,43 @@ const dt_family dt_family_qwen2 = {
     .name = "qwen2", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block_qkv_bias, .nblock = VB + 1, .final = final, .nfinal = 2,
     .ops = ops_qkv_bias, .nops = sizeof ops_qkv_bias / sizeof *ops_qkv_bias, .values = values, .nvalues = NVALUES, .gguf_arch = "qwen2",
+    .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
+};
+
+/* Mixtral: Llama's attention, then a router and E SwiGLU experts in place of the MLP */
+enum { ROUTERW = LN2W + 1, EGATEW, EUPW, EDOWNW };
+static const dt_tensor_spec block_moe[] = {
+    [LN1W] = { "ln1w", "model.layers.%d.input_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, NULL, W_NONE },
+    [QW] = { "qw", "model.layers.%d.self_attn.q_proj.weight", W_Q, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [KW] = { "kw", "model.layers.%d.self_attn.k_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [VW] = { "vw", "model.layers.%d.self_attn.v_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [OW] = { "ow", "model.layers.%d.self_attn.o_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [LN2W] = { "ln2w", "model.layers.%d.post_attention_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, NULL, W_NONE },
+    [ROUTERW] = { "routerw", "model.layers.%d.block_sparse_moe.gate.weight", W_EXPERTS, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [EGATEW] = { "egatew", "model.layers.%d.block_sparse_moe.experts.%%d.w1.weight", W_FFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL,
+                 W_EXPERTS },
+    [EUPW] = { "eupw", "model.layers.%d.block_sparse_moe.experts.%%d.w3.weight", W_FFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL,
+               W_EXPERTS },
+    [EDOWNW] = { "edownw", "model.layers.%d.block_sparse_moe.experts.%%d.w2.weight", W_C, W_FFN, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL,
+                 W_EXPERTS },
+};
+
+enum { MOE = LN2 + 1, NVALUES_MOE };
+static const dt_width values_moe[NVALUES_MOE] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_C };
+static const dt_op_spec ops_moe[] = {
+    { DT_OP_NORM, DT_V_IN, -1, LN1, LN1W, 1, -1 },
+    { DT_OP_LINEAR, LN1, -1, QKV, QW, 3, -1 },
+    { DT_OP_ATTENTION, QKV, -1, ATTY, -1, 0, -1 },
+    { DT_OP_LINEAR, ATTY, -1, ATTPROJ, OW, 1, -1 },
+    { DT_OP_ADD, DT_V_IN, ATTPROJ, RES2, -1, 0, -1 },
+    { DT_OP_NORM, RES2, -1, LN2, LN2W, 1, -1 },
+    { DT_OP_MOE, LN2, -1, MOE, ROUTERW, 4, -1 },
+    { DT_OP_ADD, RES2, MOE, DT_V_OUT, -1, 0, -1 },
+};
+
+const dt_family dt_family_mixtral = {
+    .name = "mixtral", .rms = 1, .rotary = 1,
+    .embed = embed, .nembed = 1, .block = block_moe, .nblock = EDOWNW + 1, .final = final, .nfinal = 2,
+    .ops = ops_moe, .nops = sizeof ops_moe / sizeof *ops_moe, .values = values_moe, .nvalues = NVALUES_MOE,
     .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };

@@ -1,6 +1,7 @@
 /* Queries over a model's tensor table, and the moves of its stores, whatever the model. */
 #include "dtrain/model.h"
 
+#include <stdio.h>
 #include <string.h>
 
 size_t dt_tensor_global_index(const dt_tensor_info *t, size_t j) {
@@ -48,6 +49,17 @@ void dt_model_copy_slices(const dt_model *m, float *to, const float *whole) {
 }
 
 bool dt_tensor_is_sliced(const dt_tensor_info *t) { return t->slice.count * t->slice.pieces != t->gshape[t->slice.dim]; }
+
+int dt_tensor_hf_pieces(const dt_tensor_info *t) { return t->stacked ? t->shape[0] : 1; }
+
+void dt_tensor_hf_piece(const dt_tensor_info *t, int k, char *name, size_t cap, int *ndim, int *dims, size_t *at) {
+    int s = t->stacked != 0;
+    if (s) snprintf(name, cap, t->hf, k + t->slice.offset); /* "%d": the expert's number in the whole model */
+    else snprintf(name, cap, "%s", t->hf);
+    *ndim = t->ndim - s;
+    for (int d = 0; d < 4; d++) dims[d] = d + s < 4 ? t->shape[d + s] : 0;
+    *at = s ? (size_t)k * (size_t)t->shape[1] * (size_t)t->shape[2] : 0;
+}
 
 const dt_tensor_info *dt_model_find(const dt_model *m, const char *name) {
     for (int i = 0; i < m->ntensors; i++)

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Reference fixtures for dtrain's mixture of experts, computed by transformers' MixtralForCausalLM (the oracle).
+
+A tiny random Mixtral (E experts, top K, router_aux_loss_coef AUX with output_router_logits, so that the loss is
+Hugging Face's cross-entropy plus AUX times load_balancing_loss_func) is saved as a Hugging Face folder,
+tests/fixtures/moe/mixtral/ (config.json, model.safetensors: save_pretrained's names, an expert's w1, w3 and w2), and
+tests/fixtures/moe/mixtral.safetensors holds:
+  "inputs", "targets"      int32 [B, T],
+  "logits"                 f32 [B, T, V] (eager attention, f32),
+  "loss", "aux"            f32 [1]: the training loss (cross-entropy + AUX * aux), and load_balancing_loss_func's value,
+  "router_logits.<l>"      f32 [B*T, E]: layer l's router logits,
+  "router_top.<l>"         int32 [B*T, K]: the experts layer l chose for each token (torch.topk of the probabilities),
+  "moe_out.<l>"            f32 [B*T, C]: layer l's MixtralSparseMoeBlock output,
+  "grad.<name>"            each weight's gradient of the loss, under the folder's names (an expert's w1 and w3 from
+                           the model's fused gate_up_proj, w2 from its down_proj),
+  "adamw_losses"           f32 [STEPS]: the loss before each of STEPS AdamW steps (lr 1e-3, betas 0.9/0.999, eps 1e-8,
+                           weight decay 0.01).
+
+Run with the baselines' environment (scripts/make-baselines-venv.sh):
+  .venv-baselines/bin/python scripts/make_moe_fixtures.py
+"""
+import os
+
+import torch
+from safetensors.torch import save_file
+from transformers import MixtralConfig, MixtralForCausalLM
+
+B, T, STEPS = 2, 16, 10
+E, K, AUX = 4, 2, 0.02
+
+
+def hub_name(name, e=None, which=None):
+    """The folder's name of a model parameter (and of expert e's w1/w3/w2)."""
+    name = name.replace(".mlp.", ".block_sparse_moe.")
+    if e is None:
+        return name
+    return name.replace("experts.gate_up_proj", f"experts.{e}.{which}.weight").replace("experts.down_proj", f"experts.{e}.{which}.weight")
+
+
+def grads_by_hub_name(model, F):
+    out = {}
+    for n, p in model.named_parameters():
+        g = p.grad.detach()
+        if n.endswith("experts.gate_up_proj"):
+            for e in range(E):
+                out["grad." + hub_name(n, e, "w1")] = g[e, :F].contiguous()
+                out["grad." + hub_name(n, e, "w3")] = g[e, F:].contiguous()
+        elif n.endswith("experts.down_proj"):
+            for e in range(E):
+                out["grad." + hub_name(n, e, "w2")] = g[e].contiguous()
+        else:
+            out["grad." + hub_name(n)] = g.contiguous()
+    return out
+
+
+def main():
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "moe")
+    os.makedirs(out_dir, exist_ok=True)
+    torch.manual_seed(3)
+    torch.use_deterministic_algorithms(True)
+    cfg = MixtralConfig(vocab_size=101, hidden_size=32, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=32, num_local_experts=E, num_experts_per_tok=K,
+                        output_router_logits=True, router_aux_loss_coef=AUX, rms_norm_eps=1e-5, initializer_range=0.2,
+                        tie_word_embeddings=False, attn_implementation="eager")
+    model = MixtralForCausalLM(cfg).float()
+    model.save_pretrained(os.path.join(out_dir, "mixtral"))
+    g = torch.Generator().manual_seed(7)
+    tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=g)
+    inputs, targets = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
+    moe_out = {}
+    hooks = [layer.mlp.register_forward_hook(lambda m, i, o, l=l: moe_out.__setitem__(l, o.detach().reshape(B * T, -1)))
+             for l, layer in enumerate(model.model.layers)]
+    model.train()
+    out = model(input_ids=inputs, output_router_logits=True)
+    for h in hooks:
+        h.remove()
+    ce = torch.nn.functional.cross_entropy(out.logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
+    loss = ce + AUX * out.aux_loss
+    model.zero_grad()
+    loss.backward()
+    tensors = {"inputs": inputs.to(torch.int32), "targets": targets.to(torch.int32), "logits": out.logits.detach(),
+               "loss": loss.detach().reshape(1), "aux": out.aux_loss.detach().reshape(1).float()}
+    for l, rl in enumerate(out.router_logits):
+        tensors[f"router_logits.{l}"] = rl.detach().reshape(B * T, E).contiguous()
+        probs = torch.softmax(rl.detach().float(), dim=-1)
+        tensors[f"router_top.{l}"] = torch.topk(probs, K, dim=-1).indices.to(torch.int32).contiguous()
+        tensors[f"moe_out.{l}"] = moe_out[l].contiguous()
+    tensors.update(grads_by_hub_name(model, cfg.intermediate_size))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        o = model(input_ids=inputs, output_router_logits=True)
+        l = torch.nn.functional.cross_entropy(o.logits.reshape(-1, cfg.vocab_size), targets.reshape(-1)) + AUX * o.aux_loss
+        losses.append(l.item())
+        l.backward()
+        opt.step()
+    tensors["adamw_losses"] = torch.tensor(losses)
+    path = os.path.join(out_dir, "mixtral.safetensors")
+    save_file(tensors, path)
+    print(f"mixtral: loss {loss.item():.6f} (aux {out.aux_loss.item():.6f}), {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+/* A mixture of experts' kernels: the softmax router's top-k choice and its backward, the (token, choice) pairs
+ * sorted by expert, and the experts' SwiGLU MLPs over their rows of the sorted pairs, one GEMM per expert and
+ * projection (a grouped GEMM as a loop: each expert's rows are contiguous). */
+#include "dtrain/kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* Row i's top k of E probabilities, largest first (a tie: the lower expert, as the first found). */
+static void topk_row(int32_t *idx, const float *p, int E, int K) {
+    for (int j = 0; j < K; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int q = 0; q < j && !taken; q++) taken = idx[q] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        idx[j] = best;
+    }
+}
+
+void dt_moe_topk(float *w, int32_t *idx, const float *probs, int BT, int E, int K, bool norm) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        const float *p = probs + (size_t)i * E;
+        int32_t *ix = idx + (size_t)i * K;
+        float *wi = w + (size_t)i * K, sum = 0;
+        topk_row(ix, p, E, K);
+        for (int j = 0; j < K; j++) sum += wi[j] = p[ix[j]];
+        for (int j = 0; norm && j < K; j++) wi[j] /= sum;
+    }
+}
+
+void dt_moe_softmax(float *probs, int BT, int E) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        float *p = probs + (size_t)i * E, max = p[0], sum = 0;
+        for (int e = 1; e < E; e++) max = p[e] > max ? p[e] : max;
+        for (int e = 0; e < E; e++) sum += p[e] = expf(p[e] - max);
+        for (int e = 0; e < E; e++) p[e] /= sum;
+    }
+}
+
+void dt_moe_sort(int32_t *order, int32_t *start, int32_t *row_of, const int32_t *idx, int pairs, int E) {
+    memset(start, 0, (size_t)(E + 1) * sizeof *start);
+    for (int q = 0; q < pairs; q++) start[idx[q] + 1]++;
+    for (int e = 0; e < E; e++) start[e + 1] += start[e];
+    for (int q = 0; q < pairs; q++) row_of[q] = start[idx[q]]++; /* stable: pairs in order within an expert */
+    for (int e = E; e > 0; e--) start[e] = start[e - 1];
+    start[0] = 0;
+    for (int q = 0; q < pairs; q++) order[row_of[q]] = q;
+}
+
+void dt_moe_gather(float *rows, const float *x, const int32_t *order, int pairs, int K, int C) {
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < pairs; r++) memcpy(rows + (size_t)r * C, x + (size_t)(order[r] / K) * C, (size_t)C * sizeof(float));
+}
+
+/* Token i's choices in the experts' order (K small: insertion). */
+static void by_expert(int *q, const int32_t *idx, int K) {
+    for (int j = 0; j < K; j++) {
+        int a = j;
+        while (a > 0 && idx[q[a - 1]] > idx[j]) q[a] = q[a - 1], a--;
+        q[a] = j;
+    }
+}
+
+void dt_moe_combine(float *out, const float *y, const float *w, const int32_t *idx, const int32_t *row_of, int BT, int K, int C, bool add) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        int q[DT_MOE_MAX_K];
+        by_expert(q, idx + (size_t)i * K, K);
+        float *o = out + (size_t)i * C;
+        if (!add) memset(o, 0, (size_t)C * sizeof(float));
+        for (int j = 0; j < K; j++) {
+            size_t pair = (size_t)i * K + (size_t)q[j];
+            const float *yr = y + (size_t)row_of[pair] * C;
+            float wj = w ? w[pair] : 1.0f;
+            for (int c = 0; c < C; c++) o[c] += wj * yr[c];
+        }
+    }
+}
+
+void dt_moe_experts_forward(float *hu, float *act, float *y, const float *xs, const int32_t *start, const float *wg, const float *wu,
+                            const float *wd, int E, int C, int F) {
+    for (int e = 0; e < E; e++) {
+        int n = start[e + 1] - start[e];
+        if (!n) continue;
+        size_t r = (size_t)start[e], fc = (size_t)F * C;
+        float *h = hu + r * 2 * F;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, C, 1.0f, xs + r * C, C, wg + e * fc, C, 0.0f, h, 2 * F);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, C, 1.0f, xs + r * C, C, wu + e * fc, C, 0.0f, h + F, 2 * F);
+    }
+    dt_swiglu_forward(act, hu, start[E], F);
+    for (int e = 0; y && e < E; e++) {
+        int n = start[e + 1] - start[e];
+        size_t r = (size_t)start[e];
+        if (n) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, C, F, 1.0f, act + r * F, F, wd + (size_t)e * C * F, F, 0.0f, y + r * C, C);
+    }
+}
+
+void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, float *dw, float *dys, float *g, float *dhu, const float *xs,
+                             const float *hu, const float *act, const float *w, const int32_t *order, const int32_t *start, const float *wg,
+                             const float *wu, const float *wd, int E, int C, int F) {
+    int pairs = start[E];
+    /* g = dy Wd (an expert's row, unweighted): d(weight) = act . g, d(act) = w g; Wd's gradient from the weighted dy */
+    for (int e = 0; e < E; e++) {
+        int n = start[e + 1] - start[e];
+        size_t r = (size_t)start[e];
+        if (n) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, F, C, 1.0f, dys + r * C, C, wd + (size_t)e * C * F, F, 0.0f, g + r * F, F);
+    }
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < pairs; r++) {
+        const float *a = act + (size_t)r * F;
+        float *gr = g + (size_t)r * F, *d = dys + (size_t)r * C, wr = w[order[r]], dot = 0;
+        for (int f = 0; f < F; f++) dot += a[f] * gr[f];
+        dw[order[r]] = dot;
+        for (int f = 0; f < F; f++) gr[f] *= wr;
+        for (int c = 0; c < C; c++) d[c] *= wr;
+    }
+    memset(dhu, 0, (size_t)pairs * 2 * F * sizeof(float));
+    dt_swiglu_backward(dhu, hu, g, pairs, F);
+    for (int e = 0; e < E; e++) {
+        int n = start[e + 1] - start[e];
+        if (!n) continue;
+        size_t r = (size_t)start[e], fc = (size_t)F * C;
+        const float *dh = dhu + r * 2 * F;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, F, n, 1.0f, dys + r * C, C, act + r * F, F, 1.0f, dwd + e * fc, F);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, F, C, n, 1.0f, dh, 2 * F, xs + r * C, C, 1.0f, dwg + e * fc, C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, F, C, n, 1.0f, dh + F, 2 * F, xs + r * C, C, 1.0f, dwu + e * fc, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, F, 1.0f, dh, 2 * F, wg + e * fc, C, 0.0f, dxs + r * C, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, F, 1.0f, dh + F, 2 * F, wu + e * fc, C, 1.0f, dxs + r * C, C);
+    }
+}
+
+void dt_moe_router_backward(float *dlogits, const float *probs, const float *w, const int32_t *idx, const float *dw, const float *daux, int BT,
+                            int E, int K, bool norm) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        const float *p = probs + (size_t)i * E, *wi = w + (size_t)i * K, *dwi = dw + (size_t)i * K;
+        const int32_t *ix = idx + (size_t)i * K;
+        float *dl = dlogits + (size_t)i * E;
+        /* d(probs): the chosen ones' through the weights (renormalised: w_j = p_j / S, so dp_j = (dw_j - sum w dw) / S) */
+        float sum = 0, wdw = 0, pdp = 0;
+        for (int j = 0; j < K; j++) sum += p[ix[j]], wdw += wi[j] * dwi[j];
+        for (int e = 0; e < E; e++) dl[e] = daux ? daux[e] : 0;
+        for (int j = 0; j < K; j++) dl[ix[j]] += norm ? (dwi[j] - wdw) / sum : dwi[j];
+        for (int e = 0; e < E; e++) pdp += p[e] * dl[e];
+        for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - pdp); /* the softmax's backward */
+    }
+}

@@ -1,0 +1,183 @@
+/* A mixture of experts against its oracle: transformers' MixtralForCausalLM on a tiny random config
+ * (scripts/make_moe_fixtures.py), read from the Hugging Face folder it saved (an expert's w1, w3 and w2 into the
+ * stacked gate, up and down tensors). The router's probabilities and its choices (exactly), the last layer's
+ * sparse-MoE block output, the logits, the loss with the load-balancing term and that term alone, every gradient
+ * and ten AdamW steps; recomputation gives the same bits; bad configs and folders are refused naming what. */
+#include "fixture_checks.h"
+
+#include "dtrain/optim.h"
+#include "dtrain/program.h"
+
+#include <string.h>
+#include <unistd.h>
+
+enum { B = 2, T = 16, STEPS = 10 };
+
+static void expect(const char *what, double err, double tol) {
+    char d[48];
+    snprintf(d, sizeof d, "relative error %.2e", err);
+    check(what, err <= tol, d);
+}
+
+/* Each layer's probabilities against the softmax of the fixture's router logits, and the choices: the same experts in
+ * the same order for every token. */
+static dt_status check_router(const dt_program *p, dt_safetensors *f) {
+    const dt_lm_config *c = dt_program_config(p);
+    int E = c->experts, K = c->experts_top_k, n = B * T, dims[2] = { n, E }, kd = n * K;
+    float *ref = malloc(sizeof(float) * (size_t)n * E);
+    int32_t *top = malloc(sizeof(int32_t) * (size_t)kd);
+    dt_status st = ref && top ? DT_OK : dt_error(DT_ERR_NOMEM, "out of memory");
+    double worst = 0;
+    int same = 0;
+    for (int l = 0; !st && l < c->num_layers; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "router_logits.%d", l);
+        if ((st = dt_safetensors_read(f, name, 2, dims, 0, ref))) break;
+        dt_moe_softmax(ref, n, E);
+        worst = fmax(worst, rel_err(dt_program_moe_probs(p, l), ref, (size_t)n * E));
+        snprintf(name, sizeof name, "router_top.%d", l);
+        if ((st = dt_safetensors_read_i32(f, name, (size_t)kd, top))) break;
+        float w[DT_MOE_MAX_K];
+        int32_t mine[DT_MOE_MAX_K];
+        for (int i = 0; i < n; i++) {
+            dt_moe_topk(w, mine, dt_program_moe_probs(p, l) + (size_t)i * E, 1, E, K, true);
+            same += !memcmp(mine, top + (size_t)i * K, sizeof(int32_t) * (size_t)K);
+        }
+    }
+    if (!st) {
+        expect("router probabilities (softmax of HF's router logits), every layer", worst, 1e-5);
+        char d[64];
+        snprintf(d, sizeof d, "%d of %d tokens x layers", same, n * c->num_layers);
+        check("router choices: HF's experts, in its order", same == n * c->num_layers, d);
+    }
+    free(ref), free(top);
+    return st;
+}
+
+static dt_status check_steps(dt_program *p, const dt_model *m, dt_safetensors *f, const int32_t *in, const int32_t *tg) {
+    float ref[STEPS], losses[STEPS];
+    int steps = STEPS;
+    dt_optim_config oc;
+    dt_optim_defaults(DT_OPT_ADAMW, &oc);
+    oc.weight_decay = 0.01f;
+    dt_optim *o = NULL;
+    dt_status st = dt_safetensors_read(f, "adamw_losses", 1, &steps, 0, ref);
+    if (!st) st = dt_optim_create(&oc, m->nparams, NULL, 0, &o);
+    for (int s = 0; !st && s < STEPS; s++) {
+        dt_program_zero_grad(p);
+        if (!(st = dt_program_forward(p, in, tg, B, T, &losses[s]))) st = dt_program_backward(p, 1.0f);
+        if (!st) dt_optim_step(o, m->params(m->self), m->grads(m->self), 1e-3f, 0);
+    }
+    double e = 0;
+    for (int s = 0; !st && s < STEPS; s++) e = fmax(e, fabs(losses[s] - ref[s]) / ref[s]);
+    if (!st) expect("10 AdamW steps' losses (worst step)", e, 1e-5);
+    dt_optim_destroy(o);
+    return st;
+}
+
+/* Recomputation (each block's forward again in backward, the routing with it) gives the same gradients, bit for bit. */
+static void check_recompute(dt_program *p, const dt_model *m, const int32_t *in, const int32_t *tg) {
+    float loss, *a = malloc(m->nparams * sizeof(float));
+    bool ok = a != NULL;
+    dt_program_zero_grad(p);
+    ok = ok && !dt_program_forward(p, in, tg, B, T, &loss) && !dt_program_backward(p, 1.0f);
+    if (ok) memcpy(a, m->grads(m->self), m->nparams * sizeof(float));
+    dt_program_zero_grad(p);
+    ok = ok && !dt_program_set_recompute(p, 1) && !dt_program_forward(p, in, tg, B, T, &loss) && !dt_program_backward(p, 1.0f) &&
+         !memcmp(a, m->grads(m->self), m->nparams * sizeof(float));
+    dt_program_set_recompute(p, 0);
+    check("recomputation: the same gradients, bit for bit", ok, NULL);
+    free(a);
+}
+
+static void check_fixture(const char *dir) {
+    char folder[512], path[512];
+    snprintf(folder, sizeof folder, "%s/moe/mixtral", dir);
+    snprintf(path, sizeof path, "%s/moe/mixtral.safetensors", dir);
+    dt_program *p = NULL;
+    dt_safetensors *f = NULL;
+    int32_t in[B * T], tg[B * T];
+    float loss = 0, ref_loss, ref_aux, *ref = NULL;
+    dt_status st = dt_program_load_hf(folder, &p);
+    if (!st) st = dt_safetensors_open(path, &f);
+    if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
+    if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
+    const dt_lm_config *c = st ? NULL : dt_program_config(p);
+    dt_model m;
+    if (!st) {
+        int one = 1, V = c->vocab_size, dims[3] = { B, T, V }, od[2] = { B * T, c->channels };
+        dt_program_model(p, &m);
+        ref = malloc(sizeof(float) * (size_t)B * T * (V > c->channels ? V : c->channels));
+        if (!(st = dt_program_forward(p, in, tg, B, T, &loss)) && !(st = dt_safetensors_read(f, "logits", 3, dims, 0, ref))) {
+            double e = 0;
+            for (int i = 0; i < B * T; i++) e = fmax(e, rel_err(dt_program_logits(p) + (size_t)i * c->padded_vocab_size, ref + (size_t)i * V, (size_t)V));
+            expect("logits (worst row)", e, 1e-5);
+        }
+        if (!st && !(st = dt_safetensors_read(f, "loss", 1, &one, 0, &ref_loss)) && !(st = dt_safetensors_read(f, "aux", 1, &one, 0, &ref_aux))) {
+            expect("loss: cross-entropy + 0.02 x the balancing loss", fabs(loss - ref_loss) / ref_loss, 1e-6);
+            expect("the balancing loss (load_balancing_loss_func)", fabs(dt_program_moe_balance_loss(p) - ref_aux) / ref_aux, 1e-6);
+        }
+        if (!st) st = check_router(p, f);
+        if (!st && !(st = dt_safetensors_read(f, "moe_out.1", 2, od, 0, ref)))
+            expect("the last layer's sparse-MoE block output", rel_err(dt_program_moe_output(p), ref, (size_t)B * T * c->channels), 1e-5);
+        double worst = 0;
+        dt_program_zero_grad(p);
+        if (!st) st = dt_program_backward(p, 1.0f);
+        if (!st && !(st = grads_err(f, &m, c->vocab_size, &worst))) expect("every gradient (worst tensor)", worst, 1e-5);
+    }
+    if (!st) check_recompute(p, &m, in, tg);
+    if (!st) st = check_steps(p, &m, f, in, tg);
+    if (st) check("the Mixtral fixture", false, dt_last_error());
+    free(ref);
+    dt_program_destroy(p);
+    dt_safetensors_close(f);
+}
+
+static void refused(const char *what, dt_status st, const char *needle) {
+    bool ok = st && strstr(dt_last_error(), needle);
+    check(what, ok, ok ? NULL : st ? dt_last_error() : "accepted");
+}
+
+/* A copy of the fixture's folder whose config.json says `experts` experts. */
+static dt_status folder_with(const char *dir, const char *tmp, int experts) {
+    char src[600], dst[600], cmd[4000];
+    snprintf(src, sizeof src, "%s/moe/mixtral", dir);
+    snprintf(dst, sizeof dst, "%s/m%d", tmp, experts);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/model.safetensors' '%s/' && sed 's/\"num_local_experts\": 4/\"num_local_experts\": %d/' "
+             "'%s/config.json' > '%s/config.json'", dst, src, dst, experts, src, dst);
+    return system(cmd) ? dt_error(DT_ERR_IO, "could not copy the fixture's folder") : DT_OK;
+}
+
+static void bad_input(const char *dir) {
+    dt_lm_config c = { 0 };
+    c.family = dt_family_find("mixtral");
+    c.vocab_size = c.padded_vocab_size = 64, c.max_seq_len = 16, c.num_layers = 1, c.num_heads = 2, c.channels = 16, c.ffn = 8;
+    c.experts = 4, c.experts_top_k = 5;
+    dt_program *p = NULL;
+    refused("top-k above the experts' count", dt_program_create(&c, &p), "top-5 routing among 4 experts");
+    c.experts_top_k = 2, c.experts = 0;
+    refused("a Mixtral without experts", dt_program_create(&c, &p), "0 experts for the mixtral family");
+    char tmp[] = "/tmp/dtrain_moe_XXXXXX", rm[64];
+    if (!mkdtemp(tmp)) return;
+    for (int e = 3; e <= 5; e += 2) {
+        char folder[600], what[96];
+        snprintf(folder, sizeof folder, "%s/m%d", tmp, e);
+        snprintf(what, sizeof what, "a folder whose config says %d experts, its files 4", e);
+        dt_status st = folder_with(dir, tmp, e);
+        if (!st) st = dt_program_load_hf(folder, &p);
+        dt_program_destroy(p), p = NULL;
+        char needle[96];
+        snprintf(needle, sizeof needle, "block_sparse_moe.gate.weight\" has shape [4, 32], the model needs [%d, 32]", e);
+        refused(what, st, needle);
+    }
+    snprintf(rm, sizeof rm, "rm -rf '%s'", tmp);
+    if (system(rm)) printf("could not remove %s\n", tmp);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
+    check_fixture(dir);
+    bad_input(dir);
+    printf("%s\n", failed ? "test_moe: FAILED" : "test_moe: all passed");
+    return failed != 0;
+}
