@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 /* Presets: GPT-2's (the gpt2 family) and Llama shapes; dt_gpt2_preset is this. */
-#define DT_LM_PRESETS "d6, 124M, 350M, 774M, 1558M, llama-tiny, smollm-135m, llama3.2-1b"
+#define DT_LM_PRESETS "d6, 124M, 350M, 774M, 1558M, llama-tiny, smollm-135m, llama3.2-1b, mixtral-tiny"
 dt_status dt_lm_preset(const char *name, dt_lm_config *out);
 /* Checks a config (its defaults resolved): positive sizes, K/V heads dividing the heads, an even head for rotary
  * positions. */
@@ -274,6 +274,7 @@ void dt_program_set_unit_hooks(dt_program *p, dt_unit_hook before_forward, dt_un
 void dt_program_set_grad_storage(dt_program *p, float *grads);
 void dt_program_set_param_storage(dt_program *p, float *params);
 const dt_gpt2_part *dt_program_part(const dt_program *p);
+bool dt_program_holds_block(const dt_program *p, int l); /* whether block l (unit l + 1) is this rank's */
 const dt_tensor_info *dt_program_tensors(const dt_program *p, int *n);
 
 

@@ -131,14 +131,15 @@ typedef struct {
  * stores, its kind's shape as named integers (GPT-2: max_seq_len, vocab
  * size, ...; Llama: those, K/V heads, head and MLP widths, ...; a ResNet:
  * depth, image channels, height, width, classes) and named numbers (Llama:
- * the norms' epsilon, the rotary settings), and state beside the parameters
+ * the norms' epsilon, the rotary settings; a mixture of experts: their count, top-k, renormalisation and the
+ * balancing loss's coefficient), and state beside the parameters
  * (BatchNorm's running averages: buffers.f32). */
 typedef struct {
     dt_model m;
     int nshape, nfshape;
-    const char *shape_names[12], *fshape_names[5];
-    int shape[12];
-    double fshape[5];
+    const char *shape_names[14], *fshape_names[6];
+    int shape[14];
+    double fshape[6];
     float *buffers;
     size_t nbuffers;
     const dt_lora_config *lora; /* the model is LoRA's adapters on a frozen base (NULL: the whole model trains) */

@@ -30,6 +30,10 @@ static void usage(FILE *f) {
             "                     a ResNet's --save DIR / --resume DIR / --stop-after count global steps and keep the\n"
             "                     running averages too\n"
             "  --layers/--heads/--channels/--vocab/--max-seq N   shape overrides (any shape); --kv-heads N, --ffn N\n"
+            "  --experts E        a Llama's MLP as E SwiGLU experts (Mixtral's mixture, --ffn hidden units each),\n"
+            "                     --experts-top-k K (2) a token, their weights renormalised; dropless\n"
+            "  --moe-aux-loss X   add X times the load-balancing loss (Switch's, as Hugging Face's Mixtral sums it\n"
+            "                     over the layers; 0: none, the default; one process or --tp 1 x --pp 1 only)\n"
             "                     (a Llama's K/V heads and MLP width)\n"
             "  --data FILE        training tokens (llm.c format), or FILE.jsonl: supervised fine-tuning on chats\n"
             "                     ({\"messages\": [{\"role\", \"content\"}, ..]}) or {\"prompt\", \"completion\"} pairs, one\n"
@@ -166,7 +170,8 @@ static const dt_cli_flag flags[] = {
     { "--momentum", "a number from 0 to below 1" }, { "--trust-coef", "a number above 0 and at most 1e9" },
     { "--layers", "a whole number from 1 to 1e5" }, { "--heads", "a whole number from 1 to 1e5" },
     { "--channels", "a whole number from 1 to 1e6" }, { "--vocab", "a whole number from 1 to 2^30" },
-    { "--max-seq", "a whole number from 1 to 1e7" }, { "--kv-heads", "a whole number from 1 to 1e5" }, { "--ffn", "a whole number from 1 to 1e7" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
+    { "--max-seq", "a whole number from 1 to 1e7" }, { "--kv-heads", "a whole number from 1 to 1e5" }, { "--ffn", "a whole number from 1 to 1e7" }, { "--experts", "a whole number from 1 to 4096" },
+    { "--experts-top-k", "a whole number from 1 to 32" }, { "--moe-aux-loss", "a number from 0 to 1e3" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
     { "--nesterov", "" }, { "--quiet", "" }, { "--pack", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--sp", "" }, { "--pp-schedule-print", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
 };
 
@@ -222,7 +227,8 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--layers", 1, 1e5, 1, &c.shape.num_layers, 'i' }, { "--heads", 1, 1e5, 1, &c.shape.num_heads, 'i' },
         { "--channels", 1, 1e6, 1, &c.shape.channels, 'i' }, { "--vocab", 1, 1 << 30, 1, &c.shape.vocab_size, 'i' },
         { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' }, { "--kv-heads", 1, 1e5, 1, &c.shape.kv_heads, 'i' },
-        { "--ffn", 1, 1e7, 1, &c.shape.ffn, 'i' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
+        { "--ffn", 1, 1e7, 1, &c.shape.ffn, 'i' }, { "--experts", 1, 4096, 1, &c.shape.experts, 'i' },
+        { "--experts-top-k", 1, 32, 1, &c.shape.experts_top_k, 'i' }, { "--moe-aux-loss", 0, 1e3, 0, &c.shape.aux_coef, 'f' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
         { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c.lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c.dpo_beta, 'd' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
     };
     for (int i = 1; i < argc; i++) {

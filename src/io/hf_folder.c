@@ -14,14 +14,21 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* LlamaConfig's (Qwen2Config's) fields: what transformers needs to build the same model. */
+/* LlamaConfig's (Qwen2Config's, MixtralConfig's) fields: what transformers needs to build the same model. */
 static cJSON *llama_config(const dt_gpt2_config *given) {
     dt_lm_config c = dt_lm_config_resolve(given);
-    bool qwen = c.family == dt_family_find("qwen2");
+    bool qwen = c.family == dt_family_find("qwen2"), moe = c.experts > 0;
     cJSON *j = cJSON_CreateObject();
-    const char *arch[1] = { qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM" };
+    const char *arch[1] = { qwen ? "Qwen2ForCausalLM" : moe ? "MixtralForCausalLM" : "LlamaForCausalLM" };
     cJSON_AddItemToObject(j, "architectures", cJSON_CreateStringArray(arch, 1));
-    cJSON_AddStringToObject(j, "model_type", qwen ? "qwen2" : "llama");
+    cJSON_AddStringToObject(j, "model_type", qwen ? "qwen2" : moe ? "mixtral" : "llama");
+    if (moe) {
+        cJSON_AddNumberToObject(j, "num_local_experts", c.experts);
+        cJSON_AddNumberToObject(j, "num_experts_per_tok", c.experts_top_k);
+        cJSON_AddBoolToObject(j, "output_router_logits", c.aux_coef > 0);
+        cJSON_AddNumberToObject(j, "router_aux_loss_coef", c.aux_coef > 0 ? dt_f32_decimal(c.aux_coef) : 0.001);
+        cJSON_AddNullToObject(j, "sliding_window");
+    }
     cJSON_AddNumberToObject(j, "vocab_size", c.vocab_size);
     cJSON_AddNumberToObject(j, "hidden_size", c.channels);
     cJSON_AddNumberToObject(j, "intermediate_size", c.ffn);
@@ -42,7 +49,7 @@ static cJSON *llama_config(const dt_gpt2_config *given) {
     }
     cJSON_AddBoolToObject(j, "tie_word_embeddings", !c.untied);
     cJSON_AddStringToObject(j, "hidden_act", "silu");
-    if (!qwen) {
+    if (!qwen && !moe) {
         cJSON_AddBoolToObject(j, "attention_bias", 0);
         cJSON_AddBoolToObject(j, "mlp_bias", 0);
     }
@@ -115,14 +122,15 @@ dt_status dt_hf_folder_check(const char *dir) {
     const char *type = cJSON_IsString(t) ? t->valuestring : "", *arch = cJSON_IsString(a) ? a->valuestring : "";
     dt_status st = DT_OK;
     /* the model program's families: GPT-2 (read below), Llama and Qwen 2 (dt_gpt2_load_hf) */
-    bool known = (!*type || !strcmp(type, "gpt2") || !strcmp(type, "llama") || !strcmp(type, "qwen2")) &&
-                 (!*arch || !strncmp(arch, "GPT2", 4) || !strcmp(arch, "LlamaForCausalLM") || !strcmp(arch, "Qwen2ForCausalLM"));
+    bool known = (!*type || !strcmp(type, "gpt2") || !strcmp(type, "llama") || !strcmp(type, "qwen2") || !strcmp(type, "mixtral")) &&
+                 (!*arch || !strncmp(arch, "GPT2", 4) || !strcmp(arch, "LlamaForCausalLM") || !strcmp(arch, "Qwen2ForCausalLM") ||
+                  !strcmp(arch, "MixtralForCausalLM"));
     if (!known) {
         char what[256];
         snprintf(what, sizeof what, "%s%s%s%s%s", arch, *arch && *type ? " (" : "", *type ? "model_type " : "", type,
                  *arch && *type ? ")" : "");
         st = dt_error(DT_ERR_UNSUPPORTED, "%s: the folder holds a %s model; dtrain reads GPT-2's (GPT2LMHeadModel, model_type gpt2), "
-                      "Llama's (LlamaForCausalLM) and Qwen 2's (Qwen2ForCausalLM)", path, what);
+                      "Llama's (LlamaForCausalLM), Qwen 2's (Qwen2ForCausalLM) and Mixtral's (MixtralForCausalLM)", path, what);
     }
     cJSON_Delete(j);
     return st;

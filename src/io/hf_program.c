@@ -144,7 +144,8 @@ int dt_hf_folder_is_program(const char *dir) {
     cJSON *j = cJSON_Parse(text);
     free(text);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "model_type");
-    int yes = cJSON_IsString(t) && (!strcmp(t->valuestring, "llama") || !strcmp(t->valuestring, "qwen2"));
+    const dt_family *f = cJSON_IsString(t) ? dt_family_find(t->valuestring) : NULL;
+    int yes = f && strcmp(t->valuestring, "gpt2"); /* GPT-2's folders have their own reader (hf_folder.c) */
     cJSON_Delete(j);
     return yes;
 }

@@ -1,5 +1,5 @@
 /* The model program's presets: GPT-2's sizes (the gpt2 family), and Llama shapes (a tiny one for tests,
- * SmolLM-135M's and Llama 3.2 1B's, as their config.json files give them). */
+ * SmolLM-135M's and Llama 3.2 1B's, as their config.json files give them), and a tiny Mixtral for tests. */
 #include "dtrain/program.h"
 
 #include <string.h>
@@ -22,7 +22,10 @@ dt_status dt_lm_preset(const char *name, dt_lm_config *out) {
             return DT_OK;
         }
     if (!strcmp(name, "llama-tiny")) *out = llama(512, 256, 4, 8, 2, 128, 344, 10000, false);
-    else if (!strcmp(name, "smollm-135m")) *out = llama(49152, 2048, 30, 9, 3, 576, 1536, 10000, true);
+    else if (!strcmp(name, "mixtral-tiny")) { /* llama-tiny's attention, 8 experts of 172 hidden units, 2 a token */
+        *out = llama(512, 256, 4, 8, 2, 128, 172, 10000, false);
+        out->family = dt_family_find("mixtral"), out->experts = 8, out->experts_top_k = 2, out->norm_topk = 1;
+    } else if (!strcmp(name, "smollm-135m")) *out = llama(49152, 2048, 30, 9, 3, 576, 1536, 10000, true);
     else if (!strcmp(name, "llama3.2-1b")) {
         *out = llama(128256, 131072, 16, 32, 8, 2048, 8192, 500000, true);
         out->rope_factor = 32, out->rope_low_freq_factor = 1, out->rope_high_freq_factor = 4, out->rope_original_max = 8192;

@@ -115,6 +115,8 @@ const float *dt_program_moe_output(const dt_program *p) {
 
 double dt_program_moe_balance_loss(const dt_program *p) { return dt_program_moe_aux(p); }
 
+bool dt_program_holds_block(const dt_program *p, int l) { return l >= 0 && l < p->cfg.num_layers && p->bk[l] >= 0; }
+
 double dt_program_moe_aux(const dt_program *p) {
     const program_slot *s = p->s;
     int E = p->cfg.experts;

@@ -11,7 +11,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-enum { PREFIX, STEP, LOSS, LR, NORM, MS, RATE, MFU, BUBBLE, ETA, NF };
+enum { PREFIX, STEP, LOSS, LR, NORM, MS, RATE, MFU, BUBBLE, EXPERTS, ETA, NF };
 
 static void fields(const dt_progress *p, char f[NF][48]) {
     int eta = (int)(p->elapsed / (p->step + 1 - p->first) * (p->steps - p->step - 1)); /* this process's pace */
@@ -28,12 +28,14 @@ static void fields(const dt_progress *p, char f[NF][48]) {
     if (p->mfu > 0) snprintf(f[MFU], 48, "MFU %.1f%%", 100 * p->mfu);
     f[BUBBLE][0] = 0;
     if (!isnan(p->bubble)) snprintf(f[BUBBLE], 48, "bubble %.1f%%", 100 * p->bubble);
+    f[EXPERTS][0] = 0;
+    if (p->experts > 0) snprintf(f[EXPERTS], 48, "load max/mean %.2f", p->experts);
     snprintf(f[ETA], 48, "ETA %dm%02ds", eta / 60, eta % 60);
 }
 
 /* The fields that fit in cols - 1 characters, joined into line; its length. */
 static int fit(char f[NF][48], int cols, char *line, size_t cap) {
-    static const int drop_order[] = { LR, NORM, BUBBLE, MFU, MS, RATE };
+    static const int drop_order[] = { LR, NORM, EXPERTS, BUBBLE, MFU, MS, RATE };
     bool shown[NF];
     for (int k = 0; k < NF; k++) shown[k] = f[k][0] != 0;
     int n = 0;

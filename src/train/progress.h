@@ -13,6 +13,7 @@ typedef struct {
     const char *unit;        /* "tok/s", "img/s" */
     double mfu;              /* 0: not shown */
     double bubble;           /* a pipeline's idle share of the step (NAN: no pipeline, not shown) */
+    double experts;          /* a mixture of experts' most loaded expert over the mean, the worst layer's (0: not shown) */
     double elapsed;          /* seconds since this process's first step */
     const char *prefix;      /* before the fields ("epoch 2/5"), or NULL */
     float val;               /* a validation loss to print after it (NAN: none) */

@@ -36,6 +36,7 @@ typedef struct {
     dt_loader *tl, *vl;
     dt_loader *fl;            /* the loader forward-only passes read (evaluation's, the DPO reference's) */
     dt_dpo *dpo;              /* preference pairs in --data: DPO's loss (dpo_setup.c); its rows: the training file's, then --val-data's */
+    double moe_worst, moe_mean; /* a mixture of experts' step: the most loaded expert over the mean, worst layer and average */
     float dpo_step[2], dpo_val[2]; /* the last step's and evaluation's reward accuracy and margin (metrics) */
     dt_engine *e;
     dt_watchdog *wd;
@@ -82,6 +83,8 @@ dt_status dt_train_dpo_stats(run *r, bool say, float out[2]);
 /* Forward-only over n batches of l (through the stages with a pipeline): the mean loss over the ranks that computed
  * losses (collective; train.c). */
 dt_status dt_train_forward_batches(run *r, dt_loader *l, int n, float *out);
+/* A mixture of experts' load over the step just run, every rank's (collective): r->moe_worst, r->moe_mean. */
+dt_status dt_train_moe_load(run *r);
 /* The next training batch into r->in, r->tg: the engine's and the pipeline's callback (train.c). */
 dt_status dt_train_next_batch(void *ctx, int k, const int32_t **in, const int32_t **tg);
 /* --save: weights to a file, or the full state to a directory (run_save.c). */

@@ -7,8 +7,9 @@
 /* What every rank must agree on, compared against rank 0's. */
 typedef struct {
     /* the model's shape as words (dt_train_shape_model): T, V, Vp, L, NH, C, the family's number, K/V heads, head and
-     * MLP widths, untied, the rope's original length, then the norms' epsilon and the rotary numbers' bits */
-    int32_t model[16];
+     * MLP widths, untied, the rope's original length, then the norms' epsilon and the rotary numbers' bits, then the
+     * experts, top-k and whether their weights are renormalised */
+    int32_t model[19];
     int32_t batch, seq, steps, grad_accum, optimizer, eval_every;
     int64_t train_tokens, val_tokens;
     float lr;

@@ -105,6 +105,7 @@ dt_status dt_train_forward_batches(run *r, dt_loader *l, int nb, float *out) {
         sum += loss;
     }
     dt_program_set_row_keys(dt_gpt2_program(r->m), r->keys);
+    dt_program_moe_load(dt_gpt2_program(r->m), NULL); /* the experts' load is training's */
     if (st) return st;
     /* the mean over the ranks that computed losses (a pipeline's last stages; every rank otherwise) */
     float v[2] = { n ? (float)(sum / n) : 0, n ? 1 : 0 };
@@ -162,7 +163,7 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
         dt_progress_print(r->tty, c->print_every ? c->print_every : 1,
                           &(dt_progress){ .step = step, .steps = c->steps, .first = r->first_step, .loss = s->loss, .lr = lr,
                                           .norm = s->norm, .skipped = s->skipped, .ms = ms, .rate = tps, .unit = "tok/s", .mfu = mfu,
-                                          .bubble = r->pipe ? r->bubble : NAN,
+                                          .bubble = r->pipe ? r->bubble : NAN, .experts = r->moe_worst,
                                           .elapsed = dt_time_now() - t_start, .val = eval ? val : NAN });
     return 0;
 }
@@ -243,6 +244,7 @@ static int train_loop(run *r) {
         DT_TRACE_END(DT_TRACK_COMPUTE);
         if (!st && r->pipe) st = pipeline_times(r);
         if (!st && r->dpo) st = dt_train_dpo_stats(r, false, r->dpo_step); /* the step's pairs (before an evaluation's) */
+        if (!st) st = dt_train_moe_load(r);
         if (st) {
             /* an error that names its step already (the loss scaler's) is said as it is */
             if (!strncmp(dt_last_error(), "step ", 5)) dt_log(DT_LOG_ERROR, "%s", dt_last_error());

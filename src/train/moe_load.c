@@ -1,0 +1,36 @@
+/* A mixture of experts' balance over a step: each layer's choices of each expert, summed over every rank (data- and
+ * context-parallel ranks saw other tokens, pipeline stages hold other layers), and the most loaded expert against
+ * the mean, the worst layer's and the layers' average (1: perfectly balanced). */
+#include "run.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+dt_status dt_train_moe_load(run *r) {
+    dt_program *p = dt_gpt2_program(r->m);
+    const dt_lm_config *c = dt_program_config(p);
+    int L = c->num_layers, E = c->experts;
+    if (!E) return DT_OK;
+    double *mine = calloc((size_t)L * E, sizeof(double)), *all = calloc((size_t)L * E, sizeof(double)),
+           *local = calloc((size_t)(L + 1) * E, sizeof(double));
+    dt_status st = mine && all && local ? DT_OK : dt_error(DT_ERR_NOMEM, "out of memory");
+    if (!st) dt_program_moe_load(p, local);
+    for (int l = 0, k = 0; !st && l < L; l++) /* held layers in order, at their places in the whole model */
+        if (dt_program_holds_block(p, l)) memcpy(mine + (size_t)l * E, local + (size_t)k++ * E, (size_t)E * sizeof(double));
+    /* a tensor-parallel group's ranks saw the same tokens: one of them counts (this build runs experts without TP) */
+    if (!st) st = r->nranks > 1 ? dt_comm_allreduce(r->w, mine, all, (size_t)L * E, DT_F64, DT_SUM) : DT_OK;
+    if (!st && r->nranks == 1) memcpy(all, mine, (size_t)L * E * sizeof(double));
+    double worst = 0, sum = 0;
+    int layers = 0;
+    for (int l = 0; !st && l < L; l++) {
+        double max = 0, total = 0;
+        for (int e = 0; e < E; e++) total += all[(size_t)l * E + e], max = all[(size_t)l * E + e] > max ? all[(size_t)l * E + e] : max;
+        if (total <= 0) continue;
+        double ratio = max / (total / E);
+        worst = ratio > worst ? ratio : worst, sum += ratio, layers++;
+    }
+    r->moe_worst = layers ? worst : 0;
+    r->moe_mean = layers ? sum / layers : 0;
+    free(mine), free(all), free(local);
+    return st;
+}

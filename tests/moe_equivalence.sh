@@ -1,0 +1,73 @@
+#!/bin/bash
+# A mixture of experts (a Llama whose MLP is 4 SwiGLU experts, top 2, dropless) gives the losses of one process with
+# the global batch over 20 AdamW steps, within 1e-6 relative, under DDP 2, ZeRO 1/2/3, PP 2 (GPipe, 1F1B), CP 2,
+# DP 2 x PP 2 and recomputation (the routing is each token's own, so any split of the tokens or the layers computes
+# the same sums), and with every expert chosen (no choice a rounding could flip) under micro-batches of one row;
+# the balancing loss changes the losses and, recomputed, gives the same ones; a checkpoint saved by ZeRO-2 at step
+# 10 goes on under PP 2 as the uninterrupted run does; the HF folder it exports reads back with the
+# same loss; the experts' load is in the metrics. What this build does not do is refused naming why.
+# usage: moe_equivalence.sh DTRAIN
+set -u
+DTRAIN=$1
+. "$(dirname "$0")/finetune_checks.sh"
+head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
+"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+common=(--model llama-tiny --experts 4 --experts-top-k 2 --data "$dir/train.bin" --vocab 256 --layers 4 --channels 48 --heads 12
+        --kv-heads 6 --ffn 32 --max-seq 64 --seq 64 --steps 20 --lr 1e-2 --threads 1)
+run ref --batch 4
+run ref2 --batch 2 --grad-accum 2
+run ddp --batch 2 --nproc 2 && close "DDP 2" "$dir/ref.jsonl" "$dir/ddp.jsonl"
+for z in 1 2 3; do run zero$z --batch 2 --nproc 2 --zero $z && close "ZeRO-$z on 2 ranks" "$dir/ref.jsonl" "$dir/zero$z.jsonl"; done
+for s in gpipe 1f1b; do
+    run pp_$s --batch 2 --grad-accum 2 --nproc 2 --pp 2 --pp-schedule $s && close "PP 2, $s, 2 micro-batches" "$dir/ref2.jsonl" "$dir/pp_$s.jsonl"
+done
+# context parallelism's attention is blockwise (by the log-sum-exp): one process's blockwise attention is its reference
+run refb --batch 4 --attention blockwise
+run cp --batch 4 --nproc 2 --cp 2 && close "CP 2 (each rank its chunks of every sequence, routed alone)" "$dir/refb.jsonl" "$dir/cp.jsonl"
+run dppp --batch 2 --nproc 4 --pp 2 && close "DP 2 x PP 2" "$dir/ref.jsonl" "$dir/dppp.jsonl"
+# a routing is a choice: where a token's second and third experts tie within rounding, another sum order of the
+# gradients (micro-batches of 1 row: 2 ranks x 2 micro-batches against one process's 2 x 2) may choose the other and
+# move the loss ~1e-5; with every expert chosen (top-4 of 4) there is no choice to flip, and the layouts agree
+run dense --batch 2 --grad-accum 2 --experts-top-k 4
+run dense_dppp --batch 1 --grad-accum 2 --nproc 4 --pp 2 --experts-top-k 4 &&
+    close "top-4 of 4: DP 2 x PP 2, micro-batches of 1 row" "$dir/dense.jsonl" "$dir/dense_dppp.jsonl"
+run rc --batch 4 --recompute && close "recomputing (the routing made again)" "$dir/ref.jsonl" "$dir/rc.jsonl"
+w=$(paste <(field loss "$dir/ref.jsonl") | awk 'NR==1{a=$1} {b=$1} END{print (b < a) ? 1 : 0}')
+verdict "$w" "the loss falls over 20 steps ($(field loss "$dir/ref.jsonl" | head -1) -> $(field loss "$dir/ref.jsonl" | tail -1))"
+n=$(field expert_load_max_mean "$dir/ddp.jsonl" | wc -l)
+a=$(field expert_load_max_mean "$dir/ref.jsonl" | tail -1) b=$(field expert_load_max_mean "$dir/ddp.jsonl" | tail -1)
+[ "$n" = 20 ] && [ -n "$a" ] && [ "$a" = "$b" ] && ok=1 || ok=0
+verdict $ok "the experts' load in every step's metrics, every rank's tokens counted (max/mean $a, DDP 2 $b)"
+# the balancing loss: part of the loss, its gradient through every layer's router; recomputation the same
+run aux --batch 4 --moe-aux-loss 0.05
+run auxrc --batch 4 --moe-aux-loss 0.05 --recompute && close "balancing loss 0.05, recomputing" "$dir/aux.jsonl" "$dir/auxrc.jsonl"
+d=$(paste <(field loss "$dir/ref.jsonl") <(field loss "$dir/aux.jsonl") | awk '$2 > $1' | wc -l)
+[ "$d" -ge 15 ] && ok=1 || ok=0
+verdict $ok "the balancing loss adds to the loss ($d of 20 steps above the run without it)"
+# saved by ZeRO-2 at step 10, resumed by PP 2
+if "$DTRAIN" train "${common[@]}" --quiet --steps 10 --batch 1 --grad-accum 2 --nproc 2 --zero 2 --experts-top-k 4 --save "$dir/ck" \
+       --metrics "$dir/a.jsonl" > "$dir/a.out" 2>&1 &&
+   "$DTRAIN" train "${common[@]}" --quiet --batch 2 --grad-accum 2 --nproc 2 --pp 2 --experts-top-k 4 --resume "$dir/ck" --metrics "$dir/b.jsonl" > "$dir/b.out" 2>&1; then
+    w=$(worst <(cat "$dir/a.jsonl" "$dir/b.jsonl") "$dir/dense.jsonl")
+    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-6)}" && ok=1 || ok=0
+    verdict $ok "saved by ZeRO-2 at step 10, resumed by PP 2: worst relative loss difference $w"
+else
+    failed=$((failed + 1)); echo "FAIL save or resume"; tail -3 "$dir/a.out" "$dir/b.out"
+fi
+# the weights as a Hugging Face folder (MixtralForCausalLM's names and config), read back: the same validation loss
+ev() { "$DTRAIN" eval "$@" --data "$dir/train.bin" --val-data "$dir/train.bin" --seq 64 --batch 4 --eval-batches 2 2>&1 | grep -o "validation loss [0-9.]*"; }
+if "$DTRAIN" ckpt export "$dir/ck" "$dir/hf" > "$dir/export.out" 2>&1; then
+    a=$(ev --model "$dir/ck") b=$(ev --model "$dir/hf")
+    grep -q '"model_type":[[:space:]]*"mixtral"' "$dir/hf/config.json" && [ -n "$a" ] && [ "$a" = "$b" ] && ok=1 || ok=0
+    verdict $ok "ckpt export writes Mixtral's folder, which reads back: $b (the checkpoint: $a)"
+else
+    failed=$((failed + 1)); echo "FAIL ckpt export: $(tail -1 "$dir/export.out")"
+fi
+refused "--tp with experts" "with a mixture of experts" train "${common[@]}" --batch 4 --nproc 2 --tp 2 --steps 1
+refused "16-bit experts" "mixture of experts in f32 only" train "${common[@]}" --batch 4 --precision bf16 --steps 1
+refused "the balancing loss over data-parallel ranks" "each would see a part" train "${common[@]}" --batch 2 --nproc 2 --moe-aux-loss 0.01 --steps 1
+refused "--experts on GPT-2" "not d6's" train "${common[@]/llama-tiny/d6}" --batch 4 --steps 1
+refused "top-k above the experts" "top-5 routing among 4 experts" train "${common[@]}" --batch 4 --experts-top-k 5 --steps 1
+refused "serving a mixture of experts" "not served by this build" generate --model "$dir/hf" --ids --prompt 1,2,3 --tokens 2
+echo "moe equivalence: $passed passed, $failed failed"
+[ "$failed" = 0 ]
