@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-"""Reference fixtures for dtrain's mixture of experts, computed by transformers' MixtralForCausalLM (the oracle).
+"""Reference fixtures for dtrain's mixture of experts, computed by transformers' MixtralForCausalLM and
+Qwen2MoeForCausalLM (the oracles).
 
-A tiny random Mixtral (E experts, top K, router_aux_loss_coef AUX with output_router_logits, so that the loss is
-Hugging Face's cross-entropy plus AUX times load_balancing_loss_func) is saved as a Hugging Face folder,
-tests/fixtures/moe/mixtral/ (config.json, model.safetensors: save_pretrained's names, an expert's w1, w3 and w2), and
-tests/fixtures/moe/mixtral.safetensors holds:
+A tiny random model of each (E experts, top K, router_aux_loss_coef AUX with output_router_logits, so that the loss
+is Hugging Face's cross-entropy plus AUX times load_balancing_loss_func; Qwen 2 MoE's with its shared expert and
+weights not renormalised) is saved as a Hugging Face folder, tests/fixtures/moe/<name>/ (config.json,
+model.safetensors: save_pretrained's names, one tensor an expert), and tests/fixtures/moe/<name>.safetensors holds:
   "inputs", "targets"      int32 [B, T],
   "logits"                 f32 [B, T, V] (eager attention, f32),
   "loss", "aux"            f32 [1]: the training loss (cross-entropy + AUX * aux), and load_balancing_loss_func's value,
   "router_logits.<l>"      f32 [B*T, E]: layer l's router logits,
   "router_top.<l>"         int32 [B*T, K]: the experts layer l chose for each token (torch.topk of the probabilities),
-  "moe_out.<l>"            f32 [B*T, C]: layer l's MixtralSparseMoeBlock output,
-  "grad.<name>"            each weight's gradient of the loss, under the folder's names (an expert's w1 and w3 from
-                           the model's fused gate_up_proj, w2 from its down_proj),
+  "moe_out.<l>"            f32 [B*T, C]: layer l's sparse MoE block output,
+  "grad.<name>"            each weight's gradient of the loss, under the folder's names (an expert's gate and up from
+                           the model's fused gate_up_proj, down from its down_proj),
   "adamw_losses"           f32 [STEPS]: the loss before each of STEPS AdamW steps (lr 1e-3, betas 0.9/0.999, eps 1e-8,
                            weight decay 0.01).
 
@@ -23,47 +24,60 @@ import os
 
 import torch
 from safetensors.torch import save_file
-from transformers import MixtralConfig, MixtralForCausalLM
+from transformers import MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM
 
 B, T, STEPS = 2, 16, 10
 E, K, AUX = 4, 2, 0.02
 
 
-def hub_name(name, e=None, which=None):
-    """The folder's name of a model parameter (and of expert e's w1/w3/w2)."""
-    name = name.replace(".mlp.", ".block_sparse_moe.")
-    if e is None:
-        return name
-    return name.replace("experts.gate_up_proj", f"experts.{e}.{which}.weight").replace("experts.down_proj", f"experts.{e}.{which}.weight")
+COMMON = dict(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              max_position_embeddings=32, num_experts_per_tok=K, output_router_logits=True, router_aux_loss_coef=AUX,
+              rms_norm_eps=1e-5, initializer_range=0.2, tie_word_embeddings=False, attn_implementation="eager")
+MODELS = {
+    # the folder keeps Mixtral's old names: block_sparse_moe, an expert's w1 (gate), w3 (up), w2 (down)
+    "mixtral": dict(config=lambda: MixtralConfig(intermediate_size=24, num_local_experts=E, **COMMON), model=MixtralForCausalLM,
+                    rename=(".mlp.", ".block_sparse_moe."), parts=("w1", "w3", "w2"), ffn="intermediate_size", seed=3),
+    "qwen2_moe": dict(config=lambda: Qwen2MoeConfig(intermediate_size=40, moe_intermediate_size=20, shared_expert_intermediate_size=28,
+                                                    num_experts=E, norm_topk_prob=False, qkv_bias=True, decoder_sparse_step=1,
+                                                    **COMMON),
+                      model=Qwen2MoeForCausalLM, rename=None, parts=("gate_proj", "up_proj", "down_proj"), ffn="moe_intermediate_size",
+                      seed=4),
+}
 
 
-def grads_by_hub_name(model, F):
+def grads_by_hub_name(model, spec, F):
+    """Each parameter's gradient under the folder's name, a fused expert tensor's one an expert."""
+    def hub(n):
+        return n.replace(*spec["rename"]) if spec["rename"] else n
     out = {}
     for n, p in model.named_parameters():
         g = p.grad.detach()
         if n.endswith("experts.gate_up_proj"):
             for e in range(E):
-                out["grad." + hub_name(n, e, "w1")] = g[e, :F].contiguous()
-                out["grad." + hub_name(n, e, "w3")] = g[e, F:].contiguous()
+                out["grad." + hub(n).replace("experts.gate_up_proj", f"experts.{e}.{spec['parts'][0]}.weight")] = g[e, :F].contiguous()
+                out["grad." + hub(n).replace("experts.gate_up_proj", f"experts.{e}.{spec['parts'][1]}.weight")] = g[e, F:].contiguous()
         elif n.endswith("experts.down_proj"):
             for e in range(E):
-                out["grad." + hub_name(n, e, "w2")] = g[e].contiguous()
+                out["grad." + hub(n).replace("experts.down_proj", f"experts.{e}.{spec['parts'][2]}.weight")] = g[e].contiguous()
         else:
-            out["grad." + hub_name(n)] = g.contiguous()
+            out["grad." + hub(n)] = g.contiguous()
     return out
 
 
-def main():
-    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "moe")
-    os.makedirs(out_dir, exist_ok=True)
-    torch.manual_seed(3)
-    torch.use_deterministic_algorithms(True)
-    cfg = MixtralConfig(vocab_size=101, hidden_size=32, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, max_position_embeddings=32, num_local_experts=E, num_experts_per_tok=K,
-                        output_router_logits=True, router_aux_loss_coef=AUX, rms_norm_eps=1e-5, initializer_range=0.2,
-                        tie_word_embeddings=False, attn_implementation="eager")
-    model = MixtralForCausalLM(cfg).float()
-    model.save_pretrained(os.path.join(out_dir, "mixtral"))
+def make(out_dir, name, spec):
+    torch.manual_seed(spec["seed"])
+    cfg = spec["config"]()
+    model = spec["model"](cfg).float()
+    if name == "qwen2_moe":  # its q/k/v biases start at zero: drawn, so that reading them shows
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n.endswith("_proj.bias"):
+                    p.copy_(0.2 * torch.randn_like(p))
+    model.save_pretrained(os.path.join(out_dir, name))
+    for extra in ("generation_config.json",):
+        path = os.path.join(out_dir, name, extra)
+        if os.path.exists(path):
+            os.remove(path)
     g = torch.Generator().manual_seed(7)
     tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=g)
     inputs, targets = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
@@ -85,7 +99,7 @@ def main():
         probs = torch.softmax(rl.detach().float(), dim=-1)
         tensors[f"router_top.{l}"] = torch.topk(probs, K, dim=-1).indices.to(torch.int32).contiguous()
         tensors[f"moe_out.{l}"] = moe_out[l].contiguous()
-    tensors.update(grads_by_hub_name(model, cfg.intermediate_size))
+    tensors.update(grads_by_hub_name(model, spec, getattr(cfg, spec["ffn"])))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     losses = []
     for _ in range(STEPS):
@@ -96,9 +110,17 @@ def main():
         l.backward()
         opt.step()
     tensors["adamw_losses"] = torch.tensor(losses)
-    path = os.path.join(out_dir, "mixtral.safetensors")
+    path = os.path.join(out_dir, name + ".safetensors")
     save_file(tensors, path)
-    print(f"mixtral: loss {loss.item():.6f} (aux {out.aux_loss.item():.6f}), {os.path.getsize(path)} bytes")
+    print(f"{name}: loss {loss.item():.6f} (aux {out.aux_loss.item():.6f}), {os.path.getsize(path)} bytes")
+
+
+def main():
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "moe")
+    os.makedirs(out_dir, exist_ok=True)
+    torch.use_deterministic_algorithms(True)
+    for name, spec in MODELS.items():
+        make(out_dir, name, spec)
 
 
 if __name__ == "__main__":

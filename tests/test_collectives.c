@@ -384,6 +384,45 @@ static void per_rank_counts(void) {
     free(mine); free(all); free(full); free(part);
 }
 
+/* alltoallv's blocks: from rank a to rank b (one large one, from 0 to the last, crossing many channel chunks; some
+ * empty), and their elements. */
+static size_t uneven(int a, int b, int p) {
+    if (a == 0 && b == p - 1) return 300000;
+    return (a * 7 + b * 13) % 5 == 0 ? 0 : (size_t)((a + 1) * (b + 2) * 331 % 4000);
+}
+static double uneven_value(int a, int b, size_t i) { return a * 1e7 + b * 1e5 + (double)(i % 99991); }
+
+/* alltoallv against the blocks each rank knows the others send; a rank without room fails every rank alike. */
+static void uneven_alltoall(void) {
+    int p = dt_comm_size(world), r = dt_comm_rank(world);
+    size_t sc[16], rc[16], stotal = 0, cap = 0;
+    for (int q = 0; q < p; q++) sc[q] = uneven(r, q, p), stotal += sc[q], cap += uneven(q, r, p);
+    double *out = malloc((stotal + 1) * 8), *in = malloc((cap + 1) * 8);
+    for (int q = 0, k = 0; q < p; q++)
+        for (size_t i = 0; i < sc[q]; i++) out[k++] = uneven_value(r, q, i);
+    if (dt_comm_alltoallv(world, out, sc, in, cap, rc, DT_F64)) FAIL("alltoallv: %s", dt_last_error());
+    else {
+        size_t bad = SIZE_MAX, k = 0;
+        for (int q = 0; q < p; q++) {
+            if (rc[q] != uneven(q, r, p)) bad = k;
+            for (size_t i = 0; i < uneven(q, r, p) && bad == SIZE_MAX; i++, k++)
+                if (in[k] != uneven_value(q, r, i)) bad = k;
+        }
+        if (bad != SIZE_MAX) FAIL("alltoallv: element %zu is %g", bad, in[bad]); else passed++;
+    }
+    if (p >= 2) {
+        size_t tight = r == 1 ? cap - 1 : cap;
+        dt_status st = cap ? dt_comm_alltoallv(world, out, sc, in, tight, rc, DT_F64) : DT_ERR_ARG;
+        char want[128];
+        snprintf(want, sizeof want, "rank 1 would receive %zu elements into room for %zu", cap, cap - 1);
+        if (r == 1 && !(st && strstr(dt_last_error(), want))) FAIL("alltoallv without room: %s", st ? dt_last_error() : "accepted");
+        else if (r != 1 && !(st && strstr(dt_last_error(), "rank 1 would receive"))) FAIL("alltoallv, rank 1 without room: %s", st ? dt_last_error() : "accepted");
+        else if (dt_comm_barrier(world)) FAIL("a barrier after a refused alltoallv: %s", dt_last_error());
+        else passed++;
+    }
+    free(out), free(in);
+}
+
 /* Nonblocking point to point: a ring exchange of messages far larger than
  * a channel (both halves of one isendrecv progress together), then a pair
  * of isend/irecv to the same neighbours, waited for together. */
@@ -504,6 +543,7 @@ int main(int argc, char **argv) {
     split_and_p2p();
     nonblocking();
     if (dt_comm_size(world) <= 16) per_rank_counts();
+    if (dt_comm_size(world) <= 16) uneven_alltoall();
     nonblocking_p2p();
     if (dt_comm_size(world) >= 2) mailbox();
     bad_arguments();

@@ -1,6 +1,6 @@
-/* A mixture of experts against its oracle: transformers' MixtralForCausalLM on a tiny random config
- * (scripts/make_moe_fixtures.py), read from the Hugging Face folder it saved (an expert's w1, w3 and w2 into the
- * stacked gate, up and down tensors). The router's probabilities and its choices (exactly), the last layer's
+/* A mixture of experts against its oracles: transformers' MixtralForCausalLM and Qwen2MoeForCausalLM (a shared
+ * expert beside the routed ones, weights not renormalised) on tiny random configs (scripts/make_moe_fixtures.py),
+ * each read from the Hugging Face folder it saved (one tensor an expert into the stacked gate, up and down). The router's probabilities and its choices (exactly), the last layer's
  * sparse-MoE block output, the logits, the loss with the load-balancing term and that term alone, every gradient
  * and ten AdamW steps; recomputation gives the same bits; bad configs and folders are refused naming what. */
 #include "fixture_checks.h"
@@ -13,10 +13,19 @@
 
 enum { B = 2, T = 16, STEPS = 10 };
 
+static const char *model = ""; /* the fixture under test, before each line */
+
 static void expect(const char *what, double err, double tol) {
-    char d[48];
+    char d[48], w[128];
     snprintf(d, sizeof d, "relative error %.2e", err);
-    check(what, err <= tol, d);
+    snprintf(w, sizeof w, "%-9s %s", model, what);
+    check(w, err <= tol, d);
+}
+
+static void verdict(const char *what, bool ok, const char *detail) {
+    char w[128];
+    snprintf(w, sizeof w, "%-9s %s", model, what);
+    check(w, ok, detail);
 }
 
 /* Each layer's probabilities against the softmax of the fixture's router logits, and the choices: the same experts in
@@ -40,7 +49,7 @@ static dt_status check_router(const dt_program *p, dt_safetensors *f) {
         float w[DT_MOE_MAX_K];
         int32_t mine[DT_MOE_MAX_K];
         for (int i = 0; i < n; i++) {
-            dt_moe_topk(w, mine, dt_program_moe_probs(p, l) + (size_t)i * E, 1, E, K, true);
+            dt_moe_topk(w, mine, dt_program_moe_probs(p, l) + (size_t)i * E, 1, E, K, c->norm_topk);
             same += !memcmp(mine, top + (size_t)i * K, sizeof(int32_t) * (size_t)K);
         }
     }
@@ -48,7 +57,7 @@ static dt_status check_router(const dt_program *p, dt_safetensors *f) {
         expect("router probabilities (softmax of HF's router logits), every layer", worst, 1e-5);
         char d[64];
         snprintf(d, sizeof d, "%d of %d tokens x layers", same, n * c->num_layers);
-        check("router choices: HF's experts, in its order", same == n * c->num_layers, d);
+        verdict("router choices: HF's experts, in its order", same == n * c->num_layers, d);
     }
     free(ref), free(top);
     return st;
@@ -86,14 +95,15 @@ static void check_recompute(dt_program *p, const dt_model *m, const int32_t *in,
     ok = ok && !dt_program_set_recompute(p, 1) && !dt_program_forward(p, in, tg, B, T, &loss) && !dt_program_backward(p, 1.0f) &&
          !memcmp(a, m->grads(m->self), m->nparams * sizeof(float));
     dt_program_set_recompute(p, 0);
-    check("recomputation: the same gradients, bit for bit", ok, NULL);
+    verdict("recomputation: the same gradients, bit for bit", ok, NULL);
     free(a);
 }
 
-static void check_fixture(const char *dir) {
+static void check_fixture(const char *dir, const char *name) {
     char folder[512], path[512];
-    snprintf(folder, sizeof folder, "%s/moe/mixtral", dir);
-    snprintf(path, sizeof path, "%s/moe/mixtral.safetensors", dir);
+    model = name;
+    snprintf(folder, sizeof folder, "%s/moe/%s", dir, name);
+    snprintf(path, sizeof path, "%s/moe/%s.safetensors", dir, name);
     dt_program *p = NULL;
     dt_safetensors *f = NULL;
     int32_t in[B * T], tg[B * T];
@@ -127,7 +137,7 @@ static void check_fixture(const char *dir) {
     }
     if (!st) check_recompute(p, &m, in, tg);
     if (!st) st = check_steps(p, &m, f, in, tg);
-    if (st) check("the Mixtral fixture", false, dt_last_error());
+    if (st) verdict("the fixture", false, dt_last_error());
     free(ref);
     dt_program_destroy(p);
     dt_safetensors_close(f);
@@ -176,7 +186,9 @@ static void bad_input(const char *dir) {
 
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
-    check_fixture(dir);
+    check_fixture(dir, "mixtral");
+    check_fixture(dir, "qwen2_moe");
+    model = "bad";
     bad_input(dir);
     printf("%s\n", failed ? "test_moe: FAILED" : "test_moe: all passed");
     return failed != 0;

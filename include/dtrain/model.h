@@ -41,6 +41,8 @@ typedef struct {
      * the loss (0: none) */
     int experts, experts_top_k, norm_topk;
     float aux_coef;
+    int shared_ffn;        /* a shared expert beside the routed ones (Qwen 2 MoE's, its output scaled by a sigmoid gate of
+                            * the token): its hidden units (0: none) */
 } dt_lm_config;
 typedef dt_lm_config dt_gpt2_config;
 
@@ -353,6 +355,8 @@ void dt_gpt2_init_random(dt_gpt2 *m, uint64_t seed);
 void dt_gpt2_init_random_range(dt_gpt2 *m, uint64_t seed, size_t lo, size_t hi);
 
 const dt_gpt2_config *dt_gpt2_get_config(const dt_gpt2 *m);
+/* A mixture of experts' top-k and balancing loss changed on a model made (dt_program_set_routing). */
+dt_status dt_gpt2_set_routing(dt_gpt2 *m, int top_k, float aux_coef);
 size_t dt_gpt2_num_params(const dt_gpt2 *m);
 float *dt_gpt2_params(dt_gpt2 *m);
 float *dt_gpt2_grads(dt_gpt2 *m);

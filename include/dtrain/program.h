@@ -100,6 +100,8 @@ const float *dt_program_moe_probs(const dt_program *p, int l);
 const float *dt_program_moe_output(const dt_program *p);
 double dt_program_moe_balance_loss(const dt_program *p);
 void dt_program_moe_load(dt_program *p, double *load);
+/* Another top-k and balancing loss for a model made (a Hugging Face folder's, overridden). Before the first forward. */
+dt_status dt_program_set_routing(dt_program *p, int top_k, float aux_coef);
 const float *dt_program_output(const dt_program *p);
 const float *dt_program_input_grad(const dt_program *p, const int32_t **tokens, int *n);
 /* An interleaved stage's chunks: their count, a[i], b[i] (arrays of DT_GPT2_MAX_CHUNKS); which one backward,

@@ -137,8 +137,8 @@ typedef struct {
 typedef struct {
     dt_model m;
     int nshape, nfshape;
-    const char *shape_names[14], *fshape_names[6];
-    int shape[14];
+    const char *shape_names[15], *fshape_names[6];
+    int shape[15];
     double fshape[6];
     float *buffers;
     size_t nbuffers;

@@ -73,19 +73,39 @@ static dt_status llama_like(const cJSON *j, const char *path, dt_lm_config *c) {
     return DT_OK;
 }
 
-/* Mixtral's experts: how many, how many a token, and the balancing loss as MixtralForCausalLM adds it (only with
- * output_router_logits). */
+/* Qwen 2 MoE's: its experts' widths (moe_intermediate_size, the shared expert's), its weights not renormalised unless
+ * norm_topk_prob; every layer sparse (a dense layer among them is not in this build), q, k and v with biases. */
+static dt_status qwen_moe_of(const cJSON *j, const char *path, dt_lm_config *c) {
+    dt_status st;
+    int step = 1;
+    const cJSON *dense = cJSON_GetObjectItemCaseSensitive(j, "mlp_only_layers"), *bias = cJSON_GetObjectItemCaseSensitive(j, "qkv_bias");
+    if ((st = get_int(j, "num_experts", -1, 1, 4096, path, &c->experts)) || (st = get_int(j, "moe_intermediate_size", -1, 1, 1 << 22, path, &c->ffn)) ||
+        (st = get_int(j, "shared_expert_intermediate_size", -1, 1, 1 << 22, path, &c->shared_ffn)) ||
+        (st = get_int(j, "decoder_sparse_step", 1, 1, 4096, path, &step)))
+        return st;
+    if (step != 1 || (cJSON_IsArray(dense) && cJSON_GetArraySize(dense) > 0))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: dense layers among the sparse ones (decoder_sparse_step %d, mlp_only_layers): this build's "
+                        "layers are all mixtures", path, step);
+    if (bias && !cJSON_IsTrue(bias)) return dt_error(DT_ERR_UNSUPPORTED, "%s: \"qkv_bias\": false is not Qwen 2 MoE as this build runs it", path);
+    c->norm_topk = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "norm_topk_prob"));
+    return DT_OK;
+}
+
+/* Mixtral's experts (Qwen 2 MoE's: above): how many, how many a token, and the balancing loss as their CausalLM adds
+ * it (only with output_router_logits). */
 static dt_status moe_of(const cJSON *j, const char *path, dt_lm_config *c) {
     dt_status st;
-    if ((st = get_int(j, "num_local_experts", -1, 1, 4096, path, &c->experts)) ||
+    bool qwen = c->family == dt_family_find("qwen2_moe");
+    if ((st = qwen ? qwen_moe_of(j, path, c) : get_int(j, "num_local_experts", -1, 1, 4096, path, &c->experts)) ||
         (st = get_int(j, "num_experts_per_tok", 2, 1, 32, path, &c->experts_top_k)))
         return st;
-    c->norm_topk = 1;
+    if (!qwen) c->norm_topk = 1;
     float jitter = 0;
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(j, "sliding_window"), *jn = cJSON_GetObjectItemCaseSensitive(j, "router_jitter_noise");
     if (cJSON_IsNumber(jn) && jn->valuedouble != 0) jitter = (float)jn->valuedouble;
     if (jitter != 0) return dt_error(DT_ERR_UNSUPPORTED, "%s: \"router_jitter_noise\" %g: this build routes without noise (0)", path, (double)jitter);
-    if (cJSON_IsNumber(sw)) return dt_error(DT_ERR_UNSUPPORTED, "%s: \"sliding_window\" %g: this build attends to the whole sequence", path, sw->valuedouble);
+    if (cJSON_IsNumber(sw) && sw->valuedouble > 0 && !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window")))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: \"sliding_window\" %g: this build attends to the whole sequence", path, sw->valuedouble);
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "output_router_logits")))
         return get_float(j, "router_aux_loss_coef", 0.001, path, &c->aux_coef);
     return DT_OK;
@@ -117,7 +137,7 @@ dt_status dt_lm_config_from_hf(const char *json, const char *path, dt_lm_config 
     out->family = dt_family_find(t);
     if (!out->family) {
         const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
-        st = dt_error(DT_ERR_UNSUPPORTED, "%s: \"model_type\" \"%s\" (architecture %s) is not a family dtrain knows (gpt2, llama, qwen2, mixtral)", path, t,
+        st = dt_error(DT_ERR_UNSUPPORTED, "%s: \"model_type\" \"%s\" (architecture %s) is not a family dtrain knows (gpt2, llama, qwen2, mixtral, qwen2_moe)", path, t,
                       cJSON_IsString(a0) ? a0->valuestring : "not given");
     } else {
         st = strcmp(t, "gpt2") ? llama_like(j, path, out) : gpt2_like(j, path, out);

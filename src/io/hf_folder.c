@@ -14,21 +14,34 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* LlamaConfig's (Qwen2Config's, MixtralConfig's) fields: what transformers needs to build the same model. */
-static cJSON *llama_config(const dt_gpt2_config *given) {
-    dt_lm_config c = dt_lm_config_resolve(given);
-    bool qwen = c.family == dt_family_find("qwen2"), moe = c.experts > 0;
-    cJSON *j = cJSON_CreateObject();
-    const char *arch[1] = { qwen ? "Qwen2ForCausalLM" : moe ? "MixtralForCausalLM" : "LlamaForCausalLM" };
-    cJSON_AddItemToObject(j, "architectures", cJSON_CreateStringArray(arch, 1));
-    cJSON_AddStringToObject(j, "model_type", qwen ? "qwen2" : moe ? "mixtral" : "llama");
-    if (moe) {
-        cJSON_AddNumberToObject(j, "num_local_experts", c.experts);
-        cJSON_AddNumberToObject(j, "num_experts_per_tok", c.experts_top_k);
-        cJSON_AddBoolToObject(j, "output_router_logits", c.aux_coef > 0);
-        cJSON_AddNumberToObject(j, "router_aux_loss_coef", c.aux_coef > 0 ? dt_f32_decimal(c.aux_coef) : 0.001);
+/* A mixture of experts' fields: Qwen 2 MoE's (every layer sparse, q/k/v with biases, the shared expert) or Mixtral's. */
+static void moe_config(cJSON *j, const dt_lm_config *c, bool qwen) {
+    if (qwen) {
+        cJSON_AddNumberToObject(j, "num_experts", c->experts);
+        cJSON_AddNumberToObject(j, "moe_intermediate_size", c->ffn);
+        cJSON_AddNumberToObject(j, "shared_expert_intermediate_size", c->shared_ffn);
+        cJSON_AddBoolToObject(j, "norm_topk_prob", c->norm_topk);
+        cJSON_AddNumberToObject(j, "decoder_sparse_step", 1);
+        cJSON_AddItemToObject(j, "mlp_only_layers", cJSON_CreateArray());
+        cJSON_AddBoolToObject(j, "qkv_bias", 1);
+    } else {
+        cJSON_AddNumberToObject(j, "num_local_experts", c->experts);
         cJSON_AddNullToObject(j, "sliding_window");
     }
+    cJSON_AddNumberToObject(j, "num_experts_per_tok", c->experts_top_k);
+    cJSON_AddBoolToObject(j, "output_router_logits", c->aux_coef > 0);
+    cJSON_AddNumberToObject(j, "router_aux_loss_coef", c->aux_coef > 0 ? dt_f32_decimal(c->aux_coef) : 0.001);
+}
+
+/* LlamaConfig's (Qwen2Config's, MixtralConfig's, Qwen2MoeConfig's) fields: what transformers needs to build the same model. */
+static cJSON *llama_config(const dt_gpt2_config *given) {
+    dt_lm_config c = dt_lm_config_resolve(given);
+    bool qmoe = c.family == dt_family_find("qwen2_moe"), qwen = c.family == dt_family_find("qwen2") || qmoe, moe = c.experts > 0;
+    cJSON *j = cJSON_CreateObject();
+    const char *arch[1] = { qmoe ? "Qwen2MoeForCausalLM" : qwen ? "Qwen2ForCausalLM" : moe ? "MixtralForCausalLM" : "LlamaForCausalLM" };
+    cJSON_AddItemToObject(j, "architectures", cJSON_CreateStringArray(arch, 1));
+    cJSON_AddStringToObject(j, "model_type", qmoe ? "qwen2_moe" : qwen ? "qwen2" : moe ? "mixtral" : "llama");
+    if (moe) moe_config(j, &c, qmoe);
     cJSON_AddNumberToObject(j, "vocab_size", c.vocab_size);
     cJSON_AddNumberToObject(j, "hidden_size", c.channels);
     cJSON_AddNumberToObject(j, "intermediate_size", c.ffn);
@@ -122,15 +135,16 @@ dt_status dt_hf_folder_check(const char *dir) {
     const char *type = cJSON_IsString(t) ? t->valuestring : "", *arch = cJSON_IsString(a) ? a->valuestring : "";
     dt_status st = DT_OK;
     /* the model program's families: GPT-2 (read below), Llama and Qwen 2 (dt_gpt2_load_hf) */
-    bool known = (!*type || !strcmp(type, "gpt2") || !strcmp(type, "llama") || !strcmp(type, "qwen2") || !strcmp(type, "mixtral")) &&
+    bool known = (!*type || dt_family_find(type)) &&
                  (!*arch || !strncmp(arch, "GPT2", 4) || !strcmp(arch, "LlamaForCausalLM") || !strcmp(arch, "Qwen2ForCausalLM") ||
-                  !strcmp(arch, "MixtralForCausalLM"));
+                  !strcmp(arch, "MixtralForCausalLM") || !strcmp(arch, "Qwen2MoeForCausalLM"));
     if (!known) {
         char what[256];
         snprintf(what, sizeof what, "%s%s%s%s%s", arch, *arch && *type ? " (" : "", *type ? "model_type " : "", type,
                  *arch && *type ? ")" : "");
         st = dt_error(DT_ERR_UNSUPPORTED, "%s: the folder holds a %s model; dtrain reads GPT-2's (GPT2LMHeadModel, model_type gpt2), "
-                      "Llama's (LlamaForCausalLM), Qwen 2's (Qwen2ForCausalLM) and Mixtral's (MixtralForCausalLM)", path, what);
+                      "Llama's (LlamaForCausalLM), Qwen 2's (Qwen2ForCausalLM), Mixtral's (MixtralForCausalLM) and Qwen 2 MoE's "
+                      "(Qwen2MoeForCausalLM)", path, what);
     }
     cJSON_Delete(j);
     return st;

@@ -117,6 +117,12 @@ void dt_gpt2_destroy(dt_gpt2 *m) {
 
 dt_program *dt_gpt2_program(dt_gpt2 *m) { return m->p; }
 const dt_gpt2_config *dt_gpt2_get_config(const dt_gpt2 *m) { return &m->cfg; }
+
+dt_status dt_gpt2_set_routing(dt_gpt2 *m, int top_k, float aux_coef) {
+    dt_status st = dt_program_set_routing(m->p, top_k, aux_coef);
+    if (!st) m->cfg.experts_top_k = top_k, m->cfg.aux_coef = aux_coef;
+    return st;
+}
 const dt_gpt2_part *dt_gpt2_get_part(const dt_gpt2 *m) { return dt_program_part(m->p); }
 size_t dt_gpt2_num_params(const dt_gpt2 *m) { return dt_program_num_params(m->p); }
 float *dt_gpt2_params(dt_gpt2 *m) { return dt_program_params(m->p); }

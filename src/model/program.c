@@ -32,6 +32,8 @@ static int width_of(const dt_lm_config *c, dt_width w) {
     case W_VOCAB: return c->padded_vocab_size;
     case W_POS: return c->max_seq_len;
     case W_EXPERTS: return c->experts;
+    case W_SFFN: return c->shared_ffn;
+    case W_ONE: return 1;
     }
     return 0;
 }
@@ -56,7 +58,7 @@ static int local_width(const dt_program *p, dt_width w) {
 }
 
 const dt_family *dt_family_find(const char *name) {
-    static const dt_family *all[] = { &dt_family_gpt2, &dt_family_llama, &dt_family_qwen2, &dt_family_mixtral };
+    static const dt_family *all[] = { &dt_family_gpt2, &dt_family_llama, &dt_family_qwen2, &dt_family_mixtral, &dt_family_qwen2_moe };
     for (size_t i = 0; name && i < sizeof all / sizeof *all; i++)
         if (!strcmp(name, all[i]->name)) return all[i];
     return NULL;
@@ -92,7 +94,7 @@ bool dt_lm_config_same(const dt_lm_config *x, const dt_lm_config *y) {
            a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.ffn == b.ffn && a.untied == b.untied && a.norm_eps == b.norm_eps &&
            a.rope_theta == b.rope_theta && a.rope_factor == b.rope_factor && a.rope_low_freq_factor == b.rope_low_freq_factor &&
            a.rope_high_freq_factor == b.rope_high_freq_factor && a.rope_original_max == b.rope_original_max && a.experts == b.experts &&
-           a.experts_top_k == b.experts_top_k && a.norm_topk == b.norm_topk && a.aux_coef == b.aux_coef;
+           a.experts_top_k == b.experts_top_k && a.norm_topk == b.norm_topk && a.aux_coef == b.aux_coef && a.shared_ffn == b.shared_ffn;
 }
 
 dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
@@ -114,6 +116,11 @@ dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
     if (dt_family_moe(c->family) != (c->experts > 0))
         return dt_error(DT_ERR_ARG, "%s: %d experts for the %s family (%s)", where, c->experts, c->family->name,
                         dt_family_moe(c->family) ? "a mixture of experts needs at least one: --experts E" : "its MLP is dense");
+    bool with_shared = false;
+    for (int k = 0; k < c->family->nops; k++) with_shared |= c->family->ops[k].kind == DT_OP_MOE && c->family->ops[k].nw > 4;
+    if (c->experts && with_shared != (c->shared_ffn > 0))
+        return dt_error(DT_ERR_ARG, "%s: a shared expert of %d hidden units for the %s family (%s)", where, c->shared_ffn, c->family->name,
+                        with_shared ? "it has one: its width must be at least 1" : "it has none");
     if (c->experts && (c->experts_top_k < 1 || c->experts_top_k > c->experts || c->experts_top_k > DT_MOE_MAX_K || c->experts > 4096))
         return dt_error(DT_ERR_ARG, "%s: top-%d routing among %d experts: k must be from 1 to the experts' count and 32 (experts: at most 4096)", where,
                         c->experts_top_k, c->experts);

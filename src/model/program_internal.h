@@ -5,7 +5,7 @@
 #include "dtrain/program.h"
 
 /* Widths a spec names, resolved from the config (program.c, width_of). */
-typedef enum { W_NONE, W_C, W_Q, W_KV, W_QKV, W_FFN, W_FFN2, W_VOCAB, W_POS, W_EXPERTS } dt_width;
+typedef enum { W_NONE, W_C, W_Q, W_KV, W_QKV, W_FFN, W_FFN2, W_VOCAB, W_POS, W_EXPERTS, W_SFFN, W_ONE } dt_width;
 
 /* One tensor: our name and Hugging Face's ("%d": the layer), its rows and columns (W_NONE: a vector), how
  * tensor parallelism splits it, and what mixed precision reads in f32 (dt_tensor_info's f32_read). hf_t: HF
@@ -61,7 +61,7 @@ typedef struct {
     float *params, *grads, *own_params, *own_grads;
 } program_lora;
 
-extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2, dt_family_mixtral;
+extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2, dt_family_mixtral, dt_family_qwen2_moe;
 
 
 /* What a forward leaves for its range's backward: its units, whether the head ran with targets (or is not in the

@@ -1,61 +1,115 @@
-/* The mixture-of-experts op (Mixtral's sparse MoE block): a softmax router picks each token's top k of E experts,
+/* The mixture-of-experts op (Mixtral's and Qwen 2 MoE's sparse MoE blocks): a softmax router picks each token's top k of E experts,
  * the (token, choice) pairs are sorted by expert, each expert's SwiGLU MLP runs over its rows (kernels/moe.c), and
  * each token's output is its choices' outputs weighted by the router (renormalised over the k, Mixtral's), summed in
- * the experts' order. Dropless: every choice is computed. Kept for backward: the router's probabilities and the
+ * the experts' order (then a shared expert's, scaled by a sigmoid gate of the token, where the family has one). Dropless: every choice is computed. Kept for backward: the router's probabilities and the
  * gate|up products of every pair; the choices, the sort and the SwiGLU outputs are made again from them. With a
  * load-balancing coefficient the loss adds Hugging Face's load_balancing_loss_func: E sum_e f_e P_e, f_e the share
  * of all layers' choices that went to e and P_e its mean probability over all layers' tokens. */
 #include "program_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 static int pairs_of(const dt_program *p, size_t BT) { return (int)BT * p->cfg.experts_top_k; }
+static bool shared(const dt_program *p) { return p->cfg.shared_ffn > 0; }
 
+/* What a block keeps: the router's probabilities, every pair's gate|up products, the shared expert's and its gate. */
 size_t dt_program_moe_kept(const dt_program *p, size_t BT) {
-    return BT * (size_t)p->cfg.experts + (size_t)pairs_of(p, BT) * 2 * (size_t)p->cfg.ffn;
+    return BT * (size_t)p->cfg.experts + (size_t)pairs_of(p, BT) * 2 * (size_t)p->cfg.ffn + (shared(p) ? BT * (2 * (size_t)p->cfg.shared_ffn + 1) : 0);
 }
 
-/* Forward: the pairs' inputs, SwiGLU outputs and expert outputs, their weights; backward: the inputs and SwiGLU
- * outputs again, the output gradients (then the inputs'), g, d(gate|up), the weights' gradients, d(logits). */
+/* A group of n rows through SwiGLU experts of F hidden units: their inputs, SwiGLU outputs, outputs (their
+ * gradients), g, d(gate|up), the rows' weights and their gradients. The routed pairs and the shared expert's rows use
+ * the same floats in turn; then the router's d(logits). */
+static size_t group_floats(size_t n, size_t C, size_t F) { return n * (2 * C + 4 * F + 2); }
+
 size_t dt_program_moe_work(const dt_program *p, size_t BT) {
-    size_t n = (size_t)pairs_of(p, BT), C = (size_t)p->cfg.channels, F = (size_t)p->cfg.ffn;
-    return n * (2 * C + 4 * F + 2) + BT * (size_t)p->cfg.experts;
+    size_t C = (size_t)p->cfg.channels, routed = group_floats((size_t)pairs_of(p, BT), C, (size_t)p->cfg.ffn);
+    size_t own = shared(p) ? group_floats(BT, C, (size_t)p->cfg.shared_ffn) + BT * C : 0;
+    return (routed > own ? routed : own) + BT * (size_t)p->cfg.experts;
 }
 
-size_t dt_program_moe_ints(const dt_program *p, size_t BT) { return 3 * (size_t)pairs_of(p, BT) + (size_t)p->cfg.experts + 1; }
+/* The pairs' choices, order, rows and the experts' first rows; the shared expert's rows in order. */
+size_t dt_program_moe_ints(const dt_program *p, size_t BT) {
+    return 3 * (size_t)pairs_of(p, BT) + (size_t)p->cfg.experts + 1 + (shared(p) ? BT + 2 : 0);
+}
 
 typedef struct {
-    float *probs, *hu;                  /* kept */
-    int32_t *idx, *order, *row_of, *start;
-    float *xs, *act, *ys, *w, *dw, *g, *dhu, *dlogits;
-    const float *router, *wg, *wu, *wd;
-    int BT, E, K, C, F, pairs;
+    float *xs, *act, *ys, *g, *dhu, *w, *dw;
+} group;
+
+static group group_at(float *at, size_t n, size_t C, size_t F) {
+    group g = { .xs = at };
+    g.act = g.xs + n * C, g.ys = g.act + n * F, g.g = g.ys + n * C, g.dhu = g.g + n * F, g.w = g.dhu + n * 2 * F, g.dw = g.w + n;
+    return g;
+}
+
+typedef struct {
+    float *probs, *hu, *shu, *sgate;    /* kept: probabilities, the pairs' and the shared expert's gate|up, its gate */
+    int32_t *idx, *order, *row_of, *start, *rows, *all;
+    group r;                            /* the routed pairs' scratch */
+    float *dlogits, *sdx;
+    const float *router, *wg, *wu, *wd, *sg, *su, *sd, *sv;
+    float *grad[8];
+    int BT, E, K, C, F, Fs, pairs;
 } moe_run;
 
 static moe_run run_of(dt_program *p, int l, int k) {
     program_slot *s = p->s;
     const dt_lm_config *c = &p->cfg;
-    moe_run m = { .BT = s->B * s->T, .E = c->experts, .K = c->experts_top_k, .C = c->channels, .F = c->ffn };
+    moe_run m = { .BT = s->B * s->T, .E = c->experts, .K = c->experts_top_k, .C = c->channels, .F = c->ffn, .Fs = c->shared_ffn };
     m.pairs = m.BT * m.K;
-    size_t n = (size_t)m.pairs, C = (size_t)m.C, F = (size_t)m.F;
+    size_t n = (size_t)m.pairs, BT = (size_t)m.BT;
     m.probs = op_stats(p, l, k);
-    m.hu = m.probs + (size_t)m.BT * m.E;
+    m.hu = m.probs + BT * (size_t)m.E;
+    m.shu = m.hu + n * 2 * (size_t)m.F;
+    m.sgate = m.shu + BT * 2 * (size_t)m.Fs;
     m.idx = s->moe_int, m.order = m.idx + n, m.row_of = m.order + n, m.start = m.row_of + n;
-    m.xs = s->moe_work, m.act = m.xs + n * C, m.ys = m.act + n * F, m.g = m.ys + n * C, m.dhu = m.g + n * F;
-    m.w = m.dhu + n * 2 * F, m.dw = m.w + n, m.dlogits = m.dw + n;
-    int w = p->ops[k].s.w;
-    m.router = p->params + p->tab[first_tensor(p, l) + w].offset;
-    m.wg = p->params + p->tab[first_tensor(p, l) + w + 1].offset;
-    m.wu = p->params + p->tab[first_tensor(p, l) + w + 2].offset;
-    m.wd = p->params + p->tab[first_tensor(p, l) + w + 3].offset;
+    m.rows = m.start + m.E + 1, m.all = m.rows + BT; /* the shared expert: every row, in order; its one group */
+    m.r = group_at(s->moe_work, n, (size_t)m.C, (size_t)m.F);
+    m.dlogits = s->moe_work + (dt_program_moe_work(p, BT) - BT * (size_t)m.E);
+    const float **wt[8] = { &m.router, &m.wg, &m.wu, &m.wd, &m.sg, &m.su, &m.sd, &m.sv };
+    for (int j = 0; j < p->ops[k].s.nw; j++) {
+        size_t off = p->tab[first_tensor(p, l) + p->ops[k].s.w + j].offset;
+        *wt[j] = p->params + off, m.grad[j] = p->grads + off;
+    }
     return m;
 }
 
 /* The choices from the kept probabilities, sorted by expert. */
 static void route(const dt_program *p, moe_run *m) {
-    dt_moe_topk(m->w, m->idx, m->probs, m->BT, m->E, m->K, p->cfg.norm_topk);
+    dt_moe_topk(m->r.w, m->idx, m->probs, m->BT, m->E, m->K, p->cfg.norm_topk);
     dt_moe_sort(m->order, m->start, m->row_of, m->idx, m->pairs, m->E);
+}
+
+/* The shared expert (Qwen 2 MoE's): every row through one SwiGLU MLP, scaled by sigmoid(x . v), added to out. Its
+ * rows are a group of one expert over all of them, in order, whose weights are the gate's values. */
+static group shared_rows(dt_program *p, moe_run *m) {
+    for (int i = 0; i < m->BT; i++) m->rows[i] = i;
+    m->all[0] = 0, m->all[1] = m->BT;
+    return group_at(p->s->moe_work, (size_t)m->BT, (size_t)m->C, (size_t)m->Fs);
+}
+
+static void shared_forward(dt_program *p, moe_run *m, const float *x, float *out) {
+    group g = shared_rows(p, m);
+    dt_matmul_forward(m->sgate, x, m->sv, NULL, m->BT, m->C, 1);
+    for (int i = 0; i < m->BT; i++) g.w[i] = m->sgate[i] = 1.0f / (1.0f + expf(-m->sgate[i]));
+    dt_moe_experts_forward(m->shu, g.act, g.ys, x, m->all, m->sg, m->su, m->sd, 1, m->C, m->Fs);
+    dt_moe_combine(out, g.ys, g.w, m->rows, m->rows, m->BT, 1, m->C, true);
+}
+
+static void shared_backward(dt_program *p, moe_run *m, const float *x, const float *dout, float *dx) {
+    group g = shared_rows(p, m);
+    float *dxs = g.dw + m->BT; /* the work's floats past the group's */
+    memcpy(g.w, m->sgate, (size_t)m->BT * sizeof(float));
+    dt_swiglu_forward(g.act, m->shu, m->BT, m->Fs);
+    memcpy(g.ys, dout, (size_t)m->BT * m->C * sizeof(float));
+    dt_moe_experts_backward(dxs, m->grad[4], m->grad[5], m->grad[6], g.dw, g.ys, g.g, g.dhu, x, m->shu, g.act, g.w, m->rows, m->all, m->sg,
+                            m->su, m->sd, 1, m->C, m->Fs);
+    dt_residual_forward(dx, dx, dxs, (size_t)m->BT * m->C);
+    for (int i = 0; i < m->BT; i++) g.dw[i] *= g.w[i] * (1.0f - g.w[i]); /* through the sigmoid: d(x . v) */
+    dt_matmul_backward(dx, m->grad[7], NULL, g.dw, x, m->sv, m->BT, m->C, 1);
 }
 
 void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *out) {
@@ -63,9 +117,10 @@ void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *
     dt_matmul_forward(m.probs, x, m.router, NULL, m.BT, m.C, m.E);
     dt_moe_softmax(m.probs, m.BT, m.E);
     route(p, &m);
-    dt_moe_gather(m.xs, x, m.order, m.pairs, m.K, m.C);
-    dt_moe_experts_forward(m.hu, m.act, m.ys, m.xs, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F);
-    dt_moe_combine(out, m.ys, m.w, m.idx, m.row_of, m.BT, m.K, m.C, false);
+    dt_moe_gather(m.r.xs, x, m.order, m.pairs, m.K, m.C);
+    dt_moe_experts_forward(m.hu, m.r.act, m.r.ys, m.r.xs, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F);
+    dt_moe_combine(out, m.r.ys, m.r.w, m.idx, m.row_of, m.BT, m.K, m.C, false);
+    if (shared(p)) shared_forward(p, &m, x, out);
     if (p->recomputing) return;
     /* each expert's load, and what the balancing loss reads: the choices and probabilities of every layer */
     double *load = p->s->moe_acc, *psum = load + m.E, *seen = p->moe_load + (size_t)p->bk[l] * m.E;
@@ -77,23 +132,21 @@ void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *
 
 void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx) {
     moe_run m = run_of(p, l, k);
-    int w = p->ops[k].s.w;
-    float *grad[4];
-    for (int j = 0; j < 4; j++) grad[j] = p->grads + p->tab[first_tensor(p, l) + w + j].offset;
+    if (shared(p)) shared_backward(p, &m, x, dout, dx);
     route(p, &m);
-    dt_moe_gather(m.xs, x, m.order, m.pairs, m.K, m.C);
-    dt_swiglu_forward(m.act, m.hu, m.pairs, m.F);
-    dt_moe_gather(m.ys, dout, m.order, m.pairs, m.K, m.C);
-    dt_moe_experts_backward(m.ys, grad[1], grad[2], grad[3], m.dw, m.ys, m.g, m.dhu, m.xs, m.hu, m.act, m.w, m.order, m.start, m.wg, m.wu,
-                            m.wd, m.E, m.C, m.F);
-    dt_moe_combine(dx, m.ys, NULL, m.idx, m.row_of, m.BT, m.K, m.C, true);
+    dt_moe_gather(m.r.xs, x, m.order, m.pairs, m.K, m.C);
+    dt_swiglu_forward(m.r.act, m.hu, m.pairs, m.F);
+    dt_moe_gather(m.r.ys, dout, m.order, m.pairs, m.K, m.C);
+    dt_moe_experts_backward(m.r.ys, m.grad[1], m.grad[2], m.grad[3], m.r.dw, m.r.ys, m.r.g, m.r.dhu, m.r.xs, m.hu, m.r.act, m.r.w, m.order,
+                            m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F);
+    dt_moe_combine(dx, m.r.ys, NULL, m.idx, m.row_of, m.BT, m.K, m.C, true);
     /* the balancing loss's gradient reaches every probability: d/dp_te = coef E f_e / N */
     double *load = p->s->moe_acc, N = p->s->moe_rows;
     float daux[4096];
     for (int e = 0; p->cfg.aux_coef > 0 && e < m.E; e++)
         daux[e] = (float)(p->s->moe_gscale * p->cfg.aux_coef * m.E * (load[e] / N) / N);
-    dt_moe_router_backward(m.dlogits, m.probs, m.w, m.idx, m.dw, p->cfg.aux_coef > 0 ? daux : NULL, m.BT, m.E, m.K, p->cfg.norm_topk);
-    dt_matmul_backward(dx, grad[0], NULL, m.dlogits, x, m.router, m.BT, m.C, m.E);
+    dt_moe_router_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, p->cfg.aux_coef > 0 ? daux : NULL, m.BT, m.E, m.K, p->cfg.norm_topk);
+    dt_matmul_backward(dx, m.grad[0], NULL, m.dlogits, x, m.router, m.BT, m.C, m.E);
 }
 
 static int moe_op(const dt_program *p) {
@@ -114,6 +167,16 @@ const float *dt_program_moe_output(const dt_program *p) {
 }
 
 double dt_program_moe_balance_loss(const dt_program *p) { return dt_program_moe_aux(p); }
+
+dt_status dt_program_set_routing(dt_program *p, int top_k, float aux_coef) {
+    dt_lm_config c = p->cfg;
+    c.experts_top_k = top_k, c.aux_coef = aux_coef;
+    dt_status st = dt_lm_config_check(&c, "model");
+    if (st) return st;
+    p->cfg = c;
+    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* laid out again for k choices a token */
+    return DT_OK;
+}
 
 bool dt_program_holds_block(const dt_program *p, int l) { return l >= 0 && l < p->cfg.num_layers && p->bk[l] >= 0; }
 

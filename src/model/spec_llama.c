@@ -97,6 +97,46 @@ static const dt_op_spec ops_moe[] = {
     { DT_OP_ADD, RES2, MOE, DT_V_OUT, -1, 0, -1 },
 };
 
+/* Qwen 2's MoE: Qwen 2's attention (q, k, v biases), a router and E SwiGLU experts, and beside them one shared SwiGLU
+ * expert whose output a sigmoid gate of the token scales */
+enum { QROUTERW = LN2W + 1, QEGATEW, QEUPW, QEDOWNW, QSGATEW, QSUPW, QSDOWNW, QSGATEV, QQB, QKB, QVB };
+static const dt_tensor_spec block_qwen_moe[] = {
+    [LN1W] = { "ln1w", "model.layers.%d.input_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, NULL, W_NONE },
+    [QW] = { "qw", "model.layers.%d.self_attn.q_proj.weight", W_Q, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [KW] = { "kw", "model.layers.%d.self_attn.k_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [VW] = { "vw", "model.layers.%d.self_attn.v_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [OW] = { "ow", "model.layers.%d.self_attn.o_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [LN2W] = { "ln2w", "model.layers.%d.post_attention_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, NULL, W_NONE },
+    [QROUTERW] = { "routerw", "model.layers.%d.mlp.gate.weight", W_EXPERTS, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [QEGATEW] = { "egatew", "model.layers.%d.mlp.experts.%%d.gate_proj.weight", W_FFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_EXPERTS },
+    [QEUPW] = { "eupw", "model.layers.%d.mlp.experts.%%d.up_proj.weight", W_FFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_EXPERTS },
+    [QEDOWNW] = { "edownw", "model.layers.%d.mlp.experts.%%d.down_proj.weight", W_C, W_FFN, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_EXPERTS },
+    [QSGATEW] = { "sgatew", "model.layers.%d.mlp.shared_expert.gate_proj.weight", W_SFFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [QSUPW] = { "supw", "model.layers.%d.mlp.shared_expert.up_proj.weight", W_SFFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [QSDOWNW] = { "sdownw", "model.layers.%d.mlp.shared_expert.down_proj.weight", W_C, W_SFFN, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [QSGATEV] = { "sgatev", "model.layers.%d.mlp.shared_expert_gate.weight", W_ONE, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [QQB] = { "qb", "model.layers.%d.self_attn.q_proj.bias", W_Q, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, NULL, W_NONE },
+    [QKB] = { "kb", "model.layers.%d.self_attn.k_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, NULL, W_NONE },
+    [QVB] = { "vb", "model.layers.%d.self_attn.v_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, NULL, W_NONE },
+};
+static const dt_op_spec ops_qwen_moe[] = {
+    { DT_OP_NORM, DT_V_IN, -1, LN1, LN1W, 1, -1 },
+    { DT_OP_LINEAR, LN1, -1, QKV, QW, 3, QQB },
+    { DT_OP_ATTENTION, QKV, -1, ATTY, -1, 0, -1 },
+    { DT_OP_LINEAR, ATTY, -1, ATTPROJ, OW, 1, -1 },
+    { DT_OP_ADD, DT_V_IN, ATTPROJ, RES2, -1, 0, -1 },
+    { DT_OP_NORM, RES2, -1, LN2, LN2W, 1, -1 },
+    { DT_OP_MOE, LN2, -1, MOE, QROUTERW, 8, -1 },
+    { DT_OP_ADD, RES2, MOE, DT_V_OUT, -1, 0, -1 },
+};
+
+const dt_family dt_family_qwen2_moe = {
+    .name = "qwen2_moe", .rms = 1, .rotary = 1,
+    .embed = embed, .nembed = 1, .block = block_qwen_moe, .nblock = QVB + 1, .final = final, .nfinal = 2,
+    .ops = ops_qwen_moe, .nops = sizeof ops_qwen_moe / sizeof *ops_qwen_moe, .values = values_moe, .nvalues = NVALUES_MOE,
+    .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
+};
+
 const dt_family dt_family_mixtral = {
     .name = "mixtral", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block_moe, .nblock = EDOWNW + 1, .final = final, .nfinal = 2,

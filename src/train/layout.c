@@ -106,9 +106,10 @@ dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *c
     if (d->tp > 1 && cfg->num_heads % d->tp)
         return dt_error(DT_ERR_ARG, "--tp %d does not divide the %d attention heads (--heads)", d->tp, cfg->num_heads);
     if (cfg->aux_coef > 0 && (d->dp > 1 || d->pp > 1 || d->cp > 1))
-        return dt_error(DT_ERR_UNSUPPORTED, "--moe-aux-loss: the balancing loss is a micro-batch's over all its layers and tokens (Hugging "
-                        "Face's); over %d data-parallel ranks, %d pipeline stages or %d context-parallel ranks each would see a part: not "
-                        "in this build", d->dp, d->pp, d->cp);
+        return dt_error(DT_ERR_UNSUPPORTED, "the balancing loss (--moe-aux-loss %g, or a folder's router_aux_loss_coef) is a micro-batch's "
+                        "over all its layers and tokens (Hugging Face's); over %d data-parallel ranks, %d pipeline stages or %d "
+                        "context-parallel ranks each would see a part: not in this build (--moe-aux-loss 0 turns it off)",
+                        (double)cfg->aux_coef, d->dp, d->pp, d->cp);
     int heads = cfg->num_heads / d->tp;
     if (d->cp > 1 && dt_train_cp_impl(c, cfg, d->tp, d->cp) == DT_CP_ULYSSES && (heads % d->cp || cfg->channels / d->tp % d->cp))
         return dt_error(DT_ERR_ARG, "--cp-impl ulysses: a rank's %d attention heads (of %d, over --tp %d) do not split over --cp %d", heads,

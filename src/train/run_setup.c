@@ -79,7 +79,7 @@ static dt_status take_experts(const dt_train_config *c, const dt_gpt2_config *o,
     if ((o->experts_top_k || o->aux_coef > 0) && !cfg->experts)
         return dt_error(DT_ERR_ARG, "--experts-top-k and --moe-aux-loss set a mixture of experts: %s has none (--experts E)", c->model);
     if (o->experts_top_k) cfg->experts_top_k = o->experts_top_k;
-    if (o->aux_coef > 0) cfg->aux_coef = o->aux_coef;
+    if (o->aux_coef >= 0 && cfg->experts) cfg->aux_coef = o->aux_coef; /* 0: off */
     return DT_OK;
 }
 
@@ -119,13 +119,15 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     if (!from_file && o->vocab_size && !o->padded_vocab_size) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
     if (o->kv_heads) cfg.kv_heads = o->kv_heads;
     if (o->ffn) cfg.ffn = o->ffn;
-    if ((st = take_experts(c, o, from_file, &cfg))) {
+    if ((st = take_experts(c, o, from_file, &cfg)) ||
+        (from_file && cfg.experts && (st = dt_gpt2_set_routing(*out, cfg.experts_top_k, cfg.aux_coef)))) {
         dt_gpt2_destroy(*out);
         *out = NULL;
         return st;
     }
     if (!from_file && o->family) { /* a resumed run's family and the rest of its shape */
         cfg.experts = o->experts, cfg.experts_top_k = o->experts_top_k, cfg.norm_topk = o->norm_topk, cfg.aux_coef = o->aux_coef;
+        cfg.shared_ffn = o->shared_ffn;
         cfg.family = o->family, cfg.head_dim = o->head_dim, cfg.untied = o->untied;
         cfg.norm_eps = o->norm_eps, cfg.rope_theta = o->rope_theta, cfg.rope_factor = o->rope_factor;
         cfg.rope_low_freq_factor = o->rope_low_freq_factor, cfg.rope_high_freq_factor = o->rope_high_freq_factor;

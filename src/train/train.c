@@ -24,6 +24,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->grad_accum = 1;
     c->keep_last = 1;
     c->lora.dropout = -1; /* not given */
+    c->shape.aux_coef = -1; /* not given: the model's own (0, or a Hugging Face folder's) */
     c->eval_batches = 8;
     c->seed = 1337;
     c->nproc = 1;
