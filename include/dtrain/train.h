@@ -106,6 +106,9 @@ int dt_train_dp(const dt_train_config *c, int nranks);
 dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper);
 /* What the model's shape allows: --seq within its positions, stages and chunks within its units, heads over TP and CP. */
 dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d);
+/* --experts, --experts-top-k, --moe-aux-loss over a model's config (a preset, or from_file: a file's, which keeps its
+ * experts): a Llama made Mixtral's mixture; what contradicts the model refused. */
+dt_status dt_train_take_experts(const dt_train_config *c, bool from_file, dt_gpt2_config *cfg);
 /* dt_train_check_model before any rank starts, where the model is a preset (with the shape flags over it). */
 dt_status dt_train_check_preset(const dt_train_config *c, int nranks);
 /* Whether --model names an image model (mlp, mlp:H1,..., resnet:small, resnet18/34/50): the one place that reads the

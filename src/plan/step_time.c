@@ -52,8 +52,8 @@ static double gather(double bytes, int n, double alpha, double beta) {
 typedef struct { double mm, att, ew, fwd_share; } stage_cost;
 
 /* One micro-batch's forward and backward through units [a, b) on one rank. */
-static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double tokens, double T, double rmm, double rhead, double ratt, double bw,
-                                double hloss) {
+static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double tokens, double T, double rmm, double rhead, double rmoe,
+                                double ratt, double bw, double hloss) {
     const dt_gpt2_config *c = &j->model;
     dt_gpt2_config r = dt_lm_config_resolve(c);
     double tp = j->tp > 1 ? j->tp : 1, C = c->channels, F = r.ffn, V = c->padded_vocab_size / tp;
@@ -86,6 +86,13 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
                          * rounded, each Linear's output gradient, the kept values packed and unpacked */
                         : 8 * (2 * C / rows + 4 * Q / tp + F / tp) * (j->recompute ? 2 : 1) + 8 * (2 * C + (Q + 2 * F) / tp + 2 * KVl) +
                               (j->recompute ? 0 : 12 * (4 * C / rows + (2 * Q + 3 * F) / tp + 2 * KVl));
+    if (r.experts) { /* a mixture of experts: each token's k experts (gate, up, down) at their rows' rate, the router, a shared expert */
+        double K = r.experts_top_k, E = r.experts, Fs = r.shared_ffn;
+        s.mm += nl * 2 * tokens * (3 * K * F * C * lin / rmoe + (3 * Fs * C * lin + E * C * passes) / rmm);
+        /* in place of the dense MLP's SwiGLU: the pairs' (and the shared expert's), the pairs' inputs gathered and outputs
+         * combined, the router's softmax and choice */
+        block += 4 * (3 * K * F + 3 * Fs - 3 * F + 4 * K * C + 3 * E);
+    }
     s.ew = (nl * (block * passes + lowp) + (b == L + 2 && !hloss ? 4 * 4 * V : 0) + (a == 0 ? 3 * 4 * C : 0)) * tokens / bw;
     if (b == L + 2) s.ew += hloss * tokens;
     s.fwd_share = 1.0 / passes;
@@ -140,6 +147,8 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
                                    local * o->threads, cores);
     double slow = o->oversubscribed * o->beside;
     double rmm = blocks_rate(j, h, o->threads, tokens) / slow;
+    dt_lm_config rc = dt_lm_config_resolve(c); /* an expert's rows: its share of the tokens' choices (balanced) */
+    double rmoe = rc.experts ? gemm_rate(j, h, o->threads, fmax(1, tokens * rc.experts_top_k / rc.experts), rc.ffn, C) / slow : rmm;
     size_t before = dt_resident_memory();
     double rhead = gemm_rate(j, h, o->threads, htok, hrows, C) / slow;
     /* the 16-bit head's loss and narrowing, timed here as it runs (one rank's vocabulary slice, its loss as one process's) */
@@ -164,7 +173,7 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
         stage_cost sc = { 0, 0, 0, 0 };
         double sp = 0;
         for (int k = 0; k < v; k++) {
-            stage_cost x = stage_compute(j, first[k * p + s], first[k * p + s + 1], tokens, T, rmm, rhead, ratt, bw, hloss);
+            stage_cost x = stage_compute(j, first[k * p + s], first[k * p + s + 1], tokens, T, rmm, rhead, rmoe, ratt, bw, hloss);
             sc.mm += x.mm, sc.att += x.att, sc.ew += x.ew, sc.fwd_share = x.fwd_share;
             sp += dt_plan_units_params(j, first[k * p + s], first[k * p + s + 1]);
         }

@@ -94,6 +94,25 @@ dt_cp_impl dt_train_cp_impl(const dt_train_config *c, const dt_gpt2_config *cfg,
     return dt_cp_choose(cp, cfg->num_heads / (tp > 0 ? tp : 1), c->seq / (cp > 0 ? cp : 1), 20e9 * (c->threads > 0 ? c->threads : 1), 10e9, 10e9);
 }
 
+/* --experts, --experts-top-k, --moe-aux-loss: a Llama's MLP made Mixtral's mixture; a file's experts stay its own. */
+dt_status dt_train_take_experts(const dt_train_config *c, bool from_file, dt_gpt2_config *cfg) {
+    const dt_gpt2_config *o = &c->shape;
+    if (o->experts && from_file && o->experts != cfg->experts)
+        return dt_error(DT_ERR_ARG, "%s: the file has %d experts but --experts says %d", c->model, cfg->experts, o->experts);
+    if (o->experts && !from_file && !cfg->experts) {
+        if (cfg->family != dt_family_find("llama"))
+            return dt_error(DT_ERR_ARG, "--experts %d: this build's mixture of experts is a Llama's MLP made Mixtral's (--model llama-tiny "
+                            "--experts 8, or --model mixtral-tiny), not %s's", o->experts, c->model);
+        cfg->family = dt_family_find("mixtral"), cfg->norm_topk = 1;
+    }
+    if (o->experts) cfg->experts = o->experts;
+    if ((o->experts_top_k || o->aux_coef > 0) && !cfg->experts)
+        return dt_error(DT_ERR_ARG, "--experts-top-k and --moe-aux-loss set a mixture of experts: %s has none (--experts E)", c->model);
+    if (o->experts_top_k) cfg->experts_top_k = o->experts_top_k;
+    if (o->aux_coef >= 0 && cfg->experts) cfg->aux_coef = o->aux_coef; /* 0: off */
+    return DT_OK;
+}
+
 dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d) {
     if (c->seq > cfg->max_seq_len) return dt_error(DT_ERR_ARG, "--seq %d is longer than the model's %d positions", c->seq, cfg->max_seq_len);
     int v = dt_train_pp_virt(c);

@@ -35,6 +35,7 @@ static dt_status resolve_model(dt_train_config *c, const dt_plan_request *rq, dt
     if (o->vocab_size) cfg->vocab_size = o->vocab_size, cfg->padded_vocab_size = o->padded_vocab_size ? o->padded_vocab_size : (o->vocab_size + 63) / 64 * 64;
     if (o->kv_heads) cfg->kv_heads = o->kv_heads;
     if (o->ffn) cfg->ffn = o->ffn;
+    if ((st = dt_train_take_experts(c, access(c->model, R_OK) == 0, cfg))) return st;
     if (dt_plan_is_gpt2(cfg) && cfg->channels % cfg->num_heads) return dt_error(DT_ERR_ARG, "--channels %d does not split into %d heads", cfg->channels, cfg->num_heads);
     return DT_OK;
 }

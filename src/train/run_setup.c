@@ -65,24 +65,6 @@ static dt_status add_lora(const dt_train_config *c, dt_gpt2 *m) {
     return dt_error(st, "--lora-rank %d: %s", c->lora.rank, why);
 }
 
-/* --experts, --experts-top-k, --moe-aux-loss: a Llama's MLP made Mixtral's mixture; a file's experts stay its own. */
-static dt_status take_experts(const dt_train_config *c, const dt_gpt2_config *o, bool from_file, dt_gpt2_config *cfg) {
-    if (o->experts && from_file && o->experts != cfg->experts)
-        return dt_error(DT_ERR_ARG, "%s: the file has %d experts but --experts says %d", c->model, cfg->experts, o->experts);
-    if (o->experts && !from_file && !cfg->experts) {
-        if (cfg->family != dt_family_find("llama"))
-            return dt_error(DT_ERR_ARG, "--experts %d: this build's mixture of experts is a Llama's MLP made Mixtral's (--model llama-tiny "
-                            "--experts 8, or --model mixtral-tiny), not %s's", o->experts, c->model);
-        cfg->family = dt_family_find("mixtral"), cfg->norm_topk = 1;
-    }
-    if (o->experts) cfg->experts = o->experts;
-    if ((o->experts_top_k || o->aux_coef > 0) && !cfg->experts)
-        return dt_error(DT_ERR_ARG, "--experts-top-k and --moe-aux-loss set a mixture of experts: %s has none (--experts E)", c->model);
-    if (o->experts_top_k) cfg->experts_top_k = o->experts_top_k;
-    if (o->aux_coef >= 0 && cfg->experts) cfg->aux_coef = o->aux_coef; /* 0: off */
-    return DT_OK;
-}
-
 static dt_status build_model(run *r, dt_gpt2 **out) {
     const dt_train_config *c = &r->c;
     dt_gpt2_config cfg;
@@ -119,7 +101,7 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     if (!from_file && o->vocab_size && !o->padded_vocab_size) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
     if (o->kv_heads) cfg.kv_heads = o->kv_heads;
     if (o->ffn) cfg.ffn = o->ffn;
-    if ((st = take_experts(c, o, from_file, &cfg)) ||
+    if ((st = dt_train_take_experts(c, from_file, &cfg)) ||
         (from_file && cfg.experts && (st = dt_gpt2_set_routing(*out, cfg.experts_top_k, cfg.aux_coef)))) {
         dt_gpt2_destroy(*out);
         *out = NULL;
