@@ -20,6 +20,7 @@ model.safetensors: save_pretrained's names, one tensor an expert), and tests/fix
 Run with the baselines' environment (scripts/make-baselines-venv.sh):
   .venv-baselines/bin/python scripts/make_moe_fixtures.py
 """
+import json
 import os
 
 import torch
@@ -115,12 +116,90 @@ def make(out_dir, name, spec):
     print(f"{name}: loss {loss.item():.6f} (aux {out.aux_loss.item():.6f}), {os.path.getsize(path)} bytes")
 
 
+def hub_state(named, F):
+    """Tensors by the model's parameter names (its weights, or their gradients) under the folder's names (Mixtral's), a
+    fused expert tensor's one an expert."""
+    out = {}
+    for n, p in named.items():
+        n, p = n.replace(".mlp.", ".block_sparse_moe."), p.detach().clone()
+        if n.endswith("experts.gate_up_proj"):
+            for e in range(p.shape[0]):
+                out[n.replace("gate_up_proj", f"{e}.w1.weight")] = p[e, :F].contiguous()
+                out[n.replace("gate_up_proj", f"{e}.w3.weight")] = p[e, F:].contiguous()
+        elif n.endswith("experts.down_proj"):
+            for e in range(p.shape[0]):
+                out[n.replace("down_proj", f"{e}.w2.weight")] = p[e].contiguous()
+        else:
+            out[n] = p.contiguous()
+    return out
+
+
+def make_sigmoid_router(out_dir):
+    """Mixtral's model with DeepSeek-V3's router in every layer (transformers' DeepseekV3TopkRouter: sigmoid scores, a
+    random e_score_correction_bias that only chooses, 8 experts in GROUPS groups of which the best TOPK_GROUP, top
+    3, renormalised and times SCALE), no balancing loss: tests/fixtures/moe/sigmoid_router.safetensors holds the weights
+    under the folder's names, "bias.<l>", "router_top.<l>" (the choices as a set: topk's order is not kept),
+    "router_weights.<l>" (in the order of router_top), inputs, targets, logits, loss, "grad.<name>" and adamw_losses,
+    and its "config" and "router" metadata."""
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
+    experts, top, groups, topk_group, scale = 8, 3, 4, 2, 2.5
+    torch.manual_seed(5)
+    common = dict(COMMON, num_experts_per_tok=top, output_router_logits=False)
+    cfg = MixtralConfig(intermediate_size=24, num_local_experts=experts, **common)
+    model = MixtralForCausalLM(cfg).float()
+    dcfg = DeepseekV3Config(hidden_size=cfg.hidden_size, n_routed_experts=experts, num_experts_per_tok=top, n_group=groups,
+                            topk_group=topk_group, norm_topk_prob=True, routed_scaling_factor=scale)
+    seen = {}
+    for l, layer in enumerate(model.model.layers):
+        router = DeepseekV3TopkRouter(dcfg)
+        with torch.no_grad():
+            router.weight.copy_(layer.mlp.gate.weight)
+            router.e_score_correction_bias.copy_(0.05 * torch.randn(experts))
+        router.register_forward_hook(lambda m, i, o, l=l: seen.__setitem__(l, o))
+        layer.mlp.gate = router
+    g = torch.Generator().manual_seed(7)
+    tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=g)
+    inputs, targets = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
+    tensors = hub_state(dict(model.named_parameters()), cfg.intermediate_size)
+    model.train()
+    out = model(input_ids=inputs)
+    loss = torch.nn.functional.cross_entropy(out.logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
+    model.zero_grad()
+    loss.backward()
+    tensors.update({"inputs": inputs.to(torch.int32), "targets": targets.to(torch.int32), "logits": out.logits.detach(),
+                    "loss": loss.detach().reshape(1)})
+    for l, layer in enumerate(model.model.layers):
+        _, w, idx = seen[l]
+        order = torch.sort(idx, dim=-1)  # a set: sorted by expert
+        tensors[f"router_top.{l}"] = order.values.to(torch.int32).contiguous()
+        tensors[f"router_weights.{l}"] = torch.gather(w.detach(), 1, order.indices).contiguous()
+        tensors[f"bias.{l}"] = layer.mlp.gate.e_score_correction_bias.detach().clone()
+    grads = hub_state({n: p.grad for n, p in model.named_parameters()}, cfg.intermediate_size)
+    tensors.update({"grad." + k: v for k, v in grads.items()})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        l = torch.nn.functional.cross_entropy(model(input_ids=inputs).logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
+        losses.append(l.item())
+        l.backward()
+        opt.step()
+    tensors["adamw_losses"] = torch.tensor(losses)
+    meta = {"config": json.dumps(cfg.to_dict(), sort_keys=True),
+            "router": json.dumps(dict(groups=groups, topk_group=topk_group, scale=scale, top_k=top))}
+    path = os.path.join(out_dir, "sigmoid_router.safetensors")
+    save_file(tensors, path, metadata=meta)
+    print(f"sigmoid_router: loss {loss.item():.6f}, {os.path.getsize(path)} bytes")
+
+
 def main():
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "moe")
     os.makedirs(out_dir, exist_ok=True)
     torch.use_deterministic_algorithms(True)
     for name, spec in MODELS.items():
         make(out_dir, name, spec)
+    make_sigmoid_router(out_dir)
 
 
 if __name__ == "__main__":

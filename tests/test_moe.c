@@ -143,6 +143,101 @@ static void check_fixture(const char *dir, const char *name) {
     dt_safetensors_close(f);
 }
 
+/* Mixtral with DeepSeek-V3's router in each layer (transformers' DeepseekV3TopkRouter: sigmoid scores, the fixture's
+ * bias choosing, 8 experts in 4 groups of which the best 2, top 3, renormalised, times 2.5): the choices exactly (as
+ * sets: its topk keeps no order) and their weights, logits, loss, gradients, steps; the bias moves as DeepSeek-V3's. */
+static void check_sigmoid(const char *dir) {
+    char path[512];
+    model = "sigmoid";
+    snprintf(path, sizeof path, "%s/moe/sigmoid_router.safetensors", dir);
+    dt_safetensors *f = NULL;
+    dt_program *p = NULL;
+    dt_lm_config cfg;
+    int32_t in[B * T], tg[B * T];
+    float loss, ref_loss;
+    dt_status st = dt_safetensors_open(path, &f);
+    const char *json = st ? NULL : dt_safetensors_metadata(f, "config");
+    if (!st) st = json ? dt_lm_config_from_hf(json, path, &cfg) : dt_error(DT_ERR_IO, "%s: no config", path);
+    if (!st) {
+        cfg.router = DT_ROUTER_SIGMOID_BIAS, cfg.expert_groups = 4, cfg.group_top_k = 2, cfg.routed_scale = 2.5f, cfg.norm_topk = 1;
+        st = dt_program_create(&cfg, &p);
+    }
+    dt_model m;
+    size_t nb = 0;
+    float *bias = st ? NULL : dt_program_moe_bias(p, &nb);
+    int E = cfg.experts, K = cfg.experts_top_k, L = cfg.num_layers, V = cfg.vocab_size;
+    if (!st) dt_program_model(p, &m), st = dt_safetensors_read_model(f, &m, V, NULL);
+    for (int l = 0; !st && l < L; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "bias.%d", l);
+        st = nb == (size_t)L * E ? dt_safetensors_read(f, name, 1, &E, 0, bias + (size_t)l * E) : dt_error(DT_ERR_ARG, "no bias");
+    }
+    if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
+    if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
+    float *ref = malloc(sizeof(float) * (size_t)B * T * V);
+    int one = 1, dims[3] = { B, T, V };
+    if (!st) st = dt_program_forward(p, in, tg, B, T, &loss);
+    if (!st && !(st = dt_safetensors_read(f, "logits", 3, dims, 0, ref))) {
+        double e = 0;
+        for (int i = 0; i < B * T; i++) e = fmax(e, rel_err(dt_program_logits(p) + (size_t)i * cfg.padded_vocab_size, ref + (size_t)i * V, (size_t)V));
+        expect("logits (worst row)", e, 1e-5);
+    }
+    if (!st && !(st = dt_safetensors_read(f, "loss", 1, &one, 0, &ref_loss))) expect("loss", fabs(loss - ref_loss) / ref_loss, 1e-6);
+    int same = 0;
+    double werr = 0;
+    for (int l = 0; !st && l < L; l++) {
+        int32_t top[B * T * 3], mine[3];
+        float rw[B * T * 3], w[3];
+        int kd[2] = { B * T, K };
+        char name[32];
+        snprintf(name, sizeof name, "router_top.%d", l);
+        if ((st = dt_safetensors_read_i32(f, name, (size_t)B * T * K, top))) break;
+        snprintf(name, sizeof name, "router_weights.%d", l);
+        if ((st = dt_safetensors_read(f, name, 2, kd, 0, rw))) break;
+        for (int i = 0; i < B * T; i++) {
+            dt_moe_topk_biased(w, mine, dt_program_moe_probs(p, l) + (size_t)i * E, bias + (size_t)l * E, 1, E, K, 4, 2, true, 2.5f);
+            for (int a = 0; a < K; a++) /* by expert, as the fixture's */
+                for (int b = a + 1; b < K; b++)
+                    if (mine[b] < mine[a]) { int32_t t = mine[a]; mine[a] = mine[b], mine[b] = t; float u = w[a]; w[a] = w[b], w[b] = u; }
+            same += !memcmp(mine, top + (size_t)i * K, sizeof mine);
+            werr = fmax(werr, rel_err(w, rw + (size_t)i * K, (size_t)K));
+        }
+    }
+    if (!st) {
+        char d[64];
+        snprintf(d, sizeof d, "%d of %d tokens x layers", same, B * T * L);
+        verdict("choices (groups, bias, top 3): DeepSeek-V3's router's, exactly", same == B * T * L, d);
+        expect("their weights (renormalised, x 2.5)", werr, 1e-6);
+        double worst = 0;
+        dt_program_zero_grad(p);
+        if (!(st = dt_program_backward(p, 1.0f)) && !(st = grads_err(f, &m, V, &worst))) expect("every gradient (worst tensor)", worst, 1e-5);
+    }
+    if (!st) check_recompute(p, &m, in, tg);
+    if (!st) st = check_steps(p, &m, f, in, tg);
+    /* the step's load moves each bias by the rate: the loaded expert down, the idle up, one at the mean not at all */
+    if (!st) {
+        double load[64] = { 0 };
+        float before[64];
+        memcpy(before, bias, sizeof(float) * (size_t)L * E);
+        load[0] = 10, load[1] = 2, load[2] = 4, load[3] = 4; /* layer 0: mean 20 / 8 = 2.5 */
+        dt_lm_config rc = *dt_program_config(p);
+        rc.bias_rate = 0.001f;
+        dt_program_destroy(p), p = NULL;
+        if (!(st = dt_program_create(&rc, &p))) {
+            float *b = dt_program_moe_bias(p, NULL);
+            memcpy(b, before, sizeof(float) * (size_t)L * E);
+            dt_program_moe_update_bias(p, load);
+            bool ok = fabsf(b[0] - (before[0] - 0.001f)) < 1e-7f && fabsf(b[1] - (before[1] + 0.001f)) < 1e-7f &&
+                      fabsf(b[4] - (before[4] + 0.001f)) < 1e-7f && b[E] == before[E];
+            verdict("the bias after a step: the loaded expert's -0.001, the idle ones' +0.001, another layer's at its mean unmoved", ok, NULL);
+        }
+    }
+    if (st) verdict("the fixture", false, dt_last_error());
+    free(ref);
+    dt_program_destroy(p);
+    dt_safetensors_close(f);
+}
+
 static void refused(const char *what, dt_status st, const char *needle) {
     bool ok = st && strstr(dt_last_error(), needle);
     check(what, ok, ok ? NULL : st ? dt_last_error() : "accepted");
@@ -188,6 +283,7 @@ int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     check_fixture(dir, "mixtral");
     check_fixture(dir, "qwen2_moe");
+    check_sigmoid(dir);
     model = "bad";
     bad_input(dir);
     printf("%s\n", failed ? "test_moe: FAILED" : "test_moe: all passed");

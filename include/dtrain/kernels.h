@@ -63,6 +63,15 @@ void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, flo
                              const float *wu, const float *wd, int E, int C, int F);
 void dt_moe_router_backward(float *dlogits, const float *probs, const float *w, const int32_t *idx, const float *dw, const float *daux, int BT,
                             int E, int K, bool norm);
+/* DeepSeek-V3's router: scores = sigmoid(logits) in place; each token's choice by scores + bias[E] (the bias only
+ * chooses) within its group_k best of `groups` groups of consecutive experts (a group scored by its two best; groups
+ * 1: none), its weights the chosen scores (renormalised with norm, +1e-20 as DeepSeek's), times scale; the
+ * backward from d(w) to d(logits) through the scores alone. */
+void dt_moe_sigmoid(float *scores, int BT, int E);
+void dt_moe_topk_biased(float *w, int32_t *idx, const float *scores, const float *bias, int BT, int E, int K, int groups, int group_k,
+                        bool norm, float scale);
+void dt_moe_sigmoid_backward(float *dlogits, const float *scores, const float *w, const int32_t *idx, const float *dw, int BT, int E, int K,
+                             bool norm, float scale);
 
 /* Mixed precision (torch.autocast's linear): w and bias hold 16-bit values
  * of type t (DT_BF16 or DT_F16), inp f32 values that t can hold; out =

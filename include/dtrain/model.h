@@ -43,7 +43,15 @@ typedef struct {
     float aux_coef;
     int shared_ffn;        /* a shared expert beside the routed ones (Qwen 2 MoE's, its output scaled by a sigmoid gate of
                             * the token): its hidden units (0: none) */
+    /* the router: softmax (0, above) or DeepSeek-V3's sigmoid scores with a per-expert bias used only to choose
+     * (auxiliary-loss-free balancing: after each step the bias of an expert loaded above the layer's mean falls by
+     * bias_rate, below it rises); groups: the experts in expert_groups groups, a token's choice within its
+     * group_top_k best groups (each scored by its two best); the chosen scores renormalised (norm_topk) and times
+     * routed_scale */
+    int router, expert_groups, group_top_k;
+    float routed_scale, bias_rate;
 } dt_lm_config;
+enum { DT_ROUTER_SOFTMAX = 0, DT_ROUTER_SIGMOID_BIAS = 1 };
 typedef dt_lm_config dt_gpt2_config;
 
 /* c with its zero fields at their defaults (above); whether two configs make the same model (field by field, their

@@ -102,6 +102,10 @@ double dt_program_moe_balance_loss(const dt_program *p);
 void dt_program_moe_load(dt_program *p, double *load);
 /* Another top-k and balancing loss for a model made (a Hugging Face folder's, overridden). Before the first forward. */
 dt_status dt_program_set_routing(dt_program *p, int top_k, float aux_coef);
+/* DeepSeek-V3's router: every layer's bias [L][E] (n of them; NULL: another router), which only chooses; the step's
+ * global load of every layer's experts [L][E] moves it (each rank keeps all layers' biases, and moves them alike). */
+float *dt_program_moe_bias(dt_program *p, size_t *n);
+void dt_program_moe_update_bias(dt_program *p, const double *load);
 const float *dt_program_output(const dt_program *p);
 const float *dt_program_input_grad(const dt_program *p, const int32_t **tokens, int *n);
 /* An interleaved stage's chunks: their count, a[i], b[i] (arrays of DT_GPT2_MAX_CHUNKS); which one backward,

@@ -150,3 +150,70 @@ void dt_moe_router_backward(float *dlogits, const float *probs, const float *w, 
         for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - pdp); /* the softmax's backward */
     }
 }
+
+void dt_moe_sigmoid(float *scores, int BT, int E) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT * E; i++) scores[i] = 1.0f / (1.0f + expf(-scores[i]));
+}
+
+/* Row i's choice as DeepSeek-V3's router makes it: the scores plus the bias choose, within the best groups (each group
+ * scored by the sum of its two best), the k best; a tie the lower expert, as the first found. */
+static void choose_biased(int32_t *ix, const float *s, const float *bias, int E, int K, int G, int TG) {
+    float c[4096];
+    int n = E / G;
+    bool keep[4096];
+    for (int e = 0; e < E; e++) c[e] = s[e] + bias[e], keep[e] = G <= 1;
+    for (int t = 0; t < TG && G > 1; t++) { /* the t-th best group not taken yet */
+        int best = -1;
+        float bscore = 0;
+        for (int g = 0; g < G; g++) {
+            if (keep[g * n]) continue;
+            float a = -INFINITY, b = -INFINITY; /* the group's two best */
+            for (int e = g * n; e < (g + 1) * n; e++)
+                if (c[e] > a) b = a, a = c[e];
+                else if (c[e] > b) b = c[e];
+            float score = a + (n > 1 ? b : 0);
+            if (best < 0 || score > bscore) best = g, bscore = score;
+        }
+        for (int e = best * n; e < (best + 1) * n; e++) keep[e] = true;
+    }
+    for (int j = 0; j < K; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = !keep[e];
+            for (int q = 0; q < j && !taken; q++) taken = ix[q] == e;
+            if (!taken && (best < 0 || c[e] > c[best])) best = e;
+        }
+        ix[j] = best;
+    }
+}
+
+void dt_moe_topk_biased(float *w, int32_t *idx, const float *scores, const float *bias, int BT, int E, int K, int groups, int group_k,
+                        bool norm, float scale) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        const float *s = scores + (size_t)i * E;
+        int32_t *ix = idx + (size_t)i * K;
+        float *wi = w + (size_t)i * K, sum = 0;
+        choose_biased(ix, s, bias, E, K, groups, group_k);
+        for (int j = 0; j < K; j++) sum += wi[j] = s[ix[j]];
+        for (int j = 0; j < K; j++) wi[j] = (norm ? wi[j] / (sum + 1e-20f) : wi[j]) * scale;
+    }
+}
+
+void dt_moe_sigmoid_backward(float *dlogits, const float *scores, const float *w, const int32_t *idx, const float *dw, int BT, int E, int K,
+                             bool norm, float scale) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        const float *s = scores + (size_t)i * E, *wi = w + (size_t)i * K, *dwi = dw + (size_t)i * K;
+        const int32_t *ix = idx + (size_t)i * K;
+        float *dl = dlogits + (size_t)i * E, sum = 0, wdw = 0;
+        for (int j = 0; j < K; j++) sum += s[ix[j]], wdw += wi[j] * dwi[j];
+        memset(dl, 0, (size_t)E * sizeof(float));
+        /* w_j = scale s_j / S: ds_j = scale (dw_j - sum w dw / scale) / S; then the sigmoid's s (1 - s) */
+        for (int j = 0; j < K; j++) {
+            float ds = norm ? scale * (dwi[j] - wdw / scale) / (sum + 1e-20f) : scale * dwi[j];
+            dl[ix[j]] = ds * s[ix[j]] * (1.0f - s[ix[j]]);
+        }
+    }
+}

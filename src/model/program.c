@@ -84,6 +84,11 @@ dt_lm_config dt_lm_config_resolve(const dt_lm_config *in) {
     if (!(c.norm_eps > 0)) c.norm_eps = 1e-5f;
     if (!(c.rope_theta > 0)) c.rope_theta = 10000;
     if (c.experts && !c.experts_top_k) c.experts_top_k = 2;
+    if (c.router == DT_ROUTER_SIGMOID_BIAS) {
+        if (!c.expert_groups) c.expert_groups = 1;
+        if (!c.group_top_k) c.group_top_k = c.expert_groups;
+        if (!(c.routed_scale > 0)) c.routed_scale = 1;
+    }
     return c;
 }
 
@@ -94,7 +99,8 @@ bool dt_lm_config_same(const dt_lm_config *x, const dt_lm_config *y) {
            a.kv_heads == b.kv_heads && a.head_dim == b.head_dim && a.ffn == b.ffn && a.untied == b.untied && a.norm_eps == b.norm_eps &&
            a.rope_theta == b.rope_theta && a.rope_factor == b.rope_factor && a.rope_low_freq_factor == b.rope_low_freq_factor &&
            a.rope_high_freq_factor == b.rope_high_freq_factor && a.rope_original_max == b.rope_original_max && a.experts == b.experts &&
-           a.experts_top_k == b.experts_top_k && a.norm_topk == b.norm_topk && a.aux_coef == b.aux_coef && a.shared_ffn == b.shared_ffn;
+           a.experts_top_k == b.experts_top_k && a.norm_topk == b.norm_topk && a.aux_coef == b.aux_coef && a.shared_ffn == b.shared_ffn &&
+           a.router == b.router && a.expert_groups == b.expert_groups && a.group_top_k == b.group_top_k && a.routed_scale == b.routed_scale;
 }
 
 dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
@@ -125,6 +131,18 @@ dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
         return dt_error(DT_ERR_ARG, "%s: top-%d routing among %d experts: k must be from 1 to the experts' count and 32 (experts: at most 4096)", where,
                         c->experts_top_k, c->experts);
     if (!(c->aux_coef >= 0)) return dt_error(DT_ERR_ARG, "%s: the load-balancing loss's coefficient %g is negative", where, (double)c->aux_coef);
+    if (c->router == DT_ROUTER_SIGMOID_BIAS) {
+        int G = c->expert_groups, TG = c->group_top_k;
+        if (G < 1 || c->experts % G || TG < 1 || TG > G || (G > 1 && c->experts / G < 2) || c->experts_top_k > TG * (c->experts / G))
+            return dt_error(DT_ERR_ARG, "%s: %d experts in %d groups, the best %d of them, top-%d: the groups must divide the experts (two "
+                            "each at least) and hold the k chosen", where, c->experts, G, TG, c->experts_top_k);
+        if (!(c->routed_scale > 0) || !(c->bias_rate >= 0) || c->aux_coef > 0)
+            return dt_error(DT_ERR_ARG, "%s: the sigmoid router needs a positive scale (%g), a bias rate of 0 or more (%g) and no "
+                            "auxiliary loss (%g): its bias balances the load", where, (double)c->routed_scale, (double)c->bias_rate,
+                            (double)c->aux_coef);
+    } else if (c->router != DT_ROUTER_SOFTMAX) {
+        return dt_error(DT_ERR_ARG, "%s: router %d is neither softmax (0) nor sigmoid-bias (1)", where, c->router);
+    }
     if ((double)c->padded_vocab_size * c->channels > 1e10 ||
         (double)c->num_layers * c->channels * (c->channels + 3.0 * c->ffn * (c->experts ? c->experts : 1)) > 1e11)
         return dt_error(DT_ERR_ARG, "%s: model too large (over 10^11 parameters)", where);
@@ -456,6 +474,8 @@ static dt_status allocate(dt_program *p) {
     p->nslots = 1;
     if (c->experts && !(p->moe_load = calloc((size_t)(p->nl > 0 ? p->nl : 1) * (size_t)c->experts, sizeof(double))))
         return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    if (c->router == DT_ROUTER_SIGMOID_BIAS && !(p->moe_bias = calloc((size_t)c->num_layers * (size_t)c->experts, sizeof(float))))
+        return dt_error(DT_ERR_NOMEM, "model: out of memory");
     if (c->kv_heads < p->part.tp_size) { /* K/V heads kept by several ranks: a K/V Linear's rows set aside and summed */
         size_t kv = (size_t)p->KVl * ((size_t)c->channels + 1);
         p->kv_keep = malloc(2 * kv * sizeof(float));
@@ -619,6 +639,7 @@ void dt_program_destroy(dt_program *p) {
     free(p->kv_keep);
     free(p->kv_sum);
     free(p->moe_load);
+    free(p->moe_bias);
     dt_free_aligned(p->params_lp);
     dt_free_aligned(p->lp_work);
     free(p->lp_cast);

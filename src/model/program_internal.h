@@ -174,6 +174,7 @@ struct dt_program {
     const int32_t *pos_src;    /* dt_program_set_positions: read by each micro-batch's forward (NULL: 0..T-1) */
     const uint64_t *key_src;   /* dt_program_set_row_keys: read likewise (NULL: no dropout, as in evaluation) */
     double *moe_load;          /* a mixture of experts: each held block's choices of each expert since last read */
+    float *moe_bias;           /* DeepSeek-V3's router: every layer's bias [L][E] (held or not: each rank keeps all, alike) */
 };
 
 /* Which values a block's backward reads (p->vkeep), from the ops and LoRA's adapters (program.c); whether op k's

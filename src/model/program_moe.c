@@ -77,9 +77,15 @@ static moe_run run_of(dt_program *p, int l, int k) {
     return m;
 }
 
-/* The choices from the kept probabilities, sorted by expert. */
-static void route(const dt_program *p, moe_run *m) {
-    dt_moe_topk(m->r.w, m->idx, m->probs, m->BT, m->E, m->K, p->cfg.norm_topk);
+static bool biased(const dt_program *p) { return p->cfg.router == DT_ROUTER_SIGMOID_BIAS; }
+
+/* The choices from the kept probabilities (or sigmoid scores, with the layer's bias), sorted by expert. */
+static void route(const dt_program *p, int l, moe_run *m) {
+    const dt_lm_config *c = &p->cfg;
+    if (biased(p))
+        dt_moe_topk_biased(m->r.w, m->idx, m->probs, p->moe_bias + (size_t)l * m->E, m->BT, m->E, m->K, c->expert_groups, c->group_top_k,
+                           c->norm_topk, c->routed_scale);
+    else dt_moe_topk(m->r.w, m->idx, m->probs, m->BT, m->E, m->K, c->norm_topk);
     dt_moe_sort(m->order, m->start, m->row_of, m->idx, m->pairs, m->E);
 }
 
@@ -115,8 +121,9 @@ static void shared_backward(dt_program *p, moe_run *m, const float *x, const flo
 void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *out) {
     moe_run m = run_of(p, l, k);
     dt_matmul_forward(m.probs, x, m.router, NULL, m.BT, m.C, m.E);
-    dt_moe_softmax(m.probs, m.BT, m.E);
-    route(p, &m);
+    if (biased(p)) dt_moe_sigmoid(m.probs, m.BT, m.E);
+    else dt_moe_softmax(m.probs, m.BT, m.E);
+    route(p, l, &m);
     dt_moe_gather(m.r.xs, x, m.order, m.pairs, m.K, m.C);
     dt_moe_experts_forward(m.hu, m.r.act, m.r.ys, m.r.xs, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F);
     dt_moe_combine(out, m.r.ys, m.r.w, m.idx, m.row_of, m.BT, m.K, m.C, false);
@@ -133,7 +140,7 @@ void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *
 void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx) {
     moe_run m = run_of(p, l, k);
     if (shared(p)) shared_backward(p, &m, x, dout, dx);
-    route(p, &m);
+    route(p, l, &m);
     dt_moe_gather(m.r.xs, x, m.order, m.pairs, m.K, m.C);
     dt_swiglu_forward(m.r.act, m.hu, m.pairs, m.F);
     dt_moe_gather(m.r.ys, dout, m.order, m.pairs, m.K, m.C);
@@ -145,7 +152,8 @@ void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const 
     float daux[4096];
     for (int e = 0; p->cfg.aux_coef > 0 && e < m.E; e++)
         daux[e] = (float)(p->s->moe_gscale * p->cfg.aux_coef * m.E * (load[e] / N) / N);
-    dt_moe_router_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, p->cfg.aux_coef > 0 ? daux : NULL, m.BT, m.E, m.K, p->cfg.norm_topk);
+    if (biased(p)) dt_moe_sigmoid_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, m.BT, m.E, m.K, p->cfg.norm_topk, p->cfg.routed_scale);
+    else dt_moe_router_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, p->cfg.aux_coef > 0 ? daux : NULL, m.BT, m.E, m.K, p->cfg.norm_topk);
     dt_matmul_backward(dx, m.grad[0], NULL, m.dlogits, x, m.router, m.BT, m.C, m.E);
 }
 
@@ -176,6 +184,23 @@ dt_status dt_program_set_routing(dt_program *p, int top_k, float aux_coef) {
     p->cfg = c;
     for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* laid out again for k choices a token */
     return DT_OK;
+}
+
+float *dt_program_moe_bias(dt_program *p, size_t *n) {
+    if (n) *n = p->moe_bias ? (size_t)p->cfg.num_layers * (size_t)p->cfg.experts : 0;
+    return p->moe_bias;
+}
+
+void dt_program_moe_update_bias(dt_program *p, const double *load) {
+    int L = p->cfg.num_layers, E = p->cfg.experts;
+    for (int l = 0; p->moe_bias && l < L; l++) { /* DeepSeek-V3's: an expert above the layer's mean load falls by the rate, below it rises */
+        double mean = 0;
+        for (int e = 0; e < E; e++) mean += load[(size_t)l * E + e] / E;
+        for (int e = 0; e < E; e++) {
+            double d = mean - load[(size_t)l * E + e];
+            p->moe_bias[(size_t)l * E + e] += d > 0 ? p->cfg.bias_rate : d < 0 ? -p->cfg.bias_rate : 0;
+        }
+    }
 }
 
 bool dt_program_holds_block(const dt_program *p, int l) { return l >= 0 && l < p->cfg.num_layers && p->bk[l] >= 0; }
