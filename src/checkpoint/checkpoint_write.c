@@ -158,26 +158,28 @@ dt_status dt_checkpoint_check_dir(const char *dir, const char *resume, int overw
  * params.f32, where the parameters are sharded too. */
 typedef struct { uint64_t off, count, hash, phash; } piece;
 
-const char *const dt_ckpt_lm_shape[15] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels",
+const char *const dt_ckpt_lm_shape[18] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels",
                                             "kv_heads", "head_dim", "ffn", "untied", "rope_original_max", "experts", "experts_top_k",
-                                            "norm_topk", "shared_ffn" };
-const char *const dt_ckpt_lm_numbers[6] = { "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-                                            "aux_coef" };
+                                            "norm_topk", "shared_ffn", "router", "expert_groups", "group_top_k" };
+const char *const dt_ckpt_lm_numbers[8] = { "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+                                            "aux_coef", "routed_scale", "bias_rate" };
 
 void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out) {
     memset(out, 0, sizeof *out);
     dt_gpt2_model(g, &out->m);
     dt_lm_config c = dt_lm_config_resolve(dt_gpt2_get_config(g));
-    const int v[15] = { c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
+    const int v[18] = { c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
                         c.kv_heads, c.head_dim, c.ffn, c.untied, c.rope_original_max, c.experts, c.experts_top_k, c.norm_topk,
-                        c.shared_ffn };
-    const double f[6] = { c.norm_eps, c.rope_theta, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.aux_coef };
+                        c.shared_ffn, c.router, c.expert_groups, c.group_top_k };
+    const double f[8] = { c.norm_eps, c.rope_theta, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.aux_coef,
+                          c.routed_scale, c.bias_rate };
     bool gpt2 = !strcmp(out->m.kind, "gpt2"); /* GPT-2's manifests keep their six sizes: the rest are its defaults */
-    out->nshape = gpt2 ? 6 : c.experts ? 15 : 11;
-    out->nfshape = gpt2 ? 0 : c.experts ? 6 : 5;
+    out->nshape = gpt2 ? 6 : c.experts ? 18 : 11;
+    out->nfshape = gpt2 ? 0 : c.experts ? 8 : 5;
     for (int i = 0; i < out->nshape; i++) out->shape_names[i] = dt_ckpt_lm_shape[i], out->shape[i] = v[i];
     for (int i = 0; i < out->nfshape; i++) out->fshape_names[i] = dt_ckpt_lm_numbers[i], out->fshape[i] = f[i];
     out->lora = dt_program_lora_config(dt_gpt2_program(g));
+    out->buffers = dt_program_moe_bias(dt_gpt2_program(g), &out->nbuffers); /* DeepSeek-V3's router's bias, every layer's */
 }
 
 void dt_checkpoint_resnet(dt_resnet *r, dt_checkpoint_model *out) {

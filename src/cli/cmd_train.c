@@ -33,7 +33,11 @@ static void usage(FILE *f) {
             "  --experts E        a Llama's MLP as E SwiGLU experts (Mixtral's mixture, --ffn hidden units each),\n"
             "                     --experts-top-k K (2) a token, their weights renormalised; dropless\n"
             "  --moe-aux-loss X   add X times the load-balancing loss (Switch's, as Hugging Face's Mixtral sums it\n"
-            "                     over the layers; 0: none, the default; one process or --tp 1 x --pp 1 only)\n"
+            "                     over the layers; 0: none, the default; without DP, PP or CP)\n"
+            "  --router R         softmax (Mixtral's, the default) or sigmoid-bias (DeepSeek-V3's: sigmoid scores, a\n"
+            "                     bias per expert that only chooses and that each step's load moves by --bias-update\n"
+            "                     X (0.001); --expert-groups G, --group-top-k T: a token chooses within its T best of\n"
+            "                     G groups; --routed-scale S: the renormalised weights times S)\n"
             "                     (a Llama's K/V heads and MLP width)\n"
             "  --data FILE        training tokens (llm.c format), or FILE.jsonl: supervised fine-tuning on chats\n"
             "                     ({\"messages\": [{\"role\", \"content\"}, ..]}) or {\"prompt\", \"completion\"} pairs, one\n"
@@ -162,7 +166,7 @@ static const dt_cli_flag flags[] = {
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--keep-last", "a whole number of checkpoints from 1 to 256" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
-    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
+    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
     { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
     { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },
@@ -171,7 +175,9 @@ static const dt_cli_flag flags[] = {
     { "--layers", "a whole number from 1 to 1e5" }, { "--heads", "a whole number from 1 to 1e5" },
     { "--channels", "a whole number from 1 to 1e6" }, { "--vocab", "a whole number from 1 to 2^30" },
     { "--max-seq", "a whole number from 1 to 1e7" }, { "--kv-heads", "a whole number from 1 to 1e5" }, { "--ffn", "a whole number from 1 to 1e7" }, { "--experts", "a whole number from 1 to 4096" },
-    { "--experts-top-k", "a whole number from 1 to 32" }, { "--moe-aux-loss", "a number from 0 to 1e3" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
+    { "--experts-top-k", "a whole number from 1 to 32" }, { "--moe-aux-loss", "a number from 0 to 1e3" },
+    { "--expert-groups", "a whole number from 1 to 4096" }, { "--group-top-k", "a whole number from 1 to 4096" },
+    { "--routed-scale", "a number from 1e-6 to 1e3" }, { "--bias-update", "a number from 0 to 1" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
     { "--nesterov", "" }, { "--quiet", "" }, { "--pack", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--sp", "" }, { "--pp-schedule-print", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
 };
 
@@ -228,7 +234,9 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--channels", 1, 1e6, 1, &c.shape.channels, 'i' }, { "--vocab", 1, 1 << 30, 1, &c.shape.vocab_size, 'i' },
         { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' }, { "--kv-heads", 1, 1e5, 1, &c.shape.kv_heads, 'i' },
         { "--ffn", 1, 1e7, 1, &c.shape.ffn, 'i' }, { "--experts", 1, 4096, 1, &c.shape.experts, 'i' },
-        { "--experts-top-k", 1, 32, 1, &c.shape.experts_top_k, 'i' }, { "--moe-aux-loss", 0, 1e3, 0, &c.shape.aux_coef, 'f' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
+        { "--experts-top-k", 1, 32, 1, &c.shape.experts_top_k, 'i' }, { "--moe-aux-loss", 0, 1e3, 0, &c.shape.aux_coef, 'f' },
+        { "--expert-groups", 1, 4096, 1, &c.shape.expert_groups, 'i' }, { "--group-top-k", 1, 4096, 1, &c.shape.group_top_k, 'i' },
+        { "--routed-scale", 1e-6, 1e3, 0, &c.shape.routed_scale, 'f' }, { "--bias-update", 0, 1, 0, &c.shape.bias_rate, 'f' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
         { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c.lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c.dpo_beta, 'd' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
     };
     for (int i = 1; i < argc; i++) {
@@ -286,6 +294,10 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         else if (!strcmp(f, "--cp-impl")) {
             ok = !strcmp(v, "ring") || !strcmp(v, "ulysses") || !strcmp(v, "auto");
             c.cp_impl = !strcmp(v, "ring") ? 0 : !strcmp(v, "ulysses") ? 1 : -1;
+        }
+        else if (!strcmp(f, "--router")) {
+            ok = !strcmp(v, "softmax") || !strcmp(v, "sigmoid-bias");
+            c.shape.router = ok && !strcmp(v, "sigmoid-bias") ? DT_ROUTER_SIGMOID_BIAS : DT_ROUTER_SOFTMAX;
         }
         else if (!strcmp(f, "--pp-schedule")) ok = (c.pp_schedule = dt_pp_kind_parse(v)) >= 0;
         else if (!strcmp(f, "--trace")) c.trace = v;

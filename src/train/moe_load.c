@@ -20,6 +20,7 @@ dt_status dt_train_moe_load(run *r) {
     /* a tensor-parallel group's ranks saw the same tokens: one of them counts (this build runs experts without TP) */
     if (!st) st = r->nranks > 1 ? dt_comm_allreduce(r->w, mine, all, (size_t)L * E, DT_F64, DT_SUM) : DT_OK;
     if (!st && r->nranks == 1) memcpy(all, mine, (size_t)L * E * sizeof(double));
+    if (!st && c->bias_rate > 0) dt_program_moe_update_bias(p, all); /* DeepSeek-V3's router: the step's load moves each bias alike */
     double worst = 0, sum = 0;
     int layers = 0;
     for (int l = 0; !st && l < L; l++) {

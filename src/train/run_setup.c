@@ -65,6 +65,19 @@ static dt_status add_lora(const dt_train_config *c, dt_gpt2 *m) {
     return dt_error(st, "--lora-rank %d: %s", c->lora.rank, why);
 }
 
+/* What a mixture of experts' run routes: its experts, top-k and weights, router, shared expert and balancing. */
+static void print_experts(const dt_gpt2_config *given) {
+    dt_lm_config c = dt_lm_config_resolve(given);
+    char router[160] = "a softmax router", shared[64] = "", aux[64] = "";
+    if (c.router == DT_ROUTER_SIGMOID_BIAS)
+        snprintf(router, sizeof router, "DeepSeek-V3's sigmoid router (%d groups, the best %d; weights x %g; its bias moved by %g a step)",
+                 c.expert_groups, c.group_top_k, (double)c.routed_scale, (double)c.bias_rate);
+    if (c.shared_ffn) snprintf(shared, sizeof shared, ", a shared expert of %d hidden units", c.shared_ffn);
+    if (c.aux_coef > 0) snprintf(aux, sizeof aux, ", the balancing loss x %g", (double)c.aux_coef);
+    printf("mixture of experts: %d SwiGLU experts of %d hidden units, top %d a token%s, %s%s%s; dropless\n", c.experts, c.ffn,
+           c.experts_top_k, c.norm_topk ? " (weights renormalised)" : "", router, shared, aux);
+}
+
 static dt_status build_model(run *r, dt_gpt2 **out) {
     const dt_train_config *c = &r->c;
     dt_gpt2_config cfg;
@@ -109,7 +122,8 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     }
     if (!from_file && o->family) { /* a resumed run's family and the rest of its shape */
         cfg.experts = o->experts, cfg.experts_top_k = o->experts_top_k, cfg.norm_topk = o->norm_topk, cfg.aux_coef = o->aux_coef;
-        cfg.shared_ffn = o->shared_ffn;
+        cfg.shared_ffn = o->shared_ffn, cfg.router = o->router, cfg.expert_groups = o->expert_groups, cfg.group_top_k = o->group_top_k;
+        cfg.routed_scale = o->routed_scale, cfg.bias_rate = o->bias_rate;
         cfg.family = o->family, cfg.head_dim = o->head_dim, cfg.untied = o->untied;
         cfg.norm_eps = o->norm_eps, cfg.rope_theta = o->rope_theta, cfg.rope_factor = o->rope_factor;
         cfg.rope_low_freq_factor = o->rope_low_freq_factor, cfg.rope_high_freq_factor = o->rope_high_freq_factor;
@@ -368,6 +382,7 @@ static void print_start(const run *r) {
            dt_gpt2_config_num_params(mc) / 1e6,
            c->batch, c->seq, c->grad_accum, r->dp_size, r->dp_size == 1 ? "" : "s", tp_note(r), dt_engine_strategy_name(r->e),
            dt_optim_kind_name(c->opt.kind), dt_kernels_threads(), dt_kernels_threads() == 1 ? "" : "s");
+    if (mc->experts) print_experts(mc);
     const dt_lora_config *lc = dt_program_lora_config(dt_gpt2_program(r->m));
     if (lc) {
         dt_model am;

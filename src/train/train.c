@@ -25,6 +25,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->keep_last = 1;
     c->lora.dropout = -1; /* not given */
     c->shape.aux_coef = -1; /* not given: the model's own (0, or a Hugging Face folder's) */
+    c->shape.bias_rate = -1; /* not given: 0.001 for the sigmoid router (DeepSeek-V3's) */
     c->eval_batches = 8;
     c->seed = 1337;
     c->nproc = 1;

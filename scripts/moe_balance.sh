@@ -1,0 +1,34 @@
+#!/bin/bash
+# Balancing a mixture of experts on the demo's text (the King James Bible's bytes, the demo's split): a Llama of 4
+# layers and 128 channels whose MLP is 8 SwiGLU experts of 172 hidden units, top 2, 200 steps of 16 x 128 tokens.
+# Three runs, alike but for the balancing: none, the auxiliary loss (Switch's, 0.01), and DeepSeek-V3's bias
+# (--router sigmoid-bias, the bias moved by --bias-update after each step). Prints each run's validation loss and
+# the load (the most chosen expert over the mean: the worst layer's, and the layers' average) over the last 20
+# steps; each run's metrics and report are in OUT.
+# usage: scripts/moe_balance.sh [BUILD] [OUT] [RATE]    (BUILD build, OUT build/moe_balance, RATE 0.01; ONLY_BIAS=1: the
+# bias run alone)
+set -euo pipefail
+build=${1:-build}
+out=${2:-$build/moe_balance}
+rate=${3:-0.01}
+dtrain=$build/dtrain
+mkdir -p "$out"
+if [ ! -s "$build/demo/train.bin" ]; then
+    echo "the demo's data first: make demo (or scripts/demo.sh $build)"; exit 1
+fi
+common=(--model mixtral-tiny --vocab 256 --max-seq 128 --seq 128 --batch 16 --steps 200 --lr 2e-3 --schedule cosine --warmup 20
+        --lr-min 2e-4 --shuffle 1 --data "$build/demo/train.bin" --val-data "$build/demo/val.bin" --eval-every 50 --eval-batches 16
+        --print-every 50)
+run() { # NAME ARGS
+    local name=$1
+    shift
+    "$dtrain" train "${common[@]}" "$@" --metrics "$out/$name.jsonl" --report "$out/$name" > "$out/$name.out" 2>&1
+    local val worst avg
+    val=$(grep -o '"val_loss":[0-9.]*' "$out/$name.jsonl" | tail -1 | cut -d: -f2)
+    worst=$(grep -o '"expert_load_max_mean":[0-9.]*' "$out/$name.jsonl" | tail -20 | cut -d: -f2 | awk '{s+=$1} END{printf "%.3f", s/NR}')
+    avg=$(grep -o '"expert_load_max_mean_avg":[0-9.]*' "$out/$name.jsonl" | tail -20 | cut -d: -f2 | awk '{s+=$1} END{printf "%.3f", s/NR}')
+    printf "%-28s validation loss %s   load max/mean over the last 20 steps: worst layer %s, layers' average %s\n" "$name" "$val" "$worst" "$avg"
+}
+[ -n "${ONLY_BIAS:-}" ] || run none
+[ -n "${ONLY_BIAS:-}" ] || run aux_0.01 --moe-aux-loss 0.01
+run "bias_$rate" --router sigmoid-bias --bias-update "$rate"
