@@ -3,6 +3,7 @@
  * gives the logits, the loss, every adapter's gradient and ten AdamW steps of the adapters alone (with dropout: the
  * logits in evaluation, where nothing drops). Then: the base weights stay as they were; recomputation and a split backward give the same bits;
  * bad targets and ranks are refused naming what. */
+#include "adamw_steps.h"
 #include "dtrain/io.h"
 #include "dtrain/optim.h"
 #include "dtrain/program.h"
@@ -87,31 +88,18 @@ static dt_status check_grads(const char *name, const dt_model *m, dt_safetensors
 
 /* Ten AdamW steps of the adapters (PEFT's base frozen): the losses, and the base's weights untouched. */
 static dt_status check_steps(const char *name, dt_program *p, const dt_model *m, dt_safetensors *f, const int32_t *in, const int32_t *tg) {
-    float ref[STEPS], losses[STEPS];
-    int steps = STEPS;
+    float losses[STEPS];
     size_t nb = dt_program_num_params(p);
     float *base = malloc(nb * sizeof(float));
     if (!base) return dt_error(DT_ERR_NOMEM, "out of memory");
     memcpy(base, dt_program_params(p), nb * sizeof(float));
-    dt_optim_config oc;
-    dt_optim_defaults(DT_OPT_ADAMW, &oc);
-    oc.weight_decay = 0.01f;
-    dt_optim *o = NULL;
-    dt_status st = dt_safetensors_read(f, "adamw_losses", 1, &steps, 0, ref);
-    if (!st) st = dt_optim_create(&oc, m->nparams, NULL, 0, &o);
-    for (int s = 0; !st && s < STEPS; s++) {
-        dt_program_zero_grad(p);
-        if (!(st = dt_program_forward(p, in, tg, B, T, &losses[s]))) st = dt_program_backward(p, 1.0f);
-        if (!st) dt_optim_step(o, m->params(m->self), m->grads(m->self), 1e-3f, 0);
-    }
+    double e;
+    dt_status st = adamw_steps_err(p, m, f, in, tg, B, T, STEPS, &e, losses);
     if (!st) {
-        double e = 0;
-        for (int s = 0; s < STEPS; s++) e = fmax(e, fabs(losses[s] - ref[s]) / ref[s]);
         expect(name, "10 AdamW steps' losses (worst step)", e, 1e-5);
         check(name, "the base weights unchanged, bit for bit", !memcmp(base, dt_program_params(p), nb * sizeof(float)));
         check(name, "the loss fell", losses[STEPS - 1] < losses[0]);
     }
-    dt_optim_destroy(o);
     free(base);
     return st;
 }

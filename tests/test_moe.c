@@ -3,6 +3,7 @@
  * each read from the Hugging Face folder it saved (one tensor an expert into the stacked gate, up and down). The router's probabilities and its choices (exactly), the last layer's
  * sparse-MoE block output, the logits, the loss with the load-balancing term and that term alone, every gradient
  * and ten AdamW steps; recomputation gives the same bits; bad configs and folders are refused naming what. */
+#include "adamw_steps.h"
 #include "fixture_checks.h"
 
 #include "dtrain/optim.h"
@@ -64,23 +65,9 @@ static dt_status check_router(const dt_program *p, dt_safetensors *f) {
 }
 
 static dt_status check_steps(dt_program *p, const dt_model *m, dt_safetensors *f, const int32_t *in, const int32_t *tg) {
-    float ref[STEPS], losses[STEPS];
-    int steps = STEPS;
-    dt_optim_config oc;
-    dt_optim_defaults(DT_OPT_ADAMW, &oc);
-    oc.weight_decay = 0.01f;
-    dt_optim *o = NULL;
-    dt_status st = dt_safetensors_read(f, "adamw_losses", 1, &steps, 0, ref);
-    if (!st) st = dt_optim_create(&oc, m->nparams, NULL, 0, &o);
-    for (int s = 0; !st && s < STEPS; s++) {
-        dt_program_zero_grad(p);
-        if (!(st = dt_program_forward(p, in, tg, B, T, &losses[s]))) st = dt_program_backward(p, 1.0f);
-        if (!st) dt_optim_step(o, m->params(m->self), m->grads(m->self), 1e-3f, 0);
-    }
-    double e = 0;
-    for (int s = 0; !st && s < STEPS; s++) e = fmax(e, fabs(losses[s] - ref[s]) / ref[s]);
+    double e;
+    dt_status st = adamw_steps_err(p, m, f, in, tg, B, T, STEPS, &e, NULL);
     if (!st) expect("10 AdamW steps' losses (worst step)", e, 1e-5);
-    dt_optim_destroy(o);
     return st;
 }
 

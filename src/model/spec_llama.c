@@ -10,13 +10,16 @@ static const dt_tensor_spec embed[] = {
 };
 
 enum { LN1W, QW, KW, VW, OW, LN2W, GATEW, UPW, DOWNW, QB, KB, VB };
-#define LLAMA_BLOCK                                                                                          \
+/* attention and the norms around it: every family here */
+#define LLAMA_ATTENTION                                                                                          \
     [LN1W] = { "ln1w", "model.layers.%d.input_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_norm.weight", W_NONE },         \
     [QW] = { "qw", "model.layers.%d.self_attn.q_proj.weight", W_Q, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.attn_q.weight", W_NONE },             \
     [KW] = { "kw", "model.layers.%d.self_attn.k_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.attn_k.weight", W_NONE },            \
     [VW] = { "vw", "model.layers.%d.self_attn.v_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.attn_v.weight", W_NONE },            \
     [OW] = { "ow", "model.layers.%d.self_attn.o_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 0, INIT_NORMAL, "blk.%d.attn_output.weight", W_NONE },                \
-    [LN2W] = { "ln2w", "model.layers.%d.post_attention_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.ffn_norm.weight", W_NONE }, \
+    [LN2W] = { "ln2w", "model.layers.%d.post_attention_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.ffn_norm.weight", W_NONE }
+#define LLAMA_BLOCK                                                                                          \
+    LLAMA_ATTENTION,                                                                                         \
     [GATEW] = { "gatew", "model.layers.%d.mlp.gate_proj.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.ffn_gate.weight", W_NONE },        \
     [UPW] = { "upw", "model.layers.%d.mlp.up_proj.weight", W_FFN, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, "blk.%d.ffn_up.weight", W_NONE },              \
     [DOWNW] = { "downw", "model.layers.%d.mlp.down_proj.weight", W_C, W_FFN, DT_SPLIT_ROW, 0, 0, INIT_NORMAL, "blk.%d.ffn_down.weight", W_NONE }
@@ -37,13 +40,15 @@ static const dt_tensor_spec final[] = {
 enum { LN1 = 2, QKV, ATTY, ATTPROJ, RES2, LN2, GATEUP, ACT, DOWN, NVALUES };
 static const dt_width values[NVALUES] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_FFN2, W_FFN, W_C };
 
-#define LLAMA_OPS(qkv_bias)                                   \
+#define LLAMA_ATTENTION_OPS(qkv_bias)                         \
     { DT_OP_NORM, DT_V_IN, -1, LN1, LN1W, 1, -1 },                  \
     { DT_OP_LINEAR, LN1, -1, QKV, QW, 3, qkv_bias },             \
     { DT_OP_ATTENTION, QKV, -1, ATTY, -1, 0, -1 },               \
     { DT_OP_LINEAR, ATTY, -1, ATTPROJ, OW, 1, -1 },              \
     { DT_OP_ADD, DT_V_IN, ATTPROJ, RES2, -1, 0, -1 },               \
-    { DT_OP_NORM, RES2, -1, LN2, LN2W, 1, -1 },                  \
+    { DT_OP_NORM, RES2, -1, LN2, LN2W, 1, -1 }
+#define LLAMA_OPS(qkv_bias)                                   \
+    LLAMA_ATTENTION_OPS(qkv_bias),                               \
     { DT_OP_LINEAR, LN2, -1, GATEUP, GATEW, 2, -1 },             \
     { DT_OP_SWIGLU, GATEUP, -1, ACT, -1, 0, -1 },                \
     { DT_OP_LINEAR, ACT, -1, DOWN, DOWNW, 1, -1 },               \
@@ -69,12 +74,7 @@ const dt_family dt_family_qwen2 = {
 /* Mixtral: Llama's attention, then a router and E SwiGLU experts in place of the MLP */
 enum { ROUTERW = LN2W + 1, EGATEW, EUPW, EDOWNW };
 static const dt_tensor_spec block_moe[] = {
-    [LN1W] = { "ln1w", "model.layers.%d.input_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, NULL, W_NONE },
-    [QW] = { "qw", "model.layers.%d.self_attn.q_proj.weight", W_Q, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE },
-    [KW] = { "kw", "model.layers.%d.self_attn.k_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE },
-    [VW] = { "vw", "model.layers.%d.self_attn.v_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE },
-    [OW] = { "ow", "model.layers.%d.self_attn.o_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 0, INIT_NORMAL, NULL, W_NONE },
-    [LN2W] = { "ln2w", "model.layers.%d.post_attention_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, NULL, W_NONE },
+    LLAMA_ATTENTION,
     [ROUTERW] = { "routerw", "model.layers.%d.block_sparse_moe.gate.weight", W_EXPERTS, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_NONE },
     [EGATEW] = { "egatew", "model.layers.%d.block_sparse_moe.experts.%%d.w1.weight", W_FFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL,
                  W_EXPERTS },
@@ -87,12 +87,7 @@ static const dt_tensor_spec block_moe[] = {
 enum { MOE = LN2 + 1, NVALUES_MOE };
 static const dt_width values_moe[NVALUES_MOE] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_C };
 static const dt_op_spec ops_moe[] = {
-    { DT_OP_NORM, DT_V_IN, -1, LN1, LN1W, 1, -1 },
-    { DT_OP_LINEAR, LN1, -1, QKV, QW, 3, -1 },
-    { DT_OP_ATTENTION, QKV, -1, ATTY, -1, 0, -1 },
-    { DT_OP_LINEAR, ATTY, -1, ATTPROJ, OW, 1, -1 },
-    { DT_OP_ADD, DT_V_IN, ATTPROJ, RES2, -1, 0, -1 },
-    { DT_OP_NORM, RES2, -1, LN2, LN2W, 1, -1 },
+    LLAMA_ATTENTION_OPS(-1),
     { DT_OP_MOE, LN2, -1, MOE, ROUTERW, 4, -1 },
     { DT_OP_ADD, RES2, MOE, DT_V_OUT, -1, 0, -1 },
 };
@@ -101,12 +96,7 @@ static const dt_op_spec ops_moe[] = {
  * expert whose output a sigmoid gate of the token scales */
 enum { QROUTERW = LN2W + 1, QEGATEW, QEUPW, QEDOWNW, QSGATEW, QSUPW, QSDOWNW, QSGATEV, QQB, QKB, QVB };
 static const dt_tensor_spec block_qwen_moe[] = {
-    [LN1W] = { "ln1w", "model.layers.%d.input_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, NULL, W_NONE },
-    [QW] = { "qw", "model.layers.%d.self_attn.q_proj.weight", W_Q, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE },
-    [KW] = { "kw", "model.layers.%d.self_attn.k_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE },
-    [VW] = { "vw", "model.layers.%d.self_attn.v_proj.weight", W_KV, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE },
-    [OW] = { "ow", "model.layers.%d.self_attn.o_proj.weight", W_C, W_Q, DT_SPLIT_ROW, 0, 0, INIT_NORMAL, NULL, W_NONE },
-    [LN2W] = { "ln2w", "model.layers.%d.post_attention_layernorm.weight", W_C, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, NULL, W_NONE },
+    LLAMA_ATTENTION,
     [QROUTERW] = { "routerw", "model.layers.%d.mlp.gate.weight", W_EXPERTS, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_NONE },
     [QEGATEW] = { "egatew", "model.layers.%d.mlp.experts.%%d.gate_proj.weight", W_FFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_EXPERTS },
     [QEUPW] = { "eupw", "model.layers.%d.mlp.experts.%%d.up_proj.weight", W_FFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_EXPERTS },
@@ -120,12 +110,7 @@ static const dt_tensor_spec block_qwen_moe[] = {
     [QVB] = { "vb", "model.layers.%d.self_attn.v_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, NULL, W_NONE },
 };
 static const dt_op_spec ops_qwen_moe[] = {
-    { DT_OP_NORM, DT_V_IN, -1, LN1, LN1W, 1, -1 },
-    { DT_OP_LINEAR, LN1, -1, QKV, QW, 3, QQB },
-    { DT_OP_ATTENTION, QKV, -1, ATTY, -1, 0, -1 },
-    { DT_OP_LINEAR, ATTY, -1, ATTPROJ, OW, 1, -1 },
-    { DT_OP_ADD, DT_V_IN, ATTPROJ, RES2, -1, 0, -1 },
-    { DT_OP_NORM, RES2, -1, LN2, LN2W, 1, -1 },
+    LLAMA_ATTENTION_OPS(QQB),
     { DT_OP_MOE, LN2, -1, MOE, QROUTERW, 8, -1 },
     { DT_OP_ADD, RES2, MOE, DT_V_OUT, -1, 0, -1 },
 };
