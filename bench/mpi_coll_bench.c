@@ -59,6 +59,8 @@ int main(int argc, char **argv) {
         int rooted = !strcmp(op, "broadcast") || !strcmp(op, "reduce");
         int whole = !strcmp(op, "allreduce") || rooted;
         if ((whole && n == 0) || (!whole && blk == 0)) continue;
+        int counts[1024], displs[1024]; /* alltoallv: the blocks of alltoall, each count given */
+        for (int j = 0; j < p && j < 1024; j++) counts[j] = (int)blk, displs[j] = (int)(blk * (size_t)j);
         char *s = malloc(bytes + 64), *r = malloc(bytes + 64);
         memset(s, 1, bytes + 64); /* pre-fault */
         memset(r, 0, bytes + 64);
@@ -80,6 +82,7 @@ int main(int argc, char **argv) {
                 else if (!strcmp(op, "broadcast")) MPI_Bcast(r, (int)n, t, 0, MPI_COMM_WORLD);
                 else if (!strcmp(op, "reduce")) MPI_Reduce(s, r, (int)n, t, mpi_op(redop), 0, MPI_COMM_WORLD);
                 else if (!strcmp(op, "alltoall")) MPI_Alltoall(s, (int)blk, t, r, (int)blk, t, MPI_COMM_WORLD);
+                else if (!strcmp(op, "alltoallv")) MPI_Alltoallv(s, counts, displs, t, r, counts, displs, t, MPI_COMM_WORLD);
                 else if (!strcmp(op, "gather")) MPI_Gather(s, (int)blk, t, r, (int)blk, t, 0, MPI_COMM_WORLD);
                 else if (!strcmp(op, "scatter")) MPI_Scatter(s, (int)blk, t, r, (int)blk, t, 0, MPI_COMM_WORLD);
                 else MPI_Barrier(MPI_COMM_WORLD);
