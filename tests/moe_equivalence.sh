@@ -70,6 +70,15 @@ a=$(load "$dir/bal.jsonl") b=$(load "$dir/still.jsonl")
 awk -v a="$a" -v b="$b" 'BEGIN{exit !(a + 0.1 < b)}' && ok=1 || ok=0
 verdict $ok "the bias balances: load max/mean (the layers' average, last 10 of 40 steps) $a, with the bias still $b"
 refused "the sigmoid router's settings without it" "give --router sigmoid-bias" train "${common[@]}" --batch 4 --steps 1 --bias-update 0.01
+# a capacity (each expert its even share of a micro-batch's choices on a rank; the rest dropped by weight): the drops in
+# every step's metrics, and recomputation drops the same choices again
+run cap --batch 4 --capacity-factor 1
+run caprc --batch 4 --capacity-factor 1 --recompute && close "capacity 1, recomputing (the same drops)" "$dir/cap.jsonl" "$dir/caprc.jsonl"
+dr=$(field expert_choices_dropped "$dir/cap.jsonl" | tail -1)
+n=$(field expert_choices_dropped "$dir/cap.jsonl" | wc -l)
+[ "$n" = 20 ] && awk -v d="$dr" 'BEGIN{exit !(d > 0 && d < 1)}' && ok=1 || ok=0
+verdict $ok "capacity 1: the share of choices dropped in every step's metrics (step 20: $dr)"
+refused "a capacity factor of 0" "a number above 0" train "${common[@]}" --batch 4 --steps 1 --capacity-factor 0
 refused "a sigmoid router exported as a Hugging Face folder" "has no Mixtral or Qwen 2 MoE folder" ckpt export "$dir/sck" "$dir/shf"
 refused "groups that do not divide the experts" "the groups must divide the experts" train "${common[@]}" --batch 4 --steps 1 --router sigmoid-bias --expert-groups 3
 # saved by ZeRO-2 at step 10, resumed by PP 2

@@ -225,6 +225,86 @@ static void check_sigmoid(const char *dir) {
     dt_safetensors_close(f);
 }
 
+/* A capacity's drops as the policy says, computed here apart: expert e takes ceil(F x B*T x k / E) of its choices, by
+ * position the first in token order, by weight the heaviest (a tie: the earlier). */
+static int reference_drops(int32_t *idx, const float *w, int pairs, int E, int cap, int policy) {
+    int dropped = 0;
+    for (int e = 0; e < E; e++) {
+        int taken = 0;
+        for (int q = 0; q < pairs; q++) {
+            if (idx[q] != e) continue;
+            int ahead = 0; /* the choices of e that come before q in the policy's order */
+            for (int o = 0; o < pairs; o++)
+                if (idx[o] == e && o != q && (policy == DT_DROP_POSITION ? o < q : w[o] > w[q] || (w[o] == w[q] && o < q))) ahead++;
+            if ((policy == DT_DROP_POSITION ? taken : ahead) >= cap) idx[q] = -1, dropped++;
+            else taken++;
+        }
+    }
+    return dropped;
+}
+
+/* The last layer's down projection's gradient against the loss's central difference (its weights change no routing). */
+static double fd_check(dt_program *p, const int32_t *in, const int32_t *tg) {
+    dt_model m;
+    dt_program_model(p, &m);
+    const dt_tensor_info *t = dt_model_find(&m, "h.1.edownw");
+    float loss, lp, lm, *w = m.params(m.self), eps = 1e-2f;
+    double worst = 0;
+    dt_program_zero_grad(p);
+    if (!t || dt_program_forward(p, in, tg, B, T, &loss) || dt_program_backward(p, 1.0f)) return 1;
+    for (size_t j = 0; j < t->count; j += t->count / 7) {
+        float g = m.grads(m.self)[t->offset + j], keep = w[t->offset + j];
+        w[t->offset + j] = keep + eps;
+        dt_program_forward(p, in, tg, B, T, &lp);
+        w[t->offset + j] = keep - eps;
+        dt_program_forward(p, in, tg, B, T, &lm);
+        w[t->offset + j] = keep;
+        worst = fmax(worst, fabs((lp - lm) / (2 * eps) - g) / (fabs(g) + 1e-3));
+    }
+    return worst;
+}
+
+/* The Mixtral fixture with a capacity of 1.0 (every expert its even share): the drops each policy makes, exactly as
+ * computed here; the gradient through what stays. */
+static void check_capacity(const char *dir) {
+    char folder[512], path[512];
+    model = "capacity";
+    snprintf(folder, sizeof folder, "%s/moe/mixtral", dir);
+    snprintf(path, sizeof path, "%s/moe/mixtral.safetensors", dir);
+    for (int policy = 0; policy < 2; policy++) {
+        dt_program *p = NULL;
+        dt_safetensors *f = NULL;
+        int32_t in[B * T], tg[B * T];
+        float loss;
+        dt_status st = dt_program_load_hf(folder, &p);
+        if (!st) st = dt_safetensors_open(path, &f);
+        if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
+        if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
+        dt_lm_config r = st ? (dt_lm_config){ 0 } : *dt_program_config(p);
+        r.capacity_factor = 1.0f, r.drop_policy = policy, r.aux_coef = 0;
+        if (!st) st = dt_program_set_routing(p, &r);
+        if (!st) st = dt_program_forward(p, in, tg, B, T, &loss);
+        int E = r.experts, K = r.experts_top_k, n = B * T * K, same = 0, drops = 0, cap = (int)ceil(1.0 * n / E);
+        for (int l = 0; !st && l < r.num_layers; l++) {
+            int32_t mine[B * T * 4], want[B * T * 4];
+            float w[B * T * 4];
+            int d = dt_program_moe_choices(p, l, mine);
+            dt_moe_topk(w, want, dt_program_moe_probs(p, l), B * T, E, K, true);
+            int rd = reference_drops(want, w, n, E, cap, policy);
+            same += d == rd && !memcmp(mine, want, sizeof(int32_t) * (size_t)n), drops += d;
+        }
+        char what[96], detail[64];
+        snprintf(what, sizeof what, "capacity 1.0 by %s: the drops the policy makes", policy ? "position" : "weight");
+        snprintf(detail, sizeof detail, "%d choices of %d dropped; layers alike: %d of %d", drops, n * r.num_layers, same, r.num_layers);
+        if (!st) verdict(what, same == r.num_layers && drops > 0, detail);
+        snprintf(what, sizeof what, "capacity by %s: the gradient through what stays (central differences)", policy ? "position" : "weight");
+        if (!st) expect(what, fd_check(p, in, tg), 2e-2);
+        if (st) verdict("the capacity's fixture", false, dt_last_error());
+        dt_program_destroy(p);
+        dt_safetensors_close(f);
+    }
+}
+
 static void refused(const char *what, dt_status st, const char *needle) {
     bool ok = st && strstr(dt_last_error(), needle);
     check(what, ok, ok ? NULL : st ? dt_last_error() : "accepted");
@@ -271,6 +351,7 @@ int main(int argc, char **argv) {
     check_fixture(dir, "mixtral");
     check_fixture(dir, "qwen2_moe");
     check_sigmoid(dir);
+    check_capacity(dir);
     model = "bad";
     bad_input(dir);
     printf("%s\n", failed ? "test_moe: FAILED" : "test_moe: all passed");

@@ -67,6 +67,10 @@ void dt_moe_router_backward(float *dlogits, const float *probs, const float *w, 
  * chooses) within its group_k best of `groups` groups of consecutive experts (a group scored by its two best; groups
  * 1: none), its weights the chosen scores (renormalised with norm, +1e-20 as DeepSeek's), times scale; the
  * backward from d(w) to d(logits) through the scores alone. */
+/* A capacity of cap pairs an expert: the pairs past it dropped (idx -1, which sort, combine and the rest skip), by
+ * weight (policy 0: the lightest first; ties the later pair) or by position (1: the latest first); returns how many.
+ * scratch: room for pairs (float, int32) pairs. */
+int dt_moe_capacity(int32_t *idx, const float *w, int pairs, int E, int cap, int policy, void *scratch);
 void dt_moe_sigmoid(float *scores, int BT, int E);
 void dt_moe_topk_biased(float *w, int32_t *idx, const float *scores, const float *bias, int BT, int E, int K, int groups, int group_k,
                         bool norm, float scale);

@@ -50,7 +50,13 @@ typedef struct {
      * routed_scale */
     int router, expert_groups, group_top_k;
     float routed_scale, bias_rate;
+    /* a capacity: each expert takes at most ceil(capacity_factor x B*T x k / E) of a micro-batch's choices on a rank
+     * (Megatron's), the rest dropped (their outputs not added) by the router's weight (the lowest first) or by position
+     * (the latest first); 0: dropless */
+    float capacity_factor;
+    int drop_policy;
 } dt_lm_config;
+enum { DT_DROP_PROBS = 0, DT_DROP_POSITION = 1 };
 enum { DT_ROUTER_SOFTMAX = 0, DT_ROUTER_SIGMOID_BIAS = 1 };
 typedef dt_lm_config dt_gpt2_config;
 
@@ -363,8 +369,8 @@ void dt_gpt2_init_random(dt_gpt2 *m, uint64_t seed);
 void dt_gpt2_init_random_range(dt_gpt2 *m, uint64_t seed, size_t lo, size_t hi);
 
 const dt_gpt2_config *dt_gpt2_get_config(const dt_gpt2 *m);
-/* A mixture of experts' top-k and balancing loss changed on a model made (dt_program_set_routing). */
-dt_status dt_gpt2_set_routing(dt_gpt2 *m, int top_k, float aux_coef);
+/* A mixture of experts' top-k, balancing loss and capacity, r's, on a model made (dt_program_set_routing). */
+dt_status dt_gpt2_set_routing(dt_gpt2 *m, const dt_gpt2_config *r);
 size_t dt_gpt2_num_params(const dt_gpt2 *m);
 float *dt_gpt2_params(dt_gpt2 *m);
 float *dt_gpt2_grads(dt_gpt2 *m);

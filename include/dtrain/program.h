@@ -100,8 +100,14 @@ const float *dt_program_moe_probs(const dt_program *p, int l);
 const float *dt_program_moe_output(const dt_program *p);
 double dt_program_moe_balance_loss(const dt_program *p);
 void dt_program_moe_load(dt_program *p, double *load);
-/* Another top-k and balancing loss for a model made (a Hugging Face folder's, overridden). Before the first forward. */
-dt_status dt_program_set_routing(dt_program *p, int top_k, float aux_coef);
+/* The choices a capacity dropped, and all choices, since the last call (then zeroed). */
+void dt_program_moe_drops(dt_program *p, double *dropped, double *pairs);
+/* Held layer l's choices after the last forward [B*T][k] (an expert, or -1 where its capacity dropped it): how many
+ * dropped (-1: l not held or no experts). */
+int dt_program_moe_choices(dt_program *p, int l, int32_t *idx);
+/* r's top-k, balancing loss and capacity for a model made (a Hugging Face folder's, overridden). Before the first
+ * forward. */
+dt_status dt_program_set_routing(dt_program *p, const dt_lm_config *r);
 /* DeepSeek-V3's router: every layer's bias [L][E] (n of them; NULL: another router), which only chooses; the step's
  * global load of every layer's experts [L][E] moves it (each rank keeps all layers' biases, and moves them alike). */
 float *dt_program_moe_bias(dt_program *p, size_t *n);

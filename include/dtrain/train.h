@@ -140,9 +140,9 @@ typedef struct {
 typedef struct {
     dt_model m;
     int nshape, nfshape;
-    const char *shape_names[18], *fshape_names[8];
-    int shape[18];
-    double fshape[8];
+    const char *shape_names[19], *fshape_names[9];
+    int shape[19];
+    double fshape[9];
     float *buffers;
     size_t nbuffers;
     const dt_lora_config *lora; /* the model is LoRA's adapters on a frozen base (NULL: the whole model trains) */

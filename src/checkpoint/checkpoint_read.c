@@ -309,17 +309,17 @@ manifest:
 /* The manifest's model shape, checked. */
 dt_status dt_ckpt_manifest_shape(const cJSON *j, const char *mpath, dt_gpt2_config *g) {
     memset(g, 0, sizeof *g);
-    int *f[18] = { &g->max_seq_len, &g->vocab_size, &g->padded_vocab_size, &g->num_layers, &g->num_heads, &g->channels,
+    int *f[19] = { &g->max_seq_len, &g->vocab_size, &g->padded_vocab_size, &g->num_layers, &g->num_heads, &g->channels,
                    &g->kv_heads, &g->head_dim, &g->ffn, &g->untied, &g->rope_original_max, &g->experts, &g->experts_top_k, &g->norm_topk,
-                   &g->shared_ffn, &g->router, &g->expert_groups, &g->group_top_k };
-    float *x[8] = { &g->norm_eps, &g->rope_theta, &g->rope_factor, &g->rope_low_freq_factor, &g->rope_high_freq_factor, &g->aux_coef,
-                    &g->routed_scale, &g->bias_rate };
+                   &g->shared_ffn, &g->router, &g->expert_groups, &g->group_top_k, &g->drop_policy };
+    float *x[9] = { &g->norm_eps, &g->rope_theta, &g->rope_factor, &g->rope_low_freq_factor, &g->rope_high_freq_factor, &g->aux_coef,
+                    &g->routed_scale, &g->bias_rate, &g->capacity_factor };
     const char *kind = dt_ckpt_string(j, "model", "kind");
     g->family = kind ? dt_family_find(kind) : NULL;
     if (!g->family)
         return dt_error(DT_ERR_IO, "%s: model.kind is '%s', not a language model family (gpt2, llama, qwen2, mixtral, qwen2_moe)", mpath, kind ? kind : "(missing)");
     bool moe = dt_family_moe(g->family);
-    int n = strcmp(kind, "gpt2") ? moe ? 18 : 11 : 6; /* GPT-2's manifests hold its six sizes; a mixture of experts', seven more */
+    int n = strcmp(kind, "gpt2") ? moe ? 19 : 11 : 6; /* GPT-2's manifests hold its six sizes; a mixture of experts', eight more */
     for (int i = 0; i < n; i++) {
         double v = 0;
         /* untied and the rope's original length may be 0; the others count */
@@ -328,7 +328,7 @@ dt_status dt_ckpt_manifest_shape(const cJSON *j, const char *mpath, dt_gpt2_conf
         if (!(v >= 0 && v <= (1 << 30))) return dt_error(DT_ERR_IO, "%s: model.%s is %g", mpath, dt_ckpt_lm_shape[i], v);
         *f[i] = (int)v;
     }
-    for (int i = 0; n > 6 && i < (moe ? 8 : 5); i++) {
+    for (int i = 0; n > 6 && i < (moe ? 9 : 5); i++) {
         double v = 0;
         dt_status st = dt_ckpt_number(j, "model", dt_ckpt_lm_numbers[i], mpath, &v);
         if (st) return st;

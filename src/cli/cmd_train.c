@@ -38,6 +38,9 @@ static void usage(FILE *f) {
             "                     bias per expert that only chooses and that each step's load moves by --bias-update\n"
             "                     X (0.001); --expert-groups G, --group-top-k T: a token chooses within its T best of\n"
             "                     G groups; --routed-scale S: the renormalised weights times S)\n"
+            "  --capacity-factor F  each expert takes at most F x its even share of a micro-batch's choices on a rank\n"
+            "                     (Megatron's), the rest dropped --drop-policy probs (the lightest, the default) or\n"
+            "                     position (the latest); without it every choice is computed (dropless)\n"
             "                     (a Llama's K/V heads and MLP width)\n"
             "  --data FILE        training tokens (llm.c format), or FILE.jsonl: supervised fine-tuning on chats\n"
             "                     ({\"messages\": [{\"role\", \"content\"}, ..]}) or {\"prompt\", \"completion\"} pairs, one\n"
@@ -177,7 +180,8 @@ static const dt_cli_flag flags[] = {
     { "--max-seq", "a whole number from 1 to 1e7" }, { "--kv-heads", "a whole number from 1 to 1e5" }, { "--ffn", "a whole number from 1 to 1e7" }, { "--experts", "a whole number from 1 to 4096" },
     { "--experts-top-k", "a whole number from 1 to 32" }, { "--moe-aux-loss", "a number from 0 to 1e3" },
     { "--expert-groups", "a whole number from 1 to 4096" }, { "--group-top-k", "a whole number from 1 to 4096" },
-    { "--routed-scale", "a number from 1e-6 to 1e3" }, { "--bias-update", "a number from 0 to 1" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
+    { "--routed-scale", "a number from 1e-6 to 1e3" }, { "--bias-update", "a number from 0 to 1" },
+    { "--capacity-factor", "a number above 0, up to 1e3 (without it: dropless)" }, { "--drop-policy", "probs or position" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
     { "--nesterov", "" }, { "--quiet", "" }, { "--pack", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--sp", "" }, { "--pp-schedule-print", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
 };
 
@@ -236,7 +240,8 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--ffn", 1, 1e7, 1, &c.shape.ffn, 'i' }, { "--experts", 1, 4096, 1, &c.shape.experts, 'i' },
         { "--experts-top-k", 1, 32, 1, &c.shape.experts_top_k, 'i' }, { "--moe-aux-loss", 0, 1e3, 0, &c.shape.aux_coef, 'f' },
         { "--expert-groups", 1, 4096, 1, &c.shape.expert_groups, 'i' }, { "--group-top-k", 1, 4096, 1, &c.shape.group_top_k, 'i' },
-        { "--routed-scale", 1e-6, 1e3, 0, &c.shape.routed_scale, 'f' }, { "--bias-update", 0, 1, 0, &c.shape.bias_rate, 'f' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
+        { "--routed-scale", 1e-6, 1e3, 0, &c.shape.routed_scale, 'f' }, { "--bias-update", 0, 1, 0, &c.shape.bias_rate, 'f' },
+        { "--capacity-factor", 1e-6, 1e3, 0, &c.shape.capacity_factor, 'f' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
         { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c.lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c.dpo_beta, 'd' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
     };
     for (int i = 1; i < argc; i++) {
@@ -294,6 +299,10 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         else if (!strcmp(f, "--cp-impl")) {
             ok = !strcmp(v, "ring") || !strcmp(v, "ulysses") || !strcmp(v, "auto");
             c.cp_impl = !strcmp(v, "ring") ? 0 : !strcmp(v, "ulysses") ? 1 : -1;
+        }
+        else if (!strcmp(f, "--drop-policy")) {
+            ok = !strcmp(v, "probs") || !strcmp(v, "position");
+            c.shape.drop_policy = ok && !strcmp(v, "position") ? DT_DROP_POSITION : DT_DROP_PROBS;
         }
         else if (!strcmp(f, "--router")) {
             ok = !strcmp(v, "softmax") || !strcmp(v, "sigmoid-bias");

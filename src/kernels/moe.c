@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Row i's top k of E probabilities, largest first (a tie: the lower expert, as the first found). */
@@ -44,12 +45,14 @@ void dt_moe_softmax(float *probs, int BT, int E) {
 
 void dt_moe_sort(int32_t *order, int32_t *start, int32_t *row_of, const int32_t *idx, int pairs, int E) {
     memset(start, 0, (size_t)(E + 1) * sizeof *start);
-    for (int q = 0; q < pairs; q++) start[idx[q] + 1]++;
+    for (int q = 0; q < pairs; q++)
+        if (idx[q] >= 0) start[idx[q] + 1]++;
     for (int e = 0; e < E; e++) start[e + 1] += start[e];
-    for (int q = 0; q < pairs; q++) row_of[q] = start[idx[q]]++; /* stable: pairs in order within an expert */
+    for (int q = 0; q < pairs; q++) row_of[q] = idx[q] >= 0 ? start[idx[q]]++ : -1; /* stable: pairs in order within an expert */
     for (int e = E; e > 0; e--) start[e] = start[e - 1];
     start[0] = 0;
-    for (int q = 0; q < pairs; q++) order[row_of[q]] = q;
+    for (int q = 0; q < pairs; q++)
+        if (row_of[q] >= 0) order[row_of[q]] = q;
 }
 
 void dt_moe_gather(float *rows, const float *x, const int32_t *order, int pairs, int K, int C) {
@@ -75,6 +78,7 @@ void dt_moe_combine(float *out, const float *y, const float *w, const int32_t *i
         if (!add) memset(o, 0, (size_t)C * sizeof(float));
         for (int j = 0; j < K; j++) {
             size_t pair = (size_t)i * K + (size_t)q[j];
+            if (row_of[pair] < 0) continue; /* dropped: its expert was full */
             const float *yr = y + (size_t)row_of[pair] * C;
             float wj = w ? w[pair] : 1.0f;
             for (int c = 0; c < C; c++) o[c] += wj * yr[c];
@@ -216,4 +220,26 @@ void dt_moe_sigmoid_backward(float *dlogits, const float *scores, const float *w
             dl[ix[j]] = ds * s[ix[j]] * (1.0f - s[ix[j]]);
         }
     }
+}
+
+typedef struct { float w; int32_t q; } weighed;
+
+/* The heavier first; a tie: the earlier pair. */
+static int heavier(const void *a, const void *b) {
+    const weighed *x = a, *y = b;
+    return x->w > y->w ? -1 : x->w < y->w ? 1 : (x->q > y->q) - (x->q < y->q);
+}
+
+int dt_moe_capacity(int32_t *idx, const float *w, int pairs, int E, int cap, int policy, void *scratch) {
+    weighed *p = scratch;
+    int dropped = 0;
+    for (int e = 0; e < E; e++) {
+        int n = 0;
+        for (int q = 0; q < pairs; q++) /* in position order already */
+            if (idx[q] == e) p[n++] = (weighed){ w[q], q };
+        if (n <= cap) continue;
+        if (policy == 0) qsort(p, (size_t)n, sizeof *p, heavier);
+        for (int i = cap; i < n; i++) idx[p[i].q] = -1, dropped++;
+    }
+    return dropped;
 }

@@ -118,9 +118,10 @@ void dt_gpt2_destroy(dt_gpt2 *m) {
 dt_program *dt_gpt2_program(dt_gpt2 *m) { return m->p; }
 const dt_gpt2_config *dt_gpt2_get_config(const dt_gpt2 *m) { return &m->cfg; }
 
-dt_status dt_gpt2_set_routing(dt_gpt2 *m, int top_k, float aux_coef) {
-    dt_status st = dt_program_set_routing(m->p, top_k, aux_coef);
-    if (!st) m->cfg.experts_top_k = top_k, m->cfg.aux_coef = aux_coef;
+dt_status dt_gpt2_set_routing(dt_gpt2 *m, const dt_gpt2_config *r) {
+    dt_status st = dt_program_set_routing(m->p, r);
+    if (!st) m->cfg.experts_top_k = r->experts_top_k, m->cfg.aux_coef = r->aux_coef, m->cfg.capacity_factor = r->capacity_factor;
+    if (!st) m->cfg.drop_policy = r->drop_policy;
     return st;
 }
 const dt_gpt2_part *dt_gpt2_get_part(const dt_gpt2 *m) { return dt_program_part(m->p); }

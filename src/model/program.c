@@ -100,7 +100,8 @@ bool dt_lm_config_same(const dt_lm_config *x, const dt_lm_config *y) {
            a.rope_theta == b.rope_theta && a.rope_factor == b.rope_factor && a.rope_low_freq_factor == b.rope_low_freq_factor &&
            a.rope_high_freq_factor == b.rope_high_freq_factor && a.rope_original_max == b.rope_original_max && a.experts == b.experts &&
            a.experts_top_k == b.experts_top_k && a.norm_topk == b.norm_topk && a.aux_coef == b.aux_coef && a.shared_ffn == b.shared_ffn &&
-           a.router == b.router && a.expert_groups == b.expert_groups && a.group_top_k == b.group_top_k && a.routed_scale == b.routed_scale;
+           a.router == b.router && a.expert_groups == b.expert_groups && a.group_top_k == b.group_top_k && a.routed_scale == b.routed_scale &&
+           a.capacity_factor == b.capacity_factor && a.drop_policy == b.drop_policy;
 }
 
 dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
@@ -142,6 +143,10 @@ dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
                             (double)c->aux_coef);
     } else if (c->router != DT_ROUTER_SOFTMAX) {
         return dt_error(DT_ERR_ARG, "%s: router %d is neither softmax (0) nor sigmoid-bias (1)", where, c->router);
+    }
+    if (!(c->capacity_factor >= 0) || c->drop_policy < 0 || c->drop_policy > 1) {
+        return dt_error(DT_ERR_ARG, "%s: a capacity factor of %g (0: dropless) or drop policy %d (0 by weight, 1 by position)", where,
+                        (double)c->capacity_factor, c->drop_policy);
     }
     if ((double)c->padded_vocab_size * c->channels > 1e10 ||
         (double)c->num_layers * c->channels * (c->channels + 3.0 * c->ffn * (c->experts ? c->experts : 1)) > 1e11)

@@ -175,6 +175,7 @@ struct dt_program {
     const uint64_t *key_src;   /* dt_program_set_row_keys: read likewise (NULL: no dropout, as in evaluation) */
     double *moe_load;          /* a mixture of experts: each held block's choices of each expert since last read */
     float *moe_bias;           /* DeepSeek-V3's router: every layer's bias [L][E] (held or not: each rank keeps all, alike) */
+    double moe_drops[2];       /* a capacity's dropped choices and all choices since last read */
 };
 
 /* Which values a block's backward reads (p->vkeep), from the ops and LoRA's adapters (program.c); whether op k's

@@ -52,7 +52,7 @@ typedef struct {
     float *dlogits, *sdx;
     const float *router, *wg, *wu, *wd, *sg, *su, *sd, *sv;
     float *grad[8];
-    int BT, E, K, C, F, Fs, pairs;
+    int BT, E, K, C, F, Fs, pairs, dropped;
 } moe_run;
 
 static moe_run run_of(dt_program *p, int l, int k) {
@@ -86,6 +86,11 @@ static void route(const dt_program *p, int l, moe_run *m) {
         dt_moe_topk_biased(m->r.w, m->idx, m->probs, p->moe_bias + (size_t)l * m->E, m->BT, m->E, m->K, c->expert_groups, c->group_top_k,
                            c->norm_topk, c->routed_scale);
     else dt_moe_topk(m->r.w, m->idx, m->probs, m->BT, m->E, m->K, c->norm_topk);
+    m->dropped = 0;
+    if (c->capacity_factor > 0) { /* an expert past its capacity drops the rest (the pairs' inputs' room, not yet used, sorts them) */
+        int cap = (int)ceil((double)c->capacity_factor * m->pairs / m->E);
+        m->dropped = dt_moe_capacity(m->idx, m->r.w, m->pairs, m->E, cap, c->drop_policy, m->r.xs);
+    }
     dt_moe_sort(m->order, m->start, m->row_of, m->idx, m->pairs, m->E);
 }
 
@@ -124,7 +129,7 @@ void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *
     if (biased(p)) dt_moe_sigmoid(m.probs, m.BT, m.E);
     else dt_moe_softmax(m.probs, m.BT, m.E);
     route(p, l, &m);
-    dt_moe_gather(m.r.xs, x, m.order, m.pairs, m.K, m.C);
+    dt_moe_gather(m.r.xs, x, m.order, m.start[m.E], m.K, m.C);
     dt_moe_experts_forward(m.hu, m.r.act, m.r.ys, m.r.xs, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F);
     dt_moe_combine(out, m.r.ys, m.r.w, m.idx, m.row_of, m.BT, m.K, m.C, false);
     if (shared(p)) shared_forward(p, &m, x, out);
@@ -135,15 +140,18 @@ void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *
     for (int i = 0; i < m.BT; i++)
         for (int e = 0; e < m.E; e++) psum[e] += m.probs[(size_t)i * m.E + e];
     p->s->moe_rows += m.BT;
+    p->moe_drops[0] += m.dropped, p->moe_drops[1] += m.pairs;
 }
 
 void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx) {
     moe_run m = run_of(p, l, k);
     if (shared(p)) shared_backward(p, &m, x, dout, dx);
     route(p, l, &m);
-    dt_moe_gather(m.r.xs, x, m.order, m.pairs, m.K, m.C);
-    dt_swiglu_forward(m.r.act, m.hu, m.pairs, m.F);
-    dt_moe_gather(m.r.ys, dout, m.order, m.pairs, m.K, m.C);
+    int kept = m.start[m.E];
+    dt_moe_gather(m.r.xs, x, m.order, kept, m.K, m.C);
+    dt_swiglu_forward(m.r.act, m.hu, kept, m.F);
+    dt_moe_gather(m.r.ys, dout, m.order, kept, m.K, m.C);
+    memset(m.r.dw, 0, (size_t)m.pairs * sizeof(float)); /* a dropped pair's weight had no output to answer for */
     dt_moe_experts_backward(m.r.ys, m.grad[1], m.grad[2], m.grad[3], m.r.dw, m.r.ys, m.r.g, m.r.dhu, m.r.xs, m.hu, m.r.act, m.r.w, m.order,
                             m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F);
     dt_moe_combine(dx, m.r.ys, NULL, m.idx, m.row_of, m.BT, m.K, m.C, true);
@@ -176,9 +184,18 @@ const float *dt_program_moe_output(const dt_program *p) {
 
 double dt_program_moe_balance_loss(const dt_program *p) { return dt_program_moe_aux(p); }
 
-dt_status dt_program_set_routing(dt_program *p, int top_k, float aux_coef) {
+int dt_program_moe_choices(dt_program *p, int l, int32_t *idx) {
+    int k = moe_op(p);
+    if (!dt_program_moe_probs(p, l)) return -1;
+    moe_run m = run_of(p, l, k);
+    route(p, l, &m); /* made again from the kept probabilities, as backward does */
+    memcpy(idx, m.idx, (size_t)m.pairs * sizeof(int32_t));
+    return m.dropped;
+}
+
+dt_status dt_program_set_routing(dt_program *p, const dt_lm_config *r) {
     dt_lm_config c = p->cfg;
-    c.experts_top_k = top_k, c.aux_coef = aux_coef;
+    c.experts_top_k = r->experts_top_k, c.aux_coef = r->aux_coef, c.capacity_factor = r->capacity_factor, c.drop_policy = r->drop_policy;
     dt_status st = dt_lm_config_check(&c, "model");
     if (st) return st;
     p->cfg = c;
@@ -212,6 +229,11 @@ double dt_program_moe_aux(const dt_program *p) {
     double sum = 0, N = s->moe_rows;
     for (int e = 0; e < E; e++) sum += s->moe_acc[e] / N * (s->moe_acc[E + e] / N);
     return E * sum;
+}
+
+void dt_program_moe_drops(dt_program *p, double *dropped, double *pairs) {
+    *dropped = p->moe_drops[0], *pairs = p->moe_drops[1];
+    p->moe_drops[0] = p->moe_drops[1] = 0;
 }
 
 void dt_program_moe_load(dt_program *p, double *load) {

@@ -132,6 +132,9 @@ dt_status dt_train_take_experts(const dt_train_config *c, bool from_file, dt_gpt
         return dt_error(DT_ERR_ARG, "--experts-top-k and --moe-aux-loss set a mixture of experts: %s has none (--experts E)", c->model);
     if (o->experts_top_k) cfg->experts_top_k = o->experts_top_k;
     if (o->aux_coef >= 0 && cfg->experts) cfg->aux_coef = o->aux_coef; /* 0: off */
+    if ((o->capacity_factor > 0 || o->drop_policy) && !cfg->experts)
+        return dt_error(DT_ERR_ARG, "--capacity-factor and --drop-policy set a mixture of experts' capacity: %s has none", c->model);
+    if (o->capacity_factor > 0) cfg->capacity_factor = o->capacity_factor, cfg->drop_policy = o->drop_policy;
     return take_router(c, from_file, cfg);
 }
 

@@ -29,7 +29,8 @@ static void fields(const dt_progress *p, char f[NF][48]) {
     f[BUBBLE][0] = 0;
     if (!isnan(p->bubble)) snprintf(f[BUBBLE], 48, "bubble %.1f%%", 100 * p->bubble);
     f[EXPERTS][0] = 0;
-    if (p->experts > 0) snprintf(f[EXPERTS], 48, "load max/mean %.2f", p->experts);
+    if (p->experts > 0) snprintf(f[EXPERTS], 48, p->dropped >= 0 ? "load max/mean %.2f dropped %.1f%%" : "load max/mean %.2f", p->experts,
+                                 100 * p->dropped);
     snprintf(f[ETA], 48, "ETA %dm%02ds", eta / 60, eta % 60);
 }
 

@@ -14,6 +14,7 @@ typedef struct {
     double mfu;              /* 0: not shown */
     double bubble;           /* a pipeline's idle share of the step (NAN: no pipeline, not shown) */
     double experts;          /* a mixture of experts' most loaded expert over the mean, the worst layer's (0: not shown) */
+    double dropped;          /* and the share of its choices a capacity dropped (below 0 or 0 with no experts: not shown) */
     double elapsed;          /* seconds since this process's first step */
     const char *prefix;      /* before the fields ("epoch 2/5"), or NULL */
     float val;               /* a validation loss to print after it (NAN: none) */

@@ -28,6 +28,7 @@ void dt_train_write_tensorboard(run *r, int step, float lr, const dt_step_result
     }
     if (dt_engine_loss_scale(r->e)) dt_tb_scalar(w, "train/loss_scale", s->loss_scale);
     if (r->moe_worst > 0) dt_tb_scalar(w, "moe/load_max_mean", r->moe_worst), dt_tb_scalar(w, "moe/load_max_mean_avg", r->moe_mean);
+    if (r->moe_dropped >= 0 && r->moe_worst > 0) dt_tb_scalar(w, "moe/choices_dropped", r->moe_dropped);
     /* DPO's (TRL's names: rewards/accuracies, rewards/margins) */
     if (r->dpo && isfinite(r->dpo_step[0])) dt_tb_scalar(w, "train/rewards_accuracies", r->dpo_step[0]), dt_tb_scalar(w, "train/rewards_margins", r->dpo_step[1]);
     if (r->dpo && eval && isfinite(r->dpo_val[0])) dt_tb_scalar(w, "val/rewards_accuracies", r->dpo_val[0]), dt_tb_scalar(w, "val/rewards_margins", r->dpo_val[1]);
@@ -79,6 +80,7 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     if (eval) json_num(f, "val_loss", "%.6f", val);
     if (r->dpo) json_num(f, "reward_accuracy", "%.4f", r->dpo_step[0]), json_num(f, "reward_margin", "%.6f", r->dpo_step[1]);
     if (r->moe_worst > 0) fprintf(f, ",\"expert_load_max_mean\":%.4f,\"expert_load_max_mean_avg\":%.4f", r->moe_worst, r->moe_mean);
+    if (r->moe_dropped >= 0 && r->moe_worst > 0) fprintf(f, ",\"expert_choices_dropped\":%.6f", r->moe_dropped);
     if (r->dpo && eval) json_num(f, "val_reward_accuracy", "%.4f", r->dpo_val[0]), json_num(f, "val_reward_margin", "%.6f", r->dpo_val[1]);
     if (s->skipped) fprintf(f, ",\"skipped\":true");
     if (dt_engine_loss_scale(r->e)) fprintf(f, ",\"loss_scale\":%.17g", s->loss_scale);

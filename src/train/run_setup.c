@@ -74,8 +74,12 @@ static void print_experts(const dt_gpt2_config *given) {
                  c.expert_groups, c.group_top_k, (double)c.routed_scale, (double)c.bias_rate);
     if (c.shared_ffn) snprintf(shared, sizeof shared, ", a shared expert of %d hidden units", c.shared_ffn);
     if (c.aux_coef > 0) snprintf(aux, sizeof aux, ", the balancing loss x %g", (double)c.aux_coef);
-    printf("mixture of experts: %d SwiGLU experts of %d hidden units, top %d a token%s, %s%s%s; dropless\n", c.experts, c.ffn,
-           c.experts_top_k, c.norm_topk ? " (weights renormalised)" : "", router, shared, aux);
+    char cap[96] = "dropless";
+    if (c.capacity_factor > 0)
+        snprintf(cap, sizeof cap, "capacity factor %g, the rest dropped by %s", (double)c.capacity_factor,
+                 c.drop_policy == DT_DROP_POSITION ? "position" : "weight");
+    printf("mixture of experts: %d SwiGLU experts of %d hidden units, top %d a token%s, %s%s%s; %s\n", c.experts, c.ffn,
+           c.experts_top_k, c.norm_topk ? " (weights renormalised)" : "", router, shared, aux, cap);
 }
 
 static dt_status build_model(run *r, dt_gpt2 **out) {
@@ -115,7 +119,7 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     if (o->kv_heads) cfg.kv_heads = o->kv_heads;
     if (o->ffn) cfg.ffn = o->ffn;
     if ((st = dt_train_take_experts(c, from_file, &cfg)) ||
-        (from_file && cfg.experts && (st = dt_gpt2_set_routing(*out, cfg.experts_top_k, cfg.aux_coef)))) {
+        (from_file && cfg.experts && (st = dt_gpt2_set_routing(*out, &cfg)))) {
         dt_gpt2_destroy(*out);
         *out = NULL;
         return st;
@@ -123,7 +127,8 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
     if (!from_file && o->family) { /* a resumed run's family and the rest of its shape */
         cfg.experts = o->experts, cfg.experts_top_k = o->experts_top_k, cfg.norm_topk = o->norm_topk, cfg.aux_coef = o->aux_coef;
         cfg.shared_ffn = o->shared_ffn, cfg.router = o->router, cfg.expert_groups = o->expert_groups, cfg.group_top_k = o->group_top_k;
-        cfg.routed_scale = o->routed_scale, cfg.bias_rate = o->bias_rate;
+        cfg.routed_scale = o->routed_scale, cfg.bias_rate = o->bias_rate, cfg.capacity_factor = o->capacity_factor;
+        cfg.drop_policy = o->drop_policy;
         cfg.family = o->family, cfg.head_dim = o->head_dim, cfg.untied = o->untied;
         cfg.norm_eps = o->norm_eps, cfg.rope_theta = o->rope_theta, cfg.rope_factor = o->rope_factor;
         cfg.rope_low_freq_factor = o->rope_low_freq_factor, cfg.rope_high_freq_factor = o->rope_high_freq_factor;
