@@ -410,6 +410,21 @@ static void uneven_alltoall(void) {
         }
         if (bad != SIZE_MAX) FAIL("alltoallv: element %zu is %g", bad, in[bad]); else passed++;
     }
+    /* small blocks (every rank's whole sendbuf rides with the counts: one round) */
+    size_t small_sc[16], small_rc[16], small_cap = 0;
+    for (int q = 0; q < p; q++) small_sc[q] = uneven(r, q, p) % 7, small_cap += uneven(q, r, p) % 7;
+    for (int q = 0, k = 0; q < p; q++)
+        for (size_t i = 0; i < small_sc[q]; i++) out[k++] = uneven_value(r, q, i) + 0.5;
+    if (dt_comm_alltoallv(world, out, small_sc, in, small_cap, small_rc, DT_F64)) FAIL("alltoallv of small blocks: %s", dt_last_error());
+    else {
+        size_t bad = SIZE_MAX, k = 0;
+        for (int q = 0; q < p; q++) {
+            if (small_rc[q] != uneven(q, r, p) % 7) bad = k;
+            for (size_t i = 0; i < uneven(q, r, p) % 7 && bad == SIZE_MAX; i++, k++)
+                if (in[k] != uneven_value(q, r, i) + 0.5) bad = k;
+        }
+        if (bad != SIZE_MAX) FAIL("alltoallv of small blocks: element %zu is %g", bad, in[bad]); else passed++;
+    }
     if (p >= 2) {
         size_t tight = r == 1 ? cap - 1 : cap;
         dt_status st = cap ? dt_comm_alltoallv(world, out, sc, in, tight, rc, DT_F64) : DT_ERR_ARG;

@@ -676,29 +676,40 @@ dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer
 }
 
 /* The counts of every rank (each one's sendcounts and its room) gathered by every rank, checked alike on all of
- * them; then each pair exchanges its blocks, rank r sending to r + k while receiving from r - k at step k. */
+ * them; small blocks ride along (a rank's whole sendbuf, when it fits a row's few hundred bytes: where every rank's
+ * does, that one round is all); else each pair exchanges its blocks, rank r sending to r + k while receiving from
+ * r - k at step k. */
 dt_status dt_comm_alltoallv(dt_comm *c, const void *sbuf, const size_t *scounts, void *rbuf, size_t recvcap, size_t *rcounts, dt_dtype t) {
     dt_status st = check_common(c, "alltoallv", recvcap, t, 1);
     if (st) return st;
     if (!scounts || !rcounts) return dt_error(DT_ERR_ARG, "alltoallv: needs its send counts and room for the receive counts");
     int p = c->size, r = c->rank;
-    size_t es = dt_dtype_size(t), n = (size_t)p + 1;
-    uint64_t *row = malloc(n * sizeof *row), *all = malloc(n * (size_t)p * sizeof *all);
+    /* a row: the counts, the room, whether the data rides along, and room for it (less a row as ranks grow) */
+    size_t es = dt_dtype_size(t), small = p <= 8 ? 512 : (size_t)(4096 / p > 64 ? 4096 / p : 64) & ~(size_t)7;
+    size_t n = (size_t)p + 2 + small / 8, so = 0, ro = 0;
+    uint64_t *row = calloc(n, sizeof *row), *all = malloc(n * (size_t)p * sizeof *all);
     size_t *sat = malloc((size_t)p * sizeof *sat), *rat = malloc((size_t)p * sizeof *rat);
     if (!row || !all || !sat || !rat) st = dt_error(DT_ERR_NOMEM, "alltoallv: out of memory");
-    for (int j = 0; !st && j < p; j++) row[j] = scounts[j];
-    if (!st) row[p] = recvcap, st = dt_comm_allgather(c, row, all, n, DT_I64);
+    for (int j = 0; !st && j < p; j++) row[j] = scounts[j], sat[j] = so, so += scounts[j];
+    bool rides = !st && so * es <= small, every = true;
+    if (rides) memcpy(row + p + 2, sbuf, so * es);
+    if (!st) row[p] = recvcap, row[p + 1] = rides, st = dt_comm_allgather(c, row, all, n, DT_I64);
     for (int q = 0; !st && q < p; q++) { /* every rank's receipt against its room, checked the same way everywhere */
         uint64_t total = 0;
         for (int j = 0; j < p; j++) total += all[(size_t)j * n + q];
+        every &= all[(size_t)q * n + p + 1] != 0;
         if (total > all[(size_t)q * n + p])
             st = dt_error(DT_ERR_ARG, "alltoallv: rank %d would receive %llu elements into room for %llu", q, (unsigned long long)total,
                           (unsigned long long)all[(size_t)q * n + p]);
     }
-    size_t so = 0, ro = 0;
-    for (int j = 0; !st && j < p; j++) rcounts[j] = all[(size_t)j * n + r], sat[j] = so, rat[j] = ro, so += scounts[j], ro += rcounts[j];
-    if (!st) memmove((char *)rbuf + rat[r] * es, (const char *)sbuf + sat[r] * es, scounts[r] * es);
-    for (int k = 1; !st && k < p; k++) {
+    for (int j = 0; !st && j < p; j++) rcounts[j] = all[(size_t)j * n + r], rat[j] = ro, ro += rcounts[j];
+    for (int j = 0; !st && every && j < p; j++) { /* rank j's block for this rank, from its row: past its blocks for ranks before */
+        size_t at = 0;
+        for (int i = 0; i < r; i++) at += all[(size_t)j * n + i];
+        memcpy((char *)rbuf + rat[j] * es, (const char *)(all + (size_t)j * n + p + 2) + at * es, rcounts[j] * es);
+    }
+    if (!st && !every) memmove((char *)rbuf + rat[r] * es, (const char *)sbuf + sat[r] * es, scounts[r] * es);
+    for (int k = 1; !st && !every && k < p; k++) {
         int to = (r + k) % p, from = (r - k + p) % p;
         st = dt_comm_sendrecv(c, (const char *)sbuf + sat[to] * es, scounts[to], to, (char *)rbuf + rat[from] * es, rcounts[from], from, t);
     }
