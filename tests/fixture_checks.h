@@ -5,6 +5,7 @@
 
 #include "dtrain/io.h"
 #include "dtrain/model.h"
+#include "dtrain/program.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -22,6 +23,25 @@ static double rel_err(const float *a, const float *b, size_t n) {
     double d = 0, r = 0;
     for (size_t i = 0; i < n; i++) d += (a[i] - b[i]) * (double)(a[i] - b[i]), r += (double)b[i] * b[i];
     return sqrt(d) / (sqrt(r) + 1e-30);
+}
+
+/* A fixture file's model: its "config" metadata (a config.json) as a config; the program's (base) weights from the file. */
+static inline dt_status fixture_config(dt_safetensors *f, const char *path, dt_lm_config *cfg) {
+    const char *json = dt_safetensors_metadata(f, "config");
+    return json ? dt_lm_config_from_hf(json, path, cfg) : dt_error(DT_ERR_IO, "%s: no config", path);
+}
+
+static inline dt_status fixture_weights(dt_safetensors *f, dt_program *p) {
+    dt_model m;
+    dt_program_base_model(p, &m);
+    return dt_safetensors_read_model(f, &m, dt_program_config(p)->vocab_size, NULL);
+}
+
+/* Both: the file's model made and read. */
+static inline dt_status fixture_program(dt_safetensors *f, const char *path, dt_lm_config *cfg, dt_program **p) {
+    dt_status st = fixture_config(f, path, cfg);
+    if (!st) st = dt_program_create(cfg, p);
+    return st ? st : fixture_weights(f, *p);
 }
 
 /* The worst relative error of m's gradients against f's "grad.<name>" (vocab: the real rows of a padded table; a

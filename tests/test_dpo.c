@@ -53,14 +53,12 @@ static dt_status load_pairs(const char *dir, const char *file, dt_sft **out) {
     return st;
 }
 
-static dt_status load_weights(dt_program *p, const char *dir, const char *name, int V, dt_safetensors **keep) {
+static dt_status load_weights(dt_program *p, const char *dir, const char *name, dt_safetensors **keep) {
     char path[600];
     snprintf(path, sizeof path, "%s/dpo/%s.safetensors", dir, name);
     dt_safetensors *f = NULL;
-    dt_model m;
-    dt_program_base_model(p, &m);
     dt_status st = dt_safetensors_open(path, &f);
-    if (!st) st = dt_safetensors_read_model(f, &m, V, NULL);
+    if (!st) st = fixture_weights(f, p);
     if (keep && !st) *keep = f;
     else dt_safetensors_close(f);
     return st;
@@ -88,14 +86,12 @@ static void check_trl(const char *dir, const char *name) {
     snprintf(file, sizeof file, "%s.jsonl", name);
     dt_status st = load_pairs(dir, file, &d);
     if (!st) st = dt_safetensors_open(path, &ref);
-    const char *json = st ? NULL : dt_safetensors_metadata(ref, "config");
-    if (!st && !json) st = dt_error(DT_ERR_IO, "%s: no config", path);
-    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
+    if (!st) st = fixture_config(ref, path, &cfg);
     if (!st) st = dt_program_create(&cfg, &p);
     size_t rows = d ? dt_sft_rows(d) : 0;
     if (!st) st = dt_dpo_create(0.1, rows, &dpo);
     if (!st) st = dt_program_set_token_loss(p, dt_dpo_token_loss, dpo);
-    if (!st) st = load_weights(p, dir, "policy", cfg.vocab_size, NULL);
+    if (!st) st = load_weights(p, dir, "policy", NULL);
     snprintf(path, sizeof path, "%s/dpo/%s.safetensors", dir, texts ? "policy" : name);
     if (!st) st = dt_safetensors_open(path, &pol);
     if (st) {
@@ -111,8 +107,8 @@ static void check_trl(const char *dir, const char *name) {
     int n = (int)rows, one = 1;
     /* the reference's log-probabilities, by a forward of the reference's weights */
     dt_dpo_set_reference(dpo, true);
-    if (!(st = load_weights(p, dir, "ref", cfg.vocab_size, NULL)) && !(st = pass(p, dpo, in, tg, 0, n, 0, &loss)))
-        st = load_weights(p, dir, "policy", cfg.vocab_size, NULL);
+    if (!(st = load_weights(p, dir, "ref", NULL)) && !(st = pass(p, dpo, in, tg, 0, n, 0, &loss)))
+        st = load_weights(p, dir, "policy", NULL);
     dt_dpo_set_reference(dpo, false);
     if (!st && texts) st = dt_safetensors_read(pol, "ref_logps", 1, &n, 0, want);
     double worst = 0;
@@ -152,7 +148,7 @@ static void check_trl(const char *dir, const char *name) {
         }
     }
     /* the reference recorded: at the reference's own weights every pair's log-ratio is 0, the loss log 2 */
-    if (!st) st = load_weights(p, dir, "ref", cfg.vocab_size, NULL);
+    if (!st) st = load_weights(p, dir, "ref", NULL);
     dt_dpo_restart(dpo);
     if (!st && texts && !(st = pass(p, dpo, in, tg, 0, n, 0, &loss))) {
         snprintf(detail, sizeof detail, "%.7f vs log 2 %.7f", loss, log(2.0));

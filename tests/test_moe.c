@@ -143,8 +143,7 @@ static void check_sigmoid(const char *dir) {
     int32_t in[B * T], tg[B * T];
     float loss, ref_loss;
     dt_status st = dt_safetensors_open(path, &f);
-    const char *json = st ? NULL : dt_safetensors_metadata(f, "config");
-    if (!st) st = json ? dt_lm_config_from_hf(json, path, &cfg) : dt_error(DT_ERR_IO, "%s: no config", path);
+    if (!st) st = fixture_config(f, path, &cfg);
     if (!st) {
         cfg.router = DT_ROUTER_SIGMOID_BIAS, cfg.expert_groups = 4, cfg.group_top_k = 2, cfg.routed_scale = 2.5f, cfg.norm_topk = 1;
         st = dt_program_create(&cfg, &p);
@@ -153,7 +152,7 @@ static void check_sigmoid(const char *dir) {
     size_t nb = 0;
     float *bias = st ? NULL : dt_program_moe_bias(p, &nb);
     int E = cfg.experts, K = cfg.experts_top_k, L = cfg.num_layers, V = cfg.vocab_size;
-    if (!st) dt_program_model(p, &m), st = dt_safetensors_read_model(f, &m, V, NULL);
+    if (!st) dt_program_model(p, &m), st = fixture_weights(f, p);
     for (int l = 0; !st && l < L; l++) {
         char name[32];
         snprintf(name, sizeof name, "bias.%d", l);

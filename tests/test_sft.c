@@ -93,12 +93,9 @@ static void check_case(const char *dir, const char *name, size_t rows) {
     if (!st) st = dt_sft_load(path, tok, strcmp(name, "chat") ? DT_CHAT_NONE : chat, eos, T, &d);
     snprintf(path, sizeof path, "%s/sft/%s.safetensors", dir, name);
     if (!st) st = dt_safetensors_open(path, &f);
-    const char *json = st ? NULL : dt_safetensors_metadata(f, "config");
-    if (!st && !json) st = dt_error(DT_ERR_IO, "%s: no config", path);
-    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
-    if (!st) st = dt_program_create(&cfg, &p);
+    if (!st) st = fixture_program(f, path, &cfg, &p);
     dt_model m;
-    if (!st) dt_program_model(p, &m), st = dt_safetensors_read_model(f, &m, cfg.vocab_size, NULL);
+    if (!st) dt_program_model(p, &m);
     if (st) {
         printf("FAIL %s: %s\n", name, dt_last_error());
         failed++;
@@ -173,12 +170,9 @@ static void check_packed(const char *dir) {
     if (!st) st = dt_sft_pack(d);
     snprintf(path, sizeof path, "%s/sft/packed.safetensors", dir);
     if (!st) st = dt_safetensors_open(path, &f);
-    const char *json = st ? NULL : dt_safetensors_metadata(f, "config");
-    if (!st && !json) st = dt_error(DT_ERR_IO, "%s: no config", path);
-    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
-    if (!st) st = dt_program_create(&cfg, &p);
+    if (!st) st = fixture_program(f, path, &cfg, &p);
     dt_model m;
-    if (!st) dt_program_model(p, &m), st = dt_safetensors_read_model(f, &m, cfg.vocab_size, NULL);
+    if (!st) dt_program_model(p, &m);
     size_t rows = st ? 0 : dt_sft_rows(d);
     if (!st && rows > MAXB) st = dt_error(DT_ERR_ARG, "%zu packed rows", rows);
     int32_t in[MAXB * T], tg[MAXB * T], pos[MAXB * T];

@@ -184,13 +184,12 @@ void dt_program_mark_kept(dt_program *p);
 bool dt_program_lora_adapts(const dt_program *p, int k);
 
 /* The mixture-of-experts op (program_moe.c): a block's kept floats (its stats), the slot's scratch floats and ints
- * for B*T rows; forward and backward (dx added to); the balancing loss of the micro-batch so far (0: none). */
+ * for B*T rows; forward and backward (dx added to). */
 size_t dt_program_moe_kept(const dt_program *p, size_t BT);
 size_t dt_program_moe_work(const dt_program *p, size_t BT);
 size_t dt_program_moe_ints(const dt_program *p, size_t BT);
 void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *out);
 void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx);
-double dt_program_moe_aux(const dt_program *p);
 
 /* A held block's values, stats and first tensor. */
 static inline float *value(const dt_program *p, int l, int v) { return p->s->val[p->bk[l] * p->f->nvalues + v]; }

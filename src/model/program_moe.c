@@ -177,12 +177,10 @@ const float *dt_program_moe_probs(const dt_program *p, int l) {
 }
 
 const float *dt_program_moe_output(const dt_program *p) {
-    int L = p->cfg.num_layers, k = moe_op(p), l = p->ub - 2 < L - 1 ? p->ub - 2 : L - 1; /* the last block run (the value is one
-                                                                                                  * block's, rewritten by each) */
+    /* the last block run: the value is one block's, rewritten by each */
+    int L = p->cfg.num_layers, k = moe_op(p), l = p->ub - 2 < L - 1 ? p->ub - 2 : L - 1;
     return k < 0 || l < 0 || l >= p->cfg.num_layers || p->bk[l] < 0 || !p->s->mem ? NULL : value(p, l, p->ops[k].s.out);
 }
-
-double dt_program_moe_balance_loss(const dt_program *p) { return dt_program_moe_aux(p); }
 
 int dt_program_moe_choices(dt_program *p, int l, int32_t *idx) {
     int k = moe_op(p);
@@ -222,7 +220,7 @@ void dt_program_moe_update_bias(dt_program *p, const double *load) {
 
 bool dt_program_holds_block(const dt_program *p, int l) { return l >= 0 && l < p->cfg.num_layers && p->bk[l] >= 0; }
 
-double dt_program_moe_aux(const dt_program *p) {
+double dt_program_moe_balance_loss(const dt_program *p) {
     const program_slot *s = p->s;
     int E = p->cfg.experts;
     if (!E || !s->moe_acc || !s->moe_rows) return 0;

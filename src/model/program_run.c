@@ -402,7 +402,7 @@ static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
         s->loss = (float)(dt_program_tp_crossentropy_forward(p, targets) / s->loss_tokens);
         if (p->token_loss) /* the caller's loss over the rows' cross-entropies; backward weighs each row by its d(loss) */
             s->loss = p->token_loss(p->token_loss_ctx, s->B, s->T, s->losses, targets, s->dce), s->loss_tokens = 1;
-        s->loss += (float)(p->cfg.aux_coef * dt_program_moe_aux(p)); /* a mixture of experts' balancing loss */
+        s->loss += (float)(p->cfg.aux_coef * dt_program_moe_balance_loss(p)); /* a mixture of experts' */
         if (loss) *loss = s->loss;
     }
     unit_end();
@@ -436,10 +436,10 @@ static dt_status check_range(const dt_program *p, int a, int b, const int32_t *t
     return DT_OK;
 }
 
-/* The slot's positions: dt_program_set_positions' (checked: each row's document starts at a position 0 and counts up
- * from it), each document's first row for attention; else t (or CP's place). And each sequence's key, where dropout
- * draws from them. */
-static dt_status set_positions(dt_program *p, int BT, int T) {
+/* What a micro-batch's first range sets in its slot: the positions, dt_program_set_positions' (checked: each row's
+ * document starts at a position 0 and counts up from it), each document's first row for attention, else t (or CP's
+ * place); each sequence's key, where dropout draws from them; a mixture of experts' balance, from nothing. */
+static dt_status begin_micro_batch(dt_program *p, int BT, int T) {
     program_slot *s = p->s;
     s->docs = p->pos_src != NULL;
     for (int i = 0; i < BT; i++) {
@@ -471,7 +471,7 @@ dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *t
     s->rs[p->cur] = (run_state){ a, b, targets != NULL || b < L + 2, false, NULL };
     /* each row's position: t, or under context parallelism its place in the whole sequence (rotary and learned alike),
      * or the caller's (packed documents: attention stays in each); a micro-batch's first range sets them */
-    if (p->cur == 0 && (st = set_positions(p, BT, T))) return st;
+    if (p->cur == 0 && (st = begin_micro_batch(p, BT, T))) return st;
     if (a == 0) {
         memcpy(s->inputs, tokens, (size_t)BT * sizeof(int32_t));
         dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, 0);

@@ -1,0 +1,47 @@
+/* A mixture of experts from the command line: --experts, --experts-top-k, --moe-aux-loss, the router's flags and the
+ * capacity's, over a preset's or a file's config; train and plan read a model's shape through it alike. */
+#include "dtrain/train.h"
+
+/* --router sigmoid-bias (DeepSeek-V3's, its groups, scale and bias update rate: 0.001 unless given); a file's router is
+ * its own (its biases would be new). */
+static dt_status take_router(const dt_train_config *c, bool from_file, dt_gpt2_config *cfg) {
+    const dt_gpt2_config *o = &c->shape;
+    /* (a resumed run's shape holds the checkpoint's values, given or not) */
+    bool given = !o->family && (o->expert_groups || o->group_top_k || o->routed_scale > 0 || o->bias_rate >= 0);
+    if (o->router && !cfg->experts) return dt_error(DT_ERR_ARG, "--router sets a mixture of experts' router: %s has no experts (--experts E)", c->model);
+    if (o->router && from_file && o->router != cfg->router)
+        return dt_error(DT_ERR_ARG, "--router: %s routes as it was trained (its router is its own)", c->model);
+    if (o->router) cfg->router = o->router;
+    if (given && cfg->router != DT_ROUTER_SIGMOID_BIAS)
+        return dt_error(DT_ERR_ARG, "--expert-groups, --group-top-k, --routed-scale and --bias-update set the sigmoid router's: give "
+                        "--router sigmoid-bias");
+    if (cfg->router != DT_ROUTER_SIGMOID_BIAS) return DT_OK;
+    if (o->expert_groups) cfg->expert_groups = o->expert_groups;
+    if (o->group_top_k) cfg->group_top_k = o->group_top_k;
+    if (o->routed_scale > 0) cfg->routed_scale = o->routed_scale;
+    if (o->bias_rate >= 0) cfg->bias_rate = o->bias_rate;
+    else if (!from_file && !o->family) cfg->bias_rate = 0.001f; /* DeepSeek-V3's gamma */
+    return DT_OK;
+}
+
+/* --experts, --experts-top-k, --moe-aux-loss: a Llama's MLP made Mixtral's mixture; a file's experts stay its own. */
+dt_status dt_train_take_experts(const dt_train_config *c, bool from_file, dt_gpt2_config *cfg) {
+    const dt_gpt2_config *o = &c->shape;
+    if (o->experts && from_file && o->experts != cfg->experts)
+        return dt_error(DT_ERR_ARG, "%s: the file has %d experts but --experts says %d", c->model, cfg->experts, o->experts);
+    if (o->experts && !from_file && !cfg->experts) {
+        if (cfg->family != dt_family_find("llama"))
+            return dt_error(DT_ERR_ARG, "--experts %d: this build's mixture of experts is a Llama's MLP made Mixtral's (--model llama-tiny "
+                            "--experts 8, or --model mixtral-tiny), not %s's", o->experts, c->model);
+        cfg->family = dt_family_find("mixtral"), cfg->norm_topk = 1;
+    }
+    if (o->experts) cfg->experts = o->experts;
+    if ((o->experts_top_k || o->aux_coef > 0) && !cfg->experts)
+        return dt_error(DT_ERR_ARG, "--experts-top-k and --moe-aux-loss set a mixture of experts: %s has none (--experts E)", c->model);
+    if (o->experts_top_k) cfg->experts_top_k = o->experts_top_k;
+    if (o->aux_coef >= 0 && cfg->experts) cfg->aux_coef = o->aux_coef; /* 0: off */
+    if ((o->capacity_factor > 0 || o->drop_policy) && !cfg->experts)
+        return dt_error(DT_ERR_ARG, "--capacity-factor and --drop-policy set a mixture of experts' capacity: %s has none", c->model);
+    if (o->capacity_factor > 0) cfg->capacity_factor = o->capacity_factor, cfg->drop_policy = o->drop_policy;
+    return take_router(c, from_file, cfg);
+}
