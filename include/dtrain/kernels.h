@@ -51,6 +51,7 @@ void dt_dropout(float *out, int ldo, const float *x, int ldx, int rows, int cols
  * [pairs, 2F] scratch. router_backward: d(logits) from d(w) (and daux[E], a gradient added to every token's
  * probabilities, or NULL). */
 #define DT_MOE_MAX_K 32
+#define DT_MOE_MAX_EXPERTS 4096 /* the experts a mixture may have (the router's per-row scratch) */
 void dt_moe_softmax(float *probs, int BT, int E);
 void dt_moe_topk(float *w, int32_t *idx, const float *probs, int BT, int E, int K, bool norm);
 void dt_moe_sort(int32_t *order, int32_t *start, int32_t *row_of, const int32_t *idx, int pairs, int E);

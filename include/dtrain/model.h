@@ -117,7 +117,10 @@ typedef struct {
     int tied_copy;          /* a pipeline's last stage's copy of the tied wte: the first stage owns it (the norm and checkpoints skip the copy) */
     int hf_transposed;      /* Hugging Face stores it [in, out] (GPT-2's Conv1D) */
     int stacked;            /* [experts, rows, cols]: one tensor an expert in Hugging Face's files, hf naming each ("%d") */
+    int group;              /* whose average its gradient is: DT_GROUP_DATA's (every data-parallel rank holds it) or
+                             * DT_GROUP_EXPERT's (an expert-parallel rank's own experts: the ranks holding the same ones) */
 } dt_tensor_info;
+enum { DT_GROUP_DATA = 0, DT_GROUP_EXPERT = 1 };
 
 /* A function a model calls at a unit: its gradients are final, or it is about to run forward or backward. */
 typedef void (*dt_unit_hook)(int unit, void *ctx);
@@ -288,6 +291,16 @@ typedef struct {
     dt_status (*broadcast)(void *ctx, int32_t *buf, size_t n);
 } dt_tp_ops;
 
+/* Expert parallelism's exchanges as the mixture-of-experts op calls them (parallel/expert_parallel.c gives them over
+ * the expert-parallel group: ranks that hold different experts and route to each other's): every rank's n int32
+ * gathered in rank order (the routed rows' counts by expert); an all-to-all of rows of `row` floats, rows[j] of them
+ * for rank j one after another, received into recv (room for cap rows) in rank order, got[j] from rank j. */
+typedef struct {
+    void *ctx;
+    dt_status (*counts)(void *ctx, const int32_t *mine, int32_t *all, size_t n);
+    dt_status (*exchange)(void *ctx, const float *send, const size_t *rows, float *recv, size_t cap, size_t *got, size_t row);
+} dt_ep_ops;
+
 /* Context parallelism's attention as the model calls it (parallel/
  * context_parallel.c gives it over a communicator): causal attention of
  * this rank's T rows a sequence over the whole sequence of T x cp_size
@@ -331,6 +344,10 @@ typedef struct {
      * 1 (or 0): whole sequences */
     int cp_rank, cp_size;
     const dt_cp_ops *cp;
+    /* expert parallelism: rank ep_rank of ep_size holds experts [ep_rank E/ep_size, +E/ep_size) of each mixture, and
+     * the tokens of every rank of the group that route there come to it through ep; ep_size 1 (or 0): every expert */
+    int ep_rank, ep_size;
+    const dt_ep_ops *ep;
 } dt_gpt2_part;
 /* The whole model as one part (no splitting). */
 dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg);

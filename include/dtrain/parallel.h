@@ -55,6 +55,8 @@ dt_status dt_mesh_gather_gpt2(const dt_mesh *mesh, dt_comm *world, dt_gpt2 *part
 /* Tensor parallelism's collectives over the TP communicator tp, for the
  * model's part (dt_gpt2_part.tp); tp must outlive the model. */
 dt_tp_ops dt_tp_ops_over(dt_comm *tp);
+/* Expert parallelism's exchanges (dt_ep_ops) over the expert-parallel group's communicator. */
+dt_ep_ops dt_ep_ops_over(dt_comm *ep);
 
 /* Whether ZeRO's ranks of the data-parallel communicator dp keep one
  * shared copy of the parameters (zero.c): all of them on one machine, over
@@ -98,6 +100,10 @@ dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off
  * allreduce, which sums in f32 and rounds the average once, and widened
  * after). Without shards only. */
 dt_status dt_ddp_set_wire(dt_ddp *d, dt_dtype t);
+/* Expert parallelism: the table's DT_GROUP_EXPERT tensors (an expert-parallel rank's own experts) average over ec, the
+ * ranks holding the same experts (NULL: no other rank does), as a share 1/ep: each expert's gradient holds the tokens
+ * of the ep ranks that route to it, so the divisor is still the data-parallel ranks'. Not with shards or a 16-bit store. */
+dt_status dt_ddp_set_experts(dt_ddp *d, dt_comm *ec, int ep);
 /* The 16-bit gradient store (t: DT_BF16 or DT_F16; once, right after
  * create, never with the optimizer in backward): the gradients travel in t
  * (the wire), and once a bucket's reduction ends, the part of its average

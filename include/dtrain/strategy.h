@@ -84,6 +84,11 @@ typedef struct {
      * travel in that type too, and the update waits for the end of
      * backward); DT_F32: in the f32 store. */
     dt_dtype grad_store;
+    /* Expert parallelism (ep > 1): the table's DT_GROUP_EXPERT tensors are this rank's experts, which ep ranks of comm
+     * split between them; they average over expert_comm, the ranks holding the same ones (NULL: none other does), and
+     * the rest over comm. ep 0 or 1: every tensor over comm. */
+    dt_comm *expert_comm;
+    int ep;
 } dt_engine_config;
 
 /* A parallel strategy. Every callback but create may be NULL (nothing to do). */

@@ -50,6 +50,7 @@ typedef struct {
     int attention;            /* dt_attn_mode */
     int nproc;                /* local ranks to launch (data parallelism); 1 = this process */
     int dp, tp, pp, cp;       /* the mesh (0: dp = the ranks left over by tp x pp x cp, the others 1) */
+    int ep;                   /* expert parallelism: the data-parallel ranks that split each mixture's experts (0, 1: none) */
     int cp_impl;              /* dt_cp_impl: context parallelism's attention, ring (0) or all-to-all; -1: auto */
     int pp_schedule;          /* dt_pp_kind: 1f1b unless --pp-schedule */
     int pp_print;             /* --pp-schedule-print */
@@ -96,6 +97,7 @@ int dt_train_plan(const dt_train_config *c, const dt_plan_request *rq, FILE *out
 /* The layout rules (layout.c), one copy for train and plan. */
 typedef struct {
     int dp, tp, pp, cp;  /* the mesh's axes (1: unused) */
+    int ep;              /* of dp, the ranks that split the experts (0, 1: none) */
     int local_ranks;     /* ranks on one machine */
     int shared_params;   /* ZeRO's replicas share one parameter copy per machine */
 } dt_train_dims;

@@ -480,7 +480,8 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     size_t off, n, G = dt_model_global_params(&m);
     dt_engine_share(e, &off, &n);
     bool sliced = G != m.nparams, sharded = off != 0 || n != m.nparams;
-    dt_comm *dp = dt_engine_get_config(e)->comm;
+    const dt_engine_config *ec = dt_engine_get_config(e);
+    dt_comm *dp = ec->ep > 1 ? ec->expert_comm : ec->comm; /* with experts spread over ranks: those holding the same ones */
     bool dp0 = !dp || dt_comm_rank(dp) == 0; /* writes what its data-parallel ranks all hold */
     if (sliced && !w) return dt_error(DT_ERR_ARG, "checkpoint: a tensor- or pipeline-parallel model's ranks save together");
     if ((off != 0 || n != m.nparams) && !w)

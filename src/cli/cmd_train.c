@@ -99,6 +99,10 @@ static void usage(FILE *f) {
             "                     --pp N: N pipeline stages, each a contiguous run of units balanced by cost (the\n"
             "                     split printed), --grad-accum M (or --micro-batches M) micro-batches of --batch\n"
             "                     per step through them\n"
+            "  --ep N             expert parallelism: each group of N consecutive data-parallel ranks splits every\n"
+            "                     mixture's experts (rank r of it holds E/N of them) and sends each routed token to\n"
+            "                     the rank holding its expert and back (all-to-all); N divides --dp and the experts;\n"
+            "                     --strategy ddp, f32, without --tp, --pp or --cp in this build\n"
             "  --cp N             context parallelism: each sequence split over N ranks (2N chunks, rank r holding\n"
             "                     chunks r and 2N-1-r, so causal attention's work is even); --seq divisible by 2N\n"
             "  --cp-impl I        ring (attention's keys and values passed around the ranks under the compute),\n"
@@ -169,7 +173,7 @@ static const dt_cli_flag flags[] = {
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--keep-last", "a whole number of checkpoints from 1 to 256" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
-    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
+    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
     { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
     { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },
@@ -227,7 +231,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--stop-after", 0, 1e9, 1, &c.stop_after, 'i' },
         { "--grad-accum", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--micro-batches", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--eval-every", 0, 1e9, 1, &c.eval_every, 'i' },
         { "--eval-batches", 1, 1e6, 1, &c.eval_batches, 'i' }, { "--threads", 0, 1024, 1, &c.threads, 'i' },
-        { "--nproc", 1, 256, 1, &c.nproc, 'i' }, { "--dp", 1, 65536, 1, &c.dp, 'i' }, { "--tp", 1, 65536, 1, &c.tp, 'i' }, { "--cp", 1, 65536, 1, &c.cp, 'i' }, { "--virtual-stages", 1, 8, 1, &c.virtual_stages, 'i' },
+        { "--nproc", 1, 256, 1, &c.nproc, 'i' }, { "--dp", 1, 65536, 1, &c.dp, 'i' }, { "--tp", 1, 65536, 1, &c.tp, 'i' }, { "--cp", 1, 65536, 1, &c.cp, 'i' }, { "--ep", 1, 65536, 1, &c.ep, 'i' }, { "--virtual-stages", 1, 8, 1, &c.virtual_stages, 'i' },
         { "--pp", 1, 65536, 1, &c.pp, 'i' }, { "--bucket-mb", 1e-6, 1e6, 0, &c.bucket_mb, 'd' },
         { "--seed", 0, 1e18, 1, &c.seed, 'u' }, { "--shuffle", 1, 1e18, 1, &c.shuffle_seed, 'u' },
         { "--lr", 1e-30, 9.999999, 0, &c.sched.lr, 'f' }, { "--lr-min", 0, 9.999999, 0, &c.sched.lr_min, 'f' },

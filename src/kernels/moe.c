@@ -163,9 +163,9 @@ void dt_moe_sigmoid(float *scores, int BT, int E) {
 /* Row i's choice as DeepSeek-V3's router makes it: the scores plus the bias choose, within the best groups (each group
  * scored by the sum of its two best), the k best; a tie the lower expert, as the first found. */
 static void choose_biased(int32_t *ix, const float *s, const float *bias, int E, int K, int G, int TG) {
-    float c[4096];
+    float c[DT_MOE_MAX_EXPERTS];
     int n = E / G;
-    bool keep[4096];
+    bool keep[DT_MOE_MAX_EXPERTS];
     for (int e = 0; e < E; e++) c[e] = s[e] + bias[e], keep[e] = G <= 1;
     for (int t = 0; t < TG && G > 1; t++) { /* the t-th best group not taken yet */
         int best = -1;

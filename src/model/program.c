@@ -128,7 +128,7 @@ dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
     if (c->experts && with_shared != (c->shared_ffn > 0))
         return dt_error(DT_ERR_ARG, "%s: a shared expert of %d hidden units for the %s family (%s)", where, c->shared_ffn, c->family->name,
                         with_shared ? "it has one: its width must be at least 1" : "it has none");
-    if (c->experts && (c->experts_top_k < 1 || c->experts_top_k > c->experts || c->experts_top_k > DT_MOE_MAX_K || c->experts > 4096))
+    if (c->experts && (c->experts_top_k < 1 || c->experts_top_k > c->experts || c->experts_top_k > DT_MOE_MAX_K || c->experts > DT_MOE_MAX_EXPERTS))
         return dt_error(DT_ERR_ARG, "%s: top-%d routing among %d experts: k must be from 1 to the experts' count and 32 (experts: at most 4096)", where,
                         c->experts_top_k, c->experts);
     if (!(c->aux_coef >= 0)) return dt_error(DT_ERR_ARG, "%s: the load-balancing loss's coefficient %g is negative", where, (double)c->aux_coef);
@@ -186,6 +186,21 @@ static void slice(const dt_program *p, const dt_tensor_spec *s, dt_tensor_info *
     /* fewer K/V heads than ranks: the ranks that read one K/V head (consecutive) each keep it */
     int keep = p->cfg.kv_heads < p->part.tp_size ? p->part.tp_size / p->cfg.kv_heads : 1;
     if (s->rows == W_KV && keep > 1) t->replicas = keep, t->replica = r % keep;
+}
+
+/* Expert parallelism: a stacked tensor holds this rank's experts (a slice of its first dimension), averaged over the
+ * ranks holding the same ones; the rest is the same on every rank of the group, counted once (its first) in the norm. */
+static void expert_slice(const dt_program *p, const dt_tensor_spec *s, dt_tensor_info *t) {
+    int n = p->part.ep_size, r = p->part.ep_rank;
+    if (s->stack) {
+        int El = t->gshape[0] / n;
+        t->slice = (dt_tensor_slice){ 0, r * El, El, 1, El };
+        t->shape[0] = El;
+        t->group = DT_GROUP_EXPERT;
+        return;
+    }
+    int tp = t->replicas > 1 ? t->replicas : 1;
+    t->replica += tp * r, t->replicas = tp * n;
 }
 
 /* The whole model's tensors in store order: the embedding's, each block's, the final ones (a tied head left
@@ -251,11 +266,10 @@ static void add_tensor(dt_program *p, int section, int i, int layer, int unit) {
     t->hf_transposed = s->hf_t;
     dt_tensor_set_whole(t);
     t->goffset = global_offset(p, section, i, layer);
-    if (p->part.tp_size > 1) {
-        slice(p, s, t);
-        t->count = 1;
-        for (int d = 0; d < t->ndim; d++) t->count *= (size_t)t->shape[d];
-    }
+    if (p->part.tp_size > 1) slice(p, s, t);
+    if (p->part.ep_size > 1) expert_slice(p, s, t);
+    t->count = 1;
+    for (int d = 0; d < t->ndim; d++) t->count *= (size_t)t->shape[d];
     p->nparams += t->count;
 }
 
@@ -441,6 +455,11 @@ static dt_status check_part(const dt_lm_config *c, const dt_gpt2_part *part) {
     if (c->kv_heads % t && t % c->kv_heads)
         return dt_error(DT_ERR_ARG, "model: --tp %d and the %d K/V heads: one must divide the other", t, c->kv_heads);
     if (c->ffn % t) return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the MLP's %d hidden units", t, c->ffn);
+    int e = part->ep_size ? part->ep_size : 1;
+    if (e < 1 || part->ep_rank < 0 || part->ep_rank >= e) return dt_error(DT_ERR_ARG, "model: expert-parallel rank %d of %d", part->ep_rank, e);
+    if (e > 1 && !c->experts) return dt_error(DT_ERR_ARG, "model: --ep %d spreads a mixture's experts: this model has none (--experts E)", e);
+    if (e > 1 && c->experts % e) return dt_error(DT_ERR_ARG, "model: --ep %d does not divide the %d experts", e, c->experts);
+    if (e > 1 && !part->ep) return dt_error(DT_ERR_ARG, "model: an expert-parallel part needs its exchanges (dt_ep_ops)");
     if (t > c->padded_vocab_size) return dt_error(DT_ERR_ARG, "model: --tp %d is more than the %d vocabulary rows", t, c->padded_vocab_size);
     return DT_OK;
 }
@@ -570,7 +589,7 @@ dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_gpt2_part *p
     dt_status st = dt_lm_config_check(&c, "model");
     if (st) return st;
     *global = whole_params(&c);
-    bool whole = part->ua == 0 && part->ub == c.num_layers + 2 && !part->nchunks && part->tp_size <= 1;
+    bool whole = part->ua == 0 && part->ub == c.num_layers + 2 && !part->nchunks && part->tp_size <= 1 && part->ep_size <= 1;
     if (whole) {
         *local = *global;
         return DT_OK;
@@ -645,6 +664,7 @@ void dt_program_destroy(dt_program *p) {
     free(p->kv_sum);
     free(p->moe_load);
     free(p->moe_bias);
+    dt_program_moe_ep_free_work(p);
     dt_free_aligned(p->params_lp);
     dt_free_aligned(p->lp_work);
     free(p->lp_cast);

@@ -102,6 +102,8 @@ typedef struct {
     float *moe_work;           /* a mixture of experts' scratch (program_moe.c), its ints, and over the micro-batch's */
     int32_t *moe_int;          /* layers each expert's choices and probabilities summed [2E] and the rows that made them */
     double *moe_acc, moe_rows;
+    struct moe_ep_keep *ep_keep; /* expert parallelism: each held block's rows kept by this rank's experts (program_moe_ep.c) */
+    int ep_nkeep;
     float moe_gscale;          /* backward's grad_scale (the balancing loss's gradient is scaled with the loss's) */
     float w_dscale;            /* the loss gradient's scale B used (W recomputes the head's 16-bit gradient) */
     double loss_tokens;        /* what the forward's loss divided its sum by (the scored tokens' count), backward too */
@@ -176,6 +178,8 @@ struct dt_program {
     double *moe_load;          /* a mixture of experts: each held block's choices of each expert since last read */
     float *moe_bias;           /* DeepSeek-V3's router: every layer's bias [L][E] (held or not: each rank keeps all, alike) */
     double moe_drops[2];       /* a capacity's dropped choices and all choices since last read */
+    struct moe_ep_work *ep_work; /* expert parallelism's exchange buffers, grown to the largest step (program_moe_ep.c) */
+    double ep_bytes;           /* the rows' bytes this rank sent to other ranks of its expert-parallel group since last read */
 };
 
 /* Which values a block's backward reads (p->vkeep), from the ops and LoRA's adapters (program.c); whether op k's
@@ -190,6 +194,22 @@ size_t dt_program_moe_work(const dt_program *p, size_t BT);
 size_t dt_program_moe_ints(const dt_program *p, size_t BT);
 void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *out);
 void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx);
+
+/* A block's routed rows with expert parallelism (program_moe_ep.c), rows sorted by expert (start: each expert's first of
+ * the model's E): forward sends them with their weights w (each pair's, by order) to the ranks holding their experts,
+ * which run them, and puts each row's output back in ys; backward sends dys (each row's d(output), unweighted) the
+ * same way and puts back d(input) in dys and each pair's d(weight) in dw. Collective over the expert-parallel group.
+ * wg, wu, wd: this rank's experts; grads: theirs. */
+typedef struct {
+    int l, E, C, F, rows;
+    const int32_t *start, *order;
+    const float *wg, *wu, *wd;
+    float *grads[3];
+} moe_ep_block;
+void dt_program_moe_ep_forward(dt_program *p, const moe_ep_block *b, const float *xs, const float *w, float *ys);
+void dt_program_moe_ep_backward(dt_program *p, const moe_ep_block *b, float *dys, float *dw);
+void dt_program_moe_ep_free_keep(program_slot *s);
+void dt_program_moe_ep_free_work(dt_program *p);
 
 /* A held block's values, stats and first tensor. */
 static inline float *value(const dt_program *p, int l, int v) { return p->s->val[p->bk[l] * p->f->nvalues + v]; }

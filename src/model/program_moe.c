@@ -79,6 +79,12 @@ static moe_run run_of(dt_program *p, int l, int k) {
 
 static bool biased(const dt_program *p) { return p->cfg.router == DT_ROUTER_SIGMOID_BIAS; }
 
+/* The sorted rows as expert parallelism sends them (program_moe_ep.c). */
+static moe_ep_block ep_block(const moe_run *m, int l) {
+    return (moe_ep_block){ .l = l, .E = m->E, .C = m->C, .F = m->F, .rows = m->start[m->E], .start = m->start, .order = m->order,
+                           .wg = m->wg, .wu = m->wu, .wd = m->wd, .grads = { m->grad[1], m->grad[2], m->grad[3] } };
+}
+
 /* The choices from the kept probabilities (or sigmoid scores, with the layer's bias), sorted by expert. */
 static void route(const dt_program *p, int l, moe_run *m) {
     const dt_lm_config *c = &p->cfg;
@@ -130,7 +136,12 @@ void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *
     else dt_moe_softmax(m.probs, m.BT, m.E);
     route(p, l, &m);
     dt_moe_gather(m.r.xs, x, m.order, m.start[m.E], m.K, m.C);
-    dt_moe_experts_forward(m.hu, m.r.act, m.r.ys, m.r.xs, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F);
+    if (p->part.ep_size > 1) {
+        moe_ep_block b = ep_block(&m, l);
+        dt_program_moe_ep_forward(p, &b, m.r.xs, m.r.w, m.r.ys);
+    } else {
+        dt_moe_experts_forward(m.hu, m.r.act, m.r.ys, m.r.xs, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F);
+    }
     dt_moe_combine(out, m.r.ys, m.r.w, m.idx, m.row_of, m.BT, m.K, m.C, false);
     if (shared(p)) shared_forward(p, &m, x, out);
     if (p->recomputing) return;
@@ -148,16 +159,21 @@ void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const 
     if (shared(p)) shared_backward(p, &m, x, dout, dx);
     route(p, l, &m);
     int kept = m.start[m.E];
-    dt_moe_gather(m.r.xs, x, m.order, kept, m.K, m.C);
-    dt_swiglu_forward(m.r.act, m.hu, kept, m.F);
     dt_moe_gather(m.r.ys, dout, m.order, kept, m.K, m.C);
     memset(m.r.dw, 0, (size_t)m.pairs * sizeof(float)); /* a dropped pair's weight had no output to answer for */
-    dt_moe_experts_backward(m.r.ys, m.grad[1], m.grad[2], m.grad[3], m.r.dw, m.r.ys, m.r.g, m.r.dhu, m.r.xs, m.hu, m.r.act, m.r.w, m.order,
-                            m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F);
+    if (p->part.ep_size > 1) {
+        moe_ep_block b = ep_block(&m, l);
+        dt_program_moe_ep_backward(p, &b, m.r.ys, m.r.dw);
+    } else {
+        dt_moe_gather(m.r.xs, x, m.order, kept, m.K, m.C);
+        dt_swiglu_forward(m.r.act, m.hu, kept, m.F);
+        dt_moe_experts_backward(m.r.ys, m.grad[1], m.grad[2], m.grad[3], m.r.dw, m.r.ys, m.r.g, m.r.dhu, m.r.xs, m.hu, m.r.act, m.r.w,
+                                m.order, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F);
+    }
     dt_moe_combine(dx, m.r.ys, NULL, m.idx, m.row_of, m.BT, m.K, m.C, true);
     /* the balancing loss's gradient reaches every probability: d/dp_te = coef E f_e / N */
     double *load = p->s->moe_acc, N = p->s->moe_rows;
-    float daux[4096];
+    float daux[DT_MOE_MAX_EXPERTS];
     for (int e = 0; p->cfg.aux_coef > 0 && e < m.E; e++)
         daux[e] = (float)(p->s->moe_gscale * p->cfg.aux_coef * m.E * (load[e] / N) / N);
     if (biased(p)) dt_moe_sigmoid_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, m.BT, m.E, m.K, p->cfg.norm_topk, p->cfg.routed_scale);

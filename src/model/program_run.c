@@ -141,6 +141,7 @@ void dt_program_free_slot(program_slot *s) {
     free(s->lora_rk);
     free(s->moe_int);
     free(s->moe_acc);
+    dt_program_moe_ep_free_keep(s);
     dt_free_aligned(s->acts_lp);
     memset(s, 0, sizeof *s);
 }

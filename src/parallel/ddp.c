@@ -45,6 +45,7 @@ typedef struct { size_t off, count; float *g; } narrow;
 
 typedef struct {
     int last_unit;       /* issue when backward reports this unit */
+    int group;           /* its tensors' group (dt_tensor_info.group): DT_GROUP_EXPERT's average over the expert replicas */
     range *ranges;
     int nranges;
     int req0, nreq;      /* this step's requests, in dt_ddp.reqs */
@@ -52,6 +53,8 @@ typedef struct {
 
 struct dt_ddp {
     dt_comm *c;
+    dt_comm *ec;         /* expert parallelism (dt_ddp_set_experts): the ranks holding this rank's experts (NULL: none other) */
+    int ep;              /* the expert-parallel ranks (1: none): an expert's gradient is 1/ep of a data-parallel average */
     dt_model m;
     const dt_tensor_info *emb; /* the deferred input_rows tensor, or NULL */
     float *grads;        /* arena */
@@ -115,6 +118,7 @@ struct dt_ddp {
 static int by_backward_order(const void *a, const void *b) {
     const dt_tensor_info *x = a, *y = b;
     if (x->grad_unit != y->grad_unit) return x->grad_unit > y->grad_unit ? -1 : 1;
+    if (x->group != y->group) return x->group < y->group ? -1 : 1; /* a unit's groups in buckets of their own */
     return x->offset > y->offset ? -1 : x->offset < y->offset;
 }
 
@@ -316,14 +320,21 @@ static dt_status reduce_piece(dt_ddp *d, int k, size_t a, size_t b, int root) {
     dt_request **req = next_request(d);
     if (!req) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
     float *g = where(d, k, a);
+    dt_comm *c = d->b[k].group == DT_GROUP_EXPERT ? d->ec : d->c;
+    if (d->b[k].group == DT_GROUP_EXPERT) {
+        /* each expert's gradient holds the tokens of the ep ranks that route to it: the average over its replicas
+         * (or none: one rank holds it) taken as a share 1/ep, the data-parallel average's divisor in all */
+        dt_grad_scale(g, b - a, 1.0f / (float)d->ep);
+        if (!c) return DT_OK;
+    }
     if (d->wire != DT_F32) {
         /* in 16 bits, in place: the first half of the piece's bytes (contiguous, in the pool too); widened back
          * once done where the average lands here (a reduction to another rank leaves nothing to keep) */
         dt_lp_narrow_inplace(g, b - a, d->wire);
         if (root < 0 || root == dt_comm_rank(d->c)) d->narrowed[d->nreqs] = (narrow){ a, b - a, g };
     }
-    dt_status st = root >= 0 ? dt_comm_ireduce(d->c, g, g, b - a, d->wire, DT_AVG, root, req)
-                             : dt_comm_iallreduce(d->c, g, g, b - a, d->wire, DT_AVG, req);
+    dt_status st = root >= 0 ? dt_comm_ireduce(c, g, g, b - a, d->wire, DT_AVG, root, req)
+                             : dt_comm_iallreduce(c, g, g, b - a, d->wire, DT_AVG, req);
     if (!st) d->nreqs++;
     return st;
 }
@@ -445,7 +456,8 @@ static void make_buckets(dt_ddp *d, const dt_tensor_info *r, int nr, size_t buck
     size_t have = 0, cap = bucket_first < bucket_bytes ? bucket_first : bucket_bytes;
     bucket *cur = NULL;
     for (int i = 0; i < nr; i++) {
-        if (!cur) { cur = &d->b[d->nb++]; cur->ranges = d->all + d->nall; have = 0; }
+        if (cur && r[i].group != cur->group) cur = NULL;
+        if (!cur) { cur = &d->b[d->nb++]; cur->ranges = d->all + d->nall; cur->group = r[i].group; have = 0; }
         have += r[i].count * sizeof(float);
         int j = 0;
         while (j < cur->nranges && r[i].offset + r[i].count != cur->ranges[j].off) j++;
@@ -484,6 +496,7 @@ dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size
     dt_tensor_info *r = malloc(sizeof *r * (size_t)(nr + 1));
     if (!d || !b || !all || !r) { free(d); free(b); free(all); free(r); return dt_error(DT_ERR_NOMEM, "ddp: out of memory"); }
     d->c = c;
+    d->ep = 1;
     d->m = *m;
     d->nparams = m->nparams;
     d->b = b;
@@ -505,6 +518,18 @@ dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size
     d->hooked = true;
     begin(d, 1, 0, false);
     *out = d;
+    return DT_OK;
+}
+
+dt_status dt_ddp_set_experts(dt_ddp *d, dt_comm *ec, int ep) {
+    if (ep < 1 || dt_comm_size(d->c) % ep) return dt_error(DT_ERR_ARG, "ddp: %d expert-parallel ranks do not divide %d data-parallel ones", ep, dt_comm_size(d->c));
+    if (ep > 1 && (d->shard_off || d->g16 || d->pool))
+        return dt_error(DT_ERR_UNSUPPORTED, "ddp: experts spread over ranks (--ep) with sharded or 16-bit-kept gradients: not in this build");
+    if ((ec ? dt_comm_size(ec) : 1) * ep != dt_comm_size(d->c))
+        return dt_error(DT_ERR_ARG, "ddp: %d expert replicas x %d expert-parallel ranks is not the %d data-parallel ranks", ec ? dt_comm_size(ec) : 1, ep,
+                        dt_comm_size(d->c));
+    d->ec = ec;
+    d->ep = ep;
     return DT_OK;
 }
 
@@ -667,19 +692,38 @@ size_t dt_ddp_buffer_bytes(const dt_ddp *d) {
 
 double dt_ddp_updated_in_backward(const dt_ddp *d) { return d->last_early; }
 
-dt_status dt_ddp_check_replicas(dt_comm *c, const float *p, size_t n, uint64_t *hash) {
-    uint64_t h = dt_hash_words(DT_HASH_INIT, p, n);
-    *hash = h;
+/* h the same on every rank of c (what: whose weights, in the message). */
+static dt_status same_hash(dt_comm *c, uint64_t h, const char *what) {
     int np = dt_comm_size(c);
     uint64_t *all = malloc(sizeof *all * (size_t)np);
     if (!all) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
     dt_status st = dt_comm_allgather(c, &h, all, 1, DT_I64);
     for (int r = 1; !st && r < np; r++)
         if (all[r] != all[0])
-            st = dt_error(DT_ERR_PEER, "the ranks' weights differ after training (rank 0 hashes to %016llx, rank %d to %016llx): "
-                          "data parallelism should keep them identical", (unsigned long long)all[0], r, (unsigned long long)all[r]);
+            st = dt_error(DT_ERR_PEER, "the ranks' %s differ after training (rank 0 hashes to %016llx, rank %d to %016llx): "
+                          "data parallelism should keep them identical", what, (unsigned long long)all[0], r, (unsigned long long)all[r]);
     free(all);
     return st;
+}
+
+dt_status dt_ddp_check_replicas(dt_comm *c, const float *p, size_t n, uint64_t *hash) {
+    *hash = dt_hash_words(DT_HASH_INIT, p, n);
+    return same_hash(c, *hash, "weights");
+}
+
+/* With experts spread over ranks: the tensors of every data-parallel rank agree over all of them, each rank's experts
+ * over the ranks holding the same ones (*hash: of both, this rank's). */
+static dt_status check_groups(const dt_engine_config *c, uint64_t *hash) {
+    const dt_model *m = &c->model;
+    const float *p = m->params(m->self);
+    uint64_t h[2] = { DT_HASH_INIT, DT_HASH_INIT };
+    for (int i = 0; i < m->ntensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        h[t->group == DT_GROUP_EXPERT] = dt_hash_words(h[t->group == DT_GROUP_EXPERT], p + t->offset, t->count);
+    }
+    *hash = h[0] ^ h[1];
+    dt_status st = same_hash(c->comm, h[0], "weights (but the experts')");
+    return st || !c->expert_comm ? st : same_hash(c->expert_comm, h[1], "experts");
 }
 
 /* ---- DDP as the engine's strategy ---- */
@@ -698,6 +742,7 @@ static dt_status s_create(const dt_engine_config *c, void **state, size_t *off, 
     dt_status st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, NULL, NULL, &s->d);
     if (!st) st = dt_ddp_set_wire(s->d, c->grad_comm);
     if (!st && c->grad_store != DT_F32) st = dt_ddp_set_grad_store(s->d, c->grad_store, 0, c->model.nparams);
+    if (!st && c->ep > 1) st = dt_ddp_set_experts(s->d, c->expert_comm, c->ep);
     if (st) dt_ddp_destroy(s->d);
     if (st) { free(s); return st; }
     *state = s;
@@ -730,6 +775,7 @@ static dt_status s_finish(void *state, dt_sync_result *r) {
 
 static dt_status s_check(void *state, uint64_t *hash) {
     strategy *s = state;
+    if (s->c->ep > 1) return check_groups(s->c, hash);
     return dt_ddp_check_replicas(s->c->comm, s->c->model.params(s->c->model.self), s->c->model.nparams, hash);
 }
 

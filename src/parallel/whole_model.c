@@ -1,6 +1,7 @@
 /* The whole GPT-2 on one rank from the parts a mesh's ranks hold (tensor-
  * parallel slices, pipeline stages): what a weights file needs.
- * One replica's model ranks (dp and cp coordinate 0) send their runs of the
+ * One replica's model ranks (dp and cp coordinate 0; with expert parallelism the
+ * first ep data-parallel ranks, each its experts) send their runs of the
  * whole model's store, a window at a time, by a reduction to rank 0 in
  * which every float has exactly one contributor: a tensor that TP
  * replicates comes from tp rank 0 alone, a last stage's copy of the tied
@@ -29,9 +30,9 @@ static void add_run(size_t lo, size_t go, size_t n, void *ctx) {
     x->r[x->n++] = (run){ lo, go, n };
 }
 
-/* The runs of the store this rank contributes. */
-static dt_status my_runs(const dt_mesh *mesh, dt_model *view, runs *out) {
-    if (dt_mesh_coord(mesh, DT_MESH_DP) || dt_mesh_coord(mesh, DT_MESH_CP)) return DT_OK;
+/* The runs of the store this rank contributes (with experts spread over ep data-parallel ranks: the first ep's). */
+static dt_status my_runs(const dt_mesh *mesh, int ep, dt_model *view, runs *out) {
+    if (dt_mesh_coord(mesh, DT_MESH_DP) >= (ep > 1 ? ep : 1) || dt_mesh_coord(mesh, DT_MESH_CP)) return DT_OK;
     for (int i = 0; i < view->ntensors && !out->nomem; i++) {
         const dt_tensor_info *t = &view->tensors[i];
         if (t->tied_copy || t->replica > 0) continue; /* each piece from the first rank of its replica group */
@@ -60,7 +61,7 @@ dt_status dt_mesh_gather_gpt2(const dt_mesh *mesh, dt_comm *world, dt_gpt2 *part
     int root = dt_comm_rank(world) == 0;
     runs x = { 0 };
     int32_t *win = malloc(WINDOW * sizeof *win), *got = root ? malloc(WINDOW * sizeof *got) : NULL;
-    dt_status st = win && (!root || got) ? my_runs(mesh, &view, &x) : dt_error(DT_ERR_NOMEM, "whole model: out of memory");
+    dt_status st = win && (!root || got) ? my_runs(mesh, dt_gpt2_get_part(part)->ep_size, &view, &x) : dt_error(DT_ERR_NOMEM, "whole model: out of memory");
     if (!st && root) st = dt_gpt2_create(dt_gpt2_get_config(part), whole);
     /* every rank learns whether the others can go on: a reduction that one rank skips would hang the rest */
     int32_t bad = st != DT_OK, any = 0;

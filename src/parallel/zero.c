@@ -179,6 +179,8 @@ static size_t others(const zero *z, int t);
 
 static dt_status z_create(const dt_engine_config *c, int stage, void **state, size_t *off, size_t *n) {
     if (!c->comm) return DT_OK; /* one process: its shard is everything (state NULL) */
+    if (c->ep > 1) /* its shards would cut each rank's own experts and the replicated tensors alike */
+        return dt_error(DT_ERR_UNSUPPORTED, "zero%d with experts spread over ranks (--ep %d): not in this build; --strategy ddp runs it", stage, c->ep);
     int p = dt_comm_size(c->comm), rank = dt_comm_rank(c->comm);
     zero *z = calloc(1, sizeof *z);
     if (!z || !(z->counts = malloc(sizeof *z->counts * (size_t)p)) || !(z->offs = malloc(sizeof *z->offs * (size_t)p))) {

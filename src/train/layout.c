@@ -62,6 +62,15 @@ dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
     if (c->train_batch_size && c->train_batch_size != (long)c->batch * c->grad_accum * dp)
         return dt_error(DT_ERR_ARG, "train_batch_size %d must equal micro-batch %d x gradient accumulation %d x %d data-parallel "
                         "ranks = %ld", c->train_batch_size, c->batch, c->grad_accum, dp, (long)c->batch * c->grad_accum * dp);
+    int ep = c->ep ? c->ep : 1;
+    if (ep > 1 && dp % ep)
+        return dt_error(DT_ERR_ARG, "--ep %d does not divide the %d data-parallel ranks (its groups are consecutive data-parallel ranks)", ep, dp);
+    if (ep > 1 && !paper && (tp > 1 || pp > 1 || cp > 1 || dt_train_is_image_model(c->model)))
+        return dt_error(DT_ERR_UNSUPPORTED, "--ep %d: not with %s yet (experts spread over data-parallel ranks only)", ep,
+                        dt_train_is_image_model(c->model) ? "an image model" : tp > 1 ? "--tp" : pp > 1 ? "--pp" : "--cp");
+    if (ep > 1 && !paper && c->strategy && strcmp(c->strategy, "ddp"))
+        return dt_error(DT_ERR_UNSUPPORTED, "--ep %d with --strategy %s: not yet (ZeRO's shards would cut each rank's own experts); "
+                        "--strategy ddp runs it", ep, c->strategy);
     if (cp > 1 && !paper && cp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--cp %d: not with %s yet", cp, cp_lacks(c));
     if (cp > 1 && c->seq % (2 * cp))
         return dt_error(DT_ERR_ARG, "--cp %d: --seq %d does not split into %d chunks (2 x --cp: rank r holds chunks r and %d-r)", cp, c->seq,
@@ -105,6 +114,10 @@ dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *c
                         cfg->num_layers + 2, cfg->num_layers);
     if (d->tp > 1 && cfg->num_heads % d->tp)
         return dt_error(DT_ERR_ARG, "--tp %d does not divide the %d attention heads (--heads)", d->tp, cfg->num_heads);
+    if (d->ep > 1 && !cfg->experts)
+        return dt_error(DT_ERR_ARG, "--ep %d spreads a mixture's experts over ranks: the model has none (--experts E)", d->ep);
+    if (d->ep > 1 && cfg->experts % d->ep)
+        return dt_error(DT_ERR_ARG, "--ep %d does not divide the model's %d experts (each rank holds the same number)", d->ep, cfg->experts);
     if (cfg->aux_coef > 0 && (d->dp > 1 || d->pp > 1 || d->cp > 1))
         return dt_error(DT_ERR_UNSUPPORTED, "the balancing loss (--moe-aux-loss %g, or a folder's router_aux_loss_coef) is a micro-batch's "
                         "over all its layers and tokens (Hugging Face's); over %d data-parallel ranks, %d pipeline stages or %d "
@@ -126,8 +139,9 @@ dt_status dt_train_check_preset(const dt_train_config *c, int nranks) {
     const int v[6] = { o->max_seq_len, o->vocab_size, o->padded_vocab_size, o->num_layers, o->num_heads, o->channels };
     for (int i = 0; i < 6; i++)
         if (v[i]) *f[i] = v[i];
+    if (dt_train_take_experts(c, false, &cfg)) return DT_OK; /* the ranks say what is wrong with them */
     int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1;
-    dt_train_dims d = { .dp = dt_train_dp(c, nranks), .tp = tp, .pp = pp, .cp = cp, .local_ranks = nranks };
+    dt_train_dims d = { .dp = dt_train_dp(c, nranks), .tp = tp, .pp = pp, .cp = cp, .ep = c->ep, .local_ranks = nranks };
     return dt_train_check_model(c, &cfg, &d);
 }
 

@@ -26,6 +26,9 @@ typedef struct {
     dt_cp *cp;                /* context parallelism's attention, over the mesh's CP group (--cp) */
     int T;                    /* this rank's positions a sequence: --seq, or --seq / --cp */
     dt_comm *mp;              /* the model-parallel group (the TP x PP ranks of one replica: DP x CP coordinates), with --pp */
+    dt_comm *ep, *ep_replicas;/* --ep: the expert-parallel group (consecutive data-parallel ranks), and the ranks holding the
+                               * same experts as this one (NULL: none other) */
+    dt_ep_ops ep_ops;         /* expert parallelism's exchanges, over ep */
     dt_pipeline *pipe;        /* with --pp: the stage's runner, which the engine's step runs */
     double bubble;            /* the last step's idle share, the mean over the stages */
     double bubble_model;      /* the step replayed with its actions' measured durations (dt_pipeline_bubble) */

@@ -53,7 +53,7 @@ dt_status dt_train_save(run *r, int steps_done) {
     /* a sharded strategy's checkpoint: every rank writes its slices (ZeRO-3's
      * parameters too); a weights file: ZeRO-3's ranks gather their parameters,
      * a model in parts is gathered for rank 0 (collective) */
-    bool in_parts = r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_PP) > 1); /* TP or PP */
+    bool in_parts = r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_PP) > 1 || r->ep); /* TP, PP or EP */
     bool slices = dt_checkpoint_is_dir(path) && (sharded(r) || in_parts);
     dt_status st = slices ? DT_OK : dt_engine_materialize(r->e, 1);
     if (st || (r->rank != 0 && !slices && !in_parts)) {

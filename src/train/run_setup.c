@@ -34,7 +34,7 @@ static dt_status check_memory(run *r, const dt_train_config *c, const dt_gpt2_co
 static dt_status init_weights(const run *r, dt_gpt2 *m) {
     /* among the data-parallel ranks, which hold the same slices (all ranks without tensor parallelism) */
     size_t n = dt_gpt2_num_params(m);
-    int p = r->dp_size, me = r->dp_rank;
+    int p = r->ep ? 1 : r->dp_size, me = r->ep ? 0 : r->dp_rank; /* expert-parallel ranks hold different experts: each draws its own */
     dt_gpt2_init_random_range(m, r->c.seed, n * (size_t)me / (size_t)p, n * (size_t)(me + 1) / (size_t)p);
     for (int q = 0; q < p && p > 1; q++) {
         size_t lo = n * (size_t)q / (size_t)p, hi = n * (size_t)(q + 1) / (size_t)p;
@@ -135,7 +135,7 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         cfg.rope_original_max = o->rope_original_max;
     }
     /* before the optimizer and the activations (and, for a preset, the model) are allocated */
-    dt_train_dims dims = { .dp = r->dp_size, .tp = mesh_size(r, DT_MESH_TP), .pp = mesh_size(r, DT_MESH_PP), .cp = mesh_size(r, DT_MESH_CP),
+    dt_train_dims dims = { .dp = r->dp_size, .tp = mesh_size(r, DT_MESH_TP), .pp = mesh_size(r, DT_MESH_PP), .cp = mesh_size(r, DT_MESH_CP), .ep = c->ep,
                            .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
                            .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_replicas(r->mesh)) };
     if ((st = dt_train_check_model(c, &cfg, &dims)) || (st = check_memory(r, c, &cfg, &dims))) {
@@ -173,10 +173,15 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         part.cp_size = n;
         part.cp = dt_cp_model_ops(r->cp);
     }
+    if (r->ep) {
+        part.ep_rank = dt_comm_rank(r->ep);
+        part.ep_size = dt_comm_size(r->ep);
+        part.ep = &r->ep_ops;
+    }
     if (!from_file) {
         if ((st = dt_gpt2_create_part(&cfg, &part, out))) return st;
         r->fresh = true; /* drawn once the ranks have agreed on the job (open_data) */
-    } else if (part.tp_size > 1 || part.ua > 0 || part.ub < cfg.num_layers + 2 || part.nchunks > 1 || part.cp_size > 1) {
+    } else if (part.tp_size > 1 || part.ua > 0 || part.ub < cfg.num_layers + 2 || part.nchunks > 1 || part.cp_size > 1 || part.ep_size > 1) {
         /* a file holds the whole model: each tensor-parallel rank or pipeline stage keeps its part of it */
         dt_gpt2 *whole = *out;
         if (!(st = dt_gpt2_create_part(&cfg, &part, out))) st = dt_gpt2_copy_slices(whole, *out);
@@ -254,7 +259,9 @@ static dt_status make_engine(run *r) {
                             .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                             .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL, .grad_comm = c->grad_comm,
                             .grad_store = c->grad_store,
-                            .mp_comm = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL };
+                            .mp_comm = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL,
+                            .expert_comm = r->ep_replicas, .ep = r->ep ? dt_comm_size(r->ep) : 1 };
+    if (r->ep) ec.mp_comm = r->ep; /* the norm: the group's experts, and the rest counted once */
     dt_gpt2_model(r->m, &ec.model);
     dt_status st = DT_OK;
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
@@ -440,6 +447,12 @@ dt_status dt_train_setup(run *r) {
         st = dt_comm_split(r->w, dt_comm_rank(dt_mesh_replicas(r->mesh)), r->rank, &r->mp);
     r->dp_rank = r->mesh ? dt_mesh_coord(r->mesh, DT_MESH_DP) : 0;
     r->dp_size = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_DP) : 1;
+    if (!st && c->ep > 1) { /* ep consecutive data-parallel ranks split the experts; those with the same place hold the same ones */
+        dt_comm *dp = dt_mesh_comm(r->mesh, DT_MESH_DP);
+        st = dt_comm_split(dp, r->dp_rank / c->ep, r->dp_rank, &r->ep);
+        if (!st && r->dp_size > c->ep) st = dt_comm_split(dp, r->dp_rank % c->ep, r->dp_rank, &r->ep_replicas);
+        if (!st) r->ep_ops = dt_ep_ops_over(r->ep);
+    }
     /* traced from here when the window starts at step 1: the data and checkpoint reads too */
     if (!st && c->trace) st = dt_trace_file_create(c->trace, r->nranks > 1 ? r->w : NULL, c->trace_first, c->trace_last, &r->trace);
     dt_trace_file_step(r->trace, 1);

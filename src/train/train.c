@@ -273,6 +273,8 @@ static void teardown(run *r) {
     dt_engine_destroy(r->e);
     dt_pipeline_destroy(r->pipe);
     dt_comm_destroy(r->mp);
+    dt_comm_destroy(r->ep_replicas);
+    dt_comm_destroy(r->ep);
     dt_cp_destroy(r->cp);
     dt_mesh_destroy(r->mesh);
     dt_loader_destroy(r->tl);
