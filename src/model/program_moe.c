@@ -250,6 +250,12 @@ void dt_program_moe_drops(dt_program *p, double *dropped, double *pairs) {
     p->moe_drops[0] = p->moe_drops[1] = 0;
 }
 
+double dt_program_moe_ep_bytes(dt_program *p) {
+    double b = p->ep_bytes;
+    p->ep_bytes = 0;
+    return b;
+}
+
 void dt_program_moe_load(dt_program *p, double *load) {
     size_t n = (size_t)p->nl * (size_t)p->cfg.experts;
     if (load) memcpy(load, p->moe_load, n * sizeof(double));

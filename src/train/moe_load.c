@@ -1,6 +1,7 @@
 /* A mixture of experts' balance over a step: each layer's choices of each expert, summed over every rank (data- and
  * context-parallel ranks saw other tokens, pipeline stages hold other layers), and the most loaded expert against
- * the mean, the worst layer's and the layers' average (1: perfectly balanced). */
+ * the mean, the worst layer's and the layers' average (1: perfectly balanced); with expert parallelism, the bytes
+ * its exchanges sent between ranks, all ranks'. */
 #include "run.h"
 
 #include <stdlib.h>
@@ -11,18 +12,20 @@ dt_status dt_train_moe_load(run *r) {
     const dt_lm_config *c = dt_program_config(p);
     int L = c->num_layers, E = c->experts;
     if (!E) return DT_OK;
-    size_t n = (size_t)L * E + 2; /* and a capacity's dropped choices, and all choices */
+    size_t n = (size_t)L * E + 3; /* and a capacity's dropped choices, all choices, and the bytes expert parallelism sent */
     double *mine = calloc(n, sizeof(double)), *all = calloc(n, sizeof(double)),
            *local = calloc((size_t)(L + 1) * E, sizeof(double));
     dt_status st = mine && all && local ? DT_OK : dt_error(DT_ERR_NOMEM, "out of memory");
     if (!st) dt_program_moe_load(p, local);
     for (int l = 0, k = 0; !st && l < L; l++) /* held layers in order, at their places in the whole model */
         if (dt_program_holds_block(p, l)) memcpy(mine + (size_t)l * E, local + (size_t)k++ * E, (size_t)E * sizeof(double));
-    if (!st) dt_program_moe_drops(p, &mine[n - 2], &mine[n - 1]);
+    if (!st) dt_program_moe_drops(p, &mine[n - 3], &mine[n - 2]);
+    if (!st) mine[n - 1] = dt_program_moe_ep_bytes(p);
     /* a tensor-parallel group's ranks saw the same tokens: one of them counts (this build runs experts without TP) */
     if (!st) st = r->nranks > 1 ? dt_comm_allreduce(r->w, mine, all, n, DT_F64, DT_SUM) : DT_OK;
     if (!st && r->nranks == 1) memcpy(all, mine, n * sizeof(double));
-    r->moe_dropped = !st && all[n - 1] > 0 && c->capacity_factor > 0 ? all[n - 2] / all[n - 1] : -1;
+    r->moe_dropped = !st && all[n - 2] > 0 && c->capacity_factor > 0 ? all[n - 3] / all[n - 2] : -1;
+    r->moe_ep_bytes = st ? 0 : all[n - 1];
     if (!st && c->bias_rate > 0) dt_program_moe_update_bias(p, all); /* DeepSeek-V3's router: the step's load moves each bias alike */
     double worst = 0, sum = 0;
     int layers = 0;

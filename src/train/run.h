@@ -41,6 +41,7 @@ typedef struct {
     dt_dpo *dpo;              /* preference pairs in --data: DPO's loss (dpo_setup.c); its rows: the training file's, then --val-data's */
     double moe_worst, moe_mean; /* a mixture of experts' step: the most loaded expert over the mean, worst layer and average */
     double moe_dropped;       /* and the share of its choices a capacity dropped (below 0: dropless) */
+    double moe_ep_bytes;      /* and the bytes expert parallelism's exchanges sent between ranks, all ranks' */
     float dpo_step[2], dpo_val[2]; /* the last step's and evaluation's reward accuracy and margin (metrics) */
     dt_engine *e;
     dt_watchdog *wd;

@@ -14,15 +14,19 @@ static bool sharded(const run *r) {
     return off != 0 || n != dt_engine_get_config(r->e)->model.nparams; /* the store the engine trains (LoRA: the adapters) */
 }
 
+/* Whether this rank holds a part of the model: tensor-parallel slices, pipeline stages, or its experts. */
+static bool in_parts(const run *r) {
+    return r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_PP) > 1 || r->ep);
+}
+
 /* The weights file: rank 0 writes the model, gathered first from the ranks'
- * parts when it is split (TP, PP: collective). */
+ * parts when it is split (TP, PP, EP: collective). */
 static dt_status save_weights(run *r, int steps_done) {
     const char *path = r->c.save;
     size_t n = strlen(path);
     dt_gpt2 *whole = r->m;
     dt_status st = DT_OK;
-    if (r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_PP) > 1))
-        st = dt_mesh_gather_gpt2(r->mesh, r->w, r->m, &whole);
+    if (in_parts(r)) st = dt_mesh_gather_gpt2(r->mesh, r->w, r->m, &whole);
     if (!st && r->rank == 0) {
         double t0 = dt_time_now();
         DT_TRACE_BEGIN(DT_TRACK_IO, "weights write", "\"step\":%d,\"files\":1", steps_done);
@@ -53,17 +57,17 @@ dt_status dt_train_save(run *r, int steps_done) {
     /* a sharded strategy's checkpoint: every rank writes its slices (ZeRO-3's
      * parameters too); a weights file: ZeRO-3's ranks gather their parameters,
      * a model in parts is gathered for rank 0 (collective) */
-    bool in_parts = r->mesh && (dt_mesh_size(r->mesh, DT_MESH_TP) > 1 || dt_mesh_size(r->mesh, DT_MESH_PP) > 1 || r->ep); /* TP, PP or EP */
-    bool slices = dt_checkpoint_is_dir(path) && (sharded(r) || in_parts);
+    bool parts = in_parts(r);
+    bool slices = dt_checkpoint_is_dir(path) && (sharded(r) || parts);
     dt_status st = slices ? DT_OK : dt_engine_materialize(r->e, 1);
-    if (st || (r->rank != 0 && !slices && !in_parts)) {
+    if (st || (r->rank != 0 && !slices && !parts)) {
         /* rank 0 writes what every rank holds */
     } else if (dt_checkpoint_is_dir(path)) {
         dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->dp_size, dt_train_data_tokens(r) };
         dt_loader_position(r->tl, &pos.epoch, &pos.next);
         dt_checkpoint_model cm;
         dt_checkpoint_gpt2(r->m, &cm);
-        st = dt_checkpoint_save(path, in_parts ? r->w : sharded(r) ? dt_engine_get_config(r->e)->comm : NULL, &r->c, r->nranks, &cm, r->e, &pos);
+        st = dt_checkpoint_save(path, parts ? r->w : sharded(r) ? dt_engine_get_config(r->e)->comm : NULL, &r->c, r->nranks, &cm, r->e, &pos);
         if (!st && cm.lora && r->rank == 0) st = save_peft(path);
     } else {
         st = save_weights(r, steps_done);
