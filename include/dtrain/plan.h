@@ -35,6 +35,9 @@ typedef struct {
     int batch, seq, recompute, attention; /* attention: dt_attn_mode */
     dt_optim_config opt;
     int dp;                  /* data-parallel ranks */
+    int ep;                  /* of them, the ranks that split a mixture's experts (0, 1: none): a rank holds E/ep of them, whose
+                              * states shard over the dp/ep ranks holding the same; each layer's tokens go to their experts' ranks
+                              * and back (4 all-to-alls a layer and micro-batch, 6 recomputing) */
     int tp, sp;              /* tensor-parallel ranks (0, 1: none), sequence parallelism */
     int pp;                  /* pipeline stages (0, 1: none): the costliest stage's rank counts (dt_gpt2_split_stages) */
     int micro, gpipe, zb;    /* with pp: micro-batches per step; GPipe keeps all of them in flight, 1F1B at most p - stage,
@@ -87,6 +90,7 @@ typedef struct {
     double matmul, attention, elementwise, optimizer; /* compute on the rank */
     double dp_comm, dp_exposed;     /* gradient reduction (and ZeRO's gathers): all of it, and what backward does not hide */
     double tp_comm, cp_comm, pp_comm; /* per step, exposed */
+    double ep_comm;                 /* expert parallelism's all-to-alls, exposed */
     double tp_waits;                /* of tp_comm: the ranks' waits for the slowest at each allreduce (measured here) */
     double lp_units;                /* mixed precision made unit by unit (ZeRO-3; ZeRO 1, 2 with private parameters): the 16-bit copies */
     double grad_pages;              /* ZeRO's f32 gradients outside the shard, each step: lent by the pool and zeroed (ZeRO 2, 3), or zeroed */
@@ -121,6 +125,8 @@ void dt_plan_shape_for_params(double n, dt_gpt2_config *c);
  * layer's own counts, for any family. A block's Linears on a TP rank ([outputs, inputs], at most max; their count);
  * whether a config is GPT-2's family (learned positions, LayerNorms, a GELU MLP, biases). */
 double dt_plan_units_params(const dt_plan_job *j, int a, int b);
+/* Of those, a mixture's experts on a rank (E/ep of each block's). */
+double dt_plan_units_expert_params(const dt_plan_job *j, int a, int b);
 double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b);
 int dt_plan_block_linears(const dt_plan_job *j, int (*shape)[2], int max);
 bool dt_plan_is_gpt2(const dt_gpt2_config *c);

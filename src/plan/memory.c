@@ -37,8 +37,8 @@ static int accumulates(const dt_plan_job *j) {
  * none); ZeRO 1 and 2 keep the f32 master only in
  * the shard when mixed (or when the machine shares one copy); gradients in
  * f32 or --grad-store's 16 bits. */
-static void model_states(const dt_plan_job *j, double psi, double tied, double f32_only, const double unit_lp[2], double adapters,
-                         dt_plan_memory *m) {
+static void model_states(const dt_plan_job *j, double psi, double psi_sh, double tied, double f32_only, const double unit_lp[2],
+                         double adapters, dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1;
     int mixed = j->precision != DT_F32, s = j->stage;
     if (j->lora.rank) { /* the frozen base whole on every rank; the strategy shards the adapters, which train */
@@ -47,33 +47,35 @@ static void model_states(const dt_plan_job *j, double psi, double tied, double f
         m->optim = 4 * optim_floats(&j->opt) * adapters / (s >= 1 ? n : 1);
         return;
     }
+    /* psi_sh: what n shards split (the experts, whose states shard over the n/ep ranks holding the same ones, ep times) */
     if (j->paper_states) {
         double k = (mixed ? 4 : 0) + 4 * optim_floats(&j->opt), w = mixed ? 2 : 4;
-        m->params = w * psi / (s >= 3 ? n : 1);
-        m->grads = w * psi / (s >= 2 ? n : 1);
-        m->optim = k * psi / (s >= 1 ? n : 1);
+        m->params = w * (s >= 3 ? psi_sh / n : psi);
+        m->grads = w * (s >= 2 ? psi_sh / n : psi);
+        m->optim = k * (s >= 1 ? psi_sh / n : psi);
         return;
     }
     int shared = s >= 1 && n > 1 && j->shared_params;
-    m->params = 4 * psi / (s >= 3 || shared || (mixed && s >= 1 && n > 1) ? n : 1);
+    m->params = 4 * (s >= 3 || shared || (mixed && s >= 1 && n > 1) ? psi_sh / n : psi);
     /* the machine's one copy: every rank maps and reads all of it (its resident size counts it), the machine holds it once */
     if (shared) m->mapped = 4 * psi - m->params;
     if (mixed) m->lowp = 2 * (psi - f32_only);
     /* made unit by unit (ZeRO-3; ZeRO 1 and 2 with each rank's own parameters): one unit's copy at a time, the largest */
     if (mixed && n > 1 && (s >= 3 || (s >= 1 && !shared))) m->lowp = 2 * unit_lp[0];
     /* no data-parallel axis: f32 */
-    m->grads = dt_plan_lp_store(j) ? 2 * psi / (s >= 2 ? n : 1) + (accumulates(j) ? 4 * psi : 0) : 4 * psi / (s >= 2 && !accumulates(j) ? n : 1);
+    m->grads = dt_plan_lp_store(j) ? 2 * (s >= 2 ? psi_sh / n : psi) + (accumulates(j) ? 4 * psi : 0)
+                                   : 4 * (s >= 2 && !accumulates(j) ? psi_sh / n : psi);
     /* a last stage's tied copy has no optimizer state, but ZeRO's shards tile the whole store, the copy too */
-    m->optim = 4 * optim_floats(&j->opt) * (s >= 1 && n > 1 ? psi / n : psi - tied);
+    m->optim = 4 * optim_floats(&j->opt) * (s >= 1 && n > 1 ? psi_sh / n : psi - tied);
 }
 
 /* One rank holding psi parameters and acts bytes of activations; stage_bufs of its pipeline stage's own buffers, and
  * runtime bytes of process. */
-static void estimate_rank(const dt_plan_job *j, double psi, double tied, double f32_only, const double unit_lp[2], double adapters,
-                          double acts, double stage_bufs, double runtime, dt_plan_memory *m) {
+static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, double tied, double f32_only, const double unit_lp[2],
+                          double adapters, double acts, double stage_bufs, double runtime, dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1, f = 4;
     memset(m, 0, sizeof *m);
-    model_states(j, psi, tied, f32_only, unit_lp, adapters, m);
+    model_states(j, psi, psi_sh, tied, f32_only, unit_lp, adapters, m);
     int shared = j->stage >= 1 && n > 1 && j->shared_params;
     /* DDP: the tied embedding's rows of every rank (C floats per token) and the tokens;
      * ZeRO: the parameters' allgather staged 4M floats per rank at a time; stages 2
@@ -150,11 +152,12 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
     memset(m, 0, sizeof *m);
     for (int s = 0; s < p; s++) {
         int a[v], b[v];
-        double psi = 0, tied = 0, unit_lp[2] = { 0, 0 }; /* the largest unit's parameters, and block's */
+        double psi = 0, experts = 0, tied = 0, unit_lp[2] = { 0, 0 }; /* the largest unit's parameters, and block's */
         /* a stage's chunks: s, s+p, .. (each slot holds every chunk's activations) */
         for (int k = 0; k < v; k++) {
             a[k] = first[k * p + s], b[k] = first[k * p + s + 1];
             psi += dt_plan_units_params(j, a[k], b[k]);
+            experts += dt_plan_units_expert_params(j, a[k], b[k]);
             /* the largest unit's 16-bit copy (the embedding reads f32; the head's unit reads the tied wte) */
             for (int u = a[k] > 1 ? a[k] : 1; u < b[k]; u++) {
                 double x = dt_plan_units_params(j, u, u + 1);
@@ -172,7 +175,7 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
         /* --params N: the model states of N parameters, split as the shape's are */
         if (j->params_override > 0) {
             double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model });
-            psi *= f, f32_only *= f, unit_lp[0] *= f, unit_lp[1] *= f;
+            psi *= f, experts *= f, f32_only *= f, unit_lp[0] *= f, unit_lp[1] *= f;
         }
         /* a stage without the head holds no BLAS panel of its weight gradient (the planner's process, which timed it,
          * does); the first and last stages hold the tied wte's gradient on its way between them (dt_pipeline's
@@ -198,7 +201,7 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
             wte = 0; /* the tied table is frozen: nothing travels between the first and last stage */
         }
         dt_plan_memory one;
-        estimate_rank(j, psi, tied, f32_only, unit_lp, (double)adapters, acts, wte, process, &one);
+        estimate_rank(j, psi, psi + (j->ep > 1 ? j->ep - 1 : 0) * experts, tied, f32_only, unit_lp, (double)adapters, acts, wte, process, &one);
         if (one.per_rank > m->per_rank) *m = one;
     }
 }

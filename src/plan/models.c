@@ -16,16 +16,28 @@ typedef struct {
 
 /* Published shapes: Llama 3.1 (Meta's model cards: 8B, 70B, vocabulary 128256, 128K positions, 8 K/V heads, rotary base
  * 500000), GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads, 2048 positions; GPT-2's
- * architecture and vocabulary). */
+ * architecture and vocabulary), Mixtral 8x7B (its config.json: 32 layers, 4096 wide, 8 experts of 14336, top-2, 8 K/V
+ * heads), DeepSeek-V3 as this build's families can state it (the paper's Table and config.json: 7168 wide, 256 routed
+ * experts of 2048 and one shared, top-8 within 4 of 8 groups, sigmoid scores scaled by 2.5, vocabulary 129280, 4096
+ * positions in pre-training): its 61 layers, of which the first 3 have a dense MLP, as 58 MoE layers (671B parameters
+ * within 0.4%), its multi-head latent attention as 128 heads of 128 with 16 K/V heads (264M a layer against MLA's 187M:
+ * 0.7% of the whole), its shared expert ungated where Qwen 2 MoE's gate adds 7168 a layer; no multi-token prediction. */
 static const preset presets[] = {
     { "llama3.1-8b", "llama", { .max_seq_len = 131072, .vocab_size = 128256, .padded_vocab_size = 128256, .num_layers = 32, .num_heads = 32,
                                 .channels = 4096, .kv_heads = 8, .ffn = 14336, .rope_theta = 500000, .untied = 1 } },
     { "llama3.1-70b", "llama", { .max_seq_len = 131072, .vocab_size = 128256, .padded_vocab_size = 128256, .num_layers = 80, .num_heads = 64,
                                  .channels = 8192, .kv_heads = 8, .ffn = 28672, .rope_theta = 500000, .untied = 1 } },
     { "gpt3-175b", "gpt2", { .max_seq_len = 2048, .vocab_size = 50257, .padded_vocab_size = 50304, .num_layers = 96, .num_heads = 96, .channels = 12288 } },
+    { "mixtral-8x7b", "mixtral", { .max_seq_len = 32768, .vocab_size = 32000, .padded_vocab_size = 32000, .num_layers = 32, .num_heads = 32,
+                                   .channels = 4096, .kv_heads = 8, .ffn = 14336, .rope_theta = 1e6, .untied = 1, .experts = 8,
+                                   .experts_top_k = 2, .norm_topk = 1 } },
+    { "deepseek-v3", "qwen2_moe", { .max_seq_len = 4096, .vocab_size = 129280, .padded_vocab_size = 129280, .num_layers = 58, .num_heads = 128,
+                                    .channels = 7168, .kv_heads = 16, .head_dim = 128, .ffn = 2048, .rope_theta = 10000, .untied = 1,
+                                    .experts = 256, .experts_top_k = 8, .norm_topk = 1, .shared_ffn = 2048, .router = DT_ROUTER_SIGMOID_BIAS,
+                                    .expert_groups = 8, .group_top_k = 4, .routed_scale = 2.5f, .bias_rate = 0.001f } },
 };
 
-const char *dt_plan_model_names(void) { return DT_LM_PRESETS ", llama3.1-8b, llama3.1-70b, gpt3-175b"; }
+const char *dt_plan_model_names(void) { return DT_LM_PRESETS ", llama3.1-8b, llama3.1-70b, gpt3-175b, mixtral-8x7b, deepseek-v3"; }
 
 dt_status dt_plan_model_preset(const char *name, dt_gpt2_config *c) {
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
@@ -48,12 +60,22 @@ void dt_plan_shape_for_params(double n, dt_gpt2_config *c) {
                            .num_heads = C / 128, .channels = C };
 }
 
-double dt_plan_units_params(const dt_plan_job *j, int a, int b) { return (double)dt_gpt2_units_num_params(&j->model, a, b, j->tp); }
+double dt_plan_units_expert_params(const dt_plan_job *j, int a, int b) {
+    dt_gpt2_config r = dt_lm_config_resolve(&j->model);
+    int L = r.num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, ep = j->ep > 1 ? j->ep : 1;
+    /* each block's experts: gate, up and down of F x C, E of them, E/ep on a rank */
+    return r.experts && last >= first ? (double)(last - first + 1) * 3.0 * r.ffn * r.channels * r.experts / ep : 0;
+}
+
+double dt_plan_units_params(const dt_plan_job *j, int a, int b) {
+    double ep = j->ep > 1 ? j->ep : 1;
+    return (double)dt_gpt2_units_num_params(&j->model, a, b, j->tp) - (ep - 1) * dt_plan_units_expert_params(j, a, b);
+}
 
 double dt_plan_model_params(const dt_plan_job *j) {
     if (j->params_override > 0) return j->params_override;
     dt_plan_job whole = *j;
-    whole.tp = 1;
+    whole.tp = 1, whole.ep = 1;
     return dt_plan_units_params(&whole, 0, j->model.num_layers + 2);
 }
 
@@ -70,7 +92,10 @@ double dt_plan_paper_layer_bytes(const dt_plan_job *j, int recompute) {
     dt_gpt2_config r = dt_lm_config_resolve(c);
     bool gpt = dt_plan_is_gpt2(c);
     double kvc = (double)r.head_dim * r.kv_heads, F = r.ffn;
-    double whole = 4 * w * h + (gpt ? 2 * h : 0), split = w * (2 * h + 2 * kvc + (gpt ? 2 : 3) * F);
+    /* a mixture's: each token's k experts' SwiGLU activations and its dispatched copy (on the experts' ranks under EP), a
+     * shared expert's, the router's probabilities */
+    double moe = r.experts ? w * (r.experts_top_k * (3.0 * F + h) + 3.0 * r.shared_ffn + r.experts - 3.0 * F) : 0;
+    double whole = 4 * w * h + (gpt ? 2 * h : 0) + moe, split = w * (2 * h + 2 * kvc + (gpt ? 2 : 3) * F);
     return whole / rows + split / t;
 }
 
@@ -96,7 +121,14 @@ double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const
         for (int k = 0; k < n; k++) s += paper_units_activations(j, a[k], b[k], (double)batch * seq);
         return s;
     }
-    return (double)dt_gpt2_chunks_activation_bytes(c, n, a, b, j->tp, j->sp, batch, seq, j->recompute, j->attention, j->precision, j->zb);
+    double ep = 0;
+    dt_gpt2_config r = dt_lm_config_resolve(c);
+    for (int k = 0; j->ep > 1 && k < n; k++) { /* expert parallelism keeps, on the experts' rank, the rows routed there (balanced:
+                                              * as many as its own tokens' choices), their weights and gate|up products */
+        int L = r.num_layers, first = a[k] > 1 ? a[k] : 1, last = b[k] - 1 < L ? b[k] - 1 : L;
+        if (last >= first) ep += (last - first + 1) * 4.0 * batch * seq * r.experts_top_k * (r.channels + 1 + 2.0 * r.ffn);
+    }
+    return ep + (double)dt_gpt2_chunks_activation_bytes(c, n, a, b, j->tp, j->sp, batch, seq, j->recompute, j->attention, j->precision, j->zb);
 }
 
 int dt_plan_pp_slots(const dt_plan_job *j, int s) {

@@ -148,7 +148,8 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     double slow = o->oversubscribed * o->beside;
     double rmm = blocks_rate(j, h, o->threads, tokens) / slow;
     dt_lm_config rc = dt_lm_config_resolve(c); /* an expert's rows: its share of the tokens' choices (balanced) */
-    double rmoe = rc.experts ? gemm_rate(j, h, o->threads, fmax(1, tokens * rc.experts_top_k / rc.experts), rc.ffn, C) / slow : rmm;
+    double ep = j->ep > 1 ? j->ep : 1; /* under EP an expert's rows come from the ep ranks routing to it */
+    double rmoe = rc.experts ? gemm_rate(j, h, o->threads, fmax(1, ep * tokens * rc.experts_top_k / rc.experts), rc.ffn, C) / slow : rmm;
     size_t before = dt_resident_memory();
     double rhead = gemm_rate(j, h, o->threads, htok, hrows, C) / slow;
     /* the 16-bit head's loss and narrowing, timed here as it runs (one rank's vocabulary slice, its loss as one process's) */
@@ -168,25 +169,30 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     if (p == 1 || dt_gpt2_split_stages(c, job->seq, p * v, first)) first[0] = 0, first[1] = c->num_layers + 2, p = 1, v = 1;
     /* the slowest stage */
     stage_cost worst = { 0, 0, 0, 1.0 / 3 };
-    double psi = 0, tworst = -1, tall = 0;
+    double psi = 0, pexp = 0, tworst = -1, tall = 0; /* the slowest stage's parameters, of them experts */
     for (int s = 0; s < p; s++) {
         stage_cost sc = { 0, 0, 0, 0 };
-        double sp = 0;
+        double sp = 0, se = 0;
         for (int k = 0; k < v; k++) {
             stage_cost x = stage_compute(j, first[k * p + s], first[k * p + s + 1], tokens, T, rmm, rhead, rmoe, ratt, bw, hloss);
             sc.mm += x.mm, sc.att += x.att, sc.ew += x.ew, sc.fwd_share = x.fwd_share;
             sp += dt_plan_units_params(j, first[k * p + s], first[k * p + s + 1]);
+            se += dt_plan_units_expert_params(j, first[k * p + s], first[k * p + s + 1]);
         }
         tall += sc.mm + sc.att + sc.ew;
-        if (sc.mm + sc.att + sc.ew > tworst) tworst = sc.mm + sc.att + sc.ew, worst = sc, psi = sp;
+        if (sc.mm + sc.att + sc.ew > tworst) tworst = sc.mm + sc.att + sc.ew, worst = sc, psi = sp, pexp = se;
     }
-    if (j->params_override > 0) psi *= j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model });
+    if (j->params_override > 0) {
+        double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model });
+        psi *= f, pexp *= f;
+    }
     o->matmul = m * worst.mm, o->attention = m * worst.att, o->elementwise = m * worst.ew;
     /* the optimizer over the parameters this rank updates: AdamW reads a parameter, its gradient and two moments and writes three
      * back (28 bytes; SGD 16), gradients zeroed (4), mixed precision's 16-bit copy written (2); split over model-parallel ranks,
      * the global norm's own pass first (engine.c's update: 4; 124M bf16 TP 2 traced 69 ms against 55 planned without it) */
     int stage = j->stage, shared = h->shared_memory && j->shared_params && stage >= 1;
-    double own = stage >= 1 || shared ? psi / n : psi,
+    double psi_sh = psi + (ep - 1) * pexp; /* what the shards split: the experts' over the n/ep ranks holding them */
+    double own = stage >= 1 || shared ? psi_sh / n : psi,
            per = (j->opt.kind == DT_OPT_SGD ? 16 : 28) + 4 + (w == 2 ? 2 : 0) + (tp > 1 || p > 1 ? 4 : 0);
     /* at its own measured rate where there is one: a rank's threads' share of one core's, at most its share of all cores' */
     double obw = h->optim_bw_one > 0 ? fmin(h->optim_bw_one * o->threads, h->optim_bw_all / local) : bw;
@@ -260,6 +266,14 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
         o->cp_comm = j->cp_ulysses ? m * nl * 12 * (gather(kv * cp, cp, ia, ib) + 4 * kv / bw)
                                    : m * nl * 0.5 * 6 * (cp - 1) * (ia + kv * ib);
     }
+    /* expert parallelism: a layer's rows to their experts' ranks and back, forward and backward (recomputing: forward's again),
+     * (ep-1)/ep of each rank's choices crossing (balanced), a row its C values (and the weight dtrain sends beside it, in f32;
+     * Megatron's in 16 bits); the ranks inside one machine while ep fits there. dtrain waits for each exchange */
+    if (ep > 1 && rc.experts) {
+        int ep_nodes = job->nodes > 1 && ep > local / (tp * p > 0 ? tp * p : 1) ? 1 : 0;
+        double rows = tokens * rc.experts_top_k * (ep - 1) / ep, bytes = rows * (j->paper_states ? w * C : 4 * (C + 1.0));
+        o->ep_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * ((ep - 1) * (ep_nodes ? xa : ia) + bytes * (ep_nodes ? xb : ib) + 2 * bytes * g);
+    }
     /* the pipeline: each micro-batch's activations forward and gradient back; the bubble by schedule */
     /* a pipeline's step is m of the slowest stage's micro-batches plus one of every other stage's (filling and draining, as a flow
      * shop's makespan): (p-1) of the slowest's overstated it by the difference, d6's head-only last stage against its blocks 6-9% */
@@ -277,6 +291,7 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
             if (need < busy) o->matmul *= need / busy, o->attention *= need / busy, o->elementwise *= need / busy;
         }
     }
-    o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->lp_units + o->grad_pages + o->dp_exposed + o->tp_comm + o->cp_comm + o->pp_comm + o->bubble;
+    o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->lp_units + o->grad_pages + o->dp_exposed + o->tp_comm + o->cp_comm +
+              o->ep_comm + o->pp_comm + o->bubble;
     o->tok_per_s = (double)n / cp * m * j->batch * (double)job->seq / o->step;
 }

@@ -148,7 +148,7 @@ dt_status dt_train_check_preset(const dt_train_config *c, int nranks) {
 void dt_train_plan_job(const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d, dt_plan_job *job) {
     *job = (dt_plan_job){ .model = *cfg, .batch = c->batch, .seq = c->seq, .recompute = c->recompute, .attention = c->attention,
                           .cp = d->cp, .cp_ulysses = d->cp > 1 && dt_train_cp_impl(c, cfg, d->tp, d->cp) == DT_CP_ULYSSES,
-                          .opt = c->opt, .dp = d->dp * d->cp, .tp = d->tp, .sp = c->sp, .pp = d->pp, .micro = c->grad_accum,
+                          .opt = c->opt, .dp = d->dp * d->cp, .ep = d->ep, .tp = d->tp, .sp = c->sp, .pp = d->pp, .micro = c->grad_accum,
                           .gpipe = c->pp_schedule == DT_PP_GPIPE, .zb = c->pp_schedule == DT_PP_ZB1,
                           .virt = c->pp_schedule == DT_PP_INTERLEAVED ? dt_train_pp_virt(c) : 1, .local_ranks = d->local_ranks,
                           .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0,

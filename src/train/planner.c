@@ -83,7 +83,7 @@ static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, c
     int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1;
     int nodes = rq->nodes > 0 ? rq->nodes : h->shared_memory ? 1 : (nranks + h->devices_per_node - 1) / h->devices_per_node;
     const char *priv = getenv("DTRAIN_ZERO_PRIVATE_PARAMS");
-    dt_train_dims d = { .dp = nranks / (tp * pp * cp), .tp = tp, .pp = pp, .cp = cp, .local_ranks = (nranks + nodes - 1) / nodes };
+    dt_train_dims d = { .dp = nranks / (tp * pp * cp), .tp = tp, .pp = pp, .cp = cp, .ep = c->ep, .local_ranks = (nranks + nodes - 1) / nodes };
     d.shared_params = h->shared_memory && nodes == 1 && nranks > 1 && !(priv && atoi(priv) > 0);
     if ((st = dt_train_check_model(c, cfg, &d))) return st;
     memset(r, 0, sizeof *r);
@@ -176,10 +176,10 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
                 gb(h->memory - h->reserved, b[9]), gb(h->memory, b[10]), gb(h->reserved, b[11]),
                 100 * m->per_rank / (h->memory - h->reserved));
     fprintf(f, "step time (predicted, ms): matmul %.1f, attention %.1f, elementwise %.1f, optimizer %.1f, 16-bit copies by unit %.1f, "
-               "gradient pages %.1f, data-parallel %.1f (%.1f exposed), tensor-parallel %.1f (%.1f of it waiting for the slower rank), context-parallel %.1f, pipeline transfers %.1f, bubble %.1f\n"
+               "gradient pages %.1f, data-parallel %.1f (%.1f exposed), tensor-parallel %.1f (%.1f of it waiting for the slower rank), context-parallel %.1f, expert-parallel %.1f, pipeline transfers %.1f, bubble %.1f\n"
                "  step %.1f ms, %.0f tokens/s\n",
             1e3 * t->matmul, 1e3 * t->attention, 1e3 * t->elementwise, 1e3 * t->optimizer, 1e3 * t->lp_units, 1e3 * t->grad_pages, 1e3 * t->dp_comm, 1e3 * t->dp_exposed,
-            1e3 * t->tp_comm, 1e3 * t->tp_waits, 1e3 * t->cp_comm, 1e3 * t->pp_comm, 1e3 * t->bubble, 1e3 * t->step, t->tok_per_s);
+            1e3 * t->tp_comm, 1e3 * t->tp_waits, 1e3 * t->cp_comm, 1e3 * t->ep_comm, 1e3 * t->pp_comm, 1e3 * t->bubble, 1e3 * t->step, t->tok_per_s);
 }
 
 static cJSON *plan_json(const plan_result *r) {
@@ -207,10 +207,10 @@ static cJSON *plan_json(const plan_result *r) {
     cJSON_AddNumberToObject(mem, "process", m->runtime);
     cJSON_AddNumberToObject(mem, "per_machine", m->per_machine);
     const double ms[] = { t->matmul, t->attention, t->elementwise, t->optimizer, t->lp_units, t->grad_pages, t->dp_comm, t->dp_exposed, t->tp_comm, t->tp_waits, t->cp_comm,
-                          t->pp_comm, t->bubble };
+                          t->ep_comm, t->pp_comm, t->bubble };
     static const char *const names[] = { "matmul", "attention", "elementwise", "optimizer", "lp_units", "grad_pages", "dp_comm", "dp_exposed", "tp_comm", "tp_waits",
-                                         "cp_comm", "pp_comm", "bubble" };
-    for (int i = 0; i < 13; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
+                                         "cp_comm", "ep_comm", "pp_comm", "bubble" };
+    for (int i = 0; i < 14; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
     cJSON_AddNumberToObject(br, "threads", t->threads);
     cJSON_AddNumberToObject(br, "oversubscribed", t->oversubscribed);
     cJSON_AddNumberToObject(br, "beside", t->beside);
