@@ -111,7 +111,11 @@ static double paper_units_activations(const dt_plan_job *j, int a, int b, double
 
 double dt_plan_rank_scratch(const dt_plan_job *j, int head) {
     if (j->paper_acts) return j->recompute ? (double)j->batch * j->seq * dt_plan_paper_layer_bytes(j, 0) : 0;
-    return j->precision != DT_F32 ? (double)dt_gpt2_part_lp_work_bytes(&j->model, j->tp, head) : 0;
+    dt_gpt2_config r = dt_lm_config_resolve(&j->model);
+    /* expert parallelism's exchange buffers (program_moe_ep.c): rows of C + 1 floats out and in, and the grouped rows'
+     * SwiGLU, outputs, their gradients and weights' (balanced: as many rows as this rank's tokens' choices) */
+    double ep = j->ep > 1 && r.experts ? 4.0 * j->batch * j->seq * r.experts_top_k * (2.0 * (r.channels + 1) + r.channels + 4.0 * r.ffn + 3) : 0;
+    return ep + (j->precision != DT_F32 ? (double)dt_gpt2_part_lp_work_bytes(&j->model, j->tp, head) : 0);
 }
 
 double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq) {
