@@ -1,7 +1,8 @@
 #!/bin/bash
 # Expert parallelism (--ep N: each group of N data-parallel ranks splits the experts, tokens go to their expert's rank
 # and back by all-to-all) gives the losses of one process with the global batch over 20 AdamW steps, within 1e-6
-# relative: EP 2, EP 4 and DP 2 x EP 2 (top-4 of 4, dropless), with gradient accumulation and recomputation, top-2 EP 2
+# relative: EP 2, EP 4, DP 2 x EP 2 and PP 2 x EP 2 (1F1B, ZB-H1) (top-4 of 4, dropless), with gradient accumulation and
+# recomputation, top-2 EP 2
 # under SGD (and AdamW within 1e-5: why, below), the gradient norms; a capacity drops the
 # choices DDP drops, by weight and by position; the bytes the exchanges move are tokens x k x (4C + 2) floats x
 # (EP-1)/EP a layer; a checkpoint reshards from EP 2 to one process and back, and a weights file gathers every
@@ -46,6 +47,11 @@ run ep4 --batch 1 --nproc 4 --ep 4 --experts-top-k 4 && close "top-4 of 4: EP 4 
 run dpep --batch 1 --nproc 4 --ep 2 --experts-top-k 4 &&
     close "top-4 of 4: DP 2 x EP 2 (experts averaged over their 2 replicas)" "$dir/dense.jsonl" "$dir/dpep.jsonl"
 norms "DP 2 x EP 2: the gradient's norm" "$dir/dense.jsonl" "$dir/dpep.jsonl"
+for sc in 1f1b zb1; do
+    run pe_$sc --batch 1 --grad-accum 2 --nproc 4 --pp 2 --ep 2 --experts-top-k 4 --pp-schedule $sc &&
+        close "top-4 of 4: PP 2 x EP 2, $sc (each stage's experts over its 2 data-parallel ranks)" "$dir/dense.jsonl" "$dir/pe_$sc.jsonl"
+done
+norms "PP 2 x EP 2: the gradient's norm (the stages' and the group's experts)" "$dir/dense.jsonl" "$dir/pe_1f1b.jsonl"
 run epga --batch 1 --grad-accum 2 --nproc 2 --ep 2 --experts-top-k 4 &&
     close "top-4 of 4: EP 2, 2 micro-batches a step" "$dir/dense.jsonl" "$dir/epga.jsonl"
 # the bytes: every token's k choices, k of E experts, (EP-1)/EP of them on another rank when all are chosen
@@ -56,6 +62,9 @@ verdict $ok "EP 4 moves tokens x k x layers x (4C+2) x 4 bytes x (EP-1)/EP a ste
 b=$(field expert_exchange_bytes "$dir/ep2.jsonl" | tail -1)
 awk -v b="$b" 'BEGIN{exit !(b > 0)}' && ok=1 || ok=0
 verdict $ok "EP 2, top-2: the bytes its exchanges moved in every step's metrics (step 20: $b)"
+l=$(field expert_rank_load_max_mean "$dir/ep4.jsonl" | sort -u) m=$(field expert_rank_load_max_mean "$dir/ep2.jsonl" | sort -g | tail -1)
+[ "$l" = "1.0000" ] && awk -v m="$m" 'BEGIN{exit !(m >= 1 && m <= 2)}' && ok=1 || ok=0
+verdict $ok "the busiest rank's routed rows over its group's mean in every step's metrics: top-4 of 4 $l, top-2 at most $m"
 # a capacity: each source rank drops by its own micro-batch's choices, before any row moves, as DDP's ranks do
 run capddp --batch 2 --nproc 2 --capacity-factor 1
 run capep --batch 2 --nproc 2 --ep 2 --capacity-factor 1 && close "EP 2, capacity 1 (by weight)" "$dir/capddp.jsonl" "$dir/capep.jsonl"
@@ -87,6 +96,8 @@ save_resume() { # WHAT FIRST-ARGS -- SECOND-ARGS
     fi
 }
 save_resume "top-4 of 4: saved by EP 2 at step 10 (each rank its experts), resumed by one process" --batch 2 --nproc 2 --ep 2 --experts-top-k 4 -- \
+    --batch 2 --grad-accum 2 --experts-top-k 4
+save_resume "top-4 of 4: saved by PP 2 x EP 2 at step 10, resumed by one process" --batch 1 --grad-accum 2 --nproc 4 --pp 2 --ep 2 --experts-top-k 4 -- \
     --batch 2 --grad-accum 2 --experts-top-k 4
 save_resume "top-4 of 4: saved by one process at step 10, resumed by EP 2" --batch 2 --grad-accum 2 --experts-top-k 4 -- --batch 2 --nproc 2 --ep 2 \
     --experts-top-k 4

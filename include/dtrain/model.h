@@ -108,9 +108,10 @@ typedef struct {
     size_t goffset;         /* where the global tensor starts in the whole model's store (checkpoints are in that layout) */
     dt_tensor_slice slice;  /* this rank's part of it */
     dt_tp_split split;
-    /* Its replica group within the tensor-parallel group: how many ranks hold this same piece (0 or 1: this rank's own;
-     * a tensor TP leaves whole: all of them; a K/V head kept by several ranks: those), and this rank's place among
-     * them (the first counts it once: the gradient norm). */
+    /* Its replica group within the model-parallel group (tensor- and expert-parallel ranks): how many ranks hold this
+     * same piece (0 or 1: this rank's own; a tensor TP leaves whole: all of them; a K/V head kept by several ranks:
+     * those; under expert parallelism every tensor but the experts, on every rank of the group too), and this rank's
+     * place among them (the first counts it once: the gradient norm, a gathered model). */
     int replicas, replica;
     int input_rows;         /* an embedding: backward adds to only the rows of the input's tokens */
     int f32_read;           /* mixed precision reads its f32 values: 1 in forward only (embedding tables), 2 in both passes (LayerNorms) */

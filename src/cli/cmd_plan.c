@@ -24,12 +24,15 @@ static void usage(FILE *f) {
             "                     precision) at the same global batch, the ones that fit ranked by tok/s, and why\n"
             "                     each other one does not run\n"
             "  --ties PCT         with --search: layouts within PCT%% of a group's fastest share its rank (default 3:\n"
-            "                     the plan's own figure moves by 2-3%% between runs on a busy machine; docs/planner.md)\n");
+            "                     the plan's own figure moves by 2-3%% between runs on a busy machine; docs/planner.md)\n"
+            "  --expert-load X    with --ep: the busiest rank's routed rows over the mean (1, balanced, by default; a\n"
+            "                     run's metrics say it: expert_rank_load_max_mean), whose experts' work the step waits for\n");
 }
 
 static const dt_cli_flag flags[] = {
     { "--hardware", "this, a100-40g, h100-80g or a JSON file" }, { "--params", "a parameter count above 0 (1.5e9, 7.5B)" },
-    { "--nodes", "a whole number of machines from 1 to 65536" }, { "--ties", "a percentage from 0 to 100" }, { NULL, NULL },
+    { "--nodes", "a whole number of machines from 1 to 65536" }, { "--ties", "a percentage from 0 to 100" },
+    { "--expert-load", "a number from 1 to 1000" }, { NULL, NULL },
 };
 
 /* "7.5B", "350M", "1.5e9" */
@@ -59,6 +62,7 @@ int dt_cli_plan(int argc, char **argv) {
         else if (!strcmp(f, "--params")) ok = v && parse_count(v, &rq.params), i++;
         else if (!strcmp(f, "--ties")) ok = dt_cli_number(v, 0, 100, &x), rq.ties = x / 100, ties = 1, i++;
         else if (!strcmp(f, "--nodes")) ok = dt_cli_number(v, 1, 65536, &x) && x == (int)x, rq.nodes = (int)x, i++;
+        else if (!strcmp(f, "--expert-load")) ok = dt_cli_number(v, 1, 1000, &x), rq.expert_load = x, i++;
         else { rest[n++] = argv[i]; continue; }
         if (!ok) { free(rest); return dt_cli_flag_error("plan", flags, f, v); }
     }

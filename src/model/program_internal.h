@@ -180,6 +180,7 @@ struct dt_program {
     double moe_drops[2];       /* a capacity's dropped choices and all choices since last read */
     struct moe_ep_work *ep_work; /* expert parallelism's exchange buffers, grown to the largest step (program_moe_ep.c) */
     double ep_bytes;           /* the rows' bytes this rank sent to other ranks of its expert-parallel group since last read */
+    double ep_rows;            /* and the rows its experts ran (forward), since last read */
 };
 
 /* Which values a block's backward reads (p->vkeep), from the ops and LoRA's adapters (program.c); whether op k's

@@ -7,6 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Expert parallelism: the rows the busiest rank of an expert-parallel group ran over the group's mean (the worst group;
+ * 1: even), which the group's step waits for. */
+static dt_status rank_load(run *r, double rows) {
+    double sum = 0, max = 0, ratio = 0;
+    dt_status st = dt_comm_allreduce(r->ep, &rows, &sum, 1, DT_F64, DT_SUM);
+    if (!st) st = dt_comm_allreduce(r->ep, &rows, &max, 1, DT_F64, DT_MAX);
+    double mine = sum > 0 ? max / (sum / dt_comm_size(r->ep)) : 0;
+    if (!st) st = dt_comm_allreduce(r->w, &mine, &ratio, 1, DT_F64, DT_MAX);
+    r->moe_rank_load = st ? 0 : ratio;
+    return st;
+}
+
 dt_status dt_train_moe_load(run *r) {
     dt_program *p = dt_gpt2_program(r->m);
     const dt_lm_config *c = dt_program_config(p);
@@ -20,12 +32,14 @@ dt_status dt_train_moe_load(run *r) {
     for (int l = 0, k = 0; !st && l < L; l++) /* held layers in order, at their places in the whole model */
         if (dt_program_holds_block(p, l)) memcpy(mine + (size_t)l * E, local + (size_t)k++ * E, (size_t)E * sizeof(double));
     if (!st) dt_program_moe_drops(p, &mine[n - 3], &mine[n - 2]);
-    if (!st) mine[n - 1] = dt_program_moe_ep_bytes(p);
+    double rows = 0;
+    if (!st) dt_program_moe_ep_traffic(p, &mine[n - 1], &rows);
     /* a tensor-parallel group's ranks saw the same tokens: one of them counts (this build runs experts without TP) */
     if (!st) st = r->nranks > 1 ? dt_comm_allreduce(r->w, mine, all, n, DT_F64, DT_SUM) : DT_OK;
     if (!st && r->nranks == 1) memcpy(all, mine, n * sizeof(double));
     r->moe_dropped = !st && all[n - 2] > 0 && c->capacity_factor > 0 ? all[n - 3] / all[n - 2] : -1;
     r->moe_ep_bytes = st ? 0 : all[n - 1];
+    if (!st && r->ep) st = rank_load(r, rows);
     if (!st && c->bias_rate > 0) dt_program_moe_update_bias(p, all); /* DeepSeek-V3's router: the step's load moves each bias alike */
     double worst = 0, sum = 0;
     int layers = 0;

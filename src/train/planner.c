@@ -91,6 +91,7 @@ static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, c
     r->nodes = nodes;
     dt_train_plan_job(c, cfg, &d, &r->job);
     r->job.params_override = rq->params;
+    r->job.expert_load = rq->expert_load;
     r->job.paper_states = rq->params > 0 || !h->shared_memory;
     r->job.paper_acts = !h->shared_memory;
     r->job.threads = c->threads;
@@ -112,7 +113,9 @@ static const char *stage_name(int s) { return s == 0 ? "ddp" : s == 1 ? "zero1" 
 
 /* "dp 2 x tp 1 x pp 1 x cp 1, zero1, bf16, micro-batch 4 x 2 a step, recompute": c's layout over dp (the DP axis) x tp x pp x cp */
 static void describe(const dt_train_config *c, int dp, int tp, int pp, int cp, int stage, char *out, size_t cap) {
-    snprintf(out, cap, "dp %d x tp %d x pp %d x cp %d, %s, %s, micro-batch %d x %d a step%s%s%s", dp, tp, pp, cp,
+    char ep[24] = "";
+    if (c->ep > 1) snprintf(ep, sizeof ep, " (ep %d)", c->ep);
+    snprintf(out, cap, "dp %d%s x tp %d x pp %d x cp %d, %s, %s, micro-batch %d x %d a step%s%s%s", dp, ep, tp, pp, cp,
              dp * cp > 1 ? stage_name(stage) : "one replica", c->precision == DT_F32 ? "fp32" : dt_precision_name(c->precision), c->batch,
              c->grad_accum, c->recompute ? ", recompute" : "", pp > 1 ? ", " : "", pp > 1 ? dt_pp_kind_name((dt_pp_kind)c->pp_schedule) : "");
 }
@@ -129,6 +132,7 @@ static void layout_flags(const plan_result *r, char *out, size_t cap) {
     int cp = j->cp > 1 ? j->cp : 1, tp = j->tp > 1 ? j->tp : 1, pp = j->pp > 1 ? j->pp : 1, dp = j->dp / cp;
     int n = snprintf(out, cap, "--nproc %d --dp %d --tp %d --pp %d --cp %d --batch %d --grad-accum %d", dp * tp * pp * cp, dp, tp, pp, cp,
                      r->c.batch, r->c.grad_accum);
+    if (n > 0 && (size_t)n < cap && r->c.ep > 1) n += snprintf(out + n, cap - (size_t)n, " --ep %d", r->c.ep);
     if (n > 0 && (size_t)n < cap && dp * cp > 1 && j->stage) n += snprintf(out + n, cap - (size_t)n, " --zero %d", j->stage);
     if (n > 0 && (size_t)n < cap && r->c.precision != DT_F32) n += snprintf(out + n, cap - (size_t)n, " --precision %s", dt_precision_name(r->c.precision));
     if (n > 0 && (size_t)n < cap && r->c.recompute) n += snprintf(out + n, cap - (size_t)n, " --recompute");
@@ -141,8 +145,11 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
     char b[12][32], lay[256];
     describe_result(r, lay, sizeof lay);
     double np = dt_plan_model_params(&r->job);
-    fprintf(f, "plan: %s%.3gB parameters (%d layers, %d channels, %d heads), %s x %d positions\n", dt_plan_is_gpt2(cfg) ? "" : cfg->family == dt_family_find("qwen2") ? "Qwen 2, " : "Llama, ",
-            np / 1e9, cfg->num_layers, cfg->channels, cfg->num_heads, lay, r->c.seq);
+    dt_gpt2_config rc = dt_lm_config_resolve(cfg);
+    char experts[64] = "";
+    if (rc.experts) snprintf(experts, sizeof experts, ", %d experts (top-%d)", rc.experts, rc.experts_top_k);
+    fprintf(f, "plan: %s%s%.3gB parameters (%d layers, %d channels, %d heads%s), %s x %d positions\n", dt_plan_is_gpt2(cfg) ? "" : dt_family_name(rc.family),
+            dt_plan_is_gpt2(cfg) ? "" : ", ", np / 1e9, cfg->num_layers, cfg->channels, cfg->num_heads, experts, lay, r->c.seq);
     int ranks = r->job.dp * (r->job.tp > 1 ? r->job.tp : 1) * (r->job.pp > 1 ? r->job.pp : 1);
     char threads[48] = "";
     if (h->shared_memory) snprintf(threads, sizeof threads, ", %d thread%s a rank", t->threads, t->threads == 1 ? "" : "s");

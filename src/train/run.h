@@ -42,6 +42,7 @@ typedef struct {
     double moe_worst, moe_mean; /* a mixture of experts' step: the most loaded expert over the mean, worst layer and average */
     double moe_dropped;       /* and the share of its choices a capacity dropped (below 0: dropless) */
     double moe_ep_bytes;      /* and the bytes expert parallelism's exchanges sent between ranks, all ranks' */
+    double moe_rank_load;     /* and the rows the busiest rank of an expert-parallel group ran over the group's mean */
     float dpo_step[2], dpo_val[2]; /* the last step's and evaluation's reward accuracy and margin (metrics) */
     dt_engine *e;
     dt_watchdog *wd;

@@ -81,7 +81,7 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     if (r->dpo) json_num(f, "reward_accuracy", "%.4f", r->dpo_step[0]), json_num(f, "reward_margin", "%.6f", r->dpo_step[1]);
     if (r->moe_worst > 0) fprintf(f, ",\"expert_load_max_mean\":%.4f,\"expert_load_max_mean_avg\":%.4f", r->moe_worst, r->moe_mean);
     if (r->moe_dropped >= 0 && r->moe_worst > 0) fprintf(f, ",\"expert_choices_dropped\":%.6f", r->moe_dropped);
-    if (r->ep) fprintf(f, ",\"expert_exchange_bytes\":%.0f", r->moe_ep_bytes);
+    if (r->ep) fprintf(f, ",\"expert_exchange_bytes\":%.0f,\"expert_rank_load_max_mean\":%.4f", r->moe_ep_bytes, r->moe_rank_load);
     if (r->dpo && eval) json_num(f, "val_reward_accuracy", "%.4f", r->dpo_val[0]), json_num(f, "val_reward_margin", "%.6f", r->dpo_val[1]);
     if (s->skipped) fprintf(f, ",\"skipped\":true");
     if (dt_engine_loss_scale(r->e)) fprintf(f, ",\"loss_scale\":%.17g", s->loss_scale);

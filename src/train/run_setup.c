@@ -442,11 +442,12 @@ dt_status dt_train_setup(run *r) {
         st = dt_mesh_create(r->w, c->dp ? c->dp : r->nranks / (tp * pp * cp), tp, pp, cp, &r->mesh);
     }
     r->T = r->mesh ? c->seq / dt_mesh_size(r->mesh, DT_MESH_CP) : c->seq;
-    /* with a pipeline, the ranks of one replica's model (its TP x PP ranks): the norm's and the loss's group */
-    if (!st && r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1)
-        st = dt_comm_split(r->w, dt_comm_rank(dt_mesh_replicas(r->mesh)), r->rank, &r->mp);
     r->dp_rank = r->mesh ? dt_mesh_coord(r->mesh, DT_MESH_DP) : 0;
     r->dp_size = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_DP) : 1;
+    /* with a pipeline, the ranks of one replica's model (its TP x PP ranks, and with --ep its expert-parallel group's):
+     * the norm's and the loss's group */
+    if (!st && r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1)
+        st = dt_comm_split(r->w, c->ep > 1 ? r->dp_rank / c->ep : dt_comm_rank(dt_mesh_replicas(r->mesh)), r->rank, &r->mp);
     if (!st && c->ep > 1) { /* ep consecutive data-parallel ranks split the experts; those with the same place hold the same ones */
         dt_comm *dp = dt_mesh_comm(r->mesh, DT_MESH_DP);
         st = dt_comm_split(dp, r->dp_rank / c->ep, r->dp_rank, &r->ep);
