@@ -44,7 +44,7 @@ static size_t small_floats(const dt_decoder *d, const dt_program *p, const dt_pr
 }
 
 /* Layer l's norms (copied), Linears (packed, biases copied) from the program p (its parameters params). */
-static dt_status load_layer(dt_decoder *d, const dt_program *p, const float *params, int l) {
+static dt_status load_layer(dt_decoder *d, dt_program *p, const float *params, int l) {
     bool own = d->owned != NULL;
     for (int k = 0; k < d->nops; k++) {
         const dt_program_op *o = &d->ops[k];
@@ -61,6 +61,9 @@ static dt_status load_layer(dt_decoder *d, const dt_program *p, const float *par
             w->b = bt ? keep(d, params, bt, (size_t)o->width_out) : NULL;
             /* the parts sit side by side (the program checks): one panel of all their rows */
             dt_status st = linear_make(&w->lin, params + wt->offset, o->width_out, o->width_in, d->quant, own, &d->weight_bytes);
+            if (st) return st;
+        } else if (o->s.kind == DT_OP_MOE) {
+            dt_status st = dt_decoder_moe_load(d, p, params, l, k, &w->moe);
             if (st) return st;
         }
     }
@@ -123,7 +126,7 @@ static dt_status alloc_buffers(dt_decoder *d) {
     if (!ok || !d->stats || !d->pos || !d->scores || (d->tp && !d->local_logits))
         return dt_error(DT_ERR_NOMEM, "decoder: out of memory for %d cache slots of %d positions (%.1f MB) and %d rows", d->nslots,
                         c->max_seq_len, (double)dt_decoder_cache_bytes(d) / 1e6, d->max_rows);
-    return DT_OK;
+    return c->experts ? dt_decoder_moe_alloc(d) : DT_OK;
 }
 
 /* What this rank holds: every unit, whole or as a tensor-parallel part (not a pipeline stage, nor a sequence's
@@ -138,7 +141,6 @@ static dt_status take_shape(dt_decoder *d, const dt_program *p, const dt_program
     d->tp = tp > 1 ? part->tp : NULL;
     if (tp > 1 && !d->tp) return dt_error(DT_ERR_ARG, "decoder: a tensor-parallel part without its collectives");
     if (!v->embed || !v->norm_w) return dt_error(DT_ERR_ARG, "decoder: the model lacks its token table or its last norm");
-    if (c->experts) return dt_error(DT_ERR_UNSUPPORTED, "decoder: a mixture of experts (%s) is not served by this build", dt_family_name(c->family));
     d->nops = v->nops;
     d->nvalues = v->nvalues;
     d->rms = v->rms;
@@ -163,7 +165,7 @@ static dt_status take_shape(dt_decoder *d, const dt_program *p, const dt_program
 }
 
 /* The weights: each layer's, the positions and the last norm copied, the head (and an untied token table) packed. */
-static dt_status load(dt_decoder *d, const dt_program *p, const float *params, const dt_program_view *v, bool take) {
+static dt_status load(dt_decoder *d, dt_program *p, const float *params, const dt_program_view *v, bool take) {
     int C = d->cfg.channels;
     d->small_cap = small_floats(d, p, v);
     if (!(d->small = malloc(d->small_cap * sizeof(float)))) return dt_error(DT_ERR_NOMEM, "decoder: out of memory");
@@ -222,7 +224,8 @@ dt_status dt_decoder_create_taking(dt_gpt2 *m, dt_quant q, int nslots, int max_r
 
 void dt_decoder_destroy(dt_decoder *d) {
     if (!d) return;
-    for (size_t i = 0; d->w && i < (size_t)d->cfg.num_layers * (size_t)d->nops; i++) linear_free(&d->w[i].lin);
+    for (size_t i = 0; d->w && i < (size_t)d->cfg.num_layers * (size_t)d->nops; i++) linear_free(&d->w[i].lin), dt_decoder_moe_free(d->w[i].moe);
+    dt_decoder_moe_release(d);
     linear_free(&d->head);
     linear_free(&d->embed);
     for (int b = 0; d->bufs && b < d->nbufs; b++) free(d->bufs[b]);

@@ -13,12 +13,17 @@ typedef struct {
     int O, K;
 } linear;
 
-/* One op's weights in one layer: a Linear's panels (its parts side by side) and bias; a norm's scale and bias. row:
- * a row-parallel Linear, whose outputs this rank's partial sums are. */
+/* A mixture of experts' weights in one layer, and the rows' scratch a step routes them in (decoder_moe.c). */
+typedef struct moe_weights moe_weights;
+typedef struct moe_scratch moe_scratch;
+
+/* One op's weights in one layer: a Linear's panels (its parts side by side) and bias; a norm's scale and bias; a
+ * mixture of experts' router and experts. row: a row-parallel Linear, whose outputs this rank's partial sums are. */
 typedef struct {
     linear lin;
     const float *w, *b;
     bool row;
+    moe_weights *moe;
 } op_weights;
 
 struct dt_decoder {
@@ -51,6 +56,7 @@ struct dt_decoder {
     int32_t *pos;    /* the step's rows' positions (rotary) */
     int leader;      /* over a part: this rank sends each step's rows to the others, who follow */
     size_t weight_bytes;
+    moe_scratch *moe;  /* a mixture of experts' rows a step (NULL: none) */
     dt_gpt2 *owned;  /* the model, when the decoder took it (dt_decoder_create_taking): its f32 Linears are packed in it */
 };
 
@@ -60,5 +66,12 @@ size_t dt_decoder_padded_positions(const dt_decoder *d);
 size_t dt_decoder_cache_elem(const dt_decoder *d);
 /* One step over n checked rows (decoder_step.c). */
 dt_status dt_decoder_run(dt_decoder *d, const dt_infer_row *rows, int n, float *logits);
+/* A mixture of experts (decoder_moe.c): op k of layer l's weights packed from p's parameters (*out set, to be freed,
+ * on a failure too); the scratch for max_rows rows, and its release; the op over n rows of x into out. */
+dt_status dt_decoder_moe_load(dt_decoder *d, dt_program *p, const float *params, int l, int k, moe_weights **out);
+void dt_decoder_moe_free(moe_weights *w);
+dt_status dt_decoder_moe_alloc(dt_decoder *d);
+void dt_decoder_moe_release(dt_decoder *d);
+dt_status dt_decoder_moe_run(dt_decoder *d, const moe_weights *w, const float *x, float *out, int n);
 
 #endif
