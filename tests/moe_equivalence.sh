@@ -3,7 +3,8 @@
 # the global batch over 20 AdamW steps, within 1e-6 relative, under DDP 2, ZeRO 1/2/3, PP 2 (GPipe, 1F1B), CP 2,
 # DP 2 x PP 2 and recomputation (the routing is each token's own, so any split of the tokens or the layers computes
 # the same sums), and with every expert chosen (no choice a rounding could flip) under micro-batches of one row;
-# the balancing loss changes the losses and, recomputed, gives the same ones; a checkpoint saved by ZeRO-2 at step
+# the balancing loss changes the losses and, recomputed, gives the same ones; the router z-loss under DDP 2 gives one
+# process's; a checkpoint saved by ZeRO-2 at step
 # 10 goes on under PP 2 as the uninterrupted run does; the HF folder it exports reads back with the
 # same loss and decodes as the training forward does; the experts' load is in the metrics. What this build does not do
 # is refused naming why.
@@ -48,6 +49,15 @@ run auxrc --batch 4 --moe-aux-loss 0.05 --recompute && close "balancing loss 0.0
 d=$(paste <(field loss "$dir/ref.jsonl") <(field loss "$dir/aux.jsonl") | awk '$2 > $1' | wc -l)
 [ "$d" -ge 15 ] && ok=1 || ok=0
 verdict $ok "the balancing loss adds to the loss ($d of 20 steps above the run without it)"
+# the router z-loss: each rank's mean over its rows of every layer's squared log-sum-exp, averaged over the ranks as the
+# loss is: DDP 2 gives one process's losses; it adds to the loss from the first step
+run zref --batch 2 --grad-accum 2 --moe-z-loss 0.01
+run zddp --batch 2 --nproc 2 --moe-z-loss 0.01 && close "router z-loss 0.01: DDP 2" "$dir/zref.jsonl" "$dir/zddp.jsonl"
+d=$(paste <(field loss "$dir/ref2.jsonl") <(field loss "$dir/zref.jsonl") | head -1 | awk '{print $2 - $1}')
+awk -v d="$d" 'BEGIN{exit !(d > 0)}' && ok=1 || ok=0
+verdict $ok "the z-loss adds to the first step's loss (+$d)"
+refused "the z-loss on the sigmoid router" "a softmax router's" train "${common[@]}" --batch 2 --steps 1 --moe-z-loss 0.01 --router sigmoid-bias
+refused "the z-loss over pipeline stages" "not in this build" train "${common[@]}" --batch 1 --grad-accum 2 --nproc 2 --pp 2 --steps 1 --moe-z-loss 0.01
 # DeepSeek-V3's router (sigmoid scores, 2 groups of which the best 1; the bias moved by every step's load, counted over
 # every rank): the layouts move it alike; saved at step 10 (the bias in the checkpoint) and resumed, as uninterrupted.
 # A group is chosen by a sum of scores, where micro-batches of 4 rows and of 2 round differently enough to flip a

@@ -43,7 +43,7 @@ static dt_status check_router(const dt_program *p, dt_safetensors *f) {
         char name[32];
         snprintf(name, sizeof name, "router_logits.%d", l);
         if ((st = dt_safetensors_read(f, name, 2, dims, 0, ref))) break;
-        dt_moe_softmax(ref, n, E);
+        dt_moe_softmax(ref, NULL, n, E);
         worst = fmax(worst, rel_err(dt_program_moe_probs(p, l), ref, (size_t)n * E));
         snprintf(name, sizeof name, "router_top.%d", l);
         if ((st = dt_safetensors_read_i32(f, name, (size_t)kd, top))) break;
@@ -345,12 +345,60 @@ static void bad_input(const char *dir) {
     if (system(rm)) printf("could not remove %s\n", tmp);
 }
 
+/* The router z-loss (scripts/make_zloss_fixture.py: the Mixtral fixture's loss with 0.1 x transformers' router_z_loss_func
+ * over every layer's router logits): its value, the loss with it, and every router's gradient, against transformers'. */
+static void check_zloss(const char *dir) {
+    char folder[512], path[512], fxp[512];
+    model = "z-loss";
+    snprintf(folder, sizeof folder, "%s/moe/mixtral", dir);
+    snprintf(fxp, sizeof fxp, "%s/moe/mixtral.safetensors", dir);
+    snprintf(path, sizeof path, "%s/moe/zloss.safetensors", dir);
+    dt_program *p = NULL;
+    dt_safetensors *fx = NULL, *f = NULL;
+    int32_t in[B * T], tg[B * T];
+    float loss = 0, want[2], *g = NULL;
+    int one = 1;
+    dt_status st = dt_program_load_hf(folder, &p);
+    if (!st) st = dt_safetensors_open(fxp, &fx);
+    if (!st) st = dt_safetensors_open(path, &f);
+    if (!st) st = dt_safetensors_read_i32(fx, "inputs", B * T, in);
+    if (!st) st = dt_safetensors_read_i32(fx, "targets", B * T, tg);
+    if (!st) st = dt_program_set_z_loss(p, 0.1f);
+    if (!st) dt_program_zero_grad(p);
+    if (!st) st = dt_program_forward(p, in, tg, B, T, &loss);
+    if (!st) st = dt_program_backward(p, 1.0f);
+    if (!st && !(st = dt_safetensors_read(f, "z", 1, &one, 0, &want[0])) && !(st = dt_safetensors_read(f, "loss", 1, &one, 0, &want[1]))) {
+        expect("router_z_loss_func's value (every layer's rows)", fabs(dt_program_moe_z_loss(p) - want[0]) / want[0], 1e-5);
+        expect("the loss with 0.1 x the z-loss", fabs(loss - want[1]) / want[1], 1e-6);
+    }
+    dt_model m;
+    if (!st) dt_program_model(p, &m);
+    double worst = 0;
+    for (int l = 0; !st && l < dt_program_config(p)->num_layers; l++) {
+        char ours[32], hf[96];
+        snprintf(ours, sizeof ours, "h.%d.routerw", l);
+        snprintf(hf, sizeof hf, "grad.model.layers.%d.block_sparse_moe.gate.weight", l);
+        const dt_tensor_info *t = dt_model_find(&m, ours);
+        if (!t) { st = dt_error(DT_ERR_ARG, "no %s", ours); break; }
+        int dims[2] = { t->shape[0], t->shape[1] };
+        if (!(g = realloc(g, t->count * sizeof(float)))) { st = dt_error(DT_ERR_NOMEM, "out of memory"); break; }
+        if (!(st = dt_safetensors_read(f, hf, 2, dims, 0, g))) worst = fmax(worst, rel_err(m.grads(m.self) + t->offset, g, t->count));
+    }
+    if (!st) expect("every router's gradient with the z-loss", worst, 1e-5);
+    if (st) verdict("the z-loss fixture", false, dt_last_error());
+    free(g);
+    dt_program_destroy(p);
+    dt_safetensors_close(fx);
+    dt_safetensors_close(f);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     check_fixture(dir, "mixtral");
     check_fixture(dir, "qwen2_moe");
     check_sigmoid(dir);
     check_capacity(dir);
+    check_zloss(dir);
     model = "bad";
     bad_input(dir);
     printf("%s\n", failed ? "test_moe: FAILED" : "test_moe: all passed");

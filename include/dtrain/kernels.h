@@ -52,7 +52,10 @@ void dt_dropout(float *out, int ldo, const float *x, int ldx, int rows, int cols
  * probabilities, or NULL). */
 #define DT_MOE_MAX_K 32
 #define DT_MOE_MAX_EXPERTS 4096 /* the experts a mixture may have (the router's per-row scratch) */
-void dt_moe_softmax(float *probs, int BT, int E);
+/* softmax's rows in place; lse (NULL: not wanted) each row's log-sum-exp of its logits. z_backward: the router z-loss's
+ * gradient (ST-MoE's: the mean of lse^2) added to d(logits): scale 2 lse_i p_ie. */
+void dt_moe_softmax(float *probs, float *lse, int BT, int E);
+void dt_moe_z_backward(float *dlogits, const float *probs, const float *lse, int BT, int E, float scale);
 void dt_moe_topk(float *w, int32_t *idx, const float *probs, int BT, int E, int K, bool norm);
 void dt_moe_sort(int32_t *order, int32_t *start, int32_t *row_of, const int32_t *idx, int pairs, int E);
 void dt_moe_gather(float *rows, const float *x, const int32_t *order, int pairs, int K, int C);

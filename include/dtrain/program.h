@@ -99,6 +99,11 @@ const float *dt_program_logits(const dt_program *p);
 const float *dt_program_moe_probs(const dt_program *p, int l);
 const float *dt_program_moe_output(const dt_program *p);
 double dt_program_moe_balance_loss(const dt_program *p);
+/* The router z-loss (ST-MoE's; transformers' router_z_loss_func over every layer's router logits): the mean over the
+ * micro-batch's layers and rows of the squared log-sum-exp of a row's logits; coef times it joins the loss, its
+ * gradient the routers'. A softmax router's; 0 turns it off. The last forward's value (before its coefficient). */
+dt_status dt_program_set_z_loss(dt_program *p, float coef);
+double dt_program_moe_z_loss(const dt_program *p);
 void dt_program_moe_load(dt_program *p, double *load);
 /* The choices a capacity dropped, and all choices, since the last call (then zeroed). */
 void dt_program_moe_drops(dt_program *p, double *dropped, double *pairs);

@@ -264,6 +264,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     if (c->chat_template) cJSON_AddStringToObject(x, "chat_template", c->chat_template);
     if (c->pack) cJSON_AddBoolToObject(x, "pack", 1);
     if (c->dpo_beta > 0) cJSON_AddNumberToObject(x, "dpo_beta", c->dpo_beta);
+    if (c->moe_z_loss > 0) cJSON_AddNumberToObject(x, "moe_z_loss", c->moe_z_loss);
     if (ls) {
         /* the loss scaler's whole state: a resumed fp16 run scales, skips and grows as the uninterrupted one */
         x = cJSON_AddObjectToObject(j, "loss_scaler");

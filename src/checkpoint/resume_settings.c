@@ -112,6 +112,7 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
     take_bool(j, "settings", "pack", &c->pack);
     double beta;
     if (!dt_ckpt_number(j, "settings", "dpo_beta", "", &beta)) c->dpo_beta = beta;
+    take_float(j, "settings", "moe_z_loss", &c->moe_z_loss);
     take_int(j, "settings", "steps", &c->steps);
     take_int(j, "settings", "batch", &c->batch);
     take_int(j, "settings", "grad_accum", &c->grad_accum);

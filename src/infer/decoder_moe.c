@@ -131,7 +131,7 @@ dt_status dt_decoder_moe_run(dt_decoder *d, const moe_weights *w, const float *x
         dt_moe_sigmoid(s->probs, n, E);
         dt_moe_topk_biased(s->w, s->idx, s->probs, w->bias, n, E, K, c->expert_groups, c->group_top_k, c->norm_topk, c->routed_scale);
     } else {
-        dt_moe_softmax(s->probs, n, E);
+        dt_moe_softmax(s->probs, NULL, n, E);
         dt_moe_topk(s->w, s->idx, s->probs, n, E, K, c->norm_topk);
     }
     dt_moe_sort(s->order, s->start, s->row_of, s->idx, pairs, E);

@@ -33,14 +33,21 @@ void dt_moe_topk(float *w, int32_t *idx, const float *probs, int BT, int E, int 
     }
 }
 
-void dt_moe_softmax(float *probs, int BT, int E) {
+void dt_moe_softmax(float *probs, float *lse, int BT, int E) {
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < BT; i++) {
         float *p = probs + (size_t)i * E, max = p[0], sum = 0;
         for (int e = 1; e < E; e++) max = p[e] > max ? p[e] : max;
         for (int e = 0; e < E; e++) sum += p[e] = expf(p[e] - max);
         for (int e = 0; e < E; e++) p[e] /= sum;
+        if (lse) lse[i] = max + logf(sum);
     }
+}
+
+void dt_moe_z_backward(float *dlogits, const float *probs, const float *lse, int BT, int E, float scale) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++)
+        for (int e = 0; e < E; e++) dlogits[(size_t)i * E + e] += scale * 2 * lse[i] * probs[(size_t)i * E + e];
 }
 
 void dt_moe_sort(int32_t *order, int32_t *start, int32_t *row_of, const int32_t *idx, int pairs, int E) {

@@ -102,6 +102,7 @@ typedef struct {
     float *moe_work;           /* a mixture of experts' scratch (program_moe.c), its ints, and over the micro-batch's */
     int32_t *moe_int;          /* layers each expert's choices and probabilities summed [2E] and the rows that made them */
     double *moe_acc, moe_rows;
+    double moe_z;              /* the z-loss's sum of every layer's rows' lse^2 over the micro-batch */
     struct moe_ep_keep *ep_keep; /* expert parallelism: each held block's rows kept by this rank's experts (program_moe_ep.c) */
     int ep_nkeep;
     float moe_gscale;          /* backward's grad_scale (the balancing loss's gradient is scaled with the loss's) */
@@ -181,6 +182,7 @@ struct dt_program {
     struct moe_ep_work *ep_work; /* expert parallelism's exchange buffers, grown to the largest step (program_moe_ep.c) */
     double ep_bytes;           /* the rows' bytes this rank sent to other ranks of its expert-parallel group since last read */
     double ep_rows;            /* and the rows its experts ran (forward), since last read */
+    float z_coef;              /* the router z-loss's coefficient (dt_program_set_z_loss; 0: none) */
 };
 
 /* Which values a block's backward reads (p->vkeep), from the ops and LoRA's adapters (program.c); whether op k's

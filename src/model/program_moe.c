@@ -14,9 +14,11 @@
 static int pairs_of(const dt_program *p, size_t BT) { return (int)BT * p->cfg.experts_top_k; }
 static bool shared(const dt_program *p) { return p->cfg.shared_ffn > 0; }
 
-/* What a block keeps: the router's probabilities, every pair's gate|up products, the shared expert's and its gate. */
+/* What a block keeps: the router's probabilities, every pair's gate|up products, the shared expert's and its gate, each
+ * row's log-sum-exp of its router logits (the z-loss's). */
 size_t dt_program_moe_kept(const dt_program *p, size_t BT) {
-    return BT * (size_t)p->cfg.experts + (size_t)pairs_of(p, BT) * 2 * (size_t)p->cfg.ffn + (shared(p) ? BT * (2 * (size_t)p->cfg.shared_ffn + 1) : 0);
+    return BT * (size_t)p->cfg.experts + (size_t)pairs_of(p, BT) * 2 * (size_t)p->cfg.ffn + (shared(p) ? BT * (2 * (size_t)p->cfg.shared_ffn + 1) : 0) +
+           BT;
 }
 
 /* A group of n rows through SwiGLU experts of F hidden units: their inputs, SwiGLU outputs, outputs (their
@@ -46,7 +48,7 @@ static group group_at(float *at, size_t n, size_t C, size_t F) {
 }
 
 typedef struct {
-    float *probs, *hu, *shu, *sgate;    /* kept: probabilities, the pairs' and the shared expert's gate|up, its gate */
+    float *probs, *hu, *shu, *sgate, *lse; /* kept: probabilities, the pairs' and the shared expert's gate|up, its gate, lse */
     int32_t *idx, *order, *row_of, *start, *rows, *all;
     group r;                            /* the routed pairs' scratch */
     float *dlogits, *sdx;
@@ -65,6 +67,7 @@ static moe_run run_of(dt_program *p, int l, int k) {
     m.hu = m.probs + BT * (size_t)m.E;
     m.shu = m.hu + n * 2 * (size_t)m.F;
     m.sgate = m.shu + BT * 2 * (size_t)m.Fs;
+    m.lse = m.sgate + (m.Fs > 0 ? BT : 0);
     m.idx = s->moe_int, m.order = m.idx + n, m.row_of = m.order + n, m.start = m.row_of + n;
     m.rows = m.start + m.E + 1, m.all = m.rows + BT; /* the shared expert: every row, in order; its one group */
     m.r = group_at(s->moe_work, n, (size_t)m.C, (size_t)m.F);
@@ -133,7 +136,7 @@ void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *
     moe_run m = run_of(p, l, k);
     dt_matmul_forward(m.probs, x, m.router, NULL, m.BT, m.C, m.E);
     if (biased(p)) dt_moe_sigmoid(m.probs, m.BT, m.E);
-    else dt_moe_softmax(m.probs, m.BT, m.E);
+    else dt_moe_softmax(m.probs, m.lse, m.BT, m.E);
     route(p, l, &m);
     dt_moe_gather(m.r.xs, x, m.order, m.start[m.E], m.K, m.C);
     if (p->part.ep_size > 1) {
@@ -151,6 +154,7 @@ void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *
     for (int i = 0; i < m.BT; i++)
         for (int e = 0; e < m.E; e++) psum[e] += m.probs[(size_t)i * m.E + e];
     p->s->moe_rows += m.BT;
+    for (int i = 0; p->z_coef > 0 && i < m.BT; i++) p->s->moe_z += (double)m.lse[i] * m.lse[i];
     p->moe_drops[0] += m.dropped, p->moe_drops[1] += m.pairs;
 }
 
@@ -178,6 +182,8 @@ void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const 
         daux[e] = (float)(p->s->moe_gscale * p->cfg.aux_coef * m.E * (load[e] / N) / N);
     if (biased(p)) dt_moe_sigmoid_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, m.BT, m.E, m.K, p->cfg.norm_topk, p->cfg.routed_scale);
     else dt_moe_router_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, p->cfg.aux_coef > 0 ? daux : NULL, m.BT, m.E, m.K, p->cfg.norm_topk);
+    if (p->z_coef > 0 && !biased(p)) /* the z-loss: the mean of lse^2 over the micro-batch's layers and rows */
+        dt_moe_z_backward(m.dlogits, m.probs, m.lse, m.BT, m.E, (float)(p->s->moe_gscale * p->z_coef / N));
     dt_matmul_backward(dx, m.grad[0], NULL, m.dlogits, x, m.router, m.BT, m.C, m.E);
 }
 
@@ -235,6 +241,16 @@ void dt_program_moe_update_bias(dt_program *p, const double *load) {
 }
 
 bool dt_program_holds_block(const dt_program *p, int l) { return l >= 0 && l < p->cfg.num_layers && p->bk[l] >= 0; }
+
+dt_status dt_program_set_z_loss(dt_program *p, float coef) {
+    if (!(coef >= 0)) return dt_error(DT_ERR_ARG, "model: a router z-loss coefficient of %g", (double)coef);
+    if (coef > 0 && (!p->cfg.experts || biased(p)))
+        return dt_error(DT_ERR_ARG, "the router z-loss (--moe-z-loss) is a softmax router's: %s", p->cfg.experts ? "this one is the sigmoid router" : "the model has no experts");
+    p->z_coef = coef;
+    return DT_OK;
+}
+
+double dt_program_moe_z_loss(const dt_program *p) { return p->s && p->s->moe_rows ? p->s->moe_z / p->s->moe_rows : 0; }
 
 double dt_program_moe_balance_loss(const dt_program *p) {
     const program_slot *s = p->s;

@@ -403,7 +403,7 @@ static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
         s->loss = (float)(dt_program_tp_crossentropy_forward(p, targets) / s->loss_tokens);
         if (p->token_loss) /* the caller's loss over the rows' cross-entropies; backward weighs each row by its d(loss) */
             s->loss = p->token_loss(p->token_loss_ctx, s->B, s->T, s->losses, targets, s->dce), s->loss_tokens = 1;
-        s->loss += (float)(p->cfg.aux_coef * dt_program_moe_balance_loss(p)); /* a mixture of experts' */
+        s->loss += (float)(p->cfg.aux_coef * dt_program_moe_balance_loss(p) + p->z_coef * dt_program_moe_z_loss(p)); /* a mixture of experts' */
         if (loss) *loss = s->loss;
     }
     unit_end();
@@ -451,7 +451,7 @@ static dt_status begin_micro_batch(dt_program *p, int BT, int T) {
         s->pos[i] = q, s->first[i] = t - q;
     }
     s->keyed = p->key_src && dropping(p);
-    if (s->moe_acc) memset(s->moe_acc, 0, 2 * (size_t)p->cfg.experts * sizeof(double)), s->moe_rows = 0; /* a micro-batch's balance */
+    if (s->moe_acc) memset(s->moe_acc, 0, 2 * (size_t)p->cfg.experts * sizeof(double)), s->moe_rows = 0, s->moe_z = 0; /* a micro-batch's balance */
     if (s->keyed) memcpy(s->row_key, p->key_src, (size_t)(BT / T) * sizeof(uint64_t));
     return DT_OK;
 }

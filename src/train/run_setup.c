@@ -188,6 +188,7 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         dt_gpt2_destroy(whole);
         if (st) return st;
     }
+    if ((st = dt_program_set_z_loss(dt_gpt2_program(*out), c->moe_z_loss))) return st;
     dt_gpt2_set_recompute(*out, c->recompute);
     dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);
     st = dt_gpt2_set_precision(*out, c->precision);
