@@ -687,8 +687,14 @@ dt_status dt_comm_alltoallv(dt_comm *c, const void *sbuf, const size_t *scounts,
     /* a row: the counts, the room, whether the data rides along, and room for it (less a row as ranks grow) */
     size_t es = dt_dtype_size(t), small = p <= 8 ? 512 : (size_t)(4096 / p > 64 ? 4096 / p : 64) & ~(size_t)7;
     size_t n = (size_t)p + 2 + small / 8, so = 0, ro = 0;
-    uint64_t *row = calloc(n, sizeof *row), *all = malloc(n * (size_t)p * sizeof *all);
-    size_t *sat = malloc((size_t)p * sizeof *sat), *rat = malloc((size_t)p * sizeof *rat);
+    /* up to 8 ranks on the stack (a dispatch's few hundred bytes must not pay for four allocations) */
+    enum { LOCAL = 8 * (8 + 2 + 64) };
+    uint64_t row_local[8 + 2 + 64], all_local[LOCAL];
+    size_t sat_local[8], rat_local[8];
+    bool heap = p > 8;
+    uint64_t *row = heap ? calloc(n, sizeof *row) : row_local, *all = heap ? malloc(n * (size_t)p * sizeof *all) : all_local;
+    size_t *sat = heap ? malloc((size_t)p * sizeof *sat) : sat_local, *rat = heap ? malloc((size_t)p * sizeof *rat) : rat_local;
+    if (!heap) memset(row, 0, n * sizeof *row);
     if (!row || !all || !sat || !rat) st = dt_error(DT_ERR_NOMEM, "alltoallv: out of memory");
     for (int j = 0; !st && j < p; j++) row[j] = scounts[j], sat[j] = so, so += scounts[j];
     bool rides = !st && so * es <= small, every = true;
@@ -713,6 +719,6 @@ dt_status dt_comm_alltoallv(dt_comm *c, const void *sbuf, const size_t *scounts,
         int to = (r + k) % p, from = (r - k + p) % p;
         st = dt_comm_sendrecv(c, (const char *)sbuf + sat[to] * es, scounts[to], to, (char *)rbuf + rat[from] * es, rcounts[from], from, t);
     }
-    free(row), free(all), free(sat), free(rat);
+    if (heap) free(row), free(all), free(sat), free(rat);
     return st;
 }
