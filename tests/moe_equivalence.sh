@@ -3,8 +3,8 @@
 # the global batch over 20 AdamW steps, within 1e-6 relative, under DDP 2, ZeRO 1/2/3, PP 2 (GPipe, 1F1B), CP 2,
 # DP 2 x PP 2 and recomputation (the routing is each token's own, so any split of the tokens or the layers computes
 # the same sums), and with every expert chosen (no choice a rounding could flip) under micro-batches of one row;
-# the balancing loss changes the losses and, recomputed, gives the same ones; the router z-loss under DDP 2 gives one
-# process's; a checkpoint saved by ZeRO-2 at step
+# the balancing loss changes the losses and, recomputed, gives the same ones; the router z-loss and DeepSeek's shared
+# experts under DDP 2 (and EP 2) give one process's; a checkpoint saved by ZeRO-2 at step
 # 10 goes on under PP 2 as the uninterrupted run does; the HF folder it exports reads back with the
 # same loss and decodes as the training forward does; the experts' load is in the metrics. What this build does not do
 # is refused naming why.
@@ -49,6 +49,13 @@ run auxrc --batch 4 --moe-aux-loss 0.05 --recompute && close "balancing loss 0.0
 d=$(paste <(field loss "$dir/ref.jsonl") <(field loss "$dir/aux.jsonl") | awk '$2 > $1' | wc -l)
 [ "$d" -ge 15 ] && ok=1 || ok=0
 verdict $ok "the balancing loss adds to the loss ($d of 20 steps above the run without it)"
+# DeepSeek's ungated shared experts (--shared-experts 2: one MLP of 2 x --ffn every token goes through): DDP 2 and EP 2
+# give one process's losses; dtrain's checkpoints keep them (no Hugging Face folder with Llama's attention)
+run dsref --batch 2 --grad-accum 2 --shared-experts 2 --experts-top-k 4
+run dsddp --batch 2 --nproc 2 --shared-experts 2 --experts-top-k 4 && close "top-4 of 4, 2 shared experts: DDP 2" "$dir/dsref.jsonl" "$dir/dsddp.jsonl"
+run dsep --batch 2 --nproc 2 --ep 2 --shared-experts 2 --experts-top-k 4 && close "top-4 of 4, 2 shared experts: EP 2" "$dir/dsref.jsonl" "$dir/dsep.jsonl"
+"$DTRAIN" train "${common[@]}" --quiet --batch 2 --steps 2 --shared-experts 2 --save "$dir/dsck" > /dev/null 2>&1
+refused "a DeepSeek mixture exported as a Hugging Face folder" "dtrain's checkpoint keeps it" ckpt export "$dir/dsck" "$dir/dshf"
 # the router z-loss: each rank's mean over its rows of every layer's squared log-sum-exp, averaged over the ranks as the
 # loss is: DDP 2 gives one process's losses; it adds to the loss from the first step
 run zref --batch 2 --grad-accum 2 --moe-z-loss 0.01

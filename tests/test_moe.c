@@ -345,6 +345,57 @@ static void bad_input(const char *dir) {
     if (system(rm)) printf("could not remove %s\n", tmp);
 }
 
+/* DeepSeek-V3's mixture with Llama's attention (scripts/make_deepseek_moe_fixture.py: transformers' DeepseekV3MoE in a
+ * Mixtral: its router with groups and bias, 8 experts, 2 ungated shared experts): logits, loss, every gradient, 10 AdamW
+ * steps; its names are the family deepseek_moe's. */
+static void check_deepseek(const char *dir) {
+    char path[512];
+    model = "deepseek";
+    snprintf(path, sizeof path, "%s/moe/deepseek_moe.safetensors", dir);
+    dt_safetensors *f = NULL;
+    dt_program *p = NULL;
+    dt_lm_config cfg;
+    int32_t in[B * T], tg[B * T];
+    float loss, ref_loss, *ref = NULL;
+    dt_status st = dt_safetensors_open(path, &f);
+    if (!st) st = fixture_config(f, path, &cfg);
+    if (!st) {
+        cfg.family = dt_family_find("deepseek_moe"), cfg.shared_ffn = 2 * cfg.ffn, cfg.aux_coef = 0;
+        cfg.router = DT_ROUTER_SIGMOID_BIAS, cfg.expert_groups = 4, cfg.group_top_k = 2, cfg.routed_scale = 2.5f, cfg.norm_topk = 1;
+        st = dt_program_create(&cfg, &p);
+    }
+    dt_model m;
+    size_t nb = 0;
+    float *bias = st ? NULL : dt_program_moe_bias(p, &nb);
+    int E = cfg.experts, L = cfg.num_layers, V = cfg.vocab_size, one = 1, dims[3] = { B, T, V };
+    if (!st) dt_program_model(p, &m), st = fixture_weights(f, p);
+    for (int l = 0; !st && l < L; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "bias.%d", l);
+        st = nb == (size_t)L * E ? dt_safetensors_read(f, name, 1, &E, 0, bias + (size_t)l * E) : dt_error(DT_ERR_ARG, "no bias");
+    }
+    if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
+    if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
+    if (!st && !(ref = malloc(sizeof(float) * (size_t)B * T * V))) st = dt_error(DT_ERR_NOMEM, "out of memory");
+    if (!st) st = dt_program_forward(p, in, tg, B, T, &loss);
+    if (!st && !(st = dt_safetensors_read(f, "logits", 3, dims, 0, ref))) {
+        double e = 0;
+        for (int i = 0; i < B * T; i++) e = fmax(e, rel_err(dt_program_logits(p) + (size_t)i * cfg.padded_vocab_size, ref + (size_t)i * V, (size_t)V));
+        expect("logits (worst row)", e, 1e-5);
+    }
+    if (!st && !(st = dt_safetensors_read(f, "loss", 1, &one, 0, &ref_loss))) expect("loss", fabs(loss - ref_loss) / ref_loss, 1e-6);
+    double worst = 0;
+    if (!st) dt_program_zero_grad(p);
+    if (!st && !(st = dt_program_backward(p, 1.0f)) && !(st = grads_err(f, &m, V, &worst)))
+        expect("every gradient, the shared experts' too (worst tensor)", worst, 1e-5);
+    if (!st) check_recompute(p, &m, in, tg);
+    if (!st) st = check_steps(p, &m, f, in, tg);
+    if (st) verdict("the fixture", false, dt_last_error());
+    free(ref);
+    dt_program_destroy(p);
+    dt_safetensors_close(f);
+}
+
 /* The router z-loss (scripts/make_zloss_fixture.py: the Mixtral fixture's loss with 0.1 x transformers' router_z_loss_func
  * over every layer's router logits): its value, the loss with it, and every router's gradient, against transformers'. */
 static void check_zloss(const char *dir) {
@@ -399,6 +450,7 @@ int main(int argc, char **argv) {
     check_sigmoid(dir);
     check_capacity(dir);
     check_zloss(dir);
+    check_deepseek(dir);
     model = "bad";
     bad_input(dir);
     printf("%s\n", failed ? "test_moe: FAILED" : "test_moe: all passed");

@@ -68,6 +68,7 @@ typedef struct {
     int pack;                 /* --pack: a .jsonl's examples packed into rows (TRL's packing, best-fit decreasing) */
     double dpo_beta;          /* --dpo-beta (0: TRL's 0.1): preference pairs in --data train by DPO */
     float moe_z_loss;         /* --moe-z-loss X: the router z-loss's coefficient (0: none) */
+    int shared_experts;       /* --shared-experts S: DeepSeek's S ungated shared experts of --ffn each beside the routed ones */
     double stall_timeout;     /* seconds a rank may wait for a live peer that never joins (warn; 2x: stop); 0 off */
     int skip_nonfinite;       /* a step whose loss or gradient norm is not finite is skipped (else the run stops) */
     dt_dtype precision;       /* DT_F32, or mixed precision: DT_BF16, DT_F16 (dt_gpt2_set_precision) */

@@ -34,6 +34,8 @@ static void usage(FILE *f) {
             "                     --experts-top-k K (2) a token, their weights renormalised; dropless\n"
             "  --moe-aux-loss X   add X times the load-balancing loss (Switch's, as Hugging Face's Mixtral sums it\n"
             "                     over the layers; 0: none, the default; without DP, PP or CP)\n"
+            "  --shared-experts S DeepSeek's mixture: S shared experts of --ffn each (ungated, one MLP of S x --ffn)\n"
+            "                     that every token goes through beside its routed ones; dtrain's checkpoints only\n"
             "  --moe-z-loss X     add X times the router z-loss (ST-MoE's: the mean over the layers and tokens of\n"
             "                     the squared log-sum-exp of the router's logits); a softmax router's; not with PP or CP\n"
             "  --router R         softmax (Mixtral's, the default) or sigmoid-bias (DeepSeek-V3's: sigmoid scores, a\n"
@@ -185,7 +187,7 @@ static const dt_cli_flag flags[] = {
     { "--layers", "a whole number from 1 to 1e5" }, { "--heads", "a whole number from 1 to 1e5" },
     { "--channels", "a whole number from 1 to 1e6" }, { "--vocab", "a whole number from 1 to 2^30" },
     { "--max-seq", "a whole number from 1 to 1e7" }, { "--kv-heads", "a whole number from 1 to 1e5" }, { "--ffn", "a whole number from 1 to 1e7" }, { "--experts", "a whole number from 1 to 4096" },
-    { "--experts-top-k", "a whole number from 1 to 32" }, { "--moe-aux-loss", "a number from 0 to 1e3" }, { "--moe-z-loss", "a number from 0 to 1e3" },
+    { "--experts-top-k", "a whole number from 1 to 32" }, { "--moe-aux-loss", "a number from 0 to 1e3" }, { "--moe-z-loss", "a number from 0 to 1e3" }, { "--shared-experts", "a whole number from 1 to 64" },
     { "--expert-groups", "a whole number from 1 to 4096" }, { "--group-top-k", "a whole number from 1 to 4096" },
     { "--routed-scale", "a number from 1e-6 to 1e3" }, { "--bias-update", "a number from 0 to 1" },
     { "--capacity-factor", "a number above 0, up to 1e3 (without it: dropless)" }, { "--drop-policy", "probs or position" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
@@ -249,7 +251,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--expert-groups", 1, 4096, 1, &c.shape.expert_groups, 'i' }, { "--group-top-k", 1, 4096, 1, &c.shape.group_top_k, 'i' },
         { "--routed-scale", 1e-6, 1e3, 0, &c.shape.routed_scale, 'f' }, { "--bias-update", 0, 1, 0, &c.shape.bias_rate, 'f' },
         { "--capacity-factor", 1e-6, 1e3, 0, &c.shape.capacity_factor, 'f' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
-        { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c.lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c.dpo_beta, 'd' }, { "--moe-z-loss", 0, 1e3, 0, &c.moe_z_loss, 'f' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
+        { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c.lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c.dpo_beta, 'd' }, { "--moe-z-loss", 0, 1e3, 0, &c.moe_z_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c.shared_experts, 'i' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
     };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -66,7 +66,7 @@ dt_status dt_decoder_moe_load(dt_decoder *d, dt_program *p, const float *params,
     if (!st && Fs > 0) {
         st = pack_pair(&w->shared_gate_up, t[4], t[5], Fs, C, q8, &d->weight_bytes);
         if (!st) st = pack(&w->shared_down, t[6], C, Fs, q8, &d->weight_bytes);
-        if (!st) st = pack(&w->shared_gate, t[7], 1, C, q8, &d->weight_bytes);
+        if (!st && o->s.nw > 7) st = pack(&w->shared_gate, t[7], 1, C, q8, &d->weight_bytes); /* (DeepSeek's: none) */
     }
     size_t nb = 0;
     const float *bias = dt_program_moe_bias(p, &nb);
@@ -144,10 +144,11 @@ dt_status dt_decoder_moe_run(dt_decoder *d, const moe_weights *w, const float *x
     dt_moe_combine(out, s->ys, s->w, s->idx, s->row_of, n, K, C, false);
     if (c->shared_ffn <= 0) return DT_OK;
     /* the shared expert over every row, scaled by sigmoid(x . v), added after the routed ones (training's order) */
-    if ((st = apply(s->sgate, x, &w->shared_gate, n)) || (st = mlp(s, &w->shared_gate_up, &w->shared_down, x, s->ys, n, c->shared_ffn)))
+    if ((w->shared_gate.p && (st = apply(s->sgate, x, &w->shared_gate, n))) ||
+        (st = mlp(s, &w->shared_gate_up, &w->shared_down, x, s->ys, n, c->shared_ffn)))
         return st;
     for (int i = 0; i < n; i++) {
-        float g = 1.0f / (1.0f + expf(-s->sgate[i]));
+        float g = w->shared_gate.p ? 1.0f / (1.0f + expf(-s->sgate[i])) : 1.0f;
         for (int j = 0; j < C; j++) out[(size_t)i * C + j] += g * s->ys[(size_t)i * C + j];
     }
     return DT_OK;

@@ -58,7 +58,8 @@ static int local_width(const dt_program *p, dt_width w) {
 }
 
 const dt_family *dt_family_find(const char *name) {
-    static const dt_family *all[] = { &dt_family_gpt2, &dt_family_llama, &dt_family_qwen2, &dt_family_mixtral, &dt_family_qwen2_moe };
+    static const dt_family *all[] = { &dt_family_gpt2, &dt_family_llama, &dt_family_qwen2, &dt_family_mixtral, &dt_family_qwen2_moe,
+                                      &dt_family_deepseek_moe };
     for (size_t i = 0; name && i < sizeof all / sizeof *all; i++)
         if (!strcmp(name, all[i]->name)) return all[i];
     return NULL;

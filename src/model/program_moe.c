@@ -111,10 +111,11 @@ static group shared_rows(dt_program *p, moe_run *m) {
     return group_at(p->s->moe_work, (size_t)m->BT, (size_t)m->C, (size_t)m->Fs);
 }
 
+/* (DeepSeek's shared experts have no gate: every row's weight is 1) */
 static void shared_forward(dt_program *p, moe_run *m, const float *x, float *out) {
     group g = shared_rows(p, m);
-    dt_matmul_forward(m->sgate, x, m->sv, NULL, m->BT, m->C, 1);
-    for (int i = 0; i < m->BT; i++) g.w[i] = m->sgate[i] = 1.0f / (1.0f + expf(-m->sgate[i]));
+    if (m->sv) dt_matmul_forward(m->sgate, x, m->sv, NULL, m->BT, m->C, 1);
+    for (int i = 0; i < m->BT; i++) g.w[i] = m->sgate[i] = m->sv ? 1.0f / (1.0f + expf(-m->sgate[i])) : 1.0f;
     dt_moe_experts_forward(m->shu, g.act, g.ys, x, m->all, m->sg, m->su, m->sd, 1, m->C, m->Fs);
     dt_moe_combine(out, g.ys, g.w, m->rows, m->rows, m->BT, 1, m->C, true);
 }
@@ -128,6 +129,7 @@ static void shared_backward(dt_program *p, moe_run *m, const float *x, const flo
     dt_moe_experts_backward(dxs, m->grad[4], m->grad[5], m->grad[6], g.dw, g.ys, g.g, g.dhu, x, m->shu, g.act, g.w, m->rows, m->all, m->sg,
                             m->su, m->sd, 1, m->C, m->Fs);
     dt_residual_forward(dx, dx, dxs, (size_t)m->BT * m->C);
+    if (!m->sv) return;
     for (int i = 0; i < m->BT; i++) g.dw[i] *= g.w[i] * (1.0f - g.w[i]); /* through the sigmoid: d(x . v) */
     dt_matmul_backward(dx, m->grad[7], NULL, g.dw, x, m->sv, m->BT, m->C, 1);
 }

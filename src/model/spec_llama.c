@@ -122,6 +122,33 @@ const dt_family dt_family_qwen2_moe = {
     .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };
 
+/* DeepSeek-V3's mixture with Llama's attention (its MLA is not built): a router and E SwiGLU experts, and beside them
+ * shared SwiGLU experts (one of their width times their count) that every token goes through, ungated; the names are
+ * transformers' DeepseekV3's (per expert as its hub files hold them); dtrain's own format (no HF folder: MLA) */
+enum { DROUTERW = LN2W + 1, DEGATEW, DEUPW, DEDOWNW, DSGATEW, DSUPW, DSDOWNW };
+static const dt_tensor_spec block_deepseek_moe[] = {
+    LLAMA_ATTENTION,
+    [DROUTERW] = { "routerw", "model.layers.%d.mlp.gate.weight", W_EXPERTS, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [DEGATEW] = { "egatew", "model.layers.%d.mlp.experts.%%d.gate_proj.weight", W_FFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_EXPERTS },
+    [DEUPW] = { "eupw", "model.layers.%d.mlp.experts.%%d.up_proj.weight", W_FFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_EXPERTS },
+    [DEDOWNW] = { "edownw", "model.layers.%d.mlp.experts.%%d.down_proj.weight", W_C, W_FFN, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_EXPERTS },
+    [DSGATEW] = { "sgatew", "model.layers.%d.mlp.shared_experts.gate_proj.weight", W_SFFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [DSUPW] = { "supw", "model.layers.%d.mlp.shared_experts.up_proj.weight", W_SFFN, W_C, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_NONE },
+    [DSDOWNW] = { "sdownw", "model.layers.%d.mlp.shared_experts.down_proj.weight", W_C, W_SFFN, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, W_NONE },
+};
+static const dt_op_spec ops_deepseek_moe[] = {
+    LLAMA_ATTENTION_OPS(-1),
+    { DT_OP_MOE, LN2, -1, MOE, DROUTERW, 7, -1 },
+    { DT_OP_ADD, RES2, MOE, DT_V_OUT, -1, 0, -1 },
+};
+
+const dt_family dt_family_deepseek_moe = {
+    .name = "deepseek_moe", .rms = 1, .rotary = 1,
+    .embed = embed, .nembed = 1, .block = block_deepseek_moe, .nblock = DSDOWNW + 1, .final = final, .nfinal = 2,
+    .ops = ops_deepseek_moe, .nops = sizeof ops_deepseek_moe / sizeof *ops_deepseek_moe, .values = values_moe, .nvalues = NVALUES_MOE,
+    .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
+};
+
 const dt_family dt_family_mixtral = {
     .name = "mixtral", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block_moe, .nblock = EDOWNW + 1, .final = final, .nfinal = 2,

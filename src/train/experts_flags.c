@@ -36,6 +36,10 @@ dt_status dt_train_take_experts(const dt_train_config *c, bool from_file, dt_gpt
         cfg->family = dt_family_find("mixtral"), cfg->norm_topk = 1;
     }
     if (o->experts) cfg->experts = o->experts;
+    if (c->shared_experts && (from_file || !cfg->experts || cfg->family != dt_family_find("mixtral")))
+        return dt_error(DT_ERR_ARG, "--shared-experts %d: DeepSeek's ungated shared experts beside a new mixture's routed ones (--model "
+                        "llama-tiny --experts E); %s", c->shared_experts, from_file ? "a file's mixture is its own" : "this model's is not one");
+    if (c->shared_experts) cfg->family = dt_family_find("deepseek_moe"), cfg->shared_ffn = c->shared_experts * cfg->ffn;
     if ((o->experts_top_k || o->aux_coef > 0) && !cfg->experts)
         return dt_error(DT_ERR_ARG, "--experts-top-k and --moe-aux-loss set a mixture of experts: %s has none (--experts E)", c->model);
     if (o->experts_top_k) cfg->experts_top_k = o->experts_top_k;
