@@ -21,7 +21,7 @@ typedef struct {
  * experts of 2048 and one shared, top-8 within 4 of 8 groups, sigmoid scores scaled by 2.5, vocabulary 129280, 4096
  * positions in pre-training): its 61 layers, of which the first 3 have a dense MLP, as 58 MoE layers (671B parameters
  * within 0.4%), its multi-head latent attention as 128 heads of 128 with 16 K/V heads (264M a layer against MLA's 187M:
- * 0.7% of the whole), its shared expert ungated where Qwen 2 MoE's gate adds 7168 a layer; no multi-token prediction. */
+ * 0.7% of the whole); no multi-token prediction. */
 static const preset presets[] = {
     { "llama3.1-8b", "llama", { .max_seq_len = 131072, .vocab_size = 128256, .padded_vocab_size = 128256, .num_layers = 32, .num_heads = 32,
                                 .channels = 4096, .kv_heads = 8, .ffn = 14336, .rope_theta = 500000, .untied = 1 } },
@@ -31,7 +31,7 @@ static const preset presets[] = {
     { "mixtral-8x7b", "mixtral", { .max_seq_len = 32768, .vocab_size = 32000, .padded_vocab_size = 32000, .num_layers = 32, .num_heads = 32,
                                    .channels = 4096, .kv_heads = 8, .ffn = 14336, .rope_theta = 1e6, .untied = 1, .experts = 8,
                                    .experts_top_k = 2, .norm_topk = 1 } },
-    { "deepseek-v3", "qwen2_moe", { .max_seq_len = 4096, .vocab_size = 129280, .padded_vocab_size = 129280, .num_layers = 58, .num_heads = 128,
+    { "deepseek-v3", "deepseek_moe", { .max_seq_len = 4096, .vocab_size = 129280, .padded_vocab_size = 129280, .num_layers = 58, .num_heads = 128,
                                     .channels = 7168, .kv_heads = 16, .head_dim = 128, .ffn = 2048, .rope_theta = 10000, .untied = 1,
                                     .experts = 256, .experts_top_k = 8, .norm_topk = 1, .shared_ffn = 2048, .router = DT_ROUTER_SIGMOID_BIAS,
                                     .expert_groups = 8, .group_top_k = 4, .routed_scale = 2.5f, .bias_rate = 0.001f } },
