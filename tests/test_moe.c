@@ -125,9 +125,39 @@ static void check_fixture(const char *dir, const char *name) {
     if (!st) check_recompute(p, &m, in, tg);
     if (!st) st = check_steps(p, &m, f, in, tg);
     if (st) verdict("the fixture", false, dt_last_error());
-    free(ref);
     dt_program_destroy(p);
     dt_safetensors_close(f);
+}
+
+/* A fixture's "bias.<l>": each layer's sigmoid-router bias, into p. */
+static dt_status read_biases(dt_safetensors *f, dt_program *p) {
+    const dt_lm_config *c = dt_program_config(p);
+    size_t nb = 0;
+    float *bias = dt_program_moe_bias(p, &nb);
+    int E = c->experts;
+    dt_status st = nb == (size_t)c->num_layers * E ? DT_OK : dt_error(DT_ERR_ARG, "no bias");
+    for (int l = 0; !st && l < c->num_layers; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "bias.%d", l);
+        st = dt_safetensors_read(f, name, 1, &E, 0, bias + (size_t)l * E);
+    }
+    return st;
+}
+
+/* A forward of the fixture's inputs: its logits (worst row) and loss against the fixture's. */
+static dt_status check_forward(dt_program *p, dt_safetensors *f, const int32_t *in, const int32_t *tg) {
+    const dt_lm_config *c = dt_program_config(p);
+    int V = c->vocab_size, one = 1, dims[3] = { B, T, V };
+    float loss, ref_loss, *ref = malloc(sizeof(float) * (size_t)B * T * V);
+    dt_status st = ref ? dt_program_forward(p, in, tg, B, T, &loss) : dt_error(DT_ERR_NOMEM, "out of memory");
+    if (!st && !(st = dt_safetensors_read(f, "logits", 3, dims, 0, ref))) {
+        double e = 0;
+        for (int i = 0; i < B * T; i++) e = fmax(e, rel_err(dt_program_logits(p) + (size_t)i * c->padded_vocab_size, ref + (size_t)i * V, (size_t)V));
+        expect("logits (worst row)", e, 1e-5);
+    }
+    if (!st && !(st = dt_safetensors_read(f, "loss", 1, &one, 0, &ref_loss))) expect("loss", fabs(loss - ref_loss) / ref_loss, 1e-6);
+    free(ref);
+    return st;
 }
 
 /* Mixtral with DeepSeek-V3's router in each layer (transformers' DeepseekV3TopkRouter: sigmoid scores, the fixture's
@@ -141,7 +171,6 @@ static void check_sigmoid(const char *dir) {
     dt_program *p = NULL;
     dt_lm_config cfg;
     int32_t in[B * T], tg[B * T];
-    float loss, ref_loss;
     dt_status st = dt_safetensors_open(path, &f);
     if (!st) st = fixture_config(f, path, &cfg);
     if (!st) {
@@ -153,22 +182,10 @@ static void check_sigmoid(const char *dir) {
     float *bias = st ? NULL : dt_program_moe_bias(p, &nb);
     int E = cfg.experts, K = cfg.experts_top_k, L = cfg.num_layers, V = cfg.vocab_size;
     if (!st) dt_program_model(p, &m), st = fixture_weights(f, p);
-    for (int l = 0; !st && l < L; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "bias.%d", l);
-        st = nb == (size_t)L * E ? dt_safetensors_read(f, name, 1, &E, 0, bias + (size_t)l * E) : dt_error(DT_ERR_ARG, "no bias");
-    }
+    if (!st) st = read_biases(f, p);
     if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
     if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
-    float *ref = malloc(sizeof(float) * (size_t)B * T * V);
-    int one = 1, dims[3] = { B, T, V };
-    if (!st) st = dt_program_forward(p, in, tg, B, T, &loss);
-    if (!st && !(st = dt_safetensors_read(f, "logits", 3, dims, 0, ref))) {
-        double e = 0;
-        for (int i = 0; i < B * T; i++) e = fmax(e, rel_err(dt_program_logits(p) + (size_t)i * cfg.padded_vocab_size, ref + (size_t)i * V, (size_t)V));
-        expect("logits (worst row)", e, 1e-5);
-    }
-    if (!st && !(st = dt_safetensors_read(f, "loss", 1, &one, 0, &ref_loss))) expect("loss", fabs(loss - ref_loss) / ref_loss, 1e-6);
+    if (!st) st = check_forward(p, f, in, tg);
     int same = 0;
     double werr = 0;
     for (int l = 0; !st && l < L; l++) {
@@ -219,7 +236,6 @@ static void check_sigmoid(const char *dir) {
         }
     }
     if (st) verdict("the fixture", false, dt_last_error());
-    free(ref);
     dt_program_destroy(p);
     dt_safetensors_close(f);
 }
@@ -356,7 +372,6 @@ static void check_deepseek(const char *dir) {
     dt_program *p = NULL;
     dt_lm_config cfg;
     int32_t in[B * T], tg[B * T];
-    float loss, ref_loss, *ref = NULL;
     dt_status st = dt_safetensors_open(path, &f);
     if (!st) st = fixture_config(f, path, &cfg);
     if (!st) {
@@ -365,33 +380,18 @@ static void check_deepseek(const char *dir) {
         st = dt_program_create(&cfg, &p);
     }
     dt_model m;
-    size_t nb = 0;
-    float *bias = st ? NULL : dt_program_moe_bias(p, &nb);
-    int E = cfg.experts, L = cfg.num_layers, V = cfg.vocab_size, one = 1, dims[3] = { B, T, V };
     if (!st) dt_program_model(p, &m), st = fixture_weights(f, p);
-    for (int l = 0; !st && l < L; l++) {
-        char name[32];
-        snprintf(name, sizeof name, "bias.%d", l);
-        st = nb == (size_t)L * E ? dt_safetensors_read(f, name, 1, &E, 0, bias + (size_t)l * E) : dt_error(DT_ERR_ARG, "no bias");
-    }
+    if (!st) st = read_biases(f, p);
     if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
     if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
-    if (!st && !(ref = malloc(sizeof(float) * (size_t)B * T * V))) st = dt_error(DT_ERR_NOMEM, "out of memory");
-    if (!st) st = dt_program_forward(p, in, tg, B, T, &loss);
-    if (!st && !(st = dt_safetensors_read(f, "logits", 3, dims, 0, ref))) {
-        double e = 0;
-        for (int i = 0; i < B * T; i++) e = fmax(e, rel_err(dt_program_logits(p) + (size_t)i * cfg.padded_vocab_size, ref + (size_t)i * V, (size_t)V));
-        expect("logits (worst row)", e, 1e-5);
-    }
-    if (!st && !(st = dt_safetensors_read(f, "loss", 1, &one, 0, &ref_loss))) expect("loss", fabs(loss - ref_loss) / ref_loss, 1e-6);
+    if (!st) st = check_forward(p, f, in, tg);
     double worst = 0;
     if (!st) dt_program_zero_grad(p);
-    if (!st && !(st = dt_program_backward(p, 1.0f)) && !(st = grads_err(f, &m, V, &worst)))
+    if (!st && !(st = dt_program_backward(p, 1.0f)) && !(st = grads_err(f, &m, cfg.vocab_size, &worst)))
         expect("every gradient, the shared experts' too (worst tensor)", worst, 1e-5);
     if (!st) check_recompute(p, &m, in, tg);
     if (!st) st = check_steps(p, &m, f, in, tg);
     if (st) verdict("the fixture", false, dt_last_error());
-    free(ref);
     dt_program_destroy(p);
     dt_safetensors_close(f);
 }
