@@ -117,17 +117,28 @@ static double overlapped(double comm, double bwd, double bytes, double bucket) {
     return fmax(0, end - bwd);
 }
 
-void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *o) {
-    memset(o, 0, sizeof *o);
-    dt_plan_job cj = *job;
-    int cp = job->cp > 1 ? job->cp : 1, tp = job->tp > 1 ? job->tp : 1, n = job->dp > 0 ? job->dp : 1;
-    int local = job->local_ranks > 0 ? job->local_ranks : 1, cores = h->devices_per_node > 0 ? h->devices_per_node : 1;
-    if (cp > 1) cj.seq = job->seq / cp;
-    const dt_plan_job *j = &cj;
+/* What the parts of a step's time share: the job as asked and as a context-parallel rank sees it (its share of the
+ * positions), the hardware, the mesh's sizes, the links and the rank's bandwidth, the stages' split and the slowest
+ * stage's costs and parameters. */
+typedef struct {
+    const dt_plan_job *job, *j;
+    const dt_plan_hardware *h;
+    int tp, cp, n, local, cores, p, v, m, *first; /* first: each of the p x v chunks' first unit, and the end */
+    double tokens, w, bw, g, ia, ib, xa, xb, ep;
+    double psi, pexp, tall, tworst; /* the slowest stage's parameters (of them experts); all stages' compute, the slowest's */
+    stage_cost worst;
+} step_ctx;
+
+/* The rates: the threads, their slowdowns beside the other ranks, the Linears', the experts', the head's and attention's. */
+typedef struct { double rmm, rmoe, rhead, hloss, ratt; } step_rates;
+
+static step_rates rates(step_ctx *x, dt_plan_time *o) {
+    const dt_plan_job *j = x->j, *job = x->job;
+    const dt_plan_hardware *h = x->h;
     const dt_gpt2_config *c = &j->model;
+    int tp = x->tp, local = x->local, cores = x->cores, C = c->channels, F = dt_lm_config_resolve(c).ffn;
+    double tokens = x->tokens;
     o->threads = h->cores_per_device ? (job->threads > 0 ? job->threads : (cores / local > 0 ? cores / local : 1)) : 1;
-    double tokens = (double)j->batch * j->seq, T = job->seq, w = j->precision != DT_F32 ? 2 : 4;
-    int C = c->channels, F = dt_lm_config_resolve(c).ffn;
     /* the 16-bit head multiplies a chunk of its rows by a block of tokens at a time (dt_matmul_*_lp16): timed at that shape */
     int Vr = c->padded_vocab_size / tp, hrows = Vr;
     double htok = tokens;
@@ -148,47 +159,61 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
         o->beside = dt_plan_time_shared((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false),
                                    local * o->threads, cores);
     double slow = o->oversubscribed * o->beside;
-    double rmm = blocks_rate(j, h, o->threads, tokens) / slow;
+    step_rates r;
+    r.rmm = blocks_rate(j, h, o->threads, tokens) / slow;
     dt_lm_config rc = dt_lm_config_resolve(c); /* an expert's rows: its share of the tokens' choices (balanced) */
-    double ep = j->ep > 1 ? j->ep : 1; /* under EP an expert's rows come from the ep ranks routing to it */
-    double rmoe = rc.experts ? gemm_rate(j, h, o->threads, fmax(1, ep * tokens * rc.experts_top_k / rc.experts), rc.ffn, C) / slow : rmm;
+    /* under EP an expert's rows come from the ep ranks routing to it */
+    r.rmoe = rc.experts ? gemm_rate(j, h, o->threads, fmax(1, x->ep * tokens * rc.experts_top_k / rc.experts), rc.ffn, C) / slow : r.rmm;
     size_t before = dt_resident_memory();
-    double rhead = gemm_rate(j, h, o->threads, htok, hrows, C) / slow;
+    r.rhead = gemm_rate(j, h, o->threads, htok, hrows, C) / slow;
     /* the 16-bit head's loss and narrowing, timed here as it runs (one rank's vocabulary slice, its loss as one process's) */
-    double hloss = j->precision != DT_F32 && h->attention_rate && (double)Vr * C <= 1e8
-                       ? dt_plan_time_head_lp((int)fmin(tokens, 4096), Vr, C, dt_gpt2_lp_work_floats(c, true), o->threads, j->precision,
-                                         rhead * slow) * slow
-                       : 0;
+    r.hloss = j->precision != DT_F32 && h->attention_rate && (double)Vr * C <= 1e8
+                  ? dt_plan_time_head_lp((int)fmin(tokens, 4096), Vr, C, dt_gpt2_lp_work_floats(c, true), o->threads, j->precision,
+                                         r.rhead * slow) * slow
+                  : 0;
     size_t after = dt_resident_memory();
     o->head_resident = after > before ? after - before : 0;
-    double ratt = (h->attention_rate > 0 ? h->attention_rate * o->threads : (j->precision != DT_F32 ? h->flops_lowp : h->flops_f32) * h->attention_efficiency) /
-                  slow;
+    r.ratt = (h->attention_rate > 0 ? h->attention_rate * o->threads : (j->precision != DT_F32 ? h->flops_lowp : h->flops_f32) * h->attention_efficiency) /
+             slow;
     /* a CPU rank's share of the machine's bandwidth; a GPU's own */
-    double bw = h->shared_memory ? h->mem_bw * (double)(o->threads < cores ? o->threads : cores) / cores : h->mem_bw;
-    if (h->shared_memory && bw > h->mem_bw / local) bw = h->mem_bw / local;
-    double ia = h->intra_alpha, ib = h->intra_beta, xa = h->inter_alpha, xb = h->inter_beta, g = 1 / (h->mem_bw > 0 ? bw : 1e12);
-    int p = j->pp > 1 ? j->pp : 1, v = j->virt > 1 && p > 1 ? j->virt : 1, first[p * v + 1], m = j->micro > 0 ? j->micro : 1;
-    if (p == 1 || dt_gpt2_split_stages(c, job->seq, p * v, first)) first[0] = 0, first[1] = c->num_layers + 2, p = 1, v = 1;
-    /* the slowest stage */
-    stage_cost worst = { 0, 0, 0, 1.0 / 3 };
-    double psi = 0, pexp = 0, tworst = -1, tall = 0; /* the slowest stage's parameters, of them experts */
+    x->bw = h->shared_memory ? h->mem_bw * (double)(o->threads < cores ? o->threads : cores) / cores : h->mem_bw;
+    if (h->shared_memory && x->bw > h->mem_bw / local) x->bw = h->mem_bw / local;
+    x->g = 1 / (h->mem_bw > 0 ? x->bw : 1e12);
+    return r;
+}
+
+/* Each stage's compute (its chunks'), the slowest's parameters. */
+static void stages(step_ctx *x, const step_rates *r) {
+    const dt_plan_job *j = x->j;
+    const dt_gpt2_config *c = &j->model;
+    int p = x->p, v = x->v;
+    x->worst = (stage_cost){ 0, 0, 0, 1.0 / 3 };
+    x->psi = 0, x->pexp = 0, x->tworst = -1, x->tall = 0;
     for (int s = 0; s < p; s++) {
         stage_cost sc = { 0, 0, 0, 0 };
         double sp = 0, se = 0;
         for (int k = 0; k < v; k++) {
-            stage_cost x = stage_compute(j, first[k * p + s], first[k * p + s + 1], tokens, T, rmm, rhead, rmoe, ratt, bw, hloss);
-            sc.mm += x.mm, sc.att += x.att, sc.ew += x.ew, sc.fwd_share = x.fwd_share;
-            sp += dt_plan_units_params(j, first[k * p + s], first[k * p + s + 1]);
-            se += dt_plan_units_expert_params(j, first[k * p + s], first[k * p + s + 1]);
+            int a = x->first[k * p + s], b = x->first[k * p + s + 1];
+            stage_cost y = stage_compute(j, a, b, x->tokens, x->job->seq, r->rmm, r->rhead, r->rmoe, r->ratt, x->bw, r->hloss);
+            sc.mm += y.mm, sc.att += y.att, sc.ew += y.ew, sc.fwd_share = y.fwd_share;
+            sp += dt_plan_units_params(j, a, b);
+            se += dt_plan_units_expert_params(j, a, b);
         }
-        tall += sc.mm + sc.att + sc.ew;
-        if (sc.mm + sc.att + sc.ew > tworst) tworst = sc.mm + sc.att + sc.ew, worst = sc, psi = sp, pexp = se;
+        x->tall += sc.mm + sc.att + sc.ew;
+        if (sc.mm + sc.att + sc.ew > x->tworst) x->tworst = sc.mm + sc.att + sc.ew, x->worst = sc, x->psi = sp, x->pexp = se;
     }
     if (j->params_override > 0) {
-        double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model });
-        psi *= f, pexp *= f;
+        double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = c[0] });
+        x->psi *= f, x->pexp *= f;
     }
-    o->matmul = m * worst.mm, o->attention = m * worst.att, o->elementwise = m * worst.ew;
+}
+
+/* The optimizer over the parameters this rank updates, and mixed precision's 16-bit copies made unit by unit. */
+static void optimizer_terms(const step_ctx *x, dt_plan_time *o) {
+    const dt_plan_job *j = x->j;
+    const dt_plan_hardware *h = x->h;
+    int n = x->n, tp = x->tp, p = x->p, m = x->m, local = x->local;
+    double w = x->w, bw = x->bw, psi = x->psi, ep = x->ep, pexp = x->pexp;
     /* the optimizer over the parameters this rank updates: AdamW reads a parameter, its gradient and two moments and writes three
      * back (28 bytes; SGD 16), gradients zeroed (4), mixed precision's 16-bit copy written (2); split over model-parallel ranks,
      * the global norm's own pass first (engine.c's update: 4; 124M bf16 TP 2 traced 69 ms against 55 planned without it) */
@@ -213,6 +238,16 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
      * at most half the rank's bandwidth (each f32 byte read moves two: the read, the 16-bit write and the page's zeroing) */
     if (w == 2 && n > 1 && h->shared_memory && !j->paper_states && (stage >= 3 || (stage >= 1 && !shared)))
         o->lp_units = m * 2 * psi * 4 / (h->lp_fresh_bw > 0 ? fmin(h->lp_fresh_bw * o->threads, bw / 2) : bw / 2);
+}
+
+/* Data parallelism's part: ZeRO's gradient pages, the reductions and gathers, and what backward does not hide. */
+static void dp_terms(const step_ctx *x, dt_plan_time *o) {
+    const dt_plan_job *j = x->j, *job = x->job;
+    const dt_plan_hardware *h = x->h;
+    int n = x->n, tp = x->tp, p = x->p, m = x->m, local = x->local, stage = j->stage;
+    int shared = h->shared_memory && j->shared_params && stage >= 1;
+    double w = x->w, bw = x->bw, g = x->g, psi = x->psi, ia = x->ia, ib = x->ib, xa = x->xa, xb = x->xb;
+    stage_cost worst = x->worst;
     /* data parallelism: the gradients' reduction, ZeRO-3's gathers (none where a machine shares one copy), the 16-bit copy's
      * allgather of ZeRO 1 and 2 (mixed, private copies) */
     /* links: inside one machine while the group fits in the job's ranks there */
@@ -249,6 +284,18 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     o->dp_exposed = h->shared_memory && !dp_nodes ? o->dp_comm
                     : gathers > 0             ? fmax(last, o->dp_comm - bwd)
                                               : overlapped(o->dp_comm, bwd, psi * gb, (double)job->bucket_bytes);
+}
+
+/* The model-parallel axes' part: tensor, context and expert parallelism's collectives, the pipeline's transfers and
+ * bubble. */
+static void mp_terms(const step_ctx *x, dt_plan_time *o) {
+    const dt_plan_job *j = x->j, *job = x->job;
+    const dt_plan_hardware *h = x->h;
+    const dt_gpt2_config *c = &j->model;
+    dt_lm_config rc = dt_lm_config_resolve(c);
+    int tp = x->tp, cp = x->cp, p = x->p, v = x->v, m = x->m, local = x->local, cores = x->cores, C = c->channels, F = rc.ffn;
+    double tokens = x->tokens, w = x->w, bw = x->bw, g = x->g, ia = x->ia, ib = x->ib, xa = x->xa, xb = x->xb, ep = x->ep;
+    double tall = x->tall, tworst = x->tworst;
     /* tensor parallelism: two allreduces of a micro-batch's rows each way per block (with --recompute forward's again), f32 */
     int nl = c->num_layers / p + 1;
     double rowsb = tokens * c->channels * 4;
@@ -293,7 +340,28 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
             if (need < busy) o->matmul *= need / busy, o->attention *= need / busy, o->elementwise *= need / busy;
         }
     }
+}
+
+void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *o) {
+    memset(o, 0, sizeof *o);
+    dt_plan_job cj = *job; /* a context-parallel rank's positions */
+    step_ctx ctx = { .job = job, .j = &cj, .h = h }, *x = &ctx;
+    x->cp = job->cp > 1 ? job->cp : 1, x->tp = job->tp > 1 ? job->tp : 1, x->n = job->dp > 0 ? job->dp : 1;
+    x->local = job->local_ranks > 0 ? job->local_ranks : 1, x->cores = h->devices_per_node > 0 ? h->devices_per_node : 1;
+    if (x->cp > 1) cj.seq = job->seq / x->cp;
+    const dt_gpt2_config *c = &cj.model;
+    x->tokens = (double)cj.batch * cj.seq, x->w = cj.precision != DT_F32 ? 2 : 4, x->ep = cj.ep > 1 ? cj.ep : 1;
+    x->ia = h->intra_alpha, x->ib = h->intra_beta, x->xa = h->inter_alpha, x->xb = h->inter_beta;
+    step_rates r = rates(x, o);
+    int p = cj.pp > 1 ? cj.pp : 1, v = cj.virt > 1 && p > 1 ? cj.virt : 1, first[p * v + 1];
+    if (p == 1 || dt_gpt2_split_stages(c, job->seq, p * v, first)) first[0] = 0, first[1] = c->num_layers + 2, p = 1, v = 1;
+    x->p = p, x->v = v, x->first = first, x->m = cj.micro > 0 ? cj.micro : 1;
+    stages(x, &r);
+    o->matmul = x->m * x->worst.mm, o->attention = x->m * x->worst.att, o->elementwise = x->m * x->worst.ew;
+    optimizer_terms(x, o);
+    dp_terms(x, o);
+    mp_terms(x, o);
     o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->lp_units + o->grad_pages + o->dp_exposed + o->tp_comm + o->cp_comm +
               o->ep_comm + o->pp_comm + o->bubble;
-    o->tok_per_s = (double)n / cp * m * j->batch * (double)job->seq / o->step;
+    o->tok_per_s = (double)x->n / x->cp * x->m * cj.batch * (double)job->seq / o->step;
 }
