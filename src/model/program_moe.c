@@ -12,12 +12,15 @@
 #include <string.h>
 
 static int pairs_of(const dt_program *p, size_t BT) { return (int)BT * p->cfg.experts_top_k; }
+/* The hidden units the slot's room for the routed pairs holds: none under expert parallelism (the experts' rank keeps
+ * their gate|up and runs their SwiGLU in its own buffers, program_moe_ep.c). */
+static size_t pair_ffn(const dt_program *p) { return p->part.ep_size > 1 ? 0 : (size_t)p->cfg.ffn; }
 static bool shared(const dt_program *p) { return p->cfg.shared_ffn > 0; }
 
 /* What a block keeps: the router's probabilities, every pair's gate|up products, the shared expert's and its gate, each
  * row's log-sum-exp of its router logits (the z-loss's). */
 size_t dt_program_moe_kept(const dt_program *p, size_t BT) {
-    return BT * (size_t)p->cfg.experts + (size_t)pairs_of(p, BT) * 2 * (size_t)p->cfg.ffn + (shared(p) ? BT * (2 * (size_t)p->cfg.shared_ffn + 1) : 0) +
+    return BT * (size_t)p->cfg.experts + (size_t)pairs_of(p, BT) * 2 * pair_ffn(p) + (shared(p) ? BT * (2 * (size_t)p->cfg.shared_ffn + 1) : 0) +
            BT;
 }
 
@@ -27,7 +30,7 @@ size_t dt_program_moe_kept(const dt_program *p, size_t BT) {
 static size_t group_floats(size_t n, size_t C, size_t F) { return n * (2 * C + 4 * F + 2); }
 
 size_t dt_program_moe_work(const dt_program *p, size_t BT) {
-    size_t C = (size_t)p->cfg.channels, routed = group_floats((size_t)pairs_of(p, BT), C, (size_t)p->cfg.ffn);
+    size_t C = (size_t)p->cfg.channels, routed = group_floats((size_t)pairs_of(p, BT), C, pair_ffn(p));
     size_t own = shared(p) ? group_floats(BT, C, (size_t)p->cfg.shared_ffn) + BT * C : 0;
     return (routed > own ? routed : own) + BT * (size_t)p->cfg.experts;
 }
@@ -65,12 +68,12 @@ static moe_run run_of(dt_program *p, int l, int k) {
     size_t n = (size_t)m.pairs, BT = (size_t)m.BT;
     m.probs = op_stats(p, l, k);
     m.hu = m.probs + BT * (size_t)m.E;
-    m.shu = m.hu + n * 2 * (size_t)m.F;
+    m.shu = m.hu + n * 2 * pair_ffn(p);
     m.sgate = m.shu + BT * 2 * (size_t)m.Fs;
     m.lse = m.sgate + (m.Fs > 0 ? BT : 0);
     m.idx = s->moe_int, m.order = m.idx + n, m.row_of = m.order + n, m.start = m.row_of + n;
     m.rows = m.start + m.E + 1, m.all = m.rows + BT; /* the shared expert: every row, in order; its one group */
-    m.r = group_at(s->moe_work, n, (size_t)m.C, (size_t)m.F);
+    m.r = group_at(s->moe_work, n, (size_t)m.C, pair_ffn(p));
     m.dlogits = s->moe_work + (dt_program_moe_work(p, BT) - BT * (size_t)m.E);
     const float **wt[8] = { &m.router, &m.wg, &m.wu, &m.wd, &m.sg, &m.su, &m.sd, &m.sv };
     for (int j = 0; j < p->ops[k].s.nw; j++) {

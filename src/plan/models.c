@@ -127,11 +127,18 @@ double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const
     }
     double ep = 0;
     dt_gpt2_config r = dt_lm_config_resolve(c);
-    for (int k = 0; j->ep > 1 && k < n; k++) { /* expert parallelism keeps, on the experts' rank, the rows routed there (balanced:
-                                              * as many as its own tokens' choices), their weights and gate|up products */
+    /* expert parallelism keeps, on the experts' rank, every layer's rows routed there (balanced: as many as its own tokens'
+     * choices), their weights and gate|up products, recomputing or not; the slot (counted without EP) keeps none of the
+     * pairs' gate|up (each layer's, or recomputing the one block's) and its room for them runs no SwiGLU (the experts'
+     * rank runs it in its own buffers: dt_plan_rank_scratch) */
+    double pairs = j->ep > 1 && r.experts ? (double)batch * seq * r.experts_top_k : 0;
+    int held = 0;
+    for (int k = 0; pairs > 0 && k < n; k++) {
         int L = r.num_layers, first = a[k] > 1 ? a[k] : 1, last = b[k] - 1 < L ? b[k] - 1 : L;
-        if (last >= first) ep += (last - first + 1) * 4.0 * batch * seq * r.experts_top_k * (r.channels + 1 + 2.0 * r.ffn);
+        if (last >= first) held += last - first + 1;
     }
+    if (pairs > 0)
+        ep = 4.0 * pairs * (held * (r.channels + 1 + 2.0 * r.ffn) - (j->recompute ? 1 : held) * 2.0 * r.ffn - 4.0 * r.ffn);
     return ep + (double)dt_gpt2_chunks_activation_bytes(c, n, a, b, j->tp, j->sp, batch, seq, j->recompute, j->attention, j->precision, j->zb);
 }
 
