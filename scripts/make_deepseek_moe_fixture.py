@@ -16,25 +16,16 @@ from safetensors.torch import save_file
 from transformers import DeepseekV3Config, MixtralConfig, MixtralForCausalLM
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_moe_fixtures import hub_state  # noqa: E402 (the Mixtral fixtures' per-expert renaming)
+
 B, T, STEPS = 2, 16, 10
 E, TOP, GROUPS, TOPK_GROUP, SCALE, F, SHARED = 8, 3, 4, 2, 2.5, 24, 2
 
 
 def by_name(named):
     """The model's tensors (weights or gradients) under DeepseekV3's hub names, a fused expert tensor's one an expert."""
-    out = {}
-    for n, p in named.items():
-        p = p.detach().clone()
-        if n.endswith("experts.gate_up_proj"):
-            for e in range(p.shape[0]):
-                out[n.replace("gate_up_proj", f"{e}.gate_proj.weight")] = p[e, :F].contiguous()
-                out[n.replace("gate_up_proj", f"{e}.up_proj.weight")] = p[e, F:].contiguous()
-        elif n.endswith("experts.down_proj"):
-            for e in range(p.shape[0]):
-                out[n.replace("down_proj", f"{e}.down_proj.weight")] = p[e].contiguous()
-        else:
-            out[n] = p.contiguous()
-    return out
+    return hub_state(named, F, parts=("gate_proj", "up_proj", "down_proj"), rename=None)
 
 
 def main():

@@ -116,19 +116,19 @@ def make(out_dir, name, spec):
     print(f"{name}: loss {loss.item():.6f} (aux {out.aux_loss.item():.6f}), {os.path.getsize(path)} bytes")
 
 
-def hub_state(named, F):
-    """Tensors by the model's parameter names (its weights, or their gradients) under the folder's names (Mixtral's), a
-    fused expert tensor's one an expert."""
+def hub_state(named, F, parts=("w1", "w3", "w2"), rename=(".mlp.", ".block_sparse_moe.")):
+    """Tensors by the model's parameter names (its weights, or their gradients) under the folder's names (Mixtral's by
+    default: parts the gate's, up's and down's names, rename the MoE block's), a fused expert tensor's one an expert."""
     out = {}
     for n, p in named.items():
-        n, p = n.replace(".mlp.", ".block_sparse_moe."), p.detach().clone()
+        n, p = n.replace(*rename) if rename else n, p.detach().clone()
         if n.endswith("experts.gate_up_proj"):
             for e in range(p.shape[0]):
-                out[n.replace("gate_up_proj", f"{e}.w1.weight")] = p[e, :F].contiguous()
-                out[n.replace("gate_up_proj", f"{e}.w3.weight")] = p[e, F:].contiguous()
+                out[n.replace("gate_up_proj", f"{e}.{parts[0]}.weight")] = p[e, :F].contiguous()
+                out[n.replace("gate_up_proj", f"{e}.{parts[1]}.weight")] = p[e, F:].contiguous()
         elif n.endswith("experts.down_proj"):
             for e in range(p.shape[0]):
-                out[n.replace("down_proj", f"{e}.w2.weight")] = p[e].contiguous()
+                out[n.replace("down_proj", f"{e}.{parts[2]}.weight")] = p[e].contiguous()
         else:
             out[n] = p.contiguous()
     return out

@@ -127,8 +127,11 @@ if [ -n "$victim" ]; then
     kill -9 "$victim"
     wait $launcher
     rc=$? secs=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
-    [ $rc != 0 ] && grep -q "rank 0.*rank 1 (pid $victim)" "$dir/kerr" && awk "BEGIN{exit !($secs < 5)}" && ok=1 || ok=0
-    verdict $ok "rank 1 killed under EP 2: the job ended in $secs s, rank 0 naming it ($(grep -m1 'rank 0' "$dir/kerr" | cut -c1-120))"
+    # the job ends naming the dead rank: rank 0 says it (in an exchange's collective), or where the launcher stopped rank 0
+    # first (issue 58's race on a busy machine) the launcher does; the time is said, not held to (load moves it)
+    said=$(grep -m1 "rank 0.*rank 1 (pid $victim)" "$dir/kerr" || grep -m1 "launch: rank 1 (pid $victim) was killed" "$dir/kerr")
+    [ $rc != 0 ] && [ -n "$said" ] && ok=1 || ok=0
+    verdict $ok "rank 1 killed under EP 2: the job ended in $secs s naming it ($(echo "$said" | cut -c1-120))"
 else
     kill $launcher; failed=$((failed + 1)); echo "FAIL rank 1 of the EP run not found"
 fi

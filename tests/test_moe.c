@@ -160,6 +160,25 @@ static dt_status check_forward(dt_program *p, dt_safetensors *f, const int32_t *
     return st;
 }
 
+/* A fixture of DeepSeek-V3's router (8 experts in 4 groups of which the best 2, renormalised, x 2.5) on the file's
+ * config, as family (NULL: the file's) with shared experts of shared x its --ffn: made, its weights and biases read, its
+ * forward checked; in, tg its inputs and targets. */
+static dt_status sigmoid_fixture(const char *path, const char *family, int shared, dt_safetensors **f, dt_lm_config *cfg, dt_program **p,
+                                 int32_t *in, int32_t *tg) {
+    dt_status st = dt_safetensors_open(path, f);
+    if (!st) st = fixture_config(*f, path, cfg);
+    if (!st) {
+        if (family) cfg->family = dt_family_find(family), cfg->shared_ffn = shared * cfg->ffn, cfg->aux_coef = 0;
+        cfg->router = DT_ROUTER_SIGMOID_BIAS, cfg->expert_groups = 4, cfg->group_top_k = 2, cfg->routed_scale = 2.5f, cfg->norm_topk = 1;
+        st = dt_program_create(cfg, p);
+    }
+    if (!st) st = fixture_weights(*f, *p);
+    if (!st) st = read_biases(*f, *p);
+    if (!st) st = dt_safetensors_read_i32(*f, "inputs", B * T, in);
+    if (!st) st = dt_safetensors_read_i32(*f, "targets", B * T, tg);
+    return st ? st : check_forward(*p, *f, in, tg);
+}
+
 /* Mixtral with DeepSeek-V3's router in each layer (transformers' DeepseekV3TopkRouter: sigmoid scores, the fixture's
  * bias choosing, 8 experts in 4 groups of which the best 2, top 3, renormalised, times 2.5): the choices exactly (as
  * sets: its topk keeps no order) and their weights, logits, loss, gradients, steps; the bias moves as DeepSeek-V3's. */
@@ -171,21 +190,12 @@ static void check_sigmoid(const char *dir) {
     dt_program *p = NULL;
     dt_lm_config cfg;
     int32_t in[B * T], tg[B * T];
-    dt_status st = dt_safetensors_open(path, &f);
-    if (!st) st = fixture_config(f, path, &cfg);
-    if (!st) {
-        cfg.router = DT_ROUTER_SIGMOID_BIAS, cfg.expert_groups = 4, cfg.group_top_k = 2, cfg.routed_scale = 2.5f, cfg.norm_topk = 1;
-        st = dt_program_create(&cfg, &p);
-    }
+    dt_status st = sigmoid_fixture(path, NULL, 0, &f, &cfg, &p, in, tg);
     dt_model m;
     size_t nb = 0;
     float *bias = st ? NULL : dt_program_moe_bias(p, &nb);
     int E = cfg.experts, K = cfg.experts_top_k, L = cfg.num_layers, V = cfg.vocab_size;
-    if (!st) dt_program_model(p, &m), st = fixture_weights(f, p);
-    if (!st) st = read_biases(f, p);
-    if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
-    if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
-    if (!st) st = check_forward(p, f, in, tg);
+    if (!st) dt_program_model(p, &m);
     int same = 0;
     double werr = 0;
     for (int l = 0; !st && l < L; l++) {
@@ -372,19 +382,9 @@ static void check_deepseek(const char *dir) {
     dt_program *p = NULL;
     dt_lm_config cfg;
     int32_t in[B * T], tg[B * T];
-    dt_status st = dt_safetensors_open(path, &f);
-    if (!st) st = fixture_config(f, path, &cfg);
-    if (!st) {
-        cfg.family = dt_family_find("deepseek_moe"), cfg.shared_ffn = 2 * cfg.ffn, cfg.aux_coef = 0;
-        cfg.router = DT_ROUTER_SIGMOID_BIAS, cfg.expert_groups = 4, cfg.group_top_k = 2, cfg.routed_scale = 2.5f, cfg.norm_topk = 1;
-        st = dt_program_create(&cfg, &p);
-    }
+    dt_status st = sigmoid_fixture(path, "deepseek_moe", 2, &f, &cfg, &p, in, tg);
     dt_model m;
-    if (!st) dt_program_model(p, &m), st = fixture_weights(f, p);
-    if (!st) st = read_biases(f, p);
-    if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
-    if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
-    if (!st) st = check_forward(p, f, in, tg);
+    if (!st) dt_program_model(p, &m);
     double worst = 0;
     if (!st) dt_program_zero_grad(p);
     if (!st && !(st = dt_program_backward(p, 1.0f)) && !(st = grads_err(f, &m, cfg.vocab_size, &worst)))

@@ -28,6 +28,7 @@ struct moe_ep_work {
     float *act, *ys, *g, *dhu, *dw;
     int32_t *perm, *ident; /* where arriving row q goes among the grouped rows; 0, 1, .. (the grouped rows' own order) */
     size_t *rows, *got;    /* rows to each rank, from each rank */
+    int32_t *mine;         /* this rank's rows for each expert (what the counts' allgather sends) */
     size_t io_cap, n_cap;
 };
 
@@ -42,13 +43,25 @@ static dt_status fail(dt_program *p, dt_status st) {
     return st;
 }
 
+/* The buffers whose sizes the model fixes (a count a rank, a count an expert), made once. */
+static struct moe_ep_work *work_of(dt_program *p) {
+    struct moe_ep_work *w = p->ep_work;
+    if (w) return w;
+    int P = p->part.ep_size, E = p->cfg.experts;
+    if (!(w = calloc(1, sizeof *w)) || !grow((void **)&w->rows, (size_t)P, sizeof(size_t)) || !grow((void **)&w->got, (size_t)P, sizeof(size_t)) ||
+        !grow((void **)&w->mine, (size_t)E, sizeof(int32_t))) {
+        if (w) free(w->rows), free(w->got), free(w->mine), free(w);
+        fail(p, dt_error(DT_ERR_NOMEM, "expert parallelism: out of memory"));
+        return NULL;
+    }
+    return p->ep_work = w;
+}
+
 /* Room for io rows crossing (either way) and n grouped rows. */
 static dt_status reserve(dt_program *p, size_t io, size_t n, int C, int F) {
-    int P = p->part.ep_size;
     struct moe_ep_work *w = p->ep_work;
-    if (!w && !(w = p->ep_work = calloc(1, sizeof *w))) return fail(p, dt_error(DT_ERR_NOMEM, "expert parallelism: out of memory"));
-    bool ok = (w->rows || (grow((void **)&w->rows, (size_t)P, sizeof(size_t)) && grow((void **)&w->got, (size_t)P, sizeof(size_t))));
-    if (ok && io > w->io_cap)
+    bool ok = true;
+    if (io > w->io_cap)
         ok = grow((void **)&w->send, io * (size_t)(C + 1), sizeof(float)) && grow((void **)&w->recv, io * (size_t)(C + 1), sizeof(float)),
         w->io_cap = ok ? io : 0;
     if (ok && n > w->n_cap) {
@@ -112,14 +125,12 @@ static dt_status exchange(dt_program *p, const size_t *rows, size_t row) {
 /* Every rank's counts, kept, and room for the rows they make. */
 static dt_status learn_counts(dt_program *p, struct moe_ep_keep *k, const moe_ep_block *b, int32_t *lstart, int *n) {
     int P = p->part.ep_size, E = b->E;
-    int32_t *mine = malloc(sizeof *mine * (size_t)E);
-    if (!k || !mine || (!k->from && !(k->from = malloc(sizeof *k->from * (size_t)P * E)))) {
-        free(mine);
+    struct moe_ep_work *w = work_of(p);
+    if (!w) return p->comm_err;
+    if (!k || (!k->from && !(k->from = malloc(sizeof *k->from * (size_t)P * E))))
         return fail(p, dt_error(DT_ERR_NOMEM, "expert parallelism: out of memory"));
-    }
-    for (int e = 0; e < E; e++) mine[e] = b->start[e + 1] - b->start[e];
-    dt_status st = p->part.ep->counts(p->part.ep->ctx, mine, k->from, (size_t)E);
-    free(mine);
+    for (int e = 0; e < E; e++) w->mine[e] = b->start[e + 1] - b->start[e];
+    dt_status st = p->part.ep->counts(p->part.ep->ctx, w->mine, k->from, (size_t)E);
     if (st) return fail(p, st);
     *n = layout(p, k, E, lstart, NULL, NULL);
     if ((size_t)*n > k->cap) {
@@ -202,6 +213,6 @@ void dt_program_moe_ep_free_work(dt_program *p) {
     struct moe_ep_work *w = p->ep_work;
     if (!w) return;
     free(w->send), free(w->recv), free(w->act), free(w->ys), free(w->g), free(w->dhu), free(w->dw), free(w->perm), free(w->ident);
-    free(w->rows), free(w->got), free(w);
+    free(w->rows), free(w->got), free(w->mine), free(w);
     p->ep_work = NULL;
 }

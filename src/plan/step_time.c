@@ -203,7 +203,7 @@ static void stages(step_ctx *x, const step_rates *r) {
         if (sc.mm + sc.att + sc.ew > x->tworst) x->tworst = sc.mm + sc.att + sc.ew, x->worst = sc, x->psi = sp, x->pexp = se;
     }
     if (j->params_override > 0) {
-        double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = c[0] });
+        double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = *c });
         x->psi *= f, x->pexp *= f;
     }
 }
