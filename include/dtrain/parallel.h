@@ -3,6 +3,7 @@
 #ifndef DTRAIN_PARALLEL_H
 #define DTRAIN_PARALLEL_H
 
+#include "dtrain/codec.h"
 #include "dtrain/comm.h"
 #include "dtrain/strategy.h"
 #include "dtrain/model.h"
@@ -104,6 +105,12 @@ dt_status dt_ddp_set_wire(dt_ddp *d, dt_dtype t);
  * ranks holding the same experts (NULL: no other rank does), as a share 1/ep: each expert's gradient holds the tokens
  * of the ep ranks that route to it, so the divisor is still the data-parallel ranks'. Not with shards or a 16-bit store. */
 dt_status dt_ddp_set_experts(dt_ddp *d, dt_comm *ec, int ep);
+/* A codec (codec.h) averages the buckets from its start step on, each bucket's tensors handed to it as backward
+ * finishes them (a tied embedding's rows are then not deferred: the codec sees its whole gradient). Once, right after
+ * create; d does not own k. Not with shards, experts spread over ranks or 16-bit gradients. */
+dt_status dt_ddp_set_codec(dt_ddp *d, dt_codec *k);
+/* What the codec sent in the last step. */
+void dt_ddp_codec_stats(const dt_ddp *d, dt_codec_stats *s);
 /* The 16-bit gradient store (t: DT_BF16 or DT_F16; once, right after
  * create, never with the optimizer in backward): the gradients travel in t
  * (the wire), and once a bucket's reduction ends, the part of its average

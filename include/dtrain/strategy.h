@@ -7,6 +7,7 @@
 #ifndef DTRAIN_STRATEGY_H
 #define DTRAIN_STRATEGY_H
 
+#include "dtrain/codec.h"
 #include "dtrain/comm.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
@@ -89,6 +90,8 @@ typedef struct {
      * the rest over comm. ep 0 or 1: every tensor over comm. */
     dt_comm *expert_comm;
     int ep;
+    /* Gradient compression (DDP): NULL or DT_CODEC_NONE: the gradients are averaged as computed. */
+    const dt_codec_config *codec;
 } dt_engine_config;
 
 /* A parallel strategy. Every callback but create may be NULL (nothing to do). */

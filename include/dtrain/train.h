@@ -75,6 +75,7 @@ typedef struct {
     dt_loss_scale_config loss_scale; /* fp16's (DeepSpeed's fp16 section; its defaults) */
     dt_dtype grad_comm;       /* the gradients' type in data parallelism's allreduce (DT_F32 unless --grad-comm) */
     dt_dtype grad_store;      /* --grad-store: DT_F32, or the 16-bit type the averaged gradients are kept in (the precision's) */
+    dt_codec_config codec;    /* --compress powersgd, --compress-rank R, --compress-start N (kind DT_CODEC_NONE: none) */
     int argc;                 /* the command line, re-executed for each rank */
     char **argv;
 } dt_train_config;

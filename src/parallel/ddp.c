@@ -30,6 +30,7 @@
  * the others compute. The embedding's rows that wait for their input part
  * are updated last. */
 #include "dtrain/parallel.h"
+#include "dtrain/codec.h"
 #include "dtrain/kernels.h"
 #include "grad_pool.h"
 
@@ -49,6 +50,10 @@ typedef struct {
     range *ranges;
     int nranges;
     int req0, nreq;      /* this step's requests, in dt_ddp.reqs */
+    int t0, nt;          /* its tensors: dt_ddp.order[t0, t0 + nt) */
+    /* a codec's exchange this step (coded): its request in flight, and whether the average is in place */
+    bool coded, decoded;
+    dt_request *creq;
 } bucket;
 
 struct dt_ddp {
@@ -63,6 +68,10 @@ struct dt_ddp {
     int nb;
     range *all;          /* every bucket's ranges, bucket after bucket */
     int nall;
+    int *order;          /* the table's tensors in backward's order (the buckets' runs of it) */
+    size_t bucket_first, bucket_bytes;
+    dt_codec *codec;     /* gradients compressed (dt_ddp_set_codec; NULL: averaged as they are) */
+    dt_codec_stats coded; /* the last step's */
     dt_request **reqs;   /* a waited request becomes NULL */
     narrow *narrowed;    /* per request: the gradients it reduces in 16 bits (count 0: none), widened (or copied
                           * into the 16-bit store) once done */
@@ -259,6 +268,44 @@ static dt_status settle(dt_ddp *d, int i, bool wait, double *waited, bool *done)
     return st;
 }
 
+/* ---- a codec's exchanges (dt_ddp_set_codec) ----
+ * A codec's phase that issues a collective runs only where every rank runs it in the same order among its
+ * collectives: before the next bucket's exchange starts (earlier buckets first) and in finish, bucket by bucket. */
+
+static dt_status codec_start(dt_ddp *d, int k) {
+    bucket *b = &d->b[k];
+    b->coded = true;
+    b->decoded = false;
+    return dt_codec_start(d->codec, d->c, k, d->order + b->t0, b->nt, d->grads, &b->creq);
+}
+
+/* Bucket k's phases that issue a collective, each once its request is done (waiting). */
+static dt_status codec_issue(dt_ddp *d, int k, double *waited) {
+    bucket *b = &d->b[k];
+    while (b->coded && !b->decoded && dt_codec_next_collective(d->codec, k)) {
+        int fin;
+        dt_status st = wait_req(&b->creq, waited);
+        if (!st) st = dt_codec_next(d->codec, d->c, k, d->grads, &b->creq, &fin);
+        if (st) return st;
+        b->decoded = fin;
+    }
+    return DT_OK;
+}
+
+/* Bucket k's average in place, as far as its requests are done (with wait: waiting) and no collective is next. */
+static dt_status codec_settle(dt_ddp *d, int k, bool wait, double *waited, bool *done) {
+    bucket *b = &d->b[k];
+    while (b->coded && !b->decoded && !dt_codec_next_collective(d->codec, k)) {
+        int fin;
+        dt_status st = ready(&b->creq, wait, waited, done);
+        if (st || !*done) return st;
+        if ((st = dt_codec_next(d->codec, d->c, k, d->grads, &b->creq, &fin))) return st;
+        b->decoded = fin;
+    }
+    *done = !b->coded || b->decoded;
+    return DT_OK;
+}
+
 /* The part of [off, off+n) in the optimizer's window (a ZeRO rank updates its shard only). */
 static void update(dt_ddp *d, size_t off, size_t n) {
     size_t a = off > d->w0 ? off : d->w0, b = off + n < d->w1 ? off + n : d->w1;
@@ -295,6 +342,10 @@ static dt_status step_buckets(dt_ddp *d, bool wait, double *waited) {
         bool done = true;
         for (int i = 0; i < k->nreq && done; i++) {
             dt_status st = settle(d, k->req0 + i, wait, waited, &done);
+            if (st) return st;
+        }
+        if (done && k->coded) {
+            dt_status st = codec_settle(d, d->stepped, wait, waited, &done);
             if (st) return st;
         }
         if (done && d->tok_req && d->touched) {
@@ -431,7 +482,11 @@ static void grad_hook(int unit, void *ctx) {
     for (int k = 0; k < d->nb; k++) {
         if (d->b[k].last_unit != unit) continue;
         d->b[k].req0 = d->nreqs;
-        for (int r = 0; r < d->b[k].nranges && !d->err; r++) d->err = reduce_range(d, k, d->b[k].ranges[r].off, d->b[k].ranges[r].count);
+        if (d->codec && dt_codec_active(d->codec)) {
+            for (int j = 0; j < k && !d->err; j++) d->err = codec_issue(d, j, &d->waited_in_backward);
+            if (!d->err) d->err = codec_start(d, k);
+        }
+        for (int r = 0; r < d->b[k].nranges && !d->err && !d->b[k].coded; r++) d->err = reduce_range(d, k, d->b[k].ranges[r].off, d->b[k].ranges[r].count);
         if (d->err) return;
         d->b[k].nreq = d->nreqs - d->b[k].req0;
         d->issued = k + 1;
@@ -457,8 +512,9 @@ static void make_buckets(dt_ddp *d, const dt_tensor_info *r, int nr, size_t buck
     bucket *cur = NULL;
     for (int i = 0; i < nr; i++) {
         if (cur && r[i].group != cur->group) cur = NULL;
-        if (!cur) { cur = &d->b[d->nb++]; cur->ranges = d->all + d->nall; cur->group = r[i].group; have = 0; }
+        if (!cur) { cur = &d->b[d->nb++]; cur->ranges = d->all + d->nall; cur->group = r[i].group; cur->t0 = i; have = 0; }
         have += r[i].count * sizeof(float);
+        cur->nt++;
         int j = 0;
         while (j < cur->nranges && r[i].offset + r[i].count != cur->ranges[j].off) j++;
         if (j < cur->nranges) { cur->ranges[j].off = r[i].offset; cur->ranges[j].count += r[i].count; }
@@ -467,6 +523,27 @@ static void make_buckets(dt_ddp *d, const dt_tensor_info *r, int nr, size_t buck
         bool unit_ends = i + 1 == nr || r[i + 1].grad_unit != r[i].grad_unit;
         if (unit_ends && have >= cap) { cur = NULL; cap = bucket_bytes; }
     }
+}
+
+/* The buckets over the table (again where a codec turned the embedding's deferred rows off: its gradient is then
+ * final at its own unit). */
+static dt_status plan_buckets(dt_ddp *d) {
+    int nr = d->m.ntensors;
+    dt_tensor_info *r = malloc(sizeof *r * (size_t)(nr + 1));
+    if (!r) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+    memcpy(r, d->m.tensors, sizeof *r * (size_t)nr);
+    for (int i = 0; i < nr; i++)
+        if (r[i].input_rows && !d->emb && d->m.defer_input_rows && r[i].unit < r[i].grad_unit) r[i].grad_unit = r[i].unit;
+    qsort(r, (size_t)nr, sizeof *r, by_backward_order);
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < nr; j++)
+            if (d->m.tensors[j].offset == r[i].offset && !strcmp(d->m.tensors[j].name, r[i].name)) d->order[i] = j;
+    memset(d->b, 0, sizeof *d->b * (size_t)(nr + 1));
+    memset(d->all, 0, sizeof *d->all * (size_t)(nr + 1));
+    d->nb = d->nall = 0;
+    make_buckets(d, r, nr, d->bucket_first, d->bucket_bytes);
+    free(r);
+    return DT_OK;
 }
 
 static dt_status set_shards(dt_ddp *d, const size_t *offs, const size_t *counts) {
@@ -493,9 +570,12 @@ dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size
     if (d) d->wait_in_backward = getenv("DTRAIN_DDP_WAIT_IN_BACKWARD") && atoi(getenv("DTRAIN_DDP_WAIT_IN_BACKWARD")) > 0;
     bucket *b = calloc((size_t)nr + 1, sizeof *b);
     range *all = calloc((size_t)nr + 1, sizeof *all);
-    dt_tensor_info *r = malloc(sizeof *r * (size_t)(nr + 1));
-    if (!d || !b || !all || !r) { free(d); free(b); free(all); free(r); return dt_error(DT_ERR_NOMEM, "ddp: out of memory"); }
+    int *order = calloc((size_t)nr + 1, sizeof *order);
+    if (!d || !b || !all || !order) { free(d); free(b); free(all); free(order); return dt_error(DT_ERR_NOMEM, "ddp: out of memory"); }
     d->c = c;
+    d->order = order;
+    d->bucket_first = bucket_first;
+    d->bucket_bytes = bucket_bytes;
     d->ep = 1;
     d->m = *m;
     d->nparams = m->nparams;
@@ -504,13 +584,10 @@ dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size
     d->sync = 1;
     for (int i = 0; i < nr; i++)
         if (m->tensors[i].input_rows && m->defer_input_rows && m->input_grad) d->emb = &m->tensors[i];
-    memcpy(r, m->tensors, sizeof *r * (size_t)nr);
-    qsort(r, (size_t)nr, sizeof *r, by_backward_order);
-    make_buckets(d, r, nr, bucket_first, bucket_bytes);
-    free(r);
     /* never pre-faulted: backward writes each page before any reduction reads it, and with shards or a 16-bit
      * store (dt_ddp_set_grad_store) only some of them are ever resident */
-    dt_status st = dt_comm_alloc_sparse(c, d->nparams * sizeof(float), (void **)&d->grads);
+    dt_status st = plan_buckets(d);
+    if (!st) st = dt_comm_alloc_sparse(c, d->nparams * sizeof(float), (void **)&d->grads);
     if (!st && shard_offs) st = set_shards(d, shard_offs, shard_counts);
     if (st) { dt_ddp_destroy(d); return st; }
     m->set_grad_storage(m->self, d->grads);
@@ -532,6 +609,20 @@ dt_status dt_ddp_set_experts(dt_ddp *d, dt_comm *ec, int ep) {
     d->ep = ep;
     return DT_OK;
 }
+
+dt_status dt_ddp_set_codec(dt_ddp *d, dt_codec *k) {
+    if (d->shard_off || d->g16 || d->ep > 1 || d->wire != DT_F32 || d->opt)
+        return dt_error(DT_ERR_UNSUPPORTED, "ddp: a codec compresses f32 gradients every rank keeps whole, set before the optimizer: not with "
+                        "sharded gradients (ZeRO), experts spread over ranks, or gradients kept or sent in 16 bits, in this build");
+    d->codec = k;
+    if (!d->emb) return DT_OK;
+    /* the tied embedding's gradient whole in the store at its own unit: a codec sees the matrix as it is */
+    d->m.defer_input_rows(d->m.self, 0);
+    d->emb = NULL;
+    return plan_buckets(d);
+}
+
+void dt_ddp_codec_stats(const dt_ddp *d, dt_codec_stats *s) { *s = d->coded; }
 
 dt_status dt_ddp_set_wire(dt_ddp *d, dt_dtype t) {
     if (t != DT_F32 && t != DT_BF16 && t != DT_F16)
@@ -604,6 +695,7 @@ void dt_ddp_destroy(dt_ddp *d) {
     free(d->touched);
     free(d->all);
     free(d->b);
+    free(d->order);
     free(d->reqs);
     free(d->narrowed);
     dt_comm_free(d->c, d->grads);
@@ -641,12 +733,24 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
     r->exposed_in_backward_ms = waited * 1e3;
     d->waited_in_backward = 0;
     dt_status st = d->err;
+    for (int k = 0; k < d->issued && !st && d->codec; k++) {
+        bool done;
+        st = codec_issue(d, k, &waited);
+        if (!st) st = codec_settle(d, k, true, &waited, &done);
+    }
     if (d->opt && !st) st = step_buckets(d, true, &waited);
     for (int i = 0; i < d->nreqs; i++) {
         bool done;
         dt_status s = settle(d, i, true, &waited, &done);
         if (!st) st = s;
     }
+    for (int k = 0; k < d->nb; k++) {
+        /* after a failure, what is in flight ends before its buffers may go */
+        dt_status s = wait_req(&d->b[k].creq, &waited);
+        if (!st) st = s;
+        d->b[k].coded = d->b[k].decoded = false;
+    }
+    if (d->codec && d->sync) dt_codec_end_step(d->codec, &d->coded);
     dt_status s = wait_req(&d->tok_req, &waited);
     if (!st) st = s;
     if (!st && d->ntok) {
@@ -731,6 +835,7 @@ static dt_status check_groups(const dt_engine_config *c, uint64_t *hash) {
 typedef struct {
     dt_ddp *d;
     const dt_engine_config *c;
+    dt_codec *codec;     /* NULL: none */
 } strategy;
 
 static dt_status s_create(const dt_engine_config *c, void **state, size_t *off, size_t *n) {
@@ -743,8 +848,9 @@ static dt_status s_create(const dt_engine_config *c, void **state, size_t *off, 
     if (!st) st = dt_ddp_set_wire(s->d, c->grad_comm);
     if (!st && c->grad_store != DT_F32) st = dt_ddp_set_grad_store(s->d, c->grad_store, 0, c->model.nparams);
     if (!st && c->ep > 1) st = dt_ddp_set_experts(s->d, c->expert_comm, c->ep);
-    if (st) dt_ddp_destroy(s->d);
-    if (st) { free(s); return st; }
+    if (!st && c->codec && c->codec->kind != DT_CODEC_NONE) st = dt_codec_create(c->codec, c->model.tensors, c->model.ntensors, &s->codec);
+    if (!st && s->codec) st = dt_ddp_set_codec(s->d, s->codec);
+    if (st) { dt_ddp_destroy(s->d); dt_codec_destroy(s->codec); free(s); return st; }
     *state = s;
     return DT_OK;
 }
@@ -752,6 +858,7 @@ static dt_status s_create(const dt_engine_config *c, void **state, size_t *off, 
 static void s_destroy(void *state) {
     strategy *s = state;
     dt_ddp_destroy(s->d);
+    dt_codec_destroy(s->codec);
     free(s);
 }
 

@@ -261,7 +261,7 @@ static dt_status make_engine(run *r) {
                             .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL, .grad_comm = c->grad_comm,
                             .grad_store = c->grad_store,
                             .mp_comm = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL,
-                            .expert_comm = r->ep_replicas, .ep = r->ep ? dt_comm_size(r->ep) : 1 };
+                            .expert_comm = r->ep_replicas, .ep = r->ep ? dt_comm_size(r->ep) : 1, .codec = &c->codec };
     if (r->ep) ec.mp_comm = r->ep; /* the norm: the group's experts, and the rest counted once */
     dt_gpt2_model(r->m, &ec.model);
     dt_status st = DT_OK;

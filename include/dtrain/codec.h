@@ -1,0 +1,65 @@
+/* dtrain codec: gradients averaged over the data-parallel ranks in fewer bytes than they hold. DDP hands a codec each
+ * bucket as its gradients are final, as the tensors of the model's table (their shapes: a codec sees matrices, not a
+ * flat range); the codec runs the bucket's exchange in phases, each at most one nonblocking collective, and keeps what
+ * it learns across steps per tensor (a residual for error feedback, PowerSGD's Q) where checkpoints can reach it.
+ * See docs/architecture.md, "Gradient compression". */
+#ifndef DTRAIN_CODEC_H
+#define DTRAIN_CODEC_H
+
+#include "dtrain/comm.h"
+#include "dtrain/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DT_CODEC_NONE = 0, DT_CODEC_POWERSGD } dt_codec_kind;
+
+typedef struct {
+    dt_codec_kind kind;
+    int rank;        /* PowerSGD: the approximation's rank R */
+    int start;       /* the steps averaged whole before compression starts (0: from the first) */
+    float min_rate;  /* PowerSGD: a [n, m] matrix is compressed when (n + m) R x min_rate < n m, else sent whole */
+    uint64_t seed;   /* the first Q's values (the same on every rank) */
+} dt_codec_config;
+
+/* Each tensor's state across steps, as checkpoints and tests reach it. */
+typedef enum { DT_CODEC_RESIDUAL = 0, DT_CODEC_Q, DT_CODEC_NSTATES } dt_codec_state_kind;
+
+/* What one step's exchanges sent: elements the tensors hold, elements that travelled, bytes on the wire. */
+typedef struct {
+    size_t before, after;
+    double bytes;
+} dt_codec_stats;
+
+typedef struct dt_codec dt_codec;
+
+/* "powersgd" -> DT_CODEC_POWERSGD ("none": DT_CODEC_NONE); DT_ERR_ARG naming the codecs otherwise. */
+dt_status dt_codec_parse(const char *s, dt_codec_kind *out);
+const char *dt_codec_name(dt_codec_kind k);
+/* Checks c (the rank, the start) and makes a codec over the table t[0..nt). */
+dt_status dt_codec_create(const dt_codec_config *c, const dt_tensor_info *t, int nt, dt_codec **out);
+void dt_codec_destroy(dt_codec *k);
+/* Whether this step compresses (before the start step the buckets are averaged whole, by their owner). */
+int dt_codec_active(const dt_codec *k);
+/* Bucket b (a number that names it across steps), the table's tensors idx[0..n) of the gradient store g, averaged over
+ * comm: start issues the first collective (*req; NULL where none is needed), next is called once *req is done and issues
+ * the next (*done 0) or finishes the average in place (*done 1). *collective says whether next issues a collective:
+ * every rank must then call it at the same point of its sequence of collectives (DDP: in bucket order). The same idx
+ * every step for a b. */
+dt_status dt_codec_start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, dt_request **req);
+dt_status dt_codec_next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **req, int *done);
+int dt_codec_next_collective(const dt_codec *k, int b);
+/* A step's exchanges are done: the statistics are this step's, the step count advances. */
+void dt_codec_end_step(dt_codec *k, dt_codec_stats *s);
+/* Tensor i's state s (*n floats); made on first use (a residual of zeros; a Q as given: the caller fills it, and no
+ * first Q is drawn for it). NULL where the tensor has none (a Q of a tensor sent whole) or out of memory (*n 0). */
+float *dt_codec_state(dt_codec *k, int i, dt_codec_state_kind s, size_t *n);
+/* The steps taken (compressed or not), and setting it (a resumed run). */
+int dt_codec_steps(const dt_codec *k);
+void dt_codec_set_steps(dt_codec *k, int steps);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,94 @@
+/* The gradient codecs' shell: which one, its per-tensor state across steps, its step count and what a step sent.
+ * The codecs themselves: codec_powersgd.c. */
+#include "codec_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct { const char *name; dt_codec_kind kind; const dt_codec_ops *ops; } codecs[] = {
+    { "none", DT_CODEC_NONE, NULL },
+    { "powersgd", DT_CODEC_POWERSGD, &dt_codec_powersgd },
+};
+enum { NCODECS = sizeof codecs / sizeof *codecs };
+
+dt_status dt_codec_parse(const char *s, dt_codec_kind *out) {
+    for (int i = 0; i < NCODECS; i++)
+        if (!strcmp(s, codecs[i].name)) { *out = codecs[i].kind; return DT_OK; }
+    return dt_error(DT_ERR_ARG, "--compress %s: the codecs are none and powersgd", s);
+}
+
+const char *dt_codec_name(dt_codec_kind k) {
+    for (int i = 0; i < NCODECS; i++)
+        if (codecs[i].kind == k) return codecs[i].name;
+    return "?";
+}
+
+dt_status dt_codec_create(const dt_codec_config *c, const dt_tensor_info *t, int nt, dt_codec **out) {
+    *out = NULL;
+    const dt_codec_ops *ops = NULL;
+    for (int i = 0; i < NCODECS; i++)
+        if (codecs[i].kind == c->kind) ops = codecs[i].ops;
+    if (!ops) return dt_error(DT_ERR_ARG, "codec: %s compresses nothing", dt_codec_name(c->kind));
+    if (c->start < 0) return dt_error(DT_ERR_ARG, "--compress-start %d: a step count is 0 or more", c->start);
+    dt_status st = ops->check(c);
+    if (st) return st;
+    dt_codec *k = calloc(1, sizeof *k);
+    if (!k) return dt_error(DT_ERR_NOMEM, "codec: out of memory");
+    k->c = *c;
+    k->ops = ops;
+    k->t = t;
+    k->nt = nt;
+    for (int s = 0; s < DT_CODEC_NSTATES; s++)
+        if (!(k->state[s] = calloc((size_t)(nt ? nt : 1), sizeof *k->state[s]))) { dt_codec_destroy(k); return dt_error(DT_ERR_NOMEM, "codec: out of memory"); }
+    *out = k;
+    return DT_OK;
+}
+
+void dt_codec_destroy(dt_codec *k) {
+    if (!k) return;
+    if (k->ops && k->ops->destroy) k->ops->destroy(k);
+    for (int s = 0; s < DT_CODEC_NSTATES; s++) {
+        for (int i = 0; k->state[s] && i < k->nt; i++) free(k->state[s][i]);
+        free(k->state[s]);
+    }
+    free(k);
+}
+
+int dt_codec_active(const dt_codec *k) { return k->steps >= k->c.start; }
+
+dt_status dt_codec_start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, dt_request **req) {
+    *req = NULL;
+    if (k->comm && comm != k->comm) return dt_error(DT_ERR_ARG, "codec: one communicator for every bucket");
+    k->comm = comm;
+    for (int i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= k->nt) return dt_error(DT_ERR_ARG, "codec: tensor %d outside the table's %d", idx[i], k->nt);
+    return k->ops->start(k, comm, b, idx, n, g, req);
+}
+
+dt_status dt_codec_next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **req, int *done) {
+    *req = NULL;
+    *done = 0;
+    return k->ops->next(k, comm, b, g, req, done);
+}
+
+int dt_codec_next_collective(const dt_codec *k, int b) { return k->ops->next_collective(k, b); }
+
+void dt_codec_end_step(dt_codec *k, dt_codec_stats *s) {
+    if (s) *s = k->now;
+    k->now = (dt_codec_stats){ 0, 0, 0 };
+    k->steps++;
+}
+
+float *dt_codec_state(dt_codec *k, int i, dt_codec_state_kind s, size_t *n) {
+    *n = 0;
+    if (i < 0 || i >= k->nt || s < 0 || s >= DT_CODEC_NSTATES) return NULL;
+    size_t want = k->ops->state_floats(&k->c, &k->t[i], s);
+    if (!want) return NULL;
+    if (!k->state[s][i] && !(k->state[s][i] = calloc(want, sizeof(float)))) return NULL;
+    *n = want;
+    return k->state[s][i];
+}
+
+int dt_codec_steps(const dt_codec *k) { return k->steps; }
+
+void dt_codec_set_steps(dt_codec *k, int steps) { k->steps = steps; }

@@ -1,0 +1,34 @@
+/* What a gradient codec implements (the shell, codec.c, keeps its per-tensor state, its step count and statistics). */
+#ifndef DTRAIN_CODEC_INTERNAL_H
+#define DTRAIN_CODEC_INTERNAL_H
+
+#include "dtrain/codec.h"
+
+typedef struct {
+    dt_status (*check)(const dt_codec_config *c);
+    /* floats of tensor t's state s (0: it has none) */
+    size_t (*state_floats)(const dt_codec_config *c, const dt_tensor_info *t, dt_codec_state_kind s);
+    dt_status (*start)(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, dt_request **req);
+    dt_status (*next)(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **req, int *done);
+    int (*next_collective)(const dt_codec *k, int b);
+    void (*destroy)(dt_codec *k);
+} dt_codec_ops;
+
+struct dt_codec {
+    dt_codec_config c;
+    const dt_codec_ops *ops;
+    void *impl;                       /* the codec's own (its buckets) */
+    const dt_tensor_info *t;
+    int nt;
+    float **state[DT_CODEC_NSTATES];  /* per tensor; NULL until made */
+    int steps;
+    dt_codec_stats now;               /* this step's, so far */
+    dt_comm *comm;                    /* the one its buffers came from */
+};
+
+extern const dt_codec_ops dt_codec_powersgd;
+
+/* Tensor i's state s if made, else NULL. */
+static inline float *dt_codec_state_held(const dt_codec *k, int i, dt_codec_state_kind s) { return k->state[s][i]; }
+
+#endif

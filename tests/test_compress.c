@@ -1,0 +1,216 @@
+/* Gradient codecs against their oracles, under `dtrain launch -n N`:
+ * - PowerSGD against PyTorch's powerSGD_hook (2 ranks; tests/fixtures/compress, scripts/make_powersgd_fixture.py): the
+ *   warm-started step's averaged gradients, residuals and Q within 1e-5, the compression rate within 1%;
+ * - at full rank PowerSGD is the plain average (P spans the summed matrix's columns), on any number of ranks;
+ * - error feedback: what was sent plus the new residual is the gradient plus the old one. */
+#include "dtrain/codec.h"
+#include "dtrain/io.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failed, me;
+
+static void check(const char *what, bool ok, const char *detail) {
+    if (!ok) failed++;
+    if (me == 0 || !ok) printf("%-72s %s%s%s\n", what, ok ? "ok" : "FAIL", detail ? "  " : "", detail ? detail : "");
+}
+
+static double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) d += (a[i] - b[i]) * (double)(a[i] - b[i]), r += (double)b[i] * b[i];
+    return sqrt(d) / (sqrt(r) + 1e-30);
+}
+
+/* A table of tensors one after another in a flat store. */
+static size_t table(dt_tensor_info *t, int nt, const char *const *names, const int (*shape)[4]) {
+    size_t at = 0;
+    for (int i = 0; i < nt; i++) {
+        memset(&t[i], 0, sizeof t[i]);
+        snprintf(t[i].name, sizeof t[i].name, "%s", names[i]);
+        t[i].count = 1;
+        for (int d = 0; d < 4 && shape[i][d]; d++) t[i].shape[d] = shape[i][d], t[i].ndim = d + 1, t[i].count *= (size_t)shape[i][d];
+        t[i].offset = at;
+        at += t[i].count;
+    }
+    return at;
+}
+
+/* Bucket 0 (every tensor) through k's phases, waiting for each. */
+static dt_status exchange(dt_codec *k, dt_comm *w, const int *idx, int n, float *g) {
+    dt_request *req;
+    int done = 0;
+    dt_status st = dt_codec_start(k, w, 0, idx, n, g, &req);
+    while (!st && !done) {
+        if (req && (st = dt_wait(req))) break;
+        st = dt_codec_next(k, w, 0, g, &req, &done);
+    }
+    return st;
+}
+
+/* The largest |a - b| over columns of a [m, r] matrix, each compared up to its sign (QR may flip one). */
+static double q_err(const float *a, const float *b, int m, int r) {
+    double worst = 0, norm = 0;
+    for (int j = 0; j < r; j++) {
+        double same = 0, flip = 0;
+        for (int i = 0; i < m; i++) {
+            double x = a[(size_t)i * r + j], y = b[(size_t)i * r + j];
+            same += (x - y) * (x - y), flip += (x + y) * (x + y), norm += y * y;
+        }
+        worst += same < flip ? same : flip;
+    }
+    return sqrt(worst) / (sqrt(norm) + 1e-30);
+}
+
+static const char *const names[] = { "e", "l4.bias", "l4.weight", "l3.bias", "l3.weight", "l2.bias", "l2.weight", "l1.bias", "l1.weight" };
+static const int shapes[][4] = { { 8, 5, 6 }, { 3 }, { 3, 32 }, { 32 }, { 32, 32 }, { 32 }, { 32, 32 }, { 32 }, { 32, 16 } };
+enum { NT = sizeof names / sizeof *names };
+
+static void against_torch(dt_comm *w, const char *dir, int R) {
+    char path[512], name[128], what[128], detail[160];
+    snprintf(path, sizeof path, "%s/compress/powersgd_r%d.safetensors", dir, R);
+    dt_safetensors *f;
+    if (dt_safetensors_open(path, &f)) { check(path, false, dt_last_error()); return; }
+    dt_tensor_info t[NT];
+    size_t total = table(t, NT, names, shapes);
+    const char *order = dt_safetensors_metadata(f, "names"), *ratio = dt_safetensors_metadata(f, "ratio");
+    check("powersgd fixture: the bucket's order is the test's table's", order && !strcmp(order, "e,l4.bias,l4.weight,l3.bias,l3.weight,l2.bias,l2.weight,l1.bias,l1.weight"), order);
+    dt_codec_config c = { DT_CODEC_POWERSGD, R, 0, 2.0f, 1 };
+    dt_codec *k;
+    if (dt_codec_create(&c, t, NT, &k)) { check("powersgd: create", false, dt_last_error()); dt_safetensors_close(f); return; }
+    float *g = malloc(total * sizeof *g), *want = malloc(total * sizeof *want), *wres = malloc(total * sizeof *wres), *kept = malloc(total * sizeof *kept);
+    int idx[NT], rank = dt_comm_rank(w);
+    const char *wrong = NULL; /* a tensor compressed where the hook sent it whole, or the other way */
+    dt_status st = DT_OK;
+    for (int i = 0; i < NT && !st; i++) {
+        size_t n;
+        idx[i] = i;
+        float *res = dt_codec_state(k, i, DT_CODEC_RESIDUAL, &n), *q = dt_codec_state(k, i, DT_CODEC_Q, &n);
+        snprintf(name, sizeof name, "r%d.grad.%s", rank, names[i]);
+        st = dt_safetensors_read(f, name, t[i].ndim, t[i].shape, 0, g + t[i].offset);
+        snprintf(name, sizeof name, "r%d.res.%s", rank, names[i]);
+        if (!st) st = dt_safetensors_read(f, name, t[i].ndim, t[i].shape, 0, res);
+        snprintf(name, sizeof name, "r%d.out.%s", rank, names[i]);
+        if (!st) st = dt_safetensors_read(f, name, t[i].ndim, t[i].shape, 0, want + t[i].offset);
+        snprintf(name, sizeof name, "r%d.newres.%s", rank, names[i]);
+        if (!st) st = dt_safetensors_read(f, name, t[i].ndim, t[i].shape, 0, wres + t[i].offset);
+        snprintf(name, sizeof name, "q.%s", names[i]);
+        if ((q != NULL) != dt_safetensors_has(f, name)) wrong = names[i];
+        int qd[2] = { (int)(t[i].count / (size_t)t[i].shape[0]), R };
+        if (!st && q) st = dt_safetensors_read(f, name, 2, qd, 0, q);
+        for (size_t j = 0; !st && j < t[i].count; j++) kept[t[i].offset + j] = g[t[i].offset + j] + res[j];
+    }
+    snprintf(what, sizeof what, "powersgd rank %d: the tensors compressed are the hook's", R);
+    check(what, !wrong, wrong);
+    if (!st) st = exchange(k, w, idx, NT, g);
+    snprintf(what, sizeof what, "powersgd rank %d: the step runs against PyTorch's", R);
+    check(what, !st, st ? dt_last_error() : NULL);
+    double out = 0, res = 0, qe = 0, ef = 0, scale = 0;
+    for (int i = 0; i < NT && !st; i++) {
+        size_t n, nq;
+        const float *r = dt_codec_state(k, i, DT_CODEC_RESIDUAL, &n), *q = dt_codec_state(k, i, DT_CODEC_Q, &nq);
+        double e = rel_err(g + t[i].offset, want + t[i].offset, n), er = rel_err(r, wres + t[i].offset, n);
+        out = e > out ? e : out;
+        res = er > res ? er : res;
+        for (size_t j = 0; j < n; j++) {
+            double kj = kept[t[i].offset + j], d = fabs((double)g[t[i].offset + j] + r[j] - kj);
+            ef = d > ef ? d : ef;
+            scale = fabs(kj) > scale ? fabs(kj) : scale;
+        }
+        if (!q) continue;
+        float *wq = malloc(nq * sizeof *wq);
+        int qd[2] = { (int)(nq / (size_t)R), R };
+        snprintf(name, sizeof name, "newq.%s", names[i]);
+        if (!dt_safetensors_read(f, name, 2, qd, 0, wq)) {
+            double e2 = q_err(q, wq, qd[0], R);
+            qe = e2 > qe ? e2 : qe;
+        } else qe = INFINITY;
+        free(wq);
+    }
+    dt_codec_stats s;
+    dt_codec_end_step(k, &s);
+    double rate = s.after ? (double)s.before / (double)s.after : 0, torch_rate = ratio ? atof(ratio) : -1;
+    snprintf(detail, sizeof detail, "averages %.2e, residuals %.2e, Q %.2e", out, res, qe);
+    snprintf(what, sizeof what, "powersgd rank %d: = powerSGD_hook's within 1e-5", R);
+    check(what, !st && out <= 1e-5 && res <= 1e-5 && qe <= 1e-5, detail);
+    snprintf(detail, sizeof detail, "%.6f against %.6f", rate, torch_rate);
+    snprintf(what, sizeof what, "powersgd rank %d: compression rate = compression_stats()'s within 1%%", R);
+    check(what, fabs(rate - torch_rate) <= 0.01 * torch_rate, detail);
+    snprintf(detail, sizeof detail, "worst |sent + residual - (gradient + old residual)| %.2e of %.2e", ef, scale);
+    snprintf(what, sizeof what, "powersgd rank %d: sent + new residual = gradient + old residual", R);
+    check(what, ef <= scale * 0x1p-23, detail);
+    free(g); free(want); free(wres); free(kept);
+    dt_codec_destroy(k);
+    dt_safetensors_close(f);
+}
+
+/* At full rank (the minimum rate lowered so that every matrix compresses) the codec's average is the plain one. */
+static void full_rank(dt_comm *w) {
+    static const char *const nm[] = { "a", "b", "c" };
+    static const int sh[][4] = { { 12, 7 }, { 5, 9 }, { 4, 3, 2 } };
+    dt_tensor_info t[3];
+    size_t total = table(t, 3, nm, sh);
+    int N = dt_comm_size(w), rank = dt_comm_rank(w), idx[3] = { 0, 1, 2 };
+    dt_codec_config c = { DT_CODEC_POWERSGD, 16, 0, 1e-6f, 7 };
+    dt_codec *k;
+    if (dt_codec_create(&c, t, 3, &k)) { check("powersgd full rank: create", false, dt_last_error()); return; }
+    float *g = malloc(total * sizeof *g), *mean = calloc(total, sizeof *mean);
+    double worst = 0;
+    dt_status st = DT_OK;
+    for (int step = 0; step < 3 && !st; step++) {
+        memset(mean, 0, total * sizeof *mean);
+        for (int r = 0; r < N; r++)
+            for (size_t j = 0; j < total; j++) {
+                uint64_t s = (uint64_t)(step * 1000 + r) * 7919 + j;
+                float v = dt_rng_normal(&s);
+                mean[j] += v / (float)N;
+                if (r == rank) g[j] = v;
+            }
+        /* the residual from the last step is added in; at full rank it is rounding only, cleared here to compare */
+        for (int i = 0; i < 3; i++) {
+            size_t n;
+            float *res = dt_codec_state(k, i, DT_CODEC_RESIDUAL, &n);
+            if (res) memset(res, 0, n * sizeof *res);
+        }
+        st = exchange(k, w, idx, 3, g);
+        dt_codec_end_step(k, NULL);
+        double e = rel_err(g, mean, total);
+        worst = e > worst ? e : worst;
+    }
+    char what[96], detail[96];
+    snprintf(detail, sizeof detail, "worst relative difference %.2e over 3 steps", worst);
+    snprintf(what, sizeof what, "powersgd at full rank on %d ranks = the plain average (1e-5)", N);
+    check(what, !st && worst <= 1e-5, st ? dt_last_error() : detail);
+    free(g); free(mean);
+    dt_codec_destroy(k);
+}
+
+static void bad_config(void) {
+    dt_tensor_info t[1];
+    table(t, 1, names, shapes);
+    dt_codec *k = NULL;
+    dt_codec_config c = { DT_CODEC_POWERSGD, 0, 0, 2.0f, 1 };
+    check("powersgd: rank 0 refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "rank"), dt_last_error());
+    c.rank = 1, c.start = -1;
+    check("powersgd: a negative start refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "start"), dt_last_error());
+    dt_codec_kind kind;
+    check("codec: an unknown name refused, naming the codecs", dt_codec_parse("topk9", &kind) && strstr(dt_last_error(), "powersgd"), dt_last_error());
+}
+
+int main(int argc, char **argv) {
+    dt_comm *w;
+    if (dt_comm_init(&w)) { fprintf(stderr, "init: %s\n", dt_last_error()); return 1; }
+    me = dt_comm_rank(w);
+    if (dt_comm_size(w) == 2 && argc > 1) {
+        against_torch(w, argv[1], 2);
+        against_torch(w, argv[1], 4);
+    }
+    full_rank(w);
+    bad_config();
+    dt_comm_destroy(w);
+    if (me == 0) printf(failed ? "FAILED %d\n" : "all ok\n", failed);
+    return failed != 0;
+}
