@@ -39,6 +39,7 @@ typedef struct {
     double exposed_ms, update_ms;
     double exposed_in_backward_ms; /* of exposed_ms, inside backward */
     double updated_in_backward;
+    double grad_bytes, compress_ratio; /* a codec's (dt_sync_result's; 0: none) */
     int skipped;                /* not finite, and skip_nonfinite; or the loss scale overflowed */
     double loss_scale;          /* the scale this step's backward used (1 without scaling) */
     int stop;                   /* some rank passed stop != 0 */

@@ -23,6 +23,8 @@ typedef struct {
     int updated;                /* the update already happened (inside backward) */
     double norm;                /* then: the gradient norm it saw */
     double updated_in_backward; /* the share of the parameters updated inside backward (metrics) */
+    double grad_bytes;          /* a codec's step: the bytes a rank put on the wire for the gradients (0: no codec) */
+    double compress_ratio;      /* and the elements the tensors hold over those that travelled (1 before its start) */
 } dt_sync_result;
 
 /* What the computation after a strategy's begin does with the gradients. */

@@ -62,6 +62,7 @@ struct dt_ddp {
     int ep;              /* the expert-parallel ranks (1: none): an expert's gradient is 1/ep of a data-parallel average */
     dt_model m;
     const dt_tensor_info *emb; /* the deferred input_rows tensor, or NULL */
+    const dt_tensor_info *emb_t; /* the one the model could defer (a codec's steps do not: emb NULL then) */
     float *grads;        /* arena */
     size_t nparams;
     bucket *b;
@@ -317,7 +318,7 @@ static void update(dt_ddp *d, size_t off, size_t n) {
 /* Updates [off, off+n), leaving out the embedding rows that some rank's tokens touch. */
 static void update_range(dt_ddp *d, size_t off, size_t n) {
     size_t end = off + n;
-    size_t e0 = d->touched ? d->emb->offset : 0, e1 = d->touched ? e0 + d->emb->count : 0, C = d->touched ? (size_t)d->emb->shape[1] : 1;
+    size_t e0 = d->touched ? d->emb_t->offset : 0, e1 = d->touched ? e0 + d->emb_t->count : 0, C = d->touched ? (size_t)d->emb_t->shape[1] : 1;
     if (off < e0) {
         size_t stop = end < e0 ? end : e0;
         update(d, off, stop - off);
@@ -546,6 +547,16 @@ static dt_status plan_buckets(dt_ddp *d) {
     return DT_OK;
 }
 
+/* The buckets a step needs: with a codec from its start step on, the tied embedding's gradient whole in the store at
+ * its own unit (the codec sees the matrix as it is); else its rows deferred (before the start: dense DDP's steps). */
+static dt_status use_plan(dt_ddp *d) {
+    const dt_tensor_info *want = d->codec && dt_codec_active(d->codec) ? NULL : d->emb_t;
+    if (want == d->emb) return DT_OK;
+    d->emb = want;
+    if (!want) d->m.defer_input_rows(d->m.self, 0);
+    return plan_buckets(d);
+}
+
 static dt_status set_shards(dt_ddp *d, const size_t *offs, const size_t *counts) {
     int p = dt_comm_size(d->c), me = dt_comm_rank(d->c);
     size_t next = 0;
@@ -583,7 +594,7 @@ dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size
     d->all = all;
     d->sync = 1;
     for (int i = 0; i < nr; i++)
-        if (m->tensors[i].input_rows && m->defer_input_rows && m->input_grad) d->emb = &m->tensors[i];
+        if (m->tensors[i].input_rows && m->defer_input_rows && m->input_grad) d->emb = d->emb_t = &m->tensors[i];
     /* never pre-faulted: backward writes each page before any reduction reads it, and with shards or a 16-bit
      * store (dt_ddp_set_grad_store) only some of them are ever resident */
     dt_status st = plan_buckets(d);
@@ -615,11 +626,7 @@ dt_status dt_ddp_set_codec(dt_ddp *d, dt_codec *k) {
         return dt_error(DT_ERR_UNSUPPORTED, "ddp: a codec compresses f32 gradients every rank keeps whole, set before the optimizer: not with "
                         "sharded gradients (ZeRO), experts spread over ranks, or gradients kept or sent in 16 bits, in this build");
     d->codec = k;
-    if (!d->emb) return DT_OK;
-    /* the tied embedding's gradient whole in the store at its own unit: a codec sees the matrix as it is */
-    d->m.defer_input_rows(d->m.self, 0);
-    d->emb = NULL;
-    return plan_buckets(d);
+    return use_plan(d);
 }
 
 void dt_ddp_codec_stats(const dt_ddp *d, dt_codec_stats *s) { *s = d->coded; }
@@ -673,8 +680,8 @@ dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off
     for (int i = 0; i < d->nall; i++) covered += d->all[i].count;
     if (o && covered != d->nparams)
         return dt_error(DT_ERR_ARG, "ddp: the gradient ranges cover %zu of %zu parameters", covered, d->nparams);
-    if (o && d->emb && !d->touched) {
-        d->touched = calloc((size_t)d->emb->shape[0], 1);
+    if (o && d->emb_t && !d->touched) {
+        d->touched = calloc((size_t)d->emb_t->shape[0], 1);
         if (!d->touched) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
     }
     d->opt = o;
@@ -710,6 +717,7 @@ void dt_ddp_destroy(dt_ddp *d) {
  * ZeRO-1, --grad-store bf16 at 2 x 2: 311 MB of the machine's peak) */
 static void begin(dt_ddp *d, int sync, float lr, bool may_pool) {
     d->sync = sync;
+    if (sync && d->codec && !d->err) d->err = use_plan(d);
     d->lr = lr;
     if (sync && d->opt) dt_optim_begin(d->opt);
     /* micro-steps that do not synchronise accumulate the rows as usual */
@@ -759,11 +767,11 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
     }
     if (!st && d->opt && d->touched) {
         /* the rows that waited for the embedding's part, each once */
-        size_t C = (size_t)d->emb->shape[1];
+        size_t C = (size_t)d->emb_t->shape[1];
         DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "optimizer", "\"embedding_rows\":true");
         for (int i = 0; i < d->ntok * dt_comm_size(d->c); i++) {
             int32_t t = d->toks[i];
-            if (d->touched[t]) { update(d, d->emb->offset + (size_t)t * C, C); d->touched[t] = 0; }
+            if (d->touched[t]) { update(d, d->emb_t->offset + (size_t)t * C, C); d->touched[t] = 0; }
         }
         DT_TRACE_END(DT_TRACK_COMPUTE);
     }
@@ -877,6 +885,13 @@ static dt_status s_finish(void *state, dt_sync_result *r) {
     dt_status st = dt_ddp_finish(s->d, r);
     r->updated = s->d->opt != NULL;
     r->updated_in_backward = dt_ddp_updated_in_backward(s->d);
+    if (s->codec) {
+        dt_codec_stats cs;
+        dt_ddp_codec_stats(s->d, &cs);
+        /* before the start step every element travels as it is */
+        r->grad_bytes = cs.before ? cs.bytes : (double)s->c->model.nparams * sizeof(float);
+        r->compress_ratio = cs.after ? (double)cs.before / (double)cs.after : 1.0;
+    }
     return st;
 }
 

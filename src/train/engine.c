@@ -294,6 +294,8 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     r->exposed_ms = sr.exposed_ms;
     r->exposed_in_backward_ms = sr.exposed_in_backward_ms;
     r->updated_in_backward = sr.updated_in_backward;
+    r->grad_bytes = sr.grad_bytes;
+    r->compress_ratio = sr.compress_ratio;
     if (sr.updated) r->norm = sr.norm;
     else {
         DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "optimizer", "\"parameters\":%zu", e->n);

@@ -1,0 +1,59 @@
+#!/bin/bash
+# Gradient compression in training (--compress): before its start step PowerSGD's runs are dense DDP's bit for bit
+# (GPT-2 with its tied embedding, whose rows DDP defers, and Llama); from it on the update inside backward and the one
+# after it give the same weights; compressed runs train and report their bytes and ratio; a checkpoint resumes with the
+# codec's state bit for bit; bad settings are refused naming why; a rank killed mid-exchange ends the job naming it.
+# usage: compress_checks.sh DTRAIN
+set -u
+DTRAIN=$1
+. "$(dirname "$0")/finetune_checks.sh"
+head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
+"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+common=(--data "$dir/train.bin" --vocab 256 --layers 2 --channels 64 --heads 4 --max-seq 32 --seq 32 --batch 4 --steps 20
+        --lr 3e-3 --threads 1 --nproc 2)
+identical() { # WHAT A B [EXT]: the same losses as printed, and the same weights file byte for byte
+    local a=$2 b=$3 ext=${4:-bin}
+    [ "$(field loss "$dir/$a.jsonl" | wc -l)" = 20 ] && [ "$(field loss "$dir/$a.jsonl")" = "$(field loss "$dir/$b.jsonl")" ] &&
+        cmp -s "$dir/$a.$ext" "$dir/$b.$ext" && ok=1 || ok=0
+    verdict $ok "$1: the losses and the weights file identical ($(field loss "$dir/$a.jsonl" | tail -1) / $(field loss "$dir/$b.jsonl" | tail -1))"
+}
+run dense --save "$dir/dense.bin"
+run late --compress powersgd --compress-start 20 --save "$dir/late.bin" && identical "GPT-2, PowerSGD before its start step = dense DDP" dense late
+run ldense --model llama-tiny --save "$dir/ldense.safetensors"
+run llate --model llama-tiny --compress powersgd --compress-rank 2 --compress-start 20 --save "$dir/llate.safetensors" &&
+    identical "Llama, PowerSGD before its start step = dense DDP" ldense llate safetensors
+run psgd --compress powersgd --compress-rank 2 --compress-start 5 --save "$dir/psgd.bin"
+run psgd_end --compress powersgd --compress-rank 2 --compress-start 5 --step-at-end --save "$dir/psgd_end.bin" &&
+    identical "PowerSGD: the update inside backward = the update after it" psgd psgd_end
+DTRAIN_DDP_WAIT_IN_BACKWARD=1 run psgd_wait --compress powersgd --compress-rank 2 --compress-start 5 --save "$dir/psgd_wait.bin" &&
+    identical "PowerSGD: every bucket updated inside backward = as timing had it" psgd psgd_wait
+# it trains, and says what it sent: a step's bytes and ratio, dense before the start
+first=$(field loss "$dir/psgd.jsonl" | head -1) last=$(field loss "$dir/psgd.jsonl" | tail -1)
+b5=$(field grad_sent_bytes "$dir/psgd.jsonl" | sed -n 5p) b6=$(field grad_sent_bytes "$dir/psgd.jsonl" | sed -n 6p)
+r5=$(field compress_ratio "$dir/psgd.jsonl" | sed -n 5p) r6=$(field compress_ratio "$dir/psgd.jsonl" | sed -n 6p)
+awk "BEGIN{exit !($last < $first - 1 && $r5 == 1 && $r6 > 2 && $b6 < $b5 / 2)}" && ok=1 || ok=0
+verdict $ok "PowerSGD rank 2 trains (loss $first -> $last) and reports its wire: step 5 $b5 bytes (ratio $r5), step 6 $b6 (ratio $r6)"
+refused "an unknown codec" "expected none or powersgd" train "${common[@]}" --compress topk --steps 1
+refused "a rank of 0" "--compress-rank" train "${common[@]}" --compress powersgd --compress-rank 0 --steps 1
+refused "a codec with ZeRO" "--compress powersgd with ZeRO" train "${common[@]}" --compress powersgd --zero 1 --steps 1
+refused "a codec with TP" "--compress powersgd with --tp" train "${common[@]}" --compress powersgd --tp 2 --steps 1
+refused "a codec with 16-bit wires" "with --grad-comm" train "${common[@]}" --compress powersgd --grad-comm bf16 --steps 1
+# a rank killed mid-run: the compressed exchanges wait on it; the other names it and the job ends
+"$DTRAIN" train "${common[@]}" --compress powersgd --steps 100000 > "$dir/kout" 2> "$dir/kerr" &
+launcher=$!
+for ((i = 0; i < 100; i++)); do grep -q "^step" "$dir/kout" 2>/dev/null && break; sleep 0.1; done
+victim=""
+for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p; done
+if [ -n "$victim" ]; then
+    t0=$(date +%s.%N)
+    kill -9 "$victim"
+    wait $launcher
+    rc=$? secs=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
+    said=$(grep -m1 "rank 0.*rank 1 (pid $victim)" "$dir/kerr" || grep -m1 "launch: rank 1 (pid $victim) was killed" "$dir/kerr")
+    [ $rc != 0 ] && [ -n "$said" ] && ok=1 || ok=0
+    verdict $ok "rank 1 killed under PowerSGD: the job ended in $secs s naming it ($(echo "$said" | cut -c1-120))"
+else
+    kill $launcher; failed=$((failed + 1)); echo "FAIL rank 1 of the compressed run not found"
+fi
+echo "compress checks: $passed passed, $failed failed"
+[ "$failed" = 0 ]
