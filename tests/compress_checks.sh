@@ -33,6 +33,29 @@ b5=$(field grad_sent_bytes "$dir/psgd.jsonl" | sed -n 5p) b6=$(field grad_sent_b
 r5=$(field compress_ratio "$dir/psgd.jsonl" | sed -n 5p) r6=$(field compress_ratio "$dir/psgd.jsonl" | sed -n 6p)
 awk "BEGIN{exit !($last < $first - 1 && $r5 == 1 && $r6 > 2 && $b6 < $b5 / 2)}" && ok=1 || ok=0
 verdict $ok "PowerSGD rank 2 trains (loss $first -> $last) and reports its wire: step 5 $b5 bytes (ratio $r5), step 6 $b6 (ratio $r6)"
+# a checkpoint keeps every rank's residuals and the Qs (codec.f32): stopped at step 10 (compressing since step 5) or at
+# step 3 (before the start: no codec state yet) and resumed, the run ends with the uninterrupted one's weights
+psgd=(--compress powersgd --compress-rank 2 --compress-start 5)
+run whole "${psgd[@]}" --save "$dir/ckw" && for at in 10 3; do
+    run part$at "${psgd[@]}" --save "$dir/ck$at" --stop-after $at && cp -r "$dir/ck$at" "$dir/saved$at" &&
+        "$DTRAIN" train --resume "$dir/ck$at" --nproc 2 --quiet --metrics "$dir/resumed$at.jsonl" > "$dir/resumed$at.out" 2>&1
+    has=$([ -f "$dir/saved$at/step-$(printf %08d $at)/codec.f32" ] && echo "with" || echo "without")
+    cmp -s "$dir/ckw/step-00000020/params.f32" "$dir/ck$at/step-00000020/params.f32" &&
+        [ "$(field loss "$dir/whole.jsonl" | tail -$((20 - at)))" = "$(field loss "$dir/resumed$at.jsonl")" ] && ok=1 || ok=0
+    verdict $ok "PowerSGD saved at step $at ($has codec.f32) and resumed: the uninterrupted run's losses and weights bit for bit"
+done
+[ -f "$dir/saved10/step-00000010/codec.f32" ] && [ ! -f "$dir/saved3/step-00000003/codec.f32" ] && ok=1 || ok=0
+verdict $ok "codec.f32 is saved once a step was compressed (at step 10), not before (step 3)"
+"$DTRAIN" ckpt verify "$dir/saved10" > "$dir/verify.out" 2>&1 && grep -q "codec.f32 match" "$dir/verify.out" && ok=1 || ok=0
+verdict $ok "ckpt verify checks codec.f32 ($(tail -1 "$dir/verify.out" | sed 's/.*: whole/whole/' | cut -c1-100))"
+cp -r "$dir/saved10" "$dir/other10"
+"$DTRAIN" train --resume "$dir/other10" --nproc 2 --compress-rank 3 --steps 12 > "$dir/other.out" 2>&1 &&
+    grep -q "starts afresh" "$dir/other.out" && ok=1 || ok=0
+verdict $ok "resumed with another rank: the saved state is not forced on it, said ($(grep -m1 -o "the codec's state was saved.*" "$dir/other.out" | cut -c1-100))"
+printf '\x01\x02' | dd of="$dir/saved10/step-00000010/codec.f32" bs=1 seek=100 conv=notrunc 2> /dev/null
+"$DTRAIN" ckpt verify "$dir/saved10" > "$dir/verify.out" 2>&1
+[ $? != 0 ] && grep -q "codec.f32" "$dir/verify.out" && ok=1 || ok=0
+verdict $ok "a damaged codec.f32 is named ($(grep -m1 -o "codec.f32.*" "$dir/verify.out" | cut -c1-90))"
 refused "an unknown codec" "expected none or powersgd" train "${common[@]}" --compress topk --steps 1
 refused "a rank of 0" "--compress-rank" train "${common[@]}" --compress powersgd --compress-rank 0 --steps 1
 refused "a codec with ZeRO" "--compress powersgd with ZeRO" train "${common[@]}" --compress powersgd --zero 1 --steps 1

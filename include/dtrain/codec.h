@@ -55,6 +55,13 @@ void dt_codec_end_step(dt_codec *k, dt_codec_stats *s);
 /* Tensor i's state s (*n floats); made on first use (a residual of zeros; a Q as given: the caller fills it, and no
  * first Q is drawn for it). NULL where the tensor has none (a Q of a tensor sent whole) or out of memory (*n 0). */
 float *dt_codec_state(dt_codec *k, int i, dt_codec_state_kind s, size_t *n);
+/* Checkpoints: whether there is state to keep (a step was compressed: every residual and Q exists), the floats of every
+ * tensor's state s in the table's order, and copying them out to buf (load 0) or in from it (load 1). */
+int dt_codec_has_state(const dt_codec *k);
+size_t dt_codec_state_size(const dt_codec *k, dt_codec_state_kind s);
+dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int load);
+/* The settings a codec's state depends on (a checkpoint's is resumed only by the same). */
+const dt_codec_config *dt_codec_get_config(const dt_codec *k);
 /* The steps taken (compressed or not), and setting it (a resumed run). */
 int dt_codec_steps(const dt_codec *k);
 void dt_codec_set_steps(dt_codec *k, int steps);

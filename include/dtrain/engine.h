@@ -53,6 +53,8 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
 const dt_engine_config *dt_engine_get_config(const dt_engine *e);
 const char *dt_engine_strategy_name(const dt_engine *e);
 dt_optim *dt_engine_optim(dt_engine *e);
+/* The strategy's gradient codec (NULL: none). */
+dt_codec *dt_engine_codec(dt_engine *e);
 /* The loss scaler's state (NULL without scaling): checkpoints save and restore it. */
 dt_loss_scale *dt_engine_loss_scale(dt_engine *e);
 /* The slice of the store this rank's optimizer owns. */

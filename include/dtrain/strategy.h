@@ -136,6 +136,8 @@ typedef struct {
      * the strategy keeps them so (dt_engine_config.grad_store; the engine's
      * update then reads and zeroes them there); NULL: f32, in the model's store. */
     uint16_t *(*grads_lp)(void *state, dt_dtype *t);
+    /* Its gradient codec (dt_engine_config.codec), whose state checkpoints keep; NULL: none. */
+    dt_codec *(*codec)(void *state);
 } dt_strategy;
 
 #ifdef __cplusplus

@@ -152,6 +152,11 @@ typedef struct {
     float *buffers;
     size_t nbuffers;
     const dt_lora_config *lora; /* the model is LoRA's adapters on a frozen base (NULL: the whole model trains) */
+    /* A gradient codec's state to save (codec.f32, dt_checkpoint_codec_gather: rank 0's copy of every rank's; NULL, 0:
+     * none), and the ranks it came from */
+    float *codec_state;
+    size_t codec_floats;
+    int codec_ranks;
 } dt_checkpoint_model;
 void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out);
 void dt_checkpoint_resnet(dt_resnet *m, dt_checkpoint_model *out);
@@ -169,6 +174,12 @@ dt_status dt_checkpoint_check_path(const char *path, const char *flag);
  * calls it and writes its own slice (w NULL otherwise). */
 dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm,
                              dt_engine *e, const dt_checkpoint_position *pos);
+/* Collective over w (the data-parallel ranks; NULL: one): the engine's codec state, every rank's, into rank 0's
+ * cm->codec_state (malloc'd: the caller frees it) where a step was compressed (else none). */
+dt_status dt_checkpoint_codec_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm);
+/* Collective over w: the codec's state from step folder sub (rank 0 reads it) where this run's codec, rank and
+ * ranks are the saved ones (else it starts afresh, said); the codec's step count set to step. */
+dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, int step);
 /* Collective over w (may be NULL): rank 0 reads dir's latest checkpoint,
  * checks it against this run (model shape, optimizer: a clear error naming
  * the field; damaged or partial files: naming the file), and every rank

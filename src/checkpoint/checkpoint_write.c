@@ -265,6 +265,11 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     if (c->pack) cJSON_AddBoolToObject(x, "pack", 1);
     if (c->dpo_beta > 0) cJSON_AddNumberToObject(x, "dpo_beta", c->dpo_beta);
     if (c->moe_z_loss > 0) cJSON_AddNumberToObject(x, "moe_z_loss", c->moe_z_loss);
+    if (c->codec.kind != DT_CODEC_NONE) { /* --resume DIR alone goes on compressing as the run did */
+        cJSON_AddStringToObject(x, "compress", dt_codec_name(c->codec.kind));
+        cJSON_AddNumberToObject(x, "compress_rank", c->codec.rank);
+        cJSON_AddNumberToObject(x, "compress_start", c->codec.start);
+    }
     if (ls) {
         /* the loss scaler's whole state: a resumed fp16 run scales, skips and grows as the uninterrupted one */
         x = cJSON_AddObjectToObject(j, "loss_scaler");
@@ -305,6 +310,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
             cJSON_AddItemToArray(ps, e);
         }
     }
+    dt_ckpt_codec_manifest(j, cm, c);
     x = cJSON_AddArrayToObject(j, "tensors");
     for (int i = 0; i < m->ntensors; i++) {
         const dt_tensor_info *t = &m->tensors[i];
@@ -527,6 +533,7 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
         snprintf(path, sizeof path, "%s/buffers.f32", tmp);
         st = dt_file_write_atomic(path, bp, &bb, 1);
     }
+    if (rank == 0 && !st) st = dt_ckpt_codec_write(tmp, cm);
     snprintf(path, sizeof path, "%s/optim.f32", tmp);
     if (!st && (!sliced || sharded || dp0)) st = write_slice(path, &m, bufs, nb, off, n);
     /* every rank's slice, and whether it is on disk: the manifest needs the one, the commit the other */

@@ -113,6 +113,11 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
     double beta;
     if (!dt_ckpt_number(j, "settings", "dpo_beta", "", &beta)) c->dpo_beta = beta;
     take_float(j, "settings", "moe_z_loss", &c->moe_z_loss);
+    const char *codec = dt_ckpt_string(j, "settings", "compress");
+    if (codec && !dt_codec_parse(codec, &c->codec.kind)) {
+        take_int(j, "settings", "compress_rank", &c->codec.rank);
+        take_int(j, "settings", "compress_start", &c->codec.start);
+    }
     take_int(j, "settings", "steps", &c->steps);
     take_int(j, "settings", "batch", &c->batch);
     take_int(j, "settings", "grad_accum", &c->grad_accum);

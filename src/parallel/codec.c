@@ -89,6 +89,30 @@ float *dt_codec_state(dt_codec *k, int i, dt_codec_state_kind s, size_t *n) {
     return k->state[s][i];
 }
 
+int dt_codec_has_state(const dt_codec *k) { return k->steps > k->c.start; }
+
+size_t dt_codec_state_size(const dt_codec *k, dt_codec_state_kind s) {
+    size_t n = 0;
+    for (int i = 0; i < k->nt; i++) n += k->ops->state_floats(&k->c, &k->t[i], s);
+    return n;
+}
+
+dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int load) {
+    if (!load && !dt_codec_has_state(k)) return dt_error(DT_ERR_ARG, "codec: no step compressed yet: no state to keep");
+    size_t at = 0;
+    for (int i = 0; i < k->nt; i++) {
+        size_t n;
+        if (!k->ops->state_floats(&k->c, &k->t[i], s)) continue;
+        float *x = dt_codec_state(k, i, s, &n);
+        if (!x) return dt_error(DT_ERR_NOMEM, "codec: out of memory");
+        memcpy(load ? x : buf + at, load ? buf + at : x, n * sizeof *x);
+        at += n;
+    }
+    return DT_OK;
+}
+
+const dt_codec_config *dt_codec_get_config(const dt_codec *k) { return &k->c; }
+
 int dt_codec_steps(const dt_codec *k) { return k->steps; }
 
 void dt_codec_set_steps(dt_codec *k, int steps) { k->steps = steps; }

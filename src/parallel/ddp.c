@@ -901,6 +901,8 @@ static dt_status s_check(void *state, uint64_t *hash) {
     return dt_ddp_check_replicas(s->c->comm, s->c->model.params(s->c->model.self), s->c->model.nparams, hash);
 }
 
+static dt_codec *s_codec(void *state) { return ((strategy *)state)->codec; }
+
 static size_t s_buffers(void *state) { return dt_ddp_buffer_bytes(((strategy *)state)->d); }
 
 static uint16_t *s_grads_lp(void *state, dt_dtype *t) { return dt_ddp_grad_store(((strategy *)state)->d, t); }
@@ -916,4 +918,5 @@ static void s_held(void *state, size_t *params, size_t *grads) {
 const dt_strategy dt_strategy_ddp = {
     .name = "ddp", .create = s_create, .destroy = s_destroy, .attach = s_attach, .begin = s_begin,
     .finish = s_finish, .check_replicas = s_check, .buffer_bytes = s_buffers, .held = s_held, .grads_lp = s_grads_lp,
+    .codec = s_codec,
 };

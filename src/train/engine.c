@@ -315,6 +315,8 @@ void dt_engine_begin_micro(dt_engine *e, int sync) {
 const dt_engine_config *dt_engine_get_config(const dt_engine *e) { return &e->cfg; }
 const char *dt_engine_strategy_name(const dt_engine *e) { return e->s->name; }
 dt_optim *dt_engine_optim(dt_engine *e) { return e->opt; }
+
+dt_codec *dt_engine_codec(dt_engine *e) { return e->s->codec ? e->s->codec(e->state) : NULL; }
 dt_loss_scale *dt_engine_loss_scale(dt_engine *e) { return e->scaling ? &e->ls : NULL; }
 
 void dt_engine_share(const dt_engine *e, size_t *off, size_t *n) {

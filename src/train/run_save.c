@@ -4,6 +4,7 @@
 #include "run.h"
 #include "dtrain/io.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -59,19 +60,22 @@ dt_status dt_train_save(run *r, int steps_done) {
      * a model in parts is gathered for rank 0 (collective) */
     bool parts = in_parts(r);
     bool slices = dt_checkpoint_is_dir(path) && (sharded(r) || parts);
-    dt_status st = slices ? DT_OK : dt_engine_materialize(r->e, 1);
+    dt_checkpoint_model cm;
+    dt_checkpoint_gpt2(r->m, &cm);
+    /* a codec's state: every data-parallel rank's residuals, to rank 0 (collective) */
+    dt_status st = dt_checkpoint_is_dir(path) ? dt_checkpoint_codec_gather(r->e, dt_engine_get_config(r->e)->comm, &cm) : DT_OK;
+    if (!st && !slices) st = dt_engine_materialize(r->e, 1);
     if (st || (r->rank != 0 && !slices && !parts)) {
         /* rank 0 writes what every rank holds */
     } else if (dt_checkpoint_is_dir(path)) {
         dt_checkpoint_position pos = { steps_done, 0, 0, (size_t)r->c.batch * r->c.seq * r->dp_size, dt_train_data_tokens(r) };
         dt_loader_position(r->tl, &pos.epoch, &pos.next);
-        dt_checkpoint_model cm;
-        dt_checkpoint_gpt2(r->m, &cm);
         st = dt_checkpoint_save(path, parts ? r->w : sharded(r) ? dt_engine_get_config(r->e)->comm : NULL, &r->c, r->nranks, &cm, r->e, &pos);
         if (!st && cm.lora && r->rank == 0) st = save_peft(path);
     } else {
         st = save_weights(r, steps_done);
     }
+    free(cm.codec_state);
     dt_status back = slices ? DT_OK : dt_engine_materialize(r->e, 0);
     dt_watchdog_hold(r->wd, 0);
     return st ? st : back;

@@ -1,0 +1,124 @@
+/* A gradient codec's state in a checkpoint (codec.f32): every data-parallel rank's residuals (error feedback), rank
+ * after rank, each in the table's order, then the Qs (the same on every rank). Saved once a step was compressed;
+ * resumed by a run of the same codec, rank and ranks, bit for bit (DeepSpeed resets its error buffers on load). Another
+ * codec or rank count starts its state afresh, said. The manifest's "codec" section says what the file holds. */
+#include "dtrain/train.h"
+#include "checkpoint_internal.h"
+#include "dtrain/io.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+dt_status dt_checkpoint_codec_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm) {
+    dt_codec *k = dt_engine_codec(e);
+    cm->codec_state = NULL;
+    cm->codec_floats = 0;
+    cm->codec_ranks = w ? dt_comm_size(w) : 1;
+    if (!k || !dt_codec_has_state(k)) return DT_OK;
+    size_t R = dt_codec_state_size(k, DT_CODEC_RESIDUAL), Q = dt_codec_state_size(k, DT_CODEC_Q), p = (size_t)cm->codec_ranks;
+    bool root = !w || dt_comm_rank(w) == 0;
+    float *mine = malloc((R ? R : 1) * sizeof *mine), *all = root ? malloc((p * R + Q + 1) * sizeof *all) : NULL;
+    int32_t ok = mine && (all || !root) && !dt_codec_state_io(k, DT_CODEC_RESIDUAL, mine, 0);
+    /* every rank learns whether all can, before the gather: none waits on another's failure */
+    dt_status st = w ? dt_comm_allreduce(w, &ok, &ok, 1, DT_I32, DT_MIN) : DT_OK;
+    if (!st && !ok) st = dt_error(DT_ERR_NOMEM, "checkpoint: some rank could not hold the codec's state to save");
+    if (!st) st = w ? dt_comm_gather(w, mine, all, R, DT_F32, 0) : (memcpy(all, mine, R * sizeof *mine), DT_OK);
+    if (!st && root) st = dt_codec_state_io(k, DT_CODEC_Q, all + p * R, 0);
+    free(mine);
+    if (st || !root) { free(all); return st; }
+    cm->codec_state = all;
+    cm->codec_floats = p * R + Q;
+    return DT_OK;
+}
+
+void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_train_config *c) {
+    if (!cm->codec_floats) return;
+    cJSON *x = cJSON_AddObjectToObject(j, "codec");
+    cJSON_AddStringToObject(x, "kind", dt_codec_name(c->codec.kind));
+    cJSON_AddNumberToObject(x, "rank", c->codec.rank);
+    cJSON_AddNumberToObject(x, "start", c->codec.start);
+    cJSON_AddNumberToObject(x, "min_rate", c->codec.min_rate);
+    cJSON_AddNumberToObject(x, "ranks", cm->codec_ranks);
+    cJSON_AddNumberToObject(x, "floats", (double)cm->codec_floats);
+    cJSON *f = cJSON_AddObjectToObject(cJSON_GetObjectItemCaseSensitive(j, "files"), "codec.f32");
+    char h[24];
+    snprintf(h, sizeof h, "%016llx", (unsigned long long)dt_hash_words(DT_HASH_INIT, cm->codec_state, cm->codec_floats));
+    cJSON_AddNumberToObject(f, "bytes", (double)(cm->codec_floats * sizeof(float)));
+    cJSON_AddStringToObject(f, "fnv1a64", h);
+}
+
+dt_status dt_ckpt_codec_write(const char *tmp, const dt_checkpoint_model *cm) {
+    if (!cm->codec_floats) return DT_OK;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/codec.f32", tmp);
+    size_t bytes = cm->codec_floats * sizeof(float);
+    const void *p[1] = { cm->codec_state };
+    return dt_file_write_atomic(path, p, &bytes, 1);
+}
+
+/* Rank 0: step folder sub's codec.f32 into *out where this run's codec can take it (NULL: nothing to resume, said). */
+static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float **out, size_t *n) {
+    char sdir[4400], mpath[4500];
+    cJSON *j;
+    *out = NULL;
+    dt_status st = dt_ckpt_open_latest(sub, sdir, mpath, &j);
+    if (st) return st;
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, "codec");
+    const char *kind = dt_ckpt_string(j, "codec", "kind");
+    double rank = 0, rate = 0, saved = 0, floats = 0;
+    if (!cJSON_IsObject(x)) {
+        if (k && dt_codec_steps(k) > dt_codec_get_config(k)->start)
+            dt_log(DT_LOG_WARN, "%s: no codec state saved: --compress %s starts its residuals and Q afresh", mpath, dt_codec_name(dt_codec_get_config(k)->kind));
+        cJSON_Delete(j);
+        return DT_OK;
+    }
+    st = dt_ckpt_count(j, "codec", "rank", mpath, 1e6, &rank);
+    if (!st) st = dt_ckpt_number(j, "codec", "min_rate", mpath, &rate);
+    if (!st) st = dt_ckpt_count(j, "codec", "ranks", mpath, 1e6, &saved);
+    if (!st) st = dt_ckpt_count(j, "codec", "floats", mpath, 1e15, &floats);
+    const dt_codec_config *c = k ? dt_codec_get_config(k) : NULL;
+    if (!st && (!c || !kind || strcmp(kind, dt_codec_name(c->kind)) || (int)rank != c->rank || (float)rate != c->min_rate || (int)saved != ranks)) {
+        dt_log(DT_LOG_WARN, "%s: the codec's state was saved by --compress %s --compress-rank %d on %d ranks; this run %s: its state starts "
+               "afresh", mpath, kind ? kind : "?", (int)rank, (int)saved, c ? "compresses otherwise" : "has no codec");
+        cJSON_Delete(j);
+        return DT_OK;
+    }
+    size_t want = (size_t)ranks * dt_codec_state_size(k, DT_CODEC_RESIDUAL) + dt_codec_state_size(k, DT_CODEC_Q);
+    if (!st && (size_t)floats != want)
+        st = dt_error(DT_ERR_IO, "%s: codec.floats is %.0f; this model's codec keeps %zu", mpath, floats, want);
+    float *buf = st ? NULL : malloc((want + 1) * sizeof *buf);
+    if (!st && !buf) st = dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for the codec's state");
+    if (!st) st = dt_ckpt_verify_file(sdir, j, "codec.f32", 1, want, &buf);
+    cJSON_Delete(j);
+    if (st) { free(buf); return st; }
+    *out = buf;
+    *n = want;
+    return DT_OK;
+}
+
+dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, int step) {
+    dt_codec *k = dt_engine_codec(e);
+    int rank = w ? dt_comm_rank(w) : 0, p = w ? dt_comm_size(w) : 1;
+    if (k) dt_codec_set_steps(k, step); /* the start step counts from the run's first */
+    float *all = NULL;
+    size_t n = 0;
+    dt_status st = rank == 0 ? read_state(sub, k, p, &all, &n) : DT_OK;
+    int32_t ok[2] = { st == DT_OK, all != NULL };
+    dt_status bs = w ? dt_comm_broadcast(w, ok, 2, DT_I32, 0) : DT_OK;
+    if (bs || !ok[0]) { free(all); return bs ? bs : rank == 0 ? st : dt_error(DT_ERR_IO, "rank 0 could not read the codec's state in %s (its message says why)", sub); }
+    if (!ok[1] || !k) return DT_OK;
+    size_t R = dt_codec_state_size(k, DT_CODEC_RESIDUAL), Q = dt_codec_state_size(k, DT_CODEC_Q);
+    float *mine = malloc((R + Q + 1) * sizeof *mine);
+    int32_t have = mine != NULL;
+    st = w ? dt_comm_allreduce(w, &have, &have, 1, DT_I32, DT_MIN) : DT_OK;
+    if (!st && !have) st = dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for the codec's state");
+    if (!st) st = w ? dt_comm_scatter(w, all, mine, R, DT_F32, 0) : (memcpy(mine, all, R * sizeof *mine), DT_OK);
+    if (!st && rank == 0) memcpy(mine + R, all + (size_t)p * R, Q * sizeof *mine);
+    if (!st && w) st = dt_comm_broadcast(w, mine + R, Q, DT_F32, 0);
+    if (!st) st = dt_codec_state_io(k, DT_CODEC_RESIDUAL, mine, 1);
+    if (!st) st = dt_codec_state_io(k, DT_CODEC_Q, mine + R, 1);
+    free(mine);
+    free(all);
+    return st;
+}
