@@ -6,6 +6,8 @@
 # (2 x one process's time / the 2-machine step's time); PyTorch DDP over
 # gloo across the same machines from the same weights where the baselines'
 # virtual environment is (dtrain/PT: PyTorch's step time over dtrain's).
+# COMPRESS=powersgd:R adds 2-machine runs with PowerSGD at rank R (from step
+# 2) and gives PyTorch DDP its powerSGD_hook at the same rank and start.
 # Needs root.
 # usage: bench/cluster_ddp.sh [MODEL (d6)] [STEPS (10)] [ROUNDS (3)] [LINKS (10gbit:50 1gbit:100)]
 # (a link is RATE or RATE:US, US its one-way delay in microseconds)
@@ -36,36 +38,53 @@ if [ -x "$venv/bin/python" ]; then # PyTorch DDP over gloo across the same machi
 else
     echo "# (no PyTorch baseline: scripts/make-baselines-venv.sh makes it)"
 fi
+comp=() hook=()
+if [ -n "${COMPRESS:-}" ]; then
+    IFS=: read -r codec crank <<< "$COMPRESS"
+    comp=(--compress "$codec" --compress-rank "$crank" --compress-start 2)
+    hook=(--powersgd "$crank")
+fi
 torch_step() { # the median ms/step of PyTorch DDP, 1 rank on each machine
     rig_exec 1 env GLOO_SOCKET_IFNAME=eth0 "$torch" "$here/torch_ddp.py" --weights "$work/w.bin" --nproc 2 --rank 0 \
-        --master "$RIG_NET.1:29533" --steps "$steps" --warmup 2 > "$work/torch.jsonl" 2> /dev/null &
+        --master "$RIG_NET.1:29533" --steps "$steps" --warmup 2 "${hook[@]}" > "$work/torch.jsonl" 2> /dev/null &
     rig_exec 2 env GLOO_SOCKET_IFNAME=eth0 "$torch" "$here/torch_ddp.py" --weights "$work/w.bin" --nproc 2 --rank 1 \
-        --master "$RIG_NET.1:29533" --steps "$steps" --warmup 2 > /dev/null 2>&1
+        --master "$RIG_NET.1:29533" --steps "$steps" --warmup 2 "${hook[@]}" > /dev/null 2>&1
     wait
     python3 -c "
 import json, statistics, sys
 print('%.1f' % statistics.median(json.loads(l)['ms'] for l in open(sys.argv[1])))" "$work/torch.jsonl"
 }
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; GPT-2 $model, batch 4 x 64 per rank, AdamW, 1 thread per rank; medians of steps 3-$steps, $rounds rounds alternating"
-printf "%8s %12s %14s %18s %9s %16s %10s\n" link "1 proc ms" "2 machines ms" "exposed comm ms" scaling "PyTorch DDP ms" "dtrain/PT"
+[ -z "${COMPRESS:-}" ] || echo "# compressed: --compress ${comp[*]:1} (PyTorch: powerSGD_hook, rank $crank, start 2); PT and dtrain/PT are the compressed runs'"
+printf "%8s %12s %14s %18s %9s %16s %10s%s\n" link "1 proc ms" "2 machines ms" "exposed comm ms" scaling "PyTorch DDP ms" "dtrain/PT" \
+    "${COMPRESS:+    compressed ms   exposed    scaling}"
 for rate in $rates; do
     rig_up 2 "$rate"
     [ -z "${RIG_DELAY_US:-}" ] || echo "# $rate: one-way delay measured $RIG_DELAY_US us (bare link: $RIG_RTT_BARE_US us a round trip)"
-    one=() two=() exp=() pt=()
+    one=() two=() exp=() pt=() ctwo=() cexp=()
     for ((r = 1; r <= rounds; r++)); do
         "$build/dtrain" train "${args[@]}" --metrics "$work/one.jsonl" > /dev/null 2>&1
         rig_mpirun -np 2 --map-by node "$build/dtrain" train "${args[@]}" --metrics "$work/two.jsonl" > /dev/null 2>&1
         read -r a _ <<< "$(med "$work/one.jsonl")"
         read -r b e <<< "$(med "$work/two.jsonl")"
         one+=("$a") two+=("$b") exp+=("$e")
+        if [ -n "${COMPRESS:-}" ]; then
+            rig_mpirun -np 2 --map-by node "$build/dtrain" train "${args[@]}" "${comp[@]}" --metrics "$work/comp.jsonl" > /dev/null 2>&1
+            read -r b e <<< "$(med "$work/comp.jsonl")"
+            ctwo+=("$b") cexp+=("$e")
+        fi
         [ -n "$torch" ] && pt+=("$(torch_step)")
     done
     rig_down
-    python3 - "$rate" "${one[*]}" "${two[*]}" "${exp[*]}" "${pt[*]:-0}" <<'PY'
+    python3 - "$rate" "${one[*]}" "${two[*]}" "${exp[*]}" "${pt[*]:-0}" "${ctwo[*]:-0}" "${cexp[*]:-0}" <<'PY'
 import statistics, sys
-one, two, exp, pt = (statistics.median(map(float, s.split())) for s in sys.argv[2:6])
-print(f"{sys.argv[1]:>8} {one:>12.1f} {two:>14.1f} {exp:>11.1f} ({exp / two:.0%}) {2 * one / two:>8.2f}x {pt:>16.1f} "
-      f"{(pt / two if pt else 0):>9.2f}x")
+one, two, exp, pt, ctwo, cexp = (statistics.median(map(float, s.split())) for s in sys.argv[2:8])
+mine = ctwo if ctwo else two  # PyTorch ran with the hook where dtrain compressed
+line = (f"{sys.argv[1]:>8} {one:>12.1f} {two:>14.1f} {exp:>11.1f} ({exp / two:.0%}) {2 * one / two:>8.2f}x {pt:>16.1f} "
+        f"{(pt / mine if pt else 0):>9.2f}x")
+if ctwo:
+    line += f" {ctwo:>16.1f} {cexp:>6.1f} ({cexp / ctwo:.0%}) {2 * one / ctwo:>7.2f}x  (dense / compressed {two / ctwo:.2f}x)"
+print(line)
 PY
 done
 rm -rf "$work"

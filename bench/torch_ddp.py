@@ -46,6 +46,10 @@ def worker(rank, a, addr):
     dist.init_process_group("gloo", init_method=f"tcp://{addr}", rank=rank, world_size=a.nproc)
     cfg, params = load(a.weights)
     model = torch.nn.parallel.DistributedDataParallel(GPT2(cfg, params), bucket_cap_mb=25)
+    if a.powersgd:
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+        state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd, start_powerSGD_iter=2)
+        model.register_comm_hook(state, psgd.powerSGD_hook)
     g = torch.Generator().manual_seed(1 + rank)
     idx = torch.randint(0, cfg[1], (a.batch, a.seq), generator=g)
     tgt = torch.randint(0, cfg[1], (a.batch, a.seq), generator=g)
@@ -71,6 +75,7 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--powersgd", type=int, default=0)  # PowerSGD's rank: its hook on DDP (0: none)
     # one rank of a job across machines (bench/cluster_ddp.sh), started on each: this rank and rank 0's address
     ap.add_argument("--rank", type=int, default=-1)
     ap.add_argument("--master", default="")

@@ -11,6 +11,9 @@
  *                              (first moment / momentum, then second moment)
  *       buffers.f32            state beside the parameters, where the model
  *                              has some (a ResNet's BatchNorm running averages)
+ *       codec.f32              a gradient codec's state, once a step was
+ *                              compressed: every rank's residuals, then the Qs
+ *                              (checkpoint_codec.c)
  *
  * A save writes a temporary directory (DIR/.tmp-step-N.PID), syncs it,
  * renames it into place, and only then points `latest` at it (itself an

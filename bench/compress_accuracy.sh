@@ -1,0 +1,37 @@
+#!/bin/bash
+# Gradient compression's cost in accuracy: the demo's model and recipe (make demo: 4 layers, 128 wide, byte-level, the
+# King James Bible, 2 data-parallel ranks, 800 AdamW steps, cosine schedule) dense and with each codec setting given,
+# from the same seed; the validation loss every 200 steps and at the end, and each against dense.
+# usage: bench/compress_accuracy.sh [STEPS (800)] [SETTINGS ("powersgd:2:30 powersgd:4:30"), each CODEC:RANK:START]
+set -euo pipefail
+steps=${1:-800}
+settings=${2:-powersgd:2:30 powersgd:4:30}
+here=$(cd "$(dirname "$0")" && pwd)
+build=${BUILD:-$here/../build}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+bible -f Gen1:1-Rev22:21 | sed 's/^[A-Za-z0-9]*:[0-9]* //' > "$work/kjv.txt"
+"$build/dtrain" tokenize --bytes "$work/kjv.txt" "$work/train.bin" --val "$work/val.bin" --val-fraction 0.05 > /dev/null
+recipe=(--nproc 2 --threads 1 --data "$work/train.bin" --val-data "$work/val.bin" --eval-every 200 --eval-batches 16 --layers 4
+        --channels 128 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 16 --steps "$steps" --lr 4e-3 --schedule cosine
+        --warmup 30 --lr-min 4e-4 --shuffle 1 --quiet)
+vals() { grep -o '"val_loss":[0-9.]*' "$1" | cut -d: -f2 | tr '\n' ' '; }
+last() { grep -o '"val_loss":[0-9.]*' "$1" | tail -1 | cut -d: -f2; }
+median() { python3 -c "
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][5:]
+print('%.1f %.0f %.2f' % (statistics.median(r['ms'] for r in rows), statistics.median(r.get('grad_sent_bytes', 0) for r in rows),
+      statistics.median(r.get('compress_ratio', 1) for r in rows)))" "$1"; }
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; the demo's recipe, $steps steps, 2 ranks"
+printf "%-22s %-44s %10s %12s %14s %8s\n" setting "val loss by 200 steps" "vs dense" "ms/step" "bytes/step" ratio
+"$build/dtrain" train "${recipe[@]}" --metrics "$work/dense.jsonl"
+dense=$(last "$work/dense.jsonl")
+read -r ms b r <<< "$(median "$work/dense.jsonl")"
+printf "%-22s %-44s %10s %12s %14s %8s\n" dense "$(vals "$work/dense.jsonl")" "" "$ms" "$((4 * $(grep -o '"parameters":[0-9]*' "$work"/*.json 2> /dev/null | head -1 | cut -d: -f2 || echo 0)))" 1
+for s in $settings; do
+    IFS=: read -r codec rank start <<< "$s"
+    "$build/dtrain" train "${recipe[@]}" --compress "$codec" --compress-rank "$rank" --compress-start "$start" --metrics "$work/$s.jsonl"
+    read -r ms b r <<< "$(median "$work/$s.jsonl")"
+    printf "%-22s %-44s %+9.2f%% %12s %14s %8s\n" "$codec rank $rank from $start" "$(vals "$work/$s.jsonl")" \
+        "$(awk "BEGIN{print 100 * ($(last "$work/$s.jsonl") - $dense) / $dense}")" "$ms" "$b" "$r"
+done
