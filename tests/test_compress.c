@@ -2,6 +2,8 @@
  * - PowerSGD against PyTorch's powerSGD_hook (2 ranks; tests/fixtures/compress, scripts/make_powersgd_fixture.py): the
  *   warm-started step's averaged gradients, residuals and Q within 1e-5, the compression rate within 1%;
  * - at full rank PowerSGD is the plain average (P spans the summed matrix's columns), on any number of ranks;
+ * - top-k against a sequential oracle (each rank's choice computed in the test, summed in rank order) bit for bit, at
+ *   density 0.1 and 1, on 2-4 ranks, with ties and overlapping choices;
  * - error feedback: what was sent plus the new residual is the gradient plus the old one. */
 #include "dtrain/codec.h"
 #include "dtrain/io.h"
@@ -78,7 +80,7 @@ static void against_torch(dt_comm *w, const char *dir, int R) {
     size_t total = table(t, NT, names, shapes);
     const char *order = dt_safetensors_metadata(f, "names"), *ratio = dt_safetensors_metadata(f, "ratio");
     check("powersgd fixture: the bucket's order is the test's table's", order && !strcmp(order, "e,l4.bias,l4.weight,l3.bias,l3.weight,l2.bias,l2.weight,l1.bias,l1.weight"), order);
-    dt_codec_config c = { DT_CODEC_POWERSGD, R, 0, 2.0f, 1 };
+    dt_codec_config c = { .kind = DT_CODEC_POWERSGD, .rank = R, .min_rate = 2.0f, .seed = 1 };
     dt_codec *k;
     if (dt_codec_create(&c, t, NT, &k)) { check("powersgd: create", false, dt_last_error()); dt_safetensors_close(f); return; }
     float *g = malloc(total * sizeof *g), *want = malloc(total * sizeof *want), *wres = malloc(total * sizeof *wres), *kept = malloc(total * sizeof *kept);
@@ -154,7 +156,7 @@ static void full_rank(dt_comm *w) {
     dt_tensor_info t[3];
     size_t total = table(t, 3, nm, sh);
     int N = dt_comm_size(w), rank = dt_comm_rank(w), idx[3] = { 0, 1, 2 };
-    dt_codec_config c = { DT_CODEC_POWERSGD, 16, 0, 1e-6f, 7 };
+    dt_codec_config c = { .kind = DT_CODEC_POWERSGD, .rank = 16, .min_rate = 1e-6f, .seed = 7 };
     dt_codec *k;
     if (dt_codec_create(&c, t, 3, &k)) { check("powersgd full rank: create", false, dt_last_error()); return; }
     float *g = malloc(total * sizeof *g), *mean = calloc(total, sizeof *mean);
@@ -188,16 +190,85 @@ static void full_rank(dt_comm *w) {
     dt_codec_destroy(k);
 }
 
+/* Every rank's top-k of |gradient + residual| (ties: the earlier place first), summed in rank order over the ranks:
+ * the sparse exchange's oracle, every rank's gradients known to each (drawn from the step and rank). */
+typedef struct { float a; size_t i; } mag;
+static int by_mag(const void *x, const void *y) {
+    const mag *p = x, *q = y;
+    return p->a != q->a ? (p->a < q->a ? 1 : -1) : (p->i > q->i) - (p->i < q->i);
+}
+
+static float draw(int step, int r, size_t j) {
+    uint64_t s = (uint64_t)step * 1000003u + j, t = s * 31 + (uint64_t)r + 1;
+    float shared = dt_rng_normal(&s), own = dt_rng_normal(&t);
+    /* equal magnitudes on every rank, more of them than a rank sends: the k-th is a tie, broken by place */
+    if (j % 5 == 0) return 2.0f * (r % 2 ? -1.0f : 1.0f);
+    return shared + 0.3f * own; /* a common part: the ranks' choices overlap */
+}
+
+static void topk_against_sequential(dt_comm *w, float density) {
+    static const char *const nm[] = { "a", "b", "c" };
+    static const int sh[][4] = { { 12, 7 }, { 40 }, { 4, 3, 5 } };
+    dt_tensor_info t[3];
+    size_t n = table(t, 3, nm, sh);
+    int N = dt_comm_size(w), me_ = dt_comm_rank(w), idx[3] = { 0, 1, 2 };
+    dt_codec_config c = { .kind = DT_CODEC_TOPK, .density = density };
+    dt_codec *k;
+    if (dt_codec_create(&c, t, 3, &k)) { check("topk: create", false, dt_last_error()); return; }
+    size_t kk = (size_t)ceil(density * (double)n);
+    float *g = malloc(n * sizeof *g), *ref = malloc(n * sizeof *ref), *res = calloc((size_t)N * n, sizeof *res), *kept = malloc(n * sizeof *kept);
+    mag *m = malloc(n * sizeof *m);
+    bool same = true, identity = true;
+    dt_status st = DT_OK;
+    for (int step = 0; step < 4 && !st; step++) {
+        memset(ref, 0, n * sizeof *ref);
+        for (int r = 0; r < N; r++) {
+            float *rr = res + (size_t)r * n;
+            for (size_t j = 0; j < n; j++) {
+                float v = draw(step, r, j);
+                if (r == me_) g[j] = v, kept[j] = v + rr[j];
+                rr[j] += v;
+                m[j] = (mag){ fabsf(rr[j]), j };
+            }
+            qsort(m, n, sizeof *m, by_mag);
+            for (size_t q = 0; q < kk; q++) ref[m[q].i] += rr[m[q].i], rr[m[q].i] = 0;
+        }
+        for (size_t j = 0; j < n; j++) ref[j] /= (float)N;
+        st = exchange(k, w, idx, 3, g);
+        dt_codec_end_step(k, NULL);
+        same = same && !st && !memcmp(g, ref, n * sizeof *g);
+        for (int i = 0; i < 3 && !st; i++) {
+            size_t ne;
+            const float *r = dt_codec_state(k, i, DT_CODEC_RESIDUAL, &ne), *mine = res + (size_t)me_ * n + t[i].offset;
+            same = same && !memcmp(r, mine, ne * sizeof *r);
+            /* sent + residual = kept, exactly: each entry is one or the other */
+            for (size_t j = 0; j < ne; j++) identity = identity && (r[j] == 0 || r[j] == kept[t[i].offset + j]);
+        }
+    }
+    char what[120], detail[96];
+    snprintf(detail, sizeof detail, "%zu of %zu entries a rank, 4 steps, ties and overlapping choices", kk, n);
+    snprintf(what, sizeof what, "topk density %g on %d ranks: averages, residuals = the sequential oracle's bit for bit", density, N);
+    check(what, same, st ? dt_last_error() : detail);
+    snprintf(what, sizeof what, "topk density %g on %d ranks: sent + new residual = gradient + old residual", density, N);
+    check(what, identity, NULL);
+    free(g); free(ref); free(res); free(kept); free(m);
+    dt_codec_destroy(k);
+}
+
 static void bad_config(void) {
     dt_tensor_info t[1];
     table(t, 1, names, shapes);
     dt_codec *k = NULL;
-    dt_codec_config c = { DT_CODEC_POWERSGD, 0, 0, 2.0f, 1 };
+    dt_codec_config c = { .kind = DT_CODEC_POWERSGD, .rank = 0, .min_rate = 2.0f, .seed = 1 };
     check("powersgd: rank 0 refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "rank"), dt_last_error());
     c.rank = 1, c.start = -1;
     check("powersgd: a negative start refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "start"), dt_last_error());
+    c = (dt_codec_config){ .kind = DT_CODEC_TOPK, .density = 0 };
+    check("topk: density 0 refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "density"), dt_last_error());
+    c.density = 1.5f;
+    check("topk: density above 1 refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "density"), dt_last_error());
     dt_codec_kind kind;
-    check("codec: an unknown name refused, naming the codecs", dt_codec_parse("topk9", &kind) && strstr(dt_last_error(), "powersgd"), dt_last_error());
+    check("codec: an unknown name refused, naming the codecs", dt_codec_parse("topk9", &kind) && strstr(dt_last_error(), "powersgd and topk"), dt_last_error());
 }
 
 int main(int argc, char **argv) {
@@ -209,6 +280,8 @@ int main(int argc, char **argv) {
         against_torch(w, argv[1], 4);
     }
     full_rank(w);
+    topk_against_sequential(w, 0.1f);
+    topk_against_sequential(w, 1.0f);
     bad_config();
     dt_comm_destroy(w);
     if (me == 0) printf(failed ? "FAILED %d\n" : "all ok\n", failed);

@@ -13,13 +13,14 @@
 extern "C" {
 #endif
 
-typedef enum { DT_CODEC_NONE = 0, DT_CODEC_POWERSGD } dt_codec_kind;
+typedef enum { DT_CODEC_NONE = 0, DT_CODEC_POWERSGD, DT_CODEC_TOPK } dt_codec_kind;
 
 typedef struct {
     dt_codec_kind kind;
     int rank;        /* PowerSGD: the approximation's rank R */
     int start;       /* the steps averaged whole before compression starts (0: from the first) */
     float min_rate;  /* PowerSGD: a [n, m] matrix is compressed when (n + m) R x min_rate < n m, else sent whole */
+    float density;   /* top-k: the share of a bucket's entries each rank sends, in (0, 1] */
     uint64_t seed;   /* the first Q's values (the same on every rank) */
 } dt_codec_config;
 
@@ -34,7 +35,7 @@ typedef struct {
 
 typedef struct dt_codec dt_codec;
 
-/* "powersgd" -> DT_CODEC_POWERSGD ("none": DT_CODEC_NONE); DT_ERR_ARG naming the codecs otherwise. */
+/* "powersgd" -> DT_CODEC_POWERSGD, "topk" -> DT_CODEC_TOPK ("none": DT_CODEC_NONE); DT_ERR_ARG naming the codecs otherwise. */
 dt_status dt_codec_parse(const char *s, dt_codec_kind *out);
 const char *dt_codec_name(dt_codec_kind k);
 /* Checks c (the rank, the start) and makes a codec over the table t[0..nt). */

@@ -39,6 +39,7 @@ void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_tr
     cJSON_AddNumberToObject(x, "rank", c->codec.rank);
     cJSON_AddNumberToObject(x, "start", c->codec.start);
     cJSON_AddNumberToObject(x, "min_rate", c->codec.min_rate);
+    cJSON_AddNumberToObject(x, "density", dt_f32_decimal(c->codec.density));
     cJSON_AddNumberToObject(x, "ranks", cm->codec_ranks);
     cJSON_AddNumberToObject(x, "floats", (double)cm->codec_floats);
     cJSON *f = cJSON_AddObjectToObject(cJSON_GetObjectItemCaseSensitive(j, "files"), "codec.f32");
@@ -66,7 +67,7 @@ static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float
     if (st) return st;
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, "codec");
     const char *kind = dt_ckpt_string(j, "codec", "kind");
-    double rank = 0, rate = 0, saved = 0, floats = 0;
+    double rank = 0, rate = 0, saved = 0, floats = 0, density = 0;
     if (!cJSON_IsObject(x)) {
         if (k && dt_codec_steps(k) > dt_codec_get_config(k)->start)
             dt_log(DT_LOG_WARN, "%s: no codec state saved: --compress %s starts its residuals and Q afresh", mpath, dt_codec_name(dt_codec_get_config(k)->kind));
@@ -77,8 +78,10 @@ static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float
     if (!st) st = dt_ckpt_number(j, "codec", "min_rate", mpath, &rate);
     if (!st) st = dt_ckpt_count(j, "codec", "ranks", mpath, 1e6, &saved);
     if (!st) st = dt_ckpt_count(j, "codec", "floats", mpath, 1e15, &floats);
+    if (!st) st = dt_ckpt_number(j, "codec", "density", mpath, &density);
     const dt_codec_config *c = k ? dt_codec_get_config(k) : NULL;
-    if (!st && (!c || !kind || strcmp(kind, dt_codec_name(c->kind)) || (int)rank != c->rank || (float)rate != c->min_rate || (int)saved != ranks)) {
+    if (!st && (!c || !kind || strcmp(kind, dt_codec_name(c->kind)) || (int)rank != c->rank || (float)rate != c->min_rate ||
+                (float)density != c->density || (int)saved != ranks)) {
         dt_log(DT_LOG_WARN, "%s: the codec's state was saved by --compress %s --compress-rank %d on %d ranks; this run %s: its state starts "
                "afresh", mpath, kind ? kind : "?", (int)rank, (int)saved, c ? "compresses otherwise" : "has no codec");
         cJSON_Delete(j);

@@ -8,13 +8,14 @@
 static const struct { const char *name; dt_codec_kind kind; const dt_codec_ops *ops; } codecs[] = {
     { "none", DT_CODEC_NONE, NULL },
     { "powersgd", DT_CODEC_POWERSGD, &dt_codec_powersgd },
+    { "topk", DT_CODEC_TOPK, &dt_codec_topk },
 };
 enum { NCODECS = sizeof codecs / sizeof *codecs };
 
 dt_status dt_codec_parse(const char *s, dt_codec_kind *out) {
     for (int i = 0; i < NCODECS; i++)
         if (!strcmp(s, codecs[i].name)) { *out = codecs[i].kind; return DT_OK; }
-    return dt_error(DT_ERR_ARG, "--compress %s: the codecs are none and powersgd", s);
+    return dt_error(DT_ERR_ARG, "--compress %s: the codecs are none, powersgd and topk", s);
 }
 
 const char *dt_codec_name(dt_codec_kind k) {

@@ -26,7 +26,7 @@ struct dt_codec {
     dt_comm *comm;                    /* the one its buffers came from */
 };
 
-extern const dt_codec_ops dt_codec_powersgd;
+extern const dt_codec_ops dt_codec_powersgd, dt_codec_topk;
 
 /* Tensor i's state s if made, else NULL. */
 static inline float *dt_codec_state_held(const dt_codec *k, int i, dt_codec_state_kind s) { return k->state[s][i]; }

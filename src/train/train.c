@@ -31,7 +31,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->nproc = 1;
     c->print_every = 0; /* a line every step for GPT-2, every 50 for the image models (where steps are many and short) */
     c->bucket_mb = 25;
-    c->codec = (dt_codec_config){ .kind = DT_CODEC_NONE, .rank = 1, .start = 0, .min_rate = 2 }; /* PyTorch's rank and rate */
+    c->codec = (dt_codec_config){ .kind = DT_CODEC_NONE, .rank = 1, .start = 0, .min_rate = 2, .density = 0.01f }; /* PyTorch's rank and rate */
     c->epochs = 0; /* unset: image models train 5 (run_rank) */
     c->stall_timeout = DT_STALL_TIMEOUT_DEFAULT;
     c->pp_schedule = 1; /* DT_PP_1F1B */
