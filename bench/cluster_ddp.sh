@@ -7,7 +7,9 @@
 # gloo across the same machines from the same weights where the baselines'
 # virtual environment is (dtrain/PT: PyTorch's step time over dtrain's).
 # COMPRESS=powersgd:R adds 2-machine runs with PowerSGD at rank R (from step
-# 2) and gives PyTorch DDP its powerSGD_hook at the same rank and start.
+# 2) and gives PyTorch DDP its powerSGD_hook at the same rank and start;
+# COMPRESS=topk:D the same with top-k at density D (PyTorch has no such hook:
+# its DDP stays dense).
 # Needs root.
 # usage: bench/cluster_ddp.sh [MODEL (d6)] [STEPS (10)] [ROUNDS (3)] [LINKS (10gbit:50 1gbit:100)]
 # (a link is RATE or RATE:US, US its one-way delay in microseconds)
@@ -41,21 +43,25 @@ fi
 comp=() hook=()
 if [ -n "${COMPRESS:-}" ]; then
     IFS=: read -r codec crank <<< "$COMPRESS"
-    comp=(--compress "$codec" --compress-rank "$crank" --compress-start 2)
-    hook=(--powersgd "$crank")
+    if [ "$codec" = topk ]; then
+        comp=(--compress topk --compress-density "$crank" --compress-start 2)
+    else
+        comp=(--compress "$codec" --compress-rank "$crank" --compress-start 2)
+        hook=(--powersgd "$crank")
+    fi
 fi
 torch_step() { # the median ms/step of PyTorch DDP, 1 rank on each machine
     rig_exec 1 env GLOO_SOCKET_IFNAME=eth0 "$torch" "$here/torch_ddp.py" --weights "$work/w.bin" --nproc 2 --rank 0 \
-        --master "$RIG_NET.1:29533" --steps "$steps" --warmup 2 "${hook[@]}" > "$work/torch.jsonl" 2> /dev/null &
+        --master "$RIG_NET.1:29533" --steps "$steps" --warmup 2 ${hook[@]+"${hook[@]}"} > "$work/torch.jsonl" 2> /dev/null &
     rig_exec 2 env GLOO_SOCKET_IFNAME=eth0 "$torch" "$here/torch_ddp.py" --weights "$work/w.bin" --nproc 2 --rank 1 \
-        --master "$RIG_NET.1:29533" --steps "$steps" --warmup 2 "${hook[@]}" > /dev/null 2>&1
+        --master "$RIG_NET.1:29533" --steps "$steps" --warmup 2 ${hook[@]+"${hook[@]}"} > /dev/null 2>&1
     wait
     python3 -c "
 import json, statistics, sys
 print('%.1f' % statistics.median(json.loads(l)['ms'] for l in open(sys.argv[1])))" "$work/torch.jsonl"
 }
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; GPT-2 $model, batch 4 x 64 per rank, AdamW, 1 thread per rank; medians of steps 3-$steps, $rounds rounds alternating"
-[ -z "${COMPRESS:-}" ] || echo "# compressed: --compress ${comp[*]:1} (PyTorch: powerSGD_hook, rank $crank, start 2); PT and dtrain/PT are the compressed runs'"
+[ -z "${COMPRESS:-}" ] || echo "# compressed: ${comp[*]} (PyTorch: ${hook:+powerSGD_hook, rank $crank, start 2}${hook:-dense}); dtrain/PT: PT over the compressed run"
 printf "%8s %12s %14s %18s %9s %16s %10s%s\n" link "1 proc ms" "2 machines ms" "exposed comm ms" scaling "PyTorch DDP ms" "dtrain/PT" \
     "${COMPRESS:+    compressed ms   exposed    scaling}"
 for rate in $rates; do

@@ -2,10 +2,11 @@
 # Gradient compression's cost in accuracy: the demo's model and recipe (make demo: 4 layers, 128 wide, byte-level, the
 # King James Bible, 2 data-parallel ranks, 800 AdamW steps, cosine schedule) dense and with each codec setting given,
 # from the same seed; the validation loss every 200 steps and at the end, and each against dense.
-# usage: bench/compress_accuracy.sh [STEPS (800)] [SETTINGS ("powersgd:2:30 powersgd:4:30"), each CODEC:RANK:START]
+# usage: bench/compress_accuracy.sh [STEPS (800)] [SETTINGS ("powersgd:2:30 powersgd:4:30 topk:0.01:30"), each
+#        powersgd:RANK:START or topk:DENSITY:START]
 set -euo pipefail
 steps=${1:-800}
-settings=${2:-powersgd:2:30 powersgd:4:30}
+settings=${2:-powersgd:2:30 powersgd:4:30 topk:0.01:30}
 here=$(cd "$(dirname "$0")" && pwd)
 build=${BUILD:-$here/../build}
 work=$(mktemp -d)
@@ -27,11 +28,12 @@ printf "%-22s %-44s %10s %12s %14s %8s\n" setting "val loss by 200 steps" "vs de
 "$build/dtrain" train "${recipe[@]}" --metrics "$work/dense.jsonl"
 dense=$(last "$work/dense.jsonl")
 read -r ms b r <<< "$(median "$work/dense.jsonl")"
-printf "%-22s %-44s %10s %12s %14s %8s\n" dense "$(vals "$work/dense.jsonl")" "" "$ms" "$((4 * $(grep -o '"parameters":[0-9]*' "$work"/*.json 2> /dev/null | head -1 | cut -d: -f2 || echo 0)))" 1
+printf "%-22s %-44s %10s %12s %14s %8s\n" dense "$(vals "$work/dense.jsonl")" "" "$ms" "" 1
 for s in $settings; do
-    IFS=: read -r codec rank start <<< "$s"
-    "$build/dtrain" train "${recipe[@]}" --compress "$codec" --compress-rank "$rank" --compress-start "$start" --metrics "$work/$s.jsonl"
+    IFS=: read -r codec level start <<< "$s"
+    if [ "$codec" = topk ]; then flags=(--compress-density "$level") name="topk $level from $start"; else flags=(--compress-rank "$level") name="$codec rank $level from $start"; fi
+    "$build/dtrain" train "${recipe[@]}" --compress "$codec" "${flags[@]}" --compress-start "$start" --metrics "$work/$s.jsonl"
     read -r ms b r <<< "$(median "$work/$s.jsonl")"
-    printf "%-22s %-44s %+9.2f%% %12s %14s %8s\n" "$codec rank $rank from $start" "$(vals "$work/$s.jsonl")" \
+    printf "%-22s %-44s %+9.2f%% %12s %14s %8s\n" "$name" "$(vals "$work/$s.jsonl")" \
         "$(awk "BEGIN{print 100 * ($(last "$work/$s.jsonl") - $dense) / $dense}")" "$ms" "$b" "$r"
 done

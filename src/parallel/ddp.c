@@ -758,7 +758,12 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
         if (!st) st = s;
         d->b[k].coded = d->b[k].decoded = false;
     }
-    if (d->codec && d->sync) dt_codec_end_step(d->codec, &d->coded);
+    if (d->codec && d->sync) {
+        dt_codec_end_step(d->codec, &d->coded);
+        /* before the start step every element travels as it is */
+        r->grad_bytes = d->coded.before ? d->coded.bytes : (double)d->nparams * sizeof(float);
+        r->compress_ratio = d->coded.after ? (double)d->coded.before / (double)d->coded.after : 1.0;
+    }
     dt_status s = wait_req(&d->tok_req, &waited);
     if (!st) st = s;
     if (!st && d->ntok) {
@@ -885,13 +890,6 @@ static dt_status s_finish(void *state, dt_sync_result *r) {
     dt_status st = dt_ddp_finish(s->d, r);
     r->updated = s->d->opt != NULL;
     r->updated_in_backward = dt_ddp_updated_in_backward(s->d);
-    if (s->codec) {
-        dt_codec_stats cs;
-        dt_ddp_codec_stats(s->d, &cs);
-        /* before the start step every element travels as it is */
-        r->grad_bytes = cs.before ? cs.bytes : (double)s->c->model.nparams * sizeof(float);
-        r->compress_ratio = cs.after ? (double)cs.before / (double)cs.after : 1.0;
-    }
     return st;
 }
 

@@ -78,6 +78,7 @@ typedef struct {
     const dt_engine_config *c;
     int stage;
     dt_ddp *d;           /* the gradients' averaging */
+    dt_codec *codec;     /* stage 1: its gradient codec (NULL: none) */
     size_t *counts, *offs; /* each rank's shard */
     size_t off, n;       /* this rank's */
     float *mine, *all;   /* stages 1, 2: a piece of the updated shard, and every rank's piece, for the allgather */
@@ -119,6 +120,7 @@ static void z_destroy(void *state) {
     /* (as stage 3's, the model's f32 store then holds this rank's shard: materialize first to use it whole) */
     if (((z->stage == 3 && !z->whole) || z->sharded_master != OFF) && z->c->model.set_unit_hooks) z->c->model.set_unit_hooks(z->c->model.self, NULL, NULL, z);
     dt_ddp_destroy(z->d);
+    dt_codec_destroy(z->codec);
     free(z->counts);
     free(z->offs);
     free(z->mine);
@@ -216,6 +218,12 @@ static dt_status z_create(const dt_engine_config *c, int stage, void **state, si
     if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, stage >= 2 ? z->offs : NULL,
                                 stage >= 2 ? z->counts : NULL, &z->d);
     if (!st) st = dt_ddp_set_wire(z->d, c->grad_comm); /* stage 1 allreduces like ddp; 2 and 3 reduce to each shard's owner in 16 bits */
+    /* a codec: stage 1's buckets are DDP's (each rank then updates its shard of the average); 2 and 3 shard them */
+    if (!st && c->codec && c->codec->kind != DT_CODEC_NONE && stage > 1)
+        st = dt_error(DT_ERR_UNSUPPORTED, "--compress %s with zero%d: a codec averages whole buckets (ZeRO-1's), not the shards ZeRO-2 and 3 "
+                      "reduce to their owners, in this build", dt_codec_name(c->codec->kind), stage);
+    if (!st && c->codec && c->codec->kind != DT_CODEC_NONE) st = dt_codec_create(c->codec, c->model.tensors, c->model.ntensors, &z->codec);
+    if (!st && z->codec) st = dt_ddp_set_codec(z->d, z->codec);
     /* a 16-bit gradient store: stage 1 keeps the whole averaged gradient (only the optimizer state is sharded,
      * 2 + 2 + 12/N), stages 2 and 3 their shard's */
     if (!st && c->grad_store != DT_F32)
@@ -446,6 +454,8 @@ static dt_status z_finish(void *state, dt_sync_result *r) {
     return z_after_update(z);
 }
 
+static dt_codec *z_codec(void *state) { return ((zero *)state)->codec; }
+
 static dt_status z_sum(void *state, double *v, size_t n) {
     zero *z = state;
     return z ? dt_comm_allreduce(z->c->comm, v, v, n, DT_F64, DT_SUM) : DT_OK;
@@ -539,6 +549,7 @@ const dt_strategy dt_strategy_zero1 = {
     .name = "zero1", .create = z1_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
     .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp, .params_sharded = z_params_sharded,
+    .codec = z_codec,
 };
 
 const dt_strategy dt_strategy_zero2 = {

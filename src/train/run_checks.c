@@ -65,11 +65,11 @@ dt_status dt_train_check_settings(dt_train_config *c, int nranks) {
     }
     if (c->codec.kind != DT_CODEC_NONE) {
         const char *k = dt_codec_name(c->codec.kind);
-        const char *other = c->strategy ? "ZeRO" : c->tp > 1 ? "--tp" : c->pp > 1 ? "--pp" : c->cp > 1 ? "--cp" : c->ep > 1 ? "--ep" : c->grad_comm != DT_F32 ? "--grad-comm"
+        const char *other = c->strategy && strcmp(c->strategy, "zero1") ? "ZeRO-2 and 3" : c->tp > 1 ? "--tp" : c->pp > 1 ? "--pp" : c->cp > 1 ? "--cp" : c->ep > 1 ? "--ep" : c->grad_comm != DT_F32 ? "--grad-comm"
                           : c->grad_store != DT_F32 ? "--grad-store" : NULL;
         if (other)
-            return dt_error(DT_ERR_ARG, "--compress %s with %s: a codec compresses plain data parallelism's f32 gradients in this build "
-                            "(no sharded, split or 16-bit gradients)", k, other);
+            return dt_error(DT_ERR_ARG, "--compress %s with %s: a codec compresses data parallelism's (and ZeRO-1's) f32 gradients in this "
+                            "build (no sharded, split or 16-bit gradients)", k, other);
         if (nranks == 1 && !c->quiet) dt_log(DT_LOG_WARN, "--compress %s does nothing on one rank (nothing is sent)", k);
         if (!c->codec.seed) c->codec.seed = c->seed ^ 0x5eedc0dec0dec0deull;
     }
