@@ -1,7 +1,9 @@
 #!/bin/bash
 # Gradient compression's cost in accuracy: the demo's model and recipe (make demo: 4 layers, 128 wide, byte-level, the
 # King James Bible, 2 data-parallel ranks, 800 AdamW steps, cosine schedule) dense and with each codec setting given,
-# from the same seed; the validation loss every 200 steps and at the end, and each against dense.
+# from the same seed; the validation loss every 200 steps and at the end, and each against dense. Where the baselines'
+# virtual environment is, PyTorch DDP over gloo trains the same model from dtrain's initial weights dense and with
+# torch's powerSGD_hook at each PowerSGD setting (bench/torch_compress_accuracy.py), in the same run: its gap beside.
 # usage: bench/compress_accuracy.sh [STEPS (800)] [SETTINGS ("powersgd:2:30 powersgd:4:30 topk:0.01:30"), each
 #        powersgd:RANK:START or topk:DENSITY:START]
 set -euo pipefail
@@ -29,6 +31,16 @@ printf "%-22s %-44s %10s %12s %14s %8s\n" setting "val loss by 200 steps" "vs de
 dense=$(last "$work/dense.jsonl")
 read -r ms b r <<< "$(median "$work/dense.jsonl")"
 printf "%-22s %-44s %10s %12s %14s %8s\n" dense "$(vals "$work/dense.jsonl")" "" "$ms" "" 1
+venv=${DTRAIN_VENV:-$here/../.venv-baselines}
+torch_dense=""
+if [ -x "$venv/bin/python" ]; then
+    init=(--layers 4 --channels 128 --heads 4 --vocab 256 --max-seq 64 --seq 64 --data "$work/train.bin" --steps 1 --lr 1e-30 --quiet)
+    "$build/dtrain" train "${init[@]}" --save "$work/init.bin"
+    pt() { "$venv/bin/python" "$here/torch_compress_accuracy.py" --weights "$work/init.bin" --train "$work/train.bin" --val "$work/val.bin" \
+        --steps "$steps" "$@" 2> /dev/null | grep -o '"val_loss": [0-9.]*' | cut -d' ' -f2; }
+    torch_dense=$(pt)
+    echo "# PyTorch DDP (gloo) from dtrain's initial weights, dense: val loss $torch_dense"
+fi
 for s in $settings; do
     IFS=: read -r codec level start <<< "$s"
     if [ "$codec" = topk ]; then flags=(--compress-density "$level") name="topk $level from $start"; else flags=(--compress-rank "$level") name="$codec rank $level from $start"; fi
@@ -36,4 +48,8 @@ for s in $settings; do
     read -r ms b r <<< "$(median "$work/$s.jsonl")"
     printf "%-22s %-44s %+9.2f%% %12s %14s %8s\n" "$name" "$(vals "$work/$s.jsonl")" \
         "$(awk "BEGIN{print 100 * ($(last "$work/$s.jsonl") - $dense) / $dense}")" "$ms" "$b" "$r"
+    if [ -n "$torch_dense" ] && [ "$codec" = powersgd ]; then
+        v=$(pt --powersgd "$level" --start "$start")
+        echo "#   PyTorch's powerSGD_hook, rank $level from $start: val loss $v, $(awk "BEGIN{printf \"%+.2f%%\", 100 * ($v - $torch_dense) / $torch_dense}") against its dense"
+    fi
 done
