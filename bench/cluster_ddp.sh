@@ -61,7 +61,7 @@ import json, statistics, sys
 print('%.1f' % statistics.median(json.loads(l)['ms'] for l in open(sys.argv[1])))" "$work/torch.jsonl"
 }
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; GPT-2 $model, batch 4 x 64 per rank, AdamW, 1 thread per rank; medians of steps 3-$steps, $rounds rounds alternating"
-[ -z "${COMPRESS:-}" ] || echo "# compressed: ${comp[*]} (PyTorch: ${hook:+powerSGD_hook, rank $crank, start 2}${hook:-dense}); dtrain/PT: PT over the compressed run"
+[ -z "${COMPRESS:-}" ] || echo "# compressed: ${comp[*]} (PyTorch: $([ ${#hook[@]} -gt 0 ] && echo "powerSGD_hook, rank $crank, start 2" || echo dense)); dtrain/PT: PT over the compressed run"
 printf "%8s %12s %14s %18s %9s %16s %10s%s\n" link "1 proc ms" "2 machines ms" "exposed comm ms" scaling "PyTorch DDP ms" "dtrain/PT" \
     "${COMPRESS:+    compressed ms   exposed    scaling}"
 for rate in $rates; do
