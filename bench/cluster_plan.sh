@@ -8,6 +8,8 @@
 # data-parallel part, the measured step (median of the steps after 2) and
 # its exposed communication, and the errors. One process alone is planned
 # and run beside it, so the compute part is checked apart from the link.
+# COMPRESS=powersgd:R or topk:D: the 2-machine job plans and runs with that
+# codec (--compress-start 2); its plan's compression time is shown beside.
 # Needs root.
 # usage: bench/cluster_plan.sh [MODEL (d6)] [LINKS (10gbit:50 1gbit:100: RATE or RATE:US, US a one-way delay)] [ROUNDS (3)] [STEPS (10)]
 set -euo pipefail
@@ -32,11 +34,18 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]
 print('%.1f %.1f' % (statistics.median(r['ms'] for r in rows), statistics.median(r['comm_exposed_ms'] for r in rows)))" "$1"
 }
-plan() { # FLAGS...: "step_ms dp_comm_ms"
+plan() { # FLAGS...: "step_ms dp_comm_ms codec_ms"
     "$build/dtrain" plan "${args[@]}" "$@" --json | python3 -c "
 import json, sys
-o = json.load(sys.stdin); print('%.1f %.1f' % (o['step_ms'], o['breakdown']['time_ms']['dp_exposed']))"
+o = json.load(sys.stdin); t = o['breakdown']['time_ms']; print('%.1f %.1f %.1f' % (o['step_ms'], t['dp_exposed'], t.get('codec', 0)))"
 }
+comp=()
+if [ -n "${COMPRESS:-}" ]; then
+    IFS=: read -r codec level <<< "$COMPRESS"
+    [ "$codec" = topk ] && comp=(--compress topk --compress-density "$level" --compress-start 2) ||
+        comp=(--compress "$codec" --compress-rank "$level" --compress-start 2)
+    echo "# the 2-machine job: ${comp[*]}"
+fi
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; GPT-2 $model (vocabulary 256), batch 4 x 64" \
     "a rank, AdamW, 1 thread a rank; DDP, 1 rank on each of 2 machines; medians of steps 3-$steps over $rounds rounds"
 printf "%8s %16s %13s %11s %11s %11s %13s %11s\n" link "alpha, beta" "plan ms" "measured" error "plan comm" "measured comm" error
@@ -47,11 +56,12 @@ for rate in $rates; do
     DTRAIN_CALIBRATION=$cal rig_mpirun -np 2 --map-by node -x DTRAIN_CALIBRATION "$build/dtrain" bench comm --calibrate > "$work/cal.out" 2>&1 ||
         { echo "calibration failed: $(tail -3 "$work/cal.out")" >&2; exit 1; }
     read -r p1 _ <<< "$(DTRAIN_CALIBRATION=$cal plan)"
-    read -r p2 pc <<< "$(DTRAIN_CALIBRATION=$cal plan --nproc 2 --nodes 2)"
+    read -r p2 pc pk <<< "$(DTRAIN_CALIBRATION=$cal plan --nproc 2 --nodes 2 ${comp[@]+"${comp[@]}"})"
+    [ -z "${COMPRESS:-}" ] || echo "# the plan's compression: $pk ms a step on the rank"
     one=() two=() exp=()
     for ((r = 1; r <= rounds; r++)); do
         "$build/dtrain" train "${args[@]}" --steps "$steps" --quiet --metrics "$work/one.jsonl" > /dev/null 2>&1
-        rig_mpirun -np 2 --map-by node "$build/dtrain" train "${args[@]}" --steps "$steps" --quiet --metrics "$work/two.jsonl" > /dev/null 2>&1
+        rig_mpirun -np 2 --map-by node "$build/dtrain" train "${args[@]}" ${comp[@]+"${comp[@]}"} --steps "$steps" --quiet --metrics "$work/two.jsonl" > /dev/null 2>&1
         read -r a _ <<< "$(med "$work/one.jsonl")"
         read -r b e <<< "$(med "$work/two.jsonl")"
         one+=("$a") two+=("$b") exp+=("$e")

@@ -94,21 +94,6 @@ refused "a codec with ZeRO-2" "--compress powersgd with ZeRO-2 and 3" train "${c
 refused "a codec with TP" "--compress powersgd with --tp" train "${common[@]}" --compress powersgd --tp 2 --steps 1
 refused "a codec with 16-bit wires" "with --grad-comm" train "${common[@]}" --compress powersgd --grad-comm bf16 --steps 1
 # a rank killed mid-run: the compressed exchanges wait on it; the other names it and the job ends
-"$DTRAIN" train "${common[@]}" --compress powersgd --steps 100000 > "$dir/kout" 2> "$dir/kerr" &
-launcher=$!
-for ((i = 0; i < 100; i++)); do grep -q "^step" "$dir/kout" 2>/dev/null && break; sleep 0.1; done
-victim=""
-for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p; done
-if [ -n "$victim" ]; then
-    t0=$(date +%s.%N)
-    kill -9 "$victim"
-    wait $launcher
-    rc=$? secs=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
-    said=$(grep -m1 "rank 0.*rank 1 (pid $victim)" "$dir/kerr" || grep -m1 "launch: rank 1 (pid $victim) was killed" "$dir/kerr")
-    [ $rc != 0 ] && [ -n "$said" ] && ok=1 || ok=0
-    verdict $ok "rank 1 killed under PowerSGD: the job ended in $secs s naming it ($(echo "$said" | cut -c1-120))"
-else
-    kill $launcher; failed=$((failed + 1)); echo "FAIL rank 1 of the compressed run not found"
-fi
+killed_rank "rank 1 killed under PowerSGD" "${common[@]}" --compress powersgd
 echo "compress checks: $passed passed, $failed failed"
 [ "$failed" = 0 ]

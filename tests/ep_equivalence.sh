@@ -117,23 +117,6 @@ refused "--ep without experts" "the model has none" train --model llama-tiny --d
 refused "--ep with ZeRO" "--strategy ddp runs it" train "${common[@]}" --batch 1 --nproc 2 --ep 2 --zero 1 --steps 1
 refused "--ep with --tp" "not with --tp yet" train "${common[@]}" --batch 1 --nproc 4 --ep 2 --tp 2 --steps 1
 # a rank killed mid-run (each layer's exchanges wait on it): the other names it and the job ends
-"$DTRAIN" train "${common[@]}" --steps 100000 --batch 2 --nproc 2 --ep 2 > "$dir/kout" 2> "$dir/kerr" &
-launcher=$!
-for ((i = 0; i < 100; i++)); do grep -q "^step" "$dir/kout" 2>/dev/null && break; sleep 0.1; done
-victim=""
-for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p; done
-if [ -n "$victim" ]; then
-    t0=$(date +%s.%N)
-    kill -9 "$victim"
-    wait $launcher
-    rc=$? secs=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
-    # the job ends naming the dead rank: rank 0 says it (in an exchange's collective), or where the launcher stopped rank 0
-    # first (issue 58's race on a busy machine) the launcher does; the time is said, not held to (load moves it)
-    said=$(grep -m1 "rank 0.*rank 1 (pid $victim)" "$dir/kerr" || grep -m1 "launch: rank 1 (pid $victim) was killed" "$dir/kerr")
-    [ $rc != 0 ] && [ -n "$said" ] && ok=1 || ok=0
-    verdict $ok "rank 1 killed under EP 2: the job ended in $secs s naming it ($(echo "$said" | cut -c1-120))"
-else
-    kill $launcher; failed=$((failed + 1)); echo "FAIL rank 1 of the EP run not found"
-fi
+killed_rank "rank 1 killed under EP 2" "${common[@]}" --batch 2 --nproc 2 --ep 2
 echo "ep equivalence: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -36,3 +36,26 @@ refused() { # WHAT NEEDLE ARGS...
     [ $? != 0 ] && grep -q -- "$needle" "$dir/refused.out" && ok=1 || ok=0
     verdict $ok "refused: $what ($(grep -m1 error "$dir/refused.out" | cut -c1-150))"
 }
+# A 2-rank run ("$DTRAIN" train ARGS, 100000 steps) whose rank 1 is killed once it steps: the job must end naming it
+# (rank 0 says it in a collective, or the launcher where it stopped rank 0 first: issue 58's race on a busy machine);
+# the time is said, not held to (load moves it).
+killed_rank() { # WHAT ARGS...
+    local what=$1
+    shift
+    "$DTRAIN" train "$@" --steps 100000 > "$dir/kout" 2> "$dir/kerr" &
+    local launcher=$! victim="" i p
+    for ((i = 0; i < 100; i++)); do grep -q "^step" "$dir/kout" 2>/dev/null && break; sleep 0.1; done
+    for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p; done
+    if [ -z "$victim" ]; then
+        kill $launcher; failed=$((failed + 1)); echo "FAIL $what: rank 1 not found"
+        return
+    fi
+    local t0 rc secs said
+    t0=$(date +%s.%N)
+    kill -9 "$victim"
+    wait $launcher
+    rc=$? secs=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
+    said=$(grep -m1 "rank 0.*rank 1 (pid $victim)" "$dir/kerr" || grep -m1 "launch: rank 1 (pid $victim) was killed" "$dir/kerr")
+    [ $rc != 0 ] && [ -n "$said" ] && ok=1 || ok=0
+    verdict $ok "$what: the job ended in $secs s naming it ($(echo "$said" | cut -c1-120))"
+}

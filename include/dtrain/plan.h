@@ -6,6 +6,7 @@
 #ifndef DTRAIN_PLAN_H
 #define DTRAIN_PLAN_H
 
+#include "dtrain/codec.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 #include "dtrain/program.h"
@@ -58,6 +59,7 @@ typedef struct {
     int threads;             /* a rank's threads (0: the machine's cores shared by its ranks) */
     int nodes;               /* machines the job spans (0, 1: one) */
     dt_lora_config lora;     /* LoRA (rank 0: none): the base frozen (its weights only), the adapters' gradients and state */
+    dt_codec_config codec;   /* a gradient codec (DDP, ZeRO-1; kind DT_CODEC_NONE: none): what its exchanges send, its compression's time */
 } dt_plan_job;
 
 /* What a layout runs on. A device is a rank: a GPU, or on a CPU a rank with its share of the cores. */
@@ -80,6 +82,8 @@ typedef struct {
     double lp_fresh_bw;         /* a 16-bit copy made into pages just given back, a core's f32 bytes read a second (this machine), else 0 */
     double pool_lend_bw;        /* ZeRO 2 and 3's gradient pages lent by the pool and zeroed, a core's bytes a second (this machine), else 0 */
     double busy_slowdown;       /* a core's GEMM alone over beside every other core running one (this machine), else 0: not slowed */
+    double powersgd_rate, topk_rate; /* a codec's compression, gradient elements a second on a core (this machine: PowerSGD at rank
+                                      * 4, top-k at density 0.01), else 0: its passes over the gradients at mem_bw */
 } dt_plan_hardware;
 
 /* "this" (measured: the GEMM peaks' cache, bandwidth and attention now, the communication calibration), "a100-40g",
@@ -95,6 +99,8 @@ typedef struct {
     double tp_waits;                /* of tp_comm: the ranks' waits for the slowest at each allreduce (measured here) */
     double lp_units;                /* mixed precision made unit by unit (ZeRO-3; ZeRO 1, 2 with private parameters): the 16-bit copies */
     double grad_pages;              /* ZeRO's f32 gradients outside the shard, each step: lent by the pool and zeroed (ZeRO 2, 3), or zeroed */
+    double codec;                   /* a gradient codec's compression on the rank (backward waits for it: not hidden) */
+    double codec_bytes;             /* and the bytes its exchanges send a step (the gradients' own, without a codec) */
     double bubble;                  /* the pipeline's idle time */
     double step, tok_per_s;
     int threads;                    /* a rank's threads */
@@ -110,6 +116,9 @@ uint64_t dt_plan_timings_asked(bool *measured);
 /* bytes as the run's reports give them, in binary units: "26.5 GiB", "1.53 GiB" (a refusal near the edge must not read
  * "needs 1.5 GiB, 1.5 GiB available"), "12.3 MiB" below a gibibyte. */
 const char *dt_plan_bytes_text(double bytes, char *buf, size_t cap);
+/* A gradient codec's exchanges (job->codec): the floats a rank sends a step, and *approximated, the gradient elements
+ * PowerSGD's GEMMs cover (0 for top-k); 0 without a codec. */
+double dt_plan_codec_floats(const dt_plan_job *j, double *approximated);
 /* The step time of job on hardware h (the largest stage's rank sets it). */
 void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *out);
 

@@ -52,10 +52,38 @@ void dt_codec_destroy(dt_codec *k) {
         for (int i = 0; k->state[s] && i < k->nt; i++) free(k->state[s][i]);
         free(k->state[s]);
     }
+    for (int b = 0; b < k->nbuckets; b++) free(k->buckets[b].idx);
+    free(k->buckets);
     free(k);
 }
 
 int dt_codec_active(const dt_codec *k) { return k->steps >= k->c.start; }
+
+dt_status dt_codec_grow(void **arr, int *n, size_t size, int b) {
+    if (b < *n) return DT_OK;
+    char *a = realloc(*arr, size * (size_t)(b + 1));
+    if (!a) return dt_error(DT_ERR_NOMEM, "codec: out of memory");
+    memset(a + size * (size_t)*n, 0, size * (size_t)(b + 1 - *n));
+    *arr = a;
+    *n = b + 1;
+    return DT_OK;
+}
+
+/* Bucket b's tensors: kept at its first exchange (*first), the same ones at every other. */
+static dt_status same_bucket(dt_codec *k, int b, const int *idx, int n, int *first) {
+    dt_status st = b < 0 ? dt_error(DT_ERR_ARG, "codec: bucket %d", b) : dt_codec_grow((void **)&k->buckets, &k->nbuckets, sizeof *k->buckets, b);
+    if (st) return st;
+    *first = !k->buckets[b].idx;
+    if (*first) {
+        if (!(k->buckets[b].idx = malloc(sizeof *idx * (size_t)(n ? n : 1)))) return dt_error(DT_ERR_NOMEM, "codec: out of memory");
+        memcpy(k->buckets[b].idx, idx, sizeof *idx * (size_t)n);
+        k->buckets[b].n = n;
+        return DT_OK;
+    }
+    if (k->buckets[b].n != n || memcmp(k->buckets[b].idx, idx, sizeof *idx * (size_t)n))
+        return dt_error(DT_ERR_ARG, "codec: bucket %d holds other tensors than at its first step", b);
+    return DT_OK;
+}
 
 dt_status dt_codec_start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, dt_request **req) {
     *req = NULL;
@@ -63,7 +91,9 @@ dt_status dt_codec_start(dt_codec *k, dt_comm *comm, int b, const int *idx, int 
     k->comm = comm;
     for (int i = 0; i < n; i++)
         if (idx[i] < 0 || idx[i] >= k->nt) return dt_error(DT_ERR_ARG, "codec: tensor %d outside the table's %d", idx[i], k->nt);
-    return k->ops->start(k, comm, b, idx, n, g, req);
+    int first;
+    dt_status st = same_bucket(k, b, idx, n, &first);
+    return st ? st : k->ops->start(k, comm, b, idx, n, g, first, req);
 }
 
 dt_status dt_codec_next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **req, int *done) {

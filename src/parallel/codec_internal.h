@@ -8,7 +8,8 @@ typedef struct {
     dt_status (*check)(const dt_codec_config *c);
     /* floats of tensor t's state s (0: it has none) */
     size_t (*state_floats)(const dt_codec_config *c, const dt_tensor_info *t, dt_codec_state_kind s);
-    dt_status (*start)(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, dt_request **req);
+    /* first: bucket b's first exchange (its tensors to set up for) */
+    dt_status (*start)(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, int first, dt_request **req);
     dt_status (*next)(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **req, int *done);
     int (*next_collective)(const dt_codec *k, int b);
     void (*destroy)(dt_codec *k);
@@ -24,7 +25,13 @@ struct dt_codec {
     int steps;
     dt_codec_stats now;               /* this step's, so far */
     dt_comm *comm;                    /* the one its buffers came from */
+    /* each bucket's tensors as its first exchange named them (a bucket holds the same ones every step) */
+    struct { int *idx, n; } *buckets;
+    int nbuckets;
 };
+
+/* *arr (of *n elements of size bytes) grown to hold element b, the new ones zeroed. */
+dt_status dt_codec_grow(void **arr, int *n, size_t size, int b);
 
 extern const dt_codec_ops dt_codec_powersgd, dt_codec_topk;
 

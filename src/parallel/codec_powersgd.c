@@ -75,20 +75,10 @@ static void orthogonalize(float *a, int rows, int cols) {
 
 /* Bucket b's entries and buffers, made at its first exchange. */
 static dt_status setup(dt_codec *k, psgd *s, dt_comm *comm, int b, const int *idx, int n, pbucket **out) {
-    if (b >= s->nb) {
-        pbucket *nbk = realloc(s->b, sizeof *nbk * (size_t)(b + 1));
-        if (!nbk) return dt_error(DT_ERR_NOMEM, "powersgd: out of memory");
-        memset(nbk + s->nb, 0, sizeof *nbk * (size_t)(b + 1 - s->nb));
-        s->b = nbk;
-        s->nb = b + 1;
-    }
+    dt_status st = dt_codec_grow((void **)&s->b, &s->nb, sizeof *s->b, b);
+    if (st) return st;
     pbucket *p = &s->b[b];
     *out = p;
-    if (p->e) {
-        for (int i = 0; i < n && p->n == n; i++)
-            if (p->e[i].t != idx[i]) return dt_error(DT_ERR_ARG, "powersgd: bucket %d holds other tensors than at its first step", b);
-        return p->n == n ? DT_OK : dt_error(DT_ERR_ARG, "powersgd: bucket %d holds %d tensors, %d at its first step", b, n, p->n);
-    }
     if (!(p->e = calloc((size_t)(n ? n : 1), sizeof *p->e))) return dt_error(DT_ERR_NOMEM, "powersgd: out of memory");
     p->n = n;
     for (int i = 0; i < n; i++) {
@@ -105,7 +95,7 @@ static dt_status setup(dt_codec *k, psgd *s, dt_comm *comm, int b, const int *id
         p->np += (size_t)e->n * e->r;
         p->nq += (size_t)e->m * e->r;
     }
-    dt_status st = dt_comm_alloc(comm, (p->whole + p->np + 1) * sizeof(float), (void **)&p->buf);
+    st = dt_comm_alloc(comm, (p->whole + p->np + 1) * sizeof(float), (void **)&p->buf);
     if (!st) st = dt_comm_alloc(comm, (p->nq + 1) * sizeof(float), (void **)&p->qbuf);
     return st;
 }
@@ -120,11 +110,11 @@ static float *q_of(dt_codec *k, const entry *e) {
     return q;
 }
 
-static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, dt_request **req) {
+static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, int first, dt_request **req) {
     psgd *s = k->impl;
     if (!s && !(s = k->impl = calloc(1, sizeof *s))) return dt_error(DT_ERR_NOMEM, "powersgd: out of memory");
-    pbucket *p = NULL;
-    dt_status st = setup(k, s, comm, b, idx, n, &p);
+    pbucket *p = first ? NULL : &s->b[b];
+    dt_status st = first ? setup(k, s, comm, b, idx, n, &p) : DT_OK;
     if (st) return st;
     if (p->phase) return dt_error(DT_ERR_ARG, "powersgd: bucket %d started again before its exchange ended", b);
     for (int i = 0; i < n; i++) {

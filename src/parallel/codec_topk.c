@@ -57,21 +57,12 @@ static float kth_largest(float *x, size_t n, size_t k) {
     return x[want];
 }
 
+/* Bucket b's sizes and buffers, made at its first exchange. */
 static dt_status setup(dt_codec *k, topk *s, dt_comm *comm, int b, const int *idx, int n, tbucket **out) {
-    if (b >= s->nb) {
-        tbucket *nb = realloc(s->b, sizeof *nb * (size_t)(b + 1));
-        if (!nb) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
-        memset(nb + s->nb, 0, sizeof *nb * (size_t)(b + 1 - s->nb));
-        s->b = nb;
-        s->nb = b + 1;
-    }
+    dt_status st = dt_codec_grow((void **)&s->b, &s->nb, sizeof *s->b, b);
+    if (st) return st;
     tbucket *p = &s->b[b];
     *out = p;
-    if (p->t) {
-        for (int i = 0; i < n && p->n == n; i++)
-            if (p->t[i] != idx[i]) return dt_error(DT_ERR_ARG, "topk: bucket %d holds other tensors than at its first step", b);
-        return p->n == n ? DT_OK : dt_error(DT_ERR_ARG, "topk: bucket %d holds %d tensors, %d at its first step", b, n, p->n);
-    }
     if (!(p->t = malloc(sizeof *p->t * (size_t)(n ? n : 1)))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
     memcpy(p->t, idx, sizeof *idx * (size_t)n);
     p->n = n;
@@ -94,11 +85,11 @@ static float *entry(const dt_codec *k, const tbucket *p, float *g, size_t j) {
     return NULL;
 }
 
-static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, dt_request **req) {
+static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, int first, dt_request **req) {
     topk *s = k->impl;
     if (!s && !(s = k->impl = calloc(1, sizeof *s))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
-    tbucket *p = NULL;
-    dt_status st = setup(k, s, comm, b, idx, n, &p);
+    tbucket *p = first ? NULL : &s->b[b];
+    dt_status st = first ? setup(k, s, comm, b, idx, n, &p) : DT_OK;
     if (st) return st;
     if (p->busy) return dt_error(DT_ERR_ARG, "topk: bucket %d started again before its exchange ended", b);
     size_t at = 0;

@@ -169,3 +169,32 @@ double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b) {
     for (int i = 0; i < n; i++) block += (double)shape[i][0] * shape[i][1];
     return nl * block + (b == L + 2 ? V * C : 0);
 }
+
+/* A codec's exchanges for the job (DDP or ZeRO-1 over the whole model): the floats a rank sends a step, and of the
+ * gradients, the elements PowerSGD approximates (its GEMMs' size), from the model's own table (codec_powersgd.c's rule:
+ * a tensor seen as [first dimension, the rest], compressed where (n + m) r x min_rate < n m). Top-k: an index and a
+ * value for each of its share of the entries. */
+double dt_plan_codec_floats(const dt_plan_job *j, double *approximated) {
+    *approximated = 0;
+    const dt_codec_config *k = &j->codec;
+    if (k->kind == DT_CODEC_NONE) return 0;
+    dt_lm_config cfg = dt_lm_config_resolve(&j->model);
+    dt_program *p;
+    if (dt_program_create_table(&cfg, NULL, &p)) return 0;
+    dt_model m;
+    dt_program_base_model(p, &m);
+    double sent = 0;
+    for (int i = 0; i < m.ntensors; i++) {
+        const dt_tensor_info *t = &m.tensors[i];
+        if (k->kind == DT_CODEC_TOPK) {
+            sent += 2.0 * ceil((double)k->density * (double)t->count);
+            continue;
+        }
+        double n = t->ndim ? t->shape[0] : 1, c = (double)t->count, mm = n > 0 ? c / n : 0, r = fmin(k->rank, fmin(n, mm));
+        bool gain = (n + mm) * r * k->min_rate < n * mm;
+        sent += gain ? (n + mm) * r : c;
+        if (gain) *approximated += c;
+    }
+    dt_program_destroy(p);
+    return sent;
+}

@@ -265,9 +265,23 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
     /* gradients travel in 16 bits with --grad-comm, and with a 16-bit store (the wire is its type) */
     int wire16 = dt_plan_lp_wire(j);
     double da = dp_nodes ? xa : ia, db = dp_nodes ? xb : ib, gb = wire16 ? 2 : 4;
-    double gathers = 0;
+    double gathers = 0, approx = 0, sent = j->codec.kind != DT_CODEC_NONE && n > 1 && stage <= 1 ? dt_plan_codec_floats(j, &approx) : 0;
+    o->codec_bytes = n > 1 ? psi * gb : 0;
+    if (sent > 0) {
+        /* a codec: its exchanges a bucket (PowerSGD two allreduces, top-k one allgather of every rank's pairs), and its
+         * compression on the rank, at the rate measured here (at rank 4: a higher rank's GEMMs at the peak beyond it), else
+         * its passes over the gradients at the bandwidth (PowerSGD about 8, top-k 12) */
+        double buckets = 1 + ceil(fmax(0, psi * 4 - 1048576.0) / fmax(1.0, (double)job->bucket_bytes));
+        bool psgd = j->codec.kind == DT_CODEC_POWERSGD;
+        o->codec_bytes = sent * 4;
+        o->dp_comm = psgd ? allreduce(sent * 4, n, da, db, g) + (2 * buckets - 1) * 2.0 * (n - 1) * da
+                          : gather(sent * 4 * n, n, da, db) + (buckets - 1) * (n - 1) * da;
+        double rate = psgd ? h->powersgd_rate : h->topk_rate;
+        o->codec = rate > 0 ? psi / rate : (psgd ? 8 : 12) * psi * 4 / bw;
+        if (psgd && j->codec.rank > 4) o->codec += 6.0 * approx * (j->codec.rank - 4) / (h->flops_f32 * h->gemm_efficiency);
+    }
     if (n > 1) {
-        o->dp_comm = allreduce(psi * gb, n, da, db, g);
+        if (!(sent > 0)) o->dp_comm = allreduce(psi * gb, n, da, db, g);
         /* and are narrowed in place first (4 bytes read, 2 written), then widened back where the average lands (an f32
          * store: the rank's part) or copied into the 16-bit store (its window), at the bandwidth */
         double part = stage >= (lp_store ? 1 : 2) ? psi / n : psi;
@@ -281,6 +295,7 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
     /* ZeRO-3's gathers run ahead of forward as well as backward, which the buckets do not describe: there the reduction is
      * hidden under backward but for the last bucket, as before */
     double last = job->bucket_bytes > 0 && psi * gb > 0 ? o->dp_comm * fmin(1, (double)job->bucket_bytes / (psi * gb)) : 0;
+    /* a codec's exchanges follow the buckets as the gradients' would (their bytes a bucket shrink alike) */
     o->dp_exposed = h->shared_memory && !dp_nodes ? o->dp_comm
                     : gathers > 0             ? fmax(last, o->dp_comm - bwd)
                                               : overlapped(o->dp_comm, bwd, psi * gb, (double)job->bucket_bytes);
@@ -362,6 +377,6 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     dp_terms(x, o);
     mp_terms(x, o);
     o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->lp_units + o->grad_pages + o->dp_exposed + o->tp_comm + o->cp_comm +
-              o->ep_comm + o->pp_comm + o->bubble;
+              o->ep_comm + o->pp_comm + o->bubble + o->codec;
     o->tok_per_s = (double)x->n / x->cp * x->m * cj.batch * (double)job->seq / o->step;
 }

@@ -6,6 +6,7 @@
 #include "plan_internal.h"
 
 #include "dtrain/base.h"
+#include "dtrain/codec.h"
 #include "dtrain/comm.h"
 #include "dtrain/kernels.h"
 #include "dtrain/obs.h"
@@ -160,6 +161,49 @@ static double measure_pool_lend(int unused) {
     return best;
 }
 
+/* A gradient codec's compression on one thread (codec_powersgd.c at rank 4, codec_topk.c at density 0.01): gradient
+ * elements a second, over one bucket of a [2048 x 1024] and a [1024 x 4096] matrix and a vector, exchanged on a lone
+ * communicator (its collectives move nothing), the best of 5 steps after one. Not measured where this process is a rank
+ * of a job (no lone communicator there): the planner then counts the codec's passes at the bandwidth. */
+static double measure_codec(int kind) {
+    dt_comm *self = NULL;
+    if (dt_comm_init(&self)) return 0;
+    static const int shapes[3][2] = { { 2048, 1024 }, { 1024, 4096 }, { 4096, 1 } };
+    dt_tensor_info t[3];
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        memset(&t[i], 0, sizeof t[i]);
+        t[i].ndim = shapes[i][1] > 1 ? 2 : 1, t[i].shape[0] = shapes[i][0], t[i].shape[1] = shapes[i][1];
+        t[i].count = (size_t)shapes[i][0] * (size_t)shapes[i][1], t[i].offset = n;
+        n += t[i].count;
+    }
+    dt_codec_config c = { .kind = kind ? DT_CODEC_TOPK : DT_CODEC_POWERSGD, .rank = 4, .min_rate = 2, .density = 0.01f, .seed = 1 };
+    dt_codec *k = NULL;
+    float *g = malloc(n * sizeof *g);
+    int idx[3] = { 0, 1, 2 };
+    double best = 0;
+    uint64_t rng = 7;
+    for (int step = 0; g && (k || !dt_codec_create(&c, t, 3, &k)) && step < 6; step++) {
+        for (size_t i = 0; i < n; i++) g[i] = dt_rng_normal(&rng) * 1e-3f;
+        double t0 = dt_time_now();
+        dt_request *req = NULL;
+        int done = 0;
+        dt_status st = dt_codec_start(k, self, 0, idx, 3, g, &req);
+        while (!st && !done) {
+            if (req && (st = dt_wait(req))) break;
+            st = dt_codec_next(k, self, 0, g, &req, &done);
+        }
+        dt_codec_end_step(k, NULL);
+        double rate = (double)n / (dt_time_now() - t0);
+        if (!st && step > 0 && rate > best) best = rate;
+        if (st) break;
+    }
+    dt_codec_destroy(k);
+    free(g);
+    dt_comm_destroy(self);
+    return best;
+}
+
 /* A GEMM's rate when every other core runs one too, against alone: ranks that fill a machine slow each other's compute
  * (the shared L3 and memory, the clock a busy package holds), which a kernel timed alone does not see. On the 2-core Zen 5
  * a 512 x 3072 x 768 Linear ran 0.3-3% slower beside a twin process, in f32 and in bf16 alike (and bf16 beside f32), and
@@ -265,6 +309,11 @@ dt_status dt_plan_this_machine(dt_plan_hardware *h) {
         h->lp_fresh_bw *= 1e9;
     if (!st && !(bw && atof(bw) > 0) && !(st = dt_peak_cached_rate("pool_lend_gbs_one_core", measure_pool_lend, 1, &h->pool_lend_bw)))
         h->pool_lend_bw *= 1e9;
+    /* a lone communicator is had only outside a job: inside one, the cache's figures or none */
+    dt_launch_kind launch;
+    double (*codec)(int) = !dt_comm_detect_launch(&launch) && launch == DT_LAUNCH_NONE ? measure_codec : NULL;
+    if (!st && !(st = dt_peak_cached_rate("codec_powersgd_r4_elements_one_core", codec, 0, &h->powersgd_rate)))
+        st = dt_peak_cached_rate("codec_topk_elements_one_core", codec, 1, &h->topk_rate);
     /* measured only where this process may run on every core: under a narrower mask (taskset, a Slurm step) the neighbours
      * would share its own core and the figure, cached for the CPU, would say the machine twice as slow beside them; there
      * the cache's figure, if any */

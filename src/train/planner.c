@@ -187,6 +187,9 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
                "  step %.1f ms, %.0f tokens/s\n",
             1e3 * t->matmul, 1e3 * t->attention, 1e3 * t->elementwise, 1e3 * t->optimizer, 1e3 * t->lp_units, 1e3 * t->grad_pages, 1e3 * t->dp_comm, 1e3 * t->dp_exposed,
             1e3 * t->tp_comm, 1e3 * t->tp_waits, 1e3 * t->cp_comm, 1e3 * t->ep_comm, 1e3 * t->pp_comm, 1e3 * t->bubble, 1e3 * t->step, t->tok_per_s);
+    if (r->job.codec.kind != DT_CODEC_NONE)
+        fprintf(f, "  --compress %s: %s sent a step a rank (the gradients hold %s), its compression %.1f ms on the rank\n",
+                dt_codec_name(r->job.codec.kind), gb(t->codec_bytes, b[0]), gb(4 * dt_plan_model_params(&r->job), b[1]), 1e3 * t->codec);
 }
 
 static cJSON *plan_json(const plan_result *r) {
@@ -214,10 +217,10 @@ static cJSON *plan_json(const plan_result *r) {
     cJSON_AddNumberToObject(mem, "process", m->runtime);
     cJSON_AddNumberToObject(mem, "per_machine", m->per_machine);
     const double ms[] = { t->matmul, t->attention, t->elementwise, t->optimizer, t->lp_units, t->grad_pages, t->dp_comm, t->dp_exposed, t->tp_comm, t->tp_waits, t->cp_comm,
-                          t->ep_comm, t->pp_comm, t->bubble };
+                          t->ep_comm, t->pp_comm, t->bubble, t->codec };
     static const char *const names[] = { "matmul", "attention", "elementwise", "optimizer", "lp_units", "grad_pages", "dp_comm", "dp_exposed", "tp_comm", "tp_waits",
-                                         "cp_comm", "ep_comm", "pp_comm", "bubble" };
-    for (int i = 0; i < 14; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
+                                         "cp_comm", "ep_comm", "pp_comm", "bubble", "codec" };
+    for (int i = 0; i < 15; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
     cJSON_AddNumberToObject(br, "threads", t->threads);
     cJSON_AddNumberToObject(br, "oversubscribed", t->oversubscribed);
     cJSON_AddNumberToObject(br, "beside", t->beside);
