@@ -44,6 +44,13 @@ run top01 --compress topk --compress-density 0.01
 first=$(field loss "$dir/top01.jsonl" | head -1) last=$(field loss "$dir/top01.jsonl" | tail -1) r=$(field compress_ratio "$dir/top01.jsonl" | tail -1)
 awk "BEGIN{exit !($last < $first - 1 && $r > 40)}" && ok=1 || ok=0
 verdict $ok "top-k at density 0.01 trains (loss $first -> $last), ratio $r (entries held / (index, value) words sent)"
+# the planner's bytes for a codec are the run's: PowerSGD's from the same rule over the same table, exactly; top-k's a
+# share of each tensor where the run takes it of each bucket (within 1%)
+plan_bytes() { "$DTRAIN" plan "${common[@]}" "$@" --json 2> /dev/null | python3 -c "import json, sys; print('%.0f' % json.load(sys.stdin)['breakdown']['grad_sent_bytes'])"; }
+pb=$(plan_bytes --compress powersgd --compress-rank 2) tb=$(plan_bytes --compress topk --compress-density 0.01)
+rb=$(field grad_sent_bytes "$dir/psgd.jsonl" | tail -1) rt=$(field grad_sent_bytes "$dir/top01.jsonl" | tail -1)
+awk "BEGIN{d = ($tb - $rt) / $rt; exit !($pb == $rb && d < 0.01 && d > -0.01)}" && ok=1 || ok=0
+verdict $ok "plan's bytes a step: PowerSGD rank 2 $pb (the run's $rb), top-k 0.01 $tb (the run's $rt)"
 # ZeRO-1 averages as DDP does (its buckets are DDP's) and updates its shard: the same weights; saved and resumed too
 run z1 --compress powersgd --compress-rank 2 --compress-start 5 --zero 1 --save "$dir/z1.bin" &&
     identical "ZeRO-1 with PowerSGD = DDP with PowerSGD" psgd z1

@@ -198,17 +198,21 @@ static int by_mag(const void *x, const void *y) {
     return p->a != q->a ? (p->a < q->a ? 1 : -1) : (p->i > q->i) - (p->i < q->i);
 }
 
-static float draw(int step, int r, size_t j) {
+/* pattern 1: large values only where the selection's strided sample reads (every 64th entry), so its guess passes
+ * fewer than k candidates and the selection falls back to every entry */
+static float draw(int step, int r, size_t j, int pattern) {
     uint64_t s = (uint64_t)step * 1000003u + j, t = s * 31 + (uint64_t)r + 1;
     float shared = dt_rng_normal(&s), own = dt_rng_normal(&t);
+    if (pattern == 1) return j % 64 == 0 ? 10.0f + own : 1e-3f * own;
     /* equal magnitudes on every rank, more of them than a rank sends: the k-th is a tie, broken by place */
     if (j % 5 == 0) return 2.0f * (r % 2 ? -1.0f : 1.0f);
     return shared + 0.3f * own; /* a common part: the ranks' choices overlap */
 }
 
-static void topk_against_sequential(dt_comm *w, float density) {
+static void topk_against_sequential(dt_comm *w, float density, int big, int pattern) {
     static const char *const nm[] = { "a", "b", "c" };
-    static const int sh[][4] = { { 12, 7 }, { 40 }, { 4, 3, 5 } };
+    static const int small[][4] = { { 12, 7 }, { 40 }, { 4, 3, 5 } }, large[][4] = { { 300, 70 }, { 4000 }, { 40, 30, 5 } };
+    const int (*sh)[4] = big ? large : small;
     dt_tensor_info t[3];
     size_t n = table(t, 3, nm, sh);
     int N = dt_comm_size(w), me_ = dt_comm_rank(w), idx[3] = { 0, 1, 2 };
@@ -225,7 +229,7 @@ static void topk_against_sequential(dt_comm *w, float density) {
         for (int r = 0; r < N; r++) {
             float *rr = res + (size_t)r * n;
             for (size_t j = 0; j < n; j++) {
-                float v = draw(step, r, j);
+                float v = draw(step, r, j, pattern);
                 if (r == me_) g[j] = v, kept[j] = v + rr[j];
                 rr[j] += v;
                 m[j] = (mag){ fabsf(rr[j]), j };
@@ -246,10 +250,11 @@ static void topk_against_sequential(dt_comm *w, float density) {
         }
     }
     char what[120], detail[96];
-    snprintf(detail, sizeof detail, "%zu of %zu entries a rank, 4 steps, ties and overlapping choices", kk, n);
-    snprintf(what, sizeof what, "topk density %g on %d ranks: averages, residuals = the sequential oracle's bit for bit", density, N);
+    snprintf(detail, sizeof detail, "%zu of %zu entries a rank, 4 steps, %s", kk, n,
+             pattern ? "the sample misleading: every entry a candidate" : "ties and overlapping choices");
+    snprintf(what, sizeof what, "topk density %g, %s bucket on %d ranks: averages, residuals = the oracle's bit for bit", density, big ? "a large" : "a small", N);
     check(what, same, st ? dt_last_error() : detail);
-    snprintf(what, sizeof what, "topk density %g on %d ranks: sent + new residual = gradient + old residual", density, N);
+    snprintf(what, sizeof what, "topk density %g, %s bucket on %d ranks: sent + new residual = gradient + old residual", density, big ? "a large" : "a small", N);
     check(what, identity, NULL);
     free(g); free(ref); free(res); free(kept); free(m);
     dt_codec_destroy(k);
@@ -280,8 +285,10 @@ int main(int argc, char **argv) {
         against_torch(w, argv[1], 4);
     }
     full_rank(w);
-    topk_against_sequential(w, 0.1f);
-    topk_against_sequential(w, 1.0f);
+    topk_against_sequential(w, 0.1f, 0, 0);
+    topk_against_sequential(w, 1.0f, 0, 0);
+    topk_against_sequential(w, 0.01f, 1, 0); /* the sampled candidates */
+    topk_against_sequential(w, 0.05f, 1, 1); /* the sample misled */
     bad_config();
     dt_comm_destroy(w);
     if (me == 0) printf(failed ? "FAILED %d\n" : "all ok\n", failed);

@@ -2,7 +2,13 @@
  * per bucket, the last step's residual is added to the gradient and the sum kept; the k = ceil(D n) entries of largest
  * magnitude of the bucket's n (ties broken by place: the earlier first) go to every rank as (index, value) pairs, one
  * allgather (every rank sends k); each rank sums every rank's pairs in rank order and divides by the ranks; the
- * residual is what was kept with the sent entries zeroed, so sent + residual = gradient + old residual exactly. */
+ * residual is what was kept with the sent entries zeroed, so sent + residual = gradient + old residual exactly.
+ *
+ * The selection reads the bucket twice, not once a partition pass: a strided sample (1/64 of the entries, read as the
+ * residual is added) puts a threshold at about 2k entries; the entries at or above it are the candidates (one pass),
+ * and the exact k-th magnitude and the choice are made among them. Where fewer than k pass (a sample that missed),
+ * every entry is a candidate: the choice is the same, only slower. (d6's 2-rank step: +66 ms over dense with a
+ * partition of every entry, +25 with the candidates.) */
 #include "codec_internal.h"
 
 #include <math.h>
@@ -11,12 +17,17 @@
 
 typedef struct {
     int *t;              /* the table's tensors, in the bucket's order */
+    size_t *at;          /* each one's first entry in the bucket's numbering (n + 1: the last is len) */
     int n;
     size_t len, k;       /* the bucket's entries, and how many a rank sends */
-    float *mag;          /* scratch: magnitudes for the selection */
+    float *sample, *mag, *work; /* scratch: the strided sample's magnitudes; the candidates', and a copy to select in */
+    size_t *cand;        /* the candidates' entries (ascending), cap of them */
+    size_t cap;
     uint32_t *pairs;     /* [this rank's k pairs | every rank's]: index, value bits */
     int busy;
 } tbucket;
+
+enum { SAMPLE = 64 }; /* one entry in SAMPLE read for the threshold's guess */
 
 typedef struct {
     tbucket *b;
@@ -63,26 +74,51 @@ static dt_status setup(dt_codec *k, topk *s, dt_comm *comm, int b, const int *id
     if (st) return st;
     tbucket *p = &s->b[b];
     *out = p;
-    if (!(p->t = malloc(sizeof *p->t * (size_t)(n ? n : 1)))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
+    p->t = malloc(sizeof *p->t * (size_t)(n ? n : 1));
+    p->at = malloc(sizeof *p->at * (size_t)(n + 1));
+    if (!p->t || !p->at) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
     memcpy(p->t, idx, sizeof *idx * (size_t)n);
     p->n = n;
-    for (int i = 0; i < n; i++) p->len += k->t[idx[i]].count;
+    for (int i = 0; i < n; i++) p->at[i] = p->len, p->len += k->t[idx[i]].count;
+    p->at[n] = p->len;
     p->k = (size_t)ceil(k->c.density * (double)p->len);
     if (p->k < 1) p->k = 1;
     if (p->k > p->len) p->k = p->len;
     if (p->len > UINT32_MAX) return dt_error(DT_ERR_ARG, "topk: a bucket of %zu entries: at most 2^32 (smaller --bucket-mb)", p->len);
-    if (!(p->mag = malloc(sizeof *p->mag * (p->len ? p->len : 1)))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
+    if (!(p->sample = malloc(sizeof *p->sample * (p->len / SAMPLE + 1)))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
     return dt_comm_alloc(comm, 2 * p->k * (size_t)(dt_comm_size(comm) + 1) * sizeof *p->pairs, (void **)&p->pairs);
 }
 
-/* Entry j of the bucket: tensor i's element e. */
-static float *entry(const dt_codec *k, const tbucket *p, float *g, size_t j) {
+/* Candidates: the entries whose magnitude is at least thr, ascending (every one where thr is 0). */
+static dt_status candidates(dt_codec *k, tbucket *p, float thr, size_t *count) {
+    size_t c = 0;
     for (int i = 0; i < p->n; i++) {
-        size_t c = k->t[p->t[i]].count;
-        if (j < c) return g + k->t[p->t[i]].offset + j;
-        j -= c;
+        const float *res = dt_codec_state_held(k, p->t[i], DT_CODEC_RESIDUAL);
+        for (size_t j = 0, ne = p->at[i + 1] - p->at[i]; j < ne; j++) {
+            if (!(fabsf(res[j]) >= thr)) continue;
+            if (c == p->cap) {
+                size_t cap = p->cap ? 2 * p->cap : 4 * p->k + 64;
+                size_t *nc = realloc(p->cand, sizeof *nc * cap);
+                if (nc) p->cand = nc;
+                float *nm = nc ? realloc(p->mag, sizeof *nm * cap) : NULL;
+                if (nm) p->mag = nm;
+                float *nw = nm ? realloc(p->work, sizeof *nw * cap) : NULL;
+                if (!nw) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
+                p->work = nw;
+                p->cap = cap;
+            }
+            p->mag[c] = fabsf(res[j]);
+            p->cand[c++] = p->at[i] + j;
+        }
     }
-    return NULL;
+    *count = c;
+    return DT_OK;
+}
+
+/* Where entry e of the bucket lives: tensor *i (advanced from where it is: entries come ascending) at index *j. */
+static void locate(const tbucket *p, size_t e, int *i, size_t *j) {
+    while (e >= p->at[*i + 1]) (*i)++;
+    *j = e - p->at[*i];
 }
 
 static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, int first, dt_request **req) {
@@ -92,41 +128,40 @@ static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n,
     dt_status st = first ? setup(k, s, comm, b, idx, n, &p) : DT_OK;
     if (st) return st;
     if (p->busy) return dt_error(DT_ERR_ARG, "topk: bucket %d started again before its exchange ended", b);
-    size_t at = 0;
+    size_t ns = 0;
     for (int i = 0; i < n; i++) {
         const dt_tensor_info *t = &k->t[idx[i]];
         size_t ne;
         float *res = dt_codec_state(k, idx[i], DT_CODEC_RESIDUAL, &ne), *x = g + t->offset;
         if (!res) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
         for (size_t j = 0; j < ne; j++) res[j] = x[j] + res[j]; /* kept; the sent entries leave it below */
-        for (size_t j = 0; j < ne; j++) p->mag[at + j] = fabsf(res[j]);
-        at += ne;
+        for (size_t j = (SAMPLE - p->at[i] % SAMPLE) % SAMPLE; j < ne; j += SAMPLE) p->sample[ns++] = fabsf(res[j]);
         k->now.before += t->count;
     }
-    float thr = kth_largest(p->mag, p->len, p->k);
-    /* the entries above the threshold, then those equal to it in order, up to k */
+    /* the sample's magnitude at about 2k of the bucket's entries: the candidates at or above it, or (fewer than k) all */
+    size_t want = (size_t)ceil(2.0 * (double)p->k * (double)ns / (double)p->len) + 1, nc;
+    float guess = ns && want <= ns ? kth_largest(p->sample, ns, want) : 0;
+    if ((st = candidates(k, p, guess, &nc))) return st;
+    if (nc < p->k && (st = candidates(k, p, 0, &nc))) return st;
+    /* the k-th magnitude among them; the entries above it, then those equal to it in order, up to k */
     size_t above = 0, m = 0;
-    at = 0;
-    for (int i = 0; i < n; i++) {
-        size_t ne = k->t[idx[i]].count;
-        const float *res = dt_codec_state_held(k, idx[i], DT_CODEC_RESIDUAL);
-        for (size_t j = 0; j < ne; j++) above += fabsf(res[j]) > thr;
-    }
+    memcpy(p->work, p->mag, sizeof *p->work * nc);
+    float thr = kth_largest(p->work, nc, p->k);
+    for (size_t c = 0; c < nc; c++) above += p->mag[c] > thr;
     size_t ties = p->k - above;
-    for (int i = 0; i < n; i++) {
-        size_t ne = k->t[idx[i]].count;
-        float *res = dt_codec_state_held(k, idx[i], DT_CODEC_RESIDUAL);
-        for (size_t j = 0; j < ne && m < p->k; j++) {
-            float a = fabsf(res[j]);
-            if (a < thr || (a == thr && !ties)) continue;
-            if (a == thr) ties--;
-            uint32_t bits;
-            memcpy(&bits, &res[j], sizeof bits);
-            p->pairs[2 * m] = (uint32_t)(at + j), p->pairs[2 * m + 1] = bits;
-            res[j] = 0; /* sent: what stays is the residual */
-            m++;
-        }
-        at += ne;
+    int ti = 0;
+    for (size_t c = 0; c < nc && m < p->k; c++) {
+        float a = p->mag[c];
+        if (a < thr || (a == thr && !ties)) continue;
+        if (a == thr) ties--;
+        size_t j;
+        locate(p, p->cand[c], &ti, &j);
+        float *res = dt_codec_state_held(k, p->t[ti], DT_CODEC_RESIDUAL);
+        uint32_t bits;
+        memcpy(&bits, &res[j], sizeof bits);
+        p->pairs[2 * m] = (uint32_t)p->cand[c], p->pairs[2 * m + 1] = bits;
+        res[j] = 0; /* sent: what stays is the residual */
+        m++;
     }
     k->now.after += 2 * p->k;
     k->now.bytes += (double)p->k * 2 * sizeof(uint32_t);
@@ -142,12 +177,16 @@ static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **
     for (int i = 0; i < p->n; i++) memset(g + k->t[p->t[i]].offset, 0, k->t[p->t[i]].count * sizeof *g);
     int np = dt_comm_size(comm);
     const uint32_t *all = p->pairs + 2 * p->k;
-    for (int r = 0; r < np; r++)
+    for (int r = 0; r < np; r++) {
+        int ti = 0; /* each rank's pairs come in ascending order */
         for (size_t m = 0; m < p->k; m++) {
             float v;
+            size_t j;
             memcpy(&v, &all[2 * ((size_t)r * p->k + m) + 1], sizeof v);
-            *entry(k, p, g, all[2 * ((size_t)r * p->k + m)]) += v;
+            locate(p, all[2 * ((size_t)r * p->k + m)], &ti, &j);
+            g[k->t[p->t[ti]].offset + j] += v;
         }
+    }
     for (int i = 0; i < p->n; i++) {
         float *x = g + k->t[p->t[i]].offset;
         for (size_t j = 0; j < k->t[p->t[i]].count; j++) x[j] /= (float)np;
@@ -167,7 +206,11 @@ static void destroy(dt_codec *k) {
     if (!s) return;
     for (int b = 0; b < s->nb; b++) {
         free(s->b[b].t);
+        free(s->b[b].at);
+        free(s->b[b].sample);
         free(s->b[b].mag);
+        free(s->b[b].cand);
+        free(s->b[b].work);
         if (s->b[b].pairs) dt_comm_free(k->comm, s->b[b].pairs);
     }
     free(s->b);

@@ -222,6 +222,7 @@ static cJSON *plan_json(const plan_result *r) {
                                          "cp_comm", "ep_comm", "pp_comm", "bubble", "codec" };
     for (int i = 0; i < 15; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
     cJSON_AddNumberToObject(br, "threads", t->threads);
+    cJSON_AddNumberToObject(br, "grad_sent_bytes", t->codec_bytes); /* a rank's gradients on the wire a step (a codec's) */
     cJSON_AddNumberToObject(br, "oversubscribed", t->oversubscribed);
     cJSON_AddNumberToObject(br, "beside", t->beside);
     cJSON_AddItemToObject(br, "memory", mem);
