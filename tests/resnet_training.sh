@@ -72,13 +72,15 @@ w=$(worst "$dir/one.1e-30.jsonl" "$dir/init.jsonl" 64 loss)
 
 # 2d. checkpoints: a run cut by --stop-after and resumed takes the uninterrupted run's steps (loss, lr and gradient norm
 # of every step, to the printed digits) and its test accuracy after each epoch; in one process across an epoch's end
-# (cosine schedule) and on 2 ranks with ZeRO-1's optimizer in slices; BatchNorm's running averages are saved beside
+# (cosine schedule), on 2 ranks with ZeRO-1's optimizer in slices, and on 2 ranks with PowerSGD (its residuals and Q in
+# the checkpoint); BatchNorm's running averages are saved beside
 # the parameters (damaged, they are named); a checkpoint of another model kind or batch is refused naming what differs
 steplines() { grep -h '"step"' "$@"; }
 accs() { grep -ho '"test_accuracy":[0-9.]*' "$@"; }
 ck=(--model resnet:small --data "$dir/img" --epochs 2 --threads 1 --quiet)
 for layout in "one --batch 8 --optimizer sgd --momentum 0.9 --lr 0.005 --schedule cosine --warmup 5|70" \
-              "zero1 --batch 4 --nproc 2 --strategy zero1 --optimizer adamw --lr 0.002|40"; do
+              "zero1 --batch 4 --nproc 2 --strategy zero1 --optimizer adamw --lr 0.002|40" \
+              "powersgd --batch 4 --nproc 2 --optimizer adamw --lr 0.002 --compress powersgd --compress-rank 2 --compress-start 5|40"; do
     set -- ${layout%|*}
     name=$1 cut=${layout#*|}
     shift

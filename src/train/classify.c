@@ -216,10 +216,12 @@ static dt_status save(cls_run *r, int done) {
     dt_engine_share(r->e, &off, &n);
     bool sharded = off != 0 || n != cm.m.nparams;
     dt_watchdog_hold(r->wd, 1);
+    /* a codec's state: every rank's residuals, to rank 0 (collective) */
+    dt_status st = dt_checkpoint_codec_gather(r->e, dt_engine_get_config(r->e)->comm, &cm);
     /* rank 0's running averages are the ones every rank evaluates with */
-    dt_status st = sharded || r->rank == 0
-                       ? dt_checkpoint_save(r->c->save, sharded ? dt_engine_get_config(r->e)->comm : NULL, r->c, r->p, &cm, r->e, &pos)
-                       : DT_OK;
+    if (!st && (sharded || r->rank == 0))
+        st = dt_checkpoint_save(r->c->save, sharded ? dt_engine_get_config(r->e)->comm : NULL, r->c, r->p, &cm, r->e, &pos);
+    free(cm.codec_state);
     dt_watchdog_hold(r->wd, 0);
     if (!st && !r->quiet) printf("saved %s (step %d)\n", r->c->save, done);
     return st;
@@ -286,7 +288,7 @@ static dt_status setup(cls_run *r) {
     if (c->sync_bn && r->p > 1) dt_resnet_set_bn_reduce(r->m.resnet, sum_over_ranks, r->w);
     dt_engine_config ec = { .comm = r->p > 1 ? r->w : NULL, .strategy = c->strategy, .opt = c->opt, .grad_clip = c->grad_clip,
                             .skip_nonfinite = 0, .step_at_end = c->step_at_end, .bucket_first = 1u << 20,
-                            .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0) };
+                            .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .codec = &c->codec };
     if (mlp) dt_mlp_model(r->m.mlp, &ec.model);
     else dt_resnet_model(r->m.resnet, &ec.model);
     st = dt_engine_create(&ec, &r->e);
