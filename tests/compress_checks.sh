@@ -96,6 +96,7 @@ printf '\x01\x02' | dd of="$dir/saved10/step-00000010/codec.f32" bs=1 seek=100 c
 verdict $ok "a damaged codec.f32 is named ($(grep -m1 -o "codec.f32.*" "$dir/verify.out" | cut -c1-90))"
 refused "an unknown codec" "expected none, powersgd or topk" train "${common[@]}" --compress top9 --steps 1
 refused "a density of 0" "--compress-density" train "${common[@]}" --compress topk --compress-density 0 --steps 1
+refused "a rank at which no matrix gains" "no matrix of the model gains" train "${common[@]}" --compress powersgd --compress-rank 4096 --steps 1
 refused "a rank of 0" "--compress-rank" train "${common[@]}" --compress powersgd --compress-rank 0 --steps 1
 refused "a codec with ZeRO-2" "--compress powersgd with ZeRO-2 and 3" train "${common[@]}" --compress powersgd --zero 2 --steps 1
 refused "a codec with TP" "--compress powersgd with --tp" train "${common[@]}" --compress powersgd --tp 2 --steps 1

@@ -33,6 +33,12 @@ dt_status dt_codec_create(const dt_codec_config *c, const dt_tensor_info *t, int
     if (c->start < 0) return dt_error(DT_ERR_ARG, "--compress-start %d: a step count is 0 or more", c->start);
     dt_status st = ops->check(c);
     if (st) return st;
+    /* a PowerSGD rank at which no matrix gains would send everything whole: said, not run as if compressed */
+    size_t approx = 0;
+    for (int i = 0; i < nt && c->kind == DT_CODEC_POWERSGD; i++) approx += ops->state_floats(c, &t[i], DT_CODEC_Q);
+    if (c->kind == DT_CODEC_POWERSGD && nt > 0 && !approx)
+        return dt_error(DT_ERR_ARG, "--compress-rank %d: no matrix of the model gains at that rank ((n + m) x %d x %g is not below n x m for "
+                        "any): every gradient would travel whole; a smaller rank", c->rank, c->rank, c->min_rate);
     dt_codec *k = calloc(1, sizeof *k);
     if (!k) return dt_error(DT_ERR_NOMEM, "codec: out of memory");
     k->c = *c;

@@ -162,7 +162,7 @@ static double measure_pool_lend(int unused) {
 }
 
 /* A gradient codec's compression on one thread (codec_powersgd.c at rank 4, codec_topk.c at density 0.01): gradient
- * elements a second, over one bucket of a [2048 x 1024] and a [1024 x 4096] matrix and a vector, exchanged on a lone
+ * elements a second (in billions: the cache keeps figures below 1e6), over one bucket of a [2048 x 1024] and a [1024 x 4096] matrix and a vector, exchanged on a lone
  * communicator (its collectives move nothing), the best of 5 steps after one. Not measured where this process is a rank
  * of a job (no lone communicator there): the planner then counts the codec's passes at the bandwidth. */
 static double measure_codec(int kind) {
@@ -183,8 +183,10 @@ static double measure_codec(int kind) {
     int idx[3] = { 0, 1, 2 };
     double best = 0;
     uint64_t rng = 7;
-    for (int step = 0; g && (k || !dt_codec_create(&c, t, 3, &k)) && step < 6; step++) {
-        for (size_t i = 0; i < n; i++) g[i] = dt_rng_normal(&rng) * 1e-3f;
+    float *g0 = malloc(n * sizeof *g0);
+    for (size_t i = 0; g0 && i < n; i++) g0[i] = dt_rng_normal(&rng) * 1e-3f;
+    for (int step = 0; g && g0 && (k || !dt_codec_create(&c, t, 3, &k)) && step < 6; step++) {
+        memcpy(g, g0, n * sizeof *g); /* the same gradient each step: the residual makes each step's selection its own */
         double t0 = dt_time_now();
         dt_request *req = NULL;
         int done = 0;
@@ -194,12 +196,13 @@ static double measure_codec(int kind) {
             st = dt_codec_next(k, self, 0, g, &req, &done);
         }
         dt_codec_end_step(k, NULL);
-        double rate = (double)n / (dt_time_now() - t0);
+        double rate = (double)n / (dt_time_now() - t0) / 1e9;
         if (!st && step > 0 && rate > best) best = rate;
         if (st) break;
     }
     dt_codec_destroy(k);
     free(g);
+    free(g0);
     dt_comm_destroy(self);
     return best;
 }
@@ -312,8 +315,9 @@ dt_status dt_plan_this_machine(dt_plan_hardware *h) {
     /* a lone communicator is had only outside a job: inside one, the cache's figures or none */
     dt_launch_kind launch;
     double (*codec)(int) = !dt_comm_detect_launch(&launch) && launch == DT_LAUNCH_NONE ? measure_codec : NULL;
-    if (!st && !(st = dt_peak_cached_rate("codec_powersgd_r4_elements_one_core", codec, 0, &h->powersgd_rate)))
-        st = dt_peak_cached_rate("codec_topk_elements_one_core", codec, 1, &h->topk_rate);
+    if (!st && !(st = dt_peak_cached_rate("codec_powersgd_r4_gelements_one_core", codec, 0, &h->powersgd_rate)) &&
+        !(st = dt_peak_cached_rate("codec_topk_gelements_one_core", codec, 1, &h->topk_rate)))
+        h->powersgd_rate *= 1e9, h->topk_rate *= 1e9;
     /* measured only where this process may run on every core: under a narrower mask (taskset, a Slurm step) the neighbours
      * would share its own core and the figure, cached for the CPU, would say the machine twice as slow beside them; there
      * the cache's figure, if any */
