@@ -113,6 +113,12 @@ else
             ok "a pipeline's report: the bubble (and the schedule's replay) by step, each stage's memory and times, rows by stage" ||
             fail "a pipeline's report: $pstatus $(echo "$pdom" | grep -o 'rank 1[^<]*' | head -3)"
     else fail "a pipeline run with --report: $(tail -2 "$dir/pp.err")"; fi
+    # a compressed run's page: the bytes each step put on the wire and the ratio (dense before the start step)
+    if "$DTRAIN" train --nproc 2 "${model[@]}" --steps 6 --compress powersgd --compress-start 2 --report "$dir/cz" > /dev/null 2> "$dir/cz.err"; then
+        cstatus=$(render "$dir/cz/report.html" | grep -o '<span id="render-status"[^>]*>[^<]*</span>' | sed 's/&quot;/"/g')
+        echo "$cstatus" | grep -q '>ok</span>' && echo "$cstatus" | grep -q '"chart-compression":12' &&
+            ok "a compressed run's report: the bytes sent and the ratio by step" || fail "a compressed run's report: $cstatus"
+    else fail "a compressed run with --report: $(tail -2 "$dir/cz.err")"; fi
 fi
 grep -q '<script src=\|<link [^>]*href=.http\|@import\|url(http' "$run/report.html" && fail "the report loads something from outside" \
     || ok "the report is self-contained ($(wc -c < "$run/report.html") bytes)"

@@ -170,6 +170,16 @@ function bubble() {
             ["% of the step"]);
 }
 
+// A gradient codec's wire (--compress): the bytes a rank sent for the gradients each step, and the elements they hold
+// over those that travelled.
+function compression() {
+  const b = series("grad_sent_bytes", 1 / 1048576);
+  if (!b.length) return;
+  lineChart("chart-compression", section("Gradient compression", "what a rank put on the wire for the gradients each step, and the compression ratio"),
+            [{ label: "MiB sent a step", data: b, fromZero: true }, { label: "compression ratio", data: series("compress_ratio"), axis: "y2" }],
+            ["MiB a step", "ratio"]);
+}
+
 // Over the traced steps, each rank's time computing, waiting on communication and idle (neither): a table.
 function rankTimes() {
   if (!INTERVALS || !INTERVALS.length) return;
@@ -280,7 +290,7 @@ const parts = [
                   { label: "gradient norm", data: series("grad_norm"), axis: "y2" }], ["learning rate", "gradient norm"]),
   () => lineChart("chart-throughput", section("Throughput and MFU"), [{ label: "tok/s (all ranks)", data: series("tok_per_s") },
                   { label: "MFU %", data: series("mfu", 100), axis: "y2" }], ["tok/s", "MFU %"]),
-  phases, bubble, memory, rankTimes, timeline, scaling, io,
+  phases, bubble, compression, memory, rankTimes, timeline, scaling, io,
 ];
 for (const part of parts) {
   try { part(); } catch (e) { fail("error in " + (part.name || "a chart") + ": " + e.message); }
