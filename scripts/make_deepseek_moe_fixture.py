@@ -17,7 +17,7 @@ from transformers import DeepseekV3Config, MixtralConfig, MixtralForCausalLM
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3MoE
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_moe_fixtures import hub_state  # noqa: E402 (the Mixtral fixtures' per-expert renaming)
+from make_moe_fixtures import adamw_losses, hub_state, lm_loss  # noqa: E402 (the Mixtral fixtures' renaming, steps)
 
 B, T, STEPS = 2, 16, 10
 E, TOP, GROUPS, TOPK_GROUP, SCALE, F, SHARED = 8, 3, 4, 2, 2.5, 24, 2
@@ -59,15 +59,7 @@ def main():
     for l, layer in enumerate(model.model.layers):
         tensors[f"bias.{l}"] = layer.mlp.gate.e_score_correction_bias.detach().clone()
     tensors.update({"grad." + k: v for k, v in by_name({n: p.grad for n, p in model.named_parameters()}).items()})
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
-    losses = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        l = torch.nn.functional.cross_entropy(model(input_ids=inputs).logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
-        losses.append(l.item())
-        l.backward()
-        opt.step()
-    tensors["adamw_losses"] = torch.tensor(losses)
+    tensors["adamw_losses"] = adamw_losses(model, lambda m: lm_loss(m, inputs, targets, cfg.vocab_size))
     meta = {"config": json.dumps(cfg.to_dict(), sort_keys=True),
             "moe": json.dumps(dict(groups=GROUPS, topk_group=TOPK_GROUP, scale=SCALE, top_k=TOP, shared=SHARED))}
     path = os.path.join(root, "moe", "deepseek_moe.safetensors")

@@ -101,19 +101,31 @@ def make(out_dir, name, spec):
         tensors[f"router_top.{l}"] = torch.topk(probs, K, dim=-1).indices.to(torch.int32).contiguous()
         tensors[f"moe_out.{l}"] = moe_out[l].contiguous()
     tensors.update(grads_by_hub_name(model, spec, getattr(cfg, spec["ffn"])))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
-    losses = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        o = model(input_ids=inputs, output_router_logits=True)
-        l = torch.nn.functional.cross_entropy(o.logits.reshape(-1, cfg.vocab_size), targets.reshape(-1)) + AUX * o.aux_loss
-        losses.append(l.item())
-        l.backward()
-        opt.step()
-    tensors["adamw_losses"] = torch.tensor(losses)
+    def loss_of(m):
+        o = m(input_ids=inputs, output_router_logits=True)
+        return torch.nn.functional.cross_entropy(o.logits.reshape(-1, cfg.vocab_size), targets.reshape(-1)) + AUX * o.aux_loss
+    tensors["adamw_losses"] = adamw_losses(model, loss_of)
     path = os.path.join(out_dir, name + ".safetensors")
     save_file(tensors, path)
     print(f"{name}: loss {loss.item():.6f} (aux {out.aux_loss.item():.6f}), {os.path.getsize(path)} bytes")
+
+
+def lm_loss(model, inputs, targets, vocab):
+    """The mean cross-entropy of the model's logits on inputs against targets."""
+    return torch.nn.functional.cross_entropy(model(input_ids=inputs).logits.reshape(-1, vocab), targets.reshape(-1))
+
+
+def adamw_losses(model, loss_of, steps=STEPS):
+    """The losses of `steps` AdamW steps (lr 1e-3, weight decay 0.01) of loss_of(model), each before its update."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        l = loss_of(model)
+        losses.append(l.item())
+        l.backward()
+        opt.step()
+    return torch.tensor(losses)
 
 
 def hub_state(named, F, parts=("w1", "w3", "w2"), rename=(".mlp.", ".block_sparse_moe.")):
@@ -177,15 +189,7 @@ def make_sigmoid_router(out_dir):
         tensors[f"bias.{l}"] = layer.mlp.gate.e_score_correction_bias.detach().clone()
     grads = hub_state({n: p.grad for n, p in model.named_parameters()}, cfg.intermediate_size)
     tensors.update({"grad." + k: v for k, v in grads.items()})
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
-    losses = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        l = torch.nn.functional.cross_entropy(model(input_ids=inputs).logits.reshape(-1, cfg.vocab_size), targets.reshape(-1))
-        losses.append(l.item())
-        l.backward()
-        opt.step()
-    tensors["adamw_losses"] = torch.tensor(losses)
+    tensors["adamw_losses"] = adamw_losses(model, lambda m: lm_loss(m, inputs, targets, cfg.vocab_size))
     meta = {"config": json.dumps(cfg.to_dict(), sort_keys=True),
             "router": json.dumps(dict(groups=groups, topk_group=topk_group, scale=scale, top_k=top))}
     path = os.path.join(out_dir, "sigmoid_router.safetensors")

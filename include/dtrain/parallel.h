@@ -109,8 +109,6 @@ dt_status dt_ddp_set_experts(dt_ddp *d, dt_comm *ec, int ep);
  * finishes them (a tied embedding's rows are then not deferred: the codec sees its whole gradient). Once, right after
  * create; d does not own k. Not with shards, experts spread over ranks or 16-bit gradients. */
 dt_status dt_ddp_set_codec(dt_ddp *d, dt_codec *k);
-/* What the codec sent in the last step. */
-void dt_ddp_codec_stats(const dt_ddp *d, dt_codec_stats *s);
 /* The 16-bit gradient store (t: DT_BF16 or DT_F16; once, right after
  * create, never with the optimizer in backward): the gradients travel in t
  * (the wire), and once a bucket's reduction ends, the part of its average

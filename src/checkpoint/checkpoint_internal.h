@@ -6,6 +6,7 @@
 #include "dtrain/base.h"
 #include "dtrain/model.h"
 #include "dtrain/program.h"
+#include "dtrain/train.h"
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 
@@ -40,7 +41,6 @@ dt_status dt_ckpt_verify_file(const char *dir, const cJSON *j, const char *file,
 /* The steps of dir's step-N folders, newest first (at most cap); how many. */
 int dt_ckpt_steps(const char *dir, int *steps, int cap);
 /* A codec's state (checkpoint_codec.c): the manifest's codec section and files entry, and codec.f32 in folder tmp. */
-#include "dtrain/train.h"
 void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_train_config *c);
 dt_status dt_ckpt_codec_write(const char *tmp, const dt_checkpoint_model *cm);
 /* manifest[section][key] as a string, or NULL. */

@@ -2,6 +2,7 @@
  * The codecs themselves: codec_powersgd.c. */
 #include "codec_internal.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,8 +46,9 @@ dt_status dt_codec_create(const dt_codec_config *c, const dt_tensor_info *t, int
     k->ops = ops;
     k->t = t;
     k->nt = nt;
-    for (int s = 0; s < DT_CODEC_NSTATES; s++)
-        if (!(k->state[s] = calloc((size_t)(nt ? nt : 1), sizeof *k->state[s]))) { dt_codec_destroy(k); return dt_error(DT_ERR_NOMEM, "codec: out of memory"); }
+    bool ok = (k->impl = calloc(1, ops->impl_size)) != NULL;
+    for (int s = 0; s < DT_CODEC_NSTATES && ok; s++) ok = (k->state[s] = calloc((size_t)(nt ? nt : 1), sizeof *k->state[s])) != NULL;
+    if (!ok) { dt_codec_destroy(k); return dt_error(DT_ERR_NOMEM, "codec: out of memory"); }
     *out = k;
     return DT_OK;
 }
@@ -54,6 +56,7 @@ dt_status dt_codec_create(const dt_codec_config *c, const dt_tensor_info *t, int
 void dt_codec_destroy(dt_codec *k) {
     if (!k) return;
     if (k->ops && k->ops->destroy) k->ops->destroy(k);
+    free(k->impl);
     for (int s = 0; s < DT_CODEC_NSTATES; s++) {
         for (int i = 0; k->state[s] && i < k->nt; i++) free(k->state[s][i]);
         free(k->state[s]);

@@ -5,6 +5,7 @@
 #include "dtrain/codec.h"
 
 typedef struct {
+    size_t impl_size;  /* the codec's own state (dt_codec.impl), made zeroed with the codec */
     dt_status (*check)(const dt_codec_config *c);
     /* floats of tensor t's state s (0: it has none) */
     size_t (*state_floats)(const dt_codec_config *c, const dt_tensor_info *t, dt_codec_state_kind s);
@@ -18,7 +19,7 @@ typedef struct {
 struct dt_codec {
     dt_codec_config c;
     const dt_codec_ops *ops;
-    void *impl;                       /* the codec's own (its buckets) */
+    void *impl;                       /* the codec's own (its buckets): ops->impl_size bytes */
     const dt_tensor_info *t;
     int nt;
     float **state[DT_CODEC_NSTATES];  /* per tensor; NULL until made */

@@ -112,7 +112,6 @@ static float *q_of(dt_codec *k, const entry *e) {
 
 static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, int first, dt_request **req) {
     psgd *s = k->impl;
-    if (!s && !(s = k->impl = calloc(1, sizeof *s))) return dt_error(DT_ERR_NOMEM, "powersgd: out of memory");
     pbucket *p = first ? NULL : &s->b[b];
     dt_status st = first ? setup(k, s, comm, b, idx, n, &p) : DT_OK;
     if (st) return st;
@@ -175,7 +174,7 @@ static void last(dt_codec *k, dt_comm *comm, pbucket *p, float *g) {
 
 static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **req, int *done) {
     psgd *s = k->impl;
-    pbucket *p = s && b >= 0 && b < s->nb ? &s->b[b] : NULL;
+    pbucket *p = b >= 0 && b < s->nb ? &s->b[b] : NULL;
     if (!p || !p->phase) return dt_error(DT_ERR_ARG, "powersgd: bucket %d has no exchange in flight", b);
     if (p->phase == 1) return second(k, comm, p, g, req);
     last(k, comm, p, g);
@@ -185,7 +184,7 @@ static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **
 
 static int next_collective(const dt_codec *k, int b) {
     const psgd *s = k->impl;
-    return s && b >= 0 && b < s->nb && s->b[b].phase == 1;
+    return b >= 0 && b < s->nb && s->b[b].phase == 1;
 }
 
 static void destroy(dt_codec *k) {
@@ -197,9 +196,8 @@ static void destroy(dt_codec *k) {
         if (s->b[b].qbuf) dt_comm_free(k->comm, s->b[b].qbuf);
     }
     free(s->b);
-    free(s);
 }
 
 const dt_codec_ops dt_codec_powersgd = {
-    .check = check, .state_floats = state_floats, .start = start, .next = next, .next_collective = next_collective, .destroy = destroy,
+    .impl_size = sizeof(psgd), .check = check, .state_floats = state_floats, .start = start, .next = next, .next_collective = next_collective, .destroy = destroy,
 };

@@ -123,7 +123,6 @@ static void locate(const tbucket *p, size_t e, int *i, size_t *j) {
 
 static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, int first, dt_request **req) {
     topk *s = k->impl;
-    if (!s && !(s = k->impl = calloc(1, sizeof *s))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
     tbucket *p = first ? NULL : &s->b[b];
     dt_status st = first ? setup(k, s, comm, b, idx, n, &p) : DT_OK;
     if (st) return st;
@@ -172,7 +171,7 @@ static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n,
 static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **req, int *done) {
     (void)req;
     topk *s = k->impl;
-    tbucket *p = s && b >= 0 && b < s->nb ? &s->b[b] : NULL;
+    tbucket *p = b >= 0 && b < s->nb ? &s->b[b] : NULL;
     if (!p || !p->busy) return dt_error(DT_ERR_ARG, "topk: bucket %d has no exchange in flight", b);
     for (int i = 0; i < p->n; i++) memset(g + k->t[p->t[i]].offset, 0, k->t[p->t[i]].count * sizeof *g);
     int np = dt_comm_size(comm);
@@ -214,9 +213,8 @@ static void destroy(dt_codec *k) {
         if (s->b[b].pairs) dt_comm_free(k->comm, s->b[b].pairs);
     }
     free(s->b);
-    free(s);
 }
 
 const dt_codec_ops dt_codec_topk = {
-    .check = check, .state_floats = state_floats, .start = start, .next = next, .next_collective = next_collective, .destroy = destroy,
+    .impl_size = sizeof(topk), .check = check, .state_floats = state_floats, .start = start, .next = next, .next_collective = next_collective, .destroy = destroy,
 };

@@ -72,7 +72,6 @@ struct dt_ddp {
     int *order;          /* the table's tensors in backward's order (the buckets' runs of it) */
     size_t bucket_first, bucket_bytes;
     dt_codec *codec;     /* gradients compressed (dt_ddp_set_codec; NULL: averaged as they are) */
-    dt_codec_stats coded; /* the last step's */
     dt_request **reqs;   /* a waited request becomes NULL */
     narrow *narrowed;    /* per request: the gradients it reduces in 16 bits (count 0: none), widened (or copied
                           * into the 16-bit store) once done */
@@ -629,8 +628,6 @@ dt_status dt_ddp_set_codec(dt_ddp *d, dt_codec *k) {
     return use_plan(d);
 }
 
-void dt_ddp_codec_stats(const dt_ddp *d, dt_codec_stats *s) { *s = d->coded; }
-
 dt_status dt_ddp_set_wire(dt_ddp *d, dt_dtype t) {
     if (t != DT_F32 && t != DT_BF16 && t != DT_F16)
         return dt_error(DT_ERR_ARG, "ddp: gradients travel as fp32, bf16 or fp16, not %s", dt_dtype_name(t));
@@ -759,10 +756,11 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
         d->b[k].coded = d->b[k].decoded = false;
     }
     if (d->codec && d->sync) {
-        dt_codec_end_step(d->codec, &d->coded);
+        dt_codec_stats cs;
+        dt_codec_end_step(d->codec, &cs);
         /* before the start step every element travels as it is */
-        r->grad_bytes = d->coded.before ? d->coded.bytes : (double)d->nparams * sizeof(float);
-        r->compress_ratio = d->coded.after ? (double)d->coded.before / (double)d->coded.after : 1.0;
+        r->grad_bytes = cs.before ? cs.bytes : (double)d->nparams * sizeof(float);
+        r->compress_ratio = cs.after ? (double)cs.before / (double)cs.after : 1.0;
     }
     dt_status s = wait_req(&d->tok_req, &waited);
     if (!st) st = s;
