@@ -1,6 +1,6 @@
 #!/bin/bash
 # Gradient compression in training (--compress): before its start step PowerSGD's runs are dense DDP's bit for bit; top-k
-# at density 1 is dense DDP's average (the embedding's rows summed in another order: held close, not equal)
+# at density 1 is dense DDP's average, DGC's at density 1 momentum-free SGD's (the embedding's rows summed in another order: held close, not equal)
 # (GPT-2 with its tied embedding, whose rows DDP defers, and Llama); from it on the update inside backward and the one
 # after it give the same weights; compressed runs train and report their bytes and ratio; a checkpoint resumes with the
 # codec's state bit for bit; bad settings are refused naming why; a rank killed mid-exchange ends the job naming it.
@@ -94,7 +94,28 @@ printf '\x01\x02' | dd of="$dir/saved10/step-00000010/codec.f32" bs=1 seek=100 c
 "$DTRAIN" ckpt verify "$dir/saved10" > "$dir/verify.out" 2>&1
 [ $? != 0 ] && grep -q "codec.f32" "$dir/verify.out" && ok=1 || ok=0
 verdict $ok "a damaged codec.f32 is named ($(grep -m1 -o "codec.f32.*" "$dir/verify.out" | cut -c1-90))"
-refused "an unknown codec" "expected none, powersgd or topk" train "${common[@]}" --compress top9 --steps 1
+# DGC: SGD's momentum accumulates on each rank and is masked where sent, so at density 1 (every entry sent each step,
+# the velocity zeroed each step) it is SGD without momentum: dense DDP's average but for the embedding's summation order
+sgd=(--optimizer sgd --lr 0.2)
+run sgd0 "${sgd[@]}" && run dgc1 "${sgd[@]}" --momentum 0.9 --compress dgc --compress-density 1 &&
+    held "GPT-2, DGC at density 1 (momentum 0.9, masked) against dense DDP with SGD without momentum" sgd0 dgc1 2e-5
+run dgc "${sgd[@]}" --momentum 0.9 --nesterov --grad-clip 1 --compress dgc --compress-density 0.01 --compress-warmup 2 --save "$dir/ckd"
+first=$(field loss "$dir/dgc.jsonl" | head -1) last=$(field loss "$dir/dgc.jsonl" | tail -1)
+r=$(field compress_ratio "$dir/dgc.jsonl" | tr '\n' ' ' | cut -d' ' -f1,3,5,7,9,20)
+read -r r1 r3 r5 r7 r9 r20 <<< "$r"
+awk "BEGIN{exit !($last < $first - 1 && ${r1:-9} < 3 && ${r3:-0} > 3 && ${r5:-0} > 12 && ${r7:-0} > 40 && ${r9:-0} > 40 && ${r20:-0} > 40)}" && ok=1 || ok=0
+verdict $ok "DGC (Nesterov, clipped, density 0.01, warm-up 2 steps a density) trains (loss $first -> $last), ratio at steps 1 3 5 7 9 20: $r"
+run dgc10 "${sgd[@]}" --momentum 0.9 --nesterov --grad-clip 1 --compress dgc --compress-density 0.01 --compress-warmup 2 --save "$dir/ckd5" --stop-after 5 &&
+    "$DTRAIN" train --resume "$dir/ckd5" --nproc 2 --quiet --metrics "$dir/dres.jsonl" > "$dir/dres.out" 2>&1 &&
+    cmp -s "$dir/ckd/step-00000020/params.f32" "$dir/ckd5/step-00000020/params.f32" &&
+    [ "$(field loss "$dir/dgc.jsonl" | tail -15)" = "$(field loss "$dir/dres.jsonl")" ] && ok=1 || ok=0
+verdict $ok "DGC saved at step 5 (in its warm-up; residuals and velocities in codec.f32) and resumed: the uninterrupted run's losses and weights bit for bit"
+run dgcd "${sgd[@]}" --momentum 0.9 --compress dgc --compress-density 0.05 --save "$dir/dgcd.bin" &&
+    run dgcz "${sgd[@]}" --momentum 0.9 --compress dgc --compress-density 0.05 --zero 1 --save "$dir/dgcz.bin" &&
+    identical "ZeRO-1 with DGC (the momentum on each rank, each shard's update momentum-free) = DDP with DGC" dgcd dgcz
+refused "DGC with AdamW" "--compress dgc corrects SGD's momentum" train "${common[@]}" --compress dgc --steps 1
+refused "DGC with a start step" "DGC compresses from the first step" train "${common[@]}" "${sgd[@]}" --compress dgc --compress-start 5 --steps 1
+refused "an unknown codec" "expected none, powersgd, topk or dgc" train "${common[@]}" --compress top9 --steps 1
 refused "a density of 0" "--compress-density" train "${common[@]}" --compress topk --compress-density 0 --steps 1
 refused "a rank at which no matrix gains" "no matrix of the model gains" train "${common[@]}" --compress powersgd --compress-rank 4096 --steps 1
 refused "a rank of 0" "--compress-rank" train "${common[@]}" --compress powersgd --compress-rank 0 --steps 1

@@ -2,8 +2,9 @@
  * - PowerSGD against PyTorch's powerSGD_hook (2 ranks; tests/fixtures/compress, scripts/make_powersgd_fixture.py): the
  *   warm-started step's averaged gradients, residuals and Q within 1e-5, the compression rate within 1%;
  * - at full rank PowerSGD is the plain average (P spans the summed matrix's columns), on any number of ranks;
- * - top-k against a sequential oracle (each rank's choice computed in the test, summed in rank order) bit for bit, at
- *   density 0.1 and 1, on 2-4 ranks, with ties and overlapping choices;
+ * - top-k and DGC against a sequential oracle (each rank's accumulation and choice computed in the test, summed in rank
+ *   order) bit for bit, at density 0.1 and 1, on 2-4 ranks, with ties and overlapping choices; DGC's velocities too,
+ *   with momentum (plain and Nesterov's), local clipping and the warm-up's densities;
  * - error feedback: what was sent plus the new residual is the gradient plus the old one. */
 #include "dtrain/codec.h"
 #include "dtrain/io.h"
@@ -209,55 +210,94 @@ static float draw(int step, int r, size_t j, int pattern) {
     return shared + 0.3f * own; /* a common part: the ranks' choices overlap */
 }
 
-static void topk_against_sequential(dt_comm *w, float density, int big, int pattern) {
+/* The warm-up's density at step (counted from 0; the test's own copy of DGC's schedule). */
+static double density_at(const dt_codec_config *c, int step) {
+    static const double stages[] = { 0.25, 0.0625, 0.015625, 0.004 };
+    if (c->warmup <= 0 || step >= 4 * c->warmup) return c->density;
+    double d = stages[step / c->warmup];
+    return d > c->density ? d : c->density;
+}
+
+/* What rank r adds to its accumulation rr (and velocity u) from gradient v of one tensor (ne entries): top-k adds v;
+ * DGC clips v to c->clip, then u = m u + v, rr += u (Nesterov: u = m (u + v), rr += u + v). */
+static void oracle_accumulate(const dt_codec_config *c, const float *v, float *u, float *rr, size_t ne) {
+    if (c->kind != DT_CODEC_DGC) {
+        for (size_t j = 0; j < ne; j++) rr[j] += v[j];
+        return;
+    }
+    double ss = 0;
+    for (size_t j = 0; j < ne; j++) ss += (double)v[j] * v[j];
+    float f = 1;
+    if (c->clip > 0 && c->clip / (sqrt(ss) + 1e-6) < 1) f = (float)(c->clip / (sqrt(ss) + 1e-6));
+    for (size_t j = 0; j < ne; j++) {
+        float x = f * v[j];
+        if (c->nesterov) u[j] = c->momentum * (u[j] + x), rr[j] = rr[j] + u[j] + x;
+        else u[j] = c->momentum * u[j] + x, rr[j] = rr[j] + u[j];
+    }
+}
+
+/* c: top-k or DGC, on a bucket of three tensors, 4 steps (6 with a warm-up) against the oracle. */
+static void sparse_against_sequential(dt_comm *w, const dt_codec_config *c, int big, int pattern) {
     static const char *const nm[] = { "a", "b", "c" };
     static const int small[][4] = { { 12, 7 }, { 40 }, { 4, 3, 5 } }, large[][4] = { { 300, 70 }, { 4000 }, { 40, 30, 5 } };
     const int (*sh)[4] = big ? large : small;
     dt_tensor_info t[3];
     size_t n = table(t, 3, nm, sh);
-    int N = dt_comm_size(w), me_ = dt_comm_rank(w), idx[3] = { 0, 1, 2 };
-    dt_codec_config c = { .kind = DT_CODEC_TOPK, .density = density };
+    int N = dt_comm_size(w), me_ = dt_comm_rank(w), idx[3] = { 0, 1, 2 }, steps = c->warmup ? 4 * c->warmup + 2 : 4;
+    bool dgc = c->kind == DT_CODEC_DGC;
     dt_codec *k;
-    if (dt_codec_create(&c, t, 3, &k)) { check("topk: create", false, dt_last_error()); return; }
-    size_t kk = (size_t)ceil(density * (double)n);
+    if (dt_codec_create(c, t, 3, &k)) { check("topk: create", false, dt_last_error()); return; }
     float *g = malloc(n * sizeof *g), *ref = malloc(n * sizeof *ref), *res = calloc((size_t)N * n, sizeof *res), *kept = malloc(n * sizeof *kept);
+    float *vel = calloc((size_t)N * n, sizeof *vel), *v = malloc(n * sizeof *v);
     mag *m = malloc(n * sizeof *m);
     bool same = true, identity = true;
     dt_status st = DT_OK;
-    for (int step = 0; step < 4 && !st; step++) {
+    size_t kk = 0, ks = 0;
+    for (int step = 0; step < steps && !st; step++) {
+        kk = (size_t)ceil(density_at(c, step) * (double)n), ks += kk;
         memset(ref, 0, n * sizeof *ref);
         for (int r = 0; r < N; r++) {
-            float *rr = res + (size_t)r * n;
-            for (size_t j = 0; j < n; j++) {
-                float v = draw(step, r, j, pattern);
-                if (r == me_) g[j] = v, kept[j] = v + rr[j];
-                rr[j] += v;
-                m[j] = (mag){ fabsf(rr[j]), j };
-            }
+            float *rr = res + (size_t)r * n, *u = vel + (size_t)r * n;
+            for (size_t j = 0; j < n; j++) v[j] = draw(step, r, j, pattern);
+            for (int i = 0; i < 3; i++) oracle_accumulate(c, v + t[i].offset, u + t[i].offset, rr + t[i].offset, t[i].count);
+            if (r == me_) memcpy(g, v, n * sizeof *g), memcpy(kept, rr, n * sizeof *kept);
+            for (size_t j = 0; j < n; j++) m[j] = (mag){ fabsf(rr[j]), j };
             qsort(m, n, sizeof *m, by_mag);
-            for (size_t q = 0; q < kk; q++) ref[m[q].i] += rr[m[q].i], rr[m[q].i] = 0;
+            for (size_t q = 0; q < kk; q++) ref[m[q].i] += rr[m[q].i], rr[m[q].i] = 0, u[m[q].i] = 0;
         }
         for (size_t j = 0; j < n; j++) ref[j] /= (float)N;
         st = exchange(k, w, idx, 3, g);
         dt_codec_end_step(k, NULL);
         same = same && !st && !memcmp(g, ref, n * sizeof *g);
         for (int i = 0; i < 3 && !st; i++) {
-            size_t ne;
+            size_t ne, nu;
             const float *r = dt_codec_state(k, i, DT_CODEC_RESIDUAL, &ne), *mine = res + (size_t)me_ * n + t[i].offset;
+            const float *u = dt_codec_state(k, i, DT_CODEC_VELOCITY, &nu);
             same = same && !memcmp(r, mine, ne * sizeof *r);
-            /* sent + residual = kept, exactly: each entry is one or the other */
+            if (dgc) same = same && nu == ne && !memcmp(u, vel + (size_t)me_ * n + t[i].offset, nu * sizeof *u);
+            else same = same && !u;
+            /* sent + residual = what accumulated, exactly: each entry is one or the other */
             for (size_t j = 0; j < ne; j++) identity = identity && (r[j] == 0 || r[j] == kept[t[i].offset + j]);
         }
     }
-    char what[120], detail[96];
-    snprintf(detail, sizeof detail, "%zu of %zu entries a rank, 4 steps, %s", kk, n,
+    char what[240], detail[120], name[80];
+    if (dgc) snprintf(name, sizeof name, "dgc density %g, momentum %g%s%s%s", c->density, c->momentum, c->nesterov ? " Nesterov" : "",
+                      c->clip > 0 ? ", clipped" : "", c->warmup ? ", warm-up" : "");
+    else snprintf(name, sizeof name, "topk density %g", c->density);
+    snprintf(detail, sizeof detail, "%zu of %zu entries a rank at the end (%zu in %d steps), %s", kk, n, ks, steps,
              pattern ? "the sample misleading: every entry a candidate" : "ties and overlapping choices");
-    snprintf(what, sizeof what, "topk density %g, %s bucket on %d ranks: averages, residuals = the oracle's bit for bit", density, big ? "a large" : "a small", N);
+    snprintf(what, sizeof what, "%s, %s bucket on %d ranks: averages, residuals%s = the oracle's bit for bit", name, big ? "a large" : "a small", N,
+             dgc ? ", velocities" : "");
     check(what, same, st ? dt_last_error() : detail);
-    snprintf(what, sizeof what, "topk density %g, %s bucket on %d ranks: sent + new residual = gradient + old residual", density, big ? "a large" : "a small", N);
+    snprintf(what, sizeof what, "%s, %s bucket on %d ranks: sent + new residual = accumulated (old residual + update)", name, big ? "a large" : "a small", N);
     check(what, identity, NULL);
-    free(g); free(ref); free(res); free(kept); free(m);
+    free(g); free(ref); free(res); free(kept); free(m); free(vel); free(v);
     dt_codec_destroy(k);
+}
+
+static void topk_against_sequential(dt_comm *w, float density, int big, int pattern) {
+    dt_codec_config c = { .kind = DT_CODEC_TOPK, .density = density };
+    sparse_against_sequential(w, &c, big, pattern);
 }
 
 static void bad_config(void) {
@@ -273,7 +313,7 @@ static void bad_config(void) {
     c.density = 1.5f;
     check("topk: density above 1 refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "density"), dt_last_error());
     dt_codec_kind kind;
-    check("codec: an unknown name refused, naming the codecs", dt_codec_parse("topk9", &kind) && strstr(dt_last_error(), "powersgd and topk"), dt_last_error());
+    check("codec: an unknown name refused, naming the codecs", dt_codec_parse("topk9", &kind) && strstr(dt_last_error(), "powersgd, topk and dgc"), dt_last_error());
 }
 
 int main(int argc, char **argv) {
@@ -289,6 +329,14 @@ int main(int argc, char **argv) {
     topk_against_sequential(w, 1.0f, 0, 0);
     topk_against_sequential(w, 0.01f, 1, 0); /* the sampled candidates */
     topk_against_sequential(w, 0.05f, 1, 1); /* the sample misled */
+    dt_codec_config dgc = { .kind = DT_CODEC_DGC, .density = 0.01f, .momentum = 0.9f };
+    sparse_against_sequential(w, &dgc, 1, 0);
+    dgc.nesterov = 1, dgc.clip = 90.0f, dgc.warmup = 2; /* the clip binds on "a" (norm ~187) and "c" (~100), not on "b" (~82) */
+    sparse_against_sequential(w, &dgc, 1, 0);
+    dgc = (dt_codec_config){ .kind = DT_CODEC_DGC, .density = 0.1f, .momentum = 0.5f, .warmup = 1 };
+    sparse_against_sequential(w, &dgc, 0, 0);
+    dgc = (dt_codec_config){ .kind = DT_CODEC_TOPK, .density = 0.001f, .warmup = 1 };
+    sparse_against_sequential(w, &dgc, 1, 0);
     bad_config();
     dt_comm_destroy(w);
     if (me == 0) printf(failed ? "FAILED %d\n" : "all ok\n", failed);

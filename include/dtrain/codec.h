@@ -13,19 +13,24 @@
 extern "C" {
 #endif
 
-typedef enum { DT_CODEC_NONE = 0, DT_CODEC_POWERSGD, DT_CODEC_TOPK } dt_codec_kind;
+typedef enum { DT_CODEC_NONE = 0, DT_CODEC_POWERSGD, DT_CODEC_TOPK, DT_CODEC_DGC } dt_codec_kind;
 
 typedef struct {
     dt_codec_kind kind;
     int rank;        /* PowerSGD: the approximation's rank R */
     int start;       /* the steps averaged whole before compression starts (0: from the first) */
     float min_rate;  /* PowerSGD: a [n, m] matrix is compressed when (n + m) R x min_rate < n m, else sent whole */
-    float density;   /* top-k: the share of a bucket's entries each rank sends, in (0, 1] */
+    float density;   /* top-k, DGC: the share of a bucket's entries each rank sends, in (0, 1] */
+    int warmup;      /* top-k, DGC: steps at each warm-up density (0.25, 0.0625, 0.015625, 0.004) from the start (0: none) */
+    float momentum;  /* DGC: SGD's momentum, accumulated on each rank (momentum correction): the optimizer runs without */
+    int nesterov;    /* DGC: SGD's Nesterov form of it */
+    float clip;      /* DGC: each tensor's gradient clipped to this norm on its rank before it is accumulated (0: none) */
     uint64_t seed;   /* the first Q's values (the same on every rank) */
 } dt_codec_config;
 
-/* Each tensor's state across steps, as checkpoints and tests reach it. */
-typedef enum { DT_CODEC_RESIDUAL = 0, DT_CODEC_Q, DT_CODEC_NSTATES } dt_codec_state_kind;
+/* Each tensor's state across steps, as checkpoints and tests reach it: the residual (error feedback; DGC's accumulated
+ * velocity) and the velocity (DGC's momentum, u) are each rank's own, Q (PowerSGD) the same on every rank. */
+typedef enum { DT_CODEC_RESIDUAL = 0, DT_CODEC_Q, DT_CODEC_VELOCITY, DT_CODEC_NSTATES } dt_codec_state_kind;
 
 /* What one step's exchanges sent: elements the tensors hold, elements that travelled, bytes on the wire. */
 typedef struct {
@@ -35,7 +40,7 @@ typedef struct {
 
 typedef struct dt_codec dt_codec;
 
-/* "powersgd" -> DT_CODEC_POWERSGD, "topk" -> DT_CODEC_TOPK ("none": DT_CODEC_NONE); DT_ERR_ARG naming the codecs otherwise. */
+/* "powersgd" -> DT_CODEC_POWERSGD, "topk", "dgc" ("none": DT_CODEC_NONE); DT_ERR_ARG naming the codecs otherwise. */
 dt_status dt_codec_parse(const char *s, dt_codec_kind *out);
 const char *dt_codec_name(dt_codec_kind k);
 /* Checks c (the rank, the start) and makes a codec over the table t[0..nt). */
@@ -61,6 +66,8 @@ float *dt_codec_state(dt_codec *k, int i, dt_codec_state_kind s, size_t *n);
 int dt_codec_has_state(const dt_codec *k);
 size_t dt_codec_state_size(const dt_codec *k, dt_codec_state_kind s);
 dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int load);
+/* A sparse codec's density at step (counted from the run's first): the warm-up's, then c->density. */
+double dt_codec_density_at(const dt_codec_config *c, int step);
 /* The settings a codec's state depends on (a checkpoint's is resumed only by the same). */
 const dt_codec_config *dt_codec_get_config(const dt_codec *k);
 /* The steps taken (compressed or not), and setting it (a resumed run). */

@@ -1,5 +1,5 @@
-/* A gradient codec's state in a checkpoint (codec.f32): every data-parallel rank's residuals (error feedback), rank
- * after rank, each in the table's order, then the Qs (the same on every rank). Saved once a step was compressed;
+/* A gradient codec's state in a checkpoint (codec.f32): every data-parallel rank's own state, rank after rank (its
+ * residuals, error feedback, then DGC's velocities, each in the table's order), then the Qs (the same on every rank). Saved once a step was compressed;
  * resumed by a run of the same codec, rank and ranks, bit for bit (DeepSpeed resets its error buffers on load). Another
  * codec or rank count starts its state afresh, said. The manifest's "codec" section says what the file holds. */
 #include "dtrain/train.h"
@@ -10,16 +10,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A rank's own state: the residuals, then the velocities (DGC's; none for another codec). */
+static size_t own_size(const dt_codec *k) { return dt_codec_state_size(k, DT_CODEC_RESIDUAL) + dt_codec_state_size(k, DT_CODEC_VELOCITY); }
+
+static dt_status own_io(dt_codec *k, float *buf, int load) {
+    dt_status st = dt_codec_state_io(k, DT_CODEC_RESIDUAL, buf, load);
+    return st ? st : dt_codec_state_io(k, DT_CODEC_VELOCITY, buf + dt_codec_state_size(k, DT_CODEC_RESIDUAL), load);
+}
+
 dt_status dt_checkpoint_codec_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm) {
     dt_codec *k = dt_engine_codec(e);
     cm->codec_state = NULL;
     cm->codec_floats = 0;
     cm->codec_ranks = w ? dt_comm_size(w) : 1;
     if (!k || !dt_codec_has_state(k)) return DT_OK;
-    size_t R = dt_codec_state_size(k, DT_CODEC_RESIDUAL), Q = dt_codec_state_size(k, DT_CODEC_Q), p = (size_t)cm->codec_ranks;
+    size_t R = own_size(k), Q = dt_codec_state_size(k, DT_CODEC_Q), p = (size_t)cm->codec_ranks;
     bool root = !w || dt_comm_rank(w) == 0;
     float *mine = malloc((R ? R : 1) * sizeof *mine), *all = root ? malloc((p * R + Q + 1) * sizeof *all) : NULL;
-    int32_t ok = mine && (all || !root) && !dt_codec_state_io(k, DT_CODEC_RESIDUAL, mine, 0);
+    int32_t ok = mine && (all || !root) && !own_io(k, mine, 0);
     /* every rank learns whether all can, before the gather: none waits on another's failure */
     dt_status st = w ? dt_comm_allreduce(w, &ok, &ok, 1, DT_I32, DT_MIN) : DT_OK;
     if (!st && !ok) st = dt_error(DT_ERR_NOMEM, "checkpoint: some rank could not hold the codec's state to save");
@@ -40,6 +48,7 @@ void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_tr
     cJSON_AddNumberToObject(x, "start", c->codec.start);
     cJSON_AddNumberToObject(x, "min_rate", c->codec.min_rate);
     cJSON_AddNumberToObject(x, "density", dt_f32_decimal(c->codec.density));
+    cJSON_AddNumberToObject(x, "warmup", c->codec.warmup);
     cJSON_AddNumberToObject(x, "ranks", cm->codec_ranks);
     cJSON_AddNumberToObject(x, "floats", (double)cm->codec_floats);
     cJSON *f = cJSON_AddObjectToObject(cJSON_GetObjectItemCaseSensitive(j, "files"), "codec.f32");
@@ -87,7 +96,7 @@ static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float
         cJSON_Delete(j);
         return DT_OK;
     }
-    size_t want = (size_t)ranks * dt_codec_state_size(k, DT_CODEC_RESIDUAL) + dt_codec_state_size(k, DT_CODEC_Q);
+    size_t want = (size_t)ranks * own_size(k) + dt_codec_state_size(k, DT_CODEC_Q);
     if (!st && (size_t)floats != want)
         st = dt_error(DT_ERR_IO, "%s: codec.floats is %.0f; this model's codec keeps %zu", mpath, floats, want);
     float *buf = st ? NULL : malloc((want + 1) * sizeof *buf);
@@ -111,7 +120,7 @@ dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, 
     dt_status bs = w ? dt_comm_broadcast(w, ok, 2, DT_I32, 0) : DT_OK;
     if (bs || !ok[0]) { free(all); return bs ? bs : rank == 0 ? st : dt_error(DT_ERR_IO, "rank 0 could not read the codec's state in %s (its message says why)", sub); }
     if (!ok[1] || !k) return DT_OK;
-    size_t R = dt_codec_state_size(k, DT_CODEC_RESIDUAL), Q = dt_codec_state_size(k, DT_CODEC_Q);
+    size_t R = own_size(k), Q = dt_codec_state_size(k, DT_CODEC_Q);
     float *mine = malloc((R + Q + 1) * sizeof *mine);
     int32_t have = mine != NULL;
     st = w ? dt_comm_allreduce(w, &have, &have, 1, DT_I32, DT_MIN) : DT_OK;
@@ -119,7 +128,7 @@ dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, 
     if (!st) st = w ? dt_comm_scatter(w, all, mine, R, DT_F32, 0) : (memcpy(mine, all, R * sizeof *mine), DT_OK);
     if (!st && rank == 0) memcpy(mine + R, all + (size_t)p * R, Q * sizeof *mine);
     if (!st && w) st = dt_comm_broadcast(w, mine + R, Q, DT_F32, 0);
-    if (!st) st = dt_codec_state_io(k, DT_CODEC_RESIDUAL, mine, 1);
+    if (!st) st = own_io(k, mine, 1);
     if (!st) st = dt_codec_state_io(k, DT_CODEC_Q, mine + R, 1);
     free(mine);
     free(all);

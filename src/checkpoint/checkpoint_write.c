@@ -273,6 +273,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
         cJSON_AddNumberToObject(x, "compress_rank", c->codec.rank);
         cJSON_AddNumberToObject(x, "compress_start", c->codec.start);
         cJSON_AddNumberToObject(x, "compress_density", dt_f32_decimal(c->codec.density));
+        cJSON_AddNumberToObject(x, "compress_warmup", c->codec.warmup);
     }
     if (ls) {
         /* the loss scaler's whole state: a resumed fp16 run scales, skips and grows as the uninterrupted one */

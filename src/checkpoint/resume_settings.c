@@ -118,6 +118,7 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
         take_int(j, "settings", "compress_rank", &c->codec.rank);
         take_int(j, "settings", "compress_start", &c->codec.start);
         take_float(j, "settings", "compress_density", &c->codec.density);
+        take_int(j, "settings", "compress_warmup", &c->codec.warmup);
     }
     take_int(j, "settings", "steps", &c->steps);
     take_int(j, "settings", "batch", &c->batch);

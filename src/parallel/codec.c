@@ -1,5 +1,5 @@
 /* The gradient codecs' shell: which one, its per-tensor state across steps, its step count and what a step sent.
- * The codecs themselves: codec_powersgd.c. */
+ * The codecs themselves: codec_powersgd.c, codec_topk.c (and DGC's rules on it, codec_dgc.c). */
 #include "codec_internal.h"
 
 #include <stdbool.h>
@@ -10,13 +10,14 @@ static const struct { const char *name; dt_codec_kind kind; const dt_codec_ops *
     { "none", DT_CODEC_NONE, NULL },
     { "powersgd", DT_CODEC_POWERSGD, &dt_codec_powersgd },
     { "topk", DT_CODEC_TOPK, &dt_codec_topk },
+    { "dgc", DT_CODEC_DGC, &dt_codec_topk },
 };
 enum { NCODECS = sizeof codecs / sizeof *codecs };
 
 dt_status dt_codec_parse(const char *s, dt_codec_kind *out) {
     for (int i = 0; i < NCODECS; i++)
         if (!strcmp(s, codecs[i].name)) { *out = codecs[i].kind; return DT_OK; }
-    return dt_error(DT_ERR_ARG, "--compress %s: the codecs are none, powersgd and topk", s);
+    return dt_error(DT_ERR_ARG, "--compress %s: the codecs are none, powersgd, topk and dgc", s);
 }
 
 const char *dt_codec_name(dt_codec_kind k) {

@@ -34,7 +34,12 @@ struct dt_codec {
 /* *arr (of *n elements of size bytes) grown to hold element b, the new ones zeroed. */
 dt_status dt_codec_grow(void **arr, int *n, size_t size, int b);
 
-extern const dt_codec_ops dt_codec_powersgd, dt_codec_topk;
+extern const dt_codec_ops dt_codec_powersgd, dt_codec_topk; /* top-k's serves DGC too (its rules: codec_dgc.c) */
+
+/* DGC: tensor g's n entries (clipped, c->clip) into its velocity u and accumulation v (momentum correction). */
+void dt_dgc_accumulate(const dt_codec_config *c, const float *g, float *u, float *v, size_t n);
+/* The largest density any step of c sends (the warm-up's first, or c->density). */
+float dt_codec_density_max(const dt_codec_config *c);
 
 /* Tensor i's state s if made, else NULL. */
 static inline float *dt_codec_state_held(const dt_codec *k, int i, dt_codec_state_kind s) { return k->state[s][i]; }

@@ -8,10 +8,14 @@
  * residual is added) puts a threshold at about 2k entries; the entries at or above it are the candidates (one pass),
  * and the exact k-th magnitude and the choice are made among them. Where fewer than k pass (a sample that missed),
  * every entry is a candidate: the choice is the same, only slower. (d6's 2-rank step: +66 ms over dense with a
- * partition of every entry, +25 with the candidates.) */
+ * partition of every entry, +25 with the candidates.)
+ *
+ * DGC is this exchange with another rule for what accumulates (codec_dgc.c: clipping, momentum correction; the sent
+ * entries' velocity zeroed too) and, for either, a warm-up of densities: k is the step's, the buffers the largest's. */
 #include "codec_internal.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +23,7 @@ typedef struct {
     int *t;              /* the table's tensors, in the bucket's order */
     size_t *at;          /* each one's first entry in the bucket's numbering (n + 1: the last is len) */
     int n;
-    size_t len, k;       /* the bucket's entries, and how many a rank sends */
+    size_t len, k, kmax; /* the bucket's entries, how many a rank sends this step, and at most */
     float *sample, *mag, *work; /* scratch: the strided sample's magnitudes; the candidates', and a copy to select in */
     size_t *cand;        /* the candidates' entries (ascending), cap of them */
     size_t cap;
@@ -36,12 +40,21 @@ typedef struct {
 
 static dt_status check(const dt_codec_config *c) {
     if (!(c->density > 0 && c->density <= 1)) return dt_error(DT_ERR_ARG, "--compress-density %g: a share of the entries in (0, 1]", c->density);
+    if (c->warmup < 0) return dt_error(DT_ERR_ARG, "--compress-warmup %d: steps at each warm-up density, 0 or more", c->warmup);
+    if (c->kind == DT_CODEC_DGC && !(c->momentum >= 0 && c->momentum < 1))
+        return dt_error(DT_ERR_ARG, "--compress dgc: momentum %g must be in [0, 1)", c->momentum);
+    if (c->kind == DT_CODEC_DGC && !(c->clip >= 0)) return dt_error(DT_ERR_ARG, "--compress dgc: a clipping norm %g below 0", c->clip);
     return DT_OK;
 }
 
 static size_t state_floats(const dt_codec_config *c, const dt_tensor_info *t, dt_codec_state_kind s) {
-    (void)c;
-    return s == DT_CODEC_RESIDUAL ? t->count : 0;
+    return s == DT_CODEC_RESIDUAL || (s == DT_CODEC_VELOCITY && c->kind == DT_CODEC_DGC) ? t->count : 0;
+}
+
+/* k of a bucket of len entries at density d: at least 1, at most len. */
+static size_t count_at(double d, size_t len) {
+    size_t k = (size_t)ceil(d * (double)len);
+    return k < 1 ? 1 : k > len ? len : k;
 }
 
 /* The k-th largest of x[0..n) (1 <= k <= n), x reordered: quickselect on a copy. */
@@ -81,12 +94,10 @@ static dt_status setup(dt_codec *k, topk *s, dt_comm *comm, int b, const int *id
     p->n = n;
     for (int i = 0; i < n; i++) p->at[i] = p->len, p->len += k->t[idx[i]].count;
     p->at[n] = p->len;
-    p->k = (size_t)ceil(k->c.density * (double)p->len);
-    if (p->k < 1) p->k = 1;
-    if (p->k > p->len) p->k = p->len;
+    p->kmax = count_at(dt_codec_density_max(&k->c), p->len);
     if (p->len > UINT32_MAX) return dt_error(DT_ERR_ARG, "topk: a bucket of %zu entries: at most 2^32 (smaller --bucket-mb)", p->len);
     if (!(p->sample = malloc(sizeof *p->sample * (p->len / SAMPLE + 1)))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
-    return dt_comm_alloc(comm, 2 * p->k * (size_t)(dt_comm_size(comm) + 1) * sizeof *p->pairs, (void **)&p->pairs);
+    return dt_comm_alloc(comm, 2 * p->kmax * (size_t)(dt_comm_size(comm) + 1) * sizeof *p->pairs, (void **)&p->pairs);
 }
 
 /* Candidates: the entries whose magnitude is at least thr, ascending (every one where thr is 0). */
@@ -97,7 +108,7 @@ static dt_status candidates(dt_codec *k, tbucket *p, float thr, size_t *count) {
         for (size_t j = 0, ne = p->at[i + 1] - p->at[i]; j < ne; j++) {
             if (!(fabsf(res[j]) >= thr)) continue;
             if (c == p->cap) {
-                size_t cap = p->cap ? 2 * p->cap : 4 * p->k + 64;
+                size_t cap = p->cap ? 2 * p->cap : 4 * p->kmax + 64;
                 size_t *nc = realloc(p->cand, sizeof *nc * cap);
                 if (nc) p->cand = nc;
                 float *nm = nc ? realloc(p->mag, sizeof *nm * cap) : NULL;
@@ -127,13 +138,19 @@ static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n,
     dt_status st = first ? setup(k, s, comm, b, idx, n, &p) : DT_OK;
     if (st) return st;
     if (p->busy) return dt_error(DT_ERR_ARG, "topk: bucket %d started again before its exchange ended", b);
+    p->k = count_at(dt_codec_density_at(&k->c, k->steps), p->len);
+    bool dgc = k->c.kind == DT_CODEC_DGC;
     size_t ns = 0;
     for (int i = 0; i < n; i++) {
         const dt_tensor_info *t = &k->t[idx[i]];
-        size_t ne;
+        size_t ne, nu;
         float *res = dt_codec_state(k, idx[i], DT_CODEC_RESIDUAL, &ne), *x = g + t->offset;
-        if (!res) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
-        for (size_t j = 0; j < ne; j++) res[j] = x[j] + res[j]; /* kept; the sent entries leave it below */
+        float *u = dgc ? dt_codec_state(k, idx[i], DT_CODEC_VELOCITY, &nu) : NULL;
+        if (!res || (dgc && !u)) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
+        /* kept; the sent entries leave it below */
+        if (dgc) dt_dgc_accumulate(&k->c, x, u, res, ne);
+        else
+            for (size_t j = 0; j < ne; j++) res[j] = x[j] + res[j];
         for (size_t j = (SAMPLE - p->at[i] % SAMPLE) % SAMPLE; j < ne; j += SAMPLE) p->sample[ns++] = fabsf(res[j]);
         k->now.before += t->count;
     }
@@ -160,6 +177,7 @@ static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n,
         memcpy(&bits, &res[j], sizeof bits);
         p->pairs[2 * m] = (uint32_t)p->cand[c], p->pairs[2 * m + 1] = bits;
         res[j] = 0; /* sent: what stays is the residual */
+        if (dgc) dt_codec_state_held(k, p->t[ti], DT_CODEC_VELOCITY)[j] = 0; /* momentum factor masking */
         m++;
     }
     k->now.after += 2 * p->k;

@@ -186,7 +186,7 @@ double dt_plan_codec_floats(const dt_plan_job *j, double *approximated) {
     double sent = 0;
     for (int i = 0; i < m.ntensors; i++) {
         const dt_tensor_info *t = &m.tensors[i];
-        if (k->kind == DT_CODEC_TOPK) {
+        if (k->kind == DT_CODEC_TOPK || k->kind == DT_CODEC_DGC) { /* DGC: top-k's exchange */
             sent += 2.0 * ceil((double)k->density * (double)t->count);
             continue;
         }

@@ -40,6 +40,7 @@ struct dt_engine {
     dt_loss_scale ls;
     int scaling;
     float lr;        /* this step's (dt_engine_begin_micro passes it on) */
+    dt_codec_config codec; /* the strategy's (cfg.codec points here): DGC's takes the optimizer's momentum and clipping */
 };
 
 static dt_status choose(const dt_engine_config *c, const dt_strategy **out) {
@@ -83,6 +84,29 @@ static void trim_tied_copy(dt_engine *e) {
     if (t && t->tied_copy && e->off == 0 && e->n == m->nparams && t->offset + t->count == m->nparams) e->n = t->offset;
 }
 
+/* DGC's momentum correction: SGD's momentum (and Nesterov's form) runs on each rank before sparsification, so the
+ * optimizer runs without; the run's clipping becomes DGC's local clipping, per tensor at --grad-clip / sqrt(ranks). From the
+ * first step: a dense step would need the momentum back in the optimizer. */
+static dt_status take_codec(dt_engine *e) {
+    e->codec = *e->cfg.codec;
+    e->cfg.codec = &e->codec;
+    if (e->codec.kind != DT_CODEC_DGC) return DT_OK;
+    dt_optim_config *o = &e->cfg.opt;
+    if (o->kind != DT_OPT_SGD)
+        return dt_error(DT_ERR_ARG, "--compress dgc corrects SGD's momentum on each rank: --optimizer sgd, not %s (top-k sends "
+                        "what %s would take: --compress topk)", dt_optim_kind_name(o->kind), dt_optim_kind_name(o->kind));
+    if (e->codec.start > 0)
+        return dt_error(DT_ERR_ARG, "--compress dgc --compress-start %d: DGC compresses from the first step (its momentum lives on each "
+                        "rank, not in the optimizer); its gentle start is --compress-warmup", e->codec.start);
+    if (e->cfg.loss_scale) return dt_error(DT_ERR_ARG, "--compress dgc with a loss scale: its accumulation needs unscaled gradients");
+    int ranks = e->cfg.comm ? dt_comm_size(e->cfg.comm) : 1;
+    e->codec.momentum = o->momentum, e->codec.nesterov = o->nesterov;
+    e->codec.clip = e->cfg.grad_clip > 0 ? e->cfg.grad_clip / sqrtf((float)ranks) : 0;
+    o->momentum = 0, o->nesterov = 0;
+    e->cfg.grad_clip = 0;
+    return DT_OK;
+}
+
 dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
     *out = NULL;
     dt_engine *e = calloc(1, sizeof *e);
@@ -114,6 +138,7 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
             st = dt_error(DT_ERR_ARG, "gradients kept in %s travel in %s, not %s", dt_dtype_name(c->grad_store),
                           dt_dtype_name(c->grad_store), dt_dtype_name(c->grad_comm));
     }
+    if (!st && c->codec && e->s->codec) st = take_codec(e);
     if (!st && e->s->create) st = e->s->create(&e->cfg, &e->state, &e->off, &e->n);
     if (!st) trim_tied_copy(e);
     if (!st) st = make_optimizer(e);
