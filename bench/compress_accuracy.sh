@@ -7,7 +7,7 @@
 # LR and LR_MIN (the demo's 4e-3 and 4e-4) set both frameworks' schedule: PyTorch's GPT-2 (bench/torch_gpt2.py's)
 # stalls near the bytes' unigram loss (3.03 after 100 steps, dtrain 2.31) at the demo's 4e-3 and trains at 1e-3.
 # usage: bench/compress_accuracy.sh [STEPS (800)] [SETTINGS ("powersgd:2:30 powersgd:4:30 topk:0.01:30"), each
-#        powersgd:RANK:START or topk:DENSITY:START]
+#        powersgd:RANK:START, topk:DENSITY:START or onebit:-:START (1-bit Adam, its variance frozen at START)]
 set -euo pipefail
 steps=${1:-800}
 settings=${2:-powersgd:2:30 powersgd:4:30 topk:0.01:30}
@@ -45,8 +45,12 @@ if [ -x "$venv/bin/python" ]; then
 fi
 for s in $settings; do
     IFS=: read -r codec level start <<< "$s"
-    if [ "$codec" = topk ]; then flags=(--compress-density "$level") name="topk $level from $start"; else flags=(--compress-rank "$level") name="$codec rank $level from $start"; fi
-    "$build/dtrain" train "${recipe[@]}" --compress "$codec" "${flags[@]}" --compress-start "$start" --metrics "$work/$s.jsonl"
+    case $codec in
+        topk) flags=(--compress-density "$level" --compress-start "$start") name="topk $level from $start" ;;
+        onebit) flags=(--compress-start "$start") name="onebit from $start" ;;
+        *) flags=(--compress-rank "$level" --compress-start "$start") name="$codec rank $level from $start" ;;
+    esac
+    "$build/dtrain" train "${recipe[@]}" --compress "$codec" "${flags[@]}" --metrics "$work/$s.jsonl"
     read -r ms b r <<< "$(median "$work/$s.jsonl")"
     printf "%-22s %-44s %+9.2f%% %12s %14s %8s\n" "$name" "$(vals "$work/$s.jsonl")" \
         "$(awk "BEGIN{print 100 * ($(last "$work/$s.jsonl") - $dense) / $dense}")" "$ms" "$b" "$r"

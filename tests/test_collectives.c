@@ -351,6 +351,19 @@ static void nonblocking(void) {
         dt_wait(rq);
         if (x != p - 1) FAIL("ibroadcast: %lld", (long long)x); else passed++;
     }
+    /* ialltoall: block j of rank r holds r * 1000 + j, 3000 of them (past a channel's chunk on the larger worlds) */
+    size_t m = 3000;
+    int32_t *out = malloc(sizeof *out * m * (size_t)p), *in = malloc(sizeof *in * m * (size_t)p);
+    for (int j = 0; j < p; j++)
+        for (size_t i = 0; i < m; i++) out[(size_t)j * m + i] = r * 1000 + j + (int32_t)i;
+    size_t bad = SIZE_MAX;
+    if (dt_comm_ialltoall(world, out, in, m, DT_I32, &rq) || dt_wait(rq)) FAIL("ialltoall: %s", dt_last_error());
+    for (int j = 0; j < p && bad == SIZE_MAX; j++)
+        for (size_t i = 0; i < m; i++)
+            if (in[(size_t)j * m + i] != j * 1000 + r + (int32_t)i) { bad = (size_t)j * m + i; break; }
+    if (bad != SIZE_MAX) FAIL("ialltoall: element %zu is %d", bad, in[bad]); else passed++;
+    free(out);
+    free(in);
 }
 
 /* Uneven shards (rank 0 holds 9000 elements, rank r > 0 (2r+1) x 1000, rank 1 none when p > 2):

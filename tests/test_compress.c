@@ -5,6 +5,7 @@
  * - top-k and DGC against a sequential oracle (each rank's accumulation and choice computed in the test, summed in rank
  *   order) bit for bit, at density 0.1 and 1, on 2-4 ranks, with ties and overlapping choices; DGC's velocities too,
  *   with momentum (plain and Nesterov's), local clipping and the warm-up's densities;
+ * - 1-bit Adam's two-stage exchange against a sequential oracle bit for bit after its warm-up;
  * - error feedback: what was sent plus the new residual is the gradient plus the old one. */
 #include "dtrain/codec.h"
 #include "dtrain/io.h"
@@ -300,6 +301,97 @@ static void topk_against_sequential(dt_comm *w, float density, int big, int patt
     sparse_against_sequential(w, &c, big, pattern);
 }
 
+/* 1-bit Adam's sequential oracle: every rank's x = b1 m + (1 - b1) g + e_w, each (chunk, tensor) piece sent as signs
+ * times its RMS; each chunk's owner averages the ranks' pieces in rank order, adds its e_s and sends them the same way.
+ * The warm-up's average comes from an allreduce (its own order of sums): the oracle takes the codec's m there (held to
+ * the sequential average's within 1e-6), and from the freeze on every value must be its own bit for bit. */
+static void onebit_against_sequential(dt_comm *w, int big) {
+    static const char *const nm[] = { "a", "b", "c" };
+    static const int small[][4] = { { 12, 7 }, { 40 }, { 4, 3, 5 } }, large[][4] = { { 300, 70 }, { 4000 }, { 40, 30, 5 } };
+    dt_tensor_info t[3];
+    size_t n = table(t, 3, nm, big ? large : small);
+    int N = dt_comm_size(w), me_ = dt_comm_rank(w), idx[3] = { 0, 1, 2 }, start = 2, steps = 6;
+    dt_codec_config c = { .kind = DT_CODEC_ONEBIT, .start = start, .beta1 = 0.9f };
+    dt_codec *k;
+    if (dt_codec_create(&c, t, 3, &k)) { check("onebit: create", false, dt_last_error()); return; }
+    size_t chunk = (n + (size_t)N - 1) / (size_t)N;
+    float *g = malloc(n * sizeof *g), *m = calloc(n, sizeof *m), *ew = calloc((size_t)N * n, sizeof *ew), *es = calloc(n, sizeof *es);
+    float *x = malloc((size_t)N * n * sizeof *x), *sent = malloc((size_t)N * n * sizeof *sent), *y = malloc(n * sizeof *y);
+    double *ss = malloc(sizeof *ss * 3 * (size_t)N), warm = 0, lost = 0;
+    int *piece = malloc(n * sizeof *piece); /* entry -> (chunk, tensor) */
+    for (int i = 0; i < 3; i++)
+        for (size_t j = 0; j < t[i].count; j++) piece[t[i].offset + j] = (int)((t[i].offset + j) / chunk) * 3 + i;
+    bool same = true;
+    dt_status st = DT_OK;
+    for (int step = 0; step < steps && !st; step++) {
+        for (size_t j = 0; j < n; j++) g[j] = draw(step, me_, j, 0);
+        st = exchange(k, w, idx, 3, g);
+        dt_codec_end_step(k, NULL);
+        size_t nv;
+        if (step < start) {
+            /* the warm-up: the average, and m of it; the oracle goes on from the codec's m */
+            for (size_t j = 0; j < n && !st; j++) {
+                float avg = 0;
+                for (int r = 0; r < N; r++) avg += draw(step, r, j, 0);
+                avg /= (float)N;
+                m[j] = 0.9f * m[j] + (1.0f - 0.9f) * avg;
+                double d = fabs((double)m[j] - dt_codec_state(k, piece[j] % 3, DT_CODEC_VELOCITY, &nv)[j - t[piece[j] % 3].offset]);
+                warm = d > warm ? d : warm;
+            }
+            for (int i = 0; i < 3 && !st; i++) memcpy(m + t[i].offset, dt_codec_state(k, i, DT_CODEC_VELOCITY, &nv), t[i].count * sizeof *m);
+            continue;
+        }
+        /* workers: x, each piece's RMS, the signs times it, e_w */
+        for (int r = 0; r < N; r++) {
+            float *xr = x + (size_t)r * n, *er = ew + (size_t)r * n, *cr = sent + (size_t)r * n;
+            for (int q = 0; q < 3 * N; q++) ss[q] = 0;
+            for (size_t j = 0; j < n; j++) xr[j] = (0.9f * m[j] + (1.0f - 0.9f) * draw(step, r, j, 0)) + er[j], ss[piece[j]] += (double)xr[j] * xr[j];
+            size_t cnt[3 * 16] = { 0 };
+            for (size_t j = 0; j < n; j++) cnt[piece[j]]++;
+            for (size_t j = 0; j < n; j++) {
+                float scale = (float)(sqrt(ss[piece[j]]) / sqrt((double)cnt[piece[j]]));
+                cr[j] = xr[j] >= 0 ? scale : -scale;
+                er[j] = xr[j] - cr[j];
+                double d = fabs((double)cr[j] + er[j] - xr[j]);
+                lost = d > lost ? d : lost;
+            }
+        }
+        /* servers: the ranks' pieces in rank order, over the ranks, plus e_s (each chunk's owner's) */
+        for (int q = 0; q < 3 * N; q++) ss[q] = 0;
+        size_t cnt[3 * 16] = { 0 };
+        for (size_t j = 0; j < n; j++) {
+            float sum = sent[j];
+            for (int r = 1; r < N; r++) sum += sent[(size_t)r * n + j];
+            y[j] = sum / (float)N + es[j];
+            ss[piece[j]] += (double)y[j] * y[j];
+            cnt[piece[j]]++;
+        }
+        for (size_t j = 0; j < n; j++) {
+            float scale = (float)(sqrt(ss[piece[j]]) / sqrt((double)cnt[piece[j]])), out = y[j] >= 0 ? scale : -scale;
+            es[j] = y[j] - out;
+            m[j] = out;
+        }
+        same = same && !st && !memcmp(g, m, n * sizeof *g);
+        for (int i = 0; i < 3 && !st; i++) {
+            size_t ne;
+            const float *mv = dt_codec_state(k, i, DT_CODEC_VELOCITY, &ne), *er = dt_codec_state(k, i, DT_CODEC_RESIDUAL, &ne);
+            const float *sv = dt_codec_state(k, i, DT_CODEC_SERVER, &ne);
+            same = same && !memcmp(mv, m + t[i].offset, ne * sizeof *mv) && !memcmp(er, ew + (size_t)me_ * n + t[i].offset, ne * sizeof *er);
+            for (size_t j = 0; j < ne; j++) /* the server error of this rank's chunk */
+                if ((t[i].offset + j) / chunk == (size_t)me_) same = same && sv[j] == es[t[i].offset + j];
+        }
+    }
+    char what[200], detail[160];
+    snprintf(detail, sizeof detail, "%zu entries, %d chunks, %d steps (2 warm-up: m within %.1e of the sequential average's)", n, N, steps, warm);
+    snprintf(what, sizeof what, "onebit, %s bucket on %d ranks: averaged momentum, m, e_w, e_s = the oracle's bit for bit", big ? "a large" : "a small", N);
+    check(what, same && warm <= 1e-6, st ? dt_last_error() : detail);
+    snprintf(detail, sizeof detail, "worst |sent + e_w - x| %.2e (one subtraction's rounding)", lost);
+    snprintf(what, sizeof what, "onebit, %s bucket on %d ranks: sent + new worker error = momentum + old error", big ? "a large" : "a small", N);
+    check(what, lost <= 1e-6, detail);
+    free(g); free(m); free(ew); free(es); free(x); free(sent); free(y); free(ss); free(piece);
+    dt_codec_destroy(k);
+}
+
 static void bad_config(void) {
     dt_tensor_info t[1];
     table(t, 1, names, shapes);
@@ -313,7 +405,9 @@ static void bad_config(void) {
     c.density = 1.5f;
     check("topk: density above 1 refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "density"), dt_last_error());
     dt_codec_kind kind;
-    check("codec: an unknown name refused, naming the codecs", dt_codec_parse("topk9", &kind) && strstr(dt_last_error(), "powersgd, topk and dgc"), dt_last_error());
+    check("codec: an unknown name refused, naming the codecs", dt_codec_parse("topk9", &kind) && strstr(dt_last_error(), "dgc and onebit"), dt_last_error());
+    c = (dt_codec_config){ .kind = DT_CODEC_ONEBIT, .beta1 = 0.9f };
+    check("onebit: no warm-up (start 0) refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "warm-up"), dt_last_error());
 }
 
 int main(int argc, char **argv) {
@@ -337,6 +431,8 @@ int main(int argc, char **argv) {
     sparse_against_sequential(w, &dgc, 0, 0);
     dgc = (dt_codec_config){ .kind = DT_CODEC_TOPK, .density = 0.001f, .warmup = 1 };
     sparse_against_sequential(w, &dgc, 1, 0);
+    onebit_against_sequential(w, 0);
+    onebit_against_sequential(w, 1);
     bad_config();
     dt_comm_destroy(w);
     if (me == 0) printf(failed ? "FAILED %d\n" : "all ok\n", failed);

@@ -13,24 +13,26 @@
 extern "C" {
 #endif
 
-typedef enum { DT_CODEC_NONE = 0, DT_CODEC_POWERSGD, DT_CODEC_TOPK, DT_CODEC_DGC } dt_codec_kind;
+typedef enum { DT_CODEC_NONE = 0, DT_CODEC_POWERSGD, DT_CODEC_TOPK, DT_CODEC_DGC, DT_CODEC_ONEBIT } dt_codec_kind;
 
 typedef struct {
     dt_codec_kind kind;
     int rank;        /* PowerSGD: the approximation's rank R */
-    int start;       /* the steps averaged whole before compression starts (0: from the first) */
+    int start;       /* the steps averaged whole before compression starts (0: from the first); 1-bit Adam's warm-up */
     float min_rate;  /* PowerSGD: a [n, m] matrix is compressed when (n + m) R x min_rate < n m, else sent whole */
     float density;   /* top-k, DGC: the share of a bucket's entries each rank sends, in (0, 1] */
     int warmup;      /* top-k, DGC: steps at each warm-up density (0.25, 0.0625, 0.015625, 0.004) from the start (0: none) */
     float momentum;  /* DGC: SGD's momentum, accumulated on each rank (momentum correction): the optimizer runs without */
     int nesterov;    /* DGC: SGD's Nesterov form of it */
     float clip;      /* DGC: each tensor's gradient clipped to this norm on its rank before it is accumulated (0: none) */
+    float beta1;     /* 1-bit Adam: Adam's beta1 (its momentum, which is what travels) */
     uint64_t seed;   /* the first Q's values (the same on every rank) */
 } dt_codec_config;
 
 /* Each tensor's state across steps, as checkpoints and tests reach it: the residual (error feedback; DGC's accumulated
- * velocity) and the velocity (DGC's momentum, u) are each rank's own, Q (PowerSGD) the same on every rank. */
-typedef enum { DT_CODEC_RESIDUAL = 0, DT_CODEC_Q, DT_CODEC_VELOCITY, DT_CODEC_NSTATES } dt_codec_state_kind;
+ * velocity; 1-bit Adam's worker error), the velocity (DGC's momentum u; 1-bit Adam's momentum m) and the server error
+ * (1-bit Adam's, the entries of the chunks this rank reduces) are each rank's own, Q (PowerSGD) the same on every rank. */
+typedef enum { DT_CODEC_RESIDUAL = 0, DT_CODEC_Q, DT_CODEC_VELOCITY, DT_CODEC_SERVER, DT_CODEC_NSTATES } dt_codec_state_kind;
 
 /* What one step's exchanges sent: elements the tensors hold, elements that travelled, bytes on the wire. */
 typedef struct {
@@ -40,13 +42,14 @@ typedef struct {
 
 typedef struct dt_codec dt_codec;
 
-/* "powersgd" -> DT_CODEC_POWERSGD, "topk", "dgc" ("none": DT_CODEC_NONE); DT_ERR_ARG naming the codecs otherwise. */
+/* "powersgd" -> DT_CODEC_POWERSGD, "topk", "dgc", "onebit" ("none": DT_CODEC_NONE); DT_ERR_ARG naming the codecs otherwise. */
 dt_status dt_codec_parse(const char *s, dt_codec_kind *out);
 const char *dt_codec_name(dt_codec_kind k);
 /* Checks c (the rank, the start) and makes a codec over the table t[0..nt). */
 dt_status dt_codec_create(const dt_codec_config *c, const dt_tensor_info *t, int nt, dt_codec **out);
 void dt_codec_destroy(dt_codec *k);
-/* Whether this step compresses (before the start step the buckets are averaged whole, by their owner). */
+/* Whether the codec takes this step's buckets: from the start step on (before it they are averaged whole, by their
+ * owner), or from the first where the codec runs its own warm-up (1-bit Adam: Adam's, which tracks the momentum). */
 int dt_codec_active(const dt_codec *k);
 /* Bucket b (a number that names it across steps), the table's tensors idx[0..n) of the gradient store g, averaged over
  * comm: start issues the first collective (*req; NULL where none is needed), next is called once *req is done and issues
@@ -61,7 +64,7 @@ void dt_codec_end_step(dt_codec *k, dt_codec_stats *s);
 /* Tensor i's state s (*n floats); made on first use (a residual of zeros; a Q as given: the caller fills it, and no
  * first Q is drawn for it). NULL where the tensor has none (a Q of a tensor sent whole) or out of memory (*n 0). */
 float *dt_codec_state(dt_codec *k, int i, dt_codec_state_kind s, size_t *n);
-/* Checkpoints: whether there is state to keep (a step was compressed: every residual and Q exists), the floats of every
+/* Checkpoints: whether there is state to keep (a step was taken by the codec: every state exists), the floats of every
  * tensor's state s in the table's order, and copying them out to buf (load 0) or in from it (load 1). */
 int dt_codec_has_state(const dt_codec *k);
 size_t dt_codec_state_size(const dt_codec *k, dt_codec_state_kind s);
@@ -70,7 +73,8 @@ dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int 
 double dt_codec_density_at(const dt_codec_config *c, int step);
 /* The settings a codec's state depends on (a checkpoint's is resumed only by the same). */
 const dt_codec_config *dt_codec_get_config(const dt_codec *k);
-/* The steps taken (compressed or not), and setting it (a resumed run). */
+/* The steps taken (compressed or not), and setting it (a resumed run). 1-bit Adam: from the start step on the optimizer
+ * takes the averaged momentum in the gradient's place, with its variance frozen (dt_optim_freeze_variance). */
 int dt_codec_steps(const dt_codec *k);
 void dt_codec_set_steps(dt_codec *k, int steps);
 

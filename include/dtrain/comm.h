@@ -192,6 +192,9 @@ dt_status dt_comm_ireduce_scatter(dt_comm *c, const void *sendbuf, void *recvbuf
                                   size_t recvcount, dt_dtype dtype, dt_op op, dt_request **req);
 dt_status dt_comm_iallgather(dt_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
                              dt_dtype dtype, dt_request **req);
+/* dt_comm_alltoall's blocks (count elements each, block j to rank j), without blocking. */
+dt_status dt_comm_ialltoall(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count, dt_dtype dtype,
+                            dt_request **req);
 /* recvbuf matters at the root only (it may be sendbuf there). */
 dt_status dt_comm_ireduce(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count, dt_dtype dtype, dt_op op,
                           int root, dt_request **req);

@@ -48,6 +48,9 @@ double dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zer
  * result. Returns the sum of squares of the gradients it read. */
 int dt_optim_elementwise(const dt_optim *o);
 void dt_optim_begin(dt_optim *o);
+/* 1-bit Adam's second stage (AdamW only; at 0: off): the gradient's place holds the averaged momentum, which becomes
+ * m as it is; v stays as it was after step at, bias-corrected as at that step; m's correction goes on with the steps. */
+void dt_optim_freeze_variance(dt_optim *o, long at);
 double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_t off, size_t n, int zero_grads);
 /* LAMB and LARS in two halves, for a slice whose tensors are cut between
  * ranks (ZeRO): dt_optim_norms does the step up to the trust ratios and puts

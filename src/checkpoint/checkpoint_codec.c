@@ -1,5 +1,6 @@
 /* A gradient codec's state in a checkpoint (codec.f32): every data-parallel rank's own state, rank after rank (its
- * residuals, error feedback, then DGC's velocities, each in the table's order), then the Qs (the same on every rank). Saved once a step was compressed;
+ * residuals, error feedback, then DGC's velocities or 1-bit Adam's momentum, then 1-bit Adam's server errors, each in
+ * the table's order), then the Qs (the same on every rank). Saved once a step was compressed;
  * resumed by a run of the same codec, rank and ranks, bit for bit (DeepSpeed resets its error buffers on load). Another
  * codec or rank count starts its state afresh, said. The manifest's "codec" section says what the file holds. */
 #include "dtrain/train.h"
@@ -10,12 +11,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A rank's own state: the residuals, then the velocities (DGC's; none for another codec). */
-static size_t own_size(const dt_codec *k) { return dt_codec_state_size(k, DT_CODEC_RESIDUAL) + dt_codec_state_size(k, DT_CODEC_VELOCITY); }
+/* A rank's own state: the residuals, then the velocities (DGC's, 1-bit Adam's momentum), then the server errors (1-bit
+ * Adam's); a codec without one has none of it. */
+static const dt_codec_state_kind own[] = { DT_CODEC_RESIDUAL, DT_CODEC_VELOCITY, DT_CODEC_SERVER };
+
+static size_t own_size(const dt_codec *k) {
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) n += dt_codec_state_size(k, own[i]);
+    return n;
+}
 
 static dt_status own_io(dt_codec *k, float *buf, int load) {
-    dt_status st = dt_codec_state_io(k, DT_CODEC_RESIDUAL, buf, load);
-    return st ? st : dt_codec_state_io(k, DT_CODEC_VELOCITY, buf + dt_codec_state_size(k, DT_CODEC_RESIDUAL), load);
+    dt_status st = DT_OK;
+    for (int i = 0; i < 3 && !st; i++) {
+        st = dt_codec_state_io(k, own[i], buf, load);
+        buf += dt_codec_state_size(k, own[i]);
+    }
+    return st;
 }
 
 dt_status dt_checkpoint_codec_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm) {
@@ -78,7 +90,7 @@ static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float
     const char *kind = dt_ckpt_string(j, "codec", "kind");
     double rank = 0, rate = 0, saved = 0, floats = 0, density = 0;
     if (!cJSON_IsObject(x)) {
-        if (k && dt_codec_steps(k) > dt_codec_get_config(k)->start)
+        if (k && dt_codec_has_state(k))
             dt_log(DT_LOG_WARN, "%s: no codec state saved: --compress %s starts its residuals and Q afresh", mpath, dt_codec_name(dt_codec_get_config(k)->kind));
         cJSON_Delete(j);
         return DT_OK;

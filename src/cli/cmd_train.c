@@ -148,18 +148,21 @@ static void usage(FILE *f) {
             "  --grad-comm P      fp32 (default), bf16 or fp16: the gradients' type in DDP's and ZeRO's reductions:\n"
             "                     half the bytes, summed in f32, the average rounded once (PyTorch DDP's bf16\n"
             "                     compression hook, DeepSpeed's communication_data_type)\n"
-            "  --compress C       none (default), powersgd, topk or dgc: DDP's gradients averaged compressed, with\n"
+            "  --compress C       none (default), powersgd, topk, dgc or onebit: DDP's gradients averaged compressed, with\n"
             "                     error feedback (PowerSGD as PyTorch's powerSGD_hook: each matrix at rank R,\n"
             "                     warm-started, vectors and matrices too small to gain sent whole; top-k: each\n"
             "                     bucket's largest entries as (index, value) pairs to every rank; dgc: Deep\n"
             "                     Gradient Compression, top-k with --optimizer sgd's momentum corrected on each\n"
             "                     rank and masked where sent, --grad-clip applied per tensor on each rank at\n"
-            "                     clip / sqrt(ranks) before accumulation)\n"
+            "                     clip / sqrt(ranks) before accumulation; onebit: 1-bit Adam, --optimizer adamw for\n"
+            "                     --compress-start N steps, then its variance frozen and its momentum averaged as\n"
+            "                     signs and a scale by an error-compensated alltoall and allgather)\n"
             "  --compress-rank R  PowerSGD's rank (default 1)\n"
             "  --compress-density D  top-k, dgc: the share of each bucket's entries a rank sends (default 0.01)\n"
             "  --compress-warmup N  top-k, dgc: N steps at each of the densities 0.25, 0.0625, 0.015625, 0.004\n"
             "                     before D (DGC's warm-up; default 0: none)\n"
-            "  --compress-start N the first N steps averaged whole (default 0; dgc compresses from the first)\n"
+            "  --compress-start N the first N steps averaged whole (default 0; dgc compresses from the first;\n"
+            "                     onebit's warm-up of whole Adam steps, 1 or more)\n"
             "  --grad-store P     fp32 (default), or the --precision's type: data parallelism and ZeRO keep the\n"
             "                     averaged gradients in 16 bits until the update (2 bytes per parameter instead of 4,\n"
             "                     ZeRO's 2+2+12 anatomy); they travel in 16 bits and the update waits for backward's end\n"
@@ -190,7 +193,7 @@ static const dt_cli_flag flags[] = {
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--keep-last", "a whole number of checkpoints from 1 to 256" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
-    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" }, { "--compress", "none, powersgd, topk or dgc" }, { "--compress-rank", "a whole number from 1 to 65536" }, { "--compress-density", "a share above 0, at most 1" }, { "--compress-start", "a whole number of steps from 0 to 1e9" }, { "--compress-warmup", "a whole number of steps from 0 to 1e9" },
+    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" }, { "--compress", "none, powersgd, topk, dgc or onebit" }, { "--compress-rank", "a whole number from 1 to 65536" }, { "--compress-density", "a share above 0, at most 1" }, { "--compress-start", "a whole number of steps from 0 to 1e9" }, { "--compress-warmup", "a whole number of steps from 0 to 1e9" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
     { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
     { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },

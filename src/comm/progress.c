@@ -197,6 +197,13 @@ dt_status dt_comm_iallgather(dt_comm *c, const void *s, void *r, size_t count, d
     return submit(c, &a, count * dt_dtype_size(t) * (size_t)c->size, req);
 }
 
+dt_status dt_comm_ialltoall(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_request **req) {
+    dt_status st = check(c, "ialltoall", s, r, count, t, -1);
+    if (st) return st;
+    coll_args a = { DT_COLL_ALLTOALL, s, r, count, t, DT_SUM, 0, 0, -1 };
+    return submit(c, &a, count * dt_dtype_size(t) * (size_t)c->size, req);
+}
+
 dt_status dt_comm_ibroadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int root, dt_request **req) {
     dt_status st = check(c, "ibroadcast", buf, buf, count, t, -1);
     if (st) return st;

@@ -19,6 +19,7 @@ struct dt_optim {
     int nspans, ntensors; /* pieces of tensors 0..ntensors-1 (LAMB, LARS) */
     double *sums;         /* 2 per tensor: its sums of squares (dt_optim_step's own) */
     long t;               /* steps taken */
+    long frozen;          /* AdamW's variance frozen after this step, the gradient's place the momentum (0: not) */
 };
 
 static const char *kind_names[] = { "sgd", "adamw", "lamb", "lars" };
@@ -166,6 +167,24 @@ static double adamw_chunk(const coef *k, float *restrict p, const float *restric
     return ss;
 }
 
+/* 1-bit Adam's second stage: g is the momentum, averaged over the ranks; v as frozen (sbc2 from that step). */
+static double adamw_frozen_chunk(const coef *k, float *restrict p, const float *restrict g, float *restrict mo,
+                                 float *restrict vo, size_t n) {
+    float eps = k->eps, step = k->step, sbc2 = k->sbc2, decay = k->decay;
+    double ss = 0;
+    #pragma omp simd reduction(+ : ss)
+    for (size_t i = 0; i < n; i++) {
+        float m = g[i];
+        ss += (double)m * m;
+        mo[i] = m;
+        /* v = 0: the gradient was 0 at every step before the freeze (an embedding row no batch used); the momentum's
+         * signs carry a scale there, not a gradient: no step (DeepSpeed asks for such a mask, exp_avg_mask) */
+        float u = vo[i] > 0 ? step * m / (sqrtf(vo[i]) / sbc2 + eps) : 0.0f;
+        p[i] = p[i] * decay - u;
+    }
+    return ss;
+}
+
 static double sgd_chunk(const coef *k, float *restrict p, const float *restrict g, float *restrict buf,
                         float *restrict unused, size_t n) {
     (void)unused;
@@ -188,16 +207,20 @@ static double sgd_chunk(const coef *k, float *restrict p, const float *restrict 
     return ss;
 }
 
+static chunk_fn chunk_of(const dt_optim *o) {
+    return o->cfg.kind != DT_OPT_ADAMW ? sgd_chunk : o->frozen ? adamw_frozen_chunk : adamw_chunk;
+}
+
 static coef coefs(const dt_optim *o, float lr) {
     const dt_optim_config *c = &o->cfg;
-    float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->t);
+    float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)(o->frozen ? o->frozen : o->t));
     return (coef){ c->beta1, c->beta2, c->eps, lr / bc1, sqrtf(bc2), 1.0f - lr * c->weight_decay,
                    lr, c->momentum, c->weight_decay, o->t == 1, c->nesterov != 0 };
 }
 
 static double elementwise(dt_optim *o, float *p, float *g, float lr, size_t a, size_t b, int zero) {
     coef k = coefs(o, lr);
-    chunk_fn f = o->cfg.kind == DT_OPT_ADAMW ? adamw_chunk : sgd_chunk;
+    chunk_fn f = chunk_of(o);
     double ss = 0;
     #pragma omp parallel for reduction(+ : ss) schedule(static)
     for (size_t s = a; s < b; s += CHUNK) {
@@ -315,7 +338,7 @@ double dt_optim_step_lp(dt_optim *o, float *params, uint16_t *grads, dt_dtype t,
     if (!dt_optim_elementwise(o)) return NAN;
     o->t++;
     coef k = coefs(o, lr);
-    chunk_fn f = o->cfg.kind == DT_OPT_ADAMW ? adamw_chunk : sgd_chunk;
+    chunk_fn f = chunk_of(o);
     double ss = 0;
     #pragma omp parallel for reduction(+ : ss) schedule(static)
     for (size_t s = 0; s < o->n; s += CHUNK) {
@@ -333,6 +356,8 @@ double dt_optim_step_lp(dt_optim *o, float *params, uint16_t *grads, dt_dtype t,
 int dt_optim_elementwise(const dt_optim *o) { return o->cfg.kind == DT_OPT_SGD || o->cfg.kind == DT_OPT_ADAMW; }
 
 void dt_optim_begin(dt_optim *o) { o->t++; }
+
+void dt_optim_freeze_variance(dt_optim *o, long at) { o->frozen = o->cfg.kind == DT_OPT_ADAMW && at > 0 ? at : 0; }
 
 double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_t off, size_t n, int zero_grads) {
     if (off > o->n || n > o->n - off || !dt_optim_elementwise(o)) return 0;

@@ -1,5 +1,5 @@
 /* The gradient codecs' shell: which one, its per-tensor state across steps, its step count and what a step sent.
- * The codecs themselves: codec_powersgd.c, codec_topk.c (and DGC's rules on it, codec_dgc.c). */
+ * The codecs themselves: codec_powersgd.c, codec_topk.c (and DGC's rules on it, codec_dgc.c), codec_onebit.c. */
 #include "codec_internal.h"
 
 #include <stdbool.h>
@@ -11,13 +11,14 @@ static const struct { const char *name; dt_codec_kind kind; const dt_codec_ops *
     { "powersgd", DT_CODEC_POWERSGD, &dt_codec_powersgd },
     { "topk", DT_CODEC_TOPK, &dt_codec_topk },
     { "dgc", DT_CODEC_DGC, &dt_codec_topk },
+    { "onebit", DT_CODEC_ONEBIT, &dt_codec_onebit },
 };
 enum { NCODECS = sizeof codecs / sizeof *codecs };
 
 dt_status dt_codec_parse(const char *s, dt_codec_kind *out) {
     for (int i = 0; i < NCODECS; i++)
         if (!strcmp(s, codecs[i].name)) { *out = codecs[i].kind; return DT_OK; }
-    return dt_error(DT_ERR_ARG, "--compress %s: the codecs are none, powersgd, topk and dgc", s);
+    return dt_error(DT_ERR_ARG, "--compress %s: the codecs are none, powersgd, topk, dgc and onebit", s);
 }
 
 const char *dt_codec_name(dt_codec_kind k) {
@@ -67,7 +68,7 @@ void dt_codec_destroy(dt_codec *k) {
     free(k);
 }
 
-int dt_codec_active(const dt_codec *k) { return k->steps >= k->c.start; }
+int dt_codec_active(const dt_codec *k) { return k->ops->own_warmup || k->steps >= k->c.start; }
 
 dt_status dt_codec_grow(void **arr, int *n, size_t size, int b) {
     if (b < *n) return DT_OK;
@@ -130,7 +131,7 @@ float *dt_codec_state(dt_codec *k, int i, dt_codec_state_kind s, size_t *n) {
     return k->state[s][i];
 }
 
-int dt_codec_has_state(const dt_codec *k) { return k->steps > k->c.start; }
+int dt_codec_has_state(const dt_codec *k) { return k->steps > (k->ops->own_warmup ? 0 : k->c.start); }
 
 size_t dt_codec_state_size(const dt_codec *k, dt_codec_state_kind s) {
     size_t n = 0;

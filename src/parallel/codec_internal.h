@@ -6,6 +6,7 @@
 
 typedef struct {
     size_t impl_size;  /* the codec's own state (dt_codec.impl), made zeroed with the codec */
+    int own_warmup;    /* takes every step's buckets, the ones before the start step too (1-bit Adam's warm-up) */
     dt_status (*check)(const dt_codec_config *c);
     /* floats of tensor t's state s (0: it has none) */
     size_t (*state_floats)(const dt_codec_config *c, const dt_tensor_info *t, dt_codec_state_kind s);
@@ -34,7 +35,7 @@ struct dt_codec {
 /* *arr (of *n elements of size bytes) grown to hold element b, the new ones zeroed. */
 dt_status dt_codec_grow(void **arr, int *n, size_t size, int b);
 
-extern const dt_codec_ops dt_codec_powersgd, dt_codec_topk; /* top-k's serves DGC too (its rules: codec_dgc.c) */
+extern const dt_codec_ops dt_codec_powersgd, dt_codec_topk, dt_codec_onebit; /* top-k's serves DGC too (its rules: codec_dgc.c) */
 
 /* DGC: tensor g's n entries (clipped, c->clip) into its velocity u and accumulation v (momentum correction). */
 void dt_dgc_accumulate(const dt_codec_config *c, const float *g, float *u, float *v, size_t n);

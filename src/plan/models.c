@@ -173,7 +173,8 @@ double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b) {
 /* A codec's exchanges for the job (DDP or ZeRO-1 over the whole model): the floats a rank sends a step, and of the
  * gradients, the elements PowerSGD approximates (its GEMMs' size), from the model's own table (codec_powersgd.c's rule:
  * a tensor seen as [first dimension, the rest], compressed where (n + m) r x min_rate < n m). Top-k: an index and a
- * value for each of its share of the entries. */
+ * value for each of its share of the entries. 1-bit Adam (after its warm-up): a bit an entry into the alltoall and a
+ * bit for each of the rank's chunk's entries into the allgather, a scale for each piece of a tensor in a chunk. */
 double dt_plan_codec_floats(const dt_plan_job *j, double *approximated) {
     *approximated = 0;
     const dt_codec_config *k = &j->codec;
@@ -186,6 +187,11 @@ double dt_plan_codec_floats(const dt_plan_job *j, double *approximated) {
     double sent = 0;
     for (int i = 0; i < m.ntensors; i++) {
         const dt_tensor_info *t = &m.tensors[i];
+        if (k->kind == DT_CODEC_ONEBIT) { /* a sign a bit, to the chunk's rank and back from it (and a scale a piece) */
+            double p = j->dp > 1 ? j->dp : 1;
+            sent += ceil((double)t->count / 32) * (1 + 1 / p) + 2 * p;
+            continue;
+        }
         if (k->kind == DT_CODEC_TOPK || k->kind == DT_CODEC_DGC) { /* DGC: top-k's exchange */
             sent += 2.0 * ceil((double)k->density * (double)t->count);
             continue;

@@ -272,12 +272,16 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
          * compression on the rank, at the rate measured here (at rank 4: a higher rank's GEMMs at the peak beyond it), else
          * its passes over the gradients at the bandwidth (PowerSGD about 8, top-k 12) */
         double buckets = 1 + ceil(fmax(0, psi * 4 - 1048576.0) / fmax(1.0, (double)job->bucket_bytes));
-        bool psgd = j->codec.kind == DT_CODEC_POWERSGD;
+        bool psgd = j->codec.kind == DT_CODEC_POWERSGD, onebit = j->codec.kind == DT_CODEC_ONEBIT;
         o->codec_bytes = sent * 4;
-        o->dp_comm = psgd ? allreduce(sent * 4, n, da, db, g) + (2 * buckets - 1) * 2.0 * (n - 1) * da
-                          : gather(sent * 4 * n, n, da, db) + (buckets - 1) * (n - 1) * da;
-        double rate = psgd ? h->powersgd_rate : h->topk_rate;
-        o->codec = rate > 0 ? psi / rate : (psgd ? 8 : 12) * psi * 4 / bw;
+        /* 1-bit Adam: an alltoall of a rank's signs (each rank sends all but its own chunk's) and an allgather of the
+         * chunks' (the whole model's signs in all): each a gather's cost of the signs' bytes, two a bucket */
+        o->dp_comm = psgd     ? allreduce(sent * 4, n, da, db, g) + (2 * buckets - 1) * 2.0 * (n - 1) * da
+                     : onebit ? 2 * gather(sent * 4 / (1 + 1.0 / n), n, da, db) + (2 * buckets - 2) * (n - 1) * da
+                              : gather(sent * 4 * n, n, da, db) + (buckets - 1) * (n - 1) * da;
+        double rate = psgd ? h->powersgd_rate : onebit ? 0 : h->topk_rate;
+        /* 1-bit Adam's passes: x made and read for its scales and signs, e_w written, the server's chunk, m decoded */
+        o->codec = rate > 0 ? psi / rate : (psgd ? 8 : onebit ? 7 : 12) * psi * 4 / bw;
         if (psgd && j->codec.rank > 4) o->codec += 6.0 * approx * (j->codec.rank - 4) / (h->flops_f32 * h->gemm_efficiency);
     }
     if (n > 1) {

@@ -363,8 +363,12 @@ static int epoch(cls_run *r, int e, double *acc) {
                               &(dt_progress){ .step = done - 1, .steps = total, .first = r->first, .loss = s.loss, .lr = lr,
                                               .norm = s.norm, .ms = ms, .rate = r->G / (ms / 1e3), .unit = "img/s",
                                               .elapsed = dt_time_now() - r->t_start, .prefix = prefix, .val = NAN, .bubble = NAN });
-        if (r->metrics) fprintf(r->metrics, "{\"epoch\":%d,\"step\":%d,\"loss\":%.6f,\"lr\":%g,\"grad_norm\":%.6f}\n", e + 1,
-                                done, s.loss, lr, s.norm);
+        if (r->metrics) {
+            fprintf(r->metrics, "{\"epoch\":%d,\"step\":%d,\"loss\":%.6f,\"lr\":%g,\"grad_norm\":%.6f", e + 1, done, s.loss, lr, s.norm);
+            /* a codec's wire, as GPT-2's lines have it */
+            if (s.grad_bytes > 0) fprintf(r->metrics, ",\"grad_sent_bytes\":%.0f,\"compress_ratio\":%.4f", s.grad_bytes, s.compress_ratio);
+            fputs("}\n", r->metrics);
+        }
         /* every rank stops after the step any rank was signalled in, saving first */
         if (s.stop) r->stopped = dt_train_interrupted() ? dt_train_interrupted() : SIGTERM;
         r->stop = s.stop || (c->stop_after && done - r->first == c->stop_after && done < total);

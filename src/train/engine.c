@@ -84,14 +84,27 @@ static void trim_tied_copy(dt_engine *e) {
     if (t && t->tied_copy && e->off == 0 && e->n == m->nparams && t->offset + t->count == m->nparams) e->n = t->offset;
 }
 
-/* DGC's momentum correction: SGD's momentum (and Nesterov's form) runs on each rank before sparsification, so the
+/* The codec's copy of its settings, completed from the optimizer's. 1-bit Adam takes AdamW's beta1. DGC's momentum
+ * correction: SGD's momentum (and Nesterov's form) runs on each rank before sparsification, so the
  * optimizer runs without; the run's clipping becomes DGC's local clipping, per tensor at --grad-clip / sqrt(ranks). From the
  * first step: a dense step would need the momentum back in the optimizer. */
 static dt_status take_codec(dt_engine *e) {
     e->codec = *e->cfg.codec;
     e->cfg.codec = &e->codec;
-    if (e->codec.kind != DT_CODEC_DGC) return DT_OK;
     dt_optim_config *o = &e->cfg.opt;
+    if (e->codec.kind == DT_CODEC_ONEBIT) {
+        /* the momentum travels: Adam's, from its beta1; clipping the momentum or a scaled one is no gradient's */
+        if (o->kind != DT_OPT_ADAMW)
+            return dt_error(DT_ERR_ARG, "--compress onebit is 1-bit Adam: --optimizer adamw (Adam with --weight-decay 0), not %s",
+                            dt_optim_kind_name(o->kind));
+        if (e->cfg.grad_clip > 0)
+            return dt_error(DT_ERR_ARG, "--compress onebit with --grad-clip: after its warm-up the momentum travels, not the "
+                            "gradient: nothing whole to clip");
+        if (e->cfg.loss_scale) return dt_error(DT_ERR_ARG, "--compress onebit with a loss scale: its momentum needs unscaled gradients");
+        e->codec.beta1 = o->beta1;
+        return DT_OK;
+    }
+    if (e->codec.kind != DT_CODEC_DGC) return DT_OK;
     if (o->kind != DT_OPT_SGD)
         return dt_error(DT_ERR_ARG, "--compress dgc corrects SGD's momentum on each rank: --optimizer sgd, not %s (top-k sends "
                         "what %s would take: --compress topk)", dt_optim_kind_name(o->kind), dt_optim_kind_name(o->kind));
@@ -295,6 +308,9 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     /* the weights as the step finds them (a resume, an update): the model's 16-bit copy is made at the step's first
      * forward and kept for its other micro-batches */
     params_changed(e);
+    /* 1-bit Adam: past its warm-up the optimizer takes the averaged momentum, the variance frozen */
+    dt_codec *k = e->codec.kind == DT_CODEC_ONEBIT ? dt_engine_codec(e) : NULL;
+    if (k) dt_optim_freeze_variance(e->opt, dt_codec_steps(k) >= e->codec.start ? e->codec.start : 0);
     const dt_step_control control = { control_begin, control_sharded, control_materialize, e };
     if (e->cfg.schedule) st = e->cfg.schedule->run(e->cfg.schedule->ctx, &control, accum, (float)(r->loss_scale / accum), &loss_sum, &nloss);
     for (int k = 0; k < accum && !st && !e->cfg.schedule; k++) {
