@@ -141,6 +141,8 @@ uint16_t *dt_gemm_bf16_pack(int slot, const float *x, size_t n);
 void dt_lp_pack(uint16_t *dst, const float *src, size_t n, dt_dtype t);
 void dt_lp_unpack(float *dst, const uint16_t *src, size_t n, dt_dtype t);
 void dt_lp_round(float *x, size_t n, dt_dtype t);
+/* x[0..n) in int8 (q), one absmax scale (returned: x[k] ~ q[k] x scale; 1 for all zeros), rounded to nearest. */
+float dt_int8_quantize(int8_t *q, const float *x, size_t n);
 /* x[0..n) in 16 bits in the first 2n bytes of x, and back. */
 void dt_lp_narrow_inplace(float *x, size_t n, dt_dtype t);
 void dt_lp_widen_inplace(float *x, size_t n, dt_dtype t);

@@ -101,6 +101,15 @@ double dt_pp_schedule_bubble_replay(const dt_pp_schedule *s, const double *d);
 
 /* ---- the runner (pipeline.c): one stage of a pipeline over a GPT-2 part ---- */
 
+/* A stage boundary's wire (pp_wire.c): f32, bf16 (nearest even) or int8 (an absmax scale a row of channels), the
+ * same for activations and their gradients. A message is dt_pp_wire_words 32-bit words for n floats in rows of row. */
+typedef enum { DT_PP_WIRE_F32 = 0, DT_PP_WIRE_BF16, DT_PP_WIRE_INT8 } dt_pp_wire;
+dt_status dt_pp_wire_parse(const char *s, dt_pp_wire *out);
+const char *dt_pp_wire_name(dt_pp_wire w);
+size_t dt_pp_wire_words(dt_pp_wire w, size_t n, size_t row);
+void dt_pp_wire_encode(dt_pp_wire w, const float *x, size_t n, size_t row, void *out);
+void dt_pp_wire_decode(dt_pp_wire w, const void *in, size_t n, size_t row, float *x);
+
 /* Micro-batch k's tokens and targets [B*T]: every stage asks for each in
  * order (its loader stays with the others'); the first stage reads the
  * tokens, the last the targets. */
@@ -113,6 +122,7 @@ typedef struct {
     int micro, B, T;        /* micro-batches per step, each B x T */
     dt_pp_batch_fn batch;
     void *batch_ctx;
+    dt_pp_wire wire;        /* what crosses a boundary (the stream's rows: the model's channels) */
 } dt_pipeline_config;
 typedef struct dt_pipeline dt_pipeline;
 /* Builds the schedule, gives the model its activation slots and, where

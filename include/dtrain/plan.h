@@ -45,6 +45,7 @@ typedef struct {
     int micro, gpipe, zb;    /* with pp: micro-batches per step; GPipe keeps all of them in flight, 1F1B at most p - stage,
                               * zb (ZB-H1) at most p on every stage, each with the split backward's output gradients */
     int virt;                /* interleaved: chunks per stage (0 or 1: one); up to min(2p, (v+1)p - 1 - 2 stage) micro-batches in flight */
+    int pp_wire;             /* dt_pp_wire: the stages' messages in f32 (whatever the precision), bf16 or int8 (--pp-wire) */
     int cp, cp_ulysses;      /* context-parallel ranks (0, 1: none): each holds seq / cp positions, attention's log-sum-exp and
                               * the ring's (or all-to-all's, cp_ulysses) work space of 10 (14) floats a position and channel */
     int local_ranks;         /* ranks on one machine */

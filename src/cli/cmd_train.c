@@ -120,6 +120,9 @@ static void usage(FILE *f) {
             "                     interleaved (Megatron's: each stage holds --virtual-stages V chunks (2), the\n"
             "                     micro-batches go through the stages V times; M a multiple of N)\n"
             "  --pp-schedule-print  each stage's list of actions as a table, at start\n"
+            "  --pp-wire W        fp32 (default), bf16 or int8: the activations and their gradients between\n"
+            "                     stages (bf16: half the bytes, rounded to nearest even; int8: a quarter, one\n"
+            "                     absmax scale per token's vector)\n"
             "  --quiet            no progress output\n"
             "  --print-every N    a progress line every N steps where the output is not a terminal (1; DeepSpeed's\n"
             "                     steps_per_print)\n"
@@ -193,7 +196,7 @@ static const dt_cli_flag flags[] = {
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--keep-last", "a whole number of checkpoints from 1 to 256" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
-    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" }, { "--compress", "none, powersgd, topk, dgc or onebit" }, { "--compress-rank", "a whole number from 1 to 65536" }, { "--compress-density", "a share above 0, at most 1" }, { "--compress-start", "a whole number of steps from 0 to 1e9" }, { "--compress-warmup", "a whole number of steps from 0 to 1e9" },
+    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--pp-wire", "fp32, bf16 or int8" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" }, { "--compress", "none, powersgd, topk, dgc or onebit" }, { "--compress-rank", "a whole number from 1 to 65536" }, { "--compress-density", "a share above 0, at most 1" }, { "--compress-start", "a whole number of steps from 0 to 1e9" }, { "--compress-warmup", "a whole number of steps from 0 to 1e9" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
     { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
     { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },
@@ -335,6 +338,10 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
             c.shape.router = ok && !strcmp(v, "sigmoid-bias") ? DT_ROUTER_SIGMOID_BIAS : DT_ROUTER_SOFTMAX;
         }
         else if (!strcmp(f, "--pp-schedule")) ok = (c.pp_schedule = dt_pp_kind_parse(v)) >= 0;
+        else if (!strcmp(f, "--pp-wire")) {
+            dt_pp_wire w;
+            if ((ok = !dt_pp_wire_parse(v, &w))) c.pp_wire = (int)w;
+        }
         else if (!strcmp(f, "--trace")) c.trace = v;
         else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c.trace_first, &c.trace_last);
         else if (!strcmp(f, "--report")) c.report = v;

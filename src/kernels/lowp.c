@@ -5,6 +5,7 @@
  * exactly what a 16-bit kernel with f32 accumulation does. */
 #include "dtrain/kernels.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__F16C__) || defined(__AVX2__)
@@ -126,4 +127,12 @@ void dt_lp_widen_inplace(float *x, size_t n, dt_dtype t) {
         dt_lp_unpack(x + i, h, k, t);
         end = i;
     }
+}
+
+float dt_int8_quantize(int8_t *q, const float *x, size_t n) {
+    float amax = 0;
+    for (size_t k = 0; k < n; k++) amax = fmaxf(amax, fabsf(x[k]));
+    float s = amax > 0 ? amax / 127.0f : 1.0f, inv = 1.0f / s;
+    for (size_t k = 0; k < n; k++) q[k] = (int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, x[k] * inv)));
+    return s;
 }

@@ -21,15 +21,6 @@ static size_t packed_at(int o, int k, int O, int K, int c, bool packed) {
     return base + (size_t)Kc * pw + (size_t)i * (K - Kc) + (k - Kc);
 }
 
-/* Row o in int8: absmax / 127 per row, rounded to nearest. */
-static float quantize_row(int8_t *q, const float *row, int K) {
-    float amax = 0;
-    for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(row[k]));
-    float s = amax > 0 ? amax / 127.0f : 1.0f, inv = 1.0f / s;
-    for (int k = 0; k < K; k++) q[k] = (int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, row[k] * inv)));
-    return s;
-}
-
 /* Every panel of w ([O, K] rows of es-byte elements) packed where it lies: a panel holds the same elements as its
  * rows did, so each goes through one copy of a panel's size, not of the whole. */
 static dt_status pack_where_it_lies(char *w, size_t es, int O, int K) {
@@ -65,7 +56,7 @@ dt_status dt_panels_create(const float *w, int O, int K, bool int8, dt_panels **
     }
     if (int8) {
         #pragma omp parallel for schedule(static)
-        for (int o = 0; o < O; o++) p->scale[o] = quantize_row(p->q + (size_t)o * K, w + (size_t)o * K, K);
+        for (int o = 0; o < O; o++) p->scale[o] = dt_int8_quantize(p->q + (size_t)o * K, w + (size_t)o * K, (size_t)K);
     } else {
         memcpy(p->f, w, n * sizeof(float));
     }

@@ -29,6 +29,8 @@ struct dt_pipeline {
     int stage, p, L;
     int v, ca[DT_GPT2_MAX_CHUNKS], cb[DT_GPT2_MAX_CHUNKS]; /* the stage's chunks: units [ca[j], cb[j]) */
     size_t stream;              /* floats of the residual stream between stages (B*T*C, /tp under SP) */
+    size_t row, words;          /* the stream's rows (channels), and a message's 32-bit words on a coded wire (--pp-wire) */
+    uint32_t *wout[2], *win;    /* a coded wire: the message out back (0) and on (1), and the one in */
     float *xin, *dout;          /* the received activations / gradient, until the computation copies them */
     /* the tied embedding: first and last stage over tied (NULL: one stage holds both, or neither) */
     dt_comm *tied;
@@ -85,11 +87,62 @@ static dt_status sent(dt_request **req) {
 
 /* Posts a send on to the next stage (on) or back, once the last one that way has been received; what it sends
  * stays in the slot until then (the slot is not reused before the neighbour's answer to it), or is copied out. */
+/* ---- the wire: f32 as it is, or coded (pp_wire.c) into wout, received into win and decoded ---- */
+
+/* The message carrying out on (1) or back (0): out itself, or its coding (in wout[on]: its last send is through). */
+static const void *wire_msg(dt_pipeline *p, const float *out, int on, size_t *count, dt_dtype *t) {
+    if (p->c.wire == DT_PP_WIRE_F32) { *count = p->stream, *t = DT_F32; return out; }
+    dt_pp_wire_encode(p->c.wire, out, p->stream, p->row, p->wout[on]);
+    *count = p->words, *t = DT_I32;
+    return p->wout[on];
+}
+
+/* Where a message for in lands: in itself, or win (then wire_landed decodes it into in). */
+static void *wire_land(dt_pipeline *p, float *in, size_t *count, dt_dtype *t) {
+    if (p->c.wire == DT_PP_WIRE_F32) { *count = p->stream, *t = DT_F32; return in; }
+    *count = p->words, *t = DT_I32;
+    return p->win;
+}
+
+static void wire_landed(dt_pipeline *p, const void *msg, float *in) {
+    if (p->c.wire != DT_PP_WIRE_F32) dt_pp_wire_decode(p->c.wire, msg, p->stream, p->row, in);
+}
+
+static dt_status wire_recv(dt_pipeline *p, dt_comm *c, float *in, int peer) {
+    size_t n;
+    dt_dtype t;
+    void *land = wire_land(p, in, &n, &t);
+    dt_status st = dt_comm_recv(c, land, n, t, peer);
+    if (!st) wire_landed(p, land, in);
+    return st;
+}
+
+static dt_status wire_send(dt_pipeline *p, dt_comm *c, const float *out, int on, int peer) {
+    size_t n;
+    dt_dtype t;
+    const void *msg = wire_msg(p, out, on, &n, &t);
+    return dt_comm_send(c, msg, n, t, peer);
+}
+
+/* A mailbox's message of kind (0 activations, 1 gradients): read where it lies (rx), or decoded into in and released. */
+static dt_status mailbox_get(dt_pipeline *p, int kind, float *in) {
+    dt_mailbox *b = p->box[kind][kind];
+    dt_status st = dt_mailbox_get(b, (const void **)&p->rx[kind]);
+    if (st || p->c.wire == DT_PP_WIRE_F32) return st;
+    dt_pp_wire_decode(p->c.wire, p->rx[kind], p->stream, p->row, in);
+    dt_mailbox_release(b);
+    p->rx[kind] = NULL;
+    return DT_OK;
+}
+
 static dt_status async_send(dt_pipeline *p, const float *out, int on) {
     dt_status st = sent(&p->sending[on]);
     if (st) return st;
-    if (!on && p->gsend) out = memcpy(p->gsend, out, p->stream * sizeof(float));
-    return dt_comm_isend(p->link[on][!on], out, p->stream, DT_F32, on, &p->sending[on]);
+    if (!on && p->gsend && p->c.wire == DT_PP_WIRE_F32) out = memcpy(p->gsend, out, p->stream * sizeof(float));
+    size_t n;
+    dt_dtype t;
+    const void *msg = wire_msg(p, out, on, &n, &t);
+    return dt_comm_isend(p->link[on][!on], msg, n, t, on, &p->sending[on]);
 }
 
 static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
@@ -104,20 +157,28 @@ static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
     float *in = a->recv.peer < 0 ? NULL : a->recv.grad ? p->dout : p->xin;
     DT_TRACE_BEGIN(DT_TRACK_COMM, "pipeline", "\"send\":%d,\"recv\":%d", a->send.peer, a->recv.peer);
     dt_status st;
+    int on = !a->send.grad;
     if (dt_pipeline_mailboxes(p)) {
         /* activations go on (side 1) and come from before (side 0); gradients the other way */
-        st = out ? dt_mailbox_put(p->box[!a->send.grad][a->send.grad], out) : DT_OK;
-        if (!st && in) st = dt_mailbox_get(p->box[a->recv.grad][a->recv.grad], (const void **)&p->rx[a->recv.grad]);
+        size_t n;
+        dt_dtype t;
+        st = out ? dt_mailbox_put(p->box[on][a->send.grad], wire_msg(p, out, on, &n, &t)) : DT_OK;
+        if (!st && in) st = mailbox_get(p, a->recv.grad, in);
     } else if (p->s->async) {
         /* activations come from the stage before, gradients from the one after (its rank in the link: 0, 1) */
-        st = out ? async_send(p, out, !a->send.grad) : dt_comm_recv(p->link[a->recv.grad][a->recv.grad], in, p->stream, DT_F32, a->recv.grad);
+        st = out ? async_send(p, out, on) : wire_recv(p, p->link[a->recv.grad][a->recv.grad], in, a->recv.grad);
     } else if (out && in) {
         /* on this thread: a progress thread's wait beside this one's would spin on the core the next stage computes on */
-        st = dt_comm_sendrecv(p->c.pp, out, p->stream, a->send.peer, in, p->stream, a->recv.peer, DT_F32);
+        size_t n, m;
+        dt_dtype t;
+        const void *msg = wire_msg(p, out, on, &n, &t);
+        void *land = wire_land(p, in, &m, &t);
+        st = dt_comm_sendrecv(p->c.pp, msg, n, a->send.peer, land, m, a->recv.peer, t);
+        if (!st) wire_landed(p, land, in);
     } else if (out) {
-        st = dt_comm_send(p->c.pp, out, p->stream, DT_F32, a->send.peer);
+        st = wire_send(p, p->c.pp, out, on, a->send.peer);
     } else {
-        st = dt_comm_recv(p->c.pp, in, p->stream, DT_F32, a->recv.peer);
+        st = wire_recv(p, p->c.pp, in, a->recv.peer);
     }
     DT_TRACE_END(DT_TRACK_COMM);
     if (st) {
@@ -223,9 +284,9 @@ dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, 
         for (int j = 0; j < p->v && !st; j++) {
             int ua = p->ca[j], ub = p->cb[j], from = p->stage > 0 ? p->stage - 1 : p->p - 1, to = (p->stage + 1) % p->p;
             float loss = 0;
-            if (ua > 0) st = dt_comm_recv(p->c.pp, p->xin, p->stream, DT_F32, from);
+            if (ua > 0) st = wire_recv(p, p->c.pp, p->xin, from);
             if (!st) st = dt_gpt2_forward_units(p->c.model, ua, ub, tok, ua > 0 ? p->xin : NULL, tg, p->c.B, p->c.T, &loss);
-            if (!st && ub < p->L + 2) st = dt_comm_send(p->c.pp, dt_gpt2_output(p->c.model), p->stream, DT_F32, to);
+            if (!st && ub < p->L + 2) st = wire_send(p, p->c.pp, dt_gpt2_output(p->c.model), 1, to);
             if (!st && ub == p->L + 2) { *loss_sum += loss; ++*nloss; }
         }
     }
@@ -282,7 +343,8 @@ static dt_status mailboxes(dt_pipeline *p) {
             int side = p->stage == e ? 1 : p->stage == (e + 1) % p->p ? 0 : -1;
             if (side < 0) continue;
             /* the first stage of an edge (rank 0 of its link) sends activations; the second sends gradients */
-            dt_status st = dt_mailbox_create(p->link[side][kind], kind, p->stream * sizeof(float), 2, &p->box[side][kind]);
+            size_t bytes = p->c.wire == DT_PP_WIRE_F32 ? p->stream * sizeof(float) : p->words * sizeof(uint32_t);
+            dt_status st = dt_mailbox_create(p->link[side][kind], kind, bytes, 2, &p->box[side][kind]);
             if (st == DT_ERR_ARG || st == DT_ERR_NOMEM) mine = 0; /* across machines, or no room: both ends see the same */
             else if (st) return st;
         }
@@ -326,8 +388,18 @@ dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
     }
     const dt_gpt2_part *part = dt_gpt2_get_part(c->model);
     p->stream = (size_t)c->B * c->T * (size_t)dt_gpt2_get_config(c->model)->channels / (part->sp ? (size_t)part->tp_size : 1);
+    p->row = (size_t)dt_gpt2_get_config(c->model)->channels;
+    p->words = dt_pp_wire_words(c->wire, p->stream, p->row);
+    if ((unsigned)c->wire > DT_PP_WIRE_INT8) {
+        free(p);
+        return dt_error(DT_ERR_ARG, "pipeline: unknown wire %d", (int)c->wire);
+    }
     p->ms = (dt_micro_schedule){ run, after_update, p };
     dt_status st = dt_pp_schedule_create(c->kind, p->p, c->virt > 1 ? c->virt : 1, c->micro, &p->s);
+    for (int i = 0; i < 3 && !st && c->wire != DT_PP_WIRE_F32; i++) {
+        uint32_t **w = i < 2 ? &p->wout[i] : &p->win;
+        if (!(*w = calloc(p->words ? p->words : 1, sizeof **w))) st = dt_error(DT_ERR_NOMEM, "pipeline: out of memory for the wire's messages");
+    }
     if (!st && p->p > 1) st = links(p);
     if (!st && p->p > 1) st = mailboxes(p);
     if (!st && p->v > 1 && (!(p->gsend = malloc(p->stream * sizeof(float))) ||
@@ -360,6 +432,9 @@ void dt_pipeline_destroy(dt_pipeline *p) {
     dt_gpt2_hold_grad_hooks(p->c.model, 0);
     free(p->gsend);
     free(p->targets);
+    free(p->wout[0]);
+    free(p->wout[1]);
+    free(p->win);
     if (p->tied) {
         if (p->stage == 0) dt_gpt2_set_unit_hooks(p->c.model, NULL, NULL, p);
         else dt_gpt2_set_grad_hook(p->c.model, NULL, p);

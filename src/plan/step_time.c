@@ -8,6 +8,7 @@
 
 #include "dtrain/base.h"
 #include "dtrain/kernels.h"
+#include "dtrain/pipeline.h"
 
 #include <math.h>
 #include <string.h>
@@ -346,7 +347,9 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
     /* a pipeline's step is m of the slowest stage's micro-batches plus one of every other stage's (filling and draining, as a flow
      * shop's makespan): (p-1) of the slowest's overstated it by the difference, d6's head-only last stage against its blocks 6-9% */
     if (p > 1) {
-        o->pp_comm = 2.0 * m * (ia + tokens * c->channels * w * ib);
+        /* the stream crosses in f32 whatever the precision (a bf16 run's too), or as --pp-wire codes it */
+        double wire = j->pp_wire == DT_PP_WIRE_BF16 ? 2 : j->pp_wire == DT_PP_WIRE_INT8 ? 1 + 4.0 / c->channels : 4;
+        o->pp_comm = 2.0 * m * (ia + tokens * c->channels * wire * ib);
         o->bubble = (tall - tworst) * (j->zb ? 1.0 / 3 : 1.0 / v);
         /* more threads than cores: a stage's idle time is another rank's turn on its core, so the step's compute is the
          * machine's work over its cores (m of the mean stage at the shared rate), or the schedule at a core's own rate where

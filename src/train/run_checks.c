@@ -73,6 +73,8 @@ dt_status dt_train_check_settings(dt_train_config *c, int nranks) {
         if (nranks == 1 && !c->quiet) dt_log(DT_LOG_WARN, "--compress %s does nothing on one rank (nothing is sent)", k);
         if (!c->codec.seed) c->codec.seed = c->seed ^ 0x5eedc0dec0dec0deull;
     }
+    if (c->pp_wire != DT_PP_WIRE_F32 && c->pp <= 1 && !c->quiet)
+        dt_log(DT_LOG_WARN, "--pp-wire %s does nothing without pipeline stages (--pp)", dt_pp_wire_name(c->pp_wire));
     if (c->grad_comm != DT_F32 && nranks == 1 && !c->quiet)
         dt_log(DT_LOG_WARN, "--grad-comm %s does nothing on one rank", dt_dtype_name(c->grad_comm));
     /* skipping a step needs the norm before any update, so the update waits for the end of backward */
@@ -126,6 +128,9 @@ dt_status dt_train_check_same(dt_comm *w, const dt_train_shape *mine) {
         else if (a->mesh[2] > 1 && a->pp_schedule != b->pp_schedule)
             st = dt_error(DT_ERR_ARG, "ranks differ: rank 0 runs the %s pipeline schedule, rank %d %s (--pp-schedule)",
                           dt_pp_kind_name(a->pp_schedule), r, dt_pp_kind_name(b->pp_schedule));
+        else if (a->mesh[2] > 1 && a->pp_wire != b->pp_wire)
+            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0's stages exchange %s, rank %d's %s (--pp-wire)", dt_pp_wire_name(a->pp_wire), r,
+                          dt_pp_wire_name(b->pp_wire));
         else if (a->steps != b->steps || a->optimizer != b->optimizer || a->lr != b->lr || a->eval_every != b->eval_every)
             st = dt_error(DT_ERR_ARG, "ranks differ in steps, optimizer, learning rate or evaluation (rank 0 vs rank %d)", r);
     }

@@ -246,6 +246,7 @@ shape:
         static const dt_mesh_dim axes[4] = { DT_MESH_DP, DT_MESH_TP, DT_MESH_PP, DT_MESH_CP };
         for (int k = 0; k < 4 && r->mesh; k++) js.mesh[k] = dt_mesh_size(r->mesh, axes[k]);
         js.pp_schedule = c->pp_schedule;
+        js.pp_wire = c->pp_wire;
         st = dt_train_check_same(r->w, &js);
     }
     return st;
@@ -268,7 +269,7 @@ static dt_status make_engine(run *r) {
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
         /* the pipeline before the engine: its hooks come before a data-parallel strategy's */
         dt_pipeline_config pc = { dt_mesh_comm(r->mesh, DT_MESH_PP), r->m, (dt_pp_kind)c->pp_schedule, dt_train_pp_virt(c), c->grad_accum, c->batch,
-                                  r->T, dt_train_next_batch, r };
+                                  r->T, dt_train_next_batch, r, (dt_pp_wire)c->pp_wire };
         if ((st = dt_pipeline_create(&pc, &r->pipe))) return st;
         ec.schedule = dt_pipeline_schedule(r->pipe);
         ec.loss_comm = r->w;
