@@ -51,6 +51,13 @@ pb=$(plan_bytes --compress powersgd --compress-rank 2) tb=$(plan_bytes --compres
 rb=$(field grad_sent_bytes "$dir/psgd.jsonl" | tail -1) rt=$(field grad_sent_bytes "$dir/top01.jsonl" | tail -1)
 awk "BEGIN{d = ($tb - $rt) / $rt; exit !($pb == $rb && d < 0.01 && d > -0.01)}" && ok=1 || ok=0
 verdict $ok "plan's bytes a step: PowerSGD rank 2 $pb (the run's $rb), top-k 0.01 $tb (the run's $rt)"
+# plan --search weighs the command's codec (and none) where it applies: across 2 machines over a 100 Mbit/s link (a
+# calibration of 200 us and 80 ns a byte) PowerSGD's layouts come first; without --compress no layout has a codec
+printf 'mpi_alpha 0.0002\nmpi_beta 8e-08\n' > "$dir/cal"
+search() { DTRAIN_CALIBRATION="$dir/cal" "$DTRAIN" plan --vocab 256 --model d6 --seq 64 --batch 4 --nproc 2 --nodes 2 --threads 1 --search "$@" 2> /dev/null; }
+top=$(search --compress powersgd --compress-rank 4 | sed -n 3p) plain=$(search | grep -c -- "--compress")
+echo "$top" | grep -q -- "dp 2 x tp 1 .*--compress powersgd --compress-rank 4" && [ "$plain" = 0 ] && ok=1 || ok=0
+verdict $ok "plan --search over 100 Mbit/s with --compress powersgd: first $(echo "$top" | sed 's/  */ /g' | cut -c1-150); without it $plain codec rows"
 # ZeRO-1 averages as DDP does (its buckets are DDP's) and updates its shard: the same weights; saved and resumed too
 run z1 --compress powersgd --compress-rank 2 --compress-start 5 --zero 1 --save "$dir/z1.bin" &&
     identical "ZeRO-1 with PowerSGD = DDP with PowerSGD" psgd z1

@@ -323,9 +323,12 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
     double meeting = tp > 1 && h->attention_rate && local * o->threads <= cores && (double)F / tp * C <= 1e8
                          ? dt_plan_time_meeting((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false), tp)
                          : 0;
+    /* the mesh puts a tensor-parallel group inside a machine where it fits, a pipeline's stages next (pp outside tp): a
+     * group of more ranks than a machine holds crosses the link between machines */
+    int tp_nodes = job->nodes > 1 && tp > local, pp_nodes = job->nodes > 1 && tp * p > local;
     if (tp > 1) {
         o->tp_waits = m * nl * (4 + (j->recompute ? 2 : 0)) * meeting;
-        o->tp_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * allreduce(rowsb, tp, ia, ib, g) + o->tp_waits;
+        o->tp_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * allreduce(rowsb, tp, tp_nodes ? x->xa : ia, tp_nodes ? x->xb : ib, g) + o->tp_waits;
     }
     /* context parallelism: the ring sends keys and values N-1 times forward, and those and their gradients backward (about half
      * hidden under the blocks, measured); all-to-all moves q, k, v and the output forward, again with the gradients backward,
@@ -349,7 +352,7 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
     if (p > 1) {
         /* the stream crosses in f32 whatever the precision (a bf16 run's too), or as --pp-wire codes it */
         double wire = j->pp_wire == DT_PP_WIRE_BF16 ? 2 : j->pp_wire == DT_PP_WIRE_INT8 ? 1 + 4.0 / c->channels : 4;
-        o->pp_comm = 2.0 * m * (ia + tokens * c->channels * wire * ib);
+        o->pp_comm = 2.0 * m * ((pp_nodes ? x->xa : ia) + tokens * c->channels * wire * (pp_nodes ? x->xb : ib));
         o->bubble = (tall - tworst) * (j->zb ? 1.0 / 3 : 1.0 / v);
         /* more threads than cores: a stage's idle time is another rank's turn on its core, so the step's compute is the
          * machine's work over its cores (m of the mean stage at the shared rate), or the schedule at a core's own rate where

@@ -112,12 +112,25 @@ static const char *gb(double bytes, char *buf) { return dt_plan_bytes_text(bytes
 static const char *stage_name(int s) { return s == 0 ? "ddp" : s == 1 ? "zero1" : s == 2 ? "zero2" : "zero3"; }
 
 /* "dp 2 x tp 1 x pp 1 x cp 1, zero1, bf16, micro-batch 4 x 2 a step, recompute": c's layout over dp (the DP axis) x tp x pp x cp */
+/* A codec's train flags (none: empty). */
+static void codec_flags(const dt_codec_config *k, char *out, size_t cap) {
+    *out = 0;
+    if (k->kind == DT_CODEC_NONE) return;
+    int n = snprintf(out, cap, "--compress %s", dt_codec_name(k->kind));
+    if (n > 0 && (size_t)n < cap && k->kind == DT_CODEC_POWERSGD) n += snprintf(out + n, cap - (size_t)n, " --compress-rank %d", k->rank);
+    if (n > 0 && (size_t)n < cap && (k->kind == DT_CODEC_TOPK || k->kind == DT_CODEC_DGC))
+        n += snprintf(out + n, cap - (size_t)n, " --compress-density %g", k->density);
+    if (n > 0 && (size_t)n < cap && k->start) snprintf(out + n, cap - (size_t)n, " --compress-start %d", k->start);
+}
+
 static void describe(const dt_train_config *c, int dp, int tp, int pp, int cp, int stage, char *out, size_t cap) {
-    char ep[24] = "";
+    char ep[24] = "", codec[96];
     if (c->ep > 1) snprintf(ep, sizeof ep, " (ep %d)", c->ep);
-    snprintf(out, cap, "dp %d%s x tp %d x pp %d x cp %d, %s, %s, micro-batch %d x %d a step%s%s%s", dp, ep, tp, pp, cp,
+    codec_flags(&c->codec, codec, sizeof codec);
+    snprintf(out, cap, "dp %d%s x tp %d x pp %d x cp %d, %s, %s, micro-batch %d x %d a step%s%s%s%s%s", dp, ep, tp, pp, cp,
              dp * cp > 1 ? stage_name(stage) : "one replica", c->precision == DT_F32 ? "fp32" : dt_precision_name(c->precision), c->batch,
-             c->grad_accum, c->recompute ? ", recompute" : "", pp > 1 ? ", " : "", pp > 1 ? dt_pp_kind_name((dt_pp_kind)c->pp_schedule) : "");
+             c->grad_accum, c->recompute ? ", recompute" : "", pp > 1 ? ", " : "", pp > 1 ? dt_pp_kind_name((dt_pp_kind)c->pp_schedule) : "",
+             *codec ? ", " : "", codec);
 }
 
 static void describe_result(const plan_result *r, char *out, size_t cap) {
@@ -136,7 +149,10 @@ static void layout_flags(const plan_result *r, char *out, size_t cap) {
     if (n > 0 && (size_t)n < cap && dp * cp > 1 && j->stage) n += snprintf(out + n, cap - (size_t)n, " --zero %d", j->stage);
     if (n > 0 && (size_t)n < cap && r->c.precision != DT_F32) n += snprintf(out + n, cap - (size_t)n, " --precision %s", dt_precision_name(r->c.precision));
     if (n > 0 && (size_t)n < cap && r->c.recompute) n += snprintf(out + n, cap - (size_t)n, " --recompute");
-    if (n > 0 && (size_t)n < cap && pp > 1) snprintf(out + n, cap - (size_t)n, " --pp-schedule %s", dt_pp_kind_name((dt_pp_kind)r->c.pp_schedule));
+    if (n > 0 && (size_t)n < cap && pp > 1) n += snprintf(out + n, cap - (size_t)n, " --pp-schedule %s", dt_pp_kind_name((dt_pp_kind)r->c.pp_schedule));
+    char codec[96];
+    codec_flags(&r->c.codec, codec, sizeof codec);
+    if (n > 0 && (size_t)n < cap && *codec) snprintf(out + n, cap - (size_t)n, " %s", codec);
 }
 
 static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt_gpt2_config *cfg, FILE *f) {
@@ -319,6 +335,8 @@ static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_
     cJSON *rejected = cJSON_CreateArray();
     if (!ok || !rejected) { free(ok); cJSON_Delete(rejected); return 1; }
     static const dt_dtype precs[] = { DT_F32, DT_BF16 };
+    /* a codec changes what training computes: the search weighs one only where the command names it (--compress) */
+    int ncodec = c->codec.kind != DT_CODEC_NONE ? 2 : 1;
     for (int tp = 1; tp <= nranks; tp++)
         for (int pp = 1; tp * pp <= nranks; pp++)
             for (int cp = 1; tp * pp * cp <= nranks; cp++) {
@@ -327,11 +345,16 @@ static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_
                 for (int stage = 0; stage <= (dp * cp > 1 ? 3 : 0); stage++)
                     for (long b = 1; b <= global / dp && b <= 1024; b *= 2)
                         for (int rc = 0; rc <= 1; rc++)
-                            for (int pi = 0; pi < 2; pi++) {
+                            for (int pi = 0; pi < 2 * ncodec; pi++) {
                                 if (global % (dp * b)) continue;
+                                /* the command's codec, and none: it compresses data parallelism's (and ZeRO-1's) f32
+                                 * gradients, so it is tried where that is all the layout has */
+                                int coded = pi / 2 == 1;
+                                if (coded && (dp * cp < 2 || tp > 1 || pp > 1 || cp > 1 || stage > 1 || c->grad_comm != DT_F32)) continue;
                                 dt_train_config t = *c;
+                                if (!coded) t.codec.kind = DT_CODEC_NONE;
                                 t.nproc = nranks, t.dp = dp, t.tp = tp, t.pp = pp, t.cp = cp, t.batch = (int)b;
-                                t.grad_accum = (int)(global / (dp * b)), t.recompute = rc, t.precision = precs[pi];
+                                t.grad_accum = (int)(global / (dp * b)), t.recompute = rc, t.precision = precs[pi % 2];
                                 t.strategy = stage ? (const char *[]){ "", "zero1", "zero2", "zero3" }[stage] : NULL;
                                 if (t.grad_store != DT_F32 && t.precision == DT_F32) t.grad_store = DT_F32;
                                 if (pp > 1 && t.pp_schedule == DT_PP_INTERLEAVED && t.grad_accum % pp) t.pp_schedule = DT_PP_1F1B;
