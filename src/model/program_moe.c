@@ -278,6 +278,7 @@ void dt_program_moe_ep_traffic(dt_program *p, double *bytes, double *rows) {
 
 void dt_program_moe_load(dt_program *p, double *load) {
     size_t n = (size_t)p->nl * (size_t)p->cfg.experts;
+    if (!n) return; /* no experts: no counts (moe_load NULL) */
     if (load) memcpy(load, p->moe_load, n * sizeof(double));
     memset(p->moe_load, 0, n * sizeof(double));
 }

@@ -80,6 +80,17 @@ dt_status dt_codec_grow(void **arr, int *n, size_t size, int b) {
     return DT_OK;
 }
 
+dt_status dt_codec_layout(const dt_codec *k, const int *idx, int n, int **t, size_t **at, size_t *len) {
+    *t = malloc(sizeof **t * (size_t)(n ? n : 1));
+    *at = malloc(sizeof **at * (size_t)(n + 1));
+    if (!*t || !*at) return dt_error(DT_ERR_NOMEM, "codec: out of memory");
+    memcpy(*t, idx, sizeof *idx * (size_t)n);
+    *len = 0;
+    for (int i = 0; i < n; i++) (*at)[i] = *len, *len += k->t[idx[i]].count;
+    (*at)[n] = *len;
+    return DT_OK;
+}
+
 /* Bucket b's tensors: kept at its first exchange (*first), the same ones at every other. */
 static dt_status same_bucket(dt_codec *k, int b, const int *idx, int n, int *first) {
     dt_status st = b < 0 ? dt_error(DT_ERR_ARG, "codec: bucket %d", b) : dt_codec_grow((void **)&k->buckets, &k->nbuckets, sizeof *k->buckets, b);

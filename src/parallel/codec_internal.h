@@ -34,6 +34,9 @@ struct dt_codec {
 
 /* *arr (of *n elements of size bytes) grown to hold element b, the new ones zeroed. */
 dt_status dt_codec_grow(void **arr, int *n, size_t size, int b);
+/* A bucket's tensors idx[0..n) end to end: *t a copy of idx, (*at)[i] tensor i's first entry in the bucket, (*at)[n] and
+ * *len its entries (the caller frees *t and *at). */
+dt_status dt_codec_layout(const dt_codec *k, const int *idx, int n, int **t, size_t **at, size_t *len);
 
 extern const dt_codec_ops dt_codec_powersgd, dt_codec_topk, dt_codec_onebit; /* top-k's serves DGC too (its rules: codec_dgc.c) */
 

@@ -79,13 +79,8 @@ static dt_status setup(dt_codec *k, onebit *s, dt_comm *comm, int b, const int *
     if (st) return st;
     obucket *p = &s->b[b];
     *out = p;
-    p->t = malloc(sizeof *p->t * (size_t)(n ? n : 1));
-    p->at = malloc(sizeof *p->at * (size_t)(n + 1));
-    if (!p->t || !p->at) return dt_error(DT_ERR_NOMEM, "onebit: out of memory");
-    memcpy(p->t, idx, sizeof *idx * (size_t)n);
     p->n = n;
-    for (int i = 0; i < n; i++) p->at[i] = p->len, p->len += k->t[idx[i]].count;
-    p->at[n] = p->len;
+    if ((st = dt_codec_layout(k, idx, n, &p->t, &p->at, &p->len))) return st;
     size_t np = (size_t)dt_comm_size(comm);
     p->chunk = (p->len + np - 1) / np;
     if ((st = segments(p, (int)np))) return st;

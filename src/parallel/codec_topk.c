@@ -87,13 +87,8 @@ static dt_status setup(dt_codec *k, topk *s, dt_comm *comm, int b, const int *id
     if (st) return st;
     tbucket *p = &s->b[b];
     *out = p;
-    p->t = malloc(sizeof *p->t * (size_t)(n ? n : 1));
-    p->at = malloc(sizeof *p->at * (size_t)(n + 1));
-    if (!p->t || !p->at) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
-    memcpy(p->t, idx, sizeof *idx * (size_t)n);
     p->n = n;
-    for (int i = 0; i < n; i++) p->at[i] = p->len, p->len += k->t[idx[i]].count;
-    p->at[n] = p->len;
+    if ((st = dt_codec_layout(k, idx, n, &p->t, &p->at, &p->len))) return st;
     p->kmax = count_at(dt_codec_density_max(&k->c), p->len);
     if (p->len > UINT32_MAX) return dt_error(DT_ERR_ARG, "topk: a bucket of %zu entries: at most 2^32 (smaller --bucket-mb)", p->len);
     if (!(p->sample = malloc(sizeof *p->sample * (p->len / SAMPLE + 1)))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
