@@ -8,8 +8,10 @@
 # virtual environment is (dtrain/PT: PyTorch's step time over dtrain's).
 # COMPRESS=powersgd:R adds 2-machine runs with PowerSGD at rank R (from step
 # 2) and gives PyTorch DDP its powerSGD_hook at the same rank and start;
-# COMPRESS=topk:D the same with top-k at density D (PyTorch has no such hook:
-# its DDP stays dense).
+# COMPRESS=topk:D the same with top-k at density D, dgc:D with DGC (its run
+# with SGD and momentum 0.9: DGC corrects SGD's momentum), onebit:N with 1-bit
+# Adam frozen after N steps (give N below the 2 warm-up steps to time its
+# compressed steps); PyTorch has no such hooks: its DDP stays dense there.
 # Needs root.
 # usage: bench/cluster_ddp.sh [MODEL (d6)] [STEPS (10)] [ROUNDS (3)] [LINKS (10gbit:50 1gbit:100)]
 # (a link is RATE or RATE:US, US its one-way delay in microseconds)
@@ -43,12 +45,12 @@ fi
 comp=() hook=()
 if [ -n "${COMPRESS:-}" ]; then
     IFS=: read -r codec crank <<< "$COMPRESS"
-    if [ "$codec" = topk ]; then
-        comp=(--compress topk --compress-density "$crank" --compress-start 2)
-    else
-        comp=(--compress "$codec" --compress-rank "$crank" --compress-start 2)
-        hook=(--powersgd "$crank")
-    fi
+    case $codec in
+        topk) comp=(--compress topk --compress-density "$crank" --compress-start 2) ;;
+        dgc) comp=(--compress dgc --compress-density "$crank" --optimizer sgd --momentum 0.9) ;;
+        onebit) comp=(--compress onebit --compress-start "$crank") ;;
+        *) comp=(--compress "$codec" --compress-rank "$crank" --compress-start 2) hook=(--powersgd "$crank") ;;
+    esac
 fi
 torch_step() { # the median ms/step of PyTorch DDP, 1 rank on each machine
     rig_exec 1 env GLOO_SOCKET_IFNAME=eth0 "$torch" "$here/torch_ddp.py" --weights "$work/w.bin" --nproc 2 --rank 0 \
