@@ -307,9 +307,11 @@ static void topk_against_sequential(dt_comm *w, float density, int big, int patt
  * the sequential average's within 1e-6), and from the freeze on every value must be its own bit for bit. */
 static void onebit_against_sequential(dt_comm *w, int big) {
     static const char *const nm[] = { "a", "b", "c" };
-    static const int small[][4] = { { 12, 7 }, { 40 }, { 4, 3, 5 } }, large[][4] = { { 300, 70 }, { 4000 }, { 40, 30, 5 } };
+    /* tiny: 4 entries, so that on 3 ranks the last chunk is empty */
+    static const int small[][4] = { { 12, 7 }, { 40 }, { 4, 3, 5 } }, large[][4] = { { 300, 70 }, { 4000 }, { 40, 30, 5 } },
+                     tiny[][4] = { { 2 }, { 1 }, { 1 } };
     dt_tensor_info t[3];
-    size_t n = table(t, 3, nm, big ? large : small);
+    size_t n = table(t, 3, nm, big == 2 ? tiny : big ? large : small);
     int N = dt_comm_size(w), me_ = dt_comm_rank(w), idx[3] = { 0, 1, 2 }, start = 2, steps = 6;
     dt_codec_config c = { .kind = DT_CODEC_ONEBIT, .start = start, .beta1 = 0.9f };
     dt_codec *k;
@@ -383,10 +385,11 @@ static void onebit_against_sequential(dt_comm *w, int big) {
     }
     char what[200], detail[160];
     snprintf(detail, sizeof detail, "%zu entries, %d chunks, %d steps (2 warm-up: m within %.1e of the sequential average's)", n, N, steps, warm);
-    snprintf(what, sizeof what, "onebit, %s bucket on %d ranks: averaged momentum, m, e_w, e_s = the oracle's bit for bit", big ? "a large" : "a small", N);
+    const char *size = big == 2 ? "a tiny" : big ? "a large" : "a small";
+    snprintf(what, sizeof what, "onebit, %s bucket on %d ranks: averaged momentum, m, e_w, e_s = the oracle's bit for bit", size, N);
     check(what, same && warm <= 1e-6, st ? dt_last_error() : detail);
     snprintf(detail, sizeof detail, "worst |sent + e_w - x| %.2e (one subtraction's rounding)", lost);
-    snprintf(what, sizeof what, "onebit, %s bucket on %d ranks: sent + new worker error = momentum + old error", big ? "a large" : "a small", N);
+    snprintf(what, sizeof what, "onebit, %s bucket on %d ranks: sent + new worker error = momentum + old error", size, N);
     check(what, lost <= 1e-6, detail);
     free(g); free(m); free(ew); free(es); free(x); free(sent); free(y); free(ss); free(piece);
     dt_codec_destroy(k);
@@ -433,6 +436,7 @@ int main(int argc, char **argv) {
     sparse_against_sequential(w, &dgc, 1, 0);
     onebit_against_sequential(w, 0);
     onebit_against_sequential(w, 1);
+    onebit_against_sequential(w, 2);
     bad_config();
     dt_comm_destroy(w);
     if (me == 0) printf(failed ? "FAILED %d\n" : "all ok\n", failed);

@@ -54,6 +54,9 @@ static size_t state_floats(const dt_codec_config *c, const dt_tensor_info *t, dt
     return s == DT_CODEC_RESIDUAL || s == DT_CODEC_VELOCITY || s == DT_CODEC_SERVER ? t->count : 0;
 }
 
+/* Chunk j's first entry in the bucket (len for a chunk past the end: an empty one, the last ranks' where len < p chunks). */
+static size_t chunk_at(const obucket *p, int j) { return (size_t)j * p->chunk < p->len ? (size_t)j * p->chunk : p->len; }
+
 /* The segments: where a tensor or a chunk starts (merged, ascending); each chunk's first, and the most a chunk has. */
 static dt_status segments(obucket *p, int np) {
     p->seg = malloc(sizeof *p->seg * (size_t)(p->n + np + 1));
@@ -61,7 +64,7 @@ static dt_status segments(obucket *p, int np) {
     if (!p->seg || !p->first) return dt_error(DT_ERR_NOMEM, "onebit: out of memory");
     int ns = 0, i = 0;
     for (int j = 0; j <= np; j++) {
-        size_t a = (size_t)j * p->chunk < p->len ? (size_t)j * p->chunk : p->len, b = a + p->chunk < p->len ? a + p->chunk : p->len;
+        size_t a = chunk_at(p, j), b = chunk_at(p, j + 1);
         p->first[j] = ns;
         if (j == np || a == b) continue;
         p->seg[ns++] = a;
@@ -154,7 +157,7 @@ static dt_status worker(dt_codec *k, obucket *p, dt_comm *comm, const float *g, 
     }
     int np = dt_comm_size(comm), ti = 0;
     /* dense becomes e_w chunk by chunk, then goes to the tensors' residuals */
-    for (int j = 0; j < np; j++) compress_chunk(p, j, p->dense + (size_t)j * p->chunk, p->send + (size_t)j * p->words, p->dense + (size_t)j * p->chunk);
+    for (int j = 0; j < np; j++) compress_chunk(p, j, p->dense + chunk_at(p, j), p->send + (size_t)j * p->words, p->dense + chunk_at(p, j));
     for (size_t e = 0; e < p->len; e++) *entry(k, p, DT_CODEC_RESIDUAL, e, &ti) = p->dense[e];
     k->now.after += (size_t)np * p->words + p->words;
     k->now.bytes += (double)((size_t)np * p->words + p->words) * sizeof(uint32_t);
@@ -165,7 +168,7 @@ static dt_status worker(dt_codec *k, obucket *p, dt_comm *comm, const float *g, 
 /* This rank's chunk: every rank's entries added in rank order, over the ranks, plus e_s; compressed again. */
 static dt_status server(dt_codec *k, obucket *p, dt_comm *comm, dt_request **req) {
     int np = dt_comm_size(comm), me = dt_comm_rank(comm), ti = 0;
-    size_t a = (size_t)me * p->chunk, b = a + p->chunk < p->len ? a + p->chunk : p->len, n = a < b ? b - a : 0;
+    size_t a = chunk_at(p, me), n = chunk_at(p, me + 1) - a;
     float *y = p->dense; /* free now: the worker's x is spent */
     for (int r = 0; r < np; r++) decompress_chunk(p, me, p->recv + (size_t)r * p->words, y, r > 0);
     for (size_t c = 0; c < n; c++) y[c] = y[c] / (float)np + *entry(k, p, DT_CODEC_SERVER, a + c, &ti);
@@ -200,7 +203,7 @@ static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **
     int np = dt_comm_size(comm), ti = 0;
     float b1 = k->c.beta1;
     if (p->phase == 3)
-        for (int j = 0; j < np; j++) decompress_chunk(p, j, p->all + (size_t)j * p->words, p->dense + (size_t)j * p->chunk, 0);
+        for (int j = 0; j < np; j++) decompress_chunk(p, j, p->all + (size_t)j * p->words, p->dense + chunk_at(p, j), 0);
     for (size_t e = 0; e < p->len; e++) {
         float *m = entry(k, p, DT_CODEC_VELOCITY, e, &ti), *x = g + k->t[p->t[ti]].offset + (e - p->at[ti]);
         if (p->phase == 1) {
