@@ -103,9 +103,10 @@ printf '\x01\x02' | dd of="$dir/saved10/step-00000010/codec.f32" bs=1 seek=100 c
 verdict $ok "a damaged codec.f32 is named ($(grep -m1 -o "codec.f32.*" "$dir/verify.out" | cut -c1-90))"
 # DGC: SGD's momentum accumulates on each rank and is masked where sent, so at density 1 (every entry sent each step,
 # the velocity zeroed each step) it is SGD without momentum: dense DDP's average but for the embedding's summation order
+# (and the weight decay's term, which DGC adds on each rank before averaging)
 sgd=(--optimizer sgd --lr 0.2)
-run sgd0 "${sgd[@]}" && run dgc1 "${sgd[@]}" --momentum 0.9 --compress dgc --compress-density 1 &&
-    held "GPT-2, DGC at density 1 (momentum 0.9, masked) against dense DDP with SGD without momentum" sgd0 dgc1 2e-5
+run sgd0 "${sgd[@]}" --weight-decay 0.1 && run dgc1 "${sgd[@]}" --weight-decay 0.1 --momentum 0.9 --compress dgc --compress-density 1 &&
+    held "GPT-2, DGC at density 1 (momentum 0.9, masked; weight decay 0.1) against dense DDP with SGD without momentum" sgd0 dgc1 2e-5
 run dgc "${sgd[@]}" --momentum 0.9 --nesterov --grad-clip 1 --compress dgc --compress-density 0.01 --compress-warmup 2 --save "$dir/ckd"
 first=$(field loss "$dir/dgc.jsonl" | head -1) last=$(field loss "$dir/dgc.jsonl" | tail -1)
 r=$(field compress_ratio "$dir/dgc.jsonl" | tr '\n' ' ' | cut -d' ' -f1,3,5,7,9,20)
@@ -117,8 +118,8 @@ run dgc10 "${sgd[@]}" --momentum 0.9 --nesterov --grad-clip 1 --compress dgc --c
     cmp -s "$dir/ckd/step-00000020/params.f32" "$dir/ckd5/step-00000020/params.f32" &&
     [ "$(field loss "$dir/dgc.jsonl" | tail -15)" = "$(field loss "$dir/dres.jsonl")" ] && ok=1 || ok=0
 verdict $ok "DGC saved at step 5 (in its warm-up; residuals and velocities in codec.f32) and resumed: the uninterrupted run's losses and weights bit for bit"
-run dgcd "${sgd[@]}" --momentum 0.9 --compress dgc --compress-density 0.05 --save "$dir/dgcd.bin" &&
-    run dgcz "${sgd[@]}" --momentum 0.9 --compress dgc --compress-density 0.05 --zero 1 --save "$dir/dgcz.bin" &&
+run dgcd "${sgd[@]}" --weight-decay 0.1 --momentum 0.9 --compress dgc --compress-density 0.05 --save "$dir/dgcd.bin" &&
+    run dgcz "${sgd[@]}" --weight-decay 0.1 --momentum 0.9 --compress dgc --compress-density 0.05 --zero 1 --save "$dir/dgcz.bin" &&
     identical "ZeRO-1 with DGC (the momentum on each rank, each shard's update momentum-free) = DDP with DGC" dgcd dgcz
 # 1-bit Adam: its warm-up is Adam's on the whole average (the embedding's rows summed in the codec's order), then the
 # momentum travels as signs; ZeRO-1 updates its shard of the same; a checkpoint in either stage resumes bit for bit

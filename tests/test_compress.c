@@ -220,22 +220,30 @@ static double density_at(const dt_codec_config *c, int step) {
 }
 
 /* What rank r adds to its accumulation rr (and velocity u) from gradient v of one tensor (ne entries): top-k adds v;
- * DGC clips v to c->clip, then u = m u + v, rr += u (Nesterov: u = m (u + v), rr += u + v). */
-static void oracle_accumulate(const dt_codec_config *c, const float *v, float *u, float *rr, size_t ne) {
+ * DGC adds c->weight_decay times the parameters p to v, clips that to c->clip, then u = m u + v, rr += u (Nesterov:
+ * u = m (u + v), rr += u + v). */
+static void oracle_accumulate(const dt_codec_config *c, const float *v, const float *p, float *u, float *rr, size_t ne) {
     if (c->kind != DT_CODEC_DGC) {
         for (size_t j = 0; j < ne; j++) rr[j] += v[j];
         return;
     }
     double ss = 0;
-    for (size_t j = 0; j < ne; j++) ss += (double)v[j] * v[j];
+    for (size_t j = 0; j < ne; j++) {
+        float d = c->weight_decay > 0 ? v[j] + c->weight_decay * p[j] : v[j];
+        ss += (double)d * d;
+    }
     float f = 1;
     if (c->clip > 0 && c->clip / (sqrt(ss) + 1e-6) < 1) f = (float)(c->clip / (sqrt(ss) + 1e-6));
     for (size_t j = 0; j < ne; j++) {
-        float x = f * v[j];
+        float x = f * (c->weight_decay > 0 ? v[j] + c->weight_decay * p[j] : v[j]);
         if (c->nesterov) u[j] = c->momentum * (u[j] + x), rr[j] = rr[j] + u[j] + x;
         else u[j] = c->momentum * u[j] + x, rr[j] = rr[j] + u[j];
     }
 }
+
+/* The parameters DGC's weight decay reads (the test's model: a fixed draw). */
+static float *test_params;
+static float *params_of(void *self) { (void)self; return test_params; }
 
 /* c: top-k or DGC, on a bucket of three tensors, 4 steps (6 with a warm-up) against the oracle. */
 static void sparse_against_sequential(dt_comm *w, const dt_codec_config *c, int big, int pattern) {
@@ -248,6 +256,11 @@ static void sparse_against_sequential(dt_comm *w, const dt_codec_config *c, int 
     bool dgc = c->kind == DT_CODEC_DGC;
     dt_codec *k;
     if (dt_codec_create(c, t, 3, &k)) { check("topk: create", false, dt_last_error()); return; }
+    test_params = malloc(n * sizeof *test_params);
+    uint64_t ps = 11;
+    for (size_t j = 0; j < n; j++) test_params[j] = 3 * dt_rng_normal(&ps);
+    dt_model model = { .params = params_of, .tensors = t, .ntensors = 3, .nparams = n };
+    dt_codec_set_model(k, &model);
     float *g = malloc(n * sizeof *g), *ref = malloc(n * sizeof *ref), *res = calloc((size_t)N * n, sizeof *res), *kept = malloc(n * sizeof *kept);
     float *vel = calloc((size_t)N * n, sizeof *vel), *v = malloc(n * sizeof *v);
     mag *m = malloc(n * sizeof *m);
@@ -260,7 +273,7 @@ static void sparse_against_sequential(dt_comm *w, const dt_codec_config *c, int 
         for (int r = 0; r < N; r++) {
             float *rr = res + (size_t)r * n, *u = vel + (size_t)r * n;
             for (size_t j = 0; j < n; j++) v[j] = draw(step, r, j, pattern);
-            for (int i = 0; i < 3; i++) oracle_accumulate(c, v + t[i].offset, u + t[i].offset, rr + t[i].offset, t[i].count);
+            for (int i = 0; i < 3; i++) oracle_accumulate(c, v + t[i].offset, test_params + t[i].offset, u + t[i].offset, rr + t[i].offset, t[i].count);
             if (r == me_) memcpy(g, v, n * sizeof *g), memcpy(kept, rr, n * sizeof *kept);
             for (size_t j = 0; j < n; j++) m[j] = (mag){ fabsf(rr[j]), j };
             qsort(m, n, sizeof *m, by_mag);
@@ -281,9 +294,9 @@ static void sparse_against_sequential(dt_comm *w, const dt_codec_config *c, int 
             for (size_t j = 0; j < ne; j++) identity = identity && (r[j] == 0 || r[j] == kept[t[i].offset + j]);
         }
     }
-    char what[240], detail[120], name[80];
-    if (dgc) snprintf(name, sizeof name, "dgc density %g, momentum %g%s%s%s", c->density, c->momentum, c->nesterov ? " Nesterov" : "",
-                      c->clip > 0 ? ", clipped" : "", c->warmup ? ", warm-up" : "");
+    char what[260], detail[120], name[100];
+    if (dgc) snprintf(name, sizeof name, "dgc density %g, momentum %g%s%s%s%s", c->density, c->momentum, c->nesterov ? " Nesterov" : "",
+                      c->clip > 0 ? ", clipped" : "", c->warmup ? ", warm-up" : "", c->weight_decay > 0 ? ", weight decay" : "");
     else snprintf(name, sizeof name, "topk density %g", c->density);
     snprintf(detail, sizeof detail, "%zu of %zu entries a rank at the end (%zu in %d steps), %s", kk, n, ks, steps,
              pattern ? "the sample misleading: every entry a candidate" : "ties and overlapping choices");
@@ -292,7 +305,7 @@ static void sparse_against_sequential(dt_comm *w, const dt_codec_config *c, int 
     check(what, same, st ? dt_last_error() : detail);
     snprintf(what, sizeof what, "%s, %s bucket on %d ranks: sent + new residual = accumulated (old residual + update)", name, big ? "a large" : "a small", N);
     check(what, identity, NULL);
-    free(g); free(ref); free(res); free(kept); free(m); free(vel); free(v);
+    free(g); free(ref); free(res); free(kept); free(m); free(vel); free(v); free(test_params);
     dt_codec_destroy(k);
 }
 
@@ -430,7 +443,7 @@ int main(int argc, char **argv) {
     sparse_against_sequential(w, &dgc, 1, 0);
     dgc.nesterov = 1, dgc.clip = 90.0f, dgc.warmup = 2; /* the clip binds on "a" (norm ~187) and "c" (~100), not on "b" (~82) */
     sparse_against_sequential(w, &dgc, 1, 0);
-    dgc = (dt_codec_config){ .kind = DT_CODEC_DGC, .density = 0.1f, .momentum = 0.5f, .warmup = 1 };
+    dgc = (dt_codec_config){ .kind = DT_CODEC_DGC, .density = 0.1f, .momentum = 0.5f, .warmup = 1, .weight_decay = 0.05f };
     sparse_against_sequential(w, &dgc, 0, 0);
     dgc = (dt_codec_config){ .kind = DT_CODEC_TOPK, .density = 0.001f, .warmup = 1 };
     sparse_against_sequential(w, &dgc, 1, 0);

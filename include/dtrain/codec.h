@@ -25,6 +25,7 @@ typedef struct {
     float momentum;  /* DGC: SGD's momentum, accumulated on each rank (momentum correction): the optimizer runs without */
     int nesterov;    /* DGC: SGD's Nesterov form of it */
     float clip;      /* DGC: each tensor's gradient clipped to this norm on its rank before it is accumulated (0: none) */
+    float weight_decay; /* DGC: SGD's weight decay, added to the gradient before clipping and momentum (dt_codec_set_model) */
     float beta1;     /* 1-bit Adam: Adam's beta1 (its momentum, which is what travels) */
     uint64_t seed;   /* the first Q's values (the same on every rank) */
 } dt_codec_config;
@@ -69,6 +70,9 @@ float *dt_codec_state(dt_codec *k, int i, dt_codec_state_kind s, size_t *n);
 int dt_codec_has_state(const dt_codec *k);
 size_t dt_codec_state_size(const dt_codec *k, dt_codec_state_kind s);
 dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int load);
+/* The model whose parameters DGC's weight decay reads (m->params(m->self), called at each bucket: a store that moves,
+ * ZeRO's shared one, is followed). m must outlive the codec. */
+void dt_codec_set_model(dt_codec *k, const dt_model *m);
 /* A sparse codec's density at step (counted from the run's first): the warm-up's, then c->density. */
 double dt_codec_density_at(const dt_codec_config *c, int step);
 /* The settings a codec's state depends on (a checkpoint's is resumed only by the same). */

@@ -166,6 +166,8 @@ dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int 
 
 const dt_codec_config *dt_codec_get_config(const dt_codec *k) { return &k->c; }
 
+void dt_codec_set_model(dt_codec *k, const dt_model *m) { k->model = m; }
+
 int dt_codec_steps(const dt_codec *k) { return k->steps; }
 
 void dt_codec_set_steps(dt_codec *k, int steps) { k->steps = steps; }

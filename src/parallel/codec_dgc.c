@@ -3,6 +3,8 @@
  *
  * Momentum correction: SGD's momentum moves from the optimizer onto each rank, before sparsification, so that what
  * accumulates unsent is velocity, not raw gradient: u = m u + g, v = v + u (Nesterov: u = m (u + g), v = v + u + g),
+ * g with SGD's weight decay in it (g + wd p, as the paper's implementation adds it before compensation: the decay then
+ * goes through the momentum as it does in dense SGD, not once outside it),
  * the top-k of |v| is sent, and the optimizer applies the average with plain SGD. Momentum factor masking: where an
  * entry was sent, u is zeroed as v is, so a stale velocity does not push it on. Local gradient clipping: each tensor's
  * gradient is clipped on its rank before it is accumulated (the run's --grad-clip over the square root of the ranks, as the
@@ -23,20 +25,23 @@ double dt_codec_density_at(const dt_codec_config *c, int step) {
 
 float dt_codec_density_max(const dt_codec_config *c) { return c->warmup > 0 && c->density < 0.25f ? 0.25f : c->density; }
 
-void dt_dgc_accumulate(const dt_codec_config *c, const float *g, float *u, float *v, size_t n) {
+void dt_dgc_accumulate(const dt_codec_config *c, const float *g, const float *p, float *u, float *v, size_t n) {
+    float wd = p ? c->weight_decay : 0, m = c->momentum;
     double ss = 0;
-    for (size_t j = 0; c->clip > 0 && j < n; j++) ss += (double)g[j] * g[j];
+    for (size_t j = 0; c->clip > 0 && j < n; j++) {
+        float x = wd > 0 ? g[j] + wd * p[j] : g[j];
+        ss += (double)x * x;
+    }
     /* PyTorch's clip_grad_norm_ factor: max_norm / (norm + 1e-6), applied only when below 1 */
-    float f = c->clip > 0 && c->clip / (sqrt(ss) + 1e-6) < 1 ? (float)(c->clip / (sqrt(ss) + 1e-6)) : 1.0f, m = c->momentum;
-    if (c->nesterov)
-        for (size_t j = 0; j < n; j++) {
-            float x = f * g[j];
+    float f = c->clip > 0 && c->clip / (sqrt(ss) + 1e-6) < 1 ? (float)(c->clip / (sqrt(ss) + 1e-6)) : 1.0f;
+    for (size_t j = 0; j < n; j++) {
+        float x = f * (wd > 0 ? g[j] + wd * p[j] : g[j]);
+        if (c->nesterov) {
             u[j] = m * (u[j] + x);
             v[j] = v[j] + u[j] + x;
-        }
-    else
-        for (size_t j = 0; j < n; j++) {
-            u[j] = m * u[j] + f * g[j];
+        } else {
+            u[j] = m * u[j] + x;
             v[j] = v[j] + u[j];
         }
+    }
 }

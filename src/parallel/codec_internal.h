@@ -27,6 +27,7 @@ struct dt_codec {
     int steps;
     dt_codec_stats now;               /* this step's, so far */
     dt_comm *comm;                    /* the one its buffers came from */
+    const dt_model *model;            /* its parameters (DGC's weight decay; NULL: none given) */
     /* each bucket's tensors as its first exchange named them (a bucket holds the same ones every step) */
     struct { int *idx, n; } *buckets;
     int nbuckets;
@@ -40,8 +41,9 @@ dt_status dt_codec_layout(const dt_codec *k, const int *idx, int n, int **t, siz
 
 extern const dt_codec_ops dt_codec_powersgd, dt_codec_topk, dt_codec_onebit; /* top-k's serves DGC too (its rules: codec_dgc.c) */
 
-/* DGC: tensor g's n entries (clipped, c->clip) into its velocity u and accumulation v (momentum correction). */
-void dt_dgc_accumulate(const dt_codec_config *c, const float *g, float *u, float *v, size_t n);
+/* DGC: tensor g's n entries, plus c->weight_decay times its parameters p (NULL: none), clipped to c->clip, into its
+ * velocity u and accumulation v (momentum correction). */
+void dt_dgc_accumulate(const dt_codec_config *c, const float *g, const float *p, float *u, float *v, size_t n);
 /* The largest density any step of c sends (the warm-up's first, or c->density). */
 float dt_codec_density_max(const dt_codec_config *c);
 

@@ -135,6 +135,7 @@ static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n,
     if (p->busy) return dt_error(DT_ERR_ARG, "topk: bucket %d started again before its exchange ended", b);
     p->k = count_at(dt_codec_density_at(&k->c, k->steps), p->len);
     bool dgc = k->c.kind == DT_CODEC_DGC;
+    const float *params = dgc && k->model ? k->model->params(k->model->self) : NULL;
     size_t ns = 0;
     for (int i = 0; i < n; i++) {
         const dt_tensor_info *t = &k->t[idx[i]];
@@ -143,7 +144,7 @@ static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n,
         float *u = dgc ? dt_codec_state(k, idx[i], DT_CODEC_VELOCITY, &nu) : NULL;
         if (!res || (dgc && !u)) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
         /* kept; the sent entries leave it below */
-        if (dgc) dt_dgc_accumulate(&k->c, x, u, res, ne);
+        if (dgc) dt_dgc_accumulate(&k->c, x, params ? params + t->offset : NULL, u, res, ne);
         else
             for (size_t j = 0; j < ne; j++) res[j] = x[j] + res[j];
         for (size_t j = (SAMPLE - p->at[i] % SAMPLE) % SAMPLE; j < ne; j += SAMPLE) p->sample[ns++] = fabsf(res[j]);

@@ -860,6 +860,7 @@ static dt_status s_create(const dt_engine_config *c, void **state, size_t *off, 
     if (!st && c->grad_store != DT_F32) st = dt_ddp_set_grad_store(s->d, c->grad_store, 0, c->model.nparams);
     if (!st && c->ep > 1) st = dt_ddp_set_experts(s->d, c->expert_comm, c->ep);
     if (!st && c->codec && c->codec->kind != DT_CODEC_NONE) st = dt_codec_create(c->codec, c->model.tensors, c->model.ntensors, &s->codec);
+    if (!st && s->codec) dt_codec_set_model(s->codec, &c->model);
     if (!st && s->codec) st = dt_ddp_set_codec(s->d, s->codec);
     if (st) { dt_ddp_destroy(s->d); dt_codec_destroy(s->codec); free(s); return st; }
     *state = s;

@@ -86,7 +86,8 @@ static void trim_tied_copy(dt_engine *e) {
 
 /* The codec's copy of its settings, completed from the optimizer's. 1-bit Adam takes AdamW's beta1. DGC's momentum
  * correction: SGD's momentum (and Nesterov's form) runs on each rank before sparsification, so the
- * optimizer runs without; the run's clipping becomes DGC's local clipping, per tensor at --grad-clip / sqrt(ranks). From the
+ * optimizer runs without (and without the weight decay, which goes into the gradient there); the run's clipping becomes
+ * DGC's local clipping, per tensor at --grad-clip / sqrt(ranks). From the
  * first step: a dense step would need the momentum back in the optimizer. */
 static dt_status take_codec(dt_engine *e) {
     e->codec = *e->cfg.codec;
@@ -115,7 +116,8 @@ static dt_status take_codec(dt_engine *e) {
     int ranks = e->cfg.comm ? dt_comm_size(e->cfg.comm) : 1;
     e->codec.momentum = o->momentum, e->codec.nesterov = o->nesterov;
     e->codec.clip = e->cfg.grad_clip > 0 ? e->cfg.grad_clip / sqrtf((float)ranks) : 0;
-    o->momentum = 0, o->nesterov = 0;
+    e->codec.weight_decay = o->weight_decay;
+    o->momentum = 0, o->nesterov = 0, o->weight_decay = 0;
     e->cfg.grad_clip = 0;
     return DT_OK;
 }
