@@ -48,7 +48,9 @@ if [ -n "${COMPRESS:-}" ]; then
     case $codec in
         topk) comp=(--compress topk --compress-density "$crank" --compress-start 2) ;;
         dgc) comp=(--compress dgc --compress-density "$crank" --optimizer sgd --momentum 0.9) ;;
-        onebit) comp=(--compress onebit --compress-start "$crank") ;;
+        # a timing run: frozen after 1 or 2 steps at d6's default lr its variance overflows the update by step 8 (NaN);
+        # what a step does does not depend on the lr
+        onebit) comp=(--compress onebit --compress-start "$crank" --lr 1e-6) ;;
         *) comp=(--compress "$codec" --compress-rank "$crank" --compress-start 2) hook=(--powersgd "$crank") ;;
     esac
 fi

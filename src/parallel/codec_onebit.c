@@ -94,12 +94,6 @@ static dt_status setup(dt_codec *k, onebit *s, dt_comm *comm, int b, const int *
     return dt_comm_alloc(comm, (np + 1) * p->words * sizeof *p->all, (void **)&p->all);
 }
 
-/* Entry e of the bucket (ascending from where *i is): tensor *i's state s at it. */
-static float *entry(dt_codec *k, const obucket *p, dt_codec_state_kind s, size_t e, int *i) {
-    while (e >= p->at[*i + 1]) (*i)++;
-    return dt_codec_state_held(k, p->t[*i], s) + (e - p->at[*i]);
-}
-
 /* Chunk j's entries [a, b) (chunk-relative; one segment, slot k of its message w): their scale |x| / sqrt(b - a), their
  * signs (0 counts as +), and what that loses into err (x itself may be err: each entry is read before it is written). */
 static void compress(const float *x, size_t a, size_t b, uint32_t *w, size_t k, size_t slots, float *err) {
@@ -107,18 +101,31 @@ static void compress(const float *x, size_t a, size_t b, uint32_t *w, size_t k, 
     for (size_t c = a; c < b; c++) ss += (double)x[c] * x[c];
     float scale = b > a ? (float)(sqrt(ss) / sqrt((double)(b - a))) : 0;
     memcpy(&w[k], &scale, sizeof scale);
-    for (size_t c = a; c < b; c++) {
-        int up = x[c] >= 0;
-        w[slots + c / 32] |= (uint32_t)up << (c % 32);
-        err[c] = x[c] - (up ? scale : -scale);
+    /* a word of signs at a time, made in a register (a segment may start and end inside a word) */
+    for (size_t c = a; c < b;) {
+        size_t wi = c / 32, end = (wi + 1) * 32 < b ? (wi + 1) * 32 : b;
+        uint32_t word = 0;
+        for (; c < end; c++) {
+            int up = x[c] >= 0;
+            word |= (uint32_t)up << (c % 32);
+            err[c] = x[c] - (up ? scale : -scale);
+        }
+        w[slots + wi] |= word;
     }
 }
 
-/* Entry c of a message whose segment takes slot k: its sign times the scale. */
-static float entry_of(const uint32_t *w, size_t k, size_t slots, size_t c) {
+/* Entries [a, b) of a message whose segment takes slot k, each its sign times the scale, into out (add: onto it). */
+static void expand(const uint32_t *w, size_t k, size_t slots, size_t a, size_t b, float *out, int add) {
     float scale;
     memcpy(&scale, &w[k], sizeof scale);
-    return (w[slots + c / 32] >> (c % 32)) & 1 ? scale : -scale;
+    for (size_t c = a; c < b;) {
+        size_t wi = c / 32, end = (wi + 1) * 32 < b ? (wi + 1) * 32 : b;
+        uint32_t word = w[slots + wi];
+        if (add)
+            for (; c < end; c++) out[c] += (word >> (c % 32)) & 1 ? scale : -scale;
+        else
+            for (; c < end; c++) out[c] = (word >> (c % 32)) & 1 ? scale : -scale;
+    }
 }
 
 /* Chunk j of x (chunk-relative) into message w segment by segment; err as compress's. */
@@ -131,11 +138,7 @@ static void compress_chunk(const obucket *p, int j, const float *x, uint32_t *w,
 /* Chunk j's entries from message w into out (chunk-relative); add: out += them (else out = them). */
 static void decompress_chunk(const obucket *p, int j, const uint32_t *w, float *out, int add) {
     size_t base = (size_t)j * p->chunk;
-    for (int s = p->first[j]; s < p->first[j + 1]; s++)
-        for (size_t c = p->seg[s] - base; c < p->seg[s + 1] - base; c++) {
-            float v = entry_of(w, (size_t)(s - p->first[j]), p->slots, c);
-            out[c] = add ? out[c] + v : v;
-        }
+    for (int s = p->first[j]; s < p->first[j + 1]; s++) expand(w, (size_t)(s - p->first[j]), p->slots, p->seg[s] - base, p->seg[s + 1] - base, out, add);
 }
 
 static dt_status warmup_start(dt_codec *k, obucket *p, dt_comm *comm, const float *g, dt_request **req) {
@@ -155,10 +158,11 @@ static dt_status worker(dt_codec *k, obucket *p, dt_comm *comm, const float *g, 
         float *x = p->dense + p->at[i];
         for (size_t j = 0; j < t->count; j++) x[j] = (b1 * m[j] + (1.0f - b1) * g[t->offset + j]) + e[j];
     }
-    int np = dt_comm_size(comm), ti = 0;
+    int np = dt_comm_size(comm);
     /* dense becomes e_w chunk by chunk, then goes to the tensors' residuals */
     for (int j = 0; j < np; j++) compress_chunk(p, j, p->dense + chunk_at(p, j), p->send + (size_t)j * p->words, p->dense + chunk_at(p, j));
-    for (size_t e = 0; e < p->len; e++) *entry(k, p, DT_CODEC_RESIDUAL, e, &ti) = p->dense[e];
+    for (int i = 0; i < p->n; i++)
+        memcpy(dt_codec_state_held(k, p->t[i], DT_CODEC_RESIDUAL), p->dense + p->at[i], (p->at[i + 1] - p->at[i]) * sizeof(float));
     k->now.after += (size_t)np * p->words + p->words;
     k->now.bytes += (double)((size_t)np * p->words + p->words) * sizeof(uint32_t);
     p->phase = 2;
@@ -167,15 +171,21 @@ static dt_status worker(dt_codec *k, obucket *p, dt_comm *comm, const float *g, 
 
 /* This rank's chunk: every rank's entries added in rank order, over the ranks, plus e_s; compressed again. */
 static dt_status server(dt_codec *k, obucket *p, dt_comm *comm, dt_request **req) {
-    int np = dt_comm_size(comm), me = dt_comm_rank(comm), ti = 0;
+    int np = dt_comm_size(comm), me = dt_comm_rank(comm);
     size_t a = chunk_at(p, me), n = chunk_at(p, me + 1) - a;
     float *y = p->dense; /* free now: the worker's x is spent */
     for (int r = 0; r < np; r++) decompress_chunk(p, me, p->recv + (size_t)r * p->words, y, r > 0);
-    for (size_t c = 0; c < n; c++) y[c] = y[c] / (float)np + *entry(k, p, DT_CODEC_SERVER, a + c, &ti);
+    for (int i = 0; i < p->n; i++) { /* the tensors' pieces of the chunk: their e_s */
+        size_t lo = p->at[i] > a ? p->at[i] : a, hi = p->at[i + 1] < a + n ? p->at[i + 1] : a + n;
+        const float *es = dt_codec_state_held(k, p->t[i], DT_CODEC_SERVER) + (lo - p->at[i]);
+        for (size_t c = lo; c < hi; c++) y[c - a] = y[c - a] / (float)np + es[c - lo];
+    }
     uint32_t *mine = p->all + (size_t)np * p->words;
     compress_chunk(p, me, y, mine, y); /* y becomes what the signs lose: e_s */
-    ti = 0;
-    for (size_t c = 0; c < n; c++) *entry(k, p, DT_CODEC_SERVER, a + c, &ti) = y[c];
+    for (int i = 0; i < p->n; i++) {
+        size_t lo = p->at[i] > a ? p->at[i] : a, hi = p->at[i + 1] < a + n ? p->at[i + 1] : a + n;
+        if (lo < hi) memcpy(dt_codec_state_held(k, p->t[i], DT_CODEC_SERVER) + (lo - p->at[i]), y + (lo - a), (hi - lo) * sizeof *y);
+    }
     p->phase = 3;
     return dt_comm_iallgather(comm, mine, p->all, p->words, DT_I32, req);
 }
@@ -200,19 +210,18 @@ static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **
     obucket *p = b >= 0 && b < s->nb ? &s->b[b] : NULL;
     if (!p || !p->phase) return dt_error(DT_ERR_ARG, "onebit: bucket %d has no exchange in flight", b);
     if (p->phase == 2) return server(k, p, comm, req);
-    int np = dt_comm_size(comm), ti = 0;
+    int np = dt_comm_size(comm);
     float b1 = k->c.beta1;
     if (p->phase == 3)
         for (int j = 0; j < np; j++) decompress_chunk(p, j, p->all + (size_t)j * p->words, p->dense + chunk_at(p, j), 0);
-    for (size_t e = 0; e < p->len; e++) {
-        float *m = entry(k, p, DT_CODEC_VELOCITY, e, &ti), *x = g + k->t[p->t[ti]].offset + (e - p->at[ti]);
-        if (p->phase == 1) {
-            /* warm-up: the average, and Adam's momentum of it */
-            *x = p->dense[e] / (float)np;
-            *m = b1 * *m + (1.0f - b1) * *x;
-        } else {
-            *x = *m = p->dense[e];
-        }
+    for (int i = 0; i < p->n; i++) {
+        float *m = dt_codec_state_held(k, p->t[i], DT_CODEC_VELOCITY), *x = g + k->t[p->t[i]].offset;
+        const float *d = p->dense + p->at[i];
+        size_t ne = p->at[i + 1] - p->at[i];
+        if (p->phase == 1) /* warm-up: the average, and Adam's momentum of it */
+            for (size_t j = 0; j < ne; j++) x[j] = d[j] / (float)np, m[j] = b1 * m[j] + (1.0f - b1) * x[j];
+        else
+            for (size_t j = 0; j < ne; j++) x[j] = m[j] = d[j];
     }
     p->phase = 0;
     *done = 1;
