@@ -40,7 +40,7 @@ struct dt_engine {
     dt_loss_scale ls;
     int scaling;
     float lr;        /* this step's (dt_engine_begin_micro passes it on) */
-    dt_codec_config codec; /* the strategy's (cfg.codec points here): DGC's takes the optimizer's momentum and clipping */
+    dt_codec_config codec; /* the strategy's (cfg.codec points here), completed from the optimizer's settings (take_codec) */
 };
 
 static dt_status choose(const dt_engine_config *c, const dt_strategy **out) {
@@ -85,10 +85,10 @@ static void trim_tied_copy(dt_engine *e) {
 }
 
 /* The codec's copy of its settings, completed from the optimizer's. 1-bit Adam takes AdamW's beta1. DGC's momentum
- * correction: SGD's momentum (and Nesterov's form) runs on each rank before sparsification, so the
- * optimizer runs without (and without the weight decay, which goes into the gradient there); the run's clipping becomes
- * DGC's local clipping, per tensor at --grad-clip / sqrt(ranks). From the
- * first step: a dense step would need the momentum back in the optimizer. */
+ * correction: SGD's momentum (and Nesterov's form) runs on each rank before sparsification, so the optimizer runs
+ * without it (and without the weight decay, which goes into the gradient there); the run's clipping becomes DGC's local
+ * clipping, per tensor at --grad-clip / sqrt(ranks). DGC compresses from the first step: a dense step would need the
+ * momentum back in the optimizer. */
 static dt_status take_codec(dt_engine *e) {
     e->codec = *e->cfg.codec;
     e->cfg.codec = &e->codec;
@@ -311,8 +311,8 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
      * forward and kept for its other micro-batches */
     params_changed(e);
     /* 1-bit Adam: past its warm-up the optimizer takes the averaged momentum, the variance frozen */
-    dt_codec *k = e->codec.kind == DT_CODEC_ONEBIT ? dt_engine_codec(e) : NULL;
-    if (k) dt_optim_freeze_variance(e->opt, dt_codec_steps(k) >= e->codec.start ? e->codec.start : 0);
+    dt_codec *onebit = e->codec.kind == DT_CODEC_ONEBIT ? dt_engine_codec(e) : NULL;
+    if (onebit) dt_optim_freeze_variance(e->opt, dt_codec_steps(onebit) >= e->codec.start ? e->codec.start : 0);
     const dt_step_control control = { control_begin, control_sharded, control_materialize, e };
     if (e->cfg.schedule) st = e->cfg.schedule->run(e->cfg.schedule->ctx, &control, accum, (float)(r->loss_scale / accum), &loss_sum, &nloss);
     for (int k = 0; k < accum && !st && !e->cfg.schedule; k++) {
