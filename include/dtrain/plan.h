@@ -83,8 +83,8 @@ typedef struct {
     double lp_fresh_bw;         /* a 16-bit copy made into pages just given back, a core's f32 bytes read a second (this machine), else 0 */
     double pool_lend_bw;        /* ZeRO 2 and 3's gradient pages lent by the pool and zeroed, a core's bytes a second (this machine), else 0 */
     double busy_slowdown;       /* a core's GEMM alone over beside every other core running one (this machine), else 0: not slowed */
-    double powersgd_rate, topk_rate; /* a codec's compression, gradient elements a second on a core (this machine: PowerSGD at rank
-                                      * 4, top-k at density 0.01), else 0: its passes over the gradients at mem_bw */
+    double powersgd_rate, topk_rate, onebit_rate; /* a codec's compression, gradient elements a second on a core (this machine:
+                                      * PowerSGD at rank 4, top-k at density 0.01, 1-bit Adam frozen), else 0: its passes at mem_bw */
 } dt_plan_hardware;
 
 /* "this" (measured: the GEMM peaks' cache, bandwidth and attention now, the communication calibration), "a100-40g",

@@ -280,7 +280,7 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
         o->dp_comm = psgd     ? allreduce(sent * 4, n, da, db, g) + (2 * buckets - 1) * 2.0 * (n - 1) * da
                      : onebit ? 2 * gather(sent * 4 / (1 + 1.0 / n), n, da, db) + (2 * buckets - 2) * (n - 1) * da
                               : gather(sent * 4 * n, n, da, db) + (buckets - 1) * (n - 1) * da;
-        double rate = psgd ? h->powersgd_rate : onebit ? 0 : h->topk_rate;
+        double rate = psgd ? h->powersgd_rate : onebit ? h->onebit_rate : h->topk_rate;
         /* 1-bit Adam's passes: x made and read for its scales and signs, e_w written, the server's chunk, m decoded */
         o->codec = rate > 0 ? psi / rate : (psgd ? 8 : onebit ? 7 : 12) * psi * 4 / bw;
         if (psgd && j->codec.rank > 4) o->codec += 6.0 * approx * (j->codec.rank - 4) / (h->flops_f32 * h->gemm_efficiency);

@@ -161,7 +161,8 @@ static double measure_pool_lend(int unused) {
     return best;
 }
 
-/* A gradient codec's compression on one thread (codec_powersgd.c at rank 4, codec_topk.c at density 0.01): gradient
+/* A gradient codec's compression on one thread (codec_powersgd.c at rank 4, codec_topk.c at density 0.01, codec_onebit.c
+ * after its freeze): gradient
  * elements a second (in billions: the cache keeps figures below 1e6), over one bucket of a [2048 x 1024] and a [1024 x 4096] matrix and a vector, exchanged on a lone
  * communicator (its collectives move nothing), the best of 5 steps after one. Not measured where this process is a rank
  * of a job (no lone communicator there): the planner then counts the codec's passes at the bandwidth. */
@@ -177,7 +178,9 @@ static double measure_codec(int kind) {
         t[i].count = (size_t)shapes[i][0] * (size_t)shapes[i][1], t[i].offset = n;
         n += t[i].count;
     }
-    dt_codec_config c = { .kind = kind ? DT_CODEC_TOPK : DT_CODEC_POWERSGD, .rank = 4, .min_rate = 2, .density = 0.01f, .seed = 1 };
+    /* 1-bit Adam frozen after its first step: the steps timed are its coding's */
+    static const dt_codec_kind kinds[] = { DT_CODEC_POWERSGD, DT_CODEC_TOPK, DT_CODEC_ONEBIT };
+    dt_codec_config c = { .kind = kinds[kind], .rank = 4, .min_rate = 2, .density = 0.01f, .seed = 1, .start = kind == 2, .beta1 = 0.9f };
     dt_codec *k = NULL;
     float *g = malloc(n * sizeof *g);
     int idx[3] = { 0, 1, 2 };
@@ -316,8 +319,9 @@ dt_status dt_plan_this_machine(dt_plan_hardware *h) {
     dt_launch_kind launch;
     double (*codec)(int) = !dt_comm_detect_launch(&launch) && launch == DT_LAUNCH_NONE ? measure_codec : NULL;
     if (!st && !(st = dt_peak_cached_rate("codec_powersgd_r4_gelements_one_core", codec, 0, &h->powersgd_rate)) &&
-        !(st = dt_peak_cached_rate("codec_topk_gelements_one_core", codec, 1, &h->topk_rate)))
-        h->powersgd_rate *= 1e9, h->topk_rate *= 1e9;
+        !(st = dt_peak_cached_rate("codec_topk_gelements_one_core", codec, 1, &h->topk_rate)) &&
+        !(st = dt_peak_cached_rate("codec_onebit_gelements_one_core", codec, 2, &h->onebit_rate)))
+        h->powersgd_rate *= 1e9, h->topk_rate *= 1e9, h->onebit_rate *= 1e9;
     /* measured only where this process may run on every core: under a narrower mask (taskset, a Slurm step) the neighbours
      * would share its own core and the figure, cached for the CPU, would say the machine twice as slow beside them; there
      * the cache's figure, if any */
