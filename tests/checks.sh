@@ -6,6 +6,13 @@ passed=0
 failed=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 ok() { echo "ok   $*"; passed=$((passed + 1)); }
+# FIELD's values in a metrics file, one a line.
+field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
+# The worst relative difference of FIELD between two metrics files, or "missing" unless each has N of them (20).
+worst() { # FIELD A B [N]
+    paste <(field "$1" "$2") <(field "$1" "$3") |
+        awk -v n0="${4:-20}" 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=n0) print "missing"; else print w}'
+}
 # One training run ("$DTRAIN" train "${common[@]}" ARGS) with its metrics in
 # $dir/NAME.jsonl; a failure says its last lines and returns 1.
 run_metrics() { # NAME ARGS...

@@ -20,11 +20,6 @@ head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 # 12 heads of 4 channels: all-to-all splits them over CP 4, and over TP 2 x CP 2
 common=(--data "$dir/train.bin" --layers 2 --channels 48 --heads 12 --vocab 256 --max-seq 2048 --steps 20 --lr 1e-3 --threads 1
         --quiet)
-field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
-worst() { # worst relative difference of FIELD between two metrics files, or "missing"
-    paste <(field "$1" "$2") <(field "$1" "$3") |
-        awk -v n0="$4" 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=n0) print "missing"; else print w}'
-}
 close() { # WHAT REF FILE [TOL]: losses within TOL (1e-6), norms within 10 x TOL, validation losses as the losses
     local l n v tol=${4:-1e-6}
     l=$(worst loss "$2" "$3" 20) n=$(worst grad_norm "$2" "$3" 20) v=$(worst val_loss "$2" "$3" "$(field val_loss "$2" | wc -l)")

@@ -21,11 +21,6 @@ head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
 "$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
 common=(--data "$dir/train.bin" --layers 4 --channels 48 --heads 6 --vocab 256 --max-seq 32 --seq 32 --steps 20 --lr 1e-3 --threads 1
         --quiet)
-field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
-worst() { # worst relative difference of FIELD between two metrics files, or "missing"
-    paste <(field "$1" "$2") <(field "$1" "$3") |
-        awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
-}
 same() { # WHAT REF FILE [REF'S NAME]: every loss and norm the same digits
     if [ "$(field loss "$2" | wc -l)" = 20 ] && [ "$(field loss "$2")" = "$(field loss "$3")" ] &&
         [ "$(field grad_norm "$2")" = "$(field grad_norm "$3")" ]; then

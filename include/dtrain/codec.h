@@ -71,7 +71,7 @@ int dt_codec_has_state(const dt_codec *k);
 size_t dt_codec_state_size(const dt_codec *k, dt_codec_state_kind s);
 dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int load);
 /* The model whose parameters DGC's weight decay reads (m->params(m->self), called at each bucket: a store that moves,
- * ZeRO's shared one, is followed). m must outlive the codec. */
+ * ZeRO's shared one, is followed; dt_ddp_set_codec gives its own). m must outlive the codec's use. */
 void dt_codec_set_model(dt_codec *k, const dt_model *m);
 /* A sparse codec's density at step (counted from the run's first): the warm-up's, then c->density. */
 double dt_codec_density_at(const dt_codec_config *c, int step);

@@ -1,6 +1,7 @@
 /* Low-precision storage (bf16, f16) for mixed-precision training: packing
  * f32 values into 16 bits and back, and rounding f32 values in place to what
- * 16 bits can hold. Compute stays in f32: a value that went through a
+ * 16 bits can hold; and int8 with an absmax scale (int8 weights, the
+ * pipeline's int8 wire). Compute stays in f32: a value that went through a
  * 16-bit tensor is an f32 holding a 16-bit value, so f32 arithmetic on it is
  * exactly what a 16-bit kernel with f32 accumulation does. */
 #include "dtrain/kernels.h"

@@ -31,7 +31,7 @@ typedef struct {
     size_t *seg;         /* the segments' first entries, ascending, then len: every tensor's and chunk's start */
     int *first;          /* chunk j's segments: seg[first[j]] .. seg[first[j + 1]] */
     size_t slots, words; /* a message: a scale a segment (slots), then a chunk's signs, 32 a word */
-    float *dense;        /* warm-up: the bucket packed for its allreduce */
+    float *dense;        /* the bucket packed: the warm-up's allreduce; x, then e_w; the server's chunk; m decoded */
     uint32_t *send, *recv, *all; /* the alltoall's blocks out and in; the allgather's (own block first) */
     int phase;           /* 0: idle; 1: warm-up's allreduce in flight; 2: the alltoall; 3: the allgather */
 } obucket;
@@ -169,21 +169,28 @@ static dt_status worker(dt_codec *k, obucket *p, dt_comm *comm, const float *g, 
     return dt_comm_ialltoall(comm, p->send, p->recv, p->words, DT_I32, req);
 }
 
+/* Tensor i's piece [*lo, *hi) of the bucket's entries [a, b) (empty: *lo >= *hi). */
+static void piece(const obucket *p, int i, size_t a, size_t b, size_t *lo, size_t *hi) {
+    *lo = p->at[i] > a ? p->at[i] : a;
+    *hi = p->at[i + 1] < b ? p->at[i + 1] : b;
+}
+
 /* This rank's chunk: every rank's entries added in rank order, over the ranks, plus e_s; compressed again. */
 static dt_status server(dt_codec *k, obucket *p, dt_comm *comm, dt_request **req) {
     int np = dt_comm_size(comm), me = dt_comm_rank(comm);
     size_t a = chunk_at(p, me), n = chunk_at(p, me + 1) - a;
     float *y = p->dense; /* free now: the worker's x is spent */
     for (int r = 0; r < np; r++) decompress_chunk(p, me, p->recv + (size_t)r * p->words, y, r > 0);
+    size_t lo, hi;
     for (int i = 0; i < p->n; i++) { /* the tensors' pieces of the chunk: their e_s */
-        size_t lo = p->at[i] > a ? p->at[i] : a, hi = p->at[i + 1] < a + n ? p->at[i + 1] : a + n;
+        piece(p, i, a, a + n, &lo, &hi);
         const float *es = dt_codec_state_held(k, p->t[i], DT_CODEC_SERVER) + (lo - p->at[i]);
         for (size_t c = lo; c < hi; c++) y[c - a] = y[c - a] / (float)np + es[c - lo];
     }
     uint32_t *mine = p->all + (size_t)np * p->words;
     compress_chunk(p, me, y, mine, y); /* y becomes what the signs lose: e_s */
     for (int i = 0; i < p->n; i++) {
-        size_t lo = p->at[i] > a ? p->at[i] : a, hi = p->at[i + 1] < a + n ? p->at[i + 1] : a + n;
+        piece(p, i, a, a + n, &lo, &hi);
         if (lo < hi) memcpy(dt_codec_state_held(k, p->t[i], DT_CODEC_SERVER) + (lo - p->at[i]), y + (lo - a), (hi - lo) * sizeof *y);
     }
     p->phase = 3;

@@ -625,6 +625,7 @@ dt_status dt_ddp_set_codec(dt_ddp *d, dt_codec *k) {
         return dt_error(DT_ERR_UNSUPPORTED, "ddp: a codec compresses f32 gradients every rank keeps whole, set before the optimizer: not with "
                         "sharded gradients (ZeRO), experts spread over ranks, or gradients kept or sent in 16 bits, in this build");
     d->codec = k;
+    dt_codec_set_model(k, &d->m); /* the parameters DGC's weight decay reads */
     return use_plan(d);
 }
 
@@ -860,7 +861,6 @@ static dt_status s_create(const dt_engine_config *c, void **state, size_t *off, 
     if (!st && c->grad_store != DT_F32) st = dt_ddp_set_grad_store(s->d, c->grad_store, 0, c->model.nparams);
     if (!st && c->ep > 1) st = dt_ddp_set_experts(s->d, c->expert_comm, c->ep);
     if (!st && c->codec && c->codec->kind != DT_CODEC_NONE) st = dt_codec_create(c->codec, c->model.tensors, c->model.ntensors, &s->codec);
-    if (!st && s->codec) dt_codec_set_model(s->codec, &c->model);
     if (!st && s->codec) st = dt_ddp_set_codec(s->d, s->codec);
     if (st) { dt_ddp_destroy(s->d); dt_codec_destroy(s->codec); free(s); return st; }
     *state = s;

@@ -85,8 +85,6 @@ static dt_status sent(dt_request **req) {
     return st;
 }
 
-/* Posts a send on to the next stage (on) or back, once the last one that way has been received; what it sends
- * stays in the slot until then (the slot is not reused before the neighbour's answer to it), or is copied out. */
 /* ---- the wire: f32 as it is, or coded (pp_wire.c) into wout, received into win and decoded ---- */
 
 /* The message carrying out on (1) or back (0): out itself, or its coding (in wout[on]: its last send is through). */
@@ -129,12 +127,15 @@ static dt_status mailbox_get(dt_pipeline *p, int kind, float *in) {
     dt_mailbox *b = p->box[kind][kind];
     dt_status st = dt_mailbox_get(b, (const void **)&p->rx[kind]);
     if (st || p->c.wire == DT_PP_WIRE_F32) return st;
-    dt_pp_wire_decode(p->c.wire, p->rx[kind], p->stream, p->row, in);
+    wire_landed(p, p->rx[kind], in);
     dt_mailbox_release(b);
     p->rx[kind] = NULL;
     return DT_OK;
 }
 
+/* Posts a send on to the next stage (on) or back, once the last one that way has been received; what it sends
+ * stays in the slot until then (the slot is not reused before the neighbour's answer to it), or is copied out (a
+ * coded wire's message is its own copy). */
 static dt_status async_send(dt_pipeline *p, const float *out, int on) {
     dt_status st = sent(&p->sending[on]);
     if (st) return st;
@@ -388,12 +389,12 @@ dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
     }
     const dt_gpt2_part *part = dt_gpt2_get_part(c->model);
     p->stream = (size_t)c->B * c->T * (size_t)dt_gpt2_get_config(c->model)->channels / (part->sp ? (size_t)part->tp_size : 1);
-    p->row = (size_t)dt_gpt2_get_config(c->model)->channels;
-    p->words = dt_pp_wire_words(c->wire, p->stream, p->row);
     if ((unsigned)c->wire > DT_PP_WIRE_INT8) {
         free(p);
         return dt_error(DT_ERR_ARG, "pipeline: unknown wire %d", (int)c->wire);
     }
+    p->row = (size_t)dt_gpt2_get_config(c->model)->channels;
+    p->words = dt_pp_wire_words(c->wire, p->stream, p->row);
     p->ms = (dt_micro_schedule){ run, after_update, p };
     dt_status st = dt_pp_schedule_create(c->kind, p->p, c->virt > 1 ? c->virt : 1, c->micro, &p->s);
     for (int i = 0; i < 3 && !st && c->wire != DT_PP_WIRE_F32; i++) {

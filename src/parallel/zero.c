@@ -223,7 +223,6 @@ static dt_status z_create(const dt_engine_config *c, int stage, void **state, si
         st = dt_error(DT_ERR_UNSUPPORTED, "--compress %s with zero%d: a codec averages whole buckets (ZeRO-1's), not the shards ZeRO-2 and 3 "
                       "reduce to their owners, in this build", dt_codec_name(c->codec->kind), stage);
     if (!st && c->codec && c->codec->kind != DT_CODEC_NONE) st = dt_codec_create(c->codec, c->model.tensors, c->model.ntensors, &z->codec);
-    if (!st && z->codec) dt_codec_set_model(z->codec, &c->model);
     if (!st && z->codec) st = dt_ddp_set_codec(z->d, z->codec);
     /* a 16-bit gradient store: stage 1 keeps the whole averaged gradient (only the optimizer state is sharded,
      * 2 + 2 + 12/N), stages 2 and 3 their shard's */
