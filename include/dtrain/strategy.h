@@ -53,6 +53,16 @@ typedef struct dt_micro_schedule {
     void *ctx;
 } dt_micro_schedule;
 
+/* A preconditioner of the step's gradients (K-FAC, kfac.h): begin when a step of accum micro-batches starts; apply
+ * on the whole store's averaged gradients after the strategy's finish, before the update, at the step's learning rate
+ * (*skip: the step changes nothing, on every rank). It needs every gradient on every rank (strategies single and
+ * ddp) and the update after backward (the engine turns step_at_end on). */
+typedef struct {
+    void (*begin)(void *ctx, int accum);
+    dt_status (*apply)(void *ctx, float *grads, float lr, int *skip);
+    void *ctx;
+} dt_preconditioner;
+
 typedef struct {
     dt_model model;
     dt_comm *comm;              /* the data-parallel ranks; NULL: this process alone */
@@ -94,6 +104,8 @@ typedef struct {
     int ep;
     /* Gradient compression (DDP): NULL or DT_CODEC_NONE: the gradients are averaged as computed. */
     const dt_codec_config *codec;
+    /* NULL: the update takes the averaged gradients as they are. */
+    const dt_preconditioner *precond;
 } dt_engine_config;
 
 /* A parallel strategy. Every callback but create may be NULL (nothing to do). */

@@ -12,6 +12,7 @@
 #include "dtrain/context.h"
 #include "dtrain/plan.h"
 #include "dtrain/program.h"
+#include "dtrain/kfac.h"
 
 #include <stdio.h>
 
@@ -77,6 +78,8 @@ typedef struct {
     dt_dtype grad_comm;       /* the gradients' type in data parallelism's allreduce (DT_F32 unless --grad-comm) */
     dt_dtype grad_store;      /* --grad-store: DT_F32, or the 16-bit type the averaged gradients are kept in (the precision's) */
     dt_codec_config codec;    /* --compress powersgd, --compress-rank R, --compress-start N (kind DT_CODEC_NONE: none) */
+    int kfac_on;              /* --optimizer kfac: K-FAC's preconditioning (kfac) before opt's update (SGD, or --kfac-base adamw) */
+    dt_kfac_config kfac;
     int argc;                 /* the command line, re-executed for each rank */
     char **argv;
 } dt_train_config;

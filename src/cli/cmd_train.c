@@ -59,7 +59,14 @@ static void usage(FILE *f) {
             "  --chat-template T  chatml or llama3 (by default the kind tokenizer_config.json's template is)\n"
             "  --val-data FILE    validation tokens (or FILE.jsonl); --eval-every N steps, --eval-batches N (8)\n"
             "  --batch B (4)  --seq T (64)  --steps N (10; 0: evaluate only, as dtrain eval)  --grad-accum K (1)\n"
-            "  --optimizer sgd|adamw|lamb|lars (adamw)  --lr X (3e-4)  --betas B1,B2 (0.9,0.999)\n"
+            "  --optimizer sgd|adamw|lamb|lars|kfac (adamw)  --lr X (3e-4)  --betas B1,B2 (0.9,0.999)\n"
+            "  --optimizer kfac   K-FAC (kfac-pytorch's semantics): each block Linear's gradient preconditioned by its\n"
+            "                     Kronecker factors' inverse (the embedding, norms and head as they are), then\n"
+            "                     --kfac-base sgd (default) or adamw; single or ddp, f32 gradients. --kfac-damping D\n"
+            "                     (0.001), --kfac-decay F (0.95), --kfac-kl-clip K (0.001; 0 off), --kfac-factor-every N\n"
+            "                     and --kfac-inv-every N (1), --kfac-method eigen|inverse (eigen), --kfac-workers F:\n"
+            "                     KAISA's share of the ranks holding each Linear's decompositions (1: COMM-OPT, the\n"
+            "                     default; 1/ranks: MEM-OPT, each rank its own Linears', their gradients sent)\n"
             "  --eps X (1e-8)  --weight-decay X (0)  --momentum X (0)  --nesterov  --trust-coef X (0.001)\n"
             "  --grad-clip X      clip the global gradient norm (0 = off, the default)\n"
             "  --schedule constant|cosine (constant)  --warmup N (0: linear warm-up with either)  --lr-min X (0)\n"
@@ -188,7 +195,10 @@ static const dt_cli_flag flags[] = {
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
     { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
     { "--tokenizer", "a tokenizer.json" }, { "--chat-template", "chatml, llama3 or none" },
-    { "--optimizer", "sgd, adamw, lamb or lars" }, { "--precision", "fp32, bf16 or fp16" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--grad-store", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
+    { "--optimizer", "sgd, adamw, lamb, lars or kfac" }, { "--kfac-base", "sgd or adamw" }, { "--kfac-method", "eigen or inverse" },
+    { "--kfac-damping", "a number above 0, up to 1e6" }, { "--kfac-decay", "a number in [0, 1)" }, { "--kfac-kl-clip", "a number from 0 (off) to 1e6" },
+    { "--kfac-factor-every", "a whole number of steps from 1 to 1e6" }, { "--kfac-inv-every", "a whole number of steps from 1 to 1e6" },
+    { "--kfac-workers", "a fraction of the data-parallel ranks above 0, at most 1" }, { "--precision", "fp32, bf16 or fp16" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--grad-store", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
     { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
     { "--steps", "a whole number from 0 (evaluate only) to 1e9" }, { "--epochs", "a whole number from 1 to 1e6" },
@@ -247,8 +257,12 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
     dt_optim_kind kind = c.opt.kind;
     double betas[2] = { c.opt.beta1, c.opt.beta2 }, eps = c.opt.eps, wd = c.opt.weight_decay, mom = c.opt.momentum,
            trust = c.opt.trust_coef;
-    int nesterov = c.opt.nesterov;
+    int nesterov = c.opt.nesterov, kfac_flags = 0;
+    dt_optim_kind kfac_base = DT_OPT_SGD;
     const num_flag nums[] = {
+        { "--kfac-damping", 1e-30, 1e6, 0, &c.kfac.damping, 'f' }, { "--kfac-decay", 0, 0.999999, 0, &c.kfac.factor_decay, 'f' },
+        { "--kfac-kl-clip", 0, 1e6, 0, &c.kfac.kl_clip, 'f' }, { "--kfac-factor-every", 1, 1e6, 1, &c.kfac.factor_every, 'i' },
+        { "--kfac-inv-every", 1, 1e6, 1, &c.kfac.inv_every, 'i' }, { "--kfac-workers", 1e-9, 1, 0, &c.kfac.workers, 'f' },
         { "--batch", 1, 1e6, 1, &c.batch, 'i' }, { "--seq", 1, 1e6, 1, &c.seq, 'i' }, { "--steps", 0, 1e9, 1, &c.steps, 'i' },
         { "--epochs", 1, 1e6, 1, &c.epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c.save_every, 'i' }, { "--keep-last", 1, 256, 1, &c.keep_last, 'i' },
         { "--stop-after", 0, 1e9, 1, &c.stop_after, 'i' },
@@ -288,6 +302,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         if (!strcmp(f, "--synthetic")) { c.synthetic = 1; continue; }
         i++;
         const num_flag *nf = NULL;
+        kfac_flags += !strncmp(f, "--kfac-", 7);
         for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++)
             if (!strcmp(f, nums[k].name)) nf = &nums[k];
         double x;
@@ -345,7 +360,13 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         else if (!strcmp(f, "--trace")) c.trace = v;
         else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c.trace_first, &c.trace_last);
         else if (!strcmp(f, "--report")) c.report = v;
-        else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &kind);
+        else if (!strcmp(f, "--optimizer") && !strcmp(v, "kfac")) c.kfac_on = 1;
+        else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &kind), c.kfac_on = 0;
+        else if (!strcmp(f, "--kfac-base")) ok = !dt_optim_parse_kind(v, &kfac_base) && (kfac_base == DT_OPT_SGD || kfac_base == DT_OPT_ADAMW);
+        else if (!strcmp(f, "--kfac-method")) {
+            ok = !strcmp(v, "eigen") || !strcmp(v, "inverse");
+            c.kfac.method = ok && !strcmp(v, "inverse") ? DT_KFAC_INVERSE : DT_KFAC_EIGEN;
+        }
         else if (!strcmp(f, "--compress")) ok = !dt_codec_parse(v, &c.codec.kind);
         else if (!strcmp(f, "--grad-comm") || !strcmp(f, "--grad-store")) {
             ok = !dt_precision_parse(v, !strcmp(f, "--grad-comm") ? &c.grad_comm : &c.grad_store);
@@ -366,6 +387,11 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         else ok = false;
         if (!ok) return dt_cli_flag_error(cmd, flags, f, v);
     }
+    if (kfac_flags && !c.kfac_on) {
+        dt_log(DT_LOG_ERROR, "%s: --kfac-* flags set K-FAC's preconditioning, which is --optimizer kfac (not given)", cmd);
+        return 2;
+    }
+    if (c.kfac_on) kind = kfac_base;
     dt_optim_defaults(kind, &c.opt);
     c.opt.beta1 = (float)betas[0];
     c.opt.beta2 = (float)betas[1];

@@ -122,6 +122,21 @@ static dt_status take_codec(dt_engine *e) {
     return DT_OK;
 }
 
+/* A preconditioner rewrites whole gradients, every one on every rank, before the update (strategy.h). */
+static dt_status check_precond(dt_engine *e) {
+    const dt_engine_config *c = &e->cfg;
+    const char *why = strcmp(e->s->name, "single") && strcmp(e->s->name, "ddp") ? "a strategy that shards the gradients"
+                      : c->mp_comm                                            ? "tensor or expert parallelism (a rank holds slices)"
+                      : c->schedule                                           ? "pipeline parallelism"
+                      : c->loss_scale                                         ? "a loss scale (fp16)"
+                      : c->grad_store != DT_F32                               ? "16-bit gradients (--grad-store)"
+                      : c->codec && c->codec->kind != DT_CODEC_NONE           ? "gradient compression"
+                                                                              : NULL;
+    if (why) return dt_error(DT_ERR_ARG, "K-FAC preconditions whole f32 gradients on every rank: not with %s (strategy %s)", why, e->s->name);
+    e->cfg.step_at_end = 1;
+    return DT_OK;
+}
+
 dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
     *out = NULL;
     dt_engine *e = calloc(1, sizeof *e);
@@ -154,6 +169,7 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
                           dt_dtype_name(c->grad_store), dt_dtype_name(c->grad_comm));
     }
     if (!st && c->codec && e->s->codec) st = take_codec(e);
+    if (!st && c->precond) st = check_precond(e);
     if (!st && e->s->create) st = e->s->create(&e->cfg, &e->state, &e->off, &e->n);
     if (!st) trim_tied_copy(e);
     if (!st) st = make_optimizer(e);
@@ -291,6 +307,21 @@ static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
     return st;
 }
 
+/* The preconditioner on the averaged gradients; a step it skips changes nothing (its gradients zeroed). */
+static dt_status precondition(dt_engine *e, float lr, dt_step_result *r) {
+    const dt_engine_config *c = &e->cfg;
+    float *g = c->model.grads(c->model.self);
+    int skip = 0;
+    double t0 = dt_time_now();
+    dt_status st = c->precond->apply(c->precond->ctx, g, lr, &skip);
+    r->precondition_ms = (dt_time_now() - t0) * 1e3;
+    if (!st && skip) {
+        memset(g, 0, c->model.nparams * sizeof *g);
+        r->skipped = 1;
+    }
+    return st;
+}
+
 static void params_changed(dt_engine *e) {
     if (e->cfg.model.params_changed) e->cfg.model.params_changed(e->cfg.model.self);
 }
@@ -313,6 +344,7 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     /* 1-bit Adam: past its warm-up the optimizer takes the averaged momentum, the variance frozen */
     dt_codec *onebit = e->codec.kind == DT_CODEC_ONEBIT ? dt_engine_codec(e) : NULL;
     if (onebit) dt_optim_freeze_variance(e->opt, dt_codec_steps(onebit) >= e->codec.start ? e->codec.start : 0);
+    if (e->cfg.precond) e->cfg.precond->begin(e->cfg.precond->ctx, accum);
     const dt_step_control control = { control_begin, control_sharded, control_materialize, e };
     if (e->cfg.schedule) st = e->cfg.schedule->run(e->cfg.schedule->ctx, &control, accum, (float)(r->loss_scale / accum), &loss_sum, &nloss);
     for (int k = 0; k < accum && !st && !e->cfg.schedule; k++) {
@@ -339,8 +371,14 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     r->updated_in_backward = sr.updated_in_backward;
     r->grad_bytes = sr.grad_bytes;
     r->compress_ratio = sr.compress_ratio;
+    if (!st && !sr.updated && e->cfg.precond) {
+        DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "precondition", "\"parameters\":%zu", e->n);
+        st = precondition(e, lr, r);
+        DT_TRACE_END(DT_TRACK_COMPUTE);
+        if (st) return st;
+    }
     if (sr.updated) r->norm = sr.norm;
-    else {
+    else if (!r->skipped) {
         DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "optimizer", "\"parameters\":%zu", e->n);
         st = update(e, lr, r);
         DT_TRACE_END(DT_TRACK_COMPUTE);

@@ -45,6 +45,8 @@ typedef struct {
     double moe_rank_load;     /* and the rows the busiest rank of an expert-parallel group ran over the group's mean */
     float dpo_step[2], dpo_val[2]; /* the last step's and evaluation's reward accuracy and margin (metrics) */
     dt_engine *e;
+    dt_kfac *kfac;            /* --optimizer kfac: the engine's preconditioner */
+    dt_preconditioner precond;
     dt_watchdog *wd;
     FILE *metrics;
     dt_tb_writer *tb;         /* --tensorboard (rank 0) */

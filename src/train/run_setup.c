@@ -275,7 +275,17 @@ static dt_status make_engine(run *r) {
         ec.loss_comm = r->w;
         ec.mp_comm = r->mp;
     }
-    st = dt_engine_create(&ec, &r->e);
+    if (!st && c->kfac_on) {
+        if (c->lora.rank > 0 || c->lora_from) return dt_error(DT_ERR_ARG, "--optimizer kfac with LoRA: K-FAC preconditions the base Linears, which LoRA freezes");
+        if ((st = dt_kfac_create(&c->kfac, dt_gpt2_program(r->m), ec.comm, &r->kfac))) return st;
+        dt_kfac_preconditioner(r->kfac, &r->precond);
+        ec.precond = &r->precond;
+        if (r->rank == 0 && !c->quiet)
+            dt_log(DT_LOG_INFO, "K-FAC preconditions %d Linears (%zu parameters) before %s; the other %zu parameters (embeddings, norms, "
+                   "head, experts) take %s's step as they are", dt_kfac_layers(r->kfac), dt_kfac_params(r->kfac), dt_optim_kind_name(c->opt.kind),
+                   ec.model.nparams - dt_kfac_params(r->kfac), dt_optim_kind_name(c->opt.kind));
+    }
+    if (!st) st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
     dt_checkpoint_position pos;
     dt_checkpoint_model cm;

@@ -37,6 +37,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->pp_schedule = 1; /* DT_PP_1F1B */
     c->cp_impl = -1;    /* auto */
     dt_optim_defaults(DT_OPT_ADAMW, &c->opt);
+    dt_kfac_defaults(&c->kfac);
     dt_schedule_defaults(&c->sched);
     dt_loss_scale_defaults(&c->loss_scale);
 }
@@ -272,6 +273,7 @@ static void teardown(run *r) {
     if (r->metrics) fclose(r->metrics);
     dt_tb_destroy(r->tb);
     dt_engine_destroy(r->e);
+    dt_kfac_destroy(r->kfac);
     dt_pipeline_destroy(r->pipe);
     dt_comm_destroy(r->mp);
     dt_comm_destroy(r->ep_replicas);

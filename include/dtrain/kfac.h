@@ -1,0 +1,76 @@
+/* dtrain K-FAC (Martens and Grosse 2015; Ba, Grosse and Martens 2017): each Linear's gradient preconditioned by the
+ * inverse of its Kronecker-factored curvature, A = E[a a^T] of its inputs (with a 1 appended for a bias) and
+ * G = E[g g^T] of its output gradients, distributed as KAISA does it (Pauloski et al., SC'21). The semantics are
+ * kfac-pytorch's KFACPreconditioner's (the oracle, scripts/make_kfac_fixture.py): running averages that start
+ * at the identity, the eigen-decomposition method with the eigenvalues' outer product plus damping (or the inverse
+ * method), KL clipping over every preconditioned Linear, SGD or AdamW on the result.
+ *
+ * What it reads of the model: the program's Linear observer (program.h) shows it each Linear's input and output
+ * gradient; the block tensors' table entries give each weight's shape and place. A Linear made of several parts
+ * (Llama's q, k and v; gate and up) is, as Hugging Face's modules are, one layer a part: one A shared, a G each.
+ * The embedding, the norms, the head and experts keep their plain gradients (said once).
+ *
+ * Distribution (KAISA): the W data-parallel ranks form a grid of gw rows (gw = max(1, W x workers) "gradient
+ * workers" a Linear) by W / gw columns. Each Linear (its A and its Gs together) is assigned to one rank, greedily
+ * by cost (largest first, to the least loaded column, then its least loaded rank); the factors' upper triangles are
+ * summed onto that rank as each micro-batch's are made (inside forward and backward), which alone keeps the
+ * running averages and decomposes them; the decompositions go to the ranks of its column, which precondition its
+ * gradient and send it along their rows. workers 1 (COMM-OPT): every rank holds every decomposition; 1 / W
+ * (MEM-OPT): each rank its own Linears', and the gradients travel. */
+#ifndef DTRAIN_KFAC_H
+#define DTRAIN_KFAC_H
+
+#include "dtrain/comm.h"
+#include "dtrain/program.h"
+#include "dtrain/strategy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DT_KFAC_EIGEN = 0, DT_KFAC_INVERSE } dt_kfac_method;
+
+typedef struct {
+    float damping;       /* added to the eigenvalues' products (eigen) or to each factor's diagonal (inverse): 0.001 */
+    float factor_decay;  /* running averages: F = decay F + (1 - decay) F_new: 0.95 */
+    float kl_clip;       /* the update scaled by min(1, sqrt(kl_clip / |sum v . g lr^2|)); 0: off. 0.001 */
+    int factor_every;    /* factors updated on steps 0, k, 2k, ...: 1 */
+    int inv_every;       /* decompositions on steps 0, k, 2k, ...: 1 */
+    float workers;       /* KAISA's gradient worker fraction, in (0, 1]: 1 COMM-OPT, 1 / ranks MEM-OPT, between HYBRID */
+    dt_kfac_method method;
+} dt_kfac_config;
+
+typedef struct dt_kfac dt_kfac;
+
+void dt_kfac_defaults(dt_kfac_config *c);
+/* Checks the settings for ranks data-parallel ranks (workers x ranks a whole number dividing ranks); where names the
+ * source ("--kfac-workers"). */
+dt_status dt_kfac_check(const dt_kfac_config *c, int ranks);
+/* K-FAC over program p's Linears, comm its data-parallel ranks (NULL: one process); sets p's Linear observer (one
+ * at a time: the caller leaves it to this). Collective over comm (it makes its own communicators). */
+dt_status dt_kfac_create(const dt_kfac_config *c, dt_program *p, dt_comm *comm, dt_kfac **out);
+void dt_kfac_destroy(dt_kfac *k);
+/* A step of accum micro-batches starts (their factors are averaged). */
+void dt_kfac_begin(dt_kfac *k, int accum);
+/* Collective: the step's averaged gradients (the program's store, whole on every rank) preconditioned in place, at
+ * learning rate lr (KL clipping's). *skip: a decomposition failed on some rank (named in a warning): the gradients
+ * are left as they were and the caller skips the update, on every rank alike. */
+dt_status dt_kfac_step(dt_kfac *k, float *grads, float lr, int *skip);
+/* The engine's seam (strategy.h) over k. */
+void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out);
+
+/* What it holds: preconditioned Linears (layers, a part each), their parameters, and this rank's bytes of factors and
+ * decompositions (its share; the transient buffers not counted); the steps taken. */
+int dt_kfac_layers(const dt_kfac *k);
+size_t dt_kfac_params(const dt_kfac *k);
+size_t dt_kfac_state_bytes(const dt_kfac *k);
+long dt_kfac_steps(const dt_kfac *k);
+
+/* KAISA's assignment of n Linears of the given costs to ranks ranks with grad_workers gradient workers a Linear
+ * (dividing ranks): worker[i], the rank that decomposes Linear i. */
+void dt_kfac_assign(const double *cost, int n, int ranks, int grad_workers, int *worker);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,459 @@
+/* K-FAC over the model program's Linears, distributed as KAISA (kfac.h). */
+#include "dtrain/kfac.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PARTS 4
+
+typedef struct {
+    int out, col0;  /* the weight's rows; where they start among the Linear's output columns */
+    size_t w, b;    /* store offsets of the weight [out, in] and its bias (SIZE_MAX: none) */
+    float *G;       /* out x out, upper triangle (the Linear's worker only) */
+} kfac_part;
+
+/* One Linear op of one block: its parts share A. inv holds the decompositions (the ranks of its worker's column):
+ * eigen: QA [n, n], dA [n], then each part's QG [out, out], dG [out]; inverse: A^-1, then each part's G^-1. */
+typedef struct {
+    int layer, op, nparts, in, n, width_out, worker;
+    bool holds_inv;
+    float *A;            /* n x n, upper triangle (the worker only) */
+    bool started;        /* A and the Gs have had their first update (they start at the identity) */
+    int a_seen, g_seen;  /* micro-batches observed this step */
+    float *inv;
+    size_t inv_floats;
+    kfac_part part[MAX_PARTS];
+    const char *name;    /* its first weight's (messages) */
+} kfac_op;
+
+struct dt_kfac {
+    dt_kfac_config c;
+    dt_program *p;
+    dt_comm *world, *col, *row; /* its own communicators (NULL: one process) */
+    int rank, ranks, P;         /* P: the grid's columns (ranks / gradient workers) */
+    kfac_op *ops;
+    int nops, nblock, *map;     /* map[layer * nblock + op]: the kfac_op, or -1 */
+    long steps;
+    bool collect;               /* inside a step whose factors are updated */
+    int accum;
+    float *pack, *cov, *t1, *t2;
+    int nlayers;
+    size_t nparams;
+};
+
+void dt_kfac_defaults(dt_kfac_config *c) {
+    *c = (dt_kfac_config){ .damping = 0.001f, .factor_decay = 0.95f, .kl_clip = 0.001f, .factor_every = 1, .inv_every = 1,
+                           .workers = 1, .method = DT_KFAC_EIGEN };
+}
+
+dt_status dt_kfac_check(const dt_kfac_config *c, int ranks) {
+    if (!(c->damping > 0)) return dt_error(DT_ERR_ARG, "--kfac-damping %g: K-FAC's damping must be above 0", (double)c->damping);
+    if (!(c->factor_decay >= 0 && c->factor_decay < 1))
+        return dt_error(DT_ERR_ARG, "--kfac-decay %g: the factors' running average needs a decay in [0, 1)", (double)c->factor_decay);
+    if (!(c->kl_clip >= 0)) return dt_error(DT_ERR_ARG, "--kfac-kl-clip %g: 0 (off) or above", (double)c->kl_clip);
+    if (c->factor_every < 1 || c->inv_every < 1)
+        return dt_error(DT_ERR_ARG, "--kfac-factor-every %d, --kfac-inv-every %d: intervals of 1 step or more", c->factor_every, c->inv_every);
+    if (!(c->workers > 0 && c->workers <= 1))
+        return dt_error(DT_ERR_ARG, "--kfac-workers %g: a fraction of the ranks in (0, 1] (1: COMM-OPT, 1/ranks: MEM-OPT)", (double)c->workers);
+    double gw = c->workers * ranks;
+    int g = (int)lround(gw);
+    if (g < 1) g = 1;
+    if ((fabs(gw - g) > 1e-6 && gw >= 1) || ranks % g)
+        return dt_error(DT_ERR_ARG, "--kfac-workers %g on %d ranks: %g gradient workers a Linear; a whole number that divides the ranks is needed",
+                        (double)c->workers, ranks, gw);
+    return DT_OK;
+}
+
+/* ---- the factors, as the observer shows each Linear's input and output gradient ---- */
+
+static size_t tri(int n) { return (size_t)n * (size_t)(n + 1) / 2; }
+
+/* cov's upper triangle [n, n] into packed, row by row. */
+static void pack_upper(const float *cov, int n, float *packed) {
+    size_t q = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i; j < n; j++) packed[q++] = cov[(size_t)i * n + j];
+}
+
+/* The worker's running average F [n, n] (upper) takes the micro-batch's share of the new factor, packed: on its first
+ * share of a step F = decay F (the identity before the first step), then F += (1 - decay) / (micro-batches x ranks) x
+ * the ranks' sum. */
+static void add_share(dt_kfac *k, const kfac_op *o, float *F, int n, const float *packed, bool first) {
+    float decay = k->c.factor_decay, c = (1.0f - decay) / (float)(k->accum * k->ranks);
+    if (first && !o->started)
+        for (int i = 0; i < n; i++) F[(size_t)i * n + i] = 1.0f;
+    size_t q = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i; j < n; j++, q++) {
+            float *f = &F[(size_t)i * n + j];
+            if (first) *f *= decay;
+            *f += c * packed[q];
+        }
+}
+
+/* The micro-batch's factor (cov, upper) summed over the ranks onto the worker, which adds it to F. */
+static dt_status share(dt_kfac *k, const kfac_op *o, float *F, int n, bool first) {
+    pack_upper(k->cov, n, k->pack);
+    if (k->world) {
+        dt_status st = dt_comm_reduce(k->world, k->pack, k->pack, tri(n), DT_F32, DT_SUM, o->worker);
+        if (st) return st;
+    }
+    if (k->rank == o->worker) add_share(k, o, F, n, k->pack, first);
+    return DT_OK;
+}
+
+static dt_status observe_input(dt_kfac *k, kfac_op *o, const dt_linear_event *e) {
+    int n = o->n, in = o->in, rows = (int)e->rows;
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, in, rows, 1.0f / (float)rows, e->values, in, 0.0f, k->cov, n);
+    if (n > in) {
+        /* the bias's 1: the inputs' means, and 1 */
+        for (int i = 0; i < in; i++) k->cov[(size_t)i * n + in] = 0;
+        for (int r = 0; r < rows; r++)
+            for (int i = 0; i < in; i++) k->cov[(size_t)i * n + in] += e->values[(size_t)r * in + i];
+        for (int i = 0; i < in; i++) k->cov[(size_t)i * n + in] /= (float)rows;
+        k->cov[(size_t)in * n + in] = 1.0f;
+    }
+    dt_status st = share(k, o, o->A, n, o->a_seen == 0);
+    o->a_seen++;
+    return st;
+}
+
+/* A rank's output gradients are the ranks' average's times the ranks (each rank's loss is its share's mean): G is the
+ * global batch's with 1 / ranks^2. */
+static dt_status observe_grad(dt_kfac *k, kfac_op *o, const dt_linear_event *e) {
+    int rows = (int)e->rows;
+    float alpha = 1.0f / ((float)rows * (float)k->ranks * (float)k->ranks);
+    dt_status st = DT_OK;
+    for (int j = 0; j < o->nparts && !st; j++) {
+        kfac_part *q = &o->part[j];
+        cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, q->out, rows, alpha, e->values + q->col0, e->width, 0.0f, k->cov, q->out);
+        st = share(k, o, q->G, q->out, o->g_seen == 0);
+    }
+    o->g_seen++;
+    if (o->a_seen && o->g_seen) o->started = true;
+    return st;
+}
+
+static void observer(void *ctx, const dt_linear_event *e) {
+    dt_kfac *k = ctx;
+    int i = e->layer * k->nblock + e->op;
+    if (!k->collect || e->layer < 0 || i < 0 || !k->map || k->map[i] < 0) return;
+    kfac_op *o = &k->ops[k->map[i]];
+    /* a collective failing here (a dead rank) is the step's: the strategy's own collectives name it */
+    dt_status st = e->backward ? observe_grad(k, o, e) : observe_input(k, o, e);
+    if (st) dt_log(DT_LOG_ERROR, "K-FAC: %s's factors: %s", o->name, dt_last_error());
+}
+
+/* ---- the decompositions, on each Linear's worker ---- */
+
+/* F [n, n] (upper) into out: eigen, out = Q [n, n] then the eigenvalues [n] (at least 0, as kfac-pytorch clamps them);
+ * inverse, out = (F + damping I)^-1, whole. 0, or LAPACK's info. */
+static int decompose(const dt_kfac *k, const float *F, int n, float *out) {
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) out[(size_t)i * n + j] = j >= i ? F[(size_t)i * n + j] : F[(size_t)j * n + i];
+    int info;
+    if (k->c.method == DT_KFAC_EIGEN) {
+        float *d = out + (size_t)n * n;
+        info = LAPACKE_ssyevd(LAPACK_ROW_MAJOR, 'V', 'U', n, out, n, d);
+        for (int i = 0; i < n && !info; i++) {
+            if (!isfinite(d[i])) return -1;
+            if (d[i] < 0) d[i] = 0;
+        }
+        return info;
+    }
+    for (int i = 0; i < n; i++) out[(size_t)i * n + i] += k->c.damping;
+    if ((info = LAPACKE_spotrf(LAPACK_ROW_MAJOR, 'U', n, out, n)) || (info = LAPACKE_spotri(LAPACK_ROW_MAJOR, 'U', n, out, n))) return info;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) out[(size_t)i * n + j] = out[(size_t)j * n + i];
+    for (size_t i = 0; i < (size_t)n * n; i++)
+        if (!isfinite(out[i])) return -1;
+    return 0;
+}
+
+static size_t inv_block(const dt_kfac *k, int n) { return (size_t)n * n + (k->c.method == DT_KFAC_EIGEN ? (size_t)n : 0); }
+
+/* This rank's Linears' decompositions; the first that failed (its index + 1), or 0. */
+static int decompose_mine(dt_kfac *k, int *info) {
+    for (int i = 0; i < k->nops; i++) {
+        kfac_op *o = &k->ops[i];
+        if (o->worker != k->rank) continue;
+        float *at = o->inv;
+        if ((*info = decompose(k, o->A, o->n, at))) return i + 1;
+        at += inv_block(k, o->n);
+        for (int j = 0; j < o->nparts; j++) {
+            if ((*info = decompose(k, o->part[j].G, o->part[j].out, at))) return i + 1;
+            at += inv_block(k, o->part[j].out);
+        }
+    }
+    return 0;
+}
+
+/* Every rank learns whether a decomposition failed (then names it and the step) and gets the decompositions its
+ * column's workers made. */
+static dt_status decompositions(dt_kfac *k, int *skip) {
+    int info = 0;
+    float failed = (float)decompose_mine(k, &info);
+    dt_status st = k->world ? dt_comm_allreduce(k->world, &failed, &failed, 1, DT_F32, DT_MAX) : DT_OK;
+    if (st) return st;
+    if (failed > 0) {
+        const kfac_op *o = &k->ops[(int)failed - 1];
+        dt_log(DT_LOG_WARN, "K-FAC: step %ld: the decomposition of %s's factors failed on rank %d%s%s: the step is skipped on every rank",
+               k->steps + 1, o->name, o->worker, o->worker == k->rank ? " (LAPACK info " : "",
+               o->worker == k->rank ? (info < 0 ? "-1: not finite)" : "> 0)") : "");
+        *skip = 1;
+        return DT_OK;
+    }
+    for (int i = 0; i < k->nops && k->col && !st; i++) {
+        kfac_op *o = &k->ops[i];
+        if (o->holds_inv) st = dt_comm_broadcast(k->col, o->inv, o->inv_floats, DT_F32, o->worker / k->P);
+    }
+    return st;
+}
+
+/* ---- preconditioning ---- */
+
+/* Part j's gradient [out, n] (its bias as the last column) into g. */
+static void gather_grad(const kfac_op *o, const kfac_part *q, const float *grads, float *g) {
+    for (int i = 0; i < q->out; i++) {
+        memcpy(g + (size_t)i * o->n, grads + q->w + (size_t)i * o->in, (size_t)o->in * sizeof *g);
+        if (o->n > o->in) g[(size_t)i * o->n + o->in] = grads[q->b + i];
+    }
+}
+
+/* Part j's preconditioned gradient into k->t1: eigen, QG ((QG^T g QA) / (dG dA^T + damping)) QA^T; inverse,
+ * G^-1 g A^-1. */
+static void precondition(dt_kfac *k, const kfac_op *o, int j, const float *grads) {
+    const kfac_part *q = &o->part[j];
+    int n = o->n, m = q->out;
+    const float *A = o->inv, *G = o->inv + inv_block(k, n);
+    for (int i = 0; i < j; i++) G += inv_block(k, o->part[i].out);
+    float *t1 = k->t1, *t2 = k->t2;
+    gather_grad(o, q, grads, t1);
+    CBLAS_TRANSPOSE first = k->c.method == DT_KFAC_EIGEN ? CblasTrans : CblasNoTrans;
+    cblas_sgemm(CblasRowMajor, first, CblasNoTrans, m, n, m, 1.0f, G, m, t1, n, 0.0f, t2, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, n, 1.0f, t2, n, A, n, 0.0f, t1, n);
+    if (k->c.method != DT_KFAC_EIGEN) return;
+    const float *dA = A + (size_t)n * n, *dG = G + (size_t)m * m;
+    for (int a = 0; a < m; a++)
+        for (int b = 0; b < n; b++) t1[(size_t)a * n + b] *= 1.0f / (dG[a] * dA[b] + k->c.damping);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1.0f, G, m, t1, n, 0.0f, t2, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, n, 1.0f, t2, n, A, n, 0.0f, t1, n);
+}
+
+/* Part j's preconditioned gradient (k->t1) in place of its gradient; returns sum(v . g) over it. */
+static double put_back(const kfac_op *o, const kfac_part *q, const float *v, float *grads) {
+    double vg = 0;
+    for (int i = 0; i < q->out; i++) {
+        float *w = grads + q->w + (size_t)i * o->in;
+        const float *vi = v + (size_t)i * o->n;
+        for (int c = 0; c < o->in; c++) vg += (double)vi[c] * w[c], w[c] = vi[c];
+        if (o->n > o->in) vg += (double)vi[o->in] * grads[q->b + i], grads[q->b + i] = vi[o->in];
+    }
+    return vg;
+}
+
+static void scale_all(dt_kfac *k, float *grads, float nu) {
+    for (int i = 0; i < k->nops; i++) {
+        const kfac_op *o = &k->ops[i];
+        for (int j = 0; j < o->nparts; j++) {
+            const kfac_part *q = &o->part[j];
+            dt_grad_scale(grads + q->w, (size_t)q->out * o->in, nu);
+            if (o->n > o->in) dt_grad_scale(grads + q->b, (size_t)q->out, nu);
+        }
+    }
+}
+
+static void end_step(dt_kfac *k) {
+    for (int i = 0; i < k->nops; i++) k->ops[i].a_seen = k->ops[i].g_seen = 0;
+    k->steps++;
+    k->collect = false;
+}
+
+dt_status dt_kfac_step(dt_kfac *k, float *grads, float lr, int *skip) {
+    *skip = 0;
+    dt_status st = DT_OK;
+    if (k->steps % k->c.inv_every == 0 && (st = decompositions(k, skip))) return st;
+    if (*skip) {
+        end_step(k);
+        return DT_OK;
+    }
+    double vg = 0;
+    for (int i = 0; i < k->nops && !st; i++) {
+        const kfac_op *o = &k->ops[i];
+        for (int j = 0; j < o->nparts && !st; j++) {
+            if (o->holds_inv) precondition(k, o, j, grads);
+            /* from the worker of this row's column */
+            if (k->row) st = dt_comm_broadcast(k->row, k->t1, (size_t)o->part[j].out * o->n, DT_F32, o->worker % k->P);
+            if (!st) vg += put_back(o, &o->part[j], k->t1, grads) * (double)lr * (double)lr;
+        }
+    }
+    if (!st && k->c.kl_clip > 0 && vg != 0) {
+        double nu = sqrt(k->c.kl_clip / fabs(vg));
+        if (nu < 1) scale_all(k, grads, (float)nu);
+    }
+    end_step(k);
+    return st;
+}
+
+void dt_kfac_begin(dt_kfac *k, int accum) {
+    k->accum = accum > 0 ? accum : 1;
+    k->collect = k->steps % k->c.factor_every == 0;
+}
+
+/* ---- making it ---- */
+
+/* Each block's Linear ops, their parts' places in the store. */
+static dt_status find_linears(dt_kfac *k) {
+    const dt_lm_config *cfg = dt_program_config(k->p);
+    dt_program_view v;
+    dt_program_get_view(k->p, &v);
+    int L = cfg->num_layers;
+    k->nblock = v.nops;
+    if (!(k->map = malloc(sizeof *k->map * (size_t)(L * v.nops + 1))) || !(k->ops = calloc((size_t)(L * v.nops + 1), sizeof *k->ops)))
+        return dt_error(DT_ERR_NOMEM, "K-FAC: out of memory");
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < v.nops; i++) {
+            const dt_op_spec *s = &v.ops[i].s;
+            k->map[l * v.nops + i] = -1;
+            if (s->kind != DT_OP_LINEAR) continue;
+            if (s->nw > MAX_PARTS) return dt_error(DT_ERR_ARG, "K-FAC: a Linear of %d parts (at most %d)", s->nw, MAX_PARTS);
+            kfac_op *o = &k->ops[k->nops];
+            *o = (kfac_op){ .layer = l, .op = i, .nparts = s->nw, .in = v.ops[i].width_in, .width_out = v.ops[i].width_out };
+            int col = 0;
+            for (int j = 0; j < s->nw; j++) {
+                const dt_tensor_info *w = dt_program_block_tensor(k->p, l, s->w + j);
+                const dt_tensor_info *b = s->b >= 0 ? dt_program_block_tensor(k->p, l, s->b + j) : NULL;
+                if (!w || w->ndim != 2 || w->shape[1] != o->in || (s->b >= 0 && !b))
+                    return dt_error(DT_ERR_ARG, "K-FAC: layer %d's Linear %d is not held whole on this rank", l, i);
+                if (j == 0) o->name = w->name;
+                o->part[j] = (kfac_part){ .out = w->shape[0], .col0 = col, .w = w->offset, .b = b ? b->offset : SIZE_MAX };
+                col += w->shape[0];
+                k->nparams += w->count + (b ? b->count : 0);
+            }
+            if (col != o->width_out) return dt_error(DT_ERR_ARG, "K-FAC: %s's parts make %d outputs of %d", o->name, col, o->width_out);
+            o->n = o->in + (s->b >= 0);
+            k->map[l * v.nops + i] = k->nops++;
+            k->nlayers += s->nw;
+        }
+    return DT_OK;
+}
+
+/* KAISA's assignment by the decompositions' cost (n^3 a factor), then this rank's buffers. */
+static dt_status place(dt_kfac *k) {
+    double *cost = malloc(sizeof *cost * (size_t)(k->nops + 1));
+    int *worker = malloc(sizeof *worker * (size_t)(k->nops + 1));
+    if (!cost || !worker) {
+        free(cost), free(worker);
+        return dt_error(DT_ERR_NOMEM, "K-FAC: out of memory");
+    }
+    size_t big = 1, wide = 1;
+    for (int i = 0; i < k->nops; i++) {
+        kfac_op *o = &k->ops[i];
+        cost[i] = pow(o->n, 3);
+        big = (size_t)o->n * o->n > big ? (size_t)o->n * o->n : big;
+        for (int j = 0; j < o->nparts; j++) {
+            int m = o->part[j].out;
+            cost[i] += pow(m, 3);
+            big = (size_t)m * m > big ? (size_t)m * m : big;
+            wide = (size_t)m * o->n > wide ? (size_t)m * o->n : wide;
+        }
+    }
+    dt_kfac_assign(cost, k->nops, k->ranks, k->ranks / k->P, worker);
+    free(cost);
+    bool ok = (k->cov = malloc(big * sizeof(float))) && (k->pack = malloc(big * sizeof(float))) && (k->t1 = malloc(wide * sizeof(float))) &&
+              (k->t2 = malloc(wide * sizeof(float)));
+    for (int i = 0; i < k->nops && ok; i++) {
+        kfac_op *o = &k->ops[i];
+        o->worker = worker[i];
+        o->holds_inv = o->worker % k->P == k->rank % k->P;
+        o->inv_floats = inv_block(k, o->n);
+        for (int j = 0; j < o->nparts; j++) o->inv_floats += inv_block(k, o->part[j].out);
+        if (o->holds_inv) ok = (o->inv = calloc(o->inv_floats, sizeof(float))) != NULL;
+        if (o->worker != k->rank) continue;
+        ok = ok && (o->A = calloc((size_t)o->n * o->n, sizeof(float)));
+        for (int j = 0; j < o->nparts && ok; j++) ok = (o->part[j].G = calloc((size_t)o->part[j].out * o->part[j].out, sizeof(float))) != NULL;
+    }
+    free(worker);
+    return ok ? DT_OK : dt_error(DT_ERR_NOMEM, "K-FAC: out of memory for the factors");
+}
+
+/* Its own communicators: the world (its collectives run inside forward and backward, beside the strategy's), the
+ * grid's columns (the decompositions) and rows (the preconditioned gradients), each only where it has 2 ranks or more. */
+static dt_status communicators(dt_kfac *k, dt_comm *comm) {
+    int r = dt_comm_rank(comm);
+    dt_status st = dt_comm_split(comm, 0, r, &k->world);
+    dt_comm *col = NULL, *row = NULL;
+    if (!st) st = dt_comm_split(k->world, r % k->P, r, &col);
+    if (!st) st = dt_comm_split(k->world, r / k->P, r, &row);
+    if (col && dt_comm_size(col) > 1) k->col = col;
+    else if (col) dt_comm_destroy(col);
+    if (row && dt_comm_size(row) > 1) k->row = row;
+    else if (row) dt_comm_destroy(row);
+    return st;
+}
+
+dt_status dt_kfac_create(const dt_kfac_config *c, dt_program *p, dt_comm *comm, dt_kfac **out) {
+    *out = NULL;
+    int ranks = comm ? dt_comm_size(comm) : 1;
+    dt_status st = dt_kfac_check(c, ranks);
+    if (st) return st;
+    dt_kfac *k = calloc(1, sizeof *k);
+    if (!k) return dt_error(DT_ERR_NOMEM, "K-FAC: out of memory");
+    int gw = (int)lround(c->workers * ranks);
+    *k = (dt_kfac){ .c = *c, .p = p, .ranks = ranks, .P = ranks / (gw < 1 ? 1 : gw), .rank = comm ? dt_comm_rank(comm) : 0, .accum = 1 };
+    if (ranks > 1) st = communicators(k, comm);
+    if (!st) st = find_linears(k);
+    if (!st && k->nops == 0) st = dt_error(DT_ERR_ARG, "K-FAC: the model has no Linear in its blocks to precondition");
+    if (!st) st = place(k);
+    if (st) {
+        dt_kfac_destroy(k);
+        return st;
+    }
+    dt_program_set_linear_observer(p, observer, k);
+    *out = k;
+    return DT_OK;
+}
+
+void dt_kfac_destroy(dt_kfac *k) {
+    if (!k) return;
+    if (k->p) dt_program_set_linear_observer(k->p, NULL, NULL);
+    for (int i = 0; i < k->nops; i++) {
+        free(k->ops[i].A);
+        free(k->ops[i].inv);
+        for (int j = 0; j < k->ops[i].nparts; j++) free(k->ops[i].part[j].G);
+    }
+    free(k->ops);
+    free(k->map);
+    free(k->cov), free(k->pack), free(k->t1), free(k->t2);
+    if (k->row) dt_comm_destroy(k->row);
+    if (k->col) dt_comm_destroy(k->col);
+    if (k->world) dt_comm_destroy(k->world);
+    free(k);
+}
+
+static void precond_begin(void *ctx, int accum) { dt_kfac_begin(ctx, accum); }
+static dt_status precond_apply(void *ctx, float *grads, float lr, int *skip) { return dt_kfac_step(ctx, grads, lr, skip); }
+
+void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out) { *out = (dt_preconditioner){ precond_begin, precond_apply, k }; }
+
+int dt_kfac_layers(const dt_kfac *k) { return k->nlayers; }
+size_t dt_kfac_params(const dt_kfac *k) { return k->nparams; }
+long dt_kfac_steps(const dt_kfac *k) { return k->steps; }
+
+size_t dt_kfac_state_bytes(const dt_kfac *k) {
+    size_t b = 0;
+    for (int i = 0; i < k->nops; i++) {
+        const kfac_op *o = &k->ops[i];
+        if (o->holds_inv) b += o->inv_floats * sizeof(float);
+        if (o->worker != k->rank) continue;
+        b += (size_t)o->n * o->n * sizeof(float);
+        for (int j = 0; j < o->nparts; j++) b += (size_t)o->part[j].out * o->part[j].out * sizeof(float);
+    }
+    return b;
+}
