@@ -65,6 +65,9 @@ int dt_kfac_layers(const dt_kfac *k);
 size_t dt_kfac_params(const dt_kfac *k);
 size_t dt_kfac_state_bytes(const dt_kfac *k);
 long dt_kfac_steps(const dt_kfac *k);
+/* The most state bytes any rank holds; "COMM-OPT", "HYBRID" or "MEM-OPT" (one process: COMM-OPT). */
+size_t dt_kfac_state_bytes_most(const dt_kfac *k);
+const char *dt_kfac_layout(const dt_kfac *k);
 
 /* KAISA's assignment of n Linears of the given costs to ranks ranks with grad_workers gradient workers a Linear
  * (dividing ranks): worker[i], the rank that decomposes Linear i. */

@@ -44,7 +44,7 @@ struct dt_kfac {
     int accum;
     float *pack, *cov, *t1, *t2;
     int nlayers;
-    size_t nparams;
+    size_t nparams, most;       /* the state bytes of the rank holding most */
 };
 
 void dt_kfac_defaults(dt_kfac_config *c) {
@@ -203,9 +203,10 @@ static dt_status decompositions(dt_kfac *k, int *skip) {
     if (st) return st;
     if (failed > 0) {
         const kfac_op *o = &k->ops[(int)failed - 1];
-        dt_log(DT_LOG_WARN, "K-FAC: step %ld: the decomposition of %s's factors failed on rank %d%s%s: the step is skipped on every rank",
-               k->steps + 1, o->name, o->worker, o->worker == k->rank ? " (LAPACK info " : "",
-               o->worker == k->rank ? (info < 0 ? "-1: not finite)" : "> 0)") : "");
+        char why[48] = "";
+        if (o->worker == k->rank) snprintf(why, sizeof why, info < 0 ? " (not finite)" : " (LAPACK's info %d)", info);
+        dt_log(DT_LOG_WARN, "K-FAC: step %ld: the decomposition of %s's factors failed on rank %d%s: the step is skipped on every rank",
+               k->steps + 1, o->name, o->worker, why);
         *skip = 1;
         return DT_OK;
     }
@@ -415,6 +416,12 @@ dt_status dt_kfac_create(const dt_kfac_config *c, dt_program *p, dt_comm *comm, 
         dt_kfac_destroy(k);
         return st;
     }
+    double most = (double)dt_kfac_state_bytes(k);
+    if (k->world && (st = dt_comm_allreduce(k->world, &most, &most, 1, DT_F64, DT_MAX))) {
+        dt_kfac_destroy(k);
+        return st;
+    }
+    k->most = (size_t)most;
     dt_program_set_linear_observer(p, observer, k);
     *out = k;
     return DT_OK;
@@ -445,6 +452,8 @@ void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out) { *out = (dt_pre
 int dt_kfac_layers(const dt_kfac *k) { return k->nlayers; }
 size_t dt_kfac_params(const dt_kfac *k) { return k->nparams; }
 long dt_kfac_steps(const dt_kfac *k) { return k->steps; }
+size_t dt_kfac_state_bytes_most(const dt_kfac *k) { return k->most; }
+const char *dt_kfac_layout(const dt_kfac *k) { return k->P == 1 ? "COMM-OPT" : k->P == k->ranks ? "MEM-OPT" : "HYBRID"; }
 
 size_t dt_kfac_state_bytes(const dt_kfac *k) {
     size_t b = 0;

@@ -105,5 +105,7 @@ void dt_train_write_eval_metrics(run *r, float val);
 void dt_train_write_tensorboard(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val);
 /* After the last step: the trace, every rank's memory and I/O, the report (run_output.c; collective). */
 void dt_train_observe_end(run *r, int steps_done);
+/* This rank's optimizer state: the optimizer's, and K-FAC's factors and decompositions. */
+size_t dt_train_optim_bytes(const run *r);
 
 #endif

@@ -106,13 +106,17 @@ static dt_status gather_ranks(run *r, double *all) {
     }
     size_t hp, hg;
     held(r, &hp, &hg);
-    const double mem[6] = { (double)hp, (double)hg, (double)dt_optim_state_bytes(dt_engine_optim(r->e)), (double)dt_engine_buffer_bytes(r->e),
+    const double mem[6] = { (double)hp, (double)hg, (double)dt_train_optim_bytes(r), (double)dt_engine_buffer_bytes(r->e),
                             (double)dt_gpt2_activation_memory(r->m), (double)dt_peak_memory() };
     memcpy(mine + 6, mem, sizeof mem);
     static const dt_mesh_dim dims[4] = { DT_MESH_DP, DT_MESH_TP, DT_MESH_PP, DT_MESH_CP };
     for (int i = 0; i < 4; i++) mine[12 + i] = r->mesh ? dt_mesh_coord(r->mesh, dims[i]) : 0;
     if (r->nranks == 1) { memcpy(all, mine, sizeof mine); return DT_OK; }
     return dt_comm_allgather(r->w, mine, all, DT_RUN_RANK_FIELDS, DT_F64);
+}
+
+size_t dt_train_optim_bytes(const run *r) {
+    return dt_optim_state_bytes(dt_engine_optim(r->e)) + (r->kfac ? dt_kfac_state_bytes(r->kfac) : 0);
 }
 
 /* run.json and report.html into --report DIR (rank 0). */
@@ -125,7 +129,7 @@ static void write_report(run *r, int steps_done, const double *ranks) {
                           .wall_s = dt_time_now() - r->t_start, .ranks = ranks };
     size_t hp, hg;
     held(r, &hp, &hg);
-    double mem[5] = { (double)hp, (double)hg, (double)dt_gpt2_activation_memory(r->m), (double)dt_optim_state_bytes(dt_engine_optim(r->e)),
+    double mem[5] = { (double)hp, (double)hg, (double)dt_gpt2_activation_memory(r->m), (double)dt_train_optim_bytes(r),
                       (double)dt_peak_memory() };
     memcpy(rec.memory, mem, sizeof mem);
     char path[4200], html[4200];

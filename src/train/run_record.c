@@ -32,6 +32,7 @@ static void add_settings(cJSON *j, const dt_train_config *c, const dt_run_record
     cJSON_AddNumberToObject(s, "threads_per_rank", c->threads);
     cJSON_AddStringToObject(s, "strategy", r->strategy);
     cJSON_AddStringToObject(s, "optimizer", dt_optim_kind_name(c->opt.kind));
+    if (c->kfac_on) cJSON_AddNumberToObject(s, "kfac_workers", c->kfac.workers);
     cJSON_AddNumberToObject(s, "lr", c->sched.lr);
     cJSON_AddStringToObject(s, "schedule", dt_schedule_name(c->sched.kind));
     cJSON_AddNumberToObject(s, "warmup", c->sched.warmup);

@@ -281,9 +281,10 @@ static dt_status make_engine(run *r) {
         dt_kfac_preconditioner(r->kfac, &r->precond);
         ec.precond = &r->precond;
         if (r->rank == 0 && !c->quiet)
-            dt_log(DT_LOG_INFO, "K-FAC preconditions %d Linears (%zu parameters) before %s; the other %zu parameters (embeddings, norms, "
-                   "head, experts) take %s's step as they are", dt_kfac_layers(r->kfac), dt_kfac_params(r->kfac), dt_optim_kind_name(c->opt.kind),
-                   ec.model.nparams - dt_kfac_params(r->kfac), dt_optim_kind_name(c->opt.kind));
+            dt_log(DT_LOG_INFO, "K-FAC (%s) preconditions %d Linears (%zu parameters) before %s, its factors and decompositions %.3f MiB "
+                   "on the rank holding most; the other %zu parameters (embeddings, norms, head, experts) take %s's step as they are",
+                   dt_kfac_layout(r->kfac), dt_kfac_layers(r->kfac), dt_kfac_params(r->kfac), dt_optim_kind_name(c->opt.kind),
+                   dt_kfac_state_bytes_most(r->kfac) / 1048576.0, ec.model.nparams - dt_kfac_params(r->kfac), dt_optim_kind_name(c->opt.kind));
     }
     if (!st) st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;

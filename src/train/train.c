@@ -194,9 +194,9 @@ static int finish(run *r, int steps_done, int stop_signal) {
         if (!c->quiet) printf("saved %s (step %d)\n", c->save, steps_done);
     }
     if (!c->quiet)
-        printf("peak memory %.1f MiB (model %.1f MiB: parameters, gradients, activations%s; optimizer state %.1f MiB)\n",
+        printf("peak memory %.1f MiB (model %.1f MiB: parameters, gradients, activations%s; optimizer state %.1f MiB%s)\n",
                dt_peak_memory() / 1048576.0, dt_gpt2_memory(r->m) / 1048576.0, c->recompute ? " with --recompute" : "",
-               dt_optim_state_bytes(dt_engine_optim(r->e)) / 1048576.0);
+               dt_train_optim_bytes(r) / 1048576.0, r->kfac ? ", K-FAC's factors and decompositions in it" : "");
     dt_train_observe_end(r, steps_done);
     return stop_signal ? 128 + stop_signal : 0;
 }

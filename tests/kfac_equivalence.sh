@@ -1,0 +1,85 @@
+#!/bin/bash
+# K-FAC's distribution changes nothing (KAISA's COMM-OPT, HYBRID, MEM-OPT): the layouts of one rank count give the
+# same weights bit for bit after 100 steps; against one process with the global batch of 8 (2 ranks x 4, 4 ranks x 2,
+# 2 micro-batches of 4), where the gradients' and the factors' sums over ranks and rows come in another order, the
+# losses within 1e-5 and the weights within 1e-6 after 40 steps (after 100 the difference is said, not held: K-FAC
+# multiplies a rounding difference by up to 1 / damping, as Adam by 1 / sqrt(v), and at damping 0.001 these grow to
+# percents, where DDP under AdamW alone reaches 3e-4 of the weights); AdamW underneath with the inverse method and
+# intervals, and under mpirun; MEM-OPT's factors and decompositions on the rank holding most against COMM-OPT's;
+# the refusals.
+# usage: kfac_equivalence.sh DTRAIN [MPIEXEC]
+set -u
+DTRAIN=$1
+MPIEXEC=${2:-}
+. "$(dirname "$0")/checks.sh"
+head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
+"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+common=(--data "$dir/train.bin" --layers 2 --channels 64 --heads 4 --vocab 256 --max-seq 64 --seq 32 --steps 100 --threads 1
+        --quiet --optimizer kfac --lr 0.05 --momentum 0.9)
+# ||a - b|| / ||b|| and the largest difference of two checkpoints' weights
+weights() { # NAME REF [STEP]
+    python3 - "$dir/$1/step-00000${3:-100}/params.f32" "$dir/$2/step-00000${3:-100}/params.f32" <<'PY'
+import array, math, sys
+a, b = (array.array('f', open(p, 'rb').read()) for p in sys.argv[1:3])
+print("%.3g %.3g" % (math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b))) / math.sqrt(sum(y * y for y in b)),
+                     max(abs(x - y) for x, y in zip(a, b))) if len(a) == len(b) else "missing")
+PY
+}
+# NAME ARGS: a run saved as $dir/NAME, its metrics in $dir/NAME.jsonl
+run() { local name=$1; shift; run_metrics "$name" "$@" --save "$dir/$name" --save-every 40 --keep-last 3; }
+# WHAT NAME REF: NAME's losses and weights against REF's
+against() {
+    local what=$1 name=$2 ref=$3 l w
+    l=$(worst loss <(head -40 "$dir/$ref.jsonl") <(head -40 "$dir/$name.jsonl") 40)
+    w=$(weights "$name" "$ref" 040)
+    if [ "$l" != missing ] && [ "$w" != missing ] && awk -v l="$l" -v w="${w%% *}" 'BEGIN{exit !(l <= 1e-5 && w <= 1e-6)}'; then
+        ok "$what: losses within $l over 40 steps, weights within $w (relative, largest); after 100: $(weights "$name" "$ref")"
+    else fail "$what: losses $l, weights $w"; fi
+}
+same() { # WHAT NAME REF: bit for bit
+    if cmp -s "$dir/$2/step-00000100/params.f32" "$dir/$3/step-00000100/params.f32"; then ok "$1: the same weights, bit for bit"
+    else fail "$1: the weights differ ($(weights "$2" "$3"))"; fi
+}
+
+run one --batch 8 || fail "one process"
+run one_accum --batch 4 --grad-accum 2 && against "1 process, 4 x 2 micro-batches" one_accum one || fail "accumulation run"
+for w in 1 0.5; do
+    run two_$w --nproc 2 --batch 4 --kfac-workers $w && against "2 ranks, --kfac-workers $w" two_$w one || fail "2 ranks, workers $w"
+done
+same "2 ranks: MEM-OPT against COMM-OPT" two_0.5 two_1
+for w in 1 0.5 0.25; do
+    run four_$w --nproc 4 --batch 2 --kfac-workers $w && against "4 ranks, --kfac-workers $w" four_$w one || fail "4 ranks, workers $w"
+done
+same "4 ranks: HYBRID against COMM-OPT" four_0.5 four_1
+same "4 ranks: MEM-OPT against COMM-OPT" four_0.25 four_1
+
+# AdamW underneath, the inverse method, factors every 2 steps and decompositions every 3
+adam=(--kfac-base adamw --lr 0.002 --kfac-method inverse --kfac-factor-every 2 --kfac-inv-every 3)
+run adam1 --batch 8 "${adam[@]}" && run adam4 --nproc 4 --batch 2 --kfac-workers 0.5 "${adam[@]}" &&
+    against "AdamW, inverse, intervals: 4 ranks HYBRID" adam4 adam1 || fail "AdamW runs"
+if [ -n "$MPIEXEC" ]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \
+        timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$DTRAIN" train "${common[@]}" --batch 4 --kfac-workers 0.5 --metrics "$dir/mpi.jsonl" \
+        --save "$dir/mpi" --save-every 40 --keep-last 3 > "$dir/mpi.out" 2>&1 && against "mpirun, 2 ranks, MEM-OPT" mpi one || fail "mpirun: $(tail -2 "$dir/mpi.out")"
+fi
+
+# the factors and decompositions a rank holds: MEM-OPT's most against COMM-OPT's
+loud=()
+for a in "${common[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+held() { "$DTRAIN" train "${loud[@]}" --steps 1 --nproc 4 --batch 2 --kfac-workers "$1" 2>&1 | grep -o "decompositions [0-9.]* MiB" | grep -o "[0-9.]*"; }
+comm=$(held 1) mem=$(held 0.25)
+if [ -n "$comm" ] && [ -n "$mem" ] && awk -v a="$mem" -v b="$comm" 'BEGIN{exit !(a / b <= 0.55)}'; then
+    ok "4 ranks: MEM-OPT holds $mem MiB of factors and decompositions on its fullest rank, COMM-OPT $comm ($(awk -v a="$mem" -v b="$comm" 'BEGIN{printf "%.2f", a / b}')x)"
+else fail "factor memory: MEM-OPT $mem MiB, COMM-OPT $comm MiB"; fi
+
+refused "K-FAC under ZeRO-1" "not with a strategy that shards" --nproc 2 --zero 1
+refused "K-FAC with tensor parallelism" "not with tensor or expert" --nproc 2 --tp 2
+refused "K-FAC with a loss scale" "not with a loss scale" --precision fp16
+refused "K-FAC over LAMB" "sgd or adamw" --kfac-base lamb
+refused "--kfac-damping 0" "kfac-damping" --kfac-damping 0
+refused "--kfac-inv-every 0" "kfac-inv-every" --kfac-inv-every 0
+refused "--kfac-workers 0.3 on 4 ranks" "divides the ranks" --nproc 4 --kfac-workers 0.3
+out=$("$DTRAIN" train --data "$dir/train.bin" --vocab 256 --layers 1 --channels 32 --heads 2 --steps 1 --kfac-damping 0.1 2>&1)
+[ $? -ne 0 ] && echo "$out" | grep -q "optimizer kfac" && ok "--kfac-* without --optimizer kfac refused: $out" || fail "--kfac-* alone: $out"
+echo "kfac checks: $passed passed, $failed failed"
+[ "$failed" = 0 ]

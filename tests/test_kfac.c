@@ -1,0 +1,231 @@
+/* K-FAC against its oracle, kfac-pytorch's KFACPreconditioner (scripts/make_kfac_fixture.py: tiny Hugging Face
+ * Llama and Qwen 2 models, every Linear but the head preconditioned): the preconditioned gradients of every parameter
+ * at the first and last step and the weights after the steps, eigen and inverse methods, intervals, SGD and AdamW
+ * underneath; KAISA's assignment; the settings refused; a decomposition that fails skips the step, naming the Linear.
+ * The distributed strategies against one process: tests/kfac_equivalence.sh. usage: test_kfac FIXTURES_DIR */
+#include "dtrain/io.h"
+#include "dtrain/kfac.h"
+#include "dtrain/optim.h"
+#include "dtrain/program.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { B = 2, T = 16 };
+static int failed;
+
+static void expect(const char *what, bool ok, const char *detail) {
+    if (!ok) failed++;
+    printf("%-4s %s%s%s\n", ok ? "ok" : "FAIL", what, detail ? ": " : "", detail ? detail : "");
+}
+
+static double number(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* The worst relative error (||a - b|| / ||b||, tensor by tensor) of the store's tensors against the fixture's
+ * PREFIX<hf name>; its tensor's name into worst_name. */
+static double worst_tensor(dt_safetensors *f, const dt_model *m, const float *store, const char *prefix, const char **worst_name,
+                           dt_status *st) {
+    double worst = 0;
+    for (int i = 0; i < m->ntensors && !*st; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "%s%s", prefix, t->hf);
+        int V = dt_program_config(m->self)->vocab_size;
+        int dims[2] = { t->split == DT_SPLIT_VOCAB ? V : t->shape[0], t->shape[1] };
+        size_t rows = t->ndim == 2 ? (size_t)dims[0] : 1, cols = t->ndim == 2 ? (size_t)dims[1] : (size_t)dims[0];
+        float *ref = malloc(sizeof(float) * rows * cols);
+        if (!ref || (*st = dt_safetensors_read(f, name, t->ndim, dims, 0, ref))) {
+            free(ref);
+            break;
+        }
+        double d = 0, r = 0;
+        for (size_t k = 0; k < rows * cols; k++) {
+            double x = store[t->offset + k], y = ref[k];
+            d += (x - y) * (x - y), r += y * y;
+        }
+        double e = sqrt(d) / (sqrt(r) + 1e-30);
+        if (e > worst) worst = e, *worst_name = t->hf;
+        free(ref);
+    }
+    return worst;
+}
+
+static void report(const char *name, const char *what, double err, const char *tensor, double tol) {
+    char line[256], detail[160];
+    snprintf(line, sizeof line, "%-22s %s", name, what);
+    snprintf(detail, sizeof detail, "worst relative error %.2e (%s), at most %.0e", err, tensor, tol);
+    expect(line, err <= tol, detail);
+}
+
+static dt_status settings(dt_safetensors *f, dt_kfac_config *kc, dt_optim_config *oc, float *lr, int *steps) {
+    cJSON *j = cJSON_Parse(dt_safetensors_metadata(f, "kfac") ? dt_safetensors_metadata(f, "kfac") : "");
+    if (!j) return dt_error(DT_ERR_IO, "no \"kfac\" settings in the fixture's metadata");
+    dt_kfac_defaults(kc);
+    kc->damping = (float)number(j, "damping");
+    kc->factor_decay = (float)number(j, "factor_decay");
+    kc->kl_clip = (float)number(j, "kl_clip");
+    kc->factor_every = (int)number(j, "factor_update_steps");
+    kc->inv_every = (int)number(j, "inv_update_steps");
+    const cJSON *method = cJSON_GetObjectItemCaseSensitive(j, "compute_method"), *opt = cJSON_GetObjectItemCaseSensitive(j, "optimizer");
+    kc->method = cJSON_IsString(method) && !strcmp(method->valuestring, "inverse") ? DT_KFAC_INVERSE : DT_KFAC_EIGEN;
+    bool sgd = cJSON_IsString(opt) && !strcmp(opt->valuestring, "sgd");
+    dt_optim_defaults(sgd ? DT_OPT_SGD : DT_OPT_ADAMW, oc);
+    if (sgd) oc->momentum = (float)number(j, "momentum");
+    oc->weight_decay = 0;
+    *lr = (float)number(j, "lr");
+    *steps = (int)number(j, "steps");
+    cJSON_Delete(j);
+    return DT_OK;
+}
+
+static void check_case(const char *dir, const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/kfac/%s.safetensors", dir, name);
+    dt_safetensors *f = NULL;
+    dt_program *p = NULL;
+    dt_kfac *k = NULL;
+    dt_optim *o = NULL;
+    dt_lm_config cfg;
+    dt_kfac_config kc;
+    dt_optim_config oc;
+    float lr = 0;
+    int steps = 0;
+    dt_model m;
+    dt_status st = dt_safetensors_open(path, &f);
+    const char *json = st ? NULL : dt_safetensors_metadata(f, "config");
+    if (!st && !json) st = dt_error(DT_ERR_IO, "%s: no \"config\" in its metadata", path);
+    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
+    if (!st) st = dt_program_create(&cfg, &p);
+    if (!st) dt_program_model(p, &m), st = dt_safetensors_read_model(f, &m, cfg.vocab_size, NULL);
+    if (!st) st = settings(f, &kc, &oc, &lr, &steps);
+    if (!st) st = dt_kfac_create(&kc, p, NULL, &k);
+    if (!st) st = dt_optim_create(&oc, m.nparams, NULL, 0, &o);
+    int32_t *in = malloc(sizeof(int32_t) * (size_t)(steps > 0 ? steps : 1) * B * T), *tg = malloc(sizeof(int32_t) * (size_t)(steps > 0 ? steps : 1) * B * T);
+    if (!st) st = dt_safetensors_read_i32(f, "inputs", (size_t)steps * B * T, in);
+    if (!st) st = dt_safetensors_read_i32(f, "targets", (size_t)steps * B * T, tg);
+    const char *worst_name = "";
+    for (int s = 0; !st && s < steps; s++) {
+        float loss;
+        int skip = 0;
+        dt_program_zero_grad(p);
+        dt_kfac_begin(k, 1);
+        if (!(st = dt_program_forward(p, in + (size_t)s * B * T, tg + (size_t)s * B * T, B, T, &loss))) st = dt_program_backward(p, 1.0f);
+        if (!st) st = dt_kfac_step(k, m.grads(m.self), lr, &skip);
+        if (!st && skip) st = dt_error(DT_ERR_ARG, "step %d skipped", s);
+        if (!st && (s == 0 || s == steps - 1)) {
+            double e = worst_tensor(f, &m, m.grads(m.self), s == 0 ? "pgrad0." : "pgradN.", &worst_name, &st);
+            char what[96];
+            snprintf(what, sizeof what, "preconditioned gradients at step %d of %d", s + 1, steps);
+            if (!st) report(name, what, e, worst_name, 1e-5);
+        }
+        if (!st) dt_optim_step(o, m.params(m.self), m.grads(m.self), lr, 0);
+    }
+    if (!st) {
+        double e = worst_tensor(f, &m, m.params(m.self), "final.", &worst_name, &st);
+        char what[96];
+        snprintf(what, sizeof what, "weights after %d steps", steps);
+        if (!st) report(name, what, e, worst_name, 1e-5);
+    }
+    if (st) expect(name, false, dt_last_error());
+    free(in), free(tg);
+    dt_optim_destroy(o);
+    dt_kfac_destroy(k);
+    dt_program_destroy(p);
+    dt_safetensors_close(f);
+}
+
+/* KAISA's greedy assignment, worked by hand (kfac.h's rule). */
+static void assignment_checks(void) {
+    const double cost[4] = { 5, 3, 3, 1 }, cost5[5] = { 1, 2, 3, 4, 5 };
+    int w[5];
+    char got[64];
+    dt_kfac_assign(cost, 4, 4, 2, w); /* columns {0, 2}, {1, 3} */
+    snprintf(got, sizeof got, "%d %d %d %d", w[0], w[1], w[2], w[3]);
+    expect("KAISA: 4 ranks, 2 gradient workers (HYBRID): costs 5 3 3 1 go to 0 1 3 2", !strcmp(got, "0 1 3 2"), got);
+    dt_kfac_assign(cost, 4, 4, 1, w); /* MEM-OPT: a column a rank */
+    snprintf(got, sizeof got, "%d %d %d %d", w[0], w[1], w[2], w[3]);
+    expect("KAISA: 4 ranks, MEM-OPT: one Linear a rank", !strcmp(got, "0 1 2 3"), got);
+    dt_kfac_assign(cost5, 5, 2, 2, w); /* COMM-OPT: one column, the least loaded rank, the first among equals */
+    snprintf(got, sizeof got, "%d %d %d %d %d", w[0], w[1], w[2], w[3], w[4]);
+    expect("KAISA: 2 ranks, COMM-OPT: costs 1..5 go to 0 0 1 1 0", !strcmp(got, "0 0 1 1 0"), got);
+}
+
+static void refused(const char *what, dt_kfac_config c, int ranks, const char *want) {
+    dt_status st = dt_kfac_check(&c, ranks);
+    const char *msg = st ? dt_last_error() : "accepted";
+    expect(what, st && strstr(msg, want), msg);
+}
+
+static void settings_checks(void) {
+    dt_kfac_config c;
+    dt_kfac_defaults(&c);
+    dt_kfac_config d = c;
+    d.damping = 0;
+    refused("a damping of 0 refused", d, 1, "damping");
+    d = c, d.damping = -1;
+    refused("a negative damping refused", d, 1, "damping");
+    d = c, d.inv_every = 0;
+    refused("an inverse interval of 0 refused", d, 1, "1 step or more");
+    d = c, d.factor_every = 0;
+    refused("a factor interval of 0 refused", d, 1, "1 step or more");
+    d = c, d.workers = 0.3f;
+    refused("--kfac-workers 0.3 on 4 ranks refused", d, 4, "divides the ranks");
+    d = c, d.factor_decay = 1;
+    refused("a decay of 1 refused", d, 1, "decay");
+    d = c, d.workers = 0.5f;
+    expect("--kfac-workers 0.5 on 4 ranks (HYBRID) accepted", !dt_kfac_check(&d, 4), NULL);
+}
+
+/* A Linear whose factors are not finite: the step is skipped, the gradients left as they were, the Linear named. */
+static void failure_checks(void) {
+    dt_lm_config cfg;
+    dt_program *p = NULL;
+    dt_kfac *k = NULL;
+    dt_kfac_config c;
+    dt_kfac_defaults(&c);
+    dt_status st = dt_lm_preset("llama-tiny", &cfg);
+    cfg.num_layers = 1;
+    if (!st) st = dt_program_create(&cfg, &p);
+    if (!st) dt_program_init_random(p, 7), st = dt_kfac_create(&c, p, NULL, &k);
+    int32_t in[B * T], tg[B * T];
+    for (int i = 0; i < B * T; i++) in[i] = i % 50, tg[i] = (i * 7) % 50;
+    int skip = 0;
+    float loss;
+    dt_model m;
+    if (!st) {
+        dt_program_model(p, &m);
+        const dt_tensor_info *w = dt_program_block_tensor(p, 0, 0); /* the first norm's weight: q's input goes NaN */
+        m.params(m.self)[w->offset] = NAN;
+        dt_program_zero_grad(p);
+        dt_kfac_begin(k, 1);
+        if (!(st = dt_program_forward(p, in, tg, B, T, &loss))) st = dt_program_backward(p, 1.0f);
+    }
+    float *before = NULL;
+    if (!st && (before = malloc(m.nparams * sizeof(float)))) memcpy(before, m.grads(m.self), m.nparams * sizeof(float));
+    if (!st && before) st = dt_kfac_step(k, m.grads(m.self), 0.1f, &skip);
+    bool same = before && !memcmp(before, m.grads(m.self), m.nparams * sizeof(float));
+    expect("a decomposition of non-finite factors: the step skipped, the gradients untouched", !st && skip && same,
+           st ? dt_last_error() : NULL);
+    free(before);
+    dt_kfac_destroy(k);
+    dt_program_destroy(p);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
+    dt_log_set_level(DT_LOG_WARN);
+    const char *cases[] = { "llama_eigen", "qwen2_eigen", "llama_inverse", "llama_intervals_adamw" };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(dir, cases[i]);
+    assignment_checks();
+    settings_checks();
+    failure_checks();
+    printf("%s\n", failed ? "FAILED" : "all passed");
+    return failed ? 1 : 0;
+}
