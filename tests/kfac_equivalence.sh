@@ -72,6 +72,12 @@ if [ -n "$comm" ] && [ -n "$mem" ] && awk -v a="$mem" -v b="$comm" 'BEGIN{exit !
     ok "4 ranks: MEM-OPT holds $mem MiB of factors and decompositions on its fullest rank, COMM-OPT $comm ($(awk -v a="$mem" -v b="$comm" 'BEGIN{printf "%.2f", a / b}')x)"
 else fail "factor memory: MEM-OPT $mem MiB, COMM-OPT $comm MiB"; fi
 
+# a resumed run keeps K-FAC and its base (the settings are saved; the factors start afresh, which it says)
+"$DTRAIN" train "${common[@]}" --steps 4 --nproc 2 --batch 4 --kfac-base adamw --lr 0.002 --kfac-workers 0.5 --save "$dir/res" &&
+out=$("$DTRAIN" train --resume "$dir/res" --steps 6 --threads 1 2>&1)
+if echo "$out" | grep -q "K-FAC (COMM-OPT) preconditions .* before adamw" && echo "$out" | grep -q "start afresh"; then
+    ok "resumed on 1 process: K-FAC over AdamW again, the fresh factors said"
+else fail "K-FAC resume: $(echo "$out" | tail -3)"; fi
 refused "K-FAC under ZeRO-1" "not with a strategy that shards" --nproc 2 --zero 1
 refused "K-FAC with tensor parallelism" "not with tensor or expert" --nproc 2 --tp 2
 refused "K-FAC with a loss scale" "not with a loss scale" --precision fp16

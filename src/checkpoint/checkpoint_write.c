@@ -228,6 +228,17 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddNumberToObject(x, "weight_decay", c->opt.weight_decay);
     cJSON_AddNumberToObject(x, "momentum", c->opt.momentum);
     cJSON_AddBoolToObject(x, "nesterov", c->opt.nesterov);
+    if (c->kfac_on) {
+        /* K-FAC's settings (its factors are not saved yet: a resumed run starts them afresh) */
+        cJSON_AddBoolToObject(x, "kfac", 1);
+        cJSON_AddNumberToObject(x, "kfac_damping", dt_f32_decimal(c->kfac.damping));
+        cJSON_AddNumberToObject(x, "kfac_decay", dt_f32_decimal(c->kfac.factor_decay));
+        cJSON_AddNumberToObject(x, "kfac_kl_clip", dt_f32_decimal(c->kfac.kl_clip));
+        cJSON_AddNumberToObject(x, "kfac_factor_every", c->kfac.factor_every);
+        cJSON_AddNumberToObject(x, "kfac_inv_every", c->kfac.inv_every);
+        cJSON_AddNumberToObject(x, "kfac_workers", dt_f32_decimal(c->kfac.workers));
+        cJSON_AddStringToObject(x, "kfac_method", c->kfac.method == DT_KFAC_INVERSE ? "inverse" : "eigen");
+    }
     x = cJSON_AddObjectToObject(j, "schedule");
     cJSON_AddStringToObject(x, "kind", dt_schedule_name(c->sched.kind));
     cJSON_AddNumberToObject(x, "lr", c->sched.lr);

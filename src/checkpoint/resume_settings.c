@@ -52,6 +52,16 @@ static void take_optimizer(const cJSON *j, dt_train_config *c) {
     take_float(j, "optimizer", "weight_decay", &c->opt.weight_decay);
     take_float(j, "optimizer", "momentum", &c->opt.momentum);
     take_bool(j, "optimizer", "nesterov", &c->opt.nesterov);
+    take_bool(j, "optimizer", "kfac", &c->kfac_on);
+    if (!c->kfac_on) return;
+    take_float(j, "optimizer", "kfac_damping", &c->kfac.damping);
+    take_float(j, "optimizer", "kfac_decay", &c->kfac.factor_decay);
+    take_float(j, "optimizer", "kfac_kl_clip", &c->kfac.kl_clip);
+    take_int(j, "optimizer", "kfac_factor_every", &c->kfac.factor_every);
+    take_int(j, "optimizer", "kfac_inv_every", &c->kfac.inv_every);
+    take_float(j, "optimizer", "kfac_workers", &c->kfac.workers);
+    const char *m = dt_ckpt_string(j, "optimizer", "kfac_method");
+    if (m) c->kfac.method = !strcmp(m, "inverse") ? DT_KFAC_INVERSE : DT_KFAC_EIGEN;
 }
 
 static void take_schedule(const cJSON *j, dt_train_config *c) {

@@ -258,7 +258,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
     double betas[2] = { c.opt.beta1, c.opt.beta2 }, eps = c.opt.eps, wd = c.opt.weight_decay, mom = c.opt.momentum,
            trust = c.opt.trust_coef;
     int nesterov = c.opt.nesterov, kfac_flags = 0;
-    dt_optim_kind kfac_base = DT_OPT_SGD;
+    dt_optim_kind kfac_base = c.kfac_on ? c.opt.kind : DT_OPT_SGD; /* a resumed K-FAC run's, or SGD */
     const num_flag nums[] = {
         { "--kfac-damping", 1e-30, 1e6, 0, &c.kfac.damping, 'f' }, { "--kfac-decay", 0, 0.999999, 0, &c.kfac.factor_decay, 'f' },
         { "--kfac-kl-clip", 0, 1e6, 0, &c.kfac.kl_clip, 'f' }, { "--kfac-factor-every", 1, 1e6, 1, &c.kfac.factor_every, 'i' },

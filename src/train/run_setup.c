@@ -279,6 +279,9 @@ static dt_status make_engine(run *r) {
         if (c->lora.rank > 0 || c->lora_from) return dt_error(DT_ERR_ARG, "--optimizer kfac with LoRA: K-FAC preconditions the base Linears, which LoRA freezes");
         if ((st = dt_kfac_create(&c->kfac, dt_gpt2_program(r->m), ec.comm, &r->kfac))) return st;
         dt_kfac_preconditioner(r->kfac, &r->precond);
+        if (c->resume && r->rank == 0)
+            dt_log(DT_LOG_WARN, "--resume %s: checkpoints hold K-FAC's settings, not yet its factors and decompositions: they start "
+                   "afresh (from the identity), so the steps differ from the uninterrupted run's", c->resume);
         ec.precond = &r->precond;
         if (r->rank == 0 && !c->quiet)
             dt_log(DT_LOG_INFO, "K-FAC (%s) preconditions %d Linears (%zu parameters) before %s, its factors and decompositions %.3f MiB "
