@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-typedef enum { DT_OPT_SGD = 0, DT_OPT_ADAMW, DT_OPT_LAMB, DT_OPT_LARS } dt_optim_kind;
+typedef enum { DT_OPT_SGD = 0, DT_OPT_ADAMW, DT_OPT_LAMB, DT_OPT_LARS, DT_OPT_SOAP } dt_optim_kind;
 
 typedef struct {
     dt_optim_kind kind;
@@ -20,12 +20,19 @@ typedef struct {
     float momentum;           /* SGD, LARS: 0 */
     int nesterov;             /* SGD */
     float trust_coef;         /* LARS: 0.001 */
+    /* SOAP (Vyas et al. 2024, pytorch_optimizer's SOAP): Adam in the eigenbases of each matrix's Shampoo statistics
+     * L = E[G G^T], R = E[G^T G] (running averages at shampoo_beta; < 0: beta2), the bases refreshed every
+     * precond_every steps by a power iteration and QR (the first from LAPACK's eigen-decomposition), a side longer
+     * than precond_max_dim left unrotated; vectors plain Adam. Its first step only measures. Decoupled weight decay. */
+    int precond_every;        /* 10 */
+    int precond_max_dim;      /* 10000 */
+    float shampoo_beta;       /* -1: beta2 */
 } dt_optim_config;
 
 /* A tensor, or the piece of one, within the slice, for the per-tensor trust
  * ratios of LAMB and LARS; tensor numbers the whole tensor (pieces of one
  * tensor held by several ranks share it). */
-typedef struct { size_t offset, count; int tensor; } dt_tensor_span;
+typedef struct { size_t offset, count; int tensor; int rows, cols; } dt_tensor_span; /* rows, cols: a matrix's shape (SOAP; 0: a vector) */
 
 typedef struct dt_optim dt_optim;
 

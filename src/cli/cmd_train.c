@@ -59,7 +59,12 @@ static void usage(FILE *f) {
             "  --chat-template T  chatml or llama3 (by default the kind tokenizer_config.json's template is)\n"
             "  --val-data FILE    validation tokens (or FILE.jsonl); --eval-every N steps, --eval-batches N (8)\n"
             "  --batch B (4)  --seq T (64)  --steps N (10; 0: evaluate only, as dtrain eval)  --grad-accum K (1)\n"
-            "  --optimizer sgd|adamw|lamb|lars|kfac (adamw)  --lr X (3e-4)  --betas B1,B2 (0.9,0.999)\n"
+            "  --optimizer sgd|adamw|lamb|lars|soap|kfac (adamw)  --lr X (3e-4)  --betas B1,B2 (0.9,0.999)\n"
+            "  --optimizer soap   SOAP (pytorch_optimizer's): Adam in the eigenbases of each matrix's Shampoo\n"
+            "                     statistics, refreshed every --precondition-every N steps (10) by a power iteration\n"
+            "                     and QR, sides longer than --precondition-max-dim D (10000) unrotated, vectors plain\n"
+            "                     Adam; its first step only measures; --weight-decay decoupled; whole tensors (not\n"
+            "                     with ZeRO or tensor parallelism)\n"
             "  --optimizer kfac   K-FAC (kfac-pytorch's semantics): each block Linear's gradient preconditioned by its\n"
             "                     Kronecker factors' inverse (the embedding, norms and head as they are), then\n"
             "                     --kfac-base sgd (default) or adamw; single or ddp, f32 gradients. --kfac-damping D\n"
@@ -195,7 +200,8 @@ static const dt_cli_flag flags[] = {
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
     { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
     { "--tokenizer", "a tokenizer.json" }, { "--chat-template", "chatml, llama3 or none" },
-    { "--optimizer", "sgd, adamw, lamb, lars or kfac" }, { "--kfac-base", "sgd or adamw" }, { "--kfac-method", "eigen or inverse" },
+    { "--optimizer", "sgd, adamw, lamb, lars, soap or kfac" }, { "--precondition-every", "a whole number of steps from 1 to 1e6" },
+    { "--precondition-max-dim", "a whole number from 1 to 1e6" }, { "--kfac-base", "sgd or adamw" }, { "--kfac-method", "eigen or inverse" },
     { "--kfac-damping", "a number above 0, up to 1e6" }, { "--kfac-decay", "a number in [0, 1)" }, { "--kfac-kl-clip", "a number from 0 (off) to 1e6" },
     { "--kfac-factor-every", "a whole number of steps from 1 to 1e6" }, { "--kfac-inv-every", "a whole number of steps from 1 to 1e6" },
     { "--kfac-workers", "a fraction of the data-parallel ranks above 0, at most 1" }, { "--precision", "fp32, bf16 or fp16" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--grad-store", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
@@ -257,12 +263,13 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
     dt_optim_kind kind = c.opt.kind;
     double betas[2] = { c.opt.beta1, c.opt.beta2 }, eps = c.opt.eps, wd = c.opt.weight_decay, mom = c.opt.momentum,
            trust = c.opt.trust_coef;
-    int nesterov = c.opt.nesterov, kfac_flags = 0;
+    int nesterov = c.opt.nesterov, kfac_flags = 0, pc_every = c.opt.precond_every, pc_max = c.opt.precond_max_dim;
     dt_optim_kind kfac_base = c.kfac_on ? c.opt.kind : DT_OPT_SGD; /* a resumed K-FAC run's, or SGD */
     const num_flag nums[] = {
         { "--kfac-damping", 1e-30, 1e6, 0, &c.kfac.damping, 'f' }, { "--kfac-decay", 0, 0.999999, 0, &c.kfac.factor_decay, 'f' },
         { "--kfac-kl-clip", 0, 1e6, 0, &c.kfac.kl_clip, 'f' }, { "--kfac-factor-every", 1, 1e6, 1, &c.kfac.factor_every, 'i' },
-        { "--kfac-inv-every", 1, 1e6, 1, &c.kfac.inv_every, 'i' }, { "--kfac-workers", 1e-9, 1, 0, &c.kfac.workers, 'f' },
+        { "--kfac-inv-every", 1, 1e6, 1, &c.kfac.inv_every, 'i' }, { "--precondition-every", 1, 1e6, 1, &pc_every, 'i' },
+        { "--precondition-max-dim", 1, 1e6, 1, &pc_max, 'i' }, { "--kfac-workers", 1e-9, 1, 0, &c.kfac.workers, 'f' },
         { "--batch", 1, 1e6, 1, &c.batch, 'i' }, { "--seq", 1, 1e6, 1, &c.seq, 'i' }, { "--steps", 0, 1e9, 1, &c.steps, 'i' },
         { "--epochs", 1, 1e6, 1, &c.epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c.save_every, 'i' }, { "--keep-last", 1, 256, 1, &c.keep_last, 'i' },
         { "--stop-after", 0, 1e9, 1, &c.stop_after, 'i' },
@@ -400,6 +407,8 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
     c.opt.momentum = (float)mom;
     c.opt.nesterov = nesterov;
     c.opt.trust_coef = (float)trust;
+    c.opt.precond_every = pc_every;
+    c.opt.precond_max_dim = pc_max;
     *out = c;
     return -1;
 }

@@ -5,6 +5,7 @@
  * reference in scripts/make_fixtures.py writes the same ones out in torch. */
 #include "dtrain/optim.h"
 #include "dtrain/kernels.h"
+#include "optim_internal.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -20,25 +21,26 @@ struct dt_optim {
     double *sums;         /* 2 per tensor: its sums of squares (dt_optim_step's own) */
     long t;               /* steps taken */
     long frozen;          /* AdamW's variance frozen after this step, the gradient's place the momentum (0: not) */
+    dt_soap *soap;        /* SOAP's statistics and bases (soap.c) */
 };
 
-static const char *kind_names[] = { "sgd", "adamw", "lamb", "lars" };
+static const char *kind_names[] = { "sgd", "adamw", "lamb", "lars", "soap" };
 
-const char *dt_optim_kind_name(dt_optim_kind k) { return (unsigned)k < 4 ? kind_names[k] : "?"; }
+const char *dt_optim_kind_name(dt_optim_kind k) { return (unsigned)k < 5 ? kind_names[k] : "?"; }
 
 dt_status dt_optim_parse_kind(const char *s, dt_optim_kind *out) {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (!strcmp(s, kind_names[i])) { *out = (dt_optim_kind)i; return DT_OK; }
-    return dt_error(DT_ERR_ARG, "unknown optimizer '%s' (expected sgd, adamw, lamb or lars)", s);
+    return dt_error(DT_ERR_ARG, "unknown optimizer '%s' (expected sgd, adamw, lamb, lars or soap)", s);
 }
 
 void dt_optim_defaults(dt_optim_kind kind, dt_optim_config *o) {
-    *o = (dt_optim_config){ kind, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f, 0, 0.001f };
+    *o = (dt_optim_config){ kind, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f, 0, 0.001f, 10, 10000, -1.0f };
 }
 
 dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_span *spans, int nspans, dt_optim **out) {
     *out = NULL;
-    if ((unsigned)cfg->kind > DT_OPT_LARS) return dt_error(DT_ERR_ARG, "optimizer: unknown kind %d", (int)cfg->kind);
+    if ((unsigned)cfg->kind > DT_OPT_SOAP) return dt_error(DT_ERR_ARG, "optimizer: unknown kind %d", (int)cfg->kind);
     if (!(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1))
         return dt_error(DT_ERR_ARG, "optimizer: betas (%g, %g) must be in [0, 1)", cfg->beta1, cfg->beta2);
     if (!(cfg->eps > 0)) return dt_error(DT_ERR_ARG, "optimizer: eps %g must be positive", cfg->eps);
@@ -49,15 +51,20 @@ dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_
     if (!o) return dt_error(DT_ERR_NOMEM, "optimizer: out of memory");
     o->cfg = *cfg;
     o->n = n;
-    bool adam = cfg->kind == DT_OPT_ADAMW || cfg->kind == DT_OPT_LAMB;
+    bool adam = cfg->kind == DT_OPT_ADAMW || cfg->kind == DT_OPT_LAMB || cfg->kind == DT_OPT_SOAP;
     /* zero pages the first update faults in: nothing resident before then (a setup that still holds a
      * transient copy of the parameters, ZeRO's before it shares them, does not add the state on top) */
     o->m = dt_alloc_zeroed(n * sizeof(float));
     o->v = adam ? dt_alloc_zeroed(n * sizeof(float)) : NULL;
     if (!o->m || (adam && !o->v)) { dt_optim_destroy(o); return dt_error(DT_ERR_NOMEM, "optimizer: no memory for its state"); }
+    if (cfg->kind == DT_OPT_SOAP) {
+        dt_status st = spans && nspans > 0 ? dt_soap_create(cfg, spans, nspans, &o->soap)
+                                           : dt_error(DT_ERR_ARG, "SOAP needs the tensors' shapes (spans)");
+        if (st) { dt_optim_destroy(o); return st; }
+    }
     if (cfg->kind == DT_OPT_LAMB || cfg->kind == DT_OPT_LARS) {
         /* no spans: one tensor, the whole slice */
-        dt_tensor_span whole = { 0, n, 0 };
+        dt_tensor_span whole = { 0, n, 0, 0, 0 };
         if (!spans || nspans < 1) { spans = &whole; nspans = 1; }
         o->spans = malloc(sizeof *o->spans * (size_t)nspans);
         if (!o->spans) { dt_optim_destroy(o); return dt_error(DT_ERR_NOMEM, "optimizer: out of memory"); }
@@ -86,6 +93,7 @@ void dt_optim_destroy(dt_optim *o) {
     dt_free_zeroed(o->v);
     free(o->spans);
     free(o->sums);
+    dt_soap_destroy(o->soap);
     free(o);
 }
 
@@ -94,7 +102,7 @@ void dt_optim_set_steps(dt_optim *o, long t) { o->t = t; }
 float *dt_optim_buffer(dt_optim *o, int i) { return i == 0 ? o->m : i == 1 ? o->v : NULL; }
 size_t dt_optim_size(const dt_optim *o) { return o->n; }
 
-size_t dt_optim_state_bytes(const dt_optim *o) { return o->n * sizeof(float) * (o->v ? 2 : 1); }
+size_t dt_optim_state_bytes(const dt_optim *o) { return o->n * sizeof(float) * (o->v ? 2 : 1) + dt_soap_state_bytes(o->soap); }
 
 static double norm2(const float *x, size_t n) {
     double s = 0;
@@ -324,6 +332,13 @@ double dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zer
         return sqrt(ss);
     }
     o->t++;
+    if (o->soap) {
+        double ss = 0;
+        dt_status st = dt_soap_step(o->soap, &o->cfg, o->t, params, grads, o->m, o->v, lr, &ss);
+        if (zero_grads) memset(grads, 0, o->n * sizeof *grads);
+        if (st) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+        return st ? NAN : sqrt(ss);
+    }
     return sqrt(elementwise(o, params, grads, lr, 0, o->n, zero_grads));
 }
 

@@ -64,7 +64,8 @@ static dt_status make_optimizer(dt_engine *e) {
         const dt_tensor_info *t = &m->tensors[i];
         size_t a = t->offset > e->off ? t->offset : e->off, b = t->offset + t->count < e->off + e->n ? t->offset + t->count : e->off + e->n;
         /* every tensor, even one with no piece here (count 0): the ranks then agree on the number of sums */
-        spans[k++] = a < b ? (dt_tensor_span){ a - e->off, b - a, i } : (dt_tensor_span){ 0, 0, i };
+        int rows = t->ndim == 2 ? t->shape[0] : 0, cols = t->ndim == 2 ? t->shape[1] : 0; /* SOAP's matrices */
+        spans[k++] = a < b ? (dt_tensor_span){ a - e->off, b - a, i, rows, cols } : (dt_tensor_span){ 0, 0, i, rows, cols };
     }
     dt_status st = dt_optim_create(&e->cfg.opt, e->n, spans, k, &e->opt);
     free(spans);

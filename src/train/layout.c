@@ -18,6 +18,7 @@ int dt_train_is_image_model(const char *model) {
 static const char *tp_lacks(const dt_train_config *c) {
     if (dt_train_is_image_model(c->model)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
+    if (c->opt.kind == DT_OPT_SOAP) return "SOAP (it rotates whole matrices)";
     return NULL;
 }
 

@@ -1,8 +1,10 @@
-/* K-FAC against its oracle, kfac-pytorch's KFACPreconditioner (scripts/make_kfac_fixture.py: tiny Hugging Face
+/* The second-order optimizers against their oracles. K-FAC: kfac-pytorch's KFACPreconditioner (scripts/make_kfac_fixture.py: tiny Hugging Face
  * Llama and Qwen 2 models, every Linear but the head preconditioned): the preconditioned gradients of every parameter
  * at the first and last step and the weights after the steps, eigen and inverse methods, intervals, SGD and AdamW
  * underneath; KAISA's assignment; the settings refused; a decomposition that fails skips the step, naming the Linear.
- * The distributed strategies against one process: tests/kfac_equivalence.sh. usage: test_kfac FIXTURES_DIR */
+ * SOAP: pytorch_optimizer's SOAP (scripts/make_soap_fixture.py), every parameter after 10 steps, and a sharded slice
+ * refused. K-FAC's distributed strategies against one process: tests/kfac_equivalence.sh.
+ * usage: test_second_order FIXTURES_DIR */
 #include "dtrain/io.h"
 #include "dtrain/kfac.h"
 #include "dtrain/optim.h"
@@ -218,6 +220,137 @@ static void failure_checks(void) {
     dt_program_destroy(p);
 }
 
+static void soap_synthetic(dt_safetensors *f, const dt_optim_config *oc, float lr, int steps);
+
+/* SOAP from the fixture's weights over its batches: the weights after every step's update. */
+static void soap_checks(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/soap/llama.safetensors", dir);
+    dt_safetensors *f = NULL;
+    dt_program *p = NULL;
+    dt_optim *o = NULL;
+    dt_lm_config cfg;
+    dt_model m;
+    dt_status st = dt_safetensors_open(path, &f);
+    const char *json = st ? NULL : dt_safetensors_metadata(f, "config");
+    cJSON *set = st ? NULL : cJSON_Parse(dt_safetensors_metadata(f, "soap") ? dt_safetensors_metadata(f, "soap") : "");
+    if (!st && (!json || !set)) st = dt_error(DT_ERR_IO, "%s: no \"config\" or \"soap\" in its metadata", path);
+    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
+    if (!st) st = dt_program_create(&cfg, &p);
+    if (!st) dt_program_model(p, &m), st = dt_safetensors_read_model(f, &m, cfg.vocab_size, NULL);
+    dt_optim_config oc;
+    dt_optim_defaults(DT_OPT_SOAP, &oc);
+    int steps = set ? (int)number(set, "steps") : 0;
+    float lr = set ? (float)number(set, "lr") : 0;
+    if (set) {
+        oc.beta1 = (float)number(set, "beta1"), oc.beta2 = (float)number(set, "beta2"), oc.eps = (float)number(set, "eps");
+        oc.weight_decay = (float)number(set, "weight_decay");
+        oc.precond_every = (int)number(set, "precondition_frequency"), oc.precond_max_dim = (int)number(set, "max_precondition_dim");
+    }
+    dt_tensor_span *spans = st ? NULL : calloc((size_t)m.ntensors, sizeof *spans);
+    for (int i = 0; spans && i < m.ntensors; i++) {
+        const dt_tensor_info *t = &m.tensors[i];
+        spans[i] = (dt_tensor_span){ t->offset, t->count, i, t->ndim == 2 ? t->shape[0] : 0, t->ndim == 2 ? t->shape[1] : 0 };
+    }
+    if (!st) soap_synthetic(f, &oc, lr, steps);
+    if (!st) st = dt_optim_create(&oc, m.nparams, spans, m.ntensors, &o);
+    enum { TS = 32 };
+    int32_t *in = malloc(sizeof(int32_t) * (size_t)(steps > 0 ? steps : 1) * B * TS), *tg = malloc(sizeof(int32_t) * (size_t)(steps > 0 ? steps : 1) * B * TS);
+    if (!st) st = dt_safetensors_read_i32(f, "inputs", (size_t)steps * B * TS, in);
+    if (!st) st = dt_safetensors_read_i32(f, "targets", (size_t)steps * B * TS, tg);
+    for (int s = 0; !st && s < steps; s++) {
+        float loss;
+        dt_program_zero_grad(p);
+        if (!(st = dt_program_forward(p, in + (size_t)s * B * TS, tg + (size_t)s * B * TS, B, TS, &loss))) st = dt_program_backward(p, 1.0f);
+        if (!st && !isfinite(dt_optim_step(o, m.params(m.self), m.grads(m.self), lr, 0))) st = dt_error(DT_ERR_ARG, "SOAP step %d failed", s);
+    }
+    /* as close to the float64 run as the oracle's f32 run is (make_soap_fixture.py says why not to its digits) */
+    const char *ours_at = "", *ref_at = "";
+    float *ref = st ? NULL : calloc(m.nparams, sizeof(float));
+    for (int i = 0; ref && !st && i < m.ntensors; i++) {
+        const dt_tensor_info *t = &m.tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "final.%s", t->hf);
+        int dims[2] = { t->split == DT_SPLIT_VOCAB ? cfg.vocab_size : t->shape[0], t->shape[1] };
+        st = dt_safetensors_read(f, name, t->ndim, dims, 0, ref + t->offset);
+    }
+    if (!st && ref) {
+        double ours = worst_tensor(f, &m, m.params(m.self), "final64.", &ours_at, &st);
+        double theirs = st ? 0 : worst_tensor(f, &m, ref, "final64.", &ref_at, &st);
+        char line[320];
+        snprintf(line, sizeof line, "SOAP, %d steps, against the oracle's float64 run: dtrain %.2e (%s), the oracle's own f32 %.2e (%s); "
+                 "the f32 runs %s", steps, ours, ours_at, theirs, ref_at, "");
+        double direct = st ? 0 : worst_tensor(f, &m, m.params(m.self), "final.", &ours_at, &st);
+        snprintf(line + strlen(line), sizeof line - strlen(line), "%.2e apart", direct);
+        /* as near the oracle's f32 run as that is to its float64 one, and no farther from the float64 run than twice it */
+        if (!st) expect(line, direct <= theirs && ours <= 2 * theirs + 1e-6, NULL);
+    }
+    free(ref);
+    if (st) expect("soap", false, dt_last_error());
+    /* a slice that cuts a matrix (ZeRO's shard) is refused, naming it */
+    dt_optim *cut = NULL;
+    int mat = 0;
+    while (spans && mat < m.ntensors && !spans[mat].rows) mat++;
+    if (spans && mat < m.ntensors) {
+        spans[mat].count /= 2;
+        dt_status cs = dt_optim_create(&oc, m.nparams, spans, m.ntensors, &cut);
+        expect("SOAP on a cut matrix refused", cs && strstr(dt_last_error(), "whole matrices"), cs ? dt_last_error() : "accepted");
+        dt_optim_destroy(cut);
+    }
+    free(spans), free(in), free(tg);
+    cJSON_Delete(set);
+    dt_optim_destroy(o);
+    dt_program_destroy(p);
+    dt_safetensors_close(f);
+}
+
+/* SOAP on fixed, well-conditioned gradients (the fixture's synthetic case): every parameter to 1e-5 after 10 steps. */
+static void soap_synthetic(dt_safetensors *f, const dt_optim_config *oc, float lr, int steps) {
+    static const char *names[3] = { "a", "b", "c" };
+    static const int shape[3][2] = { { 6, 5 }, { 40, 3 }, { 7, 0 } };
+    dt_tensor_span spans[3];
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        size_t c = (size_t)shape[i][0] * (shape[i][1] ? shape[i][1] : 1);
+        spans[i] = (dt_tensor_span){ n, c, i, shape[i][1] ? shape[i][0] : 0, shape[i][1] };
+        n += c;
+    }
+    float *p = calloc(n, sizeof(float)), *g = calloc(n, sizeof(float)), *want = calloc(n, sizeof(float)), *all = NULL;
+    dt_optim *o = NULL;
+    dt_status st = p && g && want ? dt_optim_create(oc, n, spans, 3, &o) : dt_error(DT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < 3 && !st; i++) {
+        char name[64];
+        int nd = shape[i][1] ? 2 : 1, dims[3] = { steps, shape[i][0], shape[i][1] };
+        snprintf(name, sizeof name, "syn.%s", names[i]);
+        if ((st = dt_safetensors_read(f, name, nd, dims + 1, 0, p + spans[i].offset))) break;
+        snprintf(name, sizeof name, "syn.final.%s", names[i]);
+        st = dt_safetensors_read(f, name, nd, dims + 1, 0, want + spans[i].offset);
+    }
+    for (int s = 0; s < steps && !st; s++) {
+        for (int i = 0; i < 3 && !st; i++) {
+            char name[64];
+            int nd = shape[i][1] ? 3 : 2, dims[3] = { steps, shape[i][0], shape[i][1] };
+            snprintf(name, sizeof name, "syn.grads.%s", names[i]);
+            free(all);
+            if (!(all = malloc(sizeof(float) * (size_t)steps * spans[i].count))) st = dt_error(DT_ERR_NOMEM, "out of memory");
+            else if (!(st = dt_safetensors_read(f, name, nd, dims, 0, all)))
+                memcpy(g + spans[i].offset, all + (size_t)s * spans[i].count, spans[i].count * sizeof(float));
+        }
+        if (!st && !isfinite(dt_optim_step(o, p, g, lr, 1))) st = dt_error(DT_ERR_ARG, "SOAP step %d failed", s);
+    }
+    double worst = 0;
+    for (int i = 0; i < 3 && !st; i++) {
+        double d = 0, r = 0;
+        for (size_t k = spans[i].offset; k < spans[i].offset + spans[i].count; k++) d += (double)(p[k] - want[k]) * (p[k] - want[k]), r += (double)want[k] * want[k];
+        worst = fmax(worst, sqrt(d) / sqrt(r));
+    }
+    char line[160];
+    snprintf(line, sizeof line, "SOAP on fixed gradients (a 6 x 5 and a 40 x 3 matrix, a vector), %d steps: worst relative error %.2e", steps, worst);
+    expect(st ? "SOAP on fixed gradients" : line, !st && worst <= 1e-5, st ? dt_last_error() : NULL);
+    free(all), free(p), free(g), free(want);
+    dt_optim_destroy(o);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     dt_log_set_level(DT_LOG_WARN);
@@ -226,6 +359,7 @@ int main(int argc, char **argv) {
     assignment_checks();
     settings_checks();
     failure_checks();
+    soap_checks(dir);
     printf("%s\n", failed ? "FAILED" : "all passed");
     return failed ? 1 : 0;
 }

@@ -1,0 +1,197 @@
+/* SOAP: Adam in the eigenbases of Shampoo's statistics (optim.h; pytorch_optimizer's SOAP is the oracle,
+ * scripts/make_soap_fixture.py). A matrix G [r, c] keeps L = E[G G^T] and R = E[G^T G] and their bases QL, QR;
+ * Adam's first moment lives in the weights' own coordinates, its second in the rotated ones (QL^T G QR). */
+#include "optim_internal.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    size_t off, count;
+    int rows, cols;
+    float *L, *R, *QL, *QR; /* NULL: that side unrotated */
+} soap_tensor;
+
+struct dt_soap {
+    soap_tensor *t;
+    int n;
+    float *work[3];         /* three matrices of the largest tensor, and its bases' scratch */
+    size_t bytes;
+};
+
+void dt_soap_destroy(dt_soap *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) free(s->t[i].L), free(s->t[i].R), free(s->t[i].QL), free(s->t[i].QR);
+    for (int k = 0; k < 3; k++) free(s->work[k]);
+    free(s->t);
+    free(s);
+}
+
+dt_status dt_soap_create(const dt_optim_config *c, const dt_tensor_span *spans, int nspans, dt_soap **out) {
+    *out = NULL;
+    if (c->precond_every < 1 || c->precond_max_dim < 1)
+        return dt_error(DT_ERR_ARG, "SOAP: --precondition-every %d and --precondition-max-dim %d must be 1 or more", c->precond_every,
+                        c->precond_max_dim);
+    dt_soap *s = calloc(1, sizeof *s);
+    if (!s || !(s->t = calloc((size_t)nspans + 1, sizeof *s->t))) {
+        free(s);
+        return dt_error(DT_ERR_NOMEM, "SOAP: out of memory");
+    }
+    size_t big = 1;
+    bool ok = true;
+    for (int i = 0; i < nspans && ok; i++) {
+        const dt_tensor_span *sp = &spans[i];
+        if (!sp->count) continue;
+        bool matrix = sp->rows > 0 && sp->cols > 0;
+        if (matrix && (size_t)sp->rows * sp->cols != sp->count) {
+            dt_soap_destroy(s);
+            return dt_error(DT_ERR_ARG, "SOAP rotates whole matrices: tensor %d is cut (%zu of %d x %d here: a sharded strategy)", sp->tensor,
+                            sp->count, sp->rows, sp->cols);
+        }
+        soap_tensor *t = &s->t[s->n++];
+        *t = (soap_tensor){ .off = sp->offset, .count = sp->count, .rows = matrix ? sp->rows : 0, .cols = matrix ? sp->cols : 0 };
+        if (!matrix) continue;
+        int side[2] = { sp->rows, sp->cols };
+        for (int k = 0; k < 2 && ok; k++) {
+            int d = side[k];
+            if (d > c->precond_max_dim) continue;
+            size_t b = (size_t)d * d * sizeof(float);
+            float **st = k ? &t->R : &t->L, **q = k ? &t->QR : &t->QL;
+            ok = (*st = calloc(1, b)) && (*q = calloc(1, b));
+            s->bytes += 2 * b;
+            big = (size_t)d * d > big ? (size_t)d * d : big;
+        }
+        big = sp->count > big ? sp->count : big;
+    }
+    /* the eigenvalues after a basis's matrix: big + its side */
+    for (int k = 0; k < 3 && ok; k++) ok = (s->work[k] = malloc((big + (size_t)c->precond_max_dim + 1) * sizeof(float))) != NULL;
+    if (!ok) {
+        dt_soap_destroy(s);
+        return dt_error(DT_ERR_NOMEM, "SOAP: out of memory for its statistics");
+    }
+    *out = s;
+    return DT_OK;
+}
+
+size_t dt_soap_state_bytes(const dt_soap *s) { return s ? s->bytes : 0; }
+
+/* Q = the eigenvectors of S [d, d], by descending eigenvalue (as the oracle flips eigh's ascending order). */
+static dt_status eigenbasis(const float *S, int d, float *Q, float *scratch) {
+    memcpy(scratch, S, (size_t)d * d * sizeof(float));
+    float *w = scratch + (size_t)d * d;
+    int info = LAPACKE_ssyevd(LAPACK_ROW_MAJOR, 'V', 'U', d, scratch, d, w);
+    if (info) return dt_error(DT_ERR_ARG, "SOAP: the eigen-decomposition of a %d x %d statistic failed (LAPACK's info %d)", d, d, info);
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) Q[(size_t)i * d + j] = scratch[(size_t)i * d + (d - 1 - j)];
+    return DT_OK;
+}
+
+/* S += w (G G^T - S) (side 0) or w (G^T G - S) (side 1). */
+static void accumulate(float *S, const float *G, int r, int c, int side, float w, float *outer) {
+    int d = side ? c : r;
+    if (side) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c, c, r, 1.0f, G, c, G, c, 0.0f, outer, c);
+    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r, r, c, 1.0f, G, c, G, c, 0.0f, outer, r);
+    for (size_t i = 0; i < (size_t)d * d; i++) S[i] += w * (outer[i] - S[i]);
+}
+
+/* X [r, c] into out: QL^T X QR (forward) or QL X QR^T (back), a missing side as it is. tmp: r x c. */
+static void rotate(const soap_tensor *t, const float *X, float *out, float *tmp, bool back) {
+    int r = t->rows, c = t->cols;
+    const float *a = X;
+    if (t->QL) {
+        cblas_sgemm(CblasRowMajor, back ? CblasNoTrans : CblasTrans, CblasNoTrans, r, c, r, 1.0f, t->QL, r, X, c, 0.0f, tmp, c);
+        a = tmp;
+    }
+    if (t->QR) cblas_sgemm(CblasRowMajor, CblasNoTrans, back ? CblasTrans : CblasNoTrans, r, c, c, 1.0f, a, c, t->QR, c, 0.0f, out, c);
+    else if (a != out) memcpy(out, a, (size_t)r * c * sizeof(float));
+}
+
+/* One refresh of side k's basis: the power iteration S Q, its columns sorted by the estimated eigenvalues (the second
+ * moments v reordered alike along that side), then QR (LAPACK's geqrf and orgqr). */
+static dt_status refresh(soap_tensor *t, int side, float *v, float *mp, float *scratch) {
+    int d = side ? t->cols : t->rows, r = t->rows, c = t->cols;
+    float *S = side ? t->R : t->L, *Q = side ? t->QR : t->QL;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, d, 1.0f, S, d, Q, d, 0.0f, mp, d);
+    int *order = malloc(sizeof *order * (size_t)d);
+    float *est = malloc(sizeof *est * (size_t)d), *tau = malloc(sizeof *tau * (size_t)d);
+    if (!order || !est || !tau) {
+        free(order), free(est), free(tau);
+        return dt_error(DT_ERR_NOMEM, "SOAP: out of memory");
+    }
+    for (int j = 0; j < d; j++) {
+        double e = 0;
+        for (int i = 0; i < d; i++) e += (double)Q[(size_t)i * d + j] * mp[(size_t)i * d + j];
+        est[j] = (float)e, order[j] = j;
+    }
+    for (int i = 1; i < d; i++) /* descending; insertion keeps equals in order */
+        for (int j = i; j > 0 && est[order[j]] > est[order[j - 1]]; j--) {
+            int x = order[j];
+            order[j] = order[j - 1], order[j - 1] = x;
+        }
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < d; j++) scratch[(size_t)i * d + j] = mp[(size_t)i * d + order[j]];
+    memcpy(mp, v, (size_t)r * c * sizeof(float)); /* v reordered along the side */
+    for (int i = 0; i < r; i++)
+        for (int j = 0; j < c; j++) v[(size_t)i * c + j] = side ? mp[(size_t)i * c + order[j]] : mp[(size_t)order[i] * c + j];
+    int info = LAPACKE_sgeqrf(LAPACK_ROW_MAJOR, d, d, scratch, d, tau);
+    if (!info) info = LAPACKE_sorgqr(LAPACK_ROW_MAJOR, d, d, d, scratch, d, tau);
+    if (!info) memcpy(Q, scratch, (size_t)d * d * sizeof(float));
+    free(order), free(est), free(tau);
+    return info ? dt_error(DT_ERR_ARG, "SOAP: the QR of a %d x %d basis failed (LAPACK's info %d)", d, d, info) : DT_OK;
+}
+
+/* The statistics take G; on the first step the bases come from them, then every precond_every steps are refreshed. */
+static dt_status measure(dt_soap *s, soap_tensor *t, const dt_optim_config *c, const float *G, float *v, long step) {
+    float sb = c->shampoo_beta >= 0 ? c->shampoo_beta : c->beta2;
+    dt_status st = DT_OK;
+    for (int k = 0; k < 2 && !st; k++) {
+        float *S = k ? t->R : t->L, *Q = k ? t->QR : t->QL;
+        if (!S) continue;
+        accumulate(S, G, t->rows, t->cols, k, 1.0f - sb, s->work[0]);
+        if (step == 0) st = eigenbasis(S, k ? t->cols : t->rows, Q, s->work[1]);
+    }
+    for (int k = 0; k < 2 && !st && step > 0 && step % c->precond_every == 0; k++)
+        if (k ? t->R : t->L) st = refresh(t, k, v, s->work[0], s->work[1]);
+    return st;
+}
+
+dt_status dt_soap_step(dt_soap *s, const dt_optim_config *c, long t, float *p, float *g, float *m, float *v, float lr, double *sumsq) {
+    dt_status st = DT_OK;
+    double ss = 0;
+    long step = t - 1; /* the oracle's: its first call only measures */
+    float b1 = c->beta1, b2 = c->beta2;
+    float size = step > 0 ? lr * sqrtf(1.0f - powf(b2, (float)step)) / (1.0f - powf(b1, (float)step)) : 0;
+    for (int i = 0; i < s->n && !st; i++) {
+        soap_tensor *x = &s->t[i];
+        size_t n = x->count, off = x->off;
+        float *P = p + off, *G = g + off, *M = m + off, *V = v + off;
+        for (size_t k = 0; k < n; k++) ss += (double)G[k] * G[k];
+        if (step > 0) {
+            bool mat = x->rows && (x->QL || x->QR);
+            float *rot = s->work[0], *tmp = s->work[1], *mrot = s->work[2];
+            if (mat) rotate(x, G, rot, tmp, false);
+            else rot = G;
+            for (size_t k = 0; k < n; k++) {
+                M[k] += (1.0f - b1) * (G[k] - M[k]);
+                V[k] += (1.0f - b2) * (rot[k] * rot[k] - V[k]);
+            }
+            if (mat) rotate(x, M, mrot, tmp, false);
+            else mrot = M;
+            /* mrot / (sqrt(v) + eps), back to the weights' coordinates */
+            float *u = mat ? s->work[0] : NULL;
+            for (size_t k = 0; k < n && mat; k++) u[k] = mrot[k] / (sqrtf(V[k]) + c->eps);
+            if (mat) rotate(x, u, s->work[2], tmp, true);
+            for (size_t k = 0; k < n; k++) {
+                float step_k = mat ? s->work[2][k] : M[k] / (sqrtf(V[k]) + c->eps);
+                P[k] -= size * step_k;
+                P[k] *= 1.0f - lr * c->weight_decay;
+            }
+        }
+        if (x->rows) st = measure(s, x, c, G, V, step);
+    }
+    *sumsq = ss;
+    return st;
+}
