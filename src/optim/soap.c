@@ -20,6 +20,7 @@ struct dt_soap {
     int n;
     float *work[3];         /* three matrices of the largest tensor, and its bases' scratch */
     size_t bytes;
+    bool started;           /* its first call (a run's, or a resumed one's: the statistics are not saved) measured */
 };
 
 void dt_soap_destroy(dt_soap *s) {
@@ -143,17 +144,17 @@ static dt_status refresh(soap_tensor *t, int side, float *v, float *mp, float *s
     return info ? dt_error(DT_ERR_ARG, "SOAP: the QR of a %d x %d basis failed (LAPACK's info %d)", d, d, info) : DT_OK;
 }
 
-/* The statistics take G; on the first step the bases come from them, then every precond_every steps are refreshed. */
-static dt_status measure(dt_soap *s, soap_tensor *t, const dt_optim_config *c, const float *G, float *v, long step) {
+/* The statistics take G; on the first call the bases come from them, then every precond_every steps are refreshed. */
+static dt_status measure(dt_soap *s, soap_tensor *t, const dt_optim_config *c, const float *G, float *v, long step, bool first) {
     float sb = c->shampoo_beta >= 0 ? c->shampoo_beta : c->beta2;
     dt_status st = DT_OK;
     for (int k = 0; k < 2 && !st; k++) {
         float *S = k ? t->R : t->L, *Q = k ? t->QR : t->QL;
         if (!S) continue;
         accumulate(S, G, t->rows, t->cols, k, 1.0f - sb, s->work[0]);
-        if (step == 0) st = eigenbasis(S, k ? t->cols : t->rows, Q, s->work[1]);
+        if (first) st = eigenbasis(S, k ? t->cols : t->rows, Q, s->work[1]);
     }
-    for (int k = 0; k < 2 && !st && step > 0 && step % c->precond_every == 0; k++)
+    for (int k = 0; k < 2 && !st && !first && step > 0 && step % c->precond_every == 0; k++)
         if (k ? t->R : t->L) st = refresh(t, k, v, s->work[0], s->work[1]);
     return st;
 }
@@ -161,15 +162,17 @@ static dt_status measure(dt_soap *s, soap_tensor *t, const dt_optim_config *c, c
 dt_status dt_soap_step(dt_soap *s, const dt_optim_config *c, long t, float *p, float *g, float *m, float *v, float lr, double *sumsq) {
     dt_status st = DT_OK;
     double ss = 0;
-    long step = t - 1; /* the oracle's: its first call only measures */
+    long step = t - 1; /* the oracle's count; its first call only measures */
+    bool first = !s->started;
+    s->started = true;
     float b1 = c->beta1, b2 = c->beta2;
-    float size = step > 0 ? lr * sqrtf(1.0f - powf(b2, (float)step)) / (1.0f - powf(b1, (float)step)) : 0;
+    float size = step > 0 && !first ? lr * sqrtf(1.0f - powf(b2, (float)step)) / (1.0f - powf(b1, (float)step)) : 0;
     for (int i = 0; i < s->n && !st; i++) {
         soap_tensor *x = &s->t[i];
         size_t n = x->count, off = x->off;
         float *P = p + off, *G = g + off, *M = m + off, *V = v + off;
         for (size_t k = 0; k < n; k++) ss += (double)G[k] * G[k];
-        if (step > 0) {
+        if (!first) {
             bool mat = x->rows && (x->QL || x->QR);
             float *rot = s->work[0], *tmp = s->work[1], *mrot = s->work[2];
             if (mat) rotate(x, G, rot, tmp, false);
@@ -190,7 +193,7 @@ dt_status dt_soap_step(dt_soap *s, const dt_optim_config *c, long t, float *p, f
                 P[k] *= 1.0f - lr * c->weight_decay;
             }
         }
-        if (x->rows) st = measure(s, x, c, G, V, step);
+        if (x->rows) st = measure(s, x, c, G, V, step, first);
     }
     *sumsq = ss;
     return st;

@@ -291,6 +291,9 @@ static dt_status make_engine(run *r) {
     }
     if (!st) st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
+    if (c->opt.kind == DT_OPT_SOAP && r->rank == 0)
+        dt_log(DT_LOG_WARN, "--resume %s: checkpoints hold SOAP's Adam moments, not yet its statistics and bases: they start afresh "
+               "(its first step measures again), so the steps differ from the uninterrupted run's", c->resume);
     dt_checkpoint_position pos;
     dt_checkpoint_model cm;
     dt_checkpoint_gpt2(r->m, &cm);
