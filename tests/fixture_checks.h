@@ -1,5 +1,5 @@
-/* What the tests against Hugging Face's libraries (TRL, PEFT) share: a check's line, a relative error, and every
- * gradient of a model against a fixture's "grad.<HF name>" tensors. Header-only. */
+/* What the tests against Python libraries' fixtures (TRL, PEFT, kfac-pytorch) share: a check's line, a relative error, a fixture's
+ * model, and every tensor of a model's store against a fixture's "<prefix><HF name>" tensors. Header-only. */
 #ifndef DTRAIN_TESTS_FIXTURE_CHECKS_H
 #define DTRAIN_TESTS_FIXTURE_CHECKS_H
 
@@ -44,29 +44,39 @@ static inline dt_status fixture_program(dt_safetensors *f, const char *path, dt_
     return st ? st : fixture_weights(f, *p);
 }
 
-/* The worst relative error of m's gradients against f's "grad.<name>" (vocab: the real rows of a padded table; a
- * stacked tensor: each expert's piece under its own name). */
-static dt_status grads_err(dt_safetensors *f, const dt_model *m, int vocab, double *worst) {
+/* The worst relative error of store (a store in m's layout: its parameters or gradients) against f's "<prefix><name>"
+ * tensors (vocab: the real rows of a padded table; a stacked tensor: each expert's piece under its own name); the
+ * worst tensor's name into *worst_name (NULL: not wanted). */
+static dt_status fixture_err(dt_safetensors *f, const dt_model *m, const float *store, const char *prefix, int vocab, double *worst,
+                             const char **worst_name) {
     dt_status st = DT_OK;
     *worst = 0;
     for (int i = 0; !st && i < m->ntensors; i++) {
         const dt_tensor_info *t = &m->tensors[i];
         for (int k = 0; !st && k < dt_tensor_hf_pieces(t); k++) {
-            char piece[128], name[136];
+            char piece[128], name[160];
             int ndim, dims[4];
             size_t at, n = 1;
             dt_tensor_hf_piece(t, k, piece, sizeof piece, &ndim, dims, &at);
-            snprintf(name, sizeof name, "grad.%s", piece);
+            snprintf(name, sizeof name, "%s%s", prefix, piece);
             if (t->split == DT_SPLIT_VOCAB) dims[0] = vocab;
             for (int d = 0; d < ndim; d++) n *= (size_t)dims[d];
             float *want = malloc(n * sizeof(float));
             if (!want) return dt_error(DT_ERR_NOMEM, "out of memory");
-            if (!(st = dt_safetensors_read(f, name, ndim, dims, 0, want)))
-                *worst = fmax(*worst, rel_err(m->grads(m->self) + t->offset + at, want, n));
+            if (!(st = dt_safetensors_read(f, name, ndim, dims, 0, want))) {
+                double e = rel_err(store + t->offset + at, want, n);
+                if (e > *worst && worst_name) *worst_name = t->hf;
+                *worst = fmax(*worst, e);
+            }
             free(want);
         }
     }
     return st;
+}
+
+/* The worst relative error of m's gradients against f's "grad.<name>". */
+static inline dt_status grads_err(dt_safetensors *f, const dt_model *m, int vocab, double *worst) {
+    return fixture_err(f, m, m->grads(m->self), "grad.", vocab, worst, NULL);
 }
 
 #endif

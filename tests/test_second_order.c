@@ -5,65 +5,26 @@
  * SOAP: pytorch_optimizer's SOAP on fixed gradients (scripts/make_soap_fixture.py says why not a model's own), every
  * parameter after 10 steps, and a sharded slice refused. K-FAC's distributed strategies against one process: tests/kfac_equivalence.sh.
  * usage: test_second_order FIXTURES_DIR */
-#include "dtrain/io.h"
+#include "fixture_checks.h"
+
 #include "dtrain/kfac.h"
 #include "dtrain/optim.h"
-#include "dtrain/program.h"
 
 #include <cjson/cJSON.h>
-#include <math.h>
-#include <stdbool.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 enum { B = 2, T = 16 };
-static int failed;
-
-static void expect(const char *what, bool ok, const char *detail) {
-    if (!ok) failed++;
-    printf("%-4s %s%s%s\n", ok ? "ok" : "FAIL", what, detail ? ": " : "", detail ? detail : "");
-}
 
 static double number(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-/* The worst relative error (||a - b|| / ||b||, tensor by tensor) of the store's tensors against the fixture's
- * PREFIX<hf name>; its tensor's name into worst_name. */
-static double worst_tensor(dt_safetensors *f, const dt_model *m, const float *store, const char *prefix, const char **worst_name,
-                           dt_status *st) {
-    double worst = 0;
-    for (int i = 0; i < m->ntensors && !*st; i++) {
-        const dt_tensor_info *t = &m->tensors[i];
-        char name[128];
-        snprintf(name, sizeof name, "%s%s", prefix, t->hf);
-        int V = dt_program_config(m->self)->vocab_size;
-        int dims[2] = { t->split == DT_SPLIT_VOCAB ? V : t->shape[0], t->shape[1] };
-        size_t rows = t->ndim == 2 ? (size_t)dims[0] : 1, cols = t->ndim == 2 ? (size_t)dims[1] : (size_t)dims[0];
-        float *ref = malloc(sizeof(float) * rows * cols);
-        if (!ref || (*st = dt_safetensors_read(f, name, t->ndim, dims, 0, ref))) {
-            free(ref);
-            break;
-        }
-        double d = 0, r = 0;
-        for (size_t k = 0; k < rows * cols; k++) {
-            double x = store[t->offset + k], y = ref[k];
-            d += (x - y) * (x - y), r += y * y;
-        }
-        double e = sqrt(d) / (sqrt(r) + 1e-30);
-        if (e > worst) worst = e, *worst_name = t->hf;
-        free(ref);
-    }
-    return worst;
-}
-
 static void report(const char *name, const char *what, double err, const char *tensor, double tol) {
     char line[256], detail[160];
     snprintf(line, sizeof line, "%-22s %s", name, what);
     snprintf(detail, sizeof detail, "worst relative error %.2e (%s), at most %.0e", err, tensor, tol);
-    expect(line, err <= tol, detail);
+    check(line, err <= tol, detail);
 }
 
 static dt_status settings(dt_safetensors *f, dt_kfac_config *kc, dt_optim_config *oc, float *lr, int *steps) {
@@ -101,12 +62,8 @@ static void check_case(const char *dir, const char *name) {
     int steps = 0;
     dt_model m;
     dt_status st = dt_safetensors_open(path, &f);
-    const char *json = st ? NULL : dt_safetensors_metadata(f, "config");
-    if (!st && !json) st = dt_error(DT_ERR_IO, "%s: no \"config\" in its metadata", path);
-    if (!st) st = dt_lm_config_from_hf(json, path, &cfg);
-    if (!st) st = dt_program_create(&cfg, &p);
-    if (!st) dt_program_model(p, &m), st = dt_safetensors_read_model(f, &m, cfg.vocab_size, NULL);
-    if (!st) st = settings(f, &kc, &oc, &lr, &steps);
+    if (!st) st = fixture_program(f, path, &cfg, &p);
+    if (!st) dt_program_model(p, &m), st = settings(f, &kc, &oc, &lr, &steps);
     if (!st) st = dt_kfac_create(&kc, p, NULL, &k);
     if (!st) st = dt_optim_create(&oc, m.nparams, NULL, 0, &o);
     int32_t *in = malloc(sizeof(int32_t) * (size_t)(steps > 0 ? steps : 1) * B * T), *tg = malloc(sizeof(int32_t) * (size_t)(steps > 0 ? steps : 1) * B * T);
@@ -122,7 +79,8 @@ static void check_case(const char *dir, const char *name) {
         if (!st) st = dt_kfac_step(k, m.grads(m.self), lr, &skip);
         if (!st && skip) st = dt_error(DT_ERR_ARG, "step %d skipped", s);
         if (!st && (s == 0 || s == steps - 1)) {
-            double e = worst_tensor(f, &m, m.grads(m.self), s == 0 ? "pgrad0." : "pgradN.", &worst_name, &st);
+            double e = 0;
+            st = fixture_err(f, &m, m.grads(m.self), s == 0 ? "pgrad0." : "pgradN.", cfg.vocab_size, &e, &worst_name);
             char what[96];
             snprintf(what, sizeof what, "preconditioned gradients at step %d of %d", s + 1, steps);
             if (!st) report(name, what, e, worst_name, 1e-5);
@@ -130,12 +88,13 @@ static void check_case(const char *dir, const char *name) {
         if (!st) dt_optim_step(o, m.params(m.self), m.grads(m.self), lr, 0);
     }
     if (!st) {
-        double e = worst_tensor(f, &m, m.params(m.self), "final.", &worst_name, &st);
+        double e = 0;
+        st = fixture_err(f, &m, m.params(m.self), "final.", cfg.vocab_size, &e, &worst_name);
         char what[96];
         snprintf(what, sizeof what, "weights after %d steps", steps);
         if (!st) report(name, what, e, worst_name, 1e-5);
     }
-    if (st) expect(name, false, dt_last_error());
+    if (st) check(name, false, dt_last_error());
     free(in), free(tg);
     dt_optim_destroy(o);
     dt_kfac_destroy(k);
@@ -150,19 +109,19 @@ static void assignment_checks(void) {
     char got[64];
     dt_kfac_assign(cost, 4, 4, 2, w); /* columns {0, 2}, {1, 3} */
     snprintf(got, sizeof got, "%d %d %d %d", w[0], w[1], w[2], w[3]);
-    expect("KAISA: 4 ranks, 2 gradient workers (HYBRID): costs 5 3 3 1 go to 0 1 3 2", !strcmp(got, "0 1 3 2"), got);
+    check("KAISA: 4 ranks, 2 gradient workers (HYBRID): costs 5 3 3 1 go to 0 1 3 2", !strcmp(got, "0 1 3 2"), got);
     dt_kfac_assign(cost, 4, 4, 1, w); /* MEM-OPT: a column a rank */
     snprintf(got, sizeof got, "%d %d %d %d", w[0], w[1], w[2], w[3]);
-    expect("KAISA: 4 ranks, MEM-OPT: one Linear a rank", !strcmp(got, "0 1 2 3"), got);
+    check("KAISA: 4 ranks, MEM-OPT: one Linear a rank", !strcmp(got, "0 1 2 3"), got);
     dt_kfac_assign(cost5, 5, 2, 2, w); /* COMM-OPT: one column, the least loaded rank, the first among equals */
     snprintf(got, sizeof got, "%d %d %d %d %d", w[0], w[1], w[2], w[3], w[4]);
-    expect("KAISA: 2 ranks, COMM-OPT: costs 1..5 go to 0 0 1 1 0", !strcmp(got, "0 0 1 1 0"), got);
+    check("KAISA: 2 ranks, COMM-OPT: costs 1..5 go to 0 0 1 1 0", !strcmp(got, "0 0 1 1 0"), got);
 }
 
 static void refused(const char *what, dt_kfac_config c, int ranks, const char *want) {
     dt_status st = dt_kfac_check(&c, ranks);
     const char *msg = st ? dt_last_error() : "accepted";
-    expect(what, st && strstr(msg, want), msg);
+    check(what, st && strstr(msg, want), msg);
 }
 
 static void settings_checks(void) {
@@ -182,7 +141,7 @@ static void settings_checks(void) {
     d = c, d.factor_decay = 1;
     refused("a decay of 1 refused", d, 1, "decay");
     d = c, d.workers = 0.5f;
-    expect("--kfac-workers 0.5 on 4 ranks (HYBRID) accepted", !dt_kfac_check(&d, 4), NULL);
+    check("--kfac-workers 0.5 on 4 ranks (HYBRID) accepted", !dt_kfac_check(&d, 4), NULL);
 }
 
 /* A Linear whose factors are not finite: the step is skipped, the gradients left as they were, the Linear named. */
@@ -213,7 +172,7 @@ static void failure_checks(void) {
     if (!st && (before = malloc(m.nparams * sizeof(float)))) memcpy(before, m.grads(m.self), m.nparams * sizeof(float));
     if (!st && before) st = dt_kfac_step(k, m.grads(m.self), 0.1f, &skip);
     bool same = before && !memcmp(before, m.grads(m.self), m.nparams * sizeof(float));
-    expect("a decomposition of non-finite factors: the step skipped, the gradients untouched", !st && skip && same,
+    check("a decomposition of non-finite factors: the step skipped, the gradients untouched", !st && skip && same,
            st ? dt_last_error() : NULL);
     free(before);
     dt_kfac_destroy(k);
@@ -237,11 +196,11 @@ static void soap_checks(const char *dir) {
         oc.weight_decay = (float)number(set, "weight_decay");
         oc.precond_every = (int)number(set, "precondition_frequency"), oc.precond_max_dim = (int)number(set, "max_precondition_dim");
         soap_synthetic(f, &oc, (float)number(set, "lr"), (int)number(set, "steps"));
-    } else expect("SOAP's fixture", false, dt_last_error());
+    } else check("SOAP's fixture", false, dt_last_error());
     dt_tensor_span cut[2] = { { 0, 15, 0, 6, 5 }, { 15, 7, 1, 0, 0 } };
     dt_optim *o = NULL;
     dt_status cs = dt_optim_create(&oc, 22, cut, 2, &o);
-    expect("SOAP on a cut matrix refused", cs && strstr(dt_last_error(), "whole matrices"), cs ? dt_last_error() : "accepted");
+    check("SOAP on a cut matrix refused", cs && strstr(dt_last_error(), "whole matrices"), cs ? dt_last_error() : "accepted");
     dt_optim_destroy(o);
     cJSON_Delete(set);
     dt_safetensors_close(f);
@@ -289,7 +248,7 @@ static void soap_synthetic(dt_safetensors *f, const dt_optim_config *oc, float l
     }
     char line[160];
     snprintf(line, sizeof line, "SOAP on fixed gradients (a 6 x 5 and a 40 x 3 matrix, a vector), %d steps: worst relative error %.2e", steps, worst);
-    expect(st ? "SOAP on fixed gradients" : line, !st && worst <= 1e-5, st ? dt_last_error() : NULL);
+    check(st ? "SOAP on fixed gradients" : line, !st && worst <= 1e-5, st ? dt_last_error() : NULL);
     free(all), free(p), free(g), free(want);
     dt_optim_destroy(o);
 }

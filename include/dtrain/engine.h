@@ -37,7 +37,6 @@ typedef struct {
     float loss;                 /* mean over the global batch */
     double norm;                /* gradient norm before clipping */
     double exposed_ms, update_ms;
-    double precondition_ms;     /* a preconditioner's (K-FAC's) time, a part of update_ms */
     double exposed_in_backward_ms; /* of exposed_ms, inside backward */
     double updated_in_backward;
     double grad_bytes, compress_ratio; /* a codec's (dt_sync_result's; 0: none) */

@@ -60,11 +60,10 @@ dt_status dt_kfac_step(dt_kfac *k, float *grads, float lr, int *skip);
 void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out);
 
 /* What it holds: preconditioned Linears (layers, a part each), their parameters, and this rank's bytes of factors and
- * decompositions (its share; the transient buffers not counted); the steps taken. */
+ * decompositions (its share; the transient buffers not counted). */
 int dt_kfac_layers(const dt_kfac *k);
 size_t dt_kfac_params(const dt_kfac *k);
 size_t dt_kfac_state_bytes(const dt_kfac *k);
-long dt_kfac_steps(const dt_kfac *k);
 /* The most state bytes any rank holds; "COMM-OPT", "HYBRID" or "MEM-OPT" (one process: COMM-OPT). */
 size_t dt_kfac_state_bytes_most(const dt_kfac *k);
 const char *dt_kfac_layout(const dt_kfac *k);

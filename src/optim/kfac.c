@@ -21,7 +21,7 @@ typedef struct {
 /* One Linear op of one block: its parts share A. inv holds the decompositions (the ranks of its worker's column):
  * eigen: QA [n, n], dA [n], then each part's QG [out, out], dG [out]; inverse: A^-1, then each part's G^-1. */
 typedef struct {
-    int layer, op, nparts, in, n, width_out, worker;
+    int nparts, in, n, worker;
     bool holds_inv;
     float *A;            /* n x n, upper triangle (the worker only) */
     bool started;        /* A and the Gs have had their first update (they start at the identity) */
@@ -325,7 +325,7 @@ static dt_status find_linears(dt_kfac *k) {
             if (s->kind != DT_OP_LINEAR) continue;
             if (s->nw > MAX_PARTS) return dt_error(DT_ERR_ARG, "K-FAC: a Linear of %d parts (at most %d)", s->nw, MAX_PARTS);
             kfac_op *o = &k->ops[k->nops];
-            *o = (kfac_op){ .layer = l, .op = i, .nparts = s->nw, .in = v.ops[i].width_in, .width_out = v.ops[i].width_out };
+            *o = (kfac_op){ .nparts = s->nw, .in = v.ops[i].width_in };
             int col = 0;
             for (int j = 0; j < s->nw; j++) {
                 const dt_tensor_info *w = dt_program_block_tensor(k->p, l, s->w + j);
@@ -337,7 +337,7 @@ static dt_status find_linears(dt_kfac *k) {
                 col += w->shape[0];
                 k->nparams += w->count + (b ? b->count : 0);
             }
-            if (col != o->width_out) return dt_error(DT_ERR_ARG, "K-FAC: %s's parts make %d outputs of %d", o->name, col, o->width_out);
+            if (col != v.ops[i].width_out) return dt_error(DT_ERR_ARG, "K-FAC: %s's parts make %d outputs of %d", o->name, col, v.ops[i].width_out);
             o->n = o->in + (s->b >= 0);
             k->map[l * v.nops + i] = k->nops++;
             k->nlayers += s->nw;
@@ -451,7 +451,6 @@ void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out) { *out = (dt_pre
 
 int dt_kfac_layers(const dt_kfac *k) { return k->nlayers; }
 size_t dt_kfac_params(const dt_kfac *k) { return k->nparams; }
-long dt_kfac_steps(const dt_kfac *k) { return k->steps; }
 size_t dt_kfac_state_bytes_most(const dt_kfac *k) { return k->most; }
 const char *dt_kfac_layout(const dt_kfac *k) { return k->P == 1 ? "COMM-OPT" : k->P == k->ranks ? "MEM-OPT" : "HYBRID"; }
 

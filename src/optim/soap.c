@@ -154,9 +154,29 @@ static dt_status measure(dt_soap *s, soap_tensor *t, const dt_optim_config *c, c
         accumulate(S, G, t->rows, t->cols, k, 1.0f - sb, s->work[0]);
         if (first) st = eigenbasis(S, k ? t->cols : t->rows, Q, s->work[1]);
     }
-    for (int k = 0; k < 2 && !st && !first && step > 0 && step % c->precond_every == 0; k++)
+    for (int k = 0; k < 2 && !st && !first && step % c->precond_every == 0; k++)
         if (k ? t->R : t->L) st = refresh(t, k, v, s->work[0], s->work[1]);
     return st;
+}
+
+/* x's Adam step direction into dir (n floats): m and v take G (v in the rotated coordinates), then
+ * rot(m) / (sqrt(v) + eps) rotated back; a vector, or a matrix with neither side rotated, as plain Adam. */
+static const float *direction(dt_soap *s, const soap_tensor *x, const dt_optim_config *c, const float *G, float *M, float *V) {
+    bool mat = x->QL || x->QR;
+    float *rot = s->work[0], *tmp = s->work[1], *dir = s->work[2];
+    const float *gr = G;
+    size_t n = x->count;
+    if (mat) rotate(x, G, rot, tmp, false), gr = rot;
+    for (size_t k = 0; k < n; k++) {
+        M[k] += (1.0f - c->beta1) * (G[k] - M[k]);
+        V[k] += (1.0f - c->beta2) * (gr[k] * gr[k] - V[k]);
+    }
+    if (mat) rotate(x, M, dir, tmp, false);
+    else memcpy(dir, M, n * sizeof *dir);
+    for (size_t k = 0; k < n; k++) dir[k] /= sqrtf(V[k]) + c->eps;
+    if (!mat) return dir;
+    rotate(x, dir, rot, tmp, true);
+    return rot;
 }
 
 dt_status dt_soap_step(dt_soap *s, const dt_optim_config *c, long t, float *p, float *g, float *m, float *v, float lr, double *sumsq) {
@@ -165,31 +185,16 @@ dt_status dt_soap_step(dt_soap *s, const dt_optim_config *c, long t, float *p, f
     long step = t - 1; /* the oracle's count; its first call only measures */
     bool first = !s->started;
     s->started = true;
-    float b1 = c->beta1, b2 = c->beta2;
-    float size = step > 0 && !first ? lr * sqrtf(1.0f - powf(b2, (float)step)) / (1.0f - powf(b1, (float)step)) : 0;
+    float size = first ? 0 : lr * sqrtf(1.0f - powf(c->beta2, (float)step)) / (1.0f - powf(c->beta1, (float)step));
     for (int i = 0; i < s->n && !st; i++) {
         soap_tensor *x = &s->t[i];
-        size_t n = x->count, off = x->off;
-        float *P = p + off, *G = g + off, *M = m + off, *V = v + off;
+        size_t n = x->count;
+        float *P = p + x->off, *G = g + x->off, *V = v + x->off;
         for (size_t k = 0; k < n; k++) ss += (double)G[k] * G[k];
         if (!first) {
-            bool mat = x->rows && (x->QL || x->QR);
-            float *rot = s->work[0], *tmp = s->work[1], *mrot = s->work[2];
-            if (mat) rotate(x, G, rot, tmp, false);
-            else rot = G;
+            const float *dir = direction(s, x, c, G, m + x->off, V);
             for (size_t k = 0; k < n; k++) {
-                M[k] += (1.0f - b1) * (G[k] - M[k]);
-                V[k] += (1.0f - b2) * (rot[k] * rot[k] - V[k]);
-            }
-            if (mat) rotate(x, M, mrot, tmp, false);
-            else mrot = M;
-            /* mrot / (sqrt(v) + eps), back to the weights' coordinates */
-            float *u = mat ? s->work[0] : NULL;
-            for (size_t k = 0; k < n && mat; k++) u[k] = mrot[k] / (sqrtf(V[k]) + c->eps);
-            if (mat) rotate(x, u, s->work[2], tmp, true);
-            for (size_t k = 0; k < n; k++) {
-                float step_k = mat ? s->work[2][k] : M[k] / (sqrtf(V[k]) + c->eps);
-                P[k] -= size * step_k;
+                P[k] -= size * dir[k];
                 P[k] *= 1.0f - lr * c->weight_decay;
             }
         }

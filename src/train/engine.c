@@ -313,9 +313,7 @@ static dt_status precondition(dt_engine *e, float lr, dt_step_result *r) {
     const dt_engine_config *c = &e->cfg;
     float *g = c->model.grads(c->model.self);
     int skip = 0;
-    double t0 = dt_time_now();
     dt_status st = c->precond->apply(c->precond->ctx, g, lr, &skip);
-    r->precondition_ms = (dt_time_now() - t0) * 1e3;
     if (!st && skip) {
         memset(g, 0, c->model.nparams * sizeof *g);
         r->skipped = 1;
