@@ -2,8 +2,8 @@
 """SOAP's oracle: pytorch_optimizer's SOAP (tests/fixtures/soap/soap.safetensors).
 
 Three parameters (a 6 x 5 matrix, a 40 x 3 one whose long side stays unrotated, a vector), given fixed random
-gradients (not the parameters' own) for STEPS steps, one SOAP group (betas 0.95/0.95, weight decay 0.01, the bases
-refreshed every 3 steps, sides longer than 32 left unrotated). Why not a model's own gradients: SOAP is sensitive on
+gradients (not the parameters' own) for STEPS steps, one SOAP group (betas 0.9/0.95, unequal so that one cannot
+stand for the other; weight decay 0.01, the bases refreshed every 3 steps, sides longer than 32 left unrotated). Why not a model's own gradients: SOAP is sensitive on
 them. An eigenvector of two close eigenvalues is ill-determined in f32 and Adam's division by the rotated second
 moment magnifies it: on a tiny Llama the oracle's own float32 and float64 runs part by 9e-4 after one update and by
 0.34 after ten, and two f32 builds of dtrain (native, and the sanitizers' portable one) by as much; a comparison there
@@ -23,7 +23,7 @@ from pytorch_optimizer import SOAP
 from safetensors.torch import save_file
 
 STEPS = 10
-SETTINGS = dict(lr=3e-3, beta1=0.95, beta2=0.95, weight_decay=0.01, precondition_frequency=3, max_precondition_dim=32,
+SETTINGS = dict(lr=3e-3, beta1=0.9, beta2=0.95, weight_decay=0.01, precondition_frequency=3, max_precondition_dim=32,
                 eps=1e-8, steps=STEPS)
 
 
