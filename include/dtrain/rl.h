@@ -1,0 +1,121 @@
+/* dtrain reinforcement learning: environments with Gymnasium's semantics,
+ * pools of them stepped as one batch, and the algorithms that learn from
+ * their rollouts (PPO; its learner under the engine's data parallelism). */
+#ifndef DTRAIN_RL_H
+#define DTRAIN_RL_H
+
+#include "dtrain/base.h"
+#include "dtrain/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- One environment ----
+ * Gymnasium's contract: reset gives the first observation (a seed restarts
+ * the environment's own random stream; without one it goes on); step takes
+ * an action from the action space and gives the next observation, the
+ * reward, terminated (the task's end: the pole fell, the goal was reached)
+ * and truncated (the time limit, Gymnasium's TimeLimit wrapper, reached
+ * first). Dynamics follow Gymnasium's code operation for operation in
+ * double precision, the observation rounded to float as Gymnasium's is. */
+typedef struct dt_env dt_env;
+
+typedef struct {
+    const char *id;       /* Gymnasium's id: "CartPole-v1" */
+    const char *name;     /* dtrain's: "cartpole" */
+    int obs_dim;
+    int actions;          /* discrete: how many (0: continuous) */
+    int act_dim;          /* floats an action takes (1 for a discrete one: its index) */
+    float act_low, act_high; /* a continuous action's bounds, every component */
+    int max_steps;        /* the time limit */
+    int state_dim;        /* doubles of physical state (dt_env_set_state) */
+} dt_env_info;
+
+/* name: dtrain's short name or Gymnasium's id (dt_env_list names them). */
+dt_status dt_env_create(const char *name, dt_env **out);
+void dt_env_destroy(dt_env *e);
+const dt_env_info *dt_env_get_info(const dt_env *e);
+/* The environments built in, ", "-separated, for messages and --help. */
+const char *dt_env_list(void);
+/* reset(seed=seed) when seed >= 0, reset() (the stream goes on) when -1. */
+void dt_env_reset(dt_env *e, int64_t seed, float *obs);
+/* action: act_dim floats (a discrete action's index as a float). An action
+ * outside the space, or a step after the episode ended without a reset,
+ * is refused naming it. */
+dt_status dt_env_step(dt_env *e, const float *action, float *obs, double *reward, int *terminated, int *truncated);
+/* For checks against Gymnasium: start an episode from its physical state
+ * (env.unwrapped.state, state_dim doubles) and give its observation. */
+dt_status dt_env_set_state(dt_env *e, const double *state, float *obs);
+
+/* ---- A pool of environments, stepped as one batch ----
+ * n environments of one kind, numbered first .. first + n - 1 in the job
+ * (a rank's share of the global pool): environment i is seeded with seed +
+ * i, as Gymnasium's vector environments seed theirs, so a pool split over
+ * ranks runs the same episodes as one pool. Gymnasium's next-step
+ * autoreset: an environment whose episode ended at one step resets at the
+ * next, ignoring that step's action, and gives the first observation with
+ * reward 0 and neither flag set. */
+typedef struct dt_env_pool dt_env_pool;
+
+dt_status dt_env_pool_create(const char *name, int n, int first, uint64_t seed, dt_env_pool **out);
+void dt_env_pool_destroy(dt_env_pool *p);
+const dt_env_info *dt_env_pool_info(const dt_env_pool *p);
+int dt_env_pool_size(const dt_env_pool *p);
+/* Every environment's first observation, obs [n, obs_dim]. */
+void dt_env_pool_reset(dt_env_pool *p, float *obs);
+/* actions [n, act_dim]; obs [n, obs_dim], rewards, terminated and truncated [n]; reset[i] (NULL: not wanted) says
+ * that environment i reset at this step (the step is not a transition). */
+dt_status dt_env_pool_step(dt_env_pool *p, const float *actions, float *obs, float *rewards, uint8_t *terminated,
+                           uint8_t *truncated, uint8_t *reset);
+/* The episodes finished since the last call, oldest first: up to cap of their returns and lengths; the count. */
+int dt_env_pool_episodes(dt_env_pool *p, double *returns, int *lengths, int cap);
+
+/* ---- PPO ----
+ * The clipped-objective PPO of CleanRL's ppo.py (GAE, value clipping,
+ * entropy bonus, advantage normalisation per minibatch, minibatch epochs,
+ * the learning rate annealed to 0), for discrete actions: an actor and a
+ * critic, each an MLP with tanh between its layers, in one parameter
+ * store that the engine updates (Adam, the gradient's global norm
+ * clipped). Over several ranks each steps its share of the environments
+ * with the same policy, the rollouts are gathered so that every rank
+ * holds the whole batch, and each minibatch's gradient is the average of
+ * the ranks' slices (the engine's data parallelism): the same global batch
+ * as one process. A step where an environment reset (next-step autoreset)
+ * is not a transition: it is left out of the losses; a truncated episode's
+ * return is bootstrapped with the value of its last observation. */
+typedef struct {
+    const char *env;      /* dt_env_create's name */
+    int num_envs;         /* in the job, all ranks together */
+    int num_steps;        /* per environment per rollout */
+    int64_t total_steps;  /* environment steps in the job */
+    float lr;
+    int anneal_lr;
+    float gamma, gae_lambda;
+    int minibatches, epochs;
+    int norm_adv, clip_vloss;
+    float clip_coef, ent_coef, vf_coef, max_grad_norm;
+    float target_kl;      /* 0: off */
+    int hidden;           /* width of both networks' two hidden layers */
+    uint64_t seed;
+    int print_every;      /* updates between progress lines (0: none) */
+    const char *metrics;  /* a CSV file of a row per update (rank 0), or NULL */
+    const char *save;     /* the policy's parameters at the end (a safetensors file), or NULL */
+} dt_ppo_config;
+
+void dt_ppo_defaults(dt_ppo_config *c);
+typedef struct {
+    int64_t env_steps;
+    int updates, episodes;
+    double mean_return;   /* over the last 100 episodes */
+    double steps_per_s;
+} dt_ppo_result;
+/* Collective over comm (NULL: this process alone). after_update (may be NULL): called on every rank after each
+ * update with its number (1-based) and the policy's parameters, for checks. */
+dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, void (*after_update)(int update, const float *params, size_t n, void *ctx),
+                     void *ctx, dt_ppo_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

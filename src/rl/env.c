@@ -1,0 +1,108 @@
+/* One environment: the registry of kinds, and what Gymnasium's wrappers add
+ * around a kind's dynamics (the time limit, the seeded stream, the checks
+ * that an action is in the space and that a finished episode was reset). */
+#include "env_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct dt_env {
+    const dt_env_kind *k;
+    double s[DT_ENV_STATE_MAX];
+    uint64_t rng;
+    int t;      /* steps into the episode */
+    int ended;  /* the episode ended (terminated or truncated) and wants a reset */
+    int begun;  /* reset at least once */
+};
+
+static const dt_env_kind *const kinds[] = { &dt_env_cartpole, &dt_env_acrobot, &dt_env_mountain_car, &dt_env_pendulum };
+#define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
+
+const char *dt_env_list(void) { return "cartpole (CartPole-v1), acrobot (Acrobot-v1), mountaincar (MountainCar-v0), pendulum (Pendulum-v1)"; }
+
+double dt_env_uniform(uint64_t *rng, double low, double high) {
+    double u = (double)(dt_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
+    return low + (high - low) * u;
+}
+
+double dt_env_pow2(double x) {
+    volatile double two = 2;
+    return pow(x, two);
+}
+
+float dt_env_powf2(float x) {
+    volatile float two = 2;
+    return powf(x, two);
+}
+
+dt_status dt_env_create(const char *name, dt_env **out) {
+    *out = NULL;
+    const dt_env_kind *k = NULL;
+    for (int i = 0; name && i < NKINDS && !k; i++)
+        if (!strcasecmp(name, kinds[i]->info.name) || !strcmp(name, kinds[i]->info.id)) k = kinds[i];
+    if (!k) return dt_error(DT_ERR_ARG, "environment '%s' is not one dtrain has: %s", name ? name : "(none)", dt_env_list());
+    dt_env *e = calloc(1, sizeof *e);
+    if (!e) return dt_error(DT_ERR_NOMEM, "environment %s: out of memory", k->info.id);
+    e->k = k;
+    e->rng = 0;
+    *out = e;
+    return DT_OK;
+}
+
+void dt_env_destroy(dt_env *e) { free(e); }
+
+const dt_env_info *dt_env_get_info(const dt_env *e) { return &e->k->info; }
+
+void dt_env_reset(dt_env *e, int64_t seed, float *obs) {
+    if (seed >= 0) e->rng = (uint64_t)seed * 0x9e3779b97f4a7c15ull ^ 0x5d1ce0f5eed5ull; /* a seed's stream, not seed itself */
+    e->k->reset(e->s, &e->rng);
+    e->t = 0;
+    e->ended = 0;
+    e->begun = 1;
+    e->k->observe(e->s, obs);
+}
+
+dt_status dt_env_set_state(dt_env *e, const double *state, float *obs) {
+    for (int i = 0; i < e->k->info.state_dim; i++)
+        if (!isfinite(state[i])) return dt_error(DT_ERR_ARG, "%s: state component %d is not finite", e->k->info.id, i);
+    memcpy(e->s, state, sizeof(double) * (size_t)e->k->info.state_dim);
+    e->t = 0;
+    e->ended = 0;
+    e->begun = 1;
+    e->k->observe(e->s, obs);
+    return DT_OK;
+}
+
+static dt_status check_action(const dt_env_info *in, const float *a) {
+    if (in->actions) {
+        float v = a[0];
+        if (!(v >= 0 && v < (float)in->actions) || v != floorf(v))
+            return dt_error(DT_ERR_ARG, "%s: action %g is not in its space Discrete(%d) (0..%d)", in->id, (double)v, in->actions,
+                            in->actions - 1);
+        return DT_OK;
+    }
+    for (int i = 0; i < in->act_dim; i++)
+        if (!(a[i] >= in->act_low && a[i] <= in->act_high))
+            return dt_error(DT_ERR_ARG, "%s: action component %d is %g, outside its space Box(%g, %g)", in->id, i, (double)a[i],
+                            (double)in->act_low, (double)in->act_high);
+    return DT_OK;
+}
+
+dt_status dt_env_step(dt_env *e, const float *action, float *obs, double *reward, int *terminated, int *truncated) {
+    const dt_env_info *in = &e->k->info;
+    if (!e->begun || e->ended)
+        return dt_error(DT_ERR_ARG, "%s: step %s: reset it first", in->id, e->begun ? "after the episode ended" : "before any reset");
+    dt_status st = check_action(in, action);
+    if (st) return st;
+    int term = 0;
+    e->k->step(e->s, action, reward, &term);
+    e->t++;
+    *terminated = term;
+    *truncated = e->t >= in->max_steps; /* TimeLimit's, set whether or not the task ended too */
+    e->ended = *terminated || *truncated;
+    e->k->observe(e->s, obs);
+    return DT_OK;
+}
