@@ -502,15 +502,21 @@ size_t dt_gpt2_lp_params_bytes(const dt_gpt2 *m);
 dt_status dt_gpt2_set_precision(dt_gpt2 *m, dt_dtype t);
 dt_dtype dt_gpt2_precision(const dt_gpt2 *m);
 
-/* ---- MLP (image classification): Linear layers, ReLU between them,
- * softmax cross-entropy; flat parameters, each layer weight [out, in] then
- * bias [out] (nn.Linear's layout). ---- */
+/* ---- MLP: Linear layers, ReLU (or tanh) between them, softmax
+ * cross-entropy on the last (image classification), or the outputs alone
+ * with their gradient given back (an RL policy's heads); flat parameters,
+ * each layer weight [out, in] then bias [out] (nn.Linear's layout). ---- */
 typedef struct dt_mlp dt_mlp;
+typedef enum { DT_MLP_RELU = 0, DT_MLP_TANH } dt_mlp_activation;
 /* sizes[0] inputs, sizes[nsizes-1] classes (2 <= nsizes <= 17). */
 dt_status dt_mlp_create(const int *sizes, int nsizes, dt_mlp **out);
 void dt_mlp_destroy(dt_mlp *m);
 /* nn.Linear's default initialisation: uniform in +-1/sqrt(fan_in). */
 void dt_mlp_init_random(dt_mlp *m, uint64_t seed);
+/* torch.nn.init.orthogonal_ on each weight, times gain[layer]; biases 0 (CleanRL's layer_init). */
+dt_status dt_mlp_init_orthogonal(dt_mlp *m, uint64_t seed, const float *gain);
+/* Between the layers (ReLU unless set). */
+void dt_mlp_set_activation(dt_mlp *m, dt_mlp_activation a);
 int dt_mlp_num_layers(const dt_mlp *m);
 size_t dt_mlp_num_params(const dt_mlp *m);
 float *dt_mlp_params(dt_mlp *m);
@@ -523,6 +529,9 @@ const float *dt_mlp_logits(const dt_mlp *m);
 /* Adds grad_scale * d(mean loss) to the gradients; calls the hook with each
  * layer's index (last to first) as that layer's gradients are final. */
 dt_status dt_mlp_backward(dt_mlp *m, float grad_scale);
+/* After a forward without labels: adds d(loss)/d(parameters) given dout = d(loss)/d(outputs) [B, sizes[n-1]], the
+ * hook called as in dt_mlp_backward. */
+dt_status dt_mlp_backward_outputs(dt_mlp *m, const float *dout);
 void dt_mlp_zero_grad(dt_mlp *m);
 void dt_mlp_set_grad_hook(dt_mlp *m, dt_unit_hook hook, void *ctx);
 void dt_mlp_set_grad_storage(dt_mlp *m, float *grads);

@@ -68,8 +68,15 @@ void dt_env_pool_reset(dt_env_pool *p, float *obs);
  * that environment i reset at this step (the step is not a transition). */
 dt_status dt_env_pool_step(dt_env_pool *p, const float *actions, float *obs, float *rewards, uint8_t *terminated,
                            uint8_t *truncated, uint8_t *reset);
-/* The episodes finished since the last call, oldest first: up to cap of their returns and lengths; the count. */
-int dt_env_pool_episodes(dt_env_pool *p, double *returns, int *lengths, int cap);
+/* A finished episode: its return and length, its environment (numbered in the job) and the pool's step it ended at
+ * (0-based, counted from the reset: the same in every rank's pool). */
+typedef struct {
+    double ret;
+    int len, env;
+    int64_t step;
+} dt_episode;
+/* The episodes finished since the last call, in order of (step, env): up to cap of them; the count. */
+int dt_env_pool_episodes(dt_env_pool *p, dt_episode *out, int cap);
 
 /* ---- PPO ----
  * The clipped-objective PPO of CleanRL's ppo.py (GAE, value clipping,
@@ -95,7 +102,6 @@ typedef struct {
     int minibatches, epochs;
     int norm_adv, clip_vloss;
     float clip_coef, ent_coef, vf_coef, max_grad_norm;
-    float target_kl;      /* 0: off */
     int hidden;           /* width of both networks' two hidden layers */
     uint64_t seed;
     int print_every;      /* updates between progress lines (0: none) */
@@ -104,6 +110,22 @@ typedef struct {
 } dt_ppo_config;
 
 void dt_ppo_defaults(dt_ppo_config *c);
+
+/* PPO's loss over B rows of a minibatch and its gradient, each row weighted
+ * by w[i] (1 / the minibatch's transitions; 0 leaves a row out): logits
+ * [B, K] and values [B] from the policy now; actions, the rollout's log
+ * probabilities and values, the advantages (normalised already) and the
+ * returns. loss = pg - ent_coef * entropy + vf_coef * v, with pg the
+ * clipped surrogate and v half the (clipped) squared error, each summed
+ * with the weights. Gives d loss / d logits and d loss / d values, and
+ * adds to the sums in t (also approx_kl, (ratio - 1) - log ratio, and the
+ * fraction clipped, both weighted). */
+typedef struct {
+    double loss, pg, v, entropy, approx_kl, clipfrac;
+} dt_ppo_terms;
+void dt_ppo_loss(const dt_ppo_config *c, int B, int K, const float *logits, const float *values, const float *actions,
+                 const float *old_logp, const float *old_values, const float *adv, const float *returns, const float *w,
+                 float *dlogits, float *dvalues, dt_ppo_terms *t);
 typedef struct {
     int64_t env_steps;
     int updates, episodes;

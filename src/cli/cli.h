@@ -12,7 +12,8 @@ int dt_cli_flag_error(const char *cmd, const dt_cli_flag *flags, const char *fla
 /* Parses s as a number in [lo, hi]; 0 when it is not one. */
 int dt_cli_number(const char *s, double lo, double hi, double *out);
 
-/* --nproc and the ranks a model is split over (split: --pp's or --tp's N; how: what they are, for errors): with
+/* --nproc and the ranks a model is split over (split: --pp's or --tp's N, < 0 for any number of ranks; how: what they
+ * are, for errors): with
  * nproc > 1 outside a job, the command line again on nproc local ranks (*launched: their exit code); inside a job,
  * *w the world. Returns 0 to go on, else an exit code. */
 int dt_cli_join(const char *cmd, const char *how, double nproc, double split, char **argv, dt_comm **w, int *launched);
@@ -29,5 +30,6 @@ int dt_cli_serve(int argc, char **argv);
 int dt_cli_plot(int argc, char **argv);
 int dt_cli_report(int argc, char **argv);
 int dt_cli_ckpt(int argc, char **argv);
+int dt_cli_rl(int argc, char **argv);
 
 #endif

@@ -69,6 +69,7 @@ static void usage(FILE *f) {
             "  tokenize --bpe ENC VOCAB IN OUT     text to a token file with GPT-2's BPE (encoder.json, vocab.bpe)\n"
             "  eval --model M [--data FILE]        the validation loss of a checkpoint (on its own settings), model or HF folder\n"
             "  generate --model F --prompt T       sample text from a trained model\n"
+            "  rl --env cartpole [--nproc N]       reinforcement learning (PPO) on dtrain's environments\n"
             "  serve MODEL [--port P]              serve it over HTTP (OpenAI's completions and chat API, continuous batching)\n"
             "  plot METRICS.jsonl -o loss.svg      draw the loss curve (--log: log scale)\n"
             "  report RUN_DIR -o report.html       one HTML page of a run (charts, timeline; see train --report)\n"
@@ -121,6 +122,7 @@ static int dispatch(int argc, char **argv) {
     if (!strcmp(cmd, "eval")) return dt_cli_eval(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return dt_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return dt_cli_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "rl")) return dt_cli_rl(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return dt_cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "plot")) return dt_cli_plot(argc - 1, argv + 1);
     if (!strcmp(cmd, "report")) return dt_cli_report(argc - 1, argv + 1);

@@ -1,10 +1,13 @@
-/* A multilayer perceptron for image classification: Linear layers with ReLU
- * between them and softmax cross-entropy on the last. Parameters in one
+/* A multilayer perceptron: Linear layers with ReLU (or tanh) between them,
+ * and softmax cross-entropy on the last for image classification (or the
+ * outputs alone, for a policy's heads whose loss is its algorithm's). Parameters in one
  * flat store (layer by layer: weight [out, in] then bias [out], PyTorch's
  * nn.Linear layout), gradients in a second, as for GPT-2, so that the same
  * optimizers and data parallelism apply. */
 #include "dtrain/kernels.h"
 #include "dtrain/model.h"
+
+#include <lapacke.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +29,7 @@ struct dt_mlp {
     const float *x;             /* the last forward's inputs (not copied) */
     int32_t *labels;
     int B, cap_B;
+    dt_mlp_activation act;
     dt_hook_list grad_hooks;
 };
 
@@ -98,6 +102,37 @@ void dt_mlp_init_random(dt_mlp *m, uint64_t seed) {
     }
 }
 
+/* As torch.nn.init.orthogonal_: QR of a normal [rows, cols] matrix (its transpose when it is wide), Q's columns
+ * signed by R's diagonal. */
+dt_status dt_mlp_init_orthogonal(dt_mlp *m, uint64_t seed, const float *gain) {
+    uint64_t s = seed ? seed : 1;
+    for (int l = 0; l < m->n; l++) {
+        int rows = m->size[l + 1], cols = m->size[l], tall = rows >= cols;
+        int M = tall ? rows : cols, N = tall ? cols : rows; /* Q is M x N, column-major */
+        float *a = malloc(sizeof(float) * (size_t)M * N), *tau = malloc(sizeof(float) * (size_t)N), *d = malloc(sizeof(float) * (size_t)N);
+        if (!a || !tau || !d) { free(a); free(tau); free(d); return dt_error(DT_ERR_NOMEM, "mlp: out of memory"); }
+        for (size_t i = 0; i < (size_t)M * N; i++) a[i] = dt_rng_normal(&s);
+        int info = LAPACKE_sgeqrf(LAPACK_COL_MAJOR, M, N, a, M, tau);
+        for (int j = 0; j < N; j++) d[j] = a[(size_t)j * M + j] < 0 ? -1.0f : 1.0f;
+        if (!info) info = LAPACKE_sorgqr(LAPACK_COL_MAJOR, M, N, N, a, M, tau);
+        float *w = m->params + m->woff[l];
+        for (int i = 0; !info && i < M; i++)
+            for (int j = 0; j < N; j++) {
+                float v = a[(size_t)j * M + i] * d[j] * gain[l];
+                if (tall) w[(size_t)i * cols + j] = v; /* weight [rows, cols] = Q */
+                else w[(size_t)j * cols + i] = v;      /* = Q^T */
+            }
+        memset(m->params + m->boff[l], 0, sizeof(float) * (size_t)rows);
+        free(a);
+        free(tau);
+        free(d);
+        if (info) return dt_error(DT_ERR_NUMERIC, "mlp: orthogonal initialisation of layer %d: LAPACK info %d", l, info);
+    }
+    return DT_OK;
+}
+
+void dt_mlp_set_activation(dt_mlp *m, dt_mlp_activation a) { m->act = a; }
+
 int dt_mlp_num_layers(const dt_mlp *m) { return m->n; }
 size_t dt_mlp_num_params(const dt_mlp *m) { return m->nparams; }
 float *dt_mlp_params(dt_mlp *m) { return m->params; }
@@ -164,7 +199,9 @@ dt_status dt_mlp_forward(dt_mlp *m, const float *x, const int32_t *labels, int B
     for (int l = 0; l < m->n; l++) {
         float *pre = m->acts + m->act_off[l][0], *post = m->acts + m->act_off[l][1];
         dt_matmul_forward(pre, in, m->params + m->woff[l], m->params + m->boff[l], B, m->size[l], m->size[l + 1]);
-        if (l + 1 < m->n) dt_relu_forward(post, pre, (size_t)B * m->size[l + 1]);
+        if (l + 1 < m->n && m->act == DT_MLP_TANH)
+            for (size_t i = 0; i < (size_t)B * m->size[l + 1]; i++) post[i] = tanhf(pre[i]);
+        else if (l + 1 < m->n) dt_relu_forward(post, pre, (size_t)B * m->size[l + 1]);
         in = post;
     }
     const float *logits = m->acts + m->act_off[m->n - 1][0];
@@ -188,13 +225,9 @@ dt_status dt_mlp_forward(dt_mlp *m, const float *x, const int32_t *labels, int B
 
 const float *dt_mlp_logits(const dt_mlp *m) { return m->acts ? m->acts + m->act_off[m->n - 1][0] : NULL; }
 
-dt_status dt_mlp_backward(dt_mlp *m, float grad_scale) {
-    if (!m->acts || !m->B) return dt_error(DT_ERR_ARG, "mlp backward: needs a forward with labels first");
-    int B = m->B, K = m->size[m->n];
-    float *logits = m->acts + m->act_off[m->n - 1][0];
-    /* d(mean loss)/d logits, in place of the logits */
-    dt_crossentropy_fused(logits, m->losses, m->labels, B, K, K, grad_scale / (float)B, DT_F32);
-    const float *dout = logits;
+/* Backward through every layer from dout = d loss / d outputs. */
+static void backward_layers(dt_mlp *m, const float *dout) {
+    int B = m->B;
     for (int l = m->n - 1; l >= 0; l--) {
         const float *in = l ? m->acts + m->act_off[l - 1][1] : m->x;
         float *din = l ? m->dbuf[l & 1] : NULL;
@@ -203,13 +236,34 @@ dt_status dt_mlp_backward(dt_mlp *m, float grad_scale) {
                            m->size[l], m->size[l + 1]);
         dt_hook_list_call(&m->grad_hooks, DT_HOOK_GRADS_READY, l);
         if (!l) break;
-        /* through the ReLU in front of this layer (the next din goes to the other buffer) */
+        /* through the activation in front of this layer (the next din goes to the other buffer) */
         float *dpre = m->dbuf[2];
-        memset(dpre, 0, (size_t)B * m->size[l] * sizeof(float));
-        dt_relu_backward(dpre, m->acts + m->act_off[l - 1][0], din, (size_t)B * m->size[l]);
+        size_t n = (size_t)B * m->size[l];
+        if (m->act == DT_MLP_TANH) {
+            const float *y = m->acts + m->act_off[l - 1][1];
+            for (size_t i = 0; i < n; i++) dpre[i] = din[i] * (1 - y[i] * y[i]);
+        } else {
+            memset(dpre, 0, n * sizeof(float));
+            dt_relu_backward(dpre, m->acts + m->act_off[l - 1][0], din, n);
+        }
         dout = dpre;
     }
-    m->B = 0; /* the logits are now their gradient */
+    m->B = 0;
+}
+
+dt_status dt_mlp_backward(dt_mlp *m, float grad_scale) {
+    if (!m->acts || !m->B) return dt_error(DT_ERR_ARG, "mlp backward: needs a forward with labels first");
+    int B = m->B, K = m->size[m->n];
+    float *logits = m->acts + m->act_off[m->n - 1][0];
+    /* d(mean loss)/d logits, in place of the logits (which are then their gradient) */
+    dt_crossentropy_fused(logits, m->losses, m->labels, B, K, K, grad_scale / (float)B, DT_F32);
+    backward_layers(m, logits);
+    return DT_OK;
+}
+
+dt_status dt_mlp_backward_outputs(dt_mlp *m, const float *dout) {
+    if (!m->acts || !m->B) return dt_error(DT_ERR_ARG, "mlp backward: needs a forward first");
+    backward_layers(m, dout);
     return DT_OK;
 }
 

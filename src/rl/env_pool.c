@@ -14,8 +14,9 @@ struct dt_env_pool {
     uint8_t *ended;     /* the environment's episode ended at the last step */
     double *ret;        /* the running episode's return */
     int *len;
-    double done_ret[EPISODES_KEPT];
-    int done_len[EPISODES_KEPT], ndone;
+    int64_t steps;      /* since the reset */
+    dt_episode done[EPISODES_KEPT];
+    int ndone;
 };
 
 dt_status dt_env_pool_create(const char *name, int n, int first, uint64_t seed, dt_env_pool **out) {
@@ -58,16 +59,16 @@ void dt_env_pool_reset(dt_env_pool *p, float *obs) {
         p->ret[i] = 0;
         p->len[i] = 0;
     }
+    p->steps = 0;
+    p->ndone = 0;
 }
 
 static void episode_done(dt_env_pool *p, int i) {
     if (p->ndone == EPISODES_KEPT) { /* nobody asked: keep the newest */
-        memmove(p->done_ret, p->done_ret + 1, sizeof(double) * (EPISODES_KEPT - 1));
-        memmove(p->done_len, p->done_len + 1, sizeof(int) * (EPISODES_KEPT - 1));
+        memmove(p->done, p->done + 1, sizeof p->done[0] * (EPISODES_KEPT - 1));
         p->ndone--;
     }
-    p->done_ret[p->ndone] = p->ret[i];
-    p->done_len[p->ndone++] = p->len[i];
+    p->done[p->ndone++] = (dt_episode){ .ret = p->ret[i], .len = p->len[i], .env = p->first + i, .step = p->steps };
     p->ret[i] = 0;
     p->len[i] = 0;
 }
@@ -97,15 +98,14 @@ dt_status dt_env_pool_step(dt_env_pool *p, const float *actions, float *obs, flo
         p->ended[i] = te || tr;
         if (p->ended[i]) episode_done(p, i);
     }
+    p->steps++;
     return DT_OK;
 }
 
-int dt_env_pool_episodes(dt_env_pool *p, double *returns, int *lengths, int cap) {
+int dt_env_pool_episodes(dt_env_pool *p, dt_episode *out, int cap) {
     int n = p->ndone < cap ? p->ndone : cap;
-    memcpy(returns, p->done_ret, sizeof(double) * (size_t)n);
-    memcpy(lengths, p->done_len, sizeof(int) * (size_t)n);
-    memmove(p->done_ret, p->done_ret + n, sizeof(double) * (size_t)(p->ndone - n));
-    memmove(p->done_len, p->done_len + n, sizeof(int) * (size_t)(p->ndone - n));
+    memcpy(out, p->done, sizeof p->done[0] * (size_t)n);
+    memmove(p->done, p->done + n, sizeof p->done[0] * (size_t)(p->ndone - n));
     p->ndone -= n;
     return n;
 }

@@ -1,0 +1,106 @@
+/* dtrain rl: flag parsing and the run's summary only. */
+#include "cli.h"
+#include "dtrain/kernels.h"
+#include "dtrain/rl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const dt_cli_flag flags[] = {
+    { "--env", "an environment: cartpole, acrobot, mountaincar (or Gymnasium's id)" }, { "--algo", "ppo" },
+    { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--total-steps", "a whole number of env steps from 1 to 1e12" },
+    { "--seed", "a whole number from 0 to 1e18" }, { "--envs", "a whole number of environments from 1 to 65536" },
+    { "--rollout-steps", "a whole number of steps from 1 to 65536" }, { "--lr", "a number above 0 and at most 1" },
+    { "--no-anneal", "" }, { "--gamma", "a number from 0 to 1" }, { "--gae-lambda", "a number from 0 to 1" },
+    { "--minibatches", "a whole number from 1 to 65536" }, { "--epochs", "a whole number from 1 to 1000" },
+    { "--clip", "a number from 0 to 10" }, { "--ent-coef", "a number from 0 to 10" }, { "--vf-coef", "a number from 0 to 100" },
+    { "--max-grad-norm", "a number from 0 (off) to 1e6" }, { "--hidden", "a whole number from 1 to 4096" },
+    { "--no-norm-adv", "" }, { "--no-clip-vloss", "" }, { "--print-every", "a whole number of updates from 0 (quiet) to 1e6" },
+    { "--metrics", "a file (JSON lines)" }, { "--save", "a .safetensors file" }, { "--threads", "a whole number from 1 to 256" },
+    { "--help", "" }, { NULL, NULL },
+};
+
+static void usage(void) {
+    printf("usage: dtrain rl --env cartpole [--algo ppo] [--nproc N] [--total-steps 500000] [--seed 1] [FLAGS]\n"
+           "Reinforcement learning on dtrain's environments: %s.\n"
+           "PPO (CleanRL's ppo.py recipe and defaults): --envs 4 environments in the job, --rollout-steps 128 steps each per\n"
+           "rollout, --minibatches 4 x --epochs 4 per update, --lr 2.5e-4 annealed to 0 (--no-anneal), --gamma 0.99,\n"
+           "--gae-lambda 0.95, --clip 0.2, --ent-coef 0.01, --vf-coef 0.5, --max-grad-norm 0.5, --hidden 64 (both networks'\n"
+           "two layers), advantages normalised per minibatch (--no-norm-adv), the value loss clipped (--no-clip-vloss).\n"
+           "--nproc N: N local ranks (or the ranks of an mpirun/srun job), each stepping --envs / N environments; the\n"
+           "learner is data-parallel over them with the same global batch, so the run is the one process's.\n"
+           "--print-every 10 updates (0: quiet), --metrics FILE (a JSON line per update: env_steps, mean_return over the\n"
+           "last 100 episodes, the losses), --save FILE.safetensors (the actor's and critic's weights, PyTorch's names),\n"
+           "--threads 1 per rank.\n", dt_env_list());
+}
+
+int dt_cli_rl(int argc, char **argv) {
+    dt_ppo_config c;
+    dt_ppo_defaults(&c);
+    double nproc = 1, total = (double)c.total_steps, seed = (double)c.seed, envs = c.num_envs, steps = c.num_steps, lr = c.lr;
+    double gamma = c.gamma, lam = c.gae_lambda, mbs = c.minibatches, epochs = c.epochs, clip = c.clip_coef, ent = c.ent_coef;
+    double vf = c.vf_coef, mgn = c.max_grad_norm, hidden = c.hidden, every = c.print_every, threads = 1;
+    const char *algo = "ppo";
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
+        if (!strcmp(f, "--no-anneal")) { c.anneal_lr = 0; continue; }
+        if (!strcmp(f, "--no-norm-adv")) { c.norm_adv = 0; continue; }
+        if (!strcmp(f, "--no-clip-vloss")) { c.clip_vloss = 0; continue; }
+        int ok = v != NULL;
+        if (!ok) {}
+        else if (!strcmp(f, "--env")) c.env = v;
+        else if (!strcmp(f, "--algo")) { algo = v; ok = !strcmp(v, "ppo"); }
+        else if (!strcmp(f, "--metrics")) c.metrics = v;
+        else if (!strcmp(f, "--save")) c.save = v;
+        else if (!strcmp(f, "--nproc")) ok = dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc;
+        else if (!strcmp(f, "--total-steps")) ok = dt_cli_number(v, 1, 1e12, &total) && total == (double)(int64_t)total;
+        else if (!strcmp(f, "--seed")) ok = dt_cli_number(v, 0, 1e18, &seed) && seed == (double)(uint64_t)seed;
+        else if (!strcmp(f, "--envs")) ok = dt_cli_number(v, 1, 65536, &envs) && envs == (int)envs;
+        else if (!strcmp(f, "--rollout-steps")) ok = dt_cli_number(v, 1, 65536, &steps) && steps == (int)steps;
+        else if (!strcmp(f, "--lr")) ok = dt_cli_number(v, 1e-12, 1, &lr);
+        else if (!strcmp(f, "--gamma")) ok = dt_cli_number(v, 0, 1, &gamma);
+        else if (!strcmp(f, "--gae-lambda")) ok = dt_cli_number(v, 0, 1, &lam);
+        else if (!strcmp(f, "--minibatches")) ok = dt_cli_number(v, 1, 65536, &mbs) && mbs == (int)mbs;
+        else if (!strcmp(f, "--epochs")) ok = dt_cli_number(v, 1, 1000, &epochs) && epochs == (int)epochs;
+        else if (!strcmp(f, "--clip")) ok = dt_cli_number(v, 0, 10, &clip);
+        else if (!strcmp(f, "--ent-coef")) ok = dt_cli_number(v, 0, 10, &ent);
+        else if (!strcmp(f, "--vf-coef")) ok = dt_cli_number(v, 0, 100, &vf);
+        else if (!strcmp(f, "--max-grad-norm")) ok = dt_cli_number(v, 0, 1e6, &mgn);
+        else if (!strcmp(f, "--hidden")) ok = dt_cli_number(v, 1, 4096, &hidden) && hidden == (int)hidden;
+        else if (!strcmp(f, "--print-every")) ok = dt_cli_number(v, 0, 1e6, &every) && every == (int)every;
+        else if (!strcmp(f, "--threads")) ok = dt_cli_number(v, 1, 256, &threads) && threads == (int)threads;
+        else ok = 0;
+        if (!ok) return dt_cli_flag_error("rl", flags, f, v);
+        i++;
+    }
+    (void)algo;
+    c.total_steps = (int64_t)total;
+    c.seed = (uint64_t)seed;
+    c.num_envs = (int)envs;
+    c.num_steps = (int)steps;
+    c.lr = (float)lr;
+    c.gamma = (float)gamma;
+    c.gae_lambda = (float)lam;
+    c.minibatches = (int)mbs;
+    c.epochs = (int)epochs;
+    c.clip_coef = (float)clip;
+    c.ent_coef = (float)ent;
+    c.vf_coef = (float)vf;
+    c.max_grad_norm = (float)mgn;
+    c.hidden = (int)hidden;
+    c.print_every = (int)every;
+    dt_comm *w;
+    int launched, rc = dt_cli_join("rl", "", nproc, -1, argv, &w, &launched);
+    if (rc || launched >= 0) return rc ? rc : launched;
+    dt_kernels_set_threads((int)threads);
+    dt_ppo_result r;
+    dt_status st = dt_ppo_run(&c, w, NULL, NULL, &r);
+    if (st) dt_log(DT_LOG_ERROR, "rl: %s", dt_last_error());
+    else if (!w || dt_comm_rank(w) == 0)
+        printf("done: %lld env steps in %d updates, %d episodes, mean return of the last 100 %.2f, %.0f env steps/s%s%s\n",
+               (long long)r.env_steps, r.updates, r.episodes, r.mean_return, r.steps_per_s, c.save ? "; saved " : "",
+               c.save ? c.save : "");
+    dt_comm_destroy(w);
+    return st ? 1 : 0;
+}
