@@ -171,10 +171,14 @@ static void pool(void) {
     check(!wrong, "an environment resets exactly at the step after its episode ended, with reward 0 and no flags");
     check(same, "two pools of 2 step as one pool of 4");
     check(resets > 5, "episodes ended and reset");
-    double ret[64];
-    int len[64], n = dt_env_pool_episodes(p, ret, len, 64);
+    dt_episode ep[64];
+    int n = dt_env_pool_episodes(p, ep, 64), ordered = 1;
     check(n > 5, "finished episodes counted");
-    for (int i = 0; i < n && i < 64; i++) check(ret[i] == len[i], "CartPole's return is its length");
+    for (int i = 0; i < n; i++) {
+        check(ep[i].ret == ep[i].len && ep[i].env >= 0 && ep[i].env < 4, "CartPole's return is its length");
+        if (i) ordered &= ep[i].step > ep[i - 1].step || (ep[i].step == ep[i - 1].step && ep[i].env > ep[i - 1].env);
+    }
+    check(ordered, "episodes in order of (step, environment)");
     a[0] = 3;
     check(dt_env_pool_step(p, a, o, rw, te, tr, rs) == DT_ERR_ARG && strstr(dt_last_error(), "environment 0"),
           "an action out of the space is refused naming the environment");

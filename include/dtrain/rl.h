@@ -130,12 +130,14 @@ typedef struct {
     int64_t env_steps;
     int updates, episodes;
     double mean_return;   /* over the last 100 episodes */
+    double loss;          /* the last update's, the mean of its minibatches' */
+    dt_ppo_terms terms;   /* the same of each term */
     double steps_per_s;
 } dt_ppo_result;
 /* Collective over comm (NULL: this process alone). after_update (may be NULL): called on every rank after each
- * update with its number (1-based) and the policy's parameters, for checks. */
-dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, void (*after_update)(int update, const float *params, size_t n, void *ctx),
-                     void *ctx, dt_ppo_result *r);
+ * update with the run so far and the policy's parameters, for checks. */
+typedef void (*dt_ppo_observer)(const dt_ppo_result *sofar, const float *params, size_t n, void *ctx);
+dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, dt_ppo_observer after_update, void *ctx, dt_ppo_result *r);
 
 #ifdef __cplusplus
 }

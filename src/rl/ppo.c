@@ -356,8 +356,12 @@ static void report(ppo *p, int u, int updates, int64_t steps, double loss, float
     fflush(stdout);
 }
 
-dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, void (*after_update)(int, const float *, size_t, void *), void *ctx,
-                     dt_ppo_result *res) {
+static dt_ppo_result so_far(const ppo *p, int updates, int64_t steps, double loss, double t0) {
+    return (dt_ppo_result){ .env_steps = steps, .updates = updates, .episodes = (int)p->episodes, .mean_return = mean_return(p),
+                            .loss = loss, .terms = p->terms, .steps_per_s = steps / (dt_time_now() - t0) };
+}
+
+dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, dt_ppo_observer after_update, void *ctx, dt_ppo_result *res) {
     ppo p = { 0 };
     dt_status st = setup(&p, c, comm);
     int64_t per_update = (int64_t)p.T * p.N;
@@ -374,11 +378,11 @@ dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, void (*after_update)
     }
     double t0 = dt_time_now();
     int64_t steps = 0;
+    double loss = 0;
     int u = 0;
     for (u = 1; !st && u <= updates; u++) {
         float lr = c->anneal_lr ? (float)(1.0 - (double)(u - 1) / updates) * c->lr : c->lr;
         int dropped = 0;
-        double loss = 0;
         if (!st) st = rollout(&p, (int64_t)(u - 1) * p.T);
         if (!st) st = gather_episodes(&p, &dropped);
         if (!st && dropped) dt_log(DT_LOG_WARN, "ppo: %d episodes of rank %d in update %d not counted (more than %d ended)", dropped,
@@ -389,15 +393,17 @@ dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, void (*after_update)
         if (st) break;
         steps += per_update;
         report(&p, u, updates, steps, loss, lr, steps / (dt_time_now() - t0));
-        if (after_update) after_update(u, dt_policy_params(p.pol), dt_policy_num_params(p.pol), ctx);
+        if (after_update) {
+            dt_ppo_result r = so_far(&p, u, steps, loss, t0);
+            after_update(&r, dt_policy_params(p.pol), dt_policy_num_params(p.pol), ctx);
+        }
     }
     if (!st && c->save && p.rank == 0) {
         dt_model m;
         dt_policy_model(p.pol, &m);
         st = dt_safetensors_save_table(c->save, &m, 0, DT_F32);
     }
-    if (res) *res = (dt_ppo_result){ .env_steps = steps, .updates = u - 1, .episodes = (int)p.episodes, .mean_return = mean_return(&p),
-                                     .steps_per_s = steps / (dt_time_now() - t0) };
+    if (res) *res = so_far(&p, u - 1, steps, loss, t0);
     teardown(&p);
     return st;
 }
