@@ -98,6 +98,17 @@ typedef struct {
  * any request failed. */
 int dt_bench_serve(const dt_bench_serve_opts *o);
 
+typedef struct {
+    const char *env;
+    int envs[16], nenvs;       /* environments a worker */
+    int workers[8], nworkers;  /* worker processes */
+    int64_t steps;             /* a row's steps, all workers together */
+    int baseline;              /* Gymnasium's vector environments and EnvPool too (bench/rl_rollout.py) */
+    int64_t slow_steps;        /* the steps of a baseline slower than a million a minute (AsyncVectorEnv) */
+} dt_bench_rl_opts;
+/* Environment steps per second under random actions: dtrain's pools, then the baselines. */
+int dt_bench_rl(const dt_bench_rl_opts *o);
+
 #ifdef __cplusplus
 }
 #endif

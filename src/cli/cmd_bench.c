@@ -31,7 +31,7 @@ static const dt_cli_flag train_flags[] = {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: dtrain bench comm [FLAGS]   (also: bench train, bench infer, bench serve, bench gemm: each with --help)\n"
+            "usage: dtrain bench comm [FLAGS]   (also: bench train, bench infer, bench serve, bench rl, bench gemm: each with --help)\n"
             "  --op COLL          allreduce (default), reduce_scatter, allgather, broadcast, reduce,\n"
             "                     alltoall, gather, scatter, barrier\n"
             "  --algo ALGO        auto (default), shm_direct, ring, tree, rd, rabenseifner, bruck,\n"
@@ -268,7 +268,55 @@ static int bench_serve(int argc, char **argv) {
     return dt_bench_serve(&o);
 }
 
+/* --envs 1,2,4,8: whole numbers from 1 to hi, at most cap of them */
+static int parse_counts(const char *v, int hi, int *out, int *n, int cap) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    *n = 0;
+    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+        double x;
+        if (*n == cap || !dt_cli_number(t, 1, hi, &x) || x != (int)x) return 0;
+        out[(*n)++] = (int)x;
+    }
+    return *n > 0;
+}
+
+static const dt_cli_flag rl_flags[] = {
+    { "--env", "an environment (dtrain rl --help lists them)" }, { "--envs", "environments a worker: a list like 1,2,4,8 (1 to 4096)" },
+    { "--workers", "worker processes: a list like 1,2 (1 to 256)" }, { "--steps", "a whole number of steps from 1000 to 1e10" },
+    { "--slow-steps", "a whole number of steps from 1000 to 1e10" }, { "--baseline", "" }, { "--help", "" }, { NULL, NULL },
+};
+
+static int bench_rl(int argc, char **argv) {
+    dt_bench_rl_opts o = { .env = "cartpole", .envs = { 1, 2, 4, 8 }, .nenvs = 4, .workers = { 1, 2 }, .nworkers = 2, .steps = 1000000,
+                           .slow_steps = 200000 };
+    for (int i = 3; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double x;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            printf("usage: dtrain bench rl [--env cartpole] [--envs 1,2,4,8] [--workers 1,2] [--steps 1000000] [--baseline]\n"
+                   "  environment steps/s under random actions: dtrain's env pools, --envs environments a worker process;\n"
+                   "  --baseline: then Gymnasium's SyncVectorEnv, AsyncVectorEnv (--slow-steps 200000 of it), its own\n"
+                   "  vectorised CartPole and EnvPool (2 threads), from the baselines' virtual environment\n");
+            return 0;
+        }
+        if (!strcmp(f, "--baseline")) { o.baseline = 1; continue; }
+        int ok = v != NULL;
+        if (!ok) {}
+        else if (!strcmp(f, "--env")) o.env = v;
+        else if (!strcmp(f, "--envs")) ok = parse_counts(v, 4096, o.envs, &o.nenvs, 16);
+        else if (!strcmp(f, "--workers")) ok = parse_counts(v, 256, o.workers, &o.nworkers, 8);
+        else if (!strcmp(f, "--steps") && dt_cli_number(v, 1000, 1e10, &x)) o.steps = (int64_t)x;
+        else if (!strcmp(f, "--slow-steps") && dt_cli_number(v, 1000, 1e10, &x)) o.slow_steps = (int64_t)x;
+        else ok = 0;
+        if (!ok) return dt_cli_flag_error("bench rl", rl_flags, f, v);
+        i++;
+    }
+    return dt_bench_rl(&o);
+}
+
 int dt_cli_bench(int argc, char **argv) {
+    if (argc >= 3 && !strcmp(argv[2], "rl")) return bench_rl(argc, argv);
     if (argc >= 3 && !strcmp(argv[2], "serve")) return bench_serve(argc, argv);
     if (argc >= 3 && !strcmp(argv[2], "train")) return bench_train(argc, argv);
     if (argc >= 3 && !strcmp(argv[2], "infer")) return bench_infer(argc, argv);
@@ -296,7 +344,7 @@ int dt_cli_bench(int argc, char **argv) {
     }
     if (argc < 3 || strcmp(argv[2], "comm") != 0) {
         if (argc >= 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"))) { usage(stdout); return 0; }
-        dt_log(DT_LOG_ERROR, "bench: expected comm, train, infer, serve or gemm");
+        dt_log(DT_LOG_ERROR, "bench: expected comm, train, infer, serve, rl or gemm");
         return 2;
     }
     dt_bench_comm_opts o;

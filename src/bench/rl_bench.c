@@ -1,0 +1,96 @@
+/* dtrain bench rl: environment steps per second of dtrain's env pools under
+ * random actions, N environments a worker and W worker processes (each its
+ * own pool, started together), against Gymnasium's vector environments and
+ * EnvPool (bench/rl_rollout.py in the baselines' virtual environment) on
+ * the same machine, one after the other. */
+#include "dtrain/bench.h"
+#include "dtrain/rl.h"
+#include "measure.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* One worker: steps of random actions on a pool of n; the seconds they took. */
+static double worker(const char *env, int n, int index, int64_t steps, dt_status *st) {
+    dt_env_pool *p;
+    if ((*st = dt_env_pool_create(env, n, index * n, 1, &p))) return 0;
+    const dt_env_info *in = dt_env_pool_info(p);
+    float *obs = malloc(sizeof(float) * (size_t)n * in->obs_dim), *a = malloc(sizeof(float) * (size_t)n * in->act_dim), *r = malloc(sizeof(float) * (size_t)n);
+    uint8_t *te = malloc((size_t)n), *tr = malloc((size_t)n);
+    uint64_t s = 7 + (uint64_t)index;
+    dt_env_pool_reset(p, obs);
+    double t0 = dt_time_now();
+    for (int64_t k = 0; k < steps / n && !*st; k++) {
+        for (int i = 0; i < n * in->act_dim; i++) {
+            uint64_t x = dt_rng_next(&s);
+            a[i] = in->actions ? (float)(x % (uint64_t)in->actions) : in->act_low + (in->act_high - in->act_low) * (float)(x >> 40) / 16777216.0f;
+        }
+        *st = dt_env_pool_step(p, a, obs, r, te, tr, NULL);
+    }
+    double t = dt_time_now() - t0;
+    free(obs); free(a); free(r); free(te); free(tr);
+    dt_env_pool_destroy(p);
+    return t;
+}
+
+/* W workers started together (a pipe each way); the total steps over the slowest worker's time. */
+static double rate(const char *env, int n, int W, int64_t steps) {
+    int go[2], back[2];
+    if (pipe(go) || pipe(back)) return -1;
+    for (int w = 0; w < W; w++) {
+        pid_t pid = fork();
+        if (pid < 0) return -1;
+        if (pid == 0) {
+            char c;
+            close(go[1]);
+            if (read(go[0], &c, 1) != 1) _exit(1);
+            dt_status st;
+            double t = worker(env, n, w, steps / W, &st);
+            if (st) t = -1;
+            _exit(write(back[1], &t, sizeof t) == sizeof t ? 0 : 1);
+        }
+    }
+    close(go[0]);
+    close(back[1]);
+    for (int w = 0; w < W; w++) if (write(go[1], "g", 1) != 1) return -1;
+    double worst = 0, t;
+    for (int w = 0; w < W; w++) {
+        if (read(back[0], &t, sizeof t) != sizeof t || t < 0) worst = -1;
+        else if (worst >= 0 && t > worst) worst = t;
+    }
+    close(go[1]);
+    close(back[0]);
+    while (wait(NULL) > 0) {}
+    return worst > 0 ? (double)(steps / W / n * n * W) / worst : -1;
+}
+
+int dt_bench_rl(const dt_bench_rl_opts *o) {
+    dt_env *e;
+    if (dt_env_create(o->env, &e)) { dt_log(DT_LOG_ERROR, "bench rl: %s", dt_last_error()); return 2; }
+    char id[64];
+    snprintf(id, sizeof id, "%s", dt_env_get_info(e)->id);
+    dt_env_destroy(e);
+    char cpu[256];
+    dt_cpu_model(cpu, sizeof cpu);
+    printf("%s, random actions, %lld steps a row, on %s\n", id, (long long)o->steps, cpu);
+    printf("%-34s %8s %8s %14s\n", "rollout", "envs/w", "workers", "steps/s");
+    for (int wi = 0; wi < o->nworkers; wi++)
+        for (int ni = 0; ni < o->nenvs; ni++) {
+            double r = rate(o->env, o->envs[ni], o->workers[wi], o->steps);
+            if (r < 0) { dt_log(DT_LOG_ERROR, "bench rl: a worker failed"); return 1; }
+            printf("%-34s %8d %8d %14.0f\n", "dtrain env pool", o->envs[ni], o->workers[wi], r);
+            fflush(stdout);
+        }
+    if (!o->baseline) return 0;
+    char cmd[8192];
+    if (dt_bench_venv_cmd(cmd, sizeof cmd, "rl_rollout.py", 1)) return 1;
+    size_t len = strlen(cmd);
+    snprintf(cmd + len, sizeof cmd - len, "--env %s --steps %lld --slow-steps %lld", id, (long long)o->steps, (long long)o->slow_steps);
+    fflush(stdout);
+    int rc = system(cmd);
+    if (rc) dt_log(DT_LOG_WARN, "bench rl: the baselines' script failed (its messages are above)");
+    return rc ? 1 : 0;
+}
