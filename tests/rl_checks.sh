@@ -1,0 +1,45 @@
+#!/bin/bash
+# dtrain rl from the command line: PPO on CartPole over 1 and 2 local ranks (and mpirun's) gives the same episodes and
+# the same losses; the metrics rows carry env_steps and mean_return; --save writes the policy under PyTorch's names;
+# bad settings are refused naming what is wrong.
+# usage: rl_checks.sh DTRAIN [MPIEXEC]
+set -u
+DTRAIN=$1
+MPIEXEC=${2:-}
+. "$(dirname "$0")/checks.sh"
+short=(--env cartpole --envs 4 --total-steps 10240 --print-every 0)   # 20 updates of 4 x 128
+"$DTRAIN" rl "${short[@]}" --metrics "$dir/one.jsonl" --save "$dir/one.safetensors" > "$dir/one.out" 2>&1 || fail "one process: $(tail -2 "$dir/one.out")"
+"$DTRAIN" rl "${short[@]}" --nproc 2 --metrics "$dir/two.jsonl" > "$dir/two.out" 2>&1 || fail "2 ranks: $(tail -2 "$dir/two.out")"
+rows=$(grep -c '"env_steps":[0-9]*,.*"mean_return":' "$dir/one.jsonl")
+[ "$rows" = 20 ] && [ "$(field env_steps "$dir/one.jsonl" | tail -1)" = 10240 ] && ok "20 metrics rows with env_steps (10240 at the end) and mean_return" ||
+    fail "metrics rows: $rows, $(tail -1 "$dir/one.jsonl")"
+if cmp -s <(field mean_return "$dir/one.jsonl") <(field mean_return "$dir/two.jsonl") &&
+    cmp -s <(field episodes "$dir/one.jsonl") <(field episodes "$dir/two.jsonl"); then
+    ok "2 ranks: the same episodes and mean returns as one process at every update"
+else fail "2 ranks' episodes differ: $(tail -1 "$dir/two.jsonl")"; fi
+l=$(worst loss "$dir/one.jsonl" "$dir/two.jsonl" 20)
+[ "$l" != missing ] && awk -v l="$l" 'BEGIN{exit !(l <= 1e-4)}' && ok "2 ranks: losses within $l of one process's" || fail "2 ranks' losses: $l"
+grep -q '"actor.0.weight"' "$dir/one.safetensors" && grep -q '"critic.4.bias"' "$dir/one.safetensors" &&
+    ok "--save: the actor and critic under PyTorch's names" || fail "--save: $(head -c 200 "$dir/one.safetensors")"
+if [ -n "$MPIEXEC" ]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \
+        timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$DTRAIN" rl "${short[@]}" --metrics "$dir/mpi.jsonl" > "$dir/mpi.out" 2>&1 &&
+        cmp -s <(field mean_return "$dir/one.jsonl") <(field mean_return "$dir/mpi.jsonl") &&
+        ok "mpirun -np 2: the same mean returns as one process" || fail "mpirun: $(tail -2 "$dir/mpi.out")"
+fi
+# REFUSED WHAT EXPECTED ARGS...: dtrain rl ARGS exits non-zero before any update, saying EXPECTED
+refused_rl() {
+    local what=$1 want=$2 out
+    shift 2
+    out=$("$DTRAIN" rl --print-every 1 "$@" 2>&1)
+    if [ $? -ne 0 ] && echo "$out" | grep -q -- "$want" && ! echo "$out" | grep -q "^update"; then ok "$what refused: $(echo "$out" | grep -- "$want" | head -1)"
+    else fail "$what: $(echo "$out" | tail -2)"; fi
+}
+refused_rl "an unknown environment" "'cartpool' is not one dtrain has: cartpole" --env cartpool
+refused_rl "a continuous environment for this PPO" "continuous actions" --env pendulum
+refused_rl "3 environments over 2 ranks" "do not split evenly over 2 ranks" --envs 3 --nproc 2
+refused_rl "fewer steps than one rollout" "less than one rollout" --total-steps 100
+refused_rl "an algorithm dtrain lacks" "--algo dqn is not valid" --algo dqn
+refused_rl "a minibatch count that does not divide the rollout" "does not split into 3 minibatches" --minibatches 3
+echo "rl checks: $passed passed, $failed failed"
+[ "$failed" = 0 ]
