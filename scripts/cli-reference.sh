@@ -7,7 +7,7 @@ d=${1:-build}/dtrain
 echo "# dtrain's commands and flags"
 echo
 echo "Each section is what \`dtrain COMMAND --help\` prints (made by \`scripts/cli-reference.sh > docs/cli.md\`)."
-for c in "" train eval plan tokenize generate serve ckpt plot report launch "bench comm" "bench train" "bench infer" "bench serve"; do
+for c in "" train eval plan tokenize generate serve rl ckpt plot report launch "bench comm" "bench train" "bench infer" "bench serve" "bench rl"; do
     echo
     echo "## dtrain${c:+ $c}"
     echo
