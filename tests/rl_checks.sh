@@ -21,6 +21,16 @@ l=$(worst loss "$dir/one.jsonl" "$dir/two.jsonl" 20)
 [ "$l" != missing ] && awk -v l="$l" 'BEGIN{exit !(l <= 1e-4)}' && ok "2 ranks: losses within $l of one process's" || fail "2 ranks' losses: $l"
 grep -q '"actor.0.weight"' "$dir/one.safetensors" && grep -q '"critic.4.bias"' "$dir/one.safetensors" &&
     ok "--save: the actor and critic under PyTorch's names" || fail "--save: $(head -c 200 "$dir/one.safetensors")"
+# rl eval plays the saved policy: the same episodes twice; a policy file of another width is refused naming the tensor
+e1=$("$DTRAIN" rl eval --policy "$dir/one.safetensors" --env cartpole --episodes 3 2>&1 | tail -1)
+e2=$("$DTRAIN" rl eval --policy "$dir/one.safetensors" --env cartpole --episodes 3 2>&1 | tail -1)
+[ "$e1" = "$e2" ] && echo "$e1" | grep -q "mean return over 3 episodes" && ok "rl eval: $e1 (twice the same)" || fail "rl eval: $e1 / $e2"
+out=$("$DTRAIN" rl eval --policy "$dir/one.safetensors" --env cartpole --hidden 32 2>&1)
+[ $? -ne 0 ] && echo "$out" | grep -q "actor.0.weight" && ok "rl eval --hidden 32 on a width-64 policy refused: $(echo "$out" | head -1)" ||
+    fail "rl eval of the wrong width: $out"
+out=$("$DTRAIN" rl eval --policy "$dir/one.safetensors" --env acrobot 2>&1)
+[ $? -ne 0 ] && echo "$out" | grep -q "Acrobot-v1" && ok "rl eval of a CartPole policy on Acrobot refused: $(echo "$out" | head -1)" ||
+    fail "rl eval on another environment: $out"
 if [ -n "$MPIEXEC" ]; then
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \
         timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$DTRAIN" rl "${short[@]}" --metrics "$dir/mpi.jsonl" > "$dir/mpi.out" 2>&1 &&

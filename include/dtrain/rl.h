@@ -139,6 +139,11 @@ typedef struct {
 typedef void (*dt_ppo_observer)(const dt_ppo_result *sofar, const float *params, size_t n, void *ctx);
 dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, dt_ppo_observer after_update, void *ctx, dt_ppo_result *r);
 
+/* A policy --save wrote (of hidden width hidden) on episodes of env, each from reset(seed + k): the most likely
+ * action at each step with greedy, else one sampled as training samples them; returns[episodes]. */
+dt_status dt_ppo_eval(const char *policy, const char *env, int hidden, int episodes, uint64_t seed, int greedy, double *returns,
+                      int *lengths);
+
 #ifdef __cplusplus
 }
 #endif

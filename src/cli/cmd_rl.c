@@ -4,6 +4,7 @@
 #include "dtrain/rl.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const dt_cli_flag flags[] = {
@@ -22,6 +23,7 @@ static const dt_cli_flag flags[] = {
 
 static void usage(void) {
     printf("usage: dtrain rl --env cartpole [--algo ppo] [--nproc N] [--total-steps 500000] [--seed 1] [FLAGS]\n"
+           "       dtrain rl eval --policy FILE --env cartpole   (see dtrain rl eval --help)\n"
            "Reinforcement learning on dtrain's environments: %s.\n"
            "PPO (CleanRL's ppo.py recipe and defaults): --envs 4 environments in the job, --rollout-steps 128 steps each per\n"
            "rollout, --minibatches 4 x --epochs 4 per update, --lr 2.5e-4 annealed to 0 (--no-anneal), --gamma 0.99,\n"
@@ -34,7 +36,55 @@ static void usage(void) {
            "--threads 1 per rank.\n", dt_env_list());
 }
 
+static const dt_cli_flag eval_flags[] = {
+    { "--policy", "a .safetensors file that dtrain rl --save wrote" }, { "--env", "the environment it was trained on" },
+    { "--episodes", "a whole number from 1 to 1e6" }, { "--seed", "a whole number from 0 to 1e18" },
+    { "--hidden", "the width it was trained with, 1 to 4096" }, { "--greedy", "" }, { "--help", "" }, { NULL, NULL },
+};
+
+/* dtrain rl eval --policy FILE --env NAME [--episodes 10] [--seed 1] [--greedy] [--hidden 64] */
+static int eval(int argc, char **argv) {
+    const char *policy = NULL, *env = "cartpole";
+    double episodes = 10, seed = 1000, hidden = 64;
+    int greedy = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            printf("usage: dtrain rl eval --policy FILE.safetensors --env cartpole [--episodes 10] [--seed 1000] [--greedy] [--hidden 64]\n"
+                   "Plays a policy dtrain rl --save wrote: each episode from reset(seed + k), actions sampled from the policy\n"
+                   "(--greedy: the most likely); prints each episode's return and length, and their mean.\n");
+            return 0;
+        }
+        if (!strcmp(f, "--greedy")) { greedy = 1; continue; }
+        int ok = v != NULL;
+        if (!ok) {}
+        else if (!strcmp(f, "--policy")) policy = v;
+        else if (!strcmp(f, "--env")) env = v;
+        else if (!strcmp(f, "--episodes")) ok = dt_cli_number(v, 1, 1e6, &episodes) && episodes == (int)episodes;
+        else if (!strcmp(f, "--seed")) ok = dt_cli_number(v, 0, 1e18, &seed) && seed == (double)(uint64_t)seed;
+        else if (!strcmp(f, "--hidden")) ok = dt_cli_number(v, 1, 4096, &hidden) && hidden == (int)hidden;
+        else ok = 0;
+        if (!ok) return dt_cli_flag_error("rl eval", eval_flags, f, v);
+        i++;
+    }
+    if (!policy) { dt_log(DT_LOG_ERROR, "rl eval: --policy FILE is required (a file dtrain rl --save wrote)"); return 2; }
+    int n = (int)episodes, *len = malloc(sizeof(int) * (size_t)n);
+    double *ret = malloc(sizeof(double) * (size_t)n), sum = 0;
+    dt_status st = ret && len ? dt_ppo_eval(policy, env, (int)hidden, n, (uint64_t)seed, greedy, ret, len)
+                              : dt_error(DT_ERR_NOMEM, "rl eval: out of memory");
+    for (int k = 0; !st && k < n; k++) {
+        printf("episode %d: return %.2f, %d steps\n", k + 1, ret[k], len[k]);
+        sum += ret[k];
+    }
+    if (!st) printf("mean return over %d episodes: %.2f (%s actions)\n", n, sum / n, greedy ? "greedy" : "sampled");
+    else dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+    free(ret);
+    free(len);
+    return st ? 1 : 0;
+}
+
 int dt_cli_rl(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "eval")) return eval(argc - 1, argv + 1);
     dt_ppo_config c;
     dt_ppo_defaults(&c);
     double nproc = 1, total = (double)c.total_steps, seed = (double)c.seed, envs = c.num_envs, steps = c.num_steps, lr = c.lr;

@@ -105,6 +105,19 @@ dt_status dt_policy_backward(dt_policy *p, const float *dlogits, const float *dv
     return st ? st : dt_mlp_backward_outputs(p->net[0], dlogits);
 }
 
+int dt_policy_pick(const float *z, int K, double u, float *logp) {
+    double mx = z[0], sum = 0, cum = 0;
+    for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
+    for (int k = 0; k < K; k++) sum += exp(z[k] - mx);
+    int a = K - 1;
+    for (int k = 0; k < K; k++) {
+        cum += exp(z[k] - mx) / sum;
+        if (u < cum) { a = k; break; }
+    }
+    if (logp) *logp = (float)(z[a] - mx - log(sum));
+    return a;
+}
+
 static float *v_params(void *s) { return ((dt_policy *)s)->params; }
 static float *v_grads(void *s) { return ((dt_policy *)s)->grads; }
 static void v_grad_storage(void *s, float *g) {

@@ -22,4 +22,8 @@ dt_status dt_policy_forward(dt_policy *p, const float *obs, int B, const float *
 /* Adds the gradients given d loss / d logits and d loss / d values; the critic's hooks first, then the actor's. */
 dt_status dt_policy_backward(dt_policy *p, const float *dlogits, const float *dvalues);
 
+/* The action whose cumulative probability first passes u (in [0, 1)) under softmax(logits[K]): a sample when u is
+ * uniform; *logp (may be NULL) its log probability. */
+int dt_policy_pick(const float *logits, int K, double u, float *logp);
+
 #endif

@@ -54,20 +54,10 @@ static const float *row(const ppo *p, int t, int i) {
     return p->all + (((size_t)r * (p->T + 1) + t) * p->n + j) * rec_len(p);
 }
 
-/* A sample from the policy's distribution for (global env, global step): the same whoever steps the environment. */
-static int sample(const float *z, int K, uint64_t seed, int env, int64_t step, float *logp) {
+/* A uniform for (global env, global step): the same sample whoever steps the environment. */
+static double uniform_at(uint64_t seed, int env, int64_t step) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ull ^ (uint64_t)env * 0xd1b54a32d192ed03ull ^ (uint64_t)step * 0x8cb92ba72f3d8dd7ull;
-    double u = (double)(dt_rng_next(&s) >> 11) * (1.0 / 9007199254740992.0);
-    double mx = z[0], sum = 0, cum = 0;
-    for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
-    for (int k = 0; k < K; k++) sum += exp(z[k] - mx);
-    int a = K - 1;
-    for (int k = 0; k < K; k++) {
-        cum += exp(z[k] - mx) / sum;
-        if (u < cum) { a = k; break; }
-    }
-    *logp = (float)(z[a] - mx - log(sum));
-    return a;
+    return (double)(dt_rng_next(&s) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 static dt_status rollout(ppo *p, int64_t step0) {
@@ -83,7 +73,8 @@ static dt_status rollout(ppo *p, int64_t step0) {
             memset(f, 0, sizeof(float) * NFIELDS);
             f[F_VAL] = values[j];
             if (t == p->T) continue; /* the bootstrap row: the value of the observation after the rollout */
-            f[F_ACT] = p->act[j] = (float)sample(logits + (size_t)j * p->K, p->K, p->c->seed, p->rank * p->n + j, step0 + t, &f[F_LOGP]);
+            double u = uniform_at(p->c->seed, p->rank * p->n + j, step0 + t);
+            f[F_ACT] = p->act[j] = (float)dt_policy_pick(logits + (size_t)j * p->K, p->K, u, &f[F_LOGP]);
             f[F_VALID] = !p->ended[j];
         }
         if (t == p->T) break;
