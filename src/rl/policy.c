@@ -38,8 +38,8 @@ static void fill_table(dt_policy *p) {
         for (int i = 0; i < n; i++) {
             dt_tensor_info *d = &p->tab[k * 2 * LAYERS + i];
             *d = t[i];
-            snprintf(d->name, sizeof d->name, "%s.%s", who[k], t[i].name);
-            snprintf(d->hf, sizeof d->hf, "%s.%s", who[k], t[i].hf);
+            snprintf(d->name, sizeof d->name, "%s.%.40s", who[k], t[i].name); /* the MLP's names are short */
+            snprintf(d->hf, sizeof d->hf, "%s.%.80s", who[k], t[i].hf);
             d->offset += p->off[k];
             d->unit += k * LAYERS;
             d->grad_unit += k * LAYERS;
