@@ -174,6 +174,8 @@ int dt_cache_dir(const char *sub, char *out, size_t cap, bool make);
 /* CRC-32C (Castagnoli) of n bytes, continuing crc (0 to start): TensorBoard's record checksum. */
 uint32_t dt_crc32c(uint32_t crc, const void *data, size_t n);
 /* Standard normal (Box-Muller) from the same stream. */
+/* perm = a permutation of 0..n-1 (Fisher-Yates) from seed's stream (0: 1): the same on every rank. */
+void dt_rng_shuffle(int *perm, int n, uint64_t seed);
 /* Uniform in [0, 1) from one draw: its top 24 bits. */
 float dt_rng_uniform(uint64_t *state);
 float dt_rng_normal(uint64_t *state);

@@ -10,6 +10,17 @@ uint64_t dt_rng_next(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
+void dt_rng_shuffle(int *perm, int n, uint64_t seed) {
+    for (int i = 0; i < n; i++) perm[i] = i;
+    uint64_t s = seed ? seed : 1;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(dt_rng_next(&s) % (uint64_t)(i + 1));
+        int t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
 float dt_rng_uniform(uint64_t *s) { return (float)((dt_rng_next(s) >> 40) * (1.0 / 16777216.0)); }
 
 float dt_rng_normal(uint64_t *s) {

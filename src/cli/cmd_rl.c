@@ -90,7 +90,6 @@ int dt_cli_rl(int argc, char **argv) {
     double nproc = 1, total = (double)c.total_steps, seed = (double)c.seed, envs = c.num_envs, steps = c.num_steps, lr = c.lr;
     double gamma = c.gamma, lam = c.gae_lambda, mbs = c.minibatches, epochs = c.epochs, clip = c.clip_coef, ent = c.ent_coef;
     double vf = c.vf_coef, mgn = c.max_grad_norm, hidden = c.hidden, every = c.print_every, threads = 1;
-    const char *algo = "ppo";
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
@@ -100,7 +99,7 @@ int dt_cli_rl(int argc, char **argv) {
         int ok = v != NULL;
         if (!ok) {}
         else if (!strcmp(f, "--env")) c.env = v;
-        else if (!strcmp(f, "--algo")) { algo = v; ok = !strcmp(v, "ppo"); }
+        else if (!strcmp(f, "--algo")) ok = !strcmp(v, "ppo");
         else if (!strcmp(f, "--metrics")) c.metrics = v;
         else if (!strcmp(f, "--save")) c.save = v;
         else if (!strcmp(f, "--nproc")) ok = dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc;
@@ -124,7 +123,6 @@ int dt_cli_rl(int argc, char **argv) {
         if (!ok) return dt_cli_flag_error("rl", flags, f, v);
         i++;
     }
-    (void)algo;
     c.total_steps = (int64_t)total;
     c.seed = (uint64_t)seed;
     c.num_envs = (int)envs;

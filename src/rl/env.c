@@ -47,7 +47,6 @@ dt_status dt_env_create(const char *name, dt_env **out) {
     dt_env *e = calloc(1, sizeof *e);
     if (!e) return dt_error(DT_ERR_NOMEM, "environment %s: out of memory", k->info.id);
     e->k = k;
-    e->rng = 0;
     *out = e;
     return DT_OK;
 }
@@ -76,7 +75,7 @@ dt_status dt_env_set_state(dt_env *e, const double *state, float *obs) {
     return DT_OK;
 }
 
-static dt_status check_action(const dt_env_info *in, const float *a) {
+dt_status dt_env_check_action(const dt_env_info *in, const float *a) {
     if (in->actions) {
         float v = a[0];
         if (!(v >= 0 && v < (float)in->actions) || v != floorf(v))
@@ -95,7 +94,7 @@ dt_status dt_env_step(dt_env *e, const float *action, float *obs, double *reward
     const dt_env_info *in = &e->k->info;
     if (!e->begun || e->ended)
         return dt_error(DT_ERR_ARG, "%s: step %s: reset it first", in->id, e->begun ? "after the episode ended" : "before any reset");
-    dt_status st = check_action(in, action);
+    dt_status st = dt_env_check_action(in, action);
     if (st) return st;
     int term = 0;
     e->k->step(e->s, action, reward, &term);

@@ -18,6 +18,8 @@ typedef struct {
 
 extern const dt_env_kind dt_env_cartpole, dt_env_acrobot, dt_env_mountain_car, dt_env_pendulum;
 
+/* DT_OK when action (in->act_dim floats) is in the space, else an error naming it. */
+dt_status dt_env_check_action(const dt_env_info *in, const float *action);
 /* Uniform in [low, high) as numpy's Generator.uniform computes it, from a double's 53 random bits. */
 double dt_env_uniform(uint64_t *rng, double low, double high);
 

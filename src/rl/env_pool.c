@@ -76,6 +76,10 @@ static void episode_done(dt_env_pool *p, int i) {
 dt_status dt_env_pool_step(dt_env_pool *p, const float *actions, float *obs, float *rewards, uint8_t *terminated,
                            uint8_t *truncated, uint8_t *reset) {
     const dt_env_info *in = dt_env_pool_info(p);
+    for (int i = 0; i < p->n; i++) { /* every action checked first: a refused batch steps no environment */
+        dt_status st = p->ended[i] ? DT_OK : dt_env_check_action(in, actions + (size_t)i * in->act_dim);
+        if (st) return dt_error(st, "environment %d of the pool: %s", p->first + i, dt_last_error());
+    }
     for (int i = 0; i < p->n; i++) {
         float *o = obs + (size_t)i * in->obs_dim;
         if (reset) reset[i] = p->ended[i];

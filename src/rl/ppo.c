@@ -112,17 +112,6 @@ static void advantages(ppo *p) {
     }
 }
 
-static void shuffle(int *perm, int n, uint64_t seed) {
-    for (int i = 0; i < n; i++) perm[i] = i;
-    uint64_t s = seed ? seed : 1;
-    for (int i = n - 1; i > 0; i--) {
-        int j = (int)(dt_rng_next(&s) % (uint64_t)(i + 1));
-        int x = perm[i];
-        perm[i] = perm[j];
-        perm[j] = x;
-    }
-}
-
 /* Minibatch idx[0..mb): this rank's rows (its P-th of them), their weights and normalised advantages. */
 static void prepare_minibatch(ppo *p, const int *idx) {
     double sum = 0, sq = 0;
@@ -184,7 +173,7 @@ static dt_status update(ppo *p, int u, float lr, double *loss) {
     memset(&p->terms, 0, sizeof p->terms);
     *loss = 0;
     for (int ep = 0; ep < p->c->epochs; ep++) {
-        shuffle(p->perm, B, p->c->seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)u * 64 + (uint64_t)ep + 1) * 0x632be59bd9b4e019ull);
+        dt_rng_shuffle(p->perm, B, p->c->seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)u * 64 + (uint64_t)ep + 1) * 0x632be59bd9b4e019ull);
         for (int s = 0; s < p->c->minibatches; s++) {
             prepare_minibatch(p, p->perm + (size_t)s * p->mb);
             dt_step_result r;

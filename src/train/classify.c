@@ -53,15 +53,6 @@ static dt_status parse_hidden(const char *spec, int *sizes, int *n) {
     return DT_OK;
 }
 
-static void shuffle(int *perm, int n, uint64_t seed) {
-    for (int i = 0; i < n; i++) perm[i] = i;
-    uint64_t s = seed ? seed : 1;
-    for (int i = n - 1; i > 0; i--) {
-        int j = (int)(dt_rng_next(&s) % (uint64_t)(i + 1));
-        int t = perm[i]; perm[i] = perm[j]; perm[j] = t;
-    }
-}
-
 /* The model being trained, the MLP or a ResNet, behind one face. */
 typedef struct {
     dt_mlp *mlp;
@@ -336,7 +327,7 @@ static dt_status share_running(cls_run *r) {
 static int epoch(cls_run *r, int e, double *acc) {
     const dt_train_config *c = r->c;
     int steps = steps_per_epoch(r), total = steps * c->epochs, first = r->first > e * steps ? r->first - e * steps : 0;
-    shuffle(r->perm, r->tr.n, c->shuffle_seed + (uint64_t)e + 1);
+    dt_rng_shuffle(r->perm, r->tr.n, c->shuffle_seed + (uint64_t)e + 1);
     double t0 = dt_time_now(), loss_sum = 0, exposed_sum = 0;
     char prefix[32];
     snprintf(prefix, sizeof prefix, "epoch %d/%d", e + 1, c->epochs);
