@@ -18,12 +18,16 @@ kfac-pytorch is not on PyPI in a current form: fetch its repository (github: gpa
 """
 import json
 import os
+import sys
 
 import torch
 from kfac.enums import ComputeMethod
 from kfac.preconditioner import KFACPreconditioner
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_llama_fixtures import spread  # noqa: E402
 
 B, T, STEPS = 2, 16, 8
 BASE = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -48,12 +52,7 @@ def build(family, seed):
     qwen = family == "qwen2"
     cfg = (Qwen2Config if qwen else LlamaConfig)(**BASE)
     model = (Qwen2ForCausalLM if qwen else LlamaForCausalLM)(cfg).float()
-    with torch.no_grad():
-        for n, p in model.named_parameters():
-            if "norm" in n:
-                p.copy_(1 + 0.3 * torch.randn_like(p))
-            elif n.endswith(".bias"):
-                p.copy_(0.2 * torch.randn_like(p))
+    spread(model)
     return cfg, model
 
 

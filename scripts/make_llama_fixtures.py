@@ -43,18 +43,23 @@ CONFIGS = {
 }
 
 
+def spread(model):
+    """Norms' weights away from 1 and biases away from 0, so that their gradients matter."""
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+            elif n.endswith(".bias"):
+                p.copy_(0.2 * torch.randn_like(p))
+
+
 def build(name, spec):
     spec = dict(spec)
     qwen = spec.pop("qwen2", False)
     torch.manual_seed(sorted(CONFIGS).index(name) + 1)
     cfg = (Qwen2Config if qwen else LlamaConfig)(**BASE, **spec)
     model = (Qwen2ForCausalLM if qwen else LlamaForCausalLM)(cfg).float()
-    with torch.no_grad():  # norms' weights away from 1 so that their gradients matter
-        for n, p in model.named_parameters():
-            if "norm" in n:
-                p.copy_(1 + 0.3 * torch.randn_like(p))
-            elif n.endswith(".bias"):
-                p.copy_(0.2 * torch.randn_like(p))
+    spread(model)
     return cfg, model
 
 

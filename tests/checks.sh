@@ -6,6 +6,11 @@ passed=0
 failed=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 ok() { echo "ok   $*"; passed=$((passed + 1)); }
+# $dir/train.bin: the first 200000 bytes of the GPL as byte tokens (the training scripts' text); exits on failure.
+gpl_tokens() {
+    head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
+    "$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+}
 # FIELD's values in a metrics file, one a line.
 field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
 # The worst relative difference of FIELD between two metrics files, or "missing" unless each has N of them (20).

@@ -10,13 +10,9 @@
 set -u
 DTRAIN=$1
 MPIEXEC=${2:-}
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-passed=0
-failed=0
+. "$(dirname "$0")/checks.sh"
 # text that every Debian system has
-head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
-"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+gpl_tokens
 common=(--data "$dir/train.bin" --layers 2 --channels 64 --heads 4 --vocab 256 --max-seq 64 --seq 64 --steps 20
         --lr 1e-3 --threads 1 --quiet)
 losses() { grep -o '"loss":[0-9.e+-]*' "$1" | cut -d: -f2; }

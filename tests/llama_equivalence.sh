@@ -11,16 +11,11 @@
 # usage: llama_equivalence.sh DTRAIN
 set -u
 DTRAIN=$1
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-passed=0
-failed=0
-head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
-"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+. "$(dirname "$0")/checks.sh"
+gpl_tokens
 common=(--model llama-tiny --data "$dir/train.bin" --vocab 257 --layers 4 --channels 48 --heads 12 --kv-heads 6 --ffn 96 --max-seq 64
         --seq 64 --steps 20 --lr 1e-3 --threads 1 --quiet)
-field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
-# worst relative difference of the loss between two metrics files, or "missing"
+# worst relative difference of the loss between two metrics files, or "missing" (checks.sh's, for the loss)
 worst() {
     paste <(field loss "$1") <(field loss "$2") |
         awk -v n0="${3:-20}" 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=n0) print "missing"; else print w}'

@@ -14,8 +14,7 @@
 set -u
 DTRAIN=$1
 . "$(dirname "$0")/finetune_checks.sh"
-head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
-"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+gpl_tokens
 lora=(--lora-rank 4 --lora-alpha 16 --lora-targets q_proj,v_proj,down_proj)
 common=(--model llama-tiny --data "$dir/train.bin" --vocab 256 --layers 4 --channels 48 --heads 12 --kv-heads 6 --ffn 96 --max-seq 64
         --seq 64 --steps 20 --lr 1e-2 --threads 1 "${lora[@]}")

@@ -16,8 +16,7 @@ DTRAIN=$1
 FIX=$2
 CASES=${3:-all}
 . "$(dirname "$0")/checks.sh"
-head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
-"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+gpl_tokens
 losses() { grep -o '"loss":[0-9.e+-]*' "$1" | cut -d: -f2; }
 # worst A B: the largest relative difference between two columns of numbers (or "missing" if not N rows)
 worst() {

@@ -13,8 +13,7 @@
 set -u
 DTRAIN=$1
 . "$(dirname "$0")/finetune_checks.sh"
-head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
-"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+gpl_tokens
 common=(--model llama-tiny --experts 4 --experts-top-k 2 --data "$dir/train.bin" --vocab 256 --layers 4 --channels 48 --heads 12
         --kv-heads 6 --ffn 32 --max-seq 64 --seq 64 --steps 20 --lr 1e-2 --threads 1)
 run ref --batch 4

@@ -14,8 +14,7 @@ set -u
 DTRAIN=$1
 SANITIZER=${2:-}
 . "$(dirname "$0")/checks.sh"
-head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
-"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+gpl_tokens
 common=(--data "$dir/train.bin" --layers 2 --channels 96 --heads 4 --vocab 256 --max-seq 128 --seq 128 --threads 1)
 
 # LAYOUT: plan --json and a 3-step run with --report; every category the run reports equals the plan's (2%: shards' padding),

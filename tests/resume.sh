@@ -14,8 +14,7 @@ set -u
 DTRAIN=$1
 MPIRUN=${2:-}
 . "$(dirname "$0")/checks.sh"
-head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
-"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+gpl_tokens
 model=(--data "$dir/train.bin" --layers 2 --channels 64 --heads 4 --vocab 256 --max-seq 64 --seq 64 --threads 1 --quiet
        --steps 20 --lr 1e-3 --schedule cosine --warmup 5 --lr-min 1e-4)
 losses() { grep -o '"loss":[0-9.e+-]*' "$1" | cut -d: -f2; }

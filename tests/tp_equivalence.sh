@@ -12,19 +12,9 @@
 set -u
 DTRAIN=$1
 MPIEXEC=${2:-}
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-passed=0
-failed=0
-head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
-"$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
+. "$(dirname "$0")/checks.sh"
+gpl_tokens
 common=(--data "$dir/train.bin" --layers 2 --channels 48 --heads 6 --max-seq 64 --seq 64 --steps 20 --lr 1e-3 --threads 1 --quiet)
-field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
-# worst relative difference of FIELD between two metrics files, or "missing"
-worst() {
-    paste <(field "$1" "$2") <(field "$1" "$3") |
-        awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
-}
 compare() { # WHAT REF FILE [LOSS_TOL NORM_TOL]
     local l n tl=${4:-1e-6} tn=${5:-1e-5}
     l=$(worst loss "$2" "$3") n=$(worst grad_norm "$2" "$3")

@@ -25,13 +25,13 @@ typedef struct {
     dt_policy *pol;
     dt_engine *e;
     float *rec, *all;          /* this rank's rollout [(T+1)][n][rec], every rank's [P][(T+1)][n][rec] */
-    float *obs, *next_obs;     /* [n, od] */
+    float *next_obs;           /* [n, od] */
     float *act, *rew;
-    uint8_t *term, *trunc, *reset, *ended;
+    uint8_t *term, *trunc, *ended;
     float *adv, *ret;          /* [T][N] */
     int *perm;
     float *mb_obs, *mb_w, *mb_adv, *mb_act, *mb_logp, *mb_oldv, *mb_ret, *mb_scaled, *dlogits, *dvalues;
-    int *mb_idx, mb_rows;      /* this rank's rows of the minibatch */
+    int mb_rows;               /* this rank's rows of the minibatch */
     dt_ppo_terms terms;
     double returns[WINDOW];
     int64_t episodes;
@@ -64,11 +64,10 @@ static dt_status rollout(ppo *p, int64_t step0) {
     const float *logits, *values;
     dt_status st;
     for (int t = 0; t <= p->T; t++) {
-        memcpy(p->obs, p->next_obs, sizeof(float) * (size_t)p->n * p->od);
-        if ((st = dt_policy_forward(p->pol, p->obs, p->n, &logits, &values))) return st;
+        if ((st = dt_policy_forward(p->pol, p->next_obs, p->n, &logits, &values))) return st;
         for (int j = 0; j < p->n; j++) {
             float *r = rec_at(p, p->rec, t, j);
-            memcpy(r, p->obs + (size_t)j * p->od, sizeof(float) * (size_t)p->od);
+            memcpy(r, p->next_obs + (size_t)j * p->od, sizeof(float) * (size_t)p->od);
             float *f = r + p->od;
             memset(f, 0, sizeof(float) * NFIELDS);
             f[F_VAL] = values[j];
@@ -78,7 +77,7 @@ static dt_status rollout(ppo *p, int64_t step0) {
             f[F_VALID] = !p->ended[j];
         }
         if (t == p->T) break;
-        if ((st = dt_env_pool_step(p->pool, p->act, p->next_obs, p->rew, p->term, p->trunc, p->reset))) return st;
+        if ((st = dt_env_pool_step(p->pool, p->act, p->next_obs, p->rew, p->term, p->trunc, NULL))) return st;
         for (int j = 0; j < p->n; j++) {
             float *f = rec_at(p, p->rec, t, j) + p->od;
             f[F_REW] = p->rew[j];
@@ -112,7 +111,8 @@ static void advantages(ppo *p) {
     }
 }
 
-/* Minibatch idx[0..mb): this rank's rows (its P-th of them), their weights and normalised advantages. */
+/* Minibatch idx[0..mb): this rank's rows (its P-th of them), what the loss reads of them, their weights and
+ * normalised advantages. */
 static void prepare_minibatch(ppo *p, const int *idx) {
     double sum = 0, sq = 0;
     int valid = 0;
@@ -131,10 +131,13 @@ static void prepare_minibatch(ppo *p, const int *idx) {
     int first = p->rank * p->mb_rows;
     for (int i = 0; i < p->mb_rows; i++) {
         int k = idx[first + i], t = k / p->N, e = k % p->N;
-        const float *r = row(p, t, e);
-        p->mb_idx[i] = k;
+        const float *r = row(p, t, e), *f = r + p->od;
         memcpy(p->mb_obs + (size_t)i * p->od, r, sizeof(float) * (size_t)p->od);
-        int v = r[p->od + F_VALID] != 0;
+        p->mb_act[i] = f[F_ACT];
+        p->mb_logp[i] = f[F_LOGP];
+        p->mb_oldv[i] = f[F_VAL];
+        p->mb_ret[i] = p->ret[k];
+        int v = f[F_VALID] != 0;
         p->mb_w[i] = v ? (float)p->P / (float)valid : 0; /* the engine averages the ranks' gradients */
         p->mb_adv[i] = p->c->norm_adv ? (float)((p->adv[k] - mean) / (sd + 1e-8)) : p->adv[k];
     }
@@ -147,15 +150,7 @@ static dt_status micro(void *ctx, int m, float grad_scale, float *loss) {
     dt_status st = dt_policy_forward(p->pol, p->mb_obs, p->mb_rows, &logits, &values);
     if (st) return st;
     int B = p->mb_rows;
-    for (int i = 0; i < B; i++) {
-        int k = p->mb_idx[i];
-        const float *f = row(p, k / p->N, k % p->N) + p->od;
-        p->mb_act[i] = f[F_ACT];
-        p->mb_logp[i] = f[F_LOGP];
-        p->mb_oldv[i] = f[F_VAL];
-        p->mb_ret[i] = p->ret[k];
-        p->mb_scaled[i] = p->mb_w[i] * grad_scale;
-    }
+    for (int i = 0; i < B; i++) p->mb_scaled[i] = p->mb_w[i] * grad_scale;
     dt_ppo_terms t = { 0 };
     dt_ppo_loss(p->c, B, p->K, logits, values, p->mb_act, p->mb_logp, p->mb_oldv, p->mb_adv, p->mb_ret, p->mb_scaled, p->dlogits,
                 p->dvalues, &t);
@@ -270,18 +265,15 @@ static dt_status setup(ppo *p, const dt_ppo_config *c, dt_comm *comm) {
     size_t rl = rec_len(p), roll = (size_t)(p->T + 1) * p->n * rl;
     p->rec = malloc(roll * sizeof(float));
     p->all = malloc(roll * p->P * sizeof(float));
-    p->obs = malloc(sizeof(float) * (size_t)p->n * p->od);
     p->next_obs = malloc(sizeof(float) * (size_t)p->n * p->od);
     p->act = malloc(sizeof(float) * (size_t)p->n);
     p->rew = malloc(sizeof(float) * (size_t)p->n);
     p->term = calloc((size_t)p->n, 1);
     p->trunc = calloc((size_t)p->n, 1);
-    p->reset = calloc((size_t)p->n, 1);
     p->ended = calloc((size_t)p->n, 1);
     p->adv = malloc(sizeof(float) * (size_t)B);
     p->ret = malloc(sizeof(float) * (size_t)B);
     p->perm = malloc(sizeof(int) * (size_t)B);
-    p->mb_idx = malloc(sizeof(int) * (size_t)p->mb_rows);
     p->mb_obs = malloc(sizeof(float) * (size_t)p->mb_rows * p->od);
     p->dlogits = malloc(sizeof(float) * (size_t)p->mb_rows * p->K);
     float **v[] = { &p->mb_w, &p->mb_adv, &p->mb_act, &p->mb_logp, &p->mb_oldv, &p->mb_ret, &p->mb_scaled, &p->dvalues };
@@ -289,8 +281,8 @@ static dt_status setup(ppo *p, const dt_ppo_config *c, dt_comm *comm) {
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) ok &= (*v[i] = malloc(sizeof(float) * (size_t)p->mb_rows)) != NULL;
     p->ep_send = malloc(sizeof(double) * (1 + 4 * (size_t)EPISODES_SENT) * (size_t)p->P);
     p->ep_all = malloc(sizeof(double) * (1 + 4 * (size_t)EPISODES_SENT) * (size_t)p->P);
-    if (!ok || !p->rec || !p->all || !p->obs || !p->next_obs || !p->act || !p->rew || !p->term || !p->trunc || !p->reset ||
-        !p->ended || !p->adv || !p->ret || !p->perm || !p->mb_idx || !p->mb_obs || !p->dlogits || !p->ep_send || !p->ep_all)
+    if (!ok || !p->rec || !p->all || !p->next_obs || !p->act || !p->rew || !p->term || !p->trunc || !p->ended || !p->adv || !p->ret ||
+        !p->perm || !p->mb_obs || !p->dlogits || !p->ep_send || !p->ep_all)
         return dt_error(DT_ERR_NOMEM, "ppo: out of memory for a rollout of %d x %d", p->T, p->N);
     if (c->metrics && p->rank == 0 && !(p->metrics = fopen(c->metrics, "w")))
         return dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
@@ -303,9 +295,9 @@ static void teardown(ppo *p) {
     dt_engine_destroy(p->e);
     dt_policy_destroy(p->pol);
     dt_env_pool_destroy(p->pool);
-    void *bufs[] = { p->rec, p->all, p->obs, p->next_obs, p->act, p->rew, p->term, p->trunc, p->reset, p->ended, p->adv, p->ret,
-                     p->perm, p->mb_idx, p->mb_obs, p->dlogits, p->mb_w, p->mb_adv, p->mb_act, p->mb_logp, p->mb_oldv,
-                     p->mb_ret, p->mb_scaled, p->dvalues, p->ep_send, p->ep_all };
+    void *bufs[] = { p->rec, p->all, p->next_obs, p->act, p->rew, p->term, p->trunc, p->ended, p->adv, p->ret, p->perm,
+                     p->mb_obs, p->dlogits, p->mb_w, p->mb_adv, p->mb_act, p->mb_logp, p->mb_oldv, p->mb_ret, p->mb_scaled,
+                     p->dvalues, p->ep_send, p->ep_all };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 
