@@ -1,16 +1,12 @@
 # Sourced by the fine-tuning equivalence scripts (LoRA, SFT, DPO): a scratch directory removed on exit, the counters,
 # and the checks they share. A script sets DTRAIN, and common=(the flags every training run of run() takes) before
 # it runs one.
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-passed=0
-failed=0
-# A metrics file's values of KEY, a line each.
-field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
+. "$(dirname "${BASH_SOURCE[0]}")/checks.sh"   # the directory, the counters, field, gpl_tokens
 verdict() { # OK WHAT
     if [ "$1" = 1 ]; then passed=$((passed + 1)); echo "ok   $2"; else failed=$((failed + 1)); echo "FAIL $2"; fi
 }
-# The worst relative difference of two metrics files' losses over 20 steps ("missing": not 20 in each).
+# The worst relative difference of two metrics files' losses over 20 steps ("missing": not 20 in each): checks.sh's
+# for the loss.
 worst() { # REF FILE
     paste <(field loss "$1") <(field loss "$2") |
         awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
