@@ -3,13 +3,16 @@
 autograd), for tests/test_rl_ppo.c: random logits, values, actions, the
 rollout's log probabilities (some ratios beyond the clip range both ways),
 advantages already normalised, returns and old values (some value updates
-beyond the clip range), with the value loss clipped and not.
+beyond the clip range), with the value loss clipped and not; then the same
+for ppo_continuous_action.py's Gaussian policy (means, a log std a
+dimension, actions of two dimensions), with an entropy bonus.
 
     scripts/make_ppo_fixture.py tests/fixtures/ppo_loss.bin"""
 import sys
 
 import torch
 from torch.distributions.categorical import Categorical
+from torch.distributions.normal import Normal
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import fixture_arrays  # noqa: E402
@@ -63,9 +66,45 @@ def case(g, clip_vloss):
             (pre + "dlogits", logits.grad), (pre + "dvalues", values.grad)]
 
 
+def gaussian_case(g, dims=2):
+    mean = torch.randn(B, dims, generator=g, dtype=torch.float64)
+    logstd = torch.randn(1, dims, generator=g, dtype=torch.float64) * 0.5
+    values = torch.randn(B, generator=g, dtype=torch.float64) * 2
+    actions = mean + logstd.exp() * torch.randn(B, dims, generator=g, dtype=torch.float64)
+    old_logp = Normal(mean, logstd.exp()).log_prob(actions).sum(1) + torch.randn(B, generator=g, dtype=torch.float64) * 0.15
+    adv = torch.randn(B, generator=g, dtype=torch.float64)
+    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    old_values = values + torch.randn(B, generator=g, dtype=torch.float64) * 0.2
+    returns = torch.randn(B, generator=g, dtype=torch.float64) * 2
+    inputs = [t.float().double() for t in (mean, logstd, values, actions, old_logp, adv, old_values, returns)]
+    mean, logstd, values, actions, old_logp, adv, old_values, returns = inputs
+    for t in (mean, logstd, values):
+        t.requires_grad_(True)
+    # ppo_continuous_action.py's Agent.get_action_and_value and update, one minibatch
+    std = logstd.expand_as(mean).exp()
+    dist = Normal(mean, std)
+    newlogprob = dist.log_prob(actions).sum(1)
+    entropy = dist.entropy().sum(1)
+    logratio = newlogprob - old_logp
+    ratio = logratio.exp()
+    pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - CLIP, 1 + CLIP)).mean()
+    v_clipped = old_values + torch.clamp(values - old_values, -CLIP, CLIP)
+    v_loss = 0.5 * torch.max((values - returns) ** 2, (v_clipped - returns) ** 2).mean()
+    loss = pg_loss - ENT * entropy.mean() + v_loss * VF
+    loss.backward()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > CLIP).float().mean()
+    print(f"gaussian: {int(((ratio - 1).abs() > CLIP).sum())} of {B} ratios clipped, loss {loss.item():.6f}")
+    return [("g.mean", mean), ("g.logstd", logstd), ("g.values", values), ("g.actions", actions), ("g.old_logp", old_logp),
+            ("g.adv", adv), ("g.old_values", old_values), ("g.returns", returns),
+            ("g.terms", torch.stack([loss, pg_loss, v_loss, entropy.mean(), approx_kl, clipfrac]).detach()),
+            ("g.dmean", mean.grad), ("g.dlogstd", logstd.grad), ("g.dvalues", values.grad)]
+
+
 def main():
     g = torch.Generator().manual_seed(5)
-    records = case(g, 1) + case(g, 0)
+    records = case(g, 1) + case(g, 0) + gaussian_case(g)
     fixture_arrays.write(sys.argv[1], [(n, t.detach().float()) for n, t in records])
 
 

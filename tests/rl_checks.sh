@@ -1,7 +1,8 @@
 #!/bin/bash
 # dtrain rl from the command line: PPO on CartPole over 1 and 2 local ranks (and mpirun's) gives the same episodes and
 # the same losses; the metrics rows carry env_steps and mean_return; --save writes the policy under PyTorch's names;
-# bad settings are refused naming what is wrong.
+# Pendulum's continuous PPO saves its Gaussian and its observation statistics, which rl eval plays; bad settings are
+# refused naming what is wrong.
 # usage: rl_checks.sh DTRAIN [MPIEXEC]
 set -u
 DTRAIN=$1
@@ -31,6 +32,15 @@ out=$("$DTRAIN" rl eval --policy "$dir/one.safetensors" --env cartpole --hidden 
 out=$("$DTRAIN" rl eval --policy "$dir/one.safetensors" --env acrobot 2>&1)
 [ $? -ne 0 ] && echo "$out" | grep -q "Acrobot-v1" && ok "rl eval of a CartPole policy on Acrobot refused: $(echo "$out" | head -1)" ||
     fail "rl eval on another environment: $out"
+# continuous actions: ppo_continuous_action.py's recipe (a Gaussian, normalised observations) on Pendulum
+"$DTRAIN" rl --env pendulum --envs 2 --rollout-steps 64 --minibatches 2 --epochs 2 --total-steps 2560 --print-every 5 \
+    --save "$dir/pend.safetensors" > "$dir/pend.out" 2>&1 || fail "pendulum: $(tail -2 "$dir/pend.out")"
+grep -q "(Gaussian)" "$dir/pend.out" && grep -q "observations normalised, rewards scaled" "$dir/pend.out" &&
+    grep -q '"actor_logstd"' "$dir/pend.safetensors" && grep -q '"obs_rms.var"' "$dir/pend.safetensors" &&
+    ok "pendulum: a Gaussian policy on normalised observations, saved with actor_logstd and obs_rms" ||
+    fail "pendulum's run or file: $(head -1 "$dir/pend.out")"
+e1=$("$DTRAIN" rl eval --policy "$dir/pend.safetensors" --env pendulum --episodes 2 --greedy 2>&1 | tail -1)
+echo "$e1" | grep -q "mean return over 2 episodes: -[0-9.]* (greedy" && ok "rl eval on pendulum: $e1" || fail "rl eval on pendulum: $e1"
 if [ -n "$MPIEXEC" ]; then
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \
         timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$DTRAIN" rl "${short[@]}" --metrics "$dir/mpi.jsonl" > "$dir/mpi.out" 2>&1 &&
@@ -46,7 +56,7 @@ refused_rl() {
     else fail "$what: $(echo "$out" | tail -2)"; fi
 }
 refused_rl "an unknown environment" "'cartpool' is not one dtrain has: cartpole" --env cartpool
-refused_rl "a continuous environment for this PPO" "continuous actions" --env pendulum
+refused_rl "--norm-obs 2" "--norm-obs 2 is not valid" --norm-obs 2
 refused_rl "3 environments over 2 ranks" "do not split evenly over 2 ranks" --envs 3 --nproc 2
 refused_rl "fewer steps than one rollout" "less than one rollout" --total-steps 100
 refused_rl "an algorithm dtrain lacks" "--algo dqn is not valid" --algo dqn

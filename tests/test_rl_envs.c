@@ -2,9 +2,13 @@
  * state Gymnasium's started from, given the same actions, must end at the
  * same steps (terminated, truncated) with observations within float32's
  * rounding of Gymnasium's (counted: how many are bit for bit) and the same
- * rewards. Fixtures from scripts/make_rl_env_fixture.py. Then the checks
- * that an environment and a pool refuse what they must. */
+ * rewards. Fixtures from scripts/make_rl_env_fixture.py. Then the running
+ * observation and reward normalisation against Gymnasium 0.29's wrappers
+ * (scripts/make_rl_norm_fixture.py), and the checks that an environment and
+ * a pool refuse what they must. */
 #include "dtrain/rl.h"
+#include "fixture_arrays.h"
+#include "rl/running_norm.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -187,10 +191,46 @@ static void pool(void) {
     dt_env_pool_destroy(q[1]);
 }
 
+/* A scripted stream through NormalizeObservation + clip and NormalizeReward + clip: each output as Gymnasium's. */
+static void normalisation(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/rl/norm.bin", dir);
+    if (fx_load(path)) { check(0, "the normalisation fixture reads"); return; }
+    size_t n, d3;
+    const float *obs = fx_get("obs", &d3), *rew = fx_get("rew", &n), *term = fx_get("term", &n), *reset = fx_get("reset", &n);
+    const float *out_obs = fx_get("out_obs", &d3), *out_rew = fx_get("out_rew", &n);
+    int dim = (int)(d3 / n), same = 0, rows = 0;
+    dt_running_norm on, rn;
+    double ret = 0, worst = 0;
+    check(!dt_running_norm_init(&on, dim) && !dt_running_norm_init(&rn, 1) && dim <= 8, "the statistics are made");
+    for (size_t k = 0; k < n && dim <= 8; k++) {
+        float x[8];
+        memcpy(x, obs + k * dim, sizeof(float) * (size_t)dim);
+        dt_running_norm_obs(&on, x, 1);
+        for (int i = 0; i < dim; i++) {
+            double want = out_obs[k * dim + i];
+            worst = fmax(worst, fabs(x[i] - want) / fmax(1, fabs(want)));
+            same += x[i] == out_obs[k * dim + i];
+        }
+        if (reset[k]) continue;
+        float r = dt_running_norm_reward(&rn, &ret, rew[k], term[k] != 0, 0.99);
+        worst = fmax(worst, fabs(r - out_rew[k]) / fmax(1, fabs(out_rew[k])));
+        same += r == out_rew[k];
+        rows++;
+    }
+    printf("normalisation: %zu observations and %d rewards through Gymnasium 0.29's wrappers: %d of %zu values bit for bit, "
+           "the rest within %.1e\n", n, rows, same, d3 + (size_t)rows, worst);
+    check(worst <= 1e-6, "normalised observations and rewards are Gymnasium's within 1e-6");
+    dt_running_norm_free(&on);
+    dt_running_norm_free(&rn);
+    fx_free();
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     const char *kinds[] = { "cartpole", "acrobot", "mountaincar", "pendulum" };
     for (int i = 0; i < 4; i++) dynamics(dir, kinds[i]);
+    normalisation(dir);
     refusals();
     pool();
     for (int i = 0; i < narr; i++) free(arr[i].v);

@@ -81,10 +81,13 @@ int dt_env_pool_episodes(dt_env_pool *p, dt_episode *out, int cap);
 /* ---- PPO ----
  * The clipped-objective PPO of CleanRL's ppo.py (GAE, value clipping,
  * entropy bonus, advantage normalisation per minibatch, minibatch epochs,
- * the learning rate annealed to 0), for discrete actions: an actor and a
- * critic, each an MLP with tanh between its layers, in one parameter
- * store that the engine updates (Adam, the gradient's global norm
- * clipped). Over several ranks each steps its share of the environments
+ * the learning rate annealed to 0) for discrete actions, and of its
+ * ppo_continuous_action.py for continuous ones (a diagonal Gaussian policy,
+ * observations and rewards normalised by running statistics an
+ * environment, actions clipped to the space as the environment takes
+ * them): an actor and a critic, each an MLP with tanh between its layers,
+ * in one parameter store that the engine updates (Adam, the gradient's
+ * global norm clipped). Over several ranks each steps its share of the environments
  * with the same policy, the rollouts are gathered so that every rank
  * holds the whole batch, and each minibatch's gradient is the average of
  * the ranks' slices (the engine's data parallelism): the same global batch
@@ -103,29 +106,35 @@ typedef struct {
     int norm_adv, clip_vloss;
     float clip_coef, ent_coef, vf_coef, max_grad_norm;
     int hidden;           /* width of both networks' two hidden layers */
+    int norm_obs, norm_reward; /* Gymnasium's NormalizeObservation and NormalizeReward (with their clips to +-10) */
     uint64_t seed;
     int print_every;      /* updates between progress lines (0: none) */
-    const char *metrics;  /* a CSV file of a row per update (rank 0), or NULL */
+    const char *metrics;  /* a JSON-lines file of a row per update (rank 0), or NULL */
     const char *save;     /* the policy's parameters at the end (a safetensors file), or NULL */
 } dt_ppo_config;
 
+/* ppo.py's settings; ppo_continuous_action.py's (1 environment, 2048 steps, 32 minibatches, 10 epochs, lr 3e-4, no
+ * entropy bonus, 10^6 steps, observations and rewards normalised) with continuous set. */
 void dt_ppo_defaults(dt_ppo_config *c);
+void dt_ppo_defaults_continuous(dt_ppo_config *c);
 
 /* PPO's loss over B rows of a minibatch and its gradient, each row weighted
- * by w[i] (1 / the minibatch's transitions; 0 leaves a row out): logits
- * [B, K] and values [B] from the policy now; actions, the rollout's log
- * probabilities and values, the advantages (normalised already) and the
- * returns. loss = pg - ent_coef * entropy + vf_coef * v, with pg the
- * clipped surrogate and v half the (clipped) squared error, each summed
- * with the weights. Gives d loss / d logits and d loss / d values, and
- * adds to the sums in t (also approx_kl, (ratio - 1) - log ratio, and the
- * fraction clipped, both weighted). */
+ * by w[i] (1 / the minibatch's transitions; 0 leaves a row out): head [B, K]
+ * (a categorical's logits, or with logstd [K] a Gaussian's means) and
+ * values [B] from the policy now; actions ([B] indices, or [B, K]), the
+ * rollout's log probabilities and values, the advantages (normalised
+ * already) and the returns. loss = pg - ent_coef * entropy + vf_coef * v,
+ * with pg the clipped surrogate and v half the (clipped) squared error,
+ * each summed with the weights. Gives d loss / d head and d loss / d
+ * values, adds d loss / d logstd to dlogstd (Gaussian), and adds to the sums
+ * in t (also approx_kl, (ratio - 1) - log ratio, and the fraction clipped,
+ * both weighted). */
 typedef struct {
     double loss, pg, v, entropy, approx_kl, clipfrac;
 } dt_ppo_terms;
-void dt_ppo_loss(const dt_ppo_config *c, int B, int K, const float *logits, const float *values, const float *actions,
-                 const float *old_logp, const float *old_values, const float *adv, const float *returns, const float *w,
-                 float *dlogits, float *dvalues, dt_ppo_terms *t);
+void dt_ppo_loss(const dt_ppo_config *c, int B, int K, const float *logstd, const float *head, const float *values,
+                 const float *actions, const float *old_logp, const float *old_values, const float *adv, const float *returns,
+                 const float *w, float *dhead, float *dlogstd, float *dvalues, dt_ppo_terms *t);
 typedef struct {
     int64_t env_steps;
     int updates, episodes;
@@ -140,7 +149,9 @@ typedef void (*dt_ppo_observer)(const dt_ppo_result *sofar, const float *params,
 dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, dt_ppo_observer after_update, void *ctx, dt_ppo_result *r);
 
 /* A policy --save wrote (of hidden width hidden) on episodes of env, each from reset(seed + k): the most likely
- * action at each step with greedy, else one sampled as training samples them; returns[episodes]. */
+ * action at each step with greedy (a Gaussian's means), else one sampled; a continuous action clipped to the space;
+ * observations normalised by the statistics saved with the policy (environment 0's at the end of training) when it
+ * was trained with them; returns[episodes]. */
 dt_status dt_ppo_eval(const char *policy, const char *env, int hidden, int episodes, uint64_t seed, int greedy, double *returns,
                       int *lengths);
 

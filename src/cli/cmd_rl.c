@@ -8,7 +8,7 @@
 #include <string.h>
 
 static const dt_cli_flag flags[] = {
-    { "--env", "an environment: cartpole, acrobot, mountaincar (or Gymnasium's id)" }, { "--algo", "ppo" },
+    { "--env", "an environment: cartpole, acrobot, mountaincar, pendulum (or Gymnasium's id)" }, { "--algo", "ppo" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--total-steps", "a whole number of env steps from 1 to 1e12" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--envs", "a whole number of environments from 1 to 65536" },
     { "--rollout-steps", "a whole number of steps from 1 to 65536" }, { "--lr", "a number above 0 and at most 1" },
@@ -16,7 +16,7 @@ static const dt_cli_flag flags[] = {
     { "--minibatches", "a whole number from 1 to 65536" }, { "--epochs", "a whole number from 1 to 1000" },
     { "--clip", "a number from 0 to 10" }, { "--ent-coef", "a number from 0 to 10" }, { "--vf-coef", "a number from 0 to 100" },
     { "--max-grad-norm", "a number from 0 (off) to 1e6" }, { "--hidden", "a whole number from 1 to 4096" },
-    { "--no-norm-adv", "" }, { "--no-clip-vloss", "" }, { "--print-every", "a whole number of updates from 0 (quiet) to 1e6" },
+    { "--no-norm-adv", "" }, { "--no-clip-vloss", "" }, { "--norm-obs", "0 or 1" }, { "--norm-reward", "0 or 1" }, { "--print-every", "a whole number of updates from 0 (quiet) to 1e6" },
     { "--metrics", "a file (JSON lines)" }, { "--save", "a .safetensors file" }, { "--threads", "a whole number from 1 to 256" },
     { "--help", "" }, { NULL, NULL },
 };
@@ -29,10 +29,16 @@ static void usage(void) {
            "rollout, --minibatches 4 x --epochs 4 per update, --lr 2.5e-4 annealed to 0 (--no-anneal), --gamma 0.99,\n"
            "--gae-lambda 0.95, --clip 0.2, --ent-coef 0.01, --vf-coef 0.5, --max-grad-norm 0.5, --hidden 64 (both networks'\n"
            "two layers), advantages normalised per minibatch (--no-norm-adv), the value loss clipped (--no-clip-vloss).\n"
+           "Continuous actions (pendulum): ppo_continuous_action.py's recipe and defaults instead, a Gaussian policy with a\n"
+           "learned log std, --envs 1, --rollout-steps 2048, --minibatches 32, --epochs 10, --lr 3e-4, --ent-coef 0,\n"
+           "--total-steps 1000000, each environment's observations normalised (--norm-obs 1) and rewards scaled\n"
+           "(--norm-reward 1) by running statistics, clipped to +-10; actions clipped to the space as the environment\n"
+           "takes them. --norm-obs and --norm-reward apply to discrete runs too (off there by default).\n"
            "--nproc N: N local ranks (or the ranks of an mpirun/srun job), each stepping --envs / N environments; the\n"
            "learner is data-parallel over them with the same global batch, so the run is the one process's.\n"
            "--print-every 10 updates (0: quiet), --metrics FILE (a JSON line per update: env_steps, mean_return over the\n"
-           "last 100 episodes, the losses), --save FILE.safetensors (the actor's and critic's weights, PyTorch's names),\n"
+           "last 100 episodes, the losses), --save FILE.safetensors (the actor's and critic's weights, PyTorch's names,\n"
+           "and environment 0's observation statistics obs_rms.mean and obs_rms.var when they were normalised),\n"
            "--threads 1 per rank.\n", dt_env_list());
 }
 
@@ -52,7 +58,8 @@ static int eval(int argc, char **argv) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain rl eval --policy FILE.safetensors --env cartpole [--episodes 10] [--seed 1000] [--greedy] [--hidden 64]\n"
                    "Plays a policy dtrain rl --save wrote: each episode from reset(seed + k), actions sampled from the policy\n"
-                   "(--greedy: the most likely); prints each episode's return and length, and their mean.\n");
+                   "(--greedy: the most likely, a Gaussian policy's means; a continuous action clipped to the space); observations\n"
+                   "normalised by the statistics saved with the policy when it has them; prints each episode's return and length, and their mean.\n");
             return 0;
         }
         if (!strcmp(f, "--greedy")) { greedy = 1; continue; }
@@ -83,10 +90,23 @@ static int eval(int argc, char **argv) {
     return st ? 1 : 0;
 }
 
+/* The recipe's defaults for --env's kind of actions (ppo.py's for an environment dtrain does not have: the run
+ * refuses it). */
+static void set_defaults(int argc, char **argv, dt_ppo_config *c) {
+    const char *env = NULL;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--env")) env = argv[i + 1];
+    dt_env *e = NULL;
+    if (env && !dt_env_create(env, &e) && !dt_env_get_info(e)->actions) dt_ppo_defaults_continuous(c);
+    else dt_ppo_defaults(c);
+    if (env) c->env = env;
+    dt_env_destroy(e);
+}
+
 int dt_cli_rl(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "eval")) return eval(argc - 1, argv + 1);
     dt_ppo_config c;
-    dt_ppo_defaults(&c);
+    set_defaults(argc, argv, &c);
     double nproc = 1, total = (double)c.total_steps, seed = (double)c.seed, envs = c.num_envs, steps = c.num_steps, lr = c.lr;
     double gamma = c.gamma, lam = c.gae_lambda, mbs = c.minibatches, epochs = c.epochs, clip = c.clip_coef, ent = c.ent_coef;
     double vf = c.vf_coef, mgn = c.max_grad_norm, hidden = c.hidden, every = c.print_every, threads = 1;
@@ -101,6 +121,8 @@ int dt_cli_rl(int argc, char **argv) {
         else if (!strcmp(f, "--env")) c.env = v;
         else if (!strcmp(f, "--algo")) ok = !strcmp(v, "ppo");
         else if (!strcmp(f, "--metrics")) c.metrics = v;
+        else if (!strcmp(f, "--norm-obs")) ok = (c.norm_obs = !strcmp(v, "1")) || !strcmp(v, "0");
+        else if (!strcmp(f, "--norm-reward")) ok = (c.norm_reward = !strcmp(v, "1")) || !strcmp(v, "0");
         else if (!strcmp(f, "--save")) c.save = v;
         else if (!strcmp(f, "--nproc")) ok = dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc;
         else if (!strcmp(f, "--total-steps")) ok = dt_cli_number(v, 1, 1e12, &total) && total == (double)(int64_t)total;

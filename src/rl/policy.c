@@ -7,14 +7,18 @@
 #include <string.h>
 
 #define LAYERS 3 /* each network: two hidden layers and a head */
+#define LOGSTD_UNIT (2 * LAYERS)
 
 struct dt_policy {
     dt_mlp *net[2];           /* actor, critic */
-    size_t off[2], n;         /* each network's place in the store */
+    size_t off[2], n;         /* each network's place in the store; the log std's follows them */
+    int outputs, gaussian;
     float *own_params, *own_grads, *params, *grads;
-    dt_tensor_info tab[4 * LAYERS];
+    dt_tensor_info tab[4 * LAYERS + 1];
     dt_hook_list hooks;
 };
+
+static size_t logstd_off(const dt_policy *p) { return p->n - (size_t)(p->gaussian ? p->outputs : 0); }
 
 static void point_nets(dt_policy *p) {
     for (int k = 0; k < 2; k++) {
@@ -31,7 +35,7 @@ static void actor_hook(int unit, void *ctx) { net_hook(unit, ctx, 0); }
 static void critic_hook(int unit, void *ctx) { net_hook(unit, ctx, 1); }
 
 static void fill_table(dt_policy *p) {
-    static const char *const who[2] = { "actor", "critic" };
+    const char *const who[2] = { p->gaussian ? "actor_mean" : "actor", "critic" };
     for (int k = 0; k < 2; k++) {
         int n;
         const dt_tensor_info *t = dt_mlp_tensors(p->net[k], &n);
@@ -47,15 +51,22 @@ static void fill_table(dt_policy *p) {
             dt_tensor_set_whole(d);
         }
     }
+    if (!p->gaussian) return;
+    dt_tensor_info *d = &p->tab[4 * LAYERS];
+    *d = (dt_tensor_info){ .name = "actor_logstd", .hf = "actor_logstd", .unit = LOGSTD_UNIT, .grad_unit = LOGSTD_UNIT, .ndim = 2,
+                           .shape = { 1, p->outputs }, .offset = logstd_off(p), .count = (size_t)p->outputs };
+    dt_tensor_set_whole(d);
 }
 
-dt_status dt_policy_create(int obs_dim, int actions, int hidden, uint64_t seed, dt_policy **out) {
+dt_status dt_policy_create(int obs_dim, int outputs, int gaussian, int hidden, uint64_t seed, dt_policy **out) {
     *out = NULL;
-    if (obs_dim < 1 || actions < 1 || hidden < 1)
-        return dt_error(DT_ERR_ARG, "policy: %d observations, %d actions, %d hidden", obs_dim, actions, hidden);
+    if (obs_dim < 1 || outputs < 1 || hidden < 1)
+        return dt_error(DT_ERR_ARG, "policy: %d observations, %d outputs, %d hidden", obs_dim, outputs, hidden);
     dt_policy *p = calloc(1, sizeof *p);
     if (!p) return dt_error(DT_ERR_NOMEM, "policy: out of memory");
-    const int sizes[2][LAYERS + 1] = { { obs_dim, hidden, hidden, actions }, { obs_dim, hidden, hidden, 1 } };
+    p->outputs = outputs;
+    p->gaussian = gaussian != 0;
+    const int sizes[2][LAYERS + 1] = { { obs_dim, hidden, hidden, outputs }, { obs_dim, hidden, hidden, 1 } };
     const float gains[2][LAYERS] = { { sqrtf(2), sqrtf(2), 0.01f }, { sqrtf(2), sqrtf(2), 1.0f } };
     dt_status st = DT_OK;
     for (int k = 0; k < 2 && !st; k++) {
@@ -66,6 +77,7 @@ dt_status dt_policy_create(int obs_dim, int actions, int hidden, uint64_t seed, 
         p->off[k] = p->n;
         p->n += dt_mlp_num_params(p->net[k]);
     }
+    p->n += (size_t)(p->gaussian ? outputs : 0);
     if (!st) {
         p->params = p->own_params = dt_alloc_aligned(p->n * sizeof(float));
         p->grads = p->own_grads = dt_alloc_zeroed(p->n * sizeof(float));
@@ -73,6 +85,7 @@ dt_status dt_policy_create(int obs_dim, int actions, int hidden, uint64_t seed, 
     }
     if (st) { dt_policy_destroy(p); return st; }
     for (int k = 0; k < 2; k++) memcpy(p->params + p->off[k], dt_mlp_params(p->net[k]), dt_mlp_num_params(p->net[k]) * sizeof(float));
+    for (size_t i = logstd_off(p); i < p->n; i++) p->params[i] = 0;
     point_nets(p);
     fill_table(p);
     *out = p;
@@ -89,33 +102,62 @@ void dt_policy_destroy(dt_policy *p) {
 
 size_t dt_policy_num_params(const dt_policy *p) { return p->n; }
 float *dt_policy_params(dt_policy *p) { return p->params; }
+int dt_policy_outputs(const dt_policy *p) { return p->outputs; }
+const float *dt_policy_logstd(const dt_policy *p) { return p->gaussian ? p->params + logstd_off(p) : NULL; }
+int dt_policy_uniforms(const dt_policy *p) { return p->gaussian ? 2 * p->outputs : 1; }
 
-dt_status dt_policy_forward(dt_policy *p, const float *obs, int B, const float **logits, const float **values) {
+dt_status dt_policy_forward(dt_policy *p, const float *obs, int B, const float **head, const float **values) {
     for (int k = 0; k < 2; k++) {
         dt_status st = dt_mlp_forward(p->net[k], obs, NULL, B, NULL, NULL);
         if (st) return st;
     }
-    *logits = dt_mlp_logits(p->net[0]);
+    *head = dt_mlp_logits(p->net[0]);
     *values = dt_mlp_logits(p->net[1]);
     return DT_OK;
 }
 
-dt_status dt_policy_backward(dt_policy *p, const float *dlogits, const float *dvalues) {
-    dt_status st = dt_mlp_backward_outputs(p->net[1], dvalues); /* the later units first, as a model's backward reports them */
-    return st ? st : dt_mlp_backward_outputs(p->net[0], dlogits);
+dt_status dt_policy_backward(dt_policy *p, const float *dhead, const float *dvalues, const float *dlogstd) {
+    if (p->gaussian) { /* the later units first, as a model's backward reports them */
+        float *g = p->grads + logstd_off(p);
+        for (int k = 0; k < p->outputs; k++) g[k] += dlogstd[k];
+        dt_hook_list_call(&p->hooks, DT_HOOK_GRADS_READY, LOGSTD_UNIT);
+    }
+    dt_status st = dt_mlp_backward_outputs(p->net[1], dvalues);
+    return st ? st : dt_mlp_backward_outputs(p->net[0], dhead);
 }
 
-int dt_policy_pick(const float *z, int K, double u, float *logp) {
+static void draw_categorical(const float *z, int K, const double *u, float *action, float *logp) {
     double mx = z[0], sum = 0, cum = 0;
     for (int k = 1; k < K; k++) mx = z[k] > mx ? z[k] : mx;
     for (int k = 0; k < K; k++) sum += exp(z[k] - mx);
-    int a = K - 1;
-    for (int k = 0; k < K; k++) {
-        cum += exp(z[k] - mx) / sum;
-        if (u < cum) { a = k; break; }
-    }
+    int a = 0;
+    if (u) {
+        a = K - 1;
+        for (int k = 0; k < K; k++) {
+            cum += exp(z[k] - mx) / sum;
+            if (*u < cum) { a = k; break; }
+        }
+    } else
+        for (int k = 1; k < K; k++) a = z[k] > z[a] ? k : a;
+    *action = (float)a;
     if (logp) *logp = (float)(z[a] - mx - log(sum));
-    return a;
+}
+
+static void draw_gaussian(const float *mu, const float *logstd, int K, const double *u, float *action, float *logp) {
+    double lp = 0;
+    for (int k = 0; k < K; k++) {
+        double n = u ? sqrt(-2 * log(1 - u[2 * k])) * cos(2 * M_PI * u[2 * k + 1]) : 0;
+        float a = (float)(mu[k] + exp(logstd[k]) * n);
+        double d = ((double)a - mu[k]) * exp(-(double)logstd[k]);
+        lp += -0.5 * d * d - logstd[k] - 0.5 * log(2 * M_PI);
+        action[k] = a;
+    }
+    if (logp) *logp = (float)lp;
+}
+
+void dt_policy_draw(const dt_policy *p, const float *head, const double *u, float *action, float *logp) {
+    if (p->gaussian) draw_gaussian(head, dt_policy_logstd(p), p->outputs, u, action, logp);
+    else draw_categorical(head, p->outputs, u, action, logp);
 }
 
 static float *v_params(void *s) { return ((dt_policy *)s)->params; }
@@ -138,7 +180,8 @@ static void v_hook(void *s, dt_unit_hook h, void *ctx) {
 }
 
 void dt_policy_model(dt_policy *p, dt_model *out) {
-    *out = (dt_model){ .self = p, .kind = "policy", .tensors = p->tab, .ntensors = 4 * LAYERS, .nunits = 2 * LAYERS,
+    *out = (dt_model){ .self = p, .kind = "policy", .tensors = p->tab, .ntensors = 4 * LAYERS + p->gaussian,
+                       .nunits = 2 * LAYERS + p->gaussian,
                        .nparams = p->n, .params = v_params, .grads = v_grads, .set_grad_storage = v_grad_storage,
                        .set_grad_hook = v_hook, .set_param_storage = v_param_storage, .global_params = p->n };
 }

@@ -5,6 +5,7 @@
 #include "dtrain/io.h"
 #include "dtrain/rl.h"
 #include "policy.h"
+#include "running_norm.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,23 +15,27 @@
 #define WINDOW 100         /* episodes in the mean return */
 #define EPISODES_SENT 1024 /* a rank's finished episodes an update (more: the oldest are dropped, said) */
 
-/* a transition as the ranks exchange it: the observation, then these */
-enum { F_ACT, F_LOGP, F_VAL, F_REW, F_DONE, F_TERM, F_VALID, NFIELDS };
+/* a transition as the ranks exchange it: the observation, the action (ad floats), then these */
+enum { F_LOGP, F_VAL, F_REW, F_DONE, F_TERM, F_VALID, NFIELDS };
 
 typedef struct {
     const dt_ppo_config *c;
     dt_comm *comm;
-    int rank, P, N, n, T, od, K, mb;
+    int rank, P, N, n, T, od, ad, K, mb; /* K: the policy's outputs (actions, or the action's dimensions) */
+    int continuous;
+    float act_low, act_high;
     dt_env_pool *pool;
     dt_policy *pol;
     dt_engine *e;
     float *rec, *all;          /* this rank's rollout [(T+1)][n][rec], every rank's [P][(T+1)][n][rec] */
     float *next_obs;           /* [n, od] */
-    float *act, *rew;
-    uint8_t *term, *trunc, *ended;
+    float *act_env, *rew; /* act_env: the actions clipped to the space (ClipAction) */
+    uint8_t *term, *trunc, *ended, *reset;
+    dt_running_norm *obs_norm, *ret_norm; /* an environment's each (NULL: off) */
+    double *ret_acc;
     float *adv, *ret;          /* [T][N] */
     int *perm;
-    float *mb_obs, *mb_w, *mb_adv, *mb_act, *mb_logp, *mb_oldv, *mb_ret, *mb_scaled, *dlogits, *dvalues;
+    float *mb_obs, *mb_w, *mb_adv, *mb_act, *mb_logp, *mb_oldv, *mb_ret, *mb_scaled, *dlogits, *dvalues, *dlogstd;
     int mb_rows;               /* this rank's rows of the minibatch */
     dt_ppo_terms terms;
     double returns[WINDOW];
@@ -46,7 +51,22 @@ void dt_ppo_defaults(dt_ppo_config *c) {
                           .hidden = 64, .seed = 1, .print_every = 10 };
 }
 
-static size_t rec_len(const ppo *p) { return (size_t)p->od + NFIELDS; }
+void dt_ppo_defaults_continuous(dt_ppo_config *c) {
+    dt_ppo_defaults(c);
+    c->env = "pendulum";
+    c->num_envs = 1;
+    c->num_steps = 2048;
+    c->total_steps = 1000000;
+    c->lr = 3e-4f;
+    c->minibatches = 32;
+    c->epochs = 10;
+    c->ent_coef = 0;
+    c->norm_obs = c->norm_reward = 1;
+}
+
+static size_t rec_len(const ppo *p) { return (size_t)p->od + p->ad + NFIELDS; }
+static float *fields(const ppo *p, float *r) { return r + p->od + p->ad; }
+static const float *cfields(const ppo *p, const float *r) { return r + p->od + p->ad; }
 static float *rec_at(ppo *p, float *base, int t, int j) { return base + ((size_t)t * p->n + j) * rec_len(p); }
 /* global env i's row of step t in the gathered rollout */
 static const float *row(const ppo *p, int t, int i) {
@@ -54,10 +74,32 @@ static const float *row(const ppo *p, int t, int i) {
     return p->all + (((size_t)r * (p->T + 1) + t) * p->n + j) * rec_len(p);
 }
 
-/* A uniform for (global env, global step): the same sample whoever steps the environment. */
-static double uniform_at(uint64_t seed, int env, int64_t step) {
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull ^ (uint64_t)env * 0xd1b54a32d192ed03ull ^ (uint64_t)step * 0x8cb92ba72f3d8dd7ull;
+/* The k-th uniform for (global env, global step): the same sample whoever steps the environment. */
+static double uniform_at(uint64_t seed, int env, int64_t step, int k) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull ^ (uint64_t)env * 0xd1b54a32d192ed03ull ^ (uint64_t)step * 0x8cb92ba72f3d8dd7ull ^
+                 (uint64_t)k * 0xa0761d6478bd642full;
     return (double)(dt_rng_next(&s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* The wrappers over the pool's output (continuous PPO's recipe): each environment's observation normalised, its
+ * reward scaled; a reset step's reward is not a transition's and stays out of the statistics. */
+static void normalise(ppo *p, int stepped) {
+    for (int j = 0; j < p->n; j++) {
+        if (p->obs_norm) dt_running_norm_obs(&p->obs_norm[j], p->next_obs + (size_t)j * p->od, 1);
+        if (p->ret_norm && stepped && !p->reset[j])
+            p->rew[j] = dt_running_norm_reward(&p->ret_norm[j], &p->ret_acc[j], p->rew[j], p->term[j], p->c->gamma);
+    }
+}
+
+/* env j's action at step (drawn from the policy's head row z), into a and the env's clipped copy; its log prob */
+static void act(ppo *p, const float *z, int j, int64_t step, float *a, float *logp) {
+    double u[64];
+    int nu = dt_policy_uniforms(p->pol);
+    for (int k = 0; k < nu; k++) u[k] = uniform_at(p->c->seed, p->rank * p->n + j, step, k);
+    dt_policy_draw(p->pol, z, u, a, logp);
+    float *e = p->act_env + (size_t)j * p->ad;
+    for (int k = 0; k < p->ad; k++)
+        e[k] = !p->continuous ? a[k] : a[k] < p->act_low ? p->act_low : a[k] > p->act_high ? p->act_high : a[k];
 }
 
 static dt_status rollout(ppo *p, int64_t step0) {
@@ -68,18 +110,18 @@ static dt_status rollout(ppo *p, int64_t step0) {
         for (int j = 0; j < p->n; j++) {
             float *r = rec_at(p, p->rec, t, j);
             memcpy(r, p->next_obs + (size_t)j * p->od, sizeof(float) * (size_t)p->od);
-            float *f = r + p->od;
-            memset(f, 0, sizeof(float) * NFIELDS);
+            float *f = fields(p, r);
+            memset(r + p->od, 0, sizeof(float) * (size_t)(p->ad + NFIELDS));
             f[F_VAL] = values[j];
             if (t == p->T) continue; /* the bootstrap row: the value of the observation after the rollout */
-            double u = uniform_at(p->c->seed, p->rank * p->n + j, step0 + t);
-            f[F_ACT] = p->act[j] = (float)dt_policy_pick(logits + (size_t)j * p->K, p->K, u, &f[F_LOGP]);
+            act(p, logits + (size_t)j * p->K, j, step0 + t, r + p->od, &f[F_LOGP]);
             f[F_VALID] = !p->ended[j];
         }
         if (t == p->T) break;
-        if ((st = dt_env_pool_step(p->pool, p->act, p->next_obs, p->rew, p->term, p->trunc, NULL))) return st;
+        if ((st = dt_env_pool_step(p->pool, p->act_env, p->next_obs, p->rew, p->term, p->trunc, p->reset))) return st;
+        normalise(p, 1);
         for (int j = 0; j < p->n; j++) {
-            float *f = rec_at(p, p->rec, t, j) + p->od;
+            float *f = fields(p, rec_at(p, p->rec, t, j));
             f[F_REW] = p->rew[j];
             f[F_TERM] = p->term[j];
             f[F_DONE] = p->term[j] || p->trunc[j];
@@ -100,7 +142,7 @@ static void advantages(ppo *p) {
     for (int i = 0; i < p->N; i++) {
         double last = 0;
         for (int t = p->T - 1; t >= 0; t--) {
-            const float *f = row(p, t, i) + p->od, *nf = row(p, t + 1, i) + p->od;
+            const float *f = cfields(p, row(p, t, i)), *nf = cfields(p, row(p, t + 1, i));
             double boot = 1 - f[F_TERM], carry = 1 - f[F_DONE];
             double delta = f[F_REW] + g * nf[F_VAL] * boot - f[F_VAL];
             last = delta + g * lam * carry * last;
@@ -118,22 +160,22 @@ static void prepare_minibatch(ppo *p, const int *idx) {
     int valid = 0;
     for (int i = 0; i < p->mb; i++) {
         int k = idx[i];
-        if (!row(p, k / p->N, k % p->N)[p->od + F_VALID]) continue;
+        if (!cfields(p, row(p, k / p->N, k % p->N))[F_VALID]) continue;
         sum += p->adv[k];
         valid++;
     }
     double mean = valid ? sum / valid : 0;
     for (int i = 0; i < p->mb; i++) {
         int k = idx[i];
-        if (row(p, k / p->N, k % p->N)[p->od + F_VALID]) sq += (p->adv[k] - mean) * (p->adv[k] - mean);
+        if (cfields(p, row(p, k / p->N, k % p->N))[F_VALID]) sq += (p->adv[k] - mean) * (p->adv[k] - mean);
     }
     double sd = valid > 1 ? sqrt(sq / (valid - 1)) : 0; /* torch's std: unbiased */
     int first = p->rank * p->mb_rows;
     for (int i = 0; i < p->mb_rows; i++) {
         int k = idx[first + i], t = k / p->N, e = k % p->N;
-        const float *r = row(p, t, e), *f = r + p->od;
+        const float *r = row(p, t, e), *f = cfields(p, r);
         memcpy(p->mb_obs + (size_t)i * p->od, r, sizeof(float) * (size_t)p->od);
-        p->mb_act[i] = f[F_ACT];
+        memcpy(p->mb_act + (size_t)i * p->ad, r + p->od, sizeof(float) * (size_t)p->ad);
         p->mb_logp[i] = f[F_LOGP];
         p->mb_oldv[i] = f[F_VAL];
         p->mb_ret[i] = p->ret[k];
@@ -152,15 +194,16 @@ static dt_status micro(void *ctx, int m, float grad_scale, float *loss) {
     int B = p->mb_rows;
     for (int i = 0; i < B; i++) p->mb_scaled[i] = p->mb_w[i] * grad_scale;
     dt_ppo_terms t = { 0 };
-    dt_ppo_loss(p->c, B, p->K, logits, values, p->mb_act, p->mb_logp, p->mb_oldv, p->mb_adv, p->mb_ret, p->mb_scaled, p->dlogits,
-                p->dvalues, &t);
+    memset(p->dlogstd, 0, sizeof(float) * (size_t)p->K);
+    dt_ppo_loss(p->c, B, p->K, dt_policy_logstd(p->pol), logits, values, p->mb_act, p->mb_logp, p->mb_oldv, p->mb_adv, p->mb_ret,
+                p->mb_scaled, p->dlogits, p->dlogstd, p->dvalues, &t);
     p->terms.pg += t.pg;
     p->terms.v += t.v;
     p->terms.entropy += t.entropy;
     p->terms.approx_kl += t.approx_kl;
     p->terms.clipfrac += t.clipfrac;
     *loss = (float)t.loss;
-    return dt_policy_backward(p->pol, p->dlogits, p->dvalues);
+    return dt_policy_backward(p->pol, p->dlogits, p->dvalues, p->dlogstd);
 }
 
 static dt_status update(ppo *p, int u, float lr, double *loss) {
@@ -226,6 +269,30 @@ static double mean_return(const ppo *p) {
     return n ? s / n : NAN;
 }
 
+static dt_status setup_norms(ppo *p) {
+    dt_status st = DT_OK;
+    if (p->c->norm_obs && !(p->obs_norm = calloc((size_t)p->n, sizeof *p->obs_norm)))
+        return dt_error(DT_ERR_NOMEM, "ppo: out of memory");
+    if (p->c->norm_reward && (!(p->ret_norm = calloc((size_t)p->n, sizeof *p->ret_norm)) ||
+                              !(p->ret_acc = calloc((size_t)p->n, sizeof(double)))))
+        return dt_error(DT_ERR_NOMEM, "ppo: out of memory");
+    for (int j = 0; j < p->n && !st; j++) {
+        if (p->obs_norm) st = dt_running_norm_init(&p->obs_norm[j], p->od);
+        if (p->ret_norm && !st) st = dt_running_norm_init(&p->ret_norm[j], 1);
+    }
+    return st;
+}
+
+static void free_norms(ppo *p) {
+    for (int j = 0; j < p->n; j++) {
+        if (p->obs_norm) dt_running_norm_free(&p->obs_norm[j]);
+        if (p->ret_norm) dt_running_norm_free(&p->ret_norm[j]);
+    }
+    free(p->obs_norm);
+    free(p->ret_norm);
+    free(p->ret_acc);
+}
+
 static dt_status setup(ppo *p, const dt_ppo_config *c, dt_comm *comm) {
     p->c = c;
     p->comm = comm;
@@ -249,12 +316,15 @@ static dt_status setup(ppo *p, const dt_ppo_config *c, dt_comm *comm) {
     dt_status st = dt_env_pool_create(c->env, p->n, p->rank * p->n, c->seed, &p->pool);
     if (st) return st;
     const dt_env_info *in = dt_env_pool_info(p->pool);
-    if (!in->actions)
-        return dt_error(DT_ERR_UNSUPPORTED, "ppo: %s has continuous actions; this PPO is built for discrete ones (CartPole, Acrobot, "
-                        "MountainCar)", in->id);
+    p->continuous = !in->actions;
     p->od = in->obs_dim;
-    p->K = in->actions;
-    if ((st = dt_policy_create(p->od, p->K, c->hidden, c->seed, &p->pol))) return st;
+    p->ad = in->act_dim;
+    p->K = p->continuous ? in->act_dim : in->actions;
+    p->act_low = in->act_low;
+    p->act_high = in->act_high;
+    if (p->continuous && p->ad > 32)
+        return dt_error(DT_ERR_UNSUPPORTED, "ppo: %s's actions of %d dimensions (at most 32)", in->id, p->ad);
+    if ((st = dt_policy_create(p->od, p->K, p->continuous, c->hidden, c->seed, &p->pol))) return st;
     dt_engine_config ec = { .comm = p->P > 1 ? comm : NULL, .grad_clip = c->max_grad_norm, .step_at_end = 1,
                             .bucket_first = 1u << 20, .bucket_bytes = 1u << 22 };
     dt_optim_defaults(DT_OPT_ADAMW, &ec.opt);
@@ -266,27 +336,32 @@ static dt_status setup(ppo *p, const dt_ppo_config *c, dt_comm *comm) {
     p->rec = malloc(roll * sizeof(float));
     p->all = malloc(roll * p->P * sizeof(float));
     p->next_obs = malloc(sizeof(float) * (size_t)p->n * p->od);
-    p->act = malloc(sizeof(float) * (size_t)p->n);
+    p->act_env = malloc(sizeof(float) * (size_t)p->n * p->ad);
     p->rew = malloc(sizeof(float) * (size_t)p->n);
     p->term = calloc((size_t)p->n, 1);
     p->trunc = calloc((size_t)p->n, 1);
     p->ended = calloc((size_t)p->n, 1);
+    p->reset = calloc((size_t)p->n, 1);
+    p->mb_act = malloc(sizeof(float) * (size_t)p->mb_rows * p->ad);
+    p->dlogstd = malloc(sizeof(float) * (size_t)p->K);
     p->adv = malloc(sizeof(float) * (size_t)B);
     p->ret = malloc(sizeof(float) * (size_t)B);
     p->perm = malloc(sizeof(int) * (size_t)B);
     p->mb_obs = malloc(sizeof(float) * (size_t)p->mb_rows * p->od);
     p->dlogits = malloc(sizeof(float) * (size_t)p->mb_rows * p->K);
-    float **v[] = { &p->mb_w, &p->mb_adv, &p->mb_act, &p->mb_logp, &p->mb_oldv, &p->mb_ret, &p->mb_scaled, &p->dvalues };
+    float **v[] = { &p->mb_w, &p->mb_adv, &p->mb_logp, &p->mb_oldv, &p->mb_ret, &p->mb_scaled, &p->dvalues };
     int ok = 1;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) ok &= (*v[i] = malloc(sizeof(float) * (size_t)p->mb_rows)) != NULL;
     p->ep_send = malloc(sizeof(double) * (1 + 4 * (size_t)EPISODES_SENT) * (size_t)p->P);
     p->ep_all = malloc(sizeof(double) * (1 + 4 * (size_t)EPISODES_SENT) * (size_t)p->P);
-    if (!ok || !p->rec || !p->all || !p->next_obs || !p->act || !p->rew || !p->term || !p->trunc || !p->ended || !p->adv || !p->ret ||
-        !p->perm || !p->mb_obs || !p->dlogits || !p->ep_send || !p->ep_all)
+    if (!ok || !p->rec || !p->all || !p->next_obs || !p->act_env || !p->rew || !p->term || !p->trunc || !p->ended || !p->reset ||
+        !p->adv || !p->ret || !p->perm || !p->mb_obs || !p->mb_act || !p->dlogits || !p->dlogstd || !p->ep_send || !p->ep_all)
         return dt_error(DT_ERR_NOMEM, "ppo: out of memory for a rollout of %d x %d", p->T, p->N);
+    if ((st = setup_norms(p))) return st;
     if (c->metrics && p->rank == 0 && !(p->metrics = fopen(c->metrics, "w")))
         return dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
     dt_env_pool_reset(p->pool, p->next_obs);
+    normalise(p, 0);
     return DT_OK;
 }
 
@@ -295,9 +370,10 @@ static void teardown(ppo *p) {
     dt_engine_destroy(p->e);
     dt_policy_destroy(p->pol);
     dt_env_pool_destroy(p->pool);
-    void *bufs[] = { p->rec, p->all, p->next_obs, p->act, p->rew, p->term, p->trunc, p->ended, p->adv, p->ret, p->perm,
-                     p->mb_obs, p->dlogits, p->mb_w, p->mb_adv, p->mb_act, p->mb_logp, p->mb_oldv, p->mb_ret, p->mb_scaled,
-                     p->dvalues, p->ep_send, p->ep_all };
+    free_norms(p);
+    void *bufs[] = { p->rec, p->all, p->next_obs, p->act_env, p->rew, p->term, p->trunc, p->ended, p->reset, p->adv, p->ret,
+                     p->perm, p->mb_obs, p->dlogits, p->dlogstd, p->mb_w, p->mb_adv, p->mb_act, p->mb_logp, p->mb_oldv,
+                     p->mb_ret, p->mb_scaled, p->dvalues, p->ep_send, p->ep_all };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 
@@ -343,9 +419,11 @@ dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, dt_ppo_observer afte
                       p.N, p.T);
     if (!st && p.rank == 0 && c->print_every) {
         printf("ppo on %s: %d envs (%d a rank, %d rank%s) x %d steps a rollout, %d updates of %d epochs x %d minibatches of %d, "
-               "policy %d-%d-%d-%d and value %d-%d-%d-1 (%zu parameters), lr %g%s\n", dt_env_pool_info(p.pool)->id, p.N, p.n, p.P,
-               p.P == 1 ? "" : "s", p.T, updates, c->epochs, c->minibatches, p.mb, p.od, c->hidden, c->hidden, p.K, p.od, c->hidden,
-               c->hidden, dt_policy_num_params(p.pol), (double)c->lr, c->anneal_lr ? " annealed to 0" : "");
+               "policy %d-%d-%d-%d%s and value %d-%d-%d-1 (%zu parameters), lr %g%s%s%s\n", dt_env_pool_info(p.pool)->id, p.N, p.n,
+               p.P, p.P == 1 ? "" : "s", p.T, updates, c->epochs, c->minibatches, p.mb, p.od, c->hidden, c->hidden, p.K,
+               p.continuous ? " (Gaussian)" : "", p.od, c->hidden, c->hidden, dt_policy_num_params(p.pol), (double)c->lr,
+               c->anneal_lr ? " annealed to 0" : "", c->norm_obs ? ", observations normalised" : "",
+               c->norm_reward ? ", rewards scaled" : "");
         fflush(stdout);
     }
     double t0 = dt_time_now();
@@ -370,11 +448,8 @@ dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, dt_ppo_observer afte
             after_update(&r, dt_policy_params(p.pol), dt_policy_num_params(p.pol), ctx);
         }
     }
-    if (!st && c->save && p.rank == 0) {
-        dt_model m;
-        dt_policy_model(p.pol, &m);
-        st = dt_safetensors_save_table(c->save, &m, 0, DT_F32);
-    }
+    if (!st && c->save && p.rank == 0) /* environment 0's statistics, which rank 0 holds */
+        st = dt_policy_save(p.pol, c->save, p.od, p.obs_norm ? p.obs_norm[0].mean : NULL, p.obs_norm ? p.obs_norm[0].var : NULL);
     if (res) *res = so_far(&p, u - 1, steps, loss, t0);
     teardown(&p);
     return st;

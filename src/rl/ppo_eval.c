@@ -1,49 +1,62 @@
 /* A saved PPO policy played on its environment: dtrain rl eval. */
-#include "dtrain/io.h"
 #include "dtrain/rl.h"
 #include "policy.h"
+#include "running_norm.h"
 
 #include <stdlib.h>
+
+#define MAX_DIM 64
+
+static dt_status episode(dt_env *e, dt_policy *pol, const float *mean, const float *var, int k, uint64_t seed, int greedy,
+                         double *ret, int *len) {
+    const dt_env_info *in = dt_env_get_info(e);
+    float obs[MAX_DIM], x[MAX_DIM], a[MAX_DIM];
+    dt_env_reset(e, (int64_t)((seed + (uint64_t)k) & INT64_MAX), obs);
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + (uint64_t)k;
+    int te = 0, tr = 0;
+    dt_status st = DT_OK;
+    *ret = 0;
+    *len = 0;
+    while (!st && !te && !tr) {
+        for (int i = 0; i < in->obs_dim; i++) x[i] = obs[i];
+        if (mean) { /* the training's statistics, fixed */
+            dt_running_norm fixed = { .dim = in->obs_dim };
+            double m[MAX_DIM], v[MAX_DIM];
+            for (int i = 0; i < in->obs_dim; i++) { m[i] = mean[i]; v[i] = var[i]; }
+            fixed.mean = m;
+            fixed.var = v;
+            dt_running_norm_obs(&fixed, x, 0);
+        }
+        const float *z, *val;
+        if ((st = dt_policy_forward(pol, x, 1, &z, &val))) break;
+        double u[MAX_DIM];
+        for (int i = 0; i < dt_policy_uniforms(pol); i++) u[i] = (double)(dt_rng_next(&s) >> 11) * (1.0 / 9007199254740992.0);
+        dt_policy_draw(pol, z, greedy ? NULL : u, a, NULL);
+        if (!in->actions)
+            for (int i = 0; i < in->act_dim; i++) a[i] = a[i] < in->act_low ? in->act_low : a[i] > in->act_high ? in->act_high : a[i];
+        double r;
+        st = dt_env_step(e, a, obs, &r, &te, &tr);
+        *ret += r;
+        (*len)++;
+    }
+    return st;
+}
 
 dt_status dt_ppo_eval(const char *path, const char *env, int hidden, int episodes, uint64_t seed, int greedy, double *returns,
                       int *lengths) {
     dt_env *e = NULL;
     dt_policy *pol = NULL;
-    dt_safetensors *f = NULL;
+    float mean[MAX_DIM], var[MAX_DIM];
+    int has_norm = 0;
     dt_status st = dt_env_create(env, &e);
     const dt_env_info *in = st ? NULL : dt_env_get_info(e);
-    if (!st && !in->actions) st = dt_error(DT_ERR_UNSUPPORTED, "rl eval: %s has continuous actions (PPO here is discrete)", in->id);
-    if (!st && in->obs_dim > 64) st = dt_error(DT_ERR_UNSUPPORTED, "rl eval: %s's observations of %d", in->id, in->obs_dim);
-    if (!st) st = dt_policy_create(in->obs_dim, in->actions, hidden, 1, &pol);
-    if (!st) st = dt_safetensors_open(path, &f);
-    if (!st) {
-        dt_model m;
-        dt_policy_model(pol, &m);
-        st = dt_safetensors_read_model(f, &m, 0, NULL);
-        if (st) st = dt_error(st, "rl eval: %s as a policy for %s with --hidden %d: %s", path, in->id, hidden, dt_last_error());
-    }
-    float obs[64];
-    for (int k = 0; !st && k < episodes; k++) {
-        dt_env_reset(e, (int64_t)((seed + (uint64_t)k) & INT64_MAX), obs);
-        uint64_t s = seed * 0x9e3779b97f4a7c15ull + (uint64_t)k;
-        int te = 0, tr = 0;
-        returns[k] = 0;
-        lengths[k] = 0;
-        while (!st && !te && !tr) {
-            const float *z, *v;
-            if ((st = dt_policy_forward(pol, obs, 1, &z, &v))) break;
-            int a = 0;
-            if (greedy)
-                for (int j = 1; j < in->actions; j++) a = z[j] > z[a] ? j : a;
-            else a = dt_policy_pick(z, in->actions, (double)(dt_rng_next(&s) >> 11) * (1.0 / 9007199254740992.0), NULL);
-            float act = (float)a;
-            double r;
-            st = dt_env_step(e, &act, obs, &r, &te, &tr);
-            returns[k] += r;
-            lengths[k]++;
-        }
-    }
-    dt_safetensors_close(f);
+    if (!st && (in->obs_dim > MAX_DIM || 2 * in->act_dim > MAX_DIM))
+        st = dt_error(DT_ERR_UNSUPPORTED, "rl eval: %s's observations of %d or actions of %d", in->id, in->obs_dim, in->act_dim);
+    if (!st) st = dt_policy_create(in->obs_dim, in->actions ? in->actions : in->act_dim, !in->actions, hidden, 1, &pol);
+    if (!st && (st = dt_policy_load(pol, path, in->obs_dim, mean, var, &has_norm)))
+        st = dt_error(st, "rl eval: %s as a policy for %s with --hidden %d: %s", path, in->id, hidden, dt_last_error());
+    for (int k = 0; !st && k < episodes; k++)
+        st = episode(e, pol, has_norm ? mean : NULL, var, k, seed, greedy, &returns[k], &lengths[k]);
     dt_policy_destroy(pol);
     dt_env_destroy(e);
     return st;
