@@ -107,6 +107,7 @@ typedef struct {
     float clip_coef, ent_coef, vf_coef, max_grad_norm;
     int hidden;           /* width of both networks' two hidden layers */
     int norm_obs, norm_reward; /* Gymnasium's NormalizeObservation and NormalizeReward (with their clips to +-10) */
+    int trunc_as_term;    /* a truncated episode not bootstrapped (ppo.py under Gymnasium 0.29's same-step autoreset) */
     uint64_t seed;
     int print_every;      /* updates between progress lines (0: none) */
     const char *metrics;  /* a JSON-lines file of a row per update (rank 0), or NULL */

@@ -16,7 +16,7 @@ static const dt_cli_flag flags[] = {
     { "--minibatches", "a whole number from 1 to 65536" }, { "--epochs", "a whole number from 1 to 1000" },
     { "--clip", "a number from 0 to 10" }, { "--ent-coef", "a number from 0 to 10" }, { "--vf-coef", "a number from 0 to 100" },
     { "--max-grad-norm", "a number from 0 (off) to 1e6" }, { "--hidden", "a whole number from 1 to 4096" },
-    { "--no-norm-adv", "" }, { "--no-clip-vloss", "" }, { "--norm-obs", "0 or 1" }, { "--norm-reward", "0 or 1" }, { "--print-every", "a whole number of updates from 0 (quiet) to 1e6" },
+    { "--no-norm-adv", "" }, { "--no-clip-vloss", "" }, { "--norm-obs", "0 or 1" }, { "--trunc-as-term", "" }, { "--norm-reward", "0 or 1" }, { "--print-every", "a whole number of updates from 0 (quiet) to 1e6" },
     { "--metrics", "a file (JSON lines)" }, { "--save", "a .safetensors file" }, { "--threads", "a whole number from 1 to 256" },
     { "--help", "" }, { NULL, NULL },
 };
@@ -34,6 +34,8 @@ static void usage(void) {
            "--total-steps 1000000, each environment's observations normalised (--norm-obs 1) and rewards scaled\n"
            "(--norm-reward 1) by running statistics, clipped to +-10; actions clipped to the space as the environment\n"
            "takes them. --norm-obs and --norm-reward apply to discrete runs too (off there by default).\n"
+           "A truncated episode (the time limit) is bootstrapped from its last observation's value; --trunc-as-term\n"
+           "treats it as a termination instead, as CleanRL's scripts do under Gymnasium 0.29's same-step autoreset.\n"
            "--nproc N: N local ranks (or the ranks of an mpirun/srun job), each stepping --envs / N environments; the\n"
            "learner is data-parallel over them with the same global batch, so the run is the one process's.\n"
            "--print-every 10 updates (0: quiet), --metrics FILE (a JSON line per update: env_steps, mean_return over the\n"
@@ -116,6 +118,7 @@ int dt_cli_rl(int argc, char **argv) {
         if (!strcmp(f, "--no-anneal")) { c.anneal_lr = 0; continue; }
         if (!strcmp(f, "--no-norm-adv")) { c.norm_adv = 0; continue; }
         if (!strcmp(f, "--no-clip-vloss")) { c.clip_vloss = 0; continue; }
+        if (!strcmp(f, "--trunc-as-term")) { c.trunc_as_term = 1; continue; }
         int ok = v != NULL;
         if (!ok) {}
         else if (!strcmp(f, "--env")) c.env = v;

@@ -123,7 +123,7 @@ static dt_status rollout(ppo *p, int64_t step0) {
         for (int j = 0; j < p->n; j++) {
             float *f = fields(p, rec_at(p, p->rec, t, j));
             f[F_REW] = p->rew[j];
-            f[F_TERM] = p->term[j];
+            f[F_TERM] = p->term[j] || (p->c->trunc_as_term && p->trunc[j]);
             f[F_DONE] = p->term[j] || p->trunc[j];
             p->ended[j] = p->term[j] || p->trunc[j];
         }
