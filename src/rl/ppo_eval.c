@@ -7,8 +7,8 @@
 
 #define MAX_DIM 64
 
-static dt_status episode(dt_env *e, dt_policy *pol, const float *mean, const float *var, int k, uint64_t seed, int greedy,
-                         double *ret, int *len) {
+/* norm: the training's observation statistics, fixed (NULL: none) */
+static dt_status episode(dt_env *e, dt_policy *pol, dt_running_norm *norm, int k, uint64_t seed, int greedy, double *ret, int *len) {
     const dt_env_info *in = dt_env_get_info(e);
     float obs[MAX_DIM], x[MAX_DIM], a[MAX_DIM];
     dt_env_reset(e, (int64_t)((seed + (uint64_t)k) & INT64_MAX), obs);
@@ -19,14 +19,7 @@ static dt_status episode(dt_env *e, dt_policy *pol, const float *mean, const flo
     *len = 0;
     while (!st && !te && !tr) {
         for (int i = 0; i < in->obs_dim; i++) x[i] = obs[i];
-        if (mean) { /* the training's statistics, fixed */
-            dt_running_norm fixed = { .dim = in->obs_dim };
-            double m[MAX_DIM], v[MAX_DIM];
-            for (int i = 0; i < in->obs_dim; i++) { m[i] = mean[i]; v[i] = var[i]; }
-            fixed.mean = m;
-            fixed.var = v;
-            dt_running_norm_obs(&fixed, x, 0);
-        }
+        if (norm) dt_running_norm_obs(norm, x, 0);
         const float *z, *val;
         if ((st = dt_policy_forward(pol, x, 1, &z, &val))) break;
         double u[MAX_DIM];
@@ -55,8 +48,14 @@ dt_status dt_ppo_eval(const char *path, const char *env, int hidden, int episode
     if (!st) st = dt_policy_create(in->obs_dim, in->actions ? in->actions : in->act_dim, !in->actions, hidden, 1, &pol);
     if (!st && (st = dt_policy_load(pol, path, in->obs_dim, mean, var, &has_norm)))
         st = dt_error(st, "rl eval: %s as a policy for %s with --hidden %d: %s", path, in->id, hidden, dt_last_error());
+    double m[MAX_DIM], v[MAX_DIM];
+    dt_running_norm norm = { .dim = in ? in->obs_dim : 0, .mean = m, .var = v };
+    for (int i = 0; has_norm && i < norm.dim; i++) {
+        m[i] = mean[i];
+        v[i] = var[i];
+    }
     for (int k = 0; !st && k < episodes; k++)
-        st = episode(e, pol, has_norm ? mean : NULL, var, k, seed, greedy, &returns[k], &lengths[k]);
+        st = episode(e, pol, has_norm ? &norm : NULL, k, seed, greedy, &returns[k], &lengths[k]);
     dt_policy_destroy(pol);
     dt_env_destroy(e);
     return st;
