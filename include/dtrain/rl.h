@@ -44,6 +44,8 @@ void dt_env_reset(dt_env *e, int64_t seed, float *obs);
  * outside the space, or a step after the episode ended without a reset,
  * is refused naming it. */
 dt_status dt_env_step(dt_env *e, const float *action, float *obs, double *reward, int *terminated, int *truncated);
+/* A continuous action clipped into the space in place (Gymnasium's ClipAction); a discrete one left as it is. */
+void dt_env_clip_action(const dt_env_info *in, float *action);
 /* For checks against Gymnasium: start an episode from its physical state
  * (env.unwrapped.state, state_dim doubles) and give its observation. */
 dt_status dt_env_set_state(dt_env *e, const double *state, float *obs);

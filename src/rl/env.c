@@ -75,6 +75,10 @@ dt_status dt_env_set_state(dt_env *e, const double *state, float *obs) {
     return DT_OK;
 }
 
+void dt_env_clip_action(const dt_env_info *in, float *a) {
+    for (int i = 0; !in->actions && i < in->act_dim; i++) a[i] = a[i] < in->act_low ? in->act_low : a[i] > in->act_high ? in->act_high : a[i];
+}
+
 dt_status dt_env_check_action(const dt_env_info *in, const float *a) {
     if (in->actions) {
         float v = a[0];

@@ -8,10 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    float *buf;
-} saved;
-static float *saved_params(void *s) { return ((saved *)s)->buf; }
+static float *saved_params(void *buf) { return buf; }
 
 static dt_tensor_info stat_tensor(const char *name, size_t offset, int n) {
     dt_tensor_info t = { .ndim = 1, .shape = { n }, .offset = offset, .count = (size_t)n };
@@ -27,24 +24,24 @@ dt_status dt_policy_save(dt_policy *p, const char *path, int obs_dim, const doub
     if (!obs_mean) return dt_safetensors_save_table(path, &m, 0, DT_F32);
     size_t n = m.nparams;
     dt_tensor_info *tab = malloc(sizeof *tab * (size_t)(m.ntensors + 2));
-    saved s = { malloc(sizeof(float) * (n + 2 * (size_t)obs_dim)) };
-    if (!tab || !s.buf) {
+    float *buf = malloc(sizeof(float) * (n + 2 * (size_t)obs_dim));
+    if (!tab || !buf) {
         free(tab);
-        free(s.buf);
+        free(buf);
         return dt_error(DT_ERR_NOMEM, "%s: out of memory saving the policy", path);
     }
     memcpy(tab, m.tensors, sizeof *tab * (size_t)m.ntensors);
-    memcpy(s.buf, dt_policy_params(p), sizeof(float) * n);
+    memcpy(buf, dt_policy_params(p), sizeof(float) * n);
     for (int i = 0; i < obs_dim; i++) {
-        s.buf[n + (size_t)i] = (float)obs_mean[i];
-        s.buf[n + (size_t)obs_dim + (size_t)i] = (float)obs_var[i];
+        buf[n + (size_t)i] = (float)obs_mean[i];
+        buf[n + (size_t)obs_dim + (size_t)i] = (float)obs_var[i];
     }
     tab[m.ntensors] = stat_tensor("obs_rms.mean", n, obs_dim);
     tab[m.ntensors + 1] = stat_tensor("obs_rms.var", n + (size_t)obs_dim, obs_dim);
-    dt_model with = { .self = &s, .kind = "policy", .tensors = tab, .ntensors = m.ntensors + 2, .params = saved_params };
+    dt_model with = { .self = buf, .kind = "policy", .tensors = tab, .ntensors = m.ntensors + 2, .params = saved_params };
     dt_status st = dt_safetensors_save_table(path, &with, 0, DT_F32);
     free(tab);
-    free(s.buf);
+    free(buf);
     return st;
 }
 

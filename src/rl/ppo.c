@@ -23,7 +23,6 @@ typedef struct {
     dt_comm *comm;
     int rank, P, N, n, T, od, ad, K, mb; /* K: the policy's outputs (actions, or the action's dimensions) */
     int continuous;
-    float act_low, act_high;
     dt_env_pool *pool;
     dt_policy *pol;
     dt_engine *e;
@@ -98,8 +97,8 @@ static void act(ppo *p, const float *z, int j, int64_t step, float *a, float *lo
     for (int k = 0; k < nu; k++) u[k] = uniform_at(p->c->seed, p->rank * p->n + j, step, k);
     dt_policy_draw(p->pol, z, u, a, logp);
     float *e = p->act_env + (size_t)j * p->ad;
-    for (int k = 0; k < p->ad; k++)
-        e[k] = !p->continuous ? a[k] : a[k] < p->act_low ? p->act_low : a[k] > p->act_high ? p->act_high : a[k];
+    memcpy(e, a, sizeof(float) * (size_t)p->ad);
+    dt_env_clip_action(dt_env_pool_info(p->pool), e);
 }
 
 static dt_status rollout(ppo *p, int64_t step0) {
@@ -293,6 +292,37 @@ static void free_norms(ppo *p) {
     free(p->ret_acc);
 }
 
+/* The rollout's, the minibatch's and the episodes' buffers (teardown frees them). */
+static dt_status alloc_buffers(ppo *p) {
+    int B = p->T * p->N;
+    size_t rl = rec_len(p), roll = (size_t)(p->T + 1) * p->n * rl;
+    p->rec = malloc(roll * sizeof(float));
+    p->all = malloc(roll * p->P * sizeof(float));
+    p->next_obs = malloc(sizeof(float) * (size_t)p->n * p->od);
+    p->act_env = malloc(sizeof(float) * (size_t)p->n * p->ad);
+    p->rew = malloc(sizeof(float) * (size_t)p->n);
+    p->term = calloc((size_t)p->n, 1);
+    p->trunc = calloc((size_t)p->n, 1);
+    p->ended = calloc((size_t)p->n, 1);
+    p->reset = calloc((size_t)p->n, 1);
+    p->mb_act = malloc(sizeof(float) * (size_t)p->mb_rows * p->ad);
+    p->dlogstd = malloc(sizeof(float) * (size_t)p->K);
+    p->adv = malloc(sizeof(float) * (size_t)B);
+    p->ret = malloc(sizeof(float) * (size_t)B);
+    p->perm = malloc(sizeof(int) * (size_t)B);
+    p->mb_obs = malloc(sizeof(float) * (size_t)p->mb_rows * p->od);
+    p->dlogits = malloc(sizeof(float) * (size_t)p->mb_rows * p->K);
+    float **v[] = { &p->mb_w, &p->mb_adv, &p->mb_logp, &p->mb_oldv, &p->mb_ret, &p->mb_scaled, &p->dvalues };
+    int ok = 1;
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) ok &= (*v[i] = malloc(sizeof(float) * (size_t)p->mb_rows)) != NULL;
+    p->ep_send = malloc(sizeof(double) * (1 + 4 * (size_t)EPISODES_SENT) * (size_t)p->P);
+    p->ep_all = malloc(sizeof(double) * (1 + 4 * (size_t)EPISODES_SENT) * (size_t)p->P);
+    if (!ok || !p->rec || !p->all || !p->next_obs || !p->act_env || !p->rew || !p->term || !p->trunc || !p->ended || !p->reset ||
+        !p->adv || !p->ret || !p->perm || !p->mb_obs || !p->mb_act || !p->dlogits || !p->dlogstd || !p->ep_send || !p->ep_all)
+        return dt_error(DT_ERR_NOMEM, "ppo: out of memory for a rollout of %d x %d", p->T, p->N);
+    return DT_OK;
+}
+
 static dt_status setup(ppo *p, const dt_ppo_config *c, dt_comm *comm) {
     p->c = c;
     p->comm = comm;
@@ -320,8 +350,6 @@ static dt_status setup(ppo *p, const dt_ppo_config *c, dt_comm *comm) {
     p->od = in->obs_dim;
     p->ad = in->act_dim;
     p->K = p->continuous ? in->act_dim : in->actions;
-    p->act_low = in->act_low;
-    p->act_high = in->act_high;
     if (p->continuous && p->ad > 32)
         return dt_error(DT_ERR_UNSUPPORTED, "ppo: %s's actions of %d dimensions (at most 32)", in->id, p->ad);
     if ((st = dt_policy_create(p->od, p->K, p->continuous, c->hidden, c->seed, &p->pol))) return st;
@@ -332,31 +360,7 @@ static dt_status setup(ppo *p, const dt_ppo_config *c, dt_comm *comm) {
     ec.opt.weight_decay = 0;
     dt_policy_model(p->pol, &ec.model);
     if ((st = dt_engine_create(&ec, &p->e))) return st;
-    size_t rl = rec_len(p), roll = (size_t)(p->T + 1) * p->n * rl;
-    p->rec = malloc(roll * sizeof(float));
-    p->all = malloc(roll * p->P * sizeof(float));
-    p->next_obs = malloc(sizeof(float) * (size_t)p->n * p->od);
-    p->act_env = malloc(sizeof(float) * (size_t)p->n * p->ad);
-    p->rew = malloc(sizeof(float) * (size_t)p->n);
-    p->term = calloc((size_t)p->n, 1);
-    p->trunc = calloc((size_t)p->n, 1);
-    p->ended = calloc((size_t)p->n, 1);
-    p->reset = calloc((size_t)p->n, 1);
-    p->mb_act = malloc(sizeof(float) * (size_t)p->mb_rows * p->ad);
-    p->dlogstd = malloc(sizeof(float) * (size_t)p->K);
-    p->adv = malloc(sizeof(float) * (size_t)B);
-    p->ret = malloc(sizeof(float) * (size_t)B);
-    p->perm = malloc(sizeof(int) * (size_t)B);
-    p->mb_obs = malloc(sizeof(float) * (size_t)p->mb_rows * p->od);
-    p->dlogits = malloc(sizeof(float) * (size_t)p->mb_rows * p->K);
-    float **v[] = { &p->mb_w, &p->mb_adv, &p->mb_logp, &p->mb_oldv, &p->mb_ret, &p->mb_scaled, &p->dvalues };
-    int ok = 1;
-    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) ok &= (*v[i] = malloc(sizeof(float) * (size_t)p->mb_rows)) != NULL;
-    p->ep_send = malloc(sizeof(double) * (1 + 4 * (size_t)EPISODES_SENT) * (size_t)p->P);
-    p->ep_all = malloc(sizeof(double) * (1 + 4 * (size_t)EPISODES_SENT) * (size_t)p->P);
-    if (!ok || !p->rec || !p->all || !p->next_obs || !p->act_env || !p->rew || !p->term || !p->trunc || !p->ended || !p->reset ||
-        !p->adv || !p->ret || !p->perm || !p->mb_obs || !p->mb_act || !p->dlogits || !p->dlogstd || !p->ep_send || !p->ep_all)
-        return dt_error(DT_ERR_NOMEM, "ppo: out of memory for a rollout of %d x %d", p->T, p->N);
+    if ((st = alloc_buffers(p))) return st;
     if ((st = setup_norms(p))) return st;
     if (c->metrics && p->rank == 0 && !(p->metrics = fopen(c->metrics, "w")))
         return dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);

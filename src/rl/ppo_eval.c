@@ -10,7 +10,7 @@
 /* norm: the training's observation statistics, fixed (NULL: none) */
 static dt_status episode(dt_env *e, dt_policy *pol, dt_running_norm *norm, int k, uint64_t seed, int greedy, double *ret, int *len) {
     const dt_env_info *in = dt_env_get_info(e);
-    float obs[MAX_DIM], x[MAX_DIM], a[MAX_DIM];
+    float obs[MAX_DIM], a[MAX_DIM];
     dt_env_reset(e, (int64_t)((seed + (uint64_t)k) & INT64_MAX), obs);
     uint64_t s = seed * 0x9e3779b97f4a7c15ull + (uint64_t)k;
     int te = 0, tr = 0;
@@ -18,15 +18,13 @@ static dt_status episode(dt_env *e, dt_policy *pol, dt_running_norm *norm, int k
     *ret = 0;
     *len = 0;
     while (!st && !te && !tr) {
-        for (int i = 0; i < in->obs_dim; i++) x[i] = obs[i];
-        if (norm) dt_running_norm_obs(norm, x, 0);
+        if (norm) dt_running_norm_obs(norm, obs, 0); /* the next step writes obs afresh */
         const float *z, *val;
-        if ((st = dt_policy_forward(pol, x, 1, &z, &val))) break;
+        if ((st = dt_policy_forward(pol, obs, 1, &z, &val))) break;
         double u[MAX_DIM];
         for (int i = 0; i < dt_policy_uniforms(pol); i++) u[i] = (double)(dt_rng_next(&s) >> 11) * (1.0 / 9007199254740992.0);
         dt_policy_draw(pol, z, greedy ? NULL : u, a, NULL);
-        if (!in->actions)
-            for (int i = 0; i < in->act_dim; i++) a[i] = a[i] < in->act_low ? in->act_low : a[i] > in->act_high ? in->act_high : a[i];
+        dt_env_clip_action(in, a);
         double r;
         st = dt_env_step(e, a, obs, &r, &te, &tr);
         *ret += r;
