@@ -41,6 +41,9 @@ int dt_stop_request_classify(const siginfo_t *si);
 
 /* Logging: messages carry a "[rank r]" prefix once dt_log_set_rank is called. */
 typedef enum { DT_LOG_ERROR = 0, DT_LOG_WARN, DT_LOG_INFO, DT_LOG_DEBUG } dt_log_level;
+/* n bytes as valid UTF-8 (JSON's strings must be): each byte that does not start a whole character becomes U+FFFD
+ * (base/utf8.c). Caller frees; NULL: no memory. */
+char *dt_utf8_clean(const char *s, size_t n, size_t *out_len);
 void dt_log_set_rank(int rank);
 void dt_log_set_level(dt_log_level level);
 void dt_log(dt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -20,6 +20,22 @@
 extern "C" {
 #endif
 
+/* Group relative policy optimization (train/grpo.c; the run's side in train/grpo_run.c): --grpo PROMPTS rolls out
+ * group completions of each prompt with the decoder over the trainer's weights, scores them by --reward, and trains
+ * on them by TRL's GRPOTrainer's loss. */
+typedef enum { DT_GRPO_LOSS_DAPO = 0, DT_GRPO_LOSS_GRPO, DT_GRPO_LOSS_DR_GRPO } dt_grpo_loss;
+typedef struct {
+    const char *prompts;      /* --grpo FILE: a .jsonl of {"prompt": text} or a text file of one prompt a line (NULL: no GRPO) */
+    const char *reward;       /* --reward SPEC (dt_reward_parse) */
+    int group;                /* --grpo-group G: completions a prompt (TRL's num_generations, 8) */
+    int iterations;           /* --grpo-iterations: steps a rollout trains (TRL's num_iterations, mu; 1) */
+    int completion;           /* --completion-tokens N: a completion's most tokens (0: up to the row's end) */
+    int top_k;                /* --top-k K: the sampling's (0: every token) */
+    double beta, epsilon;     /* the KL's coefficient (0.04, the paper's) and the ratio's clipping (0.2) */
+    float temperature;        /* the sampling's (1) */
+    dt_grpo_loss loss;        /* --grpo-loss (dapo, TRL's default) */
+} dt_grpo_config;
+
 typedef struct {
     const char *model;        /* preset (d6, 124M, ...) or an llm.c model file */
     const char *init;         /* image models: start from this torchvision state dict (safetensors) */
@@ -69,6 +85,7 @@ typedef struct {
     const char *chat_template; /* --chat-template chatml|llama3|none (NULL: the tokenizer_config.json's) */
     int pack;                 /* --pack: a .jsonl's examples packed into rows (TRL's packing, best-fit decreasing) */
     double dpo_beta;          /* --dpo-beta (0: TRL's 0.1): preference pairs in --data train by DPO */
+    dt_grpo_config grpo;      /* --grpo PROMPTS and its flags */
     float moe_z_loss;         /* --moe-z-loss X: the router z-loss's coefficient (0: none) */
     int shared_experts;       /* --shared-experts S: DeepSeek's S ungated shared experts of --ffn each beside the routed ones */
     double stall_timeout;     /* seconds a rank may wait for a live peer that never joins (warn; 2x: stop); 0 off */
@@ -294,6 +311,38 @@ double dt_dpo_beta(const dt_dpo *d);
 double dt_dpo_reference(const dt_dpo *d, size_t row); /* NAN: not recorded */
 void dt_dpo_stats(dt_dpo *d, double out[DT_DPO_NSTATS], bool clear);
 float dt_dpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce);
+
+/* GRPO's loss over one rank's rollout of rows rows of T tokens (whole groups), as a program's token loss (ctx: the
+ * dt_grpo). dt_grpo_begin takes the rows' advantages (dt_grpo_advantages: TRL's scale_rewards "group") and dapo's
+ * weight of a token (1 / the global batch's completion tokens, times the passes the engine and data parallelism
+ * average over); dt_grpo_restart sends the next forwards back to row 0 in a mode: DT_GRPO_RECORD_REF records the
+ * reference's log-probabilities (loss 0), DT_GRPO_RECORD_OLD trains and records pi_old (the rollout's first pass),
+ * DT_GRPO_TRAIN trains against the recorded pi_old. Statistics since the last clear: completion tokens, the sum of
+ * their KL estimates, and the tokens whose ratio the clipping stopped. */
+typedef struct dt_grpo dt_grpo;
+enum { DT_GRPO_TRAIN = 0, DT_GRPO_RECORD_OLD, DT_GRPO_RECORD_REF };
+enum { DT_GRPO_TOKENS, DT_GRPO_KL, DT_GRPO_CLIPPED, DT_GRPO_NSTATS };
+void dt_grpo_defaults(dt_grpo_config *c);
+dt_status dt_grpo_loss_parse(const char *s, dt_grpo_loss *out);
+const char *dt_grpo_loss_name(dt_grpo_loss k);
+dt_status dt_grpo_create(const dt_grpo_config *c, int rows, int T, dt_grpo **out);
+void dt_grpo_destroy(dt_grpo *g);
+void dt_grpo_advantages(const float *rewards, int n, int group, float *adv);
+void dt_grpo_begin(dt_grpo *g, const float *adv, double token_scale);
+void dt_grpo_restart(dt_grpo *g, int mode);
+void dt_grpo_stats(dt_grpo *g, double out[DT_GRPO_NSTATS], bool clear);
+const float *dt_grpo_reference(const dt_grpo *g); /* [rows * T]: each target's reference log-probability */
+float dt_grpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce);
+
+/* A completion's reward (train/reward.c), from --reward SPEC: contains:WORD (1 when the completion holds WORD, else
+ * 0), count:WORD (how many times), or cmd:COMMAND, a program started once (sh -c) that reads one JSON line a
+ * completion ({"prompt": text, "completion": text}) on its standard input and answers each with one number on a line
+ * of its standard output. */
+typedef struct dt_reward dt_reward;
+dt_status dt_reward_create(const char *spec, dt_reward **out);
+void dt_reward_destroy(dt_reward *r);
+/* The rewards of n completions (texts with their lengths) of their prompts. */
+dt_status dt_reward_score(dt_reward *r, int n, const char *const *prompts, const char *const *completions, const size_t *lens, float *out);
 
 /* Draws the loss (and validation loss) of a metrics file as an SVG, the y
  * axis linear or (log_y) logarithmic; null losses leave gaps. */

@@ -55,6 +55,22 @@ static void usage(FILE *f) {
             "  --pack             FILE.jsonl's examples packed into rows of --seq (TRL's packing: best-fit\n"
             "                     decreasing, each example cut at --seq; attention and positions stay in each)\n"
             "  --dpo-beta X       DPO's beta, how far from the reference the policy may go (0.1, TRL's default)\n"
+            "  --grpo FILE        GRPO (TRL's GRPOTrainer): each step rolls out --grpo-group G (8) completions of the\n"
+            "                     next prompts of FILE (.jsonl of {\"prompt\": text}, or a prompt a line) with the\n"
+            "                     decoder over the weights as they are, scores them by --reward, and trains on them:\n"
+            "                     a completion's advantage is its reward less its group's mean over the group's\n"
+            "                     standard deviation; --batch x --grad-accum rows a rank a step, whole groups; data\n"
+            "                     parallelism only (ddp, zero1, zero2); the prompts in file order, or --shuffle SEED\n"
+            "  --reward SPEC      contains:WORD (1 if the completion holds WORD), count:WORD, or cmd:COMMAND: a\n"
+            "                     program reading a JSON line {\"prompt\", \"completion\"} a completion and writing\n"
+            "                     a number a line\n"
+            "  --grpo-beta X      the KL penalty to the starting model (0.04, the paper's; 0: no reference kept)\n"
+            "  --grpo-loss L      dapo (TRL's default: over the global batch's completion tokens), grpo (each\n"
+            "                     completion's mean), dr_grpo (over completions x --completion-tokens)\n"
+            "  --grpo-epsilon X (0.2)  --grpo-iterations N (1: steps a rollout trains, TRL's num_iterations)\n"
+            "  --completion-tokens N  a completion's most tokens (up to the row's end, --seq)\n"
+            "  --temperature X (1)  --top-k K (0: all)   GRPO's sampling; the loss reads the model's log-probabilities\n"
+            "                     at temperature 1\n"
             "  --tokenizer F      tokenizer.json for FILE.jsonl (the --model folder's by default)\n"
             "  --chat-template T  chatml or llama3 (by default the kind tokenizer_config.json's template is)\n"
             "  --val-data FILE    validation tokens (or FILE.jsonl); --eval-every N steps, --eval-batches N (8)\n"
@@ -196,7 +212,9 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" }, { "--tensorboard", "a folder" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
-    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" },
+    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND" }, { "--grpo-loss", "dapo, grpo or dr_grpo" },
+    { "--grpo-group", "a whole number from 2 to 4096" }, { "--grpo-iterations", "a whole number from 1 to 1000" }, { "--grpo-beta", "a number from 0 to 1e6" }, { "--grpo-epsilon", "a number from 0 to 1e3" },
+    { "--completion-tokens", "a whole number from 1 to 1e6" }, { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 2^30" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
     { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
     { "--tokenizer", "a tokenizer.json" }, { "--chat-template", "chatml, llama3 or none" },
@@ -292,7 +310,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--expert-groups", 1, 4096, 1, &c.shape.expert_groups, 'i' }, { "--group-top-k", 1, 4096, 1, &c.shape.group_top_k, 'i' },
         { "--routed-scale", 1e-6, 1e3, 0, &c.shape.routed_scale, 'f' }, { "--bias-update", 0, 1, 0, &c.shape.bias_rate, 'f' },
         { "--capacity-factor", 1e-6, 1e3, 0, &c.shape.capacity_factor, 'f' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
-        { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c.lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c.dpo_beta, 'd' }, { "--moe-z-loss", 0, 1e3, 0, &c.moe_z_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c.shared_experts, 'i' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
+        { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c.lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c.dpo_beta, 'd' }, { "--grpo-group", 2, 4096, 1, &c.grpo.group, 'i' }, { "--grpo-iterations", 1, 1000, 1, &c.grpo.iterations, 'i' }, { "--grpo-beta", 0, 1e6, 0, &c.grpo.beta, 'd' }, { "--grpo-epsilon", 0, 1e3, 0, &c.grpo.epsilon, 'd' }, { "--completion-tokens", 1, 1e6, 1, &c.grpo.completion, 'i' }, { "--temperature", 0, 100, 0, &c.grpo.temperature, 'f' }, { "--top-k", 0, 1 << 30, 1, &c.grpo.top_k, 'i' }, { "--moe-z-loss", 0, 1e3, 0, &c.moe_z_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c.shared_experts, 'i' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
     };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -331,6 +349,9 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         else if (!strcmp(f, "--lora-targets")) c.lora.targets = v;
         else if (!strcmp(f, "--lora")) c.lora_from = v;
         else if (!strcmp(f, "--tokenizer")) c.tokenizer = v;
+        else if (!strcmp(f, "--grpo")) c.grpo.prompts = v;
+        else if (!strcmp(f, "--reward")) c.grpo.reward = v;
+        else if (!strcmp(f, "--grpo-loss")) ok = !dt_grpo_loss_parse(v, &c.grpo.loss);
         else if (!strcmp(f, "--chat-template")) ok = !dt_chat_kind_parse(v, &(dt_chat_kind){ 0 }), c.chat_template = v;
         else if (!strcmp(f, "--strategy")) {
             ok = dt_strategy_find(v) != NULL, c.strategy = v;

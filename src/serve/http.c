@@ -56,7 +56,7 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, cons
 static char *error_json(serve_http *h, unsigned status, const char *param, const char *message) {
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
     size_t n;
-    char *clean = serve_utf8_clean(message, strlen(message), &n);
+    char *clean = dt_utf8_clean(message, strlen(message), &n);
     cJSON_AddStringToObject(e, "message", clean ? clean : "out of memory");
     cJSON_AddStringToObject(e, "type", status >= 500 ? "server_error" : "invalid_request_error");
     if (param) cJSON_AddStringToObject(e, "param", param);
@@ -111,7 +111,7 @@ static void choice_text(cJSON *ch, bool chat, bool whole, bool first, const char
  * included) or a streamed chunk of text. */
 static char *completion_json(conn_state *cs, const char *text, size_t n, const char *reason, bool usage) {
     size_t m;
-    char *clean = serve_utf8_clean(text, n, &m);
+    char *clean = dt_utf8_clean(text, n, &m);
     bool chat = cs->job->p.chat, whole = !cs->job->p.stream;
     cJSON *o = cJSON_CreateObject(), *choices, *ch;
     char id[40];

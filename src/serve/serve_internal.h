@@ -23,9 +23,6 @@ typedef struct {
 /* Token id's bytes appended to a growing buffer. */
 dt_status serve_vocab_append(const serve_vocab *v, int32_t id, char **buf, size_t *len, size_t *cap);
 
-/* n bytes as valid UTF-8 (JSON's strings must be): each byte that does not
- * start a whole character becomes U+FFFD. Caller frees; NULL: no memory. */
-char *serve_utf8_clean(const char *s, size_t n, size_t *out_len);
 
 #define SERVE_MAX_STOP 4
 

@@ -11,13 +11,15 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-enum { PREFIX, STEP, LOSS, LR, NORM, MS, RATE, MFU, BUBBLE, EXPERTS, ETA, NF };
+enum { PREFIX, STEP, LOSS, REWARD, LR, NORM, MS, RATE, MFU, BUBBLE, EXPERTS, ETA, NF };
 
 static void fields(const dt_progress *p, char f[NF][48]) {
     int eta = (int)(p->elapsed / (p->step + 1 - p->first) * (p->steps - p->step - 1)); /* this process's pace */
     snprintf(f[PREFIX], 48, "%s", p->prefix ? p->prefix : "");
     snprintf(f[STEP], 48, "step %d/%d", p->step + 1, p->steps);
     snprintf(f[LOSS], 48, "loss %.4f", p->loss);
+    f[REWARD][0] = 0;
+    if (p->grpo) snprintf(f[REWARD], 48, "reward %.3f kl %.4f", p->reward, p->kl);
     snprintf(f[LR], 48, "lr %.2e", p->lr);
     /* a skipped step's norm overflowed (fp16) or is NaN: say so, not "-nan" */
     if (isfinite(p->norm)) snprintf(f[NORM], 48, "norm %.3f", p->norm);

@@ -18,6 +18,8 @@ typedef struct {
     double elapsed;          /* seconds since this process's first step */
     const char *prefix;      /* before the fields ("epoch 2/5"), or NULL */
     float val;               /* a validation loss to print after it (NAN: none) */
+    bool grpo;               /* GRPO's step: its mean reward and KL estimate shown */
+    double reward, kl;
 } dt_progress;
 
 /* One line per print_every steps (and the last) where stdout is not our

@@ -15,6 +15,17 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+typedef struct dt_grpo_run dt_grpo_run;
+
+/* A GRPO step's figures over every rank: the rollout's rewards (mean, standard deviation over the completions),
+ * the mean KL estimate a completion token, the mean completion's tokens, the share of tokens the clipping stopped,
+ * the share of groups whose rewards were all equal (no signal: TRL's frac_reward_zero_std), the decoding's seconds
+ * (a rank's mean) and generated tokens a second over the ranks; rank 0's first completion (text). */
+typedef struct {
+    double reward, reward_std, kl, completion, clipped, flat, decode_s, rollout_tps;
+    const char *sample;
+} dt_grpo_step_stats;
+
 /* Everything a run holds; torn down in one place. */
 typedef struct {
     dt_train_config c;        /* this rank's copy (only rank 0 prints, saves, writes metrics) */
@@ -43,6 +54,8 @@ typedef struct {
     double moe_dropped;       /* and the share of its choices a capacity dropped (below 0: dropless) */
     double moe_ep_bytes;      /* and the bytes expert parallelism's exchanges sent between ranks, all ranks' */
     double moe_rank_load;     /* and the rows the busiest rank of an expert-parallel group ran over the group's mean */
+    dt_grpo_run *grpo;        /* --grpo: the rollouts, the reward, the reference (grpo_run.c) */
+    dt_grpo_step_stats grpo_step; /* the last step's (metrics, progress) */
     float dpo_step[2], dpo_val[2]; /* the last step's and evaluation's reward accuracy and margin (metrics) */
     dt_engine *e;
     dt_kfac *kfac;            /* --optimizer kfac: the engine's preconditioner */
@@ -88,6 +101,14 @@ void dt_train_loss_tokens(run *r, dt_loader *l, int batches);
 dt_status dt_train_setup_dpo(run *r);
 dt_status dt_train_dpo_queue(run *r, dt_loader *l);
 dt_status dt_train_dpo_stats(run *r, bool say, float out[2]);
+/* GRPO (grpo_run.c): its prompts, reward, loss and reference set up (instead of --data); before each step the rollout
+ * (every iterations steps; collective) and the forwards sent back to its first row; each micro-batch's rows into
+ * r->in, r->tg; after the step its figures over every rank (collective). */
+dt_status dt_train_setup_grpo(run *r);
+dt_status dt_train_grpo_prepare(run *r, int step);
+void dt_train_grpo_batch(run *r);
+dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out);
+void dt_train_grpo_destroy(run *r);
 /* Forward-only over n batches of l (through the stages with a pipeline): the mean loss over the ranks that computed
  * losses (collective; train.c). */
 dt_status dt_train_forward_batches(run *r, dt_loader *l, int n, float *out);

@@ -13,6 +13,12 @@
 
 /* Settings that would do nothing, or contradict each other: said before any work. */
 dt_status dt_train_check_settings(dt_train_config *c, int nranks) {
+    if (c->grpo.prompts) {
+        dt_status st = dt_train_check_grpo(c);
+        if (st) return st;
+    } else if (c->grpo.reward) {
+        return dt_error(DT_ERR_ARG, "--reward %s scores GRPO's completions: give the prompts with --grpo FILE", c->grpo.reward);
+    }
     if (c->sync_bn) return dt_error(DT_ERR_ARG, "--sync-bn: GPT-2 has no BatchNorm (the ResNets have: --model resnet:small, resnet18, ...)");
     if (c->steps == 0) { /* an evaluation: the validation loss of the model (a preset, file or checkpoint) */
         if (!c->val_data && !c->data) return dt_error(DT_ERR_ARG, "--steps 0 evaluates: give the tokens to evaluate on (--val-data FILE)");

@@ -21,6 +21,8 @@ typedef struct {
 
 /* Settings that would do nothing (a warning) or contradict each other (an error); fills in what --steps 0 implies. */
 dt_status dt_train_check_settings(dt_train_config *c, int nranks);
+/* --grpo's settings against the rest (grpo_run.c): what it cannot run with, said before any work. */
+dt_status dt_train_check_grpo(const dt_train_config *c);
 /* Every rank's shape against rank 0's: the first difference, naming the rank. */
 dt_status dt_train_check_same(dt_comm *w, const dt_train_shape *mine);
 /* c (its defaults resolved) into s->model: numbers only, so that ranks of separate processes compare it (a

@@ -30,6 +30,7 @@ void dt_train_write_tensorboard(run *r, int step, float lr, const dt_step_result
     if (r->moe_worst > 0) dt_tb_scalar(w, "moe/load_max_mean", r->moe_worst), dt_tb_scalar(w, "moe/load_max_mean_avg", r->moe_mean);
     if (r->moe_dropped >= 0 && r->moe_worst > 0) dt_tb_scalar(w, "moe/choices_dropped", r->moe_dropped);
     /* DPO's (TRL's names: rewards/accuracies, rewards/margins) */
+    if (r->grpo) dt_tb_scalar(w, "train/reward", r->grpo_step.reward), dt_tb_scalar(w, "train/kl", r->grpo_step.kl);
     if (r->dpo && isfinite(r->dpo_step[0])) dt_tb_scalar(w, "train/rewards_accuracies", r->dpo_step[0]), dt_tb_scalar(w, "train/rewards_margins", r->dpo_step[1]);
     if (r->dpo && eval && isfinite(r->dpo_val[0])) dt_tb_scalar(w, "val/rewards_accuracies", r->dpo_val[0]), dt_tb_scalar(w, "val/rewards_margins", r->dpo_val[1]);
     if (dt_tb_step(w, step + 1)) {
@@ -80,6 +81,13 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     if (s->grad_bytes > 0) fprintf(f, ",\"grad_sent_bytes\":%.0f,\"compress_ratio\":%.4f", s->grad_bytes, s->compress_ratio);
     if (eval) json_num(f, "val_loss", "%.6f", val);
     if (r->dpo) json_num(f, "reward_accuracy", "%.4f", r->dpo_step[0]), json_num(f, "reward_margin", "%.6f", r->dpo_step[1]);
+    if (r->grpo) { /* TRL's GRPO figures: reward, reward_std, kl, completions/mean_length, clip_ratio, frac_reward_zero_std */
+        const dt_grpo_step_stats *g = &r->grpo_step;
+        json_num(f, "reward", "%.6f", g->reward), json_num(f, "reward_std", "%.6f", g->reward_std), json_num(f, "kl", "%.6g", g->kl);
+        json_num(f, "completion_len", "%.2f", g->completion), json_num(f, "clip_ratio", "%.6f", g->clipped);
+        json_num(f, "frac_reward_zero_std", "%.4f", g->flat), json_num(f, "rollout_s", "%.3f", g->decode_s);
+        json_num(f, "rollout_tok_per_s", "%.1f", g->rollout_tps);
+    }
     if (r->moe_worst > 0) fprintf(f, ",\"expert_load_max_mean\":%.4f,\"expert_load_max_mean_avg\":%.4f", r->moe_worst, r->moe_mean);
     if (r->moe_dropped >= 0 && r->moe_worst > 0) fprintf(f, ",\"expert_choices_dropped\":%.6f", r->moe_dropped);
     if (r->ep) fprintf(f, ",\"expert_exchange_bytes\":%.0f,\"expert_rank_load_max_mean\":%.4f", r->moe_ep_bytes, r->moe_rank_load);

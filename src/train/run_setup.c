@@ -202,6 +202,8 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
 static dt_status open_data(run *r) {
     const dt_train_config *c = &r->c;
     const dt_gpt2_config *mc = dt_gpt2_get_config(r->m);
+    dt_status st = DT_OK;
+    if (c->grpo.prompts) goto shape; /* GRPO's rows are its rollouts (dt_train_setup_grpo, once the weights are drawn) */
     if (!c->data) return dt_error(DT_ERR_ARG, "--data FILE is required (a token file: see dtrain tokenize)");
     if (dt_train_is_sft(c->val_data) && !dt_train_is_sft(c->data))
         return dt_error(DT_ERR_ARG, "--val-data %s is chats or completions (.jsonl) but --data %s is not", c->val_data, c->data);
@@ -209,7 +211,7 @@ static dt_status open_data(run *r) {
     if (sft && c->val_data && !dt_train_is_sft(c->val_data))
         return dt_error(DT_ERR_ARG, "--data %s is chats or completions (.jsonl) but --val-data %s is not", c->data, c->val_data);
     if (!sft && c->pack) return dt_error(DT_ERR_ARG, "--pack packs the examples of a .jsonl file; --data %s is a token file (its rows are full already)", c->data);
-    dt_status st = sft ? dt_train_open_sft(r) : dt_tokens_open(c->data, &r->train);
+    st = sft ? dt_train_open_sft(r) : dt_tokens_open(c->data, &r->train);
     if (sft) goto shape;
     if (!st) st = dt_tokens_check_vocab(r->train, mc->vocab_size);
     if (!st && r->rank == 0 && mc->vocab_size > 256 && dt_tokens_max(r->train) < 256)
@@ -501,6 +503,7 @@ dt_status dt_train_setup(run *r) {
     if (!st && r->pipe && r->rank == 0 && !c->quiet) print_stages(r);
     if (!st && !c->quiet) print_start(r);
     if (!st) st = dt_train_setup_dpo(r);
+    if (!st && c->grpo.prompts) st = dt_train_setup_grpo(r);
     return st;
 }
 

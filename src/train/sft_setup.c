@@ -67,7 +67,7 @@ dt_status dt_train_open_sft(run *r) {
 }
 
 size_t dt_train_data_tokens(const run *r) {
-    return r->sft ? dt_sft_rows(r->sft) * (size_t)dt_sft_seq(r->sft) : dt_tokens_count(r->train);
+    return r->sft ? dt_sft_rows(r->sft) * (size_t)dt_sft_seq(r->sft) : r->train ? dt_tokens_count(r->train) : 0; /* GRPO: none */
 }
 
 void dt_train_loss_tokens(run *r, dt_loader *l, int batches) {

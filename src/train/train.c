@@ -38,12 +38,14 @@ void dt_train_defaults(dt_train_config *c) {
     c->cp_impl = -1;    /* auto */
     dt_optim_defaults(DT_OPT_ADAMW, &c->opt);
     dt_kfac_defaults(&c->kfac);
+    dt_grpo_defaults(&c->grpo);
     dt_schedule_defaults(&c->sched);
     dt_loss_scale_defaults(&c->loss_scale);
 }
 
 /* The loader's next batch into r->in, r->tg; a context-parallel rank keeps its rows of each sequence. */
 static void load(run *r, dt_loader *l) {
+    if (r->grpo && !l) { dt_train_grpo_batch(r); return; } /* GRPO's rows: its rollout's, in order */
     dt_loader_next(l, r->in, r->tg);
     if (r->pos) dt_loader_positions(l, r->pos);
     if (r->keys && l == r->tl) dt_loader_row_keys(l, r->c.seed, r->keys);
@@ -168,7 +170,8 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
                           &(dt_progress){ .step = step, .steps = c->steps, .first = r->first_step, .loss = s->loss, .lr = lr,
                                           .norm = s->norm, .skipped = s->skipped, .ms = ms, .rate = tps, .unit = "tok/s", .mfu = mfu,
                                           .bubble = r->pipe ? r->bubble : NAN, .experts = r->moe_worst, .dropped = r->moe_dropped,
-                                          .elapsed = dt_time_now() - t_start, .val = eval ? val : NAN });
+                                          .elapsed = dt_time_now() - t_start, .val = eval ? val : NAN,
+                                          .grpo = r->grpo != NULL, .reward = r->grpo_step.reward, .kl = r->grpo_step.kl });
     return 0;
 }
 
@@ -244,10 +247,12 @@ static int train_loop(run *r) {
         DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "step", "\"step\":%d", step + 1);
         dt_train_loss_tokens(r, r->tl, c->grad_accum);
         if (r->dpo) dt_dpo_restart(r->dpo);
-        dt_status st = dt_engine_step(r->e, c->grad_accum, lr, micro, r, dt_train_interrupted(), &s);
+        dt_status st = r->grpo ? dt_train_grpo_prepare(r, step) : DT_OK;
+        if (!st) st = dt_engine_step(r->e, c->grad_accum, lr, micro, r, dt_train_interrupted(), &s);
         DT_TRACE_END(DT_TRACK_COMPUTE);
         if (!st && r->pipe) st = pipeline_times(r);
         if (!st && r->dpo) st = dt_train_dpo_stats(r, false, r->dpo_step); /* the step's pairs (before an evaluation's) */
+        if (!st && r->grpo) st = dt_train_grpo_stats(r, &r->grpo_step);
         if (!st) st = dt_train_moe_load(r);
         if (st) {
             /* an error that names its step already (the loss scaler's) is said as it is */
@@ -287,6 +292,7 @@ static void teardown(run *r) {
     dt_sft_destroy(r->sft);
     dt_sft_destroy(r->sft_val);
     dt_dpo_destroy(r->dpo);
+    dt_train_grpo_destroy(r);
     free(r->pos);
     free(r->keys);
     dt_gpt2_destroy(r->m);

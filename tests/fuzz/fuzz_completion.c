@@ -16,8 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
             serve_params_free(&p);
         }
     size_t m, m2;
-    char *a = serve_utf8_clean((const char *)data, n, &m);
-    char *b = a ? serve_utf8_clean(a, m, &m2) : NULL;
+    char *a = dt_utf8_clean((const char *)data, n, &m);
+    char *b = a ? dt_utf8_clean(a, m, &m2) : NULL;
     if (a && (!b || m2 != m || memcmp(a, b, m))) abort();
     free(a);
     free(b);

@@ -1,0 +1,371 @@
+/* GRPO in a training run (--grpo PROMPTS): each rollout, every data-parallel rank takes its share of the next prompts,
+ * decodes --grpo-group completions of each with the decoder made from the trainer's weights as they are now (packed in
+ * memory after the last update: no file, no reload), scores them by --reward, records the reference's log-probabilities
+ * (a copy of the starting model, forward only) and hands the rows to the engine's micro-batches, whose loss is the
+ * program's token loss (train/grpo.c). Everything a rank draws comes from (--seed, the prompt's place in the stream,
+ * the completion's place in its group) and the decoder's rows are batch-invariant, so the same global batch on any
+ * number of ranks rolls out the same completions. Data parallelism only: the decoder runs a whole model on each rank. */
+#include "run.h"
+#include "run_checks.h"
+#include "dtrain/infer.h"
+#include "dtrain/io.h"
+#include "dtrain/kernels.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int32_t *toks;
+    int n, cap, eos;
+} completion;
+
+struct dt_grpo_run {
+    dt_grpo *g;
+    dt_reward *reward;
+    dt_gpt2 *ref;           /* the reference (beta > 0): the starting model */
+    dt_bpe *tok;            /* NULL: bytes */
+    int eos;                /* the end-of-text id that ends a completion (-1: none) */
+    char **texts;           /* the prompts as written */
+    int32_t **ptoks;        /* and as the model reads them */
+    int *plen, nprompts;
+    int rows, per_rank, T;  /* this rank's rows a step, prompts a step, positions a row */
+    int32_t *in, *tg;       /* [rows * T] */
+    completion *done;       /* [rows] */
+    float *rewards, *adv;
+    int next;               /* the next micro-batch's first row */
+    int *perm;              /* --shuffle: the prompts' order in pass perm_pass */
+    int64_t perm_pass;
+    int step;               /* steps done */
+    double stats[8];        /* this rollout's: see GRPO_* */
+    char *sample;           /* rank 0: the first prompt's first completion, as text */
+};
+
+enum { S_ROWS, S_REWARD, S_REWARD_SQ, S_TOKENS, S_FLAT_GROUPS, S_DECODE_S, S_KL, S_CLIPPED };
+
+static dt_status add_prompt(dt_grpo_run *gr, const char *text, const char *where) {
+    if (!*text) return dt_error(DT_ERR_IO, "%s: an empty prompt", where);
+    char **t = realloc(gr->texts, sizeof *t * (size_t)(gr->nprompts + 1));
+    if (t) gr->texts = t;
+    int32_t **p = t ? realloc(gr->ptoks, sizeof *p * (size_t)(gr->nprompts + 1)) : NULL;
+    if (p) gr->ptoks = p;
+    int *l = p ? realloc(gr->plen, sizeof *l * (size_t)(gr->nprompts + 1)) : NULL;
+    if (!l) return dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
+    gr->plen = l;
+    int k = gr->nprompts;
+    if (!(gr->texts[k] = strdup(text))) return dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
+    gr->ptoks[k] = NULL;
+    gr->nprompts++;
+    dt_status st = dt_bpe_prompt(gr->tok, text, strlen(text), &gr->ptoks[k], &gr->plen[k]);
+    if (st) return dt_error(st, "%s: %s", where, dt_last_error());
+    if (gr->plen[k] >= gr->T)
+        return dt_error(DT_ERR_ARG, "%s: the prompt is %d tokens; a row of --seq %d holds it and at least one completion token only "
+                        "below %d", where, gr->plen[k], gr->T, gr->T);
+    return DT_OK;
+}
+
+/* A .jsonl of {"prompt": text} (TRL's standard prompt-only form; other keys ignored), or any other file's lines. */
+static dt_status read_prompts(dt_grpo_run *gr, const char *path) {
+    char *text = NULL, where[4200];
+    size_t len = 0;
+    dt_status st = dt_file_read_text(path, (size_t)1 << 30, &text, &len);
+    if (st) return dt_error(st, "--grpo %s: %s", path, dt_last_error());
+    bool jsonl = dt_train_is_sft(path);
+    size_t lineno = 0;
+    for (char *s = text, *eol; !st && s < text + len; s = eol + 1) {
+        eol = strchr(s, '\n');
+        if (!eol) eol = text + len;
+        *eol = 0;
+        lineno++;
+        snprintf(where, sizeof where, "%s:%zu", path, lineno);
+        if (eol > s && eol[-1] == '\r') eol[-1] = 0;
+        if (!*s) continue;
+        if (!jsonl) { st = add_prompt(gr, s, where); continue; }
+        cJSON *j = cJSON_Parse(s);
+        const cJSON *p = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
+        st = !j ? dt_error(DT_ERR_IO, "%s: not JSON", where)
+           : cJSON_IsArray(p) ? dt_error(DT_ERR_UNSUPPORTED, "%s: conversational prompts (a list of messages) are not read yet: give the "
+                                         "prompt's text", where)
+           : !cJSON_IsString(p) ? dt_error(DT_ERR_IO, "%s: no \"prompt\" text", where)
+                                : add_prompt(gr, p->valuestring, where);
+        cJSON_Delete(j);
+    }
+    free(text);
+    if (!st && gr->nprompts == 0) st = dt_error(DT_ERR_IO, "--grpo %s: no prompts", path);
+    return st;
+}
+
+dt_status dt_train_check_grpo(const dt_train_config *c) {
+    const char *why = c->data ? "--data (GRPO's rows are its own completions of the --grpo prompts)"
+                    : c->val_data ? "--val-data"
+                    : c->tp > 1 || c->pp > 1 || c->cp > 1 ? "tensor, pipeline or context parallelism (the decoder rolls out on each data-parallel rank's whole model)"
+                    : c->strategy && !strcmp(c->strategy, "zero3") ? "zero3 (its ranks hold a shard of the weights; the decoder needs them whole)"
+                    : c->lora.rank || c->lora_from ? "LoRA (the decoder reads merged weights; not yet)"
+                    : c->ep > 1 ? "expert parallelism"
+                    : c->resume ? "--resume (the reference is the model the run started from)"
+                    : c->pack ? "--pack"
+                    : c->steps == 0 ? "--steps 0 (evaluation)" : NULL;
+    if (why) return dt_error(DT_ERR_UNSUPPORTED, "--grpo %s: not with %s", c->grpo.prompts, why);
+    if (!c->grpo.reward) return dt_error(DT_ERR_ARG, "--grpo %s: --reward SPEC is required (contains:WORD, count:WORD or cmd:COMMAND)", c->grpo.prompts);
+    int rows = c->batch * c->grad_accum;
+    if (rows % c->grpo.group)
+        return dt_error(DT_ERR_ARG, "--grpo-group %d: each rank's rows a step (--batch %d x --grad-accum %d = %d) must be whole groups",
+                        c->grpo.group, c->batch, c->grad_accum, rows);
+    return DT_OK;
+}
+
+/* The reference: a copy of the model as it starts, whose forwards record the rows' log-probabilities. */
+static dt_status make_reference(run *r, dt_grpo_run *gr) {
+    dt_gpt2_config cfg = *dt_gpt2_get_config(r->m);
+    dt_gpt2_part whole = dt_gpt2_whole(&cfg);
+    dt_status st = dt_gpt2_create_part(&cfg, &whole, &gr->ref);
+    if (!st) st = dt_gpt2_copy_slices(r->m, gr->ref);
+    if (!st) st = dt_program_set_token_loss(dt_gpt2_program(gr->ref), dt_grpo_token_loss, gr->g);
+    return st ? dt_error(st, "GRPO's reference: %s", dt_last_error()) : DT_OK;
+}
+
+static dt_status open_tokenizer(run *r, dt_grpo_run *gr) {
+    const dt_train_config *c = &r->c;
+    gr->eos = -1;
+    dt_status st = dt_bpe_for_model(c->tokenizer, NULL, dt_gpt2_get_config(r->m)->vocab_size, c->model, "--grpo", false, &gr->tok);
+    if (st || !gr->tok) return st;
+    char found[4200];
+    snprintf(found, sizeof found, "%s/tokenizer.json", c->model);
+    st = dt_tokenizer_config_read(c->tokenizer ? c->tokenizer : found, gr->tok, NULL, &gr->eos);
+    if (st == DT_ERR_UNSUPPORTED) st = DT_OK, gr->eos = -1; /* no tokenizer_config.json: completions run to their length */
+    return st;
+}
+
+static dt_status alloc_rows(dt_grpo_run *gr) {
+    size_t n = (size_t)gr->rows * (size_t)gr->T;
+    gr->in = malloc(n * sizeof(int32_t)), gr->tg = malloc(n * sizeof(int32_t));
+    gr->done = calloc((size_t)gr->rows, sizeof *gr->done);
+    gr->rewards = malloc((size_t)gr->rows * sizeof(float)), gr->adv = malloc((size_t)gr->rows * sizeof(float));
+    gr->perm = malloc((size_t)gr->nprompts * sizeof(int)), gr->perm_pass = -1;
+    bool ok = gr->in && gr->tg && gr->done && gr->rewards && gr->adv && gr->perm;
+    for (int i = 0; ok && i < gr->rows; i++) ok = (gr->done[i].toks = malloc((size_t)(gr->T + 1) * sizeof(int32_t))) != NULL;
+    return ok ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory for %d rows of %d", gr->rows, gr->T);
+}
+
+dt_status dt_train_setup_grpo(run *r) {
+    dt_train_config *c = &r->c;
+    dt_status st = DT_OK;
+    dt_grpo_run *gr = r->grpo = calloc(1, sizeof *gr);
+    if (!gr) return dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+    gr->rows = c->batch * c->grad_accum, gr->T = c->seq, gr->per_rank = gr->rows / c->grpo.group;
+    if (!c->grpo.completion) c->grpo.completion = c->seq; /* dr_grpo's constant: the longest completion a row may hold */
+    if (!(st = open_tokenizer(r, gr)) && !(st = read_prompts(gr, c->grpo.prompts)) && !(st = dt_reward_create(c->grpo.reward, &gr->reward)) &&
+        !(st = dt_grpo_create(&c->grpo, gr->rows, gr->T, &gr->g)) && !(st = alloc_rows(gr)))
+        st = dt_program_set_token_loss(dt_gpt2_program(r->m), dt_grpo_token_loss, gr->g);
+    if (!st && c->grpo.beta > 0) st = make_reference(r, gr);
+    if (!st && r->rank == 0 && !c->quiet)
+        printf("GRPO: %d prompts from %s, %d completions each (of at most %d tokens, temperature %g%s), %d prompts a step over %d "
+               "rank%s, --reward %s; TRL's %s loss, beta %g (the reference: %s), epsilon %g, %d iteration%s a rollout\n",
+               gr->nprompts, c->grpo.prompts, c->grpo.group, c->grpo.completion, c->grpo.temperature,
+               c->grpo.top_k ? ", top-k" : "", gr->per_rank * r->dp_size, r->dp_size, r->dp_size == 1 ? "" : "s", c->grpo.reward,
+               dt_grpo_loss_name(c->grpo.loss), c->grpo.beta, c->grpo.beta > 0 ? "the starting model" : "none", c->grpo.epsilon,
+               c->grpo.iterations, c->grpo.iterations == 1 ? "" : "s");
+    return st;
+}
+
+void dt_train_grpo_destroy(run *r) {
+    dt_grpo_run *gr = r->grpo;
+    if (!gr) return;
+    for (int i = 0; i < gr->nprompts; i++) free(gr->texts[i]), free(gr->ptoks[i]);
+    for (int i = 0; gr->done && i < gr->rows; i++) free(gr->done[i].toks);
+    free(gr->texts), free(gr->ptoks), free(gr->plen);
+    free(gr->in), free(gr->tg), free(gr->done), free(gr->rewards), free(gr->adv), free(gr->sample), free(gr->perm);
+    dt_grpo_destroy(gr->g);
+    dt_reward_destroy(gr->reward);
+    dt_gpt2_destroy(gr->ref);
+    dt_bpe_destroy(gr->tok);
+    free(gr);
+    r->grpo = NULL;
+}
+
+static int on_token(void *ctx, int32_t token, const float *logits) {
+    (void)logits;
+    completion *c = ctx;
+    c->toks[c->n++] = token;
+    return token == c->eos; /* the end-of-text token ends it, kept (TRL's completion mask holds it) */
+}
+
+/* Row i's prompt in rollout gen: the stream of prompts runs through the file (in a fresh order each pass with
+ * --shuffle), each rollout taking the next prompts of every rank in rank order; *place: the prompt's place in it. */
+static int prompt_of(const run *r, dt_grpo_run *gr, int gen, int i, uint64_t *place) {
+    uint64_t q = ((uint64_t)gen * (uint64_t)r->dp_size + (uint64_t)r->dp_rank) * (uint64_t)gr->per_rank + (uint64_t)(i / r->c.grpo.group);
+    int64_t pass = (int64_t)(q / (uint64_t)gr->nprompts);
+    *place = q;
+    if (!r->c.shuffle_seed) return (int)(q % (uint64_t)gr->nprompts);
+    if (pass != gr->perm_pass) {
+        uint32_t w[3] = { (uint32_t)r->c.shuffle_seed, (uint32_t)(r->c.shuffle_seed >> 32), (uint32_t)pass };
+        dt_rng_shuffle(gr->perm, gr->nprompts, dt_hash_words(DT_HASH_INIT, w, 3));
+        gr->perm_pass = pass;
+    }
+    return gr->perm[q % (uint64_t)gr->nprompts];
+}
+
+/* Every row's completion, all rows in one continuously batched decoder over the weights as they are now. */
+static dt_status decode(run *r, dt_grpo_run *gr, int gen) {
+    const dt_grpo_config *gc = &r->c.grpo;
+    int budget = gr->rows > 256 ? gr->rows : 256;
+    dt_decoder *d = NULL;
+    dt_batcher *b = NULL;
+    double t0 = dt_time_now();
+    dt_status st = dt_decoder_create(r->m, DT_QUANT_NONE, gr->rows, budget, &d);
+    if (!st) st = dt_batcher_create(d, budget, &b);
+    for (int i = 0; !st && i < gr->rows; i++) {
+        uint64_t q;
+        int p = prompt_of(r, gr, gen, i, &q), room = gr->T + 1 - gr->plen[p];
+        uint32_t w[5] = { (uint32_t)r->c.seed, (uint32_t)(r->c.seed >> 32), (uint32_t)q, (uint32_t)(q >> 32), (uint32_t)(i % gc->group) };
+        completion *c = &gr->done[i];
+        c->n = 0, c->eos = gr->eos;
+        dt_infer_request req = { gr->ptoks[p], gr->plen[p], gc->completion < room ? gc->completion : room,
+                                 { gc->temperature, gc->top_k, 1.0f }, dt_hash_words(DT_HASH_INIT, w, 5), on_token, NULL, c };
+        st = dt_batcher_add(b, &req);
+    }
+    while (!st && dt_batcher_get_stats(b).finished < gr->rows) st = dt_batcher_step(b);
+    dt_batcher_destroy(b);
+    dt_decoder_destroy(d);
+    gr->stats[S_DECODE_S] = dt_time_now() - t0;
+    return st ? dt_error(st, "GRPO's rollout: %s", dt_last_error()) : DT_OK;
+}
+
+/* Row i as the model reads it: the prompt, then the completion, scored (the target of position t is token t + 1). */
+static void build_row(const dt_grpo_run *gr, int i, int p) {
+    const completion *c = &gr->done[i];
+    int P = gr->plen[p], T = gr->T;
+    int32_t *in = gr->in + (size_t)i * T, *tg = gr->tg + (size_t)i * T;
+    for (int t = 0; t < T; t++) {
+        in[t] = t < P ? gr->ptoks[p][t] : t - P < c->n ? c->toks[t - P] : 0;
+        tg[t] = t >= P - 1 && t - (P - 1) < c->n ? c->toks[t - (P - 1)] : DT_IGNORE_INDEX;
+    }
+}
+
+/* A completion's text (the end-of-text token left out, as TRL decodes with skip_special_tokens). */
+static char *completion_text(const dt_grpo_run *gr, const completion *c, size_t *len) {
+    size_t cap = 16, n = 0;
+    char *s = malloc(cap);
+    for (int t = 0; s && t < c->n; t++) {
+        if (c->toks[t] == gr->eos) continue;
+        size_t k = 1;
+        char byte = (char)c->toks[t];
+        const char *b = gr->tok ? dt_bpe_token_bytes(gr->tok, (uint32_t)c->toks[t], &k) : &byte;
+        if (!b) continue;
+        if (n + k + 1 > cap) {
+            char *g = realloc(s, cap = 2 * (n + k + 1));
+            if (!g) { free(s); return NULL; }
+            s = g;
+        }
+        memcpy(s + n, b, k), n += k;
+    }
+    if (s) s[n] = 0;
+    *len = n;
+    return s;
+}
+
+/* The rows' rewards (--reward) and advantages; rank 0 keeps its first completion's text to show. */
+static dt_status score(run *r, dt_grpo_run *gr, int gen) {
+    const char **prompts = malloc(sizeof(char *) * (size_t)gr->rows);
+    char **texts = calloc((size_t)gr->rows, sizeof(char *));
+    size_t *lens = malloc(sizeof(size_t) * (size_t)gr->rows);
+    dt_status st = prompts && texts && lens ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+    for (int i = 0; !st && i < gr->rows; i++) {
+        uint64_t q;
+        int p = prompt_of(r, gr, gen, i, &q);
+        prompts[i] = gr->texts[p];
+        build_row(gr, i, p);
+        if (!(texts[i] = completion_text(gr, &gr->done[i], &lens[i]))) st = dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+    }
+    if (!st) st = dt_reward_score(gr->reward, gr->rows, prompts, (const char *const *)texts, lens, gr->rewards);
+    if (!st) dt_grpo_advantages(gr->rewards, gr->rows, r->c.grpo.group, gr->adv);
+    if (!st && r->rank == 0) {
+        free(gr->sample);
+        gr->sample = dt_utf8_clean(texts[0], lens[0], NULL);
+    }
+    for (int i = 0; texts && i < gr->rows; i++) free(texts[i]);
+    free(prompts), free(texts), free(lens);
+    return st;
+}
+
+/* The rollout's statistics, and dapo's weight: one over the global batch's completion tokens, times the passes the
+ * engine (accumulation) and data parallelism (the ranks) average over. */
+static dt_status count(run *r, dt_grpo_run *gr, double *token_scale) {
+    int G = r->c.grpo.group;
+    double *s = gr->stats;
+    s[S_ROWS] = gr->rows, s[S_REWARD] = s[S_REWARD_SQ] = s[S_TOKENS] = s[S_FLAT_GROUPS] = 0;
+    for (int i = 0; i < gr->rows; i++) s[S_REWARD] += gr->rewards[i], s[S_REWARD_SQ] += gr->rewards[i] * (double)gr->rewards[i], s[S_TOKENS] += gr->done[i].n;
+    for (int g0 = 0; g0 < gr->rows; g0 += G) {
+        bool flat = true;
+        for (int k = 1; k < G; k++) flat = flat && gr->rewards[g0 + k] == gr->rewards[g0];
+        s[S_FLAT_GROUPS] += flat;
+    }
+    float tokens = (float)s[S_TOKENS];
+    dt_status st = r->nranks > 1 ? dt_comm_allreduce(r->w, &tokens, &tokens, 1, DT_F32, DT_SUM) : DT_OK;
+    *token_scale = tokens > 0 ? (double)r->c.grad_accum * r->dp_size / tokens : 0;
+    return st;
+}
+
+/* Before step `step`: a new rollout when the last one has trained its iterations; the forwards sent to row 0. */
+dt_status dt_train_grpo_prepare(run *r, int step) {
+    dt_grpo_run *gr = r->grpo;
+    int it = step % r->c.grpo.iterations, gen = step / r->c.grpo.iterations;
+    double scale = 0;
+    dt_status st = DT_OK;
+    gr->next = 0;
+    if (it == 0) {
+        if (!(st = decode(r, gr, gen)) && !(st = score(r, gr, gen)) && !(st = count(r, gr, &scale))) dt_grpo_begin(gr->g, gr->adv, scale);
+        dt_grpo_restart(gr->g, DT_GRPO_RECORD_REF);
+        int B = r->c.batch;
+        float ignored;
+        for (int k = 0; !st && gr->ref && k < r->c.grad_accum; k++)
+            st = dt_gpt2_forward(gr->ref, gr->in + (size_t)k * B * gr->T, gr->tg + (size_t)k * B * gr->T, B, gr->T, &ignored);
+        if (st) return dt_error(st, "GRPO's rollout %d: %s", gen + 1, dt_last_error());
+    }
+    double drop[DT_GRPO_NSTATS];
+    dt_grpo_stats(gr->g, drop, true);
+    dt_grpo_restart(gr->g, it == 0 ? DT_GRPO_RECORD_OLD : DT_GRPO_TRAIN);
+    return DT_OK;
+}
+
+void dt_train_grpo_batch(run *r) {
+    dt_grpo_run *gr = r->grpo;
+    size_t n = (size_t)r->c.batch * (size_t)gr->T, at = (size_t)gr->next * (size_t)gr->T;
+    if (gr->next + r->c.batch > gr->rows) at = 0; /* more micro-batches than the rollout has rows: cannot be, the loss says NAN */
+    memcpy(r->in, gr->in + at, n * sizeof(int32_t));
+    memcpy(r->tg, gr->tg + at, n * sizeof(int32_t));
+    gr->next += r->c.batch;
+}
+
+/* After the step: the rollout's and the loss's statistics over every rank (collective) into out. */
+dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out) {
+    dt_grpo_run *gr = r->grpo;
+    double loss_stats[DT_GRPO_NSTATS];
+    dt_grpo_stats(gr->g, loss_stats, true);
+    gr->stats[S_KL] = loss_stats[DT_GRPO_KL], gr->stats[S_CLIPPED] = loss_stats[DT_GRPO_CLIPPED];
+    float v[8];
+    for (int i = 0; i < 8; i++) v[i] = (float)gr->stats[i];
+    v[S_TOKENS] = (float)loss_stats[DT_GRPO_TOKENS]; /* the tokens the loss saw (= the rollout's) */
+    float rollout_tokens = (float)gr->stats[S_TOKENS];
+    dt_status st = r->nranks > 1 ? dt_comm_allreduce(r->w, v, v, 8, DT_F32, DT_SUM) : DT_OK;
+    if (!st && r->nranks > 1) st = dt_comm_allreduce(r->w, &rollout_tokens, &rollout_tokens, 1, DT_F32, DT_SUM);
+    if (st) return st;
+    double n = v[S_ROWS], mean = v[S_REWARD] / n;
+    *out = (dt_grpo_step_stats){
+        .reward = mean, .reward_std = sqrt(fmax(0, v[S_REWARD_SQ] / n - mean * mean)), .kl = v[S_TOKENS] > 0 ? v[S_KL] / v[S_TOKENS] : 0,
+        .completion = v[S_TOKENS] / n, .clipped = v[S_TOKENS] > 0 ? v[S_CLIPPED] / v[S_TOKENS] : 0,
+        .flat = v[S_FLAT_GROUPS] / (n / r->c.grpo.group), .decode_s = v[S_DECODE_S] / r->nranks,
+        .rollout_tps = v[S_DECODE_S] > 0 ? rollout_tokens / (v[S_DECODE_S] / r->nranks) : 0, .sample = gr->sample,
+    };
+    gr->stats[S_DECODE_S] = 0;
+    /* the text before and after: rank 0's first completion of the first and the last rollouts */
+    const dt_train_config *c = &r->c;
+    int step = gr->step++;
+    if (r->rank == 0 && !c->quiet && gr->sample && (step == 0 || step + 1 == c->steps) && step % c->grpo.iterations == 0) {
+        uint64_t q;
+        printf("  step %d, prompt %s: completion \"%s\"\n", step + 1, gr->texts[prompt_of(r, gr, step / c->grpo.iterations, 0, &q)], gr->sample);
+    }
+    return DT_OK;
+}
