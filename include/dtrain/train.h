@@ -34,6 +34,7 @@ typedef struct {
     double beta, epsilon;     /* the KL's coefficient (0.04, the paper's) and the ratio's clipping (0.2) */
     float temperature;        /* the sampling's (1) */
     dt_grpo_loss loss;        /* --grpo-loss (dapo, TRL's default) */
+    int plain_kl;             /* --grpo-kl plain: the KL term not times the ratio (TRL's use_bias_correction_kl=False) */
 } dt_grpo_config;
 
 typedef struct {
@@ -328,6 +329,9 @@ const char *dt_grpo_loss_name(dt_grpo_loss k);
 dt_status dt_grpo_create(const dt_grpo_config *c, int rows, int T, dt_grpo **out);
 void dt_grpo_destroy(dt_grpo *g);
 void dt_grpo_advantages(const float *rewards, int n, int group, float *adv);
+/* A row of T inputs and targets: the prompt's P tokens, then the completion's C (P + C <= T + 1), the completion's
+ * tokens scored (the target of position t is token t + 1), the rest padding (0, DT_IGNORE_INDEX). */
+void dt_grpo_row(const int32_t *prompt, int P, const int32_t *completion, int C, int T, int32_t *in, int32_t *tg);
 void dt_grpo_begin(dt_grpo *g, const float *adv, double token_scale);
 void dt_grpo_restart(dt_grpo *g, int mode);
 void dt_grpo_stats(dt_grpo *g, double out[DT_GRPO_NSTATS], bool clear);

@@ -65,6 +65,8 @@ static void usage(FILE *f) {
             "                     program reading a JSON line {\"prompt\", \"completion\"} a completion and writing\n"
             "                     a number a line\n"
             "  --grpo-beta X      the KL penalty to the starting model (0.04, the paper's; 0: no reference kept)\n"
+            "  --grpo-kl K        corrected (TRL's default: the k3 estimate times the ratio, DeepSeek-V3.2's unbiased\n"
+            "                     gradient) or plain (the k3 estimate alone, the GRPO paper's)\n"
             "  --grpo-loss L      dapo (TRL's default: over the global batch's completion tokens), grpo (each\n"
             "                     completion's mean), dr_grpo (over completions x --completion-tokens)\n"
             "  --grpo-epsilon X (0.2)  --grpo-iterations N (1: steps a rollout trains, TRL's num_iterations)\n"
@@ -212,7 +214,7 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" }, { "--tensorboard", "a folder" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
-    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND" }, { "--grpo-loss", "dapo, grpo or dr_grpo" },
+    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND" }, { "--grpo-loss", "dapo, grpo or dr_grpo" }, { "--grpo-kl", "corrected or plain" },
     { "--grpo-group", "a whole number from 2 to 4096" }, { "--grpo-iterations", "a whole number from 1 to 1000" }, { "--grpo-beta", "a number from 0 to 1e6" }, { "--grpo-epsilon", "a number from 0 to 1e3" },
     { "--completion-tokens", "a whole number from 1 to 1e6" }, { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 2^30" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
@@ -352,6 +354,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         else if (!strcmp(f, "--grpo")) c.grpo.prompts = v;
         else if (!strcmp(f, "--reward")) c.grpo.reward = v;
         else if (!strcmp(f, "--grpo-loss")) ok = !dt_grpo_loss_parse(v, &c.grpo.loss);
+        else if (!strcmp(f, "--grpo-kl")) ok = !strcmp(v, "corrected") || !strcmp(v, "plain"), c.grpo.plain_kl = !strcmp(v, "plain");
         else if (!strcmp(f, "--chat-template")) ok = !dt_chat_kind_parse(v, &(dt_chat_kind){ 0 }), c.chat_template = v;
         else if (!strcmp(f, "--strategy")) {
             ok = dt_strategy_find(v) != NULL, c.strategy = v;

@@ -3,6 +3,8 @@
  * standard deviation (+ 1e-4), and each completion token t adds
  *     l_t = -min(r_t A, clip(r_t, 1 - eps, 1 + eps) A) + beta k3_t,   r_t = pi(t) / pi_old(t),
  *     k3_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1             (Schulman's estimator of KL(pi || ref)),
+ * the KL term taken times r_t (TRL's use_bias_correction_kl, its default: DeepSeek-V3.2's unbiased gradient; r_t is 1
+ * on the rollout's first pass, but its gradient is not 0) unless plain_kl,
  * summed over the completion's tokens by the loss kind's weights: dapo (TRL's default) divides by the global batch's
  * completion tokens, grpo by each completion's length and the completions, dr_grpo by the completions times the
  * longest completion allowed.
@@ -10,7 +12,7 @@
  * The seam is the program's token loss (dt_program_set_token_loss), as DPO's: log pi(t) is minus the token's
  * cross-entropy, so d(loss)/d(ce_t) = -dl_t/dlogp_t times the token's weight, where
  *     dl_t/dlogp_t = -r_t A (when the unclipped term is the min; 0 when the clipped one is, outside the range)
- *                    + beta (1 - exp(ref_t - logp_t)).
+ *                    + beta r_t (k3_t + 1 - exp(ref_t - logp_t))    (plain_kl: + beta (1 - exp(ref_t - logp_t))).
  * A step's rows are this rank's completions in order; forwards read them a micro-batch at a time from row 0 (a cursor,
  * restarted each step). The first pass over a rollout records pi_old (= pi: r_t is exactly 1, as TRL's detached
  * copy); later iterations over the same rollout (--grpo-iterations) read it. In reference mode forwards record the
@@ -77,6 +79,13 @@ void dt_grpo_advantages(const float *rewards, int n, int group, float *adv) {
     }
 }
 
+void dt_grpo_row(const int32_t *prompt, int P, const int32_t *completion, int C, int T, int32_t *in, int32_t *tg) {
+    for (int t = 0; t < T; t++) {
+        in[t] = t < P ? prompt[t] : t - P < C ? completion[t - P] : 0;
+        tg[t] = t >= P - 1 && t - (P - 1) < C ? completion[t - (P - 1)] : DT_IGNORE_INDEX;
+    }
+}
+
 void dt_grpo_begin(dt_grpo *g, const float *adv, double token_scale) {
     memcpy(g->adv, adv, sizeof(float) * (size_t)g->rows);
     memset(g->ref, 0, sizeof(float) * (size_t)g->rows * (size_t)g->T);
@@ -104,8 +113,10 @@ static double token_weight(const dt_grpo *g, int n, int B) {
 static double token_loss(dt_grpo *g, double lp, double old, double ref, double A, double *dlp) {
     double r = exp(lp - old), lo = 1 - g->c.epsilon, hi = 1 + g->c.epsilon, clipped = r < lo ? lo : r > hi ? hi : r;
     bool unclipped = r * A <= clipped * A; /* the min's term (ties: either; their gradients agree inside the range) */
-    double x = ref - lp, kl = g->c.beta != 0 ? exp(x) - x - 1 : 0;
-    *dlp = (unclipped ? -r * A : 0) + g->c.beta * (1 - exp(x)) * (g->c.beta != 0);
+    double x = ref - lp, k3 = g->c.beta != 0 ? exp(x) - x - 1 : 0, dk3 = g->c.beta != 0 ? 1 - exp(x) : 0;
+    /* TRL's use_bias_correction_kl (its default): the KL term times the ratio, whose gradient counts where r is 1 */
+    double kl = g->c.plain_kl ? k3 : r * k3, dkl = g->c.plain_kl ? dk3 : r * (k3 + dk3);
+    *dlp = (unclipped ? -r * A : 0) + g->c.beta * dkl;
     g->stats[DT_GRPO_TOKENS] += 1;
     g->stats[DT_GRPO_KL] += kl;
     g->stats[DT_GRPO_CLIPPED] += (r < lo && A < 0) || (r > hi && A > 0); /* TRL's clip_ratio's low and high regions */

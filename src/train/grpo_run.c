@@ -233,17 +233,6 @@ static dt_status decode(run *r, dt_grpo_run *gr, int gen) {
     return st ? dt_error(st, "GRPO's rollout: %s", dt_last_error()) : DT_OK;
 }
 
-/* Row i as the model reads it: the prompt, then the completion, scored (the target of position t is token t + 1). */
-static void build_row(const dt_grpo_run *gr, int i, int p) {
-    const completion *c = &gr->done[i];
-    int P = gr->plen[p], T = gr->T;
-    int32_t *in = gr->in + (size_t)i * T, *tg = gr->tg + (size_t)i * T;
-    for (int t = 0; t < T; t++) {
-        in[t] = t < P ? gr->ptoks[p][t] : t - P < c->n ? c->toks[t - P] : 0;
-        tg[t] = t >= P - 1 && t - (P - 1) < c->n ? c->toks[t - (P - 1)] : DT_IGNORE_INDEX;
-    }
-}
-
 /* A completion's text (the end-of-text token left out, as TRL decodes with skip_special_tokens). */
 static char *completion_text(const dt_grpo_run *gr, const completion *c, size_t *len) {
     size_t cap = 16, n = 0;
@@ -276,7 +265,7 @@ static dt_status score(run *r, dt_grpo_run *gr, int gen) {
         uint64_t q;
         int p = prompt_of(r, gr, gen, i, &q);
         prompts[i] = gr->texts[p];
-        build_row(gr, i, p);
+        dt_grpo_row(gr->ptoks[p], gr->plen[p], gr->done[i].toks, gr->done[i].n, gr->T, gr->in + (size_t)i * gr->T, gr->tg + (size_t)i * gr->T);
         if (!(texts[i] = completion_text(gr, &gr->done[i], &lens[i]))) st = dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     }
     if (!st) st = dt_reward_score(gr->reward, gr->rows, prompts, (const char *const *)texts, lens, gr->rewards);

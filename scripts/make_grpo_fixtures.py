@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Reference fixtures for dtrain's GRPO loss, computed by TRL's GRPOTrainer (the oracle: its _compute_loss and
+_get_per_token_logps_and_entropies on a trainer made with a tiny random Llama).
+
+Writes tests/fixtures/grpo/:
+  ref.safetensors     the reference: a tiny random Llama's weights (HF names); metadata "config"
+  old.safetensors     pi_old: the policy moved further (for the clipped ratios of a second iteration)
+  policy.safetensors  the policy (the reference moved by noise, so that the KL is not zero), and:
+                        "prompt" [R, P] and "completion" [R, C] the rows' tokens, "mask" [R, C] their completion masks
+                        (a completion ends after its end-of-text token), "rewards" [R] and TRL's "advantages" [R]
+                        (groups of G, scale_rewards "group"), "ref_logps" [R, C] TRL's reference log-probabilities;
+                        for each loss kind K in dapo, grpo, dr_grpo (beta 0.04, one iteration: pi_old = pi detached):
+                        "K.loss", "K.grad.<name>" and "K.kl" (TRL's kl metric: the mean over the tokens); "plain.*" the
+                        same for loss grpo with use_bias_correction_kl=False (TRL's default, True, takes the KL term
+                        times the ratio); and "clip.loss", "clip.grad.<name>", "clip.ratio": loss grpo
+                        with pi_old's log-probabilities given ("old_logps" [R, C], TRL's of old.safetensors)
+Every prompt has the same length: TRL left-pads prompts and Llama then reads positions shifted by the padding (the
+same attention under rotary positions, up to rounding); dtrain's rows start each at position 0.
+Run with the baselines' environment (scripts/make-baselines-venv.sh, with trl):
+  .venv-baselines/bin/python scripts/make_grpo_fixtures.py
+"""
+import json
+import os
+import tempfile
+
+import torch
+from datasets import Dataset
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import add_fused_lm_head, nanstd
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SFT = os.path.join(HERE, "..", "tests", "fixtures", "sft")
+OUT = os.path.join(HERE, "..", "tests", "fixtures", "grpo")
+G, PROMPTS, P, C, MAXC = 4, 2, 6, 9, 12  # group, prompts, prompt tokens, completion tokens held, dr_grpo's constant
+BETA = 0.04
+REWARDS = [1.0, 0.0, 0.0, 1.0, 0.5, 0.2, 0.9, 0.1]
+LENGTHS = [9, 4, 7, 9, 2, 9, 5, 8]  # tokens of each completion, its end-of-text token last where shorter than C
+
+
+def trainer_for(policy, ref, tok, loss_type, tmp, **extra):
+    # made with beta 0 (else TRL loads the reference again from the model's hub name, which a random model has not)
+    # and given BETA after: _compute_loss reads self.beta, and the reference's log-probabilities come in the inputs
+    args = GRPOConfig(output_dir=os.path.join(tmp, loss_type), beta=0.0, loss_type=loss_type, num_generations=G,
+                      per_device_train_batch_size=G * PROMPTS, max_completion_length=MAXC, report_to=[], use_cpu=True,
+                      bf16=False, temperature=1.0, **extra)
+    data = Dataset.from_list([{"prompt": "x"}] * (G * PROMPTS))
+    tr = GRPOTrainer(model=policy, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
+                     train_dataset=data, processing_class=tok)
+    tr.beta = BETA
+    tr.current_gradient_accumulation_steps = 1  # set by the training loop, which this does not run
+    return tr
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    torch.use_deterministic_algorithms(True)
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(SFT, "tokenizer.json"), eos_token="<|endoftext|>",
+                                  pad_token="<|endoftext|>")
+    eos = tok.eos_token_id
+    torch.manual_seed(11)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2, tie_word_embeddings=False,
+                      attn_implementation="eager")
+    ref = LlamaForCausalLM(cfg).float()
+    policy, old = LlamaForCausalLM(cfg).float(), LlamaForCausalLM(cfg).float()
+    policy.load_state_dict(ref.state_dict())
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    old.load_state_dict(policy.state_dict())
+    with torch.no_grad():
+        for p in old.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    for m in (ref, old):  # the trainer's own log-probabilities (its fused head, at temperature 1) for the others too
+        add_fused_lm_head(m, temperature=1.0)
+    R = G * PROMPTS
+    prompts = torch.randint(eos + 1, len(tok), (PROMPTS, P)).repeat_interleave(G, 0)
+    completion = torch.randint(eos + 1, len(tok), (R, C))
+    mask = torch.zeros(R, C, dtype=torch.int64)
+    for i, n in enumerate(LENGTHS):
+        mask[i, :n] = 1
+        if n < C:
+            completion[i, n - 1] = eos
+            completion[i, n:] = eos  # padding, as TRL pads with the pad token (masked)
+    rewards = torch.tensor(REWARDS)
+    mean = rewards.view(-1, G).mean(1).repeat_interleave(G)
+    std = nanstd(rewards.view(-1, G), dim=1).repeat_interleave(G)
+    advantages = (rewards - mean) / (std + 1e-4)  # TRL's scale_rewards "group"
+    inputs = {"prompt_ids": prompts, "prompt_mask": torch.ones_like(prompts), "completion_ids": completion,
+              "completion_mask": mask, "advantages": advantages, "num_items_in_batch": mask.sum()}
+    out = {"prompt": prompts.to(torch.int32).contiguous(), "completion": completion.to(torch.int32).contiguous(),
+           "mask": mask.to(torch.int32).contiguous(), "rewards": rewards, "advantages": advantages.float().contiguous()}
+    ids = torch.cat([prompts, completion], 1)
+    att = torch.cat([torch.ones_like(prompts), mask], 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in ("dapo", "grpo", "dr_grpo", "plain"):
+            tr = (trainer_for(policy, ref, tok, "grpo", tmp + "/plain", use_bias_correction_kl=False) if kind == "plain"
+                  else trainer_for(policy, ref, tok, kind, tmp))
+            with torch.no_grad():
+                ref_lp, _, _ = tr._get_per_token_logps_and_entropies(ref, ids, att, C)
+                old_lp, _, _ = tr._get_per_token_logps_and_entropies(old, ids, att, C)
+            inputs["ref_per_token_logps"] = ref_lp
+            policy.train()
+            policy.zero_grad()
+            loss = tr._compute_loss(policy, dict(inputs))
+            loss.backward()
+            out[kind + ".loss"] = loss.detach().reshape(1)
+            out[kind + ".kl"] = torch.tensor([tr._metrics["train"]["kl"][-1]])
+            out.update({kind + ".grad." + n: p.grad.detach().clone().contiguous() for n, p in policy.named_parameters()})
+            print(f"{kind}: loss {loss.item():.7f}, kl {tr._metrics['train']['kl'][-1]:.6f}")
+            if kind == "grpo":
+                policy.zero_grad()
+                loss = tr._compute_loss(policy, dict(inputs, old_per_token_logps=old_lp))
+                loss.backward()
+                out["clip.loss"] = loss.detach().reshape(1)
+                out.update({"clip.grad." + n: p.grad.detach().clone().contiguous() for n, p in policy.named_parameters()})
+                out["clip.ratio"] = torch.tensor([tr._metrics["train"]["clip_ratio/region_mean"][-1]])
+                out["old_logps"] = old_lp.contiguous()
+                print(f"clip: loss {loss.item():.7f}, clip ratio {out['clip.ratio'].item():.4f}")
+        out["ref_logps"] = ref_lp.contiguous()
+    meta = {"config": json.dumps(cfg.to_dict(), sort_keys=True)}
+    for name, m in (("ref", ref), ("old", old)):
+        save_file({n: p.detach().clone().contiguous() for n, p in m.state_dict().items()}, os.path.join(OUT, name + ".safetensors"), metadata=meta)
+    out.update({n: p.detach().clone().contiguous() for n, p in policy.state_dict().items()})
+    save_file(out, os.path.join(OUT, "policy.safetensors"), metadata=meta)
+    print(f"advantages {[round(float(a), 5) for a in advantages]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+/* GRPO against TRL's GRPOTrainer (scripts/make_grpo_fixtures.py): the group advantages, the reference's per-token
+ * log-probabilities recorded by forwards of its weights, the loss and every gradient for each loss kind (dapo, grpo,
+ * dr_grpo; beta 0.04, pi_old = pi; the KL term times the ratio, TRL's default, and plain) and for a second iteration whose pi_old is another model's (the clipped ratio and
+ * TRL's clip ratio), the KL metric; two micro-batches give one batch's loss and gradients; and the reward rules and a
+ * reward program, with the program's failures named. */
+#include "dtrain/io.h"
+#include "dtrain/kernels.h"
+#include "dtrain/program.h"
+#include "dtrain/train.h"
+#include "fixture_checks.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { G = 4, R = 8, P = 6, C = 9, MAXC = 12, T = 16 };
+
+static dt_safetensors *pol;
+static dt_lm_config cfg;
+static int32_t in[R * T], tg[R * T];
+static float adv[R];
+static int ntokens;
+
+static dt_status load(dt_program *p, const char *dir, const char *name) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/grpo/%s.safetensors", dir, name);
+    dt_safetensors *f = NULL;
+    dt_status st = dt_safetensors_open(path, &f);
+    if (!st) st = fixture_weights(f, p);
+    dt_safetensors_close(f);
+    return st;
+}
+
+/* The rows as dt_grpo_row makes them from TRL's prompts, completions and masks; the advantages against TRL's. */
+static dt_status rows(void) {
+    int32_t prompt[R * P], comp[R * C], mask[R * C];
+    float rewards[R], want[R];
+    int dims[1] = { R };
+    dt_status st = dt_safetensors_read_i32(pol, "prompt", R * P, prompt);
+    if (!st) st = dt_safetensors_read_i32(pol, "completion", R * C, comp);
+    if (!st) st = dt_safetensors_read_i32(pol, "mask", R * C, mask);
+    if (!st) st = dt_safetensors_read(pol, "rewards", 1, dims, 0, rewards);
+    if (!st) st = dt_safetensors_read(pol, "advantages", 1, dims, 0, want);
+    if (st) return st;
+    for (int r = 0; r < R; r++) {
+        int n = 0;
+        for (int t = 0; t < C; t++) n += mask[r * C + t];
+        ntokens += n;
+        dt_grpo_row(prompt + r * P, P, comp + r * C, n, T, in + r * T, tg + r * T);
+    }
+    dt_grpo_advantages(rewards, R, G, adv);
+    char detail[64];
+    snprintf(detail, sizeof detail, "worst %.1e", rel_err(adv, want, R));
+    check("the group advantages (scale_rewards \"group\": reward - mean over std + 1e-4) are TRL's", rel_err(adv, want, R) <= 1e-6, detail);
+    return DT_OK;
+}
+
+/* The reference's log-probabilities of the completion tokens against TRL's. */
+static void check_reference(const dt_grpo *g) {
+    float want[R * C];
+    int32_t mask[R * C];
+    int dims[2] = { R, C };
+    if (dt_safetensors_read(pol, "ref_logps", 2, dims, 0, want) || dt_safetensors_read_i32(pol, "mask", R * C, mask)) { check("ref_logps", false, dt_last_error()); return; }
+    const float *got = dt_grpo_reference(g);
+    double worst = 0;
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < C; t++)
+            if (mask[r * C + t]) worst = fmax(worst, fabs(got[r * T + P - 1 + t] - want[r * C + t]));
+    char detail[64];
+    snprintf(detail, sizeof detail, "worst %.1e", worst);
+    check("the reference's per-token log-probabilities (a forward of its weights) are TRL's within 1e-5", worst <= 1e-5, detail);
+}
+
+/* One pass over rows [r0, r0 + n) of the program: forward, and backward where scale > 0. */
+static dt_status pass(dt_program *p, int r0, int n, float scale, float *loss) {
+    dt_status st = dt_program_forward(p, in + r0 * T, tg + r0 * T, n, T, loss);
+    return !st && scale > 0 ? dt_program_backward(p, scale) : st;
+}
+
+/* kind's loss and gradients against TRL's "<prefix>.loss" and "<prefix>.grad.*"; old: pi_old's weights (NULL: pi's). */
+static void check_kind(const char *dir, dt_grpo_loss kind, const char *prefix, const char *old, int plain_kl) {
+    dt_grpo_config gc;
+    dt_grpo_defaults(&gc);
+    gc.group = G, gc.loss = kind, gc.completion = MAXC, gc.plain_kl = plain_kl;
+    dt_program *p = NULL, *ref = NULL;
+    dt_grpo *g = NULL;
+    float loss = 0, want = 0, ignored;
+    int one = 1;
+    char what[160], detail[160], name[64];
+    dt_status st = dt_program_create(&cfg, &p);
+    if (!st) st = dt_program_create(&cfg, &ref);
+    if (!st) st = dt_grpo_create(&gc, R, T, &g);
+    if (!st) st = dt_program_set_token_loss(p, dt_grpo_token_loss, g);
+    if (!st) st = dt_program_set_token_loss(ref, dt_grpo_token_loss, g);
+    if (!st) st = load(ref, dir, "ref");
+    if (!st) dt_grpo_begin(g, adv, 1.0 / ntokens), dt_grpo_restart(g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
+    if (!st && kind == DT_GRPO_LOSS_DAPO) check_reference(g);
+    /* pi_old: recorded by a first pass (of another model's weights for the clipped case), then pi trains against it */
+    if (!st && old) st = load(p, dir, old);
+    if (!st && old) dt_grpo_restart(g, DT_GRPO_RECORD_OLD), st = pass(p, 0, R, 0, &ignored);
+    if (!st) st = load(p, dir, "policy");
+    double s[DT_GRPO_NSTATS];
+    dt_grpo_stats(g, s, true);
+    dt_program_zero_grad(p);
+    if (!st) dt_grpo_restart(g, old ? DT_GRPO_TRAIN : DT_GRPO_RECORD_OLD), st = pass(p, 0, R, 1.0f, &loss);
+    snprintf(name, sizeof name, "%s.loss", prefix);
+    if (!st) st = dt_safetensors_read(pol, name, 1, &one, 0, &want);
+    if (st) { printf("FAIL grpo %s: %s\n", prefix, dt_last_error()); failed++; goto out; }
+    snprintf(detail, sizeof detail, "%.7f vs %.7f (%.1e)", loss, want, fabs(loss - want) / fabs(want));
+    snprintf(what, sizeof what, "%s: the loss over %d completions of %d prompts is TRL's within 1e-5", prefix, R, R / G);
+    check(what, fabs(loss - want) <= 1e-5 * fabs(want), detail);
+    dt_model m;
+    dt_program_model(p, &m);
+    double worst = 0;
+    char pre[32];
+    snprintf(pre, sizeof pre, "%.16s.grad.", prefix);
+    const char *worst_name = "";
+    st = fixture_err(pol, &m, m.grads(m.self), pre, cfg.vocab_size, &worst, &worst_name);
+    snprintf(detail, sizeof detail, "worst %.1e (%s)", worst, worst_name);
+    snprintf(what, sizeof what, "%s: every gradient is TRL's within 1e-5", prefix);
+    check(what, !st && worst <= 1e-5, detail);
+    dt_grpo_stats(g, s, true);
+    snprintf(name, sizeof name, "%s.%s", prefix, old ? "ratio" : "kl");
+    float stat = 0;
+    if (!dt_safetensors_read(pol, name, 1, &one, 0, &stat)) {
+        double mine = (old ? s[DT_GRPO_CLIPPED] : s[DT_GRPO_KL]) / s[DT_GRPO_TOKENS];
+        snprintf(detail, sizeof detail, "%.6f vs %.6f over %.0f tokens", mine, stat, s[DT_GRPO_TOKENS]);
+        snprintf(what, sizeof what, "%s: the %s (a mean over the completion tokens) is TRL's", prefix, old ? "clip ratio" : "KL");
+        check(what, s[DT_GRPO_TOKENS] == ntokens && fabs(mine - stat) <= 1e-5 * fmax(1, fabs(stat)) && (!old || stat > 0.05), detail);
+    }
+    /* dapo in two micro-batches of 4 rows, each averaged by the engine (grad_scale 1/2, the token weight twice) */
+    if (kind == DT_GRPO_LOSS_DAPO) {
+        float *g1 = malloc(m.nparams * sizeof(float)), l1 = 0, l2 = 0;
+        if (!g1) goto out;
+        memcpy(g1, m.grads(m.self), m.nparams * sizeof(float));
+        dt_program_zero_grad(p);
+        dt_grpo_begin(g, adv, 2.0 / ntokens);
+        dt_grpo_restart(g, DT_GRPO_RECORD_REF);
+        if (!(st = pass(ref, 0, R / 2, 0, &ignored)) && !(st = pass(ref, R / 2, R / 2, 0, &ignored))) {
+            dt_grpo_restart(g, DT_GRPO_RECORD_OLD);
+            if (!(st = pass(p, 0, R / 2, 0.5f, &l1))) st = pass(p, R / 2, R / 2, 0.5f, &l2);
+        }
+        double e = rel_err(m.grads(m.self), g1, m.nparams);
+        snprintf(detail, sizeof detail, "loss %.1e, gradients %.1e", fabs((l1 + l2) / 2 - loss) / fabs(loss), e);
+        check("dapo: two micro-batches of 4 completions give the batch's loss and gradients", !st && fabs((l1 + l2) / 2 - loss) <= 1e-6 * fabs(loss) && e <= 1e-6, detail);
+        free(g1);
+    }
+out:
+    dt_grpo_destroy(g);
+    dt_program_destroy(p);
+    dt_program_destroy(ref);
+}
+
+/* The rules, a program's answers, the lines it reads, and its failures. */
+static void check_rewards(void) {
+    const char *prompts[3] = { "Say \"hi\"", "p", "q" }, *texts[3] = { "the LORD and the LORD", "no\nlord here \xff", "LORD" };
+    size_t lens[3] = { strlen(texts[0]), strlen(texts[1]), 4 };
+    float out[3];
+    dt_reward *rw = NULL;
+    bool ok = !dt_reward_create("contains:LORD", &rw) && !dt_reward_score(rw, 3, prompts, texts, lens, out) && out[0] == 1 && out[1] == 0 && out[2] == 1;
+    dt_reward_destroy(rw);
+    ok = ok && !dt_reward_create("count:LORD", &rw) && !dt_reward_score(rw, 3, prompts, texts, lens, out) && out[0] == 2 && out[1] == 0 && out[2] == 1;
+    dt_reward_destroy(rw);
+    check("contains:WORD and count:WORD score the completions", ok, NULL);
+    char log[64], cmd[200];
+    snprintf(log, sizeof log, "/tmp/dtrain_reward_%d.jsonl", (int)getpid());
+    snprintf(cmd, sizeof cmd, "cmd:tee %s | awk '{print NR / 10}'", log);
+    ok = !dt_reward_create(cmd, &rw) && !dt_reward_score(rw, 3, prompts, texts, lens, out);
+    dt_reward_destroy(rw);
+    char *seen = NULL;
+    size_t n = 0;
+    const char *want = "{\"prompt\": \"Say \\\"hi\\\"\", \"completion\": \"the LORD and the LORD\"}\n"
+                       "{\"prompt\": \"p\", \"completion\": \"no\\u000alord here \xef\xbf\xbd\"}\n"
+                       "{\"prompt\": \"q\", \"completion\": \"LORD\"}\n";
+    ok = ok && !dt_file_read_text(log, 1 << 20, &seen, &n) && !strcmp(seen, want) && out[0] == 0.1f && out[2] == 0.3f;
+    if (!ok) printf("   the program read:\n%s   and answered %g %g %g\n", seen ? seen : "(nothing)", out[0], out[1], out[2]);
+    check("cmd: a program reads a JSON line a completion (escaped, made UTF-8) and answers a number a line", ok, NULL);
+    free(seen);
+    unlink(log);
+    static const char *const bad[][2] = {
+        { "cmd:exit 3", "exited with status 3" }, { "cmd:echo 1", "1 answer line for 3" }, { "cmd:sed s/.*/x/", "answer line 1 is \"x\"" },
+        { "cmd:yes 1 | head -5", "more than 3 lines" }, { "cmd:kill -9 $$", "killed by signal 9" }, { "words", "--reward words:" },
+        { "cmd:", "--reward cmd::" },
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        dt_status st = dt_reward_create(bad[k][0], &rw);
+        if (!st) st = dt_reward_score(rw, 3, prompts, texts, lens, out);
+        dt_reward_destroy(rw);
+        rw = NULL;
+        snprintf(cmd, sizeof cmd, "--reward %s: refused (%s)", bad[k][0], bad[k][1]);
+        check(cmd, st && strstr(dt_last_error(), bad[k][1]), st ? dt_last_error() : "accepted");
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
+    char path[600];
+    dt_kernels_set_threads(1);
+    snprintf(path, sizeof path, "%s/grpo/policy.safetensors", dir);
+    dt_status st = dt_safetensors_open(path, &pol);
+    if (!st) st = fixture_config(pol, path, &cfg);
+    if (!st) st = rows();
+    if (st) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+    check_kind(dir, DT_GRPO_LOSS_DAPO, "dapo", NULL, 0);
+    check_kind(dir, DT_GRPO_LOSS_GRPO, "grpo", NULL, 0);
+    check_kind(dir, DT_GRPO_LOSS_DR_GRPO, "dr_grpo", NULL, 0);
+    check_kind(dir, DT_GRPO_LOSS_GRPO, "plain", NULL, 1);
+    check_kind(dir, DT_GRPO_LOSS_GRPO, "clip", "old", 0);
+    check_rewards();
+    dt_safetensors_close(pol);
+    printf(failed ? "%d FAILED\n" : "all passed\n", failed);
+    return failed ? 1 : 0;
+}
