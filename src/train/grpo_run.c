@@ -108,7 +108,12 @@ dt_status dt_train_check_grpo(const dt_train_config *c) {
                     : c->pack ? "--pack"
                     : c->steps == 0 ? "--steps 0 (evaluation)" : NULL;
     if (why) return dt_error(DT_ERR_UNSUPPORTED, "--grpo %s: not with %s", c->grpo.prompts, why);
-    if (!c->grpo.reward) return dt_error(DT_ERR_ARG, "--grpo %s: --reward SPEC is required (contains:WORD, count:WORD or cmd:COMMAND)", c->grpo.prompts);
+    if (!c->grpo.reward || !*c->grpo.reward)
+        return dt_error(DT_ERR_ARG, "--grpo %s: --reward SPEC is required (contains:WORD, count:WORD or cmd:COMMAND)", c->grpo.prompts);
+    dt_reward *probe = NULL;
+    dt_status st = dt_reward_create(c->grpo.reward, &probe); /* the spec's form, said before any work */
+    dt_reward_destroy(probe);
+    if (st) return st;
     int rows = c->batch * c->grad_accum;
     if (rows % c->grpo.group)
         return dt_error(DT_ERR_ARG, "--grpo-group %d: each rank's rows a step (--batch %d x --grad-accum %d = %d) must be whole groups",

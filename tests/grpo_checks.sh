@@ -1,0 +1,79 @@
+#!/bin/bash
+# GRPO (--grpo PROMPTS --reward SPEC) in training runs of a tiny byte-level Llama from random weights: the same
+# global batch gives one process's losses, rewards and KL over 10 steps (each loss within 1e-6 relative plus 1e-7)
+# with 2 micro-batches, DDP 2 and ZeRO-2 on 2 ranks (the rollouts are drawn from each prompt's place in the stream,
+# so every layout decodes the same completions); step 1's KL is 0 (the reference is the starting model); a reward
+# program answering what the rule answers trains the same; a second iteration over a rollout reuses its rewards;
+# the reward rises over 40 steps; and what cannot be is refused before any step.
+# usage: grpo_checks.sh DTRAIN
+set -u
+DTRAIN=$1
+. "$(dirname "$0")/checks.sh"
+# prompts: the first three words of some of the GPL's lines
+awk 'NF >= 3 && length($1 $2 $3) < 24 { print $1, $2, $3 }' /usr/share/common-licenses/GPL-3 | head -n 40 > "$dir/prompts.txt"
+common=(--model llama-tiny --vocab 256 --layers 2 --channels 48 --heads 4 --kv-heads 2 --ffn 96 --max-seq 64 --seq 40
+        --grpo "$dir/prompts.txt" --reward contains:e --grpo-group 4 --completion-tokens 16 --lr 3e-3 --threads 1)
+# The worst difference of FIELD over N steps between two runs (each within 1e-6 relative plus 1e-7): "w bad".
+differs() { # FIELD A B N
+    paste <(field "$1" "$2") <(field "$1" "$3") |
+        awk -v n0="$4" 'BEGIN{w=0; n=0; bad=0} {d=$1-$2; if(d<0)d=-d; a=$1<0?-$1:$1; if(d>1e-6*a+1e-7)bad=1; if(d>w)w=d; n++}
+                       END{if(n!=n0) print "missing", 1; else print w, bad}'
+}
+same() { # WHAT NAME
+    local l r k
+    l=$(differs loss "$dir/ref.jsonl" "$dir/$2.jsonl" 10)
+    r=$(differs reward "$dir/ref.jsonl" "$dir/$2.jsonl" 10)
+    k=$(differs kl "$dir/ref.jsonl" "$dir/$2.jsonl" 10)
+    [ "${l#* }" = 0 ] && [ "${r#* }" = 0 ] && [ "${k#* }" = 0 ] && ok "$1: the losses over 10 steps within ${l% *}, rewards ${r% *}, KL ${k% *}" ||
+        fail "$1: losses ${l% *}, rewards ${r% *}, KL ${k% *}"
+}
+run_metrics ref --batch 16 --steps 10 && ok "one process: 10 steps of 4 prompts x 4 completions" || fail "one process"
+kl1=$(field kl "$dir/ref.jsonl" | head -1)
+kls=$(field kl "$dir/ref.jsonl" | tail -1)
+awk "BEGIN{exit !($kl1 == 0 && $kls > 0)}" && ok "step 1's KL is 0 (the reference is the starting model), step 10's $kls" || fail "KL: step 1 $kl1, step 10 $kls"
+grep -q "GRPO: 40 prompts from .*prompts.txt, 4 completions each (of at most 16 tokens, temperature 1), 4 prompts a step over 1 rank, --reward contains:e; TRL's dapo loss, beta 0.04" "$dir/ref.out" &&
+    ok "the start line says what trains ($(grep -m1 "^GRPO" "$dir/ref.out" | cut -c1-100)...)" || fail "start line: $(grep -m1 GRPO "$dir/ref.out")"
+grep -q '^  step 1, prompt .*: completion "' "$dir/ref.out" && grep -q '^  step 10, prompt .*: completion "' "$dir/ref.out" &&
+    ok "the first and the last rollouts' first completions are shown" || fail "completions shown: $(grep '^  step' "$dir/ref.out")"
+for f in reward reward_std kl completion_len clip_ratio frac_reward_zero_std rollout_s rollout_tok_per_s; do
+    [ "$(field $f "$dir/ref.jsonl" | wc -l)" = 10 ] || fail "metrics: $f missing"
+done
+ok "the metrics carry reward, reward_std, kl, completion_len, clip_ratio, frac_reward_zero_std, rollout_s, rollout_tok_per_s"
+run_metrics acc --batch 8 --grad-accum 2 --steps 10 && same "2 micro-batches of 8" acc
+run_metrics ddp --batch 8 --nproc 2 --steps 10 && same "DDP 2" ddp
+run_metrics z2 --batch 8 --nproc 2 --zero 2 --steps 10 && same "ZeRO-2 on 2 ranks" z2
+# a program that answers what the rule does (1 when the completion holds an "e") trains the same
+# (the text after "completion": with JSON's \u00XX escapes of control bytes, whose hex digits may hold an "e", removed)
+run_metrics cmd --batch 16 --steps 10 --reward "cmd:sed -e 's/.*\"completion\": \"//' -e 's/\\\\u[0-9a-f]\{4\}//g' | awk '{print (index(\$0, \"e\") > 0)}'" &&
+    same "--reward cmd:PROGRAM answering as contains:e" cmd
+run_metrics it2 --batch 16 --steps 4 --grpo-iterations 2 --grpo-loss grpo
+r=($(field reward "$dir/it2.jsonl"))
+c=($(field clip_ratio "$dir/it2.jsonl"))
+[ "${#r[@]}" = 4 ] && [ "${r[0]}" = "${r[1]}" ] && [ "${r[2]}" = "${r[3]}" ] && [ "${c[0]}" = 0.000000 ] &&
+    ok "--grpo-iterations 2: each rollout trains 2 steps (rewards ${r[*]}; clip ratios ${c[*]})" || fail "--grpo-iterations 2: rewards ${r[*]:-none}, clip ${c[*]:-none}"
+run_metrics learn --batch 16 --steps 40
+r=($(field reward "$dir/learn.jsonl"))
+awk -v a="${r[*]:0:10}" -v b="${r[*]:30:10}" 'BEGIN{n=split(a,x," "); split(b,y," "); for(i=1;i<=n;i++){s+=x[i]; t+=y[i]} exit !(n == 10 && t/10 > s/10 + 0.2)}' &&
+    ok "the reward rises: mean $(echo "${r[*]:0:10}" | awk '{for(i=1;i<=NF;i++)s+=$i; printf "%.3f", s/NF}') over the first 10 steps, $(echo "${r[*]:30:10}" | awk '{for(i=1;i<=NF;i++)s+=$i; printf "%.3f", s/NF}') over the last 10" ||
+    fail "the reward did not rise: ${r[*]:-none}"
+refused "tensor parallelism" "not with tensor, pipeline or context parallelism" --nproc 2 --tp 2
+refused "ZeRO-3" "not with zero3" --nproc 2 --zero 3
+refused "LoRA" "not with LoRA" --lora-rank 4
+refused "--data beside --grpo" "not with --data" --data "$dir/prompts.txt"
+refused "rows that are not whole groups" "must be whole groups" --grpo-group 3
+refused "a missing --reward" "--reward SPEC is required" --reward "" --grpo-group 2
+refused "an unknown reward" "--reward regex:x: contains:WORD" --reward regex:x --grpo-group 2
+"$DTRAIN" train --model llama-tiny --vocab 256 --reward contains:e --steps 1 > "$dir/noprompts.out" 2>&1
+[ $? -ne 0 ] && grep -q "give the prompts with --grpo FILE" "$dir/noprompts.out" && ok "--reward without --grpo refused" || fail "--reward alone: $(tail -1 "$dir/noprompts.out")"
+refused "a missing prompts file" "--grpo $dir/none.txt" --grpo "$dir/none.txt" --grpo-group 2
+: > "$dir/empty.txt"
+refused "an empty prompts file" "no prompts" --grpo "$dir/empty.txt" --grpo-group 2
+printf '{"prompt": "a"}\n{"text": "b"}\n' > "$dir/bad.jsonl"
+refused "a .jsonl line without a prompt" "bad.jsonl:2: no \"prompt\" text" --grpo "$dir/bad.jsonl" --grpo-group 2
+printf '{"prompt": [{"role": "user", "content": "hi"}]}\n' > "$dir/chat.jsonl"
+refused "a conversational prompt" "chat.jsonl:1: conversational prompts" --grpo "$dir/chat.jsonl" --grpo-group 2
+head -c 300 /usr/share/common-licenses/GPL-3 | tr '\n' ' ' > "$dir/long.txt"
+refused "a prompt longer than a row" "long.txt:1: the prompt is 300 tokens" --grpo "$dir/long.txt" --grpo-group 2
+refused "a reward program that fails" "--reward cmd:exit 7: exited with status 7" --reward "cmd:exit 7" --grpo-group 2
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
