@@ -119,6 +119,13 @@ else
         echo "$cstatus" | grep -q '>ok</span>' && echo "$cstatus" | grep -q '"chart-compression":12' &&
             ok "a compressed run's report: the bytes sent and the ratio by step" || fail "a compressed run's report: $cstatus"
     else fail "a compressed run with --report: $(tail -2 "$dir/cz.err")"; fi
+    # a GRPO run's page: the mean reward and the KL by step
+    head -40 /usr/share/common-licenses/GPL-3 | awk 'NF >= 3 && length($1 $2 $3) < 20 { print $1, $2, $3 }' > "$dir/prompts.txt"
+    if "$DTRAIN" train --layers 2 --channels 128 --heads 4 --vocab 256 --max-seq 32 --seq 32 --batch 8 --threads 1 --steps 6 --grpo "$dir/prompts.txt" --reward contains:e --grpo-group 2 --report "$dir/rl" > /dev/null 2> "$dir/rl.err"; then
+        rstatus=$(render "$dir/rl/report.html" | grep -o '<span id="render-status"[^>]*>[^<]*</span>' | sed 's/&quot;/"/g')
+        echo "$rstatus" | grep -q '>ok</span>' && echo "$rstatus" | grep -q '"chart-reward":12' &&
+            ok "a GRPO run's report: the reward and the KL by step" || fail "a GRPO run's report: $rstatus"
+    else fail "a GRPO run with --report: $(tail -2 "$dir/rl.err")"; fi
 fi
 grep -q '<script src=\|<link [^>]*href=.http\|@import\|url(http' "$run/report.html" && fail "the report loads something from outside" \
     || ok "the report is self-contained ($(wc -c < "$run/report.html") bytes)"

@@ -180,6 +180,15 @@ function compression() {
             ["MiB a step", "ratio"]);
 }
 
+// Reinforcement learning on a language model (--grpo): the rollouts' mean reward and the KL to the reference by step.
+function rewards() {
+  const r = series("reward");
+  if (!r.length) return;
+  lineChart("chart-reward", section("Reward and KL (GRPO)", "each step's completions' mean reward, and the mean KL estimate a completion token to the starting model"),
+            [{ label: "mean reward", data: r }, { label: "KL", data: series("kl"), axis: "y2", fromZero: true }],
+            ["reward", "KL"]);
+}
+
 // Over the traced steps, each rank's time computing, waiting on communication and idle (neither): a table.
 function rankTimes() {
   if (!INTERVALS || !INTERVALS.length) return;
@@ -290,7 +299,7 @@ const parts = [
                   { label: "gradient norm", data: series("grad_norm"), axis: "y2" }], ["learning rate", "gradient norm"]),
   () => lineChart("chart-throughput", section("Throughput and MFU"), [{ label: "tok/s (all ranks)", data: series("tok_per_s") },
                   { label: "MFU %", data: series("mfu", 100), axis: "y2" }], ["tok/s", "MFU %"]),
-  phases, bubble, compression, memory, rankTimes, timeline, scaling, io,
+  rewards, phases, bubble, compression, memory, rankTimes, timeline, scaling, io,
 ];
 for (const part of parts) {
   try { part(); } catch (e) { fail("error in " + (part.name || "a chart") + ": " + e.message); }
