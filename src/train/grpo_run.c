@@ -127,6 +127,7 @@ static dt_status make_reference(run *r, dt_grpo_run *gr) {
     dt_gpt2_part whole = dt_gpt2_whole(&cfg);
     dt_status st = dt_gpt2_create_part(&cfg, &whole, &gr->ref);
     if (!st) st = dt_gpt2_copy_slices(r->m, gr->ref);
+    if (!st) st = dt_gpt2_set_precision(gr->ref, r->c.precision); /* the policy's arithmetic: the KL starts at 0 in 16 bits too */
     if (!st) st = dt_program_set_token_loss(dt_gpt2_program(gr->ref), dt_grpo_token_loss, gr->g);
     return st ? dt_error(st, "GRPO's reference: %s", dt_last_error()) : DT_OK;
 }
@@ -309,6 +310,8 @@ dt_status dt_train_grpo_prepare(run *r, int step) {
     double scale = 0;
     dt_status st = DT_OK;
     gr->next = 0;
+    double t0 = dt_time_now();
+    DT_TRACE_BEGIN(DT_TRACK_DATA, "rollout", "\"rows\":%d", it == 0 ? gr->rows : 0);
     if (it == 0) {
         if (!(st = decode(r, gr, gen)) && !(st = score(r, gr, gen)) && !(st = count(r, gr, &scale))) dt_grpo_begin(gr->g, gr->adv, scale);
         dt_grpo_restart(gr->g, DT_GRPO_RECORD_REF);
@@ -316,8 +319,10 @@ dt_status dt_train_grpo_prepare(run *r, int step) {
         float ignored;
         for (int k = 0; !st && gr->ref && k < r->c.grad_accum; k++)
             st = dt_gpt2_forward(gr->ref, gr->in + (size_t)k * B * gr->T, gr->tg + (size_t)k * B * gr->T, B, gr->T, &ignored);
-        if (st) return dt_error(st, "GRPO's rollout %d: %s", gen + 1, dt_last_error());
     }
+    DT_TRACE_END(DT_TRACK_DATA);
+    r->data += dt_time_now() - t0; /* the step's batch is its rollout: the report's data phase */
+    if (st) return dt_error(st, "GRPO's rollout %d: %s", gen + 1, dt_last_error());
     double drop[DT_GRPO_NSTATS];
     dt_grpo_stats(gr->g, drop, true);
     dt_grpo_restart(gr->g, it == 0 ? DT_GRPO_RECORD_OLD : DT_GRPO_TRAIN);
