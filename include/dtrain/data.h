@@ -57,6 +57,9 @@ int dt_bpe_vocab_size(const dt_bpe *b);
 dt_status dt_bpe_encode(dt_bpe *b, const char *text, size_t len, uint32_t **ids, size_t *n, size_t *cap);
 /* The bytes of token id (NULL if out of range), and their count. */
 const char *dt_bpe_token_bytes(const dt_bpe *b, uint32_t id, size_t *len);
+/* The other way: token id's text as the model's vocabulary gives it (b's bytes, or a byte-level model's byte: b
+ * NULL), "<id>" for an id it has none for (in scratch); *len its bytes. */
+const char *dt_token_text(const dt_bpe *b, int32_t id, char scratch[16], size_t *len);
 /* A prompt's tokens as a model reads them: text's bytes (b NULL: a byte-level
  * model's), or b's ids (after its begin-of-text token, where it has one); *ids (freed by the caller) holds *n of them. */
 dt_status dt_bpe_prompt(dt_bpe *b, const char *text, size_t len, int32_t **ids, int *n);

@@ -197,6 +197,14 @@ const char *dt_bpe_token_bytes(const dt_bpe *b, uint32_t id, size_t *len) {
     return b->token_bytes[id];
 }
 
+const char *dt_token_text(const dt_bpe *b, int32_t id, char scratch[16], size_t *len) {
+    const char *t = b && id >= 0 ? dt_bpe_token_bytes(b, (uint32_t)id, len) : NULL;
+    if (t) return t;
+    if (!b && id >= 0 && id < 256) { scratch[0] = (char)id, *len = 1; return scratch; }
+    *len = (size_t)snprintf(scratch, 16, "<%d>", (int)id);
+    return scratch;
+}
+
 /* ---- merging ---- */
 /* Grows *p to n elements of size es; 0 (and *p untouched) when memory is out. */
 static int grow(void **p, size_t *cap, size_t n, size_t es) {

@@ -9,16 +9,8 @@
 
 dt_status serve_vocab_append(const serve_vocab *v, int32_t id, char **buf, size_t *len, size_t *cap) {
     char one[16];
-    const char *s = one;
-    size_t n = 1;
-    if (v->bpe) {
-        s = dt_bpe_token_bytes(v->bpe, (uint32_t)id, &n);
-        if (!s) { n = (size_t)snprintf(one, sizeof one, "<%d>", (int)id); s = one; }
-    } else if (id < 256) {
-        one[0] = (char)id;
-    } else {
-        n = (size_t)snprintf(one, sizeof one, "<%d>", (int)id);
-    }
+    size_t n;
+    const char *s = dt_token_text(v->bpe, id, one, &n);
     if (*len + n + 1 > *cap) {
         size_t c = (*cap ? *cap * 2 : 256) + n;
         char *b = realloc(*buf, c);

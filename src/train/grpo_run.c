@@ -17,9 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { S_ROWS, S_REWARD, S_REWARD_SQ, S_TOKENS, S_FLAT_GROUPS, S_DECODE_S, S_KL, S_CLIPPED, S_LOSS_TOKENS, S_N };
+
 typedef struct {
     int32_t *toks;
-    int n, cap, eos;
+    int n, eos;
+    int prompt;             /* which of the file's prompts it completes */
 } completion;
 
 struct dt_grpo_run {
@@ -39,11 +42,10 @@ struct dt_grpo_run {
     int *perm;              /* --shuffle: the prompts' order in pass perm_pass */
     int64_t perm_pass;
     int step;               /* steps done */
-    double stats[8];        /* this rollout's: see GRPO_* */
+    double stats[S_N];      /* this rollout's (and the step's loss's) figures */
     char *sample;           /* rank 0: the first prompt's first completion, as text */
 };
 
-enum { S_ROWS, S_REWARD, S_REWARD_SQ, S_TOKENS, S_FLAT_GROUPS, S_DECODE_S, S_KL, S_CLIPPED };
 
 static dt_status add_prompt(dt_grpo_run *gr, const char *text, const char *where) {
     if (!*text) return dt_error(DT_ERR_IO, "%s: an empty prompt", where);
@@ -227,7 +229,7 @@ static dt_status decode(run *r, dt_grpo_run *gr, int gen) {
         int p = prompt_of(r, gr, gen, i, &q), room = gr->T + 1 - gr->plen[p];
         uint32_t w[5] = { (uint32_t)r->c.seed, (uint32_t)(r->c.seed >> 32), (uint32_t)q, (uint32_t)(q >> 32), (uint32_t)(i % gc->group) };
         completion *c = &gr->done[i];
-        c->n = 0, c->eos = gr->eos;
+        c->n = 0, c->eos = gr->eos, c->prompt = p;
         dt_infer_request req = { gr->ptoks[p], gr->plen[p], gc->completion < room ? gc->completion : room,
                                  { gc->temperature, gc->top_k, 1.0f }, dt_hash_words(DT_HASH_INIT, w, 5), on_token, NULL, c };
         st = dt_batcher_add(b, &req);
@@ -245,10 +247,9 @@ static char *completion_text(const dt_grpo_run *gr, const completion *c, size_t 
     char *s = malloc(cap);
     for (int t = 0; s && t < c->n; t++) {
         if (c->toks[t] == gr->eos) continue;
-        size_t k = 1;
-        char byte = (char)c->toks[t];
-        const char *b = gr->tok ? dt_bpe_token_bytes(gr->tok, (uint32_t)c->toks[t], &k) : &byte;
-        if (!b) continue;
+        size_t k;
+        char scratch[16];
+        const char *b = dt_token_text(gr->tok, c->toks[t], scratch, &k);
         if (n + k + 1 > cap) {
             char *g = realloc(s, cap = 2 * (n + k + 1));
             if (!g) { free(s); return NULL; }
@@ -262,14 +263,13 @@ static char *completion_text(const dt_grpo_run *gr, const completion *c, size_t 
 }
 
 /* The rows' rewards (--reward) and advantages; rank 0 keeps its first completion's text to show. */
-static dt_status score(run *r, dt_grpo_run *gr, int gen) {
+static dt_status score(run *r, dt_grpo_run *gr) {
     const char **prompts = malloc(sizeof(char *) * (size_t)gr->rows);
     char **texts = calloc((size_t)gr->rows, sizeof(char *));
     size_t *lens = malloc(sizeof(size_t) * (size_t)gr->rows);
     dt_status st = prompts && texts && lens ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     for (int i = 0; !st && i < gr->rows; i++) {
-        uint64_t q;
-        int p = prompt_of(r, gr, gen, i, &q);
+        int p = gr->done[i].prompt;
         prompts[i] = gr->texts[p];
         dt_grpo_row(gr->ptoks[p], gr->plen[p], gr->done[i].toks, gr->done[i].n, gr->T, gr->in + (size_t)i * gr->T, gr->tg + (size_t)i * gr->T);
         if (!(texts[i] = completion_text(gr, &gr->done[i], &lens[i]))) st = dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
@@ -313,7 +313,7 @@ dt_status dt_train_grpo_prepare(run *r, int step) {
     double t0 = dt_time_now();
     DT_TRACE_BEGIN(DT_TRACK_DATA, "rollout", "\"rows\":%d", it == 0 ? gr->rows : 0);
     if (it == 0) {
-        if (!(st = decode(r, gr, gen)) && !(st = score(r, gr, gen)) && !(st = count(r, gr, &scale))) dt_grpo_begin(gr->g, gr->adv, scale);
+        if (!(st = decode(r, gr, gen)) && !(st = score(r, gr)) && !(st = count(r, gr, &scale))) dt_grpo_begin(gr->g, gr->adv, scale);
         dt_grpo_restart(gr->g, DT_GRPO_RECORD_REF);
         int B = r->c.batch;
         float ignored;
@@ -344,27 +344,23 @@ dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out) {
     double loss_stats[DT_GRPO_NSTATS];
     dt_grpo_stats(gr->g, loss_stats, true);
     gr->stats[S_KL] = loss_stats[DT_GRPO_KL], gr->stats[S_CLIPPED] = loss_stats[DT_GRPO_CLIPPED];
-    float v[8];
-    for (int i = 0; i < 8; i++) v[i] = (float)gr->stats[i];
-    v[S_TOKENS] = (float)loss_stats[DT_GRPO_TOKENS]; /* the tokens the loss saw (= the rollout's) */
-    float rollout_tokens = (float)gr->stats[S_TOKENS];
-    dt_status st = r->nranks > 1 ? dt_comm_allreduce(r->w, v, v, 8, DT_F32, DT_SUM) : DT_OK;
-    if (!st && r->nranks > 1) st = dt_comm_allreduce(r->w, &rollout_tokens, &rollout_tokens, 1, DT_F32, DT_SUM);
+    gr->stats[S_LOSS_TOKENS] = loss_stats[DT_GRPO_TOKENS]; /* the tokens the loss saw (= the rollout's) */
+    float v[S_N];
+    for (int i = 0; i < S_N; i++) v[i] = (float)gr->stats[i];
+    dt_status st = r->nranks > 1 ? dt_comm_allreduce(r->w, v, v, S_N, DT_F32, DT_SUM) : DT_OK;
     if (st) return st;
-    double n = v[S_ROWS], mean = v[S_REWARD] / n;
+    double n = v[S_ROWS], mean = v[S_REWARD] / n, lt = v[S_LOSS_TOKENS];
     *out = (dt_grpo_step_stats){
-        .reward = mean, .reward_std = sqrt(fmax(0, v[S_REWARD_SQ] / n - mean * mean)), .kl = v[S_TOKENS] > 0 ? v[S_KL] / v[S_TOKENS] : 0,
-        .completion = v[S_TOKENS] / n, .clipped = v[S_TOKENS] > 0 ? v[S_CLIPPED] / v[S_TOKENS] : 0,
+        .reward = mean, .reward_std = sqrt(fmax(0, v[S_REWARD_SQ] / n - mean * mean)), .kl = lt > 0 ? v[S_KL] / lt : 0,
+        .completion = lt / n, .clipped = lt > 0 ? v[S_CLIPPED] / lt : 0,
         .flat = v[S_FLAT_GROUPS] / (n / r->c.grpo.group), .decode_s = v[S_DECODE_S] / r->nranks,
-        .rollout_tps = v[S_DECODE_S] > 0 ? rollout_tokens / (v[S_DECODE_S] / r->nranks) : 0, .sample = gr->sample,
+        .rollout_tps = v[S_DECODE_S] > 0 ? v[S_TOKENS] / (v[S_DECODE_S] / r->nranks) : 0, .sample = gr->sample,
     };
     gr->stats[S_DECODE_S] = 0;
     /* the text before and after: rank 0's first completion of the first and the last rollouts */
     const dt_train_config *c = &r->c;
     int step = gr->step++;
-    if (r->rank == 0 && !c->quiet && gr->sample && (step == 0 || step + 1 == c->steps) && step % c->grpo.iterations == 0) {
-        uint64_t q;
-        printf("  step %d, prompt %s: completion \"%s\"\n", step + 1, gr->texts[prompt_of(r, gr, step / c->grpo.iterations, 0, &q)], gr->sample);
-    }
+    if (r->rank == 0 && !c->quiet && gr->sample && (step == 0 || step + 1 == c->steps) && step % c->grpo.iterations == 0)
+        printf("  step %d, prompt %s: completion \"%s\"\n", step + 1, gr->texts[gr->done[0].prompt], gr->sample);
     return DT_OK;
 }
