@@ -12,6 +12,7 @@ command -v /usr/bin/python3 > /dev/null || { echo "needs Debian's python3 (apt-g
 "$dir/bin/pip" install "torch>=2.6" torchvision numpy  # torchvision: the ResNet-50 baseline
 "$dir/bin/pip" install transformers safetensors       # bench infer: HF generate on dtrain's weights
 "$dir/bin/pip" install peft trl                       # LoRA's and SFT's oracles (tests/fixtures/lora, sft)
+"$dir/bin/pip" install gymnasium box2d pygame envpool  # the environments' oracles and rollout baselines (tests/fixtures/rl)
 # DeepSpeed builds its ops on first use; none of them is needed on CPU (DS_BUILD_OPS=0)
 DS_BUILD_OPS=0 "$dir/bin/pip" install deepspeed py-cpuinfo
 "$dir/bin/python" -c "import torch, deepspeed; print('torch', torch.__version__, 'deepspeed', deepspeed.__version__)"

@@ -41,6 +41,15 @@ grep -q "(Gaussian)" "$dir/pend.out" && grep -q "observations normalised, reward
     fail "pendulum's run or file: $(head -1 "$dir/pend.out")"
 e1=$("$DTRAIN" rl eval --policy "$dir/pend.safetensors" --env pendulum --episodes 2 --greedy 2>&1 | tail -1)
 echo "$e1" | grep -q "mean return over 2 episodes: -[0-9.]* (greedy" && ok "rl eval on pendulum: $e1" || fail "rl eval on pendulum: $e1"
+# --film: the first episode (Pendulum's 200 steps) as an animated SVG, the rod moving a frame a step; a film that
+# cannot be written is an error naming it
+"$DTRAIN" rl eval --policy "$dir/pend.safetensors" --env pendulum --episodes 1 --greedy --film "$dir/pend.svg" > "$dir/film.out" 2>&1
+frames=$(grep -o 'values="[^"]*"' "$dir/pend.svg" 2>/dev/null | tr -cd ';' | wc -c)
+[ "$frames" = 200 ] && grep -q "film of episode 1: $dir/pend.svg" "$dir/film.out" && ok "rl eval --film: 201 frames of Pendulum" ||
+    fail "rl eval --film: $frames frame gaps, $(tail -1 "$dir/film.out")"
+out=$("$DTRAIN" rl eval --policy "$dir/pend.safetensors" --env pendulum --episodes 1 --film /nonexistent/dir/f.svg 2>&1)
+[ $? -ne 0 ] && echo "$out" | grep -q "/nonexistent/dir/f.svg" && ok "a film that cannot be written is refused naming it" ||
+    fail "rl eval --film to a missing folder: $out"
 if [ -n "$MPIEXEC" ]; then
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 \
         timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$DTRAIN" rl "${short[@]}" --metrics "$dir/mpi.jsonl" > "$dir/mpi.out" 2>&1 &&

@@ -50,6 +50,21 @@ void dt_env_clip_action(const dt_env_info *in, float *action);
  * (env.unwrapped.state, state_dim doubles) and give its observation. */
 dt_status dt_env_set_state(dt_env *e, const double *state, float *obs);
 
+/* ---- Films of episodes ----
+ * Frames of an environment's states, written as one animated SVG (SMIL:
+ * it plays in a browser, looping, at the environment's rate; shapes that
+ * never move are drawn once). Kinds with a picture: all built in. */
+typedef struct dt_env_film dt_env_film;
+/* Refused (DT_ERR_UNSUPPORTED) for a kind with no picture. max_frames: the frames it keeps (later ones are dropped). */
+dt_status dt_env_film_create(const dt_env *e, int max_frames, dt_env_film **out);
+void dt_env_film_destroy(dt_env_film *f);
+/* The environment's state now, as the next frame (none past max_frames); refused before its first reset. */
+dt_status dt_env_film_add(dt_env_film *f, const dt_env *e);
+int dt_env_film_frames(const dt_env_film *f);
+/* The SVG (*svg malloc'd, the caller frees it; title escaped, may be NULL), or written to path atomically. */
+dt_status dt_env_film_svg(const dt_env_film *f, const char *title, char **svg, size_t *len);
+dt_status dt_env_film_write(const dt_env_film *f, const char *title, const char *path);
+
 /* ---- A pool of environments, stepped as one batch ----
  * n environments of one kind, numbered first .. first + n - 1 in the job
  * (a rank's share of the global pool): environment i is seeded with seed +
@@ -154,9 +169,16 @@ dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, dt_ppo_observer afte
 /* A policy --save wrote (of hidden width hidden) on episodes of env, each from reset(seed + k): the most likely
  * action at each step with greedy (a Gaussian's means), else one sampled; a continuous action clipped to the space;
  * observations normalised by the statistics saved with the policy (environment 0's at the end of training) when it
- * was trained with them; returns[episodes]. */
-dt_status dt_ppo_eval(const char *policy, const char *env, int hidden, int episodes, uint64_t seed, int greedy, double *returns,
-                      int *lengths);
+ * was trained with them. film (NULL: none): the first episode as an animated SVG (dt_env_film). */
+typedef struct {
+    const char *policy, *env;
+    int hidden, episodes;
+    uint64_t seed;
+    int greedy;
+    const char *film;
+} dt_ppo_eval_config;
+/* returns and lengths: c->episodes each */
+dt_status dt_ppo_eval(const dt_ppo_eval_config *c, double *returns, int *lengths);
 
 #ifdef __cplusplus
 }

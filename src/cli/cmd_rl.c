@@ -8,7 +8,7 @@
 #include <string.h>
 
 static const dt_cli_flag flags[] = {
-    { "--env", "an environment: cartpole, acrobot, mountaincar, pendulum (or Gymnasium's id)" }, { "--algo", "ppo" },
+    { "--env", "an environment: cartpole, acrobot, mountaincar, pendulum, lunarlander, lunarlander-continuous (or Gymnasium's id)" }, { "--algo", "ppo" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--total-steps", "a whole number of env steps from 1 to 1e12" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--envs", "a whole number of environments from 1 to 65536" },
     { "--rollout-steps", "a whole number of steps from 1 to 65536" }, { "--lr", "a number above 0 and at most 1" },
@@ -29,11 +29,14 @@ static void usage(void) {
            "rollout, --minibatches 4 x --epochs 4 per update, --lr 2.5e-4 annealed to 0 (--no-anneal), --gamma 0.99,\n"
            "--gae-lambda 0.95, --clip 0.2, --ent-coef 0.01, --vf-coef 0.5, --max-grad-norm 0.5, --hidden 64 (both networks'\n"
            "two layers), advantages normalised per minibatch (--no-norm-adv), the value loss clipped (--no-clip-vloss).\n"
-           "Continuous actions (pendulum): ppo_continuous_action.py's recipe and defaults instead, a Gaussian policy with a\n"
-           "learned log std, --envs 1, --rollout-steps 2048, --minibatches 32, --epochs 10, --lr 3e-4, --ent-coef 0,\n"
-           "--total-steps 1000000, each environment's observations normalised (--norm-obs 1) and rewards scaled\n"
-           "(--norm-reward 1) by running statistics, clipped to +-10; actions clipped to the space as the environment\n"
-           "takes them. --norm-obs and --norm-reward apply to discrete runs too (off there by default).\n"
+           "Continuous actions (pendulum, lunarlander-continuous): ppo_continuous_action.py's recipe and defaults\n"
+           "instead, a Gaussian policy with a learned log std, --envs 1, --rollout-steps 2048, --minibatches 32,\n"
+           "--epochs 10, --lr 3e-4, --ent-coef 0, --total-steps 1000000, each environment's observations normalised\n"
+           "(--norm-obs 1) and rewards scaled (--norm-reward 1) by running statistics, clipped to +-10; actions clipped\n"
+           "to the space as the environment takes them. --norm-obs and --norm-reward apply to discrete runs too (off\n"
+           "there by default). LunarLander learns with RL Zoo's settings for it: --envs 16 --rollout-steps 1024\n"
+           "--minibatches 256 --epochs 4 --gamma 0.999 --gae-lambda 0.98 --lr 3e-4 --no-anneal --no-clip-vloss\n"
+           "(a mean return of 200 in about 1.2M steps).\n"
            "A truncated episode (the time limit) is bootstrapped from its last observation's value; --trunc-as-term\n"
            "treats it as a termination instead, as CleanRL's scripts do under Gymnasium 0.29's same-step autoreset.\n"
            "--nproc N: N local ranks (or the ranks of an mpirun/srun job), each stepping --envs / N environments; the\n"
@@ -47,21 +50,25 @@ static void usage(void) {
 static const dt_cli_flag eval_flags[] = {
     { "--policy", "a .safetensors file that dtrain rl --save wrote" }, { "--env", "the environment it was trained on" },
     { "--episodes", "a whole number from 1 to 1e6" }, { "--seed", "a whole number from 0 to 1e18" },
-    { "--hidden", "the width it was trained with, 1 to 4096" }, { "--greedy", "" }, { "--help", "" }, { NULL, NULL },
+    { "--hidden", "the width it was trained with, 1 to 4096" }, { "--greedy", "" }, { "--film", "an .svg file to write" },
+    { "--help", "" }, { NULL, NULL },
 };
 
-/* dtrain rl eval --policy FILE --env NAME [--episodes 10] [--seed 1] [--greedy] [--hidden 64] */
+/* dtrain rl eval --policy FILE --env NAME [--episodes 10] [--seed 1] [--greedy] [--hidden 64] [--film FILE.svg] */
 static int eval(int argc, char **argv) {
-    const char *policy = NULL, *env = "cartpole";
+    const char *policy = NULL, *env = "cartpole", *film = NULL;
     double episodes = 10, seed = 1000, hidden = 64;
     int greedy = 0;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain rl eval --policy FILE.safetensors --env cartpole [--episodes 10] [--seed 1000] [--greedy] [--hidden 64]\n"
+                   "                      [--film FILE.svg]\n"
                    "Plays a policy dtrain rl --save wrote: each episode from reset(seed + k), actions sampled from the policy\n"
                    "(--greedy: the most likely, a Gaussian policy's means; a continuous action clipped to the space); observations\n"
-                   "normalised by the statistics saved with the policy when it has them; prints each episode's return and length, and their mean.\n");
+                   "normalised by the statistics saved with the policy when it has them; prints each episode's return and length, and their mean.\n"
+                   "--film FILE.svg: the first episode as an animated picture (it plays in a browser, looping, at the environment's\n"
+                   "rate), Gymnasium's rendering of each environment drawn as shapes.\n");
             return 0;
         }
         if (!strcmp(f, "--greedy")) { greedy = 1; continue; }
@@ -69,6 +76,7 @@ static int eval(int argc, char **argv) {
         if (!ok) {}
         else if (!strcmp(f, "--policy")) policy = v;
         else if (!strcmp(f, "--env")) env = v;
+        else if (!strcmp(f, "--film")) film = v;
         else if (!strcmp(f, "--episodes")) ok = dt_cli_number(v, 1, 1e6, &episodes) && episodes == (int)episodes;
         else if (!strcmp(f, "--seed")) ok = dt_cli_number(v, 0, 1e18, &seed) && seed == (double)(uint64_t)seed;
         else if (!strcmp(f, "--hidden")) ok = dt_cli_number(v, 1, 4096, &hidden) && hidden == (int)hidden;
@@ -79,14 +87,16 @@ static int eval(int argc, char **argv) {
     if (!policy) { dt_log(DT_LOG_ERROR, "rl eval: --policy FILE is required (a file dtrain rl --save wrote)"); return 2; }
     int n = (int)episodes, *len = malloc(sizeof(int) * (size_t)n);
     double *ret = malloc(sizeof(double) * (size_t)n), sum = 0;
-    dt_status st = ret && len ? dt_ppo_eval(policy, env, (int)hidden, n, (uint64_t)seed, greedy, ret, len)
-                              : dt_error(DT_ERR_NOMEM, "rl eval: out of memory");
+    dt_ppo_eval_config c = { .policy = policy, .env = env, .hidden = (int)hidden, .episodes = n, .seed = (uint64_t)seed,
+                             .greedy = greedy, .film = film };
+    dt_status st = ret && len ? dt_ppo_eval(&c, ret, len) : dt_error(DT_ERR_NOMEM, "rl eval: out of memory");
     for (int k = 0; !st && k < n; k++) {
         printf("episode %d: return %.2f, %d steps\n", k + 1, ret[k], len[k]);
         sum += ret[k];
     }
     if (!st) printf("mean return over %d episodes: %.2f (%s actions)\n", n, sum / n, greedy ? "greedy" : "sampled");
     else dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+    if (!st && film) printf("film of episode 1: %s\n", film);
     free(ret);
     free(len);
     return st ? 1 : 0;

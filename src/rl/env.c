@@ -12,16 +12,21 @@
 struct dt_env {
     const dt_env_kind *k;
     double s[DT_ENV_STATE_MAX];
+    void *st;   /* the kind's world, or s */
     uint64_t rng;
     int t;      /* steps into the episode */
     int ended;  /* the episode ended (terminated or truncated) and wants a reset */
     int begun;  /* reset at least once */
 };
 
-static const dt_env_kind *const kinds[] = { &dt_env_cartpole, &dt_env_acrobot, &dt_env_mountain_car, &dt_env_pendulum };
+static const dt_env_kind *const kinds[] = { &dt_env_cartpole, &dt_env_acrobot, &dt_env_mountain_car, &dt_env_pendulum,
+                                            &dt_env_lunar_lander, &dt_env_lunar_lander_continuous };
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
-const char *dt_env_list(void) { return "cartpole (CartPole-v1), acrobot (Acrobot-v1), mountaincar (MountainCar-v0), pendulum (Pendulum-v1)"; }
+const char *dt_env_list(void) {
+    return "cartpole (CartPole-v1), acrobot (Acrobot-v1), mountaincar (MountainCar-v0), pendulum (Pendulum-v1), lunarlander "
+           "(LunarLander-v3), lunarlander-continuous (LunarLanderContinuous-v3)";
+}
 
 double dt_env_uniform(uint64_t *rng, double low, double high) {
     double u = (double)(dt_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
@@ -47,31 +52,40 @@ dt_status dt_env_create(const char *name, dt_env **out) {
     dt_env *e = calloc(1, sizeof *e);
     if (!e) return dt_error(DT_ERR_NOMEM, "environment %s: out of memory", k->info.id);
     e->k = k;
+    e->st = e->s;
+    dt_status st = k->create ? k->create(&e->st) : DT_OK;
+    if (st) { free(e); return st; }
     *out = e;
     return DT_OK;
 }
 
-void dt_env_destroy(dt_env *e) { free(e); }
+void dt_env_destroy(dt_env *e) {
+    if (e && e->k->destroy) e->k->destroy(e->st);
+    free(e);
+}
 
 const dt_env_info *dt_env_get_info(const dt_env *e) { return &e->k->info; }
+const dt_env_kind *dt_env_kind_of(const dt_env *e) { return e->k; }
+const void *dt_env_state(const dt_env *e) { return e->begun ? e->st : NULL; }
 
 void dt_env_reset(dt_env *e, int64_t seed, float *obs) {
     if (seed >= 0) e->rng = (uint64_t)seed * 0x9e3779b97f4a7c15ull ^ 0x5d1ce0f5eed5ull; /* a seed's stream, not seed itself */
-    e->k->reset(e->s, &e->rng);
+    e->k->reset(e->st, &e->rng);
     e->t = 0;
     e->ended = 0;
     e->begun = 1;
-    e->k->observe(e->s, obs);
+    e->k->observe(e->st, obs);
 }
 
 dt_status dt_env_set_state(dt_env *e, const double *state, float *obs) {
+    if (!e->k->info.state_dim) return dt_error(DT_ERR_ARG, "%s: its state is a physics world, not numbers to set", e->k->info.id);
     for (int i = 0; i < e->k->info.state_dim; i++)
         if (!isfinite(state[i])) return dt_error(DT_ERR_ARG, "%s: state component %d is not finite", e->k->info.id, i);
     memcpy(e->s, state, sizeof(double) * (size_t)e->k->info.state_dim);
     e->t = 0;
     e->ended = 0;
     e->begun = 1;
-    e->k->observe(e->s, obs);
+    e->k->observe(e->st, obs);
     return DT_OK;
 }
 
@@ -101,11 +115,11 @@ dt_status dt_env_step(dt_env *e, const float *action, float *obs, double *reward
     dt_status st = dt_env_check_action(in, action);
     if (st) return st;
     int term = 0;
-    e->k->step(e->s, action, reward, &term);
+    e->k->step(e->st, &e->rng, action, reward, &term);
     e->t++;
     *terminated = term;
     *truncated = e->t >= in->max_steps; /* TimeLimit's, set whether or not the task ended too */
     e->ended = *terminated || *truncated;
-    e->k->observe(e->s, obs);
+    e->k->observe(e->st, obs);
     return DT_OK;
 }

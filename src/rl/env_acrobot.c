@@ -18,7 +18,8 @@
 #define MAX_VEL_2 (9 * M_PI)
 #define DT 0.2
 
-static void reset(double *s, uint64_t *rng) {
+static void reset(void *st, uint64_t *rng) {
+    double *s = st;
     for (int i = 0; i < 4; i++) s[i] = (float)dt_env_uniform(rng, -0.1, 0.1); /* Gymnasium keeps it as float32 */
 }
 
@@ -48,7 +49,8 @@ static double wrap(double x, double m, double M) {
 
 static double bound(double x, double m, double M) { return fmin(fmax(x, m), M); }
 
-static void step(double *s, const float *a, double *reward, int *terminated) {
+static void step(void *st, uint64_t *rng, const float *a, double *reward, int *terminated) {
+    double *s = st;
     static const double torques[3] = { -1.0, 0.0, 1.0 };
     double torque = torques[(int)a[0]], k1[4], k2[4], k3[4], k4[4], y[4];
     const double dt = DT, dt2 = dt / 2.0;
@@ -68,7 +70,8 @@ static void step(double *s, const float *a, double *reward, int *terminated) {
     *reward = *terminated ? 0.0 : -1.0;
 }
 
-static void observe(const double *s, float *obs) {
+static void observe(const void *st, float *obs) {
+    const double *s = st;
     obs[0] = (float)cos(s[0]);
     obs[1] = (float)sin(s[0]);
     obs[2] = (float)cos(s[1]);
@@ -77,7 +80,21 @@ static void observe(const double *s, float *obs) {
     obs[5] = (float)s[3];
 }
 
+/* Gymnasium's picture: two links hanging from the pivot, the line the tip must reach. */
+static void draw(const void *st, dt_env_sketch *sk) {
+    const double *s = st, x1 = L1 * sin(s[0]), y1 = -L1 * cos(s[0]);
+    sk->x0 = -2.2f, sk->y0 = -2.2f, sk->x1 = 2.2f, sk->y1 = 2.2f;
+    dt_sketch_box(sk, 0xffffff, 0, 0, 4.4, 4.4, 0);
+    dt_sketch_shape *goal = dt_sketch_add(sk, 0x000000, 0.02f);
+    dt_sketch_point(goal, -2.2, 1);
+    dt_sketch_point(goal, 2.2, 1);
+    dt_sketch_shape *links = dt_sketch_add(sk, 0x00cccc, 0.2f);
+    dt_sketch_point(links, 0, 0);
+    dt_sketch_point(links, x1, y1);
+    dt_sketch_point(links, x1 + L1 * sin(s[0] + s[1]), y1 - L1 * cos(s[0] + s[1]));
+}
+
 const dt_env_kind dt_env_acrobot = {
     .info = { .id = "Acrobot-v1", .name = "acrobot", .obs_dim = 6, .actions = 3, .act_dim = 1, .max_steps = 500, .state_dim = 4 },
-    .reset = reset, .step = step, .observe = observe,
+    .reset = reset, .step = step, .observe = observe, .draw = draw, .fps = 15,
 };

@@ -1,5 +1,7 @@
 /* What an environment kind gives env.c: its spaces and limits, and its
- * dynamics over a state of doubles (Gymnasium's env.unwrapped.state). */
+ * dynamics over a state: state_dim doubles (Gymnasium's env.unwrapped.state)
+ * for the classic-control kinds, or a world of the kind's own (a physics
+ * engine's) that it creates and destroys. */
 #ifndef DTRAIN_RL_ENV_INTERNAL_H
 #define DTRAIN_RL_ENV_INTERNAL_H
 
@@ -7,16 +9,49 @@
 
 #define DT_ENV_STATE_MAX 8
 
+/* A picture of a state, for films of episodes (film.c): shapes in the kind's own units over the view
+ * (x0, y0)-(x1, y1), y up; a shape is a filled polygon (width 0) or a line of that width. A kind draws the same
+ * shapes in the same order every frame; those that never move are drawn once. */
+enum { DT_SKETCH_SHAPES = 16, DT_SKETCH_POINTS = 64 };
+typedef struct {
+    int n;
+    float width;
+    uint32_t rgb;
+    float xy[2 * DT_SKETCH_POINTS];
+} dt_sketch_shape;
+typedef struct {
+    float x0, y0, x1, y1;
+    int n;
+    dt_sketch_shape shape[DT_SKETCH_SHAPES];
+} dt_env_sketch;
+/* The next shape of the sketch, empty, or NULL when it has DT_SKETCH_SHAPES already. */
+dt_sketch_shape *dt_sketch_add(dt_env_sketch *sk, uint32_t rgb, float width);
+/* A point; ignored past DT_SKETCH_POINTS. */
+void dt_sketch_point(dt_sketch_shape *sh, double x, double y);
+/* A w x h rectangle centred at (cx, cy), turned by angle, as a polygon. */
+void dt_sketch_box(dt_env_sketch *sk, uint32_t rgb, double cx, double cy, double w, double h, double angle);
+
 typedef struct {
     dt_env_info info;
+    /* a kind with a world of its own makes it with the environment (NULL: the state is state_dim doubles) */
+    dt_status (*create)(void **state);
+    void (*destroy)(void *state);
     /* a new episode's state, from the environment's stream (dt_env_uniform) */
-    void (*reset)(double *s, uint64_t *rng);
-    /* one step of the dynamics; *terminated: the task ended */
-    void (*step)(double *s, const float *action, double *reward, int *terminated);
-    void (*observe)(const double *s, float *obs);
+    void (*reset)(void *state, uint64_t *rng);
+    /* one step of the dynamics (drawing from the stream where it is random); *terminated: the task ended */
+    void (*step)(void *state, uint64_t *rng, const float *action, double *reward, int *terminated);
+    void (*observe)(const void *state, float *obs);
+    /* a picture of the state (NULL: the kind has none), and the rate its films play at (Gymnasium's render_fps) */
+    void (*draw)(const void *state, dt_env_sketch *sk);
+    int fps;
 } dt_env_kind;
 
-extern const dt_env_kind dt_env_cartpole, dt_env_acrobot, dt_env_mountain_car, dt_env_pendulum;
+/* The environment's kind and state (NULL before its first reset), for film.c. */
+const dt_env_kind *dt_env_kind_of(const dt_env *e);
+const void *dt_env_state(const dt_env *e);
+
+extern const dt_env_kind dt_env_cartpole, dt_env_acrobot, dt_env_mountain_car, dt_env_pendulum, dt_env_lunar_lander,
+    dt_env_lunar_lander_continuous;
 
 /* DT_OK when action (in->act_dim floats) is in the space, else an error naming it. */
 dt_status dt_env_check_action(const dt_env_info *in, const float *action);

@@ -22,12 +22,14 @@ static double angle_normalize(double x) {
     return r - M_PI;
 }
 
-static void reset(double *s, uint64_t *rng) {
+static void reset(void *st, uint64_t *rng) {
+    double *s = st;
     s[0] = dt_env_uniform(rng, -M_PI, M_PI);
     s[1] = dt_env_uniform(rng, -1.0, 1.0);
 }
 
-static void step(double *s, const float *a, double *reward, int *terminated) {
+static void step(void *st, uint64_t *rng, const float *a, double *reward, int *terminated) {
+    double *s = st;
     double th = s[0], thdot = s[1];
     float u = a[0] < -MAX_TORQUE ? -MAX_TORQUE : a[0] > MAX_TORQUE ? MAX_TORQUE : a[0];
     float u_cost = 0.001f * dt_env_powf2(u), u_acc = 3.0f * u; /* float32, as numpy computes them */
@@ -41,14 +43,24 @@ static void step(double *s, const float *a, double *reward, int *terminated) {
     *terminated = 0;
 }
 
-static void observe(const double *s, float *obs) {
+static void observe(const void *st, float *obs) {
+    const double *s = st;
     obs[0] = (float)cos(s[0]);
     obs[1] = (float)sin(s[0]);
     obs[2] = (float)s[1];
 }
 
+/* Gymnasium's picture: the rod turned by theta from upright about its pivot. */
+static void draw(const void *st, dt_env_sketch *sk) {
+    const double *s = st;
+    sk->x0 = -2.2f, sk->y0 = -2.2f, sk->x1 = 2.2f, sk->y1 = 2.2f;
+    dt_sketch_box(sk, 0xffffff, 0, 0, 4.4, 4.4, 0);
+    dt_sketch_box(sk, 0xcc4d4d, -sin(s[0]) / 2, cos(s[0]) / 2, 0.2, 1.0, s[0]);
+    dt_sketch_box(sk, 0x000000, 0, 0, 0.1, 0.1, 0);
+}
+
 const dt_env_kind dt_env_pendulum = {
     .info = { .id = "Pendulum-v1", .name = "pendulum", .obs_dim = 3, .actions = 0, .act_dim = 1, .act_low = -2.0f, .act_high = 2.0f,
               .max_steps = 200, .state_dim = 2 },
-    .reset = reset, .step = step, .observe = observe,
+    .reset = reset, .step = step, .observe = observe, .draw = draw, .fps = 30,
 };
