@@ -126,6 +126,16 @@ else
         echo "$rstatus" | grep -q '>ok</span>' && echo "$rstatus" | grep -q '"chart-reward":12' &&
             ok "a GRPO run's report: the reward and the KL by step" || fail "a GRPO run's report: $rstatus"
     else fail "a GRPO run with --report: $(tail -2 "$dir/rl.err")"; fi
+    # dtrain rl's page: the return curve, the losses and the throughput by environment steps (10 updates), and the
+    # film of the trained policy's episode (the cart, the pole and the axle move)
+    if "$DTRAIN" rl --env cartpole --nproc 2 --total-steps 5120 --print-every 0 --report "$dir/ppo" > /dev/null 2> "$dir/ppo.err"; then
+        pdom=$(render "$dir/ppo/report.html")
+        pstatus=$(echo "$pdom" | grep -o '<span id="render-status"[^>]*>[^<]*</span>' | sed 's/&quot;/"/g')
+        echo "$pstatus" | grep -q '>ok</span>' && echo "$pstatus" | grep -q '"chart-return":10,"chart-rl-loss":30,"chart-rl-throughput":10,"film":3' &&
+            echo "$pdom" | grep -q '<th>algorithm</th><td>PPO on CartPole-v1</td>' &&
+            ok "dtrain rl's report: the return, losses and throughput by env steps, the settings, the film" ||
+            fail "dtrain rl's report: $pstatus"
+    else fail "dtrain rl with --report: $(tail -2 "$dir/ppo.err")"; fi
 fi
 grep -q '<script src=\|<link [^>]*href=.http\|@import\|url(http' "$run/report.html" && fail "the report loads something from outside" \
     || ok "the report is self-contained ($(wc -c < "$run/report.html") bytes)"

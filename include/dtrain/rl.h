@@ -180,6 +180,14 @@ typedef struct {
 /* returns and lengths: c->episodes each */
 dt_status dt_ppo_eval(const dt_ppo_eval_config *c, double *returns, int *lengths);
 
+/* dtrain rl --report DIR. Before the run (rank 0): makes DIR and points the metrics and the saved policy into it
+ * (DIR/metrics.jsonl, DIR/policy.safetensors; metrics and policy hold cap bytes) unless the config names them. After
+ * it: DIR/run.json (kind "rl": the command, the settings, the machine, the outcome), DIR/film.svg (the saved policy's
+ * greedy episode from reset(seed)) and DIR/report.html (dt_report_write: the return curve, the losses, the film). */
+dt_status dt_rl_report_prepare(const char *dir, dt_ppo_config *c, char *metrics, char *policy, size_t cap);
+dt_status dt_rl_report_write(const char *dir, const dt_ppo_config *c, const dt_ppo_result *r, int ranks, int argc, char **argv,
+                             double wall_s);
+
 #ifdef __cplusplus
 }
 #endif

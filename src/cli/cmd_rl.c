@@ -17,7 +17,7 @@ static const dt_cli_flag flags[] = {
     { "--clip", "a number from 0 to 10" }, { "--ent-coef", "a number from 0 to 10" }, { "--vf-coef", "a number from 0 to 100" },
     { "--max-grad-norm", "a number from 0 (off) to 1e6" }, { "--hidden", "a whole number from 1 to 4096" },
     { "--no-norm-adv", "" }, { "--no-clip-vloss", "" }, { "--norm-obs", "0 or 1" }, { "--trunc-as-term", "" }, { "--norm-reward", "0 or 1" }, { "--print-every", "a whole number of updates from 0 (quiet) to 1e6" },
-    { "--metrics", "a file (JSON lines)" }, { "--save", "a .safetensors file" }, { "--threads", "a whole number from 1 to 256" },
+    { "--metrics", "a file (JSON lines)" }, { "--save", "a .safetensors file" }, { "--report", "a directory" }, { "--threads", "a whole number from 1 to 256" },
     { "--help", "" }, { NULL, NULL },
 };
 
@@ -41,6 +41,9 @@ static void usage(void) {
            "treats it as a termination instead, as CleanRL's scripts do under Gymnasium 0.29's same-step autoreset.\n"
            "--nproc N: N local ranks (or the ranks of an mpirun/srun job), each stepping --envs / N environments; the\n"
            "learner is data-parallel over them with the same global batch, so the run is the one process's.\n"
+           "--report DIR: the run's page, DIR/report.html (the mean return and the losses by environment steps, the settings,\n"
+           "and a film of the trained policy's greedy episode), beside metrics.jsonl, policy.safetensors (unless --metrics\n"
+           "or --save name other files), run.json and film.svg.\n"
            "--print-every 10 updates (0: quiet), --metrics FILE (a JSON line per update: env_steps, mean_return over the\n"
            "last 100 episodes, the losses), --save FILE.safetensors (the actor's and critic's weights, PyTorch's names,\n"
            "and environment 0's observation statistics obs_rms.mean and obs_rms.var when they were normalised),\n"
@@ -122,6 +125,8 @@ int dt_cli_rl(int argc, char **argv) {
     double nproc = 1, total = (double)c.total_steps, seed = (double)c.seed, envs = c.num_envs, steps = c.num_steps, lr = c.lr;
     double gamma = c.gamma, lam = c.gae_lambda, mbs = c.minibatches, epochs = c.epochs, clip = c.clip_coef, ent = c.ent_coef;
     double vf = c.vf_coef, mgn = c.max_grad_norm, hidden = c.hidden, every = c.print_every, threads = 1;
+    const char *report = NULL;
+    char metrics[4096], policy[4096];
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
@@ -137,6 +142,7 @@ int dt_cli_rl(int argc, char **argv) {
         else if (!strcmp(f, "--norm-obs")) ok = (c.norm_obs = !strcmp(v, "1")) || !strcmp(v, "0");
         else if (!strcmp(f, "--norm-reward")) ok = (c.norm_reward = !strcmp(v, "1")) || !strcmp(v, "0");
         else if (!strcmp(f, "--save")) c.save = v;
+        else if (!strcmp(f, "--report")) report = v;
         else if (!strcmp(f, "--nproc")) ok = dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc;
         else if (!strcmp(f, "--total-steps")) ok = dt_cli_number(v, 1, 1e12, &total) && total == (double)(int64_t)total;
         else if (!strcmp(f, "--seed")) ok = dt_cli_number(v, 0, 1e18, &seed) && seed == (double)(uint64_t)seed;
@@ -178,12 +184,17 @@ int dt_cli_rl(int argc, char **argv) {
     if (rc || launched >= 0) return rc ? rc : launched;
     dt_kernels_set_threads((int)threads);
     dt_ppo_result r;
-    dt_status st = dt_ppo_run(&c, w, NULL, NULL, &r);
+    int lead = !w || dt_comm_rank(w) == 0;
+    double t0 = dt_time_now();
+    /* every rank points its files into the report's directory (only rank 0 writes them) */
+    dt_status st = report ? dt_rl_report_prepare(report, &c, metrics, policy, sizeof metrics) : DT_OK;
+    if (!st) st = dt_ppo_run(&c, w, NULL, NULL, &r);
+    if (!st && report && lead) st = dt_rl_report_write(report, &c, &r, w ? dt_comm_size(w) : 1, argc, argv, dt_time_now() - t0);
     if (st) dt_log(DT_LOG_ERROR, "rl: %s", dt_last_error());
-    else if (!w || dt_comm_rank(w) == 0)
-        printf("done: %lld env steps in %d updates, %d episodes, mean return of the last 100 %.2f, %.0f env steps/s%s%s\n",
+    else if (lead)
+        printf("done: %lld env steps in %d updates, %d episodes, mean return of the last 100 %.2f, %.0f env steps/s%s%s%s%s\n",
                (long long)r.env_steps, r.updates, r.episodes, r.mean_return, r.steps_per_s, c.save ? "; saved " : "",
-               c.save ? c.save : "");
+               c.save ? c.save : "", report ? "; report " : "", report ? report : "");
     dt_comm_destroy(w);
     return st ? 1 : 0;
 }

@@ -132,7 +132,7 @@ static void put_json(FILE *f, const char *var, const cJSON *j) {
 }
 
 typedef struct {
-    cJSON *run, *metrics, *intervals, *scaling;
+    cJSON *run, *metrics, *intervals, *scaling, *film; /* film: an episode's SVG (dtrain rl --report), a string */
     char *chartjs;
     size_t chartjs_len;
 } report_data;
@@ -142,6 +142,7 @@ static void data_free(report_data *d) {
     cJSON_Delete(d->metrics);
     cJSON_Delete(d->intervals);
     cJSON_Delete(d->scaling);
+    cJSON_Delete(d->film);
     free(d->chartjs);
 }
 
@@ -172,6 +173,15 @@ static dt_status gather_data(const char *dir, report_data *d) {
     if (st) return st;
     snprintf(path, sizeof path, "%s/scaling.json", dir);
     if ((st = read_json(path, &d->scaling))) return st;
+    snprintf(path, sizeof path, "%s/film.svg", dir);
+    char *svg;
+    size_t svg_len;
+    if (access(path, R_OK) == 0) {
+        if ((st = dt_file_read_text(path, MAX_FILE, &svg, &svg_len))) return st;
+        d->film = cJSON_CreateString(svg);
+        free(svg);
+        if (!d->film) return dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
+    }
     st = dt_file_read_text(chartjs_path(), 16 << 20, &d->chartjs, &d->chartjs_len);
     if (st) return dt_error(DT_ERR_IO, "the chart library is missing (%s): install Debian's libjs-chart.js "
                             "(scripts/install-deps.sh does), or point DTRAIN_CHARTJS at chart.min.js", dt_last_error());
@@ -197,6 +207,7 @@ static void put_page(FILE *f, const char *dir, const report_data *d) {
     put_json(f, "METRICS", d->metrics);
     put_json(f, "INTERVALS", d->intervals);
     put_json(f, "SCALING", d->scaling);
+    put_json(f, "FILM", d->film);
     fprintf(f, "%s</script>\n</body></html>\n", dt_report_page_js);
 }
 

@@ -70,13 +70,13 @@ function series(key, scale) {
   for (const m of METRICS) if (typeof m[key] === "number") pts.push({ x: m.step, y: m[key] * (scale || 1) });
   return pts;
 }
-function lineChart(id, s, sets, yTitles) {
+function lineChart(id, s, sets, yTitles, xTitle) {
   const datasets = sets.filter((d) => d.data.length > 0).map((d, i) => ({
     label: d.label, data: d.data, yAxisID: d.axis || "y", borderColor: COLORS[d.color !== undefined ? d.color : i],
     backgroundColor: COLORS[d.color !== undefined ? d.color : i], borderWidth: 1.5, pointRadius: d.points ? 3 : 0,
     showLine: !d.points, tension: 0,
   }));
-  const scales = { x: { type: "linear", title: { display: true, text: "step" } },
+  const scales = { x: { type: "linear", title: { display: true, text: xTitle || "step" } },
                    y: { title: { display: true, text: yTitles[0] } } };
   if (sets[0].fromZero) scales.y.suggestedMin = 0;
   if (yTitles[1]) scales.y2 = { position: "right", title: { display: true, text: yTitles[1] }, grid: { drawOnChartArea: false } };
@@ -289,9 +289,53 @@ function scaling() {
   drawn["chart-scaling"] = datasets.reduce((n, d) => n + d.data.length, 0);
 }
 
+// A reinforcement-learning run (dtrain rl --report): its settings, the mean return and the losses by environment
+// steps, the throughput, and the film of the trained policy's episode.
+function rlSettings() {
+  const s = section("Run"), t = el("table"), g = RUN.settings;
+  const add = (k, v) => { const r = el("tr"); r.appendChild(el("th", {}, k)); r.appendChild(el("td", {}, String(v))); t.appendChild(r); };
+  document.getElementById("command").textContent = RUN.command;
+  add("algorithm", g.algo.toUpperCase() + " on " + g.env);
+  add("rollouts", g.envs + " environments x " + g.rollout_steps + " steps, over " + g.ranks + (g.ranks === 1 ? " rank" : " ranks"));
+  const n = (x) => Number(x.toPrecision(4)); // the settings are floats
+  add("updates", g.epochs + " epochs x " + g.minibatches + " minibatches; lr " + n(g.lr) + (g.anneal_lr ? " annealed to 0" : "") +
+      ", gamma " + n(g.gamma) + ", lambda " + n(g.gae_lambda) + ", clip " + n(g.clip) + ", entropy " + n(g.ent_coef));
+  add("networks", "actor and critic, two hidden layers of " + g.hidden);
+  add("outcome", RUN.env_steps + " environment steps in " + RUN.updates + " updates and " + RUN.wall_s.toFixed(1) + " s, " +
+      RUN.episodes + " episodes; mean return of the last 100: " + RUN.mean_return.toFixed(2));
+  add("machine", RUN.machine.cpu);
+  s.appendChild(t);
+}
+function bySteps(key, needEpisodes) {
+  const pts = [];
+  for (const m of METRICS) if (typeof m[key] === "number" && (!needEpisodes || m.episodes > 0)) pts.push({ x: m.env_steps, y: m[key] });
+  return pts;
+}
+function film() {
+  if (!FILM) return;
+  const f = RUN.film, s = section("An episode of the trained policy", f ? "greedy actions from reset(seed " + RUN.settings.seed +
+    "): return " + f.return.toFixed(1) + " in " + f.steps + " steps; the film loops" : null);
+  const d = el("div");
+  d.className = "film";
+  d.innerHTML = FILM;
+  s.appendChild(d);
+  drawn["film"] = d.querySelectorAll("animate").length;
+}
+const rlParts = [
+  rlSettings,
+  () => lineChart("chart-return", section("Mean return", "over the last 100 finished episodes, after each update"),
+                  [{ label: "mean return", data: bySteps("mean_return", true) }], ["return"], "environment steps"),
+  () => lineChart("chart-rl-loss", section("Losses", "each update's mean over its minibatches"),
+                  [{ label: "policy loss", data: bySteps("pg_loss") }, { label: "entropy", data: bySteps("entropy") },
+                   { label: "value loss", data: bySteps("v_loss"), axis: "y2" }], ["policy loss, entropy", "value loss"], "environment steps"),
+  () => lineChart("chart-rl-throughput", section("Throughput"), [{ label: "environment steps/s (all ranks)", data: bySteps("steps_per_s") }],
+                  ["steps/s"], "environment steps"),
+  film,
+];
+
 // Each part on its own: one that fails (say, a run.json from another
 // version) is named in #errors and the others still draw.
-const parts = [
+const trainParts = [
   settings,
   () => lineChart("chart-loss", section("Loss"), [{ label: "training loss", data: series("loss") },
                   { label: "validation loss", data: series("val_loss"), points: true }], ["nats per token"]),
@@ -301,7 +345,7 @@ const parts = [
                   { label: "MFU %", data: series("mfu", 100), axis: "y2" }], ["tok/s", "MFU %"]),
   rewards, phases, bubble, compression, memory, rankTimes, timeline, scaling, io,
 ];
-for (const part of parts) {
+for (const part of RUN && RUN.kind === "rl" ? rlParts : trainParts) {
   try { part(); } catch (e) { fail("error in " + (part.name || "a chart") + ": " + e.message); }
 }
 const status = document.getElementById("render-status");
