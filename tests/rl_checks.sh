@@ -65,6 +65,7 @@ refused_rl() {
     else fail "$what: $(echo "$out" | tail -2)"; fi
 }
 refused_rl "an unknown environment" "'cartpool' is not one dtrain has: cartpole" --env cartpool
+refused_rl "a report in a folder that cannot be made" "--report /nonexistent/dir/run: cannot make the directory" --report /nonexistent/dir/run
 refused_rl "--norm-obs 2" "--norm-obs 2 is not valid" --norm-obs 2
 refused_rl "3 environments over 2 ranks" "do not split evenly over 2 ranks" --envs 3 --nproc 2
 refused_rl "fewer steps than one rollout" "less than one rollout" --total-steps 100

@@ -8,7 +8,8 @@
 #include <string.h>
 
 static const dt_cli_flag flags[] = {
-    { "--env", "an environment: cartpole, acrobot, mountaincar, pendulum, lunarlander, lunarlander-continuous (or Gymnasium's id)" }, { "--algo", "ppo" },
+    { "--env", "an environment: cartpole, acrobot, mountaincar, pendulum, lunarlander, lunarlander-continuous (or Gymnasium's id)" },
+    { "--algo", "ppo" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--total-steps", "a whole number of env steps from 1 to 1e12" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--envs", "a whole number of environments from 1 to 65536" },
     { "--rollout-steps", "a whole number of steps from 1 to 65536" }, { "--lr", "a number above 0 and at most 1" },
@@ -17,7 +18,8 @@ static const dt_cli_flag flags[] = {
     { "--clip", "a number from 0 to 10" }, { "--ent-coef", "a number from 0 to 10" }, { "--vf-coef", "a number from 0 to 100" },
     { "--max-grad-norm", "a number from 0 (off) to 1e6" }, { "--hidden", "a whole number from 1 to 4096" },
     { "--no-norm-adv", "" }, { "--no-clip-vloss", "" }, { "--norm-obs", "0 or 1" }, { "--trunc-as-term", "" }, { "--norm-reward", "0 or 1" }, { "--print-every", "a whole number of updates from 0 (quiet) to 1e6" },
-    { "--metrics", "a file (JSON lines)" }, { "--save", "a .safetensors file" }, { "--report", "a directory" }, { "--threads", "a whole number from 1 to 256" },
+    { "--metrics", "a file (JSON lines)" }, { "--save", "a .safetensors file" }, { "--report", "a directory" },
+    { "--threads", "a whole number from 1 to 256" },
     { "--help", "" }, { NULL, NULL },
 };
 

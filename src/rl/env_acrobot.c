@@ -91,7 +91,7 @@ static void draw(const void *st, dt_env_sketch *sk) {
     dt_sketch_shape *links = dt_sketch_add(sk, 0x00cccc, 0.2f);
     dt_sketch_point(links, 0, 0);
     dt_sketch_point(links, x1, y1);
-    dt_sketch_point(links, x1 + L1 * sin(s[0] + s[1]), y1 - L1 * cos(s[0] + s[1]));
+    dt_sketch_point(links, x1 + L1 * sin(s[0] + s[1]), y1 - L1 * cos(s[0] + s[1])); /* the second link is as long */
 }
 
 const dt_env_kind dt_env_acrobot = {
