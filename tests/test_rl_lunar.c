@@ -51,7 +51,7 @@ static void play(const char *env, int heur, int n, double *lens, double *rets) {
         dt_env_reset(e, 1000 + k, o);
         while (!te && !tr) {
             if (heur) heuristic(o, cont, a);
-            else if (cont) for (int i = 0; i < 2; i++) a[i] = (float)(2.0 * ((double)(dt_rng_next(&rng) >> 11) / 9007199254740992.0) - 1);
+            else if (cont) for (int i = 0; i < 2; i++) a[i] = (float)(2.0 * dt_rng_double(&rng) - 1);
             else a[0] = (float)(dt_rng_next(&rng) % 4);
             if (dt_env_step(e, a, o, &r, &te, &tr)) { printf("FAIL: %s: %s\n", env, dt_last_error()); exit(1); }
             ret += r;

@@ -181,6 +181,8 @@ uint32_t dt_crc32c(uint32_t crc, const void *data, size_t n);
 void dt_rng_shuffle(int *perm, int n, uint64_t seed);
 /* Uniform in [0, 1) from one draw: its top 24 bits. */
 float dt_rng_uniform(uint64_t *state);
+/* Uniform in [0, 1) as a double from one draw: its top 53 bits (numpy's random()). */
+double dt_rng_double(uint64_t *state);
 float dt_rng_normal(uint64_t *state);
 /* The k-th (0-based) normal dt_rng_normal would give from state seed. */
 float dt_rng_normal_at(uint64_t seed, uint64_t k);

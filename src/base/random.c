@@ -23,9 +23,11 @@ void dt_rng_shuffle(int *perm, int n, uint64_t seed) {
 
 float dt_rng_uniform(uint64_t *s) { return (float)((dt_rng_next(s) >> 40) * (1.0 / 16777216.0)); }
 
+double dt_rng_double(uint64_t *s) { return (double)(dt_rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
+
 float dt_rng_normal(uint64_t *s) {
     double u1 = ((dt_rng_next(s) >> 11) + 1.0) / 9007199254740993.0;
-    double u2 = (dt_rng_next(s) >> 11) / 9007199254740992.0;
+    double u2 = dt_rng_double(s);
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 

@@ -29,8 +29,7 @@ const char *dt_env_list(void) {
 }
 
 double dt_env_uniform(uint64_t *rng, double low, double high) {
-    double u = (double)(dt_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
-    return low + (high - low) * u;
+    return low + (high - low) * dt_rng_double(rng);
 }
 
 double dt_env_pow2(double x) {

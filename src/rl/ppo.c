@@ -77,7 +77,7 @@ static const float *row(const ppo *p, int t, int i) {
 static double uniform_at(uint64_t seed, int env, int64_t step, int k) {
     uint64_t s = seed * 0x9e3779b97f4a7c15ull ^ (uint64_t)env * 0xd1b54a32d192ed03ull ^ (uint64_t)step * 0x8cb92ba72f3d8dd7ull ^
                  (uint64_t)k * 0xa0761d6478bd642full;
-    return (double)(dt_rng_next(&s) >> 11) * (1.0 / 9007199254740992.0);
+    return dt_rng_double(&s);
 }
 
 /* The wrappers over the pool's output (continuous PPO's recipe): each environment's observation normalised, its

@@ -24,7 +24,7 @@ static dt_status episode(dt_env *e, dt_policy *pol, dt_running_norm *norm, int k
         const float *z, *val;
         if ((st = dt_policy_forward(pol, obs, 1, &z, &val))) break;
         double u[MAX_DIM];
-        for (int i = 0; i < dt_policy_uniforms(pol); i++) u[i] = (double)(dt_rng_next(&s) >> 11) * (1.0 / 9007199254740992.0);
+        for (int i = 0; i < dt_policy_uniforms(pol); i++) u[i] = dt_rng_double(&s);
         dt_policy_draw(pol, z, greedy ? NULL : u, a, NULL);
         dt_env_clip_action(in, a);
         double r;

@@ -2,13 +2,12 @@
  * settings, the machine, the outcome), a film of the trained policy's
  * greedy episode, and report.html, the page dt_report_write makes of them. */
 #include "dtrain/obs.h"
-#include "dtrain/io.h"
 #include "dtrain/rl.h"
+#include "obs/run_json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -46,14 +45,10 @@ dt_status dt_rl_report_write(const char *dir, const dt_ppo_config *c, const dt_p
     dt_env *e;
     dt_status st = dt_env_create(c->env, &e);
     if (st) return st;
-    char cmd[8192] = "", cpu[256], path[4200], film[4200];
-    for (int i = 0; i < argc && argv[i]; i++) {
-        size_t n = strlen(cmd);
-        snprintf(cmd + n, sizeof cmd - n, "%s%s", i ? " " : "", i == 0 ? "dtrain" : argv[i]);
-    }
+    char cpu[256], path[4200], film[4200];
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "kind", "rl");
-    cJSON_AddStringToObject(j, "command", cmd);
+    dt_run_json_command(j, argc, argv);
     add_settings(j, c, dt_env_get_info(e)->id, ranks);
     cJSON *m = cJSON_AddObjectToObject(j, "machine");
     cJSON_AddStringToObject(m, "cpu", dt_cpu_model(cpu, sizeof cpu));
@@ -75,17 +70,10 @@ dt_status dt_rl_report_write(const char *dir, const dt_ppo_config *c, const dt_p
         cJSON_AddNumberToObject(f, "return", ret);
         cJSON_AddNumberToObject(f, "steps", len);
     }
-    char *text = st ? NULL : cJSON_Print(j);
-    cJSON_Delete(j);
     dt_env_destroy(e);
-    if (!st && !text) st = dt_error(DT_ERR_NOMEM, "--report: out of memory");
-    if (!st) {
-        snprintf(path, sizeof path, "%s/run.json", dir);
-        size_t n = strlen(text);
-        const void *parts[1] = { text };
-        st = dt_file_write_atomic(path, parts, &n, 1);
-    }
-    free(text);
+    snprintf(path, sizeof path, "%s/run.json", dir);
+    if (st) cJSON_Delete(j);
+    else st = dt_run_json_write(j, path);
     snprintf(path, sizeof path, "%s/report.html", dir);
     return st ? st : dt_report_write(dir, path);
 }

@@ -7,11 +7,11 @@
  * number of ranks rolls out the same completions. Data parallelism only: the decoder runs a whole model on each rank. */
 #include "run.h"
 #include "run_checks.h"
+#include "grpo_prompts.h"
 #include "dtrain/infer.h"
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +31,7 @@ struct dt_grpo_run {
     dt_gpt2 *ref;           /* the reference (beta > 0): the starting model */
     dt_bpe *tok;            /* NULL: bytes */
     int eos;                /* the end-of-text id that ends a completion (-1: none) */
-    char **texts;           /* the prompts as written */
-    int32_t **ptoks;        /* and as the model reads them */
-    int *plen, nprompts;
+    dt_grpo_prompts prompts;
     int rows, per_rank, T;  /* this rank's rows a step, prompts a step, positions a row */
     int32_t *in, *tg;       /* [rows * T] */
     completion *done;       /* [rows] */
@@ -46,58 +44,6 @@ struct dt_grpo_run {
     char *sample;           /* rank 0: the first prompt's first completion, as text */
 };
 
-
-static dt_status add_prompt(dt_grpo_run *gr, const char *text, const char *where) {
-    if (!*text) return dt_error(DT_ERR_IO, "%s: an empty prompt", where);
-    char **t = realloc(gr->texts, sizeof *t * (size_t)(gr->nprompts + 1));
-    if (t) gr->texts = t;
-    int32_t **p = t ? realloc(gr->ptoks, sizeof *p * (size_t)(gr->nprompts + 1)) : NULL;
-    if (p) gr->ptoks = p;
-    int *l = p ? realloc(gr->plen, sizeof *l * (size_t)(gr->nprompts + 1)) : NULL;
-    if (!l) return dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
-    gr->plen = l;
-    int k = gr->nprompts;
-    if (!(gr->texts[k] = strdup(text))) return dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
-    gr->ptoks[k] = NULL;
-    gr->nprompts++;
-    dt_status st = dt_bpe_prompt(gr->tok, text, strlen(text), &gr->ptoks[k], &gr->plen[k]);
-    if (st) return dt_error(st, "%s: %s", where, dt_last_error());
-    if (gr->plen[k] >= gr->T)
-        return dt_error(DT_ERR_ARG, "%s: the prompt is %d tokens; a row of --seq %d holds it and at least one completion token only "
-                        "below %d", where, gr->plen[k], gr->T, gr->T);
-    return DT_OK;
-}
-
-/* A .jsonl of {"prompt": text} (TRL's standard prompt-only form; other keys ignored), or any other file's lines. */
-static dt_status read_prompts(dt_grpo_run *gr, const char *path) {
-    char *text = NULL, where[4200];
-    size_t len = 0;
-    dt_status st = dt_file_read_text(path, (size_t)1 << 30, &text, &len);
-    if (st) return dt_error(st, "--grpo %s: %s", path, dt_last_error());
-    bool jsonl = dt_train_is_sft(path);
-    size_t lineno = 0;
-    for (char *s = text, *eol; !st && s < text + len; s = eol + 1) {
-        eol = strchr(s, '\n');
-        if (!eol) eol = text + len;
-        *eol = 0;
-        lineno++;
-        snprintf(where, sizeof where, "%s:%zu", path, lineno);
-        if (eol > s && eol[-1] == '\r') eol[-1] = 0;
-        if (!*s) continue;
-        if (!jsonl) { st = add_prompt(gr, s, where); continue; }
-        cJSON *j = cJSON_Parse(s);
-        const cJSON *p = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
-        st = !j ? dt_error(DT_ERR_IO, "%s: not JSON", where)
-           : cJSON_IsArray(p) ? dt_error(DT_ERR_UNSUPPORTED, "%s: conversational prompts (a list of messages) are not read yet: give the "
-                                         "prompt's text", where)
-           : !cJSON_IsString(p) ? dt_error(DT_ERR_IO, "%s: no \"prompt\" text", where)
-                                : add_prompt(gr, p->valuestring, where);
-        cJSON_Delete(j);
-    }
-    free(text);
-    if (!st && gr->nprompts == 0) st = dt_error(DT_ERR_IO, "--grpo %s: no prompts", path);
-    return st;
-}
 
 dt_status dt_train_check_grpo(const dt_train_config *c) {
     const char *why = c->data ? "--data (GRPO's rows are its own completions of the --grpo prompts)"
@@ -151,7 +97,7 @@ static dt_status alloc_rows(dt_grpo_run *gr) {
     gr->in = malloc(n * sizeof(int32_t)), gr->tg = malloc(n * sizeof(int32_t));
     gr->done = calloc((size_t)gr->rows, sizeof *gr->done);
     gr->rewards = malloc((size_t)gr->rows * sizeof(float)), gr->adv = malloc((size_t)gr->rows * sizeof(float));
-    gr->perm = malloc((size_t)gr->nprompts * sizeof(int)), gr->perm_pass = -1;
+    gr->perm = malloc((size_t)gr->prompts.n * sizeof(int)), gr->perm_pass = -1;
     bool ok = gr->in && gr->tg && gr->done && gr->rewards && gr->adv && gr->perm;
     for (int i = 0; ok && i < gr->rows; i++) ok = (gr->done[i].toks = malloc((size_t)(gr->T + 1) * sizeof(int32_t))) != NULL;
     return ok ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory for %d rows of %d", gr->rows, gr->T);
@@ -164,14 +110,14 @@ dt_status dt_train_setup_grpo(run *r) {
     if (!gr) return dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     gr->rows = c->batch * c->grad_accum, gr->T = c->seq, gr->per_rank = gr->rows / c->grpo.group;
     if (!c->grpo.completion) c->grpo.completion = c->seq; /* dr_grpo's constant: the longest completion a row may hold */
-    if (!(st = open_tokenizer(r, gr)) && !(st = read_prompts(gr, c->grpo.prompts)) && !(st = dt_reward_create(c->grpo.reward, &gr->reward)) &&
+    if (!(st = open_tokenizer(r, gr)) && !(st = dt_grpo_prompts_read(&gr->prompts, c->grpo.prompts, gr->tok, gr->T)) && !(st = dt_reward_create(c->grpo.reward, &gr->reward)) &&
         !(st = dt_grpo_create(&c->grpo, gr->rows, gr->T, &gr->g)) && !(st = alloc_rows(gr)))
         st = dt_program_set_token_loss(dt_gpt2_program(r->m), dt_grpo_token_loss, gr->g);
     if (!st && c->grpo.beta > 0) st = make_reference(r, gr);
     if (!st && r->rank == 0 && !c->quiet)
         printf("GRPO: %d prompts from %s, %d completions each (of at most %d tokens, temperature %g%s), %d prompts a step over %d "
                "rank%s, --reward %s; TRL's %s loss, beta %g (the reference: %s), epsilon %g, %d iteration%s a rollout\n",
-               gr->nprompts, c->grpo.prompts, c->grpo.group, c->grpo.completion, c->grpo.temperature,
+               gr->prompts.n, c->grpo.prompts, c->grpo.group, c->grpo.completion, c->grpo.temperature,
                c->grpo.top_k ? ", top-k" : "", gr->per_rank * r->dp_size, r->dp_size, r->dp_size == 1 ? "" : "s", c->grpo.reward,
                dt_grpo_loss_name(c->grpo.loss), c->grpo.beta, c->grpo.beta > 0 ? "the starting model" : "none", c->grpo.epsilon,
                c->grpo.iterations, c->grpo.iterations == 1 ? "" : "s");
@@ -181,9 +127,8 @@ dt_status dt_train_setup_grpo(run *r) {
 void dt_train_grpo_destroy(run *r) {
     dt_grpo_run *gr = r->grpo;
     if (!gr) return;
-    for (int i = 0; i < gr->nprompts; i++) free(gr->texts[i]), free(gr->ptoks[i]);
+    dt_grpo_prompts_free(&gr->prompts);
     for (int i = 0; gr->done && i < gr->rows; i++) free(gr->done[i].toks);
-    free(gr->texts), free(gr->ptoks), free(gr->plen);
     free(gr->in), free(gr->tg), free(gr->done), free(gr->rewards), free(gr->adv), free(gr->sample), free(gr->perm);
     dt_grpo_destroy(gr->g);
     dt_reward_destroy(gr->reward);
@@ -204,15 +149,15 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
  * --shuffle), each rollout taking the next prompts of every rank in rank order; *place: the prompt's place in it. */
 static int prompt_of(const run *r, dt_grpo_run *gr, int gen, int i, uint64_t *place) {
     uint64_t q = ((uint64_t)gen * (uint64_t)r->dp_size + (uint64_t)r->dp_rank) * (uint64_t)gr->per_rank + (uint64_t)(i / r->c.grpo.group);
-    int64_t pass = (int64_t)(q / (uint64_t)gr->nprompts);
+    int64_t pass = (int64_t)(q / (uint64_t)gr->prompts.n);
     *place = q;
-    if (!r->c.shuffle_seed) return (int)(q % (uint64_t)gr->nprompts);
+    if (!r->c.shuffle_seed) return (int)(q % (uint64_t)gr->prompts.n);
     if (pass != gr->perm_pass) {
         uint32_t w[3] = { (uint32_t)r->c.shuffle_seed, (uint32_t)(r->c.shuffle_seed >> 32), (uint32_t)pass };
-        dt_rng_shuffle(gr->perm, gr->nprompts, dt_hash_words(DT_HASH_INIT, w, 3));
+        dt_rng_shuffle(gr->perm, gr->prompts.n, dt_hash_words(DT_HASH_INIT, w, 3));
         gr->perm_pass = pass;
     }
-    return gr->perm[q % (uint64_t)gr->nprompts];
+    return gr->perm[q % (uint64_t)gr->prompts.n];
 }
 
 /* Every row's completion, all rows in one continuously batched decoder over the weights as they are now. */
@@ -226,11 +171,11 @@ static dt_status decode(run *r, dt_grpo_run *gr, int gen) {
     if (!st) st = dt_batcher_create(d, budget, &b);
     for (int i = 0; !st && i < gr->rows; i++) {
         uint64_t q;
-        int p = prompt_of(r, gr, gen, i, &q), room = gr->T + 1 - gr->plen[p];
+        int p = prompt_of(r, gr, gen, i, &q), room = gr->T + 1 - gr->prompts.len[p];
         uint32_t w[5] = { (uint32_t)r->c.seed, (uint32_t)(r->c.seed >> 32), (uint32_t)q, (uint32_t)(q >> 32), (uint32_t)(i % gc->group) };
         completion *c = &gr->done[i];
         c->n = 0, c->eos = gr->eos, c->prompt = p;
-        dt_infer_request req = { gr->ptoks[p], gr->plen[p], gc->completion < room ? gc->completion : room,
+        dt_infer_request req = { gr->prompts.toks[p], gr->prompts.len[p], gc->completion < room ? gc->completion : room,
                                  { gc->temperature, gc->top_k, 1.0f }, dt_hash_words(DT_HASH_INIT, w, 5), on_token, NULL, c };
         st = dt_batcher_add(b, &req);
     }
@@ -270,8 +215,8 @@ static dt_status score(run *r, dt_grpo_run *gr) {
     dt_status st = prompts && texts && lens ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     for (int i = 0; !st && i < gr->rows; i++) {
         int p = gr->done[i].prompt;
-        prompts[i] = gr->texts[p];
-        dt_grpo_row(gr->ptoks[p], gr->plen[p], gr->done[i].toks, gr->done[i].n, gr->T, gr->in + (size_t)i * gr->T, gr->tg + (size_t)i * gr->T);
+        prompts[i] = gr->prompts.text[p];
+        dt_grpo_row(gr->prompts.toks[p], gr->prompts.len[p], gr->done[i].toks, gr->done[i].n, gr->T, gr->in + (size_t)i * gr->T, gr->tg + (size_t)i * gr->T);
         if (!(texts[i] = completion_text(gr, &gr->done[i], &lens[i]))) st = dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     }
     if (!st) st = dt_reward_score(gr->reward, gr->rows, prompts, (const char *const *)texts, lens, gr->rewards);
@@ -361,6 +306,6 @@ dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out) {
     const dt_train_config *c = &r->c;
     int step = gr->step++;
     if (r->rank == 0 && !c->quiet && gr->sample && (step == 0 || step + 1 == c->steps) && step % c->grpo.iterations == 0)
-        printf("  step %d, prompt %s: completion \"%s\"\n", step + 1, gr->texts[gr->done[0].prompt], gr->sample);
+        printf("  step %d, prompt %s: completion \"%s\"\n", step + 1, gr->prompts.text[gr->done[0].prompt], gr->sample);
     return DT_OK;
 }

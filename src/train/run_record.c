@@ -5,6 +5,8 @@
 #include "dtrain/pipeline.h"
 #include "dtrain/io.h"
 
+#include "obs/run_json.h"
+
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,12 +62,8 @@ static void per_rank(cJSON *j, const char *name, const dt_run_record *r, int fir
 
 dt_status dt_run_record_write(const char *path, const dt_train_config *c, const dt_run_record *r) {
     cJSON *j = cJSON_CreateObject();
-    char cmd[8192] = "", cpu[256];
-    for (int i = 0; c->argv && i < c->argc && c->argv[i]; i++) {
-        size_t n = strlen(cmd);
-        snprintf(cmd + n, sizeof cmd - n, "%s%s", i ? " " : "", i == 0 ? "dtrain" : c->argv[i]);
-    }
-    cJSON_AddStringToObject(j, "command", cmd);
+    char cpu[256];
+    dt_run_json_command(j, c->argc, c->argv);
     add_settings(j, c, r);
     dt_cpu_model(cpu, sizeof cpu);
     cJSON *m = cJSON_AddObjectToObject(j, "machine");
@@ -97,13 +95,5 @@ dt_status dt_run_record_write(const char *path, const dt_train_config *c, const 
     per_rank(j, "placement", r, 12, axes, 4);
     cJSON_AddStringToObject(j, "metrics", r->metrics ? r->metrics : "");
     cJSON_AddStringToObject(j, "trace", r->trace ? r->trace : "");
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    if (!text) return dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
-    size_t n = strlen(text);
-    const void *parts[2] = { text, "\n" };
-    size_t sizes[2] = { n, 1 };
-    dt_status st = dt_file_write_atomic(path, parts, sizes, 2);
-    free(text);
-    return st;
+    return dt_run_json_write(j, path);
 }

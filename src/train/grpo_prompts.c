@@ -1,0 +1,66 @@
+/* The prompts a GRPO run completes (--grpo PROMPTS): read, tokenized and checked against the row's length once. */
+#include "grpo_prompts.h"
+#include "dtrain/io.h"
+#include "run.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dt_status add_prompt(dt_grpo_prompts *gp, const char *text, const char *where, dt_bpe *tok, int T) {
+    if (!*text) return dt_error(DT_ERR_IO, "%s: an empty prompt", where);
+    char **t = realloc(gp->text, sizeof *t * (size_t)(gp->n + 1));
+    if (t) gp->text = t;
+    int32_t **p = t ? realloc(gp->toks, sizeof *p * (size_t)(gp->n + 1)) : NULL;
+    if (p) gp->toks = p;
+    int *l = p ? realloc(gp->len, sizeof *l * (size_t)(gp->n + 1)) : NULL;
+    if (!l) return dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
+    gp->len = l;
+    int k = gp->n;
+    if (!(gp->text[k] = strdup(text))) return dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
+    gp->toks[k] = NULL;
+    gp->n++;
+    dt_status st = dt_bpe_prompt(tok, text, strlen(text), &gp->toks[k], &gp->len[k]);
+    if (st) return dt_error(st, "%s: %s", where, dt_last_error());
+    if (gp->len[k] >= T)
+        return dt_error(DT_ERR_ARG, "%s: the prompt is %d tokens; a row of --seq %d holds it and at least one completion token only "
+                        "below %d", where, gp->len[k], T, T);
+    return DT_OK;
+}
+
+dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *tok, int T) {
+    char *text = NULL, where[4200];
+    size_t len = 0;
+    dt_status st = dt_file_read_text(path, (size_t)1 << 30, &text, &len);
+    if (st) return dt_error(st, "--grpo %s: %s", path, dt_last_error());
+    bool jsonl = dt_train_is_sft(path);
+    size_t lineno = 0;
+    for (char *s = text, *eol; !st && s < text + len; s = eol + 1) {
+        eol = strchr(s, '\n');
+        if (!eol) eol = text + len;
+        *eol = 0;
+        lineno++;
+        snprintf(where, sizeof where, "%s:%zu", path, lineno);
+        if (eol > s && eol[-1] == '\r') eol[-1] = 0;
+        if (!*s) continue;
+        if (!jsonl) { st = add_prompt(gp, s, where, tok, T); continue; }
+        cJSON *j = cJSON_Parse(s);
+        const cJSON *p = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
+        st = !j ? dt_error(DT_ERR_IO, "%s: not JSON", where)
+           : cJSON_IsArray(p) ? dt_error(DT_ERR_UNSUPPORTED, "%s: conversational prompts (a list of messages) are not read yet: give the "
+                                         "prompt's text", where)
+           : !cJSON_IsString(p) ? dt_error(DT_ERR_IO, "%s: no \"prompt\" text", where)
+                                : add_prompt(gp, p->valuestring, where, tok, T);
+        cJSON_Delete(j);
+    }
+    free(text);
+    if (!st && gp->n == 0) st = dt_error(DT_ERR_IO, "--grpo %s: no prompts", path);
+    return st;
+}
+
+void dt_grpo_prompts_free(dt_grpo_prompts *gp) {
+    for (int i = 0; i < gp->n; i++) free(gp->text[i]), free(gp->toks[i]);
+    free(gp->text), free(gp->toks), free(gp->len);
+    *gp = (dt_grpo_prompts){ 0 };
+}
