@@ -74,6 +74,12 @@ printf '{"prompt": [{"role": "user", "content": "hi"}]}\n' > "$dir/chat.jsonl"
 refused "a conversational prompt" "chat.jsonl:1: conversational prompts" --grpo "$dir/chat.jsonl" --grpo-group 2
 head -c 300 /usr/share/common-licenses/GPL-3 | tr '\n' ' ' > "$dir/long.txt"
 refused "a prompt longer than a row" "long.txt:1: the prompt is 300 tokens" --grpo "$dir/long.txt" --grpo-group 2
+# the boundary: a row of --seq 40 holds a 39-byte prompt and a completion token, not a 40-byte one
+head -c 40 "$dir/long.txt" > "$dir/edge40.txt"
+refused "a prompt as long as a row" "edge40.txt:1: the prompt is 40 tokens" --grpo "$dir/edge40.txt" --grpo-group 2
+head -c 39 "$dir/long.txt" > "$dir/edge39.txt"
+"$DTRAIN" train "${common[@]}" --batch 2 --grpo "$dir/edge39.txt" --grpo-group 2 --steps 1 > "$dir/edge39.out" 2>&1 &&
+    grep -q "^step 1/1" "$dir/edge39.out" && ok "a prompt one token shorter than a row trains" || fail "a 39-byte prompt: $(tail -2 "$dir/edge39.out")"
 refused "a reward program that fails" "--reward cmd:exit 7: exited with status 7" --reward "cmd:exit 7" --grpo-group 2
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
