@@ -150,13 +150,13 @@ static void refusals(void) {
 /* A pool resets an ended environment at the next step, ignoring its action; split in two, the same episodes. */
 static void pool(void) {
     dt_env_pool *p, *q[2];
-    check(!dt_env_pool_create("cartpole", 4, 0, 11, &p), "a pool of 4");
-    check(!dt_env_pool_create("cartpole", 2, 0, 11, &q[0]) && !dt_env_pool_create("cartpole", 2, 2, 11, &q[1]), "two pools of 2");
+    check(!dt_env_pool_create("cartpole", 4, 0, 11, NULL, &p), "a pool of 4");
+    check(!dt_env_pool_create("cartpole", 2, 0, 11, NULL, &q[0]) && !dt_env_pool_create("cartpole", 2, 2, 11, NULL, &q[1]), "two pools of 2");
     float o[16], oq[16], a[4], rw[4], rq[4];
     uint8_t te[4], tr[4], rs[4], teq[4], trq[4], rsq[4];
-    dt_env_pool_reset(p, o);
-    dt_env_pool_reset(q[0], oq);
-    dt_env_pool_reset(q[1], oq + 8);
+    check(!dt_env_pool_reset(p, o), "reset");
+    check(!dt_env_pool_reset(q[0], oq), "reset");
+    check(!dt_env_pool_reset(q[1], oq + 8), "reset");
     check(!memcmp(o, oq, sizeof o), "split pools start where one pool does");
     int resets = 0, same = 1, wrong = 0;
     uint8_t was_done[4] = { 0 };

@@ -174,14 +174,14 @@ static void contract(void) {
 /* A pool of 4 landers equals two pools of 2 (ranks 0 and 1's shares): the same observations and episodes. */
 static void pool_split(void) {
     dt_env_pool *p, *q[2];
-    check(!dt_env_pool_create("lunarlander", 4, 0, 9, &p) && !dt_env_pool_create("lunarlander", 2, 0, 9, &q[0]) &&
-              !dt_env_pool_create("lunarlander", 2, 2, 9, &q[1]),
+    check(!dt_env_pool_create("lunarlander", 4, 0, 9, NULL, &p) && !dt_env_pool_create("lunarlander", 2, 0, 9, NULL, &q[0]) &&
+              !dt_env_pool_create("lunarlander", 2, 2, 9, NULL, &q[1]),
           "pools of landers");
     float o[32], oq[32], act[4], rw[4], rq[4];
     uint8_t te[4], tr[4], tq[4], trq[4];
-    dt_env_pool_reset(p, o);
-    dt_env_pool_reset(q[0], oq);
-    dt_env_pool_reset(q[1], oq + 16);
+    check(!dt_env_pool_reset(p, o), "reset");
+    check(!dt_env_pool_reset(q[0], oq), "reset");
+    check(!dt_env_pool_reset(q[1], oq + 16), "reset");
     int same = !memcmp(o, oq, sizeof o);
     uint64_t rng = 3;
     for (int t = 0; t < 600 && same; t++) {

@@ -27,7 +27,8 @@ typedef struct {
     int obs_dim;
     int actions;          /* discrete: how many (0: continuous) */
     int act_dim;          /* floats an action takes (1 for a discrete one: its index) */
-    float act_low, act_high; /* a continuous action's bounds, every component */
+    float act_low, act_high; /* a continuous action's bounds, every component (unless low, high say otherwise) */
+    const float *low, *high; /* a bridged environment's bounds component by component (NULL: act_low, act_high) */
     int max_steps;        /* the time limit */
     int state_dim;        /* doubles of physical state (dt_env_set_state) */
 } dt_env_info;
@@ -36,6 +37,8 @@ typedef struct {
 dt_status dt_env_create(const char *name, dt_env **out);
 void dt_env_destroy(dt_env *e);
 const dt_env_info *dt_env_get_info(const dt_env *e);
+/* A name's Gymnasium id ("cartpole": "CartPole-v1"; a "gym:ID" name itself), or NULL for none dtrain has. */
+const char *dt_env_id(const char *name);
 /* The environments built in, ", "-separated, for messages and --help. */
 const char *dt_env_list(void);
 /* reset(seed=seed) when seed >= 0, reset() (the stream goes on) when -1. */
@@ -44,6 +47,9 @@ void dt_env_reset(dt_env *e, int64_t seed, float *obs);
  * outside the space, or a step after the episode ended without a reset,
  * is refused naming it. */
 dt_status dt_env_step(dt_env *e, const float *action, float *obs, double *reward, int *terminated, int *truncated);
+/* Component i's bounds of a continuous action. */
+float dt_env_act_low(const dt_env_info *in, int i);
+float dt_env_act_high(const dt_env_info *in, int i);
 /* A continuous action clipped into the space in place (Gymnasium's ClipAction); a discrete one left as it is. */
 void dt_env_clip_action(const dt_env_info *in, float *action);
 /* For checks against Gymnasium: start an episode from its physical state
@@ -75,14 +81,28 @@ dt_status dt_env_film_write(const dt_env_film *f, const char *title, const char 
  * reward 0 and neither flag set. */
 typedef struct dt_env_pool dt_env_pool;
 
-dt_status dt_env_pool_create(const char *name, int n, int first, uint64_t seed, dt_env_pool **out);
+/* The bridge to Gymnasium: a pool named "gym:ID" (any id gymnasium.make takes, "module:ID" included) runs its
+ * environments in Python worker processes, each holding a share of them, that exchange actions, observations and
+ * rewards with dtrain through shared memory (src/rl/gym_bridge.c, src/rl/gym_worker.py). A Box observation is
+ * flattened to floats, a Discrete one becomes one-hot; actions are a Discrete or a Box space. */
+typedef struct {
+    const char *python;   /* the interpreter that has gymnasium (NULL: python3) */
+    int workers;          /* processes (0: one a core, at most one an environment) */
+} dt_env_bridge_config;
+/* name: dt_env_create's, or "gym:ID"; bridge (NULL: the defaults) for a bridged one. */
+dt_status dt_env_pool_create(const char *name, int n, int first, uint64_t seed, const dt_env_bridge_config *bridge,
+                             dt_env_pool **out);
 void dt_env_pool_destroy(dt_env_pool *p);
 const dt_env_info *dt_env_pool_info(const dt_env_pool *p);
 int dt_env_pool_size(const dt_env_pool *p);
-/* Every environment's first observation, obs [n, obs_dim]. */
-void dt_env_pool_reset(dt_env_pool *p, float *obs);
+/* Every environment's first observation, obs [n, obs_dim] (a bridged pool's can fail: its worker gone). */
+dt_status dt_env_pool_reset(dt_env_pool *p, float *obs);
+/* Environment i as a dt_env (for films), or NULL in a bridged pool. */
+dt_env *dt_env_pool_env(dt_env_pool *p, int i);
 /* actions [n, act_dim]; obs [n, obs_dim], rewards, terminated and truncated [n]; reset[i] (NULL: not wanted) says
- * that environment i reset at this step (the step is not a transition). */
+ * that environment i reset at this step (the step is not a transition). A step that gives a non-finite observation
+ * or reward (a bridged environment's) is said, its episode dropped (not counted) and the environment reset at once:
+ * the step reads as a reset. */
 dt_status dt_env_pool_step(dt_env_pool *p, const float *actions, float *obs, float *rewards, uint8_t *terminated,
                            uint8_t *truncated, uint8_t *reset);
 /* A finished episode: its return and length, its environment (numbered in the job) and the pool's step it ended at
@@ -112,7 +132,7 @@ int dt_env_pool_episodes(dt_env_pool *p, dt_episode *out, int cap);
  * is not a transition: it is left out of the losses; a truncated episode's
  * return is bootstrapped with the value of its last observation. */
 typedef struct {
-    const char *env;      /* dt_env_create's name */
+    const char *env;      /* dt_env_pool_create's name */
     int num_envs;         /* in the job, all ranks together */
     int num_steps;        /* per environment per rollout */
     int64_t total_steps;  /* environment steps in the job */
@@ -129,6 +149,7 @@ typedef struct {
     int print_every;      /* updates between progress lines (0: none) */
     const char *metrics;  /* a JSON-lines file of a row per update (rank 0), or NULL */
     const char *save;     /* the policy's parameters at the end (a safetensors file), or NULL */
+    const dt_env_bridge_config *bridge; /* a "gym:" environment's workers (NULL: the defaults) */
 } dt_ppo_config;
 
 /* ppo.py's settings; ppo_continuous_action.py's (1 environment, 2048 steps, 32 minibatches, 10 epochs, lr 3e-4, no
@@ -176,6 +197,7 @@ typedef struct {
     uint64_t seed;
     int greedy;
     const char *film;
+    const dt_env_bridge_config *bridge; /* a "gym:" environment's workers (NULL: the defaults) */
 } dt_ppo_eval_config;
 /* returns and lengths: c->episodes each */
 dt_status dt_ppo_eval(const dt_ppo_eval_config *c, double *returns, int *lengths);

@@ -16,17 +16,19 @@
 /* One worker: steps of random actions on a pool of n; the seconds they took. */
 static double worker(const char *env, int n, int index, int64_t steps, dt_status *st) {
     dt_env_pool *p;
-    if ((*st = dt_env_pool_create(env, n, index * n, 1, &p))) return 0;
+    dt_env_bridge_config one = { .workers = 1 }; /* a bridged pool: one Python process a worker, as each baseline's */
+    if ((*st = dt_env_pool_create(env, n, index * n, 1, &one, &p))) return 0;
     const dt_env_info *in = dt_env_pool_info(p);
     float *obs = malloc(sizeof(float) * (size_t)n * in->obs_dim), *a = malloc(sizeof(float) * (size_t)n * in->act_dim), *r = malloc(sizeof(float) * (size_t)n);
     uint8_t *te = malloc((size_t)n), *tr = malloc((size_t)n);
     uint64_t s = 7 + (uint64_t)index;
-    dt_env_pool_reset(p, obs);
+    *st = dt_env_pool_reset(p, obs);
     double t0 = dt_time_now();
     for (int64_t k = 0; k < steps / n && !*st; k++) {
         for (int i = 0; i < n * in->act_dim; i++) {
             uint64_t x = dt_rng_next(&s);
-            a[i] = in->actions ? (float)(x % (uint64_t)in->actions) : in->act_low + (in->act_high - in->act_low) * (float)(x >> 40) / 16777216.0f;
+            float lo = dt_env_act_low(in, i % in->act_dim), hi = dt_env_act_high(in, i % in->act_dim);
+            a[i] = in->actions ? (float)(x % (uint64_t)in->actions) : lo + (hi - lo) * (float)(x >> 40) / 16777216.0f;
         }
         *st = dt_env_pool_step(p, a, obs, r, te, tr, NULL);
     }
@@ -49,7 +51,7 @@ static double rate(const char *env, int n, int W, int64_t steps) {
             if (read(go[0], &c, 1) != 1) _exit(1);
             dt_status st;
             double t = worker(env, n, w, steps / W, &st);
-            if (st) t = -1;
+            if (st) dt_log(DT_LOG_ERROR, "bench rl: worker %d: %s", w, dt_last_error()), t = -1;
             _exit(write(back[1], &t, sizeof t) == sizeof t ? 0 : 1);
         }
     }
@@ -68,11 +70,10 @@ static double rate(const char *env, int n, int W, int64_t steps) {
 }
 
 int dt_bench_rl(const dt_bench_rl_opts *o) {
-    dt_env *e;
-    if (dt_env_create(o->env, &e)) { dt_log(DT_LOG_ERROR, "bench rl: %s", dt_last_error()); return 2; }
-    char id[64];
-    snprintf(id, sizeof id, "%s", dt_env_get_info(e)->id);
-    dt_env_destroy(e);
+    const char *name = dt_env_id(o->env);
+    if (!name) { dt_log(DT_LOG_ERROR, "bench rl: environment '%s' is not one dtrain has: %s", o->env, dt_env_list()); return 2; }
+    char id[256];
+    snprintf(id, sizeof id, "%s", strncmp(name, "gym:", 4) ? name : name + 4); /* the baselines make it themselves */
     char cpu[256];
     dt_cpu_model(cpu, sizeof cpu);
     printf("%s, random actions, %lld steps a row, on %s\n", id, (long long)o->steps, cpu);
@@ -81,7 +82,7 @@ int dt_bench_rl(const dt_bench_rl_opts *o) {
         for (int ni = 0; ni < o->nenvs; ni++) {
             double r = rate(o->env, o->envs[ni], o->workers[wi], o->steps);
             if (r < 0) { dt_log(DT_LOG_ERROR, "bench rl: a worker failed"); return 1; }
-            printf("%-34s %8d %8d %14.0f\n", "dtrain env pool", o->envs[ni], o->workers[wi], r);
+            printf("%-34s %8d %8d %14.0f\n", strncmp(o->env, "gym:", 4) ? "dtrain env pool" : "dtrain gym bridge", o->envs[ni], o->workers[wi], r);
             fflush(stdout);
         }
     if (!o->baseline) return 0;

@@ -8,7 +8,8 @@
 #include <string.h>
 
 static const dt_cli_flag flags[] = {
-    { "--env", "an environment: cartpole, acrobot, mountaincar, pendulum, lunarlander, lunarlander-continuous (or Gymnasium's id)" },
+    { "--env", "an environment: cartpole, acrobot, mountaincar, pendulum, lunarlander, lunarlander-continuous (or Gymnasium's id), or gym:ID" },
+    { "--python", "a Python interpreter that has gymnasium" }, { "--env-workers", "a whole number of processes from 1 to 1024" },
     { "--algo", "ppo" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--total-steps", "a whole number of env steps from 1 to 1e12" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--envs", "a whole number of environments from 1 to 65536" },
@@ -49,13 +50,28 @@ static void usage(void) {
            "--print-every 10 updates (0: quiet), --metrics FILE (a JSON line per update: env_steps, mean_return over the\n"
            "last 100 episodes, the losses), --save FILE.safetensors (the actor's and critic's weights, PyTorch's names,\n"
            "and environment 0's observation statistics obs_rms.mean and obs_rms.var when they were normalised),\n"
-           "--threads 1 per rank.\n", dt_env_list());
+           "--threads 1 per rank.\n"
+           "--env gym:ID: any environment gymnasium.make(ID) makes (\"module:ID\" imports module first), run by the bridge in\n"
+           "Python workers (--python python3, which must have gymnasium; --env-workers W processes a rank, each holding a\n"
+           "share of the rank's environments: one a core by default) that exchange actions, observations and rewards with\n"
+           "dtrain through shared memory. A Box observation is flattened, a Discrete one becomes one-hot; the action space\n"
+           "is a Discrete or a Box one. A non-finite observation or reward is named and its episode dropped, not the run.\n", dt_env_list());
+}
+
+/* --python or --env-workers into b; whether v is one. */
+static int bridge_flag(const char *f, const char *v, dt_env_bridge_config *b) {
+    double w;
+    if (!strcmp(f, "--python")) return (b->python = v) != NULL;
+    if (!dt_cli_number(v, 1, 1024, &w) || w != (int)w) return 0;
+    b->workers = (int)w;
+    return 1;
 }
 
 static const dt_cli_flag eval_flags[] = {
     { "--policy", "a .safetensors file that dtrain rl --save wrote" }, { "--env", "the environment it was trained on" },
     { "--episodes", "a whole number from 1 to 1e6" }, { "--seed", "a whole number from 0 to 1e18" },
     { "--hidden", "the width it was trained with, 1 to 4096" }, { "--greedy", "" }, { "--film", "an .svg file to write" },
+    { "--python", "a Python interpreter that has gymnasium" }, { "--env-workers", "a whole number of processes from 1 to 1024" },
     { "--help", "" }, { NULL, NULL },
 };
 
@@ -64,6 +80,7 @@ static int eval(int argc, char **argv) {
     const char *policy = NULL, *env = "cartpole", *film = NULL;
     double episodes = 10, seed = 1000, hidden = 64;
     int greedy = 0;
+    dt_env_bridge_config bridge = { 0 };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
@@ -73,7 +90,8 @@ static int eval(int argc, char **argv) {
                    "(--greedy: the most likely, a Gaussian policy's means; a continuous action clipped to the space); observations\n"
                    "normalised by the statistics saved with the policy when it has them; prints each episode's return and length, and their mean.\n"
                    "--film FILE.svg: the first episode as an animated picture (it plays in a browser, looping, at the environment's\n"
-                   "rate), Gymnasium's rendering of each environment drawn as shapes.\n");
+                   "rate), Gymnasium's rendering of each environment drawn as shapes (built-in environments only).\n"
+                   "The episodes run side by side; --env gym:ID, --python and --env-workers as for dtrain rl.\n");
             return 0;
         }
         if (!strcmp(f, "--greedy")) { greedy = 1; continue; }
@@ -82,6 +100,7 @@ static int eval(int argc, char **argv) {
         else if (!strcmp(f, "--policy")) policy = v;
         else if (!strcmp(f, "--env")) env = v;
         else if (!strcmp(f, "--film")) film = v;
+        else if (!strcmp(f, "--python") || !strcmp(f, "--env-workers")) ok = bridge_flag(f, v, &bridge);
         else if (!strcmp(f, "--episodes")) ok = dt_cli_number(v, 1, 1e6, &episodes) && episodes == (int)episodes;
         else if (!strcmp(f, "--seed")) ok = dt_cli_number(v, 0, 1e18, &seed) && seed == (double)(uint64_t)seed;
         else if (!strcmp(f, "--hidden")) ok = dt_cli_number(v, 1, 4096, &hidden) && hidden == (int)hidden;
@@ -93,7 +112,7 @@ static int eval(int argc, char **argv) {
     int n = (int)episodes, *len = malloc(sizeof(int) * (size_t)n);
     double *ret = malloc(sizeof(double) * (size_t)n), sum = 0;
     dt_ppo_eval_config c = { .policy = policy, .env = env, .hidden = (int)hidden, .episodes = n, .seed = (uint64_t)seed,
-                             .greedy = greedy, .film = film };
+                             .greedy = greedy, .film = film, .bridge = &bridge };
     dt_status st = ret && len ? dt_ppo_eval(&c, ret, len) : dt_error(DT_ERR_NOMEM, "rl eval: out of memory");
     for (int k = 0; !st && k < n; k++) {
         printf("episode %d: return %.2f, %d steps\n", k + 1, ret[k], len[k]);
@@ -107,23 +126,28 @@ static int eval(int argc, char **argv) {
     return st ? 1 : 0;
 }
 
-/* The recipe's defaults for --env's kind of actions (ppo.py's for an environment dtrain does not have: the run
- * refuses it). */
-static void set_defaults(int argc, char **argv, dt_ppo_config *c) {
+/* The recipe's defaults for --env's kind of actions (ppo.py's for an environment that cannot be made: the run then
+ * refuses it, naming why). A bridged environment is made to learn its spaces. */
+static void set_defaults(int argc, char **argv, dt_ppo_config *c, dt_env_bridge_config *b) {
     const char *env = NULL;
-    for (int i = 1; i + 1 < argc; i++)
+    for (int i = 1; i + 1 < argc; i++) {
         if (!strcmp(argv[i], "--env")) env = argv[i + 1];
-    dt_env *e = NULL;
-    if (env && !dt_env_create(env, &e) && !dt_env_get_info(e)->actions) dt_ppo_defaults_continuous(c);
+        if (!strcmp(argv[i], "--python")) b->python = argv[i + 1];
+    }
+    dt_env_pool *p = NULL;
+    dt_env_bridge_config one = { .python = b->python, .workers = 1 };
+    if (env && !dt_env_pool_create(env, 1, 0, 0, &one, &p) && !dt_env_pool_info(p)->actions) dt_ppo_defaults_continuous(c);
     else dt_ppo_defaults(c);
     if (env) c->env = env;
-    dt_env_destroy(e);
+    c->bridge = b;
+    dt_env_pool_destroy(p);
 }
 
 int dt_cli_rl(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "eval")) return eval(argc - 1, argv + 1);
     dt_ppo_config c;
-    set_defaults(argc, argv, &c);
+    dt_env_bridge_config bridge = { 0 };
+    set_defaults(argc, argv, &c, &bridge);
     double nproc = 1, total = (double)c.total_steps, seed = (double)c.seed, envs = c.num_envs, steps = c.num_steps, lr = c.lr;
     double gamma = c.gamma, lam = c.gae_lambda, mbs = c.minibatches, epochs = c.epochs, clip = c.clip_coef, ent = c.ent_coef;
     double vf = c.vf_coef, mgn = c.max_grad_norm, hidden = c.hidden, every = c.print_every, threads = 1;
@@ -141,6 +165,7 @@ int dt_cli_rl(int argc, char **argv) {
         else if (!strcmp(f, "--env")) c.env = v;
         else if (!strcmp(f, "--algo")) ok = !strcmp(v, "ppo");
         else if (!strcmp(f, "--metrics")) c.metrics = v;
+        else if (!strcmp(f, "--python") || !strcmp(f, "--env-workers")) ok = bridge_flag(f, v, &bridge);
         else if (!strcmp(f, "--norm-obs")) ok = (c.norm_obs = !strcmp(v, "1")) || !strcmp(v, "0");
         else if (!strcmp(f, "--norm-reward")) ok = (c.norm_reward = !strcmp(v, "1")) || !strcmp(v, "0");
         else if (!strcmp(f, "--save")) c.save = v;

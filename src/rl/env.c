@@ -42,11 +42,21 @@ float dt_env_powf2(float x) {
     return powf(x, two);
 }
 
+static const dt_env_kind *find(const char *name) {
+    for (int i = 0; name && i < NKINDS; i++)
+        if (!strcasecmp(name, kinds[i]->info.name) || !strcmp(name, kinds[i]->info.id)) return kinds[i];
+    return NULL;
+}
+
+const char *dt_env_id(const char *name) {
+    if (name && !strncmp(name, "gym:", 4)) return name;
+    const dt_env_kind *k = find(name);
+    return k ? k->info.id : NULL;
+}
+
 dt_status dt_env_create(const char *name, dt_env **out) {
     *out = NULL;
-    const dt_env_kind *k = NULL;
-    for (int i = 0; name && i < NKINDS && !k; i++)
-        if (!strcasecmp(name, kinds[i]->info.name) || !strcmp(name, kinds[i]->info.id)) k = kinds[i];
+    const dt_env_kind *k = find(name);
     if (!k) return dt_error(DT_ERR_ARG, "environment '%s' is not one dtrain has: %s", name ? name : "(none)", dt_env_list());
     dt_env *e = calloc(1, sizeof *e);
     if (!e) return dt_error(DT_ERR_NOMEM, "environment %s: out of memory", k->info.id);
@@ -88,8 +98,14 @@ dt_status dt_env_set_state(dt_env *e, const double *state, float *obs) {
     return DT_OK;
 }
 
+float dt_env_act_low(const dt_env_info *in, int i) { return in->low ? in->low[i] : in->act_low; }
+float dt_env_act_high(const dt_env_info *in, int i) { return in->high ? in->high[i] : in->act_high; }
+
 void dt_env_clip_action(const dt_env_info *in, float *a) {
-    for (int i = 0; !in->actions && i < in->act_dim; i++) a[i] = a[i] < in->act_low ? in->act_low : a[i] > in->act_high ? in->act_high : a[i];
+    for (int i = 0; !in->actions && i < in->act_dim; i++) {
+        float lo = dt_env_act_low(in, i), hi = dt_env_act_high(in, i);
+        a[i] = a[i] < lo ? lo : a[i] > hi ? hi : a[i];
+    }
 }
 
 dt_status dt_env_check_action(const dt_env_info *in, const float *a) {
@@ -101,9 +117,9 @@ dt_status dt_env_check_action(const dt_env_info *in, const float *a) {
         return DT_OK;
     }
     for (int i = 0; i < in->act_dim; i++)
-        if (!(a[i] >= in->act_low && a[i] <= in->act_high))
+        if (!(a[i] >= dt_env_act_low(in, i) && a[i] <= dt_env_act_high(in, i)))
             return dt_error(DT_ERR_ARG, "%s: action component %d is %g, outside its space Box(%g, %g)", in->id, i, (double)a[i],
-                            (double)in->act_low, (double)in->act_high);
+                            (double)dt_env_act_low(in, i), (double)dt_env_act_high(in, i));
     return DT_OK;
 }
 

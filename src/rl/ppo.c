@@ -125,6 +125,7 @@ static dt_status rollout(ppo *p, int64_t step0) {
             f[F_TERM] = p->term[j] || (p->c->trunc_as_term && p->trunc[j]);
             f[F_DONE] = p->term[j] || p->trunc[j];
             p->ended[j] = p->term[j] || p->trunc[j];
+            if (p->reset[j]) f[F_VALID] = 0; /* an autoreset (invalid already) or an episode the pool dropped */
         }
     }
     size_t len = (size_t)(p->T + 1) * p->n * rec_len(p);
@@ -147,6 +148,7 @@ static void advantages(ppo *p) {
             last = delta + g * lam * carry * last;
             size_t k = (size_t)t * p->N + i;
             p->adv[k] = f[F_VALID] ? (float)last : 0;
+            if (!f[F_VALID]) last = 0; /* nothing flows back from a row that is not a transition */
             p->ret[k] = p->adv[k] + f[F_VAL];
         }
     }
@@ -343,7 +345,7 @@ static dt_status setup(ppo *p, const dt_ppo_config *c, dt_comm *comm) {
     p->n = p->N / p->P;
     p->mb = B / c->minibatches;
     p->mb_rows = p->mb / p->P;
-    dt_status st = dt_env_pool_create(c->env, p->n, p->rank * p->n, c->seed, &p->pool);
+    dt_status st = dt_env_pool_create(c->env, p->n, p->rank * p->n, c->seed, c->bridge, &p->pool);
     if (st) return st;
     const dt_env_info *in = dt_env_pool_info(p->pool);
     p->continuous = !in->actions;
@@ -364,7 +366,7 @@ static dt_status setup(ppo *p, const dt_ppo_config *c, dt_comm *comm) {
     if ((st = setup_norms(p))) return st;
     if (c->metrics && p->rank == 0 && !(p->metrics = fopen(c->metrics, "w")))
         return dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
-    dt_env_pool_reset(p->pool, p->next_obs);
+    if ((st = dt_env_pool_reset(p->pool, p->next_obs))) return st;
     normalise(p, 0);
     return DT_OK;
 }

@@ -42,14 +42,13 @@ static void add_settings(cJSON *j, const dt_ppo_config *c, const char *env_id, i
 
 dt_status dt_rl_report_write(const char *dir, const dt_ppo_config *c, const dt_ppo_result *r, int ranks, int argc, char **argv,
                              double wall_s) {
-    dt_env *e;
-    dt_status st = dt_env_create(c->env, &e);
-    if (st) return st;
+    const char *id = dt_env_id(c->env);
+    if (!id) return dt_error(DT_ERR_ARG, "rl report: environment '%s' is not one dtrain has: %s", c->env, dt_env_list());
     char cpu[256], path[4200], film[4200];
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "kind", "rl");
     dt_run_json_command(j, argc, argv);
-    add_settings(j, c, dt_env_get_info(e)->id, ranks);
+    add_settings(j, c, id, ranks);
     cJSON *m = cJSON_AddObjectToObject(j, "machine");
     cJSON_AddStringToObject(m, "cpu", dt_cpu_model(cpu, sizeof cpu));
     cJSON_AddNumberToObject(j, "wall_s", wall_s);
@@ -57,20 +56,20 @@ dt_status dt_rl_report_write(const char *dir, const dt_ppo_config *c, const dt_p
     cJSON_AddNumberToObject(j, "env_steps", (double)r->env_steps);
     cJSON_AddNumberToObject(j, "episodes", r->episodes);
     cJSON_AddNumberToObject(j, "mean_return", r->mean_return);
-    /* the trained policy's greedy episode from reset(seed), filmed */
+    /* the trained policy's greedy episode from reset(seed), filmed (a bridged environment has no picture here) */
+    int bridged = !strncmp(c->env, "gym:", 4);
     snprintf(film, sizeof film, "%s/film.svg", dir);
     double ret;
     int len;
     dt_ppo_eval_config ev = { .policy = c->save, .env = c->env, .hidden = c->hidden, .episodes = 1, .seed = c->seed, .greedy = 1,
-                              .film = film };
-    st = dt_ppo_eval(&ev, &ret, &len);
-    if (!st) {
+                              .film = bridged ? NULL : film, .bridge = c->bridge };
+    dt_status st = dt_ppo_eval(&ev, &ret, &len);
+    if (!st && !bridged) {
         cJSON *f = cJSON_AddObjectToObject(j, "film");
         cJSON_AddStringToObject(f, "file", film);
         cJSON_AddNumberToObject(f, "return", ret);
         cJSON_AddNumberToObject(f, "steps", len);
     }
-    dt_env_destroy(e);
     snprintf(path, sizeof path, "%s/run.json", dir);
     if (st) cJSON_Delete(j);
     else st = dt_run_json_write(j, path);
