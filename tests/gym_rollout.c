@@ -31,6 +31,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n * in->act_dim; i++) a[i] = in->actions ? (float)in->actions : dt_env_act_high(in, i % in->act_dim) + 1;
         st = st ? st : dt_env_pool_step(p, a, obs, r, f, f + n, f + 2 * n);
         printf("%s\n", st ? dt_last_error() : "accepted");
+        free(obs); free(a); free(r); free(f);
         dt_env_pool_destroy(p);
         return st == DT_ERR_ARG ? 0 : 1;
     }
