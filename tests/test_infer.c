@@ -469,7 +469,7 @@ static void refusals(dt_gpt2 *m) {
  * rows split N ways, so a rank's real rows vary), its collectives over the job. */
 static dt_gpt2 *tp_part(dt_gpt2 *whole, dt_comm *w, dt_tp_ops *ops) {
     dt_gpt2_config c = *dt_gpt2_get_config(whole);
-    dt_gpt2_part part = dt_gpt2_whole(&c);
+    dt_model_part part = dt_gpt2_whole(&c);
     *ops = dt_tp_ops_over(w);
     part.tp_rank = dt_comm_rank(w);
     part.tp_size = dt_comm_size(w);

@@ -148,10 +148,10 @@ static void stages_chain(const char *family, int KV, bool tied) {
     dt_program *whole = NULL, *st3[3] = { NULL }, *outer = NULL, *mid = NULL;
     dt_status st = dt_program_create(&c, &whole);
     for (int k = 0; !st && k < 3; k++) {
-        dt_gpt2_part part = { .ua = cut[0][k], .ub = cut[0][k + 1], .tp_size = 1 };
+        dt_model_part part = { .ua = cut[0][k], .ub = cut[0][k + 1], .tp_size = 1 };
         st = dt_program_create_part(&c, &part, &st3[k]);
     }
-    dt_gpt2_part po = { .nchunks = 2, .chunk_a = { 0, 3 }, .chunk_b = { 2, 5 }, .tp_size = 1 }, pm = { .ua = 2, .ub = 3, .tp_size = 1 };
+    dt_model_part po = { .nchunks = 2, .chunk_a = { 0, 3 }, .chunk_b = { 2, 5 }, .tp_size = 1 }, pm = { .ua = 2, .ub = 3, .tp_size = 1 };
     if (!st) st = dt_program_create_part(&c, &po, &outer);
     if (!st) st = dt_program_create_part(&c, &pm, &mid);
     int32_t in[B * T], tg[B * T];

@@ -52,7 +52,7 @@ static void run(dt_comm *w, const char *what, const char *family, int NH, int KV
                        .num_heads = NH, .kv_heads = KV, .head_dim = 8, .channels = NH * 8, .ffn = !strcmp(family, "gpt2") ? NH * 32 : 120,
                        .norm_eps = 1e-5f, .rope_theta = 10000, .untied = !tied };
     dt_tp_ops ops = dt_tp_ops_over(w);
-    dt_gpt2_part part = { .ua = 0, .ub = c.num_layers + 2, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops, .sp = sp };
+    dt_model_part part = { .ua = 0, .ub = c.num_layers + 2, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops, .sp = sp };
     dt_program *whole = NULL, *m = NULL;
     if (dt_program_create(&c, &whole) || dt_program_create_part(&c, &part, &m)) {
         check(0, "%s: create: %g", what, 0);
@@ -130,7 +130,7 @@ static void run_cp(dt_comm *w, const char *what, const char *family, int KV, boo
     dt_cp *cpx = NULL;
     dt_program *whole = NULL, *m = NULL;
     dt_status st = dt_cp_create(w, impl, &cpx);
-    dt_gpt2_part part = { .ua = 0, .ub = c.num_layers + 2, .tp_size = 1, .cp_rank = dt_comm_rank(w), .cp_size = N,
+    dt_model_part part = { .ua = 0, .ub = c.num_layers + 2, .tp_size = 1, .cp_rank = dt_comm_rank(w), .cp_size = N,
                           .cp = cpx ? dt_cp_model_ops(cpx) : NULL };
     if (!st) st = dt_program_create(&c, &whole);
     if (!st) st = dt_program_create_part(&c, &part, &m);
@@ -199,7 +199,7 @@ static void run_lp(dt_comm *w, const char *family, int sp) {
     dt_lm_config c = { .family = dt_family_find(family), .vocab_size = 101, .padded_vocab_size = 128, .max_seq_len = 32, .num_layers = 2,
                        .num_heads = 12, .kv_heads = llama ? (N == 3 ? 6 : 2) : 12, .head_dim = 8, .channels = 96, .ffn = llama ? 120 : 384,
                        .norm_eps = 1e-5f, .rope_theta = 10000, .untied = llama };
-    dt_gpt2_part part = { .ua = 0, .ub = 4, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops, .sp = sp };
+    dt_model_part part = { .ua = 0, .ub = 4, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops, .sp = sp };
     dt_program *lw = NULL, *lm = NULL;
     int32_t in[64], tg[64];
     for (int i = 0; i < BT; i++) in[i] = (i * 37 + 11) % 101, tg[i] = (i * 13 + 5) % 101;
@@ -244,7 +244,7 @@ static void refused(dt_comm *w, int NH, int KV) {
                        .num_heads = NH, .kv_heads = KV, .head_dim = 8, .channels = NH * 8, .ffn = 120, .norm_eps = 1e-5f,
                        .rope_theta = 10000 };
     dt_tp_ops ops = dt_tp_ops_over(w);
-    dt_gpt2_part part = { .ua = 0, .ub = 4, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops };
+    dt_model_part part = { .ua = 0, .ub = 4, .tp_rank = dt_comm_rank(w), .tp_size = N, .tp = &ops };
     dt_program *m = NULL;
     dt_status st = dt_program_create_part(&c, &part, &m);
     char want[96];

@@ -67,7 +67,7 @@ static void run(dt_comm *tpc, int V, int Vp, int recompute, int sp, dt_dtype pre
     int N = dt_comm_size(tpc), B = 2, T = 24, BT = B * T;
     dt_gpt2_config cfg = { .max_seq_len = 32, .vocab_size = V, .padded_vocab_size = Vp, .num_layers = 2, .num_heads = 6, .channels = 48 };
     dt_tp_ops ops = dt_tp_ops_over(tpc);
-    dt_gpt2_part part = dt_gpt2_whole(&cfg);
+    dt_model_part part = dt_gpt2_whole(&cfg);
     part.tp_rank = dt_comm_rank(tpc);
     part.tp_size = N;
     part.tp = &ops;
@@ -159,7 +159,7 @@ int main(void) {
     /* heads that do not divide: refused before anything is built */
     dt_gpt2_config cfg = { .max_seq_len = 32, .vocab_size = 257, .padded_vocab_size = 260, .num_layers = 2, .num_heads = 6, .channels = 48 };
     dt_tp_ops ops = dt_tp_ops_over(w);
-    dt_gpt2_part part = { .ua = 0, .ub = 4, .tp_rank = 0, .tp_size = 4, .tp = &ops };
+    dt_model_part part = { .ua = 0, .ub = 4, .tp_rank = 0, .tp_size = 4, .tp = &ops };
     dt_gpt2 *bad = NULL;
     dt_status st = dt_gpt2_create_part(&cfg, &part, &bad);
     CHECK(st && !bad && strstr(dt_last_error(), "--tp 4 does not divide the 6 attention heads"), "tp 4 over 6 heads: %s",

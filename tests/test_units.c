@@ -94,7 +94,7 @@ static void split_backward(const dt_gpt2_config *cfg, int B, int T, dt_dtype pre
  * copy). */
 static void chunks(const dt_gpt2_config *cfg, int B, int T) {
     dt_gpt2 *whole = NULL, *s0 = NULL, *s1 = NULL;
-    dt_gpt2_part p0 = dt_gpt2_whole(cfg), p1 = dt_gpt2_whole(cfg);
+    dt_model_part p0 = dt_gpt2_whole(cfg), p1 = dt_gpt2_whole(cfg);
     p0.nchunks = 2, p0.chunk_a[0] = 0, p0.chunk_b[0] = 2, p0.chunk_a[1] = 3, p0.chunk_b[1] = 5;
     p1.ua = 2, p1.ub = 3;
     if (dt_gpt2_create(cfg, &whole) || dt_gpt2_create_part(cfg, &p0, &s0) || dt_gpt2_create_part(cfg, &p1, &s1)) {

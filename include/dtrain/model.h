@@ -184,6 +184,9 @@ typedef struct {
      * the next until told again (a step's micro-batches); NULL: nothing kept. */
     void (*params_changed)(void *self);
     size_t global_params;              /* the whole model's parameters (0: nparams, nothing is split) */
+    /* how this rank's model is split: its pipeline units, tensor-, context- and expert-parallel place and their
+     * collectives (NULL: a model that is never split) */
+    const struct dt_model_part *part;
 } dt_model;
 
 /* Element j of tensor t's local store: its index in the global tensor (row-major gshape). */
@@ -329,7 +332,7 @@ void dt_gpt2_cp_rows(int32_t *x, int B, int T, int r, int n);
  * ceil(Vp / tp_size) a rank, the last rank the rest; the rest replicated).
  * tp_size > 1 needs tp and heads divisible by tp_size. */
 #define DT_GPT2_MAX_CHUNKS 8
-typedef struct {
+typedef struct dt_model_part {
     int ua, ub;
     int tp_rank, tp_size;
     const dt_tp_ops *tp;
@@ -349,15 +352,14 @@ typedef struct {
      * the tokens of every rank of the group that route there come to it through ep; ep_size 1 (or 0): every expert */
     int ep_rank, ep_size;
     const dt_ep_ops *ep;
-} dt_gpt2_part;
+} dt_model_part;
 /* The whole model as one part (no splitting). */
-dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg);
-dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *part, dt_gpt2 **out);
+dt_model_part dt_gpt2_whole(const dt_gpt2_config *cfg);
+dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_model_part *part, dt_gpt2 **out);
 /* What pipeline stage s of p holds, split as dt_gpt2_split_stages does:
  * part's ua, ub, and with v > 1 chunks a stage (the interleaved schedule's)
  * its chunks s, s+p, .. of the p x v; the rest of part is left as it is. */
-dt_status dt_gpt2_stage_part(const dt_gpt2_config *c, int T, int p, int v, int s, dt_gpt2_part *part);
-const dt_gpt2_part *dt_gpt2_get_part(const dt_gpt2 *m);
+dt_status dt_gpt2_stage_part(const dt_gpt2_config *c, int T, int p, int v, int s, dt_model_part *part);
 /* part's parameters from the whole model whole (the same config): each slice
  * copied from its place (a file's weights given to a tensor-parallel rank). */
 dt_status dt_gpt2_copy_slices(const dt_gpt2 *whole, dt_gpt2 *part);

@@ -54,7 +54,7 @@ dt_comm *dt_mesh_replicas(const dt_mesh *m);
 dt_status dt_mesh_gather_gpt2(const dt_mesh *mesh, dt_comm *world, dt_gpt2 *part, dt_gpt2 **whole);
 
 /* Tensor parallelism's collectives over the TP communicator tp, for the
- * model's part (dt_gpt2_part.tp); tp must outlive the model. */
+ * model's part (dt_model_part.tp); tp must outlive the model. */
 dt_tp_ops dt_tp_ops_over(dt_comm *tp);
 /* Expert parallelism's exchanges (dt_ep_ops) over the expert-parallel group's communicator. */
 dt_ep_ops dt_ep_ops_over(dt_comm *ep);

@@ -36,11 +36,11 @@ dt_status dt_program_create(const dt_lm_config *cfg, dt_program **out);
  * and head by vocabulary rows, the rest whole). A stage that holds a tied head but not the embedding keeps its
  * own copy of the token table in unit L+1 (tied_copy). With part's sp, sequence parallelism on the tensor-parallel
  * group; with cp_size > 1, context parallelism (attention through part's cp, rows in dt_gpt2_cp_position's order). */
-dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out);
+dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_model_part *part, dt_program **out);
 
 /* A part's table and ops (NULL: the whole model's) without its parameters or activations (no forward, no store): what
  * a tool needs to name, count or place tensors, and to hold LoRA's adapters alone (io/peft.c, the planner). */
-dt_status dt_program_create_table(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out);
+dt_status dt_program_create_table(const dt_lm_config *cfg, const dt_model_part *part, dt_program **out);
 void dt_program_destroy(dt_program *p);
 const dt_lm_config *dt_program_config(const dt_program *p);
 /* Weights as a seed draws them (normal 0.02; the output projections 0.02 / sqrt(2 L); norms 1, biases 0). */
@@ -164,17 +164,17 @@ dt_status dt_program_reserve(dt_program *p, int B, int T);
 size_t dt_program_memory(const dt_program *p);
 size_t dt_program_activation_memory(const dt_program *p);
 size_t dt_program_activation_kept(const dt_program *p);
-size_t dt_program_activation_bytes(const dt_lm_config *cfg, const dt_gpt2_part *part, int B, int T, int recompute, dt_attn_mode attn,
+size_t dt_program_activation_bytes(const dt_lm_config *cfg, const dt_model_part *part, int B, int T, int recompute, dt_attn_mode attn,
                                    dt_dtype prec, int split);
-size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_gpt2_part *part);
+size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_model_part *part);
 /* Without a model: the parameters a part holds and the whole model's; model FLOPs of a training step a token at
  * sequence length T (6 N + 12 L T Q); a block's parameters in matmuls. */
-dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_gpt2_part *part, size_t *local, size_t *global);
+dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_model_part *part, size_t *local, size_t *global);
 double dt_program_flops_per_token(const dt_lm_config *cfg, int T);
 double dt_program_block_matmul_params(const dt_lm_config *cfg);
 /* Without a model: a block's Linears as a part's rank runs them, [outputs, inputs] each (at most max), in the spec's
  * order; their count (0: a bad config). */
-int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_gpt2_part *part, int (*shape)[2], int max);
+int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_model_part *part, int (*shape)[2], int max);
 /* Seconds in tensor parallelism's collectives since the last call. */
 double dt_program_tp_comm_seconds(dt_program *p);
 /* With on, backward runs no gradient hook; dt_program_announce_grads runs them for every held unit, in
@@ -264,7 +264,7 @@ dt_status dt_program_set_lora(dt_program *p, const dt_lora_config *c, uint64_t s
 /* Without a model: the adapters a part holds (its tensor-parallel rank's share) and the floats a token's slot holds
  * more with them than without (their x A^T, less the inputs of the frozen Linears without adapters, which no backward
  * reads; recompute: blocks recomputed), the planner's count; may be below 0. */
-dt_status dt_program_lora_sizes(const dt_lm_config *cfg, const dt_gpt2_part *part, const dt_lora_config *c, int recompute, size_t *params,
+dt_status dt_program_lora_sizes(const dt_lm_config *cfg, const dt_model_part *part, const dt_lora_config *c, int recompute, size_t *params,
                                 double *floats_per_token);
 /* Model FLOPs a token of a training step (dt_program_flops_per_token's count; with LoRA the frozen base's weight
  * gradients are not made, the adapters' forward and backward are). */
@@ -295,7 +295,6 @@ void dt_program_set_grad_hook(dt_program *p, dt_unit_hook hook, void *ctx);
 void dt_program_set_unit_hooks(dt_program *p, dt_unit_hook before_forward, dt_unit_hook before_backward, void *ctx);
 void dt_program_set_grad_storage(dt_program *p, float *grads);
 void dt_program_set_param_storage(dt_program *p, float *params);
-const dt_gpt2_part *dt_program_part(const dt_program *p);
 bool dt_program_holds_block(const dt_program *p, int l); /* whether block l (unit l + 1) is this rank's */
 const dt_tensor_info *dt_program_tensors(const dt_program *p, int *n);
 

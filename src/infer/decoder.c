@@ -131,8 +131,10 @@ static dt_status alloc_buffers(dt_decoder *d) {
 
 /* What this rank holds: every unit, whole or as a tensor-parallel part (not a pipeline stage, nor a sequence's
  * share); the program's ops, widths, heads and frequencies copied. */
-static dt_status take_shape(dt_decoder *d, const dt_program *p, const dt_program_view *v) {
-    const dt_gpt2_part *part = dt_program_part(p);
+static dt_status take_shape(dt_decoder *d, dt_program *p, const dt_program_view *v) {
+    dt_model mv;
+    dt_program_model(p, &mv); /* its part: how the rank's model is split */
+    const dt_model_part *part = mv.part;
     const dt_lm_config *c = &d->cfg;
     if (part->ua != 0 || part->ub != c->num_layers + 2 || part->nchunks > 0 || part->sp || part->cp_size > 1)
         return dt_error(DT_ERR_UNSUPPORTED, "decoder: it runs whole models or their tensor-parallel parts (not pipeline stages, "

@@ -37,13 +37,13 @@ dt_status dt_gpt2_config_check(const dt_gpt2_config *c, const char *where) {
  * rank 0 of tp holds of units [a, b)) ---- */
 
 /* Units [a, b) as tensor-parallel rank 0 of tp holds them, for counting sizes (no collective ever runs). */
-static dt_gpt2_part sizes_part(int a, int b, int tp) {
+static dt_model_part sizes_part(int a, int b, int tp) {
     static const dt_tp_ops none = { 0 };
-    return (dt_gpt2_part){ .ua = a, .ub = b, .tp_size = tp > 1 ? tp : 1, .tp = tp > 1 ? &none : NULL };
+    return (dt_model_part){ .ua = a, .ub = b, .tp_size = tp > 1 ? tp : 1, .tp = tp > 1 ? &none : NULL };
 }
 
 static size_t part_params(const dt_gpt2_config *cfg, int a, int b, int tp, bool global) {
-    dt_gpt2_part part = sizes_part(a, b, tp);
+    dt_model_part part = sizes_part(a, b, tp);
     size_t local = 0, whole = 0;
     if (dt_program_shape_params(cfg, &part, &local, &whole)) return 0;
     return global ? whole : local;
@@ -74,7 +74,7 @@ void dt_gpt2_cp_rows(int32_t *x, int B, int T, int r, int n) {
 
 size_t dt_gpt2_lp_work_floats(const dt_gpt2_config *c, bool head) { return dt_gpt2_part_lp_work_bytes(c, 1, head) / sizeof(float); }
 
-dt_gpt2_part dt_gpt2_whole(const dt_gpt2_config *cfg) { return (dt_gpt2_part){ .ua = 0, .ub = cfg->num_layers + 2, .tp_size = 1 }; }
+dt_model_part dt_gpt2_whole(const dt_gpt2_config *cfg) { return (dt_model_part){ .ua = 0, .ub = cfg->num_layers + 2, .tp_size = 1 }; }
 
 /* ---- the GPT-2 interface over the model program ---- */
 
@@ -84,7 +84,7 @@ struct dt_gpt2 {
 };
 
 
-dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *part, dt_gpt2 **out) {
+dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_model_part *part, dt_gpt2 **out) {
     *out = NULL;
     dt_status st = dt_gpt2_config_check(cfg, "model");
     if (st) return st;
@@ -101,7 +101,7 @@ dt_status dt_gpt2_create_part(const dt_gpt2_config *cfg, const dt_gpt2_part *par
 }
 
 dt_status dt_gpt2_create_units(const dt_gpt2_config *cfg, int a, int b, dt_gpt2 **out) {
-    dt_gpt2_part p = dt_gpt2_whole(cfg);
+    dt_model_part p = dt_gpt2_whole(cfg);
     p.ua = a;
     p.ub = b;
     return dt_gpt2_create_part(cfg, &p, out);
@@ -124,7 +124,6 @@ dt_status dt_gpt2_set_routing(dt_gpt2 *m, const dt_gpt2_config *r) {
     if (!st) m->cfg.drop_policy = r->drop_policy;
     return st;
 }
-const dt_gpt2_part *dt_gpt2_get_part(const dt_gpt2 *m) { return dt_program_part(m->p); }
 size_t dt_gpt2_num_params(const dt_gpt2 *m) { return dt_program_num_params(m->p); }
 float *dt_gpt2_params(dt_gpt2 *m) { return dt_program_params(m->p); }
 float *dt_gpt2_grads(dt_gpt2 *m) { return dt_program_grads(m->p); }
@@ -216,7 +215,7 @@ size_t dt_gpt2_lp_params_bytes(const dt_gpt2 *m) { return dt_program_lp_params_b
 
 size_t dt_gpt2_chunks_activation_bytes(const dt_gpt2_config *cfg, int n, const int *a, const int *b, int tp, int sp, int B, int T,
                                        int recompute, int attention, dt_dtype precision, int split) {
-    dt_gpt2_part part = sizes_part(a[0], b[n - 1], tp);
+    dt_model_part part = sizes_part(a[0], b[n - 1], tp);
     part.sp = sp;
     part.nchunks = n > 1 ? n : 0;
     for (int k = 0; k < n && n > 1; k++) part.chunk_a[k] = a[k], part.chunk_b[k] = b[k];
@@ -230,7 +229,7 @@ size_t dt_gpt2_part_activation_bytes(const dt_gpt2_config *c, int tp, int sp, in
 }
 
 size_t dt_gpt2_part_lp_work_bytes(const dt_gpt2_config *cfg, int tp, bool head) {
-    dt_gpt2_part part = head ? sizes_part(cfg->num_layers + 1, cfg->num_layers + 2, tp) : sizes_part(0, 1, tp);
+    dt_model_part part = head ? sizes_part(cfg->num_layers + 1, cfg->num_layers + 2, tp) : sizes_part(0, 1, tp);
     return dt_program_lp_work_bytes(cfg, &part);
 }
 

@@ -55,7 +55,7 @@ dt_status dt_gpt2_split_stages(const dt_gpt2_config *c, int T, int p, int *first
     return DT_OK;
 }
 
-dt_status dt_gpt2_stage_part(const dt_gpt2_config *c, int T, int p, int v, int s, dt_gpt2_part *part) {
+dt_status dt_gpt2_stage_part(const dt_gpt2_config *c, int T, int p, int v, int s, dt_model_part *part) {
     if (v < 1 || v > DT_GPT2_MAX_CHUNKS) return dt_error(DT_ERR_ARG, "pipeline split: %d chunks a stage (1 to %d)", v, DT_GPT2_MAX_CHUNKS);
     int *first = malloc(sizeof *first * (size_t)(p * v + 1));
     if (!first) return dt_error(DT_ERR_NOMEM, "pipeline split: out of memory");

@@ -435,7 +435,7 @@ static dt_status shape_ops(dt_program *p) {
 
 /* What a rank can hold: units [ua, ub) or chunks of them, split by tensor parallelism (with sequence parallelism or
  * not) or not, and context parallelism. */
-static dt_status check_part(const dt_lm_config *c, const dt_gpt2_part *part) {
+static dt_status check_part(const dt_lm_config *c, const dt_model_part *part) {
     int t = part->tp_size, L = c->num_layers, a = part->ua, b = part->ub;
     int n = part->cp_size ? part->cp_size : 1;
     if (n < 1 || part->cp_rank < 0 || part->cp_rank >= n) return dt_error(DT_ERR_ARG, "model: context-parallel rank %d of %d", part->cp_rank, n);
@@ -483,7 +483,7 @@ static void part_widths(dt_program *p) {
 }
 
 dt_status dt_program_create(const dt_lm_config *cfg, dt_program **out) {
-    dt_gpt2_part whole = { .ua = 0, .ub = cfg->num_layers + 2, .tp_size = 1 };
+    dt_model_part whole = { .ua = 0, .ub = cfg->num_layers + 2, .tp_size = 1 };
     return dt_program_create_part(cfg, &whole, out);
 }
 
@@ -518,7 +518,7 @@ static dt_status allocate(dt_program *p) {
 }
 
 /* A program's shape (its table, its ops' widths) without its stores: what creation and the memory estimates share. */
-static dt_status shape_part(const dt_lm_config *given, const dt_gpt2_part *part, dt_program **out) {
+static dt_status shape_part(const dt_lm_config *given, const dt_model_part *part, dt_program **out) {
     *out = NULL;
     dt_lm_config c = dt_lm_config_resolve(given), *cfg = &c;
     dt_status st = dt_lm_config_check(cfg, "model");
@@ -546,13 +546,13 @@ static dt_status shape_part(const dt_lm_config *given, const dt_gpt2_part *part,
     return DT_OK;
 }
 
-dt_status dt_program_create_table(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out) {
-    dt_gpt2_part whole = { .ua = 0, .ub = 0, .tp_size = 1 };
+dt_status dt_program_create_table(const dt_lm_config *cfg, const dt_model_part *part, dt_program **out) {
+    dt_model_part whole = { .ua = 0, .ub = 0, .tp_size = 1 };
     whole.ub = cfg->num_layers + 2;
     return shape_part(cfg, part ? part : &whole, out);
 }
 
-dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *part, dt_program **out) {
+dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_model_part *part, dt_program **out) {
     dt_status st = shape_part(cfg, part, out);
     if (!st && (st = allocate(*out))) {
         dt_program_destroy(*out);
@@ -561,7 +561,7 @@ dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_gpt2_part *pa
     return st;
 }
 
-size_t dt_program_activation_bytes(const dt_lm_config *cfg, const dt_gpt2_part *part, int B, int T, int recompute, dt_attn_mode attn,
+size_t dt_program_activation_bytes(const dt_lm_config *cfg, const dt_model_part *part, int B, int T, int recompute, dt_attn_mode attn,
                                    dt_dtype prec, int split) {
     dt_program *p;
     if (shape_part(cfg, part, &p)) return 0;
@@ -585,7 +585,7 @@ static size_t whole_params(const dt_lm_config *c) {
     return n + block * (size_t)c->num_layers;
 }
 
-dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_gpt2_part *part, size_t *local, size_t *global) {
+dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_model_part *part, size_t *local, size_t *global) {
     dt_lm_config c = dt_lm_config_resolve(cfg);
     dt_status st = dt_lm_config_check(&c, "model");
     if (st) return st;
@@ -626,7 +626,7 @@ double dt_program_block_matmul_params(const dt_lm_config *cfg) {
     return n;
 }
 
-int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_gpt2_part *part, int (*shape)[2], int max) {
+int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_model_part *part, int (*shape)[2], int max) {
     dt_program *p;
     if (shape_part(cfg, part, &p)) return 0;
     int n = 0;
@@ -636,7 +636,7 @@ int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_gpt2_part *part, 
     return n;
 }
 
-size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_gpt2_part *part) {
+size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_model_part *part) {
     dt_program *p;
     if (shape_part(cfg, part, &p)) return 0;
     size_t n = dt_program_lp_work_floats(p) * sizeof(float);
@@ -732,7 +732,6 @@ void dt_program_set_param_storage(dt_program *p, float *to) {
     if (p->lp_current) memset(p->lp_current, 0, (size_t)p->ntab); /* the 16-bit copy is made again */
 }
 
-const dt_gpt2_part *dt_program_part(const dt_program *p) { return &p->part; }
 
 const dt_tensor_info *dt_program_tensors(const dt_program *p, int *n) {
     if (n) *n = p->ntab;
@@ -766,7 +765,7 @@ void dt_program_base_model(dt_program *p, dt_model *out) {    /* deferring the t
                        .nparams = p->nparams, .global_params = p->global_params, .params = params_of, .grads = grads_of,
                        .set_grad_storage = set_grad_storage, .set_grad_hook = set_grad_hook, .set_unit_hooks = set_unit_hooks,
                        .set_param_storage = set_param_storage, .defer_input_rows = rows ? defer_rows : NULL, .input_grad = input_grad,
-                       .lp_copy = lp_copy, .params_changed = params_changed };
+                       .lp_copy = lp_copy, .params_changed = params_changed, .part = &p->part };
 }
 
 int dt_program_kv_head(const dt_program *p, int h) { return (p->part.tp_rank * p->NHl + h) / (p->cfg.num_heads / p->cfg.kv_heads) - p->kv0; }

@@ -117,7 +117,7 @@ typedef struct {
 struct dt_program {
     dt_lm_config cfg;
     const dt_family *f;
-    dt_gpt2_part part;         /* what this rank holds: its units, its tensor-parallel share */
+    dt_model_part part;         /* what this rank holds: its units, its tensor-parallel share */
     /* this rank's widths: Ql query channels (NHl heads), KVl key/value channels (its K/V heads from kv0; all ranks
      * sharing one when there are fewer K/V heads than ranks), Fl hidden units, vocabulary rows [v0, v0 + Vl) of
      * which Vv are real; one process: the whole model's */

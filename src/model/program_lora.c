@@ -268,7 +268,7 @@ void dt_program_lora_backward(dt_program *p, int l, int k, const float *x, const
     }
 }
 
-dt_status dt_program_lora_sizes(const dt_lm_config *cfg, const dt_gpt2_part *part, const dt_lora_config *c, int recompute, size_t *params,
+dt_status dt_program_lora_sizes(const dt_lm_config *cfg, const dt_model_part *part, const dt_lora_config *c, int recompute, size_t *params,
                                 double *floats_per_token) {
     dt_program *p;
     dt_status st = dt_program_create_table(cfg, part, &p);

@@ -387,7 +387,9 @@ dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
         free(p);
         return dt_error(DT_ERR_ARG, "pipeline: the stage's model holds %d chunks, the schedule runs %d", held, v);
     }
-    const dt_gpt2_part *part = dt_gpt2_get_part(c->model);
+    dt_model view;
+    dt_gpt2_model(c->model, &view);
+    const dt_model_part *part = view.part;
     p->stream = (size_t)c->B * c->T * (size_t)dt_gpt2_get_config(c->model)->channels / (part->sp ? (size_t)part->tp_size : 1);
     if ((unsigned)c->wire > DT_PP_WIRE_INT8) {
         free(p);

@@ -61,7 +61,7 @@ dt_status dt_mesh_gather_gpt2(const dt_mesh *mesh, dt_comm *world, dt_gpt2 *part
     int root = dt_comm_rank(world) == 0;
     runs x = { 0 };
     int32_t *win = malloc(WINDOW * sizeof *win), *got = root ? malloc(WINDOW * sizeof *got) : NULL;
-    dt_status st = win && (!root || got) ? my_runs(mesh, dt_gpt2_get_part(part)->ep_size, &view, &x) : dt_error(DT_ERR_NOMEM, "whole model: out of memory");
+    dt_status st = win && (!root || got) ? my_runs(mesh, view.part->ep_size, &view, &x) : dt_error(DT_ERR_NOMEM, "whole model: out of memory");
     if (!st && root) st = dt_gpt2_create(dt_gpt2_get_config(part), whole);
     /* every rank learns whether the others can go on: a reduction that one rank skips would hang the rest */
     int32_t bad = st != DT_OK, any = 0;

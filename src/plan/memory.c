@@ -189,7 +189,7 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
         size_t adapters = 0;
         double per_token = 0;
         if (j->lora.rank) {
-            dt_gpt2_part part = { .ua = a[0], .ub = b[v - 1], .tp_size = j->tp > 1 ? j->tp : 1, .tp_rank = 0 };
+            dt_model_part part = { .ua = a[0], .ub = b[v - 1], .tp_size = j->tp > 1 ? j->tp : 1, .tp_rank = 0 };
             static const dt_tp_ops none = { 0 };
             part.tp = part.tp_size > 1 ? &none : NULL;
             if (v > 1) {

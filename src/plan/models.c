@@ -152,7 +152,7 @@ int dt_plan_pp_slots(const dt_plan_job *j, int s) {
 
 /* A block's Linears as a TP rank runs them ([outputs, inputs] each, the spec's order); their count. */
 int dt_plan_block_linears(const dt_plan_job *j, int (*shape)[2], int max) {
-    dt_gpt2_part part = { .ua = 1, .ub = 2, .tp_size = j->tp > 1 ? j->tp : 1 };
+    dt_model_part part = { .ua = 1, .ub = 2, .tp_size = j->tp > 1 ? j->tp : 1 };
     static const dt_tp_ops none = { 0 };
     part.tp = part.tp_size > 1 ? &none : NULL;
     return dt_program_linear_shapes(&j->model, &part, shape, max);

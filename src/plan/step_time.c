@@ -225,7 +225,7 @@ static void optimizer_terms(const step_ctx *x, dt_plan_time *o) {
     /* at its own measured rate where there is one: a rank's threads' share of one core's, at most its share of all cores' */
     double obw = h->optim_bw_one > 0 ? fmin(h->optim_bw_one * o->threads, h->optim_bw_all / local) : bw;
     if (j->lora.rank) { /* the adapters alone: this rank's tensor-parallel share, a stage's of them */
-        dt_gpt2_part part = { .ua = 0, .ub = j->model.num_layers + 2, .tp_size = tp > 1 ? (int)tp : 1 };
+        dt_model_part part = { .ua = 0, .ub = j->model.num_layers + 2, .tp_size = tp > 1 ? (int)tp : 1 };
         static const dt_tp_ops none = { 0 };
         part.tp = tp > 1 ? &none : NULL;
         size_t ad = 0;

@@ -130,7 +130,7 @@ dt_status dt_generate_split(dt_gpt2 *whole, dt_comm *w, bool tp, dt_tp_ops *ops,
     *out = whole;
     if (p == 1) return DT_OK;
     dt_gpt2_config cfg = *dt_gpt2_get_config(whole);
-    dt_gpt2_part part = dt_gpt2_whole(&cfg);
+    dt_model_part part = dt_gpt2_whole(&cfg);
     *out = NULL;
     if (tp) {
         *ops = dt_tp_ops_over(w);

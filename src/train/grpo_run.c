@@ -72,7 +72,7 @@ dt_status dt_train_check_grpo(const dt_train_config *c) {
 /* The reference: a copy of the model as it starts, whose forwards record the rows' log-probabilities. */
 static dt_status make_reference(run *r, dt_grpo_run *gr) {
     dt_gpt2_config cfg = *dt_gpt2_get_config(r->m);
-    dt_gpt2_part whole = dt_gpt2_whole(&cfg);
+    dt_model_part whole = dt_gpt2_whole(&cfg);
     dt_status st = dt_gpt2_create_part(&cfg, &whole, &gr->ref);
     if (!st) st = dt_gpt2_copy_slices(r->m, gr->ref);
     if (!st) st = dt_gpt2_set_precision(gr->ref, r->c.precision); /* the policy's arithmetic: the KL starts at 0 in 16 bits too */

@@ -143,7 +143,7 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         *out = NULL;
         return st;
     }
-    dt_gpt2_part part = dt_gpt2_whole(&cfg);
+    dt_model_part part = dt_gpt2_whole(&cfg);
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
         /* p x v chunks by cost; stage s holds chunks s, s+p, .. (one, but for the interleaved schedule) */
         int pp = dt_mesh_size(r->mesh, DT_MESH_PP), v = dt_train_pp_virt(c);
