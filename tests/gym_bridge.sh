@@ -127,6 +127,26 @@ gym.register("DictEnv-v0", entry_point=DictEnv)
 PY
 export PYTHONPATH=$dir${PYTHONPATH:+:$PYTHONPATH}
 refused_bridge "a Dict observation space" "neither a Box nor a Discrete" --env gym:nanenv:DictEnv-v0
+"$ROLLOUT" gym:nanenv:NanEnv-v0 3 5 300 "$dir/nan.bin" > "$dir/nanroll.out" 2>&1
+out=$(python3 - "$dir/nan.bin" << 'PY'
+import sys
+import numpy as np
+d = np.fromfile(sys.argv[1], np.uint8)
+n, od, rec = 3, 4, 3 * 4 * 4 + 3 * 4 + 3 * 3
+obs = [d[:n * od * 4].view(np.float32)]
+flags_prev, drops = np.zeros(n, bool), 0
+for t in range((len(d) - n * od * 4) // rec):
+    r = d[n * od * 4 + t * rec:n * od * 4 + (t + 1) * rec]
+    obs.append(r[:n * od * 4].view(np.float32))
+    te, tr, reset = r[n * od * 4 + 12:][:3], r[n * od * 4 + 15:][:3], r[n * od * 4 + 18:][:3]
+    drops += int(np.sum(reset.astype(bool) & ~flags_prev))
+    flags_prev = (te | tr).astype(bool)
+finite = all(np.isfinite(o).all() for o in obs)
+print(f"{drops} episodes dropped in {t + 1} steps, every observation finite: {finite}")
+sys.exit(0 if finite and drops > 0 else 1)
+PY
+)
+[ $? = 0 ] && ok "a NaN observation never reaches the caller: $out" || fail "NaN observations in the rollout: $out $(tail -1 "$dir/nanroll.out")"
 "$DTRAIN" rl --env gym:nanenv:NanEnv-v0 --envs 2 --total-steps 4096 --print-every 0 > "$dir/nan.out" 2>&1
 rc=$?
 drops=$(grep -c "non-finite observation or reward at step 5 of its episode: the episode is dropped" "$dir/nan.out")
