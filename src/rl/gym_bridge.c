@@ -100,16 +100,33 @@ static int read_line(int fd, char *buf, size_t cap, int ms) {
     }
 }
 
+/* The interpreter's path: python itself when it names a file, else the first match on PATH (found before fork:
+ * execvp's search is not async-signal-safe); python as given when none matches (exec then fails, and is said). */
+static void find_python(const char *python, char *out, size_t cap) {
+    snprintf(out, cap, "%s", python);
+    const char *path = getenv("PATH");
+    if (strchr(python, '/') || !path) return;
+    for (const char *d = path; *d;) {
+        size_t n = strcspn(d, ":");
+        char cand[4096];
+        snprintf(cand, sizeof cand, "%.*s/%s", (int)n, n ? d : ".", python);
+        if (!access(cand, X_OK)) { snprintf(out, cap, "%s", cand); return; }
+        d += n + (d[n] == ':');
+    }
+}
+
 /* Start worker w on k environments: the process, its socket, its memory (sized once it has said its spaces). */
 static dt_status start(dt_gym_bridge *b, worker *w, const char *python) {
+    char exe[4096], k[16];
+    find_python(python, exe, sizeof exe);
+    snprintf(k, sizeof k, "%d", w->k);
+    char *argv[] = { exe, "-u", DT_GYM_WORKER_PY, b->id, k, NULL };
     int sv[2], mfd = memfd_create("dtrain-gym", MFD_CLOEXEC);
     if (mfd < 0) return dt_error(DT_ERR_SYS, "gym:%s: memfd_create: %s", b->id, strerror(errno));
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
         close(mfd);
         return dt_error(DT_ERR_SYS, "gym:%s: socketpair: %s", b->id, strerror(errno));
     }
-    char k[16];
-    snprintf(k, sizeof k, "%d", w->k);
     pid_t pid = fork();
     if (pid == 0) { /* only async-signal-safe calls until exec: the parent may have threads */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -117,7 +134,7 @@ static dt_status start(dt_gym_bridge *b, worker *w, const char *python) {
         int s = fcntl(sv[1], F_DUPFD, 10), m = fcntl(mfd, F_DUPFD, 10);
         if (s < 0 || m < 0 || dup2(s, 3) != 3 || dup2(m, 4) != 4 || dup2(2, 1) != 1) _exit(127);
         close_range(5, ~0U, 0);
-        execlp(python, python, "-u", DT_GYM_WORKER_PY, b->id, k, (char *)NULL);
+        execv(exe, argv);
         _exit(127);
     }
     close(sv[1]);
