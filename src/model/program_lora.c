@@ -361,5 +361,5 @@ void dt_program_lora_model(dt_program *p, dt_model *out) {
     *out = (dt_model){ .self = p, .kind = p->f->name, .tensors = a->tab, .ntensors = a->ntab, .nunits = p->cfg.num_layers + 2,
                        .nparams = a->nparams, .global_params = a->global_params, .params = params_of, .grads = grads_of,
                        .set_grad_storage = set_grad_storage, .set_grad_hook = set_grad_hook, .set_unit_hooks = set_unit_hooks,
-                       .set_param_storage = set_param_storage };
+                       .set_param_storage = set_param_storage, .part = &p->part };
 }
