@@ -31,6 +31,9 @@ void dt_sketch_point(dt_sketch_shape *sh, double x, double y);
 /* A w x h rectangle centred at (cx, cy), turned by angle, as a polygon. */
 void dt_sketch_box(dt_env_sketch *sk, uint32_t rgb, double cx, double cy, double w, double h, double angle);
 
+/* What an environment of a pool does in a round (env_pool.c; the bridge's workers read the same numbers). */
+enum { DT_ROUND_STEP = 0, DT_ROUND_RESET_SEEDED = 1, DT_ROUND_RESET = 2, DT_ROUND_IDLE = 3 };
+
 typedef struct {
     dt_env_info info;
     /* a kind with a world of its own makes it with the environment (NULL: the state is state_dim doubles) */

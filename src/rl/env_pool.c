@@ -88,12 +88,12 @@ static dt_status round_of(dt_env_pool *p, const float *actions, float *obs, uint
     for (int i = 0; i < p->n; i++) {
         float *o = obs + (size_t)i * in->obs_dim;
         int a = 0, b = 0;
-        if (p->cmd[i] == DT_BRIDGE_IDLE) continue;
-        if (p->cmd[i] == DT_BRIDGE_STEP) {
+        if (p->cmd[i] == DT_ROUND_IDLE) continue;
+        if (p->cmd[i] == DT_ROUND_STEP) {
             dt_status st = dt_env_step(p->envs[i], actions + (size_t)i * in->act_dim, o, &p->rew[i], &a, &b);
             if (st) return dt_error(st, "environment %d of the pool: %s", p->first + i, dt_last_error());
         } else {
-            dt_env_reset(p->envs[i], p->cmd[i] == DT_BRIDGE_RESET_SEEDED ? p->seeds[i] : -1, o);
+            dt_env_reset(p->envs[i], p->cmd[i] == DT_ROUND_RESET_SEEDED ? p->seeds[i] : -1, o);
             p->rew[i] = 0;
         }
         te[i] = (uint8_t)a;
@@ -104,7 +104,7 @@ static dt_status round_of(dt_env_pool *p, const float *actions, float *obs, uint
 
 dt_status dt_env_pool_reset(dt_env_pool *p, float *obs) {
     for (int i = 0; i < p->n; i++) {
-        p->cmd[i] = DT_BRIDGE_RESET_SEEDED;
+        p->cmd[i] = DT_ROUND_RESET_SEEDED;
         p->seeds[i] = (int64_t)((p->seed + (uint64_t)(p->first + i)) & INT64_MAX);
         p->ended[i] = 0;
         p->ret[i] = 0;
@@ -136,7 +136,7 @@ static bool finite_row(const float *x, int n, double r) {
 static dt_status drop(dt_env_pool *p, const uint8_t *bad, float *obs, float *rewards, uint8_t *terminated, uint8_t *truncated,
                       uint8_t *reset) {
     for (int i = 0; i < p->n; i++) {
-        p->cmd[i] = bad[i] ? DT_BRIDGE_RESET : DT_BRIDGE_IDLE;
+        p->cmd[i] = bad[i] ? DT_ROUND_RESET : DT_ROUND_IDLE;
         if (!bad[i]) continue;
         dt_log(DT_LOG_WARN, "%s: environment %d gave a non-finite observation or reward at step %d of its episode: the episode is "
                "dropped, the environment reset", dt_env_pool_info(p)->id, p->first + i, p->len[i] + 1);
@@ -160,7 +160,7 @@ dt_status dt_env_pool_step(dt_env_pool *p, const float *actions, float *obs, flo
     for (int i = 0; i < p->n; i++) { /* every action checked first: a refused batch steps no environment */
         dt_status st = p->ended[i] ? DT_OK : dt_env_check_action(in, actions + (size_t)i * in->act_dim);
         if (st) return dt_error(st, "environment %d of the pool: %s", p->first + i, dt_last_error());
-        p->cmd[i] = p->ended[i] ? DT_BRIDGE_RESET : DT_BRIDGE_STEP; /* next-step autoreset: this step's action is not taken */
+        p->cmd[i] = p->ended[i] ? DT_ROUND_RESET : DT_ROUND_STEP; /* next-step autoreset: this step's action is not taken */
     }
     dt_status st = round_of(p, actions, obs, terminated, truncated);
     if (st) return st;
@@ -168,8 +168,8 @@ dt_status dt_env_pool_step(dt_env_pool *p, const float *actions, float *obs, flo
     int nbad = 0;
     for (int i = 0; i < p->n; i++) {
         bad[i] = 0;
-        if (reset) reset[i] = p->cmd[i] == DT_BRIDGE_RESET;
-        if (p->cmd[i] == DT_BRIDGE_RESET) {
+        if (reset) reset[i] = p->cmd[i] == DT_ROUND_RESET;
+        if (p->cmd[i] == DT_ROUND_RESET) {
             p->ended[i] = 0;
             rewards[i] = 0;
             terminated[i] = truncated[i] = 0;

@@ -284,7 +284,7 @@ dt_status dt_gym_bridge_round(dt_gym_bridge *b, const int8_t *cmd, const int64_t
         worker *w = &b->w[i];
         for (int j = 0; j < w->k; j++) {
             int e = w->first + j;
-            if (cmd[e] == DT_BRIDGE_IDLE) continue;
+            if (cmd[e] == DT_ROUND_IDLE) continue;
             memcpy(obs + (size_t)e * od, w->obs + (size_t)j * od, sizeof(float) * (size_t)od);
             rew[e] = w->rew[j];
             term[e] = w->term[j];

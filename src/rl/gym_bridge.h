@@ -3,12 +3,9 @@
 #ifndef DTRAIN_RL_GYM_BRIDGE_H
 #define DTRAIN_RL_GYM_BRIDGE_H
 
-#include "dtrain/rl.h"
+#include "env_internal.h"
 
 typedef struct dt_gym_bridge dt_gym_bridge;
-
-/* What an environment does in a round. */
-enum { DT_BRIDGE_STEP = 0, DT_BRIDGE_RESET_SEEDED = 1, DT_BRIDGE_RESET = 2, DT_BRIDGE_IDLE = 3 };
 
 /* id: Gymnasium's (without "gym:"). Refused with Gymnasium's own words where it cannot make the environment. */
 dt_status dt_gym_bridge_create(const char *id, int n, const dt_env_bridge_config *c, dt_gym_bridge **out);
