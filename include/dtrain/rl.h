@@ -39,6 +39,8 @@ void dt_env_destroy(dt_env *e);
 const dt_env_info *dt_env_get_info(const dt_env *e);
 /* A name's Gymnasium id ("cartpole": "CartPole-v1"; a "gym:ID" name itself), or NULL for none dtrain has. */
 const char *dt_env_id(const char *name);
+/* The id Gymnasium makes when name is a bridged one ("gym:ID": "ID"), else NULL. */
+const char *dt_env_bridged(const char *name);
 /* The environments built in, ", "-separated, for messages and --help. */
 const char *dt_env_list(void);
 /* reset(seed=seed) when seed >= 0, reset() (the stream goes on) when -1. */

@@ -73,7 +73,7 @@ int dt_bench_rl(const dt_bench_rl_opts *o) {
     const char *name = dt_env_id(o->env);
     if (!name) { dt_log(DT_LOG_ERROR, "bench rl: environment '%s' is not one dtrain has: %s", o->env, dt_env_list()); return 2; }
     char id[256];
-    snprintf(id, sizeof id, "%s", strncmp(name, "gym:", 4) ? name : name + 4); /* the baselines make it themselves */
+    snprintf(id, sizeof id, "%s", dt_env_bridged(name) ? dt_env_bridged(name) : name); /* the baselines make it themselves */
     char cpu[256];
     dt_cpu_model(cpu, sizeof cpu);
     printf("%s, random actions, %lld steps a row, on %s\n", id, (long long)o->steps, cpu);
@@ -82,7 +82,7 @@ int dt_bench_rl(const dt_bench_rl_opts *o) {
         for (int ni = 0; ni < o->nenvs; ni++) {
             double r = rate(o->env, o->envs[ni], o->workers[wi], o->steps);
             if (r < 0) { dt_log(DT_LOG_ERROR, "bench rl: a worker failed"); return 1; }
-            printf("%-34s %8d %8d %14.0f\n", strncmp(o->env, "gym:", 4) ? "dtrain env pool" : "dtrain gym bridge", o->envs[ni], o->workers[wi], r);
+            printf("%-34s %8d %8d %14.0f\n", dt_env_bridged(o->env) ? "dtrain gym bridge" : "dtrain env pool", o->envs[ni], o->workers[wi], r);
             fflush(stdout);
         }
     if (!o->baseline) return 0;

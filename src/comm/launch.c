@@ -30,13 +30,6 @@ static void on_signal(int sig, siginfo_t *si, void *ctx) {
     else if (kind == 2) signals++;
 }
 
-static void describe(int status, char *buf, size_t cap) {
-    if (WIFSIGNALED(status))
-        snprintf(buf, cap, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
-    else
-        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
-}
-
 /* Reaps every rank that has ended by now; the first of them a signal ended, or -1. */
 static int reap_killed(pid_t *pids, int *status, int n, int *alive) {
     int killed = -1, st;
@@ -149,14 +142,14 @@ static void rank_ended(watch *w, dt_segment *seg, pid_t pid, int st) {
     char what[128];
     if (bad && w->first_bad < 0 && !w->forwarded) {
         w->first_bad = r;
-        describe(st, what, sizeof what);
+        dt_exit_describe(st, what, sizeof what);
         dt_segment_abort(seg, "rank %d (pid %d) %s", r, (int)pid, what);
         dt_log(DT_LOG_ERROR, "launch: rank %d (pid %d) %s; stopping the job", r, (int)pid, what);
         w->code = WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
         w->deadline = dt_time_now() + GRACE_SECONDS;
     } else if (bad && WIFSIGNALED(st) && !w->forwarded && !w->killing && r != w->first_bad) {
         /* a rank that crashes while it stops says nothing itself: said here, or its silence is a mystery */
-        describe(st, what, sizeof what);
+        dt_exit_describe(st, what, sizeof what);
         dt_log(DT_LOG_ERROR, "launch: rank %d (pid %d) then %s", r, (int)pid, what);
     }
 }

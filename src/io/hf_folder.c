@@ -6,6 +6,7 @@
  * LayerNorm eps 1e-5 and no dropout. A folder of another architecture is
  * named by its config.json when it is refused. */
 #include "dtrain/io.h"
+#include "json_file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -117,17 +118,8 @@ dt_status dt_hf_folder_save(const char *dir, dt_gpt2 *m) {
     if (st) return st;
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
     cJSON *j = c->family && c->family != dt_family_find("gpt2") ? llama_config(c) : gpt2_config(c);
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    if (!text) return dt_error(DT_ERR_NOMEM, "%s: out of memory", dir);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    size_t n = strlen(text);
-    text[n] = '\n'; /* cJSON_Print leaves no newline; the NUL goes */
-    const void *parts[1] = { text };
-    size_t sizes[1] = { n + 1 };
-    st = dt_file_write_atomic(path, parts, sizes, 1);
-    free(text);
-    return st;
+    return dt_json_write_file(j, 1, path);
 }
 
 dt_status dt_hf_folder_check(const char *dir) {

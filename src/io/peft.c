@@ -3,6 +3,7 @@
  * program's adapter table carries). What PEFT's from_pretrained reads, written; what dtrain's LoRA is, read (a list
  * of target modules, no bias, no DoRA, rsLoRA or per-layer patterns: each other setting is refused naming it). */
 #include "dtrain/io.h"
+#include "json_file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -48,20 +49,9 @@ dt_status dt_peft_save(const char *dir, dt_program *p) {
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     dt_status st = dt_safetensors_save_table(path, &m, 0, DT_F32);
-    cJSON *j = st ? NULL : adapter_config(p, c);
-    char *text = j ? cJSON_Print(j) : NULL;
-    cJSON_Delete(j);
-    if (!st && !text) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", dir);
-    if (!st) {
-        snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-        size_t len = strlen(text);
-        text[len] = '\n'; /* the NUL goes: the file ends with a newline */
-        const void *parts[1] = { text };
-        size_t sizes[1] = { len + 1 };
-        st = dt_file_write_atomic(path, parts, sizes, 1);
-    }
-    free(text);
-    return st;
+    if (st) return st;
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    return dt_json_write_file(adapter_config(p, c), 1, path);
 }
 
 /* A field that must be absent, null, false or empty (a setting this build does not run). */

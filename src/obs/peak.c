@@ -9,6 +9,7 @@
 #include "dtrain/obs.h"
 #include "dtrain/kernels.h"
 #include "dtrain/io.h"
+#include "io/json_file.h"
 
 #include <cblas.h>
 #include <cjson/cJSON.h>
@@ -121,15 +122,7 @@ static dt_status save(const char *key, double value) {
     if (ours(old, &m))
         cJSON_ArrayForEach(it, old) if (cJSON_IsNumber(it) && strcmp(it->string, key)) cJSON_AddNumberToObject(j, it->string, it->valuedouble);
     cJSON_Delete(old);
-    char *s = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    if (!s) return dt_error(DT_ERR_NOMEM, "peak cache: out of memory");
-    size_t n = strlen(s);
-    const void *parts[2] = { s, "\n" };
-    size_t sizes[2] = { n, 1 };
-    dt_status st = dt_file_write_atomic(path, parts, sizes, 2);
-    free(s);
-    return st;
+    return dt_json_write_file(j, 0, path);
 }
 
 dt_status dt_peak_save(double gflops) {

@@ -1,5 +1,5 @@
-/* What every run.json holds and how it is written (a training run's, train/run_record.c; an RL run's,
- * rl/rl_report.c): the report page reads them. */
+/* What every run.json holds (a training run's, train/run_record.c; an RL run's, rl/rl_report.c): the report page
+ * reads them; io/json_file.h writes them. */
 #ifndef DTRAIN_OBS_RUN_JSON_H
 #define DTRAIN_OBS_RUN_JSON_H
 
@@ -9,7 +9,5 @@
 
 /* "command": the command line as typed, its program named "dtrain". */
 void dt_run_json_command(cJSON *j, int argc, char **argv);
-/* j, indented, into path atomically; j is deleted either way. */
-dt_status dt_run_json_write(cJSON *j, const char *path);
 
 #endif

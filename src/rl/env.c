@@ -48,8 +48,10 @@ static const dt_env_kind *find(const char *name) {
     return NULL;
 }
 
+const char *dt_env_bridged(const char *name) { return name && !strncmp(name, "gym:", 4) ? name + 4 : NULL; }
+
 const char *dt_env_id(const char *name) {
-    if (name && !strncmp(name, "gym:", 4)) return name;
+    if (dt_env_bridged(name)) return name;
     const dt_env_kind *k = find(name);
     return k ? k->info.id : NULL;
 }

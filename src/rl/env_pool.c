@@ -51,7 +51,7 @@ dt_status dt_env_pool_create(const char *name, int n, int first, uint64_t seed, 
     p->bad = calloc((size_t)n, 1);
     dt_status st = p->ended && p->ret && p->len && p->cmd && p->seeds && p->rew && p->te && p->tr && p->bad ? DT_OK
                                                                                                   : dt_error(DT_ERR_NOMEM, "env pool: out of memory");
-    if (!st && name && !strncmp(name, "gym:", 4)) st = dt_gym_bridge_create(name + 4, n, bridge, &p->bridge);
+    if (!st && dt_env_bridged(name)) st = dt_gym_bridge_create(dt_env_bridged(name), n, bridge, &p->bridge);
     else if (!st && !(p->envs = calloc((size_t)n, sizeof *p->envs))) st = dt_error(DT_ERR_NOMEM, "env pool: out of memory");
     for (int i = 0; !st && p->envs && i < n; i++) st = dt_env_create(name, &p->envs[i]);
     if (st) { dt_env_pool_destroy(p); return st; }

@@ -64,19 +64,18 @@ static size_t layout(worker *w, char *base, int k, int od, int ad) {
     return at;
 }
 
-/* How a worker ended, for messages ("exited with status 1", "was killed by signal 9"); waits up to a second. */
+/* How a worker ended, for messages (dt_exit_describe's words, or "closed its end"); waits up to a second. */
 static void ended(worker *w, char *buf, size_t cap) {
     int status = 0;
     pid_t got = 0;
     for (int i = 0; i < 100 && (got = waitpid(w->pid, &status, WNOHANG)) == 0; i++) nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
-    if (got == w->pid && WIFSIGNALED(status)) snprintf(buf, cap, "was killed by signal %d", WTERMSIG(status));
-    else if (got == w->pid && WIFEXITED(status)) snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
+    if (got == w->pid) dt_exit_describe(status, buf, cap);
     else snprintf(buf, cap, "closed its end");
     if (got == w->pid) w->pid = 0; /* reaped: nothing for destroy to wait for */
 }
 
 static dt_status gone(dt_gym_bridge *b, worker *w) {
-    char how[64];
+    char how[96];
     pid_t pid = w->pid;
     ended(w, how, sizeof how);
     return dt_error(DT_ERR_PEER, "gym:%s: bridge worker %d (pid %d, environments %d-%d) %s", b->id, (int)(w - b->w), (int)pid, w->first,

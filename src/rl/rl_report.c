@@ -3,6 +3,7 @@
  * greedy episode, and report.html, the page dt_report_write makes of them. */
 #include "dtrain/obs.h"
 #include "dtrain/rl.h"
+#include "io/json_file.h"
 #include "obs/run_json.h"
 
 #include <cjson/cJSON.h>
@@ -57,7 +58,7 @@ dt_status dt_rl_report_write(const char *dir, const dt_ppo_config *c, const dt_p
     cJSON_AddNumberToObject(j, "episodes", r->episodes);
     cJSON_AddNumberToObject(j, "mean_return", r->mean_return);
     /* the trained policy's greedy episode from reset(seed), filmed (a bridged environment has no picture here) */
-    int bridged = !strncmp(c->env, "gym:", 4);
+    int bridged = dt_env_bridged(c->env) != NULL;
     snprintf(film, sizeof film, "%s/film.svg", dir);
     double ret;
     int len;
@@ -72,7 +73,7 @@ dt_status dt_rl_report_write(const char *dir, const dt_ppo_config *c, const dt_p
     }
     snprintf(path, sizeof path, "%s/run.json", dir);
     if (st) cJSON_Delete(j);
-    else st = dt_run_json_write(j, path);
+    else st = dt_json_write_file(j, 1, path);
     snprintf(path, sizeof path, "%s/report.html", dir);
     return st ? st : dt_report_write(dir, path);
 }

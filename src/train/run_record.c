@@ -5,6 +5,7 @@
 #include "dtrain/pipeline.h"
 #include "dtrain/io.h"
 
+#include "io/json_file.h"
 #include "obs/run_json.h"
 
 #include <cjson/cJSON.h>
@@ -95,5 +96,5 @@ dt_status dt_run_record_write(const char *path, const dt_train_config *c, const 
     per_rank(j, "placement", r, 12, axes, 4);
     cJSON_AddStringToObject(j, "metrics", r->metrics ? r->metrics : "");
     cJSON_AddStringToObject(j, "trace", r->trace ? r->trace : "");
-    return dt_run_json_write(j, path);
+    return dt_json_write_file(j, 1, path);
 }
