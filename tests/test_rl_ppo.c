@@ -48,12 +48,12 @@ static void loss_case(int clip_vloss) {
     const float *actions = FX("actions"), *old_logp = FX("old_logp"), *adv = FX("adv"), *old_v = FX("old_values");
     const float *ret = FX("returns"), *terms = FX("terms"), *dlogits = FX("dlogits"), *dvalues = FX("dvalues");
 #undef FX
-    dt_ppo_config c;
+    dt_rl_config c;
     dt_ppo_defaults(&c);
     c.clip_vloss = clip_vloss;
     float *w = malloc(B * sizeof(float)), *dz = malloc(B * K * sizeof(float)), *dv = malloc(B * sizeof(float));
     for (size_t i = 0; i < B; i++) w[i] = 1.0f / (float)B;
-    dt_ppo_terms t = { 0 };
+    dt_rl_terms t = { 0 };
     dt_ppo_loss(&c, (int)B, K, NULL, logits, values, actions, old_logp, old_v, adv, ret, w, dz, NULL, dv, &t);
     double got[6] = { t.loss, t.pg, t.v, t.entropy, t.approx_kl, t.clipfrac }, worst = 0;
     for (int i = 0; i < 6; i++) worst = fmax(worst, fabs(got[i] - terms[i]) / fmax(1e-3, fabs(terms[i])));
@@ -73,11 +73,11 @@ static void gaussian_loss_case(void) {
     const float *actions = fx_get("g.actions", &n), *old_logp = fx_get("g.old_logp", &n), *adv = fx_get("g.adv", &n);
     const float *old_v = fx_get("g.old_values", &n), *ret = fx_get("g.returns", &n), *terms = fx_get("g.terms", &n);
     const float *dmean = fx_get("g.dmean", &n), *dlogstd = fx_get("g.dlogstd", &n), *dvalues = fx_get("g.dvalues", &n);
-    dt_ppo_config c;
+    dt_rl_config c;
     dt_ppo_defaults(&c); /* ent_coef 0.01, as the fixture's */
     float *w = malloc(B * sizeof(float)), *dz = malloc(B * K * sizeof(float)), *dv = malloc(B * sizeof(float)), dls[8] = { 0 };
     for (size_t i = 0; i < B; i++) w[i] = 1.0f / (float)B;
-    dt_ppo_terms t = { 0 };
+    dt_rl_terms t = { 0 };
     if (K <= 8) dt_ppo_loss(&c, (int)B, (int)K, logstd, mean, values, actions, old_logp, old_v, adv, ret, w, dz, dls, dv, &t);
     double got[6] = { t.loss, t.pg, t.v, t.entropy, t.approx_kl, t.clipfrac }, worst = 0;
     for (int i = 0; i < 6; i++) worst = fmax(worst, fabs(got[i] - terms[i]) / fmax(1e-3, fabs(terms[i])));
@@ -93,7 +93,7 @@ static void gaussian_loss_case(void) {
 
 typedef struct { float *p[UPDATES + 1]; double loss[UPDATES + 1], ret[UPDATES + 1]; size_t n; } trail;
 
-static void keep(const dt_ppo_result *r, const float *params, size_t n, void *ctx) {
+static void keep(const dt_rl_result *r, const float *params, size_t n, void *ctx) {
     trail *t = ctx;
     int u = r->updates;
     if (u > UPDATES) return;
@@ -105,7 +105,7 @@ static void keep(const dt_ppo_result *r, const float *params, size_t n, void *ct
 }
 
 static void run(dt_comm *w, int continuous, trail *t) {
-    dt_ppo_config c;
+    dt_rl_config c;
     if (continuous) {
         dt_ppo_defaults_continuous(&c); /* smaller: 20 updates of 4 x 64 */
         c.num_steps = 64;
@@ -115,7 +115,7 @@ static void run(dt_comm *w, int continuous, trail *t) {
     c.num_envs = 4;
     c.total_steps = (int64_t)UPDATES * c.num_envs * c.num_steps;
     c.print_every = 0;
-    dt_ppo_result r;
+    dt_rl_result r;
     dt_status st = dt_ppo_run(&c, w, keep, t, &r);
     if (st) printf("ppo: %s\n", dt_last_error());
     check(!st && r.updates == UPDATES, "PPO ran its 20 updates");

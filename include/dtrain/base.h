@@ -135,6 +135,9 @@ size_t dt_peak_memory(void);
 size_t dt_resident_memory(void);
 /* How a child process ended (a wait status), in words: "was killed by signal 9 (Killed)", "exited with status 1". */
 void dt_exit_describe(int status, char *buf, size_t cap);
+/* A child that closed its end of a pipe or socket: reaped within wait_s seconds (1, and how it ended in buf), or
+ * not (0, buf says it "closed its end"). */
+int dt_child_reap(int pid, double wait_s, char *buf, size_t cap);
 
 /* Element types. bf16 and f16 are stored as uint16_t and computed in f32. */
 typedef enum { DT_F32 = 0, DT_F64, DT_BF16, DT_F16, DT_I32, DT_I64, DT_DTYPE_COUNT } dt_dtype;

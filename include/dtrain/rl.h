@@ -117,8 +117,8 @@ typedef struct {
 /* The episodes finished since the last call, in order of (step, env): up to cap of them; the count. */
 int dt_env_pool_episodes(dt_env_pool *p, dt_episode *out, int cap);
 
-/* ---- PPO ----
- * The clipped-objective PPO of CleanRL's ppo.py (GAE, value clipping,
+/* ---- Learning: PPO and IMPALA ----
+ * PPO: the clipped-objective PPO of CleanRL's ppo.py (GAE, value clipping,
  * entropy bonus, advantage normalisation per minibatch, minibatch epochs,
  * the learning rate annealed to 0) for discrete actions, and of its
  * ppo_continuous_action.py for continuous ones (a diagonal Gaussian policy,
@@ -132,8 +132,24 @@ int dt_env_pool_episodes(dt_env_pool *p, dt_episode *out, int cap);
  * the ranks' slices (the engine's data parallelism): the same global batch
  * as one process. A step where an environment reset (next-step autoreset)
  * is not a transition: it is left out of the losses; a truncated episode's
- * return is bootstrapped with the value of its last observation. */
+ * return is bootstrapped with the value of its last observation.
+ *
+ * IMPALA (Espeholt et al. 2018): actor processes, each stepping its share
+ * of the environments with its own copy of the policy, hand rollouts to
+ * the learner through shared memory; the learner corrects for the actors'
+ * policy lag with V-trace (importance weights truncated at rho_bar and
+ * c_bar), takes a step on each batch and publishes its weights to the
+ * actors every `refresh` updates, which they pick up at their next rollout
+ * without a reload. Asynchronous by default (an update takes the first
+ * rollouts ready, as many as there are actors); with sync, an update takes
+ * each actor's next rollout in order and an actor's rollout r acts with the
+ * weights of update floor(r / refresh) * refresh, so the run does not
+ * depend on how many actors produced it or how fast. An actor that dies
+ * is named and the learner goes on with the others; the actors end when
+ * the learner does. */
+typedef enum { DT_RL_PPO, DT_RL_IMPALA } dt_rl_algo;
 typedef struct {
+    dt_rl_algo algo;
     const char *env;      /* dt_env_pool_create's name */
     int num_envs;         /* in the job, all ranks together */
     int num_steps;        /* per environment per rollout */
@@ -152,12 +168,20 @@ typedef struct {
     const char *metrics;  /* a JSON-lines file of a row per update (rank 0), or NULL */
     const char *save;     /* the policy's parameters at the end (a safetensors file), or NULL */
     const dt_env_bridge_config *bridge; /* a "gym:" environment's workers (NULL: the defaults) */
-} dt_ppo_config;
+    /* IMPALA's (num_envs split over the actors; num_steps: an actor's unroll; minibatches x epochs over each batch) */
+    int actors;           /* actor processes */
+    int refresh;          /* learner updates between weight publications */
+    int sync;             /* deterministic batches (above) */
+    float rho_bar, c_bar; /* V-trace's truncations */
+} dt_rl_config;
 
 /* ppo.py's settings; ppo_continuous_action.py's (1 environment, 2048 steps, 32 minibatches, 10 epochs, lr 3e-4, no
  * entropy bonus, 10^6 steps, observations and rewards normalised) with continuous set. */
-void dt_ppo_defaults(dt_ppo_config *c);
-void dt_ppo_defaults_continuous(dt_ppo_config *c);
+void dt_ppo_defaults(dt_rl_config *c);
+void dt_ppo_defaults_continuous(dt_rl_config *c);
+/* IMPALA's on top of the PPO recipe's for the same kind of actions: 2 actors of 8 environments each, unrolls of 32
+ * steps, a batch in 4 minibatches of one epoch, lr 1e-3 annealed, refresh 1, rho_bar = c_bar = 1, asynchronous. */
+void dt_impala_defaults(dt_rl_config *c, int continuous);
 
 /* PPO's loss over B rows of a minibatch and its gradient, each row weighted
  * by w[i] (1 / the minibatch's transitions; 0 leaves a row out): head [B, K]
@@ -172,22 +196,41 @@ void dt_ppo_defaults_continuous(dt_ppo_config *c);
  * both weighted). */
 typedef struct {
     double loss, pg, v, entropy, approx_kl, clipfrac;
-} dt_ppo_terms;
-void dt_ppo_loss(const dt_ppo_config *c, int B, int K, const float *logstd, const float *head, const float *values,
+} dt_rl_terms;
+void dt_ppo_loss(const dt_rl_config *c, int B, int K, const float *logstd, const float *head, const float *values,
                  const float *actions, const float *old_logp, const float *old_values, const float *adv, const float *returns,
-                 const float *w, float *dhead, float *dlogstd, float *dvalues, dt_ppo_terms *t);
+                 const float *w, float *dhead, float *dlogstd, float *dvalues, dt_rl_terms *t);
 typedef struct {
     int64_t env_steps;
     int updates, episodes;
     double mean_return;   /* over the last 100 episodes */
     double loss;          /* the last update's, the mean of its minibatches' */
-    dt_ppo_terms terms;   /* the same of each term */
+    dt_rl_terms terms;   /* the same of each term */
     double steps_per_s;
-} dt_ppo_result;
+} dt_rl_result;
 /* Collective over comm (NULL: this process alone). after_update (may be NULL): called on every rank after each
  * update with the run so far and the policy's parameters, for checks. */
-typedef void (*dt_ppo_observer)(const dt_ppo_result *sofar, const float *params, size_t n, void *ctx);
-dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, dt_ppo_observer after_update, void *ctx, dt_ppo_result *r);
+typedef void (*dt_rl_observer)(const dt_rl_result *sofar, const float *params, size_t n, void *ctx);
+/* c->algo's run: dt_ppo_run or dt_impala_run. */
+dt_status dt_rl_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_update, void *ctx, dt_rl_result *r);
+dt_status dt_ppo_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_update, void *ctx, dt_rl_result *r);
+/* The learner (this process, which starts c->actors actors: comm must be NULL or of one rank) and its actors. The
+ * actors are this program run again (/proc/self/exe) as `rl actor I` with the shared memory on fd 3 and a socket
+ * on fd 4: a program that runs IMPALA hands those arguments to dt_rl_actor_main. */
+dt_status dt_impala_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_update, void *ctx, dt_rl_result *r);
+/* Actor index's life (what `dtrain rl actor I` runs, fds 3 and 4 from the learner): 0 when the learner closed its
+ * end, 1 after an error (said on stderr). */
+int dt_rl_actor_main(int index);
+
+/* V-trace (Espeholt et al. 2018, eq. 1, and the policy gradient's advantage of its section 4.2) over B columns of T
+ * steps, each array [T][B] (values [T+1][B]: row T is the bootstrap, the value of the observation after the last
+ * step): log_rho = log pi(a) - log mu(a) (the learner's policy against the actor's), the rewards, and the discount
+ * gamma (0 where the step terminated; a truncated step keeps it and bootstraps from the next row's value). A row
+ * with valid 0 is not a transition (next-step autoreset's reset step: what follows an episode's end): it gets
+ * vs = V and advantage 0, and no correction flows back through it. Gives vs [T][B] and the advantages
+ * rho_t (r_t + discount_t vs_{t+1} - V(x_t)) [T][B]; rho_t = min(rho_bar, pi/mu), c_t = min(c_bar, pi/mu). */
+void dt_vtrace(int T, int B, float rho_bar, float c_bar, const float *log_rho, const float *values, const float *rewards,
+               const float *discount, const uint8_t *valid, float *vs, float *pg_adv);
 
 /* A policy --save wrote (of hidden width hidden) on episodes of env, each from reset(seed + k): the most likely
  * action at each step with greedy (a Gaussian's means), else one sampled; a continuous action clipped to the space;
@@ -200,16 +243,16 @@ typedef struct {
     int greedy;
     const char *film;
     const dt_env_bridge_config *bridge; /* a "gym:" environment's workers (NULL: the defaults) */
-} dt_ppo_eval_config;
+} dt_rl_eval_config;
 /* returns and lengths: c->episodes each */
-dt_status dt_ppo_eval(const dt_ppo_eval_config *c, double *returns, int *lengths);
+dt_status dt_rl_eval(const dt_rl_eval_config *c, double *returns, int *lengths);
 
 /* dtrain rl --report DIR. Before the run (rank 0): makes DIR and points the metrics and the saved policy into it
  * (DIR/metrics.jsonl, DIR/policy.safetensors; metrics and policy hold cap bytes) unless the config names them. After
  * it: DIR/run.json (kind "rl": the command, the settings, the machine, the outcome), DIR/film.svg (the saved policy's
  * greedy episode from reset(seed)) and DIR/report.html (dt_report_write: the return curve, the losses, the film). */
-dt_status dt_rl_report_prepare(const char *dir, dt_ppo_config *c, char *metrics, char *policy, size_t cap);
-dt_status dt_rl_report_write(const char *dir, const dt_ppo_config *c, const dt_ppo_result *r, int ranks, int argc, char **argv,
+dt_status dt_rl_report_prepare(const char *dir, dt_rl_config *c, char *metrics, char *policy, size_t cap);
+dt_status dt_rl_report_write(const char *dir, const dt_rl_config *c, const dt_rl_result *r, int ranks, int argc, char **argv,
                              double wall_s);
 
 #ifdef __cplusplus

@@ -10,7 +10,9 @@
 static const dt_cli_flag flags[] = {
     { "--env", "an environment: cartpole, acrobot, mountaincar, pendulum, lunarlander, lunarlander-continuous (or Gymnasium's id), or gym:ID" },
     { "--python", "a Python interpreter that has gymnasium" }, { "--env-workers", "a whole number of processes from 1 to 1024" },
-    { "--algo", "ppo" },
+    { "--algo", "ppo or impala" }, { "--actors", "a whole number of actor processes from 1 to 256" },
+    { "--refresh", "a whole number of updates from 1 to 1e6" }, { "--sync", "" }, { "--rho-bar", "a number above 0 and at most 1e6" },
+    { "--c-bar", "a number above 0 and at most 1e6" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--total-steps", "a whole number of env steps from 1 to 1e12" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--envs", "a whole number of environments from 1 to 65536" },
     { "--rollout-steps", "a whole number of steps from 1 to 65536" }, { "--lr", "a number above 0 and at most 1" },
@@ -25,7 +27,7 @@ static const dt_cli_flag flags[] = {
 };
 
 static void usage(void) {
-    printf("usage: dtrain rl --env cartpole [--algo ppo] [--nproc N] [--total-steps 500000] [--seed 1] [FLAGS]\n"
+    printf("usage: dtrain rl --env cartpole [--algo ppo|impala] [--nproc N] [--total-steps 500000] [--seed 1] [FLAGS]\n"
            "       dtrain rl eval --policy FILE --env cartpole   (see dtrain rl eval --help)\n"
            "Reinforcement learning on dtrain's environments: %s.\n"
            "PPO (CleanRL's ppo.py recipe and defaults): --envs 4 environments in the job, --rollout-steps 128 steps each per\n"
@@ -55,7 +57,18 @@ static void usage(void) {
            "Python workers (--python python3, which must have gymnasium; --env-workers W processes a rank, each holding a\n"
            "share of the rank's environments: one a core by default) that exchange actions, observations and rewards with\n"
            "dtrain through shared memory. A Box observation is flattened, a Discrete one becomes one-hot; the action space\n"
-           "is a Discrete or a Box one. A non-finite observation or reward is named and its episode dropped, not the run.\n", dt_env_list());
+           "is a Discrete or a Box one. A non-finite observation or reward is named and its episode dropped, not the run.\n"
+           "--algo impala: the actor-learner (IMPALA, V-trace). --actors 2 processes, each stepping --envs / --actors of the\n"
+           "environments with its own copy of the policy, hand rollouts of --rollout-steps 32 to this process, the learner,\n"
+           "through shared memory; the learner corrects for their policy lag with V-trace (--rho-bar 1, --c-bar 1), takes\n"
+           "--minibatches 4 x --epochs 1 steps a batch (--lr 1e-3 annealed, --envs 16 in all) and publishes its weights every\n"
+           "--refresh 1 updates, which the actors take at their next rollout. Asynchronous: an update takes the first rollouts\n"
+           "ready; --sync: each actor's next in turn, rollout r acting with the weights of update floor(r / refresh) x refresh,\n"
+           "so the run is the same whatever the number of actors. An actor that dies is named and the learner goes on with\n"
+           "the others; the actors end with the learner. Other settings as PPO's (the value loss is not clipped; --clip and\n"
+           "--gae-lambda are PPO's). The metrics add policy_lag (updates between the weights a rollout acted with and the\n"
+           "learner's); approx_kl and clipfrac there are the learner's policy against the actors' and the fraction of\n"
+           "importance weights truncated at --rho-bar.\n", dt_env_list());
 }
 
 /* --python or --env-workers into b; whether v is one. */
@@ -111,9 +124,9 @@ static int eval(int argc, char **argv) {
     if (!policy) { dt_log(DT_LOG_ERROR, "rl eval: --policy FILE is required (a file dtrain rl --save wrote)"); return 2; }
     int n = (int)episodes, *len = malloc(sizeof(int) * (size_t)n);
     double *ret = malloc(sizeof(double) * (size_t)n), sum = 0;
-    dt_ppo_eval_config c = { .policy = policy, .env = env, .hidden = (int)hidden, .episodes = n, .seed = (uint64_t)seed,
+    dt_rl_eval_config c = { .policy = policy, .env = env, .hidden = (int)hidden, .episodes = n, .seed = (uint64_t)seed,
                              .greedy = greedy, .film = film, .bridge = &bridge };
-    dt_status st = ret && len ? dt_ppo_eval(&c, ret, len) : dt_error(DT_ERR_NOMEM, "rl eval: out of memory");
+    dt_status st = ret && len ? dt_rl_eval(&c, ret, len) : dt_error(DT_ERR_NOMEM, "rl eval: out of memory");
     for (int k = 0; !st && k < n; k++) {
         printf("episode %d: return %.2f, %d steps\n", k + 1, ret[k], len[k]);
         sum += ret[k];
@@ -128,15 +141,19 @@ static int eval(int argc, char **argv) {
 
 /* The recipe's defaults for --env's kind of actions (ppo.py's for an environment that cannot be made: the run then
  * refuses it, naming why). A bridged environment is made to learn its spaces. */
-static void set_defaults(int argc, char **argv, dt_ppo_config *c, dt_env_bridge_config *b) {
+static void set_defaults(int argc, char **argv, dt_rl_config *c, dt_env_bridge_config *b) {
     const char *env = NULL;
+    int impala = 0;
     for (int i = 1; i + 1 < argc; i++) {
         if (!strcmp(argv[i], "--env")) env = argv[i + 1];
         if (!strcmp(argv[i], "--python")) b->python = argv[i + 1];
+        if (!strcmp(argv[i], "--algo")) impala = !strcmp(argv[i + 1], "impala");
     }
     dt_env_pool *p = NULL;
     dt_env_bridge_config one = { .python = b->python, .workers = 1 };
-    if (env && !dt_env_pool_create(env, 1, 0, 0, &one, &p) && !dt_env_pool_info(p)->actions) dt_ppo_defaults_continuous(c);
+    int continuous = env && !dt_env_pool_create(env, 1, 0, 0, &one, &p) && !dt_env_pool_info(p)->actions;
+    if (impala) dt_impala_defaults(c, continuous);
+    else if (continuous) dt_ppo_defaults_continuous(c);
     else dt_ppo_defaults(c);
     if (env) c->env = env;
     c->bridge = b;
@@ -145,12 +162,15 @@ static void set_defaults(int argc, char **argv, dt_ppo_config *c, dt_env_bridge_
 
 int dt_cli_rl(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "eval")) return eval(argc - 1, argv + 1);
-    dt_ppo_config c;
+    if (argc == 3 && !strcmp(argv[1], "actor")) return dt_rl_actor_main(atoi(argv[2])); /* started by the learner */
+    dt_rl_config c;
     dt_env_bridge_config bridge = { 0 };
     set_defaults(argc, argv, &c, &bridge);
     double nproc = 1, total = (double)c.total_steps, seed = (double)c.seed, envs = c.num_envs, steps = c.num_steps, lr = c.lr;
     double gamma = c.gamma, lam = c.gae_lambda, mbs = c.minibatches, epochs = c.epochs, clip = c.clip_coef, ent = c.ent_coef;
     double vf = c.vf_coef, mgn = c.max_grad_norm, hidden = c.hidden, every = c.print_every, threads = 1;
+    double actors = c.actors, refresh = c.refresh, rho_bar = c.rho_bar, c_bar = c.c_bar;
+    const char *impala_flag = NULL; /* one of IMPALA's flags, given */
     const char *report = NULL;
     char metrics[4096], policy[4096];
     for (int i = 1; i < argc; i++) {
@@ -160,10 +180,16 @@ int dt_cli_rl(int argc, char **argv) {
         if (!strcmp(f, "--no-norm-adv")) { c.norm_adv = 0; continue; }
         if (!strcmp(f, "--no-clip-vloss")) { c.clip_vloss = 0; continue; }
         if (!strcmp(f, "--trunc-as-term")) { c.trunc_as_term = 1; continue; }
+        if (!strcmp(f, "--sync")) { c.sync = 1; impala_flag = f; continue; }
+        if (!strcmp(f, "--actors") || !strcmp(f, "--refresh") || !strcmp(f, "--rho-bar") || !strcmp(f, "--c-bar")) impala_flag = f;
         int ok = v != NULL;
         if (!ok) {}
         else if (!strcmp(f, "--env")) c.env = v;
-        else if (!strcmp(f, "--algo")) ok = !strcmp(v, "ppo");
+        else if (!strcmp(f, "--algo")) ok = !strcmp(v, "ppo") || !strcmp(v, "impala");
+        else if (!strcmp(f, "--actors")) ok = dt_cli_number(v, 1, 256, &actors) && actors == (int)actors;
+        else if (!strcmp(f, "--refresh")) ok = dt_cli_number(v, 1, 1e6, &refresh) && refresh == (int)refresh;
+        else if (!strcmp(f, "--rho-bar")) ok = dt_cli_number(v, 1e-12, 1e6, &rho_bar);
+        else if (!strcmp(f, "--c-bar")) ok = dt_cli_number(v, 1e-12, 1e6, &c_bar);
         else if (!strcmp(f, "--metrics")) c.metrics = v;
         else if (!strcmp(f, "--python") || !strcmp(f, "--env-workers")) ok = bridge_flag(f, v, &bridge);
         else if (!strcmp(f, "--norm-obs")) ok = (c.norm_obs = !strcmp(v, "1")) || !strcmp(v, "0");
@@ -206,16 +232,28 @@ int dt_cli_rl(int argc, char **argv) {
     c.max_grad_norm = (float)mgn;
     c.hidden = (int)hidden;
     c.print_every = (int)every;
+    c.actors = (int)actors;
+    c.refresh = (int)refresh;
+    c.rho_bar = (float)rho_bar;
+    c.c_bar = (float)c_bar;
+    if (c.algo != DT_RL_IMPALA && impala_flag) {
+        dt_log(DT_LOG_ERROR, "rl: %s is IMPALA's (--algo impala)", impala_flag);
+        return 2;
+    }
+    if (c.algo == DT_RL_IMPALA && nproc > 1) {
+        dt_log(DT_LOG_ERROR, "rl: --algo impala runs one learner that starts its own actors (--actors N); --nproc is PPO's");
+        return 2;
+    }
     dt_comm *w;
     int launched, rc = dt_cli_join("rl", "", nproc, -1, argv, &w, &launched);
     if (rc || launched >= 0) return rc ? rc : launched;
     dt_kernels_set_threads((int)threads);
-    dt_ppo_result r;
+    dt_rl_result r;
     int lead = !w || dt_comm_rank(w) == 0;
     double t0 = dt_time_now();
     /* every rank points its files into the report's directory (only rank 0 writes them) */
     dt_status st = report ? dt_rl_report_prepare(report, &c, metrics, policy, sizeof metrics) : DT_OK;
-    if (!st) st = dt_ppo_run(&c, w, NULL, NULL, &r);
+    if (!st) st = dt_rl_run(&c, w, NULL, NULL, &r);
     if (!st && report && lead) st = dt_rl_report_write(report, &c, &r, w ? dt_comm_size(w) : 1, argc, argv, dt_time_now() - t0);
     if (st) dt_log(DT_LOG_ERROR, "rl: %s", dt_last_error());
     else if (lead)

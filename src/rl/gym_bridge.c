@@ -64,20 +64,10 @@ static size_t layout(worker *w, char *base, int k, int od, int ad) {
     return at;
 }
 
-/* How a worker ended, for messages (dt_exit_describe's words, or "closed its end"); waits up to a second. */
-static void ended(worker *w, char *buf, size_t cap) {
-    int status = 0;
-    pid_t got = 0;
-    for (int i = 0; i < 100 && (got = waitpid(w->pid, &status, WNOHANG)) == 0; i++) nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
-    if (got == w->pid) dt_exit_describe(status, buf, cap);
-    else snprintf(buf, cap, "closed its end");
-    if (got == w->pid) w->pid = 0; /* reaped: nothing for destroy to wait for */
-}
-
 static dt_status gone(dt_gym_bridge *b, worker *w) {
     char how[96];
     pid_t pid = w->pid;
-    ended(w, how, sizeof how);
+    if (dt_child_reap(pid, 1.0, how, sizeof how)) w->pid = 0; /* reaped: nothing for destroy to wait for */
     return dt_error(DT_ERR_PEER, "gym:%s: bridge worker %d (pid %d, environments %d-%d) %s", b->id, (int)(w - b->w), (int)pid, w->first,
                     w->first + w->k - 1, how);
 }

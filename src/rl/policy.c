@@ -1,5 +1,6 @@
 /* The actor-critic policy: two MLPs, one store (see policy.h). */
 #include "policy.h"
+#include "distribution.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -140,19 +141,15 @@ static void draw_categorical(const float *z, int K, const double *u, float *acti
     } else
         for (int k = 1; k < K; k++) a = z[k] > z[a] ? k : a;
     *action = (float)a;
-    if (logp) *logp = (float)(z[a] - mx - log(sum));
+    if (logp) *logp = (float)dt_rl_categorical(z, K, a, NULL);
 }
 
 static void draw_gaussian(const float *mu, const float *logstd, int K, const double *u, float *action, float *logp) {
-    double lp = 0;
     for (int k = 0; k < K; k++) {
         double n = u ? sqrt(-2 * log(1 - u[2 * k])) * cos(2 * M_PI * u[2 * k + 1]) : 0;
-        float a = (float)(mu[k] + exp(logstd[k]) * n);
-        double d = ((double)a - mu[k]) * exp(-(double)logstd[k]);
-        lp += -0.5 * d * d - logstd[k] - 0.5 * log(2 * M_PI);
-        action[k] = a;
+        action[k] = (float)(mu[k] + exp(logstd[k]) * n);
     }
-    if (logp) *logp = (float)lp;
+    if (logp) *logp = (float)dt_rl_gaussian(mu, logstd, K, action, NULL);
 }
 
 void dt_policy_draw(const dt_policy *p, const float *head, const double *u, float *action, float *logp) {
@@ -184,4 +181,14 @@ void dt_policy_model(dt_policy *p, dt_model *out) {
                        .nunits = 2 * LAYERS + p->gaussian,
                        .nparams = p->n, .params = v_params, .grads = v_grads, .set_grad_storage = v_grad_storage,
                        .set_grad_hook = v_hook, .set_param_storage = v_param_storage, .global_params = p->n };
+}
+
+dt_status dt_policy_engine_create(dt_policy *p, const dt_rl_config *c, dt_comm *comm, dt_engine **out) {
+    dt_engine_config ec = { .comm = comm, .grad_clip = c->max_grad_norm, .step_at_end = 1, .bucket_first = 1u << 20,
+                            .bucket_bytes = 1u << 22 };
+    dt_optim_defaults(DT_OPT_ADAMW, &ec.opt);
+    ec.opt.eps = 1e-5f; /* CleanRL's Adam */
+    ec.opt.weight_decay = 0;
+    dt_policy_model(p, &ec.model);
+    return dt_engine_create(&ec, out);
 }

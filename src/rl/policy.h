@@ -10,7 +10,9 @@
 #ifndef DTRAIN_RL_POLICY_H
 #define DTRAIN_RL_POLICY_H
 
+#include "dtrain/engine.h"
 #include "dtrain/model.h"
+#include "dtrain/rl.h"
 
 typedef struct dt_policy dt_policy;
 
@@ -22,6 +24,9 @@ void dt_policy_destroy(dt_policy *p);
  * critic's, then the log std). */
 void dt_policy_model(dt_policy *p, dt_model *out);
 size_t dt_policy_num_params(const dt_policy *p);
+/* The engine that updates it as the recipes do: Adam (eps 1e-5, no weight decay), the gradient's global norm
+ * clipped to c->max_grad_norm, data-parallel over comm (NULL: this process alone). */
+dt_status dt_policy_engine_create(dt_policy *p, const dt_rl_config *c, dt_comm *comm, dt_engine **out);
 float *dt_policy_params(dt_policy *p);
 int dt_policy_outputs(const dt_policy *p);
 /* The log standard deviations [outputs] (NULL: a discrete policy). */

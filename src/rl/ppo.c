@@ -5,52 +5,43 @@
 #include "dtrain/io.h"
 #include "dtrain/rl.h"
 #include "policy.h"
-#include "running_norm.h"
+#include "progress.h"
+#include "rollout.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define WINDOW 100         /* episodes in the mean return */
 #define EPISODES_SENT 1024 /* a rank's finished episodes an update (more: the oldest are dropped, said) */
 
-/* a transition as the ranks exchange it: the observation, the action (ad floats), then these */
-enum { F_LOGP, F_VAL, F_REW, F_DONE, F_TERM, F_VALID, NFIELDS };
-
 typedef struct {
-    const dt_ppo_config *c;
+    const dt_rl_config *c;
     dt_comm *comm;
     int rank, P, N, n, T, od, ad, K, mb; /* K: the policy's outputs (actions, or the action's dimensions) */
     int continuous;
     dt_env_pool *pool;
     dt_policy *pol;
     dt_engine *e;
+    dt_rollout ro;
     float *rec, *all;          /* this rank's rollout [(T+1)][n][rec], every rank's [P][(T+1)][n][rec] */
-    float *next_obs;           /* [n, od] */
-    float *act_env, *rew; /* act_env: the actions clipped to the space (ClipAction) */
-    uint8_t *term, *trunc, *ended, *reset;
-    dt_running_norm *obs_norm, *ret_norm; /* an environment's each (NULL: off) */
-    double *ret_acc;
     float *adv, *ret;          /* [T][N] */
     int *perm;
     float *mb_obs, *mb_w, *mb_adv, *mb_act, *mb_logp, *mb_oldv, *mb_ret, *mb_scaled, *dlogits, *dvalues, *dlogstd;
     int mb_rows;               /* this rank's rows of the minibatch */
-    dt_ppo_terms terms;
-    double returns[WINDOW];
-    int64_t episodes;
+    dt_rl_terms terms;
+    dt_rl_progress prog;
     double *ep_send, *ep_all;
-    FILE *metrics;
 } ppo;
 
-void dt_ppo_defaults(dt_ppo_config *c) {
-    *c = (dt_ppo_config){ .env = "cartpole", .num_envs = 4, .num_steps = 128, .total_steps = 500000, .lr = 2.5e-4f,
+void dt_ppo_defaults(dt_rl_config *c) {
+    *c = (dt_rl_config){ .env = "cartpole", .num_envs = 4, .num_steps = 128, .total_steps = 500000, .lr = 2.5e-4f,
                           .anneal_lr = 1, .gamma = 0.99f, .gae_lambda = 0.95f, .minibatches = 4, .epochs = 4, .norm_adv = 1,
                           .clip_vloss = 1, .clip_coef = 0.2f, .ent_coef = 0.01f, .vf_coef = 0.5f, .max_grad_norm = 0.5f,
                           .hidden = 64, .seed = 1, .print_every = 10 };
 }
 
-void dt_ppo_defaults_continuous(dt_ppo_config *c) {
+void dt_ppo_defaults_continuous(dt_rl_config *c) {
     dt_ppo_defaults(c);
     c->env = "pendulum";
     c->num_envs = 1;
@@ -63,73 +54,18 @@ void dt_ppo_defaults_continuous(dt_ppo_config *c) {
     c->norm_obs = c->norm_reward = 1;
 }
 
-static size_t rec_len(const ppo *p) { return (size_t)p->od + p->ad + NFIELDS; }
-static float *fields(const ppo *p, float *r) { return r + p->od + p->ad; }
+static size_t rec_len(const ppo *p) { return dt_rollout_rec_len(p->od, p->ad); }
 static const float *cfields(const ppo *p, const float *r) { return r + p->od + p->ad; }
-static float *rec_at(ppo *p, float *base, int t, int j) { return base + ((size_t)t * p->n + j) * rec_len(p); }
 /* global env i's row of step t in the gathered rollout */
 static const float *row(const ppo *p, int t, int i) {
     int r = i / p->n, j = i % p->n;
     return p->all + (((size_t)r * (p->T + 1) + t) * p->n + j) * rec_len(p);
 }
 
-/* The k-th uniform for (global env, global step): the same sample whoever steps the environment. */
-static double uniform_at(uint64_t seed, int env, int64_t step, int k) {
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull ^ (uint64_t)env * 0xd1b54a32d192ed03ull ^ (uint64_t)step * 0x8cb92ba72f3d8dd7ull ^
-                 (uint64_t)k * 0xa0761d6478bd642full;
-    return dt_rng_double(&s);
-}
-
-/* The wrappers over the pool's output (continuous PPO's recipe): each environment's observation normalised, its
- * reward scaled; a reset step's reward is not a transition's and stays out of the statistics. */
-static void normalise(ppo *p, int stepped) {
-    for (int j = 0; j < p->n; j++) {
-        if (p->obs_norm) dt_running_norm_obs(&p->obs_norm[j], p->next_obs + (size_t)j * p->od, 1);
-        if (p->ret_norm && stepped && !p->reset[j])
-            p->rew[j] = dt_running_norm_reward(&p->ret_norm[j], &p->ret_acc[j], p->rew[j], p->term[j], p->c->gamma);
-    }
-}
-
-/* env j's action at step (drawn from the policy's head row z), into a and the env's clipped copy; its log prob */
-static void act(ppo *p, const float *z, int j, int64_t step, float *a, float *logp) {
-    double u[64];
-    int nu = dt_policy_uniforms(p->pol);
-    for (int k = 0; k < nu; k++) u[k] = uniform_at(p->c->seed, p->rank * p->n + j, step, k);
-    dt_policy_draw(p->pol, z, u, a, logp);
-    float *e = p->act_env + (size_t)j * p->ad;
-    memcpy(e, a, sizeof(float) * (size_t)p->ad);
-    dt_env_clip_action(dt_env_pool_info(p->pool), e);
-}
-
 static dt_status rollout(ppo *p, int64_t step0) {
-    const float *logits, *values;
-    dt_status st;
-    for (int t = 0; t <= p->T; t++) {
-        if ((st = dt_policy_forward(p->pol, p->next_obs, p->n, &logits, &values))) return st;
-        for (int j = 0; j < p->n; j++) {
-            float *r = rec_at(p, p->rec, t, j);
-            memcpy(r, p->next_obs + (size_t)j * p->od, sizeof(float) * (size_t)p->od);
-            float *f = fields(p, r);
-            memset(r + p->od, 0, sizeof(float) * (size_t)(p->ad + NFIELDS));
-            f[F_VAL] = values[j];
-            if (t == p->T) continue; /* the bootstrap row: the value of the observation after the rollout */
-            act(p, logits + (size_t)j * p->K, j, step0 + t, r + p->od, &f[F_LOGP]);
-            f[F_VALID] = !p->ended[j];
-        }
-        if (t == p->T) break;
-        if ((st = dt_env_pool_step(p->pool, p->act_env, p->next_obs, p->rew, p->term, p->trunc, p->reset))) return st;
-        normalise(p, 1);
-        for (int j = 0; j < p->n; j++) {
-            float *f = fields(p, rec_at(p, p->rec, t, j));
-            f[F_REW] = p->rew[j];
-            f[F_TERM] = p->term[j] || (p->c->trunc_as_term && p->trunc[j]);
-            f[F_DONE] = p->term[j] || p->trunc[j];
-            p->ended[j] = p->term[j] || p->trunc[j];
-            if (p->reset[j]) f[F_VALID] = 0; /* an autoreset (invalid already) or an episode the pool dropped */
-        }
-    }
+    dt_status st = dt_rollout_run(&p->ro, step0, p->rec);
     size_t len = (size_t)(p->T + 1) * p->n * rec_len(p);
-    if (p->P == 1) { memcpy(p->all, p->rec, len * sizeof(float)); return DT_OK; }
+    if (st || p->P == 1) { if (!st) memcpy(p->all, p->rec, len * sizeof(float)); return st; }
     return dt_comm_allgather(p->comm, p->rec, p->all, len, DT_F32);
 }
 
@@ -143,13 +79,13 @@ static void advantages(ppo *p) {
         double last = 0;
         for (int t = p->T - 1; t >= 0; t--) {
             const float *f = cfields(p, row(p, t, i)), *nf = cfields(p, row(p, t + 1, i));
-            double boot = 1 - f[F_TERM], carry = 1 - f[F_DONE];
-            double delta = f[F_REW] + g * nf[F_VAL] * boot - f[F_VAL];
+            double boot = 1 - f[DT_RL_TERM], carry = 1 - f[DT_RL_DONE];
+            double delta = f[DT_RL_REW] + g * nf[DT_RL_VAL] * boot - f[DT_RL_VAL];
             last = delta + g * lam * carry * last;
             size_t k = (size_t)t * p->N + i;
-            p->adv[k] = f[F_VALID] ? (float)last : 0;
-            if (!f[F_VALID]) last = 0; /* nothing flows back from a row that is not a transition */
-            p->ret[k] = p->adv[k] + f[F_VAL];
+            p->adv[k] = f[DT_RL_VALID] ? (float)last : 0;
+            if (!f[DT_RL_VALID]) last = 0; /* nothing flows back from a row that is not a transition */
+            p->ret[k] = p->adv[k] + f[DT_RL_VAL];
         }
     }
 }
@@ -161,14 +97,14 @@ static void prepare_minibatch(ppo *p, const int *idx) {
     int valid = 0;
     for (int i = 0; i < p->mb; i++) {
         int k = idx[i];
-        if (!cfields(p, row(p, k / p->N, k % p->N))[F_VALID]) continue;
+        if (!cfields(p, row(p, k / p->N, k % p->N))[DT_RL_VALID]) continue;
         sum += p->adv[k];
         valid++;
     }
     double mean = valid ? sum / valid : 0;
     for (int i = 0; i < p->mb; i++) {
         int k = idx[i];
-        if (cfields(p, row(p, k / p->N, k % p->N))[F_VALID]) sq += (p->adv[k] - mean) * (p->adv[k] - mean);
+        if (cfields(p, row(p, k / p->N, k % p->N))[DT_RL_VALID]) sq += (p->adv[k] - mean) * (p->adv[k] - mean);
     }
     double sd = valid > 1 ? sqrt(sq / (valid - 1)) : 0; /* torch's std: unbiased */
     int first = p->rank * p->mb_rows;
@@ -177,10 +113,10 @@ static void prepare_minibatch(ppo *p, const int *idx) {
         const float *r = row(p, t, e), *f = cfields(p, r);
         memcpy(p->mb_obs + (size_t)i * p->od, r, sizeof(float) * (size_t)p->od);
         memcpy(p->mb_act + (size_t)i * p->ad, r + p->od, sizeof(float) * (size_t)p->ad);
-        p->mb_logp[i] = f[F_LOGP];
-        p->mb_oldv[i] = f[F_VAL];
+        p->mb_logp[i] = f[DT_RL_LOGP];
+        p->mb_oldv[i] = f[DT_RL_VAL];
         p->mb_ret[i] = p->ret[k];
-        int v = f[F_VALID] != 0;
+        int v = f[DT_RL_VALID] != 0;
         p->mb_w[i] = v ? (float)p->P / (float)valid : 0; /* the engine averages the ranks' gradients */
         p->mb_adv[i] = p->c->norm_adv ? (float)((p->adv[k] - mean) / (sd + 1e-8)) : p->adv[k];
     }
@@ -194,7 +130,7 @@ static dt_status micro(void *ctx, int m, float grad_scale, float *loss) {
     if (st) return st;
     int B = p->mb_rows;
     for (int i = 0; i < B; i++) p->mb_scaled[i] = p->mb_w[i] * grad_scale;
-    dt_ppo_terms t = { 0 };
+    dt_rl_terms t = { 0 };
     memset(p->dlogstd, 0, sizeof(float) * (size_t)p->K);
     dt_ppo_loss(p->c, B, p->K, dt_policy_logstd(p->pol), logits, values, p->mb_act, p->mb_logp, p->mb_oldv, p->mb_adv, p->mb_ret,
                 p->mb_scaled, p->dlogits, p->dlogstd, p->dvalues, &t);
@@ -225,12 +161,6 @@ static dt_status update(ppo *p, int u, float lr, double *loss) {
     return DT_OK;
 }
 
-static int by_step_env(const void *a, const void *b) {
-    const double *x = a, *y = b;
-    if (x[3] != y[3]) return x[3] < y[3] ? -1 : 1;
-    return x[2] < y[2] ? -1 : x[2] > y[2];
-}
-
 /* Every rank's episodes that ended in this rollout, in order of (step, env) as one pool would list them. */
 static dt_status gather_episodes(ppo *p, int *dropped) {
     dt_episode ep[EPISODES_SENT];
@@ -258,40 +188,12 @@ static dt_status gather_episodes(ppo *p, int *dropped) {
         memmove(list + 4 * (size_t)total, b + 1, sizeof(double) * 4 * (size_t)b[0]);
         total += (int)b[0];
     }
-    qsort(list, (size_t)total, 4 * sizeof(double), by_step_env);
-    for (int i = 0; i < total; i++) p->returns[p->episodes++ % WINDOW] = list[4 * i];
+    dt_episode *eps = (dt_episode *)p->ep_all; /* in place: an episode takes no more room than its 4 doubles */
+    for (int i = 0; i < total; i++)
+        eps[i] = (dt_episode){ .ret = list[4 * i], .len = (int)list[4 * i + 1], .env = (int)list[4 * i + 2],
+                               .step = (int64_t)list[4 * i + 3] };
+    dt_rl_progress_add(&p->prog, eps, total);
     return DT_OK;
-}
-
-static double mean_return(const ppo *p) {
-    int n = p->episodes < WINDOW ? (int)p->episodes : WINDOW;
-    double s = 0;
-    for (int i = 0; i < n; i++) s += p->returns[i];
-    return n ? s / n : NAN;
-}
-
-static dt_status setup_norms(ppo *p) {
-    dt_status st = DT_OK;
-    if (p->c->norm_obs && !(p->obs_norm = calloc((size_t)p->n, sizeof *p->obs_norm)))
-        return dt_error(DT_ERR_NOMEM, "ppo: out of memory");
-    if (p->c->norm_reward && (!(p->ret_norm = calloc((size_t)p->n, sizeof *p->ret_norm)) ||
-                              !(p->ret_acc = calloc((size_t)p->n, sizeof(double)))))
-        return dt_error(DT_ERR_NOMEM, "ppo: out of memory");
-    for (int j = 0; j < p->n && !st; j++) {
-        if (p->obs_norm) st = dt_running_norm_init(&p->obs_norm[j], p->od);
-        if (p->ret_norm && !st) st = dt_running_norm_init(&p->ret_norm[j], 1);
-    }
-    return st;
-}
-
-static void free_norms(ppo *p) {
-    for (int j = 0; j < p->n; j++) {
-        if (p->obs_norm) dt_running_norm_free(&p->obs_norm[j]);
-        if (p->ret_norm) dt_running_norm_free(&p->ret_norm[j]);
-    }
-    free(p->obs_norm);
-    free(p->ret_norm);
-    free(p->ret_acc);
 }
 
 /* The rollout's, the minibatch's and the episodes' buffers (teardown frees them). */
@@ -300,13 +202,6 @@ static dt_status alloc_buffers(ppo *p) {
     size_t rl = rec_len(p), roll = (size_t)(p->T + 1) * p->n * rl;
     p->rec = malloc(roll * sizeof(float));
     p->all = malloc(roll * p->P * sizeof(float));
-    p->next_obs = malloc(sizeof(float) * (size_t)p->n * p->od);
-    p->act_env = malloc(sizeof(float) * (size_t)p->n * p->ad);
-    p->rew = malloc(sizeof(float) * (size_t)p->n);
-    p->term = calloc((size_t)p->n, 1);
-    p->trunc = calloc((size_t)p->n, 1);
-    p->ended = calloc((size_t)p->n, 1);
-    p->reset = calloc((size_t)p->n, 1);
     p->mb_act = malloc(sizeof(float) * (size_t)p->mb_rows * p->ad);
     p->dlogstd = malloc(sizeof(float) * (size_t)p->K);
     p->adv = malloc(sizeof(float) * (size_t)B);
@@ -319,13 +214,12 @@ static dt_status alloc_buffers(ppo *p) {
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) ok &= (*v[i] = malloc(sizeof(float) * (size_t)p->mb_rows)) != NULL;
     p->ep_send = malloc(sizeof(double) * (1 + 4 * (size_t)EPISODES_SENT) * (size_t)p->P);
     p->ep_all = malloc(sizeof(double) * (1 + 4 * (size_t)EPISODES_SENT) * (size_t)p->P);
-    if (!ok || !p->rec || !p->all || !p->next_obs || !p->act_env || !p->rew || !p->term || !p->trunc || !p->ended || !p->reset ||
-        !p->adv || !p->ret || !p->perm || !p->mb_obs || !p->mb_act || !p->dlogits || !p->dlogstd || !p->ep_send || !p->ep_all)
+    if (!ok || !p->rec || !p->all || !p->adv || !p->ret || !p->perm || !p->mb_obs || !p->mb_act || !p->dlogits || !p->dlogstd || !p->ep_send || !p->ep_all)
         return dt_error(DT_ERR_NOMEM, "ppo: out of memory for a rollout of %d x %d", p->T, p->N);
     return DT_OK;
 }
 
-static dt_status setup(ppo *p, const dt_ppo_config *c, dt_comm *comm) {
+static dt_status setup(ppo *p, const dt_rl_config *c, dt_comm *comm) {
     p->c = c;
     p->comm = comm;
     p->rank = comm ? dt_comm_rank(comm) : 0;
@@ -355,29 +249,19 @@ static dt_status setup(ppo *p, const dt_ppo_config *c, dt_comm *comm) {
     if (p->continuous && p->ad > 32)
         return dt_error(DT_ERR_UNSUPPORTED, "ppo: %s's actions of %d dimensions (at most 32)", in->id, p->ad);
     if ((st = dt_policy_create(p->od, p->K, p->continuous, c->hidden, c->seed, &p->pol))) return st;
-    dt_engine_config ec = { .comm = p->P > 1 ? comm : NULL, .grad_clip = c->max_grad_norm, .step_at_end = 1,
-                            .bucket_first = 1u << 20, .bucket_bytes = 1u << 22 };
-    dt_optim_defaults(DT_OPT_ADAMW, &ec.opt);
-    ec.opt.eps = 1e-5f; /* CleanRL's Adam */
-    ec.opt.weight_decay = 0;
-    dt_policy_model(p->pol, &ec.model);
-    if ((st = dt_engine_create(&ec, &p->e))) return st;
+    if ((st = dt_policy_engine_create(p->pol, c, p->P > 1 ? comm : NULL, &p->e))) return st;
     if ((st = alloc_buffers(p))) return st;
-    if ((st = setup_norms(p))) return st;
-    if (c->metrics && p->rank == 0 && !(p->metrics = fopen(c->metrics, "w")))
-        return dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
-    if ((st = dt_env_pool_reset(p->pool, p->next_obs))) return st;
-    normalise(p, 0);
-    return DT_OK;
+    if ((st = dt_rl_progress_open(&p->prog, c, p->rank == 0))) return st;
+    return dt_rollout_init(&p->ro, c, p->pool, p->pol, p->rank * p->n, p->T);
 }
 
 static void teardown(ppo *p) {
-    if (p->metrics) fclose(p->metrics);
+    dt_rl_progress_close(&p->prog);
+    dt_rollout_free(&p->ro);
     dt_engine_destroy(p->e);
     dt_policy_destroy(p->pol);
     dt_env_pool_destroy(p->pool);
-    free_norms(p);
-    void *bufs[] = { p->rec, p->all, p->next_obs, p->act_env, p->rew, p->term, p->trunc, p->ended, p->reset, p->adv, p->ret,
+    void *bufs[] = { p->rec, p->all, p->adv, p->ret,
                      p->perm, p->mb_obs, p->dlogits, p->dlogstd, p->mb_w, p->mb_adv, p->mb_act, p->mb_logp, p->mb_oldv,
                      p->mb_ret, p->mb_scaled, p->dvalues, p->ep_send, p->ep_all };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
@@ -390,32 +274,16 @@ static dt_status sum_terms(ppo *p) {
         if (st) return st;
     }
     double k = (double)p->c->epochs * p->c->minibatches * p->P; /* each rank's weights carry P */
-    p->terms = (dt_ppo_terms){ .pg = v[0] / k, .v = v[1] / k, .entropy = v[2] / k, .approx_kl = v[3] / k, .clipfrac = v[4] / k };
+    p->terms = (dt_rl_terms){ .pg = v[0] / k, .v = v[1] / k, .entropy = v[2] / k, .approx_kl = v[3] / k, .clipfrac = v[4] / k };
     return DT_OK;
 }
 
-static void report(ppo *p, int u, int updates, int64_t steps, double loss, float lr, double sps) {
-    const dt_ppo_terms *t = &p->terms;
-    double mr = mean_return(p);
-    if (p->metrics) {
-        fprintf(p->metrics, "{\"step\":%d,\"env_steps\":%lld,\"episodes\":%lld,\"mean_return\":%.6g,\"loss\":%.6g,\"pg_loss\":%.6g,"
-                "\"v_loss\":%.6g,\"entropy\":%.6g,\"approx_kl\":%.6g,\"clipfrac\":%.6g,\"lr\":%.6g,\"steps_per_s\":%.1f}\n", u,
-                (long long)steps, (long long)p->episodes, isfinite(mr) ? mr : 0.0, loss, t->pg, t->v, t->entropy, t->approx_kl,
-                t->clipfrac, (double)lr, sps);
-        fflush(p->metrics);
-    }
-    if (p->rank || !p->c->print_every || (u % p->c->print_every && u != updates)) return;
-    printf("update %4d/%d | env steps %8lld | episodes %6lld | mean return %7.2f | pg %+.4f v %.4f ent %.3f kl %.4f | %.0f steps/s\n",
-           u, updates, (long long)steps, (long long)p->episodes, mr, t->pg, t->v, t->entropy, t->approx_kl, sps);
-    fflush(stdout);
+static dt_rl_result so_far(const ppo *p, int updates, int64_t steps, double loss, double t0) {
+    return (dt_rl_result){ .env_steps = steps, .updates = updates, .episodes = (int)p->prog.episodes,
+                           .mean_return = dt_rl_progress_mean(&p->prog), .loss = loss, .terms = p->terms, .steps_per_s = steps / (dt_time_now() - t0) };
 }
 
-static dt_ppo_result so_far(const ppo *p, int updates, int64_t steps, double loss, double t0) {
-    return (dt_ppo_result){ .env_steps = steps, .updates = updates, .episodes = (int)p->episodes, .mean_return = mean_return(p),
-                            .loss = loss, .terms = p->terms, .steps_per_s = steps / (dt_time_now() - t0) };
-}
-
-dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, dt_ppo_observer after_update, void *ctx, dt_ppo_result *res) {
+dt_status dt_ppo_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_update, void *ctx, dt_rl_result *res) {
     ppo p = { 0 };
     dt_status st = setup(&p, c, comm);
     int64_t per_update = (int64_t)p.T * p.N;
@@ -448,14 +316,15 @@ dt_status dt_ppo_run(const dt_ppo_config *c, dt_comm *comm, dt_ppo_observer afte
         if (!st) st = sum_terms(&p);
         if (st) break;
         steps += per_update;
-        report(&p, u, updates, steps, loss, lr, steps / (dt_time_now() - t0));
+        dt_rl_progress_update(&p.prog, u, updates, steps, loss, &p.terms, lr, steps / (dt_time_now() - t0), NAN);
         if (after_update) {
-            dt_ppo_result r = so_far(&p, u, steps, loss, t0);
+            dt_rl_result r = so_far(&p, u, steps, loss, t0);
             after_update(&r, dt_policy_params(p.pol), dt_policy_num_params(p.pol), ctx);
         }
     }
     if (!st && c->save && p.rank == 0) /* environment 0's statistics, which rank 0 holds */
-        st = dt_policy_save(p.pol, c->save, p.od, p.obs_norm ? p.obs_norm[0].mean : NULL, p.obs_norm ? p.obs_norm[0].var : NULL);
+        st = dt_policy_save(p.pol, c->save, p.od, p.ro.obs_norm ? p.ro.obs_norm[0].mean : NULL,
+                            p.ro.obs_norm ? p.ro.obs_norm[0].var : NULL);
     if (res) *res = so_far(&p, u - 1, steps, loss, t0);
     teardown(&p);
     return st;

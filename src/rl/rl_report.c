@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-dt_status dt_rl_report_prepare(const char *dir, dt_ppo_config *c, char *metrics, char *policy, size_t cap) {
+dt_status dt_rl_report_prepare(const char *dir, dt_rl_config *c, char *metrics, char *policy, size_t cap) {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_error(DT_ERR_IO, "--report %s: cannot make the directory: %s", dir, strerror(errno));
     if (snprintf(metrics, cap, "%s/metrics.jsonl", dir) >= (int)cap || snprintf(policy, cap, "%s/policy.safetensors", dir) >= (int)cap)
         return dt_error(DT_ERR_ARG, "--report %s: the path is too long", dir);
@@ -21,9 +21,10 @@ dt_status dt_rl_report_prepare(const char *dir, dt_ppo_config *c, char *metrics,
     return DT_OK;
 }
 
-static void add_settings(cJSON *j, const dt_ppo_config *c, const char *env_id, int ranks) {
+static void add_settings(cJSON *j, const dt_rl_config *c, const char *env_id, int ranks) {
     cJSON *s = cJSON_AddObjectToObject(j, "settings");
-    cJSON_AddStringToObject(s, "algo", "ppo");
+    int impala = c->algo == DT_RL_IMPALA;
+    cJSON_AddStringToObject(s, "algo", impala ? "impala" : "ppo");
     cJSON_AddStringToObject(s, "env", env_id);
     cJSON_AddNumberToObject(s, "envs", c->num_envs);
     cJSON_AddNumberToObject(s, "ranks", ranks);
@@ -39,9 +40,16 @@ static void add_settings(cJSON *j, const dt_ppo_config *c, const char *env_id, i
     cJSON_AddNumberToObject(s, "ent_coef", c->ent_coef);
     cJSON_AddNumberToObject(s, "hidden", c->hidden);
     cJSON_AddNumberToObject(s, "seed", (double)c->seed);
+    if (impala) {
+        cJSON_AddNumberToObject(s, "actors", c->actors);
+        cJSON_AddNumberToObject(s, "refresh", c->refresh);
+        cJSON_AddBoolToObject(s, "sync", c->sync != 0);
+        cJSON_AddNumberToObject(s, "rho_bar", c->rho_bar);
+        cJSON_AddNumberToObject(s, "c_bar", c->c_bar);
+    }
 }
 
-dt_status dt_rl_report_write(const char *dir, const dt_ppo_config *c, const dt_ppo_result *r, int ranks, int argc, char **argv,
+dt_status dt_rl_report_write(const char *dir, const dt_rl_config *c, const dt_rl_result *r, int ranks, int argc, char **argv,
                              double wall_s) {
     const char *id = dt_env_id(c->env);
     if (!id) return dt_error(DT_ERR_ARG, "rl report: environment '%s' is not one dtrain has: %s", c->env, dt_env_list());
@@ -62,9 +70,9 @@ dt_status dt_rl_report_write(const char *dir, const dt_ppo_config *c, const dt_p
     snprintf(film, sizeof film, "%s/film.svg", dir);
     double ret;
     int len;
-    dt_ppo_eval_config ev = { .policy = c->save, .env = c->env, .hidden = c->hidden, .episodes = 1, .seed = c->seed, .greedy = 1,
+    dt_rl_eval_config ev = { .policy = c->save, .env = c->env, .hidden = c->hidden, .episodes = 1, .seed = c->seed, .greedy = 1,
                               .film = bridged ? NULL : film, .bridge = c->bridge };
-    dt_status st = dt_ppo_eval(&ev, &ret, &len);
+    dt_status st = dt_rl_eval(&ev, &ret, &len);
     if (!st && !bridged) {
         cJSON *f = cJSON_AddObjectToObject(j, "film");
         cJSON_AddStringToObject(f, "file", film);

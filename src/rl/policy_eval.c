@@ -42,7 +42,7 @@ static dt_status actions(eval *v, int n, int greedy) {
     return DT_OK;
 }
 
-static dt_status play(eval *v, const dt_ppo_eval_config *c, dt_env_film *film, double *returns, int *lengths) {
+static dt_status play(eval *v, const dt_rl_eval_config *c, dt_env_film *film, double *returns, int *lengths) {
     int n = c->episodes, left = n;
     dt_status st = dt_env_pool_reset(v->pool, v->obs);
     if (!st && film) st = dt_env_film_add(film, dt_env_pool_env(v->pool, 0));
@@ -68,7 +68,7 @@ static dt_status play(eval *v, const dt_ppo_eval_config *c, dt_env_film *film, d
     return st;
 }
 
-dt_status dt_ppo_eval(const dt_ppo_eval_config *c, double *returns, int *lengths) {
+dt_status dt_rl_eval(const dt_rl_eval_config *c, double *returns, int *lengths) {
     eval v = { 0 };
     dt_env_film *film = NULL;
     float mean[MAX_DIM], var[MAX_DIM];

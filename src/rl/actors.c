@@ -1,0 +1,237 @@
+/* IMPALA's actors, the learner's side (see actors.h): each actor is this
+ * program run again as `rl actor I`, with the shared memory on fd 3 and its
+ * socket on fd 4. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "actors.h"
+#include "rollout.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define READY_MS 120000 /* an actor's start: a bridged environment imports gymnasium first */
+
+typedef struct {
+    int pid, fd;  /* fd -1: gone */
+    int full;    /* slots it said are full, not yet taken */
+    int taken;   /* slots taken, not yet released (at most DT_ACTOR_SLOTS) */
+    int next;    /* the slot take gives next: an actor fills its slots in turn, the learner takes and frees them in turn */
+} actor;
+
+struct dt_rl_actors {
+    dt_actor_shared *h;
+    int na, live, last;
+    actor *a;
+};
+
+int dt_rl_actors_count(const dt_rl_actors *a) { return a->na; }
+int dt_rl_actors_alive(const dt_rl_actors *a, int i) { return a->a[i].fd >= 0; }
+int dt_rl_actors_live(const dt_rl_actors *a) { return a->live; }
+dt_actor_shared *dt_rl_actors_shared(dt_rl_actors *a) { return a->h; }
+
+/* Actor i is gone: said, reaped, left out. */
+static void lost(dt_rl_actors *a, int i) {
+    actor *x = &a->a[i];
+    char how[96];
+    int pid = x->pid;
+    if (dt_child_reap(pid, 1.0, how, sizeof how)) x->pid = 0; /* reaped: nothing for destroy to wait for */
+    close(x->fd);
+    x->fd = -1;
+    a->live--;
+    dt_log(DT_LOG_WARN, "impala: actor %d (pid %d, environments %d-%d) %s; the learner goes on with %d of %d actors", i,
+           pid, i * a->h->n, (i + 1) * a->h->n - 1, how, a->live, a->na);
+}
+
+static dt_status start(dt_rl_actors *a, int i, int mfd, const char *exe) {
+    char idx[16];
+    snprintf(idx, sizeof idx, "%d", i);
+    char *argv[] = { (char *)exe, "rl", "actor", idx, NULL };
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) return dt_error(DT_ERR_SYS, "impala: socketpair: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid == 0) { /* only async-signal-safe calls until exec: the learner may have threads */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        signal(SIGINT, SIG_IGN); /* Ctrl-C is the learner's; an actor ends when its socket does */
+        int m = fcntl(mfd, F_DUPFD, 10), s = fcntl(sv[1], F_DUPFD, 10);
+        if (m < 0 || s < 0 || dup2(m, 3) != 3 || dup2(s, 4) != 4) _exit(127);
+        close_range(5, ~0U, 0);
+        execv(exe, argv);
+        _exit(127);
+    }
+    close(sv[1]);
+    if (pid < 0) {
+        close(sv[0]);
+        return dt_error(DT_ERR_SYS, "impala: fork: %s", strerror(errno));
+    }
+    a->a[i] = (actor){ .pid = pid, .fd = sv[0] };
+    a->live++;
+    return DT_OK;
+}
+
+/* Each actor's 'R' (or its end, which is the error: it said why on stderr). */
+static dt_status await_ready(dt_rl_actors *a) {
+    for (int i = 0; i < a->na; i++) {
+        struct pollfd p = { a->a[i].fd, POLLIN, 0 };
+        char c = 0;
+        int r;
+        while ((r = poll(&p, 1, READY_MS)) < 0 && errno == EINTR) {}
+        if (r == 0) return dt_error(DT_ERR_PEER, "impala: actor %d did not start within %d s", i, READY_MS / 1000);
+        if (read(a->a[i].fd, &c, 1) != 1 || c != DT_ACTOR_READY) {
+            char how[96];
+            if (dt_child_reap(a->a[i].pid, 1.0, how, sizeof how)) a->a[i].pid = 0;
+            return dt_error(DT_ERR_PEER, "impala: actor %d could not start: it %s (its error is above)", i, how);
+        }
+    }
+    return DT_OK;
+}
+
+static dt_status map_shared(dt_rl_actors *a, const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, int *mfd) {
+    size_t rl = (size_t)in->obs_dim + in->act_dim + DT_RL_NFIELDS;
+    size_t slot = sizeof(dt_actor_slot) + (c->norm_obs ? 2 * sizeof(double) * (size_t)in->obs_dim : 0) +
+                  sizeof(float) * (size_t)(c->num_steps + 1) * (size_t)(c->num_envs / c->actors) * rl;
+    slot = (slot + 63) / 64 * 64;
+    size_t woff = (sizeof(dt_actor_shared) + 63) / 64 * 64, soff = (woff + sizeof(float) * nparams + 63) / 64 * 64;
+    size_t total = soff + slot * DT_ACTOR_SLOTS * (size_t)c->actors;
+    *mfd = memfd_create("dtrain-impala", MFD_CLOEXEC);
+    if (*mfd < 0 || ftruncate(*mfd, (off_t)total))
+        return dt_error(DT_ERR_SYS, "impala: shared memory of %zu bytes: %s", total, strerror(errno));
+    void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, *mfd, 0);
+    if (m == MAP_FAILED) return dt_error(DT_ERR_SYS, "impala: mmap of %zu bytes: %s", total, strerror(errno));
+    dt_actor_shared *h = a->h = m;
+    *h = (dt_actor_shared){ .magic = DT_ACTOR_MAGIC, .workers = c->bridge ? c->bridge->workers : 0, .actors = c->actors,
+                            .n = c->num_envs / c->actors, .T = c->num_steps, .od = in->obs_dim, .ad = in->act_dim, .K = K,
+                            .hidden = c->hidden, .continuous = !in->actions, .norm_obs = c->norm_obs,
+                            .norm_reward = c->norm_reward, .trunc_as_term = c->trunc_as_term, .sync = c->sync,
+                            .refresh = c->refresh, .gamma = c->gamma, .seed = c->seed, .nparams = nparams, .slot_bytes = slot,
+                            .weights_off = woff, .slots_off = soff, .total = total };
+    snprintf(h->env, sizeof h->env, "%s", c->env);
+    snprintf(h->python, sizeof h->python, "%s", c->bridge && c->bridge->python ? c->bridge->python : "");
+    atomic_store(&h->version, -1);
+    return DT_OK;
+}
+
+dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, const char *exe,
+                              dt_rl_actors **out) {
+    *out = NULL;
+    if (strlen(c->env) >= sizeof(((dt_actor_shared *)0)->env))
+        return dt_error(DT_ERR_ARG, "impala: the environment's name is longer than %zu bytes",
+                        sizeof(((dt_actor_shared *)0)->env) - 1);
+    char self[4096];
+    if (!exe) {
+        ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (k <= 0) return dt_error(DT_ERR_SYS, "impala: cannot find this program (/proc/self/exe): %s", strerror(errno));
+        self[k] = 0;
+        exe = self;
+    }
+    dt_rl_actors *a = calloc(1, sizeof *a);
+    if (!a || !(a->a = calloc((size_t)c->actors, sizeof *a->a))) {
+        free(a);
+        return dt_error(DT_ERR_NOMEM, "impala: out of memory");
+    }
+    a->na = c->actors;
+    a->last = -1;
+    for (int i = 0; i < a->na; i++) a->a[i].fd = -1;
+    int mfd = -1;
+    dt_status st = map_shared(a, c, in, K, nparams, &mfd);
+    for (int i = 0; !st && i < a->na; i++) st = start(a, i, mfd, exe);
+    if (mfd >= 0) close(mfd);
+    if (!st) st = await_ready(a);
+    if (st) dt_rl_actors_destroy(a);
+    else *out = a;
+    return st;
+}
+
+void dt_rl_actors_destroy(dt_rl_actors *a) {
+    if (!a) return;
+    for (int i = 0; i < a->na; i++)
+        if (a->a[i].fd >= 0) close(a->a[i].fd);
+    double end = dt_time_now() + 1.0;
+    for (int i = 0; i < a->na; i++) {
+        if (a->a[i].pid <= 0) continue;
+        while (waitpid(a->a[i].pid, NULL, WNOHANG) == 0) {
+            if (dt_time_now() > end) { kill(a->a[i].pid, SIGKILL); waitpid(a->a[i].pid, NULL, 0); break; }
+            nanosleep(&(struct timespec){ 0, 5000000 }, NULL);
+        }
+    }
+    if (a->h) munmap(a->h, a->h->total);
+    free(a->a);
+    free(a);
+}
+
+/* A message to every live actor (one that is gone is found by take). */
+static void tell(dt_rl_actors *a, int i, char c) {
+    if (a->a[i].fd >= 0) (void)!send(a->a[i].fd, &c, 1, MSG_NOSIGNAL);
+}
+
+void dt_rl_actors_publish(dt_rl_actors *a, const float *params, int64_t version) {
+    dt_actor_shared *h = a->h;
+    uint64_t s = atomic_load_explicit(&h->seq, memory_order_relaxed);
+    atomic_store_explicit(&h->seq, s + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    memcpy((char *)h + h->weights_off, params, sizeof(float) * h->nparams);
+    atomic_store_explicit(&h->version, version, memory_order_relaxed);
+    atomic_store_explicit(&h->seq, s + 2, memory_order_release);
+    for (int i = 0; i < a->na; i++) tell(a, i, DT_ACTOR_WEIGHTS);
+}
+
+/* What actor i said since the last read (slot messages), without waiting; 0, or -1 once it is gone. */
+static int hear(dt_rl_actors *a, int i) {
+    char buf[64];
+    ssize_t k;
+    while ((k = recv(a->a[i].fd, buf, sizeof buf, MSG_DONTWAIT)) > 0) a->a[i].full += (int)k;
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return -1;
+    return 0;
+}
+
+static dt_actor_slot *give(dt_rl_actors *a, int i, int *who) {
+    actor *x = &a->a[i];
+    int s = x->next;
+    x->next = (x->next + 1) % DT_ACTOR_SLOTS;
+    x->full--;
+    x->taken++;
+    *who = i;
+    a->last = i;
+    return dt_actor_slot_at(a->h, i, s);
+}
+
+dt_status dt_rl_actors_take(dt_rl_actors *a, int want, int *actor, dt_actor_slot **slot) {
+    *slot = NULL;
+    struct pollfd *p = malloc(sizeof *p * (size_t)a->na);
+    if (!p) return dt_error(DT_ERR_NOMEM, "impala: out of memory");
+    dt_status st = DT_OK;
+    for (;;) {
+        if (!a->live) { st = dt_error(DT_ERR_PEER, "impala: every actor is gone (said above)"); break; }
+        if (want >= 0 && a->a[want].fd < 0) break;
+        int pick = -1;
+        for (int k = 0; k < a->na && pick < 0; k++) {
+            int i = want >= 0 ? want : (a->last + 1 + k) % a->na;
+            if (a->a[i].fd >= 0 && a->a[i].full > 0) pick = i;
+            if (want >= 0) break;
+        }
+        if (pick >= 0) { *slot = give(a, pick, actor); break; }
+        for (int i = 0; i < a->na; i++) p[i] = (struct pollfd){ (want < 0 || i == want) ? a->a[i].fd : -1, POLLIN, 0 };
+        if (poll(p, (nfds_t)a->na, 1000) < 0 && errno != EINTR) { st = dt_error(DT_ERR_SYS, "impala: poll: %s", strerror(errno)); break; }
+        for (int i = 0; i < a->na; i++)
+            if (p[i].fd >= 0 && p[i].revents && hear(a, i) < 0) lost(a, i);
+    }
+    free(p);
+    return st;
+}
+
+void dt_rl_actors_release(dt_rl_actors *a, int i) {
+    actor *x = &a->a[i];
+    x->taken--;
+    tell(a, i, DT_ACTOR_FREE);
+}

@@ -1,0 +1,72 @@
+/* IMPALA's actors as the learner sees them, and the memory both share.
+ * One memfd holds the header (the run's settings, written before the
+ * actors start), the learner's weights (a sequence lock: odd while it
+ * writes) and each actor's slots, each a rollout: its header, environment
+ * 0's observation statistics and the records (rollout.h). A socket pair a
+ * actor carries one byte a message: the actor's "slot s is full" (and 'R'
+ * once it is ready), the learner's "slot s is free again" and 'W' (new
+ * weights). An actor's death closes its socket: the learner names it and
+ * goes on with the others; the learner's closes theirs, and the actors end
+ * (and die with it: PR_SET_PDEATHSIG). */
+#ifndef DTRAIN_RL_ACTORS_H
+#define DTRAIN_RL_ACTORS_H
+
+#include "dtrain/rl.h"
+
+#include <stdatomic.h>
+
+#define DT_ACTOR_SLOTS 2        /* rollouts an actor may have ahead of the learner */
+#define DT_ACTOR_EPISODES 1024  /* episodes a slot lists (more: counted as dropped) */
+#define DT_ACTOR_MAGIC 0x64744143u
+#define DT_ACTOR_READY 'R'
+#define DT_ACTOR_WEIGHTS 'W'
+#define DT_ACTOR_FREE 'F'
+
+typedef struct {
+    uint32_t magic;
+    char env[256], python[4096];
+    int workers, actors, n, T, od, ad, K, hidden, continuous;
+    int norm_obs, norm_reward, trunc_as_term, sync, refresh;
+    float gamma;
+    uint64_t seed;
+    size_t nparams, slot_bytes, weights_off, slots_off, total;
+    _Atomic uint64_t seq;      /* the weights' sequence lock */
+    _Atomic int64_t version;   /* the learner's update the weights are of */
+} dt_actor_shared;
+
+typedef struct {
+    int64_t rollout, version;  /* the actor's rollout index; the weights it acted with */
+    int episodes, dropped;
+    dt_episode ep[DT_ACTOR_EPISODES];
+    /* then obs_mean [od], obs_var [od] (doubles, with norm_obs) and the records [(T+1)][n][rec] */
+} dt_actor_slot;
+
+static inline dt_actor_slot *dt_actor_slot_at(dt_actor_shared *h, int actor, int s) {
+    return (dt_actor_slot *)((char *)h + h->slots_off + ((size_t)actor * DT_ACTOR_SLOTS + s) * h->slot_bytes);
+}
+static inline double *dt_actor_slot_stats(dt_actor_slot *s) { return (double *)(s + 1); }
+static inline float *dt_actor_slot_records(const dt_actor_shared *h, dt_actor_slot *s) {
+    return (float *)(dt_actor_slot_stats(s) + (h->norm_obs ? 2 * (size_t)h->od : 0));
+}
+
+typedef struct dt_rl_actors dt_rl_actors;
+/* Starts c->actors actors (exe `rl actor`, NULL: /proc/self/exe) for environments of the info's kind, n a actor, and
+ * waits for each to say it is ready (an actor that cannot start is named: the error). */
+dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, const char *exe,
+                              dt_rl_actors **out);
+/* Closes the actors' sockets (they end), waits up to a second each, then kills what is left. */
+void dt_rl_actors_destroy(dt_rl_actors *a);
+/* The weights of update version, for the actors' next rollouts. */
+void dt_rl_actors_publish(dt_rl_actors *a, const float *params, int64_t version);
+/* The next full slot of actor want (its rollouts in order), or with want -1 of whichever actor has one first. An
+ * actor found dead is said (a warning) and left out; want's death gives DT_OK with *slot NULL; with no actor left,
+ * DT_ERR_PEER. */
+dt_status dt_rl_actors_take(dt_rl_actors *a, int want, int *actor, dt_actor_slot **slot);
+/* The slot take gave, free for the actor again. */
+void dt_rl_actors_release(dt_rl_actors *a, int actor);
+int dt_rl_actors_count(const dt_rl_actors *a);
+int dt_rl_actors_alive(const dt_rl_actors *a, int actor);
+int dt_rl_actors_live(const dt_rl_actors *a);
+dt_actor_shared *dt_rl_actors_shared(dt_rl_actors *a);
+
+#endif

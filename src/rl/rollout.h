@@ -1,0 +1,40 @@
+/* A rollout: T steps of n environments of one pool acted on by one policy,
+ * recorded row by row, as PPO's ranks and IMPALA's actors collect them.
+ * The record of (step t, environment j) holds its observation (normalised
+ * when the run normalises), its action, then the fields below; row T is
+ * the bootstrap row (the observation after the last step and its value).
+ * An action is drawn from uniforms that depend on (seed, the environment's
+ * number in the job, the step) only, so the same environments stepped by
+ * any split of ranks or actors draw the same samples. */
+#ifndef DTRAIN_RL_ROLLOUT_H
+#define DTRAIN_RL_ROLLOUT_H
+
+#include "dtrain/rl.h"
+#include "policy.h"
+#include "running_norm.h"
+
+enum { DT_RL_LOGP, DT_RL_VAL, DT_RL_REW, DT_RL_DONE, DT_RL_TERM, DT_RL_VALID, DT_RL_NFIELDS };
+
+typedef struct {
+    dt_env_pool *pool;  /* borrowed */
+    dt_policy *pol;     /* borrowed */
+    int n, T, od, ad, K, first; /* first: environment 0's number in the job */
+    uint64_t seed;
+    float gamma;
+    int trunc_as_term;
+    float *next_obs;    /* [n, od] */
+    float *act_env, *rew; /* act_env: the actions clipped to the space (ClipAction) */
+    uint8_t *term, *trunc, *ended, *reset;
+    dt_running_norm *obs_norm, *ret_norm; /* an environment's each (NULL: off) */
+    double *ret_acc;
+} dt_rollout;
+
+/* Floats in one record. */
+static inline size_t dt_rollout_rec_len(int od, int ad) { return (size_t)od + ad + DT_RL_NFIELDS; }
+/* The pool's environments are first .. first + n - 1 of the job; resets the pool. T: steps a rollout. */
+dt_status dt_rollout_init(dt_rollout *r, const dt_rl_config *c, dt_env_pool *pool, dt_policy *pol, int first, int T);
+void dt_rollout_free(dt_rollout *r);
+/* T steps from the pool's step step0 (counted from its reset) into rec [(T+1)][n][rec_len]. */
+dt_status dt_rollout_run(dt_rollout *r, int64_t step0, float *rec);
+
+#endif
