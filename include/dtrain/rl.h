@@ -117,7 +117,7 @@ typedef struct {
 /* The episodes finished since the last call, in order of (step, env): up to cap of them; the count. */
 int dt_env_pool_episodes(dt_env_pool *p, dt_episode *out, int cap);
 
-/* ---- Learning: PPO and IMPALA ----
+/* ---- Learning: PPO, IMPALA and REINFORCE ----
  * PPO: the clipped-objective PPO of CleanRL's ppo.py (GAE, value clipping,
  * entropy bonus, advantage normalisation per minibatch, minibatch epochs,
  * the learning rate annealed to 0) for discrete actions, and of its
@@ -146,8 +146,15 @@ int dt_env_pool_episodes(dt_env_pool *p, dt_episode *out, int cap);
  * weights of update floor(r / refresh) * refresh, so the run does not
  * depend on how many actors produced it or how fast. An actor that dies
  * is named and the learner goes on with the others; the actors end when
- * the learner does. */
-typedef enum { DT_RL_PPO, DT_RL_IMPALA } dt_rl_algo;
+ * the learner does.
+ *
+ * REINFORCE with a baseline (Williams 1992; Sutton and Barto 13.4): each
+ * update rolls the pool out for num_steps and learns from the episodes that
+ * began and ended inside the rollout, - (G_t - V(s_t)) log pi(a_t) with G_t
+ * the Monte Carlo return (a time limit ends it as a termination does), V
+ * regressed on G_t; steps of an episode the rollout cut are left out. One
+ * process. */
+typedef enum { DT_RL_PPO, DT_RL_IMPALA, DT_RL_REINFORCE } dt_rl_algo;
 typedef struct {
     dt_rl_algo algo;
     const char *env;      /* dt_env_pool_create's name */
@@ -182,6 +189,9 @@ void dt_ppo_defaults_continuous(dt_rl_config *c);
 /* IMPALA's on top of the PPO recipe's for the same kind of actions: 2 actors of 8 environments each, unrolls of 32
  * steps, a batch in 4 minibatches of one epoch, lr 1e-3 annealed, refresh 1, rho_bar = c_bar = 1, asynchronous. */
 void dt_impala_defaults(dt_rl_config *c, int continuous);
+/* REINFORCE's on top of the PPO recipe's: 4 environments x 512 steps a rollout (longer than CartPole's episodes can
+ * be), one step an update, lr 1e-2 annealed, advantages normalised over the update's whole episodes. */
+void dt_reinforce_defaults(dt_rl_config *c, int continuous);
 
 /* PPO's loss over B rows of a minibatch and its gradient, each row weighted
  * by w[i] (1 / the minibatch's transitions; 0 leaves a row out): head [B, K]
@@ -211,13 +221,14 @@ typedef struct {
 /* Collective over comm (NULL: this process alone). after_update (may be NULL): called on every rank after each
  * update with the run so far and the policy's parameters, for checks. */
 typedef void (*dt_rl_observer)(const dt_rl_result *sofar, const float *params, size_t n, void *ctx);
-/* c->algo's run: dt_ppo_run or dt_impala_run. */
+/* c->algo's run: dt_ppo_run, dt_impala_run or dt_reinforce_run. */
 dt_status dt_rl_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_update, void *ctx, dt_rl_result *r);
 dt_status dt_ppo_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_update, void *ctx, dt_rl_result *r);
 /* The learner (this process, which starts c->actors actors: comm must be NULL or of one rank) and its actors. The
  * actors are this program run again (/proc/self/exe) as `rl actor I` with the shared memory on fd 3 and a socket
  * on fd 4: a program that runs IMPALA hands those arguments to dt_rl_actor_main. */
 dt_status dt_impala_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_update, void *ctx, dt_rl_result *r);
+dt_status dt_reinforce_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_update, void *ctx, dt_rl_result *r);
 /* Actor index's life (what `dtrain rl actor I` runs, fds 3 and 4 from the learner): 0 when the learner closed its
  * end, 1 after an error (said on stderr). */
 int dt_rl_actor_main(int index);

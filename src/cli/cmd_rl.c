@@ -10,7 +10,7 @@
 static const dt_cli_flag flags[] = {
     { "--env", "an environment: cartpole, acrobot, mountaincar, pendulum, lunarlander, lunarlander-continuous (or Gymnasium's id), or gym:ID" },
     { "--python", "a Python interpreter that has gymnasium" }, { "--env-workers", "a whole number of processes from 1 to 1024" },
-    { "--algo", "ppo or impala" }, { "--actors", "a whole number of actor processes from 1 to 256" },
+    { "--algo", "ppo, impala or reinforce" }, { "--actors", "a whole number of actor processes from 1 to 256" },
     { "--refresh", "a whole number of updates from 1 to 1e6" }, { "--sync", "" }, { "--rho-bar", "a number above 0 and at most 1e6" },
     { "--c-bar", "a number above 0 and at most 1e6" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--total-steps", "a whole number of env steps from 1 to 1e12" },
@@ -68,7 +68,12 @@ static void usage(void) {
            "the others; the actors end with the learner. Other settings as PPO's (the value loss is not clipped; --clip and\n"
            "--gae-lambda are PPO's). The metrics add policy_lag (updates between the weights a rollout acted with and the\n"
            "learner's); approx_kl and clipfrac there are the learner's policy against the actors' and the fraction of\n"
-           "importance weights truncated at --rho-bar.\n", dt_env_list());
+           "importance weights truncated at --rho-bar.\n"
+           "--algo reinforce: REINFORCE with a baseline (Sutton and Barto 13.4): --envs 4 x --rollout-steps 512 a rollout; the\n"
+           "episodes that began and ended inside it give Monte Carlo returns G (a time limit ends one as a termination does);\n"
+           "one step an update on - (G - V) log pi + --vf-coef (V - G)^2 / 2 - --ent-coef H (--lr 1e-2 annealed; the advantages\n"
+           "normalised unless --no-norm-adv). Steps of an episode the rollout cut are left out: clipfrac in the metrics is\n"
+           "that fraction. Rollouts should be longer than the environment's episodes can be. One process.\n", dt_env_list());
 }
 
 /* --python or --env-workers into b; whether v is one. */
@@ -143,16 +148,17 @@ static int eval(int argc, char **argv) {
  * refuses it, naming why). A bridged environment is made to learn its spaces. */
 static void set_defaults(int argc, char **argv, dt_rl_config *c, dt_env_bridge_config *b) {
     const char *env = NULL;
-    int impala = 0;
+    const char *algo = "ppo";
     for (int i = 1; i + 1 < argc; i++) {
         if (!strcmp(argv[i], "--env")) env = argv[i + 1];
         if (!strcmp(argv[i], "--python")) b->python = argv[i + 1];
-        if (!strcmp(argv[i], "--algo")) impala = !strcmp(argv[i + 1], "impala");
+        if (!strcmp(argv[i], "--algo")) algo = argv[i + 1];
     }
     dt_env_pool *p = NULL;
     dt_env_bridge_config one = { .python = b->python, .workers = 1 };
     int continuous = env && !dt_env_pool_create(env, 1, 0, 0, &one, &p) && !dt_env_pool_info(p)->actions;
-    if (impala) dt_impala_defaults(c, continuous);
+    if (!strcmp(algo, "impala")) dt_impala_defaults(c, continuous);
+    else if (!strcmp(algo, "reinforce")) dt_reinforce_defaults(c, continuous);
     else if (continuous) dt_ppo_defaults_continuous(c);
     else dt_ppo_defaults(c);
     if (env) c->env = env;
@@ -185,7 +191,7 @@ int dt_cli_rl(int argc, char **argv) {
         int ok = v != NULL;
         if (!ok) {}
         else if (!strcmp(f, "--env")) c.env = v;
-        else if (!strcmp(f, "--algo")) ok = !strcmp(v, "ppo") || !strcmp(v, "impala");
+        else if (!strcmp(f, "--algo")) ok = !strcmp(v, "ppo") || !strcmp(v, "impala") || !strcmp(v, "reinforce");
         else if (!strcmp(f, "--actors")) ok = dt_cli_number(v, 1, 256, &actors) && actors == (int)actors;
         else if (!strcmp(f, "--refresh")) ok = dt_cli_number(v, 1, 1e6, &refresh) && refresh == (int)refresh;
         else if (!strcmp(f, "--rho-bar")) ok = dt_cli_number(v, 1e-12, 1e6, &rho_bar);
@@ -242,6 +248,10 @@ int dt_cli_rl(int argc, char **argv) {
     }
     if (c.algo == DT_RL_IMPALA && nproc > 1) {
         dt_log(DT_LOG_ERROR, "rl: --algo impala runs one learner that starts its own actors (--actors N); --nproc is PPO's");
+        return 2;
+    }
+    if (c.algo == DT_RL_REINFORCE && nproc > 1) {
+        dt_log(DT_LOG_ERROR, "rl: --algo reinforce runs in one process; --nproc is PPO's");
         return 2;
     }
     dt_comm *w;

@@ -5,6 +5,7 @@
 #include "dtrain/rl.h"
 #include "actors.h"
 #include "distribution.h"
+#include "pg_step.h"
 #include "policy.h"
 #include "progress.h"
 #include "rollout.h"
@@ -26,8 +27,8 @@ typedef struct {
     int64_t *versions;     /* each block's weights */
     float *obs, *log_rho, *values, *rewards, *discount, *vs, *adv; /* [(T+1) x B] rows, [t][b] */
     uint8_t *valid;
-    int *perm, mb_cap, mb_rows;
-    float *mb_obs, *mb_act, *mb_w, *mb_adv, *mb_vs, *dlogits, *dvalues, *dlogstd;
+    const float **recs;    /* row k = t B + b's record */
+    dt_pg_step step;
     dt_rl_terms terms, batch_terms; /* batch_terms: the pre-pass's kl and clip fraction */
     dt_episode *eps;
     int neps;
@@ -58,34 +59,26 @@ static const float *fld(const impala *p, const float *r) { return r + p->od + p-
 
 static dt_status alloc_buffers(impala *p) {
     size_t Bm = (size_t)p->A * p->n, rows = (size_t)(p->T + 1) * Bm;
-    p->mb_cap = (int)(((size_t)p->T * Bm + p->c->minibatches - 1) / p->c->minibatches);
     p->all = malloc(sizeof(float) * rows * p->rl);
     p->versions = malloc(sizeof(int64_t) * (size_t)p->A);
     p->obs = malloc(sizeof(float) * rows * p->od);
     float **f[] = { &p->log_rho, &p->values, &p->rewards, &p->discount, &p->vs, &p->adv };
     int ok = 1;
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) ok &= (*f[i] = malloc(sizeof(float) * rows)) != NULL;
-    float **m[] = { &p->mb_w, &p->mb_adv, &p->mb_vs, &p->dvalues };
-    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) ok &= (*m[i] = malloc(sizeof(float) * (size_t)p->mb_cap)) != NULL;
     p->valid = malloc(rows);
-    p->perm = malloc(sizeof(int) * rows);
-    p->mb_obs = malloc(sizeof(float) * (size_t)p->mb_cap * p->od);
-    p->mb_act = malloc(sizeof(float) * (size_t)p->mb_cap * p->ad);
-    p->dlogits = malloc(sizeof(float) * (size_t)p->mb_cap * p->K);
-    p->dlogstd = malloc(sizeof(float) * (size_t)p->K);
+    p->recs = malloc(sizeof(float *) * rows);
     p->eps = malloc(sizeof(dt_episode) * (size_t)p->A * DT_ACTOR_EPISODES);
     p->obs_mean = calloc((size_t)p->od, sizeof(double));
     p->obs_var = calloc((size_t)p->od, sizeof(double));
-    if (!ok || !p->all || !p->versions || !p->obs || !p->valid || !p->perm || !p->mb_obs || !p->mb_act || !p->dlogits ||
-        !p->dlogstd || !p->eps || !p->obs_mean || !p->obs_var)
+    if (!ok || !p->all || !p->versions || !p->obs || !p->valid || !p->recs || !p->eps || !p->obs_mean || !p->obs_var)
         return dt_error(DT_ERR_NOMEM, "impala: out of memory for batches of %d x %zu", p->T, Bm);
-    return DT_OK;
+    return dt_pg_step_init(&p->step, p->c, p->pol, p->e, p->od, p->ad, p->T * (int)Bm);
 }
 
 static void free_buffers(impala *p) {
-    void *b[] = { p->all, p->versions, p->obs, p->log_rho, p->values, p->rewards, p->discount, p->vs, p->adv, p->valid, p->perm,
-                  p->mb_obs, p->mb_act, p->mb_w, p->mb_adv, p->mb_vs, p->dlogits, p->dvalues, p->dlogstd, p->eps, p->obs_mean,
-                  p->obs_var };
+    dt_pg_step_free(&p->step);
+    void *b[] = { p->all, p->versions, p->obs, p->log_rho, p->values, p->rewards, p->discount, p->vs, p->adv, p->valid,
+                  (void *)p->recs, p->eps, p->obs_mean, p->obs_var };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) free(b[i]);
 }
 
@@ -142,6 +135,7 @@ static dt_status targets(impala *p) {
             size_t k = (size_t)t * p->B + b;
             p->values[k] = v[k];
             if (t == p->T) continue;
+            p->recs[k] = rec(p, t, b);
             const float *r = rec(p, t, b), *f = fld(p, r), *a = r + p->od, *zk = z + k * p->K;
             double logp = p->continuous ? dt_rl_gaussian(zk, ls, p->K, a, NULL) : dt_rl_categorical(zk, p->K, (int)a[0], NULL);
             p->valid[k] = f[DT_RL_VALID] != 0;
@@ -159,74 +153,12 @@ static dt_status targets(impala *p) {
     return DT_OK;
 }
 
-/* Minibatch rows idx[0..m): the observations, actions, V-trace's targets and advantages, weights 1 / its transitions. */
-static void prepare_minibatch(impala *p, const int *idx, int m) {
-    int valid = 0;
-    for (int i = 0; i < m; i++) valid += p->valid[idx[i]];
-    for (int i = 0; i < m; i++) {
-        int k = idx[i], t = k / p->B, b = k % p->B;
-        const float *r = rec(p, t, b);
-        memcpy(p->mb_obs + (size_t)i * p->od, r, sizeof(float) * (size_t)p->od);
-        memcpy(p->mb_act + (size_t)i * p->ad, r + p->od, sizeof(float) * (size_t)p->ad);
-        p->mb_w[i] = p->valid[k] ? 1.0f / (float)valid : 0;
-        p->mb_adv[i] = p->adv[k];
-        p->mb_vs[i] = p->vs[k];
-    }
-    p->mb_rows = m;
-}
-
-/* The loss: - rho A log pi(a) (A held) + vf_coef (V - vs)^2 / 2 - ent_coef H, each row weighted. */
-static dt_status micro(void *ctx, int m, float grad_scale, float *loss) {
-    (void)m;
-    impala *p = ctx;
-    const float *z, *v, *ls = dt_policy_logstd(p->pol);
-    dt_status st = dt_policy_forward(p->pol, p->mb_obs, p->mb_rows, &z, &v);
-    if (st) return st;
-    double ent = p->c->ent_coef, vf = p->c->vf_coef, total = 0;
-    memset(p->dlogstd, 0, sizeof(float) * (size_t)p->K);
-    for (int i = 0; i < p->mb_rows; i++) {
-        const float *zi = z + (size_t)i * p->K, *a = p->mb_act + (size_t)i * p->ad;
-        float *g = p->dlogits + (size_t)i * p->K;
-        double w = (double)p->mb_w[i] * grad_scale, H, A = p->mb_adv[i], dv = v[i] - p->mb_vs[i];
-        if (w == 0) {
-            memset(g, 0, sizeof(float) * (size_t)p->K);
-            p->dvalues[i] = 0;
-            continue;
-        }
-        double logp = p->continuous ? dt_rl_gaussian(zi, ls, p->K, a, &H) : dt_rl_categorical(zi, p->K, (int)a[0], &H);
-        if (p->continuous) dt_rl_gaussian_grad(zi, ls, p->K, a, w, -A, ent, g, p->dlogstd);
-        else dt_rl_categorical_grad(zi, p->K, (int)a[0], logp, H, w, -A, ent, g);
-        p->dvalues[i] = (float)(w * vf * dv);
-        double wr = p->mb_w[i];
-        p->terms.pg += wr * -A * logp;
-        p->terms.v += wr * 0.5 * dv * dv;
-        p->terms.entropy += wr * H;
-        total += wr * (-A * logp + vf * 0.5 * dv * dv - ent * H);
-    }
-    *loss = (float)total;
-    return dt_policy_backward(p->pol, p->dlogits, p->dvalues, p->dlogstd);
-}
-
 static dt_status update(impala *p, int u, float lr, double *loss) {
-    int M = p->T * p->B, mbs = p->c->minibatches;
-    p->terms = (dt_rl_terms){ 0 };
-    *loss = 0;
-    for (int ep = 0; ep < p->c->epochs; ep++) {
-        dt_rng_shuffle(p->perm, M, p->c->seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)u * 64 + (uint64_t)ep + 1) * 0x632be59bd9b4e019ull);
-        for (int s = 0; s < mbs; s++) {
-            int lo = (int)((int64_t)M * s / mbs), hi = (int)((int64_t)M * (s + 1) / mbs);
-            prepare_minibatch(p, p->perm + lo, hi - lo);
-            dt_step_result r;
-            dt_status st = dt_engine_step(p->e, 1, lr, micro, p, 0, &r);
-            if (st) return st;
-            *loss += r.loss;
-        }
-    }
-    double k = (double)p->c->epochs * mbs;
-    *loss /= k;
-    p->terms = (dt_rl_terms){ .loss = *loss, .pg = p->terms.pg / k, .v = p->terms.v / k, .entropy = p->terms.entropy / k,
-                              .approx_kl = p->batch_terms.approx_kl, .clipfrac = p->batch_terms.clipfrac };
-    return DT_OK;
+    dt_status st = dt_pg_step_run(&p->step, p->T * p->B, p->recs, p->adv, p->vs, p->valid, u, lr, loss);
+    p->terms = p->step.terms;
+    p->terms.approx_kl = p->batch_terms.approx_kl;
+    p->terms.clipfrac = p->batch_terms.clipfrac;
+    return st;
 }
 
 static dt_status check(const dt_rl_config *c, dt_comm *comm) {

@@ -24,7 +24,7 @@ dt_status dt_rl_report_prepare(const char *dir, dt_rl_config *c, char *metrics, 
 static void add_settings(cJSON *j, const dt_rl_config *c, const char *env_id, int ranks) {
     cJSON *s = cJSON_AddObjectToObject(j, "settings");
     int impala = c->algo == DT_RL_IMPALA;
-    cJSON_AddStringToObject(s, "algo", impala ? "impala" : "ppo");
+    cJSON_AddStringToObject(s, "algo", impala ? "impala" : c->algo == DT_RL_REINFORCE ? "reinforce" : "ppo");
     cJSON_AddStringToObject(s, "env", env_id);
     cJSON_AddNumberToObject(s, "envs", c->num_envs);
     cJSON_AddNumberToObject(s, "ranks", ranks);
