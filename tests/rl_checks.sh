@@ -73,10 +73,10 @@ refused_rl "an algorithm dtrain lacks" "--algo dqn is not valid" --algo dqn
 refused_rl "a minibatch count that does not divide the rollout" "does not split into 3 minibatches" --minibatches 3
 # REINFORCE with a baseline: learns CartPole from whole episodes; rollouts shorter than an episode can be are warned of,
 # and the steps of cut episodes are left out (the metrics' clipfrac says the fraction)
-"$DTRAIN" rl --env cartpole --algo reinforce --total-steps 400000 --seed 1 --print-every 0 --metrics "$dir/rf.jsonl" > "$dir/rf.out" 2>&1
+"$DTRAIN" rl --env cartpole --algo reinforce --total-steps 500000 --seed 1 --print-every 0 --metrics "$dir/rf.jsonl" > "$dir/rf.out" 2>&1
 r=$(grep -o "mean return of the last 100 [0-9.-]*" "$dir/rf.out" | awk '{print $NF}')
 left=$(field clipfrac "$dir/rf.jsonl" | tail -1)
-[ -n "$r" ] && awk -v r="$r" 'BEGIN{exit !(r >= 300)}' && ok "reinforce learns CartPole: mean return $r after 400k steps ($left of the last update's steps in cut episodes)" ||
+[ -n "$r" ] && awk -v r="$r" 'BEGIN{exit !(r >= 300)}' && ok "reinforce learns CartPole: mean return $r after 500k steps ($left of the last update's steps in cut episodes)" ||
     fail "reinforce: $(tail -2 "$dir/rf.out")"
 "$DTRAIN" rl --env cartpole --algo reinforce --rollout-steps 64 --total-steps 5120 --print-every 0 --metrics "$dir/rs.jsonl" > "$dir/rs.out" 2>&1
 w=$(grep -o "rollouts of 64 steps are not longer.*" "$dir/rs.out")
@@ -84,5 +84,6 @@ left=$(field clipfrac "$dir/rs.jsonl" | awk '{s += $1} END {print s / NR}')
 [ -n "$w" ] && awk -v l="$left" 'BEGIN{exit !(l > 0.1 && l < 1)}' && ok "reinforce with rollouts of 64 steps: warned ($w), $left of the steps left out on average" ||
     fail "reinforce short rollouts: '$w', left out $left"
 refused_rl "reinforce over --nproc 2" "one process" --algo reinforce --nproc 2
+refused_rl "--gae-lambda under reinforce" "--gae-lambda is PPO's" --algo reinforce --gae-lambda 0.9
 echo "rl checks: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -2,7 +2,7 @@
  * ray.rllib's vtrace_torch, DeepMind's recursion) with both truncations
  * biting, and what dtrain adds to it: a row that is not a transition (the
  * reset step of next-step autoreset) splits a column into two that are
- * computed as if apart, and on-policy V-trace is GAE's lambda-1 return. */
+ * computed as if apart, and on-policy V-trace is GAE's lambda-1 return. REINFORCE's returns beside it. */
 #include "dtrain/rl.h"
 #include "fixture_arrays.h"
 
@@ -99,6 +99,31 @@ static void on_policy_case(void) {
     check(worst <= 1e-6, "on-policy V-trace is the discounted return");
 }
 
+/* REINFORCE's returns on a column of three episodes: the tail of one begun before the rollout, a whole one, and the
+ * start of one the rollout cuts; only the whole one is used, its returns the discounted sums to its end. */
+static void mc_returns_case(void) {
+    enum { T = 14 };
+    /* rows 0-2: the tail (done at 2); 3: reset; 4-8: whole (done at 8); 9: reset; 10-13: cut */
+    float rew[T], ret[T];
+    uint8_t done[T] = { 0 }, valid[T], use[T];
+    for (int t = 0; t < T; t++) {
+        rew[t] = (float)(t + 1);
+        valid[t] = t != 3 && t != 9;
+    }
+    done[2] = done[8] = 1;
+    dt_mc_returns(T, 1, 0.5f, rew, done, valid, 0, ret, use);
+    int ok = 1;
+    for (int t = 0; t < T; t++) {
+        double g = 0;
+        for (int s = 8; s >= t; s--) g = rew[s] + 0.5 * g;
+        ok &= use[t] == (t >= 4 && t <= 8) && (!use[t] || fabs(ret[t] - g) < 1e-6);
+    }
+    dt_mc_returns(T, 1, 0.5f, rew, done, valid, 1, ret, use); /* the first rollout: row 0 starts an episode */
+    ok &= use[0] && use[2] && fabs(ret[0] - (1 + 0.5 * 2 + 0.25 * 3)) < 1e-6 && !use[10];
+    printf("reinforce's returns: only whole episodes used, their returns the discounted sums (%s)\n", ok ? "yes" : "no");
+    check(ok, "REINFORCE's Monte Carlo returns");
+}
+
 int main(int argc, char **argv) {
     char path[4096];
     snprintf(path, sizeof path, "%s/rl/vtrace.bin", argc > 1 ? argv[1] : "tests/fixtures");
@@ -107,6 +132,7 @@ int main(int argc, char **argv) {
     rllib_case("b");
     reset_row_case();
     on_policy_case();
+    mc_returns_case();
     fx_free();
     printf("%s\n", failures ? "FAILED" : "v-trace: all checks passed");
     return failures != 0;

@@ -229,6 +229,11 @@ dt_status dt_ppo_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_
  * on fd 4: a program that runs IMPALA hands those arguments to dt_rl_actor_main. */
 dt_status dt_impala_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_update, void *ctx, dt_rl_result *r);
 dt_status dt_reinforce_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_update, void *ctx, dt_rl_result *r);
+/* REINFORCE's returns over B columns of T steps, each array [T][B]: use[k] says that step k is in an episode that
+ * began inside the rollout (after a reset step (valid 0), or at row 0 when first_starts) and ended inside it (done
+ * at a later or the same step); returns[k] its discounted return to that end (0 where not used). */
+void dt_mc_returns(int T, int B, float gamma, const float *rewards, const uint8_t *done, const uint8_t *valid, int first_starts,
+                   float *returns, uint8_t *use);
 /* Actor index's life (what `dtrain rl actor I` runs, fds 3 and 4 from the learner): 0 when the learner closed its
  * end, 1 after an error (said on stderr). */
 int dt_rl_actor_main(int index);

@@ -65,8 +65,8 @@ static void usage(void) {
            "--refresh 1 updates, which the actors take at their next rollout. Asynchronous: an update takes the first rollouts\n"
            "ready; --sync: each actor's next in turn, rollout r acting with the weights of update floor(r / refresh) x refresh,\n"
            "so the run is the same whatever the number of actors. An actor that dies is named and the learner goes on with\n"
-           "the others; the actors end with the learner. Other settings as PPO's (the value loss is not clipped; --clip and\n"
-           "--gae-lambda are PPO's). The metrics add policy_lag (updates between the weights a rollout acted with and the\n"
+           "the others; the actors end with the learner. Other settings as PPO's (the value loss is not clipped; --clip,\n"
+           "--gae-lambda and --no-clip-vloss are PPO's and refused here). The metrics add policy_lag (updates between the weights a rollout acted with and the\n"
            "learner's); approx_kl and clipfrac there are the learner's policy against the actors' and the fraction of\n"
            "importance weights truncated at --rho-bar.\n"
            "--algo reinforce: REINFORCE with a baseline (Sutton and Barto 13.4): --envs 4 x --rollout-steps 512 a rollout; the\n"
@@ -176,7 +176,7 @@ int dt_cli_rl(int argc, char **argv) {
     double gamma = c.gamma, lam = c.gae_lambda, mbs = c.minibatches, epochs = c.epochs, clip = c.clip_coef, ent = c.ent_coef;
     double vf = c.vf_coef, mgn = c.max_grad_norm, hidden = c.hidden, every = c.print_every, threads = 1;
     double actors = c.actors, refresh = c.refresh, rho_bar = c.rho_bar, c_bar = c.c_bar;
-    const char *impala_flag = NULL; /* one of IMPALA's flags, given */
+    const char *impala_flag = NULL, *ppo_flag = NULL; /* one of IMPALA's flags, of PPO's, given */
     const char *report = NULL;
     char metrics[4096], policy[4096];
     for (int i = 1; i < argc; i++) {
@@ -184,7 +184,8 @@ int dt_cli_rl(int argc, char **argv) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
         if (!strcmp(f, "--no-anneal")) { c.anneal_lr = 0; continue; }
         if (!strcmp(f, "--no-norm-adv")) { c.norm_adv = 0; continue; }
-        if (!strcmp(f, "--no-clip-vloss")) { c.clip_vloss = 0; continue; }
+        if (!strcmp(f, "--no-clip-vloss")) { c.clip_vloss = 0; ppo_flag = f; continue; }
+        if (!strcmp(f, "--clip") || !strcmp(f, "--gae-lambda")) ppo_flag = f;
         if (!strcmp(f, "--trunc-as-term")) { c.trunc_as_term = 1; continue; }
         if (!strcmp(f, "--sync")) { c.sync = 1; impala_flag = f; continue; }
         if (!strcmp(f, "--actors") || !strcmp(f, "--refresh") || !strcmp(f, "--rho-bar") || !strcmp(f, "--c-bar")) impala_flag = f;
@@ -252,6 +253,10 @@ int dt_cli_rl(int argc, char **argv) {
     }
     if (c.algo == DT_RL_REINFORCE && nproc > 1) {
         dt_log(DT_LOG_ERROR, "rl: --algo reinforce runs in one process; --nproc is PPO's");
+        return 2;
+    }
+    if (c.algo != DT_RL_PPO && ppo_flag) { /* settings the other algorithms would ignore */
+        dt_log(DT_LOG_ERROR, "rl: %s is PPO's (--algo ppo)", ppo_flag);
         return 2;
     }
     dt_comm *w;

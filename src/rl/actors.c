@@ -206,7 +206,7 @@ static dt_actor_slot *give(dt_rl_actors *a, int i, int *who) {
     return dt_actor_slot_at(a->h, i, s);
 }
 
-dt_status dt_rl_actors_take(dt_rl_actors *a, int want, int *actor, dt_actor_slot **slot) {
+dt_status dt_rl_actors_take(dt_rl_actors *a, int want, int *who, dt_actor_slot **slot) {
     *slot = NULL;
     struct pollfd *p = malloc(sizeof *p * (size_t)a->na);
     if (!p) return dt_error(DT_ERR_NOMEM, "impala: out of memory");
@@ -220,7 +220,7 @@ dt_status dt_rl_actors_take(dt_rl_actors *a, int want, int *actor, dt_actor_slot
             if (a->a[i].fd >= 0 && a->a[i].full > 0) pick = i;
             if (want >= 0) break;
         }
-        if (pick >= 0) { *slot = give(a, pick, actor); break; }
+        if (pick >= 0) { *slot = give(a, pick, who); break; }
         for (int i = 0; i < a->na; i++) p[i] = (struct pollfd){ (want < 0 || i == want) ? a->a[i].fd : -1, POLLIN, 0 };
         if (poll(p, (nfds_t)a->na, 1000) < 0 && errno != EINTR) { st = dt_error(DT_ERR_SYS, "impala: poll: %s", strerror(errno)); break; }
         for (int i = 0; i < a->na; i++)

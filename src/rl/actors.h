@@ -61,7 +61,7 @@ void dt_rl_actors_publish(dt_rl_actors *a, const float *params, int64_t version)
 /* The next full slot of actor want (its rollouts in order), or with want -1 of whichever actor has one first. An
  * actor found dead is said (a warning) and left out; want's death gives DT_OK with *slot NULL; with no actor left,
  * DT_ERR_PEER. */
-dt_status dt_rl_actors_take(dt_rl_actors *a, int want, int *actor, dt_actor_slot **slot);
+dt_status dt_rl_actors_take(dt_rl_actors *a, int want, int *who, dt_actor_slot **slot);
 /* The slot take gave, free for the actor again. */
 void dt_rl_actors_release(dt_rl_actors *a, int actor);
 int dt_rl_actors_count(const dt_rl_actors *a);

@@ -31,8 +31,8 @@ typedef struct {
     dt_pg_step step;
     float *rec;            /* [(T+1)][N][rec] */
     const float **recs;    /* [T][N] */
-    float *adv, *ret;
-    uint8_t *use, *started;
+    float *adv, *ret, *rew;
+    uint8_t *use, *done, *valid;
     dt_episode *eps;
     double used;           /* the fraction of this update's steps in whole episodes */
 } reinforce;
@@ -50,41 +50,51 @@ void dt_reinforce_defaults(dt_rl_config *c, int continuous) {
 static const float *at(const reinforce *p, int t, int j) { return p->rec + ((size_t)t * p->N + j) * p->rl; }
 static const float *fld(const reinforce *p, const float *r) { return r + p->od + p->ad; }
 
-/* Each environment's whole episodes: their returns, their advantages over the rollout's values, normalised when
- * asked; use[] marks their steps. */
-static void returns(reinforce *p, int first_update) {
-    const double g = p->c->gamma;
-    int n = 0;
-    double sum = 0, sq = 0;
-    for (int j = 0; j < p->N; j++) {
-        int started = first_update; /* row 0 of the first rollout is its episode's first step */
-        for (int t = 0; t < p->T; t++) {
-            const float *f = fld(p, at(p, t, j));
-            p->started[(size_t)t * p->N + j] = started && f[DT_RL_VALID];
-            if (!f[DT_RL_VALID]) started = 1; /* a reset step: the next step begins an episode */
+void dt_mc_returns(int T, int B, float gamma, const float *rewards, const uint8_t *done, const uint8_t *valid, int first_starts,
+                   float *returns, uint8_t *use) {
+    for (int b = 0; b < B; b++) {
+        int started = first_starts, complete = 0;
+        for (int t = 0; t < T; t++) { /* use[] first says whether the step's episode began inside the rollout */
+            size_t k = (size_t)t * B + b;
+            use[k] = started && valid[k];
+            if (!valid[k]) started = 1; /* a reset step: the next step begins an episode */
         }
         double G = 0;
-        int complete = 0;
-        for (int t = p->T - 1; t >= 0; t--) {
-            size_t k = (size_t)t * p->N + j;
-            const float *r = at(p, t, j), *f = fld(p, r);
-            p->recs[k] = r;
-            if (!f[DT_RL_VALID]) complete = 0;
-            else if (f[DT_RL_DONE]) { complete = 1; G = 0; }
-            G = f[DT_RL_REW] + g * G;
-            p->use[k] = complete && p->started[k];
-            p->ret[k] = (float)G;
-            p->adv[k] = p->use[k] ? (float)(G - f[DT_RL_VAL]) : 0;
-            if (p->use[k]) { n++; sum += p->adv[k]; }
+        for (int t = T - 1; t >= 0; t--) {
+            size_t k = (size_t)t * B + b;
+            if (!valid[k]) complete = 0;
+            else if (done[k]) { complete = 1; G = 0; }
+            G = rewards[k] + (double)gamma * G;
+            use[k] = use[k] && complete;
+            returns[k] = use[k] ? (float)G : 0;
         }
     }
-    p->used = (double)n / ((double)p->T * p->N);
+}
+
+/* The rollout's rows as dt_mc_returns reads them; the advantages over the rollout's values, normalised when asked. */
+static void returns(reinforce *p, int first_update) {
+    size_t rows = (size_t)p->T * p->N;
+    for (size_t k = 0; k < rows; k++) {
+        const float *r = at(p, (int)(k / p->N), (int)(k % p->N)), *f = fld(p, r);
+        p->recs[k] = r;
+        p->rew[k] = f[DT_RL_REW];
+        p->done[k] = f[DT_RL_DONE] != 0;
+        p->valid[k] = f[DT_RL_VALID] != 0;
+    }
+    dt_mc_returns(p->T, p->N, p->c->gamma, p->rew, p->done, p->valid, first_update, p->ret, p->use);
+    int n = 0;
+    double sum = 0, sq = 0;
+    for (size_t k = 0; k < rows; k++) {
+        p->adv[k] = p->use[k] ? p->ret[k] - fld(p, p->recs[k])[DT_RL_VAL] : 0;
+        if (p->use[k]) { n++; sum += p->adv[k]; }
+    }
+    p->used = (double)n / (double)rows;
     if (!p->c->norm_adv || n < 2) return;
     double mean = sum / n;
-    for (size_t k = 0; k < (size_t)p->T * p->N; k++)
+    for (size_t k = 0; k < rows; k++)
         if (p->use[k]) sq += (p->adv[k] - mean) * (p->adv[k] - mean);
     double sd = sqrt(sq / (n - 1));
-    for (size_t k = 0; k < (size_t)p->T * p->N; k++)
+    for (size_t k = 0; k < rows; k++)
         if (p->use[k]) p->adv[k] = (float)((p->adv[k] - mean) / (sd + 1e-8));
 }
 
@@ -112,10 +122,12 @@ static dt_status setup(reinforce *p, const dt_rl_config *c, dt_comm *comm) {
     p->recs = malloc(sizeof(float *) * rows);
     p->adv = malloc(sizeof(float) * rows);
     p->ret = malloc(sizeof(float) * rows);
+    p->rew = malloc(sizeof(float) * rows);
     p->use = malloc(rows);
-    p->started = malloc(rows);
+    p->done = malloc(rows);
+    p->valid = malloc(rows);
     p->eps = malloc(sizeof(dt_episode) * EPISODES_CAP);
-    if (!p->rec || !p->recs || !p->adv || !p->ret || !p->use || !p->started || !p->eps)
+    if (!p->rec || !p->recs || !p->adv || !p->ret || !p->rew || !p->use || !p->done || !p->valid || !p->eps)
         return dt_error(DT_ERR_NOMEM, "reinforce: out of memory for a rollout of %d x %d", p->T, p->N);
     if ((st = dt_policy_create(p->od, p->K, !in->actions, c->hidden, c->seed, &p->pol))) return st;
     if ((st = dt_policy_engine_create(p->pol, c, NULL, &p->e))) return st;
@@ -138,7 +150,7 @@ static void teardown(reinforce *p) {
     dt_engine_destroy(p->e);
     dt_policy_destroy(p->pol);
     dt_env_pool_destroy(p->pool);
-    void *b[] = { p->rec, (void *)p->recs, p->adv, p->ret, p->use, p->started, p->eps };
+    void *b[] = { p->rec, (void *)p->recs, p->adv, p->ret, p->rew, p->use, p->done, p->valid, p->eps };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) free(b[i]);
 }
 
