@@ -47,6 +47,17 @@ static const float *fx_get(const char *name, size_t *n) {
     exit(1);
 }
 
+/* The largest |a - b| over the largest |b| (1 where b is all zero): how far a is from the fixture's b. */
+static inline double fx_rel_max(const float *a, const float *b, size_t n) {
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)a[i] - b[i];
+        d = e < 0 ? (-e > d ? -e : d) : (e > d ? e : d);
+        m = b[i] < 0 ? (-b[i] > m ? -b[i] : m) : (b[i] > m ? b[i] : m);
+    }
+    return d / (m > 0 ? m : 1);
+}
+
 static void fx_free(void) {
     for (int i = 0; i < fx_n; i++) free(fx_arr[i].v);
     fx_n = 0;

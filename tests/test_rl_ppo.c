@@ -28,15 +28,6 @@ static void check(int ok, const char *what) {
     if (!ok) { printf("FAIL (rank %d): %s\n", rank, what); failures++; }
 }
 
-static double rel_max(const float *a, const float *b, size_t n) {
-    double d = 0, m = 0;
-    for (size_t i = 0; i < n; i++) {
-        d = fmax(d, fabs((double)a[i] - b[i]));
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return d / (m > 0 ? m : 1);
-}
-
 static void loss_case(int clip_vloss) {
     char name[64];
 #define FX(s) (snprintf(name, sizeof name, "v%d.%s", clip_vloss, s), fx_get(name, &n))
@@ -57,7 +48,7 @@ static void loss_case(int clip_vloss) {
     dt_ppo_loss(&c, (int)B, K, NULL, logits, values, actions, old_logp, old_v, adv, ret, w, dz, NULL, dv, &t);
     double got[6] = { t.loss, t.pg, t.v, t.entropy, t.approx_kl, t.clipfrac }, worst = 0;
     for (int i = 0; i < 6; i++) worst = fmax(worst, fabs(got[i] - terms[i]) / fmax(1e-3, fabs(terms[i])));
-    double gz = rel_max(dz, dlogits, B * K), gv = rel_max(dv, dvalues, B);
+    double gz = fx_rel_max(dz, dlogits, B * K), gv = fx_rel_max(dv, dvalues, B);
     printf("ppo loss (value clipping %s): loss %.6f (PyTorch %.6f), terms within %.1e, d logits within %.1e, d values %.1e\n",
            clip_vloss ? "on" : "off", t.loss, (double)terms[0], worst, gz, gv);
     check(worst <= 1e-5, "loss, pg, v, entropy, approx_kl and clipfrac are PyTorch's");
@@ -81,7 +72,7 @@ static void gaussian_loss_case(void) {
     if (K <= 8) dt_ppo_loss(&c, (int)B, (int)K, logstd, mean, values, actions, old_logp, old_v, adv, ret, w, dz, dls, dv, &t);
     double got[6] = { t.loss, t.pg, t.v, t.entropy, t.approx_kl, t.clipfrac }, worst = 0;
     for (int i = 0; i < 6; i++) worst = fmax(worst, fabs(got[i] - terms[i]) / fmax(1e-3, fabs(terms[i])));
-    double gz = rel_max(dz, dmean, B * K), gl = rel_max(dls, dlogstd, K), gv = rel_max(dv, dvalues, B);
+    double gz = fx_rel_max(dz, dmean, B * K), gl = fx_rel_max(dls, dlogstd, K), gv = fx_rel_max(dv, dvalues, B);
     printf("ppo loss (Gaussian, %zu dimensions): loss %.6f (PyTorch %.6f), terms within %.1e, d means within %.1e, d log std %.1e, "
            "d values %.1e\n", K, t.loss, (double)terms[0], worst, gz, gl, gv);
     check(K <= 8 && worst <= 1e-5, "the Gaussian policy's loss terms are PyTorch's");

@@ -18,15 +18,6 @@ static void check(int ok, const char *what) {
     if (!ok) { printf("FAIL: %s\n", what); failures++; }
 }
 
-static double rel_max(const float *a, const float *b, size_t n) {
-    double d = 0, m = 0;
-    for (size_t i = 0; i < n; i++) {
-        d = fmax(d, fabs((double)a[i] - b[i]));
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return d / (m > 0 ? m : 1);
-}
-
 static const float *get(const char *name, const char *field, size_t *n) {
     char k[48];
     snprintf(k, sizeof k, "%s.%s", name, field);
@@ -43,7 +34,7 @@ static void rllib_case(const char *name) {
     uint8_t *valid = malloc(TB);
     memset(valid, 1, TB);
     dt_vtrace(T, B, rho_bar[0], 1.0f, log_rho, values, rew, disc, valid, vs, adv);
-    double ev = rel_max(vs, vs_ref, TB), ea = rel_max(adv, adv_ref, TB);
+    double ev = fx_rel_max(vs, vs_ref, TB), ea = fx_rel_max(adv, adv_ref, TB);
     printf("v-trace %s (T %d, B %d, rho_bar %g): vs within %.1e of RLlib's, advantages within %.1e\n", name, T, B, (double)rho_bar[0],
            ev, ea);
     check(ev <= 1e-6 && ea <= 1e-6, "V-trace's targets and advantages are RLlib's");

@@ -133,6 +133,10 @@ size_t dt_mem_resident(const void *p, size_t bytes);
 size_t dt_peak_memory(void);
 /* This process's resident memory now (VmRSS), in bytes. */
 size_t dt_resident_memory(void);
+/* A child process: exe run with argv, with fd3 and fd4 as its fds 3 and 4 (every other fd from 5 up closed), its
+ * standard output on its standard error, killed when this process dies (PR_SET_PDEATHSIG), SIGINT ignored (the
+ * parent decides when it ends). Fork and exec only: the parent may have threads. */
+dt_status dt_child_start(const char *exe, char *const argv[], int fd3, int fd4, int *pid);
 /* How a child process ended (a wait status), in words: "was killed by signal 9 (Killed)", "exited with status 1". */
 void dt_exit_describe(int status, char *buf, size_t cap);
 /* A child that closed its end of a pipe or socket: reaped within wait_s seconds (1, and how it ended in buf), or

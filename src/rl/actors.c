@@ -8,14 +8,12 @@
 #include "rollout.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -26,7 +24,6 @@
 typedef struct {
     int pid, fd;  /* fd -1: gone */
     int full;    /* slots it said are full, not yet taken */
-    int taken;   /* slots taken, not yet released (at most DT_ACTOR_SLOTS) */
     int next;    /* the slot take gives next: an actor fills its slots in turn, the learner takes and frees them in turn */
 } actor;
 
@@ -34,6 +31,7 @@ struct dt_rl_actors {
     dt_actor_shared *h;
     int na, live, last;
     actor *a;
+    struct pollfd *p; /* take's, one an actor */
 };
 
 int dt_rl_actors_count(const dt_rl_actors *a) { return a->na; }
@@ -60,20 +58,12 @@ static dt_status start(dt_rl_actors *a, int i, int mfd, const char *exe) {
     char *argv[] = { (char *)exe, "rl", "actor", idx, NULL };
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) return dt_error(DT_ERR_SYS, "impala: socketpair: %s", strerror(errno));
-    pid_t pid = fork();
-    if (pid == 0) { /* only async-signal-safe calls until exec: the learner may have threads */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        signal(SIGINT, SIG_IGN); /* Ctrl-C is the learner's; an actor ends when its socket does */
-        int m = fcntl(mfd, F_DUPFD, 10), s = fcntl(sv[1], F_DUPFD, 10);
-        if (m < 0 || s < 0 || dup2(m, 3) != 3 || dup2(s, 4) != 4) _exit(127);
-        close_range(5, ~0U, 0);
-        execv(exe, argv);
-        _exit(127);
-    }
+    int pid = 0;
+    dt_status st = dt_child_start(exe, argv, mfd, sv[1], &pid);
     close(sv[1]);
-    if (pid < 0) {
+    if (st) {
         close(sv[0]);
-        return dt_error(DT_ERR_SYS, "impala: fork: %s", strerror(errno));
+        return dt_error(DT_ERR_SYS, "impala: %s", dt_last_error());
     }
     a->a[i] = (actor){ .pid = pid, .fd = sv[0] };
     a->live++;
@@ -122,21 +112,18 @@ static dt_status map_shared(dt_rl_actors *a, const dt_rl_config *c, const dt_env
     return DT_OK;
 }
 
-dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, const char *exe,
-                              dt_rl_actors **out) {
+dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, dt_rl_actors **out) {
     *out = NULL;
     if (strlen(c->env) >= sizeof(((dt_actor_shared *)0)->env))
         return dt_error(DT_ERR_ARG, "impala: the environment's name is longer than %zu bytes",
                         sizeof(((dt_actor_shared *)0)->env) - 1);
-    char self[4096];
-    if (!exe) {
-        ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (k <= 0) return dt_error(DT_ERR_SYS, "impala: cannot find this program (/proc/self/exe): %s", strerror(errno));
-        self[k] = 0;
-        exe = self;
-    }
+    char exe[4096]; /* found before fork: the child only execs */
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (k <= 0) return dt_error(DT_ERR_SYS, "impala: cannot find this program (/proc/self/exe): %s", strerror(errno));
+    exe[k] = 0;
     dt_rl_actors *a = calloc(1, sizeof *a);
-    if (!a || !(a->a = calloc((size_t)c->actors, sizeof *a->a))) {
+    if (!a || !(a->a = calloc((size_t)c->actors, sizeof *a->a)) || !(a->p = calloc((size_t)c->actors, sizeof *a->p))) {
+        if (a) free(a->a);
         free(a);
         return dt_error(DT_ERR_NOMEM, "impala: out of memory");
     }
@@ -167,6 +154,7 @@ void dt_rl_actors_destroy(dt_rl_actors *a) {
     }
     if (a->h) munmap(a->h, a->h->total);
     free(a->a);
+    free(a->p);
     free(a);
 }
 
@@ -200,7 +188,6 @@ static dt_actor_slot *give(dt_rl_actors *a, int i, int *who) {
     int s = x->next;
     x->next = (x->next + 1) % DT_ACTOR_SLOTS;
     x->full--;
-    x->taken++;
     *who = i;
     a->last = i;
     return dt_actor_slot_at(a->h, i, s);
@@ -208,8 +195,7 @@ static dt_actor_slot *give(dt_rl_actors *a, int i, int *who) {
 
 dt_status dt_rl_actors_take(dt_rl_actors *a, int want, int *who, dt_actor_slot **slot) {
     *slot = NULL;
-    struct pollfd *p = malloc(sizeof *p * (size_t)a->na);
-    if (!p) return dt_error(DT_ERR_NOMEM, "impala: out of memory");
+    struct pollfd *p = a->p;
     dt_status st = DT_OK;
     for (;;) {
         if (!a->live) { st = dt_error(DT_ERR_PEER, "impala: every actor is gone (said above)"); break; }
@@ -226,12 +212,7 @@ dt_status dt_rl_actors_take(dt_rl_actors *a, int want, int *who, dt_actor_slot *
         for (int i = 0; i < a->na; i++)
             if (p[i].fd >= 0 && p[i].revents && hear(a, i) < 0) lost(a, i);
     }
-    free(p);
     return st;
 }
 
-void dt_rl_actors_release(dt_rl_actors *a, int i) {
-    actor *x = &a->a[i];
-    x->taken--;
-    tell(a, i, DT_ACTOR_FREE);
-}
+void dt_rl_actors_release(dt_rl_actors *a, int i) { tell(a, i, DT_ACTOR_FREE); }

@@ -50,10 +50,9 @@ static inline float *dt_actor_slot_records(const dt_actor_shared *h, dt_actor_sl
 }
 
 typedef struct dt_rl_actors dt_rl_actors;
-/* Starts c->actors actors (exe `rl actor`, NULL: /proc/self/exe) for environments of the info's kind, n a actor, and
- * waits for each to say it is ready (an actor that cannot start is named: the error). */
-dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, const char *exe,
-                              dt_rl_actors **out);
+/* Starts c->actors actors (this program, /proc/self/exe, as `rl actor I`) for environments of the info's kind, n a
+ * actor, and waits for each to say it is ready (an actor that cannot start is named: the error). */
+dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, dt_rl_actors **out);
 /* Closes the actors' sockets (they end), waits up to a second each, then kills what is left. */
 void dt_rl_actors_destroy(dt_rl_actors *a);
 /* The weights of update version, for the actors' next rollouts. */

@@ -10,7 +10,6 @@
 #include "gym_bridge.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -18,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -116,21 +114,13 @@ static dt_status start(dt_gym_bridge *b, worker *w, const char *python) {
         close(mfd);
         return dt_error(DT_ERR_SYS, "gym:%s: socketpair: %s", b->id, strerror(errno));
     }
-    pid_t pid = fork();
-    if (pid == 0) { /* only async-signal-safe calls until exec: the parent may have threads */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        signal(SIGINT, SIG_IGN); /* Ctrl-C is dtrain's to handle; the worker ends when its socket does */
-        int s = fcntl(sv[1], F_DUPFD, 10), m = fcntl(mfd, F_DUPFD, 10);
-        if (s < 0 || m < 0 || dup2(s, 3) != 3 || dup2(m, 4) != 4 || dup2(2, 1) != 1) _exit(127);
-        close_range(5, ~0U, 0);
-        execv(exe, argv);
-        _exit(127);
-    }
+    int pid = 0;
+    dt_status started = dt_child_start(exe, argv, sv[1], mfd, &pid);
     close(sv[1]);
     w->fd = sv[0];
-    if (pid < 0) {
+    if (started) {
         close(mfd);
-        return dt_error(DT_ERR_SYS, "gym:%s: fork: %s", b->id, strerror(errno));
+        return dt_error(DT_ERR_SYS, "gym:%s: %s", b->id, dt_last_error());
     }
     w->pid = pid;
     char line[4096];

@@ -210,7 +210,7 @@ static dt_status setup(impala *p, const dt_rl_config *c, dt_comm *comm) {
                c->anneal_lr ? " annealed to 0" : "");
         fflush(stdout);
     }
-    if (!st) st = dt_rl_actors_create(c, &in, p->K, dt_policy_num_params(p->pol), NULL, &p->act);
+    if (!st) st = dt_rl_actors_create(c, &in, p->K, dt_policy_num_params(p->pol), &p->act);
     dt_env_pool_destroy(one);
     if (!st) dt_rl_actors_publish(p->act, dt_policy_params(p->pol), 0);
     return st;
