@@ -58,6 +58,7 @@ typedef struct dt_micro_schedule {
  * (*skip: the step changes nothing, on every rank). It needs every gradient on every rank (strategies single and
  * ddp) and the update after backward (the engine turns step_at_end on). */
 typedef struct {
+    const char *name; /* for its errors: "K-FAC", "Shampoo" */
     void (*begin)(void *ctx, int accum);
     dt_status (*apply)(void *ctx, float *grads, float lr, int *skip);
     void *ctx;

@@ -13,6 +13,7 @@
 #include "dtrain/plan.h"
 #include "dtrain/program.h"
 #include "dtrain/kfac.h"
+#include "dtrain/shampoo.h"
 
 #include <stdio.h>
 
@@ -98,6 +99,8 @@ typedef struct {
     dt_codec_config codec;    /* --compress powersgd, --compress-rank R, --compress-start N (kind DT_CODEC_NONE: none) */
     int kfac_on;              /* --optimizer kfac: K-FAC's preconditioning (kfac) before opt's update (SGD, or --kfac-base adamw) */
     dt_kfac_config kfac;
+    int shampoo_on;           /* --optimizer shampoo: Shampoo's directions (shampoo) before SGD's update (its momentum, weight decay) */
+    dt_shampoo_config shampoo;
     int argc;                 /* the command line, re-executed for each rank */
     char **argv;
 } dt_train_config;

@@ -239,6 +239,16 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
         cJSON_AddNumberToObject(x, "kfac_workers", dt_f32_decimal(c->kfac.workers));
         cJSON_AddStringToObject(x, "kfac_method", c->kfac.method == DT_KFAC_INVERSE ? "inverse" : "eigen");
     }
+    if (c->shampoo_on) {
+        /* Shampoo's settings (its factors, roots and moments are not saved yet: a resumed run starts them afresh) */
+        cJSON_AddBoolToObject(x, "shampoo", 1);
+        cJSON_AddNumberToObject(x, "shampoo_block", c->shampoo.block);
+        cJSON_AddNumberToObject(x, "shampoo_every", c->shampoo.every);
+        cJSON_AddNumberToObject(x, "shampoo_start", c->shampoo.start);
+        cJSON_AddNumberToObject(x, "shampoo_eps", c->shampoo.eps);
+        cJSON_AddNumberToObject(x, "shampoo_group", c->shampoo.group);
+        cJSON_AddStringToObject(x, "shampoo_wire", c->shampoo.wire == DT_BF16 ? "bf16" : "fp32");
+    }
     x = cJSON_AddObjectToObject(j, "schedule");
     cJSON_AddStringToObject(x, "kind", dt_schedule_name(c->sched.kind));
     cJSON_AddNumberToObject(x, "lr", c->sched.lr);

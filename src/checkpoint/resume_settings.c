@@ -52,6 +52,16 @@ static void take_optimizer(const cJSON *j, dt_train_config *c) {
     take_float(j, "optimizer", "weight_decay", &c->opt.weight_decay);
     take_float(j, "optimizer", "momentum", &c->opt.momentum);
     take_bool(j, "optimizer", "nesterov", &c->opt.nesterov);
+    take_bool(j, "optimizer", "shampoo", &c->shampoo_on);
+    if (c->shampoo_on) {
+        take_int(j, "optimizer", "shampoo_block", &c->shampoo.block);
+        take_int(j, "optimizer", "shampoo_every", &c->opt.precond_every);
+        take_int(j, "optimizer", "shampoo_start", &c->shampoo.start);
+        take_float(j, "optimizer", "shampoo_eps", &c->shampoo.eps);
+        take_int(j, "optimizer", "shampoo_group", &c->shampoo.group);
+        const char *w = dt_ckpt_string(j, "optimizer", "shampoo_wire");
+        if (w) c->shampoo.wire = !strcmp(w, "bf16") ? DT_BF16 : DT_F32;
+    }
     take_bool(j, "optimizer", "kfac", &c->kfac_on);
     if (!c->kfac_on) return;
     take_float(j, "optimizer", "kfac_damping", &c->kfac.damping);

@@ -77,7 +77,7 @@ static void usage(FILE *f) {
             "  --chat-template T  chatml or llama3 (by default the kind tokenizer_config.json's template is)\n"
             "  --val-data FILE    validation tokens (or FILE.jsonl); --eval-every N steps, --eval-batches N (8)\n"
             "  --batch B (4)  --seq T (64)  --steps N (10; 0: evaluate only, as dtrain eval)  --grad-accum K (1)\n"
-            "  --optimizer sgd|adamw|lamb|lars|soap|kfac (adamw)  --lr X (3e-4)  --betas B1,B2 (0.9,0.999)\n"
+            "  --optimizer sgd|adamw|lamb|lars|soap|kfac|shampoo (adamw)  --lr X (3e-4)  --betas B1,B2 (0.9,0.999)\n"
             "  --optimizer soap   SOAP (pytorch_optimizer's): Adam in the eigenbases of each matrix's Shampoo\n"
             "                     statistics, refreshed every --precondition-every N steps (10) by a power iteration\n"
             "                     and QR, sides longer than --precondition-max-dim D (10000) unrotated, vectors plain\n"
@@ -90,6 +90,15 @@ static void usage(FILE *f) {
             "                     and --kfac-inv-every N (1), --kfac-method eigen|inverse (eigen), --kfac-workers F:\n"
             "                     KAISA's share of the ranks holding each Linear's decompositions (1: COMM-OPT, the\n"
             "                     default; 1/ranks: MEM-OPT, each rank its own Linears', their gradients sent)\n"
+            "  --optimizer shampoo  Shampoo (Meta's distributed_shampoo's semantics): each tensor cut into blocks of at\n"
+            "                     most --shampoo-block B (1024) a side after merging its small dimensions; a block's\n"
+            "                     filtered gradient (beta1) preconditioned by the inverse 2k-th roots of its k factors\n"
+            "                     (running averages at beta2), recomputed every --precondition-every N steps (10) from\n"
+            "                     step --shampoo-start S (N; Adam before it) with --shampoo-eps E (1e-12) on their\n"
+            "                     diagonals, grafted onto Adam's step size (--eps its epsilon); SGD under it (its\n"
+            "                     --momentum, --weight-decay decoupled). Single or ddp, f32 gradients: the blocks\n"
+            "                     shared by the ranks (or by groups of --shampoo-group G of them; 1: every rank all),\n"
+            "                     their directions allgathered in --shampoo-wire fp32|bf16 (fp32)\n"
             "  --eps X (1e-8)  --weight-decay X (0)  --momentum X (0)  --nesterov  --trust-coef X (0.001)\n"
             "  --grad-clip X      clip the global gradient norm (0 = off, the default)\n"
             "  --schedule constant|cosine (constant)  --warmup N (0: linear warm-up with either)  --lr-min X (0)\n"
@@ -220,7 +229,9 @@ static const dt_cli_flag flags[] = {
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
     { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
     { "--tokenizer", "a tokenizer.json" }, { "--chat-template", "chatml, llama3 or none" },
-    { "--optimizer", "sgd, adamw, lamb, lars, soap or kfac" }, { "--precondition-every", "a whole number of steps from 1 to 1e6" },
+    { "--optimizer", "sgd, adamw, lamb, lars, soap, kfac or shampoo" }, { "--shampoo-wire", "fp32 or bf16" },
+    { "--shampoo-block", "a whole number from 1 to 1e6" }, { "--shampoo-start", "a whole number of steps from 1 to 1e9" }, { "--shampoo-eps", "a number above 0, at most 1" },
+    { "--shampoo-group", "a whole number of ranks from 1, dividing the data-parallel ranks" }, { "--precondition-every", "a whole number of steps from 1 to 1e6" },
     { "--precondition-max-dim", "a whole number from 1 to 1e6" }, { "--kfac-base", "sgd or adamw" }, { "--kfac-method", "eigen or inverse" },
     { "--kfac-damping", "a number above 0, up to 1e6" }, { "--kfac-decay", "a number in [0, 1)" }, { "--kfac-kl-clip", "a number from 0 (off) to 1e6" },
     { "--kfac-factor-every", "a whole number of steps from 1 to 1e6" }, { "--kfac-inv-every", "a whole number of steps from 1 to 1e6" },
@@ -283,13 +294,15 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
     dt_optim_kind kind = c.opt.kind;
     double betas[2] = { c.opt.beta1, c.opt.beta2 }, eps = c.opt.eps, wd = c.opt.weight_decay, mom = c.opt.momentum,
            trust = c.opt.trust_coef;
-    int nesterov = c.opt.nesterov, kfac_flags = 0, pc_every = c.opt.precond_every, pc_max = c.opt.precond_max_dim;
+    int nesterov = c.opt.nesterov, kfac_flags = 0, shampoo_flags = 0, pc_every = c.opt.precond_every, pc_max = c.opt.precond_max_dim;
     dt_optim_kind kfac_base = c.kfac_on ? c.opt.kind : DT_OPT_SGD; /* a resumed K-FAC run's, or SGD */
     const num_flag nums[] = {
         { "--kfac-damping", 1e-30, 1e6, 0, &c.kfac.damping, 'f' }, { "--kfac-decay", 0, 0.999999, 0, &c.kfac.factor_decay, 'f' },
         { "--kfac-kl-clip", 0, 1e6, 0, &c.kfac.kl_clip, 'f' }, { "--kfac-factor-every", 1, 1e6, 1, &c.kfac.factor_every, 'i' },
         { "--kfac-inv-every", 1, 1e6, 1, &c.kfac.inv_every, 'i' }, { "--precondition-every", 1, 1e6, 1, &pc_every, 'i' },
-        { "--precondition-max-dim", 1, 1e6, 1, &pc_max, 'i' }, { "--kfac-workers", 1e-9, 1, 0, &c.kfac.workers, 'f' },
+        { "--precondition-max-dim", 1, 1e6, 1, &pc_max, 'i' }, { "--shampoo-block", 1, 1e6, 1, &c.shampoo.block, 'i' },
+        { "--shampoo-start", 1, 1e9, 1, &c.shampoo.start, 'i' }, { "--shampoo-eps", 1e-30, 1, 0, &c.shampoo.eps, 'f' },
+        { "--shampoo-group", 1, 65536, 1, &c.shampoo.group, 'i' }, { "--kfac-workers", 1e-9, 1, 0, &c.kfac.workers, 'f' },
         { "--batch", 1, 1e6, 1, &c.batch, 'i' }, { "--seq", 1, 1e6, 1, &c.seq, 'i' }, { "--steps", 0, 1e9, 1, &c.steps, 'i' },
         { "--epochs", 1, 1e6, 1, &c.epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c.save_every, 'i' }, { "--keep-last", 1, 256, 1, &c.keep_last, 'i' },
         { "--stop-after", 0, 1e9, 1, &c.stop_after, 'i' },
@@ -330,6 +343,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         i++;
         const num_flag *nf = NULL;
         kfac_flags += !strncmp(f, "--kfac-", 7);
+        shampoo_flags += !strncmp(f, "--shampoo-", 10);
         for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++)
             if (!strcmp(f, nums[k].name)) nf = &nums[k];
         double x;
@@ -391,8 +405,10 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         else if (!strcmp(f, "--trace")) c.trace = v;
         else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c.trace_first, &c.trace_last);
         else if (!strcmp(f, "--report")) c.report = v;
-        else if (!strcmp(f, "--optimizer") && !strcmp(v, "kfac")) c.kfac_on = 1;
-        else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &kind), c.kfac_on = 0;
+        else if (!strcmp(f, "--optimizer") && !strcmp(v, "kfac")) c.kfac_on = 1, c.shampoo_on = 0;
+        else if (!strcmp(f, "--optimizer") && !strcmp(v, "shampoo")) c.shampoo_on = 1, c.kfac_on = 0;
+        else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &kind), c.kfac_on = 0, c.shampoo_on = 0;
+        else if (!strcmp(f, "--shampoo-wire")) ok = !dt_precision_parse(v, &c.shampoo.wire) && c.shampoo.wire != DT_F16;
         else if (!strcmp(f, "--kfac-base")) ok = !dt_optim_parse_kind(v, &kfac_base) && (kfac_base == DT_OPT_SGD || kfac_base == DT_OPT_ADAMW);
         else if (!strcmp(f, "--kfac-method")) {
             ok = !strcmp(v, "eigen") || !strcmp(v, "inverse");
@@ -422,7 +438,12 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         dt_log(DT_LOG_ERROR, "%s: --kfac-* flags set K-FAC's preconditioning, which is --optimizer kfac (not given)", cmd);
         return 2;
     }
+    if (shampoo_flags && !c.shampoo_on) {
+        dt_log(DT_LOG_ERROR, "%s: --shampoo-* flags set Shampoo's preconditioning, which is --optimizer shampoo (not given)", cmd);
+        return 2;
+    }
     if (c.kfac_on) kind = kfac_base;
+    if (c.shampoo_on) kind = DT_OPT_SGD;
     dt_optim_defaults(kind, &c.opt);
     c.opt.beta1 = (float)betas[0];
     c.opt.beta2 = (float)betas[1];
@@ -433,6 +454,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
     c.opt.trust_coef = (float)trust;
     c.opt.precond_every = pc_every;
     c.opt.precond_max_dim = pc_max;
+    c.shampoo.beta1 = c.opt.beta1, c.shampoo.beta2 = c.opt.beta2, c.shampoo.graft_eps = c.opt.eps, c.shampoo.every = pc_every;
     *out = c;
     return -1;
 }

@@ -447,7 +447,7 @@ void dt_kfac_destroy(dt_kfac *k) {
 static void precond_begin(void *ctx, int accum) { dt_kfac_begin(ctx, accum); }
 static dt_status precond_apply(void *ctx, float *grads, float lr, int *skip) { return dt_kfac_step(ctx, grads, lr, skip); }
 
-void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out) { *out = (dt_preconditioner){ precond_begin, precond_apply, k }; }
+void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out) { *out = (dt_preconditioner){ "K-FAC", precond_begin, precond_apply, k }; }
 
 int dt_kfac_layers(const dt_kfac *k) { return k->nlayers; }
 size_t dt_kfac_params(const dt_kfac *k) { return k->nparams; }

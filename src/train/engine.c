@@ -133,7 +133,7 @@ static dt_status check_precond(dt_engine *e) {
                       : c->grad_store != DT_F32                               ? "16-bit gradients (--grad-store)"
                       : c->codec && c->codec->kind != DT_CODEC_NONE           ? "gradient compression"
                                                                               : NULL;
-    if (why) return dt_error(DT_ERR_ARG, "K-FAC preconditions whole f32 gradients on every rank: not with %s (strategy %s)", why, e->s->name);
+    if (why) return dt_error(DT_ERR_ARG, "%s preconditions whole f32 gradients on every rank: not with %s (strategy %s)", c->precond->name, why, e->s->name);
     e->cfg.step_at_end = 1;
     return DT_OK;
 }

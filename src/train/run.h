@@ -59,6 +59,7 @@ typedef struct {
     float dpo_step[2], dpo_val[2]; /* the last step's and evaluation's reward accuracy and margin (metrics) */
     dt_engine *e;
     dt_kfac *kfac;            /* --optimizer kfac: the engine's preconditioner */
+    dt_shampoo *shampoo;      /* --optimizer shampoo: the same */
     dt_preconditioner precond;
     dt_watchdog *wd;
     FILE *metrics;

@@ -254,6 +254,28 @@ shape:
     return st;
 }
 
+/* Shampoo over the whole store as the engine's preconditioner, SGD under it; its blocks shared by the replicas. */
+static dt_status make_shampoo(run *r, dt_engine_config *ec) {
+    const dt_train_config *c = &r->c;
+    if (c->lora.rank > 0 || c->lora_from) return dt_error(DT_ERR_ARG, "--optimizer shampoo with LoRA: not yet (Shampoo would precondition every tensor, the frozen ones too)");
+    if (c->grad_clip > 0)
+        return dt_error(DT_ERR_ARG, "--optimizer shampoo with --grad-clip %g: the clip would act on Shampoo's directions, not the gradients; "
+                        "grafting already gives each block Adam's step size", c->grad_clip);
+    dt_status st = dt_shampoo_create(&c->shampoo, ec->model.tensors, ec->model.ntensors, ec->comm, &r->shampoo);
+    if (st) return st;
+    dt_shampoo_preconditioner(r->shampoo, &r->precond);
+    ec->precond = &r->precond;
+    if (c->resume && r->rank == 0)
+        dt_log(DT_LOG_WARN, "--resume %s: checkpoints hold Shampoo's settings, not yet its factors, roots and moments: they start afresh, "
+               "so the steps differ from the uninterrupted run's", c->resume);
+    if (r->rank == 0 && !c->quiet)
+        dt_log(DT_LOG_INFO, "Shampoo: %d blocks of at most %d, roots every %d steps from step %d, grafted onto Adam, SGD under it; "
+               "its state %.3f MiB on the rank holding most, the directions allgathered in %s", dt_shampoo_blocks(r->shampoo),
+               c->shampoo.block, c->shampoo.every, c->shampoo.start ? c->shampoo.start : c->shampoo.every,
+               dt_shampoo_state_bytes_most(r->shampoo) / 1048576.0, c->shampoo.wire == DT_BF16 ? "bf16" : "fp32");
+    return DT_OK;
+}
+
 /* The engine over the model, and where a resumed run goes on from. */
 static dt_status make_engine(run *r) {
     const dt_train_config *c = &r->c;
@@ -291,6 +313,7 @@ static dt_status make_engine(run *r) {
                    dt_kfac_layout(r->kfac), dt_kfac_layers(r->kfac), dt_kfac_params(r->kfac), dt_optim_kind_name(c->opt.kind),
                    dt_kfac_state_bytes_most(r->kfac) / 1048576.0, ec.model.nparams - dt_kfac_params(r->kfac), dt_optim_kind_name(c->opt.kind));
     }
+    if (!st && c->shampoo_on) st = make_shampoo(r, &ec);
     if (!st) st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
     if (c->opt.kind == DT_OPT_SOAP && r->rank == 0)

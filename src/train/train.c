@@ -38,6 +38,7 @@ void dt_train_defaults(dt_train_config *c) {
     c->cp_impl = -1;    /* auto */
     dt_optim_defaults(DT_OPT_ADAMW, &c->opt);
     dt_kfac_defaults(&c->kfac);
+    dt_shampoo_defaults(&c->shampoo);
     dt_grpo_defaults(&c->grpo);
     dt_schedule_defaults(&c->sched);
     dt_loss_scale_defaults(&c->loss_scale);
@@ -199,7 +200,7 @@ static int finish(run *r, int steps_done, int stop_signal) {
     if (!c->quiet)
         printf("peak memory %.1f MiB (model %.1f MiB: parameters, gradients, activations%s; optimizer state %.1f MiB%s)\n",
                dt_peak_memory() / 1048576.0, dt_gpt2_memory(r->m) / 1048576.0, c->recompute ? " with --recompute" : "",
-               dt_train_optim_bytes(r) / 1048576.0, r->kfac ? ", K-FAC's factors and decompositions in it" : "");
+               dt_train_optim_bytes(r) / 1048576.0, r->kfac ? ", K-FAC's factors and decompositions in it" : r->shampoo ? ", this rank's Shampoo blocks in it" : "");
     dt_train_observe_end(r, steps_done);
     return stop_signal ? 128 + stop_signal : 0;
 }
@@ -279,6 +280,7 @@ static void teardown(run *r) {
     dt_tb_destroy(r->tb);
     dt_engine_destroy(r->e);
     dt_kfac_destroy(r->kfac);
+    dt_shampoo_destroy(r->shampoo);
     dt_pipeline_destroy(r->pipe);
     dt_comm_destroy(r->mp);
     dt_comm_destroy(r->ep_replicas);
