@@ -6,12 +6,12 @@
 # basis), and the step and the wall time (the steps' own time, evaluations left out, as for AdamW) at which its
 # validation loss first reaches the target. Evaluations every 50 steps on 16 batches of the held-out 5%.
 # usage: bench/second_order_d6.sh [BUILD_DIR] [STEPS] [LRS] [OPTIMIZERS]
-#   defaults: build 800 "1e-3 2e-3 4e-3" "shampoo soap"
+#   defaults: build 800 "1e-3 2e-3 4e-3" "shampoo soap" (an empty OPTIMIZERS: AdamW alone)
 set -euo pipefail
 build=${1:-build}
 steps=${2:-800}
-lrs=${3:-1e-3 2e-3 4e-3}
-opts=${4:-shampoo soap}
+lrs=${3-1e-3 2e-3 4e-3}
+opts=${4-shampoo soap}
 out=$build/bench_second_order
 mkdir -p "$out"
 dtrain=$build/dtrain
