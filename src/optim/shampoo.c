@@ -201,15 +201,18 @@ static int inverse_root(dt_shampoo *s, const float *F, int d, float bc2, int roo
     return 0;
 }
 
-/* The first pass over this rank's blocks: the factors and grafting's moment take the gradient; on a root step, the
- * roots. The first failure: its block + 1 (0: none), its factor and LAPACK's info. */
+/* Block i's place in this rank's buffer of directions: its gradient until its direction replaces it. */
+static float *slot(dt_shampoo *s, int i) { return s->send + (s->b[i].at - s->mine); }
+
+/* The first pass over this rank's blocks: each gradient gathered into its slot, the factors and grafting's moment take
+ * it; on a root step, the roots. The first failure: its block + 1 (0: none), its factor and LAPACK's info. */
 static int statistics(dt_shampoo *s, const float *grads, bool roots, float bc2, int *factor, int *info) {
     int failed = 0;
-    float *g = s->work[0];
     for (int i = 0; i < s->nb; i++) {
         const sh_block *b = &s->b[i];
         if (b->owner != s->rank) continue;
         sh_state *q = &s->q[i];
+        float *g = slot(s, i);
         sh_block_gather(b, grads, g);
         update_factors(s, b, q, g);
         for (size_t j = 0; j < b->numel; j++) q->v[j] = s->c.beta2 * q->v[j] + (1.0f - s->c.beta2) * g[j] * g[j];
@@ -240,13 +243,14 @@ static double norm(const float *x, size_t n) {
     return sqrt(s);
 }
 
-/* Block i's direction into out: Adam's (grafting) before start, else Shampoo's at the norm of Adam's. */
-static void direction(dt_shampoo *s, int i, const float *grads, float bc1, float bc2, float *out) {
+/* Block i's direction in place of its gradient in its slot: Adam's (grafting) before start, else Shampoo's at the norm
+ * of Adam's. */
+static void direction(dt_shampoo *s, int i, float bc1, float bc2) {
     const sh_block *b = &s->b[i];
     sh_state *q = &s->q[i];
-    float *g = s->work[0], *adam = s->work[1];
+    float *g = s->work[0], *adam = s->work[1], *out = slot(s, i);
     size_t n = b->numel;
-    sh_block_gather(b, grads, g);
+    memcpy(g, out, n * sizeof *g);
     if (q->m)
         for (size_t j = 0; j < n; j++) q->m[j] += (1.0f - s->c.beta1) * (g[j] - q->m[j]), g[j] = q->m[j] / bc1;
     for (size_t j = 0; j < n; j++) adam[j] = g[j] / (sqrtf(q->v[j] / bc2) + s->c.graft_eps);
@@ -284,17 +288,16 @@ dt_status dt_shampoo_step(dt_shampoo *s, float *grads, int *skip) {
     if (st) return st;
     if (failed > 0) {
         const sh_block *b = &s->b[(int)failed - 1];
-        char why[96] = "";
-        if (b->owner == s->rank)
-            snprintf(why, sizeof why, info < 0 ? " (its factor %d, %d x %d: not finite)" : " (its factor %d, %d x %d: LAPACK's info %d, in f32 and f64)",
-                     factor, b->dim[factor], b->dim[factor], info);
+        char why[96] = "", lapack[48] = "not finite";
+        if (info > 0) snprintf(lapack, sizeof lapack, "LAPACK's info %d, in f32 and f64", info);
+        if (b->owner == s->rank) snprintf(why, sizeof why, " (its factor %d, %d x %d: %s)", factor, b->dim[factor], b->dim[factor], lapack);
         dt_log(DT_LOG_WARN, "Shampoo: step %ld: the inverse root of %s's block %d of %d failed on rank %d%s: the step is skipped on "
                "every rank", t, s->tensors[b->tensor].name, b->index + 1, b->of, b->owner, why);
         *skip = 1;
         return DT_OK;
     }
     for (int i = 0; i < s->nb; i++)
-        if (s->b[i].owner == s->rank) direction(s, i, grads, bc1, bc2, s->send + (s->b[i].at - s->mine));
+        if (s->b[i].owner == s->rank) direction(s, i, bc1, bc2);
     return exchange(s, grads);
 }
 
