@@ -78,6 +78,25 @@ size_t dt_optim_size(const dt_optim *o);
 /* Bytes of optimizer state. */
 size_t dt_optim_state_bytes(const dt_optim *o);
 
+/* State beyond the store's buffers that checkpoints hold (a second-order optimizer's factors, roots, bases), in
+ * units whose sizes do not depend on the layout (a Shampoo block, a K-FAC Linear, a SOAP matrix): each held whole by
+ * one data-parallel rank, which saves it, and wholly or in part by the ranks that load it; so a checkpoint of one
+ * layout resumes on another (checkpoint_units.c). */
+typedef struct {
+    const char *key;                                /* its file (KEY.f32) and manifest section: "shampoo" */
+    int units;                                      /* 0: nothing to save */
+    size_t (*floats)(void *ctx, int u);
+    int (*saver)(void *ctx, int u);                 /* the data-parallel rank holding all of unit u */
+    int (*loads)(void *ctx, int u, int rank);       /* whether that rank holds (a part of) u */
+    void (*io)(void *ctx, int u, float *buf, int load); /* u into buf, or buf into what this rank holds of u */
+    long (*steps)(void *ctx);                       /* its own count of steps, saved beside */
+    void (*set_steps)(void *ctx, long t);
+    void *ctx;
+} dt_state_units;
+
+/* The optimizer's own such state (SOAP's statistics and bases; else units 0). */
+void dt_optim_state_units(dt_optim *o, dt_state_units *out);
+
 /* The trainer's step: with max_norm > 0 the gradients are first clipped to
  * it (dt_grad_norm, dt_grad_clip), else the norm comes from the update's own
  * pass. Returns the norm before clipping. */

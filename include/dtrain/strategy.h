@@ -62,6 +62,7 @@ typedef struct {
     void (*begin)(void *ctx, int accum);
     dt_status (*apply)(void *ctx, float *grads, float lr, int *skip);
     void *ctx;
+    dt_state_units state; /* what checkpoints hold of it */
 } dt_preconditioner;
 
 typedef struct {

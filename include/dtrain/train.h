@@ -169,6 +169,14 @@ typedef struct {
  * balancing loss's coefficient), and state beside the parameters
  * (BatchNorm's running averages: buffers.f32). */
 typedef struct {
+    const char *key;  /* dt_state_units's */
+    int units;
+    size_t floats;
+    long steps;       /* its own count */
+    uint64_t sizes;   /* a hash of the units' sizes: a resume with others starts afresh */
+    float *data;
+} dt_checkpoint_units;
+typedef struct {
     dt_model m;
     int nshape, nfshape;
     const char *shape_names[19], *fshape_names[9];
@@ -182,6 +190,9 @@ typedef struct {
     float *codec_state;
     size_t codec_floats;
     int codec_ranks;
+    /* A second-order optimizer's state to save (KEY.f32, dt_checkpoint_units_gather: rank 0's copy, every unit in
+     * order): the preconditioner's [0] and the optimizer's own [1]; data NULL: none */
+    dt_checkpoint_units units[2];
 } dt_checkpoint_model;
 void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out);
 void dt_checkpoint_resnet(dt_resnet *m, dt_checkpoint_model *out);
@@ -205,6 +216,15 @@ dt_status dt_checkpoint_codec_gather(dt_engine *e, dt_comm *w, dt_checkpoint_mod
 /* Collective over w: the codec's state from step folder sub (rank 0 reads it) where this run's codec, rank and
  * ranks are the saved ones (else it starts afresh, said); the codec's step count set to step. */
 dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, int step);
+/* Collective over w (the data-parallel ranks; NULL: one): the state units of the engine's preconditioner and
+ * optimizer (optim.h) into rank 0's cm->units (their data malloc'd: dt_checkpoint_release frees them). */
+dt_status dt_checkpoint_units_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm);
+/* Collective over w: the saved state units from step folder sub into the ranks that hold them now, and their counts
+ * of steps, where this run's units are the saved ones (else that state starts afresh, said). */
+dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_engine *e);
+/* Both gathers (codec, units), collective over the engine's data-parallel ranks; and what they allocated, freed. */
+dt_status dt_checkpoint_gather(dt_engine *e, dt_checkpoint_model *cm);
+void dt_checkpoint_release(dt_checkpoint_model *cm);
 /* Collective over w (may be NULL): rank 0 reads dir's latest checkpoint,
  * checks it against this run (model shape, optimizer: a clear error naming
  * the field; damaged or partial files: naming the file), and every rank

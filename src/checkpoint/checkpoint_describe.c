@@ -73,6 +73,7 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
                 fprintf(f, "  piece %d (rank %d's %s): parameters [%.0f, %.0f)\n", k, k, tp > 1 ? "hash" : "slice", o->valuedouble,
                         o->valuedouble + c->valuedouble);
         }
+        dt_ckpt_units_describe(j, f);
         const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "tensors"), *t;
         fprintf(f, "tensors: %d\n", cJSON_GetArraySize(ts));
         cJSON_ArrayForEach(t, ts) {

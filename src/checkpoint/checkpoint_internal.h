@@ -9,6 +9,7 @@
 #include "dtrain/train.h"
 #include <cjson/cJSON.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #define FORMAT "dtrain-checkpoint"
 #define VERSION 3 /* 2: optim.f32 hashed in pieces (one per rank of a sharded save); 3: params.f32 too (ZeRO-3); 1, 2 are read too */
@@ -43,6 +44,13 @@ int dt_ckpt_steps(const char *dir, int *steps, int cap);
 /* A codec's state (checkpoint_codec.c): the manifest's codec section and files entry, and codec.f32 in folder tmp. */
 void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_train_config *c);
 dt_status dt_ckpt_codec_write(const char *tmp, const dt_checkpoint_model *cm);
+/* Second-order state units (checkpoint_units.c): the manifest's units section and files entries; KEY.f32 in tmp. */
+void dt_ckpt_units_manifest(cJSON *j, const dt_checkpoint_model *cm);
+dt_status dt_ckpt_units_write(const char *tmp, const dt_checkpoint_model *cm);
+/* Each saved units file of step folder dir checked against the manifest j (", KEY.f32" appended to listed); a line
+ * each for ckpt info. */
+dt_status dt_ckpt_units_verify(const char *dir, const cJSON *j, char *listed, size_t cap);
+void dt_ckpt_units_describe(const cJSON *j, FILE *f);
 /* manifest[section][key] as a string, or NULL. */
 const char *dt_ckpt_string(const cJSON *j, const char *section, const char *key);
 

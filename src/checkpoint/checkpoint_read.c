@@ -462,7 +462,11 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
     if (rank == 0 && !st)
         dt_io_count(DT_IO_CKPT_READ, (cm->m.nparams + cm->nbuffers) * sizeof(float) + dt_optim_state_bytes(dt_engine_optim(e)),
                     dt_time_now() - t0);
-    if (nranks == 1) return st;
+    char sub[4200];
+    if (nranks == 1) {
+        snprintf(sub, sizeof sub, "%s/step-%08d", dir, pos->step);
+        return st ? st : dt_checkpoint_units_resume(sub, NULL, e);
+    }
     /* every rank learns whether rank 0 could, then gets what it read */
     int32_t ok = st == DT_OK;
     dt_status bs = dt_comm_broadcast(w, &ok, 1, DT_I32, 0);
@@ -475,7 +479,6 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
                         (int64_t)pos->data_tokens, dt_optim_steps(o) };
     bool sliced = dt_model_global_params(&cm->m) != n; /* tensor parallelism: every rank holds its own slices */
     st = dt_comm_broadcast(w, meta, 6, DT_I64, 0);
-    char sub[4200];
     snprintf(sub, sizeof sub, "%s/step-%08d", dir, (int)meta[0]);
     float *pbuf[1] = { cm->m.params(cm->m.self) };
     if (!st && !sliced) st = dt_comm_broadcast(w, pbuf[0], n, DT_F32, 0);
@@ -493,6 +496,7 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
         *ls = (dt_loss_scale){ .scale = lv[0], .iter = (int64_t)lv[1], .last_overflow = (int64_t)lv[2], .hysteresis = (int)lv[3] };
     }
     if (!st) st = dt_checkpoint_codec_resume(sub, dt_engine_get_config(e)->comm, e, (int)meta[0]);
+    if (!st) st = dt_checkpoint_units_resume(sub, dt_engine_get_config(e)->comm, e);
     if (st) return st;
     *pos = (dt_checkpoint_position){ (int)meta[0], (uint64_t)meta[1], (size_t)meta[2], (size_t)meta[3], (size_t)meta[4] };
     dt_optim_set_steps(o, (long)meta[5]);

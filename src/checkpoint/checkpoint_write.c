@@ -14,6 +14,9 @@
  *       codec.f32              a gradient codec's state, once a step was
  *                              compressed: every rank's residuals, then the Qs
  *                              (checkpoint_codec.c)
+ *       kfac.f32, shampoo.f32, a second-order optimizer's factors, roots,
+ *       soap.f32               bases, in units that reshard
+ *                              (checkpoint_units.c)
  *
  * A save writes a temporary directory (DIR/.tmp-step-N.PID), syncs it,
  * renames it into place, and only then points `latest` at it (itself an
@@ -228,8 +231,12 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddNumberToObject(x, "weight_decay", c->opt.weight_decay);
     cJSON_AddNumberToObject(x, "momentum", c->opt.momentum);
     cJSON_AddBoolToObject(x, "nesterov", c->opt.nesterov);
+    if (c->opt.kind == DT_OPT_SOAP) { /* its statistics and bases: soap.f32 */
+        cJSON_AddNumberToObject(x, "precond_every", c->opt.precond_every);
+        cJSON_AddNumberToObject(x, "precond_max_dim", c->opt.precond_max_dim);
+    }
     if (c->kfac_on) {
-        /* K-FAC's settings (its factors are not saved yet: a resumed run starts them afresh) */
+        /* K-FAC's settings (its factors and decompositions: kfac.f32) */
         cJSON_AddBoolToObject(x, "kfac", 1);
         cJSON_AddNumberToObject(x, "kfac_damping", dt_f32_decimal(c->kfac.damping));
         cJSON_AddNumberToObject(x, "kfac_decay", dt_f32_decimal(c->kfac.factor_decay));
@@ -240,7 +247,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
         cJSON_AddStringToObject(x, "kfac_method", c->kfac.method == DT_KFAC_INVERSE ? "inverse" : "eigen");
     }
     if (c->shampoo_on) {
-        /* Shampoo's settings (its factors, roots and moments are not saved yet: a resumed run starts them afresh) */
+        /* Shampoo's settings (its factors, roots and moments: shampoo.f32) */
         cJSON_AddBoolToObject(x, "shampoo", 1);
         cJSON_AddNumberToObject(x, "shampoo_block", c->shampoo.block);
         cJSON_AddNumberToObject(x, "shampoo_every", c->shampoo.every);
@@ -337,6 +344,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
         }
     }
     dt_ckpt_codec_manifest(j, cm, c);
+    dt_ckpt_units_manifest(j, cm);
     x = cJSON_AddArrayToObject(j, "tensors");
     for (int i = 0; i < m->ntensors; i++) {
         const dt_tensor_info *t = &m->tensors[i];
@@ -560,6 +568,7 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
         st = dt_file_write_atomic(path, bp, &bb, 1);
     }
     if (rank == 0 && !st) st = dt_ckpt_codec_write(tmp, cm);
+    if (rank == 0 && !st) st = dt_ckpt_units_write(tmp, cm);
     snprintf(path, sizeof path, "%s/optim.f32", tmp);
     if (!st && (!sliced || sharded || dp0)) st = write_slice(path, &m, bufs, nb, off, n);
     /* every rank's slice, and whether it is on disk: the manifest needs the one, the commit the other */
@@ -595,4 +604,16 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     free(all);
     free(got);
     return agree(w, st, "commit the checkpoint");
+}
+
+dt_status dt_checkpoint_gather(dt_engine *e, dt_checkpoint_model *cm) {
+    dt_comm *w = dt_engine_get_config(e)->comm;
+    dt_status st = dt_checkpoint_codec_gather(e, w, cm);
+    return st ? st : dt_checkpoint_units_gather(e, w, cm);
+}
+
+void dt_checkpoint_release(dt_checkpoint_model *cm) {
+    free(cm->codec_state);
+    cm->codec_state = NULL;
+    for (int i = 0; i < 2; i++) free(cm->units[i].data), cm->units[i].data = NULL;
 }

@@ -52,6 +52,10 @@ static void take_optimizer(const cJSON *j, dt_train_config *c) {
     take_float(j, "optimizer", "weight_decay", &c->opt.weight_decay);
     take_float(j, "optimizer", "momentum", &c->opt.momentum);
     take_bool(j, "optimizer", "nesterov", &c->opt.nesterov);
+    if (c->opt.kind == DT_OPT_SOAP) {
+        take_int(j, "optimizer", "precond_every", &c->opt.precond_every);
+        take_int(j, "optimizer", "precond_max_dim", &c->opt.precond_max_dim);
+    }
     take_bool(j, "optimizer", "shampoo", &c->shampoo_on);
     if (c->shampoo_on) {
         take_int(j, "optimizer", "shampoo_block", &c->shampoo.block);

@@ -447,7 +447,45 @@ void dt_kfac_destroy(dt_kfac *k) {
 static void precond_begin(void *ctx, int accum) { dt_kfac_begin(ctx, accum); }
 static dt_status precond_apply(void *ctx, float *grads, float lr, int *skip) { return dt_kfac_step(ctx, grads, lr, skip); }
 
-void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out) { *out = (dt_preconditioner){ "K-FAC", precond_begin, precond_apply, k }; }
+/* ---- its state in checkpoints: a unit a Linear (whether its factors have started, A, each part's G, then its
+ * decompositions), saved by its worker, loaded by the ranks of its worker's column (the factors by the worker alone) ---- */
+
+static size_t unit_floats(void *ctx, int u) {
+    const kfac_op *o = &((dt_kfac *)ctx)->ops[u];
+    size_t f = 1 + (size_t)o->n * o->n + o->inv_floats;
+    for (int j = 0; j < o->nparts; j++) f += (size_t)o->part[j].out * o->part[j].out;
+    return f;
+}
+
+static int unit_saver(void *ctx, int u) { return ((dt_kfac *)ctx)->ops[u].worker; }
+static int unit_loads(void *ctx, int u, int rank) {
+    dt_kfac *k = ctx;
+    return k->ops[u].worker % k->P == rank % k->P;
+}
+
+static void move(float *x, float *buf, size_t n, int load) { memcpy(load ? x : buf, load ? buf : x, n * sizeof(float)); }
+
+static void unit_io(void *ctx, int u, float *buf, int load) {
+    dt_kfac *k = ctx;
+    kfac_op *o = &k->ops[u];
+    bool factors = o->worker == k->rank;
+    if (!load) buf[0] = o->started;
+    else if (factors) o->started = buf[0] != 0;
+    buf++;
+    if (factors) move(o->A, buf, (size_t)o->n * o->n, load);
+    buf += (size_t)o->n * o->n;
+    for (int j = 0; j < o->nparts; buf += (size_t)o->part[j].out * o->part[j].out, j++)
+        if (factors) move(o->part[j].G, buf, (size_t)o->part[j].out * o->part[j].out, load);
+    if (o->holds_inv) move(o->inv, buf, o->inv_floats, load);
+}
+
+static long unit_steps(void *ctx) { return ((dt_kfac *)ctx)->steps; }
+static void unit_set_steps(void *ctx, long t) { ((dt_kfac *)ctx)->steps = t; }
+
+void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out) {
+    *out = (dt_preconditioner){ "K-FAC", precond_begin, precond_apply, k,
+                                { "kfac", k->nops, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, k } };
+}
 
 int dt_kfac_layers(const dt_kfac *k) { return k->nlayers; }
 size_t dt_kfac_params(const dt_kfac *k) { return k->nparams; }

@@ -14,5 +14,7 @@ void dt_soap_destroy(dt_soap *s);
  * gradients' sum of squares. */
 dt_status dt_soap_step(dt_soap *s, const dt_optim_config *c, long t, float *p, float *g, float *m, float *v, float lr, double *sumsq);
 size_t dt_soap_state_bytes(const dt_soap *s);
+/* Its statistics and bases as checkpoints hold them (s NULL: none). */
+void dt_soap_units(dt_soap *s, dt_state_units *out);
 
 #endif

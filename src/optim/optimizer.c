@@ -103,6 +103,7 @@ float *dt_optim_buffer(dt_optim *o, int i) { return i == 0 ? o->m : i == 1 ? o->
 size_t dt_optim_size(const dt_optim *o) { return o->n; }
 
 size_t dt_optim_state_bytes(const dt_optim *o) { return o->n * sizeof(float) * (o->v ? 2 : 1) + dt_soap_state_bytes(o->soap); }
+void dt_optim_state_units(dt_optim *o, dt_state_units *out) { dt_soap_units(o->soap, out); }
 
 static double norm2(const float *x, size_t n) {
     double s = 0;

@@ -311,4 +311,39 @@ static dt_status precond_apply(void *ctx, float *grads, float lr, int *skip) {
     return dt_shampoo_step(ctx, grads, skip);
 }
 
-void dt_shampoo_preconditioner(dt_shampoo *s, dt_preconditioner *out) { *out = (dt_preconditioner){ "Shampoo", precond_begin, precond_apply, s }; }
+/* ---- its state in checkpoints: a unit a block (its factors, roots, then the filtered gradient and grafting's moment),
+ * saved by its owner in the first group, loaded by its owner in every group ---- */
+
+static size_t unit_floats(void *ctx, int u) {
+    dt_shampoo *s = ctx;
+    return state_floats(&s->b[u], &s->c);
+}
+
+static int unit_saver(void *ctx, int u) { return ((dt_shampoo *)ctx)->b[u].owner; }
+static int unit_loads(void *ctx, int u, int rank) {
+    dt_shampoo *s = ctx;
+    return rank % s->ranks == s->b[u].owner;
+}
+
+static void unit_io(void *ctx, int u, float *buf, int load) {
+    dt_shampoo *s = ctx;
+    const sh_block *b = &s->b[u];
+    sh_state *q = &s->q[u];
+    float *part[10];
+    size_t len[10];
+    int np = 0;
+    for (int k = 0; k < b->ndim; k++) part[np] = q->F[k], len[np++] = (size_t)b->dim[k] * b->dim[k];
+    for (int k = 0; k < b->ndim; k++) part[np] = q->R[k], len[np++] = (size_t)b->dim[k] * b->dim[k];
+    if (q->m) part[np] = q->m, len[np++] = b->numel;
+    part[np] = q->v, len[np++] = b->numel;
+    for (int i = 0; i < np; buf += len[i], i++)
+        memcpy(load ? part[i] : buf, load ? buf : part[i], len[i] * sizeof(float));
+}
+
+static long unit_steps(void *ctx) { return ((dt_shampoo *)ctx)->t; }
+static void unit_set_steps(void *ctx, long t) { ((dt_shampoo *)ctx)->t = t; }
+
+void dt_shampoo_preconditioner(dt_shampoo *s, dt_preconditioner *out) {
+    *out = (dt_preconditioner){ "Shampoo", precond_begin, precond_apply, s,
+                                { "shampoo", s->nb, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s } };
+}

@@ -20,7 +20,7 @@ struct dt_soap {
     int n;
     float *work[3];         /* three matrices of the largest tensor, and its bases' scratch */
     size_t bytes;
-    bool started;           /* its first call (a run's, or a resumed one's: the statistics are not saved) measured */
+    bool started;           /* its first call measured (a resumed run's: the checkpoint's) */
 };
 
 void dt_soap_destroy(dt_soap *s) {
@@ -202,4 +202,33 @@ dt_status dt_soap_step(dt_soap *s, const dt_optim_config *c, long t, float *p, f
     }
     *sumsq = ss;
     return st;
+}
+
+/* ---- its state in checkpoints: a unit a tensor (L, QL, then R, QR, of the sides it rotates; a vector none), every
+ * rank holding all; its count of steps 1 once its first step has measured ---- */
+
+static size_t unit_floats(void *ctx, int u) {
+    const soap_tensor *t = &((dt_soap *)ctx)->t[u];
+    return (t->L ? 2 * (size_t)t->rows * t->rows : 0) + (t->R ? 2 * (size_t)t->cols * t->cols : 0);
+}
+
+static int unit_saver(void *ctx, int u) { return (void)ctx, (void)u, 0; }
+static int unit_loads(void *ctx, int u, int rank) { return (void)ctx, (void)u, (void)rank, 1; }
+
+static void unit_io(void *ctx, int u, float *buf, int load) {
+    soap_tensor *t = &((dt_soap *)ctx)->t[u];
+    float *part[4] = { t->L, t->QL, t->R, t->QR };
+    size_t len[4] = { (size_t)t->rows * t->rows, (size_t)t->rows * t->rows, (size_t)t->cols * t->cols, (size_t)t->cols * t->cols };
+    for (int i = 0; i < 4; i++) {
+        if (!part[i]) continue;
+        memcpy(load ? part[i] : buf, load ? buf : part[i], len[i] * sizeof(float));
+        buf += len[i];
+    }
+}
+
+static long unit_steps(void *ctx) { return ((dt_soap *)ctx)->started; }
+static void unit_set_steps(void *ctx, long t) { ((dt_soap *)ctx)->started = t > 0; }
+
+void dt_soap_units(dt_soap *s, dt_state_units *out) {
+    *out = (dt_state_units){ "soap", s ? s->n : 0, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s };
 }

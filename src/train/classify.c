@@ -207,12 +207,12 @@ static dt_status save(cls_run *r, int done) {
     dt_engine_share(r->e, &off, &n);
     bool sharded = off != 0 || n != cm.m.nparams;
     dt_watchdog_hold(r->wd, 1);
-    /* a codec's state: every rank's residuals, to rank 0 (collective) */
-    dt_status st = dt_checkpoint_codec_gather(r->e, dt_engine_get_config(r->e)->comm, &cm);
+    /* a codec's state (every rank's residuals) and a second-order optimizer's, to rank 0 (collective) */
+    dt_status st = dt_checkpoint_gather(r->e, &cm);
     /* rank 0's running averages are the ones every rank evaluates with */
     if (!st && (sharded || r->rank == 0))
         st = dt_checkpoint_save(r->c->save, sharded ? dt_engine_get_config(r->e)->comm : NULL, r->c, r->p, &cm, r->e, &pos);
-    free(cm.codec_state);
+    dt_checkpoint_release(&cm);
     dt_watchdog_hold(r->wd, 0);
     if (!st && !r->quiet) printf("saved %s (step %d)\n", r->c->save, done);
     return st;

@@ -62,8 +62,8 @@ dt_status dt_train_save(run *r, int steps_done) {
     bool slices = dt_checkpoint_is_dir(path) && (sharded(r) || parts);
     dt_checkpoint_model cm;
     dt_checkpoint_gpt2(r->m, &cm);
-    /* a codec's state: every data-parallel rank's residuals, to rank 0 (collective) */
-    dt_status st = dt_checkpoint_is_dir(path) ? dt_checkpoint_codec_gather(r->e, dt_engine_get_config(r->e)->comm, &cm) : DT_OK;
+    /* a codec's state (every data-parallel rank's residuals) and a second-order optimizer's, to rank 0 (collective) */
+    dt_status st = dt_checkpoint_is_dir(path) ? dt_checkpoint_gather(r->e, &cm) : DT_OK;
     if (!st && !slices) st = dt_engine_materialize(r->e, 1);
     if (st || (r->rank != 0 && !slices && !parts)) {
         /* rank 0 writes what every rank holds */
@@ -75,7 +75,7 @@ dt_status dt_train_save(run *r, int steps_done) {
     } else {
         st = save_weights(r, steps_done);
     }
-    free(cm.codec_state);
+    dt_checkpoint_release(&cm);
     dt_status back = slices ? DT_OK : dt_engine_materialize(r->e, 0);
     dt_watchdog_hold(r->wd, 0);
     return st ? st : back;

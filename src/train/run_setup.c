@@ -265,9 +265,6 @@ static dt_status make_shampoo(run *r, dt_engine_config *ec) {
     if (st) return st;
     dt_shampoo_preconditioner(r->shampoo, &r->precond);
     ec->precond = &r->precond;
-    if (c->resume && r->rank == 0)
-        dt_log(DT_LOG_WARN, "--resume %s: checkpoints hold Shampoo's settings, not yet its factors, roots and moments: they start afresh, "
-               "so the steps differ from the uninterrupted run's", c->resume);
     if (r->rank == 0 && !c->quiet)
         dt_log(DT_LOG_INFO, "Shampoo: %d blocks of at most %d, roots every %d steps from step %d, grafted onto Adam, SGD under it; "
                "its state %.3f MiB on the rank holding most, the directions allgathered in %s", dt_shampoo_blocks(r->shampoo),
@@ -303,9 +300,6 @@ static dt_status make_engine(run *r) {
         if (c->lora.rank > 0 || c->lora_from) return dt_error(DT_ERR_ARG, "--optimizer kfac with LoRA: K-FAC preconditions the base Linears, which LoRA freezes");
         if ((st = dt_kfac_create(&c->kfac, dt_gpt2_program(r->m), ec.comm, &r->kfac))) return st;
         dt_kfac_preconditioner(r->kfac, &r->precond);
-        if (c->resume && r->rank == 0)
-            dt_log(DT_LOG_WARN, "--resume %s: checkpoints hold K-FAC's settings, not yet its factors and decompositions: they start "
-                   "afresh (from the identity), so the steps differ from the uninterrupted run's", c->resume);
         ec.precond = &r->precond;
         if (r->rank == 0 && !c->quiet)
             dt_log(DT_LOG_INFO, "K-FAC (%s) preconditions %d Linears (%zu parameters) before %s, its factors and decompositions %.3f MiB "
@@ -316,9 +310,6 @@ static dt_status make_engine(run *r) {
     if (!st && c->shampoo_on) st = make_shampoo(r, &ec);
     if (!st) st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
-    if (c->opt.kind == DT_OPT_SOAP && r->rank == 0)
-        dt_log(DT_LOG_WARN, "--resume %s: checkpoints hold SOAP's Adam moments, not yet its statistics and bases: they start afresh "
-               "(its first step measures again), so the steps differ from the uninterrupted run's", c->resume);
     dt_checkpoint_position pos;
     dt_checkpoint_model cm;
     dt_checkpoint_gpt2(r->m, &cm);

@@ -1,0 +1,241 @@
+/* A second-order optimizer's state in a checkpoint (optim.h's dt_state_units: the engine's preconditioner's, K-FAC's
+ * or Shampoo's, and the optimizer's own, SOAP's): KEY.f32 holds every unit in order as the rank that holds it whole
+ * has it, and the manifest's "units" section each source's key, units, floats, its own count of steps and a hash of
+ * the units' sizes. The units' sizes do not depend on the layout, so a run on other ranks (another K-FAC worker
+ * fraction, another Shampoo group) loads each unit into the ranks that hold it now: resharding. A run whose units
+ * differ (another block size, another model) starts that state afresh, said. */
+#include "dtrain/train.h"
+#include "checkpoint_internal.h"
+#include "dtrain/io.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The engine's sources: its preconditioner's (slot 0) and its optimizer's (slot 1); units 0 where it has none. An
+ * optimizer over a shard (ZeRO: each rank's SOAP rotates the whole matrices its shard happens to hold) has no units
+ * the same on every layout: left out, said when saved. */
+static void sources(dt_engine *e, dt_state_units out[2], bool *sharded) {
+    const dt_preconditioner *p = dt_engine_get_config(e)->precond;
+    out[0] = p ? p->state : (dt_state_units){ 0 };
+    dt_optim_state_units(dt_engine_optim(e), &out[1]);
+    size_t off, n;
+    dt_engine_share(e, &off, &n);
+    *sharded = out[1].units && (off != 0 || n != dt_engine_get_config(e)->model.nparams);
+    if (*sharded) out[1].units = 0;
+}
+
+static uint64_t sizes_hash(const dt_state_units *s) {
+    uint64_t h = DT_HASH_INIT;
+    for (int u = 0; u < s->units; u++) {
+        uint64_t f = s->floats(s->ctx, u);
+        h = dt_hash_words(h, &f, 2);
+    }
+    return h;
+}
+
+static size_t total(const dt_state_units *s, size_t *most) {
+    size_t n = 0;
+    *most = 1;
+    for (int u = 0; u < s->units; u++) {
+        size_t f = s->floats(s->ctx, u);
+        n += f;
+        *most = f > *most ? f : *most;
+    }
+    return n;
+}
+
+/* Rank 0 gets every unit, in order, from its saver (sent to it a unit at a time). */
+static dt_status gather_one(const dt_state_units *s, dt_comm *w, dt_checkpoint_units *out) {
+    int rank = w ? dt_comm_rank(w) : 0;
+    size_t most, n = total(s, &most), at = 0;
+    float *all = rank == 0 ? malloc((n + 1) * sizeof *all) : NULL, *one = rank ? malloc(most * sizeof *one) : NULL;
+    int32_t ok = rank == 0 ? all != NULL : one != NULL;
+    dt_status st = w ? dt_comm_allreduce(w, &ok, &ok, 1, DT_I32, DT_MIN) : DT_OK;
+    if (!st && !ok) st = dt_error(DT_ERR_NOMEM, "checkpoint: some rank could not hold %s's state to save", s->key);
+    for (int u = 0; u < s->units && !st; u++) {
+        size_t f = s->floats(s->ctx, u);
+        int from = s->saver(s->ctx, u);
+        if (rank == 0 && from == 0) s->io(s->ctx, u, all + at, 0);
+        else if (rank == 0) st = dt_comm_recv(w, all + at, f, DT_F32, from);
+        else if (rank == from) s->io(s->ctx, u, one, 0), st = dt_comm_send(w, one, f, DT_F32, 0);
+        at += f;
+    }
+    free(one);
+    if (st || rank != 0) {
+        free(all);
+        return st;
+    }
+    *out = (dt_checkpoint_units){ s->key, s->units, n, s->steps(s->ctx), sizes_hash(s), all };
+    return DT_OK;
+}
+
+dt_status dt_checkpoint_units_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm) {
+    dt_state_units s[2];
+    bool sharded;
+    sources(e, s, &sharded);
+    if (sharded && (!w || dt_comm_rank(w) == 0))
+        dt_log(DT_LOG_WARN, "checkpoint: %s's state over a shard of the optimizer is not saved: a resumed run starts it afresh", s[1].key);
+    dt_status st = DT_OK;
+    for (int i = 0; i < 2 && !st; i++) {
+        cm->units[i] = (dt_checkpoint_units){ 0 };
+        if (s[i].units) st = gather_one(&s[i], w, &cm->units[i]);
+    }
+    return st;
+}
+
+void dt_ckpt_units_manifest(cJSON *j, const dt_checkpoint_model *cm) {
+    cJSON *arr = NULL, *files = cJSON_GetObjectItemCaseSensitive(j, "files");
+    for (int i = 0; i < 2; i++) {
+        const dt_checkpoint_units *u = &cm->units[i];
+        if (!u->data) continue;
+        if (!arr) arr = cJSON_AddArrayToObject(j, "units");
+        cJSON *x = cJSON_CreateObject();
+        char h[24], file[40];
+        cJSON_AddStringToObject(x, "key", u->key);
+        cJSON_AddNumberToObject(x, "units", u->units);
+        cJSON_AddNumberToObject(x, "floats", (double)u->floats);
+        cJSON_AddNumberToObject(x, "steps", (double)u->steps);
+        snprintf(h, sizeof h, "%016llx", (unsigned long long)u->sizes);
+        cJSON_AddStringToObject(x, "sizes", h);
+        cJSON_AddItemToArray(arr, x);
+        snprintf(file, sizeof file, "%s.f32", u->key);
+        cJSON *f = cJSON_AddObjectToObject(files, file);
+        snprintf(h, sizeof h, "%016llx", (unsigned long long)dt_hash_words(DT_HASH_INIT, u->data, u->floats));
+        cJSON_AddNumberToObject(f, "bytes", (double)(u->floats * sizeof(float)));
+        cJSON_AddStringToObject(f, "fnv1a64", h);
+    }
+}
+
+dt_status dt_ckpt_units_write(const char *tmp, const dt_checkpoint_model *cm) {
+    dt_status st = DT_OK;
+    for (int i = 0; i < 2 && !st; i++) {
+        const dt_checkpoint_units *u = &cm->units[i];
+        if (!u->data) continue;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s.f32", tmp, u->key);
+        size_t bytes = u->floats * sizeof(float);
+        const void *p[1] = { u->data };
+        st = dt_file_write_atomic(path, p, &bytes, 1);
+    }
+    return st;
+}
+
+/* The manifest's entry for key (NULL: none). */
+static const cJSON *entry(const cJSON *j, const char *key) {
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "units"), *x;
+    cJSON_ArrayForEach(x, arr) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(x, "key");
+        if (cJSON_IsString(k) && !strcmp(k->valuestring, key)) return x;
+    }
+    return NULL;
+}
+
+/* Rank 0: s's saved state into *out (NULL: nothing to load, said) and its count of steps. */
+static dt_status read_one(const char *sdir, const char *mpath, const cJSON *j, const dt_state_units *s, float **out, double *steps) {
+    *out = NULL;
+    const cJSON *x = entry(j, s->key);
+    if (!x) {
+        dt_log(DT_LOG_WARN, "%s: no %s state saved (an older checkpoint, or another optimizer): it starts afresh, so the steps differ "
+               "from the uninterrupted run's", mpath, s->key);
+        return DT_OK;
+    }
+    double units = 0, floats = 0;
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(x, "sizes");
+    dt_status st = dt_ckpt_count(x, NULL, "units", mpath, 1e9, &units);
+    if (!st) st = dt_ckpt_count(x, NULL, "floats", mpath, 1e15, &floats);
+    if (!st) st = dt_ckpt_count(x, NULL, "steps", mpath, 1e15, steps);
+    if (!st && !cJSON_IsString(h)) st = dt_error(DT_ERR_IO, "%s: units.%s has no sizes", mpath, s->key);
+    if (st) return st;
+    size_t most, n = total(s, &most);
+    char mine[24];
+    snprintf(mine, sizeof mine, "%016llx", (unsigned long long)sizes_hash(s));
+    if ((int)units != s->units || (size_t)floats != n || strcmp(mine, h->valuestring)) {
+        dt_log(DT_LOG_WARN, "%s: the saved %s state is %.0f units of %.0f floats, this run's %d of %zu (other settings, or another "
+               "model): it starts afresh", mpath, s->key, units, floats, s->units, n);
+        return DT_OK;
+    }
+    float *buf = malloc((n + 1) * sizeof *buf);
+    char file[40];
+    snprintf(file, sizeof file, "%s.f32", s->key);
+    st = buf ? dt_ckpt_verify_file(sdir, j, file, 1, n, &buf) : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for %s's state", s->key);
+    if (st) free(buf);
+    else *out = buf;
+    return st;
+}
+
+/* Every unit from rank 0 to the ranks that hold it (a broadcast each: any rank may), into what they hold. */
+static dt_status scatter_one(const dt_state_units *s, dt_comm *w, const float *all) {
+    int rank = w ? dt_comm_rank(w) : 0;
+    size_t most, at = 0;
+    total(s, &most);
+    float *one = malloc(most * sizeof *one);
+    int32_t ok = one != NULL;
+    dt_status st = w ? dt_comm_allreduce(w, &ok, &ok, 1, DT_I32, DT_MIN) : DT_OK;
+    if (!st && !ok) st = dt_error(DT_ERR_NOMEM, "checkpoint: some rank could not hold a unit of %s's state", s->key);
+    for (int u = 0; u < s->units && !st; u++) {
+        size_t f = s->floats(s->ctx, u);
+        if (rank == 0) memcpy(one, all + at, f * sizeof *one);
+        if (w) st = dt_comm_broadcast(w, one, f, DT_F32, 0);
+        if (!st && s->loads(s->ctx, u, rank)) s->io(s->ctx, u, one, 1);
+        at += f;
+    }
+    free(one);
+    return st;
+}
+
+dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_engine *e) {
+    dt_state_units s[2];
+    bool sharded;
+    sources(e, s, &sharded);
+    if (!s[0].units && !s[1].units) return DT_OK;
+    int rank = w ? dt_comm_rank(w) : 0;
+    char sdir[4400], mpath[4500];
+    cJSON *j = NULL;
+    dt_status st = rank == 0 ? dt_ckpt_open_latest(sub, sdir, mpath, &j) : DT_OK;
+    for (int i = 0; i < 2; i++) {
+        if (!s[i].units) continue;
+        float *all = NULL;
+        double steps = 0;
+        if (!st && rank == 0) st = read_one(sdir, mpath, j, &s[i], &all, &steps);
+        /* whether rank 0 read it, and has something to hand out */
+        double got[3] = { st == DT_OK, all != NULL, steps };
+        dt_status bs = w ? dt_comm_broadcast(w, got, 3, DT_F64, 0) : DT_OK;
+        if (!st && !bs && !got[0]) st = dt_error(DT_ERR_IO, "rank 0 could not read %s's state in %s (its message says why)", s[i].key, sub);
+        if (!st) st = bs;
+        if (!st && got[1]) st = scatter_one(&s[i], w, all);
+        if (!st && got[1]) s[i].set_steps(s[i].ctx, (long)got[2]);
+        free(all);
+        if (st) break;
+    }
+    cJSON_Delete(j);
+    return st;
+}
+
+/* Each units entry's file (KEY.f32) against its size and hash; ", KEY.f32" added to listed for each. */
+dt_status dt_ckpt_units_verify(const char *dir, const cJSON *j, char *listed, size_t cap) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(j, "units")) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(x, "key"), *f = cJSON_GetObjectItemCaseSensitive(x, "floats");
+        if (!cJSON_IsString(k) || !cJSON_IsNumber(f) || strlen(k->valuestring) > 32 || f->valuedouble < 0)
+            return dt_error(DT_ERR_IO, "%s/manifest.json: a units entry without its key or floats", dir);
+        char file[40];
+        snprintf(file, sizeof file, "%s.f32", k->valuestring);
+        dt_status st = dt_ckpt_verify_file(dir, j, file, 1, (size_t)f->valuedouble, NULL);
+        if (st) return st;
+        size_t at = strlen(listed);
+        snprintf(listed + at, cap - at, ", %s", file);
+    }
+    return DT_OK;
+}
+
+void dt_ckpt_units_describe(const cJSON *j, FILE *f) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(j, "units")) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(x, "key"), *u = cJSON_GetObjectItemCaseSensitive(x, "units");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(x, "floats"), *s = cJSON_GetObjectItemCaseSensitive(x, "steps");
+        if (cJSON_IsString(k) && cJSON_IsNumber(u) && cJSON_IsNumber(n) && cJSON_IsNumber(s))
+            fprintf(f, "%s.f32: %.0f units (any layout loads them), %.3f MiB, its step %.0f\n", k->valuestring, u->valuedouble,
+                    n->valuedouble * sizeof(float) / 1048576.0, s->valuedouble);
+    }
+}
