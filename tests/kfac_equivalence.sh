@@ -5,8 +5,8 @@
 # losses within 1e-5 and the weights within 1e-6 after 40 steps (after 100 the difference is said, not held: K-FAC
 # multiplies a rounding difference by up to 1 / damping, as Adam by 1 / sqrt(v), and at damping 0.001 these grow to
 # percents, where DDP under AdamW alone reaches 3e-4 of the weights); AdamW underneath with the inverse method and
-# intervals, and under mpirun; MEM-OPT's factors and decompositions on the rank holding most against COMM-OPT's;
-# the refusals.
+# intervals, and under mpirun; MEM-OPT's factors and decompositions on the rank holding most against COMM-OPT's, and
+# the planner's prediction of both; the refusals.
 # usage: kfac_equivalence.sh DTRAIN [MPIEXEC]
 set -u
 DTRAIN=$1
@@ -70,6 +70,16 @@ comm=$(held 1) mem=$(held 0.25)
 if [ -n "$comm" ] && [ -n "$mem" ] && awk -v a="$mem" -v b="$comm" 'BEGIN{exit !(a / b <= 0.55)}'; then
     ok "4 ranks: MEM-OPT holds $mem MiB of factors and decompositions on its fullest rank, COMM-OPT $comm ($(awk -v a="$mem" -v b="$comm" 'BEGIN{printf "%.2f", a / b}')x)"
 else fail "factor memory: MEM-OPT $mem MiB, COMM-OPT $comm MiB"; fi
+# the planner's prediction of them (from K-FAC's own assignment, nothing allocated) within 5% of what the runs hold
+planned() {
+    "$DTRAIN" plan "${loud[@]}" --nproc 4 --batch 2 --kfac-workers "$1" --json 2> /dev/null |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["breakdown"]["memory"]["precond_state"] / 1048576)'
+}
+pc=$(planned 1) pm=$(planned 0.25)
+if [ -n "$pc" ] && [ -n "$pm" ] && [ -n "$comm" ] && [ -n "$mem" ] &&
+   awk -v a="$pc" -v b="$comm" -v c="$pm" -v d="$mem" 'function r(x, y) { return x > y ? x / y - 1 : y / x - 1 } BEGIN{exit !(r(a, b) <= 0.05 && r(c, d) <= 0.05)}'; then
+    ok "the planner: COMM-OPT $pc MiB, MEM-OPT $pm MiB on the fullest rank (the runs: $comm, $mem)"
+else fail "the planner's K-FAC memory: COMM-OPT $pc MiB (run $comm), MEM-OPT $pm MiB (run $mem)"; fi
 
 # a resumed run keeps K-FAC and its base (the settings are saved; the state too: second_order_resume.sh)
 "$DTRAIN" train "${common[@]}" --steps 4 --nproc 2 --batch 4 --kfac-base adamw --lr 0.002 --kfac-workers 0.5 --save "$dir/res" &&

@@ -119,6 +119,26 @@ else
         echo "$cstatus" | grep -q '>ok</span>' && echo "$cstatus" | grep -q '"chart-compression":12' &&
             ok "a compressed run's report: the bytes sent and the ratio by step" || fail "a compressed run's report: $cstatus"
     else fail "a compressed run with --report: $(tail -2 "$dir/cz.err")"; fi
+    # a K-FAC run's page: preconditioning as its own phase (its factors made in forward and backward, its decompositions
+    # and preconditioned gradients before the update), taken out of the others so the bars still stack to the step
+    if "$DTRAIN" train --nproc 2 "${model[@]}" --steps 6 --optimizer kfac --lr 0.01 --report "$dir/kf" > /dev/null 2> "$dir/kf.err"; then
+        kstatus=$(render "$dir/kf/report.html" | grep -o '<span id="render-status"[^>]*>[^<]*</span>' | sed 's/&quot;/"/g')
+        split=$(python3 - "$dir/kf/metrics.jsonl" <<'EOF2'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
+ok = len(rows) == 6 and all(r["precondition_in_forward_ms"] > 0 and r["precondition_in_backward_ms"] > 0 and
+                            r["precondition_ms"] > r["precondition_in_forward_ms"] + r["precondition_in_backward_ms"] and
+                            r["forward_ms"] >= r["precondition_in_forward_ms"] and r["backward_ms"] >= r["precondition_in_backward_ms"] and
+                            r["optimizer_ms"] >= r["precondition_ms"] - r["precondition_in_forward_ms"] - r["precondition_in_backward_ms"]
+                            for r in rows)
+last = rows[-1]
+print("ok" if ok else "bad", "%.1f ms of %.1f (%.1f in forward, %.1f in backward)" % (last["precondition_ms"], last["ms"],
+      last["precondition_in_forward_ms"], last["precondition_in_backward_ms"]))
+EOF2
+)
+        echo "$kstatus" | grep -q '>ok</span>' && echo "$kstatus" | grep -q '"chart-phases":36' && [ "${split%% *}" = ok ] &&
+            ok "a K-FAC run's report: preconditioning its own phase (last step: ${split#* })" || fail "a K-FAC run's report: $kstatus $split"
+    else fail "a K-FAC run with --report: $(tail -2 "$dir/kf.err")"; fi
     # a GRPO run's page: the mean reward and the KL by step
     head -40 /usr/share/common-licenses/GPL-3 | awk 'NF >= 3 && length($1 $2 $3) < 20 { print $1, $2, $3 }' > "$dir/prompts.txt"
     if "$DTRAIN" train --layers 2 --channels 128 --heads 4 --vocab 256 --max-seq 32 --seq 32 --batch 8 --threads 1 --steps 6 --grpo "$dir/prompts.txt" --reward contains:e --grpo-group 2 --report "$dir/rl" > /dev/null 2> "$dir/rl.err"; then

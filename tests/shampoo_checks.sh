@@ -48,6 +48,15 @@ whole=$(held 1) shared=$(held 4)
 if [ -n "$whole" ] && [ -n "$shared" ] && awk -v a="$shared" -v b="$whole" 'BEGIN{exit !(a / b <= 0.55)}'; then
     ok "4 ranks: blocks shared by 4 hold $shared MiB on the fullest rank, every rank all $whole ($(awk -v a="$shared" -v b="$whole" 'BEGIN{printf "%.2f", a / b}')x)"
 else fail "Shampoo's state: shared $shared MiB, whole $whole MiB"; fi
+planned() {
+    "$DTRAIN" plan "${loud[@]}" --nproc 4 --batch 2 --shampoo-group "$1" --json 2> /dev/null |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["breakdown"]["memory"]["precond_state"] / 1048576)'
+}
+pw=$(planned 1) ps=$(planned 4)
+if [ -n "$pw" ] && [ -n "$ps" ] && [ -n "$whole" ] && [ -n "$shared" ] &&
+   awk -v a="$pw" -v b="$whole" -v c="$ps" -v d="$shared" 'function r(x, y) { return x > y ? x / y - 1 : y / x - 1 } BEGIN{exit !(r(a, b) <= 0.05 && r(c, d) <= 0.05)}'; then
+    ok "the planner: $ps MiB shared by 4, $pw MiB whole (the runs: $shared, $whole)"
+else fail "the planner's Shampoo memory: shared $ps MiB (run $shared), whole $pw MiB (run $whole)"; fi
 
 refused "--shampoo-group 3 on 4 ranks" "does not divide" --nproc 4 --shampoo-group 3
 refused "Shampoo under ZeRO-1" "not with a strategy that shards" --nproc 2 --zero 1

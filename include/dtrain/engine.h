@@ -38,6 +38,9 @@ typedef struct {
     double norm;                /* gradient norm before clipping */
     double exposed_ms, update_ms;
     double exposed_in_backward_ms; /* of exposed_ms, inside backward */
+    /* a preconditioner's time (its own phase): all of it, of which inside forward and backward (K-FAC's factors); the
+     * rest is in update_ms */
+    double precondition_ms, precondition_in_forward_ms, precondition_in_backward_ms;
     double updated_in_backward;
     double grad_bytes, compress_ratio; /* a codec's (dt_sync_result's; 0: none) */
     int skipped;                /* not finite, and skip_nonfinite; or the loss scale overflowed */

@@ -68,6 +68,15 @@ size_t dt_kfac_state_bytes(const dt_kfac *k);
 size_t dt_kfac_state_bytes_most(const dt_kfac *k);
 const char *dt_kfac_layout(const dt_kfac *k);
 
+/* What K-FAC over program p (its table: no weights needed) would hold on ranks data-parallel ranks, without making
+ * it (the planner's): each preconditioned Linear's input side n (with a bias's 1), its parts' output sides, its worker
+ * and its decompositions' floats (held by the ranks r with r % columns == worker % columns); *out malloc'd. */
+typedef struct {
+    int n, nparts, out[4], worker;
+    size_t inv_floats;
+} dt_kfac_linear;
+dt_status dt_kfac_plan(const dt_kfac_config *c, dt_program *p, int ranks, dt_kfac_linear **out, int *n, int *columns);
+
 /* KAISA's assignment of n Linears of the given costs to ranks ranks with grad_workers gradient workers a Linear
  * (dividing ranks): worker[i], the rank that decomposes Linear i. */
 void dt_kfac_assign(const double *cost, int n, int ranks, int grad_workers, int *worker);

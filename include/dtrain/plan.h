@@ -7,9 +7,11 @@
 #define DTRAIN_PLAN_H
 
 #include "dtrain/codec.h"
+#include "dtrain/kfac.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 #include "dtrain/program.h"
+#include "dtrain/shampoo.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -17,6 +19,8 @@ extern "C" {
 
 typedef struct {
     double params, lowp, grads, optim, comm, acts, data; /* bytes per rank; lowp: the parameters' 16-bit copy */
+    double precond, precond_scratch;               /* a second-order optimizer's factors, roots, bases and their scratch
+                                                    * (K-FAC, Shampoo: the rank holding most; SOAP); of it, the scratch */
     double runtime;                                /* the process itself: code, libraries, start-up state */
     double mapped;                                 /* pages the rank maps beside its own, which its resident size counts and
                                                     * the machine holds once: the rest of the machine's one parameter copy,
@@ -61,6 +65,9 @@ typedef struct {
     int nodes;               /* machines the job spans (0, 1: one) */
     dt_lora_config lora;     /* LoRA (rank 0: none): the base frozen (its weights only), the adapters' gradients and state */
     dt_codec_config codec;   /* a gradient codec (DDP, ZeRO-1; kind DT_CODEC_NONE: none): what its exchanges send, its compression's time */
+    int kfac_on, shampoo_on; /* a second-order optimizer over opt (SOAP is opt.kind): its state and its time at its intervals */
+    dt_kfac_config kfac;
+    dt_shampoo_config shampoo;
 } dt_plan_job;
 
 /* What a layout runs on. A device is a rank: a GPU, or on a CPU a rank with its share of the cores. */
@@ -101,6 +108,7 @@ typedef struct {
     double lp_units;                /* mixed precision made unit by unit (ZeRO-3; ZeRO 1, 2 with private parameters): the 16-bit copies */
     double grad_pages;              /* ZeRO's f32 gradients outside the shard, each step: lent by the pool and zeroed (ZeRO 2, 3), or zeroed */
     double codec;                   /* a gradient codec's compression on the rank (backward waits for it: not hidden) */
+    double precond, precond_comm;   /* a second-order optimizer's work on the busiest rank and its collectives (not hidden) */
     double codec_bytes;             /* and the bytes its exchanges send a step (the gradients' own, without a codec) */
     double bubble;                  /* the pipeline's idle time */
     double step, tok_per_s;

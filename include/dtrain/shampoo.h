@@ -56,6 +56,14 @@ void dt_shampoo_preconditioner(dt_shampoo *s, dt_preconditioner *out);
 int dt_shampoo_blocks(const dt_shampoo *s);
 size_t dt_shampoo_state_bytes(const dt_shampoo *s);
 size_t dt_shampoo_state_bytes_most(const dt_shampoo *s);
+/* What Shampoo over the tensors would hold on ranks data-parallel ranks, without making it (the planner's): each
+ * block's shape, size, owner (its rank in its group: ranks r with r % group == owner hold it) and state floats;
+ * *out malloc'd. */
+typedef struct {
+    int ndim, dim[4], owner;
+    size_t numel, state_floats;
+} dt_shampoo_block;
+dt_status dt_shampoo_plan(const dt_shampoo_config *c, const dt_tensor_info *tensors, int n, int ranks, dt_shampoo_block **out, int *nb);
 /* The merged shape of a tensor (squeezed, small dimensions merged up to block, the last ones first): its order. */
 int dt_shampoo_merge(int ndim, const int *shape, int block, int *out);
 

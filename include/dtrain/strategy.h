@@ -63,6 +63,8 @@ typedef struct {
     dt_status (*apply)(void *ctx, float *grads, float lr, int *skip);
     void *ctx;
     dt_state_units state; /* what checkpoints hold of it */
+    /* Seconds its work took inside forward and backward since the last call (K-FAC's factors; NULL: none there). */
+    void (*inside)(void *ctx, double *forward, double *backward);
 } dt_preconditioner;
 
 typedef struct {

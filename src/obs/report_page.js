@@ -118,14 +118,25 @@ function settings() {
 }
 
 // Averages of each phase over groups of steps, so a long run stays readable.
+// A second-order optimizer's preconditioning is its own phase: taken out of forward and backward (K-FAC's factors
+// are made there) and out of the optimizer's time (the rest of it), so the bars still stack to the step.
+function phaseValue(m, k) {
+  const inF = m.precondition_in_forward_ms || 0, inB = m.precondition_in_backward_ms || 0, all = m.precondition_ms || 0;
+  if (k === "forward_ms") return (m.forward_ms || 0) - inF;
+  if (k === "backward_ms") return (m.backward_ms || 0) - inB;
+  if (k === "optimizer_ms") return (m.optimizer_ms || 0) - (all - inF - inB);
+  return m[k] || 0;
+}
+
 function phases() {
   const keys = [["forward_ms", "forward"], ["backward_ms", "backward"], ["optimizer_ms", "optimizer"],
                 ["comm_exposed_ms", "exposed communication"], ["data_ms", "data"]];
+  if (METRICS.some(m => m.precondition_ms > 0)) keys.splice(2, 0, ["precondition_ms", "preconditioning"]);
   const group = Math.max(1, Math.ceil(METRICS.length / 200)), labels = [], sums = keys.map(() => []);
   for (let i = 0; i < METRICS.length; i += group) {
     const part = METRICS.slice(i, i + group);
     labels.push(part.length > 1 ? part[0].step + "-" + part[part.length - 1].step : String(part[0].step));
-    keys.forEach(([k], j) => sums[j].push(part.reduce((a, m) => a + (m[k] || 0), 0) / part.length));
+    keys.forEach(([k], j) => sums[j].push(part.reduce((a, m) => a + phaseValue(m, k), 0) / part.length));
   }
   const s = section("Time per phase (ms per step)", group > 1 ? "each bar averages " + group + " steps" : null);
   const datasets = keys.map(([, name], j) => ({ label: name, data: sums[j], backgroundColor: COLORS[j] }));

@@ -45,6 +45,7 @@ struct dt_kfac {
     float *pack, *cov, *t1, *t2;
     int nlayers;
     size_t nparams, most;       /* the state bytes of the rank holding most */
+    double in_fwd, in_bwd;      /* seconds its observer took in forward and backward since the engine last asked */
 };
 
 void dt_kfac_defaults(dt_kfac_config *c) {
@@ -146,7 +147,9 @@ static void observer(void *ctx, const dt_linear_event *e) {
     if (!k->collect || e->layer < 0 || i < 0 || !k->map || k->map[i] < 0) return;
     kfac_op *o = &k->ops[k->map[i]];
     /* a collective failing here (a dead rank) is the step's: the strategy's own collectives name it */
+    double t0 = dt_time_now();
     dt_status st = e->backward ? observe_grad(k, o, e) : observe_input(k, o, e);
+    *(e->backward ? &k->in_bwd : &k->in_fwd) += dt_time_now() - t0;
     if (st) dt_log(DT_LOG_ERROR, "K-FAC: %s's factors: %s", o->name, dt_last_error());
 }
 
@@ -345,42 +348,55 @@ static dt_status find_linears(dt_kfac *k) {
     return DT_OK;
 }
 
-/* KAISA's assignment by the decompositions' cost (n^3 a factor), then this rank's buffers. */
-static dt_status place(dt_kfac *k) {
+/* KAISA's assignment by the decompositions' cost (n^3 a factor): each Linear's worker, whether this rank holds its
+ * decompositions, their size. */
+static dt_status assign(dt_kfac *k) {
     double *cost = malloc(sizeof *cost * (size_t)(k->nops + 1));
     int *worker = malloc(sizeof *worker * (size_t)(k->nops + 1));
     if (!cost || !worker) {
         free(cost), free(worker);
         return dt_error(DT_ERR_NOMEM, "K-FAC: out of memory");
     }
-    size_t big = 1, wide = 1;
     for (int i = 0; i < k->nops; i++) {
         kfac_op *o = &k->ops[i];
         cost[i] = pow(o->n, 3);
-        big = (size_t)o->n * o->n > big ? (size_t)o->n * o->n : big;
-        for (int j = 0; j < o->nparts; j++) {
-            int m = o->part[j].out;
-            cost[i] += pow(m, 3);
-            big = (size_t)m * m > big ? (size_t)m * m : big;
-            wide = (size_t)m * o->n > wide ? (size_t)m * o->n : wide;
-        }
+        for (int j = 0; j < o->nparts; j++) cost[i] += pow(o->part[j].out, 3);
     }
     dt_kfac_assign(cost, k->nops, k->ranks, k->ranks / k->P, worker);
-    free(cost);
-    bool ok = (k->cov = malloc(big * sizeof(float))) && (k->pack = malloc(big * sizeof(float))) && (k->t1 = malloc(wide * sizeof(float))) &&
-              (k->t2 = malloc(wide * sizeof(float)));
-    for (int i = 0; i < k->nops && ok; i++) {
+    for (int i = 0; i < k->nops; i++) {
         kfac_op *o = &k->ops[i];
         o->worker = worker[i];
         o->holds_inv = o->worker % k->P == k->rank % k->P;
         o->inv_floats = inv_block(k, o->n);
         for (int j = 0; j < o->nparts; j++) o->inv_floats += inv_block(k, o->part[j].out);
+    }
+    free(cost), free(worker);
+    return DT_OK;
+}
+
+/* This rank's buffers: the scratch, its decompositions, its Linears' factors. */
+static dt_status place(dt_kfac *k) {
+    dt_status st = assign(k);
+    if (st) return st;
+    size_t big = 1, wide = 1;
+    for (int i = 0; i < k->nops; i++) {
+        const kfac_op *o = &k->ops[i];
+        big = (size_t)o->n * o->n > big ? (size_t)o->n * o->n : big;
+        for (int j = 0; j < o->nparts; j++) {
+            size_t m = (size_t)o->part[j].out;
+            big = m * m > big ? m * m : big;
+            wide = m * o->n > wide ? m * o->n : wide;
+        }
+    }
+    bool ok = (k->cov = malloc(big * sizeof(float))) && (k->pack = malloc(big * sizeof(float))) && (k->t1 = malloc(wide * sizeof(float))) &&
+              (k->t2 = malloc(wide * sizeof(float)));
+    for (int i = 0; i < k->nops && ok; i++) {
+        kfac_op *o = &k->ops[i];
         if (o->holds_inv) ok = (o->inv = calloc(o->inv_floats, sizeof(float))) != NULL;
         if (o->worker != k->rank) continue;
         ok = ok && (o->A = calloc((size_t)o->n * o->n, sizeof(float)));
         for (int j = 0; j < o->nparts && ok; j++) ok = (o->part[j].G = calloc((size_t)o->part[j].out * o->part[j].out, sizeof(float))) != NULL;
     }
-    free(worker);
     return ok ? DT_OK : dt_error(DT_ERR_NOMEM, "K-FAC: out of memory for the factors");
 }
 
@@ -427,6 +443,27 @@ dt_status dt_kfac_create(const dt_kfac_config *c, dt_program *p, dt_comm *comm, 
     return DT_OK;
 }
 
+dt_status dt_kfac_plan(const dt_kfac_config *c, dt_program *p, int ranks, dt_kfac_linear **out, int *n, int *columns) {
+    *out = NULL, *n = 0;
+    dt_status st = dt_kfac_check(c, ranks);
+    if (st) return st;
+    int gw = (int)lround(c->workers * ranks);
+    dt_kfac k = { .c = *c, .p = p, .ranks = ranks, .P = ranks / (gw < 1 ? 1 : gw), .accum = 1 };
+    if (!(st = find_linears(&k)) && !(st = assign(&k))) {
+        *out = calloc((size_t)k.nops + 1, sizeof **out);
+        if (!*out) st = dt_error(DT_ERR_NOMEM, "K-FAC: out of memory");
+    }
+    for (int i = 0; !st && i < k.nops; i++) {
+        const kfac_op *o = &k.ops[i];
+        dt_kfac_linear *l = &(*out)[i];
+        *l = (dt_kfac_linear){ .n = o->n, .nparts = o->nparts, .worker = o->worker, .inv_floats = o->inv_floats };
+        for (int j = 0; j < o->nparts; j++) l->out[j] = o->part[j].out;
+    }
+    if (!st) *n = k.nops, *columns = k.P;
+    free(k.ops), free(k.map);
+    return st;
+}
+
 void dt_kfac_destroy(dt_kfac *k) {
     if (!k) return;
     if (k->p) dt_program_set_linear_observer(k->p, NULL, NULL);
@@ -446,6 +483,11 @@ void dt_kfac_destroy(dt_kfac *k) {
 
 static void precond_begin(void *ctx, int accum) { dt_kfac_begin(ctx, accum); }
 static dt_status precond_apply(void *ctx, float *grads, float lr, int *skip) { return dt_kfac_step(ctx, grads, lr, skip); }
+static void precond_inside(void *ctx, double *fwd, double *bwd) {
+    dt_kfac *k = ctx;
+    *fwd = k->in_fwd, *bwd = k->in_bwd;
+    k->in_fwd = k->in_bwd = 0;
+}
 
 /* ---- its state in checkpoints: a unit a Linear (whether its factors have started, A, each part's G, then its
  * decompositions), saved by its worker, loaded by the ranks of its worker's column (the factors by the worker alone) ---- */
@@ -484,7 +526,8 @@ static void unit_set_steps(void *ctx, long t) { ((dt_kfac *)ctx)->steps = t; }
 
 void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out) {
     *out = (dt_preconditioner){ "K-FAC", precond_begin, precond_apply, k,
-                                { "kfac", k->nops, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, k } };
+                                { "kfac", k->nops, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, k },
+                                precond_inside };
 }
 
 int dt_kfac_layers(const dt_kfac *k) { return k->nlayers; }

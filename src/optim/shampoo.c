@@ -145,6 +145,30 @@ dt_status dt_shampoo_create(const dt_shampoo_config *c, const dt_tensor_info *te
     return DT_OK;
 }
 
+dt_status dt_shampoo_plan(const dt_shampoo_config *c, const dt_tensor_info *tensors, int n, int ranks, dt_shampoo_block **out, int *nb) {
+    *out = NULL, *nb = 0;
+    dt_status st = dt_shampoo_check(c);
+    if (st) return st;
+    int g = c->group ? c->group : ranks;
+    if (g < 1 || ranks % g) return dt_error(DT_ERR_ARG, "Shampoo: --shampoo-group %d does not divide the %d data-parallel ranks", g, ranks);
+    sh_block *b = NULL;
+    size_t *counts = calloc((size_t)g, sizeof *counts);
+    int k = 0;
+    if (!counts || sh_blocks_make(tensors, n, c->block, &b, &k) || !(*out = calloc((size_t)k + 1, sizeof **out))) {
+        free(counts), free(b);
+        return dt_error(DT_ERR_NOMEM, "Shampoo: out of memory");
+    }
+    sh_blocks_assign(b, k, g, counts);
+    for (int i = 0; i < k; i++) {
+        dt_shampoo_block *o = &(*out)[i];
+        *o = (dt_shampoo_block){ .ndim = b[i].ndim, .numel = b[i].numel, .owner = b[i].owner, .state_floats = state_floats(&b[i], c) };
+        memcpy(o->dim, b[i].dim, sizeof o->dim);
+    }
+    *nb = k;
+    free(counts), free(b);
+    return DT_OK;
+}
+
 /* x [d, rest] (contiguous) into y [rest, d]. */
 static void transpose(const float *x, int d, size_t rest, float *y) {
     for (int i = 0; i < d; i++)
@@ -345,5 +369,5 @@ static void unit_set_steps(void *ctx, long t) { ((dt_shampoo *)ctx)->t = t; }
 
 void dt_shampoo_preconditioner(dt_shampoo *s, dt_preconditioner *out) {
     *out = (dt_preconditioner){ "Shampoo", precond_begin, precond_apply, s,
-                                { "shampoo", s->nb, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s } };
+                                { "shampoo", s->nb, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s }, NULL };
 }

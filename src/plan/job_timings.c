@@ -10,11 +10,13 @@
 #include "dtrain/obs.h"
 
 #include <cblas.h>
+#include <lapacke.h>
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -139,6 +141,40 @@ double dt_plan_time_linear(int M, int N, int K, int threads, dt_dtype lp, size_t
     dt_kernels_set_threads(threads_before);
     if (nseen < 64) seen[nseen++] = (linear_seen){ M, N, K, threads, lp, rate };
     return rate;
+}
+
+/* LAPACK's symmetric eigen-decomposition (ssyevd, vectors too: what K-FAC's and Shampoo's roots run) of an n x n
+ * matrix here: seconds, the median of 3 (0 if it could not run). Beyond 2048 the time at 2048 scaled by n^3 (a plan of
+ * a large model would time minutes). */
+double dt_plan_time_eigen(int n, int threads) {
+    if (n < 1) return 0;
+    int m = n > 2048 ? 2048 : n;
+    double scale = pow((double)n / m, 3);
+    char key[96], what[160];
+    snprintf(key, sizeof key, "plan_eigen_%d_t%d", m, threads);
+    snprintf(what, sizeof what, "an eigen-decomposition of %d x %d (%d thread%s)", m, m, threads, threads == 1 ? "" : "s");
+    double secs;
+    stamp at;
+    if (kept(key, what, &secs, &at)) return secs * scale;
+    size_t mm = (size_t)m * m;
+    float *a = malloc(mm * sizeof *a), *w = malloc((size_t)m * sizeof *w);
+    double t[3] = { 0 };
+    int threads_before = dt_kernels_threads(), ok = a && w;
+    dt_kernels_set_threads(threads);
+    for (int r = -1; r < 3 && ok; r++) {
+        /* a well-conditioned symmetric matrix: the identity and a smooth symmetric pattern */
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < m; j++) a[(size_t)i * m + j] = (i == j) + 0.5f * cosf(0.37f * (float)(i + 1) * (float)(j + 1) / (float)m);
+        double t0 = dt_time_now();
+        ok = !LAPACKE_ssyevd(LAPACK_ROW_MAJOR, 'V', 'U', m, a, m, w);
+        if (r >= 0) t[r] = dt_time_now() - t0;
+    }
+    dt_kernels_set_threads(threads_before);
+    free(a), free(w);
+    if (!ok) return 0;
+    secs = dt_median(t, 3);
+    keep(key, secs, &at);
+    return secs * scale;
 }
 
 /* Where ranks meet: a barrier in shared memory that waits as dtrain's own collectives do (comm/wait.c: spinning, then

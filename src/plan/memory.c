@@ -18,7 +18,7 @@ static const char *stage_name(int stage, int dp) {
 
 /* Floats of optimizer state per parameter (dt_optim_create's buffers). */
 static int optim_floats(const dt_optim_config *o) {
-    return o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB ? 2 : 1;
+    return o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB || o->kind == DT_OPT_SOAP ? 2 : 1;
 }
 
 /* Over more than one micro-batch a step (accumulation, a pipeline's micro-batches), ZeRO 2 and 3 and a 16-bit gradient
@@ -123,6 +123,8 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
     m->acts = acts;
     m->data = (double)j->data_bytes;
     m->runtime = runtime;
+    /* a second-order optimizer's state and scratch (they run on the whole store: DDP and one process) */
+    m->precond = dt_plan_second_order_bytes(j, &m->precond_scratch) + m->precond_scratch;
     /* made unit by unit beside ZeRO 2 and 3's pool, the two do not peak at once: the head's copy (the tied wte) is held as
      * backward starts, when of the outside range only the head's gradients' pages are mapped; by the time the pool's pages
      * fill the whole range, as backward ends, the unit held is a block. The larger of the two moments counts: at 124M bf16
@@ -134,7 +136,8 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
         double start = m->lowp + fmin(outside, 4 * unit_lp[0]), end = 2 * unit_lp[1] + outside;
         m->not_at_once = m->lowp + outside - fmax(start, end);
     }
-    m->per_rank = m->params + m->mapped + m->lowp - m->not_at_once + m->grads + m->optim + m->comm + m->acts + m->data + m->runtime;
+    m->per_rank = m->params + m->mapped + m->lowp - m->not_at_once + m->grads + m->optim + m->precond + m->comm + m->acts + m->data +
+                  m->runtime;
     m->per_machine = (m->per_rank - m->mapped) * local;
 }
 

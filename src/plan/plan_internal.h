@@ -13,6 +13,15 @@ static inline int dt_plan_lp_store(const dt_plan_job *j) { return j->grad_store 
 /* Gradients reduced in 16 bits: --grad-comm's, or a 16-bit store's (the wire is its type). */
 static inline int dt_plan_lp_wire(const dt_plan_job *j) { return (j->grad_comm != DT_F32 && j->grad_comm) || dt_plan_lp_store(j); }
 
+/* An allreduce of `bytes` over n ranks (the ring's 2(n-1)/n of the bytes each way, and the reduction): seconds. */
+static inline double dt_plan_allreduce(double bytes, int n, double alpha, double beta, double gamma) {
+    return n > 1 ? 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * bytes * beta + (double)(n - 1) / n * bytes * gamma : 0;
+}
+/* A gather (or a reduce-scatter, with gamma) of `bytes` in all over n ranks. */
+static inline double dt_plan_gather(double bytes, int n, double alpha, double beta) {
+    return n > 1 ? (n - 1) * alpha + (double)(n - 1) / n * bytes * beta : 0;
+}
+
 /* Timings at a job's shapes here (job_timings.c), each measured once a process. The FLOP/s of a Linear of M tokens, N
  * outputs and K inputs as the model runs it (lp: the precision; work_floats: the 16-bit path's scratch), 0 if it could
  * not be timed. */
@@ -21,6 +30,14 @@ double dt_plan_time_linear(int M, int N, int K, int threads, dt_dtype lp, size_t
 double dt_plan_time_shared(int M, int N, int K, dt_dtype lp, size_t work_floats, int procs, int cores);
 /* n ranks meeting after each Linear: seconds a meeting adds (0 if it could not be timed). */
 double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats, int n);
+/* LAPACK's symmetric eigen-decomposition of n x n with its vectors: seconds here (0 if it could not run). */
+double dt_plan_time_eigen(int n, int threads);
+/* A second-order optimizer (job->kfac_on, shampoo_on, or SOAP: second_order.c): its state on the rank holding most
+ * (bytes; *scratch, its transient buffers beside it); a step's compute and communication for it on that rank (seconds, at its intervals' average; rate: a rank's
+ * GEMM FLOP/s, threads its threads, slow its compute's slowdown beside the other ranks). */
+double dt_plan_second_order_bytes(const dt_plan_job *j, double *scratch);
+void dt_plan_second_order_time(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double *compute,
+                               double *comm);
 /* The 16-bit head's work besides its GEMMs (at rate rhead): seconds a token. */
 double dt_plan_time_head_lp(int M, int V, int C, size_t work_floats, int threads, dt_dtype dt, double rhead);
 

@@ -40,15 +40,6 @@ static double blocks_rate(const dt_plan_job *j, const dt_plan_hardware *h, int t
     return flops / secs;
 }
 
-/* An allreduce of `bytes` over n ranks (the ring's 2(n-1)/n of the bytes each way, and the reduction). */
-static double allreduce(double bytes, int n, double alpha, double beta, double gamma) {
-    return n > 1 ? 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * bytes * beta + (double)(n - 1) / n * bytes * gamma : 0;
-}
-
-/* A gather (or a reduce-scatter, with gamma) of `bytes` in all over n ranks. */
-static double gather(double bytes, int n, double alpha, double beta) {
-    return n > 1 ? (n - 1) * alpha + (double)(n - 1) / n * bytes * beta : 0;
-}
 
 typedef struct { double mm, att, ew, fwd_share; } stage_cost;
 
@@ -277,22 +268,22 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
         o->codec_bytes = sent * 4;
         /* 1-bit Adam: an alltoall of a rank's signs (each rank sends all but its own chunk's) and an allgather of the
          * chunks' (the whole model's signs in all): each a gather's cost of the signs' bytes, two a bucket */
-        o->dp_comm = psgd     ? allreduce(sent * 4, n, da, db, g) + (2 * buckets - 1) * 2.0 * (n - 1) * da
-                     : onebit ? 2 * gather(sent * 4 / (1 + 1.0 / n), n, da, db) + (2 * buckets - 2) * (n - 1) * da
-                              : gather(sent * 4 * n, n, da, db) + (buckets - 1) * (n - 1) * da;
+        o->dp_comm = psgd     ? dt_plan_allreduce(sent * 4, n, da, db, g) + (2 * buckets - 1) * 2.0 * (n - 1) * da
+                     : onebit ? 2 * dt_plan_gather(sent * 4 / (1 + 1.0 / n), n, da, db) + (2 * buckets - 2) * (n - 1) * da
+                              : dt_plan_gather(sent * 4 * n, n, da, db) + (buckets - 1) * (n - 1) * da;
         double rate = psgd ? h->powersgd_rate : onebit ? h->onebit_rate : h->topk_rate;
         /* 1-bit Adam's passes: x made and read for its scales and signs, e_w written, the server's chunk, m decoded */
         o->codec = rate > 0 ? psi / rate : (psgd ? 8 : onebit ? 7 : 12) * psi * 4 / bw;
         if (psgd && j->codec.rank > 4) o->codec += 6.0 * approx * (j->codec.rank - 4) / (h->flops_f32 * h->gemm_efficiency);
     }
     if (n > 1) {
-        if (!(sent > 0)) o->dp_comm = allreduce(psi * gb, n, da, db, g);
+        if (!(sent > 0)) o->dp_comm = dt_plan_allreduce(psi * gb, n, da, db, g);
         /* and are narrowed in place first (4 bytes read, 2 written), then widened back where the average lands (an f32
          * store: the rank's part) or copied into the 16-bit store (its window), at the bandwidth */
         double part = stage >= (lp_store ? 1 : 2) ? psi / n : psi;
         if (wire16) o->dp_comm += (6 * psi + (lp_store ? 4 : 6) * part) / bw;
-        if (stage >= 3 && !shared) o->dp_comm += gathers = 2 * m * gather(psi * 4, n, da, db);
-        if (stage >= 1 && stage < 3 && !shared && w == 2) o->dp_comm += gather(psi * 2, n, da, db);
+        if (stage >= 3 && !shared) o->dp_comm += gathers = 2 * m * dt_plan_gather(psi * 4, n, da, db);
+        if (stage >= 1 && stage < 3 && !shared && w == 2) o->dp_comm += dt_plan_gather(psi * 2, n, da, db);
     }
     /* a CPU's collectives inside a machine move memory on the same cores and bandwidth backward uses: nothing hides them; a
      * GPU's, and a network's between machines, overlap with backward bucket by bucket */
@@ -328,14 +319,14 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
     int tp_nodes = job->nodes > 1 && tp > local, pp_nodes = job->nodes > 1 && tp * p > local;
     if (tp > 1) {
         o->tp_waits = m * nl * (4 + (j->recompute ? 2 : 0)) * meeting;
-        o->tp_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * allreduce(rowsb, tp, tp_nodes ? x->xa : ia, tp_nodes ? x->xb : ib, g) + o->tp_waits;
+        o->tp_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * dt_plan_allreduce(rowsb, tp, tp_nodes ? x->xa : ia, tp_nodes ? x->xb : ib, g) + o->tp_waits;
     }
     /* context parallelism: the ring sends keys and values N-1 times forward, and those and their gradients backward (about half
      * hidden under the blocks, measured); all-to-all moves q, k, v and the output forward, again with the gradients backward,
      * each of those 12 rows' worth copied into a send buffer and out of the received one (ulysses.c: 16 bytes a float) */
     if (cp > 1) {
         double kv = tokens * c->channels / tp * 4;
-        o->cp_comm = j->cp_ulysses ? m * nl * 12 * (gather(kv * cp, cp, ia, ib) + 4 * kv / bw)
+        o->cp_comm = j->cp_ulysses ? m * nl * 12 * (dt_plan_gather(kv * cp, cp, ia, ib) + 4 * kv / bw)
                                    : m * nl * 0.5 * 6 * (cp - 1) * (ia + kv * ib);
     }
     /* expert parallelism: a layer's rows to their experts' ranks and back, forward and backward (recomputing: forward's again),
@@ -386,7 +377,8 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     optimizer_terms(x, o);
     dp_terms(x, o);
     mp_terms(x, o);
+    dt_plan_second_order_time(&cj, h, r.rmm, o->threads, o->oversubscribed * o->beside, &o->precond, &o->precond_comm);
     o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->lp_units + o->grad_pages + o->dp_exposed + o->tp_comm + o->cp_comm +
-              o->ep_comm + o->pp_comm + o->bubble + o->codec;
+              o->ep_comm + o->pp_comm + o->bubble + o->codec + o->precond + o->precond_comm;
     o->tok_per_s = (double)x->n / x->cp * x->m * cj.batch * (double)job->seq / o->step;
 }

@@ -371,10 +371,15 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     r->grad_bytes = sr.grad_bytes;
     r->compress_ratio = sr.compress_ratio;
     if (!st && !sr.updated && e->cfg.precond) {
+        const dt_preconditioner *pc = e->cfg.precond;
+        double p0 = dt_time_now(), fwd = 0, bwd = 0;
         DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "precondition", "\"parameters\":%zu", e->n);
         st = precondition(e, lr, r);
         DT_TRACE_END(DT_TRACK_COMPUTE);
         if (st) return st;
+        if (pc->inside) pc->inside(pc->ctx, &fwd, &bwd);
+        r->precondition_in_forward_ms = fwd * 1e3, r->precondition_in_backward_ms = bwd * 1e3;
+        r->precondition_ms = (dt_time_now() - p0 + fwd + bwd) * 1e3;
     }
     if (sr.updated) r->norm = sr.norm;
     else if (!r->skipped) {

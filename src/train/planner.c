@@ -190,6 +190,11 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
     fprintf(f, "memory per %s (the largest):\n  parameters %s (16-bit copy %s)\n  gradients %s\n  optimizer %s\n  activations %s\n"
                "  buffers %s\n", h->shared_memory ? "rank" : "device", gb(m->params + m->lowp, b[0]), gb(m->lowp, b[1]), gb(m->grads, b[2]),
             gb(m->optim, b[3]), gb(m->acts, b[4]), gb(m->comm, b[5]));
+    if (m->precond > 0)
+        fprintf(f, "  preconditioner %s (%s %s on the rank holding most, scratch %s)\n", gb(m->precond, b[6]),
+                r->job.kfac_on ? "K-FAC's factors and decompositions" : r->job.shampoo_on ? "Shampoo's factors, roots and moments"
+                                                                         : "SOAP's statistics and bases",
+                gb(m->precond - m->precond_scratch, b[7]), gb(m->precond_scratch, b[8]));
     if (h->shared_memory) /* a CPU machine: its ranks share its memory, token files and processes included */
         fprintf(f, "  token files %s\n  the process %s\n  total %s; x %d rank%s a machine = %s: %s %s\n", gb(m->data, b[6]),
                 gb(m->runtime, b[7]), gb(m->per_rank, b[8]), r->job.local_ranks, r->job.local_ranks == 1 ? "" : "s",
@@ -204,6 +209,9 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
                "  step %.1f ms, %.0f tokens/s\n",
             1e3 * t->matmul, 1e3 * t->attention, 1e3 * t->elementwise, 1e3 * t->optimizer, 1e3 * t->lp_units, 1e3 * t->grad_pages, 1e3 * t->dp_comm, 1e3 * t->dp_exposed,
             1e3 * t->tp_comm, 1e3 * t->tp_waits, 1e3 * t->cp_comm, 1e3 * t->ep_comm, 1e3 * t->pp_comm, 1e3 * t->bubble, 1e3 * t->step, t->tok_per_s);
+    if (t->precond + t->precond_comm > 0)
+        fprintf(f, "  preconditioning %.1f ms of the step on the busiest rank (factors, decompositions at their interval, the "
+                "preconditioned gradients), its collectives %.1f\n", 1e3 * t->precond, 1e3 * t->precond_comm);
     if (r->job.codec.kind != DT_CODEC_NONE)
         fprintf(f, "  --compress %s: %s sent a step a rank (the gradients hold %s), its compression %.1f ms on the rank\n",
                 dt_codec_name(r->job.codec.kind), gb(t->codec_bytes, b[0]), gb(4 * dt_plan_model_params(&r->job), b[1]), 1e3 * t->codec);
@@ -221,6 +229,7 @@ static cJSON *plan_json(const plan_result *r) {
     cJSON_AddNumberToObject(o, "params", m->params + m->lowp);
     cJSON_AddNumberToObject(o, "grads", m->grads);
     cJSON_AddNumberToObject(o, "optimizer", m->optim);
+    cJSON_AddNumberToObject(o, "preconditioner", m->precond);
     cJSON_AddNumberToObject(o, "activations", m->acts);
     cJSON_AddNumberToObject(o, "buffers", m->comm);
     cJSON_AddNumberToObject(o, "total", m->per_rank);
@@ -232,12 +241,14 @@ static cJSON *plan_json(const plan_result *r) {
     cJSON_AddNumberToObject(mem, "not_at_once", m->not_at_once);
     cJSON_AddNumberToObject(mem, "token_files", m->data);
     cJSON_AddNumberToObject(mem, "process", m->runtime);
+    cJSON_AddNumberToObject(mem, "precond_state", m->precond - m->precond_scratch);
+    cJSON_AddNumberToObject(mem, "precond_scratch", m->precond_scratch);
     cJSON_AddNumberToObject(mem, "per_machine", m->per_machine);
     const double ms[] = { t->matmul, t->attention, t->elementwise, t->optimizer, t->lp_units, t->grad_pages, t->dp_comm, t->dp_exposed, t->tp_comm, t->tp_waits, t->cp_comm,
-                          t->ep_comm, t->pp_comm, t->bubble, t->codec };
+                          t->ep_comm, t->pp_comm, t->bubble, t->codec, t->precond, t->precond_comm };
     static const char *const names[] = { "matmul", "attention", "elementwise", "optimizer", "lp_units", "grad_pages", "dp_comm", "dp_exposed", "tp_comm", "tp_waits",
-                                         "cp_comm", "ep_comm", "pp_comm", "bubble", "codec" };
-    for (int i = 0; i < 15; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
+                                         "cp_comm", "ep_comm", "pp_comm", "bubble", "codec", "precond", "precond_comm" };
+    for (int i = 0; i < 17; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
     cJSON_AddNumberToObject(br, "threads", t->threads);
     cJSON_AddNumberToObject(br, "grad_sent_bytes", t->codec_bytes); /* a rank's gradients on the wire a step (a codec's) */
     cJSON_AddNumberToObject(br, "oversubscribed", t->oversubscribed);

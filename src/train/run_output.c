@@ -63,6 +63,9 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
             (r->fwd + r->bwd - r->tp_comm - cw) * 1e3 - s->exposed_in_backward_ms + s->update_ms, s->exposed_ms + (r->tp_comm + cw) * 1e3,
             r->data * 1e3);
     if (r->tp_comm > 0) fprintf(f, ",\"tp_comm_ms\":%.3f", r->tp_comm * 1e3);
+    if (s->precondition_ms > 0) /* its own phase: of it, what forward and backward held (K-FAC's factors); the rest in optimizer_ms */
+        fprintf(f, ",\"precondition_ms\":%.3f,\"precondition_in_forward_ms\":%.3f,\"precondition_in_backward_ms\":%.3f", s->precondition_ms,
+                s->precondition_in_forward_ms, s->precondition_in_backward_ms);
     if (r->cp) fprintf(f, ",\"cp_attention_ms\":%.3f,\"cp_wait_ms\":%.3f", ca * 1e3, cw * 1e3);
     if (r->pipe) fprintf(f, ",\"bubble\":%.4f,\"bubble_model\":%.4f", r->bubble, r->bubble_model);
     if (r->wgt > 0) fprintf(f, ",\"weight_grad_ms\":%.3f", r->wgt * 1e3);

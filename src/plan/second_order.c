@@ -1,0 +1,168 @@
+/* A second-order optimizer in the plan (K-FAC, Shampoo, SOAP). Its state comes from the optimizers' own geometry
+ * (dt_kfac_plan, dt_shampoo_plan: each Linear's and block's sides and owner as a run assigns them, nothing allocated),
+ * so the rank holding most is the run's; its time from the FLOPs of the factors and the preconditioning at the job's
+ * GEMM rate, the decompositions timed here (dt_plan_time_eigen; elsewhere 9 n^3 FLOPs at a quarter of the GEMM rate,
+ * LAPACK's syevd being half matrix-vector work) and spread over their interval, and the collectives by their
+ * alpha-beta cost. The elementwise passes (Adam's grafting, SOAP's moments) are left to the optimizer's own term. */
+#include "plan_internal.h"
+
+#include "dtrain/kfac.h"
+#include "dtrain/shampoo.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Seconds of an n x n eigen-decomposition on a rank. */
+static double eigen(const dt_plan_hardware *h, int n, double rate, int threads, double slow) {
+    double here = h->attention_rate ? dt_plan_time_eigen(n, threads) : 0;
+    return here > 0 ? here * slow : 9.0 * pow(n, 3) / (0.25 * rate);
+}
+
+typedef struct {
+    double bytes, scratch;  /* state on the rank holding most; the transient buffers beside it */
+    double compute, comm;   /* a step's seconds on the busiest rank */
+} second_cost;
+
+/* The model's table (no weights): its tensors, its Linears. */
+static dt_program *table(const dt_plan_job *j, dt_model *m) {
+    dt_lm_config cfg = dt_lm_config_resolve(&j->model);
+    dt_program *p = NULL;
+    if (dt_program_create_table(&cfg, NULL, &p)) return NULL;
+    dt_program_base_model(p, m);
+    return p;
+}
+
+static double tri(double n) { return n * (n + 1) / 2; }
+
+/* K-FAC: every rank's factors a micro-batch (syrk: rows n^2 a factor) reduced (upper triangles) to each Linear's
+ * worker; the workers' decompositions every inv_every steps, broadcast along their columns; the holders' four GEMMs a
+ * part (eigen; inverse two) and the rows' broadcasts of the results. The busiest rank's. */
+static void kfac_cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double a, double b,
+                      second_cost *out) {
+    dt_model m;
+    dt_program *p = table(j, &m);
+    dt_kfac_linear *l = NULL;
+    int nl = 0, P = 1, R = j->dp > 1 ? j->dp : 1;
+    if (!p || dt_kfac_plan(&j->kfac, p, R, &l, &nl, &P)) {
+        dt_program_destroy(p);
+        return;
+    }
+    double rows = (double)j->batch * j->seq, micro = j->micro > 0 ? j->micro : 1, factors = 0, reduced = 0, big = 1, wide = 1;
+    double *state = calloc((size_t)R, sizeof *state), *work = calloc((size_t)R, sizeof *work), *comm = calloc((size_t)R, sizeof *comm);
+    int eig_k = j->kfac.method == DT_KFAC_EIGEN;
+    for (int i = 0; i < nl && state && work && comm; i++) {
+        double n = l[i].n, f = n * n, dec = eigen(h, l[i].n, rate, threads, slow), pre = 0, rowb = 0;
+        factors += rows * n * n, reduced += tri(n), big = fmax(big, n * n);
+        for (int k = 0; k < l[i].nparts; k++) {
+            double o = l[i].out[k];
+            f += o * o, factors += rows * o * o, reduced += tri(o), big = fmax(big, o * o), wide = fmax(wide, o * n);
+            dec += eigen(h, l[i].out[k], rate, threads, slow);
+            pre += (eig_k ? 2 : 1) * 2 * (o * n * n + o * o * n), rowb += o * n * 4;
+        }
+        int col = R / P; /* a column's ranks hold the decompositions */
+        state[l[i].worker] += f * 4;
+        work[l[i].worker] += dec / j->kfac.inv_every;
+        comm[l[i].worker] += (col > 1 ? (col - 1) * a + l[i].inv_floats * 4 * b : 0) / j->kfac.inv_every;
+        for (int r = 0; r < R; r++) {
+            if (r % P != l[i].worker % P) continue;
+            state[r] += (double)l[i].inv_floats * 4;
+            work[r] += pre / rate;
+            comm[r] += P > 1 ? (P - 1) * a + rowb * b : 0;
+        }
+    }
+    double fac = micro * factors / rate / j->kfac.factor_every, red = micro * dt_plan_allreduce(reduced * 4, R, a, b, 0) / j->kfac.factor_every;
+    for (int r = 0; r < R && state && work && comm; r++) {
+        out->bytes = fmax(out->bytes, state[r]);
+        if (work[r] + fac > out->compute) out->compute = work[r] + fac, out->comm = comm[r] + red;
+    }
+    out->scratch = 4 * (2 * big + 2 * wide);
+    free(state), free(work), free(comm), free(l);
+    dt_program_destroy(p);
+}
+
+/* Shampoo: a block's factors (syrk: numel d a dimension) and its contractions with the roots (2 numel d) every step,
+ * its roots every `every` steps (an eigen-decomposition and a d^3 GEMM each), on its owner; the group's allgather of
+ * the directions. The busiest owner's. */
+static void shampoo_cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double a, double b,
+                         second_cost *out) {
+    dt_model m;
+    dt_program *p = table(j, &m);
+    dt_shampoo_block *bl = NULL;
+    int nb = 0, R = j->dp > 1 ? j->dp : 1, g = j->shampoo.group ? j->shampoo.group : R, every = j->shampoo.every;
+    if (!p || dt_shampoo_plan(&j->shampoo, m.tensors, m.ntensors, R, &bl, &nb)) {
+        dt_program_destroy(p);
+        return;
+    }
+    double *state = calloc((size_t)g, sizeof *state), *work = calloc((size_t)g, sizeof *work), *floats = calloc((size_t)g, sizeof *floats);
+    double total = 0, big = 1, side = 1;
+    for (int i = 0; i < nb && state && work && floats; i++) {
+        int o = bl[i].owner;
+        double n = (double)bl[i].numel, f = 0, roots = 0;
+        for (int k = 0; k < bl[i].ndim; k++) {
+            double d = bl[i].dim[k];
+            f += 3 * n * d, side = fmax(side, d);
+            roots += eigen(h, bl[i].dim[k], rate, threads, slow) + 2 * d * d * d / rate;
+        }
+        state[o] += (double)bl[i].state_floats * 4, work[o] += f / rate + roots / every, floats[o] += n, total += n, big = fmax(big, n);
+    }
+    double wire = j->shampoo.wire == DT_BF16 ? 2 : 4;
+    for (int r = 0; r < g && state && work && floats; r++) {
+        out->bytes = fmax(out->bytes, state[r]);
+        out->compute = fmax(out->compute, work[r]);
+        out->scratch = fmax(out->scratch, floats[r] * (4 + (g > 1 && wire == 2 ? 2 : 0)));
+    }
+    out->comm = dt_plan_gather(total * wire, g, a, b);
+    /* the scratch: four blocks' worth, a factor's eigen-decomposition in f32 and f64, every direction received */
+    out->scratch += 4 * 4 * fmax(big, side * side) + 12 * (side * side + side) + (g > 1 ? total * (4 + (wire == 2 ? 2 : 0)) : 0);
+    free(state), free(work), free(floats), free(bl);
+    dt_program_destroy(p);
+}
+
+/* SOAP: every rank every matrix (DDP's replicas): L and R with their bases (a side up to precond_max_dim), each step
+ * the statistics' two GEMMs and three rotations of two GEMMs each, every precond_every steps a power iteration and a QR
+ * a side (about 2 d^3 + 8/3 d^3 FLOPs). */
+static void soap_cost(const dt_plan_job *j, double rate, second_cost *out) {
+    dt_model m;
+    dt_program *p = table(j, &m);
+    if (!p) return;
+    double big = 1;
+    for (int i = 0; i < m.ntensors; i++) {
+        const dt_tensor_info *t = &m.tensors[i];
+        big = fmax(big, (double)t->count);
+        if (t->ndim != 2 || t->tied_copy) continue;
+        double r = t->shape[0], c = t->shape[1], d[2] = { r, c };
+        for (int k = 0; k < 2; k++) {
+            if (d[k] > j->opt.precond_max_dim) continue;
+            out->bytes += 2 * d[k] * d[k] * 4;
+            out->compute += (2 * d[k] * r * c + 3 * 2 * d[k] * r * c) / rate + (2 + 8.0 / 3) * pow(d[k], 3) / rate / j->opt.precond_every;
+            big = fmax(big, d[k] * d[k]);
+        }
+    }
+    out->scratch = 3 * 4 * (big + j->opt.precond_max_dim);
+    dt_program_destroy(p);
+}
+
+static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, second_cost *out) {
+    *out = (second_cost){ 0 };
+    double a = h ? (j->nodes > 1 ? h->inter_alpha : h->intra_alpha) : 0, b = h ? (j->nodes > 1 ? h->inter_beta : h->intra_beta) : 0;
+    if (!(rate > 0)) rate = 1e10;
+    if (j->kfac_on) kfac_cost(j, h, rate, threads, slow, a, b, out);
+    else if (j->shampoo_on) shampoo_cost(j, h, rate, threads, slow, a, b, out);
+    else if (j->opt.kind == DT_OPT_SOAP) soap_cost(j, rate, out);
+}
+
+double dt_plan_second_order_bytes(const dt_plan_job *j, double *scratch) {
+    second_cost c;
+    static const dt_plan_hardware none = { .attention_rate = 0 };
+    if (!j->kfac_on && !j->shampoo_on && j->opt.kind != DT_OPT_SOAP) return *scratch = 0, 0;
+    cost(j, &none, 1e10, 1, 1, &c); /* the state alone: no timings asked for */
+    *scratch = c.scratch;
+    return c.bytes;
+}
+
+void dt_plan_second_order_time(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double *compute,
+                               double *comm) {
+    second_cost c;
+    cost(j, h, rate, threads, slow, &c);
+    *compute = c.compute, *comm = c.comm;
+}
