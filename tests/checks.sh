@@ -67,3 +67,10 @@ killed_rank1() { # WHAT WAIT PATTERN ARGS...
         fail "$what: $secs s; $(cat "$dir/kill.err")"
     fi
 }
+# The planner's state of a second-order optimizer on the rank holding most, in MiB ("$DTRAIN" plan ARGS --json).
+plan_precond_mib() {
+    "$DTRAIN" plan "$@" --json 2> /dev/null |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["breakdown"]["memory"]["precond_state"] / 1048576)'
+}
+# Whether each pair of numbers (planned, measured ...) is within 5% of each other.
+within5() { awk -v l="$*" 'BEGIN{n = split(l, x, " "); for (i = 1; i < n; i += 2) { r = x[i] > x[i+1] ? x[i] / x[i+1] - 1 : x[i+1] / x[i] - 1; if (!(r <= 0.05)) exit 1 } exit !(n >= 2 && n % 2 == 0)}'; }

@@ -2,7 +2,8 @@
 # A second-order optimizer's state in checkpoints (kfac.f32, shampoo.f32, soap.f32): a run stopped at step 10 and
 # resumed gives the uninterrupted run's weights at step 20 bit for bit, for Shampoo (2 ranks, its blocks shared),
 # K-FAC (4 ranks, MEM-OPT) and SOAP (one process and 2 ranks), each with a preconditioning interval (3) that step 10
-# falls inside, so the saved roots, decompositions and bases are the ones used. Resharded: Shampoo's state saved with
+# falls inside, so the saved roots, decompositions and bases are the ones used; K-FAC under ZeRO-1, resumed by ZeRO-1
+# and by DDP. Resharded: Shampoo's state saved with
 # its blocks shared by groups of 2 of 4 ranks resumes shared by all 4 and held whole by each; K-FAC's saved by MEM-OPT
 # resumes as COMM-OPT and HYBRID; both bit for bit (their layouts compute alike). On another rank count (saved by 2 or
 # 4 ranks, one process resumes with the global batch) the losses stay within 5e-4 of the uninterrupted run's. Without the state (a
@@ -53,12 +54,16 @@ same "Shampoo saved by groups of 2, resumed shared by all 4 ranks" "$(w20 sh4)" 
 resume sh4 sh4_g1 --nproc 4 --shampoo-group 1
 same "Shampoo saved by groups of 2, resumed held whole by every rank" "$(w20 sh4)" "$(w20 sh4_g1)"
 
-# 2 ranks saved, one process resumes with the global batch of 8: the gradients' sums come in another order
-copies sh_c sh_one
-resume sh sh_one --nproc 1 --batch 8
-w=$(worst loss <(tail -10 "$dir/sh.jsonl") "$dir/sh_one.jsonl" 10)
-if [ "$w" != missing ] && awk -v w="$w" 'BEGIN{exit !(w <= 5e-4)}'; then ok "Shampoo saved by 2 ranks, resumed by one process: losses within $w of the 2-rank run's"
-else fail "Shampoo 2 ranks to one process: losses differ by $w ($(tail -1 "$dir/sh_one.out"))"; fi
+# saved by ranks, resumed by one process with the global batch of 8: the gradients' sums come in another order
+on_one() { # WHAT NAME: NAME's step-10 checkpoint resumed by one process, its last 10 losses against NAME's
+    copies "$2_c" "$2_one"
+    resume "$2" "$2_one" --nproc 1 --batch 8
+    local w
+    w=$(worst loss <(tail -10 "$dir/$2.jsonl") "$dir/$2_one.jsonl" 10)
+    if [ "$w" != missing ] && awk -v w="$w" 'BEGIN{exit !(w <= 5e-4)}'; then ok "$1, resumed by one process: losses within $w of the uninterrupted run's"
+    else fail "$1, resumed by one process: losses differ by $w ($(tail -1 "$dir/$2_one.out"))"; fi
+}
+on_one "Shampoo saved by 2 ranks" sh
 
 # without the state, or with other units: afresh, said, and not the uninterrupted run
 copies sh_c sh_old sh_block
@@ -87,11 +92,15 @@ same "K-FAC saved by MEM-OPT, resumed as COMM-OPT" "$(w20 kf)" "$(w20 kf_comm)"
 resume kf kf_hybrid --nproc 4 --kfac-workers 0.5
 same "K-FAC saved by MEM-OPT, resumed as HYBRID" "$(w20 kf)" "$(w20 kf_hybrid)"
 
-copies kf_c kf_one
-resume kf kf_one --nproc 1 --batch 8
-w=$(worst loss <(tail -10 "$dir/kf.jsonl") "$dir/kf_one.jsonl" 10)
-if [ "$w" != missing ] && awk -v w="$w" 'BEGIN{exit !(w <= 5e-4)}'; then ok "K-FAC saved by 4 ranks, resumed by one process: losses within $w of the 4-rank run's"
-else fail "K-FAC 4 ranks to one process: losses differ by $w ($(tail -1 "$dir/kf_one.out"))"; fi
+on_one "K-FAC saved by 4 ranks" kf
+
+# ZeRO-1 (each rank writes its shard of optim.f32) resumed by ZeRO-1, and by DDP
+pair kz "${kfac[@]}" --nproc 2 --batch 4 --kfac-workers 0.5 --zero 1 || fail "K-FAC ZeRO-1 runs: $(tail -1 "$dir/kz.out")"
+copies kz_c kz_ddp
+resume kz kz_p --nproc 2 --zero 1
+same "K-FAC under ZeRO-1, resumed at step 10" "$(w20 kz)" "$(w20 kz_p)"
+resume kz kz_ddp --nproc 2 --strategy ddp
+same "K-FAC saved under ZeRO-1, resumed under DDP" "$(w20 kz)" "$(w20 kz_ddp)"
 
 pair so1 "${soap[@]}" --batch 8 || fail "SOAP runs: $(tail -1 "$dir/so1.out")"
 resume so1 so1_p

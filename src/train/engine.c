@@ -123,10 +123,11 @@ static dt_status take_codec(dt_engine *e) {
     return DT_OK;
 }
 
-/* A preconditioner rewrites whole gradients, every one on every rank, before the update (strategy.h). */
+/* A preconditioner rewrites whole gradients, every one on every rank, before the update (strategy.h). ZeRO-1
+ * allreduces them as DDP does (its shard's update then reads the preconditioned ones); ZeRO 2 and 3 keep a shard. */
 static dt_status check_precond(dt_engine *e) {
     const dt_engine_config *c = &e->cfg;
-    const char *why = strcmp(e->s->name, "single") && strcmp(e->s->name, "ddp") ? "a strategy that shards the gradients"
+    const char *why = strcmp(e->s->name, "single") && strcmp(e->s->name, "ddp") && strcmp(e->s->name, "zero1") ? "a strategy that shards the gradients"
                       : c->mp_comm                                            ? "tensor or expert parallelism (a rank holds slices)"
                       : c->schedule                                           ? "pipeline parallelism"
                       : c->loss_scale                                         ? "a loss scale (fp16)"
