@@ -5,7 +5,8 @@
 # losses within 1e-5 and the weights within 1e-6 after 40 steps (after 100 the difference is said, not held: K-FAC
 # multiplies a rounding difference by up to 1 / damping, as Adam by 1 / sqrt(v), and at damping 0.001 these grow to
 # percents, where DDP under AdamW alone reaches 3e-4 of the weights); AdamW underneath with the inverse method and
-# intervals, and under mpirun; ZeRO-1 against DDP, bit for bit; MEM-OPT's factors and decompositions on the rank holding most against COMM-OPT's, and
+# intervals, and under mpirun; 2 pipeline stages and DP 2 x PP 2 against one process likewise; ZeRO-1 against DDP,
+# bit for bit; MEM-OPT's factors and decompositions on the rank holding most against COMM-OPT's, and
 # the planner's prediction of both; the refusals.
 # usage: kfac_equivalence.sh DTRAIN [MPIEXEC]
 set -u
@@ -51,6 +52,10 @@ for w in 1 0.5 0.25; do
 done
 same "4 ranks: HYBRID against COMM-OPT" four_0.5 four_1
 same "4 ranks: MEM-OPT against COMM-OPT" four_0.25 four_1
+# pipeline stages: each stage's K-FAC over its own Linears, KL clipping summed over the stages (1F1B, 4 micro-batches)
+run pp2 --nproc 2 --pp 2 --batch 2 --grad-accum 4 && against "2 pipeline stages" pp2 one || fail "2 pipeline stages"
+run dp2pp2 --nproc 4 --pp 2 --batch 2 --grad-accum 2 && against "2 data-parallel x 2 pipeline stages, MEM-OPT" dp2pp2 one ||
+    fail "DP 2 x PP 2"
 # ZeRO-1 allreduces the gradients as DDP does: K-FAC preconditions them whole, then each rank updates its shard
 run four_zero1 --nproc 4 --batch 2 --kfac-workers 0.25 --zero 1 || fail "4 ranks, ZeRO-1"
 same "4 ranks: ZeRO-1 (MEM-OPT) against DDP" four_zero1 four_0.25

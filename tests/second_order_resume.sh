@@ -109,6 +109,14 @@ pair so2 "${soap[@]}" --nproc 2 --batch 4 || fail "SOAP 2 ranks: $(tail -1 "$dir
 resume so2 so2_p --nproc 2
 same "SOAP, 2 ranks, resumed at step 10" "$(w20 so2)" "$(w20 so2_p)"
 
+# pipeline stages: each stage's own state, not saved yet (said at the save and at the resume)
+"$DTRAIN" train "${base[@]}" "${kfac[@]}" --steps 4 --nproc 2 --pp 2 --batch 2 --grad-accum 2 --save "$dir/kpp" > "$dir/kpp_save.out" 2>&1
+resume kf kpp --nproc 2 --pp 2 --grad-accum 2
+if grep -q "state on pipeline stages is not saved yet" "$dir/kpp_save.out" &&
+   grep -q "state on pipeline stages is not saved yet: it starts afresh" "$dir/kpp.out" && [ -f "$dir/kpp/step-00000020/params.f32" ]; then
+    ok "K-FAC on pipeline stages: its state not saved yet, said at the save and the resume, which trains on"
+else fail "K-FAC on pipeline stages' checkpoint: $(tail -2 "$dir/kpp_save.out") / $(tail -2 "$dir/kpp.out")"; fi
+
 # what ckpt shows, and a damaged file
 info=$("$DTRAIN" ckpt info "$dir/kf" 2>&1)
 if echo "$info" | grep -q "^kfac.f32: 8 units" && "$DTRAIN" ckpt verify "$dir/sh" 2>&1 | grep -q "shampoo.f32 match"; then

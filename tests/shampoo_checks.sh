@@ -5,7 +5,8 @@
 # sums over ranks come in another order), at --shampoo-eps 1e-6 the losses stay within 5e-4 over 40 steps (4.3e-5 on
 # Zen 3's paths, 4.5e-5 on Zen 4's); over 100, and at the default 1e-12, the difference is said, not held: it grows as
 # a chaotic system's does (at 1e-12 from the first roots on: a rank-deficient factor's null space is lifted to 1e-12,
-# whose inverse fourth root is 1000; at 1e-6 to 5e-3 by step 100), where AdamW's own DDP stays within 5e-6. The bf16 wire trains (finite,
+# whose inverse fourth root is 1000; at 1e-6 to 5e-3 by step 100), where AdamW's own DDP stays within 5e-6; 2 pipeline
+# stages likewise within 5e-4 over 40 steps. The bf16 wire trains (finite,
 # its losses said against fp32's). The state a rank holds shared by 4 against held whole; the refusals; a resumed run
 # keeps the settings (and its state: second_order_resume.sh).
 # usage: shampoo_checks.sh DTRAIN
@@ -37,6 +38,12 @@ w6=$(worst loss <(head -40 "$dir/one_1e-6.jsonl") <(head -40 "$dir/dp_1e-6.jsonl
 if [ "$w6" != missing ] && awk -v w="$w6" 'BEGIN{exit !(w <= 5e-4)}'; then
     ok "4 ranks against one process, --shampoo-eps 1e-6: losses within $w6 over 40 steps (over 100: $(worst loss "$dir/one_1e-6.jsonl" "$dir/dp_1e-6.jsonl" 100); at the default 1e-12, over 40: $(worst loss <(head -40 "$dir/one_1e-12.jsonl") <(head -40 "$dir/dp_1e-12.jsonl") 40))"
 else fail "4 ranks against one process at eps 1e-6: losses differ by $w6 over 40 steps"; fi
+# pipeline stages: each stage's Shampoo over its own tensors (the tied copy's gradient goes to the first stage)
+run pp2 --nproc 2 --pp 2 --batch 2 --grad-accum 4 --shampoo-eps 1e-6 || fail "2 pipeline stages"
+wp=$(worst loss <(head -40 "$dir/one_1e-6.jsonl") <(head -40 "$dir/pp2.jsonl") 40)
+if [ "$wp" != missing ] && awk -v w="$wp" 'BEGIN{exit !(w <= 5e-4)}'; then
+    ok "2 pipeline stages against one process, --shampoo-eps 1e-6: losses within $wp over 40 steps"
+else fail "2 pipeline stages against one process: losses differ by $wp over 40 steps"; fi
 run bf16 --nproc 4 --batch 2 --shampoo-wire bf16 || fail "bf16 wire"
 last=$(field loss "$dir/bf16.jsonl" | tail -1)
 if [ "$(field loss "$dir/bf16.jsonl" | grep -c '^[0-9]')" = 100 ] && awk -v l="$last" 'BEGIN{exit !(l < 3.2)}'; then

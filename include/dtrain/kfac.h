@@ -58,6 +58,9 @@ void dt_kfac_begin(dt_kfac *k, int accum);
 dt_status dt_kfac_step(dt_kfac *k, float *grads, float lr, int *skip);
 /* The engine's seam (strategy.h) over k. */
 void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out);
+/* A pipeline's stages (each with its own K-FAC over its own Linears; the caller's, outliving k): KL clipping sums over
+ * all of their Linears, and a decomposition failing on one skips the step on all. Every stage's K-FAC steps alike. */
+void dt_kfac_set_stages(dt_kfac *k, dt_comm *stages);
 
 /* What it holds: preconditioned Linears (layers, a part each), their parameters, and this rank's bytes of factors and
  * decompositions (its share; the transient buffers not counted). */

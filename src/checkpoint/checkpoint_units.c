@@ -12,17 +12,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The engine's sources: its preconditioner's (slot 0) and its optimizer's (slot 1); units 0 where it has none. An
- * optimizer over a shard (ZeRO: each rank's SOAP rotates the whole matrices its shard happens to hold) has no units
- * the same on every layout: left out, said when saved. */
-static void sources(dt_engine *e, dt_state_units out[2], bool *sharded) {
-    const dt_preconditioner *p = dt_engine_get_config(e)->precond;
-    out[0] = p ? p->state : (dt_state_units){ 0 };
+/* The engine's sources: its preconditioner's (slot 0) and its optimizer's (slot 1); units 0 where it has none. Left
+ * out, and *why says why (NULL: nothing left out): an optimizer over a shard (ZeRO: each rank's SOAP rotates the whole
+ * matrices its shard happens to hold: no units the same on every layout), and a pipeline stage's preconditioner (each
+ * stage has its own units, and only the first stage's would reach the file). */
+static void sources(dt_engine *e, dt_state_units out[2], const char **why) {
+    const dt_engine_config *c = dt_engine_get_config(e);
+    out[0] = c->precond ? c->precond->state : (dt_state_units){ 0 };
     dt_optim_state_units(dt_engine_optim(e), &out[1]);
     size_t off, n;
     dt_engine_share(e, &off, &n);
-    *sharded = out[1].units && (off != 0 || n != dt_engine_get_config(e)->model.nparams);
-    if (*sharded) out[1].units = 0;
+    *why = NULL;
+    if (out[1].units && (off != 0 || n != c->model.nparams)) *why = "over a shard of the optimizer", out[1].units = 0;
+    if (out[0].units && c->schedule) *why = "on pipeline stages", out[0].units = 0;
 }
 
 static uint64_t sizes_hash(const dt_state_units *s) {
@@ -72,10 +74,10 @@ static dt_status gather_one(const dt_state_units *s, dt_comm *w, dt_checkpoint_u
 
 dt_status dt_checkpoint_units_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm) {
     dt_state_units s[2];
-    bool sharded;
-    sources(e, s, &sharded);
-    if (sharded && (!w || dt_comm_rank(w) == 0))
-        dt_log(DT_LOG_WARN, "checkpoint: %s's state over a shard of the optimizer is not saved: a resumed run starts it afresh", s[1].key);
+    const char *why;
+    sources(e, s, &why);
+    if (why && (!w || dt_comm_rank(w) == 0))
+        dt_log(DT_LOG_WARN, "checkpoint: a second-order optimizer's state %s is not saved yet: a resumed run starts it afresh", why);
     dt_status st = DT_OK;
     for (int i = 0; i < 2 && !st; i++) {
         cm->units[i] = (dt_checkpoint_units){ 0 };
@@ -186,10 +188,13 @@ static dt_status scatter_one(const dt_state_units *s, dt_comm *w, const float *a
 
 dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_engine *e) {
     dt_state_units s[2];
-    bool sharded;
-    sources(e, s, &sharded);
-    if (!s[0].units && !s[1].units) return DT_OK;
+    const char *why;
+    sources(e, s, &why);
     int rank = w ? dt_comm_rank(w) : 0;
+    if (why && rank == 0)
+        dt_log(DT_LOG_WARN, "--resume %s: a second-order optimizer's state %s is not saved yet: it starts afresh, so the steps differ "
+               "from the uninterrupted run's", sub, why);
+    if (!s[0].units && !s[1].units) return DT_OK;
     char sdir[4400], mpath[4500];
     cJSON *j = NULL;
     dt_status st = rank == 0 ? dt_ckpt_open_latest(sub, sdir, mpath, &j) : DT_OK;

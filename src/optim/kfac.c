@@ -36,6 +36,7 @@ struct dt_kfac {
     dt_kfac_config c;
     dt_program *p;
     dt_comm *world, *col, *row; /* its own communicators (NULL: one process) */
+    dt_comm *stages;            /* the pipeline's stages (the caller's; NULL: none): KL clipping and a skip span them */
     int rank, ranks, P;         /* P: the grid's columns (ranks / gradient workers) */
     kfac_op *ops;
     int nops, nblock, *map;     /* map[layer * nblock + op]: the kfac_op, or -1 */
@@ -201,8 +202,10 @@ static int decompose_mine(dt_kfac *k, int *info) {
  * column's workers made. */
 static dt_status decompositions(dt_kfac *k, int *skip) {
     int info = 0;
-    float failed = (float)decompose_mine(k, &info);
+    float failed = (float)decompose_mine(k, &info), elsewhere = 0;
     dt_status st = k->world ? dt_comm_allreduce(k->world, &failed, &failed, 1, DT_F32, DT_MAX) : DT_OK;
+    /* another stage's failure skips this stage's step too (its Linears' indices are its own: only whether) */
+    if (!st && k->stages) st = dt_comm_allreduce(k->stages, &failed, &elsewhere, 1, DT_F32, DT_MAX);
     if (st) return st;
     if (failed > 0) {
         const kfac_op *o = &k->ops[(int)failed - 1];
@@ -210,6 +213,8 @@ static dt_status decompositions(dt_kfac *k, int *skip) {
         if (o->worker == k->rank) snprintf(why, sizeof why, info < 0 ? " (not finite)" : " (LAPACK's info %d)", info);
         dt_log(DT_LOG_WARN, "K-FAC: step %ld: the decomposition of %s's factors failed on rank %d%s: the step is skipped on every rank",
                k->steps + 1, o->name, o->worker, why);
+    }
+    if (failed > 0 || elsewhere > 0) {
         *skip = 1;
         return DT_OK;
     }
@@ -297,6 +302,8 @@ dt_status dt_kfac_step(dt_kfac *k, float *grads, float lr, int *skip) {
             if (!st) vg += put_back(o, &o->part[j], k->t1, grads) * (double)lr * (double)lr;
         }
     }
+    /* KL clipping's sum is over every preconditioned Linear: the other stages' too */
+    if (!st && k->stages && k->c.kl_clip > 0) st = dt_comm_allreduce(k->stages, &vg, &vg, 1, DT_F64, DT_SUM);
     if (!st && k->c.kl_clip > 0 && vg != 0) {
         double nu = sqrt(k->c.kl_clip / fabs(vg));
         if (nu < 1) scale_all(k, grads, (float)nu);
@@ -330,6 +337,7 @@ static dt_status find_linears(dt_kfac *k) {
             kfac_op *o = &k->ops[k->nops];
             *o = (kfac_op){ .nparts = s->nw, .in = v.ops[i].width_in };
             int col = 0;
+            if (!dt_program_block_tensor(k->p, l, s->w)) continue; /* another pipeline stage's layer */
             for (int j = 0; j < s->nw; j++) {
                 const dt_tensor_info *w = dt_program_block_tensor(k->p, l, s->w + j);
                 const dt_tensor_info *b = s->b >= 0 ? dt_program_block_tensor(k->p, l, s->b + j) : NULL;
@@ -426,7 +434,9 @@ dt_status dt_kfac_create(const dt_kfac_config *c, dt_program *p, dt_comm *comm, 
     *k = (dt_kfac){ .c = *c, .p = p, .ranks = ranks, .P = ranks / (gw < 1 ? 1 : gw), .rank = comm ? dt_comm_rank(comm) : 0, .accum = 1 };
     if (ranks > 1) st = communicators(k, comm);
     if (!st) st = find_linears(k);
-    if (!st && k->nops == 0) st = dt_error(DT_ERR_ARG, "K-FAC: the model has no Linear in its blocks to precondition");
+    bool blocks = false; /* a pipeline stage may hold none (the embeddings, the head): then nothing to precondition */
+    for (int l = 0; !st && l < dt_program_config(p)->num_layers; l++) blocks |= dt_program_block_tensor(p, l, 0) != NULL;
+    if (!st && k->nops == 0 && blocks) st = dt_error(DT_ERR_ARG, "K-FAC: the model has no Linear in its blocks to precondition");
     if (!st) st = place(k);
     if (st) {
         dt_kfac_destroy(k);
@@ -529,6 +539,8 @@ void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out) {
                                 { "kfac", k->nops, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, k },
                                 precond_inside };
 }
+
+void dt_kfac_set_stages(dt_kfac *k, dt_comm *stages) { k->stages = stages && dt_comm_size(stages) > 1 ? stages : NULL; }
 
 int dt_kfac_layers(const dt_kfac *k) { return k->nlayers; }
 size_t dt_kfac_params(const dt_kfac *k) { return k->nparams; }

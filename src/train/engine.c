@@ -124,16 +124,20 @@ static dt_status take_codec(dt_engine *e) {
 }
 
 /* A preconditioner rewrites whole gradients, every one on every rank, before the update (strategy.h). ZeRO-1
- * allreduces them as DDP does (its shard's update then reads the preconditioned ones); ZeRO 2 and 3 keep a shard. */
+ * allreduces them as DDP does (its shard's update then reads the preconditioned ones); ZeRO 2 and 3 keep a shard. A
+ * pipeline stage holds its tensors whole (its own layers: the tied copy's gradient goes to the first stage, which
+ * owns wte); tensor parallelism holds slices, expert parallelism each rank's own experts. */
 static dt_status check_precond(dt_engine *e) {
     const dt_engine_config *c = &e->cfg;
+    bool sliced = false;
+    for (int i = 0; i < c->model.ntensors; i++)
+        for (int d = 0; d < c->model.tensors[i].ndim; d++) sliced |= c->model.tensors[i].shape[d] != c->model.tensors[i].gshape[d];
     const char *why = strcmp(e->s->name, "single") && strcmp(e->s->name, "ddp") && strcmp(e->s->name, "zero1") ? "a strategy that shards the gradients"
-                      : c->mp_comm                                            ? "tensor or expert parallelism (a rank holds slices)"
-                      : c->schedule                                           ? "pipeline parallelism"
-                      : c->loss_scale                                         ? "a loss scale (fp16)"
-                      : c->grad_store != DT_F32                               ? "16-bit gradients (--grad-store)"
-                      : c->codec && c->codec->kind != DT_CODEC_NONE           ? "gradient compression"
-                                                                              : NULL;
+                      : sliced || c->ep > 1 || (c->mp_comm && !c->schedule) ? "tensor or expert parallelism (a rank holds slices)"
+                      : c->loss_scale                                       ? "a loss scale (fp16)"
+                      : c->grad_store != DT_F32                             ? "16-bit gradients (--grad-store)"
+                      : c->codec && c->codec->kind != DT_CODEC_NONE         ? "gradient compression"
+                                                                            : NULL;
     if (why) return dt_error(DT_ERR_ARG, "%s preconditions whole f32 gradients on every rank: not with %s (strategy %s)", c->precond->name, why, e->s->name);
     e->cfg.step_at_end = 1;
     return DT_OK;
@@ -313,8 +317,10 @@ static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
 static dt_status precondition(dt_engine *e, float lr, dt_step_result *r) {
     const dt_engine_config *c = &e->cfg;
     float *g = c->model.grads(c->model.self);
-    int skip = 0;
+    int32_t skip = 0, any = 0;
     dt_status st = c->precond->apply(c->precond->ctx, g, lr, &skip);
+    /* a pipeline's stages each precondition their own tensors: one skipping skips them all */
+    if (!st && c->schedule && c->mp_comm && !(st = dt_comm_allreduce(c->mp_comm, &skip, &any, 1, DT_I32, DT_MAX))) skip = any;
     if (!st && skip) {
         memset(g, 0, c->model.nparams * sizeof *g);
         r->skipped = 1;

@@ -300,6 +300,7 @@ static dt_status make_engine(run *r) {
         if (c->lora.rank > 0 || c->lora_from) return dt_error(DT_ERR_ARG, "--optimizer kfac with LoRA: K-FAC preconditions the base Linears, which LoRA freezes");
         if ((st = dt_kfac_create(&c->kfac, dt_gpt2_program(r->m), ec.comm, &r->kfac))) return st;
         dt_kfac_preconditioner(r->kfac, &r->precond);
+        if (ec.schedule) dt_kfac_set_stages(r->kfac, ec.mp_comm); /* a pipeline's: its stages' Linears clip together */
         ec.precond = &r->precond;
         if (r->rank == 0 && !c->quiet)
             dt_log(DT_LOG_INFO, "K-FAC (%s) preconditions %d Linears (%zu parameters) before %s, its factors and decompositions %.3f MiB "
