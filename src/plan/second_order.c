@@ -142,6 +142,8 @@ static void soap_cost(const dt_plan_job *j, double rate, second_cost *out) {
     dt_program_destroy(p);
 }
 
+/* A pipeline's stages each hold their own layers' share: taken as the whole model's over the stages (the blocks
+ * dominate; a stage of the embeddings or the head alone holds less). */
 static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, second_cost *out) {
     *out = (second_cost){ 0 };
     double a = h ? (j->nodes > 1 ? h->inter_alpha : h->intra_alpha) : 0, b = h ? (j->nodes > 1 ? h->inter_beta : h->intra_beta) : 0;
@@ -149,6 +151,8 @@ static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, i
     if (j->kfac_on) kfac_cost(j, h, rate, threads, slow, a, b, out);
     else if (j->shampoo_on) shampoo_cost(j, h, rate, threads, slow, a, b, out);
     else if (j->opt.kind == DT_OPT_SOAP) soap_cost(j, rate, out);
+    double pp = j->pp > 1 ? j->pp : 1;
+    out->bytes /= pp, out->compute /= pp, out->comm /= pp;
 }
 
 double dt_plan_second_order_bytes(const dt_plan_job *j, double *scratch) {
