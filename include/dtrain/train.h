@@ -169,7 +169,7 @@ typedef struct {
  * balancing loss's coefficient), and state beside the parameters
  * (BatchNorm's running averages: buffers.f32). */
 typedef struct {
-    const char *key;  /* dt_state_units's */
+    char key[48];     /* dt_state_units's, and on a pipeline stage "-stageSofP" (each stage's own state) */
     int units;
     size_t floats;
     long steps;       /* its own count */
@@ -193,6 +193,7 @@ typedef struct {
     /* A second-order optimizer's state to save (KEY.f32, dt_checkpoint_units_gather: rank 0's copy, every unit in
      * order): the preconditioner's [0] and the optimizer's own [1]; data NULL: none */
     dt_checkpoint_units units[2];
+    int stage, stages; /* a pipeline's stage and stages (0, 0: none): its second-order state is its own */
 } dt_checkpoint_model;
 void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out);
 void dt_checkpoint_resnet(dt_resnet *m, dt_checkpoint_model *out);
@@ -220,8 +221,8 @@ dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, 
  * optimizer (optim.h) into rank 0's cm->units (their data malloc'd: dt_checkpoint_release frees them). */
 dt_status dt_checkpoint_units_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm);
 /* Collective over w: the saved state units from step folder sub into the ranks that hold them now, and their counts
- * of steps, where this run's units are the saved ones (else that state starts afresh, said). */
-dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_engine *e);
+ * of steps, where this run's units are the saved ones (else that state starts afresh, said); cm: the stage's. */
+dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_engine *e, const dt_checkpoint_model *cm);
 /* Both gathers (codec, units), collective over the engine's data-parallel ranks; and what they allocated, freed. */
 dt_status dt_checkpoint_gather(dt_engine *e, dt_checkpoint_model *cm);
 void dt_checkpoint_release(dt_checkpoint_model *cm);

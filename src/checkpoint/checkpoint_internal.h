@@ -44,8 +44,17 @@ int dt_ckpt_steps(const char *dir, int *steps, int cap);
 /* A codec's state (checkpoint_codec.c): the manifest's codec section and files entry, and codec.f32 in folder tmp. */
 void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_train_config *c);
 dt_status dt_ckpt_codec_write(const char *tmp, const dt_checkpoint_model *cm);
-/* Second-order state units (checkpoint_units.c): the manifest's units section and files entries; KEY.f32 in tmp. */
-void dt_ckpt_units_manifest(cJSON *j, const dt_checkpoint_model *cm);
+/* Second-order state units (checkpoint_units.c): what the manifest says of a saved source (every stage's, collected
+ * by dt_ckpt_units_collect, collective over w, NULL: this rank's own; *out malloc'd), the manifest's units section and
+ * files entries from them, and the sources this rank holds written as KEY.f32 in tmp. */
+typedef struct {
+    char key[48];
+    int units;
+    long steps;
+    uint64_t floats, sizes, hash;
+} dt_ckpt_units_meta;
+dt_status dt_ckpt_units_collect(dt_comm *w, const dt_checkpoint_model *cm, dt_ckpt_units_meta **out, int *n);
+void dt_ckpt_units_manifest(cJSON *j, const dt_ckpt_units_meta *u, int n);
 dt_status dt_ckpt_units_write(const char *tmp, const dt_checkpoint_model *cm);
 /* Each saved units file of step folder dir checked against the manifest j (", KEY.f32" appended to listed); a line
  * each for ckpt info. */

@@ -3,7 +3,8 @@
  * has it, and the manifest's "units" section each source's key, units, floats, its own count of steps and a hash of
  * the units' sizes. The units' sizes do not depend on the layout, so a run on other ranks (another K-FAC worker
  * fraction, another Shampoo group) loads each unit into the ranks that hold it now: resharding. A run whose units
- * differ (another block size, another model) starts that state afresh, said. */
+ * differ (another block size, another model) starts that state afresh, said. A pipeline stage's preconditioner is its
+ * own (over its own layers): KEY-stageSofP, written by the stage's first data-parallel rank. */
 #include "dtrain/train.h"
 #include "checkpoint_internal.h"
 #include "dtrain/io.h"
@@ -14,8 +15,7 @@
 
 /* The engine's sources: its preconditioner's (slot 0) and its optimizer's (slot 1); units 0 where it has none. Left
  * out, and *why says why (NULL: nothing left out): an optimizer over a shard (ZeRO: each rank's SOAP rotates the whole
- * matrices its shard happens to hold: no units the same on every layout), and a pipeline stage's preconditioner (each
- * stage has its own units, and only the first stage's would reach the file). */
+ * matrices its shard happens to hold: no units the same on every layout). */
 static void sources(dt_engine *e, dt_state_units out[2], const char **why) {
     const dt_engine_config *c = dt_engine_get_config(e);
     out[0] = c->precond ? c->precond->state : (dt_state_units){ 0 };
@@ -24,7 +24,12 @@ static void sources(dt_engine *e, dt_state_units out[2], const char **why) {
     dt_engine_share(e, &off, &n);
     *why = NULL;
     if (out[1].units && (off != 0 || n != c->model.nparams)) *why = "over a shard of the optimizer", out[1].units = 0;
-    if (out[0].units && c->schedule) *why = "on pipeline stages", out[0].units = 0;
+}
+
+/* Its key in the checkpoint: a pipeline stage's own. */
+static void key_of(const dt_state_units *s, const dt_checkpoint_model *cm, char out[48]) {
+    if (cm->stages > 1) snprintf(out, 48, "%s-stage%dof%d", s->key, cm->stage, cm->stages);
+    else snprintf(out, 48, "%s", s->key);
 }
 
 static uint64_t sizes_hash(const dt_state_units *s) {
@@ -48,7 +53,7 @@ static size_t total(const dt_state_units *s, size_t *most) {
 }
 
 /* Rank 0 gets every unit, in order, from its saver (sent to it a unit at a time). */
-static dt_status gather_one(const dt_state_units *s, dt_comm *w, dt_checkpoint_units *out) {
+static dt_status gather_one(const dt_state_units *s, dt_comm *w, const dt_checkpoint_model *cm, dt_checkpoint_units *out) {
     int rank = w ? dt_comm_rank(w) : 0;
     size_t most, n = total(s, &most), at = 0;
     float *all = rank == 0 ? malloc((n + 1) * sizeof *all) : NULL, *one = rank ? malloc(most * sizeof *one) : NULL;
@@ -68,7 +73,8 @@ static dt_status gather_one(const dt_state_units *s, dt_comm *w, dt_checkpoint_u
         free(all);
         return st;
     }
-    *out = (dt_checkpoint_units){ s->key, s->units, n, s->steps(s->ctx), sizes_hash(s), all };
+    *out = (dt_checkpoint_units){ "", s->units, n, s->steps(s->ctx), sizes_hash(s), all };
+    key_of(s, cm, out->key);
     return DT_OK;
 }
 
@@ -81,30 +87,57 @@ dt_status dt_checkpoint_units_gather(dt_engine *e, dt_comm *w, dt_checkpoint_mod
     dt_status st = DT_OK;
     for (int i = 0; i < 2 && !st; i++) {
         cm->units[i] = (dt_checkpoint_units){ 0 };
-        if (s[i].units) st = gather_one(&s[i], w, &cm->units[i]);
+        if (s[i].units) st = gather_one(&s[i], w, cm, &cm->units[i]);
     }
     return st;
 }
 
-void dt_ckpt_units_manifest(cJSON *j, const dt_checkpoint_model *cm) {
+/* A rank's sources as words: a present flag, units, steps, floats, sizes, the data's hash, the key's 48 bytes. */
+enum { META_WORDS = 12 };
+static void pack(const dt_checkpoint_units *u, uint64_t *w) {
+    memset(w, 0, META_WORDS * sizeof *w);
+    if (!u->data) return;
+    w[0] = 1, w[1] = (uint64_t)u->units, w[2] = (uint64_t)u->steps, w[3] = u->floats, w[4] = u->sizes;
+    w[5] = dt_hash_words(DT_HASH_INIT, u->data, u->floats);
+    memcpy(&w[6], u->key, 48);
+}
+
+dt_status dt_ckpt_units_collect(dt_comm *w, const dt_checkpoint_model *cm, dt_ckpt_units_meta **out, int *n) {
+    int p = w ? dt_comm_size(w) : 1;
+    uint64_t *mine = calloc(2 * META_WORDS, sizeof *mine), *all = calloc((size_t)p * 2 * META_WORDS, sizeof *all);
+    *out = calloc((size_t)p * 2 + 1, sizeof **out), *n = 0;
+    dt_status st = mine && all && *out ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    for (int i = 0; i < 2 && !st; i++) pack(&cm->units[i], mine + i * META_WORDS);
+    if (!st) st = w ? dt_comm_allgather(w, mine, all, 2 * META_WORDS, DT_I64) : (memcpy(all, mine, 2 * META_WORDS * sizeof *all), DT_OK);
+    for (int k = 0; k < 2 * p && !st; k++) {
+        const uint64_t *x = all + (size_t)k * META_WORDS;
+        if (!x[0]) continue;
+        dt_ckpt_units_meta *m = &(*out)[(*n)++];
+        *m = (dt_ckpt_units_meta){ "", (int)x[1], (long)x[2], x[3], x[4], x[5] };
+        memcpy(m->key, &x[6], 47);
+    }
+    free(mine), free(all);
+    if (st) free(*out), *out = NULL, *n = 0;
+    return st;
+}
+
+void dt_ckpt_units_manifest(cJSON *j, const dt_ckpt_units_meta *u, int n) {
     cJSON *arr = NULL, *files = cJSON_GetObjectItemCaseSensitive(j, "files");
-    for (int i = 0; i < 2; i++) {
-        const dt_checkpoint_units *u = &cm->units[i];
-        if (!u->data) continue;
+    for (int i = 0; i < n; i++) {
         if (!arr) arr = cJSON_AddArrayToObject(j, "units");
         cJSON *x = cJSON_CreateObject();
-        char h[24], file[40];
-        cJSON_AddStringToObject(x, "key", u->key);
-        cJSON_AddNumberToObject(x, "units", u->units);
-        cJSON_AddNumberToObject(x, "floats", (double)u->floats);
-        cJSON_AddNumberToObject(x, "steps", (double)u->steps);
-        snprintf(h, sizeof h, "%016llx", (unsigned long long)u->sizes);
+        char h[24], file[64];
+        cJSON_AddStringToObject(x, "key", u[i].key);
+        cJSON_AddNumberToObject(x, "units", u[i].units);
+        cJSON_AddNumberToObject(x, "floats", (double)u[i].floats);
+        cJSON_AddNumberToObject(x, "steps", (double)u[i].steps);
+        snprintf(h, sizeof h, "%016llx", (unsigned long long)u[i].sizes);
         cJSON_AddStringToObject(x, "sizes", h);
         cJSON_AddItemToArray(arr, x);
-        snprintf(file, sizeof file, "%s.f32", u->key);
+        snprintf(file, sizeof file, "%s.f32", u[i].key);
         cJSON *f = cJSON_AddObjectToObject(files, file);
-        snprintf(h, sizeof h, "%016llx", (unsigned long long)dt_hash_words(DT_HASH_INIT, u->data, u->floats));
-        cJSON_AddNumberToObject(f, "bytes", (double)(u->floats * sizeof(float)));
+        snprintf(h, sizeof h, "%016llx", (unsigned long long)u[i].hash);
+        cJSON_AddNumberToObject(f, "bytes", (double)(u[i].floats * sizeof(float)));
         cJSON_AddStringToObject(f, "fnv1a64", h);
     }
 }
@@ -114,7 +147,7 @@ dt_status dt_ckpt_units_write(const char *tmp, const dt_checkpoint_model *cm) {
     for (int i = 0; i < 2 && !st; i++) {
         const dt_checkpoint_units *u = &cm->units[i];
         if (!u->data) continue;
-        char path[4200];
+        char path[4300];
         snprintf(path, sizeof path, "%s/%s.f32", tmp, u->key);
         size_t bytes = u->floats * sizeof(float);
         const void *p[1] = { u->data };
@@ -134,12 +167,13 @@ static const cJSON *entry(const cJSON *j, const char *key) {
 }
 
 /* Rank 0: s's saved state into *out (NULL: nothing to load, said) and its count of steps. */
-static dt_status read_one(const char *sdir, const char *mpath, const cJSON *j, const dt_state_units *s, float **out, double *steps) {
+static dt_status read_one(const char *sdir, const char *mpath, const cJSON *j, const dt_state_units *s, const char *key, float **out,
+                          double *steps) {
     *out = NULL;
-    const cJSON *x = entry(j, s->key);
+    const cJSON *x = entry(j, key);
     if (!x) {
-        dt_log(DT_LOG_WARN, "%s: no %s state saved (an older checkpoint, or another optimizer): it starts afresh, so the steps differ "
-               "from the uninterrupted run's", mpath, s->key);
+        dt_log(DT_LOG_WARN, "%s: no %s state saved (an older checkpoint, another optimizer, or another pipeline): it starts afresh, so the "
+               "steps differ from the uninterrupted run's", mpath, key);
         return DT_OK;
     }
     double units = 0, floats = 0;
@@ -147,20 +181,20 @@ static dt_status read_one(const char *sdir, const char *mpath, const cJSON *j, c
     dt_status st = dt_ckpt_count(x, NULL, "units", mpath, 1e9, &units);
     if (!st) st = dt_ckpt_count(x, NULL, "floats", mpath, 1e15, &floats);
     if (!st) st = dt_ckpt_count(x, NULL, "steps", mpath, 1e15, steps);
-    if (!st && !cJSON_IsString(h)) st = dt_error(DT_ERR_IO, "%s: units.%s has no sizes", mpath, s->key);
+    if (!st && !cJSON_IsString(h)) st = dt_error(DT_ERR_IO, "%s: units.%s has no sizes", mpath, key);
     if (st) return st;
     size_t most, n = total(s, &most);
     char mine[24];
     snprintf(mine, sizeof mine, "%016llx", (unsigned long long)sizes_hash(s));
     if ((int)units != s->units || (size_t)floats != n || strcmp(mine, h->valuestring)) {
         dt_log(DT_LOG_WARN, "%s: the saved %s state is %.0f units of %.0f floats, this run's %d of %zu (other settings, or another "
-               "model): it starts afresh", mpath, s->key, units, floats, s->units, n);
+               "model): it starts afresh", mpath, key, units, floats, s->units, n);
         return DT_OK;
     }
     float *buf = malloc((n + 1) * sizeof *buf);
-    char file[40];
-    snprintf(file, sizeof file, "%s.f32", s->key);
-    st = buf ? dt_ckpt_verify_file(sdir, j, file, 1, n, &buf) : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for %s's state", s->key);
+    char file[64];
+    snprintf(file, sizeof file, "%s.f32", key);
+    st = buf ? dt_ckpt_verify_file(sdir, j, file, 1, n, &buf) : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for %s's state", key);
     if (st) free(buf);
     else *out = buf;
     return st;
@@ -186,7 +220,7 @@ static dt_status scatter_one(const dt_state_units *s, dt_comm *w, const float *a
     return st;
 }
 
-dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_engine *e) {
+dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_engine *e, const dt_checkpoint_model *cm) {
     dt_state_units s[2];
     const char *why;
     sources(e, s, &why);
@@ -202,11 +236,13 @@ dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_engine *e) 
         if (!s[i].units) continue;
         float *all = NULL;
         double steps = 0;
-        if (!st && rank == 0) st = read_one(sdir, mpath, j, &s[i], &all, &steps);
+        char key[48];
+        key_of(&s[i], cm, key);
+        if (!st && rank == 0) st = read_one(sdir, mpath, j, &s[i], key, &all, &steps);
         /* whether rank 0 read it, and has something to hand out */
         double got[3] = { st == DT_OK, all != NULL, steps };
         dt_status bs = w ? dt_comm_broadcast(w, got, 3, DT_F64, 0) : DT_OK;
-        if (!st && !bs && !got[0]) st = dt_error(DT_ERR_IO, "rank 0 could not read %s's state in %s (its message says why)", s[i].key, sub);
+        if (!st && !bs && !got[0]) st = dt_error(DT_ERR_IO, "rank 0 could not read %s's state in %s (its message says why)", key, sub);
         if (!st) st = bs;
         if (!st && got[1]) st = scatter_one(&s[i], w, all);
         if (!st && got[1]) s[i].set_steps(s[i].ctx, (long)got[2]);
@@ -222,9 +258,9 @@ dt_status dt_ckpt_units_verify(const char *dir, const cJSON *j, char *listed, si
     const cJSON *x;
     cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(j, "units")) {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(x, "key"), *f = cJSON_GetObjectItemCaseSensitive(x, "floats");
-        if (!cJSON_IsString(k) || !cJSON_IsNumber(f) || strlen(k->valuestring) > 32 || f->valuedouble < 0)
+        if (!cJSON_IsString(k) || !cJSON_IsNumber(f) || strlen(k->valuestring) > 47 || f->valuedouble < 0)
             return dt_error(DT_ERR_IO, "%s/manifest.json: a units entry without its key or floats", dir);
-        char file[40];
+        char file[64];
         snprintf(file, sizeof file, "%s.f32", k->valuestring);
         dt_status st = dt_ckpt_verify_file(dir, j, file, 1, (size_t)f->valuedouble, NULL);
         if (st) return st;

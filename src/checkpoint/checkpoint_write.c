@@ -202,7 +202,8 @@ void dt_checkpoint_resnet(dt_resnet *r, dt_checkpoint_model *out) {
 /* hashes, bytes: params.f32, optim.f32, buffers.f32 (where the model has buffers) */
 static cJSON *manifest(const dt_train_config *c, int nranks, const char *strategy, const dt_checkpoint_model *cm, dt_optim *o,
                        const dt_loss_scale *ls, const dt_checkpoint_position *pos, const uint64_t hashes[3],
-                       const size_t bytes[3], const piece *pieces, int npieces, bool params_pieces) {
+                       const size_t bytes[3], const piece *pieces, int npieces, bool params_pieces, const dt_ckpt_units_meta *um,
+                       int num) {
     const dt_model *m = &cm->m;
     cJSON *j = cJSON_CreateObject(), *x;
     cJSON_AddStringToObject(j, "format", FORMAT);
@@ -344,7 +345,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
         }
     }
     dt_ckpt_codec_manifest(j, cm, c);
-    dt_ckpt_units_manifest(j, cm);
+    dt_ckpt_units_manifest(j, um, num);
     x = cJSON_AddArrayToObject(j, "tensors");
     for (int i = 0; i < m->ntensors; i++) {
         const dt_tensor_info *t = &m->tensors[i];
@@ -459,14 +460,15 @@ static dt_status hash_piece(const char *path, int nb, size_t G, size_t a, size_t
  * directory renamed into place and `latest` moved to it. */
 static dt_status commit(const char *dir, const char *tmp, const char *name, const dt_train_config *c, int nranks,
                         const dt_checkpoint_model *cm, dt_engine *e, const dt_checkpoint_position *pos, uint64_t phash, uint64_t bhash,
-                        const piece *pieces, int np, bool params_pieces, size_t *written) {
+                        const piece *pieces, int np, bool params_pieces, const dt_ckpt_units_meta *um, int num, size_t *written) {
     dt_optim *o = dt_engine_optim(e);
     int nb = dt_optim_buffer(o, 1) ? 2 : 1;
     char path[4200], final[4200];
     uint64_t hashes[3] = { phash, 0, bhash };
     size_t G = dt_model_global_params(&cm->m);
     size_t bytes[3] = { G * sizeof(float), G * sizeof(float) * (size_t)nb, cm->nbuffers * sizeof(float) };
-    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), cm, o, dt_engine_loss_scale(e), pos, hashes, bytes, pieces, np, params_pieces);
+    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), cm, o, dt_engine_loss_scale(e), pos, hashes, bytes, pieces, np, params_pieces,
+                        um, num);
     char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     size_t tl = text ? strlen(text) : 0;
@@ -568,7 +570,7 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
         st = dt_file_write_atomic(path, bp, &bb, 1);
     }
     if (rank == 0 && !st) st = dt_ckpt_codec_write(tmp, cm);
-    if (rank == 0 && !st) st = dt_ckpt_units_write(tmp, cm);
+    if (!st) st = dt_ckpt_units_write(tmp, cm); /* the ranks holding a source's state (a stage's first data-parallel rank) */
     snprintf(path, sizeof path, "%s/optim.f32", tmp);
     if (!st && (!sliced || sharded || dp0)) st = write_slice(path, &m, bufs, nb, off, n);
     /* every rank's slice, and whether it is on disk: the manifest needs the one, the commit the other */
@@ -596,8 +598,13 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
         if (!st) st = as;
         ps = true; /* params.f32 in pieces too */
     }
+    /* every stage's second-order state, for the manifest */
+    dt_ckpt_units_meta *um = NULL;
+    int num = 0;
+    if (!st) st = dt_ckpt_units_collect(w, cm, &um, &num);
     *written = 0;
-    if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, cm, e, pos, phash, bhash, all, p, ps, written);
+    if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, cm, e, pos, phash, bhash, all, p, ps, um, num, written);
+    free(um);
     if (rank == 0 && st) remove_tree(tmp);
     /* this rank's own bytes: its slices, and rank 0 the whole parameters unless they are in slices */
     *written += n * sizeof(float) * (size_t)(nb + ps) + (rank == 0 ? ((ps ? 0 : m.nparams) + cm->nbuffers) * sizeof(float) : 0);

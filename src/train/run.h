@@ -94,6 +94,8 @@ dt_status dt_train_observers(run *r);
 bool dt_train_is_sft(const char *path);
 dt_status dt_train_open_sft(run *r);
 size_t dt_train_data_tokens(const run *r);
+/* A pipeline stage's place in its checkpoint (run_save.c): its second-order state is its own. */
+void dt_train_checkpoint_stage(const run *r, dt_checkpoint_model *cm);
 void dt_train_loss_tokens(run *r, dt_loader *l, int batches);
 /* Preference pairs (dpo_setup.c): DPO's loss on the program, its reference's log-probabilities recorded by forwards
  * of the base (LoRA's adapters off) over every row each rank reads; a loader's batch queued for the loss (rows of

@@ -52,6 +52,11 @@ static dt_status save_peft(const char *dir) {
 
 /* Weights to FILE.bin / FILE.safetensors, or the full state to a directory;
  * the watchdog waits for it to be whole before it may end the rank. */
+void dt_train_checkpoint_stage(const run *r, dt_checkpoint_model *cm) {
+    int p = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_PP) : 1;
+    if (p > 1) cm->stage = dt_mesh_coord(r->mesh, DT_MESH_PP), cm->stages = p;
+}
+
 dt_status dt_train_save(run *r, int steps_done) {
     const char *path = r->c.save;
     dt_watchdog_hold(r->wd, 1);
@@ -62,6 +67,7 @@ dt_status dt_train_save(run *r, int steps_done) {
     bool slices = dt_checkpoint_is_dir(path) && (sharded(r) || parts);
     dt_checkpoint_model cm;
     dt_checkpoint_gpt2(r->m, &cm);
+    dt_train_checkpoint_stage(r, &cm);
     /* a codec's state (every data-parallel rank's residuals) and a second-order optimizer's, to rank 0 (collective) */
     dt_status st = dt_checkpoint_is_dir(path) ? dt_checkpoint_gather(r->e, &cm) : DT_OK;
     if (!st && !slices) st = dt_engine_materialize(r->e, 1);

@@ -314,6 +314,7 @@ static dt_status make_engine(run *r) {
     dt_checkpoint_position pos;
     dt_checkpoint_model cm;
     dt_checkpoint_gpt2(r->m, &cm);
+    dt_train_checkpoint_stage(r, &cm);
     if ((st = dt_checkpoint_resume(c->resume, r->nranks > 1 ? r->w : NULL, c, &cm, r->e, &pos))) return st;
     if (pos.step >= c->steps)
         return dt_error(DT_ERR_ARG, "--resume %s: the checkpoint is at step %d, and --steps is %d: nothing left to train", c->resume,
