@@ -5,8 +5,9 @@
 # other optimizers at that best rate (Shampoo grafts Adam's step size onto its directions; SOAP is Adam in a rotated
 # basis), and the step and the wall time (the steps' own time, evaluations left out, as for AdamW) at which its
 # validation loss first reaches the target. Evaluations every 50 steps on 16 batches of the held-out 5%.
-# usage: bench/second_order_d6.sh [BUILD_DIR] [STEPS] [LRS] [OPTIMIZERS]
-#   defaults: build 800 "1e-3 2e-3 4e-3" "shampoo soap" (an empty OPTIMIZERS: AdamW alone)
+# usage: [SECOND_ARGS="--shampoo-block 256"] bench/second_order_d6.sh [BUILD_DIR] [STEPS] [LRS] [OPTIMIZERS]
+#   defaults: build 800 "1e-3 2e-3 4e-3" "shampoo soap" (an empty OPTIMIZERS: AdamW alone); SECOND_ARGS: flags the
+#   second-order runs add (their results named with them)
 set -euo pipefail
 build=${1:-build}
 steps=${2:-800}
@@ -55,7 +56,9 @@ for lr in $lrs; do
     if [ -z "$best" ] || awk -v a="$v" -v b="$bestv" 'BEGIN{exit !(a < b)}'; then best=$lr bestv=$v; fi
 done
 echo "target: AdamW's best, lr $best: val $bestv after $steps steps ($(summary "adamw_$best" | sed 's/.*, //'))"
+read -r -a extra <<< "${SECOND_ARGS:-}"
+tag=$(echo "${SECOND_ARGS:-}" | tr -c 'A-Za-z0-9.\n-' '_' | sed 's/^_*//')
 for o in $opts; do
-    train "${o}_$best" "$best" --optimizer "$o"
-    echo "$o lr $best: $(summary "${o}_$best" "$bestv")"
+    train "${o}_$best${tag:+_$tag}" "$best" --optimizer "$o" "${extra[@]}"
+    echo "$o lr $best ${SECOND_ARGS:-}: $(summary "${o}_$best${tag:+_$tag}" "$bestv")"
 done

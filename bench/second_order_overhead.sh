@@ -54,7 +54,7 @@ for m in $models; do
         for o in $opts; do
             [ "$o" = soap ] || { [ "$o" = shampoo ] && [ -z "${SHAMPOO_SRC:-}" ]; } && continue
             if t=$("$py" "$here/torch_second_order.py" --optimizer "$o" --ranks "$ranks" "${shape[@]}" 2> "$out/torch_$o.err"); then
-                line="$line $o $t (dtrain $(awk -v a="$t" -v b="${ms_of[$o]:-0}" 'BEGIN{printf b > 0 ? "%.2fx" : "-", a / b}') faster)"
+                line="$line $o $t (dtrain $(awk -v a="$t" -v b="${ms_of[$o]:-0}" 'BEGIN{if (b > 0) printf "%.2fx", a / b; else printf "-"}') faster)"
             else line="$line $o failed ($(grep -v -i warn "$out/torch_$o.err" | tail -1))"; fi
         done
         echo "$line"
