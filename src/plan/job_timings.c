@@ -146,16 +146,25 @@ double dt_plan_time_linear(int M, int N, int K, int threads, dt_dtype lp, size_t
 /* LAPACK's symmetric eigen-decomposition (ssyevd, vectors too: what K-FAC's and Shampoo's roots run) of an n x n
  * matrix here: seconds, the median of 3 (0 if it could not run). Beyond 2048 the time at 2048 scaled by n^3 (a plan of
  * a large model would time minutes). */
+typedef struct { int n, threads; double secs; } eigen_seen; /* kept for the process: a search prices many layouts */
+static eigen_seen eseen[64];
+static int neseen;
+
 double dt_plan_time_eigen(int n, int threads) {
     if (n < 1) return 0;
     int m = n > 2048 ? 2048 : n;
     double scale = pow((double)n / m, 3);
+    for (int i = 0; i < neseen; i++)
+        if (eseen[i].n == m && eseen[i].threads == threads) return eseen[i].secs * scale;
     char key[96], what[160];
     snprintf(key, sizeof key, "plan_eigen_%d_t%d", m, threads);
     snprintf(what, sizeof what, "an eigen-decomposition of %d x %d (%d thread%s)", m, m, threads, threads == 1 ? "" : "s");
     double secs;
     stamp at;
-    if (kept(key, what, &secs, &at)) return secs * scale;
+    if (kept(key, what, &secs, &at)) {
+        if (neseen < 64) eseen[neseen++] = (eigen_seen){ m, threads, secs };
+        return secs * scale;
+    }
     size_t mm = (size_t)m * m;
     float *a = malloc(mm * sizeof *a), *w = malloc((size_t)m * sizeof *w);
     double t[3] = { 0 };
@@ -174,6 +183,7 @@ double dt_plan_time_eigen(int n, int threads) {
     if (!ok) return 0;
     secs = dt_median(t, 3);
     keep(key, secs, &at);
+    if (neseen < 64) eseen[neseen++] = (eigen_seen){ m, threads, secs };
     return secs * scale;
 }
 

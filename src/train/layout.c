@@ -19,6 +19,7 @@ static const char *tp_lacks(const dt_train_config *c) {
     if (dt_train_is_image_model(c->model)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
     if (c->opt.kind == DT_OPT_SOAP) return "SOAP (it rotates whole matrices)";
+    if (c->kfac_on || c->shampoo_on) return "K-FAC or Shampoo (they precondition whole tensors)";
     return NULL;
 }
 
@@ -89,6 +90,10 @@ dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
         return dt_error(DT_ERR_ARG, "--pp-schedule interleaved: %s", dt_train_pp_virt(c) < 2 ? "--virtual-stages must be at least 2"
                         : "--grad-accum (micro-batches a step) must be a multiple of --pp (p micro-batches go through each chunk in turn)");
     if (tp > 1 && !paper && tp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--tp %d: not with %s yet", tp, tp_lacks(c));
+    /* a preconditioner takes whole averaged gradients: ZeRO-1 allreduces them as DDP does, 2 and 3 keep a shard */
+    if ((c->kfac_on || c->shampoo_on) && !paper && c->strategy && (!strcmp(c->strategy, "zero2") || !strcmp(c->strategy, "zero3")))
+        return dt_error(DT_ERR_UNSUPPORTED, "--strategy %s: not with K-FAC or Shampoo yet (they precondition whole gradients; %s keeps a "
+                        "shard of them)", c->strategy, c->strategy);
     if (c->sp && tp < 2) return dt_error(DT_ERR_ARG, "--sp splits the sequence over the tensor-parallel ranks: give --tp N (N >= 2)");
     if (tp > 1 && c->sp && c->seq % tp)
         return dt_error(DT_ERR_ARG, "--sp: --seq %d does not split into --tp %d parts", c->seq, tp);
