@@ -50,13 +50,13 @@ static dt_status save_peft(const char *dir) {
     return st;
 }
 
-/* Weights to FILE.bin / FILE.safetensors, or the full state to a directory;
- * the watchdog waits for it to be whole before it may end the rank. */
 void dt_train_checkpoint_stage(const run *r, dt_checkpoint_model *cm) {
     int p = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_PP) : 1;
     if (p > 1) cm->stage = dt_mesh_coord(r->mesh, DT_MESH_PP), cm->stages = p;
 }
 
+/* Weights to FILE.bin / FILE.safetensors, or the full state to a directory;
+ * the watchdog waits for it to be whole before it may end the rank. */
 dt_status dt_train_save(run *r, int steps_done) {
     const char *path = r->c.save;
     dt_watchdog_hold(r->wd, 1);
