@@ -74,3 +74,9 @@ plan_precond_mib() {
 }
 # Whether each pair of numbers (planned, measured ...) is within 5% of each other.
 within5() { awk -v l="$*" 'BEGIN{n = split(l, x, " "); for (i = 1; i < n; i += 2) { r = x[i] > x[i+1] ? x[i] / x[i+1] - 1 : x[i+1] / x[i] - 1; if (!(r <= 0.05)) exit 1 } exit !(n >= 2 && n % 2 == 0)}'; }
+# The MiB a one-step training run ("$DTRAIN" train ARGS --steps 1) says after WORDS ("decompositions", "its state").
+logged_mib() { # WORDS ARGS...
+    local words=$1
+    shift
+    "$DTRAIN" train "$@" --steps 1 2>&1 | grep -o "$words [0-9.]* MiB" | grep -o "[0-9.]*"
+}

@@ -1,5 +1,5 @@
 /* What the tests against Python libraries' fixtures (TRL, PEFT, kfac-pytorch) share: a check's line, a relative error, a fixture's
- * model, and every tensor of a model's store against a fixture's "<prefix><HF name>" tensors. Header-only. */
+ * settings and model, and every tensor of a model's store against a fixture's "<prefix><HF name>" tensors. Header-only. */
 #ifndef DTRAIN_TESTS_FIXTURE_CHECKS_H
 #define DTRAIN_TESTS_FIXTURE_CHECKS_H
 
@@ -7,6 +7,7 @@
 #include "dtrain/model.h"
 #include "dtrain/program.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -23,6 +24,19 @@ static double rel_err(const float *a, const float *b, size_t n) {
     double d = 0, r = 0;
     for (size_t i = 0; i < n; i++) d += (a[i] - b[i]) * (double)(a[i] - b[i]), r += (double)b[i] * b[i];
     return sqrt(d) / (sqrt(r) + 1e-30);
+}
+
+/* A settings object's number under key (NaN: missing). */
+static inline double fixture_number(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* A fixture file's settings: its metadata under key as JSON (*out: the caller deletes it), or an error naming it. */
+static inline dt_status fixture_settings(dt_safetensors *f, const char *path, const char *key, cJSON **out) {
+    const char *json = dt_safetensors_metadata(f, key);
+    *out = json ? cJSON_Parse(json) : NULL;
+    return *out ? DT_OK : dt_error(DT_ERR_IO, "%s: no \"%s\" settings in its metadata", path, key);
 }
 
 /* A fixture file's model: its "config" metadata (a config.json) as a config; the program's (base) weights from the file. */

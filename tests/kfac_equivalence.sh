@@ -73,7 +73,7 @@ fi
 # the factors and decompositions a rank holds: MEM-OPT's most against COMM-OPT's
 loud=()
 for a in "${common[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
-held() { "$DTRAIN" train "${loud[@]}" --steps 1 --nproc 4 --batch 2 --kfac-workers "$1" 2>&1 | grep -o "decompositions [0-9.]* MiB" | grep -o "[0-9.]*"; }
+held() { logged_mib decompositions "${loud[@]}" --nproc 4 --batch 2 --kfac-workers "$1"; }
 comm=$(held 1) mem=$(held 0.25)
 if [ -n "$comm" ] && [ -n "$mem" ] && awk -v a="$mem" -v b="$comm" 'BEGIN{exit !(a / b <= 0.55)}'; then
     ok "4 ranks: MEM-OPT holds $mem MiB of factors and decompositions on its fullest rank, COMM-OPT $comm ($(awk -v a="$mem" -v b="$comm" 'BEGIN{printf "%.2f", a / b}')x)"

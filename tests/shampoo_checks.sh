@@ -53,7 +53,7 @@ else fail "bf16 wire: last loss $last"; fi
 # the state on the rank holding most: shared by 4 against held whole
 loud=()
 for a in "${common[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
-held() { "$DTRAIN" train "${loud[@]}" --steps 1 --nproc 4 --batch 2 --shampoo-group "$1" 2>&1 | grep -o "its state [0-9.]* MiB" | grep -o "[0-9.]*"; }
+held() { logged_mib "its state" "${loud[@]}" --nproc 4 --batch 2 --shampoo-group "$1"; }
 whole=$(held 1) shared=$(held 4)
 if [ -n "$whole" ] && [ -n "$shared" ] && awk -v a="$shared" -v b="$whole" 'BEGIN{exit !(a / b <= 0.55)}'; then
     ok "4 ranks: blocks shared by 4 hold $shared MiB on the fullest rank, every rank all $whole ($(awk -v a="$shared" -v b="$whole" 'BEGIN{printf "%.2f", a / b}')x)"

@@ -15,11 +15,6 @@
 
 enum { B = 2, T = 16 };
 
-static double number(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
 static void report(const char *name, const char *what, double err, const char *tensor, double tol) {
     char line[256], detail[160];
     snprintf(line, sizeof line, "%-22s %s", name, what);
@@ -28,22 +23,23 @@ static void report(const char *name, const char *what, double err, const char *t
 }
 
 static dt_status settings(dt_safetensors *f, dt_kfac_config *kc, dt_optim_config *oc, float *lr, int *steps) {
-    cJSON *j = cJSON_Parse(dt_safetensors_metadata(f, "kfac") ? dt_safetensors_metadata(f, "kfac") : "");
-    if (!j) return dt_error(DT_ERR_IO, "no \"kfac\" settings in the fixture's metadata");
+    cJSON *j;
+    dt_status st = fixture_settings(f, "the K-FAC fixture", "kfac", &j);
+    if (st) return st;
     dt_kfac_defaults(kc);
-    kc->damping = (float)number(j, "damping");
-    kc->factor_decay = (float)number(j, "factor_decay");
-    kc->kl_clip = (float)number(j, "kl_clip");
-    kc->factor_every = (int)number(j, "factor_update_steps");
-    kc->inv_every = (int)number(j, "inv_update_steps");
+    kc->damping = (float)fixture_number(j, "damping");
+    kc->factor_decay = (float)fixture_number(j, "factor_decay");
+    kc->kl_clip = (float)fixture_number(j, "kl_clip");
+    kc->factor_every = (int)fixture_number(j, "factor_update_steps");
+    kc->inv_every = (int)fixture_number(j, "inv_update_steps");
     const cJSON *method = cJSON_GetObjectItemCaseSensitive(j, "compute_method"), *opt = cJSON_GetObjectItemCaseSensitive(j, "optimizer");
     kc->method = cJSON_IsString(method) && !strcmp(method->valuestring, "inverse") ? DT_KFAC_INVERSE : DT_KFAC_EIGEN;
     bool sgd = cJSON_IsString(opt) && !strcmp(opt->valuestring, "sgd");
     dt_optim_defaults(sgd ? DT_OPT_SGD : DT_OPT_ADAMW, oc);
-    if (sgd) oc->momentum = (float)number(j, "momentum");
+    if (sgd) oc->momentum = (float)fixture_number(j, "momentum");
     oc->weight_decay = 0;
-    *lr = (float)number(j, "lr");
-    *steps = (int)number(j, "steps");
+    *lr = (float)fixture_number(j, "lr");
+    *steps = (int)fixture_number(j, "steps");
     cJSON_Delete(j);
     return DT_OK;
 }
@@ -186,16 +182,17 @@ static void soap_checks(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/soap/soap.safetensors", dir);
     dt_safetensors *f = NULL;
+    cJSON *set = NULL;
     dt_status st = dt_safetensors_open(path, &f);
-    cJSON *set = st ? NULL : cJSON_Parse(dt_safetensors_metadata(f, "soap") ? dt_safetensors_metadata(f, "soap") : "");
-    if (!st && !set) st = dt_error(DT_ERR_IO, "%s: no \"soap\" settings in its metadata", path);
+    if (!st) st = fixture_settings(f, path, "soap", &set);
     dt_optim_config oc;
     dt_optim_defaults(DT_OPT_SOAP, &oc);
     if (!st) {
-        oc.beta1 = (float)number(set, "beta1"), oc.beta2 = (float)number(set, "beta2"), oc.eps = (float)number(set, "eps");
-        oc.weight_decay = (float)number(set, "weight_decay");
-        oc.precond_every = (int)number(set, "precondition_frequency"), oc.precond_max_dim = (int)number(set, "max_precondition_dim");
-        soap_synthetic(f, &oc, (float)number(set, "lr"), (int)number(set, "steps"));
+        oc.beta1 = (float)fixture_number(set, "beta1"), oc.beta2 = (float)fixture_number(set, "beta2");
+        oc.eps = (float)fixture_number(set, "eps"), oc.weight_decay = (float)fixture_number(set, "weight_decay");
+        oc.precond_every = (int)fixture_number(set, "precondition_frequency");
+        oc.precond_max_dim = (int)fixture_number(set, "max_precondition_dim");
+        soap_synthetic(f, &oc, (float)fixture_number(set, "lr"), (int)fixture_number(set, "steps"));
     } else check("SOAP's fixture", false, dt_last_error());
     dt_tensor_span cut[2] = { { 0, 15, 0, 6, 5 }, { 15, 7, 1, 0, 0 } };
     dt_optim *o = NULL;

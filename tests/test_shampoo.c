@@ -16,11 +16,6 @@ enum { NT = 4 };
 static const char *names[NT] = { "a", "b", "c", "d" };
 static const int shapes[NT][2] = { { 20, 12 }, { 1, 3 }, { 10, 0 }, { 2, 2 } };
 
-static double number(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
 /* The fixture's tensors as a table over one store; its size. */
 static size_t table(dt_tensor_info *t) {
     size_t n = 0;
@@ -48,23 +43,24 @@ static void fixture_case(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/shampoo/shampoo.safetensors", dir);
     dt_safetensors *f = NULL;
+    cJSON *set = NULL;
     dt_status st = dt_safetensors_open(path, &f);
-    cJSON *set = st ? NULL : cJSON_Parse(dt_safetensors_metadata(f, "shampoo") ? dt_safetensors_metadata(f, "shampoo") : "");
-    if (!st && !set) st = dt_error(DT_ERR_IO, "%s: no \"shampoo\" settings in its metadata", path);
+    if (!st) st = fixture_settings(f, path, "shampoo", &set);
     dt_tensor_info t[NT];
     size_t n = table(t);
-    int steps = set ? (int)number(set, "steps") : 0;
-    float lr = set ? (float)number(set, "lr") : 0;
+    int steps = set ? (int)fixture_number(set, "steps") : 0;
+    float lr = set ? (float)fixture_number(set, "lr") : 0;
     dt_shampoo_config c;
     dt_shampoo_defaults(&c);
     if (set) {
-        c.beta1 = (float)number(set, "beta1"), c.beta2 = (float)number(set, "beta2"), c.eps = (float)number(set, "eps");
-        c.graft_eps = (float)number(set, "graft_eps"), c.block = (int)number(set, "block");
-        c.every = (int)number(set, "precondition_every"), c.start = (int)number(set, "start");
+        c.beta1 = (float)fixture_number(set, "beta1"), c.beta2 = (float)fixture_number(set, "beta2");
+        c.eps = (float)fixture_number(set, "eps");
+        c.graft_eps = (float)fixture_number(set, "graft_eps"), c.block = (int)fixture_number(set, "block");
+        c.every = (int)fixture_number(set, "precondition_every"), c.start = (int)fixture_number(set, "start");
     }
     dt_optim_config oc;
     dt_optim_defaults(DT_OPT_SGD, &oc);
-    oc.weight_decay = set ? (float)number(set, "weight_decay") : 0;
+    oc.weight_decay = set ? (float)fixture_number(set, "weight_decay") : 0;
     float *p = calloc(n, sizeof *p), *init = calloc(n, sizeof *p), *want = calloc(n, sizeof *p), *g = calloc(n, sizeof *g);
     float *all = steps > 0 ? calloc(n * (size_t)steps, sizeof *all) : NULL;
     dt_shampoo *s = NULL;

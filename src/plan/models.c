@@ -170,6 +170,14 @@ double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b) {
     return nl * block + (b == L + 2 ? V * C : 0);
 }
 
+dt_program *dt_plan_model_table(const dt_plan_job *j, dt_model *m) {
+    dt_lm_config cfg = dt_lm_config_resolve(&j->model);
+    dt_program *p = NULL;
+    if (dt_program_create_table(&cfg, NULL, &p)) return NULL;
+    dt_program_base_model(p, m);
+    return p;
+}
+
 /* A codec's exchanges for the job (DDP or ZeRO-1 over the whole model): the floats a rank sends a step, and of the
  * gradients, the elements PowerSGD approximates (its GEMMs' size), from the model's own table (codec_powersgd.c's rule:
  * a tensor seen as [first dimension, the rest], compressed where (n + m) r x min_rate < n m). Top-k: an index and a
@@ -179,11 +187,9 @@ double dt_plan_codec_floats(const dt_plan_job *j, double *approximated) {
     *approximated = 0;
     const dt_codec_config *k = &j->codec;
     if (k->kind == DT_CODEC_NONE) return 0;
-    dt_lm_config cfg = dt_lm_config_resolve(&j->model);
-    dt_program *p;
-    if (dt_program_create_table(&cfg, NULL, &p)) return 0;
     dt_model m;
-    dt_program_base_model(p, &m);
+    dt_program *p = dt_plan_model_table(j, &m);
+    if (!p) return 0;
     double sent = 0;
     for (int i = 0; i < m.ntensors; i++) {
         const dt_tensor_info *t = &m.tensors[i];

@@ -13,6 +13,8 @@ static inline int dt_plan_lp_store(const dt_plan_job *j) { return j->grad_store 
 /* Gradients reduced in 16 bits: --grad-comm's, or a 16-bit store's (the wire is its type). */
 static inline int dt_plan_lp_wire(const dt_plan_job *j) { return (j->grad_comm != DT_F32 && j->grad_comm) || dt_plan_lp_store(j); }
 
+/* The job's whole model as a table (no weights): its tensors into *m; NULL if it cannot be made. The caller destroys it. */
+dt_program *dt_plan_model_table(const dt_plan_job *j, dt_model *m);
 /* An allreduce of `bytes` over n ranks (the ring's 2(n-1)/n of the bytes each way, and the reduction): seconds. */
 static inline double dt_plan_allreduce(double bytes, int n, double alpha, double beta, double gamma) {
     return n > 1 ? 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * bytes * beta + (double)(n - 1) / n * bytes * gamma : 0;

@@ -23,15 +23,6 @@ typedef struct {
     double compute, comm;   /* a step's seconds on the busiest rank */
 } second_cost;
 
-/* The model's table (no weights): its tensors, its Linears. */
-static dt_program *table(const dt_plan_job *j, dt_model *m) {
-    dt_lm_config cfg = dt_lm_config_resolve(&j->model);
-    dt_program *p = NULL;
-    if (dt_program_create_table(&cfg, NULL, &p)) return NULL;
-    dt_program_base_model(p, m);
-    return p;
-}
-
 static double tri(double n) { return n * (n + 1) / 2; }
 
 /* K-FAC: every rank's factors a micro-batch (syrk: rows n^2 a factor) reduced (upper triangles) to each Linear's
@@ -40,7 +31,7 @@ static double tri(double n) { return n * (n + 1) / 2; }
 static void kfac_cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double a, double b,
                       second_cost *out) {
     dt_model m;
-    dt_program *p = table(j, &m);
+    dt_program *p = dt_plan_model_table(j, &m);
     dt_kfac_linear *l = NULL;
     int nl = 0, P = 1, R = j->dp > 1 ? j->dp : 1;
     if (!p || dt_kfac_plan(&j->kfac, p, R, &l, &nl, &P)) {
@@ -86,7 +77,7 @@ static void kfac_cost(const dt_plan_job *j, const dt_plan_hardware *h, double ra
 static void shampoo_cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double a, double b,
                          second_cost *out) {
     dt_model m;
-    dt_program *p = table(j, &m);
+    dt_program *p = dt_plan_model_table(j, &m);
     dt_shampoo_block *bl = NULL;
     int nb = 0, R = j->dp > 1 ? j->dp : 1, g = j->shampoo.group ? j->shampoo.group : R, every = j->shampoo.every;
     if (!p || dt_shampoo_plan(&j->shampoo, m.tensors, m.ntensors, R, &bl, &nb)) {
@@ -123,7 +114,7 @@ static void shampoo_cost(const dt_plan_job *j, const dt_plan_hardware *h, double
  * a side (about 2 d^3 + 8/3 d^3 FLOPs). */
 static void soap_cost(const dt_plan_job *j, double rate, second_cost *out) {
     dt_model m;
-    dt_program *p = table(j, &m);
+    dt_program *p = dt_plan_model_table(j, &m);
     if (!p) return;
     double big = 1;
     for (int i = 0; i < m.ntensors; i++) {
