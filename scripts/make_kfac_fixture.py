@@ -12,6 +12,13 @@ the head, the embedding and the norms as they are) and a torch optimizer updatin
   "losses"               f32 [STEPS],
 and in its metadata "config" (the model's config.json) and "kfac" (the settings, as JSON).
 
+The image cases (tests/fixtures/kfac/mlp_eigen, resnet_small_eigen) precondition every Linear and Conv2d of dtrain's
+MLP (nn.Sequential(Linear, ReLU, ...)) and of its resnet:small (torchvision's layer names, written out here: the
+baselines' environment has no torchvision), both from the weights dt_mlp_init_random / dt_resnet_init_random give
+(scripts/dtrain_random.py), so the files hold no initial weights: "images" f32 [STEPS x B, ...], "labels" int32
+[STEPS, B], "pgrad0.<name>", "pgradN.<name>" (the MLP's only: the ResNet's would double the file) and "final.<name>",
+their metadata "kfac" (the settings, the model's sizes and seed) and no "config".
+
 kfac-pytorch is not on PyPI in a current form: fetch its repository (github: gpauloski/kfac-pytorch) and
 `pip install --no-deps` it into the baselines' environment (scripts/make-baselines-venv.sh), then:
   .venv-baselines/bin/python scripts/make_kfac_fixture.py
@@ -28,6 +35,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_llama_fixtures import spread  # noqa: E402
+from dtrain_random import mlp_init, resnet_init  # noqa: E402
 
 B, T, STEPS = 2, 16, 8
 BASE = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -91,12 +99,106 @@ def run(name, family, opt_name, lr, ks):
     return out, meta, losses
 
 
+class Block(torch.nn.Module):
+    """torchvision's BasicBlock under its names: two 3x3 convolutions with BatchNorm, a 1x1 projection (downsample)."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        nn = torch.nn
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return torch.relu(y + (self.downsample(x) if self.downsample is not None else x))
+
+
+class SmallResNet(torch.nn.Module):
+    """dtrain's resnet:small: a 3x3 stem, three stages of two blocks (16, 32, 64 channels), the head."""
+
+    def __init__(self, classes):
+        super().__init__()
+        nn = torch.nn
+        self.conv1 = nn.Conv2d(1, 16, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        cin = 16
+        for i, (cout, stride) in enumerate(((16, 1), (32, 2), (64, 2))):
+            setattr(self, f"layer{i + 1}", nn.Sequential(Block(cin, cout, stride), Block(cout, cout, 1)))
+            cin = cout
+        self.fc = nn.Linear(64, classes)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+# name: (model, its sizes, images' shape, batch, steps, lr, K-FAC settings); SGD with momentum 0.9 underneath, seed 7
+IMAGE_CASES = {
+    "mlp_eigen": ("mlp", [20, 16, 12, 5], [20], 8, 8, 0.05, dict(damping=0.003, factor_decay=0.95, kl_clip=0.001,
+                                                                 factor_update_steps=1, inv_update_steps=1, compute_method="eigen")),
+    "resnet_small_eigen": ("resnet:small", [10], [1, 16, 16], 4, 3, 0.05,
+                           dict(damping=0.003, factor_decay=0.95, kl_clip=0.001, factor_update_steps=1, inv_update_steps=1,
+                                compute_method="eigen")),
+}
+
+
+def run_image(name, kind, sizes, shape, batch, steps, lr, ks):
+    seed = 7
+    if kind == "mlp":
+        layers = []
+        for i in range(len(sizes) - 1):
+            layers += [torch.nn.Linear(sizes[i], sizes[i + 1])] + ([torch.nn.ReLU()] if i + 2 < len(sizes) else [])
+        model = torch.nn.Sequential(*layers)
+        mlp_init([m for m in layers if isinstance(m, torch.nn.Linear)], seed)
+        classes = sizes[-1]
+    else:
+        model = SmallResNet(sizes[0])
+        resnet_init(model, seed)
+        classes = sizes[0]
+    model.train()
+    g = torch.Generator().manual_seed(13)
+    images = torch.randn((steps, batch, *shape), generator=g)
+    labels = torch.randint(0, classes, (steps, batch), generator=g)
+    pre = KFACPreconditioner(model, factor_update_steps=ks["factor_update_steps"], inv_update_steps=ks["inv_update_steps"],
+                             damping=ks["damping"], factor_decay=ks["factor_decay"], kl_clip=ks["kl_clip"], lr=lr,
+                             compute_method=ComputeMethod.EIGEN if ks["compute_method"] == "eigen" else ComputeMethod.INVERSE)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    out, losses = {}, []
+    for s in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(images[s]), labels[s])
+        losses.append(loss.item())
+        loss.backward()
+        pre.step()
+        if s == 0 or (s == steps - 1 and kind == "mlp"):
+            tag = "pgrad0." if s == 0 else "pgradN."
+            out.update({tag + n: p.grad.detach().clone().contiguous() for n, p in model.named_parameters()})
+        opt.step()
+    out.update({"final." + n: p.detach().clone().contiguous() for n, p in model.named_parameters()})
+    out.update({"images": images.reshape(steps * batch, *shape).contiguous(), "labels": labels.to(torch.int32), "losses": torch.tensor(losses)})
+    settings = dict(ks, optimizer="sgd", lr=lr, momentum=0.9, steps=steps, model=kind, sizes=sizes, shape=shape, batch=batch,
+                    seed=seed)
+    return out, {"kfac": json.dumps(settings, sort_keys=True)}, losses
+
+
 def main():
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "kfac")
     os.makedirs(out_dir, exist_ok=True)
     torch.use_deterministic_algorithms(True)
     for name, (family, opt_name, lr, ks) in CASES.items():
         tensors, meta, losses = run(name, family, opt_name, lr, ks)
+        path = os.path.join(out_dir, name + ".safetensors")
+        save_file(tensors, path, metadata=meta)
+        print(f"{name}: losses {losses[0]:.4f} -> {losses[-1]:.4f}, {os.path.getsize(path)} bytes")
+    for name, case in IMAGE_CASES.items():
+        tensors, meta, losses = run_image(name, *case)
         path = os.path.join(out_dir, name + ".safetensors")
         save_file(tensors, path, metadata=meta)
         print(f"{name}: losses {losses[0]:.4f} -> {losses[-1]:.4f}, {os.path.getsize(path)} bytes")

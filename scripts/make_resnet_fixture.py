@@ -37,7 +37,7 @@ import torchvision
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "bench"))
-from dtrain_random import splitmix  # noqa: E402
+from dtrain_random import resnet_init  # noqa: E402
 from fixture_arrays import write  # noqa: E402
 from torch_resnet import build  # noqa: E402  (dtrain's resnet:small in torchvision's parts)
 
@@ -45,30 +45,7 @@ SEED = 1234
 torch.set_num_threads(1)
 
 
-def init(model, seed):
-    """dt_resnet_init_random: convolutions N(0, 2/(OC KH KW)) (two draws a
-    normal, Box-Muller's cosine); BatchNorm 1 and 0 (no draws); the head
-    uniform in +-1/sqrt(in) (one draw a value), weight then bias."""
-    at = 0
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            n = p.numel()
-            if p.dim() == 4:
-                z = splitmix(seed, at, 2 * n)
-                at += 2 * n
-                u1 = ((z[0::2] >> np.uint64(11)).astype(np.float64) + 1.0) / 9007199254740993.0
-                u2 = (z[1::2] >> np.uint64(11)).astype(np.float64) / 9007199254740992.0
-                v = (np.sqrt(-2.0 * np.log(u1)) * np.cos(6.283185307179586 * u2)).astype(np.float32)
-                sd = np.sqrt(np.float32(2) / np.float32(p.shape[0] * p.shape[2] * p.shape[3]), dtype=np.float32)
-                p.copy_(torch.from_numpy((v * sd).reshape(p.shape)))
-            elif name.startswith("fc."):
-                z = splitmix(seed, at, n)
-                at += n
-                u = ((z >> np.uint64(40)).astype(np.float64) * (1.0 / 16777216.0)).astype(np.float32)
-                bound = np.float32(1) / np.sqrt(np.float32(model.fc.weight.shape[1]), dtype=np.float32)
-                p.copy_(torch.from_numpy(((np.float32(2) * u - np.float32(1)) * bound).reshape(p.shape)))
-            else:
-                p.fill_(0.0 if name.endswith(".bias") else 1.0)
+init = resnet_init
 
 
 def small_resnet():

@@ -60,7 +60,7 @@ static void check_case(const char *dir, const char *name) {
     dt_status st = dt_safetensors_open(path, &f);
     if (!st) st = fixture_program(f, path, &cfg, &p);
     if (!st) dt_program_model(p, &m), st = settings(f, &kc, &oc, &lr, &steps);
-    if (!st) st = dt_kfac_create(&kc, p, NULL, &k);
+    if (!st) st = dt_kfac_create(&kc, &m, NULL, &k);
     if (!st) st = dt_optim_create(&oc, m.nparams, NULL, 0, &o);
     int32_t *in = malloc(sizeof(int32_t) * (size_t)(steps > 0 ? steps : 1) * B * T), *tg = malloc(sizeof(int32_t) * (size_t)(steps > 0 ? steps : 1) * B * T);
     if (!st) st = dt_safetensors_read_i32(f, "inputs", (size_t)steps * B * T, in);
@@ -150,14 +150,13 @@ static void failure_checks(void) {
     dt_status st = dt_lm_preset("llama-tiny", &cfg);
     cfg.num_layers = 1;
     if (!st) st = dt_program_create(&cfg, &p);
-    if (!st) dt_program_init_random(p, 7), st = dt_kfac_create(&c, p, NULL, &k);
+    dt_model m;
+    if (!st) dt_program_init_random(p, 7), dt_program_model(p, &m), st = dt_kfac_create(&c, &m, NULL, &k);
     int32_t in[B * T], tg[B * T];
     for (int i = 0; i < B * T; i++) in[i] = i % 50, tg[i] = (i * 7) % 50;
     int skip = 0;
     float loss;
-    dt_model m;
     if (!st) {
-        dt_program_model(p, &m);
         const dt_tensor_info *w = dt_program_block_tensor(p, 0, 0); /* the first norm's weight: q's input goes NaN */
         m.params(m.self)[w->offset] = NAN;
         dt_program_zero_grad(p);

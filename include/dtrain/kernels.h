@@ -313,6 +313,9 @@ dt_conv_shape dt_conv_make(int N, int C, int H, int W, int OC, int K, int stride
  * its own weight and bias gradients. */
 size_t dt_conv2d_work_floats(const dt_conv_shape *s);
 void dt_conv2d_forward(float *out, const float *inp, const float *w, const float *bias, const dt_conv_shape *s, float *work);
+/* One image's receptive fields as columns [C KH KW, OH OW] (what the convolution multiplies its weight [OC, C KH KW]
+ * by): in cols (C KH KW OH OW floats), or the image itself for a 1x1 stride-1 convolution without padding. */
+const float *dt_conv2d_columns(const float *image, const dt_conv_shape *s, float *cols);
 /* dinp (may be NULL), dw, dbias (may be NULL) += gradients. */
 void dt_conv2d_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                         const dt_conv_shape *s, float *work);

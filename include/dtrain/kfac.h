@@ -5,10 +5,11 @@
  * at the identity, the eigen-decomposition method with the eigenvalues' outer product plus damping (or the inverse
  * method), KL clipping over every preconditioned Linear, SGD or AdamW on the result.
  *
- * What it reads of the model: the program's Linear observer (program.h) shows it each Linear's input and output
- * gradient; the block tensors' table entries give each weight's shape and place. A Linear made of several parts
- * (Llama's q, k and v; gate and up) is, as Hugging Face's modules are, one layer a part: one A shared, a G each.
- * The embedding, the norms, the head and experts keep their plain gradients (said once).
+ * What it reads of the model: its linear observer and list (model.h's dt_linear_event, dt_linear_layer): each Linear's
+ * input and output gradient, each convolution's patches and output gradient (its factors over every position, scaled
+ * as kfac-pytorch's Conv2d), and where their weights are. A Linear made of several parts (Llama's q, k and v; gate
+ * and up) is, as Hugging Face's modules are, one layer a part: one A shared, a G each. What the model does not list
+ * (a language model's embedding, norms, head and experts; a ResNet's BatchNorms) keeps its plain gradient (said once).
  *
  * Distribution (KAISA): the W data-parallel ranks form a grid of gw rows (gw = max(1, W x workers) "gradient
  * workers" a Linear) by W / gw columns. Each Linear (its A and its Gs together) is assigned to one rank, greedily
@@ -21,7 +22,7 @@
 #define DTRAIN_KFAC_H
 
 #include "dtrain/comm.h"
-#include "dtrain/program.h"
+#include "dtrain/model.h"
 #include "dtrain/strategy.h"
 
 #ifdef __cplusplus
@@ -46,9 +47,10 @@ void dt_kfac_defaults(dt_kfac_config *c);
 /* Checks the settings for ranks data-parallel ranks (workers x ranks a whole number dividing ranks); where names the
  * source ("--kfac-workers"). */
 dt_status dt_kfac_check(const dt_kfac_config *c, int ranks);
-/* K-FAC over program p's Linears, comm its data-parallel ranks (NULL: one process); sets p's Linear observer (one
- * at a time: the caller leaves it to this). Collective over comm (it makes its own communicators). */
-dt_status dt_kfac_create(const dt_kfac_config *c, dt_program *p, dt_comm *comm, dt_kfac **out);
+/* K-FAC over model m's Linears (m->linears; none: nothing to precondition, the caller says whether that is right), comm
+ * its data-parallel ranks (NULL: one process); sets m's linear observer (one at a time: the caller leaves it to this).
+ * Collective over comm (it makes its own communicators). */
+dt_status dt_kfac_create(const dt_kfac_config *c, const dt_model *m, dt_comm *comm, dt_kfac **out);
 void dt_kfac_destroy(dt_kfac *k);
 /* A step of accum micro-batches starts (their factors are averaged). */
 void dt_kfac_begin(dt_kfac *k, int accum);
@@ -71,14 +73,15 @@ size_t dt_kfac_state_bytes(const dt_kfac *k);
 size_t dt_kfac_state_bytes_most(const dt_kfac *k);
 const char *dt_kfac_layout(const dt_kfac *k);
 
-/* What K-FAC over program p (its table: no weights needed) would hold on ranks data-parallel ranks, without making
- * it (the planner's): each preconditioned Linear's input side n (with a bias's 1), its parts' output sides, its worker
- * and its decompositions' floats (held by the ranks r with r % columns == worker % columns); *out malloc'd. */
+/* What K-FAC over these layers (a model's list: no weights needed) would hold on ranks data-parallel ranks, without
+ * making it (the planner's): each preconditioned Linear's input side n (with a bias's 1), its parts' output sides, its
+ * worker and its decompositions' floats (held by the ranks r with r % columns == worker % columns); *out malloc'd. */
 typedef struct {
     int n, nparts, out[4], worker;
     size_t inv_floats;
 } dt_kfac_linear;
-dt_status dt_kfac_plan(const dt_kfac_config *c, dt_program *p, int ranks, dt_kfac_linear **out, int *n, int *columns);
+dt_status dt_kfac_plan(const dt_kfac_config *c, const dt_linear_layer *layers, int nlayers, int ranks, dt_kfac_linear **out, int *n,
+                       int *columns);
 
 /* KAISA's assignment of n Linears of the given costs to ranks ranks with grad_workers gradient workers a Linear
  * (dividing ranks): worker[i], the rank that decomposes Linear i. */

@@ -146,6 +146,30 @@ dt_status dt_hook_list_set(dt_hook_list *l, dt_unit_hook event0, dt_unit_hook ev
 /* Every subscriber's function for event, with unit. */
 void dt_hook_list_call(const dt_hook_list *l, int event, int unit);
 
+/* What a layer whose weight gradient is the sum over rows of output gradient x input (a Linear; a convolution over
+ * its input's patches) shows its observer: its key (layer, op; dt_linear_layer's), and `rows` rows of `width` values:
+ * in forward its input as it multiplies it, in backward its output's gradient (the loss's scale in it). A
+ * convolution shows each image in turn (piece 0..pieces-1), by_column: the values are width x rows (its patches
+ * [C KH KW, OH OW], its output's gradient [OC, OH OW]); spatial: the positions a weight meets per sample (OH OW; a
+ * Linear's 1). What second-order optimizers (K-FAC's factors) need of each layer. */
+typedef struct {
+    int layer, op, backward;
+    const dt_tensor_info *weight;
+    size_t rows;
+    int width;
+    const float *values;
+    int piece, pieces, by_column, spatial;
+} dt_linear_event;
+typedef void (*dt_linear_observer)(void *ctx, const dt_linear_event *e);
+
+/* A layer its model's observer shows: its key, its input side (a convolution's C x KH x KW) and its parts (a Linear
+ * made of several, Llama's q, k and v: weights [out, in] and biases, NULL: none) whose outputs are side by side. */
+#define DT_LINEAR_PARTS 4
+typedef struct {
+    int layer, op, in, nparts;
+    const dt_tensor_info *w[DT_LINEAR_PARTS], *b[DT_LINEAR_PARTS];
+} dt_linear_layer;
+
 /* Any model as the engine and the parallel strategies see it: the table,
  * the flat stores and the hooks. Models fill one in (dt_gpt2_model,
  * dt_mlp_model); NULL callbacks are features the model does not have. */
@@ -187,6 +211,10 @@ typedef struct {
     /* how this rank's model is split: its pipeline units, tensor-, context- and expert-parallel place and their
      * collectives (NULL: a model that is never split) */
     const struct dt_model_part *part;
+    /* The layers a linear observer sees (this rank's: *out malloc'd, the caller frees it; NULL callback: none), and
+     * the one observer (fn NULL: none), called from inside forward and backward (its pointers valid during the call). */
+    dt_status (*linears)(void *self, dt_linear_layer **out, int *n);
+    void (*set_linear_observer)(void *self, dt_linear_observer fn, void *ctx);
 } dt_model;
 
 /* Element j of tensor t's local store: its index in the global tensor (row-major gshape). */
@@ -541,6 +569,9 @@ void dt_mlp_set_param_storage(dt_mlp *m, float *params);
 /* The table: layer.L.weight, layer.L.bias per Linear (unit L); column- then
  * row-parallel in turns, as Megatron pairs its Linears. */
 const dt_tensor_info *dt_mlp_tensors(const dt_mlp *m, int *n);
+/* Its layers as dt_linear_layers (key: the layer), and their observer (model.h). */
+dt_status dt_mlp_linears(const dt_mlp *m, dt_linear_layer **out, int *n);
+void dt_mlp_set_linear_observer(dt_mlp *m, dt_linear_observer fn, void *ctx);
 void dt_mlp_model(dt_mlp *m, dt_model *out);
 
 /* ResNets (resnet.c): torchvision's resnet18, resnet34, resnet50 (same
@@ -588,6 +619,9 @@ void dt_resnet_set_grad_hook(dt_resnet *m, dt_unit_hook hook, void *ctx);
 void dt_resnet_set_bn_reduce(dt_resnet *m, dt_bn_reduce fn, void *ctx);
 void dt_resnet_set_grad_storage(dt_resnet *m, float *grads);
 void dt_resnet_set_param_storage(dt_resnet *m, float *params);
+/* Its convolutions and head as dt_linear_layers (key: the op's place on the tape), and their observer (model.h). */
+dt_status dt_resnet_linears(const dt_resnet *m, dt_linear_layer **out, int *n);
+void dt_resnet_set_linear_observer(dt_resnet *m, dt_linear_observer fn, void *ctx);
 void dt_resnet_model(dt_resnet *m, dt_model *out);
 
 #ifdef __cplusplus

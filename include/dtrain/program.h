@@ -222,22 +222,15 @@ const dt_tensor_info *dt_program_block_tensor(const dt_program *p, int l, int k)
 /* Which of this rank's K/V heads its query head h reads. */
 int dt_program_kv_head(const dt_program *p, int h);
 
-/* What a Linear shows its observer: its layer and place among the block's ops, its first weight's table entry (name,
- * split), and `rows` rows of `width` values: in forward its input as it multiplies it (every row, gathered under
- * sequence parallelism; a tensor-parallel rank's share of a row-parallel Linear's input), in backward its output's
- * gradient (every row, the loss's scale in it; a rank's columns of a column-parallel Linear's output). The Linear's
- * weight gradient is the sum over rows of gradient x input: what second-order optimizers (K-FAC's factors) and
- * gradient compression need of each Linear. A recomputed forward (--recompute) is not shown again. */
-typedef struct {
-    int layer, op, backward;
-    const dt_tensor_info *weight;
-    size_t rows;
-    int width;
-    const float *values;
-} dt_linear_event;
-typedef void (*dt_linear_observer)(void *ctx, const dt_linear_event *e);
+/* The program's Linear observer (model.h's dt_linear_event): in forward a Linear's input as it multiplies it (every
+ * row, gathered under sequence parallelism; a tensor-parallel rank's share of a row-parallel Linear's input), in
+ * backward its output's gradient (a rank's columns of a column-parallel Linear's output); key (layer, op: the op's
+ * place in the block). A recomputed forward (--recompute) is not shown again. */
 /* One observer (fn NULL: none), called from inside forward and backward (its pointers valid during the call only). */
 void dt_program_set_linear_observer(dt_program *p, dt_linear_observer fn, void *ctx);
+/* The blocks' Linears this rank holds (another pipeline stage's layers left out), for dt_model's linears: each whole
+ * on this rank, else an error naming it. */
+dt_status dt_program_linears(const dt_program *p, dt_linear_layer **out, int *n);
 
 /* LoRA (Hu et al. 2021) on the Linears whose Hugging Face module names a target names, as PEFT's target_modules
  * list: a name matches a module equal to it or ending in "." and it ("c_proj": both of GPT-2's; "q_proj": a part of

@@ -98,6 +98,12 @@ static void col2im(float *dx, const float *col, const dt_conv_shape *s) {
     }
 }
 
+const float *dt_conv2d_columns(const float *image, const dt_conv_shape *s, float *cols) {
+    if (direct(s)) return image;
+    im2col(cols, image, s);
+    return cols;
+}
+
 static void forward_image(float *y, const float *x, const float *w, const float *bias, const dt_conv_shape *s, float *cols) {
     int CK = s->C * s->KH * s->KW, P = s->OH * s->OW;
     if (bias)

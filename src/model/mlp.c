@@ -31,6 +31,8 @@ struct dt_mlp {
     int B, cap_B;
     dt_mlp_activation act;
     dt_hook_list grad_hooks;
+    dt_linear_observer observer; /* shown each layer's input and its output's gradient */
+    void *observer_ctx;
 };
 
 dt_status dt_mlp_create(const int *sizes, int nsizes, dt_mlp **out) {
@@ -185,6 +187,14 @@ static dt_status reserve(dt_mlp *m, int B) {
     return DT_OK;
 }
 
+/* The observer shown layer l's input (forward) or its output's gradient (backward), B rows. */
+static void observe(const dt_mlp *m, int l, int backward, const float *x) {
+    if (!m->observer) return;
+    dt_linear_event e = { .layer = l, .backward = backward, .weight = &m->tab[2 * l], .rows = (size_t)m->B,
+                          .width = m->size[l + backward], .values = x, .pieces = 1, .spatial = 1 };
+    m->observer(m->observer_ctx, &e);
+}
+
 dt_status dt_mlp_forward(dt_mlp *m, const float *x, const int32_t *labels, int B, float *loss, int *correct) {
     if (B < 1) return dt_error(DT_ERR_ARG, "mlp: batch %d", B);
     dt_status st = reserve(m, B);
@@ -199,6 +209,7 @@ dt_status dt_mlp_forward(dt_mlp *m, const float *x, const int32_t *labels, int B
     for (int l = 0; l < m->n; l++) {
         float *pre = m->acts + m->act_off[l][0], *post = m->acts + m->act_off[l][1];
         dt_matmul_forward(pre, in, m->params + m->woff[l], m->params + m->boff[l], B, m->size[l], m->size[l + 1]);
+        observe(m, l, 0, in);
         if (l + 1 < m->n && m->act == DT_MLP_TANH)
             for (size_t i = 0; i < (size_t)B * m->size[l + 1]; i++) post[i] = tanhf(pre[i]);
         else if (l + 1 < m->n) dt_relu_forward(post, pre, (size_t)B * m->size[l + 1]);
@@ -234,6 +245,7 @@ static void backward_layers(dt_mlp *m, const float *dout) {
         if (din) memset(din, 0, (size_t)B * m->size[l] * sizeof(float));
         dt_matmul_backward(din, m->grads + m->woff[l], m->grads + m->boff[l], dout, in, m->params + m->woff[l], B,
                            m->size[l], m->size[l + 1]);
+        observe(m, l, 1, dout);
         dt_hook_list_call(&m->grad_hooks, DT_HOOK_GRADS_READY, l);
         if (!l) break;
         /* through the activation in front of this layer (the next din goes to the other buffer) */
@@ -274,6 +286,21 @@ const dt_tensor_info *dt_mlp_tensors(const dt_mlp *m, int *n) {
     return m->tab;
 }
 
+void dt_mlp_set_linear_observer(dt_mlp *m, dt_linear_observer fn, void *ctx) {
+    m->observer = fn;
+    m->observer_ctx = ctx;
+}
+
+dt_status dt_mlp_linears(const dt_mlp *m, dt_linear_layer **out, int *n) {
+    if (!(*out = calloc((size_t)m->n, sizeof **out))) return dt_error(DT_ERR_NOMEM, "mlp: out of memory");
+    for (int l = 0; l < m->n; l++)
+        (*out)[l] = (dt_linear_layer){ .layer = l, .in = m->size[l], .nparts = 1, .w = { &m->tab[2 * l] }, .b = { &m->tab[2 * l + 1] } };
+    *n = m->n;
+    return DT_OK;
+}
+
+static dt_status v_linears(void *m, dt_linear_layer **out, int *n) { return dt_mlp_linears(m, out, n); }
+static void v_observer(void *m, dt_linear_observer fn, void *ctx) { dt_mlp_set_linear_observer(m, fn, ctx); }
 static float *v_params(void *m) { return dt_mlp_params(m); }
 static float *v_grads(void *m) { return dt_mlp_grads(m); }
 static void v_storage(void *m, float *g) { dt_mlp_set_grad_storage(m, g); }
@@ -283,5 +310,6 @@ static void v_param_storage(void *m, float *p) { dt_mlp_set_param_storage(m, p);
 void dt_mlp_model(dt_mlp *m, dt_model *out) {
     *out = (dt_model){ .self = m, .kind = "mlp", .tensors = m->tab, .ntensors = 2 * m->n, .nunits = m->n, .nparams = m->nparams,
                        .params = v_params, .grads = v_grads, .set_grad_storage = v_storage, .set_grad_hook = v_hook,
-                       .set_param_storage = v_param_storage, .global_params = m->nparams };
+                       .set_param_storage = v_param_storage, .global_params = m->nparams, .linears = v_linears,
+                       .set_linear_observer = v_observer };
 }

@@ -751,6 +751,9 @@ static void params_changed(void *self) { dt_program_params_changed(self); }
 static void defer_rows(void *self, int on) { dt_program_set_defer_rows(self, on); }
 static const float *input_grad(const void *self, const int32_t **tokens, int *n) { return dt_program_input_grad(self, tokens, n); }
 
+static dt_status linears_of(void *p, dt_linear_layer **out, int *n) { return dt_program_linears(p, out, n); }
+static void observer_of(void *p, dt_linear_observer fn, void *ctx) { dt_program_set_linear_observer(p, fn, ctx); }
+
 void dt_program_model(dt_program *p, dt_model *out) {
     if (p->lora) { /* the adapters are what trains */
         dt_program_lora_model(p, out);
@@ -765,7 +768,8 @@ void dt_program_base_model(dt_program *p, dt_model *out) {    /* deferring the t
                        .nparams = p->nparams, .global_params = p->global_params, .params = params_of, .grads = grads_of,
                        .set_grad_storage = set_grad_storage, .set_grad_hook = set_grad_hook, .set_unit_hooks = set_unit_hooks,
                        .set_param_storage = set_param_storage, .defer_input_rows = rows ? defer_rows : NULL, .input_grad = input_grad,
-                       .lp_copy = lp_copy, .params_changed = params_changed, .part = &p->part };
+                       .lp_copy = lp_copy, .params_changed = params_changed, .part = &p->part, .linears = linears_of,
+                       .set_linear_observer = observer_of };
 }
 
 int dt_program_kv_head(const dt_program *p, int h) { return (p->part.tp_rank * p->NHl + h) / (p->cfg.num_heads / p->cfg.kv_heads) - p->kv0; }
@@ -773,6 +777,31 @@ int dt_program_kv_head(const dt_program *p, int h) { return (p->part.tp_rank * p
 const dt_tensor_info *dt_program_block_tensor(const dt_program *p, int l, int k) {
     if (l < 0 || l >= p->cfg.num_layers || p->bk[l] < 0 || k < 0 || k >= p->f->nblock) return NULL;
     return &p->tab[p->block_tab[p->bk[l]] + k];
+}
+
+dt_status dt_program_linears(const dt_program *p, dt_linear_layer **out, int *n) {
+    int L = p->cfg.num_layers, nb = p->f->nops;
+    *n = 0;
+    if (!(*out = calloc((size_t)L * nb + 1, sizeof **out))) return dt_error(DT_ERR_NOMEM, "the Linears' list: out of memory");
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < nb; i++) {
+            const dt_program_op *o = &p->ops[i];
+            const dt_op_spec *s = &o->s;
+            if (s->kind != DT_OP_LINEAR || !dt_program_block_tensor(p, l, s->w)) continue; /* another stage's layer */
+            if (s->nw > DT_LINEAR_PARTS) return dt_error(DT_ERR_ARG, "a Linear of %d parts (at most %d)", s->nw, DT_LINEAR_PARTS);
+            dt_linear_layer *y = &(*out)[(*n)++];
+            *y = (dt_linear_layer){ .layer = l, .op = i, .in = o->width_in, .nparts = s->nw };
+            int col = 0;
+            for (int j = 0; j < s->nw; j++) {
+                y->w[j] = dt_program_block_tensor(p, l, s->w + j);
+                y->b[j] = s->b >= 0 ? dt_program_block_tensor(p, l, s->b + j) : NULL;
+                if (y->w[j]->ndim != 2 || y->w[j]->shape[1] != o->width_in || (s->b >= 0 && !y->b[j]))
+                    return dt_error(DT_ERR_ARG, "layer %d's Linear %d (%s) is not held whole on this rank", l, i, y->w[0]->name);
+                col += y->w[j]->shape[0];
+            }
+            if (col != o->width_out) return dt_error(DT_ERR_ARG, "%s's parts make %d outputs of %d", y->w[0]->name, col, o->width_out);
+        }
+    return DT_OK;
 }
 
 static const dt_tensor_info *entry(const dt_program *p, int i) { return i >= 0 ? &p->tab[i] : NULL; }

@@ -300,7 +300,7 @@ void dt_program_set_linear_observer(dt_program *p, dt_linear_observer fn, void *
 static void observe(const dt_program *p, int l, int k, int backward, const float *x, int width) {
     if (!p->observer || (p->recomputing && !backward)) return;
     dt_linear_event e = { .layer = l, .op = k, .backward = backward, .weight = &p->tab[first_tensor(p, l) + p->ops[k].s.w],
-                          .rows = (size_t)p->s->B * p->s->T, .width = width, .values = x };
+                          .rows = (size_t)p->s->B * p->s->T, .width = width, .values = x, .pieces = 1, .spatial = 1 };
     p->observer(p->observer_ctx, &e);
 }
 

@@ -72,6 +72,8 @@ struct dt_resnet {
     dt_hook_list grad_hooks;
     dt_bn_reduce bn_reduce;
     void *bn_ctx;
+    dt_linear_observer observer; /* shown the convolutions' patches and the head's input, and their outputs' gradients */
+    void *observer_ctx;
 };
 
 /* ---- building the tape ---- */
@@ -413,6 +415,27 @@ static dt_status bn_stats(dt_resnet *m, op *o) {
     return DT_OK;
 }
 
+/* The observer shown op i's input (forward) or its output's gradient (backward): a convolution's image by image as
+ * columns (forward: its patches, made again in m->work, which the convolution is done with), the head's whole. */
+static void observe(dt_resnet *m, int i, int backward, const float *x) {
+    const op *o = &m->ops[i];
+    dt_linear_event e = { .layer = i, .backward = backward, .weight = &m->tab[o->tensor], .pieces = 1, .spatial = 1 };
+    shape s = m->slot[o->in];
+    if (o->kind == OP_FC) {
+        e.rows = (size_t)m->B, e.width = backward ? o->OC : s.C, e.values = x;
+        m->observer(m->observer_ctx, &e);
+        return;
+    }
+    dt_conv_shape cs = conv_shape(m, o);
+    int P = cs.OH * cs.OW;
+    e.rows = (size_t)P, e.width = backward ? o->OC : s.C * o->K * o->K, e.pieces = m->B, e.by_column = 1, e.spatial = P;
+    for (int n = 0; n < m->B; n++) {
+        e.piece = n;
+        e.values = backward ? x + (size_t)n * o->OC * P : dt_conv2d_columns(x + (size_t)n * s.C * s.H * s.W, &cs, m->work);
+        m->observer(m->observer_ctx, &e);
+    }
+}
+
 dt_status dt_resnet_forward(dt_resnet *m, const float *x, const int32_t *labels, int B, bool train, float *loss, int *correct) {
     if (B < 1) return dt_error(DT_ERR_ARG, "resnet: batch %d", B);
     int K = m->cfg.classes;
@@ -432,6 +455,7 @@ dt_status dt_resnet_forward(dt_resnet *m, const float *x, const int32_t *labels,
         case OP_CONV: {
             dt_conv_shape cs = conv_shape(m, o);
             dt_conv2d_forward(out, in, P(m, o->tensor), NULL, &cs, m->work);
+            if (m->observer && train) observe(m, i, 0, in);
             break;
         }
         case OP_BN:
@@ -441,7 +465,10 @@ dt_status dt_resnet_forward(dt_resnet *m, const float *x, const int32_t *labels,
         case OP_MAXPOOL: dt_maxpool2d_forward(out, o->idx, in, B * s.C, s.H, s.W, o->K, o->stride, o->pad); break;
         case OP_ADD: dt_residual_forward(out, in, m->act[o->in2], n); break;
         case OP_AVGPOOL: dt_avgpool_global_forward(out, in, B * s.C, s.H * s.W); break;
-        case OP_FC: dt_matmul_forward(out, in, P(m, o->tensor), P(m, o->tensor + 1), B, s.C, o->OC); break;
+        case OP_FC:
+            dt_matmul_forward(out, in, P(m, o->tensor), P(m, o->tensor + 1), B, s.C, o->OC);
+            if (m->observer && train) observe(m, i, 0, in);
+            break;
         }
     }
     if (st) return st;
@@ -484,6 +511,7 @@ dt_status dt_resnet_backward(dt_resnet *m, float grad_scale) {
         case OP_CONV: {
             dt_conv_shape cs = conv_shape(m, o);
             dt_conv2d_backward(din, G(m, o->tensor), NULL, dout, in, P(m, o->tensor), &cs, m->work);
+            if (m->observer) observe(m, i, 1, dout);
             break;
         }
         case OP_BN: {
@@ -505,7 +533,10 @@ dt_status dt_resnet_backward(dt_resnet *m, float grad_scale) {
             dt_residual_forward(m->dact[o->in2], m->dact[o->in2], dout, n);
             break;
         case OP_AVGPOOL: dt_avgpool_global_backward(din, dout, B * s.C, s.H * s.W); break;
-        case OP_FC: dt_matmul_backward(din, G(m, o->tensor), G(m, o->tensor + 1), dout, in, P(m, o->tensor), B, s.C, o->OC); break;
+        case OP_FC:
+            dt_matmul_backward(din, G(m, o->tensor), G(m, o->tensor + 1), dout, in, P(m, o->tensor), B, s.C, o->OC);
+            if (m->observer) observe(m, i, 1, dout);
+            break;
         }
         if (i == 0 || m->ops[i - 1].unit != o->unit) dt_hook_list_call(&m->grad_hooks, DT_HOOK_GRADS_READY, o->unit);
     }
@@ -581,6 +612,26 @@ void dt_resnet_set_param_storage(dt_resnet *m, float *params) {
     m->params = dt_model_param_storage(m->own_params, m->params, params, m->nparams);
 }
 
+void dt_resnet_set_linear_observer(dt_resnet *m, dt_linear_observer fn, void *ctx) {
+    m->observer = fn;
+    m->observer_ctx = ctx;
+}
+
+dt_status dt_resnet_linears(const dt_resnet *m, dt_linear_layer **out, int *n) {
+    *n = 0;
+    if (!(*out = calloc((size_t)m->nops + 1, sizeof **out))) return dt_error(DT_ERR_NOMEM, "resnet: out of memory");
+    for (int i = 0; i < m->nops; i++) {
+        const op *o = &m->ops[i];
+        if (o->kind != OP_CONV && o->kind != OP_FC) continue;
+        int in = m->slot[o->in].C * (o->kind == OP_CONV ? o->K * o->K : 1);
+        (*out)[(*n)++] = (dt_linear_layer){ .layer = i, .in = in, .nparts = 1, .w = { &m->tab[o->tensor] },
+                                            .b = { o->kind == OP_FC ? &m->tab[o->tensor + 1] : NULL } };
+    }
+    return DT_OK;
+}
+
+static dt_status v_linears(void *m, dt_linear_layer **out, int *n) { return dt_resnet_linears(m, out, n); }
+static void v_observer(void *m, dt_linear_observer fn, void *ctx) { dt_resnet_set_linear_observer(m, fn, ctx); }
 static float *v_params(void *m) { return dt_resnet_params(m); }
 static float *v_grads(void *m) { return dt_resnet_grads(m); }
 static void v_storage(void *m, float *g) { dt_resnet_set_grad_storage(m, g); }
@@ -590,5 +641,6 @@ static void v_param_storage(void *m, float *p) { dt_resnet_set_param_storage(m, 
 void dt_resnet_model(dt_resnet *m, dt_model *out) {
     *out = (dt_model){ .self = m, .kind = "resnet", .tensors = m->tab, .ntensors = m->ntab, .nunits = m->nunits,
                        .nparams = m->nparams, .params = v_params, .grads = v_grads, .set_grad_storage = v_storage,
-                       .set_grad_hook = v_hook, .set_param_storage = v_param_storage, .global_params = m->nparams };
+                       .set_grad_hook = v_hook, .set_param_storage = v_param_storage, .global_params = m->nparams,
+                       .linears = v_linears, .set_linear_observer = v_observer };
 }

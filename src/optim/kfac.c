@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_PARTS 4
+#define MAX_PARTS DT_LINEAR_PARTS
 
 typedef struct {
     int out, col0;  /* the weight's rows; where they start among the Linear's output columns */
@@ -34,12 +34,12 @@ typedef struct {
 
 struct dt_kfac {
     dt_kfac_config c;
-    dt_program *p;
+    dt_model m;                 /* whose observer it is (m.self NULL: none, the planner's) */
     dt_comm *world, *col, *row; /* its own communicators (NULL: one process) */
     dt_comm *stages;            /* the pipeline's stages (the caller's; NULL: none): KL clipping and a skip span them */
     int rank, ranks, P;         /* P: the grid's columns (ranks / gradient workers) */
     kfac_op *ops;
-    int nops, nblock, *map;     /* map[layer * nblock + op]: the kfac_op, or -1 */
+    int nops, nblock, nkeys, *map; /* map[layer * nblock + op]: the kfac_op, or -1 */
     long steps;
     bool collect;               /* inside a step whose factors are updated */
     int accum;
@@ -110,33 +110,58 @@ static dt_status share(dt_kfac *k, const kfac_op *o, float *F, int n, bool first
     return DT_OK;
 }
 
+/* x's rows x width values (by_column: width x rows) added into cov [n, n] (upper) at alpha; beta 0 starts it. */
+static void add_cov(const dt_linear_event *e, const float *x, int width, float alpha, float beta, float *cov, int n) {
+    int rows = (int)e->rows;
+    if (e->by_column) cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, width, rows, alpha, x, rows, beta, cov, n);
+    else cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, width, rows, alpha, x, e->width, beta, cov, n);
+}
+
+/* A layer's factors scale as kfac-pytorch's: a convolution's patches and output gradients are divided by the
+ * positions (spatial) before their mean over every position of every sample, so its factors carry 1 / spatial^2. */
+static float spatial_scale(const dt_linear_event *e) { return e->spatial > 1 ? 1.0f / ((float)e->spatial * (float)e->spatial) : 1.0f; }
+
+static void scale_upper(float *cov, int n, float s) {
+    for (int i = 0; i < n; i++)
+        for (int j = i; j < n; j++) cov[(size_t)i * n + j] *= s;
+}
+
+/* The input's piece: A's share of the micro-batch, over its pieces (a bias's 1 appended: the inputs' means, and 1). */
 static dt_status observe_input(dt_kfac *k, kfac_op *o, const dt_linear_event *e) {
     int n = o->n, in = o->in, rows = (int)e->rows;
-    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, in, rows, 1.0f / (float)rows, e->values, in, 0.0f, k->cov, n);
+    float all = (float)rows * (float)e->pieces;
+    add_cov(e, e->values, in, 1.0f / all, e->piece ? 1.0f : 0.0f, k->cov, n);
     if (n > in) {
-        /* the bias's 1: the inputs' means, and 1 */
-        for (int i = 0; i < in; i++) k->cov[(size_t)i * n + in] = 0;
-        for (int r = 0; r < rows; r++)
-            for (int i = 0; i < in; i++) k->cov[(size_t)i * n + in] += e->values[(size_t)r * in + i];
-        for (int i = 0; i < in; i++) k->cov[(size_t)i * n + in] /= (float)rows;
+        if (!e->piece)
+            for (int i = 0; i < in; i++) k->cov[(size_t)i * n + in] = 0;
+        for (int i = 0; i < in; i++) {
+            float *c = &k->cov[(size_t)i * n + in];
+            for (int r = 0; r < rows; r++) *c += e->by_column ? e->values[(size_t)i * rows + r] : e->values[(size_t)r * in + i];
+        }
+    }
+    if (e->piece + 1 < e->pieces) return DT_OK;
+    if (n > in) {
+        for (int i = 0; i < in; i++) k->cov[(size_t)i * n + in] /= all;
         k->cov[(size_t)in * n + in] = 1.0f;
     }
+    if (e->spatial > 1) scale_upper(k->cov, n, spatial_scale(e));
     dt_status st = share(k, o, o->A, n, o->a_seen == 0);
     o->a_seen++;
     return st;
 }
 
 /* A rank's output gradients are the ranks' average's times the ranks (each rank's loss is its share's mean): G is the
- * global batch's with 1 / ranks^2. */
+ * global batch's with 1 / ranks^2. A layer of several parts shows them in one piece (they share k->cov in turn). */
 static dt_status observe_grad(dt_kfac *k, kfac_op *o, const dt_linear_event *e) {
-    int rows = (int)e->rows;
-    float alpha = 1.0f / ((float)rows * (float)k->ranks * (float)k->ranks);
+    float alpha = spatial_scale(e) / ((float)e->rows * (float)e->pieces * (float)k->ranks * (float)k->ranks);
     dt_status st = DT_OK;
     for (int j = 0; j < o->nparts && !st; j++) {
         kfac_part *q = &o->part[j];
-        cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, q->out, rows, alpha, e->values + q->col0, e->width, 0.0f, k->cov, q->out);
-        st = share(k, o, q->G, q->out, o->g_seen == 0);
+        const float *x = e->values + (e->by_column ? (size_t)q->col0 * e->rows : (size_t)q->col0);
+        add_cov(e, x, q->out, alpha, e->piece ? 1.0f : 0.0f, k->cov, q->out);
+        if (e->piece + 1 == e->pieces) st = share(k, o, q->G, q->out, o->g_seen == 0);
     }
+    if (e->piece + 1 < e->pieces) return st;
     o->g_seen++;
     if (o->a_seen && o->g_seen) o->started = true;
     return st;
@@ -145,11 +170,12 @@ static dt_status observe_grad(dt_kfac *k, kfac_op *o, const dt_linear_event *e) 
 static void observer(void *ctx, const dt_linear_event *e) {
     dt_kfac *k = ctx;
     int i = e->layer * k->nblock + e->op;
-    if (!k->collect || e->layer < 0 || i < 0 || !k->map || k->map[i] < 0) return;
+    if (!k->collect || e->layer < 0 || i < 0 || i >= k->nkeys || k->map[i] < 0) return;
     kfac_op *o = &k->ops[k->map[i]];
     /* a collective failing here (a dead rank) is the step's: the strategy's own collectives name it */
     double t0 = dt_time_now();
-    dt_status st = e->backward ? observe_grad(k, o, e) : observe_input(k, o, e);
+    dt_status st = e->pieces > 1 && o->nparts > 1 ? dt_error(DT_ERR_ARG, "a layer of %d parts shown in %d pieces", o->nparts, e->pieces)
+                   : e->backward ? observe_grad(k, o, e) : observe_input(k, o, e);
     *(e->backward ? &k->in_bwd : &k->in_fwd) += dt_time_now() - t0;
     if (st) dt_log(DT_LOG_ERROR, "K-FAC: %s's factors: %s", o->name, dt_last_error());
 }
@@ -319,41 +345,48 @@ void dt_kfac_begin(dt_kfac *k, int accum) {
 
 /* ---- making it ---- */
 
-/* Each block's Linear ops, their parts' places in the store. */
-static dt_status find_linears(dt_kfac *k) {
-    const dt_lm_config *cfg = dt_program_config(k->p);
-    dt_program_view v;
-    dt_program_get_view(k->p, &v);
-    int L = cfg->num_layers;
-    k->nblock = v.nops;
-    if (!(k->map = malloc(sizeof *k->map * (size_t)(L * v.nops + 1))) || !(k->ops = calloc((size_t)(L * v.nops + 1), sizeof *k->ops)))
+/* The model's Linears (and convolutions) as kfac_ops, their parts' places in the store, and the map from their keys. */
+static dt_status find_linears(dt_kfac *k, const dt_linear_layer *y, int n) {
+    k->nblock = 1;
+    int layers = 1;
+    for (int i = 0; i < n; i++) {
+        if (y[i].op >= k->nblock) k->nblock = y[i].op + 1;
+        if (y[i].layer >= layers) layers = y[i].layer + 1;
+    }
+    k->nkeys = layers * k->nblock;
+    if (!(k->map = malloc(sizeof *k->map * (size_t)k->nkeys)) || !(k->ops = calloc((size_t)n + 1, sizeof *k->ops)))
         return dt_error(DT_ERR_NOMEM, "K-FAC: out of memory");
-    for (int l = 0; l < L; l++)
-        for (int i = 0; i < v.nops; i++) {
-            const dt_op_spec *s = &v.ops[i].s;
-            k->map[l * v.nops + i] = -1;
-            if (s->kind != DT_OP_LINEAR) continue;
-            if (s->nw > MAX_PARTS) return dt_error(DT_ERR_ARG, "K-FAC: a Linear of %d parts (at most %d)", s->nw, MAX_PARTS);
-            kfac_op *o = &k->ops[k->nops];
-            *o = (kfac_op){ .nparts = s->nw, .in = v.ops[i].width_in };
-            int col = 0;
-            if (!dt_program_block_tensor(k->p, l, s->w)) continue; /* another pipeline stage's layer */
-            for (int j = 0; j < s->nw; j++) {
-                const dt_tensor_info *w = dt_program_block_tensor(k->p, l, s->w + j);
-                const dt_tensor_info *b = s->b >= 0 ? dt_program_block_tensor(k->p, l, s->b + j) : NULL;
-                if (!w || w->ndim != 2 || w->shape[1] != o->in || (s->b >= 0 && !b))
-                    return dt_error(DT_ERR_ARG, "K-FAC: layer %d's Linear %d is not held whole on this rank", l, i);
-                if (j == 0) o->name = w->name;
-                o->part[j] = (kfac_part){ .out = w->shape[0], .col0 = col, .w = w->offset, .b = b ? b->offset : SIZE_MAX };
-                col += w->shape[0];
-                k->nparams += w->count + (b ? b->count : 0);
-            }
-            if (col != v.ops[i].width_out) return dt_error(DT_ERR_ARG, "K-FAC: %s's parts make %d outputs of %d", o->name, col, v.ops[i].width_out);
-            o->n = o->in + (s->b >= 0);
-            k->map[l * v.nops + i] = k->nops++;
-            k->nlayers += s->nw;
+    for (int i = 0; i < k->nkeys; i++) k->map[i] = -1;
+    for (int i = 0; i < n; i++) {
+        if (y[i].nparts < 1 || y[i].nparts > MAX_PARTS || y[i].layer < 0 || y[i].op < 0)
+            return dt_error(DT_ERR_ARG, "K-FAC: a layer of %d parts (at most %d)", y[i].nparts, MAX_PARTS);
+        kfac_op *o = &k->ops[k->nops];
+        *o = (kfac_op){ .nparts = y[i].nparts, .in = y[i].in, .n = y[i].in + (y[i].b[0] != NULL), .name = y[i].w[0]->name };
+        int col = 0;
+        for (int j = 0; j < o->nparts; j++) {
+            const dt_tensor_info *w = y[i].w[j], *b = y[i].b[j];
+            if (w->count != (size_t)w->shape[0] * (size_t)o->in || (b != NULL) != (o->n > o->in) || (b && b->count != (size_t)w->shape[0]))
+                return dt_error(DT_ERR_ARG, "K-FAC: %s is not held whole on this rank (%zu values for %d outputs of %d inputs)", w->name,
+                                w->count, w->shape[0], o->in);
+            o->part[j] = (kfac_part){ .out = w->shape[0], .col0 = col, .w = w->offset, .b = b ? b->offset : SIZE_MAX };
+            col += w->shape[0];
+            k->nparams += w->count + (b ? b->count : 0);
         }
+        k->map[y[i].layer * k->nblock + y[i].op] = k->nops++;
+        k->nlayers += o->nparts;
+    }
     return DT_OK;
+}
+
+/* The model's list of Linears, into k. */
+static dt_status take_linears(dt_kfac *k, const dt_model *m) {
+    if (!m->linears || !m->set_linear_observer) return dt_error(DT_ERR_UNSUPPORTED, "K-FAC: the %s model does not show its Linears", m->kind);
+    dt_linear_layer *y = NULL;
+    int n = 0;
+    dt_status st = m->linears(m->self, &y, &n);
+    if (!st) st = find_linears(k, y, n);
+    free(y);
+    return st;
 }
 
 /* KAISA's assignment by the decompositions' cost (n^3 a factor): each Linear's worker, whether this rank holds its
@@ -423,7 +456,7 @@ static dt_status communicators(dt_kfac *k, dt_comm *comm) {
     return st;
 }
 
-dt_status dt_kfac_create(const dt_kfac_config *c, dt_program *p, dt_comm *comm, dt_kfac **out) {
+dt_status dt_kfac_create(const dt_kfac_config *c, const dt_model *m, dt_comm *comm, dt_kfac **out) {
     *out = NULL;
     int ranks = comm ? dt_comm_size(comm) : 1;
     dt_status st = dt_kfac_check(c, ranks);
@@ -431,35 +464,31 @@ dt_status dt_kfac_create(const dt_kfac_config *c, dt_program *p, dt_comm *comm, 
     dt_kfac *k = calloc(1, sizeof *k);
     if (!k) return dt_error(DT_ERR_NOMEM, "K-FAC: out of memory");
     int gw = (int)lround(c->workers * ranks);
-    *k = (dt_kfac){ .c = *c, .p = p, .ranks = ranks, .P = ranks / (gw < 1 ? 1 : gw), .rank = comm ? dt_comm_rank(comm) : 0, .accum = 1 };
+    *k = (dt_kfac){ .c = *c, .ranks = ranks, .P = ranks / (gw < 1 ? 1 : gw), .rank = comm ? dt_comm_rank(comm) : 0, .accum = 1 };
     if (ranks > 1) st = communicators(k, comm);
-    if (!st) st = find_linears(k);
-    bool blocks = false; /* a pipeline stage may hold none (the embeddings, the head): then nothing to precondition */
-    for (int l = 0; !st && l < dt_program_config(p)->num_layers; l++) blocks |= dt_program_block_tensor(p, l, 0) != NULL;
-    if (!st && k->nops == 0 && blocks) st = dt_error(DT_ERR_ARG, "K-FAC: the model has no Linear in its blocks to precondition");
+    if (!st) st = take_linears(k, m);
     if (!st) st = place(k);
+    double most = (double)(st ? 0 : dt_kfac_state_bytes(k));
+    if (!st && k->world) st = dt_comm_allreduce(k->world, &most, &most, 1, DT_F64, DT_MAX);
     if (st) {
         dt_kfac_destroy(k);
         return st;
     }
-    double most = (double)dt_kfac_state_bytes(k);
-    if (k->world && (st = dt_comm_allreduce(k->world, &most, &most, 1, DT_F64, DT_MAX))) {
-        dt_kfac_destroy(k);
-        return st;
-    }
     k->most = (size_t)most;
-    dt_program_set_linear_observer(p, observer, k);
+    k->m = *m;
+    m->set_linear_observer(m->self, observer, k);
     *out = k;
     return DT_OK;
 }
 
-dt_status dt_kfac_plan(const dt_kfac_config *c, dt_program *p, int ranks, dt_kfac_linear **out, int *n, int *columns) {
+dt_status dt_kfac_plan(const dt_kfac_config *c, const dt_linear_layer *layers, int nlayers, int ranks, dt_kfac_linear **out, int *n,
+                       int *columns) {
     *out = NULL, *n = 0;
     dt_status st = dt_kfac_check(c, ranks);
     if (st) return st;
     int gw = (int)lround(c->workers * ranks);
-    dt_kfac k = { .c = *c, .p = p, .ranks = ranks, .P = ranks / (gw < 1 ? 1 : gw), .accum = 1 };
-    if (!(st = find_linears(&k)) && !(st = assign(&k))) {
+    dt_kfac k = { .c = *c, .ranks = ranks, .P = ranks / (gw < 1 ? 1 : gw), .accum = 1 };
+    if (!(st = find_linears(&k, layers, nlayers)) && !(st = assign(&k))) {
         *out = calloc((size_t)k.nops + 1, sizeof **out);
         if (!*out) st = dt_error(DT_ERR_NOMEM, "K-FAC: out of memory");
     }
@@ -476,7 +505,7 @@ dt_status dt_kfac_plan(const dt_kfac_config *c, dt_program *p, int ranks, dt_kfa
 
 void dt_kfac_destroy(dt_kfac *k) {
     if (!k) return;
-    if (k->p) dt_program_set_linear_observer(k->p, NULL, NULL);
+    if (k->m.set_linear_observer) k->m.set_linear_observer(k->m.self, NULL, NULL);
     for (int i = 0; i < k->nops; i++) {
         free(k->ops[i].A);
         free(k->ops[i].inv);

@@ -33,8 +33,12 @@ static void kfac_cost(const dt_plan_job *j, const dt_plan_hardware *h, double ra
     dt_model m;
     dt_program *p = dt_plan_model_table(j, &m);
     dt_kfac_linear *l = NULL;
-    int nl = 0, P = 1, R = j->dp > 1 ? j->dp : 1;
-    if (!p || dt_kfac_plan(&j->kfac, p, R, &l, &nl, &P)) {
+    dt_linear_layer *layers = NULL;
+    int nl = 0, P = 1, R = j->dp > 1 ? j->dp : 1, nlayers = 0;
+    dt_status st = p ? dt_program_linears(p, &layers, &nlayers) : DT_ERR_ARG;
+    if (!st) st = dt_kfac_plan(&j->kfac, layers, nlayers, R, &l, &nl, &P);
+    free(layers);
+    if (st) {
         dt_program_destroy(p);
         return;
     }

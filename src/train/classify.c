@@ -24,6 +24,7 @@
 #include "dtrain/engine.h"
 #include "dtrain/io.h"
 #include "dtrain/train.h"
+#include "precond_setup.h"
 #include "progress.h"
 
 #include <math.h>
@@ -125,6 +126,7 @@ typedef struct {
     dt_images tr, te;
     classifier m;
     dt_engine *e;
+    dt_train_precond pre;      /* --optimizer kfac or shampoo */
     dt_watchdog *wd;
     FILE *metrics;
     float *x;
@@ -134,6 +136,7 @@ typedef struct {
     int step;                  /* of the epoch, for micro */
     int first;                 /* global steps done before this process (--resume) */
     int stopped;               /* --stop-after reached (0), or the signal that stopped the run */
+    double train_s;            /* seconds in training steps so far (evaluations left out) */
     bool stop;                 /* the run ends before its last epoch's end */
 } cls_run;
 
@@ -218,6 +221,13 @@ static dt_status save(cls_run *r, int done) {
     return st;
 }
 
+/* The optimizer as the run line says it: a preconditioner over its base's step. */
+static const char *optimizer_name(const dt_train_config *c) {
+    static char name[32];
+    snprintf(name, sizeof name, "%s%s", c->kfac_on ? "kfac over " : c->shampoo_on ? "shampoo over " : "", dt_optim_kind_name(c->opt.kind));
+    return name;
+}
+
 static dt_status setup(cls_run *r) {
     const dt_train_config *c = r->c;
     const char *dir = c->data ? c->data : DEFAULT_DIR;
@@ -282,7 +292,8 @@ static dt_status setup(cls_run *r) {
                             .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .codec = &c->codec };
     if (mlp) dt_mlp_model(r->m.mlp, &ec.model);
     else dt_resnet_model(r->m.resnet, &ec.model);
-    st = dt_engine_create(&ec, &r->e);
+    st = dt_train_precond_create(c, &ec, NULL, r->rank, mlp ? "none" : "the BatchNorms", &r->pre);
+    if (!st) st = dt_engine_create(&ec, &r->e);
     if (!st && c->resume) st = resume(r);
     if (!st) st = dt_watchdog_start(r->p > 1 ? r->w : NULL, &r->wd);
     if (!st && c->metrics && r->rank == 0 && !(r->metrics = fopen(c->metrics, "w")))
@@ -298,12 +309,12 @@ static dt_status setup(cls_run *r) {
     if (c->synthetic)
         printf(" (%zu parameters%s): synthetic %dx%dx%d images, batch %d per worker, %d worker%s, %d steps, %s lr %g, "
                "%d thread(s) per worker\n", cls_params(&r->m), mlp ? "" : c->sync_bn && r->p > 1 ? ", synchronised BatchNorm" : "",
-               r->tr.channels, r->tr.rows, r->tr.cols, r->B, r->p, r->p > 1 ? "s" : "", c->steps, dt_optim_kind_name(c->opt.kind),
+               r->tr.channels, r->tr.rows, r->tr.cols, r->B, r->p, r->p > 1 ? "s" : "", c->steps, optimizer_name(c),
                c->sched.lr, dt_kernels_threads());
     else
         printf(" (%zu parameters%s) on %s: %d training / %d test images; batch %d x %d rank%s, %d steps per epoch, %s lr %g, "
                "%d thread(s) per rank\n", cls_params(&r->m), mlp ? "" : c->sync_bn && r->p > 1 ? ", synchronised BatchNorm" : ", BatchNorm per rank",
-               dir, r->tr.n, r->te.n, r->B, r->p, r->p == 1 ? "" : "s", r->tr.n / r->G, dt_optim_kind_name(c->opt.kind), c->sched.lr, dt_kernels_threads());
+               dir, r->tr.n, r->te.n, r->B, r->p, r->p == 1 ? "" : "s", r->tr.n / r->G, optimizer_name(c), c->sched.lr, dt_kernels_threads());
     if (r->m.resnet) {
         size_t kept, grads, work;
         dt_resnet_batch_bytes(r->m.resnet, r->B, &kept, &grads, &work);
@@ -323,12 +334,38 @@ static dt_status share_running(cls_run *r) {
     return dt_comm_broadcast(r->w, b, n, DT_F32, 0);
 }
 
+/* The test accuracy now (-1: failed, said): every rank with rank 0's running averages, ZeRO-3's whole model. */
+static double evaluate(cls_run *r) {
+    double acc = dt_engine_materialize(r->e, 1) || share_running(r) ? -1 : test_accuracy(r->p > 1 ? r->w : NULL, &r->m, &r->te, r->B, r->x, r->y);
+    if (acc >= 0 && dt_engine_materialize(r->e, 0)) acc = -1;
+    if (acc < 0) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
+    return acc;
+}
+
+/* --eval-every N: the test accuracy after global step done, inside an epoch (its end evaluates anyway), with the
+ * seconds trained so far, for curves of accuracy against epochs and time. Returns the exit code. */
+static int evaluate_inside(cls_run *r, int done) {
+    double acc = evaluate(r);
+    if (acc < 0) return 1;
+    double epochs = (double)done / steps_per_epoch(r);
+    if (!r->quiet) {
+        if (r->tty) printf("\n");
+        printf("step %d (epoch %.2f): test accuracy %.2f%% after %.1f s of training\n", done, epochs, 100 * acc, r->train_s);
+        fflush(stdout);
+    }
+    if (r->metrics) {
+        fprintf(r->metrics, "{\"step\":%d,\"epochs\":%.4f,\"test_accuracy\":%.6f,\"train_s\":%.3f}\n", done, epochs, acc, r->train_s);
+        fflush(r->metrics);
+    }
+    return 0;
+}
+
 /* One epoch; *acc gets the test accuracy after it. Returns the exit code (0: go on). */
 static int epoch(cls_run *r, int e, double *acc) {
     const dt_train_config *c = r->c;
     int steps = steps_per_epoch(r), total = steps * c->epochs, first = r->first > e * steps ? r->first - e * steps : 0;
     dt_rng_shuffle(r->perm, r->tr.n, c->shuffle_seed + (uint64_t)e + 1);
-    double t0 = dt_time_now(), loss_sum = 0, exposed_sum = 0;
+    double trained0 = r->train_s, loss_sum = 0, exposed_sum = 0; /* the epoch's img/s: its steps' time, evaluations left out */
     char prefix[32];
     snprintf(prefix, sizeof prefix, "epoch %d/%d", e + 1, c->epochs);
     for (r->step = first; r->step < steps; r->step++) {
@@ -349,6 +386,7 @@ static int epoch(cls_run *r, int e, double *acc) {
         loss_sum += s.loss;
         exposed_sum += s.exposed_ms;
         double ms = (dt_time_now() - ts) * 1e3;
+        r->train_s += ms / 1e3;
         if (!r->quiet)
             dt_progress_print(r->tty, c->print_every ? c->print_every : 50,
                               &(dt_progress){ .step = done - 1, .steps = total, .first = r->first, .loss = s.loss, .lr = lr,
@@ -367,6 +405,7 @@ static int epoch(cls_run *r, int e, double *acc) {
             dt_log(DT_LOG_ERROR, "%s", dt_last_error());
             return 1;
         }
+        if (!r->stop && c->eval_every && done % c->eval_every == 0 && r->step + 1 < steps && evaluate_inside(r, done)) return 1;
         if (r->stop) {
             if (r->stopped && r->rank == 0)
                 dt_log(DT_LOG_WARN, "stopped by signal %d (%s) after step %d of %d%s", r->stopped, strsignal(r->stopped), done, total,
@@ -379,12 +418,9 @@ static int epoch(cls_run *r, int e, double *acc) {
             break;
         }
     }
-    double secs = dt_time_now() - t0;
+    double secs = r->train_s - trained0;
     r->ips[e] = (double)(steps - first) * r->B * c->grad_accum / secs;
-    /* ZeRO-3 holds a shard of the weights between steps: the whole model for the test */
-    *acc = dt_engine_materialize(r->e, 1) || share_running(r) ? -1 : test_accuracy(r->p > 1 ? r->w : NULL, &r->m, &r->te, r->B, r->x, r->y);
-    if (*acc >= 0 && dt_engine_materialize(r->e, 0)) *acc = -1;
-    if (*acc < 0) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if ((*acc = evaluate(r)) < 0) return 1;
     if (!r->quiet) {
         if (r->tty) printf("\n");
         printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f img/s per worker, %.0f img/s total (%d worker%s), "
@@ -393,8 +429,9 @@ static int epoch(cls_run *r, int e, double *acc) {
         fflush(stdout);
     }
     if (r->metrics) {
-        fprintf(r->metrics, "{\"epoch\":%d,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,\"img_per_s\":%.1f,"
-                "\"comm_exposed_ms\":%.3f}\n", e + 1, loss_sum / (steps - first), *acc, r->ips[e], r->ips[e] * r->p, exposed_sum);
+        fprintf(r->metrics, "{\"epoch\":%d,\"epochs\":%d,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,\"img_per_s\":%.1f,"
+                "\"comm_exposed_ms\":%.3f,\"train_s\":%.3f}\n", e + 1, e + 1, loss_sum / (steps - first), *acc, r->ips[e], r->ips[e] * r->p,
+                exposed_sum, r->train_s);
         fflush(r->metrics);
     }
     return r->stop && r->stopped ? 128 + r->stopped : 0;
@@ -464,6 +501,7 @@ out:
     dt_watchdog_stop(r.wd);
     if (r.metrics) fclose(r.metrics);
     dt_engine_destroy(r.e);
+    dt_train_precond_destroy(&r.pre);
     dt_mlp_destroy(r.m.mlp);
     dt_resnet_destroy(r.m.resnet);
     dt_images_free(&r.tr);

@@ -11,6 +11,7 @@
 #include "dtrain/parallel.h"
 #include "dtrain/pipeline.h"
 #include "dtrain/train.h"
+#include "precond_setup.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -58,9 +59,7 @@ typedef struct {
     dt_grpo_step_stats grpo_step; /* the last step's (metrics, progress) */
     float dpo_step[2], dpo_val[2]; /* the last step's and evaluation's reward accuracy and margin (metrics) */
     dt_engine *e;
-    dt_kfac *kfac;            /* --optimizer kfac: the engine's preconditioner */
-    dt_shampoo *shampoo;      /* --optimizer shampoo: the same */
-    dt_preconditioner precond;
+    dt_train_precond pre;     /* --optimizer kfac or shampoo: the engine's preconditioner */
     dt_watchdog *wd;
     FILE *metrics;
     dt_tb_writer *tb;         /* --tensorboard (rank 0) */

@@ -127,8 +127,7 @@ static dt_status gather_ranks(run *r, double *all) {
 }
 
 size_t dt_train_optim_bytes(const run *r) {
-    return dt_optim_state_bytes(dt_engine_optim(r->e)) + (r->kfac ? dt_kfac_state_bytes(r->kfac) : 0) +
-           (r->shampoo ? dt_shampoo_state_bytes(r->shampoo) : 0);
+    return dt_optim_state_bytes(dt_engine_optim(r->e)) + dt_train_precond_bytes(&r->pre);
 }
 
 /* run.json and report.html into --report DIR (rank 0). */

@@ -254,25 +254,6 @@ shape:
     return st;
 }
 
-/* Shampoo over the whole store as the engine's preconditioner, SGD under it; its blocks shared by the replicas. */
-static dt_status make_shampoo(run *r, dt_engine_config *ec) {
-    const dt_train_config *c = &r->c;
-    if (c->lora.rank > 0 || c->lora_from) return dt_error(DT_ERR_ARG, "--optimizer shampoo with LoRA: not yet (Shampoo would precondition every tensor, the frozen ones too)");
-    if (c->grad_clip > 0)
-        return dt_error(DT_ERR_ARG, "--optimizer shampoo with --grad-clip %g: the clip would act on Shampoo's directions, not the gradients; "
-                        "grafting already gives each block Adam's step size", c->grad_clip);
-    dt_status st = dt_shampoo_create(&c->shampoo, ec->model.tensors, ec->model.ntensors, ec->comm, &r->shampoo);
-    if (st) return st;
-    dt_shampoo_preconditioner(r->shampoo, &r->precond);
-    ec->precond = &r->precond;
-    if (r->rank == 0 && !c->quiet)
-        dt_log(DT_LOG_INFO, "Shampoo: %d blocks of at most %d, roots every %d steps from step %d, grafted onto Adam, SGD under it; "
-               "its state %.3f MiB on the rank holding most, the directions allgathered in %s", dt_shampoo_blocks(r->shampoo),
-               c->shampoo.block, c->shampoo.every, c->shampoo.start ? c->shampoo.start : c->shampoo.every,
-               dt_shampoo_state_bytes_most(r->shampoo) / 1048576.0, c->shampoo.wire == DT_BF16 ? "bf16" : "fp32");
-    return DT_OK;
-}
-
 /* The engine over the model, and where a resumed run goes on from. */
 static dt_status make_engine(run *r) {
     const dt_train_config *c = &r->c;
@@ -296,19 +277,8 @@ static dt_status make_engine(run *r) {
         ec.loss_comm = r->w;
         ec.mp_comm = r->mp;
     }
-    if (!st && c->kfac_on) {
-        if (c->lora.rank > 0 || c->lora_from) return dt_error(DT_ERR_ARG, "--optimizer kfac with LoRA: K-FAC preconditions the base Linears, which LoRA freezes");
-        if ((st = dt_kfac_create(&c->kfac, dt_gpt2_program(r->m), ec.comm, &r->kfac))) return st;
-        dt_kfac_preconditioner(r->kfac, &r->precond);
-        if (ec.schedule) dt_kfac_set_stages(r->kfac, ec.mp_comm); /* a pipeline's: its stages' Linears clip together */
-        ec.precond = &r->precond;
-        if (r->rank == 0 && !c->quiet)
-            dt_log(DT_LOG_INFO, "K-FAC (%s) preconditions %d Linears (%zu parameters) before %s, its factors and decompositions %.3f MiB "
-                   "on the rank holding most; the other %zu parameters (embeddings, norms, head, experts) take %s's step as they are",
-                   dt_kfac_layout(r->kfac), dt_kfac_layers(r->kfac), dt_kfac_params(r->kfac), dt_optim_kind_name(c->opt.kind),
-                   dt_kfac_state_bytes_most(r->kfac) / 1048576.0, ec.model.nparams - dt_kfac_params(r->kfac), dt_optim_kind_name(c->opt.kind));
-    }
-    if (!st && c->shampoo_on) st = make_shampoo(r, &ec);
+    /* a pipeline's stages: K-FAC's KL clipping and skips span them */
+    if (!st) st = dt_train_precond_create(c, &ec, ec.schedule ? ec.mp_comm : NULL, r->rank, "embeddings, norms, head, experts", &r->pre);
     if (!st) st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
     dt_checkpoint_position pos;

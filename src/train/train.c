@@ -200,7 +200,7 @@ static int finish(run *r, int steps_done, int stop_signal) {
     if (!c->quiet)
         printf("peak memory %.1f MiB (model %.1f MiB: parameters, gradients, activations%s; optimizer state %.1f MiB%s)\n",
                dt_peak_memory() / 1048576.0, dt_gpt2_memory(r->m) / 1048576.0, c->recompute ? " with --recompute" : "",
-               dt_train_optim_bytes(r) / 1048576.0, r->kfac ? ", K-FAC's factors and decompositions in it" : r->shampoo ? ", this rank's Shampoo blocks in it" : "");
+               dt_train_optim_bytes(r) / 1048576.0, r->pre.kfac ? ", K-FAC's factors and decompositions in it" : r->pre.shampoo ? ", this rank's Shampoo blocks in it" : "");
     dt_train_observe_end(r, steps_done);
     return stop_signal ? 128 + stop_signal : 0;
 }
@@ -279,8 +279,7 @@ static void teardown(run *r) {
     if (r->metrics) fclose(r->metrics);
     dt_tb_destroy(r->tb);
     dt_engine_destroy(r->e);
-    dt_kfac_destroy(r->kfac);
-    dt_shampoo_destroy(r->shampoo);
+    dt_train_precond_destroy(&r->pre);
     dt_pipeline_destroy(r->pipe);
     dt_comm_destroy(r->mp);
     dt_comm_destroy(r->ep_replicas);

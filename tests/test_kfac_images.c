@@ -1,0 +1,133 @@
+/* K-FAC on the image models against kfac-pytorch's KFACPreconditioner (scripts/make_kfac_fixture.py's image cases):
+ * dtrain's MLP (every Linear) and resnet:small (every convolution and the head; the BatchNorms plain), both from
+ * dtrain's own initialisation, SGD with momentum underneath: the preconditioned gradients of every parameter at the
+ * first step (and the MLP's last) and the weights after the steps. A convolution's factors come from its patches at
+ * every position (kfac.h); this is what shows they are kfac-pytorch's.
+ * usage: test_kfac_images FIXTURES_DIR */
+#include "fixture_checks.h"
+
+#include "dtrain/kfac.h"
+#include "dtrain/optim.h"
+
+#include <string.h>
+
+typedef struct {
+    dt_mlp *mlp;
+    dt_resnet *resnet;
+    dt_model m;
+    int batch, dim, steps, classes, shape[3], nshape;
+    float lr;
+} image_case;
+
+static void report(const char *name, const char *what, double err, const char *tensor, double tol) {
+    char line[256], detail[160];
+    snprintf(line, sizeof line, "%-20s %s", name, what);
+    snprintf(detail, sizeof detail, "worst relative error %.2e (%s), at most %.0e", err, tensor, tol);
+    check(line, err <= tol, detail);
+}
+
+/* The fixture's settings, and its model made from dtrain's initialisation with the fixture's seed. */
+static dt_status make_case(dt_safetensors *f, const char *path, image_case *c, dt_kfac_config *kc, dt_optim_config *oc) {
+    cJSON *j;
+    dt_status st = fixture_settings(f, path, "kfac", &j);
+    if (st) return st;
+    dt_kfac_defaults(kc);
+    kc->damping = (float)fixture_number(j, "damping");
+    kc->factor_decay = (float)fixture_number(j, "factor_decay");
+    kc->kl_clip = (float)fixture_number(j, "kl_clip");
+    kc->factor_every = (int)fixture_number(j, "factor_update_steps");
+    kc->inv_every = (int)fixture_number(j, "inv_update_steps");
+    dt_optim_defaults(DT_OPT_SGD, oc);
+    oc->momentum = (float)fixture_number(j, "momentum");
+    oc->weight_decay = 0;
+    c->lr = (float)fixture_number(j, "lr");
+    c->steps = (int)fixture_number(j, "steps");
+    c->batch = (int)fixture_number(j, "batch");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model"), *sizes = cJSON_GetObjectItemCaseSensitive(j, "sizes"),
+                *shape = cJSON_GetObjectItemCaseSensitive(j, "shape");
+    uint64_t seed = (uint64_t)fixture_number(j, "seed");
+    int sz[16], ns = cJSON_GetArraySize(sizes), sh[3] = { 1, 1, 1 }, nsh = cJSON_GetArraySize(shape);
+    for (int i = 0; i < ns && i < 16; i++) sz[i] = cJSON_GetArrayItem(sizes, i)->valueint;
+    for (int i = 0; i < nsh && i < 3; i++) sh[i] = cJSON_GetArrayItem(shape, i)->valueint;
+    c->dim = sh[0] * sh[1] * sh[2];
+    memcpy(c->shape, sh, sizeof sh);
+    c->nshape = nsh;
+    c->classes = sz[ns - 1];
+    if (!cJSON_IsString(model) || ns < 1 || ns > 16 || nsh < 1 || nsh > 3) st = dt_error(DT_ERR_ARG, "%s: its settings name no model", path);
+    else if (!strcmp(model->valuestring, "mlp")) {
+        if (!(st = dt_mlp_create(sz, ns, &c->mlp))) dt_mlp_init_random(c->mlp, seed), dt_mlp_model(c->mlp, &c->m);
+    } else {
+        dt_resnet_config rc;
+        st = dt_resnet_config_parse(model->valuestring, sh[0], sh[1], sh[2], c->classes, &rc);
+        if (!st && !(st = dt_resnet_create(&rc, &c->resnet))) dt_resnet_init_random(c->resnet, seed), dt_resnet_model(c->resnet, &c->m);
+    }
+    cJSON_Delete(j);
+    return st;
+}
+
+static dt_status train_step(image_case *c, const float *x, const int32_t *y) {
+    float loss;
+    memset(c->m.grads(c->m.self), 0, c->m.nparams * sizeof(float));
+    dt_status st = c->mlp ? dt_mlp_forward(c->mlp, x, y, c->batch, &loss, NULL) : dt_resnet_forward(c->resnet, x, y, c->batch, true, &loss, NULL);
+    if (!st) st = c->mlp ? dt_mlp_backward(c->mlp, 1.0f) : dt_resnet_backward(c->resnet, 1.0f);
+    return st;
+}
+
+static void compare(dt_safetensors *f, const char *name, image_case *c, const float *store, const char *prefix, const char *what) {
+    const char *worst_name = "";
+    double e = 0;
+    dt_status st = fixture_err(f, &c->m, store, prefix, 0, &e, &worst_name);
+    if (st) check(name, false, dt_last_error());
+    else report(name, what, e, worst_name, 1e-5);
+}
+
+static void check_case(const char *dir, const char *name) {
+    char path[512], what[96];
+    snprintf(path, sizeof path, "%s/kfac/%s.safetensors", dir, name);
+    dt_safetensors *f = NULL;
+    dt_kfac *k = NULL;
+    dt_optim *o = NULL;
+    dt_kfac_config kc;
+    dt_optim_config oc;
+    image_case c = { 0 };
+    dt_status st = dt_safetensors_open(path, &f);
+    if (!st) st = make_case(f, path, &c, &kc, &oc);
+    if (!st) st = dt_kfac_create(&kc, &c.m, NULL, &k);
+    if (!st) st = dt_optim_create(&oc, c.m.nparams, NULL, 0, &o);
+    size_t n = st ? 1 : (size_t)c.steps * c.batch;
+    float *x = malloc(n * (size_t)(c.dim > 0 ? c.dim : 1) * sizeof(float));
+    int32_t *y = malloc(n * sizeof(int32_t));
+    int xd[4] = { (int)n, c.shape[0], c.shape[1], c.shape[2] };
+    if (!st && (!x || !y)) st = dt_error(DT_ERR_NOMEM, "out of memory");
+    if (!st) st = dt_safetensors_read(f, "images", 1 + c.nshape, xd, 0, x);
+    if (!st) st = dt_safetensors_read_i32(f, "labels", n, y);
+    for (int s = 0; !st && s < c.steps; s++) {
+        int skip = 0;
+        dt_kfac_begin(k, 1);
+        st = train_step(&c, x + (size_t)s * c.batch * c.dim, y + (size_t)s * c.batch);
+        if (!st) st = dt_kfac_step(k, c.m.grads(c.m.self), c.lr, &skip);
+        if (!st && skip) st = dt_error(DT_ERR_ARG, "step %d skipped", s);
+        const char *tag = s == 0 ? "pgrad0." : s == c.steps - 1 && dt_safetensors_has(f, "pgradN.0.weight") ? "pgradN." : NULL;
+        snprintf(what, sizeof what, "preconditioned gradients at step %d of %d", s + 1, c.steps);
+        if (!st && tag) compare(f, name, &c, c.m.grads(c.m.self), tag, what);
+        if (!st) dt_optim_step(o, c.m.params(c.m.self), c.m.grads(c.m.self), c.lr, 0);
+    }
+    snprintf(what, sizeof what, "weights after %d steps", c.steps);
+    if (!st) compare(f, name, &c, c.m.params(c.m.self), "final.", what);
+    if (st) check(name, false, dt_last_error());
+    free(x), free(y);
+    dt_optim_destroy(o);
+    dt_kfac_destroy(k);
+    dt_mlp_destroy(c.mlp);
+    dt_resnet_destroy(c.resnet);
+    dt_safetensors_close(f);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
+    dt_log_set_level(DT_LOG_WARN);
+    check_case(dir, "mlp_eigen");
+    check_case(dir, "resnet_small_eigen");
+    printf("%s\n", failed ? "FAILED" : "all passed");
+    return failed ? 1 : 0;
+}
