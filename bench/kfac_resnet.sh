@@ -6,6 +6,7 @@
 # taken 4 times an epoch (--eval-every); a run reaches the target at its first such point at or above it, after that
 # many epochs and seconds of training (evaluations left out). K-FAC's epochs and seconds over the best SGD run's (the
 # one reaching the target first in epochs), and every run's curve (epochs, seconds, accuracy) in $OUT/curves.tsv.
+# KFAC_ARGS (environment): flags that replace K-FAC's settings ("--kfac-factor-every 5 --kfac-inv-every 20").
 # usage: bench/kfac_resnet.sh [EPOCHS (5)] [SGD_LRS ("0.05 0.1 0.2")] [KFAC_LR (0.1)] [TARGET (0.90)]
 set -euo pipefail
 epochs=${1:-5}
@@ -19,7 +20,7 @@ ranks=2 batch=64
 every=$((60000 / (ranks * batch) / 4))
 recipe=(--model resnet:small --nproc "$ranks" --threads 1 --epochs "$epochs" --batch "$batch" --momentum 0.9 --weight-decay 5e-4
         --schedule cosine --warmup 100 --shuffle 1 --eval-every "$every" --quiet)
-kfac=(--optimizer kfac --kfac-factor-every 10 --kfac-inv-every 100 --kfac-damping 0.003 --kfac-kl-clip 0.001)
+kfac=(--optimizer kfac --kfac-factor-every 10 --kfac-inv-every 100 --kfac-damping 0.003 --kfac-kl-clip 0.001 ${KFAC_ARGS:-})
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; resnet:small on Fashion-MNIST, $epochs epochs, $ranks ranks, target $target"
 run() { # NAME FLAGS...
     local name=$1

@@ -4,10 +4,7 @@
  * first step (and the MLP's last) and the weights after the steps. A convolution's factors come from its patches at
  * every position (kfac.h); this is what shows they are kfac-pytorch's.
  * usage: test_kfac_images FIXTURES_DIR */
-#include "fixture_checks.h"
-
-#include "dtrain/kfac.h"
-#include "dtrain/optim.h"
+#include "kfac_fixture.h"
 
 #include <string.h>
 
@@ -31,17 +28,7 @@ static dt_status make_case(dt_safetensors *f, const char *path, image_case *c, d
     cJSON *j;
     dt_status st = fixture_settings(f, path, "kfac", &j);
     if (st) return st;
-    dt_kfac_defaults(kc);
-    kc->damping = (float)fixture_number(j, "damping");
-    kc->factor_decay = (float)fixture_number(j, "factor_decay");
-    kc->kl_clip = (float)fixture_number(j, "kl_clip");
-    kc->factor_every = (int)fixture_number(j, "factor_update_steps");
-    kc->inv_every = (int)fixture_number(j, "inv_update_steps");
-    dt_optim_defaults(DT_OPT_SGD, oc);
-    oc->momentum = (float)fixture_number(j, "momentum");
-    oc->weight_decay = 0;
-    c->lr = (float)fixture_number(j, "lr");
-    c->steps = (int)fixture_number(j, "steps");
+    kfac_fixture_settings(j, kc, oc, &c->lr, &c->steps);
     c->batch = (int)fixture_number(j, "batch");
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model"), *sizes = cJSON_GetObjectItemCaseSensitive(j, "sizes"),
                 *shape = cJSON_GetObjectItemCaseSensitive(j, "shape");

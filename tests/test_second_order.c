@@ -5,7 +5,7 @@
  * SOAP: pytorch_optimizer's SOAP on fixed gradients (scripts/make_soap_fixture.py says why not a model's own), every
  * parameter after 10 steps, and a sharded slice refused. K-FAC's distributed strategies against one process: tests/kfac_equivalence.sh.
  * usage: test_second_order FIXTURES_DIR */
-#include "fixture_checks.h"
+#include "kfac_fixture.h"
 
 #include "dtrain/kfac.h"
 #include "dtrain/optim.h"
@@ -26,20 +26,7 @@ static dt_status settings(dt_safetensors *f, dt_kfac_config *kc, dt_optim_config
     cJSON *j;
     dt_status st = fixture_settings(f, "the K-FAC fixture", "kfac", &j);
     if (st) return st;
-    dt_kfac_defaults(kc);
-    kc->damping = (float)fixture_number(j, "damping");
-    kc->factor_decay = (float)fixture_number(j, "factor_decay");
-    kc->kl_clip = (float)fixture_number(j, "kl_clip");
-    kc->factor_every = (int)fixture_number(j, "factor_update_steps");
-    kc->inv_every = (int)fixture_number(j, "inv_update_steps");
-    const cJSON *method = cJSON_GetObjectItemCaseSensitive(j, "compute_method"), *opt = cJSON_GetObjectItemCaseSensitive(j, "optimizer");
-    kc->method = cJSON_IsString(method) && !strcmp(method->valuestring, "inverse") ? DT_KFAC_INVERSE : DT_KFAC_EIGEN;
-    bool sgd = cJSON_IsString(opt) && !strcmp(opt->valuestring, "sgd");
-    dt_optim_defaults(sgd ? DT_OPT_SGD : DT_OPT_ADAMW, oc);
-    if (sgd) oc->momentum = (float)fixture_number(j, "momentum");
-    oc->weight_decay = 0;
-    *lr = (float)fixture_number(j, "lr");
-    *steps = (int)fixture_number(j, "steps");
+    kfac_fixture_settings(j, kc, oc, lr, steps);
     cJSON_Delete(j);
     return DT_OK;
 }
