@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch's side of bench/compress_resnet.sh: the README's resnet:small recipe on Fashion-MNIST (bench/torch_resnet.py's
-model, torchvision's BasicBlock ResNet with a 3x3 stem of 16 and stages of 16, 32 and 64 channels, written out here so
-that torchvision is not needed), DistributedDataParallel over gloo on N local ranks of one thread each, SGD with
+model, torchvision's BasicBlock ResNet with a 3x3 stem of 16 and stages of 16, 32 and 64 channels: bench/torch_small_resnet.py,
+without torchvision), DistributedDataParallel over gloo on N local ranks of one thread each, SGD with
 momentum and weight decay, dtrain's cosine schedule with linear warm-up, each epoch's global order one permutation
 shared by the ranks (each takes its slice of a step's global batch); dense, or with torch's powerSGD_hook (rank R,
 from step S; error feedback and warm start, its defaults). Pixels scaled to [0, 1] as dtrain reads them. Prints
@@ -20,36 +20,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-nn = torch.nn
-
-
-class Block(nn.Module):
-    """torchvision's BasicBlock: two 3x3 convolutions with BatchNorm, a 1x1 projection where the shape changes."""
-
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = torch.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return torch.relu(y + (self.down(x) if self.down is not None else x))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_small_resnet import SmallResNet  # noqa: E402
 
 
 def build():
-    layers = [nn.Conv2d(1, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
-    cin = 16
-    for cout, stride in ((16, 1), (32, 2), (64, 2)):
-        layers += [Block(cin, cout, stride), Block(cout, cout, 1)]
-        cin = cout
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)]
-    return nn.Sequential(*layers)
+    return SmallResNet(10)
 
 
 def idx(path):

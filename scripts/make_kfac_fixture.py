@@ -13,8 +13,8 @@ the head, the embedding and the norms as they are) and a torch optimizer updatin
 and in its metadata "config" (the model's config.json) and "kfac" (the settings, as JSON).
 
 The image cases (tests/fixtures/kfac/mlp_eigen, resnet_small_eigen) precondition every Linear and Conv2d of dtrain's
-MLP (nn.Sequential(Linear, ReLU, ...)) and of its resnet:small (torchvision's layer names, written out here: the
-baselines' environment has no torchvision), both from the weights dt_mlp_init_random / dt_resnet_init_random give
+MLP (nn.Sequential(Linear, ReLU, ...)) and of its resnet:small (bench/torch_small_resnet.py: torchvision's layer
+names without torchvision, which the baselines' environment lacks), both from the weights dt_mlp_init_random / dt_resnet_init_random give
 (scripts/dtrain_random.py), so the files hold no initial weights: "images" f32 [STEPS x B, ...], "labels" int32
 [STEPS, B], "pgrad0.<name>", "pgradN.<name>" (the MLP's only: the ResNet's would double the file) and "final.<name>",
 their metadata "kfac" (the settings, the model's sizes and seed) and no "config".
@@ -36,6 +36,9 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_llama_fixtures import spread  # noqa: E402
 from dtrain_random import mlp_init, resnet_init  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from torch_small_resnet import SmallResNet  # noqa: E402
 
 B, T, STEPS = 2, 16, 8
 BASE = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -97,46 +100,6 @@ def run(name, family, opt_name, lr, ks):
     settings = dict(ks, optimizer=opt_name, lr=lr, momentum=0.9 if opt_name == "sgd" else 0, steps=STEPS)
     meta = {"config": json.dumps(cfg.to_dict(), sort_keys=True), "kfac": json.dumps(settings, sort_keys=True)}
     return out, meta, losses
-
-
-class Block(torch.nn.Module):
-    """torchvision's BasicBlock under its names: two 3x3 convolutions with BatchNorm, a 1x1 projection (downsample)."""
-
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        nn = torch.nn
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = torch.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return torch.relu(y + (self.downsample(x) if self.downsample is not None else x))
-
-
-class SmallResNet(torch.nn.Module):
-    """dtrain's resnet:small: a 3x3 stem, three stages of two blocks (16, 32, 64 channels), the head."""
-
-    def __init__(self, classes):
-        super().__init__()
-        nn = torch.nn
-        self.conv1 = nn.Conv2d(1, 16, 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(16)
-        cin = 16
-        for i, (cout, stride) in enumerate(((16, 1), (32, 2), (64, 2))):
-            setattr(self, f"layer{i + 1}", nn.Sequential(Block(cin, cout, stride), Block(cout, cout, 1)))
-            cin = cout
-        self.fc = nn.Linear(64, classes)
-
-    def forward(self, x):
-        x = torch.relu(self.bn1(self.conv1(x)))
-        x = self.layer3(self.layer2(self.layer1(x)))
-        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
 # name: (model, its sizes, images' shape, batch, steps, lr, K-FAC settings); SGD with momentum 0.9 underneath, seed 7
