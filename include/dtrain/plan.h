@@ -118,10 +118,13 @@ typedef struct {
     size_t head_resident;           /* this process's resident growth while the head was timed here (0: not timed now) */
 } dt_plan_time;
 
-/* The shape timings this process has asked for so far (a hash of them, in order) and whether any was measured here
- * rather than read from the machine's cache: a plan whose timings were all read did not run the GEMMs whose buffers a
- * rank keeps resident, and takes that size from the cache too. */
-uint64_t dt_plan_timings_asked(bool *measured);
+/* The shape timings this process has asked for so far (a hash of them, in order), whether any was measured here and
+ * whether any was read from the machine's cache: a plan whose timings were all read did not run the GEMMs whose
+ * buffers a rank keeps resident, and takes that size from the cache too; one that read some and measured some grew
+ * by part of it. */
+uint64_t dt_plan_timings_asked(bool *measured, bool *read);
+/* on: every timing measured here again, the cache and the process's copies passed by (not counted in the hash). */
+void dt_plan_timings_fresh(bool on);
 /* bytes as the run's reports give them, in binary units: "26.5 GiB", "1.53 GiB" (a refusal near the edge must not read
  * "needs 1.5 GiB, 1.5 GiB available"), "12.3 MiB" below a gibibyte. */
 const char *dt_plan_bytes_text(double bytes, char *buf, size_t cap);

@@ -26,18 +26,21 @@
  * a plan of a large model can take a minute of timings, and a silent minute looks like a hang). */
 typedef struct { double busy, cpu, t; } stamp; /* when a timing began: the machine's busy time, ours, the clock */
 
-/* The timings this process asked for (a hash of their keys, in order) and whether any was measured here, not read. */
+/* The timings this process asked for (a hash of their keys, in order), whether any was measured here and whether any
+ * was read; fresh: the cache is passed by (each timing measured here again). */
 static uint64_t asked = DT_HASH_INIT;
-static bool measured_here;
+static bool measured_here, read_here, fresh;
 
-uint64_t dt_plan_timings_asked(bool *measured) {
+uint64_t dt_plan_timings_asked(bool *measured, bool *read) {
     *measured = measured_here;
+    *read = read_here;
     return asked;
 }
 
 static bool kept(const char *key, const char *what, double *v, stamp *at) {
-    for (const char *c = key; *c; c++) asked = (asked ^ (unsigned char)*c) * 1099511628211ull;
-    if (dt_peak_lookup(key, v)) return true;
+    if (!fresh)
+        for (const char *c = key; *c; c++) asked = (asked ^ (unsigned char)*c) * 1099511628211ull;
+    if (!fresh && dt_peak_lookup(key, v)) return read_here = true;
     measured_here = true;
     if (isatty(STDERR_FILENO)) fprintf(stderr, "plan: timing %s on this machine (once: kept for the next plan)\n", what);
     *at = (stamp){ dt_machine_busy(), dt_time_cpu_all(), dt_time_now() };
@@ -50,10 +53,16 @@ static void keep(const char *key, double v, const stamp *at) {
     if (dt_peak_save_rate(key, v)) dt_log(DT_LOG_WARN, "plan: %s not kept (%s)", key, dt_last_error());
 }
 
+static int nseen, neseen, nsseen, nyseen, nhseen; /* the process's own copies of timings (below), by kind */
+
+void dt_plan_timings_fresh(bool on) {
+    fresh = on;
+    if (on) nseen = neseen = nsseen = nyseen = nhseen = 0;
+}
+
 /* Measured Linear rates of (M, N, K, threads, precision) on this machine, kept for the process (a search prices many layouts). */
 typedef struct { int m, n, k, threads; dt_dtype prec; double rate; } linear_seen;
 static linear_seen seen[64];
-static int nseen;
 
 /* A Linear's operands (lp: DT_BF16 or DT_F16, else f32) and what one forward and backward of it runs. */
 typedef struct {
@@ -148,7 +157,6 @@ double dt_plan_time_linear(int M, int N, int K, int threads, dt_dtype lp, size_t
  * a large model would time minutes). */
 typedef struct { int n, threads; double secs; } eigen_seen; /* kept for the process: a search prices many layouts */
 static eigen_seen eseen[64];
-static int neseen;
 
 double dt_plan_time_eigen(int n, int threads) {
     if (n < 1) return 0;
@@ -241,7 +249,6 @@ static double time_children(const linear_bufs *x, int n, int k, meeting_place *m
  * the 4-rank d6 rows there ran 5-10% over the plan's n / cores without it. Three pairs, the median, at least 1. */
 typedef struct { int procs, cores; dt_dtype prec; double s; } shared_seen;
 static shared_seen sseen[16];
-static int nsseen;
 
 double dt_plan_time_shared(int M, int N, int K, dt_dtype lp, size_t work_floats, int procs, int cores) {
     /* one measurement a process for a count of ranks and a precision: a search's first layout's shape serves the others
@@ -288,7 +295,6 @@ double dt_plan_time_shared(int M, int N, int K, dt_dtype lp, size_t work_floats,
  * alpha-beta-gamma said 0.12. The median of three runs of 40 meetings, once a process for a rank count, shape and precision. */
 typedef struct { int n, m, o, k; dt_dtype prec; double s; } sync_seen;
 static sync_seen yseen[16];
-static int nyseen;
 
 double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats, int n) {
     for (int i = 0; i < nyseen; i++)
@@ -333,7 +339,6 @@ double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats
  * memory's rate said 25. The median of three after a warm-up. */
 typedef struct { int m, v, c, threads; dt_dtype dt; double s; } head_seen;
 static head_seen hseen[16];
-static int nhseen;
 
 double dt_plan_time_head_lp(int M, int V, int C, size_t work_floats, int threads, dt_dtype dt, double rhead) {
     for (int i = 0; i < nhseen; i++)
