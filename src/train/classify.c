@@ -221,10 +221,9 @@ static dt_status save(cls_run *r, int done) {
     return st;
 }
 
-/* The optimizer as the run line says it: a preconditioner over its base's step. */
-static const char *optimizer_name(const dt_train_config *c) {
-    static char name[32];
-    snprintf(name, sizeof name, "%s%s", c->kfac_on ? "kfac over " : c->shampoo_on ? "shampoo over " : "", dt_optim_kind_name(c->opt.kind));
+/* The optimizer as the run line says it: a preconditioner over its base's step; name's 32 bytes. */
+static const char *optimizer_name(const dt_train_config *c, char *name) {
+    snprintf(name, 32, "%s%s", c->kfac_on ? "kfac over " : c->shampoo_on ? "shampoo over " : "", dt_optim_kind_name(c->opt.kind));
     return name;
 }
 
@@ -304,17 +303,18 @@ static dt_status setup(cls_run *r) {
     r->ips = calloc(c->epochs > 0 ? (size_t)c->epochs : 1, sizeof *r->ips);
     if (!st && (!r->x || !r->y || !r->perm || !r->ips)) st = dt_error(DT_ERR_NOMEM, "out of memory");
     if (st || r->quiet) return st;
+    char opt[32];
     printf("%s", mlp ? "mlp" : c->model);
     for (int i = 0; mlp && i < r->ns; i++) printf("%s%d", i ? "-" : " ", r->sizes[i]);
     if (c->synthetic)
         printf(" (%zu parameters%s): synthetic %dx%dx%d images, batch %d per worker, %d worker%s, %d steps, %s lr %g, "
                "%d thread(s) per worker\n", cls_params(&r->m), mlp ? "" : c->sync_bn && r->p > 1 ? ", synchronised BatchNorm" : "",
-               r->tr.channels, r->tr.rows, r->tr.cols, r->B, r->p, r->p > 1 ? "s" : "", c->steps, optimizer_name(c),
+               r->tr.channels, r->tr.rows, r->tr.cols, r->B, r->p, r->p > 1 ? "s" : "", c->steps, optimizer_name(c, opt),
                c->sched.lr, dt_kernels_threads());
     else
         printf(" (%zu parameters%s) on %s: %d training / %d test images; batch %d x %d rank%s, %d steps per epoch, %s lr %g, "
                "%d thread(s) per rank\n", cls_params(&r->m), mlp ? "" : c->sync_bn && r->p > 1 ? ", synchronised BatchNorm" : ", BatchNorm per rank",
-               dir, r->tr.n, r->te.n, r->B, r->p, r->p == 1 ? "" : "s", r->tr.n / r->G, optimizer_name(c), c->sched.lr, dt_kernels_threads());
+               dir, r->tr.n, r->te.n, r->B, r->p, r->p == 1 ? "" : "s", r->tr.n / r->G, optimizer_name(c, opt), c->sched.lr, dt_kernels_threads());
     if (r->m.resnet) {
         size_t kept, grads, work;
         dt_resnet_batch_bytes(r->m.resnet, r->B, &kept, &grads, &work);
