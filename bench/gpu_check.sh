@@ -1,0 +1,74 @@
+#!/bin/bash
+# The GPU check, in one call on a lent GPU machine (docs/gpu.md records what it printed): the device, the GPU kernels
+# against the CPU kernels, the model program on the GPU against the CPU (GPT-2 d6 and 124M, 20 steps, f32), the
+# training step's speed (124M, B 16, T 1024: f32 and TF32) beside PyTorch's (bf16 compiled, f32, TF32) and llm.c's
+# (bf16), and Hugging Face's decoding at batch 1 and 32. Each part prints its figures and goes on if another failed.
+# The binaries come built (scripts/gpu-carry.sh packs DIR/gpu-bin.tar.xz; llm.c's train_gpt2cu beside it, if built).
+# usage: bench/gpu_check.sh [DIR]      (on the GPU machine, in the repository's root; the log goes to $OUT too)
+set -u
+dir=${1:-.gpu}
+out=${OUT:-/tmp/gpu_check_out}
+mkdir -p "$out"
+exec > >(tee "$out/gpu_check.log") 2>&1
+part() { echo; echo "== $*  ($(date +%T))"; }
+results=()
+run() { # NAME COMMAND...: runs it, keeping whether it passed
+  local name=$1
+  shift
+  "$@"
+  local rc=$?
+  results+=("$(printf '%-44s %s' "$name" "$([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)")")")
+}
+
+part "the machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv
+lscpu | grep -E "Model name|^CPU\(s\)"
+root=/tmp/dtgpu
+mkdir -p $root
+tar -C $root -xJf "$dir/gpu-bin.tar.xz" || echo "no $dir/gpu-bin.tar.xz: run scripts/gpu-carry.sh first"
+cublas=$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$root/lib:/usr/local/cuda/lib64:$cublas:${LD_LIBRARY_PATH:-}
+bin=$root/bin
+
+part "--device cuda opens the GPU, refuses what it cannot do"
+run "test_gpu_open" $bin/test_gpu_open
+part "every GPU kernel against its CPU kernel"
+run "test_gpu_kernels" $bin/test_gpu_kernels
+part "GPT-2 d6 on the GPU against the CPU, 20 steps, f32"
+run "test_gpu_lm d6" $bin/test_gpu_lm d6 4 64 20 1e-5
+part "GPT-2 124M on the GPU against the CPU, 20 steps, f32"
+run "test_gpu_lm 124M" $bin/test_gpu_lm 124M 4 64 20 1e-5
+
+part "dtrain's training step: 124M, B 16, T 1024"
+run "gpu_lm_bench f32" $bin/gpu_lm_bench 124M 16 1024 10
+run "gpu_lm_bench tf32" $bin/gpu_lm_bench 124M 16 1024 10 tf32
+
+part "llm.c's train_gpt2cu: 124M (d12, random init), B 16, T 1024, bf16, no cuDNN"
+if [ -x "$dir/train_gpt2cu" ]; then
+  python3 - <<'EOF'
+import numpy as np
+# llm.c's token file: a header of 256 int32 (magic 20240520, version 1, token count), then uint16 tokens
+rng = np.random.default_rng(0)
+for name in ("train", "val"):
+    toks = rng.integers(0, 50257, 2_000_000, dtype=np.uint16)
+    h = np.zeros(256, dtype=np.int32); h[0], h[1], h[2] = 20240520, 1, len(toks)
+    with open(f"/tmp/llmc_{name}.bin", "wb") as f:
+        f.write(h.tobytes()); f.write(toks.tobytes())
+EOF
+  run "llm.c train_gpt2cu" bash -c "cd /tmp && timeout 150 $PWD/$dir/train_gpt2cu -e d12 -i /tmp/llmc_train.bin -j /tmp/llmc_val.bin \
+    -b 16 -t 1024 -x 20 -v 1000 -m 2 -s 0 -h 0 > $out/llmc.log 2>&1"
+  grep -E "^step|total average|rror" "$out/llmc.log" | tail -6
+else
+  echo "no $dir/train_gpt2cu"
+fi
+
+part "PyTorch: the same model and batch"
+export PYTHONUNBUFFERED=1
+run "torch bf16 compiled" python3 bench/torch_gpt2_gpu.py --mode bf16 --compile --steps 10
+run "torch f32 eager" python3 bench/torch_gpt2_gpu.py --mode f32 --steps 5
+run "torch tf32 eager" python3 bench/torch_gpt2_gpu.py --mode tf32 --steps 5
+part "Hugging Face generate (GPT-2 124M, random weights)"
+run "HF generate" python3 bench/torch_gpt2_gpu.py --decode
+
+part "summary"
+printf '%s\n' "${results[@]}"

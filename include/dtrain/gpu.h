@@ -1,0 +1,85 @@
+/* dtrain gpu layer: an NVIDIA GPU through the CUDA runtime and cuBLAS: the device, its memory, and the kernels the
+ * model program's ops need (the CPU's kernels.h, one for one, on device buffers), checked against those CPU kernels
+ * (tests/test_gpu_kernels.c). Built when nvcc is found (CMake's CUDA language); without it every call says so.
+ *
+ * Kernels are queued on the device's stream and return nothing; the first failure among them (a launch, a cuBLAS
+ * call) is kept and dt_gpu_sync returns it, naming the call. */
+#ifndef DTRAIN_GPU_H
+#define DTRAIN_GPU_H
+
+#include "dtrain/base.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_gpu dt_gpu;
+
+/* Whether this build has the CUDA path (nvcc was found when it was built). */
+int dt_gpu_built(void);
+/* Device `ordinal`: its stream and cuBLAS handle. A clear error where the build has no CUDA, the machine no driver,
+ * or no such device. */
+dt_status dt_gpu_open(int ordinal, dt_gpu **out);
+void dt_gpu_close(dt_gpu *g);
+/* With on, f32 matmuls run on the tensor cores in TF32 (inputs rounded to 10-bit mantissas, f32 sums: PyTorch's
+ * allow_tf32); off (the default), plain f32. */
+void dt_gpu_set_tf32(dt_gpu *g, int on);
+/* The device's name, multiprocessors, memory (bytes) and compute capability (major * 10 + minor). */
+const char *dt_gpu_name(const dt_gpu *g);
+void dt_gpu_props(const dt_gpu *g, int *sms, size_t *memory, int *capability);
+/* Free and total device memory now. */
+dt_status dt_gpu_mem_info(dt_gpu *g, size_t *free_bytes, size_t *total);
+
+dt_status dt_gpu_alloc(dt_gpu *g, size_t bytes, void **out); /* refused, saying how much and what is free, when it does not fit */
+void dt_gpu_free(dt_gpu *g, void *p);
+dt_status dt_gpu_upload(dt_gpu *g, void *dst, const void *src, size_t bytes);
+dt_status dt_gpu_download(dt_gpu *g, void *dst, const void *src, size_t bytes);
+void dt_gpu_zero(dt_gpu *g, void *p, size_t bytes);
+/* Waits for the queued work; the first failure since the last call (DT_OK: none). */
+dt_status dt_gpu_sync(dt_gpu *g);
+/* Device events around queued work: a mark now, and the milliseconds between two marks (after a sync). */
+dt_status dt_gpu_mark(dt_gpu *g, int slot);
+double dt_gpu_elapsed_ms(dt_gpu *g, int from, int to);
+#define DT_GPU_MARKS 8
+
+/* The kernels, on device pointers, with the CPU kernels' meaning (kernels.h) unless said. Matmuls in f32 (cuBLAS's
+ * plain f32, no TF32). */
+void dt_gpu_matmul_forward(dt_gpu *g, float *out, const float *inp, const float *w, const float *bias, int BT, int C, int OC);
+void dt_gpu_matmul_backward(dt_gpu *g, float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                            int BT, int C, int OC);
+void dt_gpu_layernorm_forward(dt_gpu *g, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+                              int C);
+void dt_gpu_layernorm_backward(dt_gpu *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C);
+void dt_gpu_gelu_forward(dt_gpu *g, float *out, const float *inp, size_t n);
+void dt_gpu_gelu_backward(dt_gpu *g, float *dinp, const float *inp, const float *dout, size_t n);
+void dt_gpu_residual_forward(dt_gpu *g, float *out, const float *a, const float *b, size_t n);
+/* dst += src. */
+void dt_gpu_accumulate(dt_gpu *g, float *dst, const float *src, size_t n);
+void dt_gpu_embedding_forward(dt_gpu *g, float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
+void dt_gpu_embedding_backward(dt_gpu *g, float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C);
+/* Causal attention on qkv[B, T, 3C] into out[B, T, C]; att[B, NH, T, T] keeps the probabilities (0 above the
+ * diagonal). Backward adds into dqkv; scratch holds [NH, T, T] floats. */
+void dt_gpu_attention_forward(dt_gpu *g, float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+void dt_gpu_attention_backward(dt_gpu *g, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, int B,
+                               int T, int C, int NH);
+/* dt_crossentropy_fused's: losses[BT] (0 where a target is below 0), and the logits overwritten by d(loss)/d(logits)
+ * times dscale (0 in the padded columns and the unscored rows). The mean is the caller's (it reads the losses). */
+void dt_gpu_crossentropy_fused(dt_gpu *g, float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale);
+/* AdamW as dt_optim's (PyTorch's): decay = 1 - lr wd, step = lr / (1 - b1^t), sbc2 = sqrt(1 - b2^t); the gradients'
+ * sum of squares into *ss (a device double; NULL: not wanted). */
+void dt_gpu_adamw(dt_gpu *g, float *p, const float *grad, float *m, float *v, size_t n, float b1, float b2, float eps, float decay,
+                  float step, float sbc2, double *ss);
+
+/* The device's ceilings, measured: an M x N x K product's TFLOP/s in f32 (TF32 when set) and in bf16 (tensor
+ * cores, f32 accumulation), and a device-to-device copy's GB/s (bytes read and written). */
+dt_status dt_gpu_measure_gemm(dt_gpu *g, int bf16, int M, int N, int K, double *tflops);
+dt_status dt_gpu_measure_copy(dt_gpu *g, size_t bytes, double *gbs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

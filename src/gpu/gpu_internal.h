@@ -1,0 +1,33 @@
+/* What the GPU layer's files share: the device's state and how a failure is kept. */
+#ifndef DTRAIN_GPU_INTERNAL_H
+#define DTRAIN_GPU_INTERNAL_H
+
+#include "dtrain/gpu.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+struct dt_gpu {
+    int ordinal;
+    cudaDeviceProp prop;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cudaEvent_t marks[DT_GPU_MARKS];
+    int failed;    /* the first failure of queued work since the last dt_gpu_sync */
+    char err[256];
+};
+
+/* Keeps the first failure (what: the call; why: the runtime's words). */
+void dt_gpu_fail(dt_gpu *g, const char *what, const char *why);
+/* After a kernel's launch: its error, if any, kept. */
+void dt_gpu_check_launch(dt_gpu *g, const char *what);
+void dt_gpu_check_blas(dt_gpu *g, const char *what, cublasStatus_t s);
+
+/* dbias[OC] += the column sums of dout[BT, OC] (kernels.cu). */
+void dt_gpu_bias_backward(dt_gpu *g, float *dbias, const float *dout, int BT, int OC);
+
+/* Blocks for n items at `threads` a block. */
+static inline unsigned dt_gpu_blocks(size_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+#endif

@@ -1,0 +1,245 @@
+/* The element-wise and row-wise kernels (GELU, the residual add, LayerNorm, the embedding, softmax cross-entropy,
+ * AdamW): the CPU kernels' arithmetic on device buffers. Row-wise ones run a warp or a block a row; sums over rows
+ * (a norm's weight gradient, a bias's) go through partial sums a block of rows, then one atomic add each. */
+#include "gpu_internal.h"
+
+#include <math.h>
+
+#define THREADS 256
+#define ROWS_PER_BLOCK 64 /* rows summed by one block before its atomic add */
+
+static __device__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* A block's sum (or max) of one value a thread, every thread given it. */
+static __device__ float block_reduce(float v, bool is_max) {
+    __shared__ float part[32];
+    __shared__ float total;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = is_max ? warp_max(v) : warp_sum(v);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float x = lane < nw ? part[lane] : (is_max ? -INFINITY : 0.0f);
+        x = is_max ? warp_max(x) : warp_sum(x);
+        if (lane == 0) total = x;
+    }
+    __syncthreads();
+    float r = total;
+    __syncthreads();
+    return r;
+}
+
+/* ---- GELU (tanh approximation), the residual add ---- */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+
+static __global__ void gelu_forward_k(float *out, const float *inp, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+}
+
+static __global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i], t = tanhf(GELU_K * (x + 0.044715f * x * x * x)), sech2 = 1.0f - t * t;
+    float grad = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += grad * dout[i];
+}
+
+static __global__ void add_k(float *out, const float *a, const float *b, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+
+void dt_gpu_gelu_forward(dt_gpu *g, float *out, const float *inp, size_t n) {
+    gelu_forward_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(out, inp, n);
+    dt_gpu_check_launch(g, "gelu forward");
+}
+
+void dt_gpu_gelu_backward(dt_gpu *g, float *dinp, const float *inp, const float *dout, size_t n) {
+    gelu_backward_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(dinp, inp, dout, n);
+    dt_gpu_check_launch(g, "gelu backward");
+}
+
+void dt_gpu_residual_forward(dt_gpu *g, float *out, const float *a, const float *b, size_t n) {
+    add_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(out, a, b, n);
+    dt_gpu_check_launch(g, "residual add");
+}
+
+void dt_gpu_accumulate(dt_gpu *g, float *dst, const float *src, size_t n) {
+    add_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(dst, dst, src, n);
+    dt_gpu_check_launch(g, "accumulate");
+}
+
+/* ---- column sums over rows: a bias's gradient, a LayerNorm's weight and bias gradients ---- */
+
+/* db[c] += sum over rows of dy[r, c]; with mean (LayerNorm) also dw[c] += sum of dy * (x - mean) * rstd. A block
+ * takes THREADS columns of ROWS_PER_BLOCK rows. */
+static __global__ void column_sums_k(float *dw, float *db, const float *dy, const float *x, const float *mean, const float *rstd, int N,
+                                     int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, r0 = blockIdx.y * ROWS_PER_BLOCK;
+    if (c >= C) return;
+    int r1 = min(N, r0 + ROWS_PER_BLOCK);
+    float sb = 0, sw = 0;
+    for (int r = r0; r < r1; r++) {
+        float d = dy[(size_t)r * C + c];
+        sb += d;
+        if (mean) sw += d * (x[(size_t)r * C + c] - mean[r]) * rstd[r];
+    }
+    if (db) atomicAdd(db + c, sb);
+    if (mean && dw) atomicAdd(dw + c, sw);
+}
+
+static void column_sums(dt_gpu *g, float *dw, float *db, const float *dy, const float *x, const float *mean, const float *rstd, int N,
+                        int C, const char *what) {
+    dim3 grid(dt_gpu_blocks((size_t)C, THREADS), dt_gpu_blocks((size_t)N, ROWS_PER_BLOCK));
+    column_sums_k<<<grid, THREADS, 0, g->stream>>>(dw, db, dy, x, mean, rstd, N, C);
+    dt_gpu_check_launch(g, what);
+}
+
+void dt_gpu_bias_backward(dt_gpu *g, float *dbias, const float *dout, int BT, int OC) {
+    column_sums(g, NULL, dbias, dout, NULL, NULL, NULL, BT, OC, "bias backward");
+}
+
+/* ---- LayerNorm: a warp a row ---- */
+
+static __global__ void layernorm_forward_k(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+                                           int C) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float s = 0;
+    for (int c = lane; c < C; c += 32) s += x[c];
+    float m = warp_sum(s) / C;
+    float v = 0;
+    for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+    float r = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+    if (lane == 0) mean[row] = m, rstd[row] = r;
+}
+
+static __global__ void layernorm_backward_k(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
+                                            const float *rstd, int N, int C) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float m = mean[row], r = rstd[row], a = 0, b = 0;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (x[c] - m) * r, dn = w[c] * dy[c];
+        a += dn;
+        b += dn * norm;
+    }
+    a = warp_sum(a) / C;
+    b = warp_sum(b) / C;
+    float *dx = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (x[c] - m) * r;
+        dx[c] += (w[c] * dy[c] - a - norm * b) * r;
+    }
+}
+
+void dt_gpu_layernorm_forward(dt_gpu *g, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
+                              int C) {
+    layernorm_forward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(out, mean, rstd, inp, w, b, N, C);
+    dt_gpu_check_launch(g, "layernorm forward");
+}
+
+void dt_gpu_layernorm_backward(dt_gpu *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int N, int C) {
+    layernorm_backward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    dt_gpu_check_launch(g, "layernorm backward");
+    column_sums(g, dw, db, dout, inp, mean, rstd, N, C, "layernorm weight gradients");
+}
+
+/* ---- the embedding ---- */
+
+static __global__ void embedding_forward_k(float *out, const int32_t *tok, const float *wte, const float *wpe, int BT, int T, int C) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)BT * C) return;
+    int r = (int)(i / C), c = (int)(i % C);
+    out[i] = wte[(size_t)tok[r] * C + c] + wpe[(size_t)(r % T) * C + c];
+}
+
+static __global__ void embedding_backward_k(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int BT, int T, int C) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)BT * C) return;
+    int r = (int)(i / C), c = (int)(i % C);
+    float d = dout[i];
+    if (dwte) atomicAdd(dwte + (size_t)tok[r] * C + c, d);
+    if (dwpe) atomicAdd(dwpe + (size_t)(r % T) * C + c, d);
+}
+
+void dt_gpu_embedding_forward(dt_gpu *g, float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C) {
+    size_t n = (size_t)B * T * C;
+    embedding_forward_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(out, tok, wte, wpe, B * T, T, C);
+    dt_gpu_check_launch(g, "embedding forward");
+}
+
+void dt_gpu_embedding_backward(dt_gpu *g, float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C) {
+    size_t n = (size_t)B * T * C;
+    embedding_backward_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(dwte, dwpe, dout, tok, B * T, T, C);
+    dt_gpu_check_launch(g, "embedding backward");
+}
+
+/* ---- softmax cross-entropy, fused with its gradient: a block a row ---- */
+
+static __global__ void crossentropy_k(float *logits, float *losses, const int32_t *targets, int V, int Vp, float dscale) {
+    int row = blockIdx.x;
+    float *x = logits + (size_t)row * Vp;
+    int t = targets[row];
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
+    mx = block_reduce(mx, true);
+    float s = 0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(x[j] - mx);
+    s = block_reduce(s, false);
+    if (threadIdx.x == 0) losses[row] = t >= 0 ? logf(s) + mx - x[t] : 0.0f;
+    __syncthreads(); /* x[t] read before it is overwritten */
+    float inv = 1.0f / s;
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+        float d = 0;
+        if (t >= 0 && j < V) d = (expf(x[j] - mx) * inv - (j == t ? 1.0f : 0.0f)) * dscale;
+        x[j] = d;
+    }
+}
+
+void dt_gpu_crossentropy_fused(dt_gpu *g, float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale) {
+    crossentropy_k<<<BT, 1024, 0, g->stream>>>(logits, losses, targets, V, Vp, dscale);
+    dt_gpu_check_launch(g, "cross-entropy");
+}
+
+/* ---- AdamW ---- */
+
+static __global__ void adamw_k(float *p, const float *grad, float *m, float *v, size_t n, float b1, float b2, float eps, float decay,
+                               float step, float sbc2, double *ss) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    float gi = 0;
+    if (i < n) {
+        gi = grad[i];
+        float mi = b1 * m[i] + (1.0f - b1) * gi, vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = p[i] * decay - step * mi / (sqrtf(vi) / sbc2 + eps);
+    }
+    if (ss) {
+        float s = block_reduce(gi * gi, false);
+        if (threadIdx.x == 0) atomicAdd(ss, (double)s);
+    }
+}
+
+void dt_gpu_adamw(dt_gpu *g, float *p, const float *grad, float *m, float *v, size_t n, float b1, float b2, float eps, float decay,
+                  float step, float sbc2, double *ss) {
+    adamw_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(p, grad, m, v, n, b1, b2, eps, decay, step, sbc2, ss);
+    dt_gpu_check_launch(g, "adamw");
+}

@@ -1,0 +1,281 @@
+/* The model program on the GPU: the same spec (the family's block ops, read through dt_program_view) run by the
+ * device kernels, its parameters, gradients and AdamW's moments on the device in the host program's store layout (so
+ * a checkpoint is the host store, downloaded). One process, the whole model, f32; the ops GPT-2's family uses
+ * (LayerNorm, a one-part Linear, attention on fused q|k|v without rotary positions, GELU, the add); anything else is
+ * refused by name when the model is made. */
+#include "dtrain/gpu_lm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dt_gpu_lm {
+    dt_gpu *g;
+    dt_program_view v;
+    int B, T, L, C, NH, V, Vp, nblock;
+    size_t n;                  /* parameters */
+    size_t *off;               /* [L * nblock]: block l's tensor k's offset in the store */
+    size_t o_wte, o_wpe, o_lnfw, o_lnfb;
+    float *params, *grads, *m, *vv; /* device */
+    double *ss;                /* device: the last step's gradient sum of squares */
+    int32_t *tok, *tgt;        /* device */
+    float *stream;             /* (L + 1) x BT x C: each block's input, then the last block's output */
+    float **val;               /* [l * nvalues + v]: block l's values (IN and OUT: into stream) */
+    float **stats;             /* [l * nops + k]: a norm's mean | rstd, attention's probabilities */
+    float **dval;              /* [v]: one block's value gradients (IN and OUT: the two dres buffers) */
+    float *dres[2], *lnf, *lnf_stats, *logits, *losses, *dlnf, *scratch;
+    float *h_losses;           /* host: a forward's rows' losses */
+    double scored;
+    long step;
+};
+
+static dt_status check_ops(const dt_program *p, const dt_program_view *v) {
+    const dt_lm_config *c = dt_program_config(p);
+    if (v->rms || v->rotary || !v->positions || v->head || c->untied)
+        return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: the GPU path runs GPT-2's family so far (LayerNorm, learned positions, a "
+                                            "tied head); this model has %s",
+                        v->rms ? "RMSNorm" : v->rotary ? "rotary positions" : "an untied head");
+    if (v->heads != c->num_heads || v->kv_heads != c->num_heads)
+        return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: the GPU path runs the whole model in one process (no tensor parallelism, "
+                                            "K/V heads = heads)");
+    for (int k = 0; k < v->nops; k++) {
+        const dt_program_op *o = &v->ops[k];
+        if (o->s.kind == DT_OP_LINEAR && o->s.nw != 1)
+            return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: block op %d is a Linear of %d parts; the GPU path fuses none yet", k,
+                            o->s.nw);
+        if (o->s.kind == DT_OP_SWIGLU || o->s.kind == DT_OP_MOE)
+            return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: block op %d (%s) has no GPU kernel yet", k,
+                            o->s.kind == DT_OP_SWIGLU ? "SwiGLU" : "a mixture of experts");
+        if (o->s.kind == DT_OP_ATTENTION && o->width_in != 3 * o->width_out)
+            return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: attention must read fused q|k|v (op %d)", k);
+    }
+    return DT_OK;
+}
+
+/* Device buffers, each counted into *total (NULL out: count only). */
+static dt_status take(dt_gpu_lm *m, size_t floats, float **out) { return dt_gpu_alloc(m->g, floats * sizeof(float), (void **)out); }
+
+static dt_status lay_out(dt_gpu_lm *m) {
+    const dt_program_view *v = &m->v;
+    size_t BT = (size_t)m->B * m->T, att = (size_t)m->B * m->NH * m->T * m->T;
+    dt_status st = take(m, m->n, &m->params);
+    if (!st) st = take(m, m->n, &m->grads);
+    if (!st) st = take(m, m->n, &m->m);
+    if (!st) st = take(m, m->n, &m->vv);
+    if (!st) st = dt_gpu_alloc(m->g, sizeof(double), (void **)&m->ss);
+    if (!st) st = dt_gpu_alloc(m->g, 2 * BT * sizeof(int32_t), (void **)&m->tok);
+    if (!st) m->tgt = m->tok + BT;
+    if (!st) st = take(m, (size_t)(m->L + 1) * BT * m->C, &m->stream);
+    for (int l = 0; !st && l < m->L; l++) {
+        for (int x = 0; !st && x < v->nvalues; x++) {
+            float **dst = &m->val[l * v->nvalues + x];
+            if (x == DT_V_IN || x == DT_V_OUT) *dst = m->stream + (size_t)(l + (x == DT_V_OUT)) * BT * m->C;
+            else st = take(m, BT * v->value_width[x], dst);
+        }
+        for (int k = 0; !st && k < v->nops; k++) {
+            dt_op_kind kind = v->ops[k].s.kind;
+            if (kind == DT_OP_NORM) st = take(m, 2 * BT, &m->stats[l * v->nops + k]);
+            if (kind == DT_OP_ATTENTION) st = take(m, att, &m->stats[l * v->nops + k]);
+        }
+    }
+    for (int x = 0; !st && x < v->nvalues; x++)
+        if (x == DT_V_IN || x == DT_V_OUT) st = take(m, BT * m->C, &m->dres[x]);
+        else st = take(m, BT * v->value_width[x], &m->dval[x]);
+    if (!st) st = take(m, BT * m->C, &m->lnf);
+    if (!st) st = take(m, 2 * BT, &m->lnf_stats);
+    if (!st) st = take(m, BT * m->Vp, &m->logits);
+    if (!st) st = take(m, BT, &m->losses);
+    if (!st) st = take(m, BT * m->C, &m->dlnf);
+    if (!st) st = take(m, (size_t)m->NH * m->T * m->T, &m->scratch);
+    return st;
+}
+
+dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **out) {
+    *out = NULL;
+    const dt_lm_config *c = dt_program_config(p);
+    if (B < 1 || T < 1 || T > c->max_seq_len) return dt_error(DT_ERR_ARG, "--device cuda: B %d x T %d (T at most %d)", B, T, c->max_seq_len);
+    dt_gpu_lm *m = calloc(1, sizeof *m);
+    if (!m) return dt_error(DT_ERR_NOMEM, "dt_gpu_lm_create: out of memory");
+    m->g = g;
+    dt_program_get_view(p, &m->v);
+    dt_status st = check_ops(p, &m->v);
+    if (st) {
+        free(m);
+        return st;
+    }
+    m->B = B, m->T = T, m->L = c->num_layers, m->C = c->channels, m->NH = c->num_heads, m->V = c->vocab_size;
+    m->Vp = m->v.embed->shape[0];
+    m->n = dt_program_num_params(p);
+    m->o_wte = m->v.embed->offset, m->o_wpe = m->v.positions->offset, m->o_lnfw = m->v.norm_w->offset, m->o_lnfb = m->v.norm_b->offset;
+    for (m->nblock = 0; dt_program_block_tensor(p, 0, m->nblock); m->nblock++) {}
+    m->off = calloc((size_t)m->L * m->nblock, sizeof *m->off);
+    m->val = calloc((size_t)m->L * m->v.nvalues, sizeof *m->val);
+    m->stats = calloc((size_t)m->L * m->v.nops, sizeof *m->stats);
+    m->dval = calloc((size_t)m->v.nvalues, sizeof *m->dval);
+    m->h_losses = malloc((size_t)B * T * sizeof(float));
+    if (!m->off || !m->val || !m->stats || !m->dval || !m->h_losses) st = dt_error(DT_ERR_NOMEM, "dt_gpu_lm_create: out of memory");
+    for (int l = 0; !st && l < m->L; l++)
+        for (int k = 0; k < m->nblock; k++) m->off[l * m->nblock + k] = dt_program_block_tensor(p, l, k)->offset;
+    if (!st) st = lay_out(m);
+    if (!st) st = dt_gpu_lm_upload(m, dt_program_params(p));
+    if (!st) st = dt_gpu_lm_zero_grad(m);
+    if (!st) {
+        dt_gpu_zero(g, m->m, m->n * sizeof(float));
+        dt_gpu_zero(g, m->vv, m->n * sizeof(float));
+        st = dt_gpu_sync(g);
+    }
+    if (st) {
+        dt_gpu_lm_destroy(m);
+        return st;
+    }
+    *out = m;
+    return DT_OK;
+}
+
+void dt_gpu_lm_destroy(dt_gpu_lm *m) {
+    if (!m) return;
+    dt_gpu *g = m->g;
+    float *bufs[] = { m->params, m->grads, m->m, m->vv, m->stream, m->dres[0], m->dres[1], m->lnf, m->lnf_stats, m->logits, m->losses,
+                      m->dlnf, m->scratch };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dt_gpu_free(g, bufs[i]);
+    dt_gpu_free(g, m->ss);
+    dt_gpu_free(g, m->tok);
+    for (int l = 0; m->val && l < m->L; l++)
+        for (int x = 0; x < m->v.nvalues; x++)
+            if (x != DT_V_IN && x != DT_V_OUT) dt_gpu_free(g, m->val[l * m->v.nvalues + x]);
+    for (int i = 0; m->stats && i < m->L * m->v.nops; i++) dt_gpu_free(g, m->stats[i]);
+    for (int x = 0; m->dval && x < m->v.nvalues; x++) dt_gpu_free(g, m->dval[x]);
+    free(m->off);
+    free(m->val);
+    free(m->stats);
+    free(m->dval);
+    free(m->h_losses);
+    free(m);
+}
+
+size_t dt_gpu_lm_num_params(const dt_gpu_lm *m) { return m->n; }
+
+dt_status dt_gpu_lm_upload(dt_gpu_lm *m, const float *params) { return dt_gpu_upload(m->g, m->params, params, m->n * sizeof(float)); }
+
+dt_status dt_gpu_lm_download(dt_gpu_lm *m, float *params, float *grads) {
+    dt_status st = params ? dt_gpu_download(m->g, params, m->params, m->n * sizeof(float)) : DT_OK;
+    if (!st && grads) st = dt_gpu_download(m->g, grads, m->grads, m->n * sizeof(float));
+    return st;
+}
+
+dt_status dt_gpu_lm_zero_grad(dt_gpu_lm *m) {
+    dt_gpu_zero(m->g, m->grads, m->n * sizeof(float));
+    return DT_OK;
+}
+
+/* ---- forward ---- */
+
+static float *W(const dt_gpu_lm *m, int l, int k) { return m->params + m->off[l * m->nblock + k]; }
+static float *dW(const dt_gpu_lm *m, int l, int k) { return m->grads + m->off[l * m->nblock + k]; }
+
+static void op_forward(dt_gpu_lm *m, int l, int k) {
+    const dt_program_op *o = &m->v.ops[k];
+    const dt_op_spec *s = &o->s;
+    int BT = m->B * m->T;
+    float *in = m->val[l * m->v.nvalues + s->in], *out = m->val[l * m->v.nvalues + s->out], *st = m->stats[l * m->v.nops + k];
+    switch (s->kind) {
+    case DT_OP_NORM: dt_gpu_layernorm_forward(m->g, out, st, st + BT, in, W(m, l, s->w), W(m, l, s->b), BT, o->width_in); break;
+    case DT_OP_LINEAR:
+        dt_gpu_matmul_forward(m->g, out, in, W(m, l, s->w), s->b >= 0 ? W(m, l, s->b) : NULL, BT, o->width_in, o->width_out);
+        break;
+    case DT_OP_ATTENTION: dt_gpu_attention_forward(m->g, out, st, in, m->B, m->T, o->width_out, m->NH); break;
+    case DT_OP_GELU: dt_gpu_gelu_forward(m->g, out, in, (size_t)BT * o->width_in); break;
+    case DT_OP_ADD: dt_gpu_residual_forward(m->g, out, in, m->val[l * m->v.nvalues + s->in2], (size_t)BT * o->width_out); break;
+    default: break; /* refused at create */
+    }
+}
+
+dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *targets, float *loss) {
+    size_t BT = (size_t)m->B * m->T;
+    for (size_t i = 0; i < BT; i++)
+        if (inputs[i] < 0 || inputs[i] >= m->V || (targets && targets[i] >= m->V))
+            return dt_error(DT_ERR_ARG, "--device cuda: token %d at row %zu is outside the vocabulary of %d", targets && targets[i] >= m->V ? targets[i] : inputs[i], i, m->V);
+    dt_status st = dt_gpu_upload(m->g, m->tok, inputs, BT * sizeof(int32_t));
+    if (!st && targets) st = dt_gpu_upload(m->g, m->tgt, targets, BT * sizeof(int32_t));
+    if (st) return st;
+    dt_gpu_embedding_forward(m->g, m->stream, m->tok, m->params + m->o_wte, m->params + m->o_wpe, m->B, m->T, m->C);
+    for (int l = 0; l < m->L; l++)
+        for (int k = 0; k < m->v.nops; k++) op_forward(m, l, k);
+    const float *x = m->stream + (size_t)m->L * BT * m->C;
+    dt_gpu_layernorm_forward(m->g, m->lnf, m->lnf_stats, m->lnf_stats + BT, x, m->params + m->o_lnfw, m->params + m->o_lnfb, (int)BT, m->C);
+    dt_gpu_matmul_forward(m->g, m->logits, m->lnf, m->params + m->o_wte, NULL, (int)BT, m->C, m->Vp);
+    if (!targets) return dt_gpu_sync(m->g);
+    size_t scored = 0;
+    for (size_t i = 0; i < BT; i++) scored += targets[i] >= 0;
+    m->scored = scored ? (double)scored : 1;
+    /* the gradient comes with the loss (the logits are not kept): backward starts from it */
+    dt_gpu_crossentropy_fused(m->g, m->logits, m->losses, m->tgt, (int)BT, m->V, m->Vp, (float)(1.0 / m->scored));
+    st = dt_gpu_download(m->g, m->h_losses, m->losses, BT * sizeof(float));
+    if (!st) st = dt_gpu_sync(m->g);
+    if (st) return st;
+    double sum = 0;
+    for (size_t i = 0; i < BT; i++) sum += m->h_losses[i];
+    if (loss) *loss = (float)(sum / m->scored);
+    return DT_OK;
+}
+
+/* ---- backward ---- */
+
+static void op_backward(dt_gpu_lm *m, int l, int k) {
+    const dt_program_op *o = &m->v.ops[k];
+    const dt_op_spec *s = &o->s;
+    int BT = m->B * m->T;
+    float *in = m->val[l * m->v.nvalues + s->in], *st = m->stats[l * m->v.nops + k];
+    float *din = m->dval[s->in], *dout = m->dval[s->out];
+    switch (s->kind) {
+    case DT_OP_NORM:
+        dt_gpu_layernorm_backward(m->g, din, dW(m, l, s->w), dW(m, l, s->b), dout, in, W(m, l, s->w), st, st + BT, BT, o->width_in);
+        break;
+    case DT_OP_LINEAR:
+        dt_gpu_matmul_backward(m->g, din, dW(m, l, s->w), s->b >= 0 ? dW(m, l, s->b) : NULL, dout, in, W(m, l, s->w), BT, o->width_in,
+                               o->width_out);
+        break;
+    case DT_OP_ATTENTION: dt_gpu_attention_backward(m->g, din, m->scratch, dout, in, st, m->B, m->T, o->width_out, m->NH); break;
+    case DT_OP_GELU: dt_gpu_gelu_backward(m->g, din, in, dout, (size_t)BT * o->width_in); break;
+    case DT_OP_ADD:
+        dt_gpu_accumulate(m->g, din, dout, (size_t)BT * o->width_out);
+        dt_gpu_accumulate(m->g, m->dval[s->in2], dout, (size_t)BT * o->width_out);
+        break;
+    default: break;
+    }
+}
+
+dt_status dt_gpu_lm_backward(dt_gpu_lm *m) {
+    size_t BT = (size_t)m->B * m->T, C = (size_t)m->C;
+    float *x = m->stream + (size_t)m->L * BT * C, *dres = m->dres[DT_V_OUT];
+    dt_gpu_zero(m->g, m->dlnf, BT * C * sizeof(float));
+    dt_gpu_matmul_backward(m->g, m->dlnf, m->grads + m->o_wte, NULL, m->logits, m->lnf, m->params + m->o_wte, (int)BT, m->C, m->Vp);
+    dt_gpu_zero(m->g, dres, BT * C * sizeof(float));
+    dt_gpu_layernorm_backward(m->g, dres, m->grads + m->o_lnfw, m->grads + m->o_lnfb, m->dlnf, x, m->params + m->o_lnfw, m->lnf_stats,
+                              m->lnf_stats + BT, (int)BT, m->C);
+    for (int l = m->L - 1; l >= 0; l--) {
+        m->dval[DT_V_OUT] = dres;
+        m->dval[DT_V_IN] = dres == m->dres[0] ? m->dres[1] : m->dres[0];
+        for (int v = 0; v < m->v.nvalues; v++)
+            if (v != DT_V_OUT) dt_gpu_zero(m->g, m->dval[v], BT * m->v.value_width[v] * sizeof(float));
+        for (int k = m->v.nops - 1; k >= 0; k--) op_backward(m, l, k);
+        dres = m->dval[DT_V_IN];
+    }
+    m->dval[DT_V_IN] = m->dval[DT_V_OUT] = NULL;
+    dt_gpu_embedding_backward(m->g, m->grads + m->o_wte, m->grads + m->o_wpe, dres, m->tok, m->B, m->T, m->C);
+    return dt_gpu_sync(m->g);
+}
+
+dt_status dt_gpu_lm_adamw(dt_gpu_lm *m, const dt_optim_config *c, float lr, double *grad_norm) {
+    m->step++;
+    /* dt_optim's coefficients, in its float arithmetic */
+    float bc1 = 1.0f - powf(c->beta1, (float)m->step), bc2 = 1.0f - powf(c->beta2, (float)m->step);
+    dt_gpu_zero(m->g, m->ss, sizeof(double));
+    dt_gpu_adamw(m->g, m->params, m->grads, m->m, m->vv, m->n, c->beta1, c->beta2, c->eps, 1.0f - lr * c->weight_decay, lr / bc1, sqrtf(bc2),
+                 m->ss);
+    double ss = 0;
+    dt_status st = dt_gpu_download(m->g, &ss, m->ss, sizeof ss);
+    if (!st) st = dt_gpu_sync(m->g);
+    if (grad_norm) *grad_norm = sqrt(ss);
+    return st;
+}

@@ -1,0 +1,74 @@
+/* A build without CUDA (no nvcc when it was built): opening a GPU says so, and nothing else can be reached without
+ * an open GPU (the rest are here only so that callers link). */
+#include "dtrain/gpu.h"
+
+int dt_gpu_built(void) { return 0; }
+
+dt_status dt_gpu_open(int ordinal, dt_gpu **out) {
+    (void)ordinal;
+    *out = NULL;
+    return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: this dtrain was built without CUDA (no nvcc was found when it was built; "
+                                        "install the CUDA toolkit and build again)");
+}
+
+void dt_gpu_close(dt_gpu *g) { (void)g; }
+void dt_gpu_set_tf32(dt_gpu *g, int on) { (void)g, (void)on; }
+const char *dt_gpu_name(const dt_gpu *g) { return (void)g, "none"; }
+void dt_gpu_props(const dt_gpu *g, int *sms, size_t *memory, int *capability) {
+    (void)g;
+    if (sms) *sms = 0;
+    if (memory) *memory = 0;
+    if (capability) *capability = 0;
+}
+static dt_status none(void) { return dt_error(DT_ERR_UNSUPPORTED, "this dtrain was built without CUDA"); }
+dt_status dt_gpu_mem_info(dt_gpu *g, size_t *f, size_t *t) { return (void)g, (void)f, (void)t, none(); }
+dt_status dt_gpu_alloc(dt_gpu *g, size_t bytes, void **out) { return (void)g, (void)bytes, *out = 0, none(); }
+void dt_gpu_free(dt_gpu *g, void *p) { (void)g, (void)p; }
+dt_status dt_gpu_upload(dt_gpu *g, void *d, const void *s, size_t n) { return (void)g, (void)d, (void)s, (void)n, none(); }
+dt_status dt_gpu_download(dt_gpu *g, void *d, const void *s, size_t n) { return (void)g, (void)d, (void)s, (void)n, none(); }
+void dt_gpu_zero(dt_gpu *g, void *p, size_t n) { (void)g, (void)p, (void)n; }
+dt_status dt_gpu_sync(dt_gpu *g) { return (void)g, none(); }
+dt_status dt_gpu_mark(dt_gpu *g, int slot) { return (void)g, (void)slot, none(); }
+double dt_gpu_elapsed_ms(dt_gpu *g, int from, int to) { return (void)g, (void)from, (void)to, -1; }
+void dt_gpu_matmul_forward(dt_gpu *g, float *o, const float *i, const float *w, const float *b, int BT, int C, int OC) {
+    (void)g, (void)o, (void)i, (void)w, (void)b, (void)BT, (void)C, (void)OC;
+}
+void dt_gpu_matmul_backward(dt_gpu *g, float *di, float *dw, float *db, const float *d, const float *i, const float *w, int BT, int C,
+                            int OC) {
+    (void)g, (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)BT, (void)C, (void)OC;
+}
+void dt_gpu_layernorm_forward(dt_gpu *g, float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
+    (void)g, (void)o, (void)m, (void)r, (void)i, (void)w, (void)b, (void)N, (void)C;
+}
+void dt_gpu_layernorm_backward(dt_gpu *g, float *di, float *dw, float *db, const float *d, const float *i, const float *w,
+                               const float *m, const float *r, int N, int C) {
+    (void)g, (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)m, (void)r, (void)N, (void)C;
+}
+void dt_gpu_gelu_forward(dt_gpu *g, float *o, const float *i, size_t n) { (void)g, (void)o, (void)i, (void)n; }
+void dt_gpu_gelu_backward(dt_gpu *g, float *di, const float *i, const float *d, size_t n) { (void)g, (void)di, (void)i, (void)d, (void)n; }
+void dt_gpu_residual_forward(dt_gpu *g, float *o, const float *a, const float *b, size_t n) { (void)g, (void)o, (void)a, (void)b, (void)n; }
+void dt_gpu_accumulate(dt_gpu *g, float *d, const float *s, size_t n) { (void)g, (void)d, (void)s, (void)n; }
+void dt_gpu_embedding_forward(dt_gpu *g, float *o, const int32_t *t, const float *e, const float *p, int B, int T, int C) {
+    (void)g, (void)o, (void)t, (void)e, (void)p, (void)B, (void)T, (void)C;
+}
+void dt_gpu_embedding_backward(dt_gpu *g, float *de, float *dp, const float *d, const int32_t *t, int B, int T, int C) {
+    (void)g, (void)de, (void)dp, (void)d, (void)t, (void)B, (void)T, (void)C;
+}
+void dt_gpu_attention_forward(dt_gpu *g, float *o, float *a, const float *q, int B, int T, int C, int NH) {
+    (void)g, (void)o, (void)a, (void)q, (void)B, (void)T, (void)C, (void)NH;
+}
+void dt_gpu_attention_backward(dt_gpu *g, float *dq, float *s, const float *d, const float *q, const float *a, int B, int T, int C,
+                               int NH) {
+    (void)g, (void)dq, (void)s, (void)d, (void)q, (void)a, (void)B, (void)T, (void)C, (void)NH;
+}
+void dt_gpu_crossentropy_fused(dt_gpu *g, float *l, float *ls, const int32_t *t, int BT, int V, int Vp, float s) {
+    (void)g, (void)l, (void)ls, (void)t, (void)BT, (void)V, (void)Vp, (void)s;
+}
+void dt_gpu_adamw(dt_gpu *g, float *p, const float *gr, float *m, float *v, size_t n, float b1, float b2, float eps, float decay,
+                  float step, float sbc2, double *ss) {
+    (void)g, (void)p, (void)gr, (void)m, (void)v, (void)n, (void)b1, (void)b2, (void)eps, (void)decay, (void)step, (void)sbc2, (void)ss;
+}
+dt_status dt_gpu_measure_gemm(dt_gpu *g, int bf16, int M, int N, int K, double *t) {
+    return (void)g, (void)bf16, (void)M, (void)N, (void)K, (void)t, none();
+}
+dt_status dt_gpu_measure_copy(dt_gpu *g, size_t bytes, double *gbs) { return (void)g, (void)bytes, (void)gbs, none(); }

@@ -1,0 +1,99 @@
+/* gpu.h on the host: "device" memory is host memory and each kernel is the CPU kernel it stands for. Linked in place
+ * of the CUDA path, it lets make test run the GPU model program's own orchestration (src/gpu/lm.c: its buffers, the
+ * order of its ops, its gradient flow, its AdamW coefficients) against the CPU program on a machine without a GPU;
+ * the kernels themselves are checked on a GPU (test_gpu_kernels). */
+#include "dtrain/gpu.h"
+#include "dtrain/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dt_gpu {
+    int unused;
+};
+
+int dt_gpu_built(void) { return 1; }
+
+dt_status dt_gpu_open(int ordinal, dt_gpu **out) {
+    *out = ordinal == 0 ? calloc(1, sizeof **out) : NULL;
+    return *out ? DT_OK : dt_error(DT_ERR_ARG, "--device cuda:%d: the host emulation has GPU 0 only", ordinal);
+}
+
+void dt_gpu_close(dt_gpu *g) { free(g); }
+void dt_gpu_set_tf32(dt_gpu *g, int on) { (void)g, (void)on; }
+const char *dt_gpu_name(const dt_gpu *g) { return (void)g, "the host (CPU kernels in the GPU's place)"; }
+void dt_gpu_props(const dt_gpu *g, int *sms, size_t *memory, int *capability) {
+    (void)g;
+    if (sms) *sms = 0;
+    if (memory) *memory = 0;
+    if (capability) *capability = 0;
+}
+dt_status dt_gpu_mem_info(dt_gpu *g, size_t *f, size_t *t) { return (void)g, *f = *t = 0, DT_OK; }
+dt_status dt_gpu_alloc(dt_gpu *g, size_t bytes, void **out) {
+    (void)g;
+    *out = malloc(bytes ? bytes : 16);
+    return *out ? DT_OK : dt_error(DT_ERR_NOMEM, "host emulation: no room for %zu bytes", bytes);
+}
+void dt_gpu_free(dt_gpu *g, void *p) { (void)g, free(p); }
+dt_status dt_gpu_upload(dt_gpu *g, void *d, const void *s, size_t n) { return (void)g, memcpy(d, s, n), DT_OK; }
+dt_status dt_gpu_download(dt_gpu *g, void *d, const void *s, size_t n) { return (void)g, memcpy(d, s, n), DT_OK; }
+void dt_gpu_zero(dt_gpu *g, void *p, size_t n) { (void)g, memset(p, 0, n); }
+dt_status dt_gpu_sync(dt_gpu *g) { return (void)g, DT_OK; }
+dt_status dt_gpu_mark(dt_gpu *g, int slot) { return (void)g, (void)slot, DT_OK; }
+double dt_gpu_elapsed_ms(dt_gpu *g, int from, int to) { return (void)g, (void)from, (void)to, 0; }
+
+void dt_gpu_matmul_forward(dt_gpu *g, float *o, const float *i, const float *w, const float *b, int BT, int C, int OC) {
+    (void)g, dt_matmul_forward(o, i, w, b, BT, C, OC);
+}
+void dt_gpu_matmul_backward(dt_gpu *g, float *di, float *dw, float *db, const float *d, const float *i, const float *w, int BT, int C,
+                            int OC) {
+    (void)g, dt_matmul_backward(di, dw, db, d, i, w, BT, C, OC);
+}
+void dt_gpu_layernorm_forward(dt_gpu *g, float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
+    (void)g, dt_layernorm_forward(o, m, r, i, w, b, N, C);
+}
+void dt_gpu_layernorm_backward(dt_gpu *g, float *di, float *dw, float *db, const float *d, const float *i, const float *w,
+                               const float *m, const float *r, int N, int C) {
+    (void)g, dt_layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
+}
+void dt_gpu_gelu_forward(dt_gpu *g, float *o, const float *i, size_t n) { (void)g, dt_gelu_forward(o, i, n); }
+void dt_gpu_gelu_backward(dt_gpu *g, float *di, const float *i, const float *d, size_t n) { (void)g, dt_gelu_backward(di, i, d, n); }
+void dt_gpu_residual_forward(dt_gpu *g, float *o, const float *a, const float *b, size_t n) { (void)g, dt_residual_forward(o, a, b, n); }
+void dt_gpu_accumulate(dt_gpu *g, float *d, const float *s, size_t n) {
+    (void)g;
+    for (size_t i = 0; i < n; i++) d[i] += s[i];
+}
+void dt_gpu_embedding_forward(dt_gpu *g, float *o, const int32_t *t, const float *e, const float *p, int B, int T, int C) {
+    (void)g, dt_embedding_forward(o, t, e, p, B, T, C);
+}
+void dt_gpu_embedding_backward(dt_gpu *g, float *de, float *dp, const float *d, const int32_t *t, int B, int T, int C) {
+    (void)g, dt_embedding_backward(de, dp, d, t, B, T, C);
+}
+void dt_gpu_attention_forward(dt_gpu *g, float *o, float *a, const float *q, int B, int T, int C, int NH) {
+    (void)g, dt_attention_forward(o, a, q, B, T, C, NH);
+}
+void dt_gpu_attention_backward(dt_gpu *g, float *dq, float *s, const float *d, const float *q, const float *a, int B, int T, int C,
+                               int NH) {
+    (void)g, (void)s, dt_attention_backward(dq, d, q, a, B, T, C, NH);
+}
+void dt_gpu_crossentropy_fused(dt_gpu *g, float *l, float *ls, const int32_t *t, int BT, int V, int Vp, float s) {
+    (void)g, dt_crossentropy_fused(l, ls, t, BT, V, Vp, s, DT_F32);
+}
+void dt_gpu_adamw(dt_gpu *g, float *p, const float *gr, float *m, float *v, size_t n, float b1, float b2, float eps, float decay,
+                  float step, float sbc2, double *ss) {
+    (void)g;
+    double s = 0;
+    for (size_t i = 0; i < n; i++) {
+        float gi = gr[i];
+        s += (double)gi * gi;
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        p[i] = p[i] * decay - step * m[i] / (sqrtf(v[i]) / sbc2 + eps);
+    }
+    if (ss) *ss += s;
+}
+dt_status dt_gpu_measure_gemm(dt_gpu *g, int bf16, int M, int N, int K, double *t) {
+    return (void)g, (void)bf16, (void)M, (void)N, (void)K, *t = 0, DT_OK;
+}
+dt_status dt_gpu_measure_copy(dt_gpu *g, size_t bytes, double *gbs) { return (void)g, (void)bytes, *gbs = 0, DT_OK; }

@@ -1,0 +1,160 @@
+/* Every GPU kernel (gpu.h) against the CPU kernel it stands for (kernels.h, optim.h), on fresh random inputs at
+ * GPT-2 shapes, f32 both: within 1e-5 relative (sums in another order), 2e-5 where a sum runs over the vocabulary.
+ * Needs a GPU (bench/gpu_check.sh runs it). usage: test_gpu_kernels */
+#include "gpu_check.h"
+
+#include "dtrain/kernels.h"
+#include "dtrain/optim.h"
+
+#define BT 512
+#define B 2
+#define T (BT / B)
+#define C 384
+#define NH 6
+#define V 1000
+#define VP 1024
+
+static void matmul(dt_gpu *g) {
+    int OC = 3 * C;
+    float *x = random_floats((size_t)BT * C, 1), *w = random_floats((size_t)OC * C, 0.05f), *b = random_floats(OC, 0.1f);
+    float *dy = random_floats((size_t)BT * OC, 1), *y = malloc((size_t)BT * OC * 4);
+    float *dx = random_floats((size_t)BT * C, 0.1f), *dw = random_floats((size_t)OC * C, 0.1f), *db = random_floats(OC, 0.1f);
+    float *gx = to_device(g, x, (size_t)BT * C * 4), *gw = to_device(g, w, (size_t)OC * C * 4), *gb = to_device(g, b, OC * 4);
+    float *gdy = to_device(g, dy, (size_t)BT * OC * 4), *gdx = to_device(g, dx, (size_t)BT * C * 4);
+    float *gdw = to_device(g, dw, (size_t)OC * C * 4), *gdb = to_device(g, db, OC * 4), *gy = NULL;
+    dt_gpu_alloc(g, (size_t)BT * OC * 4, (void **)&gy);
+    dt_matmul_forward(y, x, w, b, BT, C, OC);
+    dt_gpu_matmul_forward(g, gy, gx, gw, gb, BT, C, OC);
+    report_err("matmul forward [512 x 384] x [1152 x 384]^T + bias", device_err(g, gy, y, (size_t)BT * OC), 1e-5);
+    dt_matmul_backward(dx, dw, db, dy, x, w, BT, C, OC);
+    dt_gpu_matmul_backward(g, gdx, gdw, gdb, gdy, gx, gw, BT, C, OC);
+    report_err("matmul backward: d(input), added to", device_err(g, gdx, dx, (size_t)BT * C), 1e-5);
+    report_err("matmul backward: d(weight), added to", device_err(g, gdw, dw, (size_t)OC * C), 1e-5);
+    report_err("matmul backward: d(bias), added to", device_err(g, gdb, db, OC), 1e-5);
+    void *dev[] = { gx, gw, gb, gdy, gdx, gdw, gdb, gy }, *host[] = { x, w, b, dy, y, dx, dw, db };
+    for (int i = 0; i < 8; i++) dt_gpu_free(g, dev[i]), free(host[i]);
+}
+
+static void layernorm_gelu_add(dt_gpu *g) {
+    size_t n = (size_t)BT * C;
+    float *x = random_floats(n, 2), *w = random_floats(C, 1), *b = random_floats(C, 0.5f), *dy = random_floats(n, 1);
+    float *y = malloc(n * 4), *st = malloc(2 * BT * 4), *dx = random_floats(n, 0.1f), *dw = random_floats(C, 0.1f), *db = random_floats(C, 0.1f);
+    float *gx = to_device(g, x, n * 4), *gw = to_device(g, w, C * 4), *gb = to_device(g, b, C * 4), *gdy = to_device(g, dy, n * 4);
+    float *gdx = to_device(g, dx, n * 4), *gdw = to_device(g, dw, C * 4), *gdb = to_device(g, db, C * 4), *gy = to_device(g, y, n * 4);
+    float *gst = to_device(g, st, 2 * BT * 4);
+    dt_layernorm_forward(y, st, st + BT, x, w, b, BT, C);
+    dt_gpu_layernorm_forward(g, gy, gst, gst + BT, gx, gw, gb, BT, C);
+    report_err("layernorm forward", device_err(g, gy, y, n), 1e-5);
+    report_err("layernorm forward: mean and rstd kept", device_err(g, gst, st, 2 * BT), 1e-5);
+    dt_layernorm_backward(dx, dw, db, dy, x, w, st, st + BT, BT, C);
+    dt_gpu_layernorm_backward(g, gdx, gdw, gdb, gdy, gx, gw, gst, gst + BT, BT, C);
+    report_err("layernorm backward: d(input), added to", device_err(g, gdx, dx, n), 1e-5);
+    report_err("layernorm backward: d(weight), d(bias), added to",
+               fmax(device_err(g, gdw, dw, C), device_err(g, gdb, db, C)), 1e-5);
+    dt_gelu_forward(y, x, n);
+    dt_gpu_gelu_forward(g, gy, gx, n);
+    report_err("gelu forward (tanh)", device_err(g, gy, y, n), 1e-5);
+    dt_gelu_backward(dx, x, dy, n);
+    dt_gpu_gelu_backward(g, gdx, gx, gdy, n);
+    report_err("gelu backward, added to", device_err(g, gdx, dx, n), 1e-5);
+    dt_residual_forward(y, x, dy, n);
+    dt_gpu_residual_forward(g, gy, gx, gdy, n);
+    report_err("residual add", device_err(g, gy, y, n), 0);
+    void *dev[] = { gx, gw, gb, gdy, gdx, gdw, gdb, gy, gst }, *host[] = { x, w, b, dy, y, st, dx, dw, db };
+    for (int i = 0; i < 9; i++) dt_gpu_free(g, dev[i]), free(host[i]);
+}
+
+static void attention(dt_gpu *g) {
+    size_t nq = (size_t)BT * 3 * C, no = (size_t)BT * C, na = (size_t)B * NH * T * T;
+    float *qkv = random_floats(nq, 1), *dy = random_floats(no, 1), *y = malloc(no * 4), *att = malloc(na * 4);
+    float *dqkv = random_floats(nq, 0.1f);
+    float *gq = to_device(g, qkv, nq * 4), *gdy = to_device(g, dy, no * 4), *gdq = to_device(g, dqkv, nq * 4), *gy, *gatt, *gs;
+    dt_gpu_alloc(g, no * 4, (void **)&gy);
+    dt_gpu_alloc(g, na * 4, (void **)&gatt);
+    dt_gpu_alloc(g, (size_t)NH * T * T * 4, (void **)&gs);
+    dt_attention_forward(y, att, qkv, B, T, C, NH);
+    dt_gpu_attention_forward(g, gy, gatt, gq, B, T, C, NH);
+    report_err("attention forward (causal, 6 heads, T 256)", device_err(g, gy, y, no), 1e-5);
+    dt_attention_backward(dqkv, dy, qkv, att, B, T, C, NH);
+    dt_gpu_attention_backward(g, gdq, gs, gdy, gq, gatt, B, T, C, NH);
+    report_err("attention backward: d(q|k|v), added to", device_err(g, gdq, dqkv, nq), 1e-5);
+    void *dev[] = { gq, gdy, gdq, gy, gatt, gs }, *host[] = { qkv, dy, y, att, dqkv };
+    for (int i = 0; i < 6; i++) dt_gpu_free(g, dev[i]);
+    for (int i = 0; i < 5; i++) free(host[i]);
+}
+
+static void embedding_crossentropy(dt_gpu *g) {
+    int32_t tok[BT], tgt[BT];
+    for (int i = 0; i < BT; i++) tok[i] = (i * 7919) % V, tgt[i] = i % 17 == 0 ? DT_IGNORE_INDEX : (i * 104729) % V;
+    size_t ne = (size_t)VP * C, np = (size_t)T * C, n = (size_t)BT * C, nl = (size_t)BT * VP;
+    float *wte = random_floats(ne, 0.1f), *wpe = random_floats(np, 0.1f), *y = malloc(n * 4), *dy = random_floats(n, 1);
+    float *dwte = random_floats(ne, 0.1f), *dwpe = random_floats(np, 0.1f), *logits = random_floats(nl, 4), *loss = malloc(BT * 4);
+    int32_t *gt = to_device(g, tok, sizeof tok), *gtg = to_device(g, tgt, sizeof tgt);
+    float *gwte = to_device(g, wte, ne * 4), *gwpe = to_device(g, wpe, np * 4), *gdy = to_device(g, dy, n * 4);
+    float *gdwte = to_device(g, dwte, ne * 4), *gdwpe = to_device(g, dwpe, np * 4), *gl = to_device(g, logits, nl * 4), *gy, *gloss;
+    dt_gpu_alloc(g, n * 4, (void **)&gy);
+    dt_gpu_alloc(g, BT * 4, (void **)&gloss);
+    dt_embedding_forward(y, tok, wte, wpe, B, T, C);
+    dt_gpu_embedding_forward(g, gy, gt, gwte, gwpe, B, T, C);
+    report_err("embedding forward (tokens + positions)", device_err(g, gy, y, n), 0);
+    dt_embedding_backward(dwte, dwpe, dy, tok, B, T, C);
+    dt_gpu_embedding_backward(g, gdwte, gdwpe, gdy, gt, B, T, C);
+    report_err("embedding backward, added to", fmax(device_err(g, gdwte, dwte, ne), device_err(g, gdwpe, dwpe, np)), 1e-5);
+    float scale = 1.0f / BT;
+    dt_crossentropy_fused(logits, loss, tgt, BT, V, VP, scale, DT_F32);
+    dt_gpu_crossentropy_fused(g, gl, gloss, gtg, BT, V, VP, scale);
+    report_err("cross-entropy: each row's loss (ignored rows 0)", device_err(g, gloss, loss, BT), 2e-5);
+    report_err("cross-entropy: d(logits), 0 in padded columns", device_err(g, gl, logits, nl), 2e-5);
+    void *dev[] = { gt, gtg, gwte, gwpe, gdy, gdwte, gdwpe, gl, gy, gloss }, *host[] = { wte, wpe, y, dy, dwte, dwpe, logits, loss };
+    for (int i = 0; i < 10; i++) dt_gpu_free(g, dev[i]);
+    for (int i = 0; i < 8; i++) free(host[i]);
+}
+
+static void adamw(dt_gpu *g) {
+    size_t n = 100003; /* not a multiple of a block */
+    dt_optim_config c;
+    dt_optim_defaults(DT_OPT_ADAMW, &c);
+    c.weight_decay = 0.1f;
+    dt_optim *o = NULL;
+    if (dt_optim_create(&c, n, NULL, 0, &o)) {
+        check("adamw: the CPU optimizer", false, dt_last_error());
+        return;
+    }
+    float *p = random_floats(n, 1), *zero = calloc(n, 4), *gp = to_device(g, p, n * 4), *gm = to_device(g, zero, n * 4);
+    float *gv = to_device(g, zero, n * 4), *gg = NULL;
+    double *gss = NULL, ss = 0, norm = 0;
+    dt_gpu_alloc(g, n * 4, (void **)&gg);
+    dt_gpu_alloc(g, sizeof(double), (void **)&gss);
+    for (int t = 1; t <= 3; t++) {
+        float *grad = random_floats(n, 0.01f), lr = 1e-3f;
+        dt_gpu_upload(g, gg, grad, n * 4);
+        norm = dt_optim_step(o, p, grad, lr, 0);
+        float bc1 = 1.0f - powf(c.beta1, (float)t), bc2 = 1.0f - powf(c.beta2, (float)t);
+        dt_gpu_zero(g, gss, sizeof(double));
+        dt_gpu_adamw(g, gp, gg, gm, gv, n, c.beta1, c.beta2, c.eps, 1.0f - lr * c.weight_decay, lr / bc1, sqrtf(bc2), gss);
+        free(grad);
+    }
+    report_err("adamw: parameters after 3 steps (dt_optim's)", device_err(g, gp, p, n), 1e-6);
+    dt_gpu_download(g, &ss, gss, sizeof ss);
+    report_err("adamw: the gradients' norm", fabs(sqrt(ss) - norm) / norm, 1e-6);
+    dt_optim_destroy(o);
+    dt_gpu_free(g, gp), dt_gpu_free(g, gm), dt_gpu_free(g, gv), dt_gpu_free(g, gg), dt_gpu_free(g, gss);
+    free(p), free(zero);
+}
+
+int main(void) {
+    dt_gpu *g = NULL;
+    if (dt_gpu_open(0, &g)) {
+        fprintf(stderr, "test_gpu_kernels: %s\n", dt_last_error());
+        return 1;
+    }
+    printf("GPU: %s\n", dt_gpu_name(g));
+    matmul(g);
+    layernorm_gelu_add(g);
+    attention(g);
+    embedding_crossentropy(g);
+    adamw(g);
+    dt_gpu_close(g);
+    printf("%s\n", failed ? "FAILED" : "all GPU kernels match their CPU kernels");
+    return failed != 0;
+}

@@ -1,0 +1,89 @@
+/* The model program on the GPU against the same program on the CPU, f32 both: one model (a preset, dtrain's seeded
+ * initialisation), the same batches (seeded tokens), the same AdamW; each step's loss within tol relative, and the
+ * first step's gradients and the last step's parameters within 1e-4 relative (the sums run in another order, and
+ * AdamW divides by the gradients' square roots, which grows small differences in small gradients). Needs a GPU
+ * (bench/gpu_check.sh runs it).
+ * usage: test_gpu_lm PRESET B T STEPS [TOL] */
+#include "gpu_check.h"
+
+#include "dtrain/gpu_lm.h"
+#include "dtrain/optim.h"
+
+static void batch(int32_t *x, int32_t *y, int n, int V, int step) {
+    uint64_t s = 0x51ed27a3ull + (uint64_t)step * 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i <= n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        int32_t t = (int32_t)((s >> 33) % (uint64_t)V);
+        if (i < n) x[i] = t;
+        if (i > 0) y[i - 1] = t;
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5) {
+        fprintf(stderr, "usage: test_gpu_lm PRESET B T STEPS [TOL]\n");
+        return 2;
+    }
+    int B = atoi(argv[2]), T = atoi(argv[3]), steps = atoi(argv[4]);
+    double tol = argc > 5 ? atof(argv[5]) : 1e-5;
+    dt_lm_config cfg;
+    dt_program *p = NULL;
+    dt_gpu *g = NULL;
+    dt_gpu_lm *m = NULL;
+    dt_optim *o = NULL;
+    dt_optim_config oc;
+    dt_optim_defaults(DT_OPT_ADAMW, &oc);
+    oc.weight_decay = 0.1f;
+    dt_status st = dt_lm_preset(argv[1], &cfg);
+    if (!st) st = dt_program_create(&cfg, &p);
+    if (!st) dt_program_init_random(p, 1337);
+    if (!st) st = dt_program_reserve(p, B, T);
+    if (!st) st = dt_gpu_open(0, &g);
+    if (!st) st = dt_gpu_lm_create(g, p, B, T, &m);
+    size_t n = p ? dt_program_num_params(p) : 0;
+    if (!st) st = dt_optim_create(&oc, n, NULL, 0, &o);
+    if (st) {
+        fprintf(stderr, "test_gpu_lm: %s\n", dt_last_error());
+        return 1;
+    }
+    printf("%s on %s: %zu parameters, B %d x T %d, %d steps of AdamW (lr 1e-3, weight decay 0.1), f32\n", argv[1], dt_gpu_name(g), n, B, T,
+           steps);
+    int32_t *x = malloc((size_t)B * T * 4), *y = malloc((size_t)B * T * 4);
+    float *gpu_grads = malloc(n * 4), *gpu_params = malloc(n * 4);
+    double worst = 0;
+    for (int s = 0; s < steps && !st; s++) {
+        batch(x, y, B * T, cfg.vocab_size, s);
+        float lc = 0, lg = 0;
+        dt_program_zero_grad(p);
+        st = dt_program_forward(p, x, y, B, T, &lc);
+        if (!st) st = dt_program_backward(p, 1.0f);
+        if (!st) st = dt_gpu_lm_zero_grad(m);
+        if (!st) st = dt_gpu_lm_forward(m, x, y, &lg);
+        if (!st) st = dt_gpu_lm_backward(m);
+        if (st) break;
+        if (s == 0) {
+            st = dt_gpu_lm_download(m, NULL, gpu_grads);
+            report_err("step 1: every gradient, GPU against CPU", rel_err(gpu_grads, dt_program_grads(p), n), 1e-4);
+        }
+        double e = fabs((double)lg - lc) / fabs((double)lc);
+        worst = fmax(worst, e);
+        printf("step %2d  loss cpu %.7f  gpu %.7f  relative %.2e\n", s + 1, lc, lg, e);
+        dt_optim_step(o, dt_program_params(p), dt_program_grads(p), 1e-3f, 0);
+        if (!st) st = dt_gpu_lm_adamw(m, &oc, 1e-3f, NULL);
+    }
+    if (st) {
+        check("the steps ran", false, dt_last_error());
+    } else {
+        char what[96];
+        snprintf(what, sizeof what, "%d steps: each step's loss, GPU against CPU", steps);
+        report_err(what, worst, tol);
+        st = dt_gpu_lm_download(m, gpu_params, NULL);
+        report_err("the parameters after the last step", st ? INFINITY : rel_err(gpu_params, dt_program_params(p), n), 1e-4);
+    }
+    dt_optim_destroy(o);
+    dt_gpu_lm_destroy(m);
+    dt_gpu_close(g);
+    dt_program_destroy(p);
+    free(x), free(y), free(gpu_grads), free(gpu_params);
+    return failed != 0;
+}
