@@ -1,12 +1,16 @@
 #!/bin/bash
 # The GPU check, in one call on a lent GPU machine (docs/gpu.md records what it printed): the device, the GPU kernels
 # against the CPU kernels, the model program on the GPU against the CPU (GPT-2 d6 and 124M, 20 steps, f32), the
-# training step's speed (124M, B 16, T 1024: f32 and TF32) beside PyTorch's (bf16 compiled, f32, TF32) and llm.c's
-# (bf16), and Hugging Face's decoding at batch 1 and 32. Each part prints its figures and goes on if another failed.
+# training step's speed (124M, B 16, T 1024: f32 and TF32), dtrain train --device cuda against the CPU trainer and at
+# 124M with a save, beside PyTorch's step (bf16 compiled, f32, TF32) and llm.c's (bf16), and Hugging Face's decoding
+# at batch 1 and 32. Each part prints its figures and goes on if another failed.
 # The binaries come built (scripts/gpu-carry.sh packs DIR/gpu-bin.tar.xz; llm.c's train_gpt2cu beside it, if built).
-# usage: bench/gpu_check.sh [DIR]      (on the GPU machine, in the repository's root; the log goes to $OUT too)
+# PARTS (a comma list; all by default): open, kernels, lm, bench, train, llmc, torch, decode.
+# usage: bench/gpu_check.sh [DIR] [PARTS]      (on the GPU machine, in the repository's root; the log goes to $OUT too)
 set -u
 dir=${1:-.gpu}
+parts=,${2:-open,kernels,lm,bench,train,llmc,torch,decode},
+want() { [[ $parts == *,$1,* ]]; }
 out=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$out"
 exec > >(tee "$out/gpu_check.log") 2>&1
@@ -29,46 +33,75 @@ tar -C $root -xJf "$dir/gpu-bin.tar.xz" || echo "no $dir/gpu-bin.tar.xz: run scr
 cublas=$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
 export LD_LIBRARY_PATH=$root/lib:/usr/local/cuda/lib64:$cublas:${LD_LIBRARY_PATH:-}
 bin=$root/bin
-
-part "--device cuda opens the GPU, refuses what it cannot do"
-run "test_gpu_open" $bin/test_gpu_open
-part "every GPU kernel against its CPU kernel"
-run "test_gpu_kernels" $bin/test_gpu_kernels
-part "GPT-2 d6 on the GPU against the CPU, 20 steps, f32"
-run "test_gpu_lm d6" $bin/test_gpu_lm d6 4 64 20 1e-5
-part "GPT-2 124M on the GPU against the CPU, 20 steps, f32"
-run "test_gpu_lm 124M" $bin/test_gpu_lm 124M 4 64 20 1e-5
-
-part "dtrain's training step: 124M, B 16, T 1024"
-run "gpu_lm_bench f32" $bin/gpu_lm_bench 124M 16 1024 10
-run "gpu_lm_bench tf32" $bin/gpu_lm_bench 124M 16 1024 10 tf32
-
-part "llm.c's train_gpt2cu: 124M (d12, random init), B 16, T 1024, bf16, no cuDNN"
-if [ -x "$dir/train_gpt2cu" ]; then
-  python3 - <<'EOF'
+# random GPT-2 tokens in llm.c's token file (dtrain's too): a header of 256 int32 (magic 20240520, version 1, the
+# count), then uint16 tokens
+python3 -c '
 import numpy as np
-# llm.c's token file: a header of 256 int32 (magic 20240520, version 1, token count), then uint16 tokens
 rng = np.random.default_rng(0)
 for name in ("train", "val"):
     toks = rng.integers(0, 50257, 2_000_000, dtype=np.uint16)
     h = np.zeros(256, dtype=np.int32); h[0], h[1], h[2] = 20240520, 1, len(toks)
     with open(f"/tmp/llmc_{name}.bin", "wb") as f:
         f.write(h.tobytes()); f.write(toks.tobytes())
-EOF
-  run "llm.c train_gpt2cu" bash -c "cd /tmp && timeout 150 $PWD/$dir/train_gpt2cu -e d12 -i /tmp/llmc_train.bin -j /tmp/llmc_val.bin \
-    -b 16 -t 1024 -x 20 -v 1000 -m 2 -s 0 -h 0 > $out/llmc.log 2>&1"
-  grep -E "^step|total average|rror" "$out/llmc.log" | tail -6
-else
-  echo "no $dir/train_gpt2cu"
-fi
+'
 
-part "PyTorch: the same model and batch"
+if want open; then
+  part "--device cuda opens the GPU, refuses what it cannot do"
+  run "test_gpu_open" $bin/test_gpu_open
+fi
+if want kernels; then
+  part "every GPU kernel against its CPU kernel"
+  run "test_gpu_kernels" $bin/test_gpu_kernels
+fi
+if want lm; then
+  part "GPT-2 d6 on the GPU against the CPU, 20 steps, f32"
+  run "test_gpu_lm d6" $bin/test_gpu_lm d6 4 64 20 1e-5
+  part "GPT-2 124M on the GPU against the CPU, 20 steps, f32"
+  run "test_gpu_lm 124M" $bin/test_gpu_lm 124M 4 64 20 1e-5
+fi
+if want bench; then
+  part "dtrain's training step: 124M, B 16, T 1024"
+  run "gpu_lm_bench f32" $bin/gpu_lm_bench 124M 16 1024 10
+  run "gpu_lm_bench tf32" $bin/gpu_lm_bench 124M 16 1024 10 tf32
+fi
+if want train; then
+  part "dtrain train --device cuda against dtrain train on the CPU: d6, B 4, T 64, 20 steps"
+  common=(--model d6 --data /tmp/llmc_train.bin --val-data /tmp/llmc_val.bin --batch 4 --seq 64 --steps 20 --lr 1e-3 --quiet)
+  run "train d6 cpu" $bin/dtrain train "${common[@]}" --threads 16 --metrics /tmp/cpu.jsonl
+  run "train d6 --device cuda" $bin/dtrain train "${common[@]}" --device cuda --metrics /tmp/gpu.jsonl
+  paste <(grep -o '"loss":[0-9.e+-]*' /tmp/cpu.jsonl | cut -d: -f2) <(grep -o '"loss":[0-9.e+-]*' /tmp/gpu.jsonl | cut -d: -f2) |
+    awk '{d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; printf "step %2d  cpu %s  gpu %s  relative %.2e\n", NR, $1, $2, d}
+         END {printf "worst %.2e over %d steps\n", w, NR}'
+  part "dtrain train --device cuda: 124M, B 16, T 1024, 20 steps, an evaluation and a save"
+  train=(--model 124M --data /tmp/llmc_train.bin --val-data /tmp/llmc_val.bin --batch 16 --seq 1024 --steps 20 --lr 6e-4
+         --warmup 5 --eval-every 20 --eval-batches 2 --device cuda)
+  run "train 124M --device cuda" $bin/dtrain train "${train[@]}" --save /tmp/gpt2-124M.bin
+  run "train 124M --device cuda --tf32" $bin/dtrain train "${train[@]}" --tf32
+  part "the saved weights evaluated on the CPU"
+  run "eval on the CPU" $bin/dtrain train --model /tmp/gpt2-124M.bin --val-data /tmp/llmc_val.bin --batch 16 --seq 1024 --steps 0 \
+    --eval-batches 2 --threads 16
+fi
+if want llmc; then
+  part "llm.c's train_gpt2cu: 124M (d12, random init), B 16, T 1024, bf16, no cuDNN"
+  if [ -x "$dir/train_gpt2cu" ]; then
+    run "llm.c train_gpt2cu" bash -c "cd /tmp && timeout 150 $PWD/$dir/train_gpt2cu -e d12 -i /tmp/llmc_train.bin -j /tmp/llmc_val.bin \
+      -b 16 -t 1024 -x 20 -v 1000 -m 2 -s 0 -h 0 > $out/llmc.log 2>&1"
+    grep -E "^step|total average|rror" "$out/llmc.log" | tail -6
+  else
+    echo "no $dir/train_gpt2cu"
+  fi
+fi
 export PYTHONUNBUFFERED=1
-run "torch bf16 compiled" python3 bench/torch_gpt2_gpu.py --mode bf16 --compile --steps 10
-run "torch f32 eager" python3 bench/torch_gpt2_gpu.py --mode f32 --steps 5
-run "torch tf32 eager" python3 bench/torch_gpt2_gpu.py --mode tf32 --steps 5
-part "Hugging Face generate (GPT-2 124M, random weights)"
-run "HF generate" python3 bench/torch_gpt2_gpu.py --decode
+if want torch; then
+  part "PyTorch: the same model and batch"
+  run "torch bf16 compiled" python3 bench/torch_gpt2_gpu.py --mode bf16 --compile --steps 10
+  run "torch f32 eager" python3 bench/torch_gpt2_gpu.py --mode f32 --steps 5
+  run "torch tf32 eager" python3 bench/torch_gpt2_gpu.py --mode tf32 --steps 5
+fi
+if want decode; then
+  part "Hugging Face generate (GPT-2 124M, random weights)"
+  run "HF generate" python3 bench/torch_gpt2_gpu.py --decode
+fi
 
 part "summary"
 printf '%s\n' "${results[@]}"

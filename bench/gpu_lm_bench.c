@@ -56,10 +56,11 @@ int main(int argc, char **argv) {
     double t0 = 0;
     for (int s = 0; s < steps + 2 && !st; s++) {
         if (s == 2) t0 = dt_time_now();
-        st = dt_gpu_lm_zero_grad(m);
-        if (!st) st = dt_gpu_lm_forward(m, x, y, &loss);
-        if (!st) st = dt_gpu_lm_backward(m);
-        if (!st) st = dt_gpu_lm_adamw(m, &oc, 1e-4f, NULL);
+        st = dt_gpu_lm_forward(m, x, y, 0, &loss);
+        if (!st) st = dt_gpu_lm_backward(m, 1.0f);
+        double norm = 0;
+        int skipped = 0;
+        if (!st) st = dt_gpu_lm_step(m, &oc, 1e-4f, 1.0f, 0, &norm, &skipped);
     }
     if (st) {
         fprintf(stderr, "gpu_lm_bench: %s\n", dt_last_error());

@@ -80,18 +80,23 @@ void dt_gpu_attention_backward(dt_gpu *g, float *dq, float *s, const float *d, c
 void dt_gpu_crossentropy_fused(dt_gpu *g, float *l, float *ls, const int32_t *t, int BT, int V, int Vp, float s) {
     (void)g, dt_crossentropy_fused(l, ls, t, BT, V, Vp, s, DT_F32);
 }
-void dt_gpu_adamw(dt_gpu *g, float *p, const float *gr, float *m, float *v, size_t n, float b1, float b2, float eps, float decay,
-                  float step, float sbc2, double *ss) {
+void dt_gpu_adamw(dt_gpu *g, float *p, const float *gr, float gs, float *m, float *v, size_t n, float b1, float b2, float eps, float decay,
+                  float step, float sbc2) {
     (void)g;
-    double s = 0;
     for (size_t i = 0; i < n; i++) {
-        float gi = gr[i];
-        s += (double)gi * gi;
+        float gi = gr[i] * gs;
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
         p[i] = p[i] * decay - step * m[i] / (sqrtf(v[i]) / sbc2 + eps);
     }
-    if (ss) *ss += s;
+}
+void dt_gpu_sumsq(dt_gpu *g, const float *x, size_t n, double *ss) {
+    (void)g;
+    for (size_t i = 0; i < n; i++) *ss += (double)x[i] * x[i];
+}
+void dt_gpu_scale(dt_gpu *g, float *x, size_t n, float f) {
+    (void)g;
+    for (size_t i = 0; i < n; i++) x[i] *= f;
 }
 dt_status dt_gpu_measure_gemm(dt_gpu *g, int bf16, int M, int N, int K, double *t) {
     return (void)g, (void)bf16, (void)M, (void)N, (void)K, *t = 0, DT_OK;

@@ -126,17 +126,23 @@ static void adamw(dt_gpu *g) {
     dt_gpu_alloc(g, n * 4, (void **)&gg);
     dt_gpu_alloc(g, sizeof(double), (void **)&gss);
     for (int t = 1; t <= 3; t++) {
-        float *grad = random_floats(n, 0.01f), lr = 1e-3f;
+        /* the third step clipped, as dt_optim_step_clipped does it: the gradients scaled on the host, by gscale here */
+        float *grad = random_floats(n, 0.01f), lr = 1e-3f, clip = t == 3 ? 0.5f : 0;
         dt_gpu_upload(g, gg, grad, n * 4);
-        norm = dt_optim_step(o, p, grad, lr, 0);
-        float bc1 = 1.0f - powf(c.beta1, (float)t), bc2 = 1.0f - powf(c.beta2, (float)t);
         dt_gpu_zero(g, gss, sizeof(double));
-        dt_gpu_adamw(g, gp, gg, gm, gv, n, c.beta1, c.beta2, c.eps, 1.0f - lr * c.weight_decay, lr / bc1, sqrtf(bc2), gss);
+        dt_gpu_sumsq(g, gg, n, gss);
+        dt_gpu_download(g, &ss, gss, sizeof ss);
+        norm = dt_optim_step_clipped(o, p, grad, lr, clip);
+        float f = clip > 0 && clip / (norm + 1e-6) < 1 ? (float)(clip / (norm + 1e-6)) : 1.0f;
+        float bc1 = 1.0f - powf(c.beta1, (float)t), bc2 = 1.0f - powf(c.beta2, (float)t);
+        dt_gpu_adamw(g, gp, gg, f, gm, gv, n, c.beta1, c.beta2, c.eps, 1.0f - lr * c.weight_decay, lr / bc1, sqrtf(bc2));
         free(grad);
     }
-    report_err("adamw: parameters after 3 steps (dt_optim's)", device_err(g, gp, p, n), 1e-6);
-    dt_gpu_download(g, &ss, gss, sizeof ss);
-    report_err("adamw: the gradients' norm", fabs(sqrt(ss) - norm) / norm, 1e-6);
+    report_err("adamw: parameters after 3 steps, the last clipped (dt_optim's)", device_err(g, gp, p, n), 1e-6);
+    report_err("sum of squares: the gradients' norm", fabs(sqrt(ss) - norm) / norm, 1e-6);
+    dt_gpu_scale(g, gp, n, 0.5f);
+    for (size_t i = 0; i < n; i++) p[i] *= 0.5f;
+    report_err("scale", device_err(g, gp, p, n), 0);
     dt_optim_destroy(o);
     dt_gpu_free(g, gp), dt_gpu_free(g, gm), dt_gpu_free(g, gv), dt_gpu_free(g, gg), dt_gpu_free(g, gss);
     free(p), free(zero);

@@ -46,11 +46,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_gpu_lm: %s\n", dt_last_error());
         return 1;
     }
-    printf("%s on %s: %zu parameters, B %d x T %d, %d steps of AdamW (lr 1e-3, weight decay 0.1), f32\n", argv[1], dt_gpu_name(g), n, B, T,
+    printf("%s on %s: %zu parameters, B %d x T %d, %d steps of AdamW (lr 1e-3, weight decay 0.1, clipped at 1), f32\n", argv[1], dt_gpu_name(g), n, B, T,
            steps);
     int32_t *x = malloc((size_t)B * T * 4), *y = malloc((size_t)B * T * 4);
     float *gpu_grads = malloc(n * 4), *gpu_params = malloc(n * 4);
-    double worst = 0;
+    double worst = 0, norm_worst = 0;
     for (int s = 0; s < steps && !st; s++) {
         batch(x, y, B * T, cfg.vocab_size, s);
         float lc = 0, lg = 0;
@@ -58,8 +58,8 @@ int main(int argc, char **argv) {
         st = dt_program_forward(p, x, y, B, T, &lc);
         if (!st) st = dt_program_backward(p, 1.0f);
         if (!st) st = dt_gpu_lm_zero_grad(m);
-        if (!st) st = dt_gpu_lm_forward(m, x, y, &lg);
-        if (!st) st = dt_gpu_lm_backward(m);
+        if (!st) st = dt_gpu_lm_forward(m, x, y, 0, &lg);
+        if (!st) st = dt_gpu_lm_backward(m, 1.0f);
         if (st) break;
         if (s == 0) {
             st = dt_gpu_lm_download(m, NULL, gpu_grads);
@@ -68,8 +68,10 @@ int main(int argc, char **argv) {
         double e = fabs((double)lg - lc) / fabs((double)lc);
         worst = fmax(worst, e);
         printf("step %2d  loss cpu %.7f  gpu %.7f  relative %.2e\n", s + 1, lc, lg, e);
-        dt_optim_step(o, dt_program_params(p), dt_program_grads(p), 1e-3f, 0);
-        if (!st) st = dt_gpu_lm_adamw(m, &oc, 1e-3f, NULL);
+        double nc = dt_optim_step_clipped(o, dt_program_params(p), dt_program_grads(p), 1e-3f, 1.0f), ng = 0;
+        int skipped = 0;
+        if (!st) st = dt_gpu_lm_step(m, &oc, 1e-3f, 1.0f, 0, &ng, &skipped);
+        norm_worst = fmax(norm_worst, fabs(ng - nc) / nc);
     }
     if (st) {
         check("the steps ran", false, dt_last_error());
@@ -77,6 +79,7 @@ int main(int argc, char **argv) {
         char what[96];
         snprintf(what, sizeof what, "%d steps: each step's loss, GPU against CPU", steps);
         report_err(what, worst, tol);
+        report_err("each step's gradient norm (clipped at 1), GPU against CPU", norm_worst, 1e-4);
         st = dt_gpu_lm_download(m, gpu_params, NULL);
         report_err("the parameters after the last step", st ? INFINITY : rel_err(gpu_params, dt_program_params(p), n), 1e-4);
     }

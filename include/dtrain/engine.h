@@ -33,7 +33,7 @@ void dt_engine_begin_micro(dt_engine *e, int sync);
 /* One micro-batch: load it, forward, backward scaled by grad_scale; *loss gets its mean loss. */
 typedef dt_status (*dt_micro_fn)(void *ctx, int micro, float grad_scale, float *loss);
 
-typedef struct {
+typedef struct dt_step_result {
     float loss;                 /* mean over the global batch */
     double norm;                /* gradient norm before clipping */
     double exposed_ms, update_ms;

@@ -69,10 +69,13 @@ void dt_gpu_attention_backward(dt_gpu *g, float *dqkv, float *scratch, const flo
 /* dt_crossentropy_fused's: losses[BT] (0 where a target is below 0), and the logits overwritten by d(loss)/d(logits)
  * times dscale (0 in the padded columns and the unscored rows). The mean is the caller's (it reads the losses). */
 void dt_gpu_crossentropy_fused(dt_gpu *g, float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale);
-/* AdamW as dt_optim's (PyTorch's): decay = 1 - lr wd, step = lr / (1 - b1^t), sbc2 = sqrt(1 - b2^t); the gradients'
- * sum of squares into *ss (a device double; NULL: not wanted). */
-void dt_gpu_adamw(dt_gpu *g, float *p, const float *grad, float *m, float *v, size_t n, float b1, float b2, float eps, float decay,
-                  float step, float sbc2, double *ss);
+/* AdamW as dt_optim's (PyTorch's), on the gradients times gscale (clipping): decay = 1 - lr wd, step = lr / (1 -
+ * b1^t), sbc2 = sqrt(1 - b2^t). */
+void dt_gpu_adamw(dt_gpu *g, float *p, const float *grad, float gscale, float *m, float *v, size_t n, float b1, float b2, float eps,
+                  float decay, float step, float sbc2);
+/* *ss += the sum of squares of x[0..n) (a device double); x *= f. */
+void dt_gpu_sumsq(dt_gpu *g, const float *x, size_t n, double *ss);
+void dt_gpu_scale(dt_gpu *g, float *x, size_t n, float f);
 
 /* The device's ceilings, measured: an M x N x K product's TFLOP/s in f32 (TF32 when set) and in bf16 (tensor
  * cores, f32 accumulation), and a device-to-device copy's GB/s (bytes read and written). */

@@ -22,13 +22,43 @@ size_t dt_gpu_lm_num_params(const dt_gpu_lm *m);
 dt_status dt_gpu_lm_upload(dt_gpu_lm *m, const float *params);
 dt_status dt_gpu_lm_download(dt_gpu_lm *m, float *params, float *grads);
 dt_status dt_gpu_lm_zero_grad(dt_gpu_lm *m);
-/* Forward on host tokens [B*T]; with targets, the mean cross-entropy over the scored ones (targets below 0 are not)
- * into *loss, and the logits' gradient made for backward, which adds into the gradients. */
-dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *targets, float *loss);
-dt_status dt_gpu_lm_backward(dt_gpu_lm *m);
-/* One AdamW step (c's betas, eps, weight decay over every parameter, as dt_optim without spans) at lr; the gradients'
- * L2 norm into *grad_norm (NULL: not wanted). The gradients are left as they were. */
-dt_status dt_gpu_lm_adamw(dt_gpu_lm *m, const dt_optim_config *c, float lr, double *grad_norm);
+/* Forward on host tokens [B*T]; with targets, the mean cross-entropy over the scored ones (targets below 0 are not;
+ * divided by loss_tokens when above 0: a step's share of its global count) into *loss, and the logits' gradient made
+ * for backward, which adds into the gradients (times grad_scale). */
+dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *targets, double loss_tokens, float *loss);
+dt_status dt_gpu_lm_backward(dt_gpu_lm *m, float grad_scale);
+/* The update, as the engine's on the host (dt_optim_step_clipped): the gradients' L2 norm into *norm, scaled to clip
+ * when above it (clip 0: never), AdamW (c's betas, eps, weight decay over every parameter, as dt_optim without spans)
+ * at lr; a non-finite norm with skip_nonfinite changes nothing (*skipped 1). The gradients are zeroed after. */
+dt_status dt_gpu_lm_step(dt_gpu_lm *m, const dt_optim_config *c, float lr, float clip, int skip_nonfinite, double *norm, int *skipped);
+/* The parameters and AdamW's moments (each NULL: not moved) and its steps, to the host (to_host 1) or from it. */
+dt_status dt_gpu_lm_state(dt_gpu_lm *m, float *params, float *m1, float *m2, long *steps, int to_host);
+/* Forward and backward for dt_program_set_device (the batch B x T the model was made for). */
+void dt_gpu_lm_device(dt_gpu_lm *m, dt_program_device *out);
+dt_gpu *dt_gpu_lm_gpu(const dt_gpu_lm *m);
+
+/* The GPU plugin (libdtrain_gpu.so, built with the CUDA path): dtrain loads it when --device cuda asks for it, so that
+ * a dtrain built with CUDA runs where there is none, and a machine without it is told so by name. Its one export,
+ * dt_gpu_plugin, gives this table; abi says which build's. */
+#define DT_GPU_ABI 1
+struct dt_strategy;
+typedef struct {
+    int abi;
+    dt_status (*open)(int ordinal, dt_gpu **out);
+    void (*close)(dt_gpu *g);
+    const char *(*name)(const dt_gpu *g);
+    void (*set_tf32)(dt_gpu *g, int on);
+    dt_status (*mem_info)(dt_gpu *g, size_t *free_bytes, size_t *total);
+    dt_status (*measure_gemm)(dt_gpu *g, int bf16, int M, int N, int K, double *tflops);
+    dt_status (*lm_create)(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **out);
+    void (*lm_destroy)(dt_gpu_lm *m);
+    void (*lm_device)(dt_gpu_lm *m, dt_program_device *out);
+    const struct dt_strategy *strategy; /* the engine's "gpu" strategy: its dt_engine_config.device is a dt_gpu_lm */
+} dt_gpu_api;
+const dt_gpu_api *dt_gpu_plugin(void);
+/* dtrain's side: the plugin from DTRAIN_GPU_PLUGIN, else beside the executable; a clear error when this build has
+ * no CUDA path, the file is missing, or it cannot load (no CUDA runtime libraries, another build's). */
+dt_status dt_gpu_api_load(const dt_gpu_api **out);
 
 #ifdef __cplusplus
 }

@@ -53,6 +53,17 @@ float *dt_program_params(dt_program *p);
 float *dt_program_grads(dt_program *p);
 void dt_program_zero_grad(dt_program *p);
 
+/* A device the whole model runs on (the GPU's, dtrain/gpu.h): from dt_program_set_device on, dt_program_forward and
+ * dt_program_backward run there (forward gets the count dt_program_set_loss_tokens gave, 0: its own), and the host
+ * store is a mirror that whoever owns the device makes current (the engine's "gpu" strategy, for a save). NULL:
+ * back to the host. */
+typedef struct {
+    dt_status (*forward)(void *ctx, const int32_t *inputs, const int32_t *targets, int B, int T, double loss_tokens, float *loss);
+    dt_status (*backward)(void *ctx, float grad_scale);
+    void *ctx;
+} dt_program_device;
+void dt_program_set_device(dt_program *p, const dt_program_device *d);
+
 /* Forward on B x T tokens through every unit; with targets, the mean cross-entropy into *loss: over the scored
  * targets (DT_IGNORE_INDEX, -100, marks one that is not: no loss, no gradient; a prompt's tokens in supervised
  * fine-tuning, padding), divided by their count in this micro-batch, or by n after dt_program_set_loss_tokens(p, n)

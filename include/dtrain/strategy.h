@@ -16,6 +16,8 @@
 extern "C" {
 #endif
 
+struct dt_step_result; /* engine.h's */
+
 /* What a strategy reports once a step's gradients are complete. */
 typedef struct {
     double exposed_ms;          /* communication backward did not hide */
@@ -110,10 +112,14 @@ typedef struct {
     const dt_codec_config *codec;
     /* NULL: the update takes the averaged gradients as they are. */
     const dt_preconditioner *precond;
+    /* A strategy not in the engine's registry (the GPU's, from its plugin: dt_gpu_api), and what it runs on;
+     * NULL: the one named by strategy. */
+    const struct dt_strategy *strategy_impl;
+    void *device;
 } dt_engine_config;
 
 /* A parallel strategy. Every callback but create may be NULL (nothing to do). */
-typedef struct {
+typedef struct dt_strategy {
     const char *name;
     /* Takes over what it needs of the step's model (c->model: gradient
      * storage, backward's hook; c lives as long as the strategy) and says
@@ -154,6 +160,11 @@ typedef struct {
     uint16_t *(*grads_lp)(void *state, dt_dtype *t);
     /* Its gradient codec (dt_engine_config.codec), whose state checkpoints keep; NULL: none. */
     dt_codec *(*codec)(void *state);
+    /* The update itself, where the parameters live on a device (the GPU's "gpu" strategy): the step's norm into
+     * r->norm, clipped to the config's grad_clip, a non-finite one skipped (r->skipped) with skip_nonfinite; the
+     * gradients zeroed after. The host store and the optimizer's buffers are then mirrors, made current by
+     * materialize(on 1) and read back by materialize(on 0) (a save, a resume). NULL: the engine updates the host store. */
+    dt_status (*update)(void *state, float lr, struct dt_step_result *r);
 } dt_strategy;
 
 #ifdef __cplusplus

@@ -185,6 +185,10 @@ static void usage(FILE *f) {
             "                     --save DIR holds one); with eval, evaluate the model with them\n"
             "  --recompute        activation checkpointing: recompute each block in backward (less memory)\n"
             "  --attention MODE   auto (default: blockwise from T >= 256), full (keep T x T rows), blockwise\n"
+            "  --device D         cpu (default), or cuda or cuda:N: the model, its gradients and AdamW on NVIDIA GPU N\n"
+            "                     (0), a GPT-2 family model in one process, f32 (docs/gpu.md); the CUDA path is a\n"
+            "                     plugin built when nvcc is, loaded only for this\n"
+            "  --tf32             with --device cuda: the f32 matmuls in TF32 on the tensor cores (PyTorch's allow_tf32)\n"
             "  --precision P      fp32 (default), bf16 or fp16: mixed precision as torch.autocast (16-bit\n"
             "                     Linears and activations, f32 master weights and optimizer); fp16 scales the\n"
             "                     loss (DeepSpeed's dynamic scaler; the config's fp16 section sets it) and skips\n"
@@ -237,7 +241,7 @@ static const dt_cli_flag flags[] = {
     { "--precondition-max-dim", "a whole number from 1 to 1e6" }, { "--kfac-base", "sgd or adamw" }, { "--kfac-method", "eigen or inverse" },
     { "--kfac-damping", "a number above 0, up to 1e6" }, { "--kfac-decay", "a number in [0, 1)" }, { "--kfac-kl-clip", "a number from 0 (off) to 1e6" },
     { "--kfac-factor-every", "a whole number of steps from 1 to 1e6" }, { "--kfac-inv-every", "a whole number of steps from 1 to 1e6" },
-    { "--kfac-workers", "a fraction of the data-parallel ranks above 0, at most 1" }, { "--precision", "fp32, bf16 or fp16" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--grad-store", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
+    { "--kfac-workers", "a fraction of the data-parallel ranks above 0, at most 1" }, { "--precision", "fp32, bf16 or fp16" }, { "--device", "cpu, cuda or cuda:N" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--grad-store", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
     { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
     { "--steps", "a whole number from 0 (evaluate only) to 1e9" }, { "--epochs", "a whole number from 1 to 1e6" },
@@ -258,7 +262,7 @@ static const dt_cli_flag flags[] = {
     { "--expert-groups", "a whole number from 1 to 4096" }, { "--group-top-k", "a whole number from 1 to 4096" },
     { "--routed-scale", "a number from 1e-6 to 1e3" }, { "--bias-update", "a number from 0 to 1" },
     { "--capacity-factor", "a number above 0, up to 1e3 (without it: dropless)" }, { "--drop-policy", "probs or position" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
-    { "--nesterov", "" }, { "--quiet", "" }, { "--pack", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--sp", "" }, { "--pp-schedule-print", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
+    { "--nesterov", "" }, { "--quiet", "" }, { "--pack", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--tf32", "" }, { "--sp", "" }, { "--pp-schedule-print", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
 };
 
 /* A numeric flag: where it goes and its range (whole numbers only where int). */
@@ -336,6 +340,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         if (!strcmp(f, "--quiet")) { c.quiet = 1; continue; }
         if (!strcmp(f, "--overwrite")) { c.overwrite = 1; continue; }
         if (!strcmp(f, "--recompute")) { c.recompute = 1; continue; }
+        if (!strcmp(f, "--tf32")) { c.tf32 = 1; continue; }
         if (!strcmp(f, "--sp")) { c.sp = 1; continue; }
         if (!strcmp(f, "--pack")) { c.pack = 1; continue; }
         if (!strcmp(f, "--pp-schedule-print")) { c.pp_print = 1; continue; }
@@ -421,6 +426,12 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
             ok = !dt_precision_parse(v, !strcmp(f, "--grad-comm") ? &c.grad_comm : &c.grad_store);
         } else if (!strcmp(f, "--precision")) {
             ok = !dt_precision_parse(v, &c.precision);
+        } else if (!strcmp(f, "--device")) {
+            int n = 0, used = 0;
+            c.cuda = 0;
+            if (!strcmp(v, "cuda")) c.cuda = 1;
+            else if (sscanf(v, "cuda:%d%n", &n, &used) == 1 && !v[used] && n >= 0 && n < 1024) c.cuda = n + 1;
+            ok = c.cuda > 0 || !strcmp(v, "cpu");
         }
         else if (!strcmp(f, "--attention")) {
             ok = !strcmp(v, "auto") || !strcmp(v, "full") || !strcmp(v, "blockwise");
@@ -435,6 +446,10 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
             ok = sscanf(v, "%lf,%lf", &betas[0], &betas[1]) == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1;
         else ok = false;
         if (!ok) return dt_cli_flag_error(cmd, flags, f, v);
+    }
+    if (c.tf32 && !c.cuda) {
+        dt_log(DT_LOG_ERROR, "%s: --tf32 is for the GPU's matmuls: it needs --device cuda", cmd);
+        return 2;
     }
     if (kfac_flags && !c.kfac_on) {
         dt_log(DT_LOG_ERROR, "%s: --kfac-* flags set K-FAC's preconditioning, which is --optimizer kfac (not given)", cmd);

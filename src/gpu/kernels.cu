@@ -219,27 +219,52 @@ void dt_gpu_crossentropy_fused(dt_gpu *g, float *logits, float *losses, const in
     dt_gpu_check_launch(g, "cross-entropy");
 }
 
-/* ---- AdamW ---- */
+/* ---- AdamW, a sum of squares, a scale ---- */
 
-static __global__ void adamw_k(float *p, const float *grad, float *m, float *v, size_t n, float b1, float b2, float eps, float decay,
-                               float step, float sbc2, double *ss) {
+static __global__ void adamw_k(float *p, const float *grad, float gscale, float *m, float *v, size_t n, float b1, float b2, float eps,
+                               float decay, float step, float sbc2) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    float gi = 0;
-    if (i < n) {
-        gi = grad[i];
-        float mi = b1 * m[i] + (1.0f - b1) * gi, vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = p[i] * decay - step * mi / (sqrtf(vi) / sbc2 + eps);
-    }
-    if (ss) {
-        float s = block_reduce(gi * gi, false);
-        if (threadIdx.x == 0) atomicAdd(ss, (double)s);
-    }
+    if (i >= n) return;
+    float gi = grad[i] * gscale;
+    float mi = b1 * m[i] + (1.0f - b1) * gi, vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step * mi / (sqrtf(vi) / sbc2 + eps);
 }
 
-void dt_gpu_adamw(dt_gpu *g, float *p, const float *grad, float *m, float *v, size_t n, float b1, float b2, float eps, float decay,
-                  float step, float sbc2, double *ss) {
-    adamw_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(p, grad, m, v, n, b1, b2, eps, decay, step, sbc2, ss);
+void dt_gpu_adamw(dt_gpu *g, float *p, const float *grad, float gscale, float *m, float *v, size_t n, float b1, float b2, float eps,
+                  float decay, float step, float sbc2) {
+    adamw_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(p, grad, gscale, m, v, n, b1, b2, eps, decay, step, sbc2);
     dt_gpu_check_launch(g, "adamw");
+}
+
+/* A grid of at most SUMSQ_BLOCKS blocks striding over x, each adding its share in double. */
+#define SUMSQ_BLOCKS 1024
+static __global__ void sumsq_k(const float *x, size_t n, double *ss) {
+    double s = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) s += (double)x[i] * x[i];
+    __shared__ double part[THREADS];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = THREADS / 2; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) part[threadIdx.x] += part[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(ss, part[0]);
+}
+
+void dt_gpu_sumsq(dt_gpu *g, const float *x, size_t n, double *ss) {
+    unsigned b = dt_gpu_blocks(n, THREADS);
+    sumsq_k<<<b < SUMSQ_BLOCKS ? b : SUMSQ_BLOCKS, THREADS, 0, g->stream>>>(x, n, ss);
+    dt_gpu_check_launch(g, "sum of squares");
+}
+
+static __global__ void scale_k(float *x, size_t n, float f) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= f;
+}
+
+void dt_gpu_scale(dt_gpu *g, float *x, size_t n, float f) {
+    scale_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(x, n, f);
+    dt_gpu_check_launch(g, "scale");
 }

@@ -190,7 +190,7 @@ static void op_forward(dt_gpu_lm *m, int l, int k) {
     }
 }
 
-dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *targets, float *loss) {
+dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *targets, double loss_tokens, float *loss) {
     size_t BT = (size_t)m->B * m->T;
     for (size_t i = 0; i < BT; i++)
         if (inputs[i] < 0 || inputs[i] >= m->V || (targets && targets[i] >= m->V))
@@ -207,7 +207,7 @@ dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *
     if (!targets) return dt_gpu_sync(m->g);
     size_t scored = 0;
     for (size_t i = 0; i < BT; i++) scored += targets[i] >= 0;
-    m->scored = scored ? (double)scored : 1;
+    m->scored = loss_tokens > 0 ? loss_tokens : scored ? (double)scored : 1;
     /* the gradient comes with the loss (the logits are not kept): backward starts from it */
     dt_gpu_crossentropy_fused(m->g, m->logits, m->losses, m->tgt, (int)BT, m->V, m->Vp, (float)(1.0 / m->scored));
     st = dt_gpu_download(m->g, m->h_losses, m->losses, BT * sizeof(float));
@@ -245,9 +245,10 @@ static void op_backward(dt_gpu_lm *m, int l, int k) {
     }
 }
 
-dt_status dt_gpu_lm_backward(dt_gpu_lm *m) {
+dt_status dt_gpu_lm_backward(dt_gpu_lm *m, float grad_scale) {
     size_t BT = (size_t)m->B * m->T, C = (size_t)m->C;
     float *x = m->stream + (size_t)m->L * BT * C, *dres = m->dres[DT_V_OUT];
+    if (grad_scale != 1.0f) dt_gpu_scale(m->g, m->logits, BT * m->Vp, grad_scale); /* forward made d(loss)/d(logits) */
     dt_gpu_zero(m->g, m->dlnf, BT * C * sizeof(float));
     dt_gpu_matmul_backward(m->g, m->dlnf, m->grads + m->o_wte, NULL, m->logits, m->lnf, m->params + m->o_wte, (int)BT, m->C, m->Vp);
     dt_gpu_zero(m->g, dres, BT * C * sizeof(float));
@@ -266,16 +267,47 @@ dt_status dt_gpu_lm_backward(dt_gpu_lm *m) {
     return dt_gpu_sync(m->g);
 }
 
-dt_status dt_gpu_lm_adamw(dt_gpu_lm *m, const dt_optim_config *c, float lr, double *grad_norm) {
-    m->step++;
-    /* dt_optim's coefficients, in its float arithmetic */
-    float bc1 = 1.0f - powf(c->beta1, (float)m->step), bc2 = 1.0f - powf(c->beta2, (float)m->step);
-    dt_gpu_zero(m->g, m->ss, sizeof(double));
-    dt_gpu_adamw(m->g, m->params, m->grads, m->m, m->vv, m->n, c->beta1, c->beta2, c->eps, 1.0f - lr * c->weight_decay, lr / bc1, sqrtf(bc2),
-                 m->ss);
+dt_status dt_gpu_lm_step(dt_gpu_lm *m, const dt_optim_config *c, float lr, float clip, int skip_nonfinite, double *norm, int *skipped) {
     double ss = 0;
+    dt_gpu_zero(m->g, m->ss, sizeof(double));
+    dt_gpu_sumsq(m->g, m->grads, m->n, m->ss);
     dt_status st = dt_gpu_download(m->g, &ss, m->ss, sizeof ss);
     if (!st) st = dt_gpu_sync(m->g);
-    if (grad_norm) *grad_norm = sqrt(ss);
+    if (st) return st;
+    *norm = sqrt(ss);
+    *skipped = skip_nonfinite && !isfinite(*norm);
+    if (!*skipped) {
+        /* dt_optim_step_clipped's: the gradients scaled to the clip's norm, then dt_optim's coefficients in its float arithmetic */
+        float f = clip > 0 && clip / (*norm + 1e-6) < 1 ? (float)(clip / (*norm + 1e-6)) : 1.0f;
+        m->step++;
+        float bc1 = 1.0f - powf(c->beta1, (float)m->step), bc2 = 1.0f - powf(c->beta2, (float)m->step);
+        dt_gpu_adamw(m->g, m->params, m->grads, f, m->m, m->vv, m->n, c->beta1, c->beta2, c->eps, 1.0f - lr * c->weight_decay, lr / bc1,
+                     sqrtf(bc2));
+    }
+    dt_gpu_zero(m->g, m->grads, m->n * sizeof(float));
+    return dt_gpu_sync(m->g);
+}
+
+dt_status dt_gpu_lm_state(dt_gpu_lm *m, float *params, float *m1, float *m2, long *steps, int to_host) {
+    float *dev[3] = { m->params, m->m, m->vv }, *host[3] = { params, m1, m2 };
+    dt_status st = DT_OK;
+    for (int i = 0; i < 3 && !st; i++)
+        if (host[i])
+            st = to_host ? dt_gpu_download(m->g, host[i], dev[i], m->n * sizeof(float)) : dt_gpu_upload(m->g, dev[i], host[i], m->n * sizeof(float));
+    if (to_host) *steps = m->step;
+    else m->step = *steps;
     return st;
 }
+
+static dt_status device_forward(void *ctx, const int32_t *inputs, const int32_t *targets, int B, int T, double loss_tokens, float *loss) {
+    dt_gpu_lm *m = ctx;
+    if (B != m->B || T != m->T)
+        return dt_error(DT_ERR_ARG, "--device cuda: a batch of %d x %d tokens; the GPU's model was made for %d x %d", B, T, m->B, m->T);
+    return dt_gpu_lm_forward(m, inputs, targets, loss_tokens, loss);
+}
+
+static dt_status device_backward(void *ctx, float grad_scale) { return dt_gpu_lm_backward(ctx, grad_scale); }
+
+void dt_gpu_lm_device(dt_gpu_lm *m, dt_program_device *out) { *out = (dt_program_device){ device_forward, device_backward, m }; }
+
+dt_gpu *dt_gpu_lm_gpu(const dt_gpu_lm *m) { return m->g; }

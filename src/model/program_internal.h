@@ -183,6 +183,7 @@ struct dt_program {
     double ep_bytes;           /* the rows' bytes this rank sent to other ranks of its expert-parallel group since last read */
     double ep_rows;            /* and the rows its experts ran (forward), since last read */
     float z_coef;              /* the router z-loss's coefficient (dt_program_set_z_loss; 0: none) */
+    dt_program_device device;  /* forward and backward on a device (dt_program_set_device; forward NULL: the host) */
 };
 
 /* Which values a block's backward reads (p->vkeep), from the ops and LoRA's adapters (program.c); whether op k's

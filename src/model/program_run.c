@@ -499,6 +499,7 @@ dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *t
 }
 
 dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss) {
+    if (p->device.forward) return p->device.forward(p->device.ctx, inputs, targets, B, T, p->loss_tokens, loss);
     if (p->ua != 0 || p->ub != p->cfg.num_layers + 2 || p->nr > 1)
         return dt_error(DT_ERR_ARG, "forward: the model holds units [%d, %d) only (dt_program_forward_units runs a range)", p->ua, p->ub);
     return dt_program_forward_units(p, 0, p->ub, inputs, NULL, targets, B, T, loss);
@@ -773,7 +774,11 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
     return p->comm_err;
 }
 
-dt_status dt_program_backward(dt_program *p, float grad_scale) { return dt_program_backward_units(p, NULL, grad_scale); }
+dt_status dt_program_backward(dt_program *p, float grad_scale) {
+    return p->device.backward ? p->device.backward(p->device.ctx, grad_scale) : dt_program_backward_units(p, NULL, grad_scale);
+}
+
+void dt_program_set_device(dt_program *p, const dt_program_device *d) { p->device = d ? *d : (dt_program_device){ 0 }; }
 
 /* W of a split backward: the Linears', the head's and the embedding's weight gradients, the sums one backward
  * makes, unit by unit in backward's order, each unit's announced when whole. */

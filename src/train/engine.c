@@ -45,6 +45,10 @@ struct dt_engine {
 
 static dt_status choose(const dt_engine_config *c, const dt_strategy **out) {
     int ranks = c->comm ? dt_comm_size(c->comm) : 1;
+    if (c->strategy_impl) {
+        *out = c->strategy_impl;
+        return ranks > 1 ? dt_error(DT_ERR_ARG, "strategy %s runs one process, but the job has %d ranks", c->strategy_impl->name, ranks) : DT_OK;
+    }
     const char *name = c->strategy ? c->strategy : ranks > 1 ? "ddp" : "single";
     *out = dt_strategy_find(name);
     if (!*out) return dt_error(DT_ERR_ARG, "no parallel strategy called '%s' (single, ddp, zero1, zero2, zero3)", name);
@@ -279,6 +283,7 @@ static dt_status update_lp(dt_engine *e, float lr, dt_step_result *r, uint16_t *
  * scale overflowed. */
 static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
     const dt_engine_config *c = &e->cfg;
+    if (e->s->update) return e->s->update(e->state, lr, r); /* the parameters live on a device: it updates them there */
     dt_dtype t;
     uint16_t *g16 = e->s->grads_lp ? e->s->grads_lp(e->state, &t) : NULL;
     if (g16) return update_lp(e, lr, r, g16, t);

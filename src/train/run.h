@@ -11,6 +11,7 @@
 #include "dtrain/parallel.h"
 #include "dtrain/pipeline.h"
 #include "dtrain/train.h"
+#include "device_setup.h"
 #include "precond_setup.h"
 
 #include <stdbool.h>
@@ -60,6 +61,7 @@ typedef struct {
     float dpo_step[2], dpo_val[2]; /* the last step's and evaluation's reward accuracy and margin (metrics) */
     dt_engine *e;
     dt_train_precond pre;     /* --optimizer kfac or shampoo: the engine's preconditioner */
+    dt_train_device dev;      /* --device cuda: the model on the GPU */
     dt_watchdog *wd;
     FILE *metrics;
     dt_tb_writer *tb;         /* --tensorboard (rank 0) */

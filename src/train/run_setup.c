@@ -20,6 +20,9 @@ static int mesh_size(const run *r, dt_mesh_dim a) { return r->mesh ? dt_mesh_siz
 /* The job's memory before it is allocated: refused, with the stages that
  * would fit, when this machine's ranks would not fit in it. */
 static dt_status check_memory(run *r, const dt_train_config *c, const dt_gpt2_config *cfg, const dt_train_dims *d) {
+    /* on a GPU the host holds no activations; the GPU's memory is taken whole when the model is made there, before the
+     * first step, and a shortfall is refused then, naming what was asked and what is free */
+    if (c->cuda) return DT_OK;
     dt_plan_job job;
     dt_train_plan_job(c, cfg, d, &job);
     job.process_bytes = dt_resident_memory();
@@ -279,6 +282,7 @@ static dt_status make_engine(run *r) {
     }
     /* a pipeline's stages: K-FAC's KL clipping and skips span them */
     if (!st) st = dt_train_precond_create(c, &ec, ec.schedule ? ec.mp_comm : NULL, r->rank, "embeddings, norms, head, experts", &r->pre);
+    if (!st) st = dt_train_device_attach(c, r->nranks, dt_gpt2_program(r->m), &ec, &r->dev);
     if (!st) st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
     dt_checkpoint_position pos;
@@ -293,6 +297,7 @@ static dt_status make_engine(run *r) {
         dt_log(DT_LOG_WARN, "--resume %s: saved reading %zu training tokens, --data has %zu", c->resume, pos.data_tokens,
                dt_train_data_tokens(r));
     r->first_step = pos.step;
+    if (r->dev.lm && (st = dt_engine_materialize(r->e, 0))) return st; /* the loaded state to the GPU */
     return dt_checkpoint_seek(&pos, r->tl, (size_t)c->batch * c->seq * r->dp_size, c->shuffle_seed != 0);
 }
 
@@ -313,6 +318,11 @@ static void find_peak(run *r) {
     r->flops_per_step = dt_program_step_flops_per_token(dt_gpt2_program(r->m), c->seq) * c->batch * c->seq * c->grad_accum * r->dp_size;
     double per_thread;
     if (r->rank != 0 || (c->quiet && !c->metrics) || c->steps == 0) return; /* no steps (eval): no MFU */
+    if (r->dev.gpu) { /* the GPU's matmuls' rate, measured now */
+        if (dt_train_device_peak(&r->dev, &r->peak_gflops)) dt_log(DT_LOG_WARN, "no MFU: %s", dt_last_error());
+        r->peak_source = c->tf32 ? "the GPU's TF32 GEMM at 4096^3, measured now" : "the GPU's f32 GEMM at 4096^3, measured now";
+        return;
+    }
     /* a bf16 run on the bf16 GEMM: MFU against that GEMM's rate, not sgemm's (which it beats) */
     r->peak_bf16 = c->precision == DT_BF16 && dt_gemm_bf16_ready();
     if ((r->peak_bf16 ? dt_peak_bf16_per_thread : dt_peak_per_thread)(&per_thread, &r->peak_source)) {
@@ -402,6 +412,11 @@ static void print_start(const run *r) {
            c->batch, c->seq, c->grad_accum, r->dp_size, r->dp_size == 1 ? "" : "s", tp_note(r), dt_engine_strategy_name(r->e),
            dt_optim_kind_name(c->opt.kind), dt_kernels_threads(), dt_kernels_threads() == 1 ? "" : "s");
     if (mc->experts) print_experts(mc);
+    double gib = 0;
+    const char *gpu = dt_train_device_name(&r->dev, &gib);
+    if (gpu)
+        printf("on the GPU (--device cuda:%d): %s, %.2f GiB of its memory in use; f32%s; the parameters, gradients and AdamW's "
+               "moments live there (a save copies them back)\n", c->cuda - 1, gpu, gib, c->tf32 ? " with TF32 matmuls" : "");
     const dt_lora_config *lc = dt_program_lora_config(dt_gpt2_program(r->m));
     if (lc) {
         dt_model am;
@@ -433,7 +448,9 @@ static void print_start(const run *r) {
                "the matmuls %s, and half the activation memory\n", dt_precision_name(c->precision),
                c->grad_store != DT_F32 ? "16 bits (--grad-store)" : "f32", matmuls);
     }
-    if (r->peak_gflops > 0)
+    if (r->peak_gflops > 0 && r->dev.gpu)
+        printf("MFU against %.1f TFLOP/s (%s); %.3f GFLOP per step\n", r->peak_gflops / 1e3, r->peak_source, r->flops_per_step / 1e9);
+    else if (r->peak_gflops > 0)
         printf("MFU against %.1f GFLOP/s (%d thread%s x %.1f GFLOP/s %s per thread, %s%s); %.3f GFLOP per step\n",
                r->peak_gflops, r->peak_threads, r->peak_threads > 1 ? "s" : "", r->peak_gflops / r->peak_threads,
                r->peak_bf16 ? "bf16 GEMM" : "sgemm", r->peak_source,

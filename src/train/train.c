@@ -279,6 +279,7 @@ static void teardown(run *r) {
     if (r->metrics) fclose(r->metrics);
     dt_tb_destroy(r->tb);
     dt_engine_destroy(r->e);
+    dt_train_device_detach(&r->dev, r->m ? dt_gpt2_program(r->m) : NULL);
     dt_train_precond_destroy(&r->pre);
     dt_pipeline_destroy(r->pipe);
     dt_comm_destroy(r->mp);

@@ -1,0 +1,65 @@
+/* The engine's "gpu" strategy: the whole model on one GPU (dt_gpu_lm), which updates its parameters there. The host
+ * store and the optimizer's buffers are mirrors: a save makes them current (materialize on), a resume's load goes
+ * back to the device (materialize off). Part of the GPU plugin. */
+#include "dtrain/gpu_lm.h"
+#include "dtrain/engine.h"
+#include "dtrain/strategy.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct {
+    const dt_engine_config *c;
+    dt_gpu_lm *m;
+    dt_optim *o;
+} gpu_state;
+
+static dt_status refuse(const char *what) {
+    return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: %s is not on the GPU path yet (docs/gpu.md says what is)", what);
+}
+
+static dt_status create(const dt_engine_config *c, void **state, size_t *off, size_t *n) {
+    if (!c->device) return dt_error(DT_ERR_ARG, "strategy gpu: no GPU model (dt_engine_config.device)");
+    if (c->loss_scale) return refuse("fp16's loss scaling");
+    if (c->precond) return refuse(c->precond->name);
+    if (c->grad_store != DT_F32 || c->grad_comm != DT_F32) return refuse("16-bit gradients");
+    if (c->codec && c->codec->kind != DT_CODEC_NONE) return refuse("gradient compression");
+    if (c->opt.kind != DT_OPT_ADAMW) return refuse(dt_optim_kind_name(c->opt.kind));
+    if (c->mp_comm || c->schedule) return refuse("a model split over ranks");
+    gpu_state *s = calloc(1, sizeof *s);
+    if (!s) return dt_error(DT_ERR_NOMEM, "strategy gpu: out of memory");
+    s->c = c;
+    s->m = c->device;
+    *state = s;
+    *off = 0;
+    *n = c->model.nparams;
+    return DT_OK;
+}
+
+static void destroy(void *state) { free(state); }
+
+static dt_status attach(void *state, dt_optim *o) {
+    ((gpu_state *)state)->o = o;
+    return DT_OK;
+}
+
+static dt_status update(void *state, float lr, struct dt_step_result *r) {
+    gpu_state *s = state;
+    if (s->c->skip_nonfinite && !isfinite(r->loss)) { /* as the engine's own update: the step changes nothing */
+        r->skipped = 1;
+        return dt_gpu_lm_zero_grad(s->m);
+    }
+    return dt_gpu_lm_step(s->m, &s->c->opt, lr, s->c->grad_clip, s->c->skip_nonfinite, &r->norm, &r->skipped);
+}
+
+static dt_status materialize(void *state, int on) {
+    gpu_state *s = state;
+    const dt_model *md = &s->c->model;
+    long t = dt_optim_steps(s->o);
+    dt_status st = dt_gpu_lm_state(s->m, md->params(md->self), dt_optim_buffer(s->o, 0), dt_optim_buffer(s->o, 1), &t, on);
+    if (!st && on) dt_optim_set_steps(s->o, t);
+    return st;
+}
+
+const dt_strategy dt_strategy_gpu = { .name = "gpu", .create = create, .destroy = destroy, .attach = attach, .update = update,
+                                      .materialize = materialize };

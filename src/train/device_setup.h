@@ -1,0 +1,26 @@
+/* --device cuda for the language models' trainer: the GPU plugin, the model on the GPU, the engine's "gpu" strategy
+ * over it (device_setup.c). */
+#ifndef DTRAIN_DEVICE_SETUP_H
+#define DTRAIN_DEVICE_SETUP_H
+
+#include "dtrain/engine.h"
+#include "dtrain/gpu_lm.h"
+#include "dtrain/train.h"
+
+typedef struct {
+    const dt_gpu_api *api; /* NULL: the CPU */
+    dt_gpu *gpu;
+    dt_gpu_lm *lm;
+} dt_train_device;
+
+/* With c->cuda: what the GPU path cannot run refused by name, then p (its weights as initialised or loaded) made on
+ * the GPU for c's batch x sequence, p's forward and backward routed there and ec given the "gpu" strategy over it.
+ * Without: nothing. */
+dt_status dt_train_device_attach(const dt_train_config *c, int nranks, dt_program *p, dt_engine_config *ec, dt_train_device *out);
+void dt_train_device_detach(dt_train_device *d, dt_program *p);
+/* The GPU's name and its memory in use, for the run's first lines (NULL: none). */
+const char *dt_train_device_name(const dt_train_device *d, double *used_gib);
+/* The GPU's peak for MFU: its f32 (or TF32) GEMM rate measured now (4096^3), in GFLOP/s. */
+dt_status dt_train_device_peak(const dt_train_device *d, double *gflops);
+
+#endif

@@ -1,0 +1,74 @@
+#!/bin/bash
+# dtrain train --device cuda end to end on a machine without a GPU: the trainer's GPU path (the plugin it loads, the
+# program's device, the engine's gpu strategy, a save, a resume) with the host's kernels in the GPU's place (a plugin
+# of tests/gpu_host.c, named by DTRAIN_GPU_PLUGIN) gives the CPU trainer's losses, parameters and optimizer state bit
+# for bit, also cut in two and resumed; what the GPU path does not run is refused by name; the real plugin, where
+# there is no GPU, refuses clearly (where there is one, bench/gpu_check.sh checks it).
+# usage: gpu_train.sh DTRAIN HOST_PLUGIN
+set -u
+DTRAIN=$1
+HOST=$(realpath "$2")
+. "$(dirname "$0")/checks.sh"
+gpl_tokens
+model=(--data "$dir/train.bin" --val-data "$dir/train.bin" --eval-every 3 --eval-batches 2 --layers 2 --channels 64 --heads 4
+       --vocab 256 --max-seq 64 --seq 64 --batch 4 --threads 1 --quiet --steps 6 --lr 1e-3 --schedule cosine --warmup 2
+       --grad-clip 1.0 --weight-decay 0.1 --grad-accum 2)
+losses() { grep -o '"loss":[0-9.e+-]*' "$1" | cut -d: -f2; }
+
+"$DTRAIN" train "${model[@]}" --save "$dir/cpu" --metrics "$dir/cpu.jsonl" > "$dir/out" 2>&1 || fail "the CPU run: $(tail -2 "$dir/out")"
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${model[@]}" --device cuda --save "$dir/gpu" --metrics "$dir/gpu.jsonl" > "$dir/out" 2>&1 ||
+    fail "the --device cuda run (host kernels): $(tail -2 "$dir/out")"
+a=$dir/cpu/step-00000006 b=$dir/gpu/step-00000006
+if [ "$(losses "$dir/cpu.jsonl" | wc -l)" = 6 ] && [ "$(losses "$dir/cpu.jsonl")" = "$(losses "$dir/gpu.jsonl")" ] &&
+   [ "$(field val_loss "$dir/cpu.jsonl")" = "$(field val_loss "$dir/gpu.jsonl")" ] &&
+   cmp -s "$a/params.f32" "$b/params.f32" && cmp -s "$a/optim.f32" "$b/optim.f32"; then
+    ok "--device cuda on host kernels = the CPU trainer: 6 steps' losses, evaluations, saved parameters and AdamW state ($(losses "$dir/gpu.jsonl" | tail -1))"
+else
+    fail "--device cuda on host kernels differs: losses $(losses "$dir/cpu.jsonl" | tr '\n' ' ') vs $(losses "$dir/gpu.jsonl" | tr '\n' ' '); $(cmp "$a/params.f32" "$b/params.f32" 2>&1)"
+fi
+
+# cut at step 3 and resumed on the device: the state goes back to it
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${model[@]}" --device cuda --save "$dir/cut" --metrics "$dir/cut.jsonl" --stop-after 3 > "$dir/out" 2>&1 &&
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${model[@]}" --device cuda --save "$dir/cut" --metrics "$dir/cut.jsonl" --resume "$dir/cut" > "$dir/out" 2>&1 ||
+    fail "the cut --device cuda run: $(tail -2 "$dir/out")"
+if [ "$(losses "$dir/cut.jsonl")" = "$(losses "$dir/cpu.jsonl")" ] && cmp -s "$a/params.f32" "$dir/cut/step-00000006/params.f32" &&
+   cmp -s "$a/optim.f32" "$dir/cut/step-00000006/optim.f32"; then
+    ok "--device cuda, 3 steps + --resume 3: the uninterrupted CPU run's losses, parameters and AdamW state bit for bit"
+else
+    fail "--device cuda resumed differs: $(losses "$dir/cut.jsonl" | tr '\n' ' ') vs $(losses "$dir/cpu.jsonl" | tr '\n' ' ')"
+fi
+
+# what the GPU path does not run yet: refused, by name, before anything trains
+refused() { # WHAT ARGS...: exits 1 naming WHAT
+    local what=$1
+    shift
+    DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${model[@]}" --device cuda "$@" > "$dir/out" 2>&1
+    local rc=$?
+    if [ $rc = 1 ] && grep -q -- "--device cuda: .*$what" "$dir/out"; then ok "--device cuda $*: refused, naming $what"
+    else fail "--device cuda $*: exit $rc: $(tail -1 "$dir/out")"; fi
+}
+refused "16-bit precision" --precision bf16
+refused "--recompute" --recompute
+refused "sgd" --optimizer sgd
+refused "LoRA" --lora-rank 4
+refused "more than one process" --nproc 2
+refused "RMSNorm" --model llama-tiny --vocab 256
+"$DTRAIN" train "${model[@]}" --device cuda:x > "$dir/out" 2>&1
+[ $? = 2 ] && grep -q "expected cpu, cuda or cuda:N" "$dir/out" && ok "--device cuda:x: a usage error naming the forms" ||
+    fail "--device cuda:x: $(tail -1 "$dir/out")"
+
+# the real plugin (or a build without one) where there is no GPU: a clear error, nothing trained
+if [ -e /dev/nvidiactl ]; then
+    ok "a GPU is here: bench/gpu_check.sh checks the real plugin"
+else
+    "$DTRAIN" train "${model[@]}" --device cuda > "$dir/out" 2>&1
+    rc=$?
+    if [ $rc = 1 ] && grep -qE -- "--device cuda: (no usable NVIDIA GPU here|this dtrain was built without CUDA|the GPU plugin .* does not load)" "$dir/out" &&
+       ! grep -q '"loss"' "$dir/out"; then
+        ok "--device cuda without a GPU: refused ($(grep -o -- '--device cuda: [^(]*' "$dir/out" | head -1))"
+    else
+        fail "--device cuda without a GPU: exit $rc: $(tail -1 "$dir/out")"
+    fi
+fi
+echo "gpu_train: $passed passed, $failed failed"
+[ $failed -eq 0 ]
