@@ -5,11 +5,11 @@
 # 124M with a save, beside PyTorch's step (bf16 compiled, f32, TF32) and llm.c's (bf16), and Hugging Face's decoding
 # at batch 1 and 32. Each part prints its figures and goes on if another failed.
 # The binaries come built (scripts/gpu-carry.sh packs DIR/gpu-bin.tar.xz; llm.c's train_gpt2cu beside it, if built).
-# PARTS (a comma list; all by default): open, kernels, lm, bench, train, llmc, torch, decode.
+# PARTS (a comma list; all by default): open, kernels, lm, bench, train, oom, llmc, torch, decode.
 # usage: bench/gpu_check.sh [DIR] [PARTS]      (on the GPU machine, in the repository's root; the log goes to $OUT too)
 set -u
 dir=${1:-.gpu}
-parts=,${2:-open,kernels,lm,bench,train,llmc,torch,decode},
+parts=,${2:-open,kernels,lm,bench,train,oom,llmc,torch,decode},
 want() { [[ $parts == *,$1,* ]]; }
 out=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$out"
@@ -80,6 +80,13 @@ if want train; then
   part "the saved weights evaluated on the CPU"
   run "eval on the CPU" $bin/dtrain train --model /tmp/gpt2-124M.bin --val-data /tmp/llmc_val.bin --batch 16 --seq 1024 --steps 0 \
     --eval-batches 2 --threads 16
+fi
+if want oom; then
+  part "a model that does not fit the GPU: refused before the first step, naming the sizes"
+  $bin/dtrain train --model 1558M --data /tmp/llmc_train.bin --batch 64 --seq 1024 --steps 1 --device cuda
+  rc=$?
+  echo "exit $rc"
+  results+=("$(printf '%-44s %s' "1558M B 64 refused" "$([ $rc = 1 ] && echo ok || echo "FAILED (exit $rc)")")")
 fi
 if want llmc; then
   part "llm.c's train_gpt2cu: 124M (d12, random init), B 16, T 1024, bf16, no cuDNN"

@@ -17,39 +17,8 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-import torch.nn as nn
 import torch.nn.functional as F
-
-
-class Block(nn.Module):
-    def __init__(self, c, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(c), nn.LayerNorm(c)
-        self.qkv, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
-        self.fc, self.out = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
-        x = x + self.proj(y)
-        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, a):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(a.vocab, a.channels), nn.Embedding(a.seq, a.channels)
-        self.blocks = nn.ModuleList(Block(a.channels, a.heads) for _ in range(a.layers))
-        self.lnf = nn.LayerNorm(a.channels)
-
-    def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
-        for b in self.blocks:
-            x = b(x)
-        return self.lnf(x) @ self.wte.weight.t()
+from torch_gpt_model import GPT
 
 
 def make_optimizer(a, model, ranks):
@@ -78,8 +47,8 @@ def worker(rank, a, ranks, out):
         os.environ.setdefault("MASTER_PORT", "29533")
         dist.init_process_group("gloo", rank=rank, world_size=ranks)
     torch.manual_seed(1)
-    model = GPT(a)
-    net = nn.parallel.DistributedDataParallel(model) if ranks > 1 else model
+    model = GPT(a.layers, a.heads, a.channels, a.vocab, a.seq)
+    net = torch.nn.parallel.DistributedDataParallel(model) if ranks > 1 else model
     opt, pre = make_optimizer(a, model, ranks)
     g = torch.Generator().manual_seed(100 + rank)
     times = []

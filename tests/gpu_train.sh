@@ -57,6 +57,15 @@ refused "RMSNorm" --model llama-tiny --vocab 256
 [ $? = 2 ] && grep -q "expected cpu, cuda or cuda:N" "$dir/out" && ok "--device cuda:x: a usage error naming the forms" ||
     fail "--device cuda:x: $(tail -1 "$dir/out")"
 
+# a model that does not fit the GPU: refused before anything is asked of it, naming what it needs and what is free
+DTRAIN_GPU_PLUGIN=$HOST DTRAIN_GPU_HOST_FREE_MB=1 "$DTRAIN" train "${model[@]}" --device cuda > "$dir/out" 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q -- "--device cuda: this model at B 4 x T 64 needs .* GiB of the GPU (parameters, gradients and AdamW's moments .*activations .*has 0.00 GiB free" "$dir/out"; then
+    ok "a GPU with 1 MiB free: refused before the first step ($(grep -o 'needs [0-9.]* GiB' "$dir/out"))"
+else
+    fail "a GPU with 1 MiB free: exit $rc: $(tail -1 "$dir/out")"
+fi
+
 # the real plugin (or a build without one) where there is no GPU: a clear error, nothing trained
 if [ -e /dev/nvidiactl ]; then
     ok "a GPU is here: bench/gpu_check.sh checks the real plugin"

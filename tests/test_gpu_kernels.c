@@ -140,6 +140,8 @@ static void adamw(dt_gpu *g) {
     }
     report_err("adamw: parameters after 3 steps, the last clipped (dt_optim's)", device_err(g, gp, p, n), 1e-6);
     report_err("sum of squares: the gradients' norm", fabs(sqrt(ss) - norm) / norm, 1e-6);
+    /* the scale against the device's own values, halved here (exact in binary) */
+    dt_gpu_download(g, p, gp, n * 4);
     dt_gpu_scale(g, gp, n, 0.5f);
     for (size_t i = 0; i < n; i++) p[i] *= 0.5f;
     report_err("scale", device_err(g, gp, p, n), 0);

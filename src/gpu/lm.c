@@ -27,7 +27,25 @@ struct dt_gpu_lm {
     float *h_losses;           /* host: a forward's rows' losses */
     double scored;
     long step;
+    int counting;              /* lay_out counts bytes (need; state_need of them the parameters' and AdamW's) */
+    size_t need, state_need;
 };
+
+/* The pre-flight: everything the model takes on the GPU counted before any of it is asked for, and refused, naming
+ * the sizes, when it is more than the GPU has free. */
+static dt_status lay_out(dt_gpu_lm *m);
+static dt_status preflight(dt_gpu_lm *m) {
+    m->counting = 1;
+    dt_status st = lay_out(m);
+    m->counting = 0;
+    size_t fr = 0, tot = 0;
+    if (!st) st = dt_gpu_mem_info(m->g, &fr, &tot);
+    if (st || m->need <= fr) return st;
+    return dt_error(DT_ERR_NOMEM, "--device cuda: this model at B %d x T %d needs %.2f GiB of the GPU (parameters, gradients and AdamW's "
+                    "moments %.2f GiB; activations %.2f GiB: a smaller --batch or --seq takes less), and %s has %.2f GiB free",
+                    m->B, m->T, m->need / 1073741824.0, m->state_need / 1073741824.0, (m->need - m->state_need) / 1073741824.0,
+                    dt_gpu_name(m->g), fr / 1073741824.0);
+}
 
 static dt_status check_ops(const dt_program *p, const dt_program_view *v) {
     const dt_lm_config *c = dt_program_config(p);
@@ -52,8 +70,12 @@ static dt_status check_ops(const dt_program *p, const dt_program_view *v) {
     return DT_OK;
 }
 
-/* Device buffers, each counted into *total (NULL out: count only). */
-static dt_status take(dt_gpu_lm *m, size_t floats, float **out) { return dt_gpu_alloc(m->g, floats * sizeof(float), (void **)out); }
+/* A device buffer; while counting (the pre-flight), only its bytes, added to m->need. */
+static dt_status take(dt_gpu_lm *m, size_t floats, float **out) {
+    if (!m->counting) return dt_gpu_alloc(m->g, floats * sizeof(float), (void **)out);
+    m->need += floats * sizeof(float);
+    return DT_OK;
+}
 
 static dt_status lay_out(dt_gpu_lm *m) {
     const dt_program_view *v = &m->v;
@@ -62,15 +84,16 @@ static dt_status lay_out(dt_gpu_lm *m) {
     if (!st) st = take(m, m->n, &m->grads);
     if (!st) st = take(m, m->n, &m->m);
     if (!st) st = take(m, m->n, &m->vv);
-    if (!st) st = dt_gpu_alloc(m->g, sizeof(double), (void **)&m->ss);
-    if (!st) st = dt_gpu_alloc(m->g, 2 * BT * sizeof(int32_t), (void **)&m->tok);
-    if (!st) m->tgt = m->tok + BT;
+    if (!st) st = take(m, 2, (float **)&m->ss);
+    if (!st) st = take(m, 2 * BT, (float **)&m->tok);
+    if (!st && !m->counting) m->tgt = m->tok + BT;
+    m->state_need = m->need;
     if (!st) st = take(m, (size_t)(m->L + 1) * BT * m->C, &m->stream);
     for (int l = 0; !st && l < m->L; l++) {
         for (int x = 0; !st && x < v->nvalues; x++) {
             float **dst = &m->val[l * v->nvalues + x];
-            if (x == DT_V_IN || x == DT_V_OUT) *dst = m->stream + (size_t)(l + (x == DT_V_OUT)) * BT * m->C;
-            else st = take(m, BT * v->value_width[x], dst);
+            if (x != DT_V_IN && x != DT_V_OUT) st = take(m, BT * v->value_width[x], dst);
+            else if (!m->counting) *dst = m->stream + (size_t)(l + (x == DT_V_OUT)) * BT * m->C;
         }
         for (int k = 0; !st && k < v->nops; k++) {
             dt_op_kind kind = v->ops[k].s.kind;
@@ -116,6 +139,7 @@ dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **o
     if (!m->off || !m->val || !m->stats || !m->dval || !m->h_losses) st = dt_error(DT_ERR_NOMEM, "dt_gpu_lm_create: out of memory");
     for (int l = 0; !st && l < m->L; l++)
         for (int k = 0; k < m->nblock; k++) m->off[l * m->nblock + k] = dt_program_block_tensor(p, l, k)->offset;
+    if (!st) st = preflight(m);
     if (!st) st = lay_out(m);
     if (!st) st = dt_gpu_lm_upload(m, dt_program_params(p));
     if (!st) st = dt_gpu_lm_zero_grad(m);
