@@ -58,6 +58,9 @@ if want lm; then
   run "test_gpu_lm d6" $bin/test_gpu_lm d6 4 64 20 1e-5
   part "GPT-2 124M on the GPU against the CPU, 20 steps, f32"
   run "test_gpu_lm 124M" $bin/test_gpu_lm 124M 4 64 20 1e-5
+  part "Llama: llama-tiny (8 heads, 2 K/V heads, untied) and SmolLM-135M's shape on the GPU against the CPU, f32"
+  run "test_gpu_lm llama-tiny" $bin/test_gpu_lm llama-tiny 4 64 20 1e-5
+  run "test_gpu_lm smollm-135m" $bin/test_gpu_lm smollm-135m 4 64 10 1e-5
 fi
 if want bench; then
   part "dtrain's training step: 124M, B 16, T 1024"
@@ -72,14 +75,20 @@ if want train; then
   paste <(grep -o '"loss":[0-9.e+-]*' /tmp/cpu.jsonl | cut -d: -f2) <(grep -o '"loss":[0-9.e+-]*' /tmp/gpu.jsonl | cut -d: -f2) |
     awk '{d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; printf "step %2d  cpu %s  gpu %s  relative %.2e\n", NR, $1, $2, d}
          END {printf "worst %.2e over %d steps\n", w, NR}'
+  part "the same for Llama: llama-tiny, B 4, T 64, 20 steps"
+  common[1]=llama-tiny
+  run "train llama-tiny cpu" $bin/dtrain train "${common[@]}" --vocab 50257 --threads 16 --metrics /tmp/lcpu.jsonl
+  run "train llama-tiny --device cuda" $bin/dtrain train "${common[@]}" --vocab 50257 --device cuda --metrics /tmp/lgpu.jsonl
+  paste <(grep -o '"loss":[0-9.e+-]*' /tmp/lcpu.jsonl | cut -d: -f2) <(grep -o '"loss":[0-9.e+-]*' /tmp/lgpu.jsonl | cut -d: -f2) |
+    awk '{d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d} END {printf "llama-tiny: worst %.2e over %d steps\n", w, NR}'
   part "dtrain train --device cuda: 124M, B 16, T 1024, 20 steps, an evaluation and a save"
   train=(--model 124M --data /tmp/llmc_train.bin --val-data /tmp/llmc_val.bin --batch 16 --seq 1024 --steps 20 --lr 6e-4
-         --warmup 5 --eval-every 20 --eval-batches 2 --device cuda)
+         --warmup 5 --eval-every 20 --eval-batches 1 --device cuda)
   run "train 124M --device cuda" $bin/dtrain train "${train[@]}" --save /tmp/gpt2-124M.bin
   run "train 124M --device cuda --tf32" $bin/dtrain train "${train[@]}" --tf32
   part "the saved weights evaluated on the CPU"
   run "eval on the CPU" $bin/dtrain train --model /tmp/gpt2-124M.bin --val-data /tmp/llmc_val.bin --batch 16 --seq 1024 --steps 0 \
-    --eval-batches 2 --threads 16
+    --eval-batches 1 --threads 16
 fi
 if want oom; then
   part "a model that does not fit the GPU: refused before the first step, naming the sizes"

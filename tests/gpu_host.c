@@ -5,6 +5,7 @@
 #include "dtrain/gpu.h"
 #include "dtrain/kernels.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,49 @@ void dt_gpu_layernorm_backward(dt_gpu *g, float *di, float *dw, float *db, const
                                const float *m, const float *r, int N, int C) {
     (void)g, dt_layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
 }
+void dt_gpu_rmsnorm_forward(dt_gpu *g, float *o, float *r, const float *i, const float *w, int N, int C, float eps) {
+    (void)g, dt_rmsnorm_forward(o, r, i, w, N, C, eps);
+}
+void dt_gpu_rmsnorm_backward(dt_gpu *g, float *di, float *dw, const float *d, const float *i, const float *w, const float *r, int N, int C) {
+    (void)g, dt_rmsnorm_backward(di, dw, d, i, w, r, N, C);
+}
+void dt_gpu_swiglu_forward(dt_gpu *g, float *o, const float *gu, int N, int F) { (void)g, dt_swiglu_forward(o, gu, N, F); }
+void dt_gpu_swiglu_backward(dt_gpu *g, float *d, const float *gu, const float *o, int N, int F) { (void)g, dt_swiglu_backward(d, gu, o, N, F); }
+void dt_gpu_rope(dt_gpu *g, float *x, const float *f, int rows, int T, int heads, int d, size_t stride, int backward) {
+    (void)g;
+    int32_t *pos = malloc((size_t)rows * sizeof *pos);
+    for (int r = 0; r < rows; r++) pos[r] = r % T;
+    (backward ? dt_rope_backward : dt_rope_forward)(x, f, pos, rows, heads, d, stride);
+    free(pos);
+}
+/* program_run.c's attention_pack and attention_unpack, without the turn (dt_gpu_rope's) */
+void dt_gpu_attention_pack(dt_gpu *g, float *p, const float *in, int BT, int NH, int KVH, int hd) {
+    (void)g;
+    size_t Q = (size_t)NH * hd, KV = (size_t)KVH * hd;
+    for (int r = 0; r < BT; r++) {
+        const float *x = in + r * (Q + 2 * KV);
+        float *o = p + r * 3 * Q;
+        memcpy(o, x, Q * sizeof(float));
+        for (int h = 0; h < NH; h++) {
+            memcpy(o + Q + (size_t)h * hd, x + Q + (size_t)(h / (NH / KVH)) * hd, (size_t)hd * sizeof(float));
+            memcpy(o + 2 * Q + (size_t)h * hd, x + Q + KV + (size_t)(h / (NH / KVH)) * hd, (size_t)hd * sizeof(float));
+        }
+    }
+}
+void dt_gpu_attention_unpack(dt_gpu *g, float *din, const float *dp, int BT, int NH, int KVH, int hd) {
+    (void)g;
+    size_t Q = (size_t)NH * hd, KV = (size_t)KVH * hd;
+    for (int r = 0; r < BT; r++) {
+        const float *d = dp + r * 3 * Q;
+        float *o = din + r * (Q + 2 * KV);
+        for (size_t j = 0; j < Q; j++) o[j] += d[j];
+        for (int h = 0; h < NH; h++)
+            for (int j = 0; j < hd; j++) {
+                o[Q + (size_t)(h / (NH / KVH)) * hd + j] += d[Q + (size_t)h * hd + j];
+                o[Q + KV + (size_t)(h / (NH / KVH)) * hd + j] += d[2 * Q + (size_t)h * hd + j];
+            }
+    }
+}
 void dt_gpu_gelu_forward(dt_gpu *g, float *o, const float *i, size_t n) { (void)g, dt_gelu_forward(o, i, n); }
 void dt_gpu_gelu_backward(dt_gpu *g, float *di, const float *i, const float *d, size_t n) { (void)g, dt_gelu_backward(di, i, d, n); }
 void dt_gpu_residual_forward(dt_gpu *g, float *o, const float *a, const float *b, size_t n) { (void)g, dt_residual_forward(o, a, b, n); }
@@ -70,11 +114,16 @@ void dt_gpu_accumulate(dt_gpu *g, float *d, const float *s, size_t n) {
     (void)g;
     for (size_t i = 0; i < n; i++) d[i] += s[i];
 }
+/* no positions' table (rotary positions): the token rows alone, as the vocabulary-parallel lookup of every row */
 void dt_gpu_embedding_forward(dt_gpu *g, float *o, const int32_t *t, const float *e, const float *p, int B, int T, int C) {
-    (void)g, dt_embedding_forward(o, t, e, p, B, T, C);
+    (void)g;
+    if (p) dt_embedding_forward(o, t, e, p, B, T, C);
+    else dt_embedding_rows_forward(o, t, e, 0, INT_MAX, B * T, C);
 }
 void dt_gpu_embedding_backward(dt_gpu *g, float *de, float *dp, const float *d, const int32_t *t, int B, int T, int C) {
-    (void)g, dt_embedding_backward(de, dp, d, t, B, T, C);
+    (void)g;
+    if (dp) dt_embedding_backward(de, dp, d, t, B, T, C);
+    else dt_embedding_rows_backward(de, d, t, 0, INT_MAX, B * T, C);
 }
 void dt_gpu_attention_forward(dt_gpu *g, float *o, float *a, const float *q, int B, int T, int C, int NH) {
     (void)g, dt_attention_forward(o, a, q, B, T, C, NH);

@@ -2,7 +2,7 @@
 # dtrain train --device cuda end to end on a machine without a GPU: the trainer's GPU path (the plugin it loads, the
 # program's device, the engine's gpu strategy, a save, a resume) with the host's kernels in the GPU's place (a plugin
 # of tests/gpu_host.c, named by DTRAIN_GPU_PLUGIN) gives the CPU trainer's losses, parameters and optimizer state bit
-# for bit, also cut in two and resumed; what the GPU path does not run is refused by name; the real plugin, where
+# for bit, also cut in two and resumed, and a Llama's; what the GPU path does not run is refused by name; the real plugin, where
 # there is no GPU, refuses clearly (where there is one, bench/gpu_check.sh checks it).
 # usage: gpu_train.sh DTRAIN HOST_PLUGIN
 set -u
@@ -25,6 +25,17 @@ if [ "$(losses "$dir/cpu.jsonl" | wc -l)" = 6 ] && [ "$(losses "$dir/cpu.jsonl")
     ok "--device cuda on host kernels = the CPU trainer: 6 steps' losses, evaluations, saved parameters and AdamW state ($(losses "$dir/gpu.jsonl" | tail -1))"
 else
     fail "--device cuda on host kernels differs: losses $(losses "$dir/cpu.jsonl" | tr '\n' ' ') vs $(losses "$dir/gpu.jsonl" | tr '\n' ' '); $(cmp "$a/params.f32" "$b/params.f32" 2>&1)"
+fi
+
+# the Llama family (rotary positions, RMSNorm, SwiGLU, 2 K/V heads for 8, an untied head)
+llama=(--model llama-tiny --vocab 256 --data "$dir/train.bin" --seq 64 --batch 4 --threads 1 --quiet --steps 4 --lr 1e-3 --grad-clip 1.0)
+"$DTRAIN" train "${llama[@]}" --metrics "$dir/lc.jsonl" --save "$dir/lc.safetensors" > "$dir/out" 2>&1 || fail "llama on the CPU: $(tail -2 "$dir/out")"
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${llama[@]}" --device cuda --metrics "$dir/lg.jsonl" --save "$dir/lg.safetensors" > "$dir/out" 2>&1 ||
+    fail "llama --device cuda: $(tail -2 "$dir/out")"
+if [ "$(losses "$dir/lc.jsonl" | wc -l)" = 4 ] && [ "$(losses "$dir/lc.jsonl")" = "$(losses "$dir/lg.jsonl")" ] && cmp -s "$dir/lc.safetensors" "$dir/lg.safetensors"; then
+    ok "llama-tiny --device cuda on host kernels = the CPU trainer: 4 losses and the saved weights ($(losses "$dir/lg.jsonl" | tail -1))"
+else
+    fail "llama-tiny --device cuda differs: $(losses "$dir/lc.jsonl" | tr '\n' ' ') vs $(losses "$dir/lg.jsonl" | tr '\n' ' ')"
 fi
 
 # cut at step 3 and resumed on the device: the state goes back to it
@@ -52,7 +63,7 @@ refused "--recompute" --recompute
 refused "sgd" --optimizer sgd
 refused "LoRA" --lora-rank 4
 refused "more than one process" --nproc 2
-refused "RMSNorm" --model llama-tiny --vocab 256
+refused "a mixture of experts" --model mixtral-tiny
 "$DTRAIN" train "${model[@]}" --device cuda:x > "$dir/out" 2>&1
 [ $? = 2 ] && grep -q "expected cpu, cuda or cuda:N" "$dir/out" && ok "--device cuda:x: a usage error naming the forms" ||
     fail "--device cuda:x: $(tail -1 "$dir/out")"

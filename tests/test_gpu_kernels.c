@@ -1,5 +1,5 @@
-/* Every GPU kernel (gpu.h) against the CPU kernel it stands for (kernels.h, optim.h), on fresh random inputs at
- * GPT-2 shapes, f32 both: within 1e-5 relative (sums in another order), 2e-5 where a sum runs over the vocabulary.
+/* Every GPU kernel (gpu.h) against the CPU kernel it stands for (kernels.h, optim.h; attention's packing against its
+ * definition, written out here), on fresh random inputs at GPT-2 shapes, f32 both: within 1e-5 relative (sums in another order), 2e-5 where a sum runs over the vocabulary.
  * Needs a GPU (bench/gpu_check.sh runs it). usage: test_gpu_kernels */
 #include "gpu_check.h"
 
@@ -62,6 +62,65 @@ static void layernorm_gelu_add(dt_gpu *g) {
     report_err("residual add", device_err(g, gy, y, n), 0);
     void *dev[] = { gx, gw, gb, gdy, gdx, gdw, gdb, gy, gst }, *host[] = { x, w, b, dy, y, st, dx, dw, db };
     for (int i = 0; i < 9; i++) dt_gpu_free(g, dev[i]), free(host[i]);
+}
+
+/* The Llama family's: RMSNorm, SwiGLU, rotary positions, q|k|v made from K/V heads. */
+static void llama_ops(dt_gpu *g) {
+    size_t n = (size_t)BT * C;
+    float *x = random_floats(n, 2), *w = random_floats(C, 1), *dy = random_floats(n, 1), *y = malloc(n * 4), *rs = malloc(BT * 4);
+    float *dx = random_floats(n, 0.1f), *dw = random_floats(C, 0.1f);
+    float *gx = to_device(g, x, n * 4), *gw = to_device(g, w, C * 4), *gdy = to_device(g, dy, n * 4), *gy = to_device(g, y, n * 4);
+    float *grs = to_device(g, rs, BT * 4), *gdx = to_device(g, dx, n * 4), *gdw = to_device(g, dw, C * 4);
+    dt_rmsnorm_forward(y, rs, x, w, BT, C, 1e-6f);
+    dt_gpu_rmsnorm_forward(g, gy, grs, gx, gw, BT, C, 1e-6f);
+    report_err("rmsnorm forward", device_err(g, gy, y, n), 1e-5);
+    report_err("rmsnorm forward: rstd kept", device_err(g, grs, rs, BT), 1e-5);
+    dt_rmsnorm_backward(dx, dw, dy, x, w, rs, BT, C);
+    dt_gpu_rmsnorm_backward(g, gdx, gdw, gdy, gx, gw, grs, BT, C);
+    report_err("rmsnorm backward: d(input), added to", device_err(g, gdx, dx, n), 1e-5);
+    report_err("rmsnorm backward: d(weight), added to", device_err(g, gdw, dw, C), 1e-5);
+    int F = C / 2; /* x as [BT, 2F] gate | up */
+    dt_swiglu_forward(y, x, BT, F);
+    dt_gpu_swiglu_forward(g, gy, gx, BT, F);
+    report_err("swiglu forward", device_err(g, gy, y, (size_t)BT * F), 1e-5);
+    dt_swiglu_backward(dx, x, dy, BT, F);
+    dt_gpu_swiglu_backward(g, gdx, gx, gdy, BT, F);
+    report_err("swiglu backward, added to", device_err(g, gdx, dx, n), 1e-5);
+    /* rotary positions on rows of NH heads of 64 channels, 3 C apart (q in a packed q|k|v), row r at r % T */
+    int hd = C / NH, KVH = 2;
+    size_t nq = (size_t)BT * 3 * C;
+    float inv[32], *qkv = random_floats(nq, 1), *gqkv = to_device(g, qkv, nq * 4), *ginv;
+    dt_rope_config rc = { .theta = 10000 };
+    dt_rope_frequencies(inv, hd, &rc);
+    ginv = to_device(g, inv, sizeof inv);
+    int32_t pos[BT];
+    for (int r = 0; r < BT; r++) pos[r] = r % T;
+    for (int dir = 0; dir < 2; dir++) {
+        (dir ? dt_rope_backward : dt_rope_forward)(qkv, inv, pos, BT, NH, hd, 3 * C);
+        dt_gpu_rope(g, gqkv, ginv, BT, T, NH, hd, 3 * C, dir);
+        report_err(dir ? "rope backward (the opposite turn)" : "rope forward (theta 10000, positions to 255)", device_err(g, gqkv, qkv, nq), 1e-6);
+    }
+    /* pack: q of NH heads, then each head's K/V head (NH / KVH heads share one); unpack sums them back */
+    size_t win = (size_t)C + 2 * KVH * hd;
+    float *in = random_floats((size_t)BT * win, 1), *pk = malloc(nq * 4), *din = random_floats((size_t)BT * win, 0.1f);
+    float *gin = to_device(g, in, (size_t)BT * win * 4), *gpk = to_device(g, pk, nq * 4), *gdin = to_device(g, din, (size_t)BT * win * 4);
+    for (int r = 0; r < BT; r++)
+        for (int c = 0; c < 3 * C; c++) {
+            int part = c / C, h = c % C / hd, j = c % hd;
+            pk[(size_t)r * 3 * C + c] = in[(size_t)r * win + (part == 0 ? (size_t)c : C + (size_t)(part - 1) * KVH * hd + (size_t)(h / (NH / KVH)) * hd + j)];
+        }
+    dt_gpu_attention_pack(g, gpk, gin, BT, NH, KVH, hd);
+    report_err("attention pack: q|k|v of 6 heads from 2 K/V heads", device_err(g, gpk, pk, nq), 0);
+    for (int r = 0; r < BT; r++)
+        for (int c = 0; c < 3 * C; c++) {
+            int part = c / C, h = c % C / hd, j = c % hd;
+            din[(size_t)r * win + (part == 0 ? (size_t)c : C + (size_t)(part - 1) * KVH * hd + (size_t)(h / (NH / KVH)) * hd + j)] += qkv[(size_t)r * 3 * C + c];
+        }
+    dt_gpu_attention_unpack(g, gdin, gqkv, BT, NH, KVH, hd);
+    report_err("attention unpack: each K/V head the sum of its heads', added to", device_err(g, gdin, din, (size_t)BT * win), 1e-6);
+    void *dev[] = { gx, gw, gdy, gy, grs, gdx, gdw, gqkv, ginv, gin, gpk, gdin }, *host[] = { x, w, dy, y, rs, dx, dw, qkv, in, pk, din };
+    for (int i = 0; i < 12; i++) dt_gpu_free(g, dev[i]);
+    for (int i = 0; i < 11; i++) free(host[i]);
 }
 
 static void attention(dt_gpu *g) {
@@ -159,6 +218,7 @@ int main(void) {
     printf("GPU: %s\n", dt_gpu_name(g));
     matmul(g);
     layernorm_gelu_add(g);
+    llama_ops(g);
     attention(g);
     embedding_crossentropy(g);
     adamw(g);

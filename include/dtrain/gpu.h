@@ -54,6 +54,20 @@ void dt_gpu_layernorm_forward(dt_gpu *g, float *out, float *mean, float *rstd, c
                               int C);
 void dt_gpu_layernorm_backward(dt_gpu *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                                const float *mean, const float *rstd, int N, int C);
+/* RMSNorm (Llama's): rstd kept for backward, which adds into dinp and dw. */
+void dt_gpu_rmsnorm_forward(dt_gpu *g, float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+void dt_gpu_rmsnorm_backward(dt_gpu *g, float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
+                             int N, int C);
+/* SwiGLU on rows of [gate | up]: out[N, F] = silu(gate) * up; backward adds into dgu [N, 2F]. */
+void dt_gpu_swiglu_forward(dt_gpu *g, float *out, const float *gu, int N, int F);
+void dt_gpu_swiglu_backward(dt_gpu *g, float *dgu, const float *gu, const float *dout, int N, int F);
+/* Rotary positions in place (dt_rope_forward's turn; backward: the opposite angle): rows of `heads` heads of d
+ * channels, rows row_stride floats apart, row r at position r % T; inv_freq: d / 2 device floats. */
+void dt_gpu_rope(dt_gpu *g, float *x, const float *inv_freq, int rows, int T, int heads, int d, size_t row_stride, int backward);
+/* Attention's q|k|v of all NH heads [BT, 3 Q] from q, the KVH K/V heads and v side by side (in [BT, Q + 2 KV]; head
+ * h reads K/V head h / (NH / KVH)); unpack adds d(packed) back into d(in), each K/V head the sum of its heads'. */
+void dt_gpu_attention_pack(dt_gpu *g, float *packed, const float *in, int BT, int NH, int KVH, int hd);
+void dt_gpu_attention_unpack(dt_gpu *g, float *din, const float *dpacked, int BT, int NH, int KVH, int hd);
 void dt_gpu_gelu_forward(dt_gpu *g, float *out, const float *inp, size_t n);
 void dt_gpu_gelu_backward(dt_gpu *g, float *dinp, const float *inp, const float *dout, size_t n);
 void dt_gpu_residual_forward(dt_gpu *g, float *out, const float *a, const float *b, size_t n);

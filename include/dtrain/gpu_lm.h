@@ -1,6 +1,6 @@
 /* dtrain: the model program on a GPU (src/gpu/lm.c): a host program's spec and parameters on the device, forward,
- * backward and AdamW there, in the host store's layout. One process, the whole model, f32, GPT-2's family's ops so
- * far; what it cannot run is refused by name at create. */
+ * backward and AdamW there, in the host store's layout. One process, the whole model, f32, GPT-2's and the Llama
+ * family's ops; what it cannot run (a mixture of experts, a split model) is refused by name at create. */
 #ifndef DTRAIN_GPU_LM_H
 #define DTRAIN_GPU_LM_H
 

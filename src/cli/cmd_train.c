@@ -186,7 +186,7 @@ static void usage(FILE *f) {
             "  --recompute        activation checkpointing: recompute each block in backward (less memory)\n"
             "  --attention MODE   auto (default: blockwise from T >= 256), full (keep T x T rows), blockwise\n"
             "  --device D         cpu (default), or cuda or cuda:N: the model, its gradients and AdamW on NVIDIA GPU N\n"
-            "                     (0), a GPT-2 family model in one process, f32 (docs/gpu.md); the CUDA path is a\n"
+            "                     (0), a GPT-2 or Llama family model in one process, f32 (docs/gpu.md); the CUDA path is a\n"
             "                     plugin built when nvcc is, loaded only for this\n"
             "  --tf32             with --device cuda: the f32 matmuls in TF32 on the tensor cores (PyTorch's allow_tf32)\n"
             "  --precision P      fp32 (default), bf16 or fp16: mixed precision as torch.autocast (16-bit\n"

@@ -83,8 +83,8 @@ void dt_gpu_accumulate(dt_gpu *g, float *dst, const float *src, size_t n) {
 
 /* ---- column sums over rows: a bias's gradient, a LayerNorm's weight and bias gradients ---- */
 
-/* db[c] += sum over rows of dy[r, c]; with mean (LayerNorm) also dw[c] += sum of dy * (x - mean) * rstd. A block
- * takes THREADS columns of ROWS_PER_BLOCK rows. */
+/* db[c] += sum over rows of dy[r, c] (db NULL: not wanted); with rstd also dw[c] += sum of dy * (x - mean) * rstd
+ * (LayerNorm's; mean NULL: RMSNorm's x * rstd). A block takes THREADS columns of ROWS_PER_BLOCK rows. */
 static __global__ void column_sums_k(float *dw, float *db, const float *dy, const float *x, const float *mean, const float *rstd, int N,
                                      int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, r0 = blockIdx.y * ROWS_PER_BLOCK;
@@ -94,10 +94,10 @@ static __global__ void column_sums_k(float *dw, float *db, const float *dy, cons
     for (int r = r0; r < r1; r++) {
         float d = dy[(size_t)r * C + c];
         sb += d;
-        if (mean) sw += d * (x[(size_t)r * C + c] - mean[r]) * rstd[r];
+        if (rstd) sw += d * (x[(size_t)r * C + c] - (mean ? mean[r] : 0.0f)) * rstd[r];
     }
     if (db) atomicAdd(db + c, sb);
-    if (mean && dw) atomicAdd(dw + c, sw);
+    if (rstd && dw) atomicAdd(dw + c, sw);
 }
 
 static void column_sums(dt_gpu *g, float *dw, float *db, const float *dy, const float *x, const float *mean, const float *rstd, int N,
@@ -162,13 +162,80 @@ void dt_gpu_layernorm_backward(dt_gpu *g, float *dinp, float *dw, float *db, con
     column_sums(g, dw, db, dout, inp, mean, rstd, N, C, "layernorm weight gradients");
 }
 
+/* ---- RMSNorm: a warp a row ---- */
+
+static __global__ void rmsnorm_forward_k(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float ss = 0;
+    for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
+    float s = 1.0f / sqrtf(warp_sum(ss) / C + eps);
+    float *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) o[c] = x[c] * s * w[c];
+    if (lane == 0) rstd[row] = s;
+}
+
+static __global__ void rmsnorm_backward_k(float *dinp, const float *dout, const float *inp, const float *w, const float *rstd, int N,
+                                          int C) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float s = rstd[row], dot = 0;
+    for (int c = lane; c < C; c += 32) dot += w[c] * dy[c] * x[c] * s;
+    dot = warp_sum(dot) / C;
+    float *dx = dinp + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) dx[c] += (w[c] * dy[c] - x[c] * s * dot) * s;
+}
+
+void dt_gpu_rmsnorm_forward(dt_gpu *g, float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
+    rmsnorm_forward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(out, rstd, inp, w, N, C, eps);
+    dt_gpu_check_launch(g, "rmsnorm forward");
+}
+
+void dt_gpu_rmsnorm_backward(dt_gpu *g, float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
+                             int N, int C) {
+    rmsnorm_backward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(dinp, dout, inp, w, rstd, N, C);
+    dt_gpu_check_launch(g, "rmsnorm backward");
+    column_sums(g, dw, NULL, dout, inp, NULL, rstd, N, C, "rmsnorm weight gradient");
+}
+
+/* ---- SwiGLU ---- */
+
+static __global__ void swiglu_forward_k(float *out, const float *gu, int N, int F) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * F) return;
+    size_t r = i / F, j = i % F;
+    float gv = gu[r * 2 * F + j], u = gu[r * 2 * F + F + j];
+    out[i] = gv / (1.0f + expf(-gv)) * u;
+}
+
+static __global__ void swiglu_backward_k(float *dgu, const float *gu, const float *dout, int N, int F) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * F) return;
+    size_t r = i / F, j = i % F;
+    float gv = gu[r * 2 * F + j], u = gu[r * 2 * F + F + j], dy = dout[i], sg = 1.0f / (1.0f + expf(-gv));
+    dgu[r * 2 * F + j] += dy * u * sg * (1.0f + gv * (1.0f - sg));
+    dgu[r * 2 * F + F + j] += dy * gv * sg;
+}
+
+void dt_gpu_swiglu_forward(dt_gpu *g, float *out, const float *gu, int N, int F) {
+    swiglu_forward_k<<<dt_gpu_blocks((size_t)N * F, THREADS), THREADS, 0, g->stream>>>(out, gu, N, F);
+    dt_gpu_check_launch(g, "swiglu forward");
+}
+
+void dt_gpu_swiglu_backward(dt_gpu *g, float *dgu, const float *gu, const float *dout, int N, int F) {
+    swiglu_backward_k<<<dt_gpu_blocks((size_t)N * F, THREADS), THREADS, 0, g->stream>>>(dgu, gu, dout, N, F);
+    dt_gpu_check_launch(g, "swiglu backward");
+}
+
 /* ---- the embedding ---- */
 
 static __global__ void embedding_forward_k(float *out, const int32_t *tok, const float *wte, const float *wpe, int BT, int T, int C) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)BT * C) return;
     int r = (int)(i / C), c = (int)(i % C);
-    out[i] = wte[(size_t)tok[r] * C + c] + wpe[(size_t)(r % T) * C + c];
+    out[i] = wte[(size_t)tok[r] * C + c] + (wpe ? wpe[(size_t)(r % T) * C + c] : 0.0f);
 }
 
 static __global__ void embedding_backward_k(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int BT, int T, int C) {

@@ -1,8 +1,9 @@
 /* The model program on the GPU: the same spec (the family's block ops, read through dt_program_view) run by the
  * device kernels, its parameters, gradients and AdamW's moments on the device in the host program's store layout (so
- * a checkpoint is the host store, downloaded). One process, the whole model, f32; the ops GPT-2's family uses
- * (LayerNorm, a one-part Linear, attention on fused q|k|v without rotary positions, GELU, the add); anything else is
- * refused by name when the model is made. */
+ * a checkpoint is the host store, downloaded). One process, the whole model, f32; GPT-2's and the Llama family's ops
+ * (LayerNorm or RMSNorm, a Linear of one part or several side by side, attention on q|k|v made from K/V heads and
+ * turned by rotary positions where the family says, GELU or SwiGLU, the add, a tied or untied head); a mixture of
+ * experts, or a model split over ranks, is refused by name when the model is made. */
 #include "dtrain/gpu_lm.h"
 
 #include <math.h>
@@ -12,10 +13,15 @@
 struct dt_gpu_lm {
     dt_gpu *g;
     dt_program_view v;
-    int B, T, L, C, NH, V, Vp, nblock;
+    int B, T, L, C, NH, KVH, hd, V, Vp, nblock;
+    int repack;                /* attention makes its own q|k|v of all heads (rotary positions, or fewer K/V heads) */
+    float eps;                 /* RMSNorm's */
     size_t n;                  /* parameters */
     size_t *off;               /* [L * nblock]: block l's tensor k's offset in the store */
-    size_t o_wte, o_wpe, o_lnfw, o_lnfb;
+    size_t o_wte, o_head, o_lnfw;
+    const dt_tensor_info *wpe, *lnfb; /* NULL: none (rotary positions; RMSNorm) */
+    float *inv_freq;           /* device: rotary's head_dim / 2 frequencies */
+    float **packed, *dpacked;  /* with repack: each block's q|k|v of all heads [BT, 3 Q], kept; its gradient */
     float *params, *grads, *m, *vv; /* device */
     double *ss;                /* device: the last step's gradient sum of squares */
     int32_t *tok, *tgt;        /* device */
@@ -49,23 +55,17 @@ static dt_status preflight(dt_gpu_lm *m) {
 
 static dt_status check_ops(const dt_program *p, const dt_program_view *v) {
     const dt_lm_config *c = dt_program_config(p);
-    if (v->rms || v->rotary || !v->positions || v->head || c->untied)
-        return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: the GPU path runs GPT-2's family so far (LayerNorm, learned positions, a "
-                                            "tied head); this model has %s",
-                        v->rms ? "RMSNorm" : v->rotary ? "rotary positions" : "an untied head");
-    if (v->heads != c->num_heads || v->kv_heads != c->num_heads)
-        return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: the GPU path runs the whole model in one process (no tensor parallelism, "
-                                            "K/V heads = heads)");
+    if (v->heads != c->num_heads)
+        return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: the GPU path runs the whole model in one process (no tensor parallelism)");
+    if (v->rotary && v->head_dim / 2 > 4096) return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: a head of %d channels", v->head_dim);
+    int repack = v->rotary || v->kv_heads != v->heads;
     for (int k = 0; k < v->nops; k++) {
         const dt_program_op *o = &v->ops[k];
-        if (o->s.kind == DT_OP_LINEAR && o->s.nw != 1)
-            return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: block op %d is a Linear of %d parts; the GPU path fuses none yet", k,
-                            o->s.nw);
-        if (o->s.kind == DT_OP_SWIGLU || o->s.kind == DT_OP_MOE)
-            return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: block op %d (%s) has no GPU kernel yet", k,
-                            o->s.kind == DT_OP_SWIGLU ? "SwiGLU" : "a mixture of experts");
-        if (o->s.kind == DT_OP_ATTENTION && o->width_in != 3 * o->width_out)
-            return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: attention must read fused q|k|v (op %d)", k);
+        if (o->s.kind == DT_OP_MOE)
+            return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: block op %d (a mixture of experts) has no GPU kernel yet", k);
+        if (o->s.kind == DT_OP_ATTENTION && o->width_in != (repack ? o->width_out + 2 * v->kv_heads * v->head_dim : 3 * o->width_out))
+            return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: attention (op %d) reads %d channels, not q, k and v of its heads", k,
+                            o->width_in);
     }
     return DT_OK;
 }
@@ -100,7 +100,10 @@ static dt_status lay_out(dt_gpu_lm *m) {
             if (kind == DT_OP_NORM) st = take(m, 2 * BT, &m->stats[l * v->nops + k]);
             if (kind == DT_OP_ATTENTION) st = take(m, att, &m->stats[l * v->nops + k]);
         }
+        if (!st && m->repack) st = take(m, BT * 3 * m->NH * m->hd, &m->packed[l]);
     }
+    if (!st && m->repack) st = take(m, BT * 3 * m->NH * m->hd, &m->dpacked);
+    if (!st && v->rotary) st = take(m, (size_t)m->hd / 2, &m->inv_freq);
     for (int x = 0; !st && x < v->nvalues; x++)
         if (x == DT_V_IN || x == DT_V_OUT) st = take(m, BT * m->C, &m->dres[x]);
         else st = take(m, BT * v->value_width[x], &m->dval[x]);
@@ -126,22 +129,26 @@ dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **o
         free(m);
         return st;
     }
-    m->B = B, m->T = T, m->L = c->num_layers, m->C = c->channels, m->NH = c->num_heads, m->V = c->vocab_size;
-    m->Vp = m->v.embed->shape[0];
+    m->B = B, m->T = T, m->L = c->num_layers, m->C = c->channels, m->NH = m->v.heads, m->KVH = m->v.kv_heads, m->hd = m->v.head_dim;
+    m->V = c->vocab_size, m->Vp = m->v.embed->shape[0], m->eps = c->norm_eps;
+    m->repack = m->v.rotary || m->KVH != m->NH;
     m->n = dt_program_num_params(p);
-    m->o_wte = m->v.embed->offset, m->o_wpe = m->v.positions->offset, m->o_lnfw = m->v.norm_w->offset, m->o_lnfb = m->v.norm_b->offset;
+    m->o_wte = m->v.embed->offset, m->o_head = m->v.head ? m->v.head->offset : m->o_wte, m->o_lnfw = m->v.norm_w->offset;
+    m->wpe = m->v.positions, m->lnfb = m->v.norm_b;
     for (m->nblock = 0; dt_program_block_tensor(p, 0, m->nblock); m->nblock++) {}
     m->off = calloc((size_t)m->L * m->nblock, sizeof *m->off);
     m->val = calloc((size_t)m->L * m->v.nvalues, sizeof *m->val);
     m->stats = calloc((size_t)m->L * m->v.nops, sizeof *m->stats);
     m->dval = calloc((size_t)m->v.nvalues, sizeof *m->dval);
+    m->packed = calloc((size_t)m->L, sizeof *m->packed);
     m->h_losses = malloc((size_t)B * T * sizeof(float));
-    if (!m->off || !m->val || !m->stats || !m->dval || !m->h_losses) st = dt_error(DT_ERR_NOMEM, "dt_gpu_lm_create: out of memory");
+    if (!m->off || !m->val || !m->stats || !m->dval || !m->packed || !m->h_losses) st = dt_error(DT_ERR_NOMEM, "dt_gpu_lm_create: out of memory");
     for (int l = 0; !st && l < m->L; l++)
         for (int k = 0; k < m->nblock; k++) m->off[l * m->nblock + k] = dt_program_block_tensor(p, l, k)->offset;
     if (!st) st = preflight(m);
     if (!st) st = lay_out(m);
     if (!st) st = dt_gpu_lm_upload(m, dt_program_params(p));
+    if (!st && m->v.rotary) st = dt_gpu_upload(g, m->inv_freq, m->v.inv_freq, (size_t)m->hd / 2 * sizeof(float));
     if (!st) st = dt_gpu_lm_zero_grad(m);
     if (!st) {
         dt_gpu_zero(g, m->m, m->n * sizeof(float));
@@ -160,7 +167,7 @@ void dt_gpu_lm_destroy(dt_gpu_lm *m) {
     if (!m) return;
     dt_gpu *g = m->g;
     float *bufs[] = { m->params, m->grads, m->m, m->vv, m->stream, m->dres[0], m->dres[1], m->lnf, m->lnf_stats, m->logits, m->losses,
-                      m->dlnf, m->scratch };
+                      m->dlnf, m->scratch, m->dpacked, m->inv_freq };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dt_gpu_free(g, bufs[i]);
     dt_gpu_free(g, m->ss);
     dt_gpu_free(g, m->tok);
@@ -169,6 +176,8 @@ void dt_gpu_lm_destroy(dt_gpu_lm *m) {
             if (x != DT_V_IN && x != DT_V_OUT) dt_gpu_free(g, m->val[l * m->v.nvalues + x]);
     for (int i = 0; m->stats && i < m->L * m->v.nops; i++) dt_gpu_free(g, m->stats[i]);
     for (int x = 0; m->dval && x < m->v.nvalues; x++) dt_gpu_free(g, m->dval[x]);
+    for (int l = 0; m->packed && l < m->L; l++) dt_gpu_free(g, m->packed[l]);
+    free(m->packed);
     free(m->off);
     free(m->val);
     free(m->stats);
@@ -203,12 +212,27 @@ static void op_forward(dt_gpu_lm *m, int l, int k) {
     int BT = m->B * m->T;
     float *in = m->val[l * m->v.nvalues + s->in], *out = m->val[l * m->v.nvalues + s->out], *st = m->stats[l * m->v.nops + k];
     switch (s->kind) {
-    case DT_OP_NORM: dt_gpu_layernorm_forward(m->g, out, st, st + BT, in, W(m, l, s->w), W(m, l, s->b), BT, o->width_in); break;
+    case DT_OP_NORM:
+        if (m->v.rms) dt_gpu_rmsnorm_forward(m->g, out, st, in, W(m, l, s->w), BT, o->width_in, m->eps);
+        else dt_gpu_layernorm_forward(m->g, out, st, st + BT, in, W(m, l, s->w), W(m, l, s->b), BT, o->width_in);
+        break;
     case DT_OP_LINEAR:
         dt_gpu_matmul_forward(m->g, out, in, W(m, l, s->w), s->b >= 0 ? W(m, l, s->b) : NULL, BT, o->width_in, o->width_out);
         break;
-    case DT_OP_ATTENTION: dt_gpu_attention_forward(m->g, out, st, in, m->B, m->T, o->width_out, m->NH); break;
+    case DT_OP_ATTENTION: {
+        const float *qkv = in;
+        if (m->repack) { /* q|k|v of all heads, q and k turned by position: kept for backward */
+            size_t Q = (size_t)o->width_out;
+            dt_gpu_attention_pack(m->g, m->packed[l], in, BT, m->NH, m->KVH, m->hd);
+            for (int part = 0; m->v.rotary && part < 2; part++)
+                dt_gpu_rope(m->g, m->packed[l] + part * Q, m->inv_freq, BT, m->T, m->NH, m->hd, 3 * Q, 0);
+            qkv = m->packed[l];
+        }
+        dt_gpu_attention_forward(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
+        break;
+    }
     case DT_OP_GELU: dt_gpu_gelu_forward(m->g, out, in, (size_t)BT * o->width_in); break;
+    case DT_OP_SWIGLU: dt_gpu_swiglu_forward(m->g, out, in, BT, o->width_out); break;
     case DT_OP_ADD: dt_gpu_residual_forward(m->g, out, in, m->val[l * m->v.nvalues + s->in2], (size_t)BT * o->width_out); break;
     default: break; /* refused at create */
     }
@@ -222,12 +246,14 @@ dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *
     dt_status st = dt_gpu_upload(m->g, m->tok, inputs, BT * sizeof(int32_t));
     if (!st && targets) st = dt_gpu_upload(m->g, m->tgt, targets, BT * sizeof(int32_t));
     if (st) return st;
-    dt_gpu_embedding_forward(m->g, m->stream, m->tok, m->params + m->o_wte, m->params + m->o_wpe, m->B, m->T, m->C);
+    dt_gpu_embedding_forward(m->g, m->stream, m->tok, m->params + m->o_wte, m->wpe ? m->params + m->wpe->offset : NULL, m->B, m->T, m->C);
     for (int l = 0; l < m->L; l++)
         for (int k = 0; k < m->v.nops; k++) op_forward(m, l, k);
     const float *x = m->stream + (size_t)m->L * BT * m->C;
-    dt_gpu_layernorm_forward(m->g, m->lnf, m->lnf_stats, m->lnf_stats + BT, x, m->params + m->o_lnfw, m->params + m->o_lnfb, (int)BT, m->C);
-    dt_gpu_matmul_forward(m->g, m->logits, m->lnf, m->params + m->o_wte, NULL, (int)BT, m->C, m->Vp);
+    if (m->v.rms) dt_gpu_rmsnorm_forward(m->g, m->lnf, m->lnf_stats, x, m->params + m->o_lnfw, (int)BT, m->C, m->eps);
+    else dt_gpu_layernorm_forward(m->g, m->lnf, m->lnf_stats, m->lnf_stats + BT, x, m->params + m->o_lnfw, m->params + m->lnfb->offset, (int)BT,
+                                  m->C);
+    dt_gpu_matmul_forward(m->g, m->logits, m->lnf, m->params + m->o_head, NULL, (int)BT, m->C, m->Vp);
     if (!targets) return dt_gpu_sync(m->g);
     size_t scored = 0;
     for (size_t i = 0; i < BT; i++) scored += targets[i] >= 0;
@@ -253,14 +279,27 @@ static void op_backward(dt_gpu_lm *m, int l, int k) {
     float *din = m->dval[s->in], *dout = m->dval[s->out];
     switch (s->kind) {
     case DT_OP_NORM:
-        dt_gpu_layernorm_backward(m->g, din, dW(m, l, s->w), dW(m, l, s->b), dout, in, W(m, l, s->w), st, st + BT, BT, o->width_in);
+        if (m->v.rms) dt_gpu_rmsnorm_backward(m->g, din, dW(m, l, s->w), dout, in, W(m, l, s->w), st, BT, o->width_in);
+        else dt_gpu_layernorm_backward(m->g, din, dW(m, l, s->w), dW(m, l, s->b), dout, in, W(m, l, s->w), st, st + BT, BT, o->width_in);
         break;
     case DT_OP_LINEAR:
         dt_gpu_matmul_backward(m->g, din, dW(m, l, s->w), s->b >= 0 ? dW(m, l, s->b) : NULL, dout, in, W(m, l, s->w), BT, o->width_in,
                                o->width_out);
         break;
-    case DT_OP_ATTENTION: dt_gpu_attention_backward(m->g, din, m->scratch, dout, in, st, m->B, m->T, o->width_out, m->NH); break;
+    case DT_OP_ATTENTION:
+        if (!m->repack) {
+            dt_gpu_attention_backward(m->g, din, m->scratch, dout, in, st, m->B, m->T, o->width_out, m->NH);
+            break;
+        }
+        /* through the packed q|k|v: turned back, each K/V head's gradient the sum of its heads' */
+        dt_gpu_zero(m->g, m->dpacked, (size_t)BT * 3 * o->width_out * sizeof(float));
+        dt_gpu_attention_backward(m->g, m->dpacked, m->scratch, dout, m->packed[l], st, m->B, m->T, o->width_out, m->NH);
+        for (int part = 0; m->v.rotary && part < 2; part++)
+            dt_gpu_rope(m->g, m->dpacked + (size_t)part * o->width_out, m->inv_freq, BT, m->T, m->NH, m->hd, 3 * (size_t)o->width_out, 1);
+        dt_gpu_attention_unpack(m->g, din, m->dpacked, BT, m->NH, m->KVH, m->hd);
+        break;
     case DT_OP_GELU: dt_gpu_gelu_backward(m->g, din, in, dout, (size_t)BT * o->width_in); break;
+    case DT_OP_SWIGLU: dt_gpu_swiglu_backward(m->g, din, in, dout, BT, o->width_out); break;
     case DT_OP_ADD:
         dt_gpu_accumulate(m->g, din, dout, (size_t)BT * o->width_out);
         dt_gpu_accumulate(m->g, m->dval[s->in2], dout, (size_t)BT * o->width_out);
@@ -274,10 +313,11 @@ dt_status dt_gpu_lm_backward(dt_gpu_lm *m, float grad_scale) {
     float *x = m->stream + (size_t)m->L * BT * C, *dres = m->dres[DT_V_OUT];
     if (grad_scale != 1.0f) dt_gpu_scale(m->g, m->logits, BT * m->Vp, grad_scale); /* forward made d(loss)/d(logits) */
     dt_gpu_zero(m->g, m->dlnf, BT * C * sizeof(float));
-    dt_gpu_matmul_backward(m->g, m->dlnf, m->grads + m->o_wte, NULL, m->logits, m->lnf, m->params + m->o_wte, (int)BT, m->C, m->Vp);
+    dt_gpu_matmul_backward(m->g, m->dlnf, m->grads + m->o_head, NULL, m->logits, m->lnf, m->params + m->o_head, (int)BT, m->C, m->Vp);
     dt_gpu_zero(m->g, dres, BT * C * sizeof(float));
-    dt_gpu_layernorm_backward(m->g, dres, m->grads + m->o_lnfw, m->grads + m->o_lnfb, m->dlnf, x, m->params + m->o_lnfw, m->lnf_stats,
-                              m->lnf_stats + BT, (int)BT, m->C);
+    if (m->v.rms) dt_gpu_rmsnorm_backward(m->g, dres, m->grads + m->o_lnfw, m->dlnf, x, m->params + m->o_lnfw, m->lnf_stats, (int)BT, m->C);
+    else dt_gpu_layernorm_backward(m->g, dres, m->grads + m->o_lnfw, m->grads + m->lnfb->offset, m->dlnf, x, m->params + m->o_lnfw,
+                                   m->lnf_stats, m->lnf_stats + BT, (int)BT, m->C);
     for (int l = m->L - 1; l >= 0; l--) {
         m->dval[DT_V_OUT] = dres;
         m->dval[DT_V_IN] = dres == m->dres[0] ? m->dres[1] : m->dres[0];
@@ -287,7 +327,7 @@ dt_status dt_gpu_lm_backward(dt_gpu_lm *m, float grad_scale) {
         dres = m->dval[DT_V_IN];
     }
     m->dval[DT_V_IN] = m->dval[DT_V_OUT] = NULL;
-    dt_gpu_embedding_backward(m->g, m->grads + m->o_wte, m->grads + m->o_wpe, dres, m->tok, m->B, m->T, m->C);
+    dt_gpu_embedding_backward(m->g, m->grads + m->o_wte, m->wpe ? m->grads + m->wpe->offset : NULL, dres, m->tok, m->B, m->T, m->C);
     return dt_gpu_sync(m->g);
 }
 

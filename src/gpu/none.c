@@ -44,6 +44,25 @@ void dt_gpu_layernorm_backward(dt_gpu *g, float *di, float *dw, float *db, const
                                const float *m, const float *r, int N, int C) {
     (void)g, (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)m, (void)r, (void)N, (void)C;
 }
+void dt_gpu_rmsnorm_forward(dt_gpu *g, float *o, float *r, const float *i, const float *w, int N, int C, float eps) {
+    (void)g, (void)o, (void)r, (void)i, (void)w, (void)N, (void)C, (void)eps;
+}
+void dt_gpu_rmsnorm_backward(dt_gpu *g, float *di, float *dw, const float *d, const float *i, const float *w, const float *r, int N, int C) {
+    (void)g, (void)di, (void)dw, (void)d, (void)i, (void)w, (void)r, (void)N, (void)C;
+}
+void dt_gpu_swiglu_forward(dt_gpu *g, float *o, const float *gu, int N, int F) { (void)g, (void)o, (void)gu, (void)N, (void)F; }
+void dt_gpu_swiglu_backward(dt_gpu *g, float *d, const float *gu, const float *o, int N, int F) {
+    (void)g, (void)d, (void)gu, (void)o, (void)N, (void)F;
+}
+void dt_gpu_rope(dt_gpu *g, float *x, const float *f, int rows, int T, int heads, int d, size_t stride, int backward) {
+    (void)g, (void)x, (void)f, (void)rows, (void)T, (void)heads, (void)d, (void)stride, (void)backward;
+}
+void dt_gpu_attention_pack(dt_gpu *g, float *p, const float *i, int BT, int NH, int KVH, int hd) {
+    (void)g, (void)p, (void)i, (void)BT, (void)NH, (void)KVH, (void)hd;
+}
+void dt_gpu_attention_unpack(dt_gpu *g, float *d, const float *p, int BT, int NH, int KVH, int hd) {
+    (void)g, (void)d, (void)p, (void)BT, (void)NH, (void)KVH, (void)hd;
+}
 void dt_gpu_gelu_forward(dt_gpu *g, float *o, const float *i, size_t n) { (void)g, (void)o, (void)i, (void)n; }
 void dt_gpu_gelu_backward(dt_gpu *g, float *di, const float *i, const float *d, size_t n) { (void)g, (void)di, (void)i, (void)d, (void)n; }
 void dt_gpu_residual_forward(dt_gpu *g, float *o, const float *a, const float *b, size_t n) { (void)g, (void)o, (void)a, (void)b, (void)n; }

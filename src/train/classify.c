@@ -249,7 +249,7 @@ static dt_status setup(cls_run *r) {
                         c->stop_after);
     if (c->sync_bn && mlp) return dt_error(DT_ERR_ARG, "--sync-bn: the MLP has no BatchNorm (a ResNet has)");
     if (c->cuda) /* said, not silently run on the CPU */
-        return dt_error(DT_ERR_UNSUPPORTED, "--model %s: --device cuda is built for the language models (GPT-2's family) so far", c->model);
+        return dt_error(DT_ERR_UNSUPPORTED, "--model %s: --device cuda is built for the language models (GPT-2's and Llama's families) so far", c->model);
     if (c->lora.rank || c->lora_from) /* said, not silently skipped */
         return dt_error(DT_ERR_UNSUPPORTED, "--model %s: LoRA is built for the language models (GPT-2, Llama, Qwen 2)", c->model);
     dt_resnet_config named; /* the name checked before any data is read */

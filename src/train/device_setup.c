@@ -7,7 +7,7 @@
 
 static dt_status refuse(const char *what) {
     return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: %s is not on the GPU path yet (one process, the whole model, f32, "
-                                        "AdamW; docs/gpu.md)", what);
+                                        "AdamW, GPT-2's and Llama's ops; docs/gpu.md)", what);
 }
 
 static dt_status check(const dt_train_config *c, int nranks) {
