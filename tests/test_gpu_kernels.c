@@ -64,8 +64,8 @@ static void layernorm_gelu_add(dt_gpu *g) {
     for (int i = 0; i < 9; i++) dt_gpu_free(g, dev[i]), free(host[i]);
 }
 
-/* The Llama family's: RMSNorm, SwiGLU, rotary positions, q|k|v made from K/V heads. */
-static void llama_ops(dt_gpu *g) {
+/* The Llama family's RMSNorm and SwiGLU. */
+static void rmsnorm_swiglu(dt_gpu *g) {
     size_t n = (size_t)BT * C;
     float *x = random_floats(n, 2), *w = random_floats(C, 1), *dy = random_floats(n, 1), *y = malloc(n * 4), *rs = malloc(BT * 4);
     float *dx = random_floats(n, 0.1f), *dw = random_floats(C, 0.1f);
@@ -86,6 +86,12 @@ static void llama_ops(dt_gpu *g) {
     dt_swiglu_backward(dx, x, dy, BT, F);
     dt_gpu_swiglu_backward(g, gdx, gx, gdy, BT, F);
     report_err("swiglu backward, added to", device_err(g, gdx, dx, n), 1e-5);
+    void *dev[] = { gx, gw, gdy, gy, grs, gdx, gdw }, *host[] = { x, w, dy, y, rs, dx, dw };
+    for (int i = 0; i < 7; i++) dt_gpu_free(g, dev[i]), free(host[i]);
+}
+
+/* Rotary positions, and attention's q|k|v made from K/V heads (against its definition, written out here). */
+static void rotary_and_packing(dt_gpu *g) {
     /* rotary positions on rows of NH heads of 64 channels, 3 C apart (q in a packed q|k|v), row r at r % T */
     int hd = C / NH, KVH = 2;
     size_t nq = (size_t)BT * 3 * C;
@@ -118,9 +124,9 @@ static void llama_ops(dt_gpu *g) {
         }
     dt_gpu_attention_unpack(g, gdin, gqkv, BT, NH, KVH, hd);
     report_err("attention unpack: each K/V head the sum of its heads', added to", device_err(g, gdin, din, (size_t)BT * win), 1e-6);
-    void *dev[] = { gx, gw, gdy, gy, grs, gdx, gdw, gqkv, ginv, gin, gpk, gdin }, *host[] = { x, w, dy, y, rs, dx, dw, qkv, in, pk, din };
-    for (int i = 0; i < 12; i++) dt_gpu_free(g, dev[i]);
-    for (int i = 0; i < 11; i++) free(host[i]);
+    void *dev[] = { gqkv, ginv, gin, gpk, gdin }, *host[] = { qkv, in, pk, din };
+    for (int i = 0; i < 5; i++) dt_gpu_free(g, dev[i]);
+    for (int i = 0; i < 4; i++) free(host[i]);
 }
 
 static void attention(dt_gpu *g) {
@@ -218,7 +224,8 @@ int main(void) {
     printf("GPU: %s\n", dt_gpu_name(g));
     matmul(g);
     layernorm_gelu_add(g);
-    llama_ops(g);
+    rmsnorm_swiglu(g);
+    rotary_and_packing(g);
     attention(g);
     embedding_crossentropy(g);
     adamw(g);
