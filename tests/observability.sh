@@ -209,5 +209,17 @@ low=$(grep -o 'text-anchor="end">[0-9.]*<' "$dir/plot.svg" | grep -o '[0-9.]*' |
 ! grep -q "validation" "$dir/plot.svg" && [ "$low" -ge 2 ] && ok "loss plot: the legend without validation; $low ticks below 3 on the log axis" ||
     fail "plot: $(grep -o 'blue[^<]*' "$dir/plot.svg"), ticks $(grep -o 'text-anchor="end">[0-9.]*<' "$dir/plot.svg" | tr '\n' ' ')"
 
+# an image model's metrics (its steps, each epoch's summary, --eval-every's accuracy lines): its steps' losses, the
+# other lines passed over
+. "$(dirname "$0")/tiny_images.sh"
+tiny_images "$dir/img"
+"$DTRAIN" train --model mlp --data "$dir/img" --epochs 2 --eval-every 20 --threads 1 --metrics "$dir/img.jsonl" --quiet > /dev/null 2>&1
+steps=$(grep -c '"loss":' "$dir/img.jsonl")
+"$DTRAIN" plot "$dir/img.jsonl" -o "$dir/img.svg" > "$dir/out" 2>&1 && grep -q '"train_loss"' "$dir/img.jsonl" &&
+    grep -q '"test_accuracy"' "$dir/img.jsonl" && [ "$steps" -ge 2 ] &&
+    [ "$(grep -o '<polyline[^>]*' "$dir/img.svg" | grep -o '[0-9.]*,[0-9.]*' | wc -l)" = "$steps" ] &&
+    ok "loss plot of an image model: its $steps steps' losses, its epochs' summaries and accuracy lines passed over" ||
+    fail "image model plot: $(cat "$dir/out")"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,7 +1,9 @@
 /* dtrain plot: the loss curve of a metrics file (one JSON object per step)
  * as a small self-contained SVG: training loss as a line, validation loss as
  * dots, steps along x, loss in nats along y (linear or log) with gridlines at
- * round values. Steps whose loss is null (not finite) leave a gap. */
+ * round values. Steps whose loss is null (not finite) leave a gap. An image
+ * model's file also holds each epoch's summary and --eval-every's accuracy
+ * lines: they are not a step's loss, and are passed over. */
 #include "dtrain/io.h"
 #include "dtrain/train.h"
 
@@ -18,6 +20,13 @@ typedef struct { double step, loss, val; } point;
 
 static double num_or_nan(const cJSON *v) { return cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : NAN; }
 
+/* Whether a line without a step's loss is one an image model writes beside its steps: an epoch's summary ("epoch",
+ * "train_loss") or an evaluation ("step", "test_accuracy"). */
+static bool image_summary(const cJSON *j) {
+    return (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "epoch")) && cJSON_GetObjectItemCaseSensitive(j, "train_loss")) ||
+           (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "step")) && cJSON_GetObjectItemCaseSensitive(j, "test_accuracy"));
+}
+
 static dt_status read_points(const char *in, point **out, size_t *count) {
     FILE *f = fopen(in, "r");
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", in, strerror(errno));
@@ -31,9 +40,10 @@ static dt_status read_points(const char *in, point **out, size_t *count) {
         lineno++;
         cJSON *j = cJSON_Parse(line);
         cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step"), *l = cJSON_GetObjectItemCaseSensitive(j, "loss");
-        if (!cJSON_IsNumber(s) || !isfinite(s->valuedouble) || !(cJSON_IsNumber(l) || cJSON_IsNull(l)))
+        bool point_line = cJSON_IsNumber(s) && isfinite(s->valuedouble) && (cJSON_IsNumber(l) || cJSON_IsNull(l));
+        if (!point_line && !image_summary(j))
             st = dt_error(DT_ERR_IO, "%s: line %d has no numeric step and loss (or null loss)", in, lineno);
-        else {
+        else if (point_line) {
             if (n == cap) {
                 point *g = realloc(pts, (cap *= 2) * sizeof *pts);
                 if (!g) st = dt_error(DT_ERR_NOMEM, "%s: out of memory at line %d", in, lineno);
