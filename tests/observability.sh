@@ -220,6 +220,11 @@ steps=$(grep -c '"loss":' "$dir/img.jsonl")
     [ "$(grep -o '<polyline[^>]*' "$dir/img.svg" | grep -o '[0-9.]*,[0-9.]*' | wc -l)" = "$steps" ] &&
     ok "loss plot of an image model: its $steps steps' losses, its epochs' summaries and accuracy lines passed over" ||
     fail "image model plot: $(cat "$dir/out")"
+printf '{"step":1,"loss":2.5}\n{"step":2,"accuracy":0.5}\n' > "$dir/bad.jsonl"
+"$DTRAIN" plot "$dir/bad.jsonl" -o "$dir/bad.svg" > "$dir/out" 2>&1
+[ $? = 1 ] && grep -q "line 2 has no numeric step and loss" "$dir/out" && [ ! -e "$dir/bad.svg" ] &&
+    ok "loss plot: a line that is neither a step's loss nor an image model's summary is refused, naming it" ||
+    fail "a bad metrics line: $(cat "$dir/out")"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
