@@ -79,33 +79,21 @@ void dt_gpu_rope(dt_gpu *g, float *x, const float *f, int rows, int T, int heads
     (backward ? dt_rope_backward : dt_rope_forward)(x, f, pos, rows, heads, d, stride);
     free(pos);
 }
-/* program_run.c's attention_pack and attention_unpack, without the turn (dt_gpu_rope's) */
+/* the K/V head each query head reads: NH / KVH heads share one, in order */
+static int *kv_heads(int NH, int KVH) {
+    int *k = malloc((size_t)NH * sizeof *k);
+    for (int h = 0; h < NH; h++) k[h] = h / (NH / KVH);
+    return k;
+}
 void dt_gpu_attention_pack(dt_gpu *g, float *p, const float *in, int BT, int NH, int KVH, int hd) {
-    (void)g;
-    size_t Q = (size_t)NH * hd, KV = (size_t)KVH * hd;
-    for (int r = 0; r < BT; r++) {
-        const float *x = in + r * (Q + 2 * KV);
-        float *o = p + r * 3 * Q;
-        memcpy(o, x, Q * sizeof(float));
-        for (int h = 0; h < NH; h++) {
-            memcpy(o + Q + (size_t)h * hd, x + Q + (size_t)(h / (NH / KVH)) * hd, (size_t)hd * sizeof(float));
-            memcpy(o + 2 * Q + (size_t)h * hd, x + Q + KV + (size_t)(h / (NH / KVH)) * hd, (size_t)hd * sizeof(float));
-        }
-    }
+    int *kv = kv_heads(NH, KVH);
+    (void)g, dt_attention_pack(p, in, BT, NH, KVH, hd, kv);
+    free(kv);
 }
 void dt_gpu_attention_unpack(dt_gpu *g, float *din, const float *dp, int BT, int NH, int KVH, int hd) {
-    (void)g;
-    size_t Q = (size_t)NH * hd, KV = (size_t)KVH * hd;
-    for (int r = 0; r < BT; r++) {
-        const float *d = dp + r * 3 * Q;
-        float *o = din + r * (Q + 2 * KV);
-        for (size_t j = 0; j < Q; j++) o[j] += d[j];
-        for (int h = 0; h < NH; h++)
-            for (int j = 0; j < hd; j++) {
-                o[Q + (size_t)(h / (NH / KVH)) * hd + j] += d[Q + (size_t)h * hd + j];
-                o[Q + KV + (size_t)(h / (NH / KVH)) * hd + j] += d[2 * Q + (size_t)h * hd + j];
-            }
-    }
+    int *kv = kv_heads(NH, KVH);
+    (void)g, dt_attention_unpack(din, dp, BT, NH, KVH, hd, kv);
+    free(kv);
 }
 void dt_gpu_gelu_forward(dt_gpu *g, float *o, const float *i, size_t n) { (void)g, dt_gelu_forward(o, i, n); }
 void dt_gpu_gelu_backward(dt_gpu *g, float *di, const float *i, const float *d, size_t n) { (void)g, dt_gelu_backward(di, i, d, n); }

@@ -1,5 +1,5 @@
-/* Every GPU kernel (gpu.h) against the CPU kernel it stands for (kernels.h, optim.h; attention's packing against its
- * definition, written out here), on fresh random inputs at GPT-2 shapes, f32 both: within 1e-5 relative (sums in another order), 2e-5 where a sum runs over the vocabulary.
+/* Every GPU kernel (gpu.h) against the CPU kernel it stands for (kernels.h, optim.h), on fresh random inputs at GPT-2
+ * shapes, f32 both: within 1e-5 relative (sums in another order), 2e-5 where a sum runs over the vocabulary.
  * Needs a GPU (bench/gpu_check.sh runs it). usage: test_gpu_kernels */
 #include "gpu_check.h"
 
@@ -90,7 +90,7 @@ static void rmsnorm_swiglu(dt_gpu *g) {
     for (int i = 0; i < 7; i++) dt_gpu_free(g, dev[i]), free(host[i]);
 }
 
-/* Rotary positions, and attention's q|k|v made from K/V heads (against its definition, written out here). */
+/* Rotary positions, and attention's q|k|v made from K/V heads. */
 static void rotary_and_packing(dt_gpu *g) {
     /* rotary positions on rows of NH heads of 64 channels, 3 C apart (q in a packed q|k|v), row r at r % T */
     int hd = C / NH, KVH = 2;
@@ -108,20 +108,14 @@ static void rotary_and_packing(dt_gpu *g) {
     }
     /* pack: q of NH heads, then each head's K/V head (NH / KVH heads share one); unpack sums them back */
     size_t win = (size_t)C + 2 * KVH * hd;
+    int kv_of[NH];
+    for (int h = 0; h < NH; h++) kv_of[h] = h / (NH / KVH);
     float *in = random_floats((size_t)BT * win, 1), *pk = malloc(nq * 4), *din = random_floats((size_t)BT * win, 0.1f);
     float *gin = to_device(g, in, (size_t)BT * win * 4), *gpk = to_device(g, pk, nq * 4), *gdin = to_device(g, din, (size_t)BT * win * 4);
-    for (int r = 0; r < BT; r++)
-        for (int c = 0; c < 3 * C; c++) {
-            int part = c / C, h = c % C / hd, j = c % hd;
-            pk[(size_t)r * 3 * C + c] = in[(size_t)r * win + (part == 0 ? (size_t)c : C + (size_t)(part - 1) * KVH * hd + (size_t)(h / (NH / KVH)) * hd + j)];
-        }
+    dt_attention_pack(pk, in, BT, NH, KVH, hd, kv_of);
     dt_gpu_attention_pack(g, gpk, gin, BT, NH, KVH, hd);
     report_err("attention pack: q|k|v of 6 heads from 2 K/V heads", device_err(g, gpk, pk, nq), 0);
-    for (int r = 0; r < BT; r++)
-        for (int c = 0; c < 3 * C; c++) {
-            int part = c / C, h = c % C / hd, j = c % hd;
-            din[(size_t)r * win + (part == 0 ? (size_t)c : C + (size_t)(part - 1) * KVH * hd + (size_t)(h / (NH / KVH)) * hd + j)] += qkv[(size_t)r * 3 * C + c];
-        }
+    dt_attention_unpack(din, qkv, BT, NH, KVH, hd, kv_of);
     dt_gpu_attention_unpack(g, gdin, gqkv, BT, NH, KVH, hd);
     report_err("attention unpack: each K/V head the sum of its heads', added to", device_err(g, gdin, din, (size_t)BT * win), 1e-6);
     void *dev[] = { gqkv, ginv, gin, gpk, gdin }, *host[] = { qkv, in, pk, din };

@@ -205,6 +205,12 @@ void dt_residual_forward(float *out, const float *a, const float *b, size_t n);
 /* da += dout, db += dout. */
 void dt_residual_backward(float *da, float *db, const float *dout, size_t n);
 
+/* What attention reads when heads share K/V heads (or q and k are turned by position after): q|k|v of all NH heads
+ * [BT, 3 Q] (Q = NH d) from a Linear's q, KVH K/V heads and v side by side (in: [BT, Q + 2 KVH d]), head h reading
+ * K/V head kv_of[h]. Unpack adds d(packed) back into d(in): a K/V head's, the sum of its heads'. */
+void dt_attention_pack(float *packed, const float *in, int BT, int NH, int KVH, int d, const int *kv_of);
+void dt_attention_unpack(float *din, const float *dpacked, int BT, int NH, int KVH, int d, const int *kv_of);
+
 /* Causal multi-head attention on qkv[B,T,3C] (q, k, v concatenated along
  * channels) into out[B,T,C]; att[B,NH,T,T] keeps the softmax for backward. */
 void dt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);

@@ -1,6 +1,6 @@
 /* What attention reads when the model turns q and k by position or shares K/V heads (the Llama family): q|k|v of all
  * heads made from the Linear's q, K/V heads and v, and the rotary turn in place; their backward. The CPU's are
- * attention_pack/unpack (model/program_run.c) and dt_rope_forward/backward (kernels/rope.c). */
+ * dt_attention_pack/unpack (kernels/attention.c) and dt_rope_forward/backward (kernels/rope.c). */
 #include "gpu_internal.h"
 
 #include <math.h>

@@ -122,3 +122,32 @@ void dt_attention_backward_lse_docs(float *dqkv, const float *dout, const float 
     dt_attn_grads g = { dqkv, dqkv + C, dqkv + 2 * (size_t)C, C3, C3 };
     dt_attention_block_backward_docs(&g, dout, out, lse, &q, &k, &v, first, B, C, NH);
 }
+
+void dt_attention_pack(float *packed, const float *in, int BT, int NH, int KVH, int d, const int *kv_of) {
+    size_t Q = (size_t)NH * d, KV = (size_t)KVH * d, win = Q + 2 * KV;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < BT; r++) {
+        const float *x = in + (size_t)r * win;
+        float *o = packed + (size_t)r * 3 * Q;
+        memcpy(o, x, Q * sizeof(float));
+        for (int h = 0; h < NH; h++) {
+            memcpy(o + Q + (size_t)h * d, x + Q + (size_t)kv_of[h] * d, (size_t)d * sizeof(float));
+            memcpy(o + 2 * Q + (size_t)h * d, x + Q + KV + (size_t)kv_of[h] * d, (size_t)d * sizeof(float));
+        }
+    }
+}
+
+void dt_attention_unpack(float *din, const float *dpacked, int BT, int NH, int KVH, int d, const int *kv_of) {
+    size_t Q = (size_t)NH * d, KV = (size_t)KVH * d, win = Q + 2 * KV;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < BT; r++) {
+        const float *g = dpacked + (size_t)r * 3 * Q;
+        float *o = din + (size_t)r * win;
+        for (size_t j = 0; j < Q; j++) o[j] += g[j];
+        for (int h = 0; h < NH; h++)
+            for (int j = 0; j < d; j++) {
+                o[Q + (size_t)kv_of[h] * d + j] += g[Q + (size_t)h * d + j];
+                o[Q + KV + (size_t)kv_of[h] * d + j] += g[2 * Q + (size_t)h * d + j];
+            }
+    }
+}

@@ -489,6 +489,8 @@ dt_status dt_program_create(const dt_lm_config *cfg, dt_program **out) {
 
 static dt_status allocate(dt_program *p) {
     const dt_lm_config *c = &p->cfg;
+    if (!(p->kv_of = malloc(sizeof(int) * (size_t)(p->NHl > 0 ? p->NHl : 1)))) return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    for (int h = 0; h < p->NHl; h++) p->kv_of[h] = dt_program_kv_head(p, h);
     if (p->f->rotary) {
         if (!(p->inv_freq = malloc(sizeof(float) * (size_t)(c->head_dim / 2)))) return dt_error(DT_ERR_NOMEM, "model: out of memory");
         dt_rope_config r = { .theta = c->rope_theta, .factor = c->rope_factor, .low_freq_factor = c->rope_low_freq_factor,
@@ -661,6 +663,7 @@ void dt_program_destroy(dt_program *p) {
     free(p->vborn);
     free(p->vbuf);
     free(p->inv_freq);
+    free(p->kv_of);
     free(p->kv_keep);
     free(p->kv_sum);
     free(p->moe_load);

@@ -166,6 +166,7 @@ struct dt_program {
                                 * unless copied), and the buffer it shares with values whose gradients live apart */
     int nvbuf;
     float *inv_freq;           /* rotary: head_dim / 2 frequencies */
+    int *kv_of;                /* this rank's query head h reads its K/V head kv_of[h] (dt_program_kv_head) */
     program_slot *slots, *s;   /* the slots, and the current one */
     float *kv_keep, *kv_sum;   /* K/V heads kept by several ranks: their gradients set aside, and summed (program_run.c) */
     int nslots;

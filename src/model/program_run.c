@@ -245,17 +245,8 @@ static float *weight_grad(const dt_program *p, int l, int i) { return p->grads +
 /* q|k|v of all heads from q, K/V heads and v side by side (in: [BT, Q + 2 KV]), q and k turned by position. */
 static void attention_pack(const dt_program *p, float *packed, const float *in, int BT) {
     int hd = p->cfg.head_dim, NH = p->NHl;
-    size_t Q = (size_t)p->Ql, KV = (size_t)p->KVl, win = Q + 2 * KV;
-    #pragma omp parallel for schedule(static)
-    for (int r = 0; r < BT; r++) {
-        const float *x = in + (size_t)r * win;
-        float *o = packed + (size_t)r * 3 * Q;
-        memcpy(o, x, Q * sizeof(float));
-        for (int h = 0; h < NH; h++) {
-            memcpy(o + Q + (size_t)h * hd, x + Q + (size_t)dt_program_kv_head(p, h) * hd, (size_t)hd * sizeof(float));
-            memcpy(o + 2 * Q + (size_t)h * hd, x + Q + KV + (size_t)dt_program_kv_head(p, h) * hd, (size_t)hd * sizeof(float));
-        }
-    }
+    size_t Q = (size_t)p->Ql;
+    dt_attention_pack(packed, in, BT, NH, p->KVl / hd, hd, p->kv_of);
     if (p->f->rotary) {
         dt_rope_forward(packed, p->inv_freq, p->s->pos, BT, NH, hd, 3 * Q);
         dt_rope_forward(packed + Q, p->inv_freq, p->s->pos, BT, NH, hd, 3 * Q);
@@ -265,22 +256,12 @@ static void attention_pack(const dt_program *p, float *packed, const float *in, 
 /* Its backward: dpacked (turned back in place) summed into d(q, K/V heads, v). */
 static void attention_unpack(const dt_program *p, float *din, float *dpacked, int BT) {
     int hd = p->cfg.head_dim, NH = p->NHl;
-    size_t Q = (size_t)p->Ql, KV = (size_t)p->KVl, win = Q + 2 * KV;
+    size_t Q = (size_t)p->Ql;
     if (p->f->rotary) {
         dt_rope_backward(dpacked, p->inv_freq, p->s->pos, BT, NH, hd, 3 * Q);
         dt_rope_backward(dpacked + Q, p->inv_freq, p->s->pos, BT, NH, hd, 3 * Q);
     }
-    #pragma omp parallel for schedule(static)
-    for (int r = 0; r < BT; r++) {
-        const float *d = dpacked + (size_t)r * 3 * Q;
-        float *o = din + (size_t)r * win;
-        for (size_t j = 0; j < Q; j++) o[j] += d[j];
-        for (int h = 0; h < NH; h++)
-            for (int j = 0; j < hd; j++) {
-                o[Q + (size_t)dt_program_kv_head(p, h) * hd + j] += d[Q + (size_t)h * hd + j];
-                o[Q + KV + (size_t)dt_program_kv_head(p, h) * hd + j] += d[2 * Q + (size_t)h * hd + j];
-            }
-    }
+    dt_attention_unpack(din, dpacked, BT, NH, p->KVl / hd, hd, p->kv_of);
 }
 
 /* A context-parallel attention's status: the first failure is kept, as a collective's (the pass runs on). */
