@@ -19,7 +19,7 @@ static void usage(FILE *f) {
                "                     ranks and its --seq, so the loss is the one its run printed; else 4 x 64)\n"
                "  --eval-batches K   batches evaluated (a checkpoint: its own; else 20)\n"
                "  --metrics FILE     the loss as a JSON line (val_loss, tokens, batches)\n"
-               "  --nproc N, --tp N, --pp N, --threads N, --precision P   as for train (dtrain train --help)\n"
+               "  --nproc N, --tp N, --pp N, --threads N, --precision P, --device D   as for train (dtrain train --help)\n"
                "The loss is the mean cross-entropy in nats per token over the batches, printed with 6 decimals.\n");
 }
 
