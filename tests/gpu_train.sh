@@ -2,7 +2,8 @@
 # dtrain train --device cuda end to end on a machine without a GPU: the trainer's GPU path (the plugin it loads, the
 # program's device, the engine's gpu strategy, a save, a resume) with the host's kernels in the GPU's place (a plugin
 # of tests/gpu_host.c, named by DTRAIN_GPU_PLUGIN) gives the CPU trainer's losses, parameters and optimizer state bit
-# for bit, also cut in two and resumed, and a Llama's; what the GPU path does not run is refused by name; the real plugin, where
+# for bit, also cut in two and resumed, and a Llama's; two ranks with data parallelism give DDP's and one process's
+# losses; what the GPU path does not run is refused by name; the real plugin, where
 # there is no GPU, refuses clearly (where there is one, bench/gpu_check.sh checks it).
 # usage: gpu_train.sh DTRAIN HOST_PLUGIN
 set -u
@@ -49,6 +50,21 @@ else
     fail "--device cuda resumed differs: $(losses "$dir/cut.jsonl" | tr '\n' ' ') vs $(losses "$dir/cpu.jsonl" | tr '\n' ' ')"
 fi
 
+# data parallelism, two ranks each with its "GPU" (the gradients staged through the host and averaged by dtrain's
+# allreduce): CPU DDP's losses and one process's with the global batch; the replicas' weights checked equal
+dp=(--data "$dir/train.bin" --layers 2 --channels 64 --heads 4 --vocab 256 --max-seq 64 --seq 64 --threads 1 --steps 6 --lr 1e-3
+    --grad-clip 1.0)
+"$DTRAIN" train "${dp[@]}" --batch 4 --nproc 2 --quiet --metrics "$dir/ddp.jsonl" > "$dir/out" 2>&1 || fail "CPU DDP: $(tail -2 "$dir/out")"
+"$DTRAIN" train "${dp[@]}" --batch 8 --quiet --metrics "$dir/one.jsonl" > "$dir/out" 2>&1 || fail "one process: $(tail -2 "$dir/out")"
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${dp[@]}" --batch 4 --nproc 2 --device cuda --metrics "$dir/gddp.jsonl" > "$dir/out" 2>&1 ||
+    fail "--nproc 2 --device cuda: $(tail -2 "$dir/out")"
+w1=$(worst loss "$dir/ddp.jsonl" "$dir/gddp.jsonl" 6) w2=$(worst loss "$dir/one.jsonl" "$dir/gddp.jsonl" 6)
+if grep -q "weights identical on all 2 ranks" "$dir/out" && awk -v a="$w1" -v b="$w2" 'BEGIN { exit !(a != "missing" && b != "missing" && a <= 1e-6 && b <= 1e-6) }'; then
+    ok "--nproc 2 --device cuda: CPU DDP's losses within $w1, one process's with the global batch within $w2; the replicas agree"
+else
+    fail "--nproc 2 --device cuda: against DDP $w1, against one process $w2; $(grep -c identical "$dir/out") replica lines"
+fi
+
 # what the GPU path does not run yet: refused, by name, before anything trains
 refused() { # WHAT ARGS...: exits 1 naming WHAT
     local what=$1
@@ -62,7 +78,7 @@ refused "16-bit precision" --precision bf16
 refused "--recompute" --recompute
 refused "sgd" --optimizer sgd
 refused "LoRA" --lora-rank 4
-refused "more than one process" --nproc 2
+refused "ZeRO" --nproc 2 --strategy zero2
 refused "a mixture of experts" --model mixtral-tiny
 "$DTRAIN" train "${model[@]}" --device cuda:x > "$dir/out" 2>&1
 [ $? = 2 ] && grep -q "expected cpu, cuda or cuda:N" "$dir/out" && ok "--device cuda:x: a usage error naming the forms" ||

@@ -33,6 +33,8 @@ dt_status dt_gpu_lm_backward(dt_gpu_lm *m, float grad_scale);
 dt_status dt_gpu_lm_step(dt_gpu_lm *m, const dt_optim_config *c, float lr, float clip, int skip_nonfinite, double *norm, int *skipped);
 /* The parameters and AdamW's moments (each NULL: not moved) and its steps, to the host (to_host 1) or from it. */
 dt_status dt_gpu_lm_state(dt_gpu_lm *m, float *params, float *m1, float *m2, long *steps, int to_host);
+/* The gradients to the host (to_host 1) or from it (data parallelism's staging through host memory). */
+dt_status dt_gpu_lm_grads(dt_gpu_lm *m, float *host, int to_host);
 /* Forward and backward for dt_program_set_device (the batch B x T the model was made for). */
 void dt_gpu_lm_device(dt_gpu_lm *m, dt_program_device *out);
 dt_gpu *dt_gpu_lm_gpu(const dt_gpu_lm *m);

@@ -363,6 +363,11 @@ dt_status dt_gpu_lm_state(dt_gpu_lm *m, float *params, float *m1, float *m2, lon
     return st;
 }
 
+dt_status dt_gpu_lm_grads(dt_gpu_lm *m, float *host, int to_host) {
+    size_t bytes = m->n * sizeof(float);
+    return to_host ? dt_gpu_download(m->g, host, m->grads, bytes) : dt_gpu_upload(m->g, m->grads, host, bytes);
+}
+
 static dt_status device_forward(void *ctx, const int32_t *inputs, const int32_t *targets, int B, int T, double loss_tokens, float *loss) {
     dt_gpu_lm *m = ctx;
     if (B != m->B || T != m->T)

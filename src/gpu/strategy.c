@@ -1,8 +1,11 @@
-/* The engine's "gpu" strategy: the whole model on one GPU (dt_gpu_lm), which updates its parameters there. The host
+/* The engine's "gpu" strategy: the whole model on a GPU (dt_gpu_lm), which updates its parameters there. The host
  * store and the optimizer's buffers are mirrors: a save makes them current (materialize on), a resume's load goes
- * back to the device (materialize off). Part of the GPU plugin. */
+ * back to the device (materialize off). Over several ranks (data parallelism, each rank its GPU or a share of one),
+ * the gradients are staged through the host store and averaged by dtrain's collectives after backward, then go back
+ * to the device for the update: no overlap with backward yet. Part of the GPU plugin. */
 #include "dtrain/gpu_lm.h"
 #include "dtrain/engine.h"
+#include "dtrain/parallel.h"
 #include "dtrain/strategy.h"
 
 #include <math.h>
@@ -25,7 +28,7 @@ static dt_status create(const dt_engine_config *c, void **state, size_t *off, si
     if (c->grad_store != DT_F32 || c->grad_comm != DT_F32) return refuse("16-bit gradients");
     if (c->codec && c->codec->kind != DT_CODEC_NONE) return refuse("gradient compression");
     if (c->opt.kind != DT_OPT_ADAMW) return refuse(dt_optim_kind_name(c->opt.kind));
-    if (c->mp_comm || c->schedule) return refuse("a model split over ranks");
+    if (c->mp_comm || c->schedule || c->expert_comm) return refuse("a model split over ranks");
     gpu_state *s = calloc(1, sizeof *s);
     if (!s) return dt_error(DT_ERR_NOMEM, "strategy gpu: out of memory");
     s->c = c;
@@ -42,6 +45,24 @@ static dt_status attach(void *state, dt_optim *o) {
     ((gpu_state *)state)->o = o;
     return DT_OK;
 }
+
+/* Data parallelism: this rank's gradients to the host store, averaged over the ranks (dtrain's allreduce), and back. */
+static dt_status finish(void *state, dt_sync_result *r) {
+    gpu_state *s = state;
+    dt_comm *c = s->c->comm;
+    if (!c || dt_comm_size(c) == 1) return DT_OK;
+    const dt_model *md = &s->c->model;
+    float *g = md->grads(md->self);
+    double t0 = dt_time_now();
+    dt_status st = dt_gpu_lm_grads(s->m, g, 1);
+    if (!st) st = dt_comm_allreduce(c, g, g, md->nparams, DT_F32, DT_AVG);
+    if (!st) st = dt_gpu_lm_grads(s->m, g, 0);
+    r->exposed_ms = (dt_time_now() - t0) * 1e3; /* all of it: after backward, nothing overlaps it */
+    return st;
+}
+
+/* The replicas' weights agree (the device's, brought to the host first). */
+static dt_status check_replicas(void *state, uint64_t *hash);
 
 static dt_status update(void *state, float lr, struct dt_step_result *r) {
     gpu_state *s = state;
@@ -61,5 +82,13 @@ static dt_status materialize(void *state, int on) {
     return st;
 }
 
-const dt_strategy dt_strategy_gpu = { .name = "gpu", .create = create, .destroy = destroy, .attach = attach, .update = update,
-                                      .materialize = materialize };
+static dt_status check_replicas(void *state, uint64_t *hash) {
+    gpu_state *s = state;
+    const dt_model *md = &s->c->model;
+    if (!s->c->comm || dt_comm_size(s->c->comm) == 1) return DT_OK; /* one replica */
+    dt_status st = materialize(state, 1);
+    return st ? st : dt_ddp_check_replicas(s->c->comm, md->params(md->self), md->nparams, hash);
+}
+
+const dt_strategy dt_strategy_gpu = { .name = "gpu", .create = create, .destroy = destroy, .attach = attach, .finish = finish,
+                                      .update = update, .materialize = materialize, .check_replicas = check_replicas };

@@ -6,14 +6,15 @@
 #include <string.h>
 
 static dt_status refuse(const char *what) {
-    return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: %s is not on the GPU path yet (one process, the whole model, f32, "
+    return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: %s is not on the GPU path yet (the whole model on each rank, f32, "
                                         "AdamW, GPT-2's and Llama's ops; docs/gpu.md)", what);
 }
 
 static dt_status check(const dt_train_config *c, int nranks) {
-    if (nranks > 1 || c->nproc > 1) return refuse("more than one process");
     if (c->tp > 1 || c->pp > 1 || c->cp > 1 || c->ep > 1) return refuse("a model split over ranks (--tp, --pp, --cp, --ep)");
-    if (c->strategy && strcmp(c->strategy, "single")) return refuse("--strategy other than single");
+    if (c->strategy && strcmp(c->strategy, "single") && strcmp(c->strategy, "ddp"))
+        return refuse("ZeRO (--strategy zero1, zero2, zero3)");
+    if (c->strategy && !strcmp(c->strategy, "single") && nranks > 1) return refuse("--strategy single over several ranks");
     if (c->precision != DT_F32) return refuse("16-bit precision (--precision)");
     if (c->recompute) return refuse("--recompute");
     if (c->lora.rank > 0 || c->lora_from) return refuse("LoRA");
