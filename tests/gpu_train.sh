@@ -65,6 +65,22 @@ else
     fail "--nproc 2 --device cuda: against DDP $w1, against one process $w2; $(grep -c identical "$dir/out") replica lines"
 fi
 
+# a model whose last parameter is NaN: the device's step stops the run naming the step (nothing saved), or with
+# --on-nonfinite skip skips every step, as on the CPU
+"$DTRAIN" train "${model[@]}" --steps 1 --save "$dir/good.bin" > /dev/null 2>&1 || fail "making a model"
+python3 -c "
+import struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read()); b[-4:] = struct.pack('<f', float('nan')); open(sys.argv[2], 'wb').write(b)" "$dir/good.bin" "$dir/nan.bin"
+nan=(--model "$dir/nan.bin" --data "$dir/train.bin" --seq 64 --batch 4 --threads 1 --device cuda)
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${nan[@]}" --steps 3 --save "$dir/nan-out.bin" > "$dir/out" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "step 1: the loss is NaN; stopping without saving" "$dir/out" && [ ! -e "$dir/nan-out.bin" ] &&
+    ok "--device cuda, a NaN loss: the run stops at step 1, nothing saved" || fail "NaN on the device: exit $rc: $(tail -1 "$dir/out")"
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${nan[@]}" --steps 3 --on-nonfinite skip --metrics "$dir/nan.jsonl" > "$dir/out" 2>&1
+rc=$?
+[ $rc = 0 ] && [ "$(grep -c '"skipped":true' "$dir/nan.jsonl")" = 3 ] && ok "--device cuda --on-nonfinite skip: 3 steps skipped, the run ends" ||
+    fail "skip on the device: exit $rc: $(tail -1 "$dir/out")"
+
 # what the GPU path does not run yet: refused, by name, before anything trains
 refused() { # WHAT ARGS...: exits 1 naming WHAT
     local what=$1
