@@ -109,7 +109,12 @@ static double cached(const char *key) {
     return lookup(key, &v) && v > 0 ? v : 0;
 }
 
-/* The cache with key set; the other rates kept where they are this CPU's. */
+/* The plan's timings at each shape it priced ("plan_..." keys) kept, the most recently written first: without a bound
+ * the cache grew with every shape ever planned (660 keys here after a month); the machine's own rates are always
+ * kept. A shape pushed out is timed again when next planned. */
+#define CACHE_PLAN_KEYS 1024
+
+/* The cache with key set; the other rates kept where they are this CPU's (the plan's, the newest CACHE_PLAN_KEYS). */
 static dt_status save(const char *key, double value) {
     char path[4200], *buf = NULL;
     if (cache_path(path, sizeof path, 1)) return dt_error(DT_ERR_IO, "peak cache: no HOME or XDG_CACHE_HOME to keep it in");
@@ -119,8 +124,15 @@ static dt_status save(const char *key, double value) {
     cJSON_AddStringToObject(j, "cpu", m.cpu);
     cJSON_AddStringToObject(j, "blas", m.blas);
     cJSON_AddNumberToObject(j, key, value);
+    int plan = !strncmp(key, "plan_", 5);
     if (ours(old, &m))
-        cJSON_ArrayForEach(it, old) if (cJSON_IsNumber(it) && strcmp(it->string, key)) cJSON_AddNumberToObject(j, it->string, it->valuedouble);
+        cJSON_ArrayForEach(it, old) {
+            if (!cJSON_IsNumber(it) || !strcmp(it->string, key)) continue;
+            bool is_plan = !strncmp(it->string, "plan_", 5);
+            if (is_plan && plan >= CACHE_PLAN_KEYS) continue;
+            plan += is_plan;
+            cJSON_AddNumberToObject(j, it->string, it->valuedouble);
+        }
     cJSON_Delete(old);
     return dt_json_write_file(j, 0, path);
 }
