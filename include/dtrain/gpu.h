@@ -20,6 +20,8 @@ typedef struct dt_gpu dt_gpu;
 
 /* Whether this build has the CUDA path (nvcc was found when it was built). */
 int dt_gpu_built(void);
+/* The GPUs this process sees (0: none, or no driver). */
+int dt_gpu_count(void);
 /* Device `ordinal`: its stream and cuBLAS handle. A clear error where the build has no CUDA, the machine no driver,
  * or no such device. */
 dt_status dt_gpu_open(int ordinal, dt_gpu **out);

@@ -42,10 +42,11 @@ dt_gpu *dt_gpu_lm_gpu(const dt_gpu_lm *m);
 /* The GPU plugin (libdtrain_gpu.so, built with the CUDA path): dtrain loads it when --device cuda asks for it, so that
  * a dtrain built with CUDA runs where there is none, and a machine without it is told so by name. Its one export,
  * dt_gpu_plugin, gives this table; abi says which build's. */
-#define DT_GPU_ABI 1
+#define DT_GPU_ABI 2
 struct dt_strategy;
 typedef struct {
     int abi;
+    int (*count)(void);
     dt_status (*open)(int ordinal, dt_gpu **out);
     void (*close)(dt_gpu *g);
     const char *(*name)(const dt_gpu *g);

@@ -94,6 +94,7 @@ typedef struct {
     int skip_nonfinite;       /* a step whose loss or gradient norm is not finite is skipped (else the run stops) */
     dt_dtype precision;       /* DT_F32, or mixed precision: DT_BF16, DT_F16 (dt_gpt2_set_precision) */
     int cuda;                 /* --device cuda[:N]: the model on NVIDIA GPU cuda - 1 (0: the CPU) */
+    int cuda_named;           /* N was given (else each rank takes its local rank's GPU) */
     int tf32;                 /* --tf32: the GPU's f32 matmuls in TF32 on its tensor cores */
     dt_loss_scale_config loss_scale; /* fp16's (DeepSpeed's fp16 section; its defaults) */
     dt_dtype grad_comm;       /* the gradients' type in data parallelism's allreduce (DT_F32 unless --grad-comm) */

@@ -186,8 +186,9 @@ static void usage(FILE *f) {
             "  --recompute        activation checkpointing: recompute each block in backward (less memory)\n"
             "  --attention MODE   auto (default: blockwise from T >= 256), full (keep T x T rows), blockwise\n"
             "  --device D         cpu (default), or cuda or cuda:N: the model, its gradients and AdamW on NVIDIA GPU N\n"
-            "                     (0), a GPT-2 or Llama family model, f32; with --nproc, data parallelism (every rank on\n"
-            "                     GPU N, the gradients averaged through host memory) (docs/gpu.md); the CUDA path is a\n"
+            "                     (0), a GPT-2 or Llama family model, f32; with --nproc, data parallelism (each rank on\n"
+            "                     GPU N, or with plain cuda on its local rank's GPU modulo the GPUs there; the gradients\n"
+            "                     averaged through host memory) (docs/gpu.md); the CUDA path is a\n"
             "                     plugin built when nvcc is, loaded only for this\n"
             "  --tf32             with --device cuda: the f32 matmuls in TF32 on the tensor cores (PyTorch's allow_tf32)\n"
             "  --precision P      fp32 (default), bf16 or fp16: mixed precision as torch.autocast (16-bit\n"
@@ -431,7 +432,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
             int n = 0, used = 0;
             c.cuda = 0;
             if (!strcmp(v, "cuda")) c.cuda = 1;
-            else if (sscanf(v, "cuda:%d%n", &n, &used) == 1 && !v[used] && n >= 0 && n < 1024) c.cuda = n + 1;
+            else if (sscanf(v, "cuda:%d%n", &n, &used) == 1 && !v[used] && n >= 0 && n < 1024) c.cuda = n + 1, c.cuda_named = 1;
             ok = c.cuda > 0 || !strcmp(v, "cpu");
         }
         else if (!strcmp(f, "--attention")) {

@@ -26,6 +26,15 @@ static dt_status cuda_error(const char *what, cudaError_t e) {
     return dt_error(DT_ERR_SYS, "%s: %s (CUDA error %d)", what, cudaGetErrorString(e), (int)e);
 }
 
+int dt_gpu_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 dt_status dt_gpu_open(int ordinal, dt_gpu **out) {
     *out = NULL;
     int n = 0;

@@ -3,6 +3,7 @@
 #include "dtrain/gpu.h"
 
 int dt_gpu_built(void) { return 0; }
+int dt_gpu_count(void) { return 0; }
 
 dt_status dt_gpu_open(int ordinal, dt_gpu **out) {
     (void)ordinal;

@@ -25,12 +25,14 @@ static dt_status check(const dt_train_config *c, int nranks) {
     return DT_OK;
 }
 
-dt_status dt_train_device_attach(const dt_train_config *c, int nranks, dt_program *p, dt_engine_config *ec, dt_train_device *out) {
+dt_status dt_train_device_attach(const dt_train_config *c, int nranks, int local_rank, dt_program *p, dt_engine_config *ec,
+                                 dt_train_device *out) {
     memset(out, 0, sizeof *out);
     if (!c->cuda) return DT_OK;
     dt_status st = check(c, nranks);
     if (!st) st = dt_gpu_api_load(&out->api);
-    if (!st) st = out->api->open(c->cuda - 1, &out->gpu);
+    int gpus = st ? 0 : out->api->count(), ordinal = c->cuda_named || gpus < 1 ? c->cuda - 1 : local_rank % gpus;
+    if (!st) st = out->api->open(out->ordinal = ordinal, &out->gpu);
     if (!st) out->api->set_tf32(out->gpu, c->tf32);
     if (!st) st = out->api->lm_create(out->gpu, p, c->batch, c->seq, &out->lm);
     if (st) {

@@ -11,12 +11,15 @@ typedef struct {
     const dt_gpu_api *api; /* NULL: the CPU */
     dt_gpu *gpu;
     dt_gpu_lm *lm;
+    int ordinal;           /* the GPU this rank took */
 } dt_train_device;
 
 /* With c->cuda: what the GPU path cannot run refused by name, then p (its weights as initialised or loaded) made on
  * the GPU for c's batch x sequence, p's forward and backward routed there and ec given the "gpu" strategy over it.
+ * The GPU: --device cuda:N's, or with plain cuda the rank's on its machine (local_rank) modulo the GPUs there.
  * Without: nothing. */
-dt_status dt_train_device_attach(const dt_train_config *c, int nranks, dt_program *p, dt_engine_config *ec, dt_train_device *out);
+dt_status dt_train_device_attach(const dt_train_config *c, int nranks, int local_rank, dt_program *p, dt_engine_config *ec,
+                                 dt_train_device *out);
 void dt_train_device_detach(dt_train_device *d, dt_program *p);
 /* The GPU's name and its memory in use, for the run's first lines (NULL: none). */
 const char *dt_train_device_name(const dt_train_device *d, double *used_gib);

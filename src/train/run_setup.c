@@ -282,7 +282,7 @@ static dt_status make_engine(run *r) {
     }
     /* a pipeline's stages: K-FAC's KL clipping and skips span them */
     if (!st) st = dt_train_precond_create(c, &ec, ec.schedule ? ec.mp_comm : NULL, r->rank, "embeddings, norms, head, experts", &r->pre);
-    if (!st) st = dt_train_device_attach(c, r->nranks, dt_gpt2_program(r->m), &ec, &r->dev);
+    if (!st) st = dt_train_device_attach(c, r->nranks, r->w ? dt_comm_local_rank(r->w) : 0, dt_gpt2_program(r->m), &ec, &r->dev);
     if (!st) st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
     dt_checkpoint_position pos;
@@ -415,8 +415,8 @@ static void print_start(const run *r) {
     double gib = 0;
     const char *gpu = dt_train_device_name(&r->dev, &gib);
     if (gpu)
-        printf("on the GPU (--device cuda:%d): %s, %.2f GiB of its memory in use; f32%s; the parameters, gradients and AdamW's "
-               "moments live there (a save copies them back)\n", c->cuda - 1, gpu, gib, c->tf32 ? " with TF32 matmuls" : "");
+        printf("on the GPU (rank 0's: cuda:%d): %s, %.2f GiB of its memory in use; f32%s; the parameters, gradients and AdamW's "
+               "moments live there (a save copies them back)\n", r->dev.ordinal, gpu, gib, c->tf32 ? " with TF32 matmuls" : "");
     const dt_lora_config *lc = dt_program_lora_config(dt_gpt2_program(r->m));
     if (lc) {
         dt_model am;
