@@ -65,6 +65,21 @@ else
     fail "--nproc 2 --device cuda: against DDP $w1, against one process $w2; $(grep -c identical "$dir/out") replica lines"
 fi
 
+# --trace: the GPU's work on its own track, from the device's events: each step's units forward, backward in reverse,
+# then the update (llama-tiny: 4 blocks)
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${llama[@]}" --device cuda --steps 3 --trace "$dir/trace.json" > "$dir/out" 2>&1 ||
+    fail "--trace on the device: $(tail -1 "$dir/out")"
+got=$(python3 -c "
+import json, sys
+t = json.load(open(sys.argv[1]))['traceEvents']
+gpu = [e['args']['name'] for e in t if e.get('ph') == 'M' and e.get('name') == 'thread_name' and e.get('tid') == 5]
+spans = [e['name'] for e in t if e.get('tid') == 5 and e.get('ph') == 'B']
+units = ['embedding'] + ['block %d' % l for l in range(4)] + ['head']
+step = ['forward ' + u for u in units] + ['backward ' + u for u in reversed(units)] + ['optimizer']
+print('ok' if gpu == ['GPU'] and spans == step * 3 else 'track %s, %d spans: %s' % (gpu, len(spans), spans[:14]))" "$dir/trace.json")
+[ "$got" = ok ] && ok "--trace --device cuda: a GPU track with each step's 6 units forward, 6 backward and the update, 3 steps" ||
+    fail "--trace on the device: $got"
+
 # a model whose last parameter is NaN: the device's step stops the run naming the step (nothing saved), or with
 # --on-nonfinite skip skips every step, as on the CPU
 "$DTRAIN" train "${model[@]}" --steps 1 --save "$dir/good.bin" > /dev/null 2>&1 || fail "making a model"

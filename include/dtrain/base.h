@@ -67,7 +67,8 @@ double dt_median(double *v, size_t n);
  * appended under a mutex (a few hundred events per step). Events go on
  * tracks, which a trace shows as threads: a thread's own track unless named
  * (the progress thread's is communication). Names are copied (31 chars). */
-typedef enum { DT_TRACK_COMPUTE = 0, DT_TRACK_COMM, DT_TRACK_DATA, DT_TRACK_IO, DT_TRACK_COUNT } dt_track;
+/* DT_TRACK_DEVICE: work on a GPU, its times read from the device's events (dt_trace_span). */
+typedef enum { DT_TRACK_COMPUTE = 0, DT_TRACK_COMM, DT_TRACK_DATA, DT_TRACK_IO, DT_TRACK_DEVICE, DT_TRACK_COUNT } dt_track;
 #define DT_TRACK_SELF (-1)
 typedef struct {
     double ts;        /* dt_time_now() seconds */
@@ -83,6 +84,9 @@ void dt_trace_enable(int on);
 void dt_trace_set_thread_track(int track);
 void dt_trace_begin(int track, const char *name, const char *args_fmt, ...) __attribute__((format(printf, 3, 4)));
 void dt_trace_end(int track);
+/* A whole event whose times were read elsewhere (dt_time_now() seconds, t0 <= t1): a device's work, timed by its events
+ * once it is done. */
+void dt_trace_span(int track, const char *name, double t0, double t1);
 /* The events so far (in order of recording) and how many did not fit;
  * valid until dt_trace_clear. */
 const dt_trace_event *dt_trace_events(size_t *n, size_t *dropped);

@@ -45,7 +45,7 @@ dt_status dt_gpu_sync(dt_gpu *g);
 /* Device events around queued work: a mark now, and the milliseconds between two marks (after a sync). */
 dt_status dt_gpu_mark(dt_gpu *g, int slot);
 double dt_gpu_elapsed_ms(dt_gpu *g, int from, int to);
-#define DT_GPU_MARKS 8
+#define DT_GPU_MARKS 256 /* a step's units (forward and backward) and the update, traced */
 
 /* The kernels, on device pointers, with the CPU kernels' meaning (kernels.h) unless said. Matmuls in f32 (cuBLAS's
  * plain f32, no TF32). */

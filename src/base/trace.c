@@ -73,6 +73,21 @@ void dt_trace_end(int track) {
     pthread_mutex_unlock(&mu);
 }
 
+void dt_trace_span(int track, const char *name, double t0, double t1) {
+    if (track < 0 || track >= DT_TRACK_COUNT) track = thread_track;
+    pthread_mutex_lock(&mu);
+    dt_trace_event *b = slot(), *e = b ? slot() : NULL;
+    if (!e) {
+        if (b) count--; /* both or neither */
+        dropped += 2;
+    } else {
+        *b = (dt_trace_event){ .ts = t0, .ph = 'B', .track = (signed char)track };
+        snprintf(b->name, sizeof b->name, "%s", name);
+        *e = (dt_trace_event){ .ts = t1 > t0 ? t1 : t0, .ph = 'E', .track = (signed char)track };
+    }
+    pthread_mutex_unlock(&mu);
+}
+
 const dt_trace_event *dt_trace_events(size_t *n, size_t *lost) {
     pthread_mutex_lock(&mu);
     *n = count;

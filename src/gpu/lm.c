@@ -7,6 +7,7 @@
 #include "dtrain/gpu_lm.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,6 +202,30 @@ dt_status dt_gpu_lm_zero_grad(dt_gpu_lm *m) {
     return DT_OK;
 }
 
+/* ---- the trace: each unit's forward and backward, and the update, as the GPU ran them ---- */
+
+/* Whether this pass is traced (units: its marks' count less one must fit the device's marks); then its first mark. */
+static bool tracing(const dt_gpu_lm *m) { return dt_trace_on() && m->L + 3 <= DT_GPU_MARKS; }
+static void mark(dt_gpu_lm *m, bool on, int k) {
+    if (on) (void)dt_gpu_mark(m->g, k);
+}
+
+/* After the pass was waited for: unit k ran between marks k and k + 1 (a backward pass's units in reverse), on the
+ * trace's GPU track, the last mark put at now. */
+static void trace_pass(dt_gpu_lm *m, const char *pass, int units, bool backward) {
+    double now = dt_time_now(), last = dt_gpu_elapsed_ms(m->g, 0, units);
+    if (last < 0) return;
+    char name[32];
+    for (int k = 0; k < units; k++) {
+        int u = backward ? units - 1 - k : k;
+        if (u == 0) snprintf(name, sizeof name, "%s embedding", pass);
+        else if (u <= m->L) snprintf(name, sizeof name, "%s block %d", pass, u - 1);
+        else snprintf(name, sizeof name, "%s head", pass);
+        double a = dt_gpu_elapsed_ms(m->g, 0, k), b = dt_gpu_elapsed_ms(m->g, 0, k + 1);
+        dt_trace_span(DT_TRACK_DEVICE, name, now - (last - a) / 1e3, now - (last - b) / 1e3);
+    }
+}
+
 /* ---- forward ---- */
 
 static float *W(const dt_gpu_lm *m, int l, int k) { return m->params + m->off[l * m->nblock + k]; }
@@ -246,23 +271,35 @@ dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *
     dt_status st = dt_gpu_upload(m->g, m->tok, inputs, BT * sizeof(int32_t));
     if (!st && targets) st = dt_gpu_upload(m->g, m->tgt, targets, BT * sizeof(int32_t));
     if (st) return st;
+    bool on = tracing(m);
+    mark(m, on, 0);
     dt_gpu_embedding_forward(m->g, m->stream, m->tok, m->params + m->o_wte, m->wpe ? m->params + m->wpe->offset : NULL, m->B, m->T, m->C);
-    for (int l = 0; l < m->L; l++)
+    mark(m, on, 1);
+    for (int l = 0; l < m->L; l++) {
         for (int k = 0; k < m->v.nops; k++) op_forward(m, l, k);
+        mark(m, on, l + 2);
+    }
     const float *x = m->stream + (size_t)m->L * BT * m->C;
     if (m->v.rms) dt_gpu_rmsnorm_forward(m->g, m->lnf, m->lnf_stats, x, m->params + m->o_lnfw, (int)BT, m->C, m->eps);
     else dt_gpu_layernorm_forward(m->g, m->lnf, m->lnf_stats, m->lnf_stats + BT, x, m->params + m->o_lnfw, m->params + m->lnfb->offset, (int)BT,
                                   m->C);
     dt_gpu_matmul_forward(m->g, m->logits, m->lnf, m->params + m->o_head, NULL, (int)BT, m->C, m->Vp);
-    if (!targets) return dt_gpu_sync(m->g);
+    if (!targets) {
+        mark(m, on, m->L + 2);
+        st = dt_gpu_sync(m->g);
+        if (!st && on) trace_pass(m, "forward", m->L + 2, false);
+        return st;
+    }
     size_t scored = 0;
     for (size_t i = 0; i < BT; i++) scored += targets[i] >= 0;
     m->scored = loss_tokens > 0 ? loss_tokens : scored ? (double)scored : 1;
     /* the gradient comes with the loss (the logits are not kept): backward starts from it */
     dt_gpu_crossentropy_fused(m->g, m->logits, m->losses, m->tgt, (int)BT, m->V, m->Vp, (float)(1.0 / m->scored));
+    mark(m, on, m->L + 2);
     st = dt_gpu_download(m->g, m->h_losses, m->losses, BT * sizeof(float));
     if (!st) st = dt_gpu_sync(m->g);
     if (st) return st;
+    if (on) trace_pass(m, "forward", m->L + 2, false);
     double sum = 0;
     for (size_t i = 0; i < BT; i++) sum += m->h_losses[i];
     if (loss) *loss = (float)(sum / m->scored);
@@ -311,6 +348,8 @@ static void op_backward(dt_gpu_lm *m, int l, int k) {
 dt_status dt_gpu_lm_backward(dt_gpu_lm *m, float grad_scale) {
     size_t BT = (size_t)m->B * m->T, C = (size_t)m->C;
     float *x = m->stream + (size_t)m->L * BT * C, *dres = m->dres[DT_V_OUT];
+    bool on = tracing(m);
+    mark(m, on, 0);
     if (grad_scale != 1.0f) dt_gpu_scale(m->g, m->logits, BT * m->Vp, grad_scale); /* forward made d(loss)/d(logits) */
     dt_gpu_zero(m->g, m->dlnf, BT * C * sizeof(float));
     dt_gpu_matmul_backward(m->g, m->dlnf, m->grads + m->o_head, NULL, m->logits, m->lnf, m->params + m->o_head, (int)BT, m->C, m->Vp);
@@ -318,6 +357,7 @@ dt_status dt_gpu_lm_backward(dt_gpu_lm *m, float grad_scale) {
     if (m->v.rms) dt_gpu_rmsnorm_backward(m->g, dres, m->grads + m->o_lnfw, m->dlnf, x, m->params + m->o_lnfw, m->lnf_stats, (int)BT, m->C);
     else dt_gpu_layernorm_backward(m->g, dres, m->grads + m->o_lnfw, m->grads + m->lnfb->offset, m->dlnf, x, m->params + m->o_lnfw,
                                    m->lnf_stats, m->lnf_stats + BT, (int)BT, m->C);
+    mark(m, on, 1);
     for (int l = m->L - 1; l >= 0; l--) {
         m->dval[DT_V_OUT] = dres;
         m->dval[DT_V_IN] = dres == m->dres[0] ? m->dres[1] : m->dres[0];
@@ -325,14 +365,20 @@ dt_status dt_gpu_lm_backward(dt_gpu_lm *m, float grad_scale) {
             if (v != DT_V_OUT) dt_gpu_zero(m->g, m->dval[v], BT * m->v.value_width[v] * sizeof(float));
         for (int k = m->v.nops - 1; k >= 0; k--) op_backward(m, l, k);
         dres = m->dval[DT_V_IN];
+        mark(m, on, m->L - l + 1);
     }
     m->dval[DT_V_IN] = m->dval[DT_V_OUT] = NULL;
     dt_gpu_embedding_backward(m->g, m->grads + m->o_wte, m->wpe ? m->grads + m->wpe->offset : NULL, dres, m->tok, m->B, m->T, m->C);
-    return dt_gpu_sync(m->g);
+    mark(m, on, m->L + 2);
+    dt_status st = dt_gpu_sync(m->g);
+    if (!st && on) trace_pass(m, "backward", m->L + 2, true);
+    return st;
 }
 
 dt_status dt_gpu_lm_step(dt_gpu_lm *m, const dt_optim_config *c, float lr, float clip, int skip_nonfinite, double *norm, int *skipped) {
-    double ss = 0;
+    double ss = 0, t0 = dt_time_now();
+    bool on = dt_trace_on();
+    mark(m, on, 0);
     dt_gpu_zero(m->g, m->ss, sizeof(double));
     dt_gpu_sumsq(m->g, m->grads, m->n, m->ss);
     dt_status st = dt_gpu_download(m->g, &ss, m->ss, sizeof ss);
@@ -349,7 +395,11 @@ dt_status dt_gpu_lm_step(dt_gpu_lm *m, const dt_optim_config *c, float lr, float
                      sqrtf(bc2));
     }
     dt_gpu_zero(m->g, m->grads, m->n * sizeof(float));
-    return dt_gpu_sync(m->g);
+    mark(m, on, 1);
+    st = dt_gpu_sync(m->g);
+    double ms = on && !st ? dt_gpu_elapsed_ms(m->g, 0, 1) : -1, now = dt_time_now();
+    if (ms >= 0) dt_trace_span(DT_TRACK_DEVICE, "optimizer", now - ms / 1e3 > t0 ? now - ms / 1e3 : t0, now);
+    return st;
 }
 
 dt_status dt_gpu_lm_state(dt_gpu_lm *m, float *params, float *m1, float *m2, long *steps, int to_host) {

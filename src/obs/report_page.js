@@ -245,7 +245,7 @@ function io() {
 // Each rank's tracks as rows, each event a bar from its start to its end.
 function timeline() {
   if (!INTERVALS || INTERVALS.length === 0) return;
-  const tracks = ["compute", "communication", "data", "checkpoint I/O"];
+  const tracks = ["compute", "communication", "data", "checkpoint I/O", "GPU"];
   const kinds = [["forward", /^forward/], ["backward", /^backward/], ["optimizer", /^optimizer/], ["wait (exposed)", /^wait/],
                  ["collective", /^(allreduce|allgather|reduce|broadcast|barrier|alltoall|gather|scatter|send|recv|sendrecv)/],
                  ["data", /batch|token/], ["checkpoint", /checkpoint/], ["evaluation", /^evaluation/]];

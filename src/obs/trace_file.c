@@ -21,7 +21,7 @@ struct dt_trace_file {
     double origin;   /* rank 0's clock at the start, in this rank's clock */
 };
 
-static const char *const track_names[DT_TRACK_COUNT] = { "compute", "communication", "data", "checkpoint I/O" };
+static const char *const track_names[DT_TRACK_COUNT] = { "compute", "communication", "data", "checkpoint I/O", "GPU" };
 
 dt_status dt_trace_parse_steps(const char *s, int *first, int *last) {
     char *end;
