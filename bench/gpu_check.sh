@@ -5,11 +5,11 @@
 # 124M with a save, beside PyTorch's step (bf16 compiled, f32, TF32) and llm.c's (bf16), and Hugging Face's decoding
 # at batch 1 and 32. Each part prints its figures and goes on if another failed.
 # The binaries come built (scripts/gpu-carry.sh packs DIR/gpu-bin.tar.xz; llm.c's train_gpt2cu beside it, if built).
-# PARTS (a comma list; all by default): open, kernels, lm, bench, train, oom, llmc, torch, decode.
+# PARTS (a comma list; all by default): open, kernels, lm, bench, train, ddp, trace, oom, llmc, torch, decode.
 # usage: bench/gpu_check.sh [DIR] [PARTS]      (on the GPU machine, in the repository's root; the log goes to $OUT too)
 set -u
 dir=${1:-.gpu}
-parts=,${2:-open,kernels,lm,bench,train,oom,llmc,torch,decode},
+parts=,${2:-open,kernels,lm,bench,train,ddp,trace,oom,llmc,torch,decode},
 want() { [[ $parts == *,$1,* ]]; }
 out=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$out"
@@ -89,6 +89,27 @@ if want train; then
   part "the saved weights evaluated on the CPU"
   run "eval on the CPU" $bin/dtrain train --model /tmp/gpt2-124M.bin --val-data /tmp/llmc_val.bin --batch 16 --seq 1024 --steps 0 \
     --eval-batches 1 --threads 16
+fi
+if want ddp; then
+  part "data parallelism on the GPU: --nproc 2 --device cuda (two ranks share it) against one process with the global batch, d6"
+  ddp=(--model d6 --data /tmp/llmc_train.bin --seq 64 --steps 20 --lr 1e-3 --quiet --device cuda)
+  run "train d6 --nproc 2 --device cuda" $bin/dtrain train "${ddp[@]}" --batch 4 --nproc 2 --metrics /tmp/ddp.jsonl
+  run "train d6 B 8 --device cuda" $bin/dtrain train "${ddp[@]}" --batch 8 --metrics /tmp/one.jsonl
+  paste <(grep -o '"loss":[0-9.e+-]*' /tmp/one.jsonl | cut -d: -f2) <(grep -o '"loss":[0-9.e+-]*' /tmp/ddp.jsonl | cut -d: -f2) |
+    awk '{d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d} END {printf "2 ranks against one process: worst %.2e over %d steps\n", w, NR}'
+fi
+if want trace; then
+  part "--trace on the GPU: 124M, B 16, T 1024, steps 2-3: each unit's milliseconds from the device's events"
+  run "train 124M --trace" $bin/dtrain train --model 124M --data /tmp/llmc_train.bin --batch 16 --seq 1024 --steps 3 --device cuda --quiet \
+    --trace /tmp/trace.json --trace-steps 2:3
+  python3 -c '
+import json, collections, sys
+t = json.load(open("/tmp/trace.json"))["traceEvents"]
+open_, ms = {}, collections.defaultdict(float)
+for e in (e for e in t if e.get("tid") == 5 and e.get("ph") in "BE"):  # in time order, each span its B then its E
+    if e["ph"] == "B": open_[0] = e
+    else: ms[open_[0]["name"].replace("block ", "block#").split("#")[0]] += (e["ts"] - open_[0]["ts"]) / 1e3 / 2
+print("GPU track, a step: " + ", ".join("%s %.1f ms" % kv for kv in ms.items()))'
 fi
 if want oom; then
   part "a model that does not fit the GPU: refused before the first step, naming the sizes"
