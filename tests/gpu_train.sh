@@ -39,6 +39,22 @@ else
     fail "llama-tiny --device cuda differs: $(losses "$dir/lc.jsonl" | tr '\n' ' ') vs $(losses "$dir/lg.jsonl" | tr '\n' ' ')"
 fi
 
+# a Hugging Face Llama folder (sharded safetensors, 2 K/V heads for 4, untied, rope theta 500000) trained from its
+# weights on the device: the CPU's losses and saved weights
+folder=$(dirname "$0")/fixtures/llama/gqa_folder
+python3 -c "
+import struct, sys
+toks = [(i * 37) % 64 for i in range(20000)]
+open(sys.argv[1], 'wb').write(struct.pack('<256i', 20240520, 1, len(toks), *[0] * 253) + struct.pack('<%dH' % len(toks), *toks))" "$dir/hf.bin"
+hf=(--model "$folder" --data "$dir/hf.bin" --seq 32 --batch 4 --steps 4 --lr 1e-3 --threads 1 --quiet)
+"$DTRAIN" train "${hf[@]}" --metrics "$dir/hc.jsonl" --save "$dir/hc.safetensors" > "$dir/out" 2>&1 || fail "the HF folder on the CPU: $(tail -1 "$dir/out")"
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${hf[@]}" --device cuda --metrics "$dir/hg.jsonl" --save "$dir/hg.safetensors" > "$dir/out" 2>&1 ||
+    fail "the HF folder --device cuda: $(tail -1 "$dir/out")"
+[ "$(losses "$dir/hc.jsonl" | wc -l)" = 4 ] && [ "$(losses "$dir/hc.jsonl")" = "$(losses "$dir/hg.jsonl")" ] &&
+    cmp -s "$dir/hc.safetensors" "$dir/hg.safetensors" &&
+    ok "a Hugging Face Llama folder fine-tuned with --device cuda on host kernels = on the CPU: 4 losses and the saved weights" ||
+    fail "HF folder on the device: $(losses "$dir/hc.jsonl" | tr '\n' ' ') vs $(losses "$dir/hg.jsonl" | tr '\n' ' ')"
+
 # cut at step 3 and resumed on the device: the state goes back to it
 DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${model[@]}" --device cuda --save "$dir/cut" --metrics "$dir/cut.jsonl" --stop-after 3 > "$dir/out" 2>&1 &&
 DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${model[@]}" --device cuda --save "$dir/cut" --metrics "$dir/cut.jsonl" --resume "$dir/cut" > "$dir/out" 2>&1 ||
