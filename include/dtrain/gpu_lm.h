@@ -17,7 +17,6 @@ typedef struct dt_gpu_lm dt_gpu_lm;
 /* p's spec and current parameters for micro-batches of B x T on g (p stays the caller's; the device copy is apart). */
 dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **out);
 void dt_gpu_lm_destroy(dt_gpu_lm *m);
-size_t dt_gpu_lm_num_params(const dt_gpu_lm *m);
 /* The parameters to the device; the parameters and gradients from it (either NULL: not wanted). */
 dt_status dt_gpu_lm_upload(dt_gpu_lm *m, const float *params);
 dt_status dt_gpu_lm_download(dt_gpu_lm *m, float *params, float *grads);
@@ -37,7 +36,6 @@ dt_status dt_gpu_lm_state(dt_gpu_lm *m, float *params, float *m1, float *m2, lon
 dt_status dt_gpu_lm_grads(dt_gpu_lm *m, float *host, int to_host);
 /* Forward and backward for dt_program_set_device (the batch B x T the model was made for). */
 void dt_gpu_lm_device(dt_gpu_lm *m, dt_program_device *out);
-dt_gpu *dt_gpu_lm_gpu(const dt_gpu_lm *m);
 
 /* The GPU plugin (libdtrain_gpu.so, built with the CUDA path): dtrain loads it when --device cuda asks for it, so that
  * a dtrain built with CUDA runs where there is none, and a machine without it is told so by name. Its one export,

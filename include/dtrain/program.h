@@ -63,6 +63,9 @@ typedef struct {
     void *ctx;
 } dt_program_device;
 void dt_program_set_device(dt_program *p, const dt_program_device *d);
+/* Unit u's name in a trace, for a pass ("forward", "backward") of a model of `layers` blocks: "forward embedding",
+ * "backward block 3", "forward head" (a device's trace names them alike). */
+void dt_program_unit_name(int layers, const char *pass, int u, char *out, size_t cap);
 
 /* Forward on B x T tokens through every unit; with targets, the mean cross-entropy into *loss: over the scored
  * targets (DT_IGNORE_INDEX, -100, marks one that is not: no loss, no gradient; a prompt's tokens in supervised

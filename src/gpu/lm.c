@@ -7,7 +7,6 @@
 #include "dtrain/gpu_lm.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,10 +71,17 @@ static dt_status check_ops(const dt_program *p, const dt_program_view *v) {
 }
 
 /* A device buffer; while counting (the pre-flight), only its bytes, added to m->need. */
-static dt_status take(dt_gpu_lm *m, size_t floats, float **out) {
-    if (!m->counting) return dt_gpu_alloc(m->g, floats * sizeof(float), (void **)out);
-    m->need += floats * sizeof(float);
+static dt_status take_bytes(dt_gpu_lm *m, size_t bytes, void **out) {
+    if (!m->counting) return dt_gpu_alloc(m->g, bytes, out);
+    m->need += bytes;
     return DT_OK;
+}
+
+static dt_status take(dt_gpu_lm *m, size_t floats, float **out) {
+    void *p = NULL;
+    dt_status st = take_bytes(m, floats * sizeof(float), &p);
+    if (!st && !m->counting) *out = p;
+    return st;
 }
 
 static dt_status lay_out(dt_gpu_lm *m) {
@@ -85,9 +91,9 @@ static dt_status lay_out(dt_gpu_lm *m) {
     if (!st) st = take(m, m->n, &m->grads);
     if (!st) st = take(m, m->n, &m->m);
     if (!st) st = take(m, m->n, &m->vv);
-    if (!st) st = take(m, 2, (float **)&m->ss);
-    if (!st) st = take(m, 2 * BT, (float **)&m->tok);
-    if (!st && !m->counting) m->tgt = m->tok + BT;
+    void *ss = NULL, *tok = NULL; /* each kept as soon as it is taken: destroy frees what a failure leaves */
+    if (!st && !(st = take_bytes(m, sizeof(double), &ss)) && !m->counting) m->ss = ss;
+    if (!st && !(st = take_bytes(m, 2 * BT * sizeof(int32_t), &tok)) && !m->counting) m->tok = tok, m->tgt = m->tok + BT;
     m->state_need = m->need;
     if (!st) st = take(m, (size_t)(m->L + 1) * BT * m->C, &m->stream);
     for (int l = 0; !st && l < m->L; l++) {
@@ -187,7 +193,6 @@ void dt_gpu_lm_destroy(dt_gpu_lm *m) {
     free(m);
 }
 
-size_t dt_gpu_lm_num_params(const dt_gpu_lm *m) { return m->n; }
 
 dt_status dt_gpu_lm_upload(dt_gpu_lm *m, const float *params) { return dt_gpu_upload(m->g, m->params, params, m->n * sizeof(float)); }
 
@@ -217,10 +222,7 @@ static void trace_pass(dt_gpu_lm *m, const char *pass, int units, bool backward)
     if (last < 0) return;
     char name[32];
     for (int k = 0; k < units; k++) {
-        int u = backward ? units - 1 - k : k;
-        if (u == 0) snprintf(name, sizeof name, "%s embedding", pass);
-        else if (u <= m->L) snprintf(name, sizeof name, "%s block %d", pass, u - 1);
-        else snprintf(name, sizeof name, "%s head", pass);
+        dt_program_unit_name(m->L, pass, backward ? units - 1 - k : k, name, sizeof name);
         double a = dt_gpu_elapsed_ms(m->g, 0, k), b = dt_gpu_elapsed_ms(m->g, 0, k + 1);
         dt_trace_span(DT_TRACK_DEVICE, name, now - (last - a) / 1e3, now - (last - b) / 1e3);
     }
@@ -428,5 +430,3 @@ static dt_status device_forward(void *ctx, const int32_t *inputs, const int32_t 
 static dt_status device_backward(void *ctx, float grad_scale) { return dt_gpu_lm_backward(ctx, grad_scale); }
 
 void dt_gpu_lm_device(dt_gpu_lm *m, dt_program_device *out) { *out = (dt_program_device){ device_forward, device_backward, m }; }
-
-dt_gpu *dt_gpu_lm_gpu(const dt_gpu_lm *m) { return m->g; }

@@ -61,9 +61,6 @@ static dt_status finish(void *state, dt_sync_result *r) {
     return st;
 }
 
-/* The replicas' weights agree (the device's, brought to the host first). */
-static dt_status check_replicas(void *state, uint64_t *hash);
-
 static dt_status update(void *state, float lr, struct dt_step_result *r) {
     gpu_state *s = state;
     if (s->c->skip_nonfinite && !isfinite(r->loss)) { /* as the engine's own update: the step changes nothing */
@@ -82,6 +79,7 @@ static dt_status materialize(void *state, int on) {
     return st;
 }
 
+/* The replicas' weights agree (the device's, brought to the host first). */
 static dt_status check_replicas(void *state, uint64_t *hash) {
     gpu_state *s = state;
     const dt_model *md = &s->c->model;

@@ -350,12 +350,16 @@ static void op_forward(dt_program *p, int l, int k) {
 }
 
 /* The trace shows each unit's forward and backward on the compute track. */
+void dt_program_unit_name(int layers, const char *pass, int u, char *out, size_t cap) {
+    if (u == 0) snprintf(out, cap, "%s embedding", pass);
+    else if (u <= layers) snprintf(out, cap, "%s block %d", pass, u - 1);
+    else snprintf(out, cap, "%s head", pass);
+}
+
 static void trace_unit(const dt_program *p, const char *pass, int u) {
     if (!dt_trace_on()) return;
     char name[32];
-    if (u == 0) snprintf(name, sizeof name, "%s embedding", pass);
-    else if (u <= p->cfg.num_layers) snprintf(name, sizeof name, "%s block %d", pass, u - 1);
-    else snprintf(name, sizeof name, "%s head", pass);
+    dt_program_unit_name(p->cfg.num_layers, pass, u, name, sizeof name);
     dt_trace_begin(DT_TRACK_SELF, name, "\"unit\":%d", u);
 }
 
