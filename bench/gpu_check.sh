@@ -1,15 +1,16 @@
 #!/bin/bash
 # The GPU check, in one call on a lent GPU machine (docs/gpu.md records what it printed): the device, the GPU kernels
-# against the CPU kernels, the model program on the GPU against the CPU (GPT-2 d6 and 124M, 20 steps, f32), the
-# training step's speed (124M, B 16, T 1024: f32 and TF32), dtrain train --device cuda against the CPU trainer and at
-# 124M with a save, beside PyTorch's step (bf16 compiled, f32, TF32) and llm.c's (bf16), and Hugging Face's decoding
-# at batch 1 and 32. Each part prints its figures and goes on if another failed.
+# against the CPU kernels, the model program on the GPU against the CPU (GPT-2 d6 and 124M, 20 steps, f32 and bf16),
+# the training step's speed and where it goes (124M, T 1024: f32, TF32, bf16), dtrain train --device cuda against the
+# CPU trainer and at 124M with a save, beside PyTorch's step (bf16 compiled; f32, TF32 eager) and llm.c's (bf16), and
+# Hugging Face's decoding at batch 1 and 32. Each part prints its figures and goes on if another failed.
 # The binaries come built (scripts/gpu-carry.sh packs DIR/gpu-bin.tar.xz; llm.c's train_gpt2cu beside it, if built).
-# PARTS (a comma list; all by default): open, kernels, lm, bench, train, ddp, trace, oom, llmc, torch, decode.
+# PARTS (a comma list; all by default): open, kernels, lm, lmbf16, bench, benchbf16, train, trainbf16, ddp, trace, oom,
+# llmc, torch (bf16 compiled), torchf32, decode.
 # usage: bench/gpu_check.sh [DIR] [PARTS]      (on the GPU machine, in the repository's root; the log goes to $OUT too)
 set -u
 dir=${1:-.gpu}
-parts=,${2:-open,kernels,lm,bench,train,ddp,trace,oom,llmc,torch,decode},
+parts=,${2:-open,kernels,lm,lmbf16,bench,benchbf16,train,trainbf16,ddp,trace,oom,llmc,torch,torchf32,decode},
 want() { [[ $parts == *,$1,* ]]; }
 out=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$out"
@@ -62,10 +63,22 @@ if want lm; then
   run "test_gpu_lm llama-tiny" $bin/test_gpu_lm llama-tiny 4 64 20 1e-5
   run "test_gpu_lm smollm-135m" $bin/test_gpu_lm smollm-135m 4 64 10 1e-5
 fi
+if want lmbf16; then
+  part "bf16 (autocast's mixed precision, the Linears on the tensor cores) on the GPU against the CPU's bf16, 20 steps"
+  run "test_gpu_lm d6 bf16" $bin/test_gpu_lm d6 4 64 20 1e-3 bf16 5e-2
+  run "test_gpu_lm 124M bf16" $bin/test_gpu_lm 124M 4 64 20 1e-3 bf16 5e-2
+  run "test_gpu_lm llama-tiny bf16" $bin/test_gpu_lm llama-tiny 4 64 20 1e-3 bf16 5e-2
+fi
 if want bench; then
   part "dtrain's training step: 124M, B 16, T 1024"
   run "gpu_lm_bench f32" $bin/gpu_lm_bench 124M 16 1024 10
   run "gpu_lm_bench tf32" $bin/gpu_lm_bench 124M 16 1024 10 tf32
+fi
+if want benchbf16; then
+  part "dtrain's training step in bf16: 124M, B 16 and 32, T 1024 (attention's products f32, then TF32)"
+  run "gpu_lm_bench bf16" $bin/gpu_lm_bench 124M 16 1024 10 bf16
+  run "gpu_lm_bench bf16,tf32" $bin/gpu_lm_bench 124M 16 1024 10 bf16,tf32
+  run "gpu_lm_bench bf16,tf32 B 32" $bin/gpu_lm_bench 124M 32 1024 10 bf16,tf32
 fi
 if want train; then
   part "dtrain train --device cuda against dtrain train on the CPU: d6, B 4, T 64, 20 steps"
@@ -89,6 +102,11 @@ if want train; then
   part "the saved weights evaluated on the CPU"
   run "eval on the CPU" $bin/dtrain train --model /tmp/gpt2-124M.bin --val-data /tmp/llmc_val.bin --batch 16 --seq 1024 --steps 0 \
     --eval-batches 1 --threads 16
+fi
+if want trainbf16; then
+  part "dtrain train --device cuda --precision bf16 --tf32: 124M, B 16, T 1024, 20 steps, an evaluation"
+  run "train 124M --device cuda bf16" $bin/dtrain train --model 124M --data /tmp/llmc_train.bin --val-data /tmp/llmc_val.bin --batch 16 \
+    --seq 1024 --steps 20 --lr 6e-4 --warmup 5 --eval-every 20 --eval-batches 1 --device cuda --precision bf16 --tf32
 fi
 if want ddp; then
   part "data parallelism on the GPU: --nproc 2 --device cuda (two ranks share it) against one process with the global batch, d6"
@@ -130,8 +148,11 @@ if want llmc; then
 fi
 export PYTHONUNBUFFERED=1
 if want torch; then
-  part "PyTorch: the same model and batch"
+  part "PyTorch: the same model and batch, bf16 autocast, torch.compile"
   run "torch bf16 compiled" python3 bench/torch_gpt2_gpu.py --mode bf16 --compile --steps 10
+fi
+if want torchf32; then
+  part "PyTorch: the same model and batch, f32 and TF32, eager"
   run "torch f32 eager" python3 bench/torch_gpt2_gpu.py --mode f32 --steps 5
   run "torch tf32 eager" python3 bench/torch_gpt2_gpu.py --mode tf32 --steps 5
 fi

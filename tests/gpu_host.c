@@ -142,6 +142,26 @@ void dt_gpu_scale(dt_gpu *g, float *x, size_t n, float f) {
     (void)g;
     for (size_t i = 0; i < n; i++) x[i] *= f;
 }
+void dt_gpu_round_bf16(dt_gpu *g, float *d, const float *s, size_t n) {
+    if (d != s) memcpy(d, s, n * sizeof(float));
+    (void)g, dt_lp_round(d, n, DT_BF16);
+}
+void dt_gpu_pack_bf16(dt_gpu *g, uint16_t *d, const float *s, size_t n) { (void)g, dt_lp_pack(d, s, n, DT_BF16); }
+/* the CPU's 16-bit Linear, its work (whose size only sets how many weight rows it widens at once) of its own */
+#define HOST_LP_WORK ((size_t)1 << 22)
+void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *w, const uint16_t *b, int BT, int C, int OC,
+                                uint16_t *wk) {
+    float *work = malloc(HOST_LP_WORK * sizeof(float));
+    (void)g, (void)wk, dt_matmul_forward_lp(o, i, w, b, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
+    free(work);
+}
+void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, float *d, const float *i, const uint16_t *w, int BT, int C,
+                                 int OC, uint16_t *w16, float *wk) {
+    float *work = malloc(HOST_LP_WORK * sizeof(float));
+    dt_lp_round(d, (size_t)BT * OC, DT_BF16);
+    (void)g, (void)w16, (void)wk, dt_matmul_backward_lp(di, dw, db, d, i, w, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
+    free(work);
+}
 dt_status dt_gpu_measure_gemm(dt_gpu *g, int bf16, int M, int N, int K, double *t) {
     return (void)g, (void)bf16, (void)M, (void)N, (void)K, *t = 0, DT_OK;
 }

@@ -2,7 +2,7 @@
 # dtrain train --device cuda end to end on a machine without a GPU: the trainer's GPU path (the plugin it loads, the
 # program's device, the engine's gpu strategy, a save, a resume) with the host's kernels in the GPU's place (a plugin
 # of tests/gpu_host.c, named by DTRAIN_GPU_PLUGIN) gives the CPU trainer's losses, parameters and optimizer state bit
-# for bit, also cut in two and resumed, and a Llama's; two ranks with data parallelism give DDP's and one process's
+# for bit, also cut in two and resumed, in bf16 too, and a Llama's; two ranks with data parallelism give DDP's and one process's
 # losses; what the GPU path does not run is refused by name; the real plugin, where
 # there is no GPU, refuses clearly (where there is one, bench/gpu_check.sh checks it).
 # usage: gpu_train.sh DTRAIN HOST_PLUGIN
@@ -26,6 +26,17 @@ if [ "$(losses "$dir/cpu.jsonl" | wc -l)" = 6 ] && [ "$(losses "$dir/cpu.jsonl")
     ok "--device cuda on host kernels = the CPU trainer: 6 steps' losses, evaluations, saved parameters and AdamW state ($(losses "$dir/gpu.jsonl" | tail -1))"
 else
     fail "--device cuda on host kernels differs: losses $(losses "$dir/cpu.jsonl" | tr '\n' ' ') vs $(losses "$dir/gpu.jsonl" | tr '\n' ' '); $(cmp "$a/params.f32" "$b/params.f32" 2>&1)"
+fi
+
+# bf16 (autocast's mixed precision; the Linears' products bf16 on the device): the CPU's bf16 run bit for bit
+"$DTRAIN" train "${model[@]}" --precision bf16 --save "$dir/cb.bin" --metrics "$dir/cb.jsonl" > "$dir/out" 2>&1 || fail "bf16 on the CPU: $(tail -2 "$dir/out")"
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${model[@]}" --precision bf16 --device cuda --save "$dir/gb.bin" --metrics "$dir/gb.jsonl" > "$dir/out" 2>&1 ||
+    fail "bf16 --device cuda: $(tail -2 "$dir/out")"
+if [ "$(losses "$dir/cb.jsonl" | wc -l)" = 6 ] && [ "$(losses "$dir/cb.jsonl")" = "$(losses "$dir/gb.jsonl")" ] &&
+   [ "$(losses "$dir/cb.jsonl")" != "$(losses "$dir/cpu.jsonl")" ] && cmp -s "$dir/cb.bin" "$dir/gb.bin"; then
+    ok "--precision bf16 --device cuda on host kernels = the CPU's bf16 run (not its f32): 6 losses and the saved weights ($(losses "$dir/gb.jsonl" | tail -1))"
+else
+    fail "bf16 on the device differs: $(losses "$dir/cb.jsonl" | tr '\n' ' ') vs $(losses "$dir/gb.jsonl" | tr '\n' ' ')"
 fi
 
 # the Llama family (rotary positions, RMSNorm, SwiGLU, 2 K/V heads for 8, an untied head)
@@ -121,7 +132,7 @@ refused() { # WHAT ARGS...: exits 1 naming WHAT
     if [ $rc = 1 ] && grep -q -- "--device cuda: .*$what" "$dir/out"; then ok "--device cuda $*: refused, naming $what"
     else fail "--device cuda $*: exit $rc: $(tail -1 "$dir/out")"; fi
 }
-refused "16-bit precision" --precision bf16
+refused "fp16" --precision fp16
 refused "--recompute" --recompute
 refused "sgd" --optimizer sgd
 refused "LoRA" --lora-rank 4

@@ -1,5 +1,6 @@
 /* Every GPU kernel (gpu.h) against the CPU kernel it stands for (kernels.h, optim.h), on fresh random inputs at GPT-2
- * shapes, f32 both: within 1e-5 relative (sums in another order), 2e-5 where a sum runs over the vocabulary.
+ * shapes, f32 both: within 1e-5 relative (sums in another order), 2e-5 where a sum runs over the vocabulary; bf16's
+ * as matmul_bf16 says.
  * Needs a GPU (bench/gpu_check.sh runs it). usage: test_gpu_kernels */
 #include "gpu_check.h"
 
@@ -33,6 +34,51 @@ static void matmul(dt_gpu *g) {
     report_err("matmul backward: d(bias), added to", device_err(g, gdb, db, OC), 1e-5);
     void *dev[] = { gx, gw, gb, gdy, gdx, gdw, gdb, gy }, *host[] = { x, w, b, dy, y, dx, dw, db };
     for (int i = 0; i < 8; i++) dt_gpu_free(g, dev[i]), free(host[i]);
+}
+
+/* bf16 (lowp.cu): the rounding bit for bit; the Linear against dt_matmul_*_lp on bf16 values (as the model gives it):
+ * its outputs are rounded to bf16, so a sum that ends a hair the other side of a rounding boundary moves one element
+ * a whole bf16 step; 2e-4 of the tensor's norm holds a few such (an output left unrounded is 1e-3). */
+static void matmul_bf16(dt_gpu *g) {
+    int OC = 3 * C;
+    size_t nx = (size_t)BT * C, nw = (size_t)OC * C, ny = (size_t)BT * OC;
+    float *x = random_floats(nx, 1), *w = random_floats(nw, 0.05f), *b = random_floats(OC, 0.1f), *dy = random_floats(ny, 1);
+    float *y = malloc(ny * 4), *dx = random_floats(nx, 0.1f), *dw = random_floats(nw, 0.1f), *db = random_floats(OC, 0.1f);
+    uint16_t *w16 = malloc(nw * 2), *b16 = malloc((size_t)OC * 2), *x16 = malloc(nx * 2);
+    float *r = random_floats(ny, 3), *gr = to_device(g, r, ny * 4), *gr2 = NULL;
+    dt_gpu_alloc(g, ny * 4, (void **)&gr2);
+    dt_gpu_round_bf16(g, gr2, gr, ny);
+    dt_gpu_round_bf16(g, gr, gr, ny);
+    dt_lp_round(r, ny, DT_BF16);
+    report_err("round to bf16 (into another buffer): dt_lp_round's bits", device_err(g, gr2, r, ny), 0);
+    report_err("round to bf16 in place", device_err(g, gr, r, ny), 0);
+    dt_lp_round(x, nx, DT_BF16);
+    dt_lp_pack(w16, w, nw, DT_BF16), dt_lp_pack(b16, b, OC, DT_BF16), dt_lp_pack(x16, x, nx, DT_BF16);
+    float *gx = to_device(g, x, nx * 4), *gdy = to_device(g, dy, ny * 4), *gdx = to_device(g, dx, nx * 4), *gdw = to_device(g, dw, nw * 4);
+    float *gdb = to_device(g, db, OC * 4), *gy = NULL, *work = NULL;
+    uint16_t *gw16 = to_device(g, w16, nw * 2), *gb16 = to_device(g, b16, (size_t)OC * 2), *w16d = NULL, *gx16 = NULL;
+    dt_gpu_alloc(g, ny * 4, (void **)&gy), dt_gpu_alloc(g, (size_t)BT * (C + OC) * 2, (void **)&w16d);
+    dt_gpu_alloc(g, (nw + OC) * 4, (void **)&work), dt_gpu_alloc(g, nx * 2, (void **)&gx16);
+    dt_gpu_pack_bf16(g, gx16, gx, nx);
+    uint16_t *back = malloc(nx * 2);
+    bool same = !dt_gpu_sync(g) && !dt_gpu_download(g, back, gx16, nx * 2) && !memcmp(back, x16, nx * 2);
+    check("pack to bf16: dt_lp_pack's bits", same, same ? "equal" : "differ");
+    size_t wf = (size_t)1 << 22;
+    float *cwork = malloc(wf * 4);
+    dt_matmul_forward_lp(y, x, w16, b16, BT, C, OC, DT_BF16, cwork, wf, 0);
+    dt_gpu_matmul_forward_bf16(g, gy, gx, gw16, gb16, BT, C, OC, w16d);
+    report_err("bf16 matmul forward [512 x 384] x [1152 x 384]^T + bias, rounded", device_err(g, gy, y, ny), 2e-4);
+    dt_lp_round(dy, ny, DT_BF16);
+    dt_matmul_backward_lp(dx, dw, db, dy, x, w16, BT, C, OC, DT_BF16, cwork, wf, 0);
+    dt_gpu_matmul_backward_bf16(g, gdx, gdw, gdb, gdy, gx, gw16, BT, C, OC, w16d, work);
+    report_err("bf16 matmul backward: d(output) rounded in place", device_err(g, gdy, dy, ny), 0);
+    report_err("bf16 matmul backward: d(input), added to, rounded", device_err(g, gdx, dx, nx), 2e-4);
+    report_err("bf16 matmul backward: d(weight), this use's rounded, added", device_err(g, gdw, dw, nw), 2e-4);
+    report_err("bf16 matmul backward: d(bias), this use's rounded, added", device_err(g, gdb, db, OC), 2e-4);
+    void *dev[] = { gr, gr2, gx, gdy, gdx, gdw, gdb, gy, work, gw16, gb16, w16d, gx16 };
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) dt_gpu_free(g, dev[i]);
+    void *host[] = { x, w, b, dy, y, dx, dw, db, w16, b16, x16, r, back, cwork };
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++) free(host[i]);
 }
 
 static void layernorm_gelu_add(dt_gpu *g) {
@@ -217,6 +263,7 @@ int main(void) {
     }
     printf("GPU: %s\n", dt_gpu_name(g));
     matmul(g);
+    matmul_bf16(g);
     layernorm_gelu_add(g);
     rmsnorm_swiglu(g);
     rotary_and_packing(g);

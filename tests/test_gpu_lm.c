@@ -1,9 +1,14 @@
-/* The model program on the GPU against the same program on the CPU, f32 both: one model (a preset, dtrain's seeded
+/* The model program on the GPU against the same program on the CPU, in the same precision (f32, or bf16: autocast's
+ * mixed precision on both, the GPU's Linears on its tensor cores): one model (a preset, dtrain's seeded
  * initialisation), the same batches (seeded tokens), the same AdamW; each step's loss within tol relative, and the
  * first step's gradients and the last step's parameters within 1e-4 relative (the sums run in another order, and
  * AdamW divides by the gradients' square roots, which grows small differences in small gradients). Needs a GPU
- * (bench/gpu_check.sh runs it).
- * usage: test_gpu_lm PRESET B T STEPS [TOL] */
+ * (bench/gpu_check.sh runs it). In bf16 the gradients, their norm and the parameters are held to GTOL (default
+ * 1e-4): each rounding to bf16 turns a difference in the last bits of an f32 sum into a whole bf16 step (2^-8) now and
+ * then, and layer by layer these grow towards that step. With the host's kernels (test_gpu_lm_host) the sums run in
+ * the CPU's order and bf16 is exact too where the head's product is one piece: VOCAB, a vocabulary of that many
+ * scored tokens (the CPU's 16-bit head sums the vocabulary in chunks; a cuBLAS or oneDNN product in one piece).
+ * usage: test_gpu_lm PRESET[:VOCAB] B T STEPS [TOL [f32|bf16 [GTOL]]] */
 #include "gpu_check.h"
 
 #include "dtrain/gpu_lm.h"
@@ -21,11 +26,12 @@ static void batch(int32_t *x, int32_t *y, int n, int V, int step) {
 
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: test_gpu_lm PRESET B T STEPS [TOL]\n");
+        fprintf(stderr, "usage: test_gpu_lm PRESET[:VOCAB] B T STEPS [TOL [f32|bf16 [GTOL]]]\n");
         return 2;
     }
     int B = atoi(argv[2]), T = atoi(argv[3]), steps = atoi(argv[4]);
-    double tol = argc > 5 ? atof(argv[5]) : 1e-5;
+    double tol = argc > 5 ? atof(argv[5]) : 1e-5, gtol = argc > 7 ? atof(argv[7]) : 1e-4;
+    bool bf16 = argc > 6 && !strcmp(argv[6], "bf16");
     dt_lm_config cfg;
     dt_program *p = NULL;
     dt_gpu *g = NULL;
@@ -34,9 +40,15 @@ int main(int argc, char **argv) {
     dt_optim_config oc;
     dt_optim_defaults(DT_OPT_ADAMW, &oc);
     oc.weight_decay = 0.1f;
-    dt_status st = dt_lm_preset(argv[1], &cfg);
+    char preset[64];
+    snprintf(preset, sizeof preset, "%s", argv[1]);
+    char *vocab = strchr(preset, ':'); /* PRESET:V, the preset with a vocabulary of V */
+    if (vocab) *vocab++ = 0;
+    dt_status st = dt_lm_preset(preset, &cfg);
+    if (!st && vocab) cfg.vocab_size = atoi(vocab);
     if (!st) st = dt_program_create(&cfg, &p);
     if (!st) dt_program_init_random(p, 1337);
+    if (!st && bf16) st = dt_program_set_precision(p, DT_BF16);
     if (!st) st = dt_program_reserve(p, B, T);
     if (!st) st = dt_gpu_open(0, &g);
     if (!st) st = dt_gpu_lm_create(g, p, B, T, &m);
@@ -46,8 +58,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_gpu_lm: %s\n", dt_last_error());
         return 1;
     }
-    printf("%s on %s: %zu parameters, B %d x T %d, %d steps of AdamW (lr 1e-3, weight decay 0.1, clipped at 1), f32\n", argv[1], dt_gpu_name(g), n, B, T,
-           steps);
+    printf("%s on %s: %zu parameters, B %d x T %d, %d steps of AdamW (lr 1e-3, weight decay 0.1, clipped at 1), %s\n", argv[1], dt_gpu_name(g), n, B, T,
+           steps, bf16 ? "bf16" : "f32");
     int32_t *x = malloc((size_t)B * T * 4), *y = malloc((size_t)B * T * 4);
     float *gpu_grads = malloc(n * 4), *gpu_params = malloc(n * 4);
     double worst = 0, norm_worst = 0;
@@ -63,7 +75,7 @@ int main(int argc, char **argv) {
         if (st) break;
         if (s == 0) {
             st = dt_gpu_lm_download(m, NULL, gpu_grads);
-            report_err("step 1: every gradient, GPU against CPU", rel_err(gpu_grads, dt_program_grads(p), n), 1e-4);
+            report_err("step 1: every gradient, GPU against CPU", rel_err(gpu_grads, dt_program_grads(p), n), gtol);
         }
         double e = fabs((double)lg - lc) / fabs((double)lc);
         worst = fmax(worst, e);
@@ -79,9 +91,9 @@ int main(int argc, char **argv) {
         char what[96];
         snprintf(what, sizeof what, "%d steps: each step's loss, GPU against CPU", steps);
         report_err(what, worst, tol);
-        report_err("each step's gradient norm (clipped at 1), GPU against CPU", norm_worst, 1e-4);
+        report_err("each step's gradient norm (clipped at 1), GPU against CPU", norm_worst, gtol);
         st = dt_gpu_lm_download(m, gpu_params, NULL);
-        report_err("the parameters after the last step", st ? INFINITY : rel_err(gpu_params, dt_program_params(p), n), 1e-4);
+        report_err("the parameters after the last step", st ? INFINITY : rel_err(gpu_params, dt_program_params(p), n), gtol);
     }
     dt_optim_destroy(o);
     dt_gpu_lm_destroy(m);

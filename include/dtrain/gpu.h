@@ -93,6 +93,20 @@ void dt_gpu_adamw(dt_gpu *g, float *p, const float *grad, float gscale, float *m
 void dt_gpu_sumsq(dt_gpu *g, const float *x, size_t n, double *ss);
 void dt_gpu_scale(dt_gpu *g, float *x, size_t n, float f);
 
+/* Mixed precision (bf16, as torch.autocast and the CPU's --precision bf16): src rounded to bf16 values into dst
+ * (dst == src: in place; to nearest even, dt_f32_to_bf16's bits); src's bf16 bits into dst. */
+void dt_gpu_round_bf16(dt_gpu *g, float *dst, const float *src, size_t n);
+void dt_gpu_pack_bf16(dt_gpu *g, uint16_t *dst, const float *src, size_t n);
+/* dt_matmul_forward_lp's and dt_matmul_backward_lp's bf16 Linear on the tensor cores: w and bias bf16 (the
+ * parameters' 16-bit copy), products bf16 with f32 sums; forward's out (bias added) rounded to bf16; backward rounds
+ * dout in place first (autocast's linear receives it so), dinp += dout w then rounded whole, and dw and dbias each add
+ * this use's gradient rounded to bf16. work16: BT x (C + OC) bf16 in backward (BT x C in forward); work: OC x C + OC
+ * floats. */
+void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,
+                                uint16_t *work16);
+void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *w,
+                                 int BT, int C, int OC, uint16_t *work16, float *work);
+
 /* The device's ceilings, measured: an M x N x K product's TFLOP/s in f32 (TF32 when set) and in bf16 (tensor
  * cores, f32 accumulation), and a device-to-device copy's GB/s (bytes read and written). */
 dt_status dt_gpu_measure_gemm(dt_gpu *g, int bf16, int M, int N, int K, double *tflops);

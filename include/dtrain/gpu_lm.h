@@ -1,6 +1,6 @@
 /* dtrain: the model program on a GPU (src/gpu/lm.c): a host program's spec and parameters on the device, forward,
- * backward and AdamW there, in the host store's layout. One process, the whole model, f32, GPT-2's and the Llama
- * family's ops; what it cannot run (a mixture of experts, a split model) is refused by name at create. */
+ * backward and AdamW there, in the host store's layout. One process, the whole model, f32 or the program's bf16
+ * (autocast's), GPT-2's and the Llama family's ops; what it cannot run (a mixture of experts, a split model) is refused by name at create. */
 #ifndef DTRAIN_GPU_LM_H
 #define DTRAIN_GPU_LM_H
 
@@ -40,7 +40,7 @@ void dt_gpu_lm_device(dt_gpu_lm *m, dt_program_device *out);
 /* The GPU plugin (libdtrain_gpu.so, built with the CUDA path): dtrain loads it when --device cuda asks for it, so that
  * a dtrain built with CUDA runs where there is none, and a machine without it is told so by name. Its one export,
  * dt_gpu_plugin, gives this table; abi says which build's. */
-#define DT_GPU_ABI 2
+#define DT_GPU_ABI 3
 struct dt_strategy;
 typedef struct {
     int abi;

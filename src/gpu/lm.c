@@ -3,7 +3,11 @@
  * a checkpoint is the host store, downloaded). One process, the whole model, f32; GPT-2's and the Llama family's ops
  * (LayerNorm or RMSNorm, a Linear of one part or several side by side, attention on q|k|v made from K/V heads and
  * turned by rotary positions where the family says, GELU or SwiGLU, the add, a tied or untied head); a mixture of
- * experts, or a model split over ranks, is refused by name when the model is made. */
+ * experts, or a model split over ranks, is refused by name when the model is made. Under the program's bf16
+ * precision it rounds where the CPU's program rounds (program_run.c: a norm's, a Linear's, attention's and an
+ * activation's outputs, the packed q|k|v, the Linears' gradients, a norm's input as a block's backward reads it) and
+ * runs the Linears and the head on the tensor cores in bf16 (lowp.cu) from a bf16 copy of the parameters made after
+ * each update. */
 #include "dtrain/gpu_lm.h"
 
 #include <math.h>
@@ -16,6 +20,7 @@ struct dt_gpu_lm {
     int B, T, L, C, NH, KVH, hd, V, Vp, nblock;
     int repack;                /* attention makes its own q|k|v of all heads (rotary positions, or fewer K/V heads) */
     float eps;                 /* RMSNorm's */
+    bool bf16;                 /* the program's precision: autocast's bf16 (else f32) */
     size_t n;                  /* parameters */
     size_t *off;               /* [L * nblock]: block l's tensor k's offset in the store */
     size_t o_wte, o_head, o_lnfw;
@@ -23,6 +28,8 @@ struct dt_gpu_lm {
     float *inv_freq;           /* device: rotary's head_dim / 2 frequencies */
     float **packed, *dpacked;  /* with repack: each block's q|k|v of all heads [BT, 3 Q], kept; its gradient */
     float *params, *grads, *m, *vv; /* device */
+    uint16_t *params16, *work16; /* bf16: the parameters' copy; a Linear's packed input and output gradient */
+    float *work, *rin;         /* bf16: a Linear's weight gradient before its rounding; a norm's input, rounded */
     double *ss;                /* device: the last step's gradient sum of squares */
     int32_t *tok, *tgt;        /* device */
     float *stream;             /* (L + 1) x BT x C: each block's input, then the last block's output */
@@ -57,6 +64,8 @@ static dt_status check_ops(const dt_program *p, const dt_program_view *v) {
     const dt_lm_config *c = dt_program_config(p);
     if (v->heads != c->num_heads)
         return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: the GPU path runs the whole model in one process (no tensor parallelism)");
+    if (dt_program_precision(p) == DT_F16)
+        return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: fp16 is not on the GPU path (--precision bf16 is)");
     if (v->rotary && v->head_dim / 2 > 4096) return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: a head of %d channels", v->head_dim);
     int repack = v->rotary || v->kv_heads != v->heads;
     for (int k = 0; k < v->nops; k++) {
@@ -84,6 +93,25 @@ static dt_status take(dt_gpu_lm *m, size_t floats, float **out) {
     return st;
 }
 
+/* bf16's working buffers, for the widest Linear (or the head): its input and output gradient packed, its weight
+ * gradient and bias sums before rounding; a norm's input rounded. */
+static dt_status take_lp_work(dt_gpu_lm *m) {
+    size_t BT = (size_t)m->B * m->T, io = (size_t)m->C + m->Vp, wk = (size_t)m->Vp * m->C + m->Vp;
+    for (int k = 0; k < m->v.nops; k++) {
+        const dt_program_op *o = &m->v.ops[k];
+        if (o->s.kind != DT_OP_LINEAR) continue;
+        size_t in = (size_t)o->width_in, out = (size_t)o->width_out;
+        io = in + out > io ? in + out : io;
+        wk = out * in + out > wk ? out * in + out : wk;
+    }
+    void *w16 = NULL;
+    dt_status st = take_bytes(m, BT * io * sizeof(uint16_t), &w16);
+    if (!st && !m->counting) m->work16 = w16;
+    if (!st) st = take(m, wk, &m->work);
+    if (!st) st = take(m, BT * m->C, &m->rin);
+    return st;
+}
+
 static dt_status lay_out(dt_gpu_lm *m) {
     const dt_program_view *v = &m->v;
     size_t BT = (size_t)m->B * m->T, att = (size_t)m->B * m->NH * m->T * m->T;
@@ -94,7 +122,10 @@ static dt_status lay_out(dt_gpu_lm *m) {
     void *ss = NULL, *tok = NULL; /* each kept as soon as it is taken: destroy frees what a failure leaves */
     if (!st && !(st = take_bytes(m, sizeof(double), &ss)) && !m->counting) m->ss = ss;
     if (!st && !(st = take_bytes(m, 2 * BT * sizeof(int32_t), &tok)) && !m->counting) m->tok = tok, m->tgt = m->tok + BT;
+    void *p16 = NULL;
+    if (!st && m->bf16 && !(st = take_bytes(m, m->n * sizeof(uint16_t), &p16)) && !m->counting) m->params16 = p16;
     m->state_need = m->need;
+    if (!st && m->bf16) st = take_lp_work(m);
     if (!st) st = take(m, (size_t)(m->L + 1) * BT * m->C, &m->stream);
     for (int l = 0; !st && l < m->L; l++) {
         for (int x = 0; !st && x < v->nvalues; x++) {
@@ -137,7 +168,7 @@ dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **o
         return st;
     }
     m->B = B, m->T = T, m->L = c->num_layers, m->C = c->channels, m->NH = m->v.heads, m->KVH = m->v.kv_heads, m->hd = m->v.head_dim;
-    m->V = c->vocab_size, m->Vp = m->v.embed->shape[0], m->eps = c->norm_eps;
+    m->V = c->vocab_size, m->Vp = m->v.embed->shape[0], m->eps = c->norm_eps, m->bf16 = dt_program_precision(p) == DT_BF16;
     m->repack = m->v.rotary || m->KVH != m->NH;
     m->n = dt_program_num_params(p);
     m->o_wte = m->v.embed->offset, m->o_head = m->v.head ? m->v.head->offset : m->o_wte, m->o_lnfw = m->v.norm_w->offset;
@@ -174,9 +205,11 @@ void dt_gpu_lm_destroy(dt_gpu_lm *m) {
     if (!m) return;
     dt_gpu *g = m->g;
     float *bufs[] = { m->params, m->grads, m->m, m->vv, m->stream, m->dres[0], m->dres[1], m->lnf, m->lnf_stats, m->logits, m->losses,
-                      m->dlnf, m->scratch, m->dpacked, m->inv_freq };
+                      m->dlnf, m->scratch, m->dpacked, m->inv_freq, m->work, m->rin };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dt_gpu_free(g, bufs[i]);
     dt_gpu_free(g, m->ss);
+    dt_gpu_free(g, m->params16);
+    dt_gpu_free(g, m->work16);
     dt_gpu_free(g, m->tok);
     for (int l = 0; m->val && l < m->L; l++)
         for (int x = 0; x < m->v.nvalues; x++)
@@ -194,7 +227,16 @@ void dt_gpu_lm_destroy(dt_gpu_lm *m) {
 }
 
 
-dt_status dt_gpu_lm_upload(dt_gpu_lm *m, const float *params) { return dt_gpu_upload(m->g, m->params, params, m->n * sizeof(float)); }
+/* bf16: the parameters' 16-bit copy made again (after they were written) */
+static void refresh_lp(dt_gpu_lm *m) {
+    if (m->bf16) dt_gpu_pack_bf16(m->g, m->params16, m->params, m->n);
+}
+
+dt_status dt_gpu_lm_upload(dt_gpu_lm *m, const float *params) {
+    dt_status st = dt_gpu_upload(m->g, m->params, params, m->n * sizeof(float));
+    if (!st) refresh_lp(m);
+    return st;
+}
 
 dt_status dt_gpu_lm_download(dt_gpu_lm *m, float *params, float *grads) {
     dt_status st = params ? dt_gpu_download(m->g, params, m->params, m->n * sizeof(float)) : DT_OK;
@@ -232,6 +274,28 @@ static void trace_pass(dt_gpu_lm *m, const char *pass, int units, bool backward)
 
 static float *W(const dt_gpu_lm *m, int l, int k) { return m->params + m->off[l * m->nblock + k]; }
 static float *dW(const dt_gpu_lm *m, int l, int k) { return m->grads + m->off[l * m->nblock + k]; }
+static uint16_t *W16(const dt_gpu_lm *m, int l, int k) { return m->params16 + m->off[l * m->nblock + k]; }
+
+/* bf16: an output rounded as autocast casts it for the next Linear */
+static void lp_round(dt_gpu_lm *m, float *x, size_t n) {
+    if (m->bf16) dt_gpu_round_bf16(m->g, x, x, n);
+}
+
+/* A Linear's forward and backward, f32 or bf16; w and b: the block tensors' indices, b below 0 for none (l -1: the
+ * head, at offset o_head). */
+static void linear_forward(dt_gpu_lm *m, float *out, const float *in, int l, int w, int b, int BT, int C, int OC) {
+    if (l < 0 && m->bf16) dt_gpu_matmul_forward_bf16(m->g, out, in, m->params16 + m->o_head, NULL, BT, C, OC, m->work16);
+    else if (l < 0) dt_gpu_matmul_forward(m->g, out, in, m->params + m->o_head, NULL, BT, C, OC);
+    else if (m->bf16) dt_gpu_matmul_forward_bf16(m->g, out, in, W16(m, l, w), b >= 0 ? W16(m, l, b) : NULL, BT, C, OC, m->work16);
+    else dt_gpu_matmul_forward(m->g, out, in, W(m, l, w), b >= 0 ? W(m, l, b) : NULL, BT, C, OC);
+}
+
+static void linear_backward(dt_gpu_lm *m, float *din, float *dout, const float *in, int l, int w, int b, int BT, int C, int OC) {
+    float *dw = l < 0 ? m->grads + m->o_head : dW(m, l, w), *db = l >= 0 && b >= 0 ? dW(m, l, b) : NULL;
+    if (m->bf16)
+        dt_gpu_matmul_backward_bf16(m->g, din, dw, db, dout, in, l < 0 ? m->params16 + m->o_head : W16(m, l, w), BT, C, OC, m->work16, m->work);
+    else dt_gpu_matmul_backward(m->g, din, dw, db, dout, in, l < 0 ? m->params + m->o_head : W(m, l, w), BT, C, OC);
+}
 
 static void op_forward(dt_gpu_lm *m, int l, int k) {
     const dt_program_op *o = &m->v.ops[k];
@@ -242,10 +306,9 @@ static void op_forward(dt_gpu_lm *m, int l, int k) {
     case DT_OP_NORM:
         if (m->v.rms) dt_gpu_rmsnorm_forward(m->g, out, st, in, W(m, l, s->w), BT, o->width_in, m->eps);
         else dt_gpu_layernorm_forward(m->g, out, st, st + BT, in, W(m, l, s->w), W(m, l, s->b), BT, o->width_in);
+        lp_round(m, out, (size_t)BT * o->width_out);
         break;
-    case DT_OP_LINEAR:
-        dt_gpu_matmul_forward(m->g, out, in, W(m, l, s->w), s->b >= 0 ? W(m, l, s->b) : NULL, BT, o->width_in, o->width_out);
-        break;
+    case DT_OP_LINEAR: linear_forward(m, out, in, l, s->w, s->b, BT, o->width_in, o->width_out); break;
     case DT_OP_ATTENTION: {
         const float *qkv = in;
         if (m->repack) { /* q|k|v of all heads, q and k turned by position: kept for backward */
@@ -253,13 +316,21 @@ static void op_forward(dt_gpu_lm *m, int l, int k) {
             dt_gpu_attention_pack(m->g, m->packed[l], in, BT, m->NH, m->KVH, m->hd);
             for (int part = 0; m->v.rotary && part < 2; part++)
                 dt_gpu_rope(m->g, m->packed[l] + part * Q, m->inv_freq, BT, m->T, m->NH, m->hd, 3 * Q, 0);
+            lp_round(m, m->packed[l], (size_t)BT * 3 * Q); /* turned q and k are 16-bit values too */
             qkv = m->packed[l];
         }
         dt_gpu_attention_forward(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
+        lp_round(m, out, (size_t)BT * o->width_out);
         break;
     }
-    case DT_OP_GELU: dt_gpu_gelu_forward(m->g, out, in, (size_t)BT * o->width_in); break;
-    case DT_OP_SWIGLU: dt_gpu_swiglu_forward(m->g, out, in, BT, o->width_out); break;
+    case DT_OP_GELU:
+        dt_gpu_gelu_forward(m->g, out, in, (size_t)BT * o->width_in);
+        lp_round(m, out, (size_t)BT * o->width_out);
+        break;
+    case DT_OP_SWIGLU:
+        dt_gpu_swiglu_forward(m->g, out, in, BT, o->width_out);
+        lp_round(m, out, (size_t)BT * o->width_out);
+        break;
     case DT_OP_ADD: dt_gpu_residual_forward(m->g, out, in, m->val[l * m->v.nvalues + s->in2], (size_t)BT * o->width_out); break;
     default: break; /* refused at create */
     }
@@ -285,7 +356,8 @@ dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *
     if (m->v.rms) dt_gpu_rmsnorm_forward(m->g, m->lnf, m->lnf_stats, x, m->params + m->o_lnfw, (int)BT, m->C, m->eps);
     else dt_gpu_layernorm_forward(m->g, m->lnf, m->lnf_stats, m->lnf_stats + BT, x, m->params + m->o_lnfw, m->params + m->lnfb->offset, (int)BT,
                                   m->C);
-    dt_gpu_matmul_forward(m->g, m->logits, m->lnf, m->params + m->o_head, NULL, (int)BT, m->C, m->Vp);
+    lp_round(m, m->lnf, BT * m->C);
+    linear_forward(m, m->logits, m->lnf, -1, 0, -1, (int)BT, m->C, m->Vp);
     if (!targets) {
         mark(m, on, m->L + 2);
         st = dt_gpu_sync(m->g);
@@ -318,13 +390,14 @@ static void op_backward(dt_gpu_lm *m, int l, int k) {
     float *din = m->dval[s->in], *dout = m->dval[s->out];
     switch (s->kind) {
     case DT_OP_NORM:
+        if (m->bf16) { /* the CPU's block keeps its norms' inputs in 16 bits: backward reads them rounded */
+            dt_gpu_round_bf16(m->g, m->rin, in, (size_t)BT * o->width_in);
+            in = m->rin;
+        }
         if (m->v.rms) dt_gpu_rmsnorm_backward(m->g, din, dW(m, l, s->w), dout, in, W(m, l, s->w), st, BT, o->width_in);
         else dt_gpu_layernorm_backward(m->g, din, dW(m, l, s->w), dW(m, l, s->b), dout, in, W(m, l, s->w), st, st + BT, BT, o->width_in);
         break;
-    case DT_OP_LINEAR:
-        dt_gpu_matmul_backward(m->g, din, dW(m, l, s->w), s->b >= 0 ? dW(m, l, s->b) : NULL, dout, in, W(m, l, s->w), BT, o->width_in,
-                               o->width_out);
-        break;
+    case DT_OP_LINEAR: linear_backward(m, din, dout, in, l, s->w, s->b, BT, o->width_in, o->width_out); break;
     case DT_OP_ATTENTION:
         if (!m->repack) {
             dt_gpu_attention_backward(m->g, din, m->scratch, dout, in, st, m->B, m->T, o->width_out, m->NH);
@@ -354,7 +427,7 @@ dt_status dt_gpu_lm_backward(dt_gpu_lm *m, float grad_scale) {
     mark(m, on, 0);
     if (grad_scale != 1.0f) dt_gpu_scale(m->g, m->logits, BT * m->Vp, grad_scale); /* forward made d(loss)/d(logits) */
     dt_gpu_zero(m->g, m->dlnf, BT * C * sizeof(float));
-    dt_gpu_matmul_backward(m->g, m->dlnf, m->grads + m->o_head, NULL, m->logits, m->lnf, m->params + m->o_head, (int)BT, m->C, m->Vp);
+    linear_backward(m, m->dlnf, m->logits, m->lnf, -1, 0, -1, (int)BT, m->C, m->Vp);
     dt_gpu_zero(m->g, dres, BT * C * sizeof(float));
     if (m->v.rms) dt_gpu_rmsnorm_backward(m->g, dres, m->grads + m->o_lnfw, m->dlnf, x, m->params + m->o_lnfw, m->lnf_stats, (int)BT, m->C);
     else dt_gpu_layernorm_backward(m->g, dres, m->grads + m->o_lnfw, m->grads + m->lnfb->offset, m->dlnf, x, m->params + m->o_lnfw,
@@ -395,6 +468,7 @@ dt_status dt_gpu_lm_step(dt_gpu_lm *m, const dt_optim_config *c, float lr, float
         float bc1 = 1.0f - powf(c->beta1, (float)m->step), bc2 = 1.0f - powf(c->beta2, (float)m->step);
         dt_gpu_adamw(m->g, m->params, m->grads, f, m->m, m->vv, m->n, c->beta1, c->beta2, c->eps, 1.0f - lr * c->weight_decay, lr / bc1,
                      sqrtf(bc2));
+        refresh_lp(m);
     }
     dt_gpu_zero(m->g, m->grads, m->n * sizeof(float));
     mark(m, on, 1);
@@ -410,6 +484,7 @@ dt_status dt_gpu_lm_state(dt_gpu_lm *m, float *params, float *m1, float *m2, lon
     for (int i = 0; i < 3 && !st; i++)
         if (host[i])
             st = to_host ? dt_gpu_download(m->g, host[i], dev[i], m->n * sizeof(float)) : dt_gpu_upload(m->g, dev[i], host[i], m->n * sizeof(float));
+    if (!st && !to_host && params) refresh_lp(m);
     if (to_host) *steps = m->step;
     else m->step = *steps;
     return st;

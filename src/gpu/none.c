@@ -90,6 +90,16 @@ void dt_gpu_adamw(dt_gpu *g, float *p, const float *gr, float gs, float *m, floa
 }
 void dt_gpu_sumsq(dt_gpu *g, const float *x, size_t n, double *ss) { (void)g, (void)x, (void)n, (void)ss; }
 void dt_gpu_scale(dt_gpu *g, float *x, size_t n, float f) { (void)g, (void)x, (void)n, (void)f; }
+void dt_gpu_round_bf16(dt_gpu *g, float *d, const float *s, size_t n) { (void)g, (void)d, (void)s, (void)n; }
+void dt_gpu_pack_bf16(dt_gpu *g, uint16_t *d, const float *s, size_t n) { (void)g, (void)d, (void)s, (void)n; }
+void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *w, const uint16_t *b, int BT, int C, int OC,
+                                uint16_t *wk) {
+    (void)g, (void)o, (void)i, (void)w, (void)b, (void)BT, (void)C, (void)OC, (void)wk;
+}
+void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, float *d, const float *i, const uint16_t *w, int BT, int C,
+                                 int OC, uint16_t *w16, float *wk) {
+    (void)g, (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)BT, (void)C, (void)OC, (void)w16, (void)wk;
+}
 dt_status dt_gpu_measure_gemm(dt_gpu *g, int bf16, int M, int N, int K, double *t) {
     return (void)g, (void)bf16, (void)M, (void)N, (void)K, (void)t, none();
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 
 static dt_status refuse(const char *what) {
-    return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: %s is not on the GPU path yet (the whole model on each rank, f32, "
+    return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: %s is not on the GPU path yet (the whole model on each rank, f32 or bf16, "
                                         "AdamW, GPT-2's and Llama's ops; docs/gpu.md)", what);
 }
 
@@ -15,7 +15,7 @@ static dt_status check(const dt_train_config *c, int nranks) {
     if (c->strategy && strcmp(c->strategy, "single") && strcmp(c->strategy, "ddp"))
         return refuse("ZeRO (--strategy zero1, zero2, zero3)");
     if (c->strategy && !strcmp(c->strategy, "single") && nranks > 1) return refuse("--strategy single over several ranks");
-    if (c->precision != DT_F32) return refuse("16-bit precision (--precision)");
+    if (c->precision == DT_F16) return refuse("fp16 (--precision fp16; bf16 is)");
     if (c->recompute) return refuse("--recompute");
     if (c->lora.rank > 0 || c->lora_from) return refuse("LoRA");
     if (c->pack) return refuse("--pack");
@@ -63,9 +63,9 @@ const char *dt_train_device_name(const dt_train_device *d, double *used_gib) {
     return d->api->name(d->gpu);
 }
 
-dt_status dt_train_device_peak(const dt_train_device *d, double *gflops) {
+dt_status dt_train_device_peak(const dt_train_device *d, bool bf16, double *gflops) {
     double tf = 0;
-    dt_status st = d->api->measure_gemm(d->gpu, 0, 4096, 4096, 4096, &tf);
+    dt_status st = d->api->measure_gemm(d->gpu, bf16, 4096, 4096, 4096, &tf);
     *gflops = tf * 1e3;
     return st;
 }

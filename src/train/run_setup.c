@@ -319,8 +319,10 @@ static void find_peak(run *r) {
     double per_thread;
     if (r->rank != 0 || (c->quiet && !c->metrics) || c->steps == 0) return; /* no steps (eval): no MFU */
     if (r->dev.gpu) { /* the GPU's matmuls' rate, measured now */
-        if (dt_train_device_peak(&r->dev, &r->peak_gflops)) dt_log(DT_LOG_WARN, "no MFU: %s", dt_last_error());
-        r->peak_source = c->tf32 ? "the GPU's TF32 GEMM at 4096^3, measured now" : "the GPU's f32 GEMM at 4096^3, measured now";
+        bool bf16 = c->precision == DT_BF16;
+        if (dt_train_device_peak(&r->dev, bf16, &r->peak_gflops)) dt_log(DT_LOG_WARN, "no MFU: %s", dt_last_error());
+        r->peak_source = bf16 ? "the GPU's bf16 GEMM at 4096^3, measured now"
+                         : c->tf32 ? "the GPU's TF32 GEMM at 4096^3, measured now" : "the GPU's f32 GEMM at 4096^3, measured now";
         return;
     }
     /* a bf16 run on the bf16 GEMM: MFU against that GEMM's rate, not sgemm's (which it beats) */
@@ -415,8 +417,9 @@ static void print_start(const run *r) {
     double gib = 0;
     const char *gpu = dt_train_device_name(&r->dev, &gib);
     if (gpu)
-        printf("on the GPU (rank 0's: cuda:%d): %s, %.2f GiB of its memory in use; f32%s; the parameters, gradients and AdamW's "
-               "moments live there (a save copies them back)\n", r->dev.ordinal, gpu, gib, c->tf32 ? " with TF32 matmuls" : "");
+        printf("on the GPU (rank 0's: cuda:%d): %s, %.2f GiB of its memory in use; %s%s; the parameters, gradients and AdamW's "
+               "moments live there (a save copies them back)\n", r->dev.ordinal, gpu, gib, c->precision == DT_BF16 ? "bf16 (below)" : "f32",
+               c->tf32 && c->precision != DT_BF16 ? " with TF32 matmuls" : "");
     const dt_lora_config *lc = dt_program_lora_config(dt_gpt2_program(r->m));
     if (lc) {
         dt_model am;
@@ -435,7 +438,10 @@ static void print_start(const run *r) {
                c->eval_batches, c->eval_batches == 1 ? "" : "es", c->batch, c->seq, c->val_data, when);
     }
     /* what a 16-bit run gains on this CPU, so that nobody expects the speed of a bf16 GEMM that is not there */
-    if (c->precision != DT_F32) {
+    if (c->precision != DT_F32 && r->dev.gpu) {
+        printf("bf16 on the GPU: autocast's roundings, the Linears' products bf16 on the tensor cores with f32 sums, attention's "
+               "in %s; master weights, gradients and AdamW in f32\n", c->tf32 ? "TF32" : "f32");
+    } else if (c->precision != DT_F32) {
         char matmuls[256];
         if (c->precision == DT_BF16 && dt_gemm_bf16_ready())
             snprintf(matmuls, sizeof matmuls, "run on a bf16 GEMM (oneDNN, this CPU's avx512_bf16): about twice sgemm's rate");
