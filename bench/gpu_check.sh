@@ -56,18 +56,21 @@ if want kernels; then
 fi
 if want lm; then
   part "GPT-2 d6 on the GPU against the CPU, 20 steps, f32"
-  run "test_gpu_lm d6" $bin/test_gpu_lm d6 4 64 20 1e-5
+  run "test_gpu_lm d6" $bin/test_gpu_lm d6 4 64 20 tol=1e-5
   part "GPT-2 124M on the GPU against the CPU, 20 steps, f32"
-  run "test_gpu_lm 124M" $bin/test_gpu_lm 124M 4 64 20 1e-5
+  run "test_gpu_lm 124M" $bin/test_gpu_lm 124M 4 64 20 tol=1e-5
   part "Llama: llama-tiny (8 heads, 2 K/V heads, untied) and SmolLM-135M's shape on the GPU against the CPU, f32"
-  run "test_gpu_lm llama-tiny" $bin/test_gpu_lm llama-tiny 4 64 20 1e-5
-  run "test_gpu_lm smollm-135m" $bin/test_gpu_lm smollm-135m 4 64 10 1e-5
+  run "test_gpu_lm llama-tiny" $bin/test_gpu_lm llama-tiny 4 64 20 tol=1e-5
+  run "test_gpu_lm smollm-135m" $bin/test_gpu_lm smollm-135m 4 64 10 tol=1e-5
 fi
 if want lmbf16; then
-  part "bf16 (autocast's mixed precision, the Linears on the tensor cores) on the GPU against the CPU's bf16, 20 steps"
-  run "test_gpu_lm d6 bf16" $bin/test_gpu_lm d6 4 64 20 1e-3 bf16 5e-2
-  run "test_gpu_lm 124M bf16" $bin/test_gpu_lm 124M 4 64 20 1e-3 bf16 5e-2
-  run "test_gpu_lm llama-tiny bf16" $bin/test_gpu_lm llama-tiny 4 64 20 1e-3 bf16 5e-2
+  part "bf16 (autocast's mixed precision, the Linears on the tensor cores) on the GPU against the CPU's bf16, 20 steps, and the floor"
+  bf=(tol=1e-3 bf16 gtol=5e-2 floor)
+  run "test_gpu_lm d6 bf16" $bin/test_gpu_lm d6 4 64 20 "${bf[@]}"
+  run "test_gpu_lm d6 bf16 T 256 (flash)" $bin/test_gpu_lm d6 2 256 20 "${bf[@]}"
+  run "test_gpu_lm 124M bf16" $bin/test_gpu_lm 124M 4 64 20 "${bf[@]}"
+  run "test_gpu_lm 124M bf16 lr 3e-4" $bin/test_gpu_lm 124M 4 64 20 "${bf[@]}" lr=3e-4
+  run "test_gpu_lm llama-tiny bf16" $bin/test_gpu_lm llama-tiny 4 64 20 "${bf[@]}"
 fi
 if want bench; then
   part "dtrain's training step: 124M, B 16, T 1024"
@@ -75,10 +78,11 @@ if want bench; then
   run "gpu_lm_bench tf32" $bin/gpu_lm_bench 124M 16 1024 10 tf32
 fi
 if want benchbf16; then
-  part "dtrain's training step in bf16: 124M, B 16 and 32, T 1024 (attention's products f32, then TF32)"
+  part "dtrain's training step in bf16: 124M, T 1024, B 16 (attention's T x T probabilities, then flash), 32, 64"
+  run "gpu_lm_bench bf16,full" $bin/gpu_lm_bench 124M 16 1024 10 bf16,full
   run "gpu_lm_bench bf16" $bin/gpu_lm_bench 124M 16 1024 10 bf16
-  run "gpu_lm_bench bf16,tf32" $bin/gpu_lm_bench 124M 16 1024 10 bf16,tf32
-  run "gpu_lm_bench bf16,tf32 B 32" $bin/gpu_lm_bench 124M 32 1024 10 bf16,tf32
+  run "gpu_lm_bench bf16 B 32" $bin/gpu_lm_bench 124M 32 1024 10 bf16
+  run "gpu_lm_bench bf16 B 64" $bin/gpu_lm_bench 124M 64 1024 5 bf16
 fi
 if want train; then
   part "dtrain train --device cuda against dtrain train on the CPU: d6, B 4, T 64, 20 steps"

@@ -24,6 +24,16 @@ dt_status dt_gpu_open(int ordinal, dt_gpu **out) {
 
 void dt_gpu_close(dt_gpu *g) { free(g); }
 void dt_gpu_set_tf32(dt_gpu *g, int on) { (void)g, (void)on; }
+int dt_gpu_tf32(const dt_gpu *g) { return (void)g, 0; }
+/* the GPU's rule, so that the GPU runner takes the same path here */
+int dt_gpu_flash_supported(int head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128; }
+void dt_gpu_attention_forward_lse(dt_gpu *g, float *o, float *l, const float *q, int B, int T, int C, int NH) {
+    (void)g, dt_attention_forward_lse(o, l, q, B, T, C, NH);
+}
+void dt_gpu_attention_backward_lse(dt_gpu *g, float *dq, float *s, const float *d, const float *o, const float *q, const float *l, int B,
+                                   int T, int C, int NH) {
+    (void)g, (void)s, dt_attention_backward_lse(dq, d, o, q, l, B, T, C, NH);
+}
 const char *dt_gpu_name(const dt_gpu *g) { return (void)g, "the host (CPU kernels in the GPU's place)"; }
 void dt_gpu_props(const dt_gpu *g, int *sms, size_t *memory, int *capability) {
     (void)g;

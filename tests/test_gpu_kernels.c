@@ -188,6 +188,39 @@ static void attention(dt_gpu *g) {
     for (int i = 0; i < 5; i++) free(host[i]);
 }
 
+/* The log-sum-exp attention (flash.cu) against the CPU's, heads of 64, 128 and 32 channels, T a whole number of its
+ * 64-row tiles and not, on bf16 values (as the model gives them: q . k is exact in TF32); the probabilities and dS
+ * rounded to TF32 for their products (2^-11 an element), so 1e-3 of the tensors' norms. */
+static void attention_lse(dt_gpu *g) {
+    static const int shapes[][2] = { { 256, 6 }, { 200, 6 }, { 200, 3 }, { 136, 12 } }; /* T, heads (of C 384) */
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int t = shapes[s][0], nh = shapes[s][1];
+        size_t rows = (size_t)B * t, nq = rows * 3 * C, no = rows * C, nl = (size_t)B * nh * t;
+        float *qkv = random_floats(nq, 2), *dy = random_floats(no, 1), *y = malloc(no * 4), *lse = malloc(nl * 4);
+        float *dqkv = random_floats(nq, 0.1f);
+        dt_lp_round(qkv, nq, DT_BF16);
+        dt_lp_round(dy, no, DT_BF16);
+        float *gq = to_device(g, qkv, nq * 4), *gdy = to_device(g, dy, no * 4), *gdq = to_device(g, dqkv, nq * 4), *gy, *gl, *gs;
+        dt_gpu_alloc(g, no * 4, (void **)&gy), dt_gpu_alloc(g, nl * 4, (void **)&gl), dt_gpu_alloc(g, nl * 4, (void **)&gs);
+        dt_attention_forward_lse(y, lse, qkv, B, t, C, nh);
+        dt_gpu_attention_forward_lse(g, gy, gl, gq, B, t, C, nh);
+        char what[96];
+        snprintf(what, sizeof what, "flash attention forward (T %d, heads of %d): output", t, C / nh);
+        report_err(what, device_err(g, gy, y, no), 1e-3);
+        snprintf(what, sizeof what, "flash attention forward (T %d, heads of %d): log-sum-exp", t, C / nh);
+        report_err(what, device_err(g, gl, lse, nl), 1e-5);
+        /* backward from the CPU's output and lse (as the model: its own forward's), so that it alone is checked */
+        dt_gpu_upload(g, gy, y, no * 4), dt_gpu_upload(g, gl, lse, nl * 4);
+        dt_attention_backward_lse(dqkv, dy, y, qkv, lse, B, t, C, nh);
+        dt_gpu_attention_backward_lse(g, gdq, gs, gdy, gy, gq, gl, B, t, C, nh);
+        snprintf(what, sizeof what, "flash attention backward (T %d, heads of %d): d(q|k|v), added to", t, C / nh);
+        report_err(what, device_err(g, gdq, dqkv, nq), 1e-3);
+        void *dev[] = { gq, gdy, gdq, gy, gl, gs }, *host[] = { qkv, dy, y, lse, dqkv };
+        for (int i = 0; i < 6; i++) dt_gpu_free(g, dev[i]);
+        for (int i = 0; i < 5; i++) free(host[i]);
+    }
+}
+
 static void embedding_crossentropy(dt_gpu *g) {
     int32_t tok[BT], tgt[BT];
     for (int i = 0; i < BT; i++) tok[i] = (i * 7919) % V, tgt[i] = i % 17 == 0 ? DT_IGNORE_INDEX : (i * 104729) % V;
@@ -268,6 +301,7 @@ int main(void) {
     rmsnorm_swiglu(g);
     rotary_and_packing(g);
     attention(g);
+    attention_lse(g);
     embedding_crossentropy(g);
     adamw(g);
     dt_gpu_close(g);

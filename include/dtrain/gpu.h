@@ -29,6 +29,7 @@ void dt_gpu_close(dt_gpu *g);
 /* With on, f32 matmuls run on the tensor cores in TF32 (inputs rounded to 10-bit mantissas, f32 sums: PyTorch's
  * allow_tf32); off (the default), plain f32. */
 void dt_gpu_set_tf32(dt_gpu *g, int on);
+int dt_gpu_tf32(const dt_gpu *g);
 /* The device's name, multiprocessors, memory (bytes) and compute capability (major * 10 + minor). */
 const char *dt_gpu_name(const dt_gpu *g);
 void dt_gpu_props(const dt_gpu *g, int *sms, size_t *memory, int *capability);
@@ -82,6 +83,14 @@ void dt_gpu_embedding_backward(dt_gpu *g, float *dwte, float *dwpe, const float 
 void dt_gpu_attention_forward(dt_gpu *g, float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void dt_gpu_attention_backward(dt_gpu *g, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, int B,
                                int T, int C, int NH);
+/* The same attention without the T x T probabilities (flash.cu; the CPU's dt_attention_forward_lse and
+ * _backward_lse): forward keeps lse[B, NH, T], each row's log-sum-exp; backward computes the probabilities again from
+ * it and D = dout . out a row (scratch: B x NH x T floats), adding into dqkv. The products in TF32 on the tensor
+ * cores; heads of the sizes dt_gpu_flash_supported says. */
+int dt_gpu_flash_supported(int head_dim);
+void dt_gpu_attention_forward_lse(dt_gpu *g, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+void dt_gpu_attention_backward_lse(dt_gpu *g, float *dqkv, float *scratch, const float *dout, const float *out, const float *qkv,
+                                   const float *lse, int B, int T, int C, int NH);
 /* dt_crossentropy_fused's: losses[BT] (0 where a target is below 0), and the logits overwritten by d(loss)/d(logits)
  * times dscale (0 in the padded columns and the unscored rows). The mean is the caller's (it reads the losses). */
 void dt_gpu_crossentropy_fused(dt_gpu *g, float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale);

@@ -34,6 +34,9 @@ dt_status dt_gpu_lm_step(dt_gpu_lm *m, const dt_optim_config *c, float lr, float
 dt_status dt_gpu_lm_state(dt_gpu_lm *m, float *params, float *m1, float *m2, long *steps, int to_host);
 /* The gradients to the host (to_host 1) or from it (data parallelism's staging through host memory). */
 dt_status dt_gpu_lm_grads(dt_gpu_lm *m, float *host, int to_host);
+/* Whether attention keeps each row's log-sum-exp (flash.cu: from the program's T 256, in bf16 or TF32, heads of
+ * dt_gpu_flash_supported's sizes), not T x T probabilities. */
+int dt_gpu_lm_flash(const dt_gpu_lm *m);
 /* Forward and backward for dt_program_set_device (the batch B x T the model was made for). */
 void dt_gpu_lm_device(dt_gpu_lm *m, dt_program_device *out);
 
@@ -54,6 +57,7 @@ typedef struct {
     dt_status (*lm_create)(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **out);
     void (*lm_destroy)(dt_gpu_lm *m);
     void (*lm_device)(dt_gpu_lm *m, dt_program_device *out);
+    int (*lm_flash)(const dt_gpu_lm *m);
     const struct dt_strategy *strategy; /* the engine's "gpu" strategy: its dt_engine_config.device is a dt_gpu_lm */
 } dt_gpu_api;
 const dt_gpu_api *dt_gpu_plugin(void);

@@ -157,6 +157,9 @@ dt_status dt_program_backward_weights(dt_program *p);
  * bits). Attention's memory: DT_ATTN_AUTO keeps T x T scores below T = 256, the log-sum-exp from there. */
 dt_status dt_program_set_recompute(dt_program *p, int on);
 void dt_program_set_attention(dt_program *p, dt_attn_mode mode);
+/* Whether attention at sequence length T keeps each row's log-sum-exp (and recomputes its probabilities in backward)
+ * rather than T x T probabilities: context parallelism, DT_ATTN_BLOCKWISE, or DT_ATTN_AUTO from T 256. */
+bool dt_program_attention_lse(const dt_program *p, int T);
 /* With on, backward leaves the token table's rows out of its gradient (data parallelism adds them from
  * dt_program_input_grad, the embedding's output gradient, after exchanging only those rows). */
 void dt_program_set_defer_rows(dt_program *p, int on);

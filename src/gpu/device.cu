@@ -77,7 +77,12 @@ void dt_gpu_close(dt_gpu *g) {
     free(g);
 }
 
-void dt_gpu_set_tf32(dt_gpu *g, int on) { cublasSetMathMode(g->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH); }
+void dt_gpu_set_tf32(dt_gpu *g, int on) {
+    g->tf32 = on;
+    cublasSetMathMode(g->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+}
+
+int dt_gpu_tf32(const dt_gpu *g) { return g->tf32; }
 
 const char *dt_gpu_name(const dt_gpu *g) { return g->prop.name; }
 

@@ -13,6 +13,7 @@ struct dt_gpu {
     cudaDeviceProp prop;
     cudaStream_t stream;
     cublasHandle_t blas;
+    int tf32;      /* dt_gpu_set_tf32's */
     cudaEvent_t marks[DT_GPU_MARKS];
     int failed;    /* the first failure of queued work since the last dt_gpu_sync */
     char err[256];

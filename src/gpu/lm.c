@@ -21,6 +21,7 @@ struct dt_gpu_lm {
     int repack;                /* attention makes its own q|k|v of all heads (rotary positions, or fewer K/V heads) */
     float eps;                 /* RMSNorm's */
     bool bf16;                 /* the program's precision: autocast's bf16 (else f32) */
+    bool lse;                  /* attention keeps each row's log-sum-exp, not T x T probabilities (flash.cu) */
     size_t n;                  /* parameters */
     size_t *off;               /* [L * nblock]: block l's tensor k's offset in the store */
     size_t o_wte, o_head, o_lnfw;
@@ -114,7 +115,7 @@ static dt_status take_lp_work(dt_gpu_lm *m) {
 
 static dt_status lay_out(dt_gpu_lm *m) {
     const dt_program_view *v = &m->v;
-    size_t BT = (size_t)m->B * m->T, att = (size_t)m->B * m->NH * m->T * m->T;
+    size_t BT = (size_t)m->B * m->T, att = (size_t)m->B * m->NH * m->T * (m->lse ? 1 : m->T);
     dt_status st = take(m, m->n, &m->params);
     if (!st) st = take(m, m->n, &m->grads);
     if (!st) st = take(m, m->n, &m->m);
@@ -150,7 +151,7 @@ static dt_status lay_out(dt_gpu_lm *m) {
     if (!st) st = take(m, BT * m->Vp, &m->logits);
     if (!st) st = take(m, BT, &m->losses);
     if (!st) st = take(m, BT * m->C, &m->dlnf);
-    if (!st) st = take(m, (size_t)m->NH * m->T * m->T, &m->scratch);
+    if (!st) st = take(m, m->lse ? (size_t)m->B * m->NH * m->T : (size_t)m->NH * m->T * m->T, &m->scratch);
     return st;
 }
 
@@ -170,6 +171,9 @@ dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **o
     m->B = B, m->T = T, m->L = c->num_layers, m->C = c->channels, m->NH = m->v.heads, m->KVH = m->v.kv_heads, m->hd = m->v.head_dim;
     m->V = c->vocab_size, m->Vp = m->v.embed->shape[0], m->eps = c->norm_eps, m->bf16 = dt_program_precision(p) == DT_BF16;
     m->repack = m->v.rotary || m->KVH != m->NH;
+    /* the program's choice (from T 256, or asked), where the flash kernel's TF32 products are the run's arithmetic
+     * already (bf16, or TF32): otherwise the T x T probabilities in f32 */
+    m->lse = dt_program_attention_lse(p, T) && (m->bf16 || dt_gpu_tf32(g)) && dt_gpu_flash_supported(m->hd);
     m->n = dt_program_num_params(p);
     m->o_wte = m->v.embed->offset, m->o_head = m->v.head ? m->v.head->offset : m->o_wte, m->o_lnfw = m->v.norm_w->offset;
     m->wpe = m->v.positions, m->lnfb = m->v.norm_b;
@@ -319,8 +323,9 @@ static void op_forward(dt_gpu_lm *m, int l, int k) {
             lp_round(m, m->packed[l], (size_t)BT * 3 * Q); /* turned q and k are 16-bit values too */
             qkv = m->packed[l];
         }
-        dt_gpu_attention_forward(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
-        lp_round(m, out, (size_t)BT * o->width_out);
+        if (m->lse) dt_gpu_attention_forward_lse(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
+        else dt_gpu_attention_forward(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
+        lp_round(m, out, (size_t)BT * o->width_out); /* (and backward's D reads it so, as the CPU's) */
         break;
     }
     case DT_OP_GELU:
@@ -382,6 +387,16 @@ dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *
 
 /* ---- backward ---- */
 
+/* d(q|k|v) += attention's backward, from its probabilities or its rows' log-sum-exp and output */
+static void attention_backward(dt_gpu_lm *m, float *dqkv, const float *dout, const float *qkv, int l, int k) {
+    const dt_program_op *o = &m->v.ops[k];
+    const float *st = m->stats[l * m->v.nops + k];
+    if (m->lse)
+        dt_gpu_attention_backward_lse(m->g, dqkv, m->scratch, dout, m->val[l * m->v.nvalues + o->s.out], qkv, st, m->B, m->T, o->width_out,
+                                      m->NH);
+    else dt_gpu_attention_backward(m->g, dqkv, m->scratch, dout, qkv, st, m->B, m->T, o->width_out, m->NH);
+}
+
 static void op_backward(dt_gpu_lm *m, int l, int k) {
     const dt_program_op *o = &m->v.ops[k];
     const dt_op_spec *s = &o->s;
@@ -400,12 +415,12 @@ static void op_backward(dt_gpu_lm *m, int l, int k) {
     case DT_OP_LINEAR: linear_backward(m, din, dout, in, l, s->w, s->b, BT, o->width_in, o->width_out); break;
     case DT_OP_ATTENTION:
         if (!m->repack) {
-            dt_gpu_attention_backward(m->g, din, m->scratch, dout, in, st, m->B, m->T, o->width_out, m->NH);
+            attention_backward(m, din, dout, in, l, k);
             break;
         }
         /* through the packed q|k|v: turned back, each K/V head's gradient the sum of its heads' */
         dt_gpu_zero(m->g, m->dpacked, (size_t)BT * 3 * o->width_out * sizeof(float));
-        dt_gpu_attention_backward(m->g, m->dpacked, m->scratch, dout, m->packed[l], st, m->B, m->T, o->width_out, m->NH);
+        attention_backward(m, m->dpacked, dout, m->packed[l], l, k);
         for (int part = 0; m->v.rotary && part < 2; part++)
             dt_gpu_rope(m->g, m->dpacked + (size_t)part * o->width_out, m->inv_freq, BT, m->T, m->NH, m->hd, 3 * (size_t)o->width_out, 1);
         dt_gpu_attention_unpack(m->g, din, m->dpacked, BT, m->NH, m->KVH, m->hd);
@@ -494,6 +509,8 @@ dt_status dt_gpu_lm_grads(dt_gpu_lm *m, float *host, int to_host) {
     size_t bytes = m->n * sizeof(float);
     return to_host ? dt_gpu_download(m->g, host, m->grads, bytes) : dt_gpu_upload(m->g, m->grads, host, bytes);
 }
+
+int dt_gpu_lm_flash(const dt_gpu_lm *m) { return m->lse; }
 
 static dt_status device_forward(void *ctx, const int32_t *inputs, const int32_t *targets, int B, int T, double loss_tokens, float *loss) {
     dt_gpu_lm *m = ctx;

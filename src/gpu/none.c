@@ -14,6 +14,15 @@ dt_status dt_gpu_open(int ordinal, dt_gpu **out) {
 
 void dt_gpu_close(dt_gpu *g) { (void)g; }
 void dt_gpu_set_tf32(dt_gpu *g, int on) { (void)g, (void)on; }
+int dt_gpu_tf32(const dt_gpu *g) { return (void)g, 0; }
+int dt_gpu_flash_supported(int head_dim) { return (void)head_dim, 0; }
+void dt_gpu_attention_forward_lse(dt_gpu *g, float *o, float *l, const float *q, int B, int T, int C, int NH) {
+    (void)g, (void)o, (void)l, (void)q, (void)B, (void)T, (void)C, (void)NH;
+}
+void dt_gpu_attention_backward_lse(dt_gpu *g, float *dq, float *s, const float *d, const float *o, const float *q, const float *l, int B,
+                                   int T, int C, int NH) {
+    (void)g, (void)dq, (void)s, (void)d, (void)o, (void)q, (void)l, (void)B, (void)T, (void)C, (void)NH;
+}
 const char *dt_gpu_name(const dt_gpu *g) { return (void)g, "none"; }
 void dt_gpu_props(const dt_gpu *g, int *sms, size_t *memory, int *capability) {
     (void)g;

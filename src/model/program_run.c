@@ -116,8 +116,13 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
     s->dce = carve(m, p->token_loss ? head * BT : 0, true);
 }
 
+/* the log-sum-exp kernels (context parallelism merges blocks by it): no T x T scores kept */
+bool dt_program_attention_lse(const dt_program *p, int T) {
+    return p->part.cp_size > 1 || p->attn == DT_ATTN_BLOCKWISE || (p->attn == DT_ATTN_AUTO && T >= 256);
+}
+
 size_t dt_program_slot_bytes(const dt_program *p, int B, int T, size_t *kept) {
-    program_slot s = { .blockwise = p->part.cp_size > 1 || p->attn == DT_ATTN_BLOCKWISE || (p->attn == DT_ATTN_AUTO && T >= 256) };
+    program_slot s = { .blockwise = dt_program_attention_lse(p, T) };
     arena m = { 0 };
     lay_slot((dt_program *)p, &s, &m, B, T);
     size_t lp = dt_program_packs(p) ? (size_t)p->nl * dt_program_lp_block(p, (size_t)B * T) * sizeof(uint16_t) : 0;
@@ -150,8 +155,7 @@ static bool cp(const dt_program *p) { return p->part.cp_size > 1; }
 
 static dt_status reserve(dt_program *p, int B, int T) {
     program_slot *s = p->s;
-    /* the log-sum-exp kernels (context parallelism merges blocks by it): no T x T scores kept */
-    bool blockwise = cp(p) || p->attn == DT_ATTN_BLOCKWISE || (p->attn == DT_ATTN_AUTO && T >= 256);
+    bool blockwise = dt_program_attention_lse(p, T);
     if (s->mem && (size_t)B * T <= (size_t)s->cap_BT && T <= s->cap_T && blockwise == s->blockwise) return DT_OK;
     dt_program_free_slot(s);
     s->blockwise = blockwise;
