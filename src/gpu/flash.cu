@@ -261,35 +261,41 @@ static size_t smem_bytes(int HD) { return (4 * (size_t)TILE * (HD + 8) + 2 * (si
 
 int dt_gpu_flash_supported(int head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128; }
 
-template <int HD> static void launch(dt_gpu *g, int pass, float *dqkv, float *out, float *lse, const float *qkv, const float *dout,
-                                     const float *D, int B, int T, int C, int NH) {
+/* what a pass reads and writes (forward: out and lse; backward: dqkv, from lse and D) */
+typedef struct {
+    float *out, *lse_out, *dqkv;
+    const float *qkv, *dout, *lse, *D;
+    int B, T, C, NH;
+} flash_args;
+
+template <int HD> static void launch(dt_gpu *g, int pass, const flash_args *a) {
     size_t sm = smem_bytes(HD);
-    dim3 grid((T + TILE - 1) / TILE, B * NH);
+    dim3 grid((a->T + TILE - 1) / TILE, a->B * a->NH);
     float scale = 1.0f / sqrtf((float)HD);
     /* above 48 KiB of shared memory a kernel must ask (once; asking again is harmless) */
     if (pass == 0) {
         cudaFuncSetAttribute(flash_forward_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
-        flash_forward_k<HD><<<grid, WARPS * 32, sm, g->stream>>>(out, lse, qkv, T, C, NH, scale);
+        flash_forward_k<HD><<<grid, WARPS * 32, sm, g->stream>>>(a->out, a->lse_out, a->qkv, a->T, a->C, a->NH, scale);
     } else if (pass == 1) {
         cudaFuncSetAttribute(flash_backward_kv_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
-        flash_backward_kv_k<HD><<<grid, WARPS * 32, sm, g->stream>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale);
+        flash_backward_kv_k<HD><<<grid, WARPS * 32, sm, g->stream>>>(a->dqkv, a->dout, a->qkv, a->lse, a->D, a->T, a->C, a->NH, scale);
     } else {
         cudaFuncSetAttribute(flash_backward_q_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
-        flash_backward_q_k<HD><<<grid, WARPS * 32, sm, g->stream>>>(dqkv, dout, qkv, lse, D, T, C, NH, scale);
+        flash_backward_q_k<HD><<<grid, WARPS * 32, sm, g->stream>>>(a->dqkv, a->dout, a->qkv, a->lse, a->D, a->T, a->C, a->NH, scale);
     }
 }
 
-static void run(dt_gpu *g, int pass, float *dqkv, float *out, float *lse, const float *qkv, const float *dout, const float *D, int B, int T,
-                int C, int NH) {
-    int HD = C / NH;
-    if (HD == 32) launch<32>(g, pass, dqkv, out, lse, qkv, dout, D, B, T, C, NH);
-    else if (HD == 64) launch<64>(g, pass, dqkv, out, lse, qkv, dout, D, B, T, C, NH);
-    else if (HD == 128) launch<128>(g, pass, dqkv, out, lse, qkv, dout, D, B, T, C, NH);
+static void run(dt_gpu *g, int pass, const flash_args *a) {
+    int HD = a->C / a->NH;
+    if (HD == 32) launch<32>(g, pass, a);
+    else if (HD == 64) launch<64>(g, pass, a);
+    else if (HD == 128) launch<128>(g, pass, a);
     else dt_gpu_fail(g, "flash attention", "a head of other than 32, 64 or 128 channels");
 }
 
 void dt_gpu_attention_forward_lse(dt_gpu *g, float *out, float *lse, const float *qkv, int B, int T, int C, int NH) {
-    run(g, 0, NULL, out, lse, qkv, NULL, NULL, B, T, C, NH);
+    flash_args a = { out, lse, NULL, qkv, NULL, NULL, NULL, B, T, C, NH };
+    run(g, 0, &a);
     dt_gpu_check_launch(g, "flash attention forward");
 }
 
@@ -298,8 +304,9 @@ void dt_gpu_attention_backward_lse(dt_gpu *g, float *dqkv, float *scratch, const
     int rows = B * T * NH;
     row_dots_k<<<dt_gpu_blocks((size_t)rows, 8), 256, 0, g->stream>>>(scratch, dout, out, B * T, T, C, NH, C / NH);
     dt_gpu_check_launch(g, "flash attention backward (dout . out)");
-    run(g, 1, dqkv, NULL, NULL, qkv, dout, scratch, B, T, C, NH);
+    flash_args a = { NULL, NULL, dqkv, qkv, dout, lse, scratch, B, T, C, NH };
+    run(g, 1, &a);
     dt_gpu_check_launch(g, "flash attention backward (dk, dv)");
-    run(g, 2, dqkv, NULL, NULL, qkv, dout, scratch, B, T, C, NH);
+    run(g, 2, &a);
     dt_gpu_check_launch(g, "flash attention backward (dq)");
 }
