@@ -67,7 +67,8 @@ if want lmbf16; then
   part "bf16 (autocast's mixed precision, the Linears on the tensor cores) on the GPU against the CPU's bf16, 20 steps, and the floor"
   bf=(tol=1e-3 bf16 gtol=5e-2 floor)
   run "test_gpu_lm d6 bf16" $bin/test_gpu_lm d6 4 64 20 "${bf[@]}"
-  run "test_gpu_lm d6 bf16 T 256 (flash)" $bin/test_gpu_lm d6 2 256 20 "${bf[@]}"
+  run "test_gpu_lm d6 bf16 T 256" $bin/test_gpu_lm d6 2 256 20 "${bf[@]}"
+  run "test_gpu_lm d6 bf16 T 256 flash" $bin/test_gpu_lm d6 2 256 20 "${bf[@]}" flash
   run "test_gpu_lm 124M bf16" $bin/test_gpu_lm 124M 4 64 20 "${bf[@]}"
   run "test_gpu_lm 124M bf16 lr 3e-4" $bin/test_gpu_lm 124M 4 64 20 "${bf[@]}" lr=3e-4
   run "test_gpu_lm llama-tiny bf16" $bin/test_gpu_lm llama-tiny 4 64 20 "${bf[@]}"
@@ -79,8 +80,8 @@ if want bench; then
 fi
 if want benchbf16; then
   part "dtrain's training step in bf16: 124M, T 1024, B 16 (attention's T x T probabilities, then flash), 32, 64"
-  run "gpu_lm_bench bf16,full" $bin/gpu_lm_bench 124M 16 1024 10 bf16,full
   run "gpu_lm_bench bf16" $bin/gpu_lm_bench 124M 16 1024 10 bf16
+  run "gpu_lm_bench bf16,flash" $bin/gpu_lm_bench 124M 16 1024 10 bf16,flash
   run "gpu_lm_bench bf16 B 32" $bin/gpu_lm_bench 124M 32 1024 10 bf16
   run "gpu_lm_bench bf16 B 64" $bin/gpu_lm_bench 124M 64 1024 5 bf16
 fi
@@ -108,9 +109,9 @@ if want train; then
     --eval-batches 1 --threads 16
 fi
 if want trainbf16; then
-  part "dtrain train --device cuda --precision bf16 --tf32: 124M, B 16, T 1024, 20 steps, an evaluation"
+  part "dtrain train --device cuda --precision bf16: 124M, B 16, T 1024, 20 steps, an evaluation"
   run "train 124M --device cuda bf16" $bin/dtrain train --model 124M --data /tmp/llmc_train.bin --val-data /tmp/llmc_val.bin --batch 16 \
-    --seq 1024 --steps 20 --lr 6e-4 --warmup 5 --eval-every 20 --eval-batches 1 --device cuda --precision bf16 --tf32
+    --seq 1024 --steps 20 --lr 6e-4 --warmup 5 --eval-every 20 --eval-batches 1 --device cuda --precision bf16
 fi
 if want ddp; then
   part "data parallelism on the GPU: --nproc 2 --device cuda (two ranks share it) against one process with the global batch, d6"

@@ -5,8 +5,8 @@
  * backward and update as the step ran them, and, timed alone at the step's shapes, the Linears (the block's and the
  * head, forward and backward) and attention (forward and backward): the rest is the element-wise kernels.
  * MODE, a comma list: tf32 (the f32 matmuls on the tensor cores in TF32, the ceilings too), bf16 (autocast's mixed
- * precision: the Linears in bf16), full (attention's T x T probabilities kept at any T: the runner's flash kernels
- * otherwise take T from 256 in bf16 or TF32). Default f32.
+ * precision: the Linears in bf16, attention's products in TF32), flash (attention without the T x T probabilities,
+ * flash.cu, in bf16 or TF32; else they are kept). Default f32.
  * usage: gpu_lm_bench PRESET B T STEPS [MODE] */
 #include "dtrain/base.h"
 #include "dtrain/gpu_lm.h"
@@ -66,8 +66,8 @@ static void attention(dt_gpu *g, void *ctx) {
             dt_gpu_attention_forward_lse(g, q->y, q->att, q->x, q->B, q->T, Q, q->v->heads);
             dt_gpu_attention_backward_lse(g, q->dx, q->work, q->dy, q->y, q->x, q->att, q->B, q->T, Q, q->v->heads);
         } else {
-            dt_gpu_attention_forward(g, q->y, q->att, q->x, q->B, q->T, Q, q->v->heads);
-            dt_gpu_attention_backward(g, q->dx, q->work, q->dy, q->x, q->att, q->B, q->T, Q, q->v->heads);
+            dt_gpu_attention_forward(g, q->y, q->att, q->x, q->B, q->T, Q, q->v->heads, q->lp);
+            dt_gpu_attention_backward(g, q->dx, q->work, q->dy, q->x, q->att, q->B, q->T, Q, q->v->heads, q->lp);
         }
 }
 
@@ -100,7 +100,7 @@ static dt_status time_parts(dt_gpu *g, dt_program *p, int B, int T, int lp, int 
 
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: gpu_lm_bench PRESET B T STEPS [MODE: tf32, bf16, full, a comma list]\n");
+        fprintf(stderr, "usage: gpu_lm_bench PRESET B T STEPS [MODE: tf32, bf16, flash, a comma list]\n");
         return 2;
     }
     const char *mode = argc > 5 ? argv[5] : "f32";
@@ -132,7 +132,7 @@ int main(int argc, char **argv) {
     if (!st) st = dt_program_create(&cfg, &p);
     if (!st) dt_program_init_random(p, 1);
     if (!st && lp) st = dt_program_set_precision(p, DT_BF16);
-    if (!st && strstr(mode, "full")) dt_program_set_attention(p, DT_ATTN_FULL);
+    if (!st && strstr(mode, "flash")) dt_program_set_attention(p, DT_ATTN_BLOCKWISE);
     if (!st) st = dt_gpu_lm_create(g, p, B, T, &m);
     if (st) {
         fprintf(stderr, "gpu_lm_bench: %s\n", dt_last_error());
@@ -171,7 +171,7 @@ int main(int argc, char **argv) {
         printf("%s %s: a step %.1f ms = forward %.1f + backward %.1f + update %.1f; alone at its shapes: the Linears %.1f ms (%s), "
                "attention %.1f ms (%s), the rest (norms, activations, adds, embedding, loss, update, copies) %.1f ms\n",
                argv[1], mode, sec * 1e3, part[0] / steps * 1e3, part[1] / steps * 1e3, part[2] / steps * 1e3, lin, lp ? "bf16" : tf32 ? "tf32" : "f32",
-               att, dt_gpu_lm_flash(m) ? "flash, TF32" : tf32 ? "T x T, TF32" : "T x T, f32", sec * 1e3 - lin - att);
+               att, dt_gpu_lm_flash(m) ? "flash, TF32" : tf32 || lp ? "T x T, TF32" : "T x T, f32", sec * 1e3 - lin - att);
     dt_gpu_lm_destroy(m);
     dt_program_destroy(p);
     dt_gpu_close(g);

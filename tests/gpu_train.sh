@@ -39,6 +39,25 @@ else
     fail "bf16 on the device differs: $(losses "$dir/cb.jsonl" | tr '\n' ' ') vs $(losses "$dir/gb.jsonl" | tr '\n' ' ')"
 fi
 
+# --attention blockwise: the device's flash attention (each row's log-sum-exp kept), the CPU's blockwise kernels
+fl=(--layers 2 --channels 128 --heads 4 --vocab 256 --max-seq 256 --seq 256 --batch 2 --steps 3 --data "$dir/train.bin" --precision bf16
+    --attention blockwise --threads 1)
+"$DTRAIN" train "${fl[@]}" --quiet --metrics "$dir/fc.jsonl" > "$dir/out" 2>&1 || fail "blockwise bf16 on the CPU: $(tail -2 "$dir/out")"
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${fl[@]}" --device cuda --metrics "$dir/fg.jsonl" > "$dir/out" 2>&1 || fail "flash --device cuda: $(tail -2 "$dir/out")"
+[ "$(losses "$dir/fc.jsonl" | wc -l)" = 3 ] && [ "$(losses "$dir/fc.jsonl")" = "$(losses "$dir/fg.jsonl")" ] &&
+    grep -q "attention on the GPU: flash" "$dir/out" &&
+    ok "--attention blockwise --precision bf16 --device cuda: flash attention on host kernels = the CPU's blockwise, 3 losses" ||
+    fail "flash on the device: $(losses "$dir/fc.jsonl" | tr '\n' ' ') vs $(losses "$dir/fg.jsonl" | tr '\n' ' '); $(grep attention "$dir/out")"
+
+# where the T x T probabilities would not fit (a GPU with 100 MiB free; 150 with them), flash attention, said so
+fit=(--layers 2 --channels 128 --heads 4 --vocab 256 --max-seq 1024 --seq 1024 --batch 2 --steps 1 --data "$dir/train.bin" --precision bf16 --threads 1)
+DTRAIN_GPU_PLUGIN=$HOST DTRAIN_GPU_HOST_FREE_MB=100 "$DTRAIN" train "${fit[@]}" --device cuda > "$dir/out" 2>&1 &&
+    grep -q "attention on the GPU: flash .*would not fit the GPU" "$dir/out" &&
+    DTRAIN_GPU_PLUGIN=$HOST DTRAIN_GPU_HOST_FREE_MB=200 "$DTRAIN" train "${fit[@]}" --device cuda > "$dir/out2" 2>&1 &&
+    grep -q "attention on the GPU: T x T probabilities kept, products in TF32" "$dir/out2" &&
+    ok "T 1024 on a GPU with 100 MiB free: flash attention (the T x T probabilities would not fit); with 200, they are kept" ||
+    fail "the flash fallback: $(grep -h 'attention\|error' "$dir/out" "$dir/out2")"
+
 # the Llama family (rotary positions, RMSNorm, SwiGLU, 2 K/V heads for 8, an untied head)
 llama=(--model llama-tiny --vocab 256 --data "$dir/train.bin" --seq 64 --batch 4 --threads 1 --quiet --steps 4 --lr 1e-3 --grad-clip 1.0)
 "$DTRAIN" train "${llama[@]}" --metrics "$dir/lc.jsonl" --save "$dir/lc.safetensors" > "$dir/out" 2>&1 || fail "llama on the CPU: $(tail -2 "$dir/out")"

@@ -11,7 +11,8 @@
  * With floor, a second CPU run from weights one f32 step apart (each nudged up by its last bit: the size of what a
  * sum in another order changes) says how far the arithmetic alone carries two runs apart in these steps: the spread
  * any two implementations of it share.
- * usage: test_gpu_lm PRESET[:VOCAB] B T STEPS [tol=X] [bf16] [gtol=X] [lr=X] [floor] */
+ * With flash, attention keeps each row's log-sum-exp on both (the CPU's blockwise kernels, the GPU's flash.cu).
+ * usage: test_gpu_lm PRESET[:VOCAB] B T STEPS [tol=X] [bf16] [gtol=X] [lr=X] [floor] [flash] */
 #include "gpu_check.h"
 
 #include "dtrain/gpu_lm.h"
@@ -29,21 +30,22 @@ static void batch(int32_t *x, int32_t *y, int n, int V, int step) {
 
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: test_gpu_lm PRESET[:VOCAB] B T STEPS [tol=X] [bf16] [gtol=X] [lr=X] [floor]\n");
+        fprintf(stderr, "usage: test_gpu_lm PRESET[:VOCAB] B T STEPS [tol=X] [bf16] [gtol=X] [lr=X] [floor] [flash]\n");
         return 2;
     }
     int B = atoi(argv[2]), T = atoi(argv[3]), steps = atoi(argv[4]);
     double tol = 1e-5, gtol = 1e-4;
     float lr = 1e-3f;
-    bool bf16 = false, floor_run = false;
+    bool bf16 = false, floor_run = false, flash = false;
     for (int i = 5; i < argc; i++) {
         if (!strncmp(argv[i], "tol=", 4)) tol = atof(argv[i] + 4);
         else if (!strncmp(argv[i], "gtol=", 5)) gtol = atof(argv[i] + 5);
         else if (!strncmp(argv[i], "lr=", 3)) lr = (float)atof(argv[i] + 3);
         else if (!strcmp(argv[i], "bf16")) bf16 = true;
         else if (!strcmp(argv[i], "floor")) floor_run = true;
+        else if (!strcmp(argv[i], "flash")) flash = true;
         else {
-            fprintf(stderr, "test_gpu_lm: %s: expected tol=X, bf16, gtol=X, lr=X or floor\n", argv[i]);
+            fprintf(stderr, "test_gpu_lm: %s: expected tol=X, bf16, gtol=X, lr=X, floor or flash\n", argv[i]);
             return 2;
         }
     }
@@ -64,6 +66,7 @@ int main(int argc, char **argv) {
     if (!st) st = dt_program_create(&cfg, &p);
     if (!st) dt_program_init_random(p, 1337);
     if (!st && bf16) st = dt_program_set_precision(p, DT_BF16);
+    if (!st) dt_program_set_attention(p, flash ? DT_ATTN_BLOCKWISE : DT_ATTN_FULL);
     if (!st) st = dt_program_reserve(p, B, T);
     if (!st && floor_run) st = dt_program_create(&cfg, &p2);
     if (!st && p2) {
@@ -72,6 +75,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < dt_program_num_params(p2); i++) w2[i] = nextafterf(w2[i], INFINITY);
     }
     if (!st && p2 && bf16) st = dt_program_set_precision(p2, DT_BF16);
+    if (!st && p2) dt_program_set_attention(p2, flash ? DT_ATTN_BLOCKWISE : DT_ATTN_FULL);
     if (!st && p2) st = dt_program_reserve(p2, B, T);
     if (!st) st = dt_gpu_open(0, &g);
     if (!st) st = dt_gpu_lm_create(g, p, B, T, &m);

@@ -160,6 +160,7 @@ void dt_program_set_attention(dt_program *p, dt_attn_mode mode);
 /* Whether attention at sequence length T keeps each row's log-sum-exp (and recomputes its probabilities in backward)
  * rather than T x T probabilities: context parallelism, DT_ATTN_BLOCKWISE, or DT_ATTN_AUTO from T 256. */
 bool dt_program_attention_lse(const dt_program *p, int T);
+dt_attn_mode dt_program_attention(const dt_program *p);
 /* With on, backward leaves the token table's rows out of its gradient (data parallelism adds them from
  * dt_program_input_grad, the embedding's output gradient, after exchanging only those rows). */
 void dt_program_set_defer_rows(dt_program *p, int on);

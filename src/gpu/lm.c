@@ -22,6 +22,7 @@ struct dt_gpu_lm {
     float eps;                 /* RMSNorm's */
     bool bf16;                 /* the program's precision: autocast's bf16 (else f32) */
     bool lse;                  /* attention keeps each row's log-sum-exp, not T x T probabilities (flash.cu) */
+    bool att_tf32;             /* attention's products in TF32: bf16 runs (and --tf32) */
     size_t n;                  /* parameters */
     size_t *off;               /* [L * nblock]: block l's tensor k's offset in the store */
     size_t o_wte, o_head, o_lnfw;
@@ -49,7 +50,7 @@ struct dt_gpu_lm {
  * the sizes, when it is more than the GPU has free. */
 static dt_status lay_out(dt_gpu_lm *m);
 static dt_status preflight(dt_gpu_lm *m) {
-    m->counting = 1;
+    m->counting = 1, m->need = m->state_need = 0;
     dt_status st = lay_out(m);
     m->counting = 0;
     size_t fr = 0, tot = 0;
@@ -171,9 +172,10 @@ dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **o
     m->B = B, m->T = T, m->L = c->num_layers, m->C = c->channels, m->NH = m->v.heads, m->KVH = m->v.kv_heads, m->hd = m->v.head_dim;
     m->V = c->vocab_size, m->Vp = m->v.embed->shape[0], m->eps = c->norm_eps, m->bf16 = dt_program_precision(p) == DT_BF16;
     m->repack = m->v.rotary || m->KVH != m->NH;
-    /* the program's choice (from T 256, or asked), where the flash kernel's TF32 products are the run's arithmetic
-     * already (bf16, or TF32): otherwise the T x T probabilities in f32 */
-    m->lse = dt_program_attention_lse(p, T) && (m->bf16 || dt_gpu_tf32(g)) && dt_gpu_flash_supported(m->hd);
+    m->att_tf32 = m->bf16 || dt_gpu_tf32(g);
+    /* flash attention where asked (DT_ATTN_BLOCKWISE) and its TF32 products are the run's arithmetic already: the T x T
+     * probabilities are faster on cuBLAS's TF32 (docs/gpu.md), so by default they are kept while they fit (preflight) */
+    m->lse = dt_program_attention(p) == DT_ATTN_BLOCKWISE && m->att_tf32 && dt_gpu_flash_supported(m->hd);
     m->n = dt_program_num_params(p);
     m->o_wte = m->v.embed->offset, m->o_head = m->v.head ? m->v.head->offset : m->o_wte, m->o_lnfw = m->v.norm_w->offset;
     m->wpe = m->v.positions, m->lnfb = m->v.norm_b;
@@ -188,6 +190,10 @@ dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **o
     for (int l = 0; !st && l < m->L; l++)
         for (int k = 0; k < m->nblock; k++) m->off[l * m->nblock + k] = dt_program_block_tensor(p, l, k)->offset;
     if (!st) st = preflight(m);
+    if (st == DT_ERR_NOMEM && !m->lse && dt_program_attention(p) == DT_ATTN_AUTO && m->att_tf32 && dt_gpu_flash_supported(m->hd)) {
+        m->lse = true; /* without the T x T probabilities it may fit */
+        st = preflight(m);
+    }
     if (!st) st = lay_out(m);
     if (!st) st = dt_gpu_lm_upload(m, dt_program_params(p));
     if (!st && m->v.rotary) st = dt_gpu_upload(g, m->inv_freq, m->v.inv_freq, (size_t)m->hd / 2 * sizeof(float));
@@ -324,7 +330,7 @@ static void op_forward(dt_gpu_lm *m, int l, int k) {
             qkv = m->packed[l];
         }
         if (m->lse) dt_gpu_attention_forward_lse(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
-        else dt_gpu_attention_forward(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
+        else dt_gpu_attention_forward(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH, m->att_tf32);
         lp_round(m, out, (size_t)BT * o->width_out); /* (and backward's D reads it so, as the CPU's) */
         break;
     }
@@ -394,7 +400,7 @@ static void attention_backward(dt_gpu_lm *m, float *dqkv, const float *dout, con
     if (m->lse)
         dt_gpu_attention_backward_lse(m->g, dqkv, m->scratch, dout, m->val[l * m->v.nvalues + o->s.out], qkv, st, m->B, m->T, o->width_out,
                                       m->NH);
-    else dt_gpu_attention_backward(m->g, dqkv, m->scratch, dout, qkv, st, m->B, m->T, o->width_out, m->NH);
+    else dt_gpu_attention_backward(m->g, dqkv, m->scratch, dout, qkv, st, m->B, m->T, o->width_out, m->NH, m->att_tf32);
 }
 
 static void op_backward(dt_gpu_lm *m, int l, int k) {

@@ -818,6 +818,7 @@ dt_status dt_program_set_recompute(dt_program *p, int on) {
 }
 
 void dt_program_set_attention(dt_program *p, dt_attn_mode mode) { p->attn = mode; }
+dt_attn_mode dt_program_attention(const dt_program *p) { return p->attn; }
 void dt_program_set_loss_tokens(dt_program *p, double n) { p->loss_tokens = n > 0 ? n : 0; }
 
 void dt_program_set_row_keys(dt_program *p, const uint64_t *keys) { p->key_src = keys; }

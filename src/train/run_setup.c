@@ -438,10 +438,12 @@ static void print_start(const run *r) {
                c->eval_batches, c->eval_batches == 1 ? "" : "es", c->batch, c->seq, c->val_data, when);
     }
     /* what a 16-bit run gains on this CPU, so that nobody expects the speed of a bf16 GEMM that is not there */
-    if (r->dev.gpu)
-        printf("attention on the GPU: %s\n", r->dev.api->lm_flash(r->dev.lm) ? "flash (each row's log-sum-exp kept, not T x T probabilities; "
-                                                                             "its products in TF32)"
-                                             : c->tf32 ? "T x T probabilities kept, products in TF32" : "T x T probabilities kept, products in f32");
+    if (r->dev.gpu) {
+        bool flash = r->dev.api->lm_flash(r->dev.lm), tf32 = c->tf32 || c->precision == DT_BF16;
+        printf("attention on the GPU: %s%s\n", flash ? "flash (each row's log-sum-exp kept, not T x T probabilities; its products in TF32)"
+                                                : tf32 ? "T x T probabilities kept, products in TF32" : "T x T probabilities kept, products in f32",
+               flash && c->attention != DT_ATTN_BLOCKWISE ? ", because the T x T probabilities would not fit the GPU" : "");
+    }
     if (c->precision != DT_F32 && r->dev.gpu) {
         printf("bf16 on the GPU: autocast's roundings, the Linears' products bf16 on the tensor cores with f32 sums; master weights, "
                "gradients and AdamW in f32\n");
