@@ -5,7 +5,7 @@
  * backward and update as the step ran them, and, timed alone at the step's shapes, the Linears (the block's and the
  * head, forward and backward) and attention (forward and backward): the rest is the element-wise kernels.
  * MODE, a comma list: tf32 (the f32 matmuls on the tensor cores in TF32, the ceilings too), bf16 (autocast's mixed
- * precision: the Linears in bf16, attention's products in TF32), flash (attention without the T x T probabilities,
+ * precision: the Linears in bf16; attention's products f32, or TF32 with tf32), flash (attention without the T x T probabilities,
  * flash.cu, in bf16 or TF32; else they are kept). Default f32.
  * usage: gpu_lm_bench PRESET B T STEPS [MODE] */
 #include "dtrain/base.h"
@@ -66,8 +66,8 @@ static void attention(dt_gpu *g, void *ctx) {
             dt_gpu_attention_forward_lse(g, q->y, q->att, q->x, q->B, q->T, Q, q->v->heads);
             dt_gpu_attention_backward_lse(g, q->dx, q->work, q->dy, q->y, q->x, q->att, q->B, q->T, Q, q->v->heads);
         } else {
-            dt_gpu_attention_forward(g, q->y, q->att, q->x, q->B, q->T, Q, q->v->heads, q->lp);
-            dt_gpu_attention_backward(g, q->dx, q->work, q->dy, q->x, q->att, q->B, q->T, Q, q->v->heads, q->lp);
+            dt_gpu_attention_forward(g, q->y, q->att, q->x, q->B, q->T, Q, q->v->heads);
+            dt_gpu_attention_backward(g, q->dx, q->work, q->dy, q->x, q->att, q->B, q->T, Q, q->v->heads);
         }
 }
 
@@ -171,7 +171,7 @@ int main(int argc, char **argv) {
         printf("%s %s: a step %.1f ms = forward %.1f + backward %.1f + update %.1f; alone at its shapes: the Linears %.1f ms (%s), "
                "attention %.1f ms (%s), the rest (norms, activations, adds, embedding, loss, update, copies) %.1f ms\n",
                argv[1], mode, sec * 1e3, part[0] / steps * 1e3, part[1] / steps * 1e3, part[2] / steps * 1e3, lin, lp ? "bf16" : tf32 ? "tf32" : "f32",
-               att, dt_gpu_lm_flash(m) ? "flash, TF32" : tf32 || lp ? "T x T, TF32" : "T x T, f32", sec * 1e3 - lin - att);
+               att, dt_gpu_lm_flash(m) ? "flash, TF32" : tf32 ? "T x T, TF32" : "T x T, f32", sec * 1e3 - lin - att);
     dt_gpu_lm_destroy(m);
     dt_program_destroy(p);
     dt_gpu_close(g);

@@ -124,12 +124,12 @@ void dt_gpu_embedding_backward(dt_gpu *g, float *de, float *dp, const float *d, 
     if (dp) dt_embedding_backward(de, dp, d, t, B, T, C);
     else dt_embedding_rows_backward(de, d, t, 0, INT_MAX, B * T, C);
 }
-void dt_gpu_attention_forward(dt_gpu *g, float *o, float *a, const float *q, int B, int T, int C, int NH, int tf32) {
-    (void)g, (void)tf32, dt_attention_forward(o, a, q, B, T, C, NH);
+void dt_gpu_attention_forward(dt_gpu *g, float *o, float *a, const float *q, int B, int T, int C, int NH) {
+    (void)g, dt_attention_forward(o, a, q, B, T, C, NH);
 }
 void dt_gpu_attention_backward(dt_gpu *g, float *dq, float *s, const float *d, const float *q, const float *a, int B, int T, int C,
-                               int NH, int tf32) {
-    (void)g, (void)s, (void)tf32, dt_attention_backward(dq, d, q, a, B, T, C, NH);
+                               int NH) {
+    (void)g, (void)s, dt_attention_backward(dq, d, q, a, B, T, C, NH);
 }
 void dt_gpu_crossentropy_fused(dt_gpu *g, float *l, float *ls, const int32_t *t, int BT, int V, int Vp, float s) {
     (void)g, dt_crossentropy_fused(l, ls, t, BT, V, Vp, s, DT_F32);

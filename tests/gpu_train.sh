@@ -54,7 +54,7 @@ fit=(--layers 2 --channels 128 --heads 4 --vocab 256 --max-seq 1024 --seq 1024 -
 DTRAIN_GPU_PLUGIN=$HOST DTRAIN_GPU_HOST_FREE_MB=100 "$DTRAIN" train "${fit[@]}" --device cuda > "$dir/out" 2>&1 &&
     grep -q "attention on the GPU: flash .*would not fit the GPU" "$dir/out" &&
     DTRAIN_GPU_PLUGIN=$HOST DTRAIN_GPU_HOST_FREE_MB=200 "$DTRAIN" train "${fit[@]}" --device cuda > "$dir/out2" 2>&1 &&
-    grep -q "attention on the GPU: T x T probabilities kept, products in TF32" "$dir/out2" &&
+    grep -q "attention on the GPU: T x T probabilities kept, products in f32" "$dir/out2" &&
     ok "T 1024 on a GPU with 100 MiB free: flash attention (the T x T probabilities would not fit); with 200, they are kept" ||
     fail "the flash fallback: $(grep -h 'attention\|error' "$dir/out" "$dir/out2")"
 

@@ -178,10 +178,10 @@ static void attention(dt_gpu *g) {
     dt_gpu_alloc(g, na * 4, (void **)&gatt);
     dt_gpu_alloc(g, (size_t)NH * T * T * 4, (void **)&gs);
     dt_attention_forward(y, att, qkv, B, T, C, NH);
-    dt_gpu_attention_forward(g, gy, gatt, gq, B, T, C, NH, 0);
+    dt_gpu_attention_forward(g, gy, gatt, gq, B, T, C, NH);
     report_err("attention forward (causal, 6 heads, T 256)", device_err(g, gy, y, no), 1e-5);
     dt_attention_backward(dqkv, dy, qkv, att, B, T, C, NH);
-    dt_gpu_attention_backward(g, gdq, gs, gdy, gq, gatt, B, T, C, NH, 0);
+    dt_gpu_attention_backward(g, gdq, gs, gdy, gq, gatt, B, T, C, NH);
     report_err("attention backward: d(q|k|v), added to", device_err(g, gdq, dqkv, nq), 1e-5);
     void *dev[] = { gq, gdy, gdq, gy, gatt, gs }, *host[] = { qkv, dy, y, att, dqkv };
     for (int i = 0; i < 6; i++) dt_gpu_free(g, dev[i]);

@@ -79,11 +79,10 @@ void dt_gpu_accumulate(dt_gpu *g, float *dst, const float *src, size_t n);
 void dt_gpu_embedding_forward(dt_gpu *g, float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
 void dt_gpu_embedding_backward(dt_gpu *g, float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C);
 /* Causal attention on qkv[B, T, 3C] into out[B, T, C]; att[B, NH, T, T] keeps the probabilities (0 above the
- * diagonal). Backward adds into dqkv; scratch holds [NH, T, T] floats. With tf32 the products run in TF32 whatever
- * dt_gpu_set_tf32 says (a bf16 run's: q . k and dout . v exact from bf16 values); else as it says. */
-void dt_gpu_attention_forward(dt_gpu *g, float *out, float *att, const float *qkv, int B, int T, int C, int NH, int tf32);
+ * diagonal). Backward adds into dqkv; scratch holds [NH, T, T] floats. */
+void dt_gpu_attention_forward(dt_gpu *g, float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void dt_gpu_attention_backward(dt_gpu *g, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, int B,
-                               int T, int C, int NH, int tf32);
+                               int T, int C, int NH);
 /* The same attention without the T x T probabilities (flash.cu; the CPU's dt_attention_forward_lse and
  * _backward_lse): forward keeps lse[B, NH, T], each row's log-sum-exp; backward computes the probabilities again from
  * it and D = dout . out a row (scratch: B x NH x T floats), adding into dqkv. The products in TF32 on the tensor

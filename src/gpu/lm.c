@@ -22,7 +22,6 @@ struct dt_gpu_lm {
     float eps;                 /* RMSNorm's */
     bool bf16;                 /* the program's precision: autocast's bf16 (else f32) */
     bool lse;                  /* attention keeps each row's log-sum-exp, not T x T probabilities (flash.cu) */
-    bool att_tf32;             /* attention's products in TF32: bf16 runs (and --tf32) */
     size_t n;                  /* parameters */
     size_t *off;               /* [L * nblock]: block l's tensor k's offset in the store */
     size_t o_wte, o_head, o_lnfw;
@@ -172,10 +171,10 @@ dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **o
     m->B = B, m->T = T, m->L = c->num_layers, m->C = c->channels, m->NH = m->v.heads, m->KVH = m->v.kv_heads, m->hd = m->v.head_dim;
     m->V = c->vocab_size, m->Vp = m->v.embed->shape[0], m->eps = c->norm_eps, m->bf16 = dt_program_precision(p) == DT_BF16;
     m->repack = m->v.rotary || m->KVH != m->NH;
-    m->att_tf32 = m->bf16 || dt_gpu_tf32(g);
-    /* flash attention where asked (DT_ATTN_BLOCKWISE) and its TF32 products are the run's arithmetic already: the T x T
-     * probabilities are faster on cuBLAS's TF32 (docs/gpu.md), so by default they are kept while they fit (preflight) */
-    m->lse = dt_program_attention(p) == DT_ATTN_BLOCKWISE && m->att_tf32 && dt_gpu_flash_supported(m->hd);
+    /* flash attention (its products TF32) where asked, in a bf16 or TF32 run: by default the T x T probabilities are kept
+     * while they fit (preflight), cuBLAS's products on them being faster than flash.cu's (docs/gpu.md) */
+    bool flash_ok = (m->bf16 || dt_gpu_tf32(g)) && dt_gpu_flash_supported(m->hd);
+    m->lse = dt_program_attention(p) == DT_ATTN_BLOCKWISE && flash_ok;
     m->n = dt_program_num_params(p);
     m->o_wte = m->v.embed->offset, m->o_head = m->v.head ? m->v.head->offset : m->o_wte, m->o_lnfw = m->v.norm_w->offset;
     m->wpe = m->v.positions, m->lnfb = m->v.norm_b;
@@ -190,7 +189,7 @@ dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **o
     for (int l = 0; !st && l < m->L; l++)
         for (int k = 0; k < m->nblock; k++) m->off[l * m->nblock + k] = dt_program_block_tensor(p, l, k)->offset;
     if (!st) st = preflight(m);
-    if (st == DT_ERR_NOMEM && !m->lse && dt_program_attention(p) == DT_ATTN_AUTO && m->att_tf32 && dt_gpu_flash_supported(m->hd)) {
+    if (st == DT_ERR_NOMEM && !m->lse && dt_program_attention(p) == DT_ATTN_AUTO && flash_ok) {
         m->lse = true; /* without the T x T probabilities it may fit */
         st = preflight(m);
     }
@@ -330,7 +329,7 @@ static void op_forward(dt_gpu_lm *m, int l, int k) {
             qkv = m->packed[l];
         }
         if (m->lse) dt_gpu_attention_forward_lse(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
-        else dt_gpu_attention_forward(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH, m->att_tf32);
+        else dt_gpu_attention_forward(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
         lp_round(m, out, (size_t)BT * o->width_out); /* (and backward's D reads it so, as the CPU's) */
         break;
     }
@@ -400,7 +399,7 @@ static void attention_backward(dt_gpu_lm *m, float *dqkv, const float *dout, con
     if (m->lse)
         dt_gpu_attention_backward_lse(m->g, dqkv, m->scratch, dout, m->val[l * m->v.nvalues + o->s.out], qkv, st, m->B, m->T, o->width_out,
                                       m->NH);
-    else dt_gpu_attention_backward(m->g, dqkv, m->scratch, dout, qkv, st, m->B, m->T, o->width_out, m->NH, m->att_tf32);
+    else dt_gpu_attention_backward(m->g, dqkv, m->scratch, dout, qkv, st, m->B, m->T, o->width_out, m->NH);
 }
 
 static void op_backward(dt_gpu_lm *m, int l, int k) {

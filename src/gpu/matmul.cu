@@ -66,17 +66,14 @@ static __global__ void softmax_backward_k(float *dp, const float *p, int rows, i
     for (int j = lane; j < T; j += 32) d[j] = j <= i ? a[j] * (d[j] - dot) * scale : 0.0f;
 }
 
-/* tf32: TF32 whatever the handle's math mode (CUBLAS_COMPUTE_32F follows it) */
-static void batched(dt_gpu *g, const char *what, int tf32, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+static void batched(dt_gpu *g, const char *what, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                     const float *a, int lda, long long sa, const float *b, int ldb, long long sb, float beta, float *c, int ldc,
                     long long sc, int count) {
-    cublasComputeType_t ct = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     dt_gpu_check_blas(g, what,
-                      cublasGemmStridedBatchedEx(g->blas, ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, sa, b, CUDA_R_32F, ldb, sb, &beta, c,
-                                                 CUDA_R_32F, ldc, sc, count, ct, CUBLAS_GEMM_DEFAULT));
+                      cublasSgemmStridedBatched(g->blas, ta, tb, m, n, k, &alpha, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc, count));
 }
 
-void dt_gpu_attention_forward(dt_gpu *g, float *out, float *att, const float *qkv, int B, int T, int C, int NH, int tf32) {
+void dt_gpu_attention_forward(dt_gpu *g, float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     int hd = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hd);
     long long tt = (long long)T * T;
@@ -84,17 +81,17 @@ void dt_gpu_attention_forward(dt_gpu *g, float *out, float *att, const float *qk
         const float *q = qkv + (size_t)b * T * ld, *k = q + C, *v = q + 2 * C;
         float *p = att + (size_t)b * NH * tt, *o = out + (size_t)b * T * C;
         /* S [T, T] = q k^T: as column-major S^T = (k^T)^T q^T */
-        batched(g, "attention scores", tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, scale, k, ld, hd, q, ld, hd, 0.0f, p, T, tt, NH);
+        batched(g, "attention scores", CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, scale, k, ld, hd, q, ld, hd, 0.0f, p, T, tt, NH);
         int rows = NH * T;
         causal_softmax_k<<<dt_gpu_blocks((size_t)rows, 8), 256, 0, g->stream>>>(p, rows, T);
         dt_gpu_check_launch(g, "attention softmax");
         /* o [T, hd] = P v: o^T = v^T P^T */
-        batched(g, "attention values", tf32, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f, v, ld, hd, p, T, tt, 0.0f, o, C, hd, NH);
+        batched(g, "attention values", CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f, v, ld, hd, p, T, tt, 0.0f, o, C, hd, NH);
     }
 }
 
 void dt_gpu_attention_backward(dt_gpu *g, float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att, int B,
-                               int T, int C, int NH, int tf32) {
+                               int T, int C, int NH) {
     int hd = C / NH, ld = 3 * C;
     float scale = 1.0f / sqrtf((float)hd);
     long long tt = (long long)T * T;
@@ -103,15 +100,15 @@ void dt_gpu_attention_backward(dt_gpu *g, float *dqkv, float *scratch, const flo
         float *dq = dqkv + (size_t)b * T * ld, *dk = dq + C, *dv = dq + 2 * C;
         const float *p = att + (size_t)b * NH * tt, *dy = dout + (size_t)b * T * C;
         /* dP [T, T] = dy v^T: dP^T = (v^T)^T dy^T */
-        batched(g, "attention dP", tf32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, 1.0f, v, ld, hd, dy, C, hd, 0.0f, scratch, T, tt, NH);
+        batched(g, "attention dP", CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, 1.0f, v, ld, hd, dy, C, hd, 0.0f, scratch, T, tt, NH);
         /* dv [T, hd] += P^T dy: dv^T += dy^T P */
-        batched(g, "attention dv", tf32, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f, dy, C, hd, p, T, tt, 1.0f, dv, ld, hd, NH);
+        batched(g, "attention dv", CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f, dy, C, hd, p, T, tt, 1.0f, dv, ld, hd, NH);
         int rows = NH * T;
         softmax_backward_k<<<dt_gpu_blocks((size_t)rows, 8), 256, 0, g->stream>>>(scratch, p, rows, T, scale);
         dt_gpu_check_launch(g, "attention softmax backward");
         /* dq [T, hd] += dS k: dq^T += k^T dS^T */
-        batched(g, "attention dq", tf32, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f, k, ld, hd, scratch, T, tt, 1.0f, dq, ld, hd, NH);
+        batched(g, "attention dq", CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f, k, ld, hd, scratch, T, tt, 1.0f, dq, ld, hd, NH);
         /* dk [T, hd] += dS^T q: dk^T += q^T dS */
-        batched(g, "attention dk", tf32, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f, q, ld, hd, scratch, T, tt, 1.0f, dk, ld, hd, NH);
+        batched(g, "attention dk", CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f, q, ld, hd, scratch, T, tt, 1.0f, dk, ld, hd, NH);
     }
 }

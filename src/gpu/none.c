@@ -83,12 +83,12 @@ void dt_gpu_embedding_forward(dt_gpu *g, float *o, const int32_t *t, const float
 void dt_gpu_embedding_backward(dt_gpu *g, float *de, float *dp, const float *d, const int32_t *t, int B, int T, int C) {
     (void)g, (void)de, (void)dp, (void)d, (void)t, (void)B, (void)T, (void)C;
 }
-void dt_gpu_attention_forward(dt_gpu *g, float *o, float *a, const float *q, int B, int T, int C, int NH, int tf32) {
-    (void)g, (void)o, (void)a, (void)q, (void)B, (void)T, (void)C, (void)NH, (void)tf32;
+void dt_gpu_attention_forward(dt_gpu *g, float *o, float *a, const float *q, int B, int T, int C, int NH) {
+    (void)g, (void)o, (void)a, (void)q, (void)B, (void)T, (void)C, (void)NH;
 }
 void dt_gpu_attention_backward(dt_gpu *g, float *dq, float *s, const float *d, const float *q, const float *a, int B, int T, int C,
-                               int NH, int tf32) {
-    (void)g, (void)dq, (void)s, (void)d, (void)q, (void)a, (void)B, (void)T, (void)C, (void)NH, (void)tf32;
+                               int NH) {
+    (void)g, (void)dq, (void)s, (void)d, (void)q, (void)a, (void)B, (void)T, (void)C, (void)NH;
 }
 void dt_gpu_crossentropy_fused(dt_gpu *g, float *l, float *ls, const int32_t *t, int BT, int V, int Vp, float s) {
     (void)g, (void)l, (void)ls, (void)t, (void)BT, (void)V, (void)Vp, (void)s;

@@ -439,7 +439,7 @@ static void print_start(const run *r) {
     }
     /* what a 16-bit run gains on this CPU, so that nobody expects the speed of a bf16 GEMM that is not there */
     if (r->dev.gpu) {
-        bool flash = r->dev.api->lm_flash(r->dev.lm), tf32 = c->tf32 || c->precision == DT_BF16;
+        bool flash = r->dev.api->lm_flash(r->dev.lm), tf32 = c->tf32;
         printf("attention on the GPU: %s%s\n", flash ? "flash (each row's log-sum-exp kept, not T x T probabilities; its products in TF32)"
                                                 : tf32 ? "T x T probabilities kept, products in TF32" : "T x T probabilities kept, products in f32",
                flash && c->attention != DT_ATTN_BLOCKWISE ? ", because the T x T probabilities would not fit the GPU" : "");
