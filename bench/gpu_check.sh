@@ -79,11 +79,12 @@ if want bench; then
   run "gpu_lm_bench tf32" $bin/gpu_lm_bench 124M 16 1024 10 tf32
 fi
 if want benchbf16; then
-  part "dtrain's training step in bf16: 124M, T 1024, B 16 (attention's T x T probabilities, then flash), 32, 64"
+  part "dtrain's training step in bf16: 124M, T 1024, B 16 (attention's products f32; TF32; flash), B 32 and 64 (TF32)"
   run "gpu_lm_bench bf16" $bin/gpu_lm_bench 124M 16 1024 10 bf16
+  run "gpu_lm_bench bf16,tf32" $bin/gpu_lm_bench 124M 16 1024 10 bf16,tf32
   run "gpu_lm_bench bf16,flash" $bin/gpu_lm_bench 124M 16 1024 10 bf16,flash
-  run "gpu_lm_bench bf16 B 32" $bin/gpu_lm_bench 124M 32 1024 10 bf16
-  run "gpu_lm_bench bf16 B 64" $bin/gpu_lm_bench 124M 64 1024 5 bf16
+  run "gpu_lm_bench bf16,tf32 B 32" $bin/gpu_lm_bench 124M 32 1024 10 bf16,tf32
+  run "gpu_lm_bench bf16,tf32 B 64" $bin/gpu_lm_bench 124M 64 1024 5 bf16,tf32
 fi
 if want train; then
   part "dtrain train --device cuda against dtrain train on the CPU: d6, B 4, T 64, 20 steps"
@@ -109,9 +110,9 @@ if want train; then
     --eval-batches 1 --threads 16
 fi
 if want trainbf16; then
-  part "dtrain train --device cuda --precision bf16: 124M, B 16, T 1024, 20 steps, an evaluation"
+  part "dtrain train --device cuda --precision bf16 --tf32: 124M, B 16, T 1024, 20 steps, an evaluation"
   run "train 124M --device cuda bf16" $bin/dtrain train --model 124M --data /tmp/llmc_train.bin --val-data /tmp/llmc_val.bin --batch 16 \
-    --seq 1024 --steps 20 --lr 6e-4 --warmup 5 --eval-every 20 --eval-batches 1 --device cuda --precision bf16
+    --seq 1024 --steps 20 --lr 6e-4 --warmup 5 --eval-every 20 --eval-batches 1 --device cuda --precision bf16 --tf32
 fi
 if want ddp; then
   part "data parallelism on the GPU: --nproc 2 --device cuda (two ranks share it) against one process with the global batch, d6"
