@@ -1,6 +1,6 @@
 /* The model program on the GPU: the same spec (the family's block ops, read through dt_program_view) run by the
  * device kernels, its parameters, gradients and AdamW's moments on the device in the host program's store layout (so
- * a checkpoint is the host store, downloaded). One process, the whole model, f32; GPT-2's and the Llama family's ops
+ * a checkpoint is the host store, downloaded). One process, the whole model, f32 or bf16; GPT-2's and the Llama family's ops
  * (LayerNorm or RMSNorm, a Linear of one part or several side by side, attention on q|k|v made from K/V heads and
  * turned by rotary positions where the family says, GELU or SwiGLU, the add, a tied or untied head); a mixture of
  * experts, or a model split over ranks, is refused by name when the model is made. Under the program's bf16
@@ -56,9 +56,9 @@ static dt_status preflight(dt_gpu_lm *m) {
     if (!st) st = dt_gpu_mem_info(m->g, &fr, &tot);
     if (st || m->need <= fr) return st;
     return dt_error(DT_ERR_NOMEM, "--device cuda: this model at B %d x T %d needs %.2f GiB of the GPU (parameters, gradients and AdamW's "
-                    "moments %.2f GiB; activations %.2f GiB: a smaller --batch or --seq takes less), and %s has %.2f GiB free",
-                    m->B, m->T, m->need / 1073741824.0, m->state_need / 1073741824.0, (m->need - m->state_need) / 1073741824.0,
-                    dt_gpu_name(m->g), fr / 1073741824.0);
+                    "moments%s %.2f GiB; activations %.2f GiB: a smaller --batch or --seq takes less), and %s has %.2f GiB free",
+                    m->B, m->T, m->need / 1073741824.0, m->bf16 ? ", and their bf16 copy" : "", m->state_need / 1073741824.0,
+                    (m->need - m->state_need) / 1073741824.0, dt_gpu_name(m->g), fr / 1073741824.0);
 }
 
 static dt_status check_ops(const dt_program *p, const dt_program_view *v) {
