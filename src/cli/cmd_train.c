@@ -295,16 +295,111 @@ static int base_settings(int argc, char **argv, dt_train_config *c) {
     return rc;
 }
 
+/* What the flags set beside the config itself (an optimizer's settings are made whole after all of them). */
+typedef struct {
+    dt_optim_kind kind, kfac_base;
+    double betas[2];
+} train_opts;
+
+/* A flag taking a word, f its name and v its word: 1 taken, 0 a bad word, -1 no such flag, 2 said and exit. */
+static int word_flag(const char *f, const char *v, dt_train_config *c, train_opts *o) {
+    bool ok = true;
+    if (!strcmp(f, "--config")) {} /* read above */
+    else if (!strcmp(f, "--model")) c->model = v;
+    else if (!strcmp(f, "--init")) c->init = v;
+    else if (!strcmp(f, "--data")) c->data = v;
+    else if (!strcmp(f, "--val-data")) c->val_data = v;
+    else if (!strcmp(f, "--save")) c->save = v;
+    else if (!strcmp(f, "--resume")) c->resume = v;
+    else if (!strcmp(f, "--lora-targets")) c->lora.targets = v;
+    else if (!strcmp(f, "--lora")) c->lora_from = v;
+    else if (!strcmp(f, "--tokenizer")) c->tokenizer = v;
+    else if (!strcmp(f, "--grpo")) c->grpo.prompts = v;
+    else if (!strcmp(f, "--reward")) c->grpo.reward = v;
+    else if (!strcmp(f, "--grpo-loss")) ok = !dt_grpo_loss_parse(v, &c->grpo.loss);
+    else if (!strcmp(f, "--grpo-kl")) ok = !strcmp(v, "corrected") || !strcmp(v, "plain"), c->grpo.plain_kl = !strcmp(v, "plain");
+    else if (!strcmp(f, "--chat-template")) ok = !dt_chat_kind_parse(v, &(dt_chat_kind){ 0 }), c->chat_template = v;
+    else if (!strcmp(f, "--strategy")) {
+        ok = dt_strategy_find(v) != NULL, c->strategy = v;
+        if (!ok && !strncasecmp(v, "fsdp", 4)) {
+            dt_log(DT_LOG_ERROR, "train: --strategy %s: dtrain's fully sharded data parallelism is zero3 (parameters, gradients "
+                   "and optimizer state sharded: FSDP's FULL_SHARD); zero2 is SHARD_GRAD_OP", v);
+            return 2;
+        }
+    }
+    else if (!strcmp(f, "--metrics")) c->metrics = v;
+    else if (!strcmp(f, "--tensorboard")) c->tensorboard = v;
+    else if (!strcmp(f, "--zero")) {
+        static const char *const z[4] = { NULL, "zero1", "zero2", "zero3" };
+        ok = strlen(v) == 1 && v[0] >= '1' && v[0] <= '3';
+        c->strategy = ok ? z[v[0] - '0'] : NULL;
+    }
+    else if (!strcmp(f, "--cp-impl")) {
+        ok = !strcmp(v, "ring") || !strcmp(v, "ulysses") || !strcmp(v, "auto");
+        c->cp_impl = !strcmp(v, "ring") ? 0 : !strcmp(v, "ulysses") ? 1 : -1;
+    }
+    else if (!strcmp(f, "--drop-policy")) {
+        ok = !strcmp(v, "probs") || !strcmp(v, "position");
+        c->shape.drop_policy = ok && !strcmp(v, "position") ? DT_DROP_POSITION : DT_DROP_PROBS;
+    }
+    else if (!strcmp(f, "--router")) {
+        ok = !strcmp(v, "softmax") || !strcmp(v, "sigmoid-bias");
+        c->shape.router = ok && !strcmp(v, "sigmoid-bias") ? DT_ROUTER_SIGMOID_BIAS : DT_ROUTER_SOFTMAX;
+    }
+    else if (!strcmp(f, "--pp-schedule")) ok = (c->pp_schedule = dt_pp_kind_parse(v)) >= 0;
+    else if (!strcmp(f, "--pp-wire")) {
+        dt_pp_wire w;
+        if ((ok = !dt_pp_wire_parse(v, &w))) c->pp_wire = (int)w;
+    }
+    else if (!strcmp(f, "--trace")) c->trace = v;
+    else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c->trace_first, &c->trace_last);
+    else if (!strcmp(f, "--report")) c->report = v;
+    else if (!strcmp(f, "--optimizer") && !strcmp(v, "kfac")) c->kfac_on = 1, c->shampoo_on = 0;
+    else if (!strcmp(f, "--optimizer") && !strcmp(v, "shampoo")) c->shampoo_on = 1, c->kfac_on = 0;
+    else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &o->kind), c->kfac_on = 0, c->shampoo_on = 0;
+    else if (!strcmp(f, "--shampoo-wire")) ok = !dt_precision_parse(v, &c->shampoo.wire) && c->shampoo.wire != DT_F16;
+    else if (!strcmp(f, "--kfac-base")) ok = !dt_optim_parse_kind(v, &o->kfac_base) && (o->kfac_base == DT_OPT_SGD || o->kfac_base == DT_OPT_ADAMW);
+    else if (!strcmp(f, "--kfac-method")) {
+        ok = !strcmp(v, "eigen") || !strcmp(v, "inverse");
+        c->kfac.method = ok && !strcmp(v, "inverse") ? DT_KFAC_INVERSE : DT_KFAC_EIGEN;
+    }
+    else if (!strcmp(f, "--compress")) ok = !dt_codec_parse(v, &c->codec.kind);
+    else if (!strcmp(f, "--grad-comm") || !strcmp(f, "--grad-store")) {
+        ok = !dt_precision_parse(v, !strcmp(f, "--grad-comm") ? &c->grad_comm : &c->grad_store);
+    } else if (!strcmp(f, "--precision")) {
+        ok = !dt_precision_parse(v, &c->precision);
+    } else if (!strcmp(f, "--device")) {
+        int n = 0, used = 0;
+        c->cuda = 0;
+        if (!strcmp(v, "cuda")) c->cuda = 1;
+        else if (sscanf(v, "cuda:%d%n", &n, &used) == 1 && !v[used] && n >= 0 && n < 1024) c->cuda = n + 1, c->cuda_named = 1;
+        ok = c->cuda > 0 || !strcmp(v, "cpu");
+    }
+    else if (!strcmp(f, "--attention")) {
+        ok = !strcmp(v, "auto") || !strcmp(v, "full") || !strcmp(v, "blockwise");
+        c->attention = !strcmp(v, "full") ? 1 : !strcmp(v, "blockwise") ? 2 : 0;
+    } else if (!strcmp(f, "--schedule")) {
+        ok = !strcmp(v, "constant") || !strcmp(v, "cosine");
+        c->sched.kind = !strcmp(v, "cosine") ? DT_SCHED_COSINE : DT_SCHED_CONSTANT;
+    } else if (!strcmp(f, "--on-nonfinite")) {
+        ok = !strcmp(v, "stop") || !strcmp(v, "skip");
+        c->skip_nonfinite = !strcmp(v, "skip");
+    } else if (!strcmp(f, "--betas"))
+        ok = sscanf(v, "%lf,%lf", &o->betas[0], &o->betas[1]) == 2 && o->betas[0] >= 0 && o->betas[0] < 1 && o->betas[1] >= 0 &&
+             o->betas[1] < 1;
+    else return -1;
+    return ok ? 1 : 0;
+}
+
 int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *out) {
     dt_train_config c;
     dt_train_defaults(&c);
     int rc0 = base_settings(argc, argv, &c);
     if (rc0) return rc0;
-    dt_optim_kind kind = c.opt.kind;
-    double betas[2] = { c.opt.beta1, c.opt.beta2 }, eps = c.opt.eps, wd = c.opt.weight_decay, mom = c.opt.momentum,
-           trust = c.opt.trust_coef;
+    /* a resumed K-FAC run's base, or SGD */
+    train_opts o = { c.opt.kind, c.kfac_on ? c.opt.kind : DT_OPT_SGD, { c.opt.beta1, c.opt.beta2 } };
+    double eps = c.opt.eps, wd = c.opt.weight_decay, mom = c.opt.momentum, trust = c.opt.trust_coef;
     int nesterov = c.opt.nesterov, kfac_flags = 0, shampoo_flags = 0, pc_every = c.opt.precond_every, pc_max = c.opt.precond_max_dim;
-    dt_optim_kind kfac_base = c.kfac_on ? c.opt.kind : DT_OPT_SGD; /* a resumed K-FAC run's, or SGD */
     const num_flag nums[] = {
         { "--kfac-damping", 1e-30, 1e6, 0, &c.kfac.damping, 'f' }, { "--kfac-decay", 0, 0.999999, 0, &c.kfac.factor_decay, 'f' },
         { "--kfac-kl-clip", 0, 1e6, 0, &c.kfac.kl_clip, 'f' }, { "--kfac-factor-every", 1, 1e6, 1, &c.kfac.factor_every, 'i' },
@@ -336,20 +431,21 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--capacity-factor", 1e-6, 1e3, 0, &c.shape.capacity_factor, 'f' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
         { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c.lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c.dpo_beta, 'd' }, { "--grpo-group", 2, 4096, 1, &c.grpo.group, 'i' }, { "--grpo-iterations", 1, 1000, 1, &c.grpo.iterations, 'i' }, { "--grpo-beta", 0, 1e6, 0, &c.grpo.beta, 'd' }, { "--grpo-epsilon", 0, 1e3, 0, &c.grpo.epsilon, 'd' }, { "--completion-tokens", 1, 1e6, 1, &c.grpo.completion, 'i' }, { "--temperature", 0, 100, 0, &c.grpo.temperature, 'f' }, { "--top-k", 0, 1 << 30, 1, &c.grpo.top_k, 'i' }, { "--moe-z-loss", 0, 1e3, 0, &c.moe_z_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c.shared_experts, 'i' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
     };
+    /* the flags that take no word */
+    const struct { const char *name; int *on; } switches[] = {
+        { "--nesterov", &nesterov }, { "--quiet", &c.quiet }, { "--overwrite", &c.overwrite }, { "--recompute", &c.recompute },
+        { "--tf32", &c.tf32 }, { "--sp", &c.sp }, { "--pack", &c.pack }, { "--pp-schedule-print", &c.pp_print },
+        { "--step-at-end", &c.step_at_end }, { "--sync-bn", &c.sync_bn }, { "--synthetic", &c.synthetic },
+    };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return 0; }
-        if (!strcmp(f, "--nesterov")) { nesterov = 1; continue; }
-        if (!strcmp(f, "--quiet")) { c.quiet = 1; continue; }
-        if (!strcmp(f, "--overwrite")) { c.overwrite = 1; continue; }
-        if (!strcmp(f, "--recompute")) { c.recompute = 1; continue; }
-        if (!strcmp(f, "--tf32")) { c.tf32 = 1; continue; }
-        if (!strcmp(f, "--sp")) { c.sp = 1; continue; }
-        if (!strcmp(f, "--pack")) { c.pack = 1; continue; }
-        if (!strcmp(f, "--pp-schedule-print")) { c.pp_print = 1; continue; }
-        if (!strcmp(f, "--step-at-end")) { c.step_at_end = 1; continue; }
-        if (!strcmp(f, "--sync-bn")) { c.sync_bn = 1; continue; }
-        if (!strcmp(f, "--synthetic")) { c.synthetic = 1; continue; }
+        size_t sw = 0;
+        while (sw < sizeof switches / sizeof *switches && strcmp(f, switches[sw].name)) sw++;
+        if (sw < sizeof switches / sizeof *switches) {
+            *switches[sw].on = 1;
+            continue;
+        }
         i++;
         const num_flag *nf = NULL;
         kfac_flags += !strncmp(f, "--kfac-", 7);
@@ -365,89 +461,11 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
             if (ok && nf->kind == 'f') *(float *)nf->out = (float)x;
             if (ok && nf->kind == 'd') *(double *)nf->out = x;
             if (ok && nf->kind == 'u') *(uint64_t *)nf->out = (uint64_t)x;
-        } else if (!strcmp(f, "--config")) {} /* read above */
-        else if (!strcmp(f, "--model")) c.model = v;
-        else if (!strcmp(f, "--init")) c.init = v;
-        else if (!strcmp(f, "--data")) c.data = v;
-        else if (!strcmp(f, "--val-data")) c.val_data = v;
-        else if (!strcmp(f, "--save")) c.save = v;
-        else if (!strcmp(f, "--resume")) c.resume = v;
-        else if (!strcmp(f, "--lora-targets")) c.lora.targets = v;
-        else if (!strcmp(f, "--lora")) c.lora_from = v;
-        else if (!strcmp(f, "--tokenizer")) c.tokenizer = v;
-        else if (!strcmp(f, "--grpo")) c.grpo.prompts = v;
-        else if (!strcmp(f, "--reward")) c.grpo.reward = v;
-        else if (!strcmp(f, "--grpo-loss")) ok = !dt_grpo_loss_parse(v, &c.grpo.loss);
-        else if (!strcmp(f, "--grpo-kl")) ok = !strcmp(v, "corrected") || !strcmp(v, "plain"), c.grpo.plain_kl = !strcmp(v, "plain");
-        else if (!strcmp(f, "--chat-template")) ok = !dt_chat_kind_parse(v, &(dt_chat_kind){ 0 }), c.chat_template = v;
-        else if (!strcmp(f, "--strategy")) {
-            ok = dt_strategy_find(v) != NULL, c.strategy = v;
-            if (!ok && !strncasecmp(v, "fsdp", 4)) {
-                dt_log(DT_LOG_ERROR, "train: --strategy %s: dtrain's fully sharded data parallelism is zero3 (parameters, gradients "
-                       "and optimizer state sharded: FSDP's FULL_SHARD); zero2 is SHARD_GRAD_OP", v);
-                return 2;
-            }
+        } else {
+            int w = word_flag(f, v, &c, &o);
+            if (w == 2) return 2;
+            ok = w == 1;
         }
-        else if (!strcmp(f, "--metrics")) c.metrics = v;
-        else if (!strcmp(f, "--tensorboard")) c.tensorboard = v;
-        else if (!strcmp(f, "--zero")) {
-            static const char *const z[4] = { NULL, "zero1", "zero2", "zero3" };
-            ok = strlen(v) == 1 && v[0] >= '1' && v[0] <= '3';
-            c.strategy = ok ? z[v[0] - '0'] : NULL;
-        }
-        else if (!strcmp(f, "--cp-impl")) {
-            ok = !strcmp(v, "ring") || !strcmp(v, "ulysses") || !strcmp(v, "auto");
-            c.cp_impl = !strcmp(v, "ring") ? 0 : !strcmp(v, "ulysses") ? 1 : -1;
-        }
-        else if (!strcmp(f, "--drop-policy")) {
-            ok = !strcmp(v, "probs") || !strcmp(v, "position");
-            c.shape.drop_policy = ok && !strcmp(v, "position") ? DT_DROP_POSITION : DT_DROP_PROBS;
-        }
-        else if (!strcmp(f, "--router")) {
-            ok = !strcmp(v, "softmax") || !strcmp(v, "sigmoid-bias");
-            c.shape.router = ok && !strcmp(v, "sigmoid-bias") ? DT_ROUTER_SIGMOID_BIAS : DT_ROUTER_SOFTMAX;
-        }
-        else if (!strcmp(f, "--pp-schedule")) ok = (c.pp_schedule = dt_pp_kind_parse(v)) >= 0;
-        else if (!strcmp(f, "--pp-wire")) {
-            dt_pp_wire w;
-            if ((ok = !dt_pp_wire_parse(v, &w))) c.pp_wire = (int)w;
-        }
-        else if (!strcmp(f, "--trace")) c.trace = v;
-        else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c.trace_first, &c.trace_last);
-        else if (!strcmp(f, "--report")) c.report = v;
-        else if (!strcmp(f, "--optimizer") && !strcmp(v, "kfac")) c.kfac_on = 1, c.shampoo_on = 0;
-        else if (!strcmp(f, "--optimizer") && !strcmp(v, "shampoo")) c.shampoo_on = 1, c.kfac_on = 0;
-        else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &kind), c.kfac_on = 0, c.shampoo_on = 0;
-        else if (!strcmp(f, "--shampoo-wire")) ok = !dt_precision_parse(v, &c.shampoo.wire) && c.shampoo.wire != DT_F16;
-        else if (!strcmp(f, "--kfac-base")) ok = !dt_optim_parse_kind(v, &kfac_base) && (kfac_base == DT_OPT_SGD || kfac_base == DT_OPT_ADAMW);
-        else if (!strcmp(f, "--kfac-method")) {
-            ok = !strcmp(v, "eigen") || !strcmp(v, "inverse");
-            c.kfac.method = ok && !strcmp(v, "inverse") ? DT_KFAC_INVERSE : DT_KFAC_EIGEN;
-        }
-        else if (!strcmp(f, "--compress")) ok = !dt_codec_parse(v, &c.codec.kind);
-        else if (!strcmp(f, "--grad-comm") || !strcmp(f, "--grad-store")) {
-            ok = !dt_precision_parse(v, !strcmp(f, "--grad-comm") ? &c.grad_comm : &c.grad_store);
-        } else if (!strcmp(f, "--precision")) {
-            ok = !dt_precision_parse(v, &c.precision);
-        } else if (!strcmp(f, "--device")) {
-            int n = 0, used = 0;
-            c.cuda = 0;
-            if (!strcmp(v, "cuda")) c.cuda = 1;
-            else if (sscanf(v, "cuda:%d%n", &n, &used) == 1 && !v[used] && n >= 0 && n < 1024) c.cuda = n + 1, c.cuda_named = 1;
-            ok = c.cuda > 0 || !strcmp(v, "cpu");
-        }
-        else if (!strcmp(f, "--attention")) {
-            ok = !strcmp(v, "auto") || !strcmp(v, "full") || !strcmp(v, "blockwise");
-            c.attention = !strcmp(v, "full") ? 1 : !strcmp(v, "blockwise") ? 2 : 0;
-        } else if (!strcmp(f, "--schedule")) {
-            ok = !strcmp(v, "constant") || !strcmp(v, "cosine");
-            c.sched.kind = !strcmp(v, "cosine") ? DT_SCHED_COSINE : DT_SCHED_CONSTANT;
-        } else if (!strcmp(f, "--on-nonfinite")) {
-            ok = !strcmp(v, "stop") || !strcmp(v, "skip");
-            c.skip_nonfinite = !strcmp(v, "skip");
-        } else if (!strcmp(f, "--betas"))
-            ok = sscanf(v, "%lf,%lf", &betas[0], &betas[1]) == 2 && betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1;
-        else ok = false;
         if (!ok) return dt_cli_flag_error(cmd, flags, f, v);
     }
     if (c.tf32 && !c.cuda) {
@@ -462,11 +480,11 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         dt_log(DT_LOG_ERROR, "%s: --shampoo-* flags set Shampoo's preconditioning, which is --optimizer shampoo (not given)", cmd);
         return 2;
     }
-    if (c.kfac_on) kind = kfac_base;
-    if (c.shampoo_on) kind = DT_OPT_SGD;
-    dt_optim_defaults(kind, &c.opt);
-    c.opt.beta1 = (float)betas[0];
-    c.opt.beta2 = (float)betas[1];
+    if (c.kfac_on) o.kind = o.kfac_base;
+    if (c.shampoo_on) o.kind = DT_OPT_SGD;
+    dt_optim_defaults(o.kind, &c.opt);
+    c.opt.beta1 = (float)o.betas[0];
+    c.opt.beta2 = (float)o.betas[1];
     c.opt.eps = (float)eps;
     c.opt.weight_decay = (float)wd;
     c.opt.momentum = (float)mom;

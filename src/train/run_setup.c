@@ -85,102 +85,109 @@ static void print_experts(const dt_gpt2_config *given) {
            c.experts_top_k, c.norm_topk ? " (weights renormalised)" : "", router, shared, aux, cap);
 }
 
-static dt_status build_model(run *r, dt_gpt2 **out) {
+/* A failure after the weights were read: they are given back. */
+static dt_status drop_model(dt_gpt2 **out, dt_status st) {
+    dt_gpt2_destroy(*out);
+    *out = NULL;
+    return st;
+}
+
+/* The model's shape: a file's (its weights read into *out) or a preset's, with the shape flags over a preset (for a
+ * file they must agree with it), the experts' flags, and a resumed run's family. */
+static dt_status model_config(run *r, dt_gpt2 **out, dt_gpt2_config *cfg, bool *from_file) {
     const dt_train_config *c = &r->c;
-    dt_gpt2_config cfg;
     dt_status st;
-    bool from_file = access(c->model, R_OK) == 0;
     int ck_step = -1;
-    /* shape flags override a preset; for a file they must agree with it */
     const dt_gpt2_config *o = &c->shape;
     const int v[6] = { o->max_seq_len, o->vocab_size, o->padded_vocab_size, o->num_layers, o->num_heads, o->channels };
     static const char *names[6] = { "--max-seq", "--vocab", "--padded-vocab", "--layers", "--heads", "--channels" };
-    if (from_file) {
+    *from_file = access(c->model, R_OK) == 0;
+    if (*from_file) {
         if ((st = dt_checkpoint_load_weights(c->model, o->num_heads, out, &ck_step))) return st;
         r->model_step = ck_step;
         if (ck_step >= 0 && !c->quiet && r->rank == 0 && c->steps == 0) printf("--model %s: its checkpoint at step %d\n", c->model, ck_step);
         else if (ck_step >= 0 && !c->quiet && r->rank == 0)
             printf("--model %s: the weights of its checkpoint at step %d, with a new optimizer (--resume %s goes on with its run)\n",
                    c->model, ck_step, c->model);
-        cfg = *dt_gpt2_get_config(*out);
-    } else if (dt_gpt2_preset(c->model, &cfg)) {
+        *cfg = *dt_gpt2_get_config(*out);
+    } else if (dt_gpt2_preset(c->model, cfg)) {
         return dt_error(DT_ERR_ARG, "--model %s: %s", c->model,
                         strchr(c->model, '/') || strchr(c->model, '.') ? "no such file (nor a preset: " DT_LM_PRESETS ", mlp, resnet:small, resnet18, resnet34, resnet50)"
                                                                        : "not a preset (" DT_LM_PRESETS ", mlp, resnet:small, resnet18, resnet34, resnet50) nor a file");
     }
-    int *f[6] = { &cfg.max_seq_len, &cfg.vocab_size, &cfg.padded_vocab_size, &cfg.num_layers, &cfg.num_heads, &cfg.channels };
+    int *f[6] = { &cfg->max_seq_len, &cfg->vocab_size, &cfg->padded_vocab_size, &cfg->num_layers, &cfg->num_heads, &cfg->channels };
     for (int i = 0; i < 6; i++) {
         if (!v[i]) continue;
-        if (from_file && *f[i] != v[i]) {
-            dt_gpt2_destroy(*out);
-            *out = NULL;
-            return dt_error(DT_ERR_ARG, "%s: the file says %d but %s says %d", c->model, *f[i], names[i], v[i]);
-        }
+        if (*from_file && *f[i] != v[i])
+            return drop_model(out, dt_error(DT_ERR_ARG, "%s: the file says %d but %s says %d", c->model, *f[i], names[i], v[i]));
         *f[i] = v[i];
     }
-    if (!from_file && o->vocab_size && !o->padded_vocab_size) cfg.padded_vocab_size = (cfg.vocab_size + 63) / 64 * 64;
-    if (o->kv_heads) cfg.kv_heads = o->kv_heads;
-    if (o->ffn) cfg.ffn = o->ffn;
-    if ((st = dt_train_take_experts(c, from_file, &cfg)) ||
-        (from_file && cfg.experts && (st = dt_gpt2_set_routing(*out, &cfg)))) {
-        dt_gpt2_destroy(*out);
-        *out = NULL;
-        return st;
+    if (!*from_file && o->vocab_size && !o->padded_vocab_size) cfg->padded_vocab_size = (cfg->vocab_size + 63) / 64 * 64;
+    if (o->kv_heads) cfg->kv_heads = o->kv_heads;
+    if (o->ffn) cfg->ffn = o->ffn;
+    if ((st = dt_train_take_experts(c, *from_file, cfg)) || (*from_file && cfg->experts && (st = dt_gpt2_set_routing(*out, cfg))))
+        return drop_model(out, st);
+    if (!*from_file && o->family) { /* a resumed run's family and the rest of its shape */
+        cfg->experts = o->experts, cfg->experts_top_k = o->experts_top_k, cfg->norm_topk = o->norm_topk, cfg->aux_coef = o->aux_coef;
+        cfg->shared_ffn = o->shared_ffn, cfg->router = o->router, cfg->expert_groups = o->expert_groups, cfg->group_top_k = o->group_top_k;
+        cfg->routed_scale = o->routed_scale, cfg->bias_rate = o->bias_rate, cfg->capacity_factor = o->capacity_factor;
+        cfg->drop_policy = o->drop_policy;
+        cfg->family = o->family, cfg->head_dim = o->head_dim, cfg->untied = o->untied;
+        cfg->norm_eps = o->norm_eps, cfg->rope_theta = o->rope_theta, cfg->rope_factor = o->rope_factor;
+        cfg->rope_low_freq_factor = o->rope_low_freq_factor, cfg->rope_high_freq_factor = o->rope_high_freq_factor;
+        cfg->rope_original_max = o->rope_original_max;
     }
-    if (!from_file && o->family) { /* a resumed run's family and the rest of its shape */
-        cfg.experts = o->experts, cfg.experts_top_k = o->experts_top_k, cfg.norm_topk = o->norm_topk, cfg.aux_coef = o->aux_coef;
-        cfg.shared_ffn = o->shared_ffn, cfg.router = o->router, cfg.expert_groups = o->expert_groups, cfg.group_top_k = o->group_top_k;
-        cfg.routed_scale = o->routed_scale, cfg.bias_rate = o->bias_rate, cfg.capacity_factor = o->capacity_factor;
-        cfg.drop_policy = o->drop_policy;
-        cfg.family = o->family, cfg.head_dim = o->head_dim, cfg.untied = o->untied;
-        cfg.norm_eps = o->norm_eps, cfg.rope_theta = o->rope_theta, cfg.rope_factor = o->rope_factor;
-        cfg.rope_low_freq_factor = o->rope_low_freq_factor, cfg.rope_high_freq_factor = o->rope_high_freq_factor;
-        cfg.rope_original_max = o->rope_original_max;
+    return DT_OK;
+}
+
+/* This rank's part of the model on the mesh: its pipeline stage's chunks, its tensor-parallel share, its
+ * context-parallel ring or all-to-all, its expert group. */
+static dt_status model_part(run *r, const dt_gpt2_config *cfg, dt_model_part *part) {
+    const dt_train_config *c = &r->c;
+    dt_status st;
+    *part = dt_gpt2_whole(cfg);
+    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
+        /* p x v chunks by cost; stage s holds chunks s, s+p, .. (one, but for the interleaved schedule) */
+        int pp = dt_mesh_size(r->mesh, DT_MESH_PP), v = dt_train_pp_virt(c);
+        if ((st = dt_gpt2_stage_part(cfg, c->seq, pp, v, dt_mesh_coord(r->mesh, DT_MESH_PP), part))) return st;
     }
+    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1) {
+        r->tp_ops = dt_tp_ops_over(dt_mesh_comm(r->mesh, DT_MESH_TP));
+        part->tp_rank = dt_mesh_coord(r->mesh, DT_MESH_TP);
+        part->tp_size = dt_mesh_size(r->mesh, DT_MESH_TP);
+        part->tp = &r->tp_ops;
+        part->sp = c->sp;
+    }
+    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_CP) > 1) {
+        int n = dt_mesh_size(r->mesh, DT_MESH_CP);
+        dt_cp_impl impl = dt_train_cp_impl(c, cfg, part->tp_size, n);
+        r->c.cp_impl = (int)impl; /* auto's choice, for what the run prints */
+        if ((st = dt_cp_create(dt_mesh_comm(r->mesh, DT_MESH_CP), impl, &r->cp))) return st;
+        part->cp_rank = dt_mesh_coord(r->mesh, DT_MESH_CP);
+        part->cp_size = n;
+        part->cp = dt_cp_model_ops(r->cp);
+    }
+    if (r->ep) {
+        part->ep_rank = dt_comm_rank(r->ep);
+        part->ep_size = dt_comm_size(r->ep);
+        part->ep = &r->ep_ops;
+    }
+    return DT_OK;
+}
+
+static dt_status build_model(run *r, dt_gpt2 **out) {
+    const dt_train_config *c = &r->c;
+    dt_gpt2_config cfg;
+    bool from_file;
+    dt_status st = model_config(r, out, &cfg, &from_file);
+    if (st) return st;
     /* before the optimizer and the activations (and, for a preset, the model) are allocated */
     dt_train_dims dims = { .dp = r->dp_size, .tp = mesh_size(r, DT_MESH_TP), .pp = mesh_size(r, DT_MESH_PP), .cp = mesh_size(r, DT_MESH_CP), .ep = c->ep,
                            .local_ranks = r->w ? dt_comm_local_size(r->w) : 1,
                            .shared_params = r->mesh && dt_zero_shares_params(dt_mesh_replicas(r->mesh)) };
-    if ((st = dt_train_check_model(c, &cfg, &dims)) || (st = check_memory(r, c, &cfg, &dims))) {
-        dt_gpt2_destroy(*out);
-        *out = NULL;
-        return st;
-    }
-    dt_model_part part = dt_gpt2_whole(&cfg);
-    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
-        /* p x v chunks by cost; stage s holds chunks s, s+p, .. (one, but for the interleaved schedule) */
-        int pp = dt_mesh_size(r->mesh, DT_MESH_PP), v = dt_train_pp_virt(c);
-        if ((st = dt_gpt2_stage_part(&cfg, c->seq, pp, v, dt_mesh_coord(r->mesh, DT_MESH_PP), &part))) {
-            dt_gpt2_destroy(*out);
-            *out = NULL;
-            return st;
-        }
-    }
-    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1) {
-        r->tp_ops = dt_tp_ops_over(dt_mesh_comm(r->mesh, DT_MESH_TP));
-        part.tp_rank = dt_mesh_coord(r->mesh, DT_MESH_TP);
-        part.tp_size = dt_mesh_size(r->mesh, DT_MESH_TP);
-        part.tp = &r->tp_ops;
-        part.sp = c->sp;
-    }
-    if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_CP) > 1) {
-        int n = dt_mesh_size(r->mesh, DT_MESH_CP);
-        dt_cp_impl impl = dt_train_cp_impl(c, &cfg, part.tp_size, n);
-        r->c.cp_impl = (int)impl; /* auto's choice, for what the run prints */
-        if ((st = dt_cp_create(dt_mesh_comm(r->mesh, DT_MESH_CP), impl, &r->cp))) {
-            dt_gpt2_destroy(*out);
-            *out = NULL;
-            return st;
-        }
-        part.cp_rank = dt_mesh_coord(r->mesh, DT_MESH_CP);
-        part.cp_size = n;
-        part.cp = dt_cp_model_ops(r->cp);
-    }
-    if (r->ep) {
-        part.ep_rank = dt_comm_rank(r->ep);
-        part.ep_size = dt_comm_size(r->ep);
-        part.ep = &r->ep_ops;
-    }
+    dt_model_part part;
+    if ((st = dt_train_check_model(c, &cfg, &dims)) || (st = check_memory(r, c, &cfg, &dims)) || (st = model_part(r, &cfg, &part)))
+        return drop_model(out, st);
     if (!from_file) {
         if ((st = dt_gpt2_create_part(&cfg, &part, out))) return st;
         r->fresh = true; /* drawn once the ranks have agreed on the job (open_data) */
