@@ -63,6 +63,33 @@ sys.exit(1 if bad else 0)
 PY
     [ $? = 0 ] && ok "--tensorboard: TensorBoard's EventAccumulator reads the metrics line's scalars: $(cat "$dir/tb.out")" ||
         fail "--tensorboard: $(tail -3 "$dir/tb.out")"
+    # an image model's run (classify.c's trainer): its steps' loss, rate and norm, its evaluations' accuracy
+    . "$(dirname "$0")/tiny_images.sh"
+    tiny_images "$dir/img"
+    if "$DTRAIN" train --model mlp --data "$dir/img" --epochs 2 --batch 32 --eval-every 10 --threads 1 --quiet \
+        --metrics "$dir/img.jsonl" --tensorboard "$dir/tbimg" > "$dir/img.out" 2>&1; then
+        python3 - "$dir/tbimg" "$dir/img.jsonl" > "$dir/tbimg.out" 2>&1 << 'PY'
+import json, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+ea = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0})
+ea.Reload()
+got = {t: {e.step: e.value for e in ea.Scalars(t)} for t in ea.Tags()["scalars"]}
+rows = [json.loads(l) for l in open(sys.argv[2])]
+bad = []
+for tag, key in [("train/loss", "loss"), ("train/lr", "lr"), ("train/grad_norm", "grad_norm"), ("val/accuracy", "test_accuracy")]:
+    # an epoch's line has no step: its last, at 16 steps an epoch (512 images, 32 a step)
+    want = {r.get("step", 16 * r.get("epoch", 0)): r[key] for r in rows if key in r}
+    have = got.get(tag, {})
+    if not want or sorted(have) != sorted(want) or any(abs(have[s] - v) > 1e-4 * abs(v) + 1e-9 for s, v in want.items()):
+        bad.append(f"{tag}: {sorted(have)} against {sorted(want)}")
+print("; ".join(bad) if bad else f"{len(got['train/loss'])} steps, accuracy at {sorted(got['val/accuracy'])}")
+sys.exit(1 if bad else 0)
+PY
+        [ $? = 0 ] && ok "--tensorboard, an image model: TensorBoard reads its metrics' scalars: $(cat "$dir/tbimg.out")" ||
+            fail "--tensorboard, an image model: $(tail -3 "$dir/tbimg.out")"
+    else
+        fail "the image model's run: $(tail -2 "$dir/img.out")"
+    fi
 else
     echo "skip: the tensorboard package is not installed and could not be ($(tail -1 "$dir/pip.log" 2> /dev/null)); not counted"
 fi

@@ -23,6 +23,7 @@
 #include "dtrain/kernels.h"
 #include "dtrain/engine.h"
 #include "dtrain/io.h"
+#include "dtrain/obs.h"
 #include "dtrain/train.h"
 #include "precond_setup.h"
 #include "progress.h"
@@ -129,6 +130,7 @@ typedef struct {
     dt_train_precond pre;      /* --optimizer kfac or shampoo */
     dt_watchdog *wd;
     FILE *metrics;
+    dt_tb_writer *tb;          /* --tensorboard (rank 0) */
     float *x;
     int32_t *y;
     int *perm, sizes[17], ns;
@@ -299,6 +301,7 @@ static dt_status setup(cls_run *r) {
     if (!st) st = dt_watchdog_start(r->p > 1 ? r->w : NULL, &r->wd);
     if (!st && c->metrics && r->rank == 0 && !(r->metrics = fopen(c->metrics, "w")))
         st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
+    if (!st && c->tensorboard && r->rank == 0) st = dt_tb_create(c->tensorboard, &r->tb);
     r->x = malloc((size_t)r->B * r->tr.dim * sizeof(float));
     r->y = malloc((size_t)r->B * sizeof(int32_t));
     r->perm = malloc((size_t)r->tr.n * sizeof(int));
@@ -346,6 +349,21 @@ static double evaluate(cls_run *r) {
 
 /* --eval-every N: the test accuracy after global step done, inside an epoch (its end evaluates anyway), with the
  * seconds trained so far, for curves of accuracy against epochs and time. Returns the exit code. */
+/* TensorBoard's scalars of a metrics line at step (--tensorboard, rank 0): n tags and their values (not finite: left
+ * out). A failure to write stops them, said once, as GPT-2's trainer does. */
+static void tb_step(cls_run *r, int step, const char *const *tags, const double *values, int n) {
+    if (!r->tb) return;
+    for (int i = 0; i < n; i++)
+        if (isfinite(values[i])) dt_tb_scalar(r->tb, tags[i], values[i]);
+    if (dt_tb_step(r->tb, step)) {
+        dt_log(DT_LOG_WARN, "%s; TensorBoard's events stop here", dt_last_error());
+        dt_tb_destroy(r->tb);
+        r->tb = NULL;
+    }
+}
+
+static const char *const acc_tag[] = { "val/accuracy" };
+
 static int evaluate_inside(cls_run *r, int done) {
     double acc = evaluate(r);
     if (acc < 0) return 1;
@@ -359,6 +377,7 @@ static int evaluate_inside(cls_run *r, int done) {
         fprintf(r->metrics, "{\"step\":%d,\"epochs\":%.4f,\"test_accuracy\":%.6f,\"train_s\":%.3f}\n", done, epochs, acc, r->train_s);
         fflush(r->metrics);
     }
+    tb_step(r, done, acc_tag, &acc, 1);
     return 0;
 }
 
@@ -400,6 +419,8 @@ static int epoch(cls_run *r, int e, double *acc) {
             if (s.grad_bytes > 0) fprintf(r->metrics, ",\"grad_sent_bytes\":%.0f,\"compress_ratio\":%.4f", s.grad_bytes, s.compress_ratio);
             fputs("}\n", r->metrics);
         }
+        static const char *const tags[] = { "train/loss", "train/lr", "train/grad_norm", "perf/img_per_s" };
+        tb_step(r, done, tags, (const double[]){ s.loss, lr, s.norm, r->G / (ms / 1e3) }, 4);
         /* every rank stops after the step any rank was signalled in, saving first */
         if (s.stop) r->stopped = dt_train_interrupted() ? dt_train_interrupted() : SIGTERM;
         r->stop = s.stop || (c->stop_after && done - r->first == c->stop_after && done < total);
@@ -436,6 +457,7 @@ static int epoch(cls_run *r, int e, double *acc) {
                 exposed_sum, r->train_s);
         fflush(r->metrics);
     }
+    tb_step(r, e * steps + r->step, acc_tag, acc, 1);
     return r->stop && r->stopped ? 128 + r->stopped : 0;
 }
 
@@ -462,6 +484,8 @@ static int synthetic_steps(cls_run *r) {
         if (r->metrics)
             fprintf(r->metrics, "{\"step\":%d,\"loss\":%.6f,\"ms\":%.3f,\"img_per_s_worker\":%.2f,\"img_per_s\":%.2f,\"comm_exposed_ms\":%.3f}\n",
                     k + 1, s.loss, ms, ips[k], ips[k] * r->p, s.exposed_ms);
+        static const char *const tags[] = { "train/loss", "perf/img_per_s" };
+        tb_step(r, k + 1, tags, (const double[]){ s.loss, ips[k] * r->p }, 2);
     }
     if (!r->quiet) {
         double mean, sd;
@@ -502,6 +526,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
 out:
     dt_watchdog_stop(r.wd);
     if (r.metrics) fclose(r.metrics);
+    dt_tb_destroy(r.tb);
     dt_engine_destroy(r.e);
     dt_train_precond_destroy(&r.pre);
     dt_mlp_destroy(r.m.mlp);
