@@ -131,6 +131,26 @@ print('ok' if gpu == ['GPU'] and spans == step * 3 else 'track %s, %d spans: %s'
 [ "$got" = ok ] && ok "--trace --device cuda: a GPU track with each step's 6 units forward, 6 backward and the update, 3 steps" ||
     fail "--trace on the device: $got"
 
+# --report: run.json names the GPU (its memory, attention's form), and the page says so and draws the GPU track
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${llama[@]}" --device cuda --steps 3 --report "$dir/rep" > "$dir/out" 2>&1 ||
+    fail "--report on the device: $(tail -1 "$dir/out")"
+got=$(python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1])).get('device') or {}
+ok = d.get('kind') == 'cuda' and 'host' in d.get('name', '') and d.get('ordinal') == 0 and d.get('memory_total_bytes', 0) > 0 and d.get('attention') == 'T x T probabilities'
+print('ok' if ok else 'device: %s' % d)" "$dir/rep/run.json")
+browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+if [ "$got" != ok ]; then fail "--report on the device: run.json's $got"
+elif [ -z "$browser" ]; then fail "no headless browser: install Debian's chromium (make test does: scripts/install-deps.sh chromium)"
+else
+    dom=$(HOME="$dir" timeout 120 "$browser" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --virtual-time-budget=10000 \
+        --dump-dom "file://$dir/rep/report.html" 2> /dev/null)
+    echo "$dom" | grep -q '<span id="render-status"[^>]*>ok</span>' && echo "$dom" | grep -q '<pre id="errors"></pre>' &&
+        echo "$dom" | grep -q "<th>GPU</th><td>the host (CPU kernels in the GPU's place) (cuda:0): 0.00 of 1024.00 GiB in use" &&
+        ok "--report --device cuda: run.json names the GPU, the page's Run card says it and renders without errors" ||
+        fail "--report on the device: $(echo "$dom" | grep -o '<span id="render-status"[^>]*>[^<]*</span>\|<th>GPU</th><td>[^<]*' | head -2)"
+fi
+
 # a model whose last parameter is NaN: the device's step stops the run naming the step (nothing saved), or with
 # --on-nonfinite skip skips every step, as on the CPU
 "$DTRAIN" train "${model[@]}" --steps 1 --save "$dir/good.bin" > /dev/null 2>&1 || fail "making a model"

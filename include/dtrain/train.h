@@ -394,6 +394,11 @@ typedef struct {
     double peak_gflops, flops_per_step, wall_s;
     double memory[5];         /* bytes: parameters, gradients, activations, optimizer state, peak RSS (rank 0) */
     const double *ranks;      /* nranks x DT_RUN_RANK_FIELDS */
+    /* --device cuda (rank 0's GPU; device NULL: the CPU): its name and ordinal, its memory in use at the end and in all
+     * (bytes), and attention's form there (flash, or the T x T probabilities) */
+    const char *device;
+    int device_ordinal, device_flash;
+    double device_used, device_total;
 } dt_run_record;
 dt_status dt_run_record_write(const char *path, const dt_train_config *c, const dt_run_record *r);
 

@@ -110,6 +110,11 @@ function settings() {
         (g.grad_clip > 0 ? ", clip " + g.grad_clip : ""));
     add("steps", g.steps_done + " of " + g.steps + " in " + RUN.wall_s.toFixed(1) + " s");
     add("machine", RUN.machine.cpu + "; peak " + RUN.machine.peak_gflops.toFixed(1) + " GFLOP/s (" + RUN.machine.peak_source + ")");
+    const d = RUN.device; // --device cuda: the model, its gradients and AdamW's state on the GPU; the memory below is the host's mirrors
+    if (d)
+      add("GPU", d.name + " (cuda:" + d.ordinal + "): " + (d.memory_used_bytes / 2 ** 30).toFixed(2) + " of " +
+          (d.memory_total_bytes / 2 ** 30).toFixed(2) + " GiB in use at the end; attention: " + d.attention + (d.tf32 ? "; TF32 matmuls" : "") +
+          "; the memory figures below are the host's mirrors");
     add("model FLOPs", (RUN.flops_per_step / 1e9).toFixed(3) + " GFLOP per step (6N + 12LTC per token)");
     add("data", g.data);
   }

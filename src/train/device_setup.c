@@ -55,13 +55,16 @@ void dt_train_device_detach(dt_train_device *d, dt_program *p) {
     memset(d, 0, sizeof *d);
 }
 
-const char *dt_train_device_name(const dt_train_device *d, double *used_gib) {
+const char *dt_train_device_name(const dt_train_device *d, double *used_gib, double *total_gib) {
     if (!d->gpu) return NULL;
     size_t fr = 0, tot = 0;
     d->api->mem_info(d->gpu, &fr, &tot);
     *used_gib = (double)(tot - fr) / 1073741824.0;
+    if (total_gib) *total_gib = (double)tot / 1073741824.0;
     return d->api->name(d->gpu);
 }
+
+int dt_train_device_flash(const dt_train_device *d) { return d->lm && d->api->lm_flash(d->lm); }
 
 dt_status dt_train_device_peak(const dt_train_device *d, bool bf16, double *gflops) {
     double tf = 0;

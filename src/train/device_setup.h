@@ -22,7 +22,9 @@ dt_status dt_train_device_attach(const dt_train_config *c, int nranks, int local
                                  dt_train_device *out);
 void dt_train_device_detach(dt_train_device *d, dt_program *p);
 /* The GPU's name and its memory in use, for the run's first lines (NULL: none). */
-const char *dt_train_device_name(const dt_train_device *d, double *used_gib);
+const char *dt_train_device_name(const dt_train_device *d, double *used_gib, double *total_gib);
+/* Whether attention on the GPU keeps each row's log-sum-exp (flash), not T x T probabilities. */
+int dt_train_device_flash(const dt_train_device *d);
 /* The GPU's peak for MFU: its bf16 (bf16 runs) or f32 (or TF32) GEMM rate measured now (4096^3), in GFLOP/s. */
 dt_status dt_train_device_peak(const dt_train_device *d, bool bf16, double *gflops);
 

@@ -138,6 +138,11 @@ static void write_report(run *r, int steps_done, const double *ranks) {
                           .strategy = dt_engine_strategy_name(r->e), .metrics = c->metrics, .trace = c->trace,
                           .peak_source = r->peak_source, .peak_gflops = r->peak_gflops, .flops_per_step = r->flops_per_step,
                           .wall_s = dt_time_now() - r->t_start, .ranks = ranks };
+    double used = 0, total = 0;
+    if ((rec.device = dt_train_device_name(&r->dev, &used, &total))) {
+        rec.device_ordinal = r->dev.ordinal, rec.device_flash = dt_train_device_flash(&r->dev);
+        rec.device_used = used * 1073741824.0, rec.device_total = total * 1073741824.0;
+    }
     size_t hp, hg;
     held(r, &hp, &hg);
     double mem[5] = { (double)hp, (double)hg, (double)dt_gpt2_activation_memory(r->m), (double)dt_train_optim_bytes(r),

@@ -71,6 +71,16 @@ dt_status dt_run_record_write(const char *path, const dt_train_config *c, const 
     cJSON_AddStringToObject(m, "cpu", cpu);
     cJSON_AddNumberToObject(m, "peak_gflops", r->peak_gflops);
     cJSON_AddStringToObject(m, "peak_source", r->peak_source ? r->peak_source : "none");
+    if (r->device) { /* --device cuda: rank 0's GPU */
+        cJSON *d = cJSON_AddObjectToObject(j, "device");
+        cJSON_AddStringToObject(d, "kind", "cuda");
+        cJSON_AddStringToObject(d, "name", r->device);
+        cJSON_AddNumberToObject(d, "ordinal", r->device_ordinal);
+        cJSON_AddNumberToObject(d, "memory_used_bytes", r->device_used);
+        cJSON_AddNumberToObject(d, "memory_total_bytes", r->device_total);
+        cJSON_AddBoolToObject(d, "tf32", c->tf32 != 0);
+        cJSON_AddStringToObject(d, "attention", r->device_flash ? "flash" : "T x T probabilities");
+    }
     cJSON_AddNumberToObject(j, "flops_per_step", r->flops_per_step);
     cJSON_AddNumberToObject(j, "wall_s", r->wall_s);
     cJSON *mem = cJSON_AddObjectToObject(j, "memory_bytes");

@@ -422,7 +422,7 @@ static void print_start(const run *r) {
            dt_optim_kind_name(c->opt.kind), dt_kernels_threads(), dt_kernels_threads() == 1 ? "" : "s");
     if (mc->experts) print_experts(mc);
     double gib = 0;
-    const char *gpu = dt_train_device_name(&r->dev, &gib);
+    const char *gpu = dt_train_device_name(&r->dev, &gib, NULL);
     if (gpu)
         printf("on the GPU (rank 0's: cuda:%d): %s, %.2f GiB of its memory in use; %s%s; the parameters, gradients and AdamW's "
                "moments live there (a save copies them back)\n", r->dev.ordinal, gpu, gib, c->precision == DT_BF16 ? "bf16 (below)" : "f32",
@@ -446,7 +446,7 @@ static void print_start(const run *r) {
     }
     /* what a 16-bit run gains on this CPU, so that nobody expects the speed of a bf16 GEMM that is not there */
     if (r->dev.gpu) {
-        bool flash = r->dev.api->lm_flash(r->dev.lm), tf32 = c->tf32;
+        bool flash = dt_train_device_flash(&r->dev), tf32 = c->tf32;
         printf("attention on the GPU: %s%s\n", flash ? "flash (each row's log-sum-exp kept, not T x T probabilities; its products in TF32)"
                                                 : tf32 ? "T x T probabilities kept, products in TF32" : "T x T probabilities kept, products in f32",
                flash && c->attention != DT_ATTN_BLOCKWISE ? ", because the T x T probabilities would not fit the GPU" : "");

@@ -202,7 +202,7 @@ static int finish(run *r, int steps_done, int stop_signal) {
                dt_peak_memory() / 1048576.0, dt_gpt2_memory(r->m) / 1048576.0, c->recompute ? " with --recompute" : "",
                dt_train_optim_bytes(r) / 1048576.0, r->pre.kfac ? ", K-FAC's factors and decompositions in it" : r->pre.shampoo ? ", this rank's Shampoo blocks in it" : "");
     double gib = 0;
-    const char *gpu = c->quiet ? NULL : dt_train_device_name(&r->dev, &gib);
+    const char *gpu = c->quiet ? NULL : dt_train_device_name(&r->dev, &gib, NULL);
     if (gpu) printf("the GPU (%s): %.2f GiB of its memory in use at the end; the host's memory figures hold its mirrors of the "
                     "parameters and AdamW's state\n", gpu, gib);
     dt_train_observe_end(r, steps_done);
