@@ -443,6 +443,58 @@ static void check_zloss(const char *dir) {
     dt_safetensors_close(f);
 }
 
+/* The experts in bf16 (dt_moe_experts_forward/_backward with DT_BF16, on weights holding bf16 values): what autocast
+ * rounds holds bf16 values (gate|up, SwiGLU's output, the output; in backward the output gradient, d(act), d(gate|up),
+ * d(input), and each weight gradient, one use of it) and stays near the f32 kernels' (within 1e-2 of the norms). */
+static bool all_bf16(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (dt_bf16_to_f32(dt_f32_to_bf16(x[i])) != x[i]) return false;
+    return true;
+}
+
+static void check_bf16_experts(void) {
+    enum { E = 2, C = 24, F = 16, N = 12 };
+    int32_t start[E + 1] = { 0, 5, N }, order[N];
+    size_t fc = (size_t)F * C;
+    float *w[3], *x = malloc(N * C * 4), *b[2][10];
+    uint64_t rng = 7;
+    for (int i = 0; i < N; i++) order[i] = i;
+    for (int k = 0; k < 3; k++) w[k] = malloc(E * fc * 4);
+    for (int i = 0; i < N * C; i++) x[i] = (float)(dt_rng_uniform(&rng) * 2 - 1);
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < E * fc; i++) w[k][i] = (float)((dt_rng_uniform(&rng) * 2 - 1) * 0.3);
+    for (int k = 0; k < 3; k++) dt_lp_round(w[k], E * fc, DT_BF16);
+    dt_lp_round(x, N * C, DT_BF16);
+    /* per precision: hu, act, y, dys (then dxs), g, dhu, dw, dwg, dwu, dwd */
+    const size_t sz[10] = { N * 2 * F, N * F, N * C, N * C, N * F, N * 2 * F, N, E * fc, E * fc, E * fc };
+    for (int t = 0; t < 2; t++) {
+        for (int k = 0; k < 10; k++) b[t][k] = calloc(sz[k], 4);
+        dt_moe_experts_forward(b[t][0], b[t][1], b[t][2], x, start, w[0], w[1], w[2], E, C, F, t ? DT_BF16 : DT_F32);
+        if (t) verdict("bf16 experts: forward's SwiGLU output holds bf16 values", all_bf16(b[t][1], sz[1]), "(backward makes it again)");
+        for (int i = 0; i < N * C; i++) b[t][3][i] = (float)sin(0.37 * i); /* d(output) */
+        float wt[N];
+        for (int i = 0; i < N; i++) wt[i] = 0.25f + 0.05f * i;
+        dt_moe_experts_backward(b[t][3], b[t][7], b[t][8], b[t][9], b[t][6], b[t][3], b[t][4], b[t][5], x, b[t][0], b[t][1], wt, order, start,
+                                w[0], w[1], w[2], E, C, F, t ? DT_BF16 : DT_F32);
+    }
+    static const char *names[10] = { "gate|up", "SwiGLU's output", "the output", "d(input)", "d(act)", "d(gate|up)", "", "d(gate weights)",
+                                     "d(up weights)", "d(down weights)" };
+    bool held = true;
+    char bad[160] = "";
+    double worst = 0;
+    for (int k = 0; k < 10; k++) {
+        if (k == 6) continue; /* the routing weights' gradient: f32 (the router's backward takes it) */
+        if (!all_bf16(b[1][k], sz[k]) && held) held = false, snprintf(bad, sizeof bad, "%s holds values bf16 does not", names[k]);
+        worst = fmax(worst, rel_err(b[1][k], b[0][k], sz[k]));
+    }
+    verdict("bf16 experts: what autocast rounds holds bf16 values", held, held ? "gate|up, SwiGLU, output, d(input), d(act), d(gate|up), d(weights)" : bad);
+    expect("bf16 experts: near the f32 kernels' (every tensor)", worst, 1e-2);
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 10; k++) free(b[t][k]);
+    for (int k = 0; k < 3; k++) free(w[k]);
+    free(x);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     check_fixture(dir, "mixtral");
@@ -451,6 +503,8 @@ int main(int argc, char **argv) {
     check_capacity(dir);
     check_zloss(dir);
     check_deepseek(dir);
+    model = "kernels";
+    check_bf16_experts();
     model = "bad";
     bad_input(dir);
     printf("%s\n", failed ? "test_moe: FAILED" : "test_moe: all passed");

@@ -94,7 +94,8 @@ void dt_moe_combine(float *out, const float *y, const float *w, const int32_t *i
 }
 
 void dt_moe_experts_forward(float *hu, float *act, float *y, const float *xs, const int32_t *start, const float *wg, const float *wu,
-                            const float *wd, int E, int C, int F) {
+                            const float *wd, int E, int C, int F, dt_dtype t) {
+    size_t pairs = (size_t)start[E];
     for (int e = 0; e < E; e++) {
         int n = start[e + 1] - start[e];
         if (!n) continue;
@@ -103,24 +104,42 @@ void dt_moe_experts_forward(float *hu, float *act, float *y, const float *xs, co
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, C, 1.0f, xs + r * C, C, wg + e * fc, C, 0.0f, h, 2 * F);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, C, 1.0f, xs + r * C, C, wu + e * fc, C, 0.0f, h + F, 2 * F);
     }
+    dt_lp_round(hu, pairs * 2 * F, t);
     dt_swiglu_forward(act, hu, start[E], F);
+    dt_lp_round(act, pairs * F, t);
     for (int e = 0; y && e < E; e++) {
         int n = start[e + 1] - start[e];
         size_t r = (size_t)start[e];
         if (n) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, C, F, 1.0f, act + r * F, F, wd + (size_t)e * C * F, F, 0.0f, y + r * C, C);
     }
+    if (y) dt_lp_round(y, pairs * C, t);
+}
+
+/* dst[M x N] += A^T B (A: K x M rows lda apart, B: K x N): in f32 added by the GEMM; with use (M x N floats), the
+ * product rounded to t there first, then added. */
+static void weight_grad(float *dst, int M, int N, int K, const float *a, int lda, const float *b, int ldb, float *use, dt_dtype t) {
+    if (!use) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, a, lda, b, ldb, 1.0f, dst, N);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, use, N);
+    dt_lp_round_add(dst, use, (size_t)M * N, t);
 }
 
 void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, float *dw, float *dys, float *g, float *dhu, const float *xs,
-                             const float *hu, const float *act, const float *w, const int32_t *order, const int32_t *start, const float *wg,
-                             const float *wu, const float *wd, int E, int C, int F) {
+                             const float *hu, float *act, const float *w, const int32_t *order, const int32_t *start, const float *wg,
+                             const float *wu, const float *wd, int E, int C, int F, dt_dtype t) {
     int pairs = start[E];
+    dt_swiglu_forward(act, hu, pairs, F);
+    dt_lp_round(act, (size_t)pairs * F, t);
+    dt_lp_round(dys, (size_t)pairs * C, t);
     /* g = dy Wd (an expert's row, unweighted): d(weight) = act . g, d(act) = w g; Wd's gradient from the weighted dy */
     for (int e = 0; e < E; e++) {
         int n = start[e + 1] - start[e];
         size_t r = (size_t)start[e];
         if (n) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, F, C, 1.0f, dys + r * C, C, wd + (size_t)e * C * F, F, 0.0f, g + r * F, F);
     }
+    dt_lp_round(g, (size_t)pairs * F, t);
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < pairs; r++) {
         const float *a = act + (size_t)r * F;
@@ -130,19 +149,28 @@ void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, flo
         for (int f = 0; f < F; f++) gr[f] *= wr;
         for (int c = 0; c < C; c++) d[c] *= wr;
     }
+    dt_lp_round(g, (size_t)pairs * F, t); /* 16 bits: the weighted gradients too (a product of 16-bit values) */
+    dt_lp_round(dys, (size_t)pairs * C, t);
     memset(dhu, 0, (size_t)pairs * 2 * F * sizeof(float));
     dt_swiglu_backward(dhu, hu, g, pairs, F);
+    dt_lp_round(dhu, (size_t)pairs * 2 * F, t);
+    /* 16 bits: each use's weight gradient rounded before the f32 store sums it, as a Linear's (dt_matmul_backward_lp;
+     * without the room for it, summed unrounded) */
+    size_t fc = (size_t)F * C;
+    float *use = t == DT_F32 ? NULL : malloc(fc * sizeof(float));
     for (int e = 0; e < E; e++) {
         int n = start[e + 1] - start[e];
         if (!n) continue;
-        size_t r = (size_t)start[e], fc = (size_t)F * C;
+        size_t r = (size_t)start[e];
         const float *dh = dhu + r * 2 * F;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, F, n, 1.0f, dys + r * C, C, act + r * F, F, 1.0f, dwd + e * fc, F);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, F, C, n, 1.0f, dh, 2 * F, xs + r * C, C, 1.0f, dwg + e * fc, C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, F, C, n, 1.0f, dh + F, 2 * F, xs + r * C, C, 1.0f, dwu + e * fc, C);
+        weight_grad(dwd + e * fc, C, F, n, dys + r * C, C, act + r * F, F, use, t);
+        weight_grad(dwg + e * fc, F, C, n, dh, 2 * F, xs + r * C, C, use, t);
+        weight_grad(dwu + e * fc, F, C, n, dh + F, 2 * F, xs + r * C, C, use, t);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, F, 1.0f, dh, 2 * F, wg + e * fc, C, 0.0f, dxs + r * C, C);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, F, 1.0f, dh + F, 2 * F, wu + e * fc, C, 1.0f, dxs + r * C, C);
     }
+    free(use);
+    dt_lp_round(dxs, (size_t)pairs * C, t);
 }
 
 void dt_moe_router_backward(float *dlogits, const float *probs, const float *w, const int32_t *idx, const float *dw, const float *daux, int BT,

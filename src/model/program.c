@@ -671,6 +671,7 @@ void dt_program_destroy(dt_program *p) {
     dt_program_moe_ep_free_work(p);
     dt_free_aligned(p->params_lp);
     dt_free_aligned(p->lp_work);
+    dt_free_aligned(p->moe_wide);
     free(p->lp_cast);
     free(p->lp_current);
     dt_free_aligned(p->own_params);

@@ -152,6 +152,7 @@ struct dt_program {
     dt_dtype prec;
     uint16_t *params_lp;
     float *lp_work;
+    float *moe_wide;           /* 16 bits with experts: one layer's mixture-of-experts weights widened from params_lp */
     size_t lp_work_floats, lp_held, lp_held_max;
     uint8_t *lp_cast, *lp_current;
     int lp_told, lp_external;
@@ -196,6 +197,8 @@ bool dt_program_lora_adapts(const dt_program *p, int k);
  * for B*T rows; forward and backward (dx added to). */
 size_t dt_program_moe_kept(const dt_program *p, size_t BT);
 size_t dt_program_moe_work(const dt_program *p, size_t BT);
+/* One layer's mixture-of-experts weights (this rank's), in floats: what 16-bit precision widens them into (0: none). */
+size_t dt_program_moe_weight_floats(const dt_program *p);
 size_t dt_program_moe_ints(const dt_program *p, size_t BT);
 void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *out);
 void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx);

@@ -113,10 +113,10 @@ dt_status dt_program_set_precision(dt_program *p, dt_dtype t) {
     for (int k = 0; k < p->nslots; k++)
         if (p->slots[k].mem) return dt_error(DT_ERR_ARG, "model: the precision is set before the first forward");
     if (p->lora && t != DT_F32) return dt_error(DT_ERR_UNSUPPORTED, "LoRA: this build runs adapters in f32 only, not %s", dt_dtype_name(t));
-    if (p->cfg.experts && t != DT_F32)
-        return dt_error(DT_ERR_UNSUPPORTED, "model: this build runs a mixture of experts in f32 only, not %s", dt_dtype_name(t));
     dt_free_aligned(p->params_lp);
     dt_free_aligned(p->lp_work);
+    dt_free_aligned(p->moe_wide);
+    p->moe_wide = NULL;
     free(p->lp_cast);
     free(p->lp_current);
     p->params_lp = NULL;
@@ -129,7 +129,9 @@ dt_status dt_program_set_precision(dt_program *p, dt_dtype t) {
     p->lp_current = calloc((size_t)p->ntab, 1);
     p->lp_work_floats = dt_program_lp_work_floats(p);
     p->lp_work = dt_alloc_aligned(p->lp_work_floats * sizeof(float));
-    if (!p->params_lp || !p->lp_work || !p->lp_cast || !p->lp_current) {
+    size_t wide = dt_program_moe_weight_floats(p);
+    if (wide) p->moe_wide = dt_alloc_aligned(wide * sizeof(float));
+    if (!p->params_lp || !p->lp_work || !p->lp_cast || !p->lp_current || (wide && !p->moe_wide)) {
         dt_program_set_precision(p, DT_F32);
         return dt_error(DT_ERR_NOMEM, "model: cannot allocate the %s copy of %zu parameters", dt_dtype_name(t), p->nparams);
     }

@@ -76,11 +76,27 @@ static moe_run run_of(dt_program *p, int l, int k) {
     m.r = group_at(s->moe_work, n, (size_t)m.C, pair_ffn(p));
     m.dlogits = s->moe_work + (dt_program_moe_work(p, BT) - BT * (size_t)m.E);
     const float **wt[8] = { &m.router, &m.wg, &m.wu, &m.wd, &m.sg, &m.su, &m.sd, &m.sv };
+    float *wide = p->moe_wide; /* 16 bits: the weights' 16-bit values, widened (the products then are 16-bit ones) */
     for (int j = 0; j < p->ops[k].s.nw; j++) {
-        size_t off = p->tab[first_tensor(p, l) + p->ops[k].s.w + j].offset;
-        *wt[j] = p->params + off, m.grad[j] = p->grads + off;
+        const dt_tensor_info *t = &p->tab[first_tensor(p, l) + p->ops[k].s.w + j];
+        *wt[j] = p->params + t->offset, m.grad[j] = p->grads + t->offset;
+        if (p->prec == DT_F32) continue;
+        dt_lp_unpack(wide, p->params_lp + t->offset, t->count, p->prec);
+        *wt[j] = wide, wide += t->count;
     }
     return m;
+}
+
+size_t dt_program_moe_weight_floats(const dt_program *p) {
+    size_t n = 0;
+    for (int k = 0; k < p->f->nops; k++) {
+        if (p->ops[k].s.kind != DT_OP_MOE) continue;
+        for (int l = 0; l < p->cfg.num_layers && !n; l++) {
+            if (p->bk[l] < 0) continue;
+            for (int j = 0; j < p->ops[k].s.nw; j++) n += p->tab[first_tensor(p, l) + p->ops[k].s.w + j].count;
+        }
+    }
+    return n;
 }
 
 static bool biased(const dt_program *p) { return p->cfg.router == DT_ROUTER_SIGMOID_BIAS; }
@@ -118,8 +134,9 @@ static group shared_rows(dt_program *p, moe_run *m) {
 static void shared_forward(dt_program *p, moe_run *m, const float *x, float *out) {
     group g = shared_rows(p, m);
     if (m->sv) dt_matmul_forward(m->sgate, x, m->sv, NULL, m->BT, m->C, 1);
+    if (m->sv) dt_lp_round(m->sgate, (size_t)m->BT, p->prec); /* a Linear's output */
     for (int i = 0; i < m->BT; i++) g.w[i] = m->sgate[i] = m->sv ? 1.0f / (1.0f + expf(-m->sgate[i])) : 1.0f;
-    dt_moe_experts_forward(m->shu, g.act, g.ys, x, m->all, m->sg, m->su, m->sd, 1, m->C, m->Fs);
+    dt_moe_experts_forward(m->shu, g.act, g.ys, x, m->all, m->sg, m->su, m->sd, 1, m->C, m->Fs, p->prec);
     dt_moe_combine(out, g.ys, g.w, m->rows, m->rows, m->BT, 1, m->C, true);
 }
 
@@ -127,19 +144,20 @@ static void shared_backward(dt_program *p, moe_run *m, const float *x, const flo
     group g = shared_rows(p, m);
     float *dxs = g.dw + m->BT; /* the work's floats past the group's */
     memcpy(g.w, m->sgate, (size_t)m->BT * sizeof(float));
-    dt_swiglu_forward(g.act, m->shu, m->BT, m->Fs);
     memcpy(g.ys, dout, (size_t)m->BT * m->C * sizeof(float));
     dt_moe_experts_backward(dxs, m->grad[4], m->grad[5], m->grad[6], g.dw, g.ys, g.g, g.dhu, x, m->shu, g.act, g.w, m->rows, m->all, m->sg,
-                            m->su, m->sd, 1, m->C, m->Fs);
+                            m->su, m->sd, 1, m->C, m->Fs, p->prec);
     dt_residual_forward(dx, dx, dxs, (size_t)m->BT * m->C);
     if (!m->sv) return;
     for (int i = 0; i < m->BT; i++) g.dw[i] *= g.w[i] * (1.0f - g.w[i]); /* through the sigmoid: d(x . v) */
+    dt_lp_round(g.dw, (size_t)m->BT, p->prec);
     dt_matmul_backward(dx, m->grad[7], NULL, g.dw, x, m->sv, m->BT, m->C, 1);
 }
 
 void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *out) {
     moe_run m = run_of(p, l, k);
     dt_matmul_forward(m.probs, x, m.router, NULL, m.BT, m.C, m.E);
+    dt_lp_round(m.probs, (size_t)m.BT * m.E, p->prec); /* the router's logits: a Linear's output (softmax then in f32) */
     if (biased(p)) dt_moe_sigmoid(m.probs, m.BT, m.E);
     else dt_moe_softmax(m.probs, m.lse, m.BT, m.E);
     route(p, l, &m);
@@ -148,7 +166,7 @@ void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *
         moe_ep_block b = ep_block(&m, l);
         dt_program_moe_ep_forward(p, &b, m.r.xs, m.r.w, m.r.ys);
     } else {
-        dt_moe_experts_forward(m.hu, m.r.act, m.r.ys, m.r.xs, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F);
+        dt_moe_experts_forward(m.hu, m.r.act, m.r.ys, m.r.xs, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F, p->prec);
     }
     dt_moe_combine(out, m.r.ys, m.r.w, m.idx, m.row_of, m.BT, m.K, m.C, false);
     if (shared(p)) shared_forward(p, &m, x, out);
@@ -175,9 +193,8 @@ void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const 
         dt_program_moe_ep_backward(p, &b, m.r.ys, m.r.dw);
     } else {
         dt_moe_gather(m.r.xs, x, m.order, kept, m.K, m.C);
-        dt_swiglu_forward(m.r.act, m.hu, kept, m.F);
         dt_moe_experts_backward(m.r.ys, m.grad[1], m.grad[2], m.grad[3], m.r.dw, m.r.ys, m.r.g, m.r.dhu, m.r.xs, m.hu, m.r.act, m.r.w,
-                                m.order, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F);
+                                m.order, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F, p->prec);
     }
     dt_moe_combine(dx, m.r.ys, NULL, m.idx, m.row_of, m.BT, m.K, m.C, true);
     /* the balancing loss's gradient reaches every probability: d/dp_te = coef E f_e / N */
@@ -189,7 +206,9 @@ void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const 
     else dt_moe_router_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, p->cfg.aux_coef > 0 ? daux : NULL, m.BT, m.E, m.K, p->cfg.norm_topk);
     if (p->z_coef > 0 && !biased(p)) /* the z-loss: the mean of lse^2 over the micro-batch's layers and rows */
         dt_moe_z_backward(m.dlogits, m.probs, m.lse, m.BT, m.E, (float)(p->s->moe_gscale * p->z_coef / N));
+    dt_lp_round(m.dlogits, (size_t)m.BT * m.E, p->prec); /* the router's output gradient */
     dt_matmul_backward(dx, m.grad[0], NULL, m.dlogits, x, m.router, m.BT, m.C, m.E);
+    dt_lp_round(dx, (size_t)m.BT * m.C, p->prec);
 }
 
 static int moe_op(const dt_program *p) {

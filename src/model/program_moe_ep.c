@@ -163,7 +163,7 @@ void dt_program_moe_ep_forward(dt_program *p, const moe_ep_block *b, const float
         memcpy(k->xs + (size_t)wk->perm[q] * C, wk->recv + (size_t)q * (C + 1), (size_t)C * sizeof(float));
         k->w[wk->perm[q]] = wk->recv[(size_t)q * (C + 1) + C];
     }
-    dt_moe_experts_forward(k->hu, wk->act, wk->ys, k->xs, lstart, b->wg, b->wu, b->wd, El, C, b->F);
+    dt_moe_experts_forward(k->hu, wk->act, wk->ys, k->xs, lstart, b->wg, b->wu, b->wd, El, C, b->F, p->prec);
     for (int q = 0; q < n; q++) memcpy(wk->send + (size_t)q * C, wk->ys + (size_t)wk->perm[q] * C, (size_t)C * sizeof(float));
     if (exchange(p, wk->rows, (size_t)C)) return; /* back to where they came from: wk->rows now counts those */
     memcpy(ys, wk->recv, (size_t)b->rows * C * sizeof(float));
@@ -184,9 +184,8 @@ void dt_program_moe_ep_backward(dt_program *p, const moe_ep_block *b, float *dys
     int n = layout(p, k, b->E, lstart, wk->perm, wk->rows);
     for (int q = 0; !st && q < n; q++) memcpy(wk->ys + (size_t)wk->perm[q] * C, wk->recv + (size_t)q * C, (size_t)C * sizeof(float));
     if (!st) {
-        dt_swiglu_forward(wk->act, k->hu, n, F);
         dt_moe_experts_backward(wk->ys, b->grads[0], b->grads[1], b->grads[2], wk->dw, wk->ys, wk->g, wk->dhu, k->xs, k->hu, wk->act, k->w,
-                                wk->ident, lstart, b->wg, b->wu, b->wd, El, C, F);
+                                wk->ident, lstart, b->wg, b->wu, b->wd, El, C, F, p->prec);
         for (int q = 0; q < n; q++) {
             memcpy(wk->send + (size_t)q * (C + 1), wk->ys + (size_t)wk->perm[q] * C, (size_t)C * sizeof(float));
             wk->send[(size_t)q * (C + 1) + C] = wk->dw[wk->perm[q]];

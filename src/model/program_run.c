@@ -349,7 +349,10 @@ static void op_forward(dt_program *p, int l, int k) {
         dt_lp_round(out, (size_t)BT * o->width_out, p->prec);
         break;
     case DT_OP_ADD: dt_residual_forward(out, in, value(p, l, s->in2), (size_t)R * o->width_out); break;
-    case DT_OP_MOE: dt_program_moe_forward(p, l, k, in, out); break;
+    case DT_OP_MOE:
+        dt_program_moe_forward(p, l, k, in, out);
+        dt_lp_round(out, (size_t)BT * o->width_out, p->prec);
+        break;
     }
 }
 
