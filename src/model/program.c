@@ -641,7 +641,7 @@ int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_model_part *part,
 size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_model_part *part) {
     dt_program *p;
     if (shape_part(cfg, part, &p)) return 0;
-    size_t n = dt_program_lp_work_floats(p) * sizeof(float);
+    size_t n = (dt_program_lp_work_floats(p) + dt_program_moe_weight_floats(p)) * sizeof(float); /* (an MoE layer's weights widened) */
     dt_program_destroy(p);
     return n;
 }
