@@ -149,6 +149,7 @@ run bfddp --batch 2 --nproc 2 --precision bf16 --lr 1e-3
 w=$(worst "$dir/bf2s.jsonl" "$dir/bfddp.jsonl")
 [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-4)}" && ok=1 || ok=0
 verdict $ok "bf16, DDP 2 against one process (lr 1e-3): worst relative loss difference over 20 steps $w (held to 1e-4)"
+run bfpp --batch 2 --grad-accum 2 --nproc 2 --pp 2 --precision bf16 --lr 1e-3 && close "bf16, PP 2 (1F1B)" "$dir/bf2s.jsonl" "$dir/bfpp.jsonl"
 refused "the balancing loss over data-parallel ranks" "--moe-aux-loss 0 turns it off" train "${common[@]}" --batch 2 --nproc 2 --moe-aux-loss 0.01 --steps 1
 refused "--experts on GPT-2" "not d6's" train "${common[@]/llama-tiny/d6}" --batch 4 --steps 1
 refused "top-k above the experts" "top-5 routing among 4 experts" train "${common[@]}" --batch 4 --experts-top-k 5 --steps 1
