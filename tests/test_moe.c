@@ -125,6 +125,7 @@ static void check_fixture(const char *dir, const char *name) {
     if (!st) check_recompute(p, &m, in, tg);
     if (!st) st = check_steps(p, &m, f, in, tg);
     if (st) verdict("the fixture", false, dt_last_error());
+    free(ref);
     dt_program_destroy(p);
     dt_safetensors_close(f);
 }
