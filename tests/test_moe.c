@@ -475,8 +475,9 @@ static void check_bf16_experts(void) {
         for (int i = 0; i < N * C; i++) b[t][3][i] = (float)sin(0.37 * i); /* d(output) */
         float wt[N];
         for (int i = 0; i < N; i++) wt[i] = 0.25f + 0.05f * i;
+        float use[F * C];
         dt_moe_experts_backward(b[t][3], b[t][7], b[t][8], b[t][9], b[t][6], b[t][3], b[t][4], b[t][5], x, b[t][0], b[t][1], wt, order, start,
-                                w[0], w[1], w[2], E, C, F, t ? DT_BF16 : DT_F32);
+                                w[0], w[1], w[2], E, C, F, t ? DT_BF16 : DT_F32, use);
     }
     static const char *names[10] = { "gate|up", "SwiGLU's output", "the output", "d(input)", "d(act)", "d(gate|up)", "", "d(gate weights)",
                                      "d(up weights)", "d(down weights)" };

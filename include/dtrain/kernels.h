@@ -63,12 +63,13 @@ void dt_moe_combine(float *out, const float *y, const float *w, const int32_t *i
 /* The experts' SwiGLU MLPs over their sorted rows (start[e]..start[e+1]: expert e's). t DT_BF16 or DT_F16: mixed
  * precision, on weights holding 16-bit values: the gate|up products, SwiGLU's output and the down products rounded to
  * t; in backward the output gradient dys (in place), g (d(act)), both again once weighted by the rows' routing
- * weights, d(gate|up), d(input) and each use's weight gradient too. Backward makes act again from hu as forward made it. */
+ * weights, d(gate|up), d(input) and each use's weight gradient too (use: F x C floats to round it in; NULL in f32).
+ * Backward makes act again from hu as forward made it. */
 void dt_moe_experts_forward(float *hu, float *act, float *y, const float *xs, const int32_t *start, const float *wg, const float *wu,
                             const float *wd, int E, int C, int F, dt_dtype t);
 void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, float *dw, float *dys, float *g, float *dhu, const float *xs,
                              const float *hu, float *act, const float *w, const int32_t *order, const int32_t *start, const float *wg,
-                             const float *wu, const float *wd, int E, int C, int F, dt_dtype t);
+                             const float *wu, const float *wd, int E, int C, int F, dt_dtype t, float *use);
 void dt_moe_router_backward(float *dlogits, const float *probs, const float *w, const int32_t *idx, const float *dw, const float *daux, int BT,
                             int E, int K, bool norm);
 /* DeepSeek-V3's router: scores = sigmoid(logits) in place; each token's choice by scores + bias[E] (the bias only

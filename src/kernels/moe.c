@@ -128,7 +128,7 @@ static void weight_grad(float *dst, int M, int N, int K, const float *a, int lda
 
 void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, float *dw, float *dys, float *g, float *dhu, const float *xs,
                              const float *hu, float *act, const float *w, const int32_t *order, const int32_t *start, const float *wg,
-                             const float *wu, const float *wd, int E, int C, int F, dt_dtype t) {
+                             const float *wu, const float *wd, int E, int C, int F, dt_dtype t, float *use) {
     int pairs = start[E];
     dt_swiglu_forward(act, hu, pairs, F);
     dt_lp_round(act, (size_t)pairs * F, t);
@@ -154,10 +154,9 @@ void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, flo
     memset(dhu, 0, (size_t)pairs * 2 * F * sizeof(float));
     dt_swiglu_backward(dhu, hu, g, pairs, F);
     dt_lp_round(dhu, (size_t)pairs * 2 * F, t);
-    /* 16 bits: each use's weight gradient rounded before the f32 store sums it, as a Linear's (dt_matmul_backward_lp;
-     * without the room for it, summed unrounded) */
+    /* 16 bits: each use's weight gradient rounded (in use) before the f32 store sums it, as a Linear's */
     size_t fc = (size_t)F * C;
-    float *use = t == DT_F32 ? NULL : malloc(fc * sizeof(float));
+    if (t == DT_F32) use = NULL;
     for (int e = 0; e < E; e++) {
         int n = start[e + 1] - start[e];
         if (!n) continue;
@@ -169,7 +168,6 @@ void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, flo
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, F, 1.0f, dh, 2 * F, wg + e * fc, C, 0.0f, dxs + r * C, C);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, F, 1.0f, dh + F, 2 * F, wu + e * fc, C, 1.0f, dxs + r * C, C);
     }
-    free(use);
     dt_lp_round(dxs, (size_t)pairs * C, t);
 }
 

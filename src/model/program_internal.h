@@ -197,8 +197,11 @@ bool dt_program_lora_adapts(const dt_program *p, int k);
  * for B*T rows; forward and backward (dx added to). */
 size_t dt_program_moe_kept(const dt_program *p, size_t BT);
 size_t dt_program_moe_work(const dt_program *p, size_t BT);
-/* One layer's mixture-of-experts weights (this rank's), in floats: what 16-bit precision widens them into (0: none). */
+/* 16 bits with experts (moe_wide): one layer's mixture-of-experts weights (this rank's) widened, then an expert's
+ * F x C to round a weight gradient in (dt_program_moe_use; NULL in f32): its floats (0: no experts). */
+size_t dt_program_moe_layer_floats(const dt_program *p);
 size_t dt_program_moe_weight_floats(const dt_program *p);
+float *dt_program_moe_use(const dt_program *p);
 size_t dt_program_moe_ints(const dt_program *p, size_t BT);
 void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *out);
 void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx);

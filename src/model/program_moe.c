@@ -87,7 +87,10 @@ static moe_run run_of(dt_program *p, int l, int k) {
     return m;
 }
 
-size_t dt_program_moe_weight_floats(const dt_program *p) {
+float *dt_program_moe_use(const dt_program *p) { return p->moe_wide ? p->moe_wide + dt_program_moe_layer_floats(p) : NULL; }
+
+/* One layer's mixture-of-experts weights (this rank's), in floats. */
+size_t dt_program_moe_layer_floats(const dt_program *p) {
     size_t n = 0;
     for (int k = 0; k < p->f->nops; k++) {
         if (p->ops[k].s.kind != DT_OP_MOE) continue;
@@ -97,6 +100,11 @@ size_t dt_program_moe_weight_floats(const dt_program *p) {
         }
     }
     return n;
+}
+
+size_t dt_program_moe_weight_floats(const dt_program *p) {
+    size_t layer = dt_program_moe_layer_floats(p), F = (size_t)(p->cfg.ffn > p->cfg.shared_ffn ? p->cfg.ffn : p->cfg.shared_ffn);
+    return layer ? layer + F * (size_t)p->cfg.channels : 0;
 }
 
 static bool biased(const dt_program *p) { return p->cfg.router == DT_ROUTER_SIGMOID_BIAS; }
@@ -146,7 +154,7 @@ static void shared_backward(dt_program *p, moe_run *m, const float *x, const flo
     memcpy(g.w, m->sgate, (size_t)m->BT * sizeof(float));
     memcpy(g.ys, dout, (size_t)m->BT * m->C * sizeof(float));
     dt_moe_experts_backward(dxs, m->grad[4], m->grad[5], m->grad[6], g.dw, g.ys, g.g, g.dhu, x, m->shu, g.act, g.w, m->rows, m->all, m->sg,
-                            m->su, m->sd, 1, m->C, m->Fs, p->prec);
+                            m->su, m->sd, 1, m->C, m->Fs, p->prec, dt_program_moe_use(p));
     dt_residual_forward(dx, dx, dxs, (size_t)m->BT * m->C);
     if (!m->sv) return;
     for (int i = 0; i < m->BT; i++) g.dw[i] *= g.w[i] * (1.0f - g.w[i]); /* through the sigmoid: d(x . v) */
@@ -194,7 +202,7 @@ void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const 
     } else {
         dt_moe_gather(m.r.xs, x, m.order, kept, m.K, m.C);
         dt_moe_experts_backward(m.r.ys, m.grad[1], m.grad[2], m.grad[3], m.r.dw, m.r.ys, m.r.g, m.r.dhu, m.r.xs, m.hu, m.r.act, m.r.w,
-                                m.order, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F, p->prec);
+                                m.order, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F, p->prec, dt_program_moe_use(p));
     }
     dt_moe_combine(dx, m.r.ys, NULL, m.idx, m.row_of, m.BT, m.K, m.C, true);
     /* the balancing loss's gradient reaches every probability: d/dp_te = coef E f_e / N */

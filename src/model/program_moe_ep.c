@@ -185,7 +185,7 @@ void dt_program_moe_ep_backward(dt_program *p, const moe_ep_block *b, float *dys
     for (int q = 0; !st && q < n; q++) memcpy(wk->ys + (size_t)wk->perm[q] * C, wk->recv + (size_t)q * C, (size_t)C * sizeof(float));
     if (!st) {
         dt_moe_experts_backward(wk->ys, b->grads[0], b->grads[1], b->grads[2], wk->dw, wk->ys, wk->g, wk->dhu, k->xs, k->hu, wk->act, k->w,
-                                wk->ident, lstart, b->wg, b->wu, b->wd, El, C, F, p->prec);
+                                wk->ident, lstart, b->wg, b->wu, b->wd, El, C, F, p->prec, dt_program_moe_use(p));
         for (int q = 0; q < n; q++) {
             memcpy(wk->send + (size_t)q * (C + 1), wk->ys + (size_t)wk->perm[q] * C, (size_t)C * sizeof(float));
             wk->send[(size_t)q * (C + 1) + C] = wk->dw[wk->perm[q]];
