@@ -54,6 +54,12 @@ DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${fl[@]}" --device cuda --metrics "$dir
     ok "--attention blockwise --precision bf16 --device cuda: flash attention on host kernels = the CPU's blockwise, 3 losses" ||
     fail "flash on the device: $(losses "$dir/fc.jsonl" | tr '\n' ' ') vs $(losses "$dir/fg.jsonl" | tr '\n' ' '); $(grep attention "$dir/out")"
 
+# in f32 without --tf32 there is no flash attention: said, the run goes on with the probabilities
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${fl[@]}" --precision fp32 --device cuda > "$dir/out" 2>&1 &&
+    grep -q "attention on the GPU: T x T probabilities kept, products in f32 (--attention blockwise takes flash attention in a bf16 or --tf32 run" "$dir/out" &&
+    ok "--attention blockwise in f32 without --tf32: the T x T probabilities, and the run says why" ||
+    fail "blockwise in f32: $(grep -h 'attention\|error' "$dir/out")"
+
 # where the T x T probabilities would not fit (a GPU with 100 MiB free; 150 with them), flash attention, said so
 fit=(--layers 2 --channels 128 --heads 4 --vocab 256 --max-seq 1024 --seq 1024 --batch 2 --steps 1 --data "$dir/train.bin" --precision bf16 --threads 1)
 DTRAIN_GPU_PLUGIN=$HOST DTRAIN_GPU_HOST_FREE_MB=100 "$DTRAIN" train "${fit[@]}" --device cuda > "$dir/out" 2>&1 &&
