@@ -131,6 +131,19 @@ else
     sed 's/drawn\["chart-memory"\] = sets.length \* ranks.length;/& undefinedFunction();/' "$run/report.html" > "$dir/broken.html"
     render "$dir/broken.html" | grep -q '<span id="render-status"[^>]*>error</span>' && grep -q undefinedFunction "$dir/broken.html" &&
         ok "a script error in the page is reported" || fail "a planted script error went unseen"
+    # an image model's page (run.json kind "images"): its Run card, loss, learning rate and norm, and test accuracy (2 epochs
+    # of 16 steps, evaluated at 10, 16, 20, 30 and 32)
+    . "$(dirname "$0")/tiny_images.sh"
+    tiny_images "$dir/imgr"
+    if "$DTRAIN" train --model mlp --data "$dir/imgr" --epochs 2 --batch 32 --eval-every 10 --threads 1 --quiet --report "$dir/imgrep" \
+        > /dev/null 2> "$dir/imgrep.err"; then
+        idom=$(render "$dir/imgrep/report.html")
+        istatus=$(echo "$idom" | grep -o '<span id="render-status"[^>]*>[^<]*</span>' | sed 's/&quot;/"/g')
+        echo "$istatus" | grep -q '>ok</span>' && echo "$istatus" | grep -q '"chart-loss":32' && echo "$istatus" | grep -q '"chart-lr":64' &&
+            echo "$istatus" | grep -q '"chart-accuracy":5' && echo "$idom" | grep -q '<th>outcome</th><td>test accuracy [0-9.]*%' &&
+            ok "an image model's report: its Run card, 32 steps' loss, learning rate and norm, 5 test accuracies" ||
+            fail "an image model's report: $istatus $(echo "$idom" | grep -o '<pre id="errors">[^<]*')"
+    else fail "an image model with --report: $(tail -2 "$dir/imgrep.err")"; fi
     # a pipeline's page: its bubble by step, every stage's memory and time (computing, waiting, idle), rows named by stage
     if "$DTRAIN" train --nproc 2 --pp 2 --grad-accum 4 "${model[@]}" --steps 6 --report "$dir/pp" > /dev/null 2> "$dir/pp.err"; then
         pdom=$(render "$dir/pp/report.html")

@@ -349,6 +349,35 @@ const rlParts = [
   film,
 ];
 
+// An image model's run (dtrain train --model mlp|resnet... --report): its settings and outcome, the loss, the learning rate
+// and gradient norm, and the test accuracy by step (an epoch's line has no step: its last, from steps_per_epoch).
+function imageSettings() {
+  const s = section("Run"), t = el("table"), g = RUN.settings;
+  const add = (k, v) => { const r = el("tr"); r.appendChild(el("th", {}, k)); r.appendChild(el("td", {}, String(v))); t.appendChild(r); };
+  document.getElementById("command").textContent = RUN.command;
+  add("model", g.model + ": " + (g.parameters / 1e6).toFixed(3) + "M parameters; data " + g.data);
+  add("batch", g.images_per_step + " images a step (" + g.batch + " a rank x " + g.grad_accum + " accumulation x " + g.ranks +
+      (g.ranks === 1 ? " rank" : " ranks") + "), " + g.strategy);
+  add("optimizer", g.optimizer + ", lr " + Number(g.lr.toPrecision(4)));
+  add("steps", g.steps_done + " (" + g.epochs + " epochs of " + g.steps_per_epoch + ") in " + RUN.wall_s.toFixed(1) + " s");
+  add("outcome", "test accuracy " + (100 * RUN.test_accuracy).toFixed(2) + "%, " + RUN.img_per_s.toFixed(0) + " img/s (all ranks)");
+  add("machine", RUN.machine.cpu);
+  s.appendChild(t);
+}
+function accuracy() {
+  const per = RUN.settings.steps_per_epoch, pts = [];
+  for (const m of METRICS)
+    if (typeof m.test_accuracy === "number") pts.push({ x: typeof m.step === "number" ? m.step : m.epoch * per, y: 100 * m.test_accuracy });
+  return pts;
+}
+const imageParts = [
+  imageSettings,
+  () => lineChart("chart-loss", section("Loss"), [{ label: "training loss", data: series("loss") }], ["cross-entropy"]),
+  () => lineChart("chart-lr", section("Learning rate and gradient norm"), [{ label: "learning rate", data: series("lr"), fromZero: true },
+                  { label: "gradient norm", data: series("grad_norm"), axis: "y2" }], ["learning rate", "gradient norm"]),
+  () => lineChart("chart-accuracy", section("Test accuracy"), [{ label: "test accuracy %", data: accuracy(), points: true }], ["%"]),
+];
+
 // Each part on its own: one that fails (say, a run.json from another
 // version) is named in #errors and the others still draw.
 const trainParts = [
@@ -361,7 +390,7 @@ const trainParts = [
                   { label: "MFU %", data: series("mfu", 100), axis: "y2" }], ["tok/s", "MFU %"]),
   rewards, phases, bubble, compression, memory, rankTimes, timeline, scaling, io,
 ];
-for (const part of RUN && RUN.kind === "rl" ? rlParts : trainParts) {
+for (const part of RUN && RUN.kind === "rl" ? rlParts : RUN && RUN.kind === "images" ? imageParts : trainParts) {
   try { part(); } catch (e) { fail("error in " + (part.name || "a chart") + ": " + e.message); }
 }
 const status = document.getElementById("render-status");

@@ -25,6 +25,7 @@
 #include "dtrain/io.h"
 #include "dtrain/obs.h"
 #include "dtrain/train.h"
+#include "classify_report.h"
 #include "precond_setup.h"
 #include "progress.h"
 
@@ -131,6 +132,7 @@ typedef struct {
     dt_watchdog *wd;
     FILE *metrics;
     dt_tb_writer *tb;          /* --tensorboard (rank 0) */
+    char report_metrics[4200]; /* --report DIR without --metrics: DIR/metrics.jsonl */
     float *x;
     int32_t *y;
     int *perm, sizes[17], ns;
@@ -229,13 +231,22 @@ static const char *optimizer_name(const dt_train_config *c, char *name) {
     return name;
 }
 
+/* --metrics, or --report's DIR/metrics.jsonl, or none */
+static const char *metrics_path(const cls_run *r) {
+    return r->c->metrics ? r->c->metrics : r->report_metrics[0] ? r->report_metrics : NULL;
+}
+
 static dt_status setup(cls_run *r) {
     const dt_train_config *c = r->c;
     const char *dir = c->data ? c->data : DEFAULT_DIR;
     bool mlp = !strncmp(c->model, "mlp", 3);
-    if (c->trace || c->report) /* said, not silently skipped */
-        return dt_error(DT_ERR_UNSUPPORTED, "--model %s: %s is not built for image models yet (GPT-2 only)", c->model,
-                        c->trace ? "--trace" : "--report");
+    if (c->trace) /* said, not silently skipped */
+        return dt_error(DT_ERR_UNSUPPORTED, "--model %s: --trace is not built for image models yet (the language models' trainer only)",
+                        c->model);
+    if (c->report && r->rank == 0) {
+        dt_status st = dt_classify_report_prepare(c->report, r->report_metrics, sizeof r->report_metrics);
+        if (st) return st;
+    }
     if ((c->save || c->resume) && (mlp || c->synthetic))
         return dt_error(DT_ERR_UNSUPPORTED, "--model %s: %s%s: checkpoints are built for the ResNets' training (and GPT-2's)", c->model,
                         c->save ? "--save" : "--resume", c->synthetic ? " with --synthetic" : "");
@@ -299,8 +310,8 @@ static dt_status setup(cls_run *r) {
     if (!st) st = dt_engine_create(&ec, &r->e);
     if (!st && c->resume) st = resume(r);
     if (!st) st = dt_watchdog_start(r->p > 1 ? r->w : NULL, &r->wd);
-    if (!st && c->metrics && r->rank == 0 && !(r->metrics = fopen(c->metrics, "w")))
-        st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
+    const char *mpath = metrics_path(r);
+    if (!st && mpath && r->rank == 0 && !(r->metrics = fopen(mpath, "w"))) st = dt_error(DT_ERR_IO, "%s: cannot write the metrics file", mpath);
     if (!st && c->tensorboard && r->rank == 0) st = dt_tb_create(c->tensorboard, &r->tb);
     r->x = malloc((size_t)r->B * r->tr.dim * sizeof(float));
     r->y = malloc((size_t)r->B * sizeof(int32_t));
@@ -452,9 +463,9 @@ static int epoch(cls_run *r, int e, double *acc) {
         fflush(stdout);
     }
     if (r->metrics) {
-        fprintf(r->metrics, "{\"epoch\":%d,\"epochs\":%d,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,\"img_per_s\":%.1f,"
-                "\"comm_exposed_ms\":%.3f,\"train_s\":%.3f}\n", e + 1, e + 1, loss_sum / (steps - first), *acc, r->ips[e], r->ips[e] * r->p,
-                exposed_sum, r->train_s);
+        fprintf(r->metrics, "{\"step\":%d,\"epoch\":%d,\"epochs\":%d,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,"
+                "\"img_per_s\":%.1f,\"comm_exposed_ms\":%.3f,\"train_s\":%.3f}\n", e * steps + r->step, e + 1, e + 1, loss_sum / (steps - first), *acc,
+                r->ips[e], r->ips[e] * r->p, exposed_sum, r->train_s);
         fflush(r->metrics);
     }
     tb_step(r, e * steps + r->step, acc_tag, acc, 1);
@@ -497,6 +508,21 @@ static int synthetic_steps(cls_run *r) {
     return 0;
 }
 
+/* --report DIR (rank 0, after the last epoch): run.json and report.html. */
+static dt_status write_report(cls_run *r, double acc) {
+    const dt_train_config *c = r->c;
+    int steps = steps_per_epoch(r), e0 = r->first / steps;
+    double mean = 0, sd = 0;
+    mean_sd(r->ips + e0, c->epochs - e0, &mean, &sd);
+    if (r->metrics) fflush(r->metrics);
+    dt_classify_outcome o = { .metrics = metrics_path(r), .params = cls_params(&r->m), .ranks = r->p, .steps_per_epoch = steps,
+                              .steps_done = steps * c->epochs, .images_per_step = r->G, .test_accuracy = acc, .img_per_s = mean * r->p,
+                              .wall_s = dt_time_now() - r->t_start };
+    dt_status st = dt_classify_report_write(c->report, c, &o);
+    if (!st && !r->quiet) printf("report: %s/report.html\n", c->report);
+    return st;
+}
+
 int dt_classify_run(const dt_train_config *c, dt_comm *w) {
     cls_run r = { .c = c, .w = w, .rank = w ? dt_comm_rank(w) : 0, .p = w ? dt_comm_size(w) : 1 };
     r.quiet = c->quiet || r.rank != 0;
@@ -522,6 +548,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
         printf("img/s per worker: %.1f +-%.1f\ntotal img/s on %d worker%s: %.1f +-%.1f\nfinal test accuracy: %.2f%%\n", mean, sd,
                r.p, r.p > 1 ? "s" : "", mean * r.p, sd * r.p, 100 * acc);
     }
+    if (c->report && r.rank == 0 && write_report(&r, acc)) dt_log(DT_LOG_WARN, "the report was not written (the training is done): %s", dt_last_error());
     rc = 0;
 out:
     dt_watchdog_stop(r.wd);
