@@ -58,12 +58,17 @@ static dt_status read_metrics(const char *path, cJSON **out) {
         if (!line[strspn(line, " \t\r")]) continue;
         cJSON *j = cJSON_Parse(line);
         cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step");
-        if (!cJSON_IsObject(j) || !cJSON_IsNumber(s)) {
+        /* an image model's epoch summary has its epoch, not a step (the page places it by the epoch's steps) */
+        bool summary = !cJSON_IsNumber(s) && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "epoch")) &&
+                       cJSON_GetObjectItemCaseSensitive(j, "train_loss");
+        if (!cJSON_IsObject(j) || (!cJSON_IsNumber(s) && !summary)) {
             st = dt_error(DT_ERR_IO, "%s: line %d is not a metrics record (a JSON object with a numeric \"step\")", path, lineno);
             cJSON_Delete(j);
             break;
         }
-        if (k++ % every == 0 || cJSON_GetObjectItemCaseSensitive(j, "val_loss")) cJSON_AddItemToArray(arr, j);
+        /* evaluations are kept whatever the thinning */
+        if (k++ % every == 0 || summary || cJSON_GetObjectItemCaseSensitive(j, "val_loss") || cJSON_GetObjectItemCaseSensitive(j, "test_accuracy"))
+            cJSON_AddItemToArray(arr, j);
         else cJSON_Delete(j);
     }
     free(t);

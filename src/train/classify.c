@@ -463,9 +463,9 @@ static int epoch(cls_run *r, int e, double *acc) {
         fflush(stdout);
     }
     if (r->metrics) {
-        fprintf(r->metrics, "{\"step\":%d,\"epoch\":%d,\"epochs\":%d,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,"
-                "\"img_per_s\":%.1f,\"comm_exposed_ms\":%.3f,\"train_s\":%.3f}\n", e * steps + r->step, e + 1, e + 1, loss_sum / (steps - first), *acc,
-                r->ips[e], r->ips[e] * r->p, exposed_sum, r->train_s);
+        fprintf(r->metrics, "{\"epoch\":%d,\"epochs\":%d,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,\"img_per_s\":%.1f,"
+                "\"comm_exposed_ms\":%.3f,\"train_s\":%.3f}\n", e + 1, e + 1, loss_sum / (steps - first), *acc, r->ips[e], r->ips[e] * r->p,
+                exposed_sum, r->train_s);
         fflush(r->metrics);
     }
     tb_step(r, e * steps + r->step, acc_tag, acc, 1);
