@@ -86,10 +86,15 @@ function lineChart(id, s, sets, yTitles, xTitle) {
   return zoomable(ch);
 }
 
+// A settings table's rows, a name and its value each.
+function rowAdder(t) {
+  return (k, v) => { const r = el("tr"); r.appendChild(el("th", {}, k)); r.appendChild(el("td", {}, String(v))); t.appendChild(r); };
+}
+
 function settings() {
   const s = section("Run", RUN ? null : "run.json was not found: only the metrics are known");
   const t = el("table");
-  const add = (k, v) => { const r = el("tr"); r.appendChild(el("th", {}, k)); r.appendChild(el("td", {}, String(v))); t.appendChild(r); };
+  const add = rowAdder(t);
   const last = METRICS[METRICS.length - 1];
   if (RUN) {
     document.getElementById("command").textContent = RUN.command;
@@ -309,7 +314,7 @@ function scaling() {
 // steps, the throughput, and the film of the trained policy's episode.
 function rlSettings() {
   const s = section("Run"), t = el("table"), g = RUN.settings;
-  const add = (k, v) => { const r = el("tr"); r.appendChild(el("th", {}, k)); r.appendChild(el("td", {}, String(v))); t.appendChild(r); };
+  const add = rowAdder(t);
   document.getElementById("command").textContent = RUN.command;
   add("algorithm", g.algo.toUpperCase() + " on " + g.env);
   add("rollouts", g.envs + " environments x " + g.rollout_steps + " steps, over " + g.ranks + (g.ranks === 1 ? " rank" : " ranks"));
@@ -353,7 +358,7 @@ const rlParts = [
 // and gradient norm, and the test accuracy by step (an epoch's line has no step: its last, from steps_per_epoch).
 function imageSettings() {
   const s = section("Run"), t = el("table"), g = RUN.settings;
-  const add = (k, v) => { const r = el("tr"); r.appendChild(el("th", {}, k)); r.appendChild(el("td", {}, String(v))); t.appendChild(r); };
+  const add = rowAdder(t);
   document.getElementById("command").textContent = RUN.command;
   add("model", g.model + ": " + (g.parameters / 1e6).toFixed(3) + "M parameters; data " + g.data);
   add("batch", g.images_per_step + " images a step (" + g.batch + " a rank x " + g.grad_accum + " accumulation x " + g.ranks +
