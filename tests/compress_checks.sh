@@ -90,6 +90,25 @@ run ktop --compress topk --compress-density 0.05 --save "$dir/ckt" &&
     "$DTRAIN" train --resume "$dir/ckt10" --nproc 2 --quiet > "$dir/kres.out" 2>&1 &&
     cmp -s "$dir/ckt/step-00000020/params.f32" "$dir/ckt10/step-00000020/params.f32" && ok=1 || ok=0
 verdict $ok "top-k saved at step 10 and resumed (its residuals in codec.f32): the uninterrupted run's weights bit for bit"
+# Ok-TopK (--compress-exchange oktopk), 4 ranks: at density 1 every sum is kept (its threshold 0), the allgather's
+# average bit for bit (each entry's values summed in rank order by both); at 0.01 it trains and receives fewer bytes a
+# step than the allgather (k (P - 1) pairs); saved at step 10, between its refreshes at 8 and 12, and resumed (its
+# regions and global threshold in codec.f32): the uninterrupted run's weights bit for bit
+run ag4d1 --nproc 4 --compress topk --compress-density 1 --compress-exchange allgather --save "$dir/ag4d1.bin" &&
+    run ok4d1 --nproc 4 --compress topk --compress-density 1 --compress-exchange oktopk --save "$dir/ok4d1.bin" &&
+    identical "Ok-TopK at density 1 = the allgather at density 1 (4 ranks)" ag4d1 ok4d1
+okt=(--nproc 4 --compress topk --compress-density 0.01 --compress-refresh 4)
+mean() { field "$1" "$dir/$2.jsonl" | awk '{s += $1; n++} END{printf "%.0f", n ? s / n : 0}'; }
+run ag4 "${okt[@]}" --compress-exchange allgather && run ok4 "${okt[@]}" --compress-exchange oktopk --save "$dir/ckok" &&
+    run ok4p "${okt[@]}" --compress-exchange oktopk --save "$dir/ckok10" --stop-after 10 &&
+    "$DTRAIN" train --resume "$dir/ckok10" --nproc 4 --quiet > "$dir/okres.out" 2>&1 &&
+    cmp -s "$dir/ckok/step-00000020/params.f32" "$dir/ckok10/step-00000020/params.f32" && ok=1 || ok=0
+verdict $ok "Ok-TopK saved at step 10 (refreshed every 4) and resumed: the uninterrupted run's weights bit for bit"
+first=$(field loss "$dir/ok4.jsonl" | head -1) last=$(field loss "$dir/ok4.jsonl" | tail -1) rok=$(mean grad_recv_bytes ok4) rag=$(mean grad_recv_bytes ag4)
+awk "BEGIN{exit !($last < $first - 1 && $rok > 0 && $rok < $rag)}" && ok=1 || ok=0
+verdict $ok "Ok-TopK at density 0.01 on 4 ranks trains (loss $first -> $last, the allgather's $(field loss "$dir/ag4.jsonl" | tail -1)), receiving $rok bytes a step a rank (the allgather $rag)"
+refused "an unknown sparse exchange" "expected auto, allgather or oktopk" train "${common[@]}" --compress topk --compress-exchange ring --steps 1
+refused "a refresh of 0" "--compress-refresh" train "${common[@]}" --compress topk --compress-exchange oktopk --compress-refresh 0 --steps 1
 "$DTRAIN" ckpt verify "$dir/saved10" > "$dir/verify.out" 2>&1 && grep -q "codec.f32 match" "$dir/verify.out" && ok=1 || ok=0
 verdict $ok "ckpt verify checks codec.f32 ($(tail -1 "$dir/verify.out" | sed 's/.*: whole/whole/' | cut -c1-100))"
 cp -r "$dir/saved10" "$dir/other10"

@@ -200,6 +200,11 @@ static int by_mag(const void *x, const void *y) {
     return p->a != q->a ? (p->a < q->a ? 1 : -1) : (p->i > q->i) - (p->i < q->i);
 }
 
+static int by_float_desc(const void *x, const void *y) {
+    float a = *(const float *)x, b = *(const float *)y;
+    return (a < b) - (a > b);
+}
+
 /* pattern 1: large values only where the selection's strided sample reads (every 64th entry), so its guess passes
  * fewer than k candidates and the selection falls back to every entry */
 static float draw(int step, int r, size_t j, int pattern) {
@@ -245,8 +250,38 @@ static void oracle_accumulate(const dt_codec_config *c, const float *v, const fl
 static float *test_params;
 static float *params_of(void *self) { (void)self; return test_params; }
 
+/* Ok-TopK's result from the chosen entries (chosen, cval: rank r's kk at r * kmax) and their sums in rank order (sum,
+ * hit): a refresh step (the first, then every c->refresh) keeps every sum and sets the threshold to the kk-th largest
+ * magnitude (0 where at most kk were hit); the others keep the sums at or above it. ref becomes the kept sums (to be
+ * divided by the ranks); a chosen entry not kept goes back to its rank's residual res (and velocity vel). */
+static void ok_oracle(const dt_codec_config *c, int step, size_t kk, int N, size_t n, size_t kmax, const size_t *chosen, const float *cval,
+                      const float *cu, const float *sum, const unsigned char *hit, float *thr, float *ref, float *res, float *vel) {
+    bool refresh = step == 0 || step % c->refresh == 0;
+    if (refresh) {
+        float *mg = malloc(n * sizeof *mg);
+        size_t nh = 0;
+        for (size_t j = 0; j < n; j++)
+            if (hit[j]) mg[nh++] = fabsf(sum[j]);
+        qsort(mg, nh, sizeof *mg, by_float_desc);
+        *thr = nh <= kk ? 0 : mg[kk - 1];
+        free(mg);
+    }
+    for (size_t j = 0; j < n; j++) ref[j] = hit[j] && fabsf(sum[j]) >= *thr ? sum[j] : 0;
+    for (int r = 0; r < N; r++)
+        for (size_t q = 0; q < kk; q++) {
+            size_t at = (size_t)r * kmax + q, e = chosen[at];
+            if (fabsf(sum[e]) >= *thr) continue;
+            res[(size_t)r * n + e] = cval[at];
+            if (c->kind == DT_CODEC_DGC) vel[(size_t)r * n + e] = cu[at];
+        }
+}
+
 /* c: top-k or DGC, on a bucket of three tensors, 4 steps (6 with a warm-up) against the oracle. */
-static void sparse_against_sequential(dt_comm *w, const dt_codec_config *c, int big, int pattern) {
+static void sparse_against_sequential(dt_comm *w, const dt_codec_config *cfg, int big, int pattern) {
+    /* the exchange named: auto's pick depends on the link's costs */
+    dt_codec_config named = *cfg;
+    const dt_codec_config *c = &named;
+    if (named.exchange == DT_SPARSE_AUTO) named.exchange = DT_SPARSE_ALLGATHER;
     static const char *const nm[] = { "a", "b", "c" };
     static const int small[][4] = { { 12, 7 }, { 40 }, { 4, 3, 5 } }, large[][4] = { { 300, 70 }, { 4000 }, { 40, 30, 5 } };
     const int (*sh)[4] = big ? large : small;
@@ -264,12 +299,20 @@ static void sparse_against_sequential(dt_comm *w, const dt_codec_config *c, int 
     float *g = malloc(n * sizeof *g), *ref = malloc(n * sizeof *ref), *res = calloc((size_t)N * n, sizeof *res), *kept = malloc(n * sizeof *kept);
     float *vel = calloc((size_t)N * n, sizeof *vel), *v = malloc(n * sizeof *v);
     mag *m = malloc(n * sizeof *m);
-    bool same = true, identity = true;
+    bool same = true, identity = true, ok = c->exchange == DT_SPARSE_OKTOPK;
     dt_status st = DT_OK;
-    size_t kk = 0, ks = 0;
+    size_t kk = 0, ks = 0, kmax = (size_t)ceil(density_at(c, 0) * (double)n);
+    /* Ok-TopK's oracle: each rank's chosen entries and what they held, the sums of the chosen values in rank order and
+     * which entries were chosen anywhere, the global threshold */
+    size_t *chosen = malloc((size_t)N * kmax * sizeof *chosen);
+    float *cval = malloc((size_t)N * kmax * sizeof *cval), *cu = malloc((size_t)N * kmax * sizeof *cu), *sum = malloc(n * sizeof *sum), thr = 0;
+    unsigned char *hit = malloc(n);
+    dt_codec_stats stats = { 0 };
+    double recv_ok = 0, recv_gather = 0;
     for (int step = 0; step < steps && !st; step++) {
         kk = (size_t)ceil(density_at(c, step) * (double)n), ks += kk;
         memset(ref, 0, n * sizeof *ref);
+        memset(hit, 0, n);
         for (int r = 0; r < N; r++) {
             float *rr = res + (size_t)r * n, *u = vel + (size_t)r * n;
             for (size_t j = 0; j < n; j++) v[j] = draw(step, r, j, pattern);
@@ -277,11 +320,18 @@ static void sparse_against_sequential(dt_comm *w, const dt_codec_config *c, int 
             if (r == me_) memcpy(g, v, n * sizeof *g), memcpy(kept, rr, n * sizeof *kept);
             for (size_t j = 0; j < n; j++) m[j] = (mag){ fabsf(rr[j]), j };
             qsort(m, n, sizeof *m, by_mag);
-            for (size_t q = 0; q < kk; q++) ref[m[q].i] += rr[m[q].i], rr[m[q].i] = 0, u[m[q].i] = 0;
+            for (size_t q = 0; q < kk; q++) {
+                size_t e = m[q].i, at = (size_t)r * kmax + q;
+                chosen[at] = e, cval[at] = rr[e], cu[at] = u[e];
+                ref[e] += rr[e], rr[e] = 0, u[e] = 0;
+                sum[e] = hit[e] ? sum[e] + cval[at] : cval[at], hit[e] = 1;
+            }
         }
+        if (ok) ok_oracle(c, step, kk, N, n, kmax, chosen, cval, cu, sum, hit, &thr, ref, res, vel);
         for (size_t j = 0; j < n; j++) ref[j] /= (float)N;
         st = exchange(k, w, idx, 3, g);
-        dt_codec_end_step(k, NULL);
+        dt_codec_end_step(k, &stats);
+        recv_ok += stats.received, recv_gather += (double)kk * 8 * (N - 1);
         same = same && !st && !memcmp(g, ref, n * sizeof *g);
         for (int i = 0; i < 3 && !st; i++) {
             size_t ne, nu;
@@ -294,10 +344,16 @@ static void sparse_against_sequential(dt_comm *w, const dt_codec_config *c, int 
             for (size_t j = 0; j < ne; j++) identity = identity && (r[j] == 0 || r[j] == kept[t[i].offset + j]);
         }
     }
-    char what[260], detail[120], name[100];
+    free(chosen); free(cval); free(cu); free(sum); free(hit);
+    char what[520], detail[120], name[240];
     if (dgc) snprintf(name, sizeof name, "dgc density %g, momentum %g%s%s%s%s", c->density, c->momentum, c->nesterov ? " Nesterov" : "",
                       c->clip > 0 ? ", clipped" : "", c->warmup ? ", warm-up" : "", c->weight_decay > 0 ? ", weight decay" : "");
     else snprintf(name, sizeof name, "topk density %g", c->density);
+    if (c->exchange == DT_SPARSE_OKTOPK) {
+        size_t at = strlen(name);
+        snprintf(name + at, sizeof name - at, " (oktopk, refresh %d: this rank received %.0f bytes over %d steps, the allgather's %.0f)", c->refresh,
+                 recv_ok, steps, recv_gather);
+    }
     snprintf(detail, sizeof detail, "%zu of %zu entries a rank at the end (%zu in %d steps), %s", kk, n, ks, steps,
              pattern ? "the sample misleading: every entry a candidate" : "ties and overlapping choices");
     snprintf(what, sizeof what, "%s, %s bucket on %d ranks: averages, residuals%s = the oracle's bit for bit", name, big ? "a large" : "a small", N,
@@ -447,6 +503,15 @@ int main(int argc, char **argv) {
     sparse_against_sequential(w, &dgc, 0, 0);
     dgc = (dt_codec_config){ .kind = DT_CODEC_TOPK, .density = 0.001f, .warmup = 1 };
     sparse_against_sequential(w, &dgc, 1, 0);
+    /* Ok-TopK: its threshold set on refresh steps (0 and 2, then 4) and reused between; at density 1 every sum kept */
+    dt_codec_config ok = { .kind = DT_CODEC_TOPK, .density = 0.01f, .exchange = DT_SPARSE_OKTOPK, .refresh = 2 };
+    sparse_against_sequential(w, &ok, 1, 0);
+    ok.density = 0.05f, ok.refresh = 3;
+    sparse_against_sequential(w, &ok, 1, 1);
+    ok.density = 1.0f;
+    sparse_against_sequential(w, &ok, 0, 0);
+    ok = (dt_codec_config){ .kind = DT_CODEC_DGC, .density = 0.01f, .momentum = 0.9f, .exchange = DT_SPARSE_OKTOPK, .refresh = 2, .warmup = 1 };
+    sparse_against_sequential(w, &ok, 1, 0);
     onebit_against_sequential(w, 0);
     onebit_against_sequential(w, 1);
     onebit_against_sequential(w, 2);

@@ -15,6 +15,10 @@ extern "C" {
 
 typedef enum { DT_CODEC_NONE = 0, DT_CODEC_POWERSGD, DT_CODEC_TOPK, DT_CODEC_DGC, DT_CODEC_ONEBIT } dt_codec_kind;
 
+/* How top-k's and DGC's pairs travel: every rank's to every rank (one allgather), or Ok-TopK's reduce then allgather
+ * over balanced regions with a global threshold (Li and Hoefler 2022); auto: the cost model's pick, bucket by bucket. */
+typedef enum { DT_SPARSE_AUTO = 0, DT_SPARSE_ALLGATHER, DT_SPARSE_OKTOPK } dt_sparse_exchange;
+
 typedef struct {
     dt_codec_kind kind;
     int rank;        /* PowerSGD: the approximation's rank R */
@@ -26,6 +30,8 @@ typedef struct {
     int nesterov;    /* DGC: SGD's Nesterov form of it */
     float clip;      /* DGC: each tensor's gradient clipped to this norm on its rank before it is accumulated (0: none) */
     float weight_decay; /* DGC: SGD's weight decay, added to the gradient before clipping and momentum (dt_codec_set_model) */
+    dt_sparse_exchange exchange; /* top-k, DGC: how the pairs travel */
+    int refresh;     /* Ok-TopK: steps between recomputing its regions and its global threshold (0: 32) */
     float beta1;     /* 1-bit Adam: Adam's beta1 (its momentum, which is what travels) */
     uint64_t seed;   /* the first Q's values (the same on every rank) */
 } dt_codec_config;
@@ -39,6 +45,7 @@ typedef enum { DT_CODEC_RESIDUAL = 0, DT_CODEC_Q, DT_CODEC_VELOCITY, DT_CODEC_SE
 typedef struct {
     size_t before, after;
     double bytes;
+    double received; /* bytes of the other ranks' payloads this rank received (the sparse exchanges'; 0: not counted) */
 } dt_codec_stats;
 
 typedef struct dt_codec dt_codec;
@@ -46,6 +53,9 @@ typedef struct dt_codec dt_codec;
 /* "powersgd" -> DT_CODEC_POWERSGD, "topk", "dgc", "onebit" ("none": DT_CODEC_NONE); DT_ERR_ARG naming the codecs otherwise. */
 dt_status dt_codec_parse(const char *s, dt_codec_kind *out);
 const char *dt_codec_name(dt_codec_kind k);
+/* "auto", "allgather", "oktopk" -> dt_sparse_exchange; DT_ERR_ARG naming them otherwise. */
+dt_status dt_codec_parse_exchange(const char *s, dt_sparse_exchange *out);
+const char *dt_codec_exchange_name(dt_sparse_exchange e);
 /* Checks c (the rank, the start) and makes a codec over the table t[0..nt). */
 dt_status dt_codec_create(const dt_codec_config *c, const dt_tensor_info *t, int nt, dt_codec **out);
 void dt_codec_destroy(dt_codec *k);
@@ -70,6 +80,11 @@ float *dt_codec_state(dt_codec *k, int i, dt_codec_state_kind s, size_t *n);
 int dt_codec_has_state(const dt_codec *k);
 size_t dt_codec_state_size(const dt_codec *k, dt_codec_state_kind s);
 dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int load);
+/* State a codec keeps per bucket, the same on every rank (Ok-TopK's regions and global threshold), as floats holding
+ * 32-bit words: how many (0: none), and copying them out (load 0: n must be the size) or in (load 1: a checkpoint's,
+ * held until each bucket's first exchange; DT_ERR_IO where they describe no state). */
+size_t dt_codec_shared_size(const dt_codec *k);
+dt_status dt_codec_shared_io(dt_codec *k, float *buf, size_t n, int load);
 /* The model whose parameters DGC's weight decay reads (m->params(m->self), called at each bucket: a store that moves,
  * ZeRO's shared one, is followed; dt_ddp_set_codec gives its own). m must outlive the codec's use. */
 void dt_codec_set_model(dt_codec *k, const dt_model *m);

@@ -195,6 +195,13 @@ dt_status dt_comm_iallgather(dt_comm *c, const void *sendbuf, void *recvbuf, siz
 /* dt_comm_alltoall's blocks (count elements each, block j to rank j), without blocking. */
 dt_status dt_comm_ialltoall(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count, dt_dtype dtype,
                             dt_request **req);
+/* Uneven blocks without blocking, the counts known on both sides (exchanged before, e.g. by dt_comm_ialltoall): block
+ * j, scounts[j] elements at sendbuf + sdispls[j], goes to rank j; rank j's rcounts[j] arrive at recvbuf + rdispls[j]
+ * (displacements in elements; NULL: the blocks one after another in rank order). Blocks may overlap (sdispls all 0:
+ * one block to every rank, an allgatherv). The exchange runs as point-to-point pairs, rank r sending to r + s while
+ * receiving from r - s at step s. *req is NULL where nothing travels (one rank, or counts of 0 both ways). */
+dt_status dt_comm_ialltoallv(dt_comm *c, const void *sendbuf, const size_t *scounts, const size_t *sdispls, void *recvbuf,
+                             const size_t *rcounts, const size_t *rdispls, dt_dtype dtype, dt_request **req);
 /* recvbuf matters at the root only (it may be sendbuf there). */
 dt_status dt_comm_ireduce(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count, dt_dtype dtype, dt_op op,
                           int root, dt_request **req);

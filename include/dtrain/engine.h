@@ -42,7 +42,7 @@ typedef struct dt_step_result {
      * rest is in update_ms */
     double precondition_ms, precondition_in_forward_ms, precondition_in_backward_ms;
     double updated_in_backward;
-    double grad_bytes, compress_ratio; /* a codec's (dt_sync_result's; 0: none) */
+    double grad_bytes, compress_ratio, grad_recv_bytes; /* a codec's (dt_sync_result's; 0: none) */
     int skipped;                /* not finite, and skip_nonfinite; or the loss scale overflowed */
     double loss_scale;          /* the scale this step's backward used (1 without scaling) */
     int stop;                   /* some rank passed stop != 0 */

@@ -27,6 +27,7 @@ typedef struct {
     double updated_in_backward; /* the share of the parameters updated inside backward (metrics) */
     double grad_bytes;          /* a codec's step: the bytes a rank put on the wire for the gradients (0: no codec) */
     double compress_ratio;      /* and the elements the tensors hold over those that travelled (1 before its start) */
+    double grad_recv_bytes;     /* a sparse codec's: the bytes of the other ranks' pairs a rank received (0: not counted) */
 } dt_sync_result;
 
 /* What the computation after a strategy's begin does with the gradients. */

@@ -189,9 +189,9 @@ typedef struct {
     size_t nbuffers;
     const dt_lora_config *lora; /* the model is LoRA's adapters on a frozen base (NULL: the whole model trains) */
     /* A gradient codec's state to save (codec.f32, dt_checkpoint_codec_gather: rank 0's copy of every rank's; NULL, 0:
-     * none), and the ranks it came from */
+     * none), the last codec_shared of them the per-bucket state every rank shares (Ok-TopK's), and the ranks it came from */
     float *codec_state;
-    size_t codec_floats;
+    size_t codec_floats, codec_shared;
     int codec_ranks;
     /* A second-order optimizer's state to save (KEY.f32, dt_checkpoint_units_gather: rank 0's copy, every unit in
      * order): the preconditioner's [0] and the optimizer's own [1]; data NULL: none */

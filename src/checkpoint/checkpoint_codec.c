@@ -33,22 +33,24 @@ static dt_status own_io(dt_codec *k, float *buf, int load) {
 dt_status dt_checkpoint_codec_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm) {
     dt_codec *k = dt_engine_codec(e);
     cm->codec_state = NULL;
-    cm->codec_floats = 0;
+    cm->codec_floats = cm->codec_shared = 0;
     cm->codec_ranks = w ? dt_comm_size(w) : 1;
     if (!k || !dt_codec_has_state(k)) return DT_OK;
-    size_t R = own_size(k), Q = dt_codec_state_size(k, DT_CODEC_Q), p = (size_t)cm->codec_ranks;
+    size_t R = own_size(k), Q = dt_codec_state_size(k, DT_CODEC_Q), S = dt_codec_shared_size(k), p = (size_t)cm->codec_ranks;
     bool root = !w || dt_comm_rank(w) == 0;
-    float *mine = malloc((R ? R : 1) * sizeof *mine), *all = root ? malloc((p * R + Q + 1) * sizeof *all) : NULL;
+    float *mine = malloc((R ? R : 1) * sizeof *mine), *all = root ? malloc((p * R + Q + S + 1) * sizeof *all) : NULL;
     int32_t ok = mine && (all || !root) && !own_io(k, mine, 0);
     /* every rank learns whether all can, before the gather: none waits on another's failure */
     dt_status st = w ? dt_comm_allreduce(w, &ok, &ok, 1, DT_I32, DT_MIN) : DT_OK;
     if (!st && !ok) st = dt_error(DT_ERR_NOMEM, "checkpoint: some rank could not hold the codec's state to save");
     if (!st) st = w ? dt_comm_gather(w, mine, all, R, DT_F32, 0) : (memcpy(all, mine, R * sizeof *mine), DT_OK);
     if (!st && root) st = dt_codec_state_io(k, DT_CODEC_Q, all + p * R, 0);
+    if (!st && root) st = dt_codec_shared_io(k, all + p * R + Q, S, 0);
     free(mine);
     if (st || !root) { free(all); return st; }
     cm->codec_state = all;
-    cm->codec_floats = p * R + Q;
+    cm->codec_floats = p * R + Q + S;
+    cm->codec_shared = S;
     return DT_OK;
 }
 
@@ -63,6 +65,7 @@ void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_tr
     cJSON_AddNumberToObject(x, "warmup", c->codec.warmup);
     cJSON_AddNumberToObject(x, "ranks", cm->codec_ranks);
     cJSON_AddNumberToObject(x, "floats", (double)cm->codec_floats);
+    if (cm->codec_shared) cJSON_AddNumberToObject(x, "shared", (double)cm->codec_shared);
     cJSON *f = cJSON_AddObjectToObject(cJSON_GetObjectItemCaseSensitive(j, "files"), "codec.f32");
     char h[24];
     snprintf(h, sizeof h, "%016llx", (unsigned long long)dt_hash_words(DT_HASH_INIT, cm->codec_state, cm->codec_floats));
@@ -80,7 +83,7 @@ dt_status dt_ckpt_codec_write(const char *tmp, const dt_checkpoint_model *cm) {
 }
 
 /* Rank 0: step folder sub's codec.f32 into *out where this run's codec can take it (NULL: nothing to resume, said). */
-static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float **out, size_t *n) {
+static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float **out, size_t *n, size_t *shared) {
     char sdir[4400], mpath[4500];
     cJSON *j;
     *out = NULL;
@@ -88,7 +91,7 @@ static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float
     if (st) return st;
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, "codec");
     const char *kind = dt_ckpt_string(j, "codec", "kind");
-    double rank = 0, rate = 0, saved = 0, floats = 0, density = 0;
+    double rank = 0, rate = 0, saved = 0, floats = 0, density = 0, S = 0;
     if (!cJSON_IsObject(x)) {
         if (k && dt_codec_has_state(k))
             dt_log(DT_LOG_WARN, "%s: no codec state saved: --compress %s starts its residuals and Q afresh", mpath, dt_codec_name(dt_codec_get_config(k)->kind));
@@ -100,6 +103,7 @@ static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float
     if (!st) st = dt_ckpt_count(j, "codec", "ranks", mpath, 1e6, &saved);
     if (!st) st = dt_ckpt_count(j, "codec", "floats", mpath, 1e15, &floats);
     if (!st) st = dt_ckpt_number(j, "codec", "density", mpath, &density);
+    if (!st && cJSON_GetObjectItemCaseSensitive(x, "shared")) st = dt_ckpt_count(j, "codec", "shared", mpath, 1e12, &S);
     const dt_codec_config *c = k ? dt_codec_get_config(k) : NULL;
     if (!st && (!c || !kind || strcmp(kind, dt_codec_name(c->kind)) || (int)rank != c->rank || (float)rate != c->min_rate ||
                 (float)density != c->density || (int)saved != ranks)) {
@@ -108,7 +112,7 @@ static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float
         cJSON_Delete(j);
         return DT_OK;
     }
-    size_t want = (size_t)ranks * own_size(k) + dt_codec_state_size(k, DT_CODEC_Q);
+    size_t want = (size_t)ranks * own_size(k) + dt_codec_state_size(k, DT_CODEC_Q) + (size_t)S;
     if (!st && (size_t)floats != want)
         st = dt_error(DT_ERR_IO, "%s: codec.floats is %.0f; this model's codec keeps %zu", mpath, floats, want);
     float *buf = st ? NULL : malloc((want + 1) * sizeof *buf);
@@ -118,6 +122,7 @@ static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float
     if (st) { free(buf); return st; }
     *out = buf;
     *n = want;
+    *shared = (size_t)S;
     return DT_OK;
 }
 
@@ -126,22 +131,24 @@ dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, 
     int rank = w ? dt_comm_rank(w) : 0, p = w ? dt_comm_size(w) : 1;
     if (k) dt_codec_set_steps(k, step); /* the start step counts from the run's first */
     float *all = NULL;
-    size_t n = 0;
-    dt_status st = rank == 0 ? read_state(sub, k, p, &all, &n) : DT_OK;
-    int32_t ok[2] = { st == DT_OK, all != NULL };
-    dt_status bs = w ? dt_comm_broadcast(w, ok, 2, DT_I32, 0) : DT_OK;
+    size_t n = 0, S = 0;
+    dt_status st = rank == 0 ? read_state(sub, k, p, &all, &n, &S) : DT_OK;
+    int64_t ok[3] = { st == DT_OK, all != NULL, (int64_t)S };
+    dt_status bs = w ? dt_comm_broadcast(w, ok, 3, DT_I64, 0) : DT_OK;
+    S = (size_t)ok[2];
     if (bs || !ok[0]) { free(all); return bs ? bs : rank == 0 ? st : dt_error(DT_ERR_IO, "rank 0 could not read the codec's state in %s (its message says why)", sub); }
     if (!ok[1] || !k) return DT_OK;
     size_t R = own_size(k), Q = dt_codec_state_size(k, DT_CODEC_Q);
-    float *mine = malloc((R + Q + 1) * sizeof *mine);
+    float *mine = malloc((R + Q + S + 1) * sizeof *mine);
     int32_t have = mine != NULL;
     st = w ? dt_comm_allreduce(w, &have, &have, 1, DT_I32, DT_MIN) : DT_OK;
     if (!st && !have) st = dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for the codec's state");
     if (!st) st = w ? dt_comm_scatter(w, all, mine, R, DT_F32, 0) : (memcpy(mine, all, R * sizeof *mine), DT_OK);
-    if (!st && rank == 0) memcpy(mine + R, all + (size_t)p * R, Q * sizeof *mine);
-    if (!st && w) st = dt_comm_broadcast(w, mine + R, Q, DT_F32, 0);
+    if (!st && rank == 0) memcpy(mine + R, all + (size_t)p * R, (Q + S) * sizeof *mine);
+    if (!st && w) st = dt_comm_broadcast(w, mine + R, Q + S, DT_F32, 0);
     if (!st) st = own_io(k, mine, 1);
     if (!st) st = dt_codec_state_io(k, DT_CODEC_Q, mine + R, 1);
+    if (!st) st = dt_codec_shared_io(k, mine + R + Q, S, 1);
     free(mine);
     free(all);
     return st;

@@ -303,6 +303,8 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
         cJSON_AddNumberToObject(x, "compress_start", c->codec.start);
         cJSON_AddNumberToObject(x, "compress_density", dt_f32_decimal(c->codec.density));
         cJSON_AddNumberToObject(x, "compress_warmup", c->codec.warmup);
+        cJSON_AddStringToObject(x, "compress_exchange", dt_codec_exchange_name(c->codec.exchange));
+        cJSON_AddNumberToObject(x, "compress_refresh", c->codec.refresh);
     }
     if (ls) {
         /* the loss scaler's whole state: a resumed fp16 run scales, skips and grows as the uninterrupted one */

@@ -143,6 +143,9 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
         take_int(j, "settings", "compress_start", &c->codec.start);
         take_float(j, "settings", "compress_density", &c->codec.density);
         take_int(j, "settings", "compress_warmup", &c->codec.warmup);
+        take_int(j, "settings", "compress_refresh", &c->codec.refresh);
+        const char *x = dt_ckpt_string(j, "settings", "compress_exchange");
+        if (x) (void)dt_codec_parse_exchange(x, &c->codec.exchange);
     }
     take_int(j, "settings", "steps", &c->steps);
     take_int(j, "settings", "batch", &c->batch);

@@ -212,6 +212,11 @@ static void usage(FILE *f) {
             "  --compress-density D  top-k, dgc: the share of each bucket's entries a rank sends (default 0.01)\n"
             "  --compress-warmup N  top-k, dgc: N steps at each of the densities 0.25, 0.0625, 0.015625, 0.004\n"
             "                     before D (DGC's warm-up; default 0: none)\n"
+            "  --compress-exchange X  top-k, dgc: how the pairs travel: allgather (each rank's to every rank),\n"
+            "                     oktopk (Ok-TopK: reduced over balanced regions, then the sums at or above a\n"
+            "                     global threshold gathered: O(k) a rank at any rank count) or auto (default: the\n"
+            "                     cost model's pick per bucket; allgather at 2 ranks)\n"
+            "  --compress-refresh N  oktopk: steps between recomputing its regions and global threshold (default 32)\n"
             "  --compress-start N the first N steps averaged whole (default 0; dgc compresses from the first;\n"
             "                     onebit's warm-up of whole Adam steps, 1 or more)\n"
             "  --grad-store P     fp32 (default), or the --precision's type: data parallelism and ZeRO keep the\n"
@@ -252,7 +257,7 @@ static const dt_cli_flag flags[] = {
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--keep-last", "a whole number of checkpoints from 1 to 256" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
-    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--pp-wire", "fp32, bf16 or int8" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" }, { "--compress", "none, powersgd, topk, dgc or onebit" }, { "--compress-rank", "a whole number from 1 to 65536" }, { "--compress-density", "a share above 0, at most 1" }, { "--compress-start", "a whole number of steps from 0 to 1e9" }, { "--compress-warmup", "a whole number of steps from 0 to 1e9" },
+    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--pp-wire", "fp32, bf16 or int8" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" }, { "--compress", "none, powersgd, topk, dgc or onebit" }, { "--compress-rank", "a whole number from 1 to 65536" }, { "--compress-density", "a share above 0, at most 1" }, { "--compress-start", "a whole number of steps from 0 to 1e9" }, { "--compress-warmup", "a whole number of steps from 0 to 1e9" }, { "--compress-exchange", "auto, allgather or oktopk" }, { "--compress-refresh", "a whole number of steps from 1 to 1e9" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
     { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
     { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },
@@ -364,6 +369,7 @@ static int word_flag(const char *f, const char *v, dt_train_config *c, train_opt
         c->kfac.method = ok && !strcmp(v, "inverse") ? DT_KFAC_INVERSE : DT_KFAC_EIGEN;
     }
     else if (!strcmp(f, "--compress")) ok = !dt_codec_parse(v, &c->codec.kind);
+    else if (!strcmp(f, "--compress-exchange")) ok = !dt_codec_parse_exchange(v, &c->codec.exchange);
     else if (!strcmp(f, "--grad-comm") || !strcmp(f, "--grad-store")) {
         ok = !dt_precision_parse(v, !strcmp(f, "--grad-comm") ? &c->grad_comm : &c->grad_store);
     } else if (!strcmp(f, "--precision")) {
@@ -416,6 +422,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--pp", 1, 65536, 1, &c.pp, 'i' }, { "--bucket-mb", 1e-6, 1e6, 0, &c.bucket_mb, 'd' },
         { "--compress-rank", 1, 65536, 1, &c.codec.rank, 'i' }, { "--compress-start", 0, 1e9, 1, &c.codec.start, 'i' },
         { "--compress-density", 1e-9, 1, 0, &c.codec.density, 'f' }, { "--compress-warmup", 0, 1e9, 1, &c.codec.warmup, 'i' },
+        { "--compress-refresh", 1, 1e9, 1, &c.codec.refresh, 'i' },
         { "--seed", 0, 1e18, 1, &c.seed, 'u' }, { "--shuffle", 1, 1e18, 1, &c.shuffle_seed, 'u' },
         { "--lr", 1e-30, 9.999999, 0, &c.sched.lr, 'f' }, { "--lr-min", 0, 9.999999, 0, &c.sched.lr_min, 'f' },
         { "--warmup", 0, 1e9, 1, &c.sched.warmup, 'i' }, { "--grad-clip", 0, 1e9, 0, &c.grad_clip, 'f' },

@@ -16,6 +16,8 @@ struct dt_request {
     _Atomic bool done;
     dt_status st;
     char err[1024];
+    coll_args *more;  /* what runs after a, in order (an ialltoallv's exchanges); NULL: a alone */
+    int nmore;
     dt_request *next;
 };
 
@@ -28,6 +30,10 @@ struct dt_progress {
     bool stop;
     _Atomic int blocked; /* owner threads inside dt_wait */
 };
+
+static dt_status run_one(dt_comm *c, const coll_args *a, dt_algo algo) {
+    return a->coll == DT_COLL_SENDRECV ? dt_p2p_run(c, a) : dt_coll_execute(c, a, algo);
+}
 
 static void *progress_main(void *arg) {
     dt_comm *c = arg;
@@ -42,7 +48,8 @@ static void *progress_main(void *arg) {
         pg->head = r->next;
         if (!pg->head) pg->tail = NULL;
         pthread_mutex_unlock(&pg->mu);
-        dt_status st = r->a.coll == DT_COLL_SENDRECV ? dt_p2p_run(c, &r->a) : dt_coll_execute(c, &r->a, r->algo);
+        dt_status st = run_one(c, &r->a, r->algo);
+        for (int i = 0; !st && i < r->nmore; i++) st = run_one(c, &r->more[i], r->algo);
         pthread_mutex_lock(&pg->mu);
         r->st = st;
         if (st) strncpy(r->err, dt_last_error(), sizeof r->err - 1);
@@ -94,15 +101,19 @@ void dt_progress_destroy(dt_comm *c) {
     c->progress = NULL;
 }
 
-static dt_status submit(dt_comm *c, const coll_args *a, size_t bytes, dt_request **out) {
-    if (!out) return dt_error(DT_ERR_ARG, "%s: request pointer is NULL", dt_coll_name(a->coll));
+/* a, then more[0..nmore) (taken: freed with the request), run as one request. */
+static dt_status submit_all(dt_comm *c, const coll_args *a, coll_args *more, int nmore, size_t bytes, dt_request **out) {
     *out = NULL;
     dt_status st = progress_start(c);
-    if (st) return st;
-    dt_request *r = calloc(1, sizeof *r);
-    if (!r) return dt_error(DT_ERR_NOMEM, "%s: out of memory for the request", dt_coll_name(a->coll));
+    dt_request *r = st ? NULL : calloc(1, sizeof *r);
+    if (!r) {
+        free(more);
+        return st ? st : dt_error(DT_ERR_NOMEM, "%s: out of memory for the request", dt_coll_name(a->coll));
+    }
     r->c = c;
     r->a = *a;
+    r->more = more;
+    r->nmore = nmore;
     r->algo = dt_comm_choose_algo(c, a->coll, bytes);
     dt_progress *pg = c->progress;
     pthread_mutex_lock(&pg->mu);
@@ -114,6 +125,11 @@ static dt_status submit(dt_comm *c, const coll_args *a, size_t bytes, dt_request
     pthread_mutex_unlock(&pg->mu);
     *out = r;
     return DT_OK;
+}
+
+static dt_status submit(dt_comm *c, const coll_args *a, size_t bytes, dt_request **out) {
+    if (!out) return dt_error(DT_ERR_ARG, "%s: request pointer is NULL", dt_coll_name(a->coll));
+    return submit_all(c, a, NULL, 0, bytes, out);
 }
 
 dt_status dt_test(dt_request *r, int *done) {
@@ -142,6 +158,7 @@ dt_status dt_wait(dt_request *r) {
     DT_TRACE_END(DT_TRACK_SELF);
     dt_status st = r->st;
     if (st) dt_error(st, "%s", r->err);
+    free(r->more);
     free(r);
     return st;
 }
@@ -231,4 +248,45 @@ dt_status dt_comm_isend(dt_comm *c, const void *buf, size_t count, dt_dtype t, i
 
 dt_status dt_comm_irecv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer, dt_request **req) {
     return dt_comm_isendrecv(c, NULL, 0, -1, buf, count, peer, t, req);
+}
+
+/* Rank r sends to r + s while it receives from r - s at step s (s = 1 .. p - 1): every rank's step s pairs with its
+ * peers' step s, so the exchanges, run in order by the progress thread, never wait on one another. A pair with nothing
+ * either way is skipped by both (each knows both counts). Its own block is copied now. */
+dt_status dt_comm_ialltoallv(dt_comm *c, const void *s, const size_t *scounts, const size_t *sdispls, void *r, const size_t *rcounts,
+                             const size_t *rdispls, dt_dtype t, dt_request **req) {
+    dt_status st = check(c, "ialltoallv", s, r, 0, t, -1);
+    if (st) return st;
+    if (!req || !scounts || !rcounts) return dt_error(DT_ERR_ARG, "ialltoallv: needs the counts both ways and a request pointer");
+    *req = NULL;
+    int p = c->size, me = c->rank;
+    size_t es = dt_dtype_size(t), so = 0, ro = 0, bytes = 0;
+    coll_args *steps = malloc(sizeof *steps * (size_t)p);
+    size_t *sat = malloc(sizeof *sat * (size_t)p), *rat = malloc(sizeof *rat * (size_t)p);
+    if (!steps || !sat || !rat) st = dt_error(DT_ERR_NOMEM, "ialltoallv: out of memory");
+    for (int j = 0; !st && j < p; j++) {
+        sat[j] = sdispls ? sdispls[j] : so, rat[j] = rdispls ? rdispls[j] : ro;
+        so += scounts[j], ro += rcounts[j];
+        if ((scounts[j] && !s) || (rcounts[j] && !r)) st = dt_error(DT_ERR_ARG, "ialltoallv: NULL buffer with a count");
+    }
+    if (!st && scounts[me] != rcounts[me])
+        st = dt_error(DT_ERR_ARG, "ialltoallv: rank %d sends itself %zu elements and expects %zu", me, scounts[me], rcounts[me]);
+    int n = 0;
+    for (int k = 1; !st && k < p; k++) {
+        int to = (me + k) % p, from = (me - k + p) % p;
+        if (!scounts[to] && !rcounts[from]) continue;
+        steps[n++] = (coll_args){ DT_COLL_SENDRECV, scounts[to] ? (const char *)s + sat[to] * es : NULL, rcounts[from] ? (char *)r + rat[from] * es : NULL,
+                                  scounts[to], t, DT_SUM, scounts[to] ? to : -1, rcounts[from], rcounts[from] ? from : -1 };
+        bytes += (scounts[to] > rcounts[from] ? scounts[to] : rcounts[from]) * es;
+    }
+    if (!st && scounts[me]) memmove((char *)r + rat[me] * es, (const char *)s + sat[me] * es, scounts[me] * es);
+    free(sat);
+    free(rat);
+    if (st || !n) {
+        free(steps);
+        return st;
+    }
+    coll_args first = steps[0];
+    memmove(steps, steps + 1, sizeof *steps * (size_t)(n - 1));
+    return submit_all(c, &first, steps, n - 1, bytes, req);
 }

@@ -21,6 +21,16 @@ dt_status dt_codec_parse(const char *s, dt_codec_kind *out) {
     return dt_error(DT_ERR_ARG, "--compress %s: the codecs are none, powersgd, topk, dgc and onebit", s);
 }
 
+static const char *const exchanges[] = { "auto", "allgather", "oktopk" };
+
+dt_status dt_codec_parse_exchange(const char *s, dt_sparse_exchange *out) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, exchanges[i])) { *out = (dt_sparse_exchange)i; return DT_OK; }
+    return dt_error(DT_ERR_ARG, "--compress-exchange %s: the sparse exchanges are auto, allgather and oktopk", s);
+}
+
+const char *dt_codec_exchange_name(dt_sparse_exchange e) { return (unsigned)e < 3 ? exchanges[e] : "?"; }
+
 const char *dt_codec_name(dt_codec_kind k) {
     for (int i = 0; i < NCODECS; i++)
         if (codecs[i].kind == k) return codecs[i].name;
@@ -128,7 +138,7 @@ int dt_codec_next_collective(const dt_codec *k, int b) { return k->ops->next_col
 
 void dt_codec_end_step(dt_codec *k, dt_codec_stats *s) {
     if (s) *s = k->now;
-    k->now = (dt_codec_stats){ 0, 0, 0 };
+    k->now = (dt_codec_stats){ 0, 0, 0, 0 };
     k->steps++;
 }
 
@@ -162,6 +172,20 @@ dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int 
         at += n;
     }
     return DT_OK;
+}
+
+size_t dt_codec_shared_size(const dt_codec *k) { return k->ops->shared_words ? k->ops->shared_words(k) : 0; }
+
+dt_status dt_codec_shared_io(dt_codec *k, float *buf, size_t n, int load) {
+    if (!k->ops->shared_io) return n ? dt_error(DT_ERR_IO, "codec: %s keeps no per-bucket state, but %zu words were given", dt_codec_name(k->c.kind), n) : DT_OK;
+    /* the words travel in the float file as bits */
+    uint32_t *w = malloc(sizeof *w * (n ? n : 1));
+    if (!w) return dt_error(DT_ERR_NOMEM, "codec: out of memory");
+    if (load) memcpy(w, buf, n * sizeof *w);
+    dt_status st = k->ops->shared_io(k, w, n, load);
+    if (!st && !load) memcpy(buf, w, n * sizeof *w);
+    free(w);
+    return st;
 }
 
 const dt_codec_config *dt_codec_get_config(const dt_codec *k) { return &k->c; }

@@ -15,6 +15,9 @@ typedef struct {
     dt_status (*next)(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **req, int *done);
     int (*next_collective)(const dt_codec *k, int b);
     void (*destroy)(dt_codec *k);
+    /* state kept per bucket, the same on every rank (Ok-TopK's regions and threshold), as 32-bit words; NULL: none */
+    size_t (*shared_words)(const dt_codec *k);
+    dt_status (*shared_io)(dt_codec *k, uint32_t *w, size_t n, int load);
 } dt_codec_ops;
 
 struct dt_codec {

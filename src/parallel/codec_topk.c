@@ -12,30 +12,22 @@
  *
  * DGC is this exchange with another rule for what accumulates (codec_dgc.c: clipping, momentum correction; the sent
  * entries' velocity zeroed too) and, for either, a warm-up of densities: k is the step's, the buffers the largest's. */
-#include "codec_internal.h"
+#include "codec_sparse.h"
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    int *t;              /* the table's tensors, in the bucket's order */
-    size_t *at;          /* each one's first entry in the bucket's numbering (n + 1: the last is len) */
-    int n;
-    size_t len, k, kmax; /* the bucket's entries, how many a rank sends this step, and at most */
-    float *sample, *mag, *work; /* scratch: the strided sample's magnitudes; the candidates', and a copy to select in */
-    size_t *cand;        /* the candidates' entries (ascending), cap of them */
-    size_t cap;
-    uint32_t *pairs;     /* [this rank's k pairs | every rank's]: index, value bits */
-    int busy;
-} tbucket;
+typedef dt_sparse_bucket tbucket;
 
 enum { SAMPLE = 64 }; /* one entry in SAMPLE read for the threshold's guess */
 
 typedef struct {
     tbucket *b;
     int nb;
+    dt_oktopk **loaded; /* a checkpoint's Ok-TopK state per bucket, until the bucket's first exchange takes it */
+    int nloaded;
 } topk;
 
 static dt_status check(const dt_codec_config *c) {
@@ -58,7 +50,7 @@ static size_t count_at(double d, size_t len) {
 }
 
 /* The k-th largest of x[0..n) (1 <= k <= n), x reordered: quickselect on a copy. */
-static float kth_largest(float *x, size_t n, size_t k) {
+float dt_sparse_kth_largest(float *x, size_t n, size_t k) {
     size_t lo = 0, hi = n - 1, want = k - 1;
     while (lo < hi) {
         float pivot = x[lo + (hi - lo) / 2];
@@ -92,7 +84,20 @@ static dt_status setup(dt_codec *k, topk *s, dt_comm *comm, int b, const int *id
     p->kmax = count_at(dt_codec_density_max(&k->c), p->len);
     if (p->len > UINT32_MAX) return dt_error(DT_ERR_ARG, "topk: a bucket of %zu entries: at most 2^32 (smaller --bucket-mb)", p->len);
     if (!(p->sample = malloc(sizeof *p->sample * (p->len / SAMPLE + 1)))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
-    return dt_comm_alloc(comm, 2 * p->kmax * (size_t)(dt_comm_size(comm) + 1) * sizeof *p->pairs, (void **)&p->pairs);
+    if (k->c.kind == DT_CODEC_DGC && !(p->uval = malloc(sizeof *p->uval * p->kmax))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
+    p->exchange = k->c.exchange != DT_SPARSE_AUTO ? k->c.exchange : dt_oktopk_pays(comm, p->kmax) ? DT_SPARSE_OKTOPK : DT_SPARSE_ALLGATHER;
+    /* the allgather's room: this rank's pairs, then every rank's */
+    size_t words = p->kmax * (p->exchange == DT_SPARSE_OKTOPK ? 1 : (size_t)(dt_comm_size(comm) + 1));
+    if (b < s->nloaded && s->loaded[b]) { /* a resumed run's regions and threshold, where they fit this bucket */
+        if (p->exchange == DT_SPARSE_OKTOPK && dt_oktopk_entries(s->loaded[b]) == p->len) p->ok = s->loaded[b];
+        else {
+            dt_log(DT_LOG_WARN, "oktopk: the checkpoint's regions for bucket %d do not fit it (another --bucket-mb or exchange?): "
+                   "recomputed at its first step, so this run parts from the uninterrupted one", b);
+            dt_oktopk_destroy(s->loaded[b]);
+        }
+        s->loaded[b] = NULL;
+    }
+    return dt_comm_alloc(comm, words * sizeof *p->pairs, (void **)&p->pairs);
 }
 
 /* Candidates: the entries whose magnitude is at least thr, ascending (every one where thr is 0). */
@@ -121,12 +126,6 @@ static dt_status candidates(dt_codec *k, tbucket *p, float thr, size_t *count) {
     return DT_OK;
 }
 
-/* Where entry e of the bucket lives: tensor *i (advanced from where it is: entries come ascending) at index *j. */
-static void locate(const tbucket *p, size_t e, int *i, size_t *j) {
-    while (e >= p->at[*i + 1]) (*i)++;
-    *j = e - p->at[*i];
-}
-
 static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, int first, dt_request **req) {
     topk *s = k->impl;
     tbucket *p = first ? NULL : &s->b[b];
@@ -152,13 +151,13 @@ static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n,
     }
     /* the sample's magnitude at about 2k of the bucket's entries: the candidates at or above it, or (fewer than k) all */
     size_t want = (size_t)ceil(2.0 * (double)p->k * (double)ns / (double)p->len) + 1, nc;
-    float guess = ns && want <= ns ? kth_largest(p->sample, ns, want) : 0;
+    float guess = ns && want <= ns ? dt_sparse_kth_largest(p->sample, ns, want) : 0;
     if ((st = candidates(k, p, guess, &nc))) return st;
     if (nc < p->k && (st = candidates(k, p, 0, &nc))) return st;
     /* the k-th magnitude among them; the entries above it, then those equal to it in order, up to k */
     size_t above = 0, m = 0;
     memcpy(p->work, p->mag, sizeof *p->work * nc);
-    float thr = kth_largest(p->work, nc, p->k);
+    float thr = dt_sparse_kth_largest(p->work, nc, p->k);
     for (size_t c = 0; c < nc; c++) above += p->mag[c] > thr;
     size_t ties = p->k - above;
     int ti = 0;
@@ -167,19 +166,23 @@ static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n,
         if (a < thr || (a == thr && !ties)) continue;
         if (a == thr) ties--;
         size_t j;
-        locate(p, p->cand[c], &ti, &j);
+        dt_sparse_locate(p, p->cand[c], &ti, &j);
         float *res = dt_codec_state_held(k, p->t[ti], DT_CODEC_RESIDUAL);
-        uint32_t bits;
-        memcpy(&bits, &res[j], sizeof bits);
-        p->pairs[2 * m] = (uint32_t)p->cand[c], p->pairs[2 * m + 1] = bits;
+        p->pairs[m] = dt_sparse_pack((uint32_t)p->cand[c], res[j]);
         res[j] = 0; /* sent: what stays is the residual */
-        if (dgc) dt_codec_state_held(k, p->t[ti], DT_CODEC_VELOCITY)[j] = 0; /* momentum factor masking */
+        if (dgc) { /* momentum factor masking */
+            float *u = dt_codec_state_held(k, p->t[ti], DT_CODEC_VELOCITY);
+            p->uval[m] = u[j];
+            u[j] = 0;
+        }
         m++;
     }
-    k->now.after += 2 * p->k;
-    k->now.bytes += (double)p->k * 2 * sizeof(uint32_t);
     p->busy = 1;
-    return dt_comm_iallgather(comm, p->pairs, p->pairs + 2 * p->k, 2 * p->k, DT_I32, req);
+    if (p->exchange == DT_SPARSE_OKTOPK) return dt_oktopk_start(k, comm, p, req);
+    k->now.after += 2 * p->k;
+    k->now.bytes += (double)p->k * sizeof *p->pairs;
+    k->now.received += (double)p->k * sizeof *p->pairs * (double)(dt_comm_size(comm) - 1);
+    return dt_comm_iallgather(comm, p->pairs, p->pairs + p->k, p->k, DT_I64, req);
 }
 
 static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **req, int *done) {
@@ -187,17 +190,21 @@ static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **
     topk *s = k->impl;
     tbucket *p = b >= 0 && b < s->nb ? &s->b[b] : NULL;
     if (!p || !p->busy) return dt_error(DT_ERR_ARG, "topk: bucket %d has no exchange in flight", b);
+    if (p->exchange == DT_SPARSE_OKTOPK) {
+        dt_status st = dt_oktopk_next(k, comm, p, g, req, done);
+        if (*done || st) p->busy = 0;
+        return st;
+    }
     for (int i = 0; i < p->n; i++) memset(g + k->t[p->t[i]].offset, 0, k->t[p->t[i]].count * sizeof *g);
     int np = dt_comm_size(comm);
-    const uint32_t *all = p->pairs + 2 * p->k;
+    const uint64_t *all = p->pairs + p->k;
     for (int r = 0; r < np; r++) {
         int ti = 0; /* each rank's pairs come in ascending order */
         for (size_t m = 0; m < p->k; m++) {
-            float v;
             size_t j;
-            memcpy(&v, &all[2 * ((size_t)r * p->k + m) + 1], sizeof v);
-            locate(p, all[2 * ((size_t)r * p->k + m)], &ti, &j);
-            g[k->t[p->t[ti]].offset + j] += v;
+            uint64_t x = all[(size_t)r * p->k + m];
+            dt_sparse_locate(p, (uint32_t)x, &ti, &j);
+            g[k->t[p->t[ti]].offset + j] += dt_sparse_value(x);
         }
     }
     for (int i = 0; i < p->n; i++) {
@@ -210,13 +217,47 @@ static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **
 }
 
 static int next_collective(const dt_codec *k, int b) {
-    (void)k, (void)b;
-    return 0;
+    const topk *s = k->impl;
+    return b >= 0 && b < s->nb && s->b[b].busy && s->b[b].exchange == DT_SPARSE_OKTOPK && dt_oktopk_next_collective(&s->b[b]);
+}
+
+/* Ok-TopK's state across steps, the same on every rank, as words: [buckets, each bucket's]; none where no bucket runs
+ * Ok-TopK. */
+static size_t shared_words(const dt_codec *k) {
+    const topk *s = k->impl;
+    size_t n = 1;
+    bool any = false;
+    for (int b = 0; b < s->nb; b++) n += dt_oktopk_state_words(s->b[b].ok), any |= s->b[b].ok != NULL;
+    return any ? n : 0;
+}
+
+static dt_status shared_io(dt_codec *k, uint32_t *w, size_t n, int load) {
+    topk *s = k->impl;
+    if (!load) {
+        if (n != shared_words(k)) return dt_error(DT_ERR_ARG, "topk: %zu words for a state of %zu", n, shared_words(k));
+        if (!n) return DT_OK;
+        w[0] = (uint32_t)s->nb;
+        size_t at = 1;
+        for (int b = 0; b < s->nb; b++) {
+            dt_oktopk_state_out(s->b[b].ok, w + at);
+            at += dt_oktopk_state_words(s->b[b].ok);
+        }
+        return DT_OK;
+    }
+    if (!n) return DT_OK;
+    if (w[0] > n - 1) return dt_error(DT_ERR_IO, "oktopk: the state names %u buckets in %zu words", w[0], n);
+    dt_status st = dt_codec_grow((void **)&s->loaded, &s->nloaded, sizeof *s->loaded, (int)w[0] - 1);
+    size_t at = 1, used;
+    for (int b = 0; !st && b < (int)w[0]; b++, at += used) st = dt_oktopk_state_in(w + at, n - at, &s->loaded[b], &used);
+    if (!st && at != n) st = dt_error(DT_ERR_IO, "oktopk: the state has %zu words past its buckets'", n - at);
+    return st;
 }
 
 static void destroy(dt_codec *k) {
     topk *s = k->impl;
     if (!s) return;
+    for (int b = 0; b < s->nloaded; b++) dt_oktopk_destroy(s->loaded[b]);
+    free(s->loaded);
     for (int b = 0; b < s->nb; b++) {
         free(s->b[b].t);
         free(s->b[b].at);
@@ -224,6 +265,8 @@ static void destroy(dt_codec *k) {
         free(s->b[b].mag);
         free(s->b[b].cand);
         free(s->b[b].work);
+        free(s->b[b].uval);
+        dt_oktopk_destroy(s->b[b].ok);
         if (s->b[b].pairs) dt_comm_free(k->comm, s->b[b].pairs);
     }
     free(s->b);
@@ -231,4 +274,5 @@ static void destroy(dt_codec *k) {
 
 const dt_codec_ops dt_codec_topk = {
     .impl_size = sizeof(topk), .check = check, .state_floats = state_floats, .start = start, .next = next, .next_collective = next_collective, .destroy = destroy,
+    .shared_words = shared_words, .shared_io = shared_io,
 };

@@ -762,6 +762,7 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
         /* before the start step every element travels as it is */
         r->grad_bytes = cs.before ? cs.bytes : (double)d->nparams * sizeof(float);
         r->compress_ratio = cs.after ? (double)cs.before / (double)cs.after : 1.0;
+        r->grad_recv_bytes = cs.before ? cs.received : 0;
     }
     dt_status s = wait_req(&d->tok_req, &waited);
     if (!st) st = s;

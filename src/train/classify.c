@@ -428,6 +428,7 @@ static int epoch(cls_run *r, int e, double *acc) {
             fprintf(r->metrics, "{\"epoch\":%d,\"step\":%d,\"loss\":%.6f,\"lr\":%g,\"grad_norm\":%.6f", e + 1, done, s.loss, lr, s.norm);
             /* a codec's wire, as GPT-2's lines have it */
             if (s.grad_bytes > 0) fprintf(r->metrics, ",\"grad_sent_bytes\":%.0f,\"compress_ratio\":%.4f", s.grad_bytes, s.compress_ratio);
+            if (s.grad_recv_bytes > 0) fprintf(r->metrics, ",\"grad_recv_bytes\":%.0f", s.grad_recv_bytes);
             fputs("}\n", r->metrics);
         }
         static const char *const tags[] = { "train/loss", "train/lr", "train/grad_norm", "perf/img_per_s" };

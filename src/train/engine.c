@@ -382,6 +382,7 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     r->updated_in_backward = sr.updated_in_backward;
     r->grad_bytes = sr.grad_bytes;
     r->compress_ratio = sr.compress_ratio;
+    r->grad_recv_bytes = sr.grad_recv_bytes;
     if (!st && !sr.updated && e->cfg.precond) {
         const dt_preconditioner *pc = e->cfg.precond;
         double p0 = dt_time_now(), fwd = 0, bwd = 0;

@@ -134,6 +134,7 @@ static void codec_flags(const dt_codec_config *k, char *out, size_t cap) {
     if (n > 0 && (size_t)n < cap && (k->kind == DT_CODEC_TOPK || k->kind == DT_CODEC_DGC))
         n += snprintf(out + n, cap - (size_t)n, " --compress-density %g", k->density);
     if (n > 0 && (size_t)n < cap && k->warmup) n += snprintf(out + n, cap - (size_t)n, " --compress-warmup %d", k->warmup);
+    if (n > 0 && (size_t)n < cap && k->exchange) n += snprintf(out + n, cap - (size_t)n, " --compress-exchange %s", dt_codec_exchange_name(k->exchange));
     if (n > 0 && (size_t)n < cap && k->start) snprintf(out + n, cap - (size_t)n, " --compress-start %d", k->start);
 }
 

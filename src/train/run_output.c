@@ -82,6 +82,7 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     /* the share of the update done inside backward (the rest is in optimizer_ms) */
     if (r->nranks > 1) fprintf(f, ",\"updated_in_backward\":%.3f", s->updated_in_backward);
     if (s->grad_bytes > 0) fprintf(f, ",\"grad_sent_bytes\":%.0f,\"compress_ratio\":%.4f", s->grad_bytes, s->compress_ratio);
+    if (s->grad_recv_bytes > 0) fprintf(f, ",\"grad_recv_bytes\":%.0f", s->grad_recv_bytes);
     if (eval) json_num(f, "val_loss", "%.6f", val);
     if (r->dpo) json_num(f, "reward_accuracy", "%.4f", r->dpo_step[0]), json_num(f, "reward_margin", "%.6f", r->dpo_step[1]);
     if (r->grpo) { /* TRL's GRPO figures: reward, reward_std, kl, completions/mean_length, clip_ratio, frac_reward_zero_std */
