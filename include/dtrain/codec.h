@@ -53,6 +53,11 @@ typedef struct dt_codec dt_codec;
 /* "powersgd" -> DT_CODEC_POWERSGD, "topk", "dgc", "onebit" ("none": DT_CODEC_NONE); DT_ERR_ARG naming the codecs otherwise. */
 dt_status dt_codec_parse(const char *s, dt_codec_kind *out);
 const char *dt_codec_name(dt_codec_kind k);
+/* The cost model's seconds for k pairs a rank over P ranks on a link of alpha seconds a message and beta a byte: the
+ * allgather at its best (log2 P rounds, k (P - 1) pairs received) and Ok-TopK (four collectives, two of them P - 1
+ * exchanges; about k (P - 1) / P pairs reduced and as many gathered). auto takes Ok-TopK where it is faster: never
+ * on 2 ranks (the same pairs in more rounds). */
+void dt_codec_sparse_times(double P, double k, double alpha, double beta, double *gather, double *oktopk);
 /* "auto", "allgather", "oktopk" -> dt_sparse_exchange; DT_ERR_ARG naming them otherwise. */
 dt_status dt_codec_parse_exchange(const char *s, dt_sparse_exchange *out);
 const char *dt_codec_exchange_name(dt_sparse_exchange e);

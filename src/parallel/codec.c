@@ -2,6 +2,7 @@
  * The codecs themselves: codec_powersgd.c, codec_topk.c (and DGC's rules on it, codec_dgc.c), codec_onebit.c. */
 #include "codec_internal.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,12 @@ dt_status dt_codec_parse_exchange(const char *s, dt_sparse_exchange *out) {
     for (int i = 0; i < 3; i++)
         if (!strcmp(s, exchanges[i])) { *out = (dt_sparse_exchange)i; return DT_OK; }
     return dt_error(DT_ERR_ARG, "--compress-exchange %s: the sparse exchanges are auto, allgather and oktopk", s);
+}
+
+void dt_codec_sparse_times(double P, double k, double alpha, double beta, double *gather, double *oktopk) {
+    double pair = 8;
+    *gather = alpha * ceil(log2(P)) + beta * pair * k * (P - 1);
+    *oktopk = alpha * (2 + 2 * (P - 1)) + beta * pair * 2 * k * (P - 1) / P;
 }
 
 const char *dt_codec_exchange_name(dt_sparse_exchange e) { return (unsigned)e < 3 ? exchanges[e] : "?"; }

@@ -61,12 +61,9 @@ int dt_oktopk_pays(dt_comm *comm, size_t k) {
     double ia, ib, gamma, xa, xb;
     dt_comm_link_costs(&ia, &ib, &gamma, &xa, &xb);
     bool across = strstr(dt_comm_transport(comm), "mpi") != NULL;
-    double a = across ? xa : ia, b = across ? xb : ib, P = dt_comm_size(comm), pair = 8;
-    /* the allgather at its best (log P rounds) against Ok-TopK's four collectives, two of them P - 1 exchanges, and its
-     * pairs: about k (P - 1) / P reduced and as many gathered */
-    double gather = a * ceil(log2(P)) + b * pair * (double)k * (P - 1);
-    double ok = a * (2 + 2 * (P - 1)) + b * pair * 2 * (double)k * (P - 1) / P;
-    return P > 2 && ok < gather;
+    double gather, ok;
+    dt_codec_sparse_times(dt_comm_size(comm), (double)k, across ? xa : ia, across ? xb : ib, &gather, &ok);
+    return ok < gather;
 }
 
 static dt_status make(int p, dt_oktopk **out) {

@@ -86,6 +86,9 @@ static dt_status setup(dt_codec *k, topk *s, dt_comm *comm, int b, const int *id
     if (!(p->sample = malloc(sizeof *p->sample * (p->len / SAMPLE + 1)))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
     if (k->c.kind == DT_CODEC_DGC && !(p->uval = malloc(sizeof *p->uval * p->kmax))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
     p->exchange = k->c.exchange != DT_SPARSE_AUTO ? k->c.exchange : dt_oktopk_pays(comm, p->kmax) ? DT_SPARSE_OKTOPK : DT_SPARSE_ALLGATHER;
+    if (k->c.exchange == DT_SPARSE_AUTO && dt_comm_size(comm) > 2 && dt_comm_rank(comm) == 0)
+        dt_log(DT_LOG_INFO, "%s: bucket %d's %zu pairs a rank travel by %s (--compress-exchange auto: the cost model's pick on %d ranks)",
+               dt_codec_name(k->c.kind), b, p->kmax, dt_codec_exchange_name(p->exchange), dt_comm_size(comm));
     /* the allgather's room: this rank's pairs, then every rank's */
     size_t words = p->kmax * (p->exchange == DT_SPARSE_OKTOPK ? 1 : (size_t)(dt_comm_size(comm) + 1));
     if (b < s->nloaded && s->loaded[b]) { /* a resumed run's regions and threshold, where they fit this bucket */

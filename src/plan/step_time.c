@@ -271,6 +271,12 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
         o->dp_comm = psgd     ? dt_plan_allreduce(sent * 4, n, da, db, g) + (2 * buckets - 1) * 2.0 * (n - 1) * da
                      : onebit ? 2 * dt_plan_gather(sent * 4 / (1 + 1.0 / n), n, da, db) + (2 * buckets - 2) * (n - 1) * da
                               : dt_plan_gather(sent * 4 * n, n, da, db) + (buckets - 1) * (n - 1) * da;
+        /* top-k's pairs by Ok-TopK where named, or where auto would take it (the run's rule, bucket by bucket: here the
+         * model's share of a bucket) */
+        double tg, tok, kb = sent / 2 / buckets;
+        dt_codec_sparse_times(n, kb, da, db, &tg, &tok);
+        if (!psgd && !onebit && (j->codec.exchange == DT_SPARSE_OKTOPK || (j->codec.exchange == DT_SPARSE_AUTO && tok < tg)))
+            o->dp_comm = buckets * tok;
         double rate = psgd ? h->powersgd_rate : onebit ? h->onebit_rate : h->topk_rate;
         /* 1-bit Adam's passes: x made and read for its scales and signs, e_w written, the server's chunk, m decoded */
         o->codec = rate > 0 ? psi / rate : (psgd ? 8 : onebit ? 7 : 12) * psi * 4 / bw;
