@@ -438,6 +438,39 @@ static void uneven_alltoall(void) {
         }
         if (bad != SIZE_MAX) FAIL("alltoallv of small blocks: element %zu is %g", bad, in[bad]); else passed++;
     }
+    /* the nonblocking one, its counts known both ways: the blocks received in reverse rank order (displacements), then
+     * one block to every rank (an allgatherv: every send displacement 0) */
+    size_t sd[16], rd[16], at = 0, zero[16] = { 0 }, gc[16], gtotal = 0, mine = (size_t)(r + 1) * 1001 % 3000;
+    for (int q = p - 1; q >= 0; q--) rc[q] = uneven(q, r, p), rd[q] = at, at += rc[q];
+    for (int q = 0, k = 0; q < p; q++) sd[q] = (size_t)k, k += (int)sc[q];
+    for (int q = 0, k = 0; q < p; q++) /* out as first filled: rank q's block at sd[q] */
+        for (size_t i = 0; i < sc[q]; i++) out[k++] = uneven_value(r, q, i);
+    dt_request *req = NULL;
+    dt_status ist = dt_comm_ialltoallv(world, out, sc, sd, in, rc, rd, DT_F64, &req);
+    if (!ist && req) ist = dt_wait(req);
+    if (ist) FAIL("ialltoallv: %s", dt_last_error());
+    else {
+        size_t bad = SIZE_MAX;
+        for (int q = 0; q < p && bad == SIZE_MAX; q++)
+            for (size_t i = 0; i < rc[q] && bad == SIZE_MAX; i++)
+                if (in[rd[q] + i] != uneven_value(q, r, i)) bad = rd[q] + i;
+        if (bad != SIZE_MAX) FAIL("ialltoallv: element %zu is %g", bad, in[bad]); else passed++;
+    }
+    for (int q = 0; q < p; q++) gc[q] = (size_t)(q + 1) * 1001 % 3000, gtotal += gc[q], sc[q] = mine;
+    double *all = malloc((gtotal + 1) * 8), *one = malloc((mine + 1) * 8);
+    for (size_t i = 0; i < mine; i++) one[i] = uneven_value(r, r, i) - 1;
+    ist = dt_comm_ialltoallv(world, one, sc, zero, all, gc, NULL, DT_F64, &req);
+    if (!ist && req) ist = dt_wait(req);
+    if (ist) FAIL("ialltoallv as an allgatherv: %s", dt_last_error());
+    else {
+        size_t bad = SIZE_MAX, k = 0;
+        for (int q = 0; q < p; q++)
+            for (size_t i = 0; i < gc[q]; i++, k++)
+                if (bad == SIZE_MAX && all[k] != uneven_value(q, q, i) - 1) bad = k;
+        if (bad != SIZE_MAX) FAIL("ialltoallv as an allgatherv: element %zu is %g", bad, all[bad]); else passed++;
+    }
+    free(all), free(one);
+    for (int q = 0; q < p; q++) sc[q] = uneven(r, q, p);
     if (p >= 2) {
         size_t tight = r == 1 ? cap - 1 : cap;
         dt_status st = cap ? dt_comm_alltoallv(world, out, sc, in, tight, rc, DT_F64) : DT_ERR_ARG;
