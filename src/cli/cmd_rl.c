@@ -131,6 +131,8 @@ static int eval(int argc, char **argv) {
     double *ret = malloc(sizeof(double) * (size_t)n), sum = 0;
     dt_rl_eval_config c = { .policy = policy, .env = env, .hidden = (int)hidden, .episodes = n, .seed = (uint64_t)seed,
                              .greedy = greedy, .film = film, .bridge = &bridge };
+    /* a policy's few small layers: one thread, as dtrain rl's default (a pool of idle OpenMP workers costs more here) */
+    dt_kernels_set_threads(1);
     dt_status st = ret && len ? dt_rl_eval(&c, ret, len) : dt_error(DT_ERR_NOMEM, "rl eval: out of memory");
     for (int k = 0; !st && k < n; k++) {
         printf("episode %d: return %.2f, %d steps\n", k + 1, ret[k], len[k]);

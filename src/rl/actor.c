@@ -51,8 +51,9 @@ static void refresh(actor *a) {
         int64_t v = atomic_load_explicit(&h->version, memory_order_relaxed);
         if (v == a->have) return;
         memcpy(dt_policy_params(a->pol), (char *)h + h->weights_off, sizeof(float) * h->nparams);
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&h->seq, memory_order_relaxed) == s1) { a->have = v; return; }
+        /* the copy stays before the second read: a read-modify-write of release order does it (Boehm, "Can seqlocks get
+         * along with programming language memory models?", 2012) where an acquire fence would too, but TSan has no fences */
+        if (atomic_fetch_add_explicit(&h->seq, 0, memory_order_acq_rel) == s1) { a->have = v; return; }
     }
 }
 
