@@ -51,6 +51,8 @@ for sc in 1f1b zb1; do
         close "top-4 of 4: PP 2 x EP 2, $sc (each stage's experts over its 2 data-parallel ranks)" "$dir/dense.jsonl" "$dir/pe_$sc.jsonl"
 done
 norms "PP 2 x EP 2: the gradient's norm (the stages' and the group's experts)" "$dir/dense.jsonl" "$dir/pe_1f1b.jsonl"
+run tpep --batch 2 --nproc 4 --tp 2 --ep 2 --experts-top-k 4 &&
+    close "top-4 of 4: TP 2 x EP 2 (attention split, each TP rank's experts spread with its data-parallel peer's)" "$dir/dense2.jsonl" "$dir/tpep.jsonl"
 run epga --batch 1 --grad-accum 2 --nproc 2 --ep 2 --experts-top-k 4 &&
     close "top-4 of 4: EP 2, 2 micro-batches a step" "$dir/dense.jsonl" "$dir/epga.jsonl"
 # bf16: EP's expert rows summed in one GEMM where one process sums micro-batches, each rounding to bf16 turning a last-bit
@@ -123,7 +125,7 @@ refused "--ep that does not divide --dp" "does not divide the 4 data-parallel ra
 refused "experts not divisible by --ep" "does not divide the model's 6 experts" train "${common[@]}" --experts 6 --batch 1 --nproc 4 --ep 4 --steps 1
 refused "--ep without experts" "the model has none" train --model llama-tiny --data "$dir/train.bin" --vocab 256 --batch 1 --nproc 2 --ep 2 --steps 1
 refused "--ep with ZeRO" "--strategy ddp runs it" train "${common[@]}" --batch 1 --nproc 2 --ep 2 --zero 1 --steps 1
-refused "--ep with --tp" "not with --tp yet" train "${common[@]}" --batch 1 --nproc 4 --ep 2 --tp 2 --steps 1
+refused "--ep with --cp" "not with --cp yet" train "${common[@]}" --batch 1 --nproc 4 --ep 2 --cp 2 --steps 1
 # a rank killed mid-run (each layer's exchanges wait on it): the other names it and the job ends
 killed_rank "rank 1 killed under EP 2" "${common[@]}" --batch 2 --nproc 2 --ep 2
 echo "ep equivalence: $passed passed, $failed failed"

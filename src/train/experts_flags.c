@@ -29,7 +29,8 @@ dt_status dt_train_take_experts(const dt_train_config *c, bool from_file, dt_gpt
     const dt_gpt2_config *o = &c->shape;
     if (o->experts && from_file && o->experts != cfg->experts)
         return dt_error(DT_ERR_ARG, "%s: the file has %d experts but --experts says %d", c->model, cfg->experts, o->experts);
-    if (o->experts && !from_file && !cfg->experts) {
+    /* (a resumed run's shape names its family: its mixture is its own, taken whole by model_config) */
+    if (o->experts && !from_file && !cfg->experts && !o->family) {
         if (cfg->family != dt_family_find("llama"))
             return dt_error(DT_ERR_ARG, "--experts %d: this build's mixture of experts is a Llama's MLP made Mixtral's (--model llama-tiny "
                             "--experts 8, or --model mixtral-tiny), not %s's", o->experts, c->model);

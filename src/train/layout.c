@@ -67,9 +67,9 @@ dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
     int ep = c->ep ? c->ep : 1;
     if (ep > 1 && dp % ep)
         return dt_error(DT_ERR_ARG, "--ep %d does not divide the %d data-parallel ranks (its groups are consecutive data-parallel ranks)", ep, dp);
-    if (ep > 1 && !paper && (tp > 1 || cp > 1 || dt_train_is_image_model(c->model)))
-        return dt_error(DT_ERR_UNSUPPORTED, "--ep %d: not with %s yet (experts spread over data-parallel ranks, with or without --pp)", ep,
-                        dt_train_is_image_model(c->model) ? "an image model" : tp > 1 ? "--tp" : "--cp");
+    if (ep > 1 && !paper && (cp > 1 || dt_train_is_image_model(c->model)))
+        return dt_error(DT_ERR_UNSUPPORTED, "--ep %d: not with %s yet (experts spread over data-parallel ranks, with or without --pp and --tp)",
+                        ep, dt_train_is_image_model(c->model) ? "an image model" : "--cp");
     if (ep > 1 && !paper && c->strategy && strcmp(c->strategy, "ddp"))
         return dt_error(DT_ERR_UNSUPPORTED, "--ep %d with --strategy %s: not yet (ZeRO's shards would cut each rank's own experts); "
                         "--strategy ddp runs it", ep, c->strategy);
