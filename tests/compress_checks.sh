@@ -4,9 +4,12 @@
 # (GPT-2 with its tied embedding, whose rows DDP defers, and Llama); from it on the update inside backward and the one
 # after it give the same weights; compressed runs train and report their bytes and ratio; a checkpoint resumes with the
 # codec's state bit for bit; bad settings are refused naming why; a rank killed mid-exchange ends the job naming it.
-# usage: compress_checks.sh DTRAIN
+# Under mpirun on 2 pseudo-nodes of 2 ranks, top-k's hierarchical exchange (dense inside a machine, sparse between) at
+# density 1 is dense DDP's run bit for bit, and at 0.01 trains sending half the allgather's bytes between machines.
+# usage: compress_checks.sh DTRAIN [MPIEXEC]
 set -u
 DTRAIN=$1
+MPIEXEC=${2:-}
 . "$(dirname "$0")/finetune_checks.sh"
 gpl_tokens
 common=(--data "$dir/train.bin" --vocab 256 --layers 2 --channels 64 --heads 4 --max-seq 32 --seq 32 --batch 4 --steps 20
@@ -107,7 +110,7 @@ verdict $ok "Ok-TopK saved at step 10 (refreshed every 4) and resumed: the unint
 first=$(field loss "$dir/ok4.jsonl" | head -1) last=$(field loss "$dir/ok4.jsonl" | tail -1) rok=$(mean grad_recv_bytes ok4) rag=$(mean grad_recv_bytes ag4)
 awk "BEGIN{exit !($last < $first - 1 && $rok > 0 && $rok < $rag)}" && ok=1 || ok=0
 verdict $ok "Ok-TopK at density 0.01 on 4 ranks trains (loss $first -> $last, the allgather's $(field loss "$dir/ag4.jsonl" | tail -1)), receiving $rok bytes a step a rank (the allgather $rag)"
-refused "an unknown sparse exchange" "expected auto, allgather or oktopk" train "${common[@]}" --compress topk --compress-exchange ring --steps 1
+refused "an unknown sparse exchange" "expected auto, allgather, oktopk or hier" train "${common[@]}" --compress topk --compress-exchange ring --steps 1
 refused "a refresh of 0" "--compress-refresh" train "${common[@]}" --compress topk --compress-exchange oktopk --compress-refresh 0 --steps 1
 "$DTRAIN" ckpt verify "$dir/saved10" > "$dir/verify.out" 2>&1 && grep -q "codec.f32 match" "$dir/verify.out" && ok=1 || ok=0
 verdict $ok "ckpt verify checks codec.f32 ($(tail -1 "$dir/verify.out" | sed 's/.*: whole/whole/' | cut -c1-100))"
@@ -175,6 +178,24 @@ refused "a rank of 0" "--compress-rank" train "${common[@]}" --compress powersgd
 refused "a codec with ZeRO-2" "--compress powersgd with ZeRO-2 and 3" train "${common[@]}" --compress powersgd --zero 2 --steps 1
 refused "a codec with TP" "--compress powersgd with --tp" train "${common[@]}" --compress powersgd --tp 2 --steps 1
 refused "a codec with 16-bit wires" "with --grad-comm" train "${common[@]}" --compress powersgd --grad-comm bf16 --steps 1
+refused "DGC's momentum summed inside a machine" "DGC's momentum is each rank's own" train "${common[@]}" "${sgd[@]}" --compress dgc --compress-exchange hier --steps 1
+if [ -n "$MPIEXEC" ]; then
+    mpi() { # NAME ARGS...: 4 ranks on 2 pseudo-nodes (common's flags less its --nproc)
+        local name=$1
+        shift
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 \
+            ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 timeout 300 "$MPIEXEC" -np 4 "$DTRAIN" train "${common[@]:0:${#common[@]}-2}" --quiet \
+            --model llama-tiny "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1
+    }
+    mpi mdense && mpi mhier1 --compress topk --compress-density 1 --compress-exchange hier &&
+        [ "$(field loss "$dir/mdense.jsonl" | wc -l)" = 20 ] && [ "$(field loss "$dir/mdense.jsonl")" = "$(field loss "$dir/mhier1.jsonl")" ] && ok=1 || ok=0
+    verdict $ok "mpirun, 2 pseudo-nodes of 2 ranks: top-k hier at density 1 = dense DDP's losses bit for bit ($(field loss "$dir/mhier1.jsonl" | tail -1))"
+    mpi mag --compress topk --compress-density 0.01 --compress-exchange allgather && mpi mhier --compress topk --compress-density 0.01 --compress-exchange hier
+    first=$(field loss "$dir/mhier.jsonl" | head -1) last=$(field loss "$dir/mhier.jsonl" | tail -1)
+    sh=$(mean grad_sent_bytes mhier) sa=$(mean grad_sent_bytes mag)
+    awk "BEGIN{exit !($last < $first - 1 && $sh > 0 && $sh < 0.6 * $sa)}" && ok=1 || ok=0
+    verdict $ok "mpirun, 2 pseudo-nodes: top-k hier at 0.01 trains (loss $first -> $last; the allgather's $(field loss "$dir/mag.jsonl" | tail -1)), sending $sh bytes a step a rank between machines (the allgather $sa)"
+fi
 # a rank killed mid-run: the compressed exchanges wait on it; the other names it and the job ends
 killed_rank "rank 1 killed under PowerSGD" "${common[@]}" --compress powersgd
 # (at a tiny lr: frozen after 2 steps at 3e-3 its update overflows within tens of steps, and a job that ended on a NaN

@@ -15,9 +15,10 @@ extern "C" {
 
 typedef enum { DT_CODEC_NONE = 0, DT_CODEC_POWERSGD, DT_CODEC_TOPK, DT_CODEC_DGC, DT_CODEC_ONEBIT } dt_codec_kind;
 
-/* How top-k's and DGC's pairs travel: every rank's to every rank (one allgather), or Ok-TopK's reduce then allgather
- * over balanced regions with a global threshold (Li and Hoefler 2022); auto: the cost model's pick, bucket by bucket. */
-typedef enum { DT_SPARSE_AUTO = 0, DT_SPARSE_ALLGATHER, DT_SPARSE_OKTOPK } dt_sparse_exchange;
+/* How top-k's and DGC's pairs travel: every rank's to every rank (one allgather); Ok-TopK's reduce then allgather
+ * over balanced regions with a global threshold (Li and Hoefler 2022); hierarchical (top-k only): summed dense inside
+ * each machine, each local rank's slice sparse between machines; auto: the cost model's pick, bucket by bucket. */
+typedef enum { DT_SPARSE_AUTO = 0, DT_SPARSE_ALLGATHER, DT_SPARSE_OKTOPK, DT_SPARSE_HIER } dt_sparse_exchange;
 
 typedef struct {
     dt_codec_kind kind;
@@ -58,7 +59,11 @@ const char *dt_codec_name(dt_codec_kind k);
  * exchanges; about k (P - 1) / P pairs reduced and as many gathered). auto takes Ok-TopK where it is faster: never
  * on 2 ranks (the same pairs in more rounds). */
 void dt_codec_sparse_times(double P, double k, double alpha, double beta, double *gather, double *oktopk);
-/* "auto", "allgather", "oktopk" -> dt_sparse_exchange; DT_ERR_ARG naming them otherwise. */
+/* The hierarchical exchange's seconds for a bucket of n entries and k pairs a rank, q machines of l ranks: a
+ * reduce-scatter and an allgather of the dense bucket inside the machine (ia, ib), an allgather of k / l pairs a rank
+ * between machines (xa, xb) at log2 q rounds. */
+double dt_codec_hier_time(double l, double q, double n, double k, double ia, double ib, double xa, double xb);
+/* "auto", "allgather", "oktopk", "hier" -> dt_sparse_exchange; DT_ERR_ARG naming them otherwise. */
 dt_status dt_codec_parse_exchange(const char *s, dt_sparse_exchange *out);
 const char *dt_codec_exchange_name(dt_sparse_exchange e);
 /* Checks c (the rank, the start) and makes a codec over the table t[0..nt). */

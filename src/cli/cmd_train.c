@@ -214,8 +214,9 @@ static void usage(FILE *f) {
             "                     before D (DGC's warm-up; default 0: none)\n"
             "  --compress-exchange X  top-k, dgc: how the pairs travel: allgather (each rank's to every rank),\n"
             "                     oktopk (Ok-TopK: reduced over balanced regions, then the sums at or above a\n"
-            "                     global threshold gathered: O(k) a rank at any rank count) or auto (default: the\n"
-            "                     cost model's pick per bucket; allgather at 2 ranks)\n"
+            "                     global threshold gathered: O(k) a rank at any rank count), hier (topk: summed\n"
+            "                     dense inside each machine, each local rank's slice top-k between machines) or\n"
+            "                     auto (default: the cost model's pick per bucket; allgather at 2 ranks)\n"
             "  --compress-refresh N  oktopk: steps between recomputing its regions and global threshold (default 32)\n"
             "  --compress-start N the first N steps averaged whole (default 0; dgc compresses from the first;\n"
             "                     onebit's warm-up of whole Adam steps, 1 or more)\n"
@@ -257,7 +258,7 @@ static const dt_cli_flag flags[] = {
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--keep-last", "a whole number of checkpoints from 1 to 256" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
-    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--pp-wire", "fp32, bf16 or int8" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" }, { "--compress", "none, powersgd, topk, dgc or onebit" }, { "--compress-rank", "a whole number from 1 to 65536" }, { "--compress-density", "a share above 0, at most 1" }, { "--compress-start", "a whole number of steps from 0 to 1e9" }, { "--compress-warmup", "a whole number of steps from 0 to 1e9" }, { "--compress-exchange", "auto, allgather or oktopk" }, { "--compress-refresh", "a whole number of steps from 1 to 1e9" },
+    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--pp-wire", "fp32, bf16 or int8" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" }, { "--compress", "none, powersgd, topk, dgc or onebit" }, { "--compress-rank", "a whole number from 1 to 65536" }, { "--compress-density", "a share above 0, at most 1" }, { "--compress-start", "a whole number of steps from 0 to 1e9" }, { "--compress-warmup", "a whole number of steps from 0 to 1e9" }, { "--compress-exchange", "auto, allgather, oktopk or hier" }, { "--compress-refresh", "a whole number of steps from 1 to 1e9" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
     { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
     { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },

@@ -22,12 +22,12 @@ dt_status dt_codec_parse(const char *s, dt_codec_kind *out) {
     return dt_error(DT_ERR_ARG, "--compress %s: the codecs are none, powersgd, topk, dgc and onebit", s);
 }
 
-static const char *const exchanges[] = { "auto", "allgather", "oktopk" };
+static const char *const exchanges[] = { "auto", "allgather", "oktopk", "hier" };
 
 dt_status dt_codec_parse_exchange(const char *s, dt_sparse_exchange *out) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (!strcmp(s, exchanges[i])) { *out = (dt_sparse_exchange)i; return DT_OK; }
-    return dt_error(DT_ERR_ARG, "--compress-exchange %s: the sparse exchanges are auto, allgather and oktopk", s);
+    return dt_error(DT_ERR_ARG, "--compress-exchange %s: the sparse exchanges are auto, allgather, oktopk and hier", s);
 }
 
 void dt_codec_sparse_times(double P, double k, double alpha, double beta, double *gather, double *oktopk) {
@@ -36,7 +36,11 @@ void dt_codec_sparse_times(double P, double k, double alpha, double beta, double
     *oktopk = alpha * (2 + 2 * (P - 1)) + beta * pair * 2 * k * (P - 1) / P;
 }
 
-const char *dt_codec_exchange_name(dt_sparse_exchange e) { return (unsigned)e < 3 ? exchanges[e] : "?"; }
+const char *dt_codec_exchange_name(dt_sparse_exchange e) { return (unsigned)e < 4 ? exchanges[e] : "?"; }
+
+double dt_codec_hier_time(double l, double q, double n, double k, double ia, double ib, double xa, double xb) {
+    return 2 * (l - 1) * ia + 2 * n * 4 * (l - 1) / l * ib + xa * ceil(log2(q)) + xb * 8 * (k / l) * (q - 1);
+}
 
 const char *dt_codec_name(dt_codec_kind k) {
     for (int i = 0; i < NCODECS; i++)

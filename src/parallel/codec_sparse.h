@@ -10,6 +10,14 @@
 #include <string.h>
 
 typedef struct dt_oktopk dt_oktopk;
+typedef struct dt_sparse_hier dt_sparse_hier;
+
+/* The hierarchical exchange's groups: this rank's machine (node) and the ranks of the same local rank on every machine
+ * (cross), split from the codec's communicator once. */
+typedef struct {
+    dt_comm *node, *cross;
+    int made;
+} dt_sparse_groups;
 
 typedef struct {
     int *t;              /* the table's tensors, in the bucket's order */
@@ -23,6 +31,7 @@ typedef struct {
     float *uval;         /* DGC: the chosen entries' velocities before they were zeroed (Ok-TopK may put them back) */
     dt_sparse_exchange exchange; /* this bucket's (auto resolved at its first exchange) */
     dt_oktopk *ok;       /* Ok-TopK's state across steps */
+    dt_sparse_hier *hier; /* the hierarchical exchange's buffers */
     int busy;
 } dt_sparse_bucket;
 
@@ -48,6 +57,23 @@ static inline float dt_sparse_value(uint64_t x) {
 
 /* The k-th largest of x[0..n) (1 <= k <= n), x reordered. */
 float dt_sparse_kth_largest(float *x, size_t n, size_t k);
+
+/* The top kk of bucket p's entries [lo, hi) by the magnitude of their residual (ties: the earlier first) into
+ * p->pairs[0..kk), ascending; their residuals (DGC: and velocities, kept in p->uval) zeroed. */
+dt_status dt_sparse_choose(dt_codec *k, dt_sparse_bucket *p, size_t lo, size_t hi, size_t kk);
+
+/* Whether comm spans machines that hold equal rank counts (collective: every rank of comm calls it). */
+dt_status dt_sparse_hier_fits(dt_comm *comm, int *fits);
+dt_status dt_sparse_groups_make(dt_comm *comm, dt_sparse_groups *gr);
+void dt_sparse_groups_destroy(dt_sparse_groups *gr);
+/* The hierarchical exchange (codec_hier.c): the bucket summed inside each machine (a reduce-scatter: each local rank a
+ * slice), each slice's top k with its residual sent between machines (an allgather among the ranks of that slice),
+ * the slices gathered back inside the machine. start packs the bucket and issues the first collective; next as
+ * dt_codec_next. */
+dt_status dt_sparse_hier_start(dt_codec *k, dt_sparse_groups *gr, dt_sparse_bucket *p, float *g, dt_request **req);
+dt_status dt_sparse_hier_next(dt_codec *k, dt_sparse_groups *gr, dt_sparse_bucket *p, float *g, dt_request **req, int *done);
+int dt_sparse_hier_next_collective(const dt_sparse_bucket *p);
+void dt_sparse_hier_destroy(dt_sparse_hier *h);
 
 /* Whether Ok-TopK is modelled faster than the allgather for k pairs a rank over comm's ranks and link. */
 int dt_oktopk_pays(dt_comm *comm, size_t k);

@@ -28,6 +28,8 @@ typedef struct {
     int nb;
     dt_oktopk **loaded; /* a checkpoint's Ok-TopK state per bucket, until the bucket's first exchange takes it */
     int nloaded;
+    dt_sparse_groups groups; /* the hierarchical exchange's */
+    int fits, asked;    /* whether the communicator's machines hold equal rank counts, and whether that was asked */
 } topk;
 
 static dt_status check(const dt_codec_config *c) {
@@ -35,6 +37,9 @@ static dt_status check(const dt_codec_config *c) {
     if (c->warmup < 0) return dt_error(DT_ERR_ARG, "--compress-warmup %d: steps at each warm-up density, 0 or more", c->warmup);
     if (c->kind == DT_CODEC_DGC && !(c->momentum >= 0 && c->momentum < 1))
         return dt_error(DT_ERR_ARG, "--compress dgc: momentum %g must be in [0, 1)", c->momentum);
+    if (c->kind == DT_CODEC_DGC && c->exchange == DT_SPARSE_HIER)
+        return dt_error(DT_ERR_ARG, "--compress dgc --compress-exchange hier: DGC's momentum is each rank's own, not a machine's sum "
+                        "(allgather or oktopk)");
     if (c->kind == DT_CODEC_DGC && !(c->clip >= 0)) return dt_error(DT_ERR_ARG, "--compress dgc: a clipping norm %g below 0", c->clip);
     return DT_OK;
 }
@@ -73,6 +78,27 @@ float dt_sparse_kth_largest(float *x, size_t n, size_t k) {
     return x[want];
 }
 
+/* How bucket p's pairs travel: as named, or auto's pick by the cost model (the hierarchical exchange among them where
+ * the communicator spans machines of equal rank counts: asked once, a collective every rank makes at the same point). */
+static dt_status pick_exchange(dt_codec *k, topk *s, dt_comm *comm, tbucket *p, int b) {
+    dt_status st = DT_OK;
+    p->exchange = k->c.exchange;
+    if (p->exchange == DT_SPARSE_AUTO) {
+        if (!s->asked) s->asked = 1, st = dt_comm_nodes(comm) > 1 && k->c.kind != DT_CODEC_DGC ? dt_sparse_hier_fits(comm, &s->fits) : DT_OK;
+        if (st) return st;
+        double ia, ib, gamma, xa, xb, tg, tok, th = INFINITY, P = dt_comm_size(comm);
+        dt_comm_link_costs(&ia, &ib, &gamma, &xa, &xb);
+        bool across = strstr(dt_comm_transport(comm), "mpi") != NULL;
+        dt_codec_sparse_times(P, (double)p->kmax, across ? xa : ia, across ? xb : ib, &tg, &tok);
+        if (s->fits) th = dt_codec_hier_time(dt_comm_local_size(comm), dt_comm_nodes(comm), (double)p->len, (double)p->kmax, ia, ib, xa, xb);
+        p->exchange = th < tg && th < tok ? DT_SPARSE_HIER : tok < tg ? DT_SPARSE_OKTOPK : DT_SPARSE_ALLGATHER;
+        if (P > 2 && dt_comm_rank(comm) == 0)
+            dt_log(DT_LOG_INFO, "%s: bucket %d's %zu pairs a rank travel by %s (--compress-exchange auto: the cost model's pick on %d ranks)",
+                   dt_codec_name(k->c.kind), b, p->kmax, dt_codec_exchange_name(p->exchange), (int)P);
+    }
+    return p->exchange == DT_SPARSE_HIER ? dt_sparse_groups_make(comm, &s->groups) : DT_OK;
+}
+
 /* Bucket b's sizes and buffers, made at its first exchange. */
 static dt_status setup(dt_codec *k, topk *s, dt_comm *comm, int b, const int *idx, int n, tbucket **out) {
     dt_status st = dt_codec_grow((void **)&s->b, &s->nb, sizeof *s->b, b);
@@ -85,12 +111,9 @@ static dt_status setup(dt_codec *k, topk *s, dt_comm *comm, int b, const int *id
     if (p->len > UINT32_MAX) return dt_error(DT_ERR_ARG, "topk: a bucket of %zu entries: at most 2^32 (smaller --bucket-mb)", p->len);
     if (!(p->sample = malloc(sizeof *p->sample * (p->len / SAMPLE + 1)))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
     if (k->c.kind == DT_CODEC_DGC && !(p->uval = malloc(sizeof *p->uval * p->kmax))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
-    p->exchange = k->c.exchange != DT_SPARSE_AUTO ? k->c.exchange : dt_oktopk_pays(comm, p->kmax) ? DT_SPARSE_OKTOPK : DT_SPARSE_ALLGATHER;
-    if (k->c.exchange == DT_SPARSE_AUTO && dt_comm_size(comm) > 2 && dt_comm_rank(comm) == 0)
-        dt_log(DT_LOG_INFO, "%s: bucket %d's %zu pairs a rank travel by %s (--compress-exchange auto: the cost model's pick on %d ranks)",
-               dt_codec_name(k->c.kind), b, p->kmax, dt_codec_exchange_name(p->exchange), dt_comm_size(comm));
+    if ((st = pick_exchange(k, s, comm, p, b))) return st;
     /* the allgather's room: this rank's pairs, then every rank's */
-    size_t words = p->kmax * (p->exchange == DT_SPARSE_OKTOPK ? 1 : (size_t)(dt_comm_size(comm) + 1));
+    size_t words = p->kmax * (p->exchange != DT_SPARSE_ALLGATHER ? 1 : (size_t)(dt_comm_size(comm) + 1));
     if (b < s->nloaded && s->loaded[b]) { /* a resumed run's regions and threshold, where they fit this bucket */
         if (p->exchange == DT_SPARSE_OKTOPK && dt_oktopk_entries(s->loaded[b]) == p->len) p->ok = s->loaded[b];
         else {
@@ -103,12 +126,14 @@ static dt_status setup(dt_codec *k, topk *s, dt_comm *comm, int b, const int *id
     return dt_comm_alloc(comm, words * sizeof *p->pairs, (void **)&p->pairs);
 }
 
-/* Candidates: the entries whose magnitude is at least thr, ascending (every one where thr is 0). */
-static dt_status candidates(dt_codec *k, tbucket *p, float thr, size_t *count) {
+/* Candidates: the entries of [lo, hi) whose magnitude is at least thr, ascending (every one where thr is 0). */
+static dt_status candidates(dt_codec *k, tbucket *p, float thr, size_t lo, size_t hi, size_t *count) {
     size_t c = 0;
     for (int i = 0; i < p->n; i++) {
+        if (p->at[i + 1] <= lo || p->at[i] >= hi) continue;
         const float *res = dt_codec_state_held(k, p->t[i], DT_CODEC_RESIDUAL);
-        for (size_t j = 0, ne = p->at[i + 1] - p->at[i]; j < ne; j++) {
+        size_t j0 = lo > p->at[i] ? lo - p->at[i] : 0, j1 = (hi < p->at[i + 1] ? hi : p->at[i + 1]) - p->at[i];
+        for (size_t j = j0; j < j1; j++) {
             if (!(fabsf(res[j]) >= thr)) continue;
             if (c == p->cap) {
                 size_t cap = p->cap ? 2 * p->cap : 4 * p->kmax + 64;
@@ -129,42 +154,31 @@ static dt_status candidates(dt_codec *k, tbucket *p, float thr, size_t *count) {
     return DT_OK;
 }
 
-static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, int first, dt_request **req) {
-    topk *s = k->impl;
-    tbucket *p = first ? NULL : &s->b[b];
-    dt_status st = first ? setup(k, s, comm, b, idx, n, &p) : DT_OK;
-    if (st) return st;
-    if (p->busy) return dt_error(DT_ERR_ARG, "topk: bucket %d started again before its exchange ended", b);
-    p->k = count_at(dt_codec_density_at(&k->c, k->steps), p->len);
+dt_status dt_sparse_choose(dt_codec *k, dt_sparse_bucket *p, size_t lo, size_t hi, size_t kk) {
+    if (!kk) return DT_OK;
     bool dgc = k->c.kind == DT_CODEC_DGC;
-    const float *params = dgc && k->model ? k->model->params(k->model->self) : NULL;
+    /* the sample: every SAMPLE-th entry of the bucket in [lo, hi) */
     size_t ns = 0;
-    for (int i = 0; i < n; i++) {
-        const dt_tensor_info *t = &k->t[idx[i]];
-        size_t ne, nu;
-        float *res = dt_codec_state(k, idx[i], DT_CODEC_RESIDUAL, &ne), *x = g + t->offset;
-        float *u = dgc ? dt_codec_state(k, idx[i], DT_CODEC_VELOCITY, &nu) : NULL;
-        if (!res || (dgc && !u)) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
-        /* kept; the sent entries leave it below */
-        if (dgc) dt_dgc_accumulate(&k->c, x, params ? params + t->offset : NULL, u, res, ne);
-        else
-            for (size_t j = 0; j < ne; j++) res[j] = x[j] + res[j];
-        for (size_t j = (SAMPLE - p->at[i] % SAMPLE) % SAMPLE; j < ne; j += SAMPLE) p->sample[ns++] = fabsf(res[j]);
-        k->now.before += t->count;
+    for (int i = 0; i < p->n; i++) {
+        if (p->at[i + 1] <= lo || p->at[i] >= hi) continue;
+        const float *res = dt_codec_state_held(k, p->t[i], DT_CODEC_RESIDUAL);
+        size_t j0 = lo > p->at[i] ? lo - p->at[i] : 0, j1 = (hi < p->at[i + 1] ? hi : p->at[i + 1]) - p->at[i];
+        for (size_t j = j0 + (SAMPLE - (p->at[i] + j0) % SAMPLE) % SAMPLE; j < j1; j += SAMPLE) p->sample[ns++] = fabsf(res[j]);
     }
-    /* the sample's magnitude at about 2k of the bucket's entries: the candidates at or above it, or (fewer than k) all */
-    size_t want = (size_t)ceil(2.0 * (double)p->k * (double)ns / (double)p->len) + 1, nc;
+    /* the sample's magnitude at about 2k of the range's entries: the candidates at or above it, or (fewer than k) all */
+    size_t want = (size_t)ceil(2.0 * (double)kk * (double)ns / (double)(hi - lo)) + 1, nc;
     float guess = ns && want <= ns ? dt_sparse_kth_largest(p->sample, ns, want) : 0;
-    if ((st = candidates(k, p, guess, &nc))) return st;
-    if (nc < p->k && (st = candidates(k, p, 0, &nc))) return st;
+    dt_status st = candidates(k, p, guess, lo, hi, &nc);
+    if (!st && nc < kk) st = candidates(k, p, 0, lo, hi, &nc);
+    if (st) return st;
     /* the k-th magnitude among them; the entries above it, then those equal to it in order, up to k */
     size_t above = 0, m = 0;
     memcpy(p->work, p->mag, sizeof *p->work * nc);
-    float thr = dt_sparse_kth_largest(p->work, nc, p->k);
+    float thr = dt_sparse_kth_largest(p->work, nc, kk);
     for (size_t c = 0; c < nc; c++) above += p->mag[c] > thr;
-    size_t ties = p->k - above;
+    size_t ties = kk - above;
     int ti = 0;
-    for (size_t c = 0; c < nc && m < p->k; c++) {
+    for (size_t c = 0; c < nc && m < kk; c++) {
         float a = p->mag[c];
         if (a < thr || (a == thr && !ties)) continue;
         if (a == thr) ties--;
@@ -180,7 +194,41 @@ static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n,
         }
         m++;
     }
+    return DT_OK;
+}
+
+/* Each tensor's residual made (and DGC's velocity), the bucket's entries counted. */
+static dt_status states(dt_codec *k, const int *idx, int n) {
+    bool dgc = k->c.kind == DT_CODEC_DGC;
+    for (int i = 0; i < n; i++) {
+        size_t ne;
+        if (!dt_codec_state(k, idx[i], DT_CODEC_RESIDUAL, &ne) || (dgc && !dt_codec_state(k, idx[i], DT_CODEC_VELOCITY, &ne)))
+            return dt_error(DT_ERR_NOMEM, "topk: out of memory");
+        k->now.before += k->t[idx[i]].count;
+    }
+    return DT_OK;
+}
+
+static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, int first, dt_request **req) {
+    topk *s = k->impl;
+    tbucket *p = first ? NULL : &s->b[b];
+    dt_status st = first ? setup(k, s, comm, b, idx, n, &p) : DT_OK;
+    if (!st && p->busy) st = dt_error(DT_ERR_ARG, "topk: bucket %d started again before its exchange ended", b);
+    if (!st) st = states(k, idx, n);
+    if (st) return st;
+    p->k = count_at(dt_codec_density_at(&k->c, k->steps), p->len);
     p->busy = 1;
+    if (p->exchange == DT_SPARSE_HIER) return dt_sparse_hier_start(k, &s->groups, p, g, req);
+    bool dgc = k->c.kind == DT_CODEC_DGC;
+    const float *params = dgc && k->model ? k->model->params(k->model->self) : NULL;
+    for (int i = 0; i < n; i++) { /* kept; the sent entries leave it below */
+        const dt_tensor_info *t = &k->t[idx[i]];
+        float *res = dt_codec_state_held(k, idx[i], DT_CODEC_RESIDUAL), *x = g + t->offset;
+        if (dgc) dt_dgc_accumulate(&k->c, x, params ? params + t->offset : NULL, dt_codec_state_held(k, idx[i], DT_CODEC_VELOCITY), res, t->count);
+        else
+            for (size_t j = 0; j < t->count; j++) res[j] = x[j] + res[j];
+    }
+    if ((st = dt_sparse_choose(k, p, 0, p->len, p->k))) return st;
     if (p->exchange == DT_SPARSE_OKTOPK) return dt_oktopk_start(k, comm, p, req);
     k->now.after += 2 * p->k;
     k->now.bytes += (double)p->k * sizeof *p->pairs;
@@ -193,8 +241,8 @@ static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **
     topk *s = k->impl;
     tbucket *p = b >= 0 && b < s->nb ? &s->b[b] : NULL;
     if (!p || !p->busy) return dt_error(DT_ERR_ARG, "topk: bucket %d has no exchange in flight", b);
-    if (p->exchange == DT_SPARSE_OKTOPK) {
-        dt_status st = dt_oktopk_next(k, comm, p, g, req, done);
+    if (p->exchange != DT_SPARSE_ALLGATHER) {
+        dt_status st = p->exchange == DT_SPARSE_OKTOPK ? dt_oktopk_next(k, comm, p, g, req, done) : dt_sparse_hier_next(k, &s->groups, p, g, req, done);
         if (*done || st) p->busy = 0;
         return st;
     }
@@ -221,7 +269,9 @@ static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **
 
 static int next_collective(const dt_codec *k, int b) {
     const topk *s = k->impl;
-    return b >= 0 && b < s->nb && s->b[b].busy && s->b[b].exchange == DT_SPARSE_OKTOPK && dt_oktopk_next_collective(&s->b[b]);
+    if (b < 0 || b >= s->nb || !s->b[b].busy) return 0;
+    const tbucket *p = &s->b[b];
+    return p->exchange == DT_SPARSE_OKTOPK ? dt_oktopk_next_collective(p) : p->exchange == DT_SPARSE_HIER && dt_sparse_hier_next_collective(p);
 }
 
 /* Ok-TopK's state across steps, the same on every rank, as words: [buckets, each bucket's]; none where no bucket runs
@@ -260,6 +310,7 @@ static void destroy(dt_codec *k) {
     topk *s = k->impl;
     if (!s) return;
     for (int b = 0; b < s->nloaded; b++) dt_oktopk_destroy(s->loaded[b]);
+    dt_sparse_groups_destroy(&s->groups);
     free(s->loaded);
     for (int b = 0; b < s->nb; b++) {
         free(s->b[b].t);
@@ -270,6 +321,7 @@ static void destroy(dt_codec *k) {
         free(s->b[b].work);
         free(s->b[b].uval);
         dt_oktopk_destroy(s->b[b].ok);
+        dt_sparse_hier_destroy(s->b[b].hier);
         if (s->b[b].pairs) dt_comm_free(k->comm, s->b[b].pairs);
     }
     free(s->b);

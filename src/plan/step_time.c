@@ -271,12 +271,17 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
         o->dp_comm = psgd     ? dt_plan_allreduce(sent * 4, n, da, db, g) + (2 * buckets - 1) * 2.0 * (n - 1) * da
                      : onebit ? 2 * dt_plan_gather(sent * 4 / (1 + 1.0 / n), n, da, db) + (2 * buckets - 2) * (n - 1) * da
                               : dt_plan_gather(sent * 4 * n, n, da, db) + (buckets - 1) * (n - 1) * da;
-        /* top-k's pairs by Ok-TopK where named, or where auto would take it (the run's rule, bucket by bucket: here the
-         * model's share of a bucket) */
-        double tg, tok, kb = sent / 2 / buckets;
+        /* top-k's pairs by Ok-TopK or the hierarchical exchange where named, or where auto would take one (the run's
+         * rule, bucket by bucket: here the model's share of a bucket; hier where the group spans machines of equal ranks) */
+        double tg, tok, th = INFINITY, kb = sent / 2 / buckets, l = dp_nodes ? n / job->nodes : n, q = dp_nodes ? job->nodes : 1;
         dt_codec_sparse_times(n, kb, da, db, &tg, &tok);
-        if (!psgd && !onebit && (j->codec.exchange == DT_SPARSE_OKTOPK || (j->codec.exchange == DT_SPARSE_AUTO && tok < tg)))
-            o->dp_comm = buckets * tok;
+        bool sparse = !psgd && !onebit, dgc = j->codec.kind == DT_CODEC_DGC;
+        if (sparse && !dgc && (j->codec.exchange == DT_SPARSE_HIER || (dp_nodes && n % job->nodes == 0)))
+            th = dt_codec_hier_time(l, q, psi * 4 / buckets / 4, kb, ia, ib, xa, xb);
+        dt_sparse_exchange pick = j->codec.exchange;
+        if (pick == DT_SPARSE_AUTO) pick = th < tg && th < tok ? DT_SPARSE_HIER : tok < tg ? DT_SPARSE_OKTOPK : DT_SPARSE_ALLGATHER;
+        if (sparse && pick == DT_SPARSE_OKTOPK) o->dp_comm = buckets * tok;
+        if (sparse && pick == DT_SPARSE_HIER) o->dp_comm = buckets * th, o->codec_bytes = sent * 4 / l;
         double rate = psgd ? h->powersgd_rate : onebit ? h->onebit_rate : h->topk_rate;
         /* 1-bit Adam's passes: x made and read for its scales and signs, e_w written, the server's chunk, m decoded */
         o->codec = rate > 0 ? psi / rate : (psgd ? 8 : onebit ? 7 : 12) * psi * 4 / bw;
