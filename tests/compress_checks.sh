@@ -5,7 +5,7 @@
 # after it give the same weights; compressed runs train and report their bytes and ratio; a checkpoint resumes with the
 # codec's state bit for bit; bad settings are refused naming why; a rank killed mid-exchange ends the job naming it.
 # Under mpirun on 2 pseudo-nodes of 2 ranks, top-k's hierarchical exchange (dense inside a machine, sparse between) at
-# density 1 is dense DDP's run bit for bit, and at 0.01 trains sending half the allgather's bytes between machines.
+# density 1 is dense DDP's run (within 1e-6), and at 0.01 trains sending half the allgather's bytes between machines.
 # usage: compress_checks.sh DTRAIN [MPIEXEC]
 set -u
 DTRAIN=$1
@@ -187,9 +187,12 @@ if [ -n "$MPIEXEC" ]; then
             ASAN_OPTIONS=detect_leaks=0 DTRAIN_FAKE_NODES=2 timeout 300 "$MPIEXEC" -np 4 "$DTRAIN" train "${common[@]:0:${#common[@]}-2}" --quiet \
             --model llama-tiny "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1
     }
-    mpi mdense && mpi mhier1 --compress topk --compress-density 1 --compress-exchange hier &&
-        [ "$(field loss "$dir/mdense.jsonl" | wc -l)" = 20 ] && [ "$(field loss "$dir/mdense.jsonl")" = "$(field loss "$dir/mhier1.jsonl")" ] && ok=1 || ok=0
-    verdict $ok "mpirun, 2 pseudo-nodes of 2 ranks: top-k hier at density 1 = dense DDP's losses bit for bit ($(field loss "$dir/mhier1.jsonl" | tail -1))"
+    # at density 1 the machine's sums, then the machines': dense DDP's where its allreduce picks its own hier algorithm
+    # (the same sums in the same order: bit for bit in the Release build), another algorithm's order elsewhere (the
+    # sanitizers' build: 3e-7)
+    mpi mdense && mpi mhier1 --compress topk --compress-density 1 --compress-exchange hier && w=$(worst "$dir/mdense.jsonl" "$dir/mhier1.jsonl")
+    [ "${w:-missing}" != missing ] && awk "BEGIN{exit !($w <= 1e-6)}" && ok=1 || ok=0
+    verdict $ok "mpirun, 2 pseudo-nodes of 2 ranks: top-k hier at density 1 against dense DDP: worst relative loss difference over 20 steps $w"
     mpi mag --compress topk --compress-density 0.01 --compress-exchange allgather && mpi mhier --compress topk --compress-density 0.01 --compress-exchange hier
     first=$(field loss "$dir/mhier.jsonl" | head -1) last=$(field loss "$dir/mhier.jsonl" | tail -1)
     sh=$(mean grad_sent_bytes mhier) sa=$(mean grad_sent_bytes mag)
