@@ -17,8 +17,21 @@ void openblas_set_num_threads(int n);
 
 static int threads = 1;
 
+#if defined(DT_OMP_SERIAL) && defined(_OPENMP)
+/* ThreadSanitizer's build: libgomp is not instrumented, so TSan takes the hand-offs at its barriers for races (every
+ * parallel loop would report one). There OpenMP and BLAS run one thread, from the start (a test that never sets the
+ * threads too); the Release and ASan builds run them threaded, and TSan checks dtrain's own threads. */
+__attribute__((constructor)) static void serial_openmp(void) {
+    omp_set_num_threads(1);
+    set_blas_threads(1);
+}
+#endif
+
 void dt_kernels_set_threads(int n) {
     if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef DT_OMP_SERIAL
+    n = 1;
+#endif
     threads = n;
 #ifdef _OPENMP
     omp_set_num_threads(n);

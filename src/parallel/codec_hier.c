@@ -26,20 +26,28 @@ struct dt_sparse_hier {
     uint64_t *all;        /* every machine's pairs for this slice */
 };
 
-dt_status dt_sparse_hier_fits(dt_comm *comm, int *fits) {
+/* The fewest and the most ranks of comm a machine holds (collective). */
+static dt_status local_sizes(dt_comm *comm, int *fewest, int *most) {
     int32_t v[2] = { dt_comm_local_size(comm), -dt_comm_local_size(comm) };
     dt_status st = dt_comm_allreduce(comm, v, v, 2, DT_I32, DT_MIN);
-    *fits = !st && v[0] == -v[1] && dt_comm_nodes(comm) > 1;
+    *fewest = v[0], *most = -v[1];
+    return st;
+}
+
+dt_status dt_sparse_hier_fits(dt_comm *comm, int *fits) {
+    int lo, hi;
+    dt_status st = local_sizes(comm, &lo, &hi);
+    *fits = !st && lo == hi && dt_comm_nodes(comm) > 1;
     return st;
 }
 
 dt_status dt_sparse_groups_make(dt_comm *comm, dt_sparse_groups *gr) {
     if (gr->made) return DT_OK;
-    int32_t v[2] = { dt_comm_local_size(comm), -dt_comm_local_size(comm) };
-    dt_status st = dt_comm_allreduce(comm, v, v, 2, DT_I32, DT_MIN);
-    if (!st && v[0] != -v[1])
+    int lo, hi;
+    dt_status st = local_sizes(comm, &lo, &hi);
+    if (!st && lo != hi)
         st = dt_error(DT_ERR_ARG, "--compress-exchange hier: the machines hold %d to %d ranks of the data-parallel group: it needs the "
-                      "same count on each", v[0], -v[1]);
+                      "same count on each", lo, hi);
     if (!st) st = dt_comm_split(comm, dt_comm_node(comm), dt_comm_rank(comm), &gr->node);
     if (!st) st = dt_comm_split(comm, dt_comm_local_rank(comm), dt_comm_rank(comm), &gr->cross);
     gr->made = !st;
@@ -52,7 +60,7 @@ void dt_sparse_groups_destroy(dt_sparse_groups *gr) {
     *gr = (dt_sparse_groups){ 0 };
 }
 
-static dt_status make(dt_codec *k, dt_sparse_groups *gr, dt_sparse_bucket *p) {
+static dt_status make(dt_sparse_groups *gr, dt_sparse_bucket *p) {
     dt_sparse_hier *h = calloc(1, sizeof *h);
     if (!(p->hier = h)) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
     h->l = dt_comm_size(gr->node), h->j = dt_comm_rank(gr->node), h->q = dt_comm_size(gr->cross), h->P = h->l * h->q;
@@ -63,12 +71,11 @@ static dt_status make(dt_codec *k, dt_sparse_groups *gr, dt_sparse_bucket *p) {
     h->slice = malloc(sizeof *h->slice * (h->blk + 1));
     h->all = malloc(sizeof *h->all * (p->kmax * (size_t)h->q + 1));
     if (!h->buf || !h->slice || !h->all) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
-    (void)k;
     return DT_OK;
 }
 
 dt_status dt_sparse_hier_start(dt_codec *k, dt_sparse_groups *gr, dt_sparse_bucket *p, float *g, dt_request **req) {
-    dt_status st = p->hier ? DT_OK : make(k, gr, p);
+    dt_status st = p->hier ? DT_OK : make(gr, p);
     if (st) return st;
     dt_sparse_hier *h = p->hier;
     for (int i = 0; i < p->n; i++) memcpy(h->buf + p->at[i], g + k->t[p->t[i]].offset, k->t[p->t[i]].count * sizeof *g);

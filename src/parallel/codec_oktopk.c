@@ -57,15 +57,6 @@ static dt_status room(void **buf, size_t *cap, size_t n, size_t size) {
     return DT_OK;
 }
 
-int dt_oktopk_pays(dt_comm *comm, size_t k) {
-    double ia, ib, gamma, xa, xb;
-    dt_comm_link_costs(&ia, &ib, &gamma, &xa, &xb);
-    bool across = strstr(dt_comm_transport(comm), "mpi") != NULL;
-    double gather, ok;
-    dt_codec_sparse_times(dt_comm_size(comm), (double)k, across ? xa : ia, across ? xb : ib, &gather, &ok);
-    return ok < gather;
-}
-
 static dt_status make(int p, dt_oktopk **out) {
     dt_oktopk *o = calloc(1, sizeof *o);
     if (!(*out = o)) return dt_error(DT_ERR_NOMEM, "oktopk: out of memory");
@@ -127,6 +118,10 @@ static dt_status send_pairs(dt_oktopk *o, dt_comm *comm, const dt_sparse_bucket 
     return dt_comm_ialltoallv(comm, p->pairs, o->sc, o->sd, o->recv, o->rc, o->rd, DT_I64, req);
 }
 
+/* Whether this region's entry e goes to every rank: hit, and on a refresh step whatever its size, else at or above the
+ * threshold. */
+static bool keeps(const dt_oktopk *o, size_t e) { return o->hit[e] && (o->refresh || fabsf(o->sum[e]) >= o->thr); }
+
 /* This region's sums, each rank's pairs added in rank order (the first value taken as it is), then the sums it keeps:
  * every one on a refresh step, else those at or above the threshold; their count to every rank. */
 static dt_status reduce_region(dt_oktopk *o, dt_comm *comm, dt_request **req) {
@@ -148,11 +143,11 @@ static dt_status reduce_region(dt_oktopk *o, dt_comm *comm, dt_request **req) {
             o->sum[e] = o->hit[e] ? o->sum[e] + v : v;
             o->hit[e] = 1;
         }
-    for (size_t e = 0; e < L; e++) kept += o->hit[e] && (o->refresh || fabsf(o->sum[e]) >= o->thr);
+    for (size_t e = 0; e < L; e++) kept += keeps(o, e);
     if ((st = room((void **)&o->block, &o->block_cap, kept, sizeof *o->block))) return st;
     o->block_n = 0;
     for (size_t e = 0; e < L; e++)
-        if (o->hit[e] && (o->refresh || fabsf(o->sum[e]) >= o->thr)) o->block[o->block_n++] = dt_sparse_pack((uint32_t)(lo + e), o->sum[e]);
+        if (keeps(o, e)) o->block[o->block_n++] = dt_sparse_pack((uint32_t)(lo + e), o->sum[e]);
     o->bn64 = (int64_t)o->block_n;
     o->phase = SIZES;
     return dt_comm_iallgather(comm, &o->bn64, o->gn64, 1, DT_I64, req);
@@ -180,8 +175,17 @@ static dt_status set_threshold(dt_oktopk *o, size_t k) {
     return DT_OK;
 }
 
+/* This rank's m-th chosen entry, not kept, back into its residual (and DGC's velocity); *ti: where the search for its
+ * tensor starts (they ascend). */
+static void put_back(dt_codec *k, const dt_sparse_bucket *p, size_t m, int *ti) {
+    size_t j;
+    dt_sparse_locate(p, (uint32_t)p->pairs[m], ti, &j);
+    dt_codec_state_held(k, p->t[*ti], DT_CODEC_RESIDUAL)[j] = dt_sparse_value(p->pairs[m]);
+    if (p->uval) dt_codec_state_held(k, p->t[*ti], DT_CODEC_VELOCITY)[j] = p->uval[m];
+}
+
 /* The kept sums, divided by the ranks, into g (the bucket zeroed first); this rank's chosen entries that were not kept
- * back into its residual (and velocity). Both lists ascend by index. */
+ * back (put_back). Both lists ascend by index. */
 static void finish(dt_codec *k, dt_oktopk *o, dt_sparse_bucket *p, float *g) {
     for (int i = 0; i < p->n; i++) memset(g + k->t[p->t[i]].offset, 0, k->t[p->t[i]].count * sizeof *g);
     int ti = 0, mi = 0;
@@ -194,18 +198,10 @@ static void finish(dt_codec *k, dt_oktopk *o, dt_sparse_bucket *p, float *g) {
         size_t j;
         dt_sparse_locate(p, e, &ti, &j);
         g[k->t[p->t[ti]].offset + j] = v / (float)o->p;
-        for (; m < p->k && (uint32_t)p->pairs[m] < e; m++) { /* chosen here, not kept: back */
-            dt_sparse_locate(p, (uint32_t)p->pairs[m], &mi, &j);
-            dt_codec_state_held(k, p->t[mi], DT_CODEC_RESIDUAL)[j] = dt_sparse_value(p->pairs[m]);
-            if (p->uval) dt_codec_state_held(k, p->t[mi], DT_CODEC_VELOCITY)[j] = p->uval[m];
-        }
+        for (; m < p->k && (uint32_t)p->pairs[m] < e; m++) put_back(k, p, m, &mi);
         if (m < p->k && (uint32_t)p->pairs[m] == e) m++;
     }
-    for (size_t j; m < p->k; m++) {
-        dt_sparse_locate(p, (uint32_t)p->pairs[m], &mi, &j);
-        dt_codec_state_held(k, p->t[mi], DT_CODEC_RESIDUAL)[j] = dt_sparse_value(p->pairs[m]);
-        if (p->uval) dt_codec_state_held(k, p->t[mi], DT_CODEC_VELOCITY)[j] = p->uval[m];
-    }
+    for (; m < p->k; m++) put_back(k, p, m, &mi);
     /* what this rank put on the wire: its pairs for other regions and its kept sums (once); what it received */
     size_t sent = p->k - o->sc[o->me] + o->block_n, got = o->all_n - o->block_n;
     for (int r = 0; r < o->p; r++) got += r == o->me ? 0 : o->rc[r];

@@ -75,8 +75,6 @@ dt_status dt_sparse_hier_next(dt_codec *k, dt_sparse_groups *gr, dt_sparse_bucke
 int dt_sparse_hier_next_collective(const dt_sparse_bucket *p);
 void dt_sparse_hier_destroy(dt_sparse_hier *h);
 
-/* Whether Ok-TopK is modelled faster than the allgather for k pairs a rank over comm's ranks and link. */
-int dt_oktopk_pays(dt_comm *comm, size_t k);
 /* Bucket p's pairs (chosen, their residuals zeroed) through Ok-TopK: start issues the first collective; next follows
  * each as dt_codec_next does, and at the end writes the average into g and puts back into the residual (and DGC's
  * velocity) what this rank chose and the global selection did not. */
