@@ -54,6 +54,127 @@ static void usage(FILE *f) {
             "                     and print what auto then picks by size\n");
 }
 
+static void train_help(void) {
+    printf("usage: dtrain bench train [--model 124M] [--batch 4] [--seq 64] [--steps 10] [--warmup 2]\n"
+           "                          [--threads 1] [--rounds 1] [--baseline torch] [--json]\n"
+           "                          [--precision bf16|fp16]  one process: that mixed precision against fp32,\n"
+           "                          alternating (and PyTorch under torch.autocast of that type)\n"
+           "                          [--nproc 1,2,4]  data parallel: dtrain train --nproc N for each N\n"
+           "                          (threads per rank), against PyTorch DDP over gloo with --baseline torch,\n"
+           "                          and against N independent 1-rank runs side by side (the machine's ceiling)\n"
+           "                          [--train-flags \"--step-at-end\"]  more flags for dtrain train\n"
+           "                          [--report DIR]  with --nproc: a run of the largest N into DIR and its\n"
+           "                          report with the scaling chart (DIR/report.html)\n"
+           "                          [--tp N [--sp] [--baseline torch]]  tensor (and sequence) parallelism on N ranks against one process\n"
+           "                          with N threads and N data-parallel ranks (batch / N each), alternating, and\n"
+           "                          PyTorch's tensor parallelism (DTensor over gloo; the baselines' venv)\n"
+           "                          [--pp N [--micro-batches M] [--baseline torch]]  pipeline parallelism, GPipe, 1F1B, zb1 and interleaved,\n"
+           "                          on N stages (M micro-batches of --batch a step, 2N by default) against one process with N\n"
+           "                          threads and N data-parallel ranks, and PyTorch's pipelining (the baselines' venv)\n"
+           "                          [--cp N]  context parallelism on N ranks by ring and by all-to-all against one\n"
+           "                          process with N threads (--batch sequences of --seq; the model's positions grow to --seq)\n"
+           "                          [--nproc 2 --zero 1|2|3 [--baseline fsdp|deepspeed|all]]  that ZeRO stage against\n"
+           "                          dtrain's DDP and PyTorch's (ZeroRedundancyOptimizer, FSDP2) or DeepSpeed's at the\n"
+           "                          stage (their virtual environment: scripts/make-baselines-venv.sh)\n"
+           "                          [--model resnet50|resnet18|resnet34|resnet:small --synthetic [--nproc 1,2]]\n"
+           "                          Horovod's synthetic benchmark: img/sec per worker (mean +- 1.96 sd) and in total,\n"
+           "                          --steps iterations of --batch images per worker (default 64); --baseline torch:\n"
+           "                          torchvision's model under PyTorch 2.x (the virtual environment) and Debian's PyTorch\n");
+}
+
+/* --nproc's list (1,2,4) into o; 0 where it is not one. */
+static int nproc_list(const char *v, dt_bench_train_opts *o) {
+    o->nnprocs = 0;
+    for (const char *q = v; *q;) {
+        char *e;
+        long k = strtol(q, &e, 10);
+        if (e == q || k < 1 || k > 256 || o->nnprocs == 16 || (*e && *e != ',')) return 0;
+        o->nprocs[o->nnprocs++] = (int)k;
+        q = *e ? e + 1 : e;
+    }
+    return 1;
+}
+
+/* A flag taking a value: 1 taken, 0 not one of bench train's (or a bad value). */
+static int train_flag(const char *f, const char *v, dt_bench_train_opts *o, bool *batch_given) {
+    char *end;
+    long n = strtol(v, &end, 10);
+    bool isnum = *end == 0 && n >= 0 && n < 100000;
+    if (!strcmp(f, "--model")) o->model = v;
+    else if (!strcmp(f, "--train-flags")) o->train_flags = v;
+    else if (!strcmp(f, "--report")) o->report = v;
+    else if (!strcmp(f, "--precision") && (!strcmp(v, "bf16") || !strcmp(v, "fp16") || !strcmp(v, "fp32")))
+        o->precision = !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "fp16") ? DT_F16 : DT_F32;
+    else if (!strcmp(f, "--baseline") && (!strcmp(v, "torch") || !strcmp(v, "fsdp") || !strcmp(v, "deepspeed") || !strcmp(v, "all")))
+        o->baseline = v;
+    else if (isnum && n >= 1 && n <= 3 && !strcmp(f, "--zero")) o->zero = (int)n;
+    else if (isnum && n >= 2 && n <= 256 && !strcmp(f, "--tp")) o->tp = (int)n;
+    else if (isnum && n >= 2 && n <= 256 && !strcmp(f, "--pp")) o->pp = (int)n;
+    else if (isnum && n >= 2 && n <= 256 && !strcmp(f, "--cp")) o->cp = (int)n;
+    else if (isnum && n >= 1 && n <= 1e6 && !strcmp(f, "--micro-batches")) o->micro = (int)n;
+    else if (isnum && n >= 1 && !strcmp(f, "--batch")) o->batch = (int)n, *batch_given = true;
+    else if (isnum && n >= 1 && !strcmp(f, "--seq")) o->seq = (int)n;
+    else if (isnum && n >= 1 && !strcmp(f, "--steps")) o->steps = (int)n;
+    else if (isnum && !strcmp(f, "--warmup")) o->warmup = (int)n;
+    else if (isnum && !strcmp(f, "--threads")) o->threads = (int)n;
+    else if (isnum && n >= 1 && !strcmp(f, "--rounds")) o->rounds = (int)n;
+    else return 0;
+    return 1;
+}
+
+/* The flags' combination: 0 where bench train runs it, else 2 (said). */
+static int train_combination(dt_bench_train_opts *o, bool synthetic, bool batch_given) {
+    bool image = !strncmp(o->model, "resnet", 6);
+    if (image != synthetic) {
+        dt_log(DT_LOG_ERROR, "bench train: %s", image ? "an image model is benchmarked on synthetic images: give --synthetic"
+                                                       : "--synthetic benchmarks an image model (--model resnet50, resnet18, ...)");
+        return 2;
+    }
+    if (image && (o->zero || o->precision != DT_F32 || o->report || (o->baseline && strcmp(o->baseline, "torch")))) {
+        dt_log(DT_LOG_ERROR, "bench train: --model %s --synthetic takes --nproc, --batch, --steps, --warmup, --threads, --rounds, "
+               "--baseline torch and --train-flags", o->model);
+        return 2;
+    }
+    if (image && !batch_given) o->batch = 64; /* Horovod's default */
+    if (o->baseline && strcmp(o->baseline, "torch") && !o->zero) {
+        dt_log(DT_LOG_ERROR, "bench train: --baseline %s compares a ZeRO stage (give --zero 1, 2 or 3)", o->baseline);
+        return 2;
+    }
+    if (o->zero && o->baseline && !strcmp(o->baseline, "torch")) {
+        dt_log(DT_LOG_ERROR, "bench train: --zero %d compares with fsdp, deepspeed or all (dtrain's DDP runs anyway)", o->zero);
+        return 2;
+    }
+    if (o->precision != DT_F32 && (o->nnprocs || o->zero)) {
+        dt_log(DT_LOG_ERROR, "bench train: --precision compares one process's fp32 and mixed-precision steps; for ranks give "
+               "--train-flags \"--precision bf16\"");
+        return 2;
+    }
+    if (o->report && !o->nnprocs) {
+        dt_log(DT_LOG_ERROR, "bench train: --report DIR charts the scaling of --nproc 1,2,4 (give --nproc)");
+        return 2;
+    }
+    if (o->sp && !o->tp) {
+        dt_log(DT_LOG_ERROR, "bench train: --sp compares sequence parallelism: give --tp N");
+        return 2;
+    }
+    if (o->tp && (image || o->zero || o->nnprocs || o->precision != DT_F32 || o->report || (o->baseline && strcmp(o->baseline, "torch")))) {
+        dt_log(DT_LOG_ERROR, "bench train: --tp N compares GPT-2 layouts on N cores; it takes --model, --batch, --seq, --steps, "
+               "--warmup, --rounds, --baseline torch and --train-flags");
+        return 2;
+    }
+    if (o->pp && (o->tp || image || o->zero || o->nnprocs || o->precision != DT_F32 || o->report || (o->baseline && strcmp(o->baseline, "torch")))) {
+        dt_log(DT_LOG_ERROR, "bench train: --pp N compares GPT-2 layouts on N cores; it takes --model, --batch, --micro-batches, --seq, "
+               "--steps, --warmup, --rounds, --baseline torch and --train-flags");
+        return 2;
+    }
+    if (o->cp && (o->tp || o->pp || image || o->zero || o->nnprocs || o->precision != DT_F32 || o->report || o->baseline)) {
+        dt_log(DT_LOG_ERROR, "bench train: --cp N compares GPT-2 layouts on N cores; it takes --model, --batch, --seq, --steps, "
+               "--warmup, --rounds and --train-flags");
+        return 2;
+    }
+    return 0;
+}
+
 static int bench_train(int argc, char **argv) {
     dt_bench_train_opts o;
     dt_bench_train_defaults(&o);
@@ -61,31 +182,7 @@ static int bench_train(int argc, char **argv) {
     for (int i = 3; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            printf("usage: dtrain bench train [--model 124M] [--batch 4] [--seq 64] [--steps 10] [--warmup 2]\n"
-                   "                          [--threads 1] [--rounds 1] [--baseline torch] [--json]\n"
-                   "                          [--precision bf16|fp16]  one process: that mixed precision against fp32,\n"
-                   "                          alternating (and PyTorch under torch.autocast of that type)\n"
-                   "                          [--nproc 1,2,4]  data parallel: dtrain train --nproc N for each N\n"
-                   "                          (threads per rank), against PyTorch DDP over gloo with --baseline torch,\n"
-                   "                          and against N independent 1-rank runs side by side (the machine's ceiling)\n"
-                   "                          [--train-flags \"--step-at-end\"]  more flags for dtrain train\n"
-                   "                          [--report DIR]  with --nproc: a run of the largest N into DIR and its\n"
-                   "                          report with the scaling chart (DIR/report.html)\n"
-                   "                          [--tp N [--sp] [--baseline torch]]  tensor (and sequence) parallelism on N ranks against one process\n"
-                   "                          with N threads and N data-parallel ranks (batch / N each), alternating, and\n"
-                   "                          PyTorch's tensor parallelism (DTensor over gloo; the baselines' venv)\n"
-                   "                          [--pp N [--micro-batches M] [--baseline torch]]  pipeline parallelism, GPipe, 1F1B, zb1 and interleaved,\n"
-                   "                          on N stages (M micro-batches of --batch a step, 2N by default) against one process with N\n"
-                   "                          threads and N data-parallel ranks, and PyTorch's pipelining (the baselines' venv)\n"
-                   "                          [--cp N]  context parallelism on N ranks by ring and by all-to-all against one\n"
-                   "                          process with N threads (--batch sequences of --seq; the model's positions grow to --seq)\n"
-                   "                          [--nproc 2 --zero 1|2|3 [--baseline fsdp|deepspeed|all]]  that ZeRO stage against\n"
-                   "                          dtrain's DDP and PyTorch's (ZeroRedundancyOptimizer, FSDP2) or DeepSpeed's at the\n"
-                   "                          stage (their virtual environment: scripts/make-baselines-venv.sh)\n"
-                   "                          [--model resnet50|resnet18|resnet34|resnet:small --synthetic [--nproc 1,2]]\n"
-                   "                          Horovod's synthetic benchmark: img/sec per worker (mean +- 1.96 sd) and in total,\n"
-                   "                          --steps iterations of --batch images per worker (default 64); --baseline torch:\n"
-                   "                          torchvision's model under PyTorch 2.x (the virtual environment) and Debian's PyTorch\n");
+            train_help();
             return 0;
         }
         if (!strcmp(f, "--json")) { o.json = 1; continue; }
@@ -93,91 +190,14 @@ static int bench_train(int argc, char **argv) {
         if (!strcmp(f, "--sp")) { o.sp = 1; continue; }
         if (!v) return dt_cli_flag_error("bench train", train_flags, f, NULL);
         i++;
-        char *end;
-        long n = strtol(v, &end, 10);
-        bool isnum = *end == 0 && n >= 0 && n < 100000;
-        if (!strcmp(f, "--nproc")) {
-            o.nnprocs = 0;
-            for (const char *q = v; *q;) {
-                char *e;
-                long k = strtol(q, &e, 10);
-                if (e == q || k < 1 || k > 256 || o.nnprocs == 16 || (*e && *e != ',')) {
-                    dt_log(DT_LOG_ERROR, "bench train: --nproc %s: expected a list like 1,2,4 (1..256, at most 16)", v);
-                    return 2;
-                }
-                o.nprocs[o.nnprocs++] = (int)k;
-                q = *e ? e + 1 : e;
-            }
-            continue;
+        if (!strcmp(f, "--nproc") && !nproc_list(v, &o)) {
+            dt_log(DT_LOG_ERROR, "bench train: --nproc %s: expected a list like 1,2,4 (1..256, at most 16)", v);
+            return 2;
         }
-        if (!strcmp(f, "--model")) o.model = v;
-        else if (!strcmp(f, "--train-flags")) o.train_flags = v;
-        else if (!strcmp(f, "--report")) o.report = v;
-        else if (!strcmp(f, "--precision") && (!strcmp(v, "bf16") || !strcmp(v, "fp16") || !strcmp(v, "fp32")))
-            o.precision = !strcmp(v, "bf16") ? DT_BF16 : !strcmp(v, "fp16") ? DT_F16 : DT_F32;
-        else if (!strcmp(f, "--baseline") && (!strcmp(v, "torch") || !strcmp(v, "fsdp") || !strcmp(v, "deepspeed") || !strcmp(v, "all")))
-            o.baseline = v;
-        else if (isnum && n >= 1 && n <= 3 && !strcmp(f, "--zero")) o.zero = (int)n;
-        else if (isnum && n >= 2 && n <= 256 && !strcmp(f, "--tp")) o.tp = (int)n;
-        else if (isnum && n >= 2 && n <= 256 && !strcmp(f, "--pp")) o.pp = (int)n;
-        else if (isnum && n >= 2 && n <= 256 && !strcmp(f, "--cp")) o.cp = (int)n;
-        else if (isnum && n >= 1 && n <= 1e6 && !strcmp(f, "--micro-batches")) o.micro = (int)n;
-        else if (isnum && n >= 1 && !strcmp(f, "--batch")) o.batch = (int)n, batch_given = true;
-        else if (isnum && n >= 1 && !strcmp(f, "--seq")) o.seq = (int)n;
-        else if (isnum && n >= 1 && !strcmp(f, "--steps")) o.steps = (int)n;
-        else if (isnum && !strcmp(f, "--warmup")) o.warmup = (int)n;
-        else if (isnum && !strcmp(f, "--threads")) o.threads = (int)n;
-        else if (isnum && n >= 1 && !strcmp(f, "--rounds")) o.rounds = (int)n;
-        else return dt_cli_flag_error("bench train", train_flags, f, v);
+        if (strcmp(f, "--nproc") && !train_flag(f, v, &o, &batch_given)) return dt_cli_flag_error("bench train", train_flags, f, v);
     }
-    bool image = !strncmp(o.model, "resnet", 6);
-    if (image != synthetic) {
-        dt_log(DT_LOG_ERROR, "bench train: %s", image ? "an image model is benchmarked on synthetic images: give --synthetic"
-                                                       : "--synthetic benchmarks an image model (--model resnet50, resnet18, ...)");
-        return 2;
-    }
-    if (image && (o.zero || o.precision != DT_F32 || o.report || (o.baseline && strcmp(o.baseline, "torch")))) {
-        dt_log(DT_LOG_ERROR, "bench train: --model %s --synthetic takes --nproc, --batch, --steps, --warmup, --threads, --rounds, "
-               "--baseline torch and --train-flags", o.model);
-        return 2;
-    }
-    if (image && !batch_given) o.batch = 64; /* Horovod's default */
-    if (o.baseline && strcmp(o.baseline, "torch") && !o.zero) {
-        dt_log(DT_LOG_ERROR, "bench train: --baseline %s compares a ZeRO stage (give --zero 1, 2 or 3)", o.baseline);
-        return 2;
-    }
-    if (o.zero && o.baseline && !strcmp(o.baseline, "torch")) {
-        dt_log(DT_LOG_ERROR, "bench train: --zero %d compares with fsdp, deepspeed or all (dtrain's DDP runs anyway)", o.zero);
-        return 2;
-    }
-    if (o.precision != DT_F32 && (o.nnprocs || o.zero)) {
-        dt_log(DT_LOG_ERROR, "bench train: --precision compares one process's fp32 and mixed-precision steps; for ranks give "
-               "--train-flags \"--precision bf16\"");
-        return 2;
-    }
-    if (o.report && !o.nnprocs) {
-        dt_log(DT_LOG_ERROR, "bench train: --report DIR charts the scaling of --nproc 1,2,4 (give --nproc)");
-        return 2;
-    }
-    if (o.sp && !o.tp) {
-        dt_log(DT_LOG_ERROR, "bench train: --sp compares sequence parallelism: give --tp N");
-        return 2;
-    }
-    if (o.tp && (image || o.zero || o.nnprocs || o.precision != DT_F32 || o.report || (o.baseline && strcmp(o.baseline, "torch")))) {
-        dt_log(DT_LOG_ERROR, "bench train: --tp N compares GPT-2 layouts on N cores; it takes --model, --batch, --seq, --steps, "
-               "--warmup, --rounds, --baseline torch and --train-flags");
-        return 2;
-    }
-    if (o.pp && (o.tp || image || o.zero || o.nnprocs || o.precision != DT_F32 || o.report || (o.baseline && strcmp(o.baseline, "torch")))) {
-        dt_log(DT_LOG_ERROR, "bench train: --pp N compares GPT-2 layouts on N cores; it takes --model, --batch, --micro-batches, --seq, "
-               "--steps, --warmup, --rounds, --baseline torch and --train-flags");
-        return 2;
-    }
-    if (o.cp && (o.tp || o.pp || image || o.zero || o.nnprocs || o.precision != DT_F32 || o.report || o.baseline)) {
-        dt_log(DT_LOG_ERROR, "bench train: --cp N compares GPT-2 layouts on N cores; it takes --model, --batch, --seq, --steps, "
-               "--warmup, --rounds and --train-flags");
-        return 2;
-    }
+    int bad = train_combination(&o, synthetic, batch_given);
+    if (bad) return bad;
     if (o.cp) return dt_bench_train_cp(&o);
     return o.pp ? dt_bench_train_pp(&o) : o.tp ? dt_bench_train_tp(&o) : dt_bench_train(&o);
 }
