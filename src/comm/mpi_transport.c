@@ -344,7 +344,9 @@ static void prefer_tcp_send_pipeline(void) {
 #endif
 }
 
-dt_status dt_mpi_init_world(dt_comm **out) {
+/* MPI started (or joined), and the world's own communicators: one for collectives, one for abort notices (a receive
+ * posted for them now). */
+static dt_status start_world(mpi_part **out) {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
@@ -353,7 +355,7 @@ dt_status dt_mpi_init_world(dt_comm **out) {
         mpi_started_here = true;
     } else MPI_Query_thread(&thread_level);
     mpi_part *m = calloc(1, sizeof *m);
-    if (!m) return dt_error(DT_ERR_NOMEM, "MPI world: out of memory");
+    if (!(*out = m)) return dt_error(DT_ERR_NOMEM, "MPI world: out of memory");
     MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
     MPI_Comm_dup(MPI_COMM_WORLD, &m->notice);
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
@@ -363,29 +365,71 @@ dt_status dt_mpi_init_world(dt_comm **out) {
     atexit(notice_linger);
     MPI_Irecv(m->notice_buf, sizeof m->notice_buf, MPI_CHAR, MPI_ANY_SOURCE, ABORT_TAG, m->notice, &m->notice_req);
     world_part = m;
-    int rank, size;
-    MPI_Comm_rank(m->comm, &rank);
-    MPI_Comm_size(m->comm, &size);
+    return DT_OK;
+}
 
-    MPI_Comm node;
+/* This rank's machine: its communicator (MPI's shared-memory split, or DTRAIN_FAKE_NODES=k consecutive blocks), its
+ * local rank and size, the machine's number and how many there are. */
+static void machine_of(MPI_Comm world, int rank, int size, MPI_Comm *node, int *lr, int *ls, int *node_id, int *nodes) {
     const char *fake = getenv("DTRAIN_FAKE_NODES");
     int k = fake ? atoi(fake) : 0;
-    if (k > 1 && k <= size) MPI_Comm_split(m->comm, (int)((long)rank * k / size), rank, &node);
-    else MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-    int lr, ls;
-    MPI_Comm_rank(node, &lr);
-    MPI_Comm_size(node, &ls);
+    if (k > 1 && k <= size) MPI_Comm_split(world, (int)((long)rank * k / size), rank, node);
+    else MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, node);
+    MPI_Comm_rank(*node, lr);
+    MPI_Comm_size(*node, ls);
     MPI_Comm leaders;
-    MPI_Comm_split(m->comm, lr == 0 ? 0 : MPI_UNDEFINED, rank, &leaders);
-    int node_id = 0, nodes = 0;
-    if (lr == 0) {
-        MPI_Comm_rank(leaders, &node_id);
-        MPI_Comm_size(leaders, &nodes);
+    MPI_Comm_split(world, *lr == 0 ? 0 : MPI_UNDEFINED, rank, &leaders);
+    *node_id = *nodes = 0;
+    if (*lr == 0) {
+        MPI_Comm_rank(leaders, node_id);
+        MPI_Comm_size(leaders, nodes);
         MPI_Comm_free(&leaders);
     }
-    MPI_Bcast(&node_id, 1, MPI_INT, 0, node);
-    MPI_Bcast(&nodes, 1, MPI_INT, 0, node);
+    MPI_Bcast(node_id, 1, MPI_INT, 0, *node);
+    MPI_Bcast(nodes, 1, MPI_INT, 0, *node);
+}
 
+/* The machine's shared segment: its first rank makes it (and the world's control block), the others map it; every
+ * rank of the world learns whether all could. */
+static dt_status machine_segment(dt_comm *c, MPI_Comm node, MPI_Comm world) {
+    int lr = c->local_rank, ls = c->local_size;
+    dt_status st = DT_OK;
+    long long info[3] = { 0, 0, 0 }; /* pid, fd, group offset */
+    if (lr == 0) {
+        st = dt_segment_create(0, ls, &c->seg);
+        uint64_t off = 0;
+        if (!st) st = dt_group_create(c, &off);
+        if (!st) { info[0] = getpid(); info[1] = c->seg->fd; info[2] = (long long)off; }
+    }
+    MPI_Bcast(info, 3, MPI_LONG_LONG, 0, node);
+    if (lr != 0 && info[0] == 0) st = dt_error(DT_ERR_SYS, "local rank 0 could not create the shared segment");
+    if (!st && lr != 0) {
+        int fd = -1;
+        st = open_peer_fd((int)info[0], (int)info[1], &fd);
+        if (!st) st = dt_segment_attach(fd, &c->seg);
+        if (!st) st = dt_group_attach(c, (uint64_t)info[2]);
+    }
+    if (!st) {
+        seg_proc *me = &c->seg->hdr->proc[lr];
+        atomic_store(&me->world_rank, c->rank);
+        atomic_store(&me->pid, (int32_t)getpid());
+        atomic_store(&me->state, PROC_ALIVE);
+    }
+    int ok = st == DT_OK, all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world);
+    if (!st && !all_ok) st = dt_error(DT_ERR_SYS, "another rank could not map its node's shared segment");
+    return st;
+}
+
+dt_status dt_mpi_init_world(dt_comm **out) {
+    mpi_part *m;
+    dt_status st = start_world(&m);
+    if (st) return st;
+    int rank, size, lr, ls, node_id, nodes;
+    MPI_Comm_rank(m->comm, &rank);
+    MPI_Comm_size(m->comm, &size);
+    MPI_Comm node;
+    machine_of(m->comm, rank, size, &node, &lr, &ls, &node_id, &nodes);
     dt_comm *c = calloc(1, sizeof *c);
     if (!c) return dt_error(DT_ERR_NOMEM, "MPI world: out of memory");
     c->rank = rank;
@@ -405,35 +449,7 @@ dt_status dt_mpi_init_world(dt_comm **out) {
         else c->local_index[j] = -1;
     }
     for (int j = 0; j < ls; j++) c->proc_of[j] = j;
-
-    dt_status st = DT_OK;
-    if (ls > 1) {
-        /* The node's first rank makes the segment and the world's control block. */
-        long long info[3] = { 0, 0, 0 }; /* pid, fd, group offset */
-        if (lr == 0) {
-            st = dt_segment_create(0, ls, &c->seg);
-            uint64_t off = 0;
-            if (!st) st = dt_group_create(c, &off);
-            if (!st) { info[0] = getpid(); info[1] = c->seg->fd; info[2] = (long long)off; }
-        }
-        MPI_Bcast(info, 3, MPI_LONG_LONG, 0, node);
-        if (lr != 0 && info[0] == 0) st = dt_error(DT_ERR_SYS, "local rank 0 could not create the shared segment");
-        if (!st && lr != 0) {
-            int fd = -1;
-            st = open_peer_fd((int)info[0], (int)info[1], &fd);
-            if (!st) st = dt_segment_attach(fd, &c->seg);
-            if (!st) st = dt_group_attach(c, (uint64_t)info[2]);
-        }
-        if (!st) {
-            seg_proc *me = &c->seg->hdr->proc[lr];
-            atomic_store(&me->world_rank, rank);
-            atomic_store(&me->pid, (int32_t)getpid());
-            atomic_store(&me->state, PROC_ALIVE);
-        }
-        int ok = st == DT_OK, all_ok = 0;
-        MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, m->comm);
-        if (!st && !all_ok) st = dt_error(DT_ERR_SYS, "another rank could not map its node's shared segment");
-    }
+    if (ls > 1) st = machine_segment(c, node, m->comm);
     MPI_Comm_free(&node);
     c->transport = nodes > 1 ? (ls > 1 ? "shm+mpi" : "mpi") : "shm";
     if (st) return st;
