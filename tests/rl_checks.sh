@@ -2,7 +2,10 @@
 # dtrain rl from the command line: PPO on CartPole over 1 and 2 local ranks (and mpirun's) gives the same episodes and
 # the same losses; the metrics rows carry env_steps and mean_return; --save writes the policy under PyTorch's names;
 # Pendulum's continuous PPO saves its Gaussian and its observation statistics, which rl eval plays; bad settings are
-# refused naming what is wrong.
+# refused naming what is wrong. PPO's run state (--save FILE writes FILE.state; --resume it): 10 updates and 10 more
+# resumed give the uninterrupted run's metrics and policy bit for bit (CartPole; Pendulum's normalisers on 2 ranks); a
+# run killed after a --save-every state goes on from it to the uninterrupted run's policy; what cannot be resumed (another
+# setting, a damaged file, LunarLander's physics world, IMPALA) is refused naming why.
 # usage: rl_checks.sh DTRAIN [MPIEXEC]
 set -u
 DTRAIN=$1
@@ -85,5 +88,39 @@ left=$(field clipfrac "$dir/rs.jsonl" | awk '{s += $1} END {print s / NR}')
     fail "reinforce short rollouts: '$w', left out $left"
 refused_rl "reinforce over --nproc 2" "one process" --algo reinforce --nproc 2
 refused_rl "--gae-lambda under reinforce" "--gae-lambda is PPO's" --algo reinforce --gae-lambda 0.9
+# the run's state: CartPole (lr constant: the schedule of 10 updates is the first 10 of 20's)
+st=(--env cartpole --envs 4 --rollout-steps 64 --no-anneal --print-every 0)
+same_run() { # WHAT A B: the metrics (all but the speed) and the policy files bit for bit
+    if [ "$(grep -c . "$dir/$2.jsonl")" = 20 ] && cmp -s <(sed 's/,"steps_per_s":[0-9.e+-]*//' "$dir/$2.jsonl") <(sed 's/,"steps_per_s":[0-9.e+-]*//' "$dir/$3.jsonl") &&
+        cmp -s "$dir/$2.safetensors" "$dir/$3.safetensors"; then ok "$1: the metrics of 20 updates and the policy bit for bit"
+    else fail "$1: $(tail -1 "$dir/$3.jsonl" | cut -c1-150) against $(tail -1 "$dir/$2.jsonl" | cut -c1-150)"; fi
+}
+"$DTRAIN" rl "${st[@]}" --total-steps 5120 --save "$dir/sa.safetensors" --metrics "$dir/sa.jsonl" > /dev/null 2>&1
+"$DTRAIN" rl "${st[@]}" --total-steps 2560 --save "$dir/sb.safetensors" --metrics "$dir/sb.jsonl" > /dev/null 2>&1 &&
+    "$DTRAIN" rl "${st[@]}" --total-steps 5120 --resume "$dir/sb.safetensors.state" --save "$dir/sb.safetensors" --metrics "$dir/sb.jsonl" > "$dir/sb.out" 2>&1
+same_run "CartPole, 10 updates then 10 resumed" sa sb
+pe=(--env pendulum --envs 4 --rollout-steps 64 --minibatches 4 --epochs 2 --no-anneal --print-every 0 --nproc 2)
+"$DTRAIN" rl "${pe[@]}" --total-steps 5120 --save "$dir/pa.safetensors" --metrics "$dir/pa.jsonl" > /dev/null 2>&1
+"$DTRAIN" rl "${pe[@]}" --total-steps 2560 --save "$dir/pb.safetensors" --metrics "$dir/pb.jsonl" > /dev/null 2>&1 &&
+    "$DTRAIN" rl "${pe[@]}" --total-steps 5120 --resume "$dir/pb.safetensors.state" --save "$dir/pb.safetensors" --metrics "$dir/pb.jsonl" > /dev/null 2>&1
+same_run "Pendulum on 2 ranks (observations and rewards normalised), 10 updates then 10 resumed" pa pb
+# killed after a state was saved (every 5 updates of 320): resumed, it ends where the uninterrupted run does
+long=("${st[@]}" --total-steps 81920)
+"$DTRAIN" rl "${long[@]}" --save "$dir/ka.safetensors" > /dev/null 2>&1
+"$DTRAIN" rl "${long[@]}" --save "$dir/kb.safetensors" --save-every 5 > /dev/null 2>&1 &
+pid=$!
+for i in $(seq 600); do [ -f "$dir/kb.safetensors.state" ] && break; sleep 0.05; done
+kill -9 $pid 2> /dev/null; wait $pid 2> /dev/null
+at=$(grep -ao '"updates":[0-9]*' "$dir/kb.safetensors.state" | cut -d: -f2)
+"$DTRAIN" rl "${long[@]}" --save "$dir/kb.safetensors" --resume "$dir/kb.safetensors.state" > "$dir/kb.out" 2>&1 &&
+    cmp -s "$dir/ka.safetensors" "$dir/kb.safetensors" && ok "killed with its state at update ${at:-?} of 320 (--save-every 5), resumed: the uninterrupted run's policy bit for bit" ||
+    fail "killed and resumed (state at update ${at:-?}): $(tail -1 "$dir/kb.out")"
+refused_rl "--resume with another environment count" "the run was saved with envs 4; this one has 8" --envs 8 --rollout-steps 64 --total-steps 9000 --no-anneal --resume "$dir/sb.safetensors.state"
+cp "$dir/sb.safetensors.state" "$dir/bad.state"
+printf '\x01' | dd of="$dir/bad.state" bs=1 seek=2000 conv=notrunc 2> /dev/null
+refused_rl "a damaged run state" "its check (CRC-32C) does not match" --rollout-steps 64 --total-steps 9000 --no-anneal --resume "$dir/bad.state"
+refused_rl "--save-every on LunarLander" "its state is a physics world" --env lunarlander --save "$dir/l.safetensors" --save-every 2
+refused_rl "--resume under IMPALA" "PPO saves and resumes its run's state" --algo impala --resume "$dir/sb.safetensors.state"
+refused_rl "--resume of a run with nothing left" "nothing left to train" --rollout-steps 64 --total-steps 5120 --no-anneal --resume "$dir/sb.safetensors.state"
 echo "rl checks: $passed passed, $failed failed"
 [ "$failed" = 0 ]

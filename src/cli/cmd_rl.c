@@ -22,6 +22,7 @@ static const dt_cli_flag flags[] = {
     { "--max-grad-norm", "a number from 0 (off) to 1e6" }, { "--hidden", "a whole number from 1 to 4096" },
     { "--no-norm-adv", "" }, { "--no-clip-vloss", "" }, { "--norm-obs", "0 or 1" }, { "--trunc-as-term", "" }, { "--norm-reward", "0 or 1" }, { "--print-every", "a whole number of updates from 0 (quiet) to 1e6" },
     { "--metrics", "a file (JSON lines)" }, { "--save", "a .safetensors file" }, { "--report", "a directory" },
+    { "--save-every", "a whole number of updates from 1 to 1e9" }, { "--resume", "a run state file (FILE.state, which --save FILE wrote)" },
     { "--threads", "a whole number from 1 to 256" },
     { "--help", "" }, { NULL, NULL },
 };
@@ -53,6 +54,11 @@ static void usage(void) {
            "last 100 episodes, the losses), --save FILE.safetensors (the actor's and critic's weights, PyTorch's names,\n"
            "and environment 0's observation statistics obs_rms.mean and obs_rms.var when they were normalised),\n"
            "--threads 1 per rank.\n"
+           "PPO's run state goes beside --save FILE as FILE.state (at the end, and every --save-every N updates): the\n"
+           "policy, Adam's moments, the last episodes' returns and every environment's state, its running episode and its\n"
+           "normalisers; --resume FILE.state with the run's settings (and a --total-steps as large or larger) goes on from it\n"
+           "as if the run had not stopped, on any --nproc that divides the environments (metrics appended). Built-in\n"
+           "environments whose state is numbers: LunarLander's physics world and a bridged environment cannot be saved.\n"
            "--env gym:ID: any environment gymnasium.make(ID) makes (\"module:ID\" imports module first), run by the bridge in\n"
            "Python workers (--python python3, which must have gymnasium; --env-workers W processes a rank, each holding a\n"
            "share of the rank's environments: one a core by default) that exchange actions, observations and rewards with\n"
@@ -178,7 +184,8 @@ int dt_cli_rl(int argc, char **argv) {
     double gamma = c.gamma, lam = c.gae_lambda, mbs = c.minibatches, epochs = c.epochs, clip = c.clip_coef, ent = c.ent_coef;
     double vf = c.vf_coef, mgn = c.max_grad_norm, hidden = c.hidden, every = c.print_every, threads = 1;
     double actors = c.actors, refresh = c.refresh, rho_bar = c.rho_bar, c_bar = c.c_bar;
-    const char *impala_flag = NULL, *ppo_flag = NULL; /* one of IMPALA's flags, of PPO's, given */
+    const char *impala_flag = NULL, *ppo_flag = NULL, *ppo_only = NULL; /* one of IMPALA's flags, of PPO's, given; PPO's alone */
+    double save_every = 0;
     const char *report = NULL;
     char metrics[4096], policy[4096];
     for (int i = 1; i < argc; i++) {
@@ -204,6 +211,8 @@ int dt_cli_rl(int argc, char **argv) {
         else if (!strcmp(f, "--norm-obs")) ok = (c.norm_obs = !strcmp(v, "1")) || !strcmp(v, "0");
         else if (!strcmp(f, "--norm-reward")) ok = (c.norm_reward = !strcmp(v, "1")) || !strcmp(v, "0");
         else if (!strcmp(f, "--save")) c.save = v;
+        else if (!strcmp(f, "--resume")) c.resume = v, ppo_only = f;
+        else if (!strcmp(f, "--save-every")) ok = dt_cli_number(v, 1, 1e9, &save_every) && save_every == (int)save_every, ppo_only = f;
         else if (!strcmp(f, "--report")) report = v;
         else if (!strcmp(f, "--nproc")) ok = dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc;
         else if (!strcmp(f, "--total-steps")) ok = dt_cli_number(v, 1, 1e12, &total) && total == (double)(int64_t)total;
@@ -245,6 +254,16 @@ int dt_cli_rl(int argc, char **argv) {
     c.refresh = (int)refresh;
     c.rho_bar = (float)rho_bar;
     c.c_bar = (float)c_bar;
+    c.save_every = (int)save_every;
+    if (c.algo != DT_RL_PPO && ppo_only) {
+        dt_log(DT_LOG_ERROR, "rl: %s: PPO saves and resumes its run's state; --algo %s saves its policy at the end (--save)", ppo_only,
+               c.algo == DT_RL_IMPALA ? "impala" : "reinforce");
+        return 2;
+    }
+    if (c.save_every && !c.save) {
+        dt_log(DT_LOG_ERROR, "rl: --save-every %d saves the run's state beside --save FILE: give --save", c.save_every);
+        return 2;
+    }
     if (c.algo != DT_RL_IMPALA && impala_flag) {
         dt_log(DT_LOG_ERROR, "rl: %s is IMPALA's (--algo impala)", impala_flag);
         return 2;

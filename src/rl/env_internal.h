@@ -56,6 +56,22 @@ const void *dt_env_state(const dt_env *e);
 extern const dt_env_kind dt_env_cartpole, dt_env_acrobot, dt_env_mountain_car, dt_env_pendulum, dt_env_lunar_lander,
     dt_env_lunar_lander_continuous;
 
+/* An environment's whole state as DT_ENV_RECORD doubles (a checkpoint's): its physical state, its stream's bits, its
+ * step in the episode and its flags; DT_ERR_UNSUPPORTED for a kind whose state is a physics world (LunarLander's);
+ * restore checks what it reads (DT_ERR_IO). */
+enum { DT_ENV_RECORD = DT_ENV_STATE_MAX + 4 };
+dt_status dt_env_record(const dt_env *e, double *rec);
+dt_status dt_env_restore(dt_env *e, const double *rec);
+/* Environment i of a pool as DT_ENV_POOL_RECORD doubles: its record, then the pool's running episode (ended, return,
+ * length); and the pool's step count. A bridged pool's environments cannot be saved (DT_ERR_UNSUPPORTED). */
+enum { DT_ENV_POOL_RECORD = DT_ENV_RECORD + 3 };
+dt_status dt_env_pool_record(const dt_env_pool *p, int i, double *rec);
+dt_status dt_env_pool_restore(dt_env_pool *p, int i, const double *rec);
+int64_t dt_env_pool_steps(const dt_env_pool *p);
+/* Why the pool's environments cannot be saved, or NULL where they can. */
+const char *dt_env_pool_unsaveable(const dt_env_pool *p);
+void dt_env_pool_set_steps(dt_env_pool *p, int64_t steps);
+
 /* DT_OK when action (in->act_dim floats) is in the space, else an error naming it. */
 dt_status dt_env_check_action(const dt_env_info *in, const float *action);
 /* Uniform in [low, high) as numpy's Generator.uniform computes it, from a double's 53 random bits. */

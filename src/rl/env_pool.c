@@ -193,3 +193,28 @@ int dt_env_pool_episodes(dt_env_pool *p, dt_episode *out, int cap) {
     p->ndone -= n;
     return n;
 }
+
+dt_status dt_env_pool_record(const dt_env_pool *p, int i, double *rec) {
+    if (!p->envs) return dt_error(DT_ERR_UNSUPPORTED, "a bridged environment's state lives in its Python process: a checkpoint cannot hold it");
+    dt_status st = dt_env_record(p->envs[i], rec);
+    rec[DT_ENV_RECORD] = p->ended[i], rec[DT_ENV_RECORD + 1] = p->ret[i], rec[DT_ENV_RECORD + 2] = p->len[i];
+    return st;
+}
+
+dt_status dt_env_pool_restore(dt_env_pool *p, int i, const double *rec) {
+    if (!p->envs) return dt_error(DT_ERR_UNSUPPORTED, "a bridged environment's state lives in its Python process: a checkpoint cannot hold it");
+    double ended = rec[DT_ENV_RECORD], len = rec[DT_ENV_RECORD + 2];
+    if ((ended != 0 && ended != 1) || !(len >= 0 && len <= 1e9 && len == (int)len) || !isfinite(rec[DT_ENV_RECORD + 1]))
+        return dt_error(DT_ERR_IO, "environment %d: a saved episode with flag %g, return %g, length %g", p->first + i, ended,
+                        rec[DT_ENV_RECORD + 1], len);
+    p->ended[i] = (uint8_t)ended, p->ret[i] = rec[DT_ENV_RECORD + 1], p->len[i] = (int)len;
+    return dt_env_restore(p->envs[i], rec);
+}
+
+const char *dt_env_pool_unsaveable(const dt_env_pool *p) {
+    if (!p->envs) return "a bridged environment's state lives in its Python process";
+    return dt_env_kind_of(p->envs[0])->create ? "its state is a physics world" : NULL;
+}
+
+int64_t dt_env_pool_steps(const dt_env_pool *p) { return p->steps; }
+void dt_env_pool_set_steps(dt_env_pool *p, int64_t steps) { p->steps = steps; }

@@ -6,7 +6,8 @@
 
 dt_status dt_rl_progress_open(dt_rl_progress *g, const dt_rl_config *c, int lead) {
     *g = (dt_rl_progress){ .print = lead, .print_every = c->print_every };
-    if (c->metrics && lead && !(g->metrics = fopen(c->metrics, "w")))
+    /* a resumed run goes on with the file it wrote */
+    if (c->metrics && lead && !(g->metrics = fopen(c->metrics, c->resume ? "a" : "w")))
         return dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
     return DT_OK;
 }

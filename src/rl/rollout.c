@@ -1,6 +1,7 @@
 /* A rollout of a pool under a policy (see rollout.h). */
 #include "rollout.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,5 +106,43 @@ dt_status dt_rollout_run(dt_rollout *r, int64_t step0, float *rec) {
             if (r->reset[j]) f[DT_RL_VALID] = 0; /* an autoreset (invalid already) or an episode the pool dropped */
         }
     }
+    return DT_OK;
+}
+
+size_t dt_rollout_record_len(const dt_rollout *r) {
+    return (size_t)r->od + 1 + (r->obs_norm ? 1 + 2 * (size_t)r->od : 0) + (r->ret_norm ? 4 : 0);
+}
+
+/* a normaliser's statistics (count, mean, variance) into rec, or from it; past them */
+static double *norm_out(const dt_running_norm *n, double *rec) {
+    size_t d = (size_t)n->dim;
+    rec[0] = n->count, memcpy(rec + 1, n->mean, d * sizeof *rec), memcpy(rec + 1 + d, n->var, d * sizeof *rec);
+    return rec + 1 + 2 * d;
+}
+
+static const double *norm_in(dt_running_norm *n, const double *rec) {
+    size_t d = (size_t)n->dim;
+    n->count = rec[0], memcpy(n->mean, rec + 1, d * sizeof *rec), memcpy(n->var, rec + 1 + d, d * sizeof *rec);
+    return rec + 1 + 2 * d;
+}
+
+void dt_rollout_record(const dt_rollout *r, int j, double *rec) {
+    for (int i = 0; i < r->od; i++) rec[i] = r->next_obs[(size_t)j * r->od + i];
+    rec += r->od;
+    *rec++ = r->ended[j];
+    if (r->obs_norm) rec = norm_out(&r->obs_norm[j], rec);
+    if (r->ret_norm) rec = norm_out(&r->ret_norm[j], rec), *rec = r->ret_acc[j];
+}
+
+dt_status dt_rollout_restore(dt_rollout *r, int j, const double *rec) {
+    size_t n = dt_rollout_record_len(r);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(rec[i])) return dt_error(DT_ERR_IO, "environment %d: a saved observation or statistic is not finite", r->first + j);
+    if (rec[r->od] != 0 && rec[r->od] != 1) return dt_error(DT_ERR_IO, "environment %d: a saved flag of %g", r->first + j, rec[r->od]);
+    for (int i = 0; i < r->od; i++) r->next_obs[(size_t)j * r->od + i] = (float)rec[i];
+    r->ended[j] = (uint8_t)rec[r->od];
+    const double *at = rec + r->od + 1;
+    if (r->obs_norm) at = norm_in(&r->obs_norm[j], at);
+    if (r->ret_norm) at = norm_in(&r->ret_norm[j], at), r->ret_acc[j] = *at;
     return DT_OK;
 }

@@ -34,6 +34,11 @@ static inline size_t dt_rollout_rec_len(int od, int ad) { return (size_t)od + ad
 /* The pool's environments are first .. first + n - 1 of the job; resets the pool. T: steps a rollout. */
 dt_status dt_rollout_init(dt_rollout *r, const dt_rl_config *c, dt_env_pool *pool, dt_policy *pol, int first, int T);
 void dt_rollout_free(dt_rollout *r);
+/* What a rollout keeps of environment j between rollouts, as doubles (a checkpoint's): the next observation, whether its
+ * episode ended, and its normalisers' statistics (count, mean, variance; the discounted return). */
+size_t dt_rollout_record_len(const dt_rollout *r);
+void dt_rollout_record(const dt_rollout *r, int j, double *rec);
+dt_status dt_rollout_restore(dt_rollout *r, int j, const double *rec);
 /* T steps from the pool's step step0 (counted from its reset) into rec [(T+1)][n][rec_len]. */
 dt_status dt_rollout_run(dt_rollout *r, int64_t step0, float *rec);
 

@@ -1,0 +1,33 @@
+/* A PPO run's state in one file, so that a run stopped after an update goes on as if it had not stopped: the learner
+ * (the policy's parameters, Adam's moments and step count, the last episodes' returns, the counters) and every
+ * environment (its physical state and stream, its running episode, the rollout's next observation and normalisers).
+ * The built-in environments whose state is numbers only (CartPole, Acrobot, MountainCar, Pendulum): LunarLander's is
+ * a physics world and a bridged one lives in Python, and those are refused by name. */
+#ifndef DTRAIN_RL_STATE_H
+#define DTRAIN_RL_STATE_H
+
+#include "dtrain/optim.h"
+#include "dtrain/rl.h"
+#include "policy.h"
+#include "progress.h"
+#include "rollout.h"
+
+typedef struct {
+    const dt_rl_config *c;
+    dt_comm *comm;        /* NULL: one rank */
+    int rank, P;
+    dt_env_pool *pool;    /* this rank's environments */
+    dt_rollout *ro;
+    dt_policy *pol;
+    dt_optim *opt;
+    dt_rl_progress *prog;
+} dt_rl_learner;
+
+/* After `updates` updates and `steps` environment steps, into path (written whole or not at all). Collective: every
+ * rank's environments are gathered to rank 0, which writes. */
+dt_status dt_rl_state_save(const dt_rl_learner *l, const char *path, int updates, int64_t steps);
+/* Read back (collective): rank 0 reads and checks it against this run (a setting that differs is named), every rank
+ * takes the learner and its own environments. The same environments split over any number of ranks. */
+dt_status dt_rl_state_load(const dt_rl_learner *l, const char *path, int *updates, int64_t *steps);
+
+#endif
