@@ -2,7 +2,7 @@
 # dtrain rl from the command line: PPO on CartPole over 1 and 2 local ranks (and mpirun's) gives the same episodes and
 # the same losses; the metrics rows carry env_steps and mean_return; --save writes the policy under PyTorch's names;
 # Pendulum's continuous PPO saves its Gaussian and its observation statistics, which rl eval plays; bad settings are
-# refused naming what is wrong. PPO's run state (--save FILE writes FILE.state; --resume it): 10 updates and 10 more
+# refused naming what is wrong. PPO's (and REINFORCE's) run state (--save FILE writes FILE.state; --resume it): 10 updates and 10 more
 # resumed give the uninterrupted run's metrics and policy bit for bit (CartPole; Pendulum's normalisers on 2 ranks); a
 # run killed after a --save-every state goes on from it to the uninterrupted run's policy; what cannot be resumed (another
 # setting, a damaged file, LunarLander's physics world, IMPALA) is refused naming why.
@@ -99,6 +99,11 @@ same_run() { # WHAT A B: the metrics (all but the speed) and the policy files bi
 "$DTRAIN" rl "${st[@]}" --total-steps 2560 --save "$dir/sb.safetensors" --metrics "$dir/sb.jsonl" > /dev/null 2>&1 &&
     "$DTRAIN" rl "${st[@]}" --total-steps 5120 --resume "$dir/sb.safetensors.state" --save "$dir/sb.safetensors" --metrics "$dir/sb.jsonl" > "$dir/sb.out" 2>&1
 same_run "CartPole, 10 updates then 10 resumed" sa sb
+rf=(--algo reinforce --env cartpole --envs 4 --rollout-steps 128 --no-anneal --print-every 0)
+"$DTRAIN" rl "${rf[@]}" --total-steps 10240 --save "$dir/ra.safetensors" --metrics "$dir/ra.jsonl" > /dev/null 2>&1
+"$DTRAIN" rl "${rf[@]}" --total-steps 5120 --save "$dir/rb.safetensors" --metrics "$dir/rb.jsonl" > /dev/null 2>&1 &&
+    "$DTRAIN" rl "${rf[@]}" --total-steps 10240 --resume "$dir/rb.safetensors.state" --save "$dir/rb.safetensors" --metrics "$dir/rb.jsonl" > /dev/null 2>&1
+same_run "REINFORCE on CartPole, 10 updates then 10 resumed" ra rb
 pe=(--env pendulum --envs 4 --rollout-steps 64 --minibatches 4 --epochs 2 --no-anneal --print-every 0 --nproc 2)
 "$DTRAIN" rl "${pe[@]}" --total-steps 5120 --save "$dir/pa.safetensors" --metrics "$dir/pa.jsonl" > /dev/null 2>&1
 "$DTRAIN" rl "${pe[@]}" --total-steps 2560 --save "$dir/pb.safetensors" --metrics "$dir/pb.jsonl" > /dev/null 2>&1 &&
@@ -120,7 +125,7 @@ cp "$dir/sb.safetensors.state" "$dir/bad.state"
 printf '\x01' | dd of="$dir/bad.state" bs=1 seek=2000 conv=notrunc 2> /dev/null
 refused_rl "a damaged run state" "its check (CRC-32C) does not match" --rollout-steps 64 --total-steps 9000 --no-anneal --resume "$dir/bad.state"
 refused_rl "--save-every on LunarLander" "its state is a physics world" --env lunarlander --save "$dir/l.safetensors" --save-every 2
-refused_rl "--resume under IMPALA" "PPO saves and resumes its run's state" --algo impala --resume "$dir/sb.safetensors.state"
+refused_rl "--resume under IMPALA" "PPO and REINFORCE save and resume their run's state" --algo impala --resume "$dir/sb.safetensors.state"
 refused_rl "--resume of a run with nothing left" "nothing left to train" --rollout-steps 64 --total-steps 5120 --no-anneal --resume "$dir/sb.safetensors.state"
 echo "rl checks: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -173,10 +173,10 @@ typedef struct {
     uint64_t seed;
     int print_every;      /* updates between progress lines (0: none) */
     const char *metrics;  /* a JSON-lines file of a row per update (rank 0), or NULL */
-    const char *save;     /* the policy's parameters at the end (a safetensors file), or NULL; PPO's run state beside it
+    const char *save;     /* the policy's parameters at the end (a safetensors file), or NULL; PPO's and REINFORCE's run state beside it
                            * (SAVE.state: dt_rl_state_save), then and every save_every updates */
-    int save_every;       /* PPO: updates between saves (0: at the end only) */
-    const char *resume;   /* PPO: a run state (SAVE.state) to go on from, or NULL */
+    int save_every;       /* PPO, REINFORCE: updates between saves (0: at the end only) */
+    const char *resume;   /* PPO, REINFORCE: a run state (SAVE.state) to go on from, or NULL */
     const dt_env_bridge_config *bridge; /* a "gym:" environment's workers (NULL: the defaults) */
     /* IMPALA's (num_envs split over the actors; num_steps: an actor's unroll; minibatches x epochs over each batch) */
     int actors;           /* actor processes */

@@ -54,7 +54,7 @@ static void usage(void) {
            "last 100 episodes, the losses), --save FILE.safetensors (the actor's and critic's weights, PyTorch's names,\n"
            "and environment 0's observation statistics obs_rms.mean and obs_rms.var when they were normalised),\n"
            "--threads 1 per rank.\n"
-           "PPO's run state goes beside --save FILE as FILE.state (at the end, and every --save-every N updates): the\n"
+           "PPO's and REINFORCE's run state goes beside --save FILE as FILE.state (at the end, and every --save-every N updates): the\n"
            "policy, Adam's moments, the last episodes' returns and every environment's state, its running episode and its\n"
            "normalisers; --resume FILE.state with the run's settings (and a --total-steps as large or larger) goes on from it\n"
            "as if the run had not stopped, on any --nproc that divides the environments (metrics appended). Built-in\n"
@@ -255,9 +255,9 @@ int dt_cli_rl(int argc, char **argv) {
     c.rho_bar = (float)rho_bar;
     c.c_bar = (float)c_bar;
     c.save_every = (int)save_every;
-    if (c.algo != DT_RL_PPO && ppo_only) {
-        dt_log(DT_LOG_ERROR, "rl: %s: PPO saves and resumes its run's state; --algo %s saves its policy at the end (--save)", ppo_only,
-               c.algo == DT_RL_IMPALA ? "impala" : "reinforce");
+    if (c.algo == DT_RL_IMPALA && ppo_only) {
+        dt_log(DT_LOG_ERROR, "rl: %s: PPO and REINFORCE save and resume their run's state; --algo impala saves its policy at the end "
+               "(--save: its actors' environments live in other processes)", ppo_only);
         return 2;
     }
     if (c.save_every && !c.save) {

@@ -6,7 +6,6 @@
 #include "dtrain/rl.h"
 #include "policy.h"
 #include "progress.h"
-#include "env_internal.h"
 #include "rl_state.h"
 #include "rollout.h"
 
@@ -290,19 +289,6 @@ static dt_rl_learner learner_of(ppo *p) {
                             .pol = p->pol, .opt = dt_engine_optim(p->e), .prog = &p->prog };
 }
 
-/* --save: the policy (rank 0) and the run's state beside it (SAVE.state, every rank's environments). */
-static dt_status save(ppo *p, int u, int64_t steps) {
-    const dt_rl_config *c = p->c;
-    dt_status st = DT_OK;
-    if (p->rank == 0) /* environment 0's statistics, which rank 0 holds */
-        st = dt_policy_save(p->pol, c->save, p->od, p->ro.obs_norm ? p->ro.obs_norm[0].mean : NULL, p->ro.obs_norm ? p->ro.obs_norm[0].var : NULL);
-    if (dt_env_pool_unsaveable(p->pool)) return st; /* the policy alone (said at the start) */
-    char path[4200];
-    snprintf(path, sizeof path, "%s.state", c->save);
-    dt_rl_learner l = learner_of(p);
-    dt_status s2 = dt_rl_state_save(&l, path, u, steps);
-    return st ? st : s2;
-}
 
 dt_status dt_ppo_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_update, void *ctx, dt_rl_result *res) {
     ppo p = { 0 };
@@ -325,21 +311,9 @@ dt_status dt_ppo_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_
     int64_t steps = 0, steps0 = 0;
     double loss = 0;
     int u = 0, u0 = 0;
-    const char *why = st ? NULL : dt_env_pool_unsaveable(p.pool);
-    if (why && (c->resume || c->save_every))
-        st = dt_error(DT_ERR_UNSUPPORTED, "%s: %s: %s, which a run state cannot hold", c->resume ? "--resume" : "--save-every",
-                      dt_env_pool_info(p.pool)->id, why);
-    else if (why && c->save && p.rank == 0)
-        dt_log(DT_LOG_WARN, "rl: --save %s keeps the policy; the run's state is not saved beside it (%s: %s)", c->save, dt_env_pool_info(p.pool)->id, why);
-    if (!st && c->resume) {
-        dt_rl_learner l = learner_of(&p);
-        st = dt_rl_state_load(&l, c->resume, &u0, &steps);
-        steps0 = steps;
-        if (!st && u0 >= updates)
-            st = dt_error(DT_ERR_ARG, "%s is at update %d of %d (--total-steps %lld): nothing left to train", c->resume, u0, updates,
-                          (long long)c->total_steps);
-        if (!st && p.rank == 0 && c->print_every) printf("resumed from %s at update %d (%lld environment steps)\n", c->resume, u0, (long long)steps);
-    }
+    dt_rl_learner l = st ? (dt_rl_learner){ 0 } : learner_of(&p);
+    if (!st) st = dt_rl_resume_run(&l, updates, &u0, &steps);
+    steps0 = steps;
     for (u = u0 + 1; !st && u <= updates; u++) {
         float lr = c->anneal_lr ? (float)(1.0 - (double)(u - 1) / updates) * c->lr : c->lr;
         int dropped = 0;
@@ -358,9 +332,9 @@ dt_status dt_ppo_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_
             dt_rl_result r = so_far(&p, u, steps, loss, sps);
             after_update(&r, dt_policy_params(p.pol), dt_policy_num_params(p.pol), ctx);
         }
-        if (c->save && c->save_every && u % c->save_every == 0 && u < updates) st = save(&p, u, steps);
+        if (c->save && c->save_every && u % c->save_every == 0 && u < updates) st = dt_rl_save_run(&l, u, steps);
     }
-    if (!st && c->save) st = save(&p, u - 1, steps);
+    if (!st && c->save) st = dt_rl_save_run(&l, u - 1, steps);
     if (res) *res = so_far(&p, u - 1, steps, loss, (double)(steps - steps0) / (dt_time_now() - t0));
     teardown(&p);
     return st;

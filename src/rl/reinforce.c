@@ -10,6 +10,7 @@
 #include "pg_step.h"
 #include "policy.h"
 #include "progress.h"
+#include "rl_state.h"
 #include "rollout.h"
 
 #include <math.h>
@@ -154,6 +155,10 @@ static void teardown(reinforce *p) {
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) free(b[i]);
 }
 
+static dt_rl_learner learner_of(reinforce *p) {
+    return (dt_rl_learner){ .c = p->c, .P = 1, .pool = p->pool, .ro = &p->ro, .pol = p->pol, .opt = dt_engine_optim(p->e), .prog = &p->prog };
+}
+
 static dt_rl_result so_far(const reinforce *p, int updates, int64_t steps, double loss, double t0) {
     return (dt_rl_result){ .env_steps = steps, .updates = updates, .episodes = (int)p->prog.episodes,
                            .mean_return = dt_rl_progress_mean(&p->prog), .loss = loss, .terms = p->step.terms,
@@ -169,7 +174,11 @@ dt_status dt_reinforce_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer 
         st = dt_error(DT_ERR_ARG, "reinforce: --total-steps %lld is less than one rollout (%d envs x %d steps)",
                       (long long)c->total_steps, p.N, p.T);
     double t0 = dt_time_now(), loss = 0;
-    for (u = 1; !st && u <= updates; u++) {
+    int u0 = 0;
+    dt_rl_learner l = st ? (dt_rl_learner){ 0 } : learner_of(&p);
+    if (!st) st = dt_rl_resume_run(&l, updates, &u0, &steps);
+    int64_t steps0 = steps;
+    for (u = u0 + 1; !st && u <= updates; u++) {
         float lr = c->anneal_lr ? (float)(1.0 - (double)(u - 1) / updates) * c->lr : c->lr;
         if ((st = dt_rollout_run(&p.ro, (int64_t)(u - 1) * p.T, p.rec))) break;
         int n = dt_env_pool_episodes(p.pool, p.eps, EPISODES_CAP);
@@ -179,15 +188,14 @@ dt_status dt_reinforce_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer 
         steps += per_update;
         dt_rl_terms t = p.step.terms;
         t.clipfrac = 1 - p.used; /* reported as the fraction of steps left out (not in a whole episode) */
-        dt_rl_progress_update(&p.prog, u, updates, steps, loss, &t, lr, steps / (dt_time_now() - t0), NAN);
+        dt_rl_progress_update(&p.prog, u, updates, steps, loss, &t, lr, (double)(steps - steps0) / (dt_time_now() - t0), NAN);
         if (after_update) {
             dt_rl_result r = so_far(&p, u, steps, loss, t0);
             after_update(&r, dt_policy_params(p.pol), dt_policy_num_params(p.pol), ctx);
         }
+        if (c->save && c->save_every && u % c->save_every == 0 && u < updates) st = dt_rl_save_run(&l, u, steps);
     }
-    if (!st && c->save)
-        st = dt_policy_save(p.pol, c->save, p.od, p.ro.obs_norm ? p.ro.obs_norm[0].mean : NULL,
-                            p.ro.obs_norm ? p.ro.obs_norm[0].var : NULL);
+    if (!st && c->save) st = dt_rl_save_run(&l, u - 1, steps);
     if (res) *res = so_far(&p, u - 1, steps, loss, t0);
     teardown(&p);
     return st;

@@ -1,4 +1,4 @@
-/* A PPO run's state file (see rl_state.h): the magic line, the header's length (8 bytes) and the header (JSON: the
+/* A PPO or REINFORCE run's state file (see rl_state.h): the magic line, the header's length (8 bytes) and the header (JSON: the
  * settings the state depends on, the counters), then doubles: the policy's parameters, Adam's first and second moments,
  * the last DT_RL_WINDOW episodes' returns, and each environment's record in the job's order; then the CRC-32C of the
  * header and the doubles. Floats travel as doubles (exactly). */
@@ -21,7 +21,7 @@ static size_t learner_len(const dt_rl_learner *l) { return 3 * dt_policy_num_par
 static cJSON *settings(const dt_rl_learner *l) {
     const dt_env_info *in = dt_env_pool_info(l->pool);
     cJSON *h = cJSON_CreateObject();
-    cJSON_AddStringToObject(h, "algo", "ppo");
+    cJSON_AddStringToObject(h, "algo", l->c->algo == DT_RL_REINFORCE ? "reinforce" : "ppo");
     cJSON_AddStringToObject(h, "env", in->id);
     cJSON_AddNumberToObject(h, "envs", l->c->num_envs);
     cJSON_AddNumberToObject(h, "rollout_steps", l->c->num_steps);
@@ -211,4 +211,33 @@ dt_status dt_rl_state_load(const dt_rl_learner *l, const char *path, int *update
     free(mine);
     free(all);
     return agree(l, bs, "rl: resuming the run's state");
+}
+
+dt_status dt_rl_resume_run(const dt_rl_learner *l, int updates, int *u0, int64_t *steps) {
+    const dt_rl_config *c = l->c;
+    const char *why = dt_env_pool_unsaveable(l->pool), *id = dt_env_pool_info(l->pool)->id;
+    *u0 = 0, *steps = 0;
+    if (why && (c->resume || c->save_every))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: %s: %s, which a run state cannot hold", c->resume ? "--resume" : "--save-every", id, why);
+    if (why && c->save && l->rank == 0)
+        dt_log(DT_LOG_WARN, "rl: --save %s keeps the policy; the run's state is not saved beside it (%s: %s)", c->save, id, why);
+    if (!c->resume) return DT_OK;
+    dt_status st = dt_rl_state_load(l, c->resume, u0, steps);
+    if (!st && *u0 >= updates)
+        st = dt_error(DT_ERR_ARG, "%s is at update %d of %d (--total-steps %lld): nothing left to train", c->resume, *u0, updates,
+                      (long long)c->total_steps);
+    if (!st && l->rank == 0 && c->print_every) printf("resumed from %s at update %d (%lld environment steps)\n", c->resume, *u0, (long long)*steps);
+    return st;
+}
+
+dt_status dt_rl_save_run(const dt_rl_learner *l, int updates, int64_t steps) {
+    const dt_rollout *ro = l->ro;
+    dt_status st = DT_OK;
+    if (l->rank == 0) /* environment 0's statistics, which rank 0 holds */
+        st = dt_policy_save(l->pol, l->c->save, ro->od, ro->obs_norm ? ro->obs_norm[0].mean : NULL, ro->obs_norm ? ro->obs_norm[0].var : NULL);
+    if (dt_env_pool_unsaveable(l->pool)) return st; /* the policy alone (said at the start) */
+    char path[4200];
+    snprintf(path, sizeof path, "%s.state", l->c->save);
+    dt_status s2 = dt_rl_state_save(l, path, updates, steps);
+    return st ? st : s2;
 }

@@ -1,4 +1,4 @@
-/* A PPO run's state in one file, so that a run stopped after an update goes on as if it had not stopped: the learner
+/* A PPO or REINFORCE run's state in one file, so that a run stopped after an update goes on as if it had not stopped: the learner
  * (the policy's parameters, Adam's moments and step count, the last episodes' returns, the counters) and every
  * environment (its physical state and stream, its running episode, the rollout's next observation and normalisers).
  * The built-in environments whose state is numbers only (CartPole, Acrobot, MountainCar, Pendulum): LunarLander's is
@@ -29,5 +29,13 @@ dt_status dt_rl_state_save(const dt_rl_learner *l, const char *path, int updates
 /* Read back (collective): rank 0 reads and checks it against this run (a setting that differs is named), every rank
  * takes the learner and its own environments. The same environments split over any number of ranks. */
 dt_status dt_rl_state_load(const dt_rl_learner *l, const char *path, int *updates, int64_t *steps);
+
+/* A run's start (collective): --resume's state taken (*u0 the updates it had done of the run's `updates`, *steps its
+ * environment steps; 0 without --resume), --resume and --save-every refused where the environments cannot be saved,
+ * and --save said to keep the policy alone there. */
+dt_status dt_rl_resume_run(const dt_rl_learner *l, int updates, int *u0, int64_t *steps);
+/* --save after `updates` (collective): the policy (rank 0: environment 0's observation statistics with it) and the
+ * run's state beside it (SAVE.state) where the environments can be saved. */
+dt_status dt_rl_save_run(const dt_rl_learner *l, int updates, int64_t steps);
 
 #endif
