@@ -7,7 +7,8 @@
 # LR and LR_MIN (the demo's 4e-3 and 4e-4) set both frameworks' schedule: PyTorch's GPT-2 (bench/torch_gpt2.py's)
 # stalls near the bytes' unigram loss (3.03 after 100 steps, dtrain 2.31) at the demo's 4e-3 and trains at 1e-3.
 # usage: bench/compress_accuracy.sh [STEPS (800)] [SETTINGS ("powersgd:2:30 powersgd:4:30 topk:0.01:30"), each
-#        powersgd:RANK:START, topk:DENSITY:START or onebit:-:START (1-bit Adam, its variance frozen at START)]
+#        powersgd:RANK:START, topk:DENSITY:START[:EXCHANGE] (allgather, oktopk; auto by default) or onebit:-:START
+#        (1-bit Adam, its variance frozen at START)]
 set -euo pipefail
 steps=${1:-800}
 settings=${2:-powersgd:2:30 powersgd:4:30 topk:0.01:30}
@@ -44,9 +45,10 @@ if [ -x "$venv/bin/python" ]; then
     echo "# PyTorch DDP (gloo) from dtrain's initial weights, dense: val loss $torch_dense"
 fi
 for s in $settings; do
-    IFS=: read -r codec level start <<< "$s"
+    IFS=: read -r codec level start exch <<< "$s"
     case $codec in
-        topk) flags=(--compress-density "$level" --compress-start "$start") name="topk $level from $start" ;;
+        topk) flags=(--compress-density "$level" --compress-start "$start" --compress-exchange "${exch:-auto}")
+              name="topk $level from $start${exch:+ $exch}" ;;
         onebit) flags=(--compress-start "$start") name="onebit from $start" ;;
         *) flags=(--compress-rank "$level" --compress-start "$start") name="$codec rank $level from $start" ;;
     esac
