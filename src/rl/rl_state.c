@@ -162,7 +162,7 @@ static dt_status read_checked(const dt_rl_learner *l, const char *path, double *
     static const char *const keys[NSCALARS - 1] = { "updates", "env_steps", "episodes", "optimizer_steps", "pool_steps" };
     for (int i = 0; !st && i < NSCALARS - 1; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(h, keys[i]);
-        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 1e15)
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > (i == 0 ? 2147483647.0 : 1e15) || x->valuedouble != (double)(int64_t)x->valuedouble)
             st = dt_error(DT_ERR_IO, "%s: its header's %s is missing or not a count", path, keys[i]);
         else scalars[i] = x->valuedouble;
     }
