@@ -174,6 +174,37 @@ static void set_defaults(int argc, char **argv, dt_rl_config *c, dt_env_bridge_c
     dt_env_pool_destroy(p);
 }
 
+/* The settings against the algorithm: 0 where it runs them, else 2 (said). impala_flag, ppo_flag: one of IMPALA's flags,
+ * of PPO's alone, given (NULL: none); state_flag: --resume or --save-every (PPO's and REINFORCE's), given. */
+static int algo_combination(const dt_rl_config *c, double nproc, const char *impala_flag, const char *ppo_flag, const char *state_flag) {
+    if (c->algo == DT_RL_IMPALA && state_flag) {
+        dt_log(DT_LOG_ERROR, "rl: %s: PPO and REINFORCE save and resume their run's state; --algo impala saves its policy at the end "
+               "(--save: its actors' environments live in other processes)", state_flag);
+        return 2;
+    }
+    if (c->save_every && !c->save) {
+        dt_log(DT_LOG_ERROR, "rl: --save-every %d saves the run's state beside --save FILE: give --save", c->save_every);
+        return 2;
+    }
+    if (c->algo != DT_RL_IMPALA && impala_flag) {
+        dt_log(DT_LOG_ERROR, "rl: %s is IMPALA's (--algo impala)", impala_flag);
+        return 2;
+    }
+    if (c->algo == DT_RL_IMPALA && nproc > 1) {
+        dt_log(DT_LOG_ERROR, "rl: --algo impala runs one learner that starts its own actors (--actors N); --nproc is PPO's");
+        return 2;
+    }
+    if (c->algo == DT_RL_REINFORCE && nproc > 1) {
+        dt_log(DT_LOG_ERROR, "rl: --algo reinforce runs in one process; --nproc is PPO's");
+        return 2;
+    }
+    if (c->algo != DT_RL_PPO && ppo_flag) { /* settings the other algorithms would ignore */
+        dt_log(DT_LOG_ERROR, "rl: %s is PPO's (--algo ppo)", ppo_flag);
+        return 2;
+    }
+    return 0;
+}
+
 int dt_cli_rl(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "eval")) return eval(argc - 1, argv + 1);
     if (argc == 3 && !strcmp(argv[1], "actor")) return dt_rl_actor_main(atoi(argv[2])); /* started by the learner */
@@ -184,7 +215,7 @@ int dt_cli_rl(int argc, char **argv) {
     double gamma = c.gamma, lam = c.gae_lambda, mbs = c.minibatches, epochs = c.epochs, clip = c.clip_coef, ent = c.ent_coef;
     double vf = c.vf_coef, mgn = c.max_grad_norm, hidden = c.hidden, every = c.print_every, threads = 1;
     double actors = c.actors, refresh = c.refresh, rho_bar = c.rho_bar, c_bar = c.c_bar;
-    const char *impala_flag = NULL, *ppo_flag = NULL, *ppo_only = NULL; /* one of IMPALA's flags, of PPO's, given; PPO's alone */
+    const char *impala_flag = NULL, *ppo_flag = NULL, *state_flag = NULL; /* one of IMPALA's flags, of PPO's, given; PPO's alone */
     double save_every = 0;
     const char *report = NULL;
     char metrics[4096], policy[4096];
@@ -211,8 +242,8 @@ int dt_cli_rl(int argc, char **argv) {
         else if (!strcmp(f, "--norm-obs")) ok = (c.norm_obs = !strcmp(v, "1")) || !strcmp(v, "0");
         else if (!strcmp(f, "--norm-reward")) ok = (c.norm_reward = !strcmp(v, "1")) || !strcmp(v, "0");
         else if (!strcmp(f, "--save")) c.save = v;
-        else if (!strcmp(f, "--resume")) c.resume = v, ppo_only = f;
-        else if (!strcmp(f, "--save-every")) ok = dt_cli_number(v, 1, 1e9, &save_every) && save_every == (int)save_every, ppo_only = f;
+        else if (!strcmp(f, "--resume")) c.resume = v, state_flag = f;
+        else if (!strcmp(f, "--save-every")) ok = dt_cli_number(v, 1, 1e9, &save_every) && save_every == (int)save_every, state_flag = f;
         else if (!strcmp(f, "--report")) report = v;
         else if (!strcmp(f, "--nproc")) ok = dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc;
         else if (!strcmp(f, "--total-steps")) ok = dt_cli_number(v, 1, 1e12, &total) && total == (double)(int64_t)total;
@@ -255,31 +286,8 @@ int dt_cli_rl(int argc, char **argv) {
     c.rho_bar = (float)rho_bar;
     c.c_bar = (float)c_bar;
     c.save_every = (int)save_every;
-    if (c.algo == DT_RL_IMPALA && ppo_only) {
-        dt_log(DT_LOG_ERROR, "rl: %s: PPO and REINFORCE save and resume their run's state; --algo impala saves its policy at the end "
-               "(--save: its actors' environments live in other processes)", ppo_only);
-        return 2;
-    }
-    if (c.save_every && !c.save) {
-        dt_log(DT_LOG_ERROR, "rl: --save-every %d saves the run's state beside --save FILE: give --save", c.save_every);
-        return 2;
-    }
-    if (c.algo != DT_RL_IMPALA && impala_flag) {
-        dt_log(DT_LOG_ERROR, "rl: %s is IMPALA's (--algo impala)", impala_flag);
-        return 2;
-    }
-    if (c.algo == DT_RL_IMPALA && nproc > 1) {
-        dt_log(DT_LOG_ERROR, "rl: --algo impala runs one learner that starts its own actors (--actors N); --nproc is PPO's");
-        return 2;
-    }
-    if (c.algo == DT_RL_REINFORCE && nproc > 1) {
-        dt_log(DT_LOG_ERROR, "rl: --algo reinforce runs in one process; --nproc is PPO's");
-        return 2;
-    }
-    if (c.algo != DT_RL_PPO && ppo_flag) { /* settings the other algorithms would ignore */
-        dt_log(DT_LOG_ERROR, "rl: %s is PPO's (--algo ppo)", ppo_flag);
-        return 2;
-    }
+    int bad = algo_combination(&c, nproc, impala_flag, ppo_flag, state_flag);
+    if (bad) return bad;
     dt_comm *w;
     int launched, rc = dt_cli_join("rl", "", nproc, -1, argv, &w, &launched);
     if (rc || launched >= 0) return rc ? rc : launched;
