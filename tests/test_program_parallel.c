@@ -129,7 +129,7 @@ static void run_cp(dt_comm *w, const char *what, const char *family, int KV, boo
                        .norm_eps = 1e-5f, .rope_theta = 10000, .untied = !tied };
     dt_cp *cpx = NULL;
     dt_program *whole = NULL, *m = NULL;
-    dt_status st = dt_cp_create(w, impl, &cpx);
+    dt_status st = dt_cp_create(w, impl, DT_PP_WIRE_F32, &cpx);
     dt_model_part part = { .ua = 0, .ub = c.num_layers + 2, .tp_size = 1, .cp_rank = dt_comm_rank(w), .cp_size = N,
                           .cp = cpx ? dt_cp_model_ops(cpx) : NULL };
     if (!st) st = dt_program_create(&c, &whole);

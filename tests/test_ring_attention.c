@@ -21,9 +21,10 @@ static int passed, failed, r;
 
 static double rel(double d, double m) { return m > 0 ? d / m : d; }
 
-static void check(dt_comm *w, int ulysses, int B, int T, int C, int NH) {
+/* bound: where the ring's blocks travel coded (wire), what they may part from one process by (else 1e-5) */
+static void check_wire(dt_comm *w, int ulysses, dt_pp_wire wire, double bound, int B, int T, int C, int NH) {
     int N = dt_comm_size(w);
-    dt_cp_config c = { w, B, T, C, NH, NULL };
+    dt_cp_config c = { w, B, T, C, NH, NULL, wire };
     int tc = dt_ring_chunk_rows(&c);
     double eo = 0, mo_ = 0, el = 0, ml_ = 0, eg = 0, mg = 0;
     size_t C3 = 3 * (size_t)C, n = (size_t)B * T * C3, rows = (size_t)B * 2 * tc;
@@ -44,7 +45,9 @@ static void check(dt_comm *w, int ulysses, int B, int T, int C, int NH) {
             memcpy(mq + to * C3, qkv + from * C3, (size_t)tc * C3 * sizeof(float));
             memcpy(mdy + to * C, dy + from * C, (size_t)tc * C * sizeof(float));
         }
-    const char *name = ulysses ? "all-to-all attention" : "ring attention";
+    char name[64];
+    snprintf(name, sizeof name, "%s%s%s", ulysses ? "all-to-all attention" : "ring attention", wire ? ", --cp-wire " : "",
+             wire ? dt_pp_wire_name(wire) : "");
     dt_status st = ulysses ? dt_ulysses_attention_forward(&c, mo, ml, mq, work) : dt_ring_attention_forward(&c, mo, ml, mq, work);
     if (!st) st = ulysses ? dt_ulysses_attention_backward(&c, md, mdy, mo, mq, ml, work) : dt_ring_attention_backward(&c, md, mdy, mo, mq, ml, work);
     CHECK(!st, "%s: %s", name, st ? dt_last_error() : "");
@@ -80,12 +83,16 @@ static void check(dt_comm *w, int ulysses, int B, int T, int C, int NH) {
                     ml_ = fmax(ml_, fabs(e));
                 }
         }
-    CHECK(!st && rel(eo, mo_) <= 1e-5 && rel(el, ml_) <= 1e-5 && rel(eg, mg) <= 1e-5,
-          "%s, N=%d T=%d: output %.2g, lse %.2g, dq/dk/dv %.2g (1e-5)", name, N, T, rel(eo, mo_), rel(el, ml_), rel(eg, mg));
+    double tol = wire ? bound : 1e-5, worst = fmax(rel(eo, mo_), fmax(rel(el, ml_), rel(eg, mg)));
+    /* a coded wire must have coded something (with more than one rank a block travels) */
+    CHECK(!st && worst <= tol && (!wire || N == 1 || worst > 0), "%s, N=%d T=%d: output %.2g, lse %.2g, dq/dk/dv %.2g (%g)", name, N, T,
+          rel(eo, mo_), rel(el, ml_), rel(eg, mg), tol);
     if (r == 0) printf("%s, %d ranks, T %d (chunks of %d): output %.2g, lse %.2g, dq/dk/dv %.2g relative to one process\n", name, N, T, tc,
                        rel(eo, mo_), rel(el, ml_), rel(eg, mg));
     free(qkv); free(dy); free(out); free(lse); free(dqkv); free(mq); free(mdy); free(mo); free(ml); free(md); free(work);
 }
+
+static void check(dt_comm *w, int ulysses, int B, int T, int C, int NH) { check_wire(w, ulysses, DT_PP_WIRE_F32, 0, B, T, C, NH); }
 
 int main(void) {
     dt_comm *w;
@@ -97,12 +104,15 @@ int main(void) {
     check(w, 0, 1, 2 * N * 70, 16, 2);  /* chunks longer than a block of 64 keys */
     check(w, 1, 2, 2 * N * 7, 24, 12);  /* 12 heads split over 1..4 ranks */
     check(w, 1, 1, 2 * N * 70, 24, 12);
+    /* the ring's blocks and their gradients in bf16 and int8 (--cp-wire): near one process, and not equal to it */
+    check_wire(w, 0, DT_PP_WIRE_BF16, 1e-2, 2, 2 * N * 7, 24, 3);
+    check_wire(w, 0, DT_PP_WIRE_INT8, 3e-2, 1, 2 * N * 70, 16, 2);
     if (N > 1) {
-        dt_cp_config odd = { w, 1, 2 * N * 7, 16, N + 1, NULL };
+        dt_cp_config odd = { w, 1, 2 * N * 7, 16, N + 1, NULL, DT_PP_WIRE_F32 };
         float x = 0;
         CHECK(dt_ulysses_attention_forward(&odd, &x, &x, &x, &x) && strstr(dt_last_error(), "heads"), "%d heads over %d ranks accepted", N + 1, N);
     }
-    dt_cp_config bad = { w, 1, 2 * N * 7 + 1, 16, 2, NULL };
+    dt_cp_config bad = { w, 1, 2 * N * 7 + 1, 16, 2, NULL, DT_PP_WIRE_F32 };
     CHECK(dt_ring_chunk_rows(&bad) == 0 && strstr(dt_last_error(), "do not split"), "T = %d accepted", bad.T);
     /* the loader's cut (dt_gpt2_cp_rows, in place) is the ring's chunks r and 2N-1-r of every sequence */
     {
@@ -110,7 +120,7 @@ int main(void) {
         int32_t x[3 * 40];
         for (int i = 0; i < B * T; i++) x[i] = i;
         dt_gpt2_cp_rows(x, B, T, r, N);
-        dt_cp_config c = { w, B, T, 8, 1, NULL };
+        dt_cp_config c = { w, B, T, 8, 1, NULL, DT_PP_WIRE_F32 };
         int bad = 0;
         for (int b = 0; b < B; b++)
             for (int i = 0; i < 2; i++)

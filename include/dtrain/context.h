@@ -6,6 +6,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/model.h"
+#include "dtrain/pipeline.h" /* the wire codec (dt_pp_wire) the ring's blocks may travel in */
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,14 +21,15 @@ typedef struct {
     dt_comm *cp;        /* the context-parallel group, N ranks */
     int B, T, C, NH;    /* sequences, the whole sequence's positions, channels, heads */
     double *waited;     /* NULL, or += the seconds spent waiting on the group (traffic compute did not hide) */
+    dt_pp_wire wire;    /* the ring's blocks and their gradients on the wire: f32, bf16 or int8 (a scale a row of C) */
 } dt_cp_config;
 /* Rows per chunk, T / (2N); 0 (and an error) when it does not divide. */
 int dt_ring_chunk_rows(const dt_cp_config *c);
 /* The first position of this rank's chunk i (0 or 1). */
 int dt_ring_chunk_pos(const dt_cp_config *c, int rank, int i);
 /* Floats of work space forward and backward need: 5 B x 2Tc x 2C (two
- * key/value blocks and three of their gradients: computed, sent, arriving)
- * and one block's output. */
+ * key/value blocks and three of their gradients: computed, sent, arriving),
+ * one block's output, and a coded wire's two messages (out, in). */
 size_t dt_ring_work_floats(const dt_cp_config *c);
 
 /* Causal attention of this rank's rows over the whole sequence: qkv
@@ -74,7 +76,8 @@ const char *dt_cp_impl_name(dt_cp_impl i);
  * memory, long sequences a rank favour the ring. */
 dt_cp_impl dt_cp_choose(int n, int heads, int tl, double flops, double link, double mem);
 typedef struct dt_cp dt_cp;
-dt_status dt_cp_create(dt_comm *cp, dt_cp_impl impl, dt_cp **out);
+/* wire: the ring's (--cp-wire; the all-to-all takes f32 only) */
+dt_status dt_cp_create(dt_comm *cp, dt_cp_impl impl, dt_pp_wire wire, dt_cp **out);
 void dt_cp_destroy(dt_cp *c);
 const dt_cp_ops *dt_cp_model_ops(dt_cp *c);
 /* Seconds in attention (compute and the traffic it did not hide) since the

@@ -73,6 +73,7 @@ typedef struct {
     int cp_impl;              /* dt_cp_impl: context parallelism's attention, ring (0) or all-to-all; -1: auto */
     int pp_schedule;          /* dt_pp_kind: 1f1b unless --pp-schedule */
     int pp_wire;              /* dt_pp_wire: what crosses a stage boundary (--pp-wire; fp32) */
+    int cp_wire;              /* dt_pp_wire: ring attention's blocks and their gradients (--cp-wire; fp32) */
     int pp_print;             /* --pp-schedule-print */
     int virtual_stages;       /* --virtual-stages: chunks per stage (interleaved; 0: its 2) */
     int epochs;               /* image classification (--model mlp, resnet...) trains in epochs */

@@ -164,6 +164,9 @@ static void usage(FILE *f) {
             "  --pp-wire W        fp32 (default), bf16 or int8: the activations and their gradients between\n"
             "                     stages (bf16: half the bytes, rounded to nearest even; int8: a quarter, one\n"
             "                     absmax scale per token's vector)\n"
+            "  --cp-wire W        fp32 (default), bf16 or int8: ring attention's key/value blocks and their\n"
+            "                     gradients between context-parallel ranks (int8: a scale per C values); the ring's\n"
+            "                     (auto takes the ring with it)\n"
             "  --quiet            no progress output\n"
             "  --print-every N    a progress line every N steps where the output is not a terminal (1; DeepSpeed's\n"
             "                     steps_per_print)\n"
@@ -258,7 +261,7 @@ static const dt_cli_flag flags[] = {
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--keep-last", "a whole number of checkpoints from 1 to 256" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
-    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--pp-wire", "fp32, bf16 or int8" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" }, { "--compress", "none, powersgd, topk, dgc or onebit" }, { "--compress-rank", "a whole number from 1 to 65536" }, { "--compress-density", "a share above 0, at most 1" }, { "--compress-start", "a whole number of steps from 0 to 1e9" }, { "--compress-warmup", "a whole number of steps from 0 to 1e9" }, { "--compress-exchange", "auto, allgather, oktopk or hier" }, { "--compress-refresh", "a whole number of steps from 1 to 1e9" },
+    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--pp-wire", "fp32, bf16 or int8" }, { "--cp-wire", "fp32, bf16 or int8" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" }, { "--compress", "none, powersgd, topk, dgc or onebit" }, { "--compress-rank", "a whole number from 1 to 65536" }, { "--compress-density", "a share above 0, at most 1" }, { "--compress-start", "a whole number of steps from 0 to 1e9" }, { "--compress-warmup", "a whole number of steps from 0 to 1e9" }, { "--compress-exchange", "auto, allgather, oktopk or hier" }, { "--compress-refresh", "a whole number of steps from 1 to 1e9" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
     { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
     { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },
@@ -356,6 +359,9 @@ static int word_flag(const char *f, const char *v, dt_train_config *c, train_opt
     else if (!strcmp(f, "--pp-wire")) {
         dt_pp_wire w;
         if ((ok = !dt_pp_wire_parse(v, &w))) c->pp_wire = (int)w;
+    } else if (!strcmp(f, "--cp-wire")) {
+        dt_pp_wire w;
+        if ((ok = !dt_pp_wire_parse(v, &w))) c->cp_wire = (int)w;
     }
     else if (!strcmp(f, "--trace")) c->trace = v;
     else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c->trace_first, &c->trace_last);

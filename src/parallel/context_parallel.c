@@ -10,6 +10,7 @@
 struct dt_cp {
     dt_comm *comm;
     dt_cp_impl impl;
+    dt_pp_wire wire;
     dt_cp_ops ops;
     float *work;
     size_t cap;
@@ -27,7 +28,7 @@ dt_cp_impl dt_cp_choose(int n, int heads, int tl, double flops, double link, dou
 }
 
 static dt_status prepare(dt_cp *c, dt_cp_config *rc, int B, int T, int C, int NH) {
-    *rc = (dt_cp_config){ c->comm, B, T * dt_comm_size(c->comm), C, NH, &c->waited };
+    *rc = (dt_cp_config){ c->comm, B, T * dt_comm_size(c->comm), C, NH, &c->waited, c->wire };
     size_t need = c->impl == DT_CP_ULYSSES ? dt_ulysses_work_floats(rc) : dt_ring_work_floats(rc);
     if (need <= c->cap) return DT_OK;
     dt_free_aligned(c->work);
@@ -61,12 +62,16 @@ static dt_status cp_backward(void *ctx, float *dqkv, const float *dout, const fl
     return st;
 }
 
-dt_status dt_cp_create(dt_comm *cp, dt_cp_impl impl, dt_cp **out) {
+dt_status dt_cp_create(dt_comm *cp, dt_cp_impl impl, dt_pp_wire wire, dt_cp **out) {
     *out = NULL;
+    if (impl == DT_CP_ULYSSES && wire != DT_PP_WIRE_F32)
+        return dt_error(DT_ERR_UNSUPPORTED, "--cp-wire %s: the ring's blocks travel coded; the all-to-all (--cp-impl ulysses) sends f32",
+                        dt_pp_wire_name(wire));
     dt_cp *c = calloc(1, sizeof *c);
     if (!c) return dt_error(DT_ERR_NOMEM, "context parallelism: out of memory");
     c->comm = cp;
     c->impl = impl;
+    c->wire = wire;
     c->ops = (dt_cp_ops){ c, cp_forward, cp_backward };
     *out = c;
     return DT_OK;

@@ -27,7 +27,15 @@ int dt_ring_chunk_pos(const dt_cp_config *c, int rank, int i) {
 
 size_t dt_ring_work_floats(const dt_cp_config *c) {
     size_t tc = (size_t)c->T / (2 * (size_t)dt_comm_size(c->cp)), kv = (size_t)c->B * 2 * tc * 2 * (size_t)c->C;
-    return 5 * kv + tc * (size_t)c->C + (size_t)c->NH * tc;
+    size_t wire = c->wire == DT_PP_WIRE_F32 ? 0 : 4 * dt_pp_wire_words(c->wire, kv, (size_t)c->C);
+    return 5 * kv + tc * (size_t)c->C + (size_t)c->NH * tc + wire;
+}
+
+/* Where stream k's coded messages (out, then in) live on a coded wire: past the float buffers (dt_ring_work_floats);
+ * the blocks are stream 0, backward's gradients (in flight beside them) stream 1. */
+static uint32_t *wire_of(const dt_cp_config *c, float *work, int k) {
+    size_t tc = (size_t)c->T / (2 * (size_t)dt_comm_size(c->cp)), kv = (size_t)c->B * 2 * tc * 2 * (size_t)c->C;
+    return (uint32_t *)(work + 5 * kv + tc * (size_t)c->C + (size_t)c->NH * tc) + 2 * (size_t)k * dt_pp_wire_words(c->wire, kv, (size_t)c->C);
 }
 
 /* This rank's keys and values, [B, 2Tc, 2C], out of its qkv rows. */
@@ -40,23 +48,37 @@ static dt_attn_rows rows_of(const float *base, size_t w, int b, int i, int tc, i
     return (dt_attn_rows){ base + ((size_t)b * 2 * tc + (size_t)i * tc) * w, w, pos, tc };
 }
 
-/* The next block while this one is in use: to rank r+1, from r-1 (NULL req: one rank, nothing moves). */
-static dt_status pass(const dt_cp_config *c, const float *send, float *recv, size_t n, dt_request **req) {
+/* A block on its way: its request, and on a coded wire where it arrives coded (in) and is decoded to (recv). */
+typedef struct {
+    dt_request *req;
+    uint32_t *in;
+    float *recv;
+    size_t n;
+} hop;
+
+/* The next block while this one is in use: to rank r+1, from r-1 (no request: one rank, nothing moves). On a coded
+ * wire it goes out coded from wire (its first half; the second receives), rows of C values each a scale for int8. */
+static dt_status pass(const dt_cp_config *c, const float *send, float *recv, size_t n, uint32_t *wire, hop *h) {
     int N = dt_comm_size(c->cp), r = dt_comm_rank(c->cp);
-    *req = NULL;
+    *h = (hop){ NULL, NULL, recv, n };
     if (N == 1) return DT_OK;
-    return dt_comm_isendrecv(c->cp, send, n, (r + 1) % N, recv, n, (r + N - 1) % N, DT_F32, req);
+    if (c->wire == DT_PP_WIRE_F32) return dt_comm_isendrecv(c->cp, send, n, (r + 1) % N, recv, n, (r + N - 1) % N, DT_F32, &h->req);
+    size_t w = dt_pp_wire_words(c->wire, n, (size_t)c->C);
+    dt_pp_wire_encode(c->wire, send, n, (size_t)c->C, wire);
+    h->in = wire + w;
+    return dt_comm_isendrecv(c->cp, wire, w, (r + 1) % N, h->in, w, (r + N - 1) % N, DT_I32, &h->req);
 }
 
-/* The pass's wait, after the block's compute: what the trace and c->waited call exposed. */
-static dt_status done(const dt_cp_config *c, dt_request **req, const char *what) {
-    if (!*req) return DT_OK;
+/* The pass's wait, after the block's compute: what the trace and c->waited call exposed; a coded block decoded. */
+static dt_status done(const dt_cp_config *c, hop *h, const char *what) {
+    if (!h->req) return DT_OK;
     double t0 = dt_time_now();
     DT_TRACE_BEGIN(DT_TRACK_SELF, "ring wait", "\"what\":\"%s\"", what);
-    dt_status st = dt_wait(*req);
+    dt_status st = dt_wait(h->req);
     DT_TRACE_END(DT_TRACK_SELF);
     if (c->waited) *c->waited += dt_time_now() - t0;
-    *req = NULL;
+    h->req = NULL;
+    if (!st && h->in) dt_pp_wire_decode(c->wire, h->in, h->n, (size_t)c->C, h->recv);
     return st ? dt_error(st, "ring attention, %s: %s", what, dt_last_error()) : DT_OK;
 }
 
@@ -71,8 +93,8 @@ dt_status dt_ring_attention_forward(const dt_cp_config *c, float *out, float *ls
     dt_status st = DT_OK;
     for (int s = 0; s < N && !st; s++) {
         int owner = (r - s + N) % N;
-        dt_request *req = NULL;
-        if (s + 1 < N) st = pass(c, kv[s % 2], kv[(s + 1) % 2], kvn, &req);
+        hop req = { 0 };
+        if (s + 1 < N) st = pass(c, kv[s % 2], kv[(s + 1) % 2], kvn, wire_of(c, work, 0), &req);
         for (int b = 0; b < c->B && !st; b++)
             for (int qi = 0; qi < 2; qi++) {
                 dt_attn_rows q = rows_of(qkv, 3 * (size_t)C, b, qi, tc, dt_ring_chunk_pos(c, r, qi));
@@ -103,12 +125,12 @@ dt_status dt_ring_attention_backward(const dt_cp_config *c, float *dqkv, const f
     size_t rows = (size_t)c->B * 2 * tc, kvn = rows * 2 * (size_t)C;
     float *kv[2] = { work, work + kvn }, *mine = work + 2 * kvn, *sending = work + 3 * kvn, *in = work + 4 * kvn;
     pack_kv(kv[0], qkv, rows, C);
-    dt_request *grad = NULL; /* the last step's gradient exchange: out to r+1, in from r-1 */
+    hop grad = { 0 }; /* the last step's gradient exchange: out to r+1, in from r-1 */
     dt_status st = DT_OK;
     for (int s = 0; s < N && !st; s++) {
         int owner = (r - s + N) % N, cur = s % 2;
-        dt_request *req = NULL;
-        if (s + 1 < N) st = pass(c, kv[cur], kv[!cur], kvn, &req);
+        hop req = { 0 };
+        if (s + 1 < N) st = pass(c, kv[cur], kv[!cur], kvn, wire_of(c, work, 0), &req);
         memset(mine, 0, kvn * sizeof(float));
         for (int b = 0; b < c->B && !st; b++)
             for (int qi = 0; qi < 2; qi++) {
@@ -131,7 +153,7 @@ dt_status dt_ring_attention_backward(const dt_cp_config *c, float *dqkv, const f
         if (!st && N > 1) {
             float *t = sending;
             sending = mine, mine = t; /* the sum travels; the old send is complete, its buffer computes next */
-            st = pass(c, sending, in, kvn, &grad);
+            st = pass(c, sending, in, kvn, wire_of(c, work, 1), &grad);
         }
     }
     /* the last exchange brings this rank's own block's gradient home: every rank's share of it */

@@ -79,6 +79,11 @@ dt_status dt_train_check_settings(dt_train_config *c, int nranks) {
         if (nranks == 1 && !c->quiet) dt_log(DT_LOG_WARN, "--compress %s does nothing on one rank (nothing is sent)", k);
         if (!c->codec.seed) c->codec.seed = c->seed ^ 0x5eedc0dec0dec0deull;
     }
+    if (c->cp_wire != DT_PP_WIRE_F32 && c->cp <= 1 && !c->quiet)
+        dt_log(DT_LOG_WARN, "--cp-wire %s does nothing without context parallelism (--cp)", dt_pp_wire_name(c->cp_wire));
+    if (c->cp_wire != DT_PP_WIRE_F32 && c->cp > 1 && c->cp_impl == DT_CP_ULYSSES)
+        return dt_error(DT_ERR_ARG, "--cp-wire %s: the ring's blocks travel coded; --cp-impl ulysses sends f32 (ring or auto)",
+                        dt_pp_wire_name(c->cp_wire));
     if (c->pp_wire != DT_PP_WIRE_F32 && c->pp <= 1 && !c->quiet)
         dt_log(DT_LOG_WARN, "--pp-wire %s does nothing without pipeline stages (--pp)", dt_pp_wire_name(c->pp_wire));
     if (c->grad_comm != DT_F32 && nranks == 1 && !c->quiet)

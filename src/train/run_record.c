@@ -32,6 +32,7 @@ static void add_settings(cJSON *j, const dt_train_config *c, const dt_run_record
     cJSON_AddNumberToObject(s, "pp", c->pp > 1 ? c->pp : 1);
     cJSON_AddStringToObject(s, "pp_schedule", dt_pp_kind_name((dt_pp_kind)c->pp_schedule));
     cJSON_AddStringToObject(s, "pp_wire", dt_pp_wire_name((dt_pp_wire)c->pp_wire));
+    cJSON_AddStringToObject(s, "cp_wire", dt_pp_wire_name((dt_pp_wire)c->cp_wire));
     cJSON_AddNumberToObject(s, "threads_per_rank", c->threads);
     cJSON_AddStringToObject(s, "strategy", r->strategy);
     cJSON_AddStringToObject(s, "optimizer", dt_optim_kind_name(c->opt.kind));

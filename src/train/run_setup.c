@@ -162,7 +162,7 @@ static dt_status model_part(run *r, const dt_gpt2_config *cfg, dt_model_part *pa
         int n = dt_mesh_size(r->mesh, DT_MESH_CP);
         dt_cp_impl impl = dt_train_cp_impl(c, cfg, part->tp_size, n);
         r->c.cp_impl = (int)impl; /* auto's choice, for what the run prints */
-        if ((st = dt_cp_create(dt_mesh_comm(r->mesh, DT_MESH_CP), impl, &r->cp))) return st;
+        if ((st = dt_cp_create(dt_mesh_comm(r->mesh, DT_MESH_CP), impl, (dt_pp_wire)c->cp_wire, &r->cp))) return st;
         part->cp_rank = dt_mesh_coord(r->mesh, DT_MESH_CP);
         part->cp_size = n;
         part->cp = dt_cp_model_ops(r->cp);
