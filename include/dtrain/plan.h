@@ -52,6 +52,7 @@ typedef struct {
     int pp_wire;             /* dt_pp_wire: the stages' messages in f32 (whatever the precision), bf16 or int8 (--pp-wire) */
     int cp, cp_ulysses;      /* context-parallel ranks (0, 1: none): each holds seq / cp positions, attention's log-sum-exp and
                               * the ring's (or all-to-all's, cp_ulysses) work space of 10 (14) floats a position and channel */
+    int cp_wire;             /* dt_pp_wire: the ring's blocks and their gradients in f32, bf16 or int8 (--cp-wire) */
     int local_ranks;         /* ranks on one machine */
     int stage;               /* 0: DDP; 1, 2, 3: ZeRO */
     size_t bucket_bytes;     /* stages 2, 3: a gradient bucket (the pool holds two in flight) */

@@ -161,7 +161,7 @@ void dt_train_plan_job(const dt_train_config *c, const dt_gpt2_config *cfg, cons
                           .opt = c->opt, .dp = d->dp * d->cp, .ep = d->ep, .tp = d->tp, .sp = c->sp, .pp = d->pp, .micro = c->grad_accum,
                           .gpipe = c->pp_schedule == DT_PP_GPIPE, .zb = c->pp_schedule == DT_PP_ZB1,
                           .virt = c->pp_schedule == DT_PP_INTERLEAVED ? dt_train_pp_virt(c) : 1, .pp_wire = c->pp_wire,
-                          .local_ranks = d->local_ranks,
+                          .cp_wire = c->cp_wire, .local_ranks = d->local_ranks,
                           .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0,
                           .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .shared_params = d->shared_params, .precision = c->precision,
                           .grad_store = c->grad_store, .grad_comm = c->grad_comm, .lora = c->lora, .codec = c->codec,

@@ -142,6 +142,9 @@ dt_status dt_train_check_same(dt_comm *w, const dt_train_shape *mine) {
         else if (a->mesh[2] > 1 && a->pp_wire != b->pp_wire)
             st = dt_error(DT_ERR_ARG, "ranks differ: rank 0's stages exchange %s, rank %d's %s (--pp-wire)", dt_pp_wire_name(a->pp_wire), r,
                           dt_pp_wire_name(b->pp_wire));
+        else if (a->mesh[3] > 1 && a->cp_wire != b->cp_wire)
+            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0's ring sends %s, rank %d's %s (--cp-wire)", dt_pp_wire_name(a->cp_wire), r,
+                          dt_pp_wire_name(b->cp_wire));
         else if (a->steps != b->steps || a->optimizer != b->optimizer || a->lr != b->lr || a->eval_every != b->eval_every)
             st = dt_error(DT_ERR_ARG, "ranks differ in steps, optimizer, learning rate or evaluation (rank 0 vs rank %d)", r);
     }

@@ -17,6 +17,7 @@ typedef struct {
     int32_t precision;        /* dt_dtype */
     int32_t mesh[4], pp_schedule; /* dp, tp, pp, cp as laid out; the pipeline's schedule (dt_pp_kind) */
     int32_t pp_wire;          /* what crosses its stage boundaries (dt_pp_wire) */
+    int32_t cp_wire;          /* what ring attention's blocks travel as (dt_pp_wire) */
 } dt_train_shape;
 
 /* Settings that would do nothing (a warning) or contradict each other (an error); fills in what --steps 0 implies. */

@@ -259,6 +259,7 @@ shape:
         for (int k = 0; k < 4 && r->mesh; k++) js.mesh[k] = dt_mesh_size(r->mesh, axes[k]);
         js.pp_schedule = c->pp_schedule;
         js.pp_wire = c->pp_wire;
+        js.cp_wire = c->cp_wire;
         st = dt_train_check_same(r->w, &js);
     }
     return st;
