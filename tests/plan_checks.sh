@@ -164,20 +164,23 @@ EOF2
 # peak in the cache, then read from there: a planted slow optimizer rate and attention slow the plan's step
 cache=$dir/cache
 XDG_CACHE_HOME=$cache "$DTRAIN" plan "${common[@]}" --json > "$dir/c1.json" 2>> "$dir/json.err"
+# the cache's file: the release build's peak.json, a sanitized build's its own (peak-address.json)
+PEAK=$(cd "$cache/dtrain" 2> /dev/null && ls peak*.json 2> /dev/null | head -1)
+PEAK=${PEAK:-peak.json}
 if [ -z "${DTRAIN_MEMORY_BANDWIDTH:-}" ]; then
     python3 -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['memory_gbs_all_cores'] > 0 and c['attention_gflops_per_thread'] > 0 and c['optimizer_gbs_one_core'] > 0 and c['optimizer_gbs_all_cores'] > 0 and c['gemm_slowdown_all_cores_busy'] >= 1" \
-        "$cache/dtrain/peak.json" 2> /dev/null && ok "this machine's rates cached: $(cat "$cache/dtrain/peak.json")" ||
-        fail "the rates not cached: $(cat "$cache/dtrain/peak.json" 2>&1)"
+        "$cache/dtrain/$PEAK" 2> /dev/null && ok "this machine's rates cached: $(cat "$cache/dtrain/$PEAK")" ||
+        fail "the rates not cached: $(cat "$cache/dtrain/$PEAK" 2>&1)"
 fi
 # the cache names the BLAS's kernel set: one another kernel set measured ($OPENBLAS_CORETYPE moves it) is measured again,
 # not read (a planted 0.001 GFLOP/s sgemm under another name)
 mkdir -p "$dir/cacheb/dtrain"
 python3 -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['blas']; c['blas']='OpenBLAS Elsewhere'; c['sgemm_gflops_per_thread']=0.001
-json.dump(c, open(sys.argv[2], 'w'))" "$cache/dtrain/peak.json" "$dir/cacheb/dtrain/peak.json" 2> "$dir/cacheb.err"
+json.dump(c, open(sys.argv[2], 'w'))" "$cache/dtrain/$PEAK" "$dir/cacheb/dtrain/$PEAK" 2> "$dir/cacheb.err"
 XDG_CACHE_HOME=$dir/cacheb "$DTRAIN" plan "${common[@]}" --json > "$dir/cb.json" 2>> "$dir/json.err"
 python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); assert a['blas'] == b['blas'] != 'OpenBLAS Elsewhere' and b['sgemm_gflops_per_thread'] > 1, (a, b)" \
-    "$cache/dtrain/peak.json" "$dir/cacheb/dtrain/peak.json" 2>> "$dir/cacheb.err" &&
-    ok "a cache of another BLAS kernel set is measured again: $(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c['blas'], round(c['sgemm_gflops_per_thread'], 1), 'GFLOP/s')" "$dir/cacheb/dtrain/peak.json")" ||
+    "$cache/dtrain/$PEAK" "$dir/cacheb/dtrain/$PEAK" 2>> "$dir/cacheb.err" &&
+    ok "a cache of another BLAS kernel set is measured again: $(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c['blas'], round(c['sgemm_gflops_per_thread'], 1), 'GFLOP/s')" "$dir/cacheb/dtrain/$PEAK")" ||
     fail "a cache of another BLAS kernel set: $(tail -2 "$dir/cacheb.err")"
 # the first plan (which measured the rates) counts the same process as the next (which read them): the measurements' buffers are
 # not a rank's (they once made the first 38 MB larger)
@@ -188,7 +191,7 @@ print('%.1f MB, then %.1f MB' % (a / 1e6, b / 1e6))" "$dir/c1.json" "$dir/c1b.js
         ok "the process, measuring this machine then reading its cache: $(cat "$dir/proc.txt")" ||
         fail "the process measuring this machine against reading its cache: $(tail -1 "$dir/proc.txt")"
 fi
-python3 - "$cache/dtrain/peak.json" << 'EOF2'
+python3 - "$cache/dtrain/$PEAK" << 'EOF2'
 import json, sys
 c = json.load(open(sys.argv[1]))
 # the optimizer slow while the other streams are fast: only its own rates can slow it
@@ -207,7 +210,7 @@ assert b['step_ms'] > 10 * a['step_ms'] and o(b) > 10 * o(a), (a, b)" "$dir/c1.j
 # keeps its whole 16-bit copy and pays nothing
 mkdir -p "$dir/cache5/dtrain"
 python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['lp_fresh_gbs_one_core']=5; json.dump(c, open(sys.argv[2], 'w'))" \
-    "$cache/dtrain/peak.json" "$dir/cache5/dtrain/peak.json"
+    "$cache/dtrain/$PEAK" "$dir/cache5/dtrain/$PEAK"
 lp=()
 for run in "cache5 3" "cache 3" "cache5 1"; do
     set -- $run
@@ -225,7 +228,7 @@ python3 -c "import sys; a,b,c=map(float,sys.argv[1:]); assert a > 0 and abs(b - 
 for k in 5 0.05; do
     mkdir -p "$dir/pool$k/dtrain"
     python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['pool_lend_gbs_one_core']=float(sys.argv[3]); json.dump(c, open(sys.argv[2], 'w'))" \
-        "$dir/cache5/dtrain/peak.json" "$dir/pool$k/dtrain/peak.json" "$k"
+        "$dir/cache5/dtrain/$PEAK" "$dir/pool$k/dtrain/$PEAK" "$k"
 done
 gp=()
 for run in "pool5 --zero=2 1" "pool0.05 --zero=2 1" "pool5 --zero=1 1" "pool0.05 --zero=1 1" "pool5 --zero=2 2" "pool0.05 --zero=2 2" "pool5 --dp=2 1"; do
@@ -256,7 +259,7 @@ python3 -c "import sys; a,ac,b,bc=map(float,sys.argv[1:]); assert 0 < a < ac and
 for k in 1 11; do
     mkdir -p "$dir/busy$k/dtrain"
     python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['gemm_slowdown_all_cores_busy']=float(sys.argv[3]); json.dump(c, open(sys.argv[2], 'w'))" \
-        "$dir/cache5/dtrain/peak.json" "$dir/busy$k/dtrain/peak.json" "$k"
+        "$dir/cache5/dtrain/$PEAK" "$dir/busy$k/dtrain/$PEAK" "$k"
     for n in 1 2; do
         XDG_CACHE_HOME=$dir/busy$k DTRAIN_LINEAR_GFLOPS=20 env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan \
             "${common[@]}" --nproc $n --json > "$dir/busy$k-$n.json" 2>> "$dir/json.err"
@@ -289,7 +292,7 @@ print('%d ranks on %d cores: compute %.3gx slower than their share' % (int(sys.a
 if [ "$(nproc --all)" -gt 1 ] && command -v taskset > /dev/null; then
     XDG_CACHE_HOME=$dir/cachet taskset -c 0 "$DTRAIN" plan "${common[@]}" --nproc 2 --json > "$dir/t.json" 2>> "$dir/json.err"
     python3 -c "import json,sys; c=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2]))['breakdown']
-assert 'gemm_slowdown_all_cores_busy' not in c and b['beside'] == 1, (c, b['beside'])" "$dir/cachet/dtrain/peak.json" "$dir/t.json" \
+assert 'gemm_slowdown_all_cores_busy' not in c and b['beside'] == 1, (c, b['beside'])" "$dir/cachet/dtrain/$PEAK" "$dir/t.json" \
         > "$dir/t.txt" 2>&1 && ok "under taskset -c 0 the busy-cores slowdown is neither measured nor cached" ||
         fail "the busy-cores slowdown under taskset: $(tail -1 "$dir/t.txt")"
 fi

@@ -60,10 +60,19 @@ double dt_peak_measure_bf16(int threads) {
     return dt_median(t, 5);
 }
 
+/* The release build's cache is peak.json; another build's (a sanitizer's, an unoptimised one) measures other rates and
+ * leaves other memory resident, so it keeps its own (peak-address.json): a sanitized plan once left its sizes where the
+ * release planner read them. */
+#ifdef DT_CACHE_FLAVOR
+#define CACHE_FILE "peak-" DT_CACHE_FLAVOR ".json"
+#else
+#define CACHE_FILE "peak.json"
+#endif
+
 static int cache_path(char *out, size_t cap, int make_dir) {
     char dir[4096];
     if (dt_cache_dir(NULL, dir, sizeof dir, make_dir != 0)) return -1;
-    return snprintf(out, cap, "%s/peak.json", dir) >= (int)cap ? -1 : 0;
+    return snprintf(out, cap, "%s/" CACHE_FILE, dir) >= (int)cap ? -1 : 0;
 }
 
 #define SGEMM "sgemm_gflops_per_thread"

@@ -302,7 +302,8 @@ dt_status dt_plan_this_machine(dt_plan_hardware *h) {
     h->flops_f32 = sg * 1e9;
     h->flops_lowp = bf > 0 ? bf * 1e9 : sg * 1e9; /* without a bf16 GEMM, 16-bit Linears convert and run sgemm */
     /* $DTRAIN_MEMORY_BANDWIDTH (bytes a second) instead of measuring, as $DTRAIN_PEAK_GFLOPS does for the peak; else
-     * measured once on this CPU with all its cores and kept beside the GEMM peak (~/.cache/dtrain/peak.json) */
+     * measured once on this CPU with all its cores and kept beside the GEMM peak (~/.cache/dtrain/peak.json; a sanitized
+     * build's own file, src/obs/peak.c) */
     const char *bw = getenv("DTRAIN_MEMORY_BANDWIDTH"), *att = getenv("DTRAIN_ATTENTION_GFLOPS"), *lin = getenv("DTRAIN_LINEAR_GFLOPS");
     if (bw && atof(bw) > 0) h->mem_bw = atof(bw);
     else if (!(st = dt_peak_cached_rate("memory_gbs_all_cores", measure_bandwidth, (int)h->devices_per_node, &h->mem_bw)))
