@@ -42,7 +42,7 @@ struct dt_oktopk {
     int64_t bn64, *gn64;   /* the kept count, and every rank's */
     float *sum;            /* this region's sums, and whether each was hit */
     uint8_t *hit;
-    size_t region_cap;
+    size_t region_cap, hit_cap;
     float *mags;           /* the refresh's magnitudes */
 };
 
@@ -128,11 +128,7 @@ static dt_status reduce_region(dt_oktopk *o, dt_comm *comm, dt_request **req) {
     uint64_t lo = o->lo[o->me];
     size_t L = (size_t)(o->lo[o->me + 1] - lo), kept = 0;
     dt_status st = room((void **)&o->sum, &o->region_cap, L, sizeof *o->sum);
-    if (!st && L > 0) {
-        uint8_t *h = realloc(o->hit, o->region_cap);
-        if (!h) st = dt_error(DT_ERR_NOMEM, "oktopk: out of memory");
-        else o->hit = h;
-    }
+    if (!st) st = room((void **)&o->hit, &o->hit_cap, L, sizeof *o->hit);
     if (st) return st;
     if (L) memset(o->hit, 0, L);
     for (int r = 0; r < o->p; r++)

@@ -88,7 +88,7 @@ static dt_status pick_exchange(dt_codec *k, topk *s, dt_comm *comm, tbucket *p, 
         if (st) return st;
         double ia, ib, gamma, xa, xb, tg, tok, th = INFINITY, P = dt_comm_size(comm);
         dt_comm_link_costs(&ia, &ib, &gamma, &xa, &xb);
-        bool across = strstr(dt_comm_transport(comm), "mpi") != NULL;
+        bool across = dt_comm_nodes(comm) > 1; /* the group's link between machines, else shared memory's */
         dt_codec_sparse_times(P, (double)p->kmax, across ? xa : ia, across ? xb : ib, &tg, &tok);
         if (s->fits) th = dt_codec_hier_time(dt_comm_local_size(comm), dt_comm_nodes(comm), (double)p->len, (double)p->kmax, ia, ib, xa, xb);
         p->exchange = th < tg && th < tok ? DT_SPARSE_HIER : tok < tg ? DT_SPARSE_OKTOPK : DT_SPARSE_ALLGATHER;

@@ -277,7 +277,7 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
         dt_codec_sparse_times(n, kb, da, db, &tg, &tok);
         bool sparse = !psgd && !onebit, dgc = j->codec.kind == DT_CODEC_DGC;
         if (sparse && !dgc && (j->codec.exchange == DT_SPARSE_HIER || (dp_nodes && n % job->nodes == 0)))
-            th = dt_codec_hier_time(l, q, psi * 4 / buckets / 4, kb, ia, ib, xa, xb);
+            th = dt_codec_hier_time(l, q, psi / buckets, kb, ia, ib, xa, xb);
         dt_sparse_exchange pick = j->codec.exchange;
         if (pick == DT_SPARSE_AUTO) pick = th < tg && th < tok ? DT_SPARSE_HIER : tok < tg ? DT_SPARSE_OKTOPK : DT_SPARSE_ALLGATHER;
         if (sparse && pick == DT_SPARSE_OKTOPK) o->dp_comm = buckets * tok;
