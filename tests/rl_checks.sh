@@ -109,16 +109,19 @@ pe=(--env pendulum --envs 4 --rollout-steps 64 --minibatches 4 --epochs 2 --no-a
 "$DTRAIN" rl "${pe[@]}" --total-steps 2560 --save "$dir/pb.safetensors" --metrics "$dir/pb.jsonl" > /dev/null 2>&1 &&
     "$DTRAIN" rl "${pe[@]}" --total-steps 5120 --resume "$dir/pb.safetensors.state" --save "$dir/pb.safetensors" --metrics "$dir/pb.jsonl" > /dev/null 2>&1
 same_run "Pendulum on 2 ranks (observations and rewards normalised), 10 updates then 10 resumed" pa pb
-# killed after a state was saved (every 5 updates of 320): resumed, it ends where the uninterrupted run does
-long=("${st[@]}" --total-steps 81920)
-"$DTRAIN" rl "${long[@]}" --save "$dir/ka.safetensors" > /dev/null 2>&1
-"$DTRAIN" rl "${long[@]}" --save "$dir/kb.safetensors" --save-every 5 > /dev/null 2>&1 &
+# killed after a state was saved (every 5 updates of a run far too long to finish first), whenever the kill lands:
+# resumed to 10 updates past that state, it ends where a run of that length from the start does (the learning rate is
+# constant, so the two runs' lengths do not change their steps; nothing here depends on when the kill came)
+"$DTRAIN" rl "${st[@]}" --total-steps 100000000 --save "$dir/kb.safetensors" --save-every 5 > /dev/null 2>&1 &
 pid=$!
 for i in $(seq 600); do [ -f "$dir/kb.safetensors.state" ] && break; sleep 0.05; done
 kill -9 $pid 2> /dev/null; wait $pid 2> /dev/null
 at=$(grep -ao '"updates":[0-9]*' "$dir/kb.safetensors.state" | cut -d: -f2)
-"$DTRAIN" rl "${long[@]}" --save "$dir/kb.safetensors" --resume "$dir/kb.safetensors.state" > "$dir/kb.out" 2>&1 &&
-    cmp -s "$dir/ka.safetensors" "$dir/kb.safetensors" && ok "killed with its state at update ${at:-?} of 320 (--save-every 5), resumed: the uninterrupted run's policy bit for bit" ||
+total=$(((${at:-0} + 10) * 256))
+"$DTRAIN" rl "${st[@]}" --total-steps $total --save "$dir/ka.safetensors" > /dev/null 2>&1
+"$DTRAIN" rl "${st[@]}" --total-steps $total --save "$dir/kb.safetensors" --resume "$dir/kb.safetensors.state" > "$dir/kb.out" 2>&1 &&
+    cmp -s "$dir/ka.safetensors" "$dir/kb.safetensors" &&
+    ok "killed with its state at update ${at:-?} (--save-every 5), resumed to update $((total / 256)): the uninterrupted run's policy bit for bit" ||
     fail "killed and resumed (state at update ${at:-?}): $(tail -1 "$dir/kb.out")"
 refused_rl "--resume with another environment count" "the run was saved with envs 4; this one has 8" --envs 8 --rollout-steps 64 --total-steps 9000 --no-anneal --resume "$dir/sb.safetensors.state"
 cp "$dir/sb.safetensors.state" "$dir/bad.state"
