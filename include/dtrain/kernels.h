@@ -362,6 +362,11 @@ void dt_avgpool_global_backward(float *dinp, const float *dout, int NC, int HW);
 /* The BLAS the matmuls go through and, for OpenBLAS, the kernel set it
  * runs (its pick for this CPU, or $OPENBLAS_CORETYPE's): "OpenBLAS Haswell". */
 void dt_kernels_blas_name(char *out, size_t n);
+/* The paths dtrain's own kernels take here: the vector width ($DTRAIN_ROWDOT
+ * may narrow it), the bf16 instructions and the bf16 GEMM ($DTRAIN_BF16_GEMM=0
+ * turns both off, as on a Zen 3): "avx512 bf16 bf16-gemm", "avx2". Measured
+ * rates hold for one set (the machine cache keys on it). */
+void dt_kernels_paths_name(char *out, size_t n);
 /* Multiply-adds in registers on `threads` threads at the vector width
  * inference's kernels use (fma_peak.c): their arithmetic's ceiling in
  * GFLOP/s, median of 5 tries. */

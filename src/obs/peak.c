@@ -1,9 +1,10 @@
 /* The machine's matmul peak, the denominator of MFU: sgemm through the BLAS
  * dtrain uses (and for bf16 runs on a CPU with a bf16 GEMM, that GEMM's
  * rate), measured once per machine and kept in
- * ${XDG_CACHE_HOME:-~/.cache}/dtrain/peak.json with the CPU's model name and
- * the BLAS's kernel set (a cache from another CPU, or from OpenBLAS running
- * other kernels, as $OPENBLAS_CORETYPE makes it, is measured again). Per thread, since a run's peak
+ * ${XDG_CACHE_HOME:-~/.cache}/dtrain/peak.json with the CPU's model name,
+ * the BLAS's kernel set and dtrain's kernel paths (a cache from another CPU,
+ * from OpenBLAS running other kernels, as $OPENBLAS_CORETYPE makes it, or
+ * from a run without the bf16 GEMM is measured again). Per thread, since a run's peak
  * is the threads it uses times this (ranks x threads; the usual convention,
  * although two cores sharing memory give a little less than twice one). */
 #include "dtrain/obs.h"
@@ -78,22 +79,29 @@ static int cache_path(char *out, size_t cap, int make_dir) {
 #define SGEMM "sgemm_gflops_per_thread"
 #define BF16 "bf16_gemm_gflops_per_thread"
 
-/* This machine's name in the cache: the CPU's model and the BLAS's kernel set. */
+/* This machine's name in the cache: the CPU's model, the BLAS's kernel set and dtrain's kernel paths (a run with
+ * DTRAIN_BF16_GEMM=0, a Zen 3's paths on a newer CPU, measures other rates and leaves other memory resident: under
+ * one name its plans failed the bf16 GEMM's rows by 4.8 MB). */
 typedef struct {
-    char cpu[256], blas[128];
+    char cpu[256], blas[128], kernels[64];
 } machine;
 
 static machine machine_here(void) {
     machine m;
     dt_cpu_model(m.cpu, sizeof m.cpu);
     dt_kernels_blas_name(m.blas, sizeof m.blas);
+    dt_kernels_paths_name(m.kernels, sizeof m.kernels);
     return m;
 }
 
-/* A cache (parsed, or NULL) measured on this CPU with this kernel set: its rates hold here. */
+static bool same(const cJSON *j, const char *key, const char *want) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    return cJSON_IsString(v) && !strcmp(v->valuestring, want);
+}
+
+/* A cache (parsed, or NULL) measured on this CPU with these kernel sets: its rates hold here. */
 static bool ours(const cJSON *j, const machine *m) {
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "cpu"), *b = cJSON_GetObjectItemCaseSensitive(j, "blas");
-    return cJSON_IsString(c) && !strcmp(c->valuestring, m->cpu) && cJSON_IsString(b) && !strcmp(b->valuestring, m->blas);
+    return same(j, "cpu", m->cpu) && same(j, "blas", m->blas) && same(j, "kernels", m->kernels);
 }
 
 #define CACHE_MAX (1 << 20) /* bytes: the rates and the plan's timings at each shape it priced */
@@ -132,6 +140,7 @@ static dt_status save(const char *key, double value) {
     machine m = machine_here();
     cJSON_AddStringToObject(j, "cpu", m.cpu);
     cJSON_AddStringToObject(j, "blas", m.blas);
+    cJSON_AddStringToObject(j, "kernels", m.kernels);
     cJSON_AddNumberToObject(j, key, value);
     int plan = !strncmp(key, "plan_", 5);
     if (ours(old, &m))
