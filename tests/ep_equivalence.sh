@@ -53,6 +53,8 @@ done
 norms "PP 2 x EP 2: the gradient's norm (the stages' and the group's experts)" "$dir/dense.jsonl" "$dir/pe_1f1b.jsonl"
 run tpep --batch 2 --nproc 4 --tp 2 --ep 2 --experts-top-k 4 &&
     close "top-4 of 4: TP 2 x EP 2 (attention split, each TP rank's experts spread with its data-parallel peer's)" "$dir/dense2.jsonl" "$dir/tpep.jsonl"
+run tpepsp --batch 2 --nproc 4 --tp 2 --sp --ep 2 --experts-top-k 4 &&
+    close "top-4 of 4: TP 2 with SP x EP 2 (each TP rank gathers the rows, then exchanges them)" "$dir/dense2.jsonl" "$dir/tpepsp.jsonl"
 run epga --batch 1 --grad-accum 2 --nproc 2 --ep 2 --experts-top-k 4 &&
     close "top-4 of 4: EP 2, 2 micro-batches a step" "$dir/dense.jsonl" "$dir/epga.jsonl"
 # bf16: EP's expert rows summed in one GEMM where one process sums micro-batches, each rounding to bf16 turning a last-bit

@@ -400,11 +400,13 @@ static dt_status shape_ops(dt_program *p) {
     }
     dt_status st = share_grads(p);
     if (st) return st;
-    /* the residual stream's rows: the stream itself, what a norm or an add writes, a row-parallel Linear's output */
+    /* the residual stream's rows: the stream itself, what a norm or an add writes, a row-parallel Linear's output, a
+     * mixture's (each rank keeps its rows of it) */
     p->vsplit[DT_V_IN] = p->vsplit[DT_V_OUT] = true;
     for (int k = 0; k < f->nops; k++) {
         const dt_op_spec *o = &f->ops[k];
-        if (o->kind == DT_OP_NORM || o->kind == DT_OP_ADD || (o->kind == DT_OP_LINEAR && f->block[o->w].split == DT_SPLIT_ROW)) p->vsplit[o->out] = true;
+        if (o->kind == DT_OP_NORM || o->kind == DT_OP_ADD || o->kind == DT_OP_MOE || (o->kind == DT_OP_LINEAR && f->block[o->w].split == DT_SPLIT_ROW))
+            p->vsplit[o->out] = true;
     }
     for (int k = 0; k < f->nops; k++) {
         dt_program_op *o = &p->ops[k];
@@ -450,12 +452,8 @@ static dt_status check_part(const dt_lm_config *c, const dt_model_part *part) {
     if (a < 0 || b > L + 2 || a >= b) return dt_error(DT_ERR_ARG, "model: units [%d, %d) are not a range of 0..%d", a, b, L + 1);
     if (t < 1 || part->tp_rank < 0 || part->tp_rank >= t) return dt_error(DT_ERR_ARG, "model: tensor-parallel rank %d of %d", part->tp_rank, t);
     if (t > 1 && !part->tp) return dt_error(DT_ERR_ARG, "model: a tensor-parallel part needs its collectives (dt_tp_ops)");
-    /* under TP a mixture runs whole on every rank of the group (its input is the whole stream there, its gradients the
-     * same on each); under SP each rank would route its own positions, and its weights' partial gradients and its
-     * balancing statistics would need sums over the group that this build does not make */
-    if (t > 1 && part->sp && c->experts)
-        return dt_error(DT_ERR_UNSUPPORTED, "model: --sp with a mixture of experts: not yet (--tp %d without --sp runs the experts whole on "
-                        "each rank of the group)", t);
+    /* under TP a mixture runs whole on every rank of the group (its input is the whole stream there, or gathered under
+     * SP; its gradients the same on each) */
     if (c->num_heads % t) return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the %d attention heads", t, c->num_heads);
     if (c->kv_heads % t && t % c->kv_heads)
         return dt_error(DT_ERR_ARG, "model: --tp %d and the %d K/V heads: one must divide the other", t, c->kv_heads);

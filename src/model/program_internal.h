@@ -86,6 +86,7 @@ typedef struct {
     float *range_in[DT_GPT2_MAX_CHUNKS]; /* the residual stream entering each range */
     float *dpacked, *dstream[2], *lnf, *lnf_stats, *logits, *losses, *ce_stats, *dlnf, *scratch; /* scratch: 2 B*T */
     float *gather, *partial, *normgrad; /* sequence parallelism's: all rows [B*T, C] gathered; a split sum's all rows; a norm's weight gradient */
+    float *moe_dx;             /* and a mixture's d(input) of all rows [B*T, C] (program_moe.c) */
     int32_t *inputs, *targets, *pos;
     int32_t *first;            /* packed documents: each row's document's first row (attention's keys start there) */
     bool docs;                 /* the positions are the caller's (dt_program_set_positions): first holds */

@@ -162,7 +162,7 @@ static void shared_backward(dt_program *p, moe_run *m, const float *x, const flo
     dt_matmul_backward(dx, m->grad[7], NULL, g.dw, x, m->sv, m->BT, m->C, 1);
 }
 
-void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *out) {
+static void moe_forward(dt_program *p, int l, int k, const float *x, float *out) {
     moe_run m = run_of(p, l, k);
     dt_matmul_forward(m.probs, x, m.router, NULL, m.BT, m.C, m.E);
     dt_lp_round(m.probs, (size_t)m.BT * m.E, p->prec); /* the router's logits: a Linear's output (softmax then in f32) */
@@ -189,7 +189,7 @@ void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *
     p->moe_drops[0] += m.dropped, p->moe_drops[1] += m.pairs;
 }
 
-void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx) {
+static void moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx) {
     moe_run m = run_of(p, l, k);
     if (shared(p)) shared_backward(p, &m, x, dout, dx);
     route(p, l, &m);
@@ -217,6 +217,39 @@ void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const 
     dt_lp_round(m.dlogits, (size_t)m.BT * m.E, p->prec); /* the router's output gradient */
     dt_matmul_backward(dx, m.grad[0], NULL, m.dlogits, x, m.router, m.BT, m.C, m.E);
     dt_lp_round(dx, (size_t)m.BT * m.C, p->prec);
+}
+
+/* Sequence parallelism (as Megatron runs a mixture under it): each rank of the tensor-parallel group gathers the
+ * micro-batch's rows, runs the mixture on all of them, as it does without SP, and keeps its own rows' outputs; backward
+ * gathers d(output) likewise and keeps its rows of d(input). The experts' gradients, the balancing statistics and the
+ * loads are then every rank's alike (replicated tensors, no sum), and the routing is one process's. */
+static size_t own_row(const dt_program *p, size_t R) { return (size_t)p->part.tp_rank * R; }
+
+void dt_program_moe_forward(dt_program *p, int l, int k, const float *x, float *out) {
+    size_t R = dt_program_rows(p, -1), BT = (size_t)p->s->B * p->s->T, C = (size_t)p->cfg.channels;
+    if (R == BT) {
+        moe_forward(p, l, k, x, out);
+        return;
+    }
+    moe_forward(p, l, k, dt_program_tp_gather(p, x, R * C), p->s->partial);
+    memcpy(out, p->s->partial + own_row(p, R) * C, R * C * sizeof(float));
+}
+
+void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx) {
+    size_t R = dt_program_rows(p, -1), BT = (size_t)p->s->B * p->s->T, C = (size_t)p->cfg.channels;
+    if (R == BT) {
+        moe_backward(p, l, k, x, dout, dx);
+        return;
+    }
+    program_slot *s = p->s;
+    if (!p->comm_err) { /* d(output) of every row, beside the gathered input */
+        double t0 = dt_time_now();
+        p->comm_err = p->part.tp->allgather(p->part.tp->ctx, dout, s->partial, R * C);
+        p->tp_seconds += dt_time_now() - t0;
+    }
+    memset(s->moe_dx, 0, BT * C * sizeof(float));
+    moe_backward(p, l, k, dt_program_tp_gather(p, x, R * C), s->partial, s->moe_dx);
+    dt_residual_forward(dx, dx, s->moe_dx + own_row(p, R) * C, R * C);
 }
 
 static int moe_op(const dt_program *p) {

@@ -99,6 +99,7 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
     s->gather = carve(m, sp * BT * C, false);
     s->partial = carve(m, sp * BT * C, false);
     s->normgrad = carve(m, sp * 2 * C, false);
+    s->moe_dx = carve(m, (sp && p->cfg.experts) * BT * C, false);
     s->lnf = carve(m, head * R * C, true);
     s->lnf_stats = carve(m, head * 2 * R, true);
     /* the logits: f32, or 16-bit under mixed precision */
@@ -352,7 +353,7 @@ static void op_forward(dt_program *p, int l, int k) {
     case DT_OP_ADD: dt_residual_forward(out, in, value(p, l, s->in2), (size_t)R * o->width_out); break;
     case DT_OP_MOE:
         dt_program_moe_forward(p, l, k, in, out);
-        dt_lp_round(out, (size_t)BT * o->width_out, p->prec);
+        dt_lp_round(out, (size_t)R * o->width_out, p->prec);
         break;
     }
 }

@@ -329,8 +329,12 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
      * group of more ranks than a machine holds crosses the link between machines */
     int tp_nodes = job->nodes > 1 && tp > local, pp_nodes = job->nodes > 1 && tp * p > local;
     if (tp > 1) {
-        o->tp_waits = m * nl * (4 + (j->recompute ? 2 : 0)) * meeting;
-        o->tp_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * dt_plan_allreduce(rowsb, tp, tp_nodes ? x->xa : ia, tp_nodes ? x->xb : ib, g) + o->tp_waits;
+        /* a block's collectives in allreduces' worth: attention's two (and forward's again); an MLP's two likewise; a
+         * mixture, whole on each rank, none without SP and under SP its rows gathered forward, d(output) and the rows again
+         * backward (an allgather is half an allreduce's bytes) */
+        double again = j->recompute ? 1 : 0, mlp = !rc.experts ? 2 + again : j->sp ? 1.5 + 0.5 * again : 0, per = 2 + again + mlp;
+        o->tp_waits = m * nl * per * meeting;
+        o->tp_comm = m * nl * per * dt_plan_allreduce(rowsb, tp, tp_nodes ? x->xa : ia, tp_nodes ? x->xb : ib, g) + o->tp_waits;
     }
     /* context parallelism: the ring sends keys and values N-1 times forward, and those and their gradients backward (about half
      * hidden under the blocks, measured); all-to-all moves q, k, v and the output forward, again with the gradients backward,

@@ -34,7 +34,8 @@ dt_status dt_train_moe_load(run *r) {
     if (!st) dt_program_moe_drops(p, &mine[n - 3], &mine[n - 2]);
     double rows = 0;
     if (!st) dt_program_moe_ep_traffic(p, &mine[n - 1], &rows);
-    /* a tensor-parallel group's ranks saw the same tokens: one of them counts (this build runs experts without TP) */
+    /* a tensor-parallel group's ranks route the same rows (gathered under SP): each counts them, every expert's load times
+     * the group's size (the ratios and the bias's moves unchanged); each sent its own bytes */
     if (!st) st = r->nranks > 1 ? dt_comm_allreduce(r->w, mine, all, n, DT_F64, DT_SUM) : DT_OK;
     if (!st && r->nranks == 1) memcpy(all, mine, n * sizeof(double));
     r->moe_dropped = !st && all[n - 2] > 0 && c->capacity_factor > 0 ? all[n - 3] / all[n - 2] : -1;
