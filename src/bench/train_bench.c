@@ -103,45 +103,45 @@ static int run_torch(const dt_bench_train_opts *o, const char *weights, bool lla
     return 0;
 }
 
-int dt_bench_train(const dt_bench_train_opts *o) {
-    if (!strncmp(o->model, "resnet", 6)) return dt_bench_train_images(o);
-    if (o->zero) return dt_bench_train_zero(o);
-    if (o->nnprocs) return dt_bench_train_ddp(o);
-    dt_gpt2_config cfg;
-    dt_gpt2 *m = NULL;
-    if (dt_gpt2_preset(o->model, &cfg) || dt_gpt2_create(&cfg, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
-    dt_gpt2_init_random(m, 1337);
-    char weights[] = "/tmp/dtrain-bench-weights-XXXXXX";
-    bool llama = cfg.family && cfg.family != dt_family_find("gpt2"); /* its baseline reads an HF folder */
-    if (o->baseline) {
-        if (llama ? !mkdtemp(weights) || dt_hf_folder_save(weights, m) : 0) {
-            dt_log(DT_LOG_ERROR, "bench train: cannot write the shared weights: %s", dt_last_error());
-            return 1;
-        }
-        int fd = llama ? 0 : mkstemp(weights);
-        if (fd < 0 || (!llama && dt_llmc_save(weights, m))) { dt_log(DT_LOG_ERROR, "bench train: cannot write the shared weights"); return 1; }
-        if (!llama) close(fd);
+/* The weights the baseline reads (an HF folder for a Llama, an llm.c file for GPT-2) written to a scratch path; and removed. */
+static int write_shared_weights(dt_gpt2 *m, bool llama, char *weights) {
+    if (llama ? !mkdtemp(weights) || dt_hf_folder_save(weights, m) : 0) {
+        dt_log(DT_LOG_ERROR, "bench train: cannot write the shared weights: %s", dt_last_error());
+        return 1;
     }
-    double gemm = dt_peak_measure(o->threads);
-    dt_kernels_set_threads(o->threads);
-    double flops = dt_gpt2_flops_per_token(&cfg, o->seq) * o->batch * o->seq;
-    if (!o->json)
-        printf("# dtrain bench train: %s %s, batch %d x seq %d, AdamW, %d thread(s) (BLAS and OpenMP together); "
-               "sgemm rate %.1f GFLOP/s; %.1f GFLOP per step\n", llama ? "" : "GPT-2", o->model, o->batch, o->seq, o->threads, gemm,
-               flops / 1e9);
-    int rounds = o->rounds < 1 ? 1 : o->rounds > 16 ? 16 : o->rounds, rc = 0;
-    double dms[16], lms[16], tms[16], loss = 0;
-    /* the same weights every round, and for mixed precision's second model, timed after the fp32 one */
+    int fd = llama ? 0 : mkstemp(weights);
+    if (fd < 0 || (!llama && dt_llmc_save(weights, m))) { dt_log(DT_LOG_ERROR, "bench train: cannot write the shared weights"); return 1; }
+    if (!llama) close(fd);
+    return 0;
+}
+
+static void remove_shared_weights(bool llama, const char *weights) {
+    if (!llama) {
+        unlink(weights);
+        return;
+    }
+    char f[PATH_MAX];
+    snprintf(f, sizeof f, "%s/config.json", weights), unlink(f);
+    snprintf(f, sizeof f, "%s/model.safetensors", weights), unlink(f);
+    rmdir(weights);
+}
+
+/* The rounds, alternating: dtrain fp32, dtrain in 16 bits (a second model), PyTorch; every one from the same weights. Each
+ * round's ms a step into dms, lms, tms. */
+static int run_rounds(dt_gpt2 *m, const dt_gpt2_config *cfg, const dt_bench_train_opts *o, const char *weights, bool llama, int rounds,
+                      double *dms, double *lms, double *tms) {
     dt_gpt2 *lp = NULL;
     size_t np = dt_gpt2_num_params(m);
     float *init = malloc(np * sizeof(float));
+    double loss = 0;
+    int rc = 0;
     if (!init) {
         dt_log(DT_LOG_ERROR, "bench train: out of memory");
         rc = 1;
     } else {
         memcpy(init, dt_gpt2_params(m), np * sizeof(float));
     }
-    if (!rc && o->precision != DT_F32 && (dt_gpt2_create(&cfg, &lp) || dt_gpt2_set_precision(lp, o->precision))) {
+    if (!rc && o->precision != DT_F32 && (dt_gpt2_create(cfg, &lp) || dt_gpt2_set_precision(lp, o->precision))) {
         dt_log(DT_LOG_ERROR, "bench train: %s", dt_last_error());
         rc = 1;
     }
@@ -156,52 +156,69 @@ int dt_bench_train(const dt_bench_train_opts *o) {
     }
     free(init);
     dt_gpt2_destroy(lp);
-    if (o->baseline && llama) {
-        char f[PATH_MAX];
-        snprintf(f, sizeof f, "%s/config.json", weights), unlink(f);
-        snprintf(f, sizeof f, "%s/model.safetensors", weights), unlink(f);
-        rmdir(weights);
-    } else if (o->baseline) {
-        unlink(weights);
+    return rc;
+}
+
+/* The medians: a JSON line or the table's lines, against the sgemm rate and the baseline. */
+static void report(const dt_bench_train_opts *o, int rounds, double flops, double gemm, double *dms, double *lms,
+                   double *tms) {
+    double d = dt_bench_median(dms, rounds), tok = o->batch * o->seq / (d / 1e3), gf = flops / (d / 1e3) / 1e9;
+    double l = o->precision != DT_F32 ? dt_bench_median(lms, rounds) : 0, t = o->baseline ? dt_bench_median(tms, rounds) : 0;
+    const char *prec = dt_precision_name(o->precision);
+    if (o->json) {
+        printf("{\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"threads\":%d,\"ms\":%.2f,\"tok_per_s\":%.1f,\"gflops\":%.2f,"
+               "\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.3f", o->model, o->batch, o->seq, o->threads, d, tok, gf, gemm, gf / gemm);
+        if (o->precision != DT_F32) {
+            printf(",\"precision\":\"%s\",\"lp_ms\":%.2f,\"lp_speedup_over_fp32\":%.3f", prec, l, d / l);
+            if (o->baseline) printf(",\"torch_autocast_ms\":%.2f,\"lp_speedup_over_torch\":%.3f", t, t / l);
+        } else if (o->baseline) {
+            printf(",\"torch_ms\":%.2f,\"speedup\":%.3f", t, t / d);
+        }
+        printf("}\n");
+        return;
     }
+    printf("dtrain: %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate (%.1f GFLOP/s, best of "
+           "before and after; peak memory %.0f MiB)\n", d, tok, gf, 100 * gf / gemm, gemm, dt_peak_memory() / 1048576.0);
+    if (o->precision != DT_F32) {
+        printf("dtrain %s: %.1f ms/step, %.1f tok/s: %.2fx fp32's step rate (medians of %d rounds, alternating)\n", prec, l,
+               o->batch * o->seq / (l / 1e3), d / l, rounds);
+        if (o->baseline) printf("torch autocast %s: %.1f ms/step; dtrain %s is %.2fx PyTorch's %s step\n", prec, t, prec, t / l, prec);
+    } else if (o->baseline) {
+        printf("torch:  %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate\n", t, o->batch * o->seq / (t / 1e3),
+               flops / (t / 1e3) / 1e9, 100 * flops / (t / 1e3) / 1e9 / gemm);
+        printf("dtrain is %.2fx PyTorch (medians of %d rounds of %d steps, alternating)\n", t / d, rounds, o->steps);
+    }
+}
+
+int dt_bench_train(const dt_bench_train_opts *o) {
+    if (!strncmp(o->model, "resnet", 6)) return dt_bench_train_images(o);
+    if (o->zero) return dt_bench_train_zero(o);
+    if (o->nnprocs) return dt_bench_train_ddp(o);
+    dt_gpt2_config cfg;
+    dt_gpt2 *m = NULL;
+    if (dt_gpt2_preset(o->model, &cfg) || dt_gpt2_create(&cfg, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    dt_gpt2_init_random(m, 1337);
+    char weights[] = "/tmp/dtrain-bench-weights-XXXXXX";
+    bool llama = cfg.family && cfg.family != dt_family_find("gpt2"); /* its baseline reads an HF folder */
+    if (o->baseline && write_shared_weights(m, llama, weights)) return 1;
+    double gemm = dt_peak_measure(o->threads);
+    dt_kernels_set_threads(o->threads);
+    double flops = dt_gpt2_flops_per_token(&cfg, o->seq) * o->batch * o->seq;
+    if (!o->json)
+        printf("# dtrain bench train: %s %s, batch %d x seq %d, AdamW, %d thread(s) (BLAS and OpenMP together); "
+               "sgemm rate %.1f GFLOP/s; %.1f GFLOP per step\n", llama ? "" : "GPT-2", o->model, o->batch, o->seq, o->threads, gemm,
+               flops / 1e9);
+    int rounds = o->rounds < 1 ? 1 : o->rounds > 16 ? 16 : o->rounds;
+    double dms[16], lms[16], tms[16];
+    int rc = run_rounds(m, &cfg, o, weights, llama, rounds, dms, lms, tms);
+    if (o->baseline) remove_shared_weights(llama, weights);
     if (rc) { dt_gpt2_destroy(m); return rc; }
     /* The ceiling is the better of two measurements, before and after: a
      * disturbed sgemm sample must not flatter the fraction. */
     double gemm2 = dt_peak_measure(o->threads);
     if (gemm2 > gemm) gemm = gemm2;
     dt_kernels_set_threads(o->threads);
-    double d = dt_bench_median(dms, rounds), tok = o->batch * o->seq / (d / 1e3), gf = flops / (d / 1e3) / 1e9;
-    if (o->json) {
-        printf("{\"model\":\"%s\",\"batch\":%d,\"seq\":%d,\"threads\":%d,\"ms\":%.2f,\"tok_per_s\":%.1f,\"gflops\":%.2f,"
-               "\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.3f", o->model, o->batch, o->seq, o->threads, d, tok, gf, gemm, gf / gemm);
-        if (o->precision != DT_F32) {
-            double l = dt_bench_median(lms, rounds);
-            printf(",\"precision\":\"%s\",\"lp_ms\":%.2f,\"lp_speedup_over_fp32\":%.3f", dt_precision_name(o->precision), l, d / l);
-            if (o->baseline) printf(",\"torch_autocast_ms\":%.2f,\"lp_speedup_over_torch\":%.3f", dt_bench_median(tms, rounds),
-                                    dt_bench_median(tms, rounds) / l);
-        } else if (o->baseline) {
-            printf(",\"torch_ms\":%.2f,\"speedup\":%.3f", dt_bench_median(tms, rounds), dt_bench_median(tms, rounds) / d);
-        }
-        printf("}\n");
-    } else {
-        printf("dtrain: %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate (%.1f GFLOP/s, best of "
-               "before and after; peak memory %.0f MiB)\n", d, tok, gf, 100 * gf / gemm, gemm, dt_peak_memory() / 1048576.0);
-        if (o->precision != DT_F32) {
-            double l = dt_bench_median(lms, rounds);
-            printf("dtrain %s: %.1f ms/step, %.1f tok/s: %.2fx fp32's step rate (medians of %d rounds, alternating)\n",
-                   dt_precision_name(o->precision), l, o->batch * o->seq / (l / 1e3), d / l, rounds);
-            if (o->baseline) {
-                double t = dt_bench_median(tms, rounds);
-                printf("torch autocast %s: %.1f ms/step; dtrain %s is %.2fx PyTorch's %s step\n", dt_precision_name(o->precision), t,
-                       dt_precision_name(o->precision), t / l, dt_precision_name(o->precision));
-            }
-        } else if (o->baseline) {
-            double t = dt_bench_median(tms, rounds);
-            printf("torch:  %.1f ms/step, %.1f tok/s, %.1f model GFLOP/s = %.0f%% of the sgemm rate\n", t,
-                   o->batch * o->seq / (t / 1e3), flops / (t / 1e3) / 1e9, 100 * flops / (t / 1e3) / 1e9 / gemm);
-            printf("dtrain is %.2fx PyTorch (medians of %d rounds of %d steps, alternating)\n", t / d, rounds, o->steps);
-        }
-    }
+    report(o, rounds, flops, gemm, dms, lms, tms);
     dt_gpt2_destroy(m);
     return 0;
 }

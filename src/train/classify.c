@@ -236,17 +236,9 @@ static const char *metrics_path(const cls_run *r) {
     return r->c->metrics ? r->c->metrics : r->report_metrics[0] ? r->report_metrics : NULL;
 }
 
-static dt_status setup(cls_run *r) {
-    const dt_train_config *c = r->c;
-    const char *dir = c->data ? c->data : DEFAULT_DIR;
-    bool mlp = !strncmp(c->model, "mlp", 3);
-    if (c->trace) /* said, not silently skipped */
-        return dt_error(DT_ERR_UNSUPPORTED, "--model %s: --trace is not built for image models yet (the language models' trainer only)",
-                        c->model);
-    if (c->report && r->rank == 0) {
-        dt_status st = dt_classify_report_prepare(c->report, r->report_metrics, sizeof r->report_metrics);
-        if (st) return st;
-    }
+/* What an image model's run refuses before any data is read: the flags built for the language models alone, and
+ * --save/--resume where they cannot hold. */
+static dt_status check_flags(const dt_train_config *c, bool mlp) {
     if ((c->save || c->resume) && (mlp || c->synthetic))
         return dt_error(DT_ERR_UNSUPPORTED, "--model %s: %s%s: checkpoints are built for the ResNets' training (and GPT-2's)", c->model,
                         c->save ? "--save" : "--resume", c->synthetic ? " with --synthetic" : "");
@@ -265,14 +257,22 @@ static dt_status setup(cls_run *r) {
         return dt_error(DT_ERR_UNSUPPORTED, "--model %s: --device cuda is built for the language models (GPT-2's and Llama's families) so far", c->model);
     if (c->lora.rank || c->lora_from) /* said, not silently skipped */
         return dt_error(DT_ERR_UNSUPPORTED, "--model %s: LoRA is built for the language models (GPT-2, Llama, Qwen 2)", c->model);
+    if (c->precision != DT_F32)
+        return dt_error(DT_ERR_UNSUPPORTED, "--precision %s: image models train in fp32 only (mixed precision is built for GPT-2)",
+                        c->precision == DT_BF16 ? "bf16" : "fp16");
+    if (c->grad_store != DT_F32)
+        return dt_error(DT_ERR_UNSUPPORTED, "--grad-store %s: image models keep f32 gradients (16-bit ones come with GPT-2's --precision)",
+                        dt_dtype_name(c->grad_store));
+    return DT_OK;
+}
+
+/* The images (or synthetic ones), the global batch against them, the model made for their shape and classes, and every
+ * rank's agreement on all of it. */
+static dt_status data_and_model(cls_run *r, bool mlp) {
+    const dt_train_config *c = r->c;
+    const char *dir = c->data ? c->data : DEFAULT_DIR;
     dt_resnet_config named; /* the name checked before any data is read */
     dt_status st = mlp ? parse_hidden(c->model, r->sizes, &r->ns) : dt_resnet_config_parse(c->model, 1, 224, 224, 10, &named);
-    if (!st && c->precision != DT_F32)
-        st = dt_error(DT_ERR_UNSUPPORTED, "--precision %s: image models train in fp32 only (mixed precision is built for GPT-2)",
-                      c->precision == DT_BF16 ? "bf16" : "fp16");
-    if (!st && c->grad_store != DT_F32)
-        st = dt_error(DT_ERR_UNSUPPORTED, "--grad-store %s: image models keep f32 gradients (16-bit ones come with GPT-2's --precision)",
-                      dt_dtype_name(c->grad_store));
     if (!st && c->synthetic) st = synthetic_images(r, mlp);
     if (!st && !c->synthetic) st = dt_images_load(dir, "train", &r->tr);
     if (!st && !c->synthetic) st = dt_images_load(dir, "t10k", &r->te);
@@ -301,12 +301,19 @@ static dt_status setup(cls_run *r) {
     else dt_resnet_init_random(r->m.resnet, c->seed);
     if (c->init && (st = dt_safetensors_load_resnet(c->init, r->m.resnet))) return st;
     if (c->sync_bn && r->p > 1) dt_resnet_set_bn_reduce(r->m.resnet, sum_over_ranks, r->w);
+    return DT_OK;
+}
+
+/* The engine (and a preconditioner), a resumed run's place, the watchdog, the metrics and TensorBoard files, the batch's
+ * buffers. */
+static dt_status engine_and_outputs(cls_run *r, bool mlp) {
+    const dt_train_config *c = r->c;
     dt_engine_config ec = { .comm = r->p > 1 ? r->w : NULL, .strategy = c->strategy, .opt = c->opt, .grad_clip = c->grad_clip,
                             .skip_nonfinite = 0, .step_at_end = c->step_at_end, .bucket_first = 1u << 20,
                             .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .codec = &c->codec };
     if (mlp) dt_mlp_model(r->m.mlp, &ec.model);
     else dt_resnet_model(r->m.resnet, &ec.model);
-    st = dt_train_precond_create(c, &ec, NULL, r->rank, mlp ? "none" : "the BatchNorms", &r->pre);
+    dt_status st = dt_train_precond_create(c, &ec, NULL, r->rank, mlp ? "none" : "the BatchNorms", &r->pre);
     if (!st) st = dt_engine_create(&ec, &r->e);
     if (!st && c->resume) st = resume(r);
     if (!st) st = dt_watchdog_start(r->p > 1 ? r->w : NULL, &r->wd);
@@ -318,7 +325,13 @@ static dt_status setup(cls_run *r) {
     r->perm = malloc((size_t)r->tr.n * sizeof(int));
     r->ips = calloc(c->epochs > 0 ? (size_t)c->epochs : 1, sizeof *r->ips);
     if (!st && (!r->x || !r->y || !r->perm || !r->ips)) st = dt_error(DT_ERR_NOMEM, "out of memory");
-    if (st || r->quiet) return st;
+    return st;
+}
+
+/* What the run says first: the model, its data, the batch and the optimizer; a ResNet's memory for a batch. */
+static void say_setup(const cls_run *r, bool mlp) {
+    const dt_train_config *c = r->c;
+    const char *dir = c->data ? c->data : DEFAULT_DIR;
     char opt[32];
     printf("%s", mlp ? "mlp" : c->model);
     for (int i = 0; mlp && i < r->ns; i++) printf("%s%d", i ? "-" : " ", r->sizes[i]);
@@ -338,7 +351,21 @@ static dt_status setup(cls_run *r) {
                "convolution scratch %.1f MiB\n", r->B, kept / 1048576.0, grads / 1048576.0, work / 1048576.0);
     }
     fflush(stdout);
-    return DT_OK;
+}
+
+static dt_status setup(cls_run *r) {
+    const dt_train_config *c = r->c;
+    bool mlp = !strncmp(c->model, "mlp", 3);
+    if (c->trace) /* said, not silently skipped */
+        return dt_error(DT_ERR_UNSUPPORTED, "--model %s: --trace is not built for image models yet (the language models' trainer only)",
+                        c->model);
+    dt_status st = DT_OK;
+    if (c->report && r->rank == 0) st = dt_classify_report_prepare(c->report, r->report_metrics, sizeof r->report_metrics);
+    if (!st) st = check_flags(c, mlp);
+    if (!st) st = data_and_model(r, mlp);
+    if (!st) st = engine_and_outputs(r, mlp);
+    if (!st && !r->quiet) say_setup(r, mlp);
+    return st;
 }
 
 /* Every rank evaluates with rank 0's BatchNorm running averages (they
