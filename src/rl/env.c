@@ -100,24 +100,26 @@ dt_status dt_env_set_state(dt_env *e, const double *state, float *obs) {
     return DT_OK;
 }
 
+bool dt_env_restarts(const dt_env *e) { return e->k->create != NULL; }
+
 dt_status dt_env_record(const dt_env *e, double *rec) {
-    if (e->k->create) return dt_error(DT_ERR_UNSUPPORTED, "%s: its state is a physics world, which a checkpoint cannot hold", e->k->info.id);
-    memcpy(rec, e->s, sizeof e->s);
+    if (dt_env_restarts(e)) memset(rec, 0, sizeof e->s); /* a physics world: not held (its episode restarts on resume) */
+    else memcpy(rec, e->s, sizeof e->s);
     memcpy(&rec[DT_ENV_STATE_MAX], &e->rng, sizeof e->rng); /* the stream's bits in a double's place */
     rec[DT_ENV_STATE_MAX + 1] = e->t, rec[DT_ENV_STATE_MAX + 2] = e->ended, rec[DT_ENV_STATE_MAX + 3] = e->begun;
     return DT_OK;
 }
 
 dt_status dt_env_restore(dt_env *e, const double *rec) {
-    if (e->k->create) return dt_error(DT_ERR_UNSUPPORTED, "%s: its state is a physics world, which a checkpoint cannot hold", e->k->info.id);
     double t = rec[DT_ENV_STATE_MAX + 1], ended = rec[DT_ENV_STATE_MAX + 2], begun = rec[DT_ENV_STATE_MAX + 3];
     if (!(t >= 0 && t <= 1e9 && t == (int)t) || (ended != 0 && ended != 1) || (begun != 0 && begun != 1))
         return dt_error(DT_ERR_IO, "%s: a saved state with step %g and flags %g, %g", e->k->info.id, t, ended, begun);
     for (int i = 0; i < e->k->info.state_dim; i++)
         if (!isfinite(rec[i])) return dt_error(DT_ERR_IO, "%s: saved state component %d is not finite", e->k->info.id, i);
-    memcpy(e->s, rec, sizeof e->s);
+    if (!dt_env_restarts(e)) memcpy(e->s, rec, sizeof e->s);
     memcpy(&e->rng, &rec[DT_ENV_STATE_MAX], sizeof e->rng);
     e->t = (int)t, e->ended = (int)ended, e->begun = (int)begun;
+    if (dt_env_restarts(e)) e->ended = e->begun = 1; /* the world is gone: its next step is a reset, from the saved stream */
     return DT_OK;
 }
 

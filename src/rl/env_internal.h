@@ -57,19 +57,23 @@ extern const dt_env_kind dt_env_cartpole, dt_env_acrobot, dt_env_mountain_car, d
     dt_env_lunar_lander_continuous;
 
 /* An environment's whole state as DT_ENV_RECORD doubles (a checkpoint's): its physical state, its stream's bits, its
- * step in the episode and its flags; DT_ERR_UNSUPPORTED for a kind whose state is a physics world (LunarLander's);
- * restore checks what it reads (DT_ERR_IO). */
+ * step in the episode and its flags; restore checks what it reads (DT_ERR_IO). A kind whose state is a physics world
+ * (LunarLander's Box2D world, which has no state to copy) restarts instead (dt_env_restarts): its record holds the
+ * stream and flags alone, and restored it has ended its episode, so that its next step is a reset from that stream. */
 enum { DT_ENV_RECORD = DT_ENV_STATE_MAX + 4 };
 dt_status dt_env_record(const dt_env *e, double *rec);
 dt_status dt_env_restore(dt_env *e, const double *rec);
+bool dt_env_restarts(const dt_env *e);
 /* Environment i of a pool as DT_ENV_POOL_RECORD doubles: its record, then the pool's running episode (ended, return,
- * length); and the pool's step count. A bridged pool's environments cannot be saved (DT_ERR_UNSUPPORTED). */
+ * length); and the pool's step count. A bridged pool's environments cannot be saved (DT_ERR_UNSUPPORTED). One that
+ * restarts (dt_env_pool_restarts) is restored with its episode ended and not counted: the next step resets it. */
 enum { DT_ENV_POOL_RECORD = DT_ENV_RECORD + 3 };
 dt_status dt_env_pool_record(const dt_env_pool *p, int i, double *rec);
 dt_status dt_env_pool_restore(dt_env_pool *p, int i, const double *rec);
 int64_t dt_env_pool_steps(const dt_env_pool *p);
 /* Why the pool's environments cannot be saved, or NULL where they can. */
 const char *dt_env_pool_unsaveable(const dt_env_pool *p);
+bool dt_env_pool_restarts(const dt_env_pool *p);
 void dt_env_pool_set_steps(dt_env_pool *p, int64_t steps);
 
 /* DT_OK when action (in->act_dim floats) is in the space, else an error naming it. */

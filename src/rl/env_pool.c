@@ -208,13 +208,13 @@ dt_status dt_env_pool_restore(dt_env_pool *p, int i, const double *rec) {
         return dt_error(DT_ERR_IO, "environment %d: a saved episode with flag %g, return %g, length %g", p->first + i, ended,
                         rec[DT_ENV_RECORD + 1], len);
     p->ended[i] = (uint8_t)ended, p->ret[i] = rec[DT_ENV_RECORD + 1], p->len[i] = (int)len;
+    if (dt_env_restarts(p->envs[i])) p->ended[i] = 1, p->ret[i] = 0, p->len[i] = 0; /* the interrupted episode uncounted */
     return dt_env_restore(p->envs[i], rec);
 }
 
-const char *dt_env_pool_unsaveable(const dt_env_pool *p) {
-    if (!p->envs) return "a bridged environment's state lives in its Python process";
-    return dt_env_kind_of(p->envs[0])->create ? "its state is a physics world" : NULL;
-}
+const char *dt_env_pool_unsaveable(const dt_env_pool *p) { return p->envs ? NULL : "a bridged environment's state lives in its Python process"; }
+
+bool dt_env_pool_restarts(const dt_env_pool *p) { return p->envs && dt_env_restarts(p->envs[0]); }
 
 int64_t dt_env_pool_steps(const dt_env_pool *p) { return p->steps; }
 void dt_env_pool_set_steps(dt_env_pool *p, int64_t steps) { p->steps = steps; }

@@ -227,6 +227,10 @@ dt_status dt_rl_resume_run(const dt_rl_learner *l, int updates, int *u0, int64_t
         st = dt_error(DT_ERR_ARG, "%s is at update %d of %d (--total-steps %lld): nothing left to train", c->resume, *u0, updates,
                       (long long)c->total_steps);
     if (!st && l->rank == 0 && c->print_every) printf("resumed from %s at update %d (%lld environment steps)\n", c->resume, *u0, (long long)*steps);
+    if (!st && l->rank == 0 && dt_env_pool_restarts(l->pool)) /* said whether or not the run prints its progress */
+        dt_log(DT_LOG_WARN, "rl: %s: a physics world has no state to save: each environment's interrupted episode restarts (not counted), "
+               "from its saved stream; the policy, the optimizer, the normalisers and the counters go on, but not bit for bit as the "
+               "uninterrupted run", id);
     return st;
 }
 

@@ -1,8 +1,9 @@
 /* A PPO or REINFORCE run's state in one file, so that a run stopped after an update goes on as if it had not stopped: the learner
  * (the policy's parameters, Adam's moments and step count, the last episodes' returns, the counters) and every
  * environment (its physical state and stream, its running episode, the rollout's next observation and normalisers).
- * The built-in environments whose state is numbers only (CartPole, Acrobot, MountainCar, Pendulum): LunarLander's is
- * a physics world and a bridged one lives in Python, and those are refused by name. */
+ * The built-in environments: those whose state is numbers (CartPole, Acrobot, MountainCar, Pendulum) go on bit for bit;
+ * LunarLander's is a physics world with no state to copy, so its environments restart their episodes (said); a bridged
+ * one lives in Python, and is refused by name. */
 #ifndef DTRAIN_RL_STATE_H
 #define DTRAIN_RL_STATE_H
 

@@ -1,5 +1,6 @@
 /* A rollout of a pool under a policy (see rollout.h). */
 #include "rollout.h"
+#include "env_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -141,6 +142,7 @@ dt_status dt_rollout_restore(dt_rollout *r, int j, const double *rec) {
     if (rec[r->od] != 0 && rec[r->od] != 1) return dt_error(DT_ERR_IO, "environment %d: a saved flag of %g", r->first + j, rec[r->od]);
     for (int i = 0; i < r->od; i++) r->next_obs[(size_t)j * r->od + i] = (float)rec[i];
     r->ended[j] = (uint8_t)rec[r->od];
+    if (dt_env_pool_restarts(r->pool)) r->ended[j] = 1; /* its episode restarts: the next row is the reset's (not valid) */
     const double *at = rec + r->od + 1;
     if (r->obs_norm) at = norm_in(&r->obs_norm[j], at);
     if (r->ret_norm) at = norm_in(&r->ret_norm[j], at), r->ret_acc[j] = *at;
