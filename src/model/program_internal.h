@@ -266,6 +266,7 @@ void dt_program_tp_sum(dt_program *p, float *x, size_t n);
  * backward whose weight gradient, from this rank's rows, is summed over the group. */
 size_t dt_program_rows(const dt_program *p, int v);
 const float *dt_program_tp_gather(dt_program *p, const float *local, size_t n);
+const float *dt_program_tp_gather_to(dt_program *p, const float *local, float *all, size_t n); /* into all, not the slot's gather */
 const float *dt_program_tp_combine(dt_program *p, float *partial, float *mine, size_t n);
 void dt_program_norm_backward(dt_program *p, float *din, float *dw, float *db, const float *dout, const float *in, const float *w,
                               const float *stats, int C);

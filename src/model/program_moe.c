@@ -242,13 +242,9 @@ void dt_program_moe_backward(dt_program *p, int l, int k, const float *x, const 
         return;
     }
     program_slot *s = p->s;
-    if (!p->comm_err) { /* d(output) of every row, beside the gathered input */
-        double t0 = dt_time_now();
-        p->comm_err = p->part.tp->allgather(p->part.tp->ctx, dout, s->partial, R * C);
-        p->tp_seconds += dt_time_now() - t0;
-    }
+    const float *dout_all = dt_program_tp_gather_to(p, dout, s->partial, R * C); /* beside the gathered input */
     memset(s->moe_dx, 0, BT * C * sizeof(float));
-    moe_backward(p, l, k, dt_program_tp_gather(p, x, R * C), s->partial, s->moe_dx);
+    moe_backward(p, l, k, dt_program_tp_gather(p, x, R * C), dout_all, s->moe_dx);
     dt_residual_forward(dx, dx, s->moe_dx + own_row(p, R) * C, R * C);
 }
 

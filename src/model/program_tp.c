@@ -27,14 +27,16 @@ size_t dt_program_rows(const dt_program *p, int v) {
     return sp(p) && (v < 0 || p->vsplit[v]) ? BT / (size_t)p->part.tp_size : BT;
 }
 
-const float *dt_program_tp_gather(dt_program *p, const float *local, size_t n) {
+const float *dt_program_tp_gather_to(dt_program *p, const float *local, float *all, size_t n) {
     if (!sp(p)) return local;
-    if (p->comm_err) return p->s->gather;
+    if (p->comm_err) return all;
     double t0 = dt_time_now();
-    p->comm_err = p->part.tp->allgather(p->part.tp->ctx, local, p->s->gather, n);
+    p->comm_err = p->part.tp->allgather(p->part.tp->ctx, local, all, n);
     p->tp_seconds += dt_time_now() - t0;
-    return p->s->gather;
+    return all;
 }
+
+const float *dt_program_tp_gather(dt_program *p, const float *local, size_t n) { return dt_program_tp_gather_to(p, local, p->s->gather, n); }
 
 const float *dt_program_tp_combine(dt_program *p, float *partial, float *mine, size_t n) {
     if (!sp(p)) {
