@@ -54,8 +54,10 @@ bool dt_kernels_vbmi(void) {
 
 void dt_kernels_paths_name(char *out, size_t n) {
     static const char *width[] = { "portable", "avx2", "avx512" };
-    /* the bf16 GEMM as dt_gemm_bf16_ready decides it, without making its engine (this is asked by every cache read) */
-    const char *g = getenv("DTRAIN_BF16_GEMM");
-    bool gemm = dt_gemm_bf16_built() && dt_cpu_has("avx512_bf16") && !(g && !strcmp(g, "0"));
+    static _Atomic int gemm = -1;
+    if (gemm < 0) { /* the bf16 GEMM as dt_gemm_bf16_ready decides it, without making its engine (every cache read asks) */
+        const char *g = getenv("DTRAIN_BF16_GEMM");
+        gemm = dt_gemm_bf16_built() && dt_cpu_has("avx512_bf16") && !(g && !strcmp(g, "0"));
+    }
     snprintf(out, n, "%s%s%s", width[dt_kernels_simd()], dt_kernels_dpbf16() ? " bf16" : "", gemm ? " bf16-gemm" : "");
 }
