@@ -7,9 +7,11 @@
  * episode lengths, which end when the landed craft falls asleep: Box2D
  * 2.4's settles about 8% later, so there the medians must agree within 15%. Then what a LunarLander
  * must refuse, that a seed replays its episode, that a pool of them split
- * over ranks runs the episodes of one pool, and every kind's film. */
+ * over ranks runs the episodes of one pool, that a saved pool restores with its episodes restarted from the
+ * saved streams (a Box2D world has no state to copy), and every kind's film. */
 #include "dtrain/rl.h"
 #include "fixture_arrays.h"
+#include "rl/env_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -239,13 +241,49 @@ static void films(void) {
     }
 }
 
+/* Two landers saved mid-episode and restored into two other pools: each restarts (its next step a reset, no reward, the
+ * interrupted episode not counted), its new episode the one a lander given the saved stream resets to, both pools alike. */
+static void restart(void) {
+    dt_env_pool *p, *a, *b;
+    check(!dt_env_pool_create("lunarlander", 2, 0, 9, NULL, &p) && !dt_env_pool_create("lunarlander", 2, 0, 5, NULL, &a) &&
+              !dt_env_pool_create("lunarlander", 2, 0, 7, NULL, &b),
+          "pools of landers");
+    float o[16], oa[16], ob[16], act[2] = { 2, 2 }, rw[2];
+    uint8_t te[2], tr[2], rs[2] = { 0, 0 };
+    double rec[2][DT_ENV_POOL_RECORD];
+    check(!dt_env_pool_reset(p, o) && !dt_env_pool_reset(a, oa) && !dt_env_pool_reset(b, ob), "reset");
+    for (int t = 0; t < 20; t++) dt_env_pool_step(p, act, o, rw, te, tr, NULL); /* firing the main engine: in flight */
+    dt_episode ep[4];
+    dt_env_pool_episodes(p, ep, 4);
+    int ok = dt_env_pool_restarts(p);
+    for (int i = 0; i < 2; i++) ok = ok && !dt_env_pool_record(p, i, rec[i]) && !dt_env_pool_restore(a, i, rec[i]) && !dt_env_pool_restore(b, i, rec[i]);
+    check(ok, "landers record and restore (restarting)");
+    check(!dt_env_pool_step(a, act, oa, rw, te, tr, rs) && rs[0] && rs[1] && rw[0] == 0 && rw[1] == 0,
+          "a restored lander's next step is a reset, without reward");
+    check(!dt_env_pool_step(b, act, ob, rw, te, tr, NULL) && !memcmp(oa, ob, sizeof oa), "two restores of one record restart alike");
+    check(dt_env_pool_episodes(a, ep, 4) == 0, "the interrupted episodes are not counted");
+    dt_env *e;
+    float oe[8];
+    double r;
+    int term, trunc;
+    check(!dt_env_create("lunarlander", &e) && !dt_env_restore(e, rec[1]), "a lander restores alone");
+    check(dt_env_step(e, act, oe, &r, &term, &trunc) != DT_OK, "a restored lander refuses a step before its reset");
+    dt_env_reset(e, -1, oe); /* the pool's reset: the environment's own stream */
+    check(!memcmp(oe, oa + 8, sizeof oe), "the restarted episode is the one the saved stream resets to");
+    dt_env_destroy(e);
+    dt_env_pool_destroy(p);
+    dt_env_pool_destroy(a);
+    dt_env_pool_destroy(b);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { printf("usage: test_rl_lunar FIXTURE_DIR\n"); return 2; }
     against_gymnasium(argv[1]);
     contract();
     pool_split();
+    restart();
     films();
     if (failures) { printf("%d failed\n", failures); return 1; }
-    printf("ok: LunarLander's episodes are Gymnasium's by distribution, it refuses what it must, seeds replay, pools split; films\n");
+    printf("ok: LunarLander's episodes are Gymnasium's by distribution, it refuses what it must, seeds replay, pools split and restart; films\n");
     return 0;
 }
