@@ -210,8 +210,11 @@ c.update(memory_gbs_all_cores=1000, attention_gflops_per_thread=0.05, optimizer_
 json.dump(c, open(sys.argv[1], "w"))
 EOF2
 XDG_CACHE_HOME=$cache env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan "${common[@]}" --json > "$dir/c2.json" 2>> "$dir/json.err"
-python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); o=lambda x: x['breakdown']['time_ms']['optimizer']
-assert b['step_ms'] > 10 * a['step_ms'] and o(b) > 10 * o(a), (a, b)" "$dir/c1.json" "$dir/c2.json" 2> /dev/null &&
+# (each planted term's own rise, and the step's by them: the step's ratio depends on what else the build's measured rates
+# leave in it; ASan's own attention, 0.53 GFLOP/s on a Zen 3, made it 9.7x against a 10x once asked)
+python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); t=lambda x, k: x['breakdown']['time_ms'][k]
+o, at = (lambda x: t(x, 'optimizer')), (lambda x: t(x, 'attention'))
+assert o(b) > 10 * o(a) and at(b) > 5 * at(a) and b['step_ms'] - a['step_ms'] > 0.9 * (o(b) - o(a) + at(b) - at(a)), (a, b)" "$dir/c1.json" "$dir/c2.json" 2> /dev/null &&
     ok "the cached rates are read: the optimizer's 0.05 GB/s (the streams' 1000) and attention's 0.05 GFLOP/s planted, the step $(python3 -c "import json,sys; print('%.0f ms against %.0f' % tuple(json.load(open(f))['step_ms'] for f in sys.argv[1:][::-1]))" "$dir/c1.json" "$dir/c2.json")" ||
     fail "the cached rates: $(head -c 300 "$dir/c1.json") / $(head -c 300 "$dir/c2.json")"
 
