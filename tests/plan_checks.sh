@@ -182,7 +182,7 @@ python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); ass
     "$cache/dtrain/$PEAK" "$dir/cacheb/dtrain/$PEAK" 2>> "$dir/cacheb.err" &&
     ok "a cache of another BLAS kernel set is measured again: $(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c['blas'], round(c['sgemm_gflops_per_thread'], 1), 'GFLOP/s')" "$dir/cacheb/dtrain/$PEAK")" ||
     fail "a cache of another BLAS kernel set: $(tail -2 "$dir/cacheb.err")"
-# and dtrain's own kernel paths: a cache filled by a run on other paths (a bf16 GEMM this run has not, or the reverse) is
+# and whether the bf16 GEMM runs: a cache filled by a run with it on where this one has it off (or the reverse) is
 # measured again (its resident sizes once failed the bf16 rows of the memory check by 4.8 MB)
 mkdir -p "$dir/cachek/dtrain"
 python3 -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['kernels']; c['kernels']+=' elsewhere'; c['sgemm_gflops_per_thread']=0.001
@@ -190,8 +190,8 @@ json.dump(c, open(sys.argv[2], 'w'))" "$cache/dtrain/$PEAK" "$dir/cachek/dtrain/
 XDG_CACHE_HOME=$dir/cachek "$DTRAIN" plan "${common[@]}" --json > "$dir/ck.json" 2>> "$dir/json.err"
 python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); assert a['kernels'] == b['kernels'] and b['sgemm_gflops_per_thread'] > 1, (a['kernels'], b['kernels'])" \
     "$cache/dtrain/$PEAK" "$dir/cachek/dtrain/$PEAK" 2>> "$dir/cachek.err" &&
-    ok "a cache of other kernel paths is measured again: $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['kernels'])" "$dir/cachek/dtrain/$PEAK")" ||
-    fail "a cache of other kernel paths: $(tail -2 "$dir/cachek.err")"
+    ok "a cache of the other bf16 GEMM state is measured again: $(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['kernels'])" "$dir/cachek/dtrain/$PEAK")" ||
+    fail "a cache of the other bf16 GEMM state: $(tail -2 "$dir/cachek.err")"
 # the first plan (which measured the rates) counts the same process as the next (which read them): the measurements' buffers are
 # not a rank's (they once made the first 38 MB larger)
 XDG_CACHE_HOME=$cache "$DTRAIN" plan "${common[@]}" --json > "$dir/c1b.json" 2>> "$dir/json.err"

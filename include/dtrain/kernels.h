@@ -137,6 +137,9 @@ int dt_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
                  int ldc);
 int dt_gemm_bf16_ready(void);
 int dt_gemm_bf16_built(void); /* compiled with oneDNN */
+/* Whether this process takes the bf16 GEMM (built, the CPU has avx512_bf16, no DTRAIN_BF16_GEMM=0), asked without
+ * making oneDNN's engine: what a measured rate or resident size of this machine depends on besides the CPU. */
+int dt_gemm_bf16_wanted(void);
 void dt_gemm_bf16_enable(int on);
 uint16_t *dt_gemm_bf16_pack(int slot, const float *x, size_t n);
 
@@ -362,11 +365,6 @@ void dt_avgpool_global_backward(float *dinp, const float *dout, int NC, int HW);
 /* The BLAS the matmuls go through and, for OpenBLAS, the kernel set it
  * runs (its pick for this CPU, or $OPENBLAS_CORETYPE's): "OpenBLAS Haswell". */
 void dt_kernels_blas_name(char *out, size_t n);
-/* The paths dtrain's own kernels take here: the vector width ($DTRAIN_ROWDOT
- * may narrow it), the bf16 instructions and the bf16 GEMM ($DTRAIN_BF16_GEMM=0
- * turns both off, as on a Zen 3): "avx512 bf16 bf16-gemm", "avx2". Measured
- * rates hold for one set (the machine cache keys on it). */
-void dt_kernels_paths_name(char *out, size_t n);
 /* Multiply-adds in registers on `threads` threads at the vector width
  * inference's kernels use (fma_peak.c): their arithmetic's ceiling in
  * GFLOP/s, median of 5 tries. */

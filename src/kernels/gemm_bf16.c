@@ -13,6 +13,7 @@
  * dozen shapes. Not thread-safe: one model calls it from one thread. */
 #include "dtrain/kernels.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,10 +122,18 @@ static void release(void) {
     engine = NULL;
 }
 
+int dt_gemm_bf16_wanted(void) {
+    static _Atomic int wanted = -1;
+    if (wanted < 0) {
+        const char *e = getenv("DTRAIN_BF16_GEMM");
+        wanted = dt_cpu_has("avx512_bf16") && !(e && !strcmp(e, "0"));
+    }
+    return wanted;
+}
+
 int dt_gemm_bf16_ready(void) {
     if (ready >= 0) return ready;
-    const char *e = getenv("DTRAIN_BF16_GEMM");
-    ready = dt_cpu_has("avx512_bf16") && !(e && !strcmp(e, "0")) && dnnl_engine_create(&engine, dnnl_cpu, 0) == dnnl_success &&
+    ready = dt_gemm_bf16_wanted() && dnnl_engine_create(&engine, dnnl_cpu, 0) == dnnl_success &&
             dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) == dnnl_success;
     if (ready) atexit(release);
     return ready;
@@ -145,6 +154,7 @@ int dt_gemm_bf16(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda
 }
 int dt_gemm_bf16_ready(void) { return 0; }
 int dt_gemm_bf16_built(void) { return 0; }
+int dt_gemm_bf16_wanted(void) { return 0; }
 uint16_t *dt_gemm_bf16_pack(int slot, const float *x, size_t n) {
     (void)slot, (void)x, (void)n;
     return NULL;

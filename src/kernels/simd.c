@@ -3,10 +3,7 @@
 
 #include "dtrain/base.h"
 
-#include "dtrain/kernels.h"
-
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,14 +47,4 @@ bool dt_kernels_vbmi(void) {
         known = dt_kernels_dpbf16() && cpu && !(r && !strcmp(r, "avx512bf16"));
     }
     return known;
-}
-
-void dt_kernels_paths_name(char *out, size_t n) {
-    static const char *width[] = { "portable", "avx2", "avx512" };
-    static _Atomic int gemm = -1;
-    if (gemm < 0) { /* the bf16 GEMM as dt_gemm_bf16_ready decides it, without making its engine (every cache read asks) */
-        const char *g = getenv("DTRAIN_BF16_GEMM");
-        gemm = dt_gemm_bf16_built() && dt_cpu_has("avx512_bf16") && !(g && !strcmp(g, "0"));
-    }
-    snprintf(out, n, "%s%s%s", width[dt_kernels_simd()], dt_kernels_dpbf16() ? " bf16" : "", gemm ? " bf16-gemm" : "");
 }

@@ -2,9 +2,9 @@
  * dtrain uses (and for bf16 runs on a CPU with a bf16 GEMM, that GEMM's
  * rate), measured once per machine and kept in
  * ${XDG_CACHE_HOME:-~/.cache}/dtrain/peak.json with the CPU's model name,
- * the BLAS's kernel set and dtrain's kernel paths (a cache from another CPU,
- * from OpenBLAS running other kernels, as $OPENBLAS_CORETYPE makes it, or
- * from a run without the bf16 GEMM is measured again). Per thread, since a run's peak
+ * the BLAS's kernel set and whether the bf16 GEMM runs (a cache from another
+ * CPU, from OpenBLAS running other kernels, as $OPENBLAS_CORETYPE makes it, or
+ * from a run with the bf16 GEMM on where this one has it off, is measured again). Per thread, since a run's peak
  * is the threads it uses times this (ranks x threads; the usual convention,
  * although two cores sharing memory give a little less than twice one). */
 #include "dtrain/obs.h"
@@ -79,9 +79,9 @@ static int cache_path(char *out, size_t cap, int make_dir) {
 #define SGEMM "sgemm_gflops_per_thread"
 #define BF16 "bf16_gemm_gflops_per_thread"
 
-/* This machine's name in the cache: the CPU's model, the BLAS's kernel set and dtrain's kernel paths (a run with
- * DTRAIN_BF16_GEMM=0, a Zen 3's paths on a newer CPU, measures other rates and leaves other memory resident: under
- * one name its plans failed the bf16 GEMM's rows by 4.8 MB). */
+/* This machine's name in the cache: the CPU's model, the BLAS's kernel set and whether the bf16 GEMM runs (a run
+ * with DTRAIN_BF16_GEMM=0, a Zen 3's paths on a newer CPU, measures other rates and leaves other memory resident:
+ * under one name its plans failed the bf16 GEMM's rows by 4.8 MB). */
 typedef struct {
     char cpu[256], blas[128], kernels[64];
 } machine;
@@ -90,7 +90,7 @@ static machine machine_here(void) {
     machine m;
     dt_cpu_model(m.cpu, sizeof m.cpu);
     dt_kernels_blas_name(m.blas, sizeof m.blas);
-    dt_kernels_paths_name(m.kernels, sizeof m.kernels);
+    snprintf(m.kernels, sizeof m.kernels, "%s", dt_gemm_bf16_wanted() ? "bf16 GEMM" : "no bf16 GEMM");
     return m;
 }
 
