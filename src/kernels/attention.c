@@ -2,6 +2,7 @@
  * position t attending to positions 0..t. The softmax rows are kept in
  * att[B,NH,T,T] for backward. */
 #include "dtrain/kernels.h"
+#include "vexp.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -32,8 +33,10 @@ void dt_attention_forward_docs(float *out, float *att, const float *qkv, const i
                     a[t2] = s;
                     if (s > mx) mx = s;
                 }
-                float sum = 0;
-                for (int t2 = f; t2 <= t; t2++) { a[t2] = expf(a[t2] - mx); sum += a[t2]; }
+                #pragma omp simd
+                for (int t2 = f; t2 <= t; t2++) a[t2] = dt_vexpf(a[t2] - mx);
+                float sum = 0; /* in order: a row's sum the same whatever the rows beside it */
+                for (int t2 = f; t2 <= t; t2++) sum += a[t2];
                 float inv = 1.0f / sum;
                 for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t && t2 >= f ? a[t2] * inv : 0.0f;
                 float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;

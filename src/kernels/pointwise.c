@@ -67,7 +67,8 @@ void dt_swiglu_forward(float *out, const float *gu, int N, int F) {
     for (int i = 0; i < N; i++) {
         const float *g = gu + (size_t)i * 2 * F, *u = g + F;
         float *o = out + (size_t)i * F;
-        for (int j = 0; j < F; j++) o[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+        #pragma omp simd
+        for (int j = 0; j < F; j++) o[j] = g[j] / (1.0f + dt_vexpf(-g[j])) * u[j];
     }
 }
 
@@ -77,8 +78,9 @@ void dt_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, i
     for (int i = 0; i < N; i++) {
         const float *g = gu + (size_t)i * 2 * F, *u = g + F, *dy = dout + (size_t)i * F;
         float *dg = dgu + (size_t)i * 2 * F, *du = dg + F;
+        #pragma omp simd
         for (int j = 0; j < F; j++) {
-            float sg = 1.0f / (1.0f + expf(-g[j]));
+            float sg = 1.0f / (1.0f + dt_vexpf(-g[j]));
             dg[j] += dy[j] * u[j] * sg * (1.0f + g[j] * (1.0f - sg));
             du[j] += dy[j] * g[j] * sg;
         }
