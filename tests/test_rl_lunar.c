@@ -8,10 +8,12 @@
  * 2.4's settles about 8% later, so there the medians must agree within 15%. Then what a LunarLander
  * must refuse, that a seed replays its episode, that a pool of them split
  * over ranks runs the episodes of one pool, that a saved pool restores with its episodes restarted from the
- * saved streams (a Box2D world has no state to copy), and every kind's film. */
+ * saved streams (a Box2D world has no state to copy) and a rollout resumed with them leaves the reset row out, and every
+ * kind's film. */
 #include "dtrain/rl.h"
 #include "fixture_arrays.h"
 #include "rl/env_internal.h"
+#include "rl/rollout.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -276,12 +278,54 @@ static void restart(void) {
     dt_env_pool_destroy(b);
 }
 
+/* A rollout resumed from its record: on LunarLander, whose episodes restart, the first row is the reset's (not valid, no
+ * reward) and the next one is a transition again; on CartPole, whose state is copied, the first row goes on (valid), as
+ * the uninterrupted rollout's does. What PPO's --resume trains on. */
+static void rollout_resumed(const char *env, int restarts) {
+    dt_rl_config c = { .seed = 3, .gamma = 0.99f };
+    dt_env_pool *p, *a;
+    dt_policy *pol;
+    dt_rollout r, q;
+    int od = restarts ? 8 : 4, K = restarts ? 4 : 2, T = 6;
+    size_t len = dt_rollout_rec_len(od, 1);
+    float rec[2][(6 + 1) * 2 * (8 + 1 + DT_RL_NFIELDS)];
+    int ok = !dt_env_pool_create(env, 2, 0, 9, NULL, &p) && !dt_env_pool_create(env, 2, 0, 5, NULL, &a) &&
+             !dt_policy_create(od, K, 0, 16, 1, &pol) && !dt_rollout_init(&r, &c, p, pol, 0, T) && !dt_rollout_init(&q, &c, a, pol, 0, T);
+    ok = ok && !dt_rollout_run(&r, 0, rec[0]);
+    double saved[64];
+    for (int j = 0; j < 2 && ok; j++) {
+        double er[DT_ENV_POOL_RECORD];
+        dt_rollout_record(&r, j, saved);
+        ok = !dt_env_pool_record(p, j, er) && !dt_env_pool_restore(a, j, er) && !dt_rollout_restore(&q, j, saved);
+    }
+    ok = ok && !dt_rollout_run(&r, T, rec[0]) && !dt_rollout_run(&q, T, rec[1]);
+    char what[160];
+    snprintf(what, sizeof what, "%s: a rollout saved and restored runs", env);
+    check(ok, what);
+    for (int j = 0; j < 2 && ok; j++) {
+        const float *f0 = rec[1] + (size_t)j * len + od + 1, *f1 = rec[1] + ((size_t)2 + j) * len + od + 1;
+        const float *g0 = rec[0] + (size_t)j * len + od + 1;
+        snprintf(what, sizeof what, "%s, environment %d: the resumed rollout's first row %s", env, j,
+                 restarts ? "is the restart's reset (not valid, no reward)" : "goes on as the uninterrupted one's");
+        check(restarts ? f0[DT_RL_VALID] == 0 && f0[DT_RL_REW] == 0 : f0[DT_RL_VALID] == 1 && !memcmp(f0, g0, sizeof(float) * DT_RL_NFIELDS), what);
+        snprintf(what, sizeof what, "%s, environment %d: its second row is a transition", env, j);
+        check(f1[DT_RL_VALID] == 1, what);
+    }
+    dt_rollout_free(&r);
+    dt_rollout_free(&q);
+    dt_policy_destroy(pol);
+    dt_env_pool_destroy(p);
+    dt_env_pool_destroy(a);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { printf("usage: test_rl_lunar FIXTURE_DIR\n"); return 2; }
     against_gymnasium(argv[1]);
     contract();
     pool_split();
     restart();
+    rollout_resumed("lunarlander", 1);
+    rollout_resumed("cartpole", 0);
     films();
     if (failures) { printf("%d failed\n", failures); return 1; }
     printf("ok: LunarLander's episodes are Gymnasium's by distribution, it refuses what it must, seeds replay, pools split and restart; films\n");

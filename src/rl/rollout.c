@@ -141,8 +141,9 @@ dt_status dt_rollout_restore(dt_rollout *r, int j, const double *rec) {
         if (!isfinite(rec[i])) return dt_error(DT_ERR_IO, "environment %d: a saved observation or statistic is not finite", r->first + j);
     if (rec[r->od] != 0 && rec[r->od] != 1) return dt_error(DT_ERR_IO, "environment %d: a saved flag of %g", r->first + j, rec[r->od]);
     for (int i = 0; i < r->od; i++) r->next_obs[(size_t)j * r->od + i] = (float)rec[i];
+    /* an environment whose episode restarts (dt_env_pool_restarts) has its next step reset by the pool, which says so:
+     * that row is left out as every reset row is (dt_rollout_run) */
     r->ended[j] = (uint8_t)rec[r->od];
-    if (dt_env_pool_restarts(r->pool)) r->ended[j] = 1; /* its episode restarts: the next row is the reset's (not valid) */
     const double *at = rec + r->od + 1;
     if (r->obs_norm) at = norm_in(&r->obs_norm[j], at);
     if (r->ret_norm) at = norm_in(&r->ret_norm[j], at), r->ret_acc[j] = *at;
