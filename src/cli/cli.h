@@ -11,6 +11,11 @@ typedef struct { const char *name, *value; } dt_cli_flag;
 int dt_cli_flag_error(const char *cmd, const dt_cli_flag *flags, const char *flag, const char *v);
 /* Parses s as a number in [lo, hi]; 0 when it is not one. */
 int dt_cli_number(const char *s, double lo, double hi, double *out);
+/* A flag taking a number in [lo, hi] (whole: an integer), stored at out as kind: 'i' int, 'f' float, 'd' double,
+ * 'l' int64_t, 'u' uint64_t. */
+typedef struct { const char *name; double lo, hi; int whole; void *out; char kind; } dt_cli_num_flag;
+/* f among the n flags of table, v its word: 1 stored, 0 not a number it takes, -1 not one of them. */
+int dt_cli_number_flag(const dt_cli_num_flag *table, size_t n, const char *f, const char *v);
 
 /* --nproc and the ranks a model is split over (split: --pp's or --tp's N, < 0 for any number of ranks; how: what they
  * are, for errors): with

@@ -206,97 +206,96 @@ static int algo_combination(const dt_rl_config *c, double nproc, const char *imp
     return 0;
 }
 
+/* What rl's flags set beside the config: the ranks, threads, the report, and one flag given of IMPALA's, of PPO's alone,
+ * of the run state's (NULL: none), for algo_combination's refusals. */
+typedef struct {
+    int nproc, threads;
+    const char *report, *impala_flag, *ppo_flag, *state_flag;
+} rl_cli;
+
+/* A flag taking a number: 1 taken, 0 a bad number, -1 not one of them. */
+static int rl_number(const char *f, const char *v, dt_rl_config *c, rl_cli *x) {
+    const dt_cli_num_flag nums[] = {
+        { "--actors", 1, 256, 1, &c->actors, 'i' }, { "--refresh", 1, 1e6, 1, &c->refresh, 'i' },
+        { "--rho-bar", 1e-12, 1e6, 0, &c->rho_bar, 'f' }, { "--c-bar", 1e-12, 1e6, 0, &c->c_bar, 'f' },
+        { "--save-every", 1, 1e9, 1, &c->save_every, 'i' }, { "--nproc", 1, 256, 1, &x->nproc, 'i' },
+        { "--total-steps", 1, 1e12, 1, &c->total_steps, 'l' }, { "--seed", 0, 1e18, 1, &c->seed, 'u' },
+        { "--envs", 1, 65536, 1, &c->num_envs, 'i' }, { "--rollout-steps", 1, 65536, 1, &c->num_steps, 'i' },
+        { "--lr", 1e-12, 1, 0, &c->lr, 'f' }, { "--gamma", 0, 1, 0, &c->gamma, 'f' }, { "--gae-lambda", 0, 1, 0, &c->gae_lambda, 'f' },
+        { "--minibatches", 1, 65536, 1, &c->minibatches, 'i' }, { "--epochs", 1, 1000, 1, &c->epochs, 'i' },
+        { "--clip", 0, 10, 0, &c->clip_coef, 'f' }, { "--ent-coef", 0, 10, 0, &c->ent_coef, 'f' },
+        { "--vf-coef", 0, 100, 0, &c->vf_coef, 'f' }, { "--max-grad-norm", 0, 1e6, 0, &c->max_grad_norm, 'f' },
+        { "--hidden", 1, 4096, 1, &c->hidden, 'i' }, { "--print-every", 0, 1e6, 1, &c->print_every, 'i' },
+        { "--threads", 1, 256, 1, &x->threads, 'i' },
+    };
+    return dt_cli_number_flag(nums, sizeof nums / sizeof nums[0], f, v);
+}
+
+/* A flag taking a word: 1 taken, 0 a bad word, -1 not one of them. */
+static int rl_word(const char *f, const char *v, dt_rl_config *c, dt_env_bridge_config *bridge, rl_cli *x) {
+    if (!strcmp(f, "--env")) c->env = v;
+    else if (!strcmp(f, "--algo")) return !strcmp(v, "ppo") || !strcmp(v, "impala") || !strcmp(v, "reinforce"); /* read by set_defaults */
+    else if (!strcmp(f, "--metrics")) c->metrics = v;
+    else if (!strcmp(f, "--python") || !strcmp(f, "--env-workers")) return bridge_flag(f, v, bridge);
+    else if (!strcmp(f, "--norm-obs")) return (c->norm_obs = !strcmp(v, "1")) || !strcmp(v, "0");
+    else if (!strcmp(f, "--norm-reward")) return (c->norm_reward = !strcmp(v, "1")) || !strcmp(v, "0");
+    else if (!strcmp(f, "--save")) c->save = v;
+    else if (!strcmp(f, "--resume")) c->resume = v;
+    else if (!strcmp(f, "--report")) x->report = v;
+    else return -1;
+    return 1;
+}
+
+/* A flag taking no word: 1 taken, -1 not one of them. */
+static int rl_switch(const char *f, dt_rl_config *c) {
+    if (!strcmp(f, "--no-anneal")) c->anneal_lr = 0;
+    else if (!strcmp(f, "--no-norm-adv")) c->norm_adv = 0;
+    else if (!strcmp(f, "--no-clip-vloss")) c->clip_vloss = 0;
+    else if (!strcmp(f, "--trunc-as-term")) c->trunc_as_term = 1;
+    else if (!strcmp(f, "--sync")) c->sync = 1;
+    else return -1;
+    return 1;
+}
+
+/* The flags into c, bridge and x: -1 good, else the exit code (0 after --help). */
+static int rl_parse(int argc, char **argv, dt_rl_config *c, dt_env_bridge_config *bridge, rl_cli *x) {
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
+        if (!strcmp(f, "--no-clip-vloss") || !strcmp(f, "--clip") || !strcmp(f, "--gae-lambda")) x->ppo_flag = f;
+        if (!strcmp(f, "--sync") || !strcmp(f, "--actors") || !strcmp(f, "--refresh") || !strcmp(f, "--rho-bar") || !strcmp(f, "--c-bar"))
+            x->impala_flag = f;
+        if (!strcmp(f, "--resume") || !strcmp(f, "--save-every")) x->state_flag = f;
+        if (rl_switch(f, c) == 1) continue;
+        int r = !v ? 0 : rl_number(f, v, c, x);
+        if (r < 0) r = rl_word(f, v, c, bridge, x);
+        if (r != 1) return dt_cli_flag_error("rl", flags, f, v);
+        i++;
+    }
+    return -1;
+}
+
 int dt_cli_rl(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "eval")) return eval(argc - 1, argv + 1);
     if (argc == 3 && !strcmp(argv[1], "actor")) return dt_rl_actor_main(atoi(argv[2])); /* started by the learner */
     dt_rl_config c;
     dt_env_bridge_config bridge = { 0 };
     set_defaults(argc, argv, &c, &bridge);
-    double nproc = 1, total = (double)c.total_steps, seed = (double)c.seed, envs = c.num_envs, steps = c.num_steps, lr = c.lr;
-    double gamma = c.gamma, lam = c.gae_lambda, mbs = c.minibatches, epochs = c.epochs, clip = c.clip_coef, ent = c.ent_coef;
-    double vf = c.vf_coef, mgn = c.max_grad_norm, hidden = c.hidden, every = c.print_every, threads = 1;
-    double actors = c.actors, refresh = c.refresh, rho_bar = c.rho_bar, c_bar = c.c_bar;
-    const char *impala_flag = NULL, *ppo_flag = NULL, *state_flag = NULL; /* one of IMPALA's flags, of PPO's, given; PPO's alone */
-    double save_every = 0;
-    const char *report = NULL;
+    rl_cli x = { .nproc = 1, .threads = 1 };
     char metrics[4096], policy[4096];
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
-        if (!strcmp(f, "--no-anneal")) { c.anneal_lr = 0; continue; }
-        if (!strcmp(f, "--no-norm-adv")) { c.norm_adv = 0; continue; }
-        if (!strcmp(f, "--no-clip-vloss")) { c.clip_vloss = 0; ppo_flag = f; continue; }
-        if (!strcmp(f, "--clip") || !strcmp(f, "--gae-lambda")) ppo_flag = f;
-        if (!strcmp(f, "--trunc-as-term")) { c.trunc_as_term = 1; continue; }
-        if (!strcmp(f, "--sync")) { c.sync = 1; impala_flag = f; continue; }
-        if (!strcmp(f, "--actors") || !strcmp(f, "--refresh") || !strcmp(f, "--rho-bar") || !strcmp(f, "--c-bar")) impala_flag = f;
-        int ok = v != NULL;
-        if (!ok) {}
-        else if (!strcmp(f, "--env")) c.env = v;
-        else if (!strcmp(f, "--algo")) ok = !strcmp(v, "ppo") || !strcmp(v, "impala") || !strcmp(v, "reinforce");
-        else if (!strcmp(f, "--actors")) ok = dt_cli_number(v, 1, 256, &actors) && actors == (int)actors;
-        else if (!strcmp(f, "--refresh")) ok = dt_cli_number(v, 1, 1e6, &refresh) && refresh == (int)refresh;
-        else if (!strcmp(f, "--rho-bar")) ok = dt_cli_number(v, 1e-12, 1e6, &rho_bar);
-        else if (!strcmp(f, "--c-bar")) ok = dt_cli_number(v, 1e-12, 1e6, &c_bar);
-        else if (!strcmp(f, "--metrics")) c.metrics = v;
-        else if (!strcmp(f, "--python") || !strcmp(f, "--env-workers")) ok = bridge_flag(f, v, &bridge);
-        else if (!strcmp(f, "--norm-obs")) ok = (c.norm_obs = !strcmp(v, "1")) || !strcmp(v, "0");
-        else if (!strcmp(f, "--norm-reward")) ok = (c.norm_reward = !strcmp(v, "1")) || !strcmp(v, "0");
-        else if (!strcmp(f, "--save")) c.save = v;
-        else if (!strcmp(f, "--resume")) c.resume = v, state_flag = f;
-        else if (!strcmp(f, "--save-every")) ok = dt_cli_number(v, 1, 1e9, &save_every) && save_every == (int)save_every, state_flag = f;
-        else if (!strcmp(f, "--report")) report = v;
-        else if (!strcmp(f, "--nproc")) ok = dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc;
-        else if (!strcmp(f, "--total-steps")) ok = dt_cli_number(v, 1, 1e12, &total) && total == (double)(int64_t)total;
-        else if (!strcmp(f, "--seed")) ok = dt_cli_number(v, 0, 1e18, &seed) && seed == (double)(uint64_t)seed;
-        else if (!strcmp(f, "--envs")) ok = dt_cli_number(v, 1, 65536, &envs) && envs == (int)envs;
-        else if (!strcmp(f, "--rollout-steps")) ok = dt_cli_number(v, 1, 65536, &steps) && steps == (int)steps;
-        else if (!strcmp(f, "--lr")) ok = dt_cli_number(v, 1e-12, 1, &lr);
-        else if (!strcmp(f, "--gamma")) ok = dt_cli_number(v, 0, 1, &gamma);
-        else if (!strcmp(f, "--gae-lambda")) ok = dt_cli_number(v, 0, 1, &lam);
-        else if (!strcmp(f, "--minibatches")) ok = dt_cli_number(v, 1, 65536, &mbs) && mbs == (int)mbs;
-        else if (!strcmp(f, "--epochs")) ok = dt_cli_number(v, 1, 1000, &epochs) && epochs == (int)epochs;
-        else if (!strcmp(f, "--clip")) ok = dt_cli_number(v, 0, 10, &clip);
-        else if (!strcmp(f, "--ent-coef")) ok = dt_cli_number(v, 0, 10, &ent);
-        else if (!strcmp(f, "--vf-coef")) ok = dt_cli_number(v, 0, 100, &vf);
-        else if (!strcmp(f, "--max-grad-norm")) ok = dt_cli_number(v, 0, 1e6, &mgn);
-        else if (!strcmp(f, "--hidden")) ok = dt_cli_number(v, 1, 4096, &hidden) && hidden == (int)hidden;
-        else if (!strcmp(f, "--print-every")) ok = dt_cli_number(v, 0, 1e6, &every) && every == (int)every;
-        else if (!strcmp(f, "--threads")) ok = dt_cli_number(v, 1, 256, &threads) && threads == (int)threads;
-        else ok = 0;
-        if (!ok) return dt_cli_flag_error("rl", flags, f, v);
-        i++;
-    }
-    c.total_steps = (int64_t)total;
-    c.seed = (uint64_t)seed;
-    c.num_envs = (int)envs;
-    c.num_steps = (int)steps;
-    c.lr = (float)lr;
-    c.gamma = (float)gamma;
-    c.gae_lambda = (float)lam;
-    c.minibatches = (int)mbs;
-    c.epochs = (int)epochs;
-    c.clip_coef = (float)clip;
-    c.ent_coef = (float)ent;
-    c.vf_coef = (float)vf;
-    c.max_grad_norm = (float)mgn;
-    c.hidden = (int)hidden;
-    c.print_every = (int)every;
-    c.actors = (int)actors;
-    c.refresh = (int)refresh;
-    c.rho_bar = (float)rho_bar;
-    c.c_bar = (float)c_bar;
-    c.save_every = (int)save_every;
-    int bad = algo_combination(&c, nproc, impala_flag, ppo_flag, state_flag);
-    if (bad) return bad;
+    int rc = rl_parse(argc, argv, &c, &bridge, &x);
+    if (rc >= 0) return rc;
+    if ((rc = algo_combination(&c, x.nproc, x.impala_flag, x.ppo_flag, x.state_flag))) return rc;
     dt_comm *w;
-    int launched, rc = dt_cli_join("rl", "", nproc, -1, argv, &w, &launched);
+    int launched;
+    rc = dt_cli_join("rl", "", x.nproc, -1, argv, &w, &launched);
     if (rc || launched >= 0) return rc ? rc : launched;
-    dt_kernels_set_threads((int)threads);
+    dt_kernels_set_threads(x.threads);
     dt_rl_result r;
     int lead = !w || dt_comm_rank(w) == 0;
     double t0 = dt_time_now();
     /* every rank points its files into the report's directory (only rank 0 writes them) */
+    const char *report = x.report;
     dt_status st = report ? dt_rl_report_prepare(report, &c, metrics, policy, sizeof metrics) : DT_OK;
     if (!st) st = dt_rl_run(&c, w, NULL, NULL, &r);
     if (!st && report && lead) st = dt_rl_report_write(report, &c, &r, w ? dt_comm_size(w) : 1, argc, argv, dt_time_now() - t0);

@@ -278,8 +278,6 @@ static const dt_cli_flag flags[] = {
 };
 
 /* A numeric flag: where it goes and its range (whole numbers only where int). */
-typedef struct { const char *name; double lo, hi; int whole; void *out; char kind; } num_flag; /* kind: i int, f float, d double, u u64 */
-
 /* The settings under the flags: a resumed run's own first, then the config file's over them; warnings said once per
  * job. 0, or an exit code (2: said). */
 static int base_settings(int argc, char **argv, dt_train_config *c) {
@@ -307,88 +305,74 @@ static int base_settings(int argc, char **argv, dt_train_config *c) {
 /* What the flags set beside the config itself (an optimizer's settings are made whole after all of them). */
 typedef struct {
     dt_optim_kind kind, kfac_base;
-    double betas[2];
+    double betas[2], eps, wd, mom, trust;
+    int nesterov, pc_every, pc_max;
+    int kfac_flags, shampoo_flags; /* --kfac-* and --shampoo-* flags given */
 } train_opts;
 
-/* A flag taking a word, f its name and v its word: 1 taken, 0 a bad word, -1 no such flag, 2 said and exit. */
-static int word_flag(const char *f, const char *v, dt_train_config *c, train_opts *o) {
+/* The flags below take a word, f the flag and v its word, and answer 1 taken, 0 a bad word, -1 not theirs, 2 said and
+ * exit. This one: a file, a folder or a list, kept as given. */
+static int path_flag(const char *f, const char *v, dt_train_config *c) {
+    const struct { const char *name; const char **out; } paths[] = {
+        { "--model", &c->model }, { "--init", &c->init }, { "--data", &c->data }, { "--val-data", &c->val_data },
+        { "--save", &c->save }, { "--resume", &c->resume }, { "--lora-targets", &c->lora.targets }, { "--lora", &c->lora_from },
+        { "--tokenizer", &c->tokenizer }, { "--grpo", &c->grpo.prompts }, { "--reward", &c->grpo.reward },
+        { "--metrics", &c->metrics }, { "--tensorboard", &c->tensorboard }, { "--trace", &c->trace }, { "--report", &c->report },
+    };
+    if (!strcmp(f, "--config")) return 1; /* read above */
+    for (size_t k = 0; k < sizeof paths / sizeof *paths; k++)
+        if (!strcmp(f, paths[k].name)) { *paths[k].out = v; return 1; }
+    return -1;
+}
+
+/* How the model and its work are split: the strategy, the mesh's implementations and wires, the mixture's routing. */
+static int layout_flag(const char *f, const char *v, dt_train_config *c) {
     bool ok = true;
-    if (!strcmp(f, "--config")) {} /* read above */
-    else if (!strcmp(f, "--model")) c->model = v;
-    else if (!strcmp(f, "--init")) c->init = v;
-    else if (!strcmp(f, "--data")) c->data = v;
-    else if (!strcmp(f, "--val-data")) c->val_data = v;
-    else if (!strcmp(f, "--save")) c->save = v;
-    else if (!strcmp(f, "--resume")) c->resume = v;
-    else if (!strcmp(f, "--lora-targets")) c->lora.targets = v;
-    else if (!strcmp(f, "--lora")) c->lora_from = v;
-    else if (!strcmp(f, "--tokenizer")) c->tokenizer = v;
-    else if (!strcmp(f, "--grpo")) c->grpo.prompts = v;
-    else if (!strcmp(f, "--reward")) c->grpo.reward = v;
-    else if (!strcmp(f, "--grpo-loss")) ok = !dt_grpo_loss_parse(v, &c->grpo.loss);
-    else if (!strcmp(f, "--grpo-kl")) ok = !strcmp(v, "corrected") || !strcmp(v, "plain"), c->grpo.plain_kl = !strcmp(v, "plain");
-    else if (!strcmp(f, "--chat-template")) ok = !dt_chat_kind_parse(v, &(dt_chat_kind){ 0 }), c->chat_template = v;
-    else if (!strcmp(f, "--strategy")) {
+    if (!strcmp(f, "--strategy")) {
         ok = dt_strategy_find(v) != NULL, c->strategy = v;
         if (!ok && !strncasecmp(v, "fsdp", 4)) {
             dt_log(DT_LOG_ERROR, "train: --strategy %s: dtrain's fully sharded data parallelism is zero3 (parameters, gradients "
                    "and optimizer state sharded: FSDP's FULL_SHARD); zero2 is SHARD_GRAD_OP", v);
             return 2;
         }
-    }
-    else if (!strcmp(f, "--metrics")) c->metrics = v;
-    else if (!strcmp(f, "--tensorboard")) c->tensorboard = v;
-    else if (!strcmp(f, "--zero")) {
+    } else if (!strcmp(f, "--zero")) {
         static const char *const z[4] = { NULL, "zero1", "zero2", "zero3" };
         ok = strlen(v) == 1 && v[0] >= '1' && v[0] <= '3';
         c->strategy = ok ? z[v[0] - '0'] : NULL;
-    }
-    else if (!strcmp(f, "--cp-impl")) {
+    } else if (!strcmp(f, "--cp-impl")) {
         ok = !strcmp(v, "ring") || !strcmp(v, "ulysses") || !strcmp(v, "auto");
         c->cp_impl = !strcmp(v, "ring") ? 0 : !strcmp(v, "ulysses") ? 1 : -1;
-    }
-    else if (!strcmp(f, "--drop-policy")) {
+    } else if (!strcmp(f, "--drop-policy")) {
         ok = !strcmp(v, "probs") || !strcmp(v, "position");
         c->shape.drop_policy = ok && !strcmp(v, "position") ? DT_DROP_POSITION : DT_DROP_PROBS;
-    }
-    else if (!strcmp(f, "--router")) {
+    } else if (!strcmp(f, "--router")) {
         ok = !strcmp(v, "softmax") || !strcmp(v, "sigmoid-bias");
         c->shape.router = ok && !strcmp(v, "sigmoid-bias") ? DT_ROUTER_SIGMOID_BIAS : DT_ROUTER_SOFTMAX;
-    }
-    else if (!strcmp(f, "--pp-schedule")) ok = (c->pp_schedule = dt_pp_kind_parse(v)) >= 0;
-    else if (!strcmp(f, "--pp-wire")) {
+    } else if (!strcmp(f, "--pp-schedule")) ok = (c->pp_schedule = dt_pp_kind_parse(v)) >= 0;
+    else if (!strcmp(f, "--pp-wire") || !strcmp(f, "--cp-wire")) {
         dt_pp_wire w;
-        if ((ok = !dt_pp_wire_parse(v, &w))) c->pp_wire = (int)w;
-    } else if (!strcmp(f, "--cp-wire")) {
-        dt_pp_wire w;
-        if ((ok = !dt_pp_wire_parse(v, &w))) c->cp_wire = (int)w;
-    }
-    else if (!strcmp(f, "--trace")) c->trace = v;
+        if ((ok = !dt_pp_wire_parse(v, &w))) *(!strcmp(f, "--pp-wire") ? &c->pp_wire : &c->cp_wire) = (int)w;
+    } else return -1;
+    return ok;
+}
+
+/* How a step runs: its numbers' types, the device, attention, the schedule, the trace's steps, the data's form. */
+static int run_flag(const char *f, const char *v, dt_train_config *c) {
+    bool ok = true;
+    if (!strcmp(f, "--grpo-loss")) ok = !dt_grpo_loss_parse(v, &c->grpo.loss);
+    else if (!strcmp(f, "--grpo-kl")) ok = !strcmp(v, "corrected") || !strcmp(v, "plain"), c->grpo.plain_kl = !strcmp(v, "plain");
+    else if (!strcmp(f, "--chat-template")) ok = !dt_chat_kind_parse(v, &(dt_chat_kind){ 0 }), c->chat_template = v;
     else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c->trace_first, &c->trace_last);
-    else if (!strcmp(f, "--report")) c->report = v;
-    else if (!strcmp(f, "--optimizer") && !strcmp(v, "kfac")) c->kfac_on = 1, c->shampoo_on = 0;
-    else if (!strcmp(f, "--optimizer") && !strcmp(v, "shampoo")) c->shampoo_on = 1, c->kfac_on = 0;
-    else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &o->kind), c->kfac_on = 0, c->shampoo_on = 0;
-    else if (!strcmp(f, "--shampoo-wire")) ok = !dt_precision_parse(v, &c->shampoo.wire) && c->shampoo.wire != DT_F16;
-    else if (!strcmp(f, "--kfac-base")) ok = !dt_optim_parse_kind(v, &o->kfac_base) && (o->kfac_base == DT_OPT_SGD || o->kfac_base == DT_OPT_ADAMW);
-    else if (!strcmp(f, "--kfac-method")) {
-        ok = !strcmp(v, "eigen") || !strcmp(v, "inverse");
-        c->kfac.method = ok && !strcmp(v, "inverse") ? DT_KFAC_INVERSE : DT_KFAC_EIGEN;
-    }
-    else if (!strcmp(f, "--compress")) ok = !dt_codec_parse(v, &c->codec.kind);
-    else if (!strcmp(f, "--compress-exchange")) ok = !dt_codec_parse_exchange(v, &c->codec.exchange);
-    else if (!strcmp(f, "--grad-comm") || !strcmp(f, "--grad-store")) {
+    else if (!strcmp(f, "--grad-comm") || !strcmp(f, "--grad-store"))
         ok = !dt_precision_parse(v, !strcmp(f, "--grad-comm") ? &c->grad_comm : &c->grad_store);
-    } else if (!strcmp(f, "--precision")) {
-        ok = !dt_precision_parse(v, &c->precision);
-    } else if (!strcmp(f, "--device")) {
+    else if (!strcmp(f, "--precision")) ok = !dt_precision_parse(v, &c->precision);
+    else if (!strcmp(f, "--device")) {
         int n = 0, used = 0;
         c->cuda = 0;
         if (!strcmp(v, "cuda")) c->cuda = 1;
         else if (sscanf(v, "cuda:%d%n", &n, &used) == 1 && !v[used] && n >= 0 && n < 1024) c->cuda = n + 1, c->cuda_named = 1;
         ok = c->cuda > 0 || !strcmp(v, "cpu");
-    }
-    else if (!strcmp(f, "--attention")) {
+    } else if (!strcmp(f, "--attention")) {
         ok = !strcmp(v, "auto") || !strcmp(v, "full") || !strcmp(v, "blockwise");
         c->attention = !strcmp(v, "full") ? 1 : !strcmp(v, "blockwise") ? 2 : 0;
     } else if (!strcmp(f, "--schedule")) {
@@ -397,11 +381,102 @@ static int word_flag(const char *f, const char *v, dt_train_config *c, train_opt
     } else if (!strcmp(f, "--on-nonfinite")) {
         ok = !strcmp(v, "stop") || !strcmp(v, "skip");
         c->skip_nonfinite = !strcmp(v, "skip");
-    } else if (!strcmp(f, "--betas"))
+    } else return -1;
+    return ok;
+}
+
+/* The optimizer, its preconditioner and the gradients' codec. */
+static int optim_flag(const char *f, const char *v, dt_train_config *c, train_opts *o) {
+    bool ok = true;
+    if (!strcmp(f, "--optimizer") && !strcmp(v, "kfac")) c->kfac_on = 1, c->shampoo_on = 0;
+    else if (!strcmp(f, "--optimizer") && !strcmp(v, "shampoo")) c->shampoo_on = 1, c->kfac_on = 0;
+    else if (!strcmp(f, "--optimizer")) ok = !dt_optim_parse_kind(v, &o->kind), c->kfac_on = 0, c->shampoo_on = 0;
+    else if (!strcmp(f, "--shampoo-wire")) ok = !dt_precision_parse(v, &c->shampoo.wire) && c->shampoo.wire != DT_F16;
+    else if (!strcmp(f, "--kfac-base")) ok = !dt_optim_parse_kind(v, &o->kfac_base) && (o->kfac_base == DT_OPT_SGD || o->kfac_base == DT_OPT_ADAMW);
+    else if (!strcmp(f, "--kfac-method")) {
+        ok = !strcmp(v, "eigen") || !strcmp(v, "inverse");
+        c->kfac.method = ok && !strcmp(v, "inverse") ? DT_KFAC_INVERSE : DT_KFAC_EIGEN;
+    } else if (!strcmp(f, "--compress")) ok = !dt_codec_parse(v, &c->codec.kind);
+    else if (!strcmp(f, "--compress-exchange")) ok = !dt_codec_parse_exchange(v, &c->codec.exchange);
+    else if (!strcmp(f, "--betas"))
         ok = sscanf(v, "%lf,%lf", &o->betas[0], &o->betas[1]) == 2 && o->betas[0] >= 0 && o->betas[0] < 1 && o->betas[1] >= 0 &&
              o->betas[1] < 1;
     else return -1;
-    return ok ? 1 : 0;
+    return ok;
+}
+
+static int word_flag(const char *f, const char *v, dt_train_config *c, train_opts *o) {
+    int r = path_flag(f, v, c);
+    if (r < 0) r = layout_flag(f, v, c);
+    if (r < 0) r = run_flag(f, v, c);
+    if (r < 0) r = optim_flag(f, v, c, o);
+    return r;
+}
+
+/* A flag taking a number (f the flag, v its word), within its bounds: 1 taken, 0 a bad number, -1 not one of them. */
+static int number_flag(const char *f, const char *v, dt_train_config *c, train_opts *o) {
+    const dt_cli_num_flag nums[] = {
+        { "--kfac-damping", 1e-30, 1e6, 0, &c->kfac.damping, 'f' }, { "--kfac-decay", 0, 0.999999, 0, &c->kfac.factor_decay, 'f' },
+        { "--kfac-kl-clip", 0, 1e6, 0, &c->kfac.kl_clip, 'f' }, { "--kfac-factor-every", 1, 1e6, 1, &c->kfac.factor_every, 'i' },
+        { "--kfac-inv-every", 1, 1e6, 1, &c->kfac.inv_every, 'i' }, { "--precondition-every", 1, 1e6, 1, &o->pc_every, 'i' },
+        { "--precondition-max-dim", 1, 1e6, 1, &o->pc_max, 'i' }, { "--shampoo-block", 1, 1e6, 1, &c->shampoo.block, 'i' },
+        { "--shampoo-start", 1, 1e9, 1, &c->shampoo.start, 'i' }, { "--shampoo-eps", 1e-30, 1, 0, &c->shampoo.eps, 'f' },
+        { "--shampoo-group", 1, 65536, 1, &c->shampoo.group, 'i' }, { "--kfac-workers", 1e-9, 1, 0, &c->kfac.workers, 'f' },
+        { "--batch", 1, 1e6, 1, &c->batch, 'i' }, { "--seq", 1, 1e6, 1, &c->seq, 'i' }, { "--steps", 0, 1e9, 1, &c->steps, 'i' },
+        { "--epochs", 1, 1e6, 1, &c->epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c->save_every, 'i' }, { "--keep-last", 1, 256, 1, &c->keep_last, 'i' },
+        { "--stop-after", 0, 1e9, 1, &c->stop_after, 'i' },
+        { "--grad-accum", 1, 1e6, 1, &c->grad_accum, 'i' }, { "--micro-batches", 1, 1e6, 1, &c->grad_accum, 'i' }, { "--eval-every", 0, 1e9, 1, &c->eval_every, 'i' },
+        { "--eval-batches", 1, 1e6, 1, &c->eval_batches, 'i' }, { "--threads", 0, 1024, 1, &c->threads, 'i' },
+        { "--nproc", 1, 256, 1, &c->nproc, 'i' }, { "--dp", 1, 65536, 1, &c->dp, 'i' }, { "--tp", 1, 65536, 1, &c->tp, 'i' }, { "--cp", 1, 65536, 1, &c->cp, 'i' }, { "--ep", 1, 65536, 1, &c->ep, 'i' }, { "--virtual-stages", 1, 8, 1, &c->virtual_stages, 'i' },
+        { "--pp", 1, 65536, 1, &c->pp, 'i' }, { "--bucket-mb", 1e-6, 1e6, 0, &c->bucket_mb, 'd' },
+        { "--compress-rank", 1, 65536, 1, &c->codec.rank, 'i' }, { "--compress-start", 0, 1e9, 1, &c->codec.start, 'i' },
+        { "--compress-density", 1e-9, 1, 0, &c->codec.density, 'f' }, { "--compress-warmup", 0, 1e9, 1, &c->codec.warmup, 'i' },
+        { "--compress-refresh", 1, 1e9, 1, &c->codec.refresh, 'i' },
+        { "--seed", 0, 1e18, 1, &c->seed, 'u' }, { "--shuffle", 1, 1e18, 1, &c->shuffle_seed, 'u' },
+        { "--lr", 1e-30, 9.999999, 0, &c->sched.lr, 'f' }, { "--lr-min", 0, 9.999999, 0, &c->sched.lr_min, 'f' },
+        { "--warmup", 0, 1e9, 1, &c->sched.warmup, 'i' }, { "--grad-clip", 0, 1e9, 0, &c->grad_clip, 'f' },
+        { "--eps", 1e-30, 0.999999, 0, &o->eps, 'd' }, { "--weight-decay", 0, 9.999999, 0, &o->wd, 'd' },
+        { "--momentum", 0, 0.999999, 0, &o->mom, 'd' }, { "--trust-coef", 1e-30, 1e9, 0, &o->trust, 'd' },
+        { "--layers", 1, 1e5, 1, &c->shape.num_layers, 'i' }, { "--heads", 1, 1e5, 1, &c->shape.num_heads, 'i' },
+        { "--channels", 1, 1e6, 1, &c->shape.channels, 'i' }, { "--vocab", 1, 1 << 30, 1, &c->shape.vocab_size, 'i' },
+        { "--max-seq", 1, 1e7, 1, &c->shape.max_seq_len, 'i' }, { "--kv-heads", 1, 1e5, 1, &c->shape.kv_heads, 'i' },
+        { "--ffn", 1, 1e7, 1, &c->shape.ffn, 'i' }, { "--experts", 1, 4096, 1, &c->shape.experts, 'i' },
+        { "--experts-top-k", 1, 32, 1, &c->shape.experts_top_k, 'i' }, { "--moe-aux-loss", 0, 1e3, 0, &c->shape.aux_coef, 'f' },
+        { "--expert-groups", 1, 4096, 1, &c->shape.expert_groups, 'i' }, { "--group-top-k", 1, 4096, 1, &c->shape.group_top_k, 'i' },
+        { "--routed-scale", 1e-6, 1e3, 0, &c->shape.routed_scale, 'f' }, { "--bias-update", 0, 1, 0, &c->shape.bias_rate, 'f' },
+        { "--capacity-factor", 1e-6, 1e3, 0, &c->shape.capacity_factor, 'f' }, { "--lora-rank", 1, 65536, 1, &c->lora.rank, 'i' },
+        { "--lora-alpha", 1e-6, 1e6, 0, &c->lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c->lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c->dpo_beta, 'd' }, { "--grpo-group", 2, 4096, 1, &c->grpo.group, 'i' }, { "--grpo-iterations", 1, 1000, 1, &c->grpo.iterations, 'i' }, { "--grpo-beta", 0, 1e6, 0, &c->grpo.beta, 'd' }, { "--grpo-epsilon", 0, 1e3, 0, &c->grpo.epsilon, 'd' }, { "--completion-tokens", 1, 1e6, 1, &c->grpo.completion, 'i' }, { "--temperature", 0, 100, 0, &c->grpo.temperature, 'f' }, { "--top-k", 0, 1 << 30, 1, &c->grpo.top_k, 'i' }, { "--moe-z-loss", 0, 1e3, 0, &c->moe_z_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c->shared_experts, 'i' }, { "--print-every", 1, 1e9, 1, &c->print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c->stall_timeout, 'd' },
+    };
+    return dt_cli_number_flag(nums, sizeof nums / sizeof nums[0], f, v);
+}
+
+/* After the flags: what only makes sense with another flag refused, and the optimizer made whole from its settings
+ * (its kind's defaults under them). 0, or 2: said. */
+static int settle(const char *cmd, dt_train_config *c, const train_opts *o) {
+    if (c->tf32 && !c->cuda) {
+        dt_log(DT_LOG_ERROR, "%s: --tf32 is for the GPU's matmuls: it needs --device cuda", cmd);
+        return 2;
+    }
+    if (o->kfac_flags && !c->kfac_on) {
+        dt_log(DT_LOG_ERROR, "%s: --kfac-* flags set K-FAC's preconditioning, which is --optimizer kfac (not given)", cmd);
+        return 2;
+    }
+    if (o->shampoo_flags && !c->shampoo_on) {
+        dt_log(DT_LOG_ERROR, "%s: --shampoo-* flags set Shampoo's preconditioning, which is --optimizer shampoo (not given)", cmd);
+        return 2;
+    }
+    dt_optim_defaults(c->kfac_on ? o->kfac_base : c->shampoo_on ? DT_OPT_SGD : o->kind, &c->opt);
+    c->opt.beta1 = (float)o->betas[0];
+    c->opt.beta2 = (float)o->betas[1];
+    c->opt.eps = (float)o->eps;
+    c->opt.weight_decay = (float)o->wd;
+    c->opt.momentum = (float)o->mom;
+    c->opt.nesterov = o->nesterov;
+    c->opt.trust_coef = (float)o->trust;
+    c->opt.precond_every = o->pc_every;
+    c->opt.precond_max_dim = o->pc_max;
+    c->shampoo.beta1 = c->opt.beta1, c->shampoo.beta2 = c->opt.beta2, c->shampoo.graft_eps = c->opt.eps, c->shampoo.every = o->pc_every;
+    return 0;
 }
 
 int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *out) {
@@ -410,44 +485,12 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
     int rc0 = base_settings(argc, argv, &c);
     if (rc0) return rc0;
     /* a resumed K-FAC run's base, or SGD */
-    train_opts o = { c.opt.kind, c.kfac_on ? c.opt.kind : DT_OPT_SGD, { c.opt.beta1, c.opt.beta2 } };
-    double eps = c.opt.eps, wd = c.opt.weight_decay, mom = c.opt.momentum, trust = c.opt.trust_coef;
-    int nesterov = c.opt.nesterov, kfac_flags = 0, shampoo_flags = 0, pc_every = c.opt.precond_every, pc_max = c.opt.precond_max_dim;
-    const num_flag nums[] = {
-        { "--kfac-damping", 1e-30, 1e6, 0, &c.kfac.damping, 'f' }, { "--kfac-decay", 0, 0.999999, 0, &c.kfac.factor_decay, 'f' },
-        { "--kfac-kl-clip", 0, 1e6, 0, &c.kfac.kl_clip, 'f' }, { "--kfac-factor-every", 1, 1e6, 1, &c.kfac.factor_every, 'i' },
-        { "--kfac-inv-every", 1, 1e6, 1, &c.kfac.inv_every, 'i' }, { "--precondition-every", 1, 1e6, 1, &pc_every, 'i' },
-        { "--precondition-max-dim", 1, 1e6, 1, &pc_max, 'i' }, { "--shampoo-block", 1, 1e6, 1, &c.shampoo.block, 'i' },
-        { "--shampoo-start", 1, 1e9, 1, &c.shampoo.start, 'i' }, { "--shampoo-eps", 1e-30, 1, 0, &c.shampoo.eps, 'f' },
-        { "--shampoo-group", 1, 65536, 1, &c.shampoo.group, 'i' }, { "--kfac-workers", 1e-9, 1, 0, &c.kfac.workers, 'f' },
-        { "--batch", 1, 1e6, 1, &c.batch, 'i' }, { "--seq", 1, 1e6, 1, &c.seq, 'i' }, { "--steps", 0, 1e9, 1, &c.steps, 'i' },
-        { "--epochs", 1, 1e6, 1, &c.epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c.save_every, 'i' }, { "--keep-last", 1, 256, 1, &c.keep_last, 'i' },
-        { "--stop-after", 0, 1e9, 1, &c.stop_after, 'i' },
-        { "--grad-accum", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--micro-batches", 1, 1e6, 1, &c.grad_accum, 'i' }, { "--eval-every", 0, 1e9, 1, &c.eval_every, 'i' },
-        { "--eval-batches", 1, 1e6, 1, &c.eval_batches, 'i' }, { "--threads", 0, 1024, 1, &c.threads, 'i' },
-        { "--nproc", 1, 256, 1, &c.nproc, 'i' }, { "--dp", 1, 65536, 1, &c.dp, 'i' }, { "--tp", 1, 65536, 1, &c.tp, 'i' }, { "--cp", 1, 65536, 1, &c.cp, 'i' }, { "--ep", 1, 65536, 1, &c.ep, 'i' }, { "--virtual-stages", 1, 8, 1, &c.virtual_stages, 'i' },
-        { "--pp", 1, 65536, 1, &c.pp, 'i' }, { "--bucket-mb", 1e-6, 1e6, 0, &c.bucket_mb, 'd' },
-        { "--compress-rank", 1, 65536, 1, &c.codec.rank, 'i' }, { "--compress-start", 0, 1e9, 1, &c.codec.start, 'i' },
-        { "--compress-density", 1e-9, 1, 0, &c.codec.density, 'f' }, { "--compress-warmup", 0, 1e9, 1, &c.codec.warmup, 'i' },
-        { "--compress-refresh", 1, 1e9, 1, &c.codec.refresh, 'i' },
-        { "--seed", 0, 1e18, 1, &c.seed, 'u' }, { "--shuffle", 1, 1e18, 1, &c.shuffle_seed, 'u' },
-        { "--lr", 1e-30, 9.999999, 0, &c.sched.lr, 'f' }, { "--lr-min", 0, 9.999999, 0, &c.sched.lr_min, 'f' },
-        { "--warmup", 0, 1e9, 1, &c.sched.warmup, 'i' }, { "--grad-clip", 0, 1e9, 0, &c.grad_clip, 'f' },
-        { "--eps", 1e-30, 0.999999, 0, &eps, 'd' }, { "--weight-decay", 0, 9.999999, 0, &wd, 'd' },
-        { "--momentum", 0, 0.999999, 0, &mom, 'd' }, { "--trust-coef", 1e-30, 1e9, 0, &trust, 'd' },
-        { "--layers", 1, 1e5, 1, &c.shape.num_layers, 'i' }, { "--heads", 1, 1e5, 1, &c.shape.num_heads, 'i' },
-        { "--channels", 1, 1e6, 1, &c.shape.channels, 'i' }, { "--vocab", 1, 1 << 30, 1, &c.shape.vocab_size, 'i' },
-        { "--max-seq", 1, 1e7, 1, &c.shape.max_seq_len, 'i' }, { "--kv-heads", 1, 1e5, 1, &c.shape.kv_heads, 'i' },
-        { "--ffn", 1, 1e7, 1, &c.shape.ffn, 'i' }, { "--experts", 1, 4096, 1, &c.shape.experts, 'i' },
-        { "--experts-top-k", 1, 32, 1, &c.shape.experts_top_k, 'i' }, { "--moe-aux-loss", 0, 1e3, 0, &c.shape.aux_coef, 'f' },
-        { "--expert-groups", 1, 4096, 1, &c.shape.expert_groups, 'i' }, { "--group-top-k", 1, 4096, 1, &c.shape.group_top_k, 'i' },
-        { "--routed-scale", 1e-6, 1e3, 0, &c.shape.routed_scale, 'f' }, { "--bias-update", 0, 1, 0, &c.shape.bias_rate, 'f' },
-        { "--capacity-factor", 1e-6, 1e3, 0, &c.shape.capacity_factor, 'f' }, { "--lora-rank", 1, 65536, 1, &c.lora.rank, 'i' },
-        { "--lora-alpha", 1e-6, 1e6, 0, &c.lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c.lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c.dpo_beta, 'd' }, { "--grpo-group", 2, 4096, 1, &c.grpo.group, 'i' }, { "--grpo-iterations", 1, 1000, 1, &c.grpo.iterations, 'i' }, { "--grpo-beta", 0, 1e6, 0, &c.grpo.beta, 'd' }, { "--grpo-epsilon", 0, 1e3, 0, &c.grpo.epsilon, 'd' }, { "--completion-tokens", 1, 1e6, 1, &c.grpo.completion, 'i' }, { "--temperature", 0, 100, 0, &c.grpo.temperature, 'f' }, { "--top-k", 0, 1 << 30, 1, &c.grpo.top_k, 'i' }, { "--moe-z-loss", 0, 1e3, 0, &c.moe_z_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c.shared_experts, 'i' }, { "--print-every", 1, 1e9, 1, &c.print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c.stall_timeout, 'd' },
-    };
+    train_opts o = { .kind = c.opt.kind, .kfac_base = c.kfac_on ? c.opt.kind : DT_OPT_SGD, .betas = { c.opt.beta1, c.opt.beta2 },
+                     .eps = c.opt.eps, .wd = c.opt.weight_decay, .mom = c.opt.momentum, .trust = c.opt.trust_coef,
+                     .nesterov = c.opt.nesterov, .pc_every = c.opt.precond_every, .pc_max = c.opt.precond_max_dim };
     /* the flags that take no word */
     const struct { const char *name; int *on; } switches[] = {
-        { "--nesterov", &nesterov }, { "--quiet", &c.quiet }, { "--overwrite", &c.overwrite }, { "--recompute", &c.recompute },
+        { "--nesterov", &o.nesterov }, { "--quiet", &c.quiet }, { "--overwrite", &c.overwrite }, { "--recompute", &c.recompute },
         { "--tf32", &c.tf32 }, { "--sp", &c.sp }, { "--pack", &c.pack }, { "--pp-schedule-print", &c.pp_print },
         { "--step-at-end", &c.step_at_end }, { "--sync-bn", &c.sync_bn }, { "--synthetic", &c.synthetic },
     };
@@ -461,52 +504,15 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
             continue;
         }
         i++;
-        const num_flag *nf = NULL;
-        kfac_flags += !strncmp(f, "--kfac-", 7);
-        shampoo_flags += !strncmp(f, "--shampoo-", 10);
-        for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++)
-            if (!strcmp(f, nums[k].name)) nf = &nums[k];
-        double x;
-        bool ok = v != NULL;
-        if (!ok) {}
-        else if (nf) {
-            ok = dt_cli_number(v, nf->lo, nf->hi, &x) && (!nf->whole || x == (double)(int64_t)x);
-            if (ok && nf->kind == 'i') *(int *)nf->out = (int)x;
-            if (ok && nf->kind == 'f') *(float *)nf->out = (float)x;
-            if (ok && nf->kind == 'd') *(double *)nf->out = x;
-            if (ok && nf->kind == 'u') *(uint64_t *)nf->out = (uint64_t)x;
-        } else {
-            int w = word_flag(f, v, &c, &o);
-            if (w == 2) return 2;
-            ok = w == 1;
-        }
-        if (!ok) return dt_cli_flag_error(cmd, flags, f, v);
+        o.kfac_flags += !strncmp(f, "--kfac-", 7);
+        o.shampoo_flags += !strncmp(f, "--shampoo-", 10);
+        int r = !v ? 0 : number_flag(f, v, &c, &o);
+        if (r < 0) r = word_flag(f, v, &c, &o);
+        if (r == 2) return 2;
+        if (r != 1) return dt_cli_flag_error(cmd, flags, f, v);
     }
-    if (c.tf32 && !c.cuda) {
-        dt_log(DT_LOG_ERROR, "%s: --tf32 is for the GPU's matmuls: it needs --device cuda", cmd);
-        return 2;
-    }
-    if (kfac_flags && !c.kfac_on) {
-        dt_log(DT_LOG_ERROR, "%s: --kfac-* flags set K-FAC's preconditioning, which is --optimizer kfac (not given)", cmd);
-        return 2;
-    }
-    if (shampoo_flags && !c.shampoo_on) {
-        dt_log(DT_LOG_ERROR, "%s: --shampoo-* flags set Shampoo's preconditioning, which is --optimizer shampoo (not given)", cmd);
-        return 2;
-    }
-    if (c.kfac_on) o.kind = o.kfac_base;
-    if (c.shampoo_on) o.kind = DT_OPT_SGD;
-    dt_optim_defaults(o.kind, &c.opt);
-    c.opt.beta1 = (float)o.betas[0];
-    c.opt.beta2 = (float)o.betas[1];
-    c.opt.eps = (float)eps;
-    c.opt.weight_decay = (float)wd;
-    c.opt.momentum = (float)mom;
-    c.opt.nesterov = nesterov;
-    c.opt.trust_coef = (float)trust;
-    c.opt.precond_every = pc_every;
-    c.opt.precond_max_dim = pc_max;
-    c.shampoo.beta1 = c.opt.beta1, c.shampoo.beta2 = c.opt.beta2, c.shampoo.graft_eps = c.opt.eps, c.shampoo.every = pc_every;
+    int rc = settle(cmd, &c, &o);
+    if (rc) return rc;
     *out = c;
     return -1;
 }

@@ -57,6 +57,21 @@ int dt_cli_number(const char *s, double lo, double hi, double *out) {
     return 1;
 }
 
+int dt_cli_number_flag(const dt_cli_num_flag *table, size_t n, const char *f, const char *v) {
+    const dt_cli_num_flag *nf = NULL;
+    for (size_t k = 0; k < n && !nf; k++)
+        if (!strcmp(f, table[k].name)) nf = &table[k];
+    if (!nf) return -1;
+    double x;
+    if (!dt_cli_number(v, nf->lo, nf->hi, &x) || (nf->whole && x != (double)(int64_t)x)) return 0;
+    if (nf->kind == 'i') *(int *)nf->out = (int)x;
+    if (nf->kind == 'f') *(float *)nf->out = (float)x;
+    if (nf->kind == 'd') *(double *)nf->out = x;
+    if (nf->kind == 'l') *(int64_t *)nf->out = (int64_t)x;
+    if (nf->kind == 'u') *(uint64_t *)nf->out = (uint64_t)x;
+    return 1;
+}
+
 
 static void usage(FILE *f) {
     fprintf(f,
