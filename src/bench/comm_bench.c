@@ -491,90 +491,87 @@ static void print_machine(const dt_bench_comm_opts *o) {
 }
 
 
-int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv) {
-    dt_launch_kind kind;
-    if (dt_comm_detect_launch(&kind)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
-    bool in_job = kind != DT_LAUNCH_NONE;
-    if (in_job || (o->nproc == 1 && !o->baseline)) return bench_ranks(o);
-    if (o->calibrate) {
-        char self[PATH_MAX];
-        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (len <= 0) return 1;
-        self[len] = 0;
-        argv[0] = self;
-        return dt_comm_launch(o->nproc, argv);
-    }
+enum { MAXR = 16, MAXS = 64 };
+/* Every round's results, dtrain's and the baseline's, by size. */
+typedef struct {
+    result dt[MAXR][MAXS], mpi[MAXR][MAXS];
+    int ndt[MAXR], nmpi[MAXR], rounds;
+} rounds_run;
 
-    enum { MAXR = 16, MAXS = 64 };
-    static result dt_res[MAXR][MAXS], mpi_res[MAXR][MAXS];
-    int ndt[MAXR] = { 0 }, nmpi[MAXR] = { 0 };
-    int rounds = o->rounds < 1 ? 1 : o->rounds > MAXR ? MAXR : o->rounds;
-    char path[] = "/tmp/dtrain-bench-XXXXXX";
+/* The rounds: the ranks launched again with argv (and the baseline after them), each writing its results to a file. */
+static int run_rounds(const dt_bench_comm_opts *o, int argc, char **argv, rounds_run *x) {
+    char path[] = "/tmp/dtrain-bench-XXXXXX", self[PATH_MAX];
     int fd = mkstemp(path);
     if (fd < 0) { dt_log(DT_LOG_ERROR, "bench: cannot create a temporary file: %s", strerror(errno)); return 1; }
     close(fd);
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) { dt_log(DT_LOG_ERROR, "bench: cannot find my own executable"); unlink(path); return 1; }
-    self[n] = 0;
     char **args = calloc((size_t)argc + 1, sizeof *args);
-    args[0] = self;
-    for (int i = 1; i < argc; i++) args[i] = argv[i];
-    int rc = 0;
-    for (int r = 0; r < rounds && !rc; r++) {
+    int rc = !args ? 1 : dt_bench_self(self, sizeof self) ? (dt_log(DT_LOG_ERROR, "bench: cannot find my own executable"), 1) : 0;
+    for (int i = 0; i < argc && !rc; i++) args[i] = i ? argv[i] : self;
+    for (int r = 0; r < x->rounds && !rc; r++) {
         setenv("DTRAIN_BENCH_OUT", path, 1);
         rc = dt_comm_launch(o->nproc, args);
         unsetenv("DTRAIN_BENCH_OUT");
-        ndt[r] = read_results(path, dt_res[r], MAXS);
+        x->ndt[r] = read_results(path, x->dt[r], MAXS);
         if (!rc && o->baseline) {
             rc = run_baseline(o, path);
-            nmpi[r] = read_results(path, mpi_res[r], MAXS);
+            x->nmpi[r] = read_results(path, x->mpi[r], MAXS);
         }
     }
     unlink(path);
     free(args);
-    if (rc) return rc;
+    return rc;
+}
 
-    if (!o->json) print_machine(o);
+/* Size i's row: the rounds' median time and bus bandwidth (their range, retries) and the baseline's beside them. */
+static void print_row(const dt_bench_comm_opts *o, const rounds_run *x, int i) {
+    double us[MAXR], bw[MAXR], mus[MAXR], mbw[MAXR], lo = INFINITY, hi = 0;
+    int nm = 0, dist = 0;
+    size_t bytes = x->dt[0][i].bytes;
+    for (int r = 0; r < x->rounds; r++) {
+        us[r] = x->dt[r][i].us, bw[r] = x->dt[r][i].busbw, dist += x->dt[r][i].disturbed;
+        lo = fmin(lo, x->dt[r][i].lo), hi = fmax(hi, x->dt[r][i].hi);
+        for (int k = 0; k < x->nmpi[r]; k++)
+            if (x->mpi[r][k].bytes == bytes) mus[nm] = x->mpi[r][k].us, mbw[nm] = x->mpi[r][k].busbw, nm++;
+    }
+    double u = dt_bench_median(us, x->rounds), b = dt_bench_median(bw, x->rounds), mu = dt_bench_median(mus, nm), mb = dt_bench_median(mbw, nm);
+    if (o->json) {
+        printf("{\"op\":\"%s\",\"algo\":\"%s\",\"nproc\":%d,\"bytes\":%zu,\"avg_us\":%.3f,\"algbw_gbs\":%.3f,\"busbw_gbs\":%.3f,"
+               "\"buffers\":\"%s\"", dt_coll_name(o->coll), x->dt[0][i].algo, o->nproc, bytes, u, bytes / u / 1e3, b,
+               o->arena ? "arena" : "private");
+        if (nm) printf(",\"baseline\":\"%s\",\"baseline_avg_us\":%.3f,\"baseline_busbw_gbs\":%.3f", o->baseline, mu, mb);
+        printf("}\n");
+        return;
+    }
+    char sz[32], range[48];
+    snprintf(range, sizeof range, "%.2f-%.2f", lo, hi);
+    printf("%10s %-13s %11.2f %21s %9.2f %9.2f %4d", dt_format_size(bytes, sz, sizeof sz), x->dt[0][i].algo, u, range,
+           bytes / u / 1e3, b, dist);
+    if (nm) printf(" | %11.2f %9.2f %8.2fx %8.2fx", mu, mb, mu / u, mb > 0 ? b / mb : 0.0);
+    printf("\n");
+}
+
+int dt_bench_comm(const dt_bench_comm_opts *o, int argc, char **argv) {
+    dt_launch_kind kind;
+    if (dt_comm_detect_launch(&kind)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
+    if (kind != DT_LAUNCH_NONE || (o->nproc == 1 && !o->baseline)) return bench_ranks(o);
+    if (o->calibrate) {
+        char self[PATH_MAX];
+        if (dt_bench_self(self, sizeof self)) return 1;
+        argv[0] = self;
+        return dt_comm_launch(o->nproc, argv);
+    }
+    static rounds_run x; /* large: not on the stack */
+    memset(&x, 0, sizeof x);
+    x.rounds = o->rounds < 1 ? 1 : o->rounds > MAXR ? MAXR : o->rounds;
+    int rc = run_rounds(o, argc, argv, &x);
+    if (rc) return rc;
     if (!o->json) {
+        print_machine(o);
         printf("%10s %-13s %11s %21s %9s %9s %4s", "bytes", "algo", "avg_us", "min-max_us", "algbw", "busbw", "dist");
         if (o->baseline) printf(" | %11s %9s %9s %9s", o->baseline, "busbw", "lat_x", "bw_x");
         printf("\n");
     }
-    for (int i = 0; i < ndt[0]; i++) {
-        double us[MAXR], bw[MAXR], mus[MAXR], mbw[MAXR];
-        double lo = INFINITY, hi = 0;
-        int nm = 0, dist = 0;
-        for (int r = 0; r < rounds; r++) {
-            us[r] = dt_res[r][i].us;
-            bw[r] = dt_res[r][i].busbw;
-            lo = fmin(lo, dt_res[r][i].lo);
-            dist += dt_res[r][i].disturbed;
-            hi = fmax(hi, dt_res[r][i].hi);
-            for (int k = 0; k < nmpi[r]; k++)
-                if (mpi_res[r][k].bytes == dt_res[0][i].bytes) { mus[nm] = mpi_res[r][k].us; mbw[nm] = mpi_res[r][k].busbw; nm++; }
-        }
-        double u = dt_bench_median(us, rounds), b = dt_bench_median(bw, rounds);
-        size_t bytes = dt_res[0][i].bytes;
-        if (o->json) {
-            printf("{\"op\":\"%s\",\"algo\":\"%s\",\"nproc\":%d,\"bytes\":%zu,\"avg_us\":%.3f,\"algbw_gbs\":%.3f,"
-                   "\"busbw_gbs\":%.3f,\"buffers\":\"%s\"",
-                   dt_coll_name(o->coll), dt_res[0][i].algo, o->nproc, bytes, u, bytes / u / 1e3, b, o->arena ? "arena" : "private");
-            if (nm) printf(",\"baseline\":\"%s\",\"baseline_avg_us\":%.3f,\"baseline_busbw_gbs\":%.3f", o->baseline,
-                           dt_bench_median(mus, nm), dt_bench_median(mbw, nm));
-            printf("}\n");
-            continue;
-        }
-        char sz[32], range[48];
-        snprintf(range, sizeof range, "%.2f-%.2f", lo, hi);
-        printf("%10s %-13s %11.2f %21s %9.2f %9.2f %4d", dt_format_size(bytes, sz, sizeof sz), dt_res[0][i].algo, u, range,
-               bytes / u / 1e3, b, dist);
-        if (nm) {
-            double mu = dt_bench_median(mus, nm), mb = dt_bench_median(mbw, nm);
-            printf(" | %11.2f %9.2f %8.2fx %8.2fx", mu, mb, mu / u, mb > 0 ? b / mb : 0.0);
-        }
-        printf("\n");
-    }
+    for (int i = 0; i < x.ndt[0]; i++) print_row(o, &x, i);
     if (!o->json) {
         printf("# dist = dtrain repetitions discarded and retried because other work used > 10%% of a core meanwhile\n");
         if (o->baseline)

@@ -19,10 +19,15 @@ double dt_bench_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-int dt_bench_self_dir(char *out, size_t cap) {
+int dt_bench_self(char *out, size_t cap) {
     ssize_t n = readlink("/proc/self/exe", out, cap - 1);
     if (n <= 0) return 1;
     out[n] = 0;
+    return 0;
+}
+
+int dt_bench_self_dir(char *out, size_t cap) {
+    if (dt_bench_self(out, cap)) return 1;
     char *slash = strrchr(out, '/');
     if (slash) *slash = 0;
     return 0;

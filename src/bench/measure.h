@@ -20,6 +20,8 @@ double dt_bench_median_key(FILE *f, const char *key, int skip, int want);
 int dt_bench_run_copies(const char *cmd, int copies);
 /* A failed run's messages (the file at path) onto stderr. */
 void dt_bench_print_file(const char *path);
+/* This executable's path (1: not found). */
+int dt_bench_self(char *out, size_t cap);
 /* The directory of this executable (build/), without a trailing slash; 0 on success. */
 int dt_bench_self_dir(char *out, size_t cap);
 
