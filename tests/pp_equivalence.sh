@@ -9,7 +9,8 @@
 # each also under zb1 and interleaved, clipping and recomputation, within 1e-6 relative; bf16 and fp16 (m = 1 to
 # the digit, m = 4 within 1e-4); the 16-bit gradient store; weights files from the stages; evaluation through the stages; checkpoints
 # resharded across layouts; generate through the stages; under mpirun on
-# 2 pseudo-nodes with the placement printed. The bubble is in the metrics.
+# 2 pseudo-nodes with the placement printed. The bubble is in the metrics. DDP leaves the last stage's copy of the
+# tied table out of its allreduces (its trace shows what it sends).
 # Bad layouts are refused before any work; a killed stage is named by the
 # others within a second, with the send or receive they were in.
 # usage: pp_equivalence.sh DTRAIN [MPIEXEC]
@@ -72,6 +73,16 @@ run_metrics ref --batch 4 --grad-accum 2
 for s in ddp zero1 zero2 zero3; do
     run_metrics dp2pp2 --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy $s && close "DP 2 x PP 2, $s" "$dir/ref.jsonl" "$dir/dp2pp2.jsonl"
 done
+# the last stage's copy of the tied table: its gradient went to the first stage, and DDP's buckets leave it out (they
+# averaged a table of zeros each step before); the last stage's ranks (2, 3) allreduce the rest of what they hold (the
+# final norm at this vocabulary's split) and the step's scalars
+run_metrics dp2pp2 --batch 2 --grad-accum 2 --nproc 4 --pp 2 --vocab 4096 --steps 3 --trace "$dir/tied.json" --trace-steps 2:3 &&
+    b=$(python3 -c 'import json, sys
+ev = json.load(open(sys.argv[1]))
+ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+print(sum(e["args"]["bytes"] for e in ev if e.get("name") == "allreduce" and e.get("ph") in ("B", "X") and e["pid"] in (2, 3)) // 4)' "$dir/tied.json") &&
+    [ "$b" -lt $((4096 * 48 * 4)) ] && ok "DP 2 x PP 2, ddp: a last stage's rank allreduces $b bytes a step, less than the tied table's copy ($((4096 * 48 * 4)) bytes) it leaves out" ||
+    fail "DP 2 x PP 2, ddp: a last stage's rank allreduces ${b:-?} bytes a step: the tied table's copy ($((4096 * 48 * 4)) bytes) with them"
 # ZeRO-3 with a copy of the parameters per rank (between steps each holds its shard; the tied wte is gathered to be sent)
 DTRAIN_ZERO_PRIVATE_PARAMS=1 run_metrics z3p --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero3 &&
     close "DP 2 x TP 2 x PP 2, ZeRO-3 with private parameters" "$dir/ref.jsonl" "$dir/z3p.jsonl"

@@ -105,6 +105,11 @@ dt_status dt_ddp_set_wire(dt_ddp *d, dt_dtype t);
  * ranks holding the same experts (NULL: no other rank does), as a share 1/ep: each expert's gradient holds the tokens
  * of the ep ranks that route to it, so the divisor is still the data-parallel ranks'. Not with shards or a 16-bit store. */
 dt_status dt_ddp_set_experts(dt_ddp *d, dt_comm *ec, int ep);
+/* A pipeline's last stage holds a copy of the tied token table whose gradient has gone to the first stage (which owns
+ * it) and is zero here before the buckets reduce: they leave it out (no wte-sized allreduce of zeros each step). DDP's,
+ * which updates everything but the copy; without shards, a 16-bit store or a codec (whose buckets borrow pooled pages
+ * or hold the codec's tensors), where it changes nothing. Before dt_ddp_set_codec. */
+dt_status dt_ddp_leave_out_tied_copy(dt_ddp *d);
 /* A codec (codec.h) averages the buckets from its start step on, each bucket's tensors handed to it as backward
  * finishes them (a tied embedding's rows are then not deferred: the codec sees its whole gradient). Once, right after
  * create; d does not own k, and hands it the model's parameters (dt_codec_set_model). Not with shards, experts spread

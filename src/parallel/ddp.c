@@ -72,6 +72,7 @@ struct dt_ddp {
     int *order;          /* the table's tensors in backward's order (the buckets' runs of it) */
     size_t bucket_first, bucket_bytes;
     dt_codec *codec;     /* gradients compressed (dt_ddp_set_codec; NULL: averaged as they are) */
+    bool leave_tied;     /* the buckets leave a pipeline's tied copy out (dt_ddp_leave_out_tied_copy) */
     dt_request **reqs;   /* a waited request becomes NULL */
     narrow *narrowed;    /* per request: the gradients it reduces in 16 bits (count 0: none), widened (or copied
                           * into the 16-bit store) once done */
@@ -535,8 +536,12 @@ static dt_status plan_buckets(dt_ddp *d) {
     for (int i = 0; i < nr; i++)
         if (r[i].input_rows && !d->emb && d->m.defer_input_rows && r[i].unit < r[i].grad_unit) r[i].grad_unit = r[i].unit;
     qsort(r, (size_t)nr, sizeof *r, by_backward_order);
+    int kept = 0;
     for (int i = 0; i < nr; i++)
-        for (int j = 0; j < nr; j++)
+        if (!(d->leave_tied && r[i].tied_copy)) r[kept++] = r[i];
+    nr = kept;
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < d->m.ntensors; j++)
             if (d->m.tensors[j].offset == r[i].offset && !strcmp(d->m.tensors[j].name, r[i].name)) d->order[i] = j;
     memset(d->b, 0, sizeof *d->b * (size_t)(nr + 1));
     memset(d->all, 0, sizeof *d->all * (size_t)(nr + 1));
@@ -657,6 +662,12 @@ dt_status dt_ddp_set_grad_store(dt_ddp *d, dt_dtype t, size_t off, size_t n) {
     if (!st) st = make_pool(d);
     if (!st) begin(d, 1, 0, false);
     return st ? st : d->err;
+}
+
+dt_status dt_ddp_leave_out_tied_copy(dt_ddp *d) {
+    if (d->shard_off || d->g16 || d->codec || d->leave_tied) return DT_OK; /* their pools lend the buckets' pages: the copy's stay in one */
+    d->leave_tied = true;
+    return plan_buckets(d);
 }
 
 uint16_t *dt_ddp_grad_store(dt_ddp *d, dt_dtype *t) {
@@ -861,6 +872,7 @@ static dt_status s_create(const dt_engine_config *c, void **state, size_t *off, 
     if (!st) st = dt_ddp_set_wire(s->d, c->grad_comm);
     if (!st && c->grad_store != DT_F32) st = dt_ddp_set_grad_store(s->d, c->grad_store, 0, c->model.nparams);
     if (!st && c->ep > 1) st = dt_ddp_set_experts(s->d, c->expert_comm, c->ep);
+    if (!st && c->grad_store == DT_F32) st = dt_ddp_leave_out_tied_copy(s->d);
     if (!st && c->codec && c->codec->kind != DT_CODEC_NONE) st = dt_codec_create(c->codec, c->model.tensors, c->model.ntensors, &s->codec);
     if (!st && s->codec) st = dt_ddp_set_codec(s->d, s->codec);
     if (st) { dt_ddp_destroy(s->d); dt_codec_destroy(s->codec); free(s); return st; }
