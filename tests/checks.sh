@@ -11,6 +11,15 @@ gpl_tokens() {
     head -c 200000 /usr/share/common-licenses/GPL-3 > "$dir/text"
     "$DTRAIN" tokenize --bytes "$dir/text" "$dir/train.bin" > /dev/null || { echo "FAIL: tokenize"; exit 1; }
 }
+# Damages FILE: N bytes (1) from OFFSET inverted, so that it surely changes (writing a fixed byte leaves a file alone
+# where that byte was already there).
+flip() { # FILE OFFSET [N]
+    local f=$1 at=$2 n=${3:-1} i b
+    for ((i = 0; i < n; i++)); do
+        b=$(od -An -tu1 -j $((at + i)) -N1 "$f" | tr -d ' ')
+        printf "\\$(printf '%03o' $((b ^ 255)))" | dd of="$f" bs=1 seek=$((at + i)) conv=notrunc 2> /dev/null
+    done
+}
 # FIELD's values in a metrics file, one a line.
 field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
 # The worst relative difference of FIELD between two metrics files, or "missing" unless each has N of them (20).

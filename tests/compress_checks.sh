@@ -118,7 +118,7 @@ cp -r "$dir/saved10" "$dir/other10"
 "$DTRAIN" train --resume "$dir/other10" --nproc 2 --compress-rank 3 --steps 12 > "$dir/other.out" 2>&1 &&
     grep -q "starts afresh" "$dir/other.out" && ok=1 || ok=0
 verdict $ok "resumed with another rank: the saved state is not forced on it, said ($(grep -m1 -o "the codec's state was saved.*" "$dir/other.out" | cut -c1-100))"
-printf '\x01\x02' | dd of="$dir/saved10/step-00000010/codec.f32" bs=1 seek=100 conv=notrunc 2> /dev/null
+flip "$dir/saved10/step-00000010/codec.f32" 100 2
 "$DTRAIN" ckpt verify "$dir/saved10" > "$dir/verify.out" 2>&1
 [ $? != 0 ] && grep -q "codec.f32" "$dir/verify.out" && ok=1 || ok=0
 verdict $ok "a damaged codec.f32 is named ($(grep -m1 -o "codec.f32.*" "$dir/verify.out" | cut -c1-90))"

@@ -123,7 +123,7 @@ expect_error "a ResNet checkpoint resumed by GPT-2's trainer" "model.kind is 're
 expect_error "a ResNet checkpoint resumed with another global batch" "2 per step" \
     "${ck[@]}" --batch 2 --optimizer adamw --resume "$dir/ck"
 cp "$dir/ck/$last/buffers.f32" "$dir/buffers.bak"
-printf '\x7f' | dd of="$dir/ck/$last/buffers.f32" bs=1 seek=12 conv=notrunc 2> /dev/null
+flip "$dir/ck/$last/buffers.f32" 12
 expect_error "damaged BatchNorm running averages" "buffers.f32: its contents hash" \
     "${ck[@]}" --epochs 3 --batch 4 --nproc 2 --strategy zero1 --optimizer adamw --lr 0.002 --resume "$dir/ck"
 # progress for image models: step lines as GPT-2's, every --print-every steps (50 by default) and the last

@@ -150,7 +150,7 @@ refuse "another optimizer" "optimizer.kind is 'adamw', this run uses sgd" --opti
 refuse "nothing left" "at step 20, and --steps is 20: nothing left" --steps 20
 cp -r "$good" "$dir/saved"
 restore() { rm -rf "$good"; cp -r "$dir/saved" "$good"; }
-printf '\x01' | dd of="$good/step-00000020/params.f32" bs=1 seek=1000 conv=notrunc 2> /dev/null
+flip "$good/step-00000020/params.f32" 1000
 refuse "a damaged parameter file" "params.f32: its contents hash to .*damaged" --steps 30
 restore
 truncate -s 1000 "$good/step-00000020/optim.f32"
@@ -196,7 +196,7 @@ rm -rf "$dir/kl" "$dir/kl.jsonl" "$dir/klw.jsonl"
 "$DTRAIN" train "${small[@]}" --steps 6 --save-every 3 --keep-last 2 --save "$dir/kl" --metrics "$dir/kl.jsonl" > /dev/null 2>&1
 kept=$(ls "$dir/kl" | grep -c '^step-')
 "$DTRAIN" ckpt verify "$dir/kl" > "$dir/v1" 2>&1; rc1=$?
-printf '\x01' | dd of="$dir/kl/step-00000006/optim.f32" bs=1 seek=100 conv=notrunc 2> /dev/null
+flip "$dir/kl/step-00000006/optim.f32" 100
 "$DTRAIN" ckpt verify "$dir/kl" > "$dir/v2" 2>&1; rc2=$?
 [ "$kept" = 2 ] && [ $rc1 = 0 ] && [ $rc2 = 1 ] && grep -q "step-00000006: DAMAGED: .*optim.f32" "$dir/v2" && grep -q "step-00000003: whole" "$dir/v2" &&
     ok "--keep-last 2 keeps $kept; ckpt verify: whole (exit 0), then step 6's optim.f32 damaged (exit 1): $(grep -c whole "$dir/v2") whole" ||

@@ -125,7 +125,7 @@ total=$(((${at:-0} + 10) * 256))
     fail "killed and resumed (state at update ${at:-?}): $(tail -1 "$dir/kb.out")"
 refused_rl "--resume with another environment count" "the run was saved with envs 4; this one has 8" --envs 8 --rollout-steps 64 --total-steps 9000 --no-anneal --resume "$dir/sb.safetensors.state"
 cp "$dir/sb.safetensors.state" "$dir/bad.state"
-printf '\x01' | dd of="$dir/bad.state" bs=1 seek=2000 conv=notrunc 2> /dev/null
+flip "$dir/bad.state" 2000
 refused_rl "a damaged run state" "its check (CRC-32C) does not match" --rollout-steps 64 --total-steps 9000 --no-anneal --resume "$dir/bad.state"
 # LunarLander: a Box2D world has no state to save, so a resumed run restarts each environment's episode from its saved
 # stream (said); two resumes of one state are alike bit for bit, and each goes on to the end from the saved counters

@@ -122,7 +122,7 @@ else
     failed=$((failed + 1)); echo "FAIL ckpt export: $diff"
 fi
 # a damaged slice: named by the file and the floats whose hash is wrong, nothing trained
-printf '\x7f\x7f\x7f\x7f' | dd of="$ck/f/step-00000020/params.f32" bs=1 seek=$((4 * 30000)) conv=notrunc 2> /dev/null
+flip "$ck/f/step-00000020/params.f32" $((4 * 30000)) 4
 out=$("$DTRAIN" train "${common[@]}" --vocab 256 --batch 2 --nproc 4 --tp 2 --steps 25 --resume "$ck/f" 2>&1)
 if echo "$out" | grep -q "params.f32: floats \[18000, 36000) hash to" && ! echo "$out" | grep -q '^step'; then
     passed=$((passed + 1)); echo "ok   a damaged slice: $(echo "$out" | grep -m1 'hash to')"

@@ -197,7 +197,7 @@ run pref --batch 3 --steps 30
 tail -n 20 "$dir/pref.jsonl" > "$dir/pref20.jsonl"
 compare "zero3 own copies x3 -> 1 process, 10 steps each (1e-6)" "$dir/pchain.jsonl" "$dir/pref20.jsonl" 20 1e-6
 cp -r "$dir/pone" "$dir/pbad"
-printf '\x01' | dd of="$dir/pbad/step-00000020/params.f32" bs=1 seek=200000 conv=notrunc 2> /dev/null
+flip "$dir/pbad/step-00000020/params.f32" 200000
 "$DTRAIN" train "${common[@]}" --batch 3 --steps 30 --resume "$dir/pbad" > /dev/null 2> "$dir/err"; rc=$?
 [ $rc -ne 0 ] && grep -q 'params.f32: floats \[40192, 80384)' "$dir/err" && ok "a damaged slice of params.f32 is named: $(grep -m1 'params.f32' "$dir/err")" \
     || fail "damaged params slice: exit $rc, $(cat "$dir/err")"
@@ -212,7 +212,7 @@ printf '\x01' | dd of="$dir/pbad/step-00000020/params.f32" bs=1 seek=200000 conv
 [ $rc -eq 1 ] && grep -q 'nowhere/latest: cannot open' "$dir/err" && ok "ckpt info on a missing directory: exit 1, named" || fail "ckpt info nowhere: $rc"
 # a damaged piece is named
 cp -r "$dir/one1" "$dir/bad"
-printf '\x01' | dd of="$dir/bad/step-00000020/optim.f32" bs=1 seek=100 conv=notrunc 2> /dev/null
+flip "$dir/bad/step-00000020/optim.f32" 100
 "$DTRAIN" train "${common[@]}" --nproc 2 --batch 2 --zero 1 --steps 30 --resume "$dir/bad" > /dev/null 2> "$dir/err"; rc=$?
 [ $rc -ne 0 ] && grep -q 'optim.f32: floats \[0, ' "$dir/err" && ok "a damaged piece is refused: $(grep -m1 'optim.f32' "$dir/err")" \
     || fail "damaged piece: exit $rc, $(cat "$dir/err")"
