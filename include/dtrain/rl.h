@@ -117,6 +117,29 @@ typedef struct {
 /* The episodes finished since the last call, in order of (step, env): up to cap of them; the count. */
 int dt_env_pool_episodes(dt_env_pool *p, dt_episode *out, int cap);
 
+/* An asynchronous pool (EnvPool's send and receive): `threads` worker threads step the environments whose actions
+ * were sent, and a receive hands back the first `batch` of them to finish, so a policy acts on one batch while the
+ * others step. Each environment keeps the synchronous pool's semantics (its seed, next-step autoreset, the reset row
+ * flagged), so under the same actions its trajectory is the synchronous pool's, whatever batches it came back in.
+ * dtrain's own environments only (a bridged pool's workers are processes already). */
+typedef struct dt_env_pool_async dt_env_pool_async;
+dt_status dt_env_pool_async_create(const char *name, int n, int first, uint64_t seed, int threads, int batch,
+                                   dt_env_pool_async **out);
+void dt_env_pool_async_destroy(dt_env_pool_async *p);
+const dt_env_info *dt_env_pool_async_info(const dt_env_pool_async *p);
+/* Every environment reset (their first observations come back by receives, flagged reset); none may be stepping. */
+dt_status dt_env_pool_async_reset(dt_env_pool_async *p);
+/* Actions [k, act_dim] for environments ids[0..k) (pool numbers 0..n-1), each handed out by a receive and not sent
+ * since; every action checked before any is taken. */
+dt_status dt_env_pool_async_send(dt_env_pool_async *p, const float *actions, const int *ids, int k);
+/* The next `batch` environments to finish, in the order they did: ids [batch], obs [batch, obs_dim], rewards,
+ * terminated, truncated and reset [batch] (NULL: not wanted). Waits for them; refused when fewer are stepping. */
+dt_status dt_env_pool_async_recv(dt_env_pool_async *p, int *ids, float *obs, float *rewards, uint8_t *terminated, uint8_t *truncated,
+                                 uint8_t *reset);
+/* The episodes finished among the environments received since the last call, in the order received (step: the
+ * environment's own, from the reset); up to cap; the count. */
+int dt_env_pool_async_episodes(dt_env_pool_async *p, dt_episode *out, int cap);
+
 /* ---- Learning: PPO, IMPALA and REINFORCE ----
  * PPO: the clipped-objective PPO of CleanRL's ppo.py (GAE, value clipping,
  * entropy bonus, advantage normalisation per minibatch, minibatch epochs,

@@ -1,6 +1,6 @@
 /* dtrain bench rl: environment steps per second of dtrain's env pools under
  * random actions, N environments a worker and W worker processes (each its
- * own pool, started together), against Gymnasium's vector environments and
+ * own pool, started together), and (--async T) the asynchronous pool's receive-and-send loop, against Gymnasium's vector environments and
  * EnvPool (bench/rl_rollout.py in the baselines' virtual environment) on
  * the same machine, one after the other. */
 #include "dtrain/bench.h"
@@ -36,6 +36,35 @@ static double worker(const char *env, int n, int index, int64_t steps, dt_status
     free(obs); free(a); free(r); free(te); free(tr);
     dt_env_pool_destroy(p);
     return t;
+}
+
+/* The asynchronous pool of n environments stepped by `threads` threads, received in batches of b: steps/s of the
+ * receive-and-send loop under random actions (-1: it failed). */
+static double async_rate(const char *env, int n, int threads, int b, int64_t steps) {
+    dt_env_pool_async *p;
+    if (dt_env_pool_async_create(env, n, 0, 1, threads, b, &p)) return -1;
+    const dt_env_info *in = dt_env_pool_async_info(p);
+    float *obs = malloc(sizeof(float) * (size_t)b * in->obs_dim), *a = malloc(sizeof(float) * (size_t)b * in->act_dim), *r = malloc(sizeof(float) * (size_t)b);
+    uint8_t *te = malloc((size_t)b), *tr = malloc((size_t)b);
+    int *ids = malloc(sizeof *ids * (size_t)b);
+    uint64_t s = 7;
+    dt_status st = obs && a && r && te && tr && ids ? dt_env_pool_async_reset(p) : DT_ERR_NOMEM;
+    double t0 = dt_time_now();
+    int64_t k = 0;
+    for (; k < steps && !st; k += b) {
+        st = dt_env_pool_async_recv(p, ids, obs, r, te, tr, NULL);
+        for (int i = 0; i < b * in->act_dim && !st; i++) {
+            uint64_t x = dt_rng_next(&s);
+            float lo = dt_env_act_low(in, i % in->act_dim), hi = dt_env_act_high(in, i % in->act_dim);
+            a[i] = in->actions ? (float)(x % (uint64_t)in->actions) : lo + (hi - lo) * (float)(x >> 40) / 16777216.0f;
+        }
+        if (!st) st = dt_env_pool_async_send(p, a, ids, b);
+    }
+    double t = dt_time_now() - t0;
+    if (st) dt_log(DT_LOG_ERROR, "bench rl: the asynchronous pool: %s", dt_last_error());
+    free(obs); free(a); free(r); free(te); free(tr); free(ids);
+    dt_env_pool_async_destroy(p);
+    return st ? -1 : (double)k / t;
 }
 
 /* W workers started together (a pipe each way); the total steps over the slowest worker's time. */
@@ -85,11 +114,21 @@ int dt_bench_rl(const dt_bench_rl_opts *o) {
             printf("%-34s %8d %8d %14.0f\n", dt_env_bridged(o->env) ? "dtrain gym bridge" : "dtrain env pool", o->envs[ni], o->workers[wi], r);
             fflush(stdout);
         }
+    for (int ni = 0; ni < o->nenvs && o->async_threads > 0 && !dt_env_bridged(o->env); ni++) {
+        int n = o->envs[ni], b = n / 2 > 0 ? n / 2 : 1;
+        double r = async_rate(o->env, n, o->async_threads, b, o->steps);
+        if (r < 0) return 1;
+        char name[64];
+        snprintf(name, sizeof name, "dtrain async pool (batch %d)", b);
+        printf("%-34s %8d %8d %14.0f\n", name, n, o->async_threads, r);
+        fflush(stdout);
+    }
     if (!o->baseline) return 0;
     char cmd[8192];
     if (dt_bench_venv_cmd(cmd, sizeof cmd, "rl_rollout.py", 1)) return 1;
     size_t len = strlen(cmd);
-    snprintf(cmd + len, sizeof cmd - len, "--env %s --steps %lld --slow-steps %lld", id, (long long)o->steps, (long long)o->slow_steps);
+    snprintf(cmd + len, sizeof cmd - len, "--env %s --steps %lld --slow-steps %lld%s", id, (long long)o->steps, (long long)o->slow_steps,
+             o->async_threads > 0 ? " --async" : "");
     fflush(stdout);
     int rc = system(cmd);
     if (rc) dt_log(DT_LOG_WARN, "bench rl: the baselines' script failed (its messages are above)");

@@ -304,7 +304,8 @@ static int parse_counts(const char *v, int hi, int *out, int *n, int cap) {
 static const dt_cli_flag rl_flags[] = {
     { "--env", "an environment (dtrain rl --help lists them)" }, { "--envs", "environments a worker: a list like 1,2,4,8 (1 to 4096)" },
     { "--workers", "worker processes: a list like 1,2 (1 to 256)" }, { "--steps", "a whole number of steps from 1000 to 1e10" },
-    { "--slow-steps", "a whole number of steps from 1000 to 1e10" }, { "--baseline", "" }, { "--help", "" }, { NULL, NULL },
+    { "--slow-steps", "a whole number of steps from 1000 to 1e10" }, { "--async", "worker threads of the asynchronous pool (1 to 256)" },
+    { "--baseline", "" }, { "--help", "" }, { NULL, NULL },
 };
 
 static int bench_rl(int argc, char **argv) {
@@ -314,10 +315,12 @@ static int bench_rl(int argc, char **argv) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            printf("usage: dtrain bench rl [--env cartpole] [--envs 1,2,4,8] [--workers 1,2] [--steps 1000000] [--baseline]\n"
+            printf("usage: dtrain bench rl [--env cartpole] [--envs 1,2,4,8] [--workers 1,2] [--steps 1000000] [--async T] [--baseline]\n"
                    "  environment steps/s under random actions: dtrain's env pools, --envs environments a worker process;\n"
+                   "  --async T: then the asynchronous pool of each --envs count, T threads, receiving half of them at a time;\n"
                    "  --baseline: then Gymnasium's SyncVectorEnv, AsyncVectorEnv (--slow-steps 200000 of it), its own\n"
-                   "  vectorised CartPole and EnvPool (2 threads), from the baselines' virtual environment\n");
+                   "  vectorised CartPole and EnvPool (2 threads; with --async its asynchronous mode too, batches of half),\n"
+                   "  from the baselines' virtual environment\n");
             return 0;
         }
         if (!strcmp(f, "--baseline")) { o.baseline = 1; continue; }
@@ -328,6 +331,7 @@ static int bench_rl(int argc, char **argv) {
         else if (!strcmp(f, "--workers")) ok = parse_counts(v, 256, o.workers, &o.nworkers, 8);
         else if (!strcmp(f, "--steps") && dt_cli_number(v, 1000, 1e10, &x)) o.steps = (int64_t)x;
         else if (!strcmp(f, "--slow-steps") && dt_cli_number(v, 1000, 1e10, &x)) o.slow_steps = (int64_t)x;
+        else if (!strcmp(f, "--async") && dt_cli_number(v, 1, 256, &x) && x == (int)x) o.async_threads = (int)x;
         else ok = 0;
         if (!ok) return dt_cli_flag_error("bench rl", rl_flags, f, v);
         i++;
