@@ -12,6 +12,7 @@
  * strides, so q, k, v can sit in a packed qkv [B, T, 3C] or in a received
  * [B, Tk, 2C] of keys and values. */
 #include "dtrain/kernels.h"
+#include "vexp.h"
 
 #include <math.h>
 #include <string.h>
@@ -68,8 +69,10 @@ void dt_attention_block_forward_docs(float *out, float *lse, const dt_attn_rows 
                         float m0 = mx[t - t0], nmx = bmx > m0 ? bmx : m0, corr = expf(m0 - nmx), sm = sum[t - t0] * corr;
                         #pragma omp simd
                         for (int i = 0; i < hs; i++) o[i] *= corr;
+                        #pragma omp simd
+                        for (int j = ka; j < k1; j++) s[j - k0] = dt_vexpf(s[j - k0] - nmx); /* then summed in order */
                         for (int j = ka; j < k1; j++) {
-                            float p = expf(s[j - k0] - nmx);
+                            float p = s[j - k0];
                             sm += p;
                             const float *vr = v->p + ((size_t)b * Tk + j) * v->stride + (size_t)h * hs;
                             #pragma omp simd
@@ -136,15 +139,22 @@ void dt_attention_block_backward_docs(const dt_attn_grads *g, const float *dout,
                     float D = 0, l = lse[((size_t)b * NH + h) * Tq + t]; /* dout . out, again each tile: one dot in KTILE */
                     #pragma omp simd reduction(+ : D)
                     for (int i = 0; i < hs; i++) D += dy[i] * y[i];
+                    float ps[KTILE], dps[KTILE]; /* the tile's probabilities (their exponentials in a vector loop) and dout . v */
                     for (int j = ja; j < j1; j++) {
                         const float *kr = k->p + ((size_t)b * Tk + j) * k->stride + (size_t)h * hs;
                         const float *vr = v->p + ((size_t)b * Tk + j) * v->stride + (size_t)h * hs;
-                        float *dk = g->dk + ((size_t)b * Tk + j) * g->skv + (size_t)h * hs;
-                        float *dv = g->dv + ((size_t)b * Tk + j) * g->skv + (size_t)h * hs;
                         float sdot = 0, dp = 0;
                         #pragma omp simd reduction(+ : sdot, dp)
                         for (int i = 0; i < hs; i++) { sdot += qr[i] * kr[i]; dp += dy[i] * vr[i]; }
-                        float p = expf(sdot * scale - l), ds = p * (dp - D) * scale;
+                        ps[j - j0] = sdot * scale - l, dps[j - j0] = dp;
+                    }
+                    #pragma omp simd
+                    for (int j = ja; j < j1; j++) ps[j - j0] = dt_vexpf(ps[j - j0]);
+                    for (int j = ja; j < j1; j++) {
+                        const float *kr = k->p + ((size_t)b * Tk + j) * k->stride + (size_t)h * hs;
+                        float *dk = g->dk + ((size_t)b * Tk + j) * g->skv + (size_t)h * hs;
+                        float *dv = g->dv + ((size_t)b * Tk + j) * g->skv + (size_t)h * hs;
+                        float p = ps[j - j0], ds = p * (dps[j - j0] - D) * scale;
                         #pragma omp simd
                         for (int i = 0; i < hs; i++) { dv[i] += p * dy[i]; dq[i] += ds * kr[i]; dk[i] += ds * qr[i]; }
                     }
