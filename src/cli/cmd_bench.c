@@ -339,33 +339,78 @@ static int bench_rl(int argc, char **argv) {
     return dt_bench_rl(&o);
 }
 
+/* dtrain bench gemm [--threads N]: sgemm's ceiling, the one-thread rate cached as MFU's peak. */
+static int bench_gemm(int argc, char **argv) {
+    double t = 1;
+    if (argc >= 4 && (!strcmp(argv[3], "-h") || !strcmp(argv[3], "--help"))) {
+        printf("usage: dtrain bench gemm [--threads N]\n  sgemm 2048^3 through BLAS: the machine's matmul ceiling in GFLOP/s;\n"
+               "  the 1-thread rate is kept as the peak per thread that train's MFU divides by\n");
+        return 0;
+    }
+    if (argc >= 4 && (argc != 5 || strcmp(argv[3], "--threads") || !dt_cli_number(argv[4], 1, 1024, &t))) {
+        dt_log(DT_LOG_ERROR, "bench gemm: expected --threads N (1 to 1024), got %s%s%s", argv[3], argc >= 5 ? " " : "",
+               argc >= 5 ? argv[4] : "");
+        return 2;
+    }
+    int threads = (int)t;
+    double one = dt_peak_measure(1), all = threads > 1 ? dt_peak_measure(threads) : one;
+    char blas[128];
+    dt_kernels_blas_name(blas, sizeof blas);
+    if (threads > 1) printf("sgemm 2048^3 on 1 thread (%s): %.1f GFLOP/s\n", blas, one);
+    printf("sgemm 2048^3 on %d thread(s) (%s): %.1f GFLOP/s\n", threads, blas, all);
+    if (dt_peak_save(one)) dt_log(DT_LOG_WARN, "%s", dt_last_error());
+    else printf("peak per thread for MFU: %.1f GFLOP/s (cached)\n", one);
+    return 0;
+}
+
+/* One of bench comm's flags that take a word (f, v): 0 taken, else the exit code (said). */
+static int comm_flag(const char *f, const char *v, dt_bench_comm_opts *o) {
+    dt_status st = DT_OK;
+    if (!strcmp(f, "--op")) st = dt_coll_parse(v, &o->coll);
+    else if (!strcmp(f, "--algo")) st = dt_algo_parse(v, &o->algo);
+    else if (!strcmp(f, "--dtype")) st = dt_dtype_parse(v, &o->dtype);
+    else if (!strcmp(f, "--redop")) st = dt_op_parse(v, &o->op);
+    else if (!strcmp(f, "--nproc") || !strcmp(f, "--reps") || !strcmp(f, "--warmup") || !strcmp(f, "--rounds")) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end || n < (strcmp(f, "--warmup") ? 1 : 0) || n > 4096) {
+            dt_log(DT_LOG_ERROR, "bench comm: %s %s is not a valid count", f, v);
+            return 2;
+        }
+        if (!strcmp(f, "--nproc")) o->nproc = (int)n;
+        else if (!strcmp(f, "--reps")) o->reps = (int)n;
+        else if (!strcmp(f, "--warmup")) o->warmup = (int)n;
+        else o->rounds = (int)n;
+    } else if (!strcmp(f, "--seconds")) {
+        char *end;
+        o->rep_seconds = strtod(v, &end);
+        if (*end || !(o->rep_seconds > 0 && o->rep_seconds < 60)) { dt_log(DT_LOG_ERROR, "bench comm: bad --seconds %s", v); return 2; }
+    } else if (!strcmp(f, "--buffers")) {
+        if (!strcmp(v, "arena")) o->arena = 1;
+        else if (!strcmp(v, "private")) o->arena = 0;
+        else { dt_log(DT_LOG_ERROR, "bench comm: --buffers expects arena or private, got '%s'", v); return 2; }
+    } else if (!strcmp(f, "--baseline")) {
+        if (strcmp(v, "mpi") && strcmp(v, "mpich")) { dt_log(DT_LOG_ERROR, "bench comm: --baseline expects mpi or mpich, got '%s'", v); return 2; }
+        o->baseline = v;
+    } else if (!strcmp(f, "--sizes")) {
+        char buf[4096];
+        snprintf(buf, sizeof buf, "%s", v);
+        o->nsizes = 0;
+        for (char *tok = strtok(buf, ","); tok && !st; tok = strtok(NULL, ",")) {
+            if (o->nsizes == 64) { dt_log(DT_LOG_ERROR, "bench comm: at most 64 sizes"); return 2; }
+            st = dt_parse_size(tok, &o->sizes[o->nsizes++]);
+        }
+    } else return dt_cli_flag_error("bench comm", comm_flags, f, v);
+    if (st) { dt_log(DT_LOG_ERROR, "bench comm: %s", dt_last_error()); return 2; }
+    return 0;
+}
+
 int dt_cli_bench(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[2], "rl")) return bench_rl(argc, argv);
     if (argc >= 3 && !strcmp(argv[2], "serve")) return bench_serve(argc, argv);
     if (argc >= 3 && !strcmp(argv[2], "train")) return bench_train(argc, argv);
     if (argc >= 3 && !strcmp(argv[2], "infer")) return bench_infer(argc, argv);
-    if (argc >= 3 && !strcmp(argv[2], "gemm")) {
-        double t = 1;
-        if (argc >= 4 && (!strcmp(argv[3], "-h") || !strcmp(argv[3], "--help"))) {
-            printf("usage: dtrain bench gemm [--threads N]\n  sgemm 2048^3 through BLAS: the machine's matmul ceiling in GFLOP/s;\n"
-                   "  the 1-thread rate is kept as the peak per thread that train's MFU divides by\n");
-            return 0;
-        }
-        if (argc >= 4 && (argc != 5 || strcmp(argv[3], "--threads") || !dt_cli_number(argv[4], 1, 1024, &t))) {
-            dt_log(DT_LOG_ERROR, "bench gemm: expected --threads N (1 to 1024), got %s%s%s", argv[3], argc >= 5 ? " " : "",
-                   argc >= 5 ? argv[4] : "");
-            return 2;
-        }
-        int threads = (int)t;
-        double one = dt_peak_measure(1), all = threads > 1 ? dt_peak_measure(threads) : one;
-        char blas[128];
-        dt_kernels_blas_name(blas, sizeof blas);
-        if (threads > 1) printf("sgemm 2048^3 on 1 thread (%s): %.1f GFLOP/s\n", blas, one);
-        printf("sgemm 2048^3 on %d thread(s) (%s): %.1f GFLOP/s\n", threads, blas, all);
-        if (dt_peak_save(one)) dt_log(DT_LOG_WARN, "%s", dt_last_error());
-        else printf("peak per thread for MFU: %.1f GFLOP/s (cached)\n", one);
-        return 0;
-    }
+    if (argc >= 3 && !strcmp(argv[2], "gemm")) return bench_gemm(argc, argv);
     if (argc < 3 || strcmp(argv[2], "comm") != 0) {
         if (argc >= 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"))) { usage(stdout); return 0; }
         dt_log(DT_LOG_ERROR, "bench: expected comm, train, infer, serve, rl or gemm");
@@ -375,48 +420,13 @@ int dt_cli_bench(int argc, char **argv) {
     dt_bench_comm_defaults(&o);
     for (int i = 3; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        dt_status st = DT_OK;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(f, "--json")) { o.json = 1; continue; }
         else if (!strcmp(f, "--calibrate")) { o.calibrate = 1; continue; }
         if (!v) return dt_cli_flag_error("bench comm", comm_flags, f, NULL);
         i++;
-        if (!strcmp(f, "--op")) st = dt_coll_parse(v, &o.coll);
-        else if (!strcmp(f, "--algo")) st = dt_algo_parse(v, &o.algo);
-        else if (!strcmp(f, "--dtype")) st = dt_dtype_parse(v, &o.dtype);
-        else if (!strcmp(f, "--redop")) st = dt_op_parse(v, &o.op);
-        else if (!strcmp(f, "--nproc") || !strcmp(f, "--reps") || !strcmp(f, "--warmup") || !strcmp(f, "--rounds")) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end || n < (strcmp(f, "--warmup") ? 1 : 0) || n > 4096) {
-                dt_log(DT_LOG_ERROR, "bench comm: %s %s is not a valid count", f, v);
-                return 2;
-            }
-            if (!strcmp(f, "--nproc")) o.nproc = (int)n;
-            else if (!strcmp(f, "--reps")) o.reps = (int)n;
-            else if (!strcmp(f, "--warmup")) o.warmup = (int)n;
-            else o.rounds = (int)n;
-        } else if (!strcmp(f, "--seconds")) {
-            char *end;
-            o.rep_seconds = strtod(v, &end);
-            if (*end || !(o.rep_seconds > 0 && o.rep_seconds < 60)) { dt_log(DT_LOG_ERROR, "bench comm: bad --seconds %s", v); return 2; }
-        } else if (!strcmp(f, "--buffers")) {
-            if (!strcmp(v, "arena")) o.arena = 1;
-            else if (!strcmp(v, "private")) o.arena = 0;
-            else { dt_log(DT_LOG_ERROR, "bench comm: --buffers expects arena or private, got '%s'", v); return 2; }
-        } else if (!strcmp(f, "--baseline")) {
-            if (strcmp(v, "mpi") && strcmp(v, "mpich")) { dt_log(DT_LOG_ERROR, "bench comm: --baseline expects mpi or mpich, got '%s'", v); return 2; }
-            o.baseline = v;
-        } else if (!strcmp(f, "--sizes")) {
-            char buf[4096];
-            snprintf(buf, sizeof buf, "%s", v);
-            o.nsizes = 0;
-            for (char *tok = strtok(buf, ","); tok && !st; tok = strtok(NULL, ",")) {
-                if (o.nsizes == 64) { dt_log(DT_LOG_ERROR, "bench comm: at most 64 sizes"); return 2; }
-                st = dt_parse_size(tok, &o.sizes[o.nsizes++]);
-            }
-        } else return dt_cli_flag_error("bench comm", comm_flags, f, v);
-        if (st) { dt_log(DT_LOG_ERROR, "bench comm: %s", dt_last_error()); return 2; }
+        int rc = comm_flag(f, v, &o);
+        if (rc) return rc;
     }
     return dt_bench_comm(&o, argc, argv);
 }

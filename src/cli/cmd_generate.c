@@ -64,90 +64,112 @@ static const dt_cli_flag flags[] = {
 };
 
 /* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--nproc N --pp N] */
-int dt_cli_generate(int argc, char **argv) {
-    const char *model = NULL, *lora = NULL, *prompt = NULL, *enc = NULL, *merges = NULL;
-    double count = 200, temp = 0.8, topk = 40, seed = 42, nproc = 1, npp = 0, topp = 1, ntp = 0;
-    int cache = 1, ids = 0;
-    dt_quant quant = DT_QUANT_NONE;
+static void usage(void) {
+    printf("usage: dtrain generate --model FILE|DIR --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
+           "                       [--top-p 1] [--quantize int8] [--no-cache] [--tokenizer tokenizer.json | --bpe ENCODER.json VOCAB.bpe | --ids]\n"
+           "                       [--lora DIR] [--nproc N --pp N|--tp N]\n"
+           "--lora DIR: PEFT's LoRA adapter folder (a LoRA run's --save DIR holds one) merged into the model.\n"
+           "Byte-level models (vocabulary 256) read and print bytes; with --tokenizer, a Hugging Face tokenizer.json\n"
+           "(byte-level BPE; an HF folder's own is read without it); with --bpe, GPT-2 BPE; with --ids, the prompt\n"
+           "is token ids (\"1,2,3\") and the tokens print as ids.\n"
+           "The prompt is read once into a key/value cache and each token costs one row through the model;\n"
+           "--no-cache runs each token's whole window through forward instead (the reference the cache is checked\n"
+           "against). --quantize int8: the Linears and the head in int8, a scale per output channel.\n"
+           "--pp N: the model split into N pipeline stages, one per rank (--nproc N local ranks, or mpirun's),\n"
+           "each context through the stages in turn; the last prints. --tp N: into N tensor-parallel parts\n"
+           "(Megatron's split), the cache's decoder on each; rank 0 prints.\n");
+}
+
+/* generate's settings. */
+typedef struct {
+    const char *model, *lora, *prompt, *enc, *merges;
+    int count, topk, nproc, npp, ntp, cache, ids;
+    float temp, topp;
+    uint64_t seed;
+    dt_quant quant;
+} gen_cli;
+
+/* The flags into x: -1 good, else the exit code (0 after --help). */
+static int gen_parse(int argc, char **argv, gen_cli *x) {
+    const dt_cli_num_flag nums[] = {
+        { "--tokens", 1, 1e6, 1, &x->count, 'i' }, { "--temperature", 0, 100, 0, &x->temp, 'f' }, { "--top-k", 0, 1e7, 1, &x->topk, 'i' },
+        { "--seed", 0, 1e18, 1, &x->seed, 'u' }, { "--top-p", 1e-9, 1, 0, &x->topp, 'f' }, { "--tp", 1, 256, 1, &x->ntp, 'i' },
+        { "--nproc", 1, 256, 1, &x->nproc, 'i' }, { "--pp", 1, 65536, 1, &x->npp, 'i' },
+    };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            printf("usage: dtrain generate --model FILE|DIR --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
-                   "                       [--top-p 1] [--quantize int8] [--no-cache] [--tokenizer tokenizer.json | --bpe ENCODER.json VOCAB.bpe | --ids]\n"
-                   "                       [--lora DIR] [--nproc N --pp N|--tp N]\n"
-                   "--lora DIR: PEFT's LoRA adapter folder (a LoRA run's --save DIR holds one) merged into the model.\n"
-                   "Byte-level models (vocabulary 256) read and print bytes; with --tokenizer, a Hugging Face tokenizer.json\n"
-                   "(byte-level BPE; an HF folder's own is read without it); with --bpe, GPT-2 BPE; with --ids, the prompt\n"
-                   "is token ids (\"1,2,3\") and the tokens print as ids.\n"
-                   "The prompt is read once into a key/value cache and each token costs one row through the model;\n"
-                   "--no-cache runs each token's whole window through forward instead (the reference the cache is checked\n"
-                   "against). --quantize int8: the Linears and the head in int8, a scale per output channel.\n"
-                   "--pp N: the model split into N pipeline stages, one per rank (--nproc N local ranks, or mpirun's),\n"
-                   "each context through the stages in turn; the last prints. --tp N: into N tensor-parallel parts\n"
-                   "(Megatron's split), the cache's decoder on each; rank 0 prints.\n");
-            return 0;
-        }
-        if (!strcmp(f, "--no-cache")) { cache = 0; continue; }
-        if (!strcmp(f, "--ids")) { ids = 1; continue; }
-        if (!strcmp(f, "--tokenizer") && v) { enc = v; merges = NULL; i++; continue; }
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
+        if (!strcmp(f, "--no-cache")) { x->cache = 0; continue; }
+        if (!strcmp(f, "--ids")) { x->ids = 1; continue; }
         if (!strcmp(f, "--bpe")) {
             if (i + 2 >= argc) return dt_cli_flag_error("generate", flags, f, NULL);
-            enc = argv[i + 1]; merges = argv[i + 2]; i += 2; continue;
+            x->enc = argv[i + 1], x->merges = argv[i + 2], i += 2;
+            continue;
         }
         i++;
-        if (!strcmp(f, "--model") && v) model = v;
-        else if (!strcmp(f, "--lora") && v) lora = v;
-        else if (!strcmp(f, "--prompt") && v) prompt = v;
-        else if (!strcmp(f, "--tokens") && dt_cli_number(v, 1, 1e6, &count)) {}
-        else if (!strcmp(f, "--temperature") && dt_cli_number(v, 0, 100, &temp)) {}
-        else if (!strcmp(f, "--top-k") && dt_cli_number(v, 0, 1e7, &topk)) {}
-        else if (!strcmp(f, "--seed") && dt_cli_number(v, 0, 1e18, &seed)) {}
-        else if (!strcmp(f, "--top-p") && dt_cli_number(v, 1e-9, 1, &topp)) {}
-        else if (!strcmp(f, "--tp") && dt_cli_number(v, 1, 256, &ntp) && ntp == (int)ntp) {}
-        else if (!strcmp(f, "--quantize") && v && !dt_quant_parse(v, &quant)) {}
-        else if (!strcmp(f, "--nproc") && dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc) {}
-        else if (!strcmp(f, "--pp") && dt_cli_number(v, 1, 65536, &npp) && npp == (int)npp) {}
-        else return dt_cli_flag_error("generate", flags, f, v);
+        int r = !v ? 0 : dt_cli_number_flag(nums, sizeof nums / sizeof nums[0], f, v);
+        if (r < 0) {
+            r = 1;
+            if (!strcmp(f, "--model")) x->model = v;
+            else if (!strcmp(f, "--lora")) x->lora = v;
+            else if (!strcmp(f, "--prompt")) x->prompt = v;
+            else if (!strcmp(f, "--tokenizer")) x->enc = v, x->merges = NULL;
+            else if (!strcmp(f, "--quantize")) r = !dt_quant_parse(v, &x->quant);
+            else r = 0;
+        }
+        if (r != 1) return dt_cli_flag_error("generate", flags, f, v);
     }
-    if (!model || !prompt) { dt_log(DT_LOG_ERROR, "generate: --model FILE and --prompt TEXT are required"); return 2; }
-    if (quant != DT_QUANT_NONE && (!cache || npp > 1)) {
+    if (!x->model || !x->prompt) { dt_log(DT_LOG_ERROR, "generate: --model FILE and --prompt TEXT are required"); return 2; }
+    if (x->quant != DT_QUANT_NONE && (!x->cache || x->npp > 1)) {
         dt_log(DT_LOG_ERROR, "generate: --quantize works through the cache (not with --no-cache or --pp)");
         return 2;
     }
-    if (ntp > 1 && (npp > 1 || !cache)) {
+    if (x->ntp > 1 && (x->npp > 1 || !x->cache)) {
         dt_log(DT_LOG_ERROR, "generate: --tp runs the cache's decoder on each rank's part (not with --pp or --no-cache)");
         return 2;
     }
-    bool tp = ntp > 1;
-    if (tp) npp = ntp;
-    dt_comm *w;
-    int launched, rc = dt_cli_join("generate", "one pipeline stage or tensor-parallel part per rank (--pp N or --tp N)", nproc, npp,
-                                   argv, &w, &launched);
-    if (rc || launched >= 0) return rc ? rc : launched;
-    /* a pipeline's last stage has the logits; tensor-parallel ranks all do, and rank 0 prints */
-    bool printer = !w || dt_comm_rank(w) == (tp ? 0 : dt_comm_size(w) - 1);
+    return -1;
+}
+
+/* The model loaded on this rank, the prompt encoded and the tokens generated (printed by the printer rank). */
+static dt_status gen_run(const gen_cli *x, dt_comm *w, bool tp, bool printer) {
     dt_gpt2 *m;
     dt_tp_ops ops;
-    if (dt_generate_load(model, lora, w, tp, &ops, &m)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); dt_comm_destroy(w); return 1; }
-    int V = dt_gpt2_get_config(m)->vocab_size;
+    dt_status st = dt_generate_load(x->model, x->lora, w, tp, &ops, &m);
+    if (st) return st;
+    int V = dt_gpt2_get_config(m)->vocab_size, n = 0;
     dt_bpe *b = NULL;
     int32_t *p = NULL;
-    int n = 0;
-    dt_status st = DT_OK;
-    if (ids && enc) st = dt_error(DT_ERR_ARG, "generate: --ids and --bpe both given (the prompt is one or the other)");
-    else if (ids) st = parse_ids(prompt, V, &p, &n);
-    else st = dt_bpe_for_model(enc, merges, V, model, "generate", printer, &b);
-    if (!st && !ids) st = dt_bpe_prompt(b, prompt, strlen(prompt), &p, &n);
+    if (x->ids && x->enc) st = dt_error(DT_ERR_ARG, "generate: --ids and --bpe both given (the prompt is one or the other)");
+    else if (x->ids) st = parse_ids(x->prompt, V, &p, &n);
+    else st = dt_bpe_for_model(x->enc, x->merges, V, x->model, "generate", printer, &b);
+    if (!st && !x->ids) st = dt_bpe_prompt(b, x->prompt, strlen(x->prompt), &p, &n);
     if (!st) {
-        if (printer) printf("%s", prompt);
-        dt_generate_options o = { (int)count, { (float)temp, (int)topk, (float)topp }, (uint64_t)seed, cache, quant };
-        dt_emit_fn emit = !printer ? emit_none : ids ? emit_number : b || V != 256 ? emit_id : emit_byte;
+        if (printer) printf("%s", x->prompt);
+        dt_generate_options o = { x->count, { x->temp, x->topk, x->topp }, x->seed, x->cache, x->quant };
+        dt_emit_fn emit = !printer ? emit_none : x->ids ? emit_number : b || V != 256 ? emit_id : emit_byte;
         st = dt_generate(&m, tp ? NULL : w, p, n, &o, emit, b); /* m is NULL after, with the cache */
         if (printer) printf("\n");
     }
     free(p);
     dt_bpe_destroy(b);
     dt_gpt2_destroy(m);
+    return st;
+}
+
+int dt_cli_generate(int argc, char **argv) {
+    gen_cli x = { .count = 200, .temp = 0.8f, .topk = 40, .seed = 42, .nproc = 1, .topp = 1, .cache = 1, .quant = DT_QUANT_NONE };
+    int rc = gen_parse(argc, argv, &x);
+    if (rc >= 0) return rc;
+    bool tp = x.ntp > 1;
+    int split = tp ? x.ntp : x.npp, launched;
+    dt_comm *w;
+    rc = dt_cli_join("generate", "one pipeline stage or tensor-parallel part per rank (--pp N or --tp N)", x.nproc, split, argv, &w,
+                     &launched);
+    if (rc || launched >= 0) return rc ? rc : launched;
+    /* a pipeline's last stage has the logits; tensor-parallel ranks all do, and rank 0 prints */
+    bool printer = !w || dt_comm_rank(w) == (tp ? 0 : dt_comm_size(w) - 1);
+    dt_status st = gen_run(&x, w, tp, printer);
     dt_comm_destroy(w);
     if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     return 0;

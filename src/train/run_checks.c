@@ -12,6 +12,68 @@
 #include <unistd.h>
 
 /* Settings that would do nothing, or contradict each other: said before any work. */
+/* --grad-store: the type the model computes in, a data-parallel reduction to keep it for (else said and f32), SGD or
+ * AdamW. */
+static dt_status check_grad_store(dt_train_config *c, int nranks) {
+    if (c->grad_store == DT_F32) return DT_OK;
+    const char *gs = dt_precision_name(c->grad_store);
+    if (c->grad_store != c->precision)
+        return dt_error(DT_ERR_ARG, "--grad-store %s needs --precision %s: the gradients are kept in the type the model computes in "
+                        "(--precision is %s)", gs, gs, dt_precision_name(c->precision));
+    if (c->grad_comm != DT_F32 && c->grad_comm != c->grad_store)
+        return dt_error(DT_ERR_ARG, "--grad-comm %s with --grad-store %s: gradients kept in %s travel in %s", dt_precision_name(c->grad_comm),
+                        gs, gs, gs);
+    int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1;
+    if (nranks == 1) {
+        /* as --grad-comm: a setting of the reductions, so one process (a benchmark's baseline, say) runs without it */
+        if (!c->quiet) dt_log(DT_LOG_WARN, "--grad-store %s does nothing on one rank: one process keeps f32 gradients (it has no reduction)", gs);
+        c->grad_store = DT_F32;
+    } else if (nranks == tp * pp && c->dp <= 1) {
+        /* the store is the data-parallel reduction's: a model split over every rank has none */
+        if (!c->quiet)
+            dt_log(DT_LOG_WARN, "--grad-store %s does nothing without data parallelism (--tp %d x --pp %d is every rank): the gradients stay f32",
+                   gs, tp, pp);
+        c->grad_store = DT_F32;
+    } else if (c->grad_accum > 1 && !c->quiet) {
+        /* ddp.c keeps the f32 store's pages through such steps (giving them back cost a fault each a step) */
+        dt_log(DT_LOG_WARN, "--grad-store %s with %d micro-batches a step: they add up in the whole f32 store, which the step keeps; "
+               "the 16-bit store lowers no peak here and holds 2 bytes a parameter more (it saves memory with one micro-batch a step)",
+               gs, c->grad_accum);
+    }
+    if (c->opt.kind != DT_OPT_SGD && c->opt.kind != DT_OPT_ADAMW)
+        return dt_error(DT_ERR_ARG, "--grad-store %s takes --optimizer sgd or adamw: %s's trust ratios need whole f32 tensors", gs,
+                        dt_optim_kind_name(c->opt.kind));
+    return DT_OK;
+}
+
+/* --compress: data parallelism's (and ZeRO-1's) f32 gradients only; its seed from the run's. */
+static dt_status check_codec(dt_train_config *c, int nranks) {
+    if (c->codec.kind == DT_CODEC_NONE) return DT_OK;
+    const char *k = dt_codec_name(c->codec.kind);
+    const char *other = c->strategy && strcmp(c->strategy, "zero1") ? "ZeRO-2 and 3" : c->tp > 1 ? "--tp" : c->pp > 1 ? "--pp" : c->cp > 1 ? "--cp" : c->ep > 1 ? "--ep" : c->grad_comm != DT_F32 ? "--grad-comm"
+                      : c->grad_store != DT_F32 ? "--grad-store" : NULL;
+    if (other)
+        return dt_error(DT_ERR_ARG, "--compress %s with %s: a codec compresses data parallelism's (and ZeRO-1's) f32 gradients in this "
+                        "build (no sharded, split or 16-bit gradients)", k, other);
+    if (nranks == 1 && !c->quiet) dt_log(DT_LOG_WARN, "--compress %s does nothing on one rank (nothing is sent)", k);
+    if (!c->codec.seed) c->codec.seed = c->seed ^ 0x5eedc0dec0dec0deull;
+    return DT_OK;
+}
+
+/* The activation wires and the gradients' wire: said where they do nothing, refused where they cannot apply. */
+static dt_status check_wires(const dt_train_config *c, int nranks) {
+    if (c->cp_wire != DT_PP_WIRE_F32 && c->cp <= 1 && !c->quiet)
+        dt_log(DT_LOG_WARN, "--cp-wire %s does nothing without context parallelism (--cp)", dt_pp_wire_name(c->cp_wire));
+    if (c->cp_wire != DT_PP_WIRE_F32 && c->cp > 1 && c->cp_impl == DT_CP_ULYSSES)
+        return dt_error(DT_ERR_ARG, "--cp-wire %s: the ring's blocks travel coded; --cp-impl ulysses sends f32 (ring or auto)",
+                        dt_pp_wire_name(c->cp_wire));
+    if (c->pp_wire != DT_PP_WIRE_F32 && c->pp <= 1 && !c->quiet)
+        dt_log(DT_LOG_WARN, "--pp-wire %s does nothing without pipeline stages (--pp)", dt_pp_wire_name(c->pp_wire));
+    if (c->grad_comm != DT_F32 && nranks == 1 && !c->quiet)
+        dt_log(DT_LOG_WARN, "--grad-comm %s does nothing on one rank", dt_dtype_name(c->grad_comm));
+    return DT_OK;
+}
+
 dt_status dt_train_check_settings(dt_train_config *c, int nranks) {
     if (c->grpo.prompts) {
         dt_status st = dt_train_check_grpo(c);
@@ -40,54 +102,10 @@ dt_status dt_train_check_settings(dt_train_config *c, int nranks) {
     if (c->steps > 0 && !c->quiet && c->sched.warmup >= c->steps && c->sched.kind <= DT_SCHED_COSINE)
         dt_log(DT_LOG_WARN, "--warmup %d is not shorter than the %d steps: the learning rate never reaches --lr", c->sched.warmup,
                c->steps);
-    if (c->grad_store != DT_F32) {
-        const char *gs = dt_precision_name(c->grad_store);
-        if (c->grad_store != c->precision)
-            return dt_error(DT_ERR_ARG, "--grad-store %s needs --precision %s: the gradients are kept in the type the model computes in "
-                            "(--precision is %s)", gs, gs, dt_precision_name(c->precision));
-        if (c->grad_comm != DT_F32 && c->grad_comm != c->grad_store)
-            return dt_error(DT_ERR_ARG, "--grad-comm %s with --grad-store %s: gradients kept in %s travel in %s", dt_precision_name(c->grad_comm),
-                            gs, gs, gs);
-        int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1;
-        if (nranks == 1) {
-            /* as --grad-comm: a setting of the reductions, so one process (a benchmark's baseline, say) runs without it */
-            if (!c->quiet) dt_log(DT_LOG_WARN, "--grad-store %s does nothing on one rank: one process keeps f32 gradients (it has no reduction)", gs);
-            c->grad_store = DT_F32;
-        } else if (nranks == tp * pp && c->dp <= 1) {
-            /* the store is the data-parallel reduction's: a model split over every rank has none */
-            if (!c->quiet)
-                dt_log(DT_LOG_WARN, "--grad-store %s does nothing without data parallelism (--tp %d x --pp %d is every rank): the gradients stay f32",
-                       gs, tp, pp);
-            c->grad_store = DT_F32;
-        } else if (c->grad_accum > 1 && !c->quiet) {
-            /* ddp.c keeps the f32 store's pages through such steps (giving them back cost a fault each a step) */
-            dt_log(DT_LOG_WARN, "--grad-store %s with %d micro-batches a step: they add up in the whole f32 store, which the step keeps; "
-                   "the 16-bit store lowers no peak here and holds 2 bytes a parameter more (it saves memory with one micro-batch a step)",
-                   gs, c->grad_accum);
-        }
-        if (c->opt.kind != DT_OPT_SGD && c->opt.kind != DT_OPT_ADAMW)
-            return dt_error(DT_ERR_ARG, "--grad-store %s takes --optimizer sgd or adamw: %s's trust ratios need whole f32 tensors", gs,
-                            dt_optim_kind_name(c->opt.kind));
-    }
-    if (c->codec.kind != DT_CODEC_NONE) {
-        const char *k = dt_codec_name(c->codec.kind);
-        const char *other = c->strategy && strcmp(c->strategy, "zero1") ? "ZeRO-2 and 3" : c->tp > 1 ? "--tp" : c->pp > 1 ? "--pp" : c->cp > 1 ? "--cp" : c->ep > 1 ? "--ep" : c->grad_comm != DT_F32 ? "--grad-comm"
-                          : c->grad_store != DT_F32 ? "--grad-store" : NULL;
-        if (other)
-            return dt_error(DT_ERR_ARG, "--compress %s with %s: a codec compresses data parallelism's (and ZeRO-1's) f32 gradients in this "
-                            "build (no sharded, split or 16-bit gradients)", k, other);
-        if (nranks == 1 && !c->quiet) dt_log(DT_LOG_WARN, "--compress %s does nothing on one rank (nothing is sent)", k);
-        if (!c->codec.seed) c->codec.seed = c->seed ^ 0x5eedc0dec0dec0deull;
-    }
-    if (c->cp_wire != DT_PP_WIRE_F32 && c->cp <= 1 && !c->quiet)
-        dt_log(DT_LOG_WARN, "--cp-wire %s does nothing without context parallelism (--cp)", dt_pp_wire_name(c->cp_wire));
-    if (c->cp_wire != DT_PP_WIRE_F32 && c->cp > 1 && c->cp_impl == DT_CP_ULYSSES)
-        return dt_error(DT_ERR_ARG, "--cp-wire %s: the ring's blocks travel coded; --cp-impl ulysses sends f32 (ring or auto)",
-                        dt_pp_wire_name(c->cp_wire));
-    if (c->pp_wire != DT_PP_WIRE_F32 && c->pp <= 1 && !c->quiet)
-        dt_log(DT_LOG_WARN, "--pp-wire %s does nothing without pipeline stages (--pp)", dt_pp_wire_name(c->pp_wire));
-    if (c->grad_comm != DT_F32 && nranks == 1 && !c->quiet)
-        dt_log(DT_LOG_WARN, "--grad-comm %s does nothing on one rank", dt_dtype_name(c->grad_comm));
+    dt_status st = check_grad_store(c, nranks);
+    if (!st) st = check_codec(c, nranks);
+    if (!st) st = check_wires(c, nranks);
+    if (st) return st;
     /* skipping a step needs the norm before any update, so the update waits for the end of backward */
     if (c->skip_nonfinite) c->step_at_end = 1;
     if (c->save) return dt_checkpoint_is_dir(c->save) ? dt_checkpoint_check_dir(c->save, c->resume, c->overwrite) : dt_file_check_writable(c->save);
