@@ -79,9 +79,14 @@ static int cache_path(char *out, size_t cap, int make_dir) {
 #define SGEMM "sgemm_gflops_per_thread"
 #define BF16 "bf16_gemm_gflops_per_thread"
 
+/* The revision of the kernels whose rates the cache holds (attention's, the GEMMs' around them): raised when one of
+ * them gets faster or slower, so that a cache measured before is measured again (2: attention's exponentials in vector
+ * loops, whole attention through BLAS). */
+#define KERNELS_REVISION 2
+
 /* This machine's name in the cache: the CPU's model, the BLAS's kernel set and whether the bf16 GEMM runs (a run
  * with DTRAIN_BF16_GEMM=0, a Zen 3's paths on a newer CPU, measures other rates and leaves other memory resident:
- * under one name its plans failed the bf16 GEMM's rows by 4.8 MB). */
+ * under one name its plans failed the bf16 GEMM's rows by 4.8 MB), and the kernels' revision. */
 typedef struct {
     char cpu[256], blas[128], kernels[64];
 } machine;
@@ -90,7 +95,7 @@ static machine machine_here(void) {
     machine m;
     dt_cpu_model(m.cpu, sizeof m.cpu);
     dt_kernels_blas_name(m.blas, sizeof m.blas);
-    snprintf(m.kernels, sizeof m.kernels, "%s", dt_gemm_bf16_wanted() ? "bf16 GEMM" : "no bf16 GEMM");
+    snprintf(m.kernels, sizeof m.kernels, "%s, revision %d", dt_gemm_bf16_wanted() ? "bf16 GEMM" : "no bf16 GEMM", KERNELS_REVISION);
     return m;
 }
 
