@@ -1,5 +1,5 @@
-/* The asynchronous env pool against the synchronous one: 7 environments stepped by 3 threads and received 3 at a
- * time, each environment given the actions it gets in the synchronous pool (a function of the environment and its
+/* The asynchronous env pool against the synchronous one (CartPole, MountainCar, Pendulum, LunarLander's Box2D
+ * worlds): 7 environments stepped by 3 threads and received 3 at a time, each environment given the actions it gets in the synchronous pool (a function of the environment and its
  * step), must give each environment's every observation, reward and flag bit for bit as the synchronous pool does,
  * and the same finished episodes; then what it must refuse (without stepping anything, and without waiting forever). */
 #include "dtrain/rl.h"
@@ -147,6 +147,7 @@ int main(void) {
     against_sync("cartpole");
     against_sync("mountaincar");
     against_sync("pendulum");
+    against_sync("lunarlander"); /* Box2D worlds stepped on several threads */
     refusals();
     if (failures) { printf("%d failed\n", failures); return 1; }
     printf("ok: the asynchronous pool steps every environment as the synchronous pool does, whatever the batches; refusals\n");
