@@ -505,7 +505,8 @@ static int run_rounds(const dt_bench_comm_opts *o, int argc, char **argv, rounds
     if (fd < 0) { dt_log(DT_LOG_ERROR, "bench: cannot create a temporary file: %s", strerror(errno)); return 1; }
     close(fd);
     char **args = calloc((size_t)argc + 1, sizeof *args);
-    int rc = !args ? 1 : dt_bench_self(self, sizeof self) ? (dt_log(DT_LOG_ERROR, "bench: cannot find my own executable"), 1) : 0;
+    int rc = !args ? (dt_log(DT_LOG_ERROR, "bench: out of memory"), 1)
+                   : dt_bench_self(self, sizeof self) ? (dt_log(DT_LOG_ERROR, "bench: cannot find my own executable"), 1) : 0;
     for (int i = 0; i < argc && !rc; i++) args[i] = i ? argv[i] : self;
     for (int r = 0; r < x->rounds && !rc; r++) {
         setenv("DTRAIN_BENCH_OUT", path, 1);

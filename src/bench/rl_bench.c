@@ -48,7 +48,7 @@ static double async_rate(const char *env, int n, int threads, int b, int64_t ste
     uint8_t *te = malloc((size_t)b), *tr = malloc((size_t)b);
     int *ids = malloc(sizeof *ids * (size_t)b);
     uint64_t s = 7;
-    dt_status st = obs && a && r && te && tr && ids ? dt_env_pool_async_reset(p) : DT_ERR_NOMEM;
+    dt_status st = obs && a && r && te && tr && ids ? dt_env_pool_async_reset(p) : dt_error(DT_ERR_NOMEM, "out of memory");
     double t0 = dt_time_now();
     int64_t k = 0;
     for (; k < steps && !st; k += b) {
