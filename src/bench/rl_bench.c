@@ -1,8 +1,9 @@
 /* dtrain bench rl: environment steps per second of dtrain's env pools under
  * random actions, N environments a worker and W worker processes (each its
- * own pool, started together), and (--async T) the asynchronous pool's receive-and-send loop, against Gymnasium's vector environments and
- * EnvPool (bench/rl_rollout.py in the baselines' virtual environment) on
- * the same machine, one after the other. */
+ * own pool, started together), and (--async T) the asynchronous pool's
+ * receive-and-send loop, against Gymnasium's vector environments and EnvPool
+ * (bench/rl_rollout.py in the baselines' virtual environment) on the same
+ * machine, one after the other. */
 #include "dtrain/bench.h"
 #include "dtrain/rl.h"
 #include "measure.h"
@@ -12,6 +13,15 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* count floats of random actions into a, from the stream s: a discrete action's index, or uniform in a Box's bounds. */
+static void random_actions(const dt_env_info *in, uint64_t *s, float *a, int count) {
+    for (int i = 0; i < count; i++) {
+        uint64_t x = dt_rng_next(s);
+        float lo = dt_env_act_low(in, i % in->act_dim), hi = dt_env_act_high(in, i % in->act_dim);
+        a[i] = in->actions ? (float)(x % (uint64_t)in->actions) : lo + (hi - lo) * (float)(x >> 40) / 16777216.0f;
+    }
+}
 
 /* One worker: steps of random actions on a pool of n; the seconds they took. */
 static double worker(const char *env, int n, int index, int64_t steps, dt_status *st) {
@@ -25,11 +35,7 @@ static double worker(const char *env, int n, int index, int64_t steps, dt_status
     *st = dt_env_pool_reset(p, obs);
     double t0 = dt_time_now();
     for (int64_t k = 0; k < steps / n && !*st; k++) {
-        for (int i = 0; i < n * in->act_dim; i++) {
-            uint64_t x = dt_rng_next(&s);
-            float lo = dt_env_act_low(in, i % in->act_dim), hi = dt_env_act_high(in, i % in->act_dim);
-            a[i] = in->actions ? (float)(x % (uint64_t)in->actions) : lo + (hi - lo) * (float)(x >> 40) / 16777216.0f;
-        }
+        random_actions(in, &s, a, n * in->act_dim);
         *st = dt_env_pool_step(p, a, obs, r, te, tr, NULL);
     }
     double t = dt_time_now() - t0;
@@ -53,12 +59,9 @@ static double async_rate(const char *env, int n, int threads, int b, int64_t ste
     int64_t k = 0;
     for (; k < steps && !st; k += b) {
         st = dt_env_pool_async_recv(p, ids, obs, r, te, tr, NULL);
-        for (int i = 0; i < b * in->act_dim && !st; i++) {
-            uint64_t x = dt_rng_next(&s);
-            float lo = dt_env_act_low(in, i % in->act_dim), hi = dt_env_act_high(in, i % in->act_dim);
-            a[i] = in->actions ? (float)(x % (uint64_t)in->actions) : lo + (hi - lo) * (float)(x >> 40) / 16777216.0f;
-        }
-        if (!st) st = dt_env_pool_async_send(p, a, ids, b);
+        if (st) break;
+        random_actions(in, &s, a, b * in->act_dim);
+        st = dt_env_pool_async_send(p, a, ids, b);
     }
     double t = dt_time_now() - t0;
     if (st) dt_log(DT_LOG_ERROR, "bench rl: the asynchronous pool: %s", dt_last_error());

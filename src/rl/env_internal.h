@@ -76,6 +76,17 @@ const char *dt_env_pool_unsaveable(const dt_env_pool *p);
 bool dt_env_pool_restarts(const dt_env_pool *p);
 void dt_env_pool_set_steps(dt_env_pool *p, int64_t steps);
 
+/* The finished episodes a pool holds between its caller's takes: the newest DT_EPISODES_KEPT when nobody takes them
+ * (env_pool.c; the synchronous and the asynchronous pool's). */
+#define DT_EPISODES_KEPT 4096
+typedef struct {
+    dt_episode e[DT_EPISODES_KEPT];
+    int n;
+} dt_episode_list;
+void dt_episode_list_add(dt_episode_list *l, dt_episode e);
+/* Up to cap of them, the oldest first, into out and off the list; the count. */
+int dt_episode_list_take(dt_episode_list *l, dt_episode *out, int cap);
+
 /* DT_OK when action (in->act_dim floats) is in the space, else an error naming it. */
 dt_status dt_env_check_action(const dt_env_info *in, const float *action);
 /* Uniform in [low, high) as numpy's Generator.uniform computes it, from a double's 53 random bits. */

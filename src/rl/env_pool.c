@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EPISODES_KEPT 4096 /* finished episodes held between dt_env_pool_episodes calls */
 
 struct dt_env_pool {
     dt_env **envs;          /* the built-in kind's environments, or NULL */
@@ -27,8 +26,7 @@ struct dt_env_pool {
     int *len;
     int64_t steps;      /* since the reset */
     int64_t dropped;    /* episodes dropped for a non-finite observation or reward */
-    dt_episode done[EPISODES_KEPT];
-    int ndone;
+    dt_episode_list done;
 };
 
 dt_status dt_env_pool_create(const char *name, int n, int first, uint64_t seed, const dt_env_bridge_config *bridge,
@@ -111,16 +109,28 @@ dt_status dt_env_pool_reset(dt_env_pool *p, float *obs) {
         p->len[i] = 0;
     }
     p->steps = 0;
-    p->ndone = 0;
+    p->done.n = 0;
     return round_of(p, NULL, obs, p->te, p->tr);
 }
 
-static void episode_done(dt_env_pool *p, int i) {
-    if (p->ndone == EPISODES_KEPT) { /* nobody asked: keep the newest */
-        memmove(p->done, p->done + 1, sizeof p->done[0] * (EPISODES_KEPT - 1));
-        p->ndone--;
+void dt_episode_list_add(dt_episode_list *l, dt_episode e) {
+    if (l->n == DT_EPISODES_KEPT) { /* nobody asked: keep the newest */
+        memmove(l->e, l->e + 1, sizeof l->e[0] * (DT_EPISODES_KEPT - 1));
+        l->n--;
     }
-    p->done[p->ndone++] = (dt_episode){ .ret = p->ret[i], .len = p->len[i], .env = p->first + i, .step = p->steps };
+    l->e[l->n++] = e;
+}
+
+int dt_episode_list_take(dt_episode_list *l, dt_episode *out, int cap) {
+    int n = l->n < cap ? l->n : cap;
+    memcpy(out, l->e, sizeof l->e[0] * (size_t)n);
+    memmove(l->e, l->e + n, sizeof l->e[0] * (size_t)(l->n - n));
+    l->n -= n;
+    return n;
+}
+
+static void episode_done(dt_env_pool *p, int i) {
+    dt_episode_list_add(&p->done, (dt_episode){ .ret = p->ret[i], .len = p->len[i], .env = p->first + i, .step = p->steps });
     p->ret[i] = 0;
     p->len[i] = 0;
 }
@@ -186,13 +196,7 @@ dt_status dt_env_pool_step(dt_env_pool *p, const float *actions, float *obs, flo
     return nbad ? drop(p, bad, obs, rewards, terminated, truncated, reset) : DT_OK;
 }
 
-int dt_env_pool_episodes(dt_env_pool *p, dt_episode *out, int cap) {
-    int n = p->ndone < cap ? p->ndone : cap;
-    memcpy(out, p->done, sizeof p->done[0] * (size_t)n);
-    memmove(p->done, p->done + n, sizeof p->done[0] * (size_t)(p->ndone - n));
-    p->ndone -= n;
-    return n;
-}
+int dt_env_pool_episodes(dt_env_pool *p, dt_episode *out, int cap) { return dt_episode_list_take(&p->done, out, cap); }
 
 dt_status dt_env_pool_record(const dt_env_pool *p, int i, double *rec) {
     if (!p->envs) return dt_error(DT_ERR_UNSUPPORTED, "a bridged environment's state lives in its Python process: a checkpoint cannot hold it");

@@ -38,8 +38,7 @@ struct dt_env_pool_async {
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     pthread_t *threads;
-    dt_episode done_eps[4096];
-    int ndone;
+    dt_episode_list finished; /* the episodes ended among the environments received */
 };
 
 static void step_one(dt_env_pool_async *p, slot *e, int i) {
@@ -100,7 +99,7 @@ dt_status dt_env_pool_async_create(const char *name, int n, int first, uint64_t 
     dt_status st = p->s && p->todo && p->ready && p->threads ? DT_OK : dt_error(DT_ERR_NOMEM, "async env pool: out of memory");
     for (int i = 0; i < n && !st; i++) {
         if ((st = dt_env_create(name, &p->s[i].env))) break;
-        p->in = dt_env_get_info(p->s[i].env);
+        if (!i) p->in = dt_env_get_info(p->s[0].env);
         p->s[i].act = calloc((size_t)p->in->act_dim, sizeof(float));
         p->s[i].obs = calloc((size_t)p->in->obs_dim, sizeof(float));
         if (!p->s[i].act || !p->s[i].obs) st = dt_error(DT_ERR_NOMEM, "async env pool: out of memory");
@@ -166,7 +165,7 @@ dt_status dt_env_pool_async_reset(dt_env_pool_async *p) {
         e->fresh = true, e->reset_next = false, e->steps = 0, e->ret = 0, e->len = 0, e->err = DT_OK;
         ids[i] = i;
     }
-    if (!busy) p->ndone = 0, queue(p, ids, p->n);
+    if (!busy) p->finished.n = 0, queue(p, ids, p->n);
     pthread_mutex_unlock(&p->mu);
     free(ids);
     if (busy) return dt_error(DT_ERR_ARG, "async env pool: reset with %d environments not yet received", busy);
@@ -208,11 +207,7 @@ static dt_status hand_out(dt_env_pool_async *p, int i, int j, float *obs, float 
     if (e->was_reset) return DT_OK;
     e->ret += e->rew, e->len++;
     if (!e->term && !e->trunc) return DT_OK;
-    if (p->ndone == (int)(sizeof p->done_eps / sizeof p->done_eps[0])) { /* nobody asked: keep the newest */
-        memmove(p->done_eps, p->done_eps + 1, sizeof p->done_eps[0] * (size_t)(p->ndone - 1));
-        p->ndone--;
-    }
-    p->done_eps[p->ndone++] = (dt_episode){ .ret = e->ret, .len = e->len, .env = p->first + i, .step = e->steps - 1 };
+    dt_episode_list_add(&p->finished, (dt_episode){ .ret = e->ret, .len = e->len, .env = p->first + i, .step = e->steps - 1 });
     e->ret = 0, e->len = 0;
     return DT_OK;
 }
@@ -241,10 +236,7 @@ dt_status dt_env_pool_async_recv(dt_env_pool_async *p, int *ids, float *obs, flo
 
 int dt_env_pool_async_episodes(dt_env_pool_async *p, dt_episode *out, int cap) {
     pthread_mutex_lock(&p->mu);
-    int n = p->ndone < cap ? p->ndone : cap;
-    memcpy(out, p->done_eps, sizeof p->done_eps[0] * (size_t)n);
-    memmove(p->done_eps, p->done_eps + n, sizeof p->done_eps[0] * (size_t)(p->ndone - n));
-    p->ndone -= n;
+    int n = dt_episode_list_take(&p->finished, out, cap);
     pthread_mutex_unlock(&p->mu);
     return n;
 }
