@@ -89,6 +89,9 @@ float *dt_codec_state(dt_codec *k, int i, dt_codec_state_kind s, size_t *n);
  * tensor's state s in the table's order, and copying them out to buf (load 0) or in from it (load 1). */
 int dt_codec_has_state(const dt_codec *k);
 size_t dt_codec_state_size(const dt_codec *k, dt_codec_state_kind s);
+/* Bytes of every state held (0 before the codec's first step, or with k NULL): a run's memory counts them with its
+ * communication buffers. */
+size_t dt_codec_state_bytes(const dt_codec *k);
 dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int load);
 /* State a codec keeps per bucket, the same on every rank (Ok-TopK's regions and global threshold), as floats holding
  * 32-bit words: how many (0: none), and copying them out (load 0: n must be the size) or in (load 1: a checkpoint's,

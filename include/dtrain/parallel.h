@@ -112,8 +112,8 @@ dt_status dt_ddp_set_experts(dt_ddp *d, dt_comm *ec, int ep);
 dt_status dt_ddp_leave_out_tied_copy(dt_ddp *d);
 /* A codec (codec.h) averages the buckets from its start step on, each bucket's tensors handed to it as backward
  * finishes them (a tied embedding's rows are then not deferred: the codec sees its whole gradient). Once, right after
- * create; d does not own k, and hands it the model's parameters (dt_codec_set_model). Not with shards, experts spread
- * over ranks or 16-bit gradients. */
+ * create; d does not own k, and hands it the model's parameters (dt_codec_set_model). With shards every rank decodes
+ * a bucket whole, keeps its shard and gives the rest back. Not with experts spread over ranks or 16-bit gradients. */
 dt_status dt_ddp_set_codec(dt_ddp *d, dt_codec *k);
 /* The 16-bit gradient store (t: DT_BF16 or DT_F16; once, right after
  * create, never with the optimizer in backward): the gradients travel in t

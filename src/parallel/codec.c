@@ -171,6 +171,12 @@ size_t dt_codec_state_size(const dt_codec *k, dt_codec_state_kind s) {
     return n;
 }
 
+size_t dt_codec_state_bytes(const dt_codec *k) {
+    size_t n = 0;
+    for (int s = 0; k && dt_codec_has_state(k) && s < DT_CODEC_NSTATES; s++) n += dt_codec_state_size(k, (dt_codec_state_kind)s);
+    return n * sizeof(float);
+}
+
 dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int load) {
     if (!load && !dt_codec_has_state(k)) return dt_error(DT_ERR_ARG, "codec: no step compressed yet: no state to keep");
     size_t at = 0;

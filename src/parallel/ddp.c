@@ -449,6 +449,11 @@ static dt_status retire(dt_ddp *d, int upto, bool wait) {
             dt_status st = settle(d, k->req0 + i, wait, &d->waited_in_backward, &done);
             if (st) return st;
         }
+        if (done && k->coded) {
+            /* a codec's bucket: its average decoded into the whole bucket first (its exchanges read the whole) */
+            dt_status st = codec_settle(d, d->retired, wait, &d->waited_in_backward, &done);
+            if (st) return st;
+        }
         if (!done) return DT_OK;
         for (int r = 0; r < k->nranges && !d->pooled && !zero_in_place(d); r++) release_others(d, k->ranges[r].off, k->ranges[r].count);
         d->retired++;
@@ -458,13 +463,28 @@ static dt_status retire(dt_ddp *d, int upto, bool wait) {
 
 /* ---- the bucket pool (ZeRO-2/3, a 16-bit store) ---- */
 
-/* A pool lending the pages outside [s0, s1), where every rank's store allows it. */
+/* A pool lending the pages outside [s0, s1), where every rank's store allows it. A lent bucket's pages are zeroed, so it
+ * lends none of a tied table's that a codec's steps do not defer (emb_t, emb NULL): the head's backward writes its part
+ * there first, buckets before its own is lent; those pages stay the store's own (a range cut around it, in two at most). */
 static dt_status make_pool(dt_ddp *d) {
     int *nranges = malloc(sizeof *nranges * (size_t)(d->nb + 1));
-    if (!nranges) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
-    for (int k = 0; k < d->nb; k++) nranges[k] = d->b[k].nranges;
-    dt_status st = dt_grad_pool_create(d->c, d->grads, d->nparams, d->s0, d->s1, d->all, nranges, d->nb, &d->pool);
+    range *r = malloc(sizeof *r * (size_t)(2 * d->nall + 1));
+    if (!nranges || !r) { free(nranges); free(r); return dt_error(DT_ERR_NOMEM, "ddp: out of memory"); }
+    size_t e0 = d->emb_t && !d->emb ? d->emb_t->offset : 0, e1 = d->emb_t && !d->emb ? e0 + d->emb_t->count : 0;
+    int n = 0;
+    for (int k = 0; k < d->nb; k++) {
+        nranges[k] = 0;
+        for (int i = 0; i < d->b[k].nranges; i++) {
+            size_t a = d->b[k].ranges[i].off, b = a + d->b[k].ranges[i].count;
+            size_t cut0 = e0 > a ? e0 : a, cut1 = e1 < b ? e1 : b;
+            if (cut0 >= cut1) { r[n++] = d->b[k].ranges[i]; nranges[k]++; continue; }
+            if (a < cut0) r[n++] = (range){ a, cut0 - a }, nranges[k]++;
+            if (cut1 < b) r[n++] = (range){ cut1, b - cut1 }, nranges[k]++;
+        }
+    }
+    dt_status st = dt_grad_pool_create(d->c, d->grads, d->nparams, d->s0, d->s1, r, nranges, d->nb, &d->pool);
     free(nranges);
+    free(r);
     return st;
 }
 
@@ -558,7 +578,13 @@ static dt_status use_plan(dt_ddp *d) {
     if (want == d->emb) return DT_OK;
     d->emb = want;
     if (!want) d->m.defer_input_rows(d->m.self, 0);
-    return plan_buckets(d);
+    dt_status st = plan_buckets(d);
+    if (st || !d->pool) return st;
+    /* the pool lends by the buckets' runs: made again for the new ones (every rank here at the same step) */
+    st = dt_grad_pool_give_back(d->pool);
+    dt_grad_pool_destroy(d->pool);
+    d->pool = NULL;
+    return st ? st : make_pool(d);
 }
 
 static dt_status set_shards(dt_ddp *d, const size_t *offs, const size_t *counts) {
@@ -626,9 +652,9 @@ dt_status dt_ddp_set_experts(dt_ddp *d, dt_comm *ec, int ep) {
 }
 
 dt_status dt_ddp_set_codec(dt_ddp *d, dt_codec *k) {
-    if (d->shard_off || d->g16 || d->ep > 1 || d->wire != DT_F32 || d->opt)
-        return dt_error(DT_ERR_UNSUPPORTED, "ddp: a codec compresses f32 gradients every rank keeps whole, set before the optimizer: not with "
-                        "sharded gradients (ZeRO), experts spread over ranks, or gradients kept or sent in 16 bits, in this build");
+    if (d->g16 || d->ep > 1 || d->wire != DT_F32 || d->opt)
+        return dt_error(DT_ERR_UNSUPPORTED, "ddp: a codec compresses f32 gradients, set before the optimizer: not with experts spread "
+                        "over ranks, or gradients kept or sent in 16 bits, in this build");
     d->codec = k;
     dt_codec_set_model(k, &d->m); /* the parameters DGC's weight decay reads */
     return use_plan(d);
@@ -813,9 +839,10 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
 
 int dt_ddp_buckets(const dt_ddp *d) { return d->nb; }
 
-/* the pool's pages as resident (they come when first lent: a run that never pools holds none) */
+/* the pool's pages as resident (they come when first lent: a run that never pools holds none); a codec's state (its
+ * residuals, Qs, velocities: a whole model's worth on every rank, ZeRO's too) */
 size_t dt_ddp_buffer_bytes(const dt_ddp *d) {
-    return d->rows_cap * sizeof(float) + d->toks_cap * sizeof(int32_t) + dt_grad_pool_resident(d->pool);
+    return d->rows_cap * sizeof(float) + d->toks_cap * sizeof(int32_t) + dt_grad_pool_resident(d->pool) + dt_codec_state_bytes(d->codec);
 }
 
 double dt_ddp_updated_in_backward(const dt_ddp *d) { return d->last_early; }

@@ -78,7 +78,7 @@ typedef struct {
     const dt_engine_config *c;
     int stage;
     dt_ddp *d;           /* the gradients' averaging */
-    dt_codec *codec;     /* stage 1: its gradient codec (NULL: none) */
+    dt_codec *codec;     /* its gradient codec (NULL: none) */
     size_t *counts, *offs; /* each rank's shard */
     size_t off, n;       /* this rank's */
     float *mine, *all;   /* stages 1, 2: a piece of the updated shard, and every rank's piece, for the allgather */
@@ -218,10 +218,13 @@ static dt_status z_create(const dt_engine_config *c, int stage, void **state, si
     if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, stage >= 2 ? z->offs : NULL,
                                 stage >= 2 ? z->counts : NULL, &z->d);
     if (!st) st = dt_ddp_set_wire(z->d, c->grad_comm); /* stage 1 allreduces like ddp; 2 and 3 reduce to each shard's owner in 16 bits */
-    /* a codec: stage 1's buckets are DDP's (each rank then updates its shard of the average); 2 and 3 shard them */
-    if (!st && c->codec && c->codec->kind != DT_CODEC_NONE && stage > 1)
-        st = dt_error(DT_ERR_UNSUPPORTED, "--compress %s with zero%d: a codec averages whole buckets (ZeRO-1's), not the shards ZeRO-2 and 3 "
-                      "reduce to their owners, in this build", dt_codec_name(c->codec->kind), stage);
+    /* a codec: its exchange averages a whole bucket on every rank (as DDP's, and ZeRO-1's); stages 2 and 3 keep their shard
+     * of it and give the rest back once decoded. DGC's weight decay reads a bucket's parameters when it is compressed,
+     * after stage 3 with a copy per rank gave back the other shards' pieces of its earlier units (one shared copy is whole) */
+    if (!st && c->codec && c->codec->kind == DT_CODEC_DGC && c->codec->weight_decay > 0 && stage == 3 && z->shared_params == OFF && !z->whole)
+        st = dt_error(DT_ERR_UNSUPPORTED, "--compress dgc --weight-decay %g with zero3 and a copy of the parameters per rank (ranks on "
+                      "several machines, or DTRAIN_ZERO_PRIVATE_PARAMS): DGC adds the decay to each bucket's gradient from its parameters, "
+                      "which this rank holds only in part by then; --weight-decay 0 or --zero 2", (double)c->codec->weight_decay);
     if (!st && c->codec && c->codec->kind != DT_CODEC_NONE) st = dt_codec_create(c->codec, c->model.tensors, c->model.ntensors, &z->codec);
     if (!st && z->codec) st = dt_ddp_set_codec(z->d, z->codec);
     /* a 16-bit gradient store: stage 1 keeps the whole averaged gradient (only the optimizer state is sharded,
@@ -556,6 +559,7 @@ const dt_strategy dt_strategy_zero2 = {
     .name = "zero2", .create = z2_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
     .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp, .params_sharded = z_params_sharded,
+    .codec = z_codec,
 };
 
 /* No replicas to compare: each rank holds a different shard of the parameters. */
@@ -563,4 +567,5 @@ const dt_strategy dt_strategy_zero3 = {
     .name = "zero3", .create = z3_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update,
     .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp, .params_sharded = z_params_sharded,
+    .codec = z_codec,
 };

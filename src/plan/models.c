@@ -178,13 +178,15 @@ dt_program *dt_plan_model_table(const dt_plan_job *j, dt_model *m) {
     return p;
 }
 
-/* A codec's exchanges for the job (DDP or ZeRO-1 over the whole model): the floats a rank sends a step, and of the
+/* A codec's exchanges for the job (DDP or ZeRO over the whole model): the floats a rank sends a step, and of the
  * gradients, the elements PowerSGD approximates (its GEMMs' size), from the model's own table (codec_powersgd.c's rule:
  * a tensor seen as [first dimension, the rest], compressed where (n + m) r x min_rate < n m). Top-k: an index and a
  * value for each of its share of the entries. 1-bit Adam (after its warm-up): a bit an entry into the alltoall and a
- * bit for each of the rank's chunk's entries into the allgather, a scale for each piece of a tensor in a chunk. */
-double dt_plan_codec_floats(const dt_plan_job *j, double *approximated) {
-    *approximated = 0;
+ * bit for each of the rank's chunk's entries into the allgather, a scale for each piece of a tensor in a chunk. And the
+ * floats of state it keeps on every rank (dt_codec_state_bytes): a residual an entry, PowerSGD's Qs, DGC's velocity,
+ * 1-bit Adam's momentum and server error. */
+static double codec_walk(const dt_plan_job *j, double *approximated, double *state) {
+    *approximated = *state = 0;
     const dt_codec_config *k = &j->codec;
     if (k->kind == DT_CODEC_NONE) return 0;
     dt_model m;
@@ -196,17 +198,31 @@ double dt_plan_codec_floats(const dt_plan_job *j, double *approximated) {
         if (k->kind == DT_CODEC_ONEBIT) { /* a sign a bit, to the chunk's rank and back from it (and a scale a piece) */
             double p = j->dp > 1 ? j->dp : 1;
             sent += ceil((double)t->count / 32) * (1 + 1 / p) + 2 * p;
+            *state += 3.0 * (double)t->count;
             continue;
         }
         if (k->kind == DT_CODEC_TOPK || k->kind == DT_CODEC_DGC) { /* DGC: top-k's exchange */
             sent += 2.0 * ceil((double)k->density * (double)t->count);
+            *state += (k->kind == DT_CODEC_DGC ? 2.0 : 1.0) * (double)t->count;
             continue;
         }
         double n = t->ndim ? t->shape[0] : 1, c = (double)t->count, mm = n > 0 ? c / n : 0, r = fmin(k->rank, fmin(n, mm));
         bool gain = (n + mm) * r * k->min_rate < n * mm;
         sent += gain ? (n + mm) * r : c;
+        *state += c + (gain ? mm * r : 0);
         if (gain) *approximated += c;
     }
     dt_program_destroy(p);
     return sent;
+}
+
+double dt_plan_codec_floats(const dt_plan_job *j, double *approximated) {
+    double state;
+    return codec_walk(j, approximated, &state);
+}
+
+double dt_plan_codec_state_floats(const dt_plan_job *j) {
+    double approximated, state;
+    codec_walk(j, &approximated, &state);
+    return state;
 }

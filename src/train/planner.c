@@ -373,10 +373,10 @@ static int search(const dt_train_config *c, const dt_plan_request *rq, const dt_
                         for (int rc = 0; rc <= 1; rc++)
                             for (int pi = 0; pi < 2 * ncodec; pi++) {
                                 if (global % (dp * b)) continue;
-                                /* the command's codec, and none: it compresses data parallelism's (and ZeRO-1's) f32
+                                /* the command's codec, and none: it compresses data parallelism's (and ZeRO's) f32
                                  * gradients, so it is tried where that is all the layout has */
                                 int coded = pi / 2 == 1;
-                                if (coded && (dp * cp < 2 || tp > 1 || pp > 1 || cp > 1 || stage > 1 || c->grad_comm != DT_F32)) continue;
+                                if (coded && (dp * cp < 2 || tp > 1 || pp > 1 || cp > 1 || c->grad_comm != DT_F32)) continue;
                                 dt_train_config t = *c;
                                 if (!coded) t.codec.kind = DT_CODEC_NONE;
                                 t.nproc = nranks, t.dp = dp, t.tp = tp, t.pp = pp, t.cp = cp, t.batch = (int)b;
