@@ -304,85 +304,96 @@ static void measure_exchange(dt_comm *w, vec_arg *v, size_t large, int small_ite
     if (*beta <= 0) *beta = big / (double)(large * 4);
 }
 
-static int calibrate(dt_comm *w) {
-    int p = dt_comm_size(w), r = dt_comm_rank(w);
-    if (p < 2) { dt_log(DT_LOG_ERROR, "calibrate: needs at least 2 ranks (--nproc)"); return 2; }
-    dt_cost_params k = *dt_cost_params_current();
-    size_t big = 16u << 20, n = big / 4;
-    vec_arg v = { NULL, 0, 0, 1 };
-    if (dt_comm_alloc(w, 2 * big, &v.buf)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
-    if (dt_comm_nodes(w) > 1) {
-        /* Across machines only MPI's α and β can be seen: rank 0 and the
-         * first rank of another machine exchange; shm values stay as they are
-         * (calibrate those with one rank per core on one machine). */
-        int32_t node = dt_comm_node(w), *nodes = calloc((size_t)p, sizeof *nodes);
-        dt_comm_allgather(w, &node, nodes, 1, DT_I32);
-        v.b = 1;
-        while (v.b < p && nodes[v.b] == nodes[0]) v.b++;
-        free(nodes);
-        measure_exchange(w, &v, n / 2, 5000, &k.mpi_alpha, &k.mpi_beta);
-        goto save;
-    }
+/* Across machines only MPI's alpha and beta can be seen: rank 0 and the first rank of another machine exchange; shm
+ * values stay as they are (calibrate those with one rank per core on one machine). */
+static void calibrate_between_machines(dt_comm *w, vec_arg *v, size_t n, dt_cost_params *k) {
+    int p = dt_comm_size(w);
+    int32_t node = dt_comm_node(w), nodes[p];
+    if (dt_comm_allgather(w, &node, nodes, 1, DT_I32)) memset(nodes, 0, sizeof nodes);
+    v->b = 1;
+    while (v->b < p && nodes[v->b] == nodes[0]) v->b++;
+    measure_exchange(w, v, n / 2, 5000, &k->mpi_alpha, &k->mpi_beta);
+}
+
+/* One machine: the reduction's gamma, shm_direct's latency and memory traffic, the channels' alpha and beta. */
+static void calibrate_machine(dt_comm *w, vec_arg *v, size_t big, dt_cost_params *k) {
+    int p = dt_comm_size(w);
     /* gamma: one rank folding a cache-resident vector into another */
     float *x = dt_alloc_aligned(1u << 20), *y = dt_alloc_aligned(1u << 20);
     memset(x, 0, 1u << 20);
     memset(y, 0, 1u << 20);
     double t0 = dt_time_now();
     for (int i = 0; i < 200; i++) dt_reduce_into(x, y, (1u << 20) / 4, DT_F32, DT_SUM);
-    k.gamma = (dt_time_now() - t0) / 200 / (1u << 20);
+    k->gamma = (dt_time_now() - t0) / 200 / (1u << 20);
     dt_free_aligned(x);
     dt_free_aligned(y);
-    dt_comm_allreduce(w, &k.gamma, &k.gamma, 1, DT_F64, DT_MAX);
+    dt_comm_allreduce(w, &k->gamma, &k->gamma, 1, DT_F64, DT_MAX);
     /* shm_direct: a barrier's worth of latency, then memory traffic per byte */
     dt_comm_set_algo(w, DT_COLL_ALLREDUCE, DT_ALGO_SHM_DIRECT);
-    v.n = 2;
-    k.direct_alpha = median_time(w, do_allreduce, &v, 20000, 7);
-    v.n = n;
-    double t = median_time(w, do_allreduce, &v, 5, 5);
-    k.direct_beta = (t - 2 * k.direct_alpha - (double)big * k.gamma / p) / (2.0 * big);
-    if (k.direct_beta <= 0) k.direct_beta = t / (2.0 * big);
-    measure_exchange(w, &v, n / 2, 20000, &k.p2p_alpha, &k.p2p_beta);
+    v->n = 2;
+    k->direct_alpha = median_time(w, do_allreduce, v, 20000, 7);
+    v->n = big / 4;
+    double t = median_time(w, do_allreduce, v, 5, 5);
+    k->direct_beta = (t - 2 * k->direct_alpha - (double)big * k->gamma / p) / (2.0 * big);
+    if (k->direct_beta <= 0) k->direct_beta = t / (2.0 * big);
+    measure_exchange(w, v, big / 8, 20000, &k->p2p_alpha, &k->p2p_beta);
     dt_comm_set_algo(w, DT_COLL_ALLREDUCE, DT_ALGO_AUTO);
-save:
-    dt_comm_free(w, v.buf);
+}
+
+/* Rank 0 writes the calibration where the cost model reads it and says what it measured: 0, or 1 if it could not. */
+static int save_calibration(dt_comm *w, const dt_cost_params *k) {
+    char path[4096], dir[4096];
+    dt_cost_params_path(path, sizeof path);
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) { *slash = 0; char cmd[4200]; snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir); if (system(cmd)) {} }
     int rc = 0;
-    if (r == 0) {
-        char path[4096];
-        dt_cost_params_path(path, sizeof path);
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", path);
-        char *slash = strrchr(dir, '/');
-        if (slash) { *slash = 0; char cmd[4200]; snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir); if (system(cmd)) {} }
-        if (dt_cost_params_save(path, &k)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); rc = 1; }
-        printf("# calibration on %d ranks, written to %s\n", p, path);
-        printf("p2p (shm channels): alpha %.3f us, beta %.3f GB/s\n", k.p2p_alpha * 1e6, 1e-9 / k.p2p_beta);
-        printf("shm_direct:         alpha %.3f us, beta %.3f GB/s of memory traffic\n", k.direct_alpha * 1e6, 1e-9 / k.direct_beta);
-        printf("reduction:          gamma %.3f GB/s\n", 1e-9 / k.gamma);
-        printf("mpi (%s):    alpha %.3f us, beta %.3f GB/s\n", dt_comm_nodes(w) > 1 ? "measured" : "kept, needs several machines",
-               k.mpi_alpha * 1e6, 1e-9 / k.mpi_beta);
-        if (dt_comm_nodes(w) > 1) printf("(shm and reduction values kept from the file: calibrate them on one machine)\n");
-    }
-    dt_cost_params_set(&k);
-    /* What auto now picks, and what each algorithm is predicted to cost. */
-    if (r == 0) {
-        printf("\n# predicted allreduce time (us) on this communicator (%d ranks, %s); * = auto's choice\n", p, dt_comm_transport(w));
-        printf("%10s", "bytes");
-        for (int a = DT_ALGO_SHM_DIRECT; a < DT_ALGO_COUNT; a++)
-            if (dt_algo_lookup((dt_algo)a, DT_COLL_ALLREDUCE)) printf(" %13s", dt_algo_name((dt_algo)a));
-        printf("\n");
-        for (size_t b = 8; b <= (256u << 20); b *= 4) {
-            char sz[32];
-            printf("%10s", dt_format_size(b, sz, sizeof sz));
-            dt_algo best = dt_select_algo(w, DT_COLL_ALLREDUCE, b);
-            for (int a = DT_ALGO_SHM_DIRECT; a < DT_ALGO_COUNT; a++) {
-                if (!dt_algo_lookup((dt_algo)a, DT_COLL_ALLREDUCE)) continue;
-                double c = dt_cost_predict(w, (dt_algo)a, DT_COLL_ALLREDUCE, b);
-                if (c == INFINITY) printf(" %13s", "-");
-                else printf(" %12.2f%s", c * 1e6, a == (int)best ? "*" : " ");
-            }
-            printf("\n");
+    if (dt_cost_params_save(path, k)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); rc = 1; }
+    printf("# calibration on %d ranks, written to %s\n", dt_comm_size(w), path);
+    printf("p2p (shm channels): alpha %.3f us, beta %.3f GB/s\n", k->p2p_alpha * 1e6, 1e-9 / k->p2p_beta);
+    printf("shm_direct:         alpha %.3f us, beta %.3f GB/s of memory traffic\n", k->direct_alpha * 1e6, 1e-9 / k->direct_beta);
+    printf("reduction:          gamma %.3f GB/s\n", 1e-9 / k->gamma);
+    printf("mpi (%s):    alpha %.3f us, beta %.3f GB/s\n", dt_comm_nodes(w) > 1 ? "measured" : "kept, needs several machines",
+           k->mpi_alpha * 1e6, 1e-9 / k->mpi_beta);
+    if (dt_comm_nodes(w) > 1) printf("(shm and reduction values kept from the file: calibrate them on one machine)\n");
+    return rc;
+}
+
+/* What auto now picks, and what each algorithm is predicted to cost. */
+static void print_predictions(dt_comm *w) {
+    printf("\n# predicted allreduce time (us) on this communicator (%d ranks, %s); * = auto's choice\n", dt_comm_size(w),
+           dt_comm_transport(w));
+    printf("%10s", "bytes");
+    for (int a = DT_ALGO_SHM_DIRECT; a < DT_ALGO_COUNT; a++)
+        if (dt_algo_lookup((dt_algo)a, DT_COLL_ALLREDUCE)) printf(" %13s", dt_algo_name((dt_algo)a));
+    printf("\n");
+    for (size_t b = 8; b <= (256u << 20); b *= 4) {
+        char sz[32];
+        printf("%10s", dt_format_size(b, sz, sizeof sz));
+        dt_algo best = dt_select_algo(w, DT_COLL_ALLREDUCE, b);
+        for (int a = DT_ALGO_SHM_DIRECT; a < DT_ALGO_COUNT; a++) {
+            if (!dt_algo_lookup((dt_algo)a, DT_COLL_ALLREDUCE)) continue;
+            double c = dt_cost_predict(w, (dt_algo)a, DT_COLL_ALLREDUCE, b);
+            if (c == INFINITY) printf(" %13s", "-");
+            else printf(" %12.2f%s", c * 1e6, a == (int)best ? "*" : " ");
         }
+        printf("\n");
     }
+}
+
+static int calibrate(dt_comm *w) {
+    int p = dt_comm_size(w), r = dt_comm_rank(w);
+    if (p < 2) { dt_log(DT_LOG_ERROR, "calibrate: needs at least 2 ranks (--nproc)"); return 2; }
+    dt_cost_params k = *dt_cost_params_current();
+    size_t big = 16u << 20;
+    vec_arg v = { NULL, 0, 0, 1 };
+    if (dt_comm_alloc(w, 2 * big, &v.buf)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (dt_comm_nodes(w) > 1) calibrate_between_machines(w, &v, big / 4, &k);
+    else calibrate_machine(w, &v, big, &k);
+    dt_comm_free(w, v.buf);
+    int rc = r == 0 ? save_calibration(w, &k) : 0;
+    dt_cost_params_set(&k);
+    if (r == 0) print_predictions(w);
     return rc;
 }
 

@@ -150,59 +150,47 @@ int dt_bench_make_inputs(const dt_bench_train_opts *o, int maxn, char *weights, 
     return 0;
 }
 
-int dt_bench_train_ddp(const dt_bench_train_opts *o) {
-    char self[PATH_MAX];
-    if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
-    char weights[] = "/tmp/dtrain-bench-weights-XXXXXX", data[] = "/tmp/dtrain-bench-tokens-XXXXXX";
-    int maxn = 1;
-    for (int i = 0; i < o->nnprocs; i++) if (o->nprocs[i] > maxn) maxn = o->nprocs[i];
-    int rc = dt_bench_make_inputs(o, maxn, weights, data);
-    if (rc) return rc;
+/* Each round's step times per rank count: dtrain's (and its exposed communication), N independent runs', PyTorch's. */
+typedef struct { double dtrain[MAXN][MAXR], exposed[MAXN][MAXR], torch[MAXN][MAXR], indep[MAXN][MAXR]; } ddp_times;
 
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int rounds = o->rounds < 1 ? 1 : o->rounds > MAXR ? MAXR : o->rounds, nn = o->nnprocs > MAXN ? MAXN : o->nnprocs;
-    double dms[MAXN][MAXR], dex[MAXN][MAXR], tms[MAXN][MAXR], ims[MAXN][MAXR], unused;
-    if (!o->json)
-        printf("# dtrain bench train: data parallel GPT-2 %s, batch %d x seq %d per rank, AdamW, %d thread(s) per rank, "
-               "%ld cores; dtrain train --nproc N%s; medians of %d steps after %d warm-up, %d round(s)\n",
-               o->model, o->batch, o->seq, o->threads, cores, o->baseline ? " and PyTorch DDP (gloo) alternating" : "",
-               o->steps, o->warmup, rounds);
+/* The rounds, each rank count in turn (said as they end); the exit code. */
+static int run_rounds(const dt_bench_train_opts *o, int rounds, int nn, const char *self, const char *weights, const char *data,
+                      ddp_times *t) {
+    int rc = 0;
+    double unused;
     for (int r = 0; r < rounds && !rc; r++)
         for (int i = 0; i < nn && !rc; i++) {
             int n = o->nprocs[i];
-            rc = dt_bench_run_dtrain(o, n, false, self, weights, data, &dms[i][r], &dex[i][r]);
-            ims[i][r] = dms[i][r];
-            if (!rc && n > 1) rc = dt_bench_run_dtrain(o, n, true, self, weights, data, &ims[i][r], &unused);
-            if (!rc && o->baseline) rc = run_torch(o, n, weights, &tms[i][r]);
-            if (!rc && !o->json) {
-                printf("round %d, %d rank(s): dtrain %.1f ms/step, %.1f tok/s total", r + 1, n, dms[i][r],
-                       (double)n * o->batch * o->seq / (dms[i][r] / 1e3));
-                if (n > 1) printf("; %d independent runs %.1f ms/step", n, ims[i][r]);
-                if (o->baseline) printf("; torch %.1f ms/step, %.1f tok/s total", tms[i][r],
-                                        (double)n * o->batch * o->seq / (tms[i][r] / 1e3));
-                printf("\n");
-                fflush(stdout);
-            }
+            rc = dt_bench_run_dtrain(o, n, false, self, weights, data, &t->dtrain[i][r], &t->exposed[i][r]);
+            t->indep[i][r] = t->dtrain[i][r];
+            if (!rc && n > 1) rc = dt_bench_run_dtrain(o, n, true, self, weights, data, &t->indep[i][r], &unused);
+            if (!rc && o->baseline) rc = run_torch(o, n, weights, &t->torch[i][r]);
+            if (rc || o->json) continue;
+            printf("round %d, %d rank(s): dtrain %.1f ms/step, %.1f tok/s total", r + 1, n, t->dtrain[i][r],
+                   (double)n * o->batch * o->seq / (t->dtrain[i][r] / 1e3));
+            if (n > 1) printf("; %d independent runs %.1f ms/step", n, t->indep[i][r]);
+            if (o->baseline) printf("; torch %.1f ms/step, %.1f tok/s total", t->torch[i][r], (double)n * o->batch * o->seq / (t->torch[i][r] / 1e3));
+            printf("\n");
+            fflush(stdout);
         }
-    if (rc) { unlink(weights); unlink(data); return rc; }
-    if (o->report && (rc = report_run(o, maxn, self, weights, data))) { unlink(weights); unlink(data); return rc; }
-    unlink(weights);
-    unlink(data);
-    cJSON *records = cJSON_CreateArray();
+    return rc;
+}
+
+/* The medians' table (or JSON lines), each row a record in records (the medians sort t's rounds in place). */
+static void print_table(const dt_bench_train_opts *o, int rounds, int nn, ddp_times *t, cJSON *records) {
     double tok1 = 0, ttok1 = 0;
-    if (!o->json) {
+    if (!o->json)
         printf("%5s | %9s %12s %12s %8s %8s | %9s %8s %8s | %9s %12s %8s | %s\n", "ranks", "ms/step", "tok/s/worker",
                "tok/s total", "scaling", "exposed", "indep ms", "scaling", "of it", o->baseline ? "torch ms" : "",
                o->baseline ? "torch tok/s" : "", o->baseline ? "scaling" : "", o->baseline ? "dtrain/torch" : "");
-    }
     for (int i = 0; i < nn; i++) {
         int n = o->nprocs[i];
-        double ms = dt_bench_median(dms[i], rounds), ex = dt_bench_median(dex[i], rounds);
+        double ms = dt_bench_median(t->dtrain[i], rounds), ex = dt_bench_median(t->exposed[i], rounds);
         double per = o->batch * o->seq / (ms / 1e3), tot = per * n;
         if (i == 0) tok1 = tot / n;
         double scale = tot / tok1; /* against the first N's per-worker rate */
-        double im = dt_bench_median(ims[i], rounds), iscale = n * (o->batch * o->seq / (im / 1e3)) / tok1;
-        double tm = o->baseline ? dt_bench_median(tms[i], rounds) : 0, ttot = o->baseline ? n * o->batch * o->seq / (tm / 1e3) : 0;
+        double im = dt_bench_median(t->indep[i], rounds), iscale = n * (o->batch * o->seq / (im / 1e3)) / tok1;
+        double tm = o->baseline ? dt_bench_median(t->torch[i], rounds) : 0, ttot = o->baseline ? n * o->batch * o->seq / (tm / 1e3) : 0;
         if (i == 0) ttok1 = ttot / n;
         char rec[1024];
         int k = snprintf(rec, sizeof rec, "{\"model\":\"%s\",\"nproc\":%d,\"threads\":%d,\"ms\":%.2f,\"tok_per_s_worker\":%.1f,"
@@ -215,13 +203,40 @@ int dt_bench_train_ddp(const dt_bench_train_opts *o) {
         cJSON_AddItemToArray(records, cJSON_Parse(rec));
         if (o->json) {
             printf("%s\n", rec);
-        } else {
-            printf("%5d | %9.1f %12.1f %12.1f %7.2fx %7.1f%% | %9.1f %7.2fx %7.1f%% |", n, ms, per, tot, scale, 100 * ex / ms,
-                   im, iscale, 100 * scale / iscale);
-            if (o->baseline) printf(" %9.1f %12.1f %7.2fx | %.2fx", tm, ttot, ttot / ttok1, tm / ms);
-            printf("\n");
+            continue;
         }
+        printf("%5d | %9.1f %12.1f %12.1f %7.2fx %7.1f%% | %9.1f %7.2fx %7.1f%% |", n, ms, per, tot, scale, 100 * ex / ms, im, iscale,
+               100 * scale / iscale);
+        if (o->baseline) printf(" %9.1f %12.1f %7.2fx | %.2fx", tm, ttot, ttot / ttok1, tm / ms);
+        printf("\n");
     }
+}
+
+int dt_bench_train_ddp(const dt_bench_train_opts *o) {
+    char self[PATH_MAX];
+    if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
+    char weights[] = "/tmp/dtrain-bench-weights-XXXXXX", data[] = "/tmp/dtrain-bench-tokens-XXXXXX";
+    int maxn = 1;
+    for (int i = 0; i < o->nnprocs; i++) if (o->nprocs[i] > maxn) maxn = o->nprocs[i];
+    int rc = dt_bench_make_inputs(o, maxn, weights, data);
+    if (rc) return rc;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int rounds = o->rounds < 1 ? 1 : o->rounds > MAXR ? MAXR : o->rounds, nn = o->nnprocs > MAXN ? MAXN : o->nnprocs;
+    ddp_times *t = calloc(1, sizeof *t);
+    if (!t) rc = 1, dt_log(DT_LOG_ERROR, "bench train: out of memory");
+    if (!o->json && t)
+        printf("# dtrain bench train: data parallel GPT-2 %s, batch %d x seq %d per rank, AdamW, %d thread(s) per rank, "
+               "%ld cores; dtrain train --nproc N%s; medians of %d steps after %d warm-up, %d round(s)\n",
+               o->model, o->batch, o->seq, o->threads, cores, o->baseline ? " and PyTorch DDP (gloo) alternating" : "",
+               o->steps, o->warmup, rounds);
+    if (!rc) rc = run_rounds(o, rounds, nn, self, weights, data, t);
+    if (!rc && o->report) rc = report_run(o, maxn, self, weights, data);
+    unlink(weights);
+    unlink(data);
+    cJSON *records = rc ? NULL : cJSON_CreateArray();
+    if (records) print_table(o, rounds, nn, t, records);
+    free(t);
+    if (rc) return rc;
     if (!o->json)
         printf("scaling: total tok/s over the per-worker tok/s of the first row (%d rank%s; efficiency = scaling / ranks); "
                "exposed: communication not hidden behind compute, %% of the step; indep: N independent 1-rank runs side "

@@ -385,8 +385,6 @@ static double evaluate(cls_run *r) {
     return acc;
 }
 
-/* --eval-every N: the test accuracy after global step done, inside an epoch (its end evaluates anyway), with the
- * seconds trained so far, for curves of accuracy against epochs and time. Returns the exit code. */
 /* TensorBoard's scalars of a metrics line at step (--tensorboard, rank 0): n tags and their values (not finite: left
  * out). A failure to write stops them, said once, as GPT-2's trainer does. */
 static void tb_step(cls_run *r, int step, const char *const *tags, const double *values, int n) {
@@ -402,6 +400,8 @@ static void tb_step(cls_run *r, int step, const char *const *tags, const double 
 
 static const char *const acc_tag[] = { "val/accuracy" };
 
+/* --eval-every N: the test accuracy after global step done, inside an epoch (its end evaluates anyway), with the
+ * seconds trained so far, for curves of accuracy against epochs and time. Returns the exit code. */
 static int evaluate_inside(cls_run *r, int done) {
     double acc = evaluate(r);
     if (acc < 0) return 1;
@@ -416,6 +416,59 @@ static int evaluate_inside(cls_run *r, int done) {
         fflush(r->metrics);
     }
     tb_step(r, done, acc_tag, &acc, 1);
+    return 0;
+}
+
+/* A step's line: the progress, the metrics (a codec's wire, as GPT-2's lines have it) and TensorBoard's scalars. */
+static void report_step(cls_run *r, int e, int done, int total, const char *prefix, const dt_step_result *s, float lr, double ms) {
+    const dt_train_config *c = r->c;
+    if (!r->quiet)
+        dt_progress_print(r->tty, c->print_every ? c->print_every : 50,
+                          &(dt_progress){ .step = done - 1, .steps = total, .first = r->first, .loss = s->loss, .lr = lr,
+                                          .norm = s->norm, .ms = ms, .rate = r->G / (ms / 1e3), .unit = "img/s",
+                                          .elapsed = dt_time_now() - r->t_start, .prefix = prefix, .val = NAN, .bubble = NAN });
+    if (r->metrics) {
+        fprintf(r->metrics, "{\"epoch\":%d,\"step\":%d,\"loss\":%.6f,\"lr\":%g,\"grad_norm\":%.6f", e + 1, done, s->loss, lr, s->norm);
+        if (s->grad_bytes > 0) fprintf(r->metrics, ",\"grad_sent_bytes\":%.0f,\"compress_ratio\":%.4f", s->grad_bytes, s->compress_ratio);
+        if (s->grad_recv_bytes > 0) fprintf(r->metrics, ",\"grad_recv_bytes\":%.0f", s->grad_recv_bytes);
+        fputs("}\n", r->metrics);
+    }
+    static const char *const tags[] = { "train/loss", "train/lr", "train/grad_norm", "perf/img_per_s" };
+    tb_step(r, done, tags, (const double[]){ s->loss, lr, s->norm, r->G / (ms / 1e3) }, 4);
+}
+
+/* The run stops after step done (a signal, --stop-after): said; the exit code. */
+static int say_stopped(cls_run *r, int done, int total) {
+    const dt_train_config *c = r->c;
+    if (r->stopped && r->rank == 0)
+        dt_log(DT_LOG_WARN, "stopped by signal %d (%s) after step %d of %d%s", r->stopped, strsignal(r->stopped), done, total,
+               c->save ? "; saved" : " (nothing saved: no --save)");
+    else if (!r->quiet)
+        printf("stopped after %d steps (--stop-after); --resume %s goes on\n", c->stop_after, c->save ? c->save : "(no --save)");
+    if (r->metrics) fflush(r->metrics);
+    return r->stopped ? 128 + r->stopped : 0;
+}
+
+/* The epoch's end: its test accuracy (*acc; 1: failed), loss, rates and exposed communication, said. */
+static int report_epoch(cls_run *r, int e, int first, double loss_sum, double exposed_sum, double secs, double *acc) {
+    const dt_train_config *c = r->c;
+    int steps = steps_per_epoch(r);
+    r->ips[e] = (double)(steps - first) * r->B * c->grad_accum / secs;
+    if ((*acc = evaluate(r)) < 0) return 1;
+    if (!r->quiet) {
+        if (r->tty) printf("\n");
+        printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f img/s per worker, %.0f img/s total (%d worker%s), "
+               "exposed communication %.1f%%\n", e + 1, c->epochs, loss_sum / (steps - first), 100 * *acc, r->ips[e], r->ips[e] * r->p, r->p,
+               r->p > 1 ? "s" : "", 100 * exposed_sum / 1e3 / secs);
+        fflush(stdout);
+    }
+    if (r->metrics) {
+        fprintf(r->metrics, "{\"epoch\":%d,\"epochs\":%d,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,\"img_per_s\":%.1f,"
+                "\"comm_exposed_ms\":%.3f,\"train_s\":%.3f}\n", e + 1, e + 1, loss_sum / (steps - first), *acc, r->ips[e], r->ips[e] * r->p,
+                exposed_sum, r->train_s);
+        fflush(r->metrics);
+    }
+    tb_step(r, e * steps + r->step, acc_tag, acc, 1);
     return 0;
 }
 
@@ -446,20 +499,7 @@ static int epoch(cls_run *r, int e, double *acc) {
         exposed_sum += s.exposed_ms;
         double ms = (dt_time_now() - ts) * 1e3;
         r->train_s += ms / 1e3;
-        if (!r->quiet)
-            dt_progress_print(r->tty, c->print_every ? c->print_every : 50,
-                              &(dt_progress){ .step = done - 1, .steps = total, .first = r->first, .loss = s.loss, .lr = lr,
-                                              .norm = s.norm, .ms = ms, .rate = r->G / (ms / 1e3), .unit = "img/s",
-                                              .elapsed = dt_time_now() - r->t_start, .prefix = prefix, .val = NAN, .bubble = NAN });
-        if (r->metrics) {
-            fprintf(r->metrics, "{\"epoch\":%d,\"step\":%d,\"loss\":%.6f,\"lr\":%g,\"grad_norm\":%.6f", e + 1, done, s.loss, lr, s.norm);
-            /* a codec's wire, as GPT-2's lines have it */
-            if (s.grad_bytes > 0) fprintf(r->metrics, ",\"grad_sent_bytes\":%.0f,\"compress_ratio\":%.4f", s.grad_bytes, s.compress_ratio);
-            if (s.grad_recv_bytes > 0) fprintf(r->metrics, ",\"grad_recv_bytes\":%.0f", s.grad_recv_bytes);
-            fputs("}\n", r->metrics);
-        }
-        static const char *const tags[] = { "train/loss", "train/lr", "train/grad_norm", "perf/img_per_s" };
-        tb_step(r, done, tags, (const double[]){ s.loss, lr, s.norm, r->G / (ms / 1e3) }, 4);
+        report_step(r, e, done, total, prefix, &s, lr, ms);
         /* every rank stops after the step any rank was signalled in, saving first */
         if (s.stop) r->stopped = dt_train_interrupted() ? dt_train_interrupted() : SIGTERM;
         r->stop = s.stop || (c->stop_after && done - r->first == c->stop_after && done < total);
@@ -469,34 +509,13 @@ static int epoch(cls_run *r, int e, double *acc) {
         }
         if (!r->stop && c->eval_every && done % c->eval_every == 0 && r->step + 1 < steps && evaluate_inside(r, done)) return 1;
         if (r->stop) {
-            if (r->stopped && r->rank == 0)
-                dt_log(DT_LOG_WARN, "stopped by signal %d (%s) after step %d of %d%s", r->stopped, strsignal(r->stopped), done, total,
-                       c->save ? "; saved" : " (nothing saved: no --save)");
-            else if (!r->quiet)
-                printf("stopped after %d steps (--stop-after); --resume %s goes on\n", c->stop_after, c->save ? c->save : "(no --save)");
-            if (r->metrics) fflush(r->metrics);
-            if (r->step + 1 < steps) return r->stopped ? 128 + r->stopped : 0;
+            int rc = say_stopped(r, done, total);
+            if (r->step + 1 < steps) return rc;
             r->step++; /* at the epoch's end: evaluated, as the uninterrupted run does */
             break;
         }
     }
-    double secs = r->train_s - trained0;
-    r->ips[e] = (double)(steps - first) * r->B * c->grad_accum / secs;
-    if ((*acc = evaluate(r)) < 0) return 1;
-    if (!r->quiet) {
-        if (r->tty) printf("\n");
-        printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f img/s per worker, %.0f img/s total (%d worker%s), "
-               "exposed communication %.1f%%\n", e + 1, c->epochs, loss_sum / (steps - first), 100 * *acc, r->ips[e], r->ips[e] * r->p, r->p,
-               r->p > 1 ? "s" : "", 100 * exposed_sum / 1e3 / secs);
-        fflush(stdout);
-    }
-    if (r->metrics) {
-        fprintf(r->metrics, "{\"epoch\":%d,\"epochs\":%d,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,\"img_per_s\":%.1f,"
-                "\"comm_exposed_ms\":%.3f,\"train_s\":%.3f}\n", e + 1, e + 1, loss_sum / (steps - first), *acc, r->ips[e], r->ips[e] * r->p,
-                exposed_sum, r->train_s);
-        fflush(r->metrics);
-    }
-    tb_step(r, e * steps + r->step, acc_tag, acc, 1);
+    if (report_epoch(r, e, first, loss_sum, exposed_sum, r->train_s - trained0, acc)) return 1;
     return r->stop && r->stopped ? 128 + r->stopped : 0;
 }
 
