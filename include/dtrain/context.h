@@ -6,7 +6,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/model.h"
-#include "dtrain/pipeline.h" /* the wire codec (dt_pp_wire) the ring's blocks may travel in */
+#include "dtrain/pipeline.h" /* the wire codec (dt_pp_wire) attention's messages may travel in */
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,7 +21,8 @@ typedef struct {
     dt_comm *cp;        /* the context-parallel group, N ranks */
     int B, T, C, NH;    /* sequences, the whole sequence's positions, channels, heads */
     double *waited;     /* NULL, or += the seconds spent waiting on the group (traffic compute did not hide) */
-    dt_pp_wire wire;    /* the ring's blocks and their gradients on the wire: f32, bf16 or int8 (a scale a row of C) */
+    dt_pp_wire wire;    /* the ring's blocks and their gradients, or the all-to-all's trades, on the wire: f32, bf16 or int8
+                         * (a scale a row: of C for the ring, of a rank's head channels for the all-to-all) */
 } dt_cp_config;
 /* Rows per chunk, T / (2N); 0 (and an error) when it does not divide. */
 int dt_ring_chunk_rows(const dt_cp_config *c);
@@ -76,7 +77,7 @@ const char *dt_cp_impl_name(dt_cp_impl i);
  * memory, long sequences a rank favour the ring. */
 dt_cp_impl dt_cp_choose(int n, int heads, int tl, double flops, double link, double mem);
 typedef struct dt_cp dt_cp;
-/* wire: the ring's (--cp-wire; the all-to-all takes f32 only) */
+/* wire: what the ring's blocks or the all-to-all's trades travel in (--cp-wire) */
 dt_status dt_cp_create(dt_comm *cp, dt_cp_impl impl, dt_pp_wire wire, dt_cp **out);
 void dt_cp_destroy(dt_cp *c);
 const dt_cp_ops *dt_cp_model_ops(dt_cp *c);

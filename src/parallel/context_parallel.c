@@ -64,9 +64,6 @@ static dt_status cp_backward(void *ctx, float *dqkv, const float *dout, const fl
 
 dt_status dt_cp_create(dt_comm *cp, dt_cp_impl impl, dt_pp_wire wire, dt_cp **out) {
     *out = NULL;
-    if (impl == DT_CP_ULYSSES && wire != DT_PP_WIRE_F32)
-        return dt_error(DT_ERR_UNSUPPORTED, "--cp-wire %s: the ring's blocks travel coded; the all-to-all (--cp-impl ulysses) sends f32",
-                        dt_pp_wire_name(wire));
     dt_cp *c = calloc(1, sizeof *c);
     if (!c) return dt_error(DT_ERR_NOMEM, "context parallelism: out of memory");
     c->comm = cp;

@@ -450,7 +450,7 @@ static dt_status retire(dt_ddp *d, int upto, bool wait) {
             if (st) return st;
         }
         if (done && k->coded) {
-            /* a codec's bucket: its average decoded into the whole bucket first (its exchanges read the whole) */
+            /* a codec's bucket: decoded first (its average written over the whole bucket, the other shards' pages too) */
             dt_status st = codec_settle(d, d->retired, wait, &d->waited_in_backward, &done);
             if (st) return st;
         }

@@ -5,21 +5,35 @@
  * over the whole sequence with the one-process kernel, and a second
  * all-to-all sends each row home. Four all-to-alls carry backward: the
  * queries, keys, values and output are traded again rather than kept,
- * which would double attention's memory on every rank. */
+ * which would double attention's memory on every rank. On a coded wire
+ * (--cp-wire bf16, int8) every trade travels coded, forward and back. */
 #include "dtrain/context.h"
 #include "dtrain/kernels.h"
 
+#include <stdint.h>
 #include <string.h>
 
 typedef struct {
     dt_comm *comm;
     double *waited;
     int N, B, Tl, T, C, cc; /* ranks, sequences, rows here, positions, channels, channels a rank's heads hold */
+    dt_pp_wire wire;        /* what travels: f32, or each block coded (bf16; int8 with a scale a row of cc) */
+    uint32_t *coded;        /* a coded wire's blocks out, then in (NULL on f32) */
 } trade;
 
-static trade trade_of(const dt_cp_config *c) {
+/* One rank's [B, Tl, C] in floats. */
+static size_t per_rank(const dt_cp_config *c) { return (size_t)c->B * (size_t)(c->T / dt_comm_size(c->cp)) * (size_t)c->C; }
+
+/* Words of a coded wire's blocks, out and in, for the largest trade (q, k and v: 3 C of a row, cc a block's row). */
+static size_t coded_words(const dt_cp_config *c) {
     int N = dt_comm_size(c->cp);
-    return (trade){ c->cp, c->waited, N, c->B, c->T / N, c->T, c->C, c->C / N };
+    return c->wire == DT_PP_WIRE_F32 ? 0 : 2 * (size_t)N * dt_pp_wire_words(c->wire, 3 * per_rank(c) / (size_t)N, (size_t)(c->C / N));
+}
+
+static trade trade_of(const dt_cp_config *c, float *work) {
+    int N = dt_comm_size(c->cp);
+    uint32_t *coded = c->wire == DT_PP_WIRE_F32 ? NULL : (uint32_t *)(work + 14 * per_rank(c));
+    return (trade){ c->cp, c->waited, N, c->B, c->T / N, c->T, c->C, c->C / N, c->wire, coded };
 }
 
 static dt_status check(const dt_cp_config *c) {
@@ -31,16 +45,26 @@ static dt_status check(const dt_cp_config *c) {
 }
 
 size_t dt_ulysses_work_floats(const dt_cp_config *c) {
-    size_t rows = (size_t)c->B * c->T; /* the whole sequence's rows: one rank's [B, Tl, C] is rows x C / N */
-    size_t per = rows * (size_t)c->C / (size_t)dt_comm_size(c->cp);
-    return 14 * per; /* two trade buffers and the gathered q, k, v (3 each), its output and output gradient, their gradient (3) */
+    /* two trade buffers and the gathered q, k, v (3 each), its output and output gradient, their gradient (3); a coded
+     * wire's blocks past them */
+    return 14 * per_rank(c) + coded_words(c);
 }
 
-/* An all-to-all: nothing computes meanwhile, so all of it is exposed. */
+/* An all-to-all of n floats a rank (rows of cc values): nothing computes meanwhile, so all of it is exposed. On a coded
+ * wire each rank's block is coded on its own (a row's scale with its row) and decoded where it lands. */
 static dt_status exchange(const trade *x, const float *s, float *r, size_t n) {
     double t0 = dt_time_now();
     DT_TRACE_BEGIN(DT_TRACK_SELF, "all-to-all attention", "\"floats\":%zu", n * (size_t)x->N);
-    dt_status st = dt_comm_alltoall(x->comm, s, r, n, DT_F32);
+    dt_status st;
+    if (x->wire == DT_PP_WIRE_F32) {
+        st = dt_comm_alltoall(x->comm, s, r, n, DT_F32);
+    } else {
+        size_t w = dt_pp_wire_words(x->wire, n, (size_t)x->cc);
+        uint32_t *out = x->coded, *in = x->coded + (size_t)x->N * w;
+        for (int j = 0; j < x->N; j++) dt_pp_wire_encode(x->wire, s + (size_t)j * n, n, (size_t)x->cc, out + (size_t)j * w);
+        st = dt_comm_alltoall(x->comm, out, in, w, DT_I32);
+        for (int j = 0; j < x->N && !st; j++) dt_pp_wire_decode(x->wire, in + (size_t)j * w, n, (size_t)x->cc, r + (size_t)j * n);
+    }
     DT_TRACE_END(DT_TRACK_SELF);
     if (x->waited) *x->waited += dt_time_now() - t0;
     return st;
@@ -92,8 +116,8 @@ static dt_status to_rows(const trade *x, const float *g, int W, float *s, float 
 dt_status dt_ulysses_attention_forward(const dt_cp_config *c, float *out, float *lse, const float *qkv, float *work) {
     dt_status st = check(c);
     if (st) return st;
-    trade x = trade_of(c);
-    size_t per = (size_t)x.B * x.Tl * x.C; /* one rank's [B, Tl, C] */
+    trade x = trade_of(c, work);
+    size_t per = per_rank(c);
     float *s = work, *r = s + 3 * per, *g = r + 3 * per, *og = g + 3 * per;
     int h = c->NH / x.N;
     if ((st = to_heads(&x, qkv, 3, s, r, g))) return st;
@@ -105,8 +129,8 @@ dt_status dt_ulysses_attention_backward(const dt_cp_config *c, float *dqkv, cons
                                         const float *lse, float *work) {
     dt_status st = check(c);
     if (st) return st;
-    trade x = trade_of(c);
-    size_t per = (size_t)x.B * x.Tl * x.C;
+    trade x = trade_of(c, work);
+    size_t per = per_rank(c);
     float *s = work, *r = s + 3 * per, *g = r + 3 * per, *og = g + 3 * per, *dog = og + per, *dg = dog + per;
     int h = c->NH / x.N;
     if ((st = to_heads(&x, qkv, 3, s, r, g)) || (st = to_heads(&x, out, 1, s, r, og)) || (st = to_heads(&x, dout, 1, s, r, dog)))

@@ -341,11 +341,13 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
      * each of those 12 rows' worth copied into a send buffer and out of the received one (ulysses.c: 16 bytes a float) */
     if (cp > 1) {
         double kv = tokens * c->channels / tp * 4;
-        /* a coded ring (--cp-wire) sends 2 (bf16) or 1 byte and a scale a row (int8) a value, each block coded and
-         * decoded (a pass over its f32 values each way, at the bandwidth) */
-        double cw = j->cp_wire == DT_PP_WIRE_BF16 ? 2 : j->cp_wire == DT_PP_WIRE_INT8 ? 1 + 4.0 / c->channels : 4;
+        /* a coded wire (--cp-wire) sends 2 (bf16) or 1 byte and a scale a row (int8: of C in the ring, of a rank's head
+         * channels in the all-to-all) a value, each message coded and decoded (a pass over its f32 values each way, at
+         * the bandwidth) */
+        double row = j->cp_ulysses ? c->channels / tp / cp : c->channels;
+        double cw = j->cp_wire == DT_PP_WIRE_BF16 ? 2 : j->cp_wire == DT_PP_WIRE_INT8 ? 1 + 4.0 / row : 4;
         double coding = j->cp_wire != DT_PP_WIRE_F32 ? 2 * kv / bw : 0;
-        o->cp_comm = j->cp_ulysses ? m * nl * 12 * (dt_plan_gather(kv * cp, cp, ia, ib) + 4 * kv / bw)
+        o->cp_comm = j->cp_ulysses ? m * nl * 12 * (dt_plan_gather(kv * cp / 4 * cw, cp, ia, ib) + 4 * kv / bw + coding)
                                    : m * nl * 0.5 * 6 * (cp - 1) * (ia + kv / 4 * cw * ib + coding);
     }
     /* expert parallelism: a layer's rows to their experts' ranks and back, forward and backward (recomputing: forward's again),

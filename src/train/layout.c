@@ -105,7 +105,6 @@ dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
 
 dt_cp_impl dt_train_cp_impl(const dt_train_config *c, const dt_gpt2_config *cfg, int tp, int cp) {
     if (c->cp_impl >= 0) return (dt_cp_impl)c->cp_impl;
-    if (c->cp_wire != DT_PP_WIRE_F32) return DT_CP_RING; /* a coded wire is the ring's */
     /* a CPU rank's order of magnitude: attention at ~20 GFLOP/s a thread, ~10 GB/s between ranks (shared memory) and to memory */
     return dt_cp_choose(cp, cfg->num_heads / (tp > 0 ? tp : 1), c->seq / (cp > 0 ? cp : 1), 20e9 * (c->threads > 0 ? c->threads : 1), 10e9, 10e9);
 }

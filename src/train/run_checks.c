@@ -64,9 +64,6 @@ static dt_status check_codec(dt_train_config *c, int nranks) {
 static dt_status check_wires(const dt_train_config *c, int nranks) {
     if (c->cp_wire != DT_PP_WIRE_F32 && c->cp <= 1 && !c->quiet)
         dt_log(DT_LOG_WARN, "--cp-wire %s does nothing without context parallelism (--cp)", dt_pp_wire_name(c->cp_wire));
-    if (c->cp_wire != DT_PP_WIRE_F32 && c->cp > 1 && c->cp_impl == DT_CP_ULYSSES)
-        return dt_error(DT_ERR_ARG, "--cp-wire %s: the ring's blocks travel coded; --cp-impl ulysses sends f32 (ring or auto)",
-                        dt_pp_wire_name(c->cp_wire));
     if (c->pp_wire != DT_PP_WIRE_F32 && c->pp <= 1 && !c->quiet)
         dt_log(DT_LOG_WARN, "--pp-wire %s does nothing without pipeline stages (--pp)", dt_pp_wire_name(c->pp_wire));
     if (c->grad_comm != DT_F32 && nranks == 1 && !c->quiet)
@@ -161,7 +158,7 @@ dt_status dt_train_check_same(dt_comm *w, const dt_train_shape *mine) {
             st = dt_error(DT_ERR_ARG, "ranks differ: rank 0's stages exchange %s, rank %d's %s (--pp-wire)", dt_pp_wire_name(a->pp_wire), r,
                           dt_pp_wire_name(b->pp_wire));
         else if (a->mesh[3] > 1 && a->cp_wire != b->cp_wire)
-            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0's ring sends %s, rank %d's %s (--cp-wire)", dt_pp_wire_name(a->cp_wire), r,
+            st = dt_error(DT_ERR_ARG, "ranks differ: rank 0's attention sends %s, rank %d's %s (--cp-wire)", dt_pp_wire_name(a->cp_wire), r,
                           dt_pp_wire_name(b->cp_wire));
         else if (a->steps != b->steps || a->optimizer != b->optimizer || a->lr != b->lr || a->eval_every != b->eval_every)
             st = dt_error(DT_ERR_ARG, "ranks differ in steps, optimizer, learning rate or evaluation (rank 0 vs rank %d)", r);
