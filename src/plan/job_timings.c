@@ -110,10 +110,36 @@ static void linear_once(const linear_bufs *x) {
     for (int k = 0; k < (x->lp != DT_F32 ? 2 : 3); k++) linear_part(x, k);
 }
 
+/* Bytes that push a product's operands out of the caches: twice the last level a core sees (sysfs's, "32768K" on a Zen 3;
+ * glibc's _SC_LEVEL3_CACHE_SIZE said 256 MiB there, the whole package's), 64 MiB where the system does not say. */
+static size_t evict_bytes(void) {
+    size_t l3 = 0;
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    char unit = 0;
+    unsigned long v = 0;
+    if (f && fscanf(f, "%lu%c", &v, &unit) >= 1) l3 = (size_t)v << (unit == 'M' ? 20 : unit == 'K' ? 10 : 0);
+    if (f) fclose(f);
+    size_t b = l3 ? 2 * l3 : (size_t)64 << 20;
+    return b < ((size_t)16 << 20) ? (size_t)16 << 20 : b > ((size_t)512 << 20) ? (size_t)512 << 20 : b;
+}
+
+/* Reads a line of every 64 bytes of buf (n bytes), so that what a product reads next comes from memory. */
+static void evict(const unsigned char *buf, size_t n) {
+    volatile unsigned char sink = 0;
+    unsigned char acc = 0;
+    for (size_t i = 0; i < n; i += 64) acc ^= buf[i];
+    sink = acc;
+    (void)sink;
+}
+
 /* FLOP/s of a Linear of M tokens, N outputs and K inputs on `threads` threads here, as the model runs it: in f32 its three
  * products (forward y = x W^T, backward dx = dy W and dW = dy^T x); in 16 bits (lp: DT_BF16 or DT_F16) the model's own
  * dt_matmul_forward_lp and dt_matmul_backward_lp with `work_floats` of scratch, which also narrow their inputs, round their
- * outputs and (fp16, or bf16 without a bf16 GEMM) widen the weights for sgemm. Each the median of three after a warm-up. The
+ * outputs and (fp16, or bf16 without a bf16 GEMM) widen the weights for sgemm. Each the median of three after a warm-up,
+ * each product's operands first pushed out of the caches, as a step finds them: between a Linear's two uses the rest of
+ * the model has passed through (on the Zen 3, a 256 x 384 x 384 Linear ran at 65.5 GFLOP/s on operands left warm by its
+ * last run and 37.7 on cold ones, 256 x 1536 x 384 at 61.0 and 52.5, 1024 x 1536 x 384 alike either way; timed warm, d6's
+ * steps at 64 positions were planned 12-23% short). The
  * backward's run too, since their shapes pack differently: OpenBLAS's weight-gradient product keeps a panel as large as min(M,
  * 256) x N floats resident (docs/planner.md), which the planner's process then holds as a rank's will. The operands are mapped
  * and unmapped whole (dt_alloc_zeroed): from the heap, their freed pages stayed in the process the plan counts as a rank's, 38
@@ -122,7 +148,7 @@ double dt_plan_time_linear(int M, int N, int K, int threads, dt_dtype lp, size_t
     for (int i = 0; i < nseen; i++)
         if (seen[i].m == M && seen[i].n == N && seen[i].k == K && seen[i].threads == threads && seen[i].prec == lp) return seen[i].rate;
     char key[96], what[160];
-    snprintf(key, sizeof key, "plan_linear_%dx%dx%d_t%d_%s", M, N, K, threads, dt_precision_name(lp));
+    snprintf(key, sizeof key, "plan_linear_cold_%dx%dx%d_t%d_%s", M, N, K, threads, dt_precision_name(lp));
     snprintf(what, sizeof what, "a Linear of %d x %d x %d (%s, %d thread%s)", M, N, K, dt_precision_name(lp), threads, threads == 1 ? "" : "s");
     double gflops;
     stamp at;
@@ -133,10 +159,14 @@ double dt_plan_time_linear(int M, int N, int K, int threads, dt_dtype lp, size_t
     linear_bufs x;
     double t[3][3] = { { 0 } }, rate = 0;
     int threads_before = dt_kernels_threads();
-    if (linear_alloc(&x, M, N, K, lp, work_floats)) {
+    size_t nb = evict_bytes();
+    unsigned char *flush = dt_alloc_zeroed(nb); /* mapped and unmapped whole: the plan's process holds none of it after */
+    if (flush) memset(flush, 1, nb);            /* written, so that its pages are its own (untouched ones read the zero page) */
+    if (flush && linear_alloc(&x, M, N, K, lp, work_floats)) {
         dt_kernels_set_threads(threads);
         for (int r = -1; r < 3; r++)
             for (int k = 0; k < (lp != DT_F32 ? 2 : 3); k++) {
+                evict(flush, nb);
                 double t0 = dt_time_now();
                 linear_part(&x, k);
                 if (r >= 0) t[k][r] = dt_time_now() - t0;
@@ -147,6 +177,7 @@ double dt_plan_time_linear(int M, int N, int K, int threads, dt_dtype lp, size_t
         linear_free(&x);
         keep(key, rate / 1e9, &at);
     }
+    dt_free_zeroed(flush);
     dt_kernels_set_threads(threads_before);
     if (nseen < 64) seen[nseen++] = (linear_seen){ M, N, K, threads, lp, rate };
     return rate;
