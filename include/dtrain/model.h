@@ -67,6 +67,8 @@ bool dt_lm_config_same(const dt_lm_config *a, const dt_lm_config *b);
 /* The family's name ("gpt2", "llama", "qwen2"); the family by name (NULL if unknown). */
 const char *dt_family_name(const dt_family *f);
 const dt_family *dt_family_find(const char *name);
+/* f's place among the families dtrain knows (the same number on every build of this source), or -1 (NULL, unknown). */
+int dt_family_index(const dt_family *f);
 /* llama.cpp's architecture for the family ("gpt2", "llama", "qwen2"), and whether a GGUF reorders q and k rows (its
  * rope turns adjacent channel pairs where Hugging Face's turns halves). */
 const char *dt_family_gguf_arch(const dt_family *f);

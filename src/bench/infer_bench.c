@@ -319,19 +319,9 @@ static void print_table(const int *ts, int nt, speeds (*mine)[2][8], cJSON *cons
     }
 }
 
-int dt_bench_infer(const dt_bench_infer_opts *o) {
-    dt_launch_kind kind;
-    if (o->tp > 1 && !dt_comm_detect_launch(&kind) && kind != DT_LAUNCH_NONE) return tp_rank(o);
-    dt_gpt2 *m = NULL;
-    if (load(o->model, &m)) { dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error()); return 1; }
-    char cpu[128];
-    const dt_gpt2_config *c = dt_gpt2_get_config(m);
-    printf("# dtrain bench infer: %s (%d layers, %d channels, vocabulary %d), %s\n", o->model, c->num_layers, c->channels, c->vocab_size,
-           dt_cpu_model(cpu, sizeof cpu));
-    printf("# prefill: a %d-token prompt in one pass; decode: %d steps after it, batch 1 and %d; medians of %d\n", o->prompt,
-           o->steps, o->batch, o->reps);
-    int nt = 0, ts[8];
-    for (const char *s = o->threads_list; *s && nt < 8; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) ts[nt++] = atoi(s);
+/* What the machine allows decoding at each thread count: its memory's read rate over the weights' bytes (f32, int8),
+ * and its arithmetic's ceiling. */
+static void print_ceilings(dt_gpt2 *m, const int *ts, int nt) {
     size_t wb[2] = { 0, 0 }; /* the weights' bytes, f32 and int8 */
     for (int q = 0; q < 2; q++) {
         dt_decoder *probe = NULL;
@@ -345,33 +335,67 @@ int dt_bench_infer(const dt_bench_infer_opts *o) {
                wb[1] ? bw / (double)wb[1] : 0);
         compute_ceiling(ts[i], wb, bw);
     }
-    if (o->eval_data) {
-        double p[2];
-        long nt = 0;
-        for (int q = 0; q < 2; q++)
-            if (perplexity(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, o->eval_data, 16, &p[q], &nt)) {
-                dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error());
-                dt_gpt2_destroy(m);
-                return 1;
-            }
-        printf("# perplexity over %ld tokens of %s: f32 %.4f, int8 %.4f (%+.2f%%)\n", nt, o->eval_data, p[0], p[1],
-               100 * (p[1] / p[0] - 1));
+}
+
+/* --eval-data: the perplexity of f32 and int8 decoding over it; 1 if it could not be measured (said). */
+static int print_perplexity(dt_gpt2 *m, const char *data) {
+    double p[2];
+    long nt = 0;
+    for (int q = 0; q < 2; q++)
+        if (perplexity(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, data, 16, &p[q], &nt)) {
+            dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error());
+            return 1;
+        }
+    printf("# perplexity over %ld tokens of %s: f32 %.4f, int8 %.4f (%+.2f%%)\n", nt, data, p[0], p[1], 100 * (p[1] / p[0] - 1));
+    return 0;
+}
+
+/* The weights the baselines read, in a new folder weights (made here): an HF folder (transformers) and a GGUF (llama.cpp),
+ * as ckpt export writes them; false (said) where they could not be written. */
+static bool write_baseline_weights(dt_gpt2 *m, char *weights) {
+    char hf[64], gguf[64];
+    bool made = mkdtemp(weights) != NULL;
+    snprintf(hf, sizeof hf, "%s/hf", weights);
+    snprintf(gguf, sizeof gguf, "%s/model.gguf", weights);
+    if (made && !dt_hf_folder_save(hf, m) && !dt_gguf_save(gguf, m, NULL)) return true;
+    dt_log(DT_LOG_ERROR, "bench infer: cannot write the weights for the baselines: %s", made ? dt_last_error() : "no temporary folder");
+    return false;
+}
+
+static void remove_baseline_weights(const char *weights) {
+    char path[96];
+    const char *files[] = { "hf/config.json", "hf/generation_config.json", "hf/model.safetensors", "hf", "model.gguf" };
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(path, sizeof path, "%s/%s", weights, files[i]);
+        remove(path);
+    }
+    rmdir(weights);
+}
+
+int dt_bench_infer(const dt_bench_infer_opts *o) {
+    dt_launch_kind kind;
+    if (o->tp > 1 && !dt_comm_detect_launch(&kind) && kind != DT_LAUNCH_NONE) return tp_rank(o);
+    dt_gpt2 *m = NULL;
+    if (load(o->model, &m)) { dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error()); return 1; }
+    char cpu[128];
+    const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    printf("# dtrain bench infer: %s (%d layers, %d channels, vocabulary %d), %s\n", o->model, c->num_layers, c->channels, c->vocab_size,
+           dt_cpu_model(cpu, sizeof cpu));
+    printf("# prefill: a %d-token prompt in one pass; decode: %d steps after it, batch 1 and %d; medians of %d\n", o->prompt,
+           o->steps, o->batch, o->reps);
+    int nt = 0, ts[8];
+    for (const char *s = o->threads_list; *s && nt < 8; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) ts[nt++] = atoi(s);
+    print_ceilings(m, ts, nt);
+    if (o->eval_data && print_perplexity(m, o->eval_data)) {
+        dt_gpt2_destroy(m);
+        return 1;
     }
     /* with a baseline and --rounds: dtrain's rows and the baselines' in turn, the order reversed every other round */
     int R = o->baseline && o->rounds > 1 ? (o->rounds < MAX_ROUNDS ? o->rounds : MAX_ROUNDS) : 1;
     speeds(*mine)[2][8] = calloc((size_t)R, sizeof *mine);
     cJSON *rows[MAX_ROUNDS] = { 0 };
-    /* the baselines read the same weights: an HF folder (transformers) and a GGUF (llama.cpp), as ckpt export writes them */
-    char weights[] = "/tmp/dtrain-infer-XXXXXX", hf[64], gguf[64];
-    bool have_weights = false;
-    if (o->baseline) {
-        bool made = mkdtemp(weights) != NULL;
-        snprintf(hf, sizeof hf, "%s/hf", weights);
-        snprintf(gguf, sizeof gguf, "%s/model.gguf", weights);
-        if (!made || dt_hf_folder_save(hf, m) || dt_gguf_save(gguf, m, NULL))
-            dt_log(DT_LOG_ERROR, "bench infer: cannot write the weights for the baselines: %s", made ? dt_last_error() : "no temporary folder");
-        else have_weights = true;
-    }
+    char weights[] = "/tmp/dtrain-infer-XXXXXX";
+    bool have_weights = o->baseline && write_baseline_weights(m, weights);
     int rc = !mine;
     for (int r = 0; r < R && !rc; r++) {
         rows[r] = cJSON_CreateArray();
@@ -381,15 +405,7 @@ int dt_bench_infer(const dt_bench_infer_opts *o) {
         if (!(r % 2) && have_weights && !rc) baselines(o, weights, rows[r]);
         if (R > 1) fprintf(stderr, "# round %d of %d done\n", r + 1, R);
     }
-    if (o->baseline) {
-        char path[96];
-        const char *files[] = { "hf/config.json", "hf/generation_config.json", "hf/model.safetensors", "hf", "model.gguf" };
-        for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-            snprintf(path, sizeof path, "%s/%s", weights, files[i]);
-            remove(path);
-        }
-        rmdir(weights);
-    }
+    if (o->baseline) remove_baseline_weights(weights);
     if (!rc && o->tp > 1) tp_rows(o, rows[0]);
     if (!rc) print_table(ts, nt, mine, rows, R);
     for (int r = 0; r < R; r++) cJSON_Delete(rows[r]);

@@ -57,12 +57,20 @@ static int local_width(const dt_program *p, dt_width w) {
     }
 }
 
+static const dt_family *const families[] = { &dt_family_gpt2, &dt_family_llama, &dt_family_qwen2, &dt_family_mixtral, &dt_family_qwen2_moe,
+                                             &dt_family_deepseek_moe };
+enum { NFAMILIES = sizeof families / sizeof *families };
+
 const dt_family *dt_family_find(const char *name) {
-    static const dt_family *all[] = { &dt_family_gpt2, &dt_family_llama, &dt_family_qwen2, &dt_family_mixtral, &dt_family_qwen2_moe,
-                                      &dt_family_deepseek_moe };
-    for (size_t i = 0; name && i < sizeof all / sizeof *all; i++)
-        if (!strcmp(name, all[i]->name)) return all[i];
+    for (int i = 0; name && i < NFAMILIES; i++)
+        if (!strcmp(name, families[i]->name)) return families[i];
     return NULL;
+}
+
+int dt_family_index(const dt_family *f) {
+    for (int i = 0; i < NFAMILIES; i++)
+        if (families[i] == f) return i;
+    return -1;
 }
 
 const char *dt_family_name(const dt_family *f) { return f ? f->name : "(none)"; }

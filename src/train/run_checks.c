@@ -111,10 +111,7 @@ dt_status dt_train_check_settings(dt_train_config *c, int nranks) {
 
 void dt_train_shape_model(dt_train_shape *s, const dt_gpt2_config *given) {
     dt_lm_config c = dt_lm_config_resolve(given);
-    static const char *const families[] = { "gpt2", "llama", "qwen2", "mixtral", "qwen2_moe" };
-    int family = -1;
-    for (int i = 0; i < 5; i++)
-        if (c.family == dt_family_find(families[i])) family = i;
+    int family = dt_family_index(c.family);
     const int32_t w[11] = { c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
                             family, c.kv_heads, c.head_dim, c.ffn, c.untied };
     const float f[5] = { c.norm_eps, c.rope_theta, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor };
