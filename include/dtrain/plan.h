@@ -129,11 +129,10 @@ void dt_plan_timings_fresh(bool on);
 /* bytes as the run's reports give them, in binary units: "26.5 GiB", "1.53 GiB" (a refusal near the edge must not read
  * "needs 1.5 GiB, 1.5 GiB available"), "12.3 MiB" below a gibibyte. */
 const char *dt_plan_bytes_text(double bytes, char *buf, size_t cap);
-/* A gradient codec's exchanges (job->codec): the floats a rank sends a step, and *approximated, the gradient elements
- * PowerSGD's GEMMs cover (0 for top-k); 0 without a codec. */
-double dt_plan_codec_floats(const dt_plan_job *j, double *approximated);
-/* The floats of state a codec keeps on every rank (residuals, Qs, velocities; ZeRO's ranks too); 0 without one. */
-double dt_plan_codec_state_floats(const dt_plan_job *j);
+/* A gradient codec's exchanges (job->codec): the floats a rank sends a step, *approximated the gradient elements
+ * PowerSGD's GEMMs cover (0 for top-k), *state the floats of state it keeps on every rank (residuals, Qs, velocities;
+ * ZeRO's ranks too); 0 without a codec. Either out may be NULL. */
+double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *state);
 /* The step time of job on hardware h (the largest stage's rank sets it). */
 void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *out);
 

@@ -127,7 +127,11 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
     if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 10) * BT * C / (j->tp > 1 ? j->tp : 1);
     m->comm += stage_bufs;
     /* a codec's state: a whole model's residuals (and more) on every rank, whatever the stage */
-    if (n > 1 && j->codec.kind != DT_CODEC_NONE) m->comm += 4 * dt_plan_codec_state_floats(j);
+    if (n > 1 && j->codec.kind != DT_CODEC_NONE) {
+        double state;
+        dt_plan_codec_floats(j, NULL, &state);
+        m->comm += 4 * state;
+    }
     m->acts = acts;
     m->data = (double)j->data_bytes;
     m->runtime = runtime;

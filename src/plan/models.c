@@ -185,7 +185,10 @@ dt_program *dt_plan_model_table(const dt_plan_job *j, dt_model *m) {
  * bit for each of the rank's chunk's entries into the allgather, a scale for each piece of a tensor in a chunk. And the
  * floats of state it keeps on every rank (dt_codec_state_bytes): a residual an entry, PowerSGD's Qs, DGC's velocity,
  * 1-bit Adam's momentum and server error. */
-static double codec_walk(const dt_plan_job *j, double *approximated, double *state) {
+double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *state) {
+    double approx_here = 0, state_here = 0; /* where the caller asks for neither */
+    if (!approximated) approximated = &approx_here;
+    if (!state) state = &state_here;
     *approximated = *state = 0;
     const dt_codec_config *k = &j->codec;
     if (k->kind == DT_CODEC_NONE) return 0;
@@ -214,15 +217,4 @@ static double codec_walk(const dt_plan_job *j, double *approximated, double *sta
     }
     dt_program_destroy(p);
     return sent;
-}
-
-double dt_plan_codec_floats(const dt_plan_job *j, double *approximated) {
-    double state;
-    return codec_walk(j, approximated, &state);
-}
-
-double dt_plan_codec_state_floats(const dt_plan_job *j) {
-    double approximated, state;
-    codec_walk(j, &approximated, &state);
-    return state;
 }

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 struct dt_env_pool {
     dt_env **envs;          /* the built-in kind's environments, or NULL */
     dt_gym_bridge *bridge;  /* a bridged pool's workers (envs NULL) */
