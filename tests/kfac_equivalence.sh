@@ -5,7 +5,8 @@
 # losses within 1e-5 and the weights within 1e-6 after 40 steps (after 100 the difference is said, not held: K-FAC
 # multiplies a rounding difference by up to 1 / damping, as Adam by 1 / sqrt(v), and at damping 0.001 these grow to
 # percents, where DDP under AdamW alone reaches 3e-4 of the weights); AdamW underneath with the inverse method and
-# intervals, and under mpirun; 2 pipeline stages and DP 2 x PP 2 against one process likewise; ZeRO-1 against DDP,
+# intervals, and under mpirun; 2 pipeline stages, DP 2 x PP 2, 2 tensor-parallel ranks and DP 2 x TP 2 against one
+# process likewise, and Llama's K/V head kept by 2 tensor-parallel ranks after one step; ZeRO-1 against DDP,
 # bit for bit; MEM-OPT's factors and decompositions on the rank holding most against COMM-OPT's, and
 # the planner's prediction of both; the refusals.
 # usage: kfac_equivalence.sh DTRAIN [MPIEXEC]
@@ -56,6 +57,38 @@ same "4 ranks: MEM-OPT against COMM-OPT" four_0.25 four_1
 run pp2 --nproc 2 --pp 2 --batch 2 --grad-accum 4 && against "2 pipeline stages" pp2 one || fail "2 pipeline stages"
 run dp2pp2 --nproc 4 --pp 2 --batch 2 --grad-accum 2 && against "2 data-parallel x 2 pipeline stages, MEM-OPT" dp2pp2 one ||
     fail "DP 2 x PP 2"
+# tensor parallelism: each rank's K-FAC over the whole Linears (a row-parallel one's inputs and a column-parallel one's
+# output gradients gathered over its group, its gradients made whole and its slices taken back)
+run tp2 --nproc 2 --tp 2 --batch 8 && against "2 tensor-parallel ranks" tp2 one || fail "TP 2"
+run dp2tp2 --nproc 4 --tp 2 --sp --batch 4 --kfac-workers 0.5 &&
+    against "2 data-parallel x 2 tensor-parallel ranks (sequence parallel), MEM-OPT" dp2tp2 one || fail "DP 2 x TP 2"
+# One step on the step's factors alone (decay 0: a wrong factor is not hidden under the identity the averages start at,
+# which outweighs the output gradients' G for many steps), 2 tensor-parallel ranks against one process: the weights'
+# largest difference against the step's largest change. GPT-2's fused q, k, v (a rank's rows are three pieces of the
+# whole's: put rank after rank, 2.3e-5) and Llama's K/V head both ranks keep (each rank's output gradient of it is its
+# own query heads' part, summed as one process has it whole: a rank's part in place of the sum, 1.0e-4); within 5e-6
+# (7e-7 and 1.2e-6 on a Zen 3).
+one_step() { # WHAT ARGS...
+    local what=$1 r
+    shift
+    local a=("$@" --data "$dir/train.bin" --vocab 256 --max-seq 64 --seq 32 --threads 1 --quiet --batch 8 --steps 1 --save-every 1)
+    local k=(--optimizer kfac --lr 0.02 --momentum 0.9 --kfac-damping 0.03 --kfac-decay 0)
+    rm -rf "$dir"/step{0,1,2}
+    if "$DTRAIN" train "${a[@]}" "${k[@]}" --save "$dir/step1" > /dev/null 2>&1 &&
+        "$DTRAIN" train "${a[@]}" "${k[@]}" --nproc 2 --tp 2 --save "$dir/step2" > "$dir/step2.out" 2>&1 &&
+        "$DTRAIN" train "${a[@]}" --optimizer sgd --lr 1e-30 --save "$dir/step0" > /dev/null 2>&1; then
+        r=$(python3 - "$dir"/step{1,2,0}/step-00000001/params.f32 <<'PY'
+import array, sys
+one, tp, init = (array.array('f', open(p, 'rb').read()) for p in sys.argv[1:4])
+print("%.3g" % (max(abs(a - b) for a, b in zip(tp, one)) / max(abs(a - b) for a, b in zip(one, init))))
+PY
+)
+        if awk -v r="$r" 'BEGIN{exit !(r <= 5e-6)}'; then ok "$what on 2 tensor-parallel ranks: one step within $r of one process's (of the step)"
+        else fail "$what on 2 tensor-parallel ranks: one step differs by $r of the step from one process's"; fi
+    else fail "$what, TP runs: $(tail -2 "$dir/step2.out")"; fi
+}
+one_step "GPT-2 (fused q, k, v)" --layers 2 --channels 64 --heads 4
+one_step "Llama, 1 K/V head" --model llama-tiny --layers 2 --channels 48 --heads 4 --kv-heads 1 --ffn 96
 # ZeRO-1 allreduces the gradients as DDP does: K-FAC preconditions them whole, then each rank updates its shard
 run four_zero1 --nproc 4 --batch 2 --kfac-workers 0.25 --zero 1 || fail "4 ranks, ZeRO-1"
 same "4 ranks: ZeRO-1 (MEM-OPT) against DDP" four_zero1 four_0.25
@@ -91,7 +124,7 @@ if echo "$out" | grep -q "K-FAC (COMM-OPT) preconditions .* before adamw" && ! e
     ok "resumed on 1 process: K-FAC over AdamW again, its state loaded"
 else fail "K-FAC resume: $(echo "$out" | tail -3)"; fi
 refused "K-FAC under ZeRO-2" "not with K-FAC or Shampoo yet (they precondition whole gradients" --nproc 2 --zero 2
-refused "K-FAC with tensor parallelism" "not with K-FAC or Shampoo (they precondition whole tensors)" --nproc 2 --tp 2
+refused "K-FAC with tensor and pipeline parallelism" "not with K-FAC or Shampoo and --pp together" --nproc 4 --tp 2 --pp 2
 refused "K-FAC with a loss scale" "not with a loss scale" --precision fp16
 refused "K-FAC over LAMB" "sgd or adamw" --kfac-base lamb
 refused "--kfac-damping 0" "kfac-damping" --kfac-damping 0

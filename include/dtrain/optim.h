@@ -92,6 +92,8 @@ typedef struct {
     long (*steps)(void *ctx);                       /* its own count of steps, saved beside */
     void (*set_steps)(void *ctx, long t);
     void *ctx;
+    int copy;                                       /* another rank saves the same state (a tensor-parallel group's
+                                                     * ranks after its first): loaded here, not written */
 } dt_state_units;
 
 /* The optimizer's own such state (SOAP's statistics and bases; else units 0). */

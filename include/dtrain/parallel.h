@@ -56,6 +56,26 @@ dt_status dt_mesh_gather_gpt2(const dt_mesh *mesh, dt_comm *world, dt_gpt2 *part
 /* Tensor parallelism's collectives over the TP communicator tp, for the
  * model's part (dt_model_part.tp); tp must outlive the model. */
 dt_tp_ops dt_tp_ops_over(dt_comm *tp);
+
+/* A tensor-parallel group's tensors whole on each of its ranks (tp_whole.c), for what preconditions whole matrices
+ * (K-FAC, Shampoo): model m is the rank's (its slices), tp its group. Collective over tp (it makes its own
+ * communicator from it); m outlives it. */
+typedef struct dt_tp_whole dt_tp_whole;
+dt_status dt_tp_whole_create(const dt_model *m, dt_comm *tp, dt_tp_whole **out);
+void dt_tp_whole_destroy(dt_tp_whole *w);
+/* The whole model as a preconditioner sees it: the whole tensors at their places in the whole store (goffset), its
+ * Linears whole, and an observer of them that is shown whole values (a row-parallel Linear's inputs and a
+ * column-parallel one's output gradients gathered over the group: a collective inside forward and backward). */
+void dt_tp_whole_model(dt_tp_whole *w, dt_model *out);
+/* Collective: every tensor of the rank's store local whole in whole (the whole store's layout); and back, this rank's
+ * slices of whole into local. */
+dt_status dt_tp_whole_gather(dt_tp_whole *w, const float *local, float *whole);
+void dt_tp_whole_scatter(const dt_tp_whole *w, const float *whole, float *local);
+/* inner (made over dt_tp_whole_model's view) as a preconditioner of the rank's slices: each step's gradients made
+ * whole, preconditioned, and the rank's slices taken back; its state saved by the group's first rank. */
+void dt_tp_whole_preconditioner(dt_tp_whole *w, const dt_preconditioner *inner, dt_preconditioner *out);
+/* Its buffers' bytes (the whole store, the pieces gathered, an event's values). */
+size_t dt_tp_whole_bytes(const dt_tp_whole *w);
 /* Expert parallelism's exchanges (dt_ep_ops) over the expert-parallel group's communicator. */
 dt_ep_ops dt_ep_ops_over(dt_comm *ep);
 

@@ -68,6 +68,7 @@ typedef struct {
     dt_state_units state; /* what checkpoints hold of it */
     /* Seconds its work took inside forward and backward since the last call (K-FAC's factors; NULL: none there). */
     void (*inside)(void *ctx, double *forward, double *backward);
+    int slices; /* it takes tensor parallelism's slices (dt_tp_whole_preconditioner makes them whole for it) */
 } dt_preconditioner;
 
 typedef struct {

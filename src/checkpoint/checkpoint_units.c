@@ -87,7 +87,7 @@ dt_status dt_checkpoint_units_gather(dt_engine *e, dt_comm *w, dt_checkpoint_mod
     dt_status st = DT_OK;
     for (int i = 0; i < 2 && !st; i++) {
         cm->units[i] = (dt_checkpoint_units){ 0 };
-        if (s[i].units) st = gather_one(&s[i], w, cm, &cm->units[i]);
+        if (s[i].units && !s[i].copy) st = gather_one(&s[i], w, cm, &cm->units[i]); /* a copy: the same state saved elsewhere */
     }
     return st;
 }

@@ -230,5 +230,5 @@ static long unit_steps(void *ctx) { return ((dt_soap *)ctx)->started; }
 static void unit_set_steps(void *ctx, long t) { ((dt_soap *)ctx)->started = t > 0; }
 
 void dt_soap_units(dt_soap *s, dt_state_units *out) {
-    *out = (dt_state_units){ "soap", s ? s->n : 0, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s };
+    *out = (dt_state_units){ "soap", s ? s->n : 0, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 };
 }

@@ -137,6 +137,31 @@ static void soap_cost(const dt_plan_job *j, double rate, second_cost *out) {
     dt_program_destroy(p);
 }
 
+/* Tensor parallelism: each rank of a group preconditions the whole tensors (the same work on each, as counted above):
+ * a step's gradients allgathered whole, and K-FAC's Linears' split sides (a row-parallel one's inputs, a column-parallel
+ * one's output gradients) a micro-batch each at its factor interval; the whole store, the pieces and a side's values
+ * beside. */
+static void tp_cost(const dt_plan_job *j, double a, double b, second_cost *out) {
+    dt_model m;
+    dt_program *p = dt_plan_model_table(j, &m);
+    dt_linear_layer *layers = NULL;
+    int nlayers = 0;
+    if (!p) return;
+    double big = 1, wide = 1, rows = (double)j->batch * j->seq, micro = j->micro > 0 ? j->micro : 1, sides = 0;
+    for (int i = 0; i < m.ntensors; i++) big = fmax(big, (double)m.tensors[i].count);
+    if (j->kfac_on && !dt_program_linears(p, &layers, &nlayers))
+        for (int i = 0; i < nlayers; i++) {
+            double side = layers[i].w[0]->split == DT_SPLIT_ROW ? layers[i].in : 0;
+            for (int k = 0; k < layers[i].nparts && layers[i].w[0]->split == DT_SPLIT_COLUMN; k++) side += layers[i].w[k]->shape[0];
+            wide = fmax(wide, side);
+            sides += side > 0 ? dt_plan_gather(rows * side * 4, j->tp, a, b) : 0;
+        }
+    free(layers);
+    out->comm += dt_plan_gather((double)m.nparams * 4, j->tp, a, b) + (j->kfac_on ? micro * sides / j->kfac.factor_every : 0);
+    out->scratch += 4 * ((double)m.nparams + big + (j->kfac_on ? 2 * rows * wide : 0));
+    dt_program_destroy(p);
+}
+
 /* A pipeline's stages each hold their own layers' share: taken as the whole model's over the stages (the blocks
  * dominate; a stage of the embeddings or the head alone holds less). */
 static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, second_cost *out) {
@@ -146,6 +171,7 @@ static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, i
     if (j->kfac_on) kfac_cost(j, h, rate, threads, slow, a, b, out);
     else if (j->shampoo_on) shampoo_cost(j, h, rate, threads, slow, a, b, out);
     else if (j->opt.kind == DT_OPT_SOAP) soap_cost(j, rate, out);
+    if ((j->kfac_on || j->shampoo_on) && j->tp > 1) tp_cost(j, a, b, out);
     double pp = j->pp > 1 ? j->pp : 1;
     out->bytes /= pp, out->compute /= pp, out->comm /= pp;
 }

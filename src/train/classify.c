@@ -313,7 +313,7 @@ static dt_status engine_and_outputs(cls_run *r, bool mlp) {
                             .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .codec = &c->codec };
     if (mlp) dt_mlp_model(r->m.mlp, &ec.model);
     else dt_resnet_model(r->m.resnet, &ec.model);
-    dt_status st = dt_train_precond_create(c, &ec, NULL, r->rank, mlp ? "none" : "the BatchNorms", &r->pre);
+    dt_status st = dt_train_precond_create(c, &ec, NULL, NULL, r->rank, mlp ? "none" : "the BatchNorms", &r->pre);
     if (!st) st = dt_engine_create(&ec, &r->e);
     if (!st && c->resume) st = resume(r);
     if (!st) st = dt_watchdog_start(r->p > 1 ? r->w : NULL, &r->wd);

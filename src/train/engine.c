@@ -130,14 +130,16 @@ static dt_status take_codec(dt_engine *e) {
 /* A preconditioner rewrites whole gradients, every one on every rank, before the update (strategy.h). ZeRO-1
  * allreduces them as DDP does (its shard's update then reads the preconditioned ones); ZeRO 2 and 3 keep a shard. A
  * pipeline stage holds its tensors whole (its own layers: the tied copy's gradient goes to the first stage, which
- * owns wte); tensor parallelism holds slices, expert parallelism each rank's own experts. */
+ * owns wte); tensor parallelism holds slices (a preconditioner that takes them makes them whole itself), expert
+ * parallelism each rank's own experts. */
 static dt_status check_precond(dt_engine *e) {
     const dt_engine_config *c = &e->cfg;
     bool sliced = false;
     for (int i = 0; i < c->model.ntensors; i++)
         for (int d = 0; d < c->model.tensors[i].ndim; d++) sliced |= c->model.tensors[i].shape[d] != c->model.tensors[i].gshape[d];
     const char *why = strcmp(e->s->name, "single") && strcmp(e->s->name, "ddp") && strcmp(e->s->name, "zero1") ? "a strategy that shards the gradients"
-                      : sliced || c->ep > 1 || (c->mp_comm && !c->schedule) ? "tensor or expert parallelism (a rank holds slices)"
+                      : c->ep > 1                                           ? "expert parallelism (a rank holds its own experts)"
+                      : (sliced || (c->mp_comm && !c->schedule)) && !c->precond->slices ? "tensor parallelism (a rank holds slices)"
                       : c->loss_scale                                       ? "a loss scale (fp16)"
                       : c->grad_store != DT_F32                             ? "16-bit gradients (--grad-store)"
                       : c->codec && c->codec->kind != DT_CODEC_NONE         ? "gradient compression"

@@ -4,36 +4,34 @@
 #include <stdio.h>
 
 /* K-FAC over the model's Linears (and convolutions), its base optimizer (c->opt) under it. */
-static dt_status make_kfac(const dt_train_config *c, dt_engine_config *ec, dt_comm *stages, int rank, const char *others,
+static dt_status make_kfac(const dt_train_config *c, dt_engine_config *ec, const dt_model *m, dt_comm *stages, int rank, const char *others,
                            dt_train_precond *out) {
     if (c->lora.rank > 0 || c->lora_from) return dt_error(DT_ERR_ARG, "--optimizer kfac with LoRA: K-FAC preconditions the base Linears, which LoRA freezes");
-    dt_status st = dt_kfac_create(&c->kfac, &ec->model, ec->comm, &out->kfac);
+    dt_status st = dt_kfac_create(&c->kfac, m, ec->comm, &out->kfac);
     if (st) return st;
     /* a pipeline's stage may hold no block (the embeddings alone); a whole model without a Linear has nothing for it */
     if (!stages && dt_kfac_layers(out->kfac) == 0)
-        return dt_error(DT_ERR_ARG, "--optimizer kfac: the %s model has no Linear or convolution to precondition", ec->model.kind);
-    dt_kfac_preconditioner(out->kfac, &out->pc);
+        return dt_error(DT_ERR_ARG, "--optimizer kfac: the %s model has no Linear or convolution to precondition", m->kind);
+    dt_kfac_preconditioner(out->kfac, &out->inner);
     if (stages) dt_kfac_set_stages(out->kfac, stages);
-    ec->precond = &out->pc;
     if (rank == 0 && !c->quiet)
         dt_log(DT_LOG_INFO, "K-FAC (%s) preconditions %d layers (%zu parameters) before %s, its factors and decompositions %.3f MiB "
                "on the rank holding most; the other %zu parameters (%s) take %s's step as they are", dt_kfac_layout(out->kfac),
                dt_kfac_layers(out->kfac), dt_kfac_params(out->kfac), dt_optim_kind_name(c->opt.kind),
-               dt_kfac_state_bytes_most(out->kfac) / 1048576.0, ec->model.nparams - dt_kfac_params(out->kfac), others,
+               dt_kfac_state_bytes_most(out->kfac) / 1048576.0, m->nparams - dt_kfac_params(out->kfac), others,
                dt_optim_kind_name(c->opt.kind));
     return DT_OK;
 }
 
 /* Shampoo over the whole store, SGD under it; its blocks shared by the replicas. */
-static dt_status make_shampoo(const dt_train_config *c, dt_engine_config *ec, int rank, dt_train_precond *out) {
+static dt_status make_shampoo(const dt_train_config *c, dt_engine_config *ec, const dt_model *m, int rank, dt_train_precond *out) {
     if (c->lora.rank > 0 || c->lora_from) return dt_error(DT_ERR_ARG, "--optimizer shampoo with LoRA: not yet (Shampoo would precondition every tensor, the frozen ones too)");
     if (c->grad_clip > 0)
         return dt_error(DT_ERR_ARG, "--optimizer shampoo with --grad-clip %g: the clip would act on Shampoo's directions, not the gradients; "
                         "grafting already gives each block Adam's step size", c->grad_clip);
-    dt_status st = dt_shampoo_create(&c->shampoo, ec->model.tensors, ec->model.ntensors, ec->comm, &out->shampoo);
+    dt_status st = dt_shampoo_create(&c->shampoo, m->tensors, m->ntensors, ec->comm, &out->shampoo);
     if (st) return st;
-    dt_shampoo_preconditioner(out->shampoo, &out->pc);
-    ec->precond = &out->pc;
+    dt_shampoo_preconditioner(out->shampoo, &out->inner);
     if (rank == 0 && !c->quiet)
         dt_log(DT_LOG_INFO, "Shampoo: %d blocks of at most %d, roots every %d steps from step %d, grafted onto Adam, SGD under it; "
                "its state %.3f MiB on the rank holding most, the directions allgathered in %s", dt_shampoo_blocks(out->shampoo),
@@ -42,17 +40,27 @@ static dt_status make_shampoo(const dt_train_config *c, dt_engine_config *ec, in
     return DT_OK;
 }
 
-dt_status dt_train_precond_create(const dt_train_config *c, dt_engine_config *ec, dt_comm *stages, int rank, const char *others,
-                                  dt_train_precond *out) {
+dt_status dt_train_precond_create(const dt_train_config *c, dt_engine_config *ec, dt_comm *stages, dt_comm *tp, int rank,
+                                  const char *others, dt_train_precond *out) {
     *out = (dt_train_precond){ 0 };
-    if (c->kfac_on) return make_kfac(c, ec, stages, rank, others, out);
-    if (c->shampoo_on) return make_shampoo(c, ec, rank, out);
+    if (!c->kfac_on && !c->shampoo_on) return DT_OK;
+    /* under tensor parallelism they see the whole tensors, made whole on every rank of the group */
+    dt_model m = ec->model;
+    dt_status st = tp ? dt_tp_whole_create(&ec->model, tp, &out->whole) : DT_OK;
+    if (st) return st;
+    if (out->whole) dt_tp_whole_model(out->whole, &m);
+    st = c->kfac_on ? make_kfac(c, ec, &m, stages, rank, others, out) : make_shampoo(c, ec, &m, rank, out);
+    if (st) return st;
+    if (out->whole) dt_tp_whole_preconditioner(out->whole, &out->inner, &out->pc);
+    else out->pc = out->inner;
+    ec->precond = &out->pc;
     return DT_OK;
 }
 
 void dt_train_precond_destroy(dt_train_precond *p) {
     dt_kfac_destroy(p->kfac);
     dt_shampoo_destroy(p->shampoo);
+    dt_tp_whole_destroy(p->whole); /* after K-FAC, which leaves the model's observer through it */
     *p = (dt_train_precond){ 0 };
 }
 

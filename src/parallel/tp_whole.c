@@ -1,0 +1,283 @@
+/* A tensor-parallel group's tensors made whole on each of its ranks (parallel.h's dt_tp_whole): what a
+ * preconditioner of whole matrices (K-FAC, Shampoo) sees in place of a rank's slices. Each rank learns every rank's
+ * slice of every tensor once (an allgather of their descriptions); a step's gradients are then allgathered tensor by
+ * tensor and each rank's runs put where the whole tensor has them, and the preconditioned whole store hands each rank
+ * its slices back. A Linear's observed values are made whole the same way: a row-parallel Linear's inputs (a rank
+ * sees its columns) and a column-parallel one's output gradients (its parts' columns), summed where several ranks
+ * keep the same K/V head (each holds its own query heads' part of that head's gradient, as one process sums them). */
+#include "dtrain/parallel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int layer, op, split; /* split: DT_SPLIT_ROW (its inputs are made whole), COLUMN (its output gradients), NONE */
+    int local, width;     /* that side's width on a rank, and whole */
+    int *place;           /* [ranks][local]: where rank r's value c lands among the whole side's */
+} tp_linear;
+
+struct dt_tp_whole {
+    dt_model m;                 /* the rank's model (its slices) */
+    dt_comm *tp;                /* its own communicator over the group (its collectives run inside forward and backward) */
+    int ranks, rank, n;
+    dt_tensor_info *whole;      /* [n]: each tensor whole, at its place in the whole store */
+    dt_tensor_info *slices;     /* [ranks][n]: each rank's slice of each, offset 0 (for placing its piece) */
+    size_t floats, most;        /* the whole store's floats; the largest slice */
+    float *store, *recv;        /* the whole gradients; an allgather's pieces */
+    size_t recv_floats;
+    dt_linear_layer *layers;    /* the whole Linears (their tensors the whole ones) */
+    tp_linear *lin;
+    int nlin;
+    float *values;              /* an event's whole values */
+    size_t values_floats;
+    dt_linear_observer fn;      /* the observer of the whole Linears */
+    void *fn_ctx;
+    dt_preconditioner inner;        /* the preconditioner of the whole tensors */
+};
+
+/* ---- the tensors ---- */
+
+/* What a rank says of each tensor: its slice and its shape. */
+enum { DESC = 9 };
+static void describe(const dt_tensor_info *t, int32_t *d) {
+    const dt_tensor_slice *s = &t->slice;
+    int32_t x[DESC] = { s->dim, s->offset, s->count, s->pieces, s->stride, t->shape[0], t->shape[1], t->shape[2], t->shape[3] };
+    memcpy(d, x, sizeof x);
+}
+
+static dt_status learn_slices(dt_tp_whole *w) {
+    int32_t *mine = malloc(sizeof(int32_t) * DESC * (size_t)w->n + 1), *all = malloc(sizeof(int32_t) * DESC * (size_t)w->n * w->ranks + 1);
+    w->whole = calloc((size_t)w->n + 1, sizeof *w->whole);
+    w->slices = calloc((size_t)w->n * w->ranks + 1, sizeof *w->slices);
+    dt_status st = mine && all && w->whole && w->slices ? DT_OK : dt_error(DT_ERR_NOMEM, "tensor parallelism's whole tensors: out of memory");
+    for (int i = 0; i < w->n && !st; i++) describe(&w->m.tensors[i], mine + DESC * i);
+    if (!st) st = dt_comm_allgather(w->tp, mine, all, DESC * (size_t)w->n, DT_I32);
+    for (int r = 0; r < w->ranks && !st; r++)
+        for (int i = 0; i < w->n && !st; i++) {
+            const int32_t *d = all + DESC * ((size_t)r * w->n + i);
+            dt_tensor_info *t = &w->slices[(size_t)r * w->n + i];
+            *t = w->m.tensors[i];
+            t->slice = (dt_tensor_slice){ d[0], d[1], d[2], d[3], d[4] };
+            t->count = 1;
+            for (int k = 0; k < t->ndim; k++) t->count *= (size_t)(t->shape[k] = d[5 + k]);
+            t->offset = 0;
+            if (t->count != w->m.tensors[i].count)
+                st = dt_error(DT_ERR_ARG, "tensor parallelism: %s holds %zu values on rank %d of its group and %zu on rank %d (uneven slices)",
+                              t->name, t->count, r, w->m.tensors[i].count, w->rank);
+        }
+    for (int i = 0; i < w->n && !st; i++) {
+        dt_tensor_info *t = &w->whole[i];
+        *t = w->m.tensors[i];
+        t->count = t->ndim ? 1 : 0;
+        for (int k = 0; k < t->ndim; k++) t->count *= (size_t)(t->shape[k] = t->gshape[k]);
+        t->offset = t->goffset;
+        dt_tensor_set_whole(t);
+        t->split = DT_SPLIT_NONE, t->replicas = 0, t->replica = 0;
+        if (t->goffset + t->count > w->floats) w->floats = t->goffset + t->count;
+        if (w->m.tensors[i].count > w->most) w->most = w->m.tensors[i].count;
+    }
+    free(mine), free(all);
+    return st;
+}
+
+typedef struct { float *to; const float *from; } placing;
+static void place_run(size_t lo, size_t go, size_t n, void *ctx) {
+    placing *x = ctx;
+    memcpy(x->to + go, x->from + lo, n * sizeof(float));
+}
+
+/* Rank r's piece (from) of tensor i into its whole tensor's place in to. */
+static void put_piece(const dt_tp_whole *w, int r, int i, const float *from, float *to) {
+    dt_tensor_info t = w->slices[(size_t)r * w->n + i];
+    t.goffset = w->whole[i].offset;
+    dt_model one = { .tensors = &t, .ntensors = 1, .nparams = t.count };
+    dt_model_global_runs(&one, 0, t.count, place_run, &(placing){ to, from });
+}
+
+dt_status dt_tp_whole_gather(dt_tp_whole *w, const float *local, float *whole) {
+    for (int i = 0; i < w->n; i++) {
+        const dt_tensor_info *t = &w->m.tensors[i];
+        if (!t->count || t->tied_copy) continue;
+        if (!dt_tensor_is_sliced(t)) {
+            memcpy(whole + w->whole[i].offset, local + t->offset, t->count * sizeof(float));
+            continue;
+        }
+        dt_status st = dt_comm_allgather(w->tp, local + t->offset, w->recv, t->count, DT_F32);
+        if (st) return st;
+        for (int r = 0; r < w->ranks; r++) put_piece(w, r, i, w->recv + (size_t)r * t->count, whole);
+    }
+    return DT_OK;
+}
+
+void dt_tp_whole_scatter(const dt_tp_whole *w, const float *whole, float *local) { dt_model_copy_slices(&w->m, local, whole); }
+
+/* ---- the Linears ---- */
+
+static int tensor_index(const dt_tp_whole *w, const dt_tensor_info *t) { return t ? (int)(t - w->m.tensors) : -1; }
+
+/* Linear y's whole form, and where each rank's values of its split side land. */
+static dt_status whole_linear(dt_tp_whole *w, const dt_linear_layer *y, dt_linear_layer *out, tp_linear *l) {
+    *out = *y;
+    int w0 = tensor_index(w, y->w[0]);
+    dt_tp_split split = y->w[0]->split;
+    *l = (tp_linear){ y->layer, y->op, split == DT_SPLIT_ROW || split == DT_SPLIT_COLUMN ? (int)split : DT_SPLIT_NONE, 0, 0, NULL };
+    if (split == DT_SPLIT_ROW) out->in = w->whole[w0].shape[1];
+    for (int j = 0; j < y->nparts; j++) {
+        out->w[j] = &w->whole[tensor_index(w, y->w[j])];
+        out->b[j] = y->b[j] ? &w->whole[tensor_index(w, y->b[j])] : NULL;
+        if (l->split == DT_SPLIT_COLUMN) l->local += y->w[j]->shape[0], l->width += out->w[j]->shape[0];
+    }
+    if (l->split == DT_SPLIT_ROW) l->local = y->w[0]->shape[1], l->width = out->in;
+    if (l->split == DT_SPLIT_NONE) return DT_OK;
+    if (!(l->place = malloc(sizeof(int) * (size_t)l->local * w->ranks)))
+        return dt_error(DT_ERR_NOMEM, "tensor parallelism's whole tensors: out of memory");
+    for (int r = 0; r < w->ranks; r++) {
+        int *p = l->place + (size_t)r * l->local, at = 0, col0 = 0;
+        for (int j = 0; j < (l->split == DT_SPLIT_COLUMN ? y->nparts : 1); j++) {
+            const dt_tensor_info *t = &w->slices[(size_t)r * w->n + tensor_index(w, y->w[j])];
+            size_t in = (size_t)t->gshape[1];
+            if (l->split == DT_SPLIT_ROW)
+                for (int c = 0; c < t->shape[1]; c++) p[at++] = (int)dt_tensor_global_index(t, (size_t)c);
+            else
+                for (int c = 0; c < t->shape[0]; c++) p[at++] = col0 + (int)(dt_tensor_global_index(t, (size_t)c * t->shape[1]) / in);
+            col0 += t->gshape[0];
+        }
+    }
+    return DT_OK;
+}
+
+static dt_status take_linears(dt_tp_whole *w) {
+    if (!w->m.linears) return DT_OK;
+    dt_linear_layer *y = NULL;
+    int n = 0;
+    dt_status st = w->m.linears(w->m.self, &y, &n);
+    if (!st && (!(w->layers = calloc((size_t)n + 1, sizeof *w->layers)) || !(w->lin = calloc((size_t)n + 1, sizeof *w->lin))))
+        st = dt_error(DT_ERR_NOMEM, "tensor parallelism's whole tensors: out of memory");
+    for (int i = 0; i < n && !st; i++, w->nlin++) st = whole_linear(w, &y[i], &w->layers[i], &w->lin[i]);
+    free(y);
+    return st;
+}
+
+/* An event's values made whole: every rank's rows x local values gathered, placed (summed: a K/V head several ranks
+ * keep has its gradient in parts) into rows x width. NULL: a collective failed (said). */
+static const float *whole_values(dt_tp_whole *w, const tp_linear *l, const dt_linear_event *e) {
+    size_t got = e->rows * (size_t)l->local * w->ranks, need = e->rows * (size_t)l->width;
+    if (got > w->recv_floats) {
+        float *r = realloc(w->recv, got * sizeof(float));
+        if (!r) return NULL;
+        w->recv = r, w->recv_floats = got;
+    }
+    if (need > w->values_floats) {
+        float *v = realloc(w->values, need * sizeof(float));
+        if (!v) return NULL;
+        w->values = v, w->values_floats = need;
+    }
+    dt_status st = dt_comm_allgather(w->tp, e->values, w->recv, e->rows * (size_t)l->local, DT_F32);
+    if (st) {
+        dt_log(DT_LOG_ERROR, "tensor parallelism: a Linear's values made whole: %s", dt_last_error());
+        return NULL;
+    }
+    memset(w->values, 0, need * sizeof(float));
+    for (int r = 0; r < w->ranks; r++) {
+        const float *from = w->recv + (size_t)r * e->rows * l->local;
+        const int *p = l->place + (size_t)r * l->local;
+        for (size_t i = 0; i < e->rows; i++)
+            for (int c = 0; c < l->local; c++) w->values[i * l->width + (size_t)p[c]] += from[i * l->local + c];
+    }
+    return w->values;
+}
+
+static void observer(void *ctx, const dt_linear_event *e) {
+    dt_tp_whole *w = ctx;
+    const tp_linear *l = NULL;
+    for (int i = 0; i < w->nlin && !l; i++)
+        if (w->lin[i].layer == e->layer && w->lin[i].op == e->op) l = &w->lin[i];
+    dt_linear_event x = *e;
+    if (l && ((l->split == DT_SPLIT_ROW && !e->backward) || (l->split == DT_SPLIT_COLUMN && e->backward))) {
+        if (!(x.values = whole_values(w, l, e))) return;
+        x.width = l->width;
+    }
+    if (w->fn) w->fn(w->fn_ctx, &x);
+}
+
+/* ---- the whole model as a preconditioner sees it ---- */
+
+static dt_status view_linears(void *self, dt_linear_layer **out, int *n) {
+    dt_tp_whole *w = self;
+    *out = malloc(sizeof **out * ((size_t)w->nlin + 1)), *n = 0;
+    if (!*out) return dt_error(DT_ERR_NOMEM, "tensor parallelism's whole tensors: out of memory");
+    memcpy(*out, w->layers, sizeof **out * (size_t)w->nlin);
+    *n = w->nlin;
+    return DT_OK;
+}
+
+static void view_observer(void *self, dt_linear_observer fn, void *ctx) {
+    dt_tp_whole *w = self;
+    w->fn = fn, w->fn_ctx = ctx;
+    if (w->m.set_linear_observer) w->m.set_linear_observer(w->m.self, fn ? observer : NULL, fn ? w : NULL);
+}
+
+void dt_tp_whole_model(dt_tp_whole *w, dt_model *out) {
+    *out = (dt_model){ .self = w, .kind = w->m.kind, .tensors = w->whole, .ntensors = w->n, .nunits = w->m.nunits, .nparams = w->floats,
+                       .linears = w->m.linears ? view_linears : NULL, .set_linear_observer = w->m.set_linear_observer ? view_observer : NULL };
+}
+
+dt_status dt_tp_whole_create(const dt_model *m, dt_comm *tp, dt_tp_whole **out) {
+    *out = NULL;
+    dt_tp_whole *w = calloc(1, sizeof *w);
+    if (!w) return dt_error(DT_ERR_NOMEM, "tensor parallelism's whole tensors: out of memory");
+    w->m = *m, w->n = m->ntensors;
+    dt_status st = dt_comm_split(tp, 0, dt_comm_rank(tp), &w->tp);
+    if (!st) w->ranks = dt_comm_size(w->tp), w->rank = dt_comm_rank(w->tp), st = learn_slices(w);
+    if (!st) {
+        w->recv_floats = w->most * (size_t)w->ranks;
+        w->store = calloc(w->floats + 1, sizeof(float));
+        w->recv = malloc((w->recv_floats + 1) * sizeof(float));
+        if (!w->store || !w->recv) st = dt_error(DT_ERR_NOMEM, "tensor parallelism's whole tensors: out of memory (%zu floats)", w->floats);
+    }
+    if (!st) st = take_linears(w);
+    if (st) {
+        dt_tp_whole_destroy(w);
+        return st;
+    }
+    *out = w;
+    return DT_OK;
+}
+
+void dt_tp_whole_destroy(dt_tp_whole *w) {
+    if (!w) return;
+    for (int i = 0; i < w->nlin; i++) free(w->lin[i].place);
+    free(w->lin), free(w->layers);
+    free(w->whole), free(w->slices), free(w->store), free(w->recv), free(w->values);
+    if (w->tp) dt_comm_destroy(w->tp);
+    free(w);
+}
+
+size_t dt_tp_whole_bytes(const dt_tp_whole *w) { return (w->floats + w->recv_floats + w->values_floats) * sizeof(float); }
+
+/* ---- a preconditioner of whole tensors over the slices ---- */
+
+static void wrap_begin(void *ctx, int accum) {
+    dt_tp_whole *w = ctx;
+    w->inner.begin(w->inner.ctx, accum);
+}
+
+static dt_status wrap_apply(void *ctx, float *grads, float lr, int *skip) {
+    dt_tp_whole *w = ctx;
+    dt_status st = dt_tp_whole_gather(w, grads, w->store);
+    if (!st) st = w->inner.apply(w->inner.ctx, w->store, lr, skip);
+    if (!st && !*skip) dt_tp_whole_scatter(w, w->store, grads);
+    return st;
+}
+
+static void wrap_inside(void *ctx, double *fwd, double *bwd) {
+    dt_tp_whole *w = ctx;
+    *fwd = *bwd = 0;
+    if (w->inner.inside) w->inner.inside(w->inner.ctx, fwd, bwd);
+}
+
+void dt_tp_whole_preconditioner(dt_tp_whole *w, const dt_preconditioner *inner, dt_preconditioner *out) {
+    w->inner = *inner;
+    *out = (dt_preconditioner){ inner->name, wrap_begin, wrap_apply, w, inner->state, wrap_inside, .slices = 1 };
+    out->state.copy = w->rank != 0; /* the group's ranks hold the same state: its first saves it */
+}
