@@ -117,6 +117,12 @@ if within5 "$pc" "$comm" "$pm" "$mem"; then
     ok "the planner: COMM-OPT $pc MiB, MEM-OPT $pm MiB on the fullest rank (the runs: $comm, $mem)"
 else fail "the planner's K-FAC memory: COMM-OPT $pc MiB (run $comm), MEM-OPT $pm MiB (run $mem)"; fi
 
+# under tensor parallelism each rank of a group holds the whole Linears' share its data-parallel place gives it
+tr=$(logged_mib decompositions "${loud[@]}" --nproc 4 --tp 2 --batch 4 --kfac-workers 0.5)
+tp=$(plan_precond_mib "${loud[@]}" --nproc 4 --tp 2 --batch 4 --kfac-workers 0.5)
+if within5 "$tp" "$tr"; then ok "DP 2 x TP 2, MEM-OPT: the planner's $tp MiB on the fullest rank, the run's $tr"
+else fail "DP 2 x TP 2 K-FAC memory: planner $tp MiB, run $tr MiB"; fi
+
 # a resumed run keeps K-FAC and its base (the settings are saved; the state too: second_order_resume.sh)
 "$DTRAIN" train "${common[@]}" --steps 4 --nproc 2 --batch 4 --kfac-base adamw --lr 0.002 --kfac-workers 0.5 --save "$dir/res" &&
 out=$("$DTRAIN" train --resume "$dir/res" --steps 6 --threads 1 2>&1)

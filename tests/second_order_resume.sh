@@ -3,7 +3,9 @@
 # resumed gives the uninterrupted run's weights at step 20 bit for bit, for Shampoo (2 ranks, its blocks shared),
 # K-FAC (4 ranks, MEM-OPT) and SOAP (one process and 2 ranks), each with a preconditioning interval (3) that step 10
 # falls inside, so the saved roots, decompositions and bases are the ones used; K-FAC under ZeRO-1, resumed by ZeRO-1
-# and by DDP; on pipeline stages (each stage's own state, KEY-stageSofP.f32) K-FAC on DP 2 x PP 2 and Shampoo on PP 2.
+# and by DDP; on pipeline stages (each stage's own state, KEY-stageSofP.f32) K-FAC on DP 2 x PP 2 and Shampoo on PP 2;
+# on 2 tensor-parallel ranks K-FAC and Shampoo (the group's ranks hold the same whole tensors' state: one kfac entry in
+# the manifest), K-FAC's also resumed by one process.
 # Resharded: Shampoo's state saved with its blocks shared by groups of 2 of 4 ranks resumes shared by all 4 and held
 # whole by each; K-FAC's saved by MEM-OPT resumes as COMM-OPT and HYBRID (on DP 2 x PP 2 too); all bit for bit (their
 # layouts compute alike). On another rank count (saved by 2 or 4 ranks, one process resumes with the global batch)
@@ -94,6 +96,20 @@ resume kf kf_hybrid --nproc 4 --kfac-workers 0.5
 same "K-FAC saved by MEM-OPT, resumed as HYBRID" "$(w20 kf)" "$(w20 kf_hybrid)"
 
 on_one "K-FAC saved by 4 ranks" kf
+
+# tensor parallelism: the group's ranks hold the same whole-tensor state, its first saves it; resumed on 2
+# tensor-parallel ranks bit for bit, and K-FAC's by one process within 5e-4
+pair ktp "${kfac[@]}" --nproc 2 --tp 2 --batch 8 || fail "K-FAC TP 2 runs: $(tail -1 "$dir/ktp.out")"
+copies ktp_c ktp_r
+n=$(python3 -c 'import json, sys; print(sum(u["key"] == "kfac" for u in json.load(open(sys.argv[1]))["units"]))' "$dir/ktp_c/step-00000010/manifest.json")
+[ "$n" = 1 ] && ok "2 tensor-parallel ranks: K-FAC's state saved once (the group's first rank)" || fail "2 tensor-parallel ranks: K-FAC's state in the manifest $n times"
+resume ktp ktp_r --nproc 2 --tp 2
+same "K-FAC on 2 tensor-parallel ranks, resumed at step 10" "$(w20 ktp)" "$(w20 ktp_r)"
+on_one "K-FAC saved by 2 tensor-parallel ranks" ktp
+pair shtp "${shampoo[@]}" --nproc 2 --tp 2 --batch 8 || fail "Shampoo TP 2 runs: $(tail -1 "$dir/shtp.out")"
+copies shtp_c shtp_r
+resume shtp shtp_r --nproc 2 --tp 2
+same "Shampoo on 2 tensor-parallel ranks, resumed at step 10" "$(w20 shtp)" "$(w20 shtp_r)"
 
 # ZeRO-1 (each rank writes its shard of optim.f32) resumed by ZeRO-1, and by DDP
 pair kz "${kfac[@]}" --nproc 2 --batch 4 --kfac-workers 0.5 --zero 1 || fail "K-FAC ZeRO-1 runs: $(tail -1 "$dir/kz.out")"
