@@ -31,6 +31,10 @@ extern "C" {
 
 typedef enum { DT_KFAC_EIGEN = 0, DT_KFAC_INVERSE } dt_kfac_method;
 
+/* A micro-batch's factors travel to their workers while backward goes on: at most this many reductions under way at
+ * once, each with its own buffer of the largest factor's upper triangle (on more than one rank). */
+#define DT_KFAC_IN_FLIGHT 4
+
 typedef struct {
     float damping;       /* added to the eigenvalues' products (eigen) or to each factor's diagonal (inverse): 0.001 */
     float factor_decay;  /* running averages: F = decay F + (1 - decay) F_new: 0.95 */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #define MAX_PARTS DT_LINEAR_PARTS
+#define IN_FLIGHT DT_KFAC_IN_FLIGHT
 
 typedef struct {
     int out, col0;  /* the weight's rows; where they start among the Linear's output columns */
@@ -32,6 +33,15 @@ typedef struct {
     const char *name;    /* its first weight's (messages) */
 } kfac_op;
 
+/* A micro-batch's factor on its way to its worker: added to F there once it lands (init: F starts at the identity). */
+typedef struct {
+    dt_request *req;
+    const kfac_op *o;
+    float *F, *pack;
+    int n;
+    bool first, init;
+} kfac_flight;
+
 struct dt_kfac {
     dt_kfac_config c;
     dt_model m;                 /* whose observer it is (m.self NULL: none, the planner's) */
@@ -44,6 +54,8 @@ struct dt_kfac {
     bool collect;               /* inside a step whose factors are updated */
     int accum;
     float *pack, *cov, *t1, *t2;
+    kfac_flight fly[IN_FLIGHT]; /* a ring of the reductions under way, the oldest at head */
+    int head, nfly;
     int nlayers;
     size_t nparams, most;       /* the state bytes of the rank holding most */
     double in_fwd, in_bwd;      /* seconds its observer took in forward and backward since the engine last asked */
@@ -84,11 +96,11 @@ static void pack_upper(const float *cov, int n, float *packed) {
 }
 
 /* The worker's running average F [n, n] (upper) takes the micro-batch's share of the new factor, packed: on its first
- * share of a step F = decay F (the identity before the first step), then F += (1 - decay) / (micro-batches x ranks) x
- * the ranks' sum. */
-static void add_share(dt_kfac *k, const kfac_op *o, float *F, int n, const float *packed, bool first) {
+ * share of a step F = decay F (init: the identity before, the factors' first step), then F += (1 - decay) /
+ * (micro-batches x ranks) x the ranks' sum. */
+static void add_share(const dt_kfac *k, float *F, int n, const float *packed, bool first, bool init) {
     float decay = k->c.factor_decay, c = (1.0f - decay) / (float)(k->accum * k->ranks);
-    if (first && !o->started)
+    if (init)
         for (int i = 0; i < n; i++) F[(size_t)i * n + i] = 1.0f;
     size_t q = 0;
     for (int i = 0; i < n; i++)
@@ -99,14 +111,40 @@ static void add_share(dt_kfac *k, const kfac_op *o, float *F, int n, const float
         }
 }
 
-/* The micro-batch's factor (cov, upper) summed over the ranks onto the worker, which adds it to F. */
+/* The oldest reduction under way lands; its worker adds it to its factor. */
+static dt_status land(dt_kfac *k) {
+    kfac_flight *x = &k->fly[k->head];
+    dt_status st = dt_wait(x->req);
+    x->req = NULL;
+    k->head = (k->head + 1) % IN_FLIGHT, k->nfly--;
+    if (!st && k->rank == x->o->worker) add_share(k, x->F, x->n, x->pack, x->first, x->init);
+    return st;
+}
+
+/* Every reduction under way landed (before the decompositions read the factors); the first failure. */
+static dt_status land_all(dt_kfac *k) {
+    dt_status st = DT_OK, one;
+    while (k->nfly)
+        if ((one = land(k)) && !st) st = one;
+    return st;
+}
+
+/* The micro-batch's factor (cov, upper) summed over the ranks onto the worker, which adds it to F: a reduction that
+ * runs on K-FAC's communicator while backward goes on (the oldest of IN_FLIGHT waited for when all are under way). */
 static dt_status share(dt_kfac *k, const kfac_op *o, float *F, int n, bool first) {
-    pack_upper(k->cov, n, k->pack);
-    if (k->world) {
-        dt_status st = dt_comm_reduce(k->world, k->pack, k->pack, tri(n), DT_F32, DT_SUM, o->worker);
-        if (st) return st;
+    bool init = first && !o->started;
+    if (!k->world) {
+        pack_upper(k->cov, n, k->pack);
+        add_share(k, F, n, k->pack, first, init);
+        return DT_OK;
     }
-    if (k->rank == o->worker) add_share(k, o, F, n, k->pack, first);
+    dt_status st = k->nfly == IN_FLIGHT ? land(k) : DT_OK;
+    if (st) return st;
+    kfac_flight *x = &k->fly[(k->head + k->nfly) % IN_FLIGHT];
+    *x = (kfac_flight){ NULL, o, F, x->pack, n, first, init };
+    pack_upper(k->cov, n, x->pack);
+    if ((st = dt_comm_ireduce(k->world, x->pack, x->pack, tri(n), DT_F32, DT_SUM, o->worker, &x->req))) return st;
+    k->nfly++;
     return DT_OK;
 }
 
@@ -312,8 +350,9 @@ static void end_step(dt_kfac *k) {
 
 dt_status dt_kfac_step(dt_kfac *k, float *grads, float lr, int *skip) {
     *skip = 0;
-    dt_status st = DT_OK;
-    if (k->steps % k->c.inv_every == 0 && (st = decompositions(k, skip))) return st;
+    dt_status st = land_all(k);
+    if (!st && k->steps % k->c.inv_every == 0) st = decompositions(k, skip);
+    if (st) return st;
     if (*skip) {
         end_step(k);
         return DT_OK;
@@ -431,6 +470,7 @@ static dt_status place(dt_kfac *k) {
     }
     bool ok = (k->cov = malloc(big * sizeof(float))) && (k->pack = malloc(big * sizeof(float))) && (k->t1 = malloc(wide * sizeof(float))) &&
               (k->t2 = malloc(wide * sizeof(float)));
+    for (int i = 0; i < IN_FLIGHT && k->ranks > 1 && ok; i++) ok = (k->fly[i].pack = malloc(big * sizeof(float))) != NULL;
     for (int i = 0; i < k->nops && ok; i++) {
         kfac_op *o = &k->ops[i];
         if (o->holds_inv) ok = (o->inv = calloc(o->inv_floats, sizeof(float))) != NULL;
@@ -506,6 +546,8 @@ dt_status dt_kfac_plan(const dt_kfac_config *c, const dt_linear_layer *layers, i
 void dt_kfac_destroy(dt_kfac *k) {
     if (!k) return;
     if (k->m.set_linear_observer) k->m.set_linear_observer(k->m.self, NULL, NULL);
+    land_all(k); /* nothing may still write the buffers (a step that failed left them under way) */
+    for (int i = 0; i < IN_FLIGHT; i++) free(k->fly[i].pack);
     for (int i = 0; i < k->nops; i++) {
         free(k->ops[i].A);
         free(k->ops[i].inv);

@@ -36,10 +36,11 @@ double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats
 double dt_plan_time_eigen(int n, int threads);
 /* A second-order optimizer (job->kfac_on, shampoo_on, or SOAP: second_order.c): its state on the rank holding most
  * (bytes; *scratch, its transient buffers beside it); a step's compute and communication for it on that rank (seconds, at its intervals' average; rate: a rank's
- * GEMM FLOP/s, threads its threads, slow its compute's slowdown beside the other ranks). */
+ * GEMM FLOP/s, threads its threads, slow its compute's slowdown beside the other ranks; overlap: the seconds of forward and
+ * backward that K-FAC's factor reductions run beside). */
 double dt_plan_second_order_bytes(const dt_plan_job *j, double *scratch);
-void dt_plan_second_order_time(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double *compute,
-                               double *comm);
+void dt_plan_second_order_time(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double overlap,
+                               double *compute, double *comm);
 /* The 16-bit head's work besides its GEMMs (at rate rhead): seconds a token. */
 double dt_plan_time_head_lp(int M, int V, int C, size_t work_floats, int threads, dt_dtype dt, double rhead);
 

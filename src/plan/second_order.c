@@ -26,10 +26,10 @@ typedef struct {
 static double tri(double n) { return n * (n + 1) / 2; }
 
 /* K-FAC: every rank's factors a micro-batch (syrk: rows n^2 a factor) reduced (upper triangles) to each Linear's
- * worker; the workers' decompositions every inv_every steps, broadcast along their columns; the holders' four GEMMs a
+ * worker, while forward and backward go on (overlap: their seconds; only what exceeds them is exposed); the workers' decompositions every inv_every steps, broadcast along their columns; the holders' four GEMMs a
  * part (eigen; inverse two) and the rows' broadcasts of the results. The busiest rank's. */
 static void kfac_cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double a, double b,
-                      second_cost *out) {
+                      double overlap, second_cost *out) {
     dt_model m;
     dt_program *p = dt_plan_model_table(j, &m);
     dt_kfac_linear *l = NULL;
@@ -68,9 +68,9 @@ static void kfac_cost(const dt_plan_job *j, const dt_plan_hardware *h, double ra
     double fac = micro * factors / rate / j->kfac.factor_every, red = micro * dt_plan_allreduce(reduced * 4, R, a, b, 0) / j->kfac.factor_every;
     for (int r = 0; r < R && state && work && comm; r++) {
         out->bytes = fmax(out->bytes, state[r]);
-        if (work[r] + fac > out->compute) out->compute = work[r] + fac, out->comm = comm[r] + red;
+        if (work[r] + fac > out->compute) out->compute = work[r] + fac, out->comm = comm[r] + fmax(0, red - overlap);
     }
-    out->scratch = 4 * (2 * big + 2 * wide);
+    out->scratch = 4 * (2 * big + 2 * wide + (R > 1 ? DT_KFAC_IN_FLIGHT * big : 0)); /* and the reductions under way */
     free(state), free(work), free(comm), free(l);
     dt_program_destroy(p);
 }
@@ -164,11 +164,11 @@ static void tp_cost(const dt_plan_job *j, double a, double b, second_cost *out) 
 
 /* A pipeline's stages each hold their own layers' share: taken as the whole model's over the stages (the blocks
  * dominate; a stage of the embeddings or the head alone holds less). */
-static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, second_cost *out) {
+static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double overlap, second_cost *out) {
     *out = (second_cost){ 0 };
     double a = h ? (j->nodes > 1 ? h->inter_alpha : h->intra_alpha) : 0, b = h ? (j->nodes > 1 ? h->inter_beta : h->intra_beta) : 0;
     if (!(rate > 0)) rate = 1e10;
-    if (j->kfac_on) kfac_cost(j, h, rate, threads, slow, a, b, out);
+    if (j->kfac_on) kfac_cost(j, h, rate, threads, slow, a, b, overlap, out);
     else if (j->shampoo_on) shampoo_cost(j, h, rate, threads, slow, a, b, out);
     else if (j->opt.kind == DT_OPT_SOAP) soap_cost(j, rate, out);
     if ((j->kfac_on || j->shampoo_on) && j->tp > 1) tp_cost(j, a, b, out);
@@ -180,14 +180,14 @@ double dt_plan_second_order_bytes(const dt_plan_job *j, double *scratch) {
     second_cost c;
     static const dt_plan_hardware none = { .attention_rate = 0 };
     if (!j->kfac_on && !j->shampoo_on && j->opt.kind != DT_OPT_SOAP) return *scratch = 0, 0;
-    cost(j, &none, 1e10, 1, 1, &c); /* the state alone: no timings asked for */
+    cost(j, &none, 1e10, 1, 1, 0, &c); /* the state alone: no timings asked for */
     *scratch = c.scratch;
     return c.bytes;
 }
 
-void dt_plan_second_order_time(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double *compute,
-                               double *comm) {
+void dt_plan_second_order_time(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double overlap,
+                               double *compute, double *comm) {
     second_cost c;
-    cost(j, h, rate, threads, slow, &c);
+    cost(j, h, rate, threads, slow, overlap, &c);
     *compute = c.compute, *comm = c.comm;
 }

@@ -398,7 +398,8 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     optimizer_terms(x, o);
     dp_terms(x, o);
     mp_terms(x, o);
-    dt_plan_second_order_time(&cj, h, r.rmm, o->threads, o->oversubscribed * o->beside, &o->precond, &o->precond_comm);
+    dt_plan_second_order_time(&cj, h, r.rmm, o->threads, o->oversubscribed * o->beside, o->matmul + o->attention + o->elementwise, &o->precond,
+                              &o->precond_comm);
     o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->lp_units + o->grad_pages + o->dp_exposed + o->tp_comm + o->cp_comm +
               o->ep_comm + o->pp_comm + o->bubble + o->codec + o->precond + o->precond_comm;
     o->tok_per_s = (double)x->n / x->cp * x->m * cj.batch * (double)job->seq / o->step;
