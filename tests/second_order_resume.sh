@@ -5,7 +5,10 @@
 # falls inside, so the saved roots, decompositions and bases are the ones used; K-FAC under ZeRO-1, resumed by ZeRO-1
 # and by DDP; on pipeline stages (each stage's own state, KEY-stageSofP.f32) K-FAC on DP 2 x PP 2 and Shampoo on PP 2;
 # on 2 tensor-parallel ranks K-FAC and Shampoo (the group's ranks hold the same whole tensors' state: one kfac entry in
-# the manifest), K-FAC's also resumed by one process.
+# the manifest), K-FAC's also resumed by one process. Across pipeline splits: K-FAC's saved on DP 2 x PP 2 resumed by
+# one process, one process's on PP 2 and DP 2 x PP 2, Shampoo's on PP 2 by one process and 2 ranks' on PP 2, each
+# near the uninterrupted run's losses (K-FAC within 1e-5, Shampoo 1e-4); an interleaved stage's state resumed by its
+# own layout bit for bit, by another afresh.
 # Resharded: Shampoo's state saved with its blocks shared by groups of 2 of 4 ranks resumes shared by all 4 and held
 # whole by each; K-FAC's saved by MEM-OPT resumes as COMM-OPT and HYBRID (on DP 2 x PP 2 too); all bit for bit (their
 # layouts compute alike). On another rank count (saved by 2 or 4 ranks, one process resumes with the global batch)
@@ -136,6 +139,37 @@ same "K-FAC saved on DP 2 x PP 2 by MEM-OPT, resumed as COMM-OPT" "$(w20 kpp)" "
 pair shpp "${shampoo[@]}" --nproc 2 --pp 2 --batch 2 --grad-accum 4 || fail "Shampoo PP 2 runs: $(tail -1 "$dir/shpp.out")"
 resume shpp shpp_p --nproc 2 --pp 2 --grad-accum 4
 same "Shampoo on 2 pipeline stages, resumed at step 10" "$(w20 shpp)" "$(w20 shpp_p)"
+
+# across pipeline splits: the stages' units one after another are the whole model's, so a checkpoint of one split
+# resumes on another (each stored piece's sizes checked against the whole run's); no "afresh", and the last 10
+# losses within TOL of the uninterrupted run's: K-FAC's 1e-5 (2.1e-7 here; started afresh they part by 6e-4),
+# Shampoo's 1e-4 (its roots at eps 1e-6 magnify the stages' other sums: 6.7e-6 here; afresh 2e-2)
+split() { # WHAT TOL NAME COPY ARGS: NAME's step-10 checkpoint (as COPY) resumed with ARGS
+    local what=$1 tol=$2 name=$3 copy=$4 w
+    shift 4
+    copies "${name}_c" "$copy"
+    resume "$name" "$copy" "$@"
+    w=$(worst loss <(tail -10 "$dir/$name.jsonl") "$dir/$copy.jsonl" 10)
+    if [ "$w" != missing ] && ! grep -q afresh "$dir/$copy.out" && awk -v w="$w" -v t="$tol" 'BEGIN{exit !(w <= t)}'; then
+        ok "$what: losses within $w of the uninterrupted run's"
+    else fail "$what: losses $w ($(grep -v oversubscribed "$dir/$copy.out" | tail -1))"; fi
+}
+split "K-FAC saved on DP 2 x PP 2, resumed by one process" 1e-5 kpp kpp_one --nproc 1 --batch 8 --grad-accum 1
+pair k1 "${kfac[@]}" --batch 8 || fail "K-FAC one-process runs: $(tail -1 "$dir/k1.out")"
+split "K-FAC saved by one process, resumed on 2 pipeline stages" 1e-5 k1 k1_pp --nproc 2 --pp 2 --batch 2 --grad-accum 4
+split "K-FAC saved by one process, resumed on DP 2 x PP 2 (MEM-OPT)" 1e-5 k1 k1_dppp --nproc 4 --pp 2 --batch 2 --grad-accum 2 --kfac-workers 0.5
+split "Shampoo saved on 2 pipeline stages, resumed by one process" 1e-4 shpp shpp_one --nproc 1 --batch 8 --grad-accum 1
+split "Shampoo saved by 2 ranks, resumed on 2 pipeline stages" 1e-4 sh sh_pp --nproc 2 --pp 2 --batch 2 --grad-accum 4
+# an interleaved stage's layers are not one run of the model's (KEY-stageSofP-chunksC): its own layout resumes it bit for
+# bit, another split starts afresh, said
+il=(--layers 4 --nproc 2 --pp 2 --pp-schedule interleaved --batch 2 --grad-accum 4)
+pair kil "${kfac[@]}" "${il[@]}" || fail "K-FAC interleaved runs: $(tail -1 "$dir/kil.out")"
+copies kil_c kil_one
+resume kil kil_p "${il[@]}"
+same "K-FAC on 2 interleaved stages of 2 chunks, resumed at step 10" "$(w20 kil)" "$(w20 kil_p)"
+resume kil kil_one --nproc 1 --batch 8 --grad-accum 1
+grep -q "no kfac state saved.*afresh" "$dir/kil_one.out" && ok "K-FAC saved on interleaved stages, resumed by one process: afresh, said" ||
+    fail "an interleaved checkpoint on one process: $(tail -1 "$dir/kil_one.out")"
 
 # what ckpt shows, and a damaged file
 info=$("$DTRAIN" ckpt info "$dir/kf" 2>&1)

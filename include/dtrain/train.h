@@ -198,6 +198,7 @@ typedef struct {
      * order): the preconditioner's [0] and the optimizer's own [1]; data NULL: none */
     dt_checkpoint_units units[2];
     int stage, stages; /* a pipeline's stage and stages (0, 0: none): its second-order state is its own */
+    int chunks;        /* the interleaved schedule's chunks a stage (its layers not one run of the model's: 0 or 1, one) */
 } dt_checkpoint_model;
 void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out);
 void dt_checkpoint_resnet(dt_resnet *m, dt_checkpoint_model *out);
@@ -224,9 +225,11 @@ dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, 
 /* Collective over w (the data-parallel ranks; NULL: one): the state units of the engine's preconditioner and
  * optimizer (optim.h) into rank 0's cm->units (their data malloc'd: dt_checkpoint_release frees them). */
 dt_status dt_checkpoint_units_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm);
-/* Collective over w: the saved state units from step folder sub into the ranks that hold them now, and their counts
- * of steps, where this run's units are the saved ones (else that state starts afresh, said); cm: the stage's. */
-dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_engine *e, const dt_checkpoint_model *cm);
+/* Collective over w and world (the job's ranks; NULL: one process): the saved state units from step folder sub into the
+ * ranks that hold them now, and their counts of steps, where this run's units are the saved ones (else that state starts
+ * afresh, said); cm: the stage's. State saved by another pipeline split (whole, or in other stages) is cut as this
+ * run's stages hold the whole model's units, each piece's sizes checked. */
+dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_comm *world, dt_engine *e, const dt_checkpoint_model *cm);
 /* Both gathers (codec, units), collective over the engine's data-parallel ranks; and what they allocated, freed. */
 dt_status dt_checkpoint_gather(dt_engine *e, dt_checkpoint_model *cm);
 void dt_checkpoint_release(dt_checkpoint_model *cm);

@@ -465,7 +465,7 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
     char sub[4200];
     if (nranks == 1) {
         snprintf(sub, sizeof sub, "%s/step-%08d", dir, pos->step);
-        return st ? st : dt_checkpoint_units_resume(sub, NULL, e, cm);
+        return st ? st : dt_checkpoint_units_resume(sub, NULL, NULL, e, cm);
     }
     /* every rank learns whether rank 0 could, then gets what it read */
     int32_t ok = st == DT_OK;
@@ -496,7 +496,7 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
         *ls = (dt_loss_scale){ .scale = lv[0], .iter = (int64_t)lv[1], .last_overflow = (int64_t)lv[2], .hysteresis = (int)lv[3] };
     }
     if (!st) st = dt_checkpoint_codec_resume(sub, dt_engine_get_config(e)->comm, e, (int)meta[0]);
-    if (!st) st = dt_checkpoint_units_resume(sub, dt_engine_get_config(e)->comm, e, cm);
+    if (!st) st = dt_checkpoint_units_resume(sub, dt_engine_get_config(e)->comm, w, e, cm);
     if (st) return st;
     *pos = (dt_checkpoint_position){ (int)meta[0], (uint64_t)meta[1], (size_t)meta[2], (size_t)meta[3], (size_t)meta[4] };
     dt_optim_set_steps(o, (long)meta[5]);

@@ -4,7 +4,9 @@
  * the units' sizes. The units' sizes do not depend on the layout, so a run on other ranks (another K-FAC worker
  * fraction, another Shampoo group) loads each unit into the ranks that hold it now: resharding. A run whose units
  * differ (another block size, another model) starts that state afresh, said. A pipeline stage's preconditioner is its
- * own (over its own layers): KEY-stageSofP, written by the stage's first data-parallel rank. */
+ * own (over its own layers): KEY-stageSofP, written by the stage's first data-parallel rank; the stages' units one
+ * after another are the whole model's, so another split (or one process) cuts them as its stages hold them. An
+ * interleaved stage's (KEY-stageSofP-chunksC) is not one run of layers: only the same layout loads it. */
 #include "dtrain/train.h"
 #include "checkpoint_internal.h"
 #include "dtrain/io.h"
@@ -26,9 +28,11 @@ static void sources(dt_engine *e, dt_state_units out[2], const char **why) {
     if (out[1].units && (off != 0 || n != c->model.nparams)) *why = "over a shard of the optimizer", out[1].units = 0;
 }
 
-/* Its key in the checkpoint: a pipeline stage's own. */
+/* Its key in the checkpoint: a pipeline stage's own (an interleaved stage's chunks named: its layers are not one run of
+ * the model's, so its state is not a piece of the whole one another split can cut). */
 static void key_of(const dt_state_units *s, const dt_checkpoint_model *cm, char out[48]) {
-    if (cm->stages > 1) snprintf(out, 48, "%s-stage%dof%d", s->key, cm->stage, cm->stages);
+    if (cm->stages > 1 && cm->chunks > 1) snprintf(out, 48, "%s-stage%dof%d-chunks%d", s->key, cm->stage, cm->stages, cm->chunks);
+    else if (cm->stages > 1) snprintf(out, 48, "%s-stage%dof%d", s->key, cm->stage, cm->stages);
     else snprintf(out, 48, "%s", s->key);
 }
 
@@ -200,6 +204,116 @@ static dt_status read_one(const char *sdir, const char *mpath, const cJSON *j, c
     return st;
 }
 
+/* ---- resharding across pipeline splits ---- */
+
+/* The whole model's units of a source as this run holds them, its stages' lists one after another (a stage's layers
+ * follow the earlier stages', and each list is in the whole model's order): where this stage's start, how many there
+ * are, and every unit's floats. Collective over world: each rank says its stage and count, and each stage's first
+ * rank its units' sizes. */
+typedef struct {
+    int units, u0;
+    uint64_t *size;
+} whole_units;
+
+static dt_status whole_of(const dt_state_units *s, dt_comm *world, const dt_checkpoint_model *cm, whole_units *out) {
+    int p = world ? dt_comm_size(world) : 1, me = world ? dt_comm_rank(world) : 0;
+    int64_t mine[2] = { cm->stages > 1 ? cm->stage : 0, s->units }, *all = calloc(2 * (size_t)p, sizeof *all);
+    dt_status st = all ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    if (!st) st = world ? dt_comm_allgather(world, mine, all, 2, DT_I64) : (memcpy(all, mine, sizeof mine), DT_OK);
+    int first = -1; /* this stage's first rank */
+    *out = (whole_units){ 0 };
+    for (int64_t g = 0; !st && g <= (cm->stages > 1 ? cm->stages - 1 : 0); g++)
+        for (int r = 0; r < p; r++) {
+            if (all[2 * r] != g) continue;
+            if (g == mine[0]) out->u0 = out->units, first = first < 0 ? r : first;
+            out->units += (int)all[2 * r + 1];
+            break;
+        }
+    if (!st && !(out->size = calloc((size_t)out->units + 1, sizeof *out->size))) st = dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    for (int u = 0; !st && first == me && u < s->units; u++) out->size[out->u0 + u] = s->floats(s->ctx, u);
+    if (!st && world) st = dt_comm_allreduce(world, out->size, out->size, (size_t)out->units, DT_I64, DT_SUM);
+    free(all);
+    return st;
+}
+
+static uint64_t range_hash(const whole_units *w, int u0, int n) {
+    uint64_t h = DT_HASH_INIT;
+    for (int u = u0; u < u0 + n; u++) h = dt_hash_words(h, &w->size[u], 2);
+    return h;
+}
+
+static size_t range_floats(const whole_units *w, int u0, int n) {
+    size_t f = 0;
+    for (int u = u0; u < u0 + n; u++) f += w->size[u];
+    return f;
+}
+
+/* The pieces a checkpoint holds of source KEY in another pipeline split: KEY whole, or KEY-stage0ofQ..Q-1 all of them;
+ * how many (0: none), their entries in out (at most cap). */
+static int pieces_of(const cJSON *j, const char *key, const cJSON **out, int cap) {
+    if ((out[0] = entry(j, key))) return 1;
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "units"), *x;
+    cJSON_ArrayForEach(x, arr) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(x, "key");
+        int g, q, at = 0;
+        size_t n = strlen(key);
+        if (!cJSON_IsString(k) || strncmp(k->valuestring, key, n) || sscanf(k->valuestring + n, "-stage%dof%d%n", &g, &q, &at) != 2 ||
+            k->valuestring[n + (size_t)at] || g != 0 || q < 2 || q > cap)
+            continue;
+        char name[48];
+        int found = 1;
+        for (int i = 1; i < q && found; i++) {
+            snprintf(name, sizeof name, "%s-stage%dof%d", key, i, q);
+            found = (out[i] = entry(j, name)) != NULL;
+        }
+        if (found) return out[0] = x, q;
+    }
+    return 0;
+}
+
+/* Rank 0 of a stage: its units of the whole state saved by another pipeline split (pieces, in stage order) into *out,
+ * each piece's sizes checked against this run's whole list; NULL where they do not agree (said). */
+static dt_status read_split(const char *sdir, const char *mpath, const cJSON *j, const whole_units *w, const dt_state_units *s,
+                            const cJSON **pc, int np, float **out, double *steps) {
+    *out = NULL;
+    size_t all = 0;
+    int units = 0;
+    dt_status st = DT_OK;
+    for (int q = 0; q < np && !st; q++) {
+        double n = 0, f = 0;
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(pc[q], "sizes");
+        if (!(st = dt_ckpt_count(pc[q], NULL, "units", mpath, 1e9, &n)) && !(st = dt_ckpt_count(pc[q], NULL, "floats", mpath, 1e15, &f)))
+            st = dt_ckpt_count(pc[q], NULL, "steps", mpath, 1e15, steps);
+        if (st) return st;
+        char want[24] = "";
+        if (units + (int)n <= w->units) snprintf(want, sizeof want, "%016llx", (unsigned long long)range_hash(w, units, (int)n));
+        if (!cJSON_IsString(h) || strcmp(want, h->valuestring) || range_floats(w, units, (int)n) != (size_t)f) {
+            dt_log(DT_LOG_WARN, "%s: the saved %s state (%d piece%s) does not divide as this run's %d units do (other settings, or another "
+                   "model): it starts afresh", mpath, s->key, np, np == 1 ? "" : "s", w->units);
+            return DT_OK;
+        }
+        units += (int)n, all += (size_t)f;
+    }
+    if (units != w->units) {
+        dt_log(DT_LOG_WARN, "%s: the saved %s state holds %d units, this run's whole model %d: it starts afresh", mpath, s->key, units, w->units);
+        return DT_OK;
+    }
+    float *buf = malloc((all + 1) * sizeof *buf), *at = buf;
+    if (!buf) return dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for %s's state", s->key);
+    for (int q = 0; q < np && !st; q++) {
+        char file[64];
+        snprintf(file, sizeof file, "%s.f32", cJSON_GetObjectItemCaseSensitive(pc[q], "key")->valuestring);
+        double f = cJSON_GetObjectItemCaseSensitive(pc[q], "floats")->valuedouble;
+        st = dt_ckpt_verify_file(sdir, j, file, 1, (size_t)f, &at);
+        at += (size_t)f;
+    }
+    size_t most;
+    if (!st) memmove(buf, buf + range_floats(w, 0, w->u0), total(s, &most) * sizeof *buf);
+    if (st) free(buf);
+    else *out = buf;
+    return st;
+}
+
 /* Every unit from rank 0 to the ranks that hold it (a broadcast each: any rank may), into what they hold. */
 static dt_status scatter_one(const dt_state_units *s, dt_comm *w, const float *all) {
     int rank = w ? dt_comm_rank(w) : 0;
@@ -220,7 +334,7 @@ static dt_status scatter_one(const dt_state_units *s, dt_comm *w, const float *a
     return st;
 }
 
-dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_engine *e, const dt_checkpoint_model *cm) {
+dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_comm *world, dt_engine *e, const dt_checkpoint_model *cm) {
     dt_state_units s[2];
     const char *why;
     sources(e, s, &why);
@@ -228,17 +342,32 @@ dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_engine *e, 
     if (why && rank == 0)
         dt_log(DT_LOG_WARN, "--resume %s: a second-order optimizer's state %s is not saved yet: it starts afresh, so the steps differ "
                "from the uninterrupted run's", sub, why);
-    if (!s[0].units && !s[1].units) return DT_OK;
+    /* a source every rank has (a pipeline stage without a Linear has K-FAC with no units: it joins the collectives) */
+    bool present[2] = { s[0].key != NULL, s[1].units > 0 };
+    if (!present[0] && !present[1]) return DT_OK;
     char sdir[4400], mpath[4500];
     cJSON *j = NULL;
     dt_status st = rank == 0 ? dt_ckpt_open_latest(sub, sdir, mpath, &j) : DT_OK;
     for (int i = 0; i < 2; i++) {
-        if (!s[i].units) continue;
+        if (!present[i]) continue;
+        whole_units wu = { 0 };
+        dt_status ws = whole_of(&s[i], world, cm, &wu); /* collective: every rank, whatever rank 0 finds */
+        if (!s[i].units) {
+            free(wu.size);
+            if (!st) st = ws;
+            continue;
+        }
         float *all = NULL;
         double steps = 0;
         char key[48];
         key_of(&s[i], cm, key);
-        if (!st && rank == 0) st = read_one(sdir, mpath, j, &s[i], key, &all, &steps);
+        const cJSON *pc[64];
+        int np = 0;
+        if (!st && rank == 0 && cm->chunks <= 1 && !entry(j, key) && (np = pieces_of(j, s[i].key, pc, 64)) && !ws)
+            st = read_split(sdir, mpath, j, &wu, &s[i], pc, np, &all, &steps); /* saved by another pipeline split */
+        else if (!st && rank == 0) st = read_one(sdir, mpath, j, &s[i], key, &all, &steps);
+        free(wu.size);
+        if (!st) st = ws;
         /* whether rank 0 read it, and has something to hand out */
         double got[3] = { st == DT_OK, all != NULL, steps };
         dt_status bs = w ? dt_comm_broadcast(w, got, 3, DT_F64, 0) : DT_OK;

@@ -52,7 +52,7 @@ static dt_status save_peft(const char *dir) {
 
 void dt_train_checkpoint_stage(const run *r, dt_checkpoint_model *cm) {
     int p = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_PP) : 1;
-    if (p > 1) cm->stage = dt_mesh_coord(r->mesh, DT_MESH_PP), cm->stages = p;
+    if (p > 1) cm->stage = dt_mesh_coord(r->mesh, DT_MESH_PP), cm->stages = p, cm->chunks = dt_train_pp_virt(&r->c);
 }
 
 /* Weights to FILE.bin / FILE.safetensors, or the full state to a directory;
