@@ -252,7 +252,77 @@ static dt_status async_recv(sim *x, int st, const dt_pp_msg *m, int *got) {
     return DT_OK;
 }
 
-/* d: each stage's actions' durations in list order, stage after stage (off[st]: where stage st's start). */
+/* A blocking exchange of stage st at action a: posted, matched with its peers' (a receive completes when its sender's
+ * send matches it); *done: it completed (the stage's clock moved to it), else the stage waits. */
+static dt_status sync_comm(const dt_pp_schedule *s, sim *x, int st, const dt_pp_action *a, int *done) {
+    dt_status e = DT_OK;
+    *done = 0;
+    if (x->posted[st] < 0) x->posted[st] = x->clock[st];
+    if (a->send.peer >= 0 && x->done_s[st] < 0 && (e = match_send(s, x, st))) return e;
+    if (a->recv.peer >= 0 && x->done_r[st] < 0) {
+        int q = a->recv.peer;
+        if (x->at[q] < s->n[q] && s->act[q][x->at[q]].op == DT_PP_COMM && s->act[q][x->at[q]].send.peer == st && x->posted[q] >= 0 &&
+            x->done_s[q] < 0 && (e = match_send(s, x, q)))
+            return e;
+    }
+    if ((a->send.peer >= 0 && x->done_s[st] < 0) || (a->recv.peer >= 0 && x->done_r[st] < 0)) return DT_OK;
+    double t = x->done_s[st] > x->done_r[st] ? x->done_s[st] : x->done_r[st];
+    if (t > x->clock[st]) x->clock[st] = t;
+    x->posted[st] = x->done_s[st] = x->done_r[st] = -1;
+    *done = 1;
+    return DT_OK;
+}
+
+/* Stage st's action a, at its clock: computed, or its exchange (*done 0: it waits). */
+static dt_status act(const dt_pp_schedule *s, const double *d, const size_t *off, sim *x, int st, const dt_pp_action *a, int *done) {
+    *done = 1;
+    if (a->op != DT_PP_COMM) {
+        x->start[st][x->at[st]] = x->clock[st];
+        double t = d[off[st] + (size_t)x->at[st]];
+        x->clock[st] += t;
+        x->busy[st] += t;
+        return DT_OK;
+    }
+    if (!s->async) return sync_comm(s, x, st, a, done);
+    if (a->send.peer >= 0) {
+        *done = async_send(x, st, &a->send);
+        return DT_OK;
+    }
+    return async_recv(x, st, &a->recv, done);
+}
+
+/* Where every stage waits, when none can move. */
+static dt_status deadlock(const dt_pp_schedule *s, const sim *x) {
+    char where[256];
+    int k = 0;
+    for (int st = 0; st < s->stages && k < (int)sizeof where - 40; st++)
+        if (x->at[st] < s->n[st]) {
+            const dt_pp_action *a = &s->act[st][x->at[st]];
+            char h[2][40] = { "", "" };
+            if (a->send.peer >= 0) snprintf(h[0], sizeof h[0], "sending to %d", a->send.peer);
+            if (a->recv.peer >= 0) snprintf(h[1], sizeof h[1], "receiving from %d", a->recv.peer);
+            k += snprintf(where + k, sizeof where - (size_t)k, "%sstage %d at action %d (%s%s%s)", k ? ", " : "", st, x->at[st], h[0],
+                          h[0][0] && h[1][0] ? " and " : "", h[1]);
+        }
+    return dt_error(DT_ERR_ARG, "pipeline schedule %s (p=%d, m=%d) deadlocks: %s", dt_pp_kind_name(s->kind), s->stages, s->micro, where);
+}
+
+/* The step ends when every send has been received. */
+static dt_status all_received(const dt_pp_schedule *s, sim *x) {
+    for (int ch = 0; ch < 2 * s->stages; ch++) {
+        if (!x->has[ch]) continue;
+        if (x->recvd[ch] < 0) {
+            char m1[64];
+            return dt_error(DT_ERR_ARG, "pipeline schedule %s (p=%d, m=%d): stage %d sends %s that stage %d never receives",
+                            dt_pp_kind_name(s->kind), s->stages, s->micro, ch / 2, msg_name(&x->msg[ch], m1, sizeof m1), x->msg[ch].peer);
+        }
+        if (x->recvd[ch] > x->clock[ch / 2]) x->clock[ch / 2] = x->recvd[ch];
+    }
+    return DT_OK;
+}
+
+/* d: each stage's actions' durations in list order, stage after stage (off[st]: where stage st's start). Each stage
+ * runs its actions in turn until one waits; round after round until all are done. */
 static dt_status simulate(const dt_pp_schedule *s, const double *d, const size_t *off, sim *x) {
     int p = s->stages, left = 0;
     for (int i = 0; i < p; i++) {
@@ -263,72 +333,16 @@ static dt_status simulate(const dt_pp_schedule *s, const double *d, const size_t
     while (left > 0) {
         int moved = 0;
         for (int st = 0; st < p; st++) {
-            while (x->at[st] < s->n[st]) {
-                const dt_pp_action *a = &s->act[st][x->at[st]];
-                if (a->op != DT_PP_COMM) {
-                    x->start[st][x->at[st]] = x->clock[st];
-                    double t = d[off[st] + (size_t)x->at[st]];
-                    x->clock[st] += t;
-                    x->busy[st] += t;
-                } else if (s->async) {
-                    int got = 1;
-                    if (a->send.peer >= 0) got = async_send(x, st, &a->send);
-                    else {
-                        dt_status e = async_recv(x, st, &a->recv, &got);
-                        if (e) return e;
-                    }
-                    if (!got) break;
-                } else {
-                    if (x->posted[st] < 0) x->posted[st] = x->clock[st];
-                    if (a->send.peer >= 0 && x->done_s[st] < 0) {
-                        dt_status e = match_send(s, x, st);
-                        if (e) return e;
-                    }
-                    /* a receive completes when its sender's send matches it */
-                    if (a->recv.peer >= 0 && x->done_r[st] < 0) {
-                        int q = a->recv.peer;
-                        if (x->at[q] < s->n[q] && s->act[q][x->at[q]].op == DT_PP_COMM && s->act[q][x->at[q]].send.peer == st &&
-                            x->posted[q] >= 0 && x->done_s[q] < 0) {
-                            dt_status e = match_send(s, x, q);
-                            if (e) return e;
-                        }
-                    }
-                    if ((a->send.peer >= 0 && x->done_s[st] < 0) || (a->recv.peer >= 0 && x->done_r[st] < 0)) break;
-                    double t = x->done_s[st] > x->done_r[st] ? x->done_s[st] : x->done_r[st];
-                    if (t > x->clock[st]) x->clock[st] = t;
-                    x->posted[st] = x->done_s[st] = x->done_r[st] = -1;
-                }
-                x->at[st]++;
-                left--;
-                moved = 1;
+            int done = 1;
+            while (x->at[st] < s->n[st] && done) {
+                dt_status e = act(s, d, off, x, st, &s->act[st][x->at[st]], &done);
+                if (e) return e;
+                if (done) x->at[st]++, left--, moved = 1;
             }
         }
-        if (!moved) {
-            char where[256];
-            int k = 0;
-            for (int st = 0; st < p && k < (int)sizeof where - 40; st++)
-                if (x->at[st] < s->n[st]) {
-                    const dt_pp_action *a = &s->act[st][x->at[st]];
-                    char h[2][40] = { "", "" };
-                    if (a->send.peer >= 0) snprintf(h[0], sizeof h[0], "sending to %d", a->send.peer);
-                    if (a->recv.peer >= 0) snprintf(h[1], sizeof h[1], "receiving from %d", a->recv.peer);
-                    k += snprintf(where + k, sizeof where - (size_t)k, "%sstage %d at action %d (%s%s%s)", k ? ", " : "", st, x->at[st],
-                                  h[0], h[0][0] && h[1][0] ? " and " : "", h[1]);
-                }
-            return dt_error(DT_ERR_ARG, "pipeline schedule %s (p=%d, m=%d) deadlocks: %s", dt_pp_kind_name(s->kind), p, s->micro, where);
-        }
+        if (!moved) return deadlock(s, x);
     }
-    /* the step ends when every send has been received */
-    for (int ch = 0; ch < 2 * p; ch++) {
-        if (!x->has[ch]) continue;
-        if (x->recvd[ch] < 0) {
-            char m1[64];
-            return dt_error(DT_ERR_ARG, "pipeline schedule %s (p=%d, m=%d): stage %d sends %s that stage %d never receives",
-                            dt_pp_kind_name(s->kind), p, s->micro, ch / 2, msg_name(&x->msg[ch], m1, sizeof m1), x->msg[ch].peer);
-        }
-        if (x->recvd[ch] > x->clock[ch / 2]) x->clock[ch / 2] = x->recvd[ch];
-    }
-    return DT_OK;
+    return all_received(s, x);
 }
 
 /* Runs the simulator with d's durations (NULL: a forward 1, a backward 2, or B and W 1 each), then fn. */
