@@ -232,6 +232,59 @@ static void optimizer_terms(const step_ctx *x, dt_plan_time *o) {
         o->lp_units = m * 2 * psi * 4 / (h->lp_fresh_bw > 0 ? fmin(h->lp_fresh_bw * o->threads, bw / 2) : bw / 2);
 }
 
+/* ZeRO's gradient pages outside a rank's shard (dp_nodes: the group spans machines). */
+static void grad_pages(const step_ctx *x, dt_plan_time *o, int dp_nodes) {
+    const dt_plan_job *j = x->j;
+    const dt_plan_hardware *h = x->h;
+    int n = x->n, m = x->m, stage = j->stage;
+    double bw = x->bw, psi = x->psi;
+    /* ZeRO's f32 gradients outside a rank's shard, every step (a 16-bit gradient store: the whole f32 store, at every stage):
+     * stage 1 zeroes them after the update (zero.c), and so do stages 2 and 3 after accumulating micro-steps (ddp.c); a step
+     * of one micro-batch on a machine's shared arena instead has the pool lend them, its pages mapped and zeroed bucket by
+     * bucket (ZeRO-2 on 2 ranks, 124M bf16: 25 ms a step, 2-4% slower than ZeRO-1) at their measured rate */
+    int lp_store = dt_plan_lp_store(j);
+    if (n > 1 && (stage >= 1 || lp_store) && h->shared_memory && !dp_nodes && !j->paper_states) {
+        double outside = (lp_store ? 1 : (n - 1.0) / n) * psi * 4;
+        int lent = (stage >= 2 || lp_store) && m == 1 && h->pool_lend_bw > 0;
+        o->grad_pages = lent ? outside / fmin(h->pool_lend_bw * o->threads, bw) : outside / bw;
+    }
+}
+
+/* A codec's part (sent: the floats a rank sends, approx: those it approximates): its exchanges a bucket and its work
+ * on the rank. */
+static void codec_terms(const step_ctx *x, dt_plan_time *o, double sent, double approx, int dp_nodes, double da, double db) {
+    const dt_plan_job *j = x->j, *job = x->job;
+    const dt_plan_hardware *h = x->h;
+    int n = x->n;
+    double bw = x->bw, g = x->g, psi = x->psi, ia = x->ia, ib = x->ib, xa = x->xa, xb = x->xb;
+    /* a codec: its exchanges a bucket (PowerSGD two allreduces, top-k one allgather of every rank's pairs), and its
+     * compression on the rank, at the rate measured here (at rank 4: a higher rank's GEMMs at the peak beyond it), else
+     * its passes over the gradients at the bandwidth (PowerSGD about 8, top-k 12) */
+    double buckets = 1 + ceil(fmax(0, psi * 4 - 1048576.0) / fmax(1.0, (double)job->bucket_bytes));
+    bool psgd = j->codec.kind == DT_CODEC_POWERSGD, onebit = j->codec.kind == DT_CODEC_ONEBIT;
+    o->codec_bytes = sent * 4;
+    /* 1-bit Adam: an alltoall of a rank's signs (each rank sends all but its own chunk's) and an allgather of the
+     * chunks' (the whole model's signs in all): each a gather's cost of the signs' bytes, two a bucket */
+    o->dp_comm = psgd     ? dt_plan_allreduce(sent * 4, n, da, db, g) + (2 * buckets - 1) * 2.0 * (n - 1) * da
+                 : onebit ? 2 * dt_plan_gather(sent * 4 / (1 + 1.0 / n), n, da, db) + (2 * buckets - 2) * (n - 1) * da
+                          : dt_plan_gather(sent * 4 * n, n, da, db) + (buckets - 1) * (n - 1) * da;
+    /* top-k's pairs by Ok-TopK or the hierarchical exchange where named, or where auto would take one (the run's
+     * rule, bucket by bucket: here the model's share of a bucket; hier where the group spans machines of equal ranks) */
+    double tg, tok, th = INFINITY, kb = sent / 2 / buckets, l = dp_nodes ? n / job->nodes : n, q = dp_nodes ? job->nodes : 1;
+    dt_codec_sparse_times(n, kb, da, db, &tg, &tok);
+    bool sparse = !psgd && !onebit, dgc = j->codec.kind == DT_CODEC_DGC;
+    if (sparse && !dgc && (j->codec.exchange == DT_SPARSE_HIER || (dp_nodes && n % job->nodes == 0)))
+        th = dt_codec_hier_time(l, q, psi / buckets, kb, ia, ib, xa, xb);
+    dt_sparse_exchange pick = j->codec.exchange;
+    if (pick == DT_SPARSE_AUTO) pick = th < tg && th < tok ? DT_SPARSE_HIER : tok < tg ? DT_SPARSE_OKTOPK : DT_SPARSE_ALLGATHER;
+    if (sparse && pick == DT_SPARSE_OKTOPK) o->dp_comm = buckets * tok;
+    if (sparse && pick == DT_SPARSE_HIER) o->dp_comm = buckets * th, o->codec_bytes = sent * 4 / l;
+    double rate = psgd ? h->powersgd_rate : onebit ? h->onebit_rate : h->topk_rate;
+    /* 1-bit Adam's passes: x made and read for its scales and signs, e_w written, the server's chunk, m decoded */
+    o->codec = rate > 0 ? psi / rate : (psgd ? 8 : onebit ? 7 : 12) * psi * 4 / bw;
+    if (psgd && j->codec.rank > 4) o->codec += 6.0 * approx * (j->codec.rank - 4) / (h->flops_f32 * h->gemm_efficiency);
+}
+
 /* Data parallelism's part: ZeRO's gradient pages, the reductions and gathers, and what backward does not hide. */
 static void dp_terms(const step_ctx *x, dt_plan_time *o) {
     const dt_plan_job *j = x->j, *job = x->job;
@@ -243,50 +296,14 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
     /* data parallelism: the gradients' reduction, ZeRO-3's gathers (none where a machine shares one copy), the 16-bit copy's
      * allgather of ZeRO 1 and 2 (mixed, private copies) */
     /* links: inside one machine while the group fits in the job's ranks there */
-    int dp_nodes = job->nodes > 1 && n > local / (tp * p > 0 ? tp * p : 1) ? 1 : 0;
-    /* ZeRO's f32 gradients outside a rank's shard, every step (a 16-bit gradient store: the whole f32 store, at every stage):
-     * stage 1 zeroes them after the update (zero.c), and so do stages 2 and 3 after accumulating micro-steps (ddp.c); a step
-     * of one micro-batch on a machine's shared arena instead has the pool lend them, its pages mapped and zeroed bucket by
-     * bucket (ZeRO-2 on 2 ranks, 124M bf16: 25 ms a step, 2-4% slower than ZeRO-1) at their measured rate */
-    int lp_store = dt_plan_lp_store(j);
-    if (n > 1 && (stage >= 1 || lp_store) && h->shared_memory && !dp_nodes && !j->paper_states) {
-        double outside = (lp_store ? 1 : (n - 1.0) / n) * psi * 4;
-        int lent = (stage >= 2 || lp_store) && m == 1 && h->pool_lend_bw > 0;
-        o->grad_pages = lent ? outside / fmin(h->pool_lend_bw * o->threads, bw) : outside / bw;
-    }
+    int dp_nodes = job->nodes > 1 && n > local / (tp * p > 0 ? tp * p : 1) ? 1 : 0, lp_store = dt_plan_lp_store(j);
+    grad_pages(x, o, dp_nodes);
     /* gradients travel in 16 bits with --grad-comm, and with a 16-bit store (the wire is its type) */
     int wire16 = dt_plan_lp_wire(j);
     double da = dp_nodes ? xa : ia, db = dp_nodes ? xb : ib, gb = wire16 ? 2 : 4;
     double gathers = 0, approx = 0, sent = j->codec.kind != DT_CODEC_NONE && n > 1 ? dt_plan_codec_floats(j, &approx, NULL) : 0;
     o->codec_bytes = n > 1 ? psi * gb : 0;
-    if (sent > 0) {
-        /* a codec: its exchanges a bucket (PowerSGD two allreduces, top-k one allgather of every rank's pairs), and its
-         * compression on the rank, at the rate measured here (at rank 4: a higher rank's GEMMs at the peak beyond it), else
-         * its passes over the gradients at the bandwidth (PowerSGD about 8, top-k 12) */
-        double buckets = 1 + ceil(fmax(0, psi * 4 - 1048576.0) / fmax(1.0, (double)job->bucket_bytes));
-        bool psgd = j->codec.kind == DT_CODEC_POWERSGD, onebit = j->codec.kind == DT_CODEC_ONEBIT;
-        o->codec_bytes = sent * 4;
-        /* 1-bit Adam: an alltoall of a rank's signs (each rank sends all but its own chunk's) and an allgather of the
-         * chunks' (the whole model's signs in all): each a gather's cost of the signs' bytes, two a bucket */
-        o->dp_comm = psgd     ? dt_plan_allreduce(sent * 4, n, da, db, g) + (2 * buckets - 1) * 2.0 * (n - 1) * da
-                     : onebit ? 2 * dt_plan_gather(sent * 4 / (1 + 1.0 / n), n, da, db) + (2 * buckets - 2) * (n - 1) * da
-                              : dt_plan_gather(sent * 4 * n, n, da, db) + (buckets - 1) * (n - 1) * da;
-        /* top-k's pairs by Ok-TopK or the hierarchical exchange where named, or where auto would take one (the run's
-         * rule, bucket by bucket: here the model's share of a bucket; hier where the group spans machines of equal ranks) */
-        double tg, tok, th = INFINITY, kb = sent / 2 / buckets, l = dp_nodes ? n / job->nodes : n, q = dp_nodes ? job->nodes : 1;
-        dt_codec_sparse_times(n, kb, da, db, &tg, &tok);
-        bool sparse = !psgd && !onebit, dgc = j->codec.kind == DT_CODEC_DGC;
-        if (sparse && !dgc && (j->codec.exchange == DT_SPARSE_HIER || (dp_nodes && n % job->nodes == 0)))
-            th = dt_codec_hier_time(l, q, psi / buckets, kb, ia, ib, xa, xb);
-        dt_sparse_exchange pick = j->codec.exchange;
-        if (pick == DT_SPARSE_AUTO) pick = th < tg && th < tok ? DT_SPARSE_HIER : tok < tg ? DT_SPARSE_OKTOPK : DT_SPARSE_ALLGATHER;
-        if (sparse && pick == DT_SPARSE_OKTOPK) o->dp_comm = buckets * tok;
-        if (sparse && pick == DT_SPARSE_HIER) o->dp_comm = buckets * th, o->codec_bytes = sent * 4 / l;
-        double rate = psgd ? h->powersgd_rate : onebit ? h->onebit_rate : h->topk_rate;
-        /* 1-bit Adam's passes: x made and read for its scales and signs, e_w written, the server's chunk, m decoded */
-        o->codec = rate > 0 ? psi / rate : (psgd ? 8 : onebit ? 7 : 12) * psi * 4 / bw;
-        if (psgd && j->codec.rank > 4) o->codec += 6.0 * approx * (j->codec.rank - 4) / (h->flops_f32 * h->gemm_efficiency);
-    }
+    if (sent > 0) codec_terms(x, o, sent, approx, dp_nodes, da, db);
     if (n > 1) {
         if (!(sent > 0)) o->dp_comm = dt_plan_allreduce(psi * gb, n, da, db, g);
         /* and are narrowed in place first (4 bytes read, 2 written), then widened back where the average lands (an f32
