@@ -325,6 +325,48 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
                                               : overlapped(o->dp_comm, bwd, psi * gb, (double)job->bucket_bytes);
 }
 
+/* Context parallelism: the ring sends keys and values N-1 times forward, and those and their gradients backward (about half
+ * hidden under the blocks, measured); all-to-all moves q, k, v and the output forward, again with the gradients backward,
+ * each of those 12 rows' worth copied into a send buffer and out of the received one (ulysses.c: 16 bytes a float) */
+static void cp_terms(const step_ctx *x, dt_plan_time *o, int nl) {
+    const dt_plan_job *j = x->j;
+    const dt_gpt2_config *c = &j->model;
+    int tp = x->tp, cp = x->cp, m = x->m;
+    double tokens = x->tokens, bw = x->bw, ia = x->ia, ib = x->ib;
+    double kv = tokens * c->channels / tp * 4;
+    /* a coded wire (--cp-wire) sends 2 (bf16) or 1 byte and a scale a row (int8: of C in the ring, of a rank's head
+     * channels in the all-to-all) a value, each message coded and decoded (a pass over its f32 values each way, at
+     * the bandwidth) */
+    double row = j->cp_ulysses ? c->channels / tp / cp : c->channels;
+    double cw = j->cp_wire == DT_PP_WIRE_BF16 ? 2 : j->cp_wire == DT_PP_WIRE_INT8 ? 1 + 4.0 / row : 4;
+    double coding = j->cp_wire != DT_PP_WIRE_F32 ? 2 * kv / bw : 0;
+    o->cp_comm = j->cp_ulysses ? m * nl * 12 * (dt_plan_gather(kv * cp / 4 * cw, cp, ia, ib) + 4 * kv / bw + coding)
+                               : m * nl * 0.5 * 6 * (cp - 1) * (ia + kv / 4 * cw * ib + coding);
+}
+
+/* The pipeline: each micro-batch's activations forward and gradient back; the bubble by schedule. A pipeline's step is m of the slowest stage's micro-batches plus one of every other stage's (filling and draining, as a flow
+ * shop's makespan): (p-1) of the slowest's overstated it by the difference, d6's head-only last stage against its blocks 6-9% */
+static void pp_terms(const step_ctx *x, dt_plan_time *o, int pp_nodes) {
+    const dt_plan_job *j = x->j;
+    const dt_gpt2_config *c = &j->model;
+    int p = x->p, v = x->v, m = x->m;
+    double tokens = x->tokens, ia = x->ia, ib = x->ib, tall = x->tall, tworst = x->tworst;
+    /* the stream crosses in f32 whatever the precision (a bf16 run's too), or as --pp-wire codes it */
+    double wire = j->pp_wire == DT_PP_WIRE_BF16 ? 2 : j->pp_wire == DT_PP_WIRE_INT8 ? 1 + 4.0 / c->channels : 4;
+    o->pp_comm = 2.0 * m * ((pp_nodes ? x->xa : ia) + tokens * c->channels * wire * (pp_nodes ? x->xb : ib));
+    o->bubble = (tall - tworst) * (j->zb ? 1.0 / 3 : 1.0 / v);
+    /* more threads than cores: a stage's idle time is another rank's turn on its core, so the step's compute is the
+     * machine's work over its cores (m of the mean stage at the shared rate), or the schedule at a core's own rate where
+     * that is longer; the busiest stage at the shared rate plus the bubble put d6 DP 2 x PP 2 on 4 ranks of 2 cores +37%
+     * over its run, PP 4 more */
+    double busy = o->matmul + o->attention + o->elementwise, s = o->oversubscribed;
+    if (s > 1) {
+        double need = fmax(m * tall / p, (busy + o->bubble) / s);
+        o->bubble = fmax(0, need - busy);
+        if (need < busy) o->matmul *= need / busy, o->attention *= need / busy, o->elementwise *= need / busy;
+    }
+}
+
 /* The model-parallel axes' part: tensor, context and expert parallelism's collectives, the pipeline's transfers and
  * bubble. */
 static void mp_terms(const step_ctx *x, dt_plan_time *o) {
@@ -332,9 +374,8 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
     const dt_plan_hardware *h = x->h;
     const dt_gpt2_config *c = &j->model;
     dt_lm_config rc = dt_lm_config_resolve(c);
-    int tp = x->tp, cp = x->cp, p = x->p, v = x->v, m = x->m, local = x->local, cores = x->cores, C = c->channels, F = rc.ffn;
-    double tokens = x->tokens, w = x->w, bw = x->bw, g = x->g, ia = x->ia, ib = x->ib, xa = x->xa, xb = x->xb, ep = x->ep;
-    double tall = x->tall, tworst = x->tworst;
+    int tp = x->tp, cp = x->cp, p = x->p, m = x->m, local = x->local, cores = x->cores, C = c->channels, F = rc.ffn;
+    double tokens = x->tokens, w = x->w, g = x->g, ia = x->ia, ib = x->ib, xa = x->xa, xb = x->xb, ep = x->ep;
     /* tensor parallelism: two allreduces of a micro-batch's rows each way per block (with --recompute forward's again), f32 */
     int nl = c->num_layers / p + 1;
     double rowsb = tokens * c->channels * 4;
@@ -353,20 +394,7 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
         o->tp_waits = m * nl * per * meeting;
         o->tp_comm = m * nl * per * dt_plan_allreduce(rowsb, tp, tp_nodes ? x->xa : ia, tp_nodes ? x->xb : ib, g) + o->tp_waits;
     }
-    /* context parallelism: the ring sends keys and values N-1 times forward, and those and their gradients backward (about half
-     * hidden under the blocks, measured); all-to-all moves q, k, v and the output forward, again with the gradients backward,
-     * each of those 12 rows' worth copied into a send buffer and out of the received one (ulysses.c: 16 bytes a float) */
-    if (cp > 1) {
-        double kv = tokens * c->channels / tp * 4;
-        /* a coded wire (--cp-wire) sends 2 (bf16) or 1 byte and a scale a row (int8: of C in the ring, of a rank's head
-         * channels in the all-to-all) a value, each message coded and decoded (a pass over its f32 values each way, at
-         * the bandwidth) */
-        double row = j->cp_ulysses ? c->channels / tp / cp : c->channels;
-        double cw = j->cp_wire == DT_PP_WIRE_BF16 ? 2 : j->cp_wire == DT_PP_WIRE_INT8 ? 1 + 4.0 / row : 4;
-        double coding = j->cp_wire != DT_PP_WIRE_F32 ? 2 * kv / bw : 0;
-        o->cp_comm = j->cp_ulysses ? m * nl * 12 * (dt_plan_gather(kv * cp / 4 * cw, cp, ia, ib) + 4 * kv / bw + coding)
-                                   : m * nl * 0.5 * 6 * (cp - 1) * (ia + kv / 4 * cw * ib + coding);
-    }
+    if (cp > 1) cp_terms(x, o, nl);
     /* expert parallelism: a layer's rows to their experts' ranks and back, forward and backward (recomputing: forward's again),
      * (ep-1)/ep of each rank's choices crossing (balanced), a row its C values (and the weight dtrain sends beside it, in f32;
      * Megatron's in 16 bits); the ranks inside one machine while ep fits there. dtrain waits for each exchange */
@@ -375,25 +403,7 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
         double rows = tokens * rc.experts_top_k * (ep - 1) / ep, bytes = rows * (j->paper_states ? w * C : 4 * (C + 1.0));
         o->ep_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * ((ep - 1) * (ep_nodes ? xa : ia) + bytes * (ep_nodes ? xb : ib) + 2 * bytes * g);
     }
-    /* the pipeline: each micro-batch's activations forward and gradient back; the bubble by schedule */
-    /* a pipeline's step is m of the slowest stage's micro-batches plus one of every other stage's (filling and draining, as a flow
-     * shop's makespan): (p-1) of the slowest's overstated it by the difference, d6's head-only last stage against its blocks 6-9% */
-    if (p > 1) {
-        /* the stream crosses in f32 whatever the precision (a bf16 run's too), or as --pp-wire codes it */
-        double wire = j->pp_wire == DT_PP_WIRE_BF16 ? 2 : j->pp_wire == DT_PP_WIRE_INT8 ? 1 + 4.0 / c->channels : 4;
-        o->pp_comm = 2.0 * m * ((pp_nodes ? x->xa : ia) + tokens * c->channels * wire * (pp_nodes ? x->xb : ib));
-        o->bubble = (tall - tworst) * (j->zb ? 1.0 / 3 : 1.0 / v);
-        /* more threads than cores: a stage's idle time is another rank's turn on its core, so the step's compute is the
-         * machine's work over its cores (m of the mean stage at the shared rate), or the schedule at a core's own rate where
-         * that is longer; the busiest stage at the shared rate plus the bubble put d6 DP 2 x PP 2 on 4 ranks of 2 cores +37%
-         * over its run, PP 4 more */
-        double busy = o->matmul + o->attention + o->elementwise, s = o->oversubscribed;
-        if (s > 1) {
-            double need = fmax(m * tall / p, (busy + o->bubble) / s);
-            o->bubble = fmax(0, need - busy);
-            if (need < busy) o->matmul *= need / busy, o->attention *= need / busy, o->elementwise *= need / busy;
-        }
-    }
+    if (p > 1) pp_terms(x, o, pp_nodes);
 }
 
 void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *o) {
