@@ -102,32 +102,26 @@ static void take_lora(const cJSON *j, dt_train_config *c) {
     if (!dt_ckpt_manifest_lora(j, "", &found, &l, targets, sizeof targets) && found) c->lora = l; /* a malformed one: refused on resume */
 }
 
-dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
-    char sub[4400], mpath[4500];
-    cJSON *j;
-    dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
-    if (st) return st;
-    const char *kind = dt_ckpt_string(j, "model", "kind");
-    if (!kind || !dt_family_find(kind)) { /* an image model's name is not in its manifest: its flags say the run */
-        cJSON_Delete(j);
-        return DT_OK;
-    }
-    if (strcmp(kind, "gpt2")) { /* another family: its whole shape (family, K/V heads, widths, rotary settings) */
+/* The model's shape: GPT-2's six sizes, another family's whole shape (family, K/V heads, widths, rotary settings). */
+static dt_status take_shape(const cJSON *j, const char *kind, const char *mpath, dt_train_config *c) {
+    if (strcmp(kind, "gpt2")) {
         dt_lm_config g;
-        if ((st = dt_ckpt_manifest_shape(j, mpath, &g))) {
-            cJSON_Delete(j);
-            return st;
-        }
+        dt_status st = dt_ckpt_manifest_shape(j, mpath, &g);
+        if (st) return st;
         c->shape = g;
     }
-    {
-        take_int(j, "model", "num_layers", &c->shape.num_layers);
-        take_int(j, "model", "num_heads", &c->shape.num_heads);
-        take_int(j, "model", "channels", &c->shape.channels);
-        take_int(j, "model", "vocab_size", &c->shape.vocab_size);
-        take_int(j, "model", "max_seq_len", &c->shape.max_seq_len);
-        take_int(j, "settings", "seq", &c->seq);
-    }
+    take_int(j, "model", "num_layers", &c->shape.num_layers);
+    take_int(j, "model", "num_heads", &c->shape.num_heads);
+    take_int(j, "model", "channels", &c->shape.channels);
+    take_int(j, "model", "vocab_size", &c->shape.vocab_size);
+    take_int(j, "model", "max_seq_len", &c->shape.max_seq_len);
+    take_int(j, "settings", "seq", &c->seq);
+    return DT_OK;
+}
+
+/* What it read: the data and validation files, the tokenizer, a chat template and packing, DPO's beta, the router's
+ * z-loss. */
+static void take_data(const cJSON *j, dt_train_config *c) {
     static char data[PATH_MAX], val[PATH_MAX], tokenizer[PATH_MAX], chat[32];
     c->data = take_string(j, "data", "path", c->data, data, sizeof data);
     c->val_data = take_string(j, "settings", "val_data", c->val_data, val, sizeof val);
@@ -137,16 +131,23 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
     double beta;
     if (!dt_ckpt_number(j, "settings", "dpo_beta", "", &beta)) c->dpo_beta = beta;
     take_float(j, "settings", "moe_z_loss", &c->moe_z_loss);
+}
+
+/* Gradient compression's codec and its settings. */
+static void take_codec(const cJSON *j, dt_train_config *c) {
     const char *codec = dt_ckpt_string(j, "settings", "compress");
-    if (codec && !dt_codec_parse(codec, &c->codec.kind)) {
-        take_int(j, "settings", "compress_rank", &c->codec.rank);
-        take_int(j, "settings", "compress_start", &c->codec.start);
-        take_float(j, "settings", "compress_density", &c->codec.density);
-        take_int(j, "settings", "compress_warmup", &c->codec.warmup);
-        take_int(j, "settings", "compress_refresh", &c->codec.refresh);
-        const char *x = dt_ckpt_string(j, "settings", "compress_exchange");
-        if (x) (void)dt_codec_parse_exchange(x, &c->codec.exchange);
-    }
+    if (!codec || dt_codec_parse(codec, &c->codec.kind)) return;
+    take_int(j, "settings", "compress_rank", &c->codec.rank);
+    take_int(j, "settings", "compress_start", &c->codec.start);
+    take_float(j, "settings", "compress_density", &c->codec.density);
+    take_int(j, "settings", "compress_warmup", &c->codec.warmup);
+    take_int(j, "settings", "compress_refresh", &c->codec.refresh);
+    const char *x = dt_ckpt_string(j, "settings", "compress_exchange");
+    if (x) (void)dt_codec_parse_exchange(x, &c->codec.exchange);
+}
+
+/* The run's course: steps, batches, clipping, threads, evaluation, keeping, recomputing, attention, the seeds. */
+static void take_run(const cJSON *j, dt_train_config *c) {
     take_int(j, "settings", "steps", &c->steps);
     take_int(j, "settings", "batch", &c->batch);
     take_int(j, "settings", "grad_accum", &c->grad_accum);
@@ -163,15 +164,29 @@ dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
     if (!dt_ckpt_number(j, "settings", "seed", "", &v)) c->seed = (uint64_t)v;
     const char *shuffle = dt_ckpt_string(j, "rng", "shuffle_seed");
     if (shuffle) c->shuffle_seed = strtoull(shuffle, NULL, 10);
-    take_precision(j, "precision", &c->precision);
-    take_precision(j, "grad_store", &c->grad_store);
-    take_precision(j, "grad_comm", &c->grad_comm);
-    take_optimizer(j, c);
-    take_schedule(j, c);
-    take_lora(j, c);
-    if (!c->save) c->save = dir; /* it goes on saving where it was saved */
+}
+
+dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {
+    char sub[4400], mpath[4500];
+    cJSON *j;
+    dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
+    if (st) return st;
+    const char *kind = dt_ckpt_string(j, "model", "kind");
+    /* an image model's name is not in its manifest: its flags say the run */
+    if (kind && dt_family_find(kind) && !(st = take_shape(j, kind, mpath, c))) {
+        take_data(j, c);
+        take_codec(j, c);
+        take_run(j, c);
+        take_precision(j, "precision", &c->precision);
+        take_precision(j, "grad_store", &c->grad_store);
+        take_precision(j, "grad_comm", &c->grad_comm);
+        take_optimizer(j, c);
+        take_schedule(j, c);
+        take_lora(j, c);
+        if (!c->save) c->save = dir; /* it goes on saving where it was saved */
+    }
     cJSON_Delete(j);
-    return DT_OK;
+    return st;
 }
 
 /* The largest micro-batch up to b that global splits into on dp ranks (0: none). */
