@@ -408,9 +408,8 @@ static void print_stages(const run *r) {
     if (r->c.pp_print) dt_pp_schedule_print(s, stdout);
 }
 
-/* What rank 0 says before the first step: the model and layout, a resumed run's step, what 16 bits gain on this
- * CPU, the peak MFU is measured against. */
-static void print_start(const run *r) {
+/* The model, its layout and where it runs (the GPU, LoRA's adapters). */
+static void print_model(const run *r) {
     const dt_train_config *c = &r->c;
     dt_lm_config m = dt_lm_config_resolve(dt_gpt2_get_config(r->m)), *mc = &m;
     char kv[48] = "";
@@ -438,15 +437,11 @@ static void print_start(const run *r) {
                "parallelism reduces %.2f MiB a step\n", lc->rank, (double)lc->alpha, lc->targets, n / 1e6,
                100.0 * (double)n / (double)dt_gpt2_config_num_params(mc), n * 4 / 1048576.0);
     }
-    if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
-    /* said before it happens: an evaluation of long sequences can take longer than many steps */
-    if (r->vl && c->steps > 0) {
-        char when[64] = "at the end";
-        if (c->eval_every > 0 && c->eval_every < c->steps) snprintf(when, sizeof when, "every %d steps and at the end", c->eval_every);
-        printf("validation: %d batch%s of %d x %d tokens a data-parallel rank from %s, %s (--eval-batches, --eval-every)\n",
-               c->eval_batches, c->eval_batches == 1 ? "" : "es", c->batch, c->seq, c->val_data, when);
-    }
-    /* what a 16-bit run gains on this CPU, so that nobody expects the speed of a bf16 GEMM that is not there */
+}
+
+/* What 16 bits (and the GPU's attention) gain here, so that nobody expects the speed of a bf16 GEMM that is not there. */
+static void print_precision(const run *r) {
+    const dt_train_config *c = &r->c;
     if (r->dev.gpu) {
         bool flash = dt_train_device_flash(&r->dev), tf32 = c->tf32;
         printf("attention on the GPU: %s%s\n", flash ? "flash (each row's log-sum-exp kept, not T x T probabilities; its products in TF32)"
@@ -472,6 +467,11 @@ static void print_start(const run *r) {
                "the matmuls %s, and half the activation memory\n", dt_precision_name(c->precision),
                c->grad_store != DT_F32 ? "16 bits (--grad-store)" : "f32", matmuls);
     }
+}
+
+/* The peak MFU is measured against. */
+static void print_mfu(const run *r) {
+    const dt_train_config *c = &r->c;
     if (r->peak_gflops > 0 && r->dev.gpu)
         printf("MFU against %.1f TFLOP/s (%s); %.3f GFLOP per step\n", r->peak_gflops / 1e3, r->peak_source, r->flops_per_step / 1e9);
     else if (r->peak_gflops > 0)
@@ -479,6 +479,23 @@ static void print_start(const run *r) {
                r->peak_gflops, r->peak_threads, r->peak_threads > 1 ? "s" : "", r->peak_gflops / r->peak_threads,
                r->peak_bf16 ? "bf16 GEMM" : "sgemm", r->peak_source,
                r->peak_threads < c->threads * r->nranks ? "; the cores there are, not the threads asked for" : "", r->flops_per_step / 1e9);
+}
+
+/* What rank 0 says before the first step: the model and layout, a resumed run's step, the validation, what 16 bits
+ * gain on this CPU, the peak MFU is measured against. */
+static void print_start(const run *r) {
+    const dt_train_config *c = &r->c;
+    print_model(r);
+    if (r->first_step) printf("resumed from %s at step %d\n", c->resume, r->first_step);
+    /* said before it happens: an evaluation of long sequences can take longer than many steps */
+    if (r->vl && c->steps > 0) {
+        char when[64] = "at the end";
+        if (c->eval_every > 0 && c->eval_every < c->steps) snprintf(when, sizeof when, "every %d steps and at the end", c->eval_every);
+        printf("validation: %d batch%s of %d x %d tokens a data-parallel rank from %s, %s (--eval-batches, --eval-every)\n",
+               c->eval_batches, c->eval_batches == 1 ? "" : "es", c->batch, c->seq, c->val_data, when);
+    }
+    print_precision(r);
+    print_mfu(r);
 }
 
 dt_status dt_train_setup(run *r) {
