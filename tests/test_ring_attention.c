@@ -24,7 +24,7 @@ static double rel(double d, double m) { return m > 0 ? d / m : d; }
 /* bound: where the ring's blocks travel coded (wire), what they may part from one process by (else 1e-5) */
 static void check_wire(dt_comm *w, int ulysses, dt_pp_wire wire, double bound, int B, int T, int C, int NH) {
     int N = dt_comm_size(w);
-    dt_cp_config c = { w, B, T, C, NH, NULL, wire };
+    dt_cp_config c = { w, B, T, C, NH, NULL, wire, 0 };
     int tc = dt_ring_chunk_rows(&c);
     double eo = 0, mo_ = 0, el = 0, ml_ = 0, eg = 0, mg = 0;
     size_t C3 = 3 * (size_t)C, n = (size_t)B * T * C3, rows = (size_t)B * 2 * tc;
@@ -108,11 +108,11 @@ int main(void) {
     check_wire(w, 0, DT_PP_WIRE_BF16, 1e-2, 2, 2 * N * 7, 24, 3);
     check_wire(w, 0, DT_PP_WIRE_INT8, 3e-2, 1, 2 * N * 70, 16, 2);
     if (N > 1) {
-        dt_cp_config odd = { w, 1, 2 * N * 7, 16, N + 1, NULL, DT_PP_WIRE_F32 };
+        dt_cp_config odd = { w, 1, 2 * N * 7, 16, N + 1, NULL, DT_PP_WIRE_F32, 0 };
         float x = 0;
         CHECK(dt_ulysses_attention_forward(&odd, &x, &x, &x, &x) && strstr(dt_last_error(), "heads"), "%d heads over %d ranks accepted", N + 1, N);
     }
-    dt_cp_config bad = { w, 1, 2 * N * 7 + 1, 16, 2, NULL, DT_PP_WIRE_F32 };
+    dt_cp_config bad = { w, 1, 2 * N * 7 + 1, 16, 2, NULL, DT_PP_WIRE_F32, 0 };
     CHECK(dt_ring_chunk_rows(&bad) == 0 && strstr(dt_last_error(), "do not split"), "T = %d accepted", bad.T);
     /* the loader's cut (dt_gpt2_cp_rows, in place) is the ring's chunks r and 2N-1-r of every sequence */
     {
@@ -120,7 +120,7 @@ int main(void) {
         int32_t x[3 * 40];
         for (int i = 0; i < B * T; i++) x[i] = i;
         dt_gpt2_cp_rows(x, B, T, r, N);
-        dt_cp_config c = { w, B, T, 8, 1, NULL, DT_PP_WIRE_F32 };
+        dt_cp_config c = { w, B, T, 8, 1, NULL, DT_PP_WIRE_F32, 0 };
         int bad = 0;
         for (int b = 0; b < B; b++)
             for (int i = 0; i < 2; i++)

@@ -23,7 +23,10 @@ typedef struct {
     double *waited;     /* NULL, or += the seconds spent waiting on the group (traffic compute did not hide) */
     dt_pp_wire wire;    /* the ring's blocks and their gradients, or the all-to-all's trades, on the wire: f32, bf16 or int8
                          * (a scale a row: of C for the ring, of a rank's head channels for the all-to-all) */
+    int ranks;          /* the group's size where cp is NULL: the planner sizes the work space with no group (0: cp's) */
 } dt_cp_config;
+/* The group's size: cp's, or ranks without one. */
+int dt_cp_ranks(const dt_cp_config *c);
 /* Rows per chunk, T / (2N); 0 (and an error) when it does not divide. */
 int dt_ring_chunk_rows(const dt_cp_config *c);
 /* The first position of this rank's chunk i (0 or 1). */

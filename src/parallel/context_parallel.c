@@ -17,6 +17,8 @@ struct dt_cp {
     double seconds, waited;
 };
 
+int dt_cp_ranks(const dt_cp_config *c) { return c->cp ? dt_comm_size(c->cp) : c->ranks; }
+
 const char *dt_cp_impl_name(dt_cp_impl i) { return i == DT_CP_ULYSSES ? "ulysses" : "ring"; }
 
 dt_cp_impl dt_cp_choose(int n, int heads, int tl, double flops, double link, double mem) {
@@ -28,7 +30,7 @@ dt_cp_impl dt_cp_choose(int n, int heads, int tl, double flops, double link, dou
 }
 
 static dt_status prepare(dt_cp *c, dt_cp_config *rc, int B, int T, int C, int NH) {
-    *rc = (dt_cp_config){ c->comm, B, T * dt_comm_size(c->comm), C, NH, &c->waited, c->wire };
+    *rc = (dt_cp_config){ c->comm, B, T * dt_comm_size(c->comm), C, NH, &c->waited, c->wire, 0 };
     size_t need = c->impl == DT_CP_ULYSSES ? dt_ulysses_work_floats(rc) : dt_ring_work_floats(rc);
     if (need <= c->cap) return DT_OK;
     dt_free_aligned(c->work);

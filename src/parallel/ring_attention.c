@@ -26,7 +26,7 @@ int dt_ring_chunk_pos(const dt_cp_config *c, int rank, int i) {
 }
 
 size_t dt_ring_work_floats(const dt_cp_config *c) {
-    size_t tc = (size_t)c->T / (2 * (size_t)dt_comm_size(c->cp)), kv = (size_t)c->B * 2 * tc * 2 * (size_t)c->C;
+    size_t tc = (size_t)c->T / (2 * (size_t)dt_cp_ranks(c)), kv = (size_t)c->B * 2 * tc * 2 * (size_t)c->C;
     size_t wire = c->wire == DT_PP_WIRE_F32 ? 0 : 4 * dt_pp_wire_words(c->wire, kv, (size_t)c->C);
     return 5 * kv + tc * (size_t)c->C + (size_t)c->NH * tc + wire;
 }

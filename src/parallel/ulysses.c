@@ -22,11 +22,11 @@ typedef struct {
 } trade;
 
 /* One rank's [B, Tl, C] in floats. */
-static size_t per_rank(const dt_cp_config *c) { return (size_t)c->B * (size_t)(c->T / dt_comm_size(c->cp)) * (size_t)c->C; }
+static size_t per_rank(const dt_cp_config *c) { return (size_t)c->B * (size_t)(c->T / dt_cp_ranks(c)) * (size_t)c->C; }
 
 /* Words of a coded wire's blocks, out and in, for the largest trade (q, k and v: 3 C of a row, cc a block's row). */
 static size_t coded_words(const dt_cp_config *c) {
-    int N = dt_comm_size(c->cp);
+    int N = dt_cp_ranks(c);
     return c->wire == DT_PP_WIRE_F32 ? 0 : 2 * (size_t)N * dt_pp_wire_words(c->wire, 3 * per_rank(c) / (size_t)N, (size_t)(c->C / N));
 }
 

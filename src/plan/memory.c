@@ -3,6 +3,7 @@
  * N data-parallel ranks) plus activations, communication buffers and the
  * token files, per rank and per machine, against what the machine has. */
 #include "plan_internal.h"
+#include "dtrain/context.h"
 #include "dtrain/program.h"
 
 #include <math.h>
@@ -123,8 +124,12 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
         m->mapped += outside + (R > 1 ? (R - 1) / R * m->grads : 0);
     else if (!j->paper_states && R > 1)
         m->mapped += (R - 1) / R * (pool ? pool_bytes : (dt_plan_lp_store(j) ? 4 * psi : m->grads) / (dt_plan_lp_wire(j) ? 2 : 1));
-    /* context parallelism's attention work space (dt_ring_work_floats, dt_ulysses_work_floats) */
-    if (j->cp > 1) m->comm += f * (j->cp_ulysses ? 14 : 10) * BT * C / (j->tp > 1 ? j->tp : 1);
+    /* context parallelism's attention work space, as the run sizes it (a coded wire's messages in it) */
+    if (j->cp > 1) {
+        int tp = j->tp > 1 ? j->tp : 1;
+        dt_cp_config cc = { NULL, j->batch, j->seq, j->model.channels / tp, j->model.num_heads / tp, NULL, (dt_pp_wire)j->cp_wire, j->cp };
+        m->comm += f * (double)(j->cp_ulysses ? dt_ulysses_work_floats(&cc) : dt_ring_work_floats(&cc));
+    }
     m->comm += stage_bufs;
     /* a codec's state: a whole model's residuals (and more) on every rank, whatever the stage */
     if (n > 1 && j->codec.kind != DT_CODEC_NONE) {
