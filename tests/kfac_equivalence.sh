@@ -68,14 +68,14 @@ run dp2tp2 --nproc 4 --tp 2 --sp --batch 4 --kfac-workers 0.5 &&
 # whole's: put rank after rank, 2.3e-5) and Llama's K/V head both ranks keep (each rank's output gradient of it is its
 # own query heads' part, summed as one process has it whole: a rank's part in place of the sum, 1.0e-4); within 5e-6
 # (7e-7 and 1.2e-6 on a Zen 3).
-one_step() { # WHAT ARGS...
-    local what=$1 r
-    shift
+one_step() { # WHAT TP ARGS...
+    local what=$1 tp=$2 r
+    shift 2
     local a=("$@" --data "$dir/train.bin" --vocab 256 --max-seq 64 --seq 32 --threads 1 --quiet --batch 8 --steps 1 --save-every 1)
     local k=(--optimizer kfac --lr 0.02 --momentum 0.9 --kfac-damping 0.03 --kfac-decay 0)
     rm -rf "$dir"/step{0,1,2}
     if "$DTRAIN" train "${a[@]}" "${k[@]}" --save "$dir/step1" > /dev/null 2>&1 &&
-        "$DTRAIN" train "${a[@]}" "${k[@]}" --nproc 2 --tp 2 --save "$dir/step2" > "$dir/step2.out" 2>&1 &&
+        "$DTRAIN" train "${a[@]}" "${k[@]}" --nproc "$tp" --tp "$tp" --save "$dir/step2" > "$dir/step2.out" 2>&1 &&
         "$DTRAIN" train "${a[@]}" --optimizer sgd --lr 1e-30 --save "$dir/step0" > /dev/null 2>&1; then
         r=$(python3 - "$dir"/step{1,2,0}/step-00000001/params.f32 <<'PY'
 import array, sys
@@ -83,12 +83,14 @@ one, tp, init = (array.array('f', open(p, 'rb').read()) for p in sys.argv[1:4])
 print("%.3g" % (max(abs(a - b) for a, b in zip(tp, one)) / max(abs(a - b) for a, b in zip(one, init))))
 PY
 )
-        if awk -v r="$r" 'BEGIN{exit !(r <= 5e-6)}'; then ok "$what on 2 tensor-parallel ranks: one step within $r of one process's (of the step)"
-        else fail "$what on 2 tensor-parallel ranks: one step differs by $r of the step from one process's"; fi
+        if awk -v r="$r" 'BEGIN{exit !(r <= 5e-6)}'; then ok "$what on $tp tensor-parallel ranks: one step within $r of one process's (of the step)"
+        else fail "$what on $tp tensor-parallel ranks: one step differs by $r of the step from one process's"; fi
     else fail "$what, TP runs: $(tail -2 "$dir/step2.out")"; fi
 }
-one_step "GPT-2 (fused q, k, v)" --layers 2 --channels 64 --heads 4
-one_step "Llama, 1 K/V head" --model llama-tiny --layers 2 --channels 48 --heads 4 --kv-heads 1 --ffn 96
+one_step "GPT-2 (fused q, k, v)" 2 --layers 2 --channels 64 --heads 4
+one_step "Llama, 1 K/V head" 2 --model llama-tiny --layers 2 --channels 48 --heads 4 --kv-heads 1 --ffn 96
+# 3 ranks split the vocabulary of 256 unevenly (86, 86, 84 rows): the slices gathered by their own counts
+one_step "GPT-2, a vocabulary split unevenly," 3 --layers 2 --channels 96 --heads 6
 # ZeRO-1 allreduces the gradients as DDP does: K-FAC preconditions them whole, then each rank updates its shard
 run four_zero1 --nproc 4 --batch 2 --kfac-workers 0.25 --zero 1 || fail "4 ranks, ZeRO-1"
 same "4 ranks: ZeRO-1 (MEM-OPT) against DDP" four_zero1 four_0.25

@@ -12,8 +12,9 @@
 
 typedef struct {
     int layer, op, split; /* split: DT_SPLIT_ROW (its inputs are made whole), COLUMN (its output gradients), NONE */
-    int local, width;     /* that side's width on a rank, and whole */
-    int *place;           /* [ranks][local]: where rank r's value c lands among the whole side's */
+    int width;            /* that side's width whole */
+    int *local, *at;      /* [ranks]: rank r's width of it, and where its places start in place */
+    int *place;           /* where each rank's value c lands among the whole side's, rank after rank */
 } tp_linear;
 
 struct dt_tp_whole {
@@ -22,7 +23,8 @@ struct dt_tp_whole {
     int ranks, rank, n;
     dt_tensor_info *whole;      /* [n]: each tensor whole, at its place in the whole store */
     dt_tensor_info *slices;     /* [ranks][n]: each rank's slice of each, offset 0 (for placing its piece) */
-    size_t floats, most;        /* the whole store's floats; the largest slice */
+    size_t floats, most;        /* the whole store's floats; the largest tensor's slices together */
+    size_t *counts;             /* [ranks]: an allgather's counts (slices need not be even: a vocabulary 3 ranks split) */
     float *store, *recv;        /* the whole gradients; an allgather's pieces */
     size_t recv_floats;
     dt_linear_layer *layers;    /* the whole Linears (their tensors the whole ones) */
@@ -61,9 +63,6 @@ static dt_status learn_slices(dt_tp_whole *w) {
             t->count = 1;
             for (int k = 0; k < t->ndim; k++) t->count *= (size_t)(t->shape[k] = d[5 + k]);
             t->offset = 0;
-            if (t->count != w->m.tensors[i].count)
-                st = dt_error(DT_ERR_ARG, "tensor parallelism: %s holds %zu values on rank %d of its group and %zu on rank %d (uneven slices)",
-                              t->name, t->count, r, w->m.tensors[i].count, w->rank);
         }
     for (int i = 0; i < w->n && !st; i++) {
         dt_tensor_info *t = &w->whole[i];
@@ -74,7 +73,9 @@ static dt_status learn_slices(dt_tp_whole *w) {
         dt_tensor_set_whole(t);
         t->split = DT_SPLIT_NONE, t->replicas = 0, t->replica = 0;
         if (t->goffset + t->count > w->floats) w->floats = t->goffset + t->count;
-        if (w->m.tensors[i].count > w->most) w->most = w->m.tensors[i].count;
+        size_t all = 0;
+        for (int r = 0; r < w->ranks; r++) all += w->slices[(size_t)r * w->n + i].count;
+        if (all > w->most) w->most = all;
     }
     free(mine), free(all);
     return st;
@@ -102,9 +103,11 @@ dt_status dt_tp_whole_gather(dt_tp_whole *w, const float *local, float *whole) {
             memcpy(whole + w->whole[i].offset, local + t->offset, t->count * sizeof(float));
             continue;
         }
-        dt_status st = dt_comm_allgather(w->tp, local + t->offset, w->recv, t->count, DT_F32);
+        for (int r = 0; r < w->ranks; r++) w->counts[r] = w->slices[(size_t)r * w->n + i].count;
+        dt_status st = dt_comm_allgatherv(w->tp, local + t->offset, w->recv, w->counts, DT_F32);
+        const float *piece = w->recv;
+        for (int r = 0; r < w->ranks && !st; piece += w->counts[r], r++) put_piece(w, r, i, piece, whole);
         if (st) return st;
-        for (int r = 0; r < w->ranks; r++) put_piece(w, r, i, w->recv + (size_t)r * t->count, whole);
     }
     return DT_OK;
 }
@@ -120,20 +123,28 @@ static dt_status whole_linear(dt_tp_whole *w, const dt_linear_layer *y, dt_linea
     *out = *y;
     int w0 = tensor_index(w, y->w[0]);
     dt_tp_split split = y->w[0]->split;
-    *l = (tp_linear){ y->layer, y->op, split == DT_SPLIT_ROW || split == DT_SPLIT_COLUMN ? (int)split : DT_SPLIT_NONE, 0, 0, NULL };
+    *l = (tp_linear){ y->layer, y->op, split == DT_SPLIT_ROW || split == DT_SPLIT_COLUMN ? (int)split : DT_SPLIT_NONE, 0, NULL, NULL, NULL };
     if (split == DT_SPLIT_ROW) out->in = w->whole[w0].shape[1];
     for (int j = 0; j < y->nparts; j++) {
         out->w[j] = &w->whole[tensor_index(w, y->w[j])];
         out->b[j] = y->b[j] ? &w->whole[tensor_index(w, y->b[j])] : NULL;
-        if (l->split == DT_SPLIT_COLUMN) l->local += y->w[j]->shape[0], l->width += out->w[j]->shape[0];
+        if (l->split == DT_SPLIT_COLUMN) l->width += out->w[j]->shape[0];
     }
-    if (l->split == DT_SPLIT_ROW) l->local = y->w[0]->shape[1], l->width = out->in;
+    if (l->split == DT_SPLIT_ROW) l->width = out->in;
     if (l->split == DT_SPLIT_NONE) return DT_OK;
-    if (!(l->place = malloc(sizeof(int) * (size_t)l->local * w->ranks)))
+    int parts = l->split == DT_SPLIT_COLUMN ? y->nparts : 1, all = 0;
+    if (!(l->local = calloc((size_t)w->ranks, sizeof *l->local)) || !(l->at = calloc((size_t)w->ranks, sizeof *l->at)))
         return dt_error(DT_ERR_NOMEM, "tensor parallelism's whole tensors: out of memory");
+    for (int r = 0; r < w->ranks; r++)
+        for (int j = 0; j < parts; j++) {
+            const dt_tensor_info *t = &w->slices[(size_t)r * w->n + tensor_index(w, y->w[j])];
+            l->local[r] += t->shape[l->split == DT_SPLIT_ROW ? 1 : 0];
+        }
+    for (int r = 0; r < w->ranks; r++) l->at[r] = all, all += l->local[r];
+    if (!(l->place = malloc(sizeof(int) * ((size_t)all + 1)))) return dt_error(DT_ERR_NOMEM, "tensor parallelism's whole tensors: out of memory");
     for (int r = 0; r < w->ranks; r++) {
-        int *p = l->place + (size_t)r * l->local, at = 0, col0 = 0;
-        for (int j = 0; j < (l->split == DT_SPLIT_COLUMN ? y->nparts : 1); j++) {
+        int *p = l->place + l->at[r], at = 0, col0 = 0;
+        for (int j = 0; j < parts; j++) {
             const dt_tensor_info *t = &w->slices[(size_t)r * w->n + tensor_index(w, y->w[j])];
             size_t in = (size_t)t->gshape[1];
             if (l->split == DT_SPLIT_ROW)
@@ -158,10 +169,11 @@ static dt_status take_linears(dt_tp_whole *w) {
     return st;
 }
 
-/* An event's values made whole: every rank's rows x local values gathered, placed (summed: a K/V head several ranks
- * keep has its gradient in parts) into rows x width. NULL: a collective failed (said). */
+/* An event's values made whole: every rank's rows x its width gathered, placed (summed: a K/V head several ranks keep
+ * has its gradient in parts) into rows x width. NULL: a collective failed (said). */
 static const float *whole_values(dt_tp_whole *w, const tp_linear *l, const dt_linear_event *e) {
-    size_t got = e->rows * (size_t)l->local * w->ranks, need = e->rows * (size_t)l->width;
+    size_t got = 0, need = e->rows * (size_t)l->width;
+    for (int r = 0; r < w->ranks; r++) got += w->counts[r] = e->rows * (size_t)l->local[r];
     if (got > w->recv_floats) {
         float *r = realloc(w->recv, got * sizeof(float));
         if (!r) return NULL;
@@ -172,17 +184,18 @@ static const float *whole_values(dt_tp_whole *w, const tp_linear *l, const dt_li
         if (!v) return NULL;
         w->values = v, w->values_floats = need;
     }
-    dt_status st = dt_comm_allgather(w->tp, e->values, w->recv, e->rows * (size_t)l->local, DT_F32);
+    dt_status st = dt_comm_allgatherv(w->tp, e->values, w->recv, w->counts, DT_F32);
     if (st) {
         dt_log(DT_LOG_ERROR, "tensor parallelism: a Linear's values made whole: %s", dt_last_error());
         return NULL;
     }
     memset(w->values, 0, need * sizeof(float));
-    for (int r = 0; r < w->ranks; r++) {
-        const float *from = w->recv + (size_t)r * e->rows * l->local;
-        const int *p = l->place + (size_t)r * l->local;
+    const float *from = w->recv;
+    for (int r = 0; r < w->ranks; from += w->counts[r], r++) {
+        const int *p = l->place + l->at[r];
+        int lw = l->local[r];
         for (size_t i = 0; i < e->rows; i++)
-            for (int c = 0; c < l->local; c++) w->values[i * l->width + (size_t)p[c]] += from[i * l->local + c];
+            for (int c = 0; c < lw; c++) w->values[i * l->width + (size_t)p[c]] += from[i * (size_t)lw + c];
     }
     return w->values;
 }
@@ -230,10 +243,11 @@ dt_status dt_tp_whole_create(const dt_model *m, dt_comm *tp, dt_tp_whole **out) 
     dt_status st = dt_comm_split(tp, 0, dt_comm_rank(tp), &w->tp);
     if (!st) w->ranks = dt_comm_size(w->tp), w->rank = dt_comm_rank(w->tp), st = learn_slices(w);
     if (!st) {
-        w->recv_floats = w->most * (size_t)w->ranks;
+        w->recv_floats = w->most;
         w->store = calloc(w->floats + 1, sizeof(float));
         w->recv = malloc((w->recv_floats + 1) * sizeof(float));
-        if (!w->store || !w->recv) st = dt_error(DT_ERR_NOMEM, "tensor parallelism's whole tensors: out of memory (%zu floats)", w->floats);
+        w->counts = calloc((size_t)w->ranks, sizeof *w->counts);
+        if (!w->store || !w->recv || !w->counts) st = dt_error(DT_ERR_NOMEM, "tensor parallelism's whole tensors: out of memory (%zu floats)", w->floats);
     }
     if (!st) st = take_linears(w);
     if (st) {
@@ -246,7 +260,8 @@ dt_status dt_tp_whole_create(const dt_model *m, dt_comm *tp, dt_tp_whole **out) 
 
 void dt_tp_whole_destroy(dt_tp_whole *w) {
     if (!w) return;
-    for (int i = 0; i < w->nlin; i++) free(w->lin[i].place);
+    for (int i = 0; i < w->nlin; i++) free(w->lin[i].place), free(w->lin[i].local), free(w->lin[i].at);
+    free(w->counts);
     free(w->lin), free(w->layers);
     free(w->whole), free(w->slices), free(w->store), free(w->recv), free(w->values);
     if (w->tp) dt_comm_destroy(w->tp);
