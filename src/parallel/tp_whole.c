@@ -34,7 +34,7 @@ struct dt_tp_whole {
     size_t values_floats;
     dt_linear_observer fn;      /* the observer of the whole Linears */
     void *fn_ctx;
-    dt_preconditioner inner;        /* the preconditioner of the whole tensors */
+    dt_preconditioner inner;    /* the preconditioner of the whole tensors */
 };
 
 /* ---- the tensors ---- */
