@@ -5,8 +5,9 @@
 # losses within 1e-5 and the weights within 1e-6 after 40 steps (after 100 the difference is said, not held: K-FAC
 # multiplies a rounding difference by up to 1 / damping, as Adam by 1 / sqrt(v), and at damping 0.001 these grow to
 # percents, where DDP under AdamW alone reaches 3e-4 of the weights); AdamW underneath with the inverse method and
-# intervals, and under mpirun; 2 pipeline stages, DP 2 x PP 2, 2 tensor-parallel ranks and DP 2 x TP 2 against one
-# process likewise, and Llama's K/V head kept by 2 tensor-parallel ranks after one step; ZeRO-1 against DDP,
+# intervals, and under mpirun; 2 pipeline stages, DP 2 x PP 2, 2 tensor-parallel ranks, DP 2 x TP 2 and TP 2 x PP 2
+# against one process likewise, and one step of GPT-2's fused q/k/v and Llama's K/V head on 2 tensor-parallel ranks and
+# of an unevenly split vocabulary on 3; ZeRO-1 against DDP,
 # bit for bit; MEM-OPT's factors and decompositions on the rank holding most against COMM-OPT's, and
 # the planner's prediction of both; the refusals.
 # usage: kfac_equivalence.sh DTRAIN [MPIEXEC]
@@ -62,6 +63,9 @@ run dp2pp2 --nproc 4 --pp 2 --batch 2 --grad-accum 2 && against "2 data-parallel
 run tp2 --nproc 2 --tp 2 --batch 8 && against "2 tensor-parallel ranks" tp2 one || fail "TP 2"
 run dp2tp2 --nproc 4 --tp 2 --sp --batch 4 --kfac-workers 0.5 &&
     against "2 data-parallel x 2 tensor-parallel ranks (sequence parallel), MEM-OPT" dp2tp2 one || fail "DP 2 x TP 2"
+# and with pipeline stages: each stage's ranks make its tensors whole, the KL sum over the stages of one tensor-parallel place
+run tp2pp2 --nproc 4 --tp 2 --pp 2 --batch 2 --grad-accum 4 && against "2 tensor-parallel ranks x 2 pipeline stages" tp2pp2 one ||
+    fail "TP 2 x PP 2"
 # One step on the step's factors alone (decay 0: a wrong factor is not hidden under the identity the averages start at,
 # which outweighs the output gradients' G for many steps), 2 tensor-parallel ranks against one process: the weights'
 # largest difference against the step's largest change. GPT-2's fused q, k, v (a rank's rows are three pieces of the
@@ -132,7 +136,6 @@ if echo "$out" | grep -q "K-FAC (COMM-OPT) preconditions .* before adamw" && ! e
     ok "resumed on 1 process: K-FAC over AdamW again, its state loaded"
 else fail "K-FAC resume: $(echo "$out" | tail -3)"; fi
 refused "K-FAC under ZeRO-2" "not with K-FAC or Shampoo yet (they precondition whole gradients" --nproc 2 --zero 2
-refused "K-FAC with tensor and pipeline parallelism" "not with K-FAC or Shampoo and --pp together" --nproc 4 --tp 2 --pp 2
 refused "K-FAC with a loss scale" "not with a loss scale" --precision fp16
 refused "K-FAC over LAMB" "sgd or adamw" --kfac-base lamb
 refused "--kfac-damping 0" "kfac-damping" --kfac-damping 0

@@ -6,7 +6,8 @@
 # and by DDP; on pipeline stages (each stage's own state, KEY-stageSofP.f32) K-FAC on DP 2 x PP 2 and Shampoo on PP 2;
 # on 2 tensor-parallel ranks K-FAC and Shampoo (the group's ranks hold the same whole tensors' state: one kfac entry in
 # the manifest), K-FAC's also resumed by one process. Across pipeline splits: K-FAC's saved on DP 2 x PP 2 resumed by
-# one process, one process's on PP 2 and DP 2 x PP 2, Shampoo's on PP 2 by one process and 2 ranks' on PP 2, each
+# one process, one process's on PP 2 and DP 2 x PP 2, TP 2 x PP 2's by one process (and by itself bit for bit),
+# Shampoo's on PP 2 by one process and 2 ranks' on PP 2, each
 # near the uninterrupted run's losses (K-FAC within 1e-5, Shampoo 1e-4); an interleaved stage's state resumed by its
 # own layout bit for bit, by another afresh.
 # Resharded: Shampoo's state saved with its blocks shared by groups of 2 of 4 ranks resumes shared by all 4 and held
@@ -160,6 +161,11 @@ split "K-FAC saved by one process, resumed on 2 pipeline stages" 1e-5 k1 k1_pp -
 split "K-FAC saved by one process, resumed on DP 2 x PP 2 (MEM-OPT)" 1e-5 k1 k1_dppp --nproc 4 --pp 2 --batch 2 --grad-accum 2 --kfac-workers 0.5
 split "Shampoo saved on 2 pipeline stages, resumed by one process" 1e-4 shpp shpp_one --nproc 1 --batch 8 --grad-accum 1
 split "Shampoo saved by 2 ranks, resumed on 2 pipeline stages" 1e-4 sh sh_pp --nproc 2 --pp 2 --batch 2 --grad-accum 4
+pair ktpp "${kfac[@]}" --nproc 4 --tp 2 --pp 2 --batch 2 --grad-accum 4 || fail "K-FAC TP 2 x PP 2 runs: $(tail -1 "$dir/ktpp.out")"
+copies ktpp_c ktpp_r
+resume ktpp ktpp_r --nproc 4 --tp 2 --pp 2 --grad-accum 4
+same "K-FAC on 2 tensor-parallel ranks x 2 pipeline stages, resumed at step 10" "$(w20 ktpp)" "$(w20 ktpp_r)"
+split "K-FAC saved on TP 2 x PP 2, resumed by one process" 1e-5 ktpp ktpp_one --nproc 1 --batch 8 --grad-accum 1
 # an interleaved stage's layers are not one run of the model's (KEY-stageSofP-chunksC): its own layout resumes it bit for
 # bit, another split starts afresh, said
 il=(--layers 4 --nproc 2 --pp 2 --pp-schedule interleaved --batch 2 --grad-accum 4)

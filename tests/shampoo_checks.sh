@@ -6,8 +6,8 @@
 # Zen 3's paths, 4.5e-5 on Zen 4's); over 100, and at the default 1e-12, the difference is said, not held: it grows as
 # a chaotic system's does (at 1e-12 from the first roots on: a rank-deficient factor's null space is lifted to 1e-12,
 # whose inverse fourth root is 1000; at 1e-6 to 5e-3 by step 100), where AdamW's own DDP stays within 5e-6; 2 pipeline
-# stages likewise within 5e-4 over 40 steps; Llama on 2 tensor-parallel ranks and on DP 2 x TP 2, and GPT-2 on 3 (an
-# uneven vocabulary), within 1e-5 at eps 1e-3. The bf16 wire trains (finite,
+# stages likewise within 5e-4 over 40 steps; Llama on 2 tensor-parallel ranks, DP 2 x TP 2 and TP 2 x PP 2, and GPT-2
+# on 3 (an uneven vocabulary), within 1e-5 at eps 1e-3. The bf16 wire trains (finite,
 # its losses said against fp32's). The state a rank holds shared by 4 against held whole; the refusals; a resumed run
 # keeps the settings (and its state: second_order_resume.sh).
 # usage: shampoo_checks.sh DTRAIN
@@ -46,13 +46,13 @@ if [ "$wp" != missing ] && awk -v w="$wp" 'BEGIN{exit !(w <= 5e-4)}'; then
     ok "2 pipeline stages against one process, --shampoo-eps 1e-6: losses within $wp over 40 steps"
 else fail "2 pipeline stages against one process: losses differ by $wp over 40 steps"; fi
 # tensor parallelism: each rank's Shampoo over the whole tensors (its gradients made whole over its group, its slices
-# taken back): Llama with its one K/V head kept by both ranks, on 2 tensor-parallel ranks and DP 2 x TP 2 (sequence
-# parallel) against one process, at eps 1e-3, where a root does not magnify the rounding TP's split sums bring (at
+# taken back): Llama with its one K/V head kept by both ranks, on 2 tensor-parallel ranks, DP 2 x TP 2 (sequence
+# parallel) and TP 2 x PP 2 against one process, at eps 1e-3, where a root does not magnify the rounding TP's split sums bring (at
 # 1e-6 2 tensor-parallel ranks come within 3e-4 over 40 steps, and 2 data-parallel ones alike)
 llama=(--model llama-tiny --vocab 256 --layers 2 --channels 48 --heads 4 --kv-heads 1 --ffn 96 --steps 40 --shampoo-eps 1e-3
        --shampoo-block 32 --lr 2e-3)
 run ll_one --batch 8 "${llama[@]}" || fail "Llama, one process"
-for t in "tp2 --nproc 2 --tp 2 --batch 8" "dp2tp2 --nproc 4 --tp 2 --sp --batch 4"; do
+for t in "tp2 --nproc 2 --tp 2 --batch 8" "dp2tp2 --nproc 4 --tp 2 --sp --batch 4" "tp2pp2 --nproc 4 --tp 2 --pp 2 --batch 2 --grad-accum 4"; do
     set -- $t
     name=$1
     shift
@@ -91,7 +91,6 @@ else fail "the planner's Shampoo memory: shared $ps MiB (run $shared), whole $pw
 
 refused "--shampoo-group 3 on 4 ranks" "does not divide" --nproc 4 --shampoo-group 3
 refused "Shampoo under ZeRO-2" "not with K-FAC or Shampoo yet (they precondition whole gradients" --nproc 2 --zero 2
-refused "Shampoo under tensor and pipeline parallelism" "not with K-FAC or Shampoo and --pp together" --nproc 4 --tp 2 --pp 2
 refused "Shampoo with --grad-clip" "Shampoo's directions" --grad-clip 1
 refused "--shampoo-block 0" "--shampoo-block" --shampoo-block 0
 if "$DTRAIN" train --data "$dir/train.bin" --layers 1 --channels 32 --heads 2 --vocab 256 --seq 16 --batch 2 --steps 1 --shampoo-block 8 \

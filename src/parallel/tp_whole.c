@@ -24,6 +24,7 @@ struct dt_tp_whole {
     dt_tensor_info *whole;      /* [n]: each tensor whole, at its place in the whole store */
     dt_tensor_info *slices;     /* [ranks][n]: each rank's slice of each, offset 0 (for placing its piece) */
     size_t floats, most;        /* the whole store's floats; the largest tensor's slices together */
+    size_t base;                /* where the whole store starts in the whole model's (a pipeline stage's first tensor) */
     size_t *counts;             /* [ranks]: an allgather's counts (slices need not be even: a vocabulary 3 ranks split) */
     float *store, *recv;        /* the whole gradients; an allgather's pieces */
     size_t recv_floats;
@@ -64,15 +65,21 @@ static dt_status learn_slices(dt_tp_whole *w) {
             for (int k = 0; k < t->ndim; k++) t->count *= (size_t)(t->shape[k] = d[5 + k]);
             t->offset = 0;
         }
+    /* a pipeline stage's tensors from its first on (its copy of the tied table aside: the first stage's, not made whole) */
+    w->base = SIZE_MAX;
+    for (int i = 0; i < w->n; i++)
+        if (!w->m.tensors[i].tied_copy && w->m.tensors[i].count && w->m.tensors[i].goffset < w->base) w->base = w->m.tensors[i].goffset;
+    if (w->base == SIZE_MAX) w->base = 0;
     for (int i = 0; i < w->n && !st; i++) {
         dt_tensor_info *t = &w->whole[i];
         *t = w->m.tensors[i];
         t->count = t->ndim ? 1 : 0;
         for (int k = 0; k < t->ndim; k++) t->count *= (size_t)(t->shape[k] = t->gshape[k]);
-        t->offset = t->goffset;
+        if (t->tied_copy) t->count = 0;
+        t->offset = t->count ? t->goffset - w->base : 0;
         dt_tensor_set_whole(t);
         t->split = DT_SPLIT_NONE, t->replicas = 0, t->replica = 0;
-        if (t->goffset + t->count > w->floats) w->floats = t->goffset + t->count;
+        if (t->offset + t->count > w->floats) w->floats = t->offset + t->count;
         size_t all = 0;
         for (int r = 0; r < w->ranks; r++) all += w->slices[(size_t)r * w->n + i].count;
         if (all > w->most) w->most = all;
@@ -81,10 +88,11 @@ static dt_status learn_slices(dt_tp_whole *w) {
     return st;
 }
 
-typedef struct { float *to; const float *from; } placing;
+typedef struct { float *to; const float *from; size_t base; int back; } placing;
 static void place_run(size_t lo, size_t go, size_t n, void *ctx) {
     placing *x = ctx;
-    memcpy(x->to + go, x->from + lo, n * sizeof(float));
+    if (x->back) memcpy(x->to + lo, x->from + go - x->base, n * sizeof(float));
+    else memcpy(x->to + go - x->base, x->from + lo, n * sizeof(float));
 }
 
 /* Rank r's piece (from) of tensor i into its whole tensor's place in to. */
@@ -92,7 +100,7 @@ static void put_piece(const dt_tp_whole *w, int r, int i, const float *from, flo
     dt_tensor_info t = w->slices[(size_t)r * w->n + i];
     t.goffset = w->whole[i].offset;
     dt_model one = { .tensors = &t, .ntensors = 1, .nparams = t.count };
-    dt_model_global_runs(&one, 0, t.count, place_run, &(placing){ to, from });
+    dt_model_global_runs(&one, 0, t.count, place_run, &(placing){ to, from, 0, 0 });
 }
 
 dt_status dt_tp_whole_gather(dt_tp_whole *w, const float *local, float *whole) {
@@ -112,7 +120,12 @@ dt_status dt_tp_whole_gather(dt_tp_whole *w, const float *local, float *whole) {
     return DT_OK;
 }
 
-void dt_tp_whole_scatter(const dt_tp_whole *w, const float *whole, float *local) { dt_model_copy_slices(&w->m, local, whole); }
+void dt_tp_whole_scatter(const dt_tp_whole *w, const float *whole, float *local) {
+    for (int i = 0; i < w->n; i++) {
+        const dt_tensor_info *t = &w->m.tensors[i];
+        if (t->count && !t->tied_copy) dt_model_global_runs(&w->m, t->offset, t->count, place_run, &(placing){ local, whole, w->base, 1 });
+    }
+}
 
 /* ---- the Linears ---- */
 

@@ -19,9 +19,6 @@ static const char *tp_lacks(const dt_train_config *c) {
     if (dt_train_is_image_model(c->model)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
     if (c->opt.kind == DT_OPT_SOAP) return "SOAP (it rotates whole matrices)";
-    /* each rank of a stage's group makes its tensors whole and sums its stage's KL term: the stages' sum would count it
-     * once a rank */
-    if ((c->kfac_on || c->shampoo_on) && c->pp > 1) return "K-FAC or Shampoo and --pp together";
     return NULL;
 }
 

@@ -288,9 +288,10 @@ static dt_status make_engine(run *r) {
         ec.loss_comm = r->w;
         ec.mp_comm = r->mp;
     }
-    /* a pipeline's stages: K-FAC's KL clipping and skips span them */
+    /* a pipeline's stages (the ranks of this one's tensor-parallel place): K-FAC's KL clipping and skips span them */
     dt_comm *tp = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL;
-    if (!st) st = dt_train_precond_create(c, &ec, ec.schedule ? ec.mp_comm : NULL, tp, r->rank, "embeddings, norms, head, experts", &r->pre);
+    dt_comm *stages = ec.schedule ? dt_mesh_comm(r->mesh, DT_MESH_PP) : NULL;
+    if (!st) st = dt_train_precond_create(c, &ec, stages, tp, r->rank, "embeddings, norms, head, experts", &r->pre);
     if (!st) st = dt_train_device_attach(c, r->nranks, r->w ? dt_comm_local_rank(r->w) : 0, dt_gpt2_program(r->m), &ec, &r->dev);
     if (!st) st = dt_engine_create(&ec, &r->e);
     if (st || !c->resume) return st;
