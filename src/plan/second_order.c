@@ -157,8 +157,10 @@ static void tp_cost(const dt_plan_job *j, double a, double b, second_cost *out) 
             sides += side > 0 ? dt_plan_gather(rows * side * 4, j->tp, a, b) : 0;
         }
     free(layers);
+    /* a pipeline stage's store holds its own tensors: the model's over the stages (the comm is divided by the caller) */
+    double store = (double)m.nparams / (j->pp > 1 ? j->pp : 1);
     out->comm += dt_plan_gather((double)m.nparams * 4, j->tp, a, b) + (j->kfac_on ? micro * sides / j->kfac.factor_every : 0);
-    out->scratch += 4 * ((double)m.nparams + big + (j->kfac_on ? 2 * rows * wide : 0));
+    out->scratch += 4 * (store + big + (j->kfac_on ? 2 * rows * wide : 0));
     dt_program_destroy(p);
 }
 
