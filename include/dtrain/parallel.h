@@ -74,8 +74,6 @@ void dt_tp_whole_scatter(const dt_tp_whole *w, const float *whole, float *local)
 /* inner (made over dt_tp_whole_model's view) as a preconditioner of the rank's slices: each step's gradients made
  * whole, preconditioned, and the rank's slices taken back; its state saved by the group's first rank. */
 void dt_tp_whole_preconditioner(dt_tp_whole *w, const dt_preconditioner *inner, dt_preconditioner *out);
-/* Its buffers' bytes (the whole store, the pieces gathered, an event's values). */
-size_t dt_tp_whole_bytes(const dt_tp_whole *w);
 /* Expert parallelism's exchanges (dt_ep_ops) over the expert-parallel group's communicator. */
 dt_ep_ops dt_ep_ops_over(dt_comm *ep);
 

@@ -187,15 +187,13 @@ static dt_status take_linears(dt_tp_whole *w) {
 static const float *whole_values(dt_tp_whole *w, const tp_linear *l, const dt_linear_event *e) {
     size_t got = 0, need = e->rows * (size_t)l->width;
     for (int r = 0; r < w->ranks; r++) got += w->counts[r] = e->rows * (size_t)l->local[r];
-    if (got > w->recv_floats) {
-        float *r = realloc(w->recv, got * sizeof(float));
-        if (!r) return NULL;
-        w->recv = r, w->recv_floats = got;
-    }
-    if (need > w->values_floats) {
-        float *v = realloc(w->values, need * sizeof(float));
-        if (!v) return NULL;
-        w->values = v, w->values_floats = need;
+    float *pieces = got > w->recv_floats ? realloc(w->recv, got * sizeof(float)) : w->recv;
+    if (pieces) w->recv = pieces, w->recv_floats = got > w->recv_floats ? got : w->recv_floats;
+    float *vals = pieces && need > w->values_floats ? realloc(w->values, need * sizeof(float)) : w->values;
+    if (vals) w->values = vals, w->values_floats = need > w->values_floats ? need : w->values_floats;
+    if (!pieces || !vals) {
+        dt_log(DT_LOG_ERROR, "tensor parallelism: no memory for a Linear's whole values (%zu floats)", got + need);
+        return NULL;
     }
     dt_status st = dt_comm_allgatherv(w->tp, e->values, w->recv, w->counts, DT_F32);
     if (st) {
@@ -280,8 +278,6 @@ void dt_tp_whole_destroy(dt_tp_whole *w) {
     if (w->tp) dt_comm_destroy(w->tp);
     free(w);
 }
-
-size_t dt_tp_whole_bytes(const dt_tp_whole *w) { return (w->floats + w->recv_floats + w->values_floats) * sizeof(float); }
 
 /* ---- a preconditioner of whole tensors over the slices ---- */
 
