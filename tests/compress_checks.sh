@@ -3,7 +3,7 @@
 # at density 1 is dense DDP's average, DGC's at density 1 momentum-free SGD's, 1-bit Adam's warm-up dense AdamW's (the embedding's rows summed in another order: held close, not equal)
 # (GPT-2 with its tied embedding, whose rows DDP defers, and Llama); from it on the update inside backward and the one
 # after it give the same weights; ZeRO 1, 2 and 3 with a codec give DDP's weights; compressed runs train and report
-# their bytes and ratio; a checkpoint resumes with the codec's state bit for bit (under ZeRO-3 saved, under DDP resumed); bad settings are refused naming why; a rank killed mid-exchange ends the job naming it.
+# their bytes and ratio; the planner's communication buffers (a codec's state and buffers) are the run's; a checkpoint resumes with the codec's state bit for bit (under ZeRO-3 saved, under DDP resumed); bad settings are refused naming why; a rank killed mid-exchange ends the job naming it.
 # Under mpirun on 2 pseudo-nodes of 2 ranks, top-k's hierarchical exchange (dense inside a machine, sparse between) at
 # density 1 is dense DDP's run (within 1e-6), and at 0.01 trains sending half the allgather's bytes between machines.
 # usage: compress_checks.sh DTRAIN [MPIEXEC]
@@ -53,6 +53,24 @@ pb=$(plan_bytes --compress powersgd --compress-rank 2) tb=$(plan_bytes --compres
 rb=$(field grad_sent_bytes "$dir/psgd.jsonl" | tail -1) rt=$(field grad_sent_bytes "$dir/top01.jsonl" | tail -1)
 awk "BEGIN{d = ($tb - $rt) / $rt; exit !($pb == $rb && d < 0.01 && d > -0.01)}" && ok=1 || ok=0
 verdict $ok "plan's bytes a step: PowerSGD rank 2 $pb (the run's $rb), top-k 0.01 $tb (the run's $rt)"
+# the planner's communication buffers are the run's (its memory table's, 2 ranks): each codec's state and its buckets'
+# buffers by the codec's own count (dt_codec_work_bytes_for, the model as one bucket), no token-table rows deferred
+# where the codec runs from the first step. Top-k, DGC with its warm-up densities and 1-bit Adam to the byte; PowerSGD's
+# several buckets within 5% of the one the planner sees (2.2% here)
+buffers() { # ARGS: the plan's buffers and a 3-step run's (its fullest rank)
+    rm -rf "$dir/mem"
+    "$DTRAIN" train "${common[@]}" "$@" --steps 3 --quiet --report "$dir/mem" > /dev/null 2>&1
+    echo "$("$DTRAIN" plan "${common[@]}" "$@" --json 2> /dev/null | python3 -c "import json, sys; print(json.load(sys.stdin)['buffers'])") $(python3 -c "
+import json, sys; r = json.load(open(sys.argv[1])); print(max(x['buffers'] for x in r.get('memory_per_rank') or [r['memory_bytes']]))" "$dir/mem/run.json" 2> /dev/null)"
+}
+sgd=(--optimizer sgd --momentum 0.9 --lr 0.05)
+for c in "topk --compress-density 0.01:0" "dgc --compress-density 0.01 --compress-warmup 2 ${sgd[*]}:0" "onebit --compress-start 2:0" \
+         "powersgd --compress-rank 2:0.05"; do
+    read -r pm rm <<< "$(buffers --compress ${c%%:*})"
+    tol=${c##*:}
+    awk -v p="${pm:-0}" -v r="${rm:-0}" -v t="$tol" 'BEGIN{d = (p - r) / (r > 0 ? r : 1); if (d < 0) d = -d; exit !(r > 0 && d <= t)}' && ok=1 || ok=0
+    verdict $ok "plan's communication buffers with --compress ${c%% *}: $pm bytes, the run's $rm"
+done
 # plan --search weighs the command's codec (and none) where it applies: across 2 machines over a 100 Mbit/s link (a
 # calibration of 200 us and 80 ns a byte) PowerSGD's layouts come first; without --compress no layout has a codec
 printf 'mpi_alpha 0.0002\nmpi_beta 8e-08\n' > "$dir/cal"

@@ -92,6 +92,11 @@ size_t dt_codec_state_size(const dt_codec *k, dt_codec_state_kind s);
 /* Bytes of every state held (0 before the codec's first step, or with k NULL): a run's memory counts them with its
  * communication buffers. */
 size_t dt_codec_state_bytes(const dt_codec *k);
+/* Bytes of its buckets' buffers (their exchanges and scratch: 1-bit Adam's packed bucket and signs, PowerSGD's P and Q,
+ * top-k's pairs and candidates) made so far (k NULL: 0); and what a bucket of nt tensors t would make on ranks ranks
+ * (the planner's: the model as one bucket, a run's several adding a few words each). */
+size_t dt_codec_work_bytes(const dt_codec *k);
+size_t dt_codec_work_bytes_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks);
 dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int load);
 /* State a codec keeps per bucket, the same on every rank (Ok-TopK's regions and global threshold), as floats holding
  * 32-bit words: how many (0: none), and copying them out (load 0: n must be the size) or in (load 1: a checkpoint's,

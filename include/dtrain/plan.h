@@ -131,8 +131,9 @@ void dt_plan_timings_fresh(bool on);
 const char *dt_plan_bytes_text(double bytes, char *buf, size_t cap);
 /* A gradient codec's exchanges (job->codec): the floats a rank sends a step, *approximated the gradient elements
  * PowerSGD's GEMMs cover (0 for top-k), *state the floats of state it keeps on every rank (residuals, Qs, velocities;
- * ZeRO's ranks too); 0 without a codec. Either out may be NULL. */
-double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *state);
+ * ZeRO's ranks too), *work the bytes of its buckets' buffers (dt_codec_work_bytes_for); 0 without a codec. Any out
+ * may be NULL. */
+double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *state, double *work);
 /* The step time of job on hardware h (the largest stage's rank sets it). */
 void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *out);
 

@@ -177,6 +177,14 @@ size_t dt_codec_state_bytes(const dt_codec *k) {
     return n * sizeof(float);
 }
 
+size_t dt_codec_work_bytes(const dt_codec *k) { return k && k->ops->work ? k->ops->work(k) : 0; }
+
+size_t dt_codec_work_bytes_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks) {
+    for (int i = 0; i < NCODECS; i++)
+        if (codecs[i].kind == c->kind && codecs[i].ops->work_for) return codecs[i].ops->work_for(c, t, nt, ranks);
+    return 0;
+}
+
 dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int load) {
     if (!load && !dt_codec_has_state(k)) return dt_error(DT_ERR_ARG, "codec: no step compressed yet: no state to keep");
     size_t at = 0;

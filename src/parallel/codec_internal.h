@@ -18,6 +18,10 @@ typedef struct {
     /* state kept per bucket, the same on every rank (Ok-TopK's regions and threshold), as 32-bit words; NULL: none */
     size_t (*shared_words)(const dt_codec *k);
     dt_status (*shared_io)(dt_codec *k, uint32_t *w, size_t n, int load);
+    /* The bytes its buckets' buffers hold (exchanges, scratch): made so far (work), or for one bucket of nt tensors
+     * t on ranks ranks (work_for: the planner's, which sees the model as one bucket) */
+    size_t (*work)(const dt_codec *k);
+    size_t (*work_for)(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks);
 } dt_codec_ops;
 
 struct dt_codec {

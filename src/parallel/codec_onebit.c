@@ -255,7 +255,30 @@ static void destroy(dt_codec *k) {
     free(s->b);
 }
 
+/* A bucket's of len entries in nseg segments on np ranks: the packed bucket, the alltoall's blocks out and in and the
+ * allgather's (words each: a scale a segment of the fullest chunk, then a chunk's signs), the segments' tables. */
+static size_t bucket_bytes(size_t len, size_t nseg, size_t slots, size_t np) {
+    size_t words = slots + ((len + np - 1) / np + 31) / 32;
+    return (len ? len : 1) * sizeof(float) + (3 * np + 1) * words * sizeof(uint32_t) + (nseg + np + 1) * sizeof(size_t) + (np + 1) * sizeof(int);
+}
+
+static size_t work(const dt_codec *k) {
+    const onebit *s = k->impl;
+    size_t b = 0;
+    for (int i = 0; i < s->nb; i++)
+        if (s->b[i].dense) b += bucket_bytes(s->b[i].len, (size_t)s->b[i].n, s->b[i].slots, (size_t)dt_comm_size(k->comm));
+    return b;
+}
+
+/* One bucket of every tensor: a chunk's segments about its share of the tensors and one more. */
+static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks) {
+    (void)c;
+    size_t len = 0, np = ranks > 1 ? (size_t)ranks : 1;
+    for (int i = 0; i < nt; i++) len += t[i].count;
+    return bucket_bytes(len, (size_t)nt, (size_t)nt / np + 2, np);
+}
+
 const dt_codec_ops dt_codec_onebit = {
     .impl_size = sizeof(onebit), .own_warmup = 1, .check = check, .state_floats = state_floats, .start = start, .next = next,
-    .next_collective = next_collective, .destroy = destroy,
+    .next_collective = next_collective, .destroy = destroy, .work = work, .work_for = work_for,
 };

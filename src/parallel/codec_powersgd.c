@@ -198,6 +198,28 @@ static void destroy(dt_codec *k) {
     free(s->b);
 }
 
+/* A bucket's: its entries, the first allreduce's buffer (the whole tensors and every P), the second's (every Q). */
+static size_t bucket_bytes(size_t n, size_t whole, size_t np, size_t nq) { return n * sizeof(entry) + (whole + np + 1 + nq + 1) * sizeof(float); }
+
+static size_t work(const dt_codec *k) {
+    const psgd *s = k->impl;
+    size_t b = 0;
+    for (int i = 0; i < s->nb; i++) b += s->b[i].e ? bucket_bytes((size_t)s->b[i].n, s->b[i].whole, s->b[i].np, s->b[i].nq) : 0;
+    return b;
+}
+
+static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks) {
+    (void)ranks;
+    size_t whole = 0, np = 0, nq = 0;
+    for (int i = 0; i < nt; i++) {
+        int n, m, r = rank_of(c, &t[i], &n, &m);
+        if (r) np += (size_t)n * r, nq += (size_t)m * r;
+        else whole += t[i].count;
+    }
+    return bucket_bytes((size_t)nt, whole, np, nq);
+}
+
 const dt_codec_ops dt_codec_powersgd = {
     .impl_size = sizeof(psgd), .check = check, .state_floats = state_floats, .start = start, .next = next, .next_collective = next_collective, .destroy = destroy,
+    .work = work, .work_for = work_for,
 };

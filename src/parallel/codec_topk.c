@@ -327,7 +327,34 @@ static void destroy(dt_codec *k) {
     free(s->b);
 }
 
+/* A bucket's of len entries sending at most kmax pairs a rank, candidates room for cap: the threshold's sample, the
+ * candidates (entry, magnitude, a copy to select in), the pairs (the allgather's: every rank's too), DGC's chosen
+ * velocities. (Ok-TopK's and the hierarchical exchange's tables beside them are a few words a rank, not counted.) */
+static size_t bucket_bytes(const dt_codec_config *c, size_t len, size_t kmax, size_t cap, size_t pairs) {
+    return (len / SAMPLE + 1) * sizeof(float) + cap * (sizeof(size_t) + 2 * sizeof(float)) + pairs * sizeof(uint64_t) +
+           (c->kind == DT_CODEC_DGC ? kmax * sizeof(float) : 0);
+}
+
+static size_t work(const dt_codec *k) {
+    const topk *s = k->impl;
+    size_t b = 0, np = k->comm ? (size_t)dt_comm_size(k->comm) : 1;
+    for (int i = 0; i < s->nb; i++) {
+        const tbucket *p = &s->b[i];
+        if (p->sample) b += bucket_bytes(&k->c, p->len, p->kmax, p->cap, p->kmax * (p->exchange != DT_SPARSE_ALLGATHER ? 1 : np + 1));
+    }
+    return b;
+}
+
+/* One bucket of every tensor through the allgather (the exchange auto takes on one machine's few ranks), its candidates'
+ * first room (4 kmax + 64: the sample's threshold finds about kmax). */
+static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks) {
+    size_t len = 0, np = ranks > 1 ? (size_t)ranks : 1;
+    for (int i = 0; i < nt; i++) len += t[i].count;
+    size_t kmax = count_at(dt_codec_density_max(c), len);
+    return bucket_bytes(c, len, kmax, 4 * kmax + 64, kmax * (np + 1));
+}
+
 const dt_codec_ops dt_codec_topk = {
     .impl_size = sizeof(topk), .check = check, .state_floats = state_floats, .start = start, .next = next, .next_collective = next_collective, .destroy = destroy,
-    .shared_words = shared_words, .shared_io = shared_io,
+    .shared_words = shared_words, .shared_io = shared_io, .work = work, .work_for = work_for,
 };

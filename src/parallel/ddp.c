@@ -840,9 +840,10 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
 int dt_ddp_buckets(const dt_ddp *d) { return d->nb; }
 
 /* the pool's pages as resident (they come when first lent: a run that never pools holds none); a codec's state (its
- * residuals, Qs, velocities: a whole model's worth on every rank, ZeRO's too) */
+ * residuals, Qs, velocities: a whole model's worth on every rank, ZeRO's too) and its buckets' buffers */
 size_t dt_ddp_buffer_bytes(const dt_ddp *d) {
-    return d->rows_cap * sizeof(float) + d->toks_cap * sizeof(int32_t) + dt_grad_pool_resident(d->pool) + dt_codec_state_bytes(d->codec);
+    return d->rows_cap * sizeof(float) + d->toks_cap * sizeof(int32_t) + dt_grad_pool_resident(d->pool) + dt_codec_state_bytes(d->codec) +
+           dt_codec_work_bytes(d->codec);
 }
 
 double dt_ddp_updated_in_backward(const dt_ddp *d) { return d->last_early; }

@@ -90,8 +90,12 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
      * first lent: no more of it is resident than that range; a 16-bit store: the whole f32 store goes through it */
     double outside = !pool ? 0 : dt_plan_lp_store(j) ? 4 * psi : j->stage >= 2 ? m->grads * (n - 1) : 0;
     if (outside > 0) pool_bytes = fmin(pool_bytes, outside);
-    m->comm = (n > 1 ? (n + 1) * BT * (C * f + 4) : 0) + (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) +
-              pool_bytes;
+    /* the token table's rows deferred and exchanged (none where a codec runs from the first step: it takes that gradient
+     * whole) */
+    const dt_codec_config *k = &j->codec;
+    int codec_first = k->kind != DT_CODEC_NONE && (k->start == 0 || k->kind == DT_CODEC_ONEBIT);
+    m->comm = (n > 1 && !codec_first ? (n + 1) * BT * (C * f + 4) : 0) +
+              (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) + pool_bytes;
     /* LoRA: the adapters' buckets (no token table's rows deferred, no pool for a head that does not train) */
     if (j->lora.rank) {
         m->comm = n > 1 ? 2 * fmin((double)j->bucket_bytes, f * adapters) : 0;
@@ -118,8 +122,7 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
      * warm-up too): no peer's pages are read there, and a lent page is touched at the store's address only, not at the
      * pool's too (d6 on 2 ranks, PowerSGD: 232.5 MiB at the peak under ZeRO-1 and 232.2 under ZeRO-2, 20.7 less than
      * either counted) */
-    const dt_codec_config *k = &j->codec;
-    if (k->kind != DT_CODEC_NONE && (k->start == 0 || k->kind == DT_CODEC_ONEBIT)) R = 1, outside = 0;
+    if (codec_first) R = 1, outside = 0;
     if (!j->paper_states && outside > 0)
         m->mapped += outside + (R > 1 ? (R - 1) / R * m->grads : 0);
     else if (!j->paper_states && R > 1)
@@ -131,11 +134,11 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
         m->comm += f * (double)(j->cp_ulysses ? dt_ulysses_work_floats(&cc) : dt_ring_work_floats(&cc));
     }
     m->comm += stage_bufs;
-    /* a codec's state: a whole model's residuals (and more) on every rank, whatever the stage */
+    /* a codec's state: a whole model's residuals (and more) on every rank, whatever the stage; and its buckets' buffers */
     if (n > 1 && j->codec.kind != DT_CODEC_NONE) {
-        double state;
-        dt_plan_codec_floats(j, NULL, &state);
-        m->comm += 4 * state;
+        double state, work;
+        dt_plan_codec_floats(j, NULL, &state, &work);
+        m->comm += 4 * state + work;
     }
     m->acts = acts;
     m->data = (double)j->data_bytes;

@@ -184,17 +184,19 @@ dt_program *dt_plan_model_table(const dt_plan_job *j, dt_model *m) {
  * value for each of its share of the entries. 1-bit Adam (after its warm-up): a bit an entry into the alltoall and a
  * bit for each of the rank's chunk's entries into the allgather, a scale for each piece of a tensor in a chunk. And the
  * floats of state it keeps on every rank (dt_codec_state_bytes): a residual an entry, PowerSGD's Qs, DGC's velocity,
- * 1-bit Adam's momentum and server error. */
-double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *state) {
-    double approx_here = 0, state_here = 0; /* where the caller asks for neither */
+ * 1-bit Adam's momentum and server error; and its buffers' bytes, the codec's own count for the model as one bucket. */
+double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *state, double *work) {
+    double approx_here = 0, state_here = 0, work_here = 0; /* where the caller asks for none */
     if (!approximated) approximated = &approx_here;
     if (!state) state = &state_here;
-    *approximated = *state = 0;
+    if (!work) work = &work_here;
+    *approximated = *state = *work = 0;
     const dt_codec_config *k = &j->codec;
     if (k->kind == DT_CODEC_NONE) return 0;
     dt_model m;
     dt_program *p = dt_plan_model_table(j, &m);
     if (!p) return 0;
+    *work = (double)dt_codec_work_bytes_for(k, m.tensors, m.ntensors, j->dp > 1 ? j->dp : 1);
     double sent = 0;
     for (int i = 0; i < m.ntensors; i++) {
         const dt_tensor_info *t = &m.tensors[i];

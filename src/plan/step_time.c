@@ -301,7 +301,7 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
     /* gradients travel in 16 bits with --grad-comm, and with a 16-bit store (the wire is its type) */
     int wire16 = dt_plan_lp_wire(j);
     double da = dp_nodes ? xa : ia, db = dp_nodes ? xb : ib, gb = wire16 ? 2 : 4;
-    double gathers = 0, approx = 0, sent = j->codec.kind != DT_CODEC_NONE && n > 1 ? dt_plan_codec_floats(j, &approx, NULL) : 0;
+    double gathers = 0, approx = 0, sent = j->codec.kind != DT_CODEC_NONE && n > 1 ? dt_plan_codec_floats(j, &approx, NULL, NULL) : 0;
     o->codec_bytes = n > 1 ? psi * gb : 0;
     if (sent > 0) codec_terms(x, o, sent, approx, dp_nodes, da, db);
     if (n > 1) {
