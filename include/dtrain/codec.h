@@ -96,6 +96,10 @@ size_t dt_codec_state_bytes(const dt_codec *k);
  * top-k's pairs and candidates) made so far (k NULL: 0); and what a bucket of nt tensors t would make on ranks ranks
  * (the planner's: the model as one bucket, a run's several adding a few words each). */
 size_t dt_codec_work_bytes(const dt_codec *k);
+/* Whether codec c runs with the optimizer kind opt (a dt_optim_kind), clipping at grad_clip (0: none) and a loss
+ * scale: 1-bit Adam is Adam's and sends its momentum (no gradient whole to clip, unscaled); DGC corrects SGD's momentum
+ * on each rank from the first step. Said by flag where not (train and plan alike). */
+dt_status dt_codec_check_optimizer(const dt_codec_config *c, int opt, float grad_clip, int loss_scaled);
 size_t dt_codec_work_bytes_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks);
 dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int load);
 /* State a codec keeps per bucket, the same on every rank (Ok-TopK's regions and global threshold), as floats holding

@@ -1,6 +1,7 @@
 /* The gradient codecs' shell: which one, its per-tensor state across steps, its step count and what a step sent.
  * The codecs themselves: codec_powersgd.c, codec_topk.c (and DGC's rules on it, codec_dgc.c), codec_onebit.c. */
 #include "codec_internal.h"
+#include "dtrain/optim.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -175,6 +176,27 @@ size_t dt_codec_state_bytes(const dt_codec *k) {
     size_t n = 0;
     for (int s = 0; k && dt_codec_has_state(k) && s < DT_CODEC_NSTATES; s++) n += dt_codec_state_size(k, (dt_codec_state_kind)s);
     return n * sizeof(float);
+}
+
+dt_status dt_codec_check_optimizer(const dt_codec_config *c, int opt, float grad_clip, int loss_scaled) {
+    const char *name = dt_optim_kind_name((dt_optim_kind)opt);
+    if (c->kind == DT_CODEC_ONEBIT) {
+        if (opt != DT_OPT_ADAMW)
+            return dt_error(DT_ERR_ARG, "--compress onebit is 1-bit Adam: --optimizer adamw (Adam with --weight-decay 0), not %s", name);
+        if (grad_clip > 0)
+            return dt_error(DT_ERR_ARG, "--compress onebit with --grad-clip: after its warm-up the momentum travels, not the "
+                            "gradient: nothing whole to clip");
+        if (loss_scaled) return dt_error(DT_ERR_ARG, "--compress onebit with a loss scale: its momentum needs unscaled gradients");
+    }
+    if (c->kind != DT_CODEC_DGC) return DT_OK;
+    if (opt != DT_OPT_SGD)
+        return dt_error(DT_ERR_ARG, "--compress dgc corrects SGD's momentum on each rank: --optimizer sgd, not %s (top-k sends "
+                        "what %s would take: --compress topk)", name, name);
+    if (c->start > 0)
+        return dt_error(DT_ERR_ARG, "--compress dgc --compress-start %d: DGC compresses from the first step (its momentum lives on each "
+                        "rank, not in the optimizer); its gentle start is --compress-warmup", c->start);
+    if (loss_scaled) return dt_error(DT_ERR_ARG, "--compress dgc with a loss scale: its accumulation needs unscaled gradients");
+    return DT_OK;
 }
 
 size_t dt_codec_work_bytes(const dt_codec *k) { return k && k->ops->work ? k->ops->work(k) : 0; }

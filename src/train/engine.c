@@ -98,26 +98,13 @@ static dt_status take_codec(dt_engine *e) {
     e->codec = *e->cfg.codec;
     e->cfg.codec = &e->codec;
     dt_optim_config *o = &e->cfg.opt;
+    dt_status st = dt_codec_check_optimizer(&e->codec, o->kind, e->cfg.grad_clip, e->cfg.loss_scale != NULL);
+    if (st) return st;
     if (e->codec.kind == DT_CODEC_ONEBIT) {
-        /* the momentum travels: Adam's, from its beta1; clipping the momentum or a scaled one is no gradient's */
-        if (o->kind != DT_OPT_ADAMW)
-            return dt_error(DT_ERR_ARG, "--compress onebit is 1-bit Adam: --optimizer adamw (Adam with --weight-decay 0), not %s",
-                            dt_optim_kind_name(o->kind));
-        if (e->cfg.grad_clip > 0)
-            return dt_error(DT_ERR_ARG, "--compress onebit with --grad-clip: after its warm-up the momentum travels, not the "
-                            "gradient: nothing whole to clip");
-        if (e->cfg.loss_scale) return dt_error(DT_ERR_ARG, "--compress onebit with a loss scale: its momentum needs unscaled gradients");
-        e->codec.beta1 = o->beta1;
+        e->codec.beta1 = o->beta1; /* the momentum travels: Adam's, from its beta1 */
         return DT_OK;
     }
     if (e->codec.kind != DT_CODEC_DGC) return DT_OK;
-    if (o->kind != DT_OPT_SGD)
-        return dt_error(DT_ERR_ARG, "--compress dgc corrects SGD's momentum on each rank: --optimizer sgd, not %s (top-k sends "
-                        "what %s would take: --compress topk)", dt_optim_kind_name(o->kind), dt_optim_kind_name(o->kind));
-    if (e->codec.start > 0)
-        return dt_error(DT_ERR_ARG, "--compress dgc --compress-start %d: DGC compresses from the first step (its momentum lives on each "
-                        "rank, not in the optimizer); its gentle start is --compress-warmup", e->codec.start);
-    if (e->cfg.loss_scale) return dt_error(DT_ERR_ARG, "--compress dgc with a loss scale: its accumulation needs unscaled gradients");
     int ranks = e->cfg.comm ? dt_comm_size(e->cfg.comm) : 1;
     e->codec.momentum = o->momentum, e->codec.nesterov = o->nesterov;
     e->codec.clip = e->cfg.grad_clip > 0 ? e->cfg.grad_clip / sqrtf((float)ranks) : 0;
