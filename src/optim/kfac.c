@@ -53,8 +53,8 @@ struct dt_kfac {
     long steps;
     bool collect;               /* inside a step whose factors are updated */
     int accum;
-    float *pack, *cov, *t1, *t2;
-    kfac_flight fly[IN_FLIGHT]; /* a ring of the reductions under way, the oldest at head */
+    float *cov, *t1, *t2;
+    kfac_flight fly[IN_FLIGHT]; /* a ring of the reductions under way, the oldest at head (one process: fly[0]'s buffer packs) */
     int head, nfly;
     int nlayers;
     size_t nparams, most;       /* the state bytes of the rank holding most */
@@ -134,8 +134,8 @@ static dt_status land_all(dt_kfac *k) {
 static dt_status share(dt_kfac *k, const kfac_op *o, float *F, int n, bool first) {
     bool init = first && !o->started;
     if (!k->world) {
-        pack_upper(k->cov, n, k->pack);
-        add_share(k, F, n, k->pack, first, init);
+        pack_upper(k->cov, n, k->fly[0].pack); /* one process: the first flight's buffer, nothing under way */
+        add_share(k, F, n, k->fly[0].pack, first, init);
         return DT_OK;
     }
     dt_status st = k->nfly == IN_FLIGHT ? land(k) : DT_OK;
@@ -468,9 +468,8 @@ static dt_status place(dt_kfac *k) {
             wide = m * o->n > wide ? m * o->n : wide;
         }
     }
-    bool ok = (k->cov = malloc(big * sizeof(float))) && (k->pack = malloc(big * sizeof(float))) && (k->t1 = malloc(wide * sizeof(float))) &&
-              (k->t2 = malloc(wide * sizeof(float)));
-    for (int i = 0; i < IN_FLIGHT && k->ranks > 1 && ok; i++) ok = (k->fly[i].pack = malloc(big * sizeof(float))) != NULL;
+    bool ok = (k->cov = malloc(big * sizeof(float))) && (k->t1 = malloc(wide * sizeof(float))) && (k->t2 = malloc(wide * sizeof(float)));
+    for (int i = 0; i < (k->ranks > 1 ? IN_FLIGHT : 1) && ok; i++) ok = (k->fly[i].pack = malloc(big * sizeof(float))) != NULL;
     for (int i = 0; i < k->nops && ok; i++) {
         kfac_op *o = &k->ops[i];
         if (o->holds_inv) ok = (o->inv = calloc(o->inv_floats, sizeof(float))) != NULL;
@@ -555,7 +554,7 @@ void dt_kfac_destroy(dt_kfac *k) {
     }
     free(k->ops);
     free(k->map);
-    free(k->cov), free(k->pack), free(k->t1), free(k->t2);
+    free(k->cov), free(k->t1), free(k->t2);
     if (k->row) dt_comm_destroy(k->row);
     if (k->col) dt_comm_destroy(k->col);
     if (k->world) dt_comm_destroy(k->world);
