@@ -85,14 +85,14 @@ for s in ddp zero1 zero2 zero3; do
         fail "$s across 2 machines: $(losses "$dir/rig.$s" | tail -1) vs $(losses "$dir/local.$s" | tail -1); $(tail -3 "$dir/out")"
 done
 
-# a link that drops 1% of the TCP frames it carries, at random (tc netem is not in this kernel; the switch drops
+# a link that drops 1% of the TCP frames it carries, one in every 100 (tc netem is not in this kernel; the switch drops
 # them with nftables): training completes with the local launch's losses
 rig_loss 10
 rig_mpirun -np 2 --map-by node "$DTRAIN" train "${model[@]}" --metrics "$dir/lossy" > "$dir/out" 2>&1
 read -r drops through <<< "$(rig_loss_counts)"
 rig_loss 0
 [ "${drops:-0}" -gt 0 ] && [ "$(losses "$dir/lossy")" = "$(losses "$dir/local.ddp")" ] &&
-    ok "a link dropping 1% at random ($drops of $((drops + through)) frames): DDP completes with the local launch's 8 losses" ||
+    ok "a link dropping 1% ($drops of $((drops + through)) frames): DDP completes with the local launch's 8 losses" ||
     fail "lossy link (${drops:-0} dropped): $(losses "$dir/lossy" | tail -1) vs $(losses "$dir/local.ddp" | tail -1); $(tail -3 "$dir/out")"
 
 # a rank killed on machine 2 (rank 3 of 2 x 2): a rank on machine 1 names it within a second (mpirun ends the job at

@@ -167,9 +167,11 @@ rig_delay() {
     return 0
 }
 
-# The switch drops PER_MILLE of every 1000 TCP frames it forwards, at random, both directions (netem's loss is
-# not in every kernel; nftables' random numbers are). 0 lifts it. Frames are the veths' GSO frames, so a
-# drop loses a burst of segments: by bytes the same fraction, harsher on TCP than single-segment loss.
+# The switch drops PER_MILLE of every 1000 TCP frames it forwards, both directions (netem's loss is not in every
+# kernel; nftables' counters are). 0 lifts it. The dropped frames are spread evenly by a counter, not drawn at
+# random: a run of 600 frames at 1% drew none once in a CI run, and a check that no frame was lost proves nothing.
+# Frames are the veths' GSO frames, so a drop loses a burst of segments: by bytes the same fraction, harsher on TCP
+# than single-segment loss.
 rig_loss() {
     local sw=$RIG_PREFIX-sw
     ip netns exec "$sw" nft delete table bridge rig 2> /dev/null
@@ -178,7 +180,7 @@ rig_loss() {
 table bridge rig {
     chain forward {
         type filter hook forward priority 0;
-        meta l4proto tcp numgen random mod 1000 < $1 counter drop
+        meta l4proto tcp numgen inc mod $((1000 / $1)) == $((500 / $1)) counter drop
         counter
     }
 }
