@@ -20,10 +20,10 @@ demo: deps all
 	@scripts/install-deps.sh bible-kjv dataset-fashion-mnist
 	scripts/demo.sh $(BUILD)
 
-# the report test renders a page in headless Chromium
+# the report test renders a page in headless Chromium; a failure's reasons are printed again at the end
 test: deps all
 	@scripts/install-deps.sh chromium
-	cd $(BUILD) && ctest --output-on-failure
+	cd $(BUILD) && ctest --output-on-failure || { $(CURDIR)/scripts/failed-tests.sh .; exit 1; }
 
 # Two machines for real (root): the rig's test, its link's delay within 10% (a timing, so not in make test),
 # dtrain's collectives against Open MPI's and DDP against PyTorch's
