@@ -56,12 +56,10 @@ static int layout(const dt_bench_train_opts *o, int k, dt_bench_train_opts *out,
     return k == 0 ? 1 : o->pp;
 }
 
-int dt_bench_train_pp(const dt_bench_train_opts *o) {
-    dt_bench_train_opts opt = *o;
-    if (opt.micro < 1) opt.micro = 2 * o->pp;
-    o = &opt;
+/* The stages' first units, and the interleaved chunks' (2 a stage), for o's model; 0, or 2 with the reason said. The
+ * micro-batches must divide into the stages (the interleaved schedule's need; the data-parallel layout splits them). */
+static int splits(const dt_bench_train_opts *o, int *first, int *chunks) {
     dt_gpt2_config cfg;
-    int first[257], chunks[513];
     if (dt_gpt2_preset(o->model, &cfg) || dt_gpt2_split_stages(&cfg, o->seq, o->pp, first) ||
         dt_gpt2_split_stages(&cfg, o->seq, 2 * o->pp, chunks)) {
         dt_log(DT_LOG_ERROR, "bench train --pp %d: %s", o->pp, dt_last_error());
@@ -71,28 +69,18 @@ int dt_bench_train_pp(const dt_bench_train_opts *o) {
         dt_log(DT_LOG_ERROR, "bench train: --micro-batches %d is not a multiple of --pp %d (the interleaved schedule's need)", o->micro, o->pp);
         return 2;
     }
-    if (o->micro % o->pp && o->batch % o->pp) {
-        dt_log(DT_LOG_ERROR, "bench train: neither --micro-batches %d nor --batch %d splits into %d data-parallel ranks (the comparison "
-               "needs one of them to)", o->micro, o->batch, o->pp);
-        return 2;
-    }
-    char split[1024] = "", split2[2048] = "";
-    for (int s = 0, k = 0; s < o->pp; s++) k += snprintf(split + k, sizeof split - (size_t)k, "%s%d", s ? "," : "", first[s]);
-    for (int s = 0, k = 0; s < 2 * o->pp; s++) k += snprintf(split2 + k, sizeof split2 - (size_t)k, "%s%d", s ? "," : "", chunks[s]);
-    char self[PATH_MAX], weights[] = "/tmp/dtrain-bench-weights-XXXXXX", data[] = "/tmp/dtrain-bench-tokens-XXXXXX";
-    if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
-    int rc = dt_bench_make_inputs(o, o->pp * o->micro, weights, data), rounds = o->rounds < 1 ? 1 : o->rounds > MAXR ? MAXR : o->rounds;
-    if (rc) return rc;
-    int kinds = o->baseline ? KINDS : OURS;
-    double ms[KINDS][MAXR], ex[KINDS][MAXR];
-    if (!o->json)
-        printf("# dtrain bench train --pp %d: GPT-2 %s, global batch %d micro-batches of %d x %d, AdamW, %ld cores; one process with %d "
-               "threads, %d data-parallel ranks, %d pipeline stages (units from %s; interleaved: chunks from %s; 1 thread each)%s; medians of %d steps after %d "
-               "warm-up, %d round(s)\n", o->pp, o->model, o->micro, o->batch, o->seq, sysconf(_SC_NPROCESSORS_ONLN), o->pp, o->pp, o->pp,
-               split, split2, o->baseline ? ", PyTorch's pipelining" : "", o->steps, o->warmup, rounds);
+    return 0;
+}
+
+/* The rounds: every layout (and with a baseline, PyTorch's schedules) in turn, the order reversed every other round (a
+ * drifting machine slows each alike); each one's step in ms[k][r]. */
+static int rounds_of(const dt_bench_train_opts *o, int kinds, int rounds, const char *self, const char *weights, const char *data,
+                     const char *split, const char *split2, double ms[][MAXR]) {
+    double ex[KINDS][MAXR];
+    int rc = 0;
     for (int r = 0; r < rounds && !rc; r++)
         for (int i = 0; i < kinds && !rc; i++) {
-            int k = r % 2 ? kinds - 1 - i : i; /* alternate the order: a drifting machine slows each alike */
+            int k = r % 2 ? kinds - 1 - i : i;
             ex[k][r] = 0;
             if (k >= OURS) { rc = run_torch_pp(o, weights, k == KINDS - 1 ? split2 : split, scheds[k - OURS], &ms[k][r]); continue; }
             dt_bench_train_opts lo;
@@ -100,9 +88,11 @@ int dt_bench_train_pp(const dt_bench_train_opts *o) {
             int n = layout(o, k, &lo, flags, sizeof flags);
             rc = dt_bench_run_dtrain(&lo, n, false, self, weights, data, &ms[k][r], &ex[k][r]);
         }
-    unlink(weights);
-    unlink(data);
-    if (rc) return rc;
+    return rc;
+}
+
+/* Each layout's median step, tokens a second and speed against one process (lines, or JSON), then the ratios. */
+static void print_table(const dt_bench_train_opts *o, int kinds, int rounds, double ms[][MAXR]) {
     double one = dt_bench_median(ms[0], rounds), tok = (double)o->batch * o->micro * o->seq;
     if (!o->json) printf("%-16s %9s %10s %14s\n", "layout", "ms/step", "tok/s", "vs one process");
     for (int k = 0; k < kinds; k++) {
@@ -122,5 +112,33 @@ int dt_bench_train_pp(const dt_bench_train_opts *o) {
                dt_bench_median(ms[OURS + 1], rounds) / dt_bench_median(ms[OURS + 2], rounds));
     else if (!o->json)
         printf("zb1 over 1f1b (tok/s): %.2fx\n", dt_bench_median(ms[3], rounds) / dt_bench_median(ms[4], rounds));
+}
+
+int dt_bench_train_pp(const dt_bench_train_opts *o) {
+    dt_bench_train_opts opt = *o;
+    if (opt.micro < 1) opt.micro = 2 * o->pp;
+    o = &opt;
+    int first[257], chunks[513];
+    int rc = splits(o, first, chunks);
+    if (rc) return rc;
+    char split[1024] = "", split2[2048] = "";
+    for (int s = 0, k = 0; s < o->pp; s++) k += snprintf(split + k, sizeof split - (size_t)k, "%s%d", s ? "," : "", first[s]);
+    for (int s = 0, k = 0; s < 2 * o->pp; s++) k += snprintf(split2 + k, sizeof split2 - (size_t)k, "%s%d", s ? "," : "", chunks[s]);
+    char self[PATH_MAX], weights[] = "/tmp/dtrain-bench-weights-XXXXXX", data[] = "/tmp/dtrain-bench-tokens-XXXXXX";
+    if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
+    int rounds = o->rounds < 1 ? 1 : o->rounds > MAXR ? MAXR : o->rounds;
+    if ((rc = dt_bench_make_inputs(o, o->pp * o->micro, weights, data))) return rc;
+    int kinds = o->baseline ? KINDS : OURS;
+    double ms[KINDS][MAXR];
+    if (!o->json)
+        printf("# dtrain bench train --pp %d: GPT-2 %s, global batch %d micro-batches of %d x %d, AdamW, %ld cores; one process with %d "
+               "threads, %d data-parallel ranks, %d pipeline stages (units from %s; interleaved: chunks from %s; 1 thread each)%s; medians of %d steps after %d "
+               "warm-up, %d round(s)\n", o->pp, o->model, o->micro, o->batch, o->seq, sysconf(_SC_NPROCESSORS_ONLN), o->pp, o->pp, o->pp,
+               split, split2, o->baseline ? ", PyTorch's pipelining" : "", o->steps, o->warmup, rounds);
+    rc = rounds_of(o, kinds, rounds, self, weights, data, split, split2, ms);
+    unlink(weights);
+    unlink(data);
+    if (rc) return rc;
+    print_table(o, kinds, rounds, ms);
     return 0;
 }

@@ -152,6 +152,52 @@ static void copy_rows(float *out, const float *in, int rows, int cols, int hd, b
 /* What a tensor is in the file: its rows (the token table's and an untied head's real vocabulary only). */
 static int file_rows(const dt_tensor_info *t, const dt_lm_config *c) { return t->split == DT_SPLIT_VOCAB ? c->vocab_size : t->shape[0]; }
 
+/* Each tensor's record (the tied copy's and those without a GGUF name left out) and, with Llama 3.1's scaling
+ * (half > 0), rope_freqs' of half values: their count in *ntensors; the data's bytes returned. */
+static size_t tensor_records(buf *recs, const dt_tensor_info *tab, int n, const dt_lm_config *c, int half, int *ntensors) {
+    size_t data = 0;
+    *ntensors = 0;
+    for (int i = 0; i < n; i++) {
+        if (tab[i].tied_copy || !tab[i].gguf[0]) continue;
+        record(recs, tab[i].gguf, file_rows(&tab[i], c), tab[i].ndim == 2 ? tab[i].shape[1] : 0, data);
+        data = aligned(data + sizeof(float) * (size_t)file_rows(&tab[i], c) * (size_t)(tab[i].ndim == 2 ? tab[i].shape[1] : 1));
+        (*ntensors)++;
+    }
+    if (half > 0) {
+        record(recs, "rope_freqs.weight", half, 0, data);
+        data = aligned(data + sizeof(float) * (size_t)half);
+        (*ntensors)++;
+    }
+    return data;
+}
+
+/* The tensors' values into body, in their records' order (q and k rows in llama.cpp's pairs where the family keeps
+ * them otherwise); the bytes written returned. */
+static size_t tensor_data(uint8_t *body, const dt_tensor_info *tab, int n, const float *params, const dt_lm_config *c, bool pairs) {
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const dt_tensor_info *t = &tab[i];
+        if (t->tied_copy || !t->gguf[0]) continue;
+        int rows = file_rows(t, c), cols = t->ndim == 2 ? t->shape[1] : 1;
+        bool qk = pairs && (strstr(t->gguf, ".attn_q.") || strstr(t->gguf, ".attn_k."));
+        copy_rows((float *)(body + at), params + t->offset, rows, cols, c->head_dim, qk);
+        at = aligned(at + sizeof(float) * (size_t)rows * (size_t)cols);
+    }
+    return at;
+}
+
+/* Llama 3.1's scaling as llama.cpp takes it: each frequency's divisor, the unscaled over the scaled (freqs: room for
+ * both, 2 x head_dim / 2). */
+static void rope_divisors(float *out, float *freqs, const dt_lm_config *c) {
+    int half = c->head_dim / 2;
+    dt_rope_config plain = { .theta = c->rope_theta }, scaled = { .theta = c->rope_theta, .factor = c->rope_factor,
+                             .low_freq_factor = c->rope_low_freq_factor, .high_freq_factor = c->rope_high_freq_factor,
+                             .original_max = c->rope_original_max };
+    dt_rope_frequencies(freqs, c->head_dim, &plain);
+    dt_rope_frequencies(freqs + half, c->head_dim, &scaled);
+    for (int i = 0; i < half; i++) out[i] = freqs[i] / freqs[half + i];
+}
+
 dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_bpe *tok) {
     dt_status st = dt_gpt2_check_whole(m, "a GGUF export");
     if (st) return st;
@@ -159,29 +205,14 @@ dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_bpe *tok) {
     const dt_lm_config *c = dt_program_config(p);
     const char *arch = dt_family_gguf_arch(c->family);
     if (!arch) return dt_error(DT_ERR_UNSUPPORTED, "%s: a GGUF export of the %s family is not in this build", path, dt_family_name(c->family));
-    bool pairs = dt_family_gguf_pairs(c->family);
-    int n;
+    int n, ntensors;
     const dt_tensor_info *tab = dt_program_tensors(p, &n);
-    const float *params = dt_program_params(p);
     buf h = { 0 }, kv = { 0 }, recs = { 0 };
     architecture(&kv, c, arch);
     if ((st = vocabulary(&kv, c->vocab_size, tok, path))) { free(kv.p); return st; }
-    /* Llama 3.1's scaling as llama.cpp takes it: each frequency's divisor, the unscaled over the scaled */
-    int half = c->head_dim / 2;
-    float *freqs = c->rope_factor > 0 ? calloc(2 * (size_t)half, sizeof(float)) : NULL;
-    size_t data = 0;
-    int ntensors = 0;
-    for (int i = 0; i < n; i++) {
-        if (tab[i].tied_copy || !tab[i].gguf[0]) continue;
-        record(&recs, tab[i].gguf, file_rows(&tab[i], c), tab[i].ndim == 2 ? tab[i].shape[1] : 0, data);
-        data = aligned(data + sizeof(float) * (size_t)file_rows(&tab[i], c) * (size_t)(tab[i].ndim == 2 ? tab[i].shape[1] : 1));
-        ntensors++;
-    }
-    if (freqs) {
-        record(&recs, "rope_freqs.weight", half, 0, data);
-        data = aligned(data + sizeof(float) * (size_t)half);
-        ntensors++;
-    }
+    int half = c->rope_factor > 0 ? c->head_dim / 2 : 0;
+    float *freqs = half ? calloc(2 * (size_t)half, sizeof(float)) : NULL;
+    size_t data = tensor_records(&recs, tab, n, c, half, &ntensors);
     put(&h, "GGUF", 4);
     put_u32(&h, 3);
     put_u64(&h, (uint64_t)ntensors);
@@ -191,25 +222,10 @@ dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_bpe *tok) {
     static const uint8_t zeros[ALIGN];
     put(&h, zeros, aligned(h.n) - h.n);
     uint8_t *body = calloc(data ? data : 1, 1);
-    if (h.oom || kv.oom || recs.oom || !body || (c->rope_factor > 0 && !freqs)) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
-    size_t at = 0;
-    for (int i = 0; !st && i < n; i++) {
-        const dt_tensor_info *t = &tab[i];
-        if (t->tied_copy || !t->gguf[0]) continue;
-        int rows = file_rows(t, c), cols = t->ndim == 2 ? t->shape[1] : 1;
-        bool qk = pairs && (strstr(t->gguf, ".attn_q.") || strstr(t->gguf, ".attn_k."));
-        copy_rows((float *)(body + at), params + t->offset, rows, cols, c->head_dim, qk);
-        at = aligned(at + sizeof(float) * (size_t)rows * (size_t)cols);
-    }
-    if (!st && freqs) {
-        dt_rope_config plain = { .theta = c->rope_theta }, scaled = { .theta = c->rope_theta, .factor = c->rope_factor,
-                                 .low_freq_factor = c->rope_low_freq_factor, .high_freq_factor = c->rope_high_freq_factor,
-                                 .original_max = c->rope_original_max };
-        dt_rope_frequencies(freqs, c->head_dim, &plain);
-        dt_rope_frequencies(freqs + half, c->head_dim, &scaled);
-        for (int i = 0; i < half; i++) ((float *)(body + at))[i] = freqs[i] / freqs[half + i];
-    }
+    if (h.oom || kv.oom || recs.oom || !body || (half && !freqs)) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
     if (!st) {
+        size_t at = tensor_data(body, tab, n, dt_program_params(p), c, dt_family_gguf_pairs(c->family));
+        if (freqs) rope_divisors((float *)(body + at), freqs, c);
         const void *parts[2] = { h.p, body };
         size_t sizes[2] = { h.n, data };
         st = dt_file_write_atomic(path, parts, sizes, 2);

@@ -179,6 +179,44 @@ static dt_status pieces_create(zero *z) {
 }
 static size_t others(const zero *z, int t);
 
+/* Where the parameters live between steps: one copy shared by the machine's ranks (each writes its shard of it, the
+ * others read it there: nothing to gather); below stage 3 a copy per rank, gathered a piece at a time (and with a
+ * 16-bit model, the f32 master sharded from the first step); stage 3 keeps its shard, gathered unit by unit. */
+static dt_status copies_create(zero *z) {
+    const dt_engine_config *c = z->c;
+    int stage = z->stage, p = dt_comm_size(c->comm);
+    dt_status st = DT_OK;
+    z->shared_params = dt_zero_shares_params(c->comm) && c->model.set_param_storage ? AT_FIRST_STEP : OFF;
+    if (z->shared_params != OFF) return dt_comm_alloc_shared(c->comm, c->model.nparams * sizeof(float), (void **)&z->shared);
+    if (stage == 3) {
+        st = pieces_create(z);
+        z->whole = !c->model.set_unit_hooks;
+        return st;
+    }
+    for (int r = 0; r < p; r++) z->piece = z->counts[r] > z->piece ? z->counts[r] : z->piece;
+    if (z->piece > CHUNK) z->piece = CHUNK;
+    z->mine = malloc(sizeof *z->mine * (z->piece + 1));
+    z->all = malloc(sizeof *z->all * (z->piece + 1) * (size_t)p);
+    if (!z->mine || !z->all) return dt_error(DT_ERR_NOMEM, "zero%d: out of memory", stage);
+    dt_dtype t;
+    if (c->model.lp_copy && c->model.set_unit_hooks && (z->lp = c->model.lp_copy(c->model.self, 0, &t))) {
+        z->sharded_master = AT_FIRST_STEP;
+        z->lpt = t;
+        st = pieces_create(z);
+    }
+    return st;
+}
+
+/* The model's unit hooks for where its parameters live: stage 3's pieces gathered before each unit's forward and
+ * backward; a sharded master's 16-bit copy read from f32; one shared copy with a mixed-precision model made unit by
+ * unit too, so that no rank holds the whole 16-bit model (16/N bytes a parameter, as stage 3 is). */
+static void set_hooks(zero *z) {
+    const dt_model *m = &z->c->model;
+    if (z->stage == 3 && !z->whole && z->shared_params == OFF) m->set_unit_hooks(m->self, before_forward, before_backward, z);
+    if (z->sharded_master != OFF) m->set_unit_hooks(m->self, f32_reads, nothing_to_gather, z);
+    if (z->stage == 3 && z->shared_params != OFF && m->set_unit_hooks) m->set_unit_hooks(m->self, nothing_to_gather, nothing_to_gather, z);
+}
+
 static dt_status z_create(const dt_engine_config *c, int stage, void **state, size_t *off, size_t *n) {
     if (!c->comm) return DT_OK; /* one process: its shard is everything (state NULL) */
     if (c->ep > 1) /* its shards would cut each rank's own experts and the replicated tensors alike */
@@ -194,27 +232,7 @@ static dt_status z_create(const dt_engine_config *c, int stage, void **state, si
     z->stage = stage;
     for (int r = 0; r < p; r++) shard(c->model.nparams, p, r, &z->offs[r], &z->counts[r]);
     shard(c->model.nparams, p, rank, &z->off, &z->n);
-    dt_status st = DT_OK;
-    z->shared_params = dt_zero_shares_params(c->comm) && c->model.set_param_storage ? AT_FIRST_STEP : OFF;
-    if (z->shared_params != OFF) {
-        /* nothing to gather: each rank writes its shard of the one copy, the others read it there */
-        st = dt_comm_alloc_shared(c->comm, c->model.nparams * sizeof(float), (void **)&z->shared);
-    } else if (stage < 3) {
-        for (int r = 0; r < p; r++) z->piece = z->counts[r] > z->piece ? z->counts[r] : z->piece;
-        if (z->piece > CHUNK) z->piece = CHUNK;
-        z->mine = malloc(sizeof *z->mine * (z->piece + 1));
-        z->all = malloc(sizeof *z->all * (z->piece + 1) * (size_t)p);
-        if (!z->mine || !z->all) st = dt_error(DT_ERR_NOMEM, "zero%d: out of memory", stage);
-        dt_dtype t;
-        if (!st && c->model.lp_copy && c->model.set_unit_hooks && (z->lp = c->model.lp_copy(c->model.self, 0, &t))) {
-            z->sharded_master = AT_FIRST_STEP;
-            z->lpt = t;
-            st = pieces_create(z);
-        }
-    } else {
-        st = pieces_create(z);
-        z->whole = !c->model.set_unit_hooks;
-    }
+    dt_status st = copies_create(z);
     if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, stage >= 2 ? z->offs : NULL,
                                 stage >= 2 ? z->counts : NULL, &z->d);
     if (!st) st = dt_ddp_set_wire(z->d, c->grad_comm); /* stage 1 allreduces like ddp; 2 and 3 reduce to each shard's owner in 16 bits */
@@ -231,11 +249,7 @@ static dt_status z_create(const dt_engine_config *c, int stage, void **state, si
      * 2 + 2 + 12/N), stages 2 and 3 their shard's */
     if (!st && c->grad_store != DT_F32)
         st = dt_ddp_set_grad_store(z->d, c->grad_store, stage == 1 ? 0 : z->off, stage == 1 ? c->model.nparams : z->n);
-    if (!st && stage == 3 && !z->whole && z->shared_params == OFF) c->model.set_unit_hooks(c->model.self, before_forward, before_backward, z);
-    if (!st && z->sharded_master != OFF) c->model.set_unit_hooks(c->model.self, f32_reads, nothing_to_gather, z);
-    /* one shared copy has nothing to gather, but with unit hooks a mixed-precision model makes its 16-bit copy
-     * unit by unit too, so that no rank holds the whole 16-bit model (16/N bytes a parameter, as stage 3 is) */
-    if (!st && stage == 3 && z->shared_params != OFF && c->model.set_unit_hooks) c->model.set_unit_hooks(c->model.self, nothing_to_gather, nothing_to_gather, z);
+    if (!st) set_hooks(z);
     if (st) { z_destroy(z); return st; }
     *off = z->off;
     *n = z->n;

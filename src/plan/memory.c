@@ -161,6 +161,78 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
     m->per_machine = (m->per_rank - m->mapped) * local;
 }
 
+/* A pipeline stage's parameters: its chunks' (s, s+p, ..: a[k], b[k], filled), their experts', a later stage's copy of
+ * the tied embedding (its gradient goes to the first stage, which alone updates it) and the largest unit's and block's
+ * 16-bit copy (the embedding reads f32; the head's unit reads the tied wte). */
+typedef struct {
+    double psi, experts, tied, unit_lp[2];
+} stage_params;
+
+static void params_of_stage(const dt_plan_job *j, int s, int p, int v, const int *first, int *a, int *b, stage_params *out) {
+    const dt_gpt2_config *c = &j->model;
+    *out = (stage_params){ 0 };
+    for (int k = 0; k < v; k++) {
+        a[k] = first[k * p + s], b[k] = first[k * p + s + 1];
+        out->psi += dt_plan_units_params(j, a[k], b[k]);
+        out->experts += dt_plan_units_expert_params(j, a[k], b[k]);
+        for (int u = a[k] > 1 ? a[k] : 1; u < b[k]; u++) {
+            double x = dt_plan_units_params(j, u, u + 1);
+            out->unit_lp[0] = fmax(out->unit_lp[0], x);
+            if (u <= c->num_layers) out->unit_lp[1] = fmax(out->unit_lp[1], x);
+        }
+        if (p > 1 && a[k] > 0 && b[k] == c->num_layers + 2 && !c->untied)
+            out->tied = ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels;
+    }
+}
+
+/* LoRA on a stage: its adapters (a tensor-parallel rank's share; the count returned) and the bytes each micro-batch's
+ * slot holds more (their x A^T) or less (the inputs of frozen Linears without adapters) added to *acts. */
+static size_t lora_of_stage(const dt_plan_job *j, int s, int p, int v, const int *a, const int *b, double *acts) {
+    size_t adapters = 0;
+    double per_token = 0;
+    dt_model_part part = { .ua = a[0], .ub = b[v - 1], .tp_size = j->tp > 1 ? j->tp : 1, .tp_rank = 0 };
+    static const dt_tp_ops none = { 0 };
+    part.tp = part.tp_size > 1 ? &none : NULL;
+    if (v > 1) {
+        part.nchunks = v;
+        for (int k = 0; k < v; k++) part.chunk_a[k] = a[k], part.chunk_b[k] = b[k];
+    }
+    if (dt_program_lora_sizes(&j->model, &part, &j->lora, j->recompute, &adapters, &per_token)) return 0;
+    *acts += 4.0 * per_token * j->batch * j->seq * (p > 1 ? dt_plan_pp_slots(j, s) : 1);
+    return adapters;
+}
+
+/* Stage s's rank (a tensor-parallel rank's share: 1/tp of the split tensors, the replicated ones whole), the
+ * activations of each micro-batch in flight. */
+static void stage_memory(const dt_plan_job *j, int s, int p, int v, const int *first, dt_plan_memory *one) {
+    const dt_gpt2_config *c = &j->model;
+    int a[v], b[v];
+    stage_params sp;
+    params_of_stage(j, s, p, v, first, a, b, &sp);
+    double acts = dt_plan_slot_activations(j, v, a, b, j->batch, j->seq) * (p > 1 ? dt_plan_pp_slots(j, s) : 1) +
+                  dt_plan_rank_scratch(j, b[v - 1] == c->num_layers + 2);
+    /* a first stage's embedding tables have no 16-bit copy: the lookup reads f32, and no head there reads wte */
+    double f32_only = p > 1 && s == 0 ? dt_plan_units_params(j, 0, 1) : 0;
+    /* --params N: the model states of N parameters, split as the shape's are */
+    if (j->params_override > 0) {
+        double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model });
+        sp.psi *= f, sp.experts *= f, f32_only *= f, sp.unit_lp[0] *= f, sp.unit_lp[1] *= f;
+    }
+    /* a stage without the head holds no BLAS panel of its weight gradient (the planner's process, which timed it,
+     * does; nor does LoRA's, whose head is frozen); the first and last stages hold the tied wte's gradient on its way
+     * between them (dt_pipeline's wte_recv, wte_send: 124M's first stage was 4.7% under without it) */
+    double process = (double)j->process_bytes;
+    if (b[v - 1] != c->num_layers + 2 || j->lora.rank) process -= fmin((double)j->head_process_bytes, process);
+    double wte = p > 1 && !c->untied && (s == 0 || s == p - 1) ? 4 * ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels : 0;
+    size_t adapters = 0;
+    if (j->lora.rank) {
+        adapters = lora_of_stage(j, s, p, v, a, b, &acts);
+        wte = 0; /* the tied table is frozen: nothing travels between the first and last stage */
+    }
+    estimate_rank(j, sp.psi, sp.psi + (j->ep > 1 ? j->ep - 1 : 0) * sp.experts, sp.tied, f32_only, sp.unit_lp, (double)adapters, acts, wte,
+                  process, one);
+}
+
 void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
     /* context parallelism: a rank's job is its positions, with blockwise attention */
     dt_plan_job cpj = *job;
@@ -170,61 +242,11 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
     int p = j->pp > 1 ? j->pp : 1, v = j->virt > 1 && p > 1 ? j->virt : 1, first[p * v + 1];
     int ok = p > 1 && !dt_gpt2_split_stages(c, j->seq, p * v, first);
     if (!ok) { first[0] = 0, first[1] = c->num_layers + 2, p = 1, v = 1; }
-    /* each stage's rank (a tensor-parallel rank's share: 1/tp of the split tensors, the replicated ones whole), the
-     * activations of each micro-batch in flight; the largest counts for every rank (conservative) */
+    /* each stage's rank; the largest counts for every rank (conservative) */
     memset(m, 0, sizeof *m);
     for (int s = 0; s < p; s++) {
-        int a[v], b[v];
-        double psi = 0, experts = 0, tied = 0, unit_lp[2] = { 0, 0 }; /* the largest unit's parameters, and block's */
-        /* a stage's chunks: s, s+p, .. (each slot holds every chunk's activations) */
-        for (int k = 0; k < v; k++) {
-            a[k] = first[k * p + s], b[k] = first[k * p + s + 1];
-            psi += dt_plan_units_params(j, a[k], b[k]);
-            experts += dt_plan_units_expert_params(j, a[k], b[k]);
-            /* the largest unit's 16-bit copy (the embedding reads f32; the head's unit reads the tied wte) */
-            for (int u = a[k] > 1 ? a[k] : 1; u < b[k]; u++) {
-                double x = dt_plan_units_params(j, u, u + 1);
-                unit_lp[0] = fmax(unit_lp[0], x);
-                if (u <= c->num_layers) unit_lp[1] = fmax(unit_lp[1], x);
-            }
-            /* a later stage's copy of the tied embedding: its gradient goes to the first stage, which alone updates it */
-            if (p > 1 && a[k] > 0 && b[k] == c->num_layers + 2 && !c->untied)
-                tied = ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels;
-        }
-        double acts = dt_plan_slot_activations(j, v, a, b, j->batch, j->seq) * (p > 1 ? dt_plan_pp_slots(j, s) : 1) +
-                      dt_plan_rank_scratch(j, b[v - 1] == c->num_layers + 2);
-        /* a first stage's embedding tables have no 16-bit copy: the lookup reads f32, and no head there reads wte */
-        double f32_only = p > 1 && s == 0 ? dt_plan_units_params(j, 0, 1) : 0;
-        /* --params N: the model states of N parameters, split as the shape's are */
-        if (j->params_override > 0) {
-            double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model });
-            psi *= f, experts *= f, f32_only *= f, unit_lp[0] *= f, unit_lp[1] *= f;
-        }
-        /* a stage without the head holds no BLAS panel of its weight gradient (the planner's process, which timed it,
-         * does); the first and last stages hold the tied wte's gradient on its way between them (dt_pipeline's
-         * wte_recv, wte_send: 124M's first stage was 4.7% under without it) */
-        double process = (double)j->process_bytes;
-        /* (nor does LoRA's, whose head is frozen) */
-        if (b[v - 1] != c->num_layers + 2 || j->lora.rank) process -= fmin((double)j->head_process_bytes, process);
-        double wte = p > 1 && !c->untied && (s == 0 || s == p - 1) ? 4 * ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels : 0;
-        /* LoRA: this stage's adapters (a tensor-parallel rank's share) and what each token's slot holds more (their x A^T)
-         * or less (the inputs of frozen Linears without adapters) */
-        size_t adapters = 0;
-        double per_token = 0;
-        if (j->lora.rank) {
-            dt_model_part part = { .ua = a[0], .ub = b[v - 1], .tp_size = j->tp > 1 ? j->tp : 1, .tp_rank = 0 };
-            static const dt_tp_ops none = { 0 };
-            part.tp = part.tp_size > 1 ? &none : NULL;
-            if (v > 1) {
-                part.nchunks = v;
-                for (int k = 0; k < v; k++) part.chunk_a[k] = a[k], part.chunk_b[k] = b[k];
-            }
-            if (dt_program_lora_sizes(&j->model, &part, &j->lora, j->recompute, &adapters, &per_token)) adapters = 0, per_token = 0;
-            acts += 4.0 * per_token * j->batch * j->seq * (p > 1 ? dt_plan_pp_slots(j, s) : 1);
-            wte = 0; /* the tied table is frozen: nothing travels between the first and last stage */
-        }
         dt_plan_memory one;
-        estimate_rank(j, psi, psi + (j->ep > 1 ? j->ep - 1 : 0) * experts, tied, f32_only, unit_lp, (double)adapters, acts, wte, process, &one);
+        stage_memory(j, s, p, v, first, &one);
         if (one.per_rank > m->per_rank) *m = one;
     }
 }

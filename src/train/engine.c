@@ -331,58 +331,82 @@ static void control_begin(void *e, int sync) { dt_engine_begin_micro(e, sync); }
 static int control_sharded(void *e) { return dt_engine_params_sharded(e); }
 static dt_status control_materialize(void *e, int on) { return dt_engine_materialize(e, on); }
 
-dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, void *ctx, int stop, dt_step_result *r) {
-    memset(r, 0, sizeof *r);
-    double loss_sum = 0;
-    dt_status st = DT_OK;
-    r->loss_scale = e->scaling ? e->ls.scale : 1;
-    int nloss = accum;
+/* The step's start: the weights as the step finds them (a resume, an update: the model's 16-bit copy is made at the
+ * step's first forward and kept for its other micro-batches); 1-bit Adam past its warm-up takes the averaged momentum
+ * with the variance frozen; the preconditioner told the step's micro-batches. */
+static void step_begin(dt_engine *e, int accum, float lr) {
     e->lr = lr;
-    /* the weights as the step finds them (a resume, an update): the model's 16-bit copy is made at the step's first
-     * forward and kept for its other micro-batches */
     params_changed(e);
-    /* 1-bit Adam: past its warm-up the optimizer takes the averaged momentum, the variance frozen */
     dt_codec *onebit = e->codec.kind == DT_CODEC_ONEBIT ? dt_engine_codec(e) : NULL;
     if (onebit) dt_optim_freeze_variance(e->opt, dt_codec_steps(onebit) >= e->codec.start ? e->codec.start : 0);
     if (e->cfg.precond) e->cfg.precond->begin(e->cfg.precond->ctx, accum);
-    const dt_step_control control = { control_begin, control_sharded, control_materialize, e };
-    if (e->cfg.schedule) st = e->cfg.schedule->run(e->cfg.schedule->ctx, &control, accum, (float)(r->loss_scale / accum), &loss_sum, &nloss);
-    for (int k = 0; k < accum && !st && !e->cfg.schedule; k++) {
+}
+
+/* The step's forward and backward: the schedule's (a pipeline), or the micro-batches in turn, only the last
+ * synchronising. The losses' sum in *loss_sum, how many micro-batches computed one in *nloss. */
+static dt_status run_micro_batches(dt_engine *e, const dt_step_control *control, int accum, float scale, dt_micro_fn micro,
+                                   void *ctx, double *loss_sum, int *nloss) {
+    *nloss = accum;
+    if (e->cfg.schedule) return e->cfg.schedule->run(e->cfg.schedule->ctx, control, accum, scale, loss_sum, nloss);
+    dt_status st = DT_OK;
+    for (int k = 0; k < accum && !st; k++) {
         float loss = 0;
-        dt_engine_begin_micro(e, k == accum - 1); /* only the last micro-batch synchronises */
-        st = micro(ctx, k, (float)(r->loss_scale / accum), &loss);
-        loss_sum += loss;
+        dt_engine_begin_micro(e, k == accum - 1);
+        st = micro(ctx, k, scale, &loss);
+        *loss_sum += loss;
     }
-    double t0 = dt_time_now();
-    dt_sync_result sr = { .norm = -1 };
+    return st;
+}
+
+/* The strategy's finish (the gradients reduced), then the loss one rank with the global batch would see (the mean
+ * over the ranks that computed one) and whether any rank is stopping, in one allreduce; the finish's figures in r. */
+static dt_status finish_and_agree(dt_engine *e, double loss_sum, int accum, int nloss, int stop, dt_sync_result *sr,
+                                  dt_step_result *r) {
+    dt_status st = DT_OK;
     DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "finish gradients", "\"strategy\":\"%s\"", e->s->name);
-    if (!st && e->s->finish) st = e->s->finish(e->state, &sr);
+    if (e->s->finish) st = e->s->finish(e->state, sr);
     DT_TRACE_END(DT_TRACK_COMPUTE);
-    /* the loss one rank with the global batch would see (the mean over the ranks that computed one), and whether
-     * any rank is stopping: one allreduce */
     dt_comm *lc = e->cfg.loss_comm ? e->cfg.loss_comm : e->cfg.comm;
     float agree[3] = { nloss ? (float)(loss_sum / accum) : 0, nloss ? 1 : 0, (float)stop };
     if (!st && lc && dt_comm_size(lc) > 1) st = dt_comm_allreduce(lc, agree, agree, 3, DT_F32, DT_SUM);
     if (st) return st;
     r->loss = agree[1] > 1 ? agree[0] / agree[1] : agree[0];
     r->stop = agree[2] > 0;
-    r->exposed_ms = sr.exposed_ms;
-    r->exposed_in_backward_ms = sr.exposed_in_backward_ms;
-    r->updated_in_backward = sr.updated_in_backward;
-    r->grad_bytes = sr.grad_bytes;
-    r->compress_ratio = sr.compress_ratio;
-    r->grad_recv_bytes = sr.grad_recv_bytes;
-    if (!st && !sr.updated && e->cfg.precond) {
-        const dt_preconditioner *pc = e->cfg.precond;
-        double p0 = dt_time_now(), fwd = 0, bwd = 0;
-        DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "precondition", "\"parameters\":%zu", e->n);
-        st = precondition(e, lr, r);
-        DT_TRACE_END(DT_TRACK_COMPUTE);
-        if (st) return st;
-        if (pc->inside) pc->inside(pc->ctx, &fwd, &bwd);
-        r->precondition_in_forward_ms = fwd * 1e3, r->precondition_in_backward_ms = bwd * 1e3;
-        r->precondition_ms = (dt_time_now() - p0 + fwd + bwd) * 1e3;
-    }
+    r->exposed_ms = sr->exposed_ms;
+    r->exposed_in_backward_ms = sr->exposed_in_backward_ms;
+    r->updated_in_backward = sr->updated_in_backward;
+    r->grad_bytes = sr->grad_bytes;
+    r->compress_ratio = sr->compress_ratio;
+    r->grad_recv_bytes = sr->grad_recv_bytes;
+    return DT_OK;
+}
+
+/* The preconditioner's step, timed: its own time and what its observer took inside forward and backward. */
+static dt_status timed_precondition(dt_engine *e, float lr, dt_step_result *r) {
+    const dt_preconditioner *pc = e->cfg.precond;
+    double p0 = dt_time_now(), fwd = 0, bwd = 0;
+    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "precondition", "\"parameters\":%zu", e->n);
+    dt_status st = precondition(e, lr, r);
+    DT_TRACE_END(DT_TRACK_COMPUTE);
+    if (st) return st;
+    if (pc->inside) pc->inside(pc->ctx, &fwd, &bwd);
+    r->precondition_in_forward_ms = fwd * 1e3, r->precondition_in_backward_ms = bwd * 1e3;
+    r->precondition_ms = (dt_time_now() - p0 + fwd + bwd) * 1e3;
+    return DT_OK;
+}
+
+dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, void *ctx, int stop, dt_step_result *r) {
+    memset(r, 0, sizeof *r);
+    r->loss_scale = e->scaling ? e->ls.scale : 1;
+    step_begin(e, accum, lr);
+    const dt_step_control control = { control_begin, control_sharded, control_materialize, e };
+    double loss_sum = 0;
+    int nloss;
+    dt_status st = run_micro_batches(e, &control, accum, (float)(r->loss_scale / accum), micro, ctx, &loss_sum, &nloss);
+    double t0 = dt_time_now();
+    dt_sync_result sr = { .norm = -1 };
+    if (st || (st = finish_and_agree(e, loss_sum, accum, nloss, stop, &sr, r))) return st;
+    if (!sr.updated && e->cfg.precond && (st = timed_precondition(e, lr, r))) return st;
     if (sr.updated) r->norm = sr.norm;
     else if (!r->skipped) {
         DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "optimizer", "\"parameters\":%zu", e->n);
