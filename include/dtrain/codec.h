@@ -93,14 +93,22 @@ size_t dt_codec_state_size(const dt_codec *k, dt_codec_state_kind s);
  * communication buffers. */
 size_t dt_codec_state_bytes(const dt_codec *k);
 /* Bytes of its buckets' buffers (their exchanges and scratch: 1-bit Adam's packed bucket and signs, PowerSGD's P and Q,
- * top-k's pairs and candidates) made so far (k NULL: 0); and what a bucket of nt tensors t would make on ranks ranks
- * (the planner's: the model as one bucket, a run's several adding a few words each). */
+ * top-k's pairs and candidates) made so far (k NULL: 0); and what the buckets of nt tensors t would make placed as at says
+ * (the planner's: top-k's per bucket, the sparse exchange the one auto would pick; the others see the model as one
+ * bucket, a run's several adding a few words each). */
 size_t dt_codec_work_bytes(const dt_codec *k);
 /* Whether codec c runs with the optimizer kind opt (a dt_optim_kind), clipping at grad_clip (0: none) and a loss
  * scale: 1-bit Adam is Adam's and sends its momentum (no gradient whole to clip, unscaled); DGC corrects SGD's momentum
  * on each rank from the first step. Said by flag where not (train and plan alike). */
 dt_status dt_codec_check_optimizer(const dt_codec_config *c, int opt, float grad_clip, int loss_scaled);
-size_t dt_codec_work_bytes_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks);
+/* Where the planner puts a codec: on ranks ranks over nodes machines (of equal counts), in buckets of lens[0..nbuckets)
+ * entries (dt_ddp_bucket_lens; none: the model as one). */
+typedef struct {
+    int ranks, nodes;
+    const size_t *lens;
+    int nbuckets;
+} dt_codec_place;
+size_t dt_codec_work_bytes_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, const dt_codec_place *at);
 dt_status dt_codec_state_io(dt_codec *k, dt_codec_state_kind s, float *buf, int load);
 /* State a codec keeps per bucket, the same on every rank (Ok-TopK's regions and global threshold), as floats holding
  * 32-bit words: how many (0: none), and copying them out (load 0: n must be the size) or in (load 1: a checkpoint's,

@@ -104,6 +104,9 @@ typedef struct dt_ddp dt_ddp;
 dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size_t bucket_bytes, const size_t *shard_offs,
                         const size_t *shard_counts, dt_ddp **out);
 void dt_ddp_destroy(dt_ddp *d);
+/* The entries of each bucket dt_ddp_create would make over m's table with a codec running (no rows deferred), in
+ * backward's order: how many buckets (lens holds the first cap), or -1 out of memory. The planner's. */
+int dt_ddp_bucket_lens(const dt_model *m, size_t bucket_first, size_t bucket_bytes, size_t *lens, int cap);
 
 /* The optimizer in backward: with an elementwise optimizer (SGD, AdamW;
  * dt_optim_elementwise), each bucket is updated (params, gradients zeroed)

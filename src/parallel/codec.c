@@ -201,9 +201,9 @@ dt_status dt_codec_check_optimizer(const dt_codec_config *c, int opt, float grad
 
 size_t dt_codec_work_bytes(const dt_codec *k) { return k && k->ops->work ? k->ops->work(k) : 0; }
 
-size_t dt_codec_work_bytes_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks) {
+size_t dt_codec_work_bytes_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, const dt_codec_place *at) {
     for (int i = 0; i < NCODECS; i++)
-        if (codecs[i].kind == c->kind && codecs[i].ops->work_for) return codecs[i].ops->work_for(c, t, nt, ranks);
+        if (codecs[i].kind == c->kind && codecs[i].ops->work_for) return codecs[i].ops->work_for(c, t, nt, at);
     return 0;
 }
 

@@ -19,9 +19,9 @@ typedef struct {
     size_t (*shared_words)(const dt_codec *k);
     dt_status (*shared_io)(dt_codec *k, uint32_t *w, size_t n, int load);
     /* The bytes its buckets' buffers hold (exchanges, scratch): made so far (work), or for one bucket of nt tensors
-     * t on ranks ranks (work_for: the planner's, which sees the model as one bucket) */
+     * t placed as at says (work_for: the planner's) */
     size_t (*work)(const dt_codec *k);
-    size_t (*work_for)(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks);
+    size_t (*work_for)(const dt_codec_config *c, const dt_tensor_info *t, int nt, const dt_codec_place *at);
 } dt_codec_ops;
 
 struct dt_codec {

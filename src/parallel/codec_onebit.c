@@ -271,9 +271,9 @@ static size_t work(const dt_codec *k) {
 }
 
 /* One bucket of every tensor: a chunk's segments about its share of the tensors and one more. */
-static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks) {
+static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, const dt_codec_place *at) {
     (void)c;
-    size_t len = 0, np = ranks > 1 ? (size_t)ranks : 1;
+    size_t len = 0, np = at->ranks > 1 ? (size_t)at->ranks : 1;
     for (int i = 0; i < nt; i++) len += t[i].count;
     return bucket_bytes(len, (size_t)nt, (size_t)nt / np + 2, np);
 }

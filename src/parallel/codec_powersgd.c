@@ -208,8 +208,8 @@ static size_t work(const dt_codec *k) {
     return b;
 }
 
-static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks) {
-    (void)ranks;
+static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, const dt_codec_place *at) {
+    (void)at;
     size_t whole = 0, np = 0, nq = 0;
     for (int i = 0; i < nt; i++) {
         int n, m, r = rank_of(c, &t[i], &n, &m);

@@ -78,6 +78,17 @@ float dt_sparse_kth_largest(float *x, size_t n, size_t k) {
     return x[want];
 }
 
+/* Auto's pick by the cost model for a bucket of len entries and kmax pairs a rank on P ranks over nodes machines of
+ * local ranks each (hier: the hierarchical exchange may run there). The run's and the planner's. */
+static dt_sparse_exchange auto_pick(double P, int nodes, int local, size_t len, size_t kmax, bool hier) {
+    double ia, ib, gamma, xa, xb, tg, tok, th = INFINITY;
+    dt_comm_link_costs(&ia, &ib, &gamma, &xa, &xb);
+    bool across = nodes > 1; /* the group's link between machines, else shared memory's */
+    dt_codec_sparse_times(P, (double)kmax, across ? xa : ia, across ? xb : ib, &tg, &tok);
+    if (hier) th = dt_codec_hier_time(local, nodes, (double)len, (double)kmax, ia, ib, xa, xb);
+    return th < tg && th < tok ? DT_SPARSE_HIER : tok < tg ? DT_SPARSE_OKTOPK : DT_SPARSE_ALLGATHER;
+}
+
 /* How bucket p's pairs travel: as named, or auto's pick by the cost model (the hierarchical exchange among them where
  * the communicator spans machines of equal rank counts: asked once, a collective every rank makes at the same point). */
 static dt_status pick_exchange(dt_codec *k, topk *s, dt_comm *comm, tbucket *p, int b) {
@@ -86,12 +97,8 @@ static dt_status pick_exchange(dt_codec *k, topk *s, dt_comm *comm, tbucket *p, 
     if (p->exchange == DT_SPARSE_AUTO) {
         if (!s->asked) s->asked = 1, st = dt_comm_nodes(comm) > 1 && k->c.kind != DT_CODEC_DGC ? dt_sparse_hier_fits(comm, &s->fits) : DT_OK;
         if (st) return st;
-        double ia, ib, gamma, xa, xb, tg, tok, th = INFINITY, P = dt_comm_size(comm);
-        dt_comm_link_costs(&ia, &ib, &gamma, &xa, &xb);
-        bool across = dt_comm_nodes(comm) > 1; /* the group's link between machines, else shared memory's */
-        dt_codec_sparse_times(P, (double)p->kmax, across ? xa : ia, across ? xb : ib, &tg, &tok);
-        if (s->fits) th = dt_codec_hier_time(dt_comm_local_size(comm), dt_comm_nodes(comm), (double)p->len, (double)p->kmax, ia, ib, xa, xb);
-        p->exchange = th < tg && th < tok ? DT_SPARSE_HIER : tok < tg ? DT_SPARSE_OKTOPK : DT_SPARSE_ALLGATHER;
+        double P = dt_comm_size(comm);
+        p->exchange = auto_pick(P, dt_comm_nodes(comm), dt_comm_local_size(comm), p->len, p->kmax, s->fits);
         if (P > 2 && dt_comm_rank(comm) == 0)
             dt_log(DT_LOG_INFO, "%s: bucket %d's %zu pairs a rank travel by %s (--compress-exchange auto: the cost model's pick on %d ranks)",
                    dt_codec_name(k->c.kind), b, p->kmax, dt_codec_exchange_name(p->exchange), (int)P);
@@ -345,13 +352,20 @@ static size_t work(const dt_codec *k) {
     return b;
 }
 
-/* One bucket of every tensor through the allgather (the exchange auto takes on one machine's few ranks), its candidates'
- * first room (4 kmax + 64: the sample's threshold finds about kmax). */
-static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, int ranks) {
-    size_t len = 0, np = ranks > 1 ? (size_t)ranks : 1;
-    for (int i = 0; i < nt; i++) len += t[i].count;
-    size_t kmax = count_at(dt_codec_density_max(c), len);
-    return bucket_bytes(c, len, kmax, 4 * kmax + 64, kmax * (np + 1));
+/* Each bucket (none given: one of every tensor) through the exchange the run would take (named, or auto's pick: the
+ * hierarchical one where the machines hold equal rank counts), its candidates' first room (4 kmax + 64: the sample's
+ * threshold finds about kmax). */
+static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, const dt_codec_place *at) {
+    size_t all = 0, np = at->ranks > 1 ? (size_t)at->ranks : 1, b = 0;
+    for (int i = 0; i < nt; i++) all += t[i].count;
+    int q = at->nodes > 1 ? at->nodes : 1, nb = at->nbuckets > 0 ? at->nbuckets : 1;
+    bool hier = q > 1 && c->kind != DT_CODEC_DGC && np % (size_t)q == 0;
+    for (int i = 0; i < nb; i++) {
+        size_t len = at->nbuckets > 0 ? at->lens[i] : all, kmax = count_at(dt_codec_density_max(c), len);
+        dt_sparse_exchange x = c->exchange != DT_SPARSE_AUTO ? c->exchange : auto_pick((double)np, q, (int)np / q, len, kmax, hier);
+        b += bucket_bytes(c, len, kmax, 4 * kmax + 64, kmax * (x != DT_SPARSE_ALLGATHER ? 1 : np + 1));
+    }
+    return b;
 }
 
 const dt_codec_ops dt_codec_topk = {

@@ -603,6 +603,21 @@ static dt_status set_shards(dt_ddp *d, const size_t *offs, const size_t *counts)
     return make_pool(d);
 }
 
+int dt_ddp_bucket_lens(const dt_model *m, size_t bucket_first, size_t bucket_bytes, size_t *lens, int cap) {
+    int nr = m->ntensors, n = -1;
+    dt_ddp d = { .m = *m, .bucket_first = bucket_first, .bucket_bytes = bucket_bytes };
+    d.b = calloc((size_t)nr + 1, sizeof *d.b), d.all = calloc((size_t)nr + 1, sizeof *d.all), d.order = calloc((size_t)nr + 1, sizeof *d.order);
+    if (d.b && d.all && d.order && !plan_buckets(&d)) {
+        n = d.nb;
+        for (int k = 0; k < d.nb && k < cap; k++) {
+            lens[k] = 0;
+            for (int r = 0; r < d.b[k].nranges; r++) lens[k] += d.b[k].ranges[r].count;
+        }
+    }
+    free(d.b), free(d.all), free(d.order);
+    return n;
+}
+
 dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size_t bucket_bytes, const size_t *shard_offs,
                         const size_t *shard_counts, dt_ddp **out) {
     *out = NULL;
@@ -771,52 +786,75 @@ void dt_ddp_begin(dt_ddp *d, int sync, float lr) {
     if (sync != DT_MICRO_FORWARD) begin(d, sync, lr, true); /* a forward's: the backward's own begin says what it does */
 }
 
-dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
-    double waited = d->waited_in_backward;
-    r->exposed_in_backward_ms = waited * 1e3;
-    d->waited_in_backward = 0;
+/* Every bucket's exchange settled: a codec's issued and decoded, the optimizer's remaining buckets stepped, every
+ * request landed (after a failure too: what is in flight ends before its buffers may go). The first failure. */
+static dt_status settle_all(dt_ddp *d, double *waited) {
     dt_status st = d->err;
     for (int k = 0; k < d->issued && !st && d->codec; k++) {
         bool done;
-        st = codec_issue(d, k, &waited);
-        if (!st) st = codec_settle(d, k, true, &waited, &done);
+        st = codec_issue(d, k, waited);
+        if (!st) st = codec_settle(d, k, true, waited, &done);
     }
-    if (d->opt && !st) st = step_buckets(d, true, &waited);
+    if (d->opt && !st) st = step_buckets(d, true, waited);
     for (int i = 0; i < d->nreqs; i++) {
         bool done;
-        dt_status s = settle(d, i, true, &waited, &done);
+        dt_status s = settle(d, i, true, waited, &done);
         if (!st) st = s;
     }
     for (int k = 0; k < d->nb; k++) {
-        /* after a failure, what is in flight ends before its buffers may go */
-        dt_status s = wait_req(&d->b[k].creq, &waited);
+        dt_status s = wait_req(&d->b[k].creq, waited);
         if (!st) st = s;
         d->b[k].coded = d->b[k].decoded = false;
     }
-    if (d->codec && d->sync) {
-        dt_codec_stats cs;
-        dt_codec_end_step(d->codec, &cs);
-        /* before the start step every element travels as it is */
-        r->grad_bytes = cs.before ? cs.bytes : (double)d->nparams * sizeof(float);
-        r->compress_ratio = cs.after ? (double)cs.before / (double)cs.after : 1.0;
-        r->grad_recv_bytes = cs.before ? cs.received : 0;
-    }
-    dt_status s = wait_req(&d->tok_req, &waited);
+    return st;
+}
+
+/* The codec's step in r: bytes sent and received, the compression ratio (before its start step every element travels
+ * as it is). */
+static void codec_figures(dt_ddp *d, dt_sync_result *r) {
+    dt_codec_stats cs;
+    dt_codec_end_step(d->codec, &cs);
+    r->grad_bytes = cs.before ? cs.bytes : (double)d->nparams * sizeof(float);
+    r->compress_ratio = cs.after ? (double)cs.before / (double)cs.after : 1.0;
+    r->grad_recv_bytes = cs.before ? cs.received : 0;
+}
+
+/* The embedding's exchanged rows landed (after a failure st too) and, the step so far good, added; with an optimizer,
+ * the rows that waited for them updated, each once. The first failure. */
+static dt_status embedding_rows(dt_ddp *d, dt_status st, double *waited) {
+    dt_status s = wait_req(&d->tok_req, waited);
     if (!st) st = s;
     if (!st && d->ntok) {
         if (d->g16) st = add_rows_lp(d);
         else add_rows(d);
     }
-    if (!st && d->opt && d->touched) {
-        /* the rows that waited for the embedding's part, each once */
-        size_t C = (size_t)d->emb_t->shape[1];
-        DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "optimizer", "\"embedding_rows\":true");
-        for (int i = 0; i < d->ntok * dt_comm_size(d->c); i++) {
-            int32_t t = d->toks[i];
-            if (d->touched[t]) { update(d, d->emb_t->offset + (size_t)t * C, C); d->touched[t] = 0; }
-        }
-        DT_TRACE_END(DT_TRACK_COMPUTE);
+    if (st || !d->opt || !d->touched) return st;
+    size_t C = (size_t)d->emb_t->shape[1];
+    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "optimizer", "\"embedding_rows\":true");
+    for (int i = 0; i < d->ntok * dt_comm_size(d->c); i++) {
+        int32_t t = d->toks[i];
+        if (d->touched[t]) { update(d, d->emb_t->offset + (size_t)t * C, C); d->touched[t] = 0; }
     }
+    DT_TRACE_END(DT_TRACK_COMPUTE);
+    return DT_OK;
+}
+
+/* The step's counters back to a new step's. */
+static void reset_step(dt_ddp *d) {
+    d->accumulated = d->pooled = false;
+    d->nreqs = d->ntok = d->issued = d->stepped = d->turn = d->retired = 0;
+    d->sumsq = 0;
+    d->done_n = d->early_n = 0;
+    d->err = DT_OK;
+}
+
+dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
+    double waited = d->waited_in_backward;
+    r->exposed_in_backward_ms = waited * 1e3;
+    d->waited_in_backward = 0;
+    dt_status st = settle_all(d, &waited);
+    if (d->codec && d->sync) codec_figures(d, r);
+    st = embedding_rows(d, st, &waited);
     if (d->shard_off || d->g16) {
         /* everything outside the shard (a 16-bit store: everything), the exchanged embedding rows included */
         dt_status s2 = dt_grad_pool_give_back(d->pool);
@@ -824,15 +862,11 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
         if (zero_in_place(d)) zero_others(d);
         else release_others(d, 0, d->nparams);
     }
-    d->accumulated = d->pooled = false;
     if (!st && d->opt && d->done_n != d->w1 - d->w0)
         st = dt_error(DT_ERR_ARG, "ddp: the optimizer updated %zu of %zu parameters", d->done_n, d->w1 - d->w0);
     r->norm = d->opt ? sqrt(d->sumsq) : -1;
     d->last_early = d->opt && d->w1 > d->w0 ? (double)d->early_n / (double)(d->w1 - d->w0) : 0;
-    d->nreqs = d->ntok = d->issued = d->stepped = d->turn = d->retired = 0;
-    d->sumsq = 0;
-    d->done_n = d->early_n = 0;
-    d->err = DT_OK;
+    reset_step(d);
     r->exposed_ms = waited * 1e3;
     return st;
 }

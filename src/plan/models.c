@@ -2,6 +2,7 @@
  * (GPT-2's and Llama's presets, published ones: Llama 3.1 8B and 70B), counted
  * by the model layer itself, the same functions the runtime sizes its stores
  * with; and --params N (a GPT-style shape of about N parameters). */
+#include "dtrain/parallel.h"
 #include "dtrain/plan.h"
 #include "dtrain/program.h"
 
@@ -196,7 +197,10 @@ double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *
     dt_model m;
     dt_program *p = dt_plan_model_table(j, &m);
     if (!p) return 0;
-    *work = (double)dt_codec_work_bytes_for(k, m.tensors, m.ntensors, j->dp > 1 ? j->dp : 1);
+    size_t lens[256];
+    int nb = dt_ddp_bucket_lens(&m, 1u << 20, j->bucket_bytes ? j->bucket_bytes : 25u << 20, lens, 256);
+    dt_codec_place at = { j->dp > 1 ? j->dp : 1, j->nodes > 1 ? j->nodes : 1, lens, nb > 0 && nb <= 256 ? nb : 0 };
+    *work = (double)dt_codec_work_bytes_for(k, m.tensors, m.ntensors, &at);
     double sent = 0;
     for (int i = 0; i < m.ntensors; i++) {
         const dt_tensor_info *t = &m.tensors[i];
