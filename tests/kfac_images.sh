@@ -17,6 +17,8 @@ said=(--data "$dir/img" --epochs 1 --threads 1 --momentum 0.9)
 common=("${said[@]}" --quiet)
 within() { [ "$1" != missing ] && awk "BEGIN{exit !($1 <= $2)}"; }
 steplines() { grep -h '"loss"' "$@"; }
+# where two runs' step lines first part (a failure's detail)
+first_apart() { diff <(steplines $1) <(steplines $2) | head -4 | tr '\n' ' '; }
 # the worst relative difference of the first N losses of two metrics files ("missing" if fewer)
 first_losses() { # A B N
     paste <(field loss "$1" | head -"$3") <(field loss "$2" | head -"$3") |
@@ -33,7 +35,7 @@ for w in 1 0.5; do
         || fail "MLP, 2 ranks, workers $w: losses $l"
 done
 [ "$(steplines "$dir/mlp_two_0.5.jsonl")" = "$(steplines "$dir/mlp_two_1.jsonl")" ] && ok "MLP: MEM-OPT's steps are COMM-OPT's" \
-    || fail "MLP: MEM-OPT's steps differ from COMM-OPT's"
+    || fail "MLP: MEM-OPT's steps differ from COMM-OPT's: $(first_apart "$dir/mlp_two_0.5.jsonl" "$dir/mlp_two_1.jsonl")"
 "$DTRAIN" train "${said[@]}" "${mlp[@]}" --batch 8 --nproc 2 --kfac-workers 0.5 > "$dir/said" 2>&1
 grep -q "K-FAC (MEM-OPT) preconditions 2 layers (2410 parameters) before sgd" "$dir/said" && grep -q "kfac over sgd lr 0.05" "$dir/said" \
     && ok "the MLP's K-FAC said: $(grep -o 'K-FAC (MEM-OPT) preconditions [^,]*' "$dir/said")" || fail "the MLP's K-FAC line: $(head -3 "$dir/said")"
@@ -48,7 +50,7 @@ l=$(first_losses "$dir/rn_one.jsonl" "$dir/rn_two_1.jsonl" 3)
 within "$l" 1e-5 && ok "ResNet, K-FAC on 2 ranks x 4 with --sync-bn against one process x 8: the first 3 losses within $l" \
     || fail "ResNet, 2 ranks against one process: $l"
 cmp -s "$dir/rn_1/step-00000064/params.f32" "$dir/rn_0.5/step-00000064/params.f32" \
-    && ok "ResNet: MEM-OPT's weights are COMM-OPT's after an epoch, bit for bit" || fail "ResNet: MEM-OPT's weights differ from COMM-OPT's"
+    && ok "ResNet: MEM-OPT's weights are COMM-OPT's after an epoch, bit for bit" || fail "ResNet: MEM-OPT's weights differ from COMM-OPT's: $(cmp "$dir/rn_1/step-00000064/params.f32" "$dir/rn_0.5/step-00000064/params.f32" 2>&1 | head -1); steps: $(first_apart "$dir/rn_two_1.jsonl" "$dir/rn_two_0.5.jsonl")"
 "$DTRAIN" train "${said[@]}" "${rn[@]}" --batch 8 --steps 1 > "$dir/said" 2>&1
 grep -q "K-FAC (COMM-OPT) preconditions 16 layers (.* parameters) before sgd.*(the BatchNorms)" "$dir/said" \
     && ok "the ResNet's K-FAC said: $(grep -o 'K-FAC (COMM-OPT) preconditions [^,]*' "$dir/said")" || fail "the ResNet's K-FAC line: $(head -3 "$dir/said")"
@@ -60,7 +62,7 @@ run_metrics ck_1 "${ck[@]}" --save "$dir/ck" --stop-after 21 || fail "ResNet K-F
 run_metrics ck_2 "${ck[@]}" --resume "$dir/ck" || fail "ResNet K-FAC resumed"
 [ "$(steplines "$dir/ck_u.jsonl" | wc -l)" = 64 ] && [ "$(steplines "$dir/ck_u.jsonl")" = "$(steplines "$dir/ck_1.jsonl" "$dir/ck_2.jsonl")" ] \
     && ok "ResNet K-FAC (MEM-OPT) cut at step 21 of 64 and resumed: every step as the uninterrupted run's" \
-    || fail "ResNet K-FAC resumed differs from the uninterrupted run"
+    || fail "ResNet K-FAC resumed differs from the uninterrupted run: $(steplines "$dir/ck_u.jsonl" | wc -l) lines; $(first_apart "$dir/ck_u.jsonl" "$dir/ck_1.jsonl $dir/ck_2.jsonl")"
 
 # Shampoo over the MLP's tensors, its blocks shared by 2 ranks or held whole by each; against one process at
 # --shampoo-eps 1e-6 within 5e-4 (2.2e-5 measured on both BLAS paths at lr 0.003; at lr 0.01 it reaches 1e-3 to 6e-3:
@@ -72,7 +74,7 @@ run_metrics sh_whole "${sh[@]}" --batch 4 --nproc 2 --shampoo-group 1 || fail "S
 l=$(worst loss "$dir/sh_one.jsonl" "$dir/sh_two.jsonl" 64)
 within "$l" 5e-4 && ok "MLP, Shampoo on 2 ranks x 4 against one process x 8: 64 losses within $l" || fail "Shampoo MLP: losses $l"
 [ "$(steplines "$dir/sh_two.jsonl")" = "$(steplines "$dir/sh_whole.jsonl")" ] && ok "MLP, Shampoo: blocks shared by 2 ranks give the steps of blocks held whole" \
-    || fail "MLP, Shampoo: shared blocks differ from whole ones"
+    || fail "MLP, Shampoo: shared blocks differ from whole ones: $(first_apart "$dir/sh_two.jsonl" "$dir/sh_whole.jsonl")"
 
 # --eval-every: the test accuracy inside the epoch, with the seconds trained
 run_metrics ev "${mlp[@]}" --batch 8 --eval-every 16 || fail "--eval-every"
