@@ -71,6 +71,9 @@ typedef struct {
     int slices; /* it takes tensor parallelism's slices (dt_tp_whole_preconditioner makes them whole for it) */
 } dt_preconditioner;
 
+/* The first gradient bucket's bytes the runs ask for (small, so that the first allreduce starts early in backward). */
+#define DT_DDP_FIRST_BUCKET (1u << 20)
+
 typedef struct {
     dt_model model;
     dt_comm *comm;              /* the data-parallel ranks; NULL: this process alone */

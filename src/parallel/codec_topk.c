@@ -89,6 +89,9 @@ static dt_sparse_exchange auto_pick(double P, int nodes, int local, size_t len, 
     return th < tg && th < tok ? DT_SPARSE_HIER : tok < tg ? DT_SPARSE_OKTOPK : DT_SPARSE_ALLGATHER;
 }
 
+/* The pairs' room, in 64-bit words: a rank's own kmax, and for the allgather every one of np ranks' too. */
+static size_t pairs_room(dt_sparse_exchange x, size_t kmax, size_t np) { return kmax * (x != DT_SPARSE_ALLGATHER ? 1 : np + 1); }
+
 /* How bucket p's pairs travel: as named, or auto's pick by the cost model (the hierarchical exchange among them where
  * the communicator spans machines of equal rank counts: asked once, a collective every rank makes at the same point). */
 static dt_status pick_exchange(dt_codec *k, topk *s, dt_comm *comm, tbucket *p, int b) {
@@ -120,7 +123,7 @@ static dt_status setup(dt_codec *k, topk *s, dt_comm *comm, int b, const int *id
     if (k->c.kind == DT_CODEC_DGC && !(p->uval = malloc(sizeof *p->uval * p->kmax))) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
     if ((st = pick_exchange(k, s, comm, p, b))) return st;
     /* the allgather's room: this rank's pairs, then every rank's */
-    size_t words = p->kmax * (p->exchange != DT_SPARSE_ALLGATHER ? 1 : (size_t)(dt_comm_size(comm) + 1));
+    size_t words = pairs_room(p->exchange, p->kmax, (size_t)dt_comm_size(comm));
     if (b < s->nloaded && s->loaded[b]) { /* a resumed run's regions and threshold, where they fit this bucket */
         if (p->exchange == DT_SPARSE_OKTOPK && dt_oktopk_entries(s->loaded[b]) == p->len) p->ok = s->loaded[b];
         else {
@@ -347,7 +350,7 @@ static size_t work(const dt_codec *k) {
     size_t b = 0, np = k->comm ? (size_t)dt_comm_size(k->comm) : 1;
     for (int i = 0; i < s->nb; i++) {
         const tbucket *p = &s->b[i];
-        if (p->sample) b += bucket_bytes(&k->c, p->len, p->kmax, p->cap, p->kmax * (p->exchange != DT_SPARSE_ALLGATHER ? 1 : np + 1));
+        if (p->sample) b += bucket_bytes(&k->c, p->len, p->kmax, p->cap, pairs_room(p->exchange, p->kmax, np));
     }
     return b;
 }
@@ -363,7 +366,7 @@ static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt
     for (int i = 0; i < nb; i++) {
         size_t len = at->nbuckets > 0 ? at->lens[i] : all, kmax = count_at(dt_codec_density_max(c), len);
         dt_sparse_exchange x = c->exchange != DT_SPARSE_AUTO ? c->exchange : auto_pick((double)np, q, (int)np / q, len, kmax, hier);
-        b += bucket_bytes(c, len, kmax, 4 * kmax + 64, kmax * (x != DT_SPARSE_ALLGATHER ? 1 : np + 1));
+        b += bucket_bytes(c, len, kmax, 4 * kmax + 64, pairs_room(x, kmax, np));
     }
     return b;
 }

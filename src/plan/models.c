@@ -197,9 +197,9 @@ double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *
     dt_model m;
     dt_program *p = dt_plan_model_table(j, &m);
     if (!p) return 0;
-    /* the run's buckets (its first 1 MiB, then --bucket-mb; more than 256 counted as one) */
+    /* the run's buckets (its first, then --bucket-mb; more than 256 counted as one) */
     size_t lens[256];
-    int nb = dt_ddp_bucket_lens(&m, 1u << 20, j->bucket_bytes ? j->bucket_bytes : 25u << 20, lens, 256);
+    int nb = dt_ddp_bucket_lens(&m, DT_DDP_FIRST_BUCKET, j->bucket_bytes ? j->bucket_bytes : 25u << 20, lens, 256);
     dt_codec_place at = { j->dp > 1 ? j->dp : 1, j->nodes > 1 ? j->nodes : 1, lens, nb > 0 && nb <= 256 ? nb : 0 };
     *work = (double)dt_codec_work_bytes_for(k, m.tensors, m.ntensors, &at);
     double sent = 0;

@@ -184,7 +184,7 @@ void dt_policy_model(dt_policy *p, dt_model *out) {
 }
 
 dt_status dt_policy_engine_create(dt_policy *p, const dt_rl_config *c, dt_comm *comm, dt_engine **out) {
-    dt_engine_config ec = { .comm = comm, .grad_clip = c->max_grad_norm, .step_at_end = 1, .bucket_first = 1u << 20,
+    dt_engine_config ec = { .comm = comm, .grad_clip = c->max_grad_norm, .step_at_end = 1, .bucket_first = DT_DDP_FIRST_BUCKET,
                             .bucket_bytes = 1u << 22 };
     dt_optim_defaults(DT_OPT_ADAMW, &ec.opt);
     ec.opt.eps = 1e-5f; /* CleanRL's Adam */

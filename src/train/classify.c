@@ -309,7 +309,7 @@ static dt_status data_and_model(cls_run *r, bool mlp) {
 static dt_status engine_and_outputs(cls_run *r, bool mlp) {
     const dt_train_config *c = r->c;
     dt_engine_config ec = { .comm = r->p > 1 ? r->w : NULL, .strategy = c->strategy, .opt = c->opt, .grad_clip = c->grad_clip,
-                            .skip_nonfinite = 0, .step_at_end = c->step_at_end, .bucket_first = 1u << 20,
+                            .skip_nonfinite = 0, .step_at_end = c->step_at_end, .bucket_first = DT_DDP_FIRST_BUCKET,
                             .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .codec = &c->codec };
     if (mlp) dt_mlp_model(r->m.mlp, &ec.model);
     else dt_resnet_model(r->m.resnet, &ec.model);

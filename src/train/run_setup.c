@@ -271,7 +271,7 @@ static dt_status make_engine(run *r) {
     /* gradients average over the replicas: DP x CP (context-parallel ranks hold the same weights) */
     dt_engine_config ec = { .comm = r->mesh ? dt_mesh_replicas(r->mesh) : NULL, .strategy = c->strategy, .opt = c->opt,
                             .grad_clip = c->grad_clip, .skip_nonfinite = c->skip_nonfinite, .step_at_end = c->step_at_end,
-                            .bucket_first = 1u << 20, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
+                            .bucket_first = DT_DDP_FIRST_BUCKET, .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0),
                             .loss_scale = c->precision == DT_F16 ? &c->loss_scale : NULL, .grad_comm = c->grad_comm,
                             .grad_store = c->grad_store,
                             .mp_comm = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL,
