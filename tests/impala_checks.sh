@@ -2,7 +2,8 @@
 # dtrain rl --algo impala: the actor-learner. Synchronous batches give the same run whatever number of actors
 # produced them; it learns CartPole; an actor killed mid-run is named and the learner goes on with the others to the
 # end; a killed learner takes its actors with it within a second; Pendulum's Gaussian learns through actors with
-# normalised observations and its statistics are saved; bad settings are refused naming what is wrong.
+# normalised observations and its statistics are saved; the run's state resumes (synchronous: bit for bit, also after a
+# kill); bad settings are refused naming what is wrong.
 # usage: impala_checks.sh DTRAIN
 set -u
 DTRAIN=$1
@@ -77,6 +78,51 @@ secs=$(echo "$(date +%s.%N) - $t0" | bc)
     ok "pendulum: a Gaussian policy learned through actors, saved with actor_logstd and obs_rms" ||
     fail "pendulum: $(tail -2 "$dir/pend.out")"
 
+# the run's state (--save FILE writes FILE.state, --resume it): the learner's and each actor's environments as the learner
+# last took them, with the weights the actors hold (refreshed every 3 updates: update 9's act in update 11). Synchronous:
+# 10 updates and 10 resumed give the uninterrupted run's metrics and policy bit for bit
+same_run() { # WHAT A B: 20 metrics rows (all but the speed), the policy files and the states at the end bit for bit
+    if [ "$(grep -c . "$dir/$3.jsonl")" = 20 ] && cmp -s <(sed 's/,"steps_per_s":[0-9.e+-]*//' "$dir/$2.jsonl") <(sed 's/,"steps_per_s":[0-9.e+-]*//' "$dir/$3.jsonl") &&
+        cmp -s "$dir/$2.safetensors" "$dir/$3.safetensors" && cmp -s "$dir/$2.safetensors.state" "$dir/$3.safetensors.state"; then
+        ok "$1: the metrics of 20 updates, the policy and the state at the end bit for bit"
+    else fail "$1: $(tail -1 "$dir/$3.jsonl" | cut -c1-150) against $(tail -1 "$dir/$2.jsonl" | cut -c1-150)"; fi
+}
+resumed() { # NAME TOTAL ARGS...: half the run, then resumed to TOTAL steps
+    local name=$1 total=$2
+    shift 2
+    "$DTRAIN" rl "$@" --total-steps $((total / 2)) --save "$dir/$name.safetensors" --metrics "$dir/$name.jsonl" > /dev/null 2>&1 &&
+        "$DTRAIN" rl "$@" --total-steps $total --resume "$dir/$name.safetensors.state" --save "$dir/$name.safetensors" \
+            --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 || fail "$name resumed: $(tail -2 "$dir/$name.out")"
+}
+st=(--env cartpole --algo impala --print-every 0 --sync --refresh 3 --no-anneal)
+"$DTRAIN" rl "${st[@]}" --total-steps 10240 --save "$dir/ra.safetensors" --metrics "$dir/ra.jsonl" > /dev/null 2>&1
+resumed rb 10240 "${st[@]}"
+same_run "sync CartPole, 10 updates then 10 resumed (weights refreshed every 3)" ra rb
+pe=(--env pendulum --algo impala --print-every 0 --sync --actors 4 --envs 8 --no-anneal)
+"$DTRAIN" rl "${pe[@]}" --total-steps 5120 --save "$dir/pa.safetensors" --metrics "$dir/pa.jsonl" > /dev/null 2>&1
+resumed pb 5120 "${pe[@]}"
+same_run "sync Pendulum over 4 actors (observations and rewards normalised), 10 updates then 10 resumed" pa pb
+# killed after a state was saved (every 5 updates of a run far too long to finish), whenever the kill lands: resumed to 10
+# updates past that state, it ends where a run of that length from the start does
+"$DTRAIN" rl "${st[@]}" --total-steps 100000000 --save "$dir/kb.safetensors" --save-every 5 > /dev/null 2>&1 &
+learner=$!
+for i in $(seq 600); do [ -f "$dir/kb.safetensors.state" ] && break; sleep 0.05; done
+kill -9 $learner
+wait $learner 2> /dev/null
+at=$(grep -ao '"updates":[0-9]*' "$dir/kb.safetensors.state" | cut -d: -f2)
+total=$(((${at:-0} + 10) * 512))
+"$DTRAIN" rl "${st[@]}" --total-steps $total --save "$dir/kc.safetensors" > /dev/null 2>&1
+"$DTRAIN" rl "${st[@]}" --total-steps $total --save "$dir/kb.safetensors" --resume "$dir/kb.safetensors.state" > "$dir/kb.out" 2>&1 &&
+    [ -n "$at" ] && cmp -s "$dir/kb.safetensors" "$dir/kc.safetensors" &&
+    ok "killed with its state at update ${at:-?} (--save-every 5), resumed to update $((total / 512)): the uninterrupted run's policy bit for bit" ||
+    fail "killed and resumed (state at update ${at:-?}): $(tail -1 "$dir/kb.out")"
+# asynchronous: the actors go on from the rollouts the learner took last (which ones depends on timing: not bit for bit)
+resumed as 10240 --env cartpole --algo impala --print-every 0 --actors 4
+took=$(grep -ao '"actor_rollouts":\[[0-9,]*\]' "$dir/as.safetensors.state")
+[ "$(grep -c . "$dir/as.jsonl")" = 20 ] && [ "$(field env_steps "$dir/as.jsonl" | tail -1)" = 10240 ] && [ -n "$took" ] &&
+    ok "asynchronous, 4 actors: resumed at update 10 and went on to 10240 steps (its state's $took)" ||
+    fail "asynchronous resumed: $(tail -1 "$dir/as.jsonl" | cut -c1-150)"
+
 refuse() { # WHAT EXPECTED ARGS...
     local what=$1 want=$2 out
     shift 2
@@ -90,5 +136,10 @@ refuse "--actors without impala" "IMPALA's" rl --env cartpole --actors 2 --total
 refuse "--rho-bar 0" "--rho-bar" rl "${imp[@]}" --rho-bar 0 --total-steps 1000
 refuse "an actor started by hand" "has no learner" rl actor 0
 refuse "an unknown environment" "nosuchenv" rl --env nosuchenv --algo impala --total-steps 1000
+refuse "--resume with another actor count" "the run was saved with actors 4; this one has 2" rl "${pe[@]}" --actors 2 --total-steps 9000 \
+    --resume "$dir/pb.safetensors.state"
+refuse "an IMPALA state under PPO" "the run was saved with algo impala; this one has ppo" rl --env pendulum --envs 8 --rollout-steps 32 \
+    --total-steps 9000 --resume "$dir/pb.safetensors.state"
+refuse "--resume of a run with nothing left" "nothing left to train" rl "${st[@]}" --total-steps 10240 --resume "$dir/rb.safetensors.state"
 echo "impala checks: $passed passed, $failed failed"
 [ $failed = 0 ]

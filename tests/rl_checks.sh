@@ -5,7 +5,7 @@
 # refused naming what is wrong. PPO's (and REINFORCE's) run state (--save FILE writes FILE.state; --resume it): 10 updates and 10 more
 # resumed give the uninterrupted run's metrics and policy bit for bit (CartPole; Pendulum's normalisers on 2 ranks); a
 # run killed after a --save-every state goes on from it to the uninterrupted run's policy; what cannot be resumed (another
-# setting, a damaged file, IMPALA) is refused naming why; LunarLander (a physics world) resumes with its episodes restarted.
+# setting, a damaged file, another algorithm's) is refused naming why; LunarLander (a physics world) resumes with its episodes restarted.
 # usage: rl_checks.sh DTRAIN [MPIEXEC]
 set -u
 DTRAIN=$1
@@ -139,7 +139,8 @@ if grep -q "episode restarts" "$dir/la.out" && [ "$(grep -c . "$dir/la.jsonl")" 
     cmp -s <(sed 's/,"steps_per_s":[0-9.e+-]*//' "$dir/la.jsonl") <(sed 's/,"steps_per_s":[0-9.e+-]*//' "$dir/lb.jsonl"); then
     ok "LunarLander: 10 updates then 10 resumed with its episodes restarted (said), twice alike bit for bit"
 else fail "LunarLander resumed: $(tail -2 "$dir/la.out")"; fi
-refused_rl "--resume under IMPALA" "PPO and REINFORCE save and resume their run's state" --algo impala --resume "$dir/sb.safetensors.state"
+refused_rl "a PPO state under IMPALA" "the run was saved with algo ppo; this one has impala" --algo impala --envs 4 --rollout-steps 64 \
+    --actors 2 --total-steps 9000 --resume "$dir/sb.safetensors.state"
 refused_rl "--resume of a run with nothing left" "nothing left to train" --rollout-steps 64 --total-steps 5120 --no-anneal --resume "$dir/sb.safetensors.state"
 echo "rl checks: $passed passed, $failed failed"
 [ "$failed" = 0 ]

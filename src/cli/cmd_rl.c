@@ -54,12 +54,14 @@ static void usage(void) {
            "last 100 episodes, the losses), --save FILE.safetensors (the actor's and critic's weights, PyTorch's names,\n"
            "and environment 0's observation statistics obs_rms.mean and obs_rms.var when they were normalised),\n"
            "--threads 1 per rank.\n"
-           "PPO's and REINFORCE's run state goes beside --save FILE as FILE.state (at the end, and every --save-every N updates): the\n"
-           "policy, Adam's moments, the last episodes' returns and every environment's state, its running episode and its\n"
+           "The run's state goes beside --save FILE as FILE.state (at the end, and every --save-every N updates): the policy,\n"
+           "Adam's moments, the last episodes' returns and every environment's state, its running episode and its\n"
            "normalisers; --resume FILE.state with the run's settings (and a --total-steps as large or larger) goes on from it\n"
-           "as if the run had not stopped, on any --nproc that divides the environments (metrics appended). LunarLander's\n"
-           "physics world cannot be saved: resumed, each environment's episode restarts (said; not bit for bit); a bridged\n"
-           "environment's state cannot be saved.\n"
+           "as if the run had not stopped, on any --nproc that divides the environments (metrics appended). IMPALA's holds its\n"
+           "actors' environments as the learner last took them and the weights the actors act with: resumed, each actor goes\n"
+           "on from there (--sync: bit for bit; asynchronous runs depend on timing anyway). LunarLander's physics world cannot\n"
+           "be saved: resumed, each environment's episode restarts (said; not bit for bit); a bridged environment's state\n"
+           "cannot be saved.\n"
            "--env gym:ID: any environment gymnasium.make(ID) makes (\"module:ID\" imports module first), run by the bridge in\n"
            "Python workers (--python python3, which must have gymnasium; --env-workers W processes a rank, each holding a\n"
            "share of the rank's environments: one a core by default) that exchange actions, observations and rewards with\n"
@@ -176,13 +178,8 @@ static void set_defaults(int argc, char **argv, dt_rl_config *c, dt_env_bridge_c
 }
 
 /* The settings against the algorithm: 0 where it runs them, else 2 (said). impala_flag, ppo_flag: one of IMPALA's flags,
- * of PPO's alone, given (NULL: none); state_flag: --resume or --save-every (PPO's and REINFORCE's), given. */
-static int algo_combination(const dt_rl_config *c, double nproc, const char *impala_flag, const char *ppo_flag, const char *state_flag) {
-    if (c->algo == DT_RL_IMPALA && state_flag) {
-        dt_log(DT_LOG_ERROR, "rl: %s: PPO and REINFORCE save and resume their run's state; --algo impala saves its policy at the end "
-               "(--save: its actors' environments live in other processes)", state_flag);
-        return 2;
-    }
+ * of PPO's alone, given (NULL: none). */
+static int algo_combination(const dt_rl_config *c, double nproc, const char *impala_flag, const char *ppo_flag) {
     if (c->save_every && !c->save) {
         dt_log(DT_LOG_ERROR, "rl: --save-every %d saves the run's state beside --save FILE: give --save", c->save_every);
         return 2;
@@ -210,7 +207,7 @@ static int algo_combination(const dt_rl_config *c, double nproc, const char *imp
  * of the run state's (NULL: none), for algo_combination's refusals. */
 typedef struct {
     int nproc, threads;
-    const char *report, *impala_flag, *ppo_flag, *state_flag;
+    const char *report, *impala_flag, *ppo_flag;
 } rl_cli;
 
 /* A flag taking a number: 1 taken, 0 a bad number, -1 not one of them. */
@@ -265,7 +262,6 @@ static int rl_parse(int argc, char **argv, dt_rl_config *c, dt_env_bridge_config
         if (!strcmp(f, "--no-clip-vloss") || !strcmp(f, "--clip") || !strcmp(f, "--gae-lambda")) x->ppo_flag = f;
         if (!strcmp(f, "--sync") || !strcmp(f, "--actors") || !strcmp(f, "--refresh") || !strcmp(f, "--rho-bar") || !strcmp(f, "--c-bar"))
             x->impala_flag = f;
-        if (!strcmp(f, "--resume") || !strcmp(f, "--save-every")) x->state_flag = f;
         if (rl_switch(f, c) == 1) continue;
         int r = !v ? 0 : rl_number(f, v, c, x);
         if (r < 0) r = rl_word(f, v, c, bridge, x);
@@ -285,7 +281,7 @@ int dt_cli_rl(int argc, char **argv) {
     char metrics[4096], policy[4096];
     int rc = rl_parse(argc, argv, &c, &bridge, &x);
     if (rc >= 0) return rc;
-    if ((rc = algo_combination(&c, x.nproc, x.impala_flag, x.ppo_flag, x.state_flag))) return rc;
+    if ((rc = algo_combination(&c, x.nproc, x.impala_flag, x.ppo_flag))) return rc;
     dt_comm *w;
     int launched;
     rc = dt_cli_join("rl", "", x.nproc, -1, argv, &w, &launched);

@@ -7,6 +7,7 @@
 #endif
 #include "dtrain/kernels.h"
 #include "actors.h"
+#include "env_internal.h"
 #include "policy.h"
 #include "rollout.h"
 
@@ -57,6 +58,22 @@ static void refresh(actor *a) {
     }
 }
 
+/* A resumed run's: the environments as the learner last took them from this actor, and its next rollout (*r). */
+static dt_status start_from(actor *a, dt_rollout *ro, dt_env_pool *pool, int64_t *r) {
+    dt_actor_shared *h = a->h;
+    const int64_t *at = dt_actor_start_at(h, a->index);
+    const double *recs = (const double *)(at + 2);
+    dt_status st = DT_OK;
+    if (at[0] == 0) return DT_OK; /* the learner took nothing of this actor's: it starts afresh */
+    for (int j = 0; j < h->n && !st; j++) {
+        st = dt_env_pool_restore(pool, j, recs + (size_t)j * h->env_rec);
+        if (!st) st = dt_rollout_restore(ro, j, recs + (size_t)j * h->env_rec + DT_ENV_POOL_RECORD);
+    }
+    dt_env_pool_set_steps(pool, at[1]);
+    *r = at[0];
+    return st;
+}
+
 /* Waits for a free slot and (sync) for the weights rollout r must act with; -1: the learner is gone. */
 static int ready_for(actor *a, int64_t r) {
     while (hear(a, 0) > 0) {}
@@ -76,6 +93,12 @@ static dt_status fill(actor *a, dt_rollout *ro, dt_env_pool *pool, int64_t r) {
     if (st) return st;
     s->rollout = r;
     s->version = a->have;
+    s->pool_steps = dt_env_pool_steps(pool);
+    for (int j = 0; h->keep_state && j < h->n; j++) { /* what a run state needs to go on from here */
+        double *e = dt_actor_slot_envs(h, s) + (size_t)j * h->env_rec;
+        if ((st = dt_env_pool_record(pool, j, e))) return st;
+        dt_rollout_record(ro, j, e + DT_ENV_POOL_RECORD);
+    }
     s->episodes = dt_env_pool_episodes(pool, s->ep, DT_ACTOR_EPISODES);
     dt_episode extra;
     for (s->dropped = 0; dt_env_pool_episodes(pool, &extra, 1);) s->dropped++;
@@ -99,9 +122,11 @@ static dt_status run(actor *a) {
         st = dt_error(DT_ERR_MISMATCH, "impala actor %d: a policy of %zu parameters, the learner's has %zu", a->index,
                       dt_policy_num_params(a->pol), h->nparams);
     if (!st) st = dt_rollout_init(&ro, &c, pool, a->pol, a->index * h->n, h->T);
+    int64_t r0 = 0;
+    if (!st && h->start_off) st = start_from(a, &ro, pool, &r0);
     char ok = DT_ACTOR_READY;
     if (!st && send(SOCK_FD, &ok, 1, MSG_NOSIGNAL) != 1) st = DT_ERR_PEER; /* the learner is gone: nothing to say */
-    for (int64_t r = 0; !st; r++) {
+    for (int64_t r = r0; !st; r++) {
         if (ready_for(a, r)) break;
         if ((st = fill(a, &ro, pool, r))) break;
         char s = (char)a->next;

@@ -5,11 +5,13 @@
 #define _GNU_SOURCE
 #endif
 #include "actors.h"
+#include "env_internal.h"
 #include "rollout.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,13 +89,18 @@ static dt_status await_ready(dt_rl_actors *a) {
     return DT_OK;
 }
 
-static dt_status map_shared(dt_rl_actors *a, const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, int *mfd) {
-    size_t rl = (size_t)in->obs_dim + in->act_dim + DT_RL_NFIELDS;
-    size_t slot = sizeof(dt_actor_slot) + (c->norm_obs ? 2 * sizeof(double) * (size_t)in->obs_dim : 0) +
-                  sizeof(float) * (size_t)(c->num_steps + 1) * (size_t)(c->num_envs / c->actors) * rl;
-    slot = (slot + 63) / 64 * 64;
-    size_t woff = (sizeof(dt_actor_shared) + 63) / 64 * 64, soff = (woff + sizeof(float) * nparams + 63) / 64 * 64;
-    size_t total = soff + slot * DT_ACTOR_SLOTS * (size_t)c->actors;
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+static dt_status map_shared(dt_rl_actors *a, const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, int keep_state,
+                            bool starts, int *mfd) {
+    size_t rl = (size_t)in->obs_dim + in->act_dim + DT_RL_NFIELDS, n = (size_t)(c->num_envs / c->actors);
+    size_t erec = DT_ENV_POOL_RECORD + dt_rollout_state_len(in->obs_dim, c->norm_obs, c->norm_reward);
+    size_t slot = round64(sizeof(dt_actor_slot) + (c->norm_obs ? 2 * sizeof(double) * (size_t)in->obs_dim : 0) +
+                          (keep_state ? sizeof(double) * n * erec : 0) + sizeof(float) * (size_t)(c->num_steps + 1) * n * rl);
+    size_t woff = round64(sizeof(dt_actor_shared)), soff = round64(woff + sizeof(float) * nparams);
+    size_t start_off = starts ? soff + slot * DT_ACTOR_SLOTS * (size_t)c->actors : 0;
+    size_t total = starts ? start_off + (2 * sizeof(int64_t) + n * erec * sizeof(double)) * (size_t)c->actors
+                          : soff + slot * DT_ACTOR_SLOTS * (size_t)c->actors;
     *mfd = memfd_create("dtrain-impala", MFD_CLOEXEC);
     if (*mfd < 0 || ftruncate(*mfd, (off_t)total))
         return dt_error(DT_ERR_SYS, "impala: shared memory of %zu bytes: %s", total, strerror(errno));
@@ -104,15 +111,26 @@ static dt_status map_shared(dt_rl_actors *a, const dt_rl_config *c, const dt_env
                             .n = c->num_envs / c->actors, .T = c->num_steps, .od = in->obs_dim, .ad = in->act_dim, .K = K,
                             .hidden = c->hidden, .continuous = !in->actions, .norm_obs = c->norm_obs,
                             .norm_reward = c->norm_reward, .trunc_as_term = c->trunc_as_term, .sync = c->sync,
-                            .refresh = c->refresh, .gamma = c->gamma, .seed = c->seed, .nparams = nparams, .slot_bytes = slot,
-                            .weights_off = woff, .slots_off = soff, .total = total };
+                            .refresh = c->refresh, .keep_state = keep_state, .gamma = c->gamma, .seed = c->seed,
+                            .env_rec = erec, .nparams = nparams, .slot_bytes = slot, .weights_off = woff, .slots_off = soff,
+                            .start_off = start_off, .total = total };
     snprintf(h->env, sizeof h->env, "%s", c->env);
     snprintf(h->python, sizeof h->python, "%s", c->bridge && c->bridge->python ? c->bridge->python : "");
     atomic_store(&h->version, -1);
     return DT_OK;
 }
 
-dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, dt_rl_actors **out) {
+/* Each actor's start, where the actors read it when they begin. */
+static void put_starts(dt_actor_shared *h, const dt_actors_start *s) {
+    for (int i = 0; i < h->actors; i++) {
+        int64_t *at = dt_actor_start_at(h, i);
+        at[0] = s->rollouts[i], at[1] = s->pool_steps[i];
+        memcpy(at + 2, s->records + (size_t)i * h->n * h->env_rec, sizeof(double) * (size_t)h->n * h->env_rec);
+    }
+}
+
+dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, int keep_state,
+                              const dt_actors_start *start_at, dt_rl_actors **out) {
     *out = NULL;
     if (strlen(c->env) >= sizeof(((dt_actor_shared *)0)->env))
         return dt_error(DT_ERR_ARG, "impala: the environment's name is longer than %zu bytes",
@@ -131,7 +149,8 @@ dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int 
     a->last = -1;
     for (int i = 0; i < a->na; i++) a->a[i].fd = -1;
     int mfd = -1;
-    dt_status st = map_shared(a, c, in, K, nparams, &mfd);
+    dt_status st = map_shared(a, c, in, K, nparams, keep_state, start_at != NULL, &mfd);
+    if (!st && start_at) put_starts(a->h, start_at);
     for (int i = 0; !st && i < a->na; i++) st = start(a, i, mfd, exe);
     if (mfd >= 0) close(mfd);
     if (!st) st = await_ready(a);

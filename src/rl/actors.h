@@ -27,32 +27,52 @@ typedef struct {
     char env[256], python[4096];
     int workers, actors, n, T, od, ad, K, hidden, continuous;
     int norm_obs, norm_reward, trunc_as_term, sync, refresh;
+    int keep_state;            /* each slot carries the actor's environments after its rollout (a run state's: rl_state.h) */
     float gamma;
     uint64_t seed;
-    size_t nparams, slot_bytes, weights_off, slots_off, total;
+    size_t env_rec;            /* doubles an environment's state takes (DT_ENV_POOL_RECORD and its rollout's) */
+    size_t nparams, slot_bytes, weights_off, slots_off, start_off, total; /* start_off: where actors start (0: at zero) */
     _Atomic uint64_t seq;      /* the weights' sequence lock */
     _Atomic int64_t version;   /* the learner's update the weights are of */
 } dt_actor_shared;
 
 typedef struct {
     int64_t rollout, version;  /* the actor's rollout index; the weights it acted with */
+    int64_t pool_steps;        /* its pool's steps after the rollout */
     int episodes, dropped;
     dt_episode ep[DT_ACTOR_EPISODES];
-    /* then obs_mean [od], obs_var [od] (doubles, with norm_obs) and the records [(T+1)][n][rec] */
+    /* then obs_mean [od], obs_var [od] (doubles, with norm_obs), the environments' state after the rollout [n][env_rec]
+     * (doubles, with keep_state) and the records [(T+1)][n][rec] */
 } dt_actor_slot;
 
 static inline dt_actor_slot *dt_actor_slot_at(dt_actor_shared *h, int actor, int s) {
     return (dt_actor_slot *)((char *)h + h->slots_off + ((size_t)actor * DT_ACTOR_SLOTS + s) * h->slot_bytes);
 }
 static inline double *dt_actor_slot_stats(dt_actor_slot *s) { return (double *)(s + 1); }
+static inline double *dt_actor_slot_envs(const dt_actor_shared *h, dt_actor_slot *s) {
+    return dt_actor_slot_stats(s) + (h->norm_obs ? 2 * (size_t)h->od : 0);
+}
 static inline float *dt_actor_slot_records(const dt_actor_shared *h, dt_actor_slot *s) {
-    return (float *)(dt_actor_slot_stats(s) + (h->norm_obs ? 2 * (size_t)h->od : 0));
+    return (float *)(dt_actor_slot_envs(h, s) + (h->keep_state ? (size_t)h->n * h->env_rec : 0));
+}
+
+/* Where the actors start (a resumed run's, rl_state.h): each actor's next rollout and its pool's steps, and every
+ * environment's state (env_rec doubles each, in the job's order). In the shared memory at start_off: an actor's two
+ * counts, then its environments'. */
+typedef struct {
+    const int64_t *rollouts, *pool_steps;
+    const double *records;
+} dt_actors_start;
+static inline int64_t *dt_actor_start_at(dt_actor_shared *h, int actor) {
+    return (int64_t *)((char *)h + h->start_off + (size_t)actor * (2 * sizeof(int64_t) + (size_t)h->n * h->env_rec * sizeof(double)));
 }
 
 typedef struct dt_rl_actors dt_rl_actors;
 /* Starts c->actors actors (this program, /proc/self/exe, as `rl actor I`) for environments of the info's kind, n a
- * actor, and waits for each to say it is ready (an actor that cannot start is named: the error). */
-dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, dt_rl_actors **out);
+ * actor, and waits for each to say it is ready (an actor that cannot start is named: the error). keep_state: each
+ * rollout's slot carries the environments after it; start: where the actors begin (NULL: at zero). */
+dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, int keep_state,
+                              const dt_actors_start *start, dt_rl_actors **out);
 /* Closes the actors' sockets (they end), waits up to a second each, then kills what is left. */
 void dt_rl_actors_destroy(dt_rl_actors *a);
 /* The weights of update version, for the actors' next rollouts. */

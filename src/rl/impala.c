@@ -8,7 +8,10 @@
 #include "pg_step.h"
 #include "policy.h"
 #include "progress.h"
+#include "rl_state.h"
 #include "rollout.h"
+
+#include "env_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +37,12 @@ typedef struct {
     int neps;
     double *obs_mean, *obs_var;
     int have_stats;
+    /* the run's state (rl_state.h): kept from each slot taken when --save writes one (keep_state), read by --resume */
+    int keep_state, u0;
+    int64_t steps0;
+    char env_id[256];
+    dt_rl_actor_state as;
+    dt_rl_learner l;
 } impala;
 
 void dt_impala_defaults(dt_rl_config *c, int continuous) {
@@ -70,6 +79,12 @@ static dt_status alloc_buffers(impala *p) {
     p->eps = malloc(sizeof(dt_episode) * (size_t)p->A * DT_ACTOR_EPISODES);
     p->obs_mean = calloc((size_t)p->od, sizeof(double));
     p->obs_var = calloc((size_t)p->od, sizeof(double));
+    size_t erec = DT_ENV_POOL_RECORD + dt_rollout_state_len(p->od, p->c->norm_obs, p->c->norm_reward);
+    p->as = (dt_rl_actor_state){ .env_id = p->env_id, .actors = p->A, .env_rec = erec, .rollouts = calloc((size_t)p->A, sizeof(int64_t)),
+                                 .pool_steps = calloc((size_t)p->A, sizeof(int64_t)),
+                                 .records = calloc(Bm * erec + 1, sizeof(double)),
+                                 .published = malloc(sizeof(float) * dt_policy_num_params(p->pol)) };
+    ok &= p->as.rollouts && p->as.pool_steps && p->as.records && p->as.published;
     if (!ok || !p->all || !p->versions || !p->obs || !p->valid || !p->recs || !p->eps || !p->obs_mean || !p->obs_var)
         return dt_error(DT_ERR_NOMEM, "impala: out of memory for batches of %d x %zu", p->T, Bm);
     return dt_pg_step_init(&p->step, p->c, p->pol, p->e, p->od, p->ad, p->T * (int)Bm);
@@ -78,7 +93,7 @@ static dt_status alloc_buffers(impala *p) {
 static void free_buffers(impala *p) {
     dt_pg_step_free(&p->step);
     void *b[] = { p->all, p->versions, p->obs, p->log_rho, p->values, p->rewards, p->discount, p->vs, p->adv, p->valid,
-                  (void *)p->recs, p->eps, p->obs_mean, p->obs_var };
+                  (void *)p->recs, p->eps, p->obs_mean, p->obs_var, p->as.rollouts, p->as.pool_steps, p->as.records, p->as.published };
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) free(b[i]);
 }
 
@@ -88,6 +103,12 @@ static void keep(impala *p, int actor, dt_actor_slot *s) {
     size_t len = (size_t)(p->T + 1) * p->n * p->rl;
     memcpy(p->all + (size_t)p->nb * len, dt_actor_slot_records(h, s), sizeof(float) * len);
     p->versions[p->nb++] = s->version;
+    if (p->keep_state) { /* where this actor would go on from */
+        size_t n = (size_t)p->n * p->as.env_rec;
+        memcpy(p->as.records + (size_t)actor * n, dt_actor_slot_envs(h, s), sizeof(double) * n);
+        p->as.rollouts[actor] = s->rollout + 1;
+        p->as.pool_steps[actor] = s->pool_steps;
+    }
     memcpy(p->eps + p->neps, s->ep, sizeof(dt_episode) * (size_t)s->episodes);
     p->neps += s->episodes;
     if (s->dropped) dt_log(DT_LOG_WARN, "impala: %d episodes of actor %d not counted (more than %d ended in a rollout)", s->dropped,
@@ -179,7 +200,26 @@ static dt_status check(const dt_rl_config *c, dt_comm *comm) {
     return DT_OK;
 }
 
-static dt_status setup(impala *p, const dt_rl_config *c, dt_comm *comm) {
+/* The weights of update u to the actors, kept for a run state. */
+static void publish(impala *p, const float *w, int64_t u) {
+    dt_rl_actors_publish(p->act, w, u);
+    memcpy(p->as.published, w, sizeof(float) * dt_policy_num_params(p->pol));
+    p->as.version = u;
+}
+
+/* --resume's state taken, and whether slots carry the environments for --save's (refused or said where an environment
+ * cannot be saved, as PPO's: rl_state.c); one: an environment of the kind. */
+static dt_status take_state(impala *p, dt_env_pool *one, int updates) {
+    const dt_rl_config *c = p->c;
+    snprintf(p->env_id, sizeof p->env_id, "%s", dt_env_pool_info(one)->id);
+    p->keep_state = c->save && !dt_env_pool_unsaveable(one);
+    p->l = (dt_rl_learner){ .c = c, .P = 1, .pool = one, .pol = p->pol, .opt = dt_engine_optim(p->e), .prog = &p->prog, .actors = &p->as };
+    dt_status st = dt_rl_resume_run(&p->l, updates, &p->u0, &p->steps0);
+    p->l.pool = NULL; /* it ends with setup: the actors' environments are in p->as */
+    return st;
+}
+
+static dt_status setup(impala *p, const dt_rl_config *c, dt_comm *comm, int updates) {
     p->c = c;
     dt_status st = check(c, comm);
     if (st) return st;
@@ -210,9 +250,11 @@ static dt_status setup(impala *p, const dt_rl_config *c, dt_comm *comm) {
                c->anneal_lr ? " annealed to 0" : "");
         fflush(stdout);
     }
-    if (!st) st = dt_rl_actors_create(c, &in, p->K, dt_policy_num_params(p->pol), &p->act);
+    if (!st) st = take_state(p, one, updates);
+    dt_actors_start from = { p->as.rollouts, p->as.pool_steps, p->as.records };
+    if (!st) st = dt_rl_actors_create(c, &in, p->K, dt_policy_num_params(p->pol), p->keep_state, p->c->resume ? &from : NULL, &p->act);
     dt_env_pool_destroy(one);
-    if (!st) dt_rl_actors_publish(p->act, dt_policy_params(p->pol), 0);
+    if (!st) publish(p, c->resume ? p->as.published : dt_policy_params(p->pol), c->resume ? p->as.version : 0);
     return st;
 }
 
@@ -224,33 +266,46 @@ static void teardown(impala *p) {
     free_buffers(p);
 }
 
+/* the run after `updates` updates and `steps` environment steps (this process's since t0 for the speed) */
 static dt_rl_result so_far(const impala *p, int updates, int64_t steps, double loss, double t0) {
     return (dt_rl_result){ .env_steps = steps, .updates = updates, .episodes = (int)p->prog.episodes,
                            .mean_return = dt_rl_progress_mean(&p->prog), .loss = loss, .terms = p->terms,
-                           .steps_per_s = steps / (dt_time_now() - t0) };
+                           .steps_per_s = (steps - p->steps0) / (dt_time_now() - t0) };
+}
+
+/* --save: the policy (environment 0's observation statistics with it) and, where the environments can be saved, the run's
+ * state beside it (FILE.state). */
+static dt_status save(impala *p, int u, int64_t steps) {
+    dt_status st = dt_policy_save(p->pol, p->c->save, p->od, p->have_stats ? p->obs_mean : NULL, p->have_stats ? p->obs_var : NULL);
+    if (st || !p->keep_state) return st;
+    char path[4200];
+    snprintf(path, sizeof path, "%s.state", p->c->save);
+    return dt_rl_state_save(&p->l, path, u, steps);
 }
 
 dt_status dt_impala_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_update, void *ctx, dt_rl_result *res) {
     impala p = { 0 };
-    dt_status st = setup(&p, c, comm);
-    int64_t per_update = (int64_t)c->num_envs * c->num_steps, steps = 0;
-    int updates = (int)((c->total_steps + per_update - 1) / per_update), u = 0;
+    int64_t per_update = (int64_t)c->num_envs * c->num_steps;
+    int updates = (int)((c->total_steps + per_update - 1) / per_update);
+    dt_status st = setup(&p, c, comm, updates);
+    int u = p.u0; /* (0 where setup failed) */
+    int64_t steps = p.steps0;
     double t0 = dt_time_now(), loss = 0;
     while (!st && steps < c->total_steps) {
         float lr = c->anneal_lr ? (float)(1.0 - (double)steps / c->total_steps) * c->lr : c->lr;
         if ((st = take_batch(&p)) || (st = targets(&p)) || (st = update(&p, ++u, lr, &loss))) break;
-        if (u % c->refresh == 0) dt_rl_actors_publish(p.act, dt_policy_params(p.pol), u);
+        if (u % c->refresh == 0) publish(&p, dt_policy_params(p.pol), u);
         double lag = 0;
         for (int b = 0; b < p.nb; b++) lag += (double)(u - 1 - p.versions[b]) / p.nb;
         steps += (int64_t)p.nb * p.n * p.T;
-        dt_rl_progress_update(&p.prog, u, updates, steps, loss, &p.terms, lr, steps / (dt_time_now() - t0), lag);
+        dt_rl_progress_update(&p.prog, u, updates, steps, loss, &p.terms, lr, (steps - p.steps0) / (dt_time_now() - t0), lag);
         if (after_update) {
             dt_rl_result r = so_far(&p, u, steps, loss, t0);
             after_update(&r, dt_policy_params(p.pol), dt_policy_num_params(p.pol), ctx);
         }
+        if (c->save && c->save_every && u % c->save_every == 0 && steps < c->total_steps) st = save(&p, u, steps);
     }
-    if (!st && c->save)
-        st = dt_policy_save(p.pol, c->save, p.od, p.have_stats ? p.obs_mean : NULL, p.have_stats ? p.obs_var : NULL);
+    if (!st && c->save) st = save(&p, u, steps);
     if (res) *res = so_far(&p, u, steps, loss, t0);
     teardown(&p);
     return st;

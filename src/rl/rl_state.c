@@ -14,15 +14,16 @@
 static const char MAGIC[] = "dtrain rl state 1\n";
 enum { NSCALARS = 6 }; /* updates, env steps, episodes, Adam's steps, the pool's steps, the header's check (below) */
 
-static size_t record_len(const dt_rl_learner *l) { return DT_ENV_POOL_RECORD + dt_rollout_record_len(l->ro); }
-static size_t learner_len(const dt_rl_learner *l) { return 3 * dt_policy_num_params(l->pol) + DT_RL_WINDOW; }
+static size_t record_len(const dt_rl_learner *l) { return l->actors ? l->actors->env_rec : DT_ENV_POOL_RECORD + dt_rollout_record_len(l->ro); }
+/* the policy, Adam's two moments, the returns' window; with actors, the weights they hold */
+static size_t learner_len(const dt_rl_learner *l) { return (3 + (l->actors != NULL)) * dt_policy_num_params(l->pol) + DT_RL_WINDOW; }
+static const char *algo_name(dt_rl_algo a) { return a == DT_RL_REINFORCE ? "reinforce" : a == DT_RL_IMPALA ? "impala" : "ppo"; }
 
 /* The settings the state depends on, as the header names them. */
 static cJSON *settings(const dt_rl_learner *l) {
-    const dt_env_info *in = dt_env_pool_info(l->pool);
     cJSON *h = cJSON_CreateObject();
-    cJSON_AddStringToObject(h, "algo", l->c->algo == DT_RL_REINFORCE ? "reinforce" : "ppo");
-    cJSON_AddStringToObject(h, "env", in->id);
+    cJSON_AddStringToObject(h, "algo", algo_name(l->c->algo));
+    cJSON_AddStringToObject(h, "env", l->actors ? l->actors->env_id : dt_env_pool_info(l->pool)->id);
     cJSON_AddNumberToObject(h, "envs", l->c->num_envs);
     cJSON_AddNumberToObject(h, "rollout_steps", l->c->num_steps);
     cJSON_AddNumberToObject(h, "seed", (double)l->c->seed);
@@ -31,6 +32,7 @@ static cJSON *settings(const dt_rl_learner *l) {
     cJSON_AddNumberToObject(h, "norm_reward", l->c->norm_reward);
     cJSON_AddNumberToObject(h, "params", (double)dt_policy_num_params(l->pol));
     cJSON_AddNumberToObject(h, "record", (double)record_len(l));
+    if (l->actors) cJSON_AddNumberToObject(h, "actors", l->actors->actors), cJSON_AddNumberToObject(h, "sync", l->c->sync);
     return h;
 }
 
@@ -53,6 +55,16 @@ static dt_status agree(const dt_rl_learner *l, dt_status st, const char *what) {
     return st ? st : ok ? DT_OK : dt_error(DT_ERR_IO, "%s: another rank failed (its message says why)", what);
 }
 
+/* IMPALA's: where each actor goes on, and the update of the weights they hold. */
+static void add_actors(cJSON *h, const dt_rl_actor_state *a) {
+    cJSON *r = cJSON_AddArrayToObject(h, "actor_rollouts"), *s = cJSON_AddArrayToObject(h, "actor_pool_steps");
+    for (int i = 0; i < a->actors; i++) {
+        cJSON_AddItemToArray(r, cJSON_CreateNumber((double)a->rollouts[i]));
+        cJSON_AddItemToArray(s, cJSON_CreateNumber((double)a->pool_steps[i]));
+    }
+    cJSON_AddNumberToObject(h, "version", (double)a->version);
+}
+
 /* Rank 0: the file's parts from the learner and every environment's records. */
 static dt_status write_file(const dt_rl_learner *l, const char *path, int updates, int64_t steps, const double *all, size_t nall) {
     size_t np = dt_policy_num_params(l->pol), nl = learner_len(l);
@@ -61,12 +73,14 @@ static dt_status write_file(const dt_rl_learner *l, const char *path, int update
     const float *p = dt_policy_params(l->pol), *m = dt_optim_buffer(l->opt, 0), *v = dt_optim_buffer(l->opt, 1);
     for (size_t i = 0; i < np; i++) learner[i] = p[i], learner[np + i] = m ? m[i] : 0, learner[2 * np + i] = v ? v[i] : 0;
     memcpy(learner + 3 * np, l->prog->returns, sizeof l->prog->returns);
+    for (size_t i = 0; l->actors && i < np; i++) learner[3 * np + DT_RL_WINDOW + i] = l->actors->published[i];
     cJSON *h = settings(l);
     cJSON_AddNumberToObject(h, "updates", updates);
     cJSON_AddNumberToObject(h, "env_steps", (double)steps);
     cJSON_AddNumberToObject(h, "episodes", (double)l->prog->episodes);
     cJSON_AddNumberToObject(h, "optimizer_steps", (double)dt_optim_steps(l->opt));
-    cJSON_AddNumberToObject(h, "pool_steps", (double)dt_env_pool_steps(l->pool));
+    cJSON_AddNumberToObject(h, "pool_steps", l->actors ? 0 : (double)dt_env_pool_steps(l->pool));
+    if (l->actors) add_actors(h, l->actors);
     char *text = cJSON_PrintUnformatted(h);
     cJSON_Delete(h);
     if (!text) { free(learner); return dt_error(DT_ERR_NOMEM, "rl: out of memory for the run state"); }
@@ -83,6 +97,7 @@ static dt_status write_file(const dt_rl_learner *l, const char *path, int update
 }
 
 dt_status dt_rl_state_save(const dt_rl_learner *l, const char *path, int updates, int64_t steps) {
+    if (l->actors) return write_file(l, path, updates, steps, l->actors->records, (size_t)l->c->num_envs * record_len(l));
     size_t len = record_len(l), n = (size_t)dt_env_pool_size(l->pool), N = n * (size_t)l->P;
     double *mine = malloc(sizeof *mine * (n * len + 1)), *all = l->rank == 0 ? malloc(sizeof *all * (N * len + 1)) : NULL;
     dt_status st = mine && (all || l->rank) ? records(l, mine) : dt_error(DT_ERR_NOMEM, "rl: out of memory for the run state");
@@ -152,6 +167,28 @@ static dt_status same_run(const dt_rl_learner *l, const cJSON *h, const char *pa
     return st;
 }
 
+/* IMPALA's header: each actor's next rollout and pool steps, the weights' update (counts, one an actor). */
+static dt_status read_actors(const cJSON *h, dt_rl_actor_state *a, const char *path) {
+    const char *keys[2] = { "actor_rollouts", "actor_pool_steps" };
+    int64_t *into[2] = { a->rollouts, a->pool_steps };
+    for (int k = 0; k < 2; k++) {
+        const cJSON *arr = cJSON_GetObjectItemCaseSensitive(h, keys[k]);
+        if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != a->actors)
+            return dt_error(DT_ERR_IO, "%s: its header's %s is not a list of %d counts", path, keys[k], a->actors);
+        int i = 0;
+        for (const cJSON *x = arr->child; x; x = x->next, i++) {
+            if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 1e15 || x->valuedouble != (double)(int64_t)x->valuedouble)
+                return dt_error(DT_ERR_IO, "%s: its header's %s[%d] is not a count", path, keys[k], i);
+            into[k][i] = (int64_t)x->valuedouble;
+        }
+    }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(h, "version");
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2147483647.0 || v->valuedouble != (double)(int64_t)v->valuedouble)
+        return dt_error(DT_ERR_IO, "%s: its header's version is missing or not a count", path);
+    a->version = (int64_t)v->valuedouble;
+    return DT_OK;
+}
+
 /* Rank 0: the file read and checked; scalars[NSCALARS] and the learner's doubles to broadcast; every environment's records. */
 static dt_status read_checked(const dt_rl_learner *l, const char *path, double *scalars, double *learner, double **all) {
     cJSON *h = NULL;
@@ -166,6 +203,7 @@ static dt_status read_checked(const dt_rl_learner *l, const char *path, double *
             st = dt_error(DT_ERR_IO, "%s: its header's %s is missing or not a count", path, keys[i]);
         else scalars[i] = x->valuedouble;
     }
+    if (!st && l->actors) st = read_actors(h, l->actors, path);
     if (!st && n != nl + N * len)
         st = dt_error(DT_ERR_IO, "%s: %zu doubles where the learner and %zu environments hold %zu", path, n, N, nl + N * len);
     if (!st) memcpy(learner, data, nl * sizeof *data), memmove(data, data + nl, N * len * sizeof *data), *all = data;
@@ -186,6 +224,11 @@ static dt_status take(const dt_rl_learner *l, const double *scalars, const doubl
     memcpy(l->prog->returns, learner + 3 * np, sizeof l->prog->returns);
     l->prog->episodes = (int64_t)scalars[2];
     dt_optim_set_steps(l->opt, (long)scalars[3]);
+    if (l->actors) { /* the environments go to the actors as they start (impala.c) */
+        for (size_t i = 0; i < np; i++) l->actors->published[i] = (float)learner[3 * np + DT_RL_WINDOW + i];
+        memcpy(l->actors->records, mine, sizeof *mine * (size_t)l->c->num_envs * len);
+        return DT_OK;
+    }
     dt_env_pool_set_steps(l->pool, (int64_t)scalars[4]);
     dt_status st = DT_OK;
     for (int j = 0; j < dt_env_pool_size(l->pool) && !st; j++) {
@@ -196,7 +239,7 @@ static dt_status take(const dt_rl_learner *l, const double *scalars, const doubl
 }
 
 dt_status dt_rl_state_load(const dt_rl_learner *l, const char *path, int *updates, int64_t *steps) {
-    size_t nl = learner_len(l), n = (size_t)dt_env_pool_size(l->pool), len = record_len(l);
+    size_t nl = learner_len(l), n = l->actors ? (size_t)l->c->num_envs : (size_t)dt_env_pool_size(l->pool), len = record_len(l);
     double scalars[NSCALARS] = { 0 }, *all = NULL, *learner = malloc(sizeof *learner * (nl + 1)), *mine = malloc(sizeof *mine * (n * len + 1));
     dt_status st = learner && mine ? DT_OK : dt_error(DT_ERR_NOMEM, "rl: out of memory for the run state");
     if (!st && l->rank == 0) st = read_checked(l, path, scalars, learner, &all);

@@ -1,9 +1,10 @@
-/* A PPO or REINFORCE run's state in one file, so that a run stopped after an update goes on as if it had not stopped: the learner
+/* A PPO, REINFORCE or IMPALA run's state in one file, so that a run stopped after an update goes on as if it had not stopped: the learner
  * (the policy's parameters, Adam's moments and step count, the last episodes' returns, the counters) and every
  * environment (its physical state and stream, its running episode, the rollout's next observation and normalisers).
  * The built-in environments: those whose state is numbers (CartPole, Acrobot, MountainCar, Pendulum) go on bit for bit;
  * LunarLander's is a physics world with no state to copy, so its environments restart their episodes (said); a bridged
- * one lives in Python, and is refused by name. */
+ * one lives in Python, and is refused by name. IMPALA's environments live in its actors: each rollout's slot carries them
+ * (actors.h), and the state holds them as the learner last took them; a resumed run's actors go on from there. */
 #ifndef DTRAIN_RL_STATE_H
 #define DTRAIN_RL_STATE_H
 
@@ -13,15 +14,28 @@
 #include "progress.h"
 #include "rollout.h"
 
+/* IMPALA's learner (one process): its actors' environments as it last took them (each slot carries them) and where
+ * each actor goes on, the weights the actors hold; in the file beside the learner's. */
+typedef struct {
+    const char *env_id;
+    int actors;
+    size_t env_rec;       /* doubles an environment takes */
+    int64_t *rollouts, *pool_steps; /* each actor's next rollout and its pool's steps */
+    double *records;      /* every environment's [num_envs][env_rec], in the job's order */
+    float *published;     /* the weights the actors hold, and their update */
+    int64_t version;
+} dt_rl_actor_state;
+
 typedef struct {
     const dt_rl_config *c;
     dt_comm *comm;        /* NULL: one rank */
     int rank, P;
-    dt_env_pool *pool;    /* this rank's environments */
+    dt_env_pool *pool;    /* this rank's environments (NULL with actors) */
     dt_rollout *ro;
     dt_policy *pol;
     dt_optim *opt;
     dt_rl_progress *prog;
+    dt_rl_actor_state *actors; /* IMPALA's (NULL: PPO's or REINFORCE's) */
 } dt_rl_learner;
 
 /* After `updates` updates and `steps` environment steps, into path (written whole or not at all). Collective: every

@@ -111,7 +111,7 @@ dt_status dt_rollout_run(dt_rollout *r, int64_t step0, float *rec) {
 }
 
 size_t dt_rollout_record_len(const dt_rollout *r) {
-    return (size_t)r->od + 1 + (r->obs_norm ? 1 + 2 * (size_t)r->od : 0) + (r->ret_norm ? 4 : 0);
+    return dt_rollout_state_len(r->od, r->obs_norm != NULL, r->ret_norm != NULL);
 }
 
 /* a normaliser's statistics (count, mean, variance) into rec, or from it; past them */

@@ -37,6 +37,10 @@ void dt_rollout_free(dt_rollout *r);
 /* What a rollout keeps of environment j between rollouts, as doubles (a checkpoint's): the next observation, whether its
  * episode ended, and its normalisers' statistics (count, mean, variance; the discounted return). */
 size_t dt_rollout_record_len(const dt_rollout *r);
+/* The same count before a rollout exists (an IMPALA learner sizing its actors' slots): od observations, normalised or not. */
+static inline size_t dt_rollout_state_len(int od, int norm_obs, int norm_reward) {
+    return (size_t)od + 1 + (norm_obs ? 1 + 2 * (size_t)od : 0) + (norm_reward ? 4 : 0);
+}
 void dt_rollout_record(const dt_rollout *r, int j, double *rec);
 dt_status dt_rollout_restore(dt_rollout *r, int j, const double *rec);
 /* T steps from the pool's step step0 (counted from its reset) into rec [(T+1)][n][rec_len]. */
