@@ -2,7 +2,7 @@
 # dtrain rl from the command line: PPO on CartPole over 1 and 2 local ranks (and mpirun's) gives the same episodes and
 # the same losses; the metrics rows carry env_steps and mean_return; --save writes the policy under PyTorch's names;
 # Pendulum's continuous PPO saves its Gaussian and its observation statistics, which rl eval plays; bad settings are
-# refused naming what is wrong. PPO's (and REINFORCE's) run state (--save FILE writes FILE.state; --resume it): 10 updates and 10 more
+# refused naming what is wrong; the asynchronous pool gives the synchronous run. PPO's (and REINFORCE's) run state (--save FILE writes FILE.state; --resume it): 10 updates and 10 more
 # resumed give the uninterrupted run's metrics and policy bit for bit (CartPole; Pendulum's normalisers on 2 ranks); a
 # run killed after a --save-every state goes on from it to the uninterrupted run's policy; what cannot be resumed (another
 # setting, a damaged file, another algorithm's) is refused naming why; LunarLander (a physics world) resumes with its episodes restarted.
@@ -59,6 +59,19 @@ if [ -n "$MPIEXEC" ]; then
         cmp -s <(field mean_return "$dir/one.jsonl") <(field mean_return "$dir/mpi.jsonl") &&
         ok "mpirun -np 2: the same mean returns as one process" || fail "mpirun: $(tail -2 "$dir/mpi.out")"
 fi
+# the asynchronous pool (--async T): each environment's steps are the synchronous pool's whatever batches they came back
+# in. A batch of the whole pool: the one process's run bit for bit (metrics and policy); batches of 1 on 2 ranks (the
+# policy's forward over other rows): the same episodes and mean returns at every update, losses within 1e-4
+"$DTRAIN" rl "${short[@]}" --async 2 --async-batch 4 --metrics "$dir/aw.jsonl" --save "$dir/aw.safetensors" > "$dir/aw.out" 2>&1 &&
+    cmp -s <(sed 's/,"steps_per_s":[0-9.e+-]*//' "$dir/one.jsonl") <(sed 's/,"steps_per_s":[0-9.e+-]*//' "$dir/aw.jsonl") &&
+    cmp -s "$dir/one.safetensors" "$dir/aw.safetensors" && ok "--async 2, batches of the whole pool: the synchronous run's metrics and policy bit for bit" ||
+    fail "--async with whole batches: $(tail -1 "$dir/aw.out")"
+"$DTRAIN" rl "${short[@]}" --async 2 --async-batch 1 --nproc 2 --metrics "$dir/a1.jsonl" > "$dir/a1.out" 2>&1 || fail "--async on 2 ranks: $(tail -2 "$dir/a1.out")"
+l=$(worst loss "$dir/one.jsonl" "$dir/a1.jsonl" 20)
+if cmp -s <(field mean_return "$dir/one.jsonl") <(field mean_return "$dir/a1.jsonl") && cmp -s <(field episodes "$dir/one.jsonl") <(field episodes "$dir/a1.jsonl") &&
+    [ "$l" != missing ] && awk -v l="$l" 'BEGIN{exit !(l <= 1e-4)}'; then
+    ok "--async 2 --async-batch 1 on 2 ranks: the synchronous run's episodes and mean returns at every update, losses within $l"
+else fail "--async batches of 1 on 2 ranks: losses $l, $(tail -1 "$dir/a1.jsonl" | cut -c1-150)"; fi
 # REFUSED WHAT EXPECTED ARGS...: dtrain rl ARGS exits non-zero before any update, saying EXPECTED
 refused_rl() {
     local what=$1 want=$2 out
@@ -71,6 +84,10 @@ refused_rl "an unknown environment" "'cartpool' is not one dtrain has: cartpole"
 refused_rl "a report in a folder that cannot be made" "--report /nonexistent/dir/run: cannot make the directory" --report /nonexistent/dir/run
 refused_rl "--norm-obs 2" "--norm-obs 2 is not valid" --norm-obs 2
 refused_rl "3 environments over 2 ranks" "do not split evenly over 2 ranks" --envs 3 --nproc 2
+refused_rl "--async under IMPALA" "--async is PPO's" --algo impala --async 2
+refused_rl "--async-batch without --async" "give --async T" --async-batch 2
+refused_rl "a batch larger than a rank's environments" "--async-batch 3: a receive takes 1 to a rank's 2 environments" --envs 4 --nproc 2 --async 1 --async-batch 3
+refused_rl "--async with --save-every" "step in an asynchronous pool's threads (--async), which a run state cannot hold" --async 1 --save "$dir/x.safetensors" --save-every 2
 refused_rl "fewer steps than one rollout" "less than one rollout" --total-steps 100
 refused_rl "an algorithm dtrain lacks" "--algo dqn is not valid" --algo dqn
 refused_rl "a minibatch count that does not divide the rollout" "does not split into 3 minibatches" --minibatches 3

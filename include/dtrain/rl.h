@@ -127,6 +127,7 @@ dt_status dt_env_pool_async_create(const char *name, int n, int first, uint64_t 
                                    dt_env_pool_async **out);
 void dt_env_pool_async_destroy(dt_env_pool_async *p);
 const dt_env_info *dt_env_pool_async_info(const dt_env_pool_async *p);
+int dt_env_pool_async_size(const dt_env_pool_async *p);
 /* Every environment reset (their first observations come back by receives, flagged reset); none may be stepping. */
 dt_status dt_env_pool_async_reset(dt_env_pool_async *p);
 /* Actions [k, act_dim] for environments ids[0..k) (pool numbers 0..n-1), each handed out by a receive and not sent
@@ -136,6 +137,9 @@ dt_status dt_env_pool_async_send(dt_env_pool_async *p, const float *actions, con
  * terminated, truncated and reset [batch] (NULL: not wanted). Waits for them; refused when fewer are stepping. */
 dt_status dt_env_pool_async_recv(dt_env_pool_async *p, int *ids, float *obs, float *rewards, uint8_t *terminated, uint8_t *truncated,
                                  uint8_t *reset);
+/* The same for the next k (1 up to the environments stepping): a rollout's last receives, fewer than a batch. */
+dt_status dt_env_pool_async_recv_n(dt_env_pool_async *p, int k, int *ids, float *obs, float *rewards, uint8_t *terminated,
+                                   uint8_t *truncated, uint8_t *reset);
 /* The episodes finished among the environments received since the last call, in the order received (step: the
  * environment's own, from the reset); up to cap; the count. */
 int dt_env_pool_async_episodes(dt_env_pool_async *p, dt_episode *out, int cap);
@@ -196,10 +200,13 @@ typedef struct {
     uint64_t seed;
     int print_every;      /* updates between progress lines (0: none) */
     const char *metrics;  /* a JSON-lines file of a row per update (rank 0), or NULL */
-    const char *save;     /* the policy's parameters at the end (a safetensors file), or NULL; PPO's and REINFORCE's run state beside it
+    const char *save;     /* the policy's parameters at the end (a safetensors file), or NULL; the run's state beside it
                            * (SAVE.state: dt_rl_state_save), then and every save_every updates */
-    int save_every;       /* PPO, REINFORCE: updates between saves (0: at the end only) */
-    const char *resume;   /* PPO, REINFORCE: a run state (SAVE.state) to go on from, or NULL */
+    int save_every;       /* updates between saves (0: at the end only) */
+    const char *resume;   /* a run state (SAVE.state) to go on from, or NULL */
+    /* PPO's rollouts through an asynchronous pool (dt_env_pool_async, 0: the synchronous one): async_threads threads
+     * step a rank's environments, the policy acts on the first async_batch of them to finish while the others step */
+    int async_threads, async_batch;
     const dt_env_bridge_config *bridge; /* a "gym:" environment's workers (NULL: the defaults) */
     /* IMPALA's (num_envs split over the actors; num_steps: an actor's unroll; minibatches x epochs over each batch) */
     int actors;           /* actor processes */

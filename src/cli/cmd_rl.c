@@ -23,7 +23,8 @@ static const dt_cli_flag flags[] = {
     { "--no-norm-adv", "" }, { "--no-clip-vloss", "" }, { "--norm-obs", "0 or 1" }, { "--trunc-as-term", "" }, { "--norm-reward", "0 or 1" }, { "--print-every", "a whole number of updates from 0 (quiet) to 1e6" },
     { "--metrics", "a file (JSON lines)" }, { "--save", "a .safetensors file" }, { "--report", "a directory" },
     { "--save-every", "a whole number of updates from 1 to 1e9" }, { "--resume", "a run state file (FILE.state, which --save FILE wrote)" },
-    { "--threads", "a whole number from 1 to 256" },
+    { "--threads", "a whole number from 1 to 256" }, { "--async", "a whole number of threads from 1 to 256" },
+    { "--async-batch", "a whole number of environments from 1 to 65536" },
     { "--help", "" }, { NULL, NULL },
 };
 
@@ -47,6 +48,11 @@ static void usage(void) {
            "treats it as a termination instead, as CleanRL's scripts do under Gymnasium 0.29's same-step autoreset.\n"
            "--nproc N: N local ranks (or the ranks of an mpirun/srun job), each stepping --envs / N environments; the\n"
            "learner is data-parallel over them with the same global batch, so the run is the one process's.\n"
+           "--async T: PPO's rollouts through an asynchronous pool (EnvPool's send and receive): T threads a rank step its\n"
+           "environments and the policy acts on the first --async-batch B of them to finish (half the rank's by default)\n"
+           "while the others step. Each environment's steps are the synchronous pool's (the policy is fixed during a\n"
+           "rollout, an action's draws are the environment's and step's), so the run is the synchronous one's whatever\n"
+           "the batches; built-in environments only; its state is not saved (--save keeps the policy).\n"
            "--report DIR: the run's page, DIR/report.html (the mean return and the losses by environment steps, the settings,\n"
            "and a film of the trained policy's greedy episode), beside metrics.jsonl, policy.safetensors (unless --metrics\n"
            "or --save name other files), run.json and film.svg.\n"
@@ -180,6 +186,10 @@ static void set_defaults(int argc, char **argv, dt_rl_config *c, dt_env_bridge_c
 /* The settings against the algorithm: 0 where it runs them, else 2 (said). impala_flag, ppo_flag: one of IMPALA's flags,
  * of PPO's alone, given (NULL: none). */
 static int algo_combination(const dt_rl_config *c, double nproc, const char *impala_flag, const char *ppo_flag) {
+    if (c->async_batch && !c->async_threads) {
+        dt_log(DT_LOG_ERROR, "rl: --async-batch %d is the asynchronous pool's: give --async T (its threads)", c->async_batch);
+        return 2;
+    }
     if (c->save_every && !c->save) {
         dt_log(DT_LOG_ERROR, "rl: --save-every %d saves the run's state beside --save FILE: give --save", c->save_every);
         return 2;
@@ -223,7 +233,8 @@ static int rl_number(const char *f, const char *v, dt_rl_config *c, rl_cli *x) {
         { "--clip", 0, 10, 0, &c->clip_coef, 'f' }, { "--ent-coef", 0, 10, 0, &c->ent_coef, 'f' },
         { "--vf-coef", 0, 100, 0, &c->vf_coef, 'f' }, { "--max-grad-norm", 0, 1e6, 0, &c->max_grad_norm, 'f' },
         { "--hidden", 1, 4096, 1, &c->hidden, 'i' }, { "--print-every", 0, 1e6, 1, &c->print_every, 'i' },
-        { "--threads", 1, 256, 1, &x->threads, 'i' },
+        { "--threads", 1, 256, 1, &x->threads, 'i' }, { "--async", 1, 256, 1, &c->async_threads, 'i' },
+        { "--async-batch", 1, 65536, 1, &c->async_batch, 'i' },
     };
     return dt_cli_number_flag(nums, sizeof nums / sizeof nums[0], f, v);
 }
@@ -259,7 +270,9 @@ static int rl_parse(int argc, char **argv, dt_rl_config *c, dt_env_bridge_config
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
-        if (!strcmp(f, "--no-clip-vloss") || !strcmp(f, "--clip") || !strcmp(f, "--gae-lambda")) x->ppo_flag = f;
+        if (!strcmp(f, "--no-clip-vloss") || !strcmp(f, "--clip") || !strcmp(f, "--gae-lambda") || !strcmp(f, "--async") ||
+            !strcmp(f, "--async-batch"))
+            x->ppo_flag = f;
         if (!strcmp(f, "--sync") || !strcmp(f, "--actors") || !strcmp(f, "--refresh") || !strcmp(f, "--rho-bar") || !strcmp(f, "--c-bar"))
             x->impala_flag = f;
         if (rl_switch(f, c) == 1) continue;

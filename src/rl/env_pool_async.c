@@ -30,6 +30,7 @@ typedef struct {
 struct dt_env_pool_async {
     slot *s;
     int n, first, batch, nthreads;
+    int want;                      /* the environments the waiting receive asks for */
     uint64_t seed;
     const dt_env_info *in;
     int *todo, *ready;             /* rings of environment numbers: to step, stepped (n each) */
@@ -74,7 +75,7 @@ static void *worker(void *arg) {
         pthread_mutex_lock(&p->mu);
         p->s[i].state = READY;
         p->ready[(p->ready0 + p->nready++) % p->n] = i;
-        if (p->nready >= p->batch) pthread_cond_signal(&p->done); /* a receive waits for a whole batch: no earlier wake-up */
+        if (p->nready >= p->want) pthread_cond_signal(&p->done); /* a receive waits for all it asks: no earlier wake-up */
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -91,7 +92,7 @@ dt_status dt_env_pool_async_create(const char *name, int n, int first, uint64_t 
                         "environments)", n, first, threads, batch);
     dt_env_pool_async *p = calloc(1, sizeof *p);
     if (!p) return dt_error(DT_ERR_NOMEM, "async env pool: out of memory");
-    *p = (dt_env_pool_async){ .n = n, .first = first, .batch = batch, .seed = seed };
+    *p = (dt_env_pool_async){ .n = n, .first = first, .batch = batch, .want = batch, .seed = seed };
     p->s = calloc((size_t)n, sizeof *p->s);
     p->todo = malloc(sizeof *p->todo * (size_t)n);
     p->ready = malloc(sizeof *p->ready * (size_t)n);
@@ -144,6 +145,7 @@ void dt_env_pool_async_destroy(dt_env_pool_async *p) {
 }
 
 const dt_env_info *dt_env_pool_async_info(const dt_env_pool_async *p) { return p->in; }
+int dt_env_pool_async_size(const dt_env_pool_async *p) { return p->n; }
 
 /* Environments ids[0..k) queued (the lock held): each must be the caller's. */
 static void queue(dt_env_pool_async *p, const int *ids, int k) {
@@ -213,17 +215,23 @@ static dt_status hand_out(dt_env_pool_async *p, int i, int j, float *obs, float 
 }
 
 dt_status dt_env_pool_async_recv(dt_env_pool_async *p, int *ids, float *obs, float *rew, uint8_t *term, uint8_t *trunc, uint8_t *reset) {
+    return dt_env_pool_async_recv_n(p, p->batch, ids, obs, rew, term, trunc, reset);
+}
+
+dt_status dt_env_pool_async_recv_n(dt_env_pool_async *p, int k, int *ids, float *obs, float *rew, uint8_t *term, uint8_t *trunc,
+                                   uint8_t *reset) {
     pthread_mutex_lock(&p->mu);
     int out = 0;
     for (int i = 0; i < p->n; i++) out += p->s[i].state == OUT;
-    if (p->n - out < p->batch) {
+    if (k < 1 || p->n - out < k) {
         pthread_mutex_unlock(&p->mu);
-        return dt_error(DT_ERR_ARG, "async env pool: a receive of %d with %d environments stepping (send their actions first)", p->batch,
+        return dt_error(DT_ERR_ARG, "async env pool: a receive of %d with %d environments stepping (send their actions first)", k,
                         p->n - out);
     }
-    while (p->nready < p->batch) pthread_cond_wait(&p->done, &p->mu);
+    p->want = k;
+    while (p->nready < k) pthread_cond_wait(&p->done, &p->mu);
     dt_status st = DT_OK;
-    for (int j = 0; j < p->batch; j++) {
+    for (int j = 0; j < k; j++) {
         int i = p->ready[p->ready0];
         p->ready0 = (p->ready0 + 1) % p->n, p->nready--;
         ids[j] = i;

@@ -21,7 +21,8 @@ typedef struct {
     dt_comm *comm;
     int rank, P, N, n, T, od, ad, K, mb; /* K: the policy's outputs (actions, or the action's dimensions) */
     int continuous;
-    dt_env_pool *pool;
+    dt_env_pool *pool;         /* this rank's environments, or (--async) */
+    dt_env_pool_async *apool;
     dt_policy *pol;
     dt_engine *e;
     dt_rollout ro;
@@ -165,10 +166,10 @@ static dt_status update(ppo *p, int u, float lr, double *loss) {
 /* Every rank's episodes that ended in this rollout, in order of (step, env) as one pool would list them. */
 static dt_status gather_episodes(ppo *p, int *dropped) {
     dt_episode ep[EPISODES_SENT];
-    int n = dt_env_pool_episodes(p->pool, ep, EPISODES_SENT);
+    int n = dt_rollout_episodes(&p->ro, ep, EPISODES_SENT);
     *dropped = 0;
     dt_episode extra;
-    while (dt_env_pool_episodes(p->pool, &extra, 1)) (*dropped)++;
+    while (dt_rollout_episodes(&p->ro, &extra, 1)) (*dropped)++;
     size_t len = 1 + 4 * (size_t)EPISODES_SENT;
     p->ep_send[0] = n;
     for (int i = 0; i < n; i++) {
@@ -240,9 +241,13 @@ static dt_status setup(ppo *p, const dt_rl_config *c, dt_comm *comm) {
     p->n = p->N / p->P;
     p->mb = B / c->minibatches;
     p->mb_rows = p->mb / p->P;
-    dt_status st = dt_env_pool_create(c->env, p->n, p->rank * p->n, c->seed, c->bridge, &p->pool);
+    int batch = c->async_batch ? c->async_batch : (p->n + 1) / 2;
+    if (c->async_threads && batch > p->n)
+        return dt_error(DT_ERR_ARG, "ppo: --async-batch %d: a receive takes 1 to a rank's %d environments", batch, p->n);
+    dt_status st = c->async_threads ? dt_env_pool_async_create(c->env, p->n, p->rank * p->n, c->seed, c->async_threads, batch, &p->apool)
+                                    : dt_env_pool_create(c->env, p->n, p->rank * p->n, c->seed, c->bridge, &p->pool);
     if (st) return st;
-    const dt_env_info *in = dt_env_pool_info(p->pool);
+    const dt_env_info *in = p->apool ? dt_env_pool_async_info(p->apool) : dt_env_pool_info(p->pool);
     p->continuous = !in->actions;
     p->od = in->obs_dim;
     p->ad = in->act_dim;
@@ -253,6 +258,7 @@ static dt_status setup(ppo *p, const dt_rl_config *c, dt_comm *comm) {
     if ((st = dt_policy_engine_create(p->pol, c, p->P > 1 ? comm : NULL, &p->e))) return st;
     if ((st = alloc_buffers(p))) return st;
     if ((st = dt_rl_progress_open(&p->prog, c, p->rank == 0))) return st;
+    if (p->apool) return dt_rollout_init_async(&p->ro, c, p->apool, batch, p->pol, p->rank * p->n, p->T);
     return dt_rollout_init(&p->ro, c, p->pool, p->pol, p->rank * p->n, p->T);
 }
 
@@ -262,6 +268,7 @@ static void teardown(ppo *p) {
     dt_engine_destroy(p->e);
     dt_policy_destroy(p->pol);
     dt_env_pool_destroy(p->pool);
+    dt_env_pool_async_destroy(p->apool);
     void *bufs[] = { p->rec, p->all, p->adv, p->ret,
                      p->perm, p->mb_obs, p->dlogits, p->dlogstd, p->mb_w, p->mb_adv, p->mb_act, p->mb_logp, p->mb_oldv,
                      p->mb_ret, p->mb_scaled, p->dvalues, p->ep_send, p->ep_all };
@@ -300,7 +307,7 @@ dt_status dt_ppo_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_
                       p.N, p.T);
     if (!st && p.rank == 0 && c->print_every) {
         printf("ppo on %s: %d envs (%d a rank, %d rank%s) x %d steps a rollout, %d updates of %d epochs x %d minibatches of %d, "
-               "policy %d-%d-%d-%d%s and value %d-%d-%d-1 (%zu parameters), lr %g%s%s%s\n", dt_env_pool_info(p.pool)->id, p.N, p.n,
+               "policy %d-%d-%d-%d%s and value %d-%d-%d-1 (%zu parameters), lr %g%s%s%s\n", p.ro.info->id, p.N, p.n,
                p.P, p.P == 1 ? "" : "s", p.T, updates, c->epochs, c->minibatches, p.mb, p.od, c->hidden, c->hidden, p.K,
                p.continuous ? " (Gaussian)" : "", p.od, c->hidden, c->hidden, dt_policy_num_params(p.pol), (double)c->lr,
                c->anneal_lr ? " annealed to 0" : "", c->norm_obs ? ", observations normalised" : "",

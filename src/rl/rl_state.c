@@ -256,9 +256,14 @@ dt_status dt_rl_state_load(const dt_rl_learner *l, const char *path, int *update
     return agree(l, bs, "rl: resuming the run's state");
 }
 
+/* Why the environments cannot be held in a run state (NULL: they can): a bridged pool's, an asynchronous one's. */
+static const char *unsaveable(const dt_rl_learner *l) {
+    return l->pool ? dt_env_pool_unsaveable(l->pool) : "its environments step in an asynchronous pool's threads (--async)";
+}
+
 dt_status dt_rl_resume_run(const dt_rl_learner *l, int updates, int *u0, int64_t *steps) {
     const dt_rl_config *c = l->c;
-    const char *why = dt_env_pool_unsaveable(l->pool), *id = dt_env_pool_info(l->pool)->id;
+    const char *why = unsaveable(l), *id = l->pool ? dt_env_pool_info(l->pool)->id : l->ro->info->id;
     *u0 = 0, *steps = 0;
     if (why && (c->resume || c->save_every))
         return dt_error(DT_ERR_UNSUPPORTED, "%s: %s: %s, which a run state cannot hold", c->resume ? "--resume" : "--save-every", id, why);
@@ -270,7 +275,7 @@ dt_status dt_rl_resume_run(const dt_rl_learner *l, int updates, int *u0, int64_t
         st = dt_error(DT_ERR_ARG, "%s is at update %d of %d (--total-steps %lld): nothing left to train", c->resume, *u0, updates,
                       (long long)c->total_steps);
     if (!st && l->rank == 0 && c->print_every) printf("resumed from %s at update %d (%lld environment steps)\n", c->resume, *u0, (long long)*steps);
-    if (!st && l->rank == 0 && dt_env_pool_restarts(l->pool)) /* said whether or not the run prints its progress */
+    if (!st && l->rank == 0 && l->pool && dt_env_pool_restarts(l->pool)) /* said whether or not the run prints its progress */
         dt_log(DT_LOG_WARN, "rl: %s: a physics world has no state to save: each environment's interrupted episode restarts (not counted), "
                "from its saved stream; the policy, the optimizer, the normalisers and the counters go on, but not bit for bit as the "
                "uninterrupted run", id);
@@ -282,7 +287,7 @@ dt_status dt_rl_save_run(const dt_rl_learner *l, int updates, int64_t steps) {
     dt_status st = DT_OK;
     if (l->rank == 0) /* environment 0's statistics, which rank 0 holds */
         st = dt_policy_save(l->pol, l->c->save, ro->od, ro->obs_norm ? ro->obs_norm[0].mean : NULL, ro->obs_norm ? ro->obs_norm[0].var : NULL);
-    if (dt_env_pool_unsaveable(l->pool)) return st; /* the policy alone (said at the start) */
+    if (unsaveable(l)) return st; /* the policy alone (said at the start) */
     char path[4200];
     snprintf(path, sizeof path, "%s.state", l->c->save);
     dt_status s2 = dt_rl_state_save(l, path, updates, steps);

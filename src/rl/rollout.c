@@ -15,12 +15,10 @@ static double uniform_at(uint64_t seed, int env, int64_t step, int k) {
 
 /* The wrappers over the pool's output (continuous PPO's recipe): each environment's observation normalised, its
  * reward scaled; a reset step's reward is not a transition's and stays out of the statistics. */
-static void normalise(dt_rollout *r, int stepped) {
-    for (int j = 0; j < r->n; j++) {
-        if (r->obs_norm) dt_running_norm_obs(&r->obs_norm[j], r->next_obs + (size_t)j * r->od, 1);
-        if (r->ret_norm && stepped && !r->reset[j])
-            r->rew[j] = dt_running_norm_reward(&r->ret_norm[j], &r->ret_acc[j], r->rew[j], r->term[j], r->gamma);
-    }
+static void normalise(dt_rollout *r, int j, int stepped) {
+    if (r->obs_norm) dt_running_norm_obs(&r->obs_norm[j], r->next_obs + (size_t)j * r->od, 1);
+    if (r->ret_norm && stepped && !r->reset[j])
+        r->rew[j] = dt_running_norm_reward(&r->ret_norm[j], &r->ret_acc[j], r->rew[j], r->term[j], r->gamma);
 }
 
 static dt_status setup_norms(dt_rollout *r, const dt_rl_config *c) {
@@ -36,11 +34,11 @@ static dt_status setup_norms(dt_rollout *r, const dt_rl_config *c) {
     return st;
 }
 
-dt_status dt_rollout_init(dt_rollout *r, const dt_rl_config *c, dt_env_pool *pool, dt_policy *pol, int first, int T) {
-    const dt_env_info *in = dt_env_pool_info(pool);
-    *r = (dt_rollout){ .pool = pool, .pol = pol, .n = dt_env_pool_size(pool), .T = T, .od = in->obs_dim, .ad = in->act_dim,
-                       .K = dt_policy_outputs(pol), .first = first, .seed = c->seed, .gamma = c->gamma,
-                       .trunc_as_term = c->trunc_as_term };
+/* What both kinds of pool need (r's pool, info and n set). */
+static dt_status init_common(dt_rollout *r, const dt_rl_config *c, dt_policy *pol, int first, int T) {
+    const dt_env_info *in = r->info;
+    r->pol = pol, r->T = T, r->od = in->obs_dim, r->ad = in->act_dim, r->K = dt_policy_outputs(pol), r->first = first;
+    r->seed = c->seed, r->gamma = c->gamma, r->trunc_as_term = c->trunc_as_term;
     size_t n = (size_t)r->n;
     r->next_obs = malloc(sizeof(float) * n * r->od);
     r->act_env = malloc(sizeof(float) * n * r->ad);
@@ -51,9 +49,51 @@ dt_status dt_rollout_init(dt_rollout *r, const dt_rl_config *c, dt_env_pool *poo
     r->reset = calloc(n, 1);
     if (!r->next_obs || !r->act_env || !r->rew || !r->term || !r->trunc || !r->ended || !r->reset)
         return dt_error(DT_ERR_NOMEM, "rl: out of memory for %d environments", r->n);
-    dt_status st = setup_norms(r, c);
+    return setup_norms(r, c);
+}
+
+dt_status dt_rollout_init(dt_rollout *r, const dt_rl_config *c, dt_env_pool *pool, dt_policy *pol, int first, int T) {
+    *r = (dt_rollout){ .pool = pool, .info = dt_env_pool_info(pool), .n = dt_env_pool_size(pool) };
+    dt_status st = init_common(r, c, pol, first, T);
     if (!st) st = dt_env_pool_reset(pool, r->next_obs);
-    if (!st) normalise(r, 0);
+    for (int j = 0; j < r->n && !st; j++) normalise(r, j, 0);
+    return st;
+}
+
+/* The environments of a receive of k: each one's results in place (obs into next_obs), ids sorted ascending. */
+static dt_status receive(dt_rollout *r, int k) {
+    dt_status st = dt_env_pool_async_recv_n(r->apool, k, r->ids, r->obs_b, r->rew_b, r->term_b, r->trunc_b, r->reset_b);
+    if (st) return st;
+    for (int i = 0; i < k; i++) {
+        int j = r->ids[i];
+        memcpy(r->next_obs + (size_t)j * r->od, r->obs_b + (size_t)i * r->od, sizeof(float) * (size_t)r->od);
+        r->rew[j] = r->rew_b[i], r->term[j] = r->term_b[i], r->trunc[j] = r->trunc_b[i], r->reset[j] = r->reset_b[i];
+    }
+    for (int i = 1; i < k; i++) /* the policy sees a batch in the environments' order */
+        for (int q = i; q > 0 && r->ids[q - 1] > r->ids[q]; q--) {
+            int t = r->ids[q];
+            r->ids[q] = r->ids[q - 1], r->ids[q - 1] = t;
+        }
+    return DT_OK;
+}
+
+dt_status dt_rollout_init_async(dt_rollout *r, const dt_rl_config *c, dt_env_pool_async *pool, int batch, dt_policy *pol, int first,
+                                int T) {
+    const dt_env_info *in = dt_env_pool_async_info(pool);
+    *r = (dt_rollout){ .apool = pool, .info = in, .n = dt_env_pool_async_size(pool), .batch = batch };
+    dt_status st = init_common(r, c, pol, first, T);
+    size_t n = (size_t)r->n;
+    if (!st) {
+        r->t_at = calloc(n, sizeof(int)), r->ids = malloc(n * sizeof(int));
+        r->xb = malloc(sizeof(float) * n * r->od), r->obs_b = malloc(sizeof(float) * n * r->od);
+        r->ab = malloc(sizeof(float) * n * r->ad), r->rew_b = malloc(sizeof(float) * n);
+        r->term_b = malloc(n), r->trunc_b = malloc(n), r->reset_b = malloc(n);
+        if (!r->t_at || !r->ids || !r->xb || !r->obs_b || !r->ab || !r->rew_b || !r->term_b || !r->trunc_b || !r->reset_b)
+            st = dt_error(DT_ERR_NOMEM, "rl: out of memory for %d environments", r->n);
+    }
+    if (!st) st = dt_env_pool_async_reset(pool); /* every first observation comes back by a receive */
+    if (!st) st = receive(r, r->n);
+    for (int j = 0; j < r->n && !st; j++) normalise(r, j, 0);
     return st;
 }
 
@@ -65,7 +105,8 @@ void dt_rollout_free(dt_rollout *r) {
     free(r->obs_norm);
     free(r->ret_norm);
     free(r->ret_acc);
-    void *bufs[] = { r->next_obs, r->act_env, r->rew, r->term, r->trunc, r->ended, r->reset };
+    void *bufs[] = { r->next_obs, r->act_env, r->rew, r->term, r->trunc, r->ended, r->reset, r->t_at, r->ids, r->xb, r->ab, r->obs_b,
+                     r->rew_b, r->term_b, r->trunc_b, r->reset_b };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 
@@ -77,37 +118,81 @@ static void act(dt_rollout *r, const float *z, int j, int64_t step, float *a, fl
     dt_policy_draw(r->pol, z, u, a, logp);
     float *e = r->act_env + (size_t)j * r->ad;
     memcpy(e, a, sizeof(float) * (size_t)r->ad);
-    dt_env_clip_action(dt_env_pool_info(r->pool), e);
+    dt_env_clip_action(r->info, e);
+}
+
+/* The policy on environments ids[0..k) (NULL: all n, in order, at row t): each one's row (an asynchronous rollout's: the
+ * environment's own step, t_at) gets its observation and value and, before the bootstrap row, its action. */
+static dt_status act_on(dt_rollout *r, const int *ids, int k, int t, int64_t step0, float *rec) {
+    const float *logits, *values, *x = r->next_obs;
+    size_t len = dt_rollout_rec_len(r->od, r->ad), od = (size_t)r->od;
+    for (int i = 0; ids && i < k; i++) memcpy(r->xb + i * od, r->next_obs + (size_t)ids[i] * od, sizeof(float) * od);
+    dt_status st = dt_policy_forward(r->pol, ids ? r->xb : x, k, &logits, &values);
+    if (st) return st;
+    for (int i = 0; i < k; i++) {
+        int j = ids ? ids[i] : i, tj = ids ? r->t_at[j] : t;
+        float *row = rec + ((size_t)tj * r->n + j) * len, *f = row + r->od + r->ad;
+        memcpy(row, r->next_obs + (size_t)j * od, sizeof(float) * od);
+        memset(row + r->od, 0, sizeof(float) * (size_t)(r->ad + DT_RL_NFIELDS));
+        f[DT_RL_VAL] = values[i];
+        if (tj == r->T) continue; /* the bootstrap row: the value of the observation after the rollout */
+        act(r, logits + (size_t)i * r->K, j, step0 + tj, row + r->od, &f[DT_RL_LOGP]);
+        f[DT_RL_VALID] = !r->ended[j];
+    }
+    return DT_OK;
+}
+
+/* Environment j's step (its results in next_obs, rew, term, trunc and reset) into its row t. */
+static void took_step(dt_rollout *r, int j, int t, float *rec) {
+    normalise(r, j, 1);
+    float *f = rec + ((size_t)t * r->n + j) * dt_rollout_rec_len(r->od, r->ad) + r->od + r->ad;
+    f[DT_RL_REW] = r->rew[j];
+    f[DT_RL_TERM] = r->term[j] || (r->trunc_as_term && r->trunc[j]);
+    f[DT_RL_DONE] = r->term[j] || r->trunc[j];
+    r->ended[j] = r->term[j] || r->trunc[j];
+    if (r->reset[j]) f[DT_RL_VALID] = 0; /* an autoreset (invalid already) or an episode the pool dropped */
+}
+
+/* Each environment's actions in `ids`' order, sent (k of them). */
+static dt_status send_actions(dt_rollout *r, int k) {
+    for (int i = 0; i < k; i++) memcpy(r->ab + (size_t)i * r->ad, r->act_env + (size_t)r->ids[i] * r->ad, sizeof(float) * (size_t)r->ad);
+    return dt_env_pool_async_send(r->apool, r->ab, r->ids, k);
+}
+
+/* Every environment acts at row 0 and steps; then each batch received is written, acted on and sent on, until every
+ * environment has its T steps and its bootstrap row. */
+static dt_status run_async(dt_rollout *r, int64_t step0, float *rec) {
+    for (int j = 0; j < r->n; j++) r->t_at[j] = 0, r->ids[j] = j;
+    dt_status st = act_on(r, NULL, r->n, 0, step0, rec);
+    if (!st) st = send_actions(r, r->n);
+    for (int stepping = r->n; !st && stepping > 0;) {
+        int k = stepping < r->batch ? stepping : r->batch;
+        if ((st = receive(r, k))) break;
+        stepping -= k;
+        for (int i = 0; i < k; i++) took_step(r, r->ids[i], r->t_at[r->ids[i]]++, rec);
+        if ((st = act_on(r, r->ids, k, 0, step0, rec))) break;
+        int m = 0;
+        for (int i = 0; i < k; i++)
+            if (r->t_at[r->ids[i]] < r->T) r->ids[m++] = r->ids[i];
+        stepping += m;
+        st = send_actions(r, m);
+    }
+    return st;
 }
 
 dt_status dt_rollout_run(dt_rollout *r, int64_t step0, float *rec) {
-    const float *logits, *values;
-    size_t len = dt_rollout_rec_len(r->od, r->ad);
-    dt_status st;
-    for (int t = 0; t <= r->T; t++) {
-        if ((st = dt_policy_forward(r->pol, r->next_obs, r->n, &logits, &values))) return st;
-        for (int j = 0; j < r->n; j++) {
-            float *x = rec + ((size_t)t * r->n + j) * len, *f = x + r->od + r->ad;
-            memcpy(x, r->next_obs + (size_t)j * r->od, sizeof(float) * (size_t)r->od);
-            memset(x + r->od, 0, sizeof(float) * (size_t)(r->ad + DT_RL_NFIELDS));
-            f[DT_RL_VAL] = values[j];
-            if (t == r->T) continue; /* the bootstrap row: the value of the observation after the rollout */
-            act(r, logits + (size_t)j * r->K, j, step0 + t, x + r->od, &f[DT_RL_LOGP]);
-            f[DT_RL_VALID] = !r->ended[j];
-        }
-        if (t == r->T) break;
-        if ((st = dt_env_pool_step(r->pool, r->act_env, r->next_obs, r->rew, r->term, r->trunc, r->reset))) return st;
-        normalise(r, 1);
-        for (int j = 0; j < r->n; j++) {
-            float *f = rec + ((size_t)t * r->n + j) * len + r->od + r->ad;
-            f[DT_RL_REW] = r->rew[j];
-            f[DT_RL_TERM] = r->term[j] || (r->trunc_as_term && r->trunc[j]);
-            f[DT_RL_DONE] = r->term[j] || r->trunc[j];
-            r->ended[j] = r->term[j] || r->trunc[j];
-            if (r->reset[j]) f[DT_RL_VALID] = 0; /* an autoreset (invalid already) or an episode the pool dropped */
-        }
+    if (r->apool) return run_async(r, step0, rec);
+    dt_status st = DT_OK;
+    for (int t = 0; t <= r->T && !st; t++) {
+        if ((st = act_on(r, NULL, r->n, t, step0, rec)) || t == r->T) break;
+        st = dt_env_pool_step(r->pool, r->act_env, r->next_obs, r->rew, r->term, r->trunc, r->reset);
+        for (int j = 0; j < r->n && !st; j++) took_step(r, j, t, rec);
     }
-    return DT_OK;
+    return st;
+}
+
+int dt_rollout_episodes(dt_rollout *r, dt_episode *out, int cap) {
+    return r->apool ? dt_env_pool_async_episodes(r->apool, out, cap) : dt_env_pool_episodes(r->pool, out, cap);
 }
 
 size_t dt_rollout_record_len(const dt_rollout *r) {
