@@ -27,6 +27,16 @@ if [ $same = 1 ] && [ "$l2" != missing ] && [ "$l4" != missing ] && awk -v a="$l
     ok "sync: 1, 2 and 4 actors give the same episodes and returns at each of 60 updates, losses within $l2 and $l4, policy lags $lags"
 else fail "sync over actor counts: same=$same, losses $l2 $l4, lags '$lags'; $(tail -1 "$dir/s4.jsonl" | cut -c1-200)"; fi
 
+# each actor's environments through an asynchronous pool (2 threads, batches of half an actor's): the same run's
+# episodes and returns, losses within 1e-5
+"$DTRAIN" rl "${imp[@]}" --sync --actors 2 --refresh 3 --total-steps 30720 --async 2 --metrics "$dir/sa2.jsonl" > "$dir/sa2.out" 2>&1 ||
+    fail "actors with asynchronous pools: $(tail -2 "$dir/sa2.out")"
+la=$(worst loss "$dir/s2.jsonl" "$dir/sa2.jsonl" 60)
+if cmp -s <(field episodes "$dir/s2.jsonl") <(field episodes "$dir/sa2.jsonl") && cmp -s <(field mean_return "$dir/s2.jsonl") <(field mean_return "$dir/sa2.jsonl") &&
+    [ "$la" != missing ] && awk -v a="$la" 'BEGIN{exit !(a <= 1e-5)}'; then
+    ok "sync, 2 actors stepping asynchronous pools (--async 2): the same episodes and returns at each of 60 updates, losses within $la"
+else fail "actors with asynchronous pools: losses $la; $(tail -1 "$dir/sa2.jsonl" | cut -c1-200)"; fi
+
 # learning: CartPole's mean return over the last 100 episodes after 500k steps (sync: the same run on any machine's timing)
 "$DTRAIN" rl "${imp[@]}" --sync --total-steps 500000 --save "$dir/cp.safetensors" > "$dir/learn.out" 2>&1
 r=$(grep -o "mean return of the last 100 [0-9.-]*" "$dir/learn.out" | awk '{print $NF}')
@@ -136,6 +146,8 @@ refuse "--actors without impala" "IMPALA's" rl --env cartpole --actors 2 --total
 refuse "--rho-bar 0" "--rho-bar" rl "${imp[@]}" --rho-bar 0 --total-steps 1000
 refuse "an actor started by hand" "has no learner" rl actor 0
 refuse "an unknown environment" "nosuchenv" rl --env nosuchenv --algo impala --total-steps 1000
+refuse "an actor's batch above its environments" "--async-batch 9: a receive takes 1 to an actor's 8 environments" rl "${imp[@]}" \
+    --async 1 --async-batch 9 --total-steps 1000
 refuse "--resume with another actor count" "the run was saved with actors 4; this one has 2" rl "${pe[@]}" --actors 2 --total-steps 9000 \
     --resume "$dir/pb.safetensors.state"
 refuse "an IMPALA state under PPO" "the run was saved with algo impala; this one has ppo" rl --env pendulum --envs 8 --rollout-steps 32 \

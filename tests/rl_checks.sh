@@ -84,10 +84,9 @@ refused_rl "an unknown environment" "'cartpool' is not one dtrain has: cartpole"
 refused_rl "a report in a folder that cannot be made" "--report /nonexistent/dir/run: cannot make the directory" --report /nonexistent/dir/run
 refused_rl "--norm-obs 2" "--norm-obs 2 is not valid" --norm-obs 2
 refused_rl "3 environments over 2 ranks" "do not split evenly over 2 ranks" --envs 3 --nproc 2
-refused_rl "--async under IMPALA" "--async is PPO's" --algo impala --async 2
+refused_rl "--async under REINFORCE" "REINFORCE steps a synchronous one" --algo reinforce --async 2
 refused_rl "--async-batch without --async" "give --async T" --async-batch 2
 refused_rl "a batch larger than a rank's environments" "--async-batch 3: a receive takes 1 to a rank's 2 environments" --envs 4 --nproc 2 --async 1 --async-batch 3
-refused_rl "--async with --save-every" "step in an asynchronous pool's threads (--async), which a run state cannot hold" --async 1 --save "$dir/x.safetensors" --save-every 2
 refused_rl "fewer steps than one rollout" "less than one rollout" --total-steps 100
 refused_rl "an algorithm dtrain lacks" "--algo dqn is not valid" --algo dqn
 refused_rl "a minibatch count that does not divide the rollout" "does not split into 3 minibatches" --minibatches 3
@@ -126,6 +125,14 @@ pe=(--env pendulum --envs 4 --rollout-steps 64 --minibatches 4 --epochs 2 --no-a
 "$DTRAIN" rl "${pe[@]}" --total-steps 2560 --save "$dir/pb.safetensors" --metrics "$dir/pb.jsonl" > /dev/null 2>&1 &&
     "$DTRAIN" rl "${pe[@]}" --total-steps 5120 --resume "$dir/pb.safetensors.state" --save "$dir/pb.safetensors" --metrics "$dir/pb.jsonl" > /dev/null 2>&1
 same_run "Pendulum on 2 ranks (observations and rewards normalised), 10 updates then 10 resumed" pa pb
+# the asynchronous pool's state is the synchronous pool's: 10 updates and 10 resumed through it (whole batches) give the
+# synchronous run, its state at the end too
+"$DTRAIN" rl "${st[@]}" --async 2 --async-batch 4 --total-steps 2560 --save "$dir/ab.safetensors" --metrics "$dir/ab.jsonl" > /dev/null 2>&1 &&
+    "$DTRAIN" rl "${st[@]}" --async 2 --async-batch 4 --total-steps 5120 --resume "$dir/ab.safetensors.state" --save "$dir/ab.safetensors" \
+        --metrics "$dir/ab.jsonl" > "$dir/ab.out" 2>&1 || fail "--async resumed: $(tail -2 "$dir/ab.out")"
+same_run "the asynchronous pool, 10 updates then 10 resumed" sa ab
+cmp -s "$dir/sa.safetensors.state" "$dir/ab.safetensors.state" && ok "the asynchronous pool's run state at the end: the synchronous pool's bit for bit" ||
+    fail "the asynchronous pool's run state differs from the synchronous pool's"
 # killed after a state was saved (every 5 updates of a run far too long to finish first), whenever the kill lands:
 # resumed to 10 updates past that state, it ends where a run of that length from the start does (the learning rate is
 # constant, so the two runs' lengths do not change their steps; nothing here depends on when the kill came)

@@ -48,11 +48,11 @@ static void usage(void) {
            "treats it as a termination instead, as CleanRL's scripts do under Gymnasium 0.29's same-step autoreset.\n"
            "--nproc N: N local ranks (or the ranks of an mpirun/srun job), each stepping --envs / N environments; the\n"
            "learner is data-parallel over them with the same global batch, so the run is the one process's.\n"
-           "--async T: PPO's rollouts through an asynchronous pool (EnvPool's send and receive): T threads a rank step its\n"
-           "environments and the policy acts on the first --async-batch B of them to finish (half the rank's by default)\n"
-           "while the others step. Each environment's steps are the synchronous pool's (the policy is fixed during a\n"
-           "rollout, an action's draws are the environment's and step's), so the run is the synchronous one's whatever\n"
-           "the batches; built-in environments only; its state is not saved (--save keeps the policy).\n"
+           "--async T: rollouts through an asynchronous pool (EnvPool's send and receive): T threads a rank (an IMPALA\n"
+           "actor) step its environments and the policy acts on the first --async-batch B of them to finish (half of them\n"
+           "by default) while the others step. Each environment's steps are the synchronous pool's (the policy is fixed\n"
+           "during a rollout, an action's draws are the environment's and step's), so the run is the synchronous one's\n"
+           "whatever the batches, and so is its run state; built-in environments only.\n"
            "--report DIR: the run's page, DIR/report.html (the mean return and the losses by environment steps, the settings,\n"
            "and a film of the trained policy's greedy episode), beside metrics.jsonl, policy.safetensors (unless --metrics\n"
            "or --save name other files), run.json and film.svg.\n"
@@ -183,9 +183,14 @@ static void set_defaults(int argc, char **argv, dt_rl_config *c, dt_env_bridge_c
     dt_env_pool_destroy(p);
 }
 
-/* The settings against the algorithm: 0 where it runs them, else 2 (said). impala_flag, ppo_flag: one of IMPALA's flags,
- * of PPO's alone, given (NULL: none). */
-static int algo_combination(const dt_rl_config *c, double nproc, const char *impala_flag, const char *ppo_flag) {
+/* The settings against the algorithm: 0 where it runs them, else 2 (said). impala_flag, ppo_flag, async_flag: one of
+ * IMPALA's flags, of PPO's alone, of the asynchronous pool's, given (NULL: none). */
+static int algo_combination(const dt_rl_config *c, double nproc, const char *impala_flag, const char *ppo_flag, const char *async_flag) {
+    if (c->algo == DT_RL_REINFORCE && async_flag) {
+        dt_log(DT_LOG_ERROR, "rl: %s: PPO's and IMPALA's actors roll out through an asynchronous pool; REINFORCE steps a synchronous one",
+               async_flag);
+        return 2;
+    }
     if (c->async_batch && !c->async_threads) {
         dt_log(DT_LOG_ERROR, "rl: --async-batch %d is the asynchronous pool's: give --async T (its threads)", c->async_batch);
         return 2;
@@ -217,7 +222,7 @@ static int algo_combination(const dt_rl_config *c, double nproc, const char *imp
  * of the run state's (NULL: none), for algo_combination's refusals. */
 typedef struct {
     int nproc, threads;
-    const char *report, *impala_flag, *ppo_flag;
+    const char *report, *impala_flag, *ppo_flag, *async_flag;
 } rl_cli;
 
 /* A flag taking a number: 1 taken, 0 a bad number, -1 not one of them. */
@@ -270,9 +275,8 @@ static int rl_parse(int argc, char **argv, dt_rl_config *c, dt_env_bridge_config
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
-        if (!strcmp(f, "--no-clip-vloss") || !strcmp(f, "--clip") || !strcmp(f, "--gae-lambda") || !strcmp(f, "--async") ||
-            !strcmp(f, "--async-batch"))
-            x->ppo_flag = f;
+        if (!strcmp(f, "--no-clip-vloss") || !strcmp(f, "--clip") || !strcmp(f, "--gae-lambda")) x->ppo_flag = f;
+        if (!strcmp(f, "--async") || !strcmp(f, "--async-batch")) x->async_flag = f;
         if (!strcmp(f, "--sync") || !strcmp(f, "--actors") || !strcmp(f, "--refresh") || !strcmp(f, "--rho-bar") || !strcmp(f, "--c-bar"))
             x->impala_flag = f;
         if (rl_switch(f, c) == 1) continue;
@@ -294,7 +298,7 @@ int dt_cli_rl(int argc, char **argv) {
     char metrics[4096], policy[4096];
     int rc = rl_parse(argc, argv, &c, &bridge, &x);
     if (rc >= 0) return rc;
-    if ((rc = algo_combination(&c, x.nproc, x.impala_flag, x.ppo_flag))) return rc;
+    if ((rc = algo_combination(&c, x.nproc, x.impala_flag, x.ppo_flag, x.async_flag))) return rc;
     dt_comm *w;
     int launched;
     rc = dt_cli_join("rl", "", x.nproc, -1, argv, &w, &launched);

@@ -59,17 +59,14 @@ static void refresh(actor *a) {
 }
 
 /* A resumed run's: the environments as the learner last took them from this actor, and its next rollout (*r). */
-static dt_status start_from(actor *a, dt_rollout *ro, dt_env_pool *pool, int64_t *r) {
+static dt_status start_from(actor *a, dt_rollout *ro, int64_t *r) {
     dt_actor_shared *h = a->h;
     const int64_t *at = dt_actor_start_at(h, a->index);
     const double *recs = (const double *)(at + 2);
     dt_status st = DT_OK;
     if (at[0] == 0) return DT_OK; /* the learner took nothing of this actor's: it starts afresh */
-    for (int j = 0; j < h->n && !st; j++) {
-        st = dt_env_pool_restore(pool, j, recs + (size_t)j * h->env_rec);
-        if (!st) st = dt_rollout_restore(ro, j, recs + (size_t)j * h->env_rec + DT_ENV_POOL_RECORD);
-    }
-    dt_env_pool_set_steps(pool, at[1]);
+    for (int j = 0; j < h->n && !st; j++) st = dt_rollout_env_restore(ro, j, recs + (size_t)j * h->env_rec);
+    dt_rollout_set_pool_steps(ro, at[1]);
     *r = at[0];
     return st;
 }
@@ -86,22 +83,20 @@ static int ready_for(actor *a, int64_t r) {
     return 0;
 }
 
-static dt_status fill(actor *a, dt_rollout *ro, dt_env_pool *pool, int64_t r) {
+static dt_status fill(actor *a, dt_rollout *ro, int64_t r) {
     dt_actor_shared *h = a->h;
     dt_actor_slot *s = dt_actor_slot_at(h, a->index, a->next);
     dt_status st = dt_rollout_run(ro, r * h->T, dt_actor_slot_records(h, s));
     if (st) return st;
     s->rollout = r;
     s->version = a->have;
-    s->pool_steps = dt_env_pool_steps(pool);
-    for (int j = 0; h->keep_state && j < h->n; j++) { /* what a run state needs to go on from here */
-        double *e = dt_actor_slot_envs(h, s) + (size_t)j * h->env_rec;
-        if ((st = dt_env_pool_record(pool, j, e))) return st;
-        dt_rollout_record(ro, j, e + DT_ENV_POOL_RECORD);
-    }
-    s->episodes = dt_env_pool_episodes(pool, s->ep, DT_ACTOR_EPISODES);
+    s->pool_steps = dt_rollout_pool_steps(ro);
+    for (int j = 0; h->keep_state && j < h->n && !st; j++) /* what a run state needs to go on from here */
+        st = dt_rollout_env_record(ro, j, dt_actor_slot_envs(h, s) + (size_t)j * h->env_rec);
+    if (st) return st;
+    s->episodes = dt_rollout_episodes(ro, s->ep, DT_ACTOR_EPISODES);
     dt_episode extra;
-    for (s->dropped = 0; dt_env_pool_episodes(pool, &extra, 1);) s->dropped++;
+    for (s->dropped = 0; dt_rollout_episodes(ro, &extra, 1);) s->dropped++;
     if (h->norm_obs) {
         memcpy(dt_actor_slot_stats(s), ro->obs_norm[0].mean, sizeof(double) * (size_t)h->od);
         memcpy(dt_actor_slot_stats(s) + h->od, ro->obs_norm[0].var, sizeof(double) * (size_t)h->od);
@@ -115,20 +110,23 @@ static dt_status run(actor *a) {
     dt_rl_config c = { .env = h->env, .seed = h->seed, .gamma = h->gamma, .norm_obs = h->norm_obs, .norm_reward = h->norm_reward,
                        .trunc_as_term = h->trunc_as_term, .bridge = &bridge };
     dt_env_pool *pool = NULL;
+    dt_env_pool_async *apool = NULL;
     dt_rollout ro = { 0 };
-    dt_status st = dt_env_pool_create(h->env, h->n, a->index * h->n, h->seed, &bridge, &pool);
+    dt_status st = h->async_threads ? dt_env_pool_async_create(h->env, h->n, a->index * h->n, h->seed, h->async_threads, h->async_batch, &apool)
+                                    : dt_env_pool_create(h->env, h->n, a->index * h->n, h->seed, &bridge, &pool);
     if (!st) st = dt_policy_create(h->od, h->K, h->continuous, h->hidden, h->seed, &a->pol);
     if (!st && dt_policy_num_params(a->pol) != h->nparams)
         st = dt_error(DT_ERR_MISMATCH, "impala actor %d: a policy of %zu parameters, the learner's has %zu", a->index,
                       dt_policy_num_params(a->pol), h->nparams);
-    if (!st) st = dt_rollout_init(&ro, &c, pool, a->pol, a->index * h->n, h->T);
+    if (!st) st = apool ? dt_rollout_init_async(&ro, &c, apool, h->async_batch, a->pol, a->index * h->n, h->T)
+                        : dt_rollout_init(&ro, &c, pool, a->pol, a->index * h->n, h->T);
     int64_t r0 = 0;
-    if (!st && h->start_off) st = start_from(a, &ro, pool, &r0);
+    if (!st && h->start_off) st = start_from(a, &ro, &r0);
     char ok = DT_ACTOR_READY;
     if (!st && send(SOCK_FD, &ok, 1, MSG_NOSIGNAL) != 1) st = DT_ERR_PEER; /* the learner is gone: nothing to say */
     for (int64_t r = r0; !st; r++) {
         if (ready_for(a, r)) break;
-        if ((st = fill(a, &ro, pool, r))) break;
+        if ((st = fill(a, &ro, r))) break;
         char s = (char)a->next;
         if (send(SOCK_FD, &s, 1, MSG_NOSIGNAL) != 1) break;
         a->free_slots--;
@@ -137,6 +135,7 @@ static dt_status run(actor *a) {
     dt_rollout_free(&ro);
     dt_policy_destroy(a->pol);
     dt_env_pool_destroy(pool);
+    dt_env_pool_async_destroy(apool);
     return st == DT_ERR_PEER ? DT_OK : st;
 }
 

@@ -111,7 +111,8 @@ static dt_status map_shared(dt_rl_actors *a, const dt_rl_config *c, const dt_env
                             .n = c->num_envs / c->actors, .T = c->num_steps, .od = in->obs_dim, .ad = in->act_dim, .K = K,
                             .hidden = c->hidden, .continuous = !in->actions, .norm_obs = c->norm_obs,
                             .norm_reward = c->norm_reward, .trunc_as_term = c->trunc_as_term, .sync = c->sync,
-                            .refresh = c->refresh, .keep_state = keep_state, .gamma = c->gamma, .seed = c->seed,
+                            .refresh = c->refresh, .keep_state = keep_state, .async_threads = c->async_threads,
+                            .async_batch = c->async_batch ? c->async_batch : (int)(n + 1) / 2, .gamma = c->gamma, .seed = c->seed,
                             .env_rec = erec, .nparams = nparams, .slot_bytes = slot, .weights_off = woff, .slots_off = soff,
                             .start_off = start_off, .total = total };
     snprintf(h->env, sizeof h->env, "%s", c->env);

@@ -28,6 +28,7 @@ typedef struct {
     int workers, actors, n, T, od, ad, K, hidden, continuous;
     int norm_obs, norm_reward, trunc_as_term, sync, refresh;
     int keep_state;            /* each slot carries the actor's environments after its rollout (a run state's: rl_state.h) */
+    int async_threads, async_batch; /* an actor's asynchronous pool (0: a synchronous one) */
     float gamma;
     uint64_t seed;
     size_t env_rec;            /* doubles an environment's state takes (DT_ENV_POOL_RECORD and its rollout's) */

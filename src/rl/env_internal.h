@@ -75,6 +75,13 @@ int64_t dt_env_pool_steps(const dt_env_pool *p);
 const char *dt_env_pool_unsaveable(const dt_env_pool *p);
 bool dt_env_pool_restarts(const dt_env_pool *p);
 void dt_env_pool_set_steps(dt_env_pool *p, int64_t steps);
+/* The same for an asynchronous pool's environment i (every environment with the caller: between rollouts); its steps
+ * are each environment's (the same for all there). */
+dt_status dt_env_pool_async_record(const dt_env_pool_async *p, int i, double *rec);
+dt_status dt_env_pool_async_restore(dt_env_pool_async *p, int i, const double *rec);
+bool dt_env_pool_async_restarts(const dt_env_pool_async *p);
+int64_t dt_env_pool_async_steps(const dt_env_pool_async *p);
+void dt_env_pool_async_set_steps(dt_env_pool_async *p, int64_t steps);
 
 /* The finished episodes a pool holds between its caller's takes: the newest DT_EPISODES_KEPT when nobody takes them
  * (env_pool.c; the synchronous and the asynchronous pool's). */

@@ -6,6 +6,8 @@
  * handed over through them. */
 #include "env_internal.h"
 
+#include <math.h>
+
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -247,4 +249,30 @@ int dt_env_pool_async_episodes(dt_env_pool_async *p, dt_episode *out, int cap) {
     int n = dt_episode_list_take(&p->finished, out, cap);
     pthread_mutex_unlock(&p->mu);
     return n;
+}
+
+/* A run state's (env_internal.h): as the synchronous pool's record, between rollouts, when every environment is the
+ * caller's. */
+dt_status dt_env_pool_async_record(const dt_env_pool_async *p, int i, double *rec) {
+    const slot *e = &p->s[i];
+    dt_status st = dt_env_record(e->env, rec);
+    rec[DT_ENV_RECORD] = e->reset_next, rec[DT_ENV_RECORD + 1] = e->ret, rec[DT_ENV_RECORD + 2] = e->len;
+    return st;
+}
+
+dt_status dt_env_pool_async_restore(dt_env_pool_async *p, int i, const double *rec) {
+    slot *e = &p->s[i];
+    double ended = rec[DT_ENV_RECORD], len = rec[DT_ENV_RECORD + 2];
+    if ((ended != 0 && ended != 1) || !(len >= 0 && len <= 1e9 && len == (int)len) || !isfinite(rec[DT_ENV_RECORD + 1]))
+        return dt_error(DT_ERR_IO, "environment %d: a saved episode with flag %g, return %g, length %g", p->first + i, ended,
+                        rec[DT_ENV_RECORD + 1], len);
+    e->fresh = false, e->reset_next = ended != 0, e->ret = rec[DT_ENV_RECORD + 1], e->len = (int)len;
+    if (dt_env_restarts(e->env)) e->reset_next = true, e->ret = 0, e->len = 0; /* the interrupted episode uncounted */
+    return dt_env_restore(e->env, rec);
+}
+
+bool dt_env_pool_async_restarts(const dt_env_pool_async *p) { return dt_env_restarts(p->s[0].env); }
+int64_t dt_env_pool_async_steps(const dt_env_pool_async *p) { return p->s[0].steps; }
+void dt_env_pool_async_set_steps(dt_env_pool_async *p, int64_t steps) {
+    for (int i = 0; i < p->n; i++) p->s[i].steps = steps;
 }

@@ -14,7 +14,11 @@
 static const char MAGIC[] = "dtrain rl state 1\n";
 enum { NSCALARS = 6 }; /* updates, env steps, episodes, Adam's steps, the pool's steps, the header's check (below) */
 
-static size_t record_len(const dt_rl_learner *l) { return l->actors ? l->actors->env_rec : DT_ENV_POOL_RECORD + dt_rollout_record_len(l->ro); }
+static size_t record_len(const dt_rl_learner *l) { return l->actors ? l->actors->env_rec : dt_rollout_env_len(l->ro); }
+/* the environments' kind, and why they cannot be saved (NULL: they can): the rollout's pool's, or IMPALA's one of the kind */
+static const char *env_id(const dt_rl_learner *l) { return l->actors ? l->actors->env_id : l->ro->info->id; }
+static const char *unsaveable(const dt_rl_learner *l) { return l->ro ? dt_rollout_unsaveable(l->ro) : dt_env_pool_unsaveable(l->pool); }
+static bool restarts(const dt_rl_learner *l) { return l->ro ? dt_rollout_restarts(l->ro) : dt_env_pool_restarts(l->pool); }
 /* the policy, Adam's two moments, the returns' window; with actors, the weights they hold */
 static size_t learner_len(const dt_rl_learner *l) { return (3 + (l->actors != NULL)) * dt_policy_num_params(l->pol) + DT_RL_WINDOW; }
 static const char *algo_name(dt_rl_algo a) { return a == DT_RL_REINFORCE ? "reinforce" : a == DT_RL_IMPALA ? "impala" : "ppo"; }
@@ -23,7 +27,7 @@ static const char *algo_name(dt_rl_algo a) { return a == DT_RL_REINFORCE ? "rein
 static cJSON *settings(const dt_rl_learner *l) {
     cJSON *h = cJSON_CreateObject();
     cJSON_AddStringToObject(h, "algo", algo_name(l->c->algo));
-    cJSON_AddStringToObject(h, "env", l->actors ? l->actors->env_id : dt_env_pool_info(l->pool)->id);
+    cJSON_AddStringToObject(h, "env", env_id(l));
     cJSON_AddNumberToObject(h, "envs", l->c->num_envs);
     cJSON_AddNumberToObject(h, "rollout_steps", l->c->num_steps);
     cJSON_AddNumberToObject(h, "seed", (double)l->c->seed);
@@ -39,10 +43,9 @@ static cJSON *settings(const dt_rl_learner *l) {
 /* This rank's environments' records, one after another. */
 static dt_status records(const dt_rl_learner *l, double *out) {
     size_t len = record_len(l);
-    for (int j = 0; j < dt_env_pool_size(l->pool); j++) {
-        dt_status st = dt_env_pool_record(l->pool, j, out + (size_t)j * len);
+    for (int j = 0; j < l->ro->n; j++) {
+        dt_status st = dt_rollout_env_record(l->ro, j, out + (size_t)j * len);
         if (st) return st;
-        dt_rollout_record(l->ro, j, out + (size_t)j * len + DT_ENV_POOL_RECORD);
     }
     return DT_OK;
 }
@@ -79,7 +82,7 @@ static dt_status write_file(const dt_rl_learner *l, const char *path, int update
     cJSON_AddNumberToObject(h, "env_steps", (double)steps);
     cJSON_AddNumberToObject(h, "episodes", (double)l->prog->episodes);
     cJSON_AddNumberToObject(h, "optimizer_steps", (double)dt_optim_steps(l->opt));
-    cJSON_AddNumberToObject(h, "pool_steps", l->actors ? 0 : (double)dt_env_pool_steps(l->pool));
+    cJSON_AddNumberToObject(h, "pool_steps", l->actors ? 0 : (double)dt_rollout_pool_steps(l->ro));
     if (l->actors) add_actors(h, l->actors);
     char *text = cJSON_PrintUnformatted(h);
     cJSON_Delete(h);
@@ -98,7 +101,7 @@ static dt_status write_file(const dt_rl_learner *l, const char *path, int update
 
 dt_status dt_rl_state_save(const dt_rl_learner *l, const char *path, int updates, int64_t steps) {
     if (l->actors) return write_file(l, path, updates, steps, l->actors->records, (size_t)l->c->num_envs * record_len(l));
-    size_t len = record_len(l), n = (size_t)dt_env_pool_size(l->pool), N = n * (size_t)l->P;
+    size_t len = record_len(l), n = (size_t)l->ro->n, N = n * (size_t)l->P;
     double *mine = malloc(sizeof *mine * (n * len + 1)), *all = l->rank == 0 ? malloc(sizeof *all * (N * len + 1)) : NULL;
     dt_status st = mine && (all || l->rank) ? records(l, mine) : dt_error(DT_ERR_NOMEM, "rl: out of memory for the run state");
     if (st) st = dt_error(st, "rl: cannot save the run's state: %s", dt_last_error());
@@ -229,17 +232,14 @@ static dt_status take(const dt_rl_learner *l, const double *scalars, const doubl
         memcpy(l->actors->records, mine, sizeof *mine * (size_t)l->c->num_envs * len);
         return DT_OK;
     }
-    dt_env_pool_set_steps(l->pool, (int64_t)scalars[4]);
+    dt_rollout_set_pool_steps(l->ro, (int64_t)scalars[4]);
     dt_status st = DT_OK;
-    for (int j = 0; j < dt_env_pool_size(l->pool) && !st; j++) {
-        st = dt_env_pool_restore(l->pool, j, mine + (size_t)j * len);
-        if (!st) st = dt_rollout_restore(l->ro, j, mine + (size_t)j * len + DT_ENV_POOL_RECORD);
-    }
+    for (int j = 0; j < l->ro->n && !st; j++) st = dt_rollout_env_restore(l->ro, j, mine + (size_t)j * len);
     return st;
 }
 
 dt_status dt_rl_state_load(const dt_rl_learner *l, const char *path, int *updates, int64_t *steps) {
-    size_t nl = learner_len(l), n = l->actors ? (size_t)l->c->num_envs : (size_t)dt_env_pool_size(l->pool), len = record_len(l);
+    size_t nl = learner_len(l), n = l->actors ? (size_t)l->c->num_envs : (size_t)l->ro->n, len = record_len(l);
     double scalars[NSCALARS] = { 0 }, *all = NULL, *learner = malloc(sizeof *learner * (nl + 1)), *mine = malloc(sizeof *mine * (n * len + 1));
     dt_status st = learner && mine ? DT_OK : dt_error(DT_ERR_NOMEM, "rl: out of memory for the run state");
     if (!st && l->rank == 0) st = read_checked(l, path, scalars, learner, &all);
@@ -256,14 +256,9 @@ dt_status dt_rl_state_load(const dt_rl_learner *l, const char *path, int *update
     return agree(l, bs, "rl: resuming the run's state");
 }
 
-/* Why the environments cannot be held in a run state (NULL: they can): a bridged pool's, an asynchronous one's. */
-static const char *unsaveable(const dt_rl_learner *l) {
-    return l->pool ? dt_env_pool_unsaveable(l->pool) : "its environments step in an asynchronous pool's threads (--async)";
-}
-
 dt_status dt_rl_resume_run(const dt_rl_learner *l, int updates, int *u0, int64_t *steps) {
     const dt_rl_config *c = l->c;
-    const char *why = unsaveable(l), *id = l->pool ? dt_env_pool_info(l->pool)->id : l->ro->info->id;
+    const char *why = unsaveable(l), *id = env_id(l);
     *u0 = 0, *steps = 0;
     if (why && (c->resume || c->save_every))
         return dt_error(DT_ERR_UNSUPPORTED, "%s: %s: %s, which a run state cannot hold", c->resume ? "--resume" : "--save-every", id, why);
@@ -275,7 +270,7 @@ dt_status dt_rl_resume_run(const dt_rl_learner *l, int updates, int *u0, int64_t
         st = dt_error(DT_ERR_ARG, "%s is at update %d of %d (--total-steps %lld): nothing left to train", c->resume, *u0, updates,
                       (long long)c->total_steps);
     if (!st && l->rank == 0 && c->print_every) printf("resumed from %s at update %d (%lld environment steps)\n", c->resume, *u0, (long long)*steps);
-    if (!st && l->rank == 0 && l->pool && dt_env_pool_restarts(l->pool)) /* said whether or not the run prints its progress */
+    if (!st && l->rank == 0 && restarts(l)) /* said whether or not the run prints its progress */
         dt_log(DT_LOG_WARN, "rl: %s: a physics world has no state to save: each environment's interrupted episode restarts (not counted), "
                "from its saved stream; the policy, the optimizer, the normalisers and the counters go on, but not bit for bit as the "
                "uninterrupted run", id);

@@ -30,8 +30,8 @@ typedef struct {
     const dt_rl_config *c;
     dt_comm *comm;        /* NULL: one rank */
     int rank, P;
-    dt_env_pool *pool;    /* this rank's environments (NULL with actors) */
-    dt_rollout *ro;
+    dt_rollout *ro;       /* this rank's environments (either pool) and their rollout (NULL with actors) */
+    dt_env_pool *pool;    /* with actors: one environment of the kind, while the run starts (what can be saved) */
     dt_policy *pol;
     dt_optim *opt;
     dt_rl_progress *prog;

@@ -234,3 +234,24 @@ dt_status dt_rollout_restore(dt_rollout *r, int j, const double *rec) {
     if (r->ret_norm) at = norm_in(&r->ret_norm[j], at), r->ret_acc[j] = *at;
     return DT_OK;
 }
+
+size_t dt_rollout_env_len(const dt_rollout *r) { return DT_ENV_POOL_RECORD + dt_rollout_record_len(r); }
+
+dt_status dt_rollout_env_record(const dt_rollout *r, int j, double *rec) {
+    dt_status st = r->apool ? dt_env_pool_async_record(r->apool, j, rec) : dt_env_pool_record(r->pool, j, rec);
+    dt_rollout_record(r, j, rec + DT_ENV_POOL_RECORD);
+    return st;
+}
+
+dt_status dt_rollout_env_restore(dt_rollout *r, int j, const double *rec) {
+    dt_status st = r->apool ? dt_env_pool_async_restore(r->apool, j, rec) : dt_env_pool_restore(r->pool, j, rec);
+    return st ? st : dt_rollout_restore(r, j, rec + DT_ENV_POOL_RECORD);
+}
+
+int64_t dt_rollout_pool_steps(const dt_rollout *r) { return r->apool ? dt_env_pool_async_steps(r->apool) : dt_env_pool_steps(r->pool); }
+void dt_rollout_set_pool_steps(dt_rollout *r, int64_t steps) {
+    if (r->apool) dt_env_pool_async_set_steps(r->apool, steps);
+    else dt_env_pool_set_steps(r->pool, steps);
+}
+const char *dt_rollout_unsaveable(const dt_rollout *r) { return r->apool ? NULL : dt_env_pool_unsaveable(r->pool); }
+bool dt_rollout_restarts(const dt_rollout *r) { return r->apool ? dt_env_pool_async_restarts(r->apool) : dt_env_pool_restarts(r->pool); }

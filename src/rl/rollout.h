@@ -58,6 +58,16 @@ static inline size_t dt_rollout_state_len(int od, int norm_obs, int norm_reward)
 }
 void dt_rollout_record(const dt_rollout *r, int j, double *rec);
 dt_status dt_rollout_restore(dt_rollout *r, int j, const double *rec);
+/* Environment j as a run state holds it, whichever pool: the pool's record (DT_ENV_POOL_RECORD doubles: the environment
+ * and its running episode), then the rollout's; dt_rollout_env_len doubles. The pool's steps since its reset, and
+ * set; why its environments cannot be saved (NULL: they can); whether their episodes restart when restored. */
+size_t dt_rollout_env_len(const dt_rollout *r);
+dt_status dt_rollout_env_record(const dt_rollout *r, int j, double *rec);
+dt_status dt_rollout_env_restore(dt_rollout *r, int j, const double *rec);
+int64_t dt_rollout_pool_steps(const dt_rollout *r);
+void dt_rollout_set_pool_steps(dt_rollout *r, int64_t steps);
+const char *dt_rollout_unsaveable(const dt_rollout *r);
+bool dt_rollout_restarts(const dt_rollout *r);
 /* T steps from the pool's step step0 (counted from its reset) into rec [(T+1)][n][rec_len]. An asynchronous pool's
  * environments are all with the rollout before and after. */
 dt_status dt_rollout_run(dt_rollout *r, int64_t step0, float *rec);
