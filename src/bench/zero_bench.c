@@ -47,20 +47,10 @@ static int run_python(const dt_bench_train_opts *o, int nproc, const char *mode,
     return 0;
 }
 
-int dt_bench_train_zero(const dt_bench_train_opts *o) {
-    if (o->nnprocs != 1 || o->nprocs[0] < 2) {
-        dt_log(DT_LOG_ERROR, "bench train: --zero %d compares one rank count (--nproc 2, say)", o->zero);
-        return 2;
-    }
-    char self[PATH_MAX];
-    if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
-    int n = o->nprocs[0], S = o->zero;
-    /* the columns: dtrain DDP, dtrain ZeRO-S, then the baselines of the stage */
-    const char *names[MAXC] = { "dtrain ddp", NULL }, *modes[MAXC] = { NULL };
-    char zname[32], zflags[1024];
-    snprintf(zname, sizeof zname, "dtrain zero%d", S);
-    snprintf(zflags, sizeof zflags, "--zero %d %s", S, o->train_flags ? o->train_flags : "");
-    names[1] = zname;
+/* The columns: dtrain DDP, dtrain ZeRO-S, then the baselines of the stage --baseline asks for (modes: torch_zero.py's);
+ * their count. */
+static int columns(const dt_bench_train_opts *o, int S, const char *zname, const char **names, const char **modes) {
+    names[0] = "dtrain ddp", names[1] = zname;
     int nc = 2;
     bool fsdp = o->baseline && !strcmp(o->baseline, "fsdp"), ds = o->baseline && !strcmp(o->baseline, "deepspeed");
     bool both = o->baseline && !strcmp(o->baseline, "all");
@@ -72,7 +62,40 @@ int dt_bench_train_zero(const dt_bench_train_opts *o) {
     static const char *const dsm[4] = { NULL, "deepspeed1", "deepspeed2", "deepspeed3" };
     static const char *const dsn[4] = { NULL, "DeepSpeed ZeRO-1 (cpu)", "DeepSpeed ZeRO-2 (cpu)", "DeepSpeed ZeRO-3 (cpu)" };
     if (ds || both) names[nc] = dsn[S], modes[nc++] = dsm[S];
+    return nc;
+}
 
+/* Each column's median over the rounds it finished (-1: none), and the table against DDP and ZeRO-S. */
+static void print_table(const dt_bench_train_opts *o, int n, int nc, int rounds, const char **names, double ms[MAXC][MAXR]) {
+    double tokens = (double)n * o->batch * o->seq, med[MAXC];
+    printf("%-32s | %9s %12s | %8s | %s\n", "", "ms/step", "tok/s total", "/ DDP", "dtrain zero's tok/s over it");
+    for (int c = 0; c < nc; c++) {
+        int k = 0;
+        for (int r = 0; r < rounds; r++) if (ms[c][r] >= 0) ms[c][k++] = ms[c][r];
+        med[c] = k ? dt_bench_median(ms[c], k) : -1;
+    }
+    for (int c = 0; c < nc; c++) {
+        if (med[c] < 0) { printf("%-32s | failed in every round\n", names[c]); continue; }
+        printf("%-32s | %9.1f %12.1f | %7.3fx |", names[c], med[c], tokens / (med[c] / 1e3), med[c] / med[0]);
+        if (c != 1) printf(" %.2fx", med[c] / med[1]);
+        printf("\n");
+    }
+    printf("/ DDP: time per step over dtrain DDP's (below 1: faster)\n");
+}
+
+int dt_bench_train_zero(const dt_bench_train_opts *o) {
+    if (o->nnprocs != 1 || o->nprocs[0] < 2) {
+        dt_log(DT_LOG_ERROR, "bench train: --zero %d compares one rank count (--nproc 2, say)", o->zero);
+        return 2;
+    }
+    char self[PATH_MAX];
+    if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
+    int n = o->nprocs[0], S = o->zero;
+    const char *names[MAXC] = { NULL }, *modes[MAXC] = { NULL };
+    char zname[32], zflags[1024];
+    snprintf(zname, sizeof zname, "dtrain zero%d", S);
+    snprintf(zflags, sizeof zflags, "--zero %d %s", S, o->train_flags ? o->train_flags : "");
+    int nc = columns(o, S, zname, names, modes);
     char weights[] = "/tmp/dtrain-bench-weights-XXXXXX", data[] = "/tmp/dtrain-bench-tokens-XXXXXX";
     int rc = dt_bench_make_inputs(o, n, weights, data);
     if (rc) return rc;
@@ -97,21 +120,6 @@ int dt_bench_train_zero(const dt_bench_train_opts *o) {
         }
     unlink(weights);
     unlink(data);
-    if (rc) return rc;
-    double tokens = (double)n * o->batch * o->seq, med[MAXC];
-    printf("%-32s | %9s %12s | %8s | %s\n", "", "ms/step", "tok/s total", "/ DDP", "dtrain zero's tok/s over it");
-    for (int c = 0; c < nc; c++) {
-        /* the rounds a baseline finished */
-        int k = 0;
-        for (int r = 0; r < rounds; r++) if (ms[c][r] >= 0) ms[c][k++] = ms[c][r];
-        med[c] = k ? dt_bench_median(ms[c], k) : -1;
-    }
-    for (int c = 0; c < nc; c++) {
-        if (med[c] < 0) { printf("%-32s | failed in every round\n", names[c]); continue; }
-        printf("%-32s | %9.1f %12.1f | %7.3fx |", names[c], med[c], tokens / (med[c] / 1e3), med[c] / med[0]);
-        if (c != 1) printf(" %.2fx", med[c] / med[1]);
-        printf("\n");
-    }
-    printf("/ DDP: time per step over dtrain DDP's (below 1: faster)\n");
-    return 0;
+    if (!rc) print_table(o, n, nc, rounds, names, ms);
+    return rc;
 }
