@@ -13,6 +13,7 @@
 
 #include "env_internal.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,17 +213,21 @@ static void publish(impala *p, const float *w, int64_t u) {
 
 /* --resume's state taken, and whether slots carry the environments for --save's (refused or said where an environment
  * cannot be saved, as PPO's: rl_state.c); one: an environment of the kind. */
-static dt_status take_state(impala *p, dt_env_pool *one, int updates) {
+static dt_status take_state(impala *p, dt_env_pool *one) {
     const dt_rl_config *c = p->c;
     snprintf(p->env_id, sizeof p->env_id, "%s", dt_env_pool_info(one)->id);
     p->keep_state = c->save && !dt_env_pool_unsaveable(one);
     p->l = (dt_rl_learner){ .c = c, .P = 1, .pool = one, .pol = p->pol, .opt = dt_engine_optim(p->e), .prog = &p->prog, .actors = &p->as };
-    dt_status st = dt_rl_resume_run(&p->l, updates, &p->u0, &p->steps0);
+    /* the run ends by its steps (an update's are fewer once an actor is gone): what is left is counted so */
+    dt_status st = dt_rl_resume_run(&p->l, INT_MAX, &p->u0, &p->steps0);
     p->l.pool = NULL; /* it ends with setup: the actors' environments are in p->as */
+    if (!st && c->resume && p->steps0 >= c->total_steps)
+        st = dt_error(DT_ERR_ARG, "%s is at update %d, %lld environment steps (--total-steps %lld): nothing left to train", c->resume, p->u0,
+                      (long long)p->steps0, (long long)c->total_steps);
     return st;
 }
 
-static dt_status setup(impala *p, const dt_rl_config *c, dt_comm *comm, int updates) {
+static dt_status setup(impala *p, const dt_rl_config *c, dt_comm *comm) {
     p->c = c;
     dt_status st = check(c, comm);
     if (st) return st;
@@ -253,7 +258,7 @@ static dt_status setup(impala *p, const dt_rl_config *c, dt_comm *comm, int upda
                c->anneal_lr ? " annealed to 0" : "");
         fflush(stdout);
     }
-    if (!st) st = take_state(p, one, updates);
+    if (!st) st = take_state(p, one);
     dt_actors_start from = { p->as.rollouts, p->as.pool_steps, p->as.records };
     if (!st) st = dt_rl_actors_create(c, &in, p->K, dt_policy_num_params(p->pol), p->keep_state, p->c->resume ? &from : NULL, &p->act);
     dt_env_pool_destroy(one);
@@ -290,7 +295,7 @@ dt_status dt_impala_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer aft
     impala p = { 0 };
     int64_t per_update = (int64_t)c->num_envs * c->num_steps;
     int updates = (int)((c->total_steps + per_update - 1) / per_update);
-    dt_status st = setup(&p, c, comm, updates);
+    dt_status st = setup(&p, c, comm);
     int u = p.u0; /* (0 where setup failed) */
     int64_t steps = p.steps0;
     double t0 = dt_time_now(), loss = 0;
