@@ -206,11 +206,13 @@ static int by_float_desc(const void *x, const void *y) {
 }
 
 /* pattern 1: large values only where the selection's strided sample reads (every 64th entry), so its guess passes
- * fewer than k candidates and the selection falls back to every entry */
+ * fewer than k candidates and the selection lowers its threshold (in the room the planner counts); pattern 2: zeros
+ * but for every 13th entry, fewer than k, so the k-th is a zero and more zeros tie than the room holds */
 static float draw(int step, int r, size_t j, int pattern) {
     uint64_t s = (uint64_t)step * 1000003u + j, t = s * 31 + (uint64_t)r + 1;
     float shared = dt_rng_normal(&s), own = dt_rng_normal(&t);
     if (pattern == 1) return j % 64 == 0 ? 10.0f + own : 1e-3f * own;
+    if (pattern == 2) return j % 13 == 3 ? own : 0; /* a sparse gradient: fewer nonzeros than k, the rest ties at zero */
     /* equal magnitudes on every rank, more of them than a rank sends: the k-th is a tie, broken by place */
     if (j % 5 == 0) return 2.0f * (r % 2 ? -1.0f : 1.0f);
     return shared + 0.3f * own; /* a common part: the ranks' choices overlap */
@@ -355,12 +357,17 @@ static void sparse_against_sequential(dt_comm *w, const dt_codec_config *cfg, in
                  recv_ok, steps, recv_gather);
     }
     snprintf(detail, sizeof detail, "%zu of %zu entries a rank at the end (%zu in %d steps), %s", kk, n, ks, steps,
-             pattern ? "the sample misleading: every entry a candidate" : "ties and overlapping choices");
+             pattern == 1 ? "the sample misleading: the threshold found by counts" : pattern ? "ties at zero in the top k" : "ties and overlapping choices");
     snprintf(what, sizeof what, "%s, %s bucket on %d ranks: averages, residuals%s = the oracle's bit for bit", name, big ? "a large" : "a small", N,
              dgc ? ", velocities" : "");
     check(what, same, st ? dt_last_error() : detail);
     snprintf(what, sizeof what, "%s, %s bucket on %d ranks: sent + new residual = accumulated (old residual + update)", name, big ? "a large" : "a small", N);
     check(what, identity, NULL);
+    /* the candidates stayed in the room the planner counts (4 kmax + 64), whatever the sample guessed */
+    size_t made = dt_codec_work_bytes(k), planned = dt_codec_work_bytes_for(c, t, 3, &(dt_codec_place){ N, 1, NULL, 0 });
+    snprintf(what, sizeof what, "%s, %s bucket on %d ranks%s: its buffers the planner's (%zu bytes, planned %zu)", name, big ? "a large" : "a small",
+             N, pattern == 1 ? ", the sample misleading" : pattern ? ", zeros among the top k" : "", made, planned);
+    check(what, made == planned, NULL);
     free(g); free(ref); free(res); free(kept); free(m); free(vel); free(v); free(test_params);
     dt_codec_destroy(k);
 }
@@ -562,6 +569,7 @@ int main(int argc, char **argv) {
     topk_against_sequential(w, 1.0f, 0, 0);
     topk_against_sequential(w, 0.01f, 1, 0); /* the sampled candidates */
     topk_against_sequential(w, 0.05f, 1, 1); /* the sample misled */
+    topk_against_sequential(w, 0.1f, 1, 2);  /* zeros among the top k */
     dt_codec_config dgc = { .kind = DT_CODEC_DGC, .density = 0.01f, .momentum = 0.9f };
     sparse_against_sequential(w, &dgc, 1, 0);
     dgc.nesterov = 1, dgc.clip = 90.0f, dgc.warmup = 2; /* the clip binds on "a" (norm ~187) and "c" (~100), not on "b" (~82) */

@@ -136,31 +136,78 @@ static dt_status setup(dt_codec *k, topk *s, dt_comm *comm, int b, const int *id
     return dt_comm_alloc(comm, words * sizeof *p->pairs, (void **)&p->pairs);
 }
 
-/* Candidates: the entries of [lo, hi) whose magnitude is at least thr, ascending (every one where thr is 0). */
-static dt_status candidates(dt_codec *k, tbucket *p, float thr, size_t lo, size_t hi, size_t *count) {
+/* A magnitude's bits: non-negative floats order as their bits do. */
+static uint32_t bits_of(float a) {
+    uint32_t u;
+    memcpy(&u, &a, sizeof u);
+    return u;
+}
+
+/* The candidates' room: the planner's 4 kmax + 64 (the sample's threshold passes about 2 k), or need where more. */
+static dt_status room(tbucket *p, size_t need) {
+    size_t cap = need > 4 * p->kmax + 64 ? need : 4 * p->kmax + 64;
+    if (cap <= p->cap) return DT_OK;
+    size_t *nc = realloc(p->cand, sizeof *nc * cap);
+    if (nc) p->cand = nc;
+    float *nm = nc ? realloc(p->mag, sizeof *nm * cap) : NULL;
+    if (nm) p->mag = nm;
+    float *nw = nm ? realloc(p->work, sizeof *nw * cap) : NULL;
+    if (!nw) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
+    p->work = nw;
+    p->cap = cap;
+    return DT_OK;
+}
+
+/* One pass over [lo, hi): the entries whose magnitude's bits are above t, and of those equal to t the first `ties`
+ * (SIZE_MAX: all); stored ascending while the room lasts where store. Their count (stored or not). */
+static size_t gather(dt_codec *k, tbucket *p, size_t lo, size_t hi, uint32_t t, size_t ties, bool store) {
     size_t c = 0;
     for (int i = 0; i < p->n; i++) {
         if (p->at[i + 1] <= lo || p->at[i] >= hi) continue;
         const float *res = dt_codec_state_held(k, p->t[i], DT_CODEC_RESIDUAL);
         size_t j0 = lo > p->at[i] ? lo - p->at[i] : 0, j1 = (hi < p->at[i + 1] ? hi : p->at[i + 1]) - p->at[i];
         for (size_t j = j0; j < j1; j++) {
-            if (!(fabsf(res[j]) >= thr)) continue;
-            if (c == p->cap) {
-                size_t cap = p->cap ? 2 * p->cap : 4 * p->kmax + 64;
-                size_t *nc = realloc(p->cand, sizeof *nc * cap);
-                if (nc) p->cand = nc;
-                float *nm = nc ? realloc(p->mag, sizeof *nm * cap) : NULL;
-                if (nm) p->mag = nm;
-                float *nw = nm ? realloc(p->work, sizeof *nw * cap) : NULL;
-                if (!nw) return dt_error(DT_ERR_NOMEM, "topk: out of memory");
-                p->work = nw;
-                p->cap = cap;
-            }
-            p->mag[c] = fabsf(res[j]);
-            p->cand[c++] = p->at[i] + j;
+            float a = fabsf(res[j]);
+            uint32_t u = bits_of(a);
+            if (u < t || (u == t && !ties)) continue;
+            if (u == t && ties != SIZE_MAX) ties--;
+            if (store && c < p->cap) p->mag[c] = a, p->cand[c] = p->at[i] + j;
+            c++;
         }
     }
-    *count = c;
+    return c;
+}
+
+/* Candidates for the top kk of [lo, hi), ascending, within the room: those at or above the sample's guess where at
+ * least kk and at most the room pass it (one pass); else the threshold whose count lies between, found by halving
+ * the interval of the magnitudes' bits on the counts; where equal magnitudes leave no such threshold (a is the
+ * highest that at least kk reach), those above a and the first of those equal to a, kk in all. Every way the top kk
+ * are among them, so the choice is the same; the room stays the planner's (grown only where the range has fewer
+ * entries than kk, all taken). */
+static dt_status candidates(dt_codec *k, tbucket *p, float guess, size_t lo, size_t hi, size_t kk, size_t *count) {
+    dt_status st = room(p, 0);
+    if (st) return st;
+    uint32_t t = bits_of(guess);
+    size_t n = gather(k, p, lo, hi, t, SIZE_MAX, true);
+    if (n >= kk && n <= p->cap) { *count = n; return DT_OK; }
+    if (hi - lo <= kk) { /* every entry */
+        if ((st = room(p, hi - lo))) return st;
+        *count = gather(k, p, lo, hi, 0, SIZE_MAX, true);
+        return DT_OK;
+    }
+    /* count(a) >= kk > count(b) (b past every float's bits); fewer than kk above zero (a sparse gradient's zeros): a is 0 */
+    uint64_t a = n >= kk ? t : 0, b = n >= kk ? (uint64_t)1 << 32 : t;
+    size_t ca = n >= kk ? n : hi - lo;
+    if (a == 0 && b > 1 && gather(k, p, lo, hi, 1, SIZE_MAX, false) < kk) b = 1;
+    while (ca > p->cap && b - a > 1) {
+        uint64_t m = a + (b - a) / 2;
+        size_t c = gather(k, p, lo, hi, (uint32_t)m, SIZE_MAX, false);
+        if (c >= kk) a = m, ca = c;
+        else b = m;
+    }
+    if (ca <= p->cap) { *count = gather(k, p, lo, hi, (uint32_t)a, SIZE_MAX, true); return DT_OK; }
+    size_t above = gather(k, p, lo, hi, (uint32_t)a + 1, SIZE_MAX, false);
+    *count = gather(k, p, lo, hi, (uint32_t)a, kk - above, true);
     return DT_OK;
 }
 
@@ -178,8 +225,7 @@ dt_status dt_sparse_choose(dt_codec *k, dt_sparse_bucket *p, size_t lo, size_t h
     /* the sample's magnitude at about 2k of the range's entries: the candidates at or above it, or (fewer than k) all */
     size_t want = (size_t)ceil(2.0 * (double)kk * (double)ns / (double)(hi - lo)) + 1, nc;
     float guess = ns && want <= ns ? dt_sparse_kth_largest(p->sample, ns, want) : 0;
-    dt_status st = candidates(k, p, guess, lo, hi, &nc);
-    if (!st && nc < kk) st = candidates(k, p, 0, lo, hi, &nc);
+    dt_status st = candidates(k, p, guess, lo, hi, kk, &nc);
     if (st) return st;
     /* the k-th magnitude among them; the entries above it, then those equal to it in order, up to k */
     size_t above = 0, m = 0;
@@ -356,8 +402,8 @@ static size_t work(const dt_codec *k) {
 }
 
 /* Each bucket (none given: one of every tensor) through the exchange the run would take (named, or auto's pick: the
- * hierarchical one where the machines hold equal rank counts), its candidates' first room (4 kmax + 64: the sample's
- * threshold finds about kmax). */
+ * hierarchical one where the machines hold equal rank counts), its candidates' room (4 kmax + 64, which the choice
+ * keeps to: candidates()). */
 static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, const dt_codec_place *at) {
     size_t all = 0, np = at->ranks > 1 ? (size_t)at->ranks : 1, b = 0;
     for (int i = 0; i < nt; i++) all += t[i].count;
