@@ -7,6 +7,7 @@
 #include "dtrain/comm.h"
 #include "dtrain/strategy.h"
 #include "dtrain/model.h"
+#include "dtrain/program.h"
 
 #include <stdio.h>
 
@@ -99,7 +100,7 @@ double dt_pp_schedule_bubble(const dt_pp_schedule *s);
  * stages' own speeds left idle. -1 if it cannot run. */
 double dt_pp_schedule_bubble_replay(const dt_pp_schedule *s, const double *d);
 
-/* ---- the runner (pipeline.c): one stage of a pipeline over a GPT-2 part ---- */
+/* ---- the runner (pipeline.c): one stage of a pipeline over a part of the model program (any family) ---- */
 
 /* A stage boundary's wire (pp_wire.c): f32, bf16 (nearest even) or int8 (an absmax scale a row of channels), the
  * same for activations and their gradients. A message is dt_pp_wire_words 32-bit words for n floats in rows of row. */
@@ -116,7 +117,7 @@ void dt_pp_wire_decode(dt_pp_wire w, const void *in, size_t n, size_t row, float
 typedef dt_status (*dt_pp_batch_fn)(void *ctx, int micro, const int32_t **tokens, const int32_t **targets);
 typedef struct {
     dt_comm *pp;            /* the stages of this pipeline, ranked by stage */
-    dt_gpt2 *model;         /* this stage's part: units [ua, ub) */
+    dt_program *model;      /* this stage's part of the model program: units [ua, ub) */
     dt_pp_kind kind;
     int virt;               /* interleaved: chunks per stage (0 or 1: one) */
     int micro, B, T;        /* micro-batches per step, each B x T */

@@ -1,5 +1,5 @@
 /* One pipeline stage: runs its list of actions (pipeline_schedule.c) on its
- * GPT-2 part, each micro-batch in its activation slot, activations and
+ * part of the model program (any family), each micro-batch in its activation slot, activations and
  * their gradients to and from the neighbours. On one machine they go
  * through a mailbox in the shared arena per edge of the chain (of the
  * ring, when an interleaved stage's chunks wrap from the last stage to the
@@ -61,7 +61,7 @@ struct dt_pipeline {
 static void after_backward(int unit, void *ctx) {
     dt_pipeline *p = ctx;
     if (!p->last_b || unit != p->L + 1 || p->hook_err) return;
-    float *g = dt_gpt2_grads(p->c.model) + p->wte_off;
+    float *g = dt_program_grads(p->c.model) + p->wte_off;
     memcpy(p->wte_send, g, p->wte_n * sizeof(float));
     /* the copy's gradient has left: zero for the next step (an optimizer that leaves the copy out does not zero it) */
     memset(g, 0, p->wte_n * sizeof(float));
@@ -74,7 +74,7 @@ static void before_backward(int unit, void *ctx) {
     dt_pipeline *p = ctx;
     if (!p->last_b || unit != 0 || p->hook_err) return;
     p->hook_err = dt_comm_recv(p->tied, p->wte_recv, p->wte_n, DT_F32, 1);
-    float *g = dt_gpt2_grads(p->c.model) + p->wte_off;
+    float *g = dt_program_grads(p->c.model) + p->wte_off;
     for (size_t i = 0; i < p->wte_n && !p->hook_err; i++) g[i] += p->wte_recv[i];
 }
 
@@ -147,12 +147,12 @@ static dt_status async_send(dt_pipeline *p, const float *out, int on) {
 }
 
 static dt_status exchange(dt_pipeline *p, const dt_pp_action *a) {
-    const dt_gpt2 *m = p->c.model;
+    const dt_program *m = p->c.model;
     const float *out = NULL;
     if (a->send.peer >= 0) {
         const int32_t *tok;
         int n;
-        out = a->send.grad ? dt_gpt2_input_grad(m, &tok, &n) : dt_gpt2_output(m);
+        out = a->send.grad ? dt_program_input_grad(m, &tok, &n) : dt_program_output(m);
         if (!out) return dt_error(DT_ERR_ARG, "pipeline stage %d: nothing to send to stage %d", p->stage, a->send.peer);
     }
     float *in = a->recv.peer < 0 ? NULL : a->recv.grad ? p->dout : p->xin;
@@ -204,9 +204,9 @@ static dt_status forward(dt_pipeline *p, const dt_pp_action *a, double *loss_sum
     float loss = 0;
     double t0 = dt_time_now();
     DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "F", "\"micro\":%d", a->micro);
-    dt_gpt2_use_slot(p->c.model, a->slot);
+    dt_program_use_slot(p->c.model, a->slot);
     int ua = p->ca[a->chunk], ub = p->cb[a->chunk];
-    st = dt_gpt2_forward_units(p->c.model, ua, ub, tok, ua > 0 ? (p->rx[0] ? p->rx[0] : p->xin) : NULL, tg, p->c.B, p->c.T, &loss);
+    st = dt_program_forward_units(p->c.model, ua, ub, tok, ua > 0 ? (p->rx[0] ? p->rx[0] : p->xin) : NULL, tg, p->c.B, p->c.T, &loss);
     DT_TRACE_END(DT_TRACK_COMPUTE);
     p->fwd += dt_time_now() - t0;
     if (p->rx[0]) { dt_mailbox_release(p->box[0][0]); p->rx[0] = NULL; } /* the model has its own copy now */
@@ -219,12 +219,12 @@ static dt_status backward(dt_pipeline *p, const dt_pp_action *a, float grad_scal
     double t0 = dt_time_now();
     int w = a->op == DT_PP_W;
     DT_TRACE_BEGIN(DT_TRACK_COMPUTE, w ? "W" : "B", "\"micro\":%d", a->micro);
-    dt_gpt2_use_slot(p->c.model, a->slot);
+    dt_program_use_slot(p->c.model, a->slot);
     p->last_b = a->last;
-    dt_status st = dt_gpt2_use_chunk(p->c.model, a->chunk);
+    dt_status st = dt_program_use_chunk(p->c.model, a->chunk);
     const float *dout = p->rx[1] ? p->rx[1] : p->dout;
-    if (!st) st = w ? dt_gpt2_backward_weights(p->c.model)
-                    : dt_gpt2_backward_units(p->c.model, p->cb[a->chunk] < p->L + 2 ? dout : NULL, grad_scale);
+    if (!st) st = w ? dt_program_backward_weights(p->c.model)
+                    : dt_program_backward_units(p->c.model, p->cb[a->chunk] < p->L + 2 ? dout : NULL, grad_scale);
     if (!w && p->rx[1]) { dt_mailbox_release(p->box[1][1]); p->rx[1] = NULL; }
     p->last_b = 0;
     DT_TRACE_END(DT_TRACK_COMPUTE);
@@ -254,7 +254,7 @@ static dt_status run(void *ctx, const dt_step_control *step, int accum, float gr
      * once the last is through, as part of the stage's last backward */
     if (p->v > 1 && !st) {
         p->last_b = 1;
-        dt_gpt2_announce_grads(p->c.model);
+        dt_program_announce_grads(p->c.model);
         p->last_b = 0;
         if (p->hook_err) st = p->hook_err;
         p->hook_err = DT_OK;
@@ -275,7 +275,7 @@ static dt_status run(void *ctx, const dt_step_control *step, int accum, float gr
 dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, void *ctx, double *loss_sum, int *nloss) {
     *loss_sum = 0;
     *nloss = 0;
-    dt_gpt2_use_slot(p->c.model, 0);
+    dt_program_use_slot(p->c.model, 0);
     dt_status st = DT_OK;
     for (int k = 0; k < n && !st; k++) {
         const int32_t *tok = NULL, *tg = NULL;
@@ -286,8 +286,8 @@ dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, 
             int ua = p->ca[j], ub = p->cb[j], from = p->stage > 0 ? p->stage - 1 : p->p - 1, to = (p->stage + 1) % p->p;
             float loss = 0;
             if (ua > 0) st = wire_recv(p, p->c.pp, p->xin, from);
-            if (!st) st = dt_gpt2_forward_units(p->c.model, ua, ub, tok, ua > 0 ? p->xin : NULL, tg, p->c.B, p->c.T, &loss);
-            if (!st && ub < p->L + 2) st = wire_send(p, p->c.pp, dt_gpt2_output(p->c.model), 1, to);
+            if (!st) st = dt_program_forward_units(p->c.model, ua, ub, tok, ua > 0 ? p->xin : NULL, tg, p->c.B, p->c.T, &loss);
+            if (!st && ub < p->L + 2) st = wire_send(p, p->c.pp, dt_program_output(p->c.model), 1, to);
             if (!st && ub == p->L + 2) { *loss_sum += loss; ++*nloss; }
         }
     }
@@ -304,7 +304,7 @@ static dt_status after_update(void *ctx, const dt_step_control *step) {
     if (!p->tied) return DT_OK;
     int sharded = step->params_sharded(step->step);
     dt_status st = sharded ? step->materialize(step->step, 1) : DT_OK;
-    float *w = dt_gpt2_params(p->c.model) + p->wte_off;
+    float *w = dt_program_params(p->c.model) + p->wte_off;
     if (!st) st = p->stage == 0 ? dt_comm_send(p->tied, w, p->wte_n, DT_F32, 1) : dt_comm_recv(p->tied, w, p->wte_n, DT_F32, 0);
     if (st) return dt_error(st, "pipeline stage %d, %s wte %s stage %d: %s", p->stage, p->stage ? "receiving" : "sending",
                             p->stage ? "from" : "to", p->stage ? 0 : p->p - 1, dt_last_error());
@@ -312,8 +312,8 @@ static dt_status after_update(void *ctx, const dt_step_control *step) {
 }
 
 static dt_status tie(dt_pipeline *p) {
-    if (dt_gpt2_get_config(p->c.model)->untied) return DT_OK; /* the head is its own tensor: nothing to keep equal */
-    if (dt_program_lora_config(dt_gpt2_program(p->c.model))) return DT_OK; /* LoRA's base, the table with it, is frozen */
+    if (dt_program_config(p->c.model)->untied) return DT_OK; /* the head is its own tensor: nothing to keep equal */
+    if (dt_program_lora_config(p->c.model)) return DT_OK; /* LoRA's base, the table with it, is frozen */
     /* collective over the stages: the first and last form the tied pair */
     int in = p->p > 1 && (p->stage == 0 || p->stage == p->p - 1);
     dt_comm *c;
@@ -322,15 +322,15 @@ static dt_status tie(dt_pipeline *p) {
     if (!in) { dt_comm_destroy(c); return DT_OK; }
     p->tied = c;
     dt_model v;
-    dt_gpt2_model(p->c.model, &v);
+    dt_program_model(p->c.model, &v);
     const dt_tensor_info *t = dt_model_find(&v, "wte");
     if (!t) return dt_error(DT_ERR_ARG, "pipeline stage %d holds no wte", p->stage);
     p->wte_off = t->offset;
     p->wte_n = t->count;
     float **buf = p->stage == 0 ? &p->wte_recv : &p->wte_send;
     if (!(*buf = malloc(p->wte_n * sizeof(float)))) return dt_error(DT_ERR_NOMEM, "pipeline: out of memory for wte's gradient");
-    if (p->stage == 0) dt_gpt2_set_unit_hooks(p->c.model, NULL, before_backward, p);
-    else dt_gpt2_set_grad_hook(p->c.model, after_backward, p);
+    if (p->stage == 0) dt_program_set_unit_hooks(p->c.model, NULL, before_backward, p);
+    else dt_program_set_grad_hook(p->c.model, after_backward, p);
     return DT_OK;
 }
 
@@ -380,22 +380,22 @@ dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
     p->c = *c;
     p->stage = dt_comm_rank(c->pp);
     p->p = dt_comm_size(c->pp);
-    p->L = dt_gpt2_get_config(c->model)->num_layers;
-    int v = c->virt > 1 ? c->virt : 1, held = dt_gpt2_chunks(c->model, p->ca, p->cb);
+    p->L = dt_program_config(c->model)->num_layers;
+    int v = c->virt > 1 ? c->virt : 1, held = dt_program_chunks(c->model, p->ca, p->cb);
     p->v = v;
     if (held != v) {
         free(p);
         return dt_error(DT_ERR_ARG, "pipeline: the stage's model holds %d chunks, the schedule runs %d", held, v);
     }
     dt_model view;
-    dt_gpt2_model(c->model, &view);
+    dt_program_model(c->model, &view);
     const dt_model_part *part = view.part;
-    p->stream = (size_t)c->B * c->T * (size_t)dt_gpt2_get_config(c->model)->channels / (part->sp ? (size_t)part->tp_size : 1);
+    p->stream = (size_t)c->B * c->T * (size_t)dt_program_config(c->model)->channels / (part->sp ? (size_t)part->tp_size : 1);
     if ((unsigned)c->wire > DT_PP_WIRE_INT8) {
         free(p);
         return dt_error(DT_ERR_ARG, "pipeline: unknown wire %d", (int)c->wire);
     }
-    p->row = (size_t)dt_gpt2_get_config(c->model)->channels;
+    p->row = (size_t)dt_program_config(c->model)->channels;
     p->words = dt_pp_wire_words(c->wire, p->stream, p->row);
     p->ms = (dt_micro_schedule){ run, after_update, p };
     dt_status st = dt_pp_schedule_create(c->kind, p->p, c->virt > 1 ? c->virt : 1, c->micro, &p->s);
@@ -408,9 +408,9 @@ dt_status dt_pipeline_create(const dt_pipeline_config *c, dt_pipeline **out) {
     if (!st && p->v > 1 && (!(p->gsend = malloc(p->stream * sizeof(float))) ||
                             !(p->targets = malloc(sizeof(int32_t) * (size_t)c->B * c->T * (size_t)p->s->slots[p->stage]))))
         st = dt_error(DT_ERR_NOMEM, "pipeline: out of memory");
-    if (!st) dt_gpt2_hold_grad_hooks(c->model, p->v > 1);
-    if (!st) st = dt_gpt2_set_split_backward(c->model, c->kind == DT_PP_ZB1);
-    if (!st) st = dt_gpt2_set_slots(c->model, p->s->slots[p->stage]);
+    if (!st) dt_program_hold_grad_hooks(c->model, p->v > 1);
+    if (!st) st = dt_program_set_split_backward(c->model, c->kind == DT_PP_ZB1);
+    if (!st) st = dt_program_set_slots(c->model, p->s->slots[p->stage]);
     if (!st) {
         p->xin = malloc(p->stream * sizeof(float));
         p->dout = malloc(p->stream * sizeof(float));
@@ -431,16 +431,16 @@ void dt_pipeline_destroy(dt_pipeline *p) {
         dt_mailbox_destroy(p->box[i / 2][i % 2]);
         if (p->link[i / 2][i % 2]) dt_comm_destroy(p->link[i / 2][i % 2]);
     }
-    dt_gpt2_set_split_backward(p->c.model, 0);
-    dt_gpt2_hold_grad_hooks(p->c.model, 0);
+    dt_program_set_split_backward(p->c.model, 0);
+    dt_program_hold_grad_hooks(p->c.model, 0);
     free(p->gsend);
     free(p->targets);
     free(p->wout[0]);
     free(p->wout[1]);
     free(p->win);
     if (p->tied) {
-        if (p->stage == 0) dt_gpt2_set_unit_hooks(p->c.model, NULL, NULL, p);
-        else dt_gpt2_set_grad_hook(p->c.model, NULL, p);
+        if (p->stage == 0) dt_program_set_unit_hooks(p->c.model, NULL, NULL, p);
+        else dt_program_set_grad_hook(p->c.model, NULL, p);
         dt_comm_destroy(p->tied);
     }
     dt_pp_schedule_destroy(p->s);

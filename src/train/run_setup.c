@@ -281,7 +281,7 @@ static dt_status make_engine(run *r) {
     dt_status st = DT_OK;
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
         /* the pipeline before the engine: its hooks come before a data-parallel strategy's */
-        dt_pipeline_config pc = { dt_mesh_comm(r->mesh, DT_MESH_PP), r->m, (dt_pp_kind)c->pp_schedule, dt_train_pp_virt(c), c->grad_accum, c->batch,
+        dt_pipeline_config pc = { dt_mesh_comm(r->mesh, DT_MESH_PP), dt_gpt2_program(r->m), (dt_pp_kind)c->pp_schedule, dt_train_pp_virt(c), c->grad_accum, c->batch,
                                   r->T, dt_train_next_batch, r, (dt_pp_wire)c->pp_wire };
         if ((st = dt_pipeline_create(&pc, &r->pipe))) return st;
         ec.schedule = dt_pipeline_schedule(r->pipe);
