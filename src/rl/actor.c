@@ -7,7 +7,6 @@
 #endif
 #include "dtrain/kernels.h"
 #include "actors.h"
-#include "env_internal.h"
 #include "policy.h"
 #include "rollout.h"
 

@@ -5,7 +5,6 @@
 #define _GNU_SOURCE
 #endif
 #include "actors.h"
-#include "env_internal.h"
 #include "rollout.h"
 
 #include <errno.h>
@@ -94,7 +93,7 @@ static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 static dt_status map_shared(dt_rl_actors *a, const dt_rl_config *c, const dt_env_info *in, int K, size_t nparams, int keep_state,
                             bool starts, int *mfd) {
     size_t rl = (size_t)in->obs_dim + in->act_dim + DT_RL_NFIELDS, n = (size_t)(c->num_envs / c->actors);
-    size_t erec = DT_ENV_POOL_RECORD + dt_rollout_state_len(in->obs_dim, c->norm_obs, c->norm_reward);
+    size_t erec = dt_rollout_env_len_of(in->obs_dim, c->norm_obs, c->norm_reward);
     size_t slot = round64(sizeof(dt_actor_slot) + (c->norm_obs ? 2 * sizeof(double) * (size_t)in->obs_dim : 0) +
                           (keep_state ? sizeof(double) * n * erec : 0) + sizeof(float) * (size_t)(c->num_steps + 1) * n * rl);
     size_t woff = round64(sizeof(dt_actor_shared)), soff = round64(woff + sizeof(float) * nparams);

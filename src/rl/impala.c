@@ -5,13 +5,12 @@
 #include "dtrain/rl.h"
 #include "actors.h"
 #include "distribution.h"
+#include "env_internal.h"
 #include "pg_step.h"
 #include "policy.h"
 #include "progress.h"
 #include "rl_state.h"
 #include "rollout.h"
-
-#include "env_internal.h"
 
 #include <limits.h>
 #include <math.h>
@@ -80,7 +79,7 @@ static dt_status alloc_buffers(impala *p) {
     p->eps = malloc(sizeof(dt_episode) * (size_t)p->A * DT_ACTOR_EPISODES);
     p->obs_mean = calloc((size_t)p->od, sizeof(double));
     p->obs_var = calloc((size_t)p->od, sizeof(double));
-    size_t erec = DT_ENV_POOL_RECORD + dt_rollout_state_len(p->od, p->c->norm_obs, p->c->norm_reward);
+    size_t erec = dt_rollout_env_len_of(p->od, p->c->norm_obs, p->c->norm_reward);
     p->as = (dt_rl_actor_state){ .env_id = p->env_id, .actors = p->A, .env_rec = erec, .rollouts = calloc((size_t)p->A, sizeof(int64_t)),
                                  .pool_steps = calloc((size_t)p->A, sizeof(int64_t)),
                                  .records = calloc(Bm * erec + 1, sizeof(double)),

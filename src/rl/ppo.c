@@ -292,7 +292,7 @@ static dt_rl_result so_far(const ppo *p, int updates, int64_t steps, double loss
 }
 
 static dt_rl_learner learner_of(ppo *p) {
-    return (dt_rl_learner){ .c = p->c, .comm = p->P > 1 ? p->comm : NULL, .rank = p->rank, .P = p->P, .pool = p->pool, .ro = &p->ro,
+    return (dt_rl_learner){ .c = p->c, .comm = p->P > 1 ? p->comm : NULL, .rank = p->rank, .P = p->P, .ro = &p->ro,
                             .pol = p->pol, .opt = dt_engine_optim(p->e), .prog = &p->prog };
 }
 

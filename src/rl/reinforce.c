@@ -156,7 +156,7 @@ static void teardown(reinforce *p) {
 }
 
 static dt_rl_learner learner_of(reinforce *p) {
-    return (dt_rl_learner){ .c = p->c, .P = 1, .pool = p->pool, .ro = &p->ro, .pol = p->pol, .opt = dt_engine_optim(p->e), .prog = &p->prog };
+    return (dt_rl_learner){ .c = p->c, .P = 1, .ro = &p->ro, .pol = p->pol, .opt = dt_engine_optim(p->e), .prog = &p->prog };
 }
 
 static dt_rl_result so_far(const reinforce *p, int updates, int64_t steps, double loss, double t0) {

@@ -170,6 +170,11 @@ static dt_status same_run(const dt_rl_learner *l, const cJSON *h, const char *pa
     return st;
 }
 
+/* Whether a header's item is a whole number from 0 to max. */
+static bool count_in(const cJSON *x, double max) {
+    return cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble <= max && x->valuedouble == (double)(int64_t)x->valuedouble;
+}
+
 /* IMPALA's header: each actor's next rollout and pool steps, the weights' update (counts, one an actor). */
 static dt_status read_actors(const cJSON *h, dt_rl_actor_state *a, const char *path) {
     const char *keys[2] = { "actor_rollouts", "actor_pool_steps" };
@@ -180,13 +185,13 @@ static dt_status read_actors(const cJSON *h, dt_rl_actor_state *a, const char *p
             return dt_error(DT_ERR_IO, "%s: its header's %s is not a list of %d counts", path, keys[k], a->actors);
         int i = 0;
         for (const cJSON *x = arr->child; x; x = x->next, i++) {
-            if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 1e15 || x->valuedouble != (double)(int64_t)x->valuedouble)
+            if (!count_in(x, 1e15))
                 return dt_error(DT_ERR_IO, "%s: its header's %s[%d] is not a count", path, keys[k], i);
             into[k][i] = (int64_t)x->valuedouble;
         }
     }
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(h, "version");
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 2147483647.0 || v->valuedouble != (double)(int64_t)v->valuedouble)
+    if (!count_in(v, 2147483647.0))
         return dt_error(DT_ERR_IO, "%s: its header's version is missing or not a count", path);
     a->version = (int64_t)v->valuedouble;
     return DT_OK;
@@ -202,7 +207,7 @@ static dt_status read_checked(const dt_rl_learner *l, const char *path, double *
     static const char *const keys[NSCALARS - 1] = { "updates", "env_steps", "episodes", "optimizer_steps", "pool_steps" };
     for (int i = 0; !st && i < NSCALARS - 1; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(h, keys[i]);
-        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > (i == 0 ? 2147483647.0 : 1e15) || x->valuedouble != (double)(int64_t)x->valuedouble)
+        if (!count_in(x, i == 0 ? 2147483647.0 : 1e15))
             st = dt_error(DT_ERR_IO, "%s: its header's %s is missing or not a count", path, keys[i]);
         else scalars[i] = x->valuedouble;
     }

@@ -195,8 +195,13 @@ int dt_rollout_episodes(dt_rollout *r, dt_episode *out, int cap) {
     return r->apool ? dt_env_pool_async_episodes(r->apool, out, cap) : dt_env_pool_episodes(r->pool, out, cap);
 }
 
+/* dt_rollout_record's doubles for od observations, normalised or not, rewards scaled or not */
+static size_t state_len(int od, int norm_obs, int norm_reward) {
+    return (size_t)od + 1 + (norm_obs ? 1 + 2 * (size_t)od : 0) + (norm_reward ? 4 : 0);
+}
+
 size_t dt_rollout_record_len(const dt_rollout *r) {
-    return dt_rollout_state_len(r->od, r->obs_norm != NULL, r->ret_norm != NULL);
+    return state_len(r->od, r->obs_norm != NULL, r->ret_norm != NULL);
 }
 
 /* a normaliser's statistics (count, mean, variance) into rec, or from it; past them */
@@ -235,7 +240,8 @@ dt_status dt_rollout_restore(dt_rollout *r, int j, const double *rec) {
     return DT_OK;
 }
 
-size_t dt_rollout_env_len(const dt_rollout *r) { return DT_ENV_POOL_RECORD + dt_rollout_record_len(r); }
+size_t dt_rollout_env_len_of(int od, int norm_obs, int norm_reward) { return DT_ENV_POOL_RECORD + state_len(od, norm_obs, norm_reward); }
+size_t dt_rollout_env_len(const dt_rollout *r) { return dt_rollout_env_len_of(r->od, r->obs_norm != NULL, r->ret_norm != NULL); }
 
 dt_status dt_rollout_env_record(const dt_rollout *r, int j, double *rec) {
     dt_status st = r->apool ? dt_env_pool_async_record(r->apool, j, rec) : dt_env_pool_record(r->pool, j, rec);

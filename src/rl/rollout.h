@@ -52,16 +52,13 @@ void dt_rollout_free(dt_rollout *r);
 /* What a rollout keeps of environment j between rollouts, as doubles (a checkpoint's): the next observation, whether its
  * episode ended, and its normalisers' statistics (count, mean, variance; the discounted return). */
 size_t dt_rollout_record_len(const dt_rollout *r);
-/* The same count before a rollout exists (an IMPALA learner sizing its actors' slots): od observations, normalised or not. */
-static inline size_t dt_rollout_state_len(int od, int norm_obs, int norm_reward) {
-    return (size_t)od + 1 + (norm_obs ? 1 + 2 * (size_t)od : 0) + (norm_reward ? 4 : 0);
-}
 void dt_rollout_record(const dt_rollout *r, int j, double *rec);
 dt_status dt_rollout_restore(dt_rollout *r, int j, const double *rec);
 /* Environment j as a run state holds it, whichever pool: the pool's record (DT_ENV_POOL_RECORD doubles: the environment
  * and its running episode), then the rollout's; dt_rollout_env_len doubles. The pool's steps since its reset, and
  * set; why its environments cannot be saved (NULL: they can); whether their episodes restart when restored. */
 size_t dt_rollout_env_len(const dt_rollout *r);
+size_t dt_rollout_env_len_of(int od, int norm_obs, int norm_reward); /* the same before a rollout exists */
 dt_status dt_rollout_env_record(const dt_rollout *r, int j, double *rec);
 dt_status dt_rollout_env_restore(dt_rollout *r, int j, const double *rec);
 int64_t dt_rollout_pool_steps(const dt_rollout *r);
