@@ -169,7 +169,7 @@ static size_t gather(dt_codec *k, tbucket *p, size_t lo, size_t hi, uint32_t t, 
         for (size_t j = j0; j < j1; j++) {
             float a = fabsf(res[j]);
             uint32_t u = bits_of(a);
-            if (u < t || (u == t && !ties)) continue;
+            if (u < t || (u == t && !ties) || a != a) continue; /* a NaN is never a candidate */
             if (u == t && ties != SIZE_MAX) ties--;
             if (store && c < p->cap) p->mag[c] = a, p->cand[c] = p->at[i] + j;
             c++;
