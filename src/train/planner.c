@@ -170,7 +170,8 @@ static void layout_flags(const plan_result *r, char *out, size_t cap) {
     if (n > 0 && (size_t)n < cap && *codec) snprintf(out + n, cap - (size_t)n, " %s", codec);
 }
 
-static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt_gpt2_config *cfg, FILE *f) {
+/* The plan's first lines: the model and its layout, the hardware and how it counts. */
+static void print_header(const plan_result *r, const dt_plan_hardware *h, const dt_gpt2_config *cfg, FILE *f) {
     const dt_plan_memory *m = &r->mem;
     const dt_plan_time *t = &r->time;
     char b[12][32], lay[256];
@@ -201,6 +202,12 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
                 "gradients the shared-memory reduction reads in place, or ZeRO 2 and 3's pool mapped again over the store and the part of "
                 "each peer's shard its reductions write)\n",
                 gb(m->mapped, b[11]));
+}
+
+/* What a rank (or device) holds, and whether the machine holds it. */
+static void print_memory(const plan_result *r, const dt_plan_hardware *h, FILE *f) {
+    const dt_plan_memory *m = &r->mem;
+    char b[12][32];
     fprintf(f, "memory per %s (the largest):\n  parameters %s (16-bit copy %s)\n  gradients %s\n  optimizer %s\n  activations %s\n"
                "  buffers %s\n", h->shared_memory ? "rank" : "device", gb(m->params + m->lowp, b[0]), gb(m->lowp, b[1]), gb(m->grads, b[2]),
             gb(m->optim, b[3]), gb(m->acts, b[4]), gb(m->comm, b[5]));
@@ -218,6 +225,12 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
                 "allocator's fragmentation (%.0f%% of the usable memory)\n", gb(m->per_rank, b[8]), r->fits ? "fits in" : "does NOT fit in",
                 gb(h->memory - h->reserved, b[9]), gb(h->memory, b[10]), gb(h->reserved, b[11]),
                 100 * m->per_rank / (h->memory - h->reserved));
+}
+
+/* The step's predicted time by part. */
+static void print_time(const plan_result *r, FILE *f) {
+    const dt_plan_time *t = &r->time;
+    char b[2][32];
     fprintf(f, "step time (predicted, ms): matmul %.1f, attention %.1f, elementwise %.1f, optimizer %.1f, 16-bit copies by unit %.1f, "
                "gradient pages %.1f, data-parallel %.1f (%.1f exposed), tensor-parallel %.1f (%.1f of it waiting for the slower rank), context-parallel %.1f, expert-parallel %.1f, pipeline transfers %.1f, bubble %.1f\n"
                "  step %.1f ms, %.0f tokens/s\n",
@@ -229,6 +242,12 @@ static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt
     if (r->job.codec.kind != DT_CODEC_NONE)
         fprintf(f, "  --compress %s: %s sent a step a rank (the gradients hold %s), its compression %.1f ms on the rank\n",
                 dt_codec_name(r->job.codec.kind), gb(t->codec_bytes, b[0]), gb(4 * dt_plan_model_params(&r->job), b[1]), 1e3 * t->codec);
+}
+
+static void print_plan(const plan_result *r, const dt_plan_hardware *h, const dt_gpt2_config *cfg, FILE *f) {
+    print_header(r, h, cfg, f);
+    print_memory(r, h, f);
+    print_time(r, f);
 }
 
 static cJSON *plan_json(const plan_result *r) {
