@@ -111,9 +111,10 @@ static dt_status map_shared(dt_rl_actors *a, const dt_rl_config *c, const dt_env
                             .hidden = c->hidden, .continuous = !in->actions, .norm_obs = c->norm_obs,
                             .norm_reward = c->norm_reward, .trunc_as_term = c->trunc_as_term, .sync = c->sync,
                             .refresh = c->refresh, .keep_state = keep_state, .async_threads = c->async_threads,
-                            .async_batch = c->async_batch ? c->async_batch : (int)(n + 1) / 2, .gamma = c->gamma, .seed = c->seed,
+                            .gamma = c->gamma, .seed = c->seed,
                             .env_rec = erec, .nparams = nparams, .slot_bytes = slot, .weights_off = woff, .slots_off = soff,
                             .start_off = start_off, .total = total };
+    if (c->async_threads) (void)dt_rollout_async_batch(c, h->n, "impala", "an actor's", &h->async_batch); /* checked by the learner */
     snprintf(h->env, sizeof h->env, "%s", c->env);
     snprintf(h->python, sizeof h->python, "%s", c->bridge && c->bridge->python ? c->bridge->python : "");
     atomic_store(&h->version, -1);

@@ -68,6 +68,9 @@ bool dt_env_restarts(const dt_env *e);
  * length); and the pool's step count. A bridged pool's environments cannot be saved (DT_ERR_UNSUPPORTED). One that
  * restarts (dt_env_pool_restarts) is restored with its episode ended and not counted: the next step resets it. */
 enum { DT_ENV_POOL_RECORD = DT_ENV_RECORD + 3 };
+/* A pool record's running episode (both pools'), checked: environment e (number in the job) had ended it, its return
+ * and length so far; a kind that restarts has it ended and uncounted. */
+dt_status dt_env_running_episode(const double *rec, const dt_env *e, int number, bool *ended, double *ret, int *len);
 dt_status dt_env_pool_record(const dt_env_pool *p, int i, double *rec);
 dt_status dt_env_pool_restore(dt_env_pool *p, int i, const double *rec);
 int64_t dt_env_pool_steps(const dt_env_pool *p);

@@ -204,14 +204,21 @@ dt_status dt_env_pool_record(const dt_env_pool *p, int i, double *rec) {
     return st;
 }
 
+dt_status dt_env_running_episode(const double *rec, const dt_env *e, int number, bool *ended, double *ret, int *len) {
+    double x = rec[DT_ENV_RECORD], n = rec[DT_ENV_RECORD + 2];
+    if ((x != 0 && x != 1) || !(n >= 0 && n <= 1e9 && n == (int)n) || !isfinite(rec[DT_ENV_RECORD + 1]))
+        return dt_error(DT_ERR_IO, "environment %d: a saved episode with flag %g, return %g, length %g", number, x, rec[DT_ENV_RECORD + 1], n);
+    *ended = x != 0, *ret = rec[DT_ENV_RECORD + 1], *len = (int)n;
+    if (dt_env_restarts(e)) *ended = true, *ret = 0, *len = 0; /* the interrupted episode uncounted */
+    return DT_OK;
+}
+
 dt_status dt_env_pool_restore(dt_env_pool *p, int i, const double *rec) {
     if (!p->envs) return dt_error(DT_ERR_UNSUPPORTED, "a bridged environment's state lives in its Python process: a checkpoint cannot hold it");
-    double ended = rec[DT_ENV_RECORD], len = rec[DT_ENV_RECORD + 2];
-    if ((ended != 0 && ended != 1) || !(len >= 0 && len <= 1e9 && len == (int)len) || !isfinite(rec[DT_ENV_RECORD + 1]))
-        return dt_error(DT_ERR_IO, "environment %d: a saved episode with flag %g, return %g, length %g", p->first + i, ended,
-                        rec[DT_ENV_RECORD + 1], len);
-    p->ended[i] = (uint8_t)ended, p->ret[i] = rec[DT_ENV_RECORD + 1], p->len[i] = (int)len;
-    if (dt_env_restarts(p->envs[i])) p->ended[i] = 1, p->ret[i] = 0, p->len[i] = 0; /* the interrupted episode uncounted */
+    bool ended;
+    dt_status st = dt_env_running_episode(rec, p->envs[i], p->first + i, &ended, &p->ret[i], &p->len[i]);
+    if (st) return st;
+    p->ended[i] = ended;
     return dt_env_restore(p->envs[i], rec);
 }
 

@@ -6,8 +6,6 @@
  * handed over through them. */
 #include "env_internal.h"
 
-#include <math.h>
-
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -262,12 +260,9 @@ dt_status dt_env_pool_async_record(const dt_env_pool_async *p, int i, double *re
 
 dt_status dt_env_pool_async_restore(dt_env_pool_async *p, int i, const double *rec) {
     slot *e = &p->s[i];
-    double ended = rec[DT_ENV_RECORD], len = rec[DT_ENV_RECORD + 2];
-    if ((ended != 0 && ended != 1) || !(len >= 0 && len <= 1e9 && len == (int)len) || !isfinite(rec[DT_ENV_RECORD + 1]))
-        return dt_error(DT_ERR_IO, "environment %d: a saved episode with flag %g, return %g, length %g", p->first + i, ended,
-                        rec[DT_ENV_RECORD + 1], len);
-    e->fresh = false, e->reset_next = ended != 0, e->ret = rec[DT_ENV_RECORD + 1], e->len = (int)len;
-    if (dt_env_restarts(e->env)) e->reset_next = true, e->ret = 0, e->len = 0; /* the interrupted episode uncounted */
+    dt_status st = dt_env_running_episode(rec, e->env, p->first + i, &e->reset_next, &e->ret, &e->len);
+    if (st) return st;
+    e->fresh = false;
     return dt_env_restore(e->env, rec);
 }
 

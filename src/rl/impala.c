@@ -193,9 +193,9 @@ static dt_status check(const dt_rl_config *c, dt_comm *comm) {
     if (c->num_envs % c->actors)
         return dt_error(DT_ERR_ARG, "impala: %d environments do not split evenly over %d actors (give --envs a multiple of %d)",
                         c->num_envs, c->actors, c->actors);
-    if (c->async_threads && c->async_batch > c->num_envs / c->actors)
-        return dt_error(DT_ERR_ARG, "impala: --async-batch %d: a receive takes 1 to an actor's %d environments", c->async_batch,
-                        c->num_envs / c->actors);
+    int batch;
+    dt_status st = c->async_threads ? dt_rollout_async_batch(c, c->num_envs / c->actors, "impala", "an actor's", &batch) : DT_OK;
+    if (st) return st;
     if (!(c->rho_bar > 0) || !(c->c_bar > 0))
         return dt_error(DT_ERR_ARG, "impala: rho_bar %g and c_bar %g must be above 0", (double)c->rho_bar, (double)c->c_bar);
     if (c->num_steps * c->num_envs < c->minibatches)

@@ -21,8 +21,8 @@ typedef struct {
     dt_comm *comm;
     int rank, P, N, n, T, od, ad, K, mb; /* K: the policy's outputs (actions, or the action's dimensions) */
     int continuous;
-    dt_env_pool *pool;         /* this rank's environments, or (--async) */
-    dt_env_pool_async *apool;
+    dt_env_pool *pool;         /* this rank's environments: a synchronous pool, */
+    dt_env_pool_async *apool;  /* or (--async) an asynchronous one */
     dt_policy *pol;
     dt_engine *e;
     dt_rollout ro;
@@ -241,10 +241,10 @@ static dt_status setup(ppo *p, const dt_rl_config *c, dt_comm *comm) {
     p->n = p->N / p->P;
     p->mb = B / c->minibatches;
     p->mb_rows = p->mb / p->P;
-    int batch = c->async_batch ? c->async_batch : (p->n + 1) / 2;
-    if (c->async_threads && batch > p->n)
-        return dt_error(DT_ERR_ARG, "ppo: --async-batch %d: a receive takes 1 to a rank's %d environments", batch, p->n);
-    dt_status st = c->async_threads ? dt_env_pool_async_create(c->env, p->n, p->rank * p->n, c->seed, c->async_threads, batch, &p->apool)
+    int batch = 0;
+    dt_status st = c->async_threads ? dt_rollout_async_batch(c, p->n, "ppo", "a rank's", &batch) : DT_OK;
+    if (st) return st;
+    st = c->async_threads ? dt_env_pool_async_create(c->env, p->n, p->rank * p->n, c->seed, c->async_threads, batch, &p->apool)
                                     : dt_env_pool_create(c->env, p->n, p->rank * p->n, c->seed, c->bridge, &p->pool);
     if (st) return st;
     const dt_env_info *in = p->apool ? dt_env_pool_async_info(p->apool) : dt_env_pool_info(p->pool);

@@ -77,6 +77,12 @@ static dt_status receive(dt_rollout *r, int k) {
     return DT_OK;
 }
 
+dt_status dt_rollout_async_batch(const dt_rl_config *c, int n, const char *who, const char *whose, int *batch) {
+    *batch = c->async_batch ? c->async_batch : (n + 1) / 2;
+    if (*batch > n) return dt_error(DT_ERR_ARG, "%s: --async-batch %d: a receive takes 1 to %s %d environments", who, *batch, whose, n);
+    return DT_OK;
+}
+
 dt_status dt_rollout_init_async(dt_rollout *r, const dt_rl_config *c, dt_env_pool_async *pool, int batch, dt_policy *pol, int first,
                                 int T) {
     const dt_env_info *in = dt_env_pool_async_info(pool);

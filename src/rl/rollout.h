@@ -45,6 +45,9 @@ dt_status dt_rollout_init(dt_rollout *r, const dt_rl_config *c, dt_env_pool *poo
  * is fixed during a rollout and the actions' uniforms are the environment's and step's), in any batches. */
 dt_status dt_rollout_init_async(dt_rollout *r, const dt_rl_config *c, dt_env_pool_async *pool, int batch, dt_policy *pol, int first,
                                 int T);
+/* That batch for a pool of n environments: --async-batch, or half of them; one above n refused (who: "ppo", "impala";
+ * whose: "a rank's", "an actor's"). */
+dt_status dt_rollout_async_batch(const dt_rl_config *c, int n, const char *who, const char *whose, int *batch);
 /* The episodes the pool finished since the last call (dt_env_pool_episodes', dt_env_pool_async_episodes'): up to cap;
  * the count. */
 int dt_rollout_episodes(dt_rollout *r, dt_episode *out, int cap);
