@@ -9,6 +9,7 @@
  * - error feedback: what was sent plus the new residual is the gradient plus the old one. */
 #include "dtrain/codec.h"
 #include "dtrain/io.h"
+#include "dtrain/optim.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -437,10 +438,69 @@ static void hier_against_sequential(dt_comm *w, float density) {
     dt_codec_destroy(k);
 }
 
-/* 1-bit Adam's sequential oracle: every rank's x = b1 m + (1 - b1) g + e_w, each (chunk, tensor) piece sent as signs
- * times its RMS; each chunk's owner averages the ranks' pieces in rank order, adds its e_s and sends them the same way.
- * The warm-up's average comes from an allreduce (its own order of sums): the oracle takes the codec's m there (held to
- * the sequential average's within 1e-6), and from the freeze on every value must be its own bit for bit. */
+/* The sign allreduce's sequential oracle (codec_signs.c): every rank's x (N rows of n, each with its e_w added) sent as
+ * signs times its (chunk, tensor) piece's RMS (piece: entry -> chunk x 3 + tensor), e_w what that loses; each chunk's
+ * owner averages the ranks' pieces in rank order, adds its e_s and sends the result the same way, into out. Returns the
+ * worst |sent + e_w - x| (one subtraction's rounding). */
+static double signs_oracle(int N, size_t n, const int *piece, const float *x, float *ew, float *es, float *out) {
+    float *sent = malloc((size_t)N * n * sizeof *sent), *y = malloc(n * sizeof *y);
+    double *ss = calloc(3 * (size_t)N, sizeof *ss), lost = 0;
+    size_t *cnt = calloc(3 * (size_t)N, sizeof *cnt);
+    for (size_t j = 0; j < n; j++) cnt[piece[j]]++;
+    for (int r = 0; r < N; r++) {
+        const float *xr = x + (size_t)r * n;
+        float *er = ew + (size_t)r * n, *cr = sent + (size_t)r * n;
+        memset(ss, 0, 3 * (size_t)N * sizeof *ss);
+        for (size_t j = 0; j < n; j++) ss[piece[j]] += (double)xr[j] * xr[j];
+        for (size_t j = 0; j < n; j++) {
+            float scale = (float)(sqrt(ss[piece[j]]) / sqrt((double)cnt[piece[j]]));
+            cr[j] = xr[j] >= 0 ? scale : -scale;
+            er[j] = xr[j] - cr[j];
+            double d = fabs((double)cr[j] + er[j] - xr[j]);
+            lost = d > lost ? d : lost;
+        }
+    }
+    memset(ss, 0, 3 * (size_t)N * sizeof *ss);
+    for (size_t j = 0; j < n; j++) {
+        float sum = sent[j];
+        for (int r = 1; r < N; r++) sum += sent[(size_t)r * n + j];
+        y[j] = sum / (float)N + es[j];
+        ss[piece[j]] += (double)y[j] * y[j];
+    }
+    for (size_t j = 0; j < n; j++) {
+        float scale = (float)(sqrt(ss[piece[j]]) / sqrt((double)cnt[piece[j]]));
+        out[j] = y[j] >= 0 ? scale : -scale;
+        es[j] = y[j] - out[j];
+    }
+    free(sent); free(y); free(ss); free(cnt);
+    return lost;
+}
+
+/* Whether codec k's worker and server errors are the oracle's: this rank's e_w row, e_s on the chunk it reduces. */
+static bool errors_match(dt_codec *k, const dt_tensor_info *t, int nt, const float *ew, const float *es, size_t chunk) {
+    bool same = true;
+    for (int i = 0; i < nt; i++) {
+        size_t ne;
+        const float *er = dt_codec_state(k, i, DT_CODEC_RESIDUAL, &ne), *sv = dt_codec_state(k, i, DT_CODEC_SERVER, &ne);
+        same = same && er && sv && !memcmp(er, ew + t[i].offset, ne * sizeof *er);
+        for (size_t j = 0; j < ne && same; j++)
+            if ((t[i].offset + j) / chunk == (size_t)me) same = sv[j] == es[t[i].offset + j];
+    }
+    return same;
+}
+
+/* Each entry's (chunk, tensor) piece on N ranks. */
+static int *pieces(const dt_tensor_info *t, size_t n, int N) {
+    size_t chunk = (n + (size_t)N - 1) / (size_t)N;
+    int *piece = malloc(n * sizeof *piece);
+    for (int i = 0; i < 3; i++)
+        for (size_t j = 0; j < t[i].count; j++) piece[t[i].offset + j] = (int)((t[i].offset + j) / chunk) * 3 + i;
+    return piece;
+}
+
+/* 1-bit Adam's sequential oracle: every rank's x = b1 m + (1 - b1) g + e_w through the sign allreduce's oracle. The
+ * warm-up's average comes from an allreduce (its own order of sums): the oracle takes the codec's m there (held to the
+ * sequential average's within 1e-6), and from the freeze on every value must be its own bit for bit. */
 static void onebit_against_sequential(dt_comm *w, int big) {
     static const char *const nm[] = { "a", "b", "c" };
     /* tiny: 4 entries, so that on 3 ranks the last chunk is empty */
@@ -448,21 +508,19 @@ static void onebit_against_sequential(dt_comm *w, int big) {
                      tiny[][4] = { { 2 }, { 1 }, { 1 } };
     dt_tensor_info t[3];
     size_t n = table(t, 3, nm, big == 2 ? tiny : big ? large : small);
-    int N = dt_comm_size(w), me_ = dt_comm_rank(w), idx[3] = { 0, 1, 2 }, start = 2, steps = 6;
+    int N = dt_comm_size(w), idx[3] = { 0, 1, 2 }, start = 2, steps = 6;
     dt_codec_config c = { .kind = DT_CODEC_ONEBIT, .start = start, .beta1 = 0.9f };
     dt_codec *k;
     if (dt_codec_create(&c, t, 3, &k)) { check("onebit: create", false, dt_last_error()); return; }
     size_t chunk = (n + (size_t)N - 1) / (size_t)N;
     float *g = malloc(n * sizeof *g), *m = calloc(n, sizeof *m), *ew = calloc((size_t)N * n, sizeof *ew), *es = calloc(n, sizeof *es);
-    float *x = malloc((size_t)N * n * sizeof *x), *sent = malloc((size_t)N * n * sizeof *sent), *y = malloc(n * sizeof *y);
-    double *ss = malloc(sizeof *ss * 3 * (size_t)N), warm = 0, lost = 0;
-    int *piece = malloc(n * sizeof *piece); /* entry -> (chunk, tensor) */
-    for (int i = 0; i < 3; i++)
-        for (size_t j = 0; j < t[i].count; j++) piece[t[i].offset + j] = (int)((t[i].offset + j) / chunk) * 3 + i;
+    float *x = malloc((size_t)N * n * sizeof *x);
+    double warm = 0, lost = 0;
+    int *piece = pieces(t, n, N);
     bool same = true;
     dt_status st = DT_OK;
     for (int step = 0; step < steps && !st; step++) {
-        for (size_t j = 0; j < n; j++) g[j] = draw(step, me_, j, 0);
+        for (size_t j = 0; j < n; j++) g[j] = draw(step, me, j, 0);
         st = exchange(k, w, idx, 3, g);
         dt_codec_end_step(k, NULL);
         size_t nv;
@@ -479,44 +537,15 @@ static void onebit_against_sequential(dt_comm *w, int big) {
             for (int i = 0; i < 3 && !st; i++) memcpy(m + t[i].offset, dt_codec_state(k, i, DT_CODEC_VELOCITY, &nv), t[i].count * sizeof *m);
             continue;
         }
-        /* workers: x, each piece's RMS, the signs times it, e_w */
-        for (int r = 0; r < N; r++) {
-            float *xr = x + (size_t)r * n, *er = ew + (size_t)r * n, *cr = sent + (size_t)r * n;
-            for (int q = 0; q < 3 * N; q++) ss[q] = 0;
-            for (size_t j = 0; j < n; j++) xr[j] = (0.9f * m[j] + (1.0f - 0.9f) * draw(step, r, j, 0)) + er[j], ss[piece[j]] += (double)xr[j] * xr[j];
-            size_t cnt[3 * 16] = { 0 };
-            for (size_t j = 0; j < n; j++) cnt[piece[j]]++;
-            for (size_t j = 0; j < n; j++) {
-                float scale = (float)(sqrt(ss[piece[j]]) / sqrt((double)cnt[piece[j]]));
-                cr[j] = xr[j] >= 0 ? scale : -scale;
-                er[j] = xr[j] - cr[j];
-                double d = fabs((double)cr[j] + er[j] - xr[j]);
-                lost = d > lost ? d : lost;
-            }
-        }
-        /* servers: the ranks' pieces in rank order, over the ranks, plus e_s (each chunk's owner's) */
-        for (int q = 0; q < 3 * N; q++) ss[q] = 0;
-        size_t cnt[3 * 16] = { 0 };
-        for (size_t j = 0; j < n; j++) {
-            float sum = sent[j];
-            for (int r = 1; r < N; r++) sum += sent[(size_t)r * n + j];
-            y[j] = sum / (float)N + es[j];
-            ss[piece[j]] += (double)y[j] * y[j];
-            cnt[piece[j]]++;
-        }
-        for (size_t j = 0; j < n; j++) {
-            float scale = (float)(sqrt(ss[piece[j]]) / sqrt((double)cnt[piece[j]])), out = y[j] >= 0 ? scale : -scale;
-            es[j] = y[j] - out;
-            m[j] = out;
-        }
-        same = same && !st && !memcmp(g, m, n * sizeof *g);
+        for (int r = 0; r < N; r++)
+            for (size_t j = 0; j < n; j++) x[(size_t)r * n + j] = (0.9f * m[j] + (1.0f - 0.9f) * draw(step, r, j, 0)) + ew[(size_t)r * n + j];
+        double l = signs_oracle(N, n, piece, x, ew, es, m);
+        lost = l > lost ? l : lost;
+        same = same && !st && !memcmp(g, m, n * sizeof *g) && errors_match(k, t, 3, ew + (size_t)me * n, es, chunk);
         for (int i = 0; i < 3 && !st; i++) {
             size_t ne;
-            const float *mv = dt_codec_state(k, i, DT_CODEC_VELOCITY, &ne), *er = dt_codec_state(k, i, DT_CODEC_RESIDUAL, &ne);
-            const float *sv = dt_codec_state(k, i, DT_CODEC_SERVER, &ne);
-            same = same && !memcmp(mv, m + t[i].offset, ne * sizeof *mv) && !memcmp(er, ew + (size_t)me_ * n + t[i].offset, ne * sizeof *er);
-            for (size_t j = 0; j < ne; j++) /* the server error of this rank's chunk */
-                if ((t[i].offset + j) / chunk == (size_t)me_) same = same && sv[j] == es[t[i].offset + j];
+            const float *mv = dt_codec_state(k, i, DT_CODEC_VELOCITY, &ne);
+            same = same && !memcmp(mv, m + t[i].offset, ne * sizeof *mv);
         }
     }
     char what[200], detail[160];
@@ -527,8 +556,164 @@ static void onebit_against_sequential(dt_comm *w, int big) {
     snprintf(detail, sizeof detail, "worst |sent + e_w - x| %.2e (one subtraction's rounding)", lost);
     snprintf(what, sizeof what, "onebit, %s bucket on %d ranks: sent + new worker error = momentum + old error", size, N);
     check(what, lost <= 1e-6, detail);
-    free(g); free(m); free(ew); free(es); free(x); free(sent); free(y); free(ss); free(piece);
+    free(g); free(m); free(ew); free(es); free(x); free(piece);
     dt_codec_destroy(k);
+}
+
+/* 0/1 Adam's plan against DeepSpeed's counters stepped one step at a time (zoadam.py's var_interval, var_counter,
+ * local_step_interval, local_step_counter), the variance's last step at start. */
+static void zeroone_plan(int start, int kappa, int scaler, int clip, int steps) {
+    dt_codec_config c = { .kind = DT_CODEC_ZEROONE, .start = start, .var_scaler = kappa, .local_scaler = scaler, .local_clip = clip };
+    long var_interval = 1, local_interval = 1, nvar = 0;
+    int var_counter = 0, local_counter = 0, bad = 0;
+    for (long t = 1; t <= steps; t++) {
+        dt_zeroone_step z;
+        dt_codec_zeroone_at(&c, t, &z);
+        int local = t > start, variance = !local && t % var_interval == 0, sync = local && t % local_interval == 0;
+        nvar += variance;
+        if (variance && ++var_counter == kappa) var_counter = 0, var_interval *= 2;
+        if (local && ++local_counter == scaler) local_counter = 0, local_interval = local_interval * 2 < clip ? local_interval * 2 : clip;
+        bad += z.local != local || z.variance != variance || z.sync != sync || z.nvar != nvar;
+    }
+    char what[160], detail[80];
+    snprintf(what, sizeof what, "zeroone's plan (start %d, kappa %d, local scaler %d, clip %d) = DeepSpeed's counters over %d steps", start, kappa,
+             scaler, clip, steps);
+    snprintf(detail, sizeof detail, "%ld variance steps, %d steps differ", nvar, bad);
+    check(what, !bad, detail);
+}
+
+/* 0/1 Adam's exchanges against the oracle, on 3 tensors: the variance's steps (1, 2, 4 at kappa 1) averaged whole
+ * (within 1e-6: an allreduce's order of sums), the others' gradients through the sign allreduce's oracle bit for bit;
+ * past start (6) the gradient untouched, and each interval's end (local scaler 2, clip 2: steps 7, 8, 10, 12) averages
+ * an accumulation u through the oracle from errors zeroed at the first local step. */
+static void zeroone_against_sequential(dt_comm *w) {
+    static const char *const nm[] = { "a", "b", "c" };
+    static const int shape[][4] = { { 30, 7 }, { 40 }, { 4, 3, 5 } };
+    dt_tensor_info t[3];
+    size_t n = table(t, 3, nm, shape);
+    int N = dt_comm_size(w), idx[3] = { 0, 1, 2 }, steps = 12;
+    dt_codec_config c = { .kind = DT_CODEC_ZEROONE, .start = 6, .var_scaler = 1, .local_scaler = 2, .local_clip = 2 };
+    dt_codec *k;
+    if (dt_codec_create(&c, t, 3, &k)) { check("zeroone: create", false, dt_last_error()); return; }
+    size_t chunk = (n + (size_t)N - 1) / (size_t)N;
+    float *g = malloc(n * sizeof *g), *want = malloc(n * sizeof *want), *ew = calloc((size_t)N * n, sizeof *ew), *es = calloc(n, sizeof *es);
+    float *x = malloc((size_t)N * n * sizeof *x);
+    int *piece = pieces(t, n, N), whole = 0, signed_ = 0, local = 0, syncs = 0;
+    double avg_err = 0;
+    bool same = true;
+    dt_status st = DT_OK;
+    for (int step = 1; step <= steps && !st; step++) {
+        dt_zeroone_step z;
+        dt_codec_zeroone_at(&c, step, &z);
+        for (size_t j = 0; j < n; j++) g[j] = draw(step, me, j, 0);
+        st = exchange(k, w, idx, 3, g);
+        if (!st && z.variance) {
+            whole++;
+            for (size_t j = 0; j < n; j++) {
+                float avg = 0;
+                for (int r = 0; r < N; r++) avg += draw(step, r, j, 0);
+                avg /= (float)N;
+                double d = fabs((double)avg - g[j]) / (fabs(avg) + 1e-6);
+                avg_err = d > avg_err ? d : avg_err;
+            }
+        } else if (!st && !z.local) {
+            signed_++;
+            for (int r = 0; r < N; r++)
+                for (size_t j = 0; j < n; j++) x[(size_t)r * n + j] = draw(step, r, j, 0) + ew[(size_t)r * n + j];
+            signs_oracle(N, n, piece, x, ew, es, want);
+            same = same && !memcmp(g, want, n * sizeof *g) && errors_match(k, t, 3, ew + (size_t)me * n, es, chunk);
+        } else if (!st) {
+            local++;
+            for (size_t j = 0; j < n; j++) same = same && g[j] == draw(step, me, j, 0);
+            if (step == c.start + 1) memset(ew, 0, (size_t)N * n * sizeof *ew), memset(es, 0, n * sizeof *es);
+        }
+        dt_codec_end_step(k, NULL);
+        if (st || !z.sync) continue;
+        syncs++;
+        for (size_t j = 0; j < n; j++) g[j] = draw(step, me, j, 1);
+        dt_codec_stats cs = { 0 };
+        st = dt_codec_zeroone_sync(k, g, &cs);
+        for (int r = 0; r < N; r++)
+            for (size_t j = 0; j < n; j++) x[(size_t)r * n + j] = draw(step, r, j, 1) + ew[(size_t)r * n + j];
+        signs_oracle(N, n, piece, x, ew, es, want);
+        same = same && !st && cs.before == n && cs.after > 0 && !memcmp(g, want, n * sizeof *g) && errors_match(k, t, 3, ew + (size_t)me * n, es, chunk);
+    }
+    char what[200], detail[200];
+    snprintf(detail, sizeof detail, "%zu entries on %d ranks: %d whole steps (average within %.1e), %d signed, %d local, %d syncs", n, N, whole,
+             avg_err, signed_, local, syncs);
+    snprintf(what, sizeof what, "zeroone on %d ranks: the signed steps' and syncs' averages, e_w, e_s = the oracle's bit for bit", N);
+    check(what, !st && same && whole == 3 && signed_ == 3 && local == 6 && syncs == 4 && avg_err <= 1e-6, st ? dt_last_error() : detail);
+    free(g); free(want); free(ew); free(es); free(x); free(piece);
+    dt_codec_destroy(k);
+}
+
+/* 0/1 Adam's optimizer side against plain formulas: AdamW's step where every step is a variance step (bit for bit);
+ * the momentum-only step (v kept, its bias correction from the variance's updates); local steps closed by an interval
+ * end whose average is one rank's own accumulation: the weights the local steps reached (wd 0: within 1e-6, the
+ * rounding of two ways there) and the momentum the lr/bc1-weighted mean of the steps' momenta. */
+static void zeroone_optimizer(void) {
+    enum { N = 64, STEPS = 3, LOCAL = 4 };
+    dt_optim_config oc;
+    dt_optim_defaults(DT_OPT_ADAMW, &oc);
+    dt_optim *a = NULL, *b = NULL;
+    if (dt_optim_create(&oc, N, NULL, 0, &a) || dt_optim_create(&oc, N, NULL, 0, &b)) { check("zeroone: optimizers", false, dt_last_error()); return; }
+    float pa[N], pb[N], g[N], m[N] = { 0 }, v[N] = { 0 }, p0[N], mw[N] = { 0 };
+    for (int i = 0; i < N; i++) pa[i] = pb[i] = draw(0, 0, (size_t)i, 0);
+    float lr = 1e-2f, b1 = oc.beta1, b2 = oc.beta2;
+    bool same = true;
+    for (int t = 1; t <= STEPS; t++) {
+        for (int i = 0; i < N; i++) g[i] = draw(t, 0, (size_t)i, 0);
+        float ga[N];
+        memcpy(ga, g, sizeof g);
+        dt_optim_step(a, pa, ga, lr, 1);
+        dt_optim_zeroone(b, DT_ZO_VARIANCE, t, lr);
+        dt_optim_step(b, pb, g, lr, 1);
+        for (int i = 0; i < N; i++) g[i] = draw(t, 0, (size_t)i, 0), m[i] = b1 * m[i] + (1 - b1) * g[i], v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+    }
+    same = !memcmp(pa, pb, sizeof pa);
+    check("zeroone: every step a variance step = AdamW bit for bit", same, "3 steps");
+    /* a momentum-only step, then local steps on b, checked against the formulas */
+    double worst = 0, lrs = 0;
+    float sbc2 = sqrtf(1 - powf(b2, STEPS));
+    for (int t = STEPS + 1; t <= STEPS + 1 + LOCAL; t++) {
+        int mode = t == STEPS + 1 ? DT_ZO_MOMENTUM : DT_ZO_LOCAL;
+        if (mode == DT_ZO_LOCAL && t == STEPS + 2) memcpy(p0, pb, sizeof pb);
+        for (int i = 0; i < N; i++) g[i] = draw(t, 0, (size_t)i, 0);
+        float want[N], step = lr / (1 - powf(b1, (float)t));
+        for (int i = 0; i < N; i++) {
+            m[i] = b1 * m[i] + (1 - b1) * g[i];
+            want[i] = pb[i] - step * m[i] / (sqrtf(v[i]) / sbc2 + oc.eps);
+            if (mode == DT_ZO_LOCAL) mw[i] += step * m[i];
+        }
+        if (mode == DT_ZO_LOCAL) lrs += step;
+        dt_optim_zeroone(b, mode, STEPS, lr);
+        dt_optim_step(b, pb, g, lr, 1);
+        for (int i = 0; i < N; i++) {
+            double d = fabs((double)pb[i] - want[i]) / (fabs(want[i]) + 1e-6);
+            worst = d > worst ? d : worst;
+        }
+    }
+    float *u = dt_optim_zeroone_accum(b);
+    char detail[160];
+    snprintf(detail, sizeof detail, "worst relative weight difference %.1e over 1 momentum-only and %d local steps", worst, LOCAL);
+    check("zeroone: the momentum-only and local steps = the formulas (v kept, bc2 from the variance's updates)", u && worst <= 1e-6, detail);
+    if (!u) { dt_optim_destroy(a); dt_optim_destroy(b); return; }
+    float reached[N];
+    memcpy(reached, pb, sizeof pb);
+    dt_optim_zeroone_end(b, pb); /* one rank's own accumulation: the average of one */
+    double wp = 0, wm = 0;
+    const float *mb = dt_optim_buffer(b, 0);
+    for (int i = 0; i < N; i++) {
+        double dp = fabs((double)pb[i] - reached[i]) / (fabs(reached[i]) + 1e-6), dm = fabs(mb[i] - mw[i] / lrs) / (fabs(mw[i] / lrs) + 1e-6);
+        wp = dp > wp ? dp : wp;
+        wm = dm > wm ? dm : wm;
+    }
+    snprintf(detail, sizeof detail, "weights %.1e from the local steps' (from the interval's start %s), momentum %.1e from the weighted mean",
+             wp, memcmp(p0, reached, sizeof p0) ? "moved" : "unmoved?", wm);
+    check("zeroone: an interval's end with one rank's accumulation = where its local steps went", wp <= 1e-6 && wm <= 1e-6 &&
+          memcmp(p0, reached, sizeof p0) && !dt_optim_zeroone_accum(b), detail);
+    dt_optim_destroy(a);
+    dt_optim_destroy(b);
 }
 
 static void bad_config(void) {
@@ -544,9 +729,16 @@ static void bad_config(void) {
     c.density = 1.5f;
     check("topk: density above 1 refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "density"), dt_last_error());
     dt_codec_kind kind;
-    check("codec: an unknown name refused, naming the codecs", dt_codec_parse("topk9", &kind) && strstr(dt_last_error(), "dgc and onebit"), dt_last_error());
+    check("codec: an unknown name refused, naming the codecs", dt_codec_parse("topk9", &kind) && strstr(dt_last_error(), "onebit and zeroone"), dt_last_error());
     c = (dt_codec_config){ .kind = DT_CODEC_ONEBIT, .beta1 = 0.9f };
     check("onebit: no warm-up (start 0) refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "warm-up"), dt_last_error());
+    c = (dt_codec_config){ .kind = DT_CODEC_ZEROONE, .var_scaler = 16, .local_scaler = 8, .local_clip = 4 };
+    check("zeroone: no variance steps (start 0) refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "var_freeze_step"), dt_last_error());
+    c.start = 5, c.local_clip = 0;
+    check("zeroone: an interval of 0 refused", dt_codec_create(&c, t, 1, &k) && strstr(dt_last_error(), "--compress-local-clip 0"), dt_last_error());
+    c.local_clip = 4;
+    check("zeroone: under ZeRO refused", dt_codec_check_strategy(&c, "zero1") && strstr(dt_last_error(), "ZeRO shards"), dt_last_error());
+    check("zeroone: with SGD refused", dt_codec_check_optimizer(&c, DT_OPT_SGD, 0, 0) && strstr(dt_last_error(), "0/1 Adam"), dt_last_error());
 }
 
 int main(int argc, char **argv) {
@@ -590,6 +782,12 @@ int main(int argc, char **argv) {
     onebit_against_sequential(w, 0);
     onebit_against_sequential(w, 1);
     onebit_against_sequential(w, 2);
+    zeroone_plan(6, 1, 2, 2, 40);
+    zeroone_plan(40, 2, 3, 4, 100);
+    zeroone_plan(100, 16, 32678, 16, 400);
+    zeroone_plan(3, 3, 1, 16, 200);
+    zeroone_against_sequential(w);
+    zeroone_optimizer();
     bad_config();
     dt_comm_destroy(w);
     if (me == 0) printf(failed ? "FAILED %d\n" : "all ok\n", failed);

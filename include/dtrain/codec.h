@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-typedef enum { DT_CODEC_NONE = 0, DT_CODEC_POWERSGD, DT_CODEC_TOPK, DT_CODEC_DGC, DT_CODEC_ONEBIT } dt_codec_kind;
+typedef enum { DT_CODEC_NONE = 0, DT_CODEC_POWERSGD, DT_CODEC_TOPK, DT_CODEC_DGC, DT_CODEC_ONEBIT, DT_CODEC_ZEROONE } dt_codec_kind;
 
 /* How top-k's and DGC's pairs travel: every rank's to every rank (one allgather); Ok-TopK's reduce then allgather
  * over balanced regions with a global threshold (Li and Hoefler 2022); hierarchical (top-k only): summed dense inside
@@ -34,6 +34,11 @@ typedef struct {
     dt_sparse_exchange exchange; /* top-k, DGC: how the pairs travel */
     int refresh;     /* Ok-TopK: steps between recomputing its regions and its global threshold (0: 32) */
     float beta1;     /* 1-bit Adam: Adam's beta1 (its momentum, which is what travels) */
+    /* 0/1 Adam (start: the last step that may update the variance, DeepSpeed's var_freeze_step): the variance is
+     * updated at steps spaced 1, 2, 4, ... apart, var_scaler updates at each spacing (its kappa: 16); past start the
+     * ranks step alone and average their momenta every 1, 2, 4, ... steps, local_scaler steps at each interval
+     * (32678), the interval at most local_clip (its H: 16) */
+    int var_scaler, local_scaler, local_clip;
     uint64_t seed;   /* the first Q's values (the same on every rank) */
 } dt_codec_config;
 
@@ -51,7 +56,7 @@ typedef struct {
 
 typedef struct dt_codec dt_codec;
 
-/* "powersgd" -> DT_CODEC_POWERSGD, "topk", "dgc", "onebit" ("none": DT_CODEC_NONE); DT_ERR_ARG naming the codecs otherwise. */
+/* "powersgd" -> DT_CODEC_POWERSGD, "topk", "dgc", "onebit", "zeroone" ("none": DT_CODEC_NONE); DT_ERR_ARG naming the codecs otherwise. */
 dt_status dt_codec_parse(const char *s, dt_codec_kind *out);
 const char *dt_codec_name(dt_codec_kind k);
 /* The cost model's seconds for k pairs a rank over P ranks on a link of alpha seconds a message and beta a byte: the
@@ -101,6 +106,9 @@ size_t dt_codec_work_bytes(const dt_codec *k);
  * scale: 1-bit Adam is Adam's and sends its momentum (no gradient whole to clip, unscaled); DGC corrects SGD's momentum
  * on each rank from the first step. Said by flag where not (train and plan alike). */
 dt_status dt_codec_check_optimizer(const dt_codec_config *c, int opt, float grad_clip, int loss_scaled);
+/* Whether codec c runs under the strategy of that name ("ddp", "zero1", ..; NULL: data parallelism's): 0/1 Adam's
+ * local steps need each rank's whole optimizer state, which ZeRO shards. */
+dt_status dt_codec_check_strategy(const dt_codec_config *c, const char *strategy);
 /* Where the planner puts a codec: on ranks ranks over nodes machines (of equal counts), in buckets of lens[0..nbuckets)
  * entries (dt_ddp_bucket_lens; none: the model as one). */
 typedef struct {
@@ -126,6 +134,23 @@ const dt_codec_config *dt_codec_get_config(const dt_codec *k);
  * takes the averaged momentum in the gradient's place, with its variance frozen (dt_optim_freeze_variance). */
 int dt_codec_steps(const dt_codec *k);
 void dt_codec_set_steps(dt_codec *k, int steps);
+
+/* 0/1 Adam (Lu et al. 2022, DeepSpeed's ZeroOneAdam; codec_zeroone.c). What step t (1 the run's first) does: up to
+ * c->start, the gradient averaged whole where the variance is updated and in one bit an entry elsewhere (the momentum
+ * and, at variance steps, the variance take it); past it, no exchange: each rank steps from its own gradient and
+ * accumulates its steps' momenta, and at the end of each interval (sync) the accumulations are averaged in one bit and
+ * every rank's weights and momentum made one (dt_codec_zeroone_sync). */
+typedef struct {
+    int local;      /* t > c->start: the ranks step alone */
+    int variance;   /* the variance is updated (the gradient averaged whole) */
+    long nvar;      /* the variance's updates up to and including step t (its bias correction) */
+    int sync;       /* a local step that ends its interval */
+} dt_zeroone_step;
+void dt_codec_zeroone_at(const dt_codec_config *c, long t, dt_zeroone_step *out);
+/* The interval's accumulation u (a store laid out as the gradients', the codec's buckets' tensors) averaged over comm in
+ * one bit an entry, in place, every rank blocking until done; what it sent added to *s. The codec's buckets must have
+ * run one step. */
+dt_status dt_codec_zeroone_sync(dt_codec *k, float *u, dt_codec_stats *s);
 
 #ifdef __cplusplus
 }

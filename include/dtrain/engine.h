@@ -72,6 +72,9 @@ void dt_engine_held(const dt_engine *e, size_t *params, size_t *grads);
 dt_status dt_engine_materialize(dt_engine *e, int on);
 /* Whether this rank holds only its slice [off, off + n) of the parameters between steps. */
 int dt_engine_params_sharded(const dt_engine *e);
+/* Collective: 0/1 Adam's local interval ended early (a save, the run's end), so that every rank holds the same
+ * weights; nothing for any other run, or where no local step is pending. */
+dt_status dt_engine_sync_replicas(dt_engine *e);
 /* Replicas that must hold the same weights do (*checked 0 when the strategy has none). */
 dt_status dt_engine_check_replicas(dt_engine *e, int *checked, uint64_t *hash);
 

@@ -58,6 +58,18 @@ void dt_optim_begin(dt_optim *o);
 /* 1-bit Adam's second stage (AdamW only; at 0: off): the gradient's place holds the averaged momentum, which becomes
  * m as it is; v stays as it was after step at, bias-corrected as at that step; m's correction goes on with the steps. */
 void dt_optim_freeze_variance(dt_optim *o, long at);
+/* 0/1 Adam's step (AdamW only; its plan is dt_codec_zeroone_at's), told before the step's updates: DT_ZO_VARIANCE
+ * AdamW's step; DT_ZO_MOMENTUM the momentum from the gradient, the variance as it is; DT_ZO_LOCAL that on this rank's own
+ * gradient, each step's lr/bc1 m added to the interval's accumulation (the weights at the interval's start kept).
+ * nvar: the variance's updates so far, this step's included (its bias correction); mode 0: AdamW as ever. */
+enum { DT_ZO_OFF = 0, DT_ZO_VARIANCE, DT_ZO_MOMENTUM, DT_ZO_LOCAL };
+dt_status dt_optim_zeroone(dt_optim *o, int mode, long nvar, float lr);
+/* The interval's accumulation (n floats), NULL when no local step is pending. Once the ranks have averaged it in
+ * place, dt_optim_zeroone_end closes the interval: params = its start's weights decayed, less the average over the
+ * variance's denominator (as each rank's steps would have moved them, wd 0), the same on every rank; the momentum the
+ * average over the interval's summed lr/bc1. */
+float *dt_optim_zeroone_accum(dt_optim *o);
+void dt_optim_zeroone_end(dt_optim *o, float *params);
 double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_t off, size_t n, int zero_grads);
 /* LAMB and LARS in two halves, for a slice whose tensors are cut between
  * ranks (ZeRO): dt_optim_norms does the step up to the trust ratios and puts

@@ -305,6 +305,11 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
         cJSON_AddNumberToObject(x, "compress_warmup", c->codec.warmup);
         cJSON_AddStringToObject(x, "compress_exchange", dt_codec_exchange_name(c->codec.exchange));
         cJSON_AddNumberToObject(x, "compress_refresh", c->codec.refresh);
+        if (c->codec.kind == DT_CODEC_ZEROONE) {
+            cJSON_AddNumberToObject(x, "compress_var_scaler", c->codec.var_scaler);
+            cJSON_AddNumberToObject(x, "compress_local_scaler", c->codec.local_scaler);
+            cJSON_AddNumberToObject(x, "compress_local_clip", c->codec.local_clip);
+        }
     }
     if (ls) {
         /* the loss scaler's whole state: a resumed fp16 run scales, skips and grows as the uninterrupted one */

@@ -142,6 +142,9 @@ static void take_codec(const cJSON *j, dt_train_config *c) {
     take_float(j, "settings", "compress_density", &c->codec.density);
     take_int(j, "settings", "compress_warmup", &c->codec.warmup);
     take_int(j, "settings", "compress_refresh", &c->codec.refresh);
+    take_int(j, "settings", "compress_var_scaler", &c->codec.var_scaler);
+    take_int(j, "settings", "compress_local_scaler", &c->codec.local_scaler);
+    take_int(j, "settings", "compress_local_clip", &c->codec.local_clip);
     const char *x = dt_ckpt_string(j, "settings", "compress_exchange");
     if (x) (void)dt_codec_parse_exchange(x, &c->codec.exchange);
 }

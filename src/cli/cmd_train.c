@@ -206,7 +206,7 @@ static void usage(FILE *f) {
             "  --grad-comm P      fp32 (default), bf16 or fp16: the gradients' type in DDP's and ZeRO's reductions:\n"
             "                     half the bytes, summed in f32, the average rounded once (PyTorch DDP's bf16\n"
             "                     compression hook, DeepSpeed's communication_data_type)\n"
-            "  --compress C       none (default), powersgd, topk, dgc or onebit: DDP's and ZeRO's gradients averaged\n"
+            "  --compress C       none (default), powersgd, topk, dgc, onebit or zeroone: DDP's (and but for zeroone ZeRO's) gradients averaged\n"
             "                     compressed, with error feedback (PowerSGD as PyTorch's powerSGD_hook: each matrix at rank R,\n"
             "                     warm-started, vectors and matrices too small to gain sent whole; top-k: each\n"
             "                     bucket's largest entries as (index, value) pairs to every rank; dgc: Deep\n"
@@ -214,7 +214,11 @@ static void usage(FILE *f) {
             "                     rank and masked where sent, --grad-clip applied per tensor on each rank at\n"
             "                     clip / sqrt(ranks) before accumulation; onebit: 1-bit Adam, --optimizer adamw for\n"
             "                     --compress-start N steps, then its variance frozen and its momentum averaged as\n"
-            "                     signs and a scale by an error-compensated alltoall and allgather)\n"
+            "                     signs and a scale by an error-compensated alltoall and allgather; zeroone: 0/1 Adam,\n"
+            "                     --optimizer adamw with its variance updated at steps ever further apart up to\n"
+            "                     --compress-start N (the gradient averaged whole there, as signs elsewhere), then\n"
+            "                     local steps, the ranks' momenta averaged as signs every 1, 2, .. up to\n"
+            "                     --compress-local-clip steps; a save or the run's end averages them first)\n"
             "  --compress-rank R  PowerSGD's rank (default 1)\n"
             "  --compress-density D  top-k, dgc: the share of each bucket's entries a rank sends (default 0.01)\n"
             "  --compress-warmup N  top-k, dgc: N steps at each of the densities 0.25, 0.0625, 0.015625, 0.004\n"
@@ -226,7 +230,11 @@ static void usage(FILE *f) {
             "                     auto (default: the cost model's pick per bucket; allgather at 2 ranks)\n"
             "  --compress-refresh N  oktopk: steps between recomputing its regions and global threshold (default 32)\n"
             "  --compress-start N the first N steps averaged whole (default 0; dgc compresses from the first;\n"
-            "                     onebit's warm-up of whole Adam steps, 1 or more)\n"
+            "                     onebit's warm-up of whole Adam steps, 1 or more; zeroone's last step that\n"
+            "                     updates the variance, 1 or more)\n"
+            "  --compress-var-scaler K  zeroone: the variance's updates at each spacing before it doubles (default 16)\n"
+            "  --compress-local-scaler S  zeroone: local steps at each interval before it doubles (default 32678)\n"
+            "  --compress-local-clip H  zeroone: the longest interval between the momenta's averages (default 16)\n"
             "  --grad-store P     fp32 (default), or the --precision's type: data parallelism and ZeRO keep the\n"
             "                     averaged gradients in 16 bits until the update (2 bytes per parameter instead of 4,\n"
             "                     ZeRO's 2+2+12 anatomy); they travel in 16 bits and the update waits for backward's end\n"
@@ -265,7 +273,7 @@ static const dt_cli_flag flags[] = {
     { "--eval-every", "a whole number of steps, 0 (off) to 1e9" }, { "--keep-last", "a whole number of checkpoints from 1 to 256" }, { "--eval-batches", "a whole number from 1 to 1e6" },
     { "--threads", "a whole number from 0 (this rank's share of its cores) to 1024" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--dp", "a whole number of ranks from 1 to 65536" },
-    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--pp-wire", "fp32, bf16 or int8" }, { "--cp-wire", "fp32, bf16 or int8" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" }, { "--compress", "none, powersgd, topk, dgc or onebit" }, { "--compress-rank", "a whole number from 1 to 65536" }, { "--compress-density", "a share above 0, at most 1" }, { "--compress-start", "a whole number of steps from 0 to 1e9" }, { "--compress-warmup", "a whole number of steps from 0 to 1e9" }, { "--compress-exchange", "auto, allgather, oktopk or hier" }, { "--compress-refresh", "a whole number of steps from 1 to 1e9" },
+    { "--tp", "a whole number of ranks from 1 to 65536" }, { "--cp", "a whole number of ranks from 1 to 65536" }, { "--ep", "a whole number of ranks from 1 to 65536" }, { "--cp-impl", "ring, ulysses or auto" }, { "--router", "softmax or sigmoid-bias" }, { "--pp", "a whole number of ranks from 1 to 65536" }, { "--virtual-stages", "a whole number of chunks per stage from 1 to 8" }, { "--pp-schedule", "gpipe, 1f1b, zb1 or interleaved" }, { "--pp-wire", "fp32, bf16 or int8" }, { "--cp-wire", "fp32, bf16 or int8" }, { "--bucket-mb", "a size in MiB above 0, up to 1e6" }, { "--compress", "none, powersgd, topk, dgc, onebit or zeroone" }, { "--compress-rank", "a whole number from 1 to 65536" }, { "--compress-density", "a share above 0, at most 1" }, { "--compress-start", "a whole number of steps from 0 to 1e9" }, { "--compress-warmup", "a whole number of steps from 0 to 1e9" }, { "--compress-exchange", "auto, allgather, oktopk or hier" }, { "--compress-refresh", "a whole number of steps from 1 to 1e9" }, { "--compress-var-scaler", "a whole number from 1 to 1e9" }, { "--compress-local-scaler", "a whole number of steps from 1 to 1e9" }, { "--compress-local-clip", "a whole number of steps from 1 to 1e9" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--shuffle", "a whole-number seed from 1 to 1e18" },
     { "--lr", "a number above 0 and below 10" }, { "--lr-min", "a number from 0 to below 10" },
     { "--warmup", "a whole number of steps from 0 to 1e9" }, { "--grad-clip", "a norm from 0 (off) to 1e9" },
@@ -435,7 +443,8 @@ static int number_flag(const char *f, const char *v, dt_train_config *c, train_o
         { "--pp", 1, 65536, 1, &c->pp, 'i' }, { "--bucket-mb", 1e-6, 1e6, 0, &c->bucket_mb, 'd' },
         { "--compress-rank", 1, 65536, 1, &c->codec.rank, 'i' }, { "--compress-start", 0, 1e9, 1, &c->codec.start, 'i' },
         { "--compress-density", 1e-9, 1, 0, &c->codec.density, 'f' }, { "--compress-warmup", 0, 1e9, 1, &c->codec.warmup, 'i' },
-        { "--compress-refresh", 1, 1e9, 1, &c->codec.refresh, 'i' },
+        { "--compress-refresh", 1, 1e9, 1, &c->codec.refresh, 'i' }, { "--compress-var-scaler", 1, 1e9, 1, &c->codec.var_scaler, 'i' },
+        { "--compress-local-scaler", 1, 1e9, 1, &c->codec.local_scaler, 'i' }, { "--compress-local-clip", 1, 1e9, 1, &c->codec.local_clip, 'i' },
         { "--seed", 0, 1e18, 1, &c->seed, 'u' }, { "--shuffle", 1, 1e18, 1, &c->shuffle_seed, 'u' },
         { "--lr", 1e-30, 9.999999, 0, &c->sched.lr, 'f' }, { "--lr-min", 0, 9.999999, 0, &c->sched.lr_min, 'f' },
         { "--warmup", 0, 1e9, 1, &c->sched.warmup, 'i' }, { "--grad-clip", 0, 1e9, 0, &c->grad_clip, 'f' },

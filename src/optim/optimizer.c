@@ -21,6 +21,13 @@ struct dt_optim {
     double *sums;         /* 2 per tensor: its sums of squares (dt_optim_step's own) */
     long t;               /* steps taken */
     long frozen;          /* AdamW's variance frozen after this step, the gradient's place the momentum (0: not) */
+    /* 0/1 Adam (dt_optim_zeroone): this step's mode and the variance's updates so far; a local interval's
+     * accumulation u of lr/bc1 m, its weights at the start, the sum of lr/bc1 and the product of the decays */
+    int zo_mode;
+    long zo_nvar;
+    float *zo_u, *zo_start;
+    double zo_lrs, zo_decay;
+    bool zo_keep;         /* this step starts an interval: each chunk keeps its weights before it steps */
     dt_soap *soap;        /* SOAP's statistics and bases (soap.c) */
 };
 
@@ -91,6 +98,8 @@ void dt_optim_destroy(dt_optim *o) {
     if (!o) return;
     dt_free_zeroed(o->m);
     dt_free_zeroed(o->v);
+    dt_free_zeroed(o->zo_u);
+    dt_free_zeroed(o->zo_start);
     free(o->spans);
     free(o->sums);
     dt_soap_destroy(o->soap);
@@ -102,7 +111,9 @@ void dt_optim_set_steps(dt_optim *o, long t) { o->t = t; }
 float *dt_optim_buffer(dt_optim *o, int i) { return i == 0 ? o->m : i == 1 ? o->v : NULL; }
 size_t dt_optim_size(const dt_optim *o) { return o->n; }
 
-size_t dt_optim_state_bytes(const dt_optim *o) { return o->n * sizeof(float) * (o->v ? 2 : 1) + dt_soap_state_bytes(o->soap); }
+size_t dt_optim_state_bytes(const dt_optim *o) {
+    return o->n * sizeof(float) * ((o->v ? 2 : 1) + (o->zo_u ? 2 : 0)) + dt_soap_state_bytes(o->soap);
+}
 void dt_optim_state_units(dt_optim *o, dt_state_units *out) { dt_soap_units(o->soap, out); }
 
 static double norm2(const float *x, size_t n) {
@@ -153,13 +164,16 @@ typedef struct {
     float b1, b2, eps, step, sbc2, decay; /* AdamW */
     float lr, mu, wd;                     /* SGD */
     bool first, nesterov;
+    bool keep;                            /* 0/1 Adam's local step: the weights kept first (an interval's start) */
 } coef;
 
+/* u, w: 0/1 Adam's local step's accumulation and kept weights (NULL for the others) */
 typedef double (*chunk_fn)(const coef *k, float *restrict p, const float *restrict g, float *restrict m,
-                           float *restrict v, size_t n);
+                           float *restrict v, float *restrict u, float *restrict w, size_t n);
 
 static double adamw_chunk(const coef *k, float *restrict p, const float *restrict g, float *restrict mo,
-                          float *restrict vo, size_t n) {
+                          float *restrict vo, float *restrict u, float *restrict w, size_t n) {
+    (void)u, (void)w;
     float b1 = k->b1, b2 = k->b2, eps = k->eps, step = k->step, sbc2 = k->sbc2, decay = k->decay;
     double ss = 0;
     #pragma omp simd reduction(+ : ss)
@@ -178,7 +192,8 @@ static double adamw_chunk(const coef *k, float *restrict p, const float *restric
 
 /* 1-bit Adam's second stage: g is the momentum, averaged over the ranks; v as frozen (sbc2 from that step). */
 static double adamw_frozen_chunk(const coef *k, float *restrict p, const float *restrict g, float *restrict mo,
-                                 float *restrict vo, size_t n) {
+                                 float *restrict vo, float *restrict u, float *restrict w, size_t n) {
+    (void)u, (void)w;
     float eps = k->eps, step = k->step, sbc2 = k->sbc2, decay = k->decay;
     double ss = 0;
     #pragma omp simd reduction(+ : ss)
@@ -194,9 +209,31 @@ static double adamw_frozen_chunk(const coef *k, float *restrict p, const float *
     return ss;
 }
 
+/* 0/1 Adam's steps between the variance's: the momentum from g, v as it is (sbc2 from its updates); no step where v
+ * is 0 (as adamw_frozen_chunk); a local step (u) also adds its lr/bc1 m to u, the interval's first keeping the
+ * weights it starts from in w. */
+static double adamw_momentum_chunk(const coef *k, float *restrict p, const float *restrict g, float *restrict mo,
+                                   float *restrict vo, float *restrict u, float *restrict w, size_t n) {
+    float b1 = k->b1, eps = k->eps, step = k->step, sbc2 = k->sbc2, decay = k->decay;
+    if (u && k->keep) memcpy(w, p, n * sizeof *p);
+    double ss = 0;
+    #pragma omp simd reduction(+ : ss)
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i];
+        ss += (double)gi * gi;
+        float m = b1 * mo[i] + (1.0f - b1) * gi;
+        mo[i] = m;
+        float d = vo[i] > 0 ? step * m / (sqrtf(vo[i]) / sbc2 + eps) : 0.0f;
+        p[i] = p[i] * decay - d;
+    }
+    if (u)
+        for (size_t i = 0; i < n; i++) u[i] += step * mo[i];
+    return ss;
+}
+
 static double sgd_chunk(const coef *k, float *restrict p, const float *restrict g, float *restrict buf,
-                        float *restrict unused, size_t n) {
-    (void)unused;
+                        float *restrict unused, float *restrict u, float *restrict w, size_t n) {
+    (void)unused, (void)u, (void)w;
     float lr = k->lr, mu = k->mu, wd = k->wd;
     bool first = k->first, nesterov = k->nesterov;
     double ss = 0;
@@ -217,15 +254,21 @@ static double sgd_chunk(const coef *k, float *restrict p, const float *restrict 
 }
 
 static chunk_fn chunk_of(const dt_optim *o) {
-    return o->cfg.kind != DT_OPT_ADAMW ? sgd_chunk : o->frozen ? adamw_frozen_chunk : adamw_chunk;
+    return o->cfg.kind != DT_OPT_ADAMW                            ? sgd_chunk
+           : o->frozen                                            ? adamw_frozen_chunk
+           : o->zo_mode == DT_ZO_MOMENTUM || o->zo_mode == DT_ZO_LOCAL ? adamw_momentum_chunk
+                                                                  : adamw_chunk;
 }
 
 static coef coefs(const dt_optim *o, float lr) {
     const dt_optim_config *c = &o->cfg;
-    float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)(o->frozen ? o->frozen : o->t));
+    long vt = o->frozen ? o->frozen : o->zo_mode ? o->zo_nvar : o->t; /* the variance's updates */
+    float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)vt);
     return (coef){ c->beta1, c->beta2, c->eps, lr / bc1, sqrtf(bc2), 1.0f - lr * c->weight_decay,
-                   lr, c->momentum, c->weight_decay, o->t == 1, c->nesterov != 0 };
+                   lr, c->momentum, c->weight_decay, o->t == 1, c->nesterov != 0, o->zo_keep };
 }
+
+static bool local(const dt_optim *o) { return o->zo_mode == DT_ZO_LOCAL && o->zo_u; }
 
 static double elementwise(dt_optim *o, float *p, float *g, float lr, size_t a, size_t b, int zero) {
     coef k = coefs(o, lr);
@@ -234,7 +277,7 @@ static double elementwise(dt_optim *o, float *p, float *g, float lr, size_t a, s
     #pragma omp parallel for reduction(+ : ss) schedule(static)
     for (size_t s = a; s < b; s += CHUNK) {
         size_t n = b - s < CHUNK ? b - s : CHUNK;
-        ss += f(&k, p + s, g + s, o->m + s, o->v ? o->v + s : NULL, n);
+        ss += f(&k, p + s, g + s, o->m + s, o->v ? o->v + s : NULL, local(o) ? o->zo_u + s : NULL, local(o) ? o->zo_start + s : NULL, n);
         if (zero) memset(g + s, 0, n * sizeof *g);
     }
     return ss;
@@ -363,7 +406,7 @@ double dt_optim_step_lp(dt_optim *o, float *params, uint16_t *grads, dt_dtype t,
         dt_lp_unpack(g, grads + s, n, t);
         if (scale != 1.0f) /* as the f32 path scales its store before the update */
             for (size_t i = 0; i < n; i++) g[i] *= scale;
-        ss += f(&k, params + s, g, o->m + s, o->v ? o->v + s : NULL, n);
+        ss += f(&k, params + s, g, o->m + s, o->v ? o->v + s : NULL, local(o) ? o->zo_u + s : NULL, local(o) ? o->zo_start + s : NULL, n);
         memset(grads + s, 0, n * sizeof *grads);
     }
     return sqrt(ss);
@@ -374,6 +417,42 @@ int dt_optim_elementwise(const dt_optim *o) { return o->cfg.kind == DT_OPT_SGD |
 void dt_optim_begin(dt_optim *o) { o->t++; }
 
 void dt_optim_freeze_variance(dt_optim *o, long at) { o->frozen = o->cfg.kind == DT_OPT_ADAMW && at > 0 ? at : 0; }
+
+dt_status dt_optim_zeroone(dt_optim *o, int mode, long nvar, float lr) {
+    if (mode && o->cfg.kind != DT_OPT_ADAMW) return dt_error(DT_ERR_ARG, "0/1 Adam: AdamW's, not %s", dt_optim_kind_name(o->cfg.kind));
+    o->zo_mode = mode;
+    o->zo_nvar = nvar;
+    o->zo_keep = false;
+    if (mode != DT_ZO_LOCAL) return DT_OK;
+    if (!o->zo_u && (!(o->zo_u = dt_alloc_zeroed(o->n * sizeof(float))) || !(o->zo_start = dt_alloc_zeroed(o->n * sizeof(float)))))
+        return dt_error(DT_ERR_NOMEM, "0/1 Adam: no memory for its local steps' accumulation (2 x %zu floats)", o->n);
+    const dt_optim_config *c = &o->cfg;
+    /* the coming step's lr/bc1 and decay, as coefs() will make them once the step's count has advanced */
+    float bc1 = 1.0f - powf(c->beta1, (float)(o->t + 1));
+    o->zo_keep = o->zo_lrs == 0;
+    if (o->zo_keep) o->zo_decay = 1;
+    o->zo_lrs += lr / bc1;
+    o->zo_decay *= 1.0f - lr * c->weight_decay;
+    return DT_OK;
+}
+
+float *dt_optim_zeroone_accum(dt_optim *o) { return o->zo_lrs > 0 ? o->zo_u : NULL; }
+
+void dt_optim_zeroone_end(dt_optim *o, float *p) {
+    if (!(o->zo_lrs > 0)) return;
+    coef k = coefs(o, 0);
+    float decay = (float)o->zo_decay, lrs = (float)o->zo_lrs;
+    float *u = o->zo_u, *w = o->zo_start, *m = o->m, *v = o->v;
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < o->n; i++) {
+        float d = v[i] > 0 ? u[i] / (sqrtf(v[i]) / k.sbc2 + k.eps) : 0.0f;
+        p[i] = w[i] * decay - d;
+        m[i] = u[i] / lrs;
+        u[i] = 0;
+    }
+    o->zo_lrs = 0;
+    o->zo_decay = 1;
+}
 
 double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_t off, size_t n, int zero_grads) {
     if (off > o->n || n > o->n - off || !dt_optim_elementwise(o)) return 0;

@@ -1,5 +1,6 @@
 /* The gradient codecs' shell: which one, its per-tensor state across steps, its step count and what a step sent.
- * The codecs themselves: codec_powersgd.c, codec_topk.c (and DGC's rules on it, codec_dgc.c), codec_onebit.c. */
+ * The codecs themselves: codec_powersgd.c, codec_topk.c (and DGC's rules on it, codec_dgc.c), codec_onebit.c and
+ * codec_zeroone.c (both over codec_signs.c's exchange). */
 #include "codec_internal.h"
 #include "dtrain/optim.h"
 
@@ -14,13 +15,14 @@ static const struct { const char *name; dt_codec_kind kind; const dt_codec_ops *
     { "topk", DT_CODEC_TOPK, &dt_codec_topk },
     { "dgc", DT_CODEC_DGC, &dt_codec_topk },
     { "onebit", DT_CODEC_ONEBIT, &dt_codec_onebit },
+    { "zeroone", DT_CODEC_ZEROONE, &dt_codec_zeroone },
 };
 enum { NCODECS = sizeof codecs / sizeof *codecs };
 
 dt_status dt_codec_parse(const char *s, dt_codec_kind *out) {
     for (int i = 0; i < NCODECS; i++)
         if (!strcmp(s, codecs[i].name)) { *out = codecs[i].kind; return DT_OK; }
-    return dt_error(DT_ERR_ARG, "--compress %s: the codecs are none, powersgd, topk, dgc and onebit", s);
+    return dt_error(DT_ERR_ARG, "--compress %s: the codecs are none, powersgd, topk, dgc, onebit and zeroone", s);
 }
 
 static const char *const exchanges[] = { "auto", "allgather", "oktopk", "hier" };
@@ -188,6 +190,13 @@ dt_status dt_codec_check_optimizer(const dt_codec_config *c, int opt, float grad
                             "gradient: nothing whole to clip");
         if (loss_scaled) return dt_error(DT_ERR_ARG, "--compress onebit with a loss scale: its momentum needs unscaled gradients");
     }
+    if (c->kind == DT_CODEC_ZEROONE) {
+        if (opt != DT_OPT_ADAMW) return dt_error(DT_ERR_ARG, "--compress zeroone is 0/1 Adam: --optimizer adamw, not %s", name);
+        if (grad_clip > 0)
+            return dt_error(DT_ERR_ARG, "--compress zeroone with --grad-clip: most steps average the gradient in one bit an entry, "
+                            "or not at all (the local steps): no whole gradient to clip");
+        if (loss_scaled) return dt_error(DT_ERR_ARG, "--compress zeroone with a loss scale: its signs and local steps need unscaled gradients");
+    }
     if (c->kind != DT_CODEC_DGC) return DT_OK;
     if (opt != DT_OPT_SGD)
         return dt_error(DT_ERR_ARG, "--compress dgc corrects SGD's momentum on each rank: --optimizer sgd, not %s (top-k sends "
@@ -196,6 +205,13 @@ dt_status dt_codec_check_optimizer(const dt_codec_config *c, int opt, float grad
         return dt_error(DT_ERR_ARG, "--compress dgc --compress-start %d: DGC compresses from the first step (its momentum lives on each "
                         "rank, not in the optimizer); its gentle start is --compress-warmup", c->start);
     if (loss_scaled) return dt_error(DT_ERR_ARG, "--compress dgc with a loss scale: its accumulation needs unscaled gradients");
+    return DT_OK;
+}
+
+dt_status dt_codec_check_strategy(const dt_codec_config *c, const char *strategy) {
+    if (c->kind == DT_CODEC_ZEROONE && strategy && !strncmp(strategy, "zero", 4))
+        return dt_error(DT_ERR_ARG, "--compress zeroone with %s: 0/1 Adam's local steps move every parameter on every rank from that "
+                        "rank's whole optimizer state, which ZeRO shards; data parallelism alone (no --zero)", strategy);
     return DT_OK;
 }
 

@@ -46,7 +46,7 @@ dt_status dt_codec_grow(void **arr, int *n, size_t size, int b);
  * *len its entries (the caller frees *t and *at). */
 dt_status dt_codec_layout(const dt_codec *k, const int *idx, int n, int **t, size_t **at, size_t *len);
 
-extern const dt_codec_ops dt_codec_powersgd, dt_codec_topk, dt_codec_onebit; /* top-k's serves DGC too (its rules: codec_dgc.c) */
+extern const dt_codec_ops dt_codec_powersgd, dt_codec_topk, dt_codec_onebit, dt_codec_zeroone; /* top-k's serves DGC too (its rules: codec_dgc.c) */
 
 /* DGC: tensor g's n entries, plus c->weight_decay times its parameters p (NULL: none), clipped to c->clip, into its
  * velocity u and accumulation v (momentum correction). */

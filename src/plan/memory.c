@@ -17,9 +17,11 @@ static const char *stage_name(int stage, int dp) {
     return dp <= 1 && stage == 0 ? "this run" : names[stage & 3];
 }
 
-/* Floats of optimizer state per parameter (dt_optim_create's buffers). */
-static int optim_floats(const dt_optim_config *o) {
-    return o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB || o->kind == DT_OPT_SOAP ? 2 : 1;
+/* Floats of optimizer state per parameter (dt_optim_create's buffers; 0/1 Adam's local steps add their accumulation
+ * and the interval's first weights, made at the first local step: counted from the start, the run's peak). */
+static int optim_floats(const dt_plan_job *j) {
+    const dt_optim_config *o = &j->opt;
+    return (o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB || o->kind == DT_OPT_SOAP ? 2 : 1) + (j->codec.kind == DT_CODEC_ZEROONE ? 2 : 0);
 }
 
 /* Over more than one micro-batch a step (accumulation, a pipeline's micro-batches), ZeRO 2 and 3 and a 16-bit gradient
@@ -45,12 +47,12 @@ static void model_states(const dt_plan_job *j, double psi, double psi_sh, double
     if (j->lora.rank) { /* the frozen base whole on every rank; the strategy shards the adapters, which train */
         m->params = 4 * psi + 4 * adapters / (s >= 3 ? n : 1);
         m->grads = 4 * adapters / (s >= 2 ? n : 1);
-        m->optim = 4 * optim_floats(&j->opt) * adapters / (s >= 1 ? n : 1);
+        m->optim = 4 * optim_floats(j) * adapters / (s >= 1 ? n : 1);
         return;
     }
     /* psi_sh: what n shards split (the experts, whose states shard over the n/ep ranks holding the same ones, ep times) */
     if (j->paper_states) {
-        double k = (mixed ? 4 : 0) + 4 * optim_floats(&j->opt), w = mixed ? 2 : 4;
+        double k = (mixed ? 4 : 0) + 4 * optim_floats(j), w = mixed ? 2 : 4;
         m->params = w * (s >= 3 ? psi_sh / n : psi);
         m->grads = w * (s >= 2 ? psi_sh / n : psi);
         m->optim = k * (s >= 1 ? psi_sh / n : psi);
@@ -67,7 +69,7 @@ static void model_states(const dt_plan_job *j, double psi, double psi_sh, double
     m->grads = dt_plan_lp_store(j) ? 2 * (s >= 2 ? psi_sh / n : psi) + (accumulates(j) ? 4 * psi : 0)
                                    : 4 * (s >= 2 && !accumulates(j) ? psi_sh / n : psi);
     /* a last stage's tied copy has no optimizer state, but ZeRO's shards tile the whole store, the copy too */
-    m->optim = 4 * optim_floats(&j->opt) * (s >= 1 && n > 1 ? psi_sh / n : psi - tied);
+    m->optim = 4 * optim_floats(j) * (s >= 1 && n > 1 ? psi_sh / n : psi - tied);
 }
 
 /* One rank holding psi parameters and acts bytes of activations; stage_bufs of its pipeline stage's own buffers, and
@@ -93,7 +95,7 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
     /* the token table's rows deferred and exchanged (none where a codec runs from the first step: it takes that gradient
      * whole) */
     const dt_codec_config *k = &j->codec;
-    int codec_first = k->kind != DT_CODEC_NONE && (k->start == 0 || k->kind == DT_CODEC_ONEBIT);
+    int codec_first = k->kind != DT_CODEC_NONE && (k->start == 0 || k->kind == DT_CODEC_ONEBIT || k->kind == DT_CODEC_ZEROONE);
     m->comm = (n > 1 && !codec_first ? (n + 1) * BT * (C * f + 4) : 0) +
               (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) + pool_bytes;
     /* LoRA: the adapters' buckets (no token table's rows deferred, no pool for a head that does not train) */

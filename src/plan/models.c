@@ -205,10 +205,12 @@ double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *
     double sent = 0;
     for (int i = 0; i < m.ntensors; i++) {
         const dt_tensor_info *t = &m.tensors[i];
-        if (k->kind == DT_CODEC_ONEBIT) { /* a sign a bit, to the chunk's rank and back from it (and a scale a piece) */
+        /* a sign a bit, to the chunk's rank and back from it (and a scale a piece); 0/1 Adam's steps that send signs
+         * (its variance's steps send the gradient whole, its local steps nothing but an interval's end) */
+        if (k->kind == DT_CODEC_ONEBIT || k->kind == DT_CODEC_ZEROONE) {
             double p = j->dp > 1 ? j->dp : 1;
             sent += ceil((double)t->count / 32) * (1 + 1 / p) + 2 * p;
-            *state += 3.0 * (double)t->count;
+            *state += (k->kind == DT_CODEC_ONEBIT ? 3.0 : 2.0) * (double)t->count;
             continue;
         }
         if (k->kind == DT_CODEC_TOPK || k->kind == DT_CODEC_DGC) { /* DGC: top-k's exchange */

@@ -261,7 +261,7 @@ static void codec_terms(const step_ctx *x, dt_plan_time *o, double sent, double 
      * compression on the rank, at the rate measured here (at rank 4: a higher rank's GEMMs at the peak beyond it), else
      * its passes over the gradients at the bandwidth (PowerSGD about 8, top-k 12) */
     double buckets = 1 + ceil(fmax(0, psi * 4 - 1048576.0) / fmax(1.0, (double)job->bucket_bytes));
-    bool psgd = j->codec.kind == DT_CODEC_POWERSGD, onebit = j->codec.kind == DT_CODEC_ONEBIT;
+    bool psgd = j->codec.kind == DT_CODEC_POWERSGD, onebit = j->codec.kind == DT_CODEC_ONEBIT || j->codec.kind == DT_CODEC_ZEROONE;
     o->codec_bytes = sent * 4;
     /* 1-bit Adam: an alltoall of a rank's signs (each rank sends all but its own chunk's) and an allgather of the
      * chunks' (the whole model's signs in all): each a gather's cost of the signs' bytes, two a bucket */

@@ -214,8 +214,10 @@ static dt_status save(cls_run *r, int done) {
     dt_engine_share(r->e, &off, &n);
     bool sharded = off != 0 || n != cm.m.nparams;
     dt_watchdog_hold(r->wd, 1);
-    /* a codec's state (every rank's residuals) and a second-order optimizer's, to rank 0 (collective) */
-    dt_status st = dt_checkpoint_gather(r->e, &cm);
+    /* 0/1 Adam's ranks made one; a codec's state (every rank's residuals) and a second-order optimizer's, to rank 0
+     * (collectives) */
+    dt_status st = dt_engine_sync_replicas(r->e);
+    if (!st) st = dt_checkpoint_gather(r->e, &cm);
     /* rank 0's running averages are the ones every rank evaluates with */
     if (!st && (sharded || r->rank == 0))
         st = dt_checkpoint_save(r->c->save, sharded ? dt_engine_get_config(r->e)->comm : NULL, r->c, r->p, &cm, r->e, &pos);
@@ -585,7 +587,7 @@ int dt_classify_run(const dt_train_config *c, dt_comm *w) {
     rc = 1;
     uint64_t hash;
     int checked;
-    if (dt_engine_check_replicas(r.e, &checked, &hash)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
+    if (dt_engine_sync_replicas(r.e) || dt_engine_check_replicas(r.e, &checked, &hash)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
     if (checked && !r.quiet) printf("weights identical on all %d ranks (hash %016llx)\n", r.p, (unsigned long long)hash);
     if (c->save && save(&r, steps_per_epoch(&r) * c->epochs)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); goto out; }
     if (!r.quiet) {

@@ -41,6 +41,7 @@ struct dt_engine {
     int scaling;
     float lr;        /* this step's (dt_engine_begin_micro passes it on) */
     dt_codec_config codec; /* the strategy's (cfg.codec points here), completed from the optimizer's settings (take_codec) */
+    int zo_sync;     /* 0/1 Adam: this step ends a local interval */
 };
 
 static dt_status choose(const dt_engine_config *c, const dt_strategy **out) {
@@ -104,6 +105,7 @@ static dt_status take_codec(dt_engine *e) {
         e->codec.beta1 = o->beta1; /* the momentum travels: Adam's, from its beta1 */
         return DT_OK;
     }
+    if ((st = dt_codec_check_strategy(&e->codec, e->s->name))) return st;
     if (e->codec.kind != DT_CODEC_DGC) return DT_OK;
     int ranks = e->cfg.comm ? dt_comm_size(e->cfg.comm) : 1;
     e->codec.momentum = o->momentum, e->codec.nesterov = o->nesterov;
@@ -342,6 +344,36 @@ static void step_begin(dt_engine *e, int accum, float lr) {
     if (e->cfg.precond) e->cfg.precond->begin(e->cfg.precond->ctx, accum);
 }
 
+/* 0/1 Adam's step as its plan has it: the optimizer told which (before the step's updates, some inside backward). */
+static dt_status zeroone_begin(dt_engine *e, float lr) {
+    dt_codec *k = e->codec.kind == DT_CODEC_ZEROONE ? dt_engine_codec(e) : NULL;
+    e->zo_sync = 0;
+    if (!k) return DT_OK;
+    dt_zeroone_step z;
+    dt_codec_zeroone_at(&e->codec, (long)dt_codec_steps(k) + 1, &z);
+    e->zo_sync = z.sync;
+    return dt_optim_zeroone(e->opt, z.local ? DT_ZO_LOCAL : z.variance ? DT_ZO_VARIANCE : DT_ZO_MOMENTUM, z.nvar, lr);
+}
+
+/* A local interval's end: the ranks' accumulations averaged, every rank's weights and momentum made one. What it
+ * sent in *s (nothing where no local step is pending). */
+static dt_status zeroone_end(dt_engine *e, dt_codec_stats *s) {
+    dt_codec *k = e->codec.kind == DT_CODEC_ZEROONE ? dt_engine_codec(e) : NULL;
+    float *u = k ? dt_optim_zeroone_accum(e->opt) : NULL;
+    if (!u) return DT_OK;
+    DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "0/1 Adam sync", "\"parameters\":%zu", e->n);
+    dt_status st = dt_codec_zeroone_sync(k, u, s);
+    if (!st) dt_optim_zeroone_end(e->opt, e->cfg.model.params(e->cfg.model.self) + e->off);
+    DT_TRACE_END(DT_TRACK_COMPUTE);
+    params_changed(e);
+    return st;
+}
+
+dt_status dt_engine_sync_replicas(dt_engine *e) {
+    dt_codec_stats s = { 0, 0, 0, 0 };
+    return zeroone_end(e, &s);
+}
+
 /* The step's forward and backward: the schedule's (a pipeline), or the micro-batches in turn, only the last
  * synchronising. The losses' sum in *loss_sum, how many micro-batches computed one in *nloss. */
 static dt_status run_micro_batches(dt_engine *e, const dt_step_control *control, int accum, float scale, dt_micro_fn micro,
@@ -399,10 +431,12 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     memset(r, 0, sizeof *r);
     r->loss_scale = e->scaling ? e->ls.scale : 1;
     step_begin(e, accum, lr);
+    dt_status st = zeroone_begin(e, lr);
+    if (st) return st;
     const dt_step_control control = { control_begin, control_sharded, control_materialize, e };
     double loss_sum = 0;
     int nloss;
-    dt_status st = run_micro_batches(e, &control, accum, (float)(r->loss_scale / accum), micro, ctx, &loss_sum, &nloss);
+    st = run_micro_batches(e, &control, accum, (float)(r->loss_scale / accum), micro, ctx, &loss_sum, &nloss);
     double t0 = dt_time_now();
     dt_sync_result sr = { .norm = -1 };
     if (st || (st = finish_and_agree(e, loss_sum, accum, nloss, stop, &sr, r))) return st;
@@ -414,6 +448,11 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
         DT_TRACE_END(DT_TRACK_COMPUTE);
     }
     if (!st && !r->skipped && e->cfg.schedule && e->cfg.schedule->after_update) st = e->cfg.schedule->after_update(e->cfg.schedule->ctx, &control);
+    if (!st && e->zo_sync) { /* the step sent nothing but this */
+        dt_codec_stats s = { 0, 0, 0, 0 };
+        st = zeroone_end(e, &s);
+        r->grad_bytes = s.bytes, r->compress_ratio = s.after ? (double)s.before / (double)s.after : 0;
+    }
     params_changed(e); /* for an evaluation before the next step */
     r->update_ms = (dt_time_now() - t0) * 1e3 - (r->exposed_ms - r->exposed_in_backward_ms);
     return st;

@@ -93,9 +93,10 @@ dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
     if ((c->kfac_on || c->shampoo_on) && !paper && c->strategy && (!strcmp(c->strategy, "zero2") || !strcmp(c->strategy, "zero3")))
         return dt_error(DT_ERR_UNSUPPORTED, "--strategy %s: not with K-FAC or Shampoo yet (they precondition whole gradients; %s keeps a "
                         "shard of them)", c->strategy, c->strategy);
-    /* a codec's optimizer, as the engine checks it (so that plan refuses what train would) */
+    /* a codec's optimizer and strategy, as the engine checks them (so that plan refuses what train would) */
     dt_status cs = !paper && c->codec.kind != DT_CODEC_NONE ? dt_codec_check_optimizer(&c->codec, c->opt.kind, c->grad_clip, c->precision == DT_F16)
                                                             : DT_OK;
+    if (!cs && !paper) cs = dt_codec_check_strategy(&c->codec, c->strategy);
     if (cs) return cs;
     if (c->sp && tp < 2) return dt_error(DT_ERR_ARG, "--sp splits the sequence over the tensor-parallel ranks: give --tp N (N >= 2)");
     if (tp > 1 && c->sp && c->seq % tp)

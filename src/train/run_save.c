@@ -68,8 +68,10 @@ dt_status dt_train_save(run *r, int steps_done) {
     dt_checkpoint_model cm;
     dt_checkpoint_gpt2(r->m, &cm);
     dt_train_checkpoint_stage(r, &cm);
-    /* a codec's state (every data-parallel rank's residuals) and a second-order optimizer's, to rank 0 (collective) */
-    dt_status st = dt_checkpoint_is_dir(path) ? dt_checkpoint_gather(r->e, &cm) : DT_OK;
+    /* 0/1 Adam's ranks made one (collective); a codec's state (every data-parallel rank's residuals) and a second-order
+     * optimizer's, to rank 0 (collective) */
+    dt_status st = dt_engine_sync_replicas(r->e);
+    if (!st && dt_checkpoint_is_dir(path)) st = dt_checkpoint_gather(r->e, &cm);
     if (!st && !slices) st = dt_engine_materialize(r->e, 1);
     if (st || (r->rank != 0 && !slices && !parts)) {
         /* rank 0 writes what every rank holds */

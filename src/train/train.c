@@ -31,7 +31,8 @@ void dt_train_defaults(dt_train_config *c) {
     c->nproc = 1;
     c->print_every = 0; /* a line every step for GPT-2, every 50 for the image models (where steps are many and short) */
     c->bucket_mb = 25;
-    c->codec = (dt_codec_config){ .kind = DT_CODEC_NONE, .rank = 1, .start = 0, .min_rate = 2, .density = 0.01f }; /* PyTorch's rank and rate */
+    c->codec = (dt_codec_config){ .kind = DT_CODEC_NONE, .rank = 1, .start = 0, .min_rate = 2, .density = 0.01f, /* PyTorch's rank and rate */
+                                  .var_scaler = 16, .local_scaler = 32678, .local_clip = 16 }; /* DeepSpeed's 0/1 Adam's */
     c->epochs = 0; /* unset: image models train 5 (run_rank) */
     c->stall_timeout = DT_STALL_TIMEOUT_DEFAULT;
     c->pp_schedule = 1; /* DT_PP_1F1B */
@@ -182,7 +183,7 @@ static int finish(run *r, int steps_done, int stop_signal) {
     if (r->tty) printf("\n");
     uint64_t hash;
     int checked;
-    if (dt_engine_check_replicas(r->e, &checked, &hash)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
+    if (dt_engine_sync_replicas(r->e) || dt_engine_check_replicas(r->e, &checked, &hash)) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }
     if (checked && r->dp_size > 1 && !c->quiet) {
         if (r->dp_size == r->nranks) printf("weights identical on all %d ranks (hash %016llx)\n", r->nranks, (unsigned long long)hash);
         else printf("weights identical on the %d data-parallel ranks of each slice (rank 0's slice: hash %016llx)\n", r->dp_size,
