@@ -7,8 +7,10 @@
 # LR and LR_MIN (the demo's 4e-3 and 4e-4) set both frameworks' schedule: PyTorch's GPT-2 (bench/torch_gpt2.py's)
 # stalls near the bytes' unigram loss (3.03 after 100 steps, dtrain 2.31) at the demo's 4e-3 and trains at 1e-3.
 # usage: bench/compress_accuracy.sh [STEPS (800)] [SETTINGS ("powersgd:2:30 powersgd:4:30 topk:0.01:30"), each
-#        powersgd:RANK:START, topk:DENSITY:START[:EXCHANGE] (allgather, oktopk; auto by default) or onebit:-:START
-#        (1-bit Adam, its variance frozen at START)]
+#        powersgd:RANK:START, topk:DENSITY:START[:EXCHANGE] (allgather, oktopk; auto by default), onebit:-:START
+#        (1-bit Adam, its variance frozen at START) or zeroone:H:START (0/1 Adam: its variance's last step START, local
+#        intervals up to H steps, ZO_SCALER (100) steps at each before it doubles, ZO_KAPPA (DeepSpeed's 16) variance
+#        updates at each spacing; its bytes a step the run's mean: most of its steps send nothing)]
 set -euo pipefail
 steps=${1:-800}
 settings=${2:-powersgd:2:30 powersgd:4:30 topk:0.01:30}
@@ -26,13 +28,13 @@ last() { grep -o '"val_loss":[0-9.]*' "$1" | tail -1 | cut -d: -f2; }
 median() { python3 -c "
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][5:]
-print('%.1f %.0f %.2f' % (statistics.median(r['ms'] for r in rows), statistics.median(r.get('grad_sent_bytes', 0) for r in rows),
-      statistics.median(r.get('compress_ratio', 1) for r in rows)))" "$1"; }
+print('%.1f %.0f %.2f %.0f' % (statistics.median(r['ms'] for r in rows), statistics.median(r.get('grad_sent_bytes', 0) for r in rows),
+      statistics.median(r.get('compress_ratio', 1) for r in rows), statistics.mean(r.get('grad_sent_bytes', 0) for r in rows)))" "$1"; }
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores; the demo's recipe, $steps steps, 2 ranks, lr ${LR:-4e-3} to ${LR_MIN:-4e-4}"
 printf "%-22s %-44s %10s %12s %14s %8s\n" setting "val loss by 200 steps" "vs dense" "ms/step" "bytes/step" ratio
 "$build/dtrain" train "${recipe[@]}" --metrics "$work/dense.jsonl"
 dense=$(last "$work/dense.jsonl")
-read -r ms b r <<< "$(median "$work/dense.jsonl")"
+read -r ms b r mb <<< "$(median "$work/dense.jsonl")"
 printf "%-22s %-44s %10s %12s %14s %8s\n" dense "$(vals "$work/dense.jsonl")" "" "$ms" "" 1
 venv=${DTRAIN_VENV:-$here/../.venv-baselines}
 torch_dense=""
@@ -50,10 +52,14 @@ for s in $settings; do
         topk) flags=(--compress-density "$level" --compress-start "$start" --compress-exchange "${exch:-auto}")
               name="topk $level from $start${exch:+ $exch}" ;;
         onebit) flags=(--compress-start "$start") name="onebit from $start" ;;
+        zeroone) flags=(--compress-start "$start" --compress-local-clip "$level" --compress-local-scaler "${ZO_SCALER:-100}"
+                        --compress-var-scaler "${ZO_KAPPA:-16}")
+                 name="zeroone H $level to $start" ;;
         *) flags=(--compress-rank "$level" --compress-start "$start") name="$codec rank $level from $start" ;;
     esac
     "$build/dtrain" train "${recipe[@]}" --compress "$codec" "${flags[@]}" --metrics "$work/$s.jsonl"
-    read -r ms b r <<< "$(median "$work/$s.jsonl")"
+    read -r ms b r mb <<< "$(median "$work/$s.jsonl")"
+    [ "$codec" = zeroone ] && b=$mb r=-
     printf "%-22s %-44s %+9.2f%% %12s %14s %8s\n" "$name" "$(vals "$work/$s.jsonl")" \
         "$(awk "BEGIN{print 100 * ($(last "$work/$s.jsonl") - $dense) / $dense}")" "$ms" "$b" "$r"
     if [ -n "$torch_dense" ] && [ "$codec" = powersgd ]; then

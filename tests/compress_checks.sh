@@ -214,12 +214,46 @@ run obw "${ob[@]}" --save "$dir/ckob" && for at in 3 10; do
         [ "$(field loss "$dir/obw.jsonl" | tail -$((20 - at)))" = "$(field loss "$dir/obres$at.jsonl")" ] && ok=1 || ok=0
     verdict $ok "1-bit Adam saved at step $at ($([ $at -lt 5 ] && echo "in its warm-up" || echo "frozen")) and resumed: the uninterrupted run's losses and weights bit for bit"
 done
+# 0/1 Adam: with every step a variance step it is AdamW on the whole average (as 1-bit Adam's warm-up: the embedding's
+# rows summed in the codec's order); its plan here (start 5, kappa 2, local scaler 2, clip 8): the variance at 1, 2, 4,
+# signs at 3 and 5, local steps from 6 whose momenta are averaged at 6, 7, 8 and 16, the run ending in an open interval
+# (17-20) that its end closes, so the replicas agree (the run's own check); a checkpoint in either phase resumes bit
+# for bit against the run that saved at the same steps (a save in the local phase closes the interval too)
+zo=(--compress zeroone --compress-start 5 --compress-var-scaler 2 --compress-local-scaler 2 --compress-local-clip 8 --lr 2e-3)
+run zowarm --compress zeroone --compress-start 20 --compress-var-scaler 1000 &&
+    held "GPT-2, 0/1 Adam with every step a variance step against dense DDP (AdamW)" dense zowarm 2e-5
+run zo "${zo[@]}" --save "$dir/zo.bin"
+first=$(field loss "$dir/zo.jsonl" | head -1) last=$(field loss "$dir/zo.jsonl" | tail -1) d2=$(field loss "$dir/dense2.jsonl" | tail -1)
+ratios=$(python3 -c "
+import json, sys
+r = [json.loads(l).get('compress_ratio', 0) for l in open(sys.argv[1])]  # a step that sends nothing writes none
+print(' '.join('0' if x == 0 else '1' if x == 1 else 's' for x in r))" "$dir/zo.jsonl")
+sz=$(field grad_sent_bytes "$dir/zo.jsonl" | awk '{s += $1} END{print s}') so=$(field grad_sent_bytes "$dir/ob.jsonl" | awk '{s += $1} END{print s}')
+[ "$ratios" = "1 1 s 1 s s s s 0 0 0 0 0 0 0 s 0 0 0 0" ] && awk "BEGIN{exit !($last < $first - 1.5 && $last < 1.1 * $d2 && $sz < 0.6 * $so)}" && ok=1 || ok=0
+verdict $ok "0/1 Adam trains (loss $first -> $last; dense $d2, held to 10% above), its steps whole (1), signed (s) or silent (0): $ratios; $sz bytes sent in 20 steps (1-bit Adam $so)"
+pzo=$("$DTRAIN" plan "${common[@]}" "${zo[@]}" --json 2> /dev/null | python3 -c "import json, sys; print('%.0f' % json.load(sys.stdin)['breakdown']['grad_sent_bytes'])")
+rzo=$(field grad_sent_bytes "$dir/zo.jsonl" | sed -n 3p)
+awk "BEGIN{d = ($pzo - $rzo) / $rzo; exit !(d < 0.02 && d > -0.02)}" && ok=1 || ok=0
+verdict $ok "plan's bytes a signed step for 0/1 Adam: $pzo (the run's step 3: $rzo, within 2%)"
+run zo_end "${zo[@]}" --step-at-end --save "$dir/zo_end.bin" && identical "0/1 Adam: the update inside backward = the update after it" zo zo_end
+for at in 3 12; do
+    run zow$at "${zo[@]}" --save "$dir/ckzow$at" --save-every $at && run zo$at "${zo[@]}" --save "$dir/ckzo$at" --save-every $at --stop-after $at &&
+        "$DTRAIN" train --resume "$dir/ckzo$at" --save-every $at --nproc 2 --quiet --metrics "$dir/zores$at.jsonl" > "$dir/zores$at.out" 2>&1 &&
+        cmp -s "$dir/ckzow$at/step-00000020/params.f32" "$dir/ckzo$at/step-00000020/params.f32" &&
+        [ "$(field loss "$dir/zow$at.jsonl" | tail -$((20 - at)))" = "$(field loss "$dir/zores$at.jsonl")" ] && ok=1 || ok=0
+    verdict $ok "0/1 Adam saved at step $at ($([ $at -lt 5 ] && echo "its variance phase" || echo "a local interval open: closed by the save")) and resumed: the run's losses and weights bit for bit"
+done
+refused "0/1 Adam with SGD" "--compress zeroone is 0/1 Adam" train "${common[@]}" "${zo[@]}" --optimizer sgd --steps 1
+refused "0/1 Adam under ZeRO" "ZeRO shards" train "${common[@]}" "${zo[@]}" --zero 1 --steps 1
+refused "0/1 Adam under ZeRO, planned" "ZeRO shards" plan "${common[@]}" "${zo[@]}" --zero 2
+refused "0/1 Adam with clipping" "no whole gradient to clip" train "${common[@]}" "${zo[@]}" --grad-clip 1 --steps 1
+refused "0/1 Adam without a variance step" "var_freeze_step" train "${common[@]}" --compress zeroone --steps 1
 refused "1-bit Adam with SGD" "--compress onebit is 1-bit Adam" train "${common[@]}" --compress onebit --compress-start 5 --optimizer sgd --steps 1
 refused "1-bit Adam without a warm-up" "1-bit Adam freezes Adam's variance after a warm-up" train "${common[@]}" --compress onebit --steps 1
 refused "1-bit Adam with clipping" "nothing whole to clip" train "${common[@]}" "${ob[@]}" --grad-clip 1 --steps 1
 refused "DGC with AdamW" "--compress dgc corrects SGD's momentum" train "${common[@]}" --compress dgc --steps 1
 refused "DGC with a start step" "DGC compresses from the first step" train "${common[@]}" "${sgd[@]}" --compress dgc --compress-start 5 --steps 1
-refused "an unknown codec" "expected none, powersgd, topk, dgc or onebit" train "${common[@]}" --compress top9 --steps 1
+refused "an unknown codec" "expected none, powersgd, topk, dgc, onebit or zeroone" train "${common[@]}" --compress top9 --steps 1
 refused "a density of 0" "--compress-density" train "${common[@]}" --compress topk --compress-density 0 --steps 1
 refused "a rank at which no matrix gains" "no matrix of the model gains" train "${common[@]}" --compress powersgd --compress-rank 4096 --steps 1
 refused "a rank of 0" "--compress-rank" train "${common[@]}" --compress powersgd --compress-rank 0 --steps 1
@@ -252,5 +286,6 @@ killed_rank "rank 1 killed under PowerSGD" "${common[@]}" --compress powersgd
 # (at a tiny lr: frozen after 2 steps at 3e-3 its update overflows within tens of steps, and a job that ended on a NaN
 # before the kill leaves no rank to kill)
 killed_rank "rank 1 killed under 1-bit Adam (its alltoall and allgather)" "${common[@]}" --compress onebit --compress-start 2 --lr 1e-6
+killed_rank "rank 1 killed under 0/1 Adam (its local steps' syncs)" "${common[@]}" --compress zeroone --compress-start 2 --compress-local-clip 1 --lr 1e-6
 echo "compress checks: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -165,6 +165,7 @@ typedef struct {
     float lr, mu, wd;                     /* SGD */
     bool first, nesterov;
     bool keep;                            /* 0/1 Adam's local step: the weights kept first (an interval's start) */
+    bool given;                           /* 1-bit Adam's frozen stage: the gradient's place holds the momentum */
 } coef;
 
 /* u, w: 0/1 Adam's local step's accumulation and kept weights (NULL for the others) */
@@ -190,38 +191,22 @@ static double adamw_chunk(const coef *k, float *restrict p, const float *restric
     return ss;
 }
 
-/* 1-bit Adam's second stage: g is the momentum, averaged over the ranks; v as frozen (sbc2 from that step). */
-static double adamw_frozen_chunk(const coef *k, float *restrict p, const float *restrict g, float *restrict mo,
+/* AdamW's step with v as it is (sbc2 from its updates so far): 1-bit Adam's frozen stage, where g is the momentum
+ * itself, averaged over the ranks (k->given); 0/1 Adam's steps between the variance's, the momentum from g; its local
+ * steps (u) also add their lr/bc1 m to u, an interval's first keeping the weights it starts from in w. v = 0: the
+ * gradient was 0 at every step that updated v (an embedding row no batch used); the momentum there carries the
+ * signs' scale, not a gradient: no step (DeepSpeed asks for such a mask, exp_avg_mask). */
+static double adamw_kept_v_chunk(const coef *k, float *restrict p, const float *restrict g, float *restrict mo,
                                  float *restrict vo, float *restrict u, float *restrict w, size_t n) {
-    (void)u, (void)w;
-    float eps = k->eps, step = k->step, sbc2 = k->sbc2, decay = k->decay;
-    double ss = 0;
-    #pragma omp simd reduction(+ : ss)
-    for (size_t i = 0; i < n; i++) {
-        float m = g[i];
-        ss += (double)m * m;
-        mo[i] = m;
-        /* v = 0: the gradient was 0 at every step before the freeze (an embedding row no batch used); the momentum's
-         * signs carry a scale there, not a gradient: no step (DeepSpeed asks for such a mask, exp_avg_mask) */
-        float u = vo[i] > 0 ? step * m / (sqrtf(vo[i]) / sbc2 + eps) : 0.0f;
-        p[i] = p[i] * decay - u;
-    }
-    return ss;
-}
-
-/* 0/1 Adam's steps between the variance's: the momentum from g, v as it is (sbc2 from its updates); no step where v
- * is 0 (as adamw_frozen_chunk); a local step (u) also adds its lr/bc1 m to u, the interval's first keeping the
- * weights it starts from in w. */
-static double adamw_momentum_chunk(const coef *k, float *restrict p, const float *restrict g, float *restrict mo,
-                                   float *restrict vo, float *restrict u, float *restrict w, size_t n) {
     float b1 = k->b1, eps = k->eps, step = k->step, sbc2 = k->sbc2, decay = k->decay;
+    bool given = k->given;
     if (u && k->keep) memcpy(w, p, n * sizeof *p);
     double ss = 0;
     #pragma omp simd reduction(+ : ss)
     for (size_t i = 0; i < n; i++) {
         float gi = g[i];
         ss += (double)gi * gi;
-        float m = b1 * mo[i] + (1.0f - b1) * gi;
+        float m = given ? gi : b1 * mo[i] + (1.0f - b1) * gi;
         mo[i] = m;
         float d = vo[i] > 0 ? step * m / (sqrtf(vo[i]) / sbc2 + eps) : 0.0f;
         p[i] = p[i] * decay - d;
@@ -254,10 +239,8 @@ static double sgd_chunk(const coef *k, float *restrict p, const float *restrict 
 }
 
 static chunk_fn chunk_of(const dt_optim *o) {
-    return o->cfg.kind != DT_OPT_ADAMW                            ? sgd_chunk
-           : o->frozen                                            ? adamw_frozen_chunk
-           : o->zo_mode == DT_ZO_MOMENTUM || o->zo_mode == DT_ZO_LOCAL ? adamw_momentum_chunk
-                                                                  : adamw_chunk;
+    bool kept_v = o->frozen || o->zo_mode == DT_ZO_MOMENTUM || o->zo_mode == DT_ZO_LOCAL;
+    return o->cfg.kind != DT_OPT_ADAMW ? sgd_chunk : kept_v ? adamw_kept_v_chunk : adamw_chunk;
 }
 
 static coef coefs(const dt_optim *o, float lr) {
@@ -265,7 +248,7 @@ static coef coefs(const dt_optim *o, float lr) {
     long vt = o->frozen ? o->frozen : o->zo_mode ? o->zo_nvar : o->t; /* the variance's updates */
     float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)vt);
     return (coef){ c->beta1, c->beta2, c->eps, lr / bc1, sqrtf(bc2), 1.0f - lr * c->weight_decay,
-                   lr, c->momentum, c->weight_decay, o->t == 1, c->nesterov != 0, o->zo_keep };
+                   lr, c->momentum, c->weight_decay, o->t == 1, c->nesterov != 0, o->zo_keep, o->frozen > 0 };
 }
 
 static bool local(const dt_optim *o) { return o->zo_mode == DT_ZO_LOCAL && o->zo_u; }

@@ -18,15 +18,6 @@
  * checkpoints keep them and resume bit for bit. The exchange itself is codec_signs.c's. */
 #include "codec_signs.h"
 
-#include <stdlib.h>
-
-typedef struct {
-    dt_signs_bucket *b;
-    int nb;
-} onebit;
-
-enum { IDLE, WARMUP, ALLTOALL, ALLGATHER }; /* a bucket's phase: what is in flight */
-
 static dt_status check(const dt_codec_config *c) {
     if (c->start < 1)
         return dt_error(DT_ERR_ARG, "--compress onebit --compress-start %d: 1-bit Adam freezes Adam's variance after a warm-up of "
@@ -49,17 +40,14 @@ static dt_status worker(dt_codec *k, dt_signs_bucket *p, dt_comm *comm, const fl
         float *x = p->dense + p->at[i];
         for (size_t j = 0; j < t->count; j++) x[j] = b1 * m[j] + (1.0f - b1) * g[t->offset + j];
     }
-    p->phase = ALLTOALL;
+    p->phase = DT_SIGNS_ALLTOALL;
     return dt_signs_send(k, p, comm, req);
 }
 
 static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, int first, dt_request **req) {
-    onebit *s = k->impl;
-    dt_status st = first ? dt_codec_grow((void **)&s->b, &s->nb, sizeof *s->b, b) : DT_OK;
-    if (!st && first) st = dt_signs_setup(k, comm, idx, n, &s->b[b]);
+    dt_signs_bucket *p;
+    dt_status st = dt_signs_bucket_at(k, comm, b, idx, n, first, &p);
     if (st) return st;
-    dt_signs_bucket *p = &s->b[b];
-    if (p->phase) return dt_error(DT_ERR_ARG, "onebit: bucket %d started again before its exchange ended", b);
     for (int i = 0; i < n; i++) {
         size_t ne;
         for (dt_codec_state_kind x = DT_CODEC_RESIDUAL; x < DT_CODEC_NSTATES; x++)
@@ -67,60 +55,36 @@ static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n,
         k->now.before += k->t[idx[i]].count;
     }
     if (k->steps >= k->c.start) return worker(k, p, comm, g, req);
-    p->phase = WARMUP;
+    p->phase = DT_SIGNS_WHOLE; /* the warm-up */
     return dt_signs_dense(k, p, comm, g, req);
 }
 
 static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **req, int *done) {
-    onebit *s = k->impl;
-    dt_signs_bucket *p = b >= 0 && b < s->nb ? &s->b[b] : NULL;
-    if (!p || !p->phase) return dt_error(DT_ERR_ARG, "onebit: bucket %d has no exchange in flight", b);
-    if (p->phase == ALLTOALL) {
-        p->phase = ALLGATHER;
+    dt_signs_bucket *p;
+    dt_status st = dt_signs_in_flight(k, b, &p);
+    if (st) return st;
+    if (p->phase == DT_SIGNS_ALLTOALL) {
+        p->phase = DT_SIGNS_ALLGATHER;
         return dt_signs_serve(k, p, comm, req);
     }
     int np = dt_comm_size(comm);
     float b1 = k->c.beta1;
-    if (p->phase == ALLGATHER) dt_signs_decode(p, np);
+    if (p->phase == DT_SIGNS_ALLGATHER) dt_signs_decode(p, np);
     for (int i = 0; i < p->n; i++) {
         float *m = dt_codec_state_held(k, p->t[i], DT_CODEC_VELOCITY), *x = g + k->t[p->t[i]].offset;
         const float *d = p->dense + p->at[i];
         size_t ne = p->at[i + 1] - p->at[i];
-        if (p->phase == WARMUP) /* the average, and Adam's momentum of it */
+        if (p->phase == DT_SIGNS_WHOLE) /* the warm-up: the average, and Adam's momentum of it */
             for (size_t j = 0; j < ne; j++) x[j] = d[j] / (float)np, m[j] = b1 * m[j] + (1.0f - b1) * x[j];
         else
             for (size_t j = 0; j < ne; j++) x[j] = m[j] = d[j];
     }
-    p->phase = IDLE;
+    p->phase = DT_SIGNS_IDLE;
     *done = 1;
     return DT_OK;
 }
 
-static int next_collective(const dt_codec *k, int b) {
-    const onebit *s = k->impl;
-    return b >= 0 && b < s->nb && s->b[b].phase == ALLTOALL;
-}
-
-static void destroy(dt_codec *k) {
-    onebit *s = k->impl;
-    if (!s) return;
-    for (int b = 0; b < s->nb; b++) dt_signs_free(k, &s->b[b]);
-    free(s->b);
-}
-
-static size_t work(const dt_codec *k) {
-    const onebit *s = k->impl;
-    size_t b = 0;
-    for (int i = 0; i < s->nb; i++) b += dt_signs_work(&s->b[i], dt_comm_size(k->comm));
-    return b;
-}
-
-static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, const dt_codec_place *at) {
-    (void)c;
-    return dt_signs_work_for(t, nt, at);
-}
-
 const dt_codec_ops dt_codec_onebit = {
-    .impl_size = sizeof(onebit), .own_warmup = 1, .check = check, .state_floats = state_floats, .start = start, .next = next,
-    .next_collective = next_collective, .destroy = destroy, .work = work, .work_for = work_for,
+    .impl_size = sizeof(dt_signs_set), .own_warmup = 1, .check = check, .state_floats = state_floats, .start = start, .next = next,
+    .next_collective = dt_signs_next_collective, .destroy = dt_signs_destroy, .work = dt_signs_work, .work_for = dt_signs_work_for,
 };

@@ -29,7 +29,7 @@ static dt_status segments(dt_signs_bucket *p, int np) {
     return DT_OK;
 }
 
-dt_status dt_signs_setup(dt_codec *k, dt_comm *comm, const int *idx, int n, dt_signs_bucket *p) {
+static dt_status setup(dt_codec *k, dt_comm *comm, const int *idx, int n, dt_signs_bucket *p) {
     p->n = n;
     dt_status st = dt_codec_layout(k, idx, n, &p->t, &p->at, &p->len);
     if (st) return st;
@@ -43,7 +43,29 @@ dt_status dt_signs_setup(dt_codec *k, dt_comm *comm, const int *idx, int n, dt_s
     return dt_comm_alloc(comm, (np + 1) * p->words * sizeof *p->all, (void **)&p->all);
 }
 
-void dt_signs_free(dt_codec *k, dt_signs_bucket *p) {
+dt_status dt_signs_bucket_at(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, int first, dt_signs_bucket **out) {
+    dt_signs_set *s = k->impl;
+    dt_status st = first ? dt_codec_grow((void **)&s->b, &s->nb, sizeof *s->b, b) : DT_OK;
+    if (!st && first) st = setup(k, comm, idx, n, &s->b[b]);
+    if (st) return st;
+    *out = &s->b[b];
+    if ((*out)->phase) return dt_error(DT_ERR_ARG, "%s: bucket %d started again before its exchange ended", dt_codec_name(k->c.kind), b);
+    return DT_OK;
+}
+
+dt_status dt_signs_in_flight(dt_codec *k, int b, dt_signs_bucket **out) {
+    dt_signs_set *s = k->impl;
+    *out = b >= 0 && b < s->nb ? &s->b[b] : NULL;
+    if (!*out || !(*out)->phase) return dt_error(DT_ERR_ARG, "%s: bucket %d has no exchange in flight", dt_codec_name(k->c.kind), b);
+    return DT_OK;
+}
+
+int dt_signs_next_collective(const dt_codec *k, int b) {
+    const dt_signs_set *s = k->impl;
+    return b >= 0 && b < s->nb && s->b[b].phase == DT_SIGNS_ALLTOALL;
+}
+
+static void free_bucket(dt_codec *k, dt_signs_bucket *p) {
     free(p->t);
     free(p->at);
     free(p->seg);
@@ -160,10 +182,24 @@ static size_t bucket_bytes(size_t len, size_t nseg, size_t slots, size_t np) {
     return (len ? len : 1) * sizeof(float) + (3 * np + 1) * words * sizeof(uint32_t) + (nseg + np + 1) * sizeof(size_t) + (np + 1) * sizeof(int);
 }
 
-size_t dt_signs_work(const dt_signs_bucket *p, int np) { return p->dense ? bucket_bytes(p->len, (size_t)p->n, p->slots, (size_t)np) : 0; }
+void dt_signs_destroy(dt_codec *k) {
+    dt_signs_set *s = k->impl;
+    if (!s) return;
+    for (int b = 0; b < s->nb; b++) free_bucket(k, &s->b[b]);
+    free(s->b);
+}
+
+size_t dt_signs_work(const dt_codec *k) {
+    const dt_signs_set *s = k->impl;
+    size_t bytes = 0, np = (size_t)(k->comm ? dt_comm_size(k->comm) : 1);
+    for (int i = 0; i < s->nb; i++)
+        if (s->b[i].dense) bytes += bucket_bytes(s->b[i].len, (size_t)s->b[i].n, s->b[i].slots, np);
+    return bytes;
+}
 
 /* One bucket of every tensor: a chunk's segments about its share of the tensors and one more. */
-size_t dt_signs_work_for(const dt_tensor_info *t, int nt, const dt_codec_place *at) {
+size_t dt_signs_work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, const dt_codec_place *at) {
+    (void)c;
     size_t len = 0, np = at->ranks > 1 ? (size_t)at->ranks : 1;
     for (int i = 0; i < nt; i++) len += t[i].count;
     return bucket_bytes(len, (size_t)nt, (size_t)nt / np + 2, np);

@@ -18,12 +18,29 @@ typedef struct {
     size_t slots, words; /* a message: a scale a segment (slots), then a chunk's signs, 32 a word */
     float *dense;        /* the bucket packed: a whole allreduce's; x, then e_w; the server's chunk; the result decoded */
     uint32_t *send, *recv, *all; /* the alltoall's blocks out and in; the allgather's (own block first) */
-    int phase;           /* the codec's: 0 idle, else which stage is in flight */
+    int phase;           /* what is in flight (DT_SIGNS_*) */
 } dt_signs_bucket;
 
-/* Bucket p over the table's tensors idx[0..n), its buffers from comm. */
-dt_status dt_signs_setup(dt_codec *k, dt_comm *comm, const int *idx, int n, dt_signs_bucket *p);
-void dt_signs_free(dt_codec *k, dt_signs_bucket *p);
+/* A bucket's phase: idle; a whole allreduce, the alltoall or the allgather in flight; a step that sends nothing. */
+enum { DT_SIGNS_IDLE, DT_SIGNS_WHOLE, DT_SIGNS_ALLTOALL, DT_SIGNS_ALLGATHER, DT_SIGNS_NONE };
+
+/* A codec's buckets by number: its impl (1-bit Adam's, 0/1 Adam's). */
+typedef struct {
+    dt_signs_bucket *b;
+    int nb;
+} dt_signs_set;
+
+/* Bucket b of codec k's set, made on its first exchange (first) over the table's tensors idx[0..n); refused while
+ * an exchange of it is in flight. */
+dt_status dt_signs_bucket_at(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, int first, dt_signs_bucket **out);
+/* Bucket b, whose exchange must be in flight. */
+dt_status dt_signs_in_flight(dt_codec *k, int b, dt_signs_bucket **out);
+/* The set's ops: the alltoall is the phase whose next issues a collective; the buffers given back; their bytes. */
+int dt_signs_next_collective(const dt_codec *k, int b);
+void dt_signs_destroy(dt_codec *k);
+size_t dt_signs_work(const dt_codec *k);
+size_t dt_signs_work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, const dt_codec_place *at);
+
 /* The bucket's tensors of store g packed into p->dense and averaged whole by one allreduce (summed: the caller divides). */
 dt_status dt_signs_dense(dt_codec *k, dt_signs_bucket *p, dt_comm *comm, const float *g, dt_request **req);
 /* p->dense holds x: x + e_w sent as signs (e_w kept, the alltoall issued). */
@@ -32,8 +49,5 @@ dt_status dt_signs_send(dt_codec *k, dt_signs_bucket *p, dt_comm *comm, dt_reque
 dt_status dt_signs_serve(dt_codec *k, dt_signs_bucket *p, dt_comm *comm, dt_request **req);
 /* Once the allgather is done: the average, the same on every rank, into p->dense. */
 void dt_signs_decode(dt_signs_bucket *p, int np);
-/* The bytes of p's buffers and tables (0: not set up), and of one bucket of nt tensors t on at->ranks ranks. */
-size_t dt_signs_work(const dt_signs_bucket *p, int np);
-size_t dt_signs_work_for(const dt_tensor_info *t, int nt, const dt_codec_place *at);
 
 #endif

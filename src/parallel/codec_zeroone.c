@@ -17,15 +17,7 @@
  * is kept and the weights are made from it, the same bits on every rank. */
 #include "codec_signs.h"
 
-#include <stdlib.h>
 #include <string.h>
-
-typedef struct {
-    dt_signs_bucket *b;
-    int nb;
-} zeroone;
-
-enum { IDLE, WHOLE, ALLTOALL, ALLGATHER, LOCAL }; /* a bucket's phase: what is in flight (LOCAL: nothing) */
 
 static dt_status check(const dt_codec_config *c) {
     if (c->start < 1)
@@ -62,12 +54,9 @@ void dt_codec_zeroone_at(const dt_codec_config *c, long t, dt_zeroone_step *out)
 }
 
 static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, int first, dt_request **req) {
-    zeroone *s = k->impl;
-    dt_status st = first ? dt_codec_grow((void **)&s->b, &s->nb, sizeof *s->b, b) : DT_OK;
-    if (!st && first) st = dt_signs_setup(k, comm, idx, n, &s->b[b]);
+    dt_signs_bucket *p;
+    dt_status st = dt_signs_bucket_at(k, comm, b, idx, n, first, &p);
     if (st) return st;
-    dt_signs_bucket *p = &s->b[b];
-    if (p->phase) return dt_error(DT_ERR_ARG, "zeroone: bucket %d started again before its exchange ended", b);
     dt_zeroone_step z;
     dt_codec_zeroone_at(&k->c, (long)k->steps + 1, &z);
     for (int i = 0; i < n; i++) {
@@ -78,45 +67,40 @@ static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n,
         k->now.before += k->t[idx[i]].count;
     }
     if (z.local) {
-        p->phase = LOCAL;
+        p->phase = DT_SIGNS_NONE;
         return DT_OK;
     }
     if (z.variance) {
-        p->phase = WHOLE;
+        p->phase = DT_SIGNS_WHOLE;
         return dt_signs_dense(k, p, comm, g, req);
     }
     for (int i = 0; i < p->n; i++) memcpy(p->dense + p->at[i], g + k->t[p->t[i]].offset, k->t[p->t[i]].count * sizeof *g);
-    p->phase = ALLTOALL;
+    p->phase = DT_SIGNS_ALLTOALL;
     return dt_signs_send(k, p, comm, req);
 }
 
 static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **req, int *done) {
-    zeroone *s = k->impl;
-    dt_signs_bucket *p = b >= 0 && b < s->nb ? &s->b[b] : NULL;
-    if (!p || !p->phase) return dt_error(DT_ERR_ARG, "zeroone: bucket %d has no exchange in flight", b);
-    if (p->phase == ALLTOALL) {
-        p->phase = ALLGATHER;
+    dt_signs_bucket *p;
+    dt_status st = dt_signs_in_flight(k, b, &p);
+    if (st) return st;
+    if (p->phase == DT_SIGNS_ALLTOALL) {
+        p->phase = DT_SIGNS_ALLGATHER;
         return dt_signs_serve(k, p, comm, req);
     }
     int np = dt_comm_size(comm);
-    if (p->phase == ALLGATHER) dt_signs_decode(p, np);
-    for (int i = 0; i < p->n && p->phase != LOCAL; i++) {
+    if (p->phase == DT_SIGNS_ALLGATHER) dt_signs_decode(p, np);
+    for (int i = 0; i < p->n && p->phase != DT_SIGNS_NONE; i++) {
         float *x = g + k->t[p->t[i]].offset;
         const float *d = p->dense + p->at[i];
         size_t ne = p->at[i + 1] - p->at[i];
-        if (p->phase == WHOLE)
+        if (p->phase == DT_SIGNS_WHOLE)
             for (size_t j = 0; j < ne; j++) x[j] = d[j] / (float)np;
         else
             memcpy(x, d, ne * sizeof *x);
     }
-    p->phase = IDLE;
+    p->phase = DT_SIGNS_IDLE;
     *done = 1;
     return DT_OK;
-}
-
-static int next_collective(const dt_codec *k, int b) {
-    const zeroone *s = k->impl;
-    return b >= 0 && b < s->nb && s->b[b].phase == ALLTOALL;
 }
 
 /* One bucket's piece of u through the sign allreduce, waiting at each stage. */
@@ -134,7 +118,7 @@ static dt_status sync_bucket(dt_codec *k, dt_signs_bucket *p, float *u) {
 }
 
 dt_status dt_codec_zeroone_sync(dt_codec *k, float *u, dt_codec_stats *s) {
-    zeroone *z = k->impl;
+    dt_signs_set *z = k->impl;
     if (k->c.kind != DT_CODEC_ZEROONE || !k->comm) return dt_error(DT_ERR_ARG, "zeroone: no step exchanged yet, nothing to average");
     dt_codec_stats was = k->now; /* the step's figures were taken: the sync's own go to *s */
     k->now = (dt_codec_stats){ 0, 0, 0, 0 };
@@ -149,26 +133,7 @@ dt_status dt_codec_zeroone_sync(dt_codec *k, float *u, dt_codec_stats *s) {
     return st;
 }
 
-static void destroy(dt_codec *k) {
-    zeroone *s = k->impl;
-    if (!s) return;
-    for (int b = 0; b < s->nb; b++) dt_signs_free(k, &s->b[b]);
-    free(s->b);
-}
-
-static size_t work(const dt_codec *k) {
-    const zeroone *s = k->impl;
-    size_t b = 0;
-    for (int i = 0; i < s->nb; i++) b += dt_signs_work(&s->b[i], dt_comm_size(k->comm));
-    return b;
-}
-
-static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, const dt_codec_place *at) {
-    (void)c;
-    return dt_signs_work_for(t, nt, at);
-}
-
 const dt_codec_ops dt_codec_zeroone = {
-    .impl_size = sizeof(zeroone), .own_warmup = 1, .check = check, .state_floats = state_floats, .start = start, .next = next,
-    .next_collective = next_collective, .destroy = destroy, .work = work, .work_for = work_for,
+    .impl_size = sizeof(dt_signs_set), .own_warmup = 1, .check = check, .state_floats = state_floats, .start = start, .next = next,
+    .next_collective = dt_signs_next_collective, .destroy = dt_signs_destroy, .work = dt_signs_work, .work_for = dt_signs_work_for,
 };
