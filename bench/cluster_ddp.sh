@@ -11,7 +11,10 @@
 # COMPRESS=topk:D the same with top-k at density D, dgc:D with DGC (its run
 # with SGD and momentum 0.9: DGC corrects SGD's momentum), onebit:N with 1-bit
 # Adam frozen after N steps (give N below the 2 warm-up steps to time its
-# compressed steps); PyTorch has no such hooks: its DDP stays dense there.
+# compressed steps), zeroone:H with 0/1 Adam's local steps from step 2, its
+# interval H steps from step 4 on (its figures the means of steps 3-STEPS,
+# syncs and local steps together, not medians); PyTorch has no such hooks:
+# its DDP stays dense there.
 # Needs root.
 # usage: bench/cluster_ddp.sh [MODEL (d6)] [STEPS (10)] [ROUNDS (3)] [LINKS (10gbit:50 1gbit:100)]
 # (a link is RATE or RATE:US, US its one-way delay in microseconds)
@@ -33,7 +36,8 @@ args=(--model "$model" --vocab 256 --data "$work/train.bin" --batch 4 --seq 64 -
 med() { python3 -c "
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]
-print('%.1f %.1f' % (statistics.median(r['ms'] for r in rows), statistics.median(r['comm_exposed_ms'] for r in rows)))" "$1"; }
+f = statistics.mean if sys.argv[2:] == ['mean'] else statistics.median
+print('%.1f %.1f' % (f(r['ms'] for r in rows), f(r['comm_exposed_ms'] for r in rows)))" "$@"; }
 venv=${DTRAIN_VENV:-$here/../.venv-baselines}
 torch=""
 if [ -x "$venv/bin/python" ]; then # PyTorch DDP over gloo across the same machines, from the same weights
@@ -51,6 +55,8 @@ if [ -n "${COMPRESS:-}" ]; then
         # a timing run: frozen after 1 or 2 steps at d6's default lr its variance overflows the update by step 8 (NaN);
         # what a step does does not depend on the lr
         onebit) comp=(--compress onebit --compress-start "$crank" --lr 1e-6) ;;
+        zeroone) comp=(--compress zeroone --compress-start 1 --compress-var-scaler 1 --compress-local-scaler 1 --compress-local-clip "$crank"
+                       --lr 1e-6) ;;
         *) comp=(--compress "$codec" --compress-rank "$crank" --compress-start 2) hook=(--powersgd "$crank") ;;
     esac
 fi
@@ -80,7 +86,7 @@ for rate in $rates; do
         one+=("$a") two+=("$b") exp+=("$e")
         if [ -n "${COMPRESS:-}" ]; then
             rig_mpirun -np 2 --map-by node "$build/dtrain" train "${args[@]}" "${comp[@]}" --metrics "$work/comp.jsonl" > /dev/null 2>&1
-            read -r b e <<< "$(med "$work/comp.jsonl")"
+            read -r b e <<< "$(med "$work/comp.jsonl" $([ "$codec" = zeroone ] && echo mean))"
             ctwo+=("$b") cexp+=("$e")
         fi
         [ -n "$torch" ] && pt+=("$(torch_step)")

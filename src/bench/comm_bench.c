@@ -186,62 +186,78 @@ static dt_status timed(dt_comm *w, bench_case *b, long iters, double *sec, bool 
 
 typedef struct { size_t bytes; double med, lo, hi; long iters; char algo[32]; int nproc, disturbed; } bench_row;
 
-static dt_status bench_size(dt_comm *w, const dt_bench_comm_opts *o, size_t bytes, bench_row *row) {
+/* The case for a collective of `bytes`: each rank's send and receive counts, its buffers filled. */
+static dt_status make_case(dt_comm *w, const dt_bench_comm_opts *o, size_t bytes, bench_case *b) {
     int p = dt_comm_size(w), r = dt_comm_rank(w);
     size_t es = dt_dtype_size(o->dtype);
-    bench_case b = { o->coll, o->dtype, o->op, p, r, 0, count_for(o->coll, bytes, es, p), 0, 0, NULL, NULL };
+    *b = (bench_case){ o->coll, o->dtype, o->op, p, r, 0, count_for(o->coll, bytes, es, p), 0, 0, NULL, NULL };
     switch (o->coll) {
-    case DT_COLL_ALLREDUCE: case DT_COLL_REDUCE: b.send_n = b.recv_n = b.count; break;
-    case DT_COLL_BROADCAST: b.send_n = 0; b.recv_n = b.count; break;
-    case DT_COLL_REDUCE_SCATTER: case DT_COLL_SCATTER: b.send_n = b.count * (size_t)p; b.recv_n = b.count; break;
-    case DT_COLL_ALLGATHER: case DT_COLL_GATHER: b.send_n = b.count; b.recv_n = b.count * (size_t)p; break;
-    case DT_COLL_ALLTOALL: b.send_n = b.recv_n = b.count * (size_t)p; break;
+    case DT_COLL_ALLREDUCE: case DT_COLL_REDUCE: b->send_n = b->recv_n = b->count; break;
+    case DT_COLL_BROADCAST: b->send_n = 0; b->recv_n = b->count; break;
+    case DT_COLL_REDUCE_SCATTER: case DT_COLL_SCATTER: b->send_n = b->count * (size_t)p; b->recv_n = b->count; break;
+    case DT_COLL_ALLGATHER: case DT_COLL_GATHER: b->send_n = b->count; b->recv_n = b->count * (size_t)p; break;
+    case DT_COLL_ALLTOALL: b->send_n = b->recv_n = b->count * (size_t)p; break;
     default: break;
     }
-    b.send = buf_alloc(w, b.send_n * es + 64, o->arena);
-    b.recv = buf_alloc(w, b.recv_n * es + 64, o->arena);
-    if (!b.send || !b.recv) return dt_error(DT_ERR_NOMEM, "bench: cannot allocate %zu bytes", bytes);
-    fill(&b);
-    dt_status st = run_once(w, &b);
+    b->send = buf_alloc(w, b->send_n * es + 64, o->arena);
+    b->recv = buf_alloc(w, b->recv_n * es + 64, o->arena);
+    if (!b->send || !b->recv) return dt_error(DT_ERR_NOMEM, "bench: cannot allocate %zu bytes", bytes);
+    fill(b);
+    return DT_OK;
+}
+
+/* One call, its result checked on every rank: a wrong one anywhere fails every rank, naming where. */
+static dt_status run_checked(dt_comm *w, const dt_bench_comm_opts *o, bench_case *b, size_t bytes) {
+    dt_status st = run_once(w, b);
     double got = 0, want = 0;
-    size_t bad = st ? SIZE_MAX : verify(&b, &got, &want);
+    size_t bad = st ? SIZE_MAX : verify(b, &got, &want);
     int32_t badflag = bad != SIZE_MAX, anybad = 0;
     if (!st) st = dt_comm_allreduce(w, &badflag, &anybad, 1, DT_I32, DT_MAX);
-    if (!st && anybad) {
-        if (badflag)
-            st = dt_error(DT_ERR_ARG, "bench: %s of %zu bytes gave a wrong result on rank %d at element %zu: got %g, expected %g",
-                          dt_coll_name(o->coll), bytes, r, bad, got, want);
-        else st = dt_error(DT_ERR_ARG, "bench: %s of %zu bytes gave a wrong result on another rank", dt_coll_name(o->coll), bytes);
-    }
-    /* Calibrate the repetition length on a warmed-up call. */
+    if (st || !anybad) return st;
+    if (badflag)
+        return dt_error(DT_ERR_ARG, "bench: %s of %zu bytes gave a wrong result on rank %d at element %zu: got %g, expected %g",
+                        dt_coll_name(o->coll), bytes, b->rank, bad, got, want);
+    return dt_error(DT_ERR_ARG, "bench: %s of %zu bytes gave a wrong result on another rank", dt_coll_name(o->coll), bytes);
+}
+
+/* The repetitions' times (sorted) into row: the length calibrated on a warmed-up call, the same on every rank; a
+ * repetition during which others used the machine is discarded and retried, up to reps more times (counted). */
+static dt_status repeat(dt_comm *w, const dt_bench_comm_opts *o, bench_case *b, bench_row *row) {
     double t1 = 0;
-    if (!st) st = timed(w, &b, 1, &t1, NULL);
+    dt_status st = timed(w, b, 1, &t1, NULL);
     long iters = t1 > 0 ? (long)(o->rep_seconds / t1) : 1000;
     if (iters < 1) iters = 1;
     if (iters > 100000) iters = 100000;
     int64_t it = iters;
     if (!st) st = dt_comm_broadcast(w, &it, 1, DT_I64, 0);
     double times[64];
-    int reps = o->reps < 64 ? o->reps : 64;
-    for (int k = 0; k < o->warmup && !st; k++) st = timed(w, &b, it, &times[0], NULL);
-    /* A repetition during which others used the machine is discarded and
-     * retried, up to reps more times; the count is reported. */
-    int discarded = 0;
+    int reps = o->reps < 64 ? o->reps : 64, discarded = 0;
+    for (int k = 0; k < o->warmup && !st; k++) st = timed(w, b, it, &times[0], NULL);
     for (int k = 0; k < reps && !st;) {
         bool dist = false;
-        st = timed(w, &b, it, &times[k], &dist);
+        st = timed(w, b, it, &times[k], &dist);
         if (dist && discarded < reps) { discarded++; usleep(20000); continue; }
         k++;
     }
     row->disturbed = discarded;
+    if (st) return st;
+    row->med = dt_bench_median(times, reps); /* sorts */
+    row->lo = times[0];
+    row->hi = times[reps - 1];
+    row->iters = it;
+    return DT_OK;
+}
+
+static dt_status bench_size(dt_comm *w, const dt_bench_comm_opts *o, size_t bytes, bench_row *row) {
+    bench_case b;
+    dt_status st = make_case(w, o, bytes, &b);
+    if (!st) st = run_checked(w, o, &b, bytes);
+    if (!st) st = repeat(w, o, &b, row);
     if (!st) {
         row->bytes = bytes;
-        row->med = dt_bench_median(times, reps); /* sorts */
-        row->lo = times[0];
-        row->hi = times[reps - 1];
-        row->iters = it;
-        row->nproc = p;
-        size_t total = b.count * es * (o->coll == DT_COLL_ALLREDUCE || o->coll == DT_COLL_BROADCAST || o->coll == DT_COLL_REDUCE ? 1 : (size_t)p);
+        row->nproc = b.p;
+        size_t es = dt_dtype_size(o->dtype);
+        size_t total = b.count * es * (o->coll == DT_COLL_ALLREDUCE || o->coll == DT_COLL_BROADCAST || o->coll == DT_COLL_REDUCE ? 1 : (size_t)b.p);
         snprintf(row->algo, sizeof row->algo, "%s", dt_algo_name(dt_comm_choose_algo(w, o->coll, total)));
     }
     buf_free(w, b.send, o->arena);

@@ -85,6 +85,37 @@ static void mean_sd(const samples *s, double *mean, double *sd) {
     *sd = s->n > 1 ? sqrt(q / (s->n - 1)) : 0;
 }
 
+/* The results for np workers (row i of s): a JSON line, or the figures and the ratios against the first count's (first)
+ * and the baselines. */
+static void report(const dt_bench_train_opts *o, int np, int np0, samples *row, double *first, int i) {
+    double mean[SYSTEMS], sd[SYSTEMS];
+    for (int k = 0; k < SYSTEMS; k++) {
+        mean_sd(&row[k], &mean[k], &sd[k]);
+        if (i == 0) first[k] = mean[k];
+    }
+    first[INDEP] = first[0]; /* the ceiling's scaling is against dtrain's own first N */
+    if (o->json) {
+        printf("{\"model\":\"%s\",\"nproc\":%d,\"threads\":%d,\"batch\":%d,\"img_per_s_worker\":%.3f,\"ci95\":%.3f,\"img_per_s\":%.3f",
+               o->model, np, o->threads, o->batch, mean[0], 1.96 * sd[0], mean[0] * np);
+        if (o->baseline)
+            printf(",\"torch2_img_per_s_worker\":%.3f,\"torch2_ci95\":%.3f,\"debian_torch_img_per_s_worker\":%.3f,"
+                   "\"debian_torch_ci95\":%.3f", mean[1], 1.96 * sd[1], mean[2], 1.96 * sd[2]);
+        if (row[INDEP].n) printf(",\"independent_img_per_s_worker\":%.3f,\"independent_ci95\":%.3f", mean[INDEP], 1.96 * sd[INDEP]);
+        printf("}\n");
+        return;
+    }
+    for (int k = 0; k < SYSTEMS; k++)
+        if (row[k].n)
+            printf("== %s, %d worker%s x %d thread(s):\nImg/sec per worker: %.2f +-%.2f\nTotal img/sec on %d worker%s: %.2f +-%.2f"
+                   "  (scaling from %d: %.2fx)\n", system_name[k], np, np > 1 ? "s" : "", o->threads, mean[k], 1.96 * sd[k],
+                   np, np > 1 ? "s" : "", mean[k] * np, 1.96 * sd[k] * np, np0, mean[k] * np / (first[k] * np0));
+    if (row[INDEP].n)
+        printf("dtrain's scaling is %.1f%% of the independent runs' (the machine's ceiling for %d workers)\n", 100 * mean[0] / mean[INDEP], np);
+    if (o->baseline)
+        printf("dtrain / PyTorch 2.x: %.2fx; dtrain / Debian's PyTorch: %.2fx (img/s per worker, %d worker%s)\n", mean[0] / mean[1],
+               mean[0] / mean[2], np, np > 1 ? "s" : "");
+}
+
 int dt_bench_train_images(const dt_bench_train_opts *o) {
     char self[PATH_MAX], cpu[128];
     if (dt_bench_self_dir(self, sizeof self)) { dt_log(DT_LOG_ERROR, "bench train: cannot find my own executable"); return 1; }
@@ -114,35 +145,6 @@ int dt_bench_train_images(const dt_bench_train_opts *o) {
             }
     if (rc) return rc;
     double first[SYSTEMS] = { 0 };
-    for (int i = 0; i < nn; i++) {
-        double mean[SYSTEMS], sd[SYSTEMS];
-        for (int k = 0; k < SYSTEMS; k++) {
-            mean_sd(&s[i][k], &mean[k], &sd[k]);
-            if (i == 0) first[k] = mean[k];
-        }
-        first[INDEP] = first[0]; /* the ceiling's scaling is against dtrain's own first N */
-        if (o->json) {
-            printf("{\"model\":\"%s\",\"nproc\":%d,\"threads\":%d,\"batch\":%d,\"img_per_s_worker\":%.3f,\"ci95\":%.3f,\"img_per_s\":%.3f",
-                   o->model, np[i], o->threads, o->batch, mean[0], 1.96 * sd[0], mean[0] * np[i]);
-            if (o->baseline)
-                printf(",\"torch2_img_per_s_worker\":%.3f,\"torch2_ci95\":%.3f,\"debian_torch_img_per_s_worker\":%.3f,"
-                       "\"debian_torch_ci95\":%.3f", mean[1], 1.96 * sd[1], mean[2], 1.96 * sd[2]);
-            if (s[i][INDEP].n)
-                printf(",\"independent_img_per_s_worker\":%.3f,\"independent_ci95\":%.3f", mean[INDEP], 1.96 * sd[INDEP]);
-            printf("}\n");
-            continue;
-        }
-        for (int k = 0; k < SYSTEMS; k++)
-            if (s[i][k].n)
-                printf("== %s, %d worker%s x %d thread(s):\nImg/sec per worker: %.2f +-%.2f\nTotal img/sec on %d worker%s: %.2f +-%.2f"
-                       "  (scaling from %d: %.2fx)\n", system_name[k], np[i], np[i] > 1 ? "s" : "", o->threads, mean[k], 1.96 * sd[k],
-                       np[i], np[i] > 1 ? "s" : "", mean[k] * np[i], 1.96 * sd[k] * np[i], np[0], mean[k] * np[i] / (first[k] * np[0]));
-        if (s[i][INDEP].n)
-            printf("dtrain's scaling is %.1f%% of the independent runs' (the machine's ceiling for %d workers)\n",
-                   100 * mean[0] / mean[INDEP], np[i]);
-        if (o->baseline)
-            printf("dtrain / PyTorch 2.x: %.2fx; dtrain / Debian's PyTorch: %.2fx (img/s per worker, %d worker%s)\n", mean[0] / mean[1],
-                   mean[0] / mean[2], np[i], np[i] > 1 ? "s" : "");
-    }
+    for (int i = 0; i < nn; i++) report(o, np[i], np[0], s[i], first, i);
     return 0;
 }

@@ -381,21 +381,9 @@ void dt_program_mark_kept(dt_program *p) {
     }
 }
 
-/* A Linear's parts must sit side by side in the store: one matmul runs them all. */
-static dt_status shape_ops(dt_program *p) {
+/* An add's inputs whose gradients nothing later in forward (earlier in backward) reads: the add writes them first. */
+static void mark_copied(dt_program *p) {
     const dt_family *f = p->f;
-    p->ops = calloc((size_t)f->nops, sizeof *p->ops);
-    p->vw = calloc((size_t)f->nvalues, sizeof *p->vw);
-    p->vsplit = calloc((size_t)f->nvalues, sizeof *p->vsplit);
-    if (!p->ops || !p->vw || !p->vsplit) return dt_error(DT_ERR_NOMEM, "model: out of memory");
-    for (int v = 0; v < f->nvalues; v++) p->vw[v] = local_width(p, f->values[v]);
-    p->vkeep = calloc((size_t)f->nvalues, sizeof *p->vkeep);
-    if (!p->vkeep) return dt_error(DT_ERR_NOMEM, "model: out of memory");
-    p->repack = f->rotary || p->cfg.kv_heads != p->cfg.num_heads;
-    dt_program_mark_kept(p);
-    /* an add's inputs whose gradients nothing later in forward (earlier in backward) reads: the add writes them first */
-    p->vcopy = calloc((size_t)f->nvalues, sizeof *p->vcopy);
-    if (!p->vcopy) return dt_error(DT_ERR_NOMEM, "model: out of memory");
     for (int k = 0; k < f->nops; k++) {
         const dt_op_spec *o = &f->ops[k];
         if (o->kind != DT_OP_ADD) continue;
@@ -406,6 +394,45 @@ static dt_status shape_ops(dt_program *p) {
             p->vcopy[v] = !later && v != DT_V_OUT && o->in != o->in2;
         }
     }
+}
+
+/* Linear op k's parts (and biases) side by side in the store, one matmul for them all, and its shape the values'. */
+static dt_status check_linear(const dt_program *p, const dt_program_op *o) {
+    const dt_family *f = p->f;
+    const dt_tensor_info *t = p->tab + p->block_tab[0];
+    int rows = 0;
+    for (int j = 0; j < o->s.nw; j++) {
+        rows += t[o->s.w + j].shape[0];
+        if (j && t[o->s.w + j].offset != t[o->s.w + j - 1].offset + t[o->s.w + j - 1].count)
+            return dt_error(DT_ERR_ARG, "model %s: the parts of Linear %s are not side by side", f->name, t[o->s.w].name);
+        if (j && o->s.b >= 0 && t[o->s.b + j].offset != t[o->s.b + j - 1].offset + t[o->s.b + j - 1].count)
+            return dt_error(DT_ERR_ARG, "model %s: the biases of Linear %s are not side by side", f->name, t[o->s.w].name);
+    }
+    int readers = 0;
+    for (int j = 0; j < f->nops; j++) readers += f->ops[j].in == o->s.in || f->ops[j].in2 == o->s.in;
+    /* its backward sums d(input) over the group in place: nothing else may have added to it */
+    if (t[o->s.w].split == DT_SPLIT_COLUMN && (readers != 1 || o->s.in < 2))
+        return dt_error(DT_ERR_ARG, "model %s: column-parallel Linear %s must be the only reader of its input", f->name, t[o->s.w].name);
+    if (rows != o->width_out || t[o->s.w].shape[1] != o->width_in)
+        return dt_error(DT_ERR_ARG, "model %s: Linear %s is [%d, %d] between values of %d and %d", f->name, t[o->s.w].name, rows,
+                        t[o->s.w].shape[1], o->width_in, o->width_out);
+    return DT_OK;
+}
+
+/* The block's ops with their widths; which values a backward reads, which gradients an add writes first, which share
+ * a buffer, which are the residual stream's rows. */
+static dt_status shape_ops(dt_program *p) {
+    const dt_family *f = p->f;
+    p->ops = calloc((size_t)f->nops, sizeof *p->ops);
+    p->vw = calloc((size_t)f->nvalues, sizeof *p->vw);
+    p->vsplit = calloc((size_t)f->nvalues, sizeof *p->vsplit);
+    p->vkeep = calloc((size_t)f->nvalues, sizeof *p->vkeep);
+    p->vcopy = calloc((size_t)f->nvalues, sizeof *p->vcopy);
+    if (!p->ops || !p->vw || !p->vsplit || !p->vkeep || !p->vcopy) return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    for (int v = 0; v < f->nvalues; v++) p->vw[v] = local_width(p, f->values[v]);
+    p->repack = f->rotary || p->cfg.kv_heads != p->cfg.num_heads;
+    dt_program_mark_kept(p);
+    mark_copied(p);
     dt_status st = share_grads(p);
     if (st) return st;
     /* the residual stream's rows: the stream itself, what a norm or an add writes, a row-parallel Linear's output, a
@@ -421,24 +448,7 @@ static dt_status shape_ops(dt_program *p) {
         o->s = f->ops[k];
         o->width_in = p->vw[o->s.in];
         o->width_out = p->vw[o->s.out];
-        if (o->s.kind != DT_OP_LINEAR || p->nl == 0) continue;
-        const dt_tensor_info *t = p->tab + p->block_tab[0];
-        int rows = 0;
-        for (int j = 0; j < o->s.nw; j++) {
-            rows += t[o->s.w + j].shape[0];
-            if (j && t[o->s.w + j].offset != t[o->s.w + j - 1].offset + t[o->s.w + j - 1].count)
-                return dt_error(DT_ERR_ARG, "model %s: the parts of Linear %s are not side by side", f->name, t[o->s.w].name);
-            if (j && o->s.b >= 0 && t[o->s.b + j].offset != t[o->s.b + j - 1].offset + t[o->s.b + j - 1].count)
-                return dt_error(DT_ERR_ARG, "model %s: the biases of Linear %s are not side by side", f->name, t[o->s.w].name);
-        }
-        int readers = 0;
-        for (int j = 0; j < f->nops; j++) readers += f->ops[j].in == o->s.in || f->ops[j].in2 == o->s.in;
-        /* its backward sums d(input) over the group in place: nothing else may have added to it */
-        if (t[o->s.w].split == DT_SPLIT_COLUMN && (readers != 1 || o->s.in < 2))
-            return dt_error(DT_ERR_ARG, "model %s: column-parallel Linear %s must be the only reader of its input", f->name, t[o->s.w].name);
-        if (rows != o->width_out || t[o->s.w].shape[1] != o->width_in)
-            return dt_error(DT_ERR_ARG, "model %s: Linear %s is [%d, %d] between values of %d and %d", f->name, t[o->s.w].name, rows,
-                            t[o->s.w].shape[1], o->width_in, o->width_out);
+        if (o->s.kind == DT_OP_LINEAR && p->nl > 0 && (st = check_linear(p, o))) return st;
     }
     return DT_OK;
 }

@@ -246,47 +246,42 @@ dt_status dt_resnet_config_parse(const char *spec, int channels, int height, int
     return DT_OK;
 }
 
-dt_status dt_resnet_create(const dt_resnet_config *cfg, dt_resnet **out) {
-    *out = NULL;
-    dt_resnet *m = calloc(1, sizeof *m);
-    if (!m) return dt_error(DT_ERR_NOMEM, "resnet: out of memory");
-    m->cfg = *cfg;
-    int x = new_slot(m, cfg->channels, cfg->height, cfg->width), unit = 0;
-    if (cfg->depth == 0) {
-        /* the small one: a 3x3 stem without pooling, three stages of two basic blocks (16, 32, 64 channels) */
-        x = relu(m, bn(m, "bn1", conv(m, "conv1", x, 16, 3, 1, 1, unit), unit), unit);
-        const int planes[3] = { 16, 32, 64 };
-        for (int s = 0; s < 3; s++)
-            for (int b = 0; b < 2; b++) {
-                char n[32];
-                snprintf(n, sizeof n, "layer%d.%d", s + 1, b);
-                x = basic_block(m, n, x, planes[s], b == 0 && s > 0 ? 2 : 1, ++unit);
-            }
-    } else {
-        x = relu(m, bn(m, "bn1", conv(m, "conv1", x, 64, 7, 2, 3, unit), unit), unit);
-        op *mp = add_op(m, OP_MAXPOOL, x, unit);
-        mp->K = 3, mp->stride = 2, mp->pad = 1;
-        shape s = m->slot[x];
-        x = mp->out = new_slot(m, s.C, (s.H + 2 - 3) / 2 + 1, (s.W + 2 - 3) / 2 + 1);
-        const int d18[4] = { 2, 2, 2, 2 }, d34[4] = { 3, 4, 6, 3 };
-        const int *blocks = cfg->depth == 18 ? d18 : d34;
-        for (int s = 0; s < 4; s++)
-            for (int b = 0; b < blocks[s]; b++) {
-                char n[32];
-                snprintf(n, sizeof n, "layer%d.%d", s + 1, b);
-                int stride = b == 0 && s > 0 ? 2 : 1;
-                x = cfg->depth == 50 ? bottleneck(m, n, x, 64 << s, stride, ++unit) : basic_block(m, n, x, 64 << s, stride, ++unit);
-            }
-    }
-    unit++;
-    op *ap = add_op(m, OP_AVGPOOL, x, unit);
-    x = ap->out = new_slot(m, m->slot[x].C, 1, 1);
-    op *fc = add_op(m, OP_FC, x, unit);
-    fc->OC = cfg->classes;
-    fc->tensor = add_tensor(m, "fc.weight", unit, 2, cfg->classes, m->slot[x].C, 0, 0);
-    add_tensor(m, "fc.bias", unit, 1, cfg->classes, 0, 0, 0);
-    fc->out = new_slot(m, cfg->classes, 1, 1);
-    m->nunits = unit + 1;
+/* The small one: a 3x3 stem without pooling, three stages of two basic blocks (16, 32, 64 channels). The last unit. */
+static int small_trunk(dt_resnet *m, int *x) {
+    int unit = 0;
+    *x = relu(m, bn(m, "bn1", conv(m, "conv1", *x, 16, 3, 1, 1, unit), unit), unit);
+    const int planes[3] = { 16, 32, 64 };
+    for (int s = 0; s < 3; s++)
+        for (int b = 0; b < 2; b++) {
+            char n[32];
+            snprintf(n, sizeof n, "layer%d.%d", s + 1, b);
+            *x = basic_block(m, n, *x, planes[s], b == 0 && s > 0 ? 2 : 1, ++unit);
+        }
+    return unit;
+}
+
+/* torchvision's ResNet-18, 34 and 50: a 7x7 stem and a max pool, four stages. The last unit. */
+static int imagenet_trunk(dt_resnet *m, int *x) {
+    int unit = 0;
+    *x = relu(m, bn(m, "bn1", conv(m, "conv1", *x, 64, 7, 2, 3, unit), unit), unit);
+    op *mp = add_op(m, OP_MAXPOOL, *x, unit);
+    mp->K = 3, mp->stride = 2, mp->pad = 1;
+    shape s = m->slot[*x];
+    *x = mp->out = new_slot(m, s.C, (s.H + 2 - 3) / 2 + 1, (s.W + 2 - 3) / 2 + 1);
+    const int d18[4] = { 2, 2, 2, 2 }, d34[4] = { 3, 4, 6, 3 };
+    const int *blocks = m->cfg.depth == 18 ? d18 : d34;
+    for (int st = 0; st < 4; st++)
+        for (int b = 0; b < blocks[st]; b++) {
+            char n[32];
+            snprintf(n, sizeof n, "layer%d.%d", st + 1, b);
+            int stride = b == 0 && st > 0 ? 2 : 1;
+            *x = m->cfg.depth == 50 ? bottleneck(m, n, *x, 64 << st, stride, ++unit) : basic_block(m, n, *x, 64 << st, stride, ++unit);
+        }
+    return unit;
+}
+
+/* The parameters, gradients, running statistics and each norm's batch statistics (NULL params: out of memory). */
+static void make_stores(dt_resnet *m) {
     plan_grads(m);
     m->params = m->own_params = dt_alloc_aligned(m->nparams * sizeof(float));
     m->grads = m->own_grads = dt_alloc_zeroed(m->nparams * sizeof(float));
@@ -298,6 +293,24 @@ dt_status dt_resnet_create(const dt_resnet_config *cfg, dt_resnet **out) {
             m->ops[i].rstd = malloc(sizeof(float) * (size_t)C);
             if (!m->ops[i].mean || !m->ops[i].rstd) m->params = NULL;
         }
+}
+
+dt_status dt_resnet_create(const dt_resnet_config *cfg, dt_resnet **out) {
+    *out = NULL;
+    dt_resnet *m = calloc(1, sizeof *m);
+    if (!m) return dt_error(DT_ERR_NOMEM, "resnet: out of memory");
+    m->cfg = *cfg;
+    int x = new_slot(m, cfg->channels, cfg->height, cfg->width);
+    int unit = (cfg->depth == 0 ? small_trunk(m, &x) : imagenet_trunk(m, &x)) + 1;
+    op *ap = add_op(m, OP_AVGPOOL, x, unit);
+    x = ap->out = new_slot(m, m->slot[x].C, 1, 1);
+    op *fc = add_op(m, OP_FC, x, unit);
+    fc->OC = cfg->classes;
+    fc->tensor = add_tensor(m, "fc.weight", unit, 2, cfg->classes, m->slot[x].C, 0, 0);
+    add_tensor(m, "fc.bias", unit, 1, cfg->classes, 0, 0, 0);
+    fc->out = new_slot(m, cfg->classes, 1, 1);
+    m->nunits = unit + 1;
+    make_stores(m);
     if (!m->params || !m->grads || !m->buffers) {
         dt_resnet_destroy(m);
         return dt_error(DT_ERR_NOMEM, "resnet: out of memory for %zu parameters", m->nparams);

@@ -102,6 +102,37 @@ static void find_python(const char *python, char *out, size_t cap) {
     }
 }
 
+/* Worker w's hello (line): its spaces; the first worker's set the bridge's, every other's must agree. Then its
+ * action bounds, low and high. */
+static dt_status hello(dt_gym_bridge *b, worker *w, const char *python, char *line, size_t cap) {
+    int r = read_line(w->fd, line, cap, HELLO_MS);
+    dt_status st = DT_OK;
+    if (r < 0) st = dt_error(DT_ERR_SYS, "gym:%s: bridge worker %d said nothing in %d s", b->id, (int)(w - b->w), HELLO_MS / 1000);
+    else if (r == 0) st = dt_error(DT_ERR_SYS, "gym:%s: the bridge's Python (%s) did not start (is it installed?)", b->id, python);
+    else if (!strncmp(line, "error ", 6)) st = dt_error(DT_ERR_ARG, "gym:%s: %s", b->id, line + 6);
+    int od, na, ad, ms;
+    if (!st && sscanf(line, "ok %d %d %d %d", &od, &na, &ad, &ms) != 4) st = dt_error(DT_ERR_IO, "gym:%s: bridge worker said '%.80s'", b->id, line);
+    if (!st && (od < 1 || ad < 1 || na < 0 || (na && ad != 1)))
+        st = dt_error(DT_ERR_UNSUPPORTED, "gym:%s: spaces dtrain cannot take (%d observation floats, %d actions, %d action floats)", b->id, od, na, ad);
+    if (!st && w == b->w) {
+        b->info = (dt_env_info){ .id = b->id, .name = b->id, .obs_dim = od, .actions = na, .act_dim = ad, .max_steps = ms };
+        b->low = calloc((size_t)ad, sizeof(float));
+        b->high = calloc((size_t)ad, sizeof(float));
+        if (!b->low || !b->high) st = dt_error(DT_ERR_NOMEM, "gym bridge: out of memory");
+    } else if (!st && (od != b->info.obs_dim || na != b->info.actions || ad != b->info.act_dim))
+        st = dt_error(DT_ERR_IO, "gym:%s: bridge worker %d's spaces differ from worker 0's", b->id, (int)(w - b->w));
+    for (int side = 0; side < 2 && !st; side++) { /* the bounds: low, then high */
+        float *to = side ? b->high : b->low;
+        char *p = line, *e;
+        if (read_line(w->fd, line, cap, HELLO_MS) != 1) st = dt_error(DT_ERR_IO, "gym:%s: bridge worker's bounds missing", b->id);
+        for (int i = 0; i < ad && !st; i++, p = e) {
+            to[i] = strtof(p, &e);
+            if (e == p) st = dt_error(DT_ERR_IO, "gym:%s: bridge worker's bound %d unreadable", b->id, i);
+        }
+    }
+    return st;
+}
+
 /* Start worker w on k environments: the process, its socket, its memory (sized once it has said its spaces). */
 static dt_status start(dt_gym_bridge *b, worker *w, const char *python) {
     char exe[4096], k[16];
@@ -124,31 +155,8 @@ static dt_status start(dt_gym_bridge *b, worker *w, const char *python) {
     }
     w->pid = pid;
     char line[4096];
-    int r = read_line(w->fd, line, sizeof line, HELLO_MS);
-    dt_status st = DT_OK;
-    if (r < 0) st = dt_error(DT_ERR_SYS, "gym:%s: bridge worker %d said nothing in %d s", b->id, (int)(w - b->w), HELLO_MS / 1000);
-    else if (r == 0) st = dt_error(DT_ERR_SYS, "gym:%s: the bridge's Python (%s) did not start (is it installed?)", b->id, python);
-    else if (!strncmp(line, "error ", 6)) st = dt_error(DT_ERR_ARG, "gym:%s: %s", b->id, line + 6);
-    int od, na, ad, ms;
-    if (!st && sscanf(line, "ok %d %d %d %d", &od, &na, &ad, &ms) != 4) st = dt_error(DT_ERR_IO, "gym:%s: bridge worker said '%.80s'", b->id, line);
-    if (!st && (od < 1 || ad < 1 || na < 0 || (na && ad != 1)))
-        st = dt_error(DT_ERR_UNSUPPORTED, "gym:%s: spaces dtrain cannot take (%d observation floats, %d actions, %d action floats)", b->id, od, na, ad);
-    if (!st && w == b->w) { /* the first worker's answer sets the spaces; every other's must agree */
-        b->info = (dt_env_info){ .id = b->id, .name = b->id, .obs_dim = od, .actions = na, .act_dim = ad, .max_steps = ms };
-        b->low = calloc((size_t)ad, sizeof(float));
-        b->high = calloc((size_t)ad, sizeof(float));
-        if (!b->low || !b->high) st = dt_error(DT_ERR_NOMEM, "gym bridge: out of memory");
-    } else if (!st && (od != b->info.obs_dim || na != b->info.actions || ad != b->info.act_dim))
-        st = dt_error(DT_ERR_IO, "gym:%s: bridge worker %d's spaces differ from worker 0's", b->id, (int)(w - b->w));
-    for (int side = 0; side < 2 && !st; side++) { /* the bounds: low, then high */
-        float *to = side ? b->high : b->low;
-        char *p = line, *e;
-        if (read_line(w->fd, line, sizeof line, HELLO_MS) != 1) st = dt_error(DT_ERR_IO, "gym:%s: bridge worker's bounds missing", b->id);
-        for (int i = 0; i < ad && !st; i++, p = e) {
-            to[i] = strtof(p, &e);
-            if (e == p) st = dt_error(DT_ERR_IO, "gym:%s: bridge worker's bound %d unreadable", b->id, i);
-        }
-    }
+    dt_status st = hello(b, w, python, line, sizeof line);
+    int od = b->info.obs_dim, ad = b->info.act_dim;
     if (!st) {
         w->bytes = layout(w, NULL, w->k, od, ad);
         if (ftruncate(mfd, (off_t)w->bytes)) st = dt_error(DT_ERR_SYS, "gym:%s: sizing the shared memory: %s", b->id, strerror(errno));

@@ -448,9 +448,11 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
         DT_TRACE_END(DT_TRACK_COMPUTE);
     }
     if (!st && !r->skipped && e->cfg.schedule && e->cfg.schedule->after_update) st = e->cfg.schedule->after_update(e->cfg.schedule->ctx, &control);
-    if (!st && e->zo_sync) { /* the step sent nothing but this */
+    if (!st && e->zo_sync) { /* the step sent nothing but this, and waits for it whole */
         dt_codec_stats s = { 0, 0, 0, 0 };
+        double t1 = dt_time_now();
         st = zeroone_end(e, &s);
+        r->exposed_ms += (dt_time_now() - t1) * 1e3;
         r->grad_bytes = s.bytes, r->compress_ratio = s.after ? (double)s.before / (double)s.after : 0;
     }
     params_changed(e); /* for an evaluation before the next step */
