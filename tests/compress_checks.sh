@@ -235,6 +235,14 @@ pzo=$("$DTRAIN" plan "${common[@]}" "${zo[@]}" --json 2> /dev/null | python3 -c 
 rzo=$(field grad_sent_bytes "$dir/zo.jsonl" | sed -n 3p)
 awk "BEGIN{d = ($pzo - $rzo) / $rzo; exit !(d < 0.02 && d > -0.02)}" && ok=1 || ok=0
 verdict $ok "plan's bytes a signed step for 0/1 Adam: $pzo (the run's step 3: $rzo, within 2%)"
+# the planner's optimizer state (AdamW's two moments, and the local steps' accumulation and kept weights) and buffers
+# are a run's that reaches the local phase, to the byte
+rm -rf "$dir/zomem"
+"$DTRAIN" train "${common[@]}" "${zo[@]}" --steps 8 --quiet --report "$dir/zomem" > /dev/null 2>&1
+pmem=$("$DTRAIN" plan "${common[@]}" "${zo[@]}" --json 2> /dev/null | python3 -c "import json, sys; j = json.load(sys.stdin); print(j['optimizer'], j['buffers'])")
+rmem=$(python3 -c "import json, sys; r = json.load(open(sys.argv[1]))['memory_per_rank'][0]; print(r['optimizer'], r['buffers'])" "$dir/zomem/run.json" 2> /dev/null)
+[ -n "$rmem" ] && [ "$pmem" = "$rmem" ] && ok=1 || ok=0
+verdict $ok "plan's optimizer state and buffers for 0/1 Adam: $pmem bytes, the run's (8 steps, local from 6) $rmem"
 run zo_end "${zo[@]}" --step-at-end --save "$dir/zo_end.bin" && identical "0/1 Adam: the update inside backward = the update after it" zo zo_end
 for at in 3 12; do
     run zow$at "${zo[@]}" --save "$dir/ckzow$at" --save-every $at && run zo$at "${zo[@]}" --save "$dir/ckzo$at" --save-every $at --stop-after $at &&

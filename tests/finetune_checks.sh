@@ -40,7 +40,8 @@ killed_rank() { # WHAT ARGS...
     shift
     "$DTRAIN" train "$@" --steps 100000 > "$dir/kout" 2> "$dir/kerr" &
     local launcher=$! victim="" i p
-    for ((i = 0; i < 100; i++)); do grep -q "^step" "$dir/kout" 2>/dev/null && break; sleep 0.1; done
+    # its first step printed: up to a minute (a sanitizer's build on a busy machine took more than the 10 s once given)
+    for ((i = 0; i < 600; i++)); do grep -q "^step" "$dir/kout" 2>/dev/null && break; sleep 0.1; done
     for p in $(pgrep -P $launcher); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2>/dev/null && victim=$p; done
     if [ -z "$victim" ]; then
         kill $launcher; failed=$((failed + 1)); echo "FAIL $what: rank 1 not found"

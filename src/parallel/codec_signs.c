@@ -13,7 +13,7 @@ static size_t chunk_at(const dt_signs_bucket *p, int j) { return (size_t)j * p->
 static dt_status segments(dt_signs_bucket *p, int np) {
     p->seg = malloc(sizeof *p->seg * (size_t)(p->n + np + 1));
     p->first = malloc(sizeof *p->first * (size_t)(np + 1));
-    if (!p->seg || !p->first) return dt_error(DT_ERR_NOMEM, "onebit: out of memory");
+    if (!p->seg || !p->first) return dt_error(DT_ERR_NOMEM, "sign allreduce: out of memory");
     int ns = 0, i = 0;
     for (int j = 0; j <= np; j++) {
         size_t a = chunk_at(p, j), b = chunk_at(p, j + 1);
