@@ -61,15 +61,10 @@ static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n,
 
 static dt_status next(dt_codec *k, dt_comm *comm, int b, float *g, dt_request **req, int *done) {
     dt_signs_bucket *p;
-    dt_status st = dt_signs_in_flight(k, b, &p);
-    if (st) return st;
-    if (p->phase == DT_SIGNS_ALLTOALL) {
-        p->phase = DT_SIGNS_ALLGATHER;
-        return dt_signs_serve(k, p, comm, req);
-    }
+    dt_status st = dt_signs_next(k, comm, b, req, &p);
+    if (st || !p) return st;
     int np = dt_comm_size(comm);
     float b1 = k->c.beta1;
-    if (p->phase == DT_SIGNS_ALLGATHER) dt_signs_decode(p, np);
     for (int i = 0; i < p->n; i++) {
         float *m = dt_codec_state_held(k, p->t[i], DT_CODEC_VELOCITY), *x = g + k->t[p->t[i]].offset;
         const float *d = p->dense + p->at[i];

@@ -53,10 +53,17 @@ dt_status dt_signs_bucket_at(dt_codec *k, dt_comm *comm, int b, const int *idx, 
     return DT_OK;
 }
 
-dt_status dt_signs_in_flight(dt_codec *k, int b, dt_signs_bucket **out) {
+dt_status dt_signs_next(dt_codec *k, dt_comm *comm, int b, dt_request **req, dt_signs_bucket **out) {
     dt_signs_set *s = k->impl;
-    *out = b >= 0 && b < s->nb ? &s->b[b] : NULL;
-    if (!*out || !(*out)->phase) return dt_error(DT_ERR_ARG, "%s: bucket %d has no exchange in flight", dt_codec_name(k->c.kind), b);
+    dt_signs_bucket *p = b >= 0 && b < s->nb ? &s->b[b] : NULL;
+    *out = NULL;
+    if (!p || !p->phase) return dt_error(DT_ERR_ARG, "%s: bucket %d has no exchange in flight", dt_codec_name(k->c.kind), b);
+    if (p->phase == DT_SIGNS_ALLTOALL) {
+        p->phase = DT_SIGNS_ALLGATHER;
+        return dt_signs_serve(k, p, comm, req);
+    }
+    if (p->phase == DT_SIGNS_ALLGATHER) dt_signs_decode(p, dt_comm_size(comm));
+    *out = p;
     return DT_OK;
 }
 

@@ -33,8 +33,10 @@ typedef struct {
 /* Bucket b of codec k's set, made on its first exchange (first) over the table's tensors idx[0..n); refused while
  * an exchange of it is in flight. */
 dt_status dt_signs_bucket_at(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, int first, dt_signs_bucket **out);
-/* Bucket b, whose exchange must be in flight. */
-dt_status dt_signs_in_flight(dt_codec *k, int b, dt_signs_bucket **out);
+/* Bucket b's exchange (in flight) one stage on: after the alltoall the server's stage is issued (*out NULL: *req is
+ * to wait for); else the signs sent are decoded into the bucket's dense (the average), and *out is the bucket for the
+ * codec to read and set idle. */
+dt_status dt_signs_next(dt_codec *k, dt_comm *comm, int b, dt_request **req, dt_signs_bucket **out);
 /* The set's ops: the alltoall is the phase whose next issues a collective; the buffers given back; their bytes. */
 int dt_signs_next_collective(const dt_codec *k, int b);
 void dt_signs_destroy(dt_codec *k);
