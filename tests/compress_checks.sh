@@ -288,6 +288,14 @@ if [ -n "$MPIEXEC" ]; then
     sh=$(mean grad_sent_bytes mhier) sa=$(mean grad_sent_bytes mag)
     awk "BEGIN{exit !($last < $first - 1 && $sh > 0 && $sh < 0.6 * $sa)}" && ok=1 || ok=0
     verdict $ok "mpirun, 2 pseudo-nodes: top-k hier at 0.01 trains (loss $first -> $last; the allgather's $(field loss "$dir/mag.jsonl" | tail -1)), sending $sh bytes a step a rank between machines (the allgather $sa)"
+    # the hierarchical exchange's buffers (a copy of each bucket among them) counted alike by the planner and the run
+    rm -rf "$dir/mhrep"
+    mpi mhmem --compress topk --compress-density 0.01 --compress-exchange hier --steps 3 --report "$dir/mhrep"
+    pmem=$("$DTRAIN" plan "${common[@]:0:${#common[@]}-2}" --model llama-tiny --compress topk --compress-density 0.01 --compress-exchange hier \
+        --nproc 4 --nodes 2 --json 2> /dev/null | python3 -c "import json, sys; print(json.load(sys.stdin)['buffers'])")
+    rmem=$(python3 -c "import json, sys; print(max(x['buffers'] for x in json.load(open(sys.argv[1]))['memory_per_rank']))" "$dir/mhrep/run.json" 2> /dev/null)
+    [ -n "$rmem" ] && [ "$pmem" = "$rmem" ] && ok=1 || ok=0
+    verdict $ok "mpirun, 2 pseudo-nodes: plan's communication buffers with top-k hier: $pmem bytes, the run's $rmem"
 fi
 # a rank killed mid-run: the compressed exchanges wait on it; the other names it and the job ends
 killed_rank "rank 1 killed under PowerSGD" "${common[@]}" --compress powersgd

@@ -60,6 +60,13 @@ void dt_sparse_groups_destroy(dt_sparse_groups *gr) {
     *gr = (dt_sparse_groups){ 0 };
 }
 
+size_t dt_sparse_hier_bytes(size_t len, size_t kmax, int l, int q) {
+    size_t blk = l > 0 ? (len + (size_t)l - 1) / (size_t)l : len;
+    return (blk * (size_t)l + 1 + blk + 1) * sizeof(float) + (kmax * (size_t)q + 1) * sizeof(uint64_t);
+}
+
+size_t dt_sparse_hier_held(const dt_sparse_hier *h, size_t len, size_t kmax) { return h ? dt_sparse_hier_bytes(len, kmax, h->l, h->q) : 0; }
+
 static dt_status make(dt_sparse_groups *gr, dt_sparse_bucket *p) {
     dt_sparse_hier *h = calloc(1, sizeof *h);
     if (!(p->hier = h)) return dt_error(DT_ERR_NOMEM, "topk: out of memory");

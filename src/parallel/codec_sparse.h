@@ -74,6 +74,10 @@ dt_status dt_sparse_hier_start(dt_codec *k, dt_sparse_groups *gr, dt_sparse_buck
 dt_status dt_sparse_hier_next(dt_codec *k, dt_sparse_groups *gr, dt_sparse_bucket *p, float *g, dt_request **req, int *done);
 int dt_sparse_hier_next_collective(const dt_sparse_bucket *p);
 void dt_sparse_hier_destroy(dt_sparse_hier *h);
+/* The bytes of its buffers for a bucket of len entries sending at most kmax pairs, l ranks a machine on q machines:
+ * the bucket packed, a slice of it, every machine's pairs for the slice; and those h holds (NULL: none yet). */
+size_t dt_sparse_hier_bytes(size_t len, size_t kmax, int l, int q);
+size_t dt_sparse_hier_held(const dt_sparse_hier *h, size_t len, size_t kmax);
 
 /* Bucket p's pairs (chosen, their residuals zeroed) through Ok-TopK: start issues the first collective; next follows
  * each as dt_codec_next does, and at the end writes the average into g and puts back into the residual (and DGC's

@@ -385,7 +385,8 @@ static void destroy(dt_codec *k) {
 
 /* A bucket's of len entries sending at most kmax pairs a rank, candidates room for cap: the threshold's sample, the
  * candidates (entry, magnitude, a copy to select in), the pairs (the allgather's: every rank's too), DGC's chosen
- * velocities. (Ok-TopK's and the hierarchical exchange's tables beside them are a few words a rank, not counted.) */
+ * velocities. (Ok-TopK's tables beside them are a few words a rank, not counted; the hierarchical exchange's buffers,
+ * a copy of the bucket among them, are: dt_sparse_hier_bytes.) */
 static size_t bucket_bytes(const dt_codec_config *c, size_t len, size_t kmax, size_t cap, size_t pairs) {
     return (len / SAMPLE + 1) * sizeof(float) + cap * (sizeof(size_t) + 2 * sizeof(float)) + pairs * sizeof(uint64_t) +
            (c->kind == DT_CODEC_DGC ? kmax * sizeof(float) : 0);
@@ -396,7 +397,7 @@ static size_t work(const dt_codec *k) {
     size_t b = 0, np = k->comm ? (size_t)dt_comm_size(k->comm) : 1;
     for (int i = 0; i < s->nb; i++) {
         const tbucket *p = &s->b[i];
-        if (p->sample) b += bucket_bytes(&k->c, p->len, p->kmax, p->cap, pairs_room(p->exchange, p->kmax, np));
+        if (p->sample) b += bucket_bytes(&k->c, p->len, p->kmax, p->cap, pairs_room(p->exchange, p->kmax, np)) + dt_sparse_hier_held(p->hier, p->len, p->kmax);
     }
     return b;
 }
@@ -412,7 +413,8 @@ static size_t work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt
     for (int i = 0; i < nb; i++) {
         size_t len = at->nbuckets > 0 ? at->lens[i] : all, kmax = count_at(dt_codec_density_max(c), len);
         dt_sparse_exchange x = c->exchange != DT_SPARSE_AUTO ? c->exchange : auto_pick((double)np, q, (int)np / q, len, kmax, hier);
-        b += bucket_bytes(c, len, kmax, 4 * kmax + 64, pairs_room(x, kmax, np));
+        b += bucket_bytes(c, len, kmax, 4 * kmax + 64, pairs_room(x, kmax, np)) +
+             (x == DT_SPARSE_HIER ? dt_sparse_hier_bytes(len, kmax, (int)np / q, q) : 0);
     }
     return b;
 }
