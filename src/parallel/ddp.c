@@ -815,7 +815,7 @@ static void codec_figures(dt_ddp *d, dt_sync_result *r) {
     dt_codec_stats cs;
     dt_codec_end_step(d->codec, &cs);
     r->grad_bytes = cs.before ? cs.bytes : (double)d->nparams * sizeof(float);
-    r->compress_ratio = cs.after ? (double)cs.before / (double)cs.after : cs.before ? 0 : 1.0; /* 0: nothing sent (0/1 Adam's local steps) */
+    r->compress_ratio = cs.after ? (double)cs.before / (double)cs.after : 1.0;
     r->grad_recv_bytes = cs.before ? cs.received : 0;
 }
 

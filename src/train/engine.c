@@ -344,9 +344,12 @@ static void step_begin(dt_engine *e, int accum, float lr) {
     if (e->cfg.precond) e->cfg.precond->begin(e->cfg.precond->ctx, accum);
 }
 
+/* The run's 0/1 Adam codec (NULL: another or none). */
+static dt_codec *zeroone_codec(dt_engine *e) { return e->codec.kind == DT_CODEC_ZEROONE ? dt_engine_codec(e) : NULL; }
+
 /* 0/1 Adam's step as its plan has it: the optimizer told which (before the step's updates, some inside backward). */
 static dt_status zeroone_begin(dt_engine *e, float lr) {
-    dt_codec *k = e->codec.kind == DT_CODEC_ZEROONE ? dt_engine_codec(e) : NULL;
+    dt_codec *k = zeroone_codec(e);
     e->zo_sync = 0;
     if (!k) return DT_OK;
     dt_zeroone_step z;
@@ -358,7 +361,7 @@ static dt_status zeroone_begin(dt_engine *e, float lr) {
 /* A local interval's end: the ranks' accumulations averaged, every rank's weights and momentum made one. What it
  * sent in *s (nothing where no local step is pending). */
 static dt_status zeroone_end(dt_engine *e, dt_codec_stats *s) {
-    dt_codec *k = e->codec.kind == DT_CODEC_ZEROONE ? dt_engine_codec(e) : NULL;
+    dt_codec *k = zeroone_codec(e);
     float *u = k ? dt_optim_zeroone_accum(e->opt) : NULL;
     if (!u) return DT_OK;
     DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "0/1 Adam sync", "\"parameters\":%zu", e->n);
