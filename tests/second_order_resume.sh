@@ -1,7 +1,7 @@
 #!/bin/bash
 # A second-order optimizer's state in checkpoints (kfac.f32, shampoo.f32, soap.f32): a run stopped at step 10 and
 # resumed gives the uninterrupted run's weights at step 20 bit for bit, for Shampoo (2 ranks, its blocks shared),
-# K-FAC (4 ranks, MEM-OPT) and SOAP (one process and 2 ranks), each with a preconditioning interval (3) that step 10
+# K-FAC (4 ranks, MEM-OPT) and SOAP (one process, 2 ranks, DP 2 x PP 2), each with a preconditioning interval (3) that step 10
 # falls inside, so the saved roots, decompositions and bases are the ones used; K-FAC under ZeRO-1, resumed by ZeRO-1
 # and by DDP; on pipeline stages (each stage's own state, KEY-stageSofP.f32) K-FAC on DP 2 x PP 2 and Shampoo on PP 2;
 # on 2 tensor-parallel ranks K-FAC and Shampoo (the group's ranks hold the same whole tensors' state: one kfac entry in
@@ -11,7 +11,7 @@
 # near the uninterrupted run's losses (K-FAC within 1e-5, Shampoo 1e-4); an interleaved stage's state resumed by its
 # own layout bit for bit, by another afresh.
 # Resharded: Shampoo's state saved with its blocks shared by groups of 2 of 4 ranks resumes shared by all 4 and held
-# whole by each; K-FAC's saved by MEM-OPT resumes as COMM-OPT and HYBRID (on DP 2 x PP 2 too); all bit for bit (their
+# whole by each; SOAP's saved with its matrices shared by 2 ranks (on DP 2 x PP 2 too) resumes held whole by each; K-FAC's saved by MEM-OPT resumes as COMM-OPT and HYBRID (on DP 2 x PP 2 too); all bit for bit (their
 # layouts compute alike). On another rank count (saved by 2 or 4 ranks, one process resumes with the global batch)
 # the losses stay within 5e-4 of the uninterrupted run's. Without the state (a manifest without it, as older
 # checkpoints) or with other units (another block size) the state starts afresh, said, and the weights differ; a
@@ -127,8 +127,15 @@ pair so1 "${soap[@]}" --batch 8 || fail "SOAP runs: $(tail -1 "$dir/so1.out")"
 resume so1 so1_p
 same "SOAP, one process, resumed at step 10" "$(w20 so1)" "$(w20 so1_p)"
 pair so2 "${soap[@]}" --nproc 2 --batch 4 || fail "SOAP 2 ranks: $(tail -1 "$dir/so2.out")"
+copies so2_c so2_whole
 resume so2 so2_p --nproc 2
-same "SOAP, 2 ranks, resumed at step 10" "$(w20 so2)" "$(w20 so2_p)"
+same "SOAP, 2 ranks (its matrices shared), resumed at step 10" "$(w20 so2)" "$(w20 so2_p)"
+resume so2 so2_whole --nproc 2 --soap-group 1
+same "SOAP saved with its matrices shared by 2 ranks, resumed held whole by each" "$(w20 so2)" "$(w20 so2_whole)"
+# the last stage's optimizer leaves the tied token table's copy out: its state is still saved (it was not)
+pair sopp "${soap[@]}" --nproc 4 --pp 2 --batch 4 || fail "SOAP DP 2 x PP 2 runs: $(tail -1 "$dir/sopp.out")"
+resume sopp sopp_p --nproc 4 --pp 2 --batch 4 --soap-group 1
+same "SOAP on DP 2 x PP 2 (shared), resumed at step 10 held whole by each rank" "$(w20 sopp)" "$(w20 sopp_p)"
 
 # pipeline stages: each stage's own state (KEY-stageSofP.f32, written by the stage's first data-parallel rank)
 pair kpp "${kfac[@]}" --nproc 4 --pp 2 --batch 2 --grad-accum 2 --kfac-workers 0.5 || fail "K-FAC DP 2 x PP 2 runs: $(tail -1 "$dir/kpp.out")"

@@ -83,7 +83,9 @@ static void usage(FILE *f) {
             "                     statistics, refreshed every --precondition-every N steps (10) by a power iteration\n"
             "                     and QR, sides longer than --precondition-max-dim D (10000) unrotated, vectors plain\n"
             "                     Adam; its first step only measures; --weight-decay decoupled; whole tensors (not\n"
-            "                     with ZeRO or tensor parallelism)\n"
+            "                     with ZeRO or tensor parallelism). Its matrices shared by the data-parallel ranks\n"
+            "                     (each kept and rotated by one, then allgathered; or by groups of --soap-group G\n"
+            "                     of them; 1: every rank all)\n"
             "  --optimizer kfac   K-FAC (kfac-pytorch's semantics): each block Linear's gradient preconditioned by its\n"
             "                     Kronecker factors' inverse (the embedding, norms and head as they are; an MLP's\n"
             "                     every Linear, a ResNet's convolutions and head, its BatchNorms as they are), then\n"
@@ -261,7 +263,8 @@ static const dt_cli_flag flags[] = {
     { "--tokenizer", "a tokenizer.json" }, { "--chat-template", "chatml, llama3 or none" },
     { "--optimizer", "sgd, adamw, lamb, lars, soap, kfac or shampoo" }, { "--shampoo-wire", "fp32 or bf16" },
     { "--shampoo-block", "a whole number from 1 to 1e6" }, { "--shampoo-start", "a whole number of steps from 1 to 1e9" }, { "--shampoo-eps", "a number above 0, at most 1" },
-    { "--shampoo-group", "a whole number of ranks from 1, dividing the data-parallel ranks" }, { "--precondition-every", "a whole number of steps from 1 to 1e6" },
+    { "--shampoo-group", "a whole number of ranks from 1, dividing the data-parallel ranks" },
+    { "--soap-group", "a whole number of ranks from 1, dividing the data-parallel ranks" }, { "--precondition-every", "a whole number of steps from 1 to 1e6" },
     { "--precondition-max-dim", "a whole number from 1 to 1e6" }, { "--kfac-base", "sgd or adamw" }, { "--kfac-method", "eigen or inverse" },
     { "--kfac-damping", "a number above 0, up to 1e6" }, { "--kfac-decay", "a number in [0, 1)" }, { "--kfac-kl-clip", "a number from 0 (off) to 1e6" },
     { "--kfac-factor-every", "a whole number of steps from 1 to 1e6" }, { "--kfac-inv-every", "a whole number of steps from 1 to 1e6" },
@@ -318,8 +321,8 @@ static int base_settings(int argc, char **argv, dt_train_config *c) {
 typedef struct {
     dt_optim_kind kind, kfac_base;
     double betas[2], eps, wd, mom, trust;
-    int nesterov, pc_every, pc_max;
-    int kfac_flags, shampoo_flags; /* --kfac-* and --shampoo-* flags given */
+    int nesterov, pc_every, pc_max, soap_group;
+    int kfac_flags, shampoo_flags, soap_flags; /* --kfac-*, --shampoo-* and --soap-* flags given */
 } train_opts;
 
 /* The flags below take a word, f the flag and v its word, and answer 1 taken, 0 a bad word, -1 not theirs, 2 said and
@@ -433,7 +436,8 @@ static int number_flag(const char *f, const char *v, dt_train_config *c, train_o
         { "--kfac-inv-every", 1, 1e6, 1, &c->kfac.inv_every, 'i' }, { "--precondition-every", 1, 1e6, 1, &o->pc_every, 'i' },
         { "--precondition-max-dim", 1, 1e6, 1, &o->pc_max, 'i' }, { "--shampoo-block", 1, 1e6, 1, &c->shampoo.block, 'i' },
         { "--shampoo-start", 1, 1e9, 1, &c->shampoo.start, 'i' }, { "--shampoo-eps", 1e-30, 1, 0, &c->shampoo.eps, 'f' },
-        { "--shampoo-group", 1, 65536, 1, &c->shampoo.group, 'i' }, { "--kfac-workers", 1e-9, 1, 0, &c->kfac.workers, 'f' },
+        { "--shampoo-group", 1, 65536, 1, &c->shampoo.group, 'i' }, { "--soap-group", 1, 65536, 1, &o->soap_group, 'i' },
+        { "--kfac-workers", 1e-9, 1, 0, &c->kfac.workers, 'f' },
         { "--batch", 1, 1e6, 1, &c->batch, 'i' }, { "--seq", 1, 1e6, 1, &c->seq, 'i' }, { "--steps", 0, 1e9, 1, &c->steps, 'i' },
         { "--epochs", 1, 1e6, 1, &c->epochs, 'i' }, { "--save-every", 0, 1e9, 1, &c->save_every, 'i' }, { "--keep-last", 1, 256, 1, &c->keep_last, 'i' },
         { "--stop-after", 0, 1e9, 1, &c->stop_after, 'i' },
@@ -478,6 +482,10 @@ static int settle(const char *cmd, dt_train_config *c, const train_opts *o) {
         dt_log(DT_LOG_ERROR, "%s: --shampoo-* flags set Shampoo's preconditioning, which is --optimizer shampoo (not given)", cmd);
         return 2;
     }
+    if (o->soap_flags && (o->kind != DT_OPT_SOAP || c->kfac_on || c->shampoo_on)) {
+        dt_log(DT_LOG_ERROR, "%s: --soap-group shares SOAP's matrices out, which is --optimizer soap (not given)", cmd);
+        return 2;
+    }
     dt_optim_defaults(c->kfac_on ? o->kfac_base : c->shampoo_on ? DT_OPT_SGD : o->kind, &c->opt);
     c->opt.beta1 = (float)o->betas[0];
     c->opt.beta2 = (float)o->betas[1];
@@ -488,6 +496,7 @@ static int settle(const char *cmd, dt_train_config *c, const train_opts *o) {
     c->opt.trust_coef = (float)o->trust;
     c->opt.precond_every = o->pc_every;
     c->opt.precond_max_dim = o->pc_max;
+    c->opt.soap_group = o->soap_group;
     c->shampoo.beta1 = c->opt.beta1, c->shampoo.beta2 = c->opt.beta2, c->shampoo.graft_eps = c->opt.eps, c->shampoo.every = o->pc_every;
     return 0;
 }
@@ -500,7 +509,8 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
     /* a resumed K-FAC run's base, or SGD */
     train_opts o = { .kind = c.opt.kind, .kfac_base = c.kfac_on ? c.opt.kind : DT_OPT_SGD, .betas = { c.opt.beta1, c.opt.beta2 },
                      .eps = c.opt.eps, .wd = c.opt.weight_decay, .mom = c.opt.momentum, .trust = c.opt.trust_coef,
-                     .nesterov = c.opt.nesterov, .pc_every = c.opt.precond_every, .pc_max = c.opt.precond_max_dim };
+                     .nesterov = c.opt.nesterov, .pc_every = c.opt.precond_every, .pc_max = c.opt.precond_max_dim,
+                     .soap_group = c.opt.soap_group };
     /* the flags that take no word */
     const struct { const char *name; int *on; } switches[] = {
         { "--nesterov", &o.nesterov }, { "--quiet", &c.quiet }, { "--overwrite", &c.overwrite }, { "--recompute", &c.recompute },
@@ -519,6 +529,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         i++;
         o.kfac_flags += !strncmp(f, "--kfac-", 7);
         o.shampoo_flags += !strncmp(f, "--shampoo-", 10);
+        o.soap_flags += !strncmp(f, "--soap-", 7);
         int r = !v ? 0 : number_flag(f, v, &c, &o);
         if (r < 0) r = word_flag(f, v, &c, &o);
         if (r == 2) return 2;

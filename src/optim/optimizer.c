@@ -42,10 +42,15 @@ dt_status dt_optim_parse_kind(const char *s, dt_optim_kind *out) {
 }
 
 void dt_optim_defaults(dt_optim_kind kind, dt_optim_config *o) {
-    *o = (dt_optim_config){ kind, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f, 0, 0.001f, 10, 10000, -1.0f };
+    *o = (dt_optim_config){ kind, 0.9f, 0.999f, 1e-8f, 0.0f, 0.0f, 0, 0.001f, 10, 10000, -1.0f, 0 };
 }
 
 dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_span *spans, int nspans, dt_optim **out) {
+    return dt_optim_create_shared(cfg, n, spans, nspans, NULL, out);
+}
+
+dt_status dt_optim_create_shared(const dt_optim_config *cfg, size_t n, const dt_tensor_span *spans, int nspans, dt_comm *comm,
+                                 dt_optim **out) {
     *out = NULL;
     if ((unsigned)cfg->kind > DT_OPT_SOAP) return dt_error(DT_ERR_ARG, "optimizer: unknown kind %d", (int)cfg->kind);
     if (!(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1))
@@ -65,7 +70,7 @@ dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_
     o->v = adam ? dt_alloc_zeroed(n * sizeof(float)) : NULL;
     if (!o->m || (adam && !o->v)) { dt_optim_destroy(o); return dt_error(DT_ERR_NOMEM, "optimizer: no memory for its state"); }
     if (cfg->kind == DT_OPT_SOAP) {
-        dt_status st = spans && nspans > 0 ? dt_soap_create(cfg, spans, nspans, &o->soap)
+        dt_status st = spans && nspans > 0 ? dt_soap_create(cfg, spans, nspans, comm, o->m, o->v, &o->soap)
                                            : dt_error(DT_ERR_ARG, "SOAP needs the tensors' shapes (spans)");
         if (st) { dt_optim_destroy(o); return st; }
     }
@@ -115,6 +120,12 @@ size_t dt_optim_state_bytes(const dt_optim *o) {
     return o->n * sizeof(float) * ((o->v ? 2 : 1) + (o->zo_u ? 2 : 0)) + dt_soap_state_bytes(o->soap);
 }
 void dt_optim_state_units(dt_optim *o, dt_state_units *out) { dt_soap_units(o->soap, out); }
+
+bool dt_optim_describe(const dt_optim *o, char *out, size_t n) {
+    if (!o->soap) return false;
+    dt_soap_describe(o->soap, out, n);
+    return true;
+}
 
 static double norm2(const float *x, size_t n) {
     double s = 0;
@@ -361,7 +372,7 @@ double dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zer
     o->t++;
     if (o->soap) {
         double ss = 0;
-        dt_status st = dt_soap_step(o->soap, &o->cfg, o->t, params, grads, o->m, o->v, lr, &ss);
+        dt_status st = dt_soap_step(o->soap, &o->cfg, o->t, params, grads, lr, &ss);
         if (zero_grads) memset(grads, 0, o->n * sizeof *grads);
         if (st) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
         return st ? NAN : sqrt(ss);

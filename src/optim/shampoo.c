@@ -3,6 +3,7 @@
 #include "shampoo_blocks.h"
 
 #include "dtrain/shampoo.h"
+#include "optim_internal.h"
 
 #include <cblas.h>
 #include <lapacke.h>
@@ -97,19 +98,6 @@ static int allocate(dt_shampoo *s) {
     return 0;
 }
 
-/* The ranks that share the blocks out: all of comm's, or consecutive groups of c.group (split from it). */
-static dt_status group_comm(dt_shampoo *s, dt_comm *comm) {
-    int n = comm ? dt_comm_size(comm) : 1, g = s->c.group ? s->c.group : n;
-    if (n % g) return dt_error(DT_ERR_ARG, "Shampoo: --shampoo-group %d does not divide the %d data-parallel ranks", g, n);
-    if (g == 1) return DT_OK;
-    if (g == n) {
-        s->comm = comm;
-        return DT_OK;
-    }
-    s->own_comm = true;
-    return dt_comm_split(comm, dt_comm_rank(comm) / g, dt_comm_rank(comm), &s->comm);
-}
-
 dt_status dt_shampoo_create(const dt_shampoo_config *c, const dt_tensor_info *tensors, int n, dt_comm *comm, dt_shampoo **out) {
     *out = NULL;
     dt_status st = dt_shampoo_check(c);
@@ -119,7 +107,7 @@ dt_status dt_shampoo_create(const dt_shampoo_config *c, const dt_tensor_info *te
     s->c = *c;
     if (!s->c.start) s->c.start = c->every;
     s->tensors = tensors;
-    if ((st = group_comm(s, comm))) {
+    if ((st = dt_optim_work_group(comm, c->group, "Shampoo", "--shampoo-group", &s->comm, &s->own_comm))) {
         free(s);
         return st;
     }

@@ -1,25 +1,39 @@
 /* SOAP: Adam in the eigenbases of Shampoo's statistics (optim.h; pytorch_optimizer's SOAP is the oracle,
  * scripts/make_soap_fixture.py). A matrix G [r, c] keeps L = E[G G^T] and R = E[G^T G] and their bases QL, QR;
- * Adam's first moment lives in the weights' own coordinates, its second in the rotated ones (QL^T G QR). */
+ * Adam's first moment lives in the weights' own coordinates, its second in the rotated ones (QL^T G QR). With several
+ * data-parallel ranks each rotated matrix is kept and stepped by one of them (as distributed Shampoo's blocks, chosen by
+ * cost), which alone holds its statistics, bases and moments; the stepped matrices are then allgathered. */
 #include "optim_internal.h"
+
+#include "dtrain/kfac.h"
 
 #include <cblas.h>
 #include <lapacke.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct {
     size_t off, count;
     int rows, cols;
-    float *L, *R, *QL, *QR; /* NULL: that side unrotated */
+    int owner;              /* the rank of the group that keeps and rotates it (-1: every rank steps it) */
+    size_t at;              /* its place among the matrices exchanged (by owner, then in order) */
+    float *L, *R, *QL, *QR; /* NULL: that side unrotated, or kept by another rank */
 } soap_tensor;
 
 struct dt_soap {
     soap_tensor *t;
-    int n;
+    int n, rank, ranks;
+    dt_comm *comm;          /* the ranks sharing the matrices (NULL: this one all) */
+    bool own_comm;          /* split from the caller's */
+    float *m, *v;           /* the optimizer's moments (a rotated matrix's: its owner's) */
+    size_t *counts, total;  /* floats of the matrices each rank steps; all of them */
+    float *send, *recv;     /* this rank's matrices stepped; every rank's */
     float *work[3];         /* three matrices of the largest tensor, and its bases' scratch */
-    size_t bytes;
+    int max_dim;            /* precond_max_dim: a longer side is not rotated */
+    size_t bytes, most;     /* this rank's statistics and bases; the group's fullest rank's */
+    int rotated;            /* matrices it rotates (of the whole group) */
     bool started;           /* its first call measured (a resumed run's: the checkpoint's) */
 };
 
@@ -27,36 +41,59 @@ void dt_soap_destroy(dt_soap *s) {
     if (!s) return;
     for (int i = 0; i < s->n; i++) free(s->t[i].L), free(s->t[i].R), free(s->t[i].QL), free(s->t[i].QR);
     for (int k = 0; k < 3; k++) free(s->work[k]);
-    free(s->t);
+    if (s->own_comm) dt_comm_destroy(s->comm);
+    free(s->send), free(s->recv), free(s->counts), free(s->t);
     free(s);
 }
 
-dt_status dt_soap_create(const dt_optim_config *c, const dt_tensor_span *spans, int nspans, dt_soap **out) {
-    *out = NULL;
-    if (c->precond_every < 1 || c->precond_max_dim < 1)
-        return dt_error(DT_ERR_ARG, "SOAP: --precondition-every %d and --precondition-max-dim %d must be 1 or more", c->precond_every,
-                        c->precond_max_dim);
-    dt_soap *s = calloc(1, sizeof *s);
-    if (!s || !(s->t = calloc((size_t)nspans + 1, sizeof *s->t))) {
-        free(s);
-        return dt_error(DT_ERR_NOMEM, "SOAP: out of memory");
+static bool rotates(const dt_optim_config *c, const dt_tensor_span *sp) {
+    return sp->count && sp->rows > 0 && sp->cols > 0 && (sp->rows <= c->precond_max_dim || sp->cols <= c->precond_max_dim);
+}
+
+void dt_soap_assign(const dt_optim_config *c, const dt_tensor_span *spans, int n, int ranks, int *owner, double *cost, size_t *floats) {
+    double *w = calloc((size_t)n + 1, sizeof *w);
+    int *idx = calloc((size_t)n + 1, sizeof *idx), *who = calloc((size_t)n + 1, sizeof *who), k = 0;
+    for (int i = 0; i < n; i++) {
+        const dt_tensor_span *sp = &spans[i];
+        double r = sp->rows, cl = sp->cols, d[2] = { r, cl }, f = 0, flops = 0;
+        for (int j = 0; j < 2 && rotates(c, sp); j++) {
+            if (d[j] > c->precond_max_dim) continue;
+            f += 2 * d[j] * d[j];
+            /* the statistic's GEMM, three rotations of a GEMM a side; the power iteration and QR at their interval */
+            flops += 8 * d[j] * r * cl + (2 + 8.0 / 3) * d[j] * d[j] * d[j] / (c->precond_every > 0 ? c->precond_every : 1);
+        }
+        if (cost) cost[i] = flops;
+        if (floats) floats[i] = (size_t)f;
+        if (owner) owner[i] = -1;
+        if (rotates(c, sp) && w && idx) w[k] = flops, idx[k++] = i;
     }
+    if (w && idx && who) dt_kfac_assign(w, k, ranks, 1, who); /* KAISA's greedy, each rank its own column */
+    for (int j = 0; j < k && owner; j++) owner[idx[j]] = who ? who[j] : j % ranks;
+    free(w), free(idx), free(who);
+}
+
+/* Each rotated matrix's owner and place, this rank's statistics and bases, the scratch, the exchange's buffers. */
+static bool allocate(dt_soap *s, const dt_optim_config *c, const dt_tensor_span *sp, int n) {
+    int *owner = calloc((size_t)n + 1, sizeof *owner);
+    size_t *floats = calloc((size_t)n + 1, sizeof *floats), *per = calloc((size_t)s->ranks, sizeof *per);
+    if (!owner || !floats || !per || !(s->counts = calloc((size_t)s->ranks, sizeof *s->counts))) return free(owner), free(floats), free(per), false;
+    dt_soap_assign(c, sp, n, s->ranks, owner, NULL, floats);
+    for (int i = 0; i < n; i++)
+        if (owner[i] >= 0) per[owner[i]] += floats[i] * sizeof(float), s->rotated++;
+    for (int r = 0; r < s->ranks; r++) s->most = per[r] > s->most ? per[r] : s->most;
+    free(floats), free(per);
     size_t big = 1;
     bool ok = true;
-    for (int i = 0; i < nspans && ok; i++) {
-        const dt_tensor_span *sp = &spans[i];
-        if (!sp->count) continue;
-        bool matrix = sp->rows > 0 && sp->cols > 0;
-        if (matrix && (size_t)sp->rows * sp->cols != sp->count) {
-            dt_soap_destroy(s);
-            return dt_error(DT_ERR_ARG, "SOAP rotates whole matrices: tensor %d is cut (%zu of %d x %d here: a sharded strategy)", sp->tensor,
-                            sp->count, sp->rows, sp->cols);
-        }
-        soap_tensor *t = &s->t[s->n++];
-        *t = (soap_tensor){ .off = sp->offset, .count = sp->count, .rows = matrix ? sp->rows : 0, .cols = matrix ? sp->cols : 0 };
-        if (!matrix) continue;
-        int side[2] = { sp->rows, sp->cols };
-        for (int k = 0; k < 2 && ok; k++) {
+    for (int i = 0; i < n && ok; i++) {
+        soap_tensor *t = &s->t[i];
+        bool matrix = sp[i].rows > 0 && sp[i].cols > 0;
+        *t = (soap_tensor){ .off = sp[i].offset, .count = sp[i].count, .rows = matrix ? sp[i].rows : 0, .cols = matrix ? sp[i].cols : 0,
+                            .owner = owner[i] };
+        if (t->owner >= 0) s->counts[t->owner] += t->count;
+        if (t->owner >= 0 && t->owner != s->rank) continue;
+        big = t->count > big ? t->count : big;
+        int side[2] = { t->rows, t->cols };
+        for (int k = 0; k < 2 && ok && t->owner >= 0; k++) {
             int d = side[k];
             if (d > c->precond_max_dim) continue;
             size_t b = (size_t)d * d * sizeof(float);
@@ -65,19 +102,62 @@ dt_status dt_soap_create(const dt_optim_config *c, const dt_tensor_span *spans, 
             s->bytes += 2 * b;
             big = (size_t)d * d > big ? (size_t)d * d : big;
         }
-        big = sp->count > big ? sp->count : big;
     }
+    for (int r = 0; r < s->ranks; r++) s->total += s->counts[r];
+    size_t at = 0;
+    for (int r = 0; r < s->ranks; r++) /* by owner, then in order */
+        for (int i = 0; i < n; i++)
+            if (s->t[i].owner == r) s->t[i].at = at, at += s->t[i].count;
+    free(owner);
     /* the eigenvalues after a basis's matrix: big + its side */
     for (int k = 0; k < 3 && ok; k++) ok = (s->work[k] = malloc((big + (size_t)c->precond_max_dim + 1) * sizeof(float))) != NULL;
-    if (!ok) {
+    if (ok && s->ranks > 1)
+        ok = (s->send = malloc((s->counts[s->rank] + 1) * sizeof(float))) && (s->recv = malloc((s->total + 1) * sizeof(float)));
+    return ok;
+}
+
+dt_status dt_soap_create(const dt_optim_config *c, const dt_tensor_span *spans, int nspans, dt_comm *comm, float *m, float *v, dt_soap **out) {
+    *out = NULL;
+    if (c->precond_every < 1 || c->precond_max_dim < 1)
+        return dt_error(DT_ERR_ARG, "SOAP: --precondition-every %d and --precondition-max-dim %d must be 1 or more", c->precond_every,
+                        c->precond_max_dim);
+    for (int i = 0; i < nspans; i++) {
+        const dt_tensor_span *sp = &spans[i];
+        if (sp->count && sp->rows > 0 && sp->cols > 0 && (size_t)sp->rows * sp->cols != sp->count)
+            return dt_error(DT_ERR_ARG, "SOAP rotates whole matrices: tensor %d is cut (%zu of %d x %d here: a sharded strategy)", sp->tensor,
+                            sp->count, sp->rows, sp->cols);
+    }
+    dt_soap *s = calloc(1, sizeof *s);
+    if (!s || !(s->t = calloc((size_t)nspans + 1, sizeof *s->t))) {
+        free(s);
+        return dt_error(DT_ERR_NOMEM, "SOAP: out of memory");
+    }
+    s->m = m, s->v = v, s->max_dim = c->precond_max_dim;
+    dt_tensor_span *held = calloc((size_t)nspans + 1, sizeof *held); /* the spans with a piece here (a pipeline's tied copy has none) */
+    for (int i = 0; i < nspans && held; i++)
+        if (spans[i].count) held[s->n++] = spans[i];
+    dt_status st = held ? dt_optim_work_group(comm, c->soap_group, "SOAP", "--soap-group", &s->comm, &s->own_comm)
+                          : dt_error(DT_ERR_NOMEM, "SOAP: out of memory");
+    s->rank = s->comm ? dt_comm_rank(s->comm) : 0;
+    s->ranks = s->comm ? dt_comm_size(s->comm) : 1;
+    if (!st && !allocate(s, c, held, s->n)) st = dt_error(DT_ERR_NOMEM, "SOAP: out of memory for its statistics");
+    free(held);
+    if (st) {
         dt_soap_destroy(s);
-        return dt_error(DT_ERR_NOMEM, "SOAP: out of memory for its statistics");
+        return st;
     }
     *out = s;
     return DT_OK;
 }
 
 size_t dt_soap_state_bytes(const dt_soap *s) { return s ? s->bytes : 0; }
+
+void dt_soap_describe(const dt_soap *s, char *out, size_t n) {
+    snprintf(out, n, "SOAP: %d matrices rotated, %s: their statistics and bases %.3f MiB on the rank holding most", s->rotated,
+             s->ranks > 1 ? "each kept and stepped by one of the group's ranks, then allgathered" : "every rank all",
+             s->most / 1048576.0);
+    if (s->ranks > 1) snprintf(out + strlen(out), n - strlen(out), " (%d ranks a group)", s->ranks);
+}
 
 /* Q = the eigenvectors of S [d, d], by descending eigenvalue (as the oracle flips eigh's ascending order). */
 static dt_status eigenbasis(const float *S, int d, float *Q, float *scratch) {
@@ -179,47 +259,80 @@ static const float *direction(dt_soap *s, const soap_tensor *x, const dt_optim_c
     return rot;
 }
 
-dt_status dt_soap_step(dt_soap *s, const dt_optim_config *c, long t, float *p, float *g, float *m, float *v, float lr, double *sumsq) {
+/* Every rank's matrices stepped to every rank: each packs its own, then takes the others'. */
+static dt_status exchange(dt_soap *s, float *p) {
+    size_t mine = 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->t[i].owner == s->rank) memcpy(s->send + mine, p + s->t[i].off, s->t[i].count * sizeof(float)), mine += s->t[i].count;
+    dt_status st = dt_comm_allgatherv(s->comm, s->send, s->recv, s->counts, DT_F32);
+    for (int i = 0; i < s->n && !st; i++)
+        if (s->t[i].owner >= 0 && s->t[i].owner != s->rank) memcpy(p + s->t[i].off, s->recv + s->t[i].at, s->t[i].count * sizeof(float));
+    return st;
+}
+
+dt_status dt_soap_step(dt_soap *s, const dt_optim_config *c, long t, float *p, float *g, float lr, double *sumsq) {
     dt_status st = DT_OK;
     double ss = 0;
     long step = t - 1; /* the oracle's count; its first call only measures */
     bool first = !s->started;
     s->started = true;
     float size = first ? 0 : lr * sqrtf(1.0f - powf(c->beta2, (float)step)) / (1.0f - powf(c->beta1, (float)step));
-    for (int i = 0; i < s->n && !st; i++) {
+    for (int i = 0; i < s->n; i++) {
         soap_tensor *x = &s->t[i];
         size_t n = x->count;
-        float *P = p + x->off, *G = g + x->off, *V = v + x->off;
+        float *P = p + x->off, *G = g + x->off, *V = s->v + x->off;
         for (size_t k = 0; k < n; k++) ss += (double)G[k] * G[k];
+        if (x->owner >= 0 && x->owner != s->rank) continue; /* another rank's */
         if (!first) {
-            const float *dir = direction(s, x, c, G, m + x->off, V);
+            const float *dir = direction(s, x, c, G, s->m + x->off, V);
             for (size_t k = 0; k < n; k++) {
                 P[k] -= size * dir[k];
                 P[k] *= 1.0f - lr * c->weight_decay;
             }
         }
-        if (x->rows) st = measure(s, x, c, G, V, step, first);
+        /* a failed basis stays as it was: the other matrices still step, as on every rank (the first failure said) */
+        dt_status ms = x->owner >= 0 ? measure(s, x, c, G, V, step, first) : DT_OK;
+        if (!st) st = ms;
     }
     *sumsq = ss;
+    if (s->ranks > 1 && !first) {
+        dt_status es = exchange(s, p);
+        return es ? es : st;
+    }
     return st;
 }
 
-/* ---- its state in checkpoints: a unit a tensor (L, QL, then R, QR, of the sides it rotates; a vector none), every
- * rank holding all; its count of steps 1 once its first step has measured ---- */
+/* ---- its state in checkpoints: a unit a tensor (of a rotated matrix: L, QL, then R, QR, of the sides it rotates,
+ * then Adam's m and v; of another none), saved by its owner in the first group, loaded by its owner in every group
+ * (any rank: a rank of this layout's group holds it, or none with 0 floats); its count of steps 1 once its first step
+ * has measured ---- */
 
 static size_t unit_floats(void *ctx, int u) {
-    const soap_tensor *t = &((dt_soap *)ctx)->t[u];
-    return (t->L ? 2 * (size_t)t->rows * t->rows : 0) + (t->R ? 2 * (size_t)t->cols * t->cols : 0);
+    const dt_soap *s = ctx;
+    const soap_tensor *t = &s->t[u];
+    if (t->owner < 0) return 0;
+    return (t->rows <= s->max_dim ? 2 * (size_t)t->rows * t->rows : 0) + (t->cols <= s->max_dim ? 2 * (size_t)t->cols * t->cols : 0) +
+           2 * t->count;
 }
 
-static int unit_saver(void *ctx, int u) { return (void)ctx, (void)u, 0; }
-static int unit_loads(void *ctx, int u, int rank) { return (void)ctx, (void)u, (void)rank, 1; }
+static int unit_saver(void *ctx, int u) {
+    const soap_tensor *t = &((dt_soap *)ctx)->t[u];
+    return t->owner > 0 ? t->owner : 0;
+}
+
+static int unit_loads(void *ctx, int u, int rank) {
+    const dt_soap *s = ctx;
+    return s->t[u].owner >= 0 && rank % s->ranks == s->t[u].owner;
+}
 
 static void unit_io(void *ctx, int u, float *buf, int load) {
-    soap_tensor *t = &((dt_soap *)ctx)->t[u];
-    float *part[4] = { t->L, t->QL, t->R, t->QR };
-    size_t len[4] = { (size_t)t->rows * t->rows, (size_t)t->rows * t->rows, (size_t)t->cols * t->cols, (size_t)t->cols * t->cols };
-    for (int i = 0; i < 4; i++) {
+    dt_soap *s = ctx;
+    soap_tensor *t = &s->t[u];
+    if (t->owner < 0) return; /* nothing of it saved: every rank steps it from the optimizer's own buffers */
+    float *part[6] = { t->L, t->QL, t->R, t->QR, s->m + t->off, s->v + t->off };
+    size_t len[6] = { (size_t)t->rows * t->rows, (size_t)t->rows * t->rows, (size_t)t->cols * t->cols, (size_t)t->cols * t->cols, t->count,
+                      t->count };
+    for (int i = 0; i < 6; i++) {
         if (!part[i]) continue;
         memcpy(load ? part[i] : buf, load ? buf : part[i], len[i] * sizeof(float));
         buf += len[i];

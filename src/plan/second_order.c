@@ -113,27 +113,45 @@ static void shampoo_cost(const dt_plan_job *j, const dt_plan_hardware *h, double
     dt_program_destroy(p);
 }
 
-/* SOAP: every rank every matrix (DDP's replicas): L and R with their bases (a side up to precond_max_dim), each step
- * the statistics' two GEMMs and three rotations of two GEMMs each, every precond_every steps a power iteration and a QR
- * a side (about 2 d^3 + 8/3 d^3 FLOPs). */
-static void soap_cost(const dt_plan_job *j, double rate, second_cost *out) {
+/* SOAP: each matrix it rotates kept and stepped by one rank of the group (dt_soap_assign, as a run assigns them; every
+ * rank all with --soap-group 1): L and R with their bases (a side up to precond_max_dim), each step the statistics'
+ * GEMM and three rotations of a GEMM a side, every precond_every steps a power iteration and a QR a side; the stepped
+ * matrices allgathered. The busiest owner's. */
+static void soap_cost(const dt_plan_job *j, double rate, double a, double b, second_cost *out) {
     dt_model m;
     dt_program *p = dt_plan_model_table(j, &m);
-    if (!p) return;
-    double big = 1;
-    for (int i = 0; i < m.ntensors; i++) {
-        const dt_tensor_info *t = &m.tensors[i];
-        big = fmax(big, (double)t->count);
-        if (t->ndim != 2 || t->tied_copy) continue;
-        double r = t->shape[0], c = t->shape[1], d[2] = { r, c };
-        for (int k = 0; k < 2; k++) {
-            if (d[k] > j->opt.precond_max_dim) continue;
-            out->bytes += 2 * d[k] * d[k] * 4;
-            out->compute += (2 * d[k] * r * c + 3 * 2 * d[k] * r * c) / rate + (2 + 8.0 / 3) * pow(d[k], 3) / rate / j->opt.precond_every;
-            big = fmax(big, d[k] * d[k]);
+    int R = j->dp > 1 ? j->dp : 1, g = j->opt.soap_group ? j->opt.soap_group : R;
+    dt_tensor_span *sp = p ? calloc((size_t)m.ntensors + 1, sizeof *sp) : NULL;
+    int *owner = sp ? calloc((size_t)m.ntensors + 1, sizeof *owner) : NULL;
+    double *flops = owner ? calloc((size_t)m.ntensors + 1, sizeof *flops) : NULL, *state = calloc((size_t)g, sizeof *state),
+           *work = calloc((size_t)g, sizeof *work), *mine = calloc((size_t)g, sizeof *mine);
+    size_t *floats = flops ? calloc((size_t)m.ntensors + 1, sizeof *floats) : NULL;
+    double big = 1, total = 0;
+    if (floats && state && work && mine) {
+        for (int i = 0; i < m.ntensors; i++) {
+            const dt_tensor_info *t = &m.tensors[i];
+            bool mat = t->ndim == 2 && !t->tied_copy;
+            sp[i] = (dt_tensor_span){ t->offset, t->tied_copy ? 0 : t->count, i, mat ? t->shape[0] : 0, mat ? t->shape[1] : 0 };
         }
+        dt_soap_assign(&j->opt, sp, m.ntensors, g, owner, flops, floats);
+        for (int i = 0; i < m.ntensors; i++) {
+            big = fmax(big, (double)sp[i].count);
+            if (owner[i] < 0) continue;
+            int o = owner[i];
+            state[o] += 4.0 * (double)floats[i], work[o] += flops[i] / rate, mine[o] += (double)sp[i].count, total += (double)sp[i].count;
+            for (int k = 0; k < 2; k++) {
+                double d = k ? sp[i].cols : sp[i].rows;
+                if (d <= j->opt.precond_max_dim) big = fmax(big, d * d);
+            }
+        }
+        for (int r = 0; r < g; r++) {
+            out->bytes = fmax(out->bytes, state[r]), out->compute = fmax(out->compute, work[r]);
+            out->scratch = fmax(out->scratch, g > 1 ? 4 * (mine[r] + total) : 0); /* the exchange's: its own, every rank's */
+        }
+        out->comm = g > 1 ? dt_plan_gather(total * 4, g, a, b) : 0;
     }
-    out->scratch = 3 * 4 * (big + j->opt.precond_max_dim);
+    out->scratch += 3 * 4 * (big + j->opt.precond_max_dim);
+    free(sp), free(owner), free(flops), free(floats), free(state), free(work), free(mine);
     dt_program_destroy(p);
 }
 
@@ -172,7 +190,7 @@ static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, i
     if (!(rate > 0)) rate = 1e10;
     if (j->kfac_on) kfac_cost(j, h, rate, threads, slow, a, b, overlap, out);
     else if (j->shampoo_on) shampoo_cost(j, h, rate, threads, slow, a, b, out);
-    else if (j->opt.kind == DT_OPT_SOAP) soap_cost(j, rate, out);
+    else if (j->opt.kind == DT_OPT_SOAP) soap_cost(j, rate, a, b, out);
     if ((j->kfac_on || j->shampoo_on) && j->tp > 1) tp_cost(j, a, b, out);
     double pp = j->pp > 1 ? j->pp : 1;
     out->bytes /= pp, out->compute /= pp, out->comm /= pp;

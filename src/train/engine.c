@@ -72,7 +72,10 @@ static dt_status make_optimizer(dt_engine *e) {
         int rows = t->ndim == 2 ? t->shape[0] : 0, cols = t->ndim == 2 ? t->shape[1] : 0; /* SOAP's matrices */
         spans[k++] = a < b ? (dt_tensor_span){ a - e->off, b - a, i, rows, cols } : (dt_tensor_span){ 0, 0, i, rows, cols };
     }
-    dt_status st = dt_optim_create(&e->cfg.opt, e->n, spans, k, &e->opt);
+    /* SOAP shares its matrices among replicas: the data-parallel ranks holding the whole store alike (not a shard, not
+     * each rank's own experts) */
+    bool replicas = !strcmp(e->s->name, "ddp") && e->cfg.ep <= 1;
+    dt_status st = dt_optim_create_shared(&e->cfg.opt, e->n, spans, k, replicas ? e->cfg.comm : NULL, &e->opt);
     free(spans);
     size_t ns = st ? 0 : dt_optim_nsums(e->opt);
     if (ns && !(e->sums = malloc(ns * sizeof *e->sums))) st = dt_error(DT_ERR_NOMEM, "engine: out of memory");
