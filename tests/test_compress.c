@@ -716,6 +716,44 @@ static void zeroone_optimizer(void) {
     dt_optim_destroy(b);
 }
 
+/* A local step the engine skips (a non-finite loss: told of by the plan, never stepped) leaves the interval as if it
+ * had not been planned: an interval whose first and third planned steps are skipped ends at the weights and momentum
+ * of one without them, bit for bit (it once counted the skipped steps' lr/bc1 and lost the interval's first weights). */
+static void zeroone_skipped_step(void) {
+    enum { N = 64 };
+    dt_optim_config oc;
+    dt_optim_defaults(DT_OPT_ADAMW, &oc);
+    oc.weight_decay = 0.1f;
+    dt_optim *o[2] = { NULL, NULL };
+    if (dt_optim_create(&oc, N, NULL, 0, &o[0]) || dt_optim_create(&oc, N, NULL, 0, &o[1])) { check("zeroone skipped: optimizers", false, dt_last_error()); return; }
+    float p[2][N], g[N], lr = 1e-2f;
+    for (int i = 0; i < N; i++) p[0][i] = p[1][i] = draw(0, 0, (size_t)i, 0);
+    for (int k = 0; k < 2; k++) {
+        for (int t = 1; t <= 2; t++) { /* AdamW's steps first, alike */
+            for (int i = 0; i < N; i++) g[i] = draw(t, 0, (size_t)i, 0);
+            dt_optim_zeroone(o[k], DT_ZO_VARIANCE, t, lr);
+            dt_optim_step(o[k], p[k], g, lr, 1);
+        }
+        for (int t = 3, planned = 0; t <= 5; planned++) {
+            if (k == 0 && (planned == 0 || planned == 2)) { /* skipped: told of at its own rate, never stepped */
+                dt_optim_zeroone(o[k], DT_ZO_LOCAL, 2, 7 * lr);
+                continue;
+            }
+            float rate = lr * (float)(t - 1); /* a schedule's */
+            dt_optim_zeroone(o[k], DT_ZO_LOCAL, 2, rate);
+            for (int i = 0; i < N; i++) g[i] = draw(t, 0, (size_t)i, 0);
+            dt_optim_step(o[k], p[k], g, rate, 1);
+            t++;
+        }
+        dt_optim_zeroone_end(o[k], p[k]);
+    }
+    bool same = !memcmp(p[0], p[1], sizeof p[0]) && !memcmp(dt_optim_buffer(o[0], 0), dt_optim_buffer(o[1], 0), N * sizeof(float));
+    check("zeroone: local steps skipped inside an interval (its first and third) = the interval without them, bit for bit", same,
+          same ? "weights and momentum equal" : "weights or momentum differ");
+    dt_optim_destroy(o[0]);
+    dt_optim_destroy(o[1]);
+}
+
 static void bad_config(void) {
     dt_tensor_info t[1];
     table(t, 1, names, shapes);
@@ -788,6 +826,7 @@ int main(int argc, char **argv) {
     zeroone_plan(3, 3, 1, 16, 200);
     zeroone_against_sequential(w);
     zeroone_optimizer();
+    zeroone_skipped_step();
     bad_config();
     dt_comm_destroy(w);
     if (me == 0) printf(failed ? "FAILED %d\n" : "all ok\n", failed);

@@ -28,6 +28,8 @@ struct dt_optim {
     float *zo_u, *zo_start;
     double zo_lrs, zo_decay;
     bool zo_keep;         /* this step starts an interval: each chunk keeps its weights before it steps */
+    float zo_lr;          /* a local step's lr, counted in the interval once the step runs (a skipped one is not) */
+    bool zo_pending;
     dt_soap *soap;        /* SOAP's statistics and bases (soap.c) */
 };
 
@@ -254,6 +256,19 @@ static chunk_fn chunk_of(const dt_optim *o) {
     return o->cfg.kind != DT_OPT_ADAMW ? sgd_chunk : kept_v ? adamw_kept_v_chunk : adamw_chunk;
 }
 
+/* A step starts: its count; a local step of 0/1 Adam counted in its interval now (not where the plan told of it: a step
+ * the engine skips never gets here), the interval's weights kept by its first. */
+static void step_starts(dt_optim *o) {
+    o->t++;
+    if (!o->zo_pending) return;
+    const dt_optim_config *c = &o->cfg;
+    o->zo_pending = false;
+    o->zo_keep = o->zo_lrs == 0;
+    if (o->zo_keep) o->zo_decay = 1;
+    o->zo_lrs += o->zo_lr / (1.0f - powf(c->beta1, (float)o->t));
+    o->zo_decay *= 1.0f - o->zo_lr * c->weight_decay;
+}
+
 static coef coefs(const dt_optim *o, float lr) {
     const dt_optim_config *c = &o->cfg;
     long vt = o->frozen ? o->frozen : o->zo_mode ? o->zo_nvar : o->t; /* the variance's updates */
@@ -353,7 +368,7 @@ static void lars_apply(dt_optim *o, float *p, float *g, float lr, const double *
 size_t dt_optim_nsums(const dt_optim *o) { return o->sums ? 2 * (size_t)o->ntensors : 0; }
 
 double dt_optim_norms(dt_optim *o, float *params, float *grads, double *sums) {
-    o->t++;
+    step_starts(o);
     memset(sums, 0, dt_optim_nsums(o) * sizeof *sums);
     return o->cfg.kind == DT_OPT_LAMB ? lamb_norms(o, params, grads, sums) : lars_norms(o, params, grads, sums);
 }
@@ -369,7 +384,7 @@ double dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zer
         dt_optim_apply(o, params, grads, lr, o->sums, zero_grads);
         return sqrt(ss);
     }
-    o->t++;
+    step_starts(o);
     if (o->soap) {
         double ss = 0;
         dt_status st = dt_soap_step(o->soap, &o->cfg, o->t, params, grads, lr, &ss);
@@ -389,7 +404,7 @@ double dt_optim_step_clipped(dt_optim *o, float *params, float *grads, float lr,
 
 double dt_optim_step_lp(dt_optim *o, float *params, uint16_t *grads, dt_dtype t, float scale, float lr) {
     if (!dt_optim_elementwise(o)) return NAN;
-    o->t++;
+    step_starts(o);
     coef k = coefs(o, lr);
     chunk_fn f = chunk_of(o);
     double ss = 0;
@@ -408,7 +423,7 @@ double dt_optim_step_lp(dt_optim *o, float *params, uint16_t *grads, dt_dtype t,
 
 int dt_optim_elementwise(const dt_optim *o) { return o->cfg.kind == DT_OPT_SGD || o->cfg.kind == DT_OPT_ADAMW; }
 
-void dt_optim_begin(dt_optim *o) { o->t++; }
+void dt_optim_begin(dt_optim *o) { step_starts(o); }
 
 void dt_optim_freeze_variance(dt_optim *o, long at) { o->frozen = o->cfg.kind == DT_OPT_ADAMW && at > 0 ? at : 0; }
 
@@ -417,16 +432,11 @@ dt_status dt_optim_zeroone(dt_optim *o, int mode, long nvar, float lr) {
     o->zo_mode = mode;
     o->zo_nvar = nvar;
     o->zo_keep = false;
+    o->zo_pending = false;
     if (mode != DT_ZO_LOCAL) return DT_OK;
     if (!o->zo_u && (!(o->zo_u = dt_alloc_zeroed(o->n * sizeof(float))) || !(o->zo_start = dt_alloc_zeroed(o->n * sizeof(float)))))
         return dt_error(DT_ERR_NOMEM, "0/1 Adam: no memory for its local steps' accumulation (2 x %zu floats)", o->n);
-    const dt_optim_config *c = &o->cfg;
-    /* the coming step's lr/bc1 and decay, as coefs() will make them once the step's count has advanced */
-    float bc1 = 1.0f - powf(c->beta1, (float)(o->t + 1));
-    o->zo_keep = o->zo_lrs == 0;
-    if (o->zo_keep) o->zo_decay = 1;
-    o->zo_lrs += lr / bc1;
-    o->zo_decay *= 1.0f - lr * c->weight_decay;
+    o->zo_lr = lr, o->zo_pending = true; /* counted when the step starts (step_starts) */
     return DT_OK;
 }
 
