@@ -38,6 +38,9 @@ refused() { # WHAT NEEDLE ARGS...
 killed_rank() { # WHAT ARGS...
     local what=$1
     shift
+    # the last call's output gone first: the loop below could read its "step" lines before this job's shell truncates
+    # the file, and look for rank 1 before the launcher started it (it failed so once, beside a benchmark)
+    rm -f "$dir/kout" "$dir/kerr"
     "$DTRAIN" train "$@" --steps 100000 > "$dir/kout" 2> "$dir/kerr" &
     local launcher=$! victim="" i p
     # its first step printed: up to a minute (a sanitizer's build on a busy machine took more than the 10 s once given)

@@ -285,6 +285,22 @@ static void codec_terms(const step_ctx *x, dt_plan_time *o, double sent, double 
     if (psgd && j->codec.rank > 4) o->codec += 6.0 * approx * (j->codec.rank - 4) / (h->flops_f32 * h->gemm_efficiency);
 }
 
+/* 0/1 Adam over the run's steps (known): a step's exchange as the mean of its plan's, the variance's steps averaging the
+ * gradient whole (dense: that allreduce's seconds), the momentum's steps and the local intervals' ends sending signs (as
+ * codec_terms priced them), the other local steps nothing. */
+static void zeroone_mix(const dt_plan_job *j, dt_plan_time *o, double dense, double dense_bytes) {
+    long whole = 0, signs = 0;
+    for (long t = 1; t <= j->steps; t++) {
+        dt_zeroone_step z;
+        dt_codec_zeroone_at(&j->codec, t, &z);
+        whole += !z.local && z.variance, signs += (!z.local && !z.variance) || z.sync;
+    }
+    double fw = (double)whole / (double)j->steps, fs = (double)signs / (double)j->steps;
+    o->dp_comm = fw * dense + fs * o->dp_comm;
+    o->codec *= fs;
+    o->codec_bytes = fw * dense_bytes + fs * o->codec_bytes;
+}
+
 /* Data parallelism's part: ZeRO's gradient pages, the reductions and gathers, and what backward does not hide. */
 static void dp_terms(const step_ctx *x, dt_plan_time *o) {
     const dt_plan_job *j = x->j, *job = x->job;
@@ -304,6 +320,7 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
     double gathers = 0, approx = 0, sent = j->codec.kind != DT_CODEC_NONE && n > 1 ? dt_plan_codec_floats(j, &approx, NULL, NULL) : 0;
     o->codec_bytes = n > 1 ? psi * gb : 0;
     if (sent > 0) codec_terms(x, o, sent, approx, dp_nodes, da, db);
+    if (sent > 0 && j->codec.kind == DT_CODEC_ZEROONE && j->steps > 0) zeroone_mix(j, o, dt_plan_allreduce(psi * gb, n, da, db, g), psi * gb);
     if (n > 1) {
         if (!(sent > 0)) o->dp_comm = dt_plan_allreduce(psi * gb, n, da, db, g);
         /* and are narrowed in place first (4 bytes read, 2 written), then widened back where the average lands (an f32
