@@ -43,6 +43,9 @@ if within5 "$pw" "$whole" "$ps" "$shared"; then
 else fail "the planner's SOAP memory: shared $ps MiB (run $shared), whole $pw MiB (run $whole)"; fi
 
 refused "--soap-group 3 on 4 ranks" "does not divide" --nproc 4 --soap-group 3
+if "$DTRAIN" plan "${common[@]}" --batch 2 --nproc 4 --soap-group 3 > "$dir/plan3.out" 2>&1; then fail "plan with --soap-group 3 on 4 ranks accepted"
+elif grep -q "does not divide the 4 data-parallel ranks" "$dir/plan3.out"; then ok "plan with --soap-group 3 on 4 ranks refused as train is"
+else fail "plan with --soap-group 3: $(tail -1 "$dir/plan3.out")"; fi
 refused "SOAP under ZeRO-1" "SOAP" --nproc 2 --zero 1
 if "$DTRAIN" train --data "$dir/train.bin" --layers 1 --channels 32 --heads 2 --vocab 256 --seq 16 --batch 2 --steps 1 --soap-group 2 \
     > "$dir/noopt.out" 2>&1; then fail "--soap-group without --optimizer soap accepted"

@@ -120,7 +120,8 @@ static void shampoo_cost(const dt_plan_job *j, const dt_plan_hardware *h, double
 static void soap_cost(const dt_plan_job *j, double rate, double a, double b, second_cost *out) {
     dt_model m;
     dt_program *p = dt_plan_model_table(j, &m);
-    int R = j->dp > 1 ? j->dp : 1, g = j->opt.soap_group ? j->opt.soap_group : R;
+    /* every rank all where experts are spread (the engine's rule: a rank's experts are its own) */
+    int R = j->dp > 1 && j->ep <= 1 ? j->dp : 1, g = j->opt.soap_group && R > 1 ? j->opt.soap_group : R;
     dt_tensor_span *sp = p ? calloc((size_t)m.ntensors + 1, sizeof *sp) : NULL;
     int *owner = sp ? calloc((size_t)m.ntensors + 1, sizeof *owner) : NULL;
     double *flops = owner ? calloc((size_t)m.ntensors + 1, sizeof *flops) : NULL, *state = calloc((size_t)g, sizeof *state),
