@@ -561,11 +561,12 @@ static void onebit_against_sequential(dt_comm *w, int big) {
 }
 
 /* 0/1 Adam's plan against DeepSpeed's counters stepped one step at a time (zoadam.py's var_interval, var_counter,
- * local_step_interval, local_step_counter), the variance's last step at start. */
+ * local_step_interval, local_step_counter), the variance's last step at start; and its mix over every run length
+ * (dt_codec_zeroone_mix, the planner's) = those steps counted. */
 static void zeroone_plan(int start, int kappa, int scaler, int clip, int steps) {
     dt_codec_config c = { .kind = DT_CODEC_ZEROONE, .start = start, .var_scaler = kappa, .local_scaler = scaler, .local_clip = clip };
-    long var_interval = 1, local_interval = 1, nvar = 0;
-    int var_counter = 0, local_counter = 0, bad = 0;
+    long var_interval = 1, local_interval = 1, nvar = 0, whole = 0, signs = 0;
+    int var_counter = 0, local_counter = 0, bad = 0, bad_mix = 0;
     for (long t = 1; t <= steps; t++) {
         dt_zeroone_step z;
         dt_codec_zeroone_at(&c, t, &z);
@@ -574,12 +575,20 @@ static void zeroone_plan(int start, int kappa, int scaler, int clip, int steps) 
         if (variance && ++var_counter == kappa) var_counter = 0, var_interval *= 2;
         if (local && ++local_counter == scaler) local_counter = 0, local_interval = local_interval * 2 < clip ? local_interval * 2 : clip;
         bad += z.local != local || z.variance != variance || z.sync != sync || z.nvar != nvar;
+        whole += variance, signs += (!local && !variance) || sync;
+        long mw, ms;
+        dt_codec_zeroone_mix(&c, t, &mw, &ms);
+        bad_mix += mw != whole || ms != signs;
     }
-    char what[160], detail[80];
+    char what[160], detail[160];
     snprintf(what, sizeof what, "zeroone's plan (start %d, kappa %d, local scaler %d, clip %d) = DeepSpeed's counters over %d steps", start, kappa,
              scaler, clip, steps);
     snprintf(detail, sizeof detail, "%ld variance steps, %d steps differ", nvar, bad);
     check(what, !bad, detail);
+    snprintf(what, sizeof what, "zeroone's mix (start %d, kappa %d, local scaler %d, clip %d) = its steps counted, every run of 1 to %d",
+             start, kappa, scaler, clip, steps);
+    snprintf(detail, sizeof detail, "%ld whole, %ld signed over %d steps; %d run lengths differ", whole, signs, steps, bad_mix);
+    check(what, !bad_mix, detail);
 }
 
 /* 0/1 Adam's exchanges against the oracle, on 3 tensors: the variance's steps (1, 2, 4 at kappa 1) averaged whole

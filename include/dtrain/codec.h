@@ -147,6 +147,10 @@ typedef struct {
     int sync;       /* a local step that ends its interval */
 } dt_zeroone_step;
 void dt_codec_zeroone_at(const dt_codec_config *c, long t, dt_zeroone_step *out);
+/* Of steps 1..steps, those that average the gradient whole (*whole: the variance's) and those that send signs (*signs:
+ * the momentum's, and the local intervals' ends), as dt_codec_zeroone_at has them, counted by the plan's stretches (not
+ * step by step: a planner asks it for every layout it weighs). */
+void dt_codec_zeroone_mix(const dt_codec_config *c, long steps, long *whole, long *signs);
 /* The interval's accumulation u (a store laid out as the gradients', the codec's buckets' tensors) averaged over comm in
  * one bit an entry, in place, every rank blocking until done; what it sent added to *s. The codec's buckets must have
  * run one step. */

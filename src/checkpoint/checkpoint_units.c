@@ -22,13 +22,8 @@ static void sources(dt_engine *e, dt_state_units out[2], const char **why) {
     const dt_engine_config *c = dt_engine_get_config(e);
     out[0] = c->precond ? c->precond->state : (dt_state_units){ 0 };
     dt_optim_state_units(dt_engine_optim(e), &out[1]);
-    size_t off, n;
-    dt_engine_share(e, &off, &n);
-    /* a pipeline's last stage leaves its copy of the tied token table out of its optimizer: still the whole store */
-    const dt_tensor_info *last = c->model.ntensors ? &c->model.tensors[c->model.ntensors - 1] : NULL;
-    size_t whole = last && last->tied_copy && n == last->offset ? last->offset : c->model.nparams;
     *why = NULL;
-    if (out[1].units && (off != 0 || n != whole)) *why = "over a shard of the optimizer", out[1].units = 0;
+    if (out[1].units && dt_engine_optim_cut(e)) *why = "over a shard of the optimizer", out[1].units = 0;
 }
 
 /* Its key in the checkpoint: a pipeline stage's own (an interleaved stage's chunks named: its layers are not one run of

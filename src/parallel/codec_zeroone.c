@@ -53,6 +53,21 @@ void dt_codec_zeroone_at(const dt_codec_config *c, long t, dt_zeroone_step *out)
     out->sync = t % every == 0;
 }
 
+void dt_codec_zeroone_mix(const dt_codec_config *c, long steps, long *whole, long *signs) {
+    long last = steps < c->start ? steps : c->start;
+    dt_zeroone_step z;
+    dt_codec_zeroone_at(c, last, &z); /* its nvar: the variance's steps up to the last before the local phase */
+    *whole = last > 0 ? z.nvar : 0, *signs = last > 0 ? last - z.nvar : 0;
+    /* local steps by stretches of local_scaler, the interval doubling at each up to the clip (then one stretch to the
+     * end): the multiples of the interval in each */
+    long every = 1, clip = c->local_clip > 1 ? c->local_clip : 1;
+    for (long a = c->start + 1; a <= steps; every = every * 2 < clip ? every * 2 : clip) {
+        long b = every >= clip || steps - a < c->local_scaler ? steps : a + c->local_scaler - 1;
+        *signs += b / every - (a - 1) / every;
+        a = b + 1;
+    }
+}
+
 static dt_status start(dt_codec *k, dt_comm *comm, int b, const int *idx, int n, float *g, int first, dt_request **req) {
     dt_signs_bucket *p;
     dt_status st = dt_signs_bucket_at(k, comm, b, idx, n, first, &p);

@@ -289,12 +289,8 @@ static void codec_terms(const step_ctx *x, dt_plan_time *o, double sent, double 
  * gradient whole (dense: that allreduce's seconds), the momentum's steps and the local intervals' ends sending signs (as
  * codec_terms priced them), the other local steps nothing. */
 static void zeroone_mix(const dt_plan_job *j, dt_plan_time *o, double dense, double dense_bytes) {
-    long whole = 0, signs = 0;
-    for (long t = 1; t <= j->steps; t++) {
-        dt_zeroone_step z;
-        dt_codec_zeroone_at(&j->codec, t, &z);
-        whole += !z.local && z.variance, signs += (!z.local && !z.variance) || z.sync;
-    }
+    long whole, signs;
+    dt_codec_zeroone_mix(&j->codec, j->steps, &whole, &signs);
     double fw = (double)whole / (double)j->steps, fs = (double)signs / (double)j->steps;
     o->dp_comm = fw * dense + fs * o->dp_comm;
     o->codec *= fs;

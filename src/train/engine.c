@@ -35,6 +35,7 @@ struct dt_engine {
     void *state;
     dt_optim *opt;
     size_t off, n;   /* this rank's slice */
+    bool cut;        /* the strategy gave it a slice (ZeRO's shard; a last stage's tied copy left out is not one) */
     double *sums;    /* LAMB/LARS's per-tensor sums, added over the ranks */
     dt_loss_scale_config lsc;
     dt_loss_scale ls;
@@ -74,7 +75,7 @@ static dt_status make_optimizer(dt_engine *e) {
     }
     /* SOAP shares its matrices among replicas: the data-parallel ranks holding the whole store alike (not a shard, not
      * each rank's own experts) */
-    bool replicas = !strcmp(e->s->name, "ddp") && e->cfg.ep <= 1;
+    bool replicas = !e->cut && e->cfg.ep <= 1;
     dt_status st = dt_optim_create_shared(&e->cfg.opt, e->n, spans, k, replicas ? e->cfg.comm : NULL, &e->opt);
     free(spans);
     size_t ns = st ? 0 : dt_optim_nsums(e->opt);
@@ -175,6 +176,7 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
     if (!st && c->codec && e->s->codec) st = take_codec(e);
     if (!st && c->precond) st = check_precond(e);
     if (!st && e->s->create) st = e->s->create(&e->cfg, &e->state, &e->off, &e->n);
+    e->cut = e->off != 0 || e->n != c->model.nparams;
     if (!st) trim_tied_copy(e);
     if (!st) st = make_optimizer(e);
     if (!st && e->s->attach) st = e->s->attach(e->state, e->opt);
@@ -481,6 +483,8 @@ void dt_engine_share(const dt_engine *e, size_t *off, size_t *n) {
     *off = e->off;
     *n = e->n;
 }
+
+int dt_engine_optim_cut(const dt_engine *e) { return e->cut; }
 
 size_t dt_engine_buffer_bytes(const dt_engine *e) { return e->s->buffer_bytes ? e->s->buffer_bytes(e->state) : 0; }
 
