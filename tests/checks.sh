@@ -89,3 +89,29 @@ logged_mib() { # WORDS ARGS...
     shift
     "$DTRAIN" train "$@" --steps 1 2>&1 | grep -o "$words [0-9.]* MiB" | grep -o "[0-9.]*"
 }
+# A preconditioner whose norm, finiteness check and clipping are the gradients' before it (Shampoo's, SOAP's): 5 steps
+# of the caller's "${common[@]}" ARGS without --grad-clip, with a clip above every norm (the same weights, bit for bit)
+# and with one below (other weights); the first step's norm in each AdamW's (the gradients', not the directions').
+raw_clip() { # WHO ARGS...
+    local who=$1
+    shift
+    local c
+    for c in 0 1e9 0.01; do
+        run_metrics "clip_$c" "$@" --steps 5 --grad-clip "$c" --save "$dir/clip_$c" --save-every 5 || { fail "$who, --grad-clip $c"; return; }
+    done
+    local plain=() skip=0 a # the caller's settings without the preconditioner's own flags
+    for a in "${common[@]}"; do
+        if [ $skip = 1 ]; then skip=0
+        elif [[ $a == --shampoo-* || $a == --soap-* || $a == --precondition-* ]]; then skip=1
+        else plain+=("$a"); fi
+    done
+    "$DTRAIN" train "${plain[@]}" "$@" --steps 1 --optimizer adamw --metrics "$dir/clip_adamw.jsonl" > "$dir/clip_adamw.out" 2>&1 ||
+        { fail "$who: AdamW's step: $(tail -1 "$dir/clip_adamw.out")"; return; }
+    local p=step-00000005/params.f32 n0 n1 na
+    n0=$(field grad_norm "$dir/clip_0.jsonl" | head -1) n1=$(field grad_norm "$dir/clip_0.01.jsonl" | head -1)
+    na=$(field grad_norm "$dir/clip_adamw.jsonl" | head -1)
+    if cmp -s "$dir/clip_0/$p" "$dir/clip_1e9/$p" && ! cmp -s "$dir/clip_0/$p" "$dir/clip_0.01/$p" && [ -n "$na" ] && [ "$n0" = "$na" ] &&
+        [ "$n1" = "$na" ]; then
+        ok "$who: --grad-clip clips the gradients before it (step 1's norm $n0 with and without a clip of 0.01, AdamW's $na; 1e9 changes nothing)"
+    else fail "$who with --grad-clip: step 1's norm $n0 unclipped, $n1 at 0.01, AdamW's $na (or the weights)"; fi
+}

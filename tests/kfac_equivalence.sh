@@ -135,7 +135,7 @@ out=$("$DTRAIN" train --resume "$dir/res" --steps 6 --threads 1 2>&1)
 if echo "$out" | grep -q "K-FAC (COMM-OPT) preconditions .* before adamw" && ! echo "$out" | grep -q "afresh"; then
     ok "resumed on 1 process: K-FAC over AdamW again, its state loaded"
 else fail "K-FAC resume: $(echo "$out" | tail -3)"; fi
-refused "K-FAC under ZeRO-2" "not with K-FAC or Shampoo yet (they precondition whole gradients" --nproc 2 --zero 2
+refused "K-FAC under ZeRO-2" "not with K-FAC, Shampoo or SOAP yet (they precondition whole gradients" --nproc 2 --zero 2
 refused "K-FAC with a loss scale" "not with a loss scale" --precision fp16
 refused "K-FAC over LAMB" "sgd or adamw" --kfac-base lamb
 refused "--kfac-damping 0" "kfac-damping" --kfac-damping 0

@@ -4,8 +4,8 @@
 # K-FAC (4 ranks, MEM-OPT) and SOAP (one process, 2 ranks, DP 2 x PP 2), each with a preconditioning interval (3) that step 10
 # falls inside, so the saved roots, decompositions and bases are the ones used; K-FAC under ZeRO-1, resumed by ZeRO-1
 # and by DDP; on pipeline stages (each stage's own state, KEY-stageSofP.f32) K-FAC on DP 2 x PP 2 and Shampoo on PP 2;
-# on 2 tensor-parallel ranks K-FAC and Shampoo (the group's ranks hold the same whole tensors' state: one kfac entry in
-# the manifest), K-FAC's also resumed by one process. Across pipeline splits: K-FAC's saved on DP 2 x PP 2 resumed by
+# on 2 tensor-parallel ranks K-FAC, Shampoo and SOAP (the group's ranks hold the same whole tensors' state: one kfac
+# entry in the manifest), K-FAC's also resumed by one process; SOAP saved under ZeRO-1 resumed by DDP. Across pipeline splits: K-FAC's saved on DP 2 x PP 2 resumed by
 # one process, one process's on PP 2 and DP 2 x PP 2, TP 2 x PP 2's by one process (and by itself bit for bit),
 # Shampoo's on PP 2 by one process and 2 ranks' on PP 2, each
 # near the uninterrupted run's losses (K-FAC within 1e-5, Shampoo 1e-4); an interleaved stage's state resumed by its
@@ -136,6 +136,14 @@ same "SOAP saved with its matrices shared by 2 ranks, resumed held whole by each
 pair sopp "${soap[@]}" --nproc 4 --pp 2 --batch 4 || fail "SOAP DP 2 x PP 2 runs: $(tail -1 "$dir/sopp.out")"
 resume sopp sopp_p --nproc 4 --pp 2 --batch 4 --soap-group 1
 same "SOAP on DP 2 x PP 2 (shared), resumed at step 10 held whole by each rank" "$(w20 sopp)" "$(w20 sopp_p)"
+# a preconditioner over SGD: on 2 tensor-parallel ranks (the whole matrices, saved by the group's first) and under ZeRO-1
+pair sotp "${soap[@]}" --nproc 2 --tp 2 --batch 8 || fail "SOAP TP 2 runs: $(tail -1 "$dir/sotp.out")"
+resume sotp sotp_p --nproc 2 --tp 2
+same "SOAP on 2 tensor-parallel ranks, resumed at step 10" "$(w20 sotp)" "$(w20 sotp_p)"
+pair soz "${soap[@]}" --nproc 2 --batch 4 --zero 1 || fail "SOAP ZeRO-1 runs: $(tail -1 "$dir/soz.out")"
+copies soz_c soz_ddp
+resume soz soz_ddp --nproc 2 --strategy ddp
+same "SOAP saved under ZeRO-1 (shared by 2), resumed under DDP" "$(w20 soz)" "$(w20 soz_ddp)"
 
 # pipeline stages: each stage's own state (KEY-stageSofP.f32, written by the stage's first data-parallel rank)
 pair kpp "${kfac[@]}" --nproc 4 --pp 2 --batch 2 --grad-accum 2 --kfac-workers 0.5 || fail "K-FAC DP 2 x PP 2 runs: $(tail -1 "$dir/kpp.out")"

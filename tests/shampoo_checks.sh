@@ -90,8 +90,8 @@ if within5 "$pw" "$whole" "$ps" "$shared"; then
 else fail "the planner's Shampoo memory: shared $ps MiB (run $shared), whole $pw MiB (run $whole)"; fi
 
 refused "--shampoo-group 3 on 4 ranks" "does not divide" --nproc 4 --shampoo-group 3
-refused "Shampoo under ZeRO-2" "not with K-FAC or Shampoo yet (they precondition whole gradients" --nproc 2 --zero 2
-refused "Shampoo with --grad-clip" "Shampoo's directions" --grad-clip 1
+refused "Shampoo under ZeRO-2" "not with K-FAC, Shampoo or SOAP yet (they precondition whole gradients" --nproc 2 --zero 2
+raw_clip Shampoo --batch 4
 refused "--shampoo-block 0" "--shampoo-block" --shampoo-block 0
 if "$DTRAIN" train --data "$dir/train.bin" --layers 1 --channels 32 --heads 2 --vocab 256 --seq 16 --batch 2 --steps 1 --shampoo-block 8 \
     > "$dir/noopt.out" 2>&1; then fail "--shampoo-block without --optimizer shampoo accepted"

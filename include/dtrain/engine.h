@@ -62,9 +62,6 @@ dt_codec *dt_engine_codec(dt_engine *e);
 dt_loss_scale *dt_engine_loss_scale(dt_engine *e);
 /* The slice of the store this rank's optimizer owns. */
 void dt_engine_share(const dt_engine *e, size_t *off, size_t *n);
-/* Whether the strategy cut that slice from the store (ZeRO's shard), where the optimizer does not own it all (a
- * pipeline's last stage leaving its copy of the tied token table out owns the store all the same). */
-int dt_engine_optim_cut(const dt_engine *e);
 /* The strategy's communication buffers, in bytes. */
 size_t dt_engine_buffer_bytes(const dt_engine *e);
 /* Bytes of parameters and gradients this rank holds (ZeRO-2 and 3 shard them). */

@@ -20,10 +20,9 @@ typedef struct {
     float momentum;           /* SGD, LARS: 0 */
     int nesterov;             /* SGD */
     float trust_coef;         /* LARS: 0.001 */
-    /* SOAP (Vyas et al. 2024, pytorch_optimizer's SOAP): Adam in the eigenbases of each matrix's Shampoo statistics
-     * L = E[G G^T], R = E[G^T G] (running averages at shampoo_beta; < 0: beta2), the bases refreshed every
-     * precond_every steps by a power iteration and QR (the first from LAPACK's eigen-decomposition), a side longer
-     * than precond_max_dim left unrotated; vectors plain Adam. Its first step only measures. Decoupled weight decay. */
+    /* SOAP's (soap.h: the engine's preconditioner, not a dt_optim, which runs SGD under it): its statistics' running
+     * averages at shampoo_beta (< 0: beta2), the bases refreshed every precond_every steps, a side longer than
+     * precond_max_dim left unrotated. */
     int precond_every;        /* 10 */
     int precond_max_dim;      /* 10000 */
     float shampoo_beta;       /* -1: beta2 */
@@ -34,27 +33,16 @@ typedef struct {
 /* A tensor, or the piece of one, within the slice, for the per-tensor trust
  * ratios of LAMB and LARS; tensor numbers the whole tensor (pieces of one
  * tensor held by several ranks share it). */
-typedef struct { size_t offset, count; int tensor; int rows, cols; } dt_tensor_span; /* rows, cols: a matrix's shape (SOAP; 0: a vector) */
+typedef struct { size_t offset, count; int tensor; int rows, cols; } dt_tensor_span; /* rows, cols: a matrix's shape (SOAP's, soap.h; 0: a vector) */
 
 typedef struct dt_optim dt_optim;
 typedef struct dt_comm dt_comm;
-
-/* SOAP's shared work: the rank of a group of `ranks` that keeps and rotates each span's matrix (owner[i]; -1: one every
- * rank steps, a vector or a matrix with no side short enough to rotate), greedily by its cost (the largest first, to
- * the least loaded rank), the cost being its FLOPs a step (its statistics, three rotations, its bases' refresh spread
- * over their interval) in cost[i]; its statistics and bases (L, QL, R, QR) and Adam's moments in floats[i] (either
- * NULL: not asked). The run's and the planner's. */
-void dt_soap_assign(const dt_optim_config *c, const dt_tensor_span *spans, int n, int ranks, int *owner, double *cost, size_t *floats);
 
 void dt_optim_defaults(dt_optim_kind kind, dt_optim_config *out);
 dt_status dt_optim_parse_kind(const char *s, dt_optim_kind *out);
 const char *dt_optim_kind_name(dt_optim_kind k);
 /* Optimizer over n parameters; spans (may be NULL for SGD/AdamW) cover the slice. */
 dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_span *spans, int nspans, dt_optim **out);
-/* The same on data-parallel ranks whose slices are the same (comm; NULL: as dt_optim_create), among which SOAP shares
- * its matrices out; its steps are then collective over them. */
-dt_status dt_optim_create_shared(const dt_optim_config *cfg, size_t n, const dt_tensor_span *spans, int nspans, dt_comm *comm,
-                                 dt_optim **out);
 void dt_optim_destroy(dt_optim *o);
 /* One update of params[0..n) from grads at learning rate lr. With
  * zero_grads the gradients are zeroed in the same pass (saves one trip
@@ -103,10 +91,6 @@ float *dt_optim_buffer(dt_optim *o, int i);
 size_t dt_optim_size(const dt_optim *o);
 /* Bytes of optimizer state. */
 size_t dt_optim_state_bytes(const dt_optim *o);
-/* A line for the run's log on state beyond the buffers (SOAP's: its matrices, how they are shared, the state on the
- * rank holding most): false, nothing written, where there is none. */
-bool dt_optim_describe(const dt_optim *o, char *out, size_t n);
-
 /* State beyond the store's buffers that checkpoints hold (a second-order optimizer's factors, roots, bases), in
  * units whose sizes do not depend on the layout (a Shampoo block, a K-FAC Linear, a SOAP matrix): each held whole by
  * one data-parallel rank, which saves it, and wholly or in part by the ranks that load it; so a checkpoint of one
@@ -125,8 +109,6 @@ typedef struct {
                                                      * ranks after its first): loaded here, not written */
 } dt_state_units;
 
-/* The optimizer's own such state (SOAP's statistics and bases; else units 0). */
-void dt_optim_state_units(dt_optim *o, dt_state_units *out);
 
 /* The trainer's step: with max_norm > 0 the gradients are first clipped to
  * it (dt_grad_norm, dt_grad_clip), else the norm comes from the update's own

@@ -56,12 +56,13 @@ typedef struct dt_micro_schedule {
     void *ctx;
 } dt_micro_schedule;
 
-/* A preconditioner of the step's gradients (K-FAC, kfac.h): begin when a step of accum micro-batches starts; apply
- * on the whole store's averaged gradients after the strategy's finish, before the update, at the step's learning rate
- * (*skip: the step changes nothing, on every rank). It needs every gradient on every rank (strategies single and
- * ddp) and the update after backward (the engine turns step_at_end on). */
+/* A preconditioner of the step's gradients (K-FAC, Shampoo, SOAP): begin when a step of accum micro-batches starts;
+ * apply on the whole store's averaged gradients after the strategy's finish, before the update, at the step's learning
+ * rate (*skip: the step changes nothing, on every rank: 1 a failure it has said, 2 by design, SOAP's measuring first
+ * step). It needs every gradient on every rank (strategies single, ddp and zero1) and the update after backward (the
+ * engine turns step_at_end on). */
 typedef struct {
-    const char *name; /* for its errors: "K-FAC", "Shampoo" */
+    const char *name; /* for its errors: "K-FAC", "Shampoo", "SOAP" */
     void (*begin)(void *ctx, int accum);
     dt_status (*apply)(void *ctx, float *grads, float lr, int *skip);
     void *ctx;
@@ -69,6 +70,9 @@ typedef struct {
     /* Seconds its work took inside forward and backward since the last call (K-FAC's factors; NULL: none there). */
     void (*inside)(void *ctx, double *forward, double *backward);
     int slices; /* it takes tensor parallelism's slices (dt_tp_whole_preconditioner makes them whole for it) */
+    /* The step's norm, its finiteness check and clipping are the gradients' before it (SOAP's, Shampoo's: an optimizer
+     * whose input is the gradient); 0: the directions' after it (K-FAC's, whose KL clipping bounds them). */
+    int raw_norm;
 } dt_preconditioner;
 
 /* The first gradient bucket's bytes the runs ask for (small, so that the first allreduce starts early in backward). */

@@ -195,8 +195,8 @@ typedef struct {
     size_t codec_floats, codec_shared;
     int codec_ranks;
     /* A second-order optimizer's state to save (KEY.f32, dt_checkpoint_units_gather: rank 0's copy, every unit in
-     * order): the preconditioner's [0] and the optimizer's own [1]; data NULL: none */
-    dt_checkpoint_units units[2];
+     * order): the engine's preconditioner's; data NULL: none */
+    dt_checkpoint_units units;
     int stage, stages; /* a pipeline's stage and stages (0, 0: none): its second-order state is its own */
     int chunks;        /* the interleaved schedule's chunks a stage (its layers not one run of the model's: 0 or 1, one) */
 } dt_checkpoint_model;

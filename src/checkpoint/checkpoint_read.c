@@ -104,7 +104,9 @@ static dt_status check_shape(const cJSON *j, const char *path, const dt_train_co
     if (!st && (!ok || strcmp(ok, mine)))
         return dt_error(DT_ERR_ARG, "%s: optimizer.kind is '%s', this run uses %s (--optimizer)", path, ok ? ok : "(missing)", mine);
     if (!st && !(st = dt_ckpt_number(j, "optimizer", "buffers", path, &v)) && v != (dt_optim_buffer((dt_optim *)o, 1) ? 2 : 1))
-        return dt_error(DT_ERR_IO, "%s: optimizer.buffers is %g, %s keeps %d", path, v, mine, dt_optim_buffer((dt_optim *)o, 1) ? 2 : 1);
+        return dt_error(DT_ERR_IO, "%s: optimizer.buffers is %g, %s keeps %d%s", path, v, mine, dt_optim_buffer((dt_optim *)o, 1) ? 2 : 1,
+                        c->opt.kind == DT_OPT_SOAP ? " (a SOAP checkpoint from before SOAP ran as a preconditioner over SGD, its moments "
+                                                     "now in soap.f32: it cannot resume)" : "");
     return st;
 }
 

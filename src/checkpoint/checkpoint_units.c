@@ -1,5 +1,5 @@
-/* A second-order optimizer's state in a checkpoint (optim.h's dt_state_units: the engine's preconditioner's, K-FAC's
- * or Shampoo's, and the optimizer's own, SOAP's): KEY.f32 holds every unit in order as the rank that holds it whole
+/* A second-order optimizer's state in a checkpoint (optim.h's dt_state_units: the engine's preconditioner's, K-FAC's,
+ * Shampoo's or SOAP's): KEY.f32 holds every unit in order as the rank that holds it whole
  * has it, and the manifest's "units" section each source's key, units, floats, its own count of steps and a hash of
  * the units' sizes. The units' sizes do not depend on the layout, so a run on other ranks (another K-FAC worker
  * fraction, another Shampoo group) loads each unit into the ranks that hold it now: resharding. A run whose units
@@ -15,15 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The engine's sources: its preconditioner's (slot 0) and its optimizer's (slot 1); units 0 where it has none. Left
- * out, and *why says why (NULL: nothing left out): an optimizer over a shard (ZeRO: each rank's SOAP rotates the whole
- * matrices its shard happens to hold: no units the same on every layout). */
-static void sources(dt_engine *e, dt_state_units out[2], const char **why) {
+/* The engine's source: its preconditioner's (units 0 where it has none). */
+static dt_state_units source(dt_engine *e) {
     const dt_engine_config *c = dt_engine_get_config(e);
-    out[0] = c->precond ? c->precond->state : (dt_state_units){ 0 };
-    dt_optim_state_units(dt_engine_optim(e), &out[1]);
-    *why = NULL;
-    if (out[1].units && dt_engine_optim_cut(e)) *why = "over a shard of the optimizer", out[1].units = 0;
+    return c->precond ? c->precond->state : (dt_state_units){ 0 };
 }
 
 /* Its key in the checkpoint: a pipeline stage's own (an interleaved stage's chunks named: its layers are not one run of
@@ -81,17 +76,9 @@ static dt_status gather_one(const dt_state_units *s, dt_comm *w, const dt_checkp
 }
 
 dt_status dt_checkpoint_units_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm) {
-    dt_state_units s[2];
-    const char *why;
-    sources(e, s, &why);
-    if (why && (!w || dt_comm_rank(w) == 0))
-        dt_log(DT_LOG_WARN, "checkpoint: a second-order optimizer's state %s is not saved yet: a resumed run starts it afresh", why);
-    dt_status st = DT_OK;
-    for (int i = 0; i < 2 && !st; i++) {
-        cm->units[i] = (dt_checkpoint_units){ 0 };
-        if (s[i].units && !s[i].copy) st = gather_one(&s[i], w, cm, &cm->units[i]); /* a copy: the same state saved elsewhere */
-    }
-    return st;
+    dt_state_units s = source(e);
+    cm->units = (dt_checkpoint_units){ 0 };
+    return s.units && !s.copy ? gather_one(&s, w, cm, &cm->units) : DT_OK; /* a copy: the same state saved elsewhere */
 }
 
 /* A rank's sources as words: a present flag, units, steps, floats, sizes, the data's hash, the key's 48 bytes. */
@@ -106,12 +93,12 @@ static void pack(const dt_checkpoint_units *u, uint64_t *w) {
 
 dt_status dt_ckpt_units_collect(dt_comm *w, const dt_checkpoint_model *cm, dt_ckpt_units_meta **out, int *n) {
     int p = w ? dt_comm_size(w) : 1;
-    uint64_t *mine = calloc(2 * META_WORDS, sizeof *mine), *all = calloc((size_t)p * 2 * META_WORDS, sizeof *all);
-    *out = calloc((size_t)p * 2 + 1, sizeof **out), *n = 0;
+    uint64_t *mine = calloc(META_WORDS, sizeof *mine), *all = calloc((size_t)p * META_WORDS, sizeof *all);
+    *out = calloc((size_t)p + 1, sizeof **out), *n = 0;
     dt_status st = mine && all && *out ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
-    for (int i = 0; i < 2 && !st; i++) pack(&cm->units[i], mine + i * META_WORDS);
-    if (!st) st = w ? dt_comm_allgather(w, mine, all, 2 * META_WORDS, DT_I64) : (memcpy(all, mine, 2 * META_WORDS * sizeof *all), DT_OK);
-    for (int k = 0; k < 2 * p && !st; k++) {
+    if (!st) pack(&cm->units, mine);
+    if (!st) st = w ? dt_comm_allgather(w, mine, all, META_WORDS, DT_I64) : (memcpy(all, mine, META_WORDS * sizeof *all), DT_OK);
+    for (int k = 0; k < p && !st; k++) {
         const uint64_t *x = all + (size_t)k * META_WORDS;
         if (!x[0]) continue;
         dt_ckpt_units_meta *m = &(*out)[(*n)++];
@@ -145,17 +132,13 @@ void dt_ckpt_units_manifest(cJSON *j, const dt_ckpt_units_meta *u, int n) {
 }
 
 dt_status dt_ckpt_units_write(const char *tmp, const dt_checkpoint_model *cm) {
-    dt_status st = DT_OK;
-    for (int i = 0; i < 2 && !st; i++) {
-        const dt_checkpoint_units *u = &cm->units[i];
-        if (!u->data) continue;
-        char path[4300];
-        snprintf(path, sizeof path, "%s/%s.f32", tmp, u->key);
-        size_t bytes = u->floats * sizeof(float);
-        const void *p[1] = { u->data };
-        st = dt_file_write_atomic(path, p, &bytes, 1);
-    }
-    return st;
+    const dt_checkpoint_units *u = &cm->units;
+    if (!u->data) return DT_OK;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s.f32", tmp, u->key);
+    size_t bytes = u->floats * sizeof(float);
+    const void *p[1] = { u->data };
+    return dt_file_write_atomic(path, p, &bytes, 1);
 }
 
 /* The manifest's entry for key (NULL: none). */
@@ -333,50 +316,40 @@ static dt_status scatter_one(const dt_state_units *s, dt_comm *w, const float *a
 }
 
 dt_status dt_checkpoint_units_resume(const char *sub, dt_comm *w, dt_comm *world, dt_engine *e, const dt_checkpoint_model *cm) {
-    dt_state_units s[2];
-    const char *why;
-    sources(e, s, &why);
+    dt_state_units s = source(e);
     int rank = w ? dt_comm_rank(w) : 0;
-    if (why && rank == 0)
-        dt_log(DT_LOG_WARN, "--resume %s: a second-order optimizer's state %s is not saved yet: it starts afresh, so the steps differ "
-               "from the uninterrupted run's", sub, why);
     /* a source every rank has (a pipeline stage without a Linear has K-FAC with no units: it joins the collectives) */
-    bool present[2] = { s[0].key != NULL, s[1].units > 0 };
-    if (!present[0] && !present[1]) return DT_OK;
+    if (!s.key) return DT_OK;
     char sdir[4400], mpath[4500];
     cJSON *j = NULL;
     dt_status st = rank == 0 ? dt_ckpt_open_latest(sub, sdir, mpath, &j) : DT_OK;
-    for (int i = 0; i < 2; i++) {
-        if (!present[i]) continue;
-        whole_units wu = { 0 };
-        dt_status ws = whole_of(&s[i], world, cm, &wu); /* collective: every rank, whatever rank 0 finds */
-        if (!s[i].units) {
-            free(wu.size);
-            if (!st) st = ws;
-            continue;
-        }
-        float *all = NULL;
-        double steps = 0;
-        char key[48];
-        key_of(&s[i], cm, key);
-        const cJSON *pc[64];
-        int np = 0;
-        if (!st && rank == 0 && cm->chunks <= 1 && !entry(j, key) && (np = pieces_of(j, s[i].key, pc, 64)) && !ws)
-            st = read_split(sdir, mpath, j, &wu, &s[i], pc, np, &all, &steps); /* saved by another pipeline split */
-        else if (!st && rank == 0) st = read_one(sdir, mpath, j, &s[i], key, &all, &steps);
+    whole_units wu = { 0 };
+    dt_status ws = whole_of(&s, world, cm, &wu); /* collective: every rank, whatever rank 0 finds */
+    if (!s.units) {
         free(wu.size);
-        if (!st) st = ws;
-        /* whether rank 0 read it, and has something to hand out */
-        double got[3] = { st == DT_OK, all != NULL, steps };
-        dt_status bs = w ? dt_comm_broadcast(w, got, 3, DT_F64, 0) : DT_OK;
-        if (!st && !bs && !got[0]) st = dt_error(DT_ERR_IO, "rank 0 could not read %s's state in %s (its message says why)", key, sub);
-        if (!st) st = bs;
-        if (!st && got[1]) st = scatter_one(&s[i], w, all);
-        if (!st && got[1]) s[i].set_steps(s[i].ctx, (long)got[2]);
-        free(all);
-        if (st) break;
+        cJSON_Delete(j);
+        return st ? st : ws;
     }
+    float *all = NULL;
+    double steps = 0;
+    char key[48];
+    key_of(&s, cm, key);
+    const cJSON *pc[64];
+    int np = 0;
+    if (!st && rank == 0 && cm->chunks <= 1 && !entry(j, key) && (np = pieces_of(j, s.key, pc, 64)) && !ws)
+        st = read_split(sdir, mpath, j, &wu, &s, pc, np, &all, &steps); /* saved by another pipeline split */
+    else if (!st && rank == 0) st = read_one(sdir, mpath, j, &s, key, &all, &steps);
+    free(wu.size);
     cJSON_Delete(j);
+    if (!st) st = ws;
+    /* whether rank 0 read it, and has something to hand out */
+    double got[3] = { st == DT_OK, all != NULL, steps };
+    dt_status bs = w ? dt_comm_broadcast(w, got, 3, DT_F64, 0) : DT_OK;
+    if (!st && !bs && !got[0]) st = dt_error(DT_ERR_IO, "rank 0 could not read %s's state in %s (its message says why)", key, sub);
+    if (!st) st = bs;
+    if (!st && got[1]) st = scatter_one(&s, w, all);
+    if (!st && got[1]) s.set_steps(s.ctx, (long)got[2]);
+    free(all);
     return st;
 }
 

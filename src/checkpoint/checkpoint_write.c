@@ -629,5 +629,5 @@ dt_status dt_checkpoint_gather(dt_engine *e, dt_checkpoint_model *cm) {
 void dt_checkpoint_release(dt_checkpoint_model *cm) {
     free(cm->codec_state);
     cm->codec_state = NULL;
-    for (int i = 0; i < 2; i++) free(cm->units[i].data), cm->units[i].data = NULL;
+    free(cm->units.data), cm->units.data = NULL;
 }

@@ -30,7 +30,6 @@ struct dt_optim {
     bool zo_keep;         /* this step starts an interval: each chunk keeps its weights before it steps */
     float zo_lr;          /* a local step's lr, counted in the interval once the step runs (a skipped one is not) */
     bool zo_pending;
-    dt_soap *soap;        /* SOAP's statistics and bases (soap.c) */
 };
 
 static const char *kind_names[] = { "sgd", "adamw", "lamb", "lars", "soap" };
@@ -48,12 +47,9 @@ void dt_optim_defaults(dt_optim_kind kind, dt_optim_config *o) {
 }
 
 dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_span *spans, int nspans, dt_optim **out) {
-    return dt_optim_create_shared(cfg, n, spans, nspans, NULL, out);
-}
-
-dt_status dt_optim_create_shared(const dt_optim_config *cfg, size_t n, const dt_tensor_span *spans, int nspans, dt_comm *comm,
-                                 dt_optim **out) {
     *out = NULL;
+    if (cfg->kind == DT_OPT_SOAP)
+        return dt_error(DT_ERR_ARG, "optimizer: SOAP is a preconditioner (soap.h) over SGD, not an optimizer of its own");
     if ((unsigned)cfg->kind > DT_OPT_SOAP) return dt_error(DT_ERR_ARG, "optimizer: unknown kind %d", (int)cfg->kind);
     if (!(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1))
         return dt_error(DT_ERR_ARG, "optimizer: betas (%g, %g) must be in [0, 1)", cfg->beta1, cfg->beta2);
@@ -65,17 +61,12 @@ dt_status dt_optim_create_shared(const dt_optim_config *cfg, size_t n, const dt_
     if (!o) return dt_error(DT_ERR_NOMEM, "optimizer: out of memory");
     o->cfg = *cfg;
     o->n = n;
-    bool adam = cfg->kind == DT_OPT_ADAMW || cfg->kind == DT_OPT_LAMB || cfg->kind == DT_OPT_SOAP;
+    bool adam = cfg->kind == DT_OPT_ADAMW || cfg->kind == DT_OPT_LAMB;
     /* zero pages the first update faults in: nothing resident before then (a setup that still holds a
      * transient copy of the parameters, ZeRO's before it shares them, does not add the state on top) */
     o->m = dt_alloc_zeroed(n * sizeof(float));
     o->v = adam ? dt_alloc_zeroed(n * sizeof(float)) : NULL;
     if (!o->m || (adam && !o->v)) { dt_optim_destroy(o); return dt_error(DT_ERR_NOMEM, "optimizer: no memory for its state"); }
-    if (cfg->kind == DT_OPT_SOAP) {
-        dt_status st = spans && nspans > 0 ? dt_soap_create(cfg, spans, nspans, comm, o->m, o->v, &o->soap)
-                                           : dt_error(DT_ERR_ARG, "SOAP needs the tensors' shapes (spans)");
-        if (st) { dt_optim_destroy(o); return st; }
-    }
     if (cfg->kind == DT_OPT_LAMB || cfg->kind == DT_OPT_LARS) {
         /* no spans: one tensor, the whole slice */
         dt_tensor_span whole = { 0, n, 0, 0, 0 };
@@ -109,7 +100,6 @@ void dt_optim_destroy(dt_optim *o) {
     dt_free_zeroed(o->zo_start);
     free(o->spans);
     free(o->sums);
-    dt_soap_destroy(o->soap);
     free(o);
 }
 
@@ -119,14 +109,7 @@ float *dt_optim_buffer(dt_optim *o, int i) { return i == 0 ? o->m : i == 1 ? o->
 size_t dt_optim_size(const dt_optim *o) { return o->n; }
 
 size_t dt_optim_state_bytes(const dt_optim *o) {
-    return o->n * sizeof(float) * ((o->v ? 2 : 1) + (o->zo_u ? 2 : 0)) + dt_soap_state_bytes(o->soap);
-}
-void dt_optim_state_units(dt_optim *o, dt_state_units *out) { dt_soap_units(o->soap, out); }
-
-bool dt_optim_describe(const dt_optim *o, char *out, size_t n) {
-    if (!o->soap) return false;
-    dt_soap_describe(o->soap, out, n);
-    return true;
+    return o->n * sizeof(float) * ((o->v ? 2 : 1) + (o->zo_u ? 2 : 0));
 }
 
 static double norm2(const float *x, size_t n) {
@@ -385,13 +368,6 @@ double dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zer
         return sqrt(ss);
     }
     step_starts(o);
-    if (o->soap) {
-        double ss = 0;
-        dt_status st = dt_soap_step(o->soap, &o->cfg, o->t, params, grads, lr, &ss);
-        if (zero_grads) memset(grads, 0, o->n * sizeof *grads);
-        if (st) dt_log(DT_LOG_ERROR, "%s", dt_last_error());
-        return st ? NAN : sqrt(ss);
-    }
     return sqrt(elementwise(o, params, grads, lr, 0, o->n, zero_grads));
 }
 

@@ -1,11 +1,11 @@
-/* SOAP: Adam in the eigenbases of Shampoo's statistics (optim.h; pytorch_optimizer's SOAP is the oracle,
- * scripts/make_soap_fixture.py). A matrix G [r, c] keeps L = E[G G^T] and R = E[G^T G] and their bases QL, QR;
- * Adam's first moment lives in the weights' own coordinates, its second in the rotated ones (QL^T G QR). With several
- * data-parallel ranks each rotated matrix is kept and stepped by one of them (as distributed Shampoo's blocks, chosen by
- * cost), which alone holds its statistics, bases and moments; the stepped matrices are then allgathered. */
+/* SOAP (soap.h): Adam in the eigenbases of Shampoo's statistics, as a preconditioner with SGD under it. With several
+ * data-parallel ranks each rotated matrix is kept by one of them (as distributed Shampoo's blocks, chosen by cost),
+ * which alone holds its statistics, bases and moments and computes its direction; the directions are then
+ * allgathered. */
 #include "optim_internal.h"
 
 #include "dtrain/kfac.h"
+#include "dtrain/soap.h"
 
 #include <cblas.h>
 #include <lapacke.h>
@@ -16,31 +16,36 @@
 
 typedef struct {
     size_t off, count;
+    int tensor;             /* its number in the table (for the warnings' names) */
     int rows, cols;
     int owner;              /* the rank of the group that keeps and rotates it (-1: every rank steps it) */
-    size_t at;              /* its place among the matrices exchanged (by owner, then in order) */
+    size_t at;              /* its place among the directions exchanged (by owner, then in order) */
     float *L, *R, *QL, *QR; /* NULL: that side unrotated, or kept by another rank */
+    float *m, *v;           /* Adam's moments (NULL: kept by another rank) */
 } soap_tensor;
 
 struct dt_soap {
+    dt_optim_config c;
+    const dt_tensor_info *tensors; /* the model's table, which outlives it */
     soap_tensor *t;
     int n, rank, ranks;
     dt_comm *comm;          /* the ranks sharing the matrices (NULL: this one all) */
     bool own_comm;          /* split from the caller's */
-    float *m, *v;           /* the optimizer's moments (a rotated matrix's: its owner's) */
-    size_t *counts, total;  /* floats of the matrices each rank steps; all of them */
-    float *send, *recv;     /* this rank's matrices stepped; every rank's */
-    float *work[3];         /* three matrices of the largest tensor, and its bases' scratch */
-    int max_dim;            /* precond_max_dim: a longer side is not rotated */
-    size_t bytes, most;     /* this rank's statistics and bases; the group's fullest rank's */
+    size_t *counts, total;  /* floats of the directions each rank computes; all of them */
+    float *send, *recv;     /* this rank's directions; every rank's */
+    float *work[4];         /* matrices of the largest tensor (the fourth its direction), and its bases' scratch */
+    size_t bytes, most;     /* this rank's statistics, bases and moments; the group's fullest rank's */
     int rotated;            /* matrices it rotates (of the whole group) */
-    bool started;           /* its first call measured (a resumed run's: the checkpoint's) */
+    long steps;             /* its steps (the first only measures) */
 };
 
 void dt_soap_destroy(dt_soap *s) {
     if (!s) return;
-    for (int i = 0; i < s->n; i++) free(s->t[i].L), free(s->t[i].R), free(s->t[i].QL), free(s->t[i].QR);
-    for (int k = 0; k < 3; k++) free(s->work[k]);
+    for (int i = 0; i < s->n; i++) {
+        soap_tensor *t = &s->t[i];
+        free(t->L), free(t->R), free(t->QL), free(t->QR), free(t->m), free(t->v);
+    }
+    for (int k = 0; k < 4; k++) free(s->work[k]);
     if (s->own_comm) dt_comm_destroy(s->comm);
     free(s->send), free(s->recv), free(s->counts), free(s->t);
     free(s);
@@ -63,7 +68,7 @@ void dt_soap_assign(const dt_optim_config *c, const dt_tensor_span *spans, int n
             flops += 8 * d[j] * r * cl + (2 + 8.0 / 3) * d[j] * d[j] * d[j] / (c->precond_every > 0 ? c->precond_every : 1);
         }
         if (cost) cost[i] = flops;
-        if (floats) floats[i] = (size_t)f;
+        if (floats) floats[i] = (size_t)f + 2 * sp->count;
         if (owner) owner[i] = -1;
         if (rotates(c, sp) && w && idx) w[k] = flops, idx[k++] = i;
     }
@@ -72,76 +77,83 @@ void dt_soap_assign(const dt_optim_config *c, const dt_tensor_span *spans, int n
     free(w), free(idx), free(who);
 }
 
-/* Each rotated matrix's owner and place, this rank's statistics and bases, the scratch, the exchange's buffers. */
-static bool allocate(dt_soap *s, const dt_optim_config *c, const dt_tensor_span *sp, int n) {
-    int *owner = calloc((size_t)n + 1, sizeof *owner);
-    size_t *floats = calloc((size_t)n + 1, sizeof *floats), *per = calloc((size_t)s->ranks, sizeof *per);
-    if (!owner || !floats || !per || !(s->counts = calloc((size_t)s->ranks, sizeof *s->counts))) return free(owner), free(floats), free(per), false;
-    dt_soap_assign(c, sp, n, s->ranks, owner, NULL, floats);
-    for (int i = 0; i < n; i++)
-        if (owner[i] >= 0) per[owner[i]] += floats[i] * sizeof(float), s->rotated++;
-    for (int r = 0; r < s->ranks; r++) s->most = per[r] > s->most ? per[r] : s->most;
-    free(floats), free(per);
-    size_t big = 1;
-    bool ok = true;
-    for (int i = 0; i < n && ok; i++) {
-        soap_tensor *t = &s->t[i];
-        bool matrix = sp[i].rows > 0 && sp[i].cols > 0;
-        *t = (soap_tensor){ .off = sp[i].offset, .count = sp[i].count, .rows = matrix ? sp[i].rows : 0, .cols = matrix ? sp[i].cols : 0,
-                            .owner = owner[i] };
-        if (t->owner >= 0) s->counts[t->owner] += t->count;
-        if (t->owner >= 0 && t->owner != s->rank) continue;
-        big = t->count > big ? t->count : big;
-        int side[2] = { t->rows, t->cols };
-        for (int k = 0; k < 2 && ok && t->owner >= 0; k++) {
-            int d = side[k];
-            if (d > c->precond_max_dim) continue;
-            size_t b = (size_t)d * d * sizeof(float);
-            float **st = k ? &t->R : &t->L, **q = k ? &t->QR : &t->QL;
-            ok = (*st = calloc(1, b)) && (*q = calloc(1, b));
-            s->bytes += 2 * b;
-            big = (size_t)d * d > big ? (size_t)d * d : big;
-        }
+dt_status dt_soap_spans(const dt_tensor_info *tensors, int n, dt_tensor_span **out, int *count) {
+    *count = 0;
+    if (!(*out = calloc((size_t)n + 1, sizeof **out))) return dt_error(DT_ERR_NOMEM, "SOAP: out of memory");
+    for (int i = 0; i < n; i++) {
+        const dt_tensor_info *t = &tensors[i];
+        if (!t->count || t->tied_copy) continue;
+        bool mat = t->ndim == 2;
+        (*out)[(*count)++] = (dt_tensor_span){ t->offset, t->count, i, mat ? t->shape[0] : 0, mat ? t->shape[1] : 0 };
     }
-    for (int r = 0; r < s->ranks; r++) s->total += s->counts[r];
-    size_t at = 0;
-    for (int r = 0; r < s->ranks; r++) /* by owner, then in order */
-        for (int i = 0; i < n; i++)
-            if (s->t[i].owner == r) s->t[i].at = at, at += s->t[i].count;
-    free(owner);
-    /* the eigenvalues after a basis's matrix: big + its side */
-    for (int k = 0; k < 3 && ok; k++) ok = (s->work[k] = malloc((big + (size_t)c->precond_max_dim + 1) * sizeof(float))) != NULL;
-    if (ok && s->ranks > 1)
-        ok = (s->send = malloc((s->counts[s->rank] + 1) * sizeof(float))) && (s->recv = malloc((s->total + 1) * sizeof(float)));
+    return DT_OK;
+}
+
+static bool take(float **p, size_t floats, size_t *bytes) {
+    *bytes += floats * sizeof(float);
+    return (*p = calloc(floats ? floats : 1, sizeof(float))) != NULL;
+}
+
+/* A tensor this rank steps: its moments, and its statistics and bases a side it rotates. *big: the largest matrix. */
+static bool hold(dt_soap *s, soap_tensor *t, size_t *big) {
+    bool ok = take(&t->m, t->count, &s->bytes) && take(&t->v, t->count, &s->bytes);
+    *big = t->count > *big ? t->count : *big;
+    int side[2] = { t->rows, t->cols };
+    for (int k = 0; k < 2 && ok && t->owner >= 0; k++) {
+        int d = side[k];
+        if (d > s->c.precond_max_dim) continue;
+        ok = take(k ? &t->R : &t->L, (size_t)d * d, &s->bytes) && take(k ? &t->QR : &t->QL, (size_t)d * d, &s->bytes);
+        *big = (size_t)d * d > *big ? (size_t)d * d : *big;
+    }
     return ok;
 }
 
-dt_status dt_soap_create(const dt_optim_config *c, const dt_tensor_span *spans, int nspans, dt_comm *comm, float *m, float *v, dt_soap **out) {
+/* Each tensor's owner and place, this rank's state, the scratch, the exchange's buffers. */
+static bool allocate(dt_soap *s, const dt_tensor_span *sp, int n) {
+    int *owner = calloc((size_t)n + 1, sizeof *owner);
+    size_t *floats = calloc((size_t)n + 1, sizeof *floats), *per = calloc((size_t)s->ranks, sizeof *per), big = 1;
+    bool ok = owner && floats && per && (s->counts = calloc((size_t)s->ranks, sizeof *s->counts));
+    if (ok) dt_soap_assign(&s->c, sp, n, s->ranks, owner, NULL, floats);
+    for (int i = 0; i < n && ok; i++) {
+        soap_tensor *t = &s->t[i];
+        *t = (soap_tensor){ .off = sp[i].offset, .count = sp[i].count, .tensor = sp[i].tensor, .rows = sp[i].rows, .cols = sp[i].cols,
+                            .owner = owner[i] };
+        if (t->owner >= 0) s->counts[t->owner] += t->count, per[t->owner] += floats[i] * sizeof(float), s->rotated++;
+        else for (int r = 0; r < s->ranks; r++) per[r] += floats[i] * sizeof(float);
+        if (t->owner < 0 || t->owner == s->rank) ok = hold(s, t, &big);
+    }
+    for (int r = 0; r < s->ranks && ok; r++) s->most = per[r] > s->most ? per[r] : s->most, s->total += s->counts[r];
+    size_t at = 0;
+    for (int r = 0; r < s->ranks && ok; r++) /* by owner, then in order */
+        for (int i = 0; i < n; i++)
+            if (s->t[i].owner == r) s->t[i].at = at, at += s->t[i].count;
+    /* the eigenvalues after a basis's matrix: big + its side */
+    for (int k = 0; k < 4 && ok; k++) ok = (s->work[k] = malloc((big + (size_t)s->c.precond_max_dim + 1) * sizeof(float))) != NULL;
+    if (ok && s->ranks > 1)
+        ok = (s->send = malloc((s->counts[s->rank] + 1) * sizeof(float))) && (s->recv = malloc((s->total + 1) * sizeof(float)));
+    free(owner), free(floats), free(per);
+    return ok;
+}
+
+dt_status dt_soap_create(const dt_optim_config *c, const dt_tensor_info *tensors, int n, dt_comm *comm, dt_soap **out) {
     *out = NULL;
     if (c->precond_every < 1 || c->precond_max_dim < 1)
         return dt_error(DT_ERR_ARG, "SOAP: --precondition-every %d and --precondition-max-dim %d must be 1 or more", c->precond_every,
                         c->precond_max_dim);
-    for (int i = 0; i < nspans; i++) {
-        const dt_tensor_span *sp = &spans[i];
-        if (sp->count && sp->rows > 0 && sp->cols > 0 && (size_t)sp->rows * sp->cols != sp->count)
-            return dt_error(DT_ERR_ARG, "SOAP rotates whole matrices: tensor %d is cut (%zu of %d x %d here: a sharded strategy)", sp->tensor,
-                            sp->count, sp->rows, sp->cols);
-    }
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 > 0 && c->beta2 < 1))
+        return dt_error(DT_ERR_ARG, "SOAP: --betas %g,%g: beta1 in [0, 1), beta2 in (0, 1)", c->beta1, c->beta2);
+    if (!(c->eps > 0)) return dt_error(DT_ERR_ARG, "SOAP: --eps %g must be above 0", c->eps);
     dt_soap *s = calloc(1, sizeof *s);
-    if (!s || !(s->t = calloc((size_t)nspans + 1, sizeof *s->t))) {
-        free(s);
-        return dt_error(DT_ERR_NOMEM, "SOAP: out of memory");
-    }
-    s->m = m, s->v = v, s->max_dim = c->precond_max_dim;
-    dt_tensor_span *held = calloc((size_t)nspans + 1, sizeof *held); /* the spans with a piece here (a pipeline's tied copy has none) */
-    for (int i = 0; i < nspans && held; i++)
-        if (spans[i].count) held[s->n++] = spans[i];
-    dt_status st = held ? dt_optim_work_group(comm, c->soap_group, "SOAP", "--soap-group", &s->comm, &s->own_comm)
-                          : dt_error(DT_ERR_NOMEM, "SOAP: out of memory");
+    dt_tensor_span *spans = NULL;
+    dt_status st = s ? dt_soap_spans(tensors, n, &spans, &s->n) : dt_error(DT_ERR_NOMEM, "SOAP: out of memory");
+    if (st) return free(s), st;
+    s->c = *c, s->tensors = tensors;
+    if (!(s->t = calloc((size_t)s->n + 1, sizeof *s->t))) st = dt_error(DT_ERR_NOMEM, "SOAP: out of memory");
+    if (!st) st = dt_optim_work_group(comm, c->soap_group, "SOAP", "--soap-group", &s->comm, &s->own_comm);
     s->rank = s->comm ? dt_comm_rank(s->comm) : 0;
     s->ranks = s->comm ? dt_comm_size(s->comm) : 1;
-    if (!st && !allocate(s, c, held, s->n)) st = dt_error(DT_ERR_NOMEM, "SOAP: out of memory for its statistics");
-    free(held);
+    if (!st && !allocate(s, spans, s->n)) st = dt_error(DT_ERR_NOMEM, "SOAP: out of memory for its statistics");
+    free(spans);
     if (st) {
         dt_soap_destroy(s);
         return st;
@@ -151,10 +163,11 @@ dt_status dt_soap_create(const dt_optim_config *c, const dt_tensor_span *spans, 
 }
 
 size_t dt_soap_state_bytes(const dt_soap *s) { return s ? s->bytes : 0; }
+size_t dt_soap_state_bytes_most(const dt_soap *s) { return s ? s->most : 0; }
 
 void dt_soap_describe(const dt_soap *s, char *out, size_t n) {
-    snprintf(out, n, "SOAP: %d matrices rotated, %s: their statistics and bases %.3f MiB on the rank holding most", s->rotated,
-             s->ranks > 1 ? "each kept and stepped by one of the group's ranks, then allgathered" : "every rank all",
+    snprintf(out, n, "SOAP: %d matrices rotated, %s, SGD under it: its statistics, bases and moments %.3f MiB on the rank holding "
+             "most", s->rotated, s->ranks > 1 ? "each kept by one of the group's ranks, its directions allgathered" : "every rank all",
              s->most / 1048576.0);
     if (s->ranks > 1) snprintf(out + strlen(out), n - strlen(out), " (%d ranks a group)", s->ranks);
 }
@@ -259,60 +272,61 @@ static const float *direction(dt_soap *s, const soap_tensor *x, const dt_optim_c
     return rot;
 }
 
-/* Every rank's matrices stepped to every rank: each packs its own, then takes the others'. */
-static dt_status exchange(dt_soap *s, float *p) {
+/* Every rank's directions to every rank: each packs its own, then takes the others'. */
+static dt_status exchange(dt_soap *s, float *g) {
     size_t mine = 0;
     for (int i = 0; i < s->n; i++)
-        if (s->t[i].owner == s->rank) memcpy(s->send + mine, p + s->t[i].off, s->t[i].count * sizeof(float)), mine += s->t[i].count;
+        if (s->t[i].owner == s->rank) memcpy(s->send + mine, g + s->t[i].off, s->t[i].count * sizeof(float)), mine += s->t[i].count;
     dt_status st = dt_comm_allgatherv(s->comm, s->send, s->recv, s->counts, DT_F32);
     for (int i = 0; i < s->n && !st; i++)
-        if (s->t[i].owner >= 0 && s->t[i].owner != s->rank) memcpy(p + s->t[i].off, s->recv + s->t[i].at, s->t[i].count * sizeof(float));
+        if (s->t[i].owner >= 0 && s->t[i].owner != s->rank) memcpy(g + s->t[i].off, s->recv + s->t[i].at, s->t[i].count * sizeof(float));
     return st;
 }
 
-dt_status dt_soap_step(dt_soap *s, const dt_optim_config *c, long t, float *p, float *g, float lr, double *sumsq) {
-    dt_status st = DT_OK;
-    double ss = 0;
-    long step = t - 1; /* the oracle's count; its first call only measures */
-    bool first = !s->started;
-    s->started = true;
-    float size = first ? 0 : lr * sqrtf(1.0f - powf(c->beta2, (float)step)) / (1.0f - powf(c->beta1, (float)step));
+/* A basis that failed stays as it was (the identity on the first step: Adam in the weights' coordinates there). */
+static void failed(dt_soap *s, const soap_tensor *x, long step) {
+    dt_log(DT_LOG_WARN, "SOAP: step %ld: %s's basis (%d x %d) on rank %d: %s; it stays as it was", step + 1, s->tensors[x->tensor].name,
+           x->rows, x->cols, s->rank, dt_last_error());
+    for (int k = 0; k < 2 && step == 0; k++) {
+        float *Q = k ? x->QR : x->QL;
+        int d = k ? x->cols : x->rows;
+        for (int i = 0; Q && i < d; i++)
+            for (int j = 0; j < d; j++) Q[(size_t)i * d + j] = i == j;
+    }
+}
+
+dt_status dt_soap_step(dt_soap *s, float *grads, float lr, int *skip) {
+    const dt_optim_config *c = &s->c;
+    long step = s->steps++; /* the oracle's count; its first call only measures */
+    bool first = step == 0;
+    *skip = first ? 2 : 0;
+    /* Adam's bias-corrected step, and the decay SGD's update then makes decoupled (soap.h) */
+    float size = first ? 0 : sqrtf(1.0f - powf(c->beta2, (float)step)) / (1.0f - powf(c->beta1, (float)step)) * (1.0f - lr * c->weight_decay);
     for (int i = 0; i < s->n; i++) {
         soap_tensor *x = &s->t[i];
-        size_t n = x->count;
-        float *P = p + x->off, *G = g + x->off, *V = s->v + x->off;
-        for (size_t k = 0; k < n; k++) ss += (double)G[k] * G[k];
         if (x->owner >= 0 && x->owner != s->rank) continue; /* another rank's */
-        if (!first) {
-            const float *dir = direction(s, x, c, G, s->m + x->off, V);
-            for (size_t k = 0; k < n; k++) {
-                P[k] -= size * dir[k];
-                P[k] *= 1.0f - lr * c->weight_decay;
-            }
-        }
-        /* a failed basis stays as it was: the other matrices still step, as on every rank (the first failure said) */
-        dt_status ms = x->owner >= 0 ? measure(s, x, c, G, V, step, first) : DT_OK;
-        if (!st) st = ms;
+        float *G = grads + x->off, *D = s->work[3];
+        if (!first) memcpy(D, direction(s, x, c, G, x->m, x->v), x->count * sizeof *D);
+        if (x->owner >= 0 && measure(s, x, c, G, x->v, step, first)) failed(s, x, step);
+        for (size_t k = 0; k < x->count && !first; k++) G[k] = size * D[k];
     }
-    *sumsq = ss;
-    if (s->ranks > 1 && !first) {
-        dt_status es = exchange(s, p);
-        return es ? es : st;
-    }
-    return st;
+    return s->ranks > 1 && !first ? exchange(s, grads) : DT_OK;
 }
 
-/* ---- its state in checkpoints: a unit a tensor (of a rotated matrix: L, QL, then R, QR, of the sides it rotates,
- * then Adam's m and v; of another none), saved by its owner in the first group, loaded by its owner in every group
- * (any rank: a rank of this layout's group holds it, or none with 0 floats); its count of steps 1 once its first step
- * has measured ---- */
+static void precond_begin(void *ctx, int accum) { (void)ctx, (void)accum; }
+static dt_status precond_apply(void *ctx, float *grads, float lr, int *skip) { return dt_soap_step(ctx, grads, lr, skip); }
+
+/* ---- its state in checkpoints: a unit a tensor (a rotated matrix's L, QL, then R, QR, of the sides it rotates, then
+ * Adam's m and v; a vector's m and v), saved by its owner in the first group (a vector's by rank 0), loaded by its owner
+ * in every group (a vector's by every rank); its count of steps beside ---- */
 
 static size_t unit_floats(void *ctx, int u) {
     const dt_soap *s = ctx;
     const soap_tensor *t = &s->t[u];
-    if (t->owner < 0) return 0;
-    return (t->rows <= s->max_dim ? 2 * (size_t)t->rows * t->rows : 0) + (t->cols <= s->max_dim ? 2 * (size_t)t->cols * t->cols : 0) +
-           2 * t->count;
+    size_t f = 2 * t->count;
+    if (t->owner < 0) return f;
+    return f + (t->rows <= s->c.precond_max_dim ? 2 * (size_t)t->rows * t->rows : 0) +
+           (t->cols <= s->c.precond_max_dim ? 2 * (size_t)t->cols * t->cols : 0);
 }
 
 static int unit_saver(void *ctx, int u) {
@@ -322,14 +336,13 @@ static int unit_saver(void *ctx, int u) {
 
 static int unit_loads(void *ctx, int u, int rank) {
     const dt_soap *s = ctx;
-    return s->t[u].owner >= 0 && rank % s->ranks == s->t[u].owner;
+    return s->t[u].owner < 0 || rank % s->ranks == s->t[u].owner;
 }
 
 static void unit_io(void *ctx, int u, float *buf, int load) {
     dt_soap *s = ctx;
     soap_tensor *t = &s->t[u];
-    if (t->owner < 0) return; /* nothing of it saved: every rank steps it from the optimizer's own buffers */
-    float *part[6] = { t->L, t->QL, t->R, t->QR, s->m + t->off, s->v + t->off };
+    float *part[6] = { t->L, t->QL, t->R, t->QR, t->m, t->v };
     size_t len[6] = { (size_t)t->rows * t->rows, (size_t)t->rows * t->rows, (size_t)t->cols * t->cols, (size_t)t->cols * t->cols, t->count,
                       t->count };
     for (int i = 0; i < 6; i++) {
@@ -339,9 +352,10 @@ static void unit_io(void *ctx, int u, float *buf, int load) {
     }
 }
 
-static long unit_steps(void *ctx) { return ((dt_soap *)ctx)->started; }
-static void unit_set_steps(void *ctx, long t) { ((dt_soap *)ctx)->started = t > 0; }
+static long unit_steps(void *ctx) { return ((dt_soap *)ctx)->steps; }
+static void unit_set_steps(void *ctx, long t) { ((dt_soap *)ctx)->steps = t; }
 
-void dt_soap_units(dt_soap *s, dt_state_units *out) {
-    *out = (dt_state_units){ "soap", s ? s->n : 0, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 };
+void dt_soap_preconditioner(dt_soap *s, dt_preconditioner *out) {
+    *out = (dt_preconditioner){ "SOAP", precond_begin, precond_apply, s,
+                                { "soap", s->n, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 }, NULL, 0, 1 };
 }

@@ -21,7 +21,7 @@ static const char *stage_name(int stage, int dp) {
  * and the interval's first weights, made at the first local step: counted from the start, the run's peak). */
 static int optim_floats(const dt_plan_job *j) {
     const dt_optim_config *o = &j->opt;
-    return (o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB || o->kind == DT_OPT_SOAP ? 2 : 1) + (j->codec.kind == DT_CODEC_ZEROONE ? 2 : 0);
+    return (o->kind == DT_OPT_ADAMW || o->kind == DT_OPT_LAMB ? 2 : 1) + (j->codec.kind == DT_CODEC_ZEROONE ? 2 : 0);
 }
 
 /* Over more than one micro-batch a step (accumulation, a pipeline's micro-batches), ZeRO 2 and 3 and a 16-bit gradient

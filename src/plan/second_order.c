@@ -8,6 +8,7 @@
 
 #include "dtrain/kfac.h"
 #include "dtrain/shampoo.h"
+#include "dtrain/soap.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -113,10 +114,10 @@ static void shampoo_cost(const dt_plan_job *j, const dt_plan_hardware *h, double
     dt_program_destroy(p);
 }
 
-/* SOAP: each matrix it rotates kept and stepped by one rank of the group (dt_soap_assign, as a run assigns them; every
- * rank all with --soap-group 1): L and R with their bases (a side up to precond_max_dim), each step the statistics'
- * GEMM and three rotations of a GEMM a side, every precond_every steps a power iteration and a QR a side; the stepped
- * matrices allgathered. The busiest owner's. */
+/* SOAP: each matrix it rotates kept by one rank of the group (dt_soap_assign, as a run assigns them; every rank all
+ * with --soap-group 1): L and R with their bases (a side up to precond_max_dim) and Adam's moments, each step the
+ * statistics' GEMM and three rotations of a GEMM a side, every precond_every steps a power iteration and a QR a side;
+ * the directions allgathered; the other tensors' moments on every rank. The busiest owner's. */
 static void soap_cost(const dt_plan_job *j, double rate, double a, double b, second_cost *out) {
     dt_model m;
     dt_program *p = dt_plan_model_table(j, &m);
@@ -137,6 +138,7 @@ static void soap_cost(const dt_plan_job *j, double rate, double a, double b, sec
         dt_soap_assign(&j->opt, sp, m.ntensors, g, owner, flops, floats);
         for (int i = 0; i < m.ntensors; i++) {
             big = fmax(big, (double)sp[i].count);
+            for (int r = 0; r < g && owner[i] < 0; r++) state[r] += 4.0 * (double)floats[i]; /* Adam's moments on every rank */
             if (owner[i] < 0) continue;
             int o = owner[i];
             state[o] += 4.0 * (double)floats[i], work[o] += flops[i] / rate, mine[o] += (double)sp[i].count, total += (double)sp[i].count;
@@ -192,7 +194,7 @@ static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, i
     if (j->kfac_on) kfac_cost(j, h, rate, threads, slow, a, b, overlap, out);
     else if (j->shampoo_on) shampoo_cost(j, h, rate, threads, slow, a, b, out);
     else if (j->opt.kind == DT_OPT_SOAP) soap_cost(j, rate, a, b, out);
-    if ((j->kfac_on || j->shampoo_on) && j->tp > 1) tp_cost(j, a, b, out);
+    if ((j->kfac_on || j->shampoo_on || j->opt.kind == DT_OPT_SOAP) && j->tp > 1) tp_cost(j, a, b, out);
     double pp = j->pp > 1 ? j->pp : 1;
     out->bytes /= pp, out->compute /= pp, out->comm /= pp;
 }

@@ -35,7 +35,6 @@ struct dt_engine {
     void *state;
     dt_optim *opt;
     size_t off, n;   /* this rank's slice */
-    bool cut;        /* the strategy gave it a slice (ZeRO's shard; a last stage's tied copy left out is not one) */
     double *sums;    /* LAMB/LARS's per-tensor sums, added over the ranks */
     dt_loss_scale_config lsc;
     dt_loss_scale ls;
@@ -70,13 +69,9 @@ static dt_status make_optimizer(dt_engine *e) {
         const dt_tensor_info *t = &m->tensors[i];
         size_t a = t->offset > e->off ? t->offset : e->off, b = t->offset + t->count < e->off + e->n ? t->offset + t->count : e->off + e->n;
         /* every tensor, even one with no piece here (count 0): the ranks then agree on the number of sums */
-        int rows = t->ndim == 2 ? t->shape[0] : 0, cols = t->ndim == 2 ? t->shape[1] : 0; /* SOAP's matrices */
-        spans[k++] = a < b ? (dt_tensor_span){ a - e->off, b - a, i, rows, cols } : (dt_tensor_span){ 0, 0, i, rows, cols };
+        spans[k++] = a < b ? (dt_tensor_span){ a - e->off, b - a, i, 0, 0 } : (dt_tensor_span){ 0, 0, i, 0, 0 };
     }
-    /* SOAP shares its matrices among replicas: the data-parallel ranks holding the whole store alike (not a shard, not
-     * each rank's own experts) */
-    bool replicas = !e->cut && e->cfg.ep <= 1;
-    dt_status st = dt_optim_create_shared(&e->cfg.opt, e->n, spans, k, replicas ? e->cfg.comm : NULL, &e->opt);
+    dt_status st = dt_optim_create(&e->cfg.opt, e->n, spans, k, &e->opt);
     free(spans);
     size_t ns = st ? 0 : dt_optim_nsums(e->opt);
     if (ns && !(e->sums = malloc(ns * sizeof *e->sums))) st = dt_error(DT_ERR_NOMEM, "engine: out of memory");
@@ -176,7 +171,6 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
     if (!st && c->codec && e->s->codec) st = take_codec(e);
     if (!st && c->precond) st = check_precond(e);
     if (!st && e->s->create) st = e->s->create(&e->cfg, &e->state, &e->off, &e->n);
-    e->cut = e->off != 0 || e->n != c->model.nparams;
     if (!st) trim_tied_copy(e);
     if (!st) st = make_optimizer(e);
     if (!st && e->s->attach) st = e->s->attach(e->state, e->opt);
@@ -277,7 +271,7 @@ static dt_status update_lp(dt_engine *e, float lr, dt_step_result *r, uint16_t *
 /* The update on this rank's slice, after clipping; a non-finite step is
  * skipped (its gradients zeroed) when the run asks for it, or when the loss
  * scale overflowed. */
-static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
+static dt_status update(dt_engine *e, float lr, float clip, dt_step_result *r) {
     const dt_engine_config *c = &e->cfg;
     if (e->s->update) return e->s->update(e->state, lr, r); /* the parameters live on a device: it updates them there */
     dt_dtype t;
@@ -298,7 +292,7 @@ static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
             r->skipped = 1;
             return DT_OK;
         }
-        if (!e->scaling) dt_grad_clip(g, e->n, r->norm, c->grad_clip);
+        if (!e->scaling) dt_grad_clip(g, e->n, r->norm, clip);
         if (e->s->reduce_sum && e->sums) {
             /* LAMB/LARS over a shard: the trust ratios from whole tensors' norms */
             dt_optim_norms(e->opt, p, g, e->sums);
@@ -308,25 +302,43 @@ static dt_status update(dt_engine *e, float lr, dt_step_result *r) {
             dt_optim_step(e->opt, p, g, lr, 1);
         }
     } else {
-        r->norm = dt_optim_step_clipped(e->opt, p, g, lr, c->grad_clip);
+        r->norm = dt_optim_step_clipped(e->opt, p, g, lr, clip);
     }
     if (!st && e->s->after_update) st = e->s->after_update(e->state);
     return st;
 }
 
-/* The preconditioner on the averaged gradients; a step it skips changes nothing (its gradients zeroed). */
-static dt_status precondition(dt_engine *e, float lr, dt_step_result *r) {
+/* The preconditioner on the averaged gradients; a step it skips changes nothing (its gradients zeroed; *skip: a
+ * failure's 1, which the step reports, or SOAP's measuring first step's 2). */
+static dt_status precondition(dt_engine *e, float lr, dt_step_result *r, int32_t *skip) {
     const dt_engine_config *c = &e->cfg;
     float *g = c->model.grads(c->model.self);
-    int32_t skip = 0, any = 0;
-    dt_status st = c->precond->apply(c->precond->ctx, g, lr, &skip);
+    int32_t any = 0;
+    *skip = 0;
+    dt_status st = c->precond->apply(c->precond->ctx, g, lr, skip);
     /* a pipeline's stages each precondition their own tensors: one skipping skips them all */
-    if (!st && c->schedule && c->mp_comm && !(st = dt_comm_allreduce(c->mp_comm, &skip, &any, 1, DT_I32, DT_MAX))) skip = any;
-    if (!st && skip) {
+    if (!st && c->schedule && c->mp_comm && !(st = dt_comm_allreduce(c->mp_comm, skip, &any, 1, DT_I32, DT_MAX))) *skip = any;
+    if (!st && *skip) {
         memset(g, 0, c->model.nparams * sizeof *g);
-        r->skipped = 1;
+        r->skipped = *skip == 1;
     }
     return st;
+}
+
+/* A preconditioner that takes the gradients as an optimizer does (raw_norm): the step's global norm, its finiteness
+ * check and clipping before it, over the whole store (each rank's preconditioner reads all of it). */
+static dt_status norm_first(dt_engine *e, dt_step_result *r) {
+    const dt_engine_config *c = &e->cfg;
+    float *g = c->model.grads(c->model.self);
+    dt_status st = global_norm(e, g + e->off, DT_F32, &r->norm);
+    if (st) return st;
+    if (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm))) {
+        memset(g, 0, c->model.nparams * sizeof *g);
+        r->skipped = 1;
+    } else {
+        dt_grad_clip(g, c->model.nparams, r->norm, c->grad_clip);
+    }
+    return DT_OK;
 }
 
 static void params_changed(dt_engine *e) {
@@ -422,11 +434,11 @@ static dt_status finish_and_agree(dt_engine *e, double loss_sum, int accum, int 
 }
 
 /* The preconditioner's step, timed: its own time and what its observer took inside forward and backward. */
-static dt_status timed_precondition(dt_engine *e, float lr, dt_step_result *r) {
+static dt_status timed_precondition(dt_engine *e, float lr, dt_step_result *r, int32_t *skip) {
     const dt_preconditioner *pc = e->cfg.precond;
     double p0 = dt_time_now(), fwd = 0, bwd = 0;
     DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "precondition", "\"parameters\":%zu", e->n);
-    dt_status st = precondition(e, lr, r);
+    dt_status st = precondition(e, lr, r, skip);
     DT_TRACE_END(DT_TRACK_COMPUTE);
     if (st) return st;
     if (pc->inside) pc->inside(pc->ctx, &fwd, &bwd);
@@ -448,14 +460,20 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     double t0 = dt_time_now();
     dt_sync_result sr = { .norm = -1 };
     if (st || (st = finish_and_agree(e, loss_sum, accum, nloss, stop, &sr, r))) return st;
-    if (!sr.updated && e->cfg.precond && (st = timed_precondition(e, lr, r))) return st;
+    const dt_preconditioner *pc = sr.updated ? NULL : e->cfg.precond;
+    bool raw = pc && pc->raw_norm;
+    int32_t skip = 0;
+    if (raw && (st = norm_first(e, r))) return st;
+    if (pc && !r->skipped && (st = timed_precondition(e, lr, r, &skip))) return st;
     if (sr.updated) r->norm = sr.norm;
-    else if (!r->skipped) {
+    else if (!r->skipped && !skip) {
+        double norm = r->norm;
         DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "optimizer", "\"parameters\":%zu", e->n);
-        st = update(e, lr, r);
+        st = update(e, lr, raw ? 0 : e->cfg.grad_clip, r);
         DT_TRACE_END(DT_TRACK_COMPUTE);
+        if (raw) r->norm = norm; /* the gradients', not the directions' */
     }
-    if (!st && !r->skipped && e->cfg.schedule && e->cfg.schedule->after_update) st = e->cfg.schedule->after_update(e->cfg.schedule->ctx, &control);
+    if (!st && !r->skipped && !skip && e->cfg.schedule && e->cfg.schedule->after_update) st = e->cfg.schedule->after_update(e->cfg.schedule->ctx, &control);
     if (!st && e->zo_sync) { /* the step sent nothing but this, and waits for it whole */
         dt_codec_stats s = { 0, 0, 0, 0 };
         double t1 = dt_time_now();
@@ -484,7 +502,6 @@ void dt_engine_share(const dt_engine *e, size_t *off, size_t *n) {
     *n = e->n;
 }
 
-int dt_engine_optim_cut(const dt_engine *e) { return e->cut; }
 
 size_t dt_engine_buffer_bytes(const dt_engine *e) { return e->s->buffer_bytes ? e->s->buffer_bytes(e->state) : 0; }
 

@@ -18,7 +18,6 @@ int dt_train_is_image_model(const char *model) {
 static const char *tp_lacks(const dt_train_config *c) {
     if (dt_train_is_image_model(c->model)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS (trust ratios of whole tensors)";
-    if (c->opt.kind == DT_OPT_SOAP) return "SOAP (it rotates whole matrices)";
     return NULL;
 }
 
@@ -90,9 +89,9 @@ dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
                         : "--grad-accum (micro-batches a step) must be a multiple of --pp (p micro-batches go through each chunk in turn)");
     if (tp > 1 && !paper && tp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--tp %d: not with %s yet", tp, tp_lacks(c));
     /* a preconditioner takes whole averaged gradients: ZeRO-1 allreduces them as DDP does, 2 and 3 keep a shard */
-    if ((c->kfac_on || c->shampoo_on) && !paper && c->strategy && (!strcmp(c->strategy, "zero2") || !strcmp(c->strategy, "zero3")))
-        return dt_error(DT_ERR_UNSUPPORTED, "--strategy %s: not with K-FAC or Shampoo yet (they precondition whole gradients; %s keeps a "
-                        "shard of them)", c->strategy, c->strategy);
+    if ((c->kfac_on || c->shampoo_on || c->opt.kind == DT_OPT_SOAP) && !paper && c->strategy && (!strcmp(c->strategy, "zero2") || !strcmp(c->strategy, "zero3")))
+        return dt_error(DT_ERR_UNSUPPORTED, "--strategy %s: not with K-FAC, Shampoo or SOAP yet (they precondition whole gradients; %s "
+                        "keeps a shard of them)", c->strategy, c->strategy);
     /* a codec's optimizer and strategy, as the engine checks them (so that plan refuses what train would) */
     dt_status cs = !paper && c->codec.kind != DT_CODEC_NONE ? dt_codec_check_optimizer(&c->codec, c->opt.kind, c->grad_clip, c->precision == DT_F16)
                                                             : DT_OK;

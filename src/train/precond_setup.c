@@ -1,4 +1,4 @@
-/* The engine's preconditioner for --optimizer kfac or shampoo (precond_setup.h). */
+/* The engine's preconditioner for --optimizer kfac, shampoo or soap (precond_setup.h). */
 #include "precond_setup.h"
 
 #include <stdio.h>
@@ -26,9 +26,6 @@ static dt_status make_kfac(const dt_train_config *c, dt_engine_config *ec, const
 /* Shampoo over the whole store, SGD under it; its blocks shared by the replicas. */
 static dt_status make_shampoo(const dt_train_config *c, dt_engine_config *ec, const dt_model *m, int rank, dt_train_precond *out) {
     if (c->lora.rank > 0 || c->lora_from) return dt_error(DT_ERR_ARG, "--optimizer shampoo with LoRA: not yet (Shampoo would precondition every tensor, the frozen ones too)");
-    if (c->grad_clip > 0)
-        return dt_error(DT_ERR_ARG, "--optimizer shampoo with --grad-clip %g: the clip would act on Shampoo's directions, not the gradients; "
-                        "grafting already gives each block Adam's step size", c->grad_clip);
     dt_status st = dt_shampoo_create(&c->shampoo, m->tensors, m->ntensors, ec->comm, &out->shampoo);
     if (st) return st;
     dt_shampoo_preconditioner(out->shampoo, &out->inner);
@@ -40,16 +37,33 @@ static dt_status make_shampoo(const dt_train_config *c, dt_engine_config *ec, co
     return DT_OK;
 }
 
+/* SOAP over the whole store, SGD under it (its weight decay SOAP's decoupled one, soap.h); its matrices shared by the
+ * replicas (not by ranks whose experts differ). */
+static dt_status make_soap(const dt_train_config *c, dt_engine_config *ec, const dt_model *m, int rank, dt_train_precond *out) {
+    if (c->lora.rank > 0 || c->lora_from) return dt_error(DT_ERR_ARG, "--optimizer soap with LoRA: not yet (SOAP would step every tensor, the frozen ones too)");
+    dt_status st = dt_soap_create(&c->opt, m->tensors, m->ntensors, ec->ep > 1 ? NULL : ec->comm, &out->soap);
+    if (st) return st;
+    dt_soap_preconditioner(out->soap, &out->inner);
+    ec->opt.kind = DT_OPT_SGD, ec->opt.momentum = 0, ec->opt.nesterov = 0;
+    if (rank == 0 && !c->quiet) {
+        char line[256];
+        dt_soap_describe(out->soap, line, sizeof line);
+        dt_log(DT_LOG_INFO, "%s", line);
+    }
+    return DT_OK;
+}
+
 dt_status dt_train_precond_create(const dt_train_config *c, dt_engine_config *ec, dt_comm *stages, dt_comm *tp, int rank,
                                   const char *others, dt_train_precond *out) {
     *out = (dt_train_precond){ 0 };
-    if (!c->kfac_on && !c->shampoo_on) return DT_OK;
+    if (!c->kfac_on && !c->shampoo_on && c->opt.kind != DT_OPT_SOAP) return DT_OK;
     /* under tensor parallelism they see the whole tensors, made whole on every rank of the group */
     dt_model m = ec->model;
     dt_status st = tp ? dt_tp_whole_create(&ec->model, tp, &out->whole) : DT_OK;
     if (st) return st;
     if (out->whole) dt_tp_whole_model(out->whole, &m);
-    st = c->kfac_on ? make_kfac(c, ec, &m, stages, rank, others, out) : make_shampoo(c, ec, &m, rank, out);
+    st = c->kfac_on ? make_kfac(c, ec, &m, stages, rank, others, out)
+         : c->shampoo_on ? make_shampoo(c, ec, &m, rank, out) : make_soap(c, ec, &m, rank, out);
     if (st) return st;
     if (out->whole) dt_tp_whole_preconditioner(out->whole, &out->inner, &out->pc);
     else out->pc = out->inner;
@@ -60,10 +74,12 @@ dt_status dt_train_precond_create(const dt_train_config *c, dt_engine_config *ec
 void dt_train_precond_destroy(dt_train_precond *p) {
     dt_kfac_destroy(p->kfac);
     dt_shampoo_destroy(p->shampoo);
+    dt_soap_destroy(p->soap);
     dt_tp_whole_destroy(p->whole); /* after K-FAC, which leaves the model's observer through it */
     *p = (dt_train_precond){ 0 };
 }
 
 size_t dt_train_precond_bytes(const dt_train_precond *p) {
-    return (p->kfac ? dt_kfac_state_bytes(p->kfac) : 0) + (p->shampoo ? dt_shampoo_state_bytes(p->shampoo) : 0);
+    return (p->kfac ? dt_kfac_state_bytes(p->kfac) : 0) + (p->shampoo ? dt_shampoo_state_bytes(p->shampoo) : 0) +
+           dt_soap_state_bytes(p->soap);
 }

@@ -1,4 +1,4 @@
-/* The engine's preconditioner for --optimizer kfac or shampoo, made alike for the language models' trainer
+/* The engine's preconditioner for --optimizer kfac, shampoo or soap, made alike for the language models' trainer
  * (run_setup.c) and the image models' (classify.c). */
 #ifndef DTRAIN_PRECOND_SETUP_H
 #define DTRAIN_PRECOND_SETUP_H
@@ -7,11 +7,13 @@
 #include "dtrain/kfac.h"
 #include "dtrain/parallel.h"
 #include "dtrain/shampoo.h"
+#include "dtrain/soap.h"
 #include "dtrain/train.h"
 
 typedef struct {
     dt_kfac *kfac;       /* --optimizer kfac */
     dt_shampoo *shampoo; /* --optimizer shampoo */
+    dt_soap *soap;       /* --optimizer soap */
     dt_tp_whole *whole;  /* tensor parallelism's whole tensors, which they precondition (NULL: the rank's are whole) */
     dt_preconditioner pc, inner;
 } dt_train_precond;

@@ -294,8 +294,6 @@ static dt_status make_engine(run *r) {
     if (!st) st = dt_train_precond_create(c, &ec, stages, tp, r->rank, "embeddings, norms, head, experts", &r->pre);
     if (!st) st = dt_train_device_attach(c, r->nranks, r->w ? dt_comm_local_rank(r->w) : 0, dt_gpt2_program(r->m), &ec, &r->dev);
     if (!st) st = dt_engine_create(&ec, &r->e);
-    char line[256];
-    if (!st && r->rank == 0 && !c->quiet && dt_optim_describe(dt_engine_optim(r->e), line, sizeof line)) dt_log(DT_LOG_INFO, "%s", line);
     if (st || !c->resume) return st;
     dt_checkpoint_position pos;
     dt_checkpoint_model cm;

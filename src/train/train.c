@@ -160,7 +160,7 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
                isnan(isfinite(s->loss) ? s->norm : s->loss) ? "NaN" : "infinite");
         return 1;
     }
-    if (s->skipped && !scaled_skip) dt_log(DT_LOG_WARN, "step %d: the %s is not finite; step skipped", step + 1, isfinite(s->loss) ? "gradient norm" : "loss");
+    if (s->skipped && !finite) dt_log(DT_LOG_WARN, "step %d: the %s is not finite; step skipped", step + 1, isfinite(s->loss) ? "gradient norm" : "loss");
     /* a checkpoint every save_every steps, atomically: a crash leaves the last one whole */
     if (c->save && c->save_every > 0 && (step + 1) % c->save_every == 0 && step + 1 < c->steps && !s->stop && dt_train_save(r, step + 1)) {
         dt_log(DT_LOG_ERROR, "%s", dt_last_error());
