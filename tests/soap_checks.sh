@@ -70,6 +70,13 @@ if "$DTRAIN" plan "${common[@]}" --batch 2 --nproc 4 --soap-group 3 > "$dir/plan
 elif grep -q "does not divide the 4 data-parallel ranks" "$dir/plan3.out"; then ok "plan with --soap-group 3 on 4 ranks refused as train is"
 else fail "plan with --soap-group 3: $(tail -1 "$dir/plan3.out")"; fi
 raw_clip SOAP --batch 4
+for cmd in train plan; do # expert parallelism: a rank's experts are its own, refused before any rank starts
+    if "$DTRAIN" $cmd --model mixtral-tiny --data "$dir/train.bin" --seq 32 --batch 2 --steps 1 --ep 2 --nproc 2 --optimizer soap \
+        > "$dir/ep_$cmd.out" 2>&1; then fail "$cmd: SOAP with --ep 2 accepted"
+    elif [ "$(grep -c "SOAP preconditions whole f32 gradients on every rank: not with expert parallelism" "$dir/ep_$cmd.out")" = 1 ]; then
+        ok "$cmd: SOAP with --ep 2 refused once: $(grep -o 'not with expert parallelism.*' "$dir/ep_$cmd.out")"
+    else fail "$cmd: SOAP with --ep 2: $(tail -1 "$dir/ep_$cmd.out")"; fi
+done
 refused "SOAP under ZeRO-2" "not with K-FAC, Shampoo or SOAP" --nproc 2 --strategy zero2
 if "$DTRAIN" train --data "$dir/train.bin" --layers 1 --channels 32 --heads 2 --vocab 256 --seq 16 --batch 2 --steps 1 --soap-group 2 \
     > "$dir/noopt.out" 2>&1; then fail "--soap-group without --optimizer soap accepted"

@@ -21,6 +21,11 @@ static const char *tp_lacks(const dt_train_config *c) {
     return NULL;
 }
 
+/* The second-order preconditioner the run asks for (the engine's), or NULL. */
+static const char *preconditioner(const dt_train_config *c) {
+    return c->kfac_on ? "K-FAC" : c->shampoo_on ? "Shampoo" : c->opt.kind == DT_OPT_SOAP ? "SOAP" : NULL;
+}
+
 /* What context parallelism does not run with yet, or NULL. */
 static const char *cp_lacks(const dt_train_config *c) {
     if (dt_train_is_image_model(c->model)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
@@ -89,7 +94,7 @@ dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
                         : "--grad-accum (micro-batches a step) must be a multiple of --pp (p micro-batches go through each chunk in turn)");
     if (tp > 1 && !paper && tp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--tp %d: not with %s yet", tp, tp_lacks(c));
     /* a preconditioner takes whole averaged gradients: ZeRO-1 allreduces them as DDP does, 2 and 3 keep a shard */
-    if ((c->kfac_on || c->shampoo_on || c->opt.kind == DT_OPT_SOAP) && !paper && c->strategy && (!strcmp(c->strategy, "zero2") || !strcmp(c->strategy, "zero3")))
+    if (preconditioner(c) && !paper && c->strategy && (!strcmp(c->strategy, "zero2") || !strcmp(c->strategy, "zero3")))
         return dt_error(DT_ERR_UNSUPPORTED, "--strategy %s: not with K-FAC, Shampoo or SOAP yet (they precondition whole gradients; %s "
                         "keeps a shard of them)", c->strategy, c->strategy);
     /* a codec's optimizer and strategy, as the engine checks them (so that plan refuses what train would) */
@@ -127,6 +132,9 @@ dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *c
         return dt_error(DT_ERR_ARG, "--ep %d spreads a mixture's experts over ranks: the model has none (--experts E)", d->ep);
     if (d->ep > 1 && cfg->experts % d->ep)
         return dt_error(DT_ERR_ARG, "--ep %d does not divide the model's %d experts (each rank holds the same number)", d->ep, cfg->experts);
+    if (d->ep > 1 && preconditioner(c)) /* as the engine refuses it */
+        return dt_error(DT_ERR_UNSUPPORTED, "%s preconditions whole f32 gradients on every rank: not with expert parallelism (--ep %d: a "
+                        "rank holds its own experts)", preconditioner(c), d->ep);
     if (c->moe_z_loss > 0 && (d->pp > 1 || d->cp > 1))
         return dt_error(DT_ERR_UNSUPPORTED, "the router z-loss (--moe-z-loss) is the mean over a micro-batch's layers and tokens: over %d "
                         "pipeline stages or %d context-parallel ranks each would see a part: not in this build", d->pp, d->cp);
