@@ -283,15 +283,16 @@ static dt_status exchange(dt_soap *s, float *g) {
     return st;
 }
 
-/* A basis that failed stays as it was (the identity on the first step: Adam in the weights' coordinates there). */
+/* A basis that failed stays as it was; one never made (the first step's) is the identity: Adam in the weights'
+ * coordinates on that side. */
 static void failed(dt_soap *s, const soap_tensor *x, long step) {
     dt_log(DT_LOG_WARN, "SOAP: step %ld: %s's basis (%d x %d) on rank %d: %s; it stays as it was", step + 1, s->tensors[x->tensor].name,
            x->rows, x->cols, s->rank, dt_last_error());
-    for (int k = 0; k < 2 && step == 0; k++) {
+    for (int k = 0; k < 2; k++) {
         float *Q = k ? x->QR : x->QL;
-        int d = k ? x->cols : x->rows;
-        for (int i = 0; Q && i < d; i++)
-            for (int j = 0; j < d; j++) Q[(size_t)i * d + j] = i == j;
+        size_t d = (size_t)(k ? x->cols : x->rows), zeros = 0;
+        while (Q && zeros < d * d && Q[zeros] == 0) zeros++;
+        for (size_t i = 0; Q && zeros == d * d && i < d; i++) Q[i * d + i] = 1;
     }
 }
 
