@@ -192,6 +192,30 @@ static long peak_kb(pid_t pid) {
     return kb;
 }
 
+/* The clients' figures: requests, throughput (tokens: the server's count over the run, < 0 where it has none), the
+ * latencies' percentiles. */
+static void print_results(client *all, const char *why, double secs, double tokens) {
+    printf("requests: %ld done, %ld failed%s%s%s\n", all->done, all->failed, why ? " (first: " : "", why ? why : "", why ? ")" : "");
+    if (tokens >= 0)
+        printf("throughput: %.1f tokens/s (the server's count), %.2f requests/s over %.1f s\n", tokens / secs, all->done / secs, secs);
+    else printf("throughput: %.2f requests/s over %.1f s (no /metrics to count tokens)\n", all->done / secs, secs);
+    printf("time to first token (ms): p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n", 1e3 * pct(&all->ttft, 0.5), 1e3 * pct(&all->ttft, 0.9),
+           1e3 * pct(&all->ttft, 0.99), 1e3 * pct(&all->ttft, 1));
+    /* an event carries every token made since the last one was sent: gaps between events, per event */
+    printf("inter-token latency, between streamed events (ms): p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n", 1e3 * pct(&all->itl, 0.5),
+           1e3 * pct(&all->itl, 0.9), 1e3 * pct(&all->itl, 0.99), 1e3 * pct(&all->itl, 1));
+}
+
+/* The server it started: its peak memory (and rss_mid, when the clients had started), then SIGTERM and its exit. */
+static void stop_server(pid_t server, long rss_mid) {
+    long rss = peak_kb(server);
+    printf("server peak resident memory: %.1f MB (%.1f MB when the clients had started)\n", rss / 1024.0, rss_mid / 1024.0);
+    kill(server, SIGTERM);
+    int status = 0;
+    waitpid(server, &status, 0);
+    printf("server stopped by SIGTERM: exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
 int dt_bench_serve(const dt_bench_serve_opts *o) {
     char url[512], cpu[128];
     pid_t server = -1;
@@ -223,24 +247,9 @@ int dt_bench_serve(const dt_bench_serve_opts *o) {
         if (cs[i].failed && !why) why = cs[i].why;
     }
     double secs = dt_time_now() - t0, tok1 = metric(url, "dtrain_generated_tokens_total");
-    printf("requests: %ld done, %ld failed%s%s%s\n", all.done, all.failed, why ? " (first: " : "", why ? why : "", why ? ")" : "");
-    if (tok0 >= 0 && tok1 >= 0)
-        printf("throughput: %.1f tokens/s (the server's count), %.2f requests/s over %.1f s\n", (tok1 - tok0) / secs, all.done / secs, secs);
-    else printf("throughput: %.2f requests/s over %.1f s (no /metrics to count tokens)\n", all.done / secs, secs);
-    printf("time to first token (ms): p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n", 1e3 * pct(&all.ttft, 0.5), 1e3 * pct(&all.ttft, 0.9),
-           1e3 * pct(&all.ttft, 0.99), 1e3 * pct(&all.ttft, 1));
-    /* an event carries every token made since the last one was sent: gaps between events, per event */
-    printf("inter-token latency, between streamed events (ms): p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n", 1e3 * pct(&all.itl, 0.5), 1e3 * pct(&all.itl, 0.9),
-           1e3 * pct(&all.itl, 0.99), 1e3 * pct(&all.itl, 1));
+    print_results(&all, why, secs, tok0 >= 0 && tok1 >= 0 ? tok1 - tok0 : -1);
     int rc = all.failed ? 1 : 0;
-    if (server > 0) {
-        long rss = peak_kb(server);
-        printf("server peak resident memory: %.1f MB (%.1f MB when the clients had started)\n", rss / 1024.0, rss_mid / 1024.0);
-        kill(server, SIGTERM);
-        int status = 0;
-        waitpid(server, &status, 0);
-        printf("server stopped by SIGTERM: exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-    }
+    if (server > 0) stop_server(server, rss_mid);
     for (int i = 0; i < o->clients; i++) { free(cs[i].ttft.v); free(cs[i].itl.v); }
     free(all.ttft.v);
     free(all.itl.v);

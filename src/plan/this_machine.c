@@ -285,6 +285,38 @@ static double measure_busy_slowdown(int cores) {
 
 /* This machine: cores, memory available (a cgroup's limit included), the GEMM peaks, bandwidth and attention (measured once per
  * CPU, about a second, and cached with the peaks), links from the communication calibration. */
+/* The memory streams' rates: $DTRAIN_MEMORY_BANDWIDTH (bytes a second) for all of them instead of measuring, as
+ * $DTRAIN_PEAK_GFLOPS does for the peak; else each measured once on this CPU and kept beside the GEMM peak
+ * (~/.cache/dtrain/peak.json; a sanitized build's own file, src/obs/peak.c): the bandwidth with all the cores, the
+ * optimizer's own rate on one core and on all, fresh pages' 16-bit copies and the pool's lending on one. */
+static dt_status measure_streams(dt_plan_hardware *h) {
+    const char *bw = getenv("DTRAIN_MEMORY_BANDWIDTH");
+    if (bw && atof(bw) > 0) {
+        h->mem_bw = atof(bw);
+        return DT_OK;
+    }
+    dt_status st = dt_peak_cached_rate("memory_gbs_all_cores", measure_bandwidth, (int)h->devices_per_node, &h->mem_bw);
+    if (!st) h->mem_bw *= 1e9;
+    if (!st && !(st = dt_peak_cached_rate("optimizer_gbs_one_core", measure_optimizer, 1, &h->optim_bw_one)) &&
+        !(st = dt_peak_cached_rate("optimizer_gbs_all_cores", measure_optimizer, (int)h->devices_per_node, &h->optim_bw_all)))
+        h->optim_bw_one *= 1e9, h->optim_bw_all *= 1e9;
+    if (!st && !(st = dt_peak_cached_rate("lp_fresh_gbs_one_core", measure_lp_fresh, 1, &h->lp_fresh_bw))) h->lp_fresh_bw *= 1e9;
+    if (!st && !(st = dt_peak_cached_rate("pool_lend_gbs_one_core", measure_pool_lend, 1, &h->pool_lend_bw))) h->pool_lend_bw *= 1e9;
+    return st;
+}
+
+/* The codecs' rates on one core; a lone communicator is had only outside a job: inside one, the cache's figures or none. */
+static dt_status measure_codecs(dt_plan_hardware *h) {
+    dt_launch_kind launch;
+    double (*codec)(int) = !dt_comm_detect_launch(&launch) && launch == DT_LAUNCH_NONE ? measure_codec : NULL;
+    dt_status st;
+    if (!(st = dt_peak_cached_rate("codec_powersgd_r4_gelements_one_core", codec, 0, &h->powersgd_rate)) &&
+        !(st = dt_peak_cached_rate("codec_topk_gelements_one_core", codec, 1, &h->topk_rate)) &&
+        !(st = dt_peak_cached_rate("codec_onebit_gelements_one_core", codec, 2, &h->onebit_rate)))
+        h->powersgd_rate *= 1e9, h->topk_rate *= 1e9, h->onebit_rate *= 1e9;
+    return st;
+}
+
 dt_status dt_plan_this_machine(dt_plan_hardware *h) {
     double sg, bf = 0, ia, ib, g, xa, xb;
     const char *src;
@@ -301,28 +333,9 @@ dt_status dt_plan_this_machine(dt_plan_hardware *h) {
     h->cores_per_device = 1;
     h->flops_f32 = sg * 1e9;
     h->flops_lowp = bf > 0 ? bf * 1e9 : sg * 1e9; /* without a bf16 GEMM, 16-bit Linears convert and run sgemm */
-    /* $DTRAIN_MEMORY_BANDWIDTH (bytes a second) instead of measuring, as $DTRAIN_PEAK_GFLOPS does for the peak; else
-     * measured once on this CPU with all its cores and kept beside the GEMM peak (~/.cache/dtrain/peak.json; a sanitized
-     * build's own file, src/obs/peak.c) */
-    const char *bw = getenv("DTRAIN_MEMORY_BANDWIDTH"), *att = getenv("DTRAIN_ATTENTION_GFLOPS"), *lin = getenv("DTRAIN_LINEAR_GFLOPS");
-    if (bw && atof(bw) > 0) h->mem_bw = atof(bw);
-    else if (!(st = dt_peak_cached_rate("memory_gbs_all_cores", measure_bandwidth, (int)h->devices_per_node, &h->mem_bw)))
-        h->mem_bw *= 1e9;
-    /* the optimizer's own rate on one core and on all (with $DTRAIN_MEMORY_BANDWIDTH: that figure, as the other streams) */
-    if (!st && !(bw && atof(bw) > 0) && !(st = dt_peak_cached_rate("optimizer_gbs_one_core", measure_optimizer, 1, &h->optim_bw_one)) &&
-        !(st = dt_peak_cached_rate("optimizer_gbs_all_cores", measure_optimizer, (int)h->devices_per_node, &h->optim_bw_all)))
-        h->optim_bw_one *= 1e9, h->optim_bw_all *= 1e9;
-    if (!st && !(bw && atof(bw) > 0) && !(st = dt_peak_cached_rate("lp_fresh_gbs_one_core", measure_lp_fresh, 1, &h->lp_fresh_bw)))
-        h->lp_fresh_bw *= 1e9;
-    if (!st && !(bw && atof(bw) > 0) && !(st = dt_peak_cached_rate("pool_lend_gbs_one_core", measure_pool_lend, 1, &h->pool_lend_bw)))
-        h->pool_lend_bw *= 1e9;
-    /* a lone communicator is had only outside a job: inside one, the cache's figures or none */
-    dt_launch_kind launch;
-    double (*codec)(int) = !dt_comm_detect_launch(&launch) && launch == DT_LAUNCH_NONE ? measure_codec : NULL;
-    if (!st && !(st = dt_peak_cached_rate("codec_powersgd_r4_gelements_one_core", codec, 0, &h->powersgd_rate)) &&
-        !(st = dt_peak_cached_rate("codec_topk_gelements_one_core", codec, 1, &h->topk_rate)) &&
-        !(st = dt_peak_cached_rate("codec_onebit_gelements_one_core", codec, 2, &h->onebit_rate)))
-        h->powersgd_rate *= 1e9, h->topk_rate *= 1e9, h->onebit_rate *= 1e9;
+    const char *att = getenv("DTRAIN_ATTENTION_GFLOPS"), *lin = getenv("DTRAIN_LINEAR_GFLOPS");
+    st = measure_streams(h);
+    if (!st) st = measure_codecs(h);
     /* measured only where this process may run on every core: under a narrower mask (taskset, a Slurm step) the neighbours
      * would share its own core and the figure, cached for the CPU, would say the machine twice as slow beside them; there
      * the cache's figure, if any */

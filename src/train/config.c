@@ -1,6 +1,7 @@
 /* --config: the subset of DeepSpeed's JSON config that a single-process GPT-2
  * run uses. Flags given on the command line override the file. */
 #include "dtrain/train.h"
+#include "dtrain/io.h"
 #include "dtrain/obs.h"
 
 #include <cjson/cJSON.h>
@@ -280,28 +281,25 @@ static dt_status read_comm_type(const char *path, const cJSON *root, dt_train_co
     return DT_OK;
 }
 
-dt_status dt_train_config_load(const char *path, dt_train_config *c) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    fseek(f, 0, SEEK_SET);
-    char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!text || got != (size_t)n) { free(text); return dt_error(DT_ERR_IO, "%s: cannot read", path); }
-    text[n] = 0;
-    cJSON *root = cJSON_Parse(text);
-    if (!root) {
-        const char *e = cJSON_GetErrorPtr();
-        long off = e ? (long)(e - text) : -1;
-        free(text);
-        return dt_error(DT_ERR_IO, "%s: not valid JSON (near byte %ld)", path, off);
-    }
+/* The file's JSON object (*out, for cJSON_Delete). */
+static dt_status parse_file(const char *path, cJSON **out) {
+    char *text = NULL;
+    dt_status st = dt_file_read_text(path, 16 << 20, &text, NULL);
+    if (st) return st;
+    cJSON *root = *out = cJSON_Parse(text);
+    const char *e = root ? NULL : cJSON_GetErrorPtr();
+    long off = e ? (long)(e - text) : -1;
     free(text);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return dt_error(DT_ERR_ARG, "%s: the top level must be a JSON object ({\"train_micro_batch_size_per_gpu\": ...})", path);
-    }
+    if (!root) return dt_error(DT_ERR_IO, "%s: not valid JSON (near byte %ld)", path, off);
+    if (cJSON_IsObject(root)) return DT_OK;
+    cJSON_Delete(root), *out = NULL;
+    return dt_error(DT_ERR_ARG, "%s: the top level must be a JSON object ({\"train_micro_batch_size_per_gpu\": ...})", path);
+}
+
+dt_status dt_train_config_load(const char *path, dt_train_config *c) {
+    cJSON *root = NULL;
+    dt_status pst = parse_file(path, &root);
+    if (pst) return pst;
     static const char *top[] = { "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
                                  "gradient_clipping", "steps", "train_batch_size", "trace", "trace_steps", "zero_optimization",
                                  "fp16", "bf16", "data_types", "communication_data_type", "wall_clock_breakdown", "steps_per_print",

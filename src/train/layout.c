@@ -52,21 +52,8 @@ int dt_train_dp(const dt_train_config *c, int nranks) {
     return c->dp ? c->dp : nranks / mp > 0 ? nranks / mp : 1;
 }
 
-/* --dp x --tp x --pp x --cp must be the job's ranks. */
-dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
-    int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1, mp = tp * pp * cp;
-    int dp = c->dp ? c->dp : (nranks % mp ? 0 : nranks / mp);
-    char axes[64]; /* the model's axes as given (--cp only when used) */
-    snprintf(axes, sizeof axes, "--tp %d x --pp %d%s", tp, pp, cp > 1 ? " x --cp " : "");
-    if (cp > 1) snprintf(axes + strlen(axes), sizeof axes - strlen(axes), "%d", cp);
-    if (!c->dp && !dp)
-        return dt_error(DT_ERR_ARG, "%s = %d does not divide the job's %d rank%s", axes, mp, nranks, nranks == 1 ? "" : "s");
-    if ((long)dp * mp != nranks)
-        return dt_error(DT_ERR_ARG, "--dp %d x %s = %ld, but the job has %d rank%s", dp, axes, (long)dp * mp, nranks, nranks == 1 ? "" : "s");
-    /* DeepSpeed's global batch counts the data-parallel replicas: the model's axes share one batch */
-    if (c->train_batch_size && c->train_batch_size != (long)c->batch * c->grad_accum * dp)
-        return dt_error(DT_ERR_ARG, "train_batch_size %d must equal micro-batch %d x gradient accumulation %d x %d data-parallel "
-                        "ranks = %ld", c->train_batch_size, c->batch, c->grad_accum, dp, (long)c->batch * c->grad_accum * dp);
+/* The expert- and context-parallel axes' rules. */
+static dt_status check_ep_cp(const dt_train_config *c, int dp, int tp, int cp, int paper) {
     int ep = c->ep ? c->ep : 1;
     if (ep > 1 && dp % ep)
         return dt_error(DT_ERR_ARG, "--ep %d does not divide the %d data-parallel ranks (its groups are consecutive data-parallel ranks)", ep, dp);
@@ -85,6 +72,11 @@ dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
     if (cp > 1 && c->cp_impl == DT_CP_ULYSSES && c->shape.num_heads && c->shape.num_heads % (tp * cp))
         return dt_error(DT_ERR_ARG, "--cp-impl ulysses: --tp %d x --cp %d = %d does not divide the %d attention heads (--heads)", tp, cp,
                         tp * cp, c->shape.num_heads);
+    return DT_OK;
+}
+
+/* The pipeline's and tensor parallelism's rules, and what takes the strategy's gradients (a preconditioner, a codec). */
+static dt_status check_pp_tp(const dt_train_config *c, int tp, int pp, int paper) {
     if (pp > 1 && !paper && pp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--pp %d: not with %s yet", pp, pp_lacks(c));
     if (c->virtual_stages > 1 && (pp < 2 || c->pp_schedule != DT_PP_INTERLEAVED))
         return dt_error(DT_ERR_ARG, "--virtual-stages %d: chunks per stage are the interleaved schedule's (--pp N --pp-schedule interleaved)",
@@ -108,6 +100,25 @@ dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
     if (tp > 1 && c->shape.num_heads && c->shape.num_heads % tp)
         return dt_error(DT_ERR_ARG, "--tp %d does not divide the %d attention heads (--heads)", tp, c->shape.num_heads);
     return DT_OK;
+}
+
+/* --dp x --tp x --pp x --cp must be the job's ranks. */
+dt_status dt_train_check_mesh(const dt_train_config *c, int nranks, int paper) {
+    int tp = c->tp ? c->tp : 1, pp = c->pp ? c->pp : 1, cp = c->cp ? c->cp : 1, mp = tp * pp * cp;
+    int dp = c->dp ? c->dp : (nranks % mp ? 0 : nranks / mp);
+    char axes[64]; /* the model's axes as given (--cp only when used) */
+    snprintf(axes, sizeof axes, "--tp %d x --pp %d%s", tp, pp, cp > 1 ? " x --cp " : "");
+    if (cp > 1) snprintf(axes + strlen(axes), sizeof axes - strlen(axes), "%d", cp);
+    if (!c->dp && !dp)
+        return dt_error(DT_ERR_ARG, "%s = %d does not divide the job's %d rank%s", axes, mp, nranks, nranks == 1 ? "" : "s");
+    if ((long)dp * mp != nranks)
+        return dt_error(DT_ERR_ARG, "--dp %d x %s = %ld, but the job has %d rank%s", dp, axes, (long)dp * mp, nranks, nranks == 1 ? "" : "s");
+    /* DeepSpeed's global batch counts the data-parallel replicas: the model's axes share one batch */
+    if (c->train_batch_size && c->train_batch_size != (long)c->batch * c->grad_accum * dp)
+        return dt_error(DT_ERR_ARG, "train_batch_size %d must equal micro-batch %d x gradient accumulation %d x %d data-parallel "
+                        "ranks = %ld", c->train_batch_size, c->batch, c->grad_accum, dp, (long)c->batch * c->grad_accum * dp);
+    dt_status st = check_ep_cp(c, dp, tp, cp, paper);
+    return st ? st : check_pp_tp(c, tp, pp, paper);
 }
 
 
