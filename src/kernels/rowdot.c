@@ -242,7 +242,7 @@ typedef struct {
  * panel; outputs past both go one at a time (T_NONE). AVX-512: more than one row 8 outputs (one row, and a
  * decoding step's rows against whole packed panels, go to decode_panel instead); AVX2: one row 6 outputs (batch 1
  * waits on memory), 2-4 rows 3, 5-6 rows 2. */
-typedef enum { T_NONE, T_WIDE, T_AVX2 } tile_kind;
+typedef enum { T_NONE, T_WIDE, T_AVX2, T_AVX2_WIDENED } tile_kind;
 typedef struct { tile_kind kind; int width; } tile_choice;
 static void tile_widths(int nr, int level, tile_choice c[2]) {
     tile_choice avx2 = { T_AVX2, nr == 1 ? ROW_OUTPUTS : nr <= 4 ? 3 : 2 }, none = { T_NONE, 1 };
@@ -254,14 +254,16 @@ static void tile_widths(int nr, int level, tile_choice c[2]) {
     if (c[0].kind != T_AVX2) c[1] = avx2;
 }
 
-/* A tile of rows [r, r + nr) x outputs [i, i + width) of view v; wb: int8's panel widened to bf16 (T_WIDE). */
-static void run_tile(const call *c, tile_kind kind, float *res, int r, const view *v, int i, int nr, bool stream, const uint16_t *wb) {
+/* A tile of rows [r, r + nr) x outputs [i, i + width) of view v; wb: int8's panel widened, to bf16 (T_WIDE) or f32
+ * (T_AVX2_WIDENED). */
+static void run_tile(const call *c, tile_kind kind, float *res, int r, const view *v, int i, int nr, bool stream, const void *wb) {
 #if HAVE_AVX2_PATH
     size_t K = (size_t)c->K, rs = v->rs, cs = v->cs, trs = v->trs;
     if (c->scale) {
         const int8_t *w = (const int8_t *)v->w + i * rs, *t = (const int8_t *)v->t + i * trs;
         const uint16_t *x = c->xb + (size_t)r * K;
-        if (kind == T_WIDE) dt_rowdot_q8_wide(nr, res, x, K, wb + i * rs, cs, t, trs, c->K);
+        if (kind == T_WIDE) dt_rowdot_q8_wide(nr, res, x, K, (const uint16_t *)wb + i * rs, cs, t, trs, c->K);
+        else if (kind == T_AVX2_WIDENED) dt_rowdot_q8_ftile(nr, res, x, K, (const float *)wb + (size_t)i * (K & ~(size_t)15), c->K, t, trs);
         else dt_rowdot_q8_tile(nr, res, x, K, w, rs, cs, t, trs, c->K);
         return;
     }
@@ -289,8 +291,9 @@ static void put(float *out, const float *res, int r, int nr, int o, int m, const
 }
 
 /* Rows [r, r + nr) x a view's outputs [i, i + no) (output o0 + i of the whole): tiles where they fit, single dots
- * elsewhere; the same sums either way. first: the panel's first block, whose first tile streams it in. */
-static void block(const call *c, float *out, const view *v, int r, int nr, int o0, int i, int no, bool first, const uint16_t *wb) {
+ * elsewhere; the same sums either way. first: the panel's first block, whose first tile streams it in. wb: the
+ * panel widened (int8: to bf16 for T_WIDE; to f32, where not NULL, for AVX2's tiles). */
+static void block(const call *c, float *out, const view *v, int r, int nr, int o0, int i, int no, bool first, const void *wb) {
     float res[6 * RES_LD];
     size_t K = (size_t)c->K;
     tile_choice ch[2];
@@ -298,6 +301,7 @@ static void block(const call *c, float *out, const view *v, int r, int nr, int o
     for (int t = 0, m; t < no; t += m) {
         tile_kind kind = ch[0].width <= no - t ? ch[0].kind : ch[1].width <= no - t ? ch[1].kind : T_NONE;
         m = kind == T_NONE ? 1 : kind == ch[0].kind ? ch[0].width : ch[1].width;
+        if (kind == T_AVX2 && ch[0].kind == T_AVX2 && c->scale && wb) kind = T_AVX2_WIDENED; /* (a T_WIDE's wb is bf16) */
         if (kind != T_NONE) run_tile(c, kind, res, r, v, i + t, nr, first && t == 0, wb);
         else
             for (int a = 0; a < nr; a++)
@@ -308,9 +312,9 @@ static void block(const call *c, float *out, const view *v, int r, int nr, int o
 }
 
 /* Panels [p0, p1) against rows [0, n): each panel in blocks of its rows' widest tile, by up to 6 rows, swept
- * while a chunk of rows is in cache. wb: room for a panel widened to bf16 (int8 on AVX512-BF16, more than one
- * row, else unused). */
-static void rows_range(const call *c, float *out, int p0, int p1, uint16_t *wb) {
+ * while a chunk of rows is in cache. wb: room for a panel widened (int8 with more than one row: to bf16 on
+ * AVX512-BF16; to f32 on AVX2 at prefill, where a chunk's groups of rows would each convert it again; else NULL). */
+static void rows_range(const call *c, float *out, int p0, int p1, void *wb) {
     bool q8 = c->scale != NULL;
     size_t K = (size_t)c->K;
     for (int r0 = 0; r0 < c->n; r0 += ROW_CHUNK) {
@@ -331,15 +335,17 @@ static void rows_range(const call *c, float *out, int p0, int p1, uint16_t *wb) 
 #endif
             tile_choice ch[2];
             tile_widths(base, c->level, ch);
+            void *wide = q8 && (ch[0].kind == T_WIDE || g > 1) ? wb : NULL; /* once for every group of rows */
 #if HAVE_AVX2_PATH
-            if (q8 && ch[0].kind == T_WIDE) dt_rowdot_q8_widen(wb, &v, c->K); /* once for every group of rows */
+            if (wide && ch[0].kind == T_WIDE) dt_rowdot_q8_widen(wide, &v, c->K);
+            else if (wide) dt_rowdot_q8_widen_f32(wide, &v, c->K);
 #endif
             /* AVX2's 2 and 3 both fit in 6, whose weights stay in L1 while every group of rows goes by; one row (no
              * groups to go by), the whole panel at once, in fewer calls */
             int step = ch[0].kind == T_WIDE ? WIDE_OUTPUTS : base == 1 ? DT_PANEL : 6;
             for (int i = 0; i < v.pw; i += step)
                 for (int a = 0, r = r0; a < g; r += base + (a < extra), a++)
-                    block(c, out, &v, r, base + (a < extra), p * DT_PANEL, i, v.pw - i < step ? v.pw - i : step, i == 0 && a == 0, wb);
+                    block(c, out, &v, r, base + (a < extra), p * DT_PANEL, i, v.pw - i < step ? v.pw - i : step, i == 0 && a == 0, wide);
         }
     }
 }
@@ -385,20 +391,26 @@ static dt_status rowdot(float *out, const float *x, const void *w, bool packed, 
     /* threads only where there is work for them and none are at work already (the results do not depend on it) */
     bool threads = (double)n * K * O >= 65536 && !omp_in_parallel();
     int nt = threads ? omp_get_max_threads() : 1;
-    /* int8: its rows in bf16, and where tiles of AVX512-BF16 take them, a panel's room to widen to bf16 a thread */
-    size_t xbn = scale ? (size_t)n * K : 0, wbn = dp && n > 1 && (n > DECODE_ROWS || O % DT_PANEL) ? (size_t)DT_PANEL * (K & ~15) : 0;
+    /* int8: its rows in bf16, and a panel's room to widen a thread: to bf16 where tiles of AVX512-BF16 take them, to
+     * f32 where AVX2's tiles sweep prefill's groups of rows */
+    size_t xbn = scale ? (size_t)n * K : 0, panel = (size_t)DT_PANEL * (K & ~15);
+    size_t wbytes = dp && n > 1 && (n > DECODE_ROWS || O % DT_PANEL) ? panel * sizeof(uint16_t)
+                    : scale && !dp && c.level >= DT_SIMD_AVX2 && n > DECODE_ROWS ? panel * sizeof(float) : 0;
     uint16_t *xb = NULL;
-    if (xbn && !(xb = malloc(sizeof(uint16_t) * (xbn + wbn * (size_t)nt))))
+    char *wb = NULL;
+    if (xbn && (!(xb = malloc(sizeof(uint16_t) * xbn)) || (wbytes && !(wb = malloc(wbytes * (size_t)nt))))) {
+        free(xb);
         return dt_error(DT_ERR_NOMEM, "rowdot: out of memory for an int8 [%d, %d] Linear's %d rows in bf16", O, K, n);
+    }
     if (xb) dt_rowdot_q8_round(xb, x, xbn);
     c.xb = xb;
     if (!threads) {
-        rows_range(&c, out, 0, panels, xb ? xb + xbn : NULL);
+        rows_range(&c, out, 0, panels, wb);
     } else {
         #pragma omp parallel for schedule(static)
-        for (int p = 0; p < panels; p++) rows_range(&c, out, p, p + 1, xb ? xb + xbn + wbn * (size_t)omp_get_thread_num() : NULL);
+        for (int p = 0; p < panels; p++) rows_range(&c, out, p, p + 1, wb ? wb + wbytes * (size_t)omp_get_thread_num() : NULL);
     }
-    free(xb);
+    free(xb), free(wb);
     return DT_OK;
 }
 

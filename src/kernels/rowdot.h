@@ -115,6 +115,11 @@ float dt_rowdot_q8_dot(const uint16_t *x, const view *v, int i, int K);
 /* AVX2: R (1-6) rows (ldx apart) x NO outputs from w's on (NO: ROW_OUTPUTS for one row, 3 for 2-4, 2 for 5-6) */
 void dt_rowdot_q8_tile(int R, float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs, const int8_t *t,
                        size_t trs, int K);
+/* AVX2 prefill: a panel's chunks widened to f32 once for every group of rows (wf [pw][K & ~15]: each chunk's 8 odd
+ * inputs' weights, then its 8 even ones'), then R (1-6) rows x the same outputs as dt_rowdot_q8_tile's from wf's
+ * on, the same sums without converting each weight again for each group */
+void dt_rowdot_q8_widen_f32(float *wf, const view *v, int K);
+void dt_rowdot_q8_ftile(int R, float *res, const uint16_t *x, size_t ldx, const float *wf, int K, const int8_t *t, size_t trs);
 /* AVX512-BF16 (dt_kernels_dpbf16): a packed panel's chunks widened to bf16 ([K / 16][pw][16] int8 -> wb), then
  * R (1-6) rows x WIDE_OUTPUTS outputs of them from wb's on (cs: a chunk row's elements) */
 void dt_rowdot_q8_widen(uint16_t *wb, const view *v, int K);

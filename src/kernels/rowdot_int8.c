@@ -82,27 +82,37 @@ AVX2 static inline __m256 even_x(const uint16_t *x) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)x), 16));
 }
 
+/* The same weights widened once (dt_rowdot_q8_widen_f32): a chunk's odd lanes, then its even ones. */
+AVX2 static inline __m256 odd_f(const float *w) { return _mm256_loadu_ps(w); }
+AVX2 static inline __m256 even_f(const float *w) { return _mm256_loadu_ps(w + 8); }
+
+/* int8 weights in place are prefetched a cache line each at a time; the widened ones, just written, are in cache. */
+#define Q8_PREFETCH(wk, rs, R, NO, k)                                                                                  \
+    if (!((k) & 63))                                                                                                   \
+        for (int o = 0; o < NO; o++) _mm_prefetch((const char *)((wk) + (size_t)(o + PREFETCH_AHEAD(R, NO)) * (rs)), _MM_HINT_T0)
+#define NO_PREFETCH(wk, rs, R, NO, k)
+
 /* AVX2, R rows x NO outputs: every odd product of a chunk, then every even one (each lane's order as the spec's),
- * NO weight vectors widened at a time, so R x NO accumulators, NO weights and an input fit sixteen registers. */
+ * NO weight vectors widened (ODD, EVEN of weights of type WT) at a time, so R x NO accumulators, NO weights and an
+ * input fit sixteen registers. */
 #define HSUM_TILE(acc, r, o) hsum((acc)[r][o])
-#define Q8_TILE_FN(R, NO)                                                                                              \
-    AVX2 static void q8_tile_##R(float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs,     \
-                                 const int8_t *t, size_t trs, int K) {                                                 \
+#define Q8_TILE_FN(NAME, R, NO, WT, ODD, EVEN, PF)                                                                     \
+    AVX2 static void NAME##_##R(float *res, const uint16_t *x, size_t ldx, const void *w, size_t rs, size_t cs,        \
+                                const int8_t *t, size_t trs, int K) {                                                  \
         __m256 acc[R][NO];                                                                                             \
         for (int r = 0; r < R; r++)                                                                                    \
             for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();                                              \
         int k = 0;                                                                                                     \
-        const int8_t *wk = w;                                                                                          \
+        const WT *wk = (const WT *)w;                                                                                  \
         for (; k + 16 <= K; k += 16, wk += cs) {                                                                       \
             __m256 wv[NO];                                                                                             \
-            if (!(k & 63)) /* a cache line each at a time */                                                           \
-                for (int o = 0; o < NO; o++) _mm_prefetch((const char *)(wk + (size_t)(o + PREFETCH_AHEAD(R, NO)) * rs), _MM_HINT_T0); \
-            for (int o = 0; o < NO; o++) wv[o] = odd_w(wk + (size_t)o * rs);                                           \
+            PF(wk, rs, R, NO, k);                                                                                      \
+            for (int o = 0; o < NO; o++) wv[o] = ODD(wk + (size_t)o * rs);                                             \
             for (int r = 0; r < R; r++) {                                                                              \
                 __m256 xv = odd_x(x + (size_t)r * ldx + k);                                                            \
                 for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                        \
             }                                                                                                          \
-            for (int o = 0; o < NO; o++) wv[o] = even_w(wk + (size_t)o * rs);                                          \
+            for (int o = 0; o < NO; o++) wv[o] = EVEN(wk + (size_t)o * rs);                                            \
             for (int r = 0; r < R; r++) {                                                                              \
                 __m256 xv = even_x(x + (size_t)r * ldx + k);                                                           \
                 for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                        \
@@ -110,23 +120,37 @@ AVX2 static inline __m256 even_x(const uint16_t *x) {
         }                                                                                                              \
         Q8_END(R, NO, HSUM_TILE, acc, res, x, ldx, t, trs, k, K)                                                       \
     }
-Q8_TILE_FN(1, ROW_OUTPUTS)
-Q8_TILE_FN(2, 3)
-Q8_TILE_FN(3, 3)
-Q8_TILE_FN(4, 3)
-Q8_TILE_FN(5, 2)
-Q8_TILE_FN(6, 2)
+#define Q8_TILES(NAME, WT, ODD, EVEN, PF)                                                                              \
+    Q8_TILE_FN(NAME, 1, ROW_OUTPUTS, WT, ODD, EVEN, PF)                                                                \
+    Q8_TILE_FN(NAME, 2, 3, WT, ODD, EVEN, PF)                                                                          \
+    Q8_TILE_FN(NAME, 3, 3, WT, ODD, EVEN, PF)                                                                          \
+    Q8_TILE_FN(NAME, 4, 3, WT, ODD, EVEN, PF)                                                                          \
+    Q8_TILE_FN(NAME, 5, 2, WT, ODD, EVEN, PF)                                                                          \
+    Q8_TILE_FN(NAME, 6, 2, WT, ODD, EVEN, PF)
+Q8_TILES(q8_tile, int8_t, odd_w, even_w, Q8_PREFETCH)
+Q8_TILES(q8_ftile, float, odd_f, even_f, NO_PREFETCH)
+
+typedef void (*q8_tile_fn)(float *, const uint16_t *, size_t, const void *, size_t, size_t, const int8_t *, size_t, int);
+static const q8_tile_fn q8_tiles[2][6] = { { q8_tile_1, q8_tile_2, q8_tile_3, q8_tile_4, q8_tile_5, q8_tile_6 },
+                                           { q8_ftile_1, q8_ftile_2, q8_ftile_3, q8_ftile_4, q8_ftile_5, q8_ftile_6 } };
 
 void dt_rowdot_q8_tile(int R, float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs, const int8_t *t,
                        size_t trs, int K) {
-    switch (R) {
-    case 6: q8_tile_6(res, x, ldx, w, rs, cs, t, trs, K); break;
-    case 5: q8_tile_5(res, x, ldx, w, rs, cs, t, trs, K); break;
-    case 4: q8_tile_4(res, x, ldx, w, rs, cs, t, trs, K); break;
-    case 3: q8_tile_3(res, x, ldx, w, rs, cs, t, trs, K); break;
-    case 2: q8_tile_2(res, x, ldx, w, rs, cs, t, trs, K); break;
-    default: q8_tile_1(res, x, ldx, w, rs, cs, t, trs, K);
-    }
+    q8_tiles[0][R >= 1 && R <= 6 ? R - 1 : 0](res, x, ldx, w, rs, cs, t, trs, K);
+}
+
+AVX2 void dt_rowdot_q8_widen_f32(float *wf, const view *v, int K) {
+    size_t Kc = (size_t)(K & ~15);
+    for (int o = 0; o < v->pw; o++)
+        for (size_t k = 0; k < Kc; k += 16) {
+            const int8_t *w = (const int8_t *)v->w + (size_t)o * v->rs + k / 16 * v->cs;
+            _mm256_storeu_ps(wf + (size_t)o * Kc + k, odd_w(w));
+            _mm256_storeu_ps(wf + (size_t)o * Kc + k + 8, even_w(w));
+        }
+}
+
+void dt_rowdot_q8_ftile(int R, float *res, const uint16_t *x, size_t ldx, const float *wf, int K, const int8_t *t, size_t trs) {
+    q8_tiles[1][R >= 1 && R <= 6 ? R - 1 : 0](res, x, ldx, wf, (size_t)(K & ~15), 16, t, trs, K);
 }
 
 /* 16 bf16 inputs in both halves of a register: against a pair of outputs' chunks, output 2p in the low half. */
