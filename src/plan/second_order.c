@@ -121,8 +121,7 @@ static void shampoo_cost(const dt_plan_job *j, const dt_plan_hardware *h, double
 static void soap_cost(const dt_plan_job *j, double rate, double a, double b, second_cost *out) {
     dt_model m;
     dt_program *p = dt_plan_model_table(j, &m);
-    /* every rank all where experts are spread (the engine's rule: a rank's experts are its own) */
-    int R = j->dp > 1 && j->ep <= 1 ? j->dp : 1, g = j->opt.soap_group && R > 1 ? j->opt.soap_group : R;
+    int R = j->dp > 1 ? j->dp : 1, g = j->opt.soap_group && R > 1 ? j->opt.soap_group : R;
     dt_tensor_span *sp = p ? calloc((size_t)m.ntensors + 1, sizeof *sp) : NULL;
     int *owner = sp ? calloc((size_t)m.ntensors + 1, sizeof *owner) : NULL;
     double *flops = owner ? calloc((size_t)m.ntensors + 1, sizeof *flops) : NULL, *state = calloc((size_t)g, sizeof *state),
@@ -153,7 +152,7 @@ static void soap_cost(const dt_plan_job *j, double rate, double a, double b, sec
         }
         out->comm = g > 1 ? dt_plan_gather(total * 4, g, a, b) : 0;
     }
-    out->scratch += 3 * 4 * (big + j->opt.precond_max_dim);
+    out->scratch += 4 * 4 * (big + j->opt.precond_max_dim); /* its four work matrices */
     free(sp), free(owner), free(flops), free(floats), free(state), free(work), free(mine);
     dt_program_destroy(p);
 }

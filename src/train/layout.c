@@ -155,7 +155,7 @@ dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *c
                         "context-parallel ranks each would see a part: not in this build (--moe-aux-loss 0 turns it off)",
                         (double)cfg->aux_coef, d->dp, d->pp, d->cp);
     int dp = d->dp * d->cp; /* the replicas the optimizer's steps are shared by (context parallelism's ranks are ones) */
-    if (c->opt.kind == DT_OPT_SOAP && c->opt.soap_group > 1 && d->ep <= 1 && dp % c->opt.soap_group)
+    if (c->opt.kind == DT_OPT_SOAP && c->opt.soap_group > 1 && dp % c->opt.soap_group)
         return dt_error(DT_ERR_ARG, "SOAP: --soap-group %d does not divide the %d data-parallel ranks", c->opt.soap_group, dp);
     int heads = cfg->num_heads / d->tp;
     if (d->cp > 1 && dt_train_cp_impl(c, cfg, d->tp, d->cp) == DT_CP_ULYSSES && (heads % d->cp || cfg->channels / d->tp % d->cp))

@@ -38,10 +38,10 @@ static dt_status make_shampoo(const dt_train_config *c, dt_engine_config *ec, co
 }
 
 /* SOAP over the whole store, SGD under it (its weight decay SOAP's decoupled one, soap.h); its matrices shared by the
- * replicas (not by ranks whose experts differ). */
+ * replicas. */
 static dt_status make_soap(const dt_train_config *c, dt_engine_config *ec, const dt_model *m, int rank, dt_train_precond *out) {
     if (c->lora.rank > 0 || c->lora_from) return dt_error(DT_ERR_ARG, "--optimizer soap with LoRA: not yet (SOAP would step every tensor, the frozen ones too)");
-    dt_status st = dt_soap_create(&c->opt, m->tensors, m->ntensors, ec->ep > 1 ? NULL : ec->comm, &out->soap);
+    dt_status st = dt_soap_create(&c->opt, m->tensors, m->ntensors, ec->comm, &out->soap);
     if (st) return st;
     dt_soap_preconditioner(out->soap, &out->inner);
     ec->opt.kind = DT_OPT_SGD, ec->opt.momentum = 0, ec->opt.nesterov = 0;
