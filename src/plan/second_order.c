@@ -121,21 +121,17 @@ static void shampoo_cost(const dt_plan_job *j, const dt_plan_hardware *h, double
 static void soap_cost(const dt_plan_job *j, double rate, double a, double b, second_cost *out) {
     dt_model m;
     dt_program *p = dt_plan_model_table(j, &m);
-    int R = j->dp > 1 ? j->dp : 1, g = j->opt.soap_group && R > 1 ? j->opt.soap_group : R;
-    dt_tensor_span *sp = p ? calloc((size_t)m.ntensors + 1, sizeof *sp) : NULL;
-    int *owner = sp ? calloc((size_t)m.ntensors + 1, sizeof *owner) : NULL;
-    double *flops = owner ? calloc((size_t)m.ntensors + 1, sizeof *flops) : NULL, *state = calloc((size_t)g, sizeof *state),
+    int R = j->dp > 1 ? j->dp : 1, g = j->opt.soap_group && R > 1 ? j->opt.soap_group : R, n = 0;
+    dt_tensor_span *sp = NULL; /* the tensors a run's SOAP steps (soap.c's own list) */
+    if (p && dt_soap_spans(m.tensors, m.ntensors, &sp, &n)) sp = NULL;
+    int *owner = sp ? calloc((size_t)n + 1, sizeof *owner) : NULL;
+    double *flops = owner ? calloc((size_t)n + 1, sizeof *flops) : NULL, *state = calloc((size_t)g, sizeof *state),
            *work = calloc((size_t)g, sizeof *work), *mine = calloc((size_t)g, sizeof *mine);
-    size_t *floats = flops ? calloc((size_t)m.ntensors + 1, sizeof *floats) : NULL;
+    size_t *floats = flops ? calloc((size_t)n + 1, sizeof *floats) : NULL;
     double big = 1, total = 0;
     if (floats && state && work && mine) {
-        for (int i = 0; i < m.ntensors; i++) {
-            const dt_tensor_info *t = &m.tensors[i];
-            bool mat = t->ndim == 2 && !t->tied_copy;
-            sp[i] = (dt_tensor_span){ t->offset, t->tied_copy ? 0 : t->count, i, mat ? t->shape[0] : 0, mat ? t->shape[1] : 0 };
-        }
-        dt_soap_assign(&j->opt, sp, m.ntensors, g, owner, flops, floats);
-        for (int i = 0; i < m.ntensors; i++) {
+        dt_soap_assign(&j->opt, sp, n, g, owner, flops, floats);
+        for (int i = 0; i < n; i++) {
             big = fmax(big, (double)sp[i].count);
             for (int r = 0; r < g && owner[i] < 0; r++) state[r] += 4.0 * (double)floats[i]; /* Adam's moments on every rank */
             if (owner[i] < 0) continue;
@@ -186,6 +182,9 @@ static void tp_cost(const dt_plan_job *j, double a, double b, second_cost *out) 
 
 /* A pipeline's stages each hold their own layers' share: taken as the whole model's over the stages (the blocks
  * dominate; a stage of the embeddings or the head alone holds less). */
+/* Whether the job has a second-order optimizer (a preconditioner of the engine's: K-FAC, Shampoo or SOAP). */
+static bool second_order(const dt_plan_job *j) { return j->kfac_on || j->shampoo_on || j->opt.kind == DT_OPT_SOAP; }
+
 static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double overlap, second_cost *out) {
     *out = (second_cost){ 0 };
     double a = h ? (j->nodes > 1 ? h->inter_alpha : h->intra_alpha) : 0, b = h ? (j->nodes > 1 ? h->inter_beta : h->intra_beta) : 0;
@@ -193,7 +192,7 @@ static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, i
     if (j->kfac_on) kfac_cost(j, h, rate, threads, slow, a, b, overlap, out);
     else if (j->shampoo_on) shampoo_cost(j, h, rate, threads, slow, a, b, out);
     else if (j->opt.kind == DT_OPT_SOAP) soap_cost(j, rate, a, b, out);
-    if ((j->kfac_on || j->shampoo_on || j->opt.kind == DT_OPT_SOAP) && j->tp > 1) tp_cost(j, a, b, out);
+    if (second_order(j) && j->tp > 1) tp_cost(j, a, b, out);
     double pp = j->pp > 1 ? j->pp : 1;
     out->bytes /= pp, out->compute /= pp, out->comm /= pp;
 }
@@ -201,7 +200,7 @@ static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, i
 double dt_plan_second_order_bytes(const dt_plan_job *j, double *scratch) {
     second_cost c;
     static const dt_plan_hardware none = { .attention_rate = 0 };
-    if (!j->kfac_on && !j->shampoo_on && j->opt.kind != DT_OPT_SOAP) return *scratch = 0, 0;
+    if (!second_order(j)) return *scratch = 0, 0;
     cost(j, &none, 1e10, 1, 1, 0, &c); /* the state alone: no timings asked for */
     *scratch = c.scratch;
     return c.bytes;
