@@ -116,10 +116,10 @@ static void check_linear(const char *what, const float *x, const float *w, const
     EXPECT(spec, "%s K=%d, %d threads: not the fixed order's bits", what, K, t);
     EXPECT(held, "%s K=%d: dt_panels_row is not the weights the products read", what, K);
     EXPECT(alone, "%s K=%d, %d threads: a row alone differs from the same row in a batch of %d", what, K, t, n);
-    /* a decoding step's few rows (7: int8's four, a pair and one alone; 8: int8's eight; over blocks of inputs when
-     * K is long) */
+    /* a decoding step's few rows (2-6: one group of them; 7: int8's four, a pair and one alone; 8: int8's eight; over
+     * blocks of inputs when K is long) */
     float *few = malloc(sizeof(float) * 8 * (size_t)O);
-    for (int m = 7; m <= 8; m++) {
+    for (int m = 2; m <= 8; m++) {
         if (p) dt_panels_apply(few, x, p, b, m);
         else dt_rowdot_f32(few, x, w, b, m, K, O);
         EXPECT(!memcmp(few, out, sizeof(float) * (size_t)m * O), "%s K=%d, %d threads: rows in a batch of %d differ from a batch of %d",
@@ -210,7 +210,8 @@ static void rowdot_checks(void) {
     for (int t = 1; t <= max_threads; t++) {
         dt_kernels_set_threads(t);
         for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
-            int K = Ks[ki], O = 53, n = 13; /* two whole panels of 24 outputs and a part; rows in groups of 5, 4, 4 */
+            /* two whole panels of 24 outputs and a part; rows in groups of 5, 4, 4 (13) or 6, 6 (12) */
+            int K = Ks[ki], O = 53, n = ki % 2 ? 12 : 13;
             float *x = malloc(sizeof(float) * (size_t)n * K), *w = malloc(sizeof(float) * (size_t)O * K), b[53];
             fill(x, (size_t)n * K, 1 + (uint64_t)K);
             fill(w, (size_t)O * K, 2 + (uint64_t)K);

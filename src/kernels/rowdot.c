@@ -61,11 +61,13 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
     for (int r = 0; r < R; r++)                                                                                        \
         for (int o = 0; o < NO; o++) {                                                                                 \
             float s = SUM(src, r, o);                                                                                  \
-            for (int j = k; j < K; j++) s = fmaf(x[(size_t)r * ldx + j], (float)t[(size_t)o * trs + j - k], s);        \
-            res[r * RES_LD + o] = s;                                                                                   \
+            for (int j = (k); j < (K); j++) s = fmaf((x)[(size_t)r * (ldx) + j], (float)(t)[(size_t)o * (trs) + j - (k)], s); \
+            (res)[r * RES_LD + o] = s;                                                                                 \
         }
 
-/* R rows x NO outputs over the whole of K, both constants in each copy so
+/* R rows x NO outputs over inputs [K0, K1) (a tile of tile_f32: the whole of K; of ktile_f32: a block, the sums
+ * kept in SAVE between blocks unless FIRST, finished when LAST; the rows read from XB, LDB apart, XB's first
+ * element input K0), both constants in each copy so
  * that the R * NO accumulators, NO weight vectors and one input vector stay
  * in AVX2's sixteen registers: one row x NO1 outputs, 2-4 rows x 3
  * (12 + 3 + 1), or 5-6 rows x 2 (12 + 2 + 1), which converts fewer int8
@@ -77,14 +79,13 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
  * prefetchers). These tiles read rows in place (panels.c: only the
  * AVX-512 path packs), and packed only in a last panel's few outputs. */
 #define HSUM_TILE(acc, r, o) hsum((acc)[r][o])
-#define TILE_BODY(R, NO, WT, LOAD)                                                                                     \
+#define TILE_BODY(R, NO, WT, LOAD, K0, K1, SAVE, FIRST, LAST, XB, LDB)                                                 \
     __m256 acc[R][NO];                                                                                                 \
     for (int r = 0; r < R; r++)                                                                                        \
-        for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();                                                  \
-    (void)pf;                                                                                                          \
-    int k = 0;                                                                                                         \
-    const WT *wk = w;                                                                                                  \
-    for (; k + 8 <= K; k += 8, wk += cs) {                                                                             \
+        for (int o = 0; o < NO; o++) acc[r][o] = (FIRST) ? _mm256_setzero_ps() : (SAVE)[r * NO + o];                   \
+    int k = (K0);                                                                                                      \
+    const WT *wk = w + (size_t)((K0) >> 3) * cs;                                                                       \
+    for (; k < (K1); k += 8, wk += cs) {                                                                               \
         __m256 wv[NO];                                                                                                 \
         if (!(k * sizeof(WT) & 63)) /* a cache line each at a time */                                                  \
             for (int o = 0; o < NO; o++) _mm_prefetch((const char *)(wk + (size_t)(o + PREFETCH_AHEAD(R, NO)) * rs), _MM_HINT_T0); \
@@ -93,14 +94,22 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
             __asm__("" : "+x"(wv[o])); /* in a register: folded into R FMAs, an f32 weight is loaded R times */        \
         }                                                                                                              \
         for (int r = 0; r < R; r++) {                                                                                  \
-            __m256 xv = _mm256_loadu_ps(x + (size_t)r * ldx + k);                                                      \
+            __m256 xv = _mm256_loadu_ps((XB) + (size_t)r * (LDB) + (k - (K0)));                                       \
             __asm__("" : "+x"(xv)); /* in a register: else each FMA loads it again, and loads set the pace */          \
             for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                            \
         }                                                                                                              \
     }                                                                                                                  \
-    TILE_END(R, NO, HSUM_TILE, acc, res, x, ldx, t, trs, k, K)
+    if (!(LAST)) { /* the next block of inputs goes on from these sums */                                              \
+        for (int r = 0; r < R; r++)                                                                                    \
+            for (int o = 0; o < NO; o++) (SAVE)[r * NO + o] = acc[r][o];                                               \
+        return;                                                                                                        \
+    }                                                                                                                  \
+    TILE_END(R, NO, HSUM_TILE, acc, res, XB, LDB, t, trs, k - (K0), K - (K0))
 #define TILE_FN(NAME, R, NO, WT, LOAD)                                                                                 \
-    AVX2 static void NAME##_##R(TILE_ARGS(WT)) { TILE_BODY(R, NO, WT, LOAD) }
+    AVX2 static void NAME##_##R(TILE_ARGS(WT)) {                                                                       \
+        (void)pf;                                                                                                      \
+        TILE_BODY(R, NO, WT, LOAD, 0, K & ~7, (__m256 *)NULL, true, true, x, ldx)                                              \
+    }
 #define TILE_SWITCH(NAME, WT)                                                                                          \
     static void NAME(int R, TILE_ARGS(WT)) {                                                                           \
         switch (R) {                                                                                                   \
@@ -116,6 +125,20 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
     TILE_FN(NAME, 1, NO1, WT, LOAD) TILE_FN(NAME, 2, 3, WT, LOAD) TILE_FN(NAME, 3, 3, WT, LOAD)                        \
     TILE_FN(NAME, 4, 3, WT, LOAD) TILE_FN(NAME, 5, 2, WT, LOAD) TILE_FN(NAME, 6, 2, WT, LOAD) TILE_SWITCH(NAME, WT)
 TILE(tile_f32, float, load_w, ROW_OUTPUTS)
+
+/* AVX2 prefill's tiles over inputs [k0, k1) (multiples of 8; k1 = K & ~7 last), the accumulators kept in save
+ * between blocks: the same lanes, so the same bits as tile_f32's. x: the rows' inputs from k0 on (ldx apart), to K
+ * in the last block. */
+#define KTILE_FN(R, NO)                                                                                                \
+    AVX2 PREFILL_TILE void ktile_f32_##R(float *res, const float *x, size_t ldx, const float *w, size_t rs, size_t cs,  \
+                                         const float *t, size_t trs, int K, int k0, int k1, __m256 *save, bool first,  \
+                                         bool last) {                                                                  \
+        TILE_BODY(R, NO, float, load_w, k0, k1, save, first, last, x, ldx)                                             \
+    }
+KTILE_FN(2, 3) KTILE_FN(3, 3) KTILE_FN(4, 3) KTILE_FN(5, 2) KTILE_FN(6, 2)
+typedef void (*ktile_fn)(float *, const float *, size_t, const float *, size_t, size_t, const float *, size_t, int, int, int,
+                         __m256 *, bool, bool);
+static const ktile_fn ktiles[5] = { ktile_f32_2, ktile_f32_3, ktile_f32_4, ktile_f32_5, ktile_f32_6 };
 
 /* AVX-512, 2-6 rows x 8 outputs: the same eight lanes per output as TILE_BODY, two outputs to a 512-bit register
  * (output o in the low half, o + 1 in the high one, the row's eight inputs broadcast to both), so the sums are
@@ -231,6 +254,7 @@ static void decode_panel(float *res, const float *x, size_t ldx, const view *v, 
 typedef struct {
     const float *x;     /* rows [n][K] */
     const uint16_t *xb; /* int8: the rows rounded to bf16 (rowdot_int8.c) */
+    const float *xf;    /* int8 at AVX2's prefill: those widened to f32 in the spec's order (dt_rowdot_q8_widen_rows) */
     const void *w;
     const float *scale, *bias; /* scale: int8's per output (NULL in f32) */
     bool packed;
@@ -242,7 +266,7 @@ typedef struct {
  * panel; outputs past both go one at a time (T_NONE). AVX-512: more than one row 8 outputs (one row, and a
  * decoding step's rows against whole packed panels, go to decode_panel instead); AVX2: one row 6 outputs (batch 1
  * waits on memory), 2-4 rows 3, 5-6 rows 2. */
-typedef enum { T_NONE, T_WIDE, T_AVX2, T_AVX2_WIDENED } tile_kind;
+typedef enum { T_NONE, T_WIDE, T_AVX2 } tile_kind;
 typedef struct { tile_kind kind; int width; } tile_choice;
 static void tile_widths(int nr, int level, tile_choice c[2]) {
     tile_choice avx2 = { T_AVX2, nr == 1 ? ROW_OUTPUTS : nr <= 4 ? 3 : 2 }, none = { T_NONE, 1 };
@@ -254,8 +278,7 @@ static void tile_widths(int nr, int level, tile_choice c[2]) {
     if (c[0].kind != T_AVX2) c[1] = avx2;
 }
 
-/* A tile of rows [r, r + nr) x outputs [i, i + width) of view v; wb: int8's panel widened, to bf16 (T_WIDE) or f32
- * (T_AVX2_WIDENED). */
+/* A tile of rows [r, r + nr) x outputs [i, i + width) of view v; wb: int8's panel widened to bf16 (T_WIDE). */
 static void run_tile(const call *c, tile_kind kind, float *res, int r, const view *v, int i, int nr, bool stream, const void *wb) {
 #if HAVE_AVX2_PATH
     size_t K = (size_t)c->K, rs = v->rs, cs = v->cs, trs = v->trs;
@@ -263,7 +286,6 @@ static void run_tile(const call *c, tile_kind kind, float *res, int r, const vie
         const int8_t *w = (const int8_t *)v->w + i * rs, *t = (const int8_t *)v->t + i * trs;
         const uint16_t *x = c->xb + (size_t)r * K;
         if (kind == T_WIDE) dt_rowdot_q8_wide(nr, res, x, K, (const uint16_t *)wb + i * rs, cs, t, trs, c->K);
-        else if (kind == T_AVX2_WIDENED) dt_rowdot_q8_ftile(nr, res, x, K, (const float *)wb + (size_t)i * (K & ~(size_t)15), c->K, t, trs);
         else dt_rowdot_q8_tile(nr, res, x, K, w, rs, cs, t, trs, c->K);
         return;
     }
@@ -291,8 +313,8 @@ static void put(float *out, const float *res, int r, int nr, int o, int m, const
 }
 
 /* Rows [r, r + nr) x a view's outputs [i, i + no) (output o0 + i of the whole): tiles where they fit, single dots
- * elsewhere; the same sums either way. first: the panel's first block, whose first tile streams it in. wb: the
- * panel widened (int8: to bf16 for T_WIDE; to f32, where not NULL, for AVX2's tiles). */
+ * elsewhere; the same sums either way. first: the panel's first block, whose first tile streams it in. wb: int8's
+ * panel widened to bf16 for T_WIDE. */
 static void block(const call *c, float *out, const view *v, int r, int nr, int o0, int i, int no, bool first, const void *wb) {
     float res[6 * RES_LD];
     size_t K = (size_t)c->K;
@@ -301,7 +323,6 @@ static void block(const call *c, float *out, const view *v, int r, int nr, int o
     for (int t = 0, m; t < no; t += m) {
         tile_kind kind = ch[0].width <= no - t ? ch[0].kind : ch[1].width <= no - t ? ch[1].kind : T_NONE;
         m = kind == T_NONE ? 1 : kind == ch[0].kind ? ch[0].width : ch[1].width;
-        if (kind == T_AVX2 && ch[0].kind == T_AVX2 && c->scale && wb) kind = T_AVX2_WIDENED; /* (a T_WIDE's wb is bf16) */
         if (kind != T_NONE) run_tile(c, kind, res, r, v, i + t, nr, first && t == 0, wb);
         else
             for (int a = 0; a < nr; a++)
@@ -311,9 +332,45 @@ static void block(const call *c, float *out, const view *v, int r, int nr, int o
     }
 }
 
+#if HAVE_AVX2_PATH
+/* AVX2, rows [r, r + nr) (2-6) against a panel's outputs: the rows' inputs a block of PREFILL_KBLOCK at a time,
+ * copied side by side (xb), each block against every tile of the panel before the next, so that the rows' block
+ * stays in L1 while the panel's weights stream in from L2. The old order (every group of rows by 6 outputs' whole
+ * rows: 18 KB of inputs and 18 of weights at K 768, more than L1's 32) read the rows from L2 at its pace; rows
+ * K floats apart fell in the same few sets of L1 at K 3072 (the copy). Zen 3, one thread, 124M's four Linears at
+ * 128 rows (bench/rowdot_bench): f32 52-54 -> 62-65 GFLOP/s. int8 runs the same tiles on both operands widened
+ * exactly to f32 in its spec's order (wf: dt_rowdot_q8_widen_f32, once a panel; the rows: c->xf, once a
+ * call), so its sums are its spec's. Outputs past the last whole tile: block()'s single dots. */
+#define XB_LD (PREFILL_KBLOCK + 16) /* floats: 1600 bytes, six rows spread over L1's sets */
+static void sweep_avx2(const call *c, float *out, const view *v, int p, int r, int nr, const float *wf) {
+    bool q8 = c->scale != NULL;
+    int no = nr <= 4 ? 3 : 2, tiles = v->pw / no, K = c->K, kend = q8 ? K & ~15 : K & ~7;
+    __m256 save[DT_PANEL / 2 * 12]; /* a tile's R x NO <= 12 accumulators, for at most DT_PANEL / 2 tiles */
+    float res[6 * RES_LD];
+    _Alignas(64) float xb[6 * XB_LD]; /* 32-byte loads that never straddle a cache line */
+    const float *x = (q8 ? c->xf : c->x) + (size_t)r * (size_t)K, *w = q8 ? wf : v->w;
+    const float *t = q8 ? wf + (size_t)v->pw * (size_t)kend : v->t;
+    size_t rs = q8 ? (size_t)kend : v->rs, cs = q8 ? 8 : v->cs, trs = q8 ? 16 : v->trs;
+    for (int k0 = 0;; k0 += PREFILL_KBLOCK) {
+        int k1 = k0 + PREFILL_KBLOCK < kend ? k0 + PREFILL_KBLOCK : kend;
+        bool first = k0 == 0, last = k1 == kend;
+        for (int a = 0; a < nr; a++)
+            memcpy(xb + a * XB_LD, x + (size_t)a * (size_t)K + k0, sizeof(float) * (size_t)((last ? K : k1) - k0));
+        for (int j = 0; j < tiles; j++) {
+            size_t o = (size_t)j * no;
+            ktiles[nr - 2](res, xb, XB_LD, w + o * rs, rs, cs, t + o * trs, trs, K, k0, k1, save + j * 12, first, last);
+            if (last) put(out, res, r, nr, p * DT_PANEL + (int)o, no, c->scale, c->bias, c->O);
+        }
+        if (last) break;
+    }
+    if (tiles * no < v->pw) block(c, out, v, r, nr, p * DT_PANEL, tiles * no, v->pw - tiles * no, false, NULL);
+}
+#endif
+
 /* Panels [p0, p1) against rows [0, n): each panel in blocks of its rows' widest tile, by up to 6 rows, swept
  * while a chunk of rows is in cache. wb: room for a panel widened (int8 with more than one row: to bf16 on
- * AVX512-BF16; to f32 on AVX2 at prefill, where a chunk's groups of rows would each convert it again; else NULL). */
+ * AVX512-BF16; to f32 and its tails on AVX2 at prefill, where a chunk's groups of rows would each convert it again;
+ * else NULL). */
 static void rows_range(const call *c, float *out, int p0, int p1, void *wb) {
     bool q8 = c->scale != NULL;
     size_t K = (size_t)c->K;
@@ -332,16 +389,23 @@ static void rows_range(const call *c, float *out, int p0, int p1, void *wb) {
                 put(out, res, r0, r1 - r0, p * DT_PANEL, DT_PANEL, c->scale, c->bias, c->O);
                 continue;
             }
+            /* AVX2's prefill (int8: wb has room for the panel in f32 then). A decoding step's few rows keep the
+             * order below, which reads each weight from memory once for all of them (f32 batch 8 through
+             * sweep_avx2, Zen 3: 106-109 -> 85-88 tokens/s, its 4 + 4 rows reading each panel twice). */
+            if (c->level == DT_SIMD_AVX2 && c->n > DECODE_ROWS && base > 1 && (!q8 || c->xf)) {
+                if (q8) dt_rowdot_q8_widen_f32(wb, &v, c->K);
+                for (int a = 0, r = r0; a < g; r += base + (a < extra), a++) sweep_avx2(c, out, &v, p, r, base + (a < extra), wb);
+                continue;
+            }
 #endif
             tile_choice ch[2];
             tile_widths(base, c->level, ch);
-            void *wide = q8 && (ch[0].kind == T_WIDE || g > 1) ? wb : NULL; /* once for every group of rows */
+            void *wide = q8 && ch[0].kind == T_WIDE ? wb : NULL; /* once for every group of rows */
 #if HAVE_AVX2_PATH
-            if (wide && ch[0].kind == T_WIDE) dt_rowdot_q8_widen(wide, &v, c->K);
-            else if (wide) dt_rowdot_q8_widen_f32(wide, &v, c->K);
+            if (wide) dt_rowdot_q8_widen(wide, &v, c->K);
 #endif
-            /* AVX2's 2 and 3 both fit in 6, whose weights stay in L1 while every group of rows goes by; one row (no
-             * groups to go by), the whole panel at once, in fewer calls */
+            /* AVX2's 2 and 3 both fit in 6, whose weights stay in L1 while every group of rows goes by (int8's
+             * decoding steps); one row (no groups to go by), the whole panel at once, in fewer calls */
             int step = ch[0].kind == T_WIDE ? WIDE_OUTPUTS : base == 1 ? DT_PANEL : 6;
             for (int i = 0; i < v.pw; i += step)
                 for (int a = 0, r = r0; a < g; r += base + (a < extra), a++)
@@ -387,30 +451,34 @@ static dt_status rowdot(float *out, const float *x, const void *w, bool packed, 
         return DT_OK;
     }
     bool dp = scale && packed && dt_kernels_dpbf16();
-    call c = { x, NULL, w, scale, bias, packed, n, K, O, scale && !dp && simd > DT_SIMD_AVX2 ? DT_SIMD_AVX2 : simd };
+    call c = { x, NULL, NULL, w, scale, bias, packed, n, K, O, scale && !dp && simd > DT_SIMD_AVX2 ? DT_SIMD_AVX2 : simd };
     /* threads only where there is work for them and none are at work already (the results do not depend on it) */
     bool threads = (double)n * K * O >= 65536 && !omp_in_parallel();
     int nt = threads ? omp_get_max_threads() : 1;
     /* int8: its rows in bf16, and a panel's room to widen a thread: to bf16 where tiles of AVX512-BF16 take them, to
-     * f32 where AVX2's tiles sweep prefill's groups of rows */
-    size_t xbn = scale ? (size_t)n * K : 0, panel = (size_t)DT_PANEL * (K & ~15);
+     * f32 (with the rows) where AVX2's prefill runs f32's tiles (sweep_avx2) */
+    bool sweep8 = scale && !dp && c.level >= DT_SIMD_AVX2 && n > DECODE_ROWS;
+    size_t xbn = scale ? (size_t)n * K : 0, xfn = sweep8 ? (size_t)n * K : 0, panel = (size_t)DT_PANEL * (K & ~15);
     size_t wbytes = dp && n > 1 && (n > DECODE_ROWS || O % DT_PANEL) ? panel * sizeof(uint16_t)
-                    : scale && !dp && c.level >= DT_SIMD_AVX2 && n > DECODE_ROWS ? panel * sizeof(float) : 0;
+                    : sweep8 ? (panel + DT_PANEL * 16) * sizeof(float) : 0;
     uint16_t *xb = NULL;
     char *wb = NULL;
-    if (xbn && (!(xb = malloc(sizeof(uint16_t) * xbn)) || (wbytes && !(wb = malloc(wbytes * (size_t)nt))))) {
-        free(xb);
+    float *xf = NULL;
+    if (xbn && (!(xb = malloc(sizeof(uint16_t) * xbn)) || (wbytes && !(wb = malloc(wbytes * (size_t)nt))) ||
+                (xfn && !(xf = malloc(sizeof(float) * xfn))))) {
+        free(xb), free(wb);
         return dt_error(DT_ERR_NOMEM, "rowdot: out of memory for an int8 [%d, %d] Linear's %d rows in bf16", O, K, n);
     }
     if (xb) dt_rowdot_q8_round(xb, x, xbn);
-    c.xb = xb;
+    if (xf) dt_rowdot_q8_widen_rows(xf, xb, (size_t)n, K);
+    c.xb = xb, c.xf = xf;
     if (!threads) {
         rows_range(&c, out, 0, panels, wb);
     } else {
         #pragma omp parallel for schedule(static)
         for (int p = 0; p < panels; p++) rows_range(&c, out, p, p + 1, wb ? wb + wbytes * (size_t)omp_get_thread_num() : NULL);
     }
-    free(xb), free(wb);
+    free(xb), free(wb), free(xf);
     return DT_OK;
 }
 

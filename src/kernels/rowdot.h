@@ -25,6 +25,9 @@
 /* inputs: 24 KB of a panel in f32, which L1 holds (f32 batch 4-8 3-6% faster than whole panels a pass; int8 runs
  * its passes over all of K, dt_rowdot_q8_decode) */
 #define DECODE_KBLOCK 256
+/* AVX2 prefill's block of inputs (rowdot.c's sweep_avx2; a multiple of 16, int8's chunk): 6 rows' 9 KB, in L1
+ * while a panel streams by (Zen 3, 124M's Linears at 128 rows: 192 and 256 slower, 512 no faster) */
+#define PREFILL_KBLOCK 384
 
 /* One panel's weights (panels.h), packed or in place: output i's chunk of c inputs at k (c: dt_panel_chunk) is
  * at w + i * rs + (k / c) * cs, its tail (k >= K & ~(c - 1)) at t + i * trs + k - (K & ~(c - 1)); elements, not
@@ -115,11 +118,12 @@ float dt_rowdot_q8_dot(const uint16_t *x, const view *v, int i, int K);
 /* AVX2: R (1-6) rows (ldx apart) x NO outputs from w's on (NO: ROW_OUTPUTS for one row, 3 for 2-4, 2 for 5-6) */
 void dt_rowdot_q8_tile(int R, float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs, const int8_t *t,
                        size_t trs, int K);
-/* AVX2 prefill: a panel's chunks widened to f32 once for every group of rows (wf [pw][K & ~15]: each chunk's 8 odd
- * inputs' weights, then its 8 even ones'), then R (1-6) rows x the same outputs as dt_rowdot_q8_tile's from wf's
- * on, the same sums without converting each weight again for each group */
+/* AVX2 prefill, whose int8 runs f32's tiles (rowdot.c's sweep_avx2) on both operands widened to f32, exactly: a
+ * panel's weights once (wf [pw][K & ~15]: each chunk's 8 odd inputs' weights, then its 8 even ones', in the spec's
+ * order; then the tails, [pw][16], in order), and the n rows in bf16, xb [n][K], the same way into xf [n][K] (each
+ * chunk's 8 odd inputs, then its 8 even ones; the inputs past K & ~15 in order). */
 void dt_rowdot_q8_widen_f32(float *wf, const view *v, int K);
-void dt_rowdot_q8_ftile(int R, float *res, const uint16_t *x, size_t ldx, const float *wf, int K, const int8_t *t, size_t trs);
+void dt_rowdot_q8_widen_rows(float *xf, const uint16_t *xb, size_t n, int K);
 /* AVX512-BF16 (dt_kernels_dpbf16): a packed panel's chunks widened to bf16 ([K / 16][pw][16] int8 -> wb), then
  * R (1-6) rows x WIDE_OUTPUTS outputs of them from wb's on (cs: a chunk row's elements) */
 void dt_rowdot_q8_widen(uint16_t *wb, const view *v, int K);

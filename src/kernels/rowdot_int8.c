@@ -38,6 +38,20 @@ void dt_rowdot_q8_round(uint16_t *xb, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) xb[i] = act_bf16(x[i]);
 }
 
+void dt_rowdot_q8_widen_rows(float *xf, const uint16_t *xb, size_t n, int K) {
+    int Kc = K & ~15;
+    for (size_t r = 0; r < n; r++) {
+        const uint16_t *x = xb + r * (size_t)K;
+        float *d = xf + r * (size_t)K;
+        for (int k = 0; k < Kc; k += 16)
+            for (int j = 0; j < 8; j++) {
+                d[k + j] = bf16_f32(x[k + 2 * j + 1]);
+                d[k + 8 + j] = bf16_f32(x[k + 2 * j]);
+            }
+        for (int j = Kc; j < K; j++) d[j] = bf16_f32(x[j]);
+    }
+}
+
 float dt_rowdot_q8_dot(const uint16_t *x, const view *v, int i, int K) {
     const int8_t *w = v->w, *t = v->t;
     float a[8] = { 0 };
@@ -82,15 +96,10 @@ AVX2 static inline __m256 even_x(const uint16_t *x) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)x), 16));
 }
 
-/* The same weights widened once (dt_rowdot_q8_widen_f32): a chunk's odd lanes, then its even ones. */
-AVX2 static inline __m256 odd_f(const float *w) { return _mm256_loadu_ps(w); }
-AVX2 static inline __m256 even_f(const float *w) { return _mm256_loadu_ps(w + 8); }
-
-/* int8 weights in place are prefetched a cache line each at a time; the widened ones, just written, are in cache. */
+/* int8 weights in place are prefetched a cache line each at a time. */
 #define Q8_PREFETCH(wk, rs, R, NO, k)                                                                                  \
     if (!((k) & 63))                                                                                                   \
         for (int o = 0; o < NO; o++) _mm_prefetch((const char *)((wk) + (size_t)(o + PREFETCH_AHEAD(R, NO)) * (rs)), _MM_HINT_T0)
-#define NO_PREFETCH(wk, rs, R, NO, k)
 
 /* AVX2, R rows x NO outputs: every odd product of a chunk, then every even one (each lane's order as the spec's),
  * NO weight vectors widened (ODD, EVEN of weights of type WT) at a time, so R x NO accumulators, NO weights and an
@@ -128,29 +137,26 @@ AVX2 static inline __m256 even_f(const float *w) { return _mm256_loadu_ps(w + 8)
     Q8_TILE_FN(NAME, 5, 2, WT, ODD, EVEN, PF)                                                                          \
     Q8_TILE_FN(NAME, 6, 2, WT, ODD, EVEN, PF)
 Q8_TILES(q8_tile, int8_t, odd_w, even_w, Q8_PREFETCH)
-Q8_TILES(q8_ftile, float, odd_f, even_f, NO_PREFETCH)
 
 typedef void (*q8_tile_fn)(float *, const uint16_t *, size_t, const void *, size_t, size_t, const int8_t *, size_t, int);
-static const q8_tile_fn q8_tiles[2][6] = { { q8_tile_1, q8_tile_2, q8_tile_3, q8_tile_4, q8_tile_5, q8_tile_6 },
-                                           { q8_ftile_1, q8_ftile_2, q8_ftile_3, q8_ftile_4, q8_ftile_5, q8_ftile_6 } };
+static const q8_tile_fn q8_tiles[6] = { q8_tile_1, q8_tile_2, q8_tile_3, q8_tile_4, q8_tile_5, q8_tile_6 };
 
 void dt_rowdot_q8_tile(int R, float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs, const int8_t *t,
                        size_t trs, int K) {
-    q8_tiles[0][R >= 1 && R <= 6 ? R - 1 : 0](res, x, ldx, w, rs, cs, t, trs, K);
+    q8_tiles[R >= 1 && R <= 6 ? R - 1 : 0](res, x, ldx, w, rs, cs, t, trs, K);
 }
 
 AVX2 void dt_rowdot_q8_widen_f32(float *wf, const view *v, int K) {
     size_t Kc = (size_t)(K & ~15);
-    for (int o = 0; o < v->pw; o++)
+    for (int o = 0; o < v->pw; o++) {
         for (size_t k = 0; k < Kc; k += 16) {
             const int8_t *w = (const int8_t *)v->w + (size_t)o * v->rs + k / 16 * v->cs;
             _mm256_storeu_ps(wf + (size_t)o * Kc + k, odd_w(w));
             _mm256_storeu_ps(wf + (size_t)o * Kc + k + 8, even_w(w));
         }
-}
-
-void dt_rowdot_q8_ftile(int R, float *res, const uint16_t *x, size_t ldx, const float *wf, int K, const int8_t *t, size_t trs) {
-    q8_tiles[1][R >= 1 && R <= 6 ? R - 1 : 0](res, x, ldx, wf, (size_t)(K & ~15), 16, t, trs, K);
+        const int8_t *t = (const int8_t *)v->t + (size_t)o * v->trs;
+        for (size_t j = 0; j < (size_t)K - Kc; j++) wf[(size_t)v->pw * Kc + (size_t)o * 16 + j] = (float)t[j];
+    }
 }
 
 /* 16 bf16 inputs in both halves of a register: against a pair of outputs' chunks, output 2p in the low half. */
