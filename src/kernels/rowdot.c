@@ -99,12 +99,12 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
             for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                            \
         }                                                                                                              \
     }                                                                                                                  \
-    if (!(LAST)) { /* the next block of inputs goes on from these sums */                                              \
+    if (LAST) {                                                                                                        \
+        TILE_END(R, NO, HSUM_TILE, acc, res, XB, LDB, t, trs, k - (K0), K - (K0))                                      \
+    } else { /* the next block of inputs goes on from these sums */                                                    \
         for (int r = 0; r < R; r++)                                                                                    \
             for (int o = 0; o < NO; o++) (SAVE)[r * NO + o] = acc[r][o];                                               \
-        return;                                                                                                        \
-    }                                                                                                                  \
-    TILE_END(R, NO, HSUM_TILE, acc, res, XB, LDB, t, trs, k - (K0), K - (K0))
+    }
 #define TILE_FN(NAME, R, NO, WT, LOAD)                                                                                 \
     AVX2 static void NAME##_##R(TILE_ARGS(WT)) {                                                                       \
         (void)pf;                                                                                                      \
@@ -126,18 +126,25 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
     TILE_FN(NAME, 4, 3, WT, LOAD) TILE_FN(NAME, 5, 2, WT, LOAD) TILE_FN(NAME, 6, 2, WT, LOAD) TILE_SWITCH(NAME, WT)
 TILE(tile_f32, float, load_w, ROW_OUTPUTS)
 
-/* AVX2 prefill's tiles over inputs [k0, k1) (multiples of 8; k1 = K & ~7 last), the accumulators kept in save
- * between blocks: the same lanes, so the same bits as tile_f32's. x: the rows' inputs from k0 on (ldx apart), to K
- * in the last block. */
+/* AVX2 prefill: a row of tiles of a panel (tile j: outputs [j NO, j NO + NO) from wp's and tp's on, its results
+ * at res's column j NO, its sums at save + j R NO) over inputs [k0, k1) (multiples of 8; k1 = K & ~7 last), the
+ * accumulators kept in save between blocks: the same lanes, so the same bits as tile_f32's. x: the rows' inputs from
+ * k0 on (ldx apart), to K in the last block. One call a row of tiles (a call a tile: 50 thousand calls for one
+ * 2304 x 768 Linear at 128 rows). */
 #define KTILE_FN(R, NO)                                                                                                \
-    AVX2 PREFILL_TILE void ktile_f32_##R(float *res, const float *x, size_t ldx, const float *w, size_t rs, size_t cs,  \
-                                         const float *t, size_t trs, int K, int k0, int k1, __m256 *save, bool first,  \
-                                         bool last) {                                                                  \
-        TILE_BODY(R, NO, float, load_w, k0, k1, save, first, last, x, ldx)                                             \
+    AVX2 PREFILL_TILE void ktile_f32_##R(float *res_row, const float *x, size_t ldx, const float *wp, size_t rs,       \
+                                         size_t cs, const float *tp, size_t trs, int K, int k0, int k1, __m256 *save,  \
+                                         bool first, bool last, int tiles) {                                           \
+        for (int j = 0; j < tiles; j++) {                                                                              \
+            const float *w = wp + (size_t)j * NO * rs, *t = tp + (size_t)j * NO * trs;                                 \
+            float *res = res_row + j * NO;                                                                             \
+            __m256 *sv = save + j * R * NO;                                                                            \
+            TILE_BODY(R, NO, float, load_w, k0, k1, sv, first, last, x, ldx)                                           \
+        }                                                                                                              \
     }
 KTILE_FN(2, 3) KTILE_FN(3, 3) KTILE_FN(4, 3) KTILE_FN(5, 2) KTILE_FN(6, 2)
 typedef void (*ktile_fn)(float *, const float *, size_t, const float *, size_t, size_t, const float *, size_t, int, int, int,
-                         __m256 *, bool, bool);
+                         __m256 *, bool, bool, int);
 static const ktile_fn ktiles[5] = { ktile_f32_2, ktile_f32_3, ktile_f32_4, ktile_f32_5, ktile_f32_6 };
 
 /* AVX-512, 2-6 rows x 8 outputs: the same eight lanes per output as TILE_BODY, two outputs to a 512-bit register
@@ -338,9 +345,10 @@ static void block(const call *c, float *out, const view *v, int r, int nr, int o
  * stays in L1 while the panel's weights stream in from L2. The old order (every group of rows by 6 outputs' whole
  * rows: 18 KB of inputs and 18 of weights at K 768, more than L1's 32) read the rows from L2 at its pace; rows
  * K floats apart fell in the same few sets of L1 at K 3072 (the copy). Zen 3, one thread, 124M's four Linears at
- * 128 rows (bench/rowdot_bench): f32 52-54 -> 62-65 GFLOP/s. int8 runs the same tiles on both operands widened
- * exactly to f32 in its spec's order (wf: dt_rowdot_q8_widen_f32, once a panel; the rows: c->xf, once a
- * call), so its sums are its spec's. Outputs past the last whole tile: block()'s single dots. */
+ * 128 rows (bench/rowdot_bench, the best of each build, alternating): f32 52-58 -> 62-67 GFLOP/s, int8 41 -> 55-61.
+ * int8 runs the same tiles on both operands widened exactly to f32 in its spec's order (wf:
+ * dt_rowdot_q8_widen_f32, once a panel; the rows: c->xf, once a call), so its sums are its spec's. Outputs past the
+ * last whole tile: block()'s single dots. */
 #define XB_LD (PREFILL_KBLOCK + 16) /* floats: 1600 bytes, six rows spread over L1's sets */
 static void sweep_avx2(const call *c, float *out, const view *v, int p, int r, int nr, const float *wf) {
     bool q8 = c->scale != NULL;
@@ -356,12 +364,11 @@ static void sweep_avx2(const call *c, float *out, const view *v, int p, int r, i
         bool first = k0 == 0, last = k1 == kend;
         for (int a = 0; a < nr; a++)
             memcpy(xb + a * XB_LD, x + (size_t)a * (size_t)K + k0, sizeof(float) * (size_t)((last ? K : k1) - k0));
-        for (int j = 0; j < tiles; j++) {
-            size_t o = (size_t)j * no;
-            ktiles[nr - 2](res, xb, XB_LD, w + o * rs, rs, cs, t + o * trs, trs, K, k0, k1, save + j * 12, first, last);
-            if (last) put(out, res, r, nr, p * DT_PANEL + (int)o, no, c->scale, c->bias, c->O);
+        ktiles[nr - 2](res, xb, XB_LD, w, rs, cs, t, trs, K, k0, k1, save, first, last, tiles);
+        if (last) {
+            put(out, res, r, nr, p * DT_PANEL, tiles * no, c->scale, c->bias, c->O);
+            break;
         }
-        if (last) break;
     }
     if (tiles * no < v->pw) block(c, out, v, r, nr, p * DT_PANEL, tiles * no, v->pw - tiles * no, false, NULL);
 }
