@@ -31,15 +31,24 @@ int main(int argc, char **argv) {
             float *w = aligned_alloc(64, sizeof(float) * (size_t)O * K), *x = aligned_alloc(64, sizeof(float) * (size_t)n * K);
             float *y = malloc(sizeof(float) * (size_t)n * O);
             dt_panels *p = NULL;
-            if (!w || !x || !y) return 1;
+            if (!w || !x || !y) {
+                fprintf(stderr, "rowdot_bench: out of memory for [%d, %d] at %d rows\n", O, K, n);
+                return 1;
+            }
             srand(7);
             for (size_t i = 0; i < (size_t)O * K; i++) w[i] = (float)rand() / RAND_MAX - 0.5f;
             for (size_t i = 0; i < (size_t)n * K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
-            if (dt_panels_create(w, O, K, q == 1, &p) != DT_OK) return 1;
+            if (dt_panels_create(w, O, K, q == 1, &p) != DT_OK) {
+                fprintf(stderr, "rowdot_bench: %s\n", dt_last_error());
+                return 1;
+            }
             double best = 1e30;
             for (int r = 0; r < reps; r++) {
                 double t0 = now();
-                if (dt_panels_apply(y, x, p, NULL, n) != DT_OK) return 1;
+                if (dt_panels_apply(y, x, p, NULL, n) != DT_OK) {
+                    fprintf(stderr, "rowdot_bench: %s\n", dt_last_error());
+                    return 1;
+                }
                 double t = now() - t0;
                 if (t < best) best = t;
             }

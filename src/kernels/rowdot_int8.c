@@ -96,32 +96,29 @@ AVX2 static inline __m256 even_x(const uint16_t *x) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)x), 16));
 }
 
-/* int8 weights in place are prefetched a cache line each at a time. */
-#define Q8_PREFETCH(wk, rs, R, NO, k)                                                                                  \
-    if (!((k) & 63))                                                                                                   \
-        for (int o = 0; o < NO; o++) _mm_prefetch((const char *)((wk) + (size_t)(o + PREFETCH_AHEAD(R, NO)) * (rs)), _MM_HINT_T0)
-
 /* AVX2, R rows x NO outputs: every odd product of a chunk, then every even one (each lane's order as the spec's),
- * NO weight vectors widened (ODD, EVEN of weights of type WT) at a time, so R x NO accumulators, NO weights and an
- * input fit sixteen registers. */
+ * NO weight vectors widened (odd_w, even_w) at a time, so R x NO accumulators, NO weights and an input fit sixteen
+ * registers. The weights, in place, are prefetched a cache line each at a time, a few rows ahead. */
 #define HSUM_TILE(acc, r, o) hsum((acc)[r][o])
-#define Q8_TILE_FN(NAME, R, NO, WT, ODD, EVEN, PF)                                                                     \
-    AVX2 static void NAME##_##R(float *res, const uint16_t *x, size_t ldx, const void *w, size_t rs, size_t cs,        \
-                                const int8_t *t, size_t trs, int K) {                                                  \
+#define Q8_TILE_FN(R, NO)                                                                                              \
+    AVX2 static void q8_tile_##R(float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs,    \
+                                 const int8_t *t, size_t trs, int K) {                                                 \
         __m256 acc[R][NO];                                                                                             \
         for (int r = 0; r < R; r++)                                                                                    \
             for (int o = 0; o < NO; o++) acc[r][o] = _mm256_setzero_ps();                                              \
         int k = 0;                                                                                                     \
-        const WT *wk = (const WT *)w;                                                                                  \
+        const int8_t *wk = w;                                                                                          \
         for (; k + 16 <= K; k += 16, wk += cs) {                                                                       \
             __m256 wv[NO];                                                                                             \
-            PF(wk, rs, R, NO, k);                                                                                      \
-            for (int o = 0; o < NO; o++) wv[o] = ODD(wk + (size_t)o * rs);                                             \
+            if (!(k & 63))                                                                                             \
+                for (int o = 0; o < NO; o++)                                                                           \
+                    _mm_prefetch((const char *)(wk + (size_t)(o + PREFETCH_AHEAD(R, NO)) * rs), _MM_HINT_T0);          \
+            for (int o = 0; o < NO; o++) wv[o] = odd_w(wk + (size_t)o * rs);                                           \
             for (int r = 0; r < R; r++) {                                                                              \
                 __m256 xv = odd_x(x + (size_t)r * ldx + k);                                                            \
                 for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                        \
             }                                                                                                          \
-            for (int o = 0; o < NO; o++) wv[o] = EVEN(wk + (size_t)o * rs);                                            \
+            for (int o = 0; o < NO; o++) wv[o] = even_w(wk + (size_t)o * rs);                                          \
             for (int r = 0; r < R; r++) {                                                                              \
                 __m256 xv = even_x(x + (size_t)r * ldx + k);                                                           \
                 for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                        \
@@ -129,16 +126,9 @@ AVX2 static inline __m256 even_x(const uint16_t *x) {
         }                                                                                                              \
         Q8_END(R, NO, HSUM_TILE, acc, res, x, ldx, t, trs, k, K)                                                       \
     }
-#define Q8_TILES(NAME, WT, ODD, EVEN, PF)                                                                              \
-    Q8_TILE_FN(NAME, 1, ROW_OUTPUTS, WT, ODD, EVEN, PF)                                                                \
-    Q8_TILE_FN(NAME, 2, 3, WT, ODD, EVEN, PF)                                                                          \
-    Q8_TILE_FN(NAME, 3, 3, WT, ODD, EVEN, PF)                                                                          \
-    Q8_TILE_FN(NAME, 4, 3, WT, ODD, EVEN, PF)                                                                          \
-    Q8_TILE_FN(NAME, 5, 2, WT, ODD, EVEN, PF)                                                                          \
-    Q8_TILE_FN(NAME, 6, 2, WT, ODD, EVEN, PF)
-Q8_TILES(q8_tile, int8_t, odd_w, even_w, Q8_PREFETCH)
+Q8_TILE_FN(1, ROW_OUTPUTS) Q8_TILE_FN(2, 3) Q8_TILE_FN(3, 3) Q8_TILE_FN(4, 3) Q8_TILE_FN(5, 2) Q8_TILE_FN(6, 2)
 
-typedef void (*q8_tile_fn)(float *, const uint16_t *, size_t, const void *, size_t, size_t, const int8_t *, size_t, int);
+typedef void (*q8_tile_fn)(float *, const uint16_t *, size_t, const int8_t *, size_t, size_t, const int8_t *, size_t, int);
 static const q8_tile_fn q8_tiles[6] = { q8_tile_1, q8_tile_2, q8_tile_3, q8_tile_4, q8_tile_5, q8_tile_6 };
 
 void dt_rowdot_q8_tile(int R, float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs, const int8_t *t,
