@@ -5,15 +5,10 @@
  *   build/bench/rowdot_bench [n] [reps] [O K]   (O K: that one shape instead) */
 #include "dtrain/kernels.h"
 
+#include "dtrain/base.h"
+
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 128, reps = argc > 2 ? atoi(argv[2]) : 20;
@@ -44,12 +39,12 @@ int main(int argc, char **argv) {
             }
             double best = 1e30;
             for (int r = 0; r < reps; r++) {
-                double t0 = now();
+                double t0 = dt_time_now();
                 if (dt_panels_apply(y, x, p, NULL, n) != DT_OK) {
                     fprintf(stderr, "rowdot_bench: %s\n", dt_last_error());
                     return 1;
                 }
-                double t = now() - t0;
+                double t = dt_time_now() - t0;
                 if (t < best) best = t;
             }
             double f = 2.0 * n * (double)O * K;

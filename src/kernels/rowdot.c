@@ -261,7 +261,7 @@ static void decode_panel(float *res, const float *x, size_t ldx, const view *v, 
 typedef struct {
     const float *x;     /* rows [n][K] */
     const uint16_t *xb; /* int8: the rows rounded to bf16 (rowdot_int8.c) */
-    const float *xf;    /* int8 at AVX2's prefill: those widened to f32 in the spec's order (dt_rowdot_q8_widen_rows) */
+    const float *xf;    /* int8 at AVX2's prefill: those widened to f32 in the spec's order (dt_rowdot_q8_widen_row) */
     const void *w;
     const float *scale, *bias; /* scale: int8's per output (NULL in f32) */
     bool packed;
@@ -339,6 +339,10 @@ static void block(const call *c, float *out, const view *v, int r, int nr, int o
     }
 }
 
+/* Whether a call's groups of rows go through sweep_avx2: AVX2's prefill (int8 without AVX512-BF16 takes AVX2's
+ * level), not a decoding step's few rows. */
+static bool sweeps(const call *c) { return c->level == DT_SIMD_AVX2 && c->n > DECODE_ROWS; }
+
 #if HAVE_AVX2_PATH
 /* AVX2, rows [r, r + nr) (2-6) against a panel's outputs: the rows' inputs a block of PREFILL_KBLOCK at a time,
  * copied side by side (xb), each block against every tile of the panel before the next, so that the rows' block
@@ -399,7 +403,7 @@ static void rows_range(const call *c, float *out, int p0, int p1, void *wb) {
             /* AVX2's prefill (int8: wb has room for the panel in f32 then). A decoding step's few rows keep the
              * order below, which reads each weight from memory once for all of them (f32 batch 8 through
              * sweep_avx2, Zen 3: 106-109 -> 85-88 tokens/s, its 4 + 4 rows reading each panel twice). */
-            if (c->level == DT_SIMD_AVX2 && c->n > DECODE_ROWS && base > 1 && (!q8 || c->xf)) {
+            if (sweeps(c) && base > 1) {
                 if (q8) dt_rowdot_q8_widen_f32(wb, &v, c->K);
                 for (int a = 0, r = r0; a < g; r += base + (a < extra), a++) sweep_avx2(c, out, &v, p, r, base + (a < extra), wb);
                 continue;
@@ -464,7 +468,7 @@ static dt_status rowdot(float *out, const float *x, const void *w, bool packed, 
     int nt = threads ? omp_get_max_threads() : 1;
     /* int8: its rows in bf16, and a panel's room to widen a thread: to bf16 where tiles of AVX512-BF16 take them, to
      * f32 (with the rows) where AVX2's prefill runs f32's tiles (sweep_avx2) */
-    bool sweep8 = scale && !dp && c.level >= DT_SIMD_AVX2 && n > DECODE_ROWS;
+    bool sweep8 = scale && sweeps(&c);
     size_t xbn = scale ? (size_t)n * K : 0, xfn = sweep8 ? (size_t)n * K : 0, panel = (size_t)DT_PANEL * (K & ~15);
     size_t wbytes = dp && n > 1 && (n > DECODE_ROWS || O % DT_PANEL) ? panel * sizeof(uint16_t)
                     : sweep8 ? (panel + DT_PANEL * 16) * sizeof(float) : 0;
@@ -482,7 +486,7 @@ static dt_status rowdot(float *out, const float *x, const void *w, bool packed, 
     for (int r = 0; r < (xb ? n : 0); r++) {
         size_t at = (size_t)r * (size_t)K;
         dt_rowdot_q8_round(xb + at, x + at, (size_t)K);
-        if (xf) dt_rowdot_q8_widen_rows(xf + at, xb + at, 1, K);
+        if (xf) dt_rowdot_q8_widen_row(xf + at, xb + at, K);
     }
     c.xb = xb, c.xf = xf;
     if (!threads) {

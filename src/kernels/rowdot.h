@@ -120,10 +120,10 @@ void dt_rowdot_q8_tile(int R, float *res, const uint16_t *x, size_t ldx, const i
                        size_t trs, int K);
 /* AVX2 prefill, whose int8 runs f32's tiles (rowdot.c's sweep_avx2) on both operands widened to f32, exactly: a
  * panel's weights once (wf [pw][K & ~15]: each chunk's 8 odd inputs' weights, then its 8 even ones', in the spec's
- * order; then the tails, [pw][16], in order), and the n rows in bf16, xb [n][K], the same way into xf [n][K] (each
- * chunk's 8 odd inputs, then its 8 even ones; the inputs past K & ~15 in order). */
+ * order; then the tails, [pw][16], in order), and a row in bf16, xb [K], the same way into xf [K] (each chunk's 8
+ * odd inputs, then its 8 even ones; the inputs past K & ~15 in order). */
 void dt_rowdot_q8_widen_f32(float *wf, const view *v, int K);
-void dt_rowdot_q8_widen_rows(float *xf, const uint16_t *xb, size_t n, int K);
+void dt_rowdot_q8_widen_row(float *xf, const uint16_t *xb, int K);
 /* AVX512-BF16 (dt_kernels_dpbf16): a packed panel's chunks widened to bf16 ([K / 16][pw][16] int8 -> wb), then
  * R (1-6) rows x WIDE_OUTPUTS outputs of them from wb's on (cs: a chunk row's elements) */
 void dt_rowdot_q8_widen(uint16_t *wb, const view *v, int K);

@@ -38,18 +38,14 @@ void dt_rowdot_q8_round(uint16_t *xb, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) xb[i] = act_bf16(x[i]);
 }
 
-void dt_rowdot_q8_widen_rows(float *xf, const uint16_t *xb, size_t n, int K) {
+void dt_rowdot_q8_widen_row(float *xf, const uint16_t *xb, int K) {
     int Kc = K & ~15;
-    for (size_t r = 0; r < n; r++) {
-        const uint16_t *x = xb + r * (size_t)K;
-        float *d = xf + r * (size_t)K;
-        for (int k = 0; k < Kc; k += 16)
-            for (int j = 0; j < 8; j++) {
-                d[k + j] = bf16_f32(x[k + 2 * j + 1]);
-                d[k + 8 + j] = bf16_f32(x[k + 2 * j]);
-            }
-        for (int j = Kc; j < K; j++) d[j] = bf16_f32(x[j]);
-    }
+    for (int k = 0; k < Kc; k += 16)
+        for (int j = 0; j < 8; j++) {
+            xf[k + j] = bf16_f32(xb[k + 2 * j + 1]);
+            xf[k + 8 + j] = bf16_f32(xb[k + 2 * j]);
+        }
+    for (int j = Kc; j < K; j++) xf[j] = bf16_f32(xb[j]);
 }
 
 float dt_rowdot_q8_dot(const uint16_t *x, const view *v, int i, int K) {

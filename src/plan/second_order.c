@@ -180,11 +180,11 @@ static void tp_cost(const dt_plan_job *j, double a, double b, second_cost *out) 
     dt_program_destroy(p);
 }
 
-/* A pipeline's stages each hold their own layers' share: taken as the whole model's over the stages (the blocks
- * dominate; a stage of the embeddings or the head alone holds less). */
 /* Whether the job has a second-order optimizer (a preconditioner of the engine's: K-FAC, Shampoo or SOAP). */
 static bool second_order(const dt_plan_job *j) { return j->kfac_on || j->shampoo_on || j->opt.kind == DT_OPT_SOAP; }
 
+/* A pipeline's stages each hold their own layers' share: taken as the whole model's over the stages (the blocks
+ * dominate; a stage of the embeddings or the head alone holds less). */
 static void cost(const dt_plan_job *j, const dt_plan_hardware *h, double rate, int threads, double slow, double overlap, second_cost *out) {
     *out = (second_cost){ 0 };
     double a = h ? (j->nodes > 1 ? h->inter_alpha : h->intra_alpha) : 0, b = h ? (j->nodes > 1 ? h->inter_beta : h->intra_beta) : 0;
