@@ -251,6 +251,20 @@ for at in 3 12; do
         [ "$(field loss "$dir/zow$at.jsonl" | tail -$((20 - at)))" = "$(field loss "$dir/zores$at.jsonl")" ] && ok=1 || ok=0
     verdict $ok "0/1 Adam saved at step $at ($([ $at -lt 5 ] && echo "its variance phase" || echo "a local interval open: closed by the save")) and resumed: the run's losses and weights bit for bit"
 done
+# the variance's bias correction counts the steps that updated it (a skipped one is not: test_compress), saved beside
+# the optimizer's steps; a checkpoint from before the count was saved counts by the codec's plan, as it did
+run zoold "${zo[@]}" --save "$dir/ckzoold" --save-every 12 --stop-after 12 &&
+    python3 -c "
+import json, sys; p = sys.argv[1] + '/step-00000012/manifest.json'; j = json.load(open(p)); v = j['optimizer'].pop('variance_steps')
+json.dump(j, open(p, 'w')); print(v)" "$dir/ckzoold" > "$dir/zoold.v" && cp -r "$dir/ckzoold" "$dir/ckzobad" &&
+    "$DTRAIN" train --resume "$dir/ckzoold" --save-every 12 --nproc 2 --quiet --metrics "$dir/zoold_res.jsonl" > /dev/null 2>&1 &&
+    cmp -s "$dir/ckzow12/step-00000020/params.f32" "$dir/ckzoold/step-00000020/params.f32" && ok=1 || ok=0
+verdict $ok "0/1 Adam at step 12 saved $(cat "$dir/zoold.v" 2> /dev/null) variance steps; without them (an older checkpoint) resumed by the plan's count: the run's weights bit for bit"
+python3 -c "
+import json, sys; p = sys.argv[1] + '/step-00000012/manifest.json'; j = json.load(open(p)); j['optimizer']['variance_steps'] = 13
+json.dump(j, open(p, 'w'))" "$dir/ckzobad"
+out=$("$DTRAIN" train --resume "$dir/ckzobad" --nproc 2 --quiet 2>&1) && ok=0 || { echo "$out" | grep -q "variance_steps 13 is more than its steps 12" && ok=1 || ok=0; }
+verdict $ok "a checkpoint whose variance steps outnumber its steps is refused: $(echo "$out" | grep -m1 variance_steps | cut -c1-160)"
 refused "0/1 Adam with SGD" "--compress zeroone is 0/1 Adam" train "${common[@]}" "${zo[@]}" --optimizer sgd --steps 1
 refused "0/1 Adam under ZeRO" "ZeRO shards" train "${common[@]}" "${zo[@]}" --zero 1 --steps 1
 refused "0/1 Adam under ZeRO, planned" "ZeRO shards" plan "${common[@]}" "${zo[@]}" --zero 2

@@ -675,7 +675,7 @@ static void zeroone_optimizer(void) {
         float ga[N];
         memcpy(ga, g, sizeof g);
         dt_optim_step(a, pa, ga, lr, 1);
-        dt_optim_zeroone(b, DT_ZO_VARIANCE, t, lr);
+        dt_optim_zeroone(b, DT_ZO_VARIANCE, lr);
         dt_optim_step(b, pb, g, lr, 1);
         for (int i = 0; i < N; i++) g[i] = draw(t, 0, (size_t)i, 0), m[i] = b1 * m[i] + (1 - b1) * g[i], v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
     }
@@ -695,7 +695,7 @@ static void zeroone_optimizer(void) {
             if (mode == DT_ZO_LOCAL) mw[i] += step * m[i];
         }
         if (mode == DT_ZO_LOCAL) lrs += step;
-        dt_optim_zeroone(b, mode, STEPS, lr);
+        dt_optim_zeroone(b, mode, lr);
         dt_optim_step(b, pb, g, lr, 1);
         for (int i = 0; i < N; i++) {
             double d = fabs((double)pb[i] - want[i]) / (fabs(want[i]) + 1e-6);
@@ -740,16 +740,16 @@ static void zeroone_skipped_step(void) {
     for (int k = 0; k < 2; k++) {
         for (int t = 1; t <= 2; t++) { /* AdamW's steps first, alike */
             for (int i = 0; i < N; i++) g[i] = draw(t, 0, (size_t)i, 0);
-            dt_optim_zeroone(o[k], DT_ZO_VARIANCE, t, lr);
+            dt_optim_zeroone(o[k], DT_ZO_VARIANCE, lr);
             dt_optim_step(o[k], p[k], g, lr, 1);
         }
         for (int t = 3, planned = 0; t <= 5; planned++) {
             if (k == 0 && (planned == 0 || planned == 2)) { /* skipped: told of at its own rate, never stepped */
-                dt_optim_zeroone(o[k], DT_ZO_LOCAL, 2, 7 * lr);
+                dt_optim_zeroone(o[k], DT_ZO_LOCAL, 7 * lr);
                 continue;
             }
             float rate = lr * (float)(t - 1); /* a schedule's */
-            dt_optim_zeroone(o[k], DT_ZO_LOCAL, 2, rate);
+            dt_optim_zeroone(o[k], DT_ZO_LOCAL, rate);
             for (int i = 0; i < N; i++) g[i] = draw(t, 0, (size_t)i, 0);
             dt_optim_step(o[k], p[k], g, rate, 1);
             t++;
@@ -761,6 +761,57 @@ static void zeroone_skipped_step(void) {
           same ? "weights and momentum equal" : "weights or momentum differ");
     dt_optim_destroy(o[0]);
     dt_optim_destroy(o[1]);
+}
+
+/* A variance step the engine skips (told of by the plan, never stepped) does not count in the variance's bias
+ * correction: 0/1 Adam whose second of three planned variance steps is skipped, then a momentum-only step, and 1-bit
+ * Adam whose warm-up loses its second step, then a frozen step, each = the same optimizer without the skipped step,
+ * bit for bit (the count once came from the plan, the skipped step in it); and the count survives a checkpoint's
+ * set_steps/set_variance_steps (set_steps alone counts every step a variance step). */
+static void skipped_variance_step(void) {
+    enum { N = 64 };
+    dt_optim_config oc;
+    dt_optim_defaults(DT_OPT_ADAMW, &oc);
+    float lr = 1e-2f;
+    bool same[2];
+    long counts[2][2];
+    for (int onebit = 0; onebit < 2; onebit++) {
+        dt_optim *o[2] = { NULL, NULL };
+        if (dt_optim_create(&oc, N, NULL, 0, &o[0]) || dt_optim_create(&oc, N, NULL, 0, &o[1])) {
+            check("skipped variance step: optimizers", false, dt_last_error());
+            dt_optim_destroy(o[0]);
+            return;
+        }
+        float p[2][N], g[N];
+        for (int i = 0; i < N; i++) p[0][i] = p[1][i] = draw(0, 0, (size_t)i, 0);
+        for (int k = 0; k < 2; k++) {
+            for (int planned = 1, t = 1; planned <= 4; planned++) {
+                int last = planned == 4; /* 0/1 Adam's momentum-only step, 1-bit Adam's frozen one */
+                if (k == 1 && planned == 2) continue; /* the optimizer without it */
+                if (!onebit) dt_optim_zeroone(o[k], last ? DT_ZO_MOMENTUM : DT_ZO_VARIANCE, lr);
+                else dt_optim_freeze_variance(o[k], last);
+                if (planned == 2) continue; /* skipped: planned, never stepped */
+                for (int i = 0; i < N; i++) g[i] = draw(t, 0, (size_t)i, 0);
+                dt_optim_step(o[k], p[k], g, lr, 1);
+                t++;
+            }
+            counts[onebit][k] = dt_optim_variance_steps(o[k]);
+        }
+        same[onebit] = !memcmp(p[0], p[1], sizeof p[0]) && !memcmp(dt_optim_buffer(o[0], 0), dt_optim_buffer(o[1], 0), N * sizeof(float));
+        if (onebit) { /* a resume sets both counts; set_steps alone takes every step for a variance step */
+            dt_optim_set_steps(o[0], 9);
+            counts[1][0] = dt_optim_variance_steps(o[0]) == 9 ? counts[1][0] : -1;
+            dt_optim_set_variance_steps(o[0], 2);
+            counts[1][0] = dt_optim_variance_steps(o[0]) == 2 && dt_optim_steps(o[0]) == 9 ? counts[1][0] : -1;
+        }
+        dt_optim_destroy(o[0]);
+        dt_optim_destroy(o[1]);
+    }
+    char detail[200];
+    snprintf(detail, sizeof detail, "0/1 Adam %s (variance steps %ld and %ld), 1-bit Adam %s (%ld and %ld)", same[0] ? "same" : "differs",
+             counts[0][0], counts[0][1], same[1] ? "same" : "differs", counts[1][0], counts[1][1]);
+    check("a skipped variance step (0/1 Adam's, 1-bit Adam's warm-up) = none planned, bit for bit; the count set and read back",
+          same[0] && same[1] && counts[0][0] == 2 && counts[0][1] == 2 && counts[1][0] == 2 && counts[1][1] == 2, detail);
 }
 
 static void bad_config(void) {
@@ -836,6 +887,7 @@ int main(int argc, char **argv) {
     zeroone_against_sequential(w);
     zeroone_optimizer();
     zeroone_skipped_step();
+    skipped_variance_step();
     bad_config();
     dt_comm_destroy(w);
     if (me == 0) printf(failed ? "FAILED %d\n" : "all ok\n", failed);

@@ -143,7 +143,7 @@ void dt_codec_set_steps(dt_codec *k, int steps);
 typedef struct {
     int local;      /* t > c->start: the ranks step alone */
     int variance;   /* the variance is updated (the gradient averaged whole) */
-    long nvar;      /* the variance's updates up to and including step t (its bias correction) */
+    long nvar;      /* the variance's updates up to and including step t, as planned (the optimizer counts those run) */
     int sync;       /* a local step that ends its interval */
 } dt_zeroone_step;
 void dt_codec_zeroone_at(const dt_codec_config *c, long t, dt_zeroone_step *out);

@@ -57,15 +57,16 @@ double dt_optim_step(dt_optim *o, float *params, float *grads, float lr, int zer
  * result. Returns the sum of squares of the gradients it read. */
 int dt_optim_elementwise(const dt_optim *o);
 void dt_optim_begin(dt_optim *o);
-/* 1-bit Adam's second stage (AdamW only; at 0: off): the gradient's place holds the averaged momentum, which becomes
- * m as it is; v stays as it was after step at, bias-corrected as at that step; m's correction goes on with the steps. */
-void dt_optim_freeze_variance(dt_optim *o, long at);
+/* 1-bit Adam's second stage (AdamW only; on 0: off): the gradient's place holds the averaged momentum, which becomes
+ * m as it is; v stays as it was, bias-corrected by the steps that updated it; m's correction goes on with the steps. */
+void dt_optim_freeze_variance(dt_optim *o, int on);
 /* 0/1 Adam's step (AdamW only; its plan is dt_codec_zeroone_at's), told before the step's updates: DT_ZO_VARIANCE
  * AdamW's step; DT_ZO_MOMENTUM the momentum from the gradient, the variance as it is; DT_ZO_LOCAL that on this rank's own
  * gradient, each step's lr/bc1 m added to the interval's accumulation (the weights at the interval's start kept).
- * nvar: the variance's updates so far, this step's included (its bias correction); mode 0: AdamW as ever. */
+ * The variance's bias correction counts the steps that updated it (a variance step the engine skips is not one);
+ * mode 0: AdamW as ever. */
 enum { DT_ZO_OFF = 0, DT_ZO_VARIANCE, DT_ZO_MOMENTUM, DT_ZO_LOCAL };
-dt_status dt_optim_zeroone(dt_optim *o, int mode, long nvar, float lr);
+dt_status dt_optim_zeroone(dt_optim *o, int mode, float lr);
 /* The interval's accumulation (n floats), NULL when no local step is pending. Once the ranks have averaged it in
  * place, dt_optim_zeroone_end closes the interval: params = its start's weights decayed, less the average over the
  * variance's denominator (as each rank's steps would have moved them, wd 0), the same on every rank; the momentum the
@@ -83,10 +84,13 @@ double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_
 size_t dt_optim_nsums(const dt_optim *o);
 double dt_optim_norms(dt_optim *o, float *params, float *grads, double *sums);
 void dt_optim_apply(dt_optim *o, float *params, float *grads, float lr, const double *sums, int zero_grads);
-/* The state, for checkpoints: the steps taken, and the buffers of n floats
+/* The state, for checkpoints: the steps taken (setting them sets the variance's updates alike), of them the steps
+ * that updated AdamW's variance (fewer under 1-bit and 0/1 Adam), and the buffers of n floats
  * (0: the first moment or momentum; 1: the second moment, or NULL). */
 long dt_optim_steps(const dt_optim *o);
 void dt_optim_set_steps(dt_optim *o, long t);
+long dt_optim_variance_steps(const dt_optim *o);
+void dt_optim_set_variance_steps(dt_optim *o, long tv);
 float *dt_optim_buffer(dt_optim *o, int i);
 size_t dt_optim_size(const dt_optim *o);
 /* Bytes of optimizer state. */

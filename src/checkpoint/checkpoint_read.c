@@ -3,6 +3,7 @@
  * any layout (rank 0 checks and reads, the others get what they hold or
  * read their own slices), weights for --model DIR, the loader's place. */
 #include "dtrain/train.h"
+#include "dtrain/codec.h"
 #include "checkpoint_internal.h"
 #include "dtrain/data.h"
 #include "dtrain/io.h"
@@ -398,6 +399,18 @@ dt_status dt_checkpoint_load_adapters(const char *dir, dt_program **out) {
     return st;
 }
 
+/* The variance's updates of a checkpoint from before they were saved, as that version counted them: by the codec's
+ * plan up to the run's step (1-bit Adam's warm-up, 0/1 Adam's variance steps), otherwise the optimizer's steps. */
+static long planned_variance_steps(dt_engine *e, long osteps, long step) {
+    dt_codec *k = dt_engine_codec(e);
+    const dt_codec_config *c = k ? dt_codec_get_config(k) : NULL;
+    if (c && c->kind == DT_CODEC_ONEBIT) return step >= c->start ? c->start : osteps;
+    if (!c || c->kind != DT_CODEC_ZEROONE) return osteps;
+    dt_zeroone_step z;
+    dt_codec_zeroone_at(c, step, &z);
+    return z.nvar;
+}
+
 static dt_status read_step(const char *dir, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm, dt_engine *e,
                            dt_checkpoint_position *pos) {
     char sub[4400], mpath[4500];
@@ -405,11 +418,15 @@ static dt_status read_step(const char *dir, const dt_train_config *c, int nranks
     dt_status st = dt_ckpt_open_latest(dir, sub, mpath, &j);
     if (st) return st;
     dt_optim *o = dt_engine_optim(e);
-    double step = 0, osteps = 0, v[4] = { 0 };
+    double step = 0, osteps = 0, vsteps = -1, v[4] = { 0 };
     size_t n = cm->m.nparams;
     st = check_shape(j, mpath, c, cm, o);
     if (!st) st = dt_ckpt_count(j, NULL, "step", mpath, 1e9, &step);
     if (!st) st = dt_ckpt_count(j, "optimizer", "steps", mpath, 1e12, &osteps);
+    if (!st && cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "optimizer"), "variance_steps")) {
+        st = dt_ckpt_count(j, "optimizer", "variance_steps", mpath, 1e12, &vsteps);
+        if (!st && vsteps > osteps) st = dt_error(DT_ERR_IO, "%s: optimizer.variance_steps %.0f is more than its steps %.0f", mpath, vsteps, osteps);
+    }
     static const char *const dk[4] = { "tokens", "tokens_per_batch", "epoch", "next_batch" };
     for (int i = 0; i < 4 && !st; i++) st = dt_ckpt_count(j, "data", dk[i], mpath, 1e15, &v[i]);
     if (!st && v[1] < 1) st = dt_error(DT_ERR_IO, "%s: data.tokens_per_batch is 0", mpath);
@@ -430,6 +447,7 @@ static dt_status read_step(const char *dir, const dt_train_config *c, int nranks
     if (!st) {
         warn_changes(j, mpath, c, nranks);
         dt_optim_set_steps(o, (long)osteps);
+        dt_optim_set_variance_steps(o, vsteps >= 0 ? (long)vsteps : planned_variance_steps(e, (long)osteps, (long)step));
         *pos = (dt_checkpoint_position){ (int)step, (uint64_t)v[2], (size_t)v[3], (size_t)v[1], (size_t)v[0] };
     }
     cJSON_Delete(j);
@@ -477,10 +495,10 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
     dt_optim *o = dt_engine_optim(e);
     size_t n = cm->m.nparams, off, share;
     dt_engine_share(e, &off, &share);
-    int64_t meta[6] = { pos->step, (int64_t)pos->epoch, (int64_t)pos->next, (int64_t)pos->tokens_per_batch,
-                        (int64_t)pos->data_tokens, dt_optim_steps(o) };
+    int64_t meta[7] = { pos->step, (int64_t)pos->epoch, (int64_t)pos->next, (int64_t)pos->tokens_per_batch,
+                        (int64_t)pos->data_tokens, dt_optim_steps(o), dt_optim_variance_steps(o) };
     bool sliced = dt_model_global_params(&cm->m) != n; /* tensor parallelism: every rank holds its own slices */
-    st = dt_comm_broadcast(w, meta, 6, DT_I64, 0);
+    st = dt_comm_broadcast(w, meta, 7, DT_I64, 0);
     snprintf(sub, sizeof sub, "%s/step-%08d", dir, (int)meta[0]);
     float *pbuf[1] = { cm->m.params(cm->m.self) };
     if (!st && !sliced) st = dt_comm_broadcast(w, pbuf[0], n, DT_F32, 0);
@@ -502,6 +520,7 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
     if (st) return st;
     *pos = (dt_checkpoint_position){ (int)meta[0], (uint64_t)meta[1], (size_t)meta[2], (size_t)meta[3], (size_t)meta[4] };
     dt_optim_set_steps(o, (long)meta[5]);
+    dt_optim_set_variance_steps(o, (long)meta[6]);
     return DT_OK;
 }
 

@@ -225,6 +225,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     x = cJSON_AddObjectToObject(j, "optimizer");
     cJSON_AddStringToObject(x, "kind", dt_optim_kind_name(c->opt.kind));
     cJSON_AddNumberToObject(x, "steps", (double)dt_optim_steps(o));
+    cJSON_AddNumberToObject(x, "variance_steps", (double)dt_optim_variance_steps(o));
     cJSON_AddNumberToObject(x, "buffers", dt_optim_buffer(o, 1) ? 2 : 1);
     cJSON_AddNumberToObject(x, "beta1", c->opt.beta1);
     cJSON_AddNumberToObject(x, "beta2", c->opt.beta2);

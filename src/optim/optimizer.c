@@ -20,11 +20,12 @@ struct dt_optim {
     int nspans, ntensors; /* pieces of tensors 0..ntensors-1 (LAMB, LARS) */
     double *sums;         /* 2 per tensor: its sums of squares (dt_optim_step's own) */
     long t;               /* steps taken */
-    long frozen;          /* AdamW's variance frozen after this step, the gradient's place the momentum (0: not) */
-    /* 0/1 Adam (dt_optim_zeroone): this step's mode and the variance's updates so far; a local interval's
-     * accumulation u of lr/bc1 m, its weights at the start, the sum of lr/bc1 and the product of the decays */
+    long tv;              /* of them, the steps that updated AdamW's variance (its bias correction): a step the engine
+                           * skips is in neither, whatever 1-bit or 0/1 Adam's plan had it do */
+    bool frozen;          /* AdamW's variance frozen, the gradient's place the momentum (1-bit Adam) */
+    /* 0/1 Adam (dt_optim_zeroone): this step's mode; a local interval's accumulation u of lr/bc1 m, its weights at
+     * the start, the sum of lr/bc1 and the product of the decays */
     int zo_mode;
-    long zo_nvar;
     float *zo_u, *zo_start;
     double zo_lrs, zo_decay;
     bool zo_keep;         /* this step starts an interval: each chunk keeps its weights before it steps */
@@ -104,7 +105,9 @@ void dt_optim_destroy(dt_optim *o) {
 }
 
 long dt_optim_steps(const dt_optim *o) { return o->t; }
-void dt_optim_set_steps(dt_optim *o, long t) { o->t = t; }
+void dt_optim_set_steps(dt_optim *o, long t) { o->t = o->tv = t; }
+long dt_optim_variance_steps(const dt_optim *o) { return o->tv; }
+void dt_optim_set_variance_steps(dt_optim *o, long tv) { o->tv = tv; }
 float *dt_optim_buffer(dt_optim *o, int i) { return i == 0 ? o->m : i == 1 ? o->v : NULL; }
 size_t dt_optim_size(const dt_optim *o) { return o->n; }
 
@@ -234,15 +237,18 @@ static double sgd_chunk(const coef *k, float *restrict p, const float *restrict 
     return ss;
 }
 
+/* This step leaves AdamW's variance as it is (1-bit Adam's frozen stage, 0/1 Adam's momentum-only and local steps). */
+static bool kept_variance(const dt_optim *o) { return o->frozen || o->zo_mode == DT_ZO_MOMENTUM || o->zo_mode == DT_ZO_LOCAL; }
+
 static chunk_fn chunk_of(const dt_optim *o) {
-    bool kept_v = o->frozen || o->zo_mode == DT_ZO_MOMENTUM || o->zo_mode == DT_ZO_LOCAL;
-    return o->cfg.kind != DT_OPT_ADAMW ? sgd_chunk : kept_v ? adamw_kept_v_chunk : adamw_chunk;
+    return o->cfg.kind != DT_OPT_ADAMW ? sgd_chunk : kept_variance(o) ? adamw_kept_v_chunk : adamw_chunk;
 }
 
-/* A step starts: its count; a local step of 0/1 Adam counted in its interval now (not where the plan told of it: a step
+/* A step starts: its count, and the variance's where it updates it; a local step of 0/1 Adam counted in its interval now (not where the plan told of it: a step
  * the engine skips never gets here), the interval's weights kept by its first. */
 static void step_starts(dt_optim *o) {
     o->t++;
+    if (!kept_variance(o)) o->tv++;
     if (!o->zo_pending) return;
     const dt_optim_config *c = &o->cfg;
     o->zo_pending = false;
@@ -254,10 +260,9 @@ static void step_starts(dt_optim *o) {
 
 static coef coefs(const dt_optim *o, float lr) {
     const dt_optim_config *c = &o->cfg;
-    long vt = o->frozen ? o->frozen : o->zo_mode ? o->zo_nvar : o->t; /* the variance's updates */
-    float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)vt);
+    float bc1 = 1.0f - powf(c->beta1, (float)o->t), bc2 = 1.0f - powf(c->beta2, (float)o->tv);
     return (coef){ c->beta1, c->beta2, c->eps, lr / bc1, sqrtf(bc2), 1.0f - lr * c->weight_decay,
-                   lr, c->momentum, c->weight_decay, o->t == 1, c->nesterov != 0, o->zo_keep, o->frozen > 0 };
+                   lr, c->momentum, c->weight_decay, o->t == 1, c->nesterov != 0, o->zo_keep, o->frozen };
 }
 
 static bool local(const dt_optim *o) { return o->zo_mode == DT_ZO_LOCAL && o->zo_u; }
@@ -401,12 +406,11 @@ int dt_optim_elementwise(const dt_optim *o) { return o->cfg.kind == DT_OPT_SGD |
 
 void dt_optim_begin(dt_optim *o) { step_starts(o); }
 
-void dt_optim_freeze_variance(dt_optim *o, long at) { o->frozen = o->cfg.kind == DT_OPT_ADAMW && at > 0 ? at : 0; }
+void dt_optim_freeze_variance(dt_optim *o, int on) { o->frozen = o->cfg.kind == DT_OPT_ADAMW && on; }
 
-dt_status dt_optim_zeroone(dt_optim *o, int mode, long nvar, float lr) {
+dt_status dt_optim_zeroone(dt_optim *o, int mode, float lr) {
     if (mode && o->cfg.kind != DT_OPT_ADAMW) return dt_error(DT_ERR_ARG, "0/1 Adam: AdamW's, not %s", dt_optim_kind_name(o->cfg.kind));
     o->zo_mode = mode;
-    o->zo_nvar = nvar;
     o->zo_keep = false;
     o->zo_pending = false;
     if (mode != DT_ZO_LOCAL) return DT_OK;

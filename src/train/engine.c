@@ -357,7 +357,7 @@ static void step_begin(dt_engine *e, int accum, float lr) {
     e->lr = lr;
     params_changed(e);
     dt_codec *onebit = e->codec.kind == DT_CODEC_ONEBIT ? dt_engine_codec(e) : NULL;
-    if (onebit) dt_optim_freeze_variance(e->opt, dt_codec_steps(onebit) >= e->codec.start ? e->codec.start : 0);
+    if (onebit) dt_optim_freeze_variance(e->opt, dt_codec_steps(onebit) >= e->codec.start);
     if (e->cfg.precond) e->cfg.precond->begin(e->cfg.precond->ctx, accum);
 }
 
@@ -372,7 +372,7 @@ static dt_status zeroone_begin(dt_engine *e, float lr) {
     dt_zeroone_step z;
     dt_codec_zeroone_at(&e->codec, (long)dt_codec_steps(k) + 1, &z);
     e->zo_sync = z.sync;
-    return dt_optim_zeroone(e->opt, z.local ? DT_ZO_LOCAL : z.variance ? DT_ZO_VARIANCE : DT_ZO_MOMENTUM, z.nvar, lr);
+    return dt_optim_zeroone(e->opt, z.local ? DT_ZO_LOCAL : z.variance ? DT_ZO_VARIANCE : DT_ZO_MOMENTUM, lr);
 }
 
 /* A local interval's end: the ranks' accumulations averaged, every rank's weights and momentum made one. What it
