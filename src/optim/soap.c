@@ -227,12 +227,14 @@ static dt_status refresh(soap_tensor *t, int side, float *v, float *mp, float *s
         }
     for (int i = 0; i < d; i++)
         for (int j = 0; j < d; j++) scratch[(size_t)i * d + j] = mp[(size_t)i * d + order[j]];
-    memcpy(mp, v, (size_t)r * c * sizeof(float)); /* v reordered along the side */
-    for (int i = 0; i < r; i++)
-        for (int j = 0; j < c; j++) v[(size_t)i * c + j] = side ? mp[(size_t)i * c + order[j]] : mp[(size_t)order[i] * c + j];
     int info = LAPACKE_sgeqrf(LAPACK_ROW_MAJOR, d, d, scratch, d, tau);
     if (!info) info = LAPACKE_sorgqr(LAPACK_ROW_MAJOR, d, d, d, scratch, d, tau);
-    if (!info) memcpy(Q, scratch, (size_t)d * d * sizeof(float));
+    if (!info) { /* the new basis, and v reordered along the side to match it (a failed one keeps both) */
+        memcpy(Q, scratch, (size_t)d * d * sizeof(float));
+        memcpy(mp, v, (size_t)r * c * sizeof(float));
+        for (int i = 0; i < r; i++)
+            for (int j = 0; j < c; j++) v[(size_t)i * c + j] = side ? mp[(size_t)i * c + order[j]] : mp[(size_t)order[i] * c + j];
+    }
     free(order), free(est), free(tau);
     return info ? dt_error(DT_ERR_ARG, "SOAP: the QR of a %d x %d basis failed (LAPACK's info %d)", d, d, info) : DT_OK;
 }
