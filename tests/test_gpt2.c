@@ -196,7 +196,7 @@ int main(int argc, char **argv) {
     int ntab;
     const dt_tensor_info *tab = dt_gpt2_tensors(m, &ntab);
     dt_tensor_span *spans = malloc(sizeof *spans * (size_t)ntab);
-    for (int i = 0; i < ntab; i++) spans[i] = (dt_tensor_span){ tab[i].offset, tab[i].count, i, 0, 0 };
+    for (int i = 0; i < ntab; i++) spans[i] = (dt_tensor_span){ tab[i].offset, tab[i].count, i, 0, 0, 0 };
     for (int k = 0; k < nopt; k++) {
         dt_optim_config oc;
         float lr;

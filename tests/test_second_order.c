@@ -291,6 +291,66 @@ static void soap_failure_checks(void) {
           st ? dt_last_error() : made ? NULL : "the bases before the refresh were not made");
 }
 
+/* One layout's SOAP for the expert checks: a stacked [E, 6, 5] tensor holding experts [first, first + E) of 4 (E 4: every
+ * expert, as one process or data parallelism holds them), or (split) the same experts as E separate matrices. */
+enum { XR = 6, XC = 5, XE = 4, XN = XR * XC };
+static dt_status expert_soap(int E, int first, int split, dt_tensor_info *t, dt_soap **s) {
+    dt_optim_config oc;
+    dt_optim_defaults(DT_OPT_ADAMW, &oc);
+    oc.precond_every = 2;
+    for (int e = 0; e < (split ? E : 1); e++) {
+        t[e] = (dt_tensor_info){ .ndim = split ? 2 : 3, .offset = (size_t)e * XN, .count = (size_t)(split ? 1 : E) * XN };
+        snprintf(t[e].name, sizeof t[e].name, "e%d", e);
+        int shape[3] = { E, XR, XC }, gshape[3] = { XE, XR, XC };
+        for (int d = 0; d < 3; d++) t[e].shape[d] = split ? (d < 2 ? shape[d + 1] : 0) : shape[d], t[e].gshape[d] = split ? t[e].shape[d] : gshape[d];
+        t[e].stacked = !split;
+        t[e].group = split || E == XE ? DT_GROUP_DATA : DT_GROUP_EXPERT;
+        t[e].slice = (dt_tensor_slice){ 0, first, E, 1, E };
+    }
+    return dt_soap_create(&oc, t, split ? E : 1, NULL, s);
+}
+
+/* A mixture's experts under SOAP: a stacked tensor's experts are each its own matrix (as separate tensors, bit for bit),
+ * and an expert-parallel rank's own experts (two SOAPs of 2 experts each, no exchange) step as the whole tensor's do,
+ * bit for bit, over 5 steps with refreshes; their checkpoint units are the whole tensor's, a global expert each (the
+ * same sizes, the holding rank saving and loading it, the same state), so a checkpoint reshards across EP sizes. */
+static void soap_experts_checks(void) {
+    dt_tensor_info tw[1], ts[XE], th[2][1];
+    dt_soap *whole = NULL, *split = NULL, *half[2] = { NULL, NULL };
+    dt_status st = expert_soap(XE, 0, 0, tw, &whole);
+    if (!st) st = expert_soap(XE, 0, 1, ts, &split);
+    for (int r = 0; r < 2 && !st; r++) st = expert_soap(2, 2 * r, 0, th[r], &half[r]);
+    float gw[XE * XN], gs[XE * XN], gh[XE * XN];
+    bool same_split = true, same_ep = true, units = !st;
+    for (int step = 0; step < 5 && !st; step++) {
+        for (int i = 0; i < XE * XN; i++) gw[i] = gs[i] = gh[i] = sinf(0.11f * (float)(i + 1) * (float)(step + 2)) + 0.05f * (float)(i % 7);
+        int skip;
+        if (!(st = dt_soap_step(whole, gw, 0.1f, &skip))) st = dt_soap_step(split, gs, 0.1f, &skip);
+        for (int r = 0; r < 2 && !st; r++) st = dt_soap_step(half[r], gh + r * 2 * XN, 0.1f, &skip);
+        same_split = same_split && !memcmp(gw, gs, sizeof gw), same_ep = same_ep && !memcmp(gw, gh, sizeof gw);
+    }
+    dt_preconditioner pw, ph[2];
+    dt_soap_preconditioner(whole, &pw);
+    for (int r = 0; r < 2 && half[r]; r++) dt_soap_preconditioner(half[r], &ph[r]);
+    float a[2 * (XR * XR + XC * XC) + 2 * XN], b[sizeof a / sizeof *a];
+    for (int r = 0; r < 2 && units; r++) {
+        units = ph[r].state.units == XE && pw.state.units == XE;
+        for (int u = 0; u < XE && units; u++) {
+            bool mine = u / 2 == r;
+            units = ph[r].state.floats(ph[r].ctx, u) == pw.state.floats(pw.ctx, u) && ph[r].state.floats(ph[r].ctx, u) == sizeof a / sizeof *a &&
+                    ph[r].state.loads(ph[r].ctx, u, r) == mine && ph[r].state.loads(ph[r].ctx, u, r + 2) == mine &&
+                    ph[r].state.saver(ph[r].ctx, u) == u / 2;
+            if (units && mine) pw.state.io(pw.ctx, u, a, 0), ph[r].state.io(ph[r].ctx, u, b, 0), units = !memcmp(a, b, sizeof a);
+        }
+    }
+    check("SOAP: a stacked tensor's experts = the same experts as separate matrices, bit for bit (5 steps, refreshed every 2)", !st && same_split,
+          st ? dt_last_error() : NULL);
+    check("SOAP: an expert-parallel rank's own experts (2 of 4 on each of 2) = the whole tensor's, bit for bit", !st && same_ep, st ? dt_last_error() : NULL);
+    check("SOAP: their checkpoint units a global expert each: the same sizes and state as the whole tensor's, saved and loaded by the "
+          "ranks holding them", !st && units, st ? dt_last_error() : NULL);
+    dt_soap_destroy(whole), dt_soap_destroy(split), dt_soap_destroy(half[0]), dt_soap_destroy(half[1]);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     dt_log_set_level(DT_LOG_WARN);
@@ -300,6 +360,7 @@ int main(int argc, char **argv) {
     settings_checks();
     failure_checks();
     soap_failure_checks();
+    soap_experts_checks();
     soap_checks(dir);
     printf("%s\n", failed ? "FAILED" : "all passed");
     return failed ? 1 : 0;

@@ -33,7 +33,9 @@ typedef struct {
 /* A tensor, or the piece of one, within the slice, for the per-tensor trust
  * ratios of LAMB and LARS; tensor numbers the whole tensor (pieces of one
  * tensor held by several ranks share it). */
-typedef struct { size_t offset, count; int tensor; int rows, cols; } dt_tensor_span; /* rows, cols: a matrix's shape (SOAP's, soap.h; 0: a vector) */
+/* rows, cols: a matrix's shape (SOAP's, soap.h; 0: a vector); own: an expert-parallel rank's own expert (SOAP's: rotated
+ * where it is held, not shared out) */
+typedef struct { size_t offset, count; int tensor; int rows, cols; int own; } dt_tensor_span;
 
 typedef struct dt_optim dt_optim;
 typedef struct dt_comm dt_comm;

@@ -73,6 +73,7 @@ typedef struct {
     /* The step's norm, its finiteness check and clipping are the gradients' before it (SOAP's, Shampoo's: an optimizer
      * whose input is the gradient); 0: the directions' after it (K-FAC's, whose KL clipping bounds them). */
     int raw_norm;
+    int experts; /* it steps an expert-parallel rank's own experts where they are (SOAP); 0: it needs them whole */
 } dt_preconditioner;
 
 /* The first gradient bucket's bytes the runs ask for (small, so that the first allreduce starts early in backward). */

@@ -70,7 +70,7 @@ dt_status dt_optim_create(const dt_optim_config *cfg, size_t n, const dt_tensor_
     if (!o->m || (adam && !o->v)) { dt_optim_destroy(o); return dt_error(DT_ERR_NOMEM, "optimizer: no memory for its state"); }
     if (cfg->kind == DT_OPT_LAMB || cfg->kind == DT_OPT_LARS) {
         /* no spans: one tensor, the whole slice */
-        dt_tensor_span whole = { 0, n, 0, 0, 0 };
+        dt_tensor_span whole = { 0, n, 0, 0, 0, 0 };
         if (!spans || nspans < 1) { spans = &whole; nspans = 1; }
         o->spans = malloc(sizeof *o->spans * (size_t)nspans);
         if (!o->spans) { dt_optim_destroy(o); return dt_error(DT_ERR_NOMEM, "optimizer: out of memory"); }

@@ -357,5 +357,5 @@ static void unit_set_steps(void *ctx, long t) { ((dt_shampoo *)ctx)->t = t; }
 
 void dt_shampoo_preconditioner(dt_shampoo *s, dt_preconditioner *out) {
     *out = (dt_preconditioner){ "Shampoo", precond_begin, precond_apply, s,
-                                { "shampoo", s->nb, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 }, NULL, 0, 1 };
+                                { "shampoo", s->nb, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 }, NULL, 0, 1, 0 };
 }

@@ -1,7 +1,8 @@
 /* SOAP (soap.h): Adam in the eigenbases of Shampoo's statistics, as a preconditioner with SGD under it. With several
  * data-parallel ranks each rotated matrix is kept by one of them (as distributed Shampoo's blocks, chosen by cost),
  * which alone holds its statistics, bases and moments and computes its direction; the directions are then
- * allgathered. */
+ * allgathered. A mixture's stacked experts are each their own matrix; under expert parallelism a rank's own experts
+ * (its and its replicas' alone) are stepped and rotated where they are, never shared out. */
 #include "optim_internal.h"
 
 #include "dtrain/kfac.h"
@@ -19,10 +20,15 @@ typedef struct {
     int tensor;             /* its number in the table (for the warnings' names) */
     int rows, cols;
     int owner;              /* the rank of the group that keeps and rotates it (-1: every rank steps it) */
+    bool own;               /* an expert only this rank (and its replicas) holds: stepped and rotated here, owner -1 */
     size_t at;              /* its place among the directions exchanged (by owner, then in order) */
     float *L, *R, *QL, *QR; /* NULL: that side unrotated, or kept by another rank */
     float *m, *v;           /* Adam's moments (NULL: kept by another rank) */
 } soap_tensor;
+
+/* A unit of its checkpointed state: the span this rank holds (-1: none), one of the same size, and for an expert-parallel
+ * rank's own expert the expert-parallel rank holding it (-1: not one) */
+typedef struct { int span, like, holder; } soap_unit;
 
 struct dt_soap {
     dt_optim_config c;
@@ -35,7 +41,9 @@ struct dt_soap {
     float *send, *recv;     /* this rank's directions; every rank's */
     float *work[4];         /* matrices of the largest tensor (the fourth its direction), and its bases' scratch */
     size_t bytes, most;     /* this rank's statistics, bases and moments; the group's fullest rank's */
-    int rotated;            /* matrices it rotates (of the whole group) */
+    int rotated;            /* matrices it rotates (of the whole group; an expert-parallel rank's own ones counted once) */
+    soap_unit *units;       /* the checkpoint's (make_units) */
+    int nunits;
     long steps;             /* its steps (the first only measures) */
 };
 
@@ -47,7 +55,7 @@ void dt_soap_destroy(dt_soap *s) {
     }
     for (int k = 0; k < 4; k++) free(s->work[k]);
     if (s->own_comm) dt_comm_destroy(s->comm);
-    free(s->send), free(s->recv), free(s->counts), free(s->t);
+    free(s->send), free(s->recv), free(s->counts), free(s->t), free(s->units);
     free(s);
 }
 
@@ -70,7 +78,7 @@ void dt_soap_assign(const dt_optim_config *c, const dt_tensor_span *spans, int n
         if (cost) cost[i] = flops;
         if (floats) floats[i] = (size_t)f + 2 * sp->count;
         if (owner) owner[i] = -1;
-        if (rotates(c, sp) && w && idx) w[k] = flops, idx[k++] = i;
+        if (rotates(c, sp) && !sp->own && w && idx) w[k] = flops, idx[k++] = i;
     }
     if (w && idx && who) dt_kfac_assign(w, k, ranks, 1, who); /* KAISA's greedy, each rank its own column */
     for (int j = 0; j < k && owner; j++) owner[idx[j]] = who ? who[j] : j % ranks;
@@ -83,8 +91,17 @@ dt_status dt_soap_spans(const dt_tensor_info *tensors, int n, dt_tensor_span **o
     for (int i = 0; i < n; i++) {
         const dt_tensor_info *t = &tensors[i];
         if (!t->count || t->tied_copy) continue;
+        if (t->stacked && t->ndim == 3) { /* a mixture's experts: each its own matrix (Hugging Face's Linears) */
+            int E = t->shape[0], r = t->shape[1], c = t->shape[2];
+            dt_tensor_span *more = realloc(*out, ((size_t)*count + (size_t)(n - i) + (size_t)E) * sizeof **out);
+            if (!more) return free(*out), *out = NULL, *count = 0, dt_error(DT_ERR_NOMEM, "SOAP: out of memory");
+            *out = more;
+            for (int e = 0; e < E; e++)
+                (*out)[(*count)++] = (dt_tensor_span){ t->offset + (size_t)e * r * c, (size_t)r * c, i, r, c, E != t->gshape[0] };
+            continue;
+        }
         bool mat = t->ndim == 2;
-        (*out)[(*count)++] = (dt_tensor_span){ t->offset, t->count, i, mat ? t->shape[0] : 0, mat ? t->shape[1] : 0 };
+        (*out)[(*count)++] = (dt_tensor_span){ t->offset, t->count, i, mat ? t->shape[0] : 0, mat ? t->shape[1] : 0, 0 };
     }
     return DT_OK;
 }
@@ -99,13 +116,30 @@ static bool hold(dt_soap *s, soap_tensor *t, size_t *big) {
     bool ok = take(&t->m, t->count, &s->bytes) && take(&t->v, t->count, &s->bytes);
     *big = t->count > *big ? t->count : *big;
     int side[2] = { t->rows, t->cols };
-    for (int k = 0; k < 2 && ok && t->owner >= 0; k++) {
+    for (int k = 0; k < 2 && ok && (t->owner >= 0 || t->own); k++) {
         int d = side[k];
         if (d > s->c.precond_max_dim) continue;
         ok = take(k ? &t->R : &t->L, (size_t)d * d, &s->bytes) && take(k ? &t->QR : &t->QL, (size_t)d * d, &s->bytes);
         *big = (size_t)d * d > *big ? (size_t)d * d : *big;
     }
     return ok;
+}
+
+/* The checkpoint's units: a span's own, but an expert-parallel rank's experts one a global expert, so that another
+ * expert-parallel layout (or one process) finds each where it holds it. */
+static bool make_units(dt_soap *s) {
+    int nu = 0;
+    for (int i = 0; i < s->n; i++)
+        nu += !s->t[i].own ? 1 : i == 0 || s->t[i - 1].tensor != s->t[i].tensor ? s->tensors[s->t[i].tensor].gshape[0] : 0;
+    if (!(s->units = calloc((size_t)nu + 1, sizeof *s->units))) return false;
+    for (int i = 0; i < s->n; i++) {
+        const dt_tensor_info *x = &s->tensors[s->t[i].tensor];
+        if (!s->t[i].own) s->units[s->nunits++] = (soap_unit){ i, i, -1 };
+        else if (i == 0 || s->t[i - 1].tensor != s->t[i].tensor)
+            for (int g = 0, El = x->shape[0], first = x->slice.offset; g < x->gshape[0]; g++) /* this rank's: [first, first + El) */
+                s->units[s->nunits++] = (soap_unit){ g >= first && g < first + El ? i + g - first : -1, i, g / El };
+    }
+    return true;
 }
 
 /* Each tensor's owner and place, this rank's state, the scratch, the exchange's buffers. */
@@ -117,9 +151,12 @@ static bool allocate(dt_soap *s, const dt_tensor_span *sp, int n) {
     for (int i = 0; i < n && ok; i++) {
         soap_tensor *t = &s->t[i];
         *t = (soap_tensor){ .off = sp[i].offset, .count = sp[i].count, .tensor = sp[i].tensor, .rows = sp[i].rows, .cols = sp[i].cols,
-                            .owner = owner[i] };
+                            .owner = owner[i], .own = sp[i].own };
         if (t->owner >= 0) s->counts[t->owner] += t->count, per[t->owner] += floats[i] * sizeof(float), s->rotated++;
-        else for (int r = 0; r < s->ranks; r++) per[r] += floats[i] * sizeof(float);
+        else {
+            s->rotated += t->own && rotates(&s->c, &sp[i]);
+            for (int r = 0; r < s->ranks; r++) per[r] += floats[i] * sizeof(float); /* an expert: each rank its own */
+        }
         if (t->owner < 0 || t->owner == s->rank) ok = hold(s, t, &big);
     }
     for (int r = 0; r < s->ranks && ok; r++) s->most = per[r] > s->most ? per[r] : s->most, s->total += s->counts[r];
@@ -152,7 +189,7 @@ dt_status dt_soap_create(const dt_optim_config *c, const dt_tensor_info *tensors
     if (!st) st = dt_optim_work_group(comm, c->soap_group, "SOAP", "--soap-group", &s->comm, &s->own_comm);
     s->rank = s->comm ? dt_comm_rank(s->comm) : 0;
     s->ranks = s->comm ? dt_comm_size(s->comm) : 1;
-    if (!st && !allocate(s, spans, s->n)) st = dt_error(DT_ERR_NOMEM, "SOAP: out of memory for its statistics");
+    if (!st && (!allocate(s, spans, s->n) || !make_units(s))) st = dt_error(DT_ERR_NOMEM, "SOAP: out of memory for its statistics");
     free(spans);
     if (st) {
         dt_soap_destroy(s);
@@ -170,6 +207,9 @@ void dt_soap_describe(const dt_soap *s, char *out, size_t n) {
              "most", s->rotated, s->ranks > 1 ? "each kept by one of the group's ranks, its directions allgathered" : "every rank all",
              s->most / 1048576.0);
     if (s->ranks > 1) snprintf(out + strlen(out), n - strlen(out), " (%d ranks a group)", s->ranks);
+    int own = 0;
+    for (int i = 0; i < s->n; i++) own += s->t[i].own && (s->t[i].L || s->t[i].R);
+    if (own) snprintf(out + strlen(out), n - strlen(out), "; %d of them this rank's own experts, rotated where they are", own);
 }
 
 /* Q = the eigenvectors of S [d, d], by descending eigenvalue (as the oracle flips eigh's ascending order). */
@@ -310,7 +350,7 @@ dt_status dt_soap_step(dt_soap *s, float *grads, float lr, int *skip) {
         if (x->owner >= 0 && x->owner != s->rank) continue; /* another rank's */
         float *G = grads + x->off, *D = s->work[3];
         if (!first) memcpy(D, direction(s, x, c, G, x->m, x->v), x->count * sizeof *D);
-        if (x->owner >= 0 && measure(s, x, c, G, x->v, step, first)) failed(s, x, step);
+        if ((x->owner >= 0 || x->own) && measure(s, x, c, G, x->v, step, first)) failed(s, x, step);
         for (size_t k = 0; k < x->count && !first; k++) G[k] = size * D[k];
     }
     return s->ranks > 1 && !first ? exchange(s, grads) : DT_OK;
@@ -321,30 +361,36 @@ static dt_status precond_apply(void *ctx, float *grads, float lr, int *skip) { r
 
 /* ---- its state in checkpoints: a unit a tensor (a rotated matrix's L, QL, then R, QR, of the sides it rotates, then
  * Adam's m and v; a vector's m and v), saved by its owner in the first group (a vector's by rank 0), loaded by its owner
- * in every group (a vector's by every rank); its count of steps beside ---- */
+ * in every group (a vector's by every rank); an expert-parallel rank's own expert a unit a global expert, saved by the
+ * first data-parallel rank holding it (the expert-parallel group's are the first ranks), loaded by every rank holding
+ * it; its count of steps beside ---- */
 
 static size_t unit_floats(void *ctx, int u) {
     const dt_soap *s = ctx;
-    const soap_tensor *t = &s->t[u];
+    const soap_tensor *t = &s->t[s->units[u].like];
     size_t f = 2 * t->count;
-    if (t->owner < 0) return f;
+    if (t->owner < 0 && !t->own) return f;
     return f + (t->rows <= s->c.precond_max_dim ? 2 * (size_t)t->rows * t->rows : 0) +
            (t->cols <= s->c.precond_max_dim ? 2 * (size_t)t->cols * t->cols : 0);
 }
 
 static int unit_saver(void *ctx, int u) {
-    const soap_tensor *t = &((dt_soap *)ctx)->t[u];
-    return t->owner > 0 ? t->owner : 0;
+    const dt_soap *s = ctx;
+    const soap_tensor *t = &s->t[s->units[u].like];
+    return t->own ? s->units[u].holder : t->owner > 0 ? t->owner : 0;
 }
 
 static int unit_loads(void *ctx, int u, int rank) {
     const dt_soap *s = ctx;
-    return s->t[u].owner < 0 || rank % s->ranks == s->t[u].owner;
+    const soap_tensor *t = &s->t[s->units[u].like];
+    if (t->own) return rank % (s->tensors[t->tensor].gshape[0] / s->tensors[t->tensor].shape[0]) == s->units[u].holder;
+    return t->owner < 0 || rank % s->ranks == t->owner;
 }
 
 static void unit_io(void *ctx, int u, float *buf, int load) {
     dt_soap *s = ctx;
-    soap_tensor *t = &s->t[u];
+    if (s->units[u].span < 0) return; /* another rank's expert (never asked of this one) */
+    soap_tensor *t = &s->t[s->units[u].span];
     float *part[6] = { t->L, t->QL, t->R, t->QR, t->m, t->v };
     size_t len[6] = { (size_t)t->rows * t->rows, (size_t)t->rows * t->rows, (size_t)t->cols * t->cols, (size_t)t->cols * t->cols, t->count,
                       t->count };
@@ -360,5 +406,5 @@ static void unit_set_steps(void *ctx, long t) { ((dt_soap *)ctx)->steps = t; }
 
 void dt_soap_preconditioner(dt_soap *s, dt_preconditioner *out) {
     *out = (dt_preconditioner){ "SOAP", precond_begin, precond_apply, s,
-                                { "soap", s->n, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 }, NULL, 0, 1 };
+                                { "soap", s->nunits, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 }, NULL, 0, 1, 1 };
 }

@@ -302,6 +302,6 @@ static void wrap_inside(void *ctx, double *fwd, double *bwd) {
 
 void dt_tp_whole_preconditioner(dt_tp_whole *w, const dt_preconditioner *inner, dt_preconditioner *out) {
     w->inner = *inner;
-    *out = (dt_preconditioner){ inner->name, wrap_begin, wrap_apply, w, inner->state, wrap_inside, .slices = 1, .raw_norm = inner->raw_norm };
+    *out = (dt_preconditioner){ inner->name, wrap_begin, wrap_apply, w, inner->state, wrap_inside, .slices = 1, .raw_norm = inner->raw_norm, .experts = inner->experts };
     out->state.copy = w->rank != 0; /* the group's ranks hold the same state: its first saves it */
 }

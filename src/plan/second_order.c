@@ -114,6 +114,19 @@ static void shampoo_cost(const dt_plan_job *j, const dt_plan_hardware *h, double
     dt_program_destroy(p);
 }
 
+/* One rank's spans under expert parallelism: E/ep of each stacked tensor's experts (each rank the same count), its own
+ * (stepped and rotated where they are, as soap.c's own spans). The spans kept. */
+static int own_experts(const dt_model *m, dt_tensor_span *sp, int n, int ep) {
+    int k = 0;
+    for (int i = 0, e = 0, prev = -1; i < n && ep > 1; i++) {
+        const dt_tensor_info *t = &m->tensors[sp[i].tensor];
+        e = sp[i].tensor == prev ? e + 1 : 0, prev = sp[i].tensor;
+        if (!t->stacked) sp[k++] = sp[i];
+        else if (e < t->shape[0] / ep) sp[i].own = 1, sp[k++] = sp[i];
+    }
+    return ep > 1 ? k : n;
+}
+
 /* SOAP: each matrix it rotates kept by one rank of the group (dt_soap_assign, as a run assigns them; every rank all
  * with --soap-group 1): L and R with their bases (a side up to precond_max_dim) and Adam's moments, each step the
  * statistics' GEMM and three rotations of a GEMM a side, every precond_every steps a power iteration and a QR a side;
@@ -124,6 +137,7 @@ static void soap_cost(const dt_plan_job *j, double rate, double a, double b, sec
     int R = j->dp > 1 ? j->dp : 1, g = j->opt.soap_group && R > 1 ? j->opt.soap_group : R, n = 0;
     dt_tensor_span *sp = NULL; /* the tensors a run's SOAP steps (soap.c's own list) */
     if (p && dt_soap_spans(m.tensors, m.ntensors, &sp, &n)) sp = NULL;
+    if (sp) n = own_experts(&m, sp, n, j->ep);
     int *owner = sp ? calloc((size_t)n + 1, sizeof *owner) : NULL;
     double *flops = owner ? calloc((size_t)n + 1, sizeof *flops) : NULL, *state = calloc((size_t)g, sizeof *state),
            *work = calloc((size_t)g, sizeof *work), *mine = calloc((size_t)g, sizeof *mine);
@@ -133,14 +147,15 @@ static void soap_cost(const dt_plan_job *j, double rate, double a, double b, sec
         dt_soap_assign(&j->opt, sp, n, g, owner, flops, floats);
         for (int i = 0; i < n; i++) {
             big = fmax(big, (double)sp[i].count);
-            for (int r = 0; r < g && owner[i] < 0; r++) state[r] += 4.0 * (double)floats[i]; /* Adam's moments on every rank */
-            if (owner[i] < 0) continue;
-            int o = owner[i];
-            state[o] += 4.0 * (double)floats[i], work[o] += flops[i] / rate, mine[o] += (double)sp[i].count, total += (double)sp[i].count;
-            for (int k = 0; k < 2; k++) {
+            /* Adam's moments on every rank; a rank's own experts rotated there too */
+            for (int r = 0; r < g && owner[i] < 0; r++) state[r] += 4.0 * (double)floats[i], work[r] += sp[i].own ? flops[i] / rate : 0;
+            for (int k = 0; k < 2 && (owner[i] >= 0 || sp[i].own); k++) {
                 double d = k ? sp[i].cols : sp[i].rows;
                 if (d <= j->opt.precond_max_dim) big = fmax(big, d * d);
             }
+            if (owner[i] < 0) continue;
+            int o = owner[i];
+            state[o] += 4.0 * (double)floats[i], work[o] += flops[i] / rate, mine[o] += (double)sp[i].count, total += (double)sp[i].count;
         }
         for (int r = 0; r < g; r++) {
             out->bytes = fmax(out->bytes, state[r]), out->compute = fmax(out->compute, work[r]);

@@ -84,7 +84,7 @@ static double measure_optimizer(int threads) {
     size_t n = (size_t)16 << 20;
     dt_optim_config cfg;
     dt_optim_defaults(DT_OPT_ADAMW, &cfg);
-    dt_tensor_span span = { 0, n, 0, 0, 0 };
+    dt_tensor_span span = { 0, n, 0, 0, 0, 0 };
     dt_optim *o = NULL;
     float *p = dt_alloc_aligned(n * 4), *g = dt_alloc_aligned(n * 4);
     double best = 0;

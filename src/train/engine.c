@@ -69,7 +69,7 @@ static dt_status make_optimizer(dt_engine *e) {
         const dt_tensor_info *t = &m->tensors[i];
         size_t a = t->offset > e->off ? t->offset : e->off, b = t->offset + t->count < e->off + e->n ? t->offset + t->count : e->off + e->n;
         /* every tensor, even one with no piece here (count 0): the ranks then agree on the number of sums */
-        spans[k++] = a < b ? (dt_tensor_span){ a - e->off, b - a, i, 0, 0 } : (dt_tensor_span){ 0, 0, i, 0, 0 };
+        spans[k++] = a < b ? (dt_tensor_span){ a - e->off, b - a, i, 0, 0, 0 } : (dt_tensor_span){ 0, 0, i, 0, 0, 0 };
     }
     dt_status st = dt_optim_create(&e->cfg.opt, e->n, spans, k, &e->opt);
     free(spans);
@@ -119,15 +119,16 @@ static dt_status take_codec(dt_engine *e) {
  * allreduces them as DDP does (its shard's update then reads the preconditioned ones); ZeRO 2 and 3 keep a shard. A
  * pipeline stage holds its tensors whole (its own layers: the tied copy's gradient goes to the first stage, which
  * owns wte); tensor parallelism holds slices (a preconditioner that takes them makes them whole itself), expert
- * parallelism each rank's own experts. */
+ * parallelism each rank's own experts (which SOAP steps where they are: dt_preconditioner.experts). */
 static dt_status check_precond(dt_engine *e) {
     const dt_engine_config *c = &e->cfg;
-    bool sliced = false;
+    bool sliced = false, experts = c->ep > 1 && c->precond->experts; /* a rank's own experts stepped where they are */
     for (int i = 0; i < c->model.ntensors; i++)
-        for (int d = 0; d < c->model.tensors[i].ndim; d++) sliced |= c->model.tensors[i].shape[d] != c->model.tensors[i].gshape[d];
+        for (int d = 0; d < c->model.tensors[i].ndim && !(experts && c->model.tensors[i].group == DT_GROUP_EXPERT); d++)
+            sliced |= c->model.tensors[i].shape[d] != c->model.tensors[i].gshape[d];
     const char *why = strcmp(e->s->name, "single") && strcmp(e->s->name, "ddp") && strcmp(e->s->name, "zero1") ? "a strategy that shards the gradients"
-                      : c->ep > 1                                           ? "expert parallelism (a rank holds its own experts)"
-                      : (sliced || (c->mp_comm && !c->schedule)) && !c->precond->slices ? "tensor parallelism (a rank holds slices)"
+                      : c->ep > 1 && !experts                               ? "expert parallelism (a rank holds its own experts)"
+                      : (sliced || (c->mp_comm && !c->schedule && !experts)) && !c->precond->slices ? "tensor parallelism (a rank holds slices)"
                       : c->loss_scale                                       ? "a loss scale (fp16)"
                       : c->grad_store != DT_F32                             ? "16-bit gradients (--grad-store)"
                       : c->codec && c->codec->kind != DT_CODEC_NONE         ? "gradient compression"
