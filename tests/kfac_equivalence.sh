@@ -8,7 +8,7 @@
 # intervals, and under mpirun; 2 pipeline stages, DP 2 x PP 2, 2 tensor-parallel ranks, DP 2 x TP 2 and TP 2 x PP 2
 # against one process likewise, and one step of GPT-2's fused q/k/v and Llama's K/V head on 2 tensor-parallel ranks and
 # of an unevenly split vocabulary on 3; ZeRO-1 against DDP,
-# bit for bit; MEM-OPT's factors and decompositions on the rank holding most against COMM-OPT's, and
+# bit for bit; a mixture's DDP 2 and EP 2 against one process (K-FAC leaves the experts as they are); MEM-OPT's factors and decompositions on the rank holding most against COMM-OPT's, and
 # the planner's prediction of both; the refusals.
 # usage: kfac_equivalence.sh DTRAIN [MPIEXEC]
 set -u
@@ -108,6 +108,31 @@ if [ -n "$MPIEXEC" ]; then
         timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$DTRAIN" train "${common[@]}" --batch 4 --kfac-workers 0.5 --metrics "$dir/mpi.jsonl" \
         --save "$dir/mpi" --save-every 40 --keep-last 3 > "$dir/mpi.out" 2>&1 && against "mpirun, 2 ranks, MEM-OPT" mpi one || fail "mpirun: $(tail -2 "$dir/mpi.out")"
 fi
+
+# a mixture: K-FAC preconditions the attention's Linears and leaves the experts as they are, so expert parallelism (a
+# rank's own experts) changes nothing of it: on mixtral-tiny with every expert chosen (no routing choice a rounding can
+# flip), DDP 2, EP 2 and EP 2 x TP 2 against one process with the global batch, and EP 2 on 4 ranks (each expert on 2) MEM-OPT
+# against COMM-OPT bit for bit; the planner's K-FAC memory with EP, the run's
+moe=(--model mixtral-tiny --experts-top-k 8 --data "$dir/train.bin" --vocab 256 --seq 32 --steps 20 --threads 1 --quiet
+     --optimizer kfac --lr 0.01 --kfac-inv-every 3 --kfac-factor-every 2)
+moe_run() { local name=$1; shift; "$DTRAIN" train "${moe[@]}" "$@" --metrics "$dir/$name.jsonl" --save "$dir/$name" > "$dir/$name.out" 2>&1; }
+if moe_run moe1 --batch 2 --grad-accum 2 && moe_run moe_dp --nproc 2 --batch 2 && moe_run moe_ep --nproc 2 --ep 2 --batch 2 &&
+    moe_run moe_eptp --nproc 4 --ep 2 --tp 2 --batch 2; then
+    d=$(worst loss "$dir/moe1.jsonl" "$dir/moe_dp.jsonl" 20) e=$(worst loss "$dir/moe1.jsonl" "$dir/moe_ep.jsonl" 20)
+    t=$(worst loss "$dir/moe1.jsonl" "$dir/moe_eptp.jsonl" 20)
+    if [ "$d" != missing ] && [ "$e" != missing ] && [ "$t" != missing ] && awk -v d="$d" -v e="$e" -v t="$t" 'BEGIN{exit !(d <= 1e-5 && e <= 1e-5 && t <= 1e-5)}'; then
+        ok "a mixture (top-8 of 8) against one process, 20 steps: DDP 2's losses within $d, EP 2's $e, EP 2 x TP 2's $t"
+    else fail "a mixture under K-FAC: DDP 2 $d, EP 2 $e, EP 2 x TP 2 $t"; fi
+else fail "a mixture under K-FAC: $(grep -v oversubscribed "$dir/moe_ep.out" | tail -1)"; fi
+if moe_run moe_ep4 --nproc 4 --ep 2 --batch 1 && moe_run moe_ep4m --nproc 4 --ep 2 --batch 1 --kfac-workers 0.25 &&
+    cmp -s "$dir/moe_ep4/step-00000020/params.f32" "$dir/moe_ep4m/step-00000020/params.f32"; then
+    ok "EP 2 on 4 ranks (each expert on 2): MEM-OPT against COMM-OPT, the same weights bit for bit"
+else fail "EP 2 on 4 ranks under K-FAC: $(grep -v oversubscribed "$dir/moe_ep4m.out" | tail -1)"; fi
+moe_loud=()
+for a in "${moe[@]}"; do [ "$a" = --quiet ] || moe_loud+=("$a"); done
+er=$(logged_mib decompositions "${moe_loud[@]}" --nproc 2 --ep 2 --batch 2) ep=$(plan_precond_mib "${moe_loud[@]}" --nproc 2 --ep 2 --batch 2)
+if within5 "$ep" "$er"; then ok "EP 2: the planner's K-FAC memory $ep MiB on the fullest rank, the run's $er"
+else fail "EP 2 K-FAC memory: planner $ep MiB, run $er MiB"; fi
 
 # the factors and decompositions a rank holds: MEM-OPT's most against COMM-OPT's
 loud=()

@@ -607,7 +607,7 @@ static void unit_set_steps(void *ctx, long t) { ((dt_kfac *)ctx)->steps = t; }
 void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out) {
     *out = (dt_preconditioner){ "K-FAC", precond_begin, precond_apply, k,
                                 { "kfac", k->nops, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, k, 0 },
-                                precond_inside, 0, 0, 0 };
+                                precond_inside, 0, 0, 1 };
 }
 
 void dt_kfac_set_stages(dt_kfac *k, dt_comm *stages) { k->stages = stages && dt_comm_size(stages) > 1 ? stages : NULL; }
