@@ -53,13 +53,27 @@ static void tensor_blocks(const dt_tensor_info *t, int ti, const int *md, int k,
     }
 }
 
+/* Tensor t as Shampoo sees it: itself, or a mixture's stacked experts ([E, rows, cols]) each its own matrix, as Hugging
+ * Face's separate Linears are (piece e of *pieces). */
+static dt_tensor_info piece(const dt_tensor_info *t, int e, int *pieces) {
+    dt_tensor_info x = *t;
+    *pieces = 1;
+    if (!t->stacked || t->ndim != 3) return x;
+    *pieces = t->shape[0];
+    x.ndim = 2, x.shape[0] = t->shape[1], x.shape[1] = t->shape[2], x.shape[2] = 0;
+    x.count = (size_t)x.shape[0] * (size_t)x.shape[1];
+    x.offset = t->offset + (size_t)e * x.count;
+    return x;
+}
+
 int sh_blocks_make(const dt_tensor_info *t, int ntensors, int block, sh_block **out, int *n) {
     size_t cap = 0;
-    int md[4];
+    int md[4], pieces;
     for (int i = 0; i < ntensors; i++) {
         if (!t[i].count || t[i].tied_copy) continue;
-        int k = dt_shampoo_merge(t[i].ndim, t[i].shape, block, md);
-        size_t c = 1;
+        dt_tensor_info x = piece(&t[i], 0, &pieces);
+        int k = dt_shampoo_merge(x.ndim, x.shape, block, md);
+        size_t c = (size_t)pieces;
         for (int j = 0; j < k; j++) c *= (size_t)(md[j] + block - 1) / (size_t)block;
         cap += c;
     }
@@ -67,8 +81,13 @@ int sh_blocks_make(const dt_tensor_info *t, int ntensors, int block, sh_block **
     if (!(*out = calloc(cap + 1, sizeof **out))) return -1;
     for (int i = 0; i < ntensors; i++) {
         if (!t[i].count || t[i].tied_copy) continue;
-        int k = dt_shampoo_merge(t[i].ndim, t[i].shape, block, md);
-        tensor_blocks(&t[i], i, md, k, block, *out, n);
+        piece(&t[i], 0, &pieces);
+        for (int e = 0, first = *n; e < pieces; e++) {
+            dt_tensor_info x = piece(&t[i], e, &pieces);
+            int k = dt_shampoo_merge(x.ndim, x.shape, block, md), at = *n;
+            tensor_blocks(&x, i, md, k, block, *out, n);
+            for (int j = at; j < *n; j++) (*out)[j].index = j - first, (*out)[j].of = (*n - at) * pieces; /* among the tensor's */
+        }
     }
     return 0;
 }
