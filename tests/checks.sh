@@ -89,6 +89,39 @@ logged_mib() { # WORDS ARGS...
     shift
     "$DTRAIN" train "$@" --steps 1 2>&1 | grep -o "$words [0-9.]* MiB" | grep -o "[0-9.]*"
 }
+# A second-order optimizer under expert parallelism (soap_checks.sh, shampoo_checks.sh), with the caller's "${moe[@]}"
+# (a mixture, 10 steps, --quiet): EP 2 on 2 ranks, and on 4 (each expert on 2), its shared state against every rank
+# all (GROUP-FLAG 1) bit for bit; saved at step 5 and resumed, the uninterrupted run's weights bit for bit; resumed
+# without EP (a checkpoint unit a global expert's) its state loaded, not afresh, the losses within 1e-3 of EP 2's (a
+# state lost or misplaced parts them far more); against DDP 2 said, not held; the planner's state on the fullest rank
+# against the run's (WORDS before its MiB in the run's log).
+ep_state_checks() { # NAME GROUP-FLAG WORDS
+    local name=$1 group=$2 words=$3 w=missing a run_mib plan_mib loud=()
+    ep_run() { local n=$1; shift; "$DTRAIN" train "${moe[@]}" "$@" --metrics "$dir/$n.jsonl" --save "$dir/$n" > "$dir/$n.out" 2>&1; }
+    w10() { echo "$dir/$1/step-00000010/params.f32"; }
+    if ep_run ep2 --nproc 2 --ep 2 --batch 2 && ep_run ep2_1 --nproc 2 --ep 2 --batch 2 "$group" 1 && cmp -s "$(w10 ep2)" "$(w10 ep2_1)"; then
+        ok "$name, EP 2 on 2 ranks: shared against every rank all, the same weights bit for bit (loss $(field loss "$dir/ep2.jsonl" | head -1) -> $(field loss "$dir/ep2.jsonl" | tail -1))"
+    else fail "$name, EP 2 on 2 ranks: $(grep -v oversubscribed "$dir/ep2_1.out" | tail -1)"; fi
+    if ep_run ep4 --nproc 4 --ep 2 --batch 1 && ep_run ep4_1 --nproc 4 --ep 2 --batch 1 "$group" 1 && cmp -s "$(w10 ep4)" "$(w10 ep4_1)"; then
+        ok "$name, EP 2 on 4 ranks (each expert on 2): shared against every rank all, the same weights bit for bit"
+    else fail "$name, EP 2 on 4 ranks: $(grep -v oversubscribed "$dir/ep4_1.out" | tail -1)"; fi
+    if ep_run ep2_p --nproc 2 --ep 2 --batch 2 --save-every 5 --stop-after 5 && rm -rf "$dir/ep2_dp" && cp -r "$dir/ep2_p" "$dir/ep2_dp" &&
+        "$DTRAIN" train --resume "$dir/ep2_p" --nproc 2 --ep 2 --quiet --metrics "$dir/ep2_r.jsonl" > "$dir/ep2_r.out" 2>&1 &&
+        cmp -s "$(w10 ep2)" "$(w10 ep2_p)"; then
+        ok "$name, EP 2 saved at step 5 and resumed: the uninterrupted run's weights bit for bit"
+    else fail "$name, EP 2 resumed: $(grep -v oversubscribed "$dir/ep2_r.out" | tail -1)"; fi
+    "$DTRAIN" train --resume "$dir/ep2_dp" --nproc 2 --ep 1 --quiet --metrics "$dir/ep2_dp.jsonl" > "$dir/ep2_dp.out" 2>&1 &&
+        w=$(worst loss <(tail -5 "$dir/ep2.jsonl") "$dir/ep2_dp.jsonl" 5)
+    if ! grep -q "afresh" "$dir/ep2_dp.out" && [ "$w" != missing ] && awk -v w="$w" 'BEGIN{exit !(w <= 1e-3)}'; then
+        ok "$name, EP 2's checkpoint resumed on 2 ranks without EP: its state loaded (not afresh), its losses within $w of EP 2's (held to 1e-3)"
+    else fail "$name, EP 2's checkpoint without EP: $w $(grep -v oversubscribed "$dir/ep2_dp.out" | tail -1)"; fi
+    if ep_run dp2 --nproc 2 --batch 2; then ok "$name, EP 2 against DDP 2 (said, not held): losses within $(worst loss "$dir/dp2.jsonl" "$dir/ep2.jsonl" 10) over 10 steps"
+    else fail "$name, DDP 2 on the mixture: $(tail -1 "$dir/dp2.out")"; fi
+    for a in "${moe[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+    run_mib=$(logged_mib "$words" "${loud[@]}" --nproc 2 --ep 2 --batch 2) plan_mib=$(plan_precond_mib "${loud[@]}" --nproc 2 --ep 2 --batch 2)
+    if within5 "$plan_mib" "$run_mib"; then ok "$name, the planner with EP 2: $plan_mib MiB of state on the fullest rank (the run: $run_mib)"
+    else fail "$name, the planner's memory with EP 2: $plan_mib MiB, the run's $run_mib"; fi
+}
 # A preconditioner whose norm, finiteness check and clipping are the gradients' before it (Shampoo's, SOAP's): 5 steps
 # of the caller's "${common[@]}" ARGS without --grad-clip, with a clip above every norm (the same weights, bit for bit)
 # and with one below (other weights); the first step's norm in each AdamW's (the gradients', not the directions').

@@ -9,7 +9,7 @@
 # stages likewise within 5e-4 over 40 steps; Llama on 2 tensor-parallel ranks, DP 2 x TP 2 and TP 2 x PP 2, and GPT-2
 # on 3 (an uneven vocabulary), within 1e-5 at eps 1e-3. The bf16 wire trains (finite,
 # its losses said against fp32's). The state a rank holds shared by 4 against held whole; the refusals; a resumed run
-# keeps the settings (and its state: second_order_resume.sh).
+# keeps the settings (and its state: second_order_resume.sh). A mixture's experts under expert parallelism (below).
 # usage: shampoo_checks.sh DTRAIN
 set -u
 DTRAIN=$1
@@ -105,5 +105,10 @@ if echo "$out" | grep -q "Shampoo: [0-9]* blocks of at most 64.*allgathered in b
    [ "$(field loss "$dir/res.jsonl" | grep -c '^[0-9]')" = 4 ]; then
     ok "resumed: Shampoo with its settings again, its state loaded, 4 more steps"
 else fail "Shampoo resume: $(echo "$out" | tail -3)"; fi
+# a mixture: each stacked expert its own blocks; under expert parallelism a rank's own experts' blocks made where they
+# are, never sent, the other blocks shared as ever (checks.sh's ep_state_checks)
+moe=(--model mixtral-tiny --data "$dir/train.bin" --vocab 256 --seq 32 --threads 1 --quiet --optimizer shampoo --lr 3e-3
+     --shampoo-block 64 --precondition-every 3 --shampoo-eps 1e-6 --steps 10)
+ep_state_checks Shampoo --shampoo-group "its state"
 echo "shampoo checks: $passed passed, $failed failed"
 [ "$failed" = 0 ]

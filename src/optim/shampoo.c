@@ -16,6 +16,10 @@ typedef struct {
     float *m, *v;       /* the filtered gradient (NULL at beta1 0), grafting's second moment */
 } sh_state;
 
+/* A unit of its checkpointed state: the block this rank holds (-1: none), one of the same shape, and for an
+ * expert-parallel rank's own expert's block the expert-parallel rank holding it (-1: not one) */
+typedef struct { int block, like, holder; } sh_unit;
+
 struct dt_shampoo {
     dt_shampoo_config c;
     const dt_tensor_info *tensors; /* for the names in warnings: the model's table, which outlives it */
@@ -25,6 +29,10 @@ struct dt_shampoo {
     dt_comm *comm;                   /* the group's ranks (NULL: this one alone) */
     bool own_comm;                   /* split from the caller's */
     size_t *counts, total, mine;     /* floats of directions a rank computes; all; where this rank's start */
+    size_t own;                      /* floats of this rank's own experts' directions (made here, never sent) */
+    float *ownbuf;                   /* their slots */
+    sh_unit *units;                  /* the checkpoint's (make_units) */
+    int nunits;
     float *send, *recv;              /* this rank's directions; everyone's (one process: the same) */
     uint16_t *send16, *recv16;       /* the bf16 wire's */
     float *work[4], *eig;            /* blocks' scratch; a factor's and its eigenvalues' */
@@ -61,7 +69,7 @@ void dt_shampoo_destroy(dt_shampoo *s) {
     if (s->own_comm) dt_comm_destroy(s->comm);
     if (s->recv != s->send) free(s->recv);
     free(s->send), free(s->send16), free(s->recv16), free(s->eig), free(s->eig64);
-    free(s->q), free(s->b), free(s->counts);
+    free(s->q), free(s->b), free(s->counts), free(s->ownbuf), free(s->units);
     free(s);
 }
 
@@ -78,7 +86,7 @@ static int allocate(dt_shampoo *s) {
         sh_block *b = &s->b[i];
         big = b->numel > big ? b->numel : big;
         for (int k = 0; k < b->ndim; k++) side = (size_t)b->dim[k] > side ? (size_t)b->dim[k] : side;
-        if (b->owner != s->rank) continue;
+        if (b->owner != s->rank && !b->own) continue;
         sh_state *q = &s->q[i];
         if (!(q->v = calloc(b->numel, sizeof(float))) || (s->c.beta1 > 0 && !(q->m = calloc(b->numel, sizeof(float))))) return -1;
         for (int k = 0; k < b->ndim; k++) {
@@ -90,11 +98,32 @@ static int allocate(dt_shampoo *s) {
     for (int k = 0; k < 4; k++)
         if (!(s->work[k] = malloc((big > side * side ? big : side * side) * sizeof(float)))) return -1;
     if (!(s->eig = malloc((side * side + side) * sizeof(float))) || !(s->eig64 = malloc((side * side + side) * sizeof(double)))) return -1;
-    if (!(s->send = malloc((s->counts[s->rank] + 1) * sizeof(float)))) return -1;
+    if (!(s->send = malloc((s->counts[s->rank] + 1) * sizeof(float))) || !(s->ownbuf = malloc((s->own + 1) * sizeof(float)))) return -1;
     s->recv = s->ranks > 1 ? malloc((s->total + 1) * sizeof(float)) : s->send;
     if (!s->recv) return -1;
     if (s->ranks > 1 && s->c.wire == DT_BF16)
         if (!(s->send16 = malloc((s->counts[s->rank] + 1) * 2)) || !(s->recv16 = malloc((s->total + 1) * 2))) return -1;
+    return 0;
+}
+
+/* The checkpoint's units: a block's own, but an expert-parallel rank's experts' blocks one a global expert's block
+ * (expert by expert, each expert's k blocks in order), so that another expert-parallel layout (or one process) finds
+ * each where it holds it. */
+static int make_units(dt_shampoo *s) {
+    int nu = 0;
+    for (int i = 0; i < s->nb; i++)
+        nu += !s->b[i].own ? 1 : i == 0 || s->b[i - 1].tensor != s->b[i].tensor ? s->b[i].of / s->tensors[s->b[i].tensor].shape[0] *
+                                                                                   s->tensors[s->b[i].tensor].gshape[0] : 0;
+    if (!(s->units = calloc((size_t)nu + 1, sizeof *s->units))) return -1;
+    for (int i = 0; i < s->nb; i++) {
+        if (!s->b[i].own) s->units[s->nunits++] = (sh_unit){ i, i, -1 };
+        if (!s->b[i].own || (i > 0 && s->b[i - 1].tensor == s->b[i].tensor)) continue;
+        const dt_tensor_info *x = &s->tensors[s->b[i].tensor];
+        int El = x->shape[0], e0 = x->slice.offset, k = s->b[i].of / El; /* this rank's experts [e0, e0 + El), k blocks each */
+        for (int g = 0; g < x->gshape[0]; g++)
+            for (int j = 0; j < k; j++)
+                s->units[s->nunits++] = (sh_unit){ g >= e0 && g < e0 + El ? i + (g - e0) * k + j : -1, i + j, g / El };
+    }
     return 0;
 }
 
@@ -116,16 +145,17 @@ dt_status dt_shampoo_create(const dt_shampoo_config *c, const dt_tensor_info *te
     bool ok = !sh_blocks_make(tensors, n, c->block, &s->b, &s->nb) && (s->counts = calloc((size_t)s->ranks, sizeof *s->counts)) &&
               (s->q = calloc((size_t)s->nb + 1, sizeof *s->q));
     if (ok) {
-        sh_blocks_assign(s->b, s->nb, s->ranks, s->counts);
+        sh_blocks_assign(s->b, s->nb, s->ranks, s->counts, &s->own);
         for (int r = 0; r < s->ranks; r++) s->mine += r < s->rank ? s->counts[r] : 0, s->total += s->counts[r];
-        ok = !allocate(s);
+        ok = !allocate(s) && !make_units(s);
     }
     if (!ok) {
         dt_shampoo_destroy(s);
         return dt_error(DT_ERR_NOMEM, "Shampoo: out of memory for its blocks' state");
     }
     size_t *per = calloc((size_t)s->ranks, sizeof *per);
-    for (int i = 0; i < s->nb && per; i++) per[s->b[i].owner] += state_floats(&s->b[i], c) * sizeof(float);
+    for (int i = 0; i < s->nb && per; i++) /* an own expert's block on every rank (each its own) */
+        for (int r = 0; r < s->ranks; r++) per[r] += s->b[i].owner == r || s->b[i].own ? state_floats(&s->b[i], c) * sizeof(float) : 0;
     for (int r = 0; r < s->ranks && per; r++) s->most = per[r] > s->most ? per[r] : s->most;
     s->bytes = per ? per[s->rank] : 0;
     free(per);
@@ -146,7 +176,8 @@ dt_status dt_shampoo_plan(const dt_shampoo_config *c, const dt_tensor_info *tens
         free(counts), free(b);
         return dt_error(DT_ERR_NOMEM, "Shampoo: out of memory");
     }
-    sh_blocks_assign(b, k, g, counts);
+    size_t own;
+    sh_blocks_assign(b, k, g, counts, &own);
     for (int i = 0; i < k; i++) {
         dt_shampoo_block *o = &(*out)[i];
         *o = (dt_shampoo_block){ .ndim = b[i].ndim, .numel = b[i].numel, .owner = b[i].owner, .state_floats = state_floats(&b[i], c) };
@@ -214,7 +245,10 @@ static int inverse_root(dt_shampoo *s, const float *F, int d, float bc2, int roo
 }
 
 /* Block i's place in this rank's buffer of directions: its gradient until its direction replaces it. */
-static float *slot(dt_shampoo *s, int i) { return s->send + (s->b[i].at - s->mine); }
+static float *slot(dt_shampoo *s, int i) { return s->b[i].own ? s->ownbuf + s->b[i].at : s->send + (s->b[i].at - s->mine); }
+
+/* Whether this rank computes block i's direction: its owner's, or one of its own experts'. */
+static bool here(const dt_shampoo *s, int i) { return s->b[i].owner == s->rank || s->b[i].own; }
 
 /* The first pass over this rank's blocks: each gradient gathered into its slot, the factors and grafting's moment take
  * it; on a root step, the roots. The first failure: its block + 1 (0: none), its factor and LAPACK's info. */
@@ -222,7 +256,7 @@ static int statistics(dt_shampoo *s, const float *grads, bool roots, float bc2, 
     int failed = 0;
     for (int i = 0; i < s->nb; i++) {
         const sh_block *b = &s->b[i];
-        if (b->owner != s->rank) continue;
+        if (!here(s, i)) continue;
         sh_state *q = &s->q[i];
         float *g = slot(s, i);
         sh_block_gather(b, grads, g);
@@ -285,7 +319,7 @@ static dt_status exchange(dt_shampoo *s, float *grads) {
     } else if (s->comm) {
         st = dt_comm_allgatherv(s->comm, s->send, s->recv, s->counts, DT_F32);
     }
-    for (int i = 0; i < s->nb && !st; i++) sh_block_scatter(&s->b[i], s->recv + s->b[i].at, grads);
+    for (int i = 0; i < s->nb && !st; i++) sh_block_scatter(&s->b[i], s->b[i].own ? s->ownbuf + s->b[i].at : s->recv + s->b[i].at, grads);
     return st;
 }
 
@@ -302,14 +336,14 @@ dt_status dt_shampoo_step(dt_shampoo *s, float *grads, int *skip) {
         const sh_block *b = &s->b[(int)failed - 1];
         char why[96] = "", lapack[48] = "not finite";
         if (info > 0) snprintf(lapack, sizeof lapack, "LAPACK's info %d, in f32 and f64", info);
-        if (b->owner == s->rank) snprintf(why, sizeof why, " (its factor %d, %d x %d: %s)", factor, b->dim[factor], b->dim[factor], lapack);
+        if (here(s, (int)failed - 1)) snprintf(why, sizeof why, " (its factor %d, %d x %d: %s)", factor, b->dim[factor], b->dim[factor], lapack);
         dt_log(DT_LOG_WARN, "Shampoo: step %ld: the inverse root of %s's block %d of %d failed on rank %d%s: the step is skipped on "
-               "every rank", t, s->tensors[b->tensor].name, b->index + 1, b->of, b->owner, why);
+               "every rank", t, s->tensors[b->tensor].name, b->index + 1, b->of, b->own ? s->rank : b->owner, why);
         *skip = 1;
         return DT_OK;
     }
     for (int i = 0; i < s->nb; i++)
-        if (s->b[i].owner == s->rank) direction(s, i, bc1, bc2);
+        if (here(s, i)) direction(s, i, bc1, bc2);
     return exchange(s, grads);
 }
 
@@ -324,23 +358,32 @@ static dt_status precond_apply(void *ctx, float *grads, float lr, int *skip) {
 }
 
 /* ---- its state in checkpoints: a unit a block (its factors, roots, then the filtered gradient and grafting's moment),
- * saved by its owner in the first group, loaded by its owner in every group ---- */
+ * saved by its owner in the first group, loaded by its owner in every group; an expert-parallel rank's own expert's
+ * block a unit by its global expert, saved by the first data-parallel rank holding it (the expert-parallel group's
+ * are the first ranks), loaded by every rank holding it ---- */
 
 static size_t unit_floats(void *ctx, int u) {
     dt_shampoo *s = ctx;
-    return state_floats(&s->b[u], &s->c);
+    return state_floats(&s->b[s->units[u].like], &s->c);
 }
 
-static int unit_saver(void *ctx, int u) { return ((dt_shampoo *)ctx)->b[u].owner; }
+static int unit_saver(void *ctx, int u) {
+    const dt_shampoo *s = ctx;
+    return s->b[s->units[u].like].own ? s->units[u].holder : s->b[s->units[u].like].owner;
+}
+
 static int unit_loads(void *ctx, int u, int rank) {
-    dt_shampoo *s = ctx;
-    return rank % s->ranks == s->b[u].owner;
+    const dt_shampoo *s = ctx;
+    const sh_block *b = &s->b[s->units[u].like];
+    if (b->own) return rank % (s->tensors[b->tensor].gshape[0] / s->tensors[b->tensor].shape[0]) == s->units[u].holder;
+    return rank % s->ranks == b->owner;
 }
 
 static void unit_io(void *ctx, int u, float *buf, int load) {
     dt_shampoo *s = ctx;
-    const sh_block *b = &s->b[u];
-    sh_state *q = &s->q[u];
+    if (s->units[u].block < 0) return; /* another rank's expert (never asked of this one) */
+    const sh_block *b = &s->b[s->units[u].block];
+    sh_state *q = &s->q[s->units[u].block];
     float *part[10];
     size_t len[10];
     int np = 0;
@@ -357,5 +400,5 @@ static void unit_set_steps(void *ctx, long t) { ((dt_shampoo *)ctx)->t = t; }
 
 void dt_shampoo_preconditioner(dt_shampoo *s, dt_preconditioner *out) {
     *out = (dt_preconditioner){ "Shampoo", precond_begin, precond_apply, s,
-                                { "shampoo", s->nb, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 }, NULL, 0, 1, 0 };
+                                { "shampoo", s->nunits, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 }, NULL, 0, 1, 1 };
 }

@@ -36,7 +36,7 @@ static void tensor_blocks(const dt_tensor_info *t, int ti, const int *md, int k,
     }
     for (int c = 0; c < total; c++) {
         sh_block *x = &b[(*n)++];
-        *x = (sh_block){ .tensor = ti, .index = c, .of = total, .ndim = k, .base = t->offset, .numel = 1 };
+        *x = (sh_block){ .tensor = ti, .index = c, .of = total, .ndim = k, .base = t->offset, .numel = 1, .expert = -1 };
         int rest = c;
         double cube = 0, side = 0;
         for (int i = k - 1; i >= 0; i--) {
@@ -82,33 +82,42 @@ int sh_blocks_make(const dt_tensor_info *t, int ntensors, int block, sh_block **
     for (int i = 0; i < ntensors; i++) {
         if (!t[i].count || t[i].tied_copy) continue;
         piece(&t[i], 0, &pieces);
+        bool own = pieces > 1 && t[i].shape[0] != t[i].gshape[0]; /* expert parallelism: this rank's experts of all */
         for (int e = 0, first = *n; e < pieces; e++) {
             dt_tensor_info x = piece(&t[i], e, &pieces);
             int k = dt_shampoo_merge(x.ndim, x.shape, block, md), at = *n;
             tensor_blocks(&x, i, md, k, block, *out, n);
-            for (int j = at; j < *n; j++) (*out)[j].index = j - first, (*out)[j].of = (*n - at) * pieces; /* among the tensor's */
+            for (int j = at; j < *n; j++) { /* numbered among the tensor's */
+                sh_block *y = &(*out)[j];
+                y->index = j - first, y->of = (*n - at) * pieces, y->own = own, y->expert = pieces > 1 ? t[i].slice.offset + e : -1;
+            }
         }
     }
     return 0;
 }
 
-void sh_blocks_assign(sh_block *b, int n, int ranks, size_t *counts) {
+void sh_blocks_assign(sh_block *b, int n, int ranks, size_t *counts, size_t *own) {
     double *cost = calloc((size_t)n + 1, sizeof *cost);
-    int *owner = calloc((size_t)n + 1, sizeof *owner);
-    if (cost && owner) {
-        for (int i = 0; i < n; i++) cost[i] = b[i].cost;
-        dt_kfac_assign(cost, n, ranks, 1, owner); /* KAISA's greedy: largest first, to the least loaded rank */
+    int *owner = calloc((size_t)n + 1, sizeof *owner), *shared = calloc((size_t)n + 1, sizeof *shared), k = 0;
+    for (int i = 0; i < n && shared; i++)
+        if (!b[i].own) shared[k++] = i;
+    if (cost && owner && shared) {
+        for (int j = 0; j < k; j++) cost[j] = b[shared[j]].cost;
+        dt_kfac_assign(cost, k, ranks, 1, owner); /* KAISA's greedy: largest first, to the least loaded rank */
     } else {
-        for (int i = 0; i < n && owner; i++) owner[i] = i % ranks; /* out of memory for two small arrays: still a spread */
+        for (int j = 0; j < k && owner; j++) owner[j] = j % ranks; /* out of memory for two small arrays: still a spread */
     }
-    for (int i = 0; i < n; i++) b[i].owner = owner ? owner[i] : i % ranks;
-    free(cost), free(owner);
+    for (int i = 0, j = 0; i < n; i++) b[i].owner = b[i].own ? -1 : owner && shared ? owner[j++] : i % ranks;
+    free(cost), free(owner), free(shared);
     size_t at = 0;
     for (int r = 0; r < ranks; r++) {
         counts[r] = 0;
         for (int i = 0; i < n; i++)
             if (b[i].owner == r) b[i].at = at, at += b[i].numel, counts[r] += b[i].numel;
     }
+    *own = 0;
+    for (int i = 0; i < n; i++)
+        if (b[i].own) b[i].at = *own, *own += b[i].numel;
 }
 
 /* The block padded in front to order 4 (size 1, stride 0), then four loops; strided_from: from the store into x. */

@@ -76,6 +76,19 @@ static void kfac_cost(const dt_plan_job *j, const dt_plan_hardware *h, double ra
     dt_program_destroy(p);
 }
 
+/* The tensors as one expert-parallel rank holds them: a stacked tensor's E/ep experts of E (each rank the same count);
+ * malloc'd, NULL on no memory. */
+static dt_tensor_info *ep_rank_table(const dt_model *m, int ep) {
+    dt_tensor_info *t = malloc(((size_t)m->ntensors + 1) * sizeof *t);
+    for (int i = 0; t && i < m->ntensors; i++) {
+        t[i] = m->tensors[i];
+        if (ep <= 1 || !t[i].stacked) continue;
+        t[i].shape[0] /= ep, t[i].count /= (size_t)ep;
+        t[i].slice = (dt_tensor_slice){ 0, 0, t[i].shape[0], 1, t[i].shape[0] };
+    }
+    return t;
+}
+
 /* Shampoo: a block's factors (syrk: numel d a dimension) and its contractions with the roots (2 numel d) every step,
  * its roots every `every` steps (an eigen-decomposition and a d^3 GEMM each), on its owner; the group's allgather of
  * the directions. The busiest owner's. */
@@ -85,7 +98,9 @@ static void shampoo_cost(const dt_plan_job *j, const dt_plan_hardware *h, double
     dt_program *p = dt_plan_model_table(j, &m);
     dt_shampoo_block *bl = NULL;
     int nb = 0, R = j->dp > 1 ? j->dp : 1, g = j->shampoo.group ? j->shampoo.group : R, every = j->shampoo.every;
-    if (!p || dt_shampoo_plan(&j->shampoo, m.tensors, m.ntensors, R, &bl, &nb)) {
+    dt_tensor_info *rank_table = p ? ep_rank_table(&m, j->ep) : NULL;
+    if (!rank_table || dt_shampoo_plan(&j->shampoo, rank_table, m.ntensors, R, &bl, &nb)) {
+        free(rank_table);
         dt_program_destroy(p);
         return;
     }
@@ -99,7 +114,9 @@ static void shampoo_cost(const dt_plan_job *j, const dt_plan_hardware *h, double
             f += 3 * n * d, side = fmax(side, d);
             roots += eigen(h, bl[i].dim[k], rate, threads, slow) + 2 * d * d * d / rate;
         }
-        state[o] += (double)bl[i].state_floats * 4, work[o] += f / rate + roots / every, floats[o] += n, total += n, big = fmax(big, n);
+        for (int r = o < 0 ? 0 : o; r < (o < 0 ? g : o + 1); r++) /* a rank's own expert's block: on every rank, never sent */
+            state[r] += (double)bl[i].state_floats * 4, work[r] += f / rate + roots / every, floats[r] += n;
+        total += o < 0 ? 0 : n, big = fmax(big, n);
     }
     double wire = j->shampoo.wire == DT_BF16 ? 2 : 4;
     for (int r = 0; r < g && state && work && floats; r++) {
@@ -110,21 +127,8 @@ static void shampoo_cost(const dt_plan_job *j, const dt_plan_hardware *h, double
     out->comm = dt_plan_gather(total * wire, g, a, b);
     /* the scratch: four blocks' worth, a factor's eigen-decomposition in f32 and f64, every direction received */
     out->scratch += 4 * 4 * fmax(big, side * side) + 12 * (side * side + side) + (g > 1 ? total * (4 + (wire == 2 ? 2 : 0)) : 0);
-    free(state), free(work), free(floats), free(bl);
+    free(state), free(work), free(floats), free(bl), free(rank_table);
     dt_program_destroy(p);
-}
-
-/* One rank's spans under expert parallelism: E/ep of each stacked tensor's experts (each rank the same count), its own
- * (stepped and rotated where they are, as soap.c's own spans). The spans kept. */
-static int own_experts(const dt_model *m, dt_tensor_span *sp, int n, int ep) {
-    int k = 0;
-    for (int i = 0, e = 0, prev = -1; i < n && ep > 1; i++) {
-        const dt_tensor_info *t = &m->tensors[sp[i].tensor];
-        e = sp[i].tensor == prev ? e + 1 : 0, prev = sp[i].tensor;
-        if (!t->stacked) sp[k++] = sp[i];
-        else if (e < t->shape[0] / ep) sp[i].own = 1, sp[k++] = sp[i];
-    }
-    return ep > 1 ? k : n;
 }
 
 /* SOAP: each matrix it rotates kept by one rank of the group (dt_soap_assign, as a run assigns them; every rank all
@@ -136,8 +140,8 @@ static void soap_cost(const dt_plan_job *j, double rate, double a, double b, sec
     dt_program *p = dt_plan_model_table(j, &m);
     int R = j->dp > 1 ? j->dp : 1, g = j->opt.soap_group && R > 1 ? j->opt.soap_group : R, n = 0;
     dt_tensor_span *sp = NULL; /* the tensors a run's SOAP steps (soap.c's own list) */
-    if (p && dt_soap_spans(m.tensors, m.ntensors, &sp, &n)) sp = NULL;
-    if (sp) n = own_experts(&m, sp, n, j->ep);
+    dt_tensor_info *rank_table = p ? ep_rank_table(&m, j->ep) : NULL;
+    if (!rank_table || dt_soap_spans(rank_table, m.ntensors, &sp, &n)) sp = NULL;
     int *owner = sp ? calloc((size_t)n + 1, sizeof *owner) : NULL;
     double *flops = owner ? calloc((size_t)n + 1, sizeof *flops) : NULL, *state = calloc((size_t)g, sizeof *state),
            *work = calloc((size_t)g, sizeof *work), *mine = calloc((size_t)g, sizeof *mine);
@@ -164,7 +168,7 @@ static void soap_cost(const dt_plan_job *j, double rate, double a, double b, sec
         out->comm = g > 1 ? dt_plan_gather(total * 4, g, a, b) : 0;
     }
     out->scratch += 4 * 4 * (big + j->opt.precond_max_dim); /* its four work matrices */
-    free(sp), free(owner), free(flops), free(floats), free(state), free(work), free(mine);
+    free(sp), free(owner), free(flops), free(floats), free(state), free(work), free(mine), free(rank_table);
     dt_program_destroy(p);
 }
 
