@@ -57,8 +57,8 @@ int dt_shampoo_blocks(const dt_shampoo *s);
 size_t dt_shampoo_state_bytes(const dt_shampoo *s);
 size_t dt_shampoo_state_bytes_most(const dt_shampoo *s);
 /* What Shampoo over the tensors would hold on ranks data-parallel ranks, without making it (the planner's): each
- * block's shape, size, owner (its rank in its group: ranks r with r % group == owner hold it) and state floats;
- * *out malloc'd. */
+ * block's shape, size, owner (its rank in its group: ranks r with r % group == owner hold it; -1: an expert-parallel
+ * rank's own expert's, on every rank) and state floats; *out malloc'd. */
 typedef struct {
     int ndim, dim[4], owner;
     size_t numel, state_floats;

@@ -336,9 +336,11 @@ dt_status dt_shampoo_step(dt_shampoo *s, float *grads, int *skip) {
         const sh_block *b = &s->b[(int)failed - 1];
         char why[96] = "", lapack[48] = "not finite";
         if (info > 0) snprintf(lapack, sizeof lapack, "LAPACK's info %d, in f32 and f64", info);
-        if (here(s, (int)failed - 1)) snprintf(why, sizeof why, " (its factor %d, %d x %d: %s)", factor, b->dim[factor], b->dim[factor], lapack);
-        dt_log(DT_LOG_WARN, "Shampoo: step %ld: the inverse root of %s's block %d of %d failed on rank %d%s: the step is skipped on "
-               "every rank", t, s->tensors[b->tensor].name, b->index + 1, b->of, b->own ? s->rank : b->owner, why);
+        char where[48] = "on an expert-parallel rank (its own experts')";
+        if (!b->own) snprintf(where, sizeof where, "on rank %d", b->owner);
+        if (b->owner == s->rank) snprintf(why, sizeof why, " (its factor %d, %d x %d: %s)", factor, b->dim[factor], b->dim[factor], lapack);
+        dt_log(DT_LOG_WARN, "Shampoo: step %ld: the inverse root of %s's block %d of %d failed %s%s: the step is skipped on every rank",
+               t, s->tensors[b->tensor].name, b->index + 1, b->of, where, why);
         *skip = 1;
         return DT_OK;
     }

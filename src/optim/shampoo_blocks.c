@@ -36,7 +36,7 @@ static void tensor_blocks(const dt_tensor_info *t, int ti, const int *md, int k,
     }
     for (int c = 0; c < total; c++) {
         sh_block *x = &b[(*n)++];
-        *x = (sh_block){ .tensor = ti, .index = c, .of = total, .ndim = k, .base = t->offset, .numel = 1, .expert = -1 };
+        *x = (sh_block){ .tensor = ti, .index = c, .of = total, .ndim = k, .base = t->offset, .numel = 1 };
         int rest = c;
         double cube = 0, side = 0;
         for (int i = k - 1; i >= 0; i--) {
@@ -89,7 +89,7 @@ int sh_blocks_make(const dt_tensor_info *t, int ntensors, int block, sh_block **
             tensor_blocks(&x, i, md, k, block, *out, n);
             for (int j = at; j < *n; j++) { /* numbered among the tensor's */
                 sh_block *y = &(*out)[j];
-                y->index = j - first, y->of = (*n - at) * pieces, y->own = own, y->expert = pieces > 1 ? t[i].slice.offset + e : -1;
+                y->index = j - first, y->of = (*n - at) * pieces, y->own = own;
             }
         }
     }

@@ -14,7 +14,6 @@ typedef struct {
     double cost;            /* the work of its roots and steps, for the assignment */
     int owner;              /* the rank that keeps its state and computes its direction (-1: own) */
     bool own;               /* an expert-parallel rank's own expert's: its direction made where it is, never sent */
-    int expert;             /* that expert's global number (-1: not an expert's) */
     size_t at;              /* where its direction sits among the gathered ones (by owner, then block), or among this
                              * rank's own ones */
 } sh_block;

@@ -119,7 +119,8 @@ static dt_status take_codec(dt_engine *e) {
  * allreduces them as DDP does (its shard's update then reads the preconditioned ones); ZeRO 2 and 3 keep a shard. A
  * pipeline stage holds its tensors whole (its own layers: the tied copy's gradient goes to the first stage, which
  * owns wte); tensor parallelism holds slices (a preconditioner that takes them makes them whole itself), expert
- * parallelism each rank's own experts (which SOAP steps where they are: dt_preconditioner.experts). */
+ * parallelism each rank's own experts (which SOAP and Shampoo step where they are and K-FAC leaves as they are:
+ * dt_preconditioner.experts). */
 static dt_status check_precond(dt_engine *e) {
     const dt_engine_config *c = &e->cfg;
     bool sliced = false, experts = c->ep > 1 && c->precond->experts; /* a rank's own experts stepped where they are */
