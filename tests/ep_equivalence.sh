@@ -113,6 +113,18 @@ save_resume "top-4 of 4: saved by PP 2 x EP 2 at step 10, resumed by one process
     --batch 2 --grad-accum 2 --experts-top-k 4
 save_resume "top-4 of 4: saved by one process at step 10, resumed by EP 2" --batch 2 --grad-accum 2 --experts-top-k 4 -- --batch 2 --nproc 2 --ep 2 \
     --experts-top-k 4
+# the layout comes from the flags on a resume (the checkpoint reshards): EP 2's checkpoint resumed without --ep says
+# the saved layout and the new one in a line; resumed as it was, no such line
+rm -rf "$dir/lay"
+if "$DTRAIN" train "${common[@]}" --quiet --steps 4 --batch 2 --nproc 2 --ep 2 --save "$dir/lay" --save-every 2 --stop-after 2 > "$dir/lay.out" 2>&1 &&
+   cp -r "$dir/lay" "$dir/lay_same" && "$DTRAIN" train --resume "$dir/lay" --nproc 2 > "$dir/lay_dp.out" 2>&1 &&
+   "$DTRAIN" train --resume "$dir/lay_same" --nproc 2 --ep 2 > "$dir/lay_same.out" 2>&1; then
+    line=$(grep -o "saved on 2 ranks, tp 1, pp 1, cp 1, ep 2; resumed on 2, tp 1, pp 1, cp 1, ep 1 (the state resharded)" "$dir/lay_dp.out")
+    [ -n "$line" ] && ! grep -q "resharded" "$dir/lay_same.out" && ok=1 || ok=0
+    verdict $ok "EP 2's checkpoint resumed without --ep says so: ${line:-nothing said}; resumed with --ep 2: nothing"
+else
+    failed=$((failed + 1)); echo "FAIL EP resume layout"; tail -3 "$dir/lay.out" "$dir/lay_dp.out" "$dir/lay_same.out"
+fi
 # a weights file from EP 2 holds every expert: the same tensors (names, shapes, bytes) as DDP 2's
 if "$DTRAIN" train "${common[@]}" --quiet --steps 3 --batch 2 --nproc 2 --ep 2 --save "$dir/ep.safetensors" > "$dir/w.out" 2>&1 &&
    "$DTRAIN" train "${common[@]}" --quiet --steps 3 --batch 2 --nproc 2 --save "$dir/ddp.safetensors" > "$dir/w2.out" 2>&1; then

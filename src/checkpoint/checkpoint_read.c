@@ -235,6 +235,22 @@ long dt_ckpt_global_batch(const cJSON *j) {
     return global >= shared ? (long)(global / shared) : 0;
 }
 
+/* The layout comes from the flags, not the checkpoint (which reshards): where it differs from the saved one, said in
+ * a line, since the math is the same up to rounding but not the memory a rank needs (an EP run resumed without --ep
+ * holds every expert on every rank). A key an older checkpoint lacks: 1. */
+static void say_layout(const cJSON *j, const char *path, const dt_train_config *c, int nranks) {
+    static const char *const keys[5] = { "ranks", "tp", "pp", "cp", "ep" };
+    int now[5] = { nranks, c->tp > 1 ? c->tp : 1, c->pp > 1 ? c->pp : 1, c->cp > 1 ? c->cp : 1, c->ep > 1 ? c->ep : 1 }, differ = 0;
+    double then[5];
+    for (int i = 0; i < 5; i++) {
+        if (dt_ckpt_number(j, "settings", keys[i], "", &then[i])) then[i] = 1;
+        differ |= then[i] != now[i];
+    }
+    if (differ)
+        dt_log(DT_LOG_INFO, "%s: saved on %g ranks, tp %g, pp %g, cp %g, ep %g; resumed on %d, tp %d, pp %d, cp %d, ep %d (the state "
+               "resharded)", path, then[0], then[1], then[2], then[3], then[4], now[0], now[1], now[2], now[3], now[4]);
+}
+
 /* Settings that may change on resume, but change the run: said. */
 static void warn_changes(const cJSON *j, const char *path, const dt_train_config *c, int nranks) {
     double v = 0;
@@ -249,6 +265,7 @@ static void warn_changes(const cJSON *j, const char *path, const dt_train_config
     if (c->sched.kind != DT_SCHED_CONSTANT && !dt_ckpt_number(j, "schedule", "total", path, &v) && v != total)
         dt_log(DT_LOG_WARN, "%s: the %s schedule ran over %g steps, now over %d: the learning rate from here differs", path,
                dt_schedule_name(c->sched.kind), v, total);
+    say_layout(j, path, c, nranks);
     const char *seed = dt_ckpt_string(j, "rng", "shuffle_seed");
     char mine_seed[32];
     snprintf(mine_seed, sizeof mine_seed, "%llu", (unsigned long long)c->shuffle_seed);

@@ -276,6 +276,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddNumberToObject(x, "tp", c->tp > 1 ? c->tp : 1); /* ranks / (tp x pp x cp) read the global batch */
     cJSON_AddNumberToObject(x, "pp", c->pp > 1 ? c->pp : 1);
     cJSON_AddNumberToObject(x, "cp", c->cp > 1 ? c->cp : 1);
+    cJSON_AddNumberToObject(x, "ep", c->ep > 1 ? c->ep : 1); /* experts split: the layout said on a resume that differs */
     cJSON_AddStringToObject(x, "strategy", strategy);
     cJSON_AddNumberToObject(x, "grad_clip", c->grad_clip);
     cJSON_AddNumberToObject(x, "seed", (double)c->seed);
