@@ -90,8 +90,8 @@ logged_mib() { # WORDS ARGS...
     "$DTRAIN" train "$@" --steps 1 2>&1 | grep -o "$words [0-9.]* MiB" | grep -o "[0-9.]*"
 }
 # A second-order optimizer under expert parallelism (soap_checks.sh, shampoo_checks.sh), with the caller's "${moe[@]}"
-# (a mixture, 10 steps, --quiet): EP 2 on 2 ranks, and on 4 (each expert on 2), its shared state against every rank
-# all (GROUP-FLAG 1) bit for bit; saved at step 5 and resumed, the uninterrupted run's weights bit for bit; resumed
+# (a mixture, 10 steps, --quiet): EP 2 on 2 ranks, on 4 (each expert on 2), and EP 2 x TP 2, its shared state against
+# every rank all (GROUP-FLAG 1) bit for bit; saved at step 5 and resumed, the uninterrupted run's weights bit for bit; resumed
 # without EP (a checkpoint unit a global expert's) its state loaded, not afresh, the losses within 1e-3 of EP 2's (a
 # state lost or misplaced parts them far more); against DDP 2 said, not held; the planner's state on the fullest rank
 # against the run's (WORDS before its MiB in the run's log).
@@ -105,6 +105,10 @@ ep_state_checks() { # NAME GROUP-FLAG WORDS
     if ep_run ep4 --nproc 4 --ep 2 --batch 1 && ep_run ep4_1 --nproc 4 --ep 2 --batch 1 "$group" 1 && cmp -s "$(w10 ep4)" "$(w10 ep4_1)"; then
         ok "$name, EP 2 on 4 ranks (each expert on 2): shared against every rank all, the same weights bit for bit"
     else fail "$name, EP 2 on 4 ranks: $(grep -v oversubscribed "$dir/ep4_1.out" | tail -1)"; fi
+    if ep_run eptp --nproc 4 --ep 2 --tp 2 --batch 2 && ep_run eptp_1 --nproc 4 --ep 2 --tp 2 --batch 2 "$group" 1 &&
+        cmp -s "$(w10 eptp)" "$(w10 eptp_1)"; then
+        ok "$name, EP 2 x TP 2 (the whole view keeps a rank's own experts): shared against every rank all, bit for bit (against EP 2, said: $(worst loss "$dir/ep2.jsonl" "$dir/eptp.jsonl" 10))"
+    else fail "$name, EP 2 x TP 2: $(grep -v oversubscribed "$dir/eptp_1.out" | tail -1)"; fi
     if ep_run ep2_p --nproc 2 --ep 2 --batch 2 --save-every 5 --stop-after 5 && rm -rf "$dir/ep2_dp" && cp -r "$dir/ep2_p" "$dir/ep2_dp" &&
         "$DTRAIN" train --resume "$dir/ep2_p" --nproc 2 --ep 2 --quiet --metrics "$dir/ep2_r.jsonl" > "$dir/ep2_r.out" 2>&1 &&
         cmp -s "$(w10 ep2)" "$(w10 ep2_p)"; then

@@ -77,7 +77,13 @@ static dt_status learn_slices(dt_tp_whole *w) {
         for (int k = 0; k < t->ndim; k++) t->count *= (size_t)(t->shape[k] = t->gshape[k]);
         if (t->tied_copy) t->count = 0;
         t->offset = t->count ? t->goffset - w->base : 0;
-        dt_tensor_set_whole(t);
+        if (t->group == DT_GROUP_EXPERT && t->count) { /* expert parallelism's own experts: the same on every rank of the
+                                                        * group, kept as this rank holds them, where they sit in the whole */
+            *t = w->m.tensors[i];
+            t->offset = t->goffset - w->base + (size_t)t->slice.offset * (t->count / (size_t)t->shape[0]);
+        } else {
+            dt_tensor_set_whole(t);
+        }
         t->split = DT_SPLIT_NONE, t->replicas = 0, t->replica = 0;
         if (t->offset + t->count > w->floats) w->floats = t->offset + t->count;
         size_t all = 0;
@@ -107,7 +113,7 @@ dt_status dt_tp_whole_gather(dt_tp_whole *w, const float *local, float *whole) {
     for (int i = 0; i < w->n; i++) {
         const dt_tensor_info *t = &w->m.tensors[i];
         if (!t->count || t->tied_copy) continue;
-        if (!dt_tensor_is_sliced(t)) {
+        if (!dt_tensor_is_sliced(t) || t->group == DT_GROUP_EXPERT) { /* whole here, or a rank's own experts */
             memcpy(whole + w->whole[i].offset, local + t->offset, t->count * sizeof(float));
             continue;
         }

@@ -143,11 +143,6 @@ dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *c
         return dt_error(DT_ERR_ARG, "--ep %d spreads a mixture's experts over ranks: the model has none (--experts E)", d->ep);
     if (d->ep > 1 && cfg->experts % d->ep)
         return dt_error(DT_ERR_ARG, "--ep %d does not divide the model's %d experts (each rank holds the same number)", d->ep, cfg->experts);
-    /* SOAP and Shampoo step each rank's own experts where they are (K-FAC leaves them as they are), but under tensor
-     * parallelism they see the tensors made whole over the group, which an expert-parallel rank's experts are not */
-    if (d->ep > 1 && d->tp > 1 && (c->opt.kind == DT_OPT_SOAP || c->shampoo_on))
-        return dt_error(DT_ERR_UNSUPPORTED, "%s with --ep %d and --tp %d: not yet (it makes tensor-parallel slices whole, an "
-                        "expert-parallel rank's experts are its own); either alone runs it", preconditioner(c), d->ep, d->tp);
     if (c->moe_z_loss > 0 && (d->pp > 1 || d->cp > 1))
         return dt_error(DT_ERR_UNSUPPORTED, "the router z-loss (--moe-z-loss) is the mean over a micro-batch's layers and tokens: over %d "
                         "pipeline stages or %d context-parallel ranks each would see a part: not in this build", d->pp, d->cp);
