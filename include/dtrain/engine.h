@@ -62,6 +62,9 @@ dt_codec *dt_engine_codec(dt_engine *e);
 dt_loss_scale *dt_engine_loss_scale(dt_engine *e);
 /* The slice of the store this rank's optimizer owns. */
 void dt_engine_share(const dt_engine *e, size_t *off, size_t *n);
+/* The slice's runs of the store, in the optimizer's order (its buffers hold them side by side); returns how many
+ * (one, [off, off + n), unless the strategy's slice is several: ZeRO with experts spread over ranks). */
+int dt_engine_runs(const dt_engine *e, const dt_store_range **out);
 /* The strategy's communication buffers, in bytes. */
 size_t dt_engine_buffer_bytes(const dt_engine *e);
 /* Bytes of parameters and gradients this rank holds (ZeRO-2 and 3 shard them). */

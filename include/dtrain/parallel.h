@@ -173,6 +173,9 @@ double dt_ddp_updated_in_backward(const dt_ddp *d);
  * compared across the ranks of c (one allgather). Fails naming the first rank
  * that differs; *hash gets this rank's. */
 dt_status dt_ddp_check_replicas(dt_comm *c, const float *p, size_t n, uint64_t *hash);
+/* The same with experts spread over ranks: the shared tensors over c, this rank's experts over ec (NULL: none holds
+ * the same ones); p the store's values of size bytes each (f32, or a 16-bit copy). */
+dt_status dt_ddp_check_groups(dt_comm *c, dt_comm *ec, const dt_model *m, const void *p, size_t size, uint64_t *hash);
 
 #ifdef __cplusplus
 }

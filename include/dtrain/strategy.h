@@ -128,6 +128,9 @@ typedef struct {
     void *device;
 } dt_engine_config;
 
+/* A run of the flat store, [off, off + n). */
+typedef struct { size_t off, n; } dt_store_range;
+
 /* A parallel strategy. Every callback but create may be NULL (nothing to do). */
 typedef struct dt_strategy {
     const char *name;
@@ -175,6 +178,10 @@ typedef struct dt_strategy {
      * gradients zeroed after. The host store and the optimizer's buffers are then mirrors, made current by
      * materialize(on 1) and read back by materialize(on 0) (a save, a resume). NULL: the engine updates the host store. */
     dt_status (*update)(void *state, float lr, struct dt_step_result *r);
+    /* A slice that is not one run of the store (ZeRO with experts spread over ranks: its shard of the shared tensors
+     * and its shard of its own experts, runs between the layers' other tensors): its runs in *out, in the order the
+     * optimizer's state keeps them, create's *n their floats in all; returns how many. 0 (or NULL): [off, off + n). */
+    int (*ranges)(void *state, const dt_store_range **out);
 } dt_strategy;
 
 #ifdef __cplusplus

@@ -21,6 +21,8 @@ extern const char *const dt_ckpt_lm_shape[19], *const dt_ckpt_lm_numbers[9];
  * that range, written to (write 1) or read from a file in the whole
  * model's layout (buffer b at b * global parameters): the table's runs. */
 dt_status dt_ckpt_file_runs(const char *path, int write, const dt_model *m, float *const *bufs, int nb, size_t off, size_t n);
+/* The same for a slice of several runs of the store (dt_engine_runs), the buffers holding them side by side. */
+dt_status dt_ckpt_file_slice(const char *path, int write, const dt_model *m, float *const *bufs, int nb, const dt_store_range *rg, int nrg);
 /* The manifest's model.lora (a LoRA run's adapters): *found, and then *out, its targets copied into targets[cap]; an
  * error naming the file where it is malformed. */
 dt_status dt_ckpt_manifest_lora(const cJSON *j, const char *mpath, bool *found, dt_lora_config *out, char *targets, size_t cap);

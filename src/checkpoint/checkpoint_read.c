@@ -217,6 +217,15 @@ static dt_status read_slice(const char *dir, const char *file, const dt_model *m
     return dt_ckpt_file_runs(path, 0, m, bufs, nb, off, n);
 }
 
+/* This rank's slice of optim.f32 (verified), its runs of the store (dt_engine_runs). */
+static dt_status read_optim(const char *dir, const dt_engine *e, const dt_model *m, float *const *obuf) {
+    char path[8192];
+    const dt_store_range *rg;
+    int nrg = dt_engine_runs(e, &rg);
+    snprintf(path, sizeof path, "%s/optim.f32", dir);
+    return dt_ckpt_file_slice(path, 0, m, obuf, obuf[1] ? 2 : 1, rg, nrg);
+}
+
 /* The saved run's global batch: micro-batch x accumulation x data-parallel ranks (tensor-parallel ranks, pipeline
  * stages and context-parallel ranks share their samples; a checkpoint without those keys had none); 0 if unknown. */
 long dt_ckpt_global_batch(const cJSON *j) {
@@ -459,7 +468,7 @@ static dt_status read_step(const char *dir, const dt_train_config *c, int nranks
     }
     if (!st && cm->nbuffers) st = read_floats(sub, j, "buffers.f32", bbuf, 1, cm->nbuffers);
     if (!st) st = dt_ckpt_verify_file(sub, j, "optim.f32", obuf[1] ? 2 : 1, G, NULL);
-    if (!st) st = read_slice(sub, "optim.f32", &cm->m, obuf, obuf[1] ? 2 : 1, off, share);
+    if (!st) st = read_optim(sub, e, &cm->m, obuf);
     if (!st) st = read_loss_scale(j, mpath, dt_engine_loss_scale(e));
     if (!st) {
         warn_changes(j, mpath, c, nranks);
@@ -523,7 +532,7 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
     if (!st && cm->nbuffers) st = dt_comm_broadcast(w, cm->buffers, cm->nbuffers, DT_F32, 0);
     float *obuf[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
     if ((share != n || sliced) && rank != 0 && !st) /* each rank reads its own slice of the file rank 0 has checked */
-        st = read_slice(sub, "optim.f32", &cm->m, obuf, obuf[1] ? 2 : 1, off, share);
+        st = read_optim(sub, e, &cm->m, obuf);
     for (int i = 0; i < 2 && !st && share == n && !sliced; i++)
         if (obuf[i]) st = dt_comm_broadcast(w, obuf[i], n, DT_F32, 0);
     dt_loss_scale *ls = dt_engine_loss_scale(e);

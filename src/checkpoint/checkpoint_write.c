@@ -427,21 +427,42 @@ static void run_io(size_t lo, size_t go, size_t n, void *ctx) {
     }
 }
 
-dt_status dt_ckpt_file_runs(const char *path, int write, const dt_model *m, float *const *bufs, int nb, size_t off, size_t n) {
+dt_status dt_ckpt_file_slice(const char *path, int write, const dt_model *m, float *const *bufs, int nb, const dt_store_range *rg, int nrg) {
     int fd = write ? open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dt_error(DT_ERR_IO, "%s: cannot %s: %s", path, write ? "create" : "open", strerror(errno));
-    runs_io x = { fd, nb, write, bufs, dt_model_global_params(m), off, path, DT_OK, 0, 0 };
+    float *at[2] = { bufs[0], nb > 1 ? bufs[1] : NULL }; /* run j's values in each buffer */
+    runs_io x = { fd, nb, write, at, dt_model_global_params(m), 0, path, DT_OK, 0, 0 };
     for (int i = 0; i < m->ntensors; i++)
         if (m->tensors[i].tied_copy) x.tied0 = m->tensors[i].offset, x.tied1 = m->tensors[i].offset + m->tensors[i].count;
-    dt_model_global_runs(m, off, n, run_io, &x);
+    for (int j = 0; j < nrg && !x.st; j++) {
+        x.off = rg[j].off;
+        dt_model_global_runs(m, rg[j].off, rg[j].n, run_io, &x);
+        for (int b = 0; b < nb; b++) at[b] += rg[j].n;
+    }
     if (write && fsync(fd) != 0 && !x.st) x.st = dt_error(DT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
     close(fd);
     return x.st;
 }
 
+dt_status dt_ckpt_file_runs(const char *path, int write, const dt_model *m, float *const *bufs, int nb, size_t off, size_t n) {
+    dt_store_range one = { off, n };
+    return dt_ckpt_file_slice(path, write, m, bufs, nb, &one, 1);
+}
+
 /* This rank's slice of each buffer, written in place into the shared file. */
 static dt_status write_slice(const char *path, const dt_model *m, const float *const *bufs, int nb, size_t off, size_t n) {
     return dt_ckpt_file_runs(path, 1, m, (float *const *)bufs, nb, off, n);
+}
+
+/* This rank's slice of the store P (its runs, dt_engine_runs), written in place into the shared file. */
+static dt_status write_runs(const char *path, const dt_model *m, const float *P, const dt_engine *e) {
+    const dt_store_range *rg;
+    dt_status st = DT_OK;
+    for (int j = 0, nrg = dt_engine_runs(e, &rg); j < nrg && !st; j++) {
+        const float *at[1] = { P + rg[j].off };
+        st = write_slice(path, m, at, 1, rg[j].off, rg[j].n);
+    }
+    return st;
 }
 
 /* A file's floats [a, b) of each of its nb buffers of G, hashed as verify_file does a piece. */
@@ -562,7 +583,7 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
         const float *slice[1] = { ps ? P + off : P };
         hp = dt_hash_words(DT_HASH_INIT, P + off, n);
         snprintf(path, sizeof path, "%s/params.f32", tmp);
-        st = ps ? write_slice(path, &m, slice, 1, off, n) : write_slice(path, &m, slice, 1, 0, m.nparams);
+        st = ps ? write_runs(path, &m, P, e) : write_slice(path, &m, slice, 1, 0, m.nparams);
     } else if (rank == 0 && !sliced) {
         size_t pb = m.nparams * sizeof(float);
         const void *pp[1] = { P };
@@ -581,7 +602,9 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     if (rank == 0 && !st) st = dt_ckpt_codec_write(tmp, cm);
     if (!st) st = dt_ckpt_units_write(tmp, cm); /* the ranks holding a source's state (a stage's first data-parallel rank) */
     snprintf(path, sizeof path, "%s/optim.f32", tmp);
-    if (!st && (!sliced || sharded || dp0)) st = write_slice(path, &m, bufs, nb, off, n);
+    const dt_store_range *rg;
+    int nrg = dt_engine_runs(e, &rg);
+    if (!st && (!sliced || sharded || dp0)) st = dt_ckpt_file_slice(path, 1, &m, (float *const *)bufs, nb, rg, nrg);
     /* every rank's slice, and whether it is on disk: the manifest needs the one, the commit the other */
     piece *all = calloc((size_t)p, sizeof *all);
     uint64_t mine[5] = { st != DT_OK, off, n, h, hp }, *got = malloc(sizeof *got * 5 * (size_t)p);

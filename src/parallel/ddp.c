@@ -33,6 +33,7 @@
 #include "dtrain/codec.h"
 #include "dtrain/kernels.h"
 #include "grad_pool.h"
+#include "zero_shards.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -106,6 +107,11 @@ struct dt_ddp {
     /* ZeRO-2/3 (shards given to dt_ddp_create): each rank keeps only its shard */
     const size_t *shard_off, *shard_cnt; /* every rank's shard; NULL: allreduce, every rank keeps everything */
     size_t s0, s1;       /* what the store keeps in its own pages: this rank's shard (nothing with a 16-bit store) */
+    /* ZeRO with experts spread over ranks (dt_ddp_set_region_shards): the shards of each region of the store, a bucket
+     * reduced to the owners in its own region's order (no pool); NULL: shard_off's */
+    const dt_zero_shards *sh;
+    dt_store_range *keep; /* what the store keeps in its own pages, in store order: [s0, s1), or this rank's runs */
+    int nkeep;
     int retired;         /* buckets whose other shards' parts went back (to the pool, or the system) this step */
     /* With the store in the shared arena, a step's buckets borrow the pages of a small pool for their parts outside
      * the shard (grad_pool.h); with a pool, the reductions are cut at page edges */
@@ -121,6 +127,9 @@ struct dt_ddp {
     float *acc;
     size_t acc_cap;
 };
+
+/* Whether each rank keeps only its shard of the averaged gradients (ZeRO 2, 3). */
+static bool sharded(const dt_ddp *d) { return d->shard_off || d->sh; }
 
 /* The table's tensors as gradient ranges in the order backward finalises
  * them: by grad_unit, last first, and within a unit from the end of the
@@ -383,7 +392,7 @@ static dt_status reduce_piece(dt_ddp *d, int k, size_t a, size_t b, int root) {
         /* in 16 bits, in place: the first half of the piece's bytes (contiguous, in the pool too); widened back
          * once done where the average lands here (a reduction to another rank leaves nothing to keep) */
         dt_lp_narrow_inplace(g, b - a, d->wire);
-        if (root < 0 || root == dt_comm_rank(d->c)) d->narrowed[d->nreqs] = (narrow){ a, b - a, g };
+        if (root < 0 || root == dt_comm_rank(c)) d->narrowed[d->nreqs] = (narrow){ a, b - a, g };
     }
     dt_status st = root >= 0 ? dt_comm_ireduce(c, g, g, b - a, d->wire, DT_AVG, root, req)
                              : dt_comm_iallreduce(c, g, g, b - a, d->wire, DT_AVG, req);
@@ -391,10 +400,26 @@ static dt_status reduce_piece(dt_ddp *d, int k, size_t a, size_t b, int root) {
     return st;
 }
 
+/* A bucket's range with shards by region: reduced to each owner of a piece of it in its region's order, over the
+ * region's ranks (a bucket holds one group's tensors, neighbours in that order too); a region this rank alone holds
+ * only takes its share. */
+static dt_status reduce_by_region(dt_ddp *d, int k, size_t off, size_t n) {
+    const dt_zero_region *g = &d->sh->r[d->sh->nr == 2 && d->b[k].group == DT_GROUP_EXPERT];
+    if (!g->comm) return reduce_piece(d, k, off, off + n, -1);
+    size_t v = dt_zero_region_at(g, off);
+    for (int r = 0; r < dt_comm_size(g->comm); r++) {
+        size_t x0 = v > g->offs[r] ? v : g->offs[r], x1 = v + n < g->offs[r] + g->counts[r] ? v + n : g->offs[r] + g->counts[r];
+        dt_status st = x0 < x1 ? reduce_piece(d, k, off + (x0 - v), off + (x1 - v), r) : DT_OK;
+        if (st) return st;
+    }
+    return DT_OK;
+}
+
 /* A bucket's range, averaged: allreduced (every rank gets it all), or with
  * shards reduced to each owner, a piece per shard it crosses. */
 static dt_status reduce_range(dt_ddp *d, int k, size_t off, size_t n) {
     int p = dt_comm_size(d->c);
+    if (d->sh) return reduce_by_region(d, k, off, n);
     if (!d->shard_off && !d->pooled) return reduce_piece(d, k, off, off + n, -1);
     for (int r = 0; r < p; r++) {
         /* without shards (a 16-bit store, pooled): the whole range, allreduced */
@@ -415,14 +440,18 @@ static dt_status reduce_range(dt_ddp *d, int k, size_t off, size_t n) {
 }
 
 /* [off, off + n) outside this rank's shard goes back to the system (reads as zeros). */
-static void release_others(dt_ddp *d, size_t off, size_t n) {
-    size_t end = off + n;
-    if (off < d->s0) dt_comm_release(d->c, d->grads + off, ((end < d->s0 ? end : d->s0) - off) * sizeof(float));
-    if (end > d->s1) {
-        size_t a = off > d->s1 ? off : d->s1;
-        dt_comm_release(d->c, d->grads + a, (end - a) * sizeof(float));
+static void outside_keep(dt_ddp *d, size_t off, size_t n, bool zero) {
+    size_t at = off, end = off + n;
+    for (int j = 0; j <= d->nkeep && at < end; j++) {
+        size_t k0 = j < d->nkeep ? d->keep[j].off : end, k1 = j < d->nkeep ? k0 + d->keep[j].n : end;
+        size_t b = k0 < end ? k0 : end;
+        if (b > at && zero) memset(d->grads + at, 0, (b - at) * sizeof(float));
+        else if (b > at) dt_comm_release(d->c, d->grads + at, (b - at) * sizeof(float));
+        if (k1 > at) at = k1;
     }
 }
+
+static void release_others(dt_ddp *d, size_t off, size_t n) { outside_keep(d, off, n, false); }
 
 /* Where this step accumulated micro-steps into the store's own pages, the part outside the shard (a 16-bit store: the
  * whole f32 store) is zeroed in place once the step's reductions are done, not given back: those pages fill again in the
@@ -431,17 +460,14 @@ static void release_others(dt_ddp *d, size_t off, size_t n) {
  * store: 2006-2015 ms against its f32 store's 1399-1408). */
 static bool zero_in_place(const dt_ddp *d) { return d->accumulated; }
 
-static void zero_others(dt_ddp *d) {
-    memset(d->grads, 0, d->s0 * sizeof(float));
-    memset(d->grads + d->s1, 0, (d->nparams - d->s1) * sizeof(float));
-}
+static void zero_others(dt_ddp *d) { outside_keep(d, 0, d->nparams, true); }
 
 /* With shards: each bucket whose reductions are done (with wait: up to
  * bucket upto, waiting) gives back the other shards' parts, so that a rank
  * holds its shard and the buckets in flight. A pooled bucket's pages go back
  * to the pool. */
 static dt_status retire(dt_ddp *d, int upto, bool wait) {
-    while ((d->shard_off || d->g16) && d->retired < upto) {
+    while ((sharded(d) || d->g16) && d->retired < upto) {
         bucket *k = &d->b[d->retired];
         bool done = true;
         for (int i = 0; i < k->nreq && done; i++) {
@@ -595,12 +621,32 @@ static dt_status set_shards(dt_ddp *d, const size_t *offs, const size_t *counts)
         next += counts[r];
     }
     if (next != d->nparams) return dt_error(DT_ERR_ARG, "ddp: the shards cover %zu of %zu parameters", next, d->nparams);
+    if (!(d->keep = malloc(sizeof *d->keep))) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
     d->shard_off = offs;
     d->shard_cnt = counts;
     d->s0 = offs[me];
     d->s1 = offs[me] + counts[me];
+    d->keep[0] = (dt_store_range){ d->s0, d->s1 - d->s0 };
+    d->nkeep = 1;
     release_others(d, 0, d->nparams); /* pre-faulted anyway where the arena is private memory */
     return make_pool(d);
+}
+
+static int by_offset(const void *a, const void *b) {
+    const dt_store_range *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+dt_status dt_ddp_set_region_shards(dt_ddp *d, const dt_zero_shards *sh) {
+    if (d->shard_off || d->sh || d->g16 || d->codec || d->opt)
+        return dt_error(DT_ERR_UNSUPPORTED, "ddp: shards by region are set once, before any optimizer, without a codec or a 16-bit store");
+    if (!(d->keep = malloc(sizeof *d->keep * (size_t)(sh->nruns + 1)))) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
+    memcpy(d->keep, sh->runs, sizeof *d->keep * (size_t)sh->nruns);
+    qsort(d->keep, (size_t)sh->nruns, sizeof *d->keep, by_offset);
+    d->nkeep = sh->nruns;
+    d->sh = sh;
+    release_others(d, 0, d->nparams);
+    return DT_OK;
 }
 
 int dt_ddp_bucket_lens(const dt_model *m, size_t bucket_first, size_t bucket_bytes, size_t *lens, int cap) {
@@ -699,6 +745,7 @@ dt_status dt_ddp_set_grad_store(dt_ddp *d, dt_dtype t, size_t off, size_t n) {
     dt_grad_pool_destroy(d->pool);
     d->pool = NULL;
     d->s0 = d->s1 = 0;
+    d->nkeep = 0;
     dt_comm_release(d->c, d->grads, d->nparams * sizeof(float));
     if (!st) st = make_pool(d);
     if (!st) begin(d, 1, 0, false);
@@ -706,7 +753,7 @@ dt_status dt_ddp_set_grad_store(dt_ddp *d, dt_dtype t, size_t off, size_t n) {
 }
 
 dt_status dt_ddp_leave_out_tied_copy(dt_ddp *d) {
-    if (d->shard_off || d->g16 || d->codec || d->leave_tied) return DT_OK; /* their pools lend the buckets' pages: the copy's stay in one */
+    if (sharded(d) || d->g16 || d->codec || d->leave_tied) return DT_OK; /* their pools lend the buckets' pages: the copy's stay in one */
     d->leave_tied = true;
     return plan_buckets(d);
 }
@@ -750,6 +797,7 @@ void dt_ddp_destroy(dt_ddp *d) {
     dt_comm_free(d->c, d->rows);
     dt_comm_free(d->c, d->toks);
     free(d->touched);
+    free(d->keep);
     free(d->all);
     free(d->b);
     free(d->order);
@@ -855,7 +903,7 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
     dt_status st = settle_all(d, &waited);
     if (d->codec && d->sync) codec_figures(d, r);
     st = embedding_rows(d, st, &waited);
-    if (d->shard_off || d->g16) {
+    if (sharded(d) || d->g16) {
         /* everything outside the shard (a 16-bit store: everything), the exchanged embedding rows included */
         dt_status s2 = dt_grad_pool_give_back(d->pool);
         if (!st) st = s2;
@@ -901,19 +949,24 @@ dt_status dt_ddp_check_replicas(dt_comm *c, const float *p, size_t n, uint64_t *
     return same_hash(c, *hash, "weights");
 }
 
-/* With experts spread over ranks: the tensors of every data-parallel rank agree over all of them, each rank's experts
- * over the ranks holding the same ones (*hash: of both, this rank's). */
-static dt_status check_groups(const dt_engine_config *c, uint64_t *hash) {
-    const dt_model *m = &c->model;
-    const float *p = m->params(m->self);
+/* With experts spread over ranks: the tensors of every data-parallel rank agree over all of them (c), each rank's
+ * experts over the ranks holding the same ones (ec; *hash: of both, this rank's). p: the store's values, of size
+ * bytes each (f32, or a 16-bit copy: an odd tensor's last value a word of its own). */
+dt_status dt_ddp_check_groups(dt_comm *c, dt_comm *ec, const dt_model *m, const void *p, size_t size, uint64_t *hash) {
     uint64_t h[2] = { DT_HASH_INIT, DT_HASH_INIT };
     for (int i = 0; i < m->ntensors; i++) {
         const dt_tensor_info *t = &m->tensors[i];
-        h[t->group == DT_GROUP_EXPERT] = dt_hash_words(h[t->group == DT_GROUP_EXPERT], p + t->offset, t->count);
+        const char *x = (const char *)p + t->offset * size;
+        size_t bytes = t->count * size;
+        uint32_t tail = 0;
+        memcpy(&tail, x + bytes / 4 * 4, bytes % 4);
+        uint64_t *g = &h[t->group == DT_GROUP_EXPERT];
+        *g = dt_hash_words(*g, x, bytes / 4);
+        if (bytes % 4) *g = dt_hash_words(*g, &tail, 1);
     }
     *hash = h[0] ^ h[1];
-    dt_status st = same_hash(c->comm, h[0], "weights (but the experts')");
-    return st || !c->expert_comm ? st : same_hash(c->expert_comm, h[1], "experts");
+    dt_status st = same_hash(c, h[0], "weights (but the experts')");
+    return st || !ec ? st : same_hash(ec, h[1], "experts");
 }
 
 /* ---- DDP as the engine's strategy ---- */
@@ -969,7 +1022,7 @@ static dt_status s_finish(void *state, dt_sync_result *r) {
 
 static dt_status s_check(void *state, uint64_t *hash) {
     strategy *s = state;
-    if (s->c->ep > 1) return check_groups(s->c, hash);
+    if (s->c->ep > 1) return dt_ddp_check_groups(s->c->comm, s->c->expert_comm, &s->c->model, s->c->model.params(s->c->model.self), sizeof(float), hash);
     return dt_ddp_check_replicas(s->c->comm, s->c->model.params(s->c->model.self), s->c->model.nparams, hash);
 }
 

@@ -62,6 +62,7 @@
  * rounding of the reductions (tests/zero_equivalence.sh). */
 #include "dtrain/parallel.h"
 #include "dtrain/kernels.h"
+#include "zero_shards.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -79,10 +80,11 @@ typedef struct {
     int stage;
     dt_ddp *d;           /* the gradients' averaging */
     dt_codec *codec;     /* its gradient codec (NULL: none) */
-    size_t *counts, *offs; /* each rank's shard */
-    size_t off, n;       /* this rank's */
+    dt_zero_shards sh;   /* the ranks' shards; with one region (no experts spread over ranks) sh.r[0]'s order is the
+                          * store's, and this rank's shard the one run [sh.r[0].off, + sh.r[0].n) */
     float *mine, *all;   /* stages 1, 2: a piece of the updated shard, and every rank's piece, for the allgather */
-    size_t piece;        /* floats per rank per allgather: CHUNK, or the largest shard if smaller */
+    size_t piece;        /* floats per rank per allgather: CHUNK, or the largest shard if smaller (region_piece's largest) */
+    size_t all_n;        /* floats of all: the most a region's ranks gather at once */
     int in_backward;     /* the shard updated bucket by bucket inside backward */
     dt_optim *opt;       /* then: the optimizer it updates with */
     /* stage 3 */
@@ -103,13 +105,6 @@ typedef struct {
     dt_status err;       /* from a hook, reported at finish */
 } zero;
 
-/* Shard r of n elements over p ranks: the first n % p shards one longer. */
-static void shard(size_t n, int p, int r, size_t *off, size_t *count) {
-    size_t base = n / (size_t)p, extra = n % (size_t)p, k = (size_t)r;
-    *count = base + (k < extra);
-    *off = k * base + (k < extra ? k : extra);
-}
-
 static void z_destroy(void *state) {
     zero *z = state;
     if (!z) return;
@@ -121,8 +116,7 @@ static void z_destroy(void *state) {
     if (((z->stage == 3 && !z->whole) || z->sharded_master != OFF) && z->c->model.set_unit_hooks) z->c->model.set_unit_hooks(z->c->model.self, NULL, NULL, z);
     dt_ddp_destroy(z->d);
     dt_codec_destroy(z->codec);
-    free(z->counts);
-    free(z->offs);
+    dt_zero_shards_destroy(&z->sh);
     free(z->mine);
     free(z->all);
     free(z->state);
@@ -138,23 +132,35 @@ static dt_status gather_start(zero *z, int t);
 static dt_status gather_wait(zero *z, int t);
 static void nothing_to_gather(int unit, void *ctx) { (void)unit, (void)ctx; }
 
+/* Floats per rank per allgather of region g: CHUNK, or its largest shard if smaller. */
+static size_t region_piece(const dt_zero_region *g) {
+    size_t most = 0;
+    for (int r = 0; r < dt_zero_region_size(g); r++) most = g->counts[r] > most ? g->counts[r] : most;
+    return most < CHUNK ? most : CHUNK;
+}
+
 /* Every rank's shard of store (elements of size bytes, type t) to every rank,
- * in pieces of at most z->piece elements of every shard at a time through two
- * small buffers (a whole shard's staging would cost 4/N bytes per parameter). */
+ * region by region, in pieces of at most z->piece elements of every shard at a
+ * time through two small buffers (a whole shard's staging would cost 4/N bytes
+ * per parameter). */
 static dt_status allgather_shards(zero *z, void *store, size_t size, dt_dtype t) {
-    char *p = store, *mine = (char *)z->mine, *all = (char *)z->all; /* room for floats, the widest */
-    int np = dt_comm_size(z->c->comm);
-    size_t most = 0, counts[np], K = z->piece;
-    for (int r = 0; r < np; r++) most = z->counts[r] > most ? z->counts[r] : most;
+    char *mine = (char *)z->mine, *all = (char *)z->all; /* room for floats, the widest */
     dt_status st = DT_OK;
-    for (size_t at = 0; at < most && !st; at += K) {
-        size_t o = 0, k = z->n > at ? (z->n - at < K ? z->n - at : K) : 0;
-        for (int r = 0; r < np; r++) counts[r] = z->counts[r] > at ? (z->counts[r] - at < K ? z->counts[r] - at : K) : 0;
-        memcpy(mine, p + (z->off + at) * size, k * size);
-        if ((st = dt_comm_allgatherv(z->c->comm, mine, all, counts, t))) break;
-        for (int r = 0; r < np; r++) {
-            memcpy(p + (z->offs[r] + at) * size, all + o * size, counts[r] * size);
-            o += counts[r];
+    for (int k = 0; k < z->sh.nr && !st; k++) {
+        const dt_zero_region *g = &z->sh.r[k];
+        if (!g->comm) continue; /* this rank alone holds it */
+        int np = dt_comm_size(g->comm);
+        size_t most = 0, counts[np], K = region_piece(g);
+        for (int r = 0; r < np; r++) most = g->counts[r] > most ? g->counts[r] : most;
+        for (size_t at = 0; at < most && !st; at += K) {
+            size_t o = 0, n = g->n > at ? (g->n - at < K ? g->n - at : K) : 0;
+            for (int r = 0; r < np; r++) counts[r] = g->counts[r] > at ? (g->counts[r] - at < K ? g->counts[r] - at : K) : 0;
+            dt_zero_region_copy(g, store, mine, g->off + at, n, size, 1);
+            if ((st = dt_comm_allgatherv(g->comm, mine, all, counts, t))) break;
+            for (int r = 0; r < np; r++) {
+                dt_zero_region_copy(g, store, all + o * size, g->offs[r] + at, counts[r], size, 0);
+                o += counts[r];
+            }
         }
     }
     return st;
@@ -184,19 +190,23 @@ static size_t others(const zero *z, int t);
  * 16-bit model, the f32 master sharded from the first step); stage 3 keeps its shard, gathered unit by unit. */
 static dt_status copies_create(zero *z) {
     const dt_engine_config *c = z->c;
-    int stage = z->stage, p = dt_comm_size(c->comm);
+    int stage = z->stage;
     dt_status st = DT_OK;
-    z->shared_params = dt_zero_shares_params(c->comm) && c->model.set_param_storage ? AT_FIRST_STEP : OFF;
+    /* (with experts spread over ranks each holds its own at the same places of the store: a copy per rank) */
+    z->shared_params = dt_zero_shares_params(c->comm) && c->model.set_param_storage && z->sh.nr == 1 ? AT_FIRST_STEP : OFF;
     if (z->shared_params != OFF) return dt_comm_alloc_shared(c->comm, c->model.nparams * sizeof(float), (void **)&z->shared);
     if (stage == 3) {
         st = pieces_create(z);
         z->whole = !c->model.set_unit_hooks;
         return st;
     }
-    for (int r = 0; r < p; r++) z->piece = z->counts[r] > z->piece ? z->counts[r] : z->piece;
-    if (z->piece > CHUNK) z->piece = CHUNK;
+    for (int k = 0; k < z->sh.nr; k++) {
+        size_t K = region_piece(&z->sh.r[k]), A = (K + 1) * (size_t)dt_zero_region_size(&z->sh.r[k]);
+        z->piece = K > z->piece ? K : z->piece;
+        z->all_n = A > z->all_n ? A : z->all_n;
+    }
     z->mine = malloc(sizeof *z->mine * (z->piece + 1));
-    z->all = malloc(sizeof *z->all * (z->piece + 1) * (size_t)p);
+    z->all = malloc(sizeof *z->all * z->all_n);
     if (!z->mine || !z->all) return dt_error(DT_ERR_NOMEM, "zero%d: out of memory", stage);
     dt_dtype t;
     if (c->model.lp_copy && c->model.set_unit_hooks && (z->lp = c->model.lp_copy(c->model.self, 0, &t))) {
@@ -219,22 +229,17 @@ static void set_hooks(zero *z) {
 
 static dt_status z_create(const dt_engine_config *c, int stage, void **state, size_t *off, size_t *n) {
     if (!c->comm) return DT_OK; /* one process: its shard is everything (state NULL) */
-    if (c->ep > 1) /* its shards would cut each rank's own experts and the replicated tensors alike */
-        return dt_error(DT_ERR_UNSUPPORTED, "zero%d with experts spread over ranks (--ep %d): not in this build; --strategy ddp runs it", stage, c->ep);
-    int p = dt_comm_size(c->comm), rank = dt_comm_rank(c->comm);
     zero *z = calloc(1, sizeof *z);
-    if (!z || !(z->counts = malloc(sizeof *z->counts * (size_t)p)) || !(z->offs = malloc(sizeof *z->offs * (size_t)p))) {
-        if (z) free(z->counts);
-        free(z);
-        return dt_error(DT_ERR_NOMEM, "zero%d: out of memory", stage);
-    }
+    if (!z) return dt_error(DT_ERR_NOMEM, "zero%d: out of memory", stage);
     z->c = c;
     z->stage = stage;
-    for (int r = 0; r < p; r++) shard(c->model.nparams, p, r, &z->offs[r], &z->counts[r]);
-    shard(c->model.nparams, p, rank, &z->off, &z->n);
-    dt_status st = copies_create(z);
-    if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, stage >= 2 ? z->offs : NULL,
-                                stage >= 2 ? z->counts : NULL, &z->d);
+    dt_status st = dt_zero_shards_create(c, &z->sh);
+    const dt_zero_region *all = &z->sh.r[0]; /* the whole store when one region: its order is the store's */
+    if (!st) st = copies_create(z);
+    /* stages 2 and 3 reduce each bucket to its shards' owners: in the store's order, or by region (after the experts) */
+    bool one = z->sh.nr == 1;
+    if (!st) st = dt_ddp_create(c->comm, &c->model, c->bucket_first, c->bucket_bytes, stage >= 2 && one ? all->offs : NULL,
+                                stage >= 2 && one ? all->counts : NULL, &z->d);
     if (!st) st = dt_ddp_set_wire(z->d, c->grad_comm); /* stage 1 allreduces like ddp; 2 and 3 reduce to each shard's owner in 16 bits */
     /* a codec: its exchange averages a whole bucket on every rank (as DDP's, and ZeRO-1's); stages 2 and 3 keep their shard
      * of it and give the rest back once decoded. DGC's weight decay reads a bucket's parameters when it is compressed,
@@ -248,11 +253,14 @@ static dt_status z_create(const dt_engine_config *c, int stage, void **state, si
     /* a 16-bit gradient store: stage 1 keeps the whole averaged gradient (only the optimizer state is sharded,
      * 2 + 2 + 12/N), stages 2 and 3 their shard's */
     if (!st && c->grad_store != DT_F32)
-        st = dt_ddp_set_grad_store(z->d, c->grad_store, stage == 1 ? 0 : z->off, stage == 1 ? c->model.nparams : z->n);
+        st = dt_ddp_set_grad_store(z->d, c->grad_store, stage == 1 ? 0 : all->off, stage == 1 ? c->model.nparams : all->n);
+    /* (after the gradients' store and codec, which it checks) */
+    if (!st && c->ep > 1) st = dt_ddp_set_experts(z->d, c->expert_comm, c->ep);
+    if (!st && stage >= 2 && !one) st = dt_ddp_set_region_shards(z->d, &z->sh);
     if (!st) set_hooks(z);
     if (st) { z_destroy(z); return st; }
-    *off = z->off;
-    *n = z->n;
+    *off = z->sh.nr == 1 ? all->off : 0;
+    *n = z->sh.nr == 1 ? all->n : all->n + z->sh.r[1].n;
     *state = z;
     return DT_OK;
 }
@@ -269,31 +277,26 @@ static dt_status z3_create(const dt_engine_config *c, void **state, size_t *off,
 
 /* ---- stage 3: the parameters' pieces on demand ---- */
 
-/* The piece of tensor t in rank r's shard: [*a, *b). */
-static void piece_of(const zero *z, int t, int r, size_t *a, size_t *b) {
-    const dt_tensor_info *x = &z->c->model.tensors[t];
-    size_t s0 = z->offs[r], s1 = s0 + z->counts[r];
-    *a = x->offset > s0 ? x->offset : s0;
-    *b = x->offset + x->count < s1 ? x->offset + x->count : s1;
-    if (*a > *b) *a = *b;
-}
+/* The region holding tensor t. */
+static const dt_zero_region *region_of(const zero *z, int t) { return &z->sh.r[z->sh.region[t]]; }
 
 /* Floats of tensor t in other ranks' shards. */
 static size_t others(const zero *z, int t) {
     size_t a, b;
-    piece_of(z, t, dt_comm_rank(z->c->comm), &a, &b);
+    dt_zero_piece(&z->sh, z->c->model.tensors, t, dt_zero_region_rank(region_of(z, t)), &a, &b);
     return z->c->model.tensors[t].count - (b - a);
 }
 
-/* Every rank issues the same broadcasts in the same order: each owner of a piece sends it into place. */
+/* Every rank of t's region issues the same broadcasts in the same order: each owner of a piece sends it into place. */
 static dt_status gather_start(zero *z, int t) {
     if (z->state[t] != ABSENT) return DT_OK;
-    int p = dt_comm_size(z->c->comm);
-    for (int r = 0; r < p; r++) {
+    const dt_zero_region *g = region_of(z, t);
+    int p = dt_zero_region_size(g), stride = dt_comm_size(z->c->comm);
+    for (int r = 0; r < p && g->comm; r++) {
         size_t a, b;
-        piece_of(z, t, r, &a, &b);
+        dt_zero_piece(&z->sh, z->c->model.tensors, t, r, &a, &b);
         if (a == b) continue;
-        dt_status st = dt_comm_ibroadcast(z->c->comm, z->P + a, b - a, DT_F32, r, &z->req[(size_t)t * (size_t)p + (size_t)r]);
+        dt_status st = dt_comm_ibroadcast(g->comm, z->P + a, b - a, DT_F32, r, &z->req[(size_t)t * (size_t)stride + (size_t)r]);
         if (st) return st;
     }
     z->state[t] = IN_FLIGHT;
@@ -305,19 +308,20 @@ static dt_status gather_start(zero *z, int t) {
 
 static dt_status gather_wait(zero *z, int t) {
     if (z->state[t] != IN_FLIGHT) return DT_OK;
-    int p = dt_comm_size(z->c->comm);
+    int stride = dt_comm_size(z->c->comm);
     z->state[t] = RESIDENT;
-    return dt_waitall(z->req + (size_t)t * (size_t)p, p);
+    return dt_waitall(z->req + (size_t)t * (size_t)stride, dt_zero_region_size(region_of(z, t)));
 }
 
 /* The other shards' pieces of t go back to the system. */
 static dt_status release(zero *z, int t) {
     if (z->state[t] == ABSENT) return DT_OK;
     dt_status st = gather_wait(z, t);
-    int p = dt_comm_size(z->c->comm), me = dt_comm_rank(z->c->comm);
+    const dt_zero_region *g = region_of(z, t);
+    int p = dt_zero_region_size(g), me = dt_zero_region_rank(g);
     for (int r = 0; r < p; r++) {
         size_t a, b;
-        piece_of(z, t, r, &a, &b);
+        dt_zero_piece(&z->sh, z->c->model.tensors, t, r, &a, &b);
         if (r != me && a < b) dt_mem_release(z->P + a, (b - a) * sizeof(float));
     }
     z->held -= others(z, t);
@@ -411,7 +415,7 @@ static dt_status shard_master(zero *z) {
  * allgather of half the bytes of stage 1/2's f32 one), and what was gathered
  * of other shards in f32 goes back. */
 static dt_status gather_lp(zero *z) {
-    dt_lp_pack(z->lp + z->off, z->P + z->off, z->n, z->lpt);
+    for (int k = 0; k < z->sh.nruns; k++) dt_lp_pack(z->lp + z->sh.runs[k].off, z->P + z->sh.runs[k].off, z->sh.runs[k].n, z->lpt);
     dt_status st = allgather_shards(z, z->lp, sizeof *z->lp, z->lpt), s = release_everything(z);
     return st ? st : s;
 }
@@ -425,24 +429,26 @@ static dt_status gather_lp(zero *z) {
 static dt_status z_attach(void *state, dt_optim *o) {
     zero *z = state;
     const dt_engine_config *c = z ? z->c : NULL;
-    if (!z || c->step_at_end || c->skip_nonfinite || c->grad_clip > 0 || !dt_optim_elementwise(o)) return DT_OK;
+    /* (a slice of several runs is updated by the engine, which packs them: the optimizer's order is not the store's) */
+    if (!z || c->step_at_end || c->skip_nonfinite || c->grad_clip > 0 || !dt_optim_elementwise(o) || z->sh.nruns > 1) return DT_OK;
     z->in_backward = 1;
     z->opt = o;
-    return dt_ddp_set_optimizer(z->d, o, c->model.params(c->model.self), z->off, z->n);
+    return dt_ddp_set_optimizer(z->d, o, c->model.params(c->model.self), z->sh.r[0].off, z->sh.r[0].n);
 }
 
 /* The first step moves the parameters into the one shared copy: each rank
  * its shard (a resumed run has loaded them whole into its own by now). */
 static dt_status share_params(zero *z) {
     const dt_model *m = &z->c->model;
-    memcpy(z->shared + z->off, m->params(m->self) + z->off, z->n * sizeof(float));
+    const dt_zero_region *g = &z->sh.r[0]; /* (one region: the whole store) */
+    memcpy(z->shared + g->off, m->params(m->self) + g->off, g->n * sizeof(float));
     dt_status st = dt_comm_barrier(z->c->comm);
     if (st) return st;
     m->set_param_storage(m->self, z->shared);
     z->P = z->shared;
     z->shared_params = IN_USE;
     /* the update inside backward writes there too */
-    return z->in_backward ? dt_ddp_set_optimizer(z->d, z->opt, z->shared, z->off, z->n) : DT_OK;
+    return z->in_backward ? dt_ddp_set_optimizer(z->d, z->opt, z->shared, g->off, g->n) : DT_OK;
 }
 
 static void z_begin(void *state, int sync, float lr) {
@@ -485,8 +491,13 @@ static dt_status gather_params(zero *z);
 static void clear_other_grads(zero *z) {
     const dt_model *m = &z->c->model;
     float *g = m->grads(m->self);
-    memset(g, 0, z->off * sizeof *g);
-    memset(g + z->off + z->n, 0, (m->nparams - z->off - z->n) * sizeof *g);
+    if (z->sh.nruns > 1) { /* the engine zeroed the slice's runs: everything */
+        memset(g, 0, m->nparams * sizeof *g);
+        return;
+    }
+    size_t off = z->sh.r[0].off, n = z->sh.r[0].n;
+    memset(g, 0, off * sizeof *g);
+    memset(g + off + n, 0, (m->nparams - off - n) * sizeof *g);
 }
 
 /* Stages 1 and 2: every rank gets every shard's new parameters. Stage 3:
@@ -511,13 +522,16 @@ static dt_status gather_params(zero *z) {
 static uint16_t *z_grads_lp(void *state, dt_dtype *t) {
     zero *z = state;
     uint16_t *g = z ? dt_ddp_grad_store(z->d, t) : NULL;
-    return g && z->stage == 1 ? g + z->off : g;
+    return g && z->stage == 1 ? g + z->sh.r[0].off : g; /* (not with experts spread over ranks: one region) */
 }
 
 static dt_status z_check(void *state, uint64_t *hash) {
     zero *z = state;
     if (!z) return DT_OK;
     const dt_model *m = &z->c->model;
+    if (z->sh.nr == 2) /* the shared tensors over every rank, the experts over those holding the same ones */
+        return z->sharded_master == IN_USE ? dt_ddp_check_groups(z->c->comm, z->c->expert_comm, m, z->lp, sizeof *z->lp, hash)
+                                           : dt_ddp_check_groups(z->c->comm, z->c->expert_comm, m, m->params(m->self), sizeof(float), hash);
     if (z->sharded_master == IN_USE) {
         /* the f32 master is sharded: the replicas' working copies must agree (as 32-bit words, an odd last value alone) */
         uint32_t last = m->nparams % 2 ? z->lp[m->nparams - 1] : 0;
@@ -530,7 +544,7 @@ static dt_status z_check(void *state, uint64_t *hash) {
 static size_t z_buffers(void *state) {
     zero *z = state;
     if (!z) return 0;
-    size_t staging = z->mine ? (z->piece + 1) * sizeof(float) * (size_t)(dt_comm_size(z->c->comm) + 1) : 0;
+    size_t staging = z->mine ? (z->piece + 1 + z->all_n) * sizeof(float) : 0;
     /* stage 3: the other shards' tensors gathered at once, at most */
     return dt_ddp_buffer_bytes(z->d) + staging + z->held_max * sizeof(float);
 }
@@ -545,7 +559,7 @@ static void z_held(void *state, size_t *params, size_t *grads) {
     dt_dtype t;
     if (z->stage >= 2 || dt_ddp_grad_store(z->d, &t)) *grads = dt_ddp_grads_held(z->d);
     /* one shared copy: this rank's share of it is its shard */
-    if (z->shared_params == IN_USE) *params = dt_mem_resident(z->shared + z->off, z->n * sizeof(float));
+    if (z->shared_params == IN_USE) *params = dt_mem_resident(z->shared + z->sh.r[0].off, z->sh.r[0].n * sizeof(float));
     else if (z->stage == 3 || z->sharded_master == IN_USE) *params = dt_mem_resident(z->P, m->nparams * sizeof(float));
 }
 
@@ -562,18 +576,26 @@ static int z_params_sharded(void *state) {
     return z && (z->stage == 3 || z->sharded_master == IN_USE) && z->shared_params == OFF;
 }
 
+/* With experts spread over ranks: the slice's runs (zero_shards.h). */
+static int z_ranges(void *state, const dt_store_range **out) {
+    zero *z = state;
+    if (!z || z->sh.nr == 1) return 0;
+    *out = z->sh.runs;
+    return z->sh.nruns;
+}
+
 const dt_strategy dt_strategy_zero1 = {
     .name = "zero1", .create = z1_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
     .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp, .params_sharded = z_params_sharded,
-    .codec = z_codec,
+    .codec = z_codec, .ranges = z_ranges,
 };
 
 const dt_strategy dt_strategy_zero2 = {
     .name = "zero2", .create = z2_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update, .check_replicas = z_check,
     .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp, .params_sharded = z_params_sharded,
-    .codec = z_codec,
+    .codec = z_codec, .ranges = z_ranges,
 };
 
 /* No replicas to compare: each rank holds a different shard of the parameters. */
@@ -581,5 +603,5 @@ const dt_strategy dt_strategy_zero3 = {
     .name = "zero3", .create = z3_create, .destroy = z_destroy, .attach = z_attach, .begin = z_begin, .finish = z_finish,
     .reduce_sum = z_sum, .after_update = z_after_update,
     .buffer_bytes = z_buffers, .held = z_held, .materialize = z_materialize, .grads_lp = z_grads_lp, .params_sharded = z_params_sharded,
-    .codec = z_codec,
+    .codec = z_codec, .ranges = z_ranges,
 };

@@ -85,8 +85,14 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
      * and 3, and a 16-bit gradient store at any stage, the pool of pages for
      * two buckets in flight, at most the head's (the tied embedding) and the next */
     double BT = (double)j->batch * j->seq, C = j->model.channels;
-    double piece = psi / n < (1 << 22) ? psi / n : (1 << 22);
-    int pool = n > 1 && (j->stage >= 2 || dt_plan_lp_store(j)) && !accumulates(j);
+    double piece = psi / n < (1 << 22) ? psi / n : (1 << 22), staging = (n + 1) * piece;
+    if (j->ep > 1) { /* by region: the shared tensors' shards over n ranks, this rank's experts' over the n/ep holding them */
+        double x = (psi_sh - psi) / (j->ep - 1), pd = fmin((psi - x) / n, 1 << 22), px = fmin(x * j->ep / n, 1 << 22);
+        piece = fmax(pd, px);
+        staging = piece + fmax(pd * n, px * n / j->ep);
+    }
+    /* (with experts spread over ranks no pool: the pages outside a shard of runs go back to the system) */
+    int pool = n > 1 && (j->stage >= 2 || dt_plan_lp_store(j)) && !accumulates(j) && j->ep <= 1;
     double pool_bytes = pool ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : 0;
     /* ZeRO 2 and 3: the store's bytes outside this rank's shard ((n - 1) shards) go through the pool, whose pages come when
      * first lent: no more of it is resident than that range; a 16-bit store: the whole f32 store goes through it */
@@ -97,7 +103,10 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
     const dt_codec_config *k = &j->codec;
     int codec_first = k->kind != DT_CODEC_NONE && (k->start == 0 || k->kind == DT_CODEC_ONEBIT || k->kind == DT_CODEC_ZEROONE);
     m->comm = (n > 1 && !codec_first ? (n + 1) * BT * (C * f + 4) : 0) +
-              (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * (n + 1) * piece : 0) + pool_bytes;
+              (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * staging : 0) + pool_bytes;
+    /* with experts spread over ranks a shard is runs of the store between the experts': the update runs on a packed copy
+     * of its parameters and gradients */
+    if (j->ep > 1 && j->stage >= 1 && n > 1 && !j->paper_states) m->comm += 2 * f * psi_sh / n;
     /* LoRA: the adapters' buckets (no token table's rows deferred, no pool for a head that does not train) */
     if (j->lora.rank) {
         m->comm = n > 1 ? 2 * fmin((double)j->bucket_bytes, f * adapters) : 0;

@@ -35,6 +35,12 @@ struct dt_engine {
     void *state;
     dt_optim *opt;
     size_t off, n;   /* this rank's slice */
+    /* its runs of the store (one: [off, off + n)); with more (dt_strategy.ranges) the update runs on a packed copy of
+     * their parameters and gradients (8 bytes a float of the slice), in the optimizer's order */
+    const dt_store_range *rg;
+    int nrg;
+    dt_store_range one;
+    float *pk_p, *pk_g;
     double *sums;    /* LAMB/LARS's per-tensor sums, added over the ranks */
     dt_loss_scale_config lsc;
     dt_loss_scale ls;
@@ -65,11 +71,17 @@ static dt_status make_optimizer(dt_engine *e) {
     if (!spans) return dt_error(DT_ERR_NOMEM, "engine: out of memory");
     int k = 0;
     for (int i = 0; i < m->ntensors; i++) {
-        /* the part of each tensor inside the slice (a shard may cut one; its pieces share the number i) */
+        /* the part of each tensor inside the slice (a shard may cut one; its pieces share the number i), at its place in
+         * the optimizer's order; every tensor, even one with no piece here (count 0): the ranks then agree on the number
+         * of sums. A tensor lies in one run of a slice. */
         const dt_tensor_info *t = &m->tensors[i];
-        size_t a = t->offset > e->off ? t->offset : e->off, b = t->offset + t->count < e->off + e->n ? t->offset + t->count : e->off + e->n;
-        /* every tensor, even one with no piece here (count 0): the ranks then agree on the number of sums */
-        spans[k++] = a < b ? (dt_tensor_span){ a - e->off, b - a, i, 0, 0, 0 } : (dt_tensor_span){ 0, 0, i, 0, 0, 0 };
+        spans[k] = (dt_tensor_span){ 0, 0, i, 0, 0, 0 };
+        size_t v = 0; /* where run j starts in that order */
+        for (int j = 0; j < e->nrg; v += e->rg[j++].n) {
+            size_t o = e->rg[j].off, n = e->rg[j].n, a = t->offset > o ? t->offset : o, b = t->offset + t->count < o + n ? t->offset + t->count : o + n;
+            if (a < b) spans[k] = (dt_tensor_span){ a - o + v, b - a, i, 0, 0, 0 };
+        }
+        k++;
     }
     dt_status st = dt_optim_create(&e->cfg.opt, e->n, spans, k, &e->opt);
     free(spans);
@@ -87,6 +99,29 @@ static void trim_tied_copy(dt_engine *e) {
     const dt_model *m = &e->cfg.model;
     const dt_tensor_info *t = m->ntensors ? &m->tensors[m->ntensors - 1] : NULL;
     if (t && t->tied_copy && e->off == 0 && e->n == m->nparams && t->offset + t->count == m->nparams) e->n = t->offset;
+}
+
+/* The slice's runs of the store (dt_strategy.ranges), and the packed copy the update runs on where there are more than
+ * one: the optimizer's update alone (SGD, AdamW), the global norm's sum over the strategy's ranks (clipping, a loss
+ * scale's overflow check). */
+static dt_status take_ranges(dt_engine *e) {
+    int k = e->s->ranges && e->state ? e->s->ranges(e->state, &e->rg) : 0;
+    if (k <= 0) {
+        e->one = (dt_store_range){ e->off, e->n };
+        e->rg = &e->one;
+        e->nrg = 1;
+        return DT_OK;
+    }
+    e->nrg = k;
+    dt_optim_kind ok = e->cfg.opt.kind;
+    /* (LAMB's and LARS's per-tensor sums would add different ranks' experts; a preconditioner reads the whole store) */
+    if ((ok != DT_OPT_SGD && ok != DT_OPT_ADAMW) || e->cfg.precond || e->cfg.grad_store != DT_F32)
+        return dt_error(DT_ERR_UNSUPPORTED, "strategy %s with experts spread over ranks: SGD or AdamW on f32 gradients without a preconditioner "
+                        "(its slice is runs of the store between the experts': %s is not in this build)", e->s->name,
+                        e->cfg.precond ? e->cfg.precond->name : e->cfg.grad_store != DT_F32 ? "--grad-store" : dt_optim_kind_name(ok));
+    e->pk_p = malloc(sizeof *e->pk_p * (e->n + 1));
+    e->pk_g = malloc(sizeof *e->pk_g * (e->n + 1));
+    return e->pk_p && e->pk_g ? DT_OK : dt_error(DT_ERR_NOMEM, "engine: out of memory");
 }
 
 /* The codec's copy of its settings, completed from the optimizer's. 1-bit Adam takes AdamW's beta1. DGC's momentum
@@ -174,6 +209,7 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
     if (!st && c->precond) st = check_precond(e);
     if (!st && e->s->create) st = e->s->create(&e->cfg, &e->state, &e->off, &e->n);
     if (!st) trim_tied_copy(e);
+    if (!st) st = take_ranges(e);
     if (!st) st = make_optimizer(e);
     if (!st && e->s->attach) st = e->s->attach(e->state, e->opt);
     if (st) { dt_engine_destroy(e); return st; }
@@ -186,6 +222,8 @@ void dt_engine_destroy(dt_engine *e) {
     if (e->s && e->s->destroy && e->state) e->s->destroy(e->state);
     dt_optim_destroy(e->opt);
     free(e->sums);
+    free(e->pk_p);
+    free(e->pk_g);
     free(e);
 }
 
@@ -200,7 +238,7 @@ static double norm_of(const void *g, size_t i, size_t n, dt_dtype t) {
  * whole one on the first tensor-parallel rank, a K/V head on the first of the
  * ranks that keep it), never a tied copy's (its gradient is summed into the
  * owner's). */
-static double counted_sumsq(const dt_model *m, const void *g, dt_dtype t, size_t off, size_t n) {
+static double counted_sumsq_run(const dt_model *m, const void *g, dt_dtype t, size_t off, size_t n) {
     double ss = 0;
     for (int i = 0; i < m->ntensors; i++) {
         const dt_tensor_info *ti = &m->tensors[i];
@@ -212,6 +250,14 @@ static double counted_sumsq(const dt_model *m, const void *g, dt_dtype t, size_t
     return ss;
 }
 
+/* The same over the slice's runs (g: the slice in the optimizer's order). */
+static double counted_sumsq(const dt_engine *e, const void *g, dt_dtype t) {
+    double ss = 0;
+    size_t v = 0, w = t == DT_F32 ? sizeof(float) : sizeof(uint16_t);
+    for (int j = 0; j < e->nrg; v += e->rg[j++].n) ss += counted_sumsq_run(&e->cfg.model, (const char *)g + v * w, t, e->rg[j].off, e->rg[j].n);
+    return ss;
+}
+
 /* The global norm of the gradient (this rank's slice at g, of type t): its
  * squares summed over the data-parallel shards when the strategy shards it,
  * and with model parallelism each rank's counted squares over the
@@ -219,7 +265,7 @@ static double counted_sumsq(const dt_model *m, const void *g, dt_dtype t, size_t
 static dt_status global_norm(dt_engine *e, const void *g, dt_dtype t, double *norm) {
     if (!e->cfg.mp_comm && !e->s->reduce_sum) { *norm = norm_of(g, 0, e->n, t); return DT_OK; }
     double ss;
-    if (e->cfg.mp_comm) ss = counted_sumsq(&e->cfg.model, g, t, e->off, e->n);
+    if (e->cfg.mp_comm) ss = counted_sumsq(e, g, t);
     else ss = norm_of(g, 0, e->n, t), ss *= ss;
     dt_status st = e->s->reduce_sum ? e->s->reduce_sum(e->state, &ss, 1) : DT_OK;
     if (!st && e->cfg.mp_comm) st = dt_comm_allreduce(e->cfg.mp_comm, &ss, &ss, 1, DT_F64, DT_SUM);
@@ -270,6 +316,14 @@ static dt_status update_lp(dt_engine *e, float lr, dt_step_result *r, uint16_t *
     return e->s->after_update ? e->s->after_update(e->state) : DT_OK;
 }
 
+/* The slice's runs of store copied into buf side by side (out), or back from it. */
+static void pack(const dt_engine *e, float *store, float *buf, int out) {
+    for (int j = 0; j < e->nrg; buf += e->rg[j++].n) {
+        float *s = store + e->rg[j].off;
+        memcpy(out ? buf : s, out ? s : buf, e->rg[j].n * sizeof *buf);
+    }
+}
+
 /* The update on this rank's slice, after clipping; a non-finite step is
  * skipped (its gradients zeroed) when the run asks for it, or when the loss
  * scale overflowed. */
@@ -280,6 +334,10 @@ static dt_status update(dt_engine *e, float lr, float clip, dt_step_result *r) {
     uint16_t *g16 = e->s->grads_lp ? e->s->grads_lp(e->state, &t) : NULL;
     if (g16) return update_lp(e, lr, r, g16, t);
     float *p = c->model.params(c->model.self) + e->off, *g = c->model.grads(c->model.self) + e->off;
+    if (e->nrg > 1) { /* the runs side by side, in the optimizer's order */
+        pack(e, c->model.params(c->model.self), p = e->pk_p, 1);
+        pack(e, c->model.grads(c->model.self), g = e->pk_g, 1);
+    }
     dt_status st = DT_OK;
     if (c->skip_nonfinite || e->s->reduce_sum || e->scaling || c->mp_comm) {
         /* the global norm first: it may stop the update, and a sharded slice's own pass could not give it */
@@ -305,6 +363,10 @@ static dt_status update(dt_engine *e, float lr, float clip, dt_step_result *r) {
         }
     } else {
         r->norm = dt_optim_step_clipped(e->opt, p, g, lr, clip);
+    }
+    if (e->nrg > 1) { /* the parameters back, and the store's gradients zeroed as the optimizer zeroed the packed ones */
+        pack(e, c->model.params(c->model.self), p, 0);
+        for (int j = 0; j < e->nrg; j++) memset(c->model.grads(c->model.self) + e->rg[j].off, 0, e->rg[j].n * sizeof(float));
     }
     if (!st && e->s->after_update) st = e->s->after_update(e->state);
     return st;
@@ -504,8 +566,16 @@ void dt_engine_share(const dt_engine *e, size_t *off, size_t *n) {
     *n = e->n;
 }
 
+int dt_engine_runs(const dt_engine *e, const dt_store_range **out) {
+    *out = e->rg;
+    return e->nrg;
+}
 
-size_t dt_engine_buffer_bytes(const dt_engine *e) { return e->s->buffer_bytes ? e->s->buffer_bytes(e->state) : 0; }
+
+/* the strategy's, and the update's packed copy of a slice of several runs */
+size_t dt_engine_buffer_bytes(const dt_engine *e) {
+    return (e->s->buffer_bytes ? e->s->buffer_bytes(e->state) : 0) + (e->pk_p ? 2 * e->n * sizeof(float) : 0);
+}
 
 void dt_engine_held(const dt_engine *e, size_t *params, size_t *grads) {
     *params = *grads = e->cfg.model.nparams * sizeof(float);

@@ -60,9 +60,11 @@ static dt_status check_ep_cp(const dt_train_config *c, int dp, int tp, int cp, i
     if (ep > 1 && !paper && (cp > 1 || dt_train_is_image_model(c->model)))
         return dt_error(DT_ERR_UNSUPPORTED, "--ep %d: not with %s yet (experts spread over data-parallel ranks, with or without --pp and --tp)",
                         ep, dt_train_is_image_model(c->model) ? "an image model" : "--cp");
-    if (ep > 1 && !paper && c->strategy && strcmp(c->strategy, "ddp"))
-        return dt_error(DT_ERR_UNSUPPORTED, "--ep %d with --strategy %s: not yet (ZeRO's shards would cut each rank's own experts); "
-                        "--strategy ddp runs it", ep, c->strategy);
+    /* ZeRO cuts the shared tensors over every data-parallel rank and each rank's experts over those holding the same
+     * ones; a model-parallel norm would count replicas the shards already part */
+    bool zero = c->strategy && !strncmp(c->strategy, "zero", 4);
+    if (ep > 1 && !paper && zero && (tp > 1 || (c->pp ? c->pp : 1) > 1))
+        return dt_error(DT_ERR_UNSUPPORTED, "--ep %d with --strategy %s and --%s: not yet (ddp runs it)", ep, c->strategy, tp > 1 ? "tp" : "pp");
     if (cp > 1 && !paper && cp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--cp %d: not with %s yet", cp, cp_lacks(c));
     if (cp > 1 && c->seq % (2 * cp))
         return dt_error(DT_ERR_ARG, "--cp %d: --seq %d does not split into %d chunks (2 x --cp: rank r holds chunks r and %d-r)", cp, c->seq,
@@ -184,7 +186,7 @@ void dt_train_plan_job(const dt_train_config *c, const dt_gpt2_config *cfg, cons
                           .virt = c->pp_schedule == DT_PP_INTERLEAVED ? dt_train_pp_virt(c) : 1, .pp_wire = c->pp_wire,
                           .cp_wire = c->cp_wire, .local_ranks = d->local_ranks,
                           .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0,
-                          .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .shared_params = d->shared_params, .precision = c->precision,
+                          .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .shared_params = d->shared_params && d->ep <= 1, .precision = c->precision,
                           .grad_store = c->grad_store, .grad_comm = c->grad_comm, .lora = c->lora, .codec = c->codec, .steps = c->steps,
                           .kfac_on = c->kfac_on, .kfac = c->kfac, .shampoo_on = c->shampoo_on, .shampoo = c->shampoo };
     if (job->lora.rank && !job->lora.alpha) job->lora.alpha = 8;

@@ -276,7 +276,8 @@ static dt_status make_engine(run *r) {
                             .grad_store = c->grad_store,
                             .mp_comm = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL,
                             .expert_comm = r->ep_replicas, .ep = r->ep ? dt_comm_size(r->ep) : 1, .codec = &c->codec };
-    if (r->ep) ec.mp_comm = r->ep; /* the norm: the group's experts, and the rest counted once */
+    /* the norm: the group's experts, and the rest counted once (ZeRO's shards already part both over every rank) */
+    if (r->ep && !(c->strategy && !strncmp(c->strategy, "zero", 4))) ec.mp_comm = r->ep;
     dt_gpt2_model(r->m, &ec.model);
     dt_status st = DT_OK;
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
