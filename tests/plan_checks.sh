@@ -76,6 +76,12 @@ against_run "pp 2, zb1, bf16" --batch 2 --nproc 2 --pp 2 --grad-accum 4 --pp-sch
 against_run "pp 2, interleaved" --batch 2 --nproc 2 --pp 2 --grad-accum 4 --pp-schedule interleaved
 against_run "dp 2 x pp 2, interleaved, zero3 (C 192: the f32 pages at a shard's edges stay)" --channels 192 --batch 2 --nproc 4 --pp 2 \
     --grad-accum 2 --pp-schedule interleaved --zero 3
+# a mixture's experts spread over ranks (top-4 of 4: every rank routes its rows to both of a group's ranks alike): DDP and
+# ZeRO's stages, whose shards are runs of the store between the experts' (the update's packed copy in the buffers; ZeRO-3
+# gathers two blocks, at worst wholly another rank's)
+moe=(--model llama-tiny --experts 4 --experts-top-k 4 --kv-heads 2 --channels 384 --ffn 384 --batch 2 --nproc 4 --ep 2)
+against_run "dp 2 x ep 2, a mixture of 4 experts" "${moe[@]}"
+for z in 1 2 3; do against_run "dp 2 x ep 2, a mixture of 4 experts, zero$z" "${moe[@]}" --zero $z; done
 against_run "pp 3, interleaved, 3 chunks a stage" --layers 7 --batch 2 --nproc 3 --pp 3 --grad-accum 6 --pp-schedule interleaved \
     --virtual-stages 3
 # a 16-bit store's pool covers the whole f32 store: its pages mapped again over it as backward goes (5% under without them)

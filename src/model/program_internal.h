@@ -222,6 +222,7 @@ void dt_program_moe_ep_forward(dt_program *p, const moe_ep_block *b, const float
 void dt_program_moe_ep_backward(dt_program *p, const moe_ep_block *b, float *dys, float *dw);
 void dt_program_moe_ep_free_keep(program_slot *s);
 void dt_program_moe_ep_free_work(dt_program *p);
+size_t dt_program_moe_ep_bytes(const dt_program *p);
 
 /* A held block's values, stats and first tensor. */
 static inline float *value(const dt_program *p, int l, int v) { return p->s->val[p->bk[l] * p->f->nvalues + v]; }

@@ -215,3 +215,17 @@ void dt_program_moe_ep_free_work(dt_program *p) {
     free(w->rows), free(w->got), free(w->mine), free(w);
     p->ep_work = NULL;
 }
+
+/* What expert parallelism's buffers hold now: the exchanges' rows, the grouped rows' work and each held block's kept
+ * rows (they grow to the most rows a step routed here; activations, in the run's memory figures). */
+size_t dt_program_moe_ep_bytes(const dt_program *p) {
+    const struct moe_ep_work *w = p->ep_work;
+    size_t C = (size_t)p->cfg.channels, F = (size_t)p->cfg.ffn, E = (size_t)p->cfg.experts, P = (size_t)p->part.ep_size, n = 0;
+    if (w) n += w->io_cap * (C + 1) * 2 * sizeof(float) + w->n_cap * ((4 * F + C + 1) * sizeof(float) + 2 * sizeof(int32_t));
+    for (int k = 0; k < p->nslots; k++)
+        for (int i = 0; p->slots[k].ep_keep && i < p->slots[k].ep_nkeep; i++) {
+            const struct moe_ep_keep *x = &p->slots[k].ep_keep[i];
+            n += x->cap * (C + 1 + 2 * F) * sizeof(float) + (x->from ? P * E * sizeof(int32_t) : 0);
+        }
+    return n;
+}

@@ -224,6 +224,7 @@ dt_status dt_program_reserve(dt_program *p, int B, int T) {
 size_t dt_program_activation_memory(const dt_program *p) {
     size_t n = p->lp_work ? p->lp_work_floats * sizeof(float) : 0;
     if (p->moe_wide) n += dt_program_moe_weight_floats(p) * sizeof(float);
+    n += dt_program_moe_ep_bytes(p);
     for (int k = 0; k < p->nslots; k++) {
         const program_slot *s = &p->slots[k];
         if (s->mem) n += s->floats * sizeof(float) + (size_t)p->nl * s->lp_block * sizeof(uint16_t) + 3 * (size_t)s->cap_BT * sizeof(int32_t);

@@ -98,6 +98,9 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
      * first lent: no more of it is resident than that range; a 16-bit store: the whole f32 store goes through it */
     double outside = !pool ? 0 : dt_plan_lp_store(j) ? 4 * psi : j->stage >= 2 ? m->grads * (n - 1) : 0;
     if (outside > 0) pool_bytes = fmin(pool_bytes, outside);
+    /* with experts spread over ranks no pool: backward writes the store's own pages outside the shard, each bucket's
+     * given back once its reductions are done */
+    if (j->ep > 1 && j->stage >= 2 && n > 1 && !accumulates(j)) outside = 4 * psi - m->grads;
     /* the token table's rows deferred and exchanged (none where a codec runs from the first step: it takes that gradient
      * whole) */
     const dt_codec_config *k = &j->codec;
@@ -107,6 +110,9 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
     /* with experts spread over ranks a shard is runs of the store between the experts': the update runs on a packed copy
      * of its parameters and gradients */
     if (j->ep > 1 && j->stage >= 1 && n > 1 && !j->paper_states) m->comm += 2 * f * psi_sh / n;
+    /* and (each rank its own copy) ZeRO-3 gathers the unit running and the next: the largest block's, at worst wholly
+     * another rank's (a region's contiguous shards over few ranks give whole layers' experts to one) */
+    if (j->ep > 1 && j->stage >= 3 && n > 1 && !j->paper_states) m->comm += 2 * f * unit_lp[1];
     /* LoRA: the adapters' buckets (no token table's rows deferred, no pool for a head that does not train) */
     if (j->lora.rank) {
         m->comm = n > 1 ? 2 * fmin((double)j->bucket_bytes, f * adapters) : 0;
