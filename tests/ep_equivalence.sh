@@ -2,7 +2,8 @@
 # Expert parallelism (--ep N: each group of N data-parallel ranks splits the experts, tokens go to their expert's rank
 # and back by all-to-all) gives the losses of one process with the global batch over 20 AdamW steps, within 1e-6
 # relative: EP 2, EP 4, DP 2 x EP 2 and PP 2 x EP 2 (1F1B, ZB-H1) (top-4 of 4, dropless), with gradient accumulation and
-# recomputation, DP 2 x EP 2 with ZeRO 1, 2 and 3 (DDP's losses as printed, each rank's optimizer state its shard's) and
+# recomputation, DP 2 x EP 2 with ZeRO 1, 2 and 3 (DDP's losses as printed, each rank's optimizer state its shard's), TP 2
+# x EP 2 and PP 2 x EP 2 with ZeRO 1 and 3 (clipped: the norm) and
 # their checkpoints, in bf16 within 1e-4, top-2 EP 2
 # under SGD (and AdamW within 1e-5: why, below), the gradient norms; a capacity drops the
 # choices DDP drops, by weight and by position; the bytes the exchanges move are tokens x k x (4C + 2) floats x
@@ -79,6 +80,25 @@ done
 norms "PP 2 x EP 2: the gradient's norm (the stages' and the group's experts)" "$dir/dense.jsonl" "$dir/pe_1f1b.jsonl"
 run tpep --batch 2 --nproc 4 --tp 2 --ep 2 --experts-top-k 4 &&
     close "top-4 of 4: TP 2 x EP 2 (attention split, each TP rank's experts spread with its data-parallel peer's)" "$dir/dense2.jsonl" "$dir/tpep.jsonl"
+norms "TP 2 x EP 2: the gradient's norm (the TP slices and the group's experts: the EP group alone missed the slices)" \
+    "$dir/dense2.jsonl" "$dir/tpep.jsonl"
+# ZeRO under TP 2 x EP 2 and PP 2 x EP 2: the norm's squares summed over every data-parallel rank (the group's copies of
+# the shared tensors each a shard's) and then over the TP slices or the stages; clipped at 0.5, DDP's losses and norms
+for z in 1 3; do
+    run tpepz$z --batch 2 --nproc 4 --tp 2 --ep 2 --experts-top-k 4 --strategy zero$z --grad-clip 0.5
+    run pepz$z --batch 1 --grad-accum 2 --nproc 4 --pp 2 --ep 2 --experts-top-k 4 --strategy zero$z --grad-clip 0.5
+done
+run tpepc --batch 2 --nproc 4 --tp 2 --ep 2 --experts-top-k 4 --grad-clip 0.5
+run pepc --batch 1 --grad-accum 2 --nproc 4 --pp 2 --ep 2 --experts-top-k 4 --grad-clip 0.5
+run densec --batch 2 --grad-accum 2 --experts-top-k 4 --grad-clip 0.5
+close "top-4 of 4, clipped at 0.5: TP 2 x EP 2 (DDP)" "$dir/densec.jsonl" "$dir/tpepc.jsonl"
+for z in 1 3; do
+    [ "$(printed "$dir/tpepc.jsonl")" = "$(printed "$dir/tpepz$z.jsonl")" ] && [ "$(printed "$dir/tpepz$z.jsonl" | wc -l)" = 40 ] && ok=1 || ok=0
+    verdict $ok "TP 2 x EP 2, clipped at 0.5: ZeRO-$z's losses and norms are DDP's as printed"
+    [ "$(printed "$dir/pepc.jsonl")" = "$(printed "$dir/pepz$z.jsonl")" ] && [ "$(printed "$dir/pepz$z.jsonl" | wc -l)" = 40 ] && ok=1 || ok=0
+    verdict $ok "PP 2 x EP 2 (1F1B), clipped at 0.5: ZeRO-$z's losses and norms are DDP's as printed"
+done
+close "top-4 of 4, clipped at 0.5: PP 2 x EP 2 with ZeRO-3" "$dir/densec.jsonl" "$dir/pepz3.jsonl"
 run tpepsp --batch 2 --nproc 4 --tp 2 --sp --ep 2 --experts-top-k 4 &&
     close "top-4 of 4: TP 2 with SP x EP 2 (each TP rank gathers the rows, then exchanges them)" "$dir/dense2.jsonl" "$dir/tpepsp.jsonl"
 run epga --batch 1 --grad-accum 2 --nproc 2 --ep 2 --experts-top-k 4 &&
@@ -196,7 +216,6 @@ fi
 refused "--ep that does not divide --dp" "does not divide the 4 data-parallel ranks" train "${common[@]}" --batch 1 --nproc 4 --ep 3 --steps 1
 refused "experts not divisible by --ep" "does not divide the model's 6 experts" train "${common[@]}" --experts 6 --batch 1 --nproc 4 --ep 4 --steps 1
 refused "--ep without experts" "the model has none" train --model llama-tiny --data "$dir/train.bin" --vocab 256 --batch 1 --nproc 2 --ep 2 --steps 1
-refused "--ep with ZeRO-1 and --tp" "not yet (ddp runs it)" train "${common[@]}" --batch 2 --nproc 4 --ep 2 --tp 2 --zero 1 --steps 1
 refused "--ep with ZeRO-1 and LAMB (per-tensor sums over different ranks' experts)" "lamb is not in this build" \
     train "${common[@]}" --batch 1 --nproc 2 --ep 2 --zero 1 --optimizer lamb --steps 1
 refused "--ep with --cp" "not with --cp yet" train "${common[@]}" --batch 1 --nproc 4 --ep 2 --cp 2 --steps 1

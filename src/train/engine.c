@@ -237,24 +237,30 @@ static double norm_of(const void *g, size_t i, size_t n, dt_dtype t) {
  * first rank of its replica group (a split tensor's slice on every rank, a
  * whole one on the first tensor-parallel rank, a K/V head on the first of the
  * ranks that keep it), never a tied copy's (its gradient is summed into the
- * owner's). */
-static double counted_sumsq_run(const dt_model *m, const void *g, dt_dtype t, size_t off, size_t n) {
+ * owner's). ep: the expert-parallel ranks whose copies of the shared tensors
+ * a strategy's shards part (1: none), so that their replicas count. */
+static double counted_sumsq_run(const dt_model *m, const void *g, dt_dtype t, size_t off, size_t n, int ep) {
     double ss = 0;
     for (int i = 0; i < m->ntensors; i++) {
         const dt_tensor_info *ti = &m->tensors[i];
         size_t a = ti->offset > off ? ti->offset : off, b = ti->offset + ti->count < off + n ? ti->offset + ti->count : off + n;
-        if (a >= b || ti->tied_copy || ti->replica > 0) continue;
+        /* (an expert-parallel rank's copy: replica tp + tp_size x its rank in the group) */
+        int replica = ep > 1 && ti->group != DT_GROUP_EXPERT && ti->replicas >= ep ? ti->replica % (ti->replicas / ep) : ti->replica;
+        if (a >= b || ti->tied_copy || replica > 0) continue;
         double x = norm_of(g, a - off, b - a, t);
         ss += x * x;
     }
     return ss;
 }
 
-/* The same over the slice's runs (g: the slice in the optimizer's order). */
+/* The same over the slice's runs (g: the slice in the optimizer's order); a strategy that shards over the expert-parallel
+ * ranks too (ZeRO: its sum goes over every data-parallel rank) counts their copies' pieces. */
 static double counted_sumsq(const dt_engine *e, const void *g, dt_dtype t) {
     double ss = 0;
     size_t v = 0, w = t == DT_F32 ? sizeof(float) : sizeof(uint16_t);
-    for (int j = 0; j < e->nrg; v += e->rg[j++].n) ss += counted_sumsq_run(&e->cfg.model, (const char *)g + v * w, t, e->rg[j].off, e->rg[j].n);
+    int ep = e->s->reduce_sum && e->cfg.ep > 1 ? e->cfg.ep : 1;
+    for (int j = 0; j < e->nrg; v += e->rg[j++].n)
+        ss += counted_sumsq_run(&e->cfg.model, (const char *)g + v * w, t, e->rg[j].off, e->rg[j].n, ep);
     return ss;
 }
 

@@ -60,11 +60,6 @@ static dt_status check_ep_cp(const dt_train_config *c, int dp, int tp, int cp, i
     if (ep > 1 && !paper && (cp > 1 || dt_train_is_image_model(c->model)))
         return dt_error(DT_ERR_UNSUPPORTED, "--ep %d: not with %s yet (experts spread over data-parallel ranks, with or without --pp and --tp)",
                         ep, dt_train_is_image_model(c->model) ? "an image model" : "--cp");
-    /* ZeRO cuts the shared tensors over every data-parallel rank and each rank's experts over those holding the same
-     * ones; a model-parallel norm would count replicas the shards already part */
-    bool zero = c->strategy && !strncmp(c->strategy, "zero", 4);
-    if (ep > 1 && !paper && zero && (tp > 1 || (c->pp ? c->pp : 1) > 1))
-        return dt_error(DT_ERR_UNSUPPORTED, "--ep %d with --strategy %s and --%s: not yet (ddp runs it)", ep, c->strategy, tp > 1 ? "tp" : "pp");
     if (cp > 1 && !paper && cp_lacks(c)) return dt_error(DT_ERR_UNSUPPORTED, "--cp %d: not with %s yet", cp, cp_lacks(c));
     if (cp > 1 && c->seq % (2 * cp))
         return dt_error(DT_ERR_ARG, "--cp %d: --seq %d does not split into %d chunks (2 x --cp: rank r holds chunks r and %d-r)", cp, c->seq,

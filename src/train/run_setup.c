@@ -277,7 +277,8 @@ static dt_status make_engine(run *r) {
                             .mp_comm = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL,
                             .expert_comm = r->ep_replicas, .ep = r->ep ? dt_comm_size(r->ep) : 1, .codec = &c->codec };
     /* the norm: the group's experts, and the rest counted once (ZeRO's shards already part both over every rank) */
-    if (r->ep && !(c->strategy && !strncmp(c->strategy, "zero", 4))) ec.mp_comm = r->ep;
+    bool zero = c->strategy && !strncmp(c->strategy, "zero", 4);
+    if (r->ep && !zero) ec.mp_comm = r->mp ? r->mp : r->ep;
     dt_gpt2_model(r->m, &ec.model);
     dt_status st = DT_OK;
     if (r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1) {
@@ -287,7 +288,8 @@ static dt_status make_engine(run *r) {
         if ((st = dt_pipeline_create(&pc, &r->pipe))) return st;
         ec.schedule = dt_pipeline_schedule(r->pipe);
         ec.loss_comm = r->w;
-        ec.mp_comm = r->mp;
+        /* (ZeRO's sum over every data-parallel rank takes in the expert-parallel group: the stages alone then) */
+        ec.mp_comm = c->ep > 1 && zero ? dt_mesh_comm(r->mesh, DT_MESH_PP) : r->mp;
     }
     /* a pipeline's stages (the ranks of this one's tensor-parallel place): K-FAC's KL clipping and skips span them */
     dt_comm *tp = r->mesh && dt_mesh_size(r->mesh, DT_MESH_TP) > 1 ? dt_mesh_comm(r->mesh, DT_MESH_TP) : NULL;
@@ -512,8 +514,8 @@ dt_status dt_train_setup(run *r) {
     r->dp_rank = r->mesh ? dt_mesh_coord(r->mesh, DT_MESH_DP) : 0;
     r->dp_size = r->mesh ? dt_mesh_size(r->mesh, DT_MESH_DP) : 1;
     /* with a pipeline, the ranks of one replica's model (its TP x PP ranks, and with --ep its expert-parallel group's):
-     * the norm's and the loss's group */
-    if (!st && r->mesh && dt_mesh_size(r->mesh, DT_MESH_PP) > 1)
+     * the norm's and the loss's group; with --ep and --tp, the norm's (the TP slices and the group's experts) */
+    if (!st && r->mesh && (dt_mesh_size(r->mesh, DT_MESH_PP) > 1 || (c->ep > 1 && dt_mesh_size(r->mesh, DT_MESH_TP) > 1)))
         st = dt_comm_split(r->w, c->ep > 1 ? r->dp_rank / c->ep : dt_comm_rank(dt_mesh_replicas(r->mesh)), r->rank, &r->mp);
     if (!st && c->ep > 1) { /* ep consecutive data-parallel ranks split the experts; those with the same place hold the same ones */
         dt_comm *dp = dt_mesh_comm(r->mesh, DT_MESH_DP);
