@@ -77,7 +77,7 @@ against_run "pp 2, interleaved" --batch 2 --nproc 2 --pp 2 --grad-accum 4 --pp-s
 against_run "dp 2 x pp 2, interleaved, zero3 (C 192: the f32 pages at a shard's edges stay)" --channels 192 --batch 2 --nproc 4 --pp 2 \
     --grad-accum 2 --pp-schedule interleaved --zero 3
 # a mixture's experts spread over ranks (top-4 of 4: every rank routes its rows to both of a group's ranks alike): DDP and
-# ZeRO's stages, whose shards are runs of the store between the experts' (the update's packed copy in the buffers; ZeRO-3
+# ZeRO's stages, whose shards are runs of the store between the experts' (ZeRO-1's staging by region; ZeRO-3
 # gathers two blocks, at worst wholly another rank's)
 moe=(--model llama-tiny --experts 4 --experts-top-k 4 --kv-heads 2 --channels 384 --ffn 384 --batch 2 --nproc 4 --ep 2)
 against_run "dp 2 x ep 2, a mixture of 4 experts" "${moe[@]}"

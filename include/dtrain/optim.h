@@ -76,6 +76,8 @@ dt_status dt_optim_zeroone(dt_optim *o, int mode, float lr);
 float *dt_optim_zeroone_accum(dt_optim *o);
 void dt_optim_zeroone_end(dt_optim *o, float *params);
 double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_t off, size_t n, int zero_grads);
+/* The same with params and grads at the piece's own first values (a slice whose runs lie apart in the store). */
+double dt_optim_update_at(dt_optim *o, float *params, float *grads, float lr, size_t off, size_t n, int zero_grads);
 /* LAMB and LARS in two halves, for a slice whose tensors are cut between
  * ranks (ZeRO): dt_optim_norms does the step up to the trust ratios and puts
  * each tensor's sums of squares from this slice in sums[0..dt_optim_nsums)

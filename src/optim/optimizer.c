@@ -267,17 +267,22 @@ static coef coefs(const dt_optim *o, float lr) {
 
 static bool local(const dt_optim *o) { return o->zo_mode == DT_ZO_LOCAL && o->zo_u; }
 
-static double elementwise(dt_optim *o, float *p, float *g, float lr, size_t a, size_t b, int zero) {
+/* The state's [a, a + n), p and g at the piece's first parameter and gradient. */
+static double elementwise_at(dt_optim *o, float *p, float *g, float lr, size_t a, size_t n, int zero) {
     coef k = coefs(o, lr);
     chunk_fn f = chunk_of(o);
     double ss = 0;
     #pragma omp parallel for reduction(+ : ss) schedule(static)
-    for (size_t s = a; s < b; s += CHUNK) {
-        size_t n = b - s < CHUNK ? b - s : CHUNK;
-        ss += f(&k, p + s, g + s, o->m + s, o->v ? o->v + s : NULL, local(o) ? o->zo_u + s : NULL, local(o) ? o->zo_start + s : NULL, n);
-        if (zero) memset(g + s, 0, n * sizeof *g);
+    for (size_t s = 0; s < n; s += CHUNK) {
+        size_t c = n - s < CHUNK ? n - s : CHUNK, i = a + s;
+        ss += f(&k, p + s, g + s, o->m + i, o->v ? o->v + i : NULL, local(o) ? o->zo_u + i : NULL, local(o) ? o->zo_start + i : NULL, c);
+        if (zero) memset(g + s, 0, c * sizeof *g);
     }
     return ss;
+}
+
+static double elementwise(dt_optim *o, float *p, float *g, float lr, size_t a, size_t b, int zero) {
+    return elementwise_at(o, p + a, g + a, lr, a, b - a, zero);
 }
 
 /* LAMB's first half: the moments, and per tensor |u|^2 (u = m^ / (sqrt(v^) +
@@ -441,6 +446,11 @@ void dt_optim_zeroone_end(dt_optim *o, float *p) {
 double dt_optim_update(dt_optim *o, float *params, float *grads, float lr, size_t off, size_t n, int zero_grads) {
     if (off > o->n || n > o->n - off || !dt_optim_elementwise(o)) return 0;
     return elementwise(o, params, grads, lr, off, off + n, zero_grads);
+}
+
+double dt_optim_update_at(dt_optim *o, float *params, float *grads, float lr, size_t off, size_t n, int zero_grads) {
+    if (off > o->n || n > o->n - off || !dt_optim_elementwise(o)) return 0;
+    return elementwise_at(o, params, grads, lr, off, n, zero_grads);
 }
 
 void dt_schedule_defaults(dt_schedule *s) {

@@ -429,7 +429,7 @@ static dt_status gather_lp(zero *z) {
 static dt_status z_attach(void *state, dt_optim *o) {
     zero *z = state;
     const dt_engine_config *c = z ? z->c : NULL;
-    /* (a slice of several runs is updated by the engine, which packs them: the optimizer's order is not the store's) */
+    /* (a slice of several runs is updated by the engine after backward: the optimizer's order is not the store's) */
     if (!z || c->step_at_end || c->skip_nonfinite || c->grad_clip > 0 || !dt_optim_elementwise(o) || z->sh.nruns > 1) return DT_OK;
     z->in_backward = 1;
     z->opt = o;
@@ -491,7 +491,7 @@ static dt_status gather_params(zero *z);
 static void clear_other_grads(zero *z) {
     const dt_model *m = &z->c->model;
     float *g = m->grads(m->self);
-    if (z->sh.nruns > 1) { /* the engine zeroed the slice's runs: everything */
+    if (z->sh.nruns > 1) { /* the update zeroed the slice's runs: everything (it is cheap beside the step) */
         memset(g, 0, m->nparams * sizeof *g);
         return;
     }

@@ -35,12 +35,11 @@ struct dt_engine {
     void *state;
     dt_optim *opt;
     size_t off, n;   /* this rank's slice */
-    /* its runs of the store (one: [off, off + n)); with more (dt_strategy.ranges) the update runs on a packed copy of
-     * their parameters and gradients (8 bytes a float of the slice), in the optimizer's order */
+    /* its runs of the store (one: [off, off + n)); with more (dt_strategy.ranges) the update goes run by run, the
+     * optimizer's state holding them side by side in this order */
     const dt_store_range *rg;
     int nrg;
     dt_store_range one;
-    float *pk_p, *pk_g;
     double *sums;    /* LAMB/LARS's per-tensor sums, added over the ranks */
     dt_loss_scale_config lsc;
     dt_loss_scale ls;
@@ -101,9 +100,9 @@ static void trim_tied_copy(dt_engine *e) {
     if (t && t->tied_copy && e->off == 0 && e->n == m->nparams && t->offset + t->count == m->nparams) e->n = t->offset;
 }
 
-/* The slice's runs of the store (dt_strategy.ranges), and the packed copy the update runs on where there are more than
- * one: the optimizer's update alone (SGD, AdamW), the global norm's sum over the strategy's ranks (clipping, a loss
- * scale's overflow check). */
+/* The slice's runs of the store (dt_strategy.ranges); where there are more than one, the update goes run by run:
+ * elementwise optimizers (SGD, AdamW), the global norm's sum over the strategy's ranks (clipping, a loss scale's overflow
+ * check). */
 static dt_status take_ranges(dt_engine *e) {
     int k = e->s->ranges && e->state ? e->s->ranges(e->state, &e->rg) : 0;
     if (k <= 0) {
@@ -119,9 +118,7 @@ static dt_status take_ranges(dt_engine *e) {
         return dt_error(DT_ERR_UNSUPPORTED, "strategy %s with experts spread over ranks: SGD or AdamW on f32 gradients without a preconditioner "
                         "(its slice is runs of the store between the experts': %s is not in this build)", e->s->name,
                         e->cfg.precond ? e->cfg.precond->name : e->cfg.grad_store != DT_F32 ? "--grad-store" : dt_optim_kind_name(ok));
-    e->pk_p = malloc(sizeof *e->pk_p * (e->n + 1));
-    e->pk_g = malloc(sizeof *e->pk_g * (e->n + 1));
-    return e->pk_p && e->pk_g ? DT_OK : dt_error(DT_ERR_NOMEM, "engine: out of memory");
+    return DT_OK;
 }
 
 /* The codec's copy of its settings, completed from the optimizer's. 1-bit Adam takes AdamW's beta1. DGC's momentum
@@ -222,8 +219,6 @@ void dt_engine_destroy(dt_engine *e) {
     if (e->s && e->s->destroy && e->state) e->s->destroy(e->state);
     dt_optim_destroy(e->opt);
     free(e->sums);
-    free(e->pk_p);
-    free(e->pk_g);
     free(e);
 }
 
@@ -253,15 +248,27 @@ static double counted_sumsq_run(const dt_model *m, const void *g, dt_dtype t, si
     return ss;
 }
 
-/* The same over the slice's runs (g: the slice in the optimizer's order); a strategy that shards over the expert-parallel
- * ranks too (ZeRO: its sum goes over every data-parallel rank) counts their copies' pieces. */
-static double counted_sumsq(const dt_engine *e, const void *g, dt_dtype t) {
+/* The expert-parallel ranks whose copies of the shared tensors the strategy's shards part (ZeRO: its sum goes over every
+ * data-parallel rank), so that each copy counts its pieces; 1: none. */
+static int ep_sharded(const dt_engine *e) { return e->s->reduce_sum && e->cfg.ep > 1 ? e->cfg.ep : 1; }
+
+/* The squares this rank counts of a slice of several runs, in the store (G its gradients). */
+static double runs_sumsq(const dt_engine *e, const float *G) {
     double ss = 0;
-    size_t v = 0, w = t == DT_F32 ? sizeof(float) : sizeof(uint16_t);
-    int ep = e->s->reduce_sum && e->cfg.ep > 1 ? e->cfg.ep : 1;
-    for (int j = 0; j < e->nrg; v += e->rg[j++].n)
-        ss += counted_sumsq_run(&e->cfg.model, (const char *)g + v * w, t, e->rg[j].off, e->rg[j].n, ep);
+    for (int j = 0; j < e->nrg; j++) {
+        const dt_store_range *x = &e->rg[j];
+        double y = e->cfg.mp_comm ? 0 : dt_grad_norm(G + x->off, x->n);
+        ss += e->cfg.mp_comm ? counted_sumsq_run(&e->cfg.model, G + x->off, DT_F32, x->off, x->n, ep_sharded(e)) : y * y;
+    }
     return ss;
+}
+
+/* The norm from this rank's squares ss: summed over the strategy's shards and the model-parallel group. */
+static dt_status summed_norm(dt_engine *e, double ss, double *norm) {
+    dt_status st = e->s->reduce_sum ? e->s->reduce_sum(e->state, &ss, 1) : DT_OK;
+    if (!st && e->cfg.mp_comm) st = dt_comm_allreduce(e->cfg.mp_comm, &ss, &ss, 1, DT_F64, DT_SUM);
+    *norm = sqrt(ss);
+    return st;
 }
 
 /* The global norm of the gradient (this rank's slice at g, of type t): its
@@ -271,12 +278,9 @@ static double counted_sumsq(const dt_engine *e, const void *g, dt_dtype t) {
 static dt_status global_norm(dt_engine *e, const void *g, dt_dtype t, double *norm) {
     if (!e->cfg.mp_comm && !e->s->reduce_sum) { *norm = norm_of(g, 0, e->n, t); return DT_OK; }
     double ss;
-    if (e->cfg.mp_comm) ss = counted_sumsq(e, g, t);
+    if (e->cfg.mp_comm) ss = counted_sumsq_run(&e->cfg.model, g, t, e->off, e->n, ep_sharded(e));
     else ss = norm_of(g, 0, e->n, t), ss *= ss;
-    dt_status st = e->s->reduce_sum ? e->s->reduce_sum(e->state, &ss, 1) : DT_OK;
-    if (!st && e->cfg.mp_comm) st = dt_comm_allreduce(e->cfg.mp_comm, &ss, &ss, 1, DT_F64, DT_SUM);
-    *norm = sqrt(ss);
-    return st;
+    return summed_norm(e, ss, norm);
 }
 
 /* Loss scaling after the global norm of the scaled gradients: an overflow
@@ -322,12 +326,30 @@ static dt_status update_lp(dt_engine *e, float lr, dt_step_result *r, uint16_t *
     return e->s->after_update ? e->s->after_update(e->state) : DT_OK;
 }
 
-/* The slice's runs of store copied into buf side by side (out), or back from it. */
-static void pack(const dt_engine *e, float *store, float *buf, int out) {
-    for (int j = 0; j < e->nrg; buf += e->rg[j++].n) {
-        float *s = store + e->rg[j].off;
-        memcpy(out ? buf : s, out ? s : buf, e->rg[j].n * sizeof *buf);
+/* A slice of several runs (take_ranges): the global norm first, then each run scaled (the loss scale, clipping) and
+ * updated where it lies, its state at the run's place in the optimizer's order. */
+static dt_status update_runs(dt_engine *e, float lr, float clip, dt_step_result *r) {
+    const dt_engine_config *c = &e->cfg;
+    float *P = c->model.params(c->model.self), *G = c->model.grads(c->model.self);
+    dt_status st = summed_norm(e, runs_sumsq(e, G), &r->norm);
+    int skip = 0;
+    double f = 1;
+    if (!st && e->scaling) st = unscale(e, r, &skip, &f);
+    if (st) return st;
+    if (skip || (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm)))) {
+        memset(G, 0, c->model.nparams * sizeof *G); /* the other shards' too */
+        r->skipped = 1;
+        return DT_OK;
     }
+    if (!e->scaling && clip > 0 && clip / (r->norm + 1e-6) < 1) f = clip / (r->norm + 1e-6); /* (dt_grad_clip's factor) */
+    dt_optim_begin(e->opt);
+    size_t v = 0;
+    for (int j = 0; j < e->nrg; v += e->rg[j++].n) {
+        float *g = G + e->rg[j].off;
+        if (f != 1.0) dt_grad_scale(g, e->rg[j].n, (float)f);
+        dt_optim_update_at(e->opt, P + e->rg[j].off, g, lr, v, e->rg[j].n, 1);
+    }
+    return e->s->after_update ? e->s->after_update(e->state) : DT_OK;
 }
 
 /* The update on this rank's slice, after clipping; a non-finite step is
@@ -339,11 +361,8 @@ static dt_status update(dt_engine *e, float lr, float clip, dt_step_result *r) {
     dt_dtype t;
     uint16_t *g16 = e->s->grads_lp ? e->s->grads_lp(e->state, &t) : NULL;
     if (g16) return update_lp(e, lr, r, g16, t);
+    if (e->nrg > 1) return update_runs(e, lr, clip, r);
     float *p = c->model.params(c->model.self) + e->off, *g = c->model.grads(c->model.self) + e->off;
-    if (e->nrg > 1) { /* the runs side by side, in the optimizer's order */
-        pack(e, c->model.params(c->model.self), p = e->pk_p, 1);
-        pack(e, c->model.grads(c->model.self), g = e->pk_g, 1);
-    }
     dt_status st = DT_OK;
     if (c->skip_nonfinite || e->s->reduce_sum || e->scaling || c->mp_comm) {
         /* the global norm first: it may stop the update, and a sharded slice's own pass could not give it */
@@ -369,10 +388,6 @@ static dt_status update(dt_engine *e, float lr, float clip, dt_step_result *r) {
         }
     } else {
         r->norm = dt_optim_step_clipped(e->opt, p, g, lr, clip);
-    }
-    if (e->nrg > 1) { /* the parameters back, and the store's gradients zeroed as the optimizer zeroed the packed ones */
-        pack(e, c->model.params(c->model.self), p, 0);
-        for (int j = 0; j < e->nrg; j++) memset(c->model.grads(c->model.self) + e->rg[j].off, 0, e->rg[j].n * sizeof(float));
     }
     if (!st && e->s->after_update) st = e->s->after_update(e->state);
     return st;
@@ -578,10 +593,7 @@ int dt_engine_runs(const dt_engine *e, const dt_store_range **out) {
 }
 
 
-/* the strategy's, and the update's packed copy of a slice of several runs */
-size_t dt_engine_buffer_bytes(const dt_engine *e) {
-    return (e->s->buffer_bytes ? e->s->buffer_bytes(e->state) : 0) + (e->pk_p ? 2 * e->n * sizeof(float) : 0);
-}
+size_t dt_engine_buffer_bytes(const dt_engine *e) { return e->s->buffer_bytes ? e->s->buffer_bytes(e->state) : 0; }
 
 void dt_engine_held(const dt_engine *e, size_t *params, size_t *grads) {
     *params = *grads = e->cfg.model.nparams * sizeof(float);
