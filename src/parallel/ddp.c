@@ -1022,8 +1022,9 @@ static dt_status s_finish(void *state, dt_sync_result *r) {
 
 static dt_status s_check(void *state, uint64_t *hash) {
     strategy *s = state;
-    if (s->c->ep > 1) return dt_ddp_check_groups(s->c->comm, s->c->expert_comm, &s->c->model, s->c->model.params(s->c->model.self), sizeof(float), hash);
-    return dt_ddp_check_replicas(s->c->comm, s->c->model.params(s->c->model.self), s->c->model.nparams, hash);
+    const dt_model *m = &s->c->model;
+    if (s->c->ep > 1) return dt_ddp_check_groups(s->c->comm, s->c->expert_comm, m, m->params(m->self), sizeof(float), hash);
+    return dt_ddp_check_replicas(s->c->comm, m->params(m->self), m->nparams, hash);
 }
 
 static dt_codec *s_codec(void *state) { return ((strategy *)state)->codec; }

@@ -107,8 +107,9 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
     int codec_first = k->kind != DT_CODEC_NONE && (k->start == 0 || k->kind == DT_CODEC_ONEBIT || k->kind == DT_CODEC_ZEROONE);
     m->comm = (n > 1 && !codec_first ? (n + 1) * BT * (C * f + 4) : 0) +
               (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * staging : 0) + pool_bytes;
-    /* with experts spread over ranks (each rank its own parameter copy) ZeRO-3 gathers the unit running and the next: the largest block's, at worst wholly
-     * another rank's (a region's contiguous shards over few ranks give whole layers' experts to one) */
+    /* with experts spread over ranks (each rank its own parameter copy) ZeRO-3 gathers the unit running and the next:
+     * the largest block's, at worst wholly another rank's (a region's contiguous shards over few ranks give whole
+     * layers' experts to one) */
     if (j->ep > 1 && j->stage >= 3 && n > 1 && !j->paper_states) m->comm += 2 * f * unit_lp[1];
     /* LoRA: the adapters' buckets (no token table's rows deferred, no pool for a head that does not train) */
     if (j->lora.rank) {

@@ -77,7 +77,8 @@ static dt_status make_optimizer(dt_engine *e) {
         spans[k] = (dt_tensor_span){ 0, 0, i, 0, 0, 0 };
         size_t v = 0; /* where run j starts in that order */
         for (int j = 0; j < e->nrg; v += e->rg[j++].n) {
-            size_t o = e->rg[j].off, n = e->rg[j].n, a = t->offset > o ? t->offset : o, b = t->offset + t->count < o + n ? t->offset + t->count : o + n;
+            size_t o = e->rg[j].off, n = e->rg[j].n;
+            size_t a = t->offset > o ? t->offset : o, b = t->offset + t->count < o + n ? t->offset + t->count : o + n;
             if (a < b) spans[k] = (dt_tensor_span){ a - o + v, b - a, i, 0, 0, 0 };
         }
         k++;

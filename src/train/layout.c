@@ -181,7 +181,9 @@ void dt_train_plan_job(const dt_train_config *c, const dt_gpt2_config *cfg, cons
                           .virt = c->pp_schedule == DT_PP_INTERLEAVED ? dt_train_pp_virt(c) : 1, .pp_wire = c->pp_wire,
                           .cp_wire = c->cp_wire, .local_ranks = d->local_ranks,
                           .stage = c->strategy && !strncmp(c->strategy, "zero", 4) ? c->strategy[4] - '0' : 0,
-                          .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .shared_params = d->shared_params && d->ep <= 1, .precision = c->precision,
+                          /* (with experts spread over ranks ZeRO keeps a copy per rank: zero.c) */
+                          .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .shared_params = d->shared_params && d->ep <= 1,
+                          .precision = c->precision,
                           .grad_store = c->grad_store, .grad_comm = c->grad_comm, .lora = c->lora, .codec = c->codec, .steps = c->steps,
                           .kfac_on = c->kfac_on, .kfac = c->kfac, .shampoo_on = c->shampoo_on, .shampoo = c->shampoo };
     if (job->lora.rank && !job->lora.alpha) job->lora.alpha = 8;
