@@ -58,6 +58,12 @@ for z in 1 2 3; do
     [ "$(printed "$dir/dpep.jsonl")" = "$(printed "$dir/dpepz$z.jsonl")" ] && [ "$(printed "$dir/dpepz$z.jsonl" | wc -l)" = 40 ] && ok=1 || ok=0
     verdict $ok "DP 2 x EP 2: ZeRO-$z's 20 losses and gradient norms are DDP's as printed"
 done
+# the update inside backward, bucket by bucket as each is reduced, run by run through the shard (each turn waits for the
+# buckets issued: how much is updated there no longer depends on timing)
+DTRAIN_DDP_WAIT_IN_BACKWARD=1 run dpepzib --batch 1 --nproc 4 --ep 2 --experts-top-k 4 --strategy zero1
+ib=$(field updated_in_backward "$dir/dpepzib.jsonl" | tail -1)
+[ "$(printed "$dir/dpep.jsonl")" = "$(printed "$dir/dpepzib.jsonl")" ] && awk -v x="${ib:-0}" 'BEGIN{exit !(x > 0)}' && ok=1 || ok=0
+verdict $ok "DP 2 x EP 2: ZeRO-1 updating its runs inside backward (step 20: $ib of its shard there) gives DDP's losses and norms as printed"
 # rank 0's Adam state: 8 bytes x (its quarter of the shared tensors + its half of its 2 experts' 4 layers x 3 x C x ffn),
 # the store's floats from ZeRO-1's parameters (a whole copy a rank)
 pb=$(mem "$dir/rz1" parameters)

@@ -117,6 +117,9 @@ int dt_ddp_bucket_lens(const dt_model *m, size_t bucket_first, size_t bucket_byt
  * store (everything for DDP; this rank's shard for ZeRO-1, which then
  * updates only that part of each bucket). */
 dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off, size_t n);
+/* The same for a slice of several runs of the store (dt_strategy.ranges), o's state holding them side by side in this
+ * order (runs must live as long as d). */
+dt_status dt_ddp_set_optimizer_runs(dt_ddp *d, dt_optim *o, float *params, const dt_store_range *runs, int nruns);
 /* The gradients' type in the allreduce: DT_F32 (the default), or DT_BF16 /
  * DT_F16 (half the bytes; each bucket is narrowed in place before its
  * allreduce, which sums in f32 and rounds the average once, and widened

@@ -92,7 +92,10 @@ struct dt_ddp {
     /* the optimizer in backward */
     dt_optim *opt;
     float *params, lr;
-    size_t w0, w1;       /* the optimizer's window of the store: everything, or a ZeRO shard */
+    const dt_store_range *win; /* the optimizer's window of the store: everything, or a ZeRO shard (win1), or its runs */
+    int nwin;
+    dt_store_range win1;
+    size_t wn;           /* its floats */
     int stepped;         /* buckets updated this step (in order) */
     int turn;            /* unit boundaries seen this step */
     bool wait_in_backward; /* DTRAIN_DDP_WAIT_IN_BACKWARD=1 (tests): a turn waits for the issued buckets,
@@ -318,10 +321,13 @@ static dt_status codec_settle(dt_ddp *d, int k, bool wait, double *waited, bool 
 
 /* The part of [off, off+n) in the optimizer's window (a ZeRO rank updates its shard only). */
 static void update(dt_ddp *d, size_t off, size_t n) {
-    size_t a = off > d->w0 ? off : d->w0, b = off + n < d->w1 ? off + n : d->w1;
-    if (a >= b) return;
-    d->sumsq += dt_optim_update(d->opt, d->params + d->w0, d->grads + d->w0, d->lr, a - d->w0, b - a, 1);
-    d->done_n += b - a;
+    size_t v = 0; /* where run j's state starts */
+    for (int j = 0; j < d->nwin; v += d->win[j++].n) {
+        size_t w0 = d->win[j].off, w1 = w0 + d->win[j].n, a = off > w0 ? off : w0, b = off + n < w1 ? off + n : w1;
+        if (a >= b) continue;
+        d->sumsq += dt_optim_update_at(d->opt, d->params + a, d->grads + a, d->lr, v + (a - w0), b - a, 1);
+        d->done_n += b - a;
+    }
 }
 
 /* Updates [off, off+n), leaving out the embedding rows that some rank's tokens touch. */
@@ -768,9 +774,19 @@ size_t dt_ddp_grads_held(const dt_ddp *d) {
 }
 
 dt_status dt_ddp_set_optimizer(dt_ddp *d, dt_optim *o, float *params, size_t off, size_t n) {
-    if (off + n > d->nparams) return dt_error(DT_ERR_ARG, "ddp: optimizer window [%zu, +%zu) outside %zu parameters", off, n, d->nparams);
-    d->w0 = off;
-    d->w1 = off + n;
+    d->win1 = (dt_store_range){ off, n };
+    return dt_ddp_set_optimizer_runs(d, o, params, &d->win1, 1);
+}
+
+dt_status dt_ddp_set_optimizer_runs(dt_ddp *d, dt_optim *o, float *params, const dt_store_range *runs, int nruns) {
+    d->wn = 0;
+    for (int j = 0; j < nruns; j++) {
+        if (runs[j].off + runs[j].n > d->nparams)
+            return dt_error(DT_ERR_ARG, "ddp: optimizer window [%zu, +%zu) outside %zu parameters", runs[j].off, runs[j].n, d->nparams);
+        d->wn += runs[j].n;
+    }
+    d->win = runs;
+    d->nwin = nruns;
     if (o && !dt_optim_elementwise(o)) return dt_error(DT_ERR_ARG, "ddp: only SGD and AdamW can update inside backward");
     if (o && d->g16) return dt_error(DT_ERR_ARG, "ddp: with a 16-bit gradient store the update reads it after backward");
     size_t covered = 0;
@@ -910,10 +926,10 @@ dt_status dt_ddp_finish(dt_ddp *d, dt_sync_result *r) {
         if (zero_in_place(d)) zero_others(d);
         else release_others(d, 0, d->nparams);
     }
-    if (!st && d->opt && d->done_n != d->w1 - d->w0)
-        st = dt_error(DT_ERR_ARG, "ddp: the optimizer updated %zu of %zu parameters", d->done_n, d->w1 - d->w0);
+    if (!st && d->opt && d->done_n != d->wn)
+        st = dt_error(DT_ERR_ARG, "ddp: the optimizer updated %zu of %zu parameters", d->done_n, d->wn);
     r->norm = d->opt ? sqrt(d->sumsq) : -1;
-    d->last_early = d->opt && d->w1 > d->w0 ? (double)d->early_n / (double)(d->w1 - d->w0) : 0;
+    d->last_early = d->opt && d->wn ? (double)d->early_n / (double)d->wn : 0;
     reset_step(d);
     r->exposed_ms = waited * 1e3;
     return st;

@@ -429,11 +429,11 @@ static dt_status gather_lp(zero *z) {
 static dt_status z_attach(void *state, dt_optim *o) {
     zero *z = state;
     const dt_engine_config *c = z ? z->c : NULL;
-    /* (a slice of several runs is updated by the engine after backward: the optimizer's order is not the store's) */
-    if (!z || c->step_at_end || c->skip_nonfinite || c->grad_clip > 0 || !dt_optim_elementwise(o) || z->sh.nruns > 1) return DT_OK;
+    if (!z || c->step_at_end || c->skip_nonfinite || c->grad_clip > 0 || !dt_optim_elementwise(o)) return DT_OK;
     z->in_backward = 1;
     z->opt = o;
-    return dt_ddp_set_optimizer(z->d, o, c->model.params(c->model.self), z->sh.r[0].off, z->sh.r[0].n);
+    /* (this rank's runs with experts spread over ranks, in the order the engine's optimizer keeps them: z_ranges) */
+    return dt_ddp_set_optimizer_runs(z->d, o, c->model.params(c->model.self), z->sh.runs, z->sh.nruns);
 }
 
 /* The first step moves the parameters into the one shared copy: each rank
