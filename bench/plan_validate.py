@@ -2,7 +2,8 @@
 """The planner against dtrain's own runs: for each layout, `dtrain plan --json`
 and `dtrain train --report` with the same flags, then predicted against
 measured peak resident memory (the largest rank) and step time (the median
-step after the first two).
+step after the first two). Under expert parallelism a row is also planned at the run's own expert
+load (--expert-load: the busiest rank's routed rows over the mean, which the routing decides).
 
 Rounds interleave the rows (every row once a round, the order reversed on odd
 rounds) and each round plans a row just before running it: the plan times its
@@ -50,8 +51,11 @@ def measure(dtrain, data, flags, steps):
         r = json.load(open(os.path.join(d, "run.json")))
         ranks = r.get("memory_per_rank") or [{"peak_rss": r["memory_bytes"]["peak_rss"]}]
         peak = max(x["peak_rss"] for x in ranks)
-        ms = [json.loads(l)["ms"] for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
-        return (peak, statistics.median(ms[2:] if len(ms) > 3 else ms), others), None
+        lines = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
+        ms = [x["ms"] for x in lines]
+        # expert parallelism: the busiest rank's routed rows over its group's mean, over the same steps as the time
+        load = [x["expert_rank_load_max_mean"] for x in (lines[2:] if len(lines) > 3 else lines) if "expert_rank_load_max_mean" in x]
+        return (peak, statistics.median(ms[2:] if len(ms) > 3 else ms), others, statistics.median(load) if load else None), None
 
 
 def main():
@@ -80,14 +84,20 @@ def main():
             if m is None:
                 why[r] = "run failed: " + err
                 continue
-            got[r].append((plan["total"], plan["step_ms"], m[0], m[1], plan["breakdown"], m[2]))
+            # the plan assumes the experts' load balanced; planned again at the run's own (the routing's, which no plan
+            # can know before the run): a row's error at that load besides
+            at_load = None
+            if m[3] is not None:
+                q = run([a.dtrain, "plan", "--data", a.data, "--json", "--expert-load", "%.4f" % max(1.0, m[3])] + flags)
+                at_load = json.loads(q.stdout)["step_ms"] if q.returncode == 0 else None
+            got[r].append((plan["total"], plan["step_ms"], m[0], m[1], plan["breakdown"], m[2], m[3], at_load))
         print(f"# round {k + 1} of {a.rounds} done", file=sys.stderr, flush=True)
     out = []
     med = statistics.median
     # the measured step's own spread over the rounds ((max - min) / median): how far this machine moves one row's run
     print(f"| layout | memory plan MB | measured MB | error | step plan ms | measured ms | error (median of {a.rounds}) | "
-          "measured spread | others' cores |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "measured spread | others' cores | at the run's expert load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         g = got[r]
         if not g:
@@ -97,15 +107,25 @@ def main():
         em, et = med((x[0] - x[2]) / x[2] for x in g), med((x[1] - x[3]) / x[3] for x in g)
         spread = (max(x[3] for x in g) - min(x[3] for x in g)) / mt
         others = max(x[5] for x in g)  # the most any round's run shared the machine with
+        loaded = [x for x in g if x[7] is not None]
+        load_col = (f"{med(x[7] for x in loaded):.1f} at {med(x[6] for x in loaded):.3f}: "
+                    f"{100*med((x[7] - x[3]) / x[3] for x in loaded):+.1f}%") if loaded else ""
         out.append({"layout": r, "plan_bytes": pm, "peak_rss": mm, "plan_ms": pt, "ms": mt, "mem_err": em, "time_err": et,
-                    "rounds": len(g), "ms_spread": spread, "per_round": [list(x[:4]) for x in g], "breakdown": g[-1][4], "others_cores": others})
-        print(f"| {r} | {pm/1e6:.1f} | {mm/1e6:.1f} | {100*em:+.1f}% | {pt:.1f} | {mt:.1f} | {100*et:+.1f}% | {100*spread:.1f}% | {others:.2f}{' DISTURBED' if others > undisturbed.LIMIT else ''} |",
+                    "rounds": len(g), "ms_spread": spread, "per_round": [list(x[:4]) for x in g], "breakdown": g[-1][4], "others_cores": others,
+                    "expert_rank_load": med(x[6] for x in loaded) if loaded else None,
+                    "plan_ms_at_load": med(x[7] for x in loaded) if loaded else None,
+                    "time_err_at_load": med((x[7] - x[3]) / x[3] for x in loaded) if loaded else None})
+        print(f"| {r} | {pm/1e6:.1f} | {mm/1e6:.1f} | {100*em:+.1f}% | {pt:.1f} | {mt:.1f} | {100*et:+.1f}% | {100*spread:.1f}% | {others:.2f}{' DISTURBED' if others > undisturbed.LIMIT else ''} | {load_col} |",
               flush=True)
     if out:
         me = [abs(x["mem_err"]) for x in out]
         te = [abs(x["time_err"]) for x in out]
         print(f"\nmemory: mean |error| {100*statistics.mean(me):.1f}%, max {100*max(me):.1f}%; "
               f"step time: mean |error| {100*statistics.mean(te):.1f}%, max {100*max(te):.1f}% ({len(out)} rows)")
+        tl = [abs(x["time_err_at_load"] if x["time_err_at_load"] is not None else x["time_err"]) for x in out]
+        if any(x["time_err_at_load"] is not None for x in out):
+            print(f"step time with expert parallelism's rows planned at the run's expert load: mean |error| "
+                  f"{100*statistics.mean(tl):.1f}%, max {100*max(tl):.1f}%")
         if a.rounds > 1:
             sp = [x["ms_spread"] for x in out]
             print(f"the measured step's spread over the rounds: mean {100*statistics.mean(sp):.1f}%, max {100*max(sp):.1f}%")

@@ -87,6 +87,7 @@ typedef struct {
     double gemm_efficiency;     /* of the peak, what large GEMMs reach (1 for measured rates) */
     double attention_efficiency; /* attention's FLOP/s against the GEMM peak (GPUs); 1 when attention_rate is measured */
     double attention_rate;      /* measured attention FLOP/s a core (this machine), else 0 */
+    int attention_fixed;        /* $DTRAIN_ATTENTION_GFLOPS gave attention_rate: not timed at the job's sequences and heads */
     double linear_rate;         /* $DTRAIN_LINEAR_GFLOPS: every Linear's FLOP/s a core (this machine), else 0: timed at the job's shapes */
     double optim_bw_one, optim_bw_all; /* the optimizer's measured bytes a second (this machine): one core, all; else 0 (mem_bw) */
     double lp_fresh_bw;         /* a 16-bit copy made into pages just given back, a core's f32 bytes read a second (this machine), else 0 */

@@ -53,11 +53,11 @@ static void keep(const char *key, double v, const stamp *at) {
     if (dt_peak_save_rate(key, v)) dt_log(DT_LOG_WARN, "plan: %s not kept (%s)", key, dt_last_error());
 }
 
-static int nseen, neseen, nsseen, nyseen, nhseen; /* the process's own copies of timings (below), by kind */
+static int nseen, neseen, nsseen, nyseen, nhseen, naseen; /* the process's own copies of timings (below), by kind */
 
 void dt_plan_timings_fresh(bool on) {
     fresh = on;
-    if (on) nseen = neseen = nsseen = nyseen = nhseen = 0;
+    if (on) nseen = neseen = nsseen = nyseen = nhseen = naseen = 0;
 }
 
 /* Measured Linear rates of (M, N, K, threads, precision) on this machine, kept for the process (a search prices many layouts). */
@@ -226,6 +226,57 @@ double dt_plan_time_eigen(int n, int threads) {
     keep(key, secs, &at);
     if (neseen < 64) eseen[neseen++] = (eigen_seen){ m, threads, secs };
     return secs * scale;
+}
+
+/* Causal attention as the model runs it (the blockwise kernel with its log-sum-exp, forward then backward) over
+ * sequences of T positions and heads of d channels, on one thread: FLOP/s counted as the planner counts them (2 T^2 C
+ * forward, the causal half of two T x T x C products, twice that backward), 0 if it could not run. Its rate moves with T
+ * (each row's own work and the diagonal blocks weigh more in a short sequence: on the Zen 3, heads of 64 ran at 6.5
+ * GFLOP/s at T 64, 8.5 at T 256, 8.2 at T 1024) and with the heads' width; the machine's one figure, kept from an
+ * earlier day on the same VM, read 14.4 there (a Llama of 512 channels at T 256 planned 15.8% short with it). Four
+ * heads, as many sequences as make 1024 positions; beyond T 1024 the rate at 1024 (timing longer ones would take
+ * seconds a plan). */
+typedef struct { int T, d; double rate; } attention_seen;
+static attention_seen aseen[16];
+
+double dt_plan_time_attention(int T, int d) {
+    if (T < 1 || d < 1) return 0;
+    T = T > 1024 ? 1024 : T;
+    for (int i = 0; i < naseen; i++)
+        if (aseen[i].T == T && aseen[i].d == d) return aseen[i].rate;
+    char key[96], what[160];
+    snprintf(key, sizeof key, "plan_attention_T%d_d%d_t1", T, d);
+    snprintf(what, sizeof what, "causal attention over %d positions, heads of %d (1 thread)", T, d);
+    double gflops = 0;
+    stamp at;
+    if (kept(key, what, &gflops, &at)) {
+        if (naseen < 16) aseen[naseen++] = (attention_seen){ T, d, gflops * 1e9 };
+        return gflops * 1e9;
+    }
+    int NH = 4, C = NH * d, B = 1024 / T > 1 ? 1024 / T : 1;
+    size_t btc = (size_t)B * T * C;
+    float *qkv = dt_alloc_zeroed(3 * btc * 4), *out = dt_alloc_zeroed(btc * 4), *lse = dt_alloc_zeroed((size_t)B * NH * T * 4),
+          *dqkv = dt_alloc_zeroed(3 * btc * 4), *dout = dt_alloc_zeroed(btc * 4);
+    double t[3] = { 0 }, rate = 0;
+    int threads_before = dt_kernels_threads();
+    if (qkv && out && lse && dqkv && dout) {
+        dt_kernels_set_threads(1);
+        for (size_t i = 0; i < 3 * btc; i++) qkv[i] = 0.01f * (float)(i % 17) - 0.08f;
+        for (size_t i = 0; i < btc; i++) dout[i] = 0.001f * (float)(i % 13);
+        for (int r = -1; r < 3; r++) {
+            double t0 = dt_time_now();
+            dt_attention_forward_lse(out, lse, qkv, B, T, C, NH);
+            memset(dqkv, 0, 3 * btc * 4);
+            dt_attention_backward_lse(dqkv, dout, out, qkv, lse, B, T, C, NH);
+            if (r >= 0) t[r] = dt_time_now() - t0;
+        }
+        rate = 3 * 2.0 * T * (double)T * C * B / dt_median(t, 3);
+        keep(key, rate / 1e9, &at);
+    }
+    dt_kernels_set_threads(threads_before);
+    dt_free_zeroed(qkv), dt_free_zeroed(out), dt_free_zeroed(lse), dt_free_zeroed(dqkv), dt_free_zeroed(dout);
+    if (naseen < 16) aseen[naseen++] = (attention_seen){ T, d, rate };
+    return rate;
 }
 
 /* Where ranks meet: a barrier in shared memory that waits as dtrain's own collectives do (comm/wait.c: spinning, then

@@ -32,6 +32,9 @@ double dt_plan_time_linear(int M, int N, int K, int threads, dt_dtype lp, size_t
 double dt_plan_time_shared(int M, int N, int K, dt_dtype lp, size_t work_floats, int procs, int cores);
 /* n ranks meeting after each Linear: seconds a meeting adds (0 if it could not be timed). */
 double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats, int n);
+/* Causal attention's FLOP/s on one thread over sequences of T positions (the rate at 1024 beyond it), heads of d
+ * channels (0 if it could not run). */
+double dt_plan_time_attention(int T, int d);
 /* LAPACK's symmetric eigen-decomposition of n x n with its vectors: seconds here (0 if it could not run). */
 double dt_plan_time_eigen(int n, int threads);
 /* A second-order optimizer (job->kfac_on, shampoo_on, or SOAP: second_order.c): its state on the rank holding most

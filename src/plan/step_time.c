@@ -165,8 +165,14 @@ static step_rates rates(step_ctx *x, dt_plan_time *o) {
                   : 0;
     size_t after = dt_resident_memory();
     o->head_resident = after > before ? after - before : 0;
-    r.ratt = (h->attention_rate > 0 ? h->attention_rate * o->threads : (j->precision != DT_F32 ? h->flops_lowp : h->flops_f32) * h->attention_efficiency) /
-             slow;
+    /* attention here: timed at the sequences a rank's kernel sees (a context-parallel rank's share) and the heads' width,
+     * unless the machine's rate is fixed ($DTRAIN_ATTENTION_GFLOPS) */
+    double att = h->attention_rate;
+    if (att > 0 && !h->attention_fixed) {
+        double timed = dt_plan_time_attention(x->job->seq / (x->cp > 0 ? x->cp : 1), rc.head_dim);
+        att = timed > 0 ? timed : att;
+    }
+    r.ratt = (att > 0 ? att * o->threads : (j->precision != DT_F32 ? h->flops_lowp : h->flops_f32) * h->attention_efficiency) / slow;
     /* a CPU rank's share of the machine's bandwidth; a GPU's own */
     x->bw = h->shared_memory ? h->mem_bw * (double)(o->threads < cores ? o->threads : cores) / cores : h->mem_bw;
     if (h->shared_memory && x->bw > h->mem_bw / local) x->bw = h->mem_bw / local;

@@ -47,34 +47,11 @@ static double measure_bandwidth(int threads) {
     return best;
 }
 
-/* Blockwise causal attention forward and backward (T 1024, 4 heads of 64) on one thread: its GFLOP/s counted as 2 T^2 C forward
- * (the causal half of two T x T x C products) and twice that backward. */
+/* Causal attention forward and backward at T 1024, 4 heads of 64, on one thread (job_timings.c): the machine's rate, which
+ * a job's plan replaces by the rate at its own sequences and heads. */
 static double measure_attention(int unused) {
     (void)unused;
-    int B = 1, T = 1024, C = 256, NH = 4;
-    size_t btc = (size_t)B * T * C;
-    float *qkv = dt_alloc_aligned(3 * btc * 4), *out = dt_alloc_aligned(btc * 4), *lse = dt_alloc_aligned((size_t)B * NH * T * 4),
-          *dqkv = dt_alloc_aligned(3 * btc * 4), *dout = dt_alloc_aligned(btc * 4);
-    double best = 0;
-    if (qkv && out && lse && dqkv && dout) {
-        dt_kernels_set_threads(1);
-        for (size_t i = 0; i < 3 * btc; i++) qkv[i] = 0.01f * (float)(i % 17) - 0.08f;
-        for (size_t i = 0; i < btc; i++) dout[i] = 0.001f * (float)(i % 13);
-        for (int k = 0; k < 3; k++) {
-            double t0 = dt_time_now();
-            dt_attention_forward_lse(out, lse, qkv, B, T, C, NH);
-            memset(dqkv, 0, 3 * btc * 4);
-            dt_attention_backward_lse(dqkv, dout, out, qkv, lse, B, T, C, NH);
-            double r = 3 * 2.0 * T * (double)T * C * B / (dt_time_now() - t0) / 1e9;
-            if (r > best) best = r;
-        }
-    }
-    dt_free_aligned(qkv);
-    dt_free_aligned(out);
-    dt_free_aligned(lse);
-    dt_free_aligned(dqkv);
-    dt_free_aligned(dout);
-    return best;
+    return dt_plan_time_attention(1024, 64) / 1e9;
 }
 
 /* AdamW's update (dt_optim_step: it reads a parameter, its gradient and two moments, writes three back and zeroes the
@@ -344,7 +321,7 @@ dt_status dt_plan_this_machine(dt_plan_hardware *h) {
     if (!st)
         st = dt_peak_cached_rate("gemm_slowdown_all_cores_busy", allowed >= h->devices_per_node ? measure_busy_slowdown : NULL,
                                  (int)h->devices_per_node, &h->busy_slowdown);
-    if (!st && att && atof(att) > 0) h->attention_rate = atof(att) * 1e9; /* the same for attention's rate a core */
+    if (!st && att && atof(att) > 0) h->attention_rate = atof(att) * 1e9, h->attention_fixed = 1; /* the same for attention's rate a core */
     else if (!st && !(st = dt_peak_cached_rate("attention_gflops_per_thread", measure_attention, 1, &h->attention_rate)))
         h->attention_rate *= 1e9;
     h->linear_rate = lin && atof(lin) > 0 ? atof(lin) * 1e9 : 0; /* instead of timing the job's Linears (step_time.c) */
