@@ -9,7 +9,8 @@
 # same loss and decodes as the training forward does; the experts' load is in the metrics; bf16 under DDP 2 gives one
 # process's; TP 2 with and without SP (the mixture whole on each rank) give one process's. What this build does not
 # do is refused naming why.
-# Qwen 2 MoE's folder from the fixtures trains alike under DDP 2 and PP 2, and exports.
+# Qwen 2 MoE's folder from the fixtures trains alike under DDP 2 and PP 2, and exports. GPT-2 with GELU experts
+# (gpt2_moe) under DDP 2, ZeRO-3, PP 2, TP 2 with SP, EP 2 and DP 2 x EP 2, and its decoder.
 # usage: moe_equivalence.sh DTRAIN FIXTURES
 set -u
 DTRAIN=$1
@@ -176,7 +177,31 @@ w=$(worst "$dir/bf2s.jsonl" "$dir/bfddp.jsonl")
 verdict $ok "bf16, DDP 2 against one process (lr 1e-3): worst relative loss difference over 20 steps $w (held to 1e-4)"
 run bfpp --batch 2 --grad-accum 2 --nproc 2 --pp 2 --precision bf16 --lr 1e-3 && close "bf16, PP 2 (1F1B)" "$dir/bf2s.jsonl" "$dir/bfpp.jsonl"
 refused "the balancing loss over data-parallel ranks" "--moe-aux-loss 0 turns it off" train "${common[@]}" --batch 2 --nproc 2 --moe-aux-loss 0.01 --steps 1
-refused "--experts on GPT-2" "not d6's" train "${common[@]/llama-tiny/d6}" --batch 4 --steps 1
+# GPT-2 with GELU experts (gpt2_moe: --experts on a GPT-2 replaces its MLP by E experts of up and down, no gate): the
+# same layouts give one process's losses (lr 3e-3: at 1e-2 its 48 channels amplify a last bit into 1e-5 by step 15,
+# measured; here DDP 2 and EP 2 are bit for bit), its checkpoint decodes as its training forward does, and it has no
+# Hugging Face folder
+gcommon=(--model d6 --experts 4 --experts-top-k 2 --data "$dir/train.bin" --vocab 256 --layers 2 --channels 48 --heads 4 --ffn 32
+         --max-seq 64 --seq 64 --steps 20 --lr 3e-3 --threads 1)
+keep=("${common[@]}")
+common=("${gcommon[@]}")
+run g_one --batch 2
+run g_ref2 --batch 2 --grad-accum 2 --save "$dir/gck"
+run g_ddp --batch 2 --nproc 2 && close "GELU experts (gpt2_moe): DDP 2" "$dir/g_ref2.jsonl" "$dir/g_ddp.jsonl"
+run g_z3 --batch 2 --nproc 2 --zero 3 && close "GELU experts: ZeRO-3 on 2 ranks" "$dir/g_ref2.jsonl" "$dir/g_z3.jsonl"
+run g_pp --batch 2 --grad-accum 2 --nproc 2 --pp 2 && close "GELU experts: PP 2 (1F1B)" "$dir/g_ref2.jsonl" "$dir/g_pp.jsonl"
+run g_tp --batch 2 --nproc 2 --tp 2 --sp && close "GELU experts: TP 2 with SP (the mixture whole on each rank)" "$dir/g_one.jsonl" "$dir/g_tp.jsonl"
+run g_d4 --batch 2 --grad-accum 2 --experts-top-k 4
+run g_ep --batch 2 --nproc 2 --ep 2 --experts-top-k 4 && close "GELU experts, top-4 of 4: EP 2" "$dir/g_d4.jsonl" "$dir/g_ep.jsonl"
+run g_d1 --batch 1 --grad-accum 4 --experts-top-k 4
+run g_dpep --batch 1 --nproc 4 --ep 2 --experts-top-k 4 && close "GELU experts, top-4 of 4: DP 2 x EP 2" "$dir/g_d1.jsonl" "$dir/g_dpep.jsonl"
+"$DTRAIN" train "${gcommon[@]}" --batch 2 --steps 1 2>&1 | grep -q "(gpt2_moe)" && ok=1 || ok=0
+verdict $ok "--experts on a GPT-2 makes the gpt2_moe family"
+a=$("$DTRAIN" generate --model "$dir/gck" --ids --prompt 1,2,3 --tokens 12 2>&1) b=$("$DTRAIN" generate --model "$dir/gck" --ids --prompt 1,2,3 --tokens 12 --no-cache 2>&1)
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$(echo "$a" | wc -w)" = 13 ] && ok=1 || ok=0
+verdict $ok "generate on the GELU experts' checkpoint: the cached decoder's 12 greedy tokens are the training forward's ($a)"
+refused "GPT-2's GELU experts exported as a Hugging Face folder" "has no Hugging Face architecture" ckpt export "$dir/gck" "$dir/ghf"
+common=("${keep[@]}")
 refused "top-k above the experts" "top-5 routing among 4 experts" train "${common[@]}" --batch 4 --experts-top-k 5 --steps 1
 # served: the decoder's cached steps (each row routed alone) choose the tokens the training forward does (--no-cache)
 a=$("$DTRAIN" generate --model "$dir/hf" --ids --prompt 1,2,3 --tokens 12 2>&1) b=$("$DTRAIN" generate --model "$dir/hf" --ids --prompt 1,2,3 --tokens 12 --no-cache 2>&1)

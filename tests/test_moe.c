@@ -2,7 +2,8 @@
  * expert beside the routed ones, weights not renormalised) on tiny random configs (scripts/make_moe_fixtures.py),
  * each read from the Hugging Face folder it saved (one tensor an expert into the stacked gate, up and down). The router's probabilities and its choices (exactly), the last layer's
  * sparse-MoE block output, the logits, the loss with the load-balancing term and that term alone, every gradient
- * and ten AdamW steps; recomputation gives the same bits; bad configs and folders are refused naming what. */
+ * and ten AdamW steps; recomputation gives the same bits; bad configs and folders are refused naming what. GELU experts
+ * (gpt2_moe's) against a plain computation and central differences, in the kernels and through the program. */
 #include "adamw_steps.h"
 #include "fixture_checks.h"
 
@@ -269,11 +270,12 @@ static int reference_drops(int32_t *idx, const float *w, int pairs, int E, int c
     return dropped;
 }
 
-/* The last layer's down projection's gradient against the loss's central difference (its weights change no routing). */
-static double fd_check(dt_program *p, const int32_t *in, const int32_t *tg) {
+/* The last layer's down projection's gradient (or tensor `name`'s) against the loss's central difference (its weights
+ * change no routing). */
+static double fd_tensor(dt_program *p, const int32_t *in, const int32_t *tg, const char *name) {
     dt_model m;
     dt_program_model(p, &m);
-    const dt_tensor_info *t = dt_model_find(&m, "h.1.edownw");
+    const dt_tensor_info *t = dt_model_find(&m, name);
     float loss, lp, lm, *w = m.params(m.self), eps = 1e-2f;
     double worst = 0;
     dt_program_zero_grad(p);
@@ -289,6 +291,8 @@ static double fd_check(dt_program *p, const int32_t *in, const int32_t *tg) {
     }
     return worst;
 }
+
+static double fd_check(dt_program *p, const int32_t *in, const int32_t *tg) { return fd_tensor(p, in, tg, "h.1.edownw"); }
 
 /* The Mixtral fixture with a capacity of 1.0 (every expert its even share): the drops each policy makes, exactly as
  * computed here; the gradient through what stays. */
@@ -497,6 +501,93 @@ static void check_bf16_experts(void) {
     free(x);
 }
 
+/* GELU experts (gpt2_moe's: wg NULL, up and down alone) against a plain double computation: the forward's outputs, then
+ * the gradients backward gives (d(input), d(up), d(down) and each row's routing weight) against central differences of
+ * L = sum_r w_r dout_r . y_r, which the kernel's backward answers for. */
+static double gelu_d(double x) { return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+
+/* Expert e's output c for row r, in double. */
+static double gelu_y(const float *x, const float *wu, const float *wd, int e, int r, int c, int C, int F) {
+    double y = 0;
+    for (int f = 0; f < F; f++) {
+        double h = 0;
+        for (int k = 0; k < C; k++) h += (double)wu[((size_t)e * F + f) * C + k] * x[(size_t)r * C + k];
+        y += (double)wd[((size_t)e * C + c) * F + f] * gelu_d(h);
+    }
+    return y;
+}
+
+static double gelu_loss(const float *x, const float *wu, const float *wd, const float *wt, const float *dout, const int32_t *start, int E,
+                        int C, int F) {
+    double L = 0;
+    for (int e = 0; e < E; e++)
+        for (int r = start[e]; r < start[e + 1]; r++)
+            for (int c = 0; c < C; c++) L += wt[r] * dout[(size_t)r * C + c] * gelu_y(x, wu, wd, e, r, c, C, F);
+    return L;
+}
+
+static void check_gelu_experts(void) {
+    enum { E = 2, C = 6, F = 5, N = 5 };
+    int32_t start[E + 1] = { 0, 2, N }, order[N];
+    float x[N * C], wu[E * F * C], wd[E * C * F], wt[N], dout[N * C], hu[N * F], act[N * F], y[N * C];
+    float dys[N * C], g[N * F], dhu[N * F], dw[N], dwu[E * F * C] = { 0 }, dwd[E * C * F] = { 0 };
+    uint64_t rng = 11;
+    for (int i = 0; i < N; i++) order[i] = i, wt[i] = 0.3f + 0.1f * (float)i;
+    for (int i = 0; i < N * C; i++) x[i] = (float)(dt_rng_uniform(&rng) * 2 - 1), dout[i] = (float)sin(0.7 * i);
+    for (int i = 0; i < E * F * C; i++) wu[i] = (float)(dt_rng_uniform(&rng) * 2 - 1), wd[i] = (float)(dt_rng_uniform(&rng) * 2 - 1);
+    dt_moe_experts_forward(hu, act, y, x, start, NULL, wu, wd, E, C, F, DT_F32);
+    double fwd = 0;
+    for (int e = 0; e < E; e++)
+        for (int r = start[e]; r < start[e + 1]; r++)
+            for (int c = 0; c < C; c++) {
+                double ref = gelu_y(x, wu, wd, e, r, c, C, F);
+                fwd = fmax(fwd, fabs(y[r * C + c] - ref) / (fabs(ref) + 1e-3));
+            }
+    expect("GELU experts (no gate): the outputs against a plain computation", fwd, 1e-4);
+    memcpy(dys, dout, sizeof dys);
+    dt_moe_experts_backward(dys, NULL, dwu, dwd, dw, dys, g, dhu, x, hu, act, wt, order, start, NULL, wu, wd, E, C, F, DT_F32, NULL);
+    /* central differences of L in each input, weight and routing weight (h 1e-3 on values near 1: f32's L to ~1e-6) */
+    double worst = 0, h = 1e-3;
+    float *vars[4] = { x, wu, wd, wt }, *grads[4] = { dys, dwu, dwd, dw };
+    const int n[4] = { N * C, E * F * C, E * C * F, N };
+    for (int v = 0; v < 4; v++)
+        for (int i = 0; i < n[v]; i++) {
+            float keep = vars[v][i];
+            vars[v][i] = keep + (float)h;
+            double lp = gelu_loss(x, wu, wd, wt, dout, start, E, C, F);
+            vars[v][i] = keep - (float)h;
+            double lm = gelu_loss(x, wu, wd, wt, dout, start, E, C, F);
+            vars[v][i] = keep;
+            double fd = (lp - lm) / (2 * h);
+            worst = fmax(worst, fabs(fd - grads[v][i]) / (fabs(fd) + 1e-2));
+        }
+    expect("GELU experts: d(input), d(up), d(down) and the routing weights' gradient against central differences", worst, 1e-3);
+}
+
+/* GPT-2 with GELU experts (gpt2_moe) through the model program: the last layer's experts' up and down projections'
+ * gradients against the loss's central differences (the weights drawn at 5x a seed's, so that the experts' share of
+ * the loss is well above f32's rounding; at 20x the differences' own truncation was 8e-2). */
+static void check_gpt2_moe(void) {
+    model = "gpt2_moe";
+    dt_lm_config c = { .max_seq_len = T, .vocab_size = 64, .padded_vocab_size = 64, .num_layers = 2, .num_heads = 4, .channels = 24,
+                       .family = dt_family_find("gpt2_moe"), .ffn = 16, .experts = 4, .experts_top_k = 2, .norm_topk = 1 };
+    dt_program *p = NULL;
+    dt_status st = dt_program_create(&c, &p);
+    int32_t in[B * T], tg[B * T];
+    for (int i = 0; i < B * T; i++) in[i] = (i * 7 + 3) % 64, tg[i] = (i * 5 + 1) % 64;
+    if (!st) {
+        dt_program_init_random(p, 5);
+        float *w = dt_program_params(p);
+        for (size_t i = 0; i < dt_program_num_params(p); i++) w[i] *= 5;
+        verdict("the family's experts are GELU ones (no gate)", !dt_family_moe_gated(c.family) && dt_family_moe_gated(dt_family_find("mixtral")), NULL);
+        expect("GELU experts: the last layer's down projection's gradient (central differences)", fd_tensor(p, in, tg, "h.1.edownw"), 2e-2);
+        expect("GELU experts: the last layer's up projection's gradient (central differences)", fd_tensor(p, in, tg, "h.1.eupw"), 2e-2);
+    } else {
+        verdict("a gpt2_moe program", false, dt_last_error());
+    }
+    dt_program_destroy(p);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     check_fixture(dir, "mixtral");
@@ -507,6 +598,8 @@ int main(int argc, char **argv) {
     check_deepseek(dir);
     model = "kernels";
     check_bf16_experts();
+    check_gelu_experts();
+    check_gpt2_moe();
     model = "bad";
     bad_input(dir);
     printf("%s\n", failed ? "test_moe: FAILED" : "test_moe: all passed");

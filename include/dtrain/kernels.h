@@ -60,7 +60,8 @@ void dt_moe_topk(float *w, int32_t *idx, const float *probs, int BT, int E, int 
 void dt_moe_sort(int32_t *order, int32_t *start, int32_t *row_of, const int32_t *idx, int pairs, int E);
 void dt_moe_gather(float *rows, const float *x, const int32_t *order, int pairs, int K, int C);
 void dt_moe_combine(float *out, const float *y, const float *w, const int32_t *idx, const int32_t *row_of, int BT, int K, int C, bool add);
-/* The experts' SwiGLU MLPs over their sorted rows (start[e]..start[e+1]: expert e's). t DT_BF16 or DT_F16: mixed
+/* The experts' SwiGLU MLPs over their sorted rows (start[e]..start[e+1]: expert e's); wg NULL (and dwg): GELU MLPs, up
+ * then down, hu (and dhu) F wide a row where SwiGLU's gate|up is 2F. t DT_BF16 or DT_F16: mixed
  * precision, on weights holding 16-bit values: the gate|up products, SwiGLU's output and the down products rounded to
  * t; in backward the output gradient dys (in place), g (d(act)), both again once weighted by the rows' routing
  * weights, d(gate|up), d(input) and each use's weight gradient too (use: F x C floats to round it in; NULL in f32).

@@ -75,8 +75,10 @@ const char *dt_family_gguf_arch(const dt_family *f);
 int dt_family_gguf_pairs(const dt_family *f);
 /* The modules PEFT puts LoRA on for the family when not told ("c_attn"; "q_proj,v_proj"). */
 const char *dt_family_lora_targets(const dt_family *f);
-/* Whether the family's block routes tokens to experts (Mixtral's). */
+/* Whether the family's block routes tokens to experts (Mixtral's); whether its experts are SwiGLU MLPs (gate, up and
+ * down) rather than GELU ones (up and down: gpt2_moe's). */
 bool dt_family_moe(const dt_family *f);
+bool dt_family_moe_gated(const dt_family *f);
 
 /* How tensor parallelism splits a tensor (Megatron): a column-parallel
  * Linear splits its outputs (weight rows, bias), a row-parallel one its

@@ -206,7 +206,8 @@ void dt_program_announce_grads(dt_program *p);
  * the store (Llama's q, k and v; GPT-2's fused c_attn is one part), its output their rows in that order; bias: the
  * tensors [b, b + nw), or -1. Attention reads q of its heads, then k and v of its K/V heads. A mixture of experts
  * (program_moe.c) reads the normed stream and writes its output: w its router [E, C], then the experts' stacked gate
- * [E, F, C], up [E, F, C] and down [E, C, F] projections (a SwiGLU MLP each; nw 4). */
+ * [E, F, C], up [E, F, C] and down [E, C, F] projections (a SwiGLU MLP each; nw 4; nw 3: up and down alone, a GELU MLP
+ * each, GPT-2's MLP made a mixture as Megatron's and the Switch Transformer's are). */
 typedef enum { DT_OP_NORM, DT_OP_LINEAR, DT_OP_ATTENTION, DT_OP_GELU, DT_OP_SWIGLU, DT_OP_ADD, DT_OP_MOE } dt_op_kind;
 enum { DT_V_IN = 0, DT_V_OUT = 1 };
 typedef struct {

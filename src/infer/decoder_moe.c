@@ -13,10 +13,11 @@
 #include <string.h>
 
 struct moe_weights {
-    linear router, *gate_up, *down; /* [E, C]; per expert [2F, C] (gate's rows, then up's) and [C, F] */
+    linear router, *gate_up, *down; /* [E, C]; per expert [2F, C] (gate's rows, then up's; GELU experts: up's [F, C]) and [C, F] */
     linear shared_gate_up, shared_down, shared_gate; /* a shared expert's ([2Fs, C], [C, Fs]) and its gate [1, C] */
     float *bias;                    /* the sigmoid router's [E] (NULL: softmax) */
     int E;
+    bool gelu;                      /* GELU experts (up, down: gpt2_moe's), not SwiGLU ones */
 };
 
 struct moe_scratch {
@@ -55,13 +56,15 @@ dt_status dt_decoder_moe_load(dt_decoder *d, dt_program *p, const float *params,
     *out = w;
     if (!w || !w->gate_up || !w->down) return dt_error(DT_ERR_NOMEM, "decoder: out of memory for layer %d's experts", l);
     w->E = E;
+    w->gelu = !dt_family_moe_gated(c->family);
     const float *t[8];
     for (int j = 0; j < o->s.nw && j < 8; j++) t[j] = params + dt_program_block_tensor(p, l, o->s.w + j)->offset;
     dt_status st = pack(&w->router, t[0], E, C, q8, &d->weight_bytes);
     for (int e = 0; !st && e < E; e++) {
         size_t fc = (size_t)F * C;
-        st = pack_pair(&w->gate_up[e], t[1] + e * fc, t[2] + e * fc, F, C, q8, &d->weight_bytes);
-        if (!st) st = pack(&w->down[e], t[3] + e * fc, C, F, q8, &d->weight_bytes);
+        if (w->gelu) st = pack(&w->gate_up[e], t[1] + e * fc, F, C, q8, &d->weight_bytes);
+        else st = pack_pair(&w->gate_up[e], t[1] + e * fc, t[2] + e * fc, F, C, q8, &d->weight_bytes);
+        if (!st) st = pack(&w->down[e], t[w->gelu ? 2 : 3] + e * fc, C, F, q8, &d->weight_bytes);
     }
     if (!st && Fs > 0) {
         st = pack_pair(&w->shared_gate_up, t[4], t[5], Fs, C, q8, &d->weight_bytes);
@@ -114,10 +117,11 @@ static dt_status apply(float *out, const float *x, const linear *l, int n) {
     return st ? dt_error(st, "decoder: %s", dt_last_error()) : DT_OK;
 }
 
-/* The rows [start, start + n) of one SwiGLU MLP: gate|up, the product, down. */
-static dt_status mlp(moe_scratch *s, const linear *gate_up, const linear *down, const float *x, float *y, int n, int F) {
+/* The rows [start, start + n) of one SwiGLU MLP: gate|up, the product, down (gelu: up, GELU, down). */
+static dt_status mlp(moe_scratch *s, const linear *gate_up, const linear *down, const float *x, float *y, int n, int F, bool gelu) {
     dt_status st = apply(s->hu, x, gate_up, n);
-    if (!st) dt_swiglu_forward(s->act, s->hu, n, F);
+    if (!st && gelu) dt_gelu_forward(s->act, s->hu, (size_t)n * F);
+    else if (!st) dt_swiglu_forward(s->act, s->hu, n, F);
     return st ? st : apply(y, s->act, down, n);
 }
 
@@ -138,14 +142,14 @@ dt_status dt_decoder_moe_run(dt_decoder *d, const moe_weights *w, const float *x
     dt_moe_gather(s->xs, x, s->order, pairs, K, C);
     for (int e = 0; !st && e < E; e++) {
         size_t r = (size_t)s->start[e];
-        st = mlp(s, &w->gate_up[e], &w->down[e], s->xs + r * C, s->ys + r * C, s->start[e + 1] - s->start[e], F);
+        st = mlp(s, &w->gate_up[e], &w->down[e], s->xs + r * C, s->ys + r * C, s->start[e + 1] - s->start[e], F, w->gelu);
     }
     if (st) return st;
     dt_moe_combine(out, s->ys, s->w, s->idx, s->row_of, n, K, C, false);
     if (c->shared_ffn <= 0) return DT_OK;
     /* the shared expert over every row, scaled by sigmoid(x . v), added after the routed ones (training's order) */
     if ((w->shared_gate.p && (st = apply(s->sgate, x, &w->shared_gate, n))) ||
-        (st = mlp(s, &w->shared_gate_up, &w->shared_down, x, s->ys, n, c->shared_ffn)))
+        (st = mlp(s, &w->shared_gate_up, &w->shared_down, x, s->ys, n, c->shared_ffn, false)))
         return st;
     for (int i = 0; i < n; i++) {
         float g = w->shared_gate.p ? 1.0f / (1.0f + expf(-s->sgate[i])) : 1.0f;

@@ -1,6 +1,6 @@
 /* A mixture of experts' kernels: the softmax router's top-k choice and its backward, the (token, choice) pairs
- * sorted by expert, and the experts' SwiGLU MLPs over their rows of the sorted pairs, one GEMM per expert and
- * projection (a grouped GEMM as a loop: each expert's rows are contiguous). */
+ * sorted by expert, and the experts' MLPs (SwiGLU's gate|up, or GELU's up alone) over their rows of the sorted pairs,
+ * one GEMM per expert and projection (a grouped GEMM as a loop: each expert's rows are contiguous). */
 #include "dtrain/kernels.h"
 
 #include <cblas.h>
@@ -93,19 +93,25 @@ void dt_moe_combine(float *out, const float *y, const float *w, const int32_t *i
     }
 }
 
+/* The experts' activation on their rows' products hu (gate|up with a gate, else up alone): act. */
+static void activate(float *act, const float *hu, const float *wg, int pairs, int F) {
+    if (wg) dt_swiglu_forward(act, hu, pairs, F);
+    else dt_gelu_forward(act, hu, (size_t)pairs * F);
+}
+
 void dt_moe_experts_forward(float *hu, float *act, float *y, const float *xs, const int32_t *start, const float *wg, const float *wu,
                             const float *wd, int E, int C, int F, dt_dtype t) {
-    size_t pairs = (size_t)start[E];
+    size_t pairs = (size_t)start[E], hw = wg ? 2 * (size_t)F : (size_t)F;
     for (int e = 0; e < E; e++) {
         int n = start[e + 1] - start[e];
         if (!n) continue;
         size_t r = (size_t)start[e], fc = (size_t)F * C;
-        float *h = hu + r * 2 * F;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, C, 1.0f, xs + r * C, C, wg + e * fc, C, 0.0f, h, 2 * F);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, C, 1.0f, xs + r * C, C, wu + e * fc, C, 0.0f, h + F, 2 * F);
+        float *h = hu + r * hw;
+        if (wg) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, C, 1.0f, xs + r * C, C, wg + e * fc, C, 0.0f, h, (int)hw);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, F, C, 1.0f, xs + r * C, C, wu + e * fc, C, 0.0f, h + hw - F, (int)hw);
     }
-    dt_lp_round(hu, pairs * 2 * F, t);
-    dt_swiglu_forward(act, hu, start[E], F);
+    dt_lp_round(hu, pairs * hw, t);
+    activate(act, hu, wg, start[E], F);
     dt_lp_round(act, pairs * F, t);
     for (int e = 0; y && e < E; e++) {
         int n = start[e + 1] - start[e];
@@ -130,7 +136,8 @@ void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, flo
                              const float *hu, float *act, const float *w, const int32_t *order, const int32_t *start, const float *wg,
                              const float *wu, const float *wd, int E, int C, int F, dt_dtype t, float *use) {
     int pairs = start[E];
-    dt_swiglu_forward(act, hu, pairs, F);
+    size_t hw = wg ? 2 * (size_t)F : (size_t)F;
+    activate(act, hu, wg, pairs, F);
     dt_lp_round(act, (size_t)pairs * F, t);
     dt_lp_round(dys, (size_t)pairs * C, t);
     /* g = dy Wd (an expert's row, unweighted): d(weight) = act . g, d(act) = w g; Wd's gradient from the weighted dy */
@@ -151,9 +158,10 @@ void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, flo
     }
     dt_lp_round(g, (size_t)pairs * F, t); /* 16 bits: the weighted gradients too (a product of 16-bit values) */
     dt_lp_round(dys, (size_t)pairs * C, t);
-    memset(dhu, 0, (size_t)pairs * 2 * F * sizeof(float));
-    dt_swiglu_backward(dhu, hu, g, pairs, F);
-    dt_lp_round(dhu, (size_t)pairs * 2 * F, t);
+    memset(dhu, 0, (size_t)pairs * hw * sizeof(float));
+    if (wg) dt_swiglu_backward(dhu, hu, g, pairs, F);
+    else dt_gelu_backward(dhu, hu, g, (size_t)pairs * F);
+    dt_lp_round(dhu, (size_t)pairs * hw, t);
     /* 16 bits: each use's weight gradient rounded (in use) before the f32 store sums it, as a Linear's */
     size_t fc = (size_t)F * C;
     if (t == DT_F32) use = NULL;
@@ -161,12 +169,12 @@ void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, flo
         int n = start[e + 1] - start[e];
         if (!n) continue;
         size_t r = (size_t)start[e];
-        const float *dh = dhu + r * 2 * F;
+        const float *dh = dhu + r * hw, *du = dh + hw - F;
         weight_grad(dwd + e * fc, C, F, n, dys + r * C, C, act + r * F, F, use, t);
-        weight_grad(dwg + e * fc, F, C, n, dh, 2 * F, xs + r * C, C, use, t);
-        weight_grad(dwu + e * fc, F, C, n, dh + F, 2 * F, xs + r * C, C, use, t);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, F, 1.0f, dh, 2 * F, wg + e * fc, C, 0.0f, dxs + r * C, C);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, F, 1.0f, dh + F, 2 * F, wu + e * fc, C, 1.0f, dxs + r * C, C);
+        if (wg) weight_grad(dwg + e * fc, F, C, n, dh, (int)hw, xs + r * C, C, use, t);
+        weight_grad(dwu + e * fc, F, C, n, du, (int)hw, xs + r * C, C, use, t);
+        if (wg) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, F, 1.0f, dh, (int)hw, wg + e * fc, C, 0.0f, dxs + r * C, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, C, F, 1.0f, du, (int)hw, wu + e * fc, C, wg ? 1.0f : 0.0f, dxs + r * C, C);
     }
     dt_lp_round(dxs, (size_t)pairs * C, t);
 }

@@ -58,7 +58,7 @@ static int local_width(const dt_program *p, dt_width w) {
 }
 
 static const dt_family *const families[] = { &dt_family_gpt2, &dt_family_llama, &dt_family_qwen2, &dt_family_mixtral, &dt_family_qwen2_moe,
-                                             &dt_family_deepseek_moe };
+                                             &dt_family_deepseek_moe, &dt_family_gpt2_moe };
 enum { NFAMILIES = sizeof families / sizeof *families };
 
 const dt_family *dt_family_find(const char *name) {
@@ -81,6 +81,12 @@ const char *dt_family_lora_targets(const dt_family *f) { return f && f->lora_tar
 bool dt_family_moe(const dt_family *f) {
     for (int k = 0; f && k < f->nops; k++)
         if (f->ops[k].kind == DT_OP_MOE) return true;
+    return false;
+}
+
+bool dt_family_moe_gated(const dt_family *f) {
+    for (int k = 0; f && k < f->nops; k++)
+        if (f->ops[k].kind == DT_OP_MOE) return f->ops[k].nw != 3;
     return false;
 }
 

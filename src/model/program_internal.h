@@ -61,7 +61,8 @@ typedef struct {
     float *params, *grads, *own_params, *own_grads;
 } program_lora;
 
-extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2, dt_family_mixtral, dt_family_qwen2_moe, dt_family_deepseek_moe;
+extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2, dt_family_mixtral, dt_family_qwen2_moe, dt_family_deepseek_moe,
+    dt_family_gpt2_moe;
 
 
 /* What a forward leaves for its range's backward: its units, whether the head ran with targets (or is not in the

@@ -15,23 +15,25 @@ static int pairs_of(const dt_program *p, size_t BT) { return (int)BT * p->cfg.ex
 /* The hidden units the slot's room for the routed pairs holds: none under expert parallelism (the experts' rank keeps
  * their gate|up and runs their SwiGLU in its own buffers, program_moe_ep.c). */
 static size_t pair_ffn(const dt_program *p) { return p->part.ep_size > 1 ? 0 : (size_t)p->cfg.ffn; }
+/* The routed experts' products a pair keeps: SwiGLU's gate|up (2F), GELU's up (F) */
+static size_t pair_hu(const dt_program *p) { return (dt_family_moe_gated(p->f) ? 2 : 1) * pair_ffn(p); }
 static bool shared(const dt_program *p) { return p->cfg.shared_ffn > 0; }
 
-/* What a block keeps: the router's probabilities, every pair's gate|up products, the shared expert's and its gate, each
- * row's log-sum-exp of its router logits (the z-loss's). */
+/* What a block keeps: the router's probabilities, every pair's gate|up (or up) products, the shared expert's and its
+ * gate, each row's log-sum-exp of its router logits (the z-loss's). */
 size_t dt_program_moe_kept(const dt_program *p, size_t BT) {
-    return BT * (size_t)p->cfg.experts + (size_t)pairs_of(p, BT) * 2 * pair_ffn(p) + (shared(p) ? BT * (2 * (size_t)p->cfg.shared_ffn + 1) : 0) +
+    return BT * (size_t)p->cfg.experts + (size_t)pairs_of(p, BT) * pair_hu(p) + (shared(p) ? BT * (2 * (size_t)p->cfg.shared_ffn + 1) : 0) +
            BT;
 }
 
-/* A group of n rows through SwiGLU experts of F hidden units: their inputs, SwiGLU outputs, outputs (their
- * gradients), g, d(gate|up), the rows' weights and their gradients. The routed pairs and the shared expert's rows use
- * the same floats in turn; then the router's d(logits). */
-static size_t group_floats(size_t n, size_t C, size_t F) { return n * (2 * C + 4 * F + 2); }
+/* A group of n rows through experts of F hidden units (H: their products, 2F with a gate): their inputs, activations,
+ * outputs (their gradients), g, d(products), the rows' weights and their gradients. The routed pairs and the shared
+ * expert's rows use the same floats in turn; then the router's d(logits). */
+static size_t group_floats(size_t n, size_t C, size_t F, size_t H) { return n * (2 * C + 2 * F + H + 2); }
 
 size_t dt_program_moe_work(const dt_program *p, size_t BT) {
-    size_t C = (size_t)p->cfg.channels, routed = group_floats((size_t)pairs_of(p, BT), C, pair_ffn(p));
-    size_t own = shared(p) ? group_floats(BT, C, (size_t)p->cfg.shared_ffn) + BT * C : 0;
+    size_t C = (size_t)p->cfg.channels, routed = group_floats((size_t)pairs_of(p, BT), C, pair_ffn(p), pair_hu(p));
+    size_t Fs = (size_t)p->cfg.shared_ffn, own = shared(p) ? group_floats(BT, C, Fs, 2 * Fs) + BT * C : 0;
     return (routed > own ? routed : own) + BT * (size_t)p->cfg.experts;
 }
 
@@ -44,9 +46,9 @@ typedef struct {
     float *xs, *act, *ys, *g, *dhu, *w, *dw;
 } group;
 
-static group group_at(float *at, size_t n, size_t C, size_t F) {
+static group group_at(float *at, size_t n, size_t C, size_t F, size_t H) {
     group g = { .xs = at };
-    g.act = g.xs + n * C, g.ys = g.act + n * F, g.g = g.ys + n * C, g.dhu = g.g + n * F, g.w = g.dhu + n * 2 * F, g.dw = g.w + n;
+    g.act = g.xs + n * C, g.ys = g.act + n * F, g.g = g.ys + n * C, g.dhu = g.g + n * F, g.w = g.dhu + n * H, g.dw = g.w + n;
     return g;
 }
 
@@ -68,21 +70,24 @@ static moe_run run_of(dt_program *p, int l, int k) {
     size_t n = (size_t)m.pairs, BT = (size_t)m.BT;
     m.probs = op_stats(p, l, k);
     m.hu = m.probs + BT * (size_t)m.E;
-    m.shu = m.hu + n * 2 * pair_ffn(p);
+    m.shu = m.hu + n * pair_hu(p);
     m.sgate = m.shu + BT * 2 * (size_t)m.Fs;
     m.lse = m.sgate + (m.Fs > 0 ? BT : 0);
     m.idx = s->moe_int, m.order = m.idx + n, m.row_of = m.order + n, m.start = m.row_of + n;
     m.rows = m.start + m.E + 1, m.all = m.rows + BT; /* the shared expert: every row, in order; its one group */
-    m.r = group_at(s->moe_work, n, (size_t)m.C, pair_ffn(p));
+    m.r = group_at(s->moe_work, n, (size_t)m.C, pair_ffn(p), pair_hu(p));
     m.dlogits = s->moe_work + (dt_program_moe_work(p, BT) - BT * (size_t)m.E);
     const float **wt[8] = { &m.router, &m.wg, &m.wu, &m.wd, &m.sg, &m.su, &m.sd, &m.sv };
+    /* each weight's role: GELU experts (nw 3) have no gate (wg and its gradient NULL) */
+    static const int gated[8] = { 0, 1, 2, 3, 4, 5, 6, 7 }, gelu[3] = { 0, 2, 3 };
+    const int *role = dt_family_moe_gated(p->f) ? gated : gelu;
     float *wide = p->moe_wide; /* 16 bits: the weights' 16-bit values, widened (the products then are 16-bit ones) */
     for (int j = 0; j < p->ops[k].s.nw; j++) {
         const dt_tensor_info *t = &p->tab[first_tensor(p, l) + p->ops[k].s.w + j];
-        *wt[j] = p->params + t->offset, m.grad[j] = p->grads + t->offset;
+        *wt[role[j]] = p->params + t->offset, m.grad[role[j]] = p->grads + t->offset;
         if (p->prec == DT_F32) continue;
         dt_lp_unpack(wide, p->params_lp + t->offset, t->count, p->prec);
-        *wt[j] = wide, wide += t->count;
+        *wt[role[j]] = wide, wide += t->count;
     }
     return m;
 }
@@ -135,7 +140,7 @@ static void route(const dt_program *p, int l, moe_run *m) {
 static group shared_rows(dt_program *p, moe_run *m) {
     for (int i = 0; i < m->BT; i++) m->rows[i] = i;
     m->all[0] = 0, m->all[1] = m->BT;
-    return group_at(p->s->moe_work, (size_t)m->BT, (size_t)m->C, (size_t)m->Fs);
+    return group_at(p->s->moe_work, (size_t)m->BT, (size_t)m->C, (size_t)m->Fs, 2 * (size_t)m->Fs);
 }
 
 /* (DeepSeek's shared experts have no gate: every row's weight is 1) */

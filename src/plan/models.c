@@ -64,8 +64,9 @@ void dt_plan_shape_for_params(double n, dt_gpt2_config *c) {
 double dt_plan_units_expert_params(const dt_plan_job *j, int a, int b) {
     dt_gpt2_config r = dt_lm_config_resolve(&j->model);
     int L = r.num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, ep = j->ep > 1 ? j->ep : 1;
-    /* each block's experts: gate, up and down of F x C, E of them, E/ep on a rank */
-    return r.experts && last >= first ? (double)(last - first + 1) * 3.0 * r.ffn * r.channels * r.experts / ep : 0;
+    /* each block's experts: gate, up and down of F x C (GELU experts: up and down), E of them, E/ep on a rank */
+    double mats = dt_family_moe_gated(r.family) ? 3.0 : 2.0;
+    return r.experts && last >= first ? (double)(last - first + 1) * mats * r.ffn * r.channels * r.experts / ep : 0;
 }
 
 double dt_plan_units_params(const dt_plan_job *j, int a, int b) {
@@ -93,9 +94,10 @@ double dt_plan_paper_layer_bytes(const dt_plan_job *j, int recompute) {
     dt_gpt2_config r = dt_lm_config_resolve(c);
     bool gpt = dt_plan_is_gpt2(c);
     double kvc = (double)r.head_dim * r.kv_heads, F = r.ffn;
-    /* a mixture's: each token's k experts' SwiGLU activations and its dispatched copy (on the experts' ranks under EP), a
-     * shared expert's, the router's probabilities */
-    double moe = r.experts ? w * (r.experts_top_k * (3.0 * F + h) + 3.0 * r.shared_ffn + r.experts - 3.0 * F) : 0;
+    /* a mixture's: each token's k experts' SwiGLU activations (GELU's: up and its output) and its dispatched copy (on the
+     * experts' ranks under EP), a shared expert's, the router's probabilities, in place of the dense MLP's */
+    double xa = dt_family_moe_gated(r.family) ? 3.0 : 2.0, dense = gpt ? 2.0 : 3.0;
+    double moe = r.experts ? w * (r.experts_top_k * (xa * F + h) + 3.0 * r.shared_ffn + r.experts - dense * F) : 0;
     double whole = 4 * w * h + (gpt ? 2 * h : 0) + moe, split = w * (2 * h + 2 * kvc + (gpt ? 2 : 3) * F);
     return whole / rows + split / t;
 }
@@ -159,7 +161,10 @@ int dt_plan_block_linears(const dt_plan_job *j, int (*shape)[2], int max) {
     return dt_program_linear_shapes(&j->model, &part, shape, max);
 }
 
-bool dt_plan_is_gpt2(const dt_gpt2_config *c) { return !c->family || c->family == dt_family_find("gpt2"); }
+/* GPT-2's block (LayerNorms with biases, learned positions), its MLP dense or a mixture of GELU experts */
+bool dt_plan_is_gpt2(const dt_gpt2_config *c) {
+    return !c->family || c->family == dt_family_find("gpt2") || c->family == dt_family_find("gpt2_moe");
+}
 
 /* Multiply-adds a token costs forward in the units' Linears (the head's too), per TP rank. */
 double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b) {

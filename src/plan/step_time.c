@@ -78,14 +78,15 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
                          * rounded, each Linear's output gradient, the kept values packed and unpacked */
                         : 8 * (2 * C / rows + 4 * Q / tp + F / tp) * (j->recompute ? 2 : 1) + 8 * (2 * C + (Q + 2 * F) / tp + 2 * KVl) +
                               (j->recompute ? 0 : 12 * (4 * C / rows + (2 * Q + 3 * F) / tp + 2 * KVl));
-    if (r.experts) { /* a mixture of experts: each token's k experts (gate, up, down) at their rows' rate, the router, a shared expert */
-        double K = r.experts_top_k, E = r.experts, Fs = r.shared_ffn;
+    if (r.experts) { /* a mixture of experts: each token's k experts (gate, up, down; GELU's up, down) at their rows' rate, the
+                      * router, a shared expert */
+        double K = r.experts_top_k, E = r.experts, Fs = r.shared_ffn, xa = dt_family_moe_gated(r.family) ? 3 : 2;
         /* under EP the busiest rank runs expert_load times the mean rows, and its group waits for it */
         double load = j->ep > 1 && j->expert_load > 1 ? j->expert_load : 1;
-        s.mm += nl * 2 * tokens * (3 * K * F * C * lin * load / rmoe + (3 * Fs * C * lin + E * C * passes) / rmm);
-        /* in place of the dense MLP's SwiGLU: the pairs' (and the shared expert's), the pairs' inputs gathered and outputs
-         * combined, the router's softmax and choice */
-        block += 4 * (3 * K * F * load + 3 * Fs - 3 * F + 4 * K * C + 3 * E);
+        s.mm += nl * 2 * tokens * (xa * K * F * C * lin * load / rmoe + (3 * Fs * C * lin + E * C * passes) / rmm);
+        /* in place of the dense MLP's activation (GPT-2's GELU, Llama's SwiGLU): the pairs' (and the shared expert's), the
+         * pairs' inputs gathered and outputs combined, the router's softmax and choice */
+        block += 4 * (xa * K * F * load + 3 * Fs - (gpt ? 4 : 3) * F / tp + 4 * K * C + 3 * E);
     }
     s.ew = (nl * (block * passes + lowp) + (b == L + 2 && !hloss ? 4 * 4 * V : 0) + (a == 0 ? 3 * 4 * C : 0)) * tokens / bw;
     if (b == L + 2) s.ew += hloss * tokens;

@@ -24,17 +24,19 @@ static dt_status take_router(const dt_train_config *c, bool from_file, dt_gpt2_c
     return DT_OK;
 }
 
-/* --experts, --experts-top-k, --moe-aux-loss: a Llama's MLP made Mixtral's mixture; a file's experts stay its own. */
+/* --experts, --experts-top-k, --moe-aux-loss: a GPT-2's MLP made a mixture of GELU experts, a Llama's Mixtral's mixture;
+ * a file's experts stay its own. */
 dt_status dt_train_take_experts(const dt_train_config *c, bool from_file, dt_gpt2_config *cfg) {
     const dt_gpt2_config *o = &c->shape;
     if (o->experts && from_file && o->experts != cfg->experts)
         return dt_error(DT_ERR_ARG, "%s: the file has %d experts but --experts says %d", c->model, cfg->experts, o->experts);
     /* (a resumed run's shape names its family: its mixture is its own, taken whole by model_config) */
     if (o->experts && !from_file && !cfg->experts && !o->family) {
-        if (cfg->family != dt_family_find("llama"))
-            return dt_error(DT_ERR_ARG, "--experts %d: this build's mixture of experts is a Llama's MLP made Mixtral's (--model llama-tiny "
-                            "--experts 8, or --model mixtral-tiny), not %s's", o->experts, c->model);
-        cfg->family = dt_family_find("mixtral"), cfg->norm_topk = 1;
+        bool gpt2 = !cfg->family || cfg->family == dt_family_find("gpt2");
+        if (!gpt2 && cfg->family != dt_family_find("llama"))
+            return dt_error(DT_ERR_ARG, "--experts %d: a mixture of experts replaces a GPT-2's MLP (GELU experts) or a Llama's (Mixtral's "
+                            "SwiGLU experts), not %s's (%s)", o->experts, c->model, dt_family_name(cfg->family));
+        cfg->family = dt_family_find(gpt2 ? "gpt2_moe" : "mixtral"), cfg->norm_topk = 1;
     }
     if (o->experts) cfg->experts = o->experts;
     if (c->shared_experts && (from_file || !cfg->experts || cfg->family != dt_family_find("mixtral")))
