@@ -1,7 +1,8 @@
 #!/bin/bash
 # Balancing a mixture of experts on the demo's text (the King James Bible's bytes, the demo's split): a Llama of 4
 # layers and 128 channels whose MLP is 8 SwiGLU experts of 172 hidden units, top 2, 200 steps of 16 x 128 tokens.
-# Three runs, alike but for the balancing: none, the auxiliary loss (Switch's, 0.01), and DeepSeek-V3's bias
+# MODEL=gpt: a GPT-2 of 4 layers and 128 channels whose MLP is 8 GELU experts of 512 hidden units (gpt2_moe), the rest
+# alike. Three runs, alike but for the balancing: none, the auxiliary loss (Switch's, 0.01), and DeepSeek-V3's bias
 # (--router sigmoid-bias, the bias moved by --bias-update after each step). Prints each run's validation loss and
 # the load (the most chosen expert over the mean: the worst layer's, and the layers' average) over the last 20
 # steps; each run's metrics and report are in OUT.
@@ -16,7 +17,9 @@ mkdir -p "$out"
 if [ ! -s "$build/demo/train.bin" ]; then
     echo "the demo's data first: make demo (or scripts/demo.sh $build)"; exit 1
 fi
-common=(--model mixtral-tiny --vocab 256 --max-seq 128 --seq 128 --batch 16 --steps 200 --lr 2e-3 --schedule cosine --warmup 20
+model=(--model mixtral-tiny)
+[ "${MODEL:-}" != gpt ] || model=(--model d6 --layers 4 --channels 128 --heads 4 --experts 8 --ffn 512)
+common=("${model[@]}" --vocab 256 --max-seq 128 --seq 128 --batch 16 --steps 200 --lr 2e-3 --schedule cosine --warmup 20
         --lr-min 2e-4 --shuffle 1 --data "$build/demo/train.bin" --val-data "$build/demo/val.bin" --eval-every 50 --eval-batches 16
         --print-every 50)
 run() { # NAME ARGS

@@ -180,7 +180,7 @@ refused "the balancing loss over data-parallel ranks" "--moe-aux-loss 0 turns it
 # GPT-2 with GELU experts (gpt2_moe: --experts on a GPT-2 replaces its MLP by E experts of up and down, no gate): the
 # same layouts give one process's losses (lr 3e-3: at 1e-2 its 48 channels amplify a last bit into 1e-5 by step 15,
 # measured; here DDP 2 and EP 2 are bit for bit), its checkpoint decodes as its training forward does, and it has no
-# Hugging Face folder
+# Hugging Face folder, weights file or GGUF (each refused by name: the checkpoint keeps it)
 gcommon=(--model d6 --experts 4 --experts-top-k 2 --data "$dir/train.bin" --vocab 256 --layers 2 --channels 48 --heads 4 --ffn 32
          --max-seq 64 --seq 64 --steps 20 --lr 3e-3 --threads 1)
 keep=("${common[@]}")
@@ -201,6 +201,8 @@ a=$("$DTRAIN" generate --model "$dir/gck" --ids --prompt 1,2,3 --tokens 12 2>&1)
 [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(echo "$a" | wc -w)" = 13 ] && ok=1 || ok=0
 verdict $ok "generate on the GELU experts' checkpoint: the cached decoder's 12 greedy tokens are the training forward's ($a)"
 refused "GPT-2's GELU experts exported as a Hugging Face folder" "has no Hugging Face architecture" ckpt export "$dir/gck" "$dir/ghf"
+refused "GPT-2's GELU experts exported as a weights file" "has no weights-file format" ckpt export "$dir/gck" "$dir/g.safetensors"
+refused "GPT-2's GELU experts exported as a GGUF" "GGUF export of the gpt2_moe family" ckpt export "$dir/gck" "$dir/g.gguf"
 common=("${keep[@]}")
 refused "top-k above the experts" "top-5 routing among 4 experts" train "${common[@]}" --batch 4 --experts-top-k 5 --steps 1
 # served: the decoder's cached steps (each row routed alone) choose the tokens the training forward does (--no-cache)

@@ -110,7 +110,7 @@ dt_status dt_hf_folder_save(const char *dir, dt_gpt2 *m) {
                         "attention (transformers' DeepseekV3 is MLA); dtrain's checkpoint keeps it", dir);
     if (dt_gpt2_get_config(m)->family == dt_family_find("gpt2_moe"))
         return dt_error(DT_ERR_UNSUPPORTED, "%s: GPT-2 with GELU experts (gpt2_moe) has no Hugging Face architecture; dtrain's "
-                        "checkpoint and its .safetensors keep it", dir);
+                        "checkpoint keeps it", dir);
     if (dt_gpt2_get_config(m)->router == DT_ROUTER_SIGMOID_BIAS) /* before anything is written */
         return dt_error(DT_ERR_UNSUPPORTED, "%s: DeepSeek-V3's sigmoid router with its bias has no Mixtral or Qwen 2 MoE folder in "
                         "transformers (its attention is MLA); dtrain's checkpoint keeps it", dir);

@@ -351,6 +351,10 @@ dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
         return dt_error(DT_ERR_ARG, "%s: safetensors can be written as f32, bf16 or f16, not %s", path, dt_dtype_name(dtype));
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
+    /* (GPT-2's names with experts among them would read back as a GPT-2 whose tensors do not fit) */
+    if (c->family == dt_family_find("gpt2_moe"))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: GPT-2 with GELU experts (gpt2_moe) has no weights-file format outside dtrain's "
+                        "checkpoint directory, which keeps it (--save DIR)", path);
     if (c->family && c->family != dt_family_find("gpt2")) return save_by_table(path, m, dtype);
     st_writer w = st_begin(dtype);
     char nh[32];
