@@ -156,7 +156,8 @@ double dt_plan_units_params(const dt_plan_job *j, int a, int b);
 double dt_plan_units_expert_params(const dt_plan_job *j, int a, int b);
 double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b);
 int dt_plan_block_linears(const dt_plan_job *j, int (*shape)[2], int max);
-bool dt_plan_is_gpt2(const dt_gpt2_config *c);
+/* Whether the model has GPT-2's block (LayerNorms with biases, learned positions): gpt2, or gpt2_moe's experts in its MLP. */
+bool dt_plan_gpt2_block(const dt_gpt2_config *c);
 /* A stage holding the n unit ranges [a[k], b[k]) on one TP rank: the activation bytes of one micro-batch in flight (batch
  * x seq positions; one slot), and mixed precision's scratch, the stage model's once (head: it holds the head): the
  * model layer's own counts (dt_gpt2_chunks_activation_bytes). */

@@ -78,16 +78,18 @@ const char *dt_family_gguf_arch(const dt_family *f) { return f ? f->gguf_arch : 
 int dt_family_gguf_pairs(const dt_family *f) { return f ? f->gguf_pairs : 0; }
 const char *dt_family_lora_targets(const dt_family *f) { return f && f->lora_targets ? f->lora_targets : ""; }
 
-bool dt_family_moe(const dt_family *f) {
+/* The family's mixture-of-experts op (NULL: none). */
+static const dt_op_spec *moe_spec(const dt_family *f) {
     for (int k = 0; f && k < f->nops; k++)
-        if (f->ops[k].kind == DT_OP_MOE) return true;
-    return false;
+        if (f->ops[k].kind == DT_OP_MOE) return &f->ops[k];
+    return NULL;
 }
 
+bool dt_family_moe(const dt_family *f) { return moe_spec(f) != NULL; }
+
 bool dt_family_moe_gated(const dt_family *f) {
-    for (int k = 0; f && k < f->nops; k++)
-        if (f->ops[k].kind == DT_OP_MOE) return f->ops[k].nw != 3;
-    return false;
+    const dt_op_spec *s = moe_spec(f);
+    return s && s->nw != 3; /* (router, up, down: GELU experts) */
 }
 
 dt_lm_config dt_lm_config_resolve(const dt_lm_config *in) {

@@ -132,12 +132,15 @@ static dt_status gather_start(zero *z, int t);
 static dt_status gather_wait(zero *z, int t);
 static void nothing_to_gather(int unit, void *ctx) { (void)unit, (void)ctx; }
 
-/* Floats per rank per allgather of region g: CHUNK, or its largest shard if smaller. */
-static size_t region_piece(const dt_zero_region *g) {
+/* Region g's largest shard; floats per rank per allgather of it: CHUNK, or that shard if smaller. */
+static size_t region_most(const dt_zero_region *g) {
     size_t most = 0;
     for (int r = 0; r < dt_zero_region_size(g); r++) most = g->counts[r] > most ? g->counts[r] : most;
-    return most < CHUNK ? most : CHUNK;
+    return most;
 }
+
+static size_t piece_of(size_t most) { return most < CHUNK ? most : CHUNK; }
+static size_t region_piece(const dt_zero_region *g) { return piece_of(region_most(g)); }
 
 /* Every rank's shard of store (elements of size bytes, type t) to every rank,
  * region by region, in pieces of at most z->piece elements of every shard at a
@@ -150,8 +153,7 @@ static dt_status allgather_shards(zero *z, void *store, size_t size, dt_dtype t)
         const dt_zero_region *g = &z->sh.r[k];
         if (!g->comm) continue; /* this rank alone holds it */
         int np = dt_comm_size(g->comm);
-        size_t most = 0, counts[np], K = region_piece(g);
-        for (int r = 0; r < np; r++) most = g->counts[r] > most ? g->counts[r] : most;
+        size_t most = region_most(g), counts[np], K = piece_of(most);
         for (size_t at = 0; at < most && !st; at += K) {
             size_t o = 0, n = g->n > at ? (g->n - at < K ? g->n - at : K) : 0;
             for (int r = 0; r < np; r++) counts[r] = g->counts[r] > at ? (g->counts[r] - at < K ? g->counts[r] - at : K) : 0;

@@ -92,7 +92,7 @@ double dt_plan_paper_layer_bytes(const dt_plan_job *j, int recompute) {
     double t = j->tp > 1 ? j->tp : 1, rows = j->sp && t > 1 ? t : 1, h = c->channels, w = j->precision != DT_F32 ? 2 : 4;
     if (recompute) return w * h / rows;
     dt_gpt2_config r = dt_lm_config_resolve(c);
-    bool gpt = dt_plan_is_gpt2(c);
+    bool gpt = dt_plan_gpt2_block(c);
     double kvc = (double)r.head_dim * r.kv_heads, F = r.ffn;
     /* a mixture's: each token's k experts' SwiGLU activations (GELU's: up and its output) and its dispatched copy (on the
      * experts' ranks under EP), a shared expert's, the router's probabilities, in place of the dense MLP's */
@@ -109,7 +109,7 @@ static double paper_units_activations(const dt_plan_job *j, int a, int b, double
     double t = j->tp > 1 ? j->tp : 1, rows = j->sp && t > 1 ? t : 1, h = c->channels, w = j->precision != DT_F32 ? 2 : 4;
     int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
     double head = b == L + 2 ? w * h / rows + w * h + 4 * ceil(c->padded_vocab_size / t) : 0;
-    return tokens * (nl * dt_plan_paper_layer_bytes(j, j->recompute) + head + (a == 0 && dt_plan_is_gpt2(c) ? h / rows : 0));
+    return tokens * (nl * dt_plan_paper_layer_bytes(j, j->recompute) + head + (a == 0 && dt_plan_gpt2_block(c) ? h / rows : 0));
 }
 
 double dt_plan_rank_scratch(const dt_plan_job *j, int head) {
@@ -162,7 +162,7 @@ int dt_plan_block_linears(const dt_plan_job *j, int (*shape)[2], int max) {
 }
 
 /* GPT-2's block (LayerNorms with biases, learned positions), its MLP dense or a mixture of GELU experts */
-bool dt_plan_is_gpt2(const dt_gpt2_config *c) {
+bool dt_plan_gpt2_block(const dt_gpt2_config *c) {
     return !c->family || c->family == dt_family_find("gpt2") || c->family == dt_family_find("gpt2_moe");
 }
 

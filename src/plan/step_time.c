@@ -63,7 +63,7 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
     s.att = nl * 2.0 * tokens * T * (Q / tp) * passes / ratt;
     /* the elementwise kernels, forward and twice backward: LayerNorms, residuals, biases, GELU (bytes a token and block), the head's
      * softmax and loss over the vocabulary (where measured, hloss: the 16-bit head's seconds a token besides its GEMMs) */
-    bool gpt = dt_plan_is_gpt2(c);
+    bool gpt = dt_plan_gpt2_block(c);
     /* Llama: two RMSNorms and two residuals as GPT-2's; q|k|v of every head packed from the K/V heads (Q + 2 KV read on a rank,
      * 3 Q written) and q, k turned by position (4 Q); SwiGLU reads gate and up and writes their product; no biases */
     double block = 4 * (gpt ? 10 * C / rows + 4 * C / tp + 4 * F / tp : 10 * C / rows + 8 * Q / tp + 2 * KVl + 3 * F / tp);

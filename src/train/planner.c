@@ -36,7 +36,7 @@ static dt_status resolve_model(dt_train_config *c, const dt_plan_request *rq, dt
     if (o->kv_heads) cfg->kv_heads = o->kv_heads;
     if (o->ffn) cfg->ffn = o->ffn;
     if ((st = dt_train_take_experts(c, access(c->model, R_OK) == 0, cfg))) return st;
-    if (dt_plan_is_gpt2(cfg) && cfg->channels % cfg->num_heads) return dt_error(DT_ERR_ARG, "--channels %d does not split into %d heads", cfg->channels, cfg->num_heads);
+    if (dt_plan_gpt2_block(cfg) && cfg->channels % cfg->num_heads) return dt_error(DT_ERR_ARG, "--channels %d does not split into %d heads", cfg->channels, cfg->num_heads);
     return DT_OK;
 }
 
@@ -180,8 +180,9 @@ static void print_header(const plan_result *r, const dt_plan_hardware *h, const 
     dt_gpt2_config rc = dt_lm_config_resolve(cfg);
     char experts[64] = "";
     if (rc.experts) snprintf(experts, sizeof experts, ", %d experts (top-%d)", rc.experts, rc.experts_top_k);
-    fprintf(f, "plan: %s%s%.3gB parameters (%d layers, %d channels, %d heads%s), %s x %d positions\n", dt_plan_is_gpt2(cfg) ? "" : dt_family_name(rc.family),
-            dt_plan_is_gpt2(cfg) ? "" : ", ", np / 1e9, cfg->num_layers, cfg->channels, cfg->num_heads, experts, lay, r->c.seq);
+    bool gpt2 = rc.family == dt_family_find("gpt2"); /* (named unless plain GPT-2) */
+    fprintf(f, "plan: %s%s%.3gB parameters (%d layers, %d channels, %d heads%s), %s x %d positions\n", gpt2 ? "" : dt_family_name(rc.family),
+            gpt2 ? "" : ", ", np / 1e9, cfg->num_layers, cfg->channels, cfg->num_heads, experts, lay, r->c.seq);
     int ranks = r->job.dp * (r->job.tp > 1 ? r->job.tp : 1) * (r->job.pp > 1 ? r->job.pp : 1);
     char threads[48] = "";
     if (h->shared_memory) snprintf(threads, sizeof threads, ", %d thread%s a rank", t->threads, t->threads == 1 ? "" : "s");
