@@ -28,12 +28,13 @@ worst() { # FIELD A B [N]
         awk -v n0="${4:-20}" 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=n0) print "missing"; else print w}'
 }
 # One training run ("$DTRAIN" train "${common[@]}" ARGS) with its metrics in
-# $dir/NAME.jsonl; a failure says its last lines and returns 1.
+# $dir/NAME.jsonl; a failed run is a failed check (the comparisons chained after
+# it with && do not run): it says its last lines and returns 1.
 run_metrics() { # NAME ARGS...
     local name=$1
     shift
     "$DTRAIN" train "${common[@]}" "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
-        { echo "  ($name: $(grep -v oversubscribed "$dir/$name.out" | tail -2))"; return 1; }
+        { fail "run $name: $(grep -v oversubscribed "$dir/$name.out" | tail -2)"; return 1; }
 }
 # A training run the caller's "${common[@]}" --batch 2 ARGS describe is
 # refused before any step, with EXPECTED in what it says.
@@ -134,7 +135,7 @@ raw_clip() { # WHO ARGS...
     shift
     local c
     for c in 0 1e9 0.01; do
-        run_metrics "clip_$c" "$@" --steps 5 --grad-clip "$c" --save "$dir/clip_$c" --save-every 5 || { fail "$who, --grad-clip $c"; return; }
+        run_metrics "clip_$c" "$@" --steps 5 --grad-clip "$c" --save "$dir/clip_$c" --save-every 5 || return
     done
     local plain=() skip=0 a # the caller's settings without the preconditioner's own flags
     for a in "${common[@]}"; do
