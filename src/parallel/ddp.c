@@ -626,7 +626,10 @@ static dt_status set_shards(dt_ddp *d, const size_t *offs, const size_t *counts)
         if (offs[r] != next) return dt_error(DT_ERR_ARG, "ddp: shard %d starts at %zu, not %zu: shards must tile the store in rank order", r, offs[r], next);
         next += counts[r];
     }
-    if (next != d->nparams) return dt_error(DT_ERR_ARG, "ddp: the shards cover %zu of %zu parameters", next, d->nparams);
+    /* (all of it, or all but a last stage's tied copy at its end, which no rank keeps: zero_shards.h) */
+    const dt_tensor_info *copy = dt_zero_tail_copy(&d->m);
+    if (next != d->nparams && !(copy && next == copy->offset))
+        return dt_error(DT_ERR_ARG, "ddp: the shards cover %zu of %zu parameters", next, d->nparams);
     if (!(d->keep = malloc(sizeof *d->keep))) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");
     d->shard_off = offs;
     d->shard_cnt = counts;

@@ -58,6 +58,12 @@
  * embedding tables) are gathered as their unit runs, with stage 3's
  * machinery. Model states: 2 + 2 (or 2/N) + 12/N.
  *
+ * A pipeline's last stage ends its store with its copy of the tied wte,
+ * whose gradient goes to the first stage and whose values come back from
+ * there after the update: stages 1 and 2 leave it out of their shards
+ * (zero_shards.h), so no rank keeps state for it; stage 3 and a sharded
+ * master, which gather it for the head, keep it in.
+ *
  * The three stages give the losses of DDP and of one process up to the
  * rounding of the reductions (tests/zero_equivalence.sh). */
 #include "dtrain/parallel.h"
@@ -189,18 +195,27 @@ static size_t others(const zero *z, int t);
 
 /* Where the parameters live between steps: one copy shared by the machine's ranks (each writes its shard of it, the
  * others read it there: nothing to gather); below stage 3 a copy per rank, gathered a piece at a time (and with a
- * 16-bit model, the f32 master sharded from the first step); stage 3 keeps its shard, gathered unit by unit. */
+ * 16-bit model, the f32 master sharded from the first step); stage 3 keeps its shard, gathered unit by unit. Chosen
+ * before the shards are cut (a sharded master keeps a last stage's tied copy in them: its 16-bit copy is gathered). */
+static void choose_copies(zero *z) {
+    const dt_engine_config *c = z->c;
+    dt_dtype t;
+    /* (with experts spread over ranks each holds its own at the same places of the store: a copy per rank) */
+    z->shared_params = dt_zero_shares_params(c->comm) && c->model.set_param_storage && c->ep <= 1 ? AT_FIRST_STEP : OFF;
+    if (z->shared_params == OFF && z->stage < 3 && c->model.lp_copy && c->model.set_unit_hooks &&
+        (z->lp = c->model.lp_copy(c->model.self, 0, &t))) {
+        z->sharded_master = AT_FIRST_STEP;
+        z->lpt = t;
+    }
+}
+
 static dt_status copies_create(zero *z) {
     const dt_engine_config *c = z->c;
     int stage = z->stage;
-    dt_status st = DT_OK;
-    /* (with experts spread over ranks each holds its own at the same places of the store: a copy per rank) */
-    z->shared_params = dt_zero_shares_params(c->comm) && c->model.set_param_storage && z->sh.nr == 1 ? AT_FIRST_STEP : OFF;
     if (z->shared_params != OFF) return dt_comm_alloc_shared(c->comm, c->model.nparams * sizeof(float), (void **)&z->shared);
     if (stage == 3) {
-        st = pieces_create(z);
         z->whole = !c->model.set_unit_hooks;
-        return st;
+        return pieces_create(z);
     }
     for (int k = 0; k < z->sh.nr; k++) {
         size_t K = region_piece(&z->sh.r[k]), A = (K + 1) * (size_t)dt_zero_region_size(&z->sh.r[k]);
@@ -210,13 +225,7 @@ static dt_status copies_create(zero *z) {
     z->mine = malloc(sizeof *z->mine * (z->piece + 1));
     z->all = malloc(sizeof *z->all * z->all_n);
     if (!z->mine || !z->all) return dt_error(DT_ERR_NOMEM, "zero%d: out of memory", stage);
-    dt_dtype t;
-    if (c->model.lp_copy && c->model.set_unit_hooks && (z->lp = c->model.lp_copy(c->model.self, 0, &t))) {
-        z->sharded_master = AT_FIRST_STEP;
-        z->lpt = t;
-        st = pieces_create(z);
-    }
-    return st;
+    return z->sharded_master != OFF ? pieces_create(z) : DT_OK;
 }
 
 /* The model's unit hooks for where its parameters live: stage 3's pieces gathered before each unit's forward and
@@ -235,8 +244,10 @@ static dt_status z_create(const dt_engine_config *c, int stage, void **state, si
     if (!z) return dt_error(DT_ERR_NOMEM, "zero%d: out of memory", stage);
     z->c = c;
     z->stage = stage;
-    dt_status st = dt_zero_shards_create(c, &z->sh);
-    const dt_zero_region *all = &z->sh.r[0]; /* the whole store when one region: its order is the store's */
+    choose_copies(z);
+    /* stages 1 and 2 leave a last stage's tied copy out (stage 3 gathers it for the head from its shards) */
+    dt_status st = dt_zero_shards_create(c, stage < 3 && z->sharded_master == OFF, &z->sh);
+    const dt_zero_region *all = &z->sh.r[0]; /* the whole store (but the tail) when one region: its order is the store's */
     if (!st) st = copies_create(z);
     /* stages 2 and 3 reduce each bucket to its shards' owners: in the store's order, or by region (after the experts) */
     bool one = z->sh.nr == 1;
@@ -259,6 +270,8 @@ static dt_status z_create(const dt_engine_config *c, int stage, void **state, si
     /* (after the gradients' store and codec, which it checks) */
     if (!st && c->ep > 1) st = dt_ddp_set_experts(z->d, c->expert_comm, c->ep);
     if (!st && stage >= 2 && !one) st = dt_ddp_set_region_shards(z->d, &z->sh);
+    /* stage 1 allreduces whole buckets: the copy's gradient (gone to the first stage, zeros) left out of them too */
+    if (!st && stage == 1 && z->sh.tail_n) st = dt_ddp_leave_out_tied_copy(z->d);
     if (!st) set_hooks(z);
     if (st) { z_destroy(z); return st; }
     *off = z->sh.nr == 1 ? all->off : 0;
@@ -442,8 +455,11 @@ static dt_status z_attach(void *state, dt_optim *o) {
  * its shard (a resumed run has loaded them whole into its own by now). */
 static dt_status share_params(zero *z) {
     const dt_model *m = &z->c->model;
-    const dt_zero_region *g = &z->sh.r[0]; /* (one region: the whole store) */
-    memcpy(z->shared + g->off, m->params(m->self) + g->off, g->n * sizeof(float));
+    const dt_zero_region *g = &z->sh.r[0]; /* (one region: the whole store but the tail) */
+    const float *P = m->params(m->self);
+    memcpy(z->shared + g->off, P + g->off, g->n * sizeof(float));
+    /* the tail no shard holds (a last stage's tied copy, which the head reads before the first stage's values come) */
+    if (dt_comm_rank(z->c->comm) == 0) memcpy(z->shared + z->sh.tail_off, P + z->sh.tail_off, z->sh.tail_n * sizeof(float));
     dt_status st = dt_comm_barrier(z->c->comm);
     if (st) return st;
     m->set_param_storage(m->self, z->shared);

@@ -14,17 +14,23 @@ static void shard(size_t n, int p, int r, size_t *off, size_t *count) {
     *off = k * base + (k < extra ? k : extra);
 }
 
-/* Region g's runs: the tensors of group `group` (every tensor when group < 0), neighbours joined. */
-static dt_status region_runs(const dt_model *m, int group, dt_zero_region *g) {
+const dt_tensor_info *dt_zero_tail_copy(const dt_model *m) {
+    const dt_tensor_info *t = m->ntensors ? &m->tensors[m->ntensors - 1] : NULL;
+    return t && t->tied_copy && t->count && t->offset + t->count == m->nparams ? t : NULL;
+}
+
+/* Region g's runs: the tensors of group `group` (every tensor when group < 0), neighbours joined; the store's first
+ * `held` floats (the rest is the tail no region holds). */
+static dt_status region_runs(const dt_model *m, int group, size_t held, dt_zero_region *g) {
     if (!(g->segs = malloc(sizeof *g->segs * (size_t)(m->ntensors + 1)))) return dt_error(DT_ERR_NOMEM, "zero: out of memory");
     if (group < 0) {
-        g->segs[g->nsegs++] = (dt_zero_seg){ 0, m->nparams, 0 };
-        g->total = m->nparams;
+        g->segs[g->nsegs++] = (dt_zero_seg){ 0, held, 0 };
+        g->total = held;
         return DT_OK;
     }
     for (int t = 0; t < m->ntensors; t++) {
         const dt_tensor_info *x = &m->tensors[t];
-        if (x->group != group || !x->count) continue;
+        if (x->group != group || !x->count || x->offset >= held) continue;
         dt_zero_seg *last = g->nsegs ? &g->segs[g->nsegs - 1] : NULL;
         if (last && last->off + last->n == x->offset) last->n += x->count;
         else g->segs[g->nsegs++] = (dt_zero_seg){ x->offset, x->count, g->total };
@@ -58,9 +64,12 @@ static void add_runs(dt_zero_shards *s, const dt_zero_region *g) {
     }
 }
 
-dt_status dt_zero_shards_create(const dt_engine_config *c, dt_zero_shards *s) {
+dt_status dt_zero_shards_create(const dt_engine_config *c, bool leave_copy, dt_zero_shards *s) {
     const dt_model *m = &c->model;
     memset(s, 0, sizeof *s);
+    const dt_tensor_info *copy = leave_copy ? dt_zero_tail_copy(m) : NULL;
+    s->tail_off = copy ? copy->offset : m->nparams;
+    s->tail_n = m->nparams - s->tail_off;
     s->nr = c->ep > 1 ? 2 : 1;
     s->r[0].comm = c->comm;
     s->r[1].comm = c->expert_comm;
@@ -68,10 +77,10 @@ dt_status dt_zero_shards_create(const dt_engine_config *c, dt_zero_shards *s) {
     s->tv = calloc((size_t)m->ntensors + 1, sizeof *s->tv);
     s->runs = malloc(sizeof *s->runs * (size_t)(2 * m->ntensors + 2));
     dt_status st = s->region && s->tv && s->runs ? DT_OK : dt_error(DT_ERR_NOMEM, "zero: out of memory");
-    for (int k = 0; k < s->nr && !st; k++) st = region_runs(m, s->nr == 1 ? -1 : k == 0 ? DT_GROUP_DATA : DT_GROUP_EXPERT, &s->r[k]);
-    /* every float of the store in one region: the optimizer's slices then cover it */
-    if (!st && s->nr == 2 && s->r[0].total + s->r[1].total != m->nparams)
-        st = dt_error(DT_ERR_ARG, "zero: the model's tensors hold %zu of its %zu parameters", s->r[0].total + s->r[1].total, m->nparams);
+    for (int k = 0; k < s->nr && !st; k++) st = region_runs(m, s->nr == 1 ? -1 : k == 0 ? DT_GROUP_DATA : DT_GROUP_EXPERT, s->tail_off, &s->r[k]);
+    /* every float of the store but the tail in one region: the optimizer's slices then cover it */
+    if (!st && s->nr == 2 && s->r[0].total + s->r[1].total != s->tail_off)
+        st = dt_error(DT_ERR_ARG, "zero: the model's tensors hold %zu of its %zu parameters", s->r[0].total + s->r[1].total, s->tail_off);
     for (int k = 0; k < s->nr && !st; k++) st = region_cut(&s->r[k]);
     if (st) return st;
     size_t at[2] = { 0, 0 };

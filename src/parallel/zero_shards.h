@@ -23,13 +23,19 @@ typedef struct {
 typedef struct {
     dt_zero_region r[2];
     int nr;                 /* 1: r[0] is the whole store in its own order (a shard is one run); 2: with experts */
+    size_t tail_off, tail_n; /* the store's end that no region holds: a pipeline's last stage's tied copy, left out
+                              * (dt_zero_shards_create's leave_copy), else none */
     int *region;            /* per tensor: its region */
     size_t *tv;             /* per tensor: where it starts in its region's order */
     dt_store_range *runs;   /* this rank's shards as runs of the store, region after region */
     int nruns;
 } dt_zero_shards;
 
-dt_status dt_zero_shards_create(const dt_engine_config *c, dt_zero_shards *s);
+/* leave_copy: a last stage's tied copy at the store's end (its gradient goes to the first stage, whose values come
+ * back after each update) is in no region: no rank keeps its gradient, optimizer state or update. */
+dt_status dt_zero_shards_create(const dt_engine_config *c, bool leave_copy, dt_zero_shards *s);
+/* The tied copy a pipeline's last stage ends its store with (NULL: none there). */
+const dt_tensor_info *dt_zero_tail_copy(const dt_model *m);
 void dt_zero_shards_destroy(dt_zero_shards *s);
 int dt_zero_region_size(const dt_zero_region *g);
 int dt_zero_region_rank(const dt_zero_region *g);

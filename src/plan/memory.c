@@ -59,17 +59,20 @@ static void model_states(const dt_plan_job *j, double psi, double psi_sh, double
         return;
     }
     int shared = s >= 1 && n > 1 && j->shared_params;
-    m->params = 4 * (s >= 3 || shared || (mixed && s >= 1 && n > 1) ? psi_sh / n : psi);
+    /* what the shards tile: ZeRO 1 and 2 leave a last stage's tied copy out (its gradient goes to the first stage, whose
+     * values come back), but for a sharded f32 master (mixed, each rank its own parameters), whose 16-bit copy they gather */
+    double shard = psi_sh - ((s == 1 || s == 2) && n > 1 && (!mixed || shared) ? tied : 0);
+    m->params = 4 * (s >= 3 || shared || (mixed && s >= 1 && n > 1) ? shard / n : psi);
     /* the machine's one copy: every rank maps and reads all of it (its resident size counts it), the machine holds it once */
     if (shared) m->mapped = 4 * psi - m->params;
     if (mixed) m->lowp = 2 * (psi - f32_only);
     /* made unit by unit (ZeRO-3; ZeRO 1 and 2 with each rank's own parameters): one unit's copy at a time, the largest */
     if (mixed && n > 1 && (s >= 3 || (s >= 1 && !shared))) m->lowp = 2 * unit_lp[0];
     /* no data-parallel axis: f32 */
-    m->grads = dt_plan_lp_store(j) ? 2 * (s >= 2 ? psi_sh / n : psi) + (accumulates(j) ? 4 * psi : 0)
-                                   : 4 * (s >= 2 && !accumulates(j) ? psi_sh / n : psi);
-    /* a last stage's tied copy has no optimizer state, but ZeRO's shards tile the whole store, the copy too */
-    m->optim = 4 * optim_floats(j) * (s >= 1 && n > 1 ? psi_sh / n : psi - tied);
+    m->grads = dt_plan_lp_store(j) ? 2 * (s >= 2 ? shard / n : psi) + (accumulates(j) ? 4 * psi : 0)
+                                   : 4 * (s >= 2 && !accumulates(j) ? shard / n : psi);
+    /* a last stage's tied copy has no optimizer state */
+    m->optim = 4 * optim_floats(j) * (s >= 1 && n > 1 ? shard / n : psi - tied);
 }
 
 /* One rank holding psi parameters and acts bytes of activations; stage_bufs of its pipeline stage's own buffers, and
@@ -96,7 +99,7 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
     double pool_bytes = pool ? f * (double)j->model.padded_vocab_size * C + fmin((double)j->bucket_bytes, f * psi) : 0;
     /* ZeRO 2 and 3: the store's bytes outside this rank's shard ((n - 1) shards) go through the pool, whose pages come when
      * first lent: no more of it is resident than that range; a 16-bit store: the whole f32 store goes through it */
-    double outside = !pool ? 0 : dt_plan_lp_store(j) ? 4 * psi : j->stage >= 2 ? m->grads * (n - 1) : 0;
+    double outside = !pool ? 0 : dt_plan_lp_store(j) ? 4 * psi : j->stage >= 2 ? 4 * psi - m->grads : 0;
     if (outside > 0) pool_bytes = fmin(pool_bytes, outside);
     /* with experts spread over ranks no pool: backward writes the store's own pages outside the shard, each bucket's
      * given back once its reductions are done */
