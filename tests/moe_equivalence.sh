@@ -203,6 +203,12 @@ verdict $ok "generate on the GELU experts' checkpoint: the cached decoder's 12 g
 refused "GPT-2's GELU experts exported as a Hugging Face folder" "has no Hugging Face architecture" ckpt export "$dir/gck" "$dir/ghf"
 refused "GPT-2's GELU experts exported as a weights file" "has no weights-file format" ckpt export "$dir/gck" "$dir/g.safetensors"
 refused "GPT-2's GELU experts exported as a GGUF" "GGUF export of the gpt2_moe family" ckpt export "$dir/gck" "$dir/g.gguf"
+# a weights file that cannot hold the family is refused before the first step, not when the run ends and saves
+for w in "g2.safetensors:has no weights-file format" "g2.bin:llm.c's files hold GPT-2, not gpt2_moe"; do
+    out=$("$DTRAIN" train "${gcommon[@]}" --batch 2 --save "$dir/${w%%:*}" 2>&1)
+    [ $? != 0 ] && echo "$out" | grep -q -- "${w#*:}" && ! echo "$out" | grep -q "^step" && [ ! -e "$dir/${w%%:*}" ] && ok=1 || ok=0
+    verdict $ok "train --save ${w%%:*} with GELU experts: refused before the first step ($(echo "$out" | grep -m1 error | cut -c1-110))"
+done
 common=("${keep[@]}")
 refused "top-k above the experts" "top-5 routing among 4 experts" train "${common[@]}" --batch 4 --experts-top-k 5 --steps 1
 # served: the decoder's cached steps (each row routed alone) choose the tokens the training forward does (--no-cache)

@@ -18,6 +18,9 @@ dt_status dt_llmc_load(const char *path, dt_gpt2 **out);
 /* Loads into an existing model, which must have the file's shape. */
 dt_status dt_llmc_load_into(const char *path, dt_gpt2 *m);
 dt_status dt_llmc_save(const char *path, dt_gpt2 *m);
+/* Whether the file's format holds a model of this configuration (llm.c's: GPT-2 alone): an error naming the family,
+ * asked before a run (its --save) as well as by the save itself. */
+dt_status dt_llmc_check_family(const char *path, const dt_gpt2_config *c);
 
 /* safetensors with Hugging Face GPT-2 names (wte.weight, h.0.attn.c_attn.weight,
  * ...; an optional "transformer." prefix is accepted, lm_head.weight and the
@@ -29,6 +32,10 @@ dt_status dt_safetensors_load(const char *path, int heads, dt_gpt2 **out);
 dt_status dt_safetensors_load_into(const char *path, dt_gpt2 *m);
 /* dtype: DT_F32, DT_BF16 or DT_F16. */
 dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype);
+/* Whether path names a .safetensors file (else a weights path is llm.c's). */
+int dt_safetensors_path(const char *path);
+/* Likewise for a weights file of Hugging Face's names (every family that has them: not gpt2_moe). */
+dt_status dt_safetensors_check_family(const char *path, const dt_gpt2_config *c);
 /* A torchvision ResNet's state dict as safetensors (torchvision's names;
  * parameters and the BatchNorm running averages) into m, which has the
  * architecture: a missing tensor or one of another shape is an error

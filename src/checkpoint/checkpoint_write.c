@@ -61,7 +61,7 @@
 
 int dt_checkpoint_is_dir(const char *save) {
     size_t n = strlen(save);
-    return !(n > 4 && !strcmp(save + n - 4, ".bin")) && !(n > 12 && !strcmp(save + n - 12, ".safetensors"));
+    return !(n > 4 && !strcmp(save + n - 4, ".bin")) && !dt_safetensors_path(save);
 }
 
 static void fsync_dir(const char *dir) {

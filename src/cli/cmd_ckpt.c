@@ -31,7 +31,7 @@ static void usage(FILE *f) {
 static char export_kind(const char *out) {
     size_t n = strlen(out);
     if (n > 4 && !strcmp(out + n - 4, ".bin")) return 'b';
-    if (n > 12 && !strcmp(out + n - 12, ".safetensors")) return 's';
+    if (dt_safetensors_path(out)) return 's';
     if (n > 5 && !strcmp(out + n - 5, ".gguf")) return 'g';
     const char *base = strrchr(out, '/');
     base = base ? base + 1 : out;

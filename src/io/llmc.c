@@ -94,13 +94,18 @@ dt_status dt_llmc_load(const char *path, dt_gpt2 **out) {
     return DT_OK;
 }
 
+dt_status dt_llmc_check_family(const char *path, const dt_gpt2_config *c) {
+    if (c->family && c->family != dt_family_find("gpt2"))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: llm.c's files hold GPT-2, not %s (save a checkpoint directory instead)", path,
+                        dt_family_name(c->family));
+    return DT_OK;
+}
+
 dt_status dt_llmc_save(const char *path, dt_gpt2 *m) {
     dt_status st = dt_gpt2_check_whole(m, path);
     if (st) return st;
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
-    if (c->family && c->family != dt_family_find("gpt2"))
-        return dt_error(DT_ERR_UNSUPPORTED, "%s: llm.c's files hold GPT-2, not %s (save a checkpoint directory instead)", path,
-                        dt_family_name(c->family));
+    if ((st = dt_llmc_check_family(path, c))) return st;
     int32_t h[256] = { LLMC_MAGIC, 3, c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels,
                        c->padded_vocab_size };
     /* the header, then each table entry in llm.c's order, straight from the store */

@@ -346,15 +346,26 @@ static dt_status save_by_table(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     return dt_safetensors_save_table(path, &v, dt_gpt2_get_config(m)->vocab_size, dtype);
 }
 
+int dt_safetensors_path(const char *path) {
+    size_t n = strlen(path);
+    return n > 12 && !strcmp(path + n - 12, ".safetensors");
+}
+
+dt_status dt_safetensors_check_family(const char *path, const dt_gpt2_config *c) {
+    /* (GPT-2's names with experts among them would read back as a GPT-2 whose tensors do not fit) */
+    if (c->family == dt_family_find("gpt2_moe"))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: GPT-2 with GELU experts (gpt2_moe) has no weights-file format outside dtrain's "
+                        "checkpoint directory, which keeps it (--save DIR)", path);
+    return DT_OK;
+}
+
 dt_status dt_safetensors_save(const char *path, dt_gpt2 *m, dt_dtype dtype) {
     if (dt_gpt2_check_whole(m, path)) return DT_ERR_ARG;
     if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
         return dt_error(DT_ERR_ARG, "%s: safetensors can be written as f32, bf16 or f16, not %s", path, dt_dtype_name(dtype));
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
-    /* (GPT-2's names with experts among them would read back as a GPT-2 whose tensors do not fit) */
-    if (c->family == dt_family_find("gpt2_moe"))
-        return dt_error(DT_ERR_UNSUPPORTED, "%s: GPT-2 with GELU experts (gpt2_moe) has no weights-file format outside dtrain's "
-                        "checkpoint directory, which keeps it (--save DIR)", path);
+    dt_status st = dt_safetensors_check_family(path, c);
+    if (st) return st;
     if (c->family && c->family != dt_family_find("gpt2")) return save_by_table(path, m, dtype);
     st_writer w = st_begin(dtype);
     char nh[32];

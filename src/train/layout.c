@@ -4,6 +4,7 @@
 #include "dtrain/train.h"
 #include "dtrain/context.h"
 #include "dtrain/pipeline.h"
+#include "dtrain/io.h"
 
 #include <string.h>
 #include <sys/stat.h>
@@ -148,6 +149,10 @@ dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *c
                         "over all its layers and tokens (Hugging Face's); over %d data-parallel ranks, %d pipeline stages or %d "
                         "context-parallel ranks each would see a part: not in this build (--moe-aux-loss 0 turns it off)",
                         (double)cfg->aux_coef, d->dp, d->pp, d->cp);
+    /* a weights file that cannot hold the family: said before the run, not when its first save comes */
+    dt_status st = !c->save || dt_checkpoint_is_dir(c->save) ? DT_OK
+                   : dt_safetensors_path(c->save) ? dt_safetensors_check_family(c->save, cfg) : dt_llmc_check_family(c->save, cfg);
+    if (st) return dt_error(st, "--save %s", dt_last_error());
     int dp = d->dp * d->cp; /* the replicas the optimizer's steps are shared by (context parallelism's ranks are ones) */
     if (c->opt.kind == DT_OPT_SOAP && c->opt.soap_group > 1 && dp % c->opt.soap_group)
         return dt_error(DT_ERR_ARG, "SOAP: --soap-group %d does not divide the %d data-parallel ranks", c->opt.soap_group, dp);

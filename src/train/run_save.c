@@ -24,14 +24,13 @@ static bool in_parts(const run *r) {
  * parts when it is split (TP, PP, EP: collective). */
 static dt_status save_weights(run *r, int steps_done) {
     const char *path = r->c.save;
-    size_t n = strlen(path);
     dt_gpt2 *whole = r->m;
     dt_status st = DT_OK;
     if (in_parts(r)) st = dt_mesh_gather_gpt2(r->mesh, r->w, r->m, &whole);
     if (!st && r->rank == 0) {
         double t0 = dt_time_now();
         DT_TRACE_BEGIN(DT_TRACK_IO, "weights write", "\"step\":%d,\"files\":1", steps_done);
-        st = n > 12 && !strcmp(path + n - 12, ".safetensors") ? dt_safetensors_save(path, whole, DT_F32) : dt_llmc_save(path, whole);
+        st = dt_safetensors_path(path) ? dt_safetensors_save(path, whole, DT_F32) : dt_llmc_save(path, whole);
         DT_TRACE_END(DT_TRACK_IO);
         struct stat sb;
         if (!st && stat(path, &sb) == 0) dt_io_count(DT_IO_CKPT_WRITE, (size_t)sb.st_size, dt_time_now() - t0);
