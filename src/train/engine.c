@@ -92,9 +92,10 @@ static dt_status make_optimizer(dt_engine *e) {
 
 /* A pipeline's last stage ends its store with its copy of the tied wte,
  * whose values the first stage sends after each update: an optimizer that
- * owns the whole store leaves it out (no state, no update for it). A
- * sharded one keeps its shards tiling the store (it updates the copy,
- * which is then overwritten). */
+ * owns the whole store leaves it out (no state, no update for it). ZeRO 1
+ * and 2 cut their shards without it (zero_shards.h); ZeRO-3 and a sharded
+ * f32 master keep it in theirs (they gather it: it is updated, then
+ * overwritten). */
 static void trim_tied_copy(dt_engine *e) {
     const dt_model *m = &e->cfg.model;
     const dt_tensor_info *t = m->ntensors ? &m->tensors[m->ntensors - 1] : NULL;
