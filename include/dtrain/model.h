@@ -69,6 +69,11 @@ const char *dt_family_name(const dt_family *f);
 const dt_family *dt_family_find(const char *name);
 /* f's place among the families dtrain knows (the same number on every build of this source), or -1 (NULL, unknown). */
 int dt_family_index(const dt_family *f);
+/* transformers' class for f (NULL: none, and *why, if asked, says why not); the family whose class is arch (NULL:
+ * none); every family's class, "name (Class)" joined by ", ", into buf. */
+const char *dt_family_hf_arch(const dt_family *f, const char **why);
+const dt_family *dt_family_find_hf_arch(const char *arch);
+void dt_family_hf_archs(char *buf, size_t n);
 /* llama.cpp's architecture for the family ("gpt2", "llama", "qwen2"), and whether a GGUF reorders q and k rows (its
  * rope turns adjacent channel pairs where Hugging Face's turns halves). */
 const char *dt_family_gguf_arch(const dt_family *f);

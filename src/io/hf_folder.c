@@ -37,11 +37,11 @@ static void moe_config(cJSON *j, const dt_lm_config *c, bool qwen) {
 /* LlamaConfig's (Qwen2Config's, MixtralConfig's, Qwen2MoeConfig's) fields: what transformers needs to build the same model. */
 static cJSON *llama_config(const dt_gpt2_config *given) {
     dt_lm_config c = dt_lm_config_resolve(given);
-    bool qmoe = c.family == dt_family_find("qwen2_moe"), qwen = c.family == dt_family_find("qwen2") || qmoe, moe = c.experts > 0;
+    bool qmoe = c.family == dt_family_find("qwen2_moe"), moe = c.experts > 0;
     cJSON *j = cJSON_CreateObject();
-    const char *arch[1] = { qmoe ? "Qwen2MoeForCausalLM" : qwen ? "Qwen2ForCausalLM" : moe ? "MixtralForCausalLM" : "LlamaForCausalLM" };
+    const char *arch[1] = { dt_family_hf_arch(c.family, NULL) }; /* (the caller saw that it has one) */
     cJSON_AddItemToObject(j, "architectures", cJSON_CreateStringArray(arch, 1));
-    cJSON_AddStringToObject(j, "model_type", qmoe ? "qwen2_moe" : qwen ? "qwen2" : moe ? "mixtral" : "llama");
+    cJSON_AddStringToObject(j, "model_type", dt_family_name(c.family));
     if (moe) moe_config(j, &c, qmoe);
     cJSON_AddNumberToObject(j, "vocab_size", c.vocab_size);
     cJSON_AddNumberToObject(j, "hidden_size", c.channels);
@@ -63,7 +63,7 @@ static cJSON *llama_config(const dt_gpt2_config *given) {
     }
     cJSON_AddBoolToObject(j, "tie_word_embeddings", !c.untied);
     cJSON_AddStringToObject(j, "hidden_act", "silu");
-    if (!qwen && !moe) {
+    if (c.family == dt_family_find("llama")) { /* (Qwen 2 has q/k/v biases; a mixture has no such fields) */
         cJSON_AddBoolToObject(j, "attention_bias", 0);
         cJSON_AddBoolToObject(j, "mlp_bias", 0);
     }
@@ -105,12 +105,9 @@ static cJSON *gpt2_config(const dt_gpt2_config *c) {
 }
 
 dt_status dt_hf_folder_save(const char *dir, dt_gpt2 *m) {
-    if (dt_gpt2_get_config(m)->family == dt_family_find("deepseek_moe"))
-        return dt_error(DT_ERR_UNSUPPORTED, "%s: DeepSeek's mixture (ungated shared experts) has no Hugging Face folder with Llama's "
-                        "attention (transformers' DeepseekV3 is MLA); dtrain's checkpoint keeps it", dir);
-    if (dt_gpt2_get_config(m)->family == dt_family_find("gpt2_moe"))
-        return dt_error(DT_ERR_UNSUPPORTED, "%s: GPT-2 with GELU experts (gpt2_moe) has no Hugging Face architecture; dtrain's "
-                        "checkpoint keeps it", dir);
+    const dt_family *f = dt_gpt2_get_config(m)->family;
+    const char *why;
+    if (f && !dt_family_hf_arch(f, &why)) return dt_error(DT_ERR_UNSUPPORTED, "%s: %s; dtrain's checkpoint keeps it", dir, why);
     if (dt_gpt2_get_config(m)->router == DT_ROUTER_SIGMOID_BIAS) /* before anything is written */
         return dt_error(DT_ERR_UNSUPPORTED, "%s: DeepSeek-V3's sigmoid router with its bias has no Mixtral or Qwen 2 MoE folder in "
                         "transformers (its attention is MLA); dtrain's checkpoint keeps it", dir);
@@ -135,17 +132,15 @@ dt_status dt_hf_folder_check(const char *dir) {
     const cJSON *a = j ? cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "architectures"), 0) : NULL;
     const char *type = cJSON_IsString(t) ? t->valuestring : "", *arch = cJSON_IsString(a) ? a->valuestring : "";
     dt_status st = DT_OK;
-    /* the model program's families: GPT-2 (read below), Llama and Qwen 2 (dt_gpt2_load_hf) */
-    bool known = (!*type || dt_family_find(type)) &&
-                 (!*arch || !strncmp(arch, "GPT2", 4) || !strcmp(arch, "LlamaForCausalLM") || !strcmp(arch, "Qwen2ForCausalLM") ||
-                  !strcmp(arch, "MixtralForCausalLM") || !strcmp(arch, "Qwen2MoeForCausalLM"));
+    /* the model program's families that transformers has (GPT-2's heads share its weights: GPT2Model, GPT2LMHeadModel, ...) */
+    bool known = (!*type || dt_family_find(type)) && (!*arch || !strncmp(arch, "GPT2", 4) || dt_family_find_hf_arch(arch));
     if (!known) {
-        char what[256];
+        char what[256], archs[512];
         snprintf(what, sizeof what, "%s%s%s%s%s", arch, *arch && *type ? " (" : "", *type ? "model_type " : "", type,
                  *arch && *type ? ")" : "");
-        st = dt_error(DT_ERR_UNSUPPORTED, "%s: the folder holds a %s model; dtrain reads GPT-2's (GPT2LMHeadModel, model_type gpt2), "
-                      "Llama's (LlamaForCausalLM), Qwen 2's (Qwen2ForCausalLM), Mixtral's (MixtralForCausalLM) and Qwen 2 MoE's "
-                      "(Qwen2MoeForCausalLM)", path, what);
+        dt_family_hf_archs(archs, sizeof archs);
+        st = dt_error(DT_ERR_UNSUPPORTED, "%s: the folder holds a %s model; dtrain reads these model types (architectures): %s", path,
+                      what, archs);
     }
     cJSON_Delete(j);
     return st;

@@ -74,6 +74,25 @@ int dt_family_index(const dt_family *f) {
 }
 
 const char *dt_family_name(const dt_family *f) { return f ? f->name : "(none)"; }
+
+const char *dt_family_hf_arch(const dt_family *f, const char **why) {
+    if (why) *why = f ? f->hf_none : "no family";
+    return f ? f->hf_arch : NULL;
+}
+
+const dt_family *dt_family_find_hf_arch(const char *arch) {
+    for (int i = 0; arch && i < NFAMILIES; i++)
+        if (families[i]->hf_arch && !strcmp(arch, families[i]->hf_arch)) return families[i];
+    return NULL;
+}
+
+void dt_family_hf_archs(char *buf, size_t n) {
+    size_t at = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < NFAMILIES && at < n; i++)
+        if (families[i]->hf_arch)
+            at += (size_t)snprintf(buf + at, n - at, "%s%s (%s)", at ? ", " : "", families[i]->name, families[i]->hf_arch);
+}
 const char *dt_family_gguf_arch(const dt_family *f) { return f ? f->gguf_arch : "gpt2"; }
 int dt_family_gguf_pairs(const dt_family *f) { return f ? f->gguf_pairs : 0; }
 const char *dt_family_lora_targets(const dt_family *f) { return f && f->lora_targets ? f->lora_targets : ""; }

@@ -53,7 +53,7 @@ const dt_family dt_family_gpt2 = {
     .name = "gpt2", .rms = 0, .rotary = 0,
     .embed = embed, .nembed = 2, .block = block, .nblock = 12, .final = final, .nfinal = 2,
     .ops = ops, .nops = sizeof ops / sizeof *ops, .values = values, .nvalues = NVALUES, .gguf_arch = "gpt2",
-    .hf_module_prefix = "transformer.", .lora_targets = "c_attn",
+    .hf_arch = "GPT2LMHeadModel", .hf_module_prefix = "transformer.", .lora_targets = "c_attn",
 };
 
 /* GPT-2 with a mixture of experts in place of its MLP (Megatron's GPT MoE, the Switch Transformer's FFN): a router and E
@@ -80,5 +80,5 @@ const dt_family dt_family_gpt2_moe = {
     .name = "gpt2_moe", .rms = 0, .rotary = 0,
     .embed = embed, .nembed = 2, .block = block_moe, .nblock = MEDOWNW + 1, .final = final, .nfinal = 2,
     .ops = ops_moe, .nops = sizeof ops_moe / sizeof *ops_moe, .values = values_moe, .nvalues = NVALUES_MOE,
-    .hf_module_prefix = "transformer.", .lora_targets = "c_attn",
+    .hf_none = "GPT-2 with GELU experts (gpt2_moe) has no Hugging Face architecture", .hf_module_prefix = "transformer.", .lora_targets = "c_attn",
 };

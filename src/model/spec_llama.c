@@ -61,14 +61,14 @@ const dt_family dt_family_llama = {
     .name = "llama", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block, .nblock = DOWNW + 1, .final = final, .nfinal = 2,
     .ops = ops, .nops = sizeof ops / sizeof *ops, .values = values, .nvalues = NVALUES, .gguf_arch = "llama", .gguf_pairs = 1,
-    .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
+    .hf_arch = "LlamaForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };
 
 const dt_family dt_family_qwen2 = {
     .name = "qwen2", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block_qkv_bias, .nblock = VB + 1, .final = final, .nfinal = 2,
     .ops = ops_qkv_bias, .nops = sizeof ops_qkv_bias / sizeof *ops_qkv_bias, .values = values, .nvalues = NVALUES, .gguf_arch = "qwen2",
-    .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
+    .hf_arch = "Qwen2ForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };
 
 /* Mixtral: Llama's attention, then a router and E SwiGLU experts in place of the MLP */
@@ -119,7 +119,7 @@ const dt_family dt_family_qwen2_moe = {
     .name = "qwen2_moe", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block_qwen_moe, .nblock = QVB + 1, .final = final, .nfinal = 2,
     .ops = ops_qwen_moe, .nops = sizeof ops_qwen_moe / sizeof *ops_qwen_moe, .values = values_moe, .nvalues = NVALUES_MOE,
-    .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
+    .hf_arch = "Qwen2MoeForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };
 
 /* DeepSeek-V3's mixture with Llama's attention (its MLA is not built): a router and E SwiGLU experts, and beside them
@@ -146,6 +146,8 @@ const dt_family dt_family_deepseek_moe = {
     .name = "deepseek_moe", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block_deepseek_moe, .nblock = DSDOWNW + 1, .final = final, .nfinal = 2,
     .ops = ops_deepseek_moe, .nops = sizeof ops_deepseek_moe / sizeof *ops_deepseek_moe, .values = values_moe, .nvalues = NVALUES_MOE,
+    .hf_none = "DeepSeek's mixture (ungated shared experts) has no Hugging Face folder with Llama's attention (transformers' "
+               "DeepseekV3 is MLA)",
     .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };
 
@@ -153,5 +155,5 @@ const dt_family dt_family_mixtral = {
     .name = "mixtral", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block_moe, .nblock = EDOWNW + 1, .final = final, .nfinal = 2,
     .ops = ops_moe, .nops = sizeof ops_moe / sizeof *ops_moe, .values = values_moe, .nvalues = NVALUES_MOE,
-    .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
+    .hf_arch = "MixtralForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };
