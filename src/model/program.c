@@ -76,7 +76,7 @@ int dt_family_index(const dt_family *f) {
 const char *dt_family_name(const dt_family *f) { return f ? f->name : "(none)"; }
 
 const char *dt_family_hf_arch(const dt_family *f, const char **why) {
-    if (why) *why = f ? f->hf_none : "no family";
+    if (why) *why = f && f->hf_none ? f->hf_none : "the family has no Hugging Face architecture";
     return f ? f->hf_arch : NULL;
 }
 

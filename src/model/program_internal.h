@@ -37,11 +37,11 @@ struct dt_family {
     const dt_width *values;            /* each value's width (DT_V_IN and DT_V_OUT: W_C) */
     int nvalues;
     const char *gguf_arch;             /* llama.cpp's architecture for it */
+    int gguf_pairs;                    /* llama.cpp turns adjacent channel pairs (its "norm" rope) where HF turns halves:
+                                        * a GGUF's q and k rows are reordered */
     const char *hf_arch;               /* transformers' class for it (a folder's config.json "architectures"; its
                                         * model_type is the family's name), NULL: none */
     const char *hf_none;               /* then why not, as an error says it */
-    int gguf_pairs;                    /* llama.cpp turns adjacent channel pairs (its "norm" rope) where HF turns halves:
-                                        * a GGUF's q and k rows are reordered */
     const char *hf_module_prefix;      /* what Hugging Face's CausalLM class puts before the tensors' names in its modules'
                                         * (GPT-2's "transformer."): PEFT's adapter names carry it */
     const char *lora_targets;          /* PEFT's default LoRA targets for it */

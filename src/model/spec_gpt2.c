@@ -80,5 +80,6 @@ const dt_family dt_family_gpt2_moe = {
     .name = "gpt2_moe", .rms = 0, .rotary = 0,
     .embed = embed, .nembed = 2, .block = block_moe, .nblock = MEDOWNW + 1, .final = final, .nfinal = 2,
     .ops = ops_moe, .nops = sizeof ops_moe / sizeof *ops_moe, .values = values_moe, .nvalues = NVALUES_MOE,
-    .hf_none = "GPT-2 with GELU experts (gpt2_moe) has no Hugging Face architecture", .hf_module_prefix = "transformer.", .lora_targets = "c_attn",
+    .hf_none = "GPT-2 with GELU experts (gpt2_moe) has no Hugging Face architecture",
+    .hf_module_prefix = "transformer.", .lora_targets = "c_attn",
 };
