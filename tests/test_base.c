@@ -58,6 +58,10 @@ int main(void) {
     EXPECT(dt_parse_size("8", &s) == DT_OK && s == 8, "8 = %zu", s);
     EXPECT(dt_parse_size("12Q", &s) == DT_ERR_ARG && strstr(dt_last_error(), "12Q"), "bad size names the input: %s", dt_last_error());
     EXPECT(dt_parse_size("99999999999999999999G", &s) != DT_OK, "overflow rejected");
+    /* medians: the middle one, or the mean of the two middle ones (two rounds are their mean, not the better one) */
+    double m3[3] = { 3, 1, 2 }, m2[2] = { 0.9, 1.3 }, m4[4] = { 4, 1, 3, 2 };
+    double a3 = dt_median(m3, 3), a2 = dt_median(m2, 2), a4 = dt_median(m4, 4);
+    EXPECT(a3 == 2 && fabs(a2 - 1.1) < 1e-12 && a4 == 2.5, "medians %g %g %g (want 2, 1.1, 2.5)", a3, a2, a4);
     dt_dtype t;
     EXPECT(dt_dtype_parse("bf16", &t) == DT_OK && t == DT_BF16, "parse bf16");
     EXPECT(dt_dtype_parse("f8", &t) == DT_ERR_ARG, "unknown dtype rejected");

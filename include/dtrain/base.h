@@ -59,7 +59,8 @@ double dt_time_cpu_all(void);
  * too), which began at dt_machine_busy() = busy0 and dt_time_cpu_all() = cpu0: a measurement then is not the
  * machine's. */
 bool dt_others_busy(double busy0, double cpu0, double seconds);
-/* The median of v[0..n) (its middle element once sorted, in place; n even: the upper of the two middle ones). */
+/* The median of v[0..n) (sorted in place: its middle element, or for n even the mean of the two middle ones, so that
+ * two rounds give their mean rather than the better one). */
 double dt_median(double *v, size_t n);
 
 /* The trace recorder (obs writes what it holds as Chrome trace-event JSON).

@@ -12,5 +12,5 @@ static int by_value(const void *a, const void *b) {
 double dt_median(double *v, size_t n) {
     if (n == 0) return 0;
     qsort(v, n, sizeof *v, by_value);
-    return v[n / 2];
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }

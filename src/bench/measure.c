@@ -8,16 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-double dt_bench_median(double *v, int n) {
-    if (n <= 0) return 0;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+double dt_bench_median(double *v, int n) { return n > 0 ? dt_median(v, (size_t)n) : 0; }
 
 int dt_bench_self(char *out, size_t cap) {
     ssize_t n = readlink("/proc/self/exe", out, cap - 1);
