@@ -249,6 +249,9 @@ void dt_tensor_hf_piece(const dt_tensor_info *t, int k, char *name, size_t cap, 
 
 /* The table's tensor called name, or NULL. */
 const dt_tensor_info *dt_model_find(const dt_model *m, const char *name);
+/* A pipeline's last stage's copy of the tied wte, where it ends the store (the first stage owns wte: no optimizer
+ * state or update is the copy's), or NULL. */
+const dt_tensor_info *dt_model_tied_tail(const dt_model *m);
 /* Parameters in units [a, b), which are contiguous: *off, *count. */
 void dt_model_unit_range(const dt_model *m, int a, int b, size_t *off, size_t *count);
 /* set_param_storage for a model whose own buffer is own: the n parameters

@@ -67,6 +67,11 @@ const dt_tensor_info *dt_model_find(const dt_model *m, const char *name) {
     return NULL;
 }
 
+const dt_tensor_info *dt_model_tied_tail(const dt_model *m) {
+    const dt_tensor_info *t = m->ntensors ? &m->tensors[m->ntensors - 1] : NULL;
+    return t && t->tied_copy && t->count && t->offset + t->count == m->nparams ? t : NULL;
+}
+
 /* The store is unit-major, so units [a, b) are one range: from the first
  * tensor of unit a to the end of the last tensor of unit b-1. */
 void dt_model_unit_range(const dt_model *m, int a, int b, size_t *off, size_t *count) {

@@ -627,7 +627,7 @@ static dt_status set_shards(dt_ddp *d, const size_t *offs, const size_t *counts)
         next += counts[r];
     }
     /* (all of it, or all but a last stage's tied copy at its end, which no rank keeps: zero_shards.h) */
-    const dt_tensor_info *copy = dt_zero_tail_copy(&d->m);
+    const dt_tensor_info *copy = dt_model_tied_tail(&d->m);
     if (next != d->nparams && !(copy && next == copy->offset))
         return dt_error(DT_ERR_ARG, "ddp: the shards cover %zu of %zu parameters", next, d->nparams);
     if (!(d->keep = malloc(sizeof *d->keep))) return dt_error(DT_ERR_NOMEM, "ddp: out of memory");

@@ -60,9 +60,9 @@
  *
  * A pipeline's last stage ends its store with its copy of the tied wte,
  * whose gradient goes to the first stage and whose values come back from
- * there after the update: stages 1 and 2 leave it out of their shards
- * (zero_shards.h), so no rank keeps state for it; stage 3 and a sharded
- * master, which gather it for the head, keep it in.
+ * there after the update (dt_model_tied_tail): stages 1 and 2 leave it
+ * out of their shards (zero_shards.h), so no rank keeps state for it;
+ * stage 3 and a sharded master, which gather it for the head, keep it in.
  *
  * The three stages give the losses of DDP and of one process up to the
  * rounding of the reductions (tests/zero_equivalence.sh). */

@@ -14,11 +14,6 @@ static void shard(size_t n, int p, int r, size_t *off, size_t *count) {
     *off = k * base + (k < extra ? k : extra);
 }
 
-const dt_tensor_info *dt_zero_tail_copy(const dt_model *m) {
-    const dt_tensor_info *t = m->ntensors ? &m->tensors[m->ntensors - 1] : NULL;
-    return t && t->tied_copy && t->count && t->offset + t->count == m->nparams ? t : NULL;
-}
-
 /* Region g's runs: the tensors of group `group` (every tensor when group < 0), neighbours joined; the store's first
  * `held` floats (the rest is the tail no region holds). */
 static dt_status region_runs(const dt_model *m, int group, size_t held, dt_zero_region *g) {
@@ -67,7 +62,7 @@ static void add_runs(dt_zero_shards *s, const dt_zero_region *g) {
 dt_status dt_zero_shards_create(const dt_engine_config *c, bool leave_copy, dt_zero_shards *s) {
     const dt_model *m = &c->model;
     memset(s, 0, sizeof *s);
-    const dt_tensor_info *copy = leave_copy ? dt_zero_tail_copy(m) : NULL;
+    const dt_tensor_info *copy = leave_copy ? dt_model_tied_tail(m) : NULL;
     s->tail_off = copy ? copy->offset : m->nparams;
     s->tail_n = m->nparams - s->tail_off;
     s->nr = c->ep > 1 ? 2 : 1;

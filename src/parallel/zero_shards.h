@@ -34,8 +34,6 @@ typedef struct {
 /* leave_copy: a last stage's tied copy at the store's end (its gradient goes to the first stage, whose values come
  * back after each update) is in no region: no rank keeps its gradient, optimizer state or update. */
 dt_status dt_zero_shards_create(const dt_engine_config *c, bool leave_copy, dt_zero_shards *s);
-/* The tied copy a pipeline's last stage ends its store with (NULL: none there). */
-const dt_tensor_info *dt_zero_tail_copy(const dt_model *m);
 void dt_zero_shards_destroy(dt_zero_shards *s);
 int dt_zero_region_size(const dt_zero_region *g);
 int dt_zero_region_rank(const dt_zero_region *g);

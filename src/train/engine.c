@@ -98,8 +98,8 @@ static dt_status make_optimizer(dt_engine *e) {
  * overwritten). */
 static void trim_tied_copy(dt_engine *e) {
     const dt_model *m = &e->cfg.model;
-    const dt_tensor_info *t = m->ntensors ? &m->tensors[m->ntensors - 1] : NULL;
-    if (t && t->tied_copy && e->off == 0 && e->n == m->nparams && t->offset + t->count == m->nparams) e->n = t->offset;
+    const dt_tensor_info *t = dt_model_tied_tail(m);
+    if (t && e->off == 0 && e->n == m->nparams) e->n = t->offset;
 }
 
 /* The slice's runs of the store (dt_strategy.ranges); where there are more than one, the update goes run by run:
