@@ -79,6 +79,26 @@ static int plan_slots(dt_pp_kind kind, int p, int v, int m, int k) {
     return dt_plan_pp_slots(&j, k);
 }
 
+/* Stage k's chunk areas (each chunk's micro-batches held at once) against its action list walked here, the planner's
+ * count (dt_pp_chunk_areas) and the slots: a chunk never holds more than the slots do, and all chunks together no
+ * more than v whole slots would. */
+static void check_areas(const dt_pp_schedule *s, int k) {
+    int v = s->virt, held[8] = { 0 }, most[8] = { 0 }, plan[8], total = 0;
+    for (int i = 0; i < s->n[k]; i++) {
+        const dt_pp_action *a = &s->act[k][i];
+        if (a->op == DT_PP_F && ++held[a->chunk] > most[a->chunk]) most[a->chunk] = held[a->chunk];
+        if (a->op == DT_PP_B) held[a->chunk]--;
+    }
+    EXPECT(!dt_pp_chunk_areas(s->kind, s->stages, v, s->micro, k, plan), "interleaved p=%d v=%d m=%d: no chunk areas", s->stages, v, s->micro);
+    for (int j = 0; j < v; j++) {
+        const int got = s->areas[k * v + j];
+        total += got;
+        EXPECT(got == most[j] && got == plan[j] && got <= s->slots[k], "interleaved p=%d v=%d m=%d stage %d chunk %d: %d areas, the list's %d, "
+               "the plan's %d, %d slots", s->stages, v, s->micro, k, j, got, most[j], plan[j], s->slots[k]);
+    }
+    EXPECT(total <= v * s->slots[k], "interleaved p=%d v=%d m=%d stage %d: %d areas, more than %d whole slots", s->stages, v, s->micro, k, total, s->slots[k]);
+}
+
 int main(void) {
     int built = 0;
     for (int kind = 0; kind < 3; kind++)
@@ -119,12 +139,27 @@ int main(void) {
                 for (int k = 0; k < p; k++) {
                     int want = plan_slots(DT_PP_INTERLEAVED, p, v, m, k);
                     EXPECT(s->slots[k] == want, "interleaved p=%d v=%d m=%d stage %d: %d slots, the plan's %d", p, v, m, k, s->slots[k], want);
+                    check_areas(s, k);
                 }
                 double b = dt_pp_schedule_bubble(s), theory = (double)(p - 1) / (v * m + p - 1);
                 EXPECT(fabs(b - theory) < 1e-12, "interleaved p=%d v=%d m=%d: bubble %.4f, theory %.4f", p, v, m, b, theory);
                 dt_pp_schedule_destroy(s);
             }
     printf("%d schedules built and checked\n", built);
+
+    /* Megatron's count, by hand: p 2, v 2, m 8; stage 0 warms up with 4 forwards (micro-batches 0, 1 on chunk 0, then
+     * on chunk 1), then runs F and B in turn: chunk 0 holds 4 micro-batches at most, chunk 1 2 (6 of the 8 whole
+     * slots' 2 x 4); stage 1 (2 forwards first) 3 and 1 (4 of 2 x 3) */
+    {
+        dt_pp_schedule *s;
+        if (!dt_pp_schedule_create(DT_PP_INTERLEAVED, 2, 2, 8, &s)) {
+            const int *a = s->areas;
+            EXPECT(a[0] == 4 && a[1] == 2 && a[2] == 3 && a[3] == 1 && s->slots[0] == 4 && s->slots[1] == 3,
+                   "interleaved p=2 v=2 m=8: areas %d+%d and %d+%d, slots %d and %d (not 4+2 and 3+1 of 4 and 3)", a[0], a[1], a[2], a[3], s->slots[0],
+                   s->slots[1]);
+            dt_pp_schedule_destroy(s);
+        }
+    }
 
     /* a replay with given durations: equal stages give theory's; 1F1B, p = 2, m = 4 with stage 1 twice as slow: it
      * computes 24 of a span of 1 (stage 0's first F) + 24 + 2 (stage 0's last B), stage 0 12: 1 - 36/54 = 1/3 */

@@ -312,6 +312,10 @@ size_t dt_gpt2_part_lp_work_bytes(const dt_gpt2_config *cfg, int tp, bool head);
  * once; split: with a backward split in two (dt_gpt2_set_split_backward). */
 size_t dt_gpt2_chunks_activation_bytes(const dt_gpt2_config *cfg, int n, const int *a, const int *b, int tp, int sp, int B, int T,
                                        int recompute, int attention, dt_dtype precision, int split);
+/* The same slot with its chunks' activations apart (n > 1): the slot's own bytes, each chunk's area's in area[k]
+ * (dt_program_activation_split_bytes). */
+size_t dt_gpt2_chunks_activation_split(const dt_gpt2_config *cfg, int n, const int *a, const int *b, int tp, int sp, int B, int T,
+                                        int recompute, int attention, dt_dtype precision, int split, size_t *area);
 /* Parameters tensor-parallel rank 0 of tp holds (the split tensors' 1/tp, the vocabulary's ceil(Vp/tp) rows, the rest whole). */
 size_t dt_gpt2_part_num_params(const dt_gpt2_config *cfg, int tp);
 dt_status dt_gpt2_create(const dt_gpt2_config *cfg, dt_gpt2 **out);

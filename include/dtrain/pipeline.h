@@ -58,6 +58,8 @@ typedef struct {
     dt_pp_action **act;    /* per stage */
     int *n;                /* actions per stage */
     int *slots;            /* activation slots per stage: micro-batches in flight at most */
+    int *areas;            /* [stage * virt + chunk]: micro-batches holding that chunk's activations at most (a
+                            * model of several chunks keeps each chunk's apart: dt_program_set_slots) */
     int async;             /* sends are posted and left to progress (waited for before the next send to the same
                             * neighbour and at the step's end); else each waits for its receiver */
 } dt_pp_schedule;
@@ -81,6 +83,9 @@ typedef struct {
  * adds it. */
 dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int virt, int micro, dt_pp_schedule **out);
 void dt_pp_schedule_destroy(dt_pp_schedule *s);
+/* Stage s's areas[j] of such a schedule without building it (the planner's count); -1 for a schedule the arguments
+ * cannot make or out of memory. */
+int dt_pp_chunk_areas(dt_pp_kind kind, int stages, int virt, int micro, int s, int *areas);
 /* Runs every stage's list against the others with sends that wait for
  * their receiver (the worst a transport may do): fails naming the stages
  * and actions that would wait forever, or a message received as another

@@ -162,6 +162,10 @@ bool dt_plan_gpt2_block(const dt_gpt2_config *c);
  * x seq positions; one slot), and mixed precision's scratch, the stage model's once (head: it holds the head): the
  * model layer's own counts (dt_gpt2_chunks_activation_bytes). */
 double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq);
+/* Stage s's activations with its micro-batches in flight: its slots (dt_plan_pp_slots) of the above, or with several
+ * chunks (interleaved) each slot's own bytes and each chunk's kept ones as often as the schedule holds that chunk at
+ * once (dt_pp_chunk_areas), as the model program keeps them. */
+double dt_plan_stage_activations(const dt_plan_job *j, int s, int n, const int *a, const int *b);
 /* What a rank holds once beside its slots: mixed precision's scratch (dtrain's; head: the stage holds the head), or under
  * paper_acts with --recompute the layer being recomputed. */
 double dt_plan_rank_scratch(const dt_plan_job *j, int head);

@@ -143,10 +143,14 @@ const float *dt_program_input_grad(const dt_program *p, const int32_t **tokens, 
 int dt_program_chunks(const dt_program *p, int *a, int *b);
 dt_status dt_program_use_chunk(dt_program *p, int chunk);
 /* Activation slots (micro-batches in flight on a pipeline stage): n, each sized at its first forward; a backward
- * runs in the slot of its forward. */
+ * runs in the slot of its forward. A program of several chunks keeps each chunk's activations apart, held by the
+ * slot from that chunk's forward to the end of its backward (its areas: as many as the schedule has in flight at
+ * once); dt_program_release_activations gives back what the current slot holds after forwards that no backward
+ * follows (an evaluation). */
 dt_status dt_program_set_slots(dt_program *p, int n);
 void dt_program_use_slot(dt_program *p, int k);
 int dt_program_num_slots(const dt_program *p);
+void dt_program_release_activations(dt_program *p);
 /* Zero-bubble pipelines split backward in two: with on, backward (B) computes the input gradients (and the
  * norms' small weight gradients), keeping each block's Linear output gradients in the slot; W,
  * dt_program_backward_weights, adds the Linears', the head's and the embedding's weight gradients (the same
@@ -184,6 +188,10 @@ size_t dt_program_activation_memory(const dt_program *p);
 size_t dt_program_activation_kept(const dt_program *p);
 size_t dt_program_activation_bytes(const dt_lm_config *cfg, const dt_model_part *part, int B, int T, int recompute, dt_attn_mode attn,
                                    dt_dtype prec, int split);
+/* The same part's slot with its chunks' activations apart (several chunks): the slot's own bytes, and in area[r]
+ * (DT_GPT2_MAX_CHUNKS) what each chunk's area takes (0 where the part has one chunk: the slot holds all). */
+size_t dt_program_activation_split_bytes(const dt_lm_config *cfg, const dt_model_part *part, int B, int T, int recompute, dt_attn_mode attn,
+                                         dt_dtype prec, int split, size_t *area);
 size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_model_part *part);
 /* Without a model: the parameters a part holds and the whole model's; model FLOPs of a training step a token at
  * sequence length T (6 N + 12 L T Q); a block's parameters in matmuls. */

@@ -213,13 +213,18 @@ size_t dt_gpt2_lp_params_bytes(const dt_gpt2 *m) { return dt_program_lp_params_b
 
 /* ---- memory without a model: the program's own count ---- */
 
-size_t dt_gpt2_chunks_activation_bytes(const dt_gpt2_config *cfg, int n, const int *a, const int *b, int tp, int sp, int B, int T,
-                                       int recompute, int attention, dt_dtype precision, int split) {
+size_t dt_gpt2_chunks_activation_split(const dt_gpt2_config *cfg, int n, const int *a, const int *b, int tp, int sp, int B, int T,
+                                        int recompute, int attention, dt_dtype precision, int split, size_t *area) {
     dt_model_part part = sizes_part(a[0], b[n - 1], tp);
     part.sp = sp;
     part.nchunks = n > 1 ? n : 0;
     for (int k = 0; k < n && n > 1; k++) part.chunk_a[k] = a[k], part.chunk_b[k] = b[k];
-    return dt_program_activation_bytes(cfg, &part, B, T, recompute, (dt_attn_mode)attention, precision, split);
+    return dt_program_activation_split_bytes(cfg, &part, B, T, recompute, (dt_attn_mode)attention, precision, split, area);
+}
+
+size_t dt_gpt2_chunks_activation_bytes(const dt_gpt2_config *cfg, int n, const int *a, const int *b, int tp, int sp, int B, int T,
+                                       int recompute, int attention, dt_dtype precision, int split) {
+    return dt_gpt2_chunks_activation_split(cfg, n, a, b, tp, sp, B, T, recompute, attention, precision, split, NULL);
 }
 
 size_t dt_gpt2_part_activation_bytes(const dt_gpt2_config *c, int tp, int sp, int B, int T, int recompute, int attention, dt_dtype precision) {

@@ -610,17 +610,25 @@ dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_model_part *p
     return st;
 }
 
-size_t dt_program_activation_bytes(const dt_lm_config *cfg, const dt_model_part *part, int B, int T, int recompute, dt_attn_mode attn,
-                                   dt_dtype prec, int split) {
+size_t dt_program_activation_split_bytes(const dt_lm_config *cfg, const dt_model_part *part, int B, int T, int recompute, dt_attn_mode attn,
+                                         dt_dtype prec, int split, size_t *area) {
     dt_program *p;
+    size_t none[DT_GPT2_MAX_CHUNKS];
+    if (!area) area = none;
+    memset(area, 0, DT_GPT2_MAX_CHUNKS * sizeof *area);
     if (shape_part(cfg, part, &p)) return 0;
     p->recompute = recompute != 0;
     p->split_bwd = split != 0;
     p->attn = attn;
     p->prec = prec;
-    size_t n = dt_program_slot_bytes(p, B, T, NULL);
+    size_t n = area != none ? dt_program_slot_split_bytes(p, B, T, area) : dt_program_slot_bytes(p, B, T, NULL);
     dt_program_destroy(p);
     return n;
+}
+
+size_t dt_program_activation_bytes(const dt_lm_config *cfg, const dt_model_part *part, int B, int T, int recompute, dt_attn_mode attn,
+                                   dt_dtype prec, int split) {
+    return dt_program_activation_split_bytes(cfg, part, B, T, recompute, attn, prec, split, NULL);
 }
 
 /* The whole model's parameters from the spec alone (no table: a hostile file's shape costs nothing to count). */
@@ -695,7 +703,7 @@ size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_model_part *pa
 
 void dt_program_destroy(dt_program *p) {
     if (!p) return;
-    for (int k = 0; p->slots && k < p->nslots; k++) dt_program_free_slot(&p->slots[k]);
+    dt_program_free_slots(p);
     free(p->slots);
     free(p->tab);
     free(p->spec);

@@ -76,12 +76,18 @@ typedef struct {
     float *dinput;
 } run_state;
 
-/* One micro-batch in flight (a pipeline stage keeps several): everything a forward leaves for its backward, in
- * one allocation, and each range's run. The model works in one slot at a time. */
+/* One micro-batch in flight (a pipeline stage keeps several): everything a forward leaves for its backward, and
+ * each range's run. The model works in one slot at a time. A program of one range lays it all in mem; one of several
+ * (an interleaved pipeline stage's chunks) keeps in mem only what is not kept from a range's forward for its
+ * backward, and each range's kept pieces in an area of the program's (program_area) held from that range's forward
+ * to the end of its backward, so a micro-batch holds only the chunks it has in flight (as Megatron counts them). */
 typedef struct {
     float *mem;
-    size_t floats, kept;       /* mem's floats, and of them those kept from forward for backward */
+    size_t floats, kept;       /* mem's floats, and of all the slot's (areas too) those kept from forward for backward */
     int B, T, cap_BT, cap_T;
+    int lay_B, lay_T;          /* the shape the layout was made for (each area is laid again for it) */
+    float *area[DT_GPT2_MAX_CHUNKS]; /* ranges laid in areas: each one's area while held (NULL: none) */
+    size_t area_floats[DT_GPT2_MAX_CHUNKS]; /* and the floats each range's needs */
     bool blockwise;
     float **val;               /* [held block * nvalues + v]: the block's values (DT_V_IN, DT_V_OUT: the residual stream's) */
     float **stats;             /* [held block * nops + k]: a norm's mean and rstd, attention's scores (or log-sum-exps) */
@@ -96,7 +102,7 @@ typedef struct {
     bool docs;                 /* the positions are the caller's (dt_program_set_positions): first holds */
     run_state rs[DT_GPT2_MAX_CHUNKS];
     float **wgrad;             /* a split backward's: [held block * nops + k], a Linear's d(output), all rows, from B for W */
-    uint16_t *acts_lp;         /* mixed precision (not recomputing): every held block's kept values in 16 bits, lp_block a block */
+    uint16_t **lp_keep;        /* [held block]: mixed precision (not recomputing), its kept values in 16 bits (lp_block) */
     size_t lp_block;
     float *res1;               /* and a block's input widened again for its backward */
     float *lora_u, *lora_du;   /* LoRA: each held block's adapters' x A^T, kept; backward's d(u) of one */
@@ -115,6 +121,14 @@ typedef struct {
     double loss_tokens;        /* what the forward's loss divided its sum by (the scored tokens' count), backward too */
     float loss;
 } program_slot;
+
+/* An area of a range's kept activations (see program_slot): free, or held by one slot's micro-batch. */
+typedef struct {
+    float *mem;
+    size_t floats;
+    int range;
+    bool busy;
+} program_area;
 
 /* Units: 0 the embedding, 1..L the blocks, L+1 the final norm and the head. A program holds the units of its
  * ranges [ra[r], rb[r]) (one range, or an interleaved pipeline stage's chunks); one that holds the head of a tied
@@ -176,6 +190,8 @@ struct dt_program {
     program_slot *slots, *s;   /* the slots, and the current one */
     float *kv_keep, *kv_sum;   /* K/V heads kept by several ranks: their gradients set aside, and summed (program_run.c) */
     int nslots;
+    program_area *areas;       /* the ranges' areas (several ranges only), grown to the most a range has in flight */
+    int nareas;
     program_lora *lora;        /* LoRA's adapters (NULL: none); the base weights are then frozen */
     double loss_tokens;        /* dt_program_set_loss_tokens (0: each micro-batch's own count of scored tokens) */
     dt_token_loss_fn token_loss; /* dt_program_set_token_loss (NULL: the mean cross-entropy) */
@@ -245,6 +261,10 @@ size_t dt_program_lp_work_floats(const dt_program *p);
 /* The bytes a slot of B x T takes (activations, their 16-bit pack, the tokens); of them, *kept (NULL: not asked) the
  * bytes kept from forward for backward. */
 size_t dt_program_slot_bytes(const dt_program *p, int B, int T, size_t *kept);
+/* The same with each range's kept pieces apart (several ranges): the slot's own bytes, each range's area's in area[r]. */
+size_t dt_program_slot_split_bytes(const dt_program *p, int B, int T, size_t *area);
+/* Every slot freed and the ranges' areas with them (the activations' layout changed, or the program ends). */
+void dt_program_free_slots(dt_program *p);
 
 /* LoRA (program_lora.c) inside a Linear, op k of block l: its forward adds each adapted part's (x A^T) B^T scaled
  * into y (the op's output, all rows); its backward, from dy, adds to the adapters' gradients and to dx (the input's). */

@@ -177,7 +177,7 @@ dt_status dt_program_set_lora(dt_program *p, const dt_lora_config *c, uint64_t s
     init_adapters(a, seed);
     p->lora = a;
     dt_program_mark_kept(p); /* the frozen Linears without adapters keep no input */
-    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* the slots keep x A^T from now */
+    dt_program_free_slots(p); /* the slots keep x A^T from now */
     return DT_OK;
 }
 
@@ -311,7 +311,7 @@ dt_status dt_program_set_lora_dropout(dt_program *p, float dropout) {
     dt_status st = dt_lora_config_check(&c, "LoRA");
     if (st) return st;
     p->lora->c.dropout = dropout;
-    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* laid out again, with or without its scratch */
+    dt_program_free_slots(p); /* laid out again, with or without its scratch */
     return DT_OK;
 }
 
@@ -335,7 +335,7 @@ void dt_program_lora_merge(dt_program *p) {
     dt_program_lora_free(a);
     p->lora = NULL;
     dt_program_mark_kept(p);
-    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* no x A^T kept from now */
+    dt_program_free_slots(p); /* no x A^T kept from now */
     dt_program_params_changed(p);
 }
 

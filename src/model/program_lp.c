@@ -54,7 +54,7 @@ void dt_program_pack_block(dt_program *p, int l, bool pack) {
     program_slot *s = p->s;
     if (!dt_program_packs(p)) return;
     size_t BT = (size_t)s->B * s->T;
-    uint16_t *at = s->acts_lp + (size_t)p->bk[l] * s->lp_block;
+    uint16_t *at = s->lp_keep[p->bk[l]];
     for (int v = 0; v < p->f->nvalues; v++) {
         if (!p->vkeep[v]) continue;
         size_t n = dt_program_rows(p, v) * (size_t)p->vw[v];

@@ -285,7 +285,7 @@ dt_status dt_program_set_routing(dt_program *p, const dt_lm_config *r) {
     dt_status st = dt_lm_config_check(&c, "model");
     if (st) return st;
     p->cfg = c;
-    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* laid out again for k choices a token */
+    dt_program_free_slots(p); /* laid out again for k choices a token */
     return DT_OK;
 }
 

@@ -19,22 +19,36 @@
 static size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
 
 /* Where a slot's pieces go: base (NULL: only counting) and the floats so far, of which kept are kept from forward
- * for backward (what is not: one block's working set, the gradients in flight, scratch). */
+ * for backward (what is not: one block's working set, the gradients in flight, scratch). With ranges, a range's kept
+ * pieces go to its area instead (rbase[r]: NULL while it holds none, its pieces then NULL), rat[r] floats so far. */
 typedef struct {
     float *base;
     size_t at, kept;
+    bool ranges;
+    float *rbase[DT_GPT2_MAX_CHUNKS];
+    size_t rat[DT_GPT2_MAX_CHUNKS];
 } arena;
 
-/* n floats from the arena (64-byte aligned starts). */
 /* LoRA with dropout: a slot has room for an adapter's dropped input, and the rows' keys. */
 static bool dropping(const dt_program *p) { return p->lora && p->lora->c.dropout > 0; }
 
-static float *carve(arena *a, size_t n, bool kept) {
+/* n floats (64-byte aligned starts) for range r (-1: the slot's whatever it is); kept: from forward for backward. */
+static float *carve_for(arena *a, int r, size_t n, bool kept) {
+    if (kept) a->kept += round16(n);
+    if (a->ranges && kept && r >= 0) {
+        float *x = a->rbase[r] ? a->rbase[r] + a->rat[r] : NULL;
+        a->rat[r] += round16(n);
+        return x;
+    }
     float *x = a->base ? a->base + a->at : NULL;
     a->at += round16(n);
-    if (kept) a->kept += round16(n);
     return x;
 }
+
+static float *carve(arena *a, size_t n, bool kept) { return carve_for(a, -1, n, kept); }
+
+/* Whether a program lays each range's kept pieces in an area of its own (several ranges: an interleaved stage). */
+static bool by_range(const dt_program *p) { return p->nr > 1; }
 
 /* The residual stream entering block l (l = L: the head), a held unit: the previous block's output where that
  * block is in the same range, else the range's input. */
@@ -46,43 +60,48 @@ static float *stream_in(const dt_program *p, int l) {
 
 /* Each held block's values and statistics, and a split backward's Linear output gradients. Recomputing: each
  * block's output alone, the rest one block's, shared; keeping blocks in 16 bits (mixed precision): one block's f32
- * values to work in, the outputs alternating between two (each block keeps its input in 16 bits); a value no
- * backward reads is one block's in any case. */
+ * values to work in, the outputs alternating between two (the slot's, whatever the range: every range's blocks use
+ * them), each block's values packed in 16 bits; a value no backward reads is one block's in any case. */
 static void lay_blocks(dt_program *p, program_slot *s, arena *m, size_t BT, size_t R, size_t att) {
-    int nv = p->f->nvalues, no = p->f->nops;
+    int nv = p->f->nvalues, no = p->f->nops, L = p->cfg.num_layers;
     bool packs = dt_program_packs(p);
-    for (int b = 0; b < p->nl; b++) {
+    for (int l = 0; l < L; l++) {
+        int b = p->bk[l], r = dt_program_range_of(p, l + 1);
+        if (b < 0) continue;
         bool shared = (p->recompute || packs) && b > 0, stats_shared = p->recompute && b > 0;
         for (int v = 1; v < nv; v++) {
             /* a value no backward reads (a row-parallel Linear's output, which the add consumes): one block's, shared */
             bool transient = v != DT_V_OUT && !p->vkeep[v];
             bool reuse = v == DT_V_OUT ? packs && b > 1 : shared || (transient && b > 0);
             bool kept = v == DT_V_OUT ? !packs || b < 2 : !p->recompute && !packs && !transient;
-            float *x = reuse ? NULL : carve(m, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v], kept);
-            if (m->base) s->val[b * nv + v] = x ? x : s->val[(v == DT_V_OUT ? b % 2 : 0) * nv + v];
+            float *x = reuse ? NULL : carve_for(m, packs ? -1 : r, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v], kept);
+            if (m->base) s->val[b * nv + v] = reuse ? s->val[(v == DT_V_OUT ? b % 2 : 0) * nv + v] : x;
         }
         for (int k = 0; k < no; k++) {
             dt_op_kind kind = p->ops[k].s.kind;
             size_t n = kind == DT_OP_NORM ? 2 * R : kind == DT_OP_ATTENTION ? att : kind == DT_OP_MOE ? dt_program_moe_kept(p, BT) : 0;
-            float *x = stats_shared || !n ? NULL : carve(m, n, !p->recompute);
+            float *x = stats_shared || !n ? NULL : carve_for(m, r, n, !p->recompute);
             if (m->base) s->stats[b * no + k] = stats_shared ? s->stats[k] : x;
             float *w = p->split_bwd && kind == DT_OP_LINEAR ? carve(m, BT * (size_t)p->ops[k].width_out, false) : NULL;
             if (m->base) s->wgrad[b * no + k] = w;
         }
-        float *pk = p->repack && !shared ? carve(m, BT * 3 * (size_t)p->Ql, !p->recompute && !packs) : NULL;
+        float *pk = p->repack && !shared ? carve_for(m, r, BT * 3 * (size_t)p->Ql, !p->recompute && !packs) : NULL;
         if (m->base) s->packed[b] = shared ? s->packed[0] : pk;
+        /* 16-bit blocks: this one's kept values packed */
+        float *lp = packs ? carve_for(m, r, (dt_program_lp_block(p, BT) + 1) / 2, true) : NULL;
+        if (m->base) s->lp_keep[b] = (uint16_t *)lp;
     }
 }
 
 /* Lays out (m->base NULL: counts) everything slot s needs for B x T. */
 static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
-    int L = p->cfg.num_layers, nv = p->f->nvalues;
+    int nv = p->f->nvalues, L = p->cfg.num_layers, last = p->nr - 1;
     size_t BT = (size_t)B * T, C = (size_t)p->cfg.channels, Q = (size_t)p->Ql;
     size_t att = (size_t)p->NHl * BT * (s->blockwise ? 1 : (size_t)T);
     /* the residual stream's rows: all, or this rank's share under sequence parallelism */
     size_t R = p->part.sp && p->part.tp_size > 1 ? BT / (size_t)p->part.tp_size : BT, sp = R < BT;
     bool head = p->ub == L + 2, packs = dt_program_packs(p);
-    for (int r = 0; r < p->nr; r++) s->range_in[r] = carve(m, R * C, true);
+    for (int r = 0; r < p->nr; r++) s->range_in[r] = carve_for(m, r, R * C, true);
     lay_blocks(p, s, m, BT, R, att);
     /* the gradients of a block's values: shared buffers (share_grads), each as wide as its widest value */
     for (int b = 0; b < p->nvbuf; b++) {
@@ -100,21 +119,23 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
     s->partial = carve(m, sp * BT * C, false);
     s->normgrad = carve(m, sp * 2 * C, false);
     s->moe_dx = carve(m, (sp && p->cfg.experts) * BT * C, false);
-    s->lnf = carve(m, head * R * C, true);
-    s->lnf_stats = carve(m, head * 2 * R, true);
+    /* the head's: in the last range (which holds it) */
+    s->lnf = carve_for(m, last, head * R * C, true);
+    s->lnf_stats = carve_for(m, last, head * 2 * R, true);
     /* the logits: f32, or 16-bit under mixed precision */
-    s->logits = carve(m, head * (p->prec == DT_F32 ? BT * (size_t)p->Vl : (BT * (size_t)p->Vl + 1) / 2), true);
-    s->losses = carve(m, head * BT, true);
-    s->ce_stats = carve(m, head * 2 * BT, true);
+    s->logits = carve_for(m, last, head * (p->prec == DT_F32 ? BT * (size_t)p->Vl : (BT * (size_t)p->Vl + 1) / 2), true);
+    s->losses = carve_for(m, last, head * BT, true);
+    s->ce_stats = carve_for(m, last, head * 2 * BT, true);
     s->dlnf = carve(m, head * R * C, false);
     s->scratch = carve(m, head * 2 * BT, false);
     s->res1 = carve(m, packs * R * C, false);
     size_t lr = p->lora ? (size_t)p->lora->c.rank : 0;
+    /* LoRA's x A^T of every held block: the slot's (one piece, indexed by block) */
     s->lora_u = carve(m, (size_t)p->nl * (p->lora ? (size_t)p->lora->per_block : 0) * BT * lr, true);
     s->lora_du = carve(m, BT * lr, false);
     s->lora_x = carve(m, dropping(p) ? BT * (size_t)p->lora->max_in : 0, false);
     s->moe_work = carve(m, p->cfg.experts ? dt_program_moe_work(p, BT) : 0, false);
-    s->dce = carve(m, p->token_loss ? head * BT : 0, true);
+    s->dce = carve_for(m, last, p->token_loss ? head * BT : 0, true);
 }
 
 /* the log-sum-exp kernels (context parallelism merges blocks by it): no T x T scores kept */
@@ -122,15 +143,82 @@ bool dt_program_attention_lse(const dt_program *p, int T) {
     return p->part.cp_size > 1 || p->attn == DT_ATTN_BLOCKWISE || (p->attn == DT_ATTN_AUTO && T >= 256);
 }
 
+/* What a slot holds besides its floats: the tokens, targets and positions, dropout's keys, a mixture's ints. */
+static size_t slot_other_bytes(const dt_program *p, size_t BT) {
+    size_t moe = p->cfg.experts ? dt_program_moe_ints(p, BT) * sizeof(int32_t) + 2 * (size_t)p->cfg.experts * sizeof(double) : 0;
+    return 3 * BT * sizeof(int32_t) + (dropping(p) ? 2 * BT * sizeof(uint64_t) : 0) + moe;
+}
+
 size_t dt_program_slot_bytes(const dt_program *p, int B, int T, size_t *kept) {
     program_slot s = { .blockwise = dt_program_attention_lse(p, T) };
     arena m = { 0 };
     lay_slot((dt_program *)p, &s, &m, B, T);
-    size_t lp = dt_program_packs(p) ? (size_t)p->nl * dt_program_lp_block(p, (size_t)B * T) * sizeof(uint16_t) : 0;
-    if (kept) *kept = m.kept * sizeof(float) + lp;
-    size_t moe = p->cfg.experts ? dt_program_moe_ints(p, (size_t)B * T) * sizeof(int32_t) + 2 * (size_t)p->cfg.experts * sizeof(double) : 0;
-    return m.at * sizeof(float) + lp + 3 * (size_t)B * T * sizeof(int32_t) + (dropping(p) ? 2 * (size_t)B * T * sizeof(uint64_t) : 0) + moe;
+    if (kept) *kept = m.kept * sizeof(float);
+    return m.at * sizeof(float) + slot_other_bytes(p, (size_t)B * T);
 }
+
+size_t dt_program_slot_split_bytes(const dt_program *p, int B, int T, size_t *area) {
+    program_slot s = { .blockwise = dt_program_attention_lse(p, T) };
+    arena m = { .ranges = by_range(p) };
+    lay_slot((dt_program *)p, &s, &m, B, T);
+    for (int r = 0; r < p->nr; r++) area[r] = m.rat[r] * sizeof(float);
+    return m.at * sizeof(float) + slot_other_bytes(p, (size_t)B * T);
+}
+
+/* Lays slot s out again in its memory and its ranges' areas (a range without one: its pieces NULL). */
+static void lay_again(dt_program *p, program_slot *s) {
+    arena m = { .base = s->mem, .ranges = by_range(p) };
+    for (int r = 0; r < p->nr; r++) m.rbase[r] = s->area[r];
+    lay_slot(p, s, &m, s->lay_B, s->lay_T);
+    for (int l = 0; l < p->cfg.num_layers; l++) /* each held block reads the stream that enters it */
+        if (p->bk[l] >= 0) s->val[p->bk[l] * p->f->nvalues + DT_V_IN] = stream_in(p, l);
+}
+
+/* Range r's area for the current slot: a free one of that range's, or a new one (the pool grows to the most the
+ * schedule holds at once); zeroed when new, as a slot's memory is. */
+static dt_status hold_area(dt_program *p, int r) {
+    program_slot *s = p->s;
+    if (!by_range(p) || s->area[r]) return DT_OK;
+    program_area *a = NULL;
+    for (int i = 0; i < p->nareas && !a; i++)
+        if (!p->areas[i].busy && p->areas[i].range == r) a = &p->areas[i];
+    if (!a) {
+        program_area *x = realloc(p->areas, (size_t)(p->nareas + 1) * sizeof *x);
+        if (!x) return dt_error(DT_ERR_NOMEM, "model: out of memory for chunk %d's activations", r);
+        p->areas = x;
+        a = &p->areas[p->nareas++];
+        *a = (program_area){ .range = r };
+    }
+    if (a->floats != s->area_floats[r]) { /* new, or laid for another shape */
+        dt_free_aligned(a->mem);
+        a->floats = s->area_floats[r];
+        char sz[32];
+        if (!(a->mem = dt_alloc_aligned(a->floats * sizeof(float)))) {
+            a->floats = 0;
+            return dt_error(DT_ERR_NOMEM, "model: cannot allocate %s of chunk %d's activations", dt_format_size(s->area_floats[r] * sizeof(float), sz, sizeof sz), r);
+        }
+        memset(a->mem, 0, a->floats * sizeof(float));
+    }
+    a->busy = true;
+    s->area[r] = a->mem;
+    lay_again(p, s);
+    return DT_OK;
+}
+
+/* The current slot gives range r's area back (its backward is through); r -1: every range's. */
+static void release_areas(dt_program *p, program_slot *s, int r) {
+    bool any = false;
+    for (int q = 0; q < p->nr; q++) {
+        if ((r >= 0 && q != r) || !s->area[q]) continue;
+        for (int i = 0; i < p->nareas; i++)
+            if (p->areas[i].mem == s->area[q]) p->areas[i].busy = false;
+        s->area[q] = NULL;
+        any = true;
+    }
+    if (any && s->mem) lay_again(p, s); /* its pieces NULL: a stale read faults, it does not read another's */
+}
+
+void dt_program_release_activations(dt_program *p) { release_areas(p, p->s, -1); }
 
 void dt_program_free_slot(program_slot *s) {
     dt_free_aligned(s->mem);
@@ -147,9 +235,17 @@ void dt_program_free_slot(program_slot *s) {
     free(s->lora_rk);
     free(s->moe_int);
     free(s->moe_acc);
+    free(s->lp_keep);
     dt_program_moe_ep_free_keep(s);
-    dt_free_aligned(s->acts_lp);
     memset(s, 0, sizeof *s);
+}
+
+void dt_program_free_slots(dt_program *p) {
+    for (int k = 0; p->slots && k < p->nslots; k++) dt_program_free_slot(&p->slots[k]);
+    for (int i = 0; i < p->nareas; i++) dt_free_aligned(p->areas[i].mem);
+    free(p->areas);
+    p->areas = NULL;
+    p->nareas = 0;
 }
 
 static bool cp(const dt_program *p) { return p->part.cp_size > 1; }
@@ -158,17 +254,20 @@ static dt_status reserve(dt_program *p, int B, int T) {
     program_slot *s = p->s;
     bool blockwise = dt_program_attention_lse(p, T);
     if (s->mem && (size_t)B * T <= (size_t)s->cap_BT && T <= s->cap_T && blockwise == s->blockwise) return DT_OK;
+    release_areas(p, s, -1);
     dt_program_free_slot(s);
     s->blockwise = blockwise;
     int nv = p->f->nvalues, no = p->f->nops, nb = p->nl > 0 ? p->nl : 1;
-    arena m = { 0 };
+    arena m = { .ranges = by_range(p) };
     lay_slot(p, s, &m, B, T);
     size_t BT = (size_t)B * T, n = m.at;
     s->floats = n;
     s->kept = m.kept;
+    for (int r = 0; r < p->nr; r++) s->area_floats[r] = m.rat[r];
     s->val = calloc((size_t)(nb * nv), sizeof *s->val);
     s->stats = calloc((size_t)(nb * no), sizeof *s->stats);
     s->packed = calloc((size_t)nb, sizeof *s->packed);
+    s->lp_keep = calloc((size_t)nb, sizeof *s->lp_keep);
     s->dval = calloc((size_t)nv, sizeof *s->dval);
     s->wgrad = calloc((size_t)(nb * no), sizeof *s->wgrad);
     s->inputs = malloc(BT * sizeof(int32_t));
@@ -181,8 +280,7 @@ static dt_status reserve(dt_program *p, int B, int T) {
     s->moe_acc = p->cfg.experts ? calloc(2 * (size_t)p->cfg.experts, sizeof(double)) : NULL;
     s->mem = dt_alloc_aligned(n * sizeof(float));
     s->lp_block = dt_program_packs(p) ? dt_program_lp_block(p, BT) : 0;
-    s->acts_lp = s->lp_block ? dt_alloc_aligned((size_t)p->nl * s->lp_block * sizeof(uint16_t)) : NULL;
-    if ((s->lp_block && !s->acts_lp) || !s->val || !s->stats || !s->packed || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->first || !s->mem ||
+    if (!s->val || !s->stats || !s->packed || !s->lp_keep || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->first || !s->mem ||
         (dropping(p) && (!s->row_key || !s->lora_rk)) || (p->cfg.experts && (!s->moe_int || !s->moe_acc))) {
         dt_program_free_slot(s);
         char sz[32];
@@ -190,10 +288,8 @@ static dt_status reserve(dt_program *p, int B, int T) {
                         B, T);
     }
     memset(s->mem, 0, n * sizeof(float));
-    m = (arena){ .base = s->mem };
-    lay_slot(p, s, &m, B, T);
-    for (int l = 0; l < p->cfg.num_layers; l++) /* each held block reads the stream that enters it */
-        if (p->bk[l] >= 0) s->val[p->bk[l] * nv + DT_V_IN] = stream_in(p, l);
+    s->lay_B = B, s->lay_T = T;
+    lay_again(p, s);
     s->cap_BT = B * T;
     s->cap_T = T;
     return DT_OK;
@@ -203,7 +299,7 @@ dt_status dt_program_set_slots(dt_program *p, int n) {
     if (n < 1 || n > 1024) return dt_error(DT_ERR_ARG, "model: %d activation slots (1..1024)", n);
     program_slot *x = calloc((size_t)n, sizeof *x);
     if (!x) return dt_error(DT_ERR_NOMEM, "model: out of memory for %d slots", n);
-    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]);
+    dt_program_free_slots(p);
     free(p->slots);
     p->slots = p->s = x;
     p->nslots = n;
@@ -227,14 +323,15 @@ size_t dt_program_activation_memory(const dt_program *p) {
     n += dt_program_moe_ep_bytes(p);
     for (int k = 0; k < p->nslots; k++) {
         const program_slot *s = &p->slots[k];
-        if (s->mem) n += s->floats * sizeof(float) + (size_t)p->nl * s->lp_block * sizeof(uint16_t) + 3 * (size_t)s->cap_BT * sizeof(int32_t);
+        if (s->mem) n += s->floats * sizeof(float) + 3 * (size_t)s->cap_BT * sizeof(int32_t);
     }
+    for (int i = 0; i < p->nareas; i++) n += p->areas[i].floats * sizeof(float);
     return n;
 }
 
 size_t dt_program_activation_kept(const dt_program *p) {
     const program_slot *s = p->s;
-    return s->mem ? s->kept * sizeof(float) + (size_t)p->nl * s->lp_block * sizeof(uint16_t) : 0;
+    return s->mem ? s->kept * sizeof(float) : 0;
 }
 
 size_t dt_program_memory(const dt_program *p) {
@@ -463,6 +560,7 @@ dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *t
     program_slot *s = p->s;
     p->comm_err = DT_OK;
     p->cur = dt_program_range_of(p, a);
+    if ((st = hold_area(p, p->cur))) return st;
     s->B = B, s->T = T;
     s->rs[p->cur] = (run_state){ a, b, targets != NULL || b < L + 2, false, NULL };
     /* each row's position: t, or under context parallelism its place in the whole sequence (rotary and learned alike),
@@ -766,6 +864,7 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
     r->dinput = dres; /* d(the range's input) (the embedding's output in range 0), for dt_program_input_grad */
     r->w_pending = p->split_bwd;
     if (a == 0 && !p->split_bwd) embedding_backward(p, dres, "backward");
+    if (!p->split_bwd) release_areas(p, s, p->cur); /* nothing reads the range's activations again */
     return p->comm_err;
 }
 
@@ -804,6 +903,7 @@ dt_status dt_program_backward_weights(dt_program *p) {
         unit_done(p, l + 1, true);
     }
     if (a == 0) embedding_backward(p, r->dinput, "weights");
+    release_areas(p, s, p->cur);
     return p->comm_err;
 }
 
@@ -812,14 +912,14 @@ dt_status dt_program_set_split_backward(dt_program *p, int on) {
         return dt_error(DT_ERR_UNSUPPORTED, "model: a backward split into input and weight gradients runs without recomputation "
                         "(W reads the activations forward kept)");
     p->split_bwd = on != 0;
-    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* the activations' layout changed */
+    dt_program_free_slots(p); /* the activations' layout changed */
     return DT_OK;
 }
 
 dt_status dt_program_set_recompute(dt_program *p, int on) {
     if (on && p->split_bwd) return dt_error(DT_ERR_UNSUPPORTED, "model: recomputation with a split backward (W reads what forward kept)");
     p->recompute = on != 0;
-    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]);
+    dt_program_free_slots(p);
     return DT_OK;
 }
 
@@ -840,7 +940,7 @@ dt_status dt_program_set_token_loss(dt_program *p, dt_token_loss_fn fn, void *ct
     if (fn && p->part.cp_size > 1)
         return dt_error(DT_ERR_UNSUPPORTED, "a loss over whole sequences (preference tuning) is not with --cp %d: a rank holds part of each sequence", p->part.cp_size);
     p->token_loss = fn, p->token_loss_ctx = ctx;
-    for (int k = 0; k < p->nslots; k++) dt_program_free_slot(&p->slots[k]); /* the slots keep d(loss)/d(ce) from now */
+    dt_program_free_slots(p); /* the slots keep d(loss)/d(ce) from now */
     return DT_OK;
 }
 void dt_program_set_defer_rows(dt_program *p, int on) { p->defer_rows = on != 0; }

@@ -291,6 +291,7 @@ dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, 
             if (!st && ub == p->L + 2) { *loss_sum += loss; ++*nloss; }
         }
     }
+    dt_program_release_activations(p->c.model); /* no backward follows: the chunks' areas are free for training's */
     if (st) return dt_error(st, "pipeline stage %d, forward only: %s", p->stage, dt_last_error());
     return DT_OK;
 }

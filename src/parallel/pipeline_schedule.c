@@ -95,6 +95,31 @@ static int after(int p, int v, int s, int j, int *chunk) {
     return s < p - 1 ? s + 1 : j < v - 1 ? 0 : -1;
 }
 
+/* The most micro-batches holding each chunk's activations at once (areas[j]): from the chunk's forward to its
+ * backward (or W where it is split). */
+static void chunk_areas(const comp *ops, int n, int v, int split, int *areas) {
+    int grad_op = split ? DT_PP_W : DT_PP_B;
+    for (int j = 0; j < v; j++) areas[j] = 0;
+    /* a chunk's count in flight: forwards so far less its grad_ops so far, whose peak is areas[j] */
+    for (int j = 0, held = 0; j < v; j++, held = 0)
+        for (int i = 0; i < n; i++) {
+            if (ops[i].chunk != j) continue;
+            if (ops[i].op == DT_PP_F && ++held > areas[j]) areas[j] = held;
+            if (ops[i].op == grad_op) held--;
+        }
+}
+
+int dt_pp_chunk_areas(dt_pp_kind kind, int stages, int virt, int micro, int s, int *areas) {
+    if (stages < 1 || micro < 1 || virt < 1 || s < 0 || s >= stages ||
+        (kind == DT_PP_INTERLEAVED && (virt < 2 || micro < stages || micro % stages)) || (kind != DT_PP_INTERLEAVED && virt != 1))
+        return -1;
+    comp *ops = malloc(sizeof *ops * 3 * (size_t)micro * (size_t)virt);
+    if (!ops) return -1;
+    chunk_areas(ops, compute_order(kind, stages, virt, micro, s, ops), virt, kind == DT_PP_ZB1, areas);
+    free(ops);
+    return 0;
+}
+
 /* Stage s's actions: a receive before each computation that needs one, a
  * send after each that makes one, a send and the receive right after it
  * merged unless sends are asynchronous. Slots: the lowest free one at F,
@@ -145,6 +170,7 @@ void dt_pp_schedule_destroy(dt_pp_schedule *s) {
     free(s->act);
     free(s->n);
     free(s->slots);
+    free(s->areas);
     free(s);
 }
 
@@ -163,8 +189,9 @@ dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int virt, int micro
         s->act = calloc((size_t)stages, sizeof *s->act);
         s->n = calloc((size_t)stages, sizeof *s->n);
         s->slots = calloc((size_t)stages, sizeof *s->slots);
+        s->areas = calloc((size_t)stages * (size_t)virt, sizeof *s->areas);
     }
-    if (!s || !ops || !s->act || !s->n || !s->slots) { free(ops); dt_pp_schedule_destroy(s); return dt_error(DT_ERR_NOMEM, "pipeline: out of memory"); }
+    if (!s || !ops || !s->act || !s->n || !s->slots || !s->areas) { free(ops); dt_pp_schedule_destroy(s); return dt_error(DT_ERR_NOMEM, "pipeline: out of memory"); }
     s->kind = kind;
     s->stages = stages;
     s->micro = micro;
@@ -179,6 +206,7 @@ dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int virt, int micro
         }
         int nops = compute_order(kind, stages, virt, micro, st, ops);
         s->n[st] = lower(ops, nops, stages, virt, st, s->async, kind == DT_PP_ZB1, s->act[st], &s->slots[st]);
+        chunk_areas(ops, nops, virt, kind == DT_PP_ZB1, s->areas + (size_t)st * virt);
         if (s->n[st] < 0) { free(ops); dt_pp_schedule_destroy(s); return dt_error(DT_ERR_NOMEM, "pipeline: out of memory"); }
     }
     free(ops);

@@ -3,6 +3,7 @@
  * by the model layer itself, the same functions the runtime sizes its stores
  * with; and --params N (a GPT-style shape of about N parameters). */
 #include "dtrain/parallel.h"
+#include "dtrain/pipeline.h"
 #include "dtrain/plan.h"
 #include "dtrain/program.h"
 
@@ -121,15 +122,9 @@ double dt_plan_rank_scratch(const dt_plan_job *j, int head) {
     return ep + (j->precision != DT_F32 ? (double)dt_gpt2_part_lp_work_bytes(&j->model, j->tp, head) : 0);
 }
 
-double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq) {
-    const dt_gpt2_config *c = &j->model;
-    if (j->paper_acts) {
-        double s = 0;
-        for (int k = 0; k < n; k++) s += paper_units_activations(j, a[k], b[k], (double)batch * seq);
-        return s;
-    }
-    double ep = 0;
-    dt_gpt2_config r = dt_lm_config_resolve(c);
+/* Expert parallelism's part of a slot: what the experts' rank keeps of the micro-batch's routed rows. */
+static double ep_slot_bytes(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq) {
+    dt_gpt2_config r = dt_lm_config_resolve(&j->model);
     /* expert parallelism keeps, on the experts' rank, every layer's rows routed there (balanced: as many as its own tokens'
      * choices), their weights and gate|up products, recomputing or not; the slot (counted without EP) keeps none of the
      * pairs' gate|up (each layer's, or recomputing the one block's) and its room for them runs no SwiGLU (the experts'
@@ -140,9 +135,31 @@ double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const
         int L = r.num_layers, first = a[k] > 1 ? a[k] : 1, last = b[k] - 1 < L ? b[k] - 1 : L;
         if (last >= first) held += last - first + 1;
     }
-    if (pairs > 0)
-        ep = 4.0 * pairs * (held * (r.channels + 1 + 2.0 * r.ffn) - (j->recompute ? 1 : held) * 2.0 * r.ffn - 4.0 * r.ffn);
-    return ep + (double)dt_gpt2_chunks_activation_bytes(c, n, a, b, j->tp, j->sp, batch, seq, j->recompute, j->attention, j->precision, j->zb);
+    return pairs > 0 ? 4.0 * pairs * (held * (r.channels + 1 + 2.0 * r.ffn) - (j->recompute ? 1 : held) * 2.0 * r.ffn - 4.0 * r.ffn) : 0;
+}
+
+double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq) {
+    if (j->paper_acts) {
+        double s = 0;
+        for (int k = 0; k < n; k++) s += paper_units_activations(j, a[k], b[k], (double)batch * seq);
+        return s;
+    }
+    return ep_slot_bytes(j, n, a, b, batch, seq) +
+           (double)dt_gpt2_chunks_activation_bytes(&j->model, n, a, b, j->tp, j->sp, batch, seq, j->recompute, j->attention, j->precision, j->zb);
+}
+
+double dt_plan_stage_activations(const dt_plan_job *j, int s, int n, const int *a, const int *b) {
+    int slots = j->pp > 1 ? dt_plan_pp_slots(j, s) : 1, held[DT_GPT2_MAX_CHUNKS];
+    if (n < 2 || n > DT_GPT2_MAX_CHUNKS || j->paper_acts || dt_pp_chunk_areas(DT_PP_INTERLEAVED, j->pp, n, j->micro, s, held))
+        return dt_plan_slot_activations(j, n, a, b, j->batch, j->seq) * slots;
+    /* several chunks: a slot's own bytes each micro-batch in flight, each chunk's kept ones as often as the schedule
+     * holds that chunk at once */
+    size_t area[DT_GPT2_MAX_CHUNKS];
+    double acts = (ep_slot_bytes(j, n, a, b, j->batch, j->seq) +
+                   (double)dt_gpt2_chunks_activation_split(&j->model, n, a, b, j->tp, j->sp, j->batch, j->seq, j->recompute, j->attention,
+                                                           j->precision, j->zb, area)) * slots;
+    for (int k = 0; k < n; k++) acts += (double)area[k] * held[k];
+    return acts;
 }
 
 int dt_plan_pp_slots(const dt_plan_job *j, int s) {
