@@ -13,7 +13,8 @@
 # - memory: activations per stage (the run's own report: every slot's
 #   arena), GPipe (m micro-batches alive) against 1F1B (at most p - s) and
 #   zb1 (at most p, each with its Linears' output gradients for W) and
-#   interleaved (a micro-batch's slot holds both chunks' activations).
+#   interleaved (each chunk's kept activations apart, held from its forward to
+#   its backward: as many of a chunk as the schedule has in flight).
 # More stages than cores cannot be measured here: an idle stage's core goes
 # to another stage and the compute times stretch (p = 3, 4 are checked in
 # the simulator against theory: tests/test_pipeline_schedule.c).
