@@ -87,6 +87,39 @@ static void split_backward(const dt_gpt2_config *cfg, int B, int T, dt_dtype pre
     dt_gpt2_destroy(b);
 }
 
+/* Each chunk's activations apart: the stage of chunks() again, its two micro-batches now one after the other (each
+ * through both chunks and back before the next), holds one area of each chunk where all forwards first held two, so
+ * it holds the two chunks' areas less than that run (both_first: its activation memory), as the planner counts them;
+ * and a second step adds nothing. */
+static void chunk_areas(const dt_gpt2_config *cfg, const dt_model_part *p0, dt_gpt2 *s1, const int32_t *tok, int B, int T, size_t both_first) {
+    dt_gpt2 *s = NULL;
+    if (dt_gpt2_create_part(cfg, p0, &s)) { EXPECT(0, "chunk areas: %s", dt_last_error()); return; }
+    dt_gpt2_init_random(s, 7);
+    dt_gpt2_set_slots(s, 2);
+    size_t BT = (size_t)B * T, area[DT_GPT2_MAX_CHUNKS], one_each = 0;
+    dt_status st = DT_OK;
+    for (int step = 0; step < 2 && !st; step++) {
+        for (int k = 0; k < 2 && !st; k++) {
+            dt_gpt2_use_slot(s, k);
+            dt_gpt2_use_slot(s1, k);
+            if (!(st = dt_gpt2_forward_units(s, 0, 2, tok + 2 * k * BT, NULL, NULL, B, T, NULL)) &&
+                !(st = dt_gpt2_forward_units(s1, 2, 3, NULL, dt_gpt2_output(s), NULL, B, T, NULL)) &&
+                !(st = dt_gpt2_forward_units(s, 3, 5, NULL, dt_gpt2_output(s1), tok + (2 * k + 1) * BT, B, T, NULL)) &&
+                !(st = dt_gpt2_backward_units(s, NULL, 1.0f)) && !(st = dt_gpt2_backward_units(s1, dt_gpt2_input_grad(s, NULL, NULL), 1.0f)) &&
+                !(st = dt_gpt2_use_chunk(s, 0)))
+                st = dt_gpt2_backward_units(s, dt_gpt2_input_grad(s1, NULL, NULL), 1.0f);
+        }
+        if (!step) one_each = dt_gpt2_activation_memory(s);
+    }
+    EXPECT(!st, "chunk areas: %s", st ? dt_last_error() : "");
+    int a[2] = { 0, 3 }, b[2] = { 2, 5 };
+    dt_gpt2_chunks_activation_split(cfg, 2, a, b, 1, 0, B, T, 0, DT_ATTN_AUTO, DT_F32, 0, area);
+    EXPECT(area[0] > 0 && area[1] > 0 && one_each + area[0] + area[1] == both_first && dt_gpt2_activation_memory(s) == one_each,
+           "chunk areas: micro-batches in turn hold %zu bytes of activations (%zu after a second step), both forwards first %zu, "
+           "the chunks' areas %zu and %zu", one_each, dt_gpt2_activation_memory(s), both_first, area[0], area[1]);
+    dt_gpt2_destroy(s);
+}
+
 /* An interleaved stage: one model holding chunks [0, 2) and [3, 5) of the
  * 5 units, another [2, 3) between them; two micro-batches in two slots, all
  * forwards then all backwards chunk by chunk, give one model's losses and
@@ -142,6 +175,7 @@ static void chunks(const dt_gpt2_config *cfg, int B, int T) {
     }
     EXPECT(exact && !memcmp(lw, lc, sizeof lw), "two chunks on a stage: losses %.9g %.9g (one model %.9g %.9g), gradients %s", lc[0], lc[1],
            lw[0], lw[1], exact ? "equal" : "differ");
+    chunk_areas(cfg, &p0, s1, tok, B, T, dt_gpt2_activation_memory(s0));
     EXPECT(dt_gpt2_forward_units(s0, 1, 4, NULL, dt_gpt2_output(s1), NULL, B, T, NULL) != DT_OK && strstr(dt_last_error(), "chunks"),
            "a range across two chunks: %s", dt_last_error());
     EXPECT(dt_gpt2_check_whole(s0, "x") != DT_OK, "a stage of two chunks passed for the whole model");

@@ -32,7 +32,8 @@ typedef struct {
 /* LoRA with dropout: a slot has room for an adapter's dropped input, and the rows' keys. */
 static bool dropping(const dt_program *p) { return p->lora && p->lora->c.dropout > 0; }
 
-/* n floats (64-byte aligned starts) for range r (-1: the slot's whatever it is); kept: from forward for backward. */
+/* n floats (64-byte aligned starts) for range r's piece (-1: a piece of the slot's own, kept or not); kept: from
+ * forward for backward. */
 static float *carve_for(arena *a, int r, size_t n, bool kept) {
     if (kept) a->kept += round16(n);
     if (a->ranges && kept && r >= 0) {
@@ -205,7 +206,7 @@ static dt_status hold_area(dt_program *p, int r) {
     return DT_OK;
 }
 
-/* The current slot gives range r's area back (its backward is through); r -1: every range's. */
+/* Slot s gives range r's area back (the range's backward is through); r -1: every range's. */
 static void release_areas(dt_program *p, program_slot *s, int r) {
     bool any = false;
     for (int q = 0; q < p->nr; q++) {
