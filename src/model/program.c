@@ -613,15 +613,13 @@ dt_status dt_program_create_part(const dt_lm_config *cfg, const dt_model_part *p
 size_t dt_program_activation_split_bytes(const dt_lm_config *cfg, const dt_model_part *part, int B, int T, int recompute, dt_attn_mode attn,
                                          dt_dtype prec, int split, size_t *area) {
     dt_program *p;
-    size_t none[DT_GPT2_MAX_CHUNKS];
-    if (!area) area = none;
-    memset(area, 0, DT_GPT2_MAX_CHUNKS * sizeof *area);
+    if (area) memset(area, 0, DT_GPT2_MAX_CHUNKS * sizeof *area);
     if (shape_part(cfg, part, &p)) return 0;
     p->recompute = recompute != 0;
     p->split_bwd = split != 0;
     p->attn = attn;
     p->prec = prec;
-    size_t n = area != none ? dt_program_slot_split_bytes(p, B, T, area) : dt_program_slot_bytes(p, B, T, NULL);
+    size_t n = area ? dt_program_slot_split_bytes(p, B, T, area) : dt_program_slot_bytes(p, B, T, NULL);
     dt_program_destroy(p);
     return n;
 }

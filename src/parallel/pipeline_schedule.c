@@ -206,8 +206,8 @@ dt_status dt_pp_schedule_create(dt_pp_kind kind, int stages, int virt, int micro
         }
         int nops = compute_order(kind, stages, virt, micro, st, ops);
         s->n[st] = lower(ops, nops, stages, virt, st, s->async, kind == DT_PP_ZB1, s->act[st], &s->slots[st]);
-        chunk_areas(ops, nops, virt, kind == DT_PP_ZB1, s->areas + (size_t)st * virt);
         if (s->n[st] < 0) { free(ops); dt_pp_schedule_destroy(s); return dt_error(DT_ERR_NOMEM, "pipeline: out of memory"); }
+        chunk_areas(ops, nops, virt, kind == DT_PP_ZB1, s->areas + (size_t)st * virt);
     }
     free(ops);
     dt_status e = dt_pp_schedule_check(s);
