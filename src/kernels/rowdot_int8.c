@@ -77,13 +77,17 @@ float dt_rowdot_q8_dot(const uint16_t *x, const view *v, int i, int K) {
         }
 
 /* A chunk's 16 int8 weights as lanes of inputs 2j + 1 (odd) or 2j (even), and the same of 16 bf16 inputs: a pair
- * is one 32-bit lane, the odd input its high half. */
-AVX2 static inline __m256 odd_w(const int8_t *w) {
-    return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w)), 16));
+ * is one 32-bit lane, the odd input its high half. Widened to 16 bits once, a pair's high half is its lane shifted
+ * down, its low half the lane's multiply-add by (1, 0) (vpmaddwd, sign-extending): five operations for the chunk's
+ * 16 weights where widening each half on its own took seven. */
+AVX2 static inline __m256i pairs_w(const int8_t *w) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
 }
-AVX2 static inline __m256 even_w(const int8_t *w) {
-    __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w));
-    return _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 16), 16));
+AVX2 static inline __m256 odd_of(__m256i pairs) {
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(pairs, 16));
+}
+AVX2 static inline __m256 even_of(__m256i pairs) {
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi32(1)));
 }
 AVX2 static inline __m256 odd_x(const uint16_t *x) {
     return _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)x), _mm256_set1_epi32((int)0xffff0000u)));
@@ -92,9 +96,12 @@ AVX2 static inline __m256 even_x(const uint16_t *x) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)x), 16));
 }
 
-/* AVX2, R rows x NO outputs: every odd product of a chunk, then every even one (each lane's order as the spec's),
- * NO weight vectors widened (odd_w, even_w) at a time, so R x NO accumulators, NO weights and an input fit sixteen
- * registers. The weights, in place, are prefetched a cache line each at a time, a few rows ahead. */
+/* AVX2, R rows x NO outputs, each lane's order as the spec's (a chunk's odd product, then its even one). Where R x
+ * NO accumulators and the rows' odd and even inputs fit sixteen registers with a chunk's weights (HOLD_X: one row of
+ * six outputs, two of three), each output's pairs are widened once and both its products follow; else every odd
+ * product of a chunk, then every even one, NO weight vectors widened at a time (each pair widened twice), an input
+ * made once for NO outputs. The weights, in place, are prefetched a cache line each at a time, a few rows ahead. */
+#define HOLD_X(R, NO) ((R) * (NO) + 2 * (R) + 4 <= 16)
 #define HSUM_TILE(acc, r, o) hsum((acc)[r][o])
 #define Q8_TILE_FN(R, NO)                                                                                              \
     AVX2 static void q8_tile_##R(float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs,    \
@@ -105,19 +112,29 @@ AVX2 static inline __m256 even_x(const uint16_t *x) {
         int k = 0;                                                                                                     \
         const int8_t *wk = w;                                                                                          \
         for (; k + 16 <= K; k += 16, wk += cs) {                                                                       \
-            __m256 wv[NO];                                                                                             \
             if (!(k & 63))                                                                                             \
                 for (int o = 0; o < NO; o++)                                                                           \
                     _mm_prefetch((const char *)(wk + (size_t)(o + PREFETCH_AHEAD(R, NO)) * rs), _MM_HINT_T0);          \
-            for (int o = 0; o < NO; o++) wv[o] = odd_w(wk + (size_t)o * rs);                                           \
-            for (int r = 0; r < R; r++) {                                                                              \
-                __m256 xv = odd_x(x + (size_t)r * ldx + k);                                                            \
-                for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                        \
-            }                                                                                                          \
-            for (int o = 0; o < NO; o++) wv[o] = even_w(wk + (size_t)o * rs);                                          \
-            for (int r = 0; r < R; r++) {                                                                              \
-                __m256 xv = even_x(x + (size_t)r * ldx + k);                                                           \
-                for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                        \
+            if (HOLD_X(R, NO)) {                                                                                       \
+                __m256 xo[R], xe[R];                                                                                   \
+                for (int r = 0; r < R; r++) xo[r] = odd_x(x + (size_t)r * ldx + k), xe[r] = even_x(x + (size_t)r * ldx + k); \
+                for (int o = 0; o < NO; o++) {                                                                         \
+                    __m256i p = pairs_w(wk + (size_t)o * rs);                                                          \
+                    __m256 wo = odd_of(p), we = even_of(p);                                                            \
+                    for (int r = 0; r < R; r++) acc[r][o] = _mm256_fmadd_ps(xe[r], we, _mm256_fmadd_ps(xo[r], wo, acc[r][o])); \
+                }                                                                                                      \
+            } else {                                                                                                   \
+                __m256 wv[NO];                                                                                         \
+                for (int o = 0; o < NO; o++) wv[o] = odd_of(pairs_w(wk + (size_t)o * rs));                             \
+                for (int r = 0; r < R; r++) {                                                                          \
+                    __m256 xv = odd_x(x + (size_t)r * ldx + k);                                                        \
+                    for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                    \
+                }                                                                                                      \
+                for (int o = 0; o < NO; o++) wv[o] = even_of(pairs_w(wk + (size_t)o * rs));                            \
+                for (int r = 0; r < R; r++) {                                                                          \
+                    __m256 xv = even_x(x + (size_t)r * ldx + k);                                                       \
+                    for (int o = 0; o < NO; o++) acc[r][o] = _mm256_fmadd_ps(xv, wv[o], acc[r][o]);                    \
+                }                                                                                                      \
             }                                                                                                          \
         }                                                                                                              \
         Q8_END(R, NO, HSUM_TILE, acc, res, x, ldx, t, trs, k, K)                                                       \
@@ -137,8 +154,9 @@ AVX2 void dt_rowdot_q8_widen_f32(float *wf, const view *v, int K) {
     for (int o = 0; o < v->pw; o++) {
         for (size_t k = 0; k < Kc; k += 16) {
             const int8_t *w = (const int8_t *)v->w + (size_t)o * v->rs + k / 16 * v->cs;
-            _mm256_storeu_ps(wf + (size_t)o * Kc + k, odd_w(w));
-            _mm256_storeu_ps(wf + (size_t)o * Kc + k + 8, even_w(w));
+            __m256i p = pairs_w(w);
+            _mm256_storeu_ps(wf + (size_t)o * Kc + k, odd_of(p));
+            _mm256_storeu_ps(wf + (size_t)o * Kc + k + 8, even_of(p));
         }
         const int8_t *t = (const int8_t *)v->t + (size_t)o * v->trs;
         for (size_t j = 0; j < (size_t)K - Kc; j++) wf[(size_t)v->pw * Kc + (size_t)o * 16 + j] = (float)t[j];
