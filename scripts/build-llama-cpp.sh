@@ -3,9 +3,19 @@
 # its source as PyPI's llama-cpp-python ships it (vendor/llama.cpp), built
 # here with cmake for this CPU (llama-bench, llama-batched-bench, llama-quantize, llama-completion), and its gguf
 # Python package. Nothing of it is linked into dtrain; tests never need it.
-# usage: scripts/build-llama-cpp.sh [DIR]   (default: .llama.cpp in the repository)
+# usage: scripts/build-llama-cpp.sh [DIR] [avx2]   (default: .llama.cpp in the repository)
+#   avx2: for AVX2 and FMA alone whatever this CPU has, the baseline of a Zen 3 measured on a newer CPU (beside
+#   DTRAIN_ROWDOT=avx2 for dtrain's side; ../shared/measuring.md), best in a folder of its own (.llama.cpp-avx2)
 set -euo pipefail
 dir=${1:-$(cd "$(dirname "$0")/.." && pwd)/.llama.cpp}
+arch=(-DGGML_NATIVE=ON)
+case "${2:-native}" in
+native) ;;
+avx2) arch=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF
+            -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF
+            -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
+*) echo "build-llama-cpp.sh: the second argument is avx2 (or nothing: this CPU's), not '$2'" >&2; exit 2 ;;
+esac
 mkdir -p "$dir"
 cd "$dir"
 if [ ! -f src/CMakeLists.txt ]; then
@@ -13,7 +23,7 @@ if [ ! -f src/CMakeLists.txt ]; then
     tar xzf dl/llama_cpp_python-*.tar.gz
     rm -rf src && mv llama_cpp_python-*/vendor/llama.cpp src && rm -rf llama_cpp_python-* dl
 fi
-cmake -S src -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+cmake -S src -B build -DCMAKE_BUILD_TYPE=Release "${arch[@]}" -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF > cmake.log
 cmake --build build -j"$(nproc)" --target llama-bench llama-batched-bench llama-quantize llama-completion > build.log
 echo "llama.cpp: $dir/build/bin/llama-bench, llama-quantize; gguf-py: $dir/src/gguf-py"
