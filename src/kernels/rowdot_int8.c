@@ -338,7 +338,7 @@ DPBF16 void dt_rowdot_q8_decode(float *res, const uint16_t *x, size_t ldx, const
             q8_panel_4(res + (size_t)r * RES_LD + o, x + (size_t)r * ldx, ldx, w + (size_t)o * 16, v->cs, t + (size_t)o * trs, trs, K,
                        pass_prefetch(pass, passes, row, panel, false));
     for (; r < n; r += 2, pass++) {
-        pf_slice pf = pass_prefetch(pass, passes, row, panel, n <= 2);
+        pf_slice pf = pass_prefetch(pass, passes, row, panel, n <= 2 && dt_kernels_hw_stream());
         if (n - r >= 2) q8_panel_2(res + (size_t)r * RES_LD, x + (size_t)r * ldx, ldx, w, v->cs, t, trs, K, pf);
         else if (vbmi) q8_quad_1(res, x, w, v->cs, t, trs, K, pf);
         else q8_panel_1(res + (size_t)r * RES_LD, x + (size_t)r * ldx, ldx, w, v->cs, t, trs, K, pf);

@@ -48,3 +48,15 @@ bool dt_kernels_vbmi(void) {
     }
     return known;
 }
+
+bool dt_kernels_hw_stream(void) {
+    static _Atomic int known = -1;
+    if (known < 0) {
+        bool amd = false;
+#if defined(__x86_64__) && defined(__GNUC__)
+        amd = __builtin_cpu_is("amd");
+#endif
+        known = amd;
+    }
+    return known;
+}
