@@ -112,8 +112,9 @@ static void linear_once(const linear_bufs *x) {
 
 /* Bytes that push a product's operands out of the caches: twice the last level a core sees (sysfs's, "32768K" on a Zen 3;
  * glibc's _SC_LEVEL3_CACHE_SIZE said 256 MiB there, the whole package's), 64 MiB where the system does not say, and at
- * most 64 MiB: a Xeon 6 guest here reads "491520K", a host's whole L3, which a step's other Linears do not sweep either
- * (a sweep of 512 MiB and its pages, a product's each, made plan_checks.sh's search outlast its 10 minutes). */
+ * most 64 MiB: an Intel Xeon guest here (AMX) reads "491520K", its host's whole L3, which a step's other Linears do not
+ * sweep either (a sweep of 512 MiB and its pages, a product's each, made plan_checks.sh's search outlast its 10
+ * minutes). */
 static size_t evict_bytes(void) {
     static size_t bytes; /* read once a process */
     if (bytes) return bytes;
