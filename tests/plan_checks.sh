@@ -213,8 +213,8 @@ c = json.load(open(sys.argv[1]))
 # the optimizer slow while the other streams are fast: only its own rates can slow it
 c.update(memory_gbs_all_cores=1000, attention_gflops_per_thread=0.05, optimizer_gbs_one_core=0.05, optimizer_gbs_all_cores=0.05,
          lp_fresh_gbs_one_core=0.05)
-# attention as the job's sequences and heads time it (the rate the plan reads before the machine's; named here, since
-# a timing taken while the machine was busy is not kept)
+# attention as the job's sequences and heads time it (the rate the plan reads before the machine's; named here, T 128
+# and heads of 96 / 4 channels as in common, since a timing taken while the machine was busy is not kept)
 c.update({k: 0.05 for k in c if k.startswith("plan_attention_T")})
 c["plan_attention_T128_d24_t1"] = 0.05
 json.dump(c, open(sys.argv[1], "w"))

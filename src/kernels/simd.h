@@ -28,7 +28,7 @@ bool dt_kernels_vbmi(void);
 /* Whether a decoding pass over one packed int8 panel (one or two rows) leaves its stream to the hardware's
  * prefetchers: on AMD's CPUs, whose prefetchers kept pace with it (a Zen 4, 124M, one row: 139-140 tokens/s with the
  * pass's own prefetches, 150-151 without), not elsewhere (an Intel Xeon guest, SmolLM-135M, batch 1, builds
- * alternating: 62-66 without, 70-84 with on one thread, 107-111 and 158 on two). */
+ * alternating three times: 61-66 without, 72-112 with on one thread, 111-123 and 152-209 on two). */
 bool dt_kernels_hw_stream(void);
 
 #endif
