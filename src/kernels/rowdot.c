@@ -248,7 +248,7 @@ static void decode_panel(float *res, const float *x, size_t ldx, const view *v, 
         for (int r = 0; r < n; r += 2, sv += DT_PANEL, pass++) {
             float *rr = res + (size_t)r * RES_LD;
             const float *xr = x + (size_t)r * ldx;
-            pf_slice pf = pass_prefetch(pass, passes, row, block, n == 1);
+            pf_slice pf = pass_prefetch(pass, passes, row, block, n == 1 && dt_kernels_hw_stream());
             if (n - r >= 2) panel_f32_2(rr, xr, ldx, w, v->cs, t, v->trs, K, k0, k1, sv, first, last, pf);
             else panel_f32_1(rr, xr, ldx, w, v->cs, t, v->trs, K, k0, k1, sv, first, last, pf);
         }

@@ -59,8 +59,8 @@ typedef struct {
 } pf_slice;
 
 /* What pass i of a block's passes prefetches (row: bytes of a chunk row, block: of a block). The first streams the
- * block in, PANEL_AHEAD on, unless hw: one f32 row, or int8's one pass (one or two rows) on AMD's CPUs
- * (dt_kernels_hw_stream), leave that to the hardware's prefetchers, which keep pace with a single stream of full
+ * block in, PANEL_AHEAD on, unless hw: on AMD's CPUs (dt_kernels_hw_stream), one f32 row, or int8's one pass (one
+ * or two rows), leave that to the hardware's prefetchers, which keep pace with a single stream of full
  * cache lines there (its own prefetches cost f32 3%: Zen 5, 124M, one thread: 71.0 -> 73.5 tokens/s, four
  * alternating pairs; 0.89-0.93 -> 0.93-0.96 of a plain read of the same bytes; int8 one row on a Zen 4, 139-140 ->
  * 150-151 tokens/s, two rows 214-220 -> 222-224). With more than two passes, the others

@@ -25,10 +25,11 @@ bool dt_kernels_dpbf16(void);
  * products without the table, as on a Cooper Lake). */
 bool dt_kernels_vbmi(void);
 
-/* Whether a decoding pass over one packed int8 panel (one or two rows) leaves its stream to the hardware's
- * prefetchers: on AMD's CPUs, whose prefetchers kept pace with it (a Zen 4, 124M, one row: 139-140 tokens/s with the
- * pass's own prefetches, 150-151 without), not elsewhere (an Intel Xeon guest, SmolLM-135M, batch 1, builds
- * alternating three times: 61-66 without, 72-112 with on one thread, 111-123 and 152-209 on two). */
+/* Whether a decoding pass that streams one packed panel alone (one f32 row; one or two int8 rows) leaves the stream to
+ * the hardware's prefetchers: on AMD's CPUs, whose prefetchers kept pace with it (a Zen 4, 124M, int8 one row: 139-140
+ * tokens/s with the pass's own prefetches, 150-151 without; a Zen 5, f32, 71.0 and 73.5), not elsewhere (an Intel
+ * Xeon guest, SmolLM-135M, batch 1, builds alternating three times: int8 61-66 without, 72-112 with on one thread,
+ * 111-123 and 152-209 on two; f32 on two threads 47.7-48.4 and 50.0-50.6, on one the same within noise). */
 bool dt_kernels_hw_stream(void);
 
 #endif
