@@ -3,7 +3,7 @@
 # its source as PyPI's llama-cpp-python ships it (vendor/llama.cpp), built
 # here with cmake for this CPU (llama-bench, llama-batched-bench, llama-quantize, llama-completion), and its gguf
 # Python package. Nothing of it is linked into dtrain; tests never need it.
-# usage: scripts/build-llama-cpp.sh [DIR] [avx2]   (default: .llama.cpp in the repository)
+# usage: scripts/build-llama-cpp.sh [DIR] [avx2|avx512]   (default: .llama.cpp in the repository)
 #   avx2: for AVX2 and FMA alone whatever this CPU has, the baseline of a Zen 3 measured on a newer CPU (beside
 #   DTRAIN_ROWDOT=avx2 for dtrain's side; ../shared/measuring.md), best in a folder of its own (.llama.cpp-avx2);
 #   avx512: AVX-512 with VBMI, VNNI and BF16 but no AMX (an Intel Xeon guest here lists AMX, and llama.cpp's Q8_0 on
@@ -11,14 +11,15 @@
 set -euo pipefail
 dir=${1:-$(cd "$(dirname "$0")/.." && pwd)/.llama.cpp}
 arch=(-DGGML_NATIVE=ON)
+# the two fixed sets share everything but AVX-512's switches; AMX stays off in both
+fixed=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AMX_TILE=OFF
+       -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
 case "${2:-native}" in
 native) ;;
-avx2) arch=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF
-            -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF
-            -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
-avx512) arch=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON
-              -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON -DGGML_AMX_TILE=OFF
-              -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
+avx2 | avx512)
+    on=$([ "$2" = avx512 ] && echo ON || echo OFF)
+    arch=("${fixed[@]}" -DGGML_AVX512="$on" -DGGML_AVX512_VBMI="$on" -DGGML_AVX512_VNNI="$on" -DGGML_AVX512_BF16="$on"
+          -DGGML_AVX_VNNI="$on") ;;
 *) echo "build-llama-cpp.sh: the second argument is avx2 or avx512 (or nothing: this CPU's), not '$2'" >&2; exit 2 ;;
 esac
 mkdir -p "$dir"
