@@ -404,16 +404,23 @@ static size_t uneven(int a, int b, int p) {
     return (a * 7 + b * 13) % 5 == 0 ? 0 : (size_t)((a + 1) * (b + 2) * 331 % 4000);
 }
 static double uneven_value(int a, int b, size_t i) { return a * 1e7 + b * 1e5 + (double)(i % 99991); }
+static size_t small_block(int a, int b, int p) { return uneven(a, b, p) % 7 + (a == b ? 3 : 0); }
 
-/* alltoallv against the blocks each rank knows the others send; a rank without room fails every rank alike. */
-static void uneven_alltoall(void) {
-    int p = dt_comm_size(world), r = dt_comm_rank(world);
+/* alltoallv of the uneven blocks on c, the send buffer private or in the shared segment (arena), checked against the
+ * blocks each rank knows the others send. */
+static void uneven_blocks(dt_comm *c, int arena, const char *how) {
+    int p = dt_comm_size(c), r = dt_comm_rank(c);
     size_t sc[16], rc[16], stotal = 0, cap = 0;
     for (int q = 0; q < p; q++) sc[q] = uneven(r, q, p), stotal += sc[q], cap += uneven(q, r, p);
-    double *out = malloc((stotal + 1) * 8), *in = malloc((cap + 1) * 8);
+    double *out = NULL, *in = malloc((cap + 1) * 8);
+    if (arena ? dt_comm_alloc(c, (stotal + 1) * 8, (void **)&out) : !(out = malloc((stotal + 1) * 8))) {
+        FAIL("alltoallv %s: no memory", how);
+        free(in);
+        return;
+    }
     for (int q = 0, k = 0; q < p; q++)
         for (size_t i = 0; i < sc[q]; i++) out[k++] = uneven_value(r, q, i);
-    if (dt_comm_alltoallv(world, out, sc, in, cap, rc, DT_F64)) FAIL("alltoallv: %s", dt_last_error());
+    if (dt_comm_alltoallv(c, out, sc, in, cap, rc, DT_F64)) FAIL("alltoallv %s: %s", how, dt_last_error());
     else {
         size_t bad = SIZE_MAX, k = 0;
         for (int q = 0; q < p; q++) {
@@ -421,19 +428,40 @@ static void uneven_alltoall(void) {
             for (size_t i = 0; i < uneven(q, r, p) && bad == SIZE_MAX; i++, k++)
                 if (in[k] != uneven_value(q, r, i)) bad = k;
         }
-        if (bad != SIZE_MAX) FAIL("alltoallv: element %zu is %g", bad, in[bad]); else passed++;
+        if (bad != SIZE_MAX) FAIL("alltoallv %s: element %zu is %g", how, bad, in[bad]); else passed++;
     }
-    /* small blocks (every rank's whole sendbuf rides with the counts: one round) */
+    if (arena) dt_comm_free(c, out);
+    else free(out);
+    free(in);
+}
+
+/* alltoallv against the blocks each rank knows the others send: a large block read from a private buffer (by the
+ * kernel where the ranks may, else by point to point: a communicator made with DTRAIN_CMA=0) or in place from the
+ * shared segment; small blocks in one round; a rank without room fails every rank alike. */
+static void uneven_alltoall(void) {
+    int p = dt_comm_size(world), r = dt_comm_rank(world);
+    uneven_blocks(world, 0, "from private buffers");
+    uneven_blocks(world, 1, "from the shared segment");
+    dt_comm *pairs = NULL;
+    setenv("DTRAIN_CMA", "0", 1);
+    if (dt_comm_split(world, 0, r, &pairs)) FAIL("split: %s", dt_last_error());
+    else uneven_blocks(pairs, 0, "by point to point (DTRAIN_CMA=0)");
+    unsetenv("DTRAIN_CMA");
+    dt_comm_destroy(pairs);
+    size_t sc[16], rc[16], stotal = 0, cap = 0;
+    for (int q = 0; q < p; q++) sc[q] = uneven(r, q, p), stotal += sc[q], cap += uneven(q, r, p);
+    double *out = malloc((stotal + 1) * 8), *in = malloc((cap + 1) * 8);
+    /* small blocks (every rank's whole sendbuf rides with the counts: one round), a rank's block to itself too */
     size_t small_sc[16], small_rc[16], small_cap = 0;
-    for (int q = 0; q < p; q++) small_sc[q] = uneven(r, q, p) % 7, small_cap += uneven(q, r, p) % 7;
+    for (int q = 0; q < p; q++) small_sc[q] = small_block(r, q, p), small_cap += small_block(q, r, p);
     for (int q = 0, k = 0; q < p; q++)
         for (size_t i = 0; i < small_sc[q]; i++) out[k++] = uneven_value(r, q, i) + 0.5;
     if (dt_comm_alltoallv(world, out, small_sc, in, small_cap, small_rc, DT_F64)) FAIL("alltoallv of small blocks: %s", dt_last_error());
     else {
         size_t bad = SIZE_MAX, k = 0;
         for (int q = 0; q < p; q++) {
-            if (small_rc[q] != uneven(q, r, p) % 7) bad = k;
-            for (size_t i = 0; i < uneven(q, r, p) % 7 && bad == SIZE_MAX; i++, k++)
+            if (small_rc[q] != small_block(q, r, p)) bad = k;
+            for (size_t i = 0; i < small_block(q, r, p) && bad == SIZE_MAX; i++, k++)
                 if (in[k] != uneven_value(q, r, i) + 0.5) bad = k;
         }
         if (bad != SIZE_MAX) FAIL("alltoallv of small blocks: element %zu is %g", bad, in[bad]); else passed++;

@@ -366,7 +366,11 @@ static int bench_gemm(int argc, char **argv) {
 /* One of bench comm's flags that take a word (f, v): 0 taken, else the exit code (said). */
 static int comm_flag(const char *f, const char *v, dt_bench_comm_opts *o) {
     dt_status st = DT_OK;
-    if (!strcmp(f, "--op")) st = dt_coll_parse(v, &o->coll);
+    if (!strcmp(f, "--op")) {
+        st = dt_coll_parse(v, &o->coll);
+        if (!st && (o->coll == DT_COLL_SENDRECV || o->coll == DT_COLL_ALLTOALLV))
+            st = dt_error(DT_ERR_ARG, "--op %s: bench comm times collectives of equal blocks (alltoallv: bench/alltoallv_mpi.sh)", v);
+    }
     else if (!strcmp(f, "--algo")) st = dt_algo_parse(v, &o->algo);
     else if (!strcmp(f, "--dtype")) st = dt_dtype_parse(v, &o->dtype);
     else if (!strcmp(f, "--redop")) st = dt_op_parse(v, &o->op);

@@ -334,7 +334,7 @@ dt_algo dt_comm_choose_algo(dt_comm *c, dt_coll coll, size_t bytes) {
 
 algo_fn dt_algo_lookup(dt_algo algo, dt_coll coll) {
     switch (algo) {
-    case DT_ALGO_SHM_DIRECT: return coll == DT_COLL_SENDRECV ? NULL : dt_shm_direct_run;
+    case DT_ALGO_SHM_DIRECT: return coll == DT_COLL_SENDRECV ? NULL : coll == DT_COLL_ALLTOALLV ? dt_shm_alltoallv_run : dt_shm_direct_run;
     case DT_ALGO_RING:
         return coll == DT_COLL_ALLREDUCE || coll == DT_COLL_REDUCE_SCATTER || coll == DT_COLL_ALLGATHER ? dt_ring_run : NULL;
     case DT_ALGO_TREE:
@@ -424,6 +424,7 @@ dt_status dt_coll_execute(dt_comm *c, const coll_args *a, dt_algo algo) {
     if (dt_trace_on()) {
         size_t bytes = a->count * dt_dtype_size(a->dtype);
         if (a->coll == DT_COLL_ALLGATHER || a->coll == DT_COLL_ALLTOALL || a->coll == DT_COLL_REDUCE_SCATTER) bytes *= (size_t)c->size;
+        for (int j = 0; a->coll == DT_COLL_ALLTOALLV && j < c->size; j++) bytes += a->counts[j] * dt_dtype_size(a->dtype);
         dt_trace_begin(DT_TRACK_COMM, dt_coll_name(a->coll), "\"algo\":\"%s\",\"bytes\":%zu,\"ranks\":%d,\"seq\":%llu",
                        dt_algo_name(algo), bytes, c->size, (unsigned long long)c->seq);
     }
@@ -443,8 +444,9 @@ static dt_status coll_run(dt_comm *c, const coll_args *a, dt_algo algo) {
     /* Generic algorithms still publish what they run, so a mismatch is caught
      * by whichever rank waits. */
     if (algo != DT_ALGO_SHM_DIRECT && c->slots) dt_cell_publish(c, NULL, 0, 0, 0);
+    c->refused = false;
     st = fn(c, a);
-    if (st) {
+    if (st && !c->refused) {
         /* A rank that fails inside a collective takes the job down with it:
          * its peers are somewhere in the same collective and must not hang. */
         char d[256], msg[1024];
@@ -499,7 +501,7 @@ dt_status dt_comm_allreduce(dt_comm *c, const void *s, void *r, size_t count, dt
     CHECK(check_op("allreduce", op));
     CHECK(check_buf("allreduce", "sendbuf", s, count));
     CHECK(check_buf("allreduce", "recvbuf", r, count));
-    coll_args a = { DT_COLL_ALLREDUCE, s, r, count, t, op, 0, 0, -1 };
+    coll_args a = { .coll = DT_COLL_ALLREDUCE, .sendbuf = s, .recvbuf = r, .count = count, .dtype = t, .op = op, .source = -1 };
     return run(c, &a);
 }
 
@@ -508,7 +510,7 @@ dt_status dt_comm_reduce_scatter(dt_comm *c, const void *s, void *r, size_t coun
     CHECK(check_op("reduce_scatter", op));
     CHECK(check_buf("reduce_scatter", "sendbuf", s, count));
     CHECK(check_buf("reduce_scatter", "recvbuf", r, count));
-    coll_args a = { DT_COLL_REDUCE_SCATTER, s, r, count, t, op, 0, 0, -1 };
+    coll_args a = { .coll = DT_COLL_REDUCE_SCATTER, .sendbuf = s, .recvbuf = r, .count = count, .dtype = t, .op = op, .source = -1 };
     return run(c, &a);
 }
 
@@ -516,7 +518,7 @@ dt_status dt_comm_allgather(dt_comm *c, const void *s, void *r, size_t count, dt
     CHECK(check_common(c, "allgather", count, t, (size_t)c->size));
     CHECK(check_buf("allgather", "sendbuf", s, count));
     CHECK(check_buf("allgather", "recvbuf", r, count));
-    coll_args a = { DT_COLL_ALLGATHER, s, r, count, t, DT_SUM, 0, 0, -1 };
+    coll_args a = { .coll = DT_COLL_ALLGATHER, .sendbuf = s, .recvbuf = r, .count = count, .dtype = t, .op = DT_SUM, .source = -1 };
     return run(c, &a);
 }
 
@@ -524,7 +526,7 @@ dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, int
     CHECK(check_common(c, "broadcast", count, t, 1));
     CHECK(check_root(c, "broadcast", root));
     CHECK(check_buf("broadcast", "buf", buf, count));
-    coll_args a = { DT_COLL_BROADCAST, buf, buf, count, t, DT_SUM, root, 0, -1 };
+    coll_args a = { .coll = DT_COLL_BROADCAST, .sendbuf = buf, .recvbuf = buf, .count = count, .dtype = t, .op = DT_SUM, .root = root, .source = -1 };
     return run(c, &a);
 }
 
@@ -534,7 +536,7 @@ dt_status dt_comm_reduce(dt_comm *c, const void *s, void *r, size_t count, dt_dt
     CHECK(check_root(c, "reduce", root));
     CHECK(check_buf("reduce", "sendbuf", s, count));
     if (c->rank == root) CHECK(check_buf("reduce", "recvbuf at the root", r, count));
-    coll_args a = { DT_COLL_REDUCE, s, r, count, t, op, root, 0, -1 };
+    coll_args a = { .coll = DT_COLL_REDUCE, .sendbuf = s, .recvbuf = r, .count = count, .dtype = t, .op = op, .root = root, .source = -1 };
     return run(c, &a);
 }
 
@@ -542,7 +544,7 @@ dt_status dt_comm_alltoall(dt_comm *c, const void *s, void *r, size_t count, dt_
     CHECK(check_common(c, "alltoall", count, t, (size_t)c->size));
     CHECK(check_buf("alltoall", "sendbuf", s, count));
     CHECK(check_buf("alltoall", "recvbuf", r, count));
-    coll_args a = { DT_COLL_ALLTOALL, s, r, count, t, DT_SUM, 0, 0, -1 };
+    coll_args a = { .coll = DT_COLL_ALLTOALL, .sendbuf = s, .recvbuf = r, .count = count, .dtype = t, .op = DT_SUM, .source = -1 };
     return run(c, &a);
 }
 
@@ -551,7 +553,7 @@ dt_status dt_comm_gather(dt_comm *c, const void *s, void *r, size_t count, dt_dt
     CHECK(check_root(c, "gather", root));
     CHECK(check_buf("gather", "sendbuf", s, count));
     if (c->rank == root) CHECK(check_buf("gather", "recvbuf at the root", r, count));
-    coll_args a = { DT_COLL_GATHER, s, r, count, t, DT_SUM, root, 0, -1 };
+    coll_args a = { .coll = DT_COLL_GATHER, .sendbuf = s, .recvbuf = r, .count = count, .dtype = t, .op = DT_SUM, .root = root, .source = -1 };
     return run(c, &a);
 }
 
@@ -560,13 +562,13 @@ dt_status dt_comm_scatter(dt_comm *c, const void *s, void *r, size_t count, dt_d
     CHECK(check_root(c, "scatter", root));
     if (c->rank == root) CHECK(check_buf("scatter", "sendbuf at the root", s, count));
     CHECK(check_buf("scatter", "recvbuf", r, count));
-    coll_args a = { DT_COLL_SCATTER, s, r, count, t, DT_SUM, root, 0, -1 };
+    coll_args a = { .coll = DT_COLL_SCATTER, .sendbuf = s, .recvbuf = r, .count = count, .dtype = t, .op = DT_SUM, .root = root, .source = -1 };
     return run(c, &a);
 }
 
 dt_status dt_comm_barrier(dt_comm *c) {
     CHECK(check_common(c, "barrier", 0, DT_F32, 1));
-    coll_args a = { DT_COLL_BARRIER, NULL, NULL, 0, DT_F32, DT_SUM, 0, 0, -1 };
+    coll_args a = { .coll = DT_COLL_BARRIER, .dtype = DT_F32, .op = DT_SUM, .source = -1 };
     return run(c, &a);
 }
 
@@ -582,7 +584,8 @@ dt_status dt_comm_sendrecv(dt_comm *c, const void *sbuf, size_t scount, int dest
     CHECK(check_buf("sendrecv", "sendbuf", sbuf, scount));
     CHECK(check_buf("sendrecv", "recvbuf", rbuf, rcount));
     CHECK(dt_progress_drain(c));
-    coll_args a = { DT_COLL_SENDRECV, sbuf, rbuf, scount, t, DT_SUM, dest, rcount, source };
+    coll_args a = { .coll = DT_COLL_SENDRECV, .sendbuf = sbuf, .recvbuf = rbuf, .count = scount, .dtype = t, .op = DT_SUM, .root = dest,
+                    .rcount = rcount, .source = source };
     return dt_p2p_run(c, &a);
 }
 
@@ -675,14 +678,13 @@ dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer
     return dt_comm_sendrecv(c, NULL, 0, -1, buf, count, peer, t);
 }
 
-/* The counts of every rank (each one's sendcounts and its room) gathered by every rank, checked alike on all of
+/* Across machines (MPI): the counts of every rank (each one's sendcounts and its room) gathered by every rank, checked alike on all of
  * them; small blocks ride along (a rank's whole sendbuf, when it fits a row's few hundred bytes: where every rank's
  * does, that one round is all); else each pair exchanges its blocks, rank r sending to r + k while receiving from
  * r - k at step k. */
-dt_status dt_comm_alltoallv(dt_comm *c, const void *sbuf, const size_t *scounts, void *rbuf, size_t recvcap, size_t *rcounts, dt_dtype t) {
-    dt_status st = check_common(c, "alltoallv", recvcap, t, 1);
-    if (st) return st;
-    if (!scounts || !rcounts) return dt_error(DT_ERR_ARG, "alltoallv: needs its send counts and room for the receive counts");
+static dt_status alltoallv_gathered(dt_comm *c, const void *sbuf, const size_t *scounts, void *rbuf, size_t recvcap, size_t *rcounts,
+                                   dt_dtype t) {
+    dt_status st = DT_OK;
     int p = c->size, r = c->rank;
     /* a row: the counts, the room, whether the data rides along, and room for it (less a row as ranks grow) */
     size_t es = dt_dtype_size(t), small = p <= 8 ? 512 : (size_t)(4096 / p > 64 ? 4096 / p : 64) & ~(size_t)7;
@@ -721,4 +723,17 @@ dt_status dt_comm_alltoallv(dt_comm *c, const void *sbuf, const size_t *scounts,
     }
     if (heap) free(row), free(all), free(sat), free(rat);
     return st;
+}
+
+/* On one machine (every rank in the segment): one round of cells, then each block read where it lies
+ * (algo/shm_alltoallv.c); else the counts gathered first. */
+dt_status dt_comm_alltoallv(dt_comm *c, const void *sbuf, const size_t *scounts, void *rbuf, size_t recvcap, size_t *rcounts, dt_dtype t) {
+    CHECK(check_common(c, "alltoallv", recvcap, t, 1));
+    if (!scounts || !rcounts) return dt_error(DT_ERR_ARG, "alltoallv: needs its send counts and room for the receive counts");
+    if (c->size == 1 || c->local_size != c->size || !c->slots) return alltoallv_gathered(c, sbuf, scounts, rbuf, recvcap, rcounts, t);
+    CHECK(dt_progress_drain(c));
+    CHECK(dt_comm_cma_check(c));
+    coll_args a = { .coll = DT_COLL_ALLTOALLV, .sendbuf = sbuf, .recvbuf = rbuf, .dtype = t, .op = DT_SUM, .source = -1, .counts = scounts,
+                    .rcounts = rcounts, .cap = recvcap };
+    return dt_coll_execute(c, &a, DT_ALGO_SHM_DIRECT);
 }

@@ -157,6 +157,9 @@ struct dt_comm {
     dt_algo forced[DT_COLL_COUNT];
     uint8_t choice[DT_COLL_COUNT][65]; /* auto's pick by bit length of the size, 0 = not yet asked */
     dt_progress *progress;
+    bool refused;        /* the running collective's error is one every rank returns alike (a check they all made): the job
+                          * goes on */
+    int cma;             /* cross-memory attach between the local ranks (process_vm_readv): 0 not yet tried, 1 works, -1 not */
     dt_comm *parent_world; /* the world comm owns the segment reference */
 };
 
@@ -179,6 +182,8 @@ dt_status dt_group_create(dt_comm *c, uint64_t *off_out);      /* allocates and 
 dt_status dt_group_attach(dt_comm *c, uint64_t off);
 /* Publish this rank's descriptor (and inline data, offsets) for the current seq. */
 void dt_cell_publish(dt_comm *c, const void *inline_data, size_t bytes, uint64_t soff, uint64_t roff);
+/* The same with the inline data in two pieces, one after the other (a header and a payload). */
+void dt_cell_publish_parts(dt_comm *c, const void *a, size_t na, const void *b, size_t nb, uint64_t soff, uint64_t roff);
 /* Wait until every local member has published the current seq; checks descriptors. */
 dt_status dt_cell_wait_all(dt_comm *c);
 shm_cell *dt_cell_of(dt_comm *c, int local_peer);
@@ -250,6 +255,9 @@ typedef struct {
     int root;         /* sendrecv: the destination */
     size_t rcount;    /* sendrecv: elements to receive, */
     int source;       /* from this rank */
+    const size_t *counts; /* alltoallv: the send counts, */
+    size_t *rcounts;  /* the receive counts (filled in), */
+    size_t cap;       /* and the room in recvbuf (elements) */
 } coll_args;
 
 typedef dt_status (*algo_fn)(dt_comm *c, const coll_args *a);
@@ -260,6 +268,14 @@ void dt_activity_p2p(const dt_comm *c, const coll_args *a, int inside);
 algo_fn dt_algo_lookup(dt_algo algo, dt_coll coll);
 
 dt_status dt_shm_direct_run(dt_comm *c, const coll_args *a);
+/* Outputs at least this large do not fit in cache next to the inputs: write them with non-temporal stores, which skip
+ * the read-for-ownership and so cut the DRAM traffic of a push from 3n to 2n per rank (dt_copy_out, shm_direct.c;
+ * the caller fences a streamed copy before others may read it). */
+#define DT_STREAM_BYTES (8u << 20)
+void dt_copy_out(uint8_t *dst, const uint8_t *src, size_t bytes, bool stream);
+/* alltoallv with every rank on this machine (shm_alltoallv.c); dt_comm_cma_check first decides c->cma. */
+dt_status dt_shm_alltoallv_run(dt_comm *c, const coll_args *a);
+dt_status dt_comm_cma_check(dt_comm *c);
 dt_status dt_ring_run(dt_comm *c, const coll_args *a);
 dt_status dt_tree_run(dt_comm *c, const coll_args *a);
 dt_status dt_rd_run(dt_comm *c, const coll_args *a);

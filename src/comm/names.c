@@ -5,7 +5,7 @@
 
 static const char *op_names[DT_OP_COUNT] = { "sum", "avg", "max", "min", "prod" };
 static const char *coll_names[DT_COLL_COUNT] = { "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
-                                                 "alltoall", "gather", "scatter", "barrier", "sendrecv" };
+                                                 "alltoall", "gather", "scatter", "barrier", "sendrecv", "alltoallv" };
 static const char *algo_names[DT_ALGO_COUNT] = { "auto", "shm_direct", "ring", "tree", "rd",
                                                  "rabenseifner", "bruck", "pairwise", "hier" };
 

@@ -187,14 +187,14 @@ static dt_status check(dt_comm *c, const char *what, const void *s, const void *
 dt_status dt_comm_iallreduce(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_op op, dt_request **req) {
     dt_status st = check(c, "iallreduce", s, r, count, t, (int)op);
     if (st) return st;
-    coll_args a = { DT_COLL_ALLREDUCE, s, r, count, t, op, 0, 0, -1 };
+    coll_args a = { .coll = DT_COLL_ALLREDUCE, .sendbuf = s, .recvbuf = r, .count = count, .dtype = t, .op = op, .source = -1 };
     return submit(c, &a, count * dt_dtype_size(t), req);
 }
 
 dt_status dt_comm_ireduce_scatter(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_op op, dt_request **req) {
     dt_status st = check(c, "ireduce_scatter", s, r, count, t, (int)op);
     if (st) return st;
-    coll_args a = { DT_COLL_REDUCE_SCATTER, s, r, count, t, op, 0, 0, -1 };
+    coll_args a = { .coll = DT_COLL_REDUCE_SCATTER, .sendbuf = s, .recvbuf = r, .count = count, .dtype = t, .op = op, .source = -1 };
     return submit(c, &a, count * dt_dtype_size(t) * (size_t)c->size, req);
 }
 
@@ -203,21 +203,21 @@ dt_status dt_comm_ireduce(dt_comm *c, const void *s, void *r, size_t count, dt_d
     if (st) return st;
     if (root < 0 || root >= c->size) return dt_error(DT_ERR_ARG, "ireduce: root %d is not a rank (size %d)", root, c->size);
     if (count && c->rank == root && !r) return dt_error(DT_ERR_ARG, "ireduce: NULL recvbuf at the root");
-    coll_args a = { DT_COLL_REDUCE, s, r, count, t, op, root, 0, -1 };
+    coll_args a = { .coll = DT_COLL_REDUCE, .sendbuf = s, .recvbuf = r, .count = count, .dtype = t, .op = op, .root = root, .source = -1 };
     return submit(c, &a, count * dt_dtype_size(t), req);
 }
 
 dt_status dt_comm_iallgather(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_request **req) {
     dt_status st = check(c, "iallgather", s, r, count, t, -1);
     if (st) return st;
-    coll_args a = { DT_COLL_ALLGATHER, s, r, count, t, DT_SUM, 0, 0, -1 };
+    coll_args a = { .coll = DT_COLL_ALLGATHER, .sendbuf = s, .recvbuf = r, .count = count, .dtype = t, .op = DT_SUM, .source = -1 };
     return submit(c, &a, count * dt_dtype_size(t) * (size_t)c->size, req);
 }
 
 dt_status dt_comm_ialltoall(dt_comm *c, const void *s, void *r, size_t count, dt_dtype t, dt_request **req) {
     dt_status st = check(c, "ialltoall", s, r, count, t, -1);
     if (st) return st;
-    coll_args a = { DT_COLL_ALLTOALL, s, r, count, t, DT_SUM, 0, 0, -1 };
+    coll_args a = { .coll = DT_COLL_ALLTOALL, .sendbuf = s, .recvbuf = r, .count = count, .dtype = t, .op = DT_SUM, .source = -1 };
     return submit(c, &a, count * dt_dtype_size(t) * (size_t)c->size, req);
 }
 
@@ -225,7 +225,7 @@ dt_status dt_comm_ibroadcast(dt_comm *c, void *buf, size_t count, dt_dtype t, in
     dt_status st = check(c, "ibroadcast", buf, buf, count, t, -1);
     if (st) return st;
     if (root < 0 || root >= c->size) return dt_error(DT_ERR_ARG, "ibroadcast: root %d is not a rank (size %d)", root, c->size);
-    coll_args a = { DT_COLL_BROADCAST, buf, buf, count, t, DT_SUM, root, 0, -1 };
+    coll_args a = { .coll = DT_COLL_BROADCAST, .sendbuf = buf, .recvbuf = buf, .count = count, .dtype = t, .op = DT_SUM, .root = root, .source = -1 };
     return submit(c, &a, count * dt_dtype_size(t), req);
 }
 
@@ -238,7 +238,8 @@ dt_status dt_comm_isendrecv(dt_comm *c, const void *s, size_t scount, int dest, 
     if (dest < 0) scount = 0;
     if (source < 0) rcount = 0;
     if ((scount && !s) || (rcount && !r)) return dt_error(DT_ERR_ARG, "isendrecv: NULL buffer with a count");
-    coll_args a = { DT_COLL_SENDRECV, s, r, scount, t, DT_SUM, dest, rcount, source };
+    coll_args a = { .coll = DT_COLL_SENDRECV, .sendbuf = s, .recvbuf = r, .count = scount, .dtype = t, .op = DT_SUM, .root = dest,
+                    .rcount = rcount, .source = source };
     return submit(c, &a, (scount > rcount ? scount : rcount) * dt_dtype_size(t), req);
 }
 
@@ -275,8 +276,9 @@ dt_status dt_comm_ialltoallv(dt_comm *c, const void *s, const size_t *scounts, c
     for (int k = 1; !st && k < p; k++) {
         int to = (me + k) % p, from = (me - k + p) % p;
         if (!scounts[to] && !rcounts[from]) continue;
-        steps[n++] = (coll_args){ DT_COLL_SENDRECV, scounts[to] ? (const char *)s + sat[to] * es : NULL, rcounts[from] ? (char *)r + rat[from] * es : NULL,
-                                  scounts[to], t, DT_SUM, scounts[to] ? to : -1, rcounts[from], rcounts[from] ? from : -1 };
+        steps[n++] = (coll_args){ .coll = DT_COLL_SENDRECV, .sendbuf = scounts[to] ? (const char *)s + sat[to] * es : NULL,
+                                  .recvbuf = rcounts[from] ? (char *)r + rat[from] * es : NULL, .count = scounts[to], .dtype = t,
+                                  .op = DT_SUM, .root = scounts[to] ? to : -1, .rcount = rcounts[from], .source = rcounts[from] ? from : -1 };
         bytes += (scounts[to] > rcounts[from] ? scounts[to] : rcounts[from]) * es;
     }
     if (!st && scounts[me]) memmove((char *)r + rat[me] * es, (const char *)s + sat[me] * es, scounts[me] * es);

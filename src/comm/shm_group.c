@@ -116,9 +116,13 @@ typedef struct { dt_comm *c; int j; uint64_t s; } reach_arg;
 static bool reach_cond(void *p) { reach_arg *a = p; return peer_reached(a->c, a->j, a->s); }
 
 void dt_cell_publish(dt_comm *c, const void *data, size_t bytes, uint64_t soff, uint64_t roff) {
+    dt_cell_publish_parts(c, data, bytes, NULL, 0, soff, roff);
+}
+
+void dt_cell_publish_parts(dt_comm *c, const void *data, size_t bytes, const void *more, size_t nmore, uint64_t soff, uint64_t roff) {
     int me = c->local_rank;
     shm_cell *cell = &c->slots[me].cell[c->seq & 1];
-    if (bytes && c->seq >= 2) {
+    if (bytes + nmore && c->seq >= 2) {
         /* Peers may still be reading this cell's data from seq-2 until they
          * publish seq-1; usually we have already seen that happen. */
         for (int j = 0; j < c->local_size; j++) {
@@ -137,6 +141,7 @@ void dt_cell_publish(dt_comm *c, const void *data, size_t bytes, uint64_t soff, 
     atomic_store_explicit(&cell->off[0], soff, memory_order_relaxed);
     atomic_store_explicit(&cell->off[1], roff, memory_order_relaxed);
     if (bytes) memcpy(cell->data, data, bytes);
+    if (nmore) memcpy(cell->data + bytes, more, nmore);
     atomic_store(&cell->arrive, published(c->seq)); /* seq_cst: pairs with a sleeper (dt_shm_notify) */
     for (int j = 0; j < c->local_size; j++)
         if (j != me) dt_shm_notify(c, j);

@@ -24,12 +24,9 @@
 #include <immintrin.h>
 #endif
 
-/* Outputs at least this large do not fit in cache next to the inputs: write
- * them with non-temporal stores, which skip the read-for-ownership and so
- * cut the DRAM traffic of a push from 3n to 2n per rank. */
-#define STREAM_BYTES (8u << 20)
+#define STREAM_BYTES DT_STREAM_BYTES
 
-static void copy_out(uint8_t *dst, const uint8_t *src, size_t bytes, bool stream) {
+void dt_copy_out(uint8_t *dst, const uint8_t *src, size_t bytes, bool stream) {
 #if defined(__x86_64__)
     if (stream) {
         size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
@@ -211,7 +208,7 @@ static void push_slice(const coll_args *a, int p, uint8_t *const *in, uint8_t *c
         dt_reduce_many(acc, srcs, p, m, a->dtype, a->op);
         dt_reduce_finish(acc, m, a->dtype, a->op, p);
         for (int j = 0; j < p; j++)
-            if (out[j]) copy_out(out[j] + e * es, acc, m * es, stream);
+            if (out[j]) dt_copy_out(out[j] + e * es, acc, m * es, stream);
     }
 #if defined(__x86_64__)
     if (stream) _mm_sfence(); /* streamed stores must land before the barrier says done */
@@ -243,7 +240,7 @@ static dt_status run_staged(dt_comm *c, const coll_args *a, size_t maxin) {
             if (st) return st;
             push_slice(a, p, scr, out, dt_block_start(m, p, r), dt_block_start(m, p, r) + dt_block_count(m, p, r), false);
             if ((st = dt_group_step(c))) return st;
-            if (out[r]) copy_out((uint8_t *)a->recvbuf + e * es, scr[r], m * es, stream);
+            if (out[r]) dt_copy_out((uint8_t *)a->recvbuf + e * es, scr[r], m * es, stream);
         }
 #if defined(__x86_64__)
         if (stream) _mm_sfence();
