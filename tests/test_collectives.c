@@ -442,10 +442,32 @@ static void uneven_alltoall(void) {
     int p = dt_comm_size(world), r = dt_comm_rank(world);
     uneven_blocks(world, 0, "from private buffers");
     uneven_blocks(world, 1, "from the shared segment");
+    /* rank 0 alone may not read the others' memory: every rank sees it in the cells and none reads that way */
     dt_comm *pairs = NULL;
-    setenv("DTRAIN_CMA", "0", 1);
+    if (r == 0) setenv("DTRAIN_CMA", "0", 1);
     if (dt_comm_split(world, 0, r, &pairs)) FAIL("split: %s", dt_last_error());
-    else uneven_blocks(pairs, 0, "by point to point (DTRAIN_CMA=0)");
+    else {
+        uneven_blocks(pairs, 0, "by point to point (rank 0 with DTRAIN_CMA=0)");
+        size_t n = 100000;
+        double *mine = malloc(n * 8), *all = malloc(n * 8 * (size_t)p), bad = 0;
+        for (size_t i = 0; i < n; i++) mine[i] = uneven_value(r, 0, i);
+        if (dt_comm_allgather(pairs, mine, all, n, DT_F64)) FAIL("allgather, rank 0 with DTRAIN_CMA=0: %s", dt_last_error());
+        else {
+            for (size_t i = 0; i < n * (size_t)p; i++) bad += all[i] != uneven_value((int)(i / n), 0, i % n);
+            if (bad) FAIL("allgather, rank 0 with DTRAIN_CMA=0: %g elements wrong", bad); else passed++;
+        }
+        /* one rank's data to the others (rank 1 can read, rank 0 cannot: it must not) */
+        for (int root = 0; root < 2 && p > 1; root++) {
+            for (size_t i = 0; i < n; i++) mine[i] = r == root ? uneven_value(root, 1, i) : 0;
+            bad = 0;
+            if (dt_comm_broadcast(pairs, mine, n, DT_F64, root)) FAIL("broadcast from %d, rank 0 with DTRAIN_CMA=0: %s", root, dt_last_error());
+            else {
+                for (size_t i = 0; i < n; i++) bad += mine[i] != uneven_value(root, 1, i);
+                if (bad) FAIL("broadcast from %d, rank 0 with DTRAIN_CMA=0: %g elements wrong", root, bad); else passed++;
+            }
+        }
+        free(mine), free(all);
+    }
     unsetenv("DTRAIN_CMA");
     dt_comm_destroy(pairs);
     size_t sc[16], rc[16], stotal = 0, cap = 0;

@@ -106,6 +106,7 @@ static dt_status init_launched(long fd, dt_comm **out) {
     seg_proc *me = &c->seg->hdr->proc[rank];
     atomic_store(&me->world_rank, (int32_t)rank);
     atomic_store(&me->pid, (int32_t)getpid());
+    dt_cma_register(me);
     atomic_store(&me->state, PROC_ALIVE);
     if ((st = dt_group_attach(c, (uint64_t)off))) {
         dt_segment_release(c->seg);
@@ -732,7 +733,6 @@ dt_status dt_comm_alltoallv(dt_comm *c, const void *sbuf, const size_t *scounts,
     if (!scounts || !rcounts) return dt_error(DT_ERR_ARG, "alltoallv: needs its send counts and room for the receive counts");
     if (c->size == 1 || c->local_size != c->size || !c->slots) return alltoallv_gathered(c, sbuf, scounts, rbuf, recvcap, rcounts, t);
     CHECK(dt_progress_drain(c));
-    CHECK(dt_comm_cma_check(c));
     coll_args a = { .coll = DT_COLL_ALLTOALLV, .sendbuf = sbuf, .recvbuf = rbuf, .dtype = t, .op = DT_SUM, .source = -1, .counts = scounts,
                     .rcounts = rcounts, .cap = recvcap };
     return dt_coll_execute(c, &a, DT_ALGO_SHM_DIRECT);

@@ -26,7 +26,8 @@ typedef struct {
     _Atomic int32_t world_rank;
     int32_t pad1;
     _Atomic int64_t progress;    /* what the rank last reported doing (dtrain train: its step) */
-    int32_t pad[10];
+    _Atomic uint64_t cma_word;   /* where a word of the rank's memory lies that a peer reads to try cross-memory attach */
+    int32_t pad[8];
 } seg_proc;
 
 typedef struct {
@@ -159,7 +160,7 @@ struct dt_comm {
     dt_progress *progress;
     bool refused;        /* the running collective's error is one every rank returns alike (a check they all made): the job
                           * goes on */
-    int cma;             /* cross-memory attach between the local ranks (process_vm_readv): 0 not yet tried, 1 works, -1 not */
+    int cma;             /* this rank reads the other local ranks' memory (process_vm_readv): 0 not yet tried, 1 can, -1 not */
     dt_comm *parent_world; /* the world comm owns the segment reference */
 };
 
@@ -273,9 +274,18 @@ dt_status dt_shm_direct_run(dt_comm *c, const coll_args *a);
  * the caller fences a streamed copy before others may read it). */
 #define DT_STREAM_BYTES (8u << 20)
 void dt_copy_out(uint8_t *dst, const uint8_t *src, size_t bytes, bool stream);
-/* alltoallv with every rank on this machine (shm_alltoallv.c); dt_comm_cma_check first decides c->cma. */
+/* alltoallv with every rank on this machine (shm_alltoallv.c). */
 dt_status dt_shm_alltoallv_run(dt_comm *c, const coll_args *a);
-dt_status dt_comm_cma_check(dt_comm *c);
+
+/* ---- cross-memory attach (cma.c) ---- */
+
+/* Puts where this process's word lies in its slot (me), when it joins the segment. */
+void dt_cma_register(seg_proc *me);
+/* Whether this rank can read every other local rank's memory, tried once a communicator (c->cma; no collective: the
+ * ranks agree where they use it, each saying in its cell whether it can). */
+bool dt_cma_ready(dt_comm *c);
+/* n bytes at addr in local rank j's memory into dst (what: the collective, for the error). */
+dt_status dt_cma_read(dt_comm *c, int j, void *dst, uint64_t addr, size_t n, const char *what);
 dt_status dt_ring_run(dt_comm *c, const coll_args *a);
 dt_status dt_tree_run(dt_comm *c, const coll_args *a);
 dt_status dt_rd_run(dt_comm *c, const coll_args *a);

@@ -7,42 +7,38 @@
  *  - straight from the sender's buffer where it lies in the shared segment;
  *  - else by cross-memory attach (process_vm_readv: one copy, the kernel's,
  *    out of the sender's private memory, as Open MPI's shared-memory
- *    transport does), where the ranks may (c->cma, dt_comm_cma_check);
+ *    transport does), where every rank's cell says it can (cma.c);
  *  - else by point to point, pair by pair (rank r sends to r + k while it
  *    receives from r - k at step k), each block through the channels.
  * A block read in place ends the call with a barrier, so that no sender
  * reuses its buffer while a peer still reads it. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include "../comm_internal.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-/* A sender's cell: off[0] its send buffer's segment offset (0: private, or its blocks ride), off[1] its room with two
- * flags; its data the p counts (32 bits each where every one fits, else 64), then its send buffer's address (where
+/* A sender's cell: off[0] its send buffer's segment offset (0: private, or its blocks ride), off[1] its room with three
+ * flags (whether its blocks ride, its counts are 32 bits, it can read the others' memory); its data the p counts (32 bits each where every one fits, else 64), then its send buffer's address (where
  * its blocks do not ride) or its blocks for the other ranks in rank order (its own block stays home). A few bytes of
  * blocks fit in the cell's first cache line beside its header: an exchange of two ranks' 4-byte blocks moves one line
  * each way. */
 #define RIDES (1ull << 63)
 #define C32 (1ull << 62)
+#define CAN (1ull << 61) /* the rank can read the others by cross-memory attach (dt_cma_ready) */
 
 typedef struct {
     uint64_t room, soff, addr;
-    bool rides, c32;
+    bool rides, c32, can;
     const uint8_t *counts, *blocks;
 } sender;
 
 static sender sender_of(dt_comm *c, int j) {
     shm_cell *cell = dt_cell_of(c, j);
     uint64_t w = atomic_load_explicit(&cell->off[1], memory_order_relaxed);
-    sender s = { .room = w & ~(RIDES | C32), .rides = (w & RIDES) != 0, .c32 = (w & C32) != 0, .counts = cell->data,
+    sender s = { .room = w & ~(RIDES | C32 | CAN), .rides = (w & RIDES) != 0, .c32 = (w & C32) != 0, .can = (w & CAN) != 0, .counts = cell->data,
                  .soff = atomic_load_explicit(&cell->off[0], memory_order_relaxed) };
     size_t at = (size_t)c->size * (s.c32 ? 4 : 8);
     if (s.rides) {
@@ -65,44 +61,6 @@ static uint64_t count_of(const sender *s, int q) {
     return n;
 }
 
-/* n bytes of local rank j's memory at addr into dst, by the kernel */
-static dt_status cma_read(dt_comm *c, int j, void *dst, uint64_t addr, size_t n) {
-    pid_t pid = atomic_load(&c->seg->hdr->proc[c->proc_of[j]].pid);
-    for (size_t done = 0; done < n;) {
-        struct iovec to = { (char *)dst + done, n - done }, from = { (void *)(uintptr_t)(addr + done), n - done };
-        ssize_t got = process_vm_readv(pid, &to, 1, &from, 1, 0);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0)
-            return dt_error(DT_ERR_SYS, "alltoallv: reading rank %d's block (pid %d, %zu bytes) by process_vm_readv: %s", c->local_members[j],
-                            (int)pid, n, got < 0 ? strerror(errno) : "nothing read");
-        done += (size_t)got;
-    }
-    return DT_OK;
-}
-
-/* Cross-memory attach between the local ranks, tried once a communicator: every rank reads a word of every other's;
- * the ranks agree (one that could not read makes all of them go by point to point). DTRAIN_CMA=0 turns it off. */
-dt_status dt_comm_cma_check(dt_comm *c) {
-    static const uint64_t magic = 0x6d63206e69617274ull;
-    if (c->cma) return DT_OK;
-    int p = c->size;
-    uint64_t mine = (uintptr_t)&magic, *addr = malloc(sizeof *addr * (size_t)p);
-    if (!addr) return dt_error(DT_ERR_NOMEM, "alltoallv: out of memory");
-    const char *off = getenv("DTRAIN_CMA");
-    int32_t ok = !(off && !strcmp(off, "0")), all = 0;
-    dt_status st = dt_comm_allgather(c, &mine, addr, 1, DT_I64);
-    for (int j = 0; !st && ok && j < p; j++) {
-        uint64_t seen = 0;
-        pid_t pid = atomic_load(&c->seg->hdr->proc[c->proc_of[j]].pid);
-        struct iovec to = { &seen, sizeof seen }, from = { (void *)(uintptr_t)addr[j], sizeof seen };
-        ok = j == c->local_rank || (process_vm_readv(pid, &to, 1, &from, 1, 0) == (ssize_t)sizeof seen && seen == magic);
-    }
-    free(addr);
-    if (!st) st = dt_comm_allreduce(c, &ok, &all, 1, DT_I32, DT_MIN);
-    if (!st) c->cma = all ? 1 : -1;
-    return st;
-}
-
 /* Every rank's receipt against its room (the same check on every rank, so all fail alike); this rank's receive
  * counts and where each block lands. */
 static dt_status receipts(dt_comm *c, const sender *from, size_t *rcounts, size_t *rat) {
@@ -122,12 +80,12 @@ static dt_status receipts(dt_comm *c, const sender *from, size_t *rcounts, size_
 
 /* Rank j's block for this rank, read where it lies (its cell, the segment, its memory). A sender that neither rides
  * nor lies in the segment, without cross-memory attach, is left to pairs(). */
-static dt_status take(dt_comm *c, const sender *s, int j, char *dst, size_t es, size_t n) {
+static dt_status take(dt_comm *c, const sender *s, int j, char *dst, size_t es, size_t n, bool cma) {
     size_t at = 0;
     for (int i = 0; i < c->rank; i++) at += i == j && s->rides ? 0 : count_of(s, i); /* (a riding sender's own block stays home) */
     if (s->rides) memcpy(dst, s->blocks + at * es, n * es);
     else if (s->soff) memcpy(dst, (const char *)dt_segment_ptr(c->seg, s->soff) + at * es, n * es);
-    else if (c->cma > 0) return cma_read(c, j, dst, s->addr + at * es, n * es);
+    else if (cma) return dt_cma_read(c, j, dst, s->addr + at * es, n * es, "alltoallv");
     return DT_OK;
 }
 
@@ -159,7 +117,7 @@ static void publish(dt_comm *c, const coll_args *a, const size_t *sat, size_t so
         if (c32) memcpy(head + 4 * (size_t)j, &x, 4);
         else memcpy(head + 8 * (size_t)j, &y, 8);
     }
-    uint64_t flags = (rides ? RIDES : 0) | (c32 ? C32 : 0), soff = 0;
+    uint64_t flags = (rides ? RIDES : 0) | (c32 ? C32 : 0) | (dt_cma_ready(c) ? CAN : 0), soff = 0;
     if (!rides) { /* the address, aligned */
         uint64_t addr = (uintptr_t)a->sendbuf;
         n = (n + 7) & ~(size_t)7;
@@ -201,14 +159,17 @@ dt_status dt_shm_alltoallv_run(dt_comm *c, const coll_args *a) {
 #if defined(__x86_64__)
     if (stream) _mm_sfence();
 #endif
+    /* private blocks by cross-memory attach where every rank can read the others (every rank sees the same cells) */
+    bool cma = true;
+    for (int j = 0; j < p; j++) cma &= from[j].can;
     for (int k = 1; !st && k < p; k++) { /* from the next rank on, so that the ranks do not all read one sender at once */
         int j = (r + k) % p;
-        if (a->rcounts[j]) st = take(c, &from[j], j, (char *)a->recvbuf + rat[j] * es, es, a->rcounts[j]);
+        if (a->rcounts[j]) st = take(c, &from[j], j, (char *)a->recvbuf + rat[j] * es, es, a->rcounts[j], cma);
     }
-    if (!st && c->cma < 0) st = pairs(c, a, from, sat, rat, es);
-    /* the senders whose buffers were read in place wait for their readers: every rank sees the same cells */
+    if (!st && !cma) st = pairs(c, a, from, sat, rat, es);
+    /* the senders whose buffers were read in place wait for their readers */
     bool any = false;
-    for (int j = 0; !st && j < p; j++) any |= !from[j].rides && (c->cma > 0 || from[j].soff);
+    for (int j = 0; !st && j < p; j++) any |= !from[j].rides && (cma || from[j].soff);
     if (!st && any) st = dt_group_step(c);
     if (heap) free(sat), free(from);
     return st;

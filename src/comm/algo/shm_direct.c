@@ -260,6 +260,68 @@ static dt_status run_staged(dt_comm *c, const coll_args *a, size_t maxin) {
     return DT_OK;
 }
 
+/* The collectives whose outputs only copy inputs (pull): a peer's private input may be read by cross-memory attach,
+ * its address in the cell's input offset with this flag (user addresses leave the top bit clear), where every rank's
+ * output offset has the flag (each can read the others). */
+#define CMA_ADDR (1ull << 63)
+
+static bool copies(const coll_args *a) {
+    return a->coll == DT_COLL_ALLGATHER || a->coll == DT_COLL_GATHER || a->coll == DT_COLL_BROADCAST || a->coll == DT_COLL_ALLTOALL ||
+           a->coll == DT_COLL_SCATTER;
+}
+
+/* What rank j of p writes into its output (pull collectives) */
+static size_t output_bytes(const coll_args *a, int p, int j) {
+    size_t b = a->count * dt_dtype_size(a->dtype);
+    switch (a->coll) {
+    case DT_COLL_ALLGATHER: case DT_COLL_ALLTOALL: return b * (size_t)p;
+    case DT_COLL_GATHER: return j == a->root ? b * (size_t)p : 0;
+    case DT_COLL_BROADCAST: return j == a->root ? 0 : b;
+    default: return b;
+    }
+}
+
+static bool overlaps(const void *x, size_t nx, const void *y, size_t ny) {
+    uintptr_t a = (uintptr_t)x, b = (uintptr_t)y;
+    return nx && ny && a < b + ny && b < a + nx;
+}
+
+/* len bytes at offset off of rank j's input into dst: this rank's own by a copy, one in the segment likewise, another's
+ * private one by the kernel */
+static dt_status pull(dt_comm *c, const coll_args *a, int j, const uint8_t *const *in, const uint64_t *addr, size_t off, uint8_t *dst,
+                      size_t len) {
+    const uint8_t *own = j == c->rank ? my_input(a, j) : in[j];
+    if (!len || (own && own + off == dst)) return DT_OK;
+    if (own) {
+        memmove(dst, own + off, len);
+        return DT_OK;
+    }
+    return dt_cma_read(c, j, dst, addr[j] + off, len, dt_coll_name(a->coll));
+}
+
+/* Pull by cross-memory attach: each rank copies what its output holds straight out of the others' inputs, one copy
+ * a byte, each from the next rank on (the ranks do not all read one at once); a barrier, so that no rank reuses an
+ * input another still reads. */
+static dt_status run_cma(dt_comm *c, const coll_args *a, const uint8_t *const *in, const uint64_t *addr) {
+    int p = c->size, r = c->rank, root = a->root;
+    size_t B = a->count * dt_dtype_size(a->dtype);
+    uint8_t *out = a->recvbuf;
+    dt_status st = DT_OK;
+    switch (a->coll) {
+    case DT_COLL_ALLGATHER: case DT_COLL_GATHER: case DT_COLL_ALLTOALL:
+        if (a->coll == DT_COLL_GATHER && r != root) break;
+        for (int k = 1; !st && k <= p; k++) {
+            int j = (r + k) % p;
+            st = pull(c, a, j, in, addr, a->coll == DT_COLL_ALLTOALL ? (size_t)r * B : 0, out + (size_t)j * B, B);
+        }
+        break;
+    case DT_COLL_BROADCAST: if (r != root) st = pull(c, a, root, in, addr, 0, out, B); break;
+    case DT_COLL_SCATTER: st = pull(c, a, root, in, addr, (size_t)r * B, out, B); break;
+    default: break;
+    }
+    return st ? st : dt_group_step(c);
+}
+
 dt_status dt_shm_direct_run(dt_comm *c, const coll_args *a) {
     int p = c->size, r = c->rank;
     if (c->local_size != p)
@@ -274,7 +336,12 @@ dt_status dt_shm_direct_run(dt_comm *c, const coll_args *a) {
     size_t myin = input_bytes(a, p, r);
     size_t outb = a->coll == DT_COLL_ALLREDUCE || (a->coll == DT_COLL_REDUCE && r == a->root) ? a->count * es : 0;
     bool small = maxin <= DT_CELL_INLINE;
-    dt_cell_publish(c, small ? mine : NULL, small ? myin : 0, seg_off(c, mine, myin), seg_off(c, a->recvbuf, outb));
+    /* a copy too large for the cells: this rank says whether it can read the others by cross-memory attach (in its
+     * output offset, which a copy does not use) and, where its input is private, where that lies */
+    bool can = !small && copies(a) && dt_cma_ready(c);
+    uint64_t soff = seg_off(c, mine, myin), roff = can ? CMA_ADDR : seg_off(c, a->recvbuf, outb);
+    if (can && !soff && myin && !overlaps(mine, myin, a->recvbuf, output_bytes(a, p, r))) soff = (uintptr_t)mine | CMA_ADDR;
+    dt_cell_publish(c, small ? mine : NULL, small ? myin : 0, soff, roff);
     dt_status st = dt_cell_wait_all(c);
     if (st || maxin == 0) return st;
 
@@ -284,16 +351,22 @@ dt_status dt_shm_direct_run(dt_comm *c, const coll_args *a) {
         consume(c, a, in, 0, maxin);
         return DT_OK;
     }
-    /* Zero-copy when every buffer that peers must touch is in the segment. */
-    bool zc = true;
-    for (int j = 0; j < p && zc; j++) {
+    /* Zero-copy when every buffer that peers must touch is in the segment; a copy by cross-memory attach where every
+     * input is there or has its address published */
+    bool zc = true, cma = copies(a);
+    uint64_t addr[DT_MAX_LOCAL];
+    for (int j = 0; j < p; j++) {
         shm_cell *cell = dt_cell_of(c, j);
         uint64_t so = atomic_load_explicit(&cell->off[0], memory_order_relaxed);
         uint64_t ro = atomic_load_explicit(&cell->off[1], memory_order_relaxed);
-        if (input_bytes(a, p, j) && !so) zc = false;
+        bool seg = so && !(so & CMA_ADDR);
+        if (input_bytes(a, p, j) && !seg) zc = false;
+        if ((input_bytes(a, p, j) && !so) || !(ro & CMA_ADDR)) cma = false;
         if (uses_push(a) && (a->coll == DT_COLL_ALLREDUCE || j == a->root) && !ro) zc = false;
-        in[j] = so ? (const uint8_t *)dt_segment_ptr(c->seg, so) : NULL;
+        in[j] = seg ? (const uint8_t *)dt_segment_ptr(c->seg, so) : NULL;
+        addr[j] = so & CMA_ADDR ? so & ~CMA_ADDR : 0;
     }
+    if (!zc && cma) return run_cma(c, a, in, addr);
     if (!zc) return run_staged(c, a, maxin);
     if (uses_push(a)) {
         uint8_t *out[DT_MAX_LOCAL];
