@@ -466,6 +466,21 @@ static void uneven_alltoall(void) {
                 if (bad) FAIL("broadcast from %d, rank 0 with DTRAIN_CMA=0: %g elements wrong", root, bad); else passed++;
             }
         }
+        /* the root's buffer in the segment, the others' private: a root that cannot write into them leaves them whole
+         * to their readers */
+        double *seg = NULL;
+        if (dt_comm_alloc(pairs, n * 8, (void **)&seg)) FAIL("alloc: %s", dt_last_error());
+        else {
+            double *buf = r == 0 ? seg : mine;
+            for (size_t i = 0; i < n; i++) buf[i] = r == 0 ? uneven_value(0, 2, i) : 0;
+            bad = 0;
+            if (dt_comm_broadcast(pairs, buf, n, DT_F64, 0)) FAIL("broadcast from the segment to private buffers: %s", dt_last_error());
+            else {
+                for (size_t i = 0; i < n; i++) bad += buf[i] != uneven_value(0, 2, i);
+                if (bad) FAIL("broadcast from the segment to private buffers: %g elements wrong", bad); else passed++;
+            }
+            dt_comm_free(pairs, seg);
+        }
         free(mine), free(all);
     }
     unsetenv("DTRAIN_CMA");

@@ -29,6 +29,21 @@ dt_status dt_cma_read(dt_comm *c, int j, void *dst, uint64_t addr, size_t n, con
     return DT_OK;
 }
 
+dt_status dt_cma_write(dt_comm *c, int j, uint64_t addr, const void *src, size_t n, const char *what) {
+    if (c->cma <= 0) return dt_error(DT_ERR_ARG, "%s: a write by cross-memory attach on rank %d, which cannot make one", what, c->rank);
+    pid_t pid = atomic_load(&c->seg->hdr->proc[c->proc_of[j]].pid);
+    for (size_t done = 0; done < n;) {
+        struct iovec from = { (char *)src + done, n - done }, to = { (void *)(uintptr_t)(addr + done), n - done };
+        ssize_t put = process_vm_writev(pid, &from, 1, &to, 1, 0);
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0)
+            return dt_error(DT_ERR_SYS, "%s: writing rank %d's data (pid %d, %zu bytes) by process_vm_writev: %s", what, c->local_members[j],
+                            (int)pid, n, put < 0 ? strerror(errno) : "nothing written");
+        done += (size_t)put;
+    }
+    return DT_OK;
+}
+
 static const uint64_t magic = 0x6d63206e69617274ull;
 
 void dt_cma_register(seg_proc *me) { atomic_store(&me->cma_word, (uint64_t)(uintptr_t)&magic); }

@@ -286,6 +286,8 @@ void dt_cma_register(seg_proc *me);
 bool dt_cma_ready(dt_comm *c);
 /* n bytes at addr in local rank j's memory into dst (what: the collective, for the error). */
 dt_status dt_cma_read(dt_comm *c, int j, void *dst, uint64_t addr, size_t n, const char *what);
+/* n bytes from src to addr in local rank j's memory (the same permission as a read). */
+dt_status dt_cma_write(dt_comm *c, int j, uint64_t addr, const void *src, size_t n, const char *what);
 dt_status dt_ring_run(dt_comm *c, const coll_args *a);
 dt_status dt_tree_run(dt_comm *c, const coll_args *a);
 dt_status dt_rd_run(dt_comm *c, const coll_args *a);

@@ -264,6 +264,9 @@ static dt_status run_staged(dt_comm *c, const coll_args *a, size_t maxin) {
  * its address in the cell's input offset with this flag (user addresses leave the top bit clear), where every rank's
  * output offset has the flag (each can read the others). */
 #define CMA_ADDR (1ull << 63)
+/* the root's share of a broadcast into a private output, at least: below, its system call costs more than the copy it
+ * saves (Intel Xeon, 2 ranks: 8 KiB 1.36 us shared against 1.04 alone, 32 KiB 1.65 against 1.96) */
+#define CMA_SHARE (16u << 10)
 
 static bool copies(const coll_args *a) {
     return a->coll == DT_COLL_ALLGATHER || a->coll == DT_COLL_GATHER || a->coll == DT_COLL_BROADCAST || a->coll == DT_COLL_ALLTOALL ||
@@ -299,6 +302,25 @@ static dt_status pull(dt_comm *c, const coll_args *a, int j, const uint8_t *cons
     return dt_cma_read(c, j, dst, addr[j] + off, len, dt_coll_name(a->coll));
 }
 
+/* A broadcast shared between the root and its readers: the root writes the first B/p bytes (whole cache lines) of
+ * each reader's output that says where it lies (in[j] in the segment, addr[j] private where the root can write
+ * there), and each reader reads the rest at the same time: the root's core copies too, not only the readers'. */
+static dt_status bcast_shared(dt_comm *c, const coll_args *a, const uint8_t *const *in, const uint64_t *addr, bool root_can) {
+    int p = c->size, r = c->rank, root = a->root;
+    size_t B = a->count * dt_dtype_size(a->dtype), share = (B / (size_t)p) & ~(size_t)63;
+    dt_status st = DT_OK;
+    if (r == root) {
+        for (int k = 1; !st && share && k < p; k++) {
+            int j = (r + k) % p;
+            if (in[j]) memcpy((uint8_t *)in[j], a->recvbuf, share);
+            else if (addr[j] && root_can && share >= CMA_SHARE) st = dt_cma_write(c, j, addr[j], a->recvbuf, share, "broadcast");
+        }
+        return st;
+    }
+    size_t from = share && (in[r] || (addr[r] && root_can && share >= CMA_SHARE)) ? share : 0;
+    return pull(c, a, root, in, addr, from, (uint8_t *)a->recvbuf + from, B - from);
+}
+
 /* Pull by cross-memory attach: each rank copies what its output holds straight out of the others' inputs, one copy
  * a byte, each from the next rank on (the ranks do not all read one at once); a barrier, so that no rank reuses an
  * input another still reads. */
@@ -315,7 +337,7 @@ static dt_status run_cma(dt_comm *c, const coll_args *a, const uint8_t *const *i
             st = pull(c, a, j, in, addr, a->coll == DT_COLL_ALLTOALL ? (size_t)r * B : 0, out + (size_t)j * B, B);
         }
         break;
-    case DT_COLL_BROADCAST: if (r != root) st = pull(c, a, root, in, addr, 0, out, B); break;
+    case DT_COLL_BROADCAST: st = bcast_shared(c, a, in, addr, true); break;
     case DT_COLL_SCATTER: st = pull(c, a, root, in, addr, (size_t)r * B, out, B); break;
     default: break;
     }
@@ -341,6 +363,12 @@ dt_status dt_shm_direct_run(dt_comm *c, const coll_args *a) {
     bool can = !small && copies(a) && dt_cma_ready(c);
     uint64_t soff = seg_off(c, mine, myin), roff = can ? CMA_ADDR : seg_off(c, a->recvbuf, outb);
     if (can && !soff && myin && !overlaps(mine, myin, a->recvbuf, output_bytes(a, p, r))) soff = (uintptr_t)mine | CMA_ADDR;
+    /* a broadcast's reader has no input: its input offset says where its output lies, for the root's share */
+    if (!small && a->coll == DT_COLL_BROADCAST && r != a->root) {
+        size_t B = a->count * es;
+        soff = seg_off(c, a->recvbuf, B);
+        if (!soff) soff = (uintptr_t)a->recvbuf | CMA_ADDR;
+    }
     dt_cell_publish(c, small ? mine : NULL, small ? myin : 0, soff, roff);
     dt_status st = dt_cell_wait_all(c);
     if (st || maxin == 0) return st;
@@ -376,6 +404,9 @@ dt_status dt_shm_direct_run(dt_comm *c, const coll_args *a) {
         }
         size_t e0 = dt_block_start(a->count, p, r);
         push_slice(a, p, (uint8_t *const *)in, out, e0, e0 + dt_block_count(a->count, p, r), a->count * es >= STREAM_BYTES);
+    } else if (a->coll == DT_COLL_BROADCAST) {
+        uint64_t ro = atomic_load_explicit(&dt_cell_of(c, a->root)->off[1], memory_order_relaxed);
+        if ((st = bcast_shared(c, a, in, addr, (ro & CMA_ADDR) != 0))) return st;
     } else {
         consume(c, a, in, 0, maxin);
     }
