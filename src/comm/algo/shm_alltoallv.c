@@ -20,14 +20,16 @@
 #include <immintrin.h>
 #endif
 
-/* A sender's cell: off[0] its send buffer's segment offset (0: private, or its blocks ride), off[1] its room with three
- * flags (whether its blocks ride, its counts are 32 bits, it can read the others' memory); its data the p counts (32 bits each where every one fits, else 64), then its send buffer's address (where
+/* A sender's cell: off[0] its send buffer's segment offset (0: private, or its blocks ride), off[1] its room (at most
+ * ROOM: no real buffer holds more) with three flags (its blocks ride, its counts are 32 bits, it can read the others'
+ * memory); its data the p counts (32 bits each where every one fits, else 64), then its send buffer's address (where
  * its blocks do not ride) or its blocks for the other ranks in rank order (its own block stays home). A few bytes of
  * blocks fit in the cell's first cache line beside its header: an exchange of two ranks' 4-byte blocks moves one line
  * each way. */
 #define RIDES (1ull << 63)
 #define C32 (1ull << 62)
 #define CAN (1ull << 61) /* the rank can read the others by cross-memory attach (dt_cma_ready) */
+#define ROOM (CAN - 1)
 
 typedef struct {
     uint64_t room, soff, addr;
@@ -38,7 +40,7 @@ typedef struct {
 static sender sender_of(dt_comm *c, int j) {
     shm_cell *cell = dt_cell_of(c, j);
     uint64_t w = atomic_load_explicit(&cell->off[1], memory_order_relaxed);
-    sender s = { .room = w & ~(RIDES | C32 | CAN), .rides = (w & RIDES) != 0, .c32 = (w & C32) != 0, .can = (w & CAN) != 0, .counts = cell->data,
+    sender s = { .room = w & ROOM, .rides = (w & RIDES) != 0, .c32 = (w & C32) != 0, .can = (w & CAN) != 0, .counts = cell->data,
                  .soff = atomic_load_explicit(&cell->off[0], memory_order_relaxed) };
     size_t at = (size_t)c->size * (s.c32 ? 4 : 8);
     if (s.rides) {
@@ -129,7 +131,7 @@ static void publish(dt_comm *c, const coll_args *a, const size_t *sat, size_t so
     const char *sb = a->sendbuf;
     size_t before = sat[r] * es, after = rides ? others - before : 0;
     if (rides && before) memcpy(head + n, sb, before), n += before;
-    dt_cell_publish_parts(c, head, n, after ? sb + (sat[r] + a->counts[r]) * es : NULL, after, soff, a->cap | flags);
+    dt_cell_publish_parts(c, head, n, after ? sb + (sat[r] + a->counts[r]) * es : NULL, after, soff, (a->cap < ROOM ? a->cap : ROOM) | flags);
 }
 
 dt_status dt_shm_alltoallv_run(dt_comm *c, const coll_args *a) {
@@ -154,14 +156,19 @@ dt_status dt_shm_alltoallv_run(dt_comm *c, const coll_args *a) {
     for (int j = 0; !st && j < p; j++) from[j] = sender_of(c, j);
     if (!st) st = receipts(c, from, a->rcounts, rat);
     /* its own block: streamed where it is too large for the cache (and fenced: another thread may read it next) */
-    bool stream = a->rcounts[r] * es >= DT_STREAM_BYTES;
-    if (!st && a->rcounts[r]) dt_copy_out((uint8_t *)a->recvbuf + rat[r] * es, (const uint8_t *)a->sendbuf + sat[r] * es, a->rcounts[r] * es, stream);
+    uint8_t *own = st ? NULL : (uint8_t *)a->recvbuf + rat[r] * es;
+    size_t nown = st ? 0 : a->rcounts[r] * es;
+    if (nown >= DT_STREAM_BYTES) {
+        dt_copy_out(own, (const uint8_t *)a->sendbuf + sat[r] * es, nown, true);
 #if defined(__x86_64__)
-    if (stream) _mm_sfence();
+        _mm_sfence();
 #endif
+    } else if (nown) {
+        memmove(own, (const char *)a->sendbuf + sat[r] * es, nown);
+    }
     /* private blocks by cross-memory attach where every rank can read the others (every rank sees the same cells) */
-    bool cma = true;
-    for (int j = 0; j < p; j++) cma &= from[j].can;
+    bool cma = !st;
+    for (int j = 0; !st && j < p; j++) cma &= from[j].can;
     for (int k = 1; !st && k < p; k++) { /* from the next rank on, so that the ranks do not all read one sender at once */
         int j = (r + k) % p;
         if (a->rcounts[j]) st = take(c, &from[j], j, (char *)a->recvbuf + rat[j] * es, es, a->rcounts[j], cma);
