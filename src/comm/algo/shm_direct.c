@@ -7,11 +7,15 @@
  * rank order and writes it into every output, so each element is summed once,
  * the same way on every rank and every run, and each rank moves 2n bytes.
  *
- * Inputs reach peers in one of three ways, chosen the same on every rank:
+ * Inputs reach peers in one of four ways, chosen the same on every rank
+ * from what every rank's cell says:
  *  - inline: up to DT_CELL_INLINE bytes travel inside the arrival cell; no
  *    barrier after the call (cells are double-buffered);
  *  - zero-copy: buffers from dt_comm_alloc are read and written in place;
  *    one barrier at the end, so nobody reuses a buffer that a peer still reads;
+ *  - by cross-memory attach (a collective that only copies, every rank able:
+ *    cma.c): a peer's private input read straight into the output, one copy
+ *    by the kernel; one barrier at the end;
  *  - staged: private buffers are copied through per-rank scratch in chunks of
  *    DT_SCRATCH_BYTES, two barriers per chunk.
  *
