@@ -47,7 +47,8 @@ int main(int argc, char **argv) {
         qsort(times, (size_t)reps, sizeof times[0], cmp);
         if (rank == 0)
             printf("{\"op\":\"alltoallv\",\"algo\":\"%s\",\"nproc\":%d,\"bytes\":%zu,\"avg_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,"
-                   "\"iters\":%ld}\n", arena ? "dtrain-arena" : "dtrain", p, bytes, times[reps / 2] * 1e6, times[0] * 1e6, times[reps - 1] * 1e6, iters);
+                   "\"iters\":%ld}\n", arena ? "dtrain-arena" : "dtrain", p, bytes, times[reps / 2] * 1e6, times[0] * 1e6,
+                   times[reps - 1] * 1e6, iters);
         fflush(stdout);
         if (arena) dt_comm_free(w, s);
         else free(s);

@@ -679,8 +679,8 @@ dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer
     return dt_comm_sendrecv(c, NULL, 0, -1, buf, count, peer, t);
 }
 
-/* Across machines (MPI): the counts of every rank (each one's sendcounts and its room) gathered by every rank, checked alike on all of
- * them; small blocks ride along (a rank's whole sendbuf, when it fits a row's few hundred bytes: where every rank's
+/* Across machines (MPI): the counts of every rank (each one's sendcounts and its room) gathered by every rank, checked
+ * alike on all of them; small blocks ride along (a rank's whole sendbuf, when it fits a row's few hundred bytes: where every rank's
  * does, that one round is all); else each pair exchanges its blocks, rank r sending to r + k while receiving from
  * r - k at step k. */
 static dt_status alltoallv_gathered(dt_comm *c, const void *sbuf, const size_t *scounts, void *rbuf, size_t recvcap, size_t *rcounts,

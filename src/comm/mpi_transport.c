@@ -413,7 +413,7 @@ static dt_status machine_segment(dt_comm *c, MPI_Comm node, MPI_Comm world) {
         seg_proc *me = &c->seg->hdr->proc[lr];
         atomic_store(&me->world_rank, c->rank);
         atomic_store(&me->pid, (int32_t)getpid());
-    dt_cma_register(me);
+        dt_cma_register(me);
         atomic_store(&me->state, PROC_ALIVE);
     }
     int ok = st == DT_OK, all_ok = 0;
