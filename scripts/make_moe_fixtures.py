@@ -43,7 +43,20 @@ MODELS = {
                                                     **COMMON),
                       model=Qwen2MoeForCausalLM, rename=None, parts=("gate_proj", "up_proj", "down_proj"), ffn="moe_intermediate_size",
                       seed=4),
+    # dense layers among the mixtures: layer 0 in mlp_only_layers, layer 2 not a multiple of decoder_sparse_step (from 1);
+    # layers 1 and 3 sparse
+    "qwen2_moe_dense": dict(config=lambda: Qwen2MoeConfig(intermediate_size=40, moe_intermediate_size=20, shared_expert_intermediate_size=28,
+                                                          num_experts=E, norm_topk_prob=False, qkv_bias=True, decoder_sparse_step=2,
+                                                          mlp_only_layers=[0], **dict(COMMON, num_hidden_layers=4)),
+                            model=Qwen2MoeForCausalLM, rename=None, parts=("gate_proj", "up_proj", "down_proj"),
+                            ffn="moe_intermediate_size", seed=5),
 }
+
+
+def sparse_layers(cfg):
+    """The layers whose MLP is a mixture (Qwen 2 MoE's rule; every layer for Mixtral)."""
+    step, dense = getattr(cfg, "decoder_sparse_step", 1), getattr(cfg, "mlp_only_layers", [])
+    return [l for l in range(cfg.num_hidden_layers) if l not in dense and (l + 1) % step == 0]
 
 
 def grads_by_hub_name(model, spec, F):
@@ -69,7 +82,7 @@ def make(out_dir, name, spec):
     torch.manual_seed(spec["seed"])
     cfg = spec["config"]()
     model = spec["model"](cfg).float()
-    if name == "qwen2_moe":  # its q/k/v biases start at zero: drawn, so that reading them shows
+    if name.startswith("qwen2_moe"):  # its q/k/v biases start at zero: drawn, so that reading them shows
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if n.endswith("_proj.bias"):
@@ -95,7 +108,9 @@ def make(out_dir, name, spec):
     loss.backward()
     tensors = {"inputs": inputs.to(torch.int32), "targets": targets.to(torch.int32), "logits": out.logits.detach(),
                "loss": loss.detach().reshape(1), "aux": out.aux_loss.detach().reshape(1).float()}
-    for l, rl in enumerate(out.router_logits):
+    sparse = sparse_layers(cfg)
+    assert len(out.router_logits) == len(sparse), (len(out.router_logits), sparse)
+    for l, rl in zip(sparse, out.router_logits):
         tensors[f"router_logits.{l}"] = rl.detach().reshape(B * T, E).contiguous()
         probs = torch.softmax(rl.detach().float(), dim=-1)
         tensors[f"router_top.{l}"] = torch.topk(probs, K, dim=-1).indices.to(torch.int32).contiguous()
@@ -198,12 +213,17 @@ def make_sigmoid_router(out_dir):
 
 
 def main():
+    """Every fixture, or those named on the command line (mixtral, qwen2_moe, qwen2_moe_dense, sigmoid_router)."""
+    import sys
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "moe")
     os.makedirs(out_dir, exist_ok=True)
     torch.use_deterministic_algorithms(True)
+    only = set(sys.argv[1:])
     for name, spec in MODELS.items():
-        make(out_dir, name, spec)
-    make_sigmoid_router(out_dir)
+        if not only or name in only:
+            make(out_dir, name, spec)
+    if not only or "sigmoid_router" in only:
+        make_sigmoid_router(out_dir)
 
 
 if __name__ == "__main__":

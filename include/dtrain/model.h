@@ -55,6 +55,10 @@ typedef struct {
      * (the latest first); 0: dropless */
     float capacity_factor;
     int drop_policy;
+    /* which layers are mixtures (the rest a dense MLP of dense_ffn hidden units, ffn by default): layer l (from 0) is
+     * one when l >= first_dense and (l + 1) is a multiple of moe_every (1 by default: every layer), as Qwen 2 MoE's
+     * decoder_sparse_step and DeepSeek's first_k_dense_replace place them */
+    int moe_every, first_dense, dense_ffn;
 } dt_lm_config;
 enum { DT_DROP_PROBS = 0, DT_DROP_POSITION = 1 };
 enum { DT_ROUTER_SOFTMAX = 0, DT_ROUTER_SIGMOID_BIAS = 1 };
@@ -64,6 +68,9 @@ typedef dt_lm_config dt_gpt2_config;
  * defaults resolved: a struct's padding is not its value). */
 dt_lm_config dt_lm_config_resolve(const dt_lm_config *c);
 bool dt_lm_config_same(const dt_lm_config *a, const dt_lm_config *b);
+/* Whether layer l of a (resolved) config is a mixture of experts; how many of its layers are. */
+bool dt_lm_layer_moe(const dt_lm_config *c, int l);
+int dt_lm_moe_layers(const dt_lm_config *c);
 /* The family's name ("gpt2", "llama", "qwen2"); the family by name (NULL if unknown). */
 const char *dt_family_name(const dt_family *f);
 const dt_family *dt_family_find(const char *name);

@@ -194,10 +194,10 @@ size_t dt_program_activation_split_bytes(const dt_lm_config *cfg, const dt_model
                                          dt_dtype prec, int split, size_t *area);
 size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_model_part *part);
 /* Without a model: the parameters a part holds and the whole model's; model FLOPs of a training step a token at
- * sequence length T (6 N + 12 L T Q); a block's parameters in matmuls. */
+ * sequence length T (6 N + 12 L T Q); block l's parameters in matmuls (l -1: the most a block has). */
 dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_model_part *part, size_t *local, size_t *global);
 double dt_program_flops_per_token(const dt_lm_config *cfg, int T);
-double dt_program_block_matmul_params(const dt_lm_config *cfg);
+double dt_program_block_matmul_params(const dt_lm_config *cfg, int l);
 /* Without a model: a block's Linears as a part's rank runs them, [outputs, inputs] each (at most max), in the spec's
  * order; their count (0: a bad config). */
 int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_model_part *part, int (*shape)[2], int max);
@@ -215,14 +215,19 @@ void dt_program_announce_grads(dt_program *p);
  * tensors [b, b + nw), or -1. Attention reads q of its heads, then k and v of its K/V heads. A mixture of experts
  * (program_moe.c) reads the normed stream and writes its output: w its router [E, C], then the experts' stacked gate
  * [E, F, C], up [E, F, C] and down [E, C, F] projections (a SwiGLU MLP each; nw 4; nw 3: up and down alone, a GELU MLP
- * each, GPT-2's MLP made a mixture as Megatron's and the Switch Transformer's are). */
+ * each, GPT-2's MLP made a mixture as Megatron's and the Switch Transformer's are). layers: the layers an op runs in
+ * (a family with a mixture declares both MLPs, each for its layers: dt_lm_layer_moe). */
 typedef enum { DT_OP_NORM, DT_OP_LINEAR, DT_OP_ATTENTION, DT_OP_GELU, DT_OP_SWIGLU, DT_OP_ADD, DT_OP_MOE } dt_op_kind;
 enum { DT_V_IN = 0, DT_V_OUT = 1 };
+typedef enum { DT_LAYERS_ALL = 0, DT_LAYERS_DENSE = 1, DT_LAYERS_MOE = 2 } dt_layers;
 typedef struct {
     dt_op_kind kind;
     int in, in2, out;
     int w, nw, b;
+    dt_layers layers;
 } dt_op_spec;
+/* Whether an op (or a tensor) of layers runs in a layer that is a mixture (moe) or not. */
+static inline bool dt_layers_hold(dt_layers layers, bool moe) { return layers == DT_LAYERS_ALL || (layers == DT_LAYERS_MOE) == moe; }
 /* An op as built on this rank: its spec, and the widths (this rank's) of what it reads and writes. */
 typedef struct {
     dt_op_spec s;
@@ -242,6 +247,7 @@ typedef struct {
     const float *inv_freq;
     int heads, kv_heads, head_dim;
     const dt_tensor_info *embed, *positions, *norm_w, *norm_b, *head;
+    const bool *moe_layer;     /* [l]: layer l is a mixture (its ops those whose layers hold it) */
 } dt_program_view;
 void dt_program_get_view(const dt_program *p, dt_program_view *out);
 /* Tensor k of layer l's block (NULL: not held). */

@@ -183,8 +183,8 @@ typedef struct {
 typedef struct {
     dt_model m;
     int nshape, nfshape;
-    const char *shape_names[19], *fshape_names[9];
-    int shape[19];
+    const char *shape_names[22], *fshape_names[9];
+    int shape[22];
     double fshape[9];
     float *buffers;
     size_t nbuffers;

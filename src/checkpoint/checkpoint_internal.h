@@ -16,7 +16,7 @@
 
 /* The manifest's names of GPT-2's shape, in dt_checkpoint_model's order. */
 /* A language model's shape in a manifest: GPT-2's six integers, then (other families) five more and five numbers. */
-extern const char *const dt_ckpt_lm_shape[19], *const dt_ckpt_lm_numbers[9];
+extern const char *const dt_ckpt_lm_shape[22], *const dt_ckpt_lm_numbers[9];
 /* [off, off + n) of this rank's store, in each of nb buffers holding just
  * that range, written to (write 1) or read from a file in the whole
  * model's layout (buffer b at b * global parameters): the table's runs. */

@@ -357,6 +357,15 @@ dt_status dt_ckpt_manifest_shape(const cJSON *j, const char *mpath, dt_gpt2_conf
         if (!(v >= 0 && v <= (1 << 30))) return dt_error(DT_ERR_IO, "%s: model.%s is %g", mpath, dt_ckpt_lm_shape[i], v);
         *f[i] = (int)v;
     }
+    int *dense[3] = { &g->moe_every, &g->first_dense, &g->dense_ffn }; /* a mixture's dense layers, where it has some */
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    for (int i = 0; moe && i < 3; i++) {
+        double v = 0;
+        if (!cJSON_GetObjectItemCaseSensitive(model, dt_ckpt_lm_shape[19 + i])) continue;
+        dt_status st = dt_ckpt_count(j, "model", dt_ckpt_lm_shape[19 + i], mpath, 1 << 30, &v);
+        if (st) return st;
+        *dense[i] = (int)v;
+    }
     for (int i = 0; n > 6 && i < (moe ? 9 : 5); i++) {
         double v = 0;
         dt_status st = dt_ckpt_number(j, "model", dt_ckpt_lm_numbers[i], mpath, &v);

@@ -164,9 +164,10 @@ dt_status dt_checkpoint_check_dir(const char *dir, const char *resume, int overw
  * params.f32, where the parameters are sharded too. */
 typedef struct { uint64_t off, count, hash, phash; } piece;
 
-const char *const dt_ckpt_lm_shape[19] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels",
+const char *const dt_ckpt_lm_shape[22] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels",
                                             "kv_heads", "head_dim", "ffn", "untied", "rope_original_max", "experts", "experts_top_k",
-                                            "norm_topk", "shared_ffn", "router", "expert_groups", "group_top_k", "drop_policy" };
+                                            "norm_topk", "shared_ffn", "router", "expert_groups", "group_top_k", "drop_policy",
+                                            "moe_every", "first_dense", "dense_ffn" };
 const char *const dt_ckpt_lm_numbers[9] = { "norm_eps", "rope_theta", "rope_factor", "rope_low_freq_factor", "rope_high_freq_factor",
                                             "aux_coef", "routed_scale", "bias_rate", "capacity_factor" };
 
@@ -174,13 +175,14 @@ void dt_checkpoint_gpt2(dt_gpt2 *g, dt_checkpoint_model *out) {
     memset(out, 0, sizeof *out);
     dt_gpt2_model(g, &out->m);
     dt_lm_config c = dt_lm_config_resolve(dt_gpt2_get_config(g));
-    const int v[19] = { c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
+    const int v[22] = { c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
                         c.kv_heads, c.head_dim, c.ffn, c.untied, c.rope_original_max, c.experts, c.experts_top_k, c.norm_topk,
-                        c.shared_ffn, c.router, c.expert_groups, c.group_top_k, c.drop_policy };
+                        c.shared_ffn, c.router, c.expert_groups, c.group_top_k, c.drop_policy, c.moe_every, c.first_dense, c.dense_ffn };
     const double f[9] = { c.norm_eps, c.rope_theta, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor, c.aux_coef,
                           c.routed_scale, c.bias_rate, c.capacity_factor };
     bool gpt2 = !strcmp(out->m.kind, "gpt2"); /* GPT-2's manifests keep their six sizes: the rest are its defaults */
-    out->nshape = gpt2 ? 6 : c.experts ? 19 : 11;
+    /* (dense layers among the mixtures, three more: a manifest without them has none) */
+    out->nshape = gpt2 ? 6 : c.experts ? (c.dense_ffn ? 22 : 19) : 11;
     out->nfshape = gpt2 ? 0 : c.experts ? 9 : 5;
     for (int i = 0; i < out->nshape; i++) out->shape_names[i] = dt_ckpt_lm_shape[i], out->shape[i] = v[i];
     for (int i = 0; i < out->nfshape; i++) out->fshape_names[i] = dt_ckpt_lm_numbers[i], out->fshape[i] = f[i];

@@ -37,6 +37,7 @@ static size_t small_floats(const dt_decoder *d, const dt_program *p, const dt_pr
     for (int l = 0; l < d->cfg.num_layers; l++)
         for (int k = 0; k < d->nops; k++) {
             const dt_op_spec *s = &d->ops[k].s;
+            if (!dt_decoder_runs(d, l, k)) continue;
             if (s->kind == DT_OP_NORM) n += dt_program_block_tensor(p, l, s->w)->count * (s->b >= 0 ? 2 : 1);
             else if (s->kind == DT_OP_LINEAR && s->b >= 0) n += (size_t)d->ops[k].width_out;
         }
@@ -49,6 +50,7 @@ static dt_status load_layer(dt_decoder *d, dt_program *p, const float *params, i
     for (int k = 0; k < d->nops; k++) {
         const dt_program_op *o = &d->ops[k];
         op_weights *w = &d->w[(size_t)l * d->nops + k];
+        if (!dt_decoder_runs(d, l, k)) continue;
         const dt_tensor_info *wt = o->s.w >= 0 ? dt_program_block_tensor(p, l, o->s.w) : NULL;
         const dt_tensor_info *bt = o->s.b >= 0 ? dt_program_block_tensor(p, l, o->s.b) : NULL;
         if (o->s.kind == DT_OP_NORM) {
@@ -98,14 +100,14 @@ static dt_status share_values(dt_decoder *d, size_t R) {
     width[DT_V_IN] = width[DT_V_OUT] = d->vw[DT_V_IN];
     for (int k = 0; ok && k < d->nops; k++) {
         int v = d->ops[k].s.out, b = 2;
-        if (v == DT_V_IN || v == DT_V_OUT) continue;
+        if (owner[v] >= 0) continue; /* (written by another kind of layer's op too: its first writer's buffer) */
         while (b < d->nbufs && until[b] >= k) b++;
         if (b == d->nbufs) d->nbufs++;
         owner[v] = b;
         until[b] = last[v];
         if (d->vw[v] > width[b]) width[b] = d->vw[v];
     }
-    for (int b = 0; ok && b < d->nbufs; b++) ok = (d->bufs[b] = malloc(sizeof(float) * R * (size_t)width[b])) != NULL;
+    for (int b = 0; ok && b < d->nbufs; b++) ok = (d->bufs[b] = malloc(sizeof(float) * R * (size_t)(width[b] ? width[b] : 1))) != NULL;
     for (int v = 0; ok && v < nv; v++) ok = owner[v] >= 0 && (d->val[v] = d->bufs[owner[v]]) != NULL;
     free(last); free(owner); free(until); free(width);
     return ok ? DT_OK : dt_error(DT_ERR_NOMEM, "decoder: out of memory for a block's values of %zu rows", R);

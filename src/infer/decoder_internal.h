@@ -38,7 +38,7 @@ struct dt_decoder {
      * reads), vocabulary rows [v0, v0 + Vv) of the real ones; the row-parallel sums over tp (NULL: one rank) */
     const dt_tp_ops *tp;
     int NHl, NKVl, hd, v0, Vv, *kv_of;
-    op_weights *w;   /* [layer * nops + k] */
+    op_weights *w;   /* [layer * nops + k] (a layer's ops: those it runs, dt_decoder_runs) */
     const float *wpe, *normw, *normb;
     linear head;     /* the real vocabulary rows this rank holds */
     linear embed;    /* an untied model's token table (tied: the head's rows are read) */
@@ -59,6 +59,9 @@ struct dt_decoder {
     moe_scratch *moe;  /* a mixture of experts' rows a step (NULL: none) */
     dt_gpt2 *owned;  /* the model, when the decoder took it (dt_decoder_create_taking): its f32 Linears are packed in it */
 };
+/* Whether layer l runs op k (a family with dense and mixture layers runs each kind's MLP in its own). */
+static inline bool dt_decoder_runs(const dt_decoder *d, int l, int k) { return dt_layers_hold(d->ops[k].s.layers, dt_lm_layer_moe(&d->cfg, l)); }
+
 
 /* Positions a slot has room for: max_seq_len rounded up to whole key blocks. */
 size_t dt_decoder_padded_positions(const dt_decoder *d);

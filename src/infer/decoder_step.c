@@ -143,6 +143,7 @@ static dt_status block(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
     for (int k = 0; k < d->nops; k++) {
         const dt_program_op *o = &d->ops[k];
         const op_weights *w = &d->w[(size_t)l * d->nops + k];
+        if (!dt_decoder_runs(d, l, k)) continue;
         float *in = d->val[o->s.in], *out = d->val[o->s.out];
         dt_status st = DT_OK;
         switch (o->s.kind) {

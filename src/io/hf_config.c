@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Field name of j as a whole number in [lo, hi]; absent: def (def < lo: required). */
@@ -73,19 +74,40 @@ static dt_status llama_like(const cJSON *j, const char *path, dt_lm_config *c) {
     return DT_OK;
 }
 
+/* mlp_only_layers (Qwen 2 MoE's dense layers by number) as the first K: the only list this build places (K, or -1). */
+static int first_layers(const cJSON *list, int L) {
+    int n = cJSON_GetArraySize(list);
+    bool *seen = calloc((size_t)L + 1, 1);
+    const cJSON *x;
+    cJSON_ArrayForEach(x, list) {
+        if (!seen || !cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= n || x->valuedouble >= L || x->valuedouble != (int)x->valuedouble ||
+            seen[(int)x->valuedouble]) {
+            free(seen);
+            return -1;
+        }
+        seen[(int)x->valuedouble] = true;
+    }
+    free(seen);
+    return n;
+}
+
 /* Qwen 2 MoE's: its experts' widths (moe_intermediate_size, the shared expert's), its weights not renormalised unless
- * norm_topk_prob; every layer sparse (a dense layer among them is not in this build), q, k and v with biases. */
+ * norm_topk_prob; its dense layers (intermediate_size wide): those not a multiple of decoder_sparse_step (counting from
+ * 1) and mlp_only_layers (the first K only, in this build); q, k and v with biases. */
 static dt_status qwen_moe_of(const cJSON *j, const char *path, dt_lm_config *c) {
     dt_status st;
-    int step = 1;
+    int step = 1, dense_w = c->ffn;
     const cJSON *dense = cJSON_GetObjectItemCaseSensitive(j, "mlp_only_layers"), *bias = cJSON_GetObjectItemCaseSensitive(j, "qkv_bias");
     if ((st = get_int(j, "num_experts", -1, 1, 4096, path, &c->experts)) || (st = get_int(j, "moe_intermediate_size", -1, 1, 1 << 22, path, &c->ffn)) ||
         (st = get_int(j, "shared_expert_intermediate_size", -1, 1, 1 << 22, path, &c->shared_ffn)) ||
         (st = get_int(j, "decoder_sparse_step", 1, 1, 4096, path, &step)))
         return st;
-    if (step != 1 || (cJSON_IsArray(dense) && cJSON_GetArraySize(dense) > 0))
-        return dt_error(DT_ERR_UNSUPPORTED, "%s: dense layers among the sparse ones (decoder_sparse_step %d, mlp_only_layers): this build's "
-                        "layers are all mixtures", path, step);
+    int first = dense && !cJSON_IsNull(dense) ? cJSON_IsArray(dense) ? first_layers(dense, c->num_layers) : -1 : 0;
+    if (first < 0)
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: \"mlp_only_layers\" must list the first K layers (0 to K-1, each once, below "
+                        "num_hidden_layers %d): this build places dense layers first and between every decoder_sparse_step-th", path,
+                        c->num_layers);
+    c->moe_every = step, c->first_dense = first, c->dense_ffn = dense_w;
     if (bias && !cJSON_IsTrue(bias)) return dt_error(DT_ERR_UNSUPPORTED, "%s: \"qkv_bias\": false is not Qwen 2 MoE as this build runs it", path);
     c->norm_topk = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "norm_topk_prob"));
     return DT_OK;

@@ -15,15 +15,17 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* A mixture of experts' fields: Qwen 2 MoE's (every layer sparse, q/k/v with biases, the shared expert) or Mixtral's. */
+/* A mixture of experts' fields: Qwen 2 MoE's (its dense layers: the first first_dense, and those between every
+ * moe_every-th; q/k/v with biases, the shared expert) or Mixtral's. */
 static void moe_config(cJSON *j, const dt_lm_config *c, bool qwen) {
     if (qwen) {
         cJSON_AddNumberToObject(j, "num_experts", c->experts);
         cJSON_AddNumberToObject(j, "moe_intermediate_size", c->ffn);
         cJSON_AddNumberToObject(j, "shared_expert_intermediate_size", c->shared_ffn);
         cJSON_AddBoolToObject(j, "norm_topk_prob", c->norm_topk);
-        cJSON_AddNumberToObject(j, "decoder_sparse_step", 1);
-        cJSON_AddItemToObject(j, "mlp_only_layers", cJSON_CreateArray());
+        cJSON_AddNumberToObject(j, "decoder_sparse_step", c->moe_every);
+        cJSON *dense = cJSON_AddArrayToObject(j, "mlp_only_layers");
+        for (int l = 0; l < c->first_dense && l < c->num_layers; l++) cJSON_AddItemToArray(dense, cJSON_CreateNumber(l));
         cJSON_AddBoolToObject(j, "qkv_bias", 1);
     } else {
         cJSON_AddNumberToObject(j, "num_local_experts", c->experts);
@@ -45,7 +47,7 @@ static cJSON *llama_config(const dt_gpt2_config *given) {
     if (moe) moe_config(j, &c, qmoe);
     cJSON_AddNumberToObject(j, "vocab_size", c.vocab_size);
     cJSON_AddNumberToObject(j, "hidden_size", c.channels);
-    cJSON_AddNumberToObject(j, "intermediate_size", c.ffn);
+    cJSON_AddNumberToObject(j, "intermediate_size", c.dense_ffn ? c.dense_ffn : c.ffn); /* (Qwen 2 MoE's dense layers') */
     cJSON_AddNumberToObject(j, "num_hidden_layers", c.num_layers);
     cJSON_AddNumberToObject(j, "num_attention_heads", c.num_heads);
     cJSON_AddNumberToObject(j, "num_key_value_heads", c.kv_heads);
@@ -111,6 +113,11 @@ dt_status dt_hf_folder_save(const char *dir, dt_gpt2 *m) {
     if (dt_gpt2_get_config(m)->router == DT_ROUTER_SIGMOID_BIAS) /* before anything is written */
         return dt_error(DT_ERR_UNSUPPORTED, "%s: DeepSeek-V3's sigmoid router with its bias has no Mixtral or Qwen 2 MoE folder in "
                         "transformers (its attention is MLA); dtrain's checkpoint keeps it", dir);
+    dt_lm_config r = dt_lm_config_resolve(dt_gpt2_get_config(m));
+    if (r.dense_ffn && r.family != dt_family_find("qwen2_moe"))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: %s's dense layers among its mixtures (%d of %d layers dense) have no place in its "
+                        "Hugging Face config (Qwen 2 MoE's has: decoder_sparse_step, mlp_only_layers); dtrain's checkpoint keeps it",
+                        dir, dt_family_name(r.family), r.num_layers - dt_lm_moe_layers(&r), r.num_layers);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_error(DT_ERR_IO, "%s: cannot create the folder: %s", dir, strerror(errno));
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);

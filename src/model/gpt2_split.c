@@ -17,7 +17,7 @@ static double unit_cost(const dt_gpt2_config *c, int T, int u) {
     if (u == 0) return C;
     if (u <= c->num_layers) {
         dt_lm_config r = dt_lm_config_resolve(c);
-        return 2 * dt_program_block_matmul_params(c) + 2.0 * T * r.num_heads * r.head_dim;
+        return 2 * dt_program_block_matmul_params(c, u - 1) + 2.0 * T * r.num_heads * r.head_dim;
     }
     return 2 * C * c->padded_vocab_size;
 }

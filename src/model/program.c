@@ -34,6 +34,8 @@ static int width_of(const dt_lm_config *c, dt_width w) {
     case W_EXPERTS: return c->experts;
     case W_SFFN: return c->shared_ffn;
     case W_ONE: return 1;
+    case W_DFFN: return c->dense_ffn;
+    case W_DFFN2: return 2 * c->dense_ffn;
     }
     return 0;
 }
@@ -44,6 +46,24 @@ static size_t spec_count(const dt_lm_config *c, const dt_tensor_spec *s) {
     return stack * (size_t)width_of(c, s->rows) * (cols ? cols : 1);
 }
 
+bool dt_lm_layer_moe(const dt_lm_config *c, int l) {
+    return c->experts > 0 && l >= c->first_dense && (l + 1) % (c->moe_every > 0 ? c->moe_every : 1) == 0;
+}
+
+int dt_lm_moe_layers(const dt_lm_config *c) {
+    int n = 0;
+    for (int l = 0; l < c->num_layers; l++) n += dt_lm_layer_moe(c, l);
+    return n;
+}
+
+/* Whether layer l holds a spec's tensor; how many layers below l do. */
+static bool spec_in(const dt_lm_config *c, const dt_tensor_spec *s, int l) { return dt_layers_hold(s->layers, dt_lm_layer_moe(c, l)); }
+static int layers_with(const dt_lm_config *c, const dt_tensor_spec *s, int below) {
+    int n = 0;
+    for (int l = 0; l < below; l++) n += spec_in(c, s, l);
+    return n;
+}
+
 /* This rank's width: w split as tensor parallelism splits it (the whole on one rank). */
 static int local_width(const dt_program *p, dt_width w) {
     switch (w) {
@@ -52,6 +72,8 @@ static int local_width(const dt_program *p, dt_width w) {
     case W_QKV: return p->Ql + 2 * p->KVl;
     case W_FFN: return p->Fl;
     case W_FFN2: return 2 * p->Fl;
+    case W_DFFN: return p->Dl;
+    case W_DFFN2: return 2 * p->Dl;
     case W_VOCAB: return p->Vl;
     default: return width_of(&p->cfg, w);
     }
@@ -120,6 +142,10 @@ dt_lm_config dt_lm_config_resolve(const dt_lm_config *in) {
     if (!(c.norm_eps > 0)) c.norm_eps = 1e-5f;
     if (!(c.rope_theta > 0)) c.rope_theta = 10000;
     if (c.experts && !c.experts_top_k) c.experts_top_k = 2;
+    if (c.experts && !c.moe_every) c.moe_every = 1;
+    /* a dense layer's MLP: as wide as an expert's unless given; no dense layer, none */
+    if (c.experts && c.moe_every > 0 && c.first_dense >= 0 && dt_lm_moe_layers(&c) == c.num_layers) c.dense_ffn = 0;
+    else if (c.experts && !c.dense_ffn) c.dense_ffn = c.ffn;
     if (c.router == DT_ROUTER_SIGMOID_BIAS) {
         if (!c.expert_groups) c.expert_groups = 1;
         if (!c.group_top_k) c.group_top_k = c.expert_groups;
@@ -137,7 +163,8 @@ bool dt_lm_config_same(const dt_lm_config *x, const dt_lm_config *y) {
            a.rope_high_freq_factor == b.rope_high_freq_factor && a.rope_original_max == b.rope_original_max && a.experts == b.experts &&
            a.experts_top_k == b.experts_top_k && a.norm_topk == b.norm_topk && a.aux_coef == b.aux_coef && a.shared_ffn == b.shared_ffn &&
            a.router == b.router && a.expert_groups == b.expert_groups && a.group_top_k == b.group_top_k && a.routed_scale == b.routed_scale &&
-           a.capacity_factor == b.capacity_factor && a.drop_policy == b.drop_policy;
+           a.capacity_factor == b.capacity_factor && a.drop_policy == b.drop_policy && a.moe_every == b.moe_every &&
+           a.first_dense == b.first_dense && a.dense_ffn == b.dense_ffn;
 }
 
 dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
@@ -180,6 +207,13 @@ dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
     } else if (c->router != DT_ROUTER_SOFTMAX) {
         return dt_error(DT_ERR_ARG, "%s: router %d is neither softmax (0) nor sigmoid-bias (1)", where, c->router);
     }
+    if (!c->experts && (c->moe_every > 1 || c->first_dense || c->dense_ffn))
+        return dt_error(DT_ERR_ARG, "%s: dense layers among mixtures (every %d, the first %d dense, %d hidden units) without experts "
+                        "(--experts E)", where, c->moe_every, c->first_dense, c->dense_ffn);
+    if (c->experts && (c->moe_every < 1 || c->first_dense < 0 || c->dense_ffn < 0 || !dt_lm_moe_layers(c)))
+        return dt_error(DT_ERR_ARG, "%s: a mixture every %d layers after the first %d dense (of %d layers, dense MLPs of %d hidden "
+                        "units): no layer would be a mixture, or a value is below 0", where, c->moe_every, c->first_dense,
+                        c->num_layers, c->dense_ffn);
     if (!(c->capacity_factor >= 0) || c->drop_policy < 0 || c->drop_policy > 1) {
         return dt_error(DT_ERR_ARG, "%s: a capacity factor of %g (0: dropless) or drop policy %d (0 by weight, 1 by position)", where,
                         (double)c->capacity_factor, c->drop_policy);
@@ -247,16 +281,18 @@ static int nfinal_of(const dt_program *p) {
 }
 
 
-/* Where a tensor starts in the whole model's store (the checkpoints' layout): unit by unit. */
+/* Where a tensor starts in the whole model's store (the checkpoints' layout): unit by unit (a layer holding its own
+ * tensors). */
 static size_t global_offset(const dt_program *p, int section, int i, int layer) {
     const dt_family *f = p->f;
-    size_t at = 0, block = 0;
-    for (int j = 0; j < f->nblock; j++) block += spec_count(&p->cfg, &f->block[j]);
+    size_t at = 0;
     for (int j = 0; j < (section == 0 ? i : f->nembed); j++) at += spec_count(&p->cfg, &f->embed[j]);
     if (section == 0) return at;
-    at += block * (size_t)(section == 1 ? layer : p->cfg.num_layers);
+    for (int j = 0; j < f->nblock; j++)
+        at += (size_t)layers_with(&p->cfg, &f->block[j], section == 1 ? layer : p->cfg.num_layers) * spec_count(&p->cfg, &f->block[j]);
     const dt_tensor_spec *list = section == 1 ? f->block : f->final;
-    for (int j = 0; j < i; j++) at += spec_count(&p->cfg, &list[j]);
+    for (int j = 0; j < i; j++)
+        if (section == 2 || spec_in(&p->cfg, &list[j], layer)) at += spec_count(&p->cfg, &list[j]);
     return at;
 }
 
@@ -268,8 +304,9 @@ static uint64_t draw_offset(const dt_program *p, int section, int i, int layer) 
     uint64_t at = 0, L = (uint64_t)p->cfg.num_layers;
     for (int j = 0; j < (section == 0 ? i : f->nembed); j++) at += f->embed[j].init == INIT_NORMAL ? spec_count(&p->cfg, &f->embed[j]) : 0;
     if (section == 0) return at;
-    for (int j = 0; j < (section == 1 ? i : f->nblock); j++) at += f->block[j].init == INIT_NORMAL ? L * spec_count(&p->cfg, &f->block[j]) : 0;
-    if (section == 1) return at + (uint64_t)layer * spec_count(&p->cfg, &f->block[i]);
+    for (int j = 0; j < (section == 1 ? i : f->nblock); j++)
+        at += f->block[j].init == INIT_NORMAL ? (uint64_t)layers_with(&p->cfg, &f->block[j], (int)L) * spec_count(&p->cfg, &f->block[j]) : 0;
+    if (section == 1) return at + (uint64_t)layers_with(&p->cfg, &f->block[i], layer) * spec_count(&p->cfg, &f->block[i]);
     for (int j = 0; j < i; j++) at += f->final[j].init == INIT_NORMAL ? spec_count(&p->cfg, &f->final[j]) : 0;
     return at;
 }
@@ -325,9 +362,12 @@ static dt_status layout(dt_program *p) {
     p->tab = calloc(n, sizeof *p->tab);
     p->spec = calloc(n, sizeof *p->spec);
     p->draw = calloc(n, sizeof *p->draw);
-    p->block_tab = malloc(sizeof *p->block_tab * (size_t)L);
+    p->block_tab = malloc(sizeof *p->block_tab * (size_t)L * (size_t)f->nblock);
     p->bk = malloc(sizeof *p->bk * (size_t)L);
-    if (!p->tab || !p->spec || !p->draw || !p->block_tab || !p->bk) return dt_error(DT_ERR_NOMEM, "model: out of memory for the table");
+    p->moe_layer = malloc(sizeof *p->moe_layer * (size_t)L);
+    if (!p->tab || !p->spec || !p->draw || !p->block_tab || !p->bk || !p->moe_layer)
+        return dt_error(DT_ERR_NOMEM, "model: out of memory for the table");
+    for (int l = 0; l < L; l++) p->moe_layer[l] = dt_lm_layer_moe(&p->cfg, l);
     p->i_wte = p->i_wpe = p->i_lnf = p->i_head = -1;
     if (p->ua == 0) {
         for (int i = 0; i < f->nembed; i++) add_tensor(p, 0, i, -1, 0);
@@ -340,8 +380,12 @@ static dt_status layout(dt_program *p) {
     for (int r = 0; r < p->nr; r++)
         for (int l = p->ra[r] > 0 ? p->ra[r] - 1 : 0; l < L && l + 1 < p->rb[r]; l++) {
             p->bk[l] = p->nl;
-            p->block_tab[p->nl++] = p->ntab;
-            for (int i = 0; i < f->nblock; i++) add_tensor(p, 1, i, l, l + 1);
+            for (int i = 0; i < f->nblock; i++) {
+                bool in = spec_in(&p->cfg, &f->block[i], l);
+                p->block_tab[p->nl * f->nblock + i] = in ? p->ntab : -1;
+                if (in) add_tensor(p, 1, i, l, l + 1);
+            }
+            p->nl++;
         }
     if (p->ub == L + 2) {
         p->i_lnf = p->ntab;
@@ -356,33 +400,42 @@ static dt_status layout(dt_program *p) {
         }
     }
     for (int i = 0; i < f->nembed; i++) p->global_params += spec_count(&p->cfg, &f->embed[i]);
-    for (int i = 0; i < f->nblock; i++) p->global_params += (size_t)L * spec_count(&p->cfg, &f->block[i]);
+    for (int i = 0; i < f->nblock; i++) p->global_params += (size_t)layers_with(&p->cfg, &f->block[i], L) * spec_count(&p->cfg, &f->block[i]);
     for (int i = 0; i < nfinal; i++) p->global_params += spec_count(&p->cfg, &f->final[i]);
     return DT_OK;
 }
 
 /* The gradients of a block's values share buffers where their lives do not meet. In backward (ops in reverse) d(v)
  * lives from the backward of v's last reader (born) down to that of its producer (dies); values are given, in the
- * order they are born, the first buffer whose last value died before, sized to the widest. */
+ * order they are born, the first buffer whose last value died before, sized to the widest. A family with dense and
+ * mixture layers: a value is born, in each kind of layer, at its last reader there; buffers are shared by the lives
+ * of both kinds together (born at the later reader of either, dying at the first producer). */
 static dt_status share_grads(dt_program *p) {
     const dt_family *f = p->f;
     int nv = f->nvalues, *dies = calloc((size_t)nv, sizeof *dies), *free_at = calloc((size_t)nv, sizeof *free_at);
-    p->vborn = calloc((size_t)nv, sizeof *p->vborn);
+    int *born = calloc((size_t)nv, sizeof *born);
+    p->vborn = calloc(2 * (size_t)nv, sizeof *p->vborn);
     p->vbuf = calloc((size_t)nv, sizeof *p->vbuf);
-    if (!dies || !free_at || !p->vborn || !p->vbuf) {
-        free(dies), free(free_at);
+    if (!dies || !free_at || !born || !p->vborn || !p->vbuf) {
+        free(dies), free(free_at), free(born);
         return dt_error(DT_ERR_NOMEM, "model: out of memory");
     }
-    for (int v = 0; v < nv; v++) p->vborn[v] = -1, p->vbuf[v] = -1;
+    for (int v = 0; v < nv; v++) p->vborn[v] = p->vborn[nv + v] = born[v] = dies[v] = -1, p->vbuf[v] = -1;
     for (int k = 0; k < f->nops; k++) {
-        dies[f->ops[k].out] = k;
-        p->vborn[f->ops[k].in] = k;
-        if (f->ops[k].in2 >= 0) p->vborn[f->ops[k].in2] = k;
+        const dt_op_spec *o = &f->ops[k];
+        if (dies[o->out] < 0) dies[o->out] = k;
+        for (int moe = 0; moe < 2; moe++) {
+            if (!dt_layers_hold(o->layers, moe)) continue;
+            p->vborn[moe * nv + o->in] = k;
+            if (o->in2 >= 0) p->vborn[moe * nv + o->in2] = k;
+        }
+        born[o->in] = k;
+        if (o->in2 >= 0) born[o->in2] = k;
     }
     p->nvbuf = 0;
     for (int k = f->nops - 1; k >= 0; k--) /* backward's order: a value is born at its last reader's op */
         for (int v = 2; v < nv; v++) {
-            if (p->vborn[v] != k || p->vbuf[v] >= 0) continue;
+            if (born[v] != k || p->vbuf[v] >= 0) continue;
             int b = 0;
             while (b < p->nvbuf && !(free_at[b] > k)) b++; /* free_at: where its last value died (a higher op) */
             if (b == p->nvbuf) p->nvbuf++;
@@ -391,6 +444,7 @@ static dt_status share_grads(dt_program *p) {
         }
     free(dies);
     free(free_at);
+    free(born);
     return DT_OK;
 }
 
@@ -423,26 +477,35 @@ static void mark_copied(dt_program *p) {
     }
 }
 
+/* The first held layer op k runs in (-1: none). */
+static int held_layer_of(const dt_program *p, int k) {
+    for (int l = 0; l < p->cfg.num_layers; l++)
+        if (p->bk[l] >= 0 && op_runs(p, l, k)) return l;
+    return -1;
+}
+
 /* Linear op k's parts (and biases) side by side in the store, one matmul for them all, and its shape the values'. */
-static dt_status check_linear(const dt_program *p, const dt_program_op *o) {
+static dt_status check_linear(const dt_program *p, const dt_program_op *o, int l) {
     const dt_family *f = p->f;
-    const dt_tensor_info *t = p->tab + p->block_tab[0];
-    int rows = 0;
+    const dt_tensor_info *t = p->tab;
+    int rows = 0, w = tensor_at(p, l, o->s.w), b = o->s.b >= 0 ? tensor_at(p, l, o->s.b) : -1;
     for (int j = 0; j < o->s.nw; j++) {
-        rows += t[o->s.w + j].shape[0];
-        if (j && t[o->s.w + j].offset != t[o->s.w + j - 1].offset + t[o->s.w + j - 1].count)
-            return dt_error(DT_ERR_ARG, "model %s: the parts of Linear %s are not side by side", f->name, t[o->s.w].name);
-        if (j && o->s.b >= 0 && t[o->s.b + j].offset != t[o->s.b + j - 1].offset + t[o->s.b + j - 1].count)
-            return dt_error(DT_ERR_ARG, "model %s: the biases of Linear %s are not side by side", f->name, t[o->s.w].name);
+        rows += t[w + j].shape[0];
+        if (j && t[w + j].offset != t[w + j - 1].offset + t[w + j - 1].count)
+            return dt_error(DT_ERR_ARG, "model %s: the parts of Linear %s are not side by side", f->name, t[w].name);
+        if (j && b >= 0 && t[b + j].offset != t[b + j - 1].offset + t[b + j - 1].count)
+            return dt_error(DT_ERR_ARG, "model %s: the biases of Linear %s are not side by side", f->name, t[w].name);
     }
-    int readers = 0;
-    for (int j = 0; j < f->nops; j++) readers += f->ops[j].in == o->s.in || f->ops[j].in2 == o->s.in;
+    int readers = 0; /* of the ops that run beside it */
+    for (int j = 0; j < f->nops; j++)
+        if (f->ops[j].layers == DT_LAYERS_ALL || o->s.layers == DT_LAYERS_ALL || f->ops[j].layers == o->s.layers)
+            readers += f->ops[j].in == o->s.in || f->ops[j].in2 == o->s.in;
     /* its backward sums d(input) over the group in place: nothing else may have added to it */
-    if (t[o->s.w].split == DT_SPLIT_COLUMN && (readers != 1 || o->s.in < 2))
-        return dt_error(DT_ERR_ARG, "model %s: column-parallel Linear %s must be the only reader of its input", f->name, t[o->s.w].name);
-    if (rows != o->width_out || t[o->s.w].shape[1] != o->width_in)
-        return dt_error(DT_ERR_ARG, "model %s: Linear %s is [%d, %d] between values of %d and %d", f->name, t[o->s.w].name, rows,
-                        t[o->s.w].shape[1], o->width_in, o->width_out);
+    if (t[w].split == DT_SPLIT_COLUMN && (readers != 1 || o->s.in < 2))
+        return dt_error(DT_ERR_ARG, "model %s: column-parallel Linear %s must be the only reader of its input", f->name, t[w].name);
+    if (rows != o->width_out || t[w].shape[1] != o->width_in)
+        return dt_error(DT_ERR_ARG, "model %s: Linear %s is [%d, %d] between values of %d and %d", f->name, t[w].name, rows,
+                        t[w].shape[1], o->width_in, o->width_out);
     return DT_OK;
 }
 
@@ -475,7 +538,8 @@ static dt_status shape_ops(dt_program *p) {
         o->s = f->ops[k];
         o->width_in = p->vw[o->s.in];
         o->width_out = p->vw[o->s.out];
-        if (o->s.kind == DT_OP_LINEAR && p->nl > 0 && (st = check_linear(p, o))) return st;
+        int l = held_layer_of(p, k);
+        if (o->s.kind == DT_OP_LINEAR && l >= 0 && (st = check_linear(p, o, l))) return st;
     }
     return DT_OK;
 }
@@ -503,6 +567,7 @@ static dt_status check_part(const dt_lm_config *c, const dt_model_part *part) {
     if (c->kv_heads % t && t % c->kv_heads)
         return dt_error(DT_ERR_ARG, "model: --tp %d and the %d K/V heads: one must divide the other", t, c->kv_heads);
     if (c->ffn % t) return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the MLP's %d hidden units", t, c->ffn);
+    if (c->dense_ffn % t) return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the dense layers' %d hidden units", t, c->dense_ffn);
     int e = part->ep_size ? part->ep_size : 1;
     if (e < 1 || part->ep_rank < 0 || part->ep_rank >= e) return dt_error(DT_ERR_ARG, "model: expert-parallel rank %d of %d", part->ep_rank, e);
     if (e > 1 && !c->experts) return dt_error(DT_ERR_ARG, "model: --ep %d spreads a mixture's experts: this model has none (--experts E)", e);
@@ -523,6 +588,7 @@ static void part_widths(dt_program *p) {
     p->kv0 = c->kv_heads >= t ? r * kvl : r * p->NHl / (c->num_heads / c->kv_heads);
     p->KVl = kvl * hd;
     p->Fl = c->ffn / t;
+    p->Dl = c->dense_ffn / t;
     p->v0 = r * rows < c->padded_vocab_size ? r * rows : c->padded_vocab_size;
     p->Vl = c->padded_vocab_size - p->v0 < rows ? c->padded_vocab_size - p->v0 : rows;
     int real = c->vocab_size - p->v0;
@@ -634,10 +700,10 @@ static size_t whole_params(const dt_lm_config *c) {
     const dt_family *f = c->family;
     size_t n = 0, block = 0;
     for (int i = 0; i < f->nembed; i++) n += spec_count(c, &f->embed[i]);
-    for (int i = 0; i < f->nblock; i++) block += spec_count(c, &f->block[i]);
+    for (int i = 0; i < f->nblock; i++) block += (size_t)layers_with(c, &f->block[i], c->num_layers) * spec_count(c, &f->block[i]);
     for (int i = 0; i < f->nfinal; i++)
         if (!(i == f->nfinal - 1 && !c->untied && f->final[i].rows == W_VOCAB)) n += spec_count(c, &f->final[i]);
-    return n + block * (size_t)c->num_layers;
+    return n + block;
 }
 
 dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_model_part *part, size_t *local, size_t *global) {
@@ -666,27 +732,35 @@ double dt_program_flops_per_token(const dt_lm_config *cfg, int T) {
     for (int i = 0; i < c.family->nembed; i++)
         if (i > 0 || c.untied) n -= (double)spec_count(&c, &c.family->embed[i]);
     for (int i = 0; i < c.family->nblock; i++) /* an expert's weights work for the tokens routed to it: K of E */
-        if (c.family->block[i].stack) n -= (double)c.num_layers * spec_count(&c, &c.family->block[i]) * (1.0 - (double)c.experts_top_k / c.experts);
+        if (c.family->block[i].stack)
+            n -= (double)layers_with(&c, &c.family->block[i], c.num_layers) * spec_count(&c, &c.family->block[i]) *
+                 (1.0 - (double)c.experts_top_k / c.experts);
     return 6 * n + 12.0 * c.num_layers * (double)T * c.num_heads * c.head_dim;
 }
 
-/* One block's parameters in matmuls (the pipeline split's cost of a block: twice these FLOPs a token). */
-double dt_program_block_matmul_params(const dt_lm_config *cfg) {
+/* Block l's parameters in matmuls (the pipeline split's cost of a block: twice these FLOPs a token); l -1: the most
+ * any block has. */
+double dt_program_block_matmul_params(const dt_lm_config *cfg, int l) {
     dt_lm_config c = dt_lm_config_resolve(cfg);
-    double n = 0;
-    for (int i = 0; c.family && i < c.family->nblock; i++)
-        if (c.family->block[i].cols != W_NONE)
-            n += (double)width_of(&c, c.family->block[i].rows) * width_of(&c, c.family->block[i].cols) *
-                 (c.family->block[i].stack ? c.experts_top_k : 1); /* a token's experts */
-    return n;
+    double most = 0;
+    for (int at = l < 0 ? 0 : l; at < (l < 0 ? c.num_layers : l + 1); at++) {
+        double n = 0;
+        for (int i = 0; c.family && i < c.family->nblock; i++)
+            if (c.family->block[i].cols != W_NONE && spec_in(&c, &c.family->block[i], at))
+                n += (double)width_of(&c, c.family->block[i].rows) * width_of(&c, c.family->block[i].cols) *
+                     (c.family->block[i].stack ? c.experts_top_k : 1); /* a token's experts */
+        if (n > most) most = n;
+    }
+    return most;
 }
 
 int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_model_part *part, int (*shape)[2], int max) {
     dt_program *p;
     if (shape_part(cfg, part, &p)) return 0;
     int n = 0;
-    for (int k = 0; k < p->f->nops; k++)
-        if (p->ops[k].s.kind == DT_OP_LINEAR && n < max) shape[n][0] = p->ops[k].width_out, shape[n++][1] = p->ops[k].width_in;
+    for (int k = 0; k < p->f->nops; k++) /* (those some layer runs) */
+        if (p->ops[k].s.kind == DT_OP_LINEAR && p->ops[k].width_out > 0 && n < max)
+            shape[n][0] = p->ops[k].width_out, shape[n++][1] = p->ops[k].width_in;
     dt_program_destroy(p);
     return n;
 }
@@ -708,6 +782,7 @@ void dt_program_destroy(dt_program *p) {
     free(p->draw);
     free(p->block_tab);
     free(p->bk);
+    free(p->moe_layer);
     free(p->ops);
     free(p->vw);
     free(p->vsplit);
@@ -832,8 +907,8 @@ void dt_program_base_model(dt_program *p, dt_model *out) {    /* deferring the t
 int dt_program_kv_head(const dt_program *p, int h) { return (p->part.tp_rank * p->NHl + h) / (p->cfg.num_heads / p->cfg.kv_heads) - p->kv0; }
 
 const dt_tensor_info *dt_program_block_tensor(const dt_program *p, int l, int k) {
-    if (l < 0 || l >= p->cfg.num_layers || p->bk[l] < 0 || k < 0 || k >= p->f->nblock) return NULL;
-    return &p->tab[p->block_tab[p->bk[l]] + k];
+    if (l < 0 || l >= p->cfg.num_layers || p->bk[l] < 0 || k < 0 || k >= p->f->nblock || tensor_at(p, l, k) < 0) return NULL;
+    return &p->tab[tensor_at(p, l, k)];
 }
 
 dt_status dt_program_linears(const dt_program *p, dt_linear_layer **out, int *n) {
@@ -844,7 +919,7 @@ dt_status dt_program_linears(const dt_program *p, dt_linear_layer **out, int *n)
         for (int i = 0; i < nb; i++) {
             const dt_program_op *o = &p->ops[i];
             const dt_op_spec *s = &o->s;
-            if (s->kind != DT_OP_LINEAR || !dt_program_block_tensor(p, l, s->w)) continue; /* another stage's layer */
+            if (s->kind != DT_OP_LINEAR || !dt_program_block_tensor(p, l, s->w)) continue; /* another stage's layer (or kind) */
             if (s->nw > DT_LINEAR_PARTS) return dt_error(DT_ERR_ARG, "a Linear of %d parts (at most %d)", s->nw, DT_LINEAR_PARTS);
             dt_linear_layer *y = &(*out)[(*n)++];
             *y = (dt_linear_layer){ .layer = l, .op = i, .in = o->width_in, .nparts = s->nw };
@@ -869,5 +944,5 @@ void dt_program_get_view(const dt_program *p, dt_program_view *out) {
                               .rotary = p->f->rotary, .inv_freq = p->inv_freq, .heads = p->NHl, .kv_heads = p->KVl / hd, .head_dim = hd,
                               .embed = entry(p, p->i_wte), .positions = entry(p, p->i_wpe), .norm_w = entry(p, p->i_lnf),
                               .norm_b = p->f->rms || p->i_lnf < 0 ? NULL : entry(p, p->i_lnf + 1),
-                              .head = p->cfg.untied ? entry(p, p->i_head) : NULL };
+                              .head = p->cfg.untied ? entry(p, p->i_head) : NULL, .moe_layer = p->moe_layer };
 }

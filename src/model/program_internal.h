@@ -5,7 +5,7 @@
 #include "dtrain/program.h"
 
 /* Widths a spec names, resolved from the config (program.c, width_of). */
-typedef enum { W_NONE, W_C, W_Q, W_KV, W_QKV, W_FFN, W_FFN2, W_VOCAB, W_POS, W_EXPERTS, W_SFFN, W_ONE } dt_width;
+typedef enum { W_NONE, W_C, W_Q, W_KV, W_QKV, W_FFN, W_FFN2, W_VOCAB, W_POS, W_EXPERTS, W_SFFN, W_ONE, W_DFFN, W_DFFN2 } dt_width;
 
 /* One tensor: our name and Hugging Face's ("%d": the layer), its rows and columns (W_NONE: a vector), how
  * tensor parallelism splits it, and what mixed precision reads in f32 (dt_tensor_info's f32_read). hf_t: HF
@@ -18,6 +18,7 @@ typedef struct {
     enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } init; /* a weight, a norm's scale, a bias */
     const char *gguf;                                 /* llama.cpp's name in a GGUF file ("%d": the layer) */
     dt_width stack;                                   /* W_EXPERTS: one [rows, cols] an expert, stacked (hf's "%%d": the expert) */
+    dt_layers layers;                                 /* the layers that hold it (a mixture's, a dense MLP's, all) */
 } dt_tensor_spec;
 
 
@@ -140,7 +141,7 @@ struct dt_program {
     /* this rank's widths: Ql query channels (NHl heads), KVl key/value channels (its K/V heads from kv0; all ranks
      * sharing one when there are fewer K/V heads than ranks), Fl hidden units, vocabulary rows [v0, v0 + Vl) of
      * which Vv are real; one process: the whole model's */
-    int NHl, Ql, KVl, kv0, Fl, v0, Vl, Vv;
+    int NHl, Ql, KVl, kv0, Fl, Dl, v0, Vl, Vv; /* (Dl: a dense layer's MLP's hidden units among mixtures) */
     int nr, ra[DT_GPT2_MAX_CHUNKS], rb[DT_GPT2_MAX_CHUNKS], ua, ub;
     int nl, *bk;               /* blocks held, and per block of the model its index among them (-1: not held) */
     int cur;                   /* the range forward last ran or use_chunk chose */
@@ -150,7 +151,8 @@ struct dt_program {
     const dt_tensor_spec **spec; /* each table entry's */
     uint64_t *draw;            /* each table entry's first value in a seed's stream (dt_program_init_random) */
     int ntab;
-    int *block_tab;            /* per held block (by bk): its first tensor's index in the table */
+    int *block_tab;            /* per held block (by bk) and spec entry: the tensor's index in the table (-1: not in that layer) */
+    bool *moe_layer;           /* per layer of the model: a mixture (dt_lm_layer_moe) */
     int i_wte, i_wpe, i_lnf, i_head; /* table indices (-1: not held) */
     size_t nparams, global_params; /* this rank's, the whole model's */
     float *params, *grads, *own_params, *own_grads;
@@ -183,7 +185,8 @@ struct dt_program {
     bool *vcopy;               /* each value's gradient is first written (in backward's order) by an add, which copies it:
                                 * no zeroing first, no pass adding to zeros (the residual stream's and a branch's) */
     int *vborn, *vbuf;         /* a block value's gradient: the op whose backward writes it first (zeroed just before,
-                                * unless copied), and the buffer it shares with values whose gradients live apart */
+                                * unless copied; [moe * nvalues + v]: in a dense layer, in a mixture), and the buffer it
+                                * shares with values whose gradients live apart (whichever layers) */
     int nvbuf;
     float *inv_freq;           /* rotary: head_dim / 2 frequencies */
     int *kv_of;                /* this rank's query head h reads its K/V head kv_of[h] (dt_program_kv_head) */
@@ -244,10 +247,12 @@ void dt_program_moe_ep_free_keep(program_slot *s);
 void dt_program_moe_ep_free_work(dt_program *p);
 size_t dt_program_moe_ep_bytes(const dt_program *p);
 
-/* A held block's values, stats and first tensor. */
+/* A held block's values, stats and spec entry i's tensor (the layer holds it). */
 static inline float *value(const dt_program *p, int l, int v) { return p->s->val[p->bk[l] * p->f->nvalues + v]; }
 static inline float *op_stats(const dt_program *p, int l, int k) { return p->s->stats[p->bk[l] * p->f->nops + k]; }
-static inline int first_tensor(const dt_program *p, int l) { return p->block_tab[p->bk[l]]; }
+static inline int tensor_at(const dt_program *p, int l, int i) { return p->block_tab[p->bk[l] * p->f->nblock + i]; }
+/* Whether op k runs in layer l. */
+static inline bool op_runs(const dt_program *p, int l, int k) { return dt_layers_hold(p->f->ops[k].layers, p->moe_layer[l]); }
 
 /* Mixed precision (program_lp.c): whether blocks are kept packed in 16 bits; the 16-bit copy of what unit u reads,
  * cast as it starts (forward or backward), and given back after (with unit hooks); block l's kept values packed

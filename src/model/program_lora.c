@@ -37,6 +37,20 @@ static bool targeted(const char *module, const char *targets) {
     return false;
 }
 
+/* How many of the model's layers run op k. */
+static int layers_running(const dt_program *p, int k) {
+    int n = 0;
+    for (int l = 0; l < p->cfg.num_layers; l++) n += op_runs(p, l, k);
+    return n;
+}
+
+/* Spec entry i's tensor in the first held block (a tensor every layer holds). */
+static const dt_tensor_info *first_held(const dt_program *p, int i) {
+    for (int l = 0; l < p->cfg.num_layers; l++)
+        if (p->bk[l] >= 0) return &p->tab[tensor_at(p, l, i)];
+    return NULL;
+}
+
 /* Which parts of which Linears the targets name (the same in every block), and the adapters' count a block. */
 static dt_status choose_parts(dt_program *p, program_lora *a) {
     const dt_family *f = p->f;
@@ -44,13 +58,18 @@ static dt_status choose_parts(dt_program *p, program_lora *a) {
     size_t at = 0;
     for (int k = 0; k < f->nops; k++) {
         const dt_op_spec *s = &p->ops[k].s;
+        int running = layers_running(p, k);
         for (int j = 0; j < DT_LORA_MAX_PARTS; j++) a->op_part[k * DT_LORA_MAX_PARTS + j] = -1;
-        for (int j = 0; s->kind == DT_OP_LINEAR && j < s->nw; j++) {
+        for (int j = 0; s->kind == DT_OP_LINEAR && running && j < s->nw; j++) {
             module_name(p, s->w + j, 0, module, sizeof module);
             const char *last = strrchr(module, '.');
             at += (size_t)snprintf(list + at, at < sizeof list ? sizeof list - at : 0, "%s%s", at ? ", " : "", last ? last + 1 : module);
             if (!targeted(module, a->c.targets)) continue;
-            const dt_tensor_info *w = &p->tab[p->block_tab[0] + s->w + j];
+            if (running < p->cfg.num_layers)
+                return dt_error(DT_ERR_UNSUPPORTED, "LoRA: %s is in %d of the %d layers (the %s ones): this build adapts Linears every "
+                                "layer has", module, running, p->cfg.num_layers, s->layers == DT_LAYERS_MOE ? "mixture" : "dense");
+            const dt_tensor_info *w = first_held(p, s->w + j);
+            if (!w) return dt_error(DT_ERR_ARG, "LoRA: this rank holds no block");
             int in = w->gshape[1], out = w->gshape[0];
             if (a->c.rank > in || a->c.rank > out)
                 return dt_error(DT_ERR_ARG, "LoRA: rank %d is larger than %s [%d, %d]", a->c.rank, module, out, in);
@@ -69,7 +88,7 @@ static dt_status choose_parts(dt_program *p, program_lora *a) {
 /* Adapter part j of op k's A (ab 0) or B (1), of block l (held), at the store's end. */
 static void add_adapter(dt_program *p, program_lora *a, int l, int k, int j, int ab, size_t goff) {
     const dt_op_spec *s = &p->ops[k].s;
-    const dt_tensor_info *w = &p->tab[first_tensor(p, l) + s->w + j];
+    const dt_tensor_info *w = &p->tab[tensor_at(p, l, s->w + j)];
     dt_tensor_info *t = &a->tab[a->ntab++];
     char module[128];
     module_name(p, s->w + j, l, module, sizeof module);
@@ -106,7 +125,7 @@ static dt_status lay_adapters(dt_program *p, program_lora *a) {
     for (int k = 0; k < no; k++)
         for (int j = 0; j < DT_LORA_MAX_PARTS; j++)
             if (a->op_part[k * DT_LORA_MAX_PARTS + j] >= 0) {
-                const dt_tensor_info *w = &p->tab[p->block_tab[0] + p->ops[k].s.w + j];
+                const dt_tensor_info *w = first_held(p, p->ops[k].s.w + j);
                 block += (size_t)a->c.rank * (size_t)(w->gshape[0] + w->gshape[1]);
             }
     a->global_params = block * (size_t)L;
@@ -231,7 +250,7 @@ void dt_program_lora_forward(dt_program *p, int l, int k, const float *x, float 
     program_lora *a = p->lora;
     const dt_program_op *o = &p->ops[k];
     int BT = p->s->B * p->s->T, rows = 0, r = a->c.rank;
-    for (int j = 0; j < o->s.nw; rows += p->tab[first_tensor(p, l) + o->s.w + j].shape[0], j++) {
+    for (int j = 0; j < o->s.nw; rows += p->tab[tensor_at(p, l, o->s.w + j)].shape[0], j++) {
         int q = a->op_part[k * DT_LORA_MAX_PARTS + j];
         if (q < 0) continue;
         const dt_tensor_info *A = &a->tab[adapter_of(p, l, q)], *Bt = A + 1;
@@ -250,7 +269,7 @@ void dt_program_lora_backward(dt_program *p, int l, int k, const float *x, const
     const dt_program_op *o = &p->ops[k];
     int BT = p->s->B * p->s->T, rows = 0, r = a->c.rank;
     float *du = p->s->lora_du;
-    for (int j = 0; j < o->s.nw; rows += p->tab[first_tensor(p, l) + o->s.w + j].shape[0], j++) {
+    for (int j = 0; j < o->s.nw; rows += p->tab[tensor_at(p, l, o->s.w + j)].shape[0], j++) {
         int q = a->op_part[k * DT_LORA_MAX_PARTS + j];
         if (q < 0) continue;
         const dt_tensor_info *A = &a->tab[adapter_of(p, l, q)], *Bt = A + 1;
@@ -329,7 +348,7 @@ void dt_program_lora_merge(dt_program *p) {
             for (int j = 0; j < DT_LORA_MAX_PARTS; j++) {
                 int q = a->op_part[k * DT_LORA_MAX_PARTS + j];
                 if (q < 0) continue;
-                const dt_tensor_info *A = &a->tab[adapter_of(p, l, q)], *Bt = A + 1, *w = &p->tab[first_tensor(p, l) + p->ops[k].s.w + j];
+                const dt_tensor_info *A = &a->tab[adapter_of(p, l, q)], *Bt = A + 1, *w = &p->tab[tensor_at(p, l, p->ops[k].s.w + j)];
                 merge_one(p->params + w->offset, a->params + A->offset, a->params + Bt->offset, a->scale, Bt->shape[0], A->shape[1], a->c.rank);
             }
     dt_program_lora_free(a);

@@ -83,7 +83,7 @@ static moe_run run_of(dt_program *p, int l, int k) {
     const int *role = dt_family_moe_gated(p->f) ? gated : gelu;
     float *wide = p->moe_wide; /* 16 bits: the weights' 16-bit values, widened (the products then are 16-bit ones) */
     for (int j = 0; j < p->ops[k].s.nw; j++) {
-        const dt_tensor_info *t = &p->tab[first_tensor(p, l) + p->ops[k].s.w + j];
+        const dt_tensor_info *t = &p->tab[tensor_at(p, l, p->ops[k].s.w + j)];
         *wt[role[j]] = p->params + t->offset, m.grad[role[j]] = p->grads + t->offset;
         if (p->prec == DT_F32) continue;
         dt_lp_unpack(wide, p->params_lp + t->offset, t->count, p->prec);
@@ -100,8 +100,8 @@ size_t dt_program_moe_layer_floats(const dt_program *p) {
     for (int k = 0; k < p->f->nops; k++) {
         if (p->ops[k].s.kind != DT_OP_MOE) continue;
         for (int l = 0; l < p->cfg.num_layers && !n; l++) {
-            if (p->bk[l] < 0) continue;
-            for (int j = 0; j < p->ops[k].s.nw; j++) n += p->tab[first_tensor(p, l) + p->ops[k].s.w + j].count;
+            if (p->bk[l] < 0 || !op_runs(p, l, k)) continue;
+            for (int j = 0; j < p->ops[k].s.nw; j++) n += p->tab[tensor_at(p, l, p->ops[k].s.w + j)].count;
         }
     }
     return n;
@@ -261,13 +261,13 @@ static int moe_op(const dt_program *p) {
 
 const float *dt_program_moe_probs(const dt_program *p, int l) {
     int k = moe_op(p);
-    return k < 0 || l < 0 || l >= p->cfg.num_layers || p->bk[l] < 0 || !p->s->mem ? NULL : op_stats(p, l, k);
+    return k < 0 || l < 0 || l >= p->cfg.num_layers || p->bk[l] < 0 || !p->moe_layer[l] || !p->s->mem ? NULL : op_stats(p, l, k);
 }
 
 const float *dt_program_moe_output(const dt_program *p) {
-    /* the last block run: the value is one block's, rewritten by each */
+    /* the last block run (a mixture, else NULL): the value is one block's, rewritten by each */
     int L = p->cfg.num_layers, k = moe_op(p), l = p->ub - 2 < L - 1 ? p->ub - 2 : L - 1;
-    return k < 0 || l < 0 || l >= p->cfg.num_layers || p->bk[l] < 0 || !p->s->mem ? NULL : value(p, l, p->ops[k].s.out);
+    return k < 0 || l < 0 || l >= p->cfg.num_layers || p->bk[l] < 0 || !p->moe_layer[l] || !p->s->mem ? NULL : value(p, l, p->ops[k].s.out);
 }
 
 int dt_program_moe_choices(dt_program *p, int l, int32_t *idx) {

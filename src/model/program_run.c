@@ -343,8 +343,8 @@ size_t dt_program_memory(const dt_program *p) {
 
 /* ---- forward ---- */
 
-static float *weight(const dt_program *p, int l, int i) { return p->params + p->tab[first_tensor(p, l) + i].offset; }
-static float *weight_grad(const dt_program *p, int l, int i) { return p->grads + p->tab[first_tensor(p, l) + i].offset; }
+static float *weight(const dt_program *p, int l, int i) { return p->params + p->tab[tensor_at(p, l, i)].offset; }
+static float *weight_grad(const dt_program *p, int l, int i) { return p->grads + p->tab[tensor_at(p, l, i)].offset; }
 
 
 /* q|k|v of all heads from q, K/V heads and v side by side (in: [BT, Q + 2 KV]), q and k turned by position. */
@@ -375,7 +375,7 @@ static void cp_status(dt_program *p, dt_status st) {
 }
 
 /* Whether a block's Linear with first weight w is split by tensor parallelism, and how. */
-static dt_tp_split split_of(const dt_program *p, int w) { return p->part.tp_size > 1 ? p->tab[p->block_tab[0] + w].split : DT_SPLIT_NONE; }
+static dt_tp_split split_of(const dt_program *p, int w) { return p->part.tp_size > 1 ? p->f->block[w].split : DT_SPLIT_NONE; }
 
 void dt_program_set_linear_observer(dt_program *p, dt_linear_observer fn, void *ctx) {
     p->observer = fn;
@@ -385,7 +385,7 @@ void dt_program_set_linear_observer(dt_program *p, dt_linear_observer fn, void *
 /* The observer shown rows x width values of layer l's Linear k (its input in forward, its output's gradient in backward). */
 static void observe(const dt_program *p, int l, int k, int backward, const float *x, int width) {
     if (!p->observer || (p->recomputing && !backward)) return;
-    dt_linear_event e = { .layer = l, .op = k, .backward = backward, .weight = &p->tab[first_tensor(p, l) + p->ops[k].s.w],
+    dt_linear_event e = { .layer = l, .op = k, .backward = backward, .weight = &p->tab[tensor_at(p, l, p->ops[k].s.w)],
                           .rows = (size_t)p->s->B * p->s->T, .width = width, .values = x, .pieces = 1, .spatial = 1 };
     p->observer(p->observer_ctx, &e);
 }
@@ -402,7 +402,7 @@ static void linear_forward(dt_program *p, int l, int k) {
     bool rows = split == DT_SPLIT_ROW, bias = s->b >= 0 && (!rows || p->part.tp_rank == 0);
     const float *x = split == DT_SPLIT_COLUMN ? dt_program_tp_gather(p, in, dt_program_rows(p, s->in) * o->width_in) : in;
     float *y = rows && R < BT ? p->s->partial : out;
-    size_t wo = p->tab[first_tensor(p, l) + s->w].offset, bo = s->b >= 0 ? p->tab[first_tensor(p, l) + s->b].offset : 0;
+    size_t wo = p->tab[tensor_at(p, l, s->w)].offset, bo = s->b >= 0 ? p->tab[tensor_at(p, l, s->b)].offset : 0;
     observe(p, l, k, 0, x, o->width_in);
     if (p->prec == DT_F32) dt_matmul_forward(y, x, p->params + wo, bias ? p->params + bo : NULL, BT, o->width_in, o->width_out);
     else dt_matmul_forward_lp(y, x, p->params_lp + wo, bias ? p->params_lp + bo : NULL, BT, o->width_in, o->width_out, p->prec, p->lp_work,
@@ -583,7 +583,8 @@ dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *t
         dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_FORWARD, l + 1);
         dt_program_lp_cast(p, l + 1, false);
         trace_unit(p, "forward", l + 1);
-        for (int k = 0; k < p->f->nops; k++) op_forward(p, l, k);
+        for (int k = 0; k < p->f->nops; k++)
+            if (op_runs(p, l, k)) op_forward(p, l, k);
         dt_program_pack_block(p, l, true);
         unit_end();
         dt_program_lp_drop(p);
@@ -653,7 +654,7 @@ static void kv_kept(dt_program *p, int l, const dt_program_op *o, bool after) {
             if (bias && o->s.b < 0) continue;
             int i = (bias ? o->s.b : o->s.w) + j;
             if (p->f->block[i].rows != W_KV) continue;
-            const dt_tensor_info *t = &p->tab[first_tensor(p, l) + i];
+            const dt_tensor_info *t = &p->tab[tensor_at(p, l, i)];
             float *g = p->grads + t->offset, *keep = p->kv_keep + at;
             size_t n = t->count, all = n * (size_t)p->cfg.kv_heads, mine = (size_t)p->kv0 * n;
             at += n;
@@ -672,7 +673,7 @@ static void kv_kept(dt_program *p, int l, const dt_program_op *o, bool after) {
 static void linear_grads(dt_program *p, const dt_program_op *o, int l, float *dinp, float *dw, float *db, float *dout, const float *inp,
                          int partial) {
     int BT = p->s->B * p->s->T;
-    size_t wo = p->tab[first_tensor(p, l) + o->s.w].offset;
+    size_t wo = p->tab[tensor_at(p, l, o->s.w)].offset;
     bool kept = p->kv_keep && dw;
     if (kept) kv_kept(p, l, o, false);
     if (p->prec == DT_F32) dt_matmul_backward(dinp, dw, db, dout, inp, dinp ? p->params + wo : NULL, BT, o->width_in, o->width_out);
@@ -847,14 +848,17 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
         trace_unit(p, "backward", l + 1);
         /* the block's activations again: recomputed from its kept input, or widened from 16 bits */
         p->recomputing = true;
-        for (int k = 0; p->recompute && k < p->f->nops; k++) op_forward(p, l, k);
+        for (int k = 0; p->recompute && k < p->f->nops; k++)
+            if (op_runs(p, l, k)) op_forward(p, l, k);
         p->recomputing = false;
         dt_program_pack_block(p, l, false);
         if (!p->vcopy[DT_V_IN]) memset(dnext, 0, RC * sizeof(float));
+        const int *born = p->vborn + (p->moe_layer[l] ? nv : 0);
         for (int k = p->f->nops - 1; k >= 0; k--) {
+            if (!op_runs(p, l, k)) continue;
             /* the gradients born here start at zero (their buffers may hold an earlier value's), unless copied */
             for (int v = 2; v < nv; v++)
-                if (p->vborn[v] == k && !p->vcopy[v]) memset(s->dval[v], 0, dt_program_rows(p, v) * p->vw[v] * sizeof(float));
+                if (born[v] == k && !p->vcopy[v]) memset(s->dval[v], 0, dt_program_rows(p, v) * p->vw[v] * sizeof(float));
             op_backward(p, l, k, dnext, dres);
         }
         float *t = dres;
@@ -896,7 +900,7 @@ dt_status dt_program_backward_weights(dt_program *p) {
         trace_unit(p, "weights", l + 1);
         for (int k = p->f->nops - 1; k >= 0; k--) {
             const dt_program_op *o = &p->ops[k];
-            if (o->s.kind != DT_OP_LINEAR || p->lora) continue; /* LoRA's adapters had theirs in B */
+            if (o->s.kind != DT_OP_LINEAR || p->lora || !op_runs(p, l, k)) continue; /* LoRA's adapters had theirs in B */
             linear_grads(p, o, l, NULL, weight_grad(p, l, o->s.w), o->s.b >= 0 ? weight_grad(p, l, o->s.b) : NULL,
                          s->wgrad[p->bk[l] * p->f->nops + k], linear_input(p, l, o), 0);
         }

@@ -123,7 +123,7 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
     /* ZeRO's implementation on devices of their own (DeepSpeed's): two gradient buckets in flight, and at stage 3 the unit
      * being gathered and the next (the largest block's 16-bit parameters, twice) */
     if (j->paper_states) {
-        double block = dt_program_block_matmul_params(&j->model);
+        double block = dt_program_block_matmul_params(&j->model, -1);
         m->comm = (n > 1 ? 2.0 * (double)j->bucket_bytes : 0) + (j->stage >= 3 && n > 1 ? 2 * 2 * block / (j->tp > 1 ? j->tp : 1) : 0);
     }
     /* The gradients the replicas on this machine reduce in place in the shared segment: each rank reads (R-1)/R of them from

@@ -50,5 +50,11 @@ dt_status dt_train_take_experts(const dt_train_config *c, bool from_file, dt_gpt
     if ((o->capacity_factor > 0 || o->drop_policy) && !cfg->experts)
         return dt_error(DT_ERR_ARG, "--capacity-factor and --drop-policy set a mixture of experts' capacity: %s has none", c->model);
     if (o->capacity_factor > 0) cfg->capacity_factor = o->capacity_factor, cfg->drop_policy = o->drop_policy;
+    /* which layers are mixtures: a new model's choice (a file's and a resumed run's are their own) */
+    bool placed = !o->family && (o->moe_every || o->first_dense || o->dense_ffn);
+    if (placed && (!cfg->experts || from_file))
+        return dt_error(DT_ERR_ARG, "--moe-every, --first-dense and --dense-ffn place a new mixture's layers among dense ones: %s",
+                        from_file ? "a file's layers are its own" : "this model has no experts (--experts E)");
+    if (placed) cfg->moe_every = o->moe_every, cfg->first_dense = o->first_dense, cfg->dense_ffn = o->dense_ffn;
     return take_router(c, from_file, cfg);
 }

@@ -115,7 +115,8 @@ void dt_train_shape_model(dt_train_shape *s, const dt_gpt2_config *given) {
     const int32_t w[11] = { c.max_seq_len, c.vocab_size, c.padded_vocab_size, c.num_layers, c.num_heads, c.channels,
                             family, c.kv_heads, c.head_dim, c.ffn, c.untied };
     const float f[5] = { c.norm_eps, c.rope_theta, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor };
-    const int32_t moe[7] = { c.experts, c.experts_top_k, c.norm_topk, c.shared_ffn, c.router, c.expert_groups, c.group_top_k };
+    const int32_t moe[10] = { c.experts, c.experts_top_k, c.norm_topk, c.shared_ffn, c.router, c.expert_groups, c.group_top_k,
+                              c.moe_every, c.first_dense, c.dense_ffn };
     memcpy(s->model, w, sizeof w);
     memcpy(s->model + 11, f, sizeof f);
     memcpy(s->model + 16, moe, sizeof moe);

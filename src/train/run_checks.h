@@ -8,8 +8,9 @@
 typedef struct {
     /* the model's shape as words (dt_train_shape_model): T, V, Vp, L, NH, C, the family's number, K/V heads, head and
      * MLP widths, untied, the rope's original length, then the norms' epsilon and the rotary numbers' bits, then the
-     * experts, top-k, whether their weights are renormalised, the shared expert's width, the router, its groups */
-    int32_t model[23];
+     * experts, top-k, whether their weights are renormalised, the shared expert's width, the router, its groups, which layers
+     * are mixtures (every, the first dense) and the dense layers' MLP width */
+    int32_t model[26];
     int32_t batch, seq, steps, grad_accum, optimizer, eval_every;
     int64_t train_tokens, val_tokens;
     float lr;

@@ -81,8 +81,13 @@ static void print_experts(const dt_gpt2_config *given) {
     if (c.capacity_factor > 0)
         snprintf(cap, sizeof cap, "capacity factor %g, the rest dropped by %s", (double)c.capacity_factor,
                  c.drop_policy == DT_DROP_POSITION ? "position" : "weight");
-    printf("mixture of experts: %d SwiGLU experts of %d hidden units, top %d a token%s, %s%s%s; %s\n", c.experts, c.ffn,
-           c.experts_top_k, c.norm_topk ? " (weights renormalised)" : "", router, shared, aux, cap);
+    char where[128] = "in every layer";
+    if (c.dense_ffn)
+        snprintf(where, sizeof where, "in %d of the %d layers (every %d after the first %d; the others a dense MLP of %d hidden units)",
+                 dt_lm_moe_layers(&c), c.num_layers, c.moe_every, c.first_dense, c.dense_ffn);
+    printf("mixture of experts: %d %s experts of %d hidden units %s, top %d a token%s, %s%s%s; %s\n", c.experts,
+           dt_family_moe_gated(c.family) ? "SwiGLU" : "GELU", c.ffn, where, c.experts_top_k, c.norm_topk ? " (weights renormalised)" : "",
+           router, shared, aux, cap);
 }
 
 /* A failure after the weights were read: they are given back. */
@@ -131,7 +136,7 @@ static dt_status model_config(run *r, dt_gpt2 **out, dt_gpt2_config *cfg, bool *
         cfg->experts = o->experts, cfg->experts_top_k = o->experts_top_k, cfg->norm_topk = o->norm_topk, cfg->aux_coef = o->aux_coef;
         cfg->shared_ffn = o->shared_ffn, cfg->router = o->router, cfg->expert_groups = o->expert_groups, cfg->group_top_k = o->group_top_k;
         cfg->routed_scale = o->routed_scale, cfg->bias_rate = o->bias_rate, cfg->capacity_factor = o->capacity_factor;
-        cfg->drop_policy = o->drop_policy;
+        cfg->drop_policy = o->drop_policy, cfg->moe_every = o->moe_every, cfg->first_dense = o->first_dense, cfg->dense_ffn = o->dense_ffn;
         cfg->family = o->family, cfg->head_dim = o->head_dim, cfg->untied = o->untied;
         cfg->norm_eps = o->norm_eps, cfg->rope_theta = o->rope_theta, cfg->rope_factor = o->rope_factor;
         cfg->rope_low_freq_factor = o->rope_low_freq_factor, cfg->rope_high_freq_factor = o->rope_high_freq_factor;
