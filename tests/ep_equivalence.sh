@@ -8,7 +8,8 @@
 # under SGD (and AdamW within 1e-5: why, below), the gradient norms; a capacity drops the
 # choices DDP drops, by weight and by position; the bytes the exchanges move are tokens x k x (4C + 2) floats x
 # (EP-1)/EP a layer; a checkpoint reshards from EP 2 to one process and back, and a weights file gathers every
-# rank's experts. Bad layouts are refused naming why; a rank killed mid-run ends the job naming it.
+# rank's experts. With dense layers among the mixtures (--moe-every, --first-dense): DP 2 x EP 2, TP 2 x EP 2, PP 2 x
+# EP 2 and ZeRO-3 give one process's losses, and their checkpoint reshards. Bad layouts are refused naming why; a rank killed mid-run ends the job naming it.
 # usage: ep_equivalence.sh DTRAIN
 set -u
 DTRAIN=$1
@@ -219,6 +220,39 @@ if "$DTRAIN" train "${common[@]}" --quiet --steps 3 --batch 2 --nproc 2 --ep 2 -
 else
     failed=$((failed + 1)); echo "FAIL EP weights file"; tail -3 "$dir/w.out" "$dir/w2.out"
 fi
+# dense layers among the mixtures (--moe-every 2 --first-dense 1: layers 1 and 3 mixtures, 0 and 2 a dense SwiGLU MLP of
+# 40 hidden units, which TP splits as Llama's): every layout gives one process's losses, the exchanges run in the
+# mixtures' layers only, and a checkpoint reshards from EP 2 to one process
+mixed=(--moe-every 2 --first-dense 1 --dense-ffn 40 --experts-top-k 4)
+run mx1 --batch 1 --grad-accum 4 "${mixed[@]}"
+run mx2 --batch 2 --grad-accum 2 "${mixed[@]}"
+run mxdpep --batch 1 --nproc 4 --ep 2 "${mixed[@]}" && close "layers 0, 2 dense: DP 2 x EP 2" "$dir/mx1.jsonl" "$dir/mxdpep.jsonl"
+run mxtpep --batch 2 --nproc 4 --tp 2 --sp --ep 2 "${mixed[@]}" &&
+    close "layers 0, 2 dense: TP 2 with SP x EP 2 (the dense MLPs split)" "$dir/mx2.jsonl" "$dir/mxtpep.jsonl"
+run mxpe --batch 1 --grad-accum 2 --nproc 4 --pp 2 --ep 2 --pp-schedule zb1 "${mixed[@]}" &&
+    close "layers 0, 2 dense: PP 2 x EP 2, ZB-H1" "$dir/mx1.jsonl" "$dir/mxpe.jsonl"
+run mxz3 --batch 2 --nproc 2 --ep 2 --strategy zero3 --recompute "${mixed[@]}" &&
+    close "layers 0, 2 dense: EP 2 with ZeRO-3, recomputing" "$dir/mx2.jsonl" "$dir/mxz3.jsonl"
+b=$(field expert_exchange_bytes "$dir/mxdpep.jsonl" | tail -1)
+want=$((4 * 64 * 4 * 2 * (4 * 48 + 2) * 4 / 2)) # ranks x T x k x 2 mixture layers x (4C + 2) floats x 4 bytes x 1/2
+[ "$b" = "$want" ] && ok=1 || ok=0
+verdict $ok "layers 0, 2 dense: DP 2 x EP 2 moves bytes for the 2 mixture layers only: $b (tokens x k x 2 x (4C+2) x 4 x 1/2: $want)"
+rm -rf "$dir/mck"
+if "$DTRAIN" train "${common[@]}" --quiet --steps 10 --batch 1 --nproc 4 --ep 2 "${mixed[@]}" --save "$dir/mck" > "$dir/mck.out" 2>&1 &&
+   "$DTRAIN" train "${common[@]}" --quiet --batch 1 --grad-accum 4 --experts-top-k 4 --resume "$dir/mck" --metrics "$dir/mck.jsonl" > "$dir/mck2.out" 2>&1; then
+    w=$(paste <(field loss "$dir/mx1.jsonl" | tail -10) <(field loss "$dir/mck.jsonl") |
+        awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=10) print "missing"; else print w}')
+    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-6)}" && ok=1 || ok=0
+    verdict $ok "layers 0, 2 dense: saved by DP 2 x EP 2 at step 10, resumed by one process (its layers from the checkpoint): steps 11-20 within $w"
+else
+    failed=$((failed + 1)); echo "FAIL mixed-layer checkpoint"; tail -3 "$dir/mck.out" "$dir/mck2.out"
+fi
+refused "--moe-every without experts" "this model has no experts" train --model llama-tiny --data "$dir/train.bin" --vocab 256 --moe-every 2 --steps 1
+refused "--first-dense leaving no mixture" "no layer would be a mixture" train "${common[@]}" --first-dense 4 --steps 1
+refused "--tp that does not divide the dense layers' width" "does not divide the dense layers' 40 hidden units" \
+    train "${common[@]}" "${mixed[@]}" --ffn 33 --batch 2 --nproc 3 --tp 3 --steps 1
+refused "LoRA on the dense layers' MLP only" "in 2 of the 4 layers (the dense ones)" \
+    train "${common[@]}" "${mixed[@]}" --batch 2 --lora-rank 4 --lora-targets gate_proj --steps 1
 refused "--ep that does not divide --dp" "does not divide the 4 data-parallel ranks" train "${common[@]}" --batch 1 --nproc 4 --ep 3 --steps 1
 refused "experts not divisible by --ep" "does not divide the model's 6 experts" train "${common[@]}" --experts 6 --batch 1 --nproc 4 --ep 4 --steps 1
 refused "--ep without experts" "the model has none" train --model llama-tiny --data "$dir/train.bin" --vocab 256 --batch 1 --nproc 2 --ep 2 --steps 1

@@ -259,12 +259,16 @@ static dt_gpt2 *small_model(int heads, int kv_heads) {
 /* A mixture of experts on the Llama above (3 heads, 1 K/V head): Mixtral's (kind 0: softmax, top-2 of 4 renormalised),
  * Qwen 2 MoE's (1: weights not renormalised, a shared expert with its gate), DeepSeek-V3's router (2: sigmoid scores,
  * 2 groups of which the best 1, scaled by 2, with a trained bias that moves the choice), and with DeepSeek's ungated
- * shared experts (3). */
+ * shared experts (3); with dense layers among the mixtures: Qwen 2 MoE's (4: 4 layers, the first dense, then every
+ * second a mixture) and GPT-2's GELU experts (5: 3 layers, the middle one a mixture, the others GPT-2's MLP with its
+ * biases). */
 static dt_gpt2 *moe_model(int kind) {
     dt_gpt2_config c = { .max_seq_len = 40, .vocab_size = 67, .padded_vocab_size = 72, .num_layers = 2, .num_heads = 3, .channels = 36,
-                         .kv_heads = 1, .ffn = 20, .untied = 1, .experts = 4, .experts_top_k = 2, .norm_topk = kind != 1 };
-    c.family = dt_family_find(kind == 1 ? "qwen2_moe" : kind == 3 ? "deepseek_moe" : "mixtral");
-    if (kind == 1 || kind == 3) c.shared_ffn = 24;
+                         .kv_heads = 1, .ffn = 20, .untied = 1, .experts = 4, .experts_top_k = 2, .norm_topk = kind != 1 && kind != 4 };
+    c.family = dt_family_find(kind == 1 || kind == 4 ? "qwen2_moe" : kind == 3 ? "deepseek_moe" : kind == 5 ? "gpt2_moe" : "mixtral");
+    if (kind == 1 || kind == 3 || kind == 4) c.shared_ffn = 24;
+    if (kind == 4) c.num_layers = 4, c.first_dense = 1, c.moe_every = 2, c.dense_ffn = 28;
+    if (kind == 5) c.num_layers = 3, c.moe_every = 2, c.dense_ffn = 44, c.kv_heads = 3, c.untied = 0;
     if (kind >= 2) c.router = DT_ROUTER_SIGMOID_BIAS, c.expert_groups = 2, c.group_top_k = 1, c.routed_scale = 2, c.bias_rate = 0.001f;
     dt_gpt2 *m = NULL;
     if (dt_gpt2_create(&c, &m)) return NULL;
@@ -581,9 +585,10 @@ int main(int argc, char **argv) {
     }
     /* a mixture of experts (whole models: this build runs no tensor-parallel experts): the training forward's logits, a
      * row's bits whatever else its step routes, in f32 and int8 */
-    for (int kind = 0; ranks == 1 && kind < 4; kind++) {
+    for (int kind = 0; ranks == 1 && kind < 6; kind++) {
         static const char *const names[] = { "mixtral", "qwen2_moe (a shared expert)", "mixtral, sigmoid router with its bias",
-                                             "deepseek_moe (the sigmoid router, ungated shared experts)" };
+                                             "deepseek_moe (the sigmoid router, ungated shared experts)",
+                                             "qwen2_moe, layers 0 and 2 dense", "gpt2_moe, layers 0 and 2 GPT-2's MLP" };
         printf("-- %s\n", names[kind]);
         dt_gpt2 *m = moe_model(kind), *m2 = moe_model(kind);
         EXPECT(m && m2, "model: %s", dt_last_error());
