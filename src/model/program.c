@@ -513,12 +513,25 @@ static dt_status check_linear(const dt_program *p, const dt_program_op *o, int l
  * a buffer, which are the residual stream's rows. */
 static dt_status shape_ops(dt_program *p) {
     const dt_family *f = p->f;
+    if (f->nvalues > DT_BLOCK_MAX || f->nops > DT_BLOCK_MAX)
+        return dt_error(DT_ERR_ARG, "model %s: %d values and %d ops a block (at most %d each)", f->name, f->nvalues, f->nops, DT_BLOCK_MAX);
     p->ops = calloc((size_t)f->nops, sizeof *p->ops);
     p->vw = calloc((size_t)f->nvalues, sizeof *p->vw);
     p->vsplit = calloc((size_t)f->nvalues, sizeof *p->vsplit);
     p->vkeep = calloc((size_t)f->nvalues, sizeof *p->vkeep);
+    p->vused = calloc(2 * (size_t)f->nvalues, sizeof *p->vused);
     p->vcopy = calloc((size_t)f->nvalues, sizeof *p->vcopy);
-    if (!p->ops || !p->vw || !p->vsplit || !p->vkeep || !p->vcopy) return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    if (!p->ops || !p->vw || !p->vsplit || !p->vkeep || !p->vused || !p->vcopy) return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    for (int moe = 0; moe < 2; moe++) {
+        bool *used = p->vused + moe * f->nvalues;
+        used[DT_V_IN] = used[DT_V_OUT] = true;
+        for (int k = 0; k < f->nops; k++) {
+            const dt_op_spec *o = &f->ops[k];
+            if (!dt_layers_hold(o->layers, moe)) continue;
+            used[o->in] = used[o->out] = true;
+            if (o->in2 >= 0) used[o->in2] = true;
+        }
+    }
     for (int v = 0; v < f->nvalues; v++) p->vw[v] = local_width(p, f->values[v]);
     p->repack = f->rotary || p->cfg.kv_heads != p->cfg.num_heads;
     dt_program_mark_kept(p);
@@ -787,6 +800,7 @@ void dt_program_destroy(dt_program *p) {
     free(p->vw);
     free(p->vsplit);
     free(p->vkeep);
+    free(p->vused);
     free(p->vcopy);
     free(p->vborn);
     free(p->vbuf);

@@ -4,6 +4,9 @@
 
 #include "dtrain/program.h"
 
+/* The most values and ops a family's block has. */
+enum { DT_BLOCK_MAX = 32 };
+
 /* Widths a spec names, resolved from the config (program.c, width_of). */
 typedef enum { W_NONE, W_C, W_Q, W_KV, W_QKV, W_FFN, W_FFN2, W_VOCAB, W_POS, W_EXPERTS, W_SFFN, W_ONE, W_DFFN, W_DFFN2 } dt_width;
 
@@ -103,8 +106,7 @@ typedef struct {
     bool docs;                 /* the positions are the caller's (dt_program_set_positions): first holds */
     run_state rs[DT_GPT2_MAX_CHUNKS];
     float **wgrad;             /* a split backward's: [held block * nops + k], a Linear's d(output), all rows, from B for W */
-    uint16_t **lp_keep;        /* [held block]: mixed precision (not recomputing), its kept values in 16 bits (lp_block) */
-    size_t lp_block;
+    uint16_t **lp_keep;        /* [held block]: mixed precision (not recomputing), its kept values in 16 bits */
     float *res1;               /* and a block's input widened again for its backward */
     float *lora_u, *lora_du;   /* LoRA: each held block's adapters' x A^T, kept; backward's d(u) of one */
     float *lora_x;             /* LoRA's dropout: an adapter's input dropped, or d(input) before its mask [B*T, max_in] */
@@ -178,6 +180,7 @@ struct dt_program {
     uint8_t *lp_cast, *lp_current;
     int lp_told, lp_external;
     bool *vkeep;               /* the values a block's backward reads (kept in 16 bits between its forward and backward) */
+    bool *vused;               /* [moe * nvalues + v]: a dense layer's ops (moe 0) or a mixture's (1) read or write v */
     bool repack;               /* attention makes its own q|k|v of all heads (rotary positions, or fewer K/V heads) */
     dt_program_op *ops;
     int *vw;                   /* each value's width */
@@ -261,7 +264,7 @@ bool dt_program_packs(const dt_program *p);
 void dt_program_lp_cast(dt_program *p, int u, bool backward);
 void dt_program_lp_drop(dt_program *p);
 void dt_program_pack_block(dt_program *p, int l, bool pack);
-size_t dt_program_lp_block(const dt_program *p, size_t BT);
+size_t dt_program_lp_block(const dt_program *p, size_t BT, bool moe); /* (a dense layer's, or a mixture's) */
 size_t dt_program_lp_work_floats(const dt_program *p);
 /* The bytes a slot of B x T takes (activations, their 16-bit pack, the tokens); of them, *kept (NULL: not asked) the
  * bytes kept from forward for backward. */

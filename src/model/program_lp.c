@@ -41,10 +41,10 @@ void dt_program_lp_drop(dt_program *p) {
     p->lp_held = 0;
 }
 
-size_t dt_program_lp_block(const dt_program *p, size_t BT) {
+size_t dt_program_lp_block(const dt_program *p, size_t BT, bool moe) {
     size_t R = p->part.sp && p->part.tp_size > 1 ? BT / (size_t)p->part.tp_size : BT, n = 0;
     for (int v = 0; v < p->f->nvalues; v++)
-        if (p->vkeep[v]) n += (p->vsplit[v] ? R : BT) * (size_t)p->vw[v];
+        if (p->vkeep[v] && p->vused[moe * p->f->nvalues + v]) n += (p->vsplit[v] ? R : BT) * (size_t)p->vw[v];
     for (int k = 0; k < p->f->nops; k++) /* attention's q|k|v of all heads, where it makes one */
         if (p->ops[k].s.kind == DT_OP_ATTENTION && p->repack) n += BT * 3 * (size_t)p->Ql;
     return n;
@@ -56,7 +56,7 @@ void dt_program_pack_block(dt_program *p, int l, bool pack) {
     size_t BT = (size_t)s->B * s->T;
     uint16_t *at = s->lp_keep[p->bk[l]];
     for (int v = 0; v < p->f->nvalues; v++) {
-        if (!p->vkeep[v]) continue;
+        if (!p->vkeep[v] || !p->vused[p->moe_layer[l] * p->f->nvalues + v]) continue;
         size_t n = dt_program_rows(p, v) * (size_t)p->vw[v];
         float *x = v == DT_V_IN && !pack ? s->res1 : value(p, l, v);
         if (pack) dt_lp_pack(at, x, n, p->prec);

@@ -62,34 +62,45 @@ static float *stream_in(const dt_program *p, int l) {
 /* Each held block's values and statistics, and a split backward's Linear output gradients. Recomputing: each
  * block's output alone, the rest one block's, shared; keeping blocks in 16 bits (mixed precision): one block's f32
  * values to work in, the outputs alternating between two (the slot's, whatever the range: every range's blocks use
- * them), each block's values packed in 16 bits; a value no backward reads is one block's in any case. */
+ * them), each block's values packed in 16 bits; a value no backward reads is one block's in any case. A block has
+ * only what its kind of layer's ops use (a dense layer no mixture's statistics, a mixture no dense MLP's values); one
+ * block's shared value or statistics are the first block's that has them. */
 static void lay_blocks(dt_program *p, program_slot *s, arena *m, size_t BT, size_t R, size_t att) {
-    int nv = p->f->nvalues, no = p->f->nops, L = p->cfg.num_layers;
+    int nv = p->f->nvalues, no = p->f->nops, L = p->cfg.num_layers, first_v[DT_BLOCK_MAX], first_k[DT_BLOCK_MAX];
     bool packs = dt_program_packs(p);
+    for (int i = 0; i < DT_BLOCK_MAX; i++) first_v[i] = first_k[i] = -1;
     for (int l = 0; l < L; l++) {
         int b = p->bk[l], r = dt_program_range_of(p, l + 1);
         if (b < 0) continue;
-        bool shared = (p->recompute || packs) && b > 0, stats_shared = p->recompute && b > 0;
+        const bool *used = p->vused + (p->moe_layer[l] ? nv : 0);
         for (int v = 1; v < nv; v++) {
+            if (!used[v]) {
+                if (m->base) s->val[b * nv + v] = NULL;
+                continue;
+            }
             /* a value no backward reads (a row-parallel Linear's output, which the add consumes): one block's, shared */
-            bool transient = v != DT_V_OUT && !p->vkeep[v];
-            bool reuse = v == DT_V_OUT ? packs && b > 1 : shared || (transient && b > 0);
+            bool transient = v != DT_V_OUT && !p->vkeep[v], before = first_v[v] >= 0;
+            bool reuse = v == DT_V_OUT ? packs && b > 1 : ((p->recompute || packs) && before) || (transient && before);
             bool kept = v == DT_V_OUT ? !packs || b < 2 : !p->recompute && !packs && !transient;
             float *x = reuse ? NULL : carve_for(m, packs ? -1 : r, (p->vsplit[v] ? R : BT) * (size_t)p->vw[v], kept);
-            if (m->base) s->val[b * nv + v] = reuse ? s->val[(v == DT_V_OUT ? b % 2 : 0) * nv + v] : x;
+            if (m->base) s->val[b * nv + v] = reuse ? s->val[(v == DT_V_OUT ? b % 2 : first_v[v]) * nv + v] : x;
+            if (!before) first_v[v] = b;
         }
         for (int k = 0; k < no; k++) {
             dt_op_kind kind = p->ops[k].s.kind;
-            size_t n = kind == DT_OP_NORM ? 2 * R : kind == DT_OP_ATTENTION ? att : kind == DT_OP_MOE ? dt_program_moe_kept(p, BT) : 0;
-            float *x = stats_shared || !n ? NULL : carve_for(m, r, n, !p->recompute);
-            if (m->base) s->stats[b * no + k] = stats_shared ? s->stats[k] : x;
-            float *w = p->split_bwd && kind == DT_OP_LINEAR ? carve(m, BT * (size_t)p->ops[k].width_out, false) : NULL;
+            bool runs = op_runs(p, l, k), shared = p->recompute && first_k[k] >= 0;
+            size_t n = !runs ? 0 : kind == DT_OP_NORM ? 2 * R : kind == DT_OP_ATTENTION ? att : kind == DT_OP_MOE ? dt_program_moe_kept(p, BT) : 0;
+            float *x = shared || !n ? NULL : carve_for(m, r, n, !p->recompute);
+            if (m->base) s->stats[b * no + k] = shared && n ? s->stats[first_k[k] * no + k] : x;
+            if (n && first_k[k] < 0) first_k[k] = b;
+            float *w = runs && p->split_bwd && kind == DT_OP_LINEAR ? carve(m, BT * (size_t)p->ops[k].width_out, false) : NULL;
             if (m->base) s->wgrad[b * no + k] = w;
         }
+        bool shared = (p->recompute || packs) && b > 0;
         float *pk = p->repack && !shared ? carve_for(m, r, BT * 3 * (size_t)p->Ql, !p->recompute && !packs) : NULL;
         if (m->base) s->packed[b] = shared ? s->packed[0] : pk;
         /* 16-bit blocks: this one's kept values packed */
-        float *lp = packs ? carve_for(m, r, (dt_program_lp_block(p, BT) + 1) / 2, true) : NULL;
+        float *lp = packs ? carve_for(m, r, (dt_program_lp_block(p, BT, p->moe_layer[l]) + 1) / 2, true) : NULL;
         if (m->base) s->lp_keep[b] = (uint16_t *)lp;
     }
 }
@@ -280,7 +291,6 @@ static dt_status reserve(dt_program *p, int B, int T) {
     s->moe_int = p->cfg.experts ? malloc(dt_program_moe_ints(p, BT) * sizeof(int32_t)) : NULL;
     s->moe_acc = p->cfg.experts ? calloc(2 * (size_t)p->cfg.experts, sizeof(double)) : NULL;
     s->mem = dt_alloc_aligned(n * sizeof(float));
-    s->lp_block = dt_program_packs(p) ? dt_program_lp_block(p, BT) : 0;
     if (!s->val || !s->stats || !s->packed || !s->lp_keep || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->first || !s->mem ||
         (dropping(p) && (!s->row_key || !s->lora_rk)) || (p->cfg.experts && (!s->moe_int || !s->moe_acc))) {
         dt_program_free_slot(s);
