@@ -82,6 +82,13 @@ against_run "dp 2 x pp 2, interleaved, zero3 (C 192: the f32 pages at a shard's 
 moe=(--model llama-tiny --experts 4 --experts-top-k 4 --kv-heads 2 --channels 384 --ffn 384 --batch 2 --nproc 4 --ep 2)
 against_run "dp 2 x ep 2, a mixture of 4 experts" "${moe[@]}"
 for z in 1 2 3; do against_run "dp 2 x ep 2, a mixture of 4 experts, zero$z" "${moe[@]}" --zero $z; done
+against_run "pp 2 x ep 2 (1f1b), a mixture of 4 experts, zero1" "${moe[@]}" --pp 2 --grad-accum 2 --zero 1
+# dense layers among the mixtures: each block holds its own kind's tensors and activations, the stages and shards follow (a
+# stage of dense layers alone never grows expert parallelism's exchange buffers)
+against_run "dp 2 x ep 2, layer 0 dense, layer 1 a mixture (--moe-every 2 --first-dense 1, a dense MLP of 512)" "${moe[@]}" --moe-every 2 \
+    --first-dense 1 --dense-ffn 512
+against_run "pp 2 x ep 2 (1f1b), layer 0 dense, layer 1 a mixture, zero1" "${moe[@]}" --moe-every 2 --first-dense 1 --dense-ffn 512 --pp 2 \
+    --grad-accum 2 --zero 1
 against_run "pp 3, interleaved, 3 chunks a stage" --layers 7 --batch 2 --nproc 3 --pp 3 --grad-accum 6 --pp-schedule interleaved \
     --virtual-stages 3
 # a 16-bit store's pool covers the whole f32 store: its pages mapped again over it as backward goes (5% under without them)

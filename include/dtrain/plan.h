@@ -155,7 +155,7 @@ double dt_plan_units_params(const dt_plan_job *j, int a, int b);
 /* Of those, a mixture's experts on a rank (E/ep of each block's). */
 double dt_plan_units_expert_params(const dt_plan_job *j, int a, int b);
 double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b);
-int dt_plan_block_linears(const dt_plan_job *j, int (*shape)[2], int max);
+int dt_plan_block_linears(const dt_plan_job *j, int l, int (*shape)[2], int max); /* (layer l's; -1: any layer's) */
 /* Whether the model has GPT-2's block (LayerNorms with biases, learned positions): gpt2, or gpt2_moe's experts in its MLP. */
 bool dt_plan_gpt2_block(const dt_gpt2_config *c);
 /* A stage holding the n unit ranges [a[k], b[k]) on one TP rank: the activation bytes of one micro-batch in flight (batch
@@ -166,12 +166,13 @@ double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const
  * chunks (interleaved) each slot's own bytes and each chunk's kept ones as often as the schedule holds that chunk at
  * once (dt_pp_chunk_areas), as the model program keeps them. */
 double dt_plan_stage_activations(const dt_plan_job *j, int s, int n, const int *a, const int *b);
-/* What a rank holds once beside its slots: mixed precision's scratch (dtrain's; head: the stage holds the head), or under
- * paper_acts with --recompute the layer being recomputed. */
-double dt_plan_rank_scratch(const dt_plan_job *j, int head);
+/* What a rank holds once beside its slots: mixed precision's scratch (dtrain's; head: the stage holds the head), expert
+ * parallelism's exchange buffers (mixtures: the stage holds a mixture), or under paper_acts with --recompute the layer
+ * being recomputed. */
+double dt_plan_rank_scratch(const dt_plan_job *j, int head, bool mixtures);
 /* paper_acts: the bytes a token keeps in one transformer layer (recompute: the layer's input alone), Korthikanti et al.'s
  * Table 2 with attention's scores not kept: 16-bit, tensor-parallel t, sequence parallel or not, GPT's dropout masks. */
-double dt_plan_paper_layer_bytes(const dt_plan_job *j, int recompute);
+double dt_plan_paper_layer_bytes(const dt_plan_job *j, int recompute, bool moe); /* (a mixture's layer, or a dense one) */
 /* The micro-batches stage s of the job's pipeline keeps in flight (its activation slots): what the schedule's lists
  * give (dt_pp_schedule.slots; tests/test_pipeline_schedule.c checks the two agree). */
 int dt_plan_pp_slots(const dt_plan_job *j, int s);

@@ -198,9 +198,9 @@ size_t dt_program_lp_work_bytes(const dt_lm_config *cfg, const dt_model_part *pa
 dt_status dt_program_shape_params(const dt_lm_config *cfg, const dt_model_part *part, size_t *local, size_t *global);
 double dt_program_flops_per_token(const dt_lm_config *cfg, int T);
 double dt_program_block_matmul_params(const dt_lm_config *cfg, int l);
-/* Without a model: a block's Linears as a part's rank runs them, [outputs, inputs] each (at most max), in the spec's
- * order; their count (0: a bad config). */
-int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_model_part *part, int (*shape)[2], int max);
+/* Without a model: layer l's Linears as a part's rank runs them (l -1: those any layer runs), [outputs, inputs] each (at
+ * most max), in the spec's order; their count (0: a bad config). */
+int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_model_part *part, int l, int (*shape)[2], int max);
 /* Seconds in tensor parallelism's collectives since the last call. */
 double dt_program_tp_comm_seconds(dt_program *p);
 /* With on, backward runs no gradient hook; dt_program_announce_grads runs them for every held unit, in

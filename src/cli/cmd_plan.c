@@ -12,7 +12,7 @@ static void usage(FILE *f) {
             "  and the predicted step time by part, before anything is allocated. The layout rules are train's.\n"
             "  --model M          as train's (d6, 124M, 350M, 774M, 1558M, a model file), or a published shape dtrain\n"
             "                     describes but does not build: llama3.1-8b, llama3.1-70b, gpt3-175b,\n"
-            "                     mixtral-8x7b, deepseek-v3 (its 3 dense layers as MoE ones; MLA as 16 K/V heads)\n"
+            "                     mixtral-8x7b, deepseek-v3 (3 dense layers, 58 mixtures; MLA as 16 K/V heads)\n"
             "  --params N         a GPT-style transformer of N parameters (1.5e9, 7.5B) with ZeRO's mixed-precision\n"
             "                     Adam (2 + 2 + K bytes a parameter, K = 12), as the ZeRO paper counts model states\n"
             "  --hardware H       this (default: measured here: GEMM at the job's shapes, bandwidth, attention, the\n"

@@ -767,12 +767,12 @@ double dt_program_block_matmul_params(const dt_lm_config *cfg, int l) {
     return most;
 }
 
-int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_model_part *part, int (*shape)[2], int max) {
+int dt_program_linear_shapes(const dt_lm_config *cfg, const dt_model_part *part, int l, int (*shape)[2], int max) {
     dt_program *p;
     if (shape_part(cfg, part, &p)) return 0;
     int n = 0;
-    for (int k = 0; k < p->f->nops; k++) /* (those some layer runs) */
-        if (p->ops[k].s.kind == DT_OP_LINEAR && p->ops[k].width_out > 0 && n < max)
+    for (int k = 0; k < p->f->nops; k++) /* (l -1: those some layer runs, a mixture's dense MLP where there are dense layers) */
+        if (p->ops[k].s.kind == DT_OP_LINEAR && (l < 0 || (l < p->cfg.num_layers && op_runs(p, l, k))) && p->ops[k].width_out > 0 && n < max)
             shape[n][0] = p->ops[k].width_out, shape[n++][1] = p->ops[k].width_in;
     dt_program_destroy(p);
     return n;

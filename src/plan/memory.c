@@ -227,7 +227,9 @@ static void stage_memory(const dt_plan_job *j, int s, int p, int v, const int *f
     int a[v], b[v];
     stage_params sp;
     params_of_stage(j, s, p, v, first, a, b, &sp);
-    double acts = dt_plan_stage_activations(j, s, v, a, b) + dt_plan_rank_scratch(j, b[v - 1] == c->num_layers + 2);
+    double experts = 0; /* (a stage of dense layers alone makes no exchanges: their buffers are never grown) */
+    for (int k = 0; k < v; k++) experts += dt_plan_units_expert_params(j, a[k], b[k]);
+    double acts = dt_plan_stage_activations(j, s, v, a, b) + dt_plan_rank_scratch(j, b[v - 1] == c->num_layers + 2, experts > 0);
     /* a first stage's embedding tables have no 16-bit copy: the lookup reads f32, and no head there reads wte */
     double f32_only = p > 1 && s == 0 ? dt_plan_units_params(j, 0, 1) : 0;
     /* --params N: the model states of N parameters, split as the shape's are */

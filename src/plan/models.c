@@ -21,9 +21,9 @@ typedef struct {
  * architecture and vocabulary), Mixtral 8x7B (its config.json: 32 layers, 4096 wide, 8 experts of 14336, top-2, 8 K/V
  * heads), DeepSeek-V3 as this build's families can state it (the paper's Table and config.json: 7168 wide, 256 routed
  * experts of 2048 and one shared, top-8 within 4 of 8 groups, sigmoid scores scaled by 2.5, vocabulary 129280, 4096
- * positions in pre-training): its 61 layers, of which the first 3 have a dense MLP, as 58 MoE layers (671B parameters
- * within 0.4%), its multi-head latent attention as 128 heads of 128 with 16 K/V heads (264M a layer against MLA's 187M:
- * 0.7% of the whole); no multi-token prediction. */
+ * positions in pre-training): its 61 layers, the first 3 with a dense SwiGLU MLP of 18432 (first_k_dense_replace), 58 of
+ * mixtures; its multi-head latent attention as 128 heads of 128 with 16 K/V heads (264M a layer against MLA's 187M: 4.7B
+ * more over the 61 layers, 0.7% of the whole); no multi-token prediction. */
 static const preset presets[] = {
     { "llama3.1-8b", "llama", { .max_seq_len = 131072, .vocab_size = 128256, .padded_vocab_size = 128256, .num_layers = 32, .num_heads = 32,
                                 .channels = 4096, .kv_heads = 8, .ffn = 14336, .rope_theta = 500000, .untied = 1 } },
@@ -33,10 +33,11 @@ static const preset presets[] = {
     { "mixtral-8x7b", "mixtral", { .max_seq_len = 32768, .vocab_size = 32000, .padded_vocab_size = 32000, .num_layers = 32, .num_heads = 32,
                                    .channels = 4096, .kv_heads = 8, .ffn = 14336, .rope_theta = 1e6, .untied = 1, .experts = 8,
                                    .experts_top_k = 2, .norm_topk = 1 } },
-    { "deepseek-v3", "deepseek_moe", { .max_seq_len = 4096, .vocab_size = 129280, .padded_vocab_size = 129280, .num_layers = 58, .num_heads = 128,
+    { "deepseek-v3", "deepseek_moe", { .max_seq_len = 4096, .vocab_size = 129280, .padded_vocab_size = 129280, .num_layers = 61, .num_heads = 128,
                                     .channels = 7168, .kv_heads = 16, .head_dim = 128, .ffn = 2048, .rope_theta = 10000, .untied = 1,
                                     .experts = 256, .experts_top_k = 8, .norm_topk = 1, .shared_ffn = 2048, .router = DT_ROUTER_SIGMOID_BIAS,
-                                    .expert_groups = 8, .group_top_k = 4, .routed_scale = 2.5f, .bias_rate = 0.001f } },
+                                    .expert_groups = 8, .group_top_k = 4, .routed_scale = 2.5f, .bias_rate = 0.001f, .first_dense = 3,
+                                    .dense_ffn = 18432 } },
 };
 
 const char *dt_plan_model_names(void) { return DT_LM_PRESETS ", llama3.1-8b, llama3.1-70b, gpt3-175b, mixtral-8x7b, deepseek-v3"; }
@@ -62,12 +63,19 @@ void dt_plan_shape_for_params(double n, dt_gpt2_config *c) {
                            .num_heads = C / 128, .channels = C };
 }
 
+/* The mixtures among units [a, b)'s blocks. */
+static int units_moe_layers(const dt_gpt2_config *r, int a, int b) {
+    int L = r->num_layers, n = 0;
+    for (int u = a > 1 ? a : 1; u < b && u <= L; u++) n += dt_lm_layer_moe(r, u - 1);
+    return n;
+}
+
 double dt_plan_units_expert_params(const dt_plan_job *j, int a, int b) {
     dt_gpt2_config r = dt_lm_config_resolve(&j->model);
-    int L = r.num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, ep = j->ep > 1 ? j->ep : 1;
-    /* each block's experts: gate, up and down of F x C (GELU experts: up and down), E of them, E/ep on a rank */
+    int ep = j->ep > 1 ? j->ep : 1;
+    /* each mixture's experts: gate, up and down of F x C (GELU experts: up and down), E of them, E/ep on a rank */
     double mats = dt_family_moe_gated(r.family) ? 3.0 : 2.0;
-    return r.experts && last >= first ? (double)(last - first + 1) * mats * r.ffn * r.channels * r.experts / ep : 0;
+    return r.experts ? (double)units_moe_layers(&r, a, b) * mats * r.ffn * r.channels * r.experts / ep : 0;
 }
 
 double dt_plan_units_params(const dt_plan_job *j, int a, int b) {
@@ -88,17 +96,18 @@ double dt_plan_model_params(const dt_plan_job *j) {
  * dropout masks of a byte (10h); split over the t ranks Q, K, V, the projection's input and the MLP's inner activations (GPT:
  * GELU's input and output, 24h; Llama: K and V at the key/value heads' width, SwiGLU's gate, up and their product). Full
  * recompute keeps the layer's input: 2h (2h/t with sequence parallelism). */
-double dt_plan_paper_layer_bytes(const dt_plan_job *j, int recompute) {
+double dt_plan_paper_layer_bytes(const dt_plan_job *j, int recompute, bool moe_layer) {
     const dt_gpt2_config *c = &j->model;
     double t = j->tp > 1 ? j->tp : 1, rows = j->sp && t > 1 ? t : 1, h = c->channels, w = j->precision != DT_F32 ? 2 : 4;
     if (recompute) return w * h / rows;
     dt_gpt2_config r = dt_lm_config_resolve(c);
-    bool gpt = dt_plan_gpt2_block(c);
-    double kvc = (double)r.head_dim * r.kv_heads, F = r.ffn;
+    bool gpt = dt_plan_gpt2_block(c), sparse = r.experts && moe_layer;
+    /* (a dense layer among mixtures: its MLP dense_ffn wide) */
+    double kvc = (double)r.head_dim * r.kv_heads, F = r.experts && !moe_layer ? r.dense_ffn : r.ffn;
     /* a mixture's: each token's k experts' SwiGLU activations (GELU's: up and its output) and its dispatched copy (on the
      * experts' ranks under EP), a shared expert's, the router's probabilities, in place of the dense MLP's */
     double xa = dt_family_moe_gated(r.family) ? 3.0 : 2.0, dense = gpt ? 2.0 : 3.0;
-    double moe = r.experts ? w * (r.experts_top_k * (xa * F + h) + 3.0 * r.shared_ffn + r.experts - dense * F) : 0;
+    double moe = sparse ? w * (r.experts_top_k * (xa * F + h) + 3.0 * r.shared_ffn + r.experts - dense * F) : 0;
     double whole = 4 * w * h + (gpt ? 2 * h : 0) + moe, split = w * (2 * h + 2 * kvc + (gpt ? 2 : 3) * F);
     return whole / rows + split / t;
 }
@@ -109,16 +118,20 @@ static double paper_units_activations(const dt_plan_job *j, int a, int b, double
     const dt_gpt2_config *c = &j->model;
     double t = j->tp > 1 ? j->tp : 1, rows = j->sp && t > 1 ? t : 1, h = c->channels, w = j->precision != DT_F32 ? 2 : 4;
     int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
+    dt_gpt2_config r = dt_lm_config_resolve(c);
+    int sparse = units_moe_layers(&r, a, b);
     double head = b == L + 2 ? w * h / rows + w * h + 4 * ceil(c->padded_vocab_size / t) : 0;
-    return tokens * (nl * dt_plan_paper_layer_bytes(j, j->recompute) + head + (a == 0 && dt_plan_gpt2_block(c) ? h / rows : 0));
+    return tokens * (sparse * dt_plan_paper_layer_bytes(j, j->recompute, true) + (nl - sparse) * dt_plan_paper_layer_bytes(j, j->recompute, false) +
+                     head + (a == 0 && dt_plan_gpt2_block(c) ? h / rows : 0));
 }
 
-double dt_plan_rank_scratch(const dt_plan_job *j, int head) {
-    if (j->paper_acts) return j->recompute ? (double)j->batch * j->seq * dt_plan_paper_layer_bytes(j, 0) : 0;
+double dt_plan_rank_scratch(const dt_plan_job *j, int head, bool mixtures) {
+    if (j->paper_acts)
+        return j->recompute ? (double)j->batch * j->seq * fmax(dt_plan_paper_layer_bytes(j, 0, true), dt_plan_paper_layer_bytes(j, 0, false)) : 0;
     dt_gpt2_config r = dt_lm_config_resolve(&j->model);
     /* expert parallelism's exchange buffers (program_moe_ep.c): rows of C + 1 floats out and in, and the grouped rows'
      * SwiGLU, outputs, their gradients and weights' (balanced: as many rows as this rank's tokens' choices) */
-    double ep = j->ep > 1 && r.experts ? 4.0 * j->batch * j->seq * r.experts_top_k * (2.0 * (r.channels + 1) + r.channels + 4.0 * r.ffn + 3) : 0;
+    double ep = j->ep > 1 && mixtures ? 4.0 * j->batch * j->seq * r.experts_top_k * (2.0 * (r.channels + 1) + r.channels + 4.0 * r.ffn + 3) : 0;
     return ep + (j->precision != DT_F32 ? (double)dt_gpt2_part_lp_work_bytes(&j->model, j->tp, head) : 0);
 }
 
@@ -130,11 +143,8 @@ static double ep_slot_bytes(const dt_plan_job *j, int n, const int *a, const int
      * pairs' gate|up (each layer's, or recomputing the one block's) and its room for them runs no SwiGLU (the experts'
      * rank runs it in its own buffers: dt_plan_rank_scratch) */
     double pairs = j->ep > 1 && r.experts ? (double)batch * seq * r.experts_top_k : 0;
-    int held = 0;
-    for (int k = 0; pairs > 0 && k < n; k++) {
-        int L = r.num_layers, first = a[k] > 1 ? a[k] : 1, last = b[k] - 1 < L ? b[k] - 1 : L;
-        if (last >= first) held += last - first + 1;
-    }
+    int held = 0; /* (the mixtures among the blocks held) */
+    for (int k = 0; pairs > 0 && k < n; k++) held += units_moe_layers(&r, a[k], b[k]);
     return pairs > 0 ? 4.0 * pairs * (held * (r.channels + 1 + 2.0 * r.ffn) - (j->recompute ? 1 : held) * 2.0 * r.ffn - 4.0 * r.ffn) : 0;
 }
 
@@ -171,11 +181,11 @@ int dt_plan_pp_slots(const dt_plan_job *j, int s) {
 }
 
 /* A block's Linears as a TP rank runs them ([outputs, inputs] each, the spec's order); their count. */
-int dt_plan_block_linears(const dt_plan_job *j, int (*shape)[2], int max) {
+int dt_plan_block_linears(const dt_plan_job *j, int l, int (*shape)[2], int max) {
     dt_model_part part = { .ua = 1, .ub = 2, .tp_size = j->tp > 1 ? j->tp : 1 };
     static const dt_tp_ops none = { 0 };
     part.tp = part.tp_size > 1 ? &none : NULL;
-    return dt_program_linear_shapes(&j->model, &part, shape, max);
+    return dt_program_linear_shapes(&j->model, &part, l, shape, max);
 }
 
 /* GPT-2's block (LayerNorms with biases, learned positions), its MLP dense or a mixture of GELU experts */
@@ -187,10 +197,19 @@ bool dt_plan_gpt2_block(const dt_gpt2_config *c) {
 double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b) {
     const dt_gpt2_config *c = &j->model;
     double t = j->tp > 1 ? j->tp : 1, C = c->channels, V = c->padded_vocab_size / t, block = 0;
-    int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
-    int shape[8][2], n = dt_plan_block_linears(j, shape, 8);
-    for (int i = 0; i < n; i++) block += (double)shape[i][0] * shape[i][1];
-    return nl * block + (b == L + 2 ? V * C : 0);
+    int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, shape[8][2];
+    dt_gpt2_config r = dt_lm_config_resolve(c);
+    double layer[2] = { -1, -1 }; /* a dense layer's Linears, a mixture's: each counted once */
+    for (int l = first - 1; l < last; l++) {
+        int moe = dt_lm_layer_moe(&r, l);
+        if (layer[moe] < 0) {
+            int n = dt_plan_block_linears(j, l, shape, 8);
+            layer[moe] = 0;
+            for (int i = 0; i < n; i++) layer[moe] += (double)shape[i][0] * shape[i][1];
+        }
+        block += layer[moe];
+    }
+    return block + (b == L + 2 ? V * C : 0);
 }
 
 dt_program *dt_plan_model_table(const dt_plan_job *j, dt_model *m) {

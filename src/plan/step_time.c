@@ -31,7 +31,7 @@ static double gemm_rate(const dt_plan_job *j, const dt_plan_hardware *h, int thr
  * FLOPs. The MLP's first, which the plan used for all four, is the fastest of them; the others have a side of C (C/tp
  * under tensor parallelism). */
 static double blocks_rate(const dt_plan_job *j, const dt_plan_hardware *h, int threads, double tokens) {
-    int shape[8][2], n = dt_plan_block_linears(j, shape, 8); /* outputs, inputs */
+    int shape[8][2], n = dt_plan_block_linears(j, -1, shape, 8); /* outputs, inputs */
     double flops = 0, secs = 0;
     for (int i = 0; i < n; i++) {
         double f = (double)shape[i][0] * shape[i][1];
@@ -43,6 +43,28 @@ static double blocks_rate(const dt_plan_job *j, const dt_plan_hardware *h, int t
 
 typedef struct { double mm, att, ew, fwd_share; } stage_cost;
 
+/* A block's elementwise bytes a token (forward's; backward's twice) with an MLP F wide, and in *lowp mixed precision's passes
+ * besides. */
+static double layer_ew(const dt_plan_job *j, const dt_gpt2_config *r, double F, double Q, double KVl, double *lowp) {
+    double tp = j->tp > 1 ? j->tp : 1, C = r->channels, rows = j->sp && tp > 1 ? tp : 1;
+    bool gpt = dt_plan_gpt2_block(&j->model);
+    /* Llama: two RMSNorms and two residuals as GPT-2's; q|k|v of every head packed from the K/V heads (Q + 2 KV read on a rank,
+     * 3 Q written) and q, k turned by position (4 Q); SwiGLU reads gate and up and writes their product; no biases */
+    double block = 4 * (gpt ? 10 * C / rows + 4 * C / tp + 4 * F / tp : 10 * C / rows + 8 * Q / tp + 2 * KVl + 3 * F / tp);
+    /* dtrain's mixed precision (gpt2_run.c) passes over a block's activations besides: forward rounds the LayerNorms', attention's
+     * and GELU's outputs to 16 bits in place (8 bytes an element), backward each Linear's output gradient; without --recompute
+     * the block's eight kept activations are packed to 16 bits after forward and unpacked before backward (6 bytes an element
+     * each way). d6's bf16 blocks ran 10% over the plan without them (362 ms a step against 328): these are 32 of it. */
+    *lowp = j->precision == DT_F32 || j->paper_acts ? 0
+            : gpt ? 8 * (2 * C / rows + C / tp + F / tp) * (j->recompute ? 2 : 1) + 8 * (2 * C + 3 * C / tp + F / tp) +
+                        (j->recompute ? 0 : 12 * (4 * C / rows + 4 * C / tp + 2 * F / tp))
+                  /* Llama's the same passes: the norms', attention's (and its packed q|k|v) and SwiGLU's outputs
+                   * rounded, each Linear's output gradient, the kept values packed and unpacked */
+                  : 8 * (2 * C / rows + 4 * Q / tp + F / tp) * (j->recompute ? 2 : 1) + 8 * (2 * C + (Q + 2 * F) / tp + 2 * KVl) +
+                        (j->recompute ? 0 : 12 * (4 * C / rows + (2 * Q + 3 * F) / tp + 2 * KVl));
+    return block;
+}
+
 /* One micro-batch's forward and backward through units [a, b) on one rank. */
 static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double tokens, double T, double rmm, double rhead, double rmoe,
                                 double ratt, double bw, double hloss) {
@@ -51,7 +73,7 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
     double tp = j->tp > 1 ? j->tp : 1, C = c->channels, F = r.ffn, V = c->padded_vocab_size / tp;
     /* q's channels, and this rank's K/V channels (with fewer K/V heads than ranks, each rank keeps one) */
     double Q = (double)r.num_heads * r.head_dim, KVl = (r.kv_heads >= tp ? r.kv_heads / tp : 1) * (double)r.head_dim;
-    double rows = j->sp && tp > 1 ? tp : 1, passes = 3 + (j->recompute ? 1 : 0);
+    double passes = 3 + (j->recompute ? 1 : 0);
     int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
     stage_cost s;
     /* the blocks' Linears at the MLP's rate, the head's at its own (once each way whatever --recompute says) */
@@ -62,33 +84,26 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
     /* causal attention: a query meets T/2 keys on average (the balanced chunks under CP too): 2 T C per query forward, twice that backward */
     s.att = nl * 2.0 * tokens * T * (Q / tp) * passes / ratt;
     /* the elementwise kernels, forward and twice backward: LayerNorms, residuals, biases, GELU (bytes a token and block), the head's
-     * softmax and loss over the vocabulary (where measured, hloss: the 16-bit head's seconds a token besides its GEMMs) */
-    bool gpt = dt_plan_gpt2_block(c);
-    /* Llama: two RMSNorms and two residuals as GPT-2's; q|k|v of every head packed from the K/V heads (Q + 2 KV read on a rank,
-     * 3 Q written) and q, k turned by position (4 Q); SwiGLU reads gate and up and writes their product; no biases */
-    double block = 4 * (gpt ? 10 * C / rows + 4 * C / tp + 4 * F / tp : 10 * C / rows + 8 * Q / tp + 2 * KVl + 3 * F / tp);
-    /* dtrain's mixed precision (gpt2_run.c) passes over a block's activations besides: forward rounds the LayerNorms', attention's
-     * and GELU's outputs to 16 bits in place (8 bytes an element), backward each Linear's output gradient; without --recompute
-     * the block's eight kept activations are packed to 16 bits after forward and unpacked before backward (6 bytes an element
-     * each way). d6's bf16 blocks ran 10% over the plan without them (362 ms a step against 328): these are 32 of it. */
-    double lowp = j->precision == DT_F32 || j->paper_acts ? 0
-                  : gpt ? 8 * (2 * C / rows + C / tp + F / tp) * (j->recompute ? 2 : 1) + 8 * (2 * C + 3 * C / tp + F / tp) +
-                              (j->recompute ? 0 : 12 * (4 * C / rows + 4 * C / tp + 2 * F / tp))
-                        /* Llama's the same passes: the norms', attention's (and its packed q|k|v) and SwiGLU's outputs
-                         * rounded, each Linear's output gradient, the kept values packed and unpacked */
-                        : 8 * (2 * C / rows + 4 * Q / tp + F / tp) * (j->recompute ? 2 : 1) + 8 * (2 * C + (Q + 2 * F) / tp + 2 * KVl) +
-                              (j->recompute ? 0 : 12 * (4 * C / rows + (2 * Q + 3 * F) / tp + 2 * KVl));
-    if (r.experts) { /* a mixture of experts: each token's k experts (gate, up, down; GELU's up, down) at their rows' rate, the
-                      * router, a shared expert */
-        double K = r.experts_top_k, E = r.experts, Fs = r.shared_ffn, xa = dt_family_moe_gated(r.family) ? 3 : 2;
-        /* under EP the busiest rank runs expert_load times the mean rows, and its group waits for it */
-        double load = j->ep > 1 && j->expert_load > 1 ? j->expert_load : 1;
-        s.mm += nl * 2 * tokens * (xa * K * F * C * lin * load / rmoe + (3 * Fs * C * lin + E * C * passes) / rmm);
-        /* in place of the dense MLP's activation (GPT-2's GELU, Llama's SwiGLU): the pairs' (and the shared expert's), the
-         * pairs' inputs gathered and outputs combined, the router's softmax and choice */
-        block += 4 * (xa * K * F * load + 3 * Fs - (gpt ? 4 : 3) * F / tp + 4 * K * C + 3 * E);
+     * softmax and loss over the vocabulary (where measured, hloss: the 16-bit head's seconds a token besides its GEMMs); a dense
+     * layer's (its MLP dense_ffn wide among mixtures) and a mixture's */
+    int nmoe = 0;
+    for (int l = first - 1; l < last; l++) nmoe += dt_lm_layer_moe(&r, l);
+    double ew = 0;
+    for (int moe = 0; moe < 2; moe++) {
+        double n = moe ? nmoe : nl - nmoe, lowp, block = layer_ew(j, &r, moe ? F : r.experts ? r.dense_ffn : F, Q, KVl, &lowp);
+        if (moe && r.experts) { /* a mixture of experts: each token's k experts (gate, up, down; GELU's up, down) at their rows' rate,
+                                 * the router, a shared expert */
+            double K = r.experts_top_k, E = r.experts, Fs = r.shared_ffn, xa = dt_family_moe_gated(r.family) ? 3 : 2;
+            /* under EP the busiest rank runs expert_load times the mean rows, and its group waits for it */
+            double load = j->ep > 1 && j->expert_load > 1 ? j->expert_load : 1;
+            s.mm += n * 2 * tokens * (xa * K * F * C * lin * load / rmoe + (3 * Fs * C * lin + E * C * passes) / rmm);
+            /* in place of the dense MLP's activation (GPT-2's GELU, Llama's SwiGLU): the pairs' (and the shared expert's), the
+             * pairs' inputs gathered and outputs combined, the router's softmax and choice */
+            block += 4 * (xa * K * F * load + 3 * Fs - (dt_plan_gpt2_block(c) ? 4 : 3) * F / tp + 4 * K * C + 3 * E);
+        }
+        ew += n * (block * passes + lowp);
     }
-    s.ew = (nl * (block * passes + lowp) + (b == L + 2 && !hloss ? 4 * 4 * V : 0) + (a == 0 ? 3 * 4 * C : 0)) * tokens / bw;
+    s.ew = (ew + (b == L + 2 && !hloss ? 4 * 4 * V : 0) + (a == 0 ? 3 * 4 * C : 0)) * tokens / bw;
     if (b == L + 2) s.ew += hloss * tokens;
     s.fwd_share = 1.0 / passes;
     return s;
@@ -398,6 +413,7 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
     double tokens = x->tokens, w = x->w, g = x->g, ia = x->ia, ib = x->ib, xa = x->xa, xb = x->xb, ep = x->ep;
     /* tensor parallelism: two allreduces of a micro-batch's rows each way per block (with --recompute forward's again), f32 */
     int nl = c->num_layers / p + 1;
+    double fmoe = rc.experts ? (double)dt_lm_moe_layers(&rc) / c->num_layers : 0; /* (the mixtures' share of the layers) */
     double rowsb = tokens * c->channels * 4;
     /* and at each of them the wait for the slower rank, measured here where the ranks have a core each */
     double meeting = tp > 1 && h->attention_rate && local * o->threads <= cores && (double)F / tp * C <= 1e8
@@ -410,7 +426,7 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
         /* a block's collectives in allreduces' worth: attention's two (and forward's again); an MLP's two likewise; a
          * mixture, whole on each rank, none without SP and under SP its rows gathered forward, d(output) and the rows again
          * backward (an allgather is half an allreduce's bytes) */
-        double again = j->recompute ? 1 : 0, mlp = !rc.experts ? 2 + again : j->sp ? 1.5 + 0.5 * again : 0, per = 2 + again + mlp;
+        double again = j->recompute ? 1 : 0, moe_mlp = j->sp ? 1.5 + 0.5 * again : 0, per = 2 + again + (1 - fmoe) * (2 + again) + fmoe * moe_mlp;
         o->tp_waits = m * nl * per * meeting;
         o->tp_comm = m * nl * per * dt_plan_allreduce(rowsb, tp, tp_nodes ? x->xa : ia, tp_nodes ? x->xb : ib, g) + o->tp_waits;
     }
@@ -421,7 +437,7 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
     if (ep > 1 && rc.experts) {
         int ep_nodes = job->nodes > 1 && ep > local / (tp * p > 0 ? tp * p : 1) ? 1 : 0;
         double rows = tokens * rc.experts_top_k * (ep - 1) / ep, bytes = rows * (j->paper_states ? w * C : 4 * (C + 1.0));
-        o->ep_comm = m * nl * (4 + (j->recompute ? 2 : 0)) * ((ep - 1) * (ep_nodes ? xa : ia) + bytes * (ep_nodes ? xb : ib) + 2 * bytes * g);
+        o->ep_comm = m * nl * fmoe * (4 + (j->recompute ? 2 : 0)) * ((ep - 1) * (ep_nodes ? xa : ia) + bytes * (ep_nodes ? xb : ib) + 2 * bytes * g);
     }
     if (p > 1) pp_terms(x, o, pp_nodes);
 }
