@@ -405,6 +405,29 @@ static size_t uneven(int a, int b, int p) {
 }
 static double uneven_value(int a, int b, size_t i) { return a * 1e7 + b * 1e5 + (double)(i % 99991); }
 static size_t small_block(int a, int b, int p) { return uneven(a, b, p) % 7 + (a == b ? 3 : 0); }
+static size_t medium_block(int a, int b, int p) { return (size_t)((a + 2 * b) % 3) * 8 + (size_t)(160 / p); }
+
+/* alltoallv on world of blocks size(a, b, p) elements from rank a to rank b, their values shifted by shift, checked. */
+static void sized_blocks(size_t (*size)(int, int, int), double shift, const char *what) {
+    int p = dt_comm_size(world), r = dt_comm_rank(world);
+    size_t sc[16], rc[16], stotal = 0, cap = 0;
+    for (int q = 0; q < p; q++) sc[q] = size(r, q, p), stotal += sc[q], cap += size(q, r, p);
+    double *out = malloc((stotal + 1) * 8), *in = malloc((cap + 1) * 8);
+    if (!out || !in) FAIL("alltoallv of %s: no memory", what);
+    for (int q = 0, k = 0; out && q < p; q++)
+        for (size_t i = 0; i < sc[q]; i++) out[k++] = uneven_value(r, q, i) + shift;
+    if (out && in && dt_comm_alltoallv(world, out, sc, in, cap, rc, DT_F64)) FAIL("alltoallv of %s: %s", what, dt_last_error());
+    else if (out && in) {
+        size_t bad = SIZE_MAX, k = 0;
+        for (int q = 0; q < p; q++) {
+            if (rc[q] != size(q, r, p)) bad = k;
+            for (size_t i = 0; i < size(q, r, p) && bad == SIZE_MAX; i++, k++)
+                if (in[k] != uneven_value(q, r, i) + shift) bad = k;
+        }
+        if (bad != SIZE_MAX) FAIL("alltoallv of %s: element %zu is %g", what, bad, in[bad]); else passed++;
+    }
+    free(out), free(in);
+}
 
 /* alltoallv of the uneven blocks on c, the send buffer private or in the shared segment (arena), checked against the
  * blocks each rank knows the others send. */
@@ -488,21 +511,12 @@ static void uneven_alltoall(void) {
     size_t sc[16], rc[16], stotal = 0, cap = 0;
     for (int q = 0; q < p; q++) sc[q] = uneven(r, q, p), stotal += sc[q], cap += uneven(q, r, p);
     double *out = malloc((stotal + 1) * 8), *in = malloc((cap + 1) * 8);
-    /* small blocks (every rank's whole sendbuf rides with the counts: one round), a rank's block to itself too */
-    size_t small_sc[16], small_rc[16], small_cap = 0;
-    for (int q = 0; q < p; q++) small_sc[q] = small_block(r, q, p), small_cap += small_block(q, r, p);
-    for (int q = 0, k = 0; q < p; q++)
-        for (size_t i = 0; i < small_sc[q]; i++) out[k++] = uneven_value(r, q, i) + 0.5;
-    if (dt_comm_alltoallv(world, out, small_sc, in, small_cap, small_rc, DT_F64)) FAIL("alltoallv of small blocks: %s", dt_last_error());
-    else {
-        size_t bad = SIZE_MAX, k = 0;
-        for (int q = 0; q < p; q++) {
-            if (small_rc[q] != small_block(q, r, p)) bad = k;
-            for (size_t i = 0; i < small_block(q, r, p) && bad == SIZE_MAX; i++, k++)
-                if (in[k] != uneven_value(q, r, i) + 0.5) bad = k;
-        }
-        if (bad != SIZE_MAX) FAIL("alltoallv of small blocks: element %zu is %g", bad, in[bad]); else passed++;
-    }
+    /* small blocks (every rank's whole sendbuf rides with the counts: one round), a rank's block to itself too; then
+     * blocks of a few hundred bytes twice: across machines the first goes pair by pair (the room its round leaves is the
+     * small call's), the second rides (its room the first's) */
+    sized_blocks(small_block, 0.5, "small blocks");
+    sized_blocks(medium_block, 0.25, "medium blocks, first");
+    sized_blocks(medium_block, 0.75, "medium blocks, again");
     /* the nonblocking one, its counts known both ways: the blocks received in reverse rank order (displacements), then
      * one block to every rank (an allgatherv: every send displacement 0) */
     size_t sd[16], rd[16], at = 0, zero[16] = { 0 }, gc[16], gtotal = 0, mine = (size_t)(r + 1) * 1001 % 3000;

@@ -679,22 +679,32 @@ dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer
     return dt_comm_sendrecv(c, NULL, 0, -1, buf, count, peer, t);
 }
 
+/* The bytes a rank's blocks ride in alltoallv's first round after a call whose ranks sent at most `most` bytes: as much
+ * (a dispatch's sizes change little from step to step) while p rows of it stay within 16 KiB (each rank receives every
+ * row whole, p times what it keeps: beyond that a second round costs less than the bytes); else, or before any call, a
+ * few hundred bytes (less a row as ranks grow). */
+static size_t ride_after(int p, size_t most) {
+    size_t fallback = p <= 8 ? 512 : (size_t)(4096 / p > 64 ? 4096 / p : 64) & ~(size_t)7;
+    return most > 0 && most * (size_t)p <= 16384 ? (most + 7) & ~(size_t)7 : fallback;
+}
+
 /* Across machines (MPI): the counts of every rank (each one's sendcounts and its room) gathered by every rank, checked
- * alike on all of them; small blocks ride along (a rank's whole sendbuf, when it fits a row's few hundred bytes: where every rank's
- * does, that one round is all); else each pair exchanges its blocks, rank r sending to r + k while receiving from
- * r - k at step k. */
+ * alike on all of them; small blocks ride along (a rank's whole sendbuf where it fits the row's room, which every rank
+ * sizes alike from the last call's rows: ride_after; where every rank's does, that one round is all, as MPI_Alltoallv,
+ * whose counts are known beforehand, sends one message); else each pair exchanges its blocks, rank r sending to r + k
+ * while receiving from r - k at step k. */
 static dt_status alltoallv_gathered(dt_comm *c, const void *sbuf, const size_t *scounts, void *rbuf, size_t recvcap, size_t *rcounts,
                                    dt_dtype t) {
     dt_status st = DT_OK;
     int p = c->size, r = c->rank;
-    /* a row: the counts, the room, whether the data rides along, and room for it (less a row as ranks grow) */
-    size_t es = dt_dtype_size(t), small = p <= 8 ? 512 : (size_t)(4096 / p > 64 ? 4096 / p : 64) & ~(size_t)7;
+    /* a row: the counts, the room, whether the data rides along, and room for it */
+    size_t es = dt_dtype_size(t), small = c->ride ? c->ride : ride_after(p, 0);
     size_t n = (size_t)p + 2 + small / 8, so = 0, ro = 0;
-    /* up to 8 ranks on the stack (a dispatch's few hundred bytes must not pay for four allocations) */
+    /* up to 8 ranks and 512 bytes on the stack (a dispatch's few hundred bytes must not pay for four allocations) */
     enum { LOCAL = 8 * (8 + 2 + 64) };
     uint64_t row_local[8 + 2 + 64], all_local[LOCAL];
     size_t sat_local[8], rat_local[8];
-    bool heap = p > 8;
+    bool heap = p > 8 || n > 8 + 2 + 64;
     uint64_t *row = heap ? calloc(n, sizeof *row) : row_local, *all = heap ? malloc(n * (size_t)p * sizeof *all) : all_local;
     size_t *sat = heap ? malloc((size_t)p * sizeof *sat) : sat_local, *rat = heap ? malloc((size_t)p * sizeof *rat) : rat_local;
     if (!heap) memset(row, 0, n * sizeof *row);
@@ -711,6 +721,13 @@ static dt_status alltoallv_gathered(dt_comm *c, const void *sbuf, const size_t *
             st = dt_error(DT_ERR_ARG, "alltoallv: rank %d would receive %llu elements into room for %llu", q, (unsigned long long)total,
                           (unsigned long long)all[(size_t)q * n + p]);
     }
+    size_t most = 0; /* the most bytes a rank sent: the next call's room (every rank computes it from the same rows) */
+    for (int q = 0; !st && q < p; q++) {
+        size_t sent = 0;
+        for (int j = 0; j < p; j++) sent += all[(size_t)q * n + j];
+        most = sent * es > most ? sent * es : most;
+    }
+    if (!st) c->ride = ride_after(p, most);
     for (int j = 0; !st && j < p; j++) rcounts[j] = all[(size_t)j * n + r], rat[j] = ro, ro += rcounts[j];
     for (int j = 0; !st && every && j < p; j++) { /* rank j's block for this rank, from its row: past its blocks for ranks before */
         size_t at = 0;

@@ -219,7 +219,7 @@ dt_status dt_lm_config_check(const dt_lm_config *given, const char *where) {
                         (double)c->capacity_factor, c->drop_policy);
     }
     if ((double)c->padded_vocab_size * c->channels > 1e10 ||
-        (double)c->num_layers * c->channels * (c->channels + 3.0 * c->ffn * (c->experts ? c->experts : 1)) > 2e12)
+        (double)c->num_layers * c->channels * (c->channels + 3.0 * c->ffn * (c->experts ? c->experts : 1) + 3.0 * c->dense_ffn) > 2e12)
         return dt_error(DT_ERR_ARG, "%s: model too large (over 2 x 10^12 parameters)", where);
     return DT_OK;
 }
