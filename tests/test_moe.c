@@ -138,6 +138,63 @@ static void check_fixture(const char *dir, const char *name) {
     dt_safetensors_close(f);
 }
 
+/* One stage's run of parts of cfg holding units [2, L + 2) (from a mixture, then dense layers between mixtures: its
+ * first block lacks the dense MLP's values the later ones share), from the stream x: f32 (recompute: each block's values made again from its
+ * input, one block's shared) or bf16 (each block's kept values packed, one block's f32 values shared); its gradients
+ * into g. */
+static dt_status stage_grads(const dt_lm_config *cfg, dt_dtype prec, int recompute, const float *x, const int32_t *tg, float *g, size_t *n) {
+    dt_model_part part = { .ua = 2, .ub = cfg->num_layers + 2, .tp_size = 1 };
+    dt_program *p = NULL;
+    float loss;
+    dt_status st = dt_program_create_part(cfg, &part, &p);
+    if (!st) dt_program_init_random(p, 11);
+    if (!st) st = dt_program_set_precision(p, prec);
+    if (!st) st = dt_program_set_recompute(p, recompute);
+    if (!st) st = dt_program_forward_units(p, 2, cfg->num_layers + 2, NULL, x, tg, B, T, &loss);
+    if (!st) st = dt_program_backward_units(p, NULL, 1.0f);
+    if (!st) *n = dt_program_num_params(p), memcpy(g, dt_program_grads(p), *n * sizeof(float));
+    dt_program_destroy(p);
+    return st;
+}
+
+/* The dense fixture's shape with 6 layers (dense, mixture, ...), layers 1-5 as a pipeline stage: recomputing gives the
+ * gradients of keeping, bit for bit, and bf16's packed blocks those within bf16's rounding. */
+static void check_stage_from_mixture(const char *dir) {
+    char folder[512], path[512];
+    model = "stage";
+    snprintf(folder, sizeof folder, "%s/moe/qwen2_moe_dense", dir);
+    snprintf(path, sizeof path, "%s/moe/qwen2_moe_dense.safetensors", dir);
+    dt_program *whole = NULL;
+    dt_safetensors *f = NULL;
+    int32_t tg[B * T];
+    dt_status st = dt_program_load_hf(folder, &whole);
+    if (!st) st = dt_safetensors_open(path, &f);
+    if (!st) st = dt_safetensors_read_i32(f, "targets", B * T, tg);
+    dt_lm_config cfg = st ? (dt_lm_config){ 0 } : *dt_program_config(whole);
+    cfg.num_layers = 6;
+    size_t C = (size_t)cfg.channels, n[3] = { 0 }, most = whole ? 2 * dt_program_num_params(whole) : 1; /* (5 layers and the head: less than twice the 4-layer whole) */
+    float *x = malloc(sizeof(float) * B * T * (C ? C : 1)), *g[3];
+    for (int i = 0; i < 3; i++) g[i] = malloc(sizeof(float) * most);
+    uint64_t r = 5;
+    for (size_t i = 0; x && i < (size_t)B * T * C; i++) x[i] = (float)(dt_rng_next(&r) % 2001) / 1000.0f - 1.0f;
+    if (!st && !(dt_lm_layer_moe(&cfg, 1) && !dt_lm_layer_moe(&cfg, 2) && !dt_lm_layer_moe(&cfg, 4)))
+        st = dt_error(DT_ERR_ARG, "the fixture's layer 1 is not a mixture before dense layers 2 and 4");
+    if (!st) st = stage_grads(&cfg, DT_F32, 0, x, tg, g[0], &n[0]);
+    if (!st) st = stage_grads(&cfg, DT_F32, 1, x, tg, g[1], &n[1]);
+    if (!st) st = stage_grads(&cfg, DT_BF16, 0, x, tg, g[2], &n[2]);
+    if (!st) {
+        verdict("layers 1-5 (a mixture first, dense layers 2 and 4) recomputing: the gradients of keeping, bit for bit",
+                n[0] == n[1] && !memcmp(g[0], g[1], n[0] * sizeof(float)), NULL);
+        expect("layers 1-5 in bf16, each block packed: the f32 gradients within bf16's rounding", rel_err(g[2], g[0], n[0]), 5e-2);
+    } else {
+        verdict("a stage from a mixture", false, dt_last_error());
+    }
+    for (int i = 0; i < 3; i++) free(g[i]);
+    free(x);
+    dt_program_destroy(whole);
+    dt_safetensors_close(f);
+}
+
 /* A fixture's "bias.<l>": each layer's sigmoid-router bias, into p. */
 static dt_status read_biases(dt_safetensors *f, dt_program *p) {
     const dt_lm_config *c = dt_program_config(p);
@@ -600,6 +657,7 @@ int main(int argc, char **argv) {
     check_fixture(dir, "mixtral");
     check_fixture(dir, "qwen2_moe");
     check_fixture(dir, "qwen2_moe_dense"); /* dense layers among the mixtures (mlp_only_layers, decoder_sparse_step) */
+    check_stage_from_mixture(dir);
     check_sigmoid(dir);
     check_capacity(dir);
     check_zloss(dir);
