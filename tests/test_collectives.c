@@ -405,7 +405,7 @@ static size_t uneven(int a, int b, int p) {
 }
 static double uneven_value(int a, int b, size_t i) { return a * 1e7 + b * 1e5 + (double)(i % 99991); }
 static size_t small_block(int a, int b, int p) { return uneven(a, b, p) % 7 + (a == b ? 3 : 0); }
-static size_t medium_block(int a, int b, int p) { return (size_t)((a + 2 * b) % 3) * 8 + (size_t)(160 / p); }
+static size_t medium_block(int a, int b, int p) { return (size_t)((a + 2 * b) % 3) * 2 + (size_t)(40 / p); }
 
 /* alltoallv on world of blocks size(a, b, p) elements from rank a to rank b, their values shifted by shift, checked. */
 static void sized_blocks(size_t (*size)(int, int, int), double shift, const char *what) {
@@ -512,8 +512,8 @@ static void uneven_alltoall(void) {
     for (int q = 0; q < p; q++) sc[q] = uneven(r, q, p), stotal += sc[q], cap += uneven(q, r, p);
     double *out = malloc((stotal + 1) * 8), *in = malloc((cap + 1) * 8);
     /* small blocks (every rank's whole sendbuf rides with the counts: one round), a rank's block to itself too; then
-     * blocks of a few hundred bytes twice: across machines the first goes pair by pair (the room its round leaves is the
-     * small call's), the second rides (its room the first's) */
+     * blocks of 300-500 bytes a rank twice: across machines the first goes pair by pair (its row's room is the small
+     * call's most), the second rides (its room the first's) */
     sized_blocks(small_block, 0.5, "small blocks");
     sized_blocks(medium_block, 0.25, "medium blocks, first");
     sized_blocks(medium_block, 0.75, "medium blocks, again");

@@ -679,14 +679,13 @@ dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer
     return dt_comm_sendrecv(c, NULL, 0, -1, buf, count, peer, t);
 }
 
-/* The bytes a rank's blocks ride in alltoallv's first round after a call whose ranks sent at most `most` bytes: as much
- * (a dispatch's sizes change little from step to step) while p rows of it stay within 16 KiB (each rank receives every
- * row whole, p times what it keeps: beyond that a second round costs less than the bytes); else, or before any call, a
- * few hundred bytes (less a row as ranks grow). */
-static size_t ride_after(int p, size_t most) {
-    size_t fallback = p <= 8 ? 512 : (size_t)(4096 / p > 64 ? 4096 / p : 64) & ~(size_t)7;
-    return most > 0 && most * (size_t)p <= 16384 ? (most + 7) & ~(size_t)7 : fallback;
-}
+/* The room for a rank's blocks in alltoallv's first round after a call whose ranks sent at most `most` bytes (a
+ * dispatch's sizes change little from step to step): as many bytes, up to a few hundred (less a row as ranks grow: the
+ * room before any call); more, none (the counts alone: the blocks go pair by pair). Riding more does not pay: every
+ * rank receives each row whole, p times what it keeps; across the rig at 1 Gbit/s a row of 4 KiB took 35 us where
+ * pairs took 23 after a row of 544 bytes, and Open MPI's one message of the blocks alone 18. */
+static size_t ride_room(int p) { return p <= 8 ? 512 : (size_t)(4096 / p > 64 ? 4096 / p : 64) & ~(size_t)7; }
+static size_t ride_after(int p, size_t most) { return most <= ride_room(p) ? (most + 7) & ~(size_t)7 : 0; }
 
 /* Across machines (MPI): the counts of every rank (each one's sendcounts and its room) gathered by every rank, checked
  * alike on all of them; small blocks ride along (a rank's whole sendbuf where it fits the row's room, which every rank
@@ -698,7 +697,7 @@ static dt_status alltoallv_gathered(dt_comm *c, const void *sbuf, const size_t *
     dt_status st = DT_OK;
     int p = c->size, r = c->rank;
     /* a row: the counts, the room, whether the data rides along, and room for it */
-    size_t es = dt_dtype_size(t), small = c->ride ? c->ride : ride_after(p, 0);
+    size_t es = dt_dtype_size(t), small = c->ride_known ? c->ride : ride_room(p);
     size_t n = (size_t)p + 2 + small / 8, so = 0, ro = 0;
     /* up to 8 ranks and 512 bytes on the stack (a dispatch's few hundred bytes must not pay for four allocations) */
     enum { LOCAL = 8 * (8 + 2 + 64) };
@@ -727,7 +726,7 @@ static dt_status alltoallv_gathered(dt_comm *c, const void *sbuf, const size_t *
         for (int j = 0; j < p; j++) sent += all[(size_t)q * n + j];
         most = sent * es > most ? sent * es : most;
     }
-    if (!st) c->ride = ride_after(p, most);
+    if (!st) c->ride = ride_after(p, most), c->ride_known = true;
     for (int j = 0; !st && j < p; j++) rcounts[j] = all[(size_t)j * n + r], rat[j] = ro, ro += rcounts[j];
     for (int j = 0; !st && every && j < p; j++) { /* rank j's block for this rank, from its row: past its blocks for ranks before */
         size_t at = 0;

@@ -161,8 +161,9 @@ struct dt_comm {
     bool refused;        /* the running collective's error is one every rank returns alike (a check they all made): the job
                           * goes on */
     int cma;             /* this rank reads the other local ranks' memory (process_vm_readv): 0 not yet tried, 1 can, -1 not */
-    size_t ride;         /* across machines: the bytes a rank's blocks may ride with its counts in alltoallv's first round
-                          * (0: the default), set alike on every rank from the last call's counts */
+    size_t ride;         /* across machines: the room for a rank's blocks beside its counts in alltoallv's first round, set
+                          * alike on every rank from the last call's counts (ride_known; before any call, the default) */
+    bool ride_known;
     dt_comm *parent_world; /* the world comm owns the segment reference */
 };
 
