@@ -61,7 +61,7 @@ const dt_family dt_family_gpt2 = {
  * architecture holds it, nor llama.cpp's: no GGUF architecture); the names follow GPT-2's */
 enum { MFCW = LN2B + 1, MFCB, MFCPROJW, MFCPROJB, MROUTERW, MEUPW, MEDOWNW };
 #define DENSE(i, name, hf, rows, cols, split, init, t) [i] = { name, hf, rows, cols, split, 0, t, init, NULL, W_NONE, DT_LAYERS_DENSE }
-#define ROUTED(i, name, hf, rows, cols, stack) [i] = { name, hf, rows, cols, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, stack, DT_LAYERS_MOE }
+#define ROUTED DT_SPEC_ROUTED
 static const dt_tensor_spec block_moe[] = {
     GPT2_ATTENTION,
     /* the layers without a mixture (--moe-every, --first-dense): GPT-2's MLP */

@@ -78,7 +78,17 @@ const dt_family dt_family_qwen2 = {
     [g] = { "gatew", "model.layers.%d.mlp.gate_proj.weight", W_DFFN, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE, DT_LAYERS_DENSE }, \
     [u] = { "upw", "model.layers.%d.mlp.up_proj.weight", W_DFFN, W_C, DT_SPLIT_COLUMN, 0, 0, INIT_NORMAL, NULL, W_NONE, DT_LAYERS_DENSE },     \
     [d] = { "downw", "model.layers.%d.mlp.down_proj.weight", W_C, W_DFFN, DT_SPLIT_ROW, 0, 0, INIT_NORMAL, NULL, W_NONE, DT_LAYERS_DENSE }
-#define ROUTED(i, name, hf, rows, cols, stack) [i] = { name, hf, rows, cols, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, stack, DT_LAYERS_MOE }
+#define ROUTED DT_SPEC_ROUTED
+/* Qwen 2 MoE's and DeepSeek's router and experts (mlp.gate, mlp.experts.<e>.*), and their shared expert's (under shared) */
+#define MLP_EXPERTS(r, g, u, d)                                                                                \
+    ROUTED(r, "routerw", "model.layers.%d.mlp.gate.weight", W_EXPERTS, W_C, W_NONE),                          \
+    ROUTED(g, "egatew", "model.layers.%d.mlp.experts.%%d.gate_proj.weight", W_FFN, W_C, W_EXPERTS),           \
+    ROUTED(u, "eupw", "model.layers.%d.mlp.experts.%%d.up_proj.weight", W_FFN, W_C, W_EXPERTS),               \
+    ROUTED(d, "edownw", "model.layers.%d.mlp.experts.%%d.down_proj.weight", W_C, W_FFN, W_EXPERTS)
+#define SHARED_EXPERT(shared, g, u, d)                                                                         \
+    ROUTED(g, "sgatew", "model.layers.%d.mlp." shared ".gate_proj.weight", W_SFFN, W_C, W_NONE),               \
+    ROUTED(u, "supw", "model.layers.%d.mlp." shared ".up_proj.weight", W_SFFN, W_C, W_NONE),                   \
+    ROUTED(d, "sdownw", "model.layers.%d.mlp." shared ".down_proj.weight", W_C, W_SFFN, W_NONE)
 
 /* Mixtral (its dense layers in dtrain's own format: Mixtral's has none) */
 enum { MDGATEW = LN2W + 1, MDUPW, MDDOWNW, ROUTERW, EGATEW, EUPW, EDOWNW };
@@ -111,13 +121,8 @@ enum { QDGATEW = LN2W + 1, QDUPW, QDDOWNW, QROUTERW, QEGATEW, QEUPW, QEDOWNW, QS
 static const dt_tensor_spec block_qwen_moe[] = {
     LLAMA_ATTENTION,
     DENSE_MLP(QDGATEW, QDUPW, QDDOWNW),
-    ROUTED(QROUTERW, "routerw", "model.layers.%d.mlp.gate.weight", W_EXPERTS, W_C, W_NONE),
-    ROUTED(QEGATEW, "egatew", "model.layers.%d.mlp.experts.%%d.gate_proj.weight", W_FFN, W_C, W_EXPERTS),
-    ROUTED(QEUPW, "eupw", "model.layers.%d.mlp.experts.%%d.up_proj.weight", W_FFN, W_C, W_EXPERTS),
-    ROUTED(QEDOWNW, "edownw", "model.layers.%d.mlp.experts.%%d.down_proj.weight", W_C, W_FFN, W_EXPERTS),
-    ROUTED(QSGATEW, "sgatew", "model.layers.%d.mlp.shared_expert.gate_proj.weight", W_SFFN, W_C, W_NONE),
-    ROUTED(QSUPW, "supw", "model.layers.%d.mlp.shared_expert.up_proj.weight", W_SFFN, W_C, W_NONE),
-    ROUTED(QSDOWNW, "sdownw", "model.layers.%d.mlp.shared_expert.down_proj.weight", W_C, W_SFFN, W_NONE),
+    MLP_EXPERTS(QROUTERW, QEGATEW, QEUPW, QEDOWNW),
+    SHARED_EXPERT("shared_expert", QSGATEW, QSUPW, QSDOWNW),
     ROUTED(QSGATEV, "sgatev", "model.layers.%d.mlp.shared_expert_gate.weight", W_ONE, W_C, W_NONE),
     [QQB] = { "qb", "model.layers.%d.self_attn.q_proj.bias", W_Q, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, NULL, W_NONE, DT_LAYERS_ALL },
     [QKB] = { "kb", "model.layers.%d.self_attn.k_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, NULL, W_NONE, DT_LAYERS_ALL },
@@ -142,13 +147,8 @@ enum { DDGATEW = LN2W + 1, DDUPW, DDDOWNW, DROUTERW, DEGATEW, DEUPW, DEDOWNW, DS
 static const dt_tensor_spec block_deepseek_moe[] = {
     LLAMA_ATTENTION,
     DENSE_MLP(DDGATEW, DDUPW, DDDOWNW),
-    ROUTED(DROUTERW, "routerw", "model.layers.%d.mlp.gate.weight", W_EXPERTS, W_C, W_NONE),
-    ROUTED(DEGATEW, "egatew", "model.layers.%d.mlp.experts.%%d.gate_proj.weight", W_FFN, W_C, W_EXPERTS),
-    ROUTED(DEUPW, "eupw", "model.layers.%d.mlp.experts.%%d.up_proj.weight", W_FFN, W_C, W_EXPERTS),
-    ROUTED(DEDOWNW, "edownw", "model.layers.%d.mlp.experts.%%d.down_proj.weight", W_C, W_FFN, W_EXPERTS),
-    ROUTED(DSGATEW, "sgatew", "model.layers.%d.mlp.shared_experts.gate_proj.weight", W_SFFN, W_C, W_NONE),
-    ROUTED(DSUPW, "supw", "model.layers.%d.mlp.shared_experts.up_proj.weight", W_SFFN, W_C, W_NONE),
-    ROUTED(DSDOWNW, "sdownw", "model.layers.%d.mlp.shared_experts.down_proj.weight", W_C, W_SFFN, W_NONE),
+    MLP_EXPERTS(DROUTERW, DEGATEW, DEUPW, DEDOWNW),
+    SHARED_EXPERT("shared_experts", DSGATEW, DSUPW, DSDOWNW),
 };
 static const dt_op_spec ops_deepseek_moe[] = {
     LLAMA_ATTENTION_OPS(-1),
