@@ -130,6 +130,14 @@ qrun() { local name=$1; shift; "$DTRAIN" train "${q[@]}" "$@" --metrics "$dir/$n
 qrun qref --batch 4 && qrun qref2 --batch 2 --grad-accum 2
 qrun qddp --batch 2 --nproc 2 && close "Qwen 2 MoE's folder: DDP 2" "$dir/qref2.jsonl" "$dir/qddp.jsonl"
 qrun qpp --batch 2 --grad-accum 2 --nproc 2 --pp 2 && close "Qwen 2 MoE's folder: PP 2" "$dir/qref2.jsonl" "$dir/qpp.jsonl"
+# TP 2 (with SP): attention and the shared expert split (its gate and up by hidden units, its down by inputs: partial sums
+# summed over the group), the routed experts whole on each rank; and the folder with dense layers (mlp_only_layers [0],
+# decoder_sparse_step 2), whose dense MLPs split as Llama's
+qrun qtp --batch 4 --nproc 2 --tp 2 && close "Qwen 2 MoE's folder: TP 2 (the shared expert split)" "$dir/qref.jsonl" "$dir/qtp.jsonl"
+qrun qtpsp --batch 4 --nproc 2 --tp 2 --sp && close "Qwen 2 MoE's folder: TP 2 with SP" "$dir/qref.jsonl" "$dir/qtpsp.jsonl"
+qrun qdref --model "$FIX/moe/qwen2_moe_dense" --batch 4
+qrun qdtpsp --model "$FIX/moe/qwen2_moe_dense" --batch 4 --nproc 2 --tp 2 --sp &&
+    close "Qwen 2 MoE's folder with dense layers 0 and 2: TP 2 with SP" "$dir/qdref.jsonl" "$dir/qdtpsp.jsonl"
 if "$DTRAIN" train "${q[@]}" --batch 4 --steps 5 --save "$dir/qck" > /dev/null 2>&1 && "$DTRAIN" ckpt export "$dir/qck" "$dir/qhf" > /dev/null 2>&1; then
     qev() { "$DTRAIN" eval --model "$1" --data "$dir/digits.bin" --val-data "$dir/digits.bin" --seq 16 --batch 4 --eval-batches 2 2>&1 | grep -o "validation loss [0-9.]*"; }
     a=$(qev "$dir/qck") b=$(qev "$dir/qhf")
@@ -162,7 +170,7 @@ run tp2spaux --batch 4 --nproc 2 --tp 2 --sp --experts-top-k 4 --moe-aux-loss 0.
 run tp2sprc --batch 4 --nproc 2 --tp 2 --sp --experts-top-k 4 --recompute && close "top-4 of 4: TP 2 with SP, recomputing" "$dir/dense4.jsonl" "$dir/tp2sprc.jsonl"
 run dptpsp --batch 2 --nproc 4 --tp 2 --sp --experts-top-k 4 && close "top-4 of 4: DP 2 x TP 2 with SP" "$dir/dense.jsonl" "$dir/dptpsp.jsonl"
 run dstpsp --batch 2 --grad-accum 2 --nproc 2 --tp 2 --sp --shared-experts 2 --experts-top-k 4 &&
-    close "top-4 of 4, 2 shared experts: TP 2 with SP" "$dir/dsref.jsonl" "$dir/dstpsp.jsonl"
+    close "top-4 of 4, 2 shared experts: TP 2 with SP (the shared experts split)" "$dir/dsref.jsonl" "$dir/dstpsp.jsonl"
 # bf16 (autocast's rounding points in the router and the experts, each use's weight gradient rounded): the losses stay
 # within 5% of f32's (measured 1.3-1.4%) and are not f32's; DDP 2 near one process's 2 micro-batches, 1e-4 at lr 1e-3 as mixed precision's
 # data parallelism is held elsewhere (a dense llama-tiny's bf16 DDP 2 parts from one process by 7e-3 at lr 1e-2 too)

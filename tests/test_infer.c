@@ -261,15 +261,17 @@ static dt_gpt2 *small_model(int heads, int kv_heads) {
  * 2 groups of which the best 1, scaled by 2, with a trained bias that moves the choice), and with DeepSeek's ungated
  * shared experts (3); with dense layers among the mixtures: Qwen 2 MoE's (4: 4 layers, the first dense, then every
  * second a mixture) and GPT-2's GELU experts (5: 3 layers, the middle one a mixture, the others GPT-2's MLP with its
- * biases). */
-static dt_gpt2 *moe_model(int kind) {
-    dt_gpt2_config c = { .max_seq_len = 40, .vocab_size = 67, .padded_vocab_size = 72, .num_layers = 2, .num_heads = 3, .channels = 36,
-                         .kv_heads = 1, .ffn = 20, .untied = 1, .experts = 4, .experts_top_k = 2, .norm_topk = kind != 1 && kind != 4 };
+ * biases). heads and K/V heads as small_model's (12 channels a head: a tensor-parallel part splits them); top-k
+ * (every expert, 4, where a tensor-parallel part's sums, rounded apart from one process's, could flip a choice). */
+static dt_gpt2 *moe_model(int kind, int heads, int kv_heads, int top_k) {
+    dt_gpt2_config c = { .max_seq_len = 40, .vocab_size = 67, .padded_vocab_size = 72, .num_layers = 2, .num_heads = heads,
+                         .channels = 12 * heads, .kv_heads = kv_heads, .ffn = 24, .untied = 1, .experts = 4, .experts_top_k = top_k,
+                         .norm_topk = kind != 1 && kind != 4 };
     c.family = dt_family_find(kind == 1 || kind == 4 ? "qwen2_moe" : kind == 3 ? "deepseek_moe" : kind == 5 ? "gpt2_moe" : "mixtral");
     if (kind == 1 || kind == 3 || kind == 4) c.shared_ffn = 24;
-    if (kind == 4) c.num_layers = 4, c.first_dense = 1, c.moe_every = 2, c.dense_ffn = 28;
-    if (kind == 5) c.num_layers = 3, c.moe_every = 2, c.dense_ffn = 44, c.kv_heads = 3, c.untied = 0;
-    if (kind >= 2) c.router = DT_ROUTER_SIGMOID_BIAS, c.expert_groups = 2, c.group_top_k = 1, c.routed_scale = 2, c.bias_rate = 0.001f;
+    if (kind == 4) c.num_layers = 4, c.first_dense = 1, c.moe_every = 2, c.dense_ffn = 36;
+    if (kind == 5) c.num_layers = 3, c.moe_every = 2, c.dense_ffn = 48, c.kv_heads = heads, c.untied = 0;
+    if (kind >= 2) c.router = DT_ROUTER_SIGMOID_BIAS, c.expert_groups = 2, c.group_top_k = top_k > 2 ? 2 : 1, c.routed_scale = 2, c.bias_rate = 0.001f;
     dt_gpt2 *m = NULL;
     if (dt_gpt2_create(&c, &m)) return NULL;
     dt_gpt2_init_random(m, 5);
@@ -583,21 +585,35 @@ int main(int argc, char **argv) {
         if (m != whole) dt_gpt2_destroy(m);
         dt_gpt2_destroy(whole);
     }
-    /* a mixture of experts (whole models: this build runs no tensor-parallel experts): the training forward's logits, a
-     * row's bits whatever else its step routes, in f32 and int8 */
-    for (int kind = 0; ranks == 1 && kind < 6; kind++) {
+    /* a mixture of experts: the training forward's logits, a row's bits whatever else its step routes, in f32 and int8;
+     * on several ranks the tensor-parallel part's logits (attention, a shared expert and a dense layer's MLP split; the
+     * routed experts whole on each rank) of those with a shared expert or dense layers */
+    for (int kind = 0; kind < 6; kind++) {
+        if (ranks > 1 && kind != 3 && kind != 4) continue;
         static const char *const names[] = { "mixtral", "qwen2_moe (a shared expert)", "mixtral, sigmoid router with its bias",
                                              "deepseek_moe (the sigmoid router, ungated shared experts)",
                                              "qwen2_moe, layers 0 and 2 dense", "gpt2_moe, layers 0 and 2 GPT-2's MLP" };
         printf("-- %s\n", names[kind]);
-        dt_gpt2 *m = moe_model(kind), *m2 = moe_model(kind);
-        EXPECT(m && m2, "model: %s", dt_last_error());
-        if (m) decoder_against_forward(m, m);
-        if (m) invariance(m, DT_QUANT_NONE);
-        if (m) invariance(m, DT_QUANT_INT8);
-        if (m && m2) int8_without_model(m, m2);
-        else dt_gpt2_destroy(m2);
-        dt_gpt2_destroy(m);
+        int k = ranks > 1 ? 4 : 2;
+        dt_gpt2 *whole = moe_model(kind, heads, kv_heads, k), *whole2 = moe_model(kind, heads, kv_heads, k), *m = whole, *m2 = whole2;
+        dt_tp_ops ops, ops2;
+        EXPECT(whole && whole2, "model: %s", dt_last_error());
+        if (whole && whole2 && ranks > 1) m = tp_part(whole, w, &ops), m2 = tp_part(whole2, w, &ops2);
+        for (int i = 0; m && m2 && m != whole; i++) { /* (the router's bias is a buffer, not a tensor: copied apart) */
+            size_t nb = 0, nb2 = 0;
+            const float *from = dt_program_moe_bias(dt_gpt2_program(i ? whole2 : whole), &nb);
+            float *to = dt_program_moe_bias(dt_gpt2_program(i ? m2 : m), &nb2);
+            if (to && nb == nb2) memcpy(to, from, nb * sizeof(float));
+            if (i) break;
+        }
+        if (m) decoder_against_forward(whole, m);
+        if (m && ranks == 1) invariance(m, DT_QUANT_NONE);
+        if (m && ranks == 1) invariance(m, DT_QUANT_INT8);
+        if (m && m2 && ranks == 1) int8_without_model(m, m2); /* (destroys m2) */
+        else if (m2 != whole2) dt_gpt2_destroy(m2);
+        if (m != whole) dt_gpt2_destroy(m);
+        if (whole2 != m2) dt_gpt2_destroy(whole2);
+        dt_gpt2_destroy(whole);
     }
     dt_comm_destroy(w);
     printf("%d passed, %d failed\n", passed, failed);

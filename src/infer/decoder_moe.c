@@ -15,6 +15,7 @@
 struct moe_weights {
     linear router, *gate_up, *down; /* [E, C]; per expert [2F, C] (gate's rows, then up's; GELU experts: up's [F, C]) and [C, F] */
     linear shared_gate_up, shared_down, shared_gate; /* a shared expert's ([2Fs, C], [C, Fs]) and its gate [1, C] */
+    int Fs;                         /* the shared expert's hidden units on this rank (a tensor-parallel rank's share) */
     float *bias;                    /* the sigmoid router's [E] (NULL: softmax) */
     int E;
     bool gelu;                      /* GELU experts (up, down: gpt2_moe's), not SwiGLU ones */
@@ -67,6 +68,7 @@ dt_status dt_decoder_moe_load(dt_decoder *d, dt_program *p, const float *params,
         if (!st) st = pack(&w->down[e], t[w->gelu ? 2 : 3] + e * fc, C, F, q8, &d->weight_bytes);
     }
     if (!st && Fs > 0) {
+        w->Fs = Fs = dt_program_block_tensor(p, l, o->s.w + 4)->shape[0]; /* (split by tensor parallelism) */
         st = pack_pair(&w->shared_gate_up, t[4], t[5], Fs, C, q8, &d->weight_bytes);
         if (!st) st = pack(&w->shared_down, t[6], C, Fs, q8, &d->weight_bytes);
         if (!st && o->s.nw > 7) st = pack(&w->shared_gate, t[7], 1, C, q8, &d->weight_bytes); /* (DeepSeek's: none) */
@@ -147,9 +149,10 @@ dt_status dt_decoder_moe_run(dt_decoder *d, const moe_weights *w, const float *x
     if (st) return st;
     dt_moe_combine(out, s->ys, s->w, s->idx, s->row_of, n, K, C, false);
     if (c->shared_ffn <= 0) return DT_OK;
-    /* the shared expert over every row, scaled by sigmoid(x . v), added after the routed ones (training's order) */
-    if ((w->shared_gate.p && (st = apply(s->sgate, x, &w->shared_gate, n))) ||
-        (st = mlp(s, &w->shared_gate_up, &w->shared_down, x, s->ys, n, c->shared_ffn, false)))
+    /* the shared expert over every row, scaled by sigmoid(x . v), added after the routed ones (training's order); a
+     * tensor-parallel rank's share of its hidden units makes a partial sum */
+    if ((w->shared_gate.p && (st = apply(s->sgate, x, &w->shared_gate, n))) || (st = mlp(s, &w->shared_gate_up, &w->shared_down, x, s->ys, n, w->Fs, false)) ||
+        (d->tp && (st = d->tp->allreduce(d->tp->ctx, s->ys, (size_t)n * C, 0))))
         return st;
     for (int i = 0; i < n; i++) {
         float g = w->shared_gate.p ? 1.0f / (1.0f + expf(-s->sgate[i])) : 1.0f;

@@ -74,6 +74,7 @@ static int local_width(const dt_program *p, dt_width w) {
     case W_FFN2: return 2 * p->Fl;
     case W_DFFN: return p->Dl;
     case W_DFFN2: return 2 * p->Dl;
+    case W_SFFN: return p->Sl;
     case W_VOCAB: return p->Vl;
     default: return width_of(&p->cfg, w);
     }
@@ -575,12 +576,13 @@ static dt_status check_part(const dt_lm_config *c, const dt_model_part *part) {
     if (t < 1 || part->tp_rank < 0 || part->tp_rank >= t) return dt_error(DT_ERR_ARG, "model: tensor-parallel rank %d of %d", part->tp_rank, t);
     if (t > 1 && !part->tp) return dt_error(DT_ERR_ARG, "model: a tensor-parallel part needs its collectives (dt_tp_ops)");
     /* under TP a mixture runs whole on every rank of the group (its input is the whole stream there, or gathered under
-     * SP; its gradients the same on each) */
+     * SP; its gradients the same on each), but for its shared expert, split as a dense MLP (program_moe.c) */
     if (c->num_heads % t) return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the %d attention heads", t, c->num_heads);
     if (c->kv_heads % t && t % c->kv_heads)
         return dt_error(DT_ERR_ARG, "model: --tp %d and the %d K/V heads: one must divide the other", t, c->kv_heads);
     if (c->ffn % t) return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the MLP's %d hidden units", t, c->ffn);
     if (c->dense_ffn % t) return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the dense layers' %d hidden units", t, c->dense_ffn);
+    if (c->shared_ffn % t) return dt_error(DT_ERR_ARG, "model: --tp %d does not divide the shared expert's %d hidden units", t, c->shared_ffn);
     int e = part->ep_size ? part->ep_size : 1;
     if (e < 1 || part->ep_rank < 0 || part->ep_rank >= e) return dt_error(DT_ERR_ARG, "model: expert-parallel rank %d of %d", part->ep_rank, e);
     if (e > 1 && !c->experts) return dt_error(DT_ERR_ARG, "model: --ep %d spreads a mixture's experts: this model has none (--experts E)", e);
@@ -602,6 +604,7 @@ static void part_widths(dt_program *p) {
     p->KVl = kvl * hd;
     p->Fl = c->ffn / t;
     p->Dl = c->dense_ffn / t;
+    p->Sl = c->shared_ffn / t;
     p->v0 = r * rows < c->padded_vocab_size ? r * rows : c->padded_vocab_size;
     p->Vl = c->padded_vocab_size - p->v0 < rows ? c->padded_vocab_size - p->v0 : rows;
     int real = c->vocab_size - p->v0;
@@ -839,8 +842,9 @@ void dt_program_init_random_range(dt_program *p, uint64_t seed, size_t lo, size_
         if (t->offset >= hi || t->offset + t->count <= lo) continue;
         float *w = p->params + t->offset;
         int init = p->spec[i]->init;
-        /* the Linears that write into the residual stream (row-parallel ones) start smaller, as GPT-2's */
-        float std = t->split == DT_SPLIT_ROW ? proj : 0.02f;
+        /* the Linears that write into the residual stream (row-parallel ones) start smaller, as GPT-2's (a shared expert's
+         * down projection, split so under TP, as its mixture's routed ones) */
+        float std = t->split == DT_SPLIT_ROW && p->spec[i]->layers != DT_LAYERS_MOE ? proj : 0.02f;
         /* a slice draws the whole tensor's values at its places: every layout starts from the same weights */
         bool sliced = dt_tensor_is_sliced(t);
         /* padded vocabulary rows (this rank's Vv .. Vl) stay zero */

@@ -145,7 +145,7 @@ struct dt_program {
     /* this rank's widths: Ql query channels (NHl heads), KVl key/value channels (its K/V heads from kv0; all ranks
      * sharing one when there are fewer K/V heads than ranks), Fl hidden units, vocabulary rows [v0, v0 + Vl) of
      * which Vv are real; one process: the whole model's */
-    int NHl, Ql, KVl, kv0, Fl, Dl, v0, Vl, Vv; /* (Dl: a dense layer's MLP's hidden units among mixtures) */
+    int NHl, Ql, KVl, kv0, Fl, Dl, Sl, v0, Vl, Vv; /* (Dl: a dense layer's MLP's hidden units among mixtures; Sl: a shared expert's) */
     int nr, ra[DT_GPT2_MAX_CHUNKS], rb[DT_GPT2_MAX_CHUNKS], ua, ub;
     int nl, *bk;               /* blocks held, and per block of the model its index among them (-1: not held) */
     int cur;                   /* the range forward last ran or use_chunk chose */

@@ -18,11 +18,13 @@ static size_t pair_ffn(const dt_program *p) { return p->part.ep_size > 1 ? 0 : (
 /* The routed experts' products a pair keeps: SwiGLU's gate|up (2F), GELU's up (F) */
 static size_t pair_hu(const dt_program *p) { return (dt_family_moe_gated(p->f) ? 2 : 1) * pair_ffn(p); }
 static bool shared(const dt_program *p) { return p->cfg.shared_ffn > 0; }
+/* A shared expert's hidden units on this rank (tensor parallelism splits them as a dense MLP's). */
+static size_t shared_units(const dt_program *p) { return (size_t)p->Sl; }
 
 /* What a block keeps: the router's probabilities, every pair's gate|up (or up) products, the shared expert's and its
  * gate, each row's log-sum-exp of its router logits (the z-loss's). */
 size_t dt_program_moe_kept(const dt_program *p, size_t BT) {
-    return BT * (size_t)p->cfg.experts + (size_t)pairs_of(p, BT) * pair_hu(p) + (shared(p) ? BT * (2 * (size_t)p->cfg.shared_ffn + 1) : 0) +
+    return BT * (size_t)p->cfg.experts + (size_t)pairs_of(p, BT) * pair_hu(p) + (shared(p) ? BT * (2 * shared_units(p) + 1) : 0) +
            BT;
 }
 
@@ -33,7 +35,7 @@ static size_t group_floats(size_t n, size_t C, size_t F, size_t H) { return n * 
 
 size_t dt_program_moe_work(const dt_program *p, size_t BT) {
     size_t C = (size_t)p->cfg.channels, routed = group_floats((size_t)pairs_of(p, BT), C, pair_ffn(p), pair_hu(p));
-    size_t Fs = (size_t)p->cfg.shared_ffn, own = shared(p) ? group_floats(BT, C, Fs, 2 * Fs) + BT * C : 0;
+    size_t Fs = shared_units(p), own = shared(p) ? group_floats(BT, C, Fs, 2 * Fs) + BT * C : 0;
     return (routed > own ? routed : own) + BT * (size_t)p->cfg.experts;
 }
 
@@ -65,7 +67,7 @@ typedef struct {
 static moe_run run_of(dt_program *p, int l, int k) {
     program_slot *s = p->s;
     const dt_lm_config *c = &p->cfg;
-    moe_run m = { .BT = s->B * s->T, .E = c->experts, .K = c->experts_top_k, .C = c->channels, .F = c->ffn, .Fs = c->shared_ffn };
+    moe_run m = { .BT = s->B * s->T, .E = c->experts, .K = c->experts_top_k, .C = c->channels, .F = c->ffn, .Fs = (int)shared_units(p) };
     m.pairs = m.BT * m.K;
     size_t n = (size_t)m.pairs, BT = (size_t)m.BT;
     m.probs = op_stats(p, l, k);
@@ -136,7 +138,9 @@ static void route(const dt_program *p, int l, moe_run *m) {
 }
 
 /* The shared expert (Qwen 2 MoE's): every row through one SwiGLU MLP, scaled by sigmoid(x . v), added to out. Its
- * rows are a group of one expert over all of them, in order, whose weights are the gate's values. */
+ * rows are a group of one expert over all of them, in order, whose weights are the gate's values. Under tensor
+ * parallelism each rank holds its hidden units (Megatron's dense MLP: gate and up by rows, down by columns): its
+ * output and, backward, d(input) and each row's d(weight) are partial sums, summed over the group. */
 static group shared_rows(dt_program *p, moe_run *m) {
     for (int i = 0; i < m->BT; i++) m->rows[i] = i;
     m->all[0] = 0, m->all[1] = m->BT;
@@ -150,6 +154,7 @@ static void shared_forward(dt_program *p, moe_run *m, const float *x, float *out
     if (m->sv) dt_lp_round(m->sgate, (size_t)m->BT, p->prec); /* a Linear's output */
     for (int i = 0; i < m->BT; i++) g.w[i] = m->sgate[i] = m->sv ? 1.0f / (1.0f + expf(-m->sgate[i])) : 1.0f;
     dt_moe_experts_forward(m->shu, g.act, g.ys, x, m->all, m->sg, m->su, m->sd, 1, m->C, m->Fs, p->prec);
+    dt_program_tp_sum(p, g.ys, (size_t)m->BT * m->C);
     dt_moe_combine(out, g.ys, g.w, m->rows, m->rows, m->BT, 1, m->C, true);
 }
 
@@ -160,6 +165,7 @@ static void shared_backward(dt_program *p, moe_run *m, const float *x, const flo
     memcpy(g.ys, dout, (size_t)m->BT * m->C * sizeof(float));
     dt_moe_experts_backward(dxs, m->grad[4], m->grad[5], m->grad[6], g.dw, g.ys, g.g, g.dhu, x, m->shu, g.act, g.w, m->rows, m->all, m->sg,
                             m->su, m->sd, 1, m->C, m->Fs, p->prec, dt_program_moe_use(p));
+    dt_program_tp_sum(p, g.dw, (size_t)m->BT * (m->C + 1)); /* each row's d(weight), then d(input): side by side */
     dt_residual_forward(dx, dx, dxs, (size_t)m->BT * m->C);
     if (!m->sv) return;
     for (int i = 0; i < m->BT; i++) g.dw[i] *= g.w[i] * (1.0f - g.w[i]); /* through the sigmoid: d(x . v) */

@@ -85,10 +85,12 @@ const dt_family dt_family_qwen2 = {
     ROUTED(g, "egatew", "model.layers.%d.mlp.experts.%%d.gate_proj.weight", W_FFN, W_C, W_EXPERTS),           \
     ROUTED(u, "eupw", "model.layers.%d.mlp.experts.%%d.up_proj.weight", W_FFN, W_C, W_EXPERTS),               \
     ROUTED(d, "edownw", "model.layers.%d.mlp.experts.%%d.down_proj.weight", W_C, W_FFN, W_EXPERTS)
-#define SHARED_EXPERT(shared, g, u, d)                                                                         \
-    ROUTED(g, "sgatew", "model.layers.%d.mlp." shared ".gate_proj.weight", W_SFFN, W_C, W_NONE),               \
-    ROUTED(u, "supw", "model.layers.%d.mlp." shared ".up_proj.weight", W_SFFN, W_C, W_NONE),                   \
-    ROUTED(d, "sdownw", "model.layers.%d.mlp." shared ".down_proj.weight", W_C, W_SFFN, W_NONE)
+/* (the shared expert split by tensor parallelism as a dense MLP: gate and up by hidden units, down by its inputs) */
+#define SHARED(i, name, hf, rows, cols, split) [i] = { name, hf, rows, cols, split, 0, 0, INIT_NORMAL, NULL, W_NONE, DT_LAYERS_MOE }
+#define SHARED_EXPERT(shared, g, u, d)                                                                                    \
+    SHARED(g, "sgatew", "model.layers.%d.mlp." shared ".gate_proj.weight", W_SFFN, W_C, DT_SPLIT_COLUMN),                 \
+    SHARED(u, "supw", "model.layers.%d.mlp." shared ".up_proj.weight", W_SFFN, W_C, DT_SPLIT_COLUMN),                     \
+    SHARED(d, "sdownw", "model.layers.%d.mlp." shared ".down_proj.weight", W_C, W_SFFN, DT_SPLIT_ROW)
 
 /* Mixtral (its dense layers in dtrain's own format: Mixtral's has none) */
 enum { MDGATEW = LN2W + 1, MDUPW, MDDOWNW, ROUTERW, EGATEW, EUPW, EDOWNW };

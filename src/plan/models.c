@@ -105,10 +105,10 @@ double dt_plan_paper_layer_bytes(const dt_plan_job *j, int recompute, bool moe_l
     /* (a dense layer among mixtures: its MLP dense_ffn wide) */
     double kvc = (double)r.head_dim * r.kv_heads, F = r.experts && !moe_layer ? r.dense_ffn : r.ffn;
     /* a mixture's: each token's k experts' SwiGLU activations (GELU's: up and its output) and its dispatched copy (on the
-     * experts' ranks under EP), a shared expert's, the router's probabilities, in place of the dense MLP's */
+     * experts' ranks under EP), the router's probabilities, in place of the dense MLP's; a shared expert's, split as an MLP */
     double xa = dt_family_moe_gated(r.family) ? 3.0 : 2.0, dense = gpt ? 2.0 : 3.0;
-    double moe = sparse ? w * (r.experts_top_k * (xa * F + h) + 3.0 * r.shared_ffn + r.experts - dense * F) : 0;
-    double whole = 4 * w * h + (gpt ? 2 * h : 0) + moe, split = w * (2 * h + 2 * kvc + (gpt ? 2 : 3) * F);
+    double moe = sparse ? w * (r.experts_top_k * (xa * F + h) + r.experts - dense * F) : 0, shared = sparse ? w * 3.0 * r.shared_ffn : 0;
+    double whole = 4 * w * h + (gpt ? 2 * h : 0) + moe, split = w * (2 * h + 2 * kvc + (gpt ? 2 : 3) * F) + shared;
     return whole / rows + split / t;
 }
 

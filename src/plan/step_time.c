@@ -96,10 +96,10 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
             double K = r.experts_top_k, E = r.experts, Fs = r.shared_ffn, xa = dt_family_moe_gated(r.family) ? 3 : 2;
             /* under EP the busiest rank runs expert_load times the mean rows, and its group waits for it */
             double load = j->ep > 1 && j->expert_load > 1 ? j->expert_load : 1;
-            s.mm += n * 2 * tokens * (xa * K * F * C * lin * load / rmoe + (3 * Fs * C * lin + E * C * passes) / rmm);
+            s.mm += n * 2 * tokens * (xa * K * F * C * lin * load / rmoe + (3 * Fs / tp * C * lin + E * C * passes) / rmm);
             /* in place of the dense MLP's activation (GPT-2's GELU, Llama's SwiGLU): the pairs' (and the shared expert's), the
              * pairs' inputs gathered and outputs combined, the router's softmax and choice */
-            block += 4 * (xa * K * F * load + 3 * Fs - (dt_plan_gpt2_block(c) ? 4 : 3) * F / tp + 4 * K * C + 3 * E);
+            block += 4 * (xa * K * F * load + 3 * Fs / tp - (dt_plan_gpt2_block(c) ? 4 : 3) * F / tp + 4 * K * C + 3 * E);
         }
         ew += n * (block * passes + lowp);
     }
@@ -426,7 +426,9 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
         /* a block's collectives in allreduces' worth: attention's two (and forward's again); an MLP's two likewise; a
          * mixture, whole on each rank, none without SP and under SP its rows gathered forward, d(output) and the rows again
          * backward (an allgather is half an allreduce's bytes) */
-        double again = j->recompute ? 1 : 0, moe_mlp = j->sp ? 1.5 + 0.5 * again : 0, per = 2 + again + (1 - fmoe) * (2 + again) + fmoe * moe_mlp;
+        /* (a mixture's shared expert, split as an MLP: its output summed forward, its d(input) backward) */
+        double again = j->recompute ? 1 : 0, moe_mlp = (j->sp ? 1.5 + 0.5 * again : 0) + (rc.shared_ffn > 0 ? 2 + again : 0);
+        double per = 2 + again + (1 - fmoe) * (2 + again) + fmoe * moe_mlp;
         o->tp_waits = m * nl * per * meeting;
         o->tp_comm = m * nl * per * dt_plan_allreduce(rowsb, tp, tp_nodes ? x->xa : ia, tp_nodes ? x->xb : ib, g) + o->tp_waits;
     }
