@@ -108,7 +108,7 @@ dt_status dt_program_backward(dt_program *p, float grad_scale);
  * after a range that ends before the head; d(a range's input) after its backward, with the batch's tokens. */
 const float *dt_program_logits(const dt_program *p);
 /* A mixture of experts after a forward: held layer l's router probabilities [B*T, E], and the last held layer's
- * output [B*T, C] (NULL: no experts, or l not held); the balancing loss (load_balancing_loss_func's value, before its coefficient; 0 without
+ * output [B*T, C] (NULL: no experts, l not held, or a dense layer among the mixtures); the balancing loss (load_balancing_loss_func's value, before its coefficient; 0 without
  * one); each held layer's choices of each expert since the last call ([held layers][E], then zeroed; NULL: zeroed). */
 const float *dt_program_moe_probs(const dt_program *p, int l);
 const float *dt_program_moe_output(const dt_program *p);

@@ -62,7 +62,6 @@ struct dt_decoder {
 /* Whether layer l runs op k (a family with dense and mixture layers runs each kind's MLP in its own). */
 static inline bool dt_decoder_runs(const dt_decoder *d, int l, int k) { return dt_layers_hold(d->ops[k].s.layers, dt_lm_layer_moe(&d->cfg, l)); }
 
-
 /* Positions a slot has room for: max_seq_len rounded up to whole key blocks. */
 size_t dt_decoder_padded_positions(const dt_decoder *d);
 /* A cached key or value element's bytes. */

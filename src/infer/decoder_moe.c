@@ -151,7 +151,8 @@ dt_status dt_decoder_moe_run(dt_decoder *d, const moe_weights *w, const float *x
     if (c->shared_ffn <= 0) return DT_OK;
     /* the shared expert over every row, scaled by sigmoid(x . v), added after the routed ones (training's order); a
      * tensor-parallel rank's share of its hidden units makes a partial sum */
-    if ((w->shared_gate.p && (st = apply(s->sgate, x, &w->shared_gate, n))) || (st = mlp(s, &w->shared_gate_up, &w->shared_down, x, s->ys, n, w->Fs, false)) ||
+    if ((w->shared_gate.p && (st = apply(s->sgate, x, &w->shared_gate, n))) ||
+        (st = mlp(s, &w->shared_gate_up, &w->shared_down, x, s->ys, n, w->Fs, false)) ||
         (d->tp && (st = d->tp->allreduce(d->tp->ctx, s->ys, (size_t)n * C, 0))))
         return st;
     for (int i = 0; i < n; i++) {

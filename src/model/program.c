@@ -50,18 +50,20 @@ bool dt_lm_layer_moe(const dt_lm_config *c, int l) {
     return c->experts > 0 && l >= c->first_dense && (l + 1) % (c->moe_every > 0 ? c->moe_every : 1) == 0;
 }
 
-int dt_lm_moe_layers(const dt_lm_config *c) {
-    int n = 0;
-    for (int l = 0; l < c->num_layers; l++) n += dt_lm_layer_moe(c, l);
-    return n;
+/* The mixtures among layers [0, below): l + 1 a multiple of N in (first_dense, below] (a count, not a walk: the table
+ * asks it for every tensor of every layer). */
+static int moe_below(const dt_lm_config *c, int below) {
+    int N = c->moe_every > 0 ? c->moe_every : 1, first = c->first_dense > 0 ? c->first_dense : 0;
+    return c->experts > 0 && below > first ? below / N - first / N : 0;
 }
+
+int dt_lm_moe_layers(const dt_lm_config *c) { return moe_below(c, c->num_layers); }
 
 /* Whether layer l holds a spec's tensor; how many layers below l do. */
 static bool spec_in(const dt_lm_config *c, const dt_tensor_spec *s, int l) { return dt_layers_hold(s->layers, dt_lm_layer_moe(c, l)); }
 static int layers_with(const dt_lm_config *c, const dt_tensor_spec *s, int below) {
-    int n = 0;
-    for (int l = 0; l < below; l++) n += spec_in(c, s, l);
-    return n;
+    int moe = moe_below(c, below);
+    return s->layers == DT_LAYERS_ALL ? below : s->layers == DT_LAYERS_MOE ? moe : below - moe;
 }
 
 /* This rank's width: w split as tensor parallelism splits it (the whole on one rank). */

@@ -44,10 +44,10 @@ static int layers_running(const dt_program *p, int k) {
     return n;
 }
 
-/* Spec entry i's tensor in the first held block (a tensor every layer holds). */
+/* Spec entry i's tensor in the first held block that has it (NULL: none). */
 static const dt_tensor_info *first_held(const dt_program *p, int i) {
     for (int l = 0; l < p->cfg.num_layers; l++)
-        if (p->bk[l] >= 0) return &p->tab[tensor_at(p, l, i)];
+        if (p->bk[l] >= 0 && tensor_at(p, l, i) >= 0) return &p->tab[tensor_at(p, l, i)];
     return NULL;
 }
 
