@@ -890,7 +890,10 @@ dt_status dt_program_backward(dt_program *p, float grad_scale) {
 void dt_program_set_device(dt_program *p, const dt_program_device *d) { p->device = d ? *d : (dt_program_device){ 0 }; }
 
 /* W of a split backward: the Linears', the head's and the embedding's weight gradients, the sums one backward
- * makes, unit by unit in backward's order, each unit's announced when whole. */
+ * makes, unit by unit in backward's order, each unit's announced when whole. Recomputing, each block's forward runs
+ * again from its kept input first (B's recomputed values were one block's, overwritten since), from the weights as B
+ * found them (so not under ZeRO-3, which gathers a unit's parameters for its forward and B alone: the trainer refuses
+ * it) and their 16-bit copy cast again where it is made unit by unit. */
 dt_status dt_program_backward_weights(dt_program *p) {
     program_slot *s = p->s;
     run_state *r = &s->rs[p->cur];
@@ -908,6 +911,11 @@ dt_status dt_program_backward_weights(dt_program *p) {
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) {
         dt_program_pack_block(p, l, false); /* 16-bit blocks: the inputs widened again */
         trace_unit(p, "weights", l + 1);
+        if (p->recompute) dt_program_lp_cast(p, l + 1, true);
+        p->recomputing = true;
+        for (int k = 0; p->recompute && k < p->f->nops; k++)
+            if (op_runs(p, l, k)) op_forward(p, l, k);
+        p->recomputing = false;
         for (int k = p->f->nops - 1; k >= 0; k--) {
             const dt_program_op *o = &p->ops[k];
             if (o->s.kind != DT_OP_LINEAR || p->lora || !op_runs(p, l, k)) continue; /* LoRA's adapters had theirs in B */
@@ -923,16 +931,12 @@ dt_status dt_program_backward_weights(dt_program *p) {
 }
 
 dt_status dt_program_set_split_backward(dt_program *p, int on) {
-    if (on && p->recompute)
-        return dt_error(DT_ERR_UNSUPPORTED, "model: a backward split into input and weight gradients runs without recomputation "
-                        "(W reads the activations forward kept)");
     p->split_bwd = on != 0;
     dt_program_free_slots(p); /* the activations' layout changed */
     return DT_OK;
 }
 
 dt_status dt_program_set_recompute(dt_program *p, int on) {
-    if (on && p->split_bwd) return dt_error(DT_ERR_UNSUPPORTED, "model: recomputation with a split backward (W reads what forward kept)");
     p->recompute = on != 0;
     dt_program_free_slots(p);
     return DT_OK;

@@ -73,7 +73,8 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
     double tp = j->tp > 1 ? j->tp : 1, C = c->channels, F = r.ffn, V = c->padded_vocab_size / tp;
     /* q's channels, and this rank's K/V channels (with fewer K/V heads than ranks, each rank keeps one) */
     double Q = (double)r.num_heads * r.head_dim, KVl = (r.kv_heads >= tp ? r.kv_heads / tp : 1) * (double)r.head_dim;
-    double passes = 3 + (j->recompute ? 1 : 0);
+    /* (recomputing: forward again before backward; under zb1 before W too) */
+    double passes = 3 + (j->recompute ? (j->zb ? 2 : 1) : 0);
     int L = c->num_layers, first = a > 1 ? a : 1, last = b - 1 < L ? b - 1 : L, nl = last >= first ? last - first + 1 : 0;
     stage_cost s;
     /* the blocks' Linears at the MLP's rate, the head's at its own (once each way whatever --recompute says) */
@@ -427,7 +428,7 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
          * mixture, whole on each rank, none without SP and under SP its rows gathered forward, d(output) and the rows again
          * backward (an allgather is half an allreduce's bytes) */
         /* (a mixture's shared expert, split as an MLP: its output summed forward, its d(input) backward) */
-        double again = j->recompute ? 1 : 0, moe_mlp = (j->sp ? 1.5 + 0.5 * again : 0) + (rc.shared_ffn > 0 ? 2 + again : 0);
+        double again = j->recompute ? (j->zb ? 2 : 1) : 0, moe_mlp = (j->sp ? 1.5 + 0.5 * again : 0) + (rc.shared_ffn > 0 ? 2 + again : 0);
         double per = 2 + again + (1 - fmoe) * (2 + again) + fmoe * moe_mlp;
         o->tp_waits = m * nl * per * meeting;
         o->tp_comm = m * nl * per * dt_plan_allreduce(rowsb, tp, tp_nodes ? x->xa : ia, tp_nodes ? x->xb : ib, g) + o->tp_waits;
