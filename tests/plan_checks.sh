@@ -73,6 +73,7 @@ TOL=0.03 against_run "pp 2, 1f1b, vocabulary 50257, C 384" --batch 4 --nproc 2 -
     --heads 6 --layers 2
 against_run "cp 2" --batch 2 --nproc 2 --cp 2
 against_run "pp 2, zb1, bf16" --batch 2 --nproc 2 --pp 2 --grad-accum 4 --pp-schedule zb1 --precision bf16
+against_run "pp 2, zb1, --recompute (W's forward again)" --batch 2 --nproc 2 --pp 2 --grad-accum 4 --pp-schedule zb1 --recompute
 against_run "pp 2, interleaved" --batch 2 --nproc 2 --pp 2 --grad-accum 4 --pp-schedule interleaved
 against_run "dp 2 x pp 2, interleaved, zero3 (C 192: the f32 pages at a shard's edges stay)" --channels 192 --batch 2 --nproc 4 --pp 2 \
     --grad-accum 2 --pp-schedule interleaved --zero 3
