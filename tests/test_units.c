@@ -43,7 +43,7 @@ static const float *find(dt_gpt2 *m, const char *name, int grads, size_t *count)
  * micro-batches in flight in their slots: the gradients one backward per
  * micro-batch gives, bit for bit, in f32 and in 16 bits (W widens the
  * packed activations again and, for the head, computes the loss's 16-bit
- * gradient again); the hooks after each unit's W. */
+ * gradient again); the hooks after each unit's W; and recomputing, one recomputing backward's. */
 static void split_backward(const dt_gpt2_config *cfg, int B, int T, dt_dtype prec) {
     dt_gpt2 *a = NULL, *b = NULL;
     if (dt_gpt2_create(cfg, &a) || dt_gpt2_create(cfg, &b)) { EXPECT(0, "split backward: %s", dt_last_error()); return; }
@@ -79,8 +79,19 @@ static void split_backward(const dt_gpt2_config *cfg, int B, int T, dt_dtype pre
     size_t n = dt_gpt2_num_params(a);
     EXPECT(n == dt_gpt2_num_params(b) && !memcmp(dt_gpt2_grads(a), dt_gpt2_grads(b), n * sizeof(float)) &&
                !memcmp(la, lb, sizeof la), "split backward's gradients or losses differ from one backward's (%s)", dt_dtype_name(prec));
-    EXPECT(dt_gpt2_set_recompute(b, 1) != DT_OK || dt_gpt2_forward(b, tok, tok + BT, B, T, NULL) != DT_OK,
-           "a split backward with recomputation was accepted");
+    /* recomputing, W runs each block's forward again (B's recomputed values are one block's): one recomputing
+     * backward's gradients, bit for bit */
+    dt_gpt2_zero_grad(a), dt_gpt2_zero_grad(b);
+    EXPECT(!dt_gpt2_set_recompute(a, 1) && !dt_gpt2_set_recompute(b, 1), "recomputing: %s", dt_last_error());
+    for (int k = 0; k < 3; k++)
+        if (dt_gpt2_forward(a, tok + 2 * k * BT, tok + (2 * k + 1) * BT, B, T, &la[k]) || dt_gpt2_backward(a, 1.0f))
+            EXPECT(0, "recomputing backward's reference: %s", dt_last_error());
+    for (int k = 0; k < 3 && !st; k++) { dt_gpt2_use_slot(b, k); st = dt_gpt2_forward(b, tok + 2 * k * BT, tok + (2 * k + 1) * BT, B, T, &lb[k]); }
+    for (int k = 0; k < 3 && !st; k++) { dt_gpt2_use_slot(b, k); st = dt_gpt2_backward(b, 1.0f); }
+    for (int k = 0; k < 3 && !st; k++) { dt_gpt2_use_slot(b, k); st = dt_gpt2_backward_weights(b); }
+    EXPECT(!st && !memcmp(dt_gpt2_grads(a), dt_gpt2_grads(b), n * sizeof(float)) && !memcmp(la, lb, sizeof la),
+           "a split backward recomputing: its gradients or losses differ from one recomputing backward's (%s): %s", dt_dtype_name(prec),
+           st ? dt_last_error() : "");
     dt_gpt2_set_grad_hook(b, NULL, NULL);
     free(tok);
     dt_gpt2_destroy(a);
