@@ -281,6 +281,14 @@ static dt_gpt2 *moe_model(int kind, int heads, int kv_heads, int top_k) {
     return m;
 }
 
+/* The sigmoid router's bias (a buffer, not a tensor: a tensor-parallel part's copy of the whole's slices leaves it). */
+static void copy_bias(dt_gpt2 *from, dt_gpt2 *to) {
+    size_t n = 0, m = 0;
+    const float *b = dt_program_moe_bias(dt_gpt2_program(from), &n);
+    float *t = dt_program_moe_bias(dt_gpt2_program(to), &m);
+    if (t && n == m) memcpy(t, b, n * sizeof(float));
+}
+
 /* A decoder that takes its model (f32 packed in the model's memory, int8 the model gone) gives the bits of one
  * that copies from an identical model, prefill and rows after. */
 static void taking_checks(void) {
@@ -599,13 +607,7 @@ int main(int argc, char **argv) {
         dt_tp_ops ops, ops2;
         EXPECT(whole && whole2, "model: %s", dt_last_error());
         if (whole && whole2 && ranks > 1) m = tp_part(whole, w, &ops), m2 = tp_part(whole2, w, &ops2);
-        for (int i = 0; m && m2 && m != whole; i++) { /* (the router's bias is a buffer, not a tensor: copied apart) */
-            size_t nb = 0, nb2 = 0;
-            const float *from = dt_program_moe_bias(dt_gpt2_program(i ? whole2 : whole), &nb);
-            float *to = dt_program_moe_bias(dt_gpt2_program(i ? m2 : m), &nb2);
-            if (to && nb == nb2) memcpy(to, from, nb * sizeof(float));
-            if (i) break;
-        }
+        if (m && m2 && m != whole) copy_bias(whole, m), copy_bias(whole2, m2);
         if (m) decoder_against_forward(whole, m);
         if (m && ranks == 1) invariance(m, DT_QUANT_NONE);
         if (m && ranks == 1) invariance(m, DT_QUANT_INT8);

@@ -39,9 +39,9 @@ static bool targeted(const char *module, const char *targets) {
 
 /* How many of the model's layers run op k. */
 static int layers_running(const dt_program *p, int k) {
-    int n = 0;
-    for (int l = 0; l < p->cfg.num_layers; l++) n += op_runs(p, l, k);
-    return n;
+    int L = p->cfg.num_layers, moe = dt_lm_moe_layers(&p->cfg);
+    dt_layers on = p->f->ops[k].layers;
+    return on == DT_LAYERS_ALL ? L : on == DT_LAYERS_MOE ? moe : L - moe;
 }
 
 /* Spec entry i's tensor in the first held block that has it (NULL: none). */
