@@ -6,8 +6,9 @@
 # tensor-parallel slices made whole). ZeRO-1 (SGD's update on each rank's shard of the directions) gives DDP's weights
 # bit for bit. Against one process with the global batch the losses are said at the defaults, not held (the sums over
 # ranks come in another order, which SOAP's division by the rotated second moment magnifies: docs/architecture.md);
-# with the 64-wide sides alone rotated TP 2 is held to 1e-3 over its first 3 updates (a wrong whole matrix is off by
-# far more). The state on the rank holding most, shared by 4 against every rank all, and the planner's prediction of
+# with the 64-wide sides alone rotated TP 2 is held to 1e-3 at its first update and 5e-3 over its first 3 (rounding's
+# spread grows with each update: one process on 2 threads parts from 1 thread by 2.0e-4 and 6.8e-4 on a Zen 5, TP 2 by
+# 5.8e-5 and 1.5e-3; the slices made whole in the wrong order part by 3.3e-2 at the first update). The state on the rank holding most, shared by 4 against every rank all, and the planner's prediction of
 # both; under expert parallelism each rank's own experts rotated where they are (the checks below); the refusals.
 # Resumes and resharding: second_order_resume.sh.
 # usage: soap_checks.sh DTRAIN
@@ -49,8 +50,10 @@ else fail "one process"; fi
 narrow=(--precondition-max-dim 64 --steps 5)
 if run one_64 --batch 8 "${narrow[@]}" && run tp_64 --nproc 2 --tp 2 --batch 8 "${narrow[@]}" && run dp_64 --nproc 2 --batch 4 "${narrow[@]}"; then
     t=$(worst loss "$dir/one_64.jsonl" "$dir/tp_64.jsonl" 5) d=$(worst loss "$dir/one_64.jsonl" "$dir/dp_64.jsonl" 5)
-    if awk -v t="$t" 'BEGIN{exit !(t <= 1e-3)}'; then ok "TP 2 against one process, 3 updates: the losses within $t (DP 2's $d)"
-    else fail "TP 2 against one process: $t (DP 2's $d)"; fi
+    u=$(paste <(field loss "$dir/one_64.jsonl") <(field loss "$dir/tp_64.jsonl") | awk 'NR == 3 {d = ($1 - $2) / $1; print d < 0 ? -d : d}')
+    if awk -v t="$t" -v u="$u" 'BEGIN{exit !(u != "" && u <= 1e-3 && t <= 5e-3)}'; then
+        ok "TP 2 against one process: the loss after the first update within $u, over 3 updates within $t (DP 2's $d)"
+    else fail "TP 2 against one process: $u after the first update (1e-3), $t over 3 (5e-3; DP 2's $d)"; fi
 else fail "the runs against one process"; fi
 
 # the state on the rank holding most: shared by 4 against held whole, and the planner's
