@@ -25,14 +25,15 @@ test: deps all
 	@scripts/install-deps.sh chromium
 	cd $(BUILD) && ctest --output-on-failure || { $(CURDIR)/scripts/failed-tests.sh .; exit 1; }
 
-# Two machines for real (root): the rig's test, its link's delay within 10% (a timing, so not in make test),
+# Two machines for real (root): the rig's test, its link's delay and rate within 10% (timings, so not in make test),
 # dtrain's collectives against Open MPI's and DDP against PyTorch's
 # across shaped links, the plan across machines against a run, and the cost model calibrated across machines (into
 # $(BUILD)/cluster-calibration.txt).
 test-cluster: deps all
 	cd $(BUILD) && ctest -R cluster --output-on-failure
 	RIG_DELAYLINE=$(abspath $(BUILD))/tests/delayline bash -c '. tests/cluster/rig.sh; rig_up 2 1gbit 100; d=$$(rig_one_way); \
-	  echo "the link: 100 us asked one way, $$d us measured"; awk -v d=$$d "BEGIN { exit !(d > 90 && d < 110) }"'
+	  echo "the link: 100 us asked one way, $$d us measured"; awk -v d=$$d "BEGIN { exit !(d > 90 && d < 110) }" && \
+	  m=$$(rig_rate) && echo "the link: 1000 Mbit/s asked, $$m Mbit/s measured" && awk -v m=$$m "BEGIN { exit !(m > 900 && m < 1100) }"'
 	bench/cluster_comm.sh 1gbit:100 1 3
 	bench/cluster_comm.sh 10gbit:50 2 3
 	bench/cluster_ddp.sh d6 10 3

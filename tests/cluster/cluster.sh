@@ -31,27 +31,12 @@ a2=$(rig_exec 2 ip -4 -o addr show dev eth0 | awk '{print $4}')
 nodes=$(rig_mpirun -np 4 --map-by ppr:2:node hostname 2> "$dir/err" | sort -u | tr '\n' ' ')
 [ "$nodes" = "$RIG_PREFIX-1 $RIG_PREFIX-2 " ] && ok "Open MPI runs 2 ranks on each of 2 nodes: $nodes" || fail "Open MPI's nodes: '$nodes' $(head -c 300 "$dir/err")"
 
-# the link: a plain TCP transfer of 64 MB from machine 1 to 2 runs at the shaped 1 Gbit/s, within 10%
-rig_exec 2 python3 -c "
-import socket, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('$RIG_NET.2', 5599)); s.listen(1)
-c, _ = s.accept(); n = 0; t0 = None
-while True:
-    b = c.recv(1 << 20)
-    if not b: break
-    if t0 is None: t0 = time.time()
-    n += len(b)
-print('%.1f' % (n * 8 / (time.time() - t0) / 1e6))" > "$dir/rate" &
-sleep 0.5
-rig_exec 1 python3 -c "
-import socket
-s = socket.create_connection(('$RIG_NET.2', 5599)); b = b'x' * (1 << 20)
-for _ in range(64): s.sendall(b)
-s.close()"
-wait
-mbit=$(cat "$dir/rate")
-awk -v r="${mbit:-0}" 'BEGIN { exit !(r > 900 && r < 1100) }' && ok "the link shaped to 1 Gbit/s carries TCP at $mbit Mbit/s" ||
-    fail "the link's rate: ${mbit:-none} Mbit/s against 1000"
+# the link is shaped: a plain TCP transfer of 64 MB from machine 1 to 2 runs no faster than the shaped 1 Gbit/s (an
+# unshaped link carries tens of Gbit/s). A busy machine only slows it, so the cap is asserted and the figure printed
+# (`make test-cluster` checks it within 10% on a quiet machine)
+mbit=$(rig_rate)
+awk -v r="${mbit:-0}" 'BEGIN { exit !(r > 0 && r < 1100) }' && ok "the link shaped to 1 Gbit/s carries TCP at $mbit Mbit/s" ||
+    fail "the link's rate: ${mbit:-none} Mbit/s against at most 1000"
 
 # the link's delay is there: 100 us asked one way (a TCP round trip's growth over the bare link's, halved). The delay
 # line holds each packet from its arrival, so a busy machine only adds to it; at least half of it is asserted, and the

@@ -10,6 +10,7 @@
 #   rig_up K [RATE] [US] machines $RIG_PREFIX-1..K (RATE: tbf rate on each link, e.g. 1gbit; US: one-way delay;
 #                        RATE:US names both)
 #   rig_delay US         every machine's incoming packets held US microseconds (one way), measured
+#   rig_rate             a TCP transfer's rate from machine 1 to 2 now, in Mbit/s
 #   rig_one_way          the one-way delay now: half a TCP round trip's growth over the bare link's, in us
 #   rig_mpirun ARGS...   mpirun from machine 1 over all of them (a host file of their names)
 #   rig_down             every process in the namespaces killed, the namespaces removed
@@ -120,6 +121,31 @@ t = []
 for i in range(500):
     t0 = time.perf_counter(); s.sendall(b'x'); s.recv(64); t.append((time.perf_counter() - t0) * 1e6); time.sleep(0.001)
 print('%.1f' % statistics.median(t[100:]))"
+    wait $srv
+}
+
+# The rate, in Mbit/s, of a plain TCP transfer of 64 MB from machine 1 to machine 2, as an application sees it.
+rig_rate() {
+    local port=$((20000 + RANDOM % 20000)) srv
+    rig_exec 2 python3 -c "
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('$RIG_NET.2', $port)); s.listen(1)
+c, _ = s.accept(); n = 0; t0 = None
+while True:
+    b = c.recv(1 << 20)
+    if not b: break
+    if t0 is None: t0 = time.time()
+    n += len(b)
+print('%.1f' % (n * 8 / (time.time() - t0) / 1e6))" &
+    srv=$!
+    rig_exec 1 python3 -c "
+import socket, time
+for _ in range(50):
+    try: s = socket.create_connection(('$RIG_NET.2', $port)); break
+    except OSError: time.sleep(0.1)
+b = b'x' * (1 << 20)
+for _ in range(64): s.sendall(b)
+s.close()"
     wait $srv
 }
 
