@@ -8,8 +8,9 @@
 # ranks come in another order, which SOAP's division by the rotated second moment magnifies: docs/architecture.md);
 # with the 64-wide sides alone rotated TP 2 is held to 1e-3 at its first update and 5e-3 over its first 3 (rounding's
 # spread grows with each update: one process on 2 threads parts from 1 thread by 2.0e-4 and 6.8e-4 on a Zen 5, TP 2 by
-# 5.8e-5 and 1.5e-3; the slices made whole in the wrong order part by 3.3e-2 at the first update). The state on the rank holding most, shared by 4 against every rank all, and the planner's prediction of
-# both; under expert parallelism each rank's own experts rotated where they are (the checks below); the refusals.
+# 5.8e-5 and 1.5e-3; the slices made whole in the wrong order part by 3.3e-2 at the first update). The state on the
+# rank holding most, shared by 4 against every rank all, and the planner's prediction of both; under expert parallelism
+# each rank's own experts rotated where they are (the checks below); the refusals.
 # Resumes and resharding: second_order_resume.sh.
 # usage: soap_checks.sh DTRAIN
 set -u

@@ -130,7 +130,8 @@ rig_rate() {
     rig_exec 2 python3 -c "
 import socket, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('$RIG_NET.2', $port)); s.listen(1)
-c, _ = s.accept(); n = 0; t0 = None
+s.settimeout(60)  # a sender that never came: no figure, not a hang
+c, _ = s.accept(); c.settimeout(60); n = 0; t0 = None
 while True:
     b = c.recv(1 << 20)
     if not b: break
