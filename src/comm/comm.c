@@ -717,10 +717,8 @@ static dt_status alltoallv_gathered(dt_comm *c, const void *sbuf, const size_t *
     for (int j = 0; !st && j < p; j++) row[j] = scounts[j], sat[j] = so, so += scounts[j];
     size_t before = st ? 0 : sat[r], after = st ? 0 : so - sat[r] - scounts[r]; /* the blocks for the others, around its own */
     bool rides = !st && (before + after) * es <= small, every = true;
-    if (rides) {
-        memcpy(row + p + 2, sbuf, before * es);
-        memcpy((char *)(row + p + 2) + before * es, (const char *)sbuf + (before + scounts[r]) * es, after * es);
-    }
+    if (rides && before) memcpy(row + p + 2, sbuf, before * es);
+    if (rides && after) memcpy((char *)(row + p + 2) + before * es, (const char *)sbuf + (before + scounts[r]) * es, after * es);
     if (!st) row[p] = recvcap, row[p + 1] = rides, st = dt_comm_allgather(c, row, all, n, DT_I64);
     for (int q = 0; !st && q < p; q++) { /* every rank's receipt against its room, checked the same way everywhere */
         uint64_t total = 0;
@@ -738,11 +736,12 @@ static dt_status alltoallv_gathered(dt_comm *c, const void *sbuf, const size_t *
     }
     if (!st) c->ride = ride_after(p, most), c->ride_known = true;
     for (int j = 0; !st && j < p; j++) rcounts[j] = all[(size_t)j * n + r], rat[j] = ro, ro += rcounts[j];
-    if (!st) memmove((char *)rbuf + rat[r] * es, (const char *)sbuf + sat[r] * es, scounts[r] * es);
+    if (!st && scounts[r]) memmove((char *)rbuf + rat[r] * es, (const char *)sbuf + sat[r] * es, scounts[r] * es);
     for (int j = 0; !st && every && j < p; j++) { /* rank j's block for this rank, from its row: past its blocks for the others before */
+        if (j == r || !rcounts[j]) continue; /* its own: copied above */
         size_t at = 0;
-        for (int i = 0; i < r && j != r; i++) at += i == j ? 0 : all[(size_t)j * n + i];
-        if (j != r) memcpy((char *)rbuf + rat[j] * es, (const char *)(all + (size_t)j * n + p + 2) + at * es, rcounts[j] * es);
+        for (int i = 0; i < r; i++) at += i == j ? 0 : all[(size_t)j * n + i];
+        memcpy((char *)rbuf + rat[j] * es, (const char *)(all + (size_t)j * n + p + 2) + at * es, rcounts[j] * es);
     }
     for (int k = 1; !st && !every && k < p; k++) {
         int to = (r + k) % p, from = (r - k + p) % p;
