@@ -798,6 +798,15 @@ static void head_grads(dt_program *p, float *dx, float *dw, const float *lnf, fl
                             p->lp_work_floats, dx && p->part.tp_size > 1);
 }
 
+/* Recomputing: block l's forward run again from its kept input (its values marked as recomputed); else nothing. */
+static void forward_again(dt_program *p, int l) {
+    if (!p->recompute) return;
+    p->recomputing = true;
+    for (int k = 0; k < p->f->nops; k++)
+        if (op_runs(p, l, k)) op_forward(p, l, k);
+    p->recomputing = false;
+}
+
 /* The loss, the head and the final norm, backward: d(the stream entering the head) into dres. */
 static void head_backward(dt_program *p, float *dres, float grad_scale) {
     program_slot *s = p->s;
@@ -857,10 +866,7 @@ dt_status dt_program_backward_units(dt_program *p, const float *dout, float grad
         dt_program_lp_cast(p, l + 1, true);
         trace_unit(p, "backward", l + 1);
         /* the block's activations again: recomputed from its kept input, or widened from 16 bits */
-        p->recomputing = true;
-        for (int k = 0; p->recompute && k < p->f->nops; k++)
-            if (op_runs(p, l, k)) op_forward(p, l, k);
-        p->recomputing = false;
+        forward_again(p, l);
         dt_program_pack_block(p, l, false);
         if (!p->vcopy[DT_V_IN]) memset(dnext, 0, RC * sizeof(float));
         const int *born = p->vborn + (p->moe_layer[l] ? nv : 0);
@@ -912,10 +918,7 @@ dt_status dt_program_backward_weights(dt_program *p) {
         dt_program_pack_block(p, l, false); /* 16-bit blocks: the inputs widened again */
         trace_unit(p, "weights", l + 1);
         if (p->recompute) dt_program_lp_cast(p, l + 1, true);
-        p->recomputing = true;
-        for (int k = 0; p->recompute && k < p->f->nops; k++)
-            if (op_runs(p, l, k)) op_forward(p, l, k);
-        p->recomputing = false;
+        forward_again(p, l);
         for (int k = p->f->nops - 1; k >= 0; k--) {
             const dt_program_op *o = &p->ops[k];
             if (o->s.kind != DT_OP_LINEAR || p->lora || !op_runs(p, l, k)) continue; /* LoRA's adapters had theirs in B */
