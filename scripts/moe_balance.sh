@@ -7,7 +7,7 @@
 # the load (the most chosen expert over the mean: the worst layer's, and the layers' average) over the last 20
 # steps; each run's metrics and report are in OUT.
 # usage: scripts/moe_balance.sh [BUILD] [OUT] [RATE]    (BUILD build, OUT build/moe_balance, RATE 0.01; ONLY_BIAS=1: the
-# bias run alone)
+# bias run alone; ROWS=1: each batch's rows drawn from across the text, --shuffle-rows; BATCH=N: N rows a step, 16)
 set -euo pipefail
 build=${1:-build}
 out=${2:-$build/moe_balance}
@@ -18,9 +18,11 @@ if [ ! -s "$build/demo/train.bin" ]; then
     echo "the demo's data first: make demo (or scripts/demo.sh $build)"; exit 1
 fi
 model=(--model mixtral-tiny)
+rows=()
+[ -z "${ROWS:-}" ] || rows=(--shuffle-rows)
 [ "${MODEL:-}" != gpt ] || model=(--model d6 --layers 4 --channels 128 --heads 4 --experts 8 --ffn 512)
-common=("${model[@]}" --vocab 256 --max-seq 128 --seq 128 --batch 16 --steps 200 --lr 2e-3 --schedule cosine --warmup 20
-        --lr-min 2e-4 --shuffle 1 --data "$build/demo/train.bin" --val-data "$build/demo/val.bin" --eval-every 50 --eval-batches 16
+common=("${model[@]}" --vocab 256 --max-seq 128 --seq 128 --batch "${BATCH:-16}" --steps 200 --lr 2e-3 --schedule cosine --warmup 20
+        --lr-min 2e-4 --shuffle 1 "${rows[@]}" --data "$build/demo/train.bin" --val-data "$build/demo/val.bin" --eval-every 50 --eval-batches 16
         --print-every 50)
 run() { # NAME ARGS
     local name=$1

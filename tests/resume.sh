@@ -3,8 +3,8 @@
 # more) is the uninterrupted 20-step run bit for bit (the losses as written,
 # the final parameters and optimizer state byte for byte) for one process
 # and for 2 DDP ranks, with AdamW (cosine schedule with warm-up) and SGD with
-# momentum, with --shuffle and with gradient accumulation; a checkpoint of 2
-# ranks resumes on 1 process and the reverse (same global batch) within 1e-6
+# momentum, with --shuffle (batches, or rows across a pass's end) and with gradient accumulation; a checkpoint of 2
+# ranks resumes on 1 process and the reverse (same global batch, rows shuffled too) within 1e-6
 # relative, and --resume without --grad-accum keeps the saved global batch on
 # another layout (the accumulation derived, said) or refuses naming why; a save killed by SIGKILL leaves the previous checkpoint whole and
 # resumable; a checkpoint of another model or optimizer, or a damaged or
@@ -46,6 +46,13 @@ same sgd_1 --batch 4 --optimizer sgd --momentum 0.9 --lr 0.05
 same sgd_2ranks --batch 2 --nproc 2 --optimizer sgd --momentum 0.9 --lr 0.05
 same shuffle_1 --batch 4 --shuffle 7
 same shuffle_2ranks --batch 2 --nproc 2 --shuffle 7
+# rows drawn one by one, over 3000 tokens (11 global batches a pass): the resumed half starts a new pass's draw
+head -c 3000 "$dir/text" > "$dir/small.txt"
+"$DTRAIN" tokenize --bytes "$dir/small.txt" "$dir/small.bin" > /dev/null
+same shuffle_rows_2ranks --batch 2 --nproc 2 --shuffle 7 --shuffle-rows --data "$dir/small.bin"
+"$DTRAIN" train "${model[@]}" --batch 4 --shuffle-rows > /dev/null 2> "$dir/err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "give a seed" "$dir/err" && ok "--shuffle-rows without --shuffle: refused: $(head -1 "$dir/err" | cut -c1-100)" || fail "--shuffle-rows alone: exit $rc, $(head -2 "$dir/err")"
 same accum_1 --batch 2 --grad-accum 2
 same accum_2ranks --batch 1 --grad-accum 2 --nproc 2
 same clip_2ranks --batch 2 --nproc 2 --grad-clip 0.5
@@ -84,6 +91,7 @@ cross() {
 cross "2 ranks x batch 2 -> 1 process x batch 4" --nproc 2 --batch 2 -- --batch 4
 cross "1 process x batch 4 -> 2 ranks x batch 2" --batch 4 -- --nproc 2 --batch 2
 cross "2 ranks x batch 2 -> 1 process x batch 2 x 2 accumulation" --nproc 2 --batch 2 -- --batch 2 --grad-accum 2
+cross "rows shuffled: 2 ranks x batch 2 -> 1 process x batch 4" --nproc 2 --batch 2 --shuffle 7 --shuffle-rows --data "$dir/small.bin" -- --batch 4 --data "$dir/small.bin"
 # without --grad-accum the accumulation is derived so that the saved global batch is kept, on any layout
 cross "2 ranks x batch 2 -> 1 process, accumulation derived" --nproc 2 --batch 2 -- --batch 2
 cross "TP 2 x PP 2 x 2 micro-batches -> 2 DDP ranks, accumulation derived" --nproc 4 --tp 2 --pp 2 --batch 2 --grad-accum 2 -- --nproc 2 --batch 2

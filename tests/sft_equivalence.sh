@@ -78,5 +78,6 @@ refused "a token file beside a .jsonl" "is chats or completions" train "${common
 refused "chats without a tokenizer" "give --tokenizer" train "${shape[@]}" --batch 8
 refused "--pack with context parallelism" "not with --cp 2" train "${common[@]}" --batch 8 --nproc 2 --cp 2 --pack
 refused "--pack of a token file" "packs the examples of a .jsonl" train "${common[@]}" --batch 8 --data "$dir/tok.bin" --pack
+refused "--shuffle-rows of a .jsonl" "rows are whole examples" train "${common[@]}" --batch 8 --shuffle 3 --shuffle-rows
 echo "sft equivalence: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -25,8 +25,37 @@ static void stop_requests(void) {
     EXPECT(e == 2, "another sender more than a second later: %d (want 2)", e);
 }
 
+/* dt_rng_permute: a bijection of [0, n) for sizes of every shape, that moves most places far, whose image of one place
+ * spreads over every place as the seed changes, and that another seed draws anew. */
+static void permutations(void) {
+    const uint64_t sizes[] = { 1, 2, 3, 5, 64, 1000, 65539, (1u << 20) + 7 };
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        uint64_t n = sizes[k], near = 0, same = 0;
+        unsigned char *seen = calloc(n, 1);
+        int bad = 0;
+        for (uint64_t i = 0; i < n && !bad; i++) {
+            uint64_t p = dt_rng_permute(i, n, 7);
+            if (p >= n || seen[p]) bad = 1;
+            else seen[p] = 1;
+            near += (p > i ? p - i : i - p) * 100 < n;
+            same += p == dt_rng_permute(i, n, 8);
+        }
+        free(seen);
+        EXPECT(!bad, "dt_rng_permute: not a permutation of %llu places", (unsigned long long)n);
+        if (n >= 1000)
+            EXPECT(near * 20 < n && same * 100 < n, "dt_rng_permute over %llu: %llu places within 1%% of where they were, %llu the same "
+                   "under another seed (want under 5%% and 1%%)", (unsigned long long)n, (unsigned long long)near, (unsigned long long)same);
+    }
+    int count[8] = { 0 };
+    for (uint64_t seed = 1; seed <= 8000; seed++) count[dt_rng_permute(3, 8, seed)]++;
+    int lo = 8000, hi = 0;
+    for (int i = 0; i < 8; i++) lo = count[i] < lo ? count[i] : lo, hi = count[i] > hi ? count[i] : hi;
+    EXPECT(lo > 900 && hi < 1100, "dt_rng_permute: place 3 of 8 under 8000 seeds lands %d to %d times a place (want 900-1100)", lo, hi);
+}
+
 int main(void) {
     stop_requests();
+    permutations();
     /* bf16: round to nearest even, exact for 8-bit mantissas. */
     EXPECT(dt_f32_to_bf16(1.0f) == 0x3f80, "bf16(1) = %04x", dt_f32_to_bf16(1.0f));
     EXPECT(dt_bf16_to_f32(0xc0a0) == -5.0f, "bf16 c0a0 = %g", dt_bf16_to_f32(0xc0a0));

@@ -193,6 +193,8 @@ uint32_t dt_crc32c(uint32_t crc, const void *data, size_t n);
 /* Standard normal (Box-Muller) from the same stream. */
 /* perm = a permutation of 0..n-1 (Fisher-Yates) from seed's stream (0: 1): the same on every rank. */
 void dt_rng_shuffle(int *perm, int n, uint64_t seed);
+/* Place i of a permutation of 0..n-1 drawn from seed, computed alone (no table: a file's rows, however many). */
+uint64_t dt_rng_permute(uint64_t i, uint64_t n, uint64_t seed);
 /* Uniform in [0, 1) from one draw: its top 24 bits. */
 float dt_rng_uniform(uint64_t *state);
 /* Uniform in [0, 1) as a double from one draw: its top 53 bits (numpy's random()). */

@@ -122,8 +122,10 @@ void dt_sft_row(const dt_sft *d, size_t row, int32_t *inputs, int32_t *targets);
 typedef struct dt_loader dt_loader;
 /* Batches of B x T (+1 for the targets) for rank `rank` of `nranks`.
  * seed 0 reads batches in file order, wrapping at the end; otherwise the
- * order of global batches is shuffled each epoch. */
-dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nranks, uint64_t seed, dt_loader **out);
+ * order of global batches is shuffled each epoch, or (rows) each global
+ * batch's N x B rows of T are drawn from across the file, a new draw each
+ * epoch (every row once an epoch but the last few, which the batches do not fill). */
+dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nranks, uint64_t seed, bool rows, dt_loader **out);
 /* The same over an SFT file's rows: global batch i is rows [i*N*B, (i+1)*N*B), rank r's B of them from i*N*B + r*B. */
 dt_status dt_loader_create_rows(const dt_sft *d, int B, int rank, int nranks, uint64_t seed, dt_loader **out);
 /* The scored targets of the next n global batches, every rank's (rows: what a step's loss divides by; a token

@@ -46,6 +46,7 @@ typedef struct {
     int batch, seq, steps, grad_accum, eval_every, eval_batches, threads;
     uint64_t seed;            /* initialisation */
     uint64_t shuffle_seed;    /* 0: batches in file order */
+    int shuffle_rows;         /* with a shuffle seed: each batch row from anywhere in the file, not whole batches */
     dt_optim_config opt;
     dt_schedule sched;        /* learning rate and its schedule */
     float grad_clip;

@@ -280,6 +280,10 @@ static void warn_changes(const cJSON *j, const char *path, const dt_train_config
     snprintf(mine_seed, sizeof mine_seed, "%llu", (unsigned long long)c->shuffle_seed);
     if (seed && strcmp(seed, mine_seed))
         dt_log(DT_LOG_WARN, "%s: saved with shuffle seed %s, resumed with %s: the data order changes", path, seed, mine_seed);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "rng"), "shuffle_rows");
+    if (c->shuffle_seed && (cJSON_IsTrue(rows) != (c->shuffle_rows != 0)))
+        dt_log(DT_LOG_WARN, "%s: saved shuffling %s, resumed shuffling %s: the data order changes", path,
+               cJSON_IsTrue(rows) ? "rows" : "batches", c->shuffle_rows ? "rows" : "batches");
 }
 
 /* The loss scaler's state, where this run scales (ls) and the checkpoint has

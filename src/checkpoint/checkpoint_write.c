@@ -333,6 +333,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     char seed[32];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->shuffle_seed); /* 64 bits: not a JSON double */
     cJSON_AddStringToObject(x, "shuffle_seed", seed);
+    cJSON_AddBoolToObject(x, "shuffle_rows", c->shuffle_rows);
     cJSON_AddNumberToObject(x, "shuffle_epoch", (double)pos->epoch);
     x = cJSON_AddObjectToObject(j, "files");
     static const char *const files[3] = { "params.f32", "optim.f32", "buffers.f32" };

@@ -167,6 +167,7 @@ static void take_run(const cJSON *j, dt_train_config *c) {
     if (!dt_ckpt_number(j, "settings", "seed", "", &v)) c->seed = (uint64_t)v;
     const char *shuffle = dt_ckpt_string(j, "rng", "shuffle_seed");
     if (shuffle) c->shuffle_seed = strtoull(shuffle, NULL, 10);
+    take_bool(j, "rng", "shuffle_rows", &c->shuffle_rows);
 }
 
 dt_status dt_checkpoint_read_settings(const char *dir, dt_train_config *c) {

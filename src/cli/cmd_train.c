@@ -123,6 +123,8 @@ static void usage(FILE *f) {
             "  --on-nonfinite stop|skip   a step whose loss or gradient norm is NaN/inf stops the run (default,\n"
             "                     nothing saved) or is skipped (no update; the optimizer then runs after backward)\n"
             "  --shuffle SEED     shuffle batch order (default: file order, as llm.c)\n"
+            "  --shuffle-rows     with --shuffle: each of a batch's rows of --seq tokens from anywhere in the file, a new\n"
+            "                     draw each pass (as a sampler shuffles examples), not whole batches of B x T in a row\n"
             "  --save DIR         a full-state checkpoint at the end (and on SIGINT/SIGTERM; --save-every N: also every\n"
             "                     N steps): parameters, optimizer state, step, data position, settings, written\n"
             "                     atomically into DIR/step-N (DIR/latest names the newest; older ones are removed)\n"
@@ -302,7 +304,7 @@ static const dt_cli_flag flags[] = {
     { "--expert-groups", "a whole number from 1 to 4096" }, { "--group-top-k", "a whole number from 1 to 4096" },
     { "--routed-scale", "a number from 1e-6 to 1e3" }, { "--bias-update", "a number from 0 to 1" },
     { "--capacity-factor", "a number above 0, up to 1e3 (without it: dropless)" }, { "--drop-policy", "probs or position" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
-    { "--nesterov", "" }, { "--quiet", "" }, { "--pack", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--tf32", "" }, { "--sp", "" }, { "--pp-schedule-print", "" }, { "--step-at-end", "" }, { "--help", "" }, { NULL, NULL },
+    { "--nesterov", "" }, { "--quiet", "" }, { "--pack", "" }, { "--overwrite", "" }, { "--recompute", "" }, { "--tf32", "" }, { "--sp", "" }, { "--pp-schedule-print", "" }, { "--step-at-end", "" }, { "--shuffle-rows", "" }, { "--help", "" }, { NULL, NULL },
 };
 
 /* A numeric flag: where it goes and its range (whole numbers only where int). */
@@ -487,6 +489,10 @@ static int settle(const char *cmd, dt_train_config *c, const train_opts *o) {
         dt_log(DT_LOG_ERROR, "%s: --tf32 is for the GPU's matmuls: it needs --device cuda", cmd);
         return 2;
     }
+    if (c->shuffle_rows && !c->shuffle_seed) {
+        dt_log(DT_LOG_ERROR, "%s: --shuffle-rows says how --shuffle SEED shuffles (row by row, not batch by batch); give a seed", cmd);
+        return 2;
+    }
     if (o->kfac_flags && !c->kfac_on) {
         dt_log(DT_LOG_ERROR, "%s: --kfac-* flags set K-FAC's preconditioning, which is --optimizer kfac (not given)", cmd);
         return 2;
@@ -529,6 +535,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--nesterov", &o.nesterov }, { "--quiet", &c.quiet }, { "--overwrite", &c.overwrite }, { "--recompute", &c.recompute },
         { "--tf32", &c.tf32 }, { "--sp", &c.sp }, { "--pack", &c.pack }, { "--pp-schedule-print", &c.pp_print },
         { "--step-at-end", &c.step_at_end }, { "--sync-bn", &c.sync_bn }, { "--synthetic", &c.synthetic },
+        { "--shuffle-rows", &c.shuffle_rows },
     };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

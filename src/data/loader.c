@@ -1,7 +1,10 @@
 /* Batches from a token file. Global batch i of a job with N ranks spans
  * tokens [i*N*B*T, (i+1)*N*B*T + 1); rank r takes its B*T (+1) slice of it,
  * as llm.c's loader does, so N ranks with batch B see what one rank with
- * batch N*B would. Batches wrap at the end of the file. */
+ * batch N*B would. Batches wrap at the end of the file. Shuffled, the
+ * global batches' order is drawn anew each pass; with rows shuffled, each
+ * global batch is N*B sequences of T from anywhere in the file instead (a
+ * permutation of the pass's rows computed where it is read, no table). */
 #include "dtrain/data.h"
 
 #include <stdlib.h>
@@ -10,14 +13,16 @@ struct dt_loader {
     const dt_tokens *t;
     const dt_sft *rows;          /* or an SFT file's rows (t NULL) */
     int B, T, rank, nranks;
-    size_t nbatches, next, last_row;
+    size_t nbatches, nrows, next, last_row;
+    size_t *last;                /* the last batch's B rows (their places in the file) */
     uint64_t seed, epoch;
+    bool rows_shuffled;
     size_t *order; /* shuffled batch order, NULL when in file order */
     size_t *later; /* rows, shuffled: a later epoch's order (later_epoch's), for the counts of a step that runs into it */
     uint64_t later_epoch;
 };
 
-dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nranks, uint64_t seed, dt_loader **out) {
+dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nranks, uint64_t seed, bool rows, dt_loader **out) {
     *out = NULL;
     size_t per = (size_t)B * T * (size_t)nranks;
     if (B < 1 || T < 1 || nranks < 1 || rank < 0 || rank >= nranks)
@@ -27,10 +32,13 @@ dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nrank
                         dt_tokens_path(t), dt_tokens_count(t), nranks, B, T, per + 1);
     dt_loader *l = calloc(1, sizeof *l);
     if (!l) return dt_error(DT_ERR_NOMEM, "loader: out of memory");
-    *l = (dt_loader){ .t = t, .B = B, .T = T, .rank = rank, .nranks = nranks, .nbatches = (dt_tokens_count(t) - 1) / per, .seed = seed };
-    if (seed) {
-        l->order = malloc(sizeof(size_t) * l->nbatches);
-        if (!l->order) { free(l); return dt_error(DT_ERR_NOMEM, "loader: out of memory"); }
+    *l = (dt_loader){ .t = t, .B = B, .T = T, .rank = rank, .nranks = nranks, .nbatches = (dt_tokens_count(t) - 1) / per,
+                      .nrows = (dt_tokens_count(t) - 1) / (size_t)T, .seed = seed, .rows_shuffled = seed && rows };
+    l->last = malloc(sizeof(size_t) * (size_t)B);
+    if (seed && !rows) l->order = malloc(sizeof(size_t) * l->nbatches);
+    if (!l->last || (seed && !rows && !l->order)) {
+        dt_loader_destroy(l);
+        return dt_error(DT_ERR_NOMEM, "loader: out of memory");
     }
     dt_loader_reset(l);
     *out = l;
@@ -49,10 +57,11 @@ dt_status dt_loader_create_rows(const dt_sft *d, int B, int rank, int nranks, ui
                         nranks, B);
     dt_loader *l = calloc(1, sizeof *l);
     if (!l) return dt_error(DT_ERR_NOMEM, "loader: out of memory");
-    *l = (dt_loader){ .rows = d, .B = B, .T = dt_sft_seq(d), .rank = rank, .nranks = nranks, .nbatches = dt_sft_rows(d) / per, .seed = seed };
-    if (seed && (!(l->order = malloc(sizeof(size_t) * l->nbatches)) || !(l->later = malloc(sizeof(size_t) * l->nbatches)))) {
-        free(l->order);
-        free(l);
+    *l = (dt_loader){ .rows = d, .B = B, .T = dt_sft_seq(d), .rank = rank, .nranks = nranks, .nbatches = dt_sft_rows(d) / per,
+                      .nrows = dt_sft_rows(d), .seed = seed };
+    l->last = malloc(sizeof(size_t) * (size_t)B);
+    if (!l->last || (seed && (!(l->order = malloc(sizeof(size_t) * l->nbatches)) || !(l->later = malloc(sizeof(size_t) * l->nbatches))))) {
+        dt_loader_destroy(l);
         return dt_error(DT_ERR_NOMEM, "loader: out of memory");
     }
     dt_loader_reset(l);
@@ -64,6 +73,7 @@ void dt_loader_destroy(dt_loader *l) {
     if (!l) return;
     free(l->order);
     free(l->later);
+    free(l->last);
     free(l);
 }
 
@@ -114,20 +124,24 @@ void dt_loader_next(dt_loader *l, int32_t *inputs, int32_t *targets) {
         l->epoch++;
         if (l->order) shuffle(l);
     }
-    size_t b = l->order ? l->order[l->next] : l->next;
-    l->next++;
-    if (l->rows) { /* rows: this rank's B of the global batch's */
-        l->last_row = (b * (size_t)l->nranks + (size_t)l->rank) * (size_t)l->B;
-        for (int i = 0; i < l->B; i++)
-            dt_sft_row(l->rows, (b * (size_t)l->nranks + (size_t)l->rank) * (size_t)l->B + (size_t)i, inputs + (size_t)i * l->T,
-                       targets + (size_t)i * l->T);
-        return;
+    size_t b = l->order ? l->order[l->next] : l->next, per = (size_t)l->B * (size_t)l->nranks;
+    for (int i = 0; i < l->B; i++) { /* this rank's B of the global batch's rows */
+        size_t j = (size_t)l->rank * (size_t)l->B + (size_t)i;
+        l->last[i] = l->rows_shuffled ? (size_t)dt_rng_permute(l->next * per + j, l->nrows, l->seed * 1000003u + l->epoch) : b * per + j;
     }
-    size_t bt = (size_t)l->B * l->T, start = (b * (size_t)l->nranks + (size_t)l->rank) * bt;
-    l->last_row = start / (size_t)l->T;
-    for (size_t i = 0; i < bt; i++) {
-        inputs[i] = (int32_t)dt_tokens_get(l->t, start + i);
-        targets[i] = (int32_t)dt_tokens_get(l->t, start + i + 1);
+    l->next++;
+    l->last_row = l->last[0];
+    for (int i = 0; i < l->B; i++) {
+        int32_t *in = inputs + (size_t)i * l->T, *tg = targets + (size_t)i * l->T;
+        if (l->rows) {
+            dt_sft_row(l->rows, l->last[i], in, tg);
+            continue;
+        }
+        size_t start = l->last[i] * (size_t)l->T;
+        for (int k = 0; k < l->T; k++) {
+            in[k] = (int32_t)dt_tokens_get(l->t, start + (size_t)k);
+            tg[k] = (int32_t)dt_tokens_get(l->t, start + (size_t)k + 1);
+        }
     }
 }
 
@@ -136,7 +150,7 @@ size_t dt_loader_last_row(const dt_loader *l) { return l->last_row; }
 void dt_loader_row_keys(const dt_loader *l, uint64_t seed, uint64_t *keys) {
     uint64_t per_epoch = (uint64_t)l->nbatches * (uint64_t)l->B * (uint64_t)l->nranks;
     for (int i = 0; i < l->B; i++) {
-        uint64_t s = seed ^ ((l->epoch * per_epoch + l->last_row + (uint64_t)i) * 0xd1b54a32d192ed03ull);
+        uint64_t s = seed ^ ((l->epoch * per_epoch + l->last[i]) * 0xd1b54a32d192ed03ull);
         keys[i] = dt_rng_next(&s);
     }
 }

@@ -232,11 +232,11 @@ static dt_status open_data(run *r) {
     if (!st && r->rank == 0 && mc->vocab_size > 256 && dt_tokens_max(r->train) < 256)
         dt_log(DT_LOG_WARN, "%s: every token is below 256 (byte-level data?) but the model's vocabulary is %d: "
                "--vocab 256 makes a smaller, faster model whose samples print as text", c->data, mc->vocab_size);
-    if (!st) st = dt_loader_create(r->train, c->batch, c->seq, r->dp_rank, r->dp_size, c->shuffle_seed, &r->tl);
+    if (!st) st = dt_loader_create(r->train, c->batch, c->seq, r->dp_rank, r->dp_size, c->shuffle_seed, c->shuffle_rows, &r->tl);
     if (!st && c->val_data) {
         st = dt_tokens_open(c->val_data, &r->val);
         if (!st) st = dt_tokens_check_vocab(r->val, mc->vocab_size);
-        if (!st) st = dt_loader_create(r->val, c->batch, c->seq, r->dp_rank, r->dp_size, 0, &r->vl);
+        if (!st) st = dt_loader_create(r->val, c->batch, c->seq, r->dp_rank, r->dp_size, 0, false, &r->vl);
         size_t nb = st ? 0 : dt_loader_batches(r->vl);
         if (!st && nb < (size_t)c->eval_batches) {
             /* more would read the same batches again and weigh them twice */

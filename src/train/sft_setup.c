@@ -55,6 +55,9 @@ dt_status dt_train_open_sft(run *r) {
     if (!st && c->pack) st = dt_program_set_positions(dt_gpt2_program(r->m), r->pos);
     bool bytes = !tok;
     dt_bpe_destroy(tok);
+    if (!st && c->shuffle_rows)
+        st = dt_error(DT_ERR_ARG, "--shuffle-rows: %s's rows are whole examples (a preference pair two of them), which --shuffle "
+                      "shuffles a global batch at a time; the rows of a token file are what it draws one by one", c->data);
     if (!st) st = dt_loader_create_rows(r->sft, c->batch, r->dp_rank, r->dp_size, c->shuffle_seed, &r->tl);
     if (!st && r->sft_val) st = dt_loader_create_rows(r->sft_val, c->batch, r->dp_rank, r->dp_size, 0, &r->vl);
     if (!st && r->vl && dt_loader_batches(r->vl) < (size_t)c->eval_batches) r->c.eval_batches = (int)dt_loader_batches(r->vl);
