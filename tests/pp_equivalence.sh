@@ -123,6 +123,12 @@ run_metrics zbrc --batch 4 --grad-accum 2 --nproc 4 --pp 2 --tp 2 --sp --pp-sche
     close "zb1, TP 2 x PP 2 with SP, recomputing" "$dir/ref.jsonl" "$dir/zbrc.jsonl"
 run_metrics zbrc --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy zero1 --pp-schedule zb1 --recompute &&
     close "zb1, DP 2 x PP 2 with ZeRO-1, recomputing" "$dir/ref.jsonl" "$dir/zbrc.jsonl"
+# under ZeRO-3 W asks for a block's weights again (gathered for its forward and B, let go since), on the one shared
+# copy and with each rank's own parameters
+run_metrics zbrc --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy zero3 --pp-schedule zb1 --recompute &&
+    close "zb1, DP 2 x PP 2 with ZeRO-3, recomputing" "$dir/ref.jsonl" "$dir/zbrc.jsonl"
+DTRAIN_ZERO_PRIVATE_PARAMS=1 run_metrics zbrc --batch 2 --grad-accum 2 --nproc 4 --pp 2 --strategy zero3 --pp-schedule zb1 --recompute &&
+    close "zb1, DP 2 x PP 2 with ZeRO-3 and private parameters, recomputing" "$dir/ref.jsonl" "$dir/zbrc.jsonl"
 # zb1 and interleaved under ZeRO-3, the one shared copy and each rank's own parameters (gathered unit by unit; W
 # reads activations and output gradients, never the weights)
 for ps in zb1 interleaved; do
@@ -301,8 +307,6 @@ out=$("$DTRAIN" train "${common[@]}" --batch 2 --nproc 7 --pp 7 2>&1)
 refused "--pp 3 on 4 ranks" "--tp 1 x --pp 3 = 3 does not divide the job's 4 ranks" --nproc 4 --pp 3
 refused "an unknown schedule" "--pp-schedule" --nproc 2 --pp 2 --pp-schedule zigzag
 refused "--virtual-stages without interleaved" "--virtual-stages 2: chunks per stage are the interleaved schedule" --nproc 2 --pp 2 --virtual-stages 2
-refused "zb1 recomputing under ZeRO-3" "not with --pp-schedule zb1 and --recompute under ZeRO-3" --nproc 4 --pp 2 --pp-schedule zb1 \
-    --recompute --zero 3
 refused "interleaved with 3 micro-batches on 2 stages" "must be a multiple of --pp" --nproc 2 --pp 2 --pp-schedule interleaved --grad-accum 3
 refused "interleaved over more chunks than units" "--pp 3 x --virtual-stages 2 = 6 chunks: more than the model's 5 units" --nproc 3 --pp 3 --pp-schedule interleaved --grad-accum 3 --layers 3
 

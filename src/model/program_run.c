@@ -897,9 +897,9 @@ void dt_program_set_device(dt_program *p, const dt_program_device *d) { p->devic
 
 /* W of a split backward: the Linears', the head's and the embedding's weight gradients, the sums one backward
  * makes, unit by unit in backward's order, each unit's announced when whole. Recomputing, each block's forward runs
- * again from its kept input first (B's recomputed values were one block's, overwritten since), from the weights as B
- * found them (so not under ZeRO-3, which gathers a unit's parameters for its forward and B alone: the trainer refuses
- * it) and their 16-bit copy cast again where it is made unit by unit. */
+ * again from its kept input first (B's recomputed values were one block's, overwritten since): its weights asked for
+ * again as B asked (ZeRO-3 gathers a unit's parameters for its forward and B, and has let them go since) and their
+ * 16-bit copy cast again where it is made unit by unit. Without recomputing W reads no weight. */
 dt_status dt_program_backward_weights(dt_program *p) {
     program_slot *s = p->s;
     run_state *r = &s->rs[p->cur];
@@ -917,6 +917,7 @@ dt_status dt_program_backward_weights(dt_program *p) {
     for (int l = last - 1; l >= (a > 0 ? a - 1 : 0); l--) {
         dt_program_pack_block(p, l, false); /* 16-bit blocks: the inputs widened again */
         trace_unit(p, "weights", l + 1);
+        if (p->recompute) dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, l + 1);
         if (p->recompute) dt_program_lp_cast(p, l + 1, true);
         forward_again(p, l);
         for (int k = p->f->nops - 1; k >= 0; k--) {

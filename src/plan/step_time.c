@@ -346,7 +346,8 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
          * store: the rank's part) or copied into the 16-bit store (its window), at the bandwidth */
         double part = stage >= (lp_store ? 1 : 2) ? psi / n : psi;
         if (wire16) o->dp_comm += (6 * psi + (lp_store ? 4 : 6) * part) / bw;
-        if (stage >= 3 && !shared) o->dp_comm += gathers = 2 * m * dt_plan_gather(psi * 4, n, da, db);
+        /* forward and backward gather each unit; zb1's W a third time where it runs the forward again */
+        if (stage >= 3 && !shared) o->dp_comm += gathers = (j->zb && j->recompute ? 3 : 2) * m * dt_plan_gather(psi * 4, n, da, db);
         if (stage >= 1 && stage < 3 && !shared && w == 2) o->dp_comm += dt_plan_gather(psi * 2, n, da, db);
     }
     /* a CPU's collectives inside a machine move memory on the same cores and bandwidth backward uses: nothing hides them; a

@@ -43,9 +43,6 @@ int dt_train_pp_virt(const dt_train_config *c) {
 static const char *pp_lacks(const dt_train_config *c) {
     if (dt_train_is_image_model(c->model)) return "an image model (GPT-2 only: --model d6, 124M, ...)";
     if (c->opt.kind == DT_OPT_LAMB || c->opt.kind == DT_OPT_LARS) return "LAMB/LARS";
-    /* recomputing, zb1's W runs each block's forward again, which reads the weights ZeRO-3 gathers for B alone */
-    if (c->pp_schedule == DT_PP_ZB1 && c->recompute && c->strategy && !strcmp(c->strategy, "zero3"))
-        return "--pp-schedule zb1 and --recompute under ZeRO-3 (W's forward again would read weights gathered for B only)";
     return NULL;
 }
 
