@@ -83,16 +83,19 @@ ev = ev["traceEvents"] if isinstance(ev, dict) else ev
 print(sum(e["args"]["bytes"] for e in ev if e.get("name") == "allreduce" and e.get("ph") in ("B", "X") and e["pid"] in (2, 3)) // 4)' "$dir/tied.json") &&
     [ "$b" -lt $((4096 * 48 * 4)) ] && ok "DP 2 x PP 2, ddp: a last stage's rank allreduces $b bytes a step, less than the tied table's copy ($((4096 * 48 * 4)) bytes) it leaves out" ||
     fail "DP 2 x PP 2, ddp: a last stage's rank allreduces ${b:-?} bytes a step: the tied table's copy ($((4096 * 48 * 4)) bytes) with them"
-# ZeRO 1 and 2 leave that copy out of their shards too: a last stage's rank holds no optimizer state for it (with the
-# copy in the shards, half of its Adam state, 4 bytes a value, lay on each of ranks 2 and 3 and was discarded each step)
-for z in 1 2; do
-    run_metrics zt$z --batch 2 --grad-accum 2 --nproc 4 --pp 2 --vocab 4096 --steps 2 --zero $z --report "$dir/zt$z" &&
+# ZeRO leaves that copy out of its shards too: a last stage's rank holds no optimizer state for it (with the copy in the
+# shards, half of its Adam state, 4 bytes a value, lay on each of ranks 2 and 3 and was discarded each step); ZeRO-3
+# holds the copy whole (3p: with each rank's own parameters, gathered unit by unit)
+for z in 1 2 3 3p; do
+    [ $z = 3p ] && export DTRAIN_ZERO_PRIVATE_PARAMS=1
+    run_metrics zt$z --batch 2 --grad-accum 2 --nproc 4 --pp 2 --vocab 4096 --steps 2 --zero ${z%p} --report "$dir/zt$z" &&
         o=$(python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))["memory_per_rank"]
 print(max(r[2]["optimizer"], r[3]["optimizer"]), min(r[0]["optimizer"], r[1]["optimizer"]))' "$dir/zt$z/run.json") &&
         [ "${o% *}" -lt $((4096 * 48 * 4)) ] && [ "${o% *}" -gt 0 ] &&
         ok "DP 2 x PP 2, ZeRO-$z: a last stage's rank holds ${o% *} bytes of optimizer state (the first stage's ${o#* }), less than the tied copy's share ($((4096 * 48 * 4)) bytes)" ||
         fail "DP 2 x PP 2, ZeRO-$z: a last stage's rank holds ${o% *} bytes of optimizer state: the tied copy's share ($((4096 * 48 * 4)) bytes) with it"
+    unset DTRAIN_ZERO_PRIVATE_PARAMS
 done
 # ZeRO-3 with a copy of the parameters per rank (between steps each holds its shard; the tied wte is gathered to be sent)
 DTRAIN_ZERO_PRIVATE_PARAMS=1 run_metrics z3p --batch 2 --grad-accum 2 --nproc 8 --pp 2 --tp 2 --strategy zero3 &&

@@ -60,9 +60,11 @@
  *
  * A pipeline's last stage ends its store with its copy of the tied wte,
  * whose gradient goes to the first stage and whose values come back from
- * there after the update (dt_model_tied_tail): stages 1 and 2 leave it
- * out of their shards (zero_shards.h), so no rank keeps state for it;
- * stage 3 and a sharded master, which gather it for the head, keep it in.
+ * there after the update (dt_model_tied_tail): the stages leave it out of
+ * their shards (zero_shards.h), so no rank keeps state for it; stage 3
+ * holds it whole on each rank (the head's forward and backward would
+ * gather it whole; whole, it is never sent), and a sharded master, which
+ * gathers its 16-bit copy, keeps it in.
  *
  * The three stages give the losses of DDP and of one process up to the
  * rounding of the reductions (tests/zero_equivalence.sh). */
@@ -245,8 +247,10 @@ static dt_status z_create(const dt_engine_config *c, int stage, void **state, si
     z->c = c;
     z->stage = stage;
     choose_copies(z);
-    /* stages 1 and 2 leave a last stage's tied copy out (stage 3 gathers it for the head from its shards) */
-    dt_status st = dt_zero_shards_create(c, stage < 3 && z->sharded_master == OFF, &z->sh);
+    /* a last stage's tied copy is left out of the shards: no optimizer state, no update (its values come from the first
+     * stage after each update); stage 3 keeps it whole, as the head's forward and backward would gather it whole anyway
+     * (a sharded master keeps it in its shards: its 16-bit copy is gathered) */
+    dt_status st = dt_zero_shards_create(c, z->sharded_master == OFF, &z->sh);
     const dt_zero_region *all = &z->sh.r[0]; /* the whole store (but the tail) when one region: its order is the store's */
     if (!st) st = copies_create(z);
     /* stages 2 and 3 reduce each bucket to its shards' owners: in the store's order, or by region (after the experts) */
@@ -295,8 +299,9 @@ static dt_status z3_create(const dt_engine_config *c, void **state, size_t *off,
 /* The region holding tensor t. */
 static const dt_zero_region *region_of(const zero *z, int t) { return &z->sh.r[z->sh.region[t]]; }
 
-/* Floats of tensor t in other ranks' shards. */
+/* Floats of tensor t in other ranks' shards (none of a last stage's tied copy, which no shard holds). */
 static size_t others(const zero *z, int t) {
+    if (z->c->model.tensors[t].offset >= z->sh.tail_off) return 0;
     size_t a, b;
     dt_zero_piece(&z->sh, z->c->model.tensors, t, dt_zero_region_rank(region_of(z, t)), &a, &b);
     return z->c->model.tensors[t].count - (b - a);

@@ -59,10 +59,11 @@ static void model_states(const dt_plan_job *j, double psi, double psi_sh, double
         return;
     }
     int shared = s >= 1 && n > 1 && j->shared_params;
-    /* what the shards tile: ZeRO 1 and 2 leave a last stage's tied copy out (its gradient goes to the first stage, whose
-     * values come back), but for a sharded f32 master (mixed, each rank its own parameters), whose 16-bit copy they gather */
-    double shard = psi_sh - ((s == 1 || s == 2) && n > 1 && (!mixed || shared) ? tied : 0);
-    m->params = 4 * (s >= 3 || shared || (mixed && s >= 1 && n > 1) ? shard / n : psi);
+    /* what the shards tile: ZeRO leaves a last stage's tied copy out (its gradient goes to the first stage, whose values
+     * come back), but for a sharded f32 master (ZeRO 1 and 2, mixed, each rank its own parameters), whose 16-bit copy they
+     * gather; stage 3 with each rank its own parameters holds it whole beside its shard */
+    double left = s >= 1 && n > 1 && (s >= 3 || !mixed || shared) ? tied : 0, shard = psi_sh - left;
+    m->params = 4 * (s >= 3 || shared || (mixed && s >= 1 && n > 1) ? shard / n + (shared ? 0 : left) : psi);
     /* the machine's one copy: every rank maps and reads all of it (its resident size counts it), the machine holds it once */
     if (shared) m->mapped = 4 * psi - m->params;
     if (mixed) m->lowp = 2 * (psi - f32_only);

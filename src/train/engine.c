@@ -92,10 +92,9 @@ static dt_status make_optimizer(dt_engine *e) {
 
 /* A pipeline's last stage ends its store with its copy of the tied wte,
  * whose values the first stage sends after each update: an optimizer that
- * owns the whole store leaves it out (no state, no update for it). ZeRO 1
- * and 2 cut their shards without it (zero_shards.h); ZeRO-3 and a sharded
- * f32 master keep it in theirs (they gather it: it is updated, then
- * overwritten). */
+ * owns the whole store leaves it out (no state, no update for it). ZeRO
+ * cuts its shards without it (zero_shards.h); a sharded f32 master keeps
+ * it in its own (it gathers its 16-bit copy: updated, then overwritten). */
 static void trim_tied_copy(dt_engine *e) {
     const dt_model *m = &e->cfg.model;
     const dt_tensor_info *t = dt_model_tied_tail(m);
