@@ -45,7 +45,11 @@ int main(void) {
         printf("FAIL setup: %s\n", dt_last_error());
         return 1;
     }
-    for (int r = 0; r < RANKS; r++) dt_loader_create(t, B, T, r, RANKS, 7, true, &rank[r]);
+    for (int r = 0; r < RANKS; r++)
+        if (dt_loader_create(t, B, T, r, RANKS, 7, true, &rank[r])) {
+            printf("FAIL rank %d's loader: %s\n", r, dt_last_error());
+            return 1;
+        }
     size_t (*first)[B] = calloc(RANKS * BATCHES, sizeof *first), (*second)[B] = calloc(RANKS * BATCHES, sizeof *second);
     size_t (*whole)[PER] = calloc(2 * BATCHES, sizeof *whole);
     int rows_ok = 1;

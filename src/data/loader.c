@@ -34,7 +34,7 @@ dt_status dt_loader_create(const dt_tokens *t, int B, int T, int rank, int nrank
     if (!l) return dt_error(DT_ERR_NOMEM, "loader: out of memory");
     *l = (dt_loader){ .t = t, .B = B, .T = T, .rank = rank, .nranks = nranks, .nbatches = (dt_tokens_count(t) - 1) / per,
                       .nrows = (dt_tokens_count(t) - 1) / (size_t)T, .seed = seed, .rows_shuffled = seed && rows };
-    l->last = malloc(sizeof(size_t) * (size_t)B);
+    l->last = calloc((size_t)B, sizeof(size_t));
     if (seed && !rows) l->order = malloc(sizeof(size_t) * l->nbatches);
     if (!l->last || (seed && !rows && !l->order)) {
         dt_loader_destroy(l);
@@ -59,7 +59,7 @@ dt_status dt_loader_create_rows(const dt_sft *d, int B, int rank, int nranks, ui
     if (!l) return dt_error(DT_ERR_NOMEM, "loader: out of memory");
     *l = (dt_loader){ .rows = d, .B = B, .T = dt_sft_seq(d), .rank = rank, .nranks = nranks, .nbatches = dt_sft_rows(d) / per,
                       .nrows = dt_sft_rows(d), .seed = seed };
-    l->last = malloc(sizeof(size_t) * (size_t)B);
+    l->last = calloc((size_t)B, sizeof(size_t));
     if (!l->last || (seed && (!(l->order = malloc(sizeof(size_t) * l->nbatches)) || !(l->later = malloc(sizeof(size_t) * l->nbatches))))) {
         dt_loader_destroy(l);
         return dt_error(DT_ERR_NOMEM, "loader: out of memory");
