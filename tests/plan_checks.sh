@@ -255,6 +255,20 @@ python3 -c "import sys; a,b,c=map(float,sys.argv[1:]); assert a > 0 and abs(b - 
     ok "ZeRO-3 bf16's 16-bit copies by unit: ${lp[0]} ms a step at 5 GB/s, ${lp[1]} at 0.05, ZeRO-1's ${lp[2]}" ||
     fail "16-bit copies by unit: ${lp[*]}"
 
+# DDP's ranks take turns at the update inside backward, each at one core's rate (5 GB/s planted); clipping makes it wait
+# for every gradient, all ranks at once at their share of all cores' (0.5 planted: 0.25 a rank): 20x as long
+mkdir -p "$dir/turns/dtrain"
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c.update(optimizer_gbs_one_core=5, optimizer_gbs_all_cores=0.5); json.dump(c, open(sys.argv[2], 'w'))" \
+    "$cache/dtrain/$PEAK" "$dir/turns/dtrain/$PEAK"
+ot=()
+for clip in 0 1; do
+    ot+=("$(XDG_CACHE_HOME=$dir/turns env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan "${common[@]}" --nproc 2 \
+        --dp=2 --grad-clip "$clip" --json 2>> "$dir/json.err" | python3 -c "import json,sys; print(json.load(sys.stdin)['breakdown']['time_ms']['optimizer'])" 2>&1)")
+done
+python3 -c "import sys; a,b=map(float,sys.argv[1:]); assert a > 0 and abs(b - 20 * a) < 1e-3 * b" "${ot[@]}" 2> /dev/null &&
+    ok "DDP 2's update by turns inside backward: ${ot[0]} ms a step at one core's 5 GB/s; clipped, after backward: ${ot[1]} at 0.25 a rank" ||
+    fail "DDP's update by turns: ${ot[*]}"
+
 # ZeRO's f32 gradients outside a rank's shard, every step: ZeRO-2's pool lends them at the cached rate of that (100x as long
 # at 0.05 GB/s as at 5); ZeRO-1 zeroes them, and so does ZeRO-2 after accumulating (at the bandwidth: neither rate moves
 # them); DDP pays nothing

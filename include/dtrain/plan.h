@@ -66,6 +66,8 @@ typedef struct {
     int nodes;               /* machines the job spans (0, 1: one) */
     dt_lora_config lora;     /* LoRA (rank 0: none): the base frozen (its weights only), the adapters' gradients and state */
     dt_codec_config codec;   /* a gradient codec (DDP, ZeRO-1; kind DT_CODEC_NONE: none): what its exchanges send, its compression's time */
+    int update_at_end;       /* the update waits for every gradient (--grad-clip, --skip-nonfinite, DDP's step at end): none
+                              * inside backward, where data parallelism's ranks otherwise take turns at it */
     int steps;               /* the run's steps (0: not known): 0/1 Adam's mix of whole, signed and silent steps over them */
     int kfac_on, shampoo_on; /* a second-order optimizer over opt (SOAP is opt.kind): its state and its time at its intervals */
     dt_kfac_config kfac;

@@ -236,8 +236,13 @@ static void optimizer_terms(const step_ctx *x, dt_plan_time *o) {
     double psi_sh = psi + (ep - 1) * pexp; /* what the shards split: the experts' over the n/ep ranks holding them */
     double own = stage >= 1 || shared ? psi_sh / n : psi,
            per = (j->opt.kind == DT_OPT_SGD ? 16 : 28) + 4 + (w == 2 ? 2 : 0) + (tp > 1 || p > 1 ? 4 : 0);
-    /* at its own measured rate where there is one: a rank's threads' share of one core's, at most its share of all cores' */
-    double obw = h->optim_bw_one > 0 ? fmin(h->optim_bw_one * o->threads, h->optim_bw_all / local) : bw;
+    /* at its own measured rate where there is one: a rank's threads' share of one core's, at most its share of all cores'.
+     * Inside backward (data parallelism alone, SGD or AdamW, nothing that needs every gradient first: the engine's and the
+     * strategies' rules) the ranks take turns, one unit boundary each (ddp.c), a rank's update streaming memory while the
+     * others compute: one core's rate (d6 DDP 2 at T 64 was planned 12 ms a step over with the shared rate) */
+    bool turns = n > 1 && !j->update_at_end && tp <= 1 && p <= 1 && x->cp <= 1 && (j->opt.kind == DT_OPT_SGD || j->opt.kind == DT_OPT_ADAMW) &&
+                 j->precision != DT_F16 && j->grad_store == DT_F32 && !j->kfac_on && !j->shampoo_on && j->codec.kind == DT_CODEC_NONE;
+    double obw = h->optim_bw_one > 0 ? turns ? h->optim_bw_one * o->threads : fmin(h->optim_bw_one * o->threads, h->optim_bw_all / local) : bw;
     if (j->lora.rank) { /* the adapters alone: this rank's tensor-parallel share, a stage's of them */
         dt_model_part part = { .ua = 0, .ub = j->model.num_layers + 2, .tp_size = tp > 1 ? (int)tp : 1 };
         static const dt_tp_ops none = { 0 };
