@@ -26,25 +26,33 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* A streaming measurement's passes: at least 5, and more until `secs` have gone (at most RATES). Their median, not their
+ * best: a VM's bandwidth comes and goes by the tens of milliseconds, and the best of a few passes read bursts a run never
+ * keeps (on the 2-core Zen 5, 5 plans' fresh measurements gave the residual add 41-47 GB/s and once 84, the update on both
+ * cores 73-83 and once 140; within one half second the update's passes read 57-77). */
+enum { RATES = 64 };
+
+static bool another_pass(int k, double start, double secs) { return k < RATES && (k < 5 || dt_time_now() - start < secs); }
+
 /* The residual add (a = b + c, a streaming kernel) over arrays far larger than the caches, on `threads` threads: GB a second (3 arrays moved). */
 static double measure_bandwidth(int threads) {
     size_t n = (size_t)32 << 20;
     float *a = dt_alloc_aligned(n * 4), *b = dt_alloc_aligned(n * 4), *c = dt_alloc_aligned(n * 4);
-    double best = 0;
+    double r[RATES];
+    int k = 0;
     if (a && b && c) {
         dt_kernels_set_threads(threads);
         for (size_t i = 0; i < n; i++) b[i] = 1, c[i] = 2, a[i] = 0;
-        for (int k = 0; k < 5; k++) {
+        for (double start = dt_time_now(); another_pass(k, start, 0.3);) {
             double t0 = dt_time_now();
             dt_residual_forward(a, b, c, n);
-            double r = 12.0 * (double)n / (dt_time_now() - t0) / 1e9;
-            if (r > best) best = r;
+            r[k++] = 12.0 * (double)n / (dt_time_now() - t0) / 1e9;
         }
     }
     dt_free_aligned(a);
     dt_free_aligned(b);
     dt_free_aligned(c);
-    return best;
+    return dt_median(r, (size_t)k);
 }
 
 /* Causal attention forward and backward at T 1024, 4 heads of 64, on one thread (job_timings.c): the machine's rate, which
@@ -64,24 +72,23 @@ static double measure_optimizer(int threads) {
     dt_tensor_span span = { 0, n, 0, 0, 0, 0 };
     dt_optim *o = NULL;
     float *p = dt_alloc_aligned(n * 4), *g = dt_alloc_aligned(n * 4);
-    double best = 0;
+    double r[RATES];
+    int k = 0;
     if (p && g && !dt_optim_create(&cfg, n, &span, 1, &o)) {
         dt_kernels_set_threads(threads);
         for (size_t i = 0; i < n; i++) p[i] = 1e-2f * (float)(i % 11), g[i] = 0;
-        /* the best over half a second: the best of 4 steps back to back read 44-64 GB/s on one Zen 5 core from one
-         * measurement to the next (a VM's bandwidth comes and goes by the tens of milliseconds), and a plan keeps it */
-        double start = dt_time_now();
-        for (int k = 0; k < 200 && (k < 8 || dt_time_now() - start < 0.5); k++) {
+        dt_optim_step(o, p, g, 1e-4f, 1); /* the first touches the moments' pages */
+        /* over half a second: 4 steps back to back read 44-64 GB/s on one Zen 5 core from one measurement to the next */
+        for (double start = dt_time_now(); another_pass(k, start, 0.5);) {
             double t0 = dt_time_now();
             dt_optim_step(o, p, g, 1e-4f, 1);
-            double r = 32.0 * (double)n / (dt_time_now() - t0) / 1e9;
-            if (k > 0 && r > best) best = r; /* the first touches the moments' pages */
+            r[k++] = 32.0 * (double)n / (dt_time_now() - t0) / 1e9;
         }
     }
     dt_optim_destroy(o);
     dt_free_aligned(p);
     dt_free_aligned(g);
-    return best;
+    return dt_median(r, (size_t)k);
 }
 
 /* A 16-bit copy of 16M parameters made into pages given back just before (as a mixed-precision model made unit by unit makes
@@ -91,21 +98,21 @@ static double measure_lp_fresh(int threads) {
     size_t n = (size_t)16 << 20;
     float *src = dt_alloc_aligned(n * 4);
     uint16_t *dst = dt_alloc_aligned(n * 2);
-    double best = 0;
+    double r[RATES];
+    int k = 0;
     if (src && dst) {
         dt_kernels_set_threads(threads);
         for (size_t i = 0; i < n; i++) src[i] = 1e-2f * (float)(i % 11);
-        for (int k = 0; k < 5; k++) {
+        for (double start = dt_time_now(); another_pass(k, start, 0);) {
             dt_mem_release(dst, n * 2);
             double t0 = dt_time_now();
             dt_lp_pack(dst, src, n, DT_BF16);
-            double r = 4.0 * (double)n / (dt_time_now() - t0) / 1e9;
-            if (r > best) best = r;
+            r[k++] = 4.0 * (double)n / (dt_time_now() - t0) / 1e9;
         }
     }
     dt_free_aligned(src);
     dt_free_aligned(dst);
-    return best;
+    return dt_median(r, (size_t)k);
 }
 
 /* ZeRO 2 and 3's gradient pages lent and zeroed, as ddp.c's lend does each step for the store's part outside a rank's shard:
@@ -119,10 +126,11 @@ static double measure_pool_lend(int unused) {
     char *base = fd >= 0 && ftruncate(fd, (off_t)(pool + range)) == 0
                      ? mmap(NULL, pool + range, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0)
                      : MAP_FAILED;
-    double best = 0;
+    double r[RATES];
+    int k = 0;
     if (base != MAP_FAILED) {
         memset(base, 1, pool); /* the pool's pages stay resident, as the runtime's after its first step */
-        for (int k = 0; k < 5; k++) {
+        for (double start = dt_time_now(); another_pass(k, start, 0);) {
             double t0 = dt_time_now();
             bool ok = true;
             for (size_t at = 0; at < range && ok; at += chunk) {
@@ -132,13 +140,13 @@ static double measure_pool_lend(int unused) {
                 if (ok) memset(dst, 0, chunk);
             }
             ok = ok && mmap(base + pool, range, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_NORESERVE, fd, (off_t)pool) != MAP_FAILED;
-            double r = (double)range / (dt_time_now() - t0) / 1e9;
-            if (ok && r > best) best = r;
+            if (!ok) break;
+            r[k++] = (double)range / (dt_time_now() - t0) / 1e9;
         }
         munmap(base, pool + range);
     }
     if (fd >= 0) close(fd);
-    return best;
+    return dt_median(r, (size_t)k);
 }
 
 /* A gradient codec's compression on one thread (codec_powersgd.c at rank 4, codec_topk.c at density 0.01, codec_onebit.c
