@@ -34,10 +34,11 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][2:]
 print('%.1f %.1f' % (statistics.median(r['ms'] for r in rows), statistics.median(r['comm_exposed_ms'] for r in rows)))" "$1"
 }
-plan() { # FLAGS...: "step_ms dp_comm_ms codec_ms"
+plan() { # FLAGS...: "step_ms dp_exposed_ms codec_ms link_compute_ms"
     "$build/dtrain" plan "${args[@]}" "$@" --json | python3 -c "
 import json, sys
-o = json.load(sys.stdin); t = o['breakdown']['time_ms']; print('%.1f %.1f %.1f' % (o['step_ms'], t['dp_exposed'], t.get('codec', 0)))"
+o = json.load(sys.stdin); t = o['breakdown']['time_ms']
+print('%.1f %.1f %.1f %.1f' % (o['step_ms'], t['dp_exposed'], t.get('codec', 0), t.get('link_compute', 0)))"
 }
 comp=()
 if [ -n "${COMPRESS:-}" ]; then
@@ -56,7 +57,9 @@ for rate in $rates; do
     DTRAIN_CALIBRATION=$cal rig_mpirun -np 2 --map-by node -x DTRAIN_CALIBRATION "$build/dtrain" bench comm --calibrate > "$work/cal.out" 2>&1 ||
         { echo "calibration failed: $(tail -3 "$work/cal.out")" >&2; exit 1; }
     read -r p1 _ <<< "$(DTRAIN_CALIBRATION=$cal plan)"
-    read -r p2 pc pk <<< "$(DTRAIN_CALIBRATION=$cal plan --nproc 2 --nodes 2 ${comp[@]+"${comp[@]}"})"
+    read -r p2 pc pk pl <<< "$(DTRAIN_CALIBRATION=$cal plan --nproc 2 --nodes 2 ${comp[@]+"${comp[@]}"})"
+    echo "# $rate: compute beside the link $(awk '$1 == "mpi_slowdown" {printf "%.0f%%", 100 * $2}' "$cal") slower (calibrated): the plan's" \
+        "link_compute $pl ms a step"
     [ -z "${COMPRESS:-}" ] || echo "# the plan's compression: $pk ms a step on the rank"
     one=() two=() exp=()
     for ((r = 1; r <= rounds; r++)); do

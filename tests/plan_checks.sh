@@ -269,6 +269,27 @@ python3 -c "import sys; a,b=map(float,sys.argv[1:]); assert a > 0 and abs(b - 20
     ok "DDP 2's update by turns inside backward: ${ot[0]} ms a step at one core's 5 GB/s; clipped, after backward: ${ot[1]} at 0.25 a rank" ||
     fail "DDP's update by turns: ${ot[*]}"
 
+# across machines the link's processing slows the backward the reduction overlaps, by the calibration's mpi_slowdown:
+# 0.5 of the overlapped part (the reduction's time or backward's, the shorter) added to the step; none without it, none
+# on one machine; a slowdown out of range is said, naming the file, its line and the key (the defaults then)
+printf 'mpi_alpha 0.0001\nmpi_beta 2e-09\n' > "$dir/cal0"
+printf 'mpi_alpha 0.0001\nmpi_beta 2e-09\nmpi_slowdown 0.5\n' > "$dir/cal5"
+printf 'mpi_alpha 0.0001\nmpi_beta 2e-09\nmpi_slowdown 12\n' > "$dir/calbad"
+lk=()
+for run in "cal0 2" "cal5 2" "cal5 1"; do
+    set -- $run
+    lk+=("$(DTRAIN_CALIBRATION=$dir/$1 "$DTRAIN" plan "${common[@]}" --nproc 2 --nodes "$2" --json 2>> "$dir/json.err" | python3 -c "
+import json,sys; o=json.load(sys.stdin); t=o['breakdown']['time_ms']
+bwd=(t['matmul']+t['attention']+t['elementwise'])
+print('%.6f,%.6f,%.6f,%.6f' % (t['link_compute'], t['dp_comm'], bwd, o['step_ms']))" 2>&1)")
+done
+python3 -c "import sys; (l0,c0,b0,s0),(l5,c5,b5,s5),(l1,c1,b1,s1)=[map(float,a.split(',')) for a in sys.argv[1:]]
+assert l0 == 0 and l1 == 0 and l5 > 0 and abs(l5 - 0.5 * min(c5, b5)) < 1e-3 * l5 + 1e-3 and s5 > s0" "${lk[@]}" 2> /dev/null &&
+    ok "the link's processing on the ranks' cores: ${lk[1]%%,*} ms a step at a slowdown of 0.5 across 2 machines, ${lk[0]%%,*} without one, ${lk[2]%%,*} on one machine" ||
+    fail "the link's processing on the cores: ${lk[*]}"
+bad=$(DTRAIN_CALIBRATION=$dir/calbad "$DTRAIN" plan "${common[@]}" --nproc 2 --nodes 2 2>&1 > /dev/null)
+echo "$bad" | grep -q "calbad: line 3: mpi_slowdown = 12 is out of range \[0, 10): the defaults are used instead" && ok "a calibration's slowdown of 12: $bad" || fail "a calibration's slowdown of 12: $bad"
+
 # ZeRO's f32 gradients outside a rank's shard, every step: ZeRO-2's pool lends them at the cached rate of that (100x as long
 # at 0.05 GB/s as at 5); ZeRO-1 zeroes them, and so does ZeRO-2 after accumulating (at the bandwidth: neither rate moves
 # them); DDP pays nothing

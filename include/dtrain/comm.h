@@ -134,6 +134,9 @@ int dt_comm_in_arena(const dt_comm *comm, const void *p, size_t bytes);
 /* The cost model's link parameters (seconds, seconds a byte): inside a machine (shared memory's), the reduction's, and
  * between machines (MPI's); the calibration file's (dtrain bench comm --calibrate) or the defaults. */
 void dt_comm_link_costs(double *intra_alpha, double *intra_beta, double *gamma, double *inter_alpha, double *inter_beta);
+/* How much longer a core's compute takes beside an exchange between machines, over alone, less 1: the link's processing
+ * on the ranks' cores, as the calibration measured it (0 where it did not). */
+double dt_comm_link_slowdown(void);
 /* Force an algorithm for one collective (DT_ALGO_AUTO restores the cost
  * model). The environment variable DTRAIN_ALGO=<algo> forces all of them,
  * DTRAIN_ALGO_<COLL>=<algo> (e.g. DTRAIN_ALGO_ALLREDUCE=ring) one. */

@@ -86,6 +86,8 @@ typedef struct {
     double flops_f32, flops_lowp; /* peak FLOP/s of a device (a core): f32 (TF32 on GPUs), bf16/fp16 */
     double mem_bw;              /* bytes a second (a CPU: the machine's, shared by its ranks) */
     double intra_alpha, intra_beta, inter_alpha, inter_beta; /* links inside a machine and between machines: s, s a byte */
+    double inter_slowdown;      /* a core's compute beside an exchange between machines, over alone, less 1 (this machine's
+                                 * calibration; else 0: the link's processing takes nothing from the ranks' cores) */
     double gemm_efficiency;     /* of the peak, what large GEMMs reach (1 for measured rates) */
     double attention_efficiency; /* attention's FLOP/s against the GEMM peak (GPUs); 1 when attention_rate is measured */
     double attention_rate;      /* measured attention FLOP/s a core (this machine), else 0 */
@@ -107,6 +109,8 @@ dt_status dt_plan_hardware_get(const char *name, dt_plan_hardware *h);
 typedef struct {
     double matmul, attention, elementwise, optimizer; /* compute on the rank */
     double dp_comm, dp_exposed;     /* gradient reduction (and ZeRO's gathers): all of it, and what backward does not hide */
+    double link_compute;            /* across machines: the compute the link's processing takes from the ranks' cores while
+                                     * the reduction overlaps backward (the hardware's inter_slowdown) */
     double tp_comm, cp_comm, pp_comm; /* per step, exposed */
     double ep_comm;                 /* expert parallelism's all-to-alls, exposed */
     double tp_waits;                /* of tp_comm: the ranks' waits for the slowest at each allreduce (measured here) */

@@ -329,6 +329,10 @@ static void calibrate_between_machines(dt_comm *w, vec_arg *v, size_t n, dt_cost
     v->b = 1;
     while (v->b < p && nodes[v->b] == nodes[0]) v->b++;
     measure_exchange(w, v, n / 2, 5000, &k->mpi_alpha, &k->mpi_beta);
+    /* the link's processing on the two ranks' cores: their compute beside the exchange (the slower of the two) */
+    int r = dt_comm_rank(w);
+    double s = v->b < p && (r == 0 || r == v->b) ? dt_bench_link_slowdown(w, r == 0 ? v->b : 0, v->buf, n / 2) : 0;
+    dt_comm_allreduce(w, &s, &k->mpi_slowdown, 1, DT_F64, DT_MAX);
 }
 
 /* One machine: the reduction's gamma, shm_direct's latency and memory traffic, the channels' alpha and beta. */
@@ -369,8 +373,8 @@ static int save_calibration(dt_comm *w, const dt_cost_params *k) {
     printf("p2p (shm channels): alpha %.3f us, beta %.3f GB/s\n", k->p2p_alpha * 1e6, 1e-9 / k->p2p_beta);
     printf("shm_direct:         alpha %.3f us, beta %.3f GB/s of memory traffic\n", k->direct_alpha * 1e6, 1e-9 / k->direct_beta);
     printf("reduction:          gamma %.3f GB/s\n", 1e-9 / k->gamma);
-    printf("mpi (%s):    alpha %.3f us, beta %.3f GB/s\n", dt_comm_nodes(w) > 1 ? "measured" : "kept, needs several machines",
-           k->mpi_alpha * 1e6, 1e-9 / k->mpi_beta);
+    printf("mpi (%s):    alpha %.3f us, beta %.3f GB/s, compute beside it %.1f%% slower\n",
+           dt_comm_nodes(w) > 1 ? "measured" : "kept, needs several machines", k->mpi_alpha * 1e6, 1e-9 / k->mpi_beta, k->mpi_slowdown * 100);
     if (dt_comm_nodes(w) > 1) printf("(shm and reduction values kept from the file: calibrate them on one machine)\n");
     return rc;
 }

@@ -4,10 +4,16 @@
 #define DTRAIN_BENCH_MEASURE_H
 
 #include "dtrain/bench.h"
+#include "dtrain/comm.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
+
+/* How much longer one core's GEMMs take while a thread of this rank keeps exchanging n floats each way with peer on
+ * another machine (buf: 2 n floats of w's): beside over alone, less 1 (0 if none, or if an exchange failed). Collective
+ * for this rank and peer. */
+double dt_bench_link_slowdown(dt_comm *w, int peer, float *buf, size_t n);
 
 /* Median of n values (sorts v). */
 double dt_bench_median(double *v, int n);

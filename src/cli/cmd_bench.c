@@ -51,7 +51,9 @@ static void usage(FILE *f) {
             "  --calibrate        measure the cost model's parameters (alpha, beta, gamma) on this\n"
             "                     machine, save them where algo=auto reads them\n"
             "                     ($DTRAIN_CALIBRATION or ~/.cache/dtrain/comm-calibration.txt),\n"
-            "                     and print what auto then picks by size\n");
+            "                     and print what auto then picks by size; across machines MPI's\n"
+            "                     alpha and beta, and how much slower a core computes beside the\n"
+            "                     link (the planner's link_compute)\n");
 }
 
 static void train_help(void) {

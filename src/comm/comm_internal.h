@@ -315,6 +315,8 @@ typedef struct {
     double gamma;                     /* s/byte reduced */
     double direct_alpha, direct_beta; /* shm_direct: per barrier, s/byte of memory traffic */
     double mpi_alpha, mpi_beta;       /* MPI message between machines */
+    double mpi_slowdown;              /* a core's compute beside an exchange between machines, over alone, less 1 (0: none
+                                       * measured): the link's processing on the ranks' cores (link_compute.c) */
 } dt_cost_params;
 const char *dt_cost_params_path(char *buf, size_t cap);
 dt_status dt_cost_params_load(const char *path, dt_cost_params *out);

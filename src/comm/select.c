@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static dt_cost_params params = {
     .p2p_alpha = 1.0e-6, .p2p_beta = 1.0 / 6e9, .gamma = 1.0 / 8e9,
@@ -43,9 +44,11 @@ dt_status dt_cost_params_load(const char *path, dt_cost_params *out) {
         double *slot = !strcmp(key, "p2p_alpha") ? &p.p2p_alpha : !strcmp(key, "p2p_beta") ? &p.p2p_beta
                      : !strcmp(key, "gamma") ? &p.gamma : !strcmp(key, "direct_alpha") ? &p.direct_alpha
                      : !strcmp(key, "direct_beta") ? &p.direct_beta : !strcmp(key, "mpi_alpha") ? &p.mpi_alpha
-                     : !strcmp(key, "mpi_beta") ? &p.mpi_beta : NULL;
+                     : !strcmp(key, "mpi_beta") ? &p.mpi_beta : !strcmp(key, "mpi_slowdown") ? &p.mpi_slowdown : NULL;
+        bool ratio = slot == &p.mpi_slowdown; /* a ratio, not seconds: 0 (nothing measured) up to 10x slower */
         if (!slot) st = dt_error(DT_ERR_IO, "%s: line %d: unknown parameter '%s'", path, line, key);
-        else if (!(v > 0 && v < 1)) st = dt_error(DT_ERR_IO, "%s: line %d: %s = %g is out of range (0, 1) seconds", path, line, key, v);
+        else if (ratio && !(v >= 0 && v < 10)) st = dt_error(DT_ERR_IO, "%s: line %d: %s = %g is out of range [0, 10)", path, line, key, v);
+        else if (!ratio && !(v > 0 && v < 1)) st = dt_error(DT_ERR_IO, "%s: line %d: %s = %g is out of range (0, 1) seconds", path, line, key, v);
         else *slot = v;
     }
     fclose(f);
@@ -58,8 +61,9 @@ dt_status dt_cost_params_save(const char *path, const dt_cost_params *p) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return dt_error(DT_ERR_IO, "%s: cannot write calibration file", tmp);
-    fprintf(f, "p2p_alpha %.6e\np2p_beta %.6e\ngamma %.6e\ndirect_alpha %.6e\ndirect_beta %.6e\nmpi_alpha %.6e\nmpi_beta %.6e\n",
-            p->p2p_alpha, p->p2p_beta, p->gamma, p->direct_alpha, p->direct_beta, p->mpi_alpha, p->mpi_beta);
+    fprintf(f, "p2p_alpha %.6e\np2p_beta %.6e\ngamma %.6e\ndirect_alpha %.6e\ndirect_beta %.6e\nmpi_alpha %.6e\nmpi_beta %.6e\n"
+               "mpi_slowdown %.6f\n",
+            p->p2p_alpha, p->p2p_beta, p->gamma, p->direct_alpha, p->direct_beta, p->mpi_alpha, p->mpi_beta, p->mpi_slowdown);
     if (fclose(f) != 0 || rename(tmp, path) != 0) return dt_error(DT_ERR_IO, "%s: cannot write calibration file", path);
     return DT_OK;
 }
@@ -71,7 +75,9 @@ const dt_cost_params *dt_cost_params_current(void) {
         loaded = true;
         char path[4096];
         dt_cost_params p;
+        /* a file there that cannot be read is said once (no file: the defaults, silently) */
         if (dt_cost_params_load(dt_cost_params_path(path, sizeof path), &p) == DT_OK) params = p;
+        else if (access(path, F_OK) == 0) dt_log(DT_LOG_WARN, "%s: the defaults are used instead", dt_last_error());
     }
     return &params;
 }
@@ -143,3 +149,5 @@ void dt_comm_link_costs(double *intra_alpha, double *intra_beta, double *gamma, 
     *intra_alpha = p->direct_alpha, *intra_beta = p->direct_beta, *gamma = p->gamma;
     *inter_alpha = p->mpi_alpha, *inter_beta = p->mpi_beta;
 }
+
+double dt_comm_link_slowdown(void) { return dt_cost_params_current()->mpi_slowdown; }

@@ -358,6 +358,9 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
     /* a CPU's collectives inside a machine move memory on the same cores and bandwidth backward uses: nothing hides them; a
      * GPU's, and a network's between machines, overlap with backward bucket by bucket */
     double bwd = (o->matmul + o->attention + o->elementwise) * (1 - worst.fwd_share);
+    /* across machines the link's processing shares the ranks' cores: backward runs that much slower while the reduction
+     * overlaps it (DDP across the rig: a step's compute 53-67 ms over one process's, unpriced before; docs/planner.md) */
+    if (dp_nodes && n > 1 && h->inter_slowdown > 0) o->link_compute = h->inter_slowdown * fmin(o->dp_comm, bwd), bwd += o->link_compute;
     /* ZeRO-3's gathers run ahead of forward as well as backward, which the buckets do not describe: there the reduction is
      * hidden under backward but for the last bucket, as before */
     double last = job->bucket_bytes > 0 && psi * gb > 0 ? o->dp_comm * fmin(1, (double)job->bucket_bytes / (psi * gb)) : 0;
@@ -472,7 +475,7 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     mp_terms(x, o);
     dt_plan_second_order_time(&cj, h, r.rmm, o->threads, o->oversubscribed * o->beside, o->matmul + o->attention + o->elementwise, &o->precond,
                               &o->precond_comm);
-    o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->lp_units + o->grad_pages + o->dp_exposed + o->tp_comm + o->cp_comm +
+    o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->lp_units + o->grad_pages + o->link_compute + o->dp_exposed + o->tp_comm + o->cp_comm +
               o->ep_comm + o->pp_comm + o->bubble + o->codec + o->precond + o->precond_comm;
     o->tok_per_s = (double)x->n / x->cp * x->m * cj.batch * (double)job->seq / o->step;
 }

@@ -339,7 +339,7 @@ dt_status dt_plan_this_machine(dt_plan_hardware *h) {
     dt_kernels_set_threads(keep);
     if (st) return st;
     dt_comm_link_costs(&ia, &ib, &g, &xa, &xb);
-    h->intra_alpha = ia, h->intra_beta = ib, h->inter_alpha = xa, h->inter_beta = xb;
+    h->intra_alpha = ia, h->intra_beta = ib, h->inter_alpha = xa, h->inter_beta = xb, h->inter_slowdown = dt_comm_link_slowdown();
     h->gemm_efficiency = 1, h->attention_efficiency = 1;
     return DT_OK;
 }
