@@ -10,6 +10,7 @@
 
 #include <cblas.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,8 @@ typedef struct {
     float *buf; /* 2 x n floats: sent, received; the first of each also carries a rank's "stop" */
     size_t n;
     int peer;
-    atomic_int stop;
+    atomic_int stop; /* 1: this round is over; 2: no more rounds (this rank could not start its thread) */
+    bool abort;      /* either rank sent 2: both leave the rounds together */
     dt_status st;
 } exchange;
 
@@ -32,7 +34,10 @@ static void *keep_exchanging(void *arg) {
     for (;;) {
         x->buf[0] = (float)atomic_load(&x->stop);
         x->st = dt_comm_sendrecv(x->w, x->buf, x->n, x->peer, x->buf + x->n, x->n, x->peer, DT_F32);
-        if (x->st || x->buf[0] != 0 || x->buf[x->n] != 0) break;
+        if (x->st) break;
+        float mine = x->buf[0], theirs = x->buf[x->n];
+        x->abort = mine == 2 || theirs == 2;
+        if (mine != 0 || theirs != 0) break;
     }
     return NULL;
 }
@@ -57,11 +62,15 @@ double dt_bench_link_slowdown(dt_comm *w, int peer, float *buf, size_t n) {
             alone[k] = gemms(a, b, c, iters);
             exchange x = { .w = w, .buf = buf, .n = n, .peer = peer };
             pthread_t t;
-            if (pthread_create(&t, NULL, keep_exchanging, &x)) break;
+            if (pthread_create(&t, NULL, keep_exchanging, &x)) { /* one exchange here that tells the peer: no rounds more */
+                atomic_store(&x.stop, 2);
+                keep_exchanging(&x);
+                break;
+            }
             beside[k] = gemms(a, b, c, iters);
             atomic_store(&x.stop, 1);
             pthread_join(t, NULL);
-            if (x.st) break;
+            if (x.st || x.abort) break;
         }
         if (k == ROUNDS) s = dt_median(beside, ROUNDS) / dt_median(alone, ROUNDS) - 1;
     }
