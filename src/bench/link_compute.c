@@ -4,7 +4,6 @@
  * overlaps. Across the two-machine rig a d6 DDP step's compute took 53-67 ms longer than one process's (0.6-0.8 ms for
  * each MB moved), which the link's alpha and beta alone do not price. */
 #include "measure.h"
-#include "../comm/comm_internal.h"
 #include "dtrain/base.h"
 #include "dtrain/kernels.h"
 
@@ -13,7 +12,6 @@
 #include <stdbool.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <string.h>
 
 enum { GM = 256, GN = 1536, GK = 384, ROUNDS = 5 }; /* a d6 MLP's Linear at 256 tokens: what backward runs */
 

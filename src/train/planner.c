@@ -282,7 +282,8 @@ static cJSON *plan_json(const plan_result *r) {
                           t->ep_comm, t->pp_comm, t->bubble, t->codec, t->precond, t->precond_comm, t->link_compute };
     static const char *const names[] = { "matmul", "attention", "elementwise", "optimizer", "lp_units", "grad_pages", "dp_comm", "dp_exposed", "tp_comm", "tp_waits",
                                          "cp_comm", "ep_comm", "pp_comm", "bubble", "codec", "precond", "precond_comm", "link_compute" };
-    for (int i = 0; i < 18; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
+    _Static_assert(sizeof names / sizeof *names == sizeof ms / sizeof *ms, "a name for each part of the step");
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
     cJSON_AddNumberToObject(br, "threads", t->threads);
     cJSON_AddNumberToObject(br, "grad_sent_bytes", t->codec_bytes); /* a rank's gradients on the wire a step (a codec's) */
     cJSON_AddNumberToObject(br, "oversubscribed", t->oversubscribed);
