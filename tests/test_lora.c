@@ -252,7 +252,9 @@ static void check_folders(const char *dir, const char *name) {
         check(name, "dtrain's adapter folder reads back bit for bit", a.nparams == b.nparams &&
               !memcmp(a.params(a.self), b.params(b.self), a.nparams * sizeof(float)));
     }
-    /* merged: each adapted weight equals PEFT's merge_and_unload bits; the merged model's logits are the adapted one's */
+    /* merged: each adapted weight equals PEFT's merge_and_unload bits; the merged model's logits are the adapted one's
+     * to f32's rounding through the layers (W + BA rounded once against Wx + B(Ax): 1.01e-6 on an Intel Xeon's AVX-512
+     * GEMM kernels, 5e-7 on Zen's), as every logits check here */
     if (!st) {
         dt_program_lora_merge(p);
         dt_model m;
@@ -277,7 +279,7 @@ static void check_folders(const char *dir, const char *name) {
         if (!st) expect(name, what, worst, merged == equal ? 0 : 1e-6);
         if (!st && !(st = dt_program_forward(p, in, tg, B, T, &loss)))
             expect(name, "the merged model's logits = the adapted model's", rel_err(dt_program_logits(p), (size_t)c->padded_vocab_size, adapted,
-                                                                                     (size_t)B * T, (size_t)c->padded_vocab_size), 1e-6);
+                                                                                     (size_t)B * T, (size_t)c->padded_vocab_size), 1e-5);
     }
     if (st) {
         printf("FAIL: %s folders: %s\n", name, dt_last_error());
