@@ -366,6 +366,10 @@ void dt_avgpool_global_backward(float *dinp, const float *dout, int NC, int HW);
 /* The BLAS the matmuls go through and, for OpenBLAS, the kernel set it
  * runs (its pick for this CPU, or $OPENBLAS_CORETYPE's): "OpenBLAS Haswell". */
 void dt_kernels_blas_name(char *out, size_t n);
+/* The OpenBLAS kernel set this CPU runs best ("Cooperlake", "SkylakeX", "Haswell") where OpenBLAS's own pick is of a
+ * lower vector level, else NULL: OpenBLAS 0.3.21 takes a CPU its table lacks for an old one (Intel's Emerald Rapids, family
+ * 6 model 207: Prescott's SSE3 kernels, sgemm 20 GFLOP/s a core against 118 with Cooperlake's). */
+const char *dt_kernels_blas_core_wanted(void);
 /* Multiply-adds in registers on `threads` threads at the vector width
  * inference's kernels use (fma_peak.c): their arithmetic's ceiling in
  * GFLOP/s, median of 5 tries. */

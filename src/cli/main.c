@@ -2,11 +2,13 @@
  * library; nothing here decides anything else. */
 #include "cli.h"
 #include "dtrain/base.h"
+#include "dtrain/kernels.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Flag helpers shared by the subcommands. */
 
@@ -149,8 +151,20 @@ static int dispatch(int argc, char **argv) {
     return 2;
 }
 
+/* OpenBLAS picks its kernels as it loads, before main: where its pick is below this CPU's vector level and the user named
+ * none ($OPENBLAS_CORETYPE), the command runs again with the kernels the CPU has (execvp keeps the process, its
+ * environment and mpirun's place for it; MPI is not yet started). Failing that, it goes on with OpenBLAS's pick. */
+static void blas_kernels(char **argv) {
+    const char *want = getenv("OPENBLAS_CORETYPE") ? NULL : dt_kernels_blas_core_wanted();
+    if (!want || setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
+    fflush(NULL);
+    execvp(argv[0], argv);
+    unsetenv("OPENBLAS_CORETYPE");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
+    blas_kernels(argv);
     char **split = split_equals(&argc, argv);
     if (!split) { dt_log(DT_LOG_ERROR, "out of memory"); return 1; }
     /* a line at a time into a pipe too (| tee, mpirun): the start lines show before step 1 */

@@ -2,6 +2,7 @@
  * the linear layers' forward and backward. Row-major, weights stored as
  * [OC, C] like torch.nn.Linear. bf16 ones through a bf16 GEMM where the CPU
  * has one (gemm_bf16.c). */
+#include "dtrain/base.h"
 #include "dtrain/kernels.h"
 
 #include <cblas.h>
@@ -10,6 +11,7 @@
 #include <omp.h>
 #endif
 #include <stdio.h>
+#include <strings.h>
 
 #ifndef DT_BLAS_BLIS
 char *openblas_get_corename(void);
@@ -20,6 +22,28 @@ void dt_kernels_blas_name(char *out, size_t n) {
     snprintf(out, n, "BLIS");
 #else
     snprintf(out, n, "OpenBLAS %s", openblas_get_corename());
+#endif
+}
+
+/* An OpenBLAS kernel set's vector level for sgemm: 2 AVX-512 (Cooperlake's and Sapphire Rapids' are SkylakeX's with bf16
+ * besides), 1 AVX2 with FMA, 0 older (OpenBLAS 0.3's names for x86-64). */
+static int core_level(const char *name) {
+    static const char *const names[] = { "SapphireRapids", "Cooperlake", "SkylakeX", "Haswell", "Zen" };
+    static const int levels[] = { 2, 2, 2, 1, 1 };
+    for (size_t i = 0; name && i < sizeof names / sizeof *names; i++)
+        if (!strcasecmp(name, names[i])) return levels[i];
+    return 0;
+}
+
+const char *dt_kernels_blas_core_wanted(void) {
+#ifdef DT_BLAS_BLIS
+    return NULL;
+#else
+    const char *want = dt_cpu_has("avx512_bf16") && dt_cpu_has("avx512bw") ? "Cooperlake"
+                       : dt_cpu_has("avx512f") && dt_cpu_has("avx512bw") && dt_cpu_has("avx512vl") && dt_cpu_has("avx512dq") ? "SkylakeX"
+                       : dt_cpu_has("avx2") && dt_cpu_has("fma")                                                                 ? "Haswell"
+                                                                                                                                 : NULL;
+    return want && core_level(openblas_get_corename()) < core_level(want) ? want : NULL;
 #endif
 }
 
