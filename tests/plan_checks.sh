@@ -155,23 +155,32 @@ out=$("$DTRAIN" plan --model 124M --nproc 16 --hardware "$dir/hw3.json" --json 2
 echo "$out" | python3 -c "import json,sys; o=json.load(sys.stdin); assert o['fits'] in (True, False) and o['step_ms'] > 0" 2> /dev/null &&
     ok "a complete hardware file is read (124M on 16 of its devices)" || fail "a complete hardware file: $out"
 
-# across machines a reduction overlaps backward bucket by bucket: bucket k is sent once backward has made it, one after
+# across machines a reduction overlaps backward bucket by bucket: bucket k is sent once backward has closed it, one after
 # another (a link and a GEMM rate slow enough that the reduction and backward take about as long, 0.3 MiB buckets: what is
-# left when backward ends is well above the reduction less all of backward, which the first bucket's wait rules out)
+# left when backward ends is well above the reduction less all of backward, which the first bucket's wait rules out). The
+# buckets are the run's: a unit's gradients join the open bucket, which closes at a unit's end once it holds 0.3 MiB, in
+# backward's order (the head with the tied table, whose rows DDP defers, then the blocks, then the positions); each
+# closes when backward has run its units' Linears (GPT-2's shapes, counted here)
 sed 's/"inter_node_bandwidth_gbs": 50/"inter_node_bandwidth_gbs": 0.01/; s/"tflops_f32": 60/"tflops_f32": 0.01/' "$dir/hw3.json" > "$dir/hw4.json"
 "$DTRAIN" plan "${common[@]}" --nproc 2 --nodes 2 --bucket-mb 0.3 --hardware "$dir/hw4.json" --json > "$dir/hw4.out" 2>> "$dir/json.err"
 python3 - "$dir/hw4.out" > "$dir/hw4.txt" 2>&1 << 'EOF2' &&
 import json, sys
 o = json.load(open(sys.argv[1])); t = o["breakdown"]["time_ms"]
+C, V, T, L, cap = 96, 256, 128, 2, 0.3 * 1048576 / 4
+units = [(2 * C + V * C, V * C)] + [(12 * C * C + 13 * C, 12 * C * C)] * L + [(T * C, 0)]  # (entries, Linear's) head first
+want_b, have, run, work, total = [], 0, 0, sum(u[1] for u in units), sum(u[0] for u in units)
+for i, (n, lin) in enumerate(units):
+    have += n; run += lin
+    if have >= cap or i == len(units) - 1: want_b.append((have / total, run / work)); have = 0
+got = o["breakdown"]["buckets"]
+assert len(got) == len(want_b) and all(abs(g[0] - w[0]) < 1e-9 and abs(g[1] - w[1]) < 1e-9 for g, w in zip(got, want_b)), (got, want_b)
 bwd = (t["matmul"] + t["attention"] + t["elementwise"]) * 2 / 3
-comm, total, bucket = t["dp_comm"], o["params"], 0.3 * 1048576
-end = done = 0.0
-while done < total:
-    b = min(bucket, total - done); done += b
-    end = max(end, bwd * done / total) + comm * b / total
+comm, end = t["dp_comm"], 0.0
+for share, ready in want_b: end = max(end, bwd * ready) + comm * share
 want = max(0.0, end - bwd)
-assert total > 3 * bucket and want > comm - bwd + 0.2 * bwd and abs(t["dp_exposed"] - want) < 1e-3 * want, (t, total, want)
-print("%.1f ms of %.1f exposed (%d buckets; all of backward hidden would say %.1f)" % (want, comm, -(-total // bucket), comm - bwd))
+assert want > comm - bwd + 0.2 * bwd and abs(t["dp_exposed"] - want) < 1e-3 * want, (t, want)
+print("%.1f ms of %.1f exposed (%d buckets, the first closed %.0f%% into backward; all of backward hidden would say %.1f)" %
+      (want, comm, len(want_b), 100 * want_b[0][1], comm - bwd))
 EOF2
     ok "across machines, the reduction overlaps backward bucket by bucket: $(cat "$dir/hw4.txt")" ||
     fail "the reduction's overlap across machines: $(tail -2 "$dir/hw4.txt")"
@@ -188,6 +197,20 @@ if [ -z "${DTRAIN_MEMORY_BANDWIDTH:-}" ]; then
         "$cache/dtrain/$PEAK" 2> /dev/null && ok "this machine's rates cached: $(cat "$cache/dtrain/$PEAK")" ||
         fail "the rates not cached: $(cat "$cache/dtrain/$PEAK" 2>&1)"
 fi
+# the BLAS's kernel set the command ran: $OPENBLAS_CORETYPE's where given, else at the CPU's vector level (OpenBLAS 0.3.21
+# took an Emerald Rapids for a Prescott, SSE3, until dtrain ran again with the kernels the CPU has)
+python3 - "$cache/dtrain/$PEAK" > "$dir/blas.txt" 2>&1 << 'EOF2' &&
+import json, os, sys
+blas = json.load(open(sys.argv[1]))["blas"]
+flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+level = {"sapphirerapids": 2, "cooperlake": 2, "skylakex": 2, "haswell": 1, "zen": 1}
+want = 2 if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= set(flags) else 1 if {"avx2", "fma"} <= set(flags) else 0
+name = blas.split()[-1].lower()
+given = os.environ.get("OPENBLAS_CORETYPE", "").lower()
+assert not blas.startswith("OpenBLAS") or (name == given if given else level.get(name, 0) >= want), (blas, given, want)
+print(blas + (" ($OPENBLAS_CORETYPE)" if given else " (vector level %d of the CPU's %d)" % (level.get(name, 0), want)))
+EOF2
+    ok "the BLAS's kernels: $(cat "$dir/blas.txt")" || fail "the BLAS's kernels: $(tail -1 "$dir/blas.txt")"
 # the cache names the BLAS's kernel set: one another kernel set measured ($OPENBLAS_CORETYPE moves it) is measured again,
 # not read (a planted 0.001 GFLOP/s sgemm under another name)
 mkdir -p "$dir/cacheb/dtrain"
@@ -287,6 +310,16 @@ python3 -c "import sys; (l0,c0,b0,s0),(l5,c5,b5,s5),(l1,c1,b1,s1)=[map(float,a.s
 assert l0 == 0 and l1 == 0 and l5 > 0 and abs(l5 - 0.5 * min(c5, b5)) < 1e-3 * l5 + 1e-3 and s5 > s0" "${lk[@]}" 2> /dev/null &&
     ok "the link's processing on the ranks' cores: ${lk[1]%%,*} ms a step at a slowdown of 0.5 across 2 machines, ${lk[0]%%,*} without one, ${lk[2]%%,*} on one machine" ||
     fail "the link's processing on the cores: ${lk[*]}"
+# a hardware file's inter_node_slowdown, priced as the calibration's (backward: two thirds of the compute); 12 refused
+sed 's/"inter_node_latency_us": 10,/"inter_node_latency_us": 10, "inter_node_slowdown": 0.5,/' "$dir/hw3.json" > "$dir/hw5.json"
+sed 's/"inter_node_latency_us": 10,/"inter_node_latency_us": 10, "inter_node_slowdown": 12,/' "$dir/hw3.json" > "$dir/hw6.json"
+hl=$("$DTRAIN" plan "${common[@]}" --nproc 2 --nodes 2 --hardware "$dir/hw5.json" --json 2>> "$dir/json.err" | python3 -c "
+import json,sys; o=json.load(sys.stdin); t=o['breakdown']['time_ms']
+want=0.5*min(t['dp_comm'], (t['matmul']+t['attention']+t['elementwise'])*2/3)
+assert want > 0 and abs(t['link_compute'] - want) < 1e-3 * want, (t, want)
+print('%.4f ms' % t['link_compute'])" 2>&1)
+[ $? -eq 0 ] && ok "a hardware file's inter_node_slowdown of 0.5: link_compute $hl" || fail "a hardware file's inter_node_slowdown: $hl"
+plan_refused "a hardware file's slowdown of 12" '"inter_node_slowdown" must be a number from 0 up to (not including) 10' "${common[@]}" --nproc 2 --nodes 2 --hardware "$dir/hw6.json"
 bad=$(DTRAIN_CALIBRATION=$dir/calbad "$DTRAIN" plan "${common[@]}" --nproc 2 --nodes 2 2>&1 > /dev/null)
 echo "$bad" | grep -q "calbad: line 3: mpi_slowdown = 12 is out of range \[0, 10): the defaults are used instead" && ok "a calibration's slowdown of 12: $bad" || fail "a calibration's slowdown of 12: $bad"
 

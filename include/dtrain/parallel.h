@@ -104,9 +104,12 @@ typedef struct dt_ddp dt_ddp;
 dt_status dt_ddp_create(dt_comm *c, const dt_model *m, size_t bucket_first, size_t bucket_bytes, const size_t *shard_offs,
                         const size_t *shard_counts, dt_ddp **out);
 void dt_ddp_destroy(dt_ddp *d);
-/* The entries of each bucket dt_ddp_create would make over m's table with a codec running (no rows deferred), in
- * backward's order: how many buckets (lens holds the first cap), or -1 out of memory. The planner's. */
-int dt_ddp_bucket_lens(const dt_model *m, size_t bucket_first, size_t bucket_bytes, size_t *lens, int cap);
+/* The entries of each bucket dt_ddp_create would make over m's table, in backward's order, and (last_unit, if not
+ * NULL) the unit whose backward closes it: with a codec running (defer_rows false: no rows deferred) or dense DDP's
+ * (true: a deferrable table's rows left to the end, its bucket closed by its earlier unit). How many buckets (the
+ * arrays hold the first cap), or -1 out of memory. The planner's. */
+int dt_ddp_bucket_lens(const dt_model *m, size_t bucket_first, size_t bucket_bytes, bool defer_rows, size_t *lens, int *last_unit,
+                       int cap);
 
 /* The optimizer in backward: with an elementwise optimizer (SGD, AdamW;
  * dt_optim_elementwise), each bucket is updated (params, gradients zeroed)

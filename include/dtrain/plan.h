@@ -105,6 +105,8 @@ typedef struct {
  * "h100-80g", or a JSON file of the fields (docs/planner.md); a missing or negative field is named. */
 dt_status dt_plan_hardware_get(const char *name, dt_plan_hardware *h);
 
+#define DT_PLAN_BUCKETS 256 /* buckets a plan describes (more: as many equal ones) */
+
 /* The predicted step: seconds per step, by part (the largest stage's rank). */
 typedef struct {
     double matmul, attention, elementwise, optimizer; /* compute on the rank */
@@ -125,6 +127,10 @@ typedef struct {
     double oversubscribed;          /* the machine's ranks x threads over its cores (compute is that much slower), at least 1 */
     double beside;                  /* compute's slowdown from the other ranks' busy cores (busy_slowdown, by their share), at least 1 */
     size_t head_resident;           /* this process's resident growth while the head was timed here (0: not timed now) */
+    /* the data-parallel reduction's buckets the overlap was priced by, in backward's order (0: none priced): each one's share
+     * of the gradients and of backward run when it closes (the run's own layout where known, dt_plan_buckets; else equal) */
+    int buckets;
+    double bucket_share[DT_PLAN_BUCKETS], bucket_ready[DT_PLAN_BUCKETS];
 } dt_plan_time;
 
 /* The shape timings this process has asked for so far (a hash of them, in order), whether any was measured here and
@@ -142,6 +148,10 @@ const char *dt_plan_bytes_text(double bytes, char *buf, size_t cap);
  * ZeRO's ranks too), *work the bytes of its buckets' buffers (dt_codec_work_bytes_for); 0 without a codec. Any out
  * may be NULL. */
 double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *state, double *work);
+/* The run's gradient buckets over the job's whole model (dt_ddp_bucket_lens: a codec's layout where coded, else dense
+ * DDP's), in backward's order: each one's share of the gradient's entries and the share of backward's Linear work done
+ * when it closes (its last unit's backward run); how many (at most cap), 0 if the table could not be made. */
+int dt_plan_buckets(const dt_plan_job *j, bool coded, double *share, double *ready, int cap);
 /* The step time of job on hardware h (the largest stage's rank sets it). */
 void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *out);
 

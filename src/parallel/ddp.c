@@ -658,15 +658,20 @@ dt_status dt_ddp_set_region_shards(dt_ddp *d, const dt_zero_shards *sh) {
     return DT_OK;
 }
 
-int dt_ddp_bucket_lens(const dt_model *m, size_t bucket_first, size_t bucket_bytes, size_t *lens, int cap) {
+int dt_ddp_bucket_lens(const dt_model *m, size_t bucket_first, size_t bucket_bytes, bool defer_rows, size_t *lens, int *last_unit,
+                       int cap) {
     int nr = m->ntensors, n = -1;
     dt_ddp d = { .m = *m, .bucket_first = bucket_first, .bucket_bytes = bucket_bytes };
+    /* dense DDP's layout: the table's deferrable rows as dt_ddp_create finds them */
+    for (int i = 0; i < nr && defer_rows; i++)
+        if (m->tensors[i].input_rows && m->defer_input_rows && m->input_grad) d.emb = &m->tensors[i];
     d.b = calloc((size_t)nr + 1, sizeof *d.b), d.all = calloc((size_t)nr + 1, sizeof *d.all), d.order = calloc((size_t)nr + 1, sizeof *d.order);
     if (d.b && d.all && d.order && !plan_buckets(&d)) {
         n = d.nb;
         for (int k = 0; k < d.nb && k < cap; k++) {
             lens[k] = 0;
             for (int r = 0; r < d.b[k].nranges; r++) lens[k] += d.b[k].ranges[r].count;
+            if (last_unit) last_unit[k] = d.b[k].last_unit;
         }
     }
     free(d.b), free(d.all), free(d.order);

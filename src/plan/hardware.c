@@ -62,8 +62,13 @@ static dt_status from_file(const char *path, dt_plan_hardware *h) {
     if (!st) st = field(path, j, "inter_node_bandwidth_gbs", 1e40, &xbw);
     if (!st && cJSON_GetObjectItemCaseSensitive(j, "gemm_efficiency")) st = field(path, j, "gemm_efficiency", 1, &eff);
     if (!st && cJSON_GetObjectItemCaseSensitive(j, "attention_efficiency")) st = field(path, j, "attention_efficiency", 1, &aeff);
-    double reserved = -1;
+    double reserved = -1, slow = 0;
     if (!st && cJSON_GetObjectItemCaseSensitive(j, "reserved_gb")) st = field(path, j, "reserved_gb", 1e40, &reserved);
+    /* the link's processing on the ranks' cores (as `bench comm --calibrate` measures it): 0 (none, the default) up to 10x */
+    const cJSON *sl = cJSON_GetObjectItemCaseSensitive(j, "inter_node_slowdown");
+    if (!st && sl && !(cJSON_IsNumber(sl) && sl->valuedouble >= 0 && sl->valuedouble < 10))
+        st = dt_error(DT_ERR_ARG, "%s: the field \"inter_node_slowdown\" must be a number from 0 up to (not including) 10", path);
+    else if (sl) slow = sl->valuedouble;
     if (!st && sh && !cJSON_IsBool(sh)) st = dt_error(DT_ERR_ARG, "%s: the field \"shared_memory\" must be true or false", path);
     if (!st && dev != floor(dev)) st = dt_error(DT_ERR_ARG, "%s: the field \"devices_per_node\" must be a whole number", path);
     if (!st) {
@@ -71,7 +76,7 @@ static dt_status from_file(const char *path, dt_plan_hardware *h) {
         h->flops_f32 = f32 * 1e12, h->flops_lowp = lowp * 1e12, h->mem_bw = bw * 1e9;
         h->intra_alpha = ia * 1e-6, h->intra_beta = 1 / (ibw * 1e9), h->inter_alpha = xa * 1e-6, h->inter_beta = 1 / (xbw * 1e9);
         h->gemm_efficiency = eff, h->attention_efficiency = aeff;
-        h->reserved = reserved >= 0 ? reserved * 1e9 : -1;
+        h->reserved = reserved >= 0 ? reserved * 1e9 : -1, h->inter_slowdown = slow;
     }
     cJSON_Delete(j);
     return st;

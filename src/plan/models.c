@@ -220,6 +220,25 @@ dt_program *dt_plan_model_table(const dt_plan_job *j, dt_model *m) {
     return p;
 }
 
+int dt_plan_buckets(const dt_plan_job *j, bool coded, double *share, double *ready, int cap) {
+    dt_model m;
+    dt_program *p = dt_plan_model_table(j, &m);
+    if (!p) return 0;
+    size_t lens[DT_PLAN_BUCKETS];
+    int units[DT_PLAN_BUCKETS], L = j->model.num_layers;
+    int nb = dt_ddp_bucket_lens(&m, DT_DDP_FIRST_BUCKET, j->bucket_bytes ? j->bucket_bytes : 25u << 20, !coded, lens, units, DT_PLAN_BUCKETS);
+    dt_program_destroy(p);
+    if (nb <= 0 || nb > cap || nb > DT_PLAN_BUCKETS) return 0;
+    double all = 0, work = dt_plan_units_matmul_params(j, 0, L + 2);
+    for (int k = 0; k < nb; k++) all += (double)lens[k];
+    for (int k = 0; k < nb; k++) {
+        share[k] = all > 0 ? (double)lens[k] / all : 1.0 / nb;
+        /* backward has run units L+1 down to the bucket's last (unit 0, the embedding, has no Linear: all of it) */
+        ready[k] = units[k] <= 0 || !(work > 0) ? 1 : fmin(1, dt_plan_units_matmul_params(j, units[k], L + 2) / work);
+    }
+    return nb;
+}
+
 /* A codec's exchanges for the job (DDP or ZeRO over the whole model): the floats a rank sends a step, and of the
  * gradients, the elements PowerSGD approximates (its GEMMs' size), from the model's own table (codec_powersgd.c's rule:
  * a tensor seen as [first dimension, the rest], compressed where (n + m) r x min_rate < n m). Top-k: an index and a
@@ -240,7 +259,7 @@ double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *
     if (!p) return 0;
     /* the run's buckets (its first, then --bucket-mb; more than 256 counted as one) */
     size_t lens[256];
-    int nb = dt_ddp_bucket_lens(&m, DT_DDP_FIRST_BUCKET, j->bucket_bytes ? j->bucket_bytes : 25u << 20, lens, 256);
+    int nb = dt_ddp_bucket_lens(&m, DT_DDP_FIRST_BUCKET, j->bucket_bytes ? j->bucket_bytes : 25u << 20, false, lens, NULL, 256);
     dt_codec_place at = { j->dp > 1 ? j->dp : 1, j->nodes > 1 ? j->nodes : 1, lens, nb > 0 && nb <= 256 ? nb : 0 };
     *work = (double)dt_codec_work_bytes_for(k, m.tensors, m.ntensors, &at);
     double sent = 0;

@@ -110,20 +110,30 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
     return s;
 }
 
-/* What of a reduction taking `comm` is left after a backward of `bwd` that overlaps it bucket by bucket: bucket k (`bucket`
- * bytes of the `bytes` of gradients, in backward's order) is ready once backward has produced it, and the link sends one
- * bucket after another. Taking the link to start with backward said -18.5% of the exposed time at 1 Gbit/s across the
- * cluster rig (258.6 ms against 317.4 measured): d6's first bucket of two is ready only 58% of the way through backward. */
-static double overlapped(double comm, double bwd, double bytes, double bucket) {
-    if (!(bytes > 0) || !(bucket > 0)) return fmax(0, comm - bwd);
-    if (bytes / bucket > 1e5) bucket = bytes / 1e5; /* finer than that changes nothing a plan shows */
-    double end = 0, done = 0;
-    while (done < bytes) {
+/* What of a reduction taking `comm` is left after a backward of `bwd` that overlaps it bucket by bucket: bucket k (share[k]
+ * of the gradients, in backward's order) is ready once backward has run ready[k] of itself, and the link sends one
+ * bucket after another, each its share of the time. Taking the link to start with backward said -18.5% of the exposed
+ * time at 1 Gbit/s across the cluster rig (258.6 ms against 317.4 measured): d6's first bucket of two is ready only 58%
+ * of the way through backward. */
+static double overlapped(double comm, double bwd, const double *share, const double *ready, int nb) {
+    if (nb <= 0) return fmax(0, comm - bwd);
+    double end = 0;
+    for (int k = 0; k < nb; k++) end = fmax(end, bwd * ready[k]) + comm * share[k];
+    return fmax(0, end - bwd);
+}
+
+/* Buckets of `bucket` bytes of the `bytes` (the last the rest) where the model's own are not known, each ready when
+ * backward has produced its bytes (at most cap: finer than that changes nothing a plan shows). */
+static int equal_buckets(double bytes, double bucket, double *share, double *ready, int cap) {
+    if (!(bytes > 0) || !(bucket > 0)) return 0;
+    if (bytes / bucket > cap) bucket = bytes / cap;
+    int nb = 0;
+    for (double done = 0; done < bytes && nb < cap; nb++) {
         double b = fmin(bucket, bytes - done);
         done += b;
-        end = fmax(end, bwd * done / bytes) + comm * b / bytes;
+        share[nb] = b / bytes, ready[nb] = done / bytes;
     }
-    return fmax(0, end - bwd);
+    return nb;
 }
 
 /* What the parts of a step's time share: the job as asked and as a context-parallel rank sees it (its share of the
@@ -280,7 +290,7 @@ static void grad_pages(const step_ctx *x, dt_plan_time *o, int dp_nodes) {
 
 /* A codec's part (sent: the floats a rank sends, approx: those it approximates): its exchanges a bucket and its work
  * on the rank. */
-static void codec_terms(const step_ctx *x, dt_plan_time *o, double sent, double approx, int dp_nodes, double da, double db) {
+static void codec_terms(const step_ctx *x, dt_plan_time *o, double sent, double approx, int dp_nodes, double da, double db, int nb) {
     const dt_plan_job *j = x->j, *job = x->job;
     const dt_plan_hardware *h = x->h;
     int n = x->n;
@@ -288,7 +298,7 @@ static void codec_terms(const step_ctx *x, dt_plan_time *o, double sent, double 
     /* a codec: its exchanges a bucket (PowerSGD two allreduces, top-k one allgather of every rank's pairs), and its
      * compression on the rank, at the rate measured here (at rank 4: a higher rank's GEMMs at the peak beyond it), else
      * its passes over the gradients at the bandwidth (PowerSGD about 8, top-k 12) */
-    double buckets = 1 + ceil(fmax(0, psi * 4 - 1048576.0) / fmax(1.0, (double)job->bucket_bytes));
+    double buckets = nb > 0 ? nb : 1 + ceil(fmax(0, psi * 4 - 1048576.0) / fmax(1.0, (double)job->bucket_bytes));
     bool psgd = j->codec.kind == DT_CODEC_POWERSGD, onebit = j->codec.kind == DT_CODEC_ONEBIT || j->codec.kind == DT_CODEC_ZEROONE;
     o->codec_bytes = sent * 4;
     /* 1-bit Adam: an alltoall of a rank's signs (each rank sends all but its own chunk's) and an allgather of the
@@ -343,7 +353,13 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
     double da = dp_nodes ? xa : ia, db = dp_nodes ? xb : ib, gb = wire16 ? 2 : 4;
     double gathers = 0, approx = 0, sent = j->codec.kind != DT_CODEC_NONE && n > 1 ? dt_plan_codec_floats(j, &approx, NULL, NULL) : 0;
     o->codec_bytes = n > 1 ? psi * gb : 0;
-    if (sent > 0) codec_terms(x, o, sent, approx, dp_nodes, da, db);
+    /* the run's buckets where the rank holds the whole model's gradients as the table lays them out, else equal ones */
+    double *share = o->bucket_share, *ready = o->bucket_ready;
+    bool whole = x->p == 1 && tp == 1 && x->ep <= 1 && !j->lora.rank, wanted = n > 1 && (sent > 0 || dp_nodes || !h->shared_memory);
+    int nb = whole && wanted ? dt_plan_buckets(j, sent > 0, share, ready, DT_PLAN_BUCKETS) : 0;
+    if (nb <= 0) whole = false, nb = n > 1 ? equal_buckets(psi * gb, (double)job->bucket_bytes, share, ready, DT_PLAN_BUCKETS) : 0;
+    o->buckets = nb;
+    if (sent > 0) codec_terms(x, o, sent, approx, dp_nodes, da, db, whole ? nb : 0);
     if (sent > 0 && j->codec.kind == DT_CODEC_ZEROONE && j->steps > 0) zeroone_mix(j, o, dt_plan_allreduce(psi * gb, n, da, db, g), psi * gb);
     if (n > 1) {
         if (!(sent > 0)) o->dp_comm = dt_plan_allreduce(psi * gb, n, da, db, g);
@@ -367,7 +383,7 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
     /* a codec's exchanges follow the buckets as the gradients' would (their bytes a bucket shrink alike) */
     o->dp_exposed = h->shared_memory && !dp_nodes ? o->dp_comm
                     : gathers > 0             ? fmax(last, o->dp_comm - bwd)
-                                              : overlapped(o->dp_comm, bwd, psi * gb, (double)job->bucket_bytes);
+                                              : overlapped(o->dp_comm, bwd, share, ready, nb);
 }
 
 /* Context parallelism: the ring sends keys and values N-1 times forward, and those and their gradients backward (about half

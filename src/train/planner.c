@@ -288,6 +288,12 @@ static cJSON *plan_json(const plan_result *r) {
     cJSON_AddNumberToObject(br, "grad_sent_bytes", t->codec_bytes); /* a rank's gradients on the wire a step (a codec's) */
     cJSON_AddNumberToObject(br, "oversubscribed", t->oversubscribed);
     cJSON_AddNumberToObject(br, "beside", t->beside);
+    /* the buckets the reduction's overlap was priced by: [share of the gradients, share of backward run when it closes] */
+    cJSON *bk = cJSON_AddArrayToObject(br, "buckets");
+    for (int k = 0; bk && k < t->buckets; k++) {
+        const double pair[2] = { t->bucket_share[k], t->bucket_ready[k] };
+        cJSON_AddItemToArray(bk, cJSON_CreateDoubleArray(pair, 2));
+    }
     cJSON_AddItemToObject(br, "memory", mem);
     cJSON_AddItemToObject(br, "time_ms", tm);
     cJSON_AddItemToObject(o, "breakdown", br);
