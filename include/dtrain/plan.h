@@ -105,7 +105,7 @@ typedef struct {
  * "h100-80g", or a JSON file of the fields (docs/planner.md); a missing or negative field is named. */
 dt_status dt_plan_hardware_get(const char *name, dt_plan_hardware *h);
 
-#define DT_PLAN_BUCKETS 256 /* buckets a plan describes (more: as many equal ones) */
+#define DT_PLAN_BUCKETS 64 /* buckets a plan describes (a model of more: this many equal ones; a search keeps each layout's) */
 
 /* The predicted step: seconds per step, by part (the largest stage's rank). */
 typedef struct {
