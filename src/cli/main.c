@@ -1,5 +1,6 @@
 /* dtrain: the command. Each subcommand parses its own flags and calls the
- * library; nothing here decides anything else. */
+ * library; nothing here decides anything else, but for starting again with
+ * the BLAS's kernels the CPU has (they are chosen as the library loads). */
 #include "cli.h"
 #include "dtrain/base.h"
 #include "dtrain/kernels.h"

@@ -39,11 +39,13 @@ const char *dt_kernels_blas_core_wanted(void) {
 #ifdef DT_BLAS_BLIS
     return NULL;
 #else
+    int have = core_level(openblas_get_corename());
+    if (have >= 2) return NULL; /* the highest level: nothing to read from the CPU's flags */
     const char *want = dt_cpu_has("avx512_bf16") && dt_cpu_has("avx512bw") ? "Cooperlake"
                        : dt_cpu_has("avx512f") && dt_cpu_has("avx512bw") && dt_cpu_has("avx512vl") && dt_cpu_has("avx512dq") ? "SkylakeX"
                        : dt_cpu_has("avx2") && dt_cpu_has("fma")                                                                 ? "Haswell"
                                                                                                                                  : NULL;
-    return want && core_level(openblas_get_corename()) < core_level(want) ? want : NULL;
+    return want && have < core_level(want) ? want : NULL;
 #endif
 }
 

@@ -66,9 +66,10 @@ static dt_status from_file(const char *path, dt_plan_hardware *h) {
     if (!st && cJSON_GetObjectItemCaseSensitive(j, "reserved_gb")) st = field(path, j, "reserved_gb", 1e40, &reserved);
     /* the link's processing on the ranks' cores (as `bench comm --calibrate` measures it): 0 (none, the default) up to 10x */
     const cJSON *sl = cJSON_GetObjectItemCaseSensitive(j, "inter_node_slowdown");
-    if (!st && sl && !(cJSON_IsNumber(sl) && sl->valuedouble >= 0 && sl->valuedouble < 10))
-        st = dt_error(DT_ERR_ARG, "%s: the field \"inter_node_slowdown\" must be a number from 0 up to (not including) 10", path);
-    else if (sl) slow = sl->valuedouble;
+    if (!st && sl) {
+        if (cJSON_IsNumber(sl) && sl->valuedouble >= 0 && sl->valuedouble < 10) slow = sl->valuedouble;
+        else st = dt_error(DT_ERR_ARG, "%s: the field \"inter_node_slowdown\" must be a number from 0 up to (not including) 10", path);
+    }
     if (!st && sh && !cJSON_IsBool(sh)) st = dt_error(DT_ERR_ARG, "%s: the field \"shared_memory\" must be true or false", path);
     if (!st && dev != floor(dev)) st = dt_error(DT_ERR_ARG, "%s: the field \"devices_per_node\" must be a whole number", path);
     if (!st) {

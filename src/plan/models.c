@@ -220,13 +220,18 @@ dt_program *dt_plan_model_table(const dt_plan_job *j, dt_model *m) {
     return p;
 }
 
+/* The run's buckets over the job's table m (its first, then --bucket-mb, 25 MiB unless given): dt_ddp_bucket_lens. */
+static int run_buckets(const dt_plan_job *j, const dt_model *m, bool coded, size_t *lens, int *units, int cap) {
+    return dt_ddp_bucket_lens(m, DT_DDP_FIRST_BUCKET, j->bucket_bytes ? j->bucket_bytes : 25u << 20, !coded, lens, units, cap);
+}
+
 int dt_plan_buckets(const dt_plan_job *j, bool coded, double *share, double *ready, int cap) {
     dt_model m;
     dt_program *p = dt_plan_model_table(j, &m);
     if (!p) return 0;
     size_t lens[DT_PLAN_BUCKETS];
     int units[DT_PLAN_BUCKETS], L = j->model.num_layers;
-    int nb = dt_ddp_bucket_lens(&m, DT_DDP_FIRST_BUCKET, j->bucket_bytes ? j->bucket_bytes : 25u << 20, !coded, lens, units, DT_PLAN_BUCKETS);
+    int nb = run_buckets(j, &m, coded, lens, units, DT_PLAN_BUCKETS);
     dt_program_destroy(p);
     if (nb <= 0 || nb > cap || nb > DT_PLAN_BUCKETS) return 0;
     double all = 0, work = dt_plan_units_matmul_params(j, 0, L + 2);
@@ -259,7 +264,7 @@ double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *
     if (!p) return 0;
     /* the run's buckets (its first, then --bucket-mb; more than 256 counted as one) */
     size_t lens[256];
-    int nb = dt_ddp_bucket_lens(&m, DT_DDP_FIRST_BUCKET, j->bucket_bytes ? j->bucket_bytes : 25u << 20, false, lens, NULL, 256);
+    int nb = run_buckets(j, &m, true, lens, NULL, 256);
     dt_codec_place at = { j->dp > 1 ? j->dp : 1, j->nodes > 1 ? j->nodes : 1, lens, nb > 0 && nb <= 256 ? nb : 0 };
     *work = (double)dt_codec_work_bytes_for(k, m.tensors, m.ntensors, &at);
     double sent = 0;

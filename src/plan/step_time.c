@@ -356,10 +356,10 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
     /* the run's buckets where the rank holds the whole model's gradients as the table lays them out, else equal ones */
     double *share = o->bucket_share, *ready = o->bucket_ready;
     bool whole = x->p == 1 && tp == 1 && x->ep <= 1 && !j->lora.rank, wanted = n > 1 && (sent > 0 || dp_nodes || !h->shared_memory);
-    int nb = whole && wanted ? dt_plan_buckets(j, sent > 0, share, ready, DT_PLAN_BUCKETS) : 0;
-    if (nb <= 0) whole = false, nb = n > 1 ? equal_buckets(psi * gb, (double)job->bucket_bytes, share, ready, DT_PLAN_BUCKETS) : 0;
+    int own = whole && wanted ? dt_plan_buckets(j, sent > 0, share, ready, DT_PLAN_BUCKETS) : 0;
+    int nb = own > 0 ? own : n > 1 ? equal_buckets(psi * gb, (double)job->bucket_bytes, share, ready, DT_PLAN_BUCKETS) : 0;
     o->buckets = nb;
-    if (sent > 0) codec_terms(x, o, sent, approx, dp_nodes, da, db, whole ? nb : 0);
+    if (sent > 0) codec_terms(x, o, sent, approx, dp_nodes, da, db, own);
     if (sent > 0 && j->codec.kind == DT_CODEC_ZEROONE && j->steps > 0) zeroone_mix(j, o, dt_plan_allreduce(psi * gb, n, da, db, g), psi * gb);
     if (n > 1) {
         if (!(sent > 0)) o->dp_comm = dt_plan_allreduce(psi * gb, n, da, db, g);
