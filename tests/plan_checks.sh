@@ -292,6 +292,28 @@ python3 -c "import sys; a,b=map(float,sys.argv[1:]); assert a > 0 and abs(b - 20
     ok "DDP 2's update by turns inside backward: ${ot[0]} ms a step at one core's 5 GB/s; clipped, after backward: ${ot[1]} at 0.25 a rank" ||
     fail "DDP's update by turns: ${ot[*]}"
 
+# whether the ranks update inside backward is the engine's rule, read by both (dt_update_in_backward): the plan says so
+# exactly where a 3-step run updates some of the parameters inside backward (its metrics' updated_in_backward > 0)
+turns_agree() { # ARGS...
+    local flags=(--data "$dir/train.bin" --layers 4 --channels 192 --heads 4 --vocab 256 --max-seq 64 --seq 64 --threads 1 --batch 2 --bucket-mb 0.25)
+    local p r
+    p=$("$DTRAIN" plan "${flags[@]}" "$@" --json 2>&1 | python3 -c "import json,sys; print(int(json.load(sys.stdin)['breakdown']['update_in_backward']))" 2>&1)
+    rm -rf "$dir/ub"
+    "$DTRAIN" train "${flags[@]}" "$@" --steps 3 --quiet --report "$dir/ub" > /dev/null 2> "$dir/ub.err" || { echo "train failed: $(tail -1 "$dir/ub.err")"; return; }
+    r=$(python3 -c "import json,sys; print(int(max(json.loads(l).get('updated_in_backward', 0) for l in open(sys.argv[1])) > 0))" "$dir/ub/metrics.jsonl" 2>&1)
+    echo "$p$r"
+}
+agree=() disagree=()
+for lay in "" "--zero 1" "--zero 3" "--cp 2" "--compress powersgd --compress-rank 2" "--compress dgc --optimizer sgd --grad-clip 1 --compress-density 0.1" \
+    "--experts 4 --ep 2 --zero 1" "--grad-clip 1" "--precision fp16" "--tp 2" "--experts 4 --ep 2" "--pp 2 --grad-accum 2" "--optimizer soap"; do
+    # shellcheck disable=SC2086
+    v=$(turns_agree --nproc 2 $lay)
+    case $v in 11 | 00) agree+=("${lay:-DDP}: $v") ;; *) disagree+=("${lay:-DDP}: plan/run $v") ;; esac
+done
+[ ${#disagree[@]} -eq 0 ] && [ ${#agree[@]} -eq 13 ] && printf '%s\n' "${agree[@]}" | head -7 | grep -c ": 11$" | grep -qx 7 &&
+    ok "the update inside backward, planned where the run does it: 7 layouts by turns, 6 after backward" ||
+    fail "the plan's update inside backward against the run's: ${disagree[*]}"
+
 # across machines the link's processing slows the backward the reduction overlaps, by the calibration's mpi_slowdown:
 # 0.5 of the overlapped part (the reduction's time or backward's, the shorter) added to the step; none without it, none
 # on one machine; a slowdown out of range is said, naming the file, its line and the key (the defaults then)

@@ -128,6 +128,24 @@ typedef struct {
     void *device;
 } dt_engine_config;
 
+/* What decides whether data parallelism's update runs inside backward, each bucket's part as its reduction ends, the
+ * ranks taking turns (ddp.c, zero.c), or after backward from the engine. The engine reads it to tell the strategies
+ * (step_at_end) and the planner to price a rank's update by turns, so the two cannot drift apart. */
+typedef struct {
+    dt_optim_kind opt;        /* SGD and AdamW update elementwise; the others need whole tensors */
+    dt_codec_kind codec;      /* DGC clips each rank's own gradient inside its codec: no global norm for clipping */
+    float grad_clip;          /* > 0: the global norm before any update */
+    int skip_nonfinite;       /* the same: a step is skipped on the norm's finiteness */
+    int step_at_end;          /* asked for (--step-at-end) */
+    int model_parallel;       /* the norm sums across a model-parallel group (TP, a pipeline's stages, EP's under DDP) */
+    int loss_scaled;          /* fp16: the overflow check needs every gradient first */
+    int lp_store;             /* 16-bit gradients, read after backward */
+    int precond;              /* a preconditioner rewrites whole gradients first */
+} dt_update_facts;
+
+/* 1: the update may run inside backward (given an optimizer over several data-parallel ranks); 0: after it. */
+int dt_update_in_backward(const dt_update_facts *f);
+
 /* A run of the flat store, [off, off + n). */
 typedef struct { size_t off, n; } dt_store_range;
 

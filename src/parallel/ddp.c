@@ -1026,11 +1026,10 @@ static void s_destroy(void *state) {
     free(s);
 }
 
-/* The update bucket by bucket inside backward, unless clipping or skipping
- * needs the whole norm before anything is updated. */
+/* The update bucket by bucket inside backward, unless the engine's rule (dt_update_in_backward) puts it after. */
 static dt_status s_attach(void *state, dt_optim *o) {
     strategy *s = state;
-    if (s->c->step_at_end || s->c->skip_nonfinite || s->c->grad_clip > 0 || !dt_optim_elementwise(o)) return DT_OK;
+    if (s->c->step_at_end) return DT_OK;
     return dt_ddp_set_optimizer(s->d, o, s->c->model.params(s->c->model.self), 0, s->c->model.nparams);
 }
 

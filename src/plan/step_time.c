@@ -9,6 +9,7 @@
 #include "dtrain/base.h"
 #include "dtrain/kernels.h"
 #include "dtrain/pipeline.h"
+#include "dtrain/strategy.h"
 
 #include <math.h>
 #include <string.h>
@@ -233,6 +234,15 @@ static void stages(step_ctx *x, const step_rates *r) {
     }
 }
 
+int dt_plan_update_in_backward(const dt_plan_job *j) {
+    /* the engine's model-parallel group: TP's, a pipeline's, expert parallelism's under DDP (ZeRO's shards span it) */
+    bool mp = j->tp > 1 || j->pp > 1 || (j->ep > 1 && j->stage == 0);
+    return j->dp > 1 && dt_update_in_backward(&(dt_update_facts){
+        .opt = j->opt.kind, .codec = j->codec.kind, .grad_clip = j->grad_clip, .skip_nonfinite = j->skip_nonfinite,
+        .step_at_end = j->step_at_end, .model_parallel = mp, .loss_scaled = j->precision == DT_F16,
+        .lp_store = j->grad_store != DT_F32, .precond = j->kfac_on || j->shampoo_on });
+}
+
 /* The optimizer over the parameters this rank updates, and mixed precision's 16-bit copies made unit by unit. */
 static void optimizer_terms(const step_ctx *x, dt_plan_time *o) {
     const dt_plan_job *j = x->j;
@@ -247,11 +257,9 @@ static void optimizer_terms(const step_ctx *x, dt_plan_time *o) {
     double own = stage >= 1 || shared ? psi_sh / n : psi,
            per = (j->opt.kind == DT_OPT_SGD ? 16 : 28) + 4 + (w == 2 ? 2 : 0) + (tp > 1 || p > 1 ? 4 : 0);
     /* at its own measured rate where there is one: a rank's threads' share of one core's, at most its share of all cores'.
-     * Inside backward (data parallelism alone, SGD or AdamW, nothing that needs every gradient first: the engine's and the
-     * strategies' rules) the ranks take turns, one unit boundary each (ddp.c), a rank's update streaming memory while the
-     * others compute: one core's rate (d6 DDP 2 at T 64 was planned 12 ms a step over with the shared rate) */
-    bool turns = n > 1 && !j->update_at_end && tp <= 1 && p <= 1 && x->cp <= 1 && (j->opt.kind == DT_OPT_SGD || j->opt.kind == DT_OPT_ADAMW) &&
-                 j->precision != DT_F16 && j->grad_store == DT_F32 && !j->kfac_on && !j->shampoo_on && j->codec.kind == DT_CODEC_NONE;
+     * Inside backward (the engine's rule) the ranks take turns, one unit boundary each (ddp.c), a rank's update streaming
+     * memory while the others compute: one core's rate (d6 DDP 2 at T 64 was planned 12 ms a step over with the shared rate) */
+    bool turns = n > 1 && dt_plan_update_in_backward(j);
     double obw = h->optim_bw_one > 0 ? turns ? h->optim_bw_one * o->threads : fmin(h->optim_bw_one * o->threads, h->optim_bw_all / local) : bw;
     if (j->lora.rank) { /* the adapters alone: this rank's tensor-parallel share, a stage's of them */
         dt_model_part part = { .ua = 0, .ub = j->model.num_layers + 2, .tp_size = tp > 1 ? (int)tp : 1 };

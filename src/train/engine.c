@@ -168,8 +168,15 @@ static dt_status check_precond(dt_engine *e) {
                       : c->codec && c->codec->kind != DT_CODEC_NONE         ? "gradient compression"
                                                                             : NULL;
     if (why) return dt_error(DT_ERR_ARG, "%s preconditions whole f32 gradients on every rank: not with %s (strategy %s)", c->precond->name, why, e->s->name);
-    e->cfg.step_at_end = 1;
     return DT_OK;
+}
+
+int dt_update_in_backward(const dt_update_facts *f) {
+    bool whole_norm = (f->grad_clip > 0 && f->codec != DT_CODEC_DGC) || f->skip_nonfinite;
+    /* the norm counts a model-parallel group's slices before any update (a pipeline's tied embedding summed first); the
+     * overflow check needs every gradient; a 16-bit store is read after backward; a preconditioner rewrites them all */
+    return (f->opt == DT_OPT_SGD || f->opt == DT_OPT_ADAMW) && !whole_norm && !f->step_at_end && !f->model_parallel &&
+           !f->loss_scaled && !f->lp_store && !f->precond;
 }
 
 dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
@@ -180,20 +187,15 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
     e->off = 0;
     e->n = c->model.nparams;
     dt_status st = choose(c, &e->s);
-    /* the norm counts the whole model's slices before any update; a pipeline's tied embedding is summed first */
-    if (c->mp_comm || c->schedule) e->cfg.step_at_end = 1;
     if (!st && c->loss_scale) {
         e->scaling = 1;
         e->lsc = *c->loss_scale;
         e->cfg.loss_scale = &e->lsc;
-        /* the overflow check needs every gradient before any update: none inside backward */
-        e->cfg.step_at_end = 1;
         st = dt_loss_scale_check(&e->lsc, "engine");
         dt_loss_scale_init(&e->ls, &e->lsc);
     }
     if (!st && c->grad_store != DT_F32) {
         /* read after backward, by an optimizer that takes them a chunk at a time */
-        e->cfg.step_at_end = 1;
         if (!e->s->grads_lp) st = dt_error(DT_ERR_ARG, "gradients kept in %s need data parallelism (ddp, zero1, zero2 or zero3): "
                                           "strategy %s keeps them in f32", dt_dtype_name(c->grad_store), e->s->name);
         else if (c->opt.kind != DT_OPT_SGD && c->opt.kind != DT_OPT_ADAMW)
@@ -205,6 +207,10 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
     }
     if (!st && c->codec && e->s->codec) st = take_codec(e);
     if (!st && c->precond) st = check_precond(e);
+    e->cfg.step_at_end = !dt_update_in_backward(&(dt_update_facts){
+        .opt = e->cfg.opt.kind, .codec = c->codec ? c->codec->kind : DT_CODEC_NONE, .grad_clip = c->grad_clip,
+        .skip_nonfinite = c->skip_nonfinite, .step_at_end = c->step_at_end, .model_parallel = c->mp_comm || c->schedule,
+        .loss_scaled = c->loss_scale != NULL, .lp_store = c->grad_store != DT_F32, .precond = c->precond != NULL });
     if (!st && e->s->create) st = e->s->create(&e->cfg, &e->state, &e->off, &e->n);
     if (!st) trim_tied_copy(e);
     if (!st) st = take_ranges(e);

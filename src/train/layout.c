@@ -188,7 +188,7 @@ void dt_train_plan_job(const dt_train_config *c, const dt_gpt2_config *cfg, cons
                           .bucket_bytes = (size_t)(c->bucket_mb * 1048576.0), .shared_params = d->shared_params && d->ep <= 1,
                           .precision = c->precision,
                           .grad_store = c->grad_store, .grad_comm = c->grad_comm, .lora = c->lora, .codec = c->codec, .steps = c->steps,
-                          .update_at_end = c->grad_clip > 0 || c->skip_nonfinite || c->step_at_end,
+                          .grad_clip = c->grad_clip, .skip_nonfinite = c->skip_nonfinite, .step_at_end = c->step_at_end,
                           .kfac_on = c->kfac_on, .kfac = c->kfac, .shampoo_on = c->shampoo_on, .shampoo = c->shampoo };
     if (job->lora.rank && !job->lora.alpha) job->lora.alpha = 8;
     if (job->lora.dropout < 0) job->lora.dropout = 0; /* not given */

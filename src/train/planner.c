@@ -288,6 +288,7 @@ static cJSON *plan_json(const plan_result *r) {
     cJSON_AddNumberToObject(br, "grad_sent_bytes", t->codec_bytes); /* a rank's gradients on the wire a step (a codec's) */
     cJSON_AddNumberToObject(br, "oversubscribed", t->oversubscribed);
     cJSON_AddNumberToObject(br, "beside", t->beside);
+    cJSON_AddBoolToObject(br, "update_in_backward", dt_plan_update_in_backward(&r->job)); /* the ranks by turns (ddp.c) */
     /* the buckets the reduction's overlap was priced by: [share of the gradients, share of backward run when it closes] */
     cJSON *bk = cJSON_AddArrayToObject(br, "buckets");
     for (int k = 0; bk && k < t->buckets; k++) {
