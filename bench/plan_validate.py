@@ -11,7 +11,11 @@ GEMMs on the machine as it is at that moment, so a VM that drifts moves plan
 and run alike. A row's figures are the medians over the rounds of the plan,
 the measurement and their error.
 
-usage: bench/plan_validate.py DTRAIN DATA [--steps N] [--rounds R] [--rows FILE] [--json FILE]
+With --retime each plan times the job's shapes anew (its Linears, attention, the ranks' meeting: a copy of the
+machine's cache without them), so that every round's plan sees the machine as its run does; without it the first plan of
+a shape keeps its timings for every later round and row (a VM whose rate drifts then moves the run, not the plan).
+
+usage: bench/plan_validate.py DTRAIN DATA [--steps N] [--rounds R] [--rows FILE] [--json FILE] [--retime]
 A row is a line of train flags (without --data, --steps, --report); # comments. Without --rows: d6's
 quick set (below); bench/plan_rows/ holds the rows of 124M, 350M and the mixes of docs/planner.md.
 """
@@ -43,6 +47,25 @@ def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
 
+# the job's own timings in the machine's cache (job_timings.c's keys); what is measured once a CPU stays
+JOB_TIMINGS = ("plan_linear_cold_", "plan_eigen_", "plan_attention_", "plan_shared_", "plan_meeting_", "plan_head_",
+               "plan_resident_mb_")
+
+
+def plan_retimed(cmd):
+    """cmd run with a copy of the machine's cache that holds none of the job's timings"""
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "dtrain"))
+        try:
+            c = json.load(open(os.path.join(home, "dtrain", "peak.json")))
+        except (OSError, ValueError):
+            c = {}
+        c = {k: v for k, v in c.items() if not k.startswith(JOB_TIMINGS)}
+        json.dump(c, open(os.path.join(d, "dtrain", "peak.json"), "w"))
+        return run(cmd, env=dict(os.environ, XDG_CACHE_HOME=d))
+
+
 def measure(dtrain, data, flags, steps):
     with tempfile.TemporaryDirectory() as d:
         p, others = undisturbed.run([dtrain, "train", "--data", data, "--steps", str(steps), "--report", d, "--quiet"] + flags)
@@ -66,6 +89,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--rows")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--retime", action="store_true", help="each plan times the job's shapes anew")
     a = ap.parse_args()
     text = open(a.rows).read() if a.rows else QUICK
     rows = [l.split("#")[0].strip() for l in text.splitlines()]
@@ -75,7 +99,7 @@ def main():
     for k in range(a.rounds):
         for r in (rows if k % 2 == 0 else rows[::-1]):
             flags = shlex.split(r) + ["--threads", "1"] if "--threads" not in r else shlex.split(r)
-            p = run([a.dtrain, "plan", "--data", a.data, "--json"] + flags)
+            p = (plan_retimed if a.retime else run)([a.dtrain, "plan", "--data", a.data, "--json"] + flags)
             if p.returncode != 0:
                 why[r] = "plan refused: " + p.stderr.strip()
                 continue
