@@ -9,7 +9,8 @@
 # exit whatever happens (and is safe to run twice).
 #   rig_up K [RATE] [US] machines $RIG_PREFIX-1..K (RATE: tbf rate on each link, e.g. 1gbit; US: one-way delay;
 #                        RATE:US names both; $RIG_BURST: tbf's bucket, 256kb unless given: what an idle link sends
-#                        at the veth's own speed before the rate holds)
+#                        at the veth's own speed before the rate holds; $RIG_QUEUE: how long a packet may wait
+#                        in tbf's queue before it is dropped, 50ms unless given)
 #   rig_delay US         every machine's incoming packets held US microseconds (one way), measured
 #   rig_rate             a TCP transfer's rate from machine 1 to 2 now, in Mbit/s
 #   rig_one_way          the one-way delay now: half a TCP round trip's growth over the bare link's, in us
@@ -72,8 +73,8 @@ rig_up() {
         ip -n "$RIG_PREFIX-sw" link set "${RIG_PREFIX}v$i" master br0 up || return 1
         ip -n "$m" addr add "$RIG_NET.$i/24" dev eth0 && ip -n "$m" link set eth0 up && ip -n "$m" link set lo up || return 1
         if [ -n "$rate" ]; then # both directions: the machine's egress, and the switch's port towards it
-            ip netns exec "$m" tc qdisc add dev eth0 root tbf rate "$rate" burst "${RIG_BURST:-256kb}" latency 50ms || return 1
-            ip netns exec "$RIG_PREFIX-sw" tc qdisc add dev "${RIG_PREFIX}v$i" root tbf rate "$rate" burst "${RIG_BURST:-256kb}" latency 50ms || return 1
+            ip netns exec "$m" tc qdisc add dev eth0 root tbf rate "$rate" burst "${RIG_BURST:-256kb}" latency "${RIG_QUEUE:-50ms}" || return 1
+            ip netns exec "$RIG_PREFIX-sw" tc qdisc add dev "${RIG_PREFIX}v$i" root tbf rate "$rate" burst "${RIG_BURST:-256kb}" latency "${RIG_QUEUE:-50ms}" || return 1
         fi
         # every machine knows the others by name
         RIG_HOSTS="${RIG_HOSTS:-}$RIG_NET.$i $m"$'\n'
