@@ -292,7 +292,7 @@ python3 -c "import sys; a,b=map(float,sys.argv[1:]); assert a > 0 and abs(b - 20
     ok "DDP 2's update by turns inside backward: ${ot[0]} ms a step at one core's 5 GB/s; clipped, after backward: ${ot[1]} at 0.25 a rank" ||
     fail "DDP's update by turns: ${ot[*]}"
 
-# whether the ranks update inside backward is the engine's rule, read by both (dt_update_in_backward): the plan says so
+# whether the ranks update inside backward is the engine's rule, read by both (dt_engine_updates_in_backward): the plan says so
 # exactly where a 3-step run updates some of the parameters inside backward (its metrics' updated_in_backward > 0)
 turns_agree() { # ARGS...
     local flags=(--data "$dir/train.bin" --layers 4 --channels 192 --heads 4 --vocab 256 --max-seq 64 --seq 64 --threads 1 --batch 2 --bucket-mb 0.25)

@@ -67,7 +67,7 @@ typedef struct {
     dt_lora_config lora;     /* LoRA (rank 0: none): the base frozen (its weights only), the adapters' gradients and state */
     dt_codec_config codec;   /* a gradient codec (DDP, ZeRO-1; kind DT_CODEC_NONE: none): what its exchanges send, its compression's time */
     /* --grad-clip, --skip-nonfinite, --step-at-end: with the rest of the job, whether data parallelism's ranks take turns
-     * at the update inside backward (the engine's rule: dt_update_in_backward) */
+     * at the update inside backward (the engine's rule: dt_engine_updates_in_backward) */
     float grad_clip;
     int skip_nonfinite, step_at_end;
     int steps;               /* the run's steps (0: not known): 0/1 Adam's mix of whole, signed and silent steps over them */
@@ -154,7 +154,7 @@ double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *
  * DDP's), in backward's order: each one's share of the gradient's entries and the share of backward's Linear work done
  * when it closes (its last unit's backward run); how many (at most cap), 0 if the table could not be made. */
 int dt_plan_buckets(const dt_plan_job *j, bool coded, double *share, double *ready, int cap);
-/* 1: the job's data-parallel ranks update inside backward, taking turns (the engine's rule, dt_update_in_backward). */
+/* 1: the job's data-parallel ranks update inside backward, taking turns (the engine's rule, dt_engine_updates_in_backward). */
 int dt_plan_update_in_backward(const dt_plan_job *j);
 /* The step time of job on hardware h (the largest stage's rank sets it). */
 void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *out);

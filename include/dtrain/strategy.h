@@ -144,7 +144,7 @@ typedef struct {
 } dt_update_facts;
 
 /* 1: the update may run inside backward (given an optimizer over several data-parallel ranks); 0: after it. */
-int dt_update_in_backward(const dt_update_facts *f);
+int dt_engine_updates_in_backward(const dt_update_facts *f);
 
 /* A run of the flat store, [off, off + n). */
 typedef struct { size_t off, n; } dt_store_range;

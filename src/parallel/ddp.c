@@ -1026,7 +1026,7 @@ static void s_destroy(void *state) {
     free(s);
 }
 
-/* The update bucket by bucket inside backward, unless the engine's rule (dt_update_in_backward) puts it after. */
+/* The update bucket by bucket inside backward, unless the engine's rule (dt_engine_updates_in_backward) puts it after. */
 static dt_status s_attach(void *state, dt_optim *o) {
     strategy *s = state;
     if (s->c->step_at_end) return DT_OK;

@@ -449,7 +449,7 @@ static dt_status gather_lp(zero *z) {
 static dt_status z_attach(void *state, dt_optim *o) {
     zero *z = state;
     const dt_engine_config *c = z ? z->c : NULL;
-    if (!z || c->step_at_end) return DT_OK; /* (the engine's rule: dt_update_in_backward) */
+    if (!z || c->step_at_end) return DT_OK; /* (the engine's rule: dt_engine_updates_in_backward) */
     z->in_backward = 1;
     z->opt = o;
     /* (this rank's runs with experts spread over ranks, in the order the engine's optimizer keeps them: z_ranges) */

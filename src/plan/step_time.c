@@ -237,7 +237,7 @@ static void stages(step_ctx *x, const step_rates *r) {
 int dt_plan_update_in_backward(const dt_plan_job *j) {
     /* the engine's model-parallel group: TP's, a pipeline's, expert parallelism's under DDP (ZeRO's shards span it) */
     bool mp = j->tp > 1 || j->pp > 1 || (j->ep > 1 && j->stage == 0);
-    return j->dp > 1 && dt_update_in_backward(&(dt_update_facts){
+    return j->dp > 1 && dt_engine_updates_in_backward(&(dt_update_facts){
         .opt = j->opt.kind, .codec = j->codec.kind, .grad_clip = j->grad_clip, .skip_nonfinite = j->skip_nonfinite,
         .step_at_end = j->step_at_end, .model_parallel = mp, .loss_scaled = j->precision == DT_F16,
         .lp_store = j->grad_store != DT_F32, .precond = j->kfac_on || j->shampoo_on });

@@ -171,7 +171,7 @@ static dt_status check_precond(dt_engine *e) {
     return DT_OK;
 }
 
-int dt_update_in_backward(const dt_update_facts *f) {
+int dt_engine_updates_in_backward(const dt_update_facts *f) {
     bool whole_norm = (f->grad_clip > 0 && f->codec != DT_CODEC_DGC) || f->skip_nonfinite;
     /* the norm counts a model-parallel group's slices before any update (a pipeline's tied embedding summed first); the
      * overflow check needs every gradient; a 16-bit store is read after backward; a preconditioner rewrites them all */
@@ -207,7 +207,7 @@ dt_status dt_engine_create(const dt_engine_config *c, dt_engine **out) {
     }
     if (!st && c->codec && e->s->codec) st = take_codec(e);
     if (!st && c->precond) st = check_precond(e);
-    e->cfg.step_at_end = !dt_update_in_backward(&(dt_update_facts){
+    e->cfg.step_at_end = !dt_engine_updates_in_backward(&(dt_update_facts){
         .opt = e->cfg.opt.kind, .codec = c->codec ? c->codec->kind : DT_CODEC_NONE, .grad_clip = c->grad_clip,
         .skip_nonfinite = c->skip_nonfinite, .step_at_end = c->step_at_end, .model_parallel = c->mp_comm || c->schedule,
         .loss_scaled = c->loss_scale != NULL, .lp_store = c->grad_store != DT_F32, .precond = c->precond != NULL });
