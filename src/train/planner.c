@@ -232,10 +232,12 @@ static void print_memory(const plan_result *r, const dt_plan_hardware *h, FILE *
 static void print_time(const plan_result *r, FILE *f) {
     const dt_plan_time *t = &r->time;
     char b[2][32];
-    fprintf(f, "step time (predicted, ms): matmul %.1f, attention %.1f, elementwise %.1f, optimizer %.1f, 16-bit copies by unit %.1f, "
+    /* where the update runs (dt_engine_updates_in_backward): with several data-parallel ranks it is the engine's choice */
+    const char *when = r->job.dp <= 1 ? "" : dt_plan_update_in_backward(&r->job) ? " (inside backward, the ranks by turns)" : " (after backward)";
+    fprintf(f, "step time (predicted, ms): matmul %.1f, attention %.1f, elementwise %.1f, optimizer %.1f%s, 16-bit copies by unit %.1f, "
                "gradient pages %.1f, data-parallel %.1f (%.1f exposed; the link's processing on the cores %.1f), tensor-parallel %.1f (%.1f of it waiting for the slower rank), context-parallel %.1f, expert-parallel %.1f, pipeline transfers %.1f, bubble %.1f\n"
                "  step %.1f ms, %.0f tokens/s\n",
-            1e3 * t->matmul, 1e3 * t->attention, 1e3 * t->elementwise, 1e3 * t->optimizer, 1e3 * t->lp_units, 1e3 * t->grad_pages, 1e3 * t->dp_comm, 1e3 * t->dp_exposed,
+            1e3 * t->matmul, 1e3 * t->attention, 1e3 * t->elementwise, 1e3 * t->optimizer, when, 1e3 * t->lp_units, 1e3 * t->grad_pages, 1e3 * t->dp_comm, 1e3 * t->dp_exposed,
             1e3 * t->link_compute, 1e3 * t->tp_comm, 1e3 * t->tp_waits, 1e3 * t->cp_comm, 1e3 * t->ep_comm, 1e3 * t->pp_comm, 1e3 * t->bubble, 1e3 * t->step, t->tok_per_s);
     if (t->precond + t->precond_comm > 0)
         fprintf(f, "  preconditioning %.1f ms of the step on the busiest rank (factors, decompositions at their interval, the "
