@@ -293,13 +293,14 @@ python3 -c "import sys; a,b=map(float,sys.argv[1:]); assert a > 0 and abs(b - 20
     fail "DDP's update by turns: ${ot[*]}"
 
 # whether the ranks update inside backward is the engine's rule, read by both (dt_engine_updates_in_backward): the plan says so
-# exactly where a 3-step run updates some of the parameters inside backward (its metrics' updated_in_backward > 0)
+# exactly where a 3-step run updates some of the parameters inside backward (its metrics' updated_in_backward > 0; each
+# turn waiting for the buckets issued so far, so that the share does not hang on timing)
 turns_agree() { # ARGS...
     local flags=(--data "$dir/train.bin" --layers 4 --channels 192 --heads 4 --vocab 256 --max-seq 64 --seq 64 --threads 1 --batch 2 --bucket-mb 0.25)
     local p r
     p=$("$DTRAIN" plan "${flags[@]}" "$@" --json 2>&1 | python3 -c "import json,sys; print(int(json.load(sys.stdin)['breakdown']['update_in_backward']))" 2>&1)
     rm -rf "$dir/ub"
-    "$DTRAIN" train "${flags[@]}" "$@" --steps 3 --quiet --report "$dir/ub" > /dev/null 2> "$dir/ub.err" || { echo "train failed: $(tail -1 "$dir/ub.err")"; return; }
+    DTRAIN_DDP_WAIT_IN_BACKWARD=1 "$DTRAIN" train "${flags[@]}" "$@" --steps 3 --quiet --report "$dir/ub" > /dev/null 2> "$dir/ub.err" || { echo "train failed: $(tail -1 "$dir/ub.err")"; return; }
     r=$(python3 -c "import json,sys; print(int(max(json.loads(l).get('updated_in_backward', 0) for l in open(sys.argv[1])) > 0))" "$dir/ub/metrics.jsonl" 2>&1)
     echo "$p$r"
 }
