@@ -259,7 +259,7 @@ static void optimizer_terms(const step_ctx *x, dt_plan_time *o) {
     /* at its own measured rate where there is one: a rank's threads' share of one core's, at most its share of all cores'.
      * Inside backward (the engine's rule) the ranks take turns, one unit boundary each (ddp.c), a rank's update streaming
      * memory while the others compute: one core's rate (d6 DDP 2 at T 64 was planned 12 ms a step over with the shared rate) */
-    bool turns = n > 1 && dt_plan_update_in_backward(j);
+    bool turns = dt_plan_update_in_backward(j); /* (several data-parallel ranks, as it asks) */
     double obw = h->optim_bw_one > 0 ? turns ? h->optim_bw_one * o->threads : fmin(h->optim_bw_one * o->threads, h->optim_bw_all / local) : bw;
     if (j->lora.rank) { /* the adapters alone: this rank's tensor-parallel share, a stage's of them */
         dt_model_part part = { .ua = 0, .ub = j->model.num_layers + 2, .tp_size = tp > 1 ? (int)tp : 1 };
