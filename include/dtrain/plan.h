@@ -118,6 +118,7 @@ typedef struct {
     double tp_comm, cp_comm, pp_comm; /* per step, exposed */
     double ep_comm;                 /* expert parallelism's all-to-alls, exposed */
     double tp_waits;                /* of tp_comm: the ranks' waits for the slowest at each allreduce (measured here) */
+    double dp_waits;                /* the data-parallel ranks' waits for the slowest at the step's reduction (measured here) */
     double lp_units;                /* mixed precision made unit by unit (ZeRO-3; ZeRO 1, 2 with private parameters): the 16-bit copies */
     double grad_pages;              /* ZeRO's f32 gradients outside the shard, each step: lent by the pool and zeroed (ZeRO 2, 3), or zeroed */
     double codec;                   /* a gradient codec's compression on the rank (backward waits for it: not hidden) */

@@ -22,8 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* A timing's value from the machine's cache under key (false: not measured here yet, which is then said on a terminal:
- * a plan of a large model can take a minute of timings, and a silent minute looks like a hang). */
+/* A timing's value from the machine's cache under key (false: not measured here yet, which is then said on a terminal
+ * unless what is NULL: a plan of a large model can take a minute of timings, and a silent minute looks like a hang). */
 typedef struct { double busy, cpu, t; } stamp; /* when a timing began: the machine's busy time, ours, the clock */
 
 /* The timings this process asked for (a hash of their keys, in order), whether any was measured here and whether any
@@ -42,7 +42,7 @@ static bool kept(const char *key, const char *what, double *v, stamp *at) {
         for (const char *c = key; *c; c++) asked = (asked ^ (unsigned char)*c) * 1099511628211ull;
     if (!fresh && dt_peak_lookup(key, v)) return read_here = true;
     measured_here = true;
-    if (isatty(STDERR_FILENO)) fprintf(stderr, "plan: timing %s on this machine (once: kept for the next plan)\n", what);
+    if (what && isatty(STDERR_FILENO)) fprintf(stderr, "plan: timing %s on this machine (once: kept for the next plan)\n", what);
     *at = (stamp){ dt_machine_busy(), dt_time_cpu_all(), dt_time_now() };
     return false;
 }
@@ -284,7 +284,7 @@ double dt_plan_time_attention(int T, int d) {
 
 /* Where ranks meet: a barrier in shared memory that waits as dtrain's own collectives do (comm/wait.c: spinning, then
  * yielding the core; a futex barrier's wake-ups cost more than that), and each child's seconds waiting at it. */
-typedef struct { _Atomic int arrived, generation; double waited[16]; } meeting_place;
+typedef struct { _Atomic int arrived, generation; double waited[16], busy[16]; } meeting_place;
 
 static void meet_at(meeting_place *p, int n) {
     int gen = atomic_load(&p->generation);
@@ -299,7 +299,7 @@ static void meet_at(meeting_place *p, int n) {
 
 /* Seconds until n forked children have each run the Linear k times (0: one failed, or ran past 60 s and was killed); with
  * `meet`, they meet at its barrier after each time (as tensor parallelism's ranks at each allreduce), each adding up how
- * long it waited there. */
+ * long it waited there and how long it worked before. */
 static double time_children(const linear_bufs *x, int n, int k, meeting_place *meet) {
     pid_t pid[n];
     int made = 0, ok = 1;
@@ -310,11 +310,12 @@ static double time_children(const linear_bufs *x, int n, int k, meeting_place *m
         if (pid[made] == 0) {
             if (meet) meet_at(meet, n); /* all started: forking them one by one is no wait of theirs */
             for (int i = 0; i < k; i++) {
+                double b = dt_time_now();
                 linear_once(x);
                 if (!meet) continue;
                 double w = dt_time_now();
                 meet_at(meet, n);
-                meet->waited[made] += dt_time_now() - w;
+                meet->busy[made] += w - b, meet->waited[made] += dt_time_now() - w;
             }
             _exit(0);
         }
@@ -379,43 +380,58 @@ double dt_plan_time_shared(int M, int N, int K, dt_dtype lp, size_t work_floats,
  * it) and meet after each: the mean wait a child and meeting is what a meeting adds to the step (of two ranks, the one first
  * there waits the difference, the other nothing: half of it on average, as the later one's extra over the mean). On the
  * 2-core Zen 5, 124M bf16 TP 2 traced 0.33 ms an allreduce on one rank and 0.19 on the other, where the plan's
- * alpha-beta-gamma said 0.12. The median of three runs of 40 meetings, once a process for a rank count, shape and precision. */
-typedef struct { int n, m, o, k; dt_dtype prec; double s; } sync_seen;
+ * alpha-beta-gamma said 0.12. *share: the same waits over the work between the meetings, what ranks that meet less often
+ * (data parallelism's, once a step) lose: on the 2-core Emerald Rapids guest 4-8% at 0.02-0.3 s between meetings alike
+ * (cores whose speeds wander apart), where DDP 2's runs at T 32-64 were 6-14% over a plan without it. The median of three
+ * runs of a third of a second (12 meetings at least), once a process for a rank count, shape and precision. */
+typedef struct { int n, m, o, k; dt_dtype prec; double s, share; } sync_seen;
 static sync_seen yseen[16];
 
-double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats, int n) {
-    for (int i = 0; i < nyseen; i++)
-        if (yseen[i].n == n && yseen[i].m == M && yseen[i].o == N && yseen[i].k == K && yseen[i].prec == lp) return yseen[i].s;
-    char key[96], what[160];
-    snprintf(key, sizeof key, "plan_meeting_n%d_%dx%dx%d_%s", n, M, N, K, dt_precision_name(lp));
-    snprintf(what, sizeof what, "%d ranks meeting at each collective", n);
-    double s = 0;
-    stamp at;
-    if (kept(key, what, &s, &at)) {
-        if (nyseen < 16) yseen[nyseen++] = (sync_seen){ n, M, N, K, lp, s };
-        return s;
-    }
-    enum { RUNS = 3, MEETINGS = 40 };
+/* Three runs of meetings: the median wait a child and meeting, and of the waits over the work (0 and 0: not measured). */
+static void measure_meetings(int M, int N, int K, dt_dtype lp, size_t work_floats, int n, double *wait, double *share) {
+    enum { RUNS = 3 };
     linear_bufs x;
-    double cost[RUNS];
+    double cost[RUNS], part[RUNS];
     int threads_before = dt_kernels_threads(), done = 0;
     meeting_place *meet = n <= 16 ? mmap(NULL, sizeof *meet, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
     if (meet != MAP_FAILED && linear_alloc(&x, M, N, K, lp, work_floats)) {
         dt_kernels_set_threads(1);
+        double t0 = dt_time_now();
         linear_once(&x);
+        int meetings = (int)fmax(12, 0.33 / fmax(dt_time_now() - t0, 1e-5)); /* a third of a second, 12 at least */
         for (; done < RUNS; done++) {
             memset(meet, 0, sizeof *meet); /* no child is left: each run waits for all of them */
-            if (time_children(&x, n, MEETINGS, meet) <= 0) break;
-            double sum = 0;
-            for (int r = 0; r < n; r++) sum += meet->waited[r];
-            cost[done] = sum / n / MEETINGS;
+            if (time_children(&x, n, meetings, meet) <= 0) break;
+            double waited = 0, busy = 0;
+            for (int r = 0; r < n; r++) waited += meet->waited[r], busy += meet->busy[r];
+            cost[done] = waited / n / meetings, part[done] = busy > 0 ? waited / busy : 0;
         }
         linear_free(&x);
-        if (done == RUNS) s = dt_median(cost, RUNS), keep(key, s, &at);
     }
     if (meet != MAP_FAILED) munmap(meet, sizeof *meet);
     dt_kernels_set_threads(threads_before);
-    if (nyseen < 16) yseen[nyseen++] = (sync_seen){ n, M, N, K, lp, s };
+    *wait = done == RUNS ? dt_median(cost, RUNS) : 0, *share = done == RUNS ? dt_median(part, RUNS) : 0;
+}
+
+double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats, int n, double *share) {
+    for (int i = 0; i < nyseen; i++)
+        if (yseen[i].n == n && yseen[i].m == M && yseen[i].o == N && yseen[i].k == K && yseen[i].prec == lp) {
+            *share = yseen[i].share;
+            return yseen[i].s;
+        }
+    char key[96], skey[112], what[160];
+    snprintf(key, sizeof key, "plan_meeting_n%d_%dx%dx%d_%s", n, M, N, K, dt_precision_name(lp));
+    snprintf(skey, sizeof skey, "%s_share", key);
+    snprintf(what, sizeof what, "%d ranks meeting at each collective", n);
+    double s = 0, sh = 0;
+    stamp at;
+    bool have = kept(key, what, &s, &at); /* both asked, always: the timings' hash is the same measured or read */
+    if (!(kept(skey, have ? what : NULL, &sh, &at) && have)) {
+        measure_meetings(M, N, K, lp, work_floats, n, &s, &sh);
+        if (s > 0) keep(key, s, &at), keep(skey, sh, &at);
+    }
+    if (nyseen < 16) yseen[nyseen++] = (sync_seen){ n, M, N, K, lp, s, sh };
+    *share = sh;
     return s;
 }
 

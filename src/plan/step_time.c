@@ -451,7 +451,7 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
     double rowsb = tokens * c->channels * 4;
     /* and at each of them the wait for the slower rank, measured here where the ranks have a core each */
     double meeting = tp > 1 && h->attention_rate && local * o->threads <= cores && (double)F / tp * C <= 1e8
-                         ? dt_plan_time_meeting((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false), tp)
+                         ? dt_plan_time_meeting((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false), tp, &(double){ 0 })
                          : 0;
     /* the mesh puts a tensor-parallel group inside a machine where it fits, a pipeline's stages next (pp outside tp): a
      * group of more ranks than a machine holds crosses the link between machines */
@@ -478,6 +478,23 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
     if (p > 1) pp_terms(x, o, pp_nodes);
 }
 
+/* Data-parallel ranks meet at each step's reduction (at every bucket): a step lasts as long as the slowest rank's work, which
+ * is above the mean rate the rest prices by the share of waiting over working that ranks meeting here measure (the job's
+ * MLP Linear at up to 512 tokens between meetings; the share did not depend on how often they met). Where the ranks have a
+ * core each on one machine and no model-parallel group meets in between (tensor parallelism's meetings are priced one by
+ * one; a pipeline's, context and expert parallelism's are not). */
+static void dp_waits(const step_ctx *x, dt_plan_time *o) {
+    const dt_plan_job *j = x->j;
+    const dt_gpt2_config *c = &j->model;
+    if (x->n <= 1 || x->tp > 1 || x->p > 1 || x->cp > 1 || x->ep > 1 || x->job->nodes > 1 || !x->h->attention_rate ||
+        x->local * o->threads > x->cores)
+        return;
+    double share = 0;
+    dt_plan_time_meeting((int)fmin(x->tokens, 512), dt_lm_config_resolve(c).ffn, c->channels, j->precision, dt_gpt2_lp_work_floats(c, false),
+                         x->n, &share);
+    o->dp_waits = share * (o->matmul + o->attention + o->elementwise + o->optimizer);
+}
+
 void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_plan_time *o) {
     memset(o, 0, sizeof *o);
     dt_plan_job cj = *job; /* a context-parallel rank's positions */
@@ -497,9 +514,10 @@ void dt_plan_step_time(const dt_plan_job *job, const dt_plan_hardware *h, dt_pla
     optimizer_terms(x, o);
     dp_terms(x, o);
     mp_terms(x, o);
+    dp_waits(x, o);
     dt_plan_second_order_time(&cj, h, r.rmm, o->threads, o->oversubscribed * o->beside, o->matmul + o->attention + o->elementwise, &o->precond,
                               &o->precond_comm);
-    o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->lp_units + o->grad_pages + o->link_compute + o->dp_exposed + o->tp_comm + o->cp_comm +
+    o->step = o->matmul + o->attention + o->elementwise + o->optimizer + o->lp_units + o->grad_pages + o->link_compute + o->dp_exposed + o->dp_waits + o->tp_comm + o->cp_comm +
               o->ep_comm + o->pp_comm + o->bubble + o->codec + o->precond + o->precond_comm;
     o->tok_per_s = (double)x->n / x->cp * x->m * cj.batch * (double)job->seq / o->step;
 }

@@ -235,10 +235,10 @@ static void print_time(const plan_result *r, FILE *f) {
     /* where the update runs (dt_engine_updates_in_backward): with several data-parallel ranks it is the engine's choice */
     const char *when = r->job.dp <= 1 ? "" : dt_plan_update_in_backward(&r->job) ? " (inside backward, the ranks by turns)" : " (after backward)";
     fprintf(f, "step time (predicted, ms): matmul %.1f, attention %.1f, elementwise %.1f, optimizer %.1f%s, 16-bit copies by unit %.1f, "
-               "gradient pages %.1f, data-parallel %.1f (%.1f exposed; the link's processing on the cores %.1f), tensor-parallel %.1f (%.1f of it waiting for the slower rank), context-parallel %.1f, expert-parallel %.1f, pipeline transfers %.1f, bubble %.1f\n"
+               "gradient pages %.1f, data-parallel %.1f (%.1f exposed; the link's processing on the cores %.1f; waiting for the slower rank %.1f), tensor-parallel %.1f (%.1f of it waiting for the slower rank), context-parallel %.1f, expert-parallel %.1f, pipeline transfers %.1f, bubble %.1f\n"
                "  step %.1f ms, %.0f tokens/s\n",
             1e3 * t->matmul, 1e3 * t->attention, 1e3 * t->elementwise, 1e3 * t->optimizer, when, 1e3 * t->lp_units, 1e3 * t->grad_pages, 1e3 * t->dp_comm, 1e3 * t->dp_exposed,
-            1e3 * t->link_compute, 1e3 * t->tp_comm, 1e3 * t->tp_waits, 1e3 * t->cp_comm, 1e3 * t->ep_comm, 1e3 * t->pp_comm, 1e3 * t->bubble, 1e3 * t->step, t->tok_per_s);
+            1e3 * t->link_compute, 1e3 * t->dp_waits, 1e3 * t->tp_comm, 1e3 * t->tp_waits, 1e3 * t->cp_comm, 1e3 * t->ep_comm, 1e3 * t->pp_comm, 1e3 * t->bubble, 1e3 * t->step, t->tok_per_s);
     if (t->precond + t->precond_comm > 0)
         fprintf(f, "  preconditioning %.1f ms of the step on the busiest rank (factors, decompositions at their interval, the "
                 "preconditioned gradients), its collectives %.1f\n", 1e3 * t->precond, 1e3 * t->precond_comm);
@@ -281,9 +281,9 @@ static cJSON *plan_json(const plan_result *r) {
     cJSON_AddNumberToObject(mem, "precond_scratch", m->precond_scratch);
     cJSON_AddNumberToObject(mem, "per_machine", m->per_machine);
     const double ms[] = { t->matmul, t->attention, t->elementwise, t->optimizer, t->lp_units, t->grad_pages, t->dp_comm, t->dp_exposed, t->tp_comm, t->tp_waits, t->cp_comm,
-                          t->ep_comm, t->pp_comm, t->bubble, t->codec, t->precond, t->precond_comm, t->link_compute };
+                          t->ep_comm, t->pp_comm, t->bubble, t->codec, t->precond, t->precond_comm, t->link_compute, t->dp_waits };
     static const char *const names[] = { "matmul", "attention", "elementwise", "optimizer", "lp_units", "grad_pages", "dp_comm", "dp_exposed", "tp_comm", "tp_waits",
-                                         "cp_comm", "ep_comm", "pp_comm", "bubble", "codec", "precond", "precond_comm", "link_compute" };
+                                         "cp_comm", "ep_comm", "pp_comm", "bubble", "codec", "precond", "precond_comm", "link_compute", "dp_waits" };
     _Static_assert(sizeof names / sizeof *names == sizeof ms / sizeof *ms, "a name for each part of the step");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) cJSON_AddNumberToObject(tm, names[i], 1e3 * ms[i]);
     cJSON_AddNumberToObject(br, "threads", t->threads);
