@@ -390,8 +390,8 @@ dp_wait() { # CACHE ARGS...: dp_waits and the compute it is a share of, ms
         python3 -c "import json,sys; t=json.load(sys.stdin)['breakdown']['time_ms']; print(t['dp_waits'], t['matmul'] + t['attention'] + t['elementwise'] + t['optimizer'])" 2>&1
 }
 dw=("$(dp_wait "$dpw" --nproc 2)")
-share=$(python3 -c "import json,sys,glob; c=json.load(open(glob.glob(sys.argv[1] + '/dtrain/peak*.json')[0])); print([v for k, v in c.items() if k.startswith('plan_meeting_n2_') and k.endswith('_share')][0])" "$dpw" 2>&1)
-python3 -c "import json,sys,glob; f=glob.glob(sys.argv[1] + '/dtrain/peak*.json')[0]; c=json.load(open(f)); c.update({k: 0.25 for k in c if k.startswith('plan_meeting_n2_') and k.endswith('_share')}); json.dump(c, open(f, 'w'))" "$dpw" 2> /dev/null
+share=$(python3 -c "import json,sys,glob; c=json.load(open(glob.glob(sys.argv[1] + '/dtrain/peak*.json')[0])); print([v for k, v in c.items() if k.startswith('plan_straggle_n2_')][0])" "$dpw" 2>&1)
+python3 -c "import json,sys,glob; f=glob.glob(sys.argv[1] + '/dtrain/peak*.json')[0]; c=json.load(open(f)); c.update({k: 0.25 for k in c if k.startswith('plan_straggle_n2_')}); json.dump(c, open(f, 'w'))" "$dpw" 2> /dev/null
 dw+=("$(dp_wait "$dpw" --nproc 2)" "$(dp_wait "$dpw" --nproc 1)" "$(dp_wait "$dpw" --nproc 2 --threads "$(nproc)")" "$(dp_wait "$dpw" --nproc 2 --tp 2)")
 said=$(python3 -c "
 import sys

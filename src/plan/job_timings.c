@@ -22,8 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* A timing's value from the machine's cache under key (false: not measured here yet, which is then said on a terminal
- * unless what is NULL: a plan of a large model can take a minute of timings, and a silent minute looks like a hang). */
+/* A timing's value from the machine's cache under key (false: not measured here yet, which is then said on a terminal:
+ * a plan of a large model can take a minute of timings, and a silent minute looks like a hang). */
 typedef struct { double busy, cpu, t; } stamp; /* when a timing began: the machine's busy time, ours, the clock */
 
 /* The timings this process asked for (a hash of their keys, in order), whether any was measured here and whether any
@@ -42,7 +42,7 @@ static bool kept(const char *key, const char *what, double *v, stamp *at) {
         for (const char *c = key; *c; c++) asked = (asked ^ (unsigned char)*c) * 1099511628211ull;
     if (!fresh && dt_peak_lookup(key, v)) return read_here = true;
     measured_here = true;
-    if (what && isatty(STDERR_FILENO)) fprintf(stderr, "plan: timing %s on this machine (once: kept for the next plan)\n", what);
+    if (isatty(STDERR_FILENO)) fprintf(stderr, "plan: timing %s on this machine (once: kept for the next plan)\n", what);
     *at = (stamp){ dt_machine_busy(), dt_time_cpu_all(), dt_time_now() };
     return false;
 }
@@ -298,9 +298,9 @@ static void meet_at(meeting_place *p, int n) {
 }
 
 /* Seconds until n forked children have each run the Linear k times (0: one failed, or ran past 60 s and was killed); with
- * `meet`, they meet at its barrier after each time (as tensor parallelism's ranks at each allreduce), each adding up how
- * long it waited there and how long it worked before. */
-static double time_children(const linear_bufs *x, int n, int k, meeting_place *meet) {
+ * `meet`, they meet at its barrier after every `every` times (as tensor parallelism's ranks at each allreduce), each
+ * adding up how long it waited there and how long it worked before. */
+static double time_children(const linear_bufs *x, int n, int k, meeting_place *meet, int every) {
     pid_t pid[n];
     int made = 0, ok = 1;
     double t0 = dt_time_now();
@@ -309,13 +309,13 @@ static double time_children(const linear_bufs *x, int n, int k, meeting_place *m
         if ((pid[made] = fork()) < 0) break;
         if (pid[made] == 0) {
             if (meet) meet_at(meet, n); /* all started: forking them one by one is no wait of theirs */
+            double b = dt_time_now();
             for (int i = 0; i < k; i++) {
-                double b = dt_time_now();
                 linear_once(x);
-                if (!meet) continue;
+                if (!meet || (i + 1) % every) continue;
                 double w = dt_time_now();
                 meet_at(meet, n);
-                meet->busy[made] += w - b, meet->waited[made] += dt_time_now() - w;
+                meet->busy[made] += w - b, meet->waited[made] += (b = dt_time_now()) - w;
             }
             _exit(0);
         }
@@ -362,7 +362,7 @@ double dt_plan_time_shared(int M, int N, int K, dt_dtype lp, size_t work_floats,
         linear_once(&x);
         int k = (int)fmax(2, 0.25 / fmax(dt_time_now() - t0, 1e-4)); /* about a quarter of a second alone */
         for (; done < PAIRS; done++) {
-            double alone = time_children(&x, 1, k, NULL), shared = alone > 0 ? time_children(&x, procs, k, NULL) : 0;
+            double alone = time_children(&x, 1, k, NULL, 1), shared = alone > 0 ? time_children(&x, procs, k, NULL, 1) : 0;
             if (shared <= 0) break;
             ratio[done] = shared / (alone * procs / cores);
         }
@@ -376,19 +376,9 @@ double dt_plan_time_shared(int M, int N, int K, dt_dtype lp, size_t work_floats,
 
 /* Ranks that meet at every collective wait each time for the slowest of them: whatever slows one rank's share of the work
  * between two meetings (the VM, the other rank's use of the memory) holds up all. n one-thread children each run the job's
- * block Linear (forward and backward, about a quarter of a block's work, as tensor parallelism's four allreduces a block cut
- * it) and meet after each: the mean wait a child and meeting is what a meeting adds to the step (of two ranks, the one first
- * there waits the difference, the other nothing: half of it on average, as the later one's extra over the mean). On the
- * 2-core Zen 5, 124M bf16 TP 2 traced 0.33 ms an allreduce on one rank and 0.19 on the other, where the plan's
- * alpha-beta-gamma said 0.12. *share: the same waits over the work between the meetings, what ranks that meet less often
- * (data parallelism's, once a step) lose: on the 2-core Emerald Rapids guest 4-8% at 0.02-0.3 s between meetings alike
- * (cores whose speeds wander apart), where DDP 2's runs at T 32-64 were 6-14% over a plan without it. The median of three
- * runs of a third of a second (12 meetings at least), once a process for a rank count, shape and precision. */
-typedef struct { int n, m, o, k; dt_dtype prec; double s, share; } sync_seen;
-static sync_seen yseen[16];
-
-/* Three runs of meetings: the median wait a child and meeting, and of the waits over the work (0 and 0: not measured). */
-static void measure_meetings(int M, int N, int K, dt_dtype lp, size_t work_floats, int n, double *wait, double *share) {
+ * Linear (forward and backward) and meet after every `every` times: three runs of a third of a second (12 meetings at least),
+ * the medians of the mean wait a child and meeting and of the waits over the work between meetings (0 and 0: not measured). */
+static void measure_meetings(int M, int N, int K, dt_dtype lp, size_t work_floats, int n, double interval, double *wait, double *share) {
     enum { RUNS = 3 };
     linear_bufs x;
     double cost[RUNS], part[RUNS];
@@ -398,10 +388,11 @@ static void measure_meetings(int M, int N, int K, dt_dtype lp, size_t work_float
         dt_kernels_set_threads(1);
         double t0 = dt_time_now();
         linear_once(&x);
-        int meetings = (int)fmax(12, 0.33 / fmax(dt_time_now() - t0, 1e-5)); /* a third of a second, 12 at least */
+        double once = fmax(dt_time_now() - t0, 1e-5);
+        int every = (int)fmax(1, ceil(interval / once)), meetings = (int)fmax(12, 0.33 / (every * once));
         for (; done < RUNS; done++) {
             memset(meet, 0, sizeof *meet); /* no child is left: each run waits for all of them */
-            if (time_children(&x, n, meetings, meet) <= 0) break;
+            if (time_children(&x, n, meetings * every, meet, every) <= 0) break;
             double waited = 0, busy = 0;
             for (int r = 0; r < n; r++) waited += meet->waited[r], busy += meet->busy[r];
             cost[done] = waited / n / meetings, part[done] = busy > 0 ? waited / busy : 0;
@@ -413,27 +404,41 @@ static void measure_meetings(int M, int N, int K, dt_dtype lp, size_t work_float
     *wait = done == RUNS ? dt_median(cost, RUNS) : 0, *share = done == RUNS ? dt_median(part, RUNS) : 0;
 }
 
-double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats, int n, double *share) {
+/* A meeting's cost, by kind: the seconds each adds (meetings a Linear apart), or the waits over the work (20 ms or more of
+ * it apart); measured once a process for a kind, rank count, shape and precision, or read from the machine's cache. */
+enum { MEETING_WAIT, MEETING_SHARE };
+typedef struct { int kind, n, m, o, k; dt_dtype prec; double v; } sync_seen;
+static sync_seen yseen[16];
+
+static double meeting_timing(int kind, int M, int N, int K, dt_dtype lp, size_t work_floats, int n) {
     for (int i = 0; i < nyseen; i++)
-        if (yseen[i].n == n && yseen[i].m == M && yseen[i].o == N && yseen[i].k == K && yseen[i].prec == lp) {
-            *share = yseen[i].share;
-            return yseen[i].s;
-        }
-    char key[96], skey[112], what[160];
-    snprintf(key, sizeof key, "plan_meeting_n%d_%dx%dx%d_%s", n, M, N, K, dt_precision_name(lp));
-    snprintf(skey, sizeof skey, "%s_share", key);
-    snprintf(what, sizeof what, "%d ranks meeting at each collective", n);
-    double s = 0, sh = 0;
+        if (yseen[i].kind == kind && yseen[i].n == n && yseen[i].m == M && yseen[i].o == N && yseen[i].k == K && yseen[i].prec == lp) return yseen[i].v;
+    char key[96], what[160];
+    bool share = kind == MEETING_SHARE;
+    snprintf(key, sizeof key, "plan_%s_n%d_%dx%dx%d_%s", share ? "straggle" : "meeting", n, M, N, K, dt_precision_name(lp));
+    snprintf(what, sizeof what, share ? "%d ranks meeting once a step" : "%d ranks meeting at each collective", n);
+    double v = 0, other;
     stamp at;
-    bool have = kept(key, what, &s, &at); /* both asked, always: the timings' hash is the same measured or read */
-    if (!(kept(skey, have ? what : NULL, &sh, &at) && have)) {
-        measure_meetings(M, N, K, lp, work_floats, n, &s, &sh);
-        if (s > 0) keep(key, s, &at), keep(skey, sh, &at);
+    if (!kept(key, what, &v, &at)) {
+        measure_meetings(M, N, K, lp, work_floats, n, share ? 0.02 : 0, share ? &other : &v, share ? &v : &other);
+        if (v > 0) keep(key, v, &at);
     }
-    if (nyseen < 16) yseen[nyseen++] = (sync_seen){ n, M, N, K, lp, s, sh };
-    *share = sh;
-    return s;
+    if (nyseen < 16) yseen[nyseen++] = (sync_seen){ kind, n, M, N, K, lp, v };
+    return v;
 }
+
+/* Tensor parallelism's ranks meet at each of its allreduces, about a quarter of a block's work apart: the job's MLP Linear
+ * between meetings, and the mean wait a child and meeting is what a meeting adds to the step (of two ranks, the one first
+ * there waits the difference, the other nothing: half of it on average, as the later one's extra over the mean). On the
+ * 2-core Zen 5, 124M bf16 TP 2 traced 0.33 ms an allreduce on one rank and 0.19 on the other, where the plan's
+ * alpha-beta-gamma said 0.12. */
+double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats, int n) { return meeting_timing(MEETING_WAIT, M, N, K, lp, work_floats, n); }
+
+/* Data parallelism's ranks meet at a step's reductions, tens of milliseconds or more apart: the share of waiting over
+ * working with at least 20 ms between meetings (closer, the barrier's own cost would weigh). On the 2-core Emerald Rapids
+ * guest 4-8% at 0.02-0.3 s between meetings alike (cores whose speeds wander apart), where DDP 2's runs at T 32-64 were
+ * 6-14% over a plan without it. */
+double dt_plan_time_straggle(int M, int N, int K, dt_dtype lp, size_t work_floats, int n) { return meeting_timing(MEETING_SHARE, M, N, K, lp, work_floats, n); }
 
 /* Seconds a token of the 16-bit head's work besides its three GEMMs, on `threads` threads at M tokens here: the head timed as the
  * model runs it (its logits narrowed a chunk at a time by dt_matmul_forward_lp16, the loss over them, its backward computing the

@@ -30,8 +30,10 @@ static inline double dt_plan_gather(double bytes, int n, double alpha, double be
 double dt_plan_time_linear(int M, int N, int K, int threads, dt_dtype lp, size_t work_floats);
 /* procs one-thread ranks on `cores` cores: their Linear's time over procs / cores times one alone's, at least 1. */
 double dt_plan_time_shared(int M, int N, int K, dt_dtype lp, size_t work_floats, int procs, int cores);
-/* n ranks meeting after each Linear: seconds a meeting adds (0 if it could not be timed); *share: the waits over the work. */
-double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats, int n, double *share);
+/* n ranks meeting after each Linear: seconds a meeting adds (0 if it could not be timed). */
+double dt_plan_time_meeting(int M, int N, int K, dt_dtype lp, size_t work_floats, int n);
+/* n ranks meeting 20 ms or more of the Linear's work apart: their waits over their work (0 if it could not be timed). */
+double dt_plan_time_straggle(int M, int N, int K, dt_dtype lp, size_t work_floats, int n);
 /* Causal attention's FLOP/s on one thread over sequences of T positions (the rate at 1024 beyond it), heads of d
  * channels (0 if it could not run). */
 double dt_plan_time_attention(int T, int d);

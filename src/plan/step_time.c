@@ -451,7 +451,7 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
     double rowsb = tokens * c->channels * 4;
     /* and at each of them the wait for the slower rank, measured here where the ranks have a core each */
     double meeting = tp > 1 && h->attention_rate && local * o->threads <= cores && (double)F / tp * C <= 1e8
-                         ? dt_plan_time_meeting((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false), tp, &(double){ 0 })
+                         ? dt_plan_time_meeting((int)fmin(tokens, 4096), F / tp, C, j->precision, dt_gpt2_lp_work_floats(c, false), tp)
                          : 0;
     /* the mesh puts a tensor-parallel group inside a machine where it fits, a pipeline's stages next (pp outside tp): a
      * group of more ranks than a machine holds crosses the link between machines */
@@ -480,18 +480,17 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
 
 /* Data-parallel ranks meet at each step's reduction (at every bucket): a step lasts as long as the slowest rank's work, which
  * is above the mean rate the rest prices by the share of waiting over working that ranks meeting here measure (the job's
- * MLP Linear at up to 512 tokens between meetings; the share did not depend on how often they met). Where the ranks have a
- * core each on one machine and no model-parallel group meets in between (tensor parallelism's meetings are priced one by
- * one; a pipeline's, context and expert parallelism's are not). */
+ * MLP Linear at up to 512 tokens, 20 ms of it or more between meetings: the share did not depend on how often they met
+ * from 0.02 to 1 s apart). Where the ranks have a core each on one machine and no model-parallel group meets in between
+ * (tensor parallelism's meetings are priced one by one; a pipeline's, context and expert parallelism's are not). */
 static void dp_waits(const step_ctx *x, dt_plan_time *o) {
     const dt_plan_job *j = x->j;
     const dt_gpt2_config *c = &j->model;
     if (x->n <= 1 || x->tp > 1 || x->p > 1 || x->cp > 1 || x->ep > 1 || x->job->nodes > 1 || !x->h->attention_rate ||
         x->local * o->threads > x->cores)
         return;
-    double share = 0;
-    dt_plan_time_meeting((int)fmin(x->tokens, 512), dt_lm_config_resolve(c).ffn, c->channels, j->precision, dt_gpt2_lp_work_floats(c, false),
-                         x->n, &share);
+    double share = dt_plan_time_straggle((int)fmin(x->tokens, 512), dt_lm_config_resolve(c).ffn, c->channels, j->precision,
+                                         dt_gpt2_lp_work_floats(c, false), x->n);
     o->dp_waits = share * (o->matmul + o->attention + o->elementwise + o->optimizer);
 }
 
