@@ -243,6 +243,34 @@ dt_status dt_mailbox_put(dt_mailbox *m, const void *buf);
 dt_status dt_mailbox_get(dt_mailbox *m, const void **buf);
 void dt_mailbox_release(dt_mailbox *m);
 
+/* Peers (mpi_peers.c): tagged messages between the ranks of an MPI job
+ * that outlive a rank's death, for an actor-learner where a lost actor is
+ * named and left out rather than the job's end. No watchdog and no
+ * heartbeat ring here (the world's would end every rank): the caller
+ * decides when a silent peer is gone. The job needs Open MPI's `mpirun
+ * --enable-recovery`, without which mpirun itself ends the job at a death.
+ * A message is posted and then tested until it is done; one to or from a
+ * rank that is gone is dropped (its buffer must live until the process
+ * ends). Destroy finalizes MPI unless a rank was said lost: Open MPI's
+ * MPI_Finalize waits for a dead rank forever. */
+typedef struct dt_peers dt_peers;
+typedef struct dt_peer_msg dt_peer_msg;
+/* MPI started (or joined) for this process; DT_ERR_ARG where it was not launched by MPI or the build has none. */
+dt_status dt_peers_create(dt_peers **out);
+void dt_peers_destroy(dt_peers *p);
+/* Some rank of the job is gone (or may be): destroy leaves MPI unfinalized. */
+void dt_peers_lost(dt_peers *p);
+int dt_peers_rank(const dt_peers *p);
+int dt_peers_size(const dt_peers *p);
+dt_status dt_peers_send(dt_peers *p, int peer, int tag, const void *buf, size_t bytes, dt_peer_msg **out);
+dt_status dt_peers_recv(dt_peers *p, int peer, int tag, void *buf, size_t bytes, dt_peer_msg **out);
+/* A message sent and forgotten (buf must live until the process ends: it is not copied). */
+void dt_peers_say(dt_peers *p, int peer, int tag, const void *buf, size_t bytes);
+/* 1: done (and *m freed, set NULL), 0: still pending; a NULL *m is done. A failure is said and counts as done. */
+int dt_peers_done(dt_peer_msg **m);
+/* A pending message abandoned (a receive cancelled, a send forgotten); *m set NULL. */
+void dt_peers_drop(dt_peer_msg **m);
+
 /* Local launch: fork n copies of argv[0..] wired over shared memory, watch
  * them, and return the job's exit code (0 when every rank exited 0). A rank
  * that dies makes the others fail within a second; the launcher names it. */

@@ -210,6 +210,8 @@ typedef struct {
     const dt_env_bridge_config *bridge; /* a "gym:" environment's workers (NULL: the defaults) */
     /* IMPALA's (num_envs split over the actors; num_steps: an actor's unroll; minibatches x epochs over each batch) */
     int actors;           /* actor processes */
+    dt_peers *peers; /* the actors are the other ranks of this MPI job (mpi_peers: NULL, processes it starts) */
+    double actor_timeout; /* seconds an actor on another machine (peers) may be silent before it is counted gone */
     int refresh;          /* learner updates between weight publications */
     int sync;             /* deterministic batches (above) */
     float rho_bar, c_bar; /* V-trace's truncations */
@@ -270,6 +272,11 @@ void dt_mc_returns(int T, int B, float gamma, const float *rewards, const uint8_
 /* Actor index's life (what `dtrain rl actor I` runs, fds 3 and 4 from the learner): 0 when the learner closed its
  * end, 1 after an error (said on stderr). */
 int dt_rl_actor_main(int index);
+/* An actor on another machine: rank r > 0 of an MPI job whose rank 0 runs dt_impala_run with c->peers, acting as actor
+ * r - 1 (the learner sends the settings). 0 once the learner ended the run or went silent, 1 after an error. */
+int dt_rl_actor_remote_main(dt_peers *peers);
+/* The learner's (rank 0's) run ended in an error: every actor rank told, whatever it waits for, and none finalizes MPI. */
+void dt_rl_actors_abandon(dt_peers *peers);
 
 /* V-trace (Espeholt et al. 2018, eq. 1, and the policy gradient's advantage of its section 4.2) over B columns of T
  * steps, each array [T][B] (values [T+1][B]: row T is the bootstrap, the value of the observation after the last

@@ -10,7 +10,7 @@
 static const dt_cli_flag flags[] = {
     { "--env", "an environment: cartpole, acrobot, mountaincar, pendulum, lunarlander, lunarlander-continuous (or Gymnasium's id), or gym:ID" },
     { "--python", "a Python interpreter that has gymnasium" }, { "--env-workers", "a whole number of processes from 1 to 1024" },
-    { "--algo", "ppo, impala or reinforce" }, { "--actors", "a whole number of actor processes from 1 to 256" },
+    { "--algo", "ppo, impala or reinforce" }, { "--actors", "a whole number of actor processes from 1 to 256" }, { "--actor-timeout", "seconds from 0.1 to 1e6" },
     { "--refresh", "a whole number of updates from 1 to 1e6" }, { "--sync", "" }, { "--rho-bar", "a number above 0 and at most 1e6" },
     { "--c-bar", "a number above 0 and at most 1e6" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--total-steps", "a whole number of env steps from 1 to 1e12" },
@@ -80,7 +80,10 @@ static void usage(void) {
            "--refresh 1 updates, which the actors take at their next rollout. Asynchronous: an update takes the first rollouts\n"
            "ready; --sync: each actor's next in turn, rollout r acting with the weights of update floor(r / refresh) x refresh,\n"
            "so the run is the same whatever the number of actors. An actor that dies is named and the learner goes on with\n"
-           "the others; the actors end with the learner. Other settings as PPO's (the value loss is not clipped; --clip,\n"
+           "the others; the actors end with the learner. Actors on other machines: mpirun --enable-recovery -np N+1 dtrain rl\n"
+           "--algo impala ...: rank 0 learns, every other rank is one actor (--actors N, the default), messages over MPI; an\n"
+           "actor or the learner silent for --actor-timeout 10 seconds counts as gone (Open MPI's messages to a dead rank\n"
+           "never fail) and the run goes on without it, or the actors end. Other settings as PPO's (the value loss is not clipped; --clip,\n"
            "--gae-lambda and --no-clip-vloss are PPO's and refused here). The metrics add policy_lag (updates between the weights a rollout acted with and the\n"
            "learner's); approx_kl and clipfrac there are the learner's policy against the actors' and the fraction of\n"
            "importance weights truncated at --rho-bar.\n"
@@ -239,7 +242,7 @@ static int rl_number(const char *f, const char *v, dt_rl_config *c, rl_cli *x) {
         { "--vf-coef", 0, 100, 0, &c->vf_coef, 'f' }, { "--max-grad-norm", 0, 1e6, 0, &c->max_grad_norm, 'f' },
         { "--hidden", 1, 4096, 1, &c->hidden, 'i' }, { "--print-every", 0, 1e6, 1, &c->print_every, 'i' },
         { "--threads", 1, 256, 1, &x->threads, 'i' }, { "--async", 1, 256, 1, &c->async_threads, 'i' },
-        { "--async-batch", 1, 65536, 1, &c->async_batch, 'i' },
+        { "--async-batch", 1, 65536, 1, &c->async_batch, 'i' }, { "--actor-timeout", 0.1, 1e6, 0, &c->actor_timeout, 'd' },
     };
     return dt_cli_number_flag(nums, sizeof nums / sizeof nums[0], f, v);
 }
@@ -277,7 +280,8 @@ static int rl_parse(int argc, char **argv, dt_rl_config *c, dt_env_bridge_config
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
         if (!strcmp(f, "--no-clip-vloss") || !strcmp(f, "--clip") || !strcmp(f, "--gae-lambda")) x->ppo_flag = f;
         if (!strcmp(f, "--async") || !strcmp(f, "--async-batch")) x->async_flag = f;
-        if (!strcmp(f, "--sync") || !strcmp(f, "--actors") || !strcmp(f, "--refresh") || !strcmp(f, "--rho-bar") || !strcmp(f, "--c-bar"))
+        if (!strcmp(f, "--sync") || !strcmp(f, "--actors") || !strcmp(f, "--refresh") || !strcmp(f, "--rho-bar") || !strcmp(f, "--c-bar") ||
+            !strcmp(f, "--actor-timeout"))
             x->impala_flag = f;
         if (rl_switch(f, c) == 1) continue;
         int r = !v ? 0 : rl_number(f, v, c, x);
@@ -288,6 +292,51 @@ static int rl_parse(int argc, char **argv, dt_rl_config *c, dt_env_bridge_config
     return -1;
 }
 
+/* The run on this rank's share (w NULL: alone), its report and last line from the lead rank. */
+static int run_rl(int argc, char **argv, dt_rl_config *c, const rl_cli *x, dt_comm *w, int lead, int ranks) {
+    char metrics[4096], policy[4096];
+    dt_rl_result r;
+    double t0 = dt_time_now();
+    /* every rank points its files into the report's directory (only rank 0 writes them) */
+    const char *report = x->report;
+    dt_status st = report ? dt_rl_report_prepare(report, c, metrics, policy, sizeof metrics) : DT_OK;
+    if (!st) st = dt_rl_run(c, w, NULL, NULL, &r);
+    if (!st && report && lead) st = dt_rl_report_write(report, c, &r, ranks, argc, argv, dt_time_now() - t0);
+    if (st) dt_log(DT_LOG_ERROR, "rl: %s", dt_last_error());
+    else if (lead)
+        printf("done: %lld env steps in %d updates, %d episodes, mean return of the last 100 %.2f, %.0f env steps/s%s%s%s%s\n",
+               (long long)r.env_steps, r.updates, r.episodes, r.mean_return, r.steps_per_s, c->save ? "; saved " : "",
+               c->save ? c->save : "", report ? "; report " : "", report ? report : "");
+    return st ? 1 : 0;
+}
+
+/* IMPALA under mpirun: rank 0 learns, each other rank is an actor, messages that outlive a lost actor (dt_peers) in place
+ * of the world, whose watchdog would end every rank at the first death. */
+static int impala_job(int argc, char **argv, dt_rl_config *c, const rl_cli *x) {
+    dt_peers *p;
+    if (dt_peers_create(&p)) { dt_log(DT_LOG_ERROR, "rl: %s", dt_last_error()); return 1; }
+    int rank = dt_peers_rank(p), ranks = dt_peers_size(p), given = 0, rc;
+    dt_log_set_rank(ranks > 1 ? rank : -1);
+    for (int i = 1; i < argc; i++) given |= !strcmp(argv[i], "--actors");
+    if (!given) c->actors = ranks - 1;
+    if (ranks < 2 || c->actors != ranks - 1) { /* every rank refuses alike: none waits for another */
+        if (rank == 0)
+            dt_log(DT_LOG_ERROR, "rl: --algo impala under mpirun: rank 0 learns and every other rank is one actor, so the job "
+                   "needs %s%d ranks%s, not %d", given ? "--actors + 1 = " : "", given ? c->actors + 1 : 2, given ? "" : " or more", ranks);
+        rc = 2;
+    } else if (rank > 0) {
+        dt_kernels_set_threads(x->threads);
+        rc = dt_rl_actor_remote_main(p);
+    } else {
+        dt_kernels_set_threads(x->threads);
+        c->peers = p;
+        rc = run_rl(argc, argv, c, x, NULL, 1, 1);
+        if (rc) dt_rl_actors_abandon(p);
+    }
+    dt_peers_destroy(p);
+    return rc;
+}
+
 int dt_cli_rl(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "eval")) return eval(argc - 1, argv + 1);
     if (argc == 3 && !strcmp(argv[1], "actor")) return dt_rl_actor_main(atoi(argv[2])); /* started by the learner */
@@ -295,28 +344,17 @@ int dt_cli_rl(int argc, char **argv) {
     dt_env_bridge_config bridge = { 0 };
     set_defaults(argc, argv, &c, &bridge);
     rl_cli x = { .nproc = 1, .threads = 1 };
-    char metrics[4096], policy[4096];
     int rc = rl_parse(argc, argv, &c, &bridge, &x);
     if (rc >= 0) return rc;
     if ((rc = algo_combination(&c, x.nproc, x.impala_flag, x.ppo_flag, x.async_flag))) return rc;
+    dt_launch_kind kind;
+    if (c.algo == DT_RL_IMPALA && !dt_comm_detect_launch(&kind) && kind == DT_LAUNCH_MPI) return impala_job(argc, argv, &c, &x);
     dt_comm *w;
     int launched;
     rc = dt_cli_join("rl", "", x.nproc, -1, argv, &w, &launched);
     if (rc || launched >= 0) return rc ? rc : launched;
     dt_kernels_set_threads(x.threads);
-    dt_rl_result r;
-    int lead = !w || dt_comm_rank(w) == 0;
-    double t0 = dt_time_now();
-    /* every rank points its files into the report's directory (only rank 0 writes them) */
-    const char *report = x.report;
-    dt_status st = report ? dt_rl_report_prepare(report, &c, metrics, policy, sizeof metrics) : DT_OK;
-    if (!st) st = dt_rl_run(&c, w, NULL, NULL, &r);
-    if (!st && report && lead) st = dt_rl_report_write(report, &c, &r, w ? dt_comm_size(w) : 1, argc, argv, dt_time_now() - t0);
-    if (st) dt_log(DT_LOG_ERROR, "rl: %s", dt_last_error());
-    else if (lead)
-        printf("done: %lld env steps in %d updates, %d episodes, mean return of the last 100 %.2f, %.0f env steps/s%s%s%s%s\n",
-               (long long)r.env_steps, r.updates, r.episodes, r.mean_return, r.steps_per_s, c.save ? "; saved " : "",
-               c.save ? c.save : "", report ? "; report " : "", report ? report : "");
+    rc = run_rl(argc, argv, &c, &x, w, !w || dt_comm_rank(w) == 0, w ? dt_comm_size(w) : 1);
     dt_comm_destroy(w);
-    return st ? 1 : 0;
+    return rc;
 }

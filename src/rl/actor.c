@@ -17,6 +17,8 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MEM_FD 3
@@ -27,10 +29,68 @@ typedef struct {
     int index, free_slots, next;
     dt_policy *pol;
     int64_t have;  /* the version of the weights the policy holds */
+    /* on another machine (rank index + 1 of an MPI job): the learner's control byte and weights posted, the slots' sends */
+    dt_peers *peers;
+    dt_peer_msg *ctl_in, *w_in, *out[DT_ACTOR_SLOTS];
+    char ctl, host[DT_ACTOR_HOST];
+    float *wbuf;          /* [version (int64)][parameters] */
+    double heard, said;
+    int ended;            /* the learner ended the run or fell silent: every later hearing says so again */
 } actor;
+
+/* The learner's weights that arrived, where refresh reads them (this process alone writes them: no one to lock out). */
+static int take_weights(actor *a) {
+    dt_actor_shared *h = a->h;
+    int64_t v;
+    memcpy(&v, a->wbuf, sizeof v);
+    memcpy((char *)h + h->weights_off, a->wbuf + 2, sizeof(float) * h->nparams);
+    atomic_store_explicit(&h->version, v, memory_order_release);
+    return dt_peers_recv(a->peers, 0, DT_ACTOR_TAG_WEIGHTS, a->wbuf, sizeof v + sizeof(float) * h->nparams, &a->w_in) ? -1 : 1;
+}
+
+/* hear's for an actor on another machine: the learner's messages tested, a heartbeat each second, its silence the end. */
+static int hear_remote(actor *a, int wait) {
+    static const char beat = DT_ACTOR_HEARTBEAT;
+    int asked = 0;
+    while (!a->ended) {
+        double now = dt_time_now();
+        int got = 0;
+        if (a->w_in && dt_peers_done(&a->w_in)) {
+            a->heard = now;
+            if ((got = take_weights(a)) < 0) { a->ended = 1; return -1; }
+        }
+        while (a->ctl_in && dt_peers_done(&a->ctl_in)) {
+            a->heard = now;
+            if (a->ctl == DT_ACTOR_END || a->ctl == DT_ACTOR_END_LOST) {
+                if (a->ctl == DT_ACTOR_END_LOST) dt_peers_lost(a->peers);
+                a->ended = 1;
+                return -1;
+            }
+            if (a->ctl == DT_ACTOR_FREE) a->free_slots++, got = 1;
+            if (dt_peers_recv(a->peers, 0, DT_ACTOR_TAG_CTL, &a->ctl, 1, &a->ctl_in)) { a->ended = 1; return -1; }
+        }
+        if (got) return 1;
+        if (wait && (!asked || now - a->said >= 0.1)) { /* the learner writes only in reply (actors_remote.c): a wait asks */
+            asked = 1;
+            dt_peers_say(a->peers, 0, DT_ACTOR_TAG_CTL, &beat, 1);
+            a->said = now;
+        }
+        if (now - a->heard > a->h->timeout) {
+            dt_log(DT_LOG_WARN, "impala actor %d: the learner (rank 0) has been silent for %.0f s: this actor ends", a->index,
+                   a->h->timeout);
+            dt_peers_lost(a->peers);
+            a->ended = 1;
+            return -1;
+        }
+        if (!wait) return 0;
+        nanosleep(&(struct timespec){ 0, 200000 }, NULL);
+    }
+    return -1;
+}
 
 /* One message from the learner (waiting for it when wait): 1 read, 0 none (not waiting), -1 the learner is gone. */
 static int hear(actor *a, int wait) {
+    if (a->peers) return hear_remote(a, wait);
     char c;
     ssize_t k;
     while ((k = recv(SOCK_FD, &c, 1, wait ? 0 : MSG_DONTWAIT)) < 0 && errno == EINTR) {}
@@ -75,6 +135,10 @@ static int ready_for(actor *a, int64_t r) {
     while (hear(a, 0) > 0) {}
     while (a->free_slots == 0)
         if (hear(a, 1) < 0) return -1;
+    while (a->peers && !dt_peers_done(&a->out[a->next])) { /* the learner freed it, so it has it: the send ends now */
+        if (hear(a, 0) < 0) return -1;
+        nanosleep(&(struct timespec){ 0, 100000 }, NULL);
+    }
     int64_t need = a->h->sync ? r / a->h->refresh * a->h->refresh : 0;
     while (atomic_load_explicit(&a->h->version, memory_order_acquire) < need)
         if (hear(a, 1) < 0) return -1;
@@ -103,6 +167,28 @@ static dt_status fill(actor *a, dt_rollout *ro, int64_t r) {
     return DT_OK;
 }
 
+/* 'R' to the learner (on another machine: its host's name); DT_ERR_PEER: the learner is gone, nothing to say. */
+static dt_status say_ready(actor *a) {
+    if (a->peers) {
+        gethostname(a->host, sizeof a->host - 1);
+        dt_peers_say(a->peers, 0, DT_ACTOR_TAG_READY, a->host, sizeof a->host);
+        return DT_OK;
+    }
+    char ok = DT_ACTOR_READY;
+    return send(SOCK_FD, &ok, 1, MSG_NOSIGNAL) == 1 ? DT_OK : DT_ERR_PEER;
+}
+
+/* The slot just filled, told (on another machine: sent whole); -1: the learner is gone. */
+static int say_full(actor *a) {
+    if (!a->peers) {
+        char s = (char)a->next;
+        return send(SOCK_FD, &s, 1, MSG_NOSIGNAL) == 1 ? 0 : -1;
+    }
+    dt_actor_shared *h = a->h;
+    return dt_peers_send(a->peers, 0, DT_ACTOR_TAG_SLOT + a->next, dt_actor_slot_at(h, a->index, a->next), h->slot_bytes,
+                         &a->out[a->next]) ? -1 : 0;
+}
+
 static dt_status run(actor *a) {
     dt_actor_shared *h = a->h;
     dt_env_bridge_config bridge = { .python = h->python[0] ? h->python : NULL, .workers = h->workers };
@@ -121,13 +207,11 @@ static dt_status run(actor *a) {
                         : dt_rollout_init(&ro, &c, pool, a->pol, a->index * h->n, h->T);
     int64_t r0 = 0;
     if (!st && h->start_off) st = start_from(a, &ro, &r0);
-    char ok = DT_ACTOR_READY;
-    if (!st && send(SOCK_FD, &ok, 1, MSG_NOSIGNAL) != 1) st = DT_ERR_PEER; /* the learner is gone: nothing to say */
+    if (!st) st = say_ready(a);
     for (int64_t r = r0; !st; r++) {
         if (ready_for(a, r)) break;
         if ((st = fill(a, &ro, r))) break;
-        char s = (char)a->next;
-        if (send(SOCK_FD, &s, 1, MSG_NOSIGNAL) != 1) break;
+        if (say_full(a)) break;
         a->free_slots--;
         a->next = (a->next + 1) % DT_ACTOR_SLOTS;
     }
@@ -155,5 +239,73 @@ int dt_rl_actor_main(int index) {
     dt_status st = run(&a);
     if (st) dt_log(DT_LOG_ERROR, "impala actor %d: %s", index, dt_last_error());
     munmap(p, h->total);
+    return st ? 1 : 0;
+}
+
+/* The learner's message of `bytes` on tag, waited for up to limit seconds while its control bytes are heard (its end
+ * before the run began is the error). */
+static dt_status await_learner(actor *a, int tag, void *buf, size_t bytes, double limit, const char *what) {
+    dt_peer_msg *m = NULL;
+    dt_status st = dt_peers_recv(a->peers, 0, tag, buf, bytes, &m);
+    for (double t0 = dt_time_now(); !st && !dt_peers_done(&m);) {
+        while (!st && a->ctl_in && dt_peers_done(&a->ctl_in)) {
+            if (a->ctl == DT_ACTOR_END || a->ctl == DT_ACTOR_END_LOST)
+                st = dt_error(DT_ERR_PEER, "impala actor %d: the learner (rank 0) ended before the run began (its error is there)",
+                              a->index);
+            else st = dt_peers_recv(a->peers, 0, DT_ACTOR_TAG_CTL, &a->ctl, 1, &a->ctl_in);
+        }
+        if (!st && dt_time_now() - t0 > limit)
+            st = dt_error(DT_ERR_PEER, "impala actor %d: no %s from the learner (rank 0) within %.0f s", a->index, what, limit);
+        if (!st) nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+    }
+    if (st) {
+        dt_peers_drop(&m);
+        dt_peers_lost(a->peers);
+    }
+    return st;
+}
+
+/* The settings the learner sends, in memory laid out as the local actors' shared memory is. */
+static dt_status remote_settings(actor *a) {
+    dt_actor_shared hd;
+    dt_status st = dt_peers_recv(a->peers, 0, DT_ACTOR_TAG_CTL, &a->ctl, 1, &a->ctl_in);
+    if (!st) st = await_learner(a, DT_ACTOR_TAG_HEADER, &hd, sizeof hd, 120, "settings");
+    if (st) return st;
+    if (hd.magic != DT_ACTOR_MAGIC || hd.total < sizeof hd || a->index >= hd.actors)
+        return dt_error(DT_ERR_MISMATCH, "impala actor %d (rank %d): the learner's settings are not what this build lays out, or it "
+                        "has fewer actors", a->index, a->index + 1);
+    if (!(a->h = calloc(1, hd.total)) || !(a->wbuf = malloc(sizeof(int64_t) + sizeof(float) * hd.nparams)))
+        return dt_error(DT_ERR_NOMEM, "impala actor %d: %zu bytes for the settings and slots", a->index, (size_t)hd.total);
+    memcpy(a->h, &hd, sizeof hd);
+    atomic_store(&a->h->version, -1);
+    if (hd.start_off)
+        st = await_learner(a, DT_ACTOR_TAG_START, dt_actor_start_at(a->h, a->index),
+                           2 * sizeof(int64_t) + (size_t)hd.n * hd.env_rec * sizeof(double), 120, "starting point");
+    if (!st) st = dt_peers_recv(a->peers, 0, DT_ACTOR_TAG_WEIGHTS, a->wbuf, sizeof(int64_t) + sizeof(float) * hd.nparams, &a->w_in);
+    return st;
+}
+
+int dt_rl_actor_remote_main(dt_peers *peers) {
+    static const char failed = DT_ACTOR_FAILED;
+    actor a = { .index = dt_peers_rank(peers) - 1, .free_slots = DT_ACTOR_SLOTS, .have = -1, .peers = peers };
+    dt_kernels_set_threads(1); /* as a local actor: the batches are small */
+    dt_status st = remote_settings(&a);
+    a.heard = a.said = dt_time_now();
+    if (!st) st = run(&a);
+    if (st) {
+        dt_log(DT_LOG_ERROR, "rl: %s", dt_last_error());
+        dt_peers_say(peers, 0, DT_ACTOR_TAG_CTL, &failed, 1);
+        dt_peers_lost(peers); /* the learner may end before this rank's goodbye lands */
+    }
+    dt_peers_drop(&a.ctl_in);
+    dt_peers_drop(&a.w_in);
+    free(a.wbuf);
+    int sent = 1; /* a slot still in flight keeps its memory (the send may still read it) */
+    for (int s = 0; s < DT_ACTOR_SLOTS; s++) {
+        for (double t0 = dt_time_now(); !dt_peers_done(&a.out[s]) && dt_time_now() - t0 < 1.0;)
+            nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+        if (a.out[s]) sent = 0, dt_peers_drop(&a.out[s]);
+    }
+    if (sent) free(a.h);
     return st ? 1 : 0;
 }

@@ -4,11 +4,10 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "actors.h"
+#include "actors_internal.h"
 #include "rollout.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -22,35 +21,30 @@
 
 #define READY_MS 120000 /* an actor's start: a bridged environment imports gymnasium first */
 
-typedef struct {
-    int pid, fd;  /* fd -1: gone */
-    int full;    /* slots it said are full, not yet taken */
-    int next;    /* the slot take gives next: an actor fills its slots in turn, the learner takes and frees them in turn */
-} actor;
-
-struct dt_rl_actors {
-    dt_actor_shared *h;
-    int na, live, last;
-    actor *a;
-    struct pollfd *p; /* take's, one an actor */
-};
-
 int dt_rl_actors_count(const dt_rl_actors *a) { return a->na; }
-int dt_rl_actors_alive(const dt_rl_actors *a, int i) { return a->a[i].fd >= 0; }
+int dt_rl_actors_alive(const dt_rl_actors *a, int i) { return a->a[i].alive; }
 int dt_rl_actors_live(const dt_rl_actors *a) { return a->live; }
 dt_actor_shared *dt_rl_actors_shared(dt_rl_actors *a) { return a->h; }
 
-/* Actor i is gone: said, reaped, left out. */
-static void lost(dt_rl_actors *a, int i) {
+/* Actor i is gone: said, reaped (a local one), left out. why: a remote one's (silent: for the timeout). */
+static void lost(dt_rl_actors *a, int i, const char *why) {
     actor *x = &a->a[i];
-    char how[96];
-    int pid = x->pid;
-    if (dt_child_reap(pid, 1.0, how, sizeof how)) x->pid = 0; /* reaped: nothing for destroy to wait for */
-    close(x->fd);
-    x->fd = -1;
+    char how[128], who[128];
+    if (a->peers) {
+        snprintf(who, sizeof who, "rank %d on %s", i + 1, x->host[0] ? x->host : "its machine");
+        if (!strcmp(why, "silent")) snprintf(how, sizeof how, "has been silent for %.0f s", a->timeout);
+        else snprintf(how, sizeof how, "%s", why);
+        dt_actors_remote_forget(a, i);
+    } else {
+        snprintf(who, sizeof who, "pid %d", x->pid);
+        if (dt_child_reap(x->pid, 1.0, how, sizeof how)) x->pid = 0; /* reaped: nothing for destroy to wait for */
+        close(x->fd);
+        x->fd = -1;
+    }
+    x->alive = 0;
     a->live--;
-    dt_log(DT_LOG_WARN, "impala: actor %d (pid %d, environments %d-%d) %s; the learner goes on with %d of %d actors", i,
-           pid, i * a->h->n, (i + 1) * a->h->n - 1, how, a->live, a->na);
+    dt_log(DT_LOG_WARN, "impala: actor %d (%s, environments %d-%d) %s; the learner goes on with %d of %d actors", i, who,
+           i * a->h->n, (i + 1) * a->h->n - 1, how, a->live, a->na);
 }
 
 static dt_status start(dt_rl_actors *a, int i, int mfd, const char *exe) {
@@ -66,7 +60,7 @@ static dt_status start(dt_rl_actors *a, int i, int mfd, const char *exe) {
         close(sv[0]);
         return dt_error(DT_ERR_SYS, "impala: %s", dt_last_error());
     }
-    a->a[i] = (actor){ .pid = pid, .fd = sv[0] };
+    a->a[i] = (actor){ .alive = 1, .pid = pid, .fd = sv[0] };
     a->live++;
     return DT_OK;
 }
@@ -110,7 +104,7 @@ static dt_status map_shared(dt_rl_actors *a, const dt_rl_config *c, const dt_env
                             .n = c->num_envs / c->actors, .T = c->num_steps, .od = in->obs_dim, .ad = in->act_dim, .K = K,
                             .hidden = c->hidden, .continuous = !in->actions, .norm_obs = c->norm_obs,
                             .norm_reward = c->norm_reward, .trunc_as_term = c->trunc_as_term, .sync = c->sync,
-                            .refresh = c->refresh, .keep_state = keep_state, .async_threads = c->async_threads,
+                            .refresh = c->refresh, .timeout = c->actor_timeout > 0 ? c->actor_timeout : 10, .keep_state = keep_state, .async_threads = c->async_threads,
                             .gamma = c->gamma, .seed = c->seed,
                             .env_rec = erec, .nparams = nparams, .slot_bytes = slot, .weights_off = woff, .slots_off = soff,
                             .start_off = start_off, .total = total };
@@ -148,13 +142,16 @@ dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int 
     }
     a->na = c->actors;
     a->last = -1;
+    a->peers = c->peers;
+    a->timeout = c->actor_timeout > 0 ? c->actor_timeout : 10;
     for (int i = 0; i < a->na; i++) a->a[i].fd = -1;
     int mfd = -1;
     dt_status st = map_shared(a, c, in, K, nparams, keep_state, start_at != NULL, &mfd);
     if (!st && start_at) put_starts(a->h, start_at);
-    for (int i = 0; !st && i < a->na; i++) st = start(a, i, mfd, exe);
+    if (!st && a->peers) st = dt_actors_remote_start(a);
+    for (int i = 0; !st && !a->peers && i < a->na; i++) st = start(a, i, mfd, exe);
     if (mfd >= 0) close(mfd);
-    if (!st) st = await_ready(a);
+    if (!st && !a->peers) st = await_ready(a);
     if (st) dt_rl_actors_destroy(a);
     else *out = a;
     return st;
@@ -162,6 +159,7 @@ dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int 
 
 void dt_rl_actors_destroy(dt_rl_actors *a) {
     if (!a) return;
+    if (a->peers && a->h) dt_actors_remote_end(a);
     for (int i = 0; i < a->na; i++)
         if (a->a[i].fd >= 0) close(a->a[i].fd);
     double end = dt_time_now() + 1.0;
@@ -180,7 +178,8 @@ void dt_rl_actors_destroy(dt_rl_actors *a) {
 
 /* A message to every live actor (one that is gone is found by take). */
 static void tell(dt_rl_actors *a, int i, char c) {
-    if (a->a[i].fd >= 0) (void)!send(a->a[i].fd, &c, 1, MSG_NOSIGNAL);
+    if (a->peers) dt_actors_remote_tell(a, i, c);
+    else if (a->a[i].alive) (void)!send(a->a[i].fd, &c, 1, MSG_NOSIGNAL);
 }
 
 void dt_rl_actors_publish(dt_rl_actors *a, const float *params, int64_t version) {
@@ -191,7 +190,9 @@ void dt_rl_actors_publish(dt_rl_actors *a, const float *params, int64_t version)
     memcpy((char *)h + h->weights_off, params, sizeof(float) * h->nparams);
     atomic_store_explicit(&h->version, version, memory_order_relaxed);
     atomic_store_explicit(&h->seq, s + 2, memory_order_release);
-    for (int i = 0; i < a->na; i++) tell(a, i, DT_ACTOR_WEIGHTS);
+    if (a->peers) dt_actors_remote_publish(a);
+    else
+        for (int i = 0; i < a->na; i++) tell(a, i, DT_ACTOR_WEIGHTS);
 }
 
 /* What actor i said since the last read (slot messages), without waiting; 0, or -1 once it is gone. */
@@ -219,20 +220,29 @@ dt_status dt_rl_actors_take(dt_rl_actors *a, int want, int *who, dt_actor_slot *
     dt_status st = DT_OK;
     for (;;) {
         if (!a->live) { st = dt_error(DT_ERR_PEER, "impala: every actor is gone (said above)"); break; }
-        if (want >= 0 && a->a[want].fd < 0) break;
+        if (want >= 0 && !a->a[want].alive) break;
         int pick = -1;
         for (int k = 0; k < a->na && pick < 0; k++) {
             int i = want >= 0 ? want : (a->last + 1 + k) % a->na;
-            if (a->a[i].fd >= 0 && a->a[i].full > 0) pick = i;
+            if (a->a[i].alive && a->a[i].full > 0) pick = i;
             if (want >= 0) break;
         }
         if (pick >= 0) { *slot = give(a, pick, who); break; }
+        if (a->peers) { dt_actors_remote_wait(a, lost); continue; }
         for (int i = 0; i < a->na; i++) p[i] = (struct pollfd){ (want < 0 || i == want) ? a->a[i].fd : -1, POLLIN, 0 };
         if (poll(p, (nfds_t)a->na, 1000) < 0 && errno != EINTR) { st = dt_error(DT_ERR_SYS, "impala: poll: %s", strerror(errno)); break; }
         for (int i = 0; i < a->na; i++)
-            if (p[i].fd >= 0 && p[i].revents && hear(a, i) < 0) lost(a, i);
+            if (p[i].fd >= 0 && p[i].revents && hear(a, i) < 0) lost(a, i, NULL);
     }
     return st;
 }
 
-void dt_rl_actors_release(dt_rl_actors *a, int i) { tell(a, i, DT_ACTOR_FREE); }
+void dt_rl_actors_release(dt_rl_actors *a, int i) {
+    if (a->peers && a->a[i].alive) { /* the slot given last: its receive posted again before the actor hears it is free */
+        int s = (a->a[i].next + DT_ACTOR_SLOTS - 1) % DT_ACTOR_SLOTS;
+        a->a[i].done[s] = 0;
+        if (dt_peers_recv(a->peers, i + 1, DT_ACTOR_TAG_SLOT + s, dt_actor_slot_at(a->h, i, s), a->h->slot_bytes, &a->a[i].slot_in[s]))
+            return; /* never freed: the actor falls silent and is counted gone */
+    }
+    tell(a, i, DT_ACTOR_FREE);
+}

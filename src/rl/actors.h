@@ -21,6 +21,18 @@
 #define DT_ACTOR_READY 'R'
 #define DT_ACTOR_WEIGHTS 'W'
 #define DT_ACTOR_FREE 'F'
+/* Actors on other machines (the other ranks of an MPI job, dt_peers) have no shared memory: the learner sends each its
+ * copy of the header (and a resumed run's start), then weights as [version (int64)][parameters]; an actor sends a
+ * ready message (its host's name), then each full slot's bytes, tag DT_ACTOR_TAG_SLOT + s. Control bytes (tag CTL):
+ * the learner's F and W as above, a heartbeat H each second from both sides while they wait, the end (Q; q: a rank
+ * was lost, so nobody finalizes MPI) and an actor's E (it failed, its error said on its own stderr). */
+#define DT_ACTOR_HEARTBEAT 'H'
+#define DT_ACTOR_END 'Q'
+#define DT_ACTOR_END_LOST 'q'
+#define DT_ACTOR_FAILED 'E'
+enum { DT_ACTOR_TAG_CTL = 1, DT_ACTOR_TAG_HEADER, DT_ACTOR_TAG_START, DT_ACTOR_TAG_WEIGHTS, DT_ACTOR_TAG_READY,
+       DT_ACTOR_TAG_SLOT = 8 };
+#define DT_ACTOR_HOST 64 /* a ready message: the actor's host name */
 
 typedef struct {
     uint32_t magic;
@@ -30,6 +42,7 @@ typedef struct {
     int keep_state;            /* each slot carries the actor's environments after its rollout (a run state's: rl_state.h) */
     int async_threads, async_batch; /* an actor's asynchronous pool (0: a synchronous one) */
     float gamma;
+    double timeout;            /* actors on other machines: seconds either side may be silent before it counts as gone */
     uint64_t seed;
     size_t env_rec;            /* doubles an environment's state takes (DT_ENV_POOL_RECORD and its rollout's) */
     size_t nparams, slot_bytes, weights_off, slots_off, start_off, total; /* start_off: where actors start (0: at zero) */
