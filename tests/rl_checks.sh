@@ -88,6 +88,11 @@ refused_rl "--async under REINFORCE" "REINFORCE steps a synchronous one" --algo 
 refused_rl "--async-batch without --async" "give --async T" --async-batch 2
 refused_rl "a batch larger than a rank's environments" "--async-batch 3: a receive takes 1 to a rank's 2 environments" --envs 4 --nproc 2 --async 1 --async-batch 3
 refused_rl "fewer steps than one rollout" "less than one rollout" --total-steps 100
+# a part of a rollout left over: the run takes the whole ones (CleanRL's rule) and says so
+"$DTRAIN" rl --env cartpole --total-steps 2000 --print-every 0 > "$dir/part.out" 2> "$dir/part.err"
+grep -q "the run takes 3 of them, 1536 env steps" "$dir/part.err" && grep -q "^done: 1536 env steps in 3 updates" "$dir/part.out" &&
+    ok "--total-steps 2000 with rollouts of 512: said, and 1536 steps taken: $(grep -o 'ppo: .*' "$dir/part.err")" ||
+    fail "--total-steps 2000: $(cat "$dir/part.err" "$dir/part.out" | tail -2)"
 refused_rl "an algorithm dtrain lacks" "--algo dqn is not valid" --algo dqn
 refused_rl "a minibatch count that does not divide the rollout" "does not split into 3 minibatches" --minibatches 3
 # REINFORCE with a baseline: learns CartPole from whole episodes; rollouts shorter than an episode can be are warned of,

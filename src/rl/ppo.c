@@ -301,7 +301,7 @@ dt_status dt_ppo_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer after_
     ppo p = { 0 };
     dt_status st = setup(&p, c, comm);
     int64_t per_update = (int64_t)p.T * p.N;
-    int updates = st ? 0 : (int)(c->total_steps / per_update);
+    int updates = st ? 0 : dt_rl_whole_updates("ppo", c->total_steps, per_update, p.rank == 0);
     if (!st && updates < 1)
         st = dt_error(DT_ERR_ARG, "ppo: --total-steps %lld is less than one rollout (%d envs x %d steps)", (long long)c->total_steps,
                       p.N, p.T);

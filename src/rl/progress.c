@@ -53,3 +53,11 @@ void dt_rl_progress_update(dt_rl_progress *g, int u, int updates, int64_t steps,
     printf(" | %.0f steps/s\n", sps);
     fflush(stdout);
 }
+
+int dt_rl_whole_updates(const char *algo, int64_t total, int64_t per, int lead) {
+    int64_t n = total / per;
+    if (lead && n >= 1 && total % per)
+        dt_log(DT_LOG_WARN, "%s: --total-steps %lld is not a whole number of rollouts of %lld env steps: the run takes %lld "
+               "of them, %lld env steps", algo, (long long)total, (long long)per, (long long)n, (long long)(n * per));
+    return (int)n;
+}

@@ -18,6 +18,9 @@ typedef struct {
     int print_every;
 } dt_rl_progress;
 
+/* The updates of `per` env steps that --total-steps holds: whole ones (CleanRL's rule); where a part is left over the
+ * lead rank says how many steps the run takes instead (algo: whose). */
+int dt_rl_whole_updates(const char *algo, int64_t total, int64_t per, int lead);
 /* lead: the rank that writes and prints. */
 dt_status dt_rl_progress_open(dt_rl_progress *g, const dt_rl_config *c, int lead);
 void dt_rl_progress_close(dt_rl_progress *g);

@@ -169,7 +169,7 @@ dt_status dt_reinforce_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer 
     reinforce p = { 0 };
     dt_status st = setup(&p, c, comm);
     int64_t per_update = (int64_t)c->num_envs * c->num_steps, steps = 0;
-    int updates = st ? 0 : (int)(c->total_steps / per_update), u = 0;
+    int updates = st ? 0 : dt_rl_whole_updates("reinforce", c->total_steps, per_update, 1), u = 0;
     if (!st && updates < 1)
         st = dt_error(DT_ERR_ARG, "reinforce: --total-steps %lld is less than one rollout (%d envs x %d steps)",
                       (long long)c->total_steps, p.N, p.T);
