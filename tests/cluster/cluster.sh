@@ -16,11 +16,7 @@ COLL=$2
 FAULTS=$3
 . "$(dirname "$0")/../checks.sh"
 . "$(dirname "$0")/rig.sh"
-why=$(rig_unavailable)
-if [ -n "$why" ]; then
-    if [ "$(id -u)" != 0 ]; then echo "SKIP: $why"; exit 77; fi
-    echo "FAIL: the rig cannot start as root: $why"; exit 1
-fi
+rig_require
 rig_up 2 1gbit 100 || { echo "FAIL: the rig did not come up"; exit 1; }
 
 # the rig: its own host name and address on each machine, Open MPI sees 2 nodes

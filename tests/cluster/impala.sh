@@ -14,11 +14,7 @@ set -u
 DTRAIN=$1
 . "$(dirname "$0")/../checks.sh"
 . "$(dirname "$0")/rig.sh"
-why=$(rig_unavailable)
-if [ -n "$why" ]; then
-    if [ "$(id -u)" != 0 ]; then echo "SKIP: $why"; exit 77; fi
-    echo "FAIL: the rig cannot start as root: $why"; exit 1
-fi
+rig_require
 rig_up 2 1gbit || { echo "FAIL: the rig did not come up"; exit 1; }
 imp=(rl --env cartpole --algo impala --print-every 0)
 job() { rig_mpirun --enable-recovery -np 3 --map-by node "$DTRAIN" "${imp[@]}" "$@"; } # ranks 0 and 2 on machine 1, 1 on 2

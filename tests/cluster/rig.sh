@@ -33,6 +33,17 @@ rig_unavailable() {
     ip netns del "${RIG_PREFIX}-probe"
 }
 
+# A test's start: exits 77 (skipped, saying why) where the rig cannot be made for want of root or tools; as root a
+# rig that cannot be made is a failure (exit 1).
+rig_require() {
+    local why
+    why=$(rig_unavailable)
+    [ -z "$why" ] && return 0
+    if [ "$(id -u)" != 0 ]; then echo "SKIP: $why"; exit 77; fi
+    echo "FAIL: the rig cannot start as root: $why"
+    exit 1
+}
+
 # Namespaces of PREFIX, their processes killed, removed; no state needed (the reaper calls it too).
 rig_remove() {
     local prefix=$1 m pids t
