@@ -275,7 +275,8 @@ int dt_rl_actor_main(int index);
 /* An actor on another machine: rank r > 0 of an MPI job whose rank 0 runs dt_impala_run with c->peers, acting as actor
  * r - 1 (the learner sends the settings). 0 once the learner ended the run or went silent, 1 after an error. */
 int dt_rl_actor_remote_main(dt_peers *peers);
-/* The learner's (rank 0's) run ended in an error: every actor rank told, whatever it waits for, and none finalizes MPI. */
+/* The learner's (rank 0's) setup failed before it greeted its actors on the job's other ranks: each told, and none
+ * finalizes MPI (dt_impala_run calls it; once greeted, the actors are told their end as the run ends). */
 void dt_rl_actors_abandon(dt_peers *peers);
 
 /* V-trace (Espeholt et al. 2018, eq. 1, and the policy gradient's advantage of its section 4.2) over B columns of T

@@ -331,7 +331,6 @@ static int impala_job(int argc, char **argv, dt_rl_config *c, const rl_cli *x) {
         dt_kernels_set_threads(x->threads);
         c->peers = p;
         rc = run_rl(argc, argv, c, x, NULL, 1, 1);
-        if (rc) dt_rl_actors_abandon(p);
     }
     dt_peers_destroy(p);
     return rc;

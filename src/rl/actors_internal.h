@@ -8,7 +8,7 @@
 #include <poll.h>
 
 typedef struct {
-    int alive;
+    int alive, greeted; /* greeted: an actor on another machine was sent its settings */
     int full;    /* slots it said are full, not yet taken */
     int next;    /* the slot take gives next: an actor fills its slots in turn, the learner takes and frees them in turn */
     int pid, fd; /* a local actor's process and socket */

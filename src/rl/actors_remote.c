@@ -116,7 +116,7 @@ static dt_status greet(dt_rl_actors *a, int i) {
     dt_status st = dt_peers_recv(a->peers, i + 1, DT_ACTOR_TAG_READY, x->host, sizeof x->host, &x->ready_in);
     if (!st) st = dt_peers_recv(a->peers, i + 1, DT_ACTOR_TAG_CTL, &x->ctl, 1, &x->ctl_in);
     for (int s = 0; !st && s < DT_ACTOR_SLOTS; s++) st = post_slot(a, i, s);
-    x->alive = 1;
+    x->alive = x->greeted = 1;
     a->live++;
     return st;
 }
@@ -164,13 +164,15 @@ void dt_actors_remote_forget(dt_rl_actors *a, int i) {
 }
 
 void dt_actors_remote_end(dt_rl_actors *a) {
-    char end = a->lost_any ? DT_ACTOR_END_LOST : DT_ACTOR_END;
+    static const char end_lost = DT_ACTOR_END_LOST;
+    char end = a->lost_any || a->live < a->na ? DT_ACTOR_END_LOST : DT_ACTOR_END;
     double t0 = dt_time_now();
     for (int i = 0; i < a->na; i++) { /* what is in flight to a live actor lands before the end (MPI may not finalize past it) */
         actor *x = &a->a[i];
         while (x->alive && x->w_out && !dt_peers_done(&x->w_out) && dt_time_now() - t0 < 1.0)
             nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
-        dt_actors_remote_tell(a, i, end);
+        if (x->alive) dt_actors_remote_tell(a, i, end);
+        else if (!x->greeted) dt_peers_say(a->peers, i + 1, DT_ACTOR_TAG_CTL, &end_lost, 1); /* it waits for settings */
     }
     for (int i = 0; i < a->na; i++) {
         actor *x = &a->a[i];
@@ -182,12 +184,13 @@ void dt_actors_remote_end(dt_rl_actors *a) {
     }
 }
 
+/* Before any actor was greeted (the learner's setup failed): one word to each, which nothing has written to yet. */
 void dt_rl_actors_abandon(dt_peers *p) {
     static const char end = DT_ACTOR_END_LOST;
     int n = dt_peers_size(p);
     dt_peer_msg **m = calloc((size_t)n, sizeof *m);
     for (int r = 1; m && r < n; r++) dt_peers_send(p, r, DT_ACTOR_TAG_CTL, &end, 1, &m[r]); /* whatever an actor waits for */
-    for (int r = 1; m && r < n; r++) /* landed before this rank ends (a dead actor's never does: a second at most) */
+    for (int r = 1; m && r < n; r++) /* landed before this rank ends (a second at most) */
         for (double t0 = dt_time_now(); !dt_peers_done(&m[r]) && dt_time_now() - t0 < 1.0;)
             nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
     for (int r = 1; m && r < n; r++) dt_peers_drop(&m[r]);

@@ -43,6 +43,7 @@ typedef struct {
     char env_id[256];
     dt_rl_actor_state as;
     dt_rl_learner l;
+    int met_actors; /* dt_rl_actors_create was called */
 } impala;
 
 void dt_impala_defaults(dt_rl_config *c, int continuous) {
@@ -259,6 +260,7 @@ static dt_status setup(impala *p, const dt_rl_config *c, dt_comm *comm) {
     }
     if (!st) st = take_state(p, one);
     dt_actors_start from = { p->as.rollouts, p->as.pool_steps, p->as.records };
+    p->met_actors = !st; /* from here the actors module tells actors on other ranks how the run ends */
     if (!st) st = dt_rl_actors_create(c, &in, p->K, dt_policy_num_params(p->pol), p->keep_state, p->c->resume ? &from : NULL, &p->act);
     dt_env_pool_destroy(one);
     if (!st) publish(p, c->resume ? p->as.published : dt_policy_params(p->pol), c->resume ? p->as.version : 0);
@@ -295,6 +297,7 @@ dt_status dt_impala_run(const dt_rl_config *c, dt_comm *comm, dt_rl_observer aft
     int64_t per_update = (int64_t)c->num_envs * c->num_steps;
     int updates = (int)((c->total_steps + per_update - 1) / per_update);
     dt_status st = setup(&p, c, comm);
+    if (st && c->peers && !p.met_actors) dt_rl_actors_abandon(c->peers); /* actors on other ranks wait for settings */
     int u = p.u0; /* (0 where setup failed) */
     int64_t steps = p.steps0;
     double t0 = dt_time_now(), loss = 0;

@@ -3,7 +3,7 @@
 # learner (rank 0) and one actor on machine 1, one actor on machine 2, their
 # messages over MPI (dt_peers) under mpirun --enable-recovery. Checks that the
 # synchronous run across the machines equals the local actors' update for
-# update; that an actor killed on machine 2 is named by the learner within its
+# update, also when saved and resumed; that an actor killed on machine 2 is named by the learner within its
 # timeout and the run goes on to its end with the other; and that a killed
 # learner ends the actors on both machines within the timeout and a little.
 # mpirun --enable-recovery exits 0 whatever its ranks do: the output is read.
@@ -37,6 +37,15 @@ placed=$(grep -o "0 on [^,]*, 1 on [^ ]*" "$dir/sync.err")
     [ "$(strip "$dir/rig.jsonl")" = "$(strip "$dir/local.jsonl")" ] &&
     ok "IMPALA --sync with an actor on each machine: the local actors' $(rows "$dir/rig.jsonl") updates exactly (actor $placed)" ||
     fail "IMPALA --sync across machines ($placed): $(tail -1 "$dir/rig.jsonl" | cut -c1-120) vs $(tail -1 "$dir/local.jsonl" | cut -c1-120); $(grep -v PMIX "$dir/sync.err" | head -3)"
+
+# resumed across the machines: 10 updates saved, then 10 more from the state (each actor given where its environments
+# were), the local actors' uninterrupted 20 (--no-anneal: the rate does not depend on --total-steps)
+"$DTRAIN" "${imp[@]}" --sync --no-anneal --total-steps 10240 --metrics "$dir/whole.jsonl" > /dev/null 2>&1
+job --sync --no-anneal --total-steps 5120 --metrics "$dir/resumed.jsonl" --save "$dir/half.safetensors" > /dev/null 2> "$dir/half.err"
+job --sync --no-anneal --total-steps 10240 --metrics "$dir/resumed.jsonl" --resume "$dir/half.safetensors.state" > "$dir/resume.out" 2> "$dir/resume.err"
+[ "$(rows "$dir/resumed.jsonl")" = 20 ] && [ "$(strip "$dir/resumed.jsonl")" = "$(strip "$dir/whole.jsonl")" ] &&
+    ok "IMPALA --sync across machines, 10 updates then 10 resumed: the local actors' uninterrupted 20 exactly" ||
+    fail "IMPALA resumed across machines ($(rows "$dir/resumed.jsonl") rows): $(grep -v PMIX "$dir/resume.err" "$dir/half.err" | head -3)"
 
 # an actor killed on machine 2: named by the learner within its timeout (3 s) and a little, the run goes on to its end
 rm -f "$dir/kill.jsonl"
