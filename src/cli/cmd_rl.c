@@ -10,7 +10,7 @@
 static const dt_cli_flag flags[] = {
     { "--env", "an environment: cartpole, acrobot, mountaincar, pendulum, lunarlander, lunarlander-continuous (or Gymnasium's id), or gym:ID" },
     { "--python", "a Python interpreter that has gymnasium" }, { "--env-workers", "a whole number of processes from 1 to 1024" },
-    { "--algo", "ppo, impala or reinforce" }, { "--actors", "a whole number of actor processes from 1 to 256" }, { "--actor-timeout", "seconds from 0.1 to 1e6" },
+    { "--algo", "ppo, impala or reinforce" }, { "--actors", "a whole number of actor processes from 1 to 256" }, { "--actor-timeout", "seconds from 1 to 1e6" },
     { "--refresh", "a whole number of updates from 1 to 1e6" }, { "--sync", "" }, { "--rho-bar", "a number above 0 and at most 1e6" },
     { "--c-bar", "a number above 0 and at most 1e6" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--total-steps", "a whole number of env steps from 1 to 1e12" },
@@ -242,7 +242,7 @@ static int rl_number(const char *f, const char *v, dt_rl_config *c, rl_cli *x) {
         { "--vf-coef", 0, 100, 0, &c->vf_coef, 'f' }, { "--max-grad-norm", 0, 1e6, 0, &c->max_grad_norm, 'f' },
         { "--hidden", 1, 4096, 1, &c->hidden, 'i' }, { "--print-every", 0, 1e6, 1, &c->print_every, 'i' },
         { "--threads", 1, 256, 1, &x->threads, 'i' }, { "--async", 1, 256, 1, &c->async_threads, 'i' },
-        { "--async-batch", 1, 65536, 1, &c->async_batch, 'i' }, { "--actor-timeout", 0.1, 1e6, 0, &c->actor_timeout, 'd' },
+        { "--async-batch", 1, 65536, 1, &c->async_batch, 'i' }, { "--actor-timeout", 1, 1e6, 0, &c->actor_timeout, 'd' },
     };
     return dt_cli_number_flag(nums, sizeof nums / sizeof nums[0], f, v);
 }

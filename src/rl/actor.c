@@ -34,7 +34,9 @@ typedef struct {
     dt_peer_msg *ctl_in, *w_in, *out[DT_ACTOR_SLOTS];
     char ctl, host[DT_ACTOR_HOST];
     float *wbuf;          /* [version (int64)][parameters] */
-    double heard, said;
+    double heard;
+    int asking;           /* a heartbeat sent and nothing heard since: the learner answers each (a second one would be
+                           * a second write to a learner that may be dead: see actors_remote.c) */
     int ended;            /* the learner ended the run or fell silent: every later hearing says so again */
 } actor;
 
@@ -48,19 +50,21 @@ static int take_weights(actor *a) {
     return dt_peers_recv(a->peers, 0, DT_ACTOR_TAG_WEIGHTS, a->wbuf, sizeof v + sizeof(float) * h->nparams, &a->w_in) ? -1 : 1;
 }
 
-/* hear's for an actor on another machine: the learner's messages tested, a heartbeat each second, its silence the end. */
+/* hear's for an actor on another machine: the learner's messages tested, a heartbeat when it waits (the learner writes
+ * only in reply), the learner's silence the end. */
 static int hear_remote(actor *a, int wait) {
     static const char beat = DT_ACTOR_HEARTBEAT;
-    int asked = 0;
     while (!a->ended) {
         double now = dt_time_now();
         int got = 0;
         if (a->w_in && dt_peers_done(&a->w_in)) {
             a->heard = now;
+            a->asking = 0;
             if ((got = take_weights(a)) < 0) { a->ended = 1; return -1; }
         }
         while (a->ctl_in && dt_peers_done(&a->ctl_in)) {
             a->heard = now;
+            a->asking = 0;
             if (a->ctl == DT_ACTOR_END || a->ctl == DT_ACTOR_END_LOST) {
                 if (a->ctl == DT_ACTOR_END_LOST) dt_peers_lost(a->peers);
                 a->ended = 1;
@@ -70,10 +74,9 @@ static int hear_remote(actor *a, int wait) {
             if (dt_peers_recv(a->peers, 0, DT_ACTOR_TAG_CTL, &a->ctl, 1, &a->ctl_in)) { a->ended = 1; return -1; }
         }
         if (got) return 1;
-        if (wait && (!asked || now - a->said >= 0.1)) { /* the learner writes only in reply (actors_remote.c): a wait asks */
-            asked = 1;
+        if (wait && !a->asking) { /* the learner writes only in reply (actors_remote.c): a wait asks, once */
+            a->asking = 1;
             dt_peers_say(a->peers, 0, DT_ACTOR_TAG_CTL, &beat, 1);
-            a->said = now;
         }
         if (now - a->heard > a->h->timeout) {
             dt_log(DT_LOG_WARN, "impala actor %d: the learner (rank 0) has been silent for %.0f s: this actor ends", a->index,
@@ -290,7 +293,7 @@ int dt_rl_actor_remote_main(dt_peers *peers) {
     actor a = { .index = dt_peers_rank(peers) - 1, .free_slots = DT_ACTOR_SLOTS, .have = -1, .peers = peers };
     dt_kernels_set_threads(1); /* as a local actor: the batches are small */
     dt_status st = remote_settings(&a);
-    a.heard = a.said = dt_time_now();
+    a.heard = dt_time_now();
     if (!st) st = run(&a);
     if (st) {
         dt_log(DT_LOG_ERROR, "rl: %s", dt_last_error());

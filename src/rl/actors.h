@@ -24,8 +24,9 @@
 /* Actors on other machines (the other ranks of an MPI job, dt_peers) have no shared memory: the learner sends each its
  * copy of the header (and a resumed run's start), then weights as [version (int64)][parameters]; an actor sends a
  * ready message (its host's name), then each full slot's bytes, tag DT_ACTOR_TAG_SLOT + s. Control bytes (tag CTL):
- * the learner's F and W as above, a heartbeat H each second from both sides while they wait, the end (Q; q: a rank
- * was lost, so nobody finalizes MPI) and an actor's E (it failed, its error said on its own stderr). */
+ * the learner's F as above, a heartbeat H (an actor's when it starts to wait; the learner's answer, and it writes only
+ * in reply: actors_remote.c), the end (Q; q: a rank was lost, so nobody finalizes MPI) and an actor's E (it failed,
+ * its error said on its own stderr). */
 #define DT_ACTOR_HEARTBEAT 'H'
 #define DT_ACTOR_END 'Q'
 #define DT_ACTOR_END_LOST 'q'
