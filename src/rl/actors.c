@@ -104,7 +104,8 @@ static dt_status map_shared(dt_rl_actors *a, const dt_rl_config *c, const dt_env
                             .n = c->num_envs / c->actors, .T = c->num_steps, .od = in->obs_dim, .ad = in->act_dim, .K = K,
                             .hidden = c->hidden, .continuous = !in->actions, .norm_obs = c->norm_obs,
                             .norm_reward = c->norm_reward, .trunc_as_term = c->trunc_as_term, .sync = c->sync,
-                            .refresh = c->refresh, .timeout = c->actor_timeout > 0 ? c->actor_timeout : 10, .keep_state = keep_state, .async_threads = c->async_threads,
+                            .refresh = c->refresh, .timeout = c->actor_timeout > 0 ? c->actor_timeout : 10,
+                            .keep_state = keep_state, .async_threads = c->async_threads,
                             .gamma = c->gamma, .seed = c->seed,
                             .env_rec = erec, .nparams = nparams, .slot_bytes = slot, .weights_off = woff, .slots_off = soff,
                             .start_off = start_off, .total = total };
@@ -238,11 +239,6 @@ dt_status dt_rl_actors_take(dt_rl_actors *a, int want, int *who, dt_actor_slot *
 }
 
 void dt_rl_actors_release(dt_rl_actors *a, int i) {
-    if (a->peers && a->a[i].alive) { /* the slot given last: its receive posted again before the actor hears it is free */
-        int s = (a->a[i].next + DT_ACTOR_SLOTS - 1) % DT_ACTOR_SLOTS;
-        a->a[i].done[s] = 0;
-        if (dt_peers_recv(a->peers, i + 1, DT_ACTOR_TAG_SLOT + s, dt_actor_slot_at(a->h, i, s), a->h->slot_bytes, &a->a[i].slot_in[s]))
-            return; /* never freed: the actor falls silent and is counted gone */
-    }
-    tell(a, i, DT_ACTOR_FREE);
+    if (a->peers) dt_actors_remote_release(a, i);
+    else tell(a, i, DT_ACTOR_FREE);
 }

@@ -40,6 +40,8 @@ dt_status dt_actors_remote_start(dt_rl_actors *a);
  * what it said), answering what it sent with what it is owed. */
 void dt_actors_remote_wait(dt_rl_actors *a, void (*lost)(dt_rl_actors *, int, const char *));
 void dt_actors_remote_tell(dt_rl_actors *a, int i, char c);
+/* The slot take gave last of actor i's free again: its receive posted anew, the actor told. */
+void dt_actors_remote_release(dt_rl_actors *a, int i);
 /* The weights in h sent to each live actor (after the one in flight, if any). */
 void dt_actors_remote_publish(dt_rl_actors *a);
 /* An actor left out: its messages dropped. */

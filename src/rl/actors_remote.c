@@ -39,6 +39,13 @@ static dt_status post_slot(dt_rl_actors *a, int i, int s) {
                          &a->a[i].slot_in[s]);
 }
 
+void dt_actors_remote_release(dt_rl_actors *a, int i) {
+    if (!a->a[i].alive) return;
+    /* the slot given last: its receive posted again before the actor hears it is free (never freed where that fails:
+     * the actor waits, falls silent and is counted gone) */
+    if (!post_slot(a, i, (a->a[i].next + DT_ACTOR_SLOTS - 1) % DT_ACTOR_SLOTS)) dt_actors_remote_tell(a, i, DT_ACTOR_FREE);
+}
+
 static void send_weights(dt_rl_actors *a, int i) {
     actor *x = &a->a[i];
     dt_actor_shared *h = a->h;
