@@ -226,6 +226,7 @@ static int algo_combination(const dt_rl_config *c, double nproc, const char *imp
 typedef struct {
     int nproc, threads;
     const char *report, *impala_flag, *ppo_flag, *async_flag;
+    int actors_given; /* --actors given (under mpirun the ranks decide otherwise) */
 } rl_cli;
 
 /* A flag taking a number: 1 taken, 0 a bad number, -1 not one of them. */
@@ -283,6 +284,7 @@ static int rl_parse(int argc, char **argv, dt_rl_config *c, dt_env_bridge_config
         if (!strcmp(f, "--sync") || !strcmp(f, "--actors") || !strcmp(f, "--refresh") || !strcmp(f, "--rho-bar") || !strcmp(f, "--c-bar") ||
             !strcmp(f, "--actor-timeout"))
             x->impala_flag = f;
+        x->actors_given |= !strcmp(f, "--actors");
         if (rl_switch(f, c) == 1) continue;
         int r = !v ? 0 : rl_number(f, v, c, x);
         if (r < 0) r = rl_word(f, v, c, bridge, x);
@@ -315,9 +317,8 @@ static int run_rl(int argc, char **argv, dt_rl_config *c, const rl_cli *x, dt_co
 static int impala_job(int argc, char **argv, dt_rl_config *c, const rl_cli *x) {
     dt_peers *p;
     if (dt_peers_create(&p)) { dt_log(DT_LOG_ERROR, "rl: %s", dt_last_error()); return 1; }
-    int rank = dt_peers_rank(p), ranks = dt_peers_size(p), given = 0, rc;
+    int rank = dt_peers_rank(p), ranks = dt_peers_size(p), given = x->actors_given, rc;
     dt_log_set_rank(ranks > 1 ? rank : -1);
-    for (int i = 1; i < argc; i++) given |= !strcmp(argv[i], "--actors");
     if (!given) c->actors = ranks - 1;
     if (ranks < 2 || c->actors != ranks - 1) { /* every rank refuses alike: none waits for another */
         if (rank == 0)
@@ -325,8 +326,7 @@ static int impala_job(int argc, char **argv, dt_rl_config *c, const rl_cli *x) {
                    "needs %s%d ranks%s, not %d", given ? "--actors + 1 = " : "", given ? c->actors + 1 : 2, given ? "" : " or more", ranks);
         rc = 2;
     } else if (rank > 0) {
-        dt_kernels_set_threads(x->threads);
-        rc = dt_rl_actor_remote_main(p);
+        rc = dt_rl_actor_remote_main(p); /* one thread, as a local actor */
     } else {
         dt_kernels_set_threads(x->threads);
         c->peers = p;

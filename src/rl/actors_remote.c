@@ -17,7 +17,8 @@
 
 #define READY_S 120.0 /* an actor's start: a bridged environment imports gymnasium first */
 
-static const char ctl_bytes[] = { DT_ACTOR_FREE, DT_ACTOR_WEIGHTS, DT_ACTOR_HEARTBEAT, DT_ACTOR_END, DT_ACTOR_END_LOST };
+/* the bytes the learner says, where a forgotten send may read them until the process ends */
+static const char free_byte = DT_ACTOR_FREE, beat = DT_ACTOR_HEARTBEAT, end_byte = DT_ACTOR_END, end_lost = DT_ACTOR_END_LOST;
 
 static void answer(dt_rl_actors *a, int i);
 
@@ -28,8 +29,7 @@ void dt_actors_remote_tell(dt_rl_actors *a, int i, char c) {
         x->frees++;
         answer(a, i);
     } else if (c == DT_ACTOR_END || c == DT_ACTOR_END_LOST) {
-        const char *b = memchr(ctl_bytes, c, sizeof ctl_bytes);
-        dt_peers_say(a->peers, i + 1, DT_ACTOR_TAG_CTL, b, 1);
+        dt_peers_say(a->peers, i + 1, DT_ACTOR_TAG_CTL, c == DT_ACTOR_END ? &end_byte : &end_lost, 1);
     }
 }
 
@@ -66,7 +66,6 @@ void dt_actors_remote_publish(dt_rl_actors *a) {
 
 /* What actor i is owed, sent now that it has spoken (its credit spent); weights wait for the last ones to land. */
 static void answer(dt_rl_actors *a, int i) {
-    static const char free_byte = DT_ACTOR_FREE, beat = DT_ACTOR_HEARTBEAT;
     actor *x = &a->a[i];
     int weights = x->owed && (!x->w_out || dt_peers_done(&x->w_out));
     /* a heartbeat alone is answered only after half a second: the credit is kept for the weights or slots it waits for */
@@ -171,7 +170,6 @@ void dt_actors_remote_forget(dt_rl_actors *a, int i) {
 }
 
 void dt_actors_remote_end(dt_rl_actors *a) {
-    static const char end_lost = DT_ACTOR_END_LOST;
     char end = a->lost_any || a->live < a->na ? DT_ACTOR_END_LOST : DT_ACTOR_END;
     double t0 = dt_time_now();
     for (int i = 0; i < a->na; i++) { /* what is in flight to a live actor lands before the end (MPI may not finalize past it) */
@@ -193,10 +191,9 @@ void dt_actors_remote_end(dt_rl_actors *a) {
 
 /* Before any actor was greeted (the learner's setup failed): one word to each, which nothing has written to yet. */
 void dt_rl_actors_abandon(dt_peers *p) {
-    static const char end = DT_ACTOR_END_LOST;
     int n = dt_peers_size(p);
     dt_peer_msg **m = calloc((size_t)n, sizeof *m);
-    for (int r = 1; m && r < n; r++) dt_peers_send(p, r, DT_ACTOR_TAG_CTL, &end, 1, &m[r]); /* whatever an actor waits for */
+    for (int r = 1; m && r < n; r++) dt_peers_send(p, r, DT_ACTOR_TAG_CTL, &end_lost, 1, &m[r]); /* whatever an actor waits for */
     for (int r = 1; m && r < n; r++) /* landed before this rank ends (a second at most) */
         for (double t0 = dt_time_now(); !dt_peers_done(&m[r]) && dt_time_now() - t0 < 1.0;)
             nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
