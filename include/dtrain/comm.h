@@ -266,7 +266,8 @@ dt_status dt_peers_send(dt_peers *p, int peer, int tag, const void *buf, size_t 
 dt_status dt_peers_recv(dt_peers *p, int peer, int tag, void *buf, size_t bytes, dt_peer_msg **out);
 /* A message sent and forgotten (buf must live until the process ends: it is not copied). */
 void dt_peers_say(dt_peers *p, int peer, int tag, const void *buf, size_t bytes);
-/* 1: done (and *m freed, set NULL), 0: still pending; a NULL *m is done. A failure counts as done. */
+/* 1: done, -1: failed (MPI says the peer cannot be reached), *m freed and set NULL either way; 0: still pending. A NULL
+ * *m is done. */
 int dt_peers_done(dt_peer_msg **m);
 /* A pending message abandoned (a receive cancelled, a send forgotten); *m set NULL. */
 void dt_peers_drop(dt_peer_msg **m);

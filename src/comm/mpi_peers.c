@@ -86,12 +86,11 @@ void dt_peers_say(dt_peers *p, int peer, int tag, const void *buf, size_t bytes)
 
 int dt_peers_done(dt_peer_msg **m) {
     if (!*m) return 1;
-    int flag = 0;
-    if (MPI_Test(&(*m)->req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) flag = 1;
-    if (!flag) return 0;
+    int flag = 0, rc = MPI_Test(&(*m)->req, &flag, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS && !flag) return 0;
     free(*m);
     *m = NULL;
-    return 1;
+    return rc == MPI_SUCCESS ? 1 : -1;
 }
 
 void dt_peers_drop(dt_peer_msg **m) {

@@ -50,6 +50,15 @@ static int take_weights(actor *a) {
     return dt_peers_recv(a->peers, 0, DT_ACTOR_TAG_WEIGHTS, a->wbuf, sizeof v + sizeof(float) * h->nparams, &a->w_in) ? -1 : 1;
 }
 
+/* The learner cannot be reached (MPI says its messages failed): said, and this actor ends. */
+static int unreachable(actor *a) {
+    dt_log(DT_LOG_WARN, "impala actor %d: the learner (rank 0) cannot be reached (MPI says its messages failed): this actor ends",
+           a->index);
+    dt_peers_lost(a->peers);
+    a->ended = 1;
+    return -1;
+}
+
 /* hear's for an actor on another machine: the learner's messages tested, a heartbeat when it waits (the learner writes
  * only in reply), the learner's silence the end. */
 static int hear_remote(actor *a, int wait) {
@@ -57,12 +66,15 @@ static int hear_remote(actor *a, int wait) {
     while (!a->ended) {
         double now = dt_time_now();
         int got = 0;
-        if (a->w_in && dt_peers_done(&a->w_in)) {
+        int r = a->w_in ? dt_peers_done(&a->w_in) : 0;
+        if (r < 0) return unreachable(a);
+        if (r) {
             a->heard = now;
             a->asking = 0;
             if ((got = take_weights(a)) < 0) { a->ended = 1; return -1; }
         }
-        while (a->ctl_in && dt_peers_done(&a->ctl_in)) {
+        while (a->ctl_in && (r = dt_peers_done(&a->ctl_in))) {
+            if (r < 0) return unreachable(a);
             a->heard = now;
             a->asking = 0;
             if (a->ctl == DT_ACTOR_END || a->ctl == DT_ACTOR_END_LOST) {
@@ -250,9 +262,10 @@ int dt_rl_actor_main(int index) {
 static dt_status await_learner(actor *a, int tag, void *buf, size_t bytes, double limit, const char *what) {
     dt_peer_msg *m = NULL;
     dt_status st = dt_peers_recv(a->peers, 0, tag, buf, bytes, &m);
-    for (double t0 = dt_time_now(); !st && !dt_peers_done(&m);) {
-        while (!st && a->ctl_in && dt_peers_done(&a->ctl_in)) {
-            if (a->ctl == DT_ACTOR_END || a->ctl == DT_ACTOR_END_LOST)
+    int r = 0;
+    for (double t0 = dt_time_now(); !st && !(r = dt_peers_done(&m));) {
+        for (int c; !st && a->ctl_in && (c = dt_peers_done(&a->ctl_in));) {
+            if (c < 0 || a->ctl == DT_ACTOR_END || a->ctl == DT_ACTOR_END_LOST)
                 st = dt_error(DT_ERR_PEER, "impala actor %d: the learner (rank 0) ended before the run began (its error is there)",
                               a->index);
             else st = dt_peers_recv(a->peers, 0, DT_ACTOR_TAG_CTL, &a->ctl, 1, &a->ctl_in);
@@ -261,6 +274,7 @@ static dt_status await_learner(actor *a, int tag, void *buf, size_t bytes, doubl
             st = dt_error(DT_ERR_PEER, "impala actor %d: no %s from the learner (rank 0) within %.0f s", a->index, what, limit);
         if (!st) nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
     }
+    if (!st && r < 0) st = dt_error(DT_ERR_PEER, "impala actor %d: the learner (rank 0) cannot be reached (MPI says so)", a->index);
     if (st) {
         dt_peers_drop(&m);
         dt_peers_lost(a->peers);

@@ -160,7 +160,7 @@ dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int 
 
 void dt_rl_actors_destroy(dt_rl_actors *a) {
     if (!a) return;
-    if (a->peers && a->h) dt_actors_remote_end(a);
+    if (a->peers && a->h) dt_actors_remote_end(a, lost);
     for (int i = 0; i < a->na; i++)
         if (a->a[i].fd >= 0) close(a->a[i].fd);
     double end = dt_time_now() + 1.0;

