@@ -145,6 +145,38 @@ static void blockwise_over_several_blocks(void) {
 /* Every kernel on 1 thread and on 3, at sizes that no thread count divides:
  * the same results (a split that drops the remainder rows or columns leaves
  * them zero). Tolerance: BLAS may add in another order on more threads. */
+/* The policy networks' tanh against tanh in double: relative error under 4 float ulps from 1e-30 to 20 in magnitude
+ * (both signs, widths 64 and 7 for a loop's tail), and a row's values the same whether it comes alone or with others. */
+static void tanh_within_ulps_of_libm(void) {
+    enum { ROWS = 4096, W = 64, W7 = 7 };
+    float *x = keep(malloc(ROWS * W * 4)), *y = keep(malloc(ROWS * W * 4)), *one = keep(malloc(W * 4));
+    for (int i = 0; i < ROWS * W; i++) {
+        double f = (double)i / (ROWS * W);
+        float mag = i % 2 ? (float)(20.0 * f) : (float)pow(10.0, -30.0 + 30.0 * f);
+        x[i] = i % 4 < 2 ? mag : -mag;
+    }
+    double worst = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int w = pass ? W7 : W, rows = ROWS * W / w;
+        dt_tanh_rows(y, x, rows, w);
+        for (int i = 0; i < rows * w; i++) {
+            double t = tanh((double)x[i]), e = fabs((double)y[i] - t) / fmax(fabs(t), 1e-38);
+            if (e > worst) worst = e;
+        }
+    }
+    dt_tanh_rows(y, x, ROWS, W);
+    int same = 1;
+    for (int r = 0; r < ROWS; r += 97) {
+        dt_tanh_rows(one, x + (size_t)r * W, 1, W);
+        same &= !memcmp(one, y + (size_t)r * W, W * 4);
+    }
+    int ok = worst < 4 * 1.1920929e-7 && same;
+    if (ok) passed++;
+    else { failed++; printf("FAIL: tanh: worst relative error %.3g, rows alone %s\n", worst, same ? "same" : "differ"); }
+    printf("%-28s worst relative error %.2e (%.2f ulp), rows alone the same: %s\n", "tanh against libm", worst,
+           worst / 1.1920929e-7, same ? "yes" : "no");
+}
+
 static __attribute__((unused)) void threads_give_the_same_results(void) {
     enum { N = 37, CC = 19, OO = 23, BB = 1, TT = 37, HH = 1, VV = 29, VVP = 32 };
     float *inp = rnd(N * CC, 1), *w = rnd(OO * CC, 1), *bias = rnd(OO, 1), *dout = rnd(N * OO, 1), *lw = rnd(CC, 1);
@@ -250,6 +282,7 @@ int main(void) {
     }
     blockwise_over_several_blocks();
     llama_kernels();
+    tanh_within_ulps_of_libm();
 #ifndef __SANITIZE_THREAD__
     threads_give_the_same_results();
 #else

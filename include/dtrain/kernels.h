@@ -203,6 +203,9 @@ void dt_swiglu_backward(float *dgu, const float *gu, const float *dout, int N, i
 void dt_gelu_forward(float *out, const float *inp, size_t n);
 void dt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 
+/* tanh, within a few ulp of libm's, vectorised; a row's values do not depend on the rows beside it. */
+void dt_tanh_rows(float *out, const float *inp, int rows, int width);
+
 /* ReLU: out = max(x, 0); dinp += dout where inp > 0. */
 void dt_relu_forward(float *out, const float *inp, size_t n);
 void dt_relu_backward(float *dinp, const float *inp, const float *dout, size_t n);

@@ -26,6 +26,16 @@ void dt_gelu_rows(float *out, const float *inp, int rows, int width) {
     }
 }
 
+/* tanh row by row, as dt_gelu_rows and for the same reason. */
+void dt_tanh_rows(float *out, const float *inp, int rows, int width) {
+    for (int r = 0; r < rows; r++) {
+        const float *x = inp + (size_t)r * width;
+        float *y = out + (size_t)r * width;
+        #pragma omp simd
+        for (int i = 0; i < width; i++) y[i] = dt_vtanhf_accurate(x[i]);
+    }
+}
+
 void dt_relu_forward(float *out, const float *inp, size_t n) {
     #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0 ? inp[i] : 0;

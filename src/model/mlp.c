@@ -211,7 +211,7 @@ dt_status dt_mlp_forward(dt_mlp *m, const float *x, const int32_t *labels, int B
         dt_matmul_forward(pre, in, m->params + m->woff[l], m->params + m->boff[l], B, m->size[l], m->size[l + 1]);
         observe(m, l, 0, in);
         if (l + 1 < m->n && m->act == DT_MLP_TANH)
-            for (size_t i = 0; i < (size_t)B * m->size[l + 1]; i++) post[i] = tanhf(pre[i]);
+            dt_tanh_rows(post, pre, B, m->size[l + 1]);
         else if (l + 1 < m->n) dt_relu_forward(post, pre, (size_t)B * m->size[l + 1]);
         in = post;
     }
