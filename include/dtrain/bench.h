@@ -107,6 +107,7 @@ typedef struct {
     int64_t slow_steps;        /* the steps of a baseline slower than a million a minute (AsyncVectorEnv) */
     int async_threads;         /* also the asynchronous pool (one process, this many threads, batches of half its
                                 * environments; EnvPool's the same way among the baselines); 0: not */
+    const char *python;        /* a bridged environment's interpreter (NULL: python3) */
 } dt_bench_rl_opts;
 /* Environment steps per second under random actions: dtrain's pools, then the baselines. */
 int dt_bench_rl(const dt_bench_rl_opts *o);

@@ -24,9 +24,9 @@ static void random_actions(const dt_env_info *in, uint64_t *s, float *a, int cou
 }
 
 /* One worker: steps of random actions on a pool of n; the seconds they took. */
-static double worker(const char *env, int n, int index, int64_t steps, dt_status *st) {
+static double worker(const char *env, const char *python, int n, int index, int64_t steps, dt_status *st) {
     dt_env_pool *p;
-    dt_env_bridge_config one = { .workers = 1 }; /* a bridged pool: one Python process a worker, as each baseline's */
+    dt_env_bridge_config one = { .python = python, .workers = 1 }; /* a bridged pool: one Python process a worker, as each baseline's */
     if ((*st = dt_env_pool_create(env, n, index * n, 1, &one, &p))) return 0;
     const dt_env_info *in = dt_env_pool_info(p);
     float *obs = malloc(sizeof(float) * (size_t)n * in->obs_dim), *a = malloc(sizeof(float) * (size_t)n * in->act_dim), *r = malloc(sizeof(float) * (size_t)n);
@@ -71,7 +71,7 @@ static double async_rate(const char *env, int n, int threads, int b, int64_t ste
 }
 
 /* W workers started together (a pipe each way); the total steps over the slowest worker's time. */
-static double rate(const char *env, int n, int W, int64_t steps) {
+static double rate(const char *env, const char *python, int n, int W, int64_t steps) {
     int go[2], back[2];
     if (pipe(go) || pipe(back)) return -1;
     for (int w = 0; w < W; w++) {
@@ -82,7 +82,7 @@ static double rate(const char *env, int n, int W, int64_t steps) {
             close(go[1]);
             if (read(go[0], &c, 1) != 1) _exit(1);
             dt_status st;
-            double t = worker(env, n, w, steps / W, &st);
+            double t = worker(env, python, n, w, steps / W, &st);
             if (st) dt_log(DT_LOG_ERROR, "bench rl: worker %d: %s", w, dt_last_error()), t = -1;
             _exit(write(back[1], &t, sizeof t) == sizeof t ? 0 : 1);
         }
@@ -112,7 +112,7 @@ int dt_bench_rl(const dt_bench_rl_opts *o) {
     printf("%-34s %8s %8s %14s\n", "rollout", "envs/w", "workers", "steps/s");
     for (int wi = 0; wi < o->nworkers; wi++)
         for (int ni = 0; ni < o->nenvs; ni++) {
-            double r = rate(o->env, o->envs[ni], o->workers[wi], o->steps);
+            double r = rate(o->env, o->python, o->envs[ni], o->workers[wi], o->steps);
             if (r < 0) { dt_log(DT_LOG_ERROR, "bench rl: a worker failed"); return 1; }
             printf("%-34s %8d %8d %14.0f\n", dt_env_bridged(o->env) ? "dtrain gym bridge" : "dtrain env pool", o->envs[ni], o->workers[wi], r);
             fflush(stdout);

@@ -307,7 +307,7 @@ static const dt_cli_flag rl_flags[] = {
     { "--env", "an environment (dtrain rl --help lists them)" }, { "--envs", "environments a worker: a list like 1,2,4,8 (1 to 4096)" },
     { "--workers", "worker processes: a list like 1,2 (1 to 256)" }, { "--steps", "a whole number of steps from 1000 to 1e10" },
     { "--slow-steps", "a whole number of steps from 1000 to 1e10" }, { "--async", "worker threads of the asynchronous pool (1 to 256)" },
-    { "--baseline", "" }, { "--help", "" }, { NULL, NULL },
+    { "--python", "a Python interpreter that has gymnasium" }, { "--baseline", "" }, { "--help", "" }, { NULL, NULL },
 };
 
 static int bench_rl(int argc, char **argv) {
@@ -319,6 +319,7 @@ static int bench_rl(int argc, char **argv) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain bench rl [--env cartpole] [--envs 1,2,4,8] [--workers 1,2] [--steps 1000000] [--async T] [--baseline]\n"
                    "  environment steps/s under random actions: dtrain's env pools, --envs environments a worker process;\n"
+                   "  --env gym:ID: the bridge to Gymnasium, one Python process a worker (--python python3);\n"
                    "  --async T: then the asynchronous pool of each --envs count, T threads, receiving half of them at a time;\n"
                    "  --baseline: then Gymnasium's SyncVectorEnv, AsyncVectorEnv (--slow-steps 200000 of it), its own\n"
                    "  vectorised CartPole and EnvPool (2 threads; with --async its asynchronous mode too, batches of half),\n"
@@ -329,6 +330,7 @@ static int bench_rl(int argc, char **argv) {
         int ok = v != NULL;
         if (!ok) {}
         else if (!strcmp(f, "--env")) o.env = v;
+        else if (!strcmp(f, "--python")) o.python = v;
         else if (!strcmp(f, "--envs")) ok = parse_counts(v, 4096, o.envs, &o.nenvs, 16);
         else if (!strcmp(f, "--workers")) ok = parse_counts(v, 256, o.workers, &o.nworkers, 8);
         else if (!strcmp(f, "--steps") && dt_cli_number(v, 1000, 1e10, &x)) o.steps = (int64_t)x;
