@@ -5,7 +5,8 @@
 # alike. Three runs, alike but for the balancing: none, the auxiliary loss (Switch's, 0.01), and DeepSeek-V3's bias
 # (--router sigmoid-bias, the bias moved by --bias-update after each step). Prints each run's validation loss and
 # the load (the most chosen expert over the mean: the worst layer's, and the layers' average) over the last 20
-# steps; each run's metrics and report are in OUT.
+# steps, a step's batch at a time, and over the last evaluation's 16 batches (32,768 held-out tokens at once: the
+# auxiliary-loss-free paper's MaxVio_global, plus one); each run's metrics and report are in OUT.
 # usage: scripts/moe_balance.sh [BUILD] [OUT] [RATE]    (BUILD build, OUT build/moe_balance, RATE 0.01; ONLY_BIAS=1: the
 # bias run alone; ROWS=1: each batch's rows drawn from across the text, --shuffle-rows; BATCH=N: N rows a step, 16)
 set -euo pipefail
@@ -32,7 +33,10 @@ run() { # NAME ARGS
     val=$(grep -o '"val_loss":[0-9.]*' "$out/$name.jsonl" | tail -1 | cut -d: -f2)
     worst=$(grep -o '"expert_load_max_mean":[0-9.]*' "$out/$name.jsonl" | tail -20 | cut -d: -f2 | awk '{s+=$1} END{printf "%.3f", s/NR}')
     avg=$(grep -o '"expert_load_max_mean_avg":[0-9.]*' "$out/$name.jsonl" | tail -20 | cut -d: -f2 | awk '{s+=$1} END{printf "%.3f", s/NR}')
-    printf "%-28s validation loss %s   load max/mean over the last 20 steps: worst layer %s, layers' average %s\n" "$name" "$val" "$worst" "$avg"
+    vworst=$(grep -o '"val_expert_load_max_mean":[0-9.]*' "$out/$name.jsonl" | tail -1 | cut -d: -f2)
+    vavg=$(grep -o '"val_expert_load_max_mean_avg":[0-9.]*' "$out/$name.jsonl" | tail -1 | cut -d: -f2)
+    printf "%-28s validation loss %s   load max/mean over the last 20 steps: worst layer %s, layers' average %s; over the validation batches: %s, %s\n" \
+        "$name" "$val" "$worst" "$avg" "$vworst" "$vavg"
 }
 [ -n "${ONLY_BIAS:-}" ] || run none
 [ -n "${ONLY_BIAS:-}" ] || run aux_0.01 --moe-aux-loss 0.01

@@ -6,7 +6,8 @@
 # the balancing loss changes the losses and, recomputed, gives the same ones; the router z-loss and DeepSeek's shared
 # experts under DDP 2 (and EP 2) give one process's; a checkpoint saved by ZeRO-2 at step
 # 10 goes on under PP 2 as the uninterrupted run does; the HF folder it exports reads back with the
-# same loss and decodes as the training forward does; the experts' load is in the metrics; bf16 under DDP 2 gives one
+# same loss and decodes as the training forward does; the experts' load is in the metrics (a step's; an evaluation's,
+# alike on every layout, leaving the steps' figures alone); bf16 under DDP 2 gives one
 # process's; TP 2 with and without SP (the mixture whole on each rank) give one process's. What this build does not
 # do is refused naming why.
 # Qwen 2 MoE's folder from the fixtures trains alike under DDP 2 and PP 2, and exports. GPT-2 with GELU experts
@@ -44,6 +45,35 @@ n=$(field expert_load_max_mean "$dir/ddp.jsonl" | wc -l)
 a=$(field expert_load_max_mean "$dir/ref2.jsonl" | tail -1) b=$(field expert_load_max_mean "$dir/ddp.jsonl" | tail -1)
 [ "$n" = 20 ] && [ -n "$a" ] && [ "$a" = "$b" ] && ok=1 || ok=0
 verdict $ok "the experts' load in every step's metrics, every rank's tokens counted (max/mean $a, DDP 2 $b)"
+# the load over an evaluation's batches (the held-out text's, not one step's): a checkpoint near its start evaluated
+# (--steps 0) on one process, DDP 2, PP 2, TP 2 and EP 2 gives the same figures to the last digit (each rank's rows
+# counted, each stage its layers), and half the batches another; evaluating leaves the steps' load and losses alone
+gm=(--model d6 --experts 4 --ffn 64 --data "$dir/train.bin" --vocab 256 --layers 4 --channels 48 --heads 4 --max-seq 64 --seq 64
+    --threads 1 --batch 2)
+"$DTRAIN" train "${gm[@]}" --quiet --steps 1 --lr 1e-4 --save "$dir/evck" > /dev/null 2>&1
+vl=()
+for lay in "one:--eval-batches 4" "ddp:--nproc 2 --eval-batches 2" "pp:--nproc 2 --pp 2 --eval-batches 4" "tp:--nproc 2 --tp 2 --eval-batches 4" \
+           "ep:--nproc 2 --ep 2 --eval-batches 2" "half:--eval-batches 2"; do
+    # shellcheck disable=SC2086
+    "$DTRAIN" train --data "$dir/train.bin" --vocab 256 --max-seq 64 --seq 64 --threads 1 --batch 2 --model "$dir/evck" --steps 0 \
+        --val-data "$dir/train.bin" ${lay#*:} > "$dir/ev.out" 2>&1
+    vl+=("${lay%%:*} $(grep -o "worst layer [0-9.]*, layers' average [0-9.]*" "$dir/ev.out" | sed "s/worst layer //; s/, layers' average /\//")")
+done
+one=${vl[0]#one } ok=1
+for v in "${vl[@]:1:4}"; do [ "${v#* }" = "$one" ] || ok=0; done
+[ -n "$one" ] && [ "$one" != "${vl[5]#half }" ] || ok=0
+verdict $ok "the experts' load over an evaluation's batches (worst, average): $(printf '%s; ' "${vl[@]}")"
+run ev --batch 2 --grad-accum 2 --val-data "$dir/train.bin" --eval-every 5 --eval-batches 2
+n=$(field val_expert_load_max_mean "$dir/ev.jsonl" | wc -l)
+[ "$n" = 4 ] && [ "$(field loss "$dir/ev.jsonl")" = "$(field loss "$dir/ref2.jsonl")" ] &&
+    [ "$(field expert_load_max_mean "$dir/ev.jsonl")" = "$(field expert_load_max_mean "$dir/ref2.jsonl")" ] && ok=1 || ok=0
+verdict $ok "4 evaluations in 20 steps: their load in the metrics ($n), the steps' load and losses as without them"
+"$DTRAIN" train "${gm[@]}" --nproc 2 --ep 2 --steps 4 --quiet --metrics "$dir/epa.jsonl" > /dev/null 2>&1
+"$DTRAIN" train "${gm[@]}" --nproc 2 --ep 2 --steps 4 --quiet --val-data "$dir/train.bin" --eval-every 2 --eval-batches 2 \
+    --metrics "$dir/epb.jsonl" > /dev/null 2>&1
+a=$(field expert_exchange_bytes "$dir/epa.jsonl" | paste -sd' ') b=$(field expert_exchange_bytes "$dir/epb.jsonl" | paste -sd' ')
+[ "$(echo "$a" | wc -w)" = 4 ] && [ "$a" = "$b" ] && ok=1 || ok=0
+verdict $ok "EP 2: an evaluation's exchanges are not the next step's bytes (with evaluations at 2 and 4: $b; without: $a)"
 # the balancing loss: part of the loss, its gradient through every layer's router; recomputation the same
 run aux --batch 4 --moe-aux-loss 0.05
 run auxrc --batch 4 --moe-aux-loss 0.05 --recompute && close "balancing loss 0.05, recomputing" "$dir/aux.jsonl" "$dir/auxrc.jsonl"

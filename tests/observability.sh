@@ -186,6 +186,13 @@ EOF2
         echo "$rstatus" | grep -q '>ok</span>' && echo "$rstatus" | grep -q '"chart-reward":12' &&
             ok "a GRPO run's report: the reward and the KL by step" || fail "a GRPO run's report: $rstatus"
     else fail "a GRPO run with --report: $(tail -2 "$dir/rl.err")"; fi
+    # a mixture of experts' page: each step's load (the worst layer's and the layers' average) and each evaluation's
+    if "$DTRAIN" train "${model[@]}" --experts 4 --ffn 256 --steps 10 --report "$dir/moe" > /dev/null 2> "$dir/moe.err"; then
+        mstatus=$(render "$dir/moe/report.html" | grep -o '<span id="render-status"[^>]*>[^<]*</span>' | sed 's/&quot;/"/g')
+        echo "$mstatus" | grep -q '>ok</span>' && echo "$mstatus" | grep -q '"chart-experts":22' &&
+            ok "a mixture of experts' report: 10 steps' load (worst layer, average) and 2 evaluations'" ||
+            fail "a mixture of experts' report: $mstatus"
+    else fail "a mixture of experts with --report: $(tail -2 "$dir/moe.err")"; fi
     # dtrain rl's page: the return curve, the losses and the throughput by environment steps (10 updates), and the
     # film of the trained policy's episode (the cart, the pole and the axle move)
     if "$DTRAIN" rl --env cartpole --nproc 2 --total-steps 5120 --print-every 0 --report "$dir/ppo" > /dev/null 2> "$dir/ppo.err"; then

@@ -201,6 +201,16 @@ function compression() {
             ["MiB a step", "ratio"]);
 }
 
+// A mixture of experts: each step's most chosen expert over the mean (the worst layer's and the layers' average), and
+// the same over each evaluation's held-out batches (1: balanced).
+function experts() {
+  const w = series("expert_load_max_mean");
+  if (!w.length) return;
+  lineChart("chart-experts", section("Experts' load", "the most chosen expert over the mean, 1 when balanced: a step's batch, and an evaluation's batches"),
+            [{ label: "step, worst layer", data: w }, { label: "step, layers' average", data: series("expert_load_max_mean_avg") },
+             { label: "validation, worst layer", data: series("val_expert_load_max_mean"), points: true }], ["max / mean"]);
+}
+
 // Reinforcement learning on a language model (--grpo): the rollouts' mean reward and the KL to the reference by step.
 function rewards() {
   const r = series("reward");
@@ -393,7 +403,7 @@ const trainParts = [
                   { label: "gradient norm", data: series("grad_norm"), axis: "y2" }], ["learning rate", "gradient norm"]),
   () => lineChart("chart-throughput", section("Throughput and MFU"), [{ label: "tok/s (all ranks)", data: series("tok_per_s") },
                   { label: "MFU %", data: series("mfu", 100), axis: "y2" }], ["tok/s", "MFU %"]),
-  rewards, phases, bubble, compression, memory, rankTimes, timeline, scaling, io,
+  experts, rewards, phases, bubble, compression, memory, rankTimes, timeline, scaling, io,
 ];
 for (const part of RUN && RUN.kind === "rl" ? rlParts : RUN && RUN.kind === "images" ? imageParts : trainParts) {
   try { part(); } catch (e) { fail("error in " + (part.name || "a chart") + ": " + e.message); }

@@ -27,6 +27,7 @@ static dt_status reference_of(run *r, const dt_sft *d) {
     float ignored;
     dt_status st = dt_loader_create_rows(d, r->c.batch, r->dp_rank, r->dp_size, 0, &l);
     if (!st) st = dt_train_forward_batches(r, l, (int)dt_loader_batches(l), &ignored);
+    if (!st) st = dt_train_moe_val_load(r); /* the reference's passes: not the first step's load */
     dt_loader_destroy(l);
     return st;
 }

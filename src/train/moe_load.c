@@ -1,7 +1,8 @@
 /* A mixture of experts' balance over a step: each layer's choices of each expert, summed over every rank (data- and
  * context-parallel ranks saw other tokens, pipeline stages hold other layers), and the most loaded expert against
  * the mean, the worst layer's and the layers' average (1: perfectly balanced); with expert parallelism, the bytes
- * its exchanges sent between ranks, all ranks'. */
+ * its exchanges sent between ranks, all ranks'. And the same ratios over an evaluation's batches: the load over the
+ * held-out text (the auxiliary-loss-free paper's MaxVio_global, plus one), which one step's batch only samples. */
 #include "run.h"
 
 #include <stdlib.h>
@@ -19,40 +20,76 @@ static dt_status rank_load(run *r, double rows) {
     return st;
 }
 
-dt_status dt_train_moe_load(run *r) {
-    dt_program *p = dt_gpt2_program(r->m);
-    const dt_lm_config *c = dt_program_config(p);
-    int L = c->num_layers, E = c->experts;
-    if (!E) return DT_OK;
-    size_t n = (size_t)L * E + 3; /* and a capacity's dropped choices, all choices, and the bytes expert parallelism sent */
-    double *mine = calloc(n, sizeof(double)), *all = calloc(n, sizeof(double)),
-           *local = calloc((size_t)(L + 1) * E, sizeof(double));
-    dt_status st = mine && all && local ? DT_OK : dt_error(DT_ERR_NOMEM, "out of memory");
-    if (!st) dt_program_moe_load(p, local);
-    for (int l = 0, k = 0; !st && l < L; l++) /* held layers in order, at their places in the whole model */
+/* This rank's counts since they were last read: each layer's choices of each expert (L x E, the layers this rank does not
+ * hold left 0), then a capacity's dropped choices, all choices, and the bytes expert parallelism sent; *rows: the rows
+ * this rank's experts ran. Reading resets them. */
+static void read_counts(dt_program *p, int L, int E, double *mine, double *local, double *rows) {
+    size_t n = (size_t)L * E + 3;
+    dt_program_moe_load(p, local);
+    for (int l = 0, k = 0; l < L; l++) /* held layers in order, at their places in the whole model */
         if (dt_program_holds_block(p, l)) memcpy(mine + (size_t)l * E, local + (size_t)k++ * E, (size_t)E * sizeof(double));
-    if (!st) dt_program_moe_drops(p, &mine[n - 3], &mine[n - 2]);
-    double rows = 0;
-    if (!st) dt_program_moe_ep_traffic(p, &mine[n - 1], &rows);
-    /* a tensor-parallel group's ranks route the same rows (gathered under SP): each counts them, every expert's load times
-     * the group's size (the ratios and the bias's moves unchanged); each sent its own bytes */
-    if (!st) st = r->nranks > 1 ? dt_comm_allreduce(r->w, mine, all, n, DT_F64, DT_SUM) : DT_OK;
-    if (!st && r->nranks == 1) memcpy(all, mine, n * sizeof(double));
-    r->moe_dropped = !st && all[n - 2] > 0 && c->capacity_factor > 0 ? all[n - 3] / all[n - 2] : -1;
-    r->moe_ep_bytes = st ? 0 : all[n - 1];
-    if (!st && r->ep) st = rank_load(r, rows);
-    if (!st && c->bias_rate > 0) dt_program_moe_update_bias(p, all); /* DeepSeek-V3's router: the step's load moves each bias alike */
+    dt_program_moe_drops(p, &mine[n - 3], &mine[n - 2]);
+    dt_program_moe_ep_traffic(p, &mine[n - 1], rows);
+}
+
+/* Every layer's most chosen expert over the mean from all ranks' counts: the worst layer's and the layers' average. */
+static void ratios(const double *all, int L, int E, double *worst_out, double *mean_out) {
     double worst = 0, sum = 0;
     int layers = 0;
-    for (int l = 0; !st && l < L; l++) {
+    for (int l = 0; l < L; l++) {
         double max = 0, total = 0;
         for (int e = 0; e < E; e++) total += all[(size_t)l * E + e], max = all[(size_t)l * E + e] > max ? all[(size_t)l * E + e] : max;
         if (total <= 0) continue;
         double ratio = max / (total / E);
         worst = ratio > worst ? ratio : worst, sum += ratio, layers++;
     }
-    r->moe_worst = layers ? worst : 0;
-    r->moe_mean = layers ? sum / layers : 0;
-    free(mine), free(all), free(local);
+    *worst_out = layers ? worst : 0;
+    *mean_out = layers ? sum / layers : 0;
+}
+
+/* The counts since last read, summed over every rank (collective): *all (L x E + 3, as read_counts; the caller frees
+ * it), NULL without experts. */
+static dt_status gather(run *r, double **all, double *rows) {
+    dt_program *p = dt_gpt2_program(r->m);
+    const dt_lm_config *c = dt_program_config(p);
+    int L = c->num_layers, E = c->experts;
+    size_t n = (size_t)L * E + 3;
+    *all = NULL;
+    if (!E) return DT_OK;
+    double *mine = calloc(n, sizeof(double)), *local = calloc((size_t)(L + 1) * E, sizeof(double));
+    *all = calloc(n, sizeof(double));
+    dt_status st = mine && local && *all ? DT_OK : dt_error(DT_ERR_NOMEM, "out of memory");
+    if (!st) read_counts(p, L, E, mine, local, rows);
+    /* a tensor-parallel group's ranks route the same rows (gathered under SP): each counts them, every expert's load times
+     * the group's size (the ratios and the bias's moves unchanged); each sent its own bytes */
+    if (!st) st = r->nranks > 1 ? dt_comm_allreduce(r->w, mine, *all, n, DT_F64, DT_SUM) : DT_OK;
+    if (!st && r->nranks == 1) memcpy(*all, mine, n * sizeof(double));
+    free(mine), free(local);
+    return st;
+}
+
+dt_status dt_train_moe_load(run *r) {
+    dt_program *p = dt_gpt2_program(r->m);
+    const dt_lm_config *c = dt_program_config(p);
+    int L = c->num_layers, E = c->experts;
+    size_t n = (size_t)L * E + 3;
+    double *all, rows = 0;
+    dt_status st = gather(r, &all, &rows);
+    if (st || !all) return free(all), st;
+    r->moe_dropped = all[n - 2] > 0 && c->capacity_factor > 0 ? all[n - 3] / all[n - 2] : -1;
+    r->moe_ep_bytes = all[n - 1];
+    if (r->ep) st = rank_load(r, rows);
+    if (!st && c->bias_rate > 0) dt_program_moe_update_bias(p, all); /* DeepSeek-V3's router: the step's load moves each bias alike */
+    if (!st) ratios(all, L, E, &r->moe_worst, &r->moe_mean);
+    free(all);
+    return st;
+}
+
+dt_status dt_train_moe_val_load(run *r) {
+    const dt_lm_config *c = dt_program_config(dt_gpt2_program(r->m));
+    double *all, rows;
+    dt_status st = gather(r, &all, &rows);
+    if (!st && all) ratios(all, c->num_layers, c->experts, &r->moe_val_worst, &r->moe_val_mean);
+    free(all);
     return st;
 }

@@ -53,6 +53,7 @@ typedef struct {
     dt_loader *fl;            /* the loader forward-only passes read (evaluation's, the DPO reference's) */
     dt_dpo *dpo;              /* preference pairs in --data: DPO's loss (dpo_setup.c); its rows: the training file's, then --val-data's */
     double moe_worst, moe_mean; /* a mixture of experts' step: the most loaded expert over the mean, worst layer and average */
+    double moe_val_worst, moe_val_mean; /* and over the last evaluation's batches */
     double moe_dropped;       /* and the share of its choices a capacity dropped (below 0: dropless) */
     double moe_ep_bytes;      /* and the bytes expert parallelism's exchanges sent between ranks, all ranks' */
     double moe_rank_load;     /* and the rows the busiest rank of an expert-parallel group ran over the group's mean */
@@ -114,10 +115,12 @@ void dt_train_grpo_batch(run *r);
 dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out);
 void dt_train_grpo_destroy(run *r);
 /* Forward-only over n batches of l (through the stages with a pipeline): the mean loss over the ranks that computed
- * losses (collective; train.c). */
+ * losses (collective; train.c). A mixture of experts' counts of the passes are the caller's to read or drop. */
 dt_status dt_train_forward_batches(run *r, dt_loader *l, int n, float *out);
 /* A mixture of experts' load over the step just run, every rank's (collective): r->moe_worst, r->moe_mean. */
 dt_status dt_train_moe_load(run *r);
+/* The same over the forward passes since (an evaluation's), every rank's (collective): r->moe_val_worst, r->moe_val_mean. */
+dt_status dt_train_moe_val_load(run *r);
 /* The next training batch into r->in, r->tg: the engine's and the pipeline's callback (train.c). */
 dt_status dt_train_next_batch(void *ctx, int k, const int32_t **in, const int32_t **tg);
 /* --save: weights to a file, or the full state to a directory (run_save.c). */

@@ -29,6 +29,8 @@ void dt_train_write_tensorboard(run *r, int step, float lr, const dt_step_result
     if (dt_engine_loss_scale(r->e)) dt_tb_scalar(w, "train/loss_scale", s->loss_scale);
     if (r->moe_worst > 0) dt_tb_scalar(w, "moe/load_max_mean", r->moe_worst), dt_tb_scalar(w, "moe/load_max_mean_avg", r->moe_mean);
     if (r->moe_dropped >= 0 && r->moe_worst > 0) dt_tb_scalar(w, "moe/choices_dropped", r->moe_dropped);
+    if (eval && r->moe_val_worst > 0)
+        dt_tb_scalar(w, "moe/val_load_max_mean", r->moe_val_worst), dt_tb_scalar(w, "moe/val_load_max_mean_avg", r->moe_val_mean);
     /* DPO's (TRL's names: rewards/accuracies, rewards/margins) */
     if (r->grpo) dt_tb_scalar(w, "train/reward", r->grpo_step.reward), dt_tb_scalar(w, "train/kl", r->grpo_step.kl);
     if (r->dpo && isfinite(r->dpo_step[0])) dt_tb_scalar(w, "train/rewards_accuracies", r->dpo_step[0]), dt_tb_scalar(w, "train/rewards_margins", r->dpo_step[1]);
@@ -45,6 +47,8 @@ void dt_train_write_eval_metrics(run *r, float val) {
     fprintf(r->metrics, "{\"val_loss\":");
     fprintf(r->metrics, isfinite(val) ? "%.9g" : "null", val);
     if (r->dpo) json_num(r->metrics, "val_reward_accuracy", "%.4f", r->dpo_val[0]), json_num(r->metrics, "val_reward_margin", "%.6f", r->dpo_val[1]);
+    if (r->moe_val_worst > 0)
+        fprintf(r->metrics, ",\"val_expert_load_max_mean\":%.4f,\"val_expert_load_max_mean_avg\":%.4f", r->moe_val_worst, r->moe_val_mean);
     if (r->model_step >= 0) fprintf(r->metrics, ",\"step\":%d", r->model_step);
     fprintf(r->metrics, ",\"tokens\":%lld,\"batches\":%d}\n", (long long)c->eval_batches * c->batch * c->seq * r->dp_size, c->eval_batches);
     fflush(r->metrics);
@@ -94,6 +98,8 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     }
     if (r->moe_worst > 0) fprintf(f, ",\"expert_load_max_mean\":%.4f,\"expert_load_max_mean_avg\":%.4f", r->moe_worst, r->moe_mean);
     if (r->moe_dropped >= 0 && r->moe_worst > 0) fprintf(f, ",\"expert_choices_dropped\":%.6f", r->moe_dropped);
+    if (eval && r->moe_val_worst > 0)
+        fprintf(f, ",\"val_expert_load_max_mean\":%.4f,\"val_expert_load_max_mean_avg\":%.4f", r->moe_val_worst, r->moe_val_mean);
     if (r->ep) fprintf(f, ",\"expert_exchange_bytes\":%.0f,\"expert_rank_load_max_mean\":%.4f", r->moe_ep_bytes, r->moe_rank_load);
     if (r->dpo && eval) json_num(f, "val_reward_accuracy", "%.4f", r->dpo_val[0]), json_num(f, "val_reward_margin", "%.6f", r->dpo_val[1]);
     if (s->skipped) fprintf(f, ",\"skipped\":true");

@@ -113,7 +113,6 @@ dt_status dt_train_forward_batches(run *r, dt_loader *l, int nb, float *out) {
         sum += loss;
     }
     dt_program_set_row_keys(dt_gpt2_program(r->m), r->keys);
-    dt_program_moe_load(dt_gpt2_program(r->m), NULL); /* the experts' load is training's */
     if (st) return st;
     /* the mean over the ranks that computed losses (a pipeline's last stages; every rank otherwise) */
     float v[2] = { n ? (float)(sum / n) : 0, n ? 1 : 0 };
@@ -132,6 +131,7 @@ static dt_status evaluate(run *r, float *out) {
     double s[DT_DPO_NSTATS];
     if (r->dpo) dt_dpo_stats(r->dpo, s, true);
     dt_status st = dt_train_forward_batches(r, r->vl, c->eval_batches, out);
+    if (!st) st = dt_train_moe_val_load(r); /* and not the next step's */
     if (!st && r->dpo) st = dt_train_dpo_stats(r, true, r->dpo_val);
     DT_TRACE_END(DT_TRACK_COMPUTE);
     return st;
@@ -232,6 +232,9 @@ static int evaluate_only(run *r) {
         printf("validation loss %.6f (%s: %d batch%s of %d x %d tokens on each of %d rank%s, %.1f s)\n", val, c->val_data,
                c->eval_batches, c->eval_batches == 1 ? "" : "es", c->batch, c->seq, r->dp_size, r->dp_size == 1 ? "" : "s",
                dt_time_now() - t0);
+    if (r->rank == 0 && r->moe_val_worst > 0)
+        printf("experts' load over them (the most chosen expert over the mean): worst layer %.4f, layers' average %.4f\n",
+               r->moe_val_worst, r->moe_val_mean);
     if (r->metrics) dt_train_write_eval_metrics(r, val);
     return isfinite(val) ? 0 : 1;
 }
