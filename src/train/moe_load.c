@@ -75,7 +75,10 @@ dt_status dt_train_moe_load(run *r) {
     size_t n = (size_t)L * E + 3;
     double *all, rows = 0;
     dt_status st = gather(r, &all, &rows);
-    if (st || !all) return free(all), st;
+    if (st || !all) {
+        free(all);
+        return st;
+    }
     r->moe_dropped = all[n - 2] > 0 && c->capacity_factor > 0 ? all[n - 3] / all[n - 2] : -1;
     r->moe_ep_bytes = all[n - 1];
     if (r->ep) st = rank_load(r, rows);

@@ -18,6 +18,7 @@ typedef struct {
     double elapsed;          /* seconds since this process's first step */
     const char *prefix;      /* before the fields ("epoch 2/5"), or NULL */
     float val;               /* a validation loss to print after it (NAN: none) */
+    double val_experts;      /* and the experts' load over its batches, the worst layer's (0: not shown) */
     bool grpo;               /* GRPO's step: its mean reward and KL estimate shown */
     double reward, kl;
 } dt_progress;

@@ -172,7 +172,7 @@ static int after_step(run *r, int step, float lr, const dt_step_result *s, doubl
                           &(dt_progress){ .step = step, .steps = c->steps, .first = r->first_step, .loss = s->loss, .lr = lr,
                                           .norm = s->norm, .skipped = s->skipped, .ms = ms, .rate = tps, .unit = "tok/s", .mfu = mfu,
                                           .bubble = r->pipe ? r->bubble : NAN, .experts = r->moe_worst, .dropped = r->moe_dropped,
-                                          .elapsed = dt_time_now() - t_start, .val = eval ? val : NAN,
+                                          .elapsed = dt_time_now() - t_start, .val = eval ? val : NAN, .val_experts = r->moe_val_worst,
                                           .grpo = r->grpo != NULL, .reward = r->grpo_step.reward, .kl = r->grpo_step.kl });
     return 0;
 }
