@@ -71,8 +71,10 @@ void dt_progress_print(bool tty, int print_every, const dt_progress *p) {
         }
         printf("\r%s%s%s%s\033[K", line, bar[0] ? " [" : "", bar, bar[0] ? "]" : "");
     }
-    if (!isnan(p->val)) printf("%sval loss %.4f", tty ? "\n" : "", p->val);
-    if (!isnan(p->val) && p->val_experts > 0) printf(" (experts' load max/mean %.2f)", p->val_experts);
-    if (!isnan(p->val)) printf("\n");
+    if (!isnan(p->val)) {
+        printf("%sval loss %.4f", tty ? "\n" : "", p->val);
+        if (p->val_experts > 0) printf(" (experts' load max/mean %.2f)", p->val_experts);
+        printf("\n");
+    }
     fflush(stdout);
 }

@@ -7,6 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A mixture of experts' load over the last evaluation's batches, on an evaluation's metrics row (none without experts). */
+static void val_load_json(FILE *f, const run *r) {
+    if (r->moe_val_worst > 0) fprintf(f, ",\"val_expert_load_max_mean\":%.4f,\"val_expert_load_max_mean_avg\":%.4f", r->moe_val_worst, r->moe_val_mean);
+}
+
 /* A JSON number, or null when it is not finite (JSON has no NaN). */
 static void json_num(FILE *f, const char *key, const char *fmt, double v) {
     fprintf(f, ",\"%s\":", key);
@@ -47,8 +52,7 @@ void dt_train_write_eval_metrics(run *r, float val) {
     fprintf(r->metrics, "{\"val_loss\":");
     fprintf(r->metrics, isfinite(val) ? "%.9g" : "null", val);
     if (r->dpo) json_num(r->metrics, "val_reward_accuracy", "%.4f", r->dpo_val[0]), json_num(r->metrics, "val_reward_margin", "%.6f", r->dpo_val[1]);
-    if (r->moe_val_worst > 0)
-        fprintf(r->metrics, ",\"val_expert_load_max_mean\":%.4f,\"val_expert_load_max_mean_avg\":%.4f", r->moe_val_worst, r->moe_val_mean);
+    val_load_json(r->metrics, r);
     if (r->model_step >= 0) fprintf(r->metrics, ",\"step\":%d", r->model_step);
     fprintf(r->metrics, ",\"tokens\":%lld,\"batches\":%d}\n", (long long)c->eval_batches * c->batch * c->seq * r->dp_size, c->eval_batches);
     fflush(r->metrics);
@@ -98,8 +102,7 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     }
     if (r->moe_worst > 0) fprintf(f, ",\"expert_load_max_mean\":%.4f,\"expert_load_max_mean_avg\":%.4f", r->moe_worst, r->moe_mean);
     if (r->moe_dropped >= 0 && r->moe_worst > 0) fprintf(f, ",\"expert_choices_dropped\":%.6f", r->moe_dropped);
-    if (eval && r->moe_val_worst > 0)
-        fprintf(f, ",\"val_expert_load_max_mean\":%.4f,\"val_expert_load_max_mean_avg\":%.4f", r->moe_val_worst, r->moe_val_mean);
+    if (eval) val_load_json(f, r);
     if (r->ep) fprintf(f, ",\"expert_exchange_bytes\":%.0f,\"expert_rank_load_max_mean\":%.4f", r->moe_ep_bytes, r->moe_rank_load);
     if (r->dpo && eval) json_num(f, "val_reward_accuracy", "%.4f", r->dpo_val[0]), json_num(f, "val_reward_margin", "%.6f", r->dpo_val[1]);
     if (s->skipped) fprintf(f, ",\"skipped\":true");
