@@ -33,7 +33,8 @@ tok=$((2 * B * T))
 cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 echo "load max/mean (layers' average, EP 2's last step): $(grep -o '"expert_load_max_mean_avg":[0-9.]*' "$dir/ep.jsonl" | tail -1 | cut -d: -f2)"
 echo "Mixtral-shaped: C $C, $E experts of $F (top-$K), $L layers, 8 heads (2 K/V), T $T; global batch $((2 * B)) x $T; $cpu, $(nproc) cores"
-blas=${OPENBLAS_CORETYPE:-its pick for this CPU}
+lvl="the CPU's level" # (dtrain sets OPENBLAS_CORETYPE to it where OpenBLAS's own pick is lower)
+blas=${OPENBLAS_CORETYPE:-$lvl}
 aten=$("$PY" -c "import torch; print(torch.backends.cpu.get_cpu_capability())")
 echo "kernels: OpenBLAS $blas; PyTorch $aten (scripts/avx2-paths.sh holds both to AVX2)"
 printf "%-44s %10s %10s %8s\n" layout "step ms" "tok/s" "vs one"
