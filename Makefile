@@ -66,9 +66,9 @@ test-blis: deps
 # the corpus grows in build-fuzz/corpus/, crashes land in build-fuzz/crashes/.
 FUZZ_SECONDS ?= 120
 FUZZ_RUNS ?= -1
-FUZZ_HARNESSES ?= llmc tokens safetensors idx bpe config metrics ckpt
+FUZZ_HARNESSES ?= llmc tokens safetensors idx bpe config metrics ckpt completion
 fuzz: deps
-	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=fuzz -DDT_WITH_MPI=OFF
+	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=fuzz -DDT_WITH_MPI=OFF
 	cmake --build build-fuzz -j$(JOBS)
 	@mkdir -p build-fuzz/crashes
 	@for h in $(FUZZ_HARNESSES); do \

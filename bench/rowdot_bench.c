@@ -31,8 +31,8 @@ int main(int argc, char **argv) {
                 return 1;
             }
             srand(7);
-            for (size_t i = 0; i < (size_t)O * K; i++) w[i] = (float)rand() / RAND_MAX - 0.5f;
-            for (size_t i = 0; i < (size_t)n * K; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+            for (size_t i = 0; i < (size_t)O * K; i++) w[i] = (float)((double)rand() / RAND_MAX - 0.5);
+            for (size_t i = 0; i < (size_t)n * K; i++) x[i] = (float)((double)rand() / RAND_MAX - 0.5);
             if (dt_panels_create(w, O, K, q == 1, &p) != DT_OK) {
                 fprintf(stderr, "rowdot_bench: %s\n", dt_last_error());
                 return 1;

@@ -141,11 +141,15 @@ static void against_gymnasium(const char *dir) {
 
 /* What it refuses; that a seed replays its episode bit for bit; that the heuristic lands. */
 static void contract(void) {
-    dt_env *e, *c;
+    dt_env *e = NULL, *c = NULL;
     float o[8], o2[8], a[2] = { 4, 0 };
     double r, state[8] = { 0 };
     int te, tr;
     check(!dt_env_create("LunarLander-v3", &e) && !dt_env_create("lunarlander-continuous", &c), "both landers are made by name and id");
+    if (!e || !c) {
+        dt_env_destroy(e), dt_env_destroy(c);
+        return;
+    }
     dt_env_reset(e, 5, o);
     check(dt_env_step(e, a, o, &r, &te, &tr) != DT_OK && strstr(dt_last_error(), "Discrete(4)"), "action 4 is refused naming the space");
     a[0] = 0.5f;
