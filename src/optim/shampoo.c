@@ -28,14 +28,15 @@ struct dt_shampoo {
     int nb, rank, ranks;
     dt_comm *comm;                   /* the group's ranks (NULL: this one alone) */
     bool own_comm;                   /* split from the caller's */
-    size_t *counts, total, mine;     /* floats of directions a rank computes; all; where this rank's start */
+    size_t *counts, share, mine;     /* floats of directions a rank computes; a rank's share of the gathered ones
+                                      * (the largest count); where this rank's starts */
     size_t own;                      /* floats of this rank's own experts' directions (made here, never sent) */
     float *ownbuf;                   /* their slots */
     sh_unit *units;                  /* the checkpoint's (make_units) */
     int nunits;
     float *send, *recv;              /* this rank's directions; everyone's (one process: the same) */
     uint16_t *send16, *recv16;       /* the bf16 wire's */
-    float *work[4], *eig;            /* blocks' scratch; a factor's and its eigenvalues' */
+    float *work[3], *eig;            /* blocks' scratch; a factor's and its eigenvalues' */
     double *eig64;                   /* the f64 retry's */
     size_t bytes, most;
     long t;
@@ -65,10 +66,11 @@ void dt_shampoo_destroy(dt_shampoo *s) {
         for (int k = 0; k < 4; k++) free(s->q[i].F[k]), free(s->q[i].R[k]);
         free(s->q[i].m), free(s->q[i].v);
     }
-    for (int k = 0; k < 4; k++) free(s->work[k]);
+    for (int k = 0; k < 3; k++) free(s->work[k]);
+    if (s->comm) dt_comm_free(s->comm, s->send), dt_comm_free(s->comm, s->recv), dt_comm_free(s->comm, s->send16), dt_comm_free(s->comm, s->recv16);
+    else free(s->send);
     if (s->own_comm) dt_comm_destroy(s->comm);
-    if (s->recv != s->send) free(s->recv);
-    free(s->send), free(s->send16), free(s->recv16), free(s->eig), free(s->eig64);
+    free(s->eig), free(s->eig64);
     free(s->q), free(s->b), free(s->counts), free(s->ownbuf), free(s->units);
     free(s);
 }
@@ -95,14 +97,19 @@ static int allocate(dt_shampoo *s) {
             for (size_t j = 0; j < d; j++) q->R[k][j * d + j] = 1;
         }
     }
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 3; k++)
         if (!(s->work[k] = malloc((big > side * side ? big : side * side) * sizeof(float)))) return -1;
     if (!(s->eig = malloc((side * side + side) * sizeof(float))) || !(s->eig64 = malloc((side * side + side) * sizeof(double)))) return -1;
-    if (!(s->send = malloc((s->counts[s->rank] + 1) * sizeof(float))) || !(s->ownbuf = malloc((s->own + 1) * sizeof(float)))) return -1;
-    s->recv = s->ranks > 1 ? malloc((s->total + 1) * sizeof(float)) : s->send;
-    if (!s->recv) return -1;
-    if (s->ranks > 1 && s->c.wire == DT_BF16)
-        if (!(s->send16 = malloc((s->counts[s->rank] + 1) * 2)) || !(s->recv16 = malloc((s->total + 1) * 2))) return -1;
+    if (!(s->ownbuf = malloc((s->own + 1) * sizeof(float)))) return -1;
+    size_t all = s->share * (size_t)s->ranks; /* a share's tail past a rank's count stays 0 */
+    if (!s->comm) return (s->recv = s->send = calloc(s->share + 1, sizeof(float))) ? 0 : -1;
+    /* in the shared arena (zeroed): the peers on this machine read a share where it lies, one copy instead of two */
+    if (dt_comm_alloc(s->comm, (s->share + 1) * sizeof(float), (void **)&s->send) ||
+        dt_comm_alloc(s->comm, (all + 1) * sizeof(float), (void **)&s->recv))
+        return -1;
+    if (s->c.wire == DT_BF16)
+        if (dt_comm_alloc(s->comm, (s->share + 1) * 2, (void **)&s->send16) || dt_comm_alloc(s->comm, (all + 1) * 2, (void **)&s->recv16))
+            return -1;
     return 0;
 }
 
@@ -146,7 +153,8 @@ dt_status dt_shampoo_create(const dt_shampoo_config *c, const dt_tensor_info *te
               (s->q = calloc((size_t)s->nb + 1, sizeof *s->q));
     if (ok) {
         sh_blocks_assign(s->b, s->nb, s->ranks, s->counts, &s->own);
-        for (int r = 0; r < s->ranks; r++) s->mine += r < s->rank ? s->counts[r] : 0, s->total += s->counts[r];
+        for (int r = 0; r < s->ranks; r++) s->share = s->counts[r] > s->share ? s->counts[r] : s->share;
+        s->mine = (size_t)s->rank * s->share;
         ok = !allocate(s) && !make_units(s);
     }
     if (!ok) {
@@ -199,12 +207,15 @@ static void transpose(const float *x, int d, size_t rest, float *y) {
  * left (a transpose each), whose contraction over the rest does not depend on their order. */
 static void update_factors(dt_shampoo *s, const sh_block *b, sh_state *q, const float *g) {
     const float *x = g;
-    float *turned[2] = { s->work[2], s->work[3] };
+    float *turned[2] = { s->work[1], s->work[2] };
     for (int k = 0; k < b->ndim; k++) {
         int d = b->dim[k];
         size_t rest = b->numel / (size_t)d;
-        cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, d, (int)rest, 1.0f - s->c.beta2, x, (int)rest, s->c.beta2, q->F[k], d);
-        if (k + 1 < b->ndim) transpose(x, d, rest, turned[k & 1]), x = turned[k & 1];
+        if (k > 0 && k == b->ndim - 1) /* the last dimension's unfolding is g's own transpose: no turn */
+            cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, d, (int)rest, 1.0f - s->c.beta2, g, d, s->c.beta2, q->F[k], d);
+        else
+            cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, d, (int)rest, 1.0f - s->c.beta2, x, (int)rest, s->c.beta2, q->F[k], d);
+        if (k + 2 < b->ndim) transpose(x, d, rest, turned[k & 1]), x = turned[k & 1];
     }
 }
 
@@ -217,7 +228,7 @@ static bool finite_all(const float *x, size_t n) {
 /* R = (F / bc2 + eps I)^(-1/root) by the eigen-decomposition (f32, retried in f64), the eigenvalues lifted to eps where
  * below it. 0, LAPACK's info, or -1 (not finite). R is left as it was unless it succeeds. */
 static int inverse_root(dt_shampoo *s, const float *F, int d, float bc2, int root, float *R) {
-    float *a = s->eig, *w = a + (size_t)d * d, *scaled = s->work[2], *out = s->work[3];
+    float *a = s->eig, *w = a + (size_t)d * d, *scaled = s->work[1], *out = s->work[2];
     size_t dd = (size_t)d * d;
     for (int i = 0; i < d; i++) /* the upper triangle, mirrored */
         for (int j = i; j < d; j++) a[(size_t)i * d + j] = a[(size_t)j * d + i] = F[(size_t)i * d + j] / bc2;
@@ -273,7 +284,7 @@ static int statistics(dt_shampoo *s, const float *grads, bool roots, float bc2, 
 /* y = g preconditioned: contracted with each dimension's root in turn (each turn moves that dimension last). */
 static const float *precondition(dt_shampoo *s, const sh_block *b, const sh_state *q, const float *g) {
     const float *x = g;
-    float *turned[2] = { s->work[2], s->work[3] };
+    float *turned[2] = { s->work[1], s->work[2] };
     for (int k = 0; k < b->ndim; k++) {
         int d = b->dim[k];
         int rest = (int)(b->numel / (size_t)d);
@@ -283,29 +294,31 @@ static const float *precondition(dt_shampoo *s, const sh_block *b, const sh_stat
     return x;
 }
 
-static double norm(const float *x, size_t n) {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return sqrt(s);
-}
-
 /* Block i's direction in place of its gradient in its slot: Adam's (grafting) before start, else Shampoo's at the norm
  * of Adam's. */
 static void direction(dt_shampoo *s, int i, float bc1, float bc2) {
     const sh_block *b = &s->b[i];
     sh_state *q = &s->q[i];
-    float *g = s->work[0], *adam = s->work[1], *out = slot(s, i);
+    float *g = s->work[0], *out = slot(s, i), *m = q->m, keep = 1.0f - s->c.beta1, eps = s->c.graft_eps;
+    const float *v = q->v;
     size_t n = b->numel;
-    memcpy(g, out, n * sizeof *g);
-    if (q->m)
-        for (size_t j = 0; j < n; j++) q->m[j] += (1.0f - s->c.beta1) * (g[j] - q->m[j]), g[j] = q->m[j] / bc1;
-    for (size_t j = 0; j < n; j++) adam[j] = g[j] / (sqrtf(q->v[j] / bc2) + s->c.graft_eps);
-    if (s->t < s->c.start) {
-        memcpy(out, adam, n * sizeof *out);
+    bool adam_only = s->t < s->c.start;
+    if (m)
+        for (size_t j = 0; j < n; j++) m[j] += keep * (out[j] - m[j]), g[j] = m[j] / bc1;
+    else
+        memcpy(g, out, n * sizeof *g);
+    if (adam_only) {
+        for (size_t j = 0; j < n; j++) out[j] = g[j] / (sqrtf(v[j] / bc2) + eps);
         return;
     }
+    double ss = 0; /* Adam's direction's squared norm, the graft's: summed here, never stored */
+    #pragma omp simd reduction(+ : ss)
+    for (size_t j = 0; j < n; j++) {
+        float a = g[j] / (sqrtf(v[j] / bc2) + eps);
+        ss += (double)a * a;
+    }
     const float *y = precondition(s, b, q, g);
-    float scale = (float)norm(adam, n) / ((float)norm(y, n) + 1e-16f);
+    float scale = (float)sqrt(ss) / ((float)dt_grad_norm(y, n) + 1e-16f);
     for (size_t j = 0; j < n; j++) out[j] = y[j] * scale;
 }
 
@@ -314,10 +327,10 @@ static dt_status exchange(dt_shampoo *s, float *grads) {
     dt_status st = DT_OK;
     if (s->comm && s->c.wire == DT_BF16) {
         for (size_t j = 0; j < s->counts[s->rank]; j++) s->send16[j] = dt_f32_to_bf16(s->send[j]);
-        if (!(st = dt_comm_allgatherv(s->comm, s->send16, s->recv16, s->counts, DT_BF16)))
-            for (size_t j = 0; j < s->total; j++) s->recv[j] = dt_bf16_to_f32(s->recv16[j]);
+        if (!(st = dt_comm_allgather(s->comm, s->send16, s->recv16, s->share, DT_BF16)))
+            for (size_t j = 0; j < s->share * (size_t)s->ranks; j++) s->recv[j] = dt_bf16_to_f32(s->recv16[j]);
     } else if (s->comm) {
-        st = dt_comm_allgatherv(s->comm, s->send, s->recv, s->counts, DT_F32);
+        st = dt_comm_allgather(s->comm, s->send, s->recv, s->share, DT_F32);
     }
     for (int i = 0; i < s->nb && !st; i++) sh_block_scatter(&s->b[i], s->b[i].own ? s->ownbuf + s->b[i].at : s->recv + s->b[i].at, grads);
     return st;

@@ -109,12 +109,15 @@ void sh_blocks_assign(sh_block *b, int n, int ranks, size_t *counts, size_t *own
     }
     for (int i = 0, j = 0; i < n; i++) b[i].owner = b[i].own ? -1 : owner && shared ? owner[j++] : i % ranks;
     free(cost), free(owner), free(shared);
-    size_t at = 0;
+    size_t share = 0;
     for (int r = 0; r < ranks; r++) {
         counts[r] = 0;
         for (int i = 0; i < n; i++)
-            if (b[i].owner == r) b[i].at = at, at += b[i].numel, counts[r] += b[i].numel;
+            if (b[i].owner == r) b[i].at = counts[r], counts[r] += b[i].numel;
+        share = counts[r] > share ? counts[r] : share;
     }
+    for (int i = 0; i < n; i++) /* every rank's share as large as the largest: one allgather of equal blocks, no repacking */
+        if (!b[i].own) b[i].at += (size_t)b[i].owner * share;
     *own = 0;
     for (int i = 0; i < n; i++)
         if (b[i].own) b[i].at = *own, *own += b[i].numel;

@@ -14,14 +14,14 @@ typedef struct {
     double cost;            /* the work of its roots and steps, for the assignment */
     int owner;              /* the rank that keeps its state and computes its direction (-1: own) */
     bool own;               /* an expert-parallel rank's own expert's: its direction made where it is, never sent */
-    size_t at;              /* where its direction sits among the gathered ones (by owner, then block), or among this
-                             * rank's own ones */
+    size_t at;              /* where its direction sits among the gathered ones (its owner's share, each rank's as
+                             * large as the largest, then its place there), or among this rank's own ones */
 } sh_block;
 
 /* Every block of the tensors (count 0 and tied copies left out) into *out (malloc'd), their number in *n. */
 int sh_blocks_make(const dt_tensor_info *t, int ntensors, int block, sh_block **out, int *n);
-/* Owners (greedily by cost over ranks) and places: counts[r] the floats rank r's blocks hold; own blocks (owner -1)
- * placed among themselves, their floats in *own. */
+/* Owners (greedily by cost over ranks) and places: counts[r] the floats rank r's blocks hold, each rank's share of
+ * the gathered directions the largest count; own blocks (owner -1) placed among themselves, their floats in *own. */
 void sh_blocks_assign(sh_block *b, int n, int ranks, size_t *counts, size_t *own);
 /* The block's elements between the store and x (contiguous, row-major): gather (into x) or scatter (into the store). */
 void sh_block_gather(const sh_block *b, const float *store, float *x);

@@ -37,7 +37,8 @@ struct dt_soap {
     int n, rank, ranks;
     dt_comm *comm;          /* the ranks sharing the matrices (NULL: this one all) */
     bool own_comm;          /* split from the caller's */
-    size_t *counts, total;  /* floats of the directions each rank computes; all of them */
+    size_t *counts, share;  /* floats of the directions each rank computes; a rank's share of the gathered ones (the
+                             * largest count: one allgather of equal blocks) */
     float *send, *recv;     /* this rank's directions; every rank's */
     float *work[4];         /* matrices of the largest tensor (the fourth its direction), and its bases' scratch */
     size_t bytes, most;     /* this rank's statistics, bases and moments; the group's fullest rank's */
@@ -54,8 +55,9 @@ void dt_soap_destroy(dt_soap *s) {
         free(t->L), free(t->R), free(t->QL), free(t->QR), free(t->m), free(t->v);
     }
     for (int k = 0; k < 4; k++) free(s->work[k]);
+    if (s->comm) dt_comm_free(s->comm, s->send), dt_comm_free(s->comm, s->recv);
     if (s->own_comm) dt_comm_destroy(s->comm);
-    free(s->send), free(s->recv), free(s->counts), free(s->t), free(s->units);
+    free(s->counts), free(s->t), free(s->units);
     free(s);
 }
 
@@ -159,15 +161,18 @@ static bool allocate(dt_soap *s, const dt_tensor_span *sp, int n) {
         }
         if (t->owner < 0 || t->owner == s->rank) ok = hold(s, t, &big);
     }
-    for (int r = 0; r < s->ranks && ok; r++) s->most = per[r] > s->most ? per[r] : s->most, s->total += s->counts[r];
-    size_t at = 0;
-    for (int r = 0; r < s->ranks && ok; r++) /* by owner, then in order */
-        for (int i = 0; i < n; i++)
+    for (int r = 0; r < s->ranks && ok; r++) {
+        s->most = per[r] > s->most ? per[r] : s->most;
+        s->share = s->counts[r] > s->share ? s->counts[r] : s->share;
+    }
+    for (int r = 0; r < s->ranks && ok; r++) /* by owner (its share), then in order */
+        for (size_t i = 0, at = (size_t)r * s->share; i < (size_t)n; i++)
             if (s->t[i].owner == r) s->t[i].at = at, at += s->t[i].count;
     /* the eigenvalues after a basis's matrix: big + its side */
     for (int k = 0; k < 4 && ok; k++) ok = (s->work[k] = malloc((big + (size_t)s->c.precond_max_dim + 1) * sizeof(float))) != NULL;
-    if (ok && s->ranks > 1)
-        ok = (s->send = malloc((s->counts[s->rank] + 1) * sizeof(float))) && (s->recv = malloc((s->total + 1) * sizeof(float)));
+    if (ok && s->ranks > 1) /* in the shared arena (zeroed): the peers on this machine read a share where it lies */
+        ok = !dt_comm_alloc(s->comm, (s->share + 1) * sizeof(float), (void **)&s->send) &&
+             !dt_comm_alloc(s->comm, (s->share * (size_t)s->ranks + 1) * sizeof(float), (void **)&s->recv);
     free(owner), free(floats), free(per);
     return ok;
 }
@@ -316,10 +321,10 @@ static const float *direction(dt_soap *s, const soap_tensor *x, const dt_optim_c
 
 /* Every rank's directions to every rank: each packs its own, then takes the others'. */
 static dt_status exchange(dt_soap *s, float *g) {
-    size_t mine = 0;
+    size_t mine = (size_t)s->rank * s->share;
     for (int i = 0; i < s->n; i++)
-        if (s->t[i].owner == s->rank) memcpy(s->send + mine, g + s->t[i].off, s->t[i].count * sizeof(float)), mine += s->t[i].count;
-    dt_status st = dt_comm_allgatherv(s->comm, s->send, s->recv, s->counts, DT_F32);
+        if (s->t[i].owner == s->rank) memcpy(s->send + (s->t[i].at - mine), g + s->t[i].off, s->t[i].count * sizeof(float));
+    dt_status st = dt_comm_allgather(s->comm, s->send, s->recv, s->share, DT_F32);
     for (int i = 0; i < s->n && !st; i++)
         if (s->t[i].owner >= 0 && s->t[i].owner != s->rank) memcpy(g + s->t[i].off, s->recv + s->t[i].at, s->t[i].count * sizeof(float));
     return st;
