@@ -422,6 +422,10 @@ void dt_gelu_rows(float *out, const float *inp, int rows, int width);
 /* Threads for OpenMP loops and BLAS together; 0 = all cores. */
 void dt_kernels_set_threads(int n);
 int dt_kernels_threads(void);
+/* Subnormal floats flushed to zero (FTZ and DAZ on x86, FZ on Arm) in this thread and the threads and processes it
+ * starts after: a multiply-add on one is a slow microcode assist. DTRAIN_DENORMALS=keep leaves IEEE's behaviour;
+ * false: left as it was. The command line calls it first thing. */
+bool dt_kernels_flush_denormals(void);
 
 #ifdef __cplusplus
 }

@@ -166,6 +166,7 @@ static void blas_kernels(char **argv) {
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     blas_kernels(argv);
+    dt_kernels_flush_denormals(); /* before any thread or worker starts: they inherit it */
     char **split = split_equals(&argc, argv);
     if (!split) { dt_log(DT_LOG_ERROR, "out of memory"); return 1; }
     /* a line at a time into a pipe too (| tee, mpirun): the start lines show before step 1 */
