@@ -4,10 +4,11 @@
 # AdamW at three learning rates for STEPS steps, the best one's final validation loss the target; then each of the
 # other optimizers at that best rate (Shampoo grafts Adam's step size onto its directions; SOAP is Adam in a rotated
 # basis), and the step and the wall time (the steps' own time, evaluations left out, as for AdamW) at which its
-# validation loss first reaches the target. Evaluations every 50 steps on 16 batches of the held-out 5%.
+# validation loss first reaches the target. Evaluations every 25 steps on 16 batches of the held-out 5%.
 # usage: [SECOND_ARGS="--shampoo-block 256"] bench/second_order_d6.sh [BUILD_DIR] [STEPS] [LRS] [OPTIMIZERS]
 #   defaults: build 800 "1e-3 2e-3 4e-3" "shampoo soap" (an empty OPTIMIZERS: AdamW alone); SECOND_ARGS: flags the
-#   second-order runs add (their results named with them)
+#   second-order runs add (their results named with them), several sets separated by ';' each run after the one AdamW;
+#   EVAL_EVERY (25): steps between evaluations, which place the step a run reaches the target
 set -euo pipefail
 build=${1:-build}
 steps=${2:-800}
@@ -21,7 +22,7 @@ if [ ! -s "$out/train.bin" ]; then
     "$dtrain" tokenize --bytes "$out/kjv.txt" "$out/train.bin" --val "$out/val.bin" --val-fraction 0.05 > /dev/null
 fi
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores"
-common=(--nproc 2 --threads 1 --data "$out/train.bin" --val-data "$out/val.bin" --eval-every 50 --eval-batches 16 --model d6
+common=(--nproc 2 --threads 1 --data "$out/train.bin" --val-data "$out/val.bin" --eval-every "${EVAL_EVERY:-25}" --eval-batches 16 --model d6
         --vocab 256 --max-seq 64 --seq 64 --batch 16 --steps "$steps" --schedule cosine --warmup 30 --shuffle 1 --quiet)
 train() { # NAME LR ARGS...
     local name=$1 lr=$2
@@ -56,9 +57,13 @@ for lr in $lrs; do
     if [ -z "$best" ] || awk -v a="$v" -v b="$bestv" 'BEGIN{exit !(a < b)}'; then best=$lr bestv=$v; fi
 done
 echo "target: AdamW's best, lr $best: val $bestv after $steps steps ($(summary "adamw_$best" | sed 's/.*, //'))"
-read -r -a extra <<< "${SECOND_ARGS:-}"
-tag=$(echo "${SECOND_ARGS:-}" | tr -c 'A-Za-z0-9.\n-' '_' | sed 's/^_*//')
-for o in $opts; do
-    train "${o}_$best${tag:+_$tag}" "$best" --optimizer "$o" "${extra[@]}"
-    echo "$o lr $best ${SECOND_ARGS:-}: $(summary "${o}_$best${tag:+_$tag}" "$bestv")"
+IFS=';' read -r -a variants <<< "${SECOND_ARGS:-}"
+[ ${#variants[@]} -gt 0 ] || variants=("")
+for args in "${variants[@]}"; do
+    read -r -a extra <<< "$args"
+    tag=$(echo "$args" | tr -c 'A-Za-z0-9.\n-' '_' | sed 's/^_*//')
+    for o in $opts; do
+        train "${o}_$best${tag:+_$tag}" "$best" --optimizer "$o" "${extra[@]}"
+        echo "$o lr $best $args: $(summary "${o}_$best${tag:+_$tag}" "$bestv")"
+    done
 done
