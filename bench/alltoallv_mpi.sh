@@ -4,7 +4,9 @@
 # medians of each round's median: on shared memory (WHERE shm: dtrain's own launcher, Open MPI's mpirun on this
 # machine) or across the cluster rig's two machines (WHERE rig:RATE, e.g. rig:1gbit:100; 1 rank a machine, Open MPI
 # as installed and with the TCP flags dtrain asks for, as bench/cluster_comm.sh does; needs root). Printed: each size's
-# times and Open MPI's over dtrain's (above 1: dtrain is faster).
+# times and Open MPI's over dtrain's (above 1: dtrain is faster). MPI_COLL_BENCH_MULTIPLE=1 in mpi_coll_bench's
+# environment (mpirun -x) starts Open MPI at MPI_THREAD_MULTIPLE, dtrain's level (its heartbeats' thread), which
+# costs Open MPI itself about 0.1 us a small call across the rig.
 # usage: bench/alltoallv_mpi.sh [WHERE (shm)] [ROUNDS (3)] [SIZES (bytes a rank: 8 ... 64 MiB)] [NPROC (2; shm only)]
 set -euo pipefail
 where=${1:-shm}
