@@ -152,8 +152,7 @@ dt_status dt_shampoo_create(const dt_shampoo_config *c, const dt_tensor_info *te
     bool ok = !sh_blocks_make(tensors, n, c->block, &s->b, &s->nb) && (s->counts = calloc((size_t)s->ranks, sizeof *s->counts)) &&
               (s->q = calloc((size_t)s->nb + 1, sizeof *s->q));
     if (ok) {
-        sh_blocks_assign(s->b, s->nb, s->ranks, s->counts, &s->own);
-        for (int r = 0; r < s->ranks; r++) s->share = s->counts[r] > s->share ? s->counts[r] : s->share;
+        s->share = sh_blocks_assign(s->b, s->nb, s->ranks, s->counts, &s->own);
         s->mine = (size_t)s->rank * s->share;
         ok = !allocate(s) && !make_units(s);
     }

@@ -96,7 +96,7 @@ int sh_blocks_make(const dt_tensor_info *t, int ntensors, int block, sh_block **
     return 0;
 }
 
-void sh_blocks_assign(sh_block *b, int n, int ranks, size_t *counts, size_t *own) {
+size_t sh_blocks_assign(sh_block *b, int n, int ranks, size_t *counts, size_t *own) {
     double *cost = calloc((size_t)n + 1, sizeof *cost);
     int *owner = calloc((size_t)n + 1, sizeof *owner), *shared = calloc((size_t)n + 1, sizeof *shared), k = 0;
     for (int i = 0; i < n && shared; i++)
@@ -121,6 +121,7 @@ void sh_blocks_assign(sh_block *b, int n, int ranks, size_t *counts, size_t *own
     *own = 0;
     for (int i = 0; i < n; i++)
         if (b[i].own) b[i].at = *own, *own += b[i].numel;
+    return share;
 }
 
 /* The block padded in front to order 4 (size 1, stride 0), then four loops; strided_from: from the store into x. */

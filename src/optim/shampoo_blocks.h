@@ -21,8 +21,9 @@ typedef struct {
 /* Every block of the tensors (count 0 and tied copies left out) into *out (malloc'd), their number in *n. */
 int sh_blocks_make(const dt_tensor_info *t, int ntensors, int block, sh_block **out, int *n);
 /* Owners (greedily by cost over ranks) and places: counts[r] the floats rank r's blocks hold, each rank's share of
- * the gathered directions the largest count; own blocks (owner -1) placed among themselves, their floats in *own. */
-void sh_blocks_assign(sh_block *b, int n, int ranks, size_t *counts, size_t *own);
+ * the gathered directions the largest count (returned); own blocks (owner -1) placed among themselves, their floats in
+ * *own. */
+size_t sh_blocks_assign(sh_block *b, int n, int ranks, size_t *counts, size_t *own);
 /* The block's elements between the store and x (contiguous, row-major): gather (into x) or scatter (into the store). */
 void sh_block_gather(const sh_block *b, const float *store, float *x);
 void sh_block_scatter(const sh_block *b, const float *x, float *store);
