@@ -119,7 +119,7 @@ for i in "${!reqs[@]}"; do cmp -s "$dir/alone.$i" "$dir/together.$i" && [ -s "$d
 [ $same = 8 ] && ok "eight requests at once: each gets its tokens alone ('$(cat "$dir/alone.3")', ...)" || fail "at once: $same of 8 the same"
 kill -TERM $spid; wait $spid
 
-start g124 "$dir/g124.bin" --bpe "${BPE[@]}" --threads $T --slots 4 || exit 1
+start g124 "$dir/g124.bin" --bpe "${BPE[@]}" --threads $T --slots 4 --upload-timeout 1 || exit 1
 long="{\"prompt\":\"The\",\"max_tokens\":$long,\"temperature\":1,\"seed\":3}"
 reqs=("$(req 'The ' 0 0 1 0)" "$(req 'ab' 1 0 1 7)" "$(req 'a' 0.7 20 1 3)")
 for i in "${!reqs[@]}"; do post "${reqs[$i]}" | text > "$dir/alone.$i"; done
@@ -130,6 +130,17 @@ wait_posts
 same=0
 for i in "${!reqs[@]}"; do cmp -s "$dir/alone.$i" "$dir/joined.$i" && [ -s "$dir/alone.$i" ] && same=$((same + 1)); done
 [ $same = 3 ] && ok "${big[*]}: three requests joining a running one mid-way (it asked for $long tokens) get their tokens alone" || fail "joined: $same of 3"
+# a completion that takes longer than the connections' idle timeout (--upload-timeout 1: 6 s) still arrives whole: the
+# server stopped (SIGSTOP) for 7 s while the request runs, so no machine is too fast for it
+post "$long" > "$dir/slow" &
+running=0
+for _ in $(seq 200); do curl -s "http://127.0.0.1:$port/metrics" | grep -q '^dtrain_batch_running 1' && running=1 && break; sleep 0.05; done
+kill -STOP $spid; sleep 7; kill -CONT $spid
+wait_posts
+[ $running = 1 ] && python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit(r["choices"][0]["finish_reason"] != "length" or r["usage"]["completion_tokens"] != json.loads(sys.argv[1])["max_tokens"])' \
+    "$long" < "$dir/slow" 2> /dev/null &&
+    ok "a completion held past the idle timeout (the server stopped 7 s mid-way) arrives whole" ||
+    fail "a completion held past the idle timeout (seen running: $running): '$(head -c 200 "$dir/slow")'"
 # a client that leaves mid-stream: its job ends (cancelled), the slot is free again
 python3 "$HERE/serve_client.py" leave "$port" "{\"prompt\":\"The\",\"max_tokens\":$leavetok,\"stream\":true}" > "$dir/left"
 sleep 1

@@ -191,6 +191,14 @@ static void produce(conn_state *cs) {
     cs->finished = true;
 }
 
+/* libmicrohttpd closes a connection idle for its timeout (serve_http_idle_seconds), and a connection waiting here on its
+ * job (queued, or generating a long completion) sends nothing: it would be cut mid-response. So no timeout while the
+ * job is waited on (a client that leaves is seen within a quarter second, below), and the timeout again, its clock
+ * restarted, while the bytes go out (a client that stops reading). */
+static void idle_timeout(conn_state *cs, bool on) {
+    MHD_set_connection_option(cs->conn, MHD_CONNECTION_OPTION_TIMEOUT, on ? serve_http_idle_seconds(cs->h->upload_seconds) : 0u);
+}
+
 static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     conn_state *cs = cls;
@@ -198,6 +206,7 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
     while (cs->out_off == cs->out_len) {
         if (cs->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         cs->out_len = cs->out_off = 0;
+        idle_timeout(cs, false);
         pthread_mutex_lock(&j->mu);
         while (!(j->state == JOB_DONE || (j->p.stream && j->visible > cs->sent))) {
             struct timespec t;
@@ -212,6 +221,7 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         produce(cs);
         pthread_mutex_unlock(&j->mu);
+        idle_timeout(cs, true);
     }
     size_t n = cs->out_len - cs->out_off < max ? cs->out_len - cs->out_off : max;
     memcpy(buf, cs->out + cs->out_off, n);

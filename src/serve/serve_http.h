@@ -7,6 +7,9 @@
 
 #include <microhttpd.h>
 
+/* libmicrohttpd's idle timeout for a connection: a body's upload time and 5 s more (a slow client's 408 goes first). */
+static inline unsigned serve_http_idle_seconds(double upload_seconds) { return (unsigned)upload_seconds + 5; }
+
 typedef struct {
     serve_engine *engine;
     const serve_vocab *vocab;

@@ -100,7 +100,7 @@ static dt_status run(const dt_serve_options *o, dt_decoder *d, serve_vocab *v) {
         unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | (v6 ? MHD_USE_IPv6 : 0);
         md = MHD_start_daemon(flags, 0, NULL, NULL, serve_http_handle, &h, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED,
                               serve_http_completed, &h, MHD_OPTION_CONNECTION_LIMIT, 1024u, MHD_OPTION_CONNECTION_TIMEOUT,
-                              (unsigned)o->upload_seconds + 5, MHD_OPTION_END);
+                              serve_http_idle_seconds(o->upload_seconds), MHD_OPTION_END);
         if (!md) st = dt_error(DT_ERR_SYS, "serve: the HTTP server did not start on %s:%d", o->host, port);
     }
     if (!st) {
