@@ -70,6 +70,18 @@ static void compare(dt_safetensors *f, const char *name, image_case *c, const fl
     else report(name, what, e, worst_name, 1e-5);
 }
 
+/* The fixture's images and labels of every step into *x and *y (the caller frees them; NULL on a failure before). */
+static dt_status read_steps(dt_safetensors *f, const image_case *c, dt_status st, float **x, int32_t **y) {
+    size_t n = st ? 1 : (size_t)c->steps * c->batch;
+    *x = malloc(n * (size_t)(c->dim > 0 ? c->dim : 1) * sizeof(float));
+    *y = malloc(n * sizeof(int32_t));
+    int xd[4] = { (int)n, c->shape[0], c->shape[1], c->shape[2] };
+    if (!st && (!*x || !*y)) st = dt_error(DT_ERR_NOMEM, "out of memory");
+    if (!st) st = dt_safetensors_read(f, "images", 1 + c->nshape, xd, 0, *x);
+    if (!st) st = dt_safetensors_read_i32(f, "labels", n, *y);
+    return st;
+}
+
 static void check_case(const char *dir, const char *name) {
     char path[512], what[96];
     snprintf(path, sizeof path, "%s/kfac/%s.safetensors", dir, name);
@@ -83,13 +95,9 @@ static void check_case(const char *dir, const char *name) {
     if (!st) st = make_case(f, path, &c, &kc, &oc);
     if (!st) st = dt_kfac_create(&kc, &c.m, NULL, &k);
     if (!st) st = dt_optim_create(&oc, c.m.nparams, NULL, 0, &o);
-    size_t n = st ? 1 : (size_t)c.steps * c.batch;
-    float *x = malloc(n * (size_t)(c.dim > 0 ? c.dim : 1) * sizeof(float));
-    int32_t *y = malloc(n * sizeof(int32_t));
-    int xd[4] = { (int)n, c.shape[0], c.shape[1], c.shape[2] };
-    if (!st && (!x || !y)) st = dt_error(DT_ERR_NOMEM, "out of memory");
-    if (!st) st = dt_safetensors_read(f, "images", 1 + c.nshape, xd, 0, x);
-    if (!st) st = dt_safetensors_read_i32(f, "labels", n, y);
+    float *x = NULL;
+    int32_t *y = NULL;
+    st = read_steps(f, &c, st, &x, &y);
     for (int s = 0; !st && s < c.steps; s++) {
         int skip = 0;
         dt_kfac_begin(k, 1);
@@ -110,6 +118,95 @@ static void check_case(const char *dir, const char *name) {
     dt_mlp_destroy(c.mlp);
     dt_resnet_destroy(c.resnet);
     dt_safetensors_close(f);
+}
+
+/* ---- the Fisher's scale against kfac-pytorch's (kfac.h's dt_kfac_scale) ---- */
+
+/* Case name's factors after its first step at the given scale: each Linear's unit as checkpoints hold it (units[u]),
+ * with its sides (lin[u]); the images a step in *batch. */
+static dt_status first_factors(const char *dir, const char *name, dt_kfac_scale scale, float **units, dt_kfac_linear **lin, int *n,
+                               int *batch) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/kfac/%s.safetensors", dir, name);
+    dt_safetensors *f = NULL;
+    dt_kfac *k = NULL;
+    dt_kfac_config kc;
+    dt_optim_config oc;
+    image_case c = { 0 };
+    dt_linear_layer *layers = NULL;
+    int nl = 0, columns = 0, skip = 0;
+    *lin = NULL, *n = 0;
+    dt_status st = dt_safetensors_open(path, &f);
+    if (!st) st = make_case(f, path, &c, &kc, &oc);
+    if (!st) kc.scale = scale, st = dt_kfac_create(&kc, &c.m, NULL, &k);
+    if (!st) st = c.m.linears(c.m.self, &layers, &nl);
+    if (!st) st = dt_kfac_plan(&kc, layers, nl, 1, lin, n, &columns);
+    float *x = NULL;
+    int32_t *y = NULL;
+    st = read_steps(f, &c, st, &x, &y); /* the first step's taken */
+    if (!st) dt_kfac_begin(k, 1), st = train_step(&c, x, y);
+    if (!st) st = dt_kfac_step(k, c.m.grads(c.m.self), c.lr, &skip);
+    dt_preconditioner p;
+    if (!st) dt_kfac_preconditioner(k, &p);
+    for (int u = 0; !st && u < *n; u++) {
+        units[u] = malloc(p.state.floats(p.state.ctx, u) * sizeof(float));
+        if (!units[u]) st = dt_error(DT_ERR_NOMEM, "out of memory");
+        else p.state.io(p.state.ctx, u, units[u], 0);
+    }
+    *batch = c.batch;
+    free(x), free(y), free(layers);
+    dt_kfac_destroy(k);
+    dt_mlp_destroy(c.mlp);
+    dt_resnet_destroy(c.resnet);
+    dt_safetensors_close(f);
+    return st;
+}
+
+/* The least-squares r with fisher's off-diagonal entries = r x kfac-pytorch's (the diagonals keep the identity start,
+ * under which kfac-pytorch's tiny G vanishes in f32), and the worst entry's miss relative to the largest. */
+static double off_diagonal_ratio(const float *fisher, const float *pt, int n, double *miss) {
+    double num = 0, den = 0, most = 0, worst = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) num += (double)fisher[i * n + j] * pt[i * n + j], den += (double)pt[i * n + j] * pt[i * n + j];
+    double r = den > 0 ? num / den : 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            most = fmax(most, fabs(fisher[i * n + j]));
+            worst = fmax(worst, fabs(fisher[i * n + j] - r * pt[i * n + j]));
+        }
+    *miss = most > 0 ? worst / most : 1;
+    return r;
+}
+
+/* One step's factors at both scales: A's ratio is each layer's positions S (1 for a Linear) and G's is batch^2 x S^4,
+ * entry for entry (kfac.h). */
+static void fisher_scale_check(const char *dir, const char *name) {
+    float *pt[64] = { 0 }, *fi[64] = { 0 };
+    dt_kfac_linear *lp = NULL, *lf = NULL;
+    int np = 0, nf = 0, batch = 0, bad = 0;
+    char detail[256] = "";
+    dt_status st = first_factors(dir, name, DT_KFAC_SCALE_KFAC_PYTORCH, pt, &lp, &np, &batch);
+    if (!st) st = first_factors(dir, name, DT_KFAC_SCALE_FISHER, fi, &lf, &nf, &batch);
+    if (!st && (np != nf || np > 64)) st = dt_error(DT_ERR_ARG, "%d and %d Linears", np, nf);
+    for (int u = 0; !st && u < np; u++) {
+        int n = lp[u].n, out = lp[u].out[0];
+        double missA, missG, S = off_diagonal_ratio(fi[u] + 1, pt[u] + 1, n, &missA);
+        double rG = off_diagonal_ratio(fi[u] + 1 + n * n, pt[u] + 1 + n * n, out, &missG);
+        double want = (double)batch * batch * pow(round(S), 4);
+        if (fabs(S - round(S)) > 1e-3 * S || round(S) < 1 || missA > 1e-4 || missG > 1e-4 || fabs(rG / want - 1) > 1e-3) {
+            snprintf(detail, sizeof detail, "Linear %d: A x %.4f (miss %.1e), G x %.4e (miss %.1e) where batch^2 S^4 is %.4e", u, S, missA,
+                     rG, missG, want);
+            bad = 1;
+        }
+        if (u == np - 1 && !bad)
+            snprintf(detail, sizeof detail, "%d Linears; the first's A x %.0f, G x %.3e; the last's A x %.0f", np,
+                     off_diagonal_ratio(fi[0] + 1, pt[0] + 1, lp[0].n, &missA), off_diagonal_ratio(fi[0] + 1 + lp[0].n * lp[0].n, pt[0] + 1 + lp[0].n * lp[0].n, lp[0].out[0], &missG), S);
+    }
+    char line[128];
+    snprintf(line, sizeof line, "%-20s --kfac-scale fisher: A x positions, G x batch^2 positions^4", name);
+    check(line, !st && !bad, st ? dt_last_error() : detail);
+    for (int u = 0; u < 64; u++) free(pt[u]), free(fi[u]);
+    free(lp), free(lf);
 }
 
 /* ---- the observer: each layer's weight gradient is the sum over its pieces of output gradient x input ---- */
@@ -205,6 +302,8 @@ int main(int argc, char **argv) {
     dt_log_set_level(DT_LOG_WARN);
     check_case(dir, "mlp_eigen");
     check_case(dir, "resnet_small_eigen");
+    fisher_scale_check(dir, "mlp_eigen");
+    fisher_scale_check(dir, "resnet_small_eigen");
     observer_checks();
     printf("%s\n", failed ? "FAILED" : "all passed");
     return failed ? 1 : 0;

@@ -249,6 +249,7 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
         cJSON_AddNumberToObject(x, "kfac_inv_every", c->kfac.inv_every);
         cJSON_AddNumberToObject(x, "kfac_workers", dt_f32_decimal(c->kfac.workers));
         cJSON_AddStringToObject(x, "kfac_method", c->kfac.method == DT_KFAC_INVERSE ? "inverse" : "eigen");
+        cJSON_AddStringToObject(x, "kfac_scale", c->kfac.scale == DT_KFAC_SCALE_FISHER ? "fisher" : "kfac-pytorch");
     }
     if (c->shampoo_on) {
         /* Shampoo's settings (its factors, roots and moments: shampoo.f32) */

@@ -76,6 +76,8 @@ static void take_optimizer(const cJSON *j, dt_train_config *c) {
     take_float(j, "optimizer", "kfac_workers", &c->kfac.workers);
     const char *m = dt_ckpt_string(j, "optimizer", "kfac_method");
     if (m) c->kfac.method = !strcmp(m, "inverse") ? DT_KFAC_INVERSE : DT_KFAC_EIGEN;
+    const char *sc = dt_ckpt_string(j, "optimizer", "kfac_scale"); /* absent before the choice existed: kfac-pytorch's */
+    if (sc) c->kfac.scale = !strcmp(sc, "fisher") ? DT_KFAC_SCALE_FISHER : DT_KFAC_SCALE_KFAC_PYTORCH;
 }
 
 static void take_schedule(const cJSON *j, dt_train_config *c) {

@@ -102,7 +102,9 @@ static void usage(FILE *f) {
             "                     a mixture's experts as they are (with --ep too).\n"
             "                     --kfac-damping D\n"
             "                     (0.001), --kfac-decay F (0.95), --kfac-kl-clip K (0.001; 0 off), --kfac-factor-every N\n"
-            "                     and --kfac-inv-every N (1), --kfac-method eigen|inverse (eigen), --kfac-workers F:\n"
+            "                     and --kfac-inv-every N (1), --kfac-method eigen|inverse (eigen), --kfac-scale\n"
+            "                     kfac-pytorch|fisher (kfac-pytorch's factors, or the per-example Fisher's that a\n"
+            "                     damping of order 1e-3 is made for: kfac.h), --kfac-workers F:\n"
             "                     KAISA's share of the ranks holding each Linear's decompositions (1: COMM-OPT, the\n"
             "                     default; 1/ranks: MEM-OPT, each rank its own Linears', their gradients sent)\n"
             "  --optimizer shampoo  Shampoo (Meta's distributed_shampoo's semantics): each tensor cut into blocks of at\n"
@@ -280,7 +282,7 @@ static const dt_cli_flag flags[] = {
     { "--shampoo-block", "a whole number from 1 to 1e6" }, { "--shampoo-start", "a whole number of steps from 1 to 1e9" }, { "--shampoo-eps", "a number above 0, at most 1" },
     { "--shampoo-group", "a whole number of ranks from 1, dividing the data-parallel ranks" },
     { "--soap-group", "a whole number of ranks from 1, dividing the data-parallel ranks" }, { "--precondition-every", "a whole number of steps from 1 to 1e6" },
-    { "--precondition-max-dim", "a whole number from 1 to 1e6" }, { "--kfac-base", "sgd or adamw" }, { "--kfac-method", "eigen or inverse" },
+    { "--precondition-max-dim", "a whole number from 1 to 1e6" }, { "--kfac-base", "sgd or adamw" }, { "--kfac-method", "eigen or inverse" }, { "--kfac-scale", "kfac-pytorch or fisher" },
     { "--kfac-damping", "a number above 0, up to 1e6" }, { "--kfac-decay", "a number in [0, 1)" }, { "--kfac-kl-clip", "a number from 0 (off) to 1e6" },
     { "--kfac-factor-every", "a whole number of steps from 1 to 1e6" }, { "--kfac-inv-every", "a whole number of steps from 1 to 1e6" },
     { "--kfac-workers", "a fraction of the data-parallel ranks above 0, at most 1" }, { "--precision", "fp32, bf16 or fp16" }, { "--device", "cpu, cuda or cuda:N" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--grad-store", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
@@ -426,6 +428,9 @@ static int optim_flag(const char *f, const char *v, dt_train_config *c, train_op
     else if (!strcmp(f, "--kfac-method")) {
         ok = !strcmp(v, "eigen") || !strcmp(v, "inverse");
         c->kfac.method = ok && !strcmp(v, "inverse") ? DT_KFAC_INVERSE : DT_KFAC_EIGEN;
+    } else if (!strcmp(f, "--kfac-scale")) {
+        ok = !strcmp(v, "kfac-pytorch") || !strcmp(v, "fisher");
+        c->kfac.scale = ok && !strcmp(v, "fisher") ? DT_KFAC_SCALE_FISHER : DT_KFAC_SCALE_KFAC_PYTORCH;
     } else if (!strcmp(f, "--compress")) ok = !dt_codec_parse(v, &c->codec.kind);
     else if (!strcmp(f, "--compress-exchange")) ok = !dt_codec_parse_exchange(v, &c->codec.exchange);
     else if (!strcmp(f, "--betas"))

@@ -155,9 +155,12 @@ static void add_cov(const dt_linear_event *e, const float *x, int width, float a
     else cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, width, rows, alpha, x, e->width, beta, cov, n);
 }
 
-/* A layer's factors scale as kfac-pytorch's: a convolution's patches and output gradients are divided by the
- * positions (spatial) before their mean over every position of every sample, so its factors carry 1 / spatial^2. */
-static float spatial_scale(const dt_linear_event *e) { return e->spatial > 1 ? 1.0f / ((float)e->spatial * (float)e->spatial) : 1.0f; }
+/* A convolution's A: kfac-pytorch's patches divided by the positions (spatial) before their mean over every position of
+ * every sample, 1 / spatial^2; the Fisher's, 1 / spatial (kfac.h's dt_kfac_scale). */
+static float a_scale(const dt_kfac *k, const dt_linear_event *e) {
+    float s = e->spatial > 1 ? (float)e->spatial : 1.0f;
+    return k->c.scale == DT_KFAC_SCALE_FISHER ? 1.0f / s : 1.0f / (s * s);
+}
 
 static void scale_upper(float *cov, int n, float s) {
     for (int i = 0; i < n; i++)
@@ -182,16 +185,26 @@ static dt_status observe_input(dt_kfac *k, kfac_op *o, const dt_linear_event *e)
         for (int i = 0; i < in; i++) k->cov[(size_t)i * n + in] /= all;
         k->cov[(size_t)in * n + in] = 1.0f;
     }
-    if (e->spatial > 1) scale_upper(k->cov, n, spatial_scale(e));
+    if (e->spatial > 1) scale_upper(k->cov, n, a_scale(k, e));
     dt_status st = share(k, o, o->A, n, o->a_seen == 0);
     o->a_seen++;
     return st;
 }
 
-/* A rank's output gradients are the ranks' average's times the ranks (each rank's loss is its share's mean): G is the
- * global batch's with 1 / ranks^2. A layer of several parts shows them in one piece (they share k->cov in turn). */
+/* G's weight on this rank's rows (positions x samples). A rank's output gradients are the ranks' average's times the
+ * ranks (each rank's loss is its share's mean): kfac-pytorch's G is the global batch's mean with 1 / ranks^2 (and a
+ * convolution's 1 / spatial^2). The Fisher's takes each example's own gradient, the rank's times its samples
+ * (rows x pieces / spatial) and the micro-batches (each's loss carries 1 / accum), and a convolution's times spatial:
+ * (rows x pieces x accum)^2 over the mean's rows x pieces. */
+static float g_alpha(const dt_kfac *k, const dt_linear_event *e) {
+    float rows = (float)e->rows * (float)e->pieces, s = e->spatial > 1 ? (float)e->spatial : 1.0f;
+    if (k->c.scale == DT_KFAC_SCALE_FISHER) return rows * (float)k->accum * (float)k->accum;
+    return 1.0f / (s * s * rows * (float)k->ranks * (float)k->ranks);
+}
+
+/* A layer of several parts shows them in one piece (they share k->cov in turn). */
 static dt_status observe_grad(dt_kfac *k, kfac_op *o, const dt_linear_event *e) {
-    float alpha = spatial_scale(e) / ((float)e->rows * (float)e->pieces * (float)k->ranks * (float)k->ranks);
+    float alpha = g_alpha(k, e);
     dt_status st = DT_OK;
     for (int j = 0; j < o->nparts && !st; j++) {
         kfac_part *q = &o->part[j];
