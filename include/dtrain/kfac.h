@@ -34,9 +34,10 @@ typedef enum { DT_KFAC_EIGEN = 0, DT_KFAC_INVERSE } dt_kfac_method;
 /* The factors' scale. KFAC_PYTORCH: kfac-pytorch's, the oracle's: G of the mean loss's output gradients (so it carries
  * 1 / examples^2), a convolution's patches and gradients each divided by its positions (1 / positions^2 on both
  * factors). FISHER: the empirical Fisher's, as Grosse and Martens's KFC and the original KFAC-Pytorch
- * (batch_averaged) scale them: G of each example's own loss gradients, a convolution's A over its positions / positions
- * and G times positions^2, so A x G = positions x E[a a^T] x E[g g^T] per example and the damping is measured against
- * curvature of order one. The two differ by examples^2 x positions^5, which decides what a given damping does. */
+ * (batch_averaged) scale them: G of each example's own loss gradients (times positions^2 for a convolution), a
+ * convolution's patches divided by its positions once, so A x G = positions x E[a a^T] x E[g g^T] per example and the
+ * damping is measured against curvature of order one. Against kfac-pytorch's: A x positions, G x examples^2 x
+ * positions^4, which decides what a given damping does. */
 typedef enum { DT_KFAC_SCALE_KFAC_PYTORCH = 0, DT_KFAC_SCALE_FISHER } dt_kfac_scale;
 
 /* A micro-batch's factors travel to their workers while backward goes on: at most this many reductions under way at

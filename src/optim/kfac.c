@@ -197,8 +197,9 @@ static dt_status observe_input(dt_kfac *k, kfac_op *o, const dt_linear_event *e)
  * (rows x pieces / spatial) and the micro-batches (each's loss carries 1 / accum), and a convolution's times spatial:
  * (rows x pieces x accum)^2 over the mean's rows x pieces. */
 static float g_alpha(const dt_kfac *k, const dt_linear_event *e) {
-    float rows = (float)e->rows * (float)e->pieces, s = e->spatial > 1 ? (float)e->spatial : 1.0f;
+    float rows = (float)e->rows * (float)e->pieces;
     if (k->c.scale == DT_KFAC_SCALE_FISHER) return rows * (float)k->accum * (float)k->accum;
+    float s = e->spatial > 1 ? (float)e->spatial : 1.0f;
     return 1.0f / (s * s * rows * (float)k->ranks * (float)k->ranks);
 }
 
