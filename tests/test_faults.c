@@ -49,6 +49,12 @@ int main(int argc, char **argv) {
         dt_comm_set_algo(w, DT_COLL_ALLREDUCE, DT_ALGO_RING);
         t_act = dt_time_now();
         st = dt_comm_allreduce(w, buf, buf, r == bad ? n / 2 : n, DT_F32, DT_SUM);
+    } else if (!strcmp(mode, "mismatch-alltoallv")) {
+        /* the last rank's blocks are f64 where the others' are f32: the same counts, other lengths */
+        size_t sc[64], rc[64];
+        for (int q = 0; q < p && q < 64; q++) sc[q] = 16;
+        t_act = dt_time_now();
+        st = p > 64 ? DT_ERR_ARG : dt_comm_alltoallv(w, buf, sc, buf + n, n, rc, r == bad ? DT_F64 : DT_F32);
     } else if (!strcmp(mode, "stall")) {
         /* The last rank computes (a busy loop) for 5 s before it joins; with a stall timeout of 0.3 s the
          * others warn at 0.3 s and stop the job at 0.6 s, naming it as running. */

@@ -346,8 +346,10 @@ algo_fn dt_algo_lookup(dt_algo algo, dt_coll coll) {
     case DT_ALGO_RABENSEIFNER: return coll == DT_COLL_ALLREDUCE ? dt_rabenseifner_run : NULL;
     case DT_ALGO_BRUCK: return coll == DT_COLL_ALLGATHER ? dt_bruck_run : NULL;
     case DT_ALGO_PAIRWISE:
-        return coll == DT_COLL_ALLTOALL || coll == DT_COLL_GATHER || coll == DT_COLL_SCATTER ||
-               coll == DT_COLL_REDUCE_SCATTER ? dt_pairwise_run : NULL;
+        return coll == DT_COLL_ALLTOALLV ? dt_pairwise_alltoallv_run
+               : coll == DT_COLL_ALLTOALL || coll == DT_COLL_GATHER || coll == DT_COLL_SCATTER || coll == DT_COLL_REDUCE_SCATTER
+               ? dt_pairwise_run
+               : NULL;
     case DT_ALGO_HIER: return coll == DT_COLL_ALLREDUCE ? dt_hier_run : NULL;
     default: return NULL;
     }
@@ -679,86 +681,15 @@ dt_status dt_comm_recv(dt_comm *c, void *buf, size_t count, dt_dtype t, int peer
     return dt_comm_sendrecv(c, NULL, 0, -1, buf, count, peer, t);
 }
 
-/* The room for a rank's blocks for the others in alltoallv's first round after a call whose ranks sent the others at
- * most `most` bytes (a dispatch's sizes change little from step to step): as many bytes and an eighth more, up to a
- * cap; more, none (the counts alone: the blocks go pair by pair). The row goes at its room's size whatever it holds,
- * and every rank receives each row whole, p - 1 times what it keeps, so beyond two ranks the cap is a few hundred
- * bytes (across the rig at 1 Gbit/s a row of 4 KiB took 35 us where pairs took 23 after a row of 544 bytes, and Open
- * MPI's one message of the blocks alone 18). Two ranks' rows hold the other's block alone: up to 4 KiB they ride
- * (2 KiB to the peer 13.6 us where the two rounds took 27.2, Open MPI 13.3); at 8-16 KiB the eighth more on the wire
- * cost more than the counts' round saves (78 us against 70). */
-static size_t ride_room(int p) { return p <= 8 ? 512 : (size_t)(4096 / p > 64 ? 4096 / p : 64) & ~(size_t)7; }
-static size_t ride_after(int p, size_t most) {
-    size_t cap = p == 2 ? 4096 : ride_room(p), room = (most + most / 8 + 7) & ~(size_t)7;
-    return most > cap ? 0 : room < cap ? room : cap;
-}
-
-/* Across machines (MPI): the counts of every rank (each one's sendcounts and its room) gathered by every rank, checked
- * alike on all of them; small blocks ride along (a rank's blocks for the others where they fit the row's room, which
- * every rank sizes alike from the last call's rows: ride_after; where every rank's do, that one round is all, as
- * MPI_Alltoallv, whose counts are known beforehand, sends one message); else each pair exchanges its blocks, rank r
- * sending to r + k while receiving from r - k at step k. A rank's block to itself is copied here. */
-static dt_status alltoallv_gathered(dt_comm *c, const void *sbuf, const size_t *scounts, void *rbuf, size_t recvcap, size_t *rcounts,
-                                   dt_dtype t) {
-    dt_status st = DT_OK;
-    int p = c->size, r = c->rank;
-    /* a row: the counts, the room, whether the data rides along, and room for it */
-    size_t es = dt_dtype_size(t), small = c->ride_known ? c->ride : ride_room(p);
-    size_t n = (size_t)p + 2 + small / 8, so = 0, ro = 0;
-    /* up to 8 ranks and 512 bytes on the stack (a dispatch's few hundred bytes must not pay for four allocations) */
-    enum { LOCAL = 8 * (8 + 2 + 64) };
-    uint64_t row_local[8 + 2 + 64], all_local[LOCAL];
-    size_t sat_local[8], rat_local[8];
-    bool heap = p > 8 || n > 8 + 2 + 64;
-    uint64_t *row = heap ? calloc(n, sizeof *row) : row_local, *all = heap ? malloc(n * (size_t)p * sizeof *all) : all_local;
-    size_t *sat = heap ? malloc((size_t)p * sizeof *sat) : sat_local, *rat = heap ? malloc((size_t)p * sizeof *rat) : rat_local;
-    if (!heap) memset(row, 0, n * sizeof *row);
-    if (!row || !all || !sat || !rat) st = dt_error(DT_ERR_NOMEM, "alltoallv: out of memory");
-    for (int j = 0; !st && j < p; j++) row[j] = scounts[j], sat[j] = so, so += scounts[j];
-    size_t before = st ? 0 : sat[r], after = st ? 0 : so - sat[r] - scounts[r]; /* the blocks for the others, around its own */
-    bool rides = !st && (before + after) * es <= small, every = true;
-    if (rides && before) memcpy(row + p + 2, sbuf, before * es);
-    if (rides && after) memcpy((char *)(row + p + 2) + before * es, (const char *)sbuf + (before + scounts[r]) * es, after * es);
-    if (!st) row[p] = recvcap, row[p + 1] = rides, st = dt_comm_allgather(c, row, all, n, DT_I64);
-    for (int q = 0; !st && q < p; q++) { /* every rank's receipt against its room, checked the same way everywhere */
-        uint64_t total = 0;
-        for (int j = 0; j < p; j++) total += all[(size_t)j * n + q];
-        every &= all[(size_t)q * n + p + 1] != 0;
-        if (total > all[(size_t)q * n + p])
-            st = dt_error(DT_ERR_ARG, "alltoallv: rank %d would receive %llu elements into room for %llu", q, (unsigned long long)total,
-                          (unsigned long long)all[(size_t)q * n + p]);
-    }
-    size_t most = 0; /* the most bytes a rank sent the others: the next call's room (every rank computes it from the same rows) */
-    for (int q = 0; !st && q < p; q++) {
-        size_t sent = 0;
-        for (int j = 0; j < p; j++) sent += j == q ? 0 : all[(size_t)q * n + j];
-        most = sent * es > most ? sent * es : most;
-    }
-    if (!st) c->ride = ride_after(p, most), c->ride_known = true;
-    for (int j = 0; !st && j < p; j++) rcounts[j] = all[(size_t)j * n + r], rat[j] = ro, ro += rcounts[j];
-    if (!st && scounts[r]) memmove((char *)rbuf + rat[r] * es, (const char *)sbuf + sat[r] * es, scounts[r] * es);
-    for (int j = 0; !st && every && j < p; j++) { /* rank j's block for this rank, from its row: past its blocks for the others before */
-        if (j == r || !rcounts[j]) continue; /* its own: copied above */
-        size_t at = 0;
-        for (int i = 0; i < r; i++) at += i == j ? 0 : all[(size_t)j * n + i];
-        memcpy((char *)rbuf + rat[j] * es, (const char *)(all + (size_t)j * n + p + 2) + at * es, rcounts[j] * es);
-    }
-    for (int k = 1; !st && !every && k < p; k++) {
-        int to = (r + k) % p, from = (r - k + p) % p;
-        st = dt_comm_sendrecv(c, (const char *)sbuf + sat[to] * es, scounts[to], to, (char *)rbuf + rat[from] * es, rcounts[from], from, t);
-    }
-    if (heap) free(row), free(all), free(sat), free(rat);
-    return st;
-}
-
 /* On one machine (every rank in the segment): one round of cells, then each block read where it lies
- * (algo/shm_alltoallv.c); else the counts gathered first. */
+ * (algo/shm_alltoallv.c); else a message to each rank with the sender's counts, and its block where it is small
+ * (algo/pairwise_alltoallv.c). One rank: the same check and copy, no collective. */
 dt_status dt_comm_alltoallv(dt_comm *c, const void *sbuf, const size_t *scounts, void *rbuf, size_t recvcap, size_t *rcounts, dt_dtype t) {
     CHECK(check_common(c, "alltoallv", recvcap, t, 1));
     if (!scounts || !rcounts) return dt_error(DT_ERR_ARG, "alltoallv: needs its send counts and room for the receive counts");
-    if (c->size == 1 || c->local_size != c->size || !c->slots) return alltoallv_gathered(c, sbuf, scounts, rbuf, recvcap, rcounts, t);
-    CHECK(dt_progress_drain(c));
     coll_args a = { .coll = DT_COLL_ALLTOALLV, .sendbuf = sbuf, .recvbuf = rbuf, .dtype = t, .op = DT_SUM, .source = -1, .counts = scounts,
                     .rcounts = rcounts, .cap = recvcap };
-    return dt_coll_execute(c, &a, DT_ALGO_SHM_DIRECT);
+    if (c->size == 1) return dt_pairwise_alltoallv_run(c, &a);
+    CHECK(dt_progress_drain(c));
+    return dt_coll_execute(c, &a, c->local_size == c->size && c->slots ? DT_ALGO_SHM_DIRECT : DT_ALGO_PAIRWISE);
 }

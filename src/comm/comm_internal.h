@@ -161,9 +161,6 @@ struct dt_comm {
     bool refused;        /* the running collective's error is one every rank returns alike (a check they all made): the job
                           * goes on */
     int cma;             /* this rank reads the other local ranks' memory (process_vm_readv): 0 not yet tried, 1 can, -1 not */
-    size_t ride;         /* across machines: the room for a rank's blocks beside its counts in alltoallv's first round, set
-                          * alike on every rank from the last call's counts (ride_known; before any call, the default) */
-    bool ride_known;
     dt_comm *parent_world; /* the world comm owns the segment reference */
 };
 
@@ -210,6 +207,10 @@ void dt_desc_format(const call_desc *d, char *buf, size_t cap);
  * (rbuf = rbuf op received) instead of copied. */
 dt_status dt_p2p_exchange(dt_comm *c, int speer, const void *sbuf, size_t sbytes,
                           int rpeer, void *rbuf, size_t rbytes, dt_dtype dtype, int op);
+/* An exchange whose receiver does not know the message's length: it takes one of 1 to most bytes (at most 1 GiB) and
+ * says its length in *got. A message of unknown length is never empty. */
+dt_status dt_p2p_exchange_upto(dt_comm *c, int speer, const void *sbuf, size_t sbytes, int rpeer, void *rbuf, size_t most,
+                               size_t *got);
 
 /* Private work buffer k (0 or 1) of at least bytes, grown and pre-faulted
  * once so that no call maps fresh pages. NULL when out of memory. */
@@ -222,7 +223,8 @@ typedef struct {
     int n, nrecv, tag, rpeer, op;
     dt_dtype dtype;
     void *rbuf, *tmp;
-    size_t rbytes;
+    size_t rbytes;      /* upto: the most, then the message's length */
+    bool upto;          /* the receive takes a message of any length up to rbytes (dt_p2p_exchange_upto) */
 } dt_mpi_xfer;
 dt_status dt_mpi_start(dt_comm *c, int speer, const void *sbuf, size_t sbytes, int rpeer, void *rbuf, size_t rbytes,
                        dt_dtype dtype, int op, dt_mpi_xfer *x);
@@ -279,6 +281,8 @@ dt_status dt_shm_direct_run(dt_comm *c, const coll_args *a);
 void dt_copy_out(uint8_t *dst, const uint8_t *src, size_t bytes, bool stream);
 /* alltoallv with every rank on this machine (shm_alltoallv.c). */
 dt_status dt_shm_alltoallv_run(dt_comm *c, const coll_args *a);
+/* alltoallv with ranks on other machines, pair by pair (pairwise_alltoallv.c). */
+dt_status dt_pairwise_alltoallv_run(dt_comm *c, const coll_args *a);
 
 /* ---- cross-memory attach (cma.c) ---- */
 

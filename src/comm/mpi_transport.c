@@ -309,12 +309,13 @@ dt_status dt_mpi_finish(dt_comm *c, dt_mpi_xfer *x) {
         int cnt = 0;
         MPI_Get_count(&sts[k], MPI_BYTE, &cnt);
         size_t rest = x->rbytes - (size_t)k * MSG_CHUNK, want = rest < MSG_CHUNK ? rest : MSG_CHUNK;
-        if (sts[k].MPI_TAG != x->tag || (size_t)cnt != want) {
+        if (sts[k].MPI_TAG != x->tag || (x->upto ? cnt < 1 || (size_t)cnt > want : (size_t)cnt != want)) {
             dt_desc_format(&c->cur, mine, sizeof mine);
             int their = sts[k].MPI_TAG - 2;
-            return dt_error(DT_ERR_MISMATCH, "collective mismatch: rank %d in %s expected %zu bytes from rank %d, which sent %d bytes for %s #%d (mod 1024)",
-                            c->world_rank, mine, want, x->rpeer, cnt, dt_coll_name((dt_coll)(their & 0xf)), their >> 4);
+            return dt_error(DT_ERR_MISMATCH, "collective mismatch: rank %d in %s expected %s%zu bytes from rank %d, which sent %d bytes for %s #%d (mod 1024)",
+                            c->world_rank, mine, x->upto ? "1 to " : "", want, x->rpeer, cnt, dt_coll_name((dt_coll)(their & 0xf)), their >> 4);
         }
+        if (x->upto) x->rbytes = (size_t)cnt; /* one message (at most 1 GiB: dt_p2p_exchange_upto) */
     }
     if (x->tmp) dt_reduce_into(x->rbuf, x->tmp, x->rbytes / dt_dtype_size(x->dtype), x->dtype, (dt_op)x->op);
     return DT_OK;
