@@ -6,7 +6,8 @@
 # as installed and with the TCP flags dtrain asks for, as bench/cluster_comm.sh does; needs root). Printed: each size's
 # times and Open MPI's over dtrain's (above 1: dtrain is faster). MPI_COLL_BENCH_MULTIPLE=1 in mpi_coll_bench's
 # environment (mpirun -x) starts Open MPI at MPI_THREAD_MULTIPLE, dtrain's level (its heartbeats' thread), which
-# costs Open MPI itself about 0.1 us a small call across the rig.
+# costs Open MPI itself about 0.1-0.3 us a small call across the rig; across the rig the table has that run too
+# (openmpi-mt).
 # usage: bench/alltoallv_mpi.sh [WHERE (shm)] [ROUNDS (3)] [SIZES (bytes a rank: 8 ... 64 MiB)] [NPROC (2; shm only)]
 set -euo pipefail
 where=${1:-shm}
@@ -35,6 +36,8 @@ if [ "${where%%:*}" = rig ]; then
         rig_mpirun -np 2 --map-by ppr:1:node "$build/bench/mpi_coll_bench" "${mpi_args[@]}" 2> /dev/null | sed 's/^/openmpi /' >> "$out"
         rig_mpirun -np 2 --map-by ppr:1:node --mca btl_tcp_flags send,inplace,need-ack,need-csum,hetero-rdma \
             "$build/bench/mpi_coll_bench" "${mpi_args[@]}" 2> /dev/null | sed 's/^/openmpi-noput /' >> "$out"
+        rig_mpirun -np 2 --map-by ppr:1:node -x MPI_COLL_BENCH_MULTIPLE=1 "$build/bench/mpi_coll_bench" "${mpi_args[@]}" 2> /dev/null |
+            sed 's/^/openmpi-mt /' >> "$out"
     done
 else
     trap 'rm -f "$out"' EXIT
@@ -53,7 +56,7 @@ for line in open(sys.argv[1]):
     who, js = line.split(" ", 1)
     d = json.loads(js)
     rows.setdefault((d["bytes"], who), []).append(d["avg_us"])
-whos = [w for w in ("openmpi", "openmpi-noput") if any(k[1] == w for k in rows)]
+whos = [w for w in ("openmpi", "openmpi-noput", "openmpi-mt") if any(k[1] == w for k in rows)]
 print(f"{'bytes a rank':>12} {'dtrain us':>10} " + " ".join(f"{w + ' us':>17} {w + '/dtrain':>21}" for w in whos))
 short = []
 for b in sorted({k[0] for k in rows}):
